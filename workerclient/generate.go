@@ -1,0 +1,3 @@
+package workerclient
+
+//go:generate go tool oapi-codegen -config cfg.yaml ../openapi.yaml
