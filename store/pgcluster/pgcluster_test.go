@@ -2,6 +2,7 @@ package pgcluster_test
 
 import (
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -30,6 +31,12 @@ func startCluster(t *testing.T, dir string) *pgcluster.Cluster {
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, c.Stop()) })
 	return c
+}
+
+// sharedInitdbCache is an initdb cache kept across test runs, for the tests
+// that do not exercise initdb itself.
+func sharedInitdbCache() string {
+	return filepath.Join(os.TempDir(), "pgcluster-test-initdb-cache-"+strconv.Itoa(os.Geteuid()))
 }
 
 // queryInt runs a one-value query on a fresh connection to database.
@@ -96,7 +103,9 @@ func TestStartRestartStop(t *testing.T) {
 
 func TestCreateDatabase(t *testing.T) {
 	t.Parallel()
-	c := startCluster(t, t.TempDir())
+	c, err := pgcluster.Start(testContext(t), pgcluster.Options{Dir: t.TempDir(), InitdbCache: sharedInitdbCache(), Logf: t.Logf})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, c.Stop()) })
 	ctx := testContext(t)
 
 	require.NoError(t, c.CreateDatabase(ctx, "tmpl", ""))
@@ -104,7 +113,7 @@ func TestCreateDatabase(t *testing.T) {
 	require.NoError(t, c.CreateDatabase(ctx, "Clone-1", "tmpl"))
 	require.Equal(t, 42, queryInt(t, c, "Clone-1", "SELECT x FROM marker"))
 
-	err := c.CreateDatabase(ctx, "tmpl", "")
+	err = c.CreateDatabase(ctx, "tmpl", "")
 	require.ErrorContains(t, err, "already exists")
 }
 
@@ -170,4 +179,20 @@ func TestInitdbCache(t *testing.T) {
 	fi, err := os.Stat(second.DataDir())
 	require.NoError(t, err)
 	require.Equal(t, os.FileMode(0o700), fi.Mode().Perm())
+}
+
+// TestPortInUse checks that a start failure explains itself with the
+// server's log.
+func TestPortInUse(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+
+	_, err = pgcluster.Start(testContext(t), pgcluster.Options{
+		Dir: t.TempDir(), Port: port, InitdbCache: sharedInitdbCache(), Logf: t.Logf,
+	})
+	t.Log(err)
+	require.ErrorContains(t, err, "could not bind")
 }

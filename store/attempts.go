@@ -1,0 +1,204 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// AttemptRef names an attempt as its worker does: the attempt, the worker
+// (from its certificate) and the lease token (from the Lease-Token header).
+type AttemptRef struct {
+	WorkerID   uuid.UUID
+	AttemptID  uuid.UUID
+	LeaseToken string
+}
+
+// LeaseState is what a worker should do with a lease.
+type LeaseState string
+
+const (
+	LeaseActive          LeaseState = "active"
+	LeaseCancelRequested LeaseState = "cancel_requested"
+	LeaseLost            LeaseState = "lost"
+)
+
+// LeaseStatus is a lease's state as of the statement that renewed or read it.
+type LeaseStatus struct {
+	AttemptID      uuid.UUID
+	State          LeaseState
+	LeaseExpiresAt time.Time
+	LeaseTTL       time.Duration
+	LeaseDuration  time.Duration
+}
+
+// renewSQL renews leases named by (id, token) pairs for one worker and
+// answers for every pair in the order given; pairs it could not renew come
+// back without a state (lost). Renewal is start as well: a leased attempt
+// becomes running and its task too.
+var renewSQL = `
+WITH req AS (
+	SELECT * FROM unnest($2::uuid[], $3::text[]) WITH ORDINALITY AS r(id, token, ord)
+), renewed AS (
+	UPDATE worker_task_attempts a SET
+		lease_expires_at = least(now() + make_interval(secs => t.lease_duration_seconds), a.deadline_at),
+		status = '` + string(AttemptRunning) + `',
+		running_at = coalesce(a.running_at, now()),
+		updated_at = now()
+	FROM req r, worker_tasks t
+	WHERE a.id = r.id AND a.lease_token = r.token AND a.worker_id = $1
+		AND a.status IN (` + activeStatuses + `) AND a.lease_expires_at > now()
+		AND t.id = a.task_id
+	RETURNING a.id, a.task_id, a.lease_expires_at, t.state, t.lease_duration_seconds
+), started AS (
+	UPDATE worker_tasks t SET state = '` + string(TaskTransitions[EventStart].To) + `', updated_at = now()
+	FROM renewed n
+	WHERE t.id = n.task_id AND t.state IN (` + fromStates(EventStart) + `)
+)
+SELECT r.id, n.state, n.lease_expires_at,
+	coalesce(extract(epoch FROM n.lease_expires_at - now())::float8, 0),
+	coalesce(n.lease_duration_seconds, 0)
+FROM req r LEFT JOIN renewed n ON n.id = r.id
+ORDER BY r.ord`
+
+func renew(ctx context.Context, ex executor, workerID uuid.UUID, refs []AttemptRef) ([]LeaseStatus, error) {
+	ids := make([]uuid.UUID, len(refs))
+	tokens := make([]string, len(refs))
+	for i, r := range refs {
+		ids[i], tokens[i] = r.AttemptID, r.LeaseToken
+	}
+	rows, err := ex.Query(ctx, renewSQL, workerID, ids, tokens)
+	if err != nil {
+		return nil, fmt.Errorf("renew: %w", err)
+	}
+	defer rows.Close()
+	out := make([]LeaseStatus, 0, len(refs))
+	for rows.Next() {
+		var (
+			st        LeaseStatus
+			taskState *string
+			expires   *time.Time
+			ttl       float64
+			leaseSecs int
+		)
+		if err := rows.Scan(&st.AttemptID, &taskState, &expires, &ttl, &leaseSecs); err != nil {
+			return nil, err
+		}
+		switch {
+		case taskState == nil:
+			st.State = LeaseLost
+		case TaskState(*taskState) == TaskCancelling:
+			st.State = LeaseCancelRequested
+		default:
+			st.State = LeaseActive
+		}
+		if expires != nil {
+			st.LeaseExpiresAt = *expires
+		}
+		st.LeaseTTL = seconds(ttl)
+		st.LeaseDuration = time.Duration(leaseSecs) * time.Second
+		out = append(out, st)
+	}
+	return out, rows.Err()
+}
+
+// HeartbeatAttempt renews one lease (and starts the attempt if it was only
+// leased). A lease no longer held is ErrLeaseLost; an attempt that is not this
+// worker's is ErrNotFound.
+func (s *Store) HeartbeatAttempt(ctx context.Context, ref AttemptRef) (LeaseStatus, error) {
+	var st LeaseStatus
+	err := s.inTx(ctx, "heartbeat attempt", func(tx pgx.Tx) error {
+		statuses, err := renew(ctx, tx, ref.WorkerID, []AttemptRef{ref})
+		if err != nil {
+			return err
+		}
+		st = statuses[0]
+		if st.State == LeaseLost {
+			return attemptMissOrLost(ctx, tx, ref)
+		}
+		return nil
+	})
+	return st, err
+}
+
+// StartAttempt moves a leased attempt to running, renewing its lease as a
+// heartbeat does. Repeating it is harmless.
+func (s *Store) StartAttempt(ctx context.Context, ref AttemptRef) (LeaseStatus, error) {
+	return s.HeartbeatAttempt(ctx, ref)
+}
+
+// RenewParams renews all listed leases of one worker in one statement.
+type RenewParams struct {
+	WorkerID        uuid.UUID
+	Leases          []AttemptRef
+	Capabilities    []byte
+	SoftwareVersion *string
+}
+
+// RenewLeases renews every listed lease of a worker in one transaction,
+// touches last_seen_at and persists a capability advertisement. Leases it
+// cannot renew (expired, ended, not this worker's) come back as lost.
+func (s *Store) RenewLeases(ctx context.Context, p RenewParams) ([]LeaseStatus, error) {
+	var out []LeaseStatus
+	err := s.inTx(ctx, "renew leases", func(tx pgx.Tx) error {
+		if err := touchWorker(ctx, tx, p.WorkerID, p.Capabilities, p.SoftwareVersion); err != nil {
+			return err
+		}
+		if len(p.Leases) == 0 {
+			out = []LeaseStatus{}
+			return nil
+		}
+		refs := slices.Clone(p.Leases)
+		for i := range refs {
+			refs[i].WorkerID = p.WorkerID
+		}
+		var err error
+		out, err = renew(ctx, tx, p.WorkerID, refs)
+		return err
+	})
+	return out, err
+}
+
+// touchWorker records that a worker was seen, refusing a revoked one.
+func touchWorker(ctx context.Context, ex executor, workerID uuid.UUID, capabilities []byte, softwareVersion *string) error {
+	var revoked bool
+	err := ex.QueryRow(ctx, `
+		UPDATE workers SET
+			last_seen_at = now(),
+			capabilities = coalesce($2::jsonb, capabilities),
+			software_version = coalesce($3, software_version)
+		WHERE id = $1
+		RETURNING revoked_at IS NOT NULL`, workerID, nullJSON(capabilities), softwareVersion).Scan(&revoked)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ErrNotFound
+	}
+	if err != nil {
+		return fmt.Errorf("touch worker: %w", err)
+	}
+	if revoked {
+		return ErrWorkerRevoked
+	}
+	return nil
+}
+
+// attemptMissOrLost runs after a fenced write matched nothing, and only
+// decides which error to return: the attempt is not this worker's (or does
+// not exist) → ErrNotFound, so no hint of its existence leaks; otherwise the
+// lease is lost.
+func attemptMissOrLost(ctx context.Context, ex executor, ref AttemptRef) error {
+	var exists bool
+	err := ex.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM worker_task_attempts WHERE id = $1 AND worker_id = $2)`,
+		ref.AttemptID, ref.WorkerID).Scan(&exists)
+	if err != nil {
+		return fmt.Errorf("classify miss: %w", err)
+	}
+	if !exists {
+		return ErrNotFound
+	}
+	return ErrLeaseLost
+}

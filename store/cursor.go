@@ -1,0 +1,43 @@
+package store
+
+import (
+	"encoding/base64"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Cursor is a keyset position in a newest-first listing: the (created_at,
+// id) of the last row of the previous page.
+type Cursor struct {
+	Time time.Time
+	ID   uuid.UUID
+}
+
+// Encode renders the cursor as an opaque URL-safe string.
+func (c Cursor) Encode() string {
+	return base64.RawURLEncoding.EncodeToString([]byte(c.Time.UTC().Format(time.RFC3339Nano) + "|" + c.ID.String()))
+}
+
+// DecodeCursor parses a cursor made by Encode.
+func DecodeCursor(s string) (*Cursor, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return nil, fmt.Errorf("%w: malformed cursor", ErrInvalid)
+	}
+	ts, id, ok := strings.Cut(string(raw), "|")
+	if !ok {
+		return nil, fmt.Errorf("%w: malformed cursor", ErrInvalid)
+	}
+	t, err := time.Parse(time.RFC3339Nano, ts)
+	if err != nil {
+		return nil, fmt.Errorf("%w: malformed cursor", ErrInvalid)
+	}
+	u, err := uuid.Parse(id)
+	if err != nil {
+		return nil, fmt.Errorf("%w: malformed cursor", ErrInvalid)
+	}
+	return &Cursor{Time: t, ID: u}, nil
+}

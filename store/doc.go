@@ -1,0 +1,39 @@
+// Package store holds all of the gateway's SQL. Each exported method is one
+// domain verb run in one transaction, and the fencing rules live here and only
+// here.
+//
+// # Fencing
+//
+// A worker may change an attempt only while it holds the attempt's lease. Every
+// such write is a single UPDATE or INSERT whose WHERE clause names
+//
+//   - the attempt id and the worker that owns it,
+//   - the attempt's lease token (the fencing token handed out with the lease),
+//   - an active status (leased or running), and
+//   - lease_expires_at > now(), the database's clock.
+//
+// A stale writer — its lease expired, superseded, or finished — changes zero
+// rows. Only then may a second read run, and it only decides which error to
+// return (not found, lease lost, or an idempotent replay of a finished call).
+// Nothing is ever read, checked in Go and then written without a lock.
+//
+// # Time
+//
+// Every lease, expiry and deadline decision compares against PostgreSQL's
+// now() inside the deciding statement. The gateway's own clock is never
+// consulted, so replicas with skewed clocks decide identically.
+//
+// # Lock order
+//
+// Statements that touch both lock attempts before tasks (complete, expire,
+// release), and statements that touch only tasks lock only tasks (cancel,
+// retry, acquire's SKIP LOCKED). Acquisition serialises per worker on the
+// workers row, then takes the worker's assignment rows FOR SHARE so that an
+// unassignment and an acquisition can never interleave.
+//
+// # Transitions
+//
+// The task and attempt state machines are the tables in transitions.go. SQL
+// predicates take their "from" states from those tables, so a statement can
+// never move a row along an edge the table does not have.
+package store

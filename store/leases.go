@@ -1,0 +1,340 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// taskTypesFor maps a worker type to the task types it may run.
+var taskTypesFor = map[string][]string{
+	"scanner": {"scanner_plugin"},
+	"ai":      {"ai"},
+}
+
+// AcquireParams asks for up to MaxTasks leases for one worker.
+type AcquireParams struct {
+	WorkerID uuid.UUID
+	MaxTasks int
+	// Capabilities, when not nil, replaces the worker's persisted
+	// advertisement before candidates are matched against it.
+	Capabilities    json.RawMessage
+	SoftwareVersion *string
+	ProtocolVersion *string
+	// IdempotencyKey, when set, makes the poll repeatable: a repeat returns
+	// the still-active leases the first poll created.
+	IdempotencyKey string
+}
+
+// AcquireResult is what one acquisition transaction decided.
+type AcquireResult struct {
+	Leases []Lease
+	// Replayed is true when the leases come from an earlier poll with the
+	// same idempotency key.
+	Replayed bool
+	// OrganizationIDs are the worker's live assignments, so a poll that got
+	// nothing knows which organizations' wake-ups concern it.
+	OrganizationIDs []uuid.UUID
+	// FreeSlots is the worker's capacity left after this acquisition.
+	FreeSlots int
+	// Disabled is true when the worker is disabled: it leases nothing.
+	Disabled bool
+}
+
+// Lease is one granted lease with the task snapshot the worker needs.
+type Lease struct {
+	AttemptID      uuid.UUID
+	LeaseToken     string
+	LeaseExpiresAt time.Time
+	LeaseTTL       time.Duration
+	LeaseDuration  time.Duration
+	Task           TaskSnapshot
+}
+
+// TaskSnapshot is the task as the worker sees it in a lease.
+type TaskSnapshot struct {
+	ID                  uuid.UUID
+	Type                string
+	OrganizationID      uuid.UUID
+	ScanID              *uuid.UUID
+	ScanJobID           *uuid.UUID
+	Payload             json.RawMessage
+	AttemptNumber       int
+	MaxAttempts         int
+	ExecutionDeadlineAt *time.Time
+	ExecutionDeadlineIn *time.Duration
+	AttemptDeadlineAt   *time.Time
+	AttemptDeadlineIn   *time.Duration
+}
+
+// leaseColumns selects a Lease from attempt a joined with task t; durations
+// are computed by the database so they agree with its clock.
+const leaseColumns = `a.id, a.lease_token, a.lease_expires_at,
+	extract(epoch FROM a.lease_expires_at - now())::float8,
+	t.lease_duration_seconds,
+	t.id, t.task_type, t.organization_id, t.scan_id, t.scan_job_id, t.payload,
+	a.attempt_number, t.max_attempts,
+	t.execution_deadline_at, extract(epoch FROM t.execution_deadline_at - now())::float8,
+	a.deadline_at, extract(epoch FROM a.deadline_at - now())::float8`
+
+func scanLease(row pgx.Row) (Lease, error) {
+	var (
+		l                 Lease
+		ttl               float64
+		leaseSeconds      int
+		execIn, attemptIn *float64
+		execAt, attemptAt *time.Time
+	)
+	err := row.Scan(&l.AttemptID, &l.LeaseToken, &l.LeaseExpiresAt, &ttl, &leaseSeconds,
+		&l.Task.ID, &l.Task.Type, &l.Task.OrganizationID, &l.Task.ScanID, &l.Task.ScanJobID, &l.Task.Payload,
+		&l.Task.AttemptNumber, &l.Task.MaxAttempts, &execAt, &execIn, &attemptAt, &attemptIn)
+	if err != nil {
+		return Lease{}, err
+	}
+	l.LeaseTTL = seconds(ttl)
+	l.LeaseDuration = time.Duration(leaseSeconds) * time.Second
+	l.Task.ExecutionDeadlineAt, l.Task.ExecutionDeadlineIn = execAt, optSeconds(execIn)
+	l.Task.AttemptDeadlineAt, l.Task.AttemptDeadlineIn = attemptAt, optSeconds(attemptIn)
+	return l, nil
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+func optSeconds(s *float64) *time.Duration {
+	if s == nil {
+		return nil
+	}
+	d := seconds(*s)
+	return &d
+}
+
+// AcquireLeases leases up to p.MaxTasks tasks to a worker in one transaction:
+// it locks the worker row (serialising the worker's own polls, so capacity
+// can be counted), takes the worker's live assignments FOR SHARE (so an
+// unassignment cannot interleave), then picks candidates one organization at
+// a time — priority, then organizations in turns, then age — with FOR UPDATE
+// SKIP LOCKED, and creates their attempts.
+func (s *Store) AcquireLeases(ctx context.Context, p AcquireParams) (AcquireResult, error) {
+	var res AcquireResult
+	err := s.inTx(ctx, "acquire leases", func(tx pgx.Tx) error {
+		res = AcquireResult{}
+		var (
+			workerType   string
+			capabilities json.RawMessage
+			maxTasks     int
+		)
+		err := tx.QueryRow(ctx, `
+			UPDATE workers SET
+				last_seen_at = now(),
+				capabilities = coalesce($2::jsonb, capabilities),
+				software_version = coalesce($3, software_version),
+				protocol_version = coalesce($4, protocol_version),
+				updated_at = CASE WHEN $2::jsonb IS NOT NULL AND $2::jsonb <> capabilities THEN now() ELSE updated_at END
+			WHERE id = $1 AND enabled AND revoked_at IS NULL
+			RETURNING worker_type, capabilities, max_concurrent_tasks`,
+			p.WorkerID, nullJSON(p.Capabilities), p.SoftwareVersion, p.ProtocolVersion,
+		).Scan(&workerType, &capabilities, &maxTasks)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return s.whyNoWorker(ctx, tx, p.WorkerID, &res)
+		}
+		if err != nil {
+			return fmt.Errorf("lock worker: %w", err)
+		}
+
+		if p.IdempotencyKey != "" {
+			leases, err := activeLeasesForKey(ctx, tx, p.WorkerID, p.IdempotencyKey)
+			if err != nil {
+				return err
+			}
+			if len(leases) > 0 {
+				res.Leases, res.Replayed = leases, true
+				return nil
+			}
+		}
+
+		// A new statement, so it sees attempts committed by the worker's
+		// previous poll that we waited for on the row lock.
+		var active int
+		rows, err := tx.Query(ctx, `
+			SELECT organization_id,
+				(SELECT count(*) FROM worker_task_attempts WHERE worker_id = $1 AND status IN (`+activeStatuses+`))
+			FROM organization_workers
+			WHERE worker_id = $1 AND enabled AND revoked_at IS NULL
+			ORDER BY organization_id
+			FOR SHARE`, p.WorkerID)
+		if err != nil {
+			return fmt.Errorf("lock assignments: %w", err)
+		}
+		for rows.Next() {
+			var org uuid.UUID
+			if err := rows.Scan(&org, &active); err != nil {
+				rows.Close()
+				return err
+			}
+			res.OrganizationIDs = append(res.OrganizationIDs, org)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("lock assignments: %w", err)
+		}
+		if len(res.OrganizationIDs) == 0 {
+			res.FreeSlots = maxTasks // unknown active count does not matter: nothing to lease
+			return nil
+		}
+		want := min(p.MaxTasks, maxTasks-active)
+		res.FreeSlots = maxTasks - active
+		if want <= 0 {
+			return nil
+		}
+
+		leases, err := leaseCandidates(ctx, tx, p.WorkerID, taskTypesFor[workerType], capabilities, res.OrganizationIDs, want, p.IdempotencyKey)
+		if err != nil {
+			return err
+		}
+		res.Leases = leases
+		res.FreeSlots -= len(leases)
+		return nil
+	})
+	return res, err
+}
+
+// whyNoWorker decides, after the worker row did not match, between an
+// unknown, a revoked and a disabled worker.
+func (s *Store) whyNoWorker(ctx context.Context, tx pgx.Tx, workerID uuid.UUID, res *AcquireResult) error {
+	var enabled, revoked bool
+	err := tx.QueryRow(ctx, `SELECT enabled, revoked_at IS NOT NULL FROM workers WHERE id = $1`, workerID).Scan(&enabled, &revoked)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return ErrNotFound
+	case err != nil:
+		return err
+	case revoked:
+		return ErrWorkerRevoked
+	}
+	res.Disabled = true
+	return nil
+}
+
+func activeLeasesForKey(ctx context.Context, tx pgx.Tx, workerID uuid.UUID, key string) ([]Lease, error) {
+	rows, err := tx.Query(ctx, `
+		SELECT `+leaseColumns+`
+		FROM worker_task_attempts a JOIN worker_tasks t ON t.id = a.task_id
+		WHERE a.worker_id = $1 AND a.lease_request_key = $2
+			AND a.status IN (`+activeStatuses+`) AND a.lease_expires_at > now()
+		ORDER BY a.created_at, a.id`, workerID, key)
+	if err != nil {
+		return nil, fmt.Errorf("replay leases: %w", err)
+	}
+	return collectLeases(rows)
+}
+
+func collectLeases(rows pgx.Rows) ([]Lease, error) {
+	defer rows.Close()
+	var leases []Lease
+	for rows.Next() {
+		l, err := scanLease(rows)
+		if err != nil {
+			return nil, err
+		}
+		leases = append(leases, l)
+	}
+	return leases, rows.Err()
+}
+
+// leaseCandidatesSQL picks and leases tasks in one statement.
+//
+// The LATERAL subquery walks each assigned organization's part of
+// worker_tasks_acquire_idx separately, so the cost depends only on the
+// organizations this worker serves, never on anyone else's backlog. Rows are
+// locked there with SKIP LOCKED, so concurrent pollers never wait on each
+// other. Across organizations, within one priority, the n-th task of each
+// organization comes before the (n+1)-th of any, and the organization this
+// worker served least recently goes first: organizations take turns.
+var leaseCandidatesSQL = `
+WITH candidates AS (
+	SELECT c.id, c.organization_id
+	FROM organization_workers ow
+	CROSS JOIN LATERAL (
+		-- Window functions cannot share a SELECT with FOR UPDATE, so the
+		-- turn number is computed over the locked rows one level up.
+		SELECT locked.*, row_number() OVER (PARTITION BY locked.priority ORDER BY locked.created_at, locked.id) AS turn
+		FROM (
+			SELECT t.id, t.organization_id, t.priority, t.created_at
+			FROM worker_tasks t
+			WHERE t.organization_id = ow.organization_id
+				AND t.state IN (` + fromStates(EventLease) + `)
+				AND t.available_at <= now()
+				AND (t.execution_deadline_at IS NULL OR t.execution_deadline_at > now())
+				AND t.task_type = ANY($2::text[])
+				AND $3::jsonb @> t.required_capabilities
+			ORDER BY t.priority DESC, t.created_at, t.id
+			LIMIT $5
+			FOR UPDATE OF t SKIP LOCKED
+		) locked
+	) c
+	WHERE ow.worker_id = $1 AND ow.organization_id = ANY($4::uuid[])
+	ORDER BY c.priority DESC, c.turn, ow.last_leased_at NULLS FIRST, c.created_at, c.id
+	LIMIT $5
+), leased AS (
+	UPDATE worker_tasks t SET
+		state = '` + string(TaskTransitions[EventLease].To) + `',
+		attempt_count = t.attempt_count + 1,
+		attempts_started = t.attempts_started + 1,
+		updated_at = now()
+	FROM candidates c
+	WHERE t.id = c.id
+	RETURNING t.*
+), attempts AS (
+	INSERT INTO worker_task_attempts
+		(task_id, worker_id, organization_id, attempt_number, lease_token, status, lease_expires_at, deadline_at, lease_request_key)
+	SELECT l.id, $1, l.organization_id, l.attempts_started,
+		-- two v4 UUIDs from pg_strong_random: 244 random bits
+		replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''),
+		'` + string(AttemptLeased) + `',
+		least(now() + make_interval(secs => l.lease_duration_seconds), d.deadline),
+		d.deadline,
+		$6
+	FROM leased l
+	CROSS JOIN LATERAL (
+		SELECT least(l.execution_deadline_at, now() + make_interval(secs => l.attempt_timeout_seconds)) AS deadline
+	) d
+	RETURNING *
+), served AS (
+	UPDATE organization_workers ow SET last_leased_at = now()
+	WHERE ow.worker_id = $1 AND ow.organization_id IN (SELECT organization_id FROM leased)
+)
+SELECT ` + leaseColumns + `
+FROM attempts a JOIN leased t ON t.id = a.task_id
+ORDER BY t.priority DESC, a.id`
+
+func leaseCandidates(ctx context.Context, tx pgx.Tx, workerID uuid.UUID, taskTypes []string, capabilities json.RawMessage,
+	orgs []uuid.UUID, want int, key string) ([]Lease, error) {
+	rows, err := tx.Query(ctx, leaseCandidatesSQL, workerID, taskTypes, capabilities, orgs, want, nullString(key))
+	if err != nil {
+		return nil, fmt.Errorf("lease candidates: %w", err)
+	}
+	leases, err := collectLeases(rows)
+	if err != nil {
+		return nil, fmt.Errorf("lease candidates: %w", err)
+	}
+	return leases, nil
+}
+
+func nullString(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func nullJSON(b json.RawMessage) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return string(b)
+}

@@ -1,0 +1,99 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// NotifyChannel is the one LISTEN/NOTIFY channel the gateway uses. Payloads
+// are tiny (well under PostgreSQL's 8000-byte limit) and parsed by
+// ParseWakeup.
+const NotifyChannel = "worker_gateway_wakeup"
+
+// WakeupKind says who a wake-up is for.
+type WakeupKind int
+
+const (
+	// WakeOrganization: Count tasks of Organization became leasable now.
+	WakeOrganization WakeupKind = iota + 1
+	// WakeOrganizationAt: a task of Organization becomes leasable at At.
+	WakeOrganizationAt
+	// WakeWorker: something about Worker changed (capacity released,
+	// assignment, enabled, revoked): its waiting polls should look again.
+	WakeWorker
+)
+
+// Wakeup is one decoded notification.
+type Wakeup struct {
+	Kind         WakeupKind
+	Organization uuid.UUID
+	Worker       uuid.UUID
+	Count        int
+	At           time.Time
+}
+
+// Payload encodes the wake-up: "o:<org>:<count>", "t:<org>:<unix-ms>" or
+// "w:<worker>".
+func (w Wakeup) Payload() string {
+	switch w.Kind {
+	case WakeOrganization:
+		return "o:" + w.Organization.String() + ":" + strconv.Itoa(w.Count)
+	case WakeOrganizationAt:
+		return "t:" + w.Organization.String() + ":" + strconv.FormatInt(w.At.UnixMilli(), 10)
+	case WakeWorker:
+		return "w:" + w.Worker.String()
+	}
+	return ""
+}
+
+// ParseWakeup decodes a notification payload.
+func ParseWakeup(payload string) (Wakeup, error) {
+	parts := strings.Split(payload, ":")
+	bad := fmt.Errorf("bad wake-up payload %q", payload)
+	if len(parts) < 2 {
+		return Wakeup{}, bad
+	}
+	id, err := uuid.Parse(parts[1])
+	if err != nil {
+		return Wakeup{}, bad
+	}
+	switch {
+	case parts[0] == "o" && len(parts) == 3:
+		n, err := strconv.Atoi(parts[2])
+		if err != nil {
+			return Wakeup{}, bad
+		}
+		return Wakeup{Kind: WakeOrganization, Organization: id, Count: n}, nil
+	case parts[0] == "t" && len(parts) == 3:
+		ms, err := strconv.ParseInt(parts[2], 10, 64)
+		if err != nil {
+			return Wakeup{}, bad
+		}
+		return Wakeup{Kind: WakeOrganizationAt, Organization: id, At: time.UnixMilli(ms)}, nil
+	case parts[0] == "w" && len(parts) == 2:
+		return Wakeup{Kind: WakeWorker, Worker: id}, nil
+	}
+	return Wakeup{}, bad
+}
+
+// notify queues wake-ups in the caller's transaction: PostgreSQL delivers
+// them only if it commits, so no waiter wakes for work that never happened.
+func notify(ctx context.Context, ex executor, wakeups ...Wakeup) error {
+	if len(wakeups) == 0 {
+		return nil
+	}
+	payloads := make([]string, 0, len(wakeups))
+	for _, w := range wakeups {
+		payloads = append(payloads, w.Payload())
+	}
+	_, err := ex.Exec(ctx, `SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, NotifyChannel, payloads)
+	if err != nil {
+		return fmt.Errorf("notify: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,78 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	sq "github.com/Masterminds/squirrel"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// Organization is a tenant.
+type Organization struct {
+	ID        uuid.UUID
+	Name      string
+	CreatedAt time.Time
+}
+
+// CreateOrganization inserts an organization.
+func (s *Store) CreateOrganization(ctx context.Context, name string) (Organization, error) {
+	var o Organization
+	err := s.pool.QueryRow(ctx, `INSERT INTO organizations (name) VALUES ($1) RETURNING id, name, created_at`, name).
+		Scan(&o.ID, &o.Name, &o.CreatedAt)
+	if err != nil {
+		return Organization{}, fmt.Errorf("create organization: %w", err)
+	}
+	return o, nil
+}
+
+// GetOrganization returns an organization the scope may see.
+func (s *Store) GetOrganization(ctx context.Context, scope Scope, id uuid.UUID) (Organization, error) {
+	if !scope.Allows(id) {
+		return Organization{}, ErrNotFound
+	}
+	var o Organization
+	err := s.pool.QueryRow(ctx, `SELECT id, name, created_at FROM organizations WHERE id = $1`, id).Scan(&o.ID, &o.Name, &o.CreatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Organization{}, ErrNotFound
+	}
+	if err != nil {
+		return Organization{}, fmt.Errorf("get organization: %w", err)
+	}
+	return o, nil
+}
+
+// ListOrganizations pages organizations, newest first.
+func (s *Store) ListOrganizations(ctx context.Context, scope Scope, after *Cursor, limit int) ([]Organization, *Cursor, error) {
+	q := psql.Select("id, name, created_at").From("organizations").OrderBy("created_at DESC", "id DESC").Limit(uint64(limit + 1))
+	if scope.Organization != nil {
+		q = q.Where(sq.Eq{"id": *scope.Organization})
+	}
+	if after != nil {
+		q = q.Where("(created_at, id) < (?, ?)", after.Time, after.ID)
+	}
+	sqlText, args, err := q.ToSql()
+	if err != nil {
+		return nil, nil, err
+	}
+	rows, err := s.pool.Query(ctx, sqlText, args...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list organizations: %w", err)
+	}
+	orgs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Organization, error) {
+		var o Organization
+		return o, r.Scan(&o.ID, &o.Name, &o.CreatedAt)
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("list organizations: %w", err)
+	}
+	var next *Cursor
+	if len(orgs) > limit {
+		orgs = orgs[:limit]
+		next = &Cursor{Time: orgs[limit-1].CreatedAt, ID: orgs[limit-1].ID}
+	}
+	return orgs, next, nil
+}

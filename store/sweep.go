@@ -1,0 +1,167 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// SweepResult says what one sweep pass did and when the next one is due.
+type SweepResult struct {
+	ExpiredAttempts int
+	DeadlinedTasks  int
+	// NextDue is the earliest lease expiry or execution deadline still ahead,
+	// or nil when nothing is pending; the sweeper sleeps until then.
+	NextDue *time.Time
+	// More is true when a pass hit its limit and another should run at once.
+	More bool
+}
+
+// lostAttemptNextState is where a task goes when its attempt ended without a
+// completion (lease expired or attempt deadline passed). It is evaluated in
+// the UPDATE's SET list, on the row version the UPDATE locked, so a cancel
+// that committed meanwhile is honoured.
+const lostAttemptNextState = `CASE
+	WHEN t.state = '` + string(TaskCancelling) + `' THEN '` + string(TaskCancelled) + `'
+	WHEN t.execution_deadline_at IS NOT NULL AND t.execution_deadline_at <= now() THEN '` + string(TaskFailedTerminal) + `'
+	WHEN t.attempt_count < t.max_attempts THEN '` + string(TaskRetryWait) + `'
+	ELSE '` + string(TaskFailedTerminal) + `' END`
+
+// expireSQL ends up to $1 active attempts whose lease has expired (attempts
+// past their deadline fail with a timeout code) and moves their tasks on.
+// SKIP LOCKED lets every replica sweep at once without waiting or double work.
+var expireSQL = `
+WITH ended AS (
+	UPDATE worker_task_attempts a SET
+		status = CASE WHEN a.deadline_at IS NOT NULL AND a.deadline_at <= now()
+			THEN '` + string(AttemptFailed) + `' ELSE '` + string(AttemptExpired) + `' END,
+		error_code = CASE WHEN a.deadline_at IS NOT NULL AND a.deadline_at <= now()
+			THEN 'attempt_timeout' ELSE 'lease_expired' END,
+		finished_at = now(), updated_at = now()
+	WHERE a.id IN (
+		SELECT id FROM worker_task_attempts
+		WHERE status IN (` + activeStatuses + `) AND lease_expires_at <= now()
+		ORDER BY lease_expires_at
+		LIMIT $1
+		FOR UPDATE SKIP LOCKED)
+	RETURNING a.id, a.task_id, a.worker_id, a.error_code
+), moved AS (
+	UPDATE worker_tasks t SET
+		state = ` + lostAttemptNextState + `,
+		available_at = CASE WHEN (` + lostAttemptNextState + `) = '` + string(TaskRetryWait) + `'
+			THEN now() + ` + retryDelaySQL + ` ELSE t.available_at END,
+		completed_at = CASE WHEN (` + lostAttemptNextState + `) IN (` + sqlStates(TaskCancelled, TaskFailedTerminal) + `)
+			THEN now() ELSE NULL END,
+		last_error_code = e.error_code,
+		last_error = CASE e.error_code WHEN 'attempt_timeout' THEN 'attempt exceeded its timeout'
+			ELSE 'lease expired without a heartbeat' END,
+		updated_at = now()
+	FROM ended e
+	WHERE t.id = e.task_id AND t.state IN (` + sqlStates(TaskLeased, TaskRunning, TaskCancelling) + `)
+	RETURNING t.id, t.organization_id, t.state, t.available_at
+)
+SELECT e.worker_id, m.organization_id, m.state, m.available_at
+FROM ended e LEFT JOIN moved m ON m.id = e.task_id`
+
+// deadlineSQL dead-letters queued tasks whose execution deadline passed.
+var deadlineSQL = `
+UPDATE worker_tasks t SET
+	state = '` + string(TaskFailedTerminal) + `',
+	last_error_code = 'execution_deadline_exceeded',
+	last_error = 'execution deadline passed before the task finished',
+	completed_at = now(), updated_at = now()
+WHERE t.id IN (
+	SELECT id FROM worker_tasks
+	WHERE state IN (` + sqlStates(TaskPending, TaskRetryWait) + `)
+		AND execution_deadline_at IS NOT NULL AND execution_deadline_at <= now()
+	LIMIT $1
+	FOR UPDATE SKIP LOCKED)`
+
+const nextDueSQL = `
+SELECT least(
+	(SELECT min(lease_expires_at) FROM worker_task_attempts WHERE status IN (` + "'leased', 'running'" + `)),
+	(SELECT min(execution_deadline_at) FROM worker_tasks
+		WHERE state IN ('pending', 'retry_wait') AND execution_deadline_at IS NOT NULL))`
+
+// SweepExpired expires leases and attempts past their deadline, dead-letters
+// queued tasks past their execution deadline, and reports when the next
+// sweep is due. Each pass handles at most limit rows of each kind.
+func (s *Store) SweepExpired(ctx context.Context, limit int) (SweepResult, error) {
+	var res SweepResult
+	err := s.inTx(ctx, "sweep expired", func(tx pgx.Tx) error {
+		res = SweepResult{}
+		rows, err := tx.Query(ctx, expireSQL, limit)
+		if err != nil {
+			return fmt.Errorf("expire leases: %w", err)
+		}
+		workers := map[uuid.UUID]bool{}
+		retryAt := map[uuid.UUID]time.Time{}
+		for rows.Next() {
+			var (
+				worker  uuid.UUID
+				org     *uuid.UUID
+				state   *string
+				availAt *time.Time
+			)
+			if err := rows.Scan(&worker, &org, &state, &availAt); err != nil {
+				rows.Close()
+				return err
+			}
+			res.ExpiredAttempts++
+			workers[worker] = true
+			if state != nil && TaskState(*state) == TaskRetryWait {
+				if at, ok := retryAt[*org]; !ok || availAt.Before(at) {
+					retryAt[*org] = *availAt
+				}
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("expire leases: %w", err)
+		}
+		tag, err := tx.Exec(ctx, deadlineSQL, limit)
+		if err != nil {
+			return fmt.Errorf("dead-letter past deadline: %w", err)
+		}
+		res.DeadlinedTasks = int(tag.RowsAffected())
+		res.More = res.ExpiredAttempts >= limit || res.DeadlinedTasks >= limit
+		if err := tx.QueryRow(ctx, nextDueSQL).Scan(&res.NextDue); err != nil {
+			return fmt.Errorf("next due: %w", err)
+		}
+		var wakeups []Wakeup
+		for w := range workers {
+			wakeups = append(wakeups, Wakeup{Kind: WakeWorker, Worker: w})
+		}
+		for org, at := range retryAt {
+			wakeups = append(wakeups, Wakeup{Kind: WakeOrganizationAt, Organization: org, At: at})
+		}
+		return notify(ctx, tx, wakeups...)
+	})
+	return res, err
+}
+
+// NextLeasableAt returns, per organization, the earliest future available_at
+// of a queued task, so a hub that (re)connects can arm its timers.
+func (s *Store) NextLeasableAt(ctx context.Context) (map[uuid.UUID]time.Time, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT organization_id, min(available_at) FROM worker_tasks
+		WHERE state IN ('pending', 'retry_wait') AND available_at > now()
+		GROUP BY organization_id`)
+	if err != nil {
+		return nil, fmt.Errorf("next leasable: %w", err)
+	}
+	defer rows.Close()
+	out := map[uuid.UUID]time.Time{}
+	for rows.Next() {
+		var org uuid.UUID
+		var at time.Time
+		if err := rows.Scan(&org, &at); err != nil {
+			return nil, err
+		}
+		out[org] = at
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,378 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	sq "github.com/Masterminds/squirrel"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// Scope limits what a caller may see: nil Organization means every
+// organization (an unscoped token).
+type Scope struct {
+	Organization *uuid.UUID
+}
+
+// Allows reports whether the scope covers an organization.
+func (sc Scope) Allows(org uuid.UUID) bool {
+	return sc.Organization == nil || *sc.Organization == org
+}
+
+// Task is a worker_tasks row as producers see it.
+type Task struct {
+	ID                    uuid.UUID
+	TaskType              string
+	OrganizationID        uuid.UUID
+	ScanID                *uuid.UUID
+	ScanJobID             *uuid.UUID
+	State                 TaskState
+	Priority              int
+	Payload               json.RawMessage
+	RequiredCapabilities  json.RawMessage
+	AttemptCount          int
+	MaxAttempts           int
+	AvailableAt           time.Time
+	ExecutionDeadlineAt   *time.Time
+	LeaseDurationSeconds  int
+	AttemptTimeoutSeconds *int
+	CancelRequestedAt     *time.Time
+	CompletedAt           *time.Time
+	LastErrorCode         string
+	LastError             string
+	CreatedAt             time.Time
+	UpdatedAt             time.Time
+	// PendingReason is set by GetTask while the task waits to be leased.
+	PendingReason string
+}
+
+const taskColumns = `t.id, t.task_type, t.organization_id, t.scan_id, t.scan_job_id, t.state, t.priority,
+	t.payload, t.required_capabilities, t.attempt_count, t.max_attempts, t.available_at,
+	t.execution_deadline_at, t.lease_duration_seconds, t.attempt_timeout_seconds,
+	t.cancel_requested_at, t.completed_at, t.last_error_code, t.last_error, t.created_at, t.updated_at`
+
+func scanTask(row pgx.Row) (Task, error) {
+	var t Task
+	err := row.Scan(&t.ID, &t.TaskType, &t.OrganizationID, &t.ScanID, &t.ScanJobID, &t.State, &t.Priority,
+		&t.Payload, &t.RequiredCapabilities, &t.AttemptCount, &t.MaxAttempts, &t.AvailableAt,
+		&t.ExecutionDeadlineAt, &t.LeaseDurationSeconds, &t.AttemptTimeoutSeconds,
+		&t.CancelRequestedAt, &t.CompletedAt, &t.LastErrorCode, &t.LastError, &t.CreatedAt, &t.UpdatedAt)
+	return t, err
+}
+
+// CreateTaskParams describes a new task. Zero values take the defaults.
+type CreateTaskParams struct {
+	OrganizationID        uuid.UUID
+	TaskType              string
+	Payload               json.RawMessage
+	RequiredCapabilities  json.RawMessage
+	Priority              int
+	Delay                 time.Duration
+	ExecutionTimeout      time.Duration
+	MaxAttempts           int
+	LeaseDurationSeconds  int
+	AttemptTimeoutSeconds *int
+	RetryBaseSeconds      float64
+	RetryMaxSeconds       float64
+	ScanID                *uuid.UUID
+	ScanJobID             *uuid.UUID
+	// IdempotencyKey and RequestSHA256 make creation repeatable: the same key
+	// and checksum return the first task, another checksum is refused.
+	IdempotencyKey string
+	RequestSHA256  string
+}
+
+// CreateTask inserts a task and wakes the pollers of its organization, in
+// one transaction. Replayed is true when an earlier request with the same
+// idempotency key created it.
+func (s *Store) CreateTask(ctx context.Context, p CreateTaskParams) (task Task, replayed bool, err error) {
+	err = s.inTx(ctx, "create task", func(tx pgx.Tx) error {
+		task, replayed = Task{}, false
+		var err error
+		task, replayed, err = createTask(ctx, tx, p)
+		if err != nil || replayed {
+			return err
+		}
+		if p.Delay > 0 {
+			return notify(ctx, tx, Wakeup{Kind: WakeOrganizationAt, Organization: task.OrganizationID, At: task.AvailableAt})
+		}
+		return notify(ctx, tx, Wakeup{Kind: WakeOrganization, Organization: task.OrganizationID, Count: 1})
+	})
+	return task, replayed, err
+}
+
+func createTask(ctx context.Context, tx pgx.Tx, p CreateTaskParams) (Task, bool, error) {
+	if len(p.Payload) == 0 {
+		p.Payload = json.RawMessage(`{}`)
+	}
+	if len(p.RequiredCapabilities) == 0 {
+		p.RequiredCapabilities = json.RawMessage(`{}`)
+	}
+	if p.MaxAttempts == 0 {
+		p.MaxAttempts = 3
+	}
+	if p.LeaseDurationSeconds == 0 {
+		p.LeaseDurationSeconds = 30
+	}
+	if p.RetryMaxSeconds == 0 && p.RetryBaseSeconds == 0 {
+		p.RetryBaseSeconds, p.RetryMaxSeconds = 1, 300
+	}
+	var execTimeout *float64
+	if p.ExecutionTimeout > 0 {
+		v := p.ExecutionTimeout.Seconds()
+		execTimeout = &v
+	}
+	row := tx.QueryRow(ctx, `
+		INSERT INTO worker_tasks AS t (task_type, organization_id, scan_id, scan_job_id, required_capabilities, payload,
+			priority, available_at, execution_deadline_at, max_attempts, lease_duration_seconds,
+			attempt_timeout_seconds, retry_base_seconds, retry_max_seconds, idempotency_key, request_sha256)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, now() + make_interval(secs => $8),
+			now() + make_interval(secs => $9::float8), $10, $11, $12, $13, $14, $15, $16)
+		ON CONFLICT (organization_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+		RETURNING `+taskColumns,
+		p.TaskType, p.OrganizationID, p.ScanID, p.ScanJobID, string(p.RequiredCapabilities), string(p.Payload),
+		p.Priority, p.Delay.Seconds(), execTimeout, p.MaxAttempts, p.LeaseDurationSeconds,
+		p.AttemptTimeoutSeconds, p.RetryBaseSeconds, p.RetryMaxSeconds, nullString(p.IdempotencyKey), p.RequestSHA256)
+	task, err := scanTask(row)
+	switch {
+	case err == nil:
+		return task, false, nil
+	case errors.Is(err, pgx.ErrNoRows):
+		// The key exists: the same request is a replay, another is refused.
+		var sum string
+		task, err = scanTask(tx.QueryRow(ctx, `SELECT `+taskColumns+` FROM worker_tasks t
+			WHERE t.organization_id = $1 AND t.idempotency_key = $2`, p.OrganizationID, p.IdempotencyKey))
+		if err != nil {
+			return Task{}, false, fmt.Errorf("read idempotent task: %w", err)
+		}
+		if err := tx.QueryRow(ctx, `SELECT request_sha256 FROM worker_tasks WHERE id = $1`, task.ID).Scan(&sum); err != nil {
+			return Task{}, false, err
+		}
+		if sum != p.RequestSHA256 {
+			return Task{}, false, ErrIdempotencyKeyReused
+		}
+		return task, true, nil
+	case isForeignKeyViolation(err):
+		return Task{}, false, fmt.Errorf("%w: organization", ErrNotFound)
+	default:
+		return Task{}, false, fmt.Errorf("insert task: %w", err)
+	}
+}
+
+// Attempt is one worker_task_attempts row.
+type Attempt struct {
+	ID             uuid.UUID
+	TaskID         uuid.UUID
+	WorkerID       uuid.UUID
+	AttemptNumber  int
+	Status         AttemptStatus
+	LeaseExpiresAt time.Time
+	StartedAt      time.Time
+	RunningAt      *time.Time
+	FinishedAt     *time.Time
+	ErrorCode      string
+	ErrorMessage   string
+}
+
+// GetTask returns a task the scope may see, with its attempts, and while it
+// waits to be leased, why.
+func (s *Store) GetTask(ctx context.Context, scope Scope, id uuid.UUID, onlineWindow time.Duration) (Task, []Attempt, error) {
+	task, err := scanTask(s.pool.QueryRow(ctx, `SELECT `+taskColumns+` FROM worker_tasks t WHERE t.id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && !scope.Allows(task.OrganizationID)) {
+		return Task{}, nil, ErrNotFound
+	}
+	if err != nil {
+		return Task{}, nil, fmt.Errorf("get task: %w", err)
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT id, task_id, worker_id, attempt_number, status, lease_expires_at, started_at, running_at,
+			finished_at, error_code, error_message
+		FROM worker_task_attempts WHERE task_id = $1 ORDER BY attempt_number`, id)
+	if err != nil {
+		return Task{}, nil, fmt.Errorf("get attempts: %w", err)
+	}
+	attempts, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Attempt, error) {
+		var a Attempt
+		err := r.Scan(&a.ID, &a.TaskID, &a.WorkerID, &a.AttemptNumber, &a.Status, &a.LeaseExpiresAt, &a.StartedAt,
+			&a.RunningAt, &a.FinishedAt, &a.ErrorCode, &a.ErrorMessage)
+		return a, err
+	})
+	if err != nil {
+		return Task{}, nil, fmt.Errorf("get attempts: %w", err)
+	}
+	if task.State == TaskPending || task.State == TaskRetryWait {
+		task.PendingReason, err = s.pendingReason(ctx, task, onlineWindow)
+		if err != nil {
+			return Task{}, nil, err
+		}
+	}
+	return task, attempts, nil
+}
+
+// pendingReason explains why a queued task is not leased, from the most
+// basic cause to the most transient.
+func (s *Store) pendingReason(ctx context.Context, t Task, onlineWindow time.Duration) (string, error) {
+	var (
+		due                                 bool
+		assigned, online, capable, withRoom int
+	)
+	err := s.pool.QueryRow(ctx, `
+		WITH eligible AS (
+			SELECT w.id, w.capabilities, w.max_concurrent_tasks,
+				w.last_seen_at > now() - make_interval(secs => $4) AS online
+			FROM organization_workers ow JOIN workers w ON w.id = ow.worker_id
+			WHERE ow.organization_id = $1 AND ow.enabled AND ow.revoked_at IS NULL
+				AND w.enabled AND w.revoked_at IS NULL
+				AND w.worker_type = CASE $2 WHEN 'scanner_plugin' THEN 'scanner' ELSE 'ai' END
+		)
+		SELECT (SELECT available_at <= now() FROM worker_tasks WHERE id = $5),
+			count(*),
+			count(*) FILTER (WHERE online),
+			count(*) FILTER (WHERE online AND capabilities @> $3::jsonb),
+			count(*) FILTER (WHERE online AND capabilities @> $3::jsonb AND max_concurrent_tasks >
+				(SELECT count(*) FROM worker_task_attempts a WHERE a.worker_id = eligible.id AND a.status IN (`+activeStatuses+`)))
+		FROM eligible`,
+		t.OrganizationID, t.TaskType, string(t.RequiredCapabilities), onlineWindow.Seconds(), t.ID,
+	).Scan(&due, &assigned, &online, &capable, &withRoom)
+	if err != nil {
+		return "", fmt.Errorf("pending reason: %w", err)
+	}
+	switch {
+	case !due && t.State == TaskRetryWait:
+		return "retry_backoff", nil
+	case !due:
+		return "scheduled_later", nil
+	case assigned == 0:
+		return "no_assigned_worker", nil
+	case online == 0:
+		return "no_online_worker", nil
+	case capable == 0:
+		return "capability_mismatch", nil
+	default:
+		// Eligible workers are online and either full or about to poll.
+		return "capacity_full", nil
+	}
+}
+
+// ListTasksParams filters and pages a task listing, newest first.
+type ListTasksParams struct {
+	Scope          Scope
+	OrganizationID *uuid.UUID
+	State          *TaskState
+	TaskType       *string
+	After          *Cursor
+	Limit          int
+}
+
+// ListTasks returns one page of tasks and the cursor of the next page.
+func (s *Store) ListTasks(ctx context.Context, p ListTasksParams) ([]Task, *Cursor, error) {
+	q := psql.Select(taskColumns).From("worker_tasks t").OrderBy("t.created_at DESC", "t.id DESC").Limit(uint64(p.Limit + 1))
+	if p.Scope.Organization != nil {
+		q = q.Where(sq.Eq{"t.organization_id": *p.Scope.Organization})
+	}
+	if p.OrganizationID != nil {
+		q = q.Where(sq.Eq{"t.organization_id": *p.OrganizationID})
+	}
+	if p.State != nil {
+		q = q.Where(sq.Eq{"t.state": string(*p.State)})
+	}
+	if p.TaskType != nil {
+		q = q.Where(sq.Eq{"t.task_type": *p.TaskType})
+	}
+	if p.After != nil {
+		q = q.Where("(t.created_at, t.id) < (?, ?)", p.After.Time, p.After.ID)
+	}
+	sqlText, args, err := q.ToSql()
+	if err != nil {
+		return nil, nil, err
+	}
+	rows, err := s.pool.Query(ctx, sqlText, args...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list tasks: %w", err)
+	}
+	tasks, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Task, error) { return scanTask(r) })
+	if err != nil {
+		return nil, nil, fmt.Errorf("list tasks: %w", err)
+	}
+	var next *Cursor
+	if len(tasks) > p.Limit {
+		tasks = tasks[:p.Limit]
+		last := tasks[len(tasks)-1]
+		next = &Cursor{Time: last.CreatedAt, ID: last.ID}
+	}
+	return tasks, next, nil
+}
+
+// CancelTask cancels a queued task at once, or asks the worker holding it to
+// stop (cancelling). Cancelling twice is harmless; a finished task is
+// ErrTaskFinished.
+func (s *Store) CancelTask(ctx context.Context, scope Scope, id uuid.UUID) (Task, error) {
+	var task Task
+	err := s.inTx(ctx, "cancel task", func(tx pgx.Tx) error {
+		var err error
+		task, err = scanTask(tx.QueryRow(ctx, `
+			UPDATE worker_tasks t SET
+				state = CASE WHEN t.state IN (`+fromStates(EventCancelQueued)+`)
+					THEN '`+string(TaskTransitions[EventCancelQueued].To)+`'
+					ELSE '`+string(TaskTransitions[EventCancelActive].To)+`' END,
+				cancel_requested_at = now(),
+				completed_at = CASE WHEN t.state IN (`+fromStates(EventCancelQueued)+`) THEN now() ELSE NULL END,
+				updated_at = now()
+			WHERE t.id = $1 AND ($2::uuid IS NULL OR t.organization_id = $2)
+				AND t.state IN (`+fromStates(EventCancelQueued)+`, `+fromStates(EventCancelActive)+`)
+			RETURNING `+taskColumns, id, scope.Organization))
+		if err == nil || !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		task, err = s.readScopedTask(ctx, tx, scope, id)
+		if err != nil {
+			return err
+		}
+		if task.State == TaskCancelling || task.State == TaskCancelled {
+			return nil
+		}
+		return ErrTaskFinished
+	})
+	return task, err
+}
+
+// RetryTask (redrive) moves a dead-lettered or cancelled task back to
+// pending with a fresh attempt budget.
+func (s *Store) RetryTask(ctx context.Context, scope Scope, id uuid.UUID) (Task, error) {
+	var task Task
+	err := s.inTx(ctx, "retry task", func(tx pgx.Tx) error {
+		var err error
+		task, err = scanTask(tx.QueryRow(ctx, `
+			UPDATE worker_tasks t SET
+				state = '`+string(TaskTransitions[EventRedrive].To)+`',
+				attempt_count = 0, available_at = now(), cancel_requested_at = NULL, completed_at = NULL,
+				execution_deadline_at = CASE WHEN t.execution_deadline_at <= now() THEN NULL ELSE t.execution_deadline_at END,
+				updated_at = now()
+			WHERE t.id = $1 AND ($2::uuid IS NULL OR t.organization_id = $2)
+				AND t.state IN (`+fromStates(EventRedrive)+`)
+			RETURNING `+taskColumns, id, scope.Organization))
+		if errors.Is(err, pgx.ErrNoRows) {
+			if _, err := s.readScopedTask(ctx, tx, scope, id); err != nil {
+				return err
+			}
+			return ErrTaskNotRetryable
+		}
+		if err != nil {
+			return err
+		}
+		return notify(ctx, tx, Wakeup{Kind: WakeOrganization, Organization: task.OrganizationID, Count: 1})
+	})
+	return task, err
+}
+
+func (s *Store) readScopedTask(ctx context.Context, ex executor, scope Scope, id uuid.UUID) (Task, error) {
+	task, err := scanTask(ex.QueryRow(ctx, `SELECT `+taskColumns+` FROM worker_tasks t WHERE t.id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && !scope.Allows(task.OrganizationID)) {
+		return Task{}, ErrNotFound
+	}
+	return task, err
+}

@@ -1,0 +1,261 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// Worker is a worker identity with its derived state.
+type Worker struct {
+	ID                     uuid.UUID
+	Name                   string
+	WorkerType             string
+	Enabled                bool
+	RevokedAt              *time.Time
+	RevocationReason       string
+	CertificateFingerprint string
+	CertificateSubject     string
+	SoftwareVersion        string
+	ProtocolVersion        string
+	Capabilities           json.RawMessage
+	MaxConcurrentTasks     int
+	LastSeenAt             *time.Time
+	Online                 bool
+	ActiveAttempts         int
+	OrganizationIDs        []uuid.UUID
+	CreatedAt              time.Time
+}
+
+// workerColumns reads a worker with its online state ($1 is the online
+// window in seconds), active attempts and live assignments.
+const workerColumns = `w.id, w.name, w.worker_type, w.enabled, w.revoked_at, w.revocation_reason,
+	w.certificate_fingerprint, w.certificate_subject, w.software_version, w.protocol_version,
+	w.capabilities, w.max_concurrent_tasks, w.last_seen_at,
+	coalesce(w.last_seen_at > now() - make_interval(secs => $1::float8), false),
+	(SELECT count(*) FROM worker_task_attempts a WHERE a.worker_id = w.id AND a.status IN ('leased', 'running')),
+	array(SELECT ow.organization_id FROM organization_workers ow
+		WHERE ow.worker_id = w.id AND ow.enabled AND ow.revoked_at IS NULL ORDER BY ow.organization_id),
+	w.created_at`
+
+func scanWorker(row pgx.Row) (Worker, error) {
+	var w Worker
+	err := row.Scan(&w.ID, &w.Name, &w.WorkerType, &w.Enabled, &w.RevokedAt, &w.RevocationReason,
+		&w.CertificateFingerprint, &w.CertificateSubject, &w.SoftwareVersion, &w.ProtocolVersion,
+		&w.Capabilities, &w.MaxConcurrentTasks, &w.LastSeenAt, &w.Online, &w.ActiveAttempts, &w.OrganizationIDs, &w.CreatedAt)
+	return w, err
+}
+
+// scopeSeesWorker is the predicate for an organization-scoped caller: it
+// sees the workers assigned to its organization. $2 is the scope (or NULL).
+const scopeSeesWorker = `($2::uuid IS NULL OR EXISTS (SELECT 1 FROM organization_workers ow
+	WHERE ow.worker_id = w.id AND ow.organization_id = $2 AND ow.revoked_at IS NULL))`
+
+// CreateWorkerParams describes a new worker.
+type CreateWorkerParams struct {
+	Name                   string
+	WorkerType             string
+	MaxConcurrentTasks     int
+	CertificateFingerprint string
+	CertificateSubject     string
+}
+
+// CreateWorker inserts a worker identity.
+func (s *Store) CreateWorker(ctx context.Context, p CreateWorkerParams, onlineWindow time.Duration) (Worker, error) {
+	if p.MaxConcurrentTasks == 0 {
+		p.MaxConcurrentTasks = 1
+	}
+	var id uuid.UUID
+	err := s.pool.QueryRow(ctx, `
+		INSERT INTO workers (name, worker_type, max_concurrent_tasks, certificate_fingerprint, certificate_subject)
+		VALUES ($1, $2, $3, $4, $5) RETURNING id`,
+		p.Name, p.WorkerType, p.MaxConcurrentTasks, p.CertificateFingerprint, p.CertificateSubject).Scan(&id)
+	if isUniqueViolation(err) {
+		return Worker{}, fmt.Errorf("%w: certificate already registered to another worker", ErrConflict)
+	}
+	if err != nil {
+		return Worker{}, fmt.Errorf("create worker: %w", err)
+	}
+	return s.GetWorker(ctx, Scope{}, id, onlineWindow)
+}
+
+// GetWorker returns a worker the scope may see.
+func (s *Store) GetWorker(ctx context.Context, scope Scope, id uuid.UUID, onlineWindow time.Duration) (Worker, error) {
+	return getWorker(ctx, s.pool, scope, id, onlineWindow)
+}
+
+func getWorker(ctx context.Context, ex executor, scope Scope, id uuid.UUID, onlineWindow time.Duration) (Worker, error) {
+	w, err := scanWorker(ex.QueryRow(ctx, `SELECT `+workerColumns+` FROM workers w WHERE w.id = $3 AND `+scopeSeesWorker,
+		onlineWindow.Seconds(), scope.Organization, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Worker{}, ErrNotFound
+	}
+	if err != nil {
+		return Worker{}, fmt.Errorf("get worker: %w", err)
+	}
+	return w, nil
+}
+
+// ListWorkers pages workers the scope may see, newest first.
+func (s *Store) ListWorkers(ctx context.Context, scope Scope, after *Cursor, limit int, onlineWindow time.Duration) ([]Worker, *Cursor, error) {
+	var afterTime *time.Time
+	var afterID *uuid.UUID
+	if after != nil {
+		afterTime, afterID = &after.Time, &after.ID
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+workerColumns+` FROM workers w
+		WHERE `+scopeSeesWorker+` AND ($3::timestamptz IS NULL OR (w.created_at, w.id) < ($3, $4::uuid))
+		ORDER BY w.created_at DESC, w.id DESC LIMIT $5`,
+		onlineWindow.Seconds(), scope.Organization, afterTime, afterID, limit+1)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list workers: %w", err)
+	}
+	workers, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Worker, error) { return scanWorker(r) })
+	if err != nil {
+		return nil, nil, fmt.Errorf("list workers: %w", err)
+	}
+	var next *Cursor
+	if len(workers) > limit {
+		workers = workers[:limit]
+		next = &Cursor{Time: workers[limit-1].CreatedAt, ID: workers[limit-1].ID}
+	}
+	return workers, next, nil
+}
+
+// UpdateWorkerParams changes a worker; nil fields stay as they are.
+type UpdateWorkerParams struct {
+	Name               *string
+	Enabled            *bool
+	MaxConcurrentTasks *int
+	// CancelActive, when the worker is being disabled, ends its active
+	// attempts at once (by policy) instead of letting them drain.
+	CancelActive bool
+}
+
+// UpdateWorker changes a worker and, when it disables it with CancelActive,
+// releases its active attempts in the same transaction.
+func (s *Store) UpdateWorker(ctx context.Context, id uuid.UUID, p UpdateWorkerParams, onlineWindow time.Duration) (Worker, error) {
+	var w Worker
+	err := s.inTx(ctx, "update worker", func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `
+			UPDATE workers SET
+				name = coalesce($2, name),
+				enabled = coalesce($3, enabled),
+				max_concurrent_tasks = coalesce($4, max_concurrent_tasks),
+				updated_at = now()
+			WHERE id = $1`, id, p.Name, p.Enabled, p.MaxConcurrentTasks)
+		if err != nil {
+			return fmt.Errorf("update worker: %w", err)
+		}
+		if tag.RowsAffected() == 0 {
+			return ErrNotFound
+		}
+		if p.Enabled != nil && !*p.Enabled && p.CancelActive {
+			if _, err := releaseAttempts(ctx, tx, id, nil, "worker_disabled"); err != nil {
+				return err
+			}
+		}
+		if w, err = getWorker(ctx, tx, Scope{}, id, onlineWindow); err != nil {
+			return err
+		}
+		// Capacity or eligibility changed: the worker's waiting polls look again.
+		return notify(ctx, tx, Wakeup{Kind: WakeWorker, Worker: id})
+	})
+	return w, err
+}
+
+// SetWorkerCertificate binds a certificate fingerprint to a worker; the
+// previous certificate stops authenticating at once.
+func (s *Store) SetWorkerCertificate(ctx context.Context, id uuid.UUID, fingerprint, subject string, onlineWindow time.Duration) (Worker, error) {
+	tag, err := s.pool.Exec(ctx, `UPDATE workers SET certificate_fingerprint = $2, certificate_subject = $3, updated_at = now()
+		WHERE id = $1`, id, fingerprint, subject)
+	if isUniqueViolation(err) {
+		return Worker{}, fmt.Errorf("%w: certificate already registered to another worker", ErrConflict)
+	}
+	if err != nil {
+		return Worker{}, fmt.Errorf("set certificate: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return Worker{}, ErrNotFound
+	}
+	return s.GetWorker(ctx, Scope{}, id, onlineWindow)
+}
+
+// WorkerIdentity is what authentication needs to know about a worker.
+type WorkerIdentity struct {
+	ID      uuid.UUID
+	Enabled bool
+	Revoked bool
+}
+
+// WorkerByFingerprint resolves a client certificate to its worker.
+func (s *Store) WorkerByFingerprint(ctx context.Context, fingerprint string) (WorkerIdentity, error) {
+	var id WorkerIdentity
+	err := s.pool.QueryRow(ctx, `SELECT id, enabled, revoked_at IS NOT NULL FROM workers
+		WHERE certificate_fingerprint = $1 AND certificate_fingerprint <> ''`, fingerprint).Scan(&id.ID, &id.Enabled, &id.Revoked)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return WorkerIdentity{}, ErrNotFound
+	}
+	if err != nil {
+		return WorkerIdentity{}, fmt.Errorf("worker by fingerprint: %w", err)
+	}
+	return id, nil
+}
+
+// releaseAttempts ends a worker's active attempts by policy (optionally only
+// one organization's): the attempts become superseded, their tasks leasable
+// again at once without using up an attempt — or cancelled, if a cancel was
+// already requested. Returns how many attempts it ended.
+func releaseAttempts(ctx context.Context, tx pgx.Tx, workerID uuid.UUID, org *uuid.UUID, reason string) (int, error) {
+	rows, err := tx.Query(ctx, `
+		WITH ended AS (
+			UPDATE worker_task_attempts a SET
+				status = '`+string(AttemptSuperseded)+`', finished_at = now(), updated_at = now(),
+				error_code = $3, error_message = 'attempt ended by policy'
+			WHERE a.worker_id = $1 AND a.status IN (`+activeStatuses+`)
+				AND ($2::uuid IS NULL OR a.organization_id = $2)
+			RETURNING a.task_id
+		)
+		UPDATE worker_tasks t SET
+			state = CASE WHEN t.state = '`+string(TaskCancelling)+`' THEN '`+string(TaskTransitions[EventCancelDone].To)+`'
+				ELSE '`+string(TaskTransitions[EventRelease].To)+`' END,
+			attempt_count = CASE WHEN t.state = '`+string(TaskCancelling)+`' THEN t.attempt_count
+				ELSE greatest(t.attempt_count - 1, 0) END,
+			available_at = now(),
+			completed_at = CASE WHEN t.state = '`+string(TaskCancelling)+`' THEN now() ELSE NULL END,
+			updated_at = now()
+		FROM ended e
+		WHERE t.id = e.task_id AND t.state IN (`+fromStates(EventRelease)+`, `+fromStates(EventCancelDone)+`)
+		RETURNING t.organization_id, t.state`, workerID, org, reason)
+	if err != nil {
+		return 0, fmt.Errorf("release attempts: %w", err)
+	}
+	released := map[uuid.UUID]int{}
+	n := 0
+	for rows.Next() {
+		var o uuid.UUID
+		var state TaskState
+		if err := rows.Scan(&o, &state); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		n++
+		if state == TaskPending {
+			released[o]++
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("release attempts: %w", err)
+	}
+	var wakeups []Wakeup
+	for o, count := range released {
+		wakeups = append(wakeups, Wakeup{Kind: WakeOrganization, Organization: o, Count: count})
+	}
+	return n, notify(ctx, tx, wakeups...)
+}
