@@ -349,10 +349,10 @@ type CreateTaskRequest struct {
 	AttemptTimeoutSeconds *int `json:"attempt_timeout_seconds,omitempty"`
 
 	// DelaySeconds Do not lease before this many seconds from now.
-	DelaySeconds *float32 `json:"delay_seconds,omitempty"`
+	DelaySeconds *float64 `json:"delay_seconds,omitempty"`
 
 	// ExecutionTimeoutSeconds Hard limit on the task's whole run from creation (its `execution_deadline_at`).
-	ExecutionTimeoutSeconds *float32           `json:"execution_timeout_seconds,omitempty"`
+	ExecutionTimeoutSeconds *float64           `json:"execution_timeout_seconds,omitempty"`
 	LeaseDurationSeconds    *int               `json:"lease_duration_seconds,omitempty"`
 	MaxAttempts             *int               `json:"max_attempts,omitempty"`
 	OrganizationId          openapi_types.UUID `json:"organization_id"`
@@ -393,14 +393,14 @@ type Lease struct {
 	AttemptId openapi_types.UUID `json:"attempt_id"`
 
 	// HeartbeatIntervalSeconds Renew the lease this often.
-	HeartbeatIntervalSeconds float32   `json:"heartbeat_interval_seconds"`
+	HeartbeatIntervalSeconds float64   `json:"heartbeat_interval_seconds"`
 	LeaseExpiresAt           time.Time `json:"lease_expires_at"`
 
 	// LeaseToken The fencing token; send it as header `Lease-Token` on every attempt call.
 	LeaseToken string `json:"lease_token"`
 
 	// LeaseTtlSeconds Seconds from now until the lease expires.
-	LeaseTtlSeconds float32      `json:"lease_ttl_seconds"`
+	LeaseTtlSeconds float64      `json:"lease_ttl_seconds"`
 	Task            TaskSnapshot `json:"task"`
 }
 
@@ -436,11 +436,11 @@ type LeaseState string
 type LeaseStatus struct {
 	AttemptId                openapi_types.UUID `json:"attempt_id"`
 	CancelRequested          bool               `json:"cancel_requested"`
-	HeartbeatIntervalSeconds *float32           `json:"heartbeat_interval_seconds,omitempty"`
+	HeartbeatIntervalSeconds *float64           `json:"heartbeat_interval_seconds,omitempty"`
 	LeaseExpiresAt           *time.Time         `json:"lease_expires_at,omitempty"`
 
 	// LeaseTtlSeconds Seconds until the lease expires; 0 when lost.
-	LeaseTtlSeconds float32 `json:"lease_ttl_seconds"`
+	LeaseTtlSeconds float64 `json:"lease_ttl_seconds"`
 
 	// State `active`: keep working. `cancel_requested`: stop and complete with `cancelled`. `lost`: stop at once; nothing more will be accepted.
 	State LeaseState `json:"state"`
@@ -488,8 +488,8 @@ type RegisterCertificateRequest struct {
 
 // RetryPolicy Exponential backoff with full jitter between attempts.
 type RetryPolicy struct {
-	BaseSeconds *float32 `json:"base_seconds,omitempty"`
-	MaxSeconds  *float32 `json:"max_seconds,omitempty"`
+	BaseSeconds *float64 `json:"base_seconds,omitempty"`
+	MaxSeconds  *float64 `json:"max_seconds,omitempty"`
 }
 
 // Task defines model for Task.
@@ -560,10 +560,10 @@ type TaskList struct {
 // TaskSnapshot defines model for TaskSnapshot.
 type TaskSnapshot struct {
 	AttemptDeadlineAt          *time.Time          `json:"attempt_deadline_at,omitempty"`
-	AttemptDeadlineInSeconds   *float32            `json:"attempt_deadline_in_seconds,omitempty"`
+	AttemptDeadlineInSeconds   *float64            `json:"attempt_deadline_in_seconds,omitempty"`
 	AttemptNumber              int                 `json:"attempt_number"`
 	ExecutionDeadlineAt        *time.Time          `json:"execution_deadline_at,omitempty"`
-	ExecutionDeadlineInSeconds *float32            `json:"execution_deadline_in_seconds,omitempty"`
+	ExecutionDeadlineInSeconds *float64            `json:"execution_deadline_in_seconds,omitempty"`
 	Id                         openapi_types.UUID  `json:"id"`
 	MaxAttempts                int                 `json:"max_attempts"`
 	OrganizationId             openapi_types.UUID  `json:"organization_id"`
@@ -1797,6 +1797,23 @@ func (response GetHealth200JSONResponse) VisitGetHealthResponse(w http.ResponseW
 	return err
 }
 
+type GetHealthdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetHealthdefaultApplicationProblemPlusJSONResponse) VisitGetHealthResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetReadinessRequestObject struct {
 }
 
@@ -1828,6 +1845,23 @@ func (response GetReadiness503JSONResponse) VisitGetReadinessResponse(w http.Res
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetReadinessdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetReadinessdefaultApplicationProblemPlusJSONResponse) VisitGetReadinessResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -1942,6 +1976,23 @@ func (response CompleteAttempt503ApplicationProblemPlusJSONResponse) VisitComple
 	return err
 }
 
+type CompleteAttemptdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response CompleteAttemptdefaultApplicationProblemPlusJSONResponse) VisitCompleteAttemptResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type HeartbeatAttemptRequestObject struct {
 	AttemptId AttemptID `json:"attempt_id"`
 	Params    HeartbeatAttemptParams
@@ -2033,6 +2084,23 @@ func (response HeartbeatAttempt503ApplicationProblemPlusJSONResponse) VisitHeart
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HeartbeatAttemptdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response HeartbeatAttemptdefaultApplicationProblemPlusJSONResponse) VisitHeartbeatAttemptResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -2132,6 +2200,23 @@ func (response StartAttempt503ApplicationProblemPlusJSONResponse) VisitStartAtte
 	return err
 }
 
+type StartAttemptdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response StartAttemptdefaultApplicationProblemPlusJSONResponse) VisitStartAttemptResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type HeartbeatWorkerRequestObject struct {
 	Body *HeartbeatWorkerJSONRequestBody
 }
@@ -2222,6 +2307,23 @@ func (response HeartbeatWorker503ApplicationProblemPlusJSONResponse) VisitHeartb
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type HeartbeatWorkerdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response HeartbeatWorkerdefaultApplicationProblemPlusJSONResponse) VisitHeartbeatWorkerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -2349,6 +2451,23 @@ func (response AcquireLeases503ApplicationProblemPlusJSONResponse) VisitAcquireL
 	return err
 }
 
+type AcquireLeasesdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response AcquireLeasesdefaultApplicationProblemPlusJSONResponse) VisitAcquireLeasesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListOrganizationsRequestObject struct {
 	Params ListOrganizationsParams
 }
@@ -2397,6 +2516,23 @@ func (response ListOrganizations401ApplicationProblemPlusJSONResponse) VisitList
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListOrganizationsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListOrganizationsdefaultApplicationProblemPlusJSONResponse) VisitListOrganizationsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -2467,6 +2603,23 @@ func (response CreateOrganization403ApplicationProblemPlusJSONResponse) VisitCre
 	return err
 }
 
+type CreateOrganizationdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response CreateOrganizationdefaultApplicationProblemPlusJSONResponse) VisitCreateOrganizationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetOrganizationRequestObject struct {
 	OrganizationId OrganizationID `json:"organization_id"`
 }
@@ -2515,6 +2668,23 @@ func (response GetOrganization404ApplicationProblemPlusJSONResponse) VisitGetOrg
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetOrganizationdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetOrganizationdefaultApplicationProblemPlusJSONResponse) VisitGetOrganizationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -2587,6 +2757,23 @@ func (response UnassignWorker404ApplicationProblemPlusJSONResponse) VisitUnassig
 	return err
 }
 
+type UnassignWorkerdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response UnassignWorkerdefaultApplicationProblemPlusJSONResponse) VisitUnassignWorkerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type AssignWorkerRequestObject struct {
 	OrganizationId OrganizationID `json:"organization_id"`
 	WorkerId       WorkerID       `json:"worker_id"`
@@ -2654,6 +2841,23 @@ func (response AssignWorker404ApplicationProblemPlusJSONResponse) VisitAssignWor
 	return err
 }
 
+type AssignWorkerdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response AssignWorkerdefaultApplicationProblemPlusJSONResponse) VisitAssignWorkerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListTasksRequestObject struct {
 	Params ListTasksParams
 }
@@ -2702,6 +2906,23 @@ func (response ListTasks401ApplicationProblemPlusJSONResponse) VisitListTasksRes
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTasksdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListTasksdefaultApplicationProblemPlusJSONResponse) VisitListTasksResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -2839,6 +3060,23 @@ func (response CreateTask422ApplicationProblemPlusJSONResponse) VisitCreateTaskR
 	return err
 }
 
+type CreateTaskdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response CreateTaskdefaultApplicationProblemPlusJSONResponse) VisitCreateTaskResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetTaskRequestObject struct {
 	TaskId TaskID `json:"task_id"`
 }
@@ -2887,6 +3125,23 @@ func (response GetTask404ApplicationProblemPlusJSONResponse) VisitGetTaskRespons
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetTaskdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetTaskdefaultApplicationProblemPlusJSONResponse) VisitGetTaskResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -2971,6 +3226,23 @@ func (response CancelTask409ApplicationProblemPlusJSONResponse) VisitCancelTaskR
 	return err
 }
 
+type CancelTaskdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response CancelTaskdefaultApplicationProblemPlusJSONResponse) VisitCancelTaskResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type RetryTaskRequestObject struct {
 	TaskId TaskID `json:"task_id"`
 }
@@ -3051,6 +3323,23 @@ func (response RetryTask409ApplicationProblemPlusJSONResponse) VisitRetryTaskRes
 	return err
 }
 
+type RetryTaskdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response RetryTaskdefaultApplicationProblemPlusJSONResponse) VisitRetryTaskResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListWorkersRequestObject struct {
 	Params ListWorkersParams
 }
@@ -3099,6 +3388,23 @@ func (response ListWorkers401ApplicationProblemPlusJSONResponse) VisitListWorker
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWorkersdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListWorkersdefaultApplicationProblemPlusJSONResponse) VisitListWorkersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -3183,6 +3489,23 @@ func (response CreateWorker409ApplicationProblemPlusJSONResponse) VisitCreateWor
 	return err
 }
 
+type CreateWorkerdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response CreateWorkerdefaultApplicationProblemPlusJSONResponse) VisitCreateWorkerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetWorkerRequestObject struct {
 	WorkerId WorkerID `json:"worker_id"`
 }
@@ -3231,6 +3554,23 @@ func (response GetWorker404ApplicationProblemPlusJSONResponse) VisitGetWorkerRes
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWorkerdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetWorkerdefaultApplicationProblemPlusJSONResponse) VisitGetWorkerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -3313,6 +3653,23 @@ func (response UpdateWorker404ApplicationProblemPlusJSONResponse) VisitUpdateWor
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateWorkerdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response UpdateWorkerdefaultApplicationProblemPlusJSONResponse) VisitUpdateWorkerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -3408,6 +3765,23 @@ func (response RegisterWorkerCertificate409ApplicationProblemPlusJSONResponse) V
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RegisterWorkerCertificatedefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response RegisterWorkerCertificatedefaultApplicationProblemPlusJSONResponse) VisitRegisterWorkerCertificateResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -4151,121 +4525,122 @@ func (sh *strictHandler) RegisterWorkerCertificate(w http.ResponseWriter, r *htt
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H3rctw2lvCroPhNVaRv2a2WLDmxVFu1GseTeMeJVZKm8iPtFdHk6W5EJMABQLV7XKrap9kH2yfZwo0E",
-	"2WBfJMtWMvNPaoK4HJz7jZ+ilBUlo0CliE4/RSXmuAAJXP93nkpyBxcsJ+lS/Z+BSDkpJWE0Oo1+mWOJ",
-	"5rgsgQokGZJzQAvGb4F/IxDWryIsJRSlFGjKOJJzIhDjM0zJP7CaZBjFEVFT/b0CvoziiOICotPIvBzF",
-	"kUjnUGCz9BRXuYxOoxTTFPIojoBWRXT6a/NDxjGh0Yc4kstSTSMkJ3QW3d/H0bnZx9vv1Vx6yRLLubei",
-	"eX5DsiiOOPy9Ihyy6FTyCvxdTBkvsNpEVemRqwu9rrhgfBVY13NACYWP8ibVIxLEphpiJYc7wiqBSjyD",
-	"PoCYd1oAKfDHd0Bnch6dHo1Goa28Ayzgmt0CDW8nV8+RVAP0TiwM0AILNOOYSsjQgsg52iPqAoGmhM7M",
-	"+P16o3PAGfBmp3rRgVl1HSS97R8efRdHBaH1/y+DpyEFkfXtdeCT64dBfDkZxWoxUihkOVGQKgg1/x3W",
-	"6xAqYQZcL/RewwjnbzMoSiaBpsu/QgD9f8K3IDTg1ClBSCTwVMETcSgByyE6l6hgQqKjkxOUzjHHqSKs",
-	"XtB5Cw7Uin23fXLSBlcIWu89KutFep8UH4/511jc9i4lsbh9/BK/aO7Su4hhPo9d5l69LEpGBWgmeMHZ",
-	"JIdC/ZkyKoFqLMRlmZNUg+6gNCP+7TfBNKk1a/2JwzQ6jf7fQcNlD8xTceDm1Su2Uesc2SnR3uVfXqNX",
-	"xyff7htSxEhIPMkBJSnLIBlqsNgZNccWgsxoYTdZclYCl8QcBOtnkN1g2YJDhiUMJClgFRixZa65fsuw",
-	"8lVKOO/w+vodNFkapp/OMTXcrUtwio2rA2VqWvtwwlgOmKqHXRTdfH/q9u6YuZkbDtjeSXDUbd+y9uFO",
-	"kGqwbytcbhD01wAh+qjsABS3brA5QSPw2OQ3SGXUyLsAElhBR6tiAtw7vX8jnDN+oxAsCDnzuAAh8Cw8",
-	"YkooEfMd4bfl7WqpdQMfS8JB7LQArygldLbTO0JiLnc8iJBYVmIT+dsbujKD7+OaRW4DhEfgmhlSs2Mf",
-	"0Tq4UZ8kAPQWZNYg4BuFKxrvsowYuXrh4eMU5wLiDoo6xPNVBCu3+2VeHHkI6b15PAooRwoiki8VWbV0",
-	"BbudLj/oQFDvb82Z31cyZYWe2amookpTgEwT8RQTQ801mwyorPVkVzUyubn0XWgRZ/BZ3cX66ePI3Fym",
-	"h5bAhR4bWvU1LvGE5KRmF8FrMyK1K7P+8+r9z8hA4wxhpHDsG4ESB7qb1Js7QUUlJJoAUjIVEwoZIhQR",
-	"ifaS/xhXo9ELSPY9eWGBHEcfBzM2sD8qeTu8xIuf7M2r/bOizEHCpVHJdsQ8cNi6BeEazFYMCQt5I9R6",
-	"NAWPr64q3HMymys9kYOocjmYYJnOkXsTmTc9KwoJoLIxnCx1KqDUGuwoJFBZg39bnMNh64pMsr+HEL2B",
-	"stGT+sXMlvzMDX8g63yQvNEswL7RNWytRaRQGE1AwUFoc0mrXniGCY0RmSp0XZA8V2isZiOQqdvZbvld",
-	"2L0eq2Cz8VKVEn6lB3bvs2XhNvy/A/nWWm3ABhGBA5bgGxsPIzyjwK8atZvMHP+Aeo7+TSrIPGxzDkTq",
-	"JlmlaD1lNBN2v4YQX46Ov9tkWyqOmeOl/34b775niDJp7fIJTBkHQ/oFpktkX0NTzgpE2UIzArf+i8OT",
-	"Fy9HrR00vMHyJKW6fYS00lpm4DDtzfyIeYa0XY1YQw3fCLSYsxwQr6jZSaqgSxg1XoKkWSEDnOWEwg2W",
-	"hpWv2+xhYLNG6cgqbvTi1k6twH7hG/dqTm/Kk9ANFPhjx5BxM3kTHW6+yYfYJSVe5gxnm0hYidH3NfKW",
-	"nDBO5LK12VF7s/5uB4e+wuPtOCiGN+2lpQ44nrnppUs1yDoNHfMy+9nMu67VuM3mUTNnP8EbZ8HDSD5V",
-	"f06VfQ83U0JnwEtOrE2t0IcrCvmvX0eDV3gw/fDp5fH9n4LGszdNaVwIbQ4X1E0VjqaMphXnQOWNOmsb",
-	"Vw87178RWx/EXmvbYJu7M8AO3p5evD1Z6NJ+BJyrjXQ1iXQO6e0aXTRgfq7MLVaUaHYbxVFF8R0muTYD",
-	"PmwSL3aO0NY9it2gMu+ozWpn6qOVqzlgLieA5Y1CCX6H836ufwkUFprbW++wdtlPJVBPGe+y6IcY4+ZN",
-	"2e+dbvmbz5QunCl9Cwtk/KYo8VzNiZJRcAd8WXuxU5znwzUryzVQuOqIWlRRSXIPLPbEQZgoet1KTaO4",
-	"FHMm12tqPpyCdvjqcdbeuN1fCI01PC/Vph+kHu3kv6kvfuc4wFaQWnO8B4mDR4hMxc2DLLxjPttYQaPv",
-	"6fOIM4RzwVCKy9L5U70o25QDqGc4JXLZ0rEOtxALJWeSpSy/uQMuCOvex0lIOAk2lQvMoeedo6BEW2Ai",
-	"g/rb0agLhx/ZAuVM0z1Sr2n71zgThuh1CwoC+B1wZI+M9o5OkFDP7OwdnfNlj3Lsh376cKbPyjVXpKMR",
-	"EoqNqGHYebMO5hwvV5DaTtqLwlfODmwDLjFB0+QU3QKUGkUInQ1RYvxANzZIBVlyioRkJcI0Q6k15E1w",
-	"IaldRskQJTkTsh6rjIAUzpR9MldcuVC2ibN9cZpCKY3x6wRsHcLtLq8olQkZ9D7V56tEWChouxSxKWLU",
-	"suIYpZgry1vdfEsCDETKFLZgKhbA1d4exbdWzhEMHKyXtZ9ffm4jxXqE1xkaocUcKFLXEZRkW3kcPJxc",
-	"y56dSyGEDytnCSG/72UIqIla53+SiIPTnrfwq1td19vMppO8IyIQpanZyVZ8pQWZFfYSR17awRbn0CuG",
-	"tn0BNCN0dlnH1BytU3ZTR6aMaFKgYDeMavu//qkWo8ubgogCy3Ruf1Xi62Za5bkNemdVDtlNjqV+z3jq",
-	"Jji9ZdNpkHF4MdqOPmvDp3VANQOJSS460dQCp3NCYcABZ63wahzBR6x4ZBOYMOg60ExMSS81Xyujouux",
-	"RUQgyrRUA47mkGtGaQlAs59o8m12mB7hYziZvhx9e/hdE3s5PR69iiNJZF5nVyC7tIXCXMpSnB4cGDAP",
-	"ZljCAi+HGdy5wLQ48LZ83xdu6TAPAxj18BQlE5wN7IaTGCUVxZWcA5XatM3UT1PGJyTLgKp/KJODKauo",
-	"fpIyOs1JKpN4TJNmI+qR49TOzah+U5J+9Qc1Yx2z0TMRL1viFpYDDpUwL/hPCB1MczKb6+UshGzcVM9i",
-	"f8qIdu2a/TZG+6Cit5Qt9Jkcmg7go4m1qB+tS2cgGRvkmM/M1ioqqrJkXEI2KCAjWJt4+iyMDZRy54Ap",
-	"LDSdGaq3rwQHxXkyHNMQO3IYFzB8CRVSsdeegHeDcJ/WRS1XFUWLfr2m9kpCAPrb5VvEYQrchDZwoU05",
-	"ne5k6FC9ONwYrNRP3fpePLI3BHcJMyIk8NfNJf7uPED3wXM1PrVNB2nfxZuPRlwQnCPLQg3zU+wW/UbU",
-	"WdAE5AKA1ikcq9rSRInokArvO6O+e3m80QWt7KGwK3e000whKF1b0zus6KWsooFoz7lLW5FzLJFiIqgq",
-	"Na5OqmwGMpy1siYoEBjs6PsBqTeNprTby1az3/GtB2hRQY//50/7wELe1PHZNY/781b64wmb4wRfMwJg",
-	"1C4vl2ltVllLSesEEJ4oKiBSvDUI9Njf2GTr8TtGPR8Ub4ijqsx2RPzetBors1aDFs4Cqm+kQYi+i4g7",
-	"zKuDmB3O0oviLcJuHfZDDxf9vlYycJ6/n0anv26GZXQf97De7U0Zl7e2yUlST7x6gA/2CJ/DsrLHeiqL",
-	"quUG7pVbD2KrKy8TutYTsVVe4OM4feD1DZvakkc8I2b9lKzw8YHULZhUw5FWsgFbYO5FZ8evnXPAii/H",
-	"nNqJa9bh2PrHJK859aU2/xdYZ/ib9LYbCbwgFOdBb0B9fj8DL8WUAr8p82pGlF2FSfDdv2ne+JjY8dp8",
-	"5r7Y7heI54YUZnPOAOvR3tsNRPUYlWGNebXWhhJVHWf9PMrrusvaRTUVAHSnlfswof+2V6Yw/rWQ4xeo",
-	"tvEIRXLOAVDtlkbOLe3HLvvz7QNeZd/ZKPxsRSKQ8wIiydCeBW2sc5qsz8XUDTnJu5njdcRuKGD1XNL/",
-	"Q4GxJ8qo8F3N/ox+qYA7Xw+idai3xqV4hfQDOLHRwW32/qNDui8fdH1IYO4SppYu35p3WplUNQ4+IAC6",
-	"fYBvBXCfM/LolRo8MP5otvc5FGsreJ5OtfbIZ1UL6BP/6nohrZRxdqU2al1fgDnw88pkJ3WcRxSdX7y1",
-	"RZR7yWImb/73v/8n2UeWQmxg1TrlEc4KQtGEMSkkx+VA2uQVk/Z9fvF26Kr+NEfSC7c9/Q0X+en63VXI",
-	"9Xr97gqlOQEqkSc50WLOBKCrH88HRycvkSdzFePm1m0KmY23W56uXWJEjKnHw4fo9RzSW8ianBvrojKs",
-	"ntF8ibDUJ5pjmok5voWWL7uoZIVztX1d+0bolAWSsM0OfrCQM1iJlGk7yU0uqjC1lgWTgMxoMUQXnGVV",
-	"Clzo+LZCUCwZF6jSyUwwpimjkrMclTmmNu5t4NxcpBi6+ZAf5zCDw+AVY7pnjqUG7D8I2mdqg0sdJxqU",
-	"LM/HNLl4f3WNDu4OTQBHJDHiOkHLQkNvqJbt5sgmdNJ4csd0TN/oWyoqiSWhM3e5Kc5ztZ0p0BSyU78G",
-	"OEY6mdfPsIoRpq6q2/jh1XJjiimqqK0vsQEwzAGlFkdsrkaGJZ6oZ8TkEgtc2Gh+oSCp8WzBiQQxROfq",
-	"QQ5jqn/gaAZqL8ejV4k5sAshpCwD5EeUvLPiiWB5JQEpca0WVZvXiQDIZPPrmUzxbo71oZzXBO0l/99Z",
-	"pcl+jCaQ4kqo7Vic4BVVqJ/mLL0VaAEoM3nbFrNOkYtg1oe3M9vL4FwhpAJS0ldFmmws/NT0lJMUrHgg",
-	"mULTKVHafHRe4nQOg6PhqCmO9X5TbK4qCsyX0Wn0vUdR+v4Uhii0bFMWYnfA0Y/X1xfa4m2w1GyvuH53",
-	"NYyaQGWHes8v3kZxVEvMaDQ8NPtgJVBckug0eqF/inVJr2a7B3OdEfoP9fcMQo57fZ8CHY1GaDEnObgA",
-	"UwpCmOwgoXc8RN8zEPqOJKvSeQsj1a4NmyCMvs2i0+gHkDYZtVMJfDQarakC3q36164QKP699g6hdOqc",
-	"3MGwJZui018/+Fd4YUerkRSESfKbCZ3nWorog3r3gAPOltsC09a/NFSrmBZO5wpTDG8w59AbNKzeXq6J",
-	"fE8IxXw5VnwBUsuY1KB3b6+u3/ysKIVCqolNYdoC38KgKvVxq/IMnYxeICbnwBdEWMmxckOXgDNiD/sV",
-	"LkktvxwqDD4ZvfgC6/2s5S/OlmcoMRnRCRJ4KRTip3OUQQk0A5oukXGQrEeYGnhKgmpCQZLj6ZSkQdS5",
-	"Ozxw4uTgU5PUc3/gvDRaG2QigFZvaCbazSW0PlQXLOrUAb3jBO2ZZzqKM2yC/ftKPfJS08Z0D6e3lC1y",
-	"yGaKWWFXcK5Bvj9EdSMFeWp7MbjosxY7trJN8XBchzy1CBpTnGsoIwVNq7wRBXlZcWvtMk5mhOLcipMz",
-	"hFFGpjrSLeupiUDHo1djuprhEEJnV07nnN9xqw1Lj+e9GXLQNDe5jzcO9rqC3H+oswL+zLLlFmjsJcPU",
-	"sTibFSMxn4EcVLRmFJFXkxt5JM9hWonGs2eqcCWvwK9ddHWs9/GWtNOt/Lxv2wp2/idjFSslkT2c3SLE",
-	"N0Ipajg3OpBmJMdmN6FF6l03TSPU+MMdx7/YcfzxjuNf7TT+ZKf9tLnZp5YN9OuH+xZ7+4tVgWvi9ria",
-	"TUbbwNhqnbqfs/3E7mz7F62BfiNMXuVSsVTKFqjMK+GXzRnV2KmCMaLKdEIlFtLnj2NqEwqcTWjfrmMn",
-	"yMVOhuhtUeYEBEp0KX4yRE6Gm9RdtGdYkKcg7zei3WxnNTMtwJ5qd8TX4U9PRLAtl0iYVt3FmqxjPFXG",
-	"iLa/cD78FwWuo0BTRlQnae9Mfxqjt6E9J711pY5B9SxRJJjYIFMyRJe1CkC0+T3HvMhBiFXN/0ot+0+N",
-	"5f/C67V4/RPmtwgbkGU18mHtE7AhzT5E30KkaKoR1qeWEyGdRyVGJmVDtKt/Ej/ylGgja08z+JkyBPeV",
-	"nTamTdI1wtkdcEmE9rkM0Ruczhs5YNRZyJAAhacS8uUpckUl8Ziu1pFovdw4XtB53bNCsrJNmrZ6PNdZ",
-	"k0gu2FoZ84tLFt9NMd2OGnriEl9YVexz8gfo8z2tnW0l8A5OWFca4xlwc+XPU488fPGspBLOc8SmtdfV",
-	"qWZCwVNJrBTrMoQ+Om4iL2Ei/gUTKXQGKUOJX/iWaF9H3UXEeLAVzWKrtmGBBFNGqfapqIFSb4iIMTUc",
-	"J1YkZ9yBFCniMmyi0ep0xRzQTHtR1T9K6mkv3ZzlmVb2nE9He8KtSTZEV6A3gpJOE0ItSwt8a31raqZ2",
-	"l8OuhX0LyzH17WXr6SV5PrDe4xrcQgLO1F1YZUHESDDFXpmQzltr1GQhOaaZGFMDtbqiiXA3m/FAh1jL",
-	"eaoJ+525t12lek83yEeZzt3IpslJ0dgG6ZxFcSRygDL60C4fPQ4FwKPDKBSTjOrk+4FB4IOR9a+2azGP",
-	"Rlsb2K362S/MMtt1mOsUmaZ16V7JhCCTfIkoo7D/h+CNx4cnu40/ei6a07s6XqDLo1ywAcQaVusnHog1",
-	"nutWT2FX9mlCsgJAmIik4srd3sNtRvGOCNnKbtmZWdjmv9vo/7ph7ZOq/itVhuFGo3hmCmr9g38BWmnF",
-	"oNT22jvw/dCt3xVP7NOeNTcSWozpQHtikUBJTONSaWZCGk1WkWC1o1X0CE7vYm9pATt4Mnubam3FdQ+f",
-	"BINC2GM2mj1DztrCLrNNhRasfa19GBZiPwefOmlQ970M6Xh0bDQyIlHmAo/w0eC4cepptCzwUj8SAIjI",
-	"YByyg4c7qi7tHtBfjNn0yec2930QDhw/FAd+APnZEcBW3IqDT3UT1XuDDS4m1onhNYkbflOFobOy/91Y",
-	"2Ana07FXUxgXa3npxCxqkhv3bdRLKcUd4Aba77vArLXS7dLa/ChcH3Ni5LK1NrSRArmAxRw41Dy00vkB",
-	"Vel518/qA+gG/Ana46yShALigOt+1PtqWl1lB4VNUglp63+j5pXaD/A4nN8sieue4luMbX0PQY0P9aK3",
-	"Sac93dtPQvmBT0mZXkfwvpBUPSLWkQuX5/X8XIH3bWu+YArFvW9ONEftKpVWcahkuK+IJYvCJZqhAEkZ",
-	"07NuCaWs5ksYmDVNGNp9yiFfjmlF62ToEhOOOAxMcq5QvN4LUQdN1q9FAs8FEZ877pmzeHmSbI10aTDQ",
-	"ypU61z+oPvwMCxASTQkXMjbeHpMOq3R1Qo32ajL9cvc9iVVD5tqmeXdwJ8SwApWK23+TITylK3XcDjNa",
-	"TWvDE/pFS9tP6rLnf1+GW128uNZg00j0VQw1V0Hg8Nv832+YGf1bINzK3jWpr22iGaJfrHNz1Q+5V1Hy",
-	"9wpQCXxM/Zf241CSj/smi++K1MsSWedm75lOgmParCYHl1DmeKnzYXkFyf5ZM+ctLF0yZpPyM2HZUuf7",
-	"HB31dyUJZv3UbYmfhVNypUQyGh2+ejE9xEeDb9NjGHybHeLBK3xyOHg5eTEdwVF6nB2OoladJKFWwjZ5",
-	"P3PIc6Zrd0zh3alxca4rPe+6Qz+0ax+7pXw72tV+H+gv7MU01cQBoqYIMM+JTi8waFunJ2vE6xBDjcBa",
-	"pdet8UzTx8x+tyuAzu1dunoIdeJQHYTa4+f0JPSd/Pl6EB4Qpd7Vl3t09FiPhr77ACf29YyDT7bZe7/D",
-	"4pc6eVpzyIWOYEmGJtannsUoaXehqJNPl6coWW3/pePF3QZgrolSpwOY31tJtwBTP3R6gCWIKS7d6gOW",
-	"9CQGP4ih2m9XPblYt20VevRfQ8lfwTFi791ku9Z9y8TWmHVgP8HXGxQ9RxZ/kC4skHw5cNFJI5T9j0bV",
-	"fpFzl2ihXjIJFmZ4YfJ/WJ2VkBM6S8705q1GngNWYt90r1e/U/homgKbPGMb7F0tjN03ZS0rn3/wMpC9",
-	"eKt1p9T5yCDUZtV67UbBY/q63ijCyKUD16c/Hr3qtj47Q83ZkFyQFFrJSyGNQo9/1gSwDvVthp33Rb0/",
-	"QDZSm2/rC9qVbx/UXffXZcNhl0hf90ZIOonzFp9xeqtzEyxFJk6lnXJo6sbG1DS/MjTltJPanSgkXprv",
-	"9Qg0J0Iyvhyi93KuQ/VG2efgIXW7fV8Id3WDs98t6sY1f9Mfh/mj4a2+HGX1AM4GOUhTu8i4x7TXY7Rz",
-	"gfRqIAoFjbZgs233xDZNDPbjFU+3KUqsPUliiDYHiBtW3u5hsBIzDiCuMoltjdzvO17sFXevdTxYQH0V",
-	"18OiBnTQvbvB/WDGDpFrEqnvN1AqTdkC7SWd1o1WB+1pXGKqlLSyakuc6tLdQJTowJtljW/ggbmQnlEf",
-	"bjJy3PjpjCk9gGpw2GkmUT/c1cBu9875wiFr11fg92Zqvnq0Kei6sOg6YN1crtf/3BO3fOpg9gPjGV8m",
-	"OtGPOE186OvYZnX77CDL0020V3me/t6uQIrMY5TYtjBGIQzxhGSIvtctkJUKY1K4vTYDrvv/mHYDvV6g",
-	"Gs2Bwz7SMd6Vj79rmyZeCXT7EewiGA32unE9AnHiTZ+u7264a+ARgVyL6Ad9s958mX6XT9Y/qjTTNbXS",
-	"fXW2Zt+h1mdfJTW+jwpt38o2Nf6enYYtajfgX0/w/QzcVyn6TcU/E5opTcjXdvYmCuXQklUcsQVFF399",
-	"u69owkP/iUmfDLQzGaIfyB0Yd8nFm5/QXqkTj7nrJ1I3vskFQxxSxm09uG3kZr5CogvaXccBEPtWtIxp",
-	"ayXTGMGE2FsnMAzLfvGkdh8FjUyj+Bk083qEP1Yoff5SlTWNzJ8VTVoMqX2HSmz4t/bPV9ncsZytqeGl",
-	"qaxaHGFa76ZX+32oTHq1fWklE5ZVyuBxnVtSnOdxq5ORbsuzuo1hI80Wrj/XSrYMUGys6uYrxdxVY7YS",
-	"5my1pWdPD8M5ByIkoFvaLAER2ww1v+eSqZ7xTP3u/kMz+/1u6ll974H9yZZDtjIQQvOZnh36Re7aasR1",
-	"upwHdZtz7gBQiuj+w/3/BQAA//8=",
+	"7H3pcts4uuiroHinqu17KVl27HTHqVt1PelMd+6kOynbU/2jlWNC5CcJbQrgAKAVTcpV52nOg50nOYWV",
+	"IAVqsbPOzD9bBLF8+PaNH5KcLSpGgUqRnH9IKszxAiRw/d9FLskdvGUlyVfq/wJEzkklCaPJefLbHEs0",
+	"x1UFVCDJkJwDWjJ+C/w7gbB+FWEpYVFJgaaMIzknAjE+w5T8A6tJhkmaEDXV32vgqyRNKF5Acp6Yl5M0",
+	"EfkcFtgsPcV1KZPzJMc0hzJJE6D1Ijn/vfmh4JjQ5F2ayFWlphGSEzpL7u/T5MLs49WPai69ZIXlPFjR",
+	"PL8hRZImHP5eEw5Fci55DeEupowvsNpEXeuR6wu9qLlgfB1Y13NAGYX38ibXIzLEphpiFYc7wmqBKjyD",
+	"PoCYd1oAWeD3r4HO5Dw5PxmNYlt5DVjANbsFGt9OqZ4jqQbonVgYoCUWaMYxlVCgJZFzdEDUBQLNCZ2Z",
+	"8Yd+o3PABfBmp3rRgVl1EySD7R+f/JAmC0L9/0+jpyELIv3tdeBT6odRfDkbpWoxslDIcqYgtSDU/Hfs",
+	"1yFUwgy4XuiNhhEuXxWwqJgEmq/+ChH0/wXfgtCAU6cEIZHAUwVPxKECLIfoQqIFExKdnJ2hfI45zhVh",
+	"9YIuWHCgVuy77bOzNrhi0HoTUFkv0oek+HjMv8bitncpicXt45f4TXOX3kUM83nsMvfqZVExKkAzwbec",
+	"TUpYqD9zRiVQjYW4qkqSa9AdVWbE//lDME1qzVp/4jBNzpP/ddRw2SPzVBy5efWKbdS6QHZKdHD5lxfo",
+	"2enZ94eGFDESEk9KQFnOCsiGGix2Rs2xhSAzurCbrDirgEtiDoL1MyhusGzBocASBpIsYB0YqWWupX7L",
+	"sPJ1Srjo8Hr/DpqsDNPP55ga7tYlOMXG1YEKNa19OGGsBEzVwy6Kbr8/dXt3zNzMDQds7yQ66rZvWftw",
+	"L0g12LcTLjcI+nuEEENUdgBKWzfYnKAReGzyB+QyaeRdBAmsoKP1YgI8OH14I5wzfqMQLAo583gBQuBZ",
+	"fMSUUCLme8Jvx9vVUusG3leEg9hrAV5TSuhsr3eExFzueRAhsazFNvK3N3RlBt+nnkXuAoRH4JoZ4tlx",
+	"iGgd3PAniQC9BZkNCPhS4YrGu6IgRq6+DfBxiksBaQdFHeKFKoKV2/0yL00ChAzePB1FlCMFEclXiqxa",
+	"uoLdTpcfdCCo97fhzG9qmbOFntmpqKLOc4BCE/EUE0PNnk1GVFY/2ZVHJjeXvgst4gw+q7vYPH2amJsr",
+	"9NAKuNBjY6u+wBWekJJ4dhG9NiNSuzLr/1+9+RUZaDxHGCkc+06gzIHuJg/mztCiFhJNACmZigmFAhGK",
+	"iEQH2f8b16PRE8gOA3lhgZwm7wczNrA/Knk7vMTLX+zNq/2zRVWChEujku2JeeCwdQfCNZitGBIW8kao",
+	"9WgOAV9dV7jnZDZXeiIHUZdyMMEynyP3JjJvBlYUEkBlYzhZ6lRA8RrsKCZQWYN/O5zDYeuaTLK/xxC9",
+	"gbLRk/rFzI78zA1/IOt8kLzRLMC+0TVsrUWkUBhNQMFBaHNJq154hglNEZkqdF2SslRorGYjUKjb2W35",
+	"fdi9Hqtgs/VSlRJ+pQd277Nl4Tb8vwP51lptwEYRgQOWEBobDyM8o8CvG7XbzJzwgHqO/k0qyDxscw5E",
+	"6iZZrWg9Z7QQdr+GEJ+OTn/YZlsqjlniVfh+G+9+ZIgyae3yCUwZB0P6C0xXyL6GppwtEGXLNqqxWgmz",
+	"wNR9cnz25OmotaeGW1gupZS595DXWu+MHK+9vZ8xL5C2tBFr6OM7gZZzVgLiNTV7yxW8CaPGb5A1KxSA",
+	"i5JQuMHSMPf9tn8c2b5RTIqaG925tXcr1J+EDgA1ZzDlWeyWFvh9x9hxMwUTHW+/7YfYLhVelQwX28hc",
+	"ido3HsErThgnctXa7Ki92XC3g+NQKQp2HBXV2/bSUhkcX9320qUaZB2LjsGZ/Wznb9dq3HYTqpmznykY",
+	"h8LD2EKu/pySHEu4mRI6A15xYu1uhT5c0cx//D4aPMOD6bsPT0/v/xQ1sINpKuNmaHPBqP6qcDRnNK85",
+	"Bypv1FnbuHrcuf6t2PogFuzth13uzgA7ent68fZksUv7GXCpNtLVNvI55Lcb9NWIibo2t1hTtNltkiY1",
+	"xXeYlNpUeLdNBNk5YlsPKHaLWr2nxqsdro9WwOaAuZwAljcKJfgdLvvlwCVQWGr+bz3I2q0/lUDjPL2H",
+	"aT/EhDdvyn6fdstL/Vxp0IXS0rBAxtuKssBBnSk5BnfAV973neOyHG5YWW6Ay1VHQKOaSlIGgLIn3hFK",
+	"iqZ3UvcorsScyc0aXwi5qD2/fsCNWGH3F0N1DeFLtekHqVl7+YE8KuwdT9gJUhuO9yCR8Qixqjh+lM13",
+	"zHAbc2j0Rn0e8RzhUjCU46pyftkgWjflAOoZzolcDZN+1SEqOirOJMtZeXMHXBDWvY+zmAATbCqXmEPP",
+	"OydRqbfEREZ1vJNRFw4/syUqmeYESL2m7WjjlBiiFy0oCOB3wJE9Mjo4OUNCPbOzH7bg0VEgR9EQUh/O",
+	"9FnL5op0VEPCYitqGJbfrIM5x6s1pLaT9qLwlbMn24DLTPA1O0e3AJVGEUJnQ5QZf9KNDXZBkZ0jIVmF",
+	"MC1Qbh0CJkiReddTNkRZyYT0Y5XpkMNzZefMFZ9eKBvH2dA4z6GSxoh2QtiHgrvLK0plQka9WP58tYiL",
+	"CW3fIjZFjFrmnKIcc2XBq5tvyYSByJnCFkzFErja26P41to5ogGIzfL4c8jYXSRdj4B7jkZoOQeK1AXt",
+	"KO128m4EeLuRhTv3RQxn1k4XI5DQoxFRN7Xt8EmiG04L38GHb3XmYDPbTvKaiEhEyLOcnXhPCzJrLChN",
+	"ghSHHc6hV4xt+y3QgtDZpY/fOX5A2Y2PghnxpUDBbhjVngX/kxe1q5sFEQss87n9VYm4m2ldljbAXtQl",
+	"FDcllvo94xWc4PyWTadR5hLEgzt6sQ3V+uBtARKTUnQitwuczwmFAQdctEK5aQLvseKjTRDEoOtAMzol",
+	"4dR8reyNrncYEYEo05IPOJpDqZmpJQDNopLJ98VxfoJP4Wz6dPT98Q9NnOf8dPQsTSSRpc/kQHZpC4W5",
+	"lJU4PzoyYB7MsIQlXg0LuHNBcHEUbPm+L7TTYScGMOrhOcomuBjYDWcpymqKazkHKrWJXKifpoxPSFEA",
+	"Vf9QJgdTVlP9JGd0WpJcZumYZs1G1CPHzZ1LU/2mtIH1H9SMPj6kZyJBZsYtrAYcamFeCJ8QOpiWZDbX",
+	"y1kI2RitnsX+VBDtRjb7bYz/QU1vKVvqMzk0HcB7E9dRP1rX0EAyNigxn5mt1VTUVcW4hGKwgIJgbSrq",
+	"szA2UAqgA6aw0HTmrN6+Ei4Ul9lwTGPsyGFcxIAmVEjFXnuC6w3CfdgUIV1XJi369Zrsa8kH6G+XrxCH",
+	"KXATRsELbQDq1CpDh+rF4dbAqH7q1g9in73hvkuYESGBv2gu8ZvzJN1Hz9X45rYdpH0XL98bcUFwiSwL",
+	"NcxPsVv0B1FnQROQSwDq00XWNaqJEtExNf94o8v4h6enW93dyoqKO4lHj5w7Bslra8LHFcac1TQSfbpw",
+	"aTRyjiVSjAbVlcbnSV3MQMazaDYEKSKDHQ94QCpQo03t97K1EPZ86wGaVjTe8PHTULCQNz5evOFxfx5N",
+	"f+xie0ziS0YbjGoW5FZtzHJrKXKdYMUnikCIHO8MAj32DzbZefyeUdgHxTbSpK6KPRG/N83HyrX1AImz",
+	"kvyNNAjRdxFph3l1ELPDWXpRvEXYrcO+6+GiP3pFBJflm2ly/vt2WCb3aQ/r3d3ccXl025wtfuL1A7yz",
+	"R/gY1pc91qeyulru5F659SC2uvYyoXt6NHbKXHwc74+8vvc2d+QjXxFD/5Ts8vGB3R0YWcO11jIYW2Du",
+	"RXnH052TwYo4x8DayXbWudn6xyTcORXHuxGWWFclmJS8Gwl8QSguo14Ff/4wazDHlAK/qcp6RpR9hkn0",
+	"3b9p/vmYWPbGHOy+WPNniC/HlGpzzgh70p7iLUT1GLVig5m20RYTtY/7fhwFd9Nl7aO+CgC618p9mNB/",
+	"22tTGD9dzKUMVNuKhCI55wDIu8CRc4GLwPTprxGI+KtDp6UIMyyJQM6biCRDBxa0qc7Dsr4bU+vkpPN2",
+	"jtcRzbHg2NdSshALwn2iDI/QZR3OGJY3uPP1IFqHej0upWukH8GJrY5ys/efHdJ9/gDvQ4KAlzC1dPnK",
+	"vNPK7PI4+IBg6+7BxDXAfcwoZ1Ae8cBYp9nex1C+reD5dOp3QD7rWkCf+FfXC3mtDLgrtVHrQgPMgV/U",
+	"Jluq42Ci6OLtK1v4eZAtZ/Lmv//zv7JDZCnEBnGtcx/hYkEomjAmheS4GkibOmNS1S/evhq6SkXNkfTC",
+	"7YhBw0V+uX59FXPhXr++QnlJgEoUSE60nDMB6Orni8HJ2VMUyFzFuLl1v0JhY/uWp2u3GRFjGvDwIXox",
+	"h/wWiibjx7qxDKtntFwhLPWJ5pgWYo5voeUTX9SyxqXavq7XI3TKIonjZgc/WcgZrETK/J2UJltWmPrQ",
+	"BZOAzGgxRG85K+ocuNCxdIWgWDIuUK2Tq2BMc0YlZyWqSkxtjN3AublIMXTzoTBeYgbHwSvG9MAcSw04",
+	"fBC0n6sNrnS8aVCxshzT7O2bq2t0dHdsAkEiSxHXCWMWGnpDXrabI5sQTOMRHtMxfalvaVFLLAmducvN",
+	"cVmq7UyB5lCch3XLKdLpxmF+V4owdZXoxp+vlhtTTFFNbU2MDaRhDii3OGLzQgos8UQ9IybbWeCFzRxY",
+	"KEhqPFtyIkEM0YV6UMKY6h84moHay+noWWYO7EIROSsAhZGp4Kx4IlhZS0BKXKtF1eZ10gEyFQh6JlNw",
+	"XGJ9KOdZQQfZ/3Z2anaYognkuBZqOxYneE0V6ucly28FWgIqTK65xaxz5CKh/vB2ZnsZnCuEVEDK+ipf",
+	"s63FqpqeSpKDFQ+kUGg6JUqbTy4qnM9hcDIcNQW9wW+KzdWLBear5Dz5MaAofX8KQxRatikLsTvg6Ofr",
+	"67fa4m2w1Gxvcf36apg0Ac8O9V68fZWkiZeYyWh4bPbBKqC4Isl58kT/lOoyZM12j+Y6Q/Uf6u8ZxJz7",
+	"+j4FOhmN0HJOSnCBqhyEMJlIQu94iH5kIPQdSVbn8xZGql0bNkEYfVUk58lPIG1ybKd6+WQ02lC5vF/F",
+	"sl0hUrB8HRxC6dQluYOhCSDaAEt8Zr/VoBq6kWfJ+e/vwmt/a1dQs1MQJglxJnSubiWSd+rdIw64WO16",
+	"AbbOp6F0xehwPlfYZfiJObs+lBEPFiFM1H1CKOarseIlkFtmpga9fnV1/fJXRV0Uck2gCjuX+BYGdaVB",
+	"VFfP0dnoCWJyDnxJhJU2a7d6Cbgg9rBf4GLV8it9k2ejJ59hvV+1zMbF6jnKTFZ3hgReCUUs+RwVUAEt",
+	"gOYrZJwqHx/JPMCVpNYEiSTH0ynJo+h2d3zkxNbRhyYJ6f7IeYO01slEBBVf0kK0G29ovcsXc+pUB33K",
+	"DB2YZzqiNGySEw6VGhak243pAc5vKVuWUMwUU8SuGF9f0+EQ+SYT8tz2qXDRci3ebNWfkhXYh2i1qBtT",
+	"XOqbQeoGrJJI1G3JmlurmnEyIxSXVmw9RxgVZKoj89JPTQQ6HT0b0/WMjBgJuFJD54hPWy1qeqIAzZCj",
+	"pvHLfbp1cNAx5f6dz2L4MytWO6B+kLzj44I2i0diPgM5qKlnLklQr5wEbILDtBaNB9FUKEteQ1jX6Wp8",
+	"79Md6a1bFXvftkns/J+MvayVi/ZIEIsQ3wmlEOLS6Fqawk/NbnakbjX+eM/xT/Ycf7rn+Gd7jT/bcz+P",
+	"5YAfWvbZ7+/uWyzxL1Y99wwh4IQ24W4LM/T6fj83/IXd2XY6Wjv+Tphs0pViw5QtUVXWIiw6NGq7U1NT",
+	"RJVZhyosZMhTx9QmRDh71b7tIz3IRXqG6NWiKgkIlOnWBtkQOV3BpDCjA8O2AuX9sFEhzHbWs+8iLM27",
+	"Sr4MT/tERN5y18Tp212syb7GU2UoadsQl8N/U+3HplpTpuUT3PemWU0Fu9Cr0xJ03ZMhjyJTZJvZoFk2",
+	"RJde1SDanTDHfFGCEOuWzJVa9l+aMv5NCx+dFn7B/BZhA+bCIyzWfhEb1u0jjh1El6Y0Yf2KJRHSeZVS",
+	"ZFJbRLvaKgujb5k2Gg+0IJkpw/ZQ2Z1j2iSwI1zcAZdEaL/TEL3E+byRN0bVhgIJULgtoVydI1fEk47p",
+	"et2OthmM8wld+F4jklVtcrY1/qXOQEVyyTbKst9c4v1+SvNuFNQTm/nMamxfoCNC02+odzhWwDs4Yd2J",
+	"jBfAzZV/nTru8ZNvXvrhskRs6r3VTm0U6g6UZMyxLgPpo/0mYhUn/N8wkUJn5zKUhcWJmfb3+I4xxvOv",
+	"6BxblRILJJgysrVfSQ2UekNEjKnhUqkiU+NGpUgRpGEtjcapqxqBFtr7rP5R0lV7N+esLLQi6vxaOoJg",
+	"TcwhugK9EZR1Gk5qmb3At9YnqWZqd7TsegxuYTWmof1vPeSkLAfW6+7BLSTgQt2FVUpEigRTLJkJ6bzc",
+	"RoUXkmNaiDE1UPM1ZoS72YznPsaOLnLNDF6be9tXe+jp/PkoV0A3ImxyeTS2QT5nSZqIEqBK3rVLfE9j",
+	"iQPJcRKL5Sa++GFgEPhoZP3S7XrZk9HODoNWjfNnZrPtWtlNClPTpvagYkKQSblClFE4/Kfgp6fHZ/uN",
+	"P/mWNbTXPjajS9pcYAfEBvYcJnmIDR7/Vs9pV85rwt8CQJjor+Lk3d7UbebymgjZyiTam8HY5tC72Ca6",
+	"ofEnNUvWKkPjjWjxzBRKhwf/LPT1MHxrEEoJS9a5Lu+/b/2ueG+fZq+5ntDiUidCZBZxlGQ2bqVmJqRR",
+	"ax1x1rukJY+QKC42mi9gDw9wb6O2nbj78SfBuhjGmY0WXyUHfyRGmqMpVGJtVOjDyhibO/rQSW2772V8",
+	"p6NToy0SiQoXTIb3hi6MM1Sj8gKv9CMBgIiMxpY7uLunWtXuRf7ZmFqf7tDm8g/Cm9PPiTc/gfzoSGMr",
+	"uMXRB98A+N5gkItZduKyTQJP2Mhj6DwN/9d4GTJ0oOPp5sCpluVOBUBNkuuhjUoqJb9zIZFPR7hgu/VU",
+	"2KW1ObVwPfiJ0Rms9aSNLigFLOfAwfPqWueJ1FUQyXjuD6A/HpGhA85qSSggDtj3Uj9U0+qKTFjYZKWY",
+	"9fE3al7xvpDH0cl2LcH3w99hbOtbHmp87DsKNvm458sDZ7E80U9JzUE3+76QoR+R6iiRy/f7Gl2oj2QD",
+	"l7BgiiyCb6w04OkqyVapqWW8/40lpYVLUkQRMjTmt29mxugQXcLArGlSC9ynS8rVmNbUJ9JXmHDEYWAS",
+	"u4WSKUHaQdRs/1Jk87Ug7z8jvprzB3m5bIMUa7DWyi9fWxJVbX6FJQiJpoQLmRovmUm/VvYKoUYbN5ml",
+	"pfvmyroxd23LCjr4FmOMkerZ3b9bEp/Sld/uhk2txs7xCcMiud0nddUa35bx6gtqNxqtGom+GWPVVbk4",
+	"mjD/9xunxp4QCLcyzE16dpvQhug360he9/ke1JT8vQZUAR/T8KXDNJYg5r51FLp99bJE+vqBA9Nrc0yb",
+	"1eTgEqoSr3TONq8hO3zezHkLK5cw3KSLTVix0rliJyf9HXiiGWO+3fdX4QBeK+NNRsfPnkyP8cng+/wU",
+	"Bt8Xx3jwDJ8dD55OnkxHcJKfFsejpFXLS6iV5E3O2BzKkun6MlMcem7cyZtaKHRdz+/a9bndctM9fQth",
+	"f/XP7DE2VfERRkARYF4SnWZi0Nan0GvE6xCDR2BtbuhWkaYJamG/hxdB5/YuXc2OOnGsVkft8WN6U/pO",
+	"/jV7UfbOPNjXb35y8iW8OhpfItw71GeOPtgPL/Q7bX7zRQGaqy51hFEyNLExjyJFWbsDi0+QXp2jbL09",
+	"ns4B6DbIc03GOh3ywt5jukWe+qHTIy9DTHH2Vp+8rCd5/UFM2H5H7pOrD7alSI9ubqj/G3EOWVwxGdm+",
+	"F6DYGRuP7Cc0ewPdF8jiHNJFNpKvBi7ibIR/+NE37xu6cAk36iWTaGOGL0zuGPPZKSWhs+y53ry1FkrA",
+	"Sr0w35pQv1N4b9pzm1x4G8BfLxI/NCVea59vCbLkgxi6dSn5nHkQarNqvXbL7jF94TeKMHIp6/70p6Nn",
+	"3XaCz1FzNiSXJIdW4ltMc9Hjv2qi2UQuNqMz+CLmP0Um22Plg77UfeXDkf+KxqbsS+wKRHxvkaxTEGJp",
+	"AOe3OkfFUnHm1O0ph6buckxNgzlDh05z8m5YIfHKfKNLoDkRkvHVEL2Rc52yYQwRDgEhtNtoxvBdNxr8",
+	"ZtE99TxRfxDq37huL1RZcYCLQQnS1AszHgiHzVTg3EC92pFCW6PJ2CzyA7FL45DDdC2qYAqBvQdODNH2",
+	"RIFGZLT7hqzlDkSQXZn4ti71284bCBoqbHS+WEB9M+6Xpb+cqCt9iwvGjB0i1xRW40SkpQFlS3SQdVq1",
+	"Wp26p8GQqfLTyrctEfQl9pEo3lEwywb/yAPzdQPHRrwZ0Gnj3zTuhAHUg+NO0xf/cF8nQ7vH1WdOXXD9",
+	"P741c/vZFzGHXYclXeOvm0v2+vp7YtGfOqnhgfGmzxM96ke2Jn737dinvi1/lLXq5vzrvFV/M1wgxU5S",
+	"lNk2UUbBjfGebIh+1K3VlUpmyhmCtiPuyyNj2g34BwkLaA4cDpGO9Xf1BWPXpWsJD2EmwyKaFRB053sE",
+	"sqXrniIs0RxXFVDtIepuuGvkEoFc63nd0SwSQfIfW2lw1F9/ouEVfJnF+gxS++BdT2rAQ0uoXZM73Wdr",
+	"ZzERa4X4RcpE+ijX9rptU/C37aB9JIcwV7aZSfQLilDd6TeX/0xoobS0UBM7mCg0RStWc8SWFL3966tD",
+	"RUcByUxMWnCkJdIQ/UTuwLiZ3r78BR1UOgmfu55EvnlWKRjikDNuez3YZpDmq0m6wYXrQALi0IqwMW2t",
+	"ZJqrmFSL1gkMk7NfaPJut6ihbZRSg5rB9woeK/w+fqnXho8qfFV0bDHE+1yVqAlv7V+xa8GjvQfWdApS",
+	"nNYtqDh/6JYahP3vTKmBfWktw5vVyoBzHaNyXJZpq4Oabge2vo1hIzWXri/gWqYVUGw8C80X3bmrmm4l",
+	"aNqq6MCnMIznnoiYItDStAmI1GZEhr3eTPVZ4O7o7j82c9hny88aelDsT7ZsuZWJEpvP9P3RL3LXZif1",
+	"6ZkB1G39hQNAJZL7d/f/EwAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

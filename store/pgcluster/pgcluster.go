@@ -146,6 +146,9 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.start(ctx); err != nil {
+		// A server that started but never became reachable would
+		// otherwise outlive the failed Start.
+		_ = c.stop(context.WithoutCancel(ctx), "immediate")
 		return nil, err
 	}
 	return c, nil
@@ -299,10 +302,7 @@ func (c *Cluster) start(ctx context.Context) error {
 	}
 	c.running = true
 	c.opts.Logf("pgcluster: server running on 127.0.0.1:%d (data %s)", c.port, c.dataDir)
-	if err := c.waitReady(ctx); err != nil {
-		return err
-	}
-	return nil
+	return c.waitReady(ctx)
 }
 
 // stop shuts the server down with the given pg_ctl mode. c.mu must be held.
@@ -390,7 +390,7 @@ func (c *Cluster) serverOptions() string {
 // 0700 directories os.MkdirTemp makes) get the search bit so that postgres
 // can reach the directory at all.
 func (c *Cluster) prepareDir() error {
-	if err := mkdirAll(c.dir, c.opts.Logf); err != nil {
+	if err := mkdirAll(c.dir); err != nil {
 		return err
 	}
 	// A data directory without PG_VERSION is what an initdb killed midway
@@ -479,7 +479,7 @@ func (c *Cluster) copyFromCache(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := mkdirAll(cache, c.opts.Logf); err != nil {
+	if err := mkdirAll(cache); err != nil {
 		return err
 	}
 	// Only trust a cache this user owns: a shared temporary directory could
@@ -786,11 +786,11 @@ func lookupAccount(name string) (*account, error) {
 
 // mkdirAll creates dir and its missing parents with mode 0755: the process
 // umask or a 0700 default would keep user postgres out when we are root.
-func mkdirAll(dir string, logf func(string, ...any)) error {
+func mkdirAll(dir string) error {
 	if _, err := os.Stat(dir); err == nil {
 		return nil
 	}
-	if err := mkdirAll(filepath.Dir(dir), logf); err != nil {
+	if err := mkdirAll(filepath.Dir(dir)); err != nil {
 		return err
 	}
 	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {

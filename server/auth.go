@@ -1,0 +1,159 @@
+package server
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/google/uuid"
+	"github.com/worker-gateway/gateway/server/pki"
+	"github.com/worker-gateway/gateway/store"
+)
+
+// The security scheme names in openapi.yaml. The request validator calls
+// authenticate with the scheme each route declares, so the spec alone
+// decides which routes need a certificate and which a token.
+const (
+	schemeWorkerMTLS = "workerMTLS"
+	schemeBearer     = "bearerAuth"
+)
+
+// authState is filled in by authenticate and read by handlers. The outer
+// middleware puts an empty one in the request context because the
+// validator's callback cannot replace the context itself.
+type authState struct {
+	worker    *store.WorkerIdentity
+	principal *store.Principal
+}
+
+type authKey struct{}
+
+func withAuthState(ctx context.Context) (context.Context, *authState) {
+	st := &authState{}
+	return context.WithValue(ctx, authKey{}, st), st
+}
+
+func authFrom(ctx context.Context) *authState {
+	st, _ := ctx.Value(authKey{}).(*authState)
+	if st == nil {
+		return &authState{}
+	}
+	return st
+}
+
+// workerFrom returns the authenticated worker; handlers of worker routes
+// run only after authenticate succeeded.
+func workerFrom(ctx context.Context) uuid.UUID {
+	if w := authFrom(ctx).worker; w != nil {
+		return w.ID
+	}
+	return uuid.Nil
+}
+
+// authenticate checks one security scheme for one request. It runs on every
+// request, so a revoked worker is refused even on a connection (or resumed
+// TLS session) that was authenticated before its revocation.
+func (s *Server) authenticate(ctx context.Context, input *openapi3filter.AuthenticationInput) error {
+	r := input.RequestValidationInput.Request
+	st := authFrom(r.Context())
+	switch input.SecuritySchemeName {
+	case schemeWorkerMTLS:
+		id, err := s.authenticateWorker(ctx, r)
+		if err != nil {
+			return err
+		}
+		st.worker = &id
+		return nil
+	case schemeBearer:
+		p, err := s.authenticateBearer(ctx, r)
+		if err != nil {
+			return err
+		}
+		st.principal = &p
+		return nil
+	}
+	return newProblem(http.StatusUnauthorized, "unauthenticated", "unsupported security scheme")
+}
+
+func (s *Server) authenticateWorker(ctx context.Context, r *http.Request) (store.WorkerIdentity, error) {
+	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
+		return store.WorkerIdentity{}, newProblem(http.StatusUnauthorized, "certificate-required",
+			"this route needs a TLS client certificate")
+	}
+	cert := r.TLS.PeerCertificates[0]
+	if now := time.Now(); now.Before(cert.NotBefore) || now.After(cert.NotAfter) {
+		return store.WorkerIdentity{}, newProblem(http.StatusUnauthorized, "certificate-expired",
+			"the client certificate is not valid at this time")
+	}
+	id, err := s.store.WorkerByFingerprint(ctx, pki.Fingerprint(cert))
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return store.WorkerIdentity{}, newProblem(http.StatusUnauthorized, "certificate-unknown",
+			"the client certificate is not registered to any worker")
+	case err != nil:
+		return store.WorkerIdentity{}, problemFor(err)
+	case id.Revoked:
+		return store.WorkerIdentity{}, newProblem(http.StatusForbidden, "worker-revoked", "this worker has been revoked")
+	}
+	return id, nil
+}
+
+func (s *Server) authenticateBearer(ctx context.Context, r *http.Request) (store.Principal, error) {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
+		return store.Principal{}, newProblem(http.StatusUnauthorized, "unauthenticated", "this route needs a bearer API token")
+	}
+	// Compare the prefix in constant time anyway: it is cheap, and the
+	// lookup itself is by hash, so no timing reveals a stored token.
+	if subtle.ConstantTimeCompare([]byte(token[:min(len(token), len(store.APITokenPrefix))]), []byte(store.APITokenPrefix)) != 1 {
+		return store.Principal{}, newProblem(http.StatusUnauthorized, "unauthenticated", "the API token is malformed")
+	}
+	p, err := s.store.AuthenticateToken(ctx, token)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Principal{}, newProblem(http.StatusUnauthorized, "unauthenticated", "the API token is unknown, revoked or expired")
+	}
+	if err != nil {
+		return store.Principal{}, problemFor(err)
+	}
+	return p, nil
+}
+
+// Scopes of API tokens. admin may do everything; producer creates and
+// manages tasks; reader only reads.
+const (
+	scopeAdmin    = "admin"
+	scopeProducer = "producer"
+	scopeReader   = "reader"
+)
+
+// requireScope checks that the caller holds one of the scopes (admin always
+// qualifies) and returns the organization scope to apply to data access.
+func requireScope(ctx context.Context, scopes ...string) (store.Scope, error) {
+	p := authFrom(ctx).principal
+	if p == nil {
+		return store.Scope{}, newProblem(http.StatusUnauthorized, "unauthenticated", "this route needs a bearer API token")
+	}
+	if slices.Contains(p.Scopes, scopeAdmin) || slices.ContainsFunc(scopes, func(s string) bool { return slices.Contains(p.Scopes, s) }) {
+		return store.Scope{Organization: p.OrganizationID}, nil
+	}
+	return store.Scope{}, newProblem(http.StatusForbidden, "forbidden", "the API token lacks the scope this route needs")
+}
+
+// requireGlobalAdmin is for operations on shared objects (organizations,
+// worker identities) that an organization-scoped token may not perform.
+func requireGlobalAdmin(ctx context.Context) error {
+	scope, err := requireScope(ctx, scopeAdmin)
+	if err != nil {
+		return err
+	}
+	p := authFrom(ctx).principal
+	if !slices.Contains(p.Scopes, scopeAdmin) || scope.Organization != nil {
+		return newProblem(http.StatusForbidden, "forbidden", "this route needs an admin token without organization scope")
+	}
+	return nil
+}

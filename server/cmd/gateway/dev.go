@@ -1,0 +1,217 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/worker-gateway/gateway/migrations"
+	"github.com/worker-gateway/gateway/server/pki"
+	"github.com/worker-gateway/gateway/store"
+	"github.com/worker-gateway/gateway/store/pgcluster"
+)
+
+// runDev starts a complete development system in the foreground: a private
+// PostgreSQL data directory, migrations, a dev CA and certificates, a demo
+// organization, worker and admin token, the gateway, and the reference
+// worker. It writes $STATE_DIR/env for scripts and people, and stops
+// everything it started — PostgreSQL included — when interrupted.
+func runDev(ctx context.Context, args []string, logger *slog.Logger) error {
+	fs := flag.NewFlagSet("dev", flag.ExitOnError)
+	stateDir := fs.String("state-dir", env("STATE_DIR", ".dev"), "where the dev system keeps its state ($STATE_DIR)")
+	workerBin := fs.String("worker-bin", env("WORKER_BIN", ""), "reference worker binary to start (empty: none)")
+	c := serveFlags(fs)
+	_ = fs.Parse(args)
+	dir, err := filepath.Abs(*stateDir)
+	if err != nil {
+		return err
+	}
+
+	logger.Info("starting private PostgreSQL", "dir", filepath.Join(dir, "postgres"))
+	cluster, err := pgcluster.Start(ctx, pgcluster.Options{Dir: filepath.Join(dir, "postgres"), Durable: true,
+		Logf: func(f string, a ...any) { logger.Info(fmt.Sprintf(f, a...)) }})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		logger.Info("stopping PostgreSQL")
+		if err := cluster.Stop(); err != nil {
+			logger.Error("stop PostgreSQL", "error", err.Error())
+		}
+	}()
+	if err := cluster.CreateDatabase(ctx, "gateway", ""); err != nil && !isDuplicateDatabase(err) {
+		return err
+	}
+	c.databaseURL = cluster.URL("gateway")
+	if err := migrations.Up(ctx, c.databaseURL); err != nil {
+		return err
+	}
+
+	certs := devPKI{filepath.Join(dir, "pki")}
+	if err := issueDevCerts(certs.dir, "demo-worker"); err != nil {
+		return err
+	}
+	c.tlsCert, c.tlsKey = certs.ServerCert(), certs.ServerKey()
+
+	ln, err := net.Listen("tcp", c.listen)
+	if err != nil {
+		return err
+	}
+	gatewayURL := "https://" + ln.Addr().String()
+	demo, err := seedDemo(ctx, c.databaseURL, certs)
+	if err != nil {
+		return err
+	}
+	envFile := filepath.Join(dir, "env")
+	vars := [][2]string{
+		{"GATEWAY_URL", gatewayURL},
+		{"GATEWAY_TOKEN", demo.token},
+		{"ORGANIZATION_ID", demo.organization},
+		{"WORKER_ID", demo.worker},
+		{"CA_CERT", certs.CACert()},
+		{"WORKER_CERT", certs.WorkerCert()},
+		{"WORKER_KEY", certs.WorkerKey()},
+		{"DATABASE_URL", c.databaseURL},
+	}
+	if err := writeEnvFile(envFile, vars); err != nil {
+		return err
+	}
+
+	var wg sync.WaitGroup
+	serveCtx, stopServe := context.WithCancel(ctx)
+	defer stopServe()
+	serveErr := make(chan error, 1)
+	wg.Go(func() { serveErr <- serve(serveCtx, c, ln, logger) })
+
+	if *workerBin != "" {
+		wg.Go(func() { runChildWorker(serveCtx, *workerBin, vars, logger) })
+	}
+	fmt.Fprintf(os.Stderr, "\nWorker Gateway is running at %s\nSettings for scripts and curl: %s (source it: . %s)\nPress Ctrl-C to stop everything.\n\n",
+		gatewayURL, envFile, envFile)
+
+	select {
+	case <-ctx.Done():
+	case err = <-serveErr:
+	}
+	stopServe()
+	wg.Wait()
+	return err
+}
+
+func isDuplicateDatabase(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.DuplicateDatabase
+}
+
+type demoIDs struct{ organization, worker, token string }
+
+// seedDemo creates (or finds, on a restart) the demo organization and
+// worker, assigns them, mints a fresh admin token, and queues a few demo
+// tasks so the reference worker has something to do.
+func seedDemo(ctx context.Context, databaseURL string, certs devPKI) (demoIDs, error) {
+	pool, err := pgxpool.New(ctx, databaseURL)
+	if err != nil {
+		return demoIDs{}, err
+	}
+	defer pool.Close()
+	st := store.New(pool)
+
+	var ids demoIDs
+	err = pool.QueryRow(ctx, `SELECT id::text FROM organizations WHERE name = 'Demo' ORDER BY created_at LIMIT 1`).Scan(&ids.organization)
+	if err != nil {
+		o, err := st.CreateOrganization(ctx, "Demo")
+		if err != nil {
+			return demoIDs{}, err
+		}
+		ids.organization = o.ID.String()
+	}
+	pemBytes, err := os.ReadFile(certs.WorkerCert())
+	if err != nil {
+		return demoIDs{}, err
+	}
+	cert, err := pki.ParseCertificatePEM(pemBytes)
+	if err != nil {
+		return demoIDs{}, err
+	}
+	identity, err := st.WorkerByFingerprint(ctx, pki.Fingerprint(cert))
+	if errors.Is(err, store.ErrNotFound) {
+		w, err := st.CreateWorker(ctx, store.CreateWorkerParams{Name: "demo-worker", WorkerType: "scanner", MaxConcurrentTasks: 4,
+			CertificateFingerprint: pki.Fingerprint(cert), CertificateSubject: cert.Subject.String()}, time.Minute)
+		if err != nil {
+			return demoIDs{}, err
+		}
+		identity.ID = w.ID
+	} else if err != nil {
+		return demoIDs{}, err
+	}
+	ids.worker = identity.ID.String()
+	orgID, workerID := uuid.MustParse(ids.organization), identity.ID
+	if _, err := st.AssignWorker(ctx, store.Scope{}, orgID, workerID); err != nil {
+		return demoIDs{}, err
+	}
+	if ids.token, _, err = st.CreateAPIToken(ctx, store.CreateAPITokenParams{Name: "dev admin", Scopes: []string{"admin"}}); err != nil {
+		return demoIDs{}, err
+	}
+	for _, payload := range []string{
+		`{"plugin": "echo", "input": {"message": "hello from make run"}}`,
+		`{"plugin": "sleep", "input": {"seconds": 2}}`,
+	} {
+		if _, _, err := st.CreateTask(ctx, store.CreateTaskParams{OrganizationID: orgID, TaskType: "scanner_plugin",
+			Payload: []byte(payload), RequiredCapabilities: []byte(`{}`)}); err != nil {
+			return demoIDs{}, err
+		}
+	}
+	return ids, nil
+}
+
+func writeEnvFile(path string, vars [][2]string) error {
+	var b strings.Builder
+	b.WriteString("# Written by `make run` (gateway dev). Source it: . " + path + "\n")
+	for _, kv := range vars {
+		fmt.Fprintf(&b, "%s=%s\n", kv[0], kv[1])
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o600)
+}
+
+// runChildWorker runs the reference worker until ctx ends, then asks it to
+// drain (SIGTERM) and waits for it.
+func runChildWorker(ctx context.Context, bin string, vars [][2]string, logger *slog.Logger) {
+	cmd := exec.Command(bin)
+	cmd.Env = os.Environ()
+	for _, kv := range vars {
+		cmd.Env = append(cmd.Env, kv[0]+"="+kv[1])
+	}
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Start(); err != nil {
+		logger.Error("start reference worker", "error", err.Error())
+		return
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		logger.Error("reference worker exited", "error", fmt.Sprint(err))
+	case <-ctx.Done():
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(40 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	}
+}

@@ -1,0 +1,36 @@
+package server
+
+import (
+	"context"
+	"time"
+
+	"github.com/worker-gateway/gateway/migrations"
+	"github.com/worker-gateway/gateway/server/api"
+)
+
+// GetHealth answers while the process serves HTTP.
+func (h *handlers) GetHealth(context.Context, api.GetHealthRequestObject) (api.GetHealthResponseObject, error) {
+	return api.GetHealth200JSONResponse{Status: api.Ok}, nil
+}
+
+// GetReadiness checks the database, the schema version and the LISTEN
+// connection.
+func (h *handlers) GetReadiness(ctx context.Context, _ api.GetReadinessRequestObject) (api.GetReadinessResponseObject, error) {
+	checks := map[string]string{"database": "ok", "schema": "ok", "listen": "ok"}
+	ready := true
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	var version int64
+	if err := h.pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations WHERE NOT dirty`).Scan(&version); err != nil {
+		checks["database"], checks["schema"], ready = "unreachable", "unknown", false
+	} else if latest, err := migrations.Latest(); err != nil || uint(version) < latest {
+		checks["schema"], ready = "behind", false
+	}
+	if !h.hub.Connected() {
+		checks["listen"], ready = "disconnected", false
+	}
+	if !ready {
+		return api.GetReadiness503JSONResponse{Status: api.Unavailable, Checks: &checks}, nil
+	}
+	return api.GetReadiness200JSONResponse{Status: api.Ok, Checks: &checks}, nil
+}

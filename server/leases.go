@@ -1,0 +1,154 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/worker-gateway/gateway/server/api"
+	"github.com/worker-gateway/gateway/store"
+)
+
+// AcquireLeases is the long-poll. Each pass runs one acquisition
+// transaction; when it leases nothing the poll registers with the hub and
+// sleeps — holding no connection and running no query — until a wake-up,
+// the end of its wait, or shutdown.
+func (h *handlers) AcquireLeases(ctx context.Context, req api.AcquireLeasesRequestObject) (api.AcquireLeasesResponseObject, error) {
+	workerID := workerFrom(ctx)
+	release, err := h.polls.acquire(workerID, h.cfg.Limits)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+
+	body := api.LeaseRequest{}
+	if req.Body != nil {
+		body = *req.Body
+	}
+	wait := h.cfg.DefaultWait
+	if body.WaitSeconds != nil {
+		wait = time.Duration(*body.WaitSeconds) * time.Second
+	}
+	wait = min(wait, h.cfg.MaxWait)
+	params := store.AcquireParams{
+		WorkerID:        workerID,
+		MaxTasks:        1,
+		SoftwareVersion: body.SoftwareVersion,
+		ProtocolVersion: body.ProtocolVersion,
+	}
+	if body.MaxTasks != nil {
+		params.MaxTasks = *body.MaxTasks
+	}
+	if body.Capabilities != nil {
+		params.Capabilities = *body.Capabilities
+	}
+	if req.Params.IdempotencyKey != nil {
+		params.IdempotencyKey = *req.Params.IdempotencyKey
+	}
+
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	var wokenBy *Waiter
+	for {
+		seq := h.hub.Seq()
+		res, err := h.store.AcquireLeases(ctx, params)
+		if err != nil {
+			return nil, err
+		}
+		if len(res.Leases) > 0 || wait == 0 {
+			return h.leaseAnswer(res), nil
+		}
+		if wokenBy != nil {
+			// Woken but nothing to lease (another poll won, or this worker
+			// cannot take the task): pass the notice on.
+			h.hub.Forward(wokenBy)
+		}
+		// Only the first pass needs to persist the advertisement.
+		params.Capabilities, params.SoftwareVersion, params.ProtocolVersion = nil, nil, nil
+
+		slots := res.FreeSlots
+		if res.Disabled {
+			slots = 0
+		}
+		waiter := h.hub.Register(workerID, res.OrganizationIDs, slots, seq)
+		select {
+		case <-waiter.C():
+			wokenBy = waiter
+			continue
+		case <-deadline.C:
+		case <-h.hub.Closed():
+		case <-ctx.Done():
+		}
+		h.hub.Unregister(waiter)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return api.AcquireLeases200JSONResponse{Leases: []api.Lease{}}, nil
+	}
+}
+
+func (h *handlers) leaseAnswer(res store.AcquireResult) api.AcquireLeases200JSONResponse {
+	leases := make([]api.Lease, 0, len(res.Leases))
+	for _, l := range res.Leases {
+		leases = append(leases, h.toLease(l))
+		h.sweeper.dueWithin(l.LeaseTTL)
+	}
+	return api.AcquireLeases200JSONResponse{Leases: leases}
+}
+
+// HeartbeatWorker renews all of a worker's listed leases in one statement.
+func (h *handlers) HeartbeatWorker(ctx context.Context, req api.HeartbeatWorkerRequestObject) (api.HeartbeatWorkerResponseObject, error) {
+	p := store.RenewParams{WorkerID: workerFrom(ctx), SoftwareVersion: req.Body.SoftwareVersion}
+	if req.Body.Capabilities != nil {
+		p.Capabilities = *req.Body.Capabilities
+	}
+	for _, l := range req.Body.Leases {
+		p.Leases = append(p.Leases, store.AttemptRef{AttemptID: l.AttemptId, LeaseToken: l.LeaseToken})
+	}
+	statuses, err := h.store.RenewLeases(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	out := api.HeartbeatWorker200JSONResponse{Leases: make([]api.LeaseStatus, 0, len(statuses))}
+	for _, st := range statuses {
+		out.Leases = append(out.Leases, h.toLeaseStatus(st))
+	}
+	return out, nil
+}
+
+// pollLimiter bounds concurrent long-polls per worker and per replica.
+type pollLimiter struct {
+	mu        sync.Mutex
+	perWorker map[uuid.UUID]int
+	total     int
+}
+
+func (l *pollLimiter) acquire(worker uuid.UUID, limits Limits) (release func(), err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.perWorker == nil {
+		l.perWorker = map[uuid.UUID]int{}
+	}
+	if limits.MaxPolls > 0 && l.total >= limits.MaxPolls {
+		p := newProblem(http.StatusTooManyRequests, "too-many-requests", "the gateway has too many open polls; retry later")
+		p.RetryAfter = 1
+		return nil, p
+	}
+	if limits.PollsPerWorker > 0 && l.perWorker[worker] >= limits.PollsPerWorker {
+		p := newProblem(http.StatusTooManyRequests, "capacity-exceeded", "this worker has too many open polls")
+		p.RetryAfter = 1
+		return nil, p
+	}
+	l.total++
+	l.perWorker[worker]++
+	return func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.total--
+		if l.perWorker[worker]--; l.perWorker[worker] == 0 {
+			delete(l.perWorker, worker)
+		}
+	}, nil
+}

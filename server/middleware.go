@@ -1,0 +1,188 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"mime"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	nethttpmiddleware "github.com/oapi-codegen/nethttp-middleware"
+)
+
+type requestIDKey struct{}
+
+func requestIDFrom(ctx context.Context) string {
+	id, _ := ctx.Value(requestIDKey{}).(string)
+	return id
+}
+
+func newRequestID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// statusRecorder remembers the status a handler wrote, for the access log.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(status int) {
+	if r.status == 0 {
+		r.status = status
+	}
+	r.ResponseWriter.WriteHeader(status)
+}
+
+func (r *statusRecorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// withRequestContext gives every request an id (echoed as X-Request-Id), an
+// empty auth state for the validator to fill, panic recovery into a problem,
+// and one access-log line.
+func (s *Server) withRequestContext(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		id := newRequestID()
+		ctx := context.WithValue(r.Context(), requestIDKey{}, id)
+		ctx, _ = withAuthState(ctx)
+		r = r.WithContext(ctx)
+		w.Header().Set("X-Request-Id", id)
+		rec := &statusRecorder{ResponseWriter: w}
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.logger.Error("panic", "request_id", id, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+				if rec.status == 0 {
+					writeProblem(rec, r, newProblem(http.StatusInternalServerError, "internal", "an internal error occurred"), s.logger)
+				}
+			}
+			level := slog.LevelDebug
+			if rec.status >= 500 {
+				level = slog.LevelError
+			}
+			s.logger.Log(ctx, level, "request", "request_id", id, "method", r.Method, "path", r.URL.Path,
+				"status", rec.status, "duration_ms", float64(time.Since(start).Microseconds())/1000)
+		}()
+		next.ServeHTTP(rec, r)
+	})
+}
+
+// bodyLimits bounds every request body before anything reads it, and
+// refuses bodies that are not JSON on routes that take JSON.
+func (s *Server) bodyLimits(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		limit := s.cfg.Limits.bodyLimitFor(r.Method, r.URL.Path)
+		if r.ContentLength > limit {
+			writeProblem(w, r, newProblem(http.StatusRequestEntityTooLarge, "payload-too-large",
+				fmt.Sprintf("the request body exceeds %d bytes", limit)), s.logger)
+			return
+		}
+		if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody && r.Method != http.MethodGet {
+			mediaType, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+			if err != nil || mediaType != "application/json" {
+				writeProblem(w, r, newProblem(http.StatusUnsupportedMediaType, "unsupported-media-type",
+					"send request bodies as application/json"), s.logger)
+				return
+			}
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, limit)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// requestValidator validates requests against openapi.yaml (and runs
+// authentication through it), answering every failure as a problem.
+func (s *Server) requestValidator() (func(http.Handler) http.Handler, error) {
+	spec, err := loadSpec()
+	if err != nil {
+		return nil, err
+	}
+	return nethttpmiddleware.OapiRequestValidatorWithOptions(spec, &nethttpmiddleware.Options{
+		Options: openapi3filter.Options{
+			AuthenticationFunc: s.authenticate,
+			MultiError:         false,
+		},
+		DoNotValidateServers: true,
+		ErrorHandlerWithOpts: func(ctx context.Context, err error, w http.ResponseWriter, r *http.Request, _ nethttpmiddleware.ErrorHandlerOpts) {
+			writeProblem(w, r, s.validationProblem(err), s.logger)
+		},
+	}), nil
+}
+
+// validationProblem turns a validator error into what the client sees: the
+// authentication outcome for security failures, 404/405 for unknown routes,
+// 413 for oversized bodies, and otherwise a 400 naming the offending part
+// (never echoing schema internals or the rejected value).
+func (s *Server) validationProblem(err error) *Problem {
+	var secErr *openapi3filter.SecurityRequirementsError
+	if errors.As(err, &secErr) {
+		for _, e := range secErr.Errors {
+			var p *Problem
+			if errors.As(e, &p) {
+				return p
+			}
+		}
+		return newProblem(http.StatusUnauthorized, "unauthenticated", "authentication failed")
+	}
+	var maxBytes *http.MaxBytesError
+	if errors.As(err, &maxBytes) {
+		return problemFor(err)
+	}
+	var routeErr *routers.RouteError
+	if errors.As(err, &routeErr) {
+		if errors.Is(err, routers.ErrMethodNotAllowed) {
+			return newProblem(http.StatusMethodNotAllowed, "method-not-allowed", "this route does not accept this method")
+		}
+		return newProblem(http.StatusNotFound, "not-found", "no such route")
+	}
+	var reqErr *openapi3filter.RequestError
+	if errors.As(err, &reqErr) {
+		switch {
+		case reqErr.Parameter != nil:
+			return newProblem(http.StatusBadRequest, "bad-request",
+				fmt.Sprintf("invalid %s parameter %q", reqErr.Parameter.In, reqErr.Parameter.Name))
+		case reqErr.RequestBody != nil:
+			return newProblem(http.StatusBadRequest, "bad-request", "invalid request body: "+bodyReason(reqErr))
+		}
+	}
+	return newProblem(http.StatusBadRequest, "bad-request", "the request does not match the API contract")
+}
+
+// bodyReason gives a short, safe reason for a rejected body. Schema errors
+// name the JSON field; decoding errors say the body is not valid JSON.
+func bodyReason(reqErr *openapi3filter.RequestError) string {
+	var schemaErr interface{ JSONPointer() []string }
+	if errors.As(reqErr.Err, &schemaErr) {
+		if ptr := schemaErr.JSONPointer(); len(ptr) > 0 {
+			return "field " + strings.Join(ptr, ".") + " is invalid or not allowed"
+		}
+		return "it does not match the schema"
+	}
+	var parseErr *openapi3filter.ParseError
+	if errors.As(reqErr.Err, &parseErr) {
+		return "it is not valid JSON"
+	}
+	if reqErr.Reason != "" && len(reqErr.Reason) < 120 {
+		return reqErr.Reason
+	}
+	return "it does not match the schema"
+}

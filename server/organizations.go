@@ -1,0 +1,58 @@
+package server
+
+import (
+	"context"
+
+	"github.com/worker-gateway/gateway/server/api"
+	"github.com/worker-gateway/gateway/store"
+)
+
+func toOrganization(o store.Organization) api.Organization {
+	return api.Organization{Id: o.ID, Name: o.Name, CreatedAt: o.CreatedAt}
+}
+
+// CreateOrganization creates a tenant (global admins only).
+func (h *handlers) CreateOrganization(ctx context.Context, req api.CreateOrganizationRequestObject) (api.CreateOrganizationResponseObject, error) {
+	if err := requireGlobalAdmin(ctx); err != nil {
+		return nil, err
+	}
+	o, err := h.store.CreateOrganization(ctx, req.Body.Name)
+	if err != nil {
+		return nil, err
+	}
+	return api.CreateOrganization201JSONResponse(toOrganization(o)), nil
+}
+
+// ListOrganizations pages the organizations the caller may see.
+func (h *handlers) ListOrganizations(ctx context.Context, req api.ListOrganizationsRequestObject) (api.ListOrganizationsResponseObject, error) {
+	scope, err := requireScope(ctx, scopeReader, scopeProducer)
+	if err != nil {
+		return nil, err
+	}
+	after, limit, err := pageParams(req.Params.Cursor, req.Params.Limit)
+	if err != nil {
+		return nil, err
+	}
+	orgs, next, err := h.store.ListOrganizations(ctx, scope, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	out := api.ListOrganizations200JSONResponse{Items: make([]api.Organization, 0, len(orgs)), NextCursor: encodeCursor(next)}
+	for _, o := range orgs {
+		out.Items = append(out.Items, toOrganization(o))
+	}
+	return out, nil
+}
+
+// GetOrganization returns one organization.
+func (h *handlers) GetOrganization(ctx context.Context, req api.GetOrganizationRequestObject) (api.GetOrganizationResponseObject, error) {
+	scope, err := requireScope(ctx, scopeReader, scopeProducer)
+	if err != nil {
+		return nil, err
+	}
+	o, err := h.store.GetOrganization(ctx, scope, req.OrganizationId)
+	if err != nil {
+		return nil, err
+	}
+	return api.GetOrganization200JSONResponse(toOrganization(o)), nil
+}

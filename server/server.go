@@ -1,0 +1,243 @@
+// Package server is the gateway's HTTP layer: the generated strict-server
+// interface implemented over the store, authentication (mTLS for workers,
+// bearer tokens for the control plane), problem+json errors, the long-poll
+// hub and the background sweepers.
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/worker-gateway/gateway/server/api"
+	"github.com/worker-gateway/gateway/store"
+)
+
+// Config is everything a gateway replica needs besides its database.
+type Config struct {
+	// MaxWait caps a long-poll's wait_seconds; DefaultWait applies when the
+	// worker gives none. Both stay under common load-balancer idle timeouts.
+	MaxWait     time.Duration
+	DefaultWait time.Duration
+	// HeartbeatInterval is the longest interval workers are told to renew
+	// at; a lease's own interval is a third of its duration when shorter.
+	// A worker is online when seen within three intervals.
+	HeartbeatInterval time.Duration
+	// SweepIdleInterval is how often a replica checks for expired leases when
+	// it knows of none due sooner (leases granted by another replica that
+	// then died are found within this interval).
+	SweepIdleInterval time.Duration
+	// SweepBatch bounds the rows one sweep pass touches.
+	SweepBatch int
+	Limits     Limits
+	Logger     *slog.Logger
+	// ValidateResponses checks every response against openapi.yaml and
+	// turns a mismatch into a 500; tests turn it on.
+	ValidateResponses bool
+}
+
+// Limits are the explicit bounds on what one request may ask of the server.
+type Limits struct {
+	// DefaultBody bounds request bodies of routes not listed below.
+	DefaultBody int64
+	// LeaseBody bounds POST /v1/leases and heartbeats (tiny requests).
+	LeaseBody int64
+	// TaskBody bounds task creation, and so a task's payload.
+	TaskBody int64
+	// PollsPerWorker bounds one worker's concurrent long-polls; MaxPolls
+	// bounds them for the whole replica. Past either: 429 with Retry-After.
+	PollsPerWorker int
+	MaxPolls       int
+}
+
+func (l Limits) bodyLimitFor(method, path string) int64 {
+	switch {
+	case method == http.MethodPost && (path == "/v1/leases" || path == "/v1/heartbeat" ||
+		strings.HasPrefix(path, "/v1/attempts/") && !strings.HasSuffix(path, "/results")):
+		return l.LeaseBody
+	case method == http.MethodPost && path == "/v1/tasks":
+		return l.TaskBody
+	}
+	return l.DefaultBody
+}
+
+// DefaultConfig returns the documented defaults.
+func DefaultConfig() Config {
+	return Config{
+		MaxWait:           25 * time.Second,
+		DefaultWait:       20 * time.Second,
+		HeartbeatInterval: 10 * time.Second,
+		SweepIdleInterval: 15 * time.Second,
+		SweepBatch:        500,
+		Limits: Limits{
+			DefaultBody:    256 << 10,
+			LeaseBody:      64 << 10,
+			TaskBody:       1 << 20,
+			PollsPerWorker: 8,
+			MaxPolls:       20000,
+		},
+		Logger: slog.Default(),
+	}
+}
+
+// Server is one gateway replica.
+type Server struct {
+	cfg     Config
+	store   *store.Store
+	pool    *pgxpool.Pool
+	logger  *slog.Logger
+	hub     *Hub
+	sweeper *Sweeper
+	polls   pollLimiter
+	handler http.Handler
+}
+
+// New builds a replica over a database pool. Start its background work with
+// Run.
+func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Server{cfg: cfg, store: store.New(pool), pool: pool, logger: cfg.Logger}
+	s.hub = NewHub()
+	s.sweeper = newSweeper(s.store, s.hub, cfg, cfg.Logger)
+	h, err := s.buildHandler()
+	if err != nil {
+		return nil, err
+	}
+	s.handler = h
+	return s, nil
+}
+
+// Handler is the replica's whole HTTP surface.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Store exposes the store (for the admin commands and tests).
+func (s *Server) Store() *store.Store { return s.store }
+
+// Hub exposes the long-poll hub (for tests and metrics).
+func (s *Server) Hub() *Hub { return s.hub }
+
+// KickSweeper runs a sweep pass now (tests that expire leases by hand).
+func (s *Server) KickSweeper() { s.sweeper.Kick() }
+
+// onlineWindow is how recently a worker must have been seen to be online.
+func (s *Server) onlineWindow() time.Duration { return 3 * s.cfg.HeartbeatInterval }
+
+func (s *Server) buildHandler() (http.Handler, error) {
+	validate, err := s.requestValidator()
+	if err != nil {
+		return nil, err
+	}
+	strict := api.NewStrictHandlerWithOptions(&handlers{s}, nil, api.StrictHTTPServerOptions{
+		RequestErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
+			writeProblem(w, r, withCause(newProblem(http.StatusBadRequest, "bad-request", "the request body could not be decoded"), err), s.logger)
+		},
+		ResponseErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
+			writeProblem(w, r, problemFor(err), s.logger)
+		},
+	})
+	apiMux := http.NewServeMux()
+	routes := api.HandlerWithOptions(strict, api.StdHTTPServerOptions{
+		BaseRouter: apiMux,
+		ErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
+			writeProblem(w, r, withCause(newProblem(http.StatusBadRequest, "bad-request", "invalid request parameters"), err), s.logger)
+		},
+	})
+	var apiHandler http.Handler = validate(routes)
+	if s.cfg.ValidateResponses {
+		if apiHandler, err = s.responseValidator(apiHandler); err != nil {
+			return nil, err
+		}
+	}
+
+	root := http.NewServeMux()
+	root.HandleFunc("GET /openapi.yaml", serveSpecYAML)
+	root.HandleFunc("GET /openapi.json", serveSpecJSON)
+	root.Handle("/", apiHandler)
+	return s.withRequestContext(s.bodyLimits(root)), nil
+}
+
+// loadSpec returns the embedded contract ready for validation.
+func loadSpec() (*openapi3.T, error) {
+	spec, err := api.GetSwagger()
+	if err != nil {
+		return nil, fmt.Errorf("load embedded openapi spec: %w", err)
+	}
+	spec.Servers = nil // validate paths whatever host the gateway is reached by
+	return spec, nil
+}
+
+// Run runs the replica's background work — the LISTEN connection feeding the
+// hub, and the sweeper — until ctx ends. databaseURL opens the dedicated
+// LISTEN connection.
+func (s *Server) Run(ctx context.Context, databaseURL string) error {
+	var wg sync.WaitGroup
+	wg.Go(func() { s.runListener(ctx, databaseURL) })
+	wg.Go(func() { s.sweeper.Run(ctx) })
+	<-ctx.Done()
+	s.hub.Close()
+	wg.Wait()
+	return nil
+}
+
+// ListenerReady reports whether the LISTEN connection is up (readiness).
+func (s *Server) ListenerReady() bool { return s.hub.Connected() }
+
+// TLSConfig is the gateway's TLS server configuration: TLS 1.3 only, and a
+// client certificate requested (not required: enrollment and the control
+// plane come without one). Certificates are not verified against a CA here:
+// a worker is whoever holds the private key of a certificate whose SHA-256
+// fingerprint is registered, which also lets operators bring their own PKI.
+func TLSConfig(cert tls.Certificate) *tls.Config {
+	return &tls.Config{
+		MinVersion:   tls.VersionTLS13,
+		Certificates: []tls.Certificate{cert},
+		ClientAuth:   tls.RequestClientCert,
+		NextProtos:   []string{"h2", "http/1.1"},
+	}
+}
+
+// NewHTTPServer wraps the handler with the timeouts a long-poll server needs.
+func (s *Server) NewHTTPServer(tlsConfig *tls.Config) *http.Server {
+	return &http.Server{
+		Handler:           s.handler,
+		TLSConfig:         tlsConfig,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      s.cfg.MaxWait + 30*time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelDebug),
+	}
+}
+
+// Serve serves TLS on ln until ctx ends, then answers every waiting poll at
+// once and drains in-flight requests for up to drain.
+func (s *Server) Serve(ctx context.Context, ln net.Listener, tlsConfig *tls.Config, drain time.Duration) error {
+	srv := s.NewHTTPServer(tlsConfig)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(tls.NewListener(ln, tlsConfig)) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	s.hub.Close()
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drain)
+	defer cancel()
+	err := srv.Shutdown(shutdownCtx)
+	if serveErr := <-errc; serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return serveErr
+	}
+	return err
+}

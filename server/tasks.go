@@ -1,0 +1,180 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/worker-gateway/gateway/server/api"
+	"github.com/worker-gateway/gateway/store"
+)
+
+// CreateTask creates a task, idempotently when given an Idempotency-Key.
+func (h *handlers) CreateTask(ctx context.Context, req api.CreateTaskRequestObject) (api.CreateTaskResponseObject, error) {
+	scope, err := requireScope(ctx, scopeProducer)
+	if err != nil {
+		return nil, err
+	}
+	b := req.Body
+	if !scope.Allows(b.OrganizationId) {
+		return nil, store.ErrNotFound
+	}
+	p := store.CreateTaskParams{
+		OrganizationID:        b.OrganizationId,
+		TaskType:              string(b.TaskType),
+		AttemptTimeoutSeconds: b.AttemptTimeoutSeconds,
+	}
+	if b.Payload != nil {
+		p.Payload = *b.Payload
+	}
+	if b.RequiredCapabilities != nil {
+		p.RequiredCapabilities = *b.RequiredCapabilities
+	}
+	if b.Priority != nil {
+		p.Priority = *b.Priority
+	}
+	if b.DelaySeconds != nil {
+		p.Delay = time.Duration(*b.DelaySeconds * float64(time.Second))
+	}
+	if b.ExecutionTimeoutSeconds != nil {
+		p.ExecutionTimeout = time.Duration(*b.ExecutionTimeoutSeconds * float64(time.Second))
+	}
+	if b.MaxAttempts != nil {
+		p.MaxAttempts = *b.MaxAttempts
+	}
+	if b.LeaseDurationSeconds != nil {
+		p.LeaseDurationSeconds = *b.LeaseDurationSeconds
+	}
+	if r := b.Retry; r != nil {
+		p.RetryBaseSeconds, p.RetryMaxSeconds = 1, 300
+		if r.BaseSeconds != nil {
+			p.RetryBaseSeconds = *r.BaseSeconds
+		}
+		if r.MaxSeconds != nil {
+			p.RetryMaxSeconds = *r.MaxSeconds
+		}
+		if p.RetryMaxSeconds < p.RetryBaseSeconds {
+			return nil, fmt.Errorf("%w: retry.max_seconds must not be below retry.base_seconds", store.ErrInvalid)
+		}
+	}
+	if req.Params.IdempotencyKey != nil {
+		p.IdempotencyKey = *req.Params.IdempotencyKey
+		if p.RequestSHA256, err = canonicalSHA256(b); err != nil {
+			return nil, err
+		}
+	}
+	task, replayed, err := h.store.CreateTask(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	if replayed {
+		return api.CreateTask200JSONResponse{Body: toTask(task), Headers: api.CreateTask200ResponseHeaders{IdempotentReplayed: ptr("true")}}, nil
+	}
+	return api.CreateTask201JSONResponse(toTask(task)), nil
+}
+
+// canonicalSHA256 hashes a value's canonical JSON (object keys sorted, no
+// insignificant whitespace, numbers as written), so one meaning has one
+// checksum however the client formatted it.
+func canonicalSHA256(v any) (string, error) {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return "", err
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var generic any
+	if err := dec.Decode(&generic); err != nil {
+		return "", err
+	}
+	canonical, err := json.Marshal(generic)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(canonical)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// ListTasks pages tasks the caller may see.
+func (h *handlers) ListTasks(ctx context.Context, req api.ListTasksRequestObject) (api.ListTasksResponseObject, error) {
+	scope, err := requireScope(ctx, scopeReader, scopeProducer)
+	if err != nil {
+		return nil, err
+	}
+	after, limit, err := pageParams(req.Params.Cursor, req.Params.Limit)
+	if err != nil {
+		return nil, err
+	}
+	p := store.ListTasksParams{Scope: scope, OrganizationID: req.Params.OrganizationId, After: after, Limit: limit}
+	if req.Params.State != nil {
+		p.State = ptr(store.TaskState(*req.Params.State))
+	}
+	if req.Params.TaskType != nil {
+		p.TaskType = ptr(string(*req.Params.TaskType))
+	}
+	tasks, next, err := h.store.ListTasks(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	out := api.ListTasks200JSONResponse{Items: make([]api.Task, 0, len(tasks)), NextCursor: encodeCursor(next)}
+	for _, t := range tasks {
+		out.Items = append(out.Items, toTask(t))
+	}
+	return out, nil
+}
+
+// GetTask returns a task with its attempts and pending reason.
+func (h *handlers) GetTask(ctx context.Context, req api.GetTaskRequestObject) (api.GetTaskResponseObject, error) {
+	scope, err := requireScope(ctx, scopeReader, scopeProducer)
+	if err != nil {
+		return nil, err
+	}
+	task, attempts, err := h.store.GetTask(ctx, scope, req.TaskId, h.onlineWindow())
+	if err != nil {
+		return nil, err
+	}
+	t := toTask(task)
+	out := api.GetTask200JSONResponse{
+		Id: t.Id, TaskType: t.TaskType, OrganizationId: t.OrganizationId, ScanId: t.ScanId, ScanJobId: t.ScanJobId,
+		State: t.State, PendingReason: t.PendingReason, Priority: t.Priority, Payload: t.Payload,
+		RequiredCapabilities: t.RequiredCapabilities, AttemptCount: t.AttemptCount, MaxAttempts: t.MaxAttempts,
+		AvailableAt: t.AvailableAt, ExecutionDeadlineAt: t.ExecutionDeadlineAt, LeaseDurationSeconds: t.LeaseDurationSeconds,
+		AttemptTimeoutSeconds: t.AttemptTimeoutSeconds, CancelRequestedAt: t.CancelRequestedAt, CompletedAt: t.CompletedAt,
+		LastErrorCode: t.LastErrorCode, LastError: t.LastError, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
+		Attempts: make([]api.Attempt, 0, len(attempts)),
+	}
+	for _, a := range attempts {
+		out.Attempts = append(out.Attempts, toAttempt(a))
+	}
+	return out, nil
+}
+
+// CancelTask cancels a task or asks its worker to stop.
+func (h *handlers) CancelTask(ctx context.Context, req api.CancelTaskRequestObject) (api.CancelTaskResponseObject, error) {
+	scope, err := requireScope(ctx, scopeProducer)
+	if err != nil {
+		return nil, err
+	}
+	task, err := h.store.CancelTask(ctx, scope, req.TaskId)
+	if err != nil {
+		return nil, err
+	}
+	return api.CancelTask200JSONResponse(toTask(task)), nil
+}
+
+// RetryTask redrives a dead-lettered or cancelled task.
+func (h *handlers) RetryTask(ctx context.Context, req api.RetryTaskRequestObject) (api.RetryTaskResponseObject, error) {
+	scope, err := requireScope(ctx, scopeProducer)
+	if err != nil {
+		return nil, err
+	}
+	task, err := h.store.RetryTask(ctx, scope, req.TaskId)
+	if err != nil {
+		return nil, err
+	}
+	return api.RetryTask200JSONResponse(toTask(task)), nil
+}

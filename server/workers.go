@@ -1,0 +1,157 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/worker-gateway/gateway/server/api"
+	"github.com/worker-gateway/gateway/server/pki"
+	"github.com/worker-gateway/gateway/store"
+)
+
+// CreateWorker creates a worker identity, optionally with its certificate.
+func (h *handlers) CreateWorker(ctx context.Context, req api.CreateWorkerRequestObject) (api.CreateWorkerResponseObject, error) {
+	if err := requireGlobalAdmin(ctx); err != nil {
+		return nil, err
+	}
+	b := req.Body
+	fingerprint, subject, err := certificateIdentity(b.CertificatePem, b.CertificateFingerprint, false)
+	if err != nil {
+		return nil, err
+	}
+	p := store.CreateWorkerParams{Name: b.Name, WorkerType: string(b.WorkerType), CertificateFingerprint: fingerprint, CertificateSubject: subject}
+	if b.MaxConcurrentTasks != nil {
+		p.MaxConcurrentTasks = *b.MaxConcurrentTasks
+	}
+	w, err := h.store.CreateWorker(ctx, p, h.onlineWindow())
+	if err != nil {
+		return nil, err
+	}
+	return api.CreateWorker201JSONResponse(toWorker(w)), nil
+}
+
+// certificateIdentity derives the fingerprint (and subject) a worker is
+// known by from a PEM certificate or a bare fingerprint.
+func certificateIdentity(pemText, fingerprint *string, required bool) (string, string, error) {
+	switch {
+	case pemText != nil && *pemText != "":
+		cert, err := pki.ParseCertificatePEM([]byte(*pemText))
+		if err != nil {
+			return "", "", fmt.Errorf("%w: certificate_pem is not a PEM certificate", store.ErrInvalid)
+		}
+		if time.Now().After(cert.NotAfter) {
+			return "", "", fmt.Errorf("%w: the certificate has expired", store.ErrInvalid)
+		}
+		fp := pki.Fingerprint(cert)
+		if fingerprint != nil && *fingerprint != "" && *fingerprint != fp {
+			return "", "", fmt.Errorf("%w: certificate_fingerprint does not match certificate_pem", store.ErrInvalid)
+		}
+		return fp, cert.Subject.String(), nil
+	case fingerprint != nil && *fingerprint != "":
+		return *fingerprint, "", nil
+	case required:
+		return "", "", fmt.Errorf("%w: give certificate_pem or certificate_fingerprint", store.ErrInvalid)
+	}
+	return "", "", nil
+}
+
+// ListWorkers pages workers with their online state.
+func (h *handlers) ListWorkers(ctx context.Context, req api.ListWorkersRequestObject) (api.ListWorkersResponseObject, error) {
+	scope, err := requireScope(ctx, scopeReader, scopeProducer)
+	if err != nil {
+		return nil, err
+	}
+	after, limit, err := pageParams(req.Params.Cursor, req.Params.Limit)
+	if err != nil {
+		return nil, err
+	}
+	workers, next, err := h.store.ListWorkers(ctx, scope, after, limit, h.onlineWindow())
+	if err != nil {
+		return nil, err
+	}
+	out := api.ListWorkers200JSONResponse{Items: make([]api.Worker, 0, len(workers)), NextCursor: encodeCursor(next)}
+	for _, w := range workers {
+		out.Items = append(out.Items, toWorker(w))
+	}
+	return out, nil
+}
+
+// GetWorker returns one worker.
+func (h *handlers) GetWorker(ctx context.Context, req api.GetWorkerRequestObject) (api.GetWorkerResponseObject, error) {
+	scope, err := requireScope(ctx, scopeReader, scopeProducer)
+	if err != nil {
+		return nil, err
+	}
+	w, err := h.store.GetWorker(ctx, scope, req.WorkerId, h.onlineWindow())
+	if err != nil {
+		return nil, err
+	}
+	return api.GetWorker200JSONResponse(toWorker(w)), nil
+}
+
+// UpdateWorker renames, enables/disables or resizes a worker.
+func (h *handlers) UpdateWorker(ctx context.Context, req api.UpdateWorkerRequestObject) (api.UpdateWorkerResponseObject, error) {
+	if err := requireGlobalAdmin(ctx); err != nil {
+		return nil, err
+	}
+	p := store.UpdateWorkerParams{
+		Name:               req.Body.Name,
+		Enabled:            req.Body.Enabled,
+		MaxConcurrentTasks: req.Body.MaxConcurrentTasks,
+		CancelActive:       req.Params.Active != nil && *req.Params.Active == api.UpdateWorkerParamsActiveCancel,
+	}
+	w, err := h.store.UpdateWorker(ctx, req.WorkerId, p, h.onlineWindow())
+	if err != nil {
+		return nil, err
+	}
+	return api.UpdateWorker200JSONResponse(toWorker(w)), nil
+}
+
+// RegisterWorkerCertificate binds a (bring-your-own) certificate.
+func (h *handlers) RegisterWorkerCertificate(ctx context.Context, req api.RegisterWorkerCertificateRequestObject) (api.RegisterWorkerCertificateResponseObject, error) {
+	if err := requireGlobalAdmin(ctx); err != nil {
+		return nil, err
+	}
+	fingerprint, subject, err := certificateIdentity(req.Body.CertificatePem, req.Body.CertificateFingerprint, true)
+	if err != nil {
+		return nil, err
+	}
+	w, err := h.store.SetWorkerCertificate(ctx, req.WorkerId, fingerprint, subject, h.onlineWindow())
+	if err != nil {
+		return nil, err
+	}
+	return api.RegisterWorkerCertificate200JSONResponse(toWorker(w)), nil
+}
+
+// AssignWorker lets a worker serve an organization.
+func (h *handlers) AssignWorker(ctx context.Context, req api.AssignWorkerRequestObject) (api.AssignWorkerResponseObject, error) {
+	scope, err := requireScope(ctx, scopeAdmin)
+	if err != nil {
+		return nil, err
+	}
+	a, err := h.store.AssignWorker(ctx, scope, req.OrganizationId, req.WorkerId)
+	if err != nil {
+		return nil, err
+	}
+	return api.AssignWorker200JSONResponse(toAssignment(a)), nil
+}
+
+// UnassignWorker removes an assignment, cancelling (default) or draining the
+// worker's active attempts for that organization.
+func (h *handlers) UnassignWorker(ctx context.Context, req api.UnassignWorkerRequestObject) (api.UnassignWorkerResponseObject, error) {
+	scope, err := requireScope(ctx, scopeAdmin)
+	if err != nil {
+		return nil, err
+	}
+	cancelActive := req.Params.Active == nil || *req.Params.Active == api.UnassignWorkerParamsActiveCancel
+	reason := ""
+	if req.Params.Reason != nil {
+		reason = *req.Params.Reason
+	}
+	a, err := h.store.UnassignWorker(ctx, scope, req.OrganizationId, req.WorkerId, cancelActive, reason)
+	if err != nil {
+		return nil, err
+	}
+	return api.UnassignWorker200JSONResponse(toAssignment(a)), nil
+}
