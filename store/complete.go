@@ -89,7 +89,10 @@ func (s *Store) CompleteAttempt(ctx context.Context, p CompleteParams) (Complete
 		}
 		event := completionEvent(p, state, attempts < max && !deadlinePassed)
 		tr := TaskTransitions[event]
-		var retryAt time.Time
+		var (
+			retryAt    time.Time
+			retryDelay float64
+		)
 		err = tx.QueryRow(ctx, `
 			UPDATE worker_tasks t SET
 				state = $2,
@@ -103,9 +106,9 @@ func (s *Store) CompleteAttempt(ctx context.Context, p CompleteParams) (Complete
 				completed_at = CASE WHEN $6 THEN now() ELSE NULL END,
 				updated_at = now()
 			WHERE t.id = $1 AND t.state = ANY($7::text[])
-			RETURNING t.available_at`,
+			RETURNING t.available_at, extract(epoch FROM t.available_at - now())::float8`,
 			res.TaskID, string(tr.To), event == EventRelease, p.ErrorCode, p.ErrorMessage, tr.To.IsFinal(), statesOf(tr.From),
-		).Scan(&retryAt)
+		).Scan(&retryAt, &retryDelay)
 		if err != nil {
 			return fmt.Errorf("move task %s → %s: %w", state, tr.To, err)
 		}
@@ -120,7 +123,7 @@ func (s *Store) CompleteAttempt(ctx context.Context, p CompleteParams) (Complete
 		wakeups := []Wakeup{{Kind: WakeWorker, Worker: workerID}}
 		switch tr.To {
 		case TaskRetryWait:
-			wakeups = append(wakeups, Wakeup{Kind: WakeOrganizationAt, Organization: org, At: retryAt})
+			wakeups = append(wakeups, Wakeup{Kind: WakeOrganizationAt, Organization: org, Delay: seconds(retryDelay)})
 		case TaskPending:
 			wakeups = append(wakeups, Wakeup{Kind: WakeOrganization, Organization: org, Count: 1})
 		}

@@ -21,7 +21,9 @@ type WakeupKind int
 const (
 	// WakeOrganization: Count tasks of Organization became leasable now.
 	WakeOrganization WakeupKind = iota + 1
-	// WakeOrganizationAt: a task of Organization becomes leasable at At.
+	// WakeOrganizationAt: a task of Organization becomes leasable after
+	// Delay. A relative delay, computed by the database, so a replica's
+	// skewed clock cannot move the wake-up.
 	WakeOrganizationAt
 	// WakeWorker: something about Worker changed (capacity released,
 	// assignment, enabled, revoked): its waiting polls should look again.
@@ -34,17 +36,17 @@ type Wakeup struct {
 	Organization uuid.UUID
 	Worker       uuid.UUID
 	Count        int
-	At           time.Time
+	Delay        time.Duration
 }
 
-// Payload encodes the wake-up: "o:<org>:<count>", "t:<org>:<unix-ms>" or
+// Payload encodes the wake-up: "o:<org>:<count>", "t:<org>:<delay-ms>" or
 // "w:<worker>".
 func (w Wakeup) Payload() string {
 	switch w.Kind {
 	case WakeOrganization:
 		return "o:" + w.Organization.String() + ":" + strconv.Itoa(w.Count)
 	case WakeOrganizationAt:
-		return "t:" + w.Organization.String() + ":" + strconv.FormatInt(w.At.UnixMilli(), 10)
+		return "t:" + w.Organization.String() + ":" + strconv.FormatInt(w.Delay.Milliseconds(), 10)
 	case WakeWorker:
 		return "w:" + w.Worker.String()
 	}
@@ -74,7 +76,7 @@ func ParseWakeup(payload string) (Wakeup, error) {
 		if err != nil {
 			return Wakeup{}, bad
 		}
-		return Wakeup{Kind: WakeOrganizationAt, Organization: id, At: time.UnixMilli(ms)}, nil
+		return Wakeup{Kind: WakeOrganizationAt, Organization: id, Delay: time.Duration(ms) * time.Millisecond}, nil
 	case parts[0] == "w" && len(parts) == 2:
 		return Wakeup{Kind: WakeWorker, Worker: id}, nil
 	}

@@ -13,9 +13,10 @@ import (
 type SweepResult struct {
 	ExpiredAttempts int
 	DeadlinedTasks  int
-	// NextDue is the earliest lease expiry or execution deadline still ahead,
-	// or nil when nothing is pending; the sweeper sleeps until then.
-	NextDue *time.Time
+	// NextDueIn is how long until the earliest lease expiry or execution
+	// deadline still ahead, or nil when nothing is pending; the sweeper
+	// sleeps that long.
+	NextDueIn *time.Duration
 	// More is true when a pass hit its limit and another should run at once.
 	More bool
 }
@@ -63,7 +64,7 @@ WITH ended AS (
 	WHERE t.id = e.task_id AND t.state IN (` + sqlStates(TaskLeased, TaskRunning, TaskCancelling) + `)
 	RETURNING t.id, t.organization_id, t.state, t.available_at
 )
-SELECT e.worker_id, m.organization_id, m.state, m.available_at
+SELECT e.worker_id, m.organization_id, m.state, extract(epoch FROM m.available_at - now())::float8
 FROM ended e LEFT JOIN moved m ON m.id = e.task_id`
 
 // deadlineSQL dead-letters queued tasks whose execution deadline passed.
@@ -81,10 +82,10 @@ WHERE t.id IN (
 	FOR UPDATE SKIP LOCKED)`
 
 const nextDueSQL = `
-SELECT least(
+SELECT extract(epoch FROM least(
 	(SELECT min(lease_expires_at) FROM worker_task_attempts WHERE status IN (` + "'leased', 'running'" + `)),
 	(SELECT min(execution_deadline_at) FROM worker_tasks
-		WHERE state IN ('pending', 'retry_wait') AND execution_deadline_at IS NOT NULL))`
+		WHERE state IN ('pending', 'retry_wait') AND execution_deadline_at IS NOT NULL)) - now())::float8`
 
 // SweepExpired expires leases and attempts past their deadline, dead-letters
 // queued tasks past their execution deadline, and reports when the next
@@ -98,23 +99,23 @@ func (s *Store) SweepExpired(ctx context.Context, limit int) (SweepResult, error
 			return fmt.Errorf("expire leases: %w", err)
 		}
 		workers := map[uuid.UUID]bool{}
-		retryAt := map[uuid.UUID]time.Time{}
+		retryIn := map[uuid.UUID]float64{}
 		for rows.Next() {
 			var (
-				worker  uuid.UUID
-				org     *uuid.UUID
-				state   *string
-				availAt *time.Time
+				worker uuid.UUID
+				org    *uuid.UUID
+				state  *string
+				delay  *float64
 			)
-			if err := rows.Scan(&worker, &org, &state, &availAt); err != nil {
+			if err := rows.Scan(&worker, &org, &state, &delay); err != nil {
 				rows.Close()
 				return err
 			}
 			res.ExpiredAttempts++
 			workers[worker] = true
 			if state != nil && TaskState(*state) == TaskRetryWait {
-				if at, ok := retryAt[*org]; !ok || availAt.Before(at) {
-					retryAt[*org] = *availAt
+				if d, ok := retryIn[*org]; !ok || *delay < d {
+					retryIn[*org] = *delay
 				}
 			}
 		}
@@ -128,40 +129,42 @@ func (s *Store) SweepExpired(ctx context.Context, limit int) (SweepResult, error
 		}
 		res.DeadlinedTasks = int(tag.RowsAffected())
 		res.More = res.ExpiredAttempts >= limit || res.DeadlinedTasks >= limit
-		if err := tx.QueryRow(ctx, nextDueSQL).Scan(&res.NextDue); err != nil {
+		var dueIn *float64
+		if err := tx.QueryRow(ctx, nextDueSQL).Scan(&dueIn); err != nil {
 			return fmt.Errorf("next due: %w", err)
 		}
+		res.NextDueIn = optSeconds(dueIn)
 		var wakeups []Wakeup
 		for w := range workers {
 			wakeups = append(wakeups, Wakeup{Kind: WakeWorker, Worker: w})
 		}
-		for org, at := range retryAt {
-			wakeups = append(wakeups, Wakeup{Kind: WakeOrganizationAt, Organization: org, At: at})
+		for org, d := range retryIn {
+			wakeups = append(wakeups, Wakeup{Kind: WakeOrganizationAt, Organization: org, Delay: seconds(d)})
 		}
 		return notify(ctx, tx, wakeups...)
 	})
 	return res, err
 }
 
-// NextLeasableAt returns, per organization, the earliest future available_at
-// of a queued task, so a hub that (re)connects can arm its timers.
-func (s *Store) NextLeasableAt(ctx context.Context) (map[uuid.UUID]time.Time, error) {
+// NextLeasableIn returns, per organization, how long until its earliest
+// queued task becomes leasable, so a hub that (re)connects can arm timers.
+func (s *Store) NextLeasableIn(ctx context.Context) (map[uuid.UUID]time.Duration, error) {
 	rows, err := s.pool.Query(ctx, `
-		SELECT organization_id, min(available_at) FROM worker_tasks
+		SELECT organization_id, extract(epoch FROM min(available_at) - now())::float8 FROM worker_tasks
 		WHERE state IN ('pending', 'retry_wait') AND available_at > now()
 		GROUP BY organization_id`)
 	if err != nil {
 		return nil, fmt.Errorf("next leasable: %w", err)
 	}
 	defer rows.Close()
-	out := map[uuid.UUID]time.Time{}
+	out := map[uuid.UUID]time.Duration{}
 	for rows.Next() {
 		var org uuid.UUID
-		var at time.Time
-		if err := rows.Scan(&org, &at); err != nil {
+		var in float64
+		if err := rows.Scan(&org, &in); err != nil {
 			return nil, err
 		}
-		out[org] = at
+		out[org] = seconds(in)
 	}
 	return out, rows.Err()
 }

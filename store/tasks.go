@@ -98,7 +98,7 @@ func (s *Store) CreateTask(ctx context.Context, p CreateTaskParams) (task Task, 
 			return err
 		}
 		if p.Delay > 0 {
-			return notify(ctx, tx, Wakeup{Kind: WakeOrganizationAt, Organization: task.OrganizationID, At: task.AvailableAt})
+			return notify(ctx, tx, Wakeup{Kind: WakeOrganizationAt, Organization: task.OrganizationID, Delay: p.Delay})
 		}
 		return notify(ctx, tx, Wakeup{Kind: WakeOrganization, Organization: task.OrganizationID, Count: 1})
 	})
