@@ -79,11 +79,15 @@ var (
 // temporary directory, creates and migrates the template database, runs the
 // tests, checks for leaked goroutines when they passed, then stops the
 // cluster and removes its directory.
-func Main(m *testing.M) {
+func Main(m TestRunner) {
 	os.Exit(run(m))
 }
 
-func run(m *testing.M) (code int) {
+// TestRunner is what Main runs: a *testing.M, or a wrapper that adds its
+// own setup and teardown around it.
+type TestRunner interface{ Run() int }
+
+func run(m TestRunner) (code int) {
 	// Parse now so that testing.Verbose can decide whether to show the
 	// cluster's progress; m.Run does not parse again.
 	flag.Parse()

@@ -1,0 +1,326 @@
+// Package harness starts real gateways for black-box tests: an in-process
+// replica serving TLS on a loopback port, or gateway processes built from
+// source, each over its own cloned PostgreSQL database, plus helpers that
+// create organizations, workers (with real client certificates) and tasks
+// through the public API.
+package harness
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+	"github.com/worker-gateway/gateway/server"
+	"github.com/worker-gateway/gateway/server/pki"
+	"github.com/worker-gateway/gateway/store"
+	"github.com/worker-gateway/gateway/store/storetest"
+	"github.com/worker-gateway/gateway/workerclient"
+)
+
+// Gateway is a running test gateway and the means to drive it.
+type Gateway struct {
+	URL         string
+	DatabaseURL string
+	Pool        *pgxpool.Pool
+	Store       *store.Store
+	Server      *server.Server // nil for process gateways
+	CA          *pki.CA
+	CAPool      *x509.CertPool
+	AdminToken  string
+	// Control is a generated client authenticated as an unscoped admin.
+	Control *workerclient.ClientWithResponses
+}
+
+// Options tune a test gateway.
+type Options struct {
+	Config func(*server.Config)
+}
+
+var (
+	caOnce      sync.Once
+	sharedCA    *pki.CA
+	serverTLS   tls.Certificate
+	serverIssue *pki.Issued
+)
+
+// serverPEM returns the shared server certificate and key as PEM.
+func serverPEM() (certPEM, keyPEM []byte) { return serverIssue.CertPEM, serverIssue.KeyPEM }
+
+// testPKI is one CA and server certificate per test binary: issuing keys is
+// slow enough to matter across hundreds of tests.
+func testPKI(t testing.TB) (*pki.CA, tls.Certificate) {
+	caOnce.Do(func() {
+		ca, err := pki.NewCA("test CA")
+		if err != nil {
+			panic(err)
+		}
+		srv, err := ca.IssueServer([]string{"localhost", "127.0.0.1", "::1"}, 24*time.Hour)
+		if err != nil {
+			panic(err)
+		}
+		cert, err := tls.X509KeyPair(srv.CertPEM, srv.KeyPEM)
+		if err != nil {
+			panic(err)
+		}
+		sharedCA, serverTLS, serverIssue = ca, cert, srv
+	})
+	return sharedCA, serverTLS
+}
+
+// Logger returns a logger for gateways under test: quiet unless
+// GATEWAY_TEST_LOG is set.
+func Logger() *slog.Logger {
+	if os.Getenv("GATEWAY_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// Start runs an in-process gateway over a fresh database, serving real TLS
+// on a loopback port, with response validation against openapi.yaml on.
+func Start(t testing.TB, opts ...Options) *Gateway {
+	t.Helper()
+	dbURL := storetest.NewDatabase(t)
+	pool, err := pgxpool.New(context.Background(), dbURL)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+
+	cfg := server.DefaultConfig()
+	cfg.Logger = Logger()
+	cfg.ValidateResponses = true
+	for _, o := range opts {
+		if o.Config != nil {
+			o.Config(&cfg)
+		}
+	}
+	srv, err := server.New(pool, cfg)
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	ca, cert := testPKI(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = srv.Run(ctx, dbURL) })
+	wg.Go(func() { _ = srv.Serve(ctx, ln, server.TLSConfig(cert), 5*time.Second) })
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+	})
+
+	g := newGateway(t, "https://"+ln.Addr().String(), dbURL, pool, ca)
+	g.Server = srv
+	WaitFor(t, 10*time.Second, "LISTEN connection", func() bool { return srv.ListenerReady() })
+	return g
+}
+
+func newGateway(t testing.TB, url, dbURL string, pool *pgxpool.Pool, ca *pki.CA) *Gateway {
+	st := store.New(pool)
+	token, _, err := st.CreateAPIToken(context.Background(), store.CreateAPITokenParams{Name: "test admin", Scopes: []string{"admin"}})
+	require.NoError(t, err)
+	caPool := x509.NewCertPool()
+	caPool.AddCert(ca.Cert)
+	g := &Gateway{URL: url, DatabaseURL: dbURL, Pool: pool, Store: st, CA: ca, CAPool: caPool, AdminToken: token}
+	g.Control = g.ControlClient(t, token)
+	return g
+}
+
+// HTTPClient returns a TLS 1.3 client trusting the test CA, presenting cert
+// when given.
+func (g *Gateway) HTTPClient(cert *tls.Certificate) *http.Client {
+	tc := &tls.Config{RootCAs: g.CAPool, MinVersion: tls.VersionTLS13}
+	if cert != nil {
+		tc.Certificates = []tls.Certificate{*cert}
+	}
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: tc, ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 64}, Timeout: 60 * time.Second}
+}
+
+// ControlClient returns a generated client that sends the bearer token.
+func (g *Gateway) ControlClient(t testing.TB, token string) *workerclient.ClientWithResponses {
+	c, err := workerclient.NewClientWithResponses(g.URL,
+		workerclient.WithHTTPClient(g.HTTPClient(nil)),
+		workerclient.WithRequestEditorFn(func(_ context.Context, r *http.Request) error {
+			r.Header.Set("Authorization", "Bearer "+token)
+			return nil
+		}))
+	require.NoError(t, err)
+	return c
+}
+
+// NewOrganization creates an organization through the API.
+func (g *Gateway) NewOrganization(t testing.TB, name string) uuid.UUID {
+	t.Helper()
+	res, err := g.Control.CreateOrganizationWithResponse(context.Background(), workerclient.CreateOrganizationRequest{Name: name})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, res.StatusCode(), string(res.Body))
+	return res.JSON201.Id
+}
+
+// Worker is a worker identity with its client certificate.
+type Worker struct {
+	ID     uuid.UUID
+	Cert   tls.Certificate
+	HTTP   *http.Client
+	Client *workerclient.ClientWithResponses
+	g      *Gateway
+}
+
+// NewWorker creates a scanner worker with a fresh client certificate
+// registered through the API, assigned to orgs.
+func (g *Gateway) NewWorker(t testing.TB, name string, capacity int, orgs ...uuid.UUID) *Worker {
+	t.Helper()
+	issued, err := g.CA.IssueClient(name, time.Hour)
+	require.NoError(t, err)
+	cert, err := tls.X509KeyPair(issued.CertPEM, issued.KeyPEM)
+	require.NoError(t, err)
+	pemText := string(issued.CertPEM)
+	typ := workerclient.WorkerType("scanner")
+	res, err := g.Control.CreateWorkerWithResponse(context.Background(), workerclient.CreateWorkerRequest{
+		Name: name, WorkerType: typ, MaxConcurrentTasks: &capacity, CertificatePem: &pemText})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, res.StatusCode(), string(res.Body))
+	w := &Worker{ID: res.JSON201.Id, Cert: cert, HTTP: g.HTTPClient(&cert), g: g}
+	w.Client, err = workerclient.NewClientWithResponses(g.URL, workerclient.WithHTTPClient(w.HTTP))
+	require.NoError(t, err)
+	for _, org := range orgs {
+		g.Assign(t, org, w.ID)
+	}
+	return w
+}
+
+// Assign assigns a worker to an organization.
+func (g *Gateway) Assign(t testing.TB, org, worker uuid.UUID) {
+	t.Helper()
+	res, err := g.Control.AssignWorkerWithResponse(context.Background(), org, worker)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
+}
+
+// TLSConfig returns the worker's TLS client configuration.
+func (w *Worker) TLSConfig() *tls.Config {
+	return &tls.Config{RootCAs: w.g.CAPool, Certificates: []tls.Certificate{w.Cert}, MinVersion: tls.VersionTLS13}
+}
+
+// Runtime starts the Go worker runtime for this worker; it stops (and
+// drains) at test cleanup or when the returned stop is called.
+func (w *Worker) Runtime(t testing.TB, slots int, handler workerclient.Handler, tune ...func(*workerclient.Config)) (stop func()) {
+	t.Helper()
+	cfg := workerclient.Config{
+		GatewayURL:   w.g.URL,
+		TLSConfig:    w.TLSConfig(),
+		Slots:        slots,
+		WaitSeconds:  5,
+		Handler:      handler,
+		Logger:       Logger(),
+		DrainTimeout: 5 * time.Second,
+	}
+	for _, f := range tune {
+		f(&cfg)
+	}
+	rt, err := workerclient.NewWorker(cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = rt.Run(ctx)
+	}()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return stop
+}
+
+// TaskSpec is a task to create; zero values take the API's defaults.
+type TaskSpec struct {
+	Payload              string
+	RequiredCapabilities map[string]any
+	MaxAttempts          int
+	LeaseDurationSeconds int
+	Priority             int
+}
+
+// CreateTask creates a scanner_plugin task through the API.
+func (g *Gateway) CreateTask(t testing.TB, org uuid.UUID, spec TaskSpec) uuid.UUID {
+	t.Helper()
+	if spec.Payload == "" {
+		spec.Payload = `{"plugin": "echo", "input": {}}`
+	}
+	payload := workerclient.JSONObject(spec.Payload)
+	req := workerclient.CreateTaskRequest{OrganizationId: org, TaskType: "scanner_plugin", Payload: &payload}
+	if spec.RequiredCapabilities != nil {
+		b := mustJSON(spec.RequiredCapabilities)
+		caps := workerclient.Capabilities(b)
+		req.RequiredCapabilities = &caps
+	}
+	if spec.MaxAttempts > 0 {
+		req.MaxAttempts = &spec.MaxAttempts
+	}
+	if spec.LeaseDurationSeconds > 0 {
+		req.LeaseDurationSeconds = &spec.LeaseDurationSeconds
+	}
+	if spec.Priority != 0 {
+		req.Priority = &spec.Priority
+	}
+	res, err := g.Control.CreateTaskWithResponse(context.Background(), nil, req)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, res.StatusCode(), string(res.Body))
+	return res.JSON201.Id
+}
+
+// Task reads a task through the API.
+func (g *Gateway) Task(t testing.TB, id uuid.UUID) *workerclient.TaskDetail {
+	t.Helper()
+	res, err := g.Control.GetTaskWithResponse(context.Background(), id)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
+	return res.JSON200
+}
+
+// WaitTaskState waits until a task reaches a state.
+func (g *Gateway) WaitTaskState(t testing.TB, id uuid.UUID, state string) *workerclient.TaskDetail {
+	t.Helper()
+	var last *workerclient.TaskDetail
+	WaitFor(t, 30*time.Second, fmt.Sprintf("task %s to become %s", id, state), func() bool {
+		last = g.Task(t, id)
+		return string(last.State) == state
+	})
+	return last
+}
+
+// ExpireLeases ends every active lease of a task now, as if its worker had
+// gone silent, and runs a sweep.
+func (g *Gateway) ExpireLeases(t testing.TB, task uuid.UUID) {
+	t.Helper()
+	_, err := g.Pool.Exec(context.Background(), `UPDATE worker_task_attempts SET lease_expires_at = now() - interval '1 second'
+		WHERE task_id = $1 AND status IN ('leased', 'running')`, task)
+	require.NoError(t, err)
+	if g.Server != nil {
+		g.Server.KickSweeper()
+	}
+}
+
+// WaitFor polls cond until it holds or the timeout passes: tests wait on
+// conditions, never on fixed sleeps.
+func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

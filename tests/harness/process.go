@@ -1,0 +1,159 @@
+package harness
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+	"github.com/worker-gateway/gateway/store/storetest"
+)
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildErr  error
+)
+
+// Binary builds a command of this module once per test binary and returns
+// its path ("gateway" or "worker").
+func Binary(t testing.TB, name string) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "gateway-test-bin-")
+		if buildErr != nil {
+			return
+		}
+		for bin, pkg := range map[string]string{"gateway": "./server/cmd/gateway", "worker": "./workerclient/cmd/worker"} {
+			cmd := exec.Command("go", "build", "-o", filepath.Join(buildDir, bin), pkg)
+			cmd.Dir = moduleRoot()
+			if out, err := cmd.CombinedOutput(); err != nil {
+				buildErr = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
+				return
+			}
+		}
+	})
+	require.NoError(t, buildErr)
+	return filepath.Join(buildDir, name)
+}
+
+// CleanupBinaries removes the built binaries; call it from TestMain.
+func CleanupBinaries() {
+	if buildDir != "" {
+		_ = os.RemoveAll(buildDir)
+	}
+}
+
+func moduleRoot() string {
+	dir, _ := os.Getwd()
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "."
+		}
+		dir = parent
+	}
+}
+
+// Process is a gateway replica running as its own OS process.
+type Process struct {
+	URL  string
+	Cmd  *exec.Cmd
+	done chan error
+}
+
+// StartProcesses runs n gateway processes over one fresh database and
+// returns a Gateway (for the control plane and database) and the replicas.
+func StartProcesses(t testing.TB, n int, extraArgs ...string) (*Gateway, []*Process) {
+	t.Helper()
+	dbURL := storetest.NewDatabase(t)
+	pool, err := pgxpool.New(context.Background(), dbURL)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	ca, cert := testPKI(t)
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "server.pem"), filepath.Join(dir, "server-key.pem")
+	writeServerPair(t, cert, certFile, keyFile)
+
+	var procs []*Process
+	for range n {
+		procs = append(procs, startProcess(t, dbURL, certFile, keyFile, extraArgs))
+	}
+	g := newGateway(t, procs[0].URL, dbURL, pool, ca)
+	for _, p := range procs {
+		WaitFor(t, 20*time.Second, "gateway readiness", func() bool {
+			res, err := g.HTTPClient(nil).Get(p.URL + "/readyz")
+			if err != nil {
+				return false
+			}
+			res.Body.Close()
+			return res.StatusCode == 200
+		})
+	}
+	return g, procs
+}
+
+func writeServerPair(t testing.TB, cert tls.Certificate, certFile, keyFile string) {
+	t.Helper()
+	srvCertPEM, srvKeyPEM := serverPEM()
+	require.NoError(t, os.WriteFile(certFile, srvCertPEM, 0o644))
+	require.NoError(t, os.WriteFile(keyFile, srvKeyPEM, 0o600))
+	_ = cert
+}
+
+func startProcess(t testing.TB, dbURL, certFile, keyFile string, extraArgs []string) *Process {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	args := append([]string{"serve", "-database-url", dbURL, "-listen", addr, "-tls-cert", certFile, "-tls-key", keyFile}, extraArgs...)
+	cmd := exec.Command(Binary(t, "gateway"), args...)
+	if os.Getenv("GATEWAY_TEST_LOG") != "" {
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	}
+	require.NoError(t, cmd.Start())
+	p := &Process{URL: "https://" + addr, Cmd: cmd, done: make(chan error, 1)}
+	go func() { p.done <- cmd.Wait() }()
+	t.Cleanup(func() { p.Stop(syscall.SIGKILL) })
+	return p
+}
+
+// Stop signals the process and waits for it to exit, returning its error.
+func (p *Process) Stop(sig syscall.Signal) error {
+	if p.Cmd.ProcessState != nil {
+		return nil
+	}
+	_ = p.Cmd.Process.Signal(sig)
+	select {
+	case err := <-p.done:
+		p.done <- err
+		return err
+	case <-time.After(60 * time.Second):
+		_ = p.Cmd.Process.Kill()
+		return fmt.Errorf("process did not exit after %v", sig)
+	}
+}
+
+// Wait waits for the process to exit on its own.
+func (p *Process) Wait(timeout time.Duration) error {
+	select {
+	case err := <-p.done:
+		p.done <- err
+		return err
+	case <-time.After(timeout):
+		return fmt.Errorf("process still running after %s", timeout)
+	}
+}

@@ -1,0 +1,10 @@
+package tests
+
+import (
+	"github.com/google/uuid"
+	"github.com/worker-gateway/gateway/store"
+)
+
+func storeTokenParams(org uuid.UUID) store.CreateAPITokenParams {
+	return store.CreateAPITokenParams{Name: "scoped", Scopes: []string{"producer"}, OrganizationID: &org}
+}

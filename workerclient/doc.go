@@ -1,0 +1,60 @@
+// Package workerclient is the Go client of the Worker Gateway: the generated
+// HTTP client for every route of openapi.yaml (client.gen.go, never edited by
+// hand) and a Worker runtime that leases tasks, runs them and reports their
+// outcome, so that a worker author writes only a Handler.
+//
+// # Running a worker
+//
+//	w, err := workerclient.NewWorker(workerclient.Config{
+//		GatewayURL: "https://gateway.example:8443",
+//		CertFile:   "worker.crt", KeyFile: "worker.key", CAFile: "ca.crt",
+//		Slots:      4,
+//		Capabilities: map[string]any{"plugins": []string{"echo"}},
+//		Handler: func(ctx context.Context, t *workerclient.Task) error {
+//			return nil // succeeded
+//		},
+//	})
+//	if err != nil { … }
+//	err = w.Run(ctx) // until ctx is cancelled, then drains
+//
+// # What the runtime does
+//
+//   - One poll loop long-polls POST /v1/leases for as many tasks as it has
+//     free slots, and waits without polling while every slot is busy. Each
+//     poll carries a fresh Idempotency-Key, reused (with the same body) when
+//     the same poll is retried after a transport error, so a lost answer
+//     returns the same leases instead of stranding them.
+//   - One heartbeat loop renews every held lease with a single
+//     POST /v1/heartbeat, as often as the shortest heartbeat interval among
+//     them asks.
+//   - Each lease runs in its own goroutine: POST /v1/attempts/{id}/start, the
+//     Handler, then POST /v1/attempts/{id}/complete, retried until the
+//     gateway answers (completion is idempotent).
+//
+// Worker clocks are not trusted: every schedule (renewals, local lease
+// expiry, attempt deadlines) is computed from the relative durations the
+// gateway sends, measured from when the request that obtained them was sent,
+// never from the absolute times.
+//
+// # Handler results
+//
+// A Handler's context is cancelled, with a cause that context.Cause reports,
+// when
+//
+//   - the gateway asks to cancel the task (ErrCancelRequested): the attempt is
+//     completed as cancelled, whatever the handler returns;
+//   - the lease is lost (ErrLeaseLost): nothing is reported, the gateway
+//     would accept nothing more for the attempt;
+//   - the attempt or execution deadline is about to pass (ErrAttemptDeadline);
+//   - Run is draining and DrainTimeout has passed (ErrDrainTimeout): the
+//     attempt is completed as cancelled, which gives the task back without
+//     using up an attempt.
+//
+// Otherwise a nil result completes the attempt as succeeded and an error as
+// failed. Failures are retryable unless the error is, or wraps, a *TaskError
+// with Retryable false; see Permanent and Retryable. A panicking handler is
+// recovered and reported as a retryable failure with code handler-panic.
+//
+// Handlers must honour their context: Run returns only after every handler it
+// started has returned.
+package workerclient

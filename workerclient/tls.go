@@ -1,0 +1,153 @@
+package workerclient
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+)
+
+const (
+	// An HTTP/2 connection silent this long is pinged, and closed when the
+	// ping goes unanswered for h2PingTimeout: a half-open connection would
+	// otherwise swallow every multiplexed poll and heartbeat until they time
+	// out, one after the other.
+	h2SendPingTimeout = 15 * time.Second
+	h2PingTimeout     = 10 * time.Second
+	// The http.Client timeout is only a backstop: every call has its own,
+	// shorter deadline, and a long-poll's is wait_seconds plus pollMargin.
+	clientTimeoutSlack = 15 * time.Second
+)
+
+// NewHTTPClient returns the mTLS client a worker uses: TLS 1.3 at least,
+// HTTP/2, the certificate from cfg.CertFile and cfg.KeyFile (re-read when the
+// files change, so a renewed certificate is used by new connections) and the
+// gateway trusted through cfg.CAFile — or cfg.TLSConfig when set. Its timeout
+// allows a long-poll of cfg.WaitSeconds. cfg.HTTPClient is ignored.
+func NewHTTPClient(cfg Config) (*http.Client, error) {
+	tlsCfg, err := clientTLSConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var tr *http.Transport
+	if dt, ok := http.DefaultTransport.(*http.Transport); ok {
+		tr = dt.Clone() // proxy from the environment, dial and idle timeouts
+	} else {
+		tr = &http.Transport{
+			Proxy:               http.ProxyFromEnvironment,
+			DialContext:         (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			IdleConnTimeout:     90 * time.Second,
+			TLSHandshakeTimeout: 10 * time.Second,
+		}
+	}
+	tr.TLSClientConfig = tlsCfg
+	tr.ForceAttemptHTTP2 = true // needed as soon as TLSClientConfig is set
+	tr.HTTP2 = &http.HTTP2Config{SendPingTimeout: h2SendPingTimeout, PingTimeout: h2PingTimeout}
+
+	wait := cfg.WaitSeconds
+	if wait <= 0 {
+		wait = defaultWaitSeconds
+	}
+	return &http.Client{
+		Transport: tr,
+		Timeout:   time.Duration(wait)*time.Second + pollMargin + clientTimeoutSlack,
+	}, nil
+}
+
+func clientTLSConfig(cfg Config) (*tls.Config, error) {
+	var c *tls.Config
+	if cfg.TLSConfig != nil {
+		c = cfg.TLSConfig.Clone()
+	} else {
+		if cfg.CertFile == "" || cfg.KeyFile == "" {
+			return nil, errors.New("workerclient: CertFile and KeyFile are required for mTLS")
+		}
+		kp, err := newKeyPairReloader(cfg.CertFile, cfg.KeyFile)
+		if err != nil {
+			return nil, err
+		}
+		c = &tls.Config{GetClientCertificate: kp.getClientCertificate}
+		if cfg.CAFile != "" {
+			pem, err := os.ReadFile(cfg.CAFile)
+			if err != nil {
+				return nil, fmt.Errorf("workerclient: CA file: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("workerclient: CA file %s holds no PEM certificate", cfg.CAFile)
+			}
+			c.RootCAs = pool
+		}
+	}
+	if c.MinVersion < tls.VersionTLS13 {
+		c.MinVersion = tls.VersionTLS13
+	}
+	return c, nil
+}
+
+// keyPairReloader serves the client certificate for each TLS handshake and
+// reloads it when either file changes. A pair that fails to load (say, the
+// files are being rewritten) keeps the previous one in use.
+type keyPairReloader struct {
+	certFile, keyFile string
+
+	mu       sync.Mutex
+	cert     *tls.Certificate
+	certStat fileStamp
+	keyStat  fileStamp
+}
+
+type fileStamp struct {
+	mod  time.Time
+	size int64
+}
+
+func stamp(path string) (fileStamp, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fileStamp{}, err
+	}
+	return fileStamp{mod: fi.ModTime(), size: fi.Size()}, nil
+}
+
+func newKeyPairReloader(certFile, keyFile string) (*keyPairReloader, error) {
+	k := &keyPairReloader{certFile: certFile, keyFile: keyFile}
+	if err := k.reload(); err != nil {
+		return nil, fmt.Errorf("workerclient: client certificate: %w", err)
+	}
+	return k, nil
+}
+
+// reload loads the pair if a file changed since the last load. Called with
+// k.mu held, or before k is shared.
+func (k *keyPairReloader) reload() error {
+	cs, err := stamp(k.certFile)
+	if err != nil {
+		return err
+	}
+	ks, err := stamp(k.keyFile)
+	if err != nil {
+		return err
+	}
+	if k.cert != nil && cs == k.certStat && ks == k.keyStat {
+		return nil
+	}
+	cert, err := tls.LoadX509KeyPair(k.certFile, k.keyFile)
+	if err != nil {
+		return err
+	}
+	k.cert, k.certStat, k.keyStat = &cert, cs, ks
+	return nil
+}
+
+func (k *keyPairReloader) getClientCertificate(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	_ = k.reload() // on failure keep serving the pair that worked
+	return k.cert, nil
+}
