@@ -1,0 +1,181 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/worker-gateway/gateway/tests/harness"
+	"github.com/worker-gateway/gateway/workerclient"
+)
+
+func TestIdlePollReturnsEmptyAfterItsWait(t *testing.T) {
+	t.Parallel()
+	g := harness.Start(t)
+	org := g.NewOrganization(t, "acme")
+	w := g.NewWorker(t, "w1", 1, org)
+	require.Empty(t, lease(t, w, 1, 1))
+	require.Zero(t, g.Server.Hub().Waiting(), "the poll unregistered")
+}
+
+func TestTaskCreatedWhileWaitingIsDeliveredToTheWaitingPoll(t *testing.T) {
+	t.Parallel()
+	g := harness.Start(t)
+	org := g.NewOrganization(t, "acme")
+	w := g.NewWorker(t, "w1", 1, org)
+
+	got := make(chan []workerclient.Lease, 1)
+	go func() {
+		// The poll waits up to 25 s; it can only return a lease if the
+		// creation woke it, since nothing else would make it look again.
+		n, wait := 1, 25
+		res, err := w.Client.AcquireLeasesWithResponse(context.Background(), nil, workerclient.LeaseRequest{MaxTasks: &n, WaitSeconds: &wait})
+		if err != nil || res.JSON200 == nil {
+			got <- nil
+			return
+		}
+		got <- res.JSON200.Leases
+	}()
+	harness.WaitFor(t, 10*time.Second, "the poll to wait in the hub", func() bool { return g.Server.Hub().Waiting() == 1 })
+	task := g.CreateTask(t, org, harness.TaskSpec{})
+	leases := <-got
+	require.Len(t, leases, 1)
+	require.Equal(t, task, leases[0].Task.Id)
+}
+
+func TestWakeOnlyAsManyWaitersAsTasks(t *testing.T) {
+	t.Parallel()
+	g := harness.Start(t)
+	org := g.NewOrganization(t, "acme")
+	const pollers = 5
+	var wg sync.WaitGroup
+	results := make(chan int, pollers)
+	for i := range pollers {
+		w := g.NewWorker(t, "w"+string(rune('a'+i)), 1, org)
+		wg.Go(func() { results <- len(lease(t, w, 1, 3)) })
+	}
+	harness.WaitFor(t, 10*time.Second, "all polls waiting", func() bool { return g.Server.Hub().Waiting() == pollers })
+	g.CreateTask(t, org, harness.TaskSpec{})
+	harness.WaitFor(t, 10*time.Second, "one poll woken", func() bool { return g.Server.Hub().Waiting() == pollers-1 })
+	wg.Wait()
+	close(results)
+	total := 0
+	for n := range results {
+		total += n
+	}
+	require.Equal(t, 1, total, "exactly one poll got the one task")
+}
+
+func TestAWokenPollThatCannotTakeTheTaskPassesItOn(t *testing.T) {
+	t.Parallel()
+	g := harness.Start(t)
+	org := g.NewOrganization(t, "acme")
+	plain := g.NewWorker(t, "plain", 1, org)
+	gpu := g.NewWorker(t, "gpu", 1, org)
+	caps := workerclient.Capabilities(`{"gpu": true}`)
+	gpuLeases := make(chan []workerclient.Lease, 1)
+	plainDone := make(chan struct{})
+	// The plain worker registers first, so the hub wakes it first.
+	go func() {
+		defer close(plainDone)
+		lease(t, plain, 1, 3)
+	}()
+	harness.WaitFor(t, 10*time.Second, "plain poll waiting", func() bool { return g.Server.Hub().Waiting() == 1 })
+	go func() {
+		n, wait := 1, 25
+		res, err := gpu.Client.AcquireLeasesWithResponse(context.Background(), nil, workerclient.LeaseRequest{MaxTasks: &n, WaitSeconds: &wait, Capabilities: &caps})
+		if err != nil || res.JSON200 == nil {
+			gpuLeases <- nil
+			return
+		}
+		gpuLeases <- res.JSON200.Leases
+	}()
+	harness.WaitFor(t, 10*time.Second, "both polls waiting", func() bool { return g.Server.Hub().Waiting() == 2 })
+	task := g.CreateTask(t, org, harness.TaskSpec{RequiredCapabilities: map[string]any{"gpu": true}})
+	leases := <-gpuLeases
+	require.Len(t, leases, 1, "the GPU worker got the task well before its 25 s wait ended")
+	require.Equal(t, task, leases[0].Task.Id)
+	<-plainDone
+}
+
+func TestLeaseIdempotencyKeyReturnsTheSameLeases(t *testing.T) {
+	t.Parallel()
+	g := harness.Start(t)
+	org := g.NewOrganization(t, "acme")
+	w := g.NewWorker(t, "w1", 5, org)
+	for range 3 {
+		g.CreateTask(t, org, harness.TaskSpec{})
+	}
+	key := "poll-1"
+	poll := func() []workerclient.Lease {
+		n, wait := 2, 0
+		res, err := w.Client.AcquireLeasesWithResponse(context.Background(), &workerclient.AcquireLeasesParams{IdempotencyKey: &key},
+			workerclient.LeaseRequest{MaxTasks: &n, WaitSeconds: &wait})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, res.StatusCode())
+		return res.JSON200.Leases
+	}
+	first := poll()
+	require.Len(t, first, 2)
+	second := poll()
+	require.Len(t, second, 2)
+	require.ElementsMatch(t, []any{first[0].AttemptId, first[1].AttemptId}, []any{second[0].AttemptId, second[1].AttemptId})
+}
+
+// TestSIGTERMAnswersEveryWaiterAtOnce runs a real gateway process with
+// waiting polls and stops it: every poll is answered with an empty list and
+// the process exits cleanly, long before the polls' 25 s waits would end.
+func TestSIGTERMAnswersEveryWaiterAtOnce(t *testing.T) {
+	t.Parallel()
+	g, procs := harness.StartProcesses(t, 1)
+	org := g.NewOrganization(t, "acme")
+	const pollers = 6
+	var wg sync.WaitGroup
+	statuses := make(chan int, pollers)
+	bodies := make(chan []byte, pollers)
+	for i := range pollers {
+		w := g.NewWorker(t, "w"+string(rune('a'+i)), 1, org)
+		wg.Go(func() {
+			body, _ := json.Marshal(map[string]any{"max_tasks": 1, "wait_seconds": 25})
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, procs[0].URL+"/v1/leases", bytes.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			res, err := w.HTTP.Do(req)
+			if err != nil {
+				statuses <- 0
+				return
+			}
+			defer res.Body.Close()
+			var buf bytes.Buffer
+			_, _ = buf.ReadFrom(res.Body)
+			statuses <- res.StatusCode
+			bodies <- buf.Bytes()
+		})
+	}
+	harness.WaitFor(t, 10*time.Second, "polls waiting", func() bool { return waitingPolls(t, g) == pollers })
+	require.NoError(t, procs[0].Stop(syscall.SIGTERM), "clean exit")
+	wg.Wait()
+	close(statuses)
+	close(bodies)
+	for s := range statuses {
+		require.Equal(t, http.StatusOK, s, "answered before the client's 20 s timeout")
+	}
+	for b := range bodies {
+		require.JSONEq(t, `{"leases": []}`, string(b))
+	}
+}
+
+// waitingPolls counts polls waiting in a process gateway: the only outside
+// sign is the workers' last_seen_at, so count workers seen with no lease.
+func waitingPolls(t *testing.T, g *harness.Gateway) int {
+	var n int
+	require.NoError(t, g.Pool.QueryRow(context.Background(), `SELECT count(*) FROM workers WHERE last_seen_at IS NOT NULL`).Scan(&n))
+	return n
+}
