@@ -1,11 +1,13 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"mime"
 	"net/http"
@@ -13,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
 	nethttpmiddleware "github.com/oapi-codegen/nethttp-middleware"
@@ -96,15 +99,31 @@ func (s *Server) bodyLimits(next http.Handler) http.Handler {
 				fmt.Sprintf("the request body exceeds %d bytes", limit)), s.logger)
 			return
 		}
-		if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody && r.Method != http.MethodGet {
+		r.Body = http.MaxBytesReader(w, r.Body, limit)
+		if r.ContentLength != 0 && r.Body != nil && r.Method != http.MethodGet {
 			mediaType, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-			if err != nil || mediaType != "application/json" {
+			if r.ContentLength > 0 && (err != nil || mediaType != "application/json") {
 				writeProblem(w, r, newProblem(http.StatusUnsupportedMediaType, "unsupported-media-type",
 					"send request bodies as application/json"), s.logger)
 				return
 			}
+			body, err := readJSONBody(r)
+			switch {
+			case errors.Is(err, errBadJSON):
+				writeProblem(w, r, newProblem(http.StatusBadRequest, "bad-request", "invalid request body: "+err.Error()), s.logger)
+				return
+			case err != nil:
+				writeProblem(w, r, problemFor(err), s.logger)
+				return
+			}
+			if len(body) > 0 && mediaType != "application/json" {
+				writeProblem(w, r, newProblem(http.StatusUnsupportedMediaType, "unsupported-media-type",
+					"send request bodies as application/json"), s.logger)
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			r.ContentLength = int64(len(body))
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, limit)
 		next.ServeHTTP(w, r)
 	})
 }
@@ -167,22 +186,24 @@ func (s *Server) validationProblem(err error) *Problem {
 	return newProblem(http.StatusBadRequest, "bad-request", "the request does not match the API contract")
 }
 
-// bodyReason gives a short, safe reason for a rejected body. Schema errors
-// name the JSON field; decoding errors say the body is not valid JSON.
+// bodyReason gives a short, safe reason for a rejected body: the JSON field
+// and kin-openapi's reason, which by its contract never includes the
+// rejected value.
 func bodyReason(reqErr *openapi3filter.RequestError) string {
-	var schemaErr interface{ JSONPointer() []string }
+	var schemaErr *openapi3.SchemaError
 	if errors.As(reqErr.Err, &schemaErr) {
-		if ptr := schemaErr.JSONPointer(); len(ptr) > 0 {
-			return "field " + strings.Join(ptr, ".") + " is invalid or not allowed"
+		reason := schemaErr.Reason
+		if len(reason) > 200 {
+			reason = reason[:200]
 		}
-		return "it does not match the schema"
+		if ptr := schemaErr.JSONPointer(); len(ptr) > 0 {
+			return "field " + strings.Join(ptr, ".") + ": " + reason
+		}
+		return reason
 	}
 	var parseErr *openapi3filter.ParseError
 	if errors.As(reqErr.Err, &parseErr) {
 		return "it is not valid JSON"
-	}
-	if reqErr.Reason != "" && len(reqErr.Reason) < 120 {
-		return reqErr.Reason
 	}
 	return "it does not match the schema"
 }
