@@ -1,6 +1,6 @@
 // Package workerclient is the Go client of the Worker Gateway: the generated
 // HTTP client for every route of openapi.yaml (client.gen.go, never edited by
-// hand) and a Worker runtime that leases tasks, runs them and reports their
+// hand) and a worker Runtime that leases tasks, runs them and reports their
 // outcome, so that a worker author writes only a Handler.
 //
 // # Running a worker
@@ -10,7 +10,7 @@
 //		CertFile:   "worker.crt", KeyFile: "worker.key", CAFile: "ca.crt",
 //		Slots:      4,
 //		Capabilities: map[string]any{"plugins": []string{"echo"}},
-//		Handler: func(ctx context.Context, t *workerclient.Task) error {
+//		Handler: func(ctx context.Context, t *workerclient.LeasedTask) error {
 //			return nil // succeeded
 //		},
 //	})

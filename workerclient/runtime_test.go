@@ -53,9 +53,12 @@ type fakeGateway struct {
 	interval float64 // heartbeat_interval_seconds
 
 	mu         sync.Mutex
+	overGrant  bool // ignore max_tasks
 	queue      []Lease
 	wake       chan struct{} // closed when the queue grows
 	tokens     map[uuid.UUID]string
+	intervals  map[uuid.UUID]float64
+	calls      map[string]int // every call, failed ones included
 	state      map[uuid.UUID]LeaseState
 	byKey      map[string][]Lease // poll idempotency keys
 	faults     map[string][]fault
@@ -71,6 +74,8 @@ func newFakeGateway(t *testing.T) *fakeGateway {
 		t: t, mux: http.NewServeMux(), ttl: 30, interval: 10,
 		wake:      make(chan struct{}),
 		tokens:    map[uuid.UUID]string{},
+		intervals: map[uuid.UUID]float64{},
+		calls:     map[string]int{},
 		state:     map[uuid.UUID]LeaseState{},
 		byKey:     map[string][]Lease{},
 		faults:    map[string][]fault{},
@@ -115,6 +120,7 @@ func (g *fakeGateway) enqueue(payload string, edit ...func(*Lease)) Lease {
 	defer g.mu.Unlock()
 	g.queue = append(g.queue, l)
 	g.tokens[l.AttemptId] = l.LeaseToken
+	g.intervals[l.AttemptId] = l.HeartbeatIntervalSeconds
 	g.state[l.AttemptId] = "active"
 	close(g.wake)
 	g.wake = make(chan struct{})
@@ -145,6 +151,12 @@ func (g *fakeGateway) completionsOf(id uuid.UUID) []completion {
 	return append([]completion(nil), g.completes[id]...)
 }
 
+func (g *fakeGateway) callCount(op string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.calls[op]
+}
+
 func (g *fakeGateway) pollRecords() []pollRecord {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -161,6 +173,7 @@ func (g *fakeGateway) heartbeatCalls() [][]uuid.UUID {
 func (g *fakeGateway) RoundTrip(req *http.Request) (*http.Response, error) {
 	op := req.URL.Path[strings.LastIndex(req.URL.Path, "/")+1:]
 	g.mu.Lock()
+	g.calls[op]++
 	var f fault
 	if q := g.faults[op]; len(q) > 0 {
 		f, g.faults[op] = q[0], q[1:]
@@ -225,6 +238,9 @@ func (g *fakeGateway) handleLeases(w http.ResponseWriter, r *http.Request) {
 	for {
 		g.mu.Lock()
 		n := min(*req.MaxTasks, len(g.queue))
+		if g.overGrant {
+			n = len(g.queue)
+		}
 		granted := append([]Lease{}, g.queue[:n]...)
 		g.queue = g.queue[n:]
 		wake := g.wake
@@ -249,7 +265,8 @@ func (g *fakeGateway) handleLeases(w http.ResponseWriter, r *http.Request) {
 
 // status answers for one lease, given its token.
 func (g *fakeGateway) status(id uuid.UUID, token string) LeaseStatus {
-	st := LeaseStatus{AttemptId: id, State: g.state[id], LeaseTtlSeconds: g.ttl, HeartbeatIntervalSeconds: &g.interval}
+	interval := g.intervals[id]
+	st := LeaseStatus{AttemptId: id, State: g.state[id], LeaseTtlSeconds: g.ttl, HeartbeatIntervalSeconds: &interval}
 	if g.tokens[id] != token || st.State == "" {
 		st.State = "lost"
 	}
@@ -453,7 +470,6 @@ func TestHeartbeatsRenewAllLeasesInOneCall(t *testing.T) {
 		stop := runInBackground(t.Context(), w)
 		slow := g.enqueue(`{}`)
 		fast := g.enqueue(`{}`, func(l *Lease) { l.HeartbeatIntervalSeconds = 4 })
-		start := time.Now()
 		time.Sleep(25 * time.Second)
 
 		calls := g.heartbeatCalls()
@@ -461,7 +477,6 @@ func TestHeartbeatsRenewAllLeasesInOneCall(t *testing.T) {
 		for _, ids := range calls {
 			assert.ElementsMatch(t, []uuid.UUID{slow.AttemptId, fast.AttemptId}, ids, "one call renews every lease")
 		}
-		_ = start
 		close(release)
 		waitFor(t, time.Minute, func() bool {
 			return len(g.completionsOf(slow.AttemptId)) == 1 && len(g.completionsOf(fast.AttemptId)) == 1
@@ -563,7 +578,7 @@ func TestLeaseExpiresLocallyWhenHeartbeatsFail(t *testing.T) {
 		time.Sleep(time.Second)
 		require.NoError(t, stop())
 		assert.Empty(t, g.completionsOf(l.AttemptId))
-		assert.Greater(t, len(g.heartbeatCalls())+1, 0)
+		assert.Greater(t, g.callCount("heartbeat"), 3, "failed renewals are retried")
 	})
 }
 
@@ -700,7 +715,7 @@ func TestPollRetryReusesItsIdempotencyKey(t *testing.T) {
 	})
 }
 
-func TestPollRefusalsBackOff(t *testing.T) {
+func TestPollErrorsBackOff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newFakeGateway(t)
 		g.setDown("leases", true)
@@ -708,23 +723,23 @@ func TestPollRefusalsBackOff(t *testing.T) {
 		stop := runInBackground(t.Context(), w)
 		time.Sleep(time.Minute)
 		require.NoError(t, stop())
-		// Transport errors never reach the gateway's record; count them by
-		// letting the next one through instead.
-		g.setDown("leases", false)
+		// Full jitter capped at 5 s averages 2.5 s a retry once capped.
+		n := g.callCount("leases")
+		assert.True(t, n > 10 && n < 100, "%d polls in a minute of transport errors", n)
+	})
+}
 
-		g2 := newFakeGateway(t)
+func TestPollHonoursRetryAfter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newFakeGateway(t)
 		for range 100 {
-			g2.inject("leases", fault{status: http.StatusTooManyRequests, code: "too-many-requests", retryAfter: "2"})
+			g.inject("leases", fault{status: http.StatusTooManyRequests, code: "too-many-requests", retryAfter: "2"})
 		}
-		g2.inject("leases", fault{}) // then a normal poll
-		w2 := g2.runtime(Config{Handler: func(context.Context, *LeasedTask) error { return nil }})
-		stop2 := runInBackground(t.Context(), w2)
-		time.Sleep(10 * time.Second)
-		require.NoError(t, stop2())
-		g2.mu.Lock()
-		left := len(g2.faults["leases"])
-		g2.mu.Unlock()
-		assert.Equal(t, 101-5, left, "Retry-After: 2 allows 5 polls in 10 s (t=0,2,4,6,8)")
+		w := g.runtime(Config{Handler: func(context.Context, *LeasedTask) error { return nil }})
+		stop := runInBackground(t.Context(), w)
+		time.Sleep(9 * time.Second)
+		require.NoError(t, stop())
+		assert.Equal(t, 5, g.callCount("leases"), "Retry-After: 2 allows polls at 0, 2, 4, 6 and 8 s")
 	})
 }
 
@@ -770,5 +785,70 @@ func TestRunTwiceAtOnceIsRefused(t *testing.T) {
 		time.Sleep(time.Second)
 		assert.ErrorContains(t, w.Run(t.Context()), "already running")
 		require.NoError(t, stop())
+	})
+}
+
+func TestLeasesBeyondFreeSlotsAreGivenBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newFakeGateway(t)
+		g.overGrant = true
+		started := make(chan uuid.UUID, 3)
+		w := g.runtime(Config{Slots: 1, Handler: func(ctx context.Context, task *LeasedTask) error {
+			started <- task.AttemptID
+			<-ctx.Done()
+			return nil
+		}})
+		ls := []Lease{g.enqueue(`{}`), g.enqueue(`{}`), g.enqueue(`{}`)}
+		stop := runInBackground(t.Context(), w)
+		ran := <-started
+		time.Sleep(time.Second)
+		assert.Empty(t, started, "one slot, one handler")
+		for _, l := range ls {
+			if l.AttemptId == ran {
+				assert.Empty(t, g.completionsOf(l.AttemptId))
+				continue
+			}
+			cs := g.completionsOf(l.AttemptId)
+			require.Len(t, cs, 1)
+			assert.Equal(t, AttemptOutcomeCancelled, cs[0].req.Outcome)
+			assert.Equal(t, CodeOverCapacity, cs[0].req.Error.Code)
+		}
+		g.setState(ran, "cancel_requested")
+		require.NoError(t, stop())
+	})
+}
+
+func TestStartIsRetriedThenTheHandlerRuns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newFakeGateway(t)
+		g.inject("start",
+			fault{status: http.StatusServiceUnavailable, code: "unavailable"},
+			fault{transport: true},
+		)
+		w := g.runtime(Config{Handler: func(context.Context, *LeasedTask) error { return nil }})
+		stop := runInBackground(t.Context(), w)
+		l := g.enqueue(`{}`)
+		waitFor(t, time.Minute, func() bool { return len(g.completionsOf(l.AttemptId)) == 1 })
+		require.NoError(t, stop())
+		assert.Equal(t, 3, g.callCount("start"))
+		assert.Equal(t, AttemptOutcomeSucceeded, g.completionsOf(l.AttemptId)[0].req.Outcome)
+	})
+}
+
+func TestStartLeaseLostSkipsTheHandler(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newFakeGateway(t)
+		g.inject("start", fault{status: http.StatusConflict, code: "lease-lost"})
+		called := false
+		w := g.runtime(Config{Handler: func(context.Context, *LeasedTask) error {
+			called = true
+			return nil
+		}})
+		stop := runInBackground(t.Context(), w)
+		l := g.enqueue(`{}`)
+		time.Sleep(time.Minute)
+		require.NoError(t, stop())
+		assert.False(t, called)
+		assert.Empty(t, g.completionsOf(l.AttemptId))
 	})
 }

@@ -4,6 +4,8 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -32,6 +34,7 @@ func mtlsServer(t *testing.T, ca *pki.CA) *httptest.Server {
 		fmt.Fprintf(w, "%s %x %s", r.Proto, r.TLS.Version, r.TLS.PeerCertificates[0].Subject.CommonName)
 	}))
 	srv.EnableHTTP2 = true
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // rejected handshakes are expected
 	srv.TLS = &tls.Config{
 		Certificates: []tls.Certificate{pair},
 		ClientAuth:   tls.RequireAndVerifyClientCert,

@@ -436,7 +436,7 @@ func (r *runner) drain() {
 	n := len(r.leases)
 	r.mu.Unlock()
 	if n > 0 {
-		r.log.Info("draining running tasks", "tasks", n, "drain_timeout", r.w.cfg.DrainTimeout)
+		r.log.Info("draining running tasks", "tasks", n, "drain_timeout", r.w.cfg.DrainTimeout.String())
 	}
 	timer := time.NewTimer(r.w.cfg.DrainTimeout)
 	defer timer.Stop()
@@ -527,7 +527,7 @@ func (r *runner) pollLoop(ctx context.Context) {
 			continue
 		}
 		delay := retryDelay(err, &bo)
-		r.log.Warn("poll failed; retrying", "error", err, "retry_in", delay)
+		r.log.Warn("poll failed; retrying", "error", err, "retry_in", delay.String())
 		if !sleep(ctx, delay) {
 			return
 		}
@@ -606,7 +606,7 @@ func (r *runner) startLeases(leases []Lease, sent time.Time) {
 			})
 		default:
 			ls.log.Info("lease acquired", "attempt_number", ls.task.AttemptNumber,
-				"max_attempts", ls.task.MaxAttempts, "lease_ttl", ls.expiresAt.Sub(sent))
+				"max_attempts", ls.task.MaxAttempts, "lease_ttl", ls.expiresAt.Sub(sent).String())
 			r.tasks.Go(func() { r.runTask(ls) })
 		}
 	}
@@ -758,7 +758,7 @@ func (r *runner) start(ls *lease) {
 			return
 		}
 		delay := retryDelay(err, &bo)
-		ls.log.Warn("start failed; retrying", "error", err, "retry_in", delay)
+		ls.log.Warn("start failed; retrying", "error", err, "retry_in", delay.String())
 		if !sleep(ctx, delay) {
 			if ls.ctx.Err() == nil {
 				ls.log.Warn("could not start the attempt; running it anyway")
@@ -814,7 +814,7 @@ func (r *runner) complete(ls *lease, req CompleteRequest) {
 			return
 		}
 		delay := retryDelay(err, &bo)
-		ls.log.Warn("completion failed; retrying", "error", err, "retry_in", delay)
+		ls.log.Warn("completion failed; retrying", "error", err, "retry_in", delay.String())
 		if !sleep(ctx, delay) {
 			ls.log.Error("giving up completing the attempt; its lease will expire", "outcome", req.Outcome, "error", err)
 			return
@@ -941,7 +941,7 @@ func (r *runner) heartbeatLoop(ctx context.Context) {
 			}
 			delay := retryDelay(err, &bo)
 			retryAt = time.Now().Add(delay)
-			r.log.Warn("heartbeat failed; retrying", "error", err, "retry_in", delay)
+			r.log.Warn("heartbeat failed; retrying", "error", err, "retry_in", delay.String())
 			continue
 		}
 		bo.reset()

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/worker-gateway/gateway/workerclient"
+)
+
+func runTask(t *testing.T, ctx context.Context, taskType, payload string) error {
+	t.Helper()
+	h := handle(slog.New(slog.DiscardHandler))
+	return h(ctx, &workerclient.LeasedTask{Type: taskType, Payload: json.RawMessage(payload)})
+}
+
+func taskError(t *testing.T, err error) *workerclient.TaskError {
+	t.Helper()
+	var te *workerclient.TaskError
+	require.ErrorAs(t, err, &te)
+	return te
+}
+
+func TestPluginNamesAreTheCapability(t *testing.T) {
+	assert.Equal(t, []string{"echo", "fail", "sleep"}, pluginNames())
+}
+
+func TestEcho(t *testing.T) {
+	assert.NoError(t, runTask(t, t.Context(), "scanner_plugin", `{"plugin":"echo","input":{"message":"hi"}}`))
+	assert.NoError(t, runTask(t, t.Context(), "scanner_plugin", `{"plugin":"echo"}`))
+}
+
+func TestSleep(t *testing.T) {
+	start := time.Now()
+	require.NoError(t, runTask(t, t.Context(), "scanner_plugin", `{"plugin":"sleep","input":{"seconds":0.05}}`))
+	assert.GreaterOrEqual(t, time.Since(start), 50*time.Millisecond)
+
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+	defer cancel()
+	err := runTask(t, ctx, "scanner_plugin", `{"plugin":"sleep","input":{"seconds":60}}`)
+	assert.ErrorIs(t, err, context.DeadlineExceeded, "sleep honours its context")
+
+	te := taskError(t, runTask(t, t.Context(), "scanner_plugin", `{"plugin":"sleep","input":{"seconds":-1}}`))
+	assert.Equal(t, "bad-input", te.Code)
+	te = taskError(t, runTask(t, t.Context(), "scanner_plugin", `{"plugin":"sleep","input":{"seconds":"long"}}`))
+	assert.Equal(t, "bad-input", te.Code)
+	assert.False(t, te.Retryable)
+}
+
+func TestFail(t *testing.T) {
+	te := taskError(t, runTask(t, t.Context(), "scanner_plugin",
+		`{"plugin":"fail","input":{"code":"target-unreachable","message":"refused","retryable":true}}`))
+	assert.Equal(t, workerclient.TaskError{Code: "target-unreachable", Message: "refused", Retryable: true}, *te)
+	te = taskError(t, runTask(t, t.Context(), "scanner_plugin", `{"plugin":"fail"}`))
+	assert.Equal(t, "plugin-failed", te.Code)
+	assert.False(t, te.Retryable)
+}
+
+func TestDispatchFailures(t *testing.T) {
+	for _, tc := range []struct{ taskType, payload, code string }{
+		{"scanner_plugin", `{"plugin":"nmap"}`, "unknown-plugin"},
+		{"scanner_plugin", `[1,2]`, "bad-payload"},
+		{"ai", `{"plugin":"echo"}`, "unsupported-task-type"},
+	} {
+		err := runTask(t, t.Context(), tc.taskType, tc.payload)
+		te := taskError(t, err)
+		assert.Equal(t, tc.code, te.Code, tc.payload)
+		assert.False(t, te.Retryable, "%s is permanent", tc.code)
+		assert.False(t, errors.Is(err, context.Canceled))
+	}
+}
