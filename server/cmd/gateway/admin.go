@@ -129,8 +129,14 @@ func (p devPKI) ServerKey() string       { return p.path("server-key.pem") }
 func (p devPKI) WorkerCert() string      { return p.path("worker.pem") }
 func (p devPKI) WorkerKey() string       { return p.path("worker-key.pem") }
 
+// The manual worker is a second identity for driving the protocol by hand
+// (curl, scripts) next to the running reference worker.
+func (p devPKI) ManualWorkerCert() string { return p.path("manual-worker.pem") }
+func (p devPKI) ManualWorkerKey() string  { return p.path("manual-worker-key.pem") }
+
 // issueDevCerts writes a development CA, a server certificate for
-// localhost/127.0.0.1/::1 and a worker client certificate. Existing files
+// localhost/127.0.0.1/::1 and two worker client certificates (the reference
+// worker's and one for driving the protocol by hand). Existing files
 // are kept, so restarts keep identities.
 func issueDevCerts(dir, workerName string) error {
 	p := devPKI{dir}
@@ -158,5 +164,12 @@ func issueDevCerts(dir, workerName string) error {
 	if err != nil {
 		return err
 	}
-	return w.WriteFiles(p.WorkerCert(), p.WorkerKey())
+	if err := w.WriteFiles(p.WorkerCert(), p.WorkerKey()); err != nil {
+		return err
+	}
+	manual, err := ca.IssueClient("manual-worker", 365*24*time.Hour)
+	if err != nil {
+		return err
+	}
+	return manual.WriteFiles(p.ManualWorkerCert(), p.ManualWorkerKey())
 }

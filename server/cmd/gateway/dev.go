@@ -85,6 +85,9 @@ func runDev(ctx context.Context, args []string, logger *slog.Logger) error {
 		{"CA_CERT", certs.CACert()},
 		{"WORKER_CERT", certs.WorkerCert()},
 		{"WORKER_KEY", certs.WorkerKey()},
+		{"MANUAL_WORKER_ID", demo.manualWorker},
+		{"MANUAL_WORKER_CERT", certs.ManualWorkerCert()},
+		{"MANUAL_WORKER_KEY", certs.ManualWorkerKey()},
 		{"DATABASE_URL", c.databaseURL},
 	}
 	if err := writeEnvFile(envFile, vars); err != nil {
@@ -117,7 +120,35 @@ func isDuplicateDatabase(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.DuplicateDatabase
 }
 
-type demoIDs struct{ organization, worker, token string }
+type demoIDs struct{ organization, worker, manualWorker, token string }
+
+// ensureWorker finds the worker registered with a certificate, or creates
+// it, and assigns it to the organization.
+func ensureWorker(ctx context.Context, st *store.Store, name, certFile string, org uuid.UUID) (string, error) {
+	pemBytes, err := os.ReadFile(certFile)
+	if err != nil {
+		return "", err
+	}
+	cert, err := pki.ParseCertificatePEM(pemBytes)
+	if err != nil {
+		return "", err
+	}
+	identity, err := st.WorkerByFingerprint(ctx, pki.Fingerprint(cert))
+	if errors.Is(err, store.ErrNotFound) {
+		w, err := st.CreateWorker(ctx, store.CreateWorkerParams{Name: name, WorkerType: "scanner", MaxConcurrentTasks: 4,
+			CertificateFingerprint: pki.Fingerprint(cert), CertificateSubject: cert.Subject.String()}, time.Minute)
+		if err != nil {
+			return "", err
+		}
+		identity.ID = w.ID
+	} else if err != nil {
+		return "", err
+	}
+	if _, err := st.AssignWorker(ctx, store.Scope{}, org, identity.ID); err != nil {
+		return "", err
+	}
+	return identity.ID.String(), nil
+}
 
 // seedDemo creates (or finds, on a restart) the demo organization and
 // worker, assigns them, mints a fresh admin token, and queues a few demo
@@ -139,28 +170,13 @@ func seedDemo(ctx context.Context, databaseURL string, certs devPKI) (demoIDs, e
 		}
 		ids.organization = o.ID.String()
 	}
-	pemBytes, err := os.ReadFile(certs.WorkerCert())
+	orgID := uuid.MustParse(ids.organization)
+	ids.worker, err = ensureWorker(ctx, st, "demo-worker", certs.WorkerCert(), orgID)
 	if err != nil {
 		return demoIDs{}, err
 	}
-	cert, err := pki.ParseCertificatePEM(pemBytes)
+	ids.manualWorker, err = ensureWorker(ctx, st, "manual-worker", certs.ManualWorkerCert(), orgID)
 	if err != nil {
-		return demoIDs{}, err
-	}
-	identity, err := st.WorkerByFingerprint(ctx, pki.Fingerprint(cert))
-	if errors.Is(err, store.ErrNotFound) {
-		w, err := st.CreateWorker(ctx, store.CreateWorkerParams{Name: "demo-worker", WorkerType: "scanner", MaxConcurrentTasks: 4,
-			CertificateFingerprint: pki.Fingerprint(cert), CertificateSubject: cert.Subject.String()}, time.Minute)
-		if err != nil {
-			return demoIDs{}, err
-		}
-		identity.ID = w.ID
-	} else if err != nil {
-		return demoIDs{}, err
-	}
-	ids.worker = identity.ID.String()
-	orgID, workerID := uuid.MustParse(ids.organization), identity.ID
-	if _, err := st.AssignWorker(ctx, store.Scope{}, orgID, workerID); err != nil {
 		return demoIDs{}, err
 	}
 	if ids.token, _, err = st.CreateAPIToken(ctx, store.CreateAPITokenParams{Name: "dev admin", Scopes: []string{"admin"}}); err != nil {
