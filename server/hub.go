@@ -38,6 +38,8 @@ type Hub struct {
 	closeOnce sync.Once
 	waiting   atomic.Int64
 	connected atomic.Bool
+	// connects counts LISTEN (re)connections, for tests and metrics.
+	connects atomic.Int64
 }
 
 // Waiter is one registered long-poll.

@@ -43,6 +43,7 @@ func (s *Server) listenOnce(ctx context.Context, databaseURL string) error {
 		return err
 	}
 	s.hub.connected.Store(true)
+	s.hub.connects.Add(1)
 	if err := s.catchUp(ctx); err != nil {
 		return err
 	}

@@ -193,6 +193,9 @@ func (s *Server) Run(ctx context.Context, databaseURL string) error {
 // ListenerReady reports whether the LISTEN connection is up (readiness).
 func (s *Server) ListenerReady() bool { return s.hub.Connected() }
 
+// ListenerConnects counts how often the LISTEN connection was established.
+func (s *Server) ListenerConnects() int64 { return s.hub.connects.Load() }
+
 // TLSConfig is the gateway's TLS server configuration: TLS 1.3 only, and a
 // client certificate requested (not required: enrollment and the control
 // plane come without one). Certificates are not verified against a CA here:

@@ -179,3 +179,37 @@ func waitingPolls(t *testing.T, g *harness.Gateway) int {
 	require.NoError(t, g.Pool.QueryRow(context.Background(), `SELECT count(*) FROM workers WHERE last_seen_at IS NOT NULL`).Scan(&n))
 	return n
 }
+
+// TestListenReconnectsAndCatchesUp kills the replica's LISTEN connection:
+// the hub reconnects, wakes its waiters for a catch-up pass, and wake-ups
+// work again afterwards.
+func TestListenReconnectsAndCatchesUp(t *testing.T) {
+	t.Parallel()
+	g := harness.Start(t)
+	org := g.NewOrganization(t, "acme")
+	w := g.NewWorker(t, "w1", 2, org)
+	before := g.Server.ListenerConnects()
+
+	got := make(chan []workerclient.Lease, 1)
+	go func() { got <- lease(t, w, 1, 25) }()
+	harness.WaitFor(t, 10*time.Second, "poll waiting", func() bool { return g.Server.Hub().Waiting() == 1 })
+
+	// A task committed without a NOTIFY, as if it had been sent while the
+	// replica was not listening: only a catch-up pass can deliver it.
+	_, err := g.Pool.Exec(context.Background(), `INSERT INTO worker_tasks (task_type, organization_id, payload)
+		VALUES ('scanner_plugin', $1, '{"plugin": "echo"}')`, org)
+	require.NoError(t, err)
+	var killed int
+	require.NoError(t, g.Pool.QueryRow(context.Background(), `
+		SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE datname = current_database() AND query LIKE 'LISTEN%'`).Scan(&killed))
+	require.Equal(t, 1, killed)
+	harness.WaitFor(t, 20*time.Second, "LISTEN reconnected", func() bool { return g.Server.ListenerConnects() > before })
+	require.Len(t, <-got, 1, "the catch-up pass woke the waiting poll")
+
+	// And NOTIFY wake-ups work on the new connection.
+	go func() { got <- lease(t, w, 1, 25) }()
+	harness.WaitFor(t, 10*time.Second, "poll waiting again", func() bool { return g.Server.Hub().Waiting() == 1 })
+	g.CreateTask(t, org, harness.TaskSpec{})
+	require.Len(t, <-got, 1)
+}
