@@ -55,6 +55,11 @@ WITH req AS (
 		AND a.status IN (` + activeStatuses + `) AND a.lease_expires_at > now()
 		AND t.id = a.task_id
 	RETURNING a.id, a.task_id, a.lease_expires_at, t.state, t.lease_duration_seconds
+), touched AS (
+	-- A worker that only heartbeats (busy, not polling) is still online.
+	-- Throttled, so most renewals do not write the workers row.
+	UPDATE workers SET last_seen_at = now()
+	WHERE id = $1 AND (last_seen_at IS NULL OR last_seen_at < now() - interval '2 seconds')
 ), started AS (
 	UPDATE worker_tasks t SET state = '` + string(TaskTransitions[EventStart].To) + `', updated_at = now()
 	FROM renewed n
@@ -123,7 +128,10 @@ func (s *Store) HeartbeatAttempt(ctx context.Context, ref AttemptRef) (LeaseStat
 		}
 		return nil
 	})
-	return st, err
+	if err != nil {
+		return LeaseStatus{}, err
+	}
+	return st, nil
 }
 
 // StartAttempt moves a leased attempt to running, renewing its lease as a
