@@ -129,7 +129,10 @@ func (s *Store) CompleteAttempt(ctx context.Context, p CompleteParams) (Complete
 		}
 		return notify(ctx, tx, wakeups...)
 	})
-	return res, err
+	if err != nil {
+		return CompleteResult{}, err
+	}
+	return res, nil
 }
 
 // completionEvent decides which edge a completion takes from the task's
@@ -172,7 +175,11 @@ func replayCompletion(ctx context.Context, tx pgx.Tx, p CompleteParams, res *Com
 		return fmt.Errorf("classify completion: %w", err)
 	case token != p.LeaseToken:
 		return ErrLeaseLost
-	case AttemptStatus(status) == p.Outcome && resultState != "":
+	case resultState == "":
+		// Still active with an expired lease, or ended by expiry, timeout
+		// or policy rather than by a completion: the lease is what was lost.
+		return ErrLeaseLost
+	case AttemptStatus(status) == p.Outcome:
 		res.Replayed = true
 		res.TaskState = TaskState(resultState)
 		res.FinishedAt = *finishedAt
@@ -180,10 +187,8 @@ func replayCompletion(ctx context.Context, tx pgx.Tx, p CompleteParams, res *Com
 			res.RetryAt = &retryAt
 		}
 		return nil
-	case AttemptStatus(status) == AttemptSucceeded || AttemptStatus(status) == AttemptFailed || AttemptStatus(status) == AttemptCancelled:
-		return ErrAttemptFinished
 	default:
-		return ErrLeaseLost
+		return ErrAttemptFinished
 	}
 }
 

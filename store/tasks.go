@@ -102,7 +102,10 @@ func (s *Store) CreateTask(ctx context.Context, p CreateTaskParams) (task Task, 
 		}
 		return notify(ctx, tx, Wakeup{Kind: WakeOrganization, Organization: task.OrganizationID, Count: 1})
 	})
-	return task, replayed, err
+	if err != nil {
+		return Task{}, false, err
+	}
+	return task, replayed, nil
 }
 
 func createTask(ctx context.Context, tx pgx.Tx, p CreateTaskParams) (Task, bool, error) {
@@ -337,7 +340,10 @@ func (s *Store) CancelTask(ctx context.Context, scope Scope, id uuid.UUID) (Task
 		}
 		return ErrTaskFinished
 	})
-	return task, err
+	if err != nil {
+		return Task{}, err
+	}
+	return task, nil
 }
 
 // RetryTask (redrive) moves a dead-lettered or cancelled task back to
@@ -366,7 +372,10 @@ func (s *Store) RetryTask(ctx context.Context, scope Scope, id uuid.UUID) (Task,
 		}
 		return notify(ctx, tx, Wakeup{Kind: WakeOrganization, Organization: task.OrganizationID, Count: 1})
 	})
-	return task, err
+	if err != nil {
+		return Task{}, err
+	}
+	return task, nil
 }
 
 func (s *Store) readScopedTask(ctx context.Context, ex executor, scope Scope, id uuid.UUID) (Task, error) {
