@@ -169,7 +169,10 @@ func (s *Store) RenewLeases(ctx context.Context, p RenewParams) ([]LeaseStatus, 
 		out, err = renew(ctx, tx, p.WorkerID, refs)
 		return err
 	})
-	return out, err
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // touchWorker records that a worker was seen, refusing a revoked one.

@@ -200,7 +200,10 @@ func (s *Store) AcquireLeases(ctx context.Context, p AcquireParams) (AcquireResu
 		res.FreeSlots -= len(leases)
 		return nil
 	})
-	return res, err
+	if err != nil {
+		return AcquireResult{}, err
+	}
+	return res, nil
 }
 
 // whyNoWorker decides, after the worker row did not match, between an
