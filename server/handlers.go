@@ -196,3 +196,13 @@ func pageParams(cursor *string, limit *int) (*store.Cursor, int, error) {
 	c, err := store.DecodeCursor(*cursor)
 	return c, n, err
 }
+
+// mapSlice converts a page of store rows to the contract's items (never a
+// nil slice: the contract's lists are arrays).
+func mapSlice[T, A any](rows []T, convert func(T) A) []A {
+	out := make([]A, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, convert(r))
+	}
+	return out
+}

@@ -111,11 +111,7 @@ func (h *handlers) HeartbeatWorker(ctx context.Context, req api.HeartbeatWorkerR
 	if err != nil {
 		return nil, err
 	}
-	out := api.HeartbeatWorker200JSONResponse{Leases: make([]api.LeaseStatus, 0, len(statuses))}
-	for _, st := range statuses {
-		out.Leases = append(out.Leases, h.toLeaseStatus(st))
-	}
-	return out, nil
+	return api.HeartbeatWorker200JSONResponse{Leases: mapSlice(statuses, h.toLeaseStatus)}, nil
 }
 
 // pollLimiter bounds concurrent long-polls per worker and per replica.

@@ -37,11 +37,7 @@ func (h *handlers) ListOrganizations(ctx context.Context, req api.ListOrganizati
 	if err != nil {
 		return nil, err
 	}
-	out := api.ListOrganizations200JSONResponse{Items: make([]api.Organization, 0, len(orgs)), NextCursor: encodeCursor(next)}
-	for _, o := range orgs {
-		out.Items = append(out.Items, toOrganization(o))
-	}
-	return out, nil
+	return api.ListOrganizations200JSONResponse{Items: mapSlice(orgs, toOrganization), NextCursor: encodeCursor(next)}, nil
 }
 
 // GetOrganization returns one organization.

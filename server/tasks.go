@@ -120,11 +120,7 @@ func (h *handlers) ListTasks(ctx context.Context, req api.ListTasksRequestObject
 	if err != nil {
 		return nil, err
 	}
-	out := api.ListTasks200JSONResponse{Items: make([]api.Task, 0, len(tasks)), NextCursor: encodeCursor(next)}
-	for _, t := range tasks {
-		out.Items = append(out.Items, toTask(t))
-	}
-	return out, nil
+	return api.ListTasks200JSONResponse{Items: mapSlice(tasks, toTask), NextCursor: encodeCursor(next)}, nil
 }
 
 // GetTask returns a task with its attempts and pending reason.
@@ -145,10 +141,7 @@ func (h *handlers) GetTask(ctx context.Context, req api.GetTaskRequestObject) (a
 		AvailableAt: t.AvailableAt, ExecutionDeadlineAt: t.ExecutionDeadlineAt, LeaseDurationSeconds: t.LeaseDurationSeconds,
 		AttemptTimeoutSeconds: t.AttemptTimeoutSeconds, CancelRequestedAt: t.CancelRequestedAt, CompletedAt: t.CompletedAt,
 		LastErrorCode: t.LastErrorCode, LastError: t.LastError, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
-		Attempts: make([]api.Attempt, 0, len(attempts)),
-	}
-	for _, a := range attempts {
-		out.Attempts = append(out.Attempts, toAttempt(a))
+		Attempts: mapSlice(attempts, toAttempt),
 	}
 	return out, nil
 }

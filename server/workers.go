@@ -70,11 +70,7 @@ func (h *handlers) ListWorkers(ctx context.Context, req api.ListWorkersRequestOb
 	if err != nil {
 		return nil, err
 	}
-	out := api.ListWorkers200JSONResponse{Items: make([]api.Worker, 0, len(workers)), NextCursor: encodeCursor(next)}
-	for _, w := range workers {
-		out.Items = append(out.Items, toWorker(w))
-	}
-	return out, nil
+	return api.ListWorkers200JSONResponse{Items: mapSlice(workers, toWorker), NextCursor: encodeCursor(next)}, nil
 }
 
 // GetWorker returns one worker.

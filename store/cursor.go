@@ -41,3 +41,14 @@ func DecodeCursor(s string) (*Cursor, error) {
 	}
 	return &Cursor{Time: t, ID: u}, nil
 }
+
+// page trims a listing fetched with limit+1 rows to limit and returns the
+// cursor of the next page, or nil when this was the last.
+func page[T any](rows []T, limit int, position func(T) Cursor) ([]T, *Cursor) {
+	if len(rows) <= limit {
+		return rows, nil
+	}
+	rows = rows[:limit]
+	next := position(rows[limit-1])
+	return rows, &next
+}

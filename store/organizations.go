@@ -69,10 +69,6 @@ func (s *Store) ListOrganizations(ctx context.Context, scope Scope, after *Curso
 	if err != nil {
 		return nil, nil, fmt.Errorf("list organizations: %w", err)
 	}
-	var next *Cursor
-	if len(orgs) > limit {
-		orgs = orgs[:limit]
-		next = &Cursor{Time: orgs[limit-1].CreatedAt, ID: orgs[limit-1].ID}
-	}
+	orgs, next := page(orgs, limit, func(o Organization) Cursor { return Cursor{Time: o.CreatedAt, ID: o.ID} })
 	return orgs, next, nil
 }

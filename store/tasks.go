@@ -301,12 +301,7 @@ func (s *Store) ListTasks(ctx context.Context, p ListTasksParams) ([]Task, *Curs
 	if err != nil {
 		return nil, nil, fmt.Errorf("list tasks: %w", err)
 	}
-	var next *Cursor
-	if len(tasks) > p.Limit {
-		tasks = tasks[:p.Limit]
-		last := tasks[len(tasks)-1]
-		next = &Cursor{Time: last.CreatedAt, ID: last.ID}
-	}
+	tasks, next := page(tasks, p.Limit, func(t Task) Cursor { return Cursor{Time: t.CreatedAt, ID: t.ID} })
 	return tasks, next, nil
 }
 

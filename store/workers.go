@@ -119,11 +119,7 @@ func (s *Store) ListWorkers(ctx context.Context, scope Scope, after *Cursor, lim
 	if err != nil {
 		return nil, nil, fmt.Errorf("list workers: %w", err)
 	}
-	var next *Cursor
-	if len(workers) > limit {
-		workers = workers[:limit]
-		next = &Cursor{Time: workers[limit-1].CreatedAt, ID: workers[limit-1].ID}
-	}
+	workers, next := page(workers, limit, func(w Worker) Cursor { return Cursor{Time: w.CreatedAt, ID: w.ID} })
 	return workers, next, nil
 }
 
