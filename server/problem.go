@@ -81,6 +81,14 @@ func problemFor(err error) *Problem {
 		return newProblem(http.StatusForbidden, "worker-disabled", "this worker is disabled")
 	case errors.Is(err, store.ErrConflict):
 		return withCause(newProblem(http.StatusConflict, "conflict", conflictDetail(err)), err)
+	case errors.Is(err, store.ErrIdempotencyInFlight):
+		p := newProblem(http.StatusConflict, "idempotency-in-flight", "a request with this Idempotency-Key is still being processed; retry it")
+		p.RetryAfter = 1
+		return p
+	case errors.Is(err, store.ErrSequenceUsed):
+		return newProblem(http.StatusConflict, "sequence-number-used", "another batch of this attempt already has this sequence number")
+	case errors.Is(err, store.ErrScanFinished):
+		return newProblem(http.StatusConflict, "scan-finished", "the scan already finished")
 	case errors.Is(err, store.ErrInvalid):
 		return newProblem(http.StatusBadRequest, "bad-request", err.Error())
 	case isUnavailable(err):

@@ -53,6 +53,9 @@ type Limits struct {
 	LeaseBody int64
 	// TaskBody bounds task creation, and so a task's payload.
 	TaskBody int64
+	// ResultBody bounds one result batch; RecordsPerBatch its records.
+	ResultBody      int64
+	RecordsPerBatch int
 	// PollsPerWorker bounds one worker's concurrent long-polls; MaxPolls
 	// bounds them for the whole replica. Past either: 429 with Retry-After.
 	PollsPerWorker int
@@ -66,6 +69,8 @@ func (l Limits) bodyLimitFor(method, path string) int64 {
 		return l.LeaseBody
 	case method == http.MethodPost && path == "/v1/tasks":
 		return l.TaskBody
+	case method == http.MethodPost && strings.HasPrefix(path, "/v1/attempts/") && strings.HasSuffix(path, "/results"):
+		return l.ResultBody
 	}
 	return l.DefaultBody
 }
@@ -79,11 +84,13 @@ func DefaultConfig() Config {
 		SweepIdleInterval: 15 * time.Second,
 		SweepBatch:        500,
 		Limits: Limits{
-			DefaultBody:    256 << 10,
-			LeaseBody:      64 << 10,
-			TaskBody:       1 << 20,
-			PollsPerWorker: 8,
-			MaxPolls:       20000,
+			DefaultBody:     256 << 10,
+			LeaseBody:       64 << 10,
+			TaskBody:        1 << 20,
+			ResultBody:      4 << 20,
+			RecordsPerBatch: 1000,
+			PollsPerWorker:  8,
+			MaxPolls:        20000,
 		},
 		Logger: slog.Default(),
 	}

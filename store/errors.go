@@ -20,7 +20,16 @@ var (
 	ErrWorkerDisabled       = errors.New("worker disabled")
 	ErrConflict             = errors.New("conflict with existing data")
 	ErrInvalid              = errors.New("invalid request")
+	ErrIdempotencyInFlight  = errors.New("a request with this idempotency key is still being processed")
+	ErrSequenceUsed         = errors.New("sequence number already used by another batch of this attempt")
+	ErrScanFinished         = errors.New("scan already finished")
 )
+
+// domainErrors are the sentinels callers tell apart; wrapOp leaves them as
+// they are.
+var domainErrors = []error{ErrNotFound, ErrLeaseLost, ErrAttemptFinished, ErrTaskFinished, ErrTaskNotRetryable,
+	ErrIdempotencyKeyReused, ErrWorkerRevoked, ErrWorkerDisabled, ErrConflict, ErrInvalid,
+	ErrIdempotencyInFlight, ErrSequenceUsed, ErrScanFinished}
 
 func isUniqueViolation(err error) bool {
 	var pgErr *pgconn.PgError

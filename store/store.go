@@ -69,8 +69,7 @@ func (s *Store) inTxOnce(ctx context.Context, name string, fn func(tx pgx.Tx) er
 // wrapOp names the operation in an unexpected error but leaves the domain
 // sentinels recognisable with errors.Is.
 func wrapOp(name string, err error) error {
-	for _, sentinel := range []error{ErrNotFound, ErrLeaseLost, ErrAttemptFinished, ErrTaskFinished,
-		ErrTaskNotRetryable, ErrIdempotencyKeyReused, ErrWorkerRevoked, ErrWorkerDisabled, ErrConflict, ErrInvalid} {
+	for _, sentinel := range domainErrors {
 		if errors.Is(err, sentinel) {
 			return err
 		}

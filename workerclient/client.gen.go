@@ -141,6 +141,96 @@ func (e PendingReason) Valid() bool {
 	}
 }
 
+// Defines values for ResultAckStatus.
+const (
+	Persisted ResultAckStatus = "persisted"
+)
+
+// Valid indicates whether the value is a known member of the ResultAckStatus enum.
+func (e ResultAckStatus) Valid() bool {
+	switch e {
+	case Persisted:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ResultRecordKind.
+const (
+	ResultRecordKindAsset  ResultRecordKind = "asset"
+	ResultRecordKindData   ResultRecordKind = "data"
+	ResultRecordKindThreat ResultRecordKind = "threat"
+)
+
+// Valid indicates whether the value is a known member of the ResultRecordKind enum.
+func (e ResultRecordKind) Valid() bool {
+	switch e {
+	case ResultRecordKindAsset:
+		return true
+	case ResultRecordKindData:
+		return true
+	case ResultRecordKindThreat:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ScanState.
+const (
+	ScanStateCancelled ScanState = "cancelled"
+	ScanStateCompleted ScanState = "completed"
+	ScanStateFailed    ScanState = "failed"
+	ScanStatePending   ScanState = "pending"
+	ScanStateRunning   ScanState = "running"
+)
+
+// Valid indicates whether the value is a known member of the ScanState enum.
+func (e ScanState) Valid() bool {
+	switch e {
+	case ScanStateCancelled:
+		return true
+	case ScanStateCompleted:
+		return true
+	case ScanStateFailed:
+		return true
+	case ScanStatePending:
+		return true
+	case ScanStateRunning:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for Severity.
+const (
+	Critical Severity = "critical"
+	High     Severity = "high"
+	Info     Severity = "info"
+	Low      Severity = "low"
+	Medium   Severity = "medium"
+)
+
+// Valid indicates whether the value is a known member of the Severity enum.
+func (e Severity) Valid() bool {
+	switch e {
+	case Critical:
+		return true
+	case High:
+		return true
+	case Info:
+		return true
+	case Low:
+		return true
+	case Medium:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for TaskState.
 const (
 	TaskStateCancelled      TaskState = "cancelled"
@@ -267,6 +357,31 @@ func (e UpdateWorkerParamsActive) Valid() bool {
 	}
 }
 
+// Asset defines model for Asset.
+type Asset struct {
+	Details         *JSONObject        `json:"details,omitempty"`
+	FirstSeenAt     time.Time          `json:"first_seen_at"`
+	Id              openapi_types.UUID `json:"id"`
+	LastSeenAt      time.Time          `json:"last_seen_at"`
+	NormalizedValue string             `json:"normalized_value"`
+	OrganizationId  openapi_types.UUID `json:"organization_id"`
+	Type            string             `json:"type"`
+	Value           string             `json:"value"`
+}
+
+// AssetList defines model for AssetList.
+type AssetList struct {
+	Items      []Asset `json:"items"`
+	NextCursor *string `json:"next_cursor,omitempty"`
+}
+
+// AssetRef defines model for AssetRef.
+type AssetRef struct {
+	// Type Asset type, e.g. `hostname`, `ip`, `port`, `url`, `certificate`.
+	Type  string `json:"type"`
+	Value string `json:"value"`
+}
+
 // Assignment defines model for Assignment.
 type Assignment struct {
 	AssignedAt time.Time `json:"assigned_at"`
@@ -336,6 +451,14 @@ type CompleteResponse struct {
 // CreateOrganizationRequest defines model for CreateOrganizationRequest.
 type CreateOrganizationRequest struct {
 	Name string `json:"name"`
+}
+
+// CreateScanRequest defines model for CreateScanRequest.
+type CreateScanRequest struct {
+	OrganizationId openapi_types.UUID `json:"organization_id"`
+	Plugins        []ScanPlugin       `json:"plugins"`
+	Priority       *int               `json:"priority,omitempty"`
+	Targets        []string           `json:"targets"`
 }
 
 // CreateTaskRequest defines model for CreateTaskRequest.
@@ -480,10 +603,115 @@ type RegisterCertificateRequest struct {
 	CertificatePem         *string `json:"certificate_pem,omitempty"`
 }
 
+// ResultAck defines model for ResultAck.
+type ResultAck struct {
+	// Assets Asset records ingested (new or seen again).
+	Assets         *int               `json:"assets,omitempty"`
+	AttemptId      openapi_types.UUID `json:"attempt_id"`
+	BatchId        openapi_types.UUID `json:"batch_id"`
+	ReceivedAt     time.Time          `json:"received_at"`
+	RecordCount    int                `json:"record_count"`
+	SequenceNumber int                `json:"sequence_number"`
+	Status         ResultAckStatus    `json:"status"`
+	TaskId         openapi_types.UUID `json:"task_id"`
+
+	// Threats Threat records ingested.
+	Threats *int `json:"threats,omitempty"`
+}
+
+// ResultAckStatus defines model for ResultAck.Status.
+type ResultAckStatus string
+
+// ResultBatch defines model for ResultBatch.
+type ResultBatch struct {
+	Records        []ResultRecord `json:"records"`
+	SequenceNumber int            `json:"sequence_number"`
+}
+
+// ResultBatchList defines model for ResultBatchList.
+type ResultBatchList struct {
+	Items      []StoredResultBatch `json:"items"`
+	NextCursor *string             `json:"next_cursor,omitempty"`
+}
+
+// ResultRecord One record. `asset`: an asset found (`asset`, optional `details`). `threat`: a finding on
+// an asset (`asset`, `title`, `severity`, optional `external_id` to deduplicate by and
+// `details`). `data`: anything else (`data`), stored for producers.
+type ResultRecord struct {
+	Asset      *AssetRef        `json:"asset,omitempty"`
+	Data       *JSONObject      `json:"data,omitempty"`
+	Details    *JSONObject      `json:"details,omitempty"`
+	ExternalId *string          `json:"external_id,omitempty"`
+	Kind       ResultRecordKind `json:"kind"`
+	Severity   *Severity        `json:"severity,omitempty"`
+	Title      *string          `json:"title,omitempty"`
+}
+
+// ResultRecordKind defines model for ResultRecord.Kind.
+type ResultRecordKind string
+
 // RetryPolicy Exponential backoff with full jitter between attempts.
 type RetryPolicy struct {
 	BaseSeconds *float64 `json:"base_seconds,omitempty"`
 	MaxSeconds  *float64 `json:"max_seconds,omitempty"`
+}
+
+// Scan defines model for Scan.
+type Scan struct {
+	CompletedAt    *time.Time         `json:"completed_at,omitempty"`
+	CreatedAt      time.Time          `json:"created_at"`
+	Id             openapi_types.UUID `json:"id"`
+	Jobs           []ScanJob          `json:"jobs"`
+	OrganizationId openapi_types.UUID `json:"organization_id"`
+	State          ScanState          `json:"state"`
+	Targets        []string           `json:"targets"`
+}
+
+// ScanJob defines model for ScanJob.
+type ScanJob struct {
+	CompletedAt *time.Time         `json:"completed_at,omitempty"`
+	Error       *string            `json:"error,omitempty"`
+	Id          openapi_types.UUID `json:"id"`
+	Input       JSONObject         `json:"input"`
+	PluginName  string             `json:"plugin_name"`
+	Position    int                `json:"position"`
+	StartedAt   *time.Time         `json:"started_at,omitempty"`
+	State       ScanState          `json:"state"`
+	Task        *Task              `json:"task,omitempty"`
+}
+
+// ScanList defines model for ScanList.
+type ScanList struct {
+	Items      []Scan  `json:"items"`
+	NextCursor *string `json:"next_cursor,omitempty"`
+}
+
+// ScanPlugin defines model for ScanPlugin.
+type ScanPlugin struct {
+	Input *JSONObject `json:"input,omitempty"`
+	Name  string      `json:"name"`
+
+	// RequiredCapabilities A JSON object; a task's `required_capabilities` must be contained in it (`@>`).
+	RequiredCapabilities *Capabilities `json:"required_capabilities,omitempty"`
+
+	// TimeoutSeconds The job's attempt timeout.
+	TimeoutSeconds *int `json:"timeout_seconds,omitempty"`
+}
+
+// ScanState defines model for ScanState.
+type ScanState string
+
+// Severity defines model for Severity.
+type Severity string
+
+// StoredResultBatch defines model for StoredResultBatch.
+type StoredResultBatch struct {
+	AttemptId      openapi_types.UUID `json:"attempt_id"`
+	AttemptNumber  *int               `json:"attempt_number,omitempty"`
+	BatchId        openapi_types.UUID `json:"batch_id"`
+	ReceivedAt     time.Time          `json:"received_at"`
+	Records        []ResultRecord     `json:"records"`
+	SequenceNumber int                `json:"sequence_number"`
 }
 
 // Task defines model for Task.
@@ -573,6 +801,27 @@ type TaskState string
 // TaskType defines model for TaskType.
 type TaskType string
 
+// Threat defines model for Threat.
+type Threat struct {
+	Asset     AssetRef    `json:"asset"`
+	CreatedAt time.Time   `json:"created_at"`
+	Details   *JSONObject `json:"details,omitempty"`
+
+	// Detections Scan jobs that detected it.
+	Detections     int                `json:"detections"`
+	ExternalId     *string            `json:"external_id,omitempty"`
+	Id             openapi_types.UUID `json:"id"`
+	OrganizationId openapi_types.UUID `json:"organization_id"`
+	Severity       Severity           `json:"severity"`
+	Title          string             `json:"title"`
+}
+
+// ThreatList defines model for ThreatList.
+type ThreatList struct {
+	Items      []Threat `json:"items"`
+	NextCursor *string  `json:"next_cursor,omitempty"`
+}
+
 // UpdateWorkerRequest defines model for UpdateWorkerRequest.
 type UpdateWorkerRequest struct {
 	Enabled            *bool   `json:"enabled,omitempty"`
@@ -651,6 +900,12 @@ type OptionalIdempotencyKey = string
 // OrganizationID defines model for OrganizationID.
 type OrganizationID = openapi_types.UUID
 
+// RequiredIdempotencyKey defines model for RequiredIdempotencyKey.
+type RequiredIdempotencyKey = string
+
+// ScanID defines model for ScanID.
+type ScanID = openapi_types.UUID
+
 // TaskID defines model for TaskID.
 type TaskID = openapi_types.UUID
 
@@ -667,6 +922,15 @@ type CompleteAttemptParams struct {
 type HeartbeatAttemptParams struct {
 	// LeaseToken The lease token the attempt was granted with (its fencing token).
 	LeaseToken LeaseToken `json:"Lease-Token"`
+}
+
+// SubmitResultsParams defines parameters for SubmitResults.
+type SubmitResultsParams struct {
+	// LeaseToken The lease token the attempt was granted with (its fencing token).
+	LeaseToken LeaseToken `json:"Lease-Token"`
+
+	// IdempotencyKey Makes the request safe to repeat; derive it from the attempt and sequence number. At most 255 characters.
+	IdempotencyKey RequiredIdempotencyKey `json:"Idempotency-Key"`
 }
 
 // StartAttemptParams defines parameters for StartAttempt.
@@ -688,6 +952,20 @@ type ListOrganizationsParams struct {
 	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
 }
 
+// ListAssetsParams defines parameters for ListAssets.
+type ListAssetsParams struct {
+	// Cursor The `next_cursor` of the previous page.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
+// ListThreatsParams defines parameters for ListThreats.
+type ListThreatsParams struct {
+	// Cursor The `next_cursor` of the previous page.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
 // UnassignWorkerParams defines parameters for UnassignWorker.
 type UnassignWorkerParams struct {
 	// Active What happens to the worker's active attempts for this organization.
@@ -697,6 +975,21 @@ type UnassignWorkerParams struct {
 
 // UnassignWorkerParamsActive defines parameters for UnassignWorker.
 type UnassignWorkerParamsActive string
+
+// ListScansParams defines parameters for ListScans.
+type ListScansParams struct {
+	OrganizationId *openapi_types.UUID `form:"organization_id,omitempty" json:"organization_id,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
+// CreateScanParams defines parameters for CreateScan.
+type CreateScanParams struct {
+	// IdempotencyKey Makes the request safe to repeat. At most 255 characters.
+	IdempotencyKey *OptionalIdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
 
 // ListTasksParams defines parameters for ListTasks.
 type ListTasksParams struct {
@@ -713,6 +1006,13 @@ type ListTasksParams struct {
 type CreateTaskParams struct {
 	// IdempotencyKey Makes the request safe to repeat. At most 255 characters.
 	IdempotencyKey *OptionalIdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// ListTaskResultsParams defines parameters for ListTaskResults.
+type ListTaskResultsParams struct {
+	// Cursor The `next_cursor` of the previous page.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
 }
 
 // ListWorkersParams defines parameters for ListWorkers.
@@ -734,6 +1034,9 @@ type UpdateWorkerParamsActive string
 // CompleteAttemptJSONRequestBody defines body for CompleteAttempt for application/json ContentType.
 type CompleteAttemptJSONRequestBody = CompleteRequest
 
+// SubmitResultsJSONRequestBody defines body for SubmitResults for application/json ContentType.
+type SubmitResultsJSONRequestBody = ResultBatch
+
 // HeartbeatWorkerJSONRequestBody defines body for HeartbeatWorker for application/json ContentType.
 type HeartbeatWorkerJSONRequestBody = WorkerHeartbeatRequest
 
@@ -742,6 +1045,9 @@ type AcquireLeasesJSONRequestBody = LeaseRequest
 
 // CreateOrganizationJSONRequestBody defines body for CreateOrganization for application/json ContentType.
 type CreateOrganizationJSONRequestBody = CreateOrganizationRequest
+
+// CreateScanJSONRequestBody defines body for CreateScan for application/json ContentType.
+type CreateScanJSONRequestBody = CreateScanRequest
 
 // CreateTaskJSONRequestBody defines body for CreateTask for application/json ContentType.
 type CreateTaskJSONRequestBody = CreateTaskRequest
@@ -877,6 +1183,50 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/attempts/{attempt_id}/heartbeat (the `HeartbeatAttempt` operationId).
 	HeartbeatAttempt(ctx context.Context, attemptId AttemptID, params *HeartbeatAttemptParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// SubmitResultsWithBody Send a batch of results, taking effect exactly once
+	//
+	// Persists one batch of records for the attempt in one transaction: scanner records (assets
+	// and threats) are ingested through their natural keys, other records are stored for
+	// producers to page through (`GET /v1/tasks/{task_id}/results`).
+	//
+	// `Idempotency-Key` is required. Repeating the same key with the same body (compared by
+	// the SHA-256 of its canonical JSON) returns the original acknowledgement, byte for byte,
+	// with header `Idempotent-Replayed: true` — also after the lease has ended, since the first
+	// write was fenced. The same key with another body is 422 `idempotency-key-reused`; the
+	// same key while its first request is still being processed is 409 `idempotency-in-flight`
+	// (retry it). A new key without a live lease is 409 `lease-lost`. Sequence numbers are
+	// unique per attempt (409 `sequence-number-used` for a new key reusing one).
+	//
+	// Headers `Lease-State` and `Lease-TTL-Seconds` report the lease as it is now, since the
+	// body of a replay is the original acknowledgement.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/attempts/{attempt_id}/results (the `SubmitResults` operationId).
+	SubmitResultsWithBody(ctx context.Context, attemptId AttemptID, params *SubmitResultsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SubmitResults Send a batch of results, taking effect exactly once
+	//
+	// Persists one batch of records for the attempt in one transaction: scanner records (assets
+	// and threats) are ingested through their natural keys, other records are stored for
+	// producers to page through (`GET /v1/tasks/{task_id}/results`).
+	//
+	// `Idempotency-Key` is required. Repeating the same key with the same body (compared by
+	// the SHA-256 of its canonical JSON) returns the original acknowledgement, byte for byte,
+	// with header `Idempotent-Replayed: true` — also after the lease has ended, since the first
+	// write was fenced. The same key with another body is 422 `idempotency-key-reused`; the
+	// same key while its first request is still being processed is 409 `idempotency-in-flight`
+	// (retry it). A new key without a live lease is 409 `lease-lost`. Sequence numbers are
+	// unique per attempt (409 `sequence-number-used` for a new key reusing one).
+	//
+	// Headers `Lease-State` and `Lease-TTL-Seconds` report the lease as it is now, since the
+	// body of a replay is the original acknowledgement.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/attempts/{attempt_id}/results (the `SubmitResults` operationId).
+	SubmitResults(ctx context.Context, attemptId AttemptID, params *SubmitResultsParams, body SubmitResultsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// StartAttempt Mark a leased attempt as running
 	//
 	// Moves the attempt from `leased` to `running`. Repeating it is harmless.
@@ -964,6 +1314,20 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/organizations/{organization_id} (the `GetOrganization` operationId).
 	GetOrganization(ctx context.Context, organizationId OrganizationID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListAssets List an organization's assets
+	//
+	// Assets found by scans, deduplicated by (type, normalized value). Newest first.
+	//
+	// Corresponds with GET /v1/organizations/{organization_id}/assets (the `ListAssets` operationId).
+	ListAssets(ctx context.Context, organizationId OrganizationID, params *ListAssetsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListThreats List an organization's threats
+	//
+	// Threats found by scans, deduplicated by (asset, external id), with how many scan jobs detected each. Newest first.
+	//
+	// Corresponds with GET /v1/organizations/{organization_id}/threats (the `ListThreats` operationId).
+	ListThreats(ctx context.Context, organizationId OrganizationID, params *ListThreatsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// UnassignWorker Remove a worker's assignment
 	//
 	// New leases stop at once. `active=cancel` (the default, for security revocation) cancels
@@ -981,6 +1345,54 @@ type ClientInterface interface {
 	//
 	// Corresponds with PUT /v1/organizations/{organization_id}/workers/{worker_id} (the `AssignWorker` operationId).
 	AssignWorker(ctx context.Context, organizationId OrganizationID, workerId WorkerID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListScans List scans
+	//
+	// Newest first.
+	//
+	// Corresponds with GET /v1/scans (the `ListScans` operationId).
+	ListScans(ctx context.Context, params *ListScansParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateScanWithBody Start a scan
+	//
+	// Creates a scan with an ordered list of plugins. Jobs run strictly one after another: each
+	// job's task is created only when the previous job has reached a terminal state, and its
+	// payload is the plugin's input enriched with the targets and the assets the scan has found
+	// so far. A failed job does not stop the scan; the scan ends `completed`, or `failed` when
+	// every job failed.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/scans (the `CreateScan` operationId).
+	CreateScanWithBody(ctx context.Context, params *CreateScanParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateScan Start a scan
+	//
+	// Creates a scan with an ordered list of plugins. Jobs run strictly one after another: each
+	// job's task is created only when the previous job has reached a terminal state, and its
+	// payload is the plugin's input enriched with the targets and the assets the scan has found
+	// so far. A failed job does not stop the scan; the scan ends `completed`, or `failed` when
+	// every job failed.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/scans (the `CreateScan` operationId).
+	CreateScan(ctx context.Context, params *CreateScanParams, body CreateScanJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetScan Get a scan with its jobs and their tasks
+	//
+	// Each job mirrors its task's state.
+	//
+	// Corresponds with GET /v1/scans/{scan_id} (the `GetScan` operationId).
+	GetScan(ctx context.Context, scanId ScanID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CancelScan Cancel a scan
+	//
+	// Cancels the scan's current task (a running one is asked to stop) and creates no more jobs.
+	// Cancelling a finished scan is 409 `scan-finished`; cancelling twice is harmless.
+	//
+	// Corresponds with POST /v1/scans/{scan_id}/cancel (the `CancelScan` operationId).
+	CancelScan(ctx context.Context, scanId ScanID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListTasks List tasks
 	//
@@ -1031,6 +1443,14 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/tasks/{task_id}/cancel (the `CancelTask` operationId).
 	CancelTask(ctx context.Context, taskId TaskID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListTaskResults Page through a task's stored result batches
+	//
+	// The persisted result batches of every attempt of the task, in order of attempt and
+	// sequence number. Scanner records are also ingested into assets and threats.
+	//
+	// Corresponds with GET /v1/tasks/{task_id}/results (the `ListTaskResults` operationId).
+	ListTaskResults(ctx context.Context, taskId TaskID, params *ListTaskResultsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// RetryTask Retry a dead-lettered or cancelled task
 	//
@@ -1218,6 +1638,70 @@ func (c *Client) HeartbeatAttempt(ctx context.Context, attemptId AttemptID, para
 	return c.Client.Do(req)
 }
 
+// SubmitResultsWithBody Send a batch of results, taking effect exactly once
+//
+// Persists one batch of records for the attempt in one transaction: scanner records (assets
+// and threats) are ingested through their natural keys, other records are stored for
+// producers to page through (`GET /v1/tasks/{task_id}/results`).
+//
+// `Idempotency-Key` is required. Repeating the same key with the same body (compared by
+// the SHA-256 of its canonical JSON) returns the original acknowledgement, byte for byte,
+// with header `Idempotent-Replayed: true` — also after the lease has ended, since the first
+// write was fenced. The same key with another body is 422 `idempotency-key-reused`; the
+// same key while its first request is still being processed is 409 `idempotency-in-flight`
+// (retry it). A new key without a live lease is 409 `lease-lost`. Sequence numbers are
+// unique per attempt (409 `sequence-number-used` for a new key reusing one).
+//
+// Headers `Lease-State` and `Lease-TTL-Seconds` report the lease as it is now, since the
+// body of a replay is the original acknowledgement.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/attempts/{attempt_id}/results (the `SubmitResults` operationId).
+func (c *Client) SubmitResultsWithBody(ctx context.Context, attemptId AttemptID, params *SubmitResultsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSubmitResultsRequestWithBody(c.Server, attemptId, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SubmitResults Send a batch of results, taking effect exactly once
+//
+// Persists one batch of records for the attempt in one transaction: scanner records (assets
+// and threats) are ingested through their natural keys, other records are stored for
+// producers to page through (`GET /v1/tasks/{task_id}/results`).
+//
+// `Idempotency-Key` is required. Repeating the same key with the same body (compared by
+// the SHA-256 of its canonical JSON) returns the original acknowledgement, byte for byte,
+// with header `Idempotent-Replayed: true` — also after the lease has ended, since the first
+// write was fenced. The same key with another body is 422 `idempotency-key-reused`; the
+// same key while its first request is still being processed is 409 `idempotency-in-flight`
+// (retry it). A new key without a live lease is 409 `lease-lost`. Sequence numbers are
+// unique per attempt (409 `sequence-number-used` for a new key reusing one).
+//
+// Headers `Lease-State` and `Lease-TTL-Seconds` report the lease as it is now, since the
+// body of a replay is the original acknowledgement.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/attempts/{attempt_id}/results (the `SubmitResults` operationId).
+func (c *Client) SubmitResults(ctx context.Context, attemptId AttemptID, params *SubmitResultsParams, body SubmitResultsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSubmitResultsRequest(c.Server, attemptId, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // StartAttempt Mark a leased attempt as running
 //
 // Moves the attempt from `leased` to `running`. Repeating it is harmless.
@@ -1395,6 +1879,40 @@ func (c *Client) GetOrganization(ctx context.Context, organizationId Organizatio
 	return c.Client.Do(req)
 }
 
+// ListAssets List an organization's assets
+//
+// Assets found by scans, deduplicated by (type, normalized value). Newest first.
+//
+// Corresponds with GET /v1/organizations/{organization_id}/assets (the `ListAssets` operationId).
+func (c *Client) ListAssets(ctx context.Context, organizationId OrganizationID, params *ListAssetsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListAssetsRequest(c.Server, organizationId, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListThreats List an organization's threats
+//
+// Threats found by scans, deduplicated by (asset, external id), with how many scan jobs detected each. Newest first.
+//
+// Corresponds with GET /v1/organizations/{organization_id}/threats (the `ListThreats` operationId).
+func (c *Client) ListThreats(ctx context.Context, organizationId OrganizationID, params *ListThreatsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListThreatsRequest(c.Server, organizationId, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // UnassignWorker Remove a worker's assignment
 //
 // New leases stop at once. `active=cancel` (the default, for security revocation) cancels
@@ -1423,6 +1941,104 @@ func (c *Client) UnassignWorker(ctx context.Context, organizationId Organization
 // Corresponds with PUT /v1/organizations/{organization_id}/workers/{worker_id} (the `AssignWorker` operationId).
 func (c *Client) AssignWorker(ctx context.Context, organizationId OrganizationID, workerId WorkerID, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewAssignWorkerRequest(c.Server, organizationId, workerId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListScans List scans
+//
+// Newest first.
+//
+// Corresponds with GET /v1/scans (the `ListScans` operationId).
+func (c *Client) ListScans(ctx context.Context, params *ListScansParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListScansRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateScanWithBody Start a scan
+//
+// Creates a scan with an ordered list of plugins. Jobs run strictly one after another: each
+// job's task is created only when the previous job has reached a terminal state, and its
+// payload is the plugin's input enriched with the targets and the assets the scan has found
+// so far. A failed job does not stop the scan; the scan ends `completed`, or `failed` when
+// every job failed.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/scans (the `CreateScan` operationId).
+func (c *Client) CreateScanWithBody(ctx context.Context, params *CreateScanParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateScanRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateScan Start a scan
+//
+// Creates a scan with an ordered list of plugins. Jobs run strictly one after another: each
+// job's task is created only when the previous job has reached a terminal state, and its
+// payload is the plugin's input enriched with the targets and the assets the scan has found
+// so far. A failed job does not stop the scan; the scan ends `completed`, or `failed` when
+// every job failed.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/scans (the `CreateScan` operationId).
+func (c *Client) CreateScan(ctx context.Context, params *CreateScanParams, body CreateScanJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateScanRequest(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetScan Get a scan with its jobs and their tasks
+//
+// Each job mirrors its task's state.
+//
+// Corresponds with GET /v1/scans/{scan_id} (the `GetScan` operationId).
+func (c *Client) GetScan(ctx context.Context, scanId ScanID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetScanRequest(c.Server, scanId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CancelScan Cancel a scan
+//
+// Cancels the scan's current task (a running one is asked to stop) and creates no more jobs.
+// Cancelling a finished scan is 409 `scan-finished`; cancelling twice is harmless.
+//
+// Corresponds with POST /v1/scans/{scan_id}/cancel (the `CancelScan` operationId).
+func (c *Client) CancelScan(ctx context.Context, scanId ScanID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCancelScanRequest(c.Server, scanId)
 	if err != nil {
 		return nil, err
 	}
@@ -1523,6 +2139,24 @@ func (c *Client) GetTask(ctx context.Context, taskId TaskID, reqEditors ...Reque
 // Corresponds with POST /v1/tasks/{task_id}/cancel (the `CancelTask` operationId).
 func (c *Client) CancelTask(ctx context.Context, taskId TaskID, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewCancelTaskRequest(c.Server, taskId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListTaskResults Page through a task's stored result batches
+//
+// The persisted result batches of every attempt of the task, in order of attempt and
+// sequence number. Scanner records are also ingested into assets and threats.
+//
+// Corresponds with GET /v1/tasks/{task_id}/results (the `ListTaskResults` operationId).
+func (c *Client) ListTaskResults(ctx context.Context, taskId TaskID, params *ListTaskResultsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListTaskResultsRequest(c.Server, taskId, params)
 	if err != nil {
 		return nil, err
 	}
@@ -1871,6 +2505,75 @@ func NewHeartbeatAttemptRequest(server string, attemptId AttemptID, params *Hear
 	return req, nil
 }
 
+// NewSubmitResultsRequest calls the generic SubmitResults builder with application/json body
+func NewSubmitResultsRequest(server string, attemptId AttemptID, params *SubmitResultsParams, body SubmitResultsJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewSubmitResultsRequestWithBody(server, attemptId, params, "application/json", bodyReader)
+}
+
+// NewSubmitResultsRequestWithBody constructs an http.Request for the SubmitResults method, with any body, and a specified content type
+func NewSubmitResultsRequestWithBody(server string, attemptId AttemptID, params *SubmitResultsParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "attempt_id", attemptId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/attempts/%s/results", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Lease-Token", params.LeaseToken, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("Lease-Token", headerParam0)
+
+		var headerParam1 string
+
+		headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("Idempotency-Key", headerParam1)
+
+	}
+
+	return req, nil
+}
+
 // NewStartAttemptRequest constructs an http.Request for the StartAttempt method
 func NewStartAttemptRequest(server string, attemptId AttemptID, params *StartAttemptParams) (*http.Request, error) {
 	var err error
@@ -2153,6 +2856,152 @@ func NewGetOrganizationRequest(server string, organizationId OrganizationID) (*h
 	return req, nil
 }
 
+// NewListAssetsRequest constructs an http.Request for the ListAssets method
+func NewListAssetsRequest(server string, organizationId OrganizationID, params *ListAssetsParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "organization_id", organizationId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/organizations/%s/assets", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListThreatsRequest constructs an http.Request for the ListThreats method
+func NewListThreatsRequest(server string, organizationId OrganizationID, params *ListThreatsParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "organization_id", organizationId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/organizations/%s/threats", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewUnassignWorkerRequest constructs an http.Request for the UnassignWorker method
 func NewUnassignWorkerRequest(server string, organizationId OrganizationID, workerId WorkerID, params *UnassignWorkerParams) (*http.Request, error) {
 	var err error
@@ -2267,6 +3116,207 @@ func NewAssignWorkerRequest(server string, organizationId OrganizationID, worker
 	}
 
 	req, err := http.NewRequest(http.MethodPut, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListScansRequest constructs an http.Request for the ListScans method
+func NewListScansRequest(server string, params *ListScansParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/scans")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.OrganizationId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "organization_id", *params.OrganizationId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "uuid"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCreateScanRequest calls the generic CreateScan builder with application/json body
+func NewCreateScanRequest(server string, params *CreateScanParams, body CreateScanJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateScanRequestWithBody(server, params, "application/json", bodyReader)
+}
+
+// NewCreateScanRequestWithBody constructs an http.Request for the CreateScan method, with any body, and a specified content type
+func NewCreateScanRequestWithBody(server string, params *CreateScanParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/scans")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewGetScanRequest constructs an http.Request for the GetScan method
+func NewGetScanRequest(server string, scanId ScanID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "scan_id", scanId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/scans/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCancelScanRequest constructs an http.Request for the CancelScan method
+func NewCancelScanRequest(server string, scanId ScanID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "scan_id", scanId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/scans/%s/cancel", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -2492,6 +3542,79 @@ func NewCancelTaskRequest(server string, taskId TaskID) (*http.Request, error) {
 	}
 
 	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListTaskResultsRequest constructs an http.Request for the ListTaskResults method
+func NewListTaskResultsRequest(server string, taskId TaskID, params *ListTaskResultsParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "task_id", taskId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/tasks/%s/results", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -2892,6 +4015,50 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/attempts/{attempt_id}/heartbeat (the `HeartbeatAttempt` operationId).
 	HeartbeatAttemptWithResponse(ctx context.Context, attemptId AttemptID, params *HeartbeatAttemptParams, reqEditors ...RequestEditorFn) (*HeartbeatAttemptResponse, error)
 
+	// SubmitResultsWithBodyWithResponse Send a batch of results, taking effect exactly once
+	//
+	// Persists one batch of records for the attempt in one transaction: scanner records (assets
+	// and threats) are ingested through their natural keys, other records are stored for
+	// producers to page through (`GET /v1/tasks/{task_id}/results`).
+	//
+	// `Idempotency-Key` is required. Repeating the same key with the same body (compared by
+	// the SHA-256 of its canonical JSON) returns the original acknowledgement, byte for byte,
+	// with header `Idempotent-Replayed: true` — also after the lease has ended, since the first
+	// write was fenced. The same key with another body is 422 `idempotency-key-reused`; the
+	// same key while its first request is still being processed is 409 `idempotency-in-flight`
+	// (retry it). A new key without a live lease is 409 `lease-lost`. Sequence numbers are
+	// unique per attempt (409 `sequence-number-used` for a new key reusing one).
+	//
+	// Headers `Lease-State` and `Lease-TTL-Seconds` report the lease as it is now, since the
+	// body of a replay is the original acknowledgement.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/attempts/{attempt_id}/results (the `SubmitResults` operationId).
+	SubmitResultsWithBodyWithResponse(ctx context.Context, attemptId AttemptID, params *SubmitResultsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SubmitResultsResponse, error)
+
+	// SubmitResultsWithResponse Send a batch of results, taking effect exactly once
+	//
+	// Persists one batch of records for the attempt in one transaction: scanner records (assets
+	// and threats) are ingested through their natural keys, other records are stored for
+	// producers to page through (`GET /v1/tasks/{task_id}/results`).
+	//
+	// `Idempotency-Key` is required. Repeating the same key with the same body (compared by
+	// the SHA-256 of its canonical JSON) returns the original acknowledgement, byte for byte,
+	// with header `Idempotent-Replayed: true` — also after the lease has ended, since the first
+	// write was fenced. The same key with another body is 422 `idempotency-key-reused`; the
+	// same key while its first request is still being processed is 409 `idempotency-in-flight`
+	// (retry it). A new key without a live lease is 409 `lease-lost`. Sequence numbers are
+	// unique per attempt (409 `sequence-number-used` for a new key reusing one).
+	//
+	// Headers `Lease-State` and `Lease-TTL-Seconds` report the lease as it is now, since the
+	// body of a replay is the original acknowledgement.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/attempts/{attempt_id}/results (the `SubmitResults` operationId).
+	SubmitResultsWithResponse(ctx context.Context, attemptId AttemptID, params *SubmitResultsParams, body SubmitResultsJSONRequestBody, reqEditors ...RequestEditorFn) (*SubmitResultsResponse, error)
+
 	// StartAttemptWithResponse Mark a leased attempt as running
 	//
 	// Moves the attempt from `leased` to `running`. Repeating it is harmless.
@@ -2985,6 +4152,24 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/organizations/{organization_id} (the `GetOrganization` operationId).
 	GetOrganizationWithResponse(ctx context.Context, organizationId OrganizationID, reqEditors ...RequestEditorFn) (*GetOrganizationResponse, error)
 
+	// ListAssetsWithResponse List an organization's assets
+	//
+	// Assets found by scans, deduplicated by (type, normalized value). Newest first.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/organizations/{organization_id}/assets (the `ListAssets` operationId).
+	ListAssetsWithResponse(ctx context.Context, organizationId OrganizationID, params *ListAssetsParams, reqEditors ...RequestEditorFn) (*ListAssetsResponse, error)
+
+	// ListThreatsWithResponse List an organization's threats
+	//
+	// Threats found by scans, deduplicated by (asset, external id), with how many scan jobs detected each. Newest first.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/organizations/{organization_id}/threats (the `ListThreats` operationId).
+	ListThreatsWithResponse(ctx context.Context, organizationId OrganizationID, params *ListThreatsParams, reqEditors ...RequestEditorFn) (*ListThreatsResponse, error)
+
 	// UnassignWorkerWithResponse Remove a worker's assignment
 	//
 	// New leases stop at once. `active=cancel` (the default, for security revocation) cancels
@@ -3006,6 +4191,60 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with PUT /v1/organizations/{organization_id}/workers/{worker_id} (the `AssignWorker` operationId).
 	AssignWorkerWithResponse(ctx context.Context, organizationId OrganizationID, workerId WorkerID, reqEditors ...RequestEditorFn) (*AssignWorkerResponse, error)
+
+	// ListScansWithResponse List scans
+	//
+	// Newest first.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/scans (the `ListScans` operationId).
+	ListScansWithResponse(ctx context.Context, params *ListScansParams, reqEditors ...RequestEditorFn) (*ListScansResponse, error)
+
+	// CreateScanWithBodyWithResponse Start a scan
+	//
+	// Creates a scan with an ordered list of plugins. Jobs run strictly one after another: each
+	// job's task is created only when the previous job has reached a terminal state, and its
+	// payload is the plugin's input enriched with the targets and the assets the scan has found
+	// so far. A failed job does not stop the scan; the scan ends `completed`, or `failed` when
+	// every job failed.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/scans (the `CreateScan` operationId).
+	CreateScanWithBodyWithResponse(ctx context.Context, params *CreateScanParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateScanResponse, error)
+
+	// CreateScanWithResponse Start a scan
+	//
+	// Creates a scan with an ordered list of plugins. Jobs run strictly one after another: each
+	// job's task is created only when the previous job has reached a terminal state, and its
+	// payload is the plugin's input enriched with the targets and the assets the scan has found
+	// so far. A failed job does not stop the scan; the scan ends `completed`, or `failed` when
+	// every job failed.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/scans (the `CreateScan` operationId).
+	CreateScanWithResponse(ctx context.Context, params *CreateScanParams, body CreateScanJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateScanResponse, error)
+
+	// GetScanWithResponse Get a scan with its jobs and their tasks
+	//
+	// Each job mirrors its task's state.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/scans/{scan_id} (the `GetScan` operationId).
+	GetScanWithResponse(ctx context.Context, scanId ScanID, reqEditors ...RequestEditorFn) (*GetScanResponse, error)
+
+	// CancelScanWithResponse Cancel a scan
+	//
+	// Cancels the scan's current task (a running one is asked to stop) and creates no more jobs.
+	// Cancelling a finished scan is 409 `scan-finished`; cancelling twice is harmless.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/scans/{scan_id}/cancel (the `CancelScan` operationId).
+	CancelScanWithResponse(ctx context.Context, scanId ScanID, reqEditors ...RequestEditorFn) (*CancelScanResponse, error)
 
 	// ListTasksWithResponse List tasks
 	//
@@ -3062,6 +4301,16 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/tasks/{task_id}/cancel (the `CancelTask` operationId).
 	CancelTaskWithResponse(ctx context.Context, taskId TaskID, reqEditors ...RequestEditorFn) (*CancelTaskResponse, error)
+
+	// ListTaskResultsWithResponse Page through a task's stored result batches
+	//
+	// The persisted result batches of every attempt of the task, in order of attempt and
+	// sequence number. Scanner records are also ingested into assets and threats.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/tasks/{task_id}/results (the `ListTaskResults` operationId).
+	ListTaskResultsWithResponse(ctx context.Context, taskId TaskID, params *ListTaskResultsParams, reqEditors ...RequestEditorFn) (*ListTaskResultsResponse, error)
 
 	// RetryTaskWithResponse Retry a dead-lettered or cancelled task
 	//
@@ -3427,6 +4676,119 @@ func (r HeartbeatAttemptResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r HeartbeatAttemptResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// SubmitResultsResponse200Headers the declared response headers of an HTTP 200 response for SubmitResults
+type SubmitResultsResponse200Headers struct {
+	IdempotentReplayed *string
+	LeaseState         *LeaseState
+	LeaseTTLSeconds    *float64
+}
+
+type SubmitResultsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ResultAck
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *SubmitResultsResponse200Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r SubmitResultsResponse) GetJSON200() *ResultAck {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r SubmitResultsResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r SubmitResultsResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r SubmitResultsResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r SubmitResultsResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r SubmitResultsResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r SubmitResultsResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r SubmitResultsResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r SubmitResultsResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r SubmitResultsResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r SubmitResultsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r SubmitResultsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r SubmitResultsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r SubmitResultsResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -3889,6 +5251,130 @@ func (r GetOrganizationResponse) ContentType() string {
 	return ""
 }
 
+type ListAssetsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *AssetList
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListAssetsResponse) GetJSON200() *AssetList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListAssetsResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListAssetsResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListAssetsResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListAssetsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListAssetsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListAssetsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListAssetsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListThreatsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ThreatList
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListThreatsResponse) GetJSON200() *ThreatList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListThreatsResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListThreatsResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListThreatsResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListThreatsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListThreatsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListThreatsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListThreatsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type UnassignWorkerResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -4021,6 +5507,296 @@ func (r AssignWorkerResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r AssignWorkerResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListScansResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ScanList
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListScansResponse) GetJSON200() *ScanList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListScansResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListScansResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListScansResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListScansResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListScansResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListScansResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// CreateScanResponse200Headers the declared response headers of an HTTP 200 response for CreateScan
+type CreateScanResponse200Headers struct {
+	IdempotentReplayed *string
+}
+
+type CreateScanResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Scan
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *Scan
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *CreateScanResponse200Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r CreateScanResponse) GetJSON200() *Scan {
+	return r.JSON200
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreateScanResponse) GetJSON201() *Scan {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CreateScanResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CreateScanResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CreateScanResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r CreateScanResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r CreateScanResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r CreateScanResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateScanResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateScanResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateScanResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateScanResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetScanResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Scan
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetScanResponse) GetJSON200() *Scan {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetScanResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetScanResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetScanResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetScanResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetScanResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetScanResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetScanResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type CancelScanResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Scan
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r CancelScanResponse) GetJSON200() *Scan {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CancelScanResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CancelScanResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r CancelScanResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CancelScanResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r CancelScanResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r CancelScanResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CancelScanResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CancelScanResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CancelScanResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -4325,6 +6101,68 @@ func (r CancelTaskResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r CancelTaskResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListTaskResultsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ResultBatchList
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListTaskResultsResponse) GetJSON200() *ResultBatchList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListTaskResultsResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListTaskResultsResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListTaskResultsResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListTaskResultsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListTaskResultsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListTaskResultsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListTaskResultsResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -4850,6 +6688,62 @@ func (c *ClientWithResponses) HeartbeatAttemptWithResponse(ctx context.Context, 
 	return ParseHeartbeatAttemptResponse(rsp)
 }
 
+// SubmitResultsWithBodyWithResponse Send a batch of results, taking effect exactly once
+//
+// Persists one batch of records for the attempt in one transaction: scanner records (assets
+// and threats) are ingested through their natural keys, other records are stored for
+// producers to page through (`GET /v1/tasks/{task_id}/results`).
+//
+// `Idempotency-Key` is required. Repeating the same key with the same body (compared by
+// the SHA-256 of its canonical JSON) returns the original acknowledgement, byte for byte,
+// with header `Idempotent-Replayed: true` — also after the lease has ended, since the first
+// write was fenced. The same key with another body is 422 `idempotency-key-reused`; the
+// same key while its first request is still being processed is 409 `idempotency-in-flight`
+// (retry it). A new key without a live lease is 409 `lease-lost`. Sequence numbers are
+// unique per attempt (409 `sequence-number-used` for a new key reusing one).
+//
+// Headers `Lease-State` and `Lease-TTL-Seconds` report the lease as it is now, since the
+// body of a replay is the original acknowledgement.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/attempts/{attempt_id}/results (the `SubmitResults` operationId).
+func (c *ClientWithResponses) SubmitResultsWithBodyWithResponse(ctx context.Context, attemptId AttemptID, params *SubmitResultsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SubmitResultsResponse, error) {
+	rsp, err := c.SubmitResultsWithBody(ctx, attemptId, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSubmitResultsResponse(rsp)
+}
+
+// SubmitResultsWithResponse Send a batch of results, taking effect exactly once
+//
+// Persists one batch of records for the attempt in one transaction: scanner records (assets
+// and threats) are ingested through their natural keys, other records are stored for
+// producers to page through (`GET /v1/tasks/{task_id}/results`).
+//
+// `Idempotency-Key` is required. Repeating the same key with the same body (compared by
+// the SHA-256 of its canonical JSON) returns the original acknowledgement, byte for byte,
+// with header `Idempotent-Replayed: true` — also after the lease has ended, since the first
+// write was fenced. The same key with another body is 422 `idempotency-key-reused`; the
+// same key while its first request is still being processed is 409 `idempotency-in-flight`
+// (retry it). A new key without a live lease is 409 `lease-lost`. Sequence numbers are
+// unique per attempt (409 `sequence-number-used` for a new key reusing one).
+//
+// Headers `Lease-State` and `Lease-TTL-Seconds` report the lease as it is now, since the
+// body of a replay is the original acknowledgement.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/attempts/{attempt_id}/results (the `SubmitResults` operationId).
+func (c *ClientWithResponses) SubmitResultsWithResponse(ctx context.Context, attemptId AttemptID, params *SubmitResultsParams, body SubmitResultsJSONRequestBody, reqEditors ...RequestEditorFn) (*SubmitResultsResponse, error) {
+	rsp, err := c.SubmitResults(ctx, attemptId, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSubmitResultsResponse(rsp)
+}
+
 // StartAttemptWithResponse Mark a leased attempt as running
 //
 // Moves the attempt from `leased` to `running`. Repeating it is harmless.
@@ -4997,6 +6891,36 @@ func (c *ClientWithResponses) GetOrganizationWithResponse(ctx context.Context, o
 	return ParseGetOrganizationResponse(rsp)
 }
 
+// ListAssetsWithResponse List an organization's assets
+//
+// Assets found by scans, deduplicated by (type, normalized value). Newest first.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/organizations/{organization_id}/assets (the `ListAssets` operationId).
+func (c *ClientWithResponses) ListAssetsWithResponse(ctx context.Context, organizationId OrganizationID, params *ListAssetsParams, reqEditors ...RequestEditorFn) (*ListAssetsResponse, error) {
+	rsp, err := c.ListAssets(ctx, organizationId, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListAssetsResponse(rsp)
+}
+
+// ListThreatsWithResponse List an organization's threats
+//
+// Threats found by scans, deduplicated by (asset, external id), with how many scan jobs detected each. Newest first.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/organizations/{organization_id}/threats (the `ListThreats` operationId).
+func (c *ClientWithResponses) ListThreatsWithResponse(ctx context.Context, organizationId OrganizationID, params *ListThreatsParams, reqEditors ...RequestEditorFn) (*ListThreatsResponse, error) {
+	rsp, err := c.ListThreats(ctx, organizationId, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListThreatsResponse(rsp)
+}
+
 // UnassignWorkerWithResponse Remove a worker's assignment
 //
 // New leases stop at once. `active=cancel` (the default, for security revocation) cancels
@@ -5029,6 +6953,90 @@ func (c *ClientWithResponses) AssignWorkerWithResponse(ctx context.Context, orga
 		return nil, err
 	}
 	return ParseAssignWorkerResponse(rsp)
+}
+
+// ListScansWithResponse List scans
+//
+// Newest first.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/scans (the `ListScans` operationId).
+func (c *ClientWithResponses) ListScansWithResponse(ctx context.Context, params *ListScansParams, reqEditors ...RequestEditorFn) (*ListScansResponse, error) {
+	rsp, err := c.ListScans(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListScansResponse(rsp)
+}
+
+// CreateScanWithBodyWithResponse Start a scan
+//
+// Creates a scan with an ordered list of plugins. Jobs run strictly one after another: each
+// job's task is created only when the previous job has reached a terminal state, and its
+// payload is the plugin's input enriched with the targets and the assets the scan has found
+// so far. A failed job does not stop the scan; the scan ends `completed`, or `failed` when
+// every job failed.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/scans (the `CreateScan` operationId).
+func (c *ClientWithResponses) CreateScanWithBodyWithResponse(ctx context.Context, params *CreateScanParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateScanResponse, error) {
+	rsp, err := c.CreateScanWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateScanResponse(rsp)
+}
+
+// CreateScanWithResponse Start a scan
+//
+// Creates a scan with an ordered list of plugins. Jobs run strictly one after another: each
+// job's task is created only when the previous job has reached a terminal state, and its
+// payload is the plugin's input enriched with the targets and the assets the scan has found
+// so far. A failed job does not stop the scan; the scan ends `completed`, or `failed` when
+// every job failed.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/scans (the `CreateScan` operationId).
+func (c *ClientWithResponses) CreateScanWithResponse(ctx context.Context, params *CreateScanParams, body CreateScanJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateScanResponse, error) {
+	rsp, err := c.CreateScan(ctx, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateScanResponse(rsp)
+}
+
+// GetScanWithResponse Get a scan with its jobs and their tasks
+//
+// Each job mirrors its task's state.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/scans/{scan_id} (the `GetScan` operationId).
+func (c *ClientWithResponses) GetScanWithResponse(ctx context.Context, scanId ScanID, reqEditors ...RequestEditorFn) (*GetScanResponse, error) {
+	rsp, err := c.GetScan(ctx, scanId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetScanResponse(rsp)
+}
+
+// CancelScanWithResponse Cancel a scan
+//
+// Cancels the scan's current task (a running one is asked to stop) and creates no more jobs.
+// Cancelling a finished scan is 409 `scan-finished`; cancelling twice is harmless.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/scans/{scan_id}/cancel (the `CancelScan` operationId).
+func (c *ClientWithResponses) CancelScanWithResponse(ctx context.Context, scanId ScanID, reqEditors ...RequestEditorFn) (*CancelScanResponse, error) {
+	rsp, err := c.CancelScan(ctx, scanId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCancelScanResponse(rsp)
 }
 
 // ListTasksWithResponse List tasks
@@ -5115,6 +7123,22 @@ func (c *ClientWithResponses) CancelTaskWithResponse(ctx context.Context, taskId
 		return nil, err
 	}
 	return ParseCancelTaskResponse(rsp)
+}
+
+// ListTaskResultsWithResponse Page through a task's stored result batches
+//
+// The persisted result batches of every attempt of the task, in order of attempt and
+// sequence number. Scanner records are also ingested into assets and threats.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/tasks/{task_id}/results (the `ListTaskResults` operationId).
+func (c *ClientWithResponses) ListTaskResultsWithResponse(ctx context.Context, taskId TaskID, params *ListTaskResultsParams, reqEditors ...RequestEditorFn) (*ListTaskResultsResponse, error) {
+	rsp, err := c.ListTaskResults(ctx, taskId, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListTaskResultsResponse(rsp)
 }
 
 // RetryTaskWithResponse Retry a dead-lettered or cancelled task
@@ -5475,6 +7499,122 @@ func ParseHeartbeatAttemptResponse(rsp *http.Response) (*HeartbeatAttemptRespons
 		}
 		response.ApplicationproblemJSONDefault = &dest
 
+	}
+
+	return response, nil
+}
+
+// ParseSubmitResultsResponse parses an HTTP response from a SubmitResultsWithResponse call
+func ParseSubmitResultsResponse(rsp *http.Response) (*SubmitResultsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &SubmitResultsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ResultAck
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers SubmitResultsResponse200Headers
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Lease-State"); len(values) > 0 {
+			var value LeaseState
+			if err := runtime.BindStyledParameterWithOptions("simple", "Lease-State", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.LeaseState = &value
+		}
+		if values := rsp.Header.Values("Lease-TTL-Seconds"); len(values) > 0 {
+			var value float64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Lease-TTL-Seconds", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "number", Format: "double"}); err != nil {
+				return nil, err
+			}
+			headers.LeaseTTLSeconds = &value
+		}
+		response.Headers200 = &headers
 	}
 
 	return response, nil
@@ -5846,6 +7986,100 @@ func ParseGetOrganizationResponse(rsp *http.Response) (*GetOrganizationResponse,
 	return response, nil
 }
 
+// ParseListAssetsResponse parses an HTTP response from a ListAssetsWithResponse call
+func ParseListAssetsResponse(rsp *http.Response) (*ListAssetsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListAssetsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest AssetList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListThreatsResponse parses an HTTP response from a ListThreatsWithResponse call
+func ParseListThreatsResponse(rsp *http.Response) (*ListThreatsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListThreatsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ThreatList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseUnassignWorkerResponse parses an HTTP response from a UnassignWorkerWithResponse call
 func ParseUnassignWorkerResponse(rsp *http.Response) (*UnassignWorkerResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -5941,6 +8175,242 @@ func ParseAssignWorkerResponse(rsp *http.Response) (*AssignWorkerResponse, error
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListScansResponse parses an HTTP response from a ListScansWithResponse call
+func ParseListScansResponse(rsp *http.Response) (*ListScansResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListScansResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ScanList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseCreateScanResponse parses an HTTP response from a CreateScanWithResponse call
+func ParseCreateScanResponse(rsp *http.Response) (*CreateScanResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateScanResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Scan
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest Scan
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers CreateScanResponse200Headers
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		response.Headers200 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetScanResponse parses an HTTP response from a GetScanWithResponse call
+func ParseGetScanResponse(rsp *http.Response) (*GetScanResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetScanResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Scan
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseCancelScanResponse parses an HTTP response from a CancelScanWithResponse call
+func ParseCancelScanResponse(rsp *http.Response) (*CancelScanResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CancelScanResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Scan
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Problem
@@ -6191,6 +8661,53 @@ func ParseCancelTaskResponse(rsp *http.Response) (*CancelTaskResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListTaskResultsResponse parses an HTTP response from a ListTaskResultsWithResponse call
+func ParseListTaskResultsResponse(rsp *http.Response) (*ListTaskResultsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListTaskResultsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ResultBatchList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Problem

@@ -147,6 +147,96 @@ func (e PendingReason) Valid() bool {
 	}
 }
 
+// Defines values for ResultAckStatus.
+const (
+	Persisted ResultAckStatus = "persisted"
+)
+
+// Valid indicates whether the value is a known member of the ResultAckStatus enum.
+func (e ResultAckStatus) Valid() bool {
+	switch e {
+	case Persisted:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ResultRecordKind.
+const (
+	ResultRecordKindAsset  ResultRecordKind = "asset"
+	ResultRecordKindData   ResultRecordKind = "data"
+	ResultRecordKindThreat ResultRecordKind = "threat"
+)
+
+// Valid indicates whether the value is a known member of the ResultRecordKind enum.
+func (e ResultRecordKind) Valid() bool {
+	switch e {
+	case ResultRecordKindAsset:
+		return true
+	case ResultRecordKindData:
+		return true
+	case ResultRecordKindThreat:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ScanState.
+const (
+	ScanStateCancelled ScanState = "cancelled"
+	ScanStateCompleted ScanState = "completed"
+	ScanStateFailed    ScanState = "failed"
+	ScanStatePending   ScanState = "pending"
+	ScanStateRunning   ScanState = "running"
+)
+
+// Valid indicates whether the value is a known member of the ScanState enum.
+func (e ScanState) Valid() bool {
+	switch e {
+	case ScanStateCancelled:
+		return true
+	case ScanStateCompleted:
+		return true
+	case ScanStateFailed:
+		return true
+	case ScanStatePending:
+		return true
+	case ScanStateRunning:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for Severity.
+const (
+	Critical Severity = "critical"
+	High     Severity = "high"
+	Info     Severity = "info"
+	Low      Severity = "low"
+	Medium   Severity = "medium"
+)
+
+// Valid indicates whether the value is a known member of the Severity enum.
+func (e Severity) Valid() bool {
+	switch e {
+	case Critical:
+		return true
+	case High:
+		return true
+	case Info:
+		return true
+	case Low:
+		return true
+	case Medium:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for TaskState.
 const (
 	TaskStateCancelled      TaskState = "cancelled"
@@ -273,6 +363,31 @@ func (e UpdateWorkerParamsActive) Valid() bool {
 	}
 }
 
+// Asset defines model for Asset.
+type Asset struct {
+	Details         *JSONObject        `json:"details,omitempty"`
+	FirstSeenAt     time.Time          `json:"first_seen_at"`
+	Id              openapi_types.UUID `json:"id"`
+	LastSeenAt      time.Time          `json:"last_seen_at"`
+	NormalizedValue string             `json:"normalized_value"`
+	OrganizationId  openapi_types.UUID `json:"organization_id"`
+	Type            string             `json:"type"`
+	Value           string             `json:"value"`
+}
+
+// AssetList defines model for AssetList.
+type AssetList struct {
+	Items      []Asset `json:"items"`
+	NextCursor *string `json:"next_cursor,omitempty"`
+}
+
+// AssetRef defines model for AssetRef.
+type AssetRef struct {
+	// Type Asset type, e.g. `hostname`, `ip`, `port`, `url`, `certificate`.
+	Type  string `json:"type"`
+	Value string `json:"value"`
+}
+
 // Assignment defines model for Assignment.
 type Assignment struct {
 	AssignedAt time.Time `json:"assigned_at"`
@@ -342,6 +457,14 @@ type CompleteResponse struct {
 // CreateOrganizationRequest defines model for CreateOrganizationRequest.
 type CreateOrganizationRequest struct {
 	Name string `json:"name"`
+}
+
+// CreateScanRequest defines model for CreateScanRequest.
+type CreateScanRequest struct {
+	OrganizationId openapi_types.UUID `json:"organization_id"`
+	Plugins        []ScanPlugin       `json:"plugins"`
+	Priority       *int               `json:"priority,omitempty"`
+	Targets        []string           `json:"targets"`
 }
 
 // CreateTaskRequest defines model for CreateTaskRequest.
@@ -486,10 +609,115 @@ type RegisterCertificateRequest struct {
 	CertificatePem         *string `json:"certificate_pem,omitempty"`
 }
 
+// ResultAck defines model for ResultAck.
+type ResultAck struct {
+	// Assets Asset records ingested (new or seen again).
+	Assets         *int               `json:"assets,omitempty"`
+	AttemptId      openapi_types.UUID `json:"attempt_id"`
+	BatchId        openapi_types.UUID `json:"batch_id"`
+	ReceivedAt     time.Time          `json:"received_at"`
+	RecordCount    int                `json:"record_count"`
+	SequenceNumber int                `json:"sequence_number"`
+	Status         ResultAckStatus    `json:"status"`
+	TaskId         openapi_types.UUID `json:"task_id"`
+
+	// Threats Threat records ingested.
+	Threats *int `json:"threats,omitempty"`
+}
+
+// ResultAckStatus defines model for ResultAck.Status.
+type ResultAckStatus string
+
+// ResultBatch defines model for ResultBatch.
+type ResultBatch struct {
+	Records        []ResultRecord `json:"records"`
+	SequenceNumber int            `json:"sequence_number"`
+}
+
+// ResultBatchList defines model for ResultBatchList.
+type ResultBatchList struct {
+	Items      []StoredResultBatch `json:"items"`
+	NextCursor *string             `json:"next_cursor,omitempty"`
+}
+
+// ResultRecord One record. `asset`: an asset found (`asset`, optional `details`). `threat`: a finding on
+// an asset (`asset`, `title`, `severity`, optional `external_id` to deduplicate by and
+// `details`). `data`: anything else (`data`), stored for producers.
+type ResultRecord struct {
+	Asset      *AssetRef        `json:"asset,omitempty"`
+	Data       *JSONObject      `json:"data,omitempty"`
+	Details    *JSONObject      `json:"details,omitempty"`
+	ExternalId *string          `json:"external_id,omitempty"`
+	Kind       ResultRecordKind `json:"kind"`
+	Severity   *Severity        `json:"severity,omitempty"`
+	Title      *string          `json:"title,omitempty"`
+}
+
+// ResultRecordKind defines model for ResultRecord.Kind.
+type ResultRecordKind string
+
 // RetryPolicy Exponential backoff with full jitter between attempts.
 type RetryPolicy struct {
 	BaseSeconds *float64 `json:"base_seconds,omitempty"`
 	MaxSeconds  *float64 `json:"max_seconds,omitempty"`
+}
+
+// Scan defines model for Scan.
+type Scan struct {
+	CompletedAt    *time.Time         `json:"completed_at,omitempty"`
+	CreatedAt      time.Time          `json:"created_at"`
+	Id             openapi_types.UUID `json:"id"`
+	Jobs           []ScanJob          `json:"jobs"`
+	OrganizationId openapi_types.UUID `json:"organization_id"`
+	State          ScanState          `json:"state"`
+	Targets        []string           `json:"targets"`
+}
+
+// ScanJob defines model for ScanJob.
+type ScanJob struct {
+	CompletedAt *time.Time         `json:"completed_at,omitempty"`
+	Error       *string            `json:"error,omitempty"`
+	Id          openapi_types.UUID `json:"id"`
+	Input       JSONObject         `json:"input"`
+	PluginName  string             `json:"plugin_name"`
+	Position    int                `json:"position"`
+	StartedAt   *time.Time         `json:"started_at,omitempty"`
+	State       ScanState          `json:"state"`
+	Task        *Task              `json:"task,omitempty"`
+}
+
+// ScanList defines model for ScanList.
+type ScanList struct {
+	Items      []Scan  `json:"items"`
+	NextCursor *string `json:"next_cursor,omitempty"`
+}
+
+// ScanPlugin defines model for ScanPlugin.
+type ScanPlugin struct {
+	Input *JSONObject `json:"input,omitempty"`
+	Name  string      `json:"name"`
+
+	// RequiredCapabilities A JSON object; a task's `required_capabilities` must be contained in it (`@>`).
+	RequiredCapabilities *Capabilities `json:"required_capabilities,omitempty"`
+
+	// TimeoutSeconds The job's attempt timeout.
+	TimeoutSeconds *int `json:"timeout_seconds,omitempty"`
+}
+
+// ScanState defines model for ScanState.
+type ScanState string
+
+// Severity defines model for Severity.
+type Severity string
+
+// StoredResultBatch defines model for StoredResultBatch.
+type StoredResultBatch struct {
+	AttemptId      openapi_types.UUID `json:"attempt_id"`
+	AttemptNumber  *int               `json:"attempt_number,omitempty"`
+	BatchId        openapi_types.UUID `json:"batch_id"`
+	ReceivedAt     time.Time          `json:"received_at"`
+	Records        []ResultRecord     `json:"records"`
+	SequenceNumber int                `json:"sequence_number"`
 }
 
 // Task defines model for Task.
@@ -579,6 +807,27 @@ type TaskState string
 // TaskType defines model for TaskType.
 type TaskType string
 
+// Threat defines model for Threat.
+type Threat struct {
+	Asset     AssetRef    `json:"asset"`
+	CreatedAt time.Time   `json:"created_at"`
+	Details   *JSONObject `json:"details,omitempty"`
+
+	// Detections Scan jobs that detected it.
+	Detections     int                `json:"detections"`
+	ExternalId     *string            `json:"external_id,omitempty"`
+	Id             openapi_types.UUID `json:"id"`
+	OrganizationId openapi_types.UUID `json:"organization_id"`
+	Severity       Severity           `json:"severity"`
+	Title          string             `json:"title"`
+}
+
+// ThreatList defines model for ThreatList.
+type ThreatList struct {
+	Items      []Threat `json:"items"`
+	NextCursor *string  `json:"next_cursor,omitempty"`
+}
+
 // UpdateWorkerRequest defines model for UpdateWorkerRequest.
 type UpdateWorkerRequest struct {
 	Enabled            *bool   `json:"enabled,omitempty"`
@@ -657,6 +906,12 @@ type OptionalIdempotencyKey = string
 // OrganizationID defines model for OrganizationID.
 type OrganizationID = openapi_types.UUID
 
+// RequiredIdempotencyKey defines model for RequiredIdempotencyKey.
+type RequiredIdempotencyKey = string
+
+// ScanID defines model for ScanID.
+type ScanID = openapi_types.UUID
+
 // TaskID defines model for TaskID.
 type TaskID = openapi_types.UUID
 
@@ -673,6 +928,15 @@ type CompleteAttemptParams struct {
 type HeartbeatAttemptParams struct {
 	// LeaseToken The lease token the attempt was granted with (its fencing token).
 	LeaseToken LeaseToken `json:"Lease-Token"`
+}
+
+// SubmitResultsParams defines parameters for SubmitResults.
+type SubmitResultsParams struct {
+	// LeaseToken The lease token the attempt was granted with (its fencing token).
+	LeaseToken LeaseToken `json:"Lease-Token"`
+
+	// IdempotencyKey Makes the request safe to repeat; derive it from the attempt and sequence number. At most 255 characters.
+	IdempotencyKey RequiredIdempotencyKey `json:"Idempotency-Key"`
 }
 
 // StartAttemptParams defines parameters for StartAttempt.
@@ -694,6 +958,20 @@ type ListOrganizationsParams struct {
 	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
 }
 
+// ListAssetsParams defines parameters for ListAssets.
+type ListAssetsParams struct {
+	// Cursor The `next_cursor` of the previous page.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
+// ListThreatsParams defines parameters for ListThreats.
+type ListThreatsParams struct {
+	// Cursor The `next_cursor` of the previous page.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
 // UnassignWorkerParams defines parameters for UnassignWorker.
 type UnassignWorkerParams struct {
 	// Active What happens to the worker's active attempts for this organization.
@@ -703,6 +981,21 @@ type UnassignWorkerParams struct {
 
 // UnassignWorkerParamsActive defines parameters for UnassignWorker.
 type UnassignWorkerParamsActive string
+
+// ListScansParams defines parameters for ListScans.
+type ListScansParams struct {
+	OrganizationId *openapi_types.UUID `form:"organization_id,omitempty" json:"organization_id,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
+// CreateScanParams defines parameters for CreateScan.
+type CreateScanParams struct {
+	// IdempotencyKey Makes the request safe to repeat. At most 255 characters.
+	IdempotencyKey *OptionalIdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
 
 // ListTasksParams defines parameters for ListTasks.
 type ListTasksParams struct {
@@ -719,6 +1012,13 @@ type ListTasksParams struct {
 type CreateTaskParams struct {
 	// IdempotencyKey Makes the request safe to repeat. At most 255 characters.
 	IdempotencyKey *OptionalIdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// ListTaskResultsParams defines parameters for ListTaskResults.
+type ListTaskResultsParams struct {
+	// Cursor The `next_cursor` of the previous page.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
 }
 
 // ListWorkersParams defines parameters for ListWorkers.
@@ -740,6 +1040,9 @@ type UpdateWorkerParamsActive string
 // CompleteAttemptJSONRequestBody defines body for CompleteAttempt for application/json ContentType.
 type CompleteAttemptJSONRequestBody = CompleteRequest
 
+// SubmitResultsJSONRequestBody defines body for SubmitResults for application/json ContentType.
+type SubmitResultsJSONRequestBody = ResultBatch
+
 // HeartbeatWorkerJSONRequestBody defines body for HeartbeatWorker for application/json ContentType.
 type HeartbeatWorkerJSONRequestBody = WorkerHeartbeatRequest
 
@@ -748,6 +1051,9 @@ type AcquireLeasesJSONRequestBody = LeaseRequest
 
 // CreateOrganizationJSONRequestBody defines body for CreateOrganization for application/json ContentType.
 type CreateOrganizationJSONRequestBody = CreateOrganizationRequest
+
+// CreateScanJSONRequestBody defines body for CreateScan for application/json ContentType.
+type CreateScanJSONRequestBody = CreateScanRequest
 
 // CreateTaskJSONRequestBody defines body for CreateTask for application/json ContentType.
 type CreateTaskJSONRequestBody = CreateTaskRequest
@@ -775,6 +1081,9 @@ type ServerInterface interface {
 	// HeartbeatAttempt Renew one lease
 	// (POST /v1/attempts/{attempt_id}/heartbeat)
 	HeartbeatAttempt(w http.ResponseWriter, r *http.Request, attemptId AttemptID, params HeartbeatAttemptParams)
+	// SubmitResults Send a batch of results, taking effect exactly once
+	// (POST /v1/attempts/{attempt_id}/results)
+	SubmitResults(w http.ResponseWriter, r *http.Request, attemptId AttemptID, params SubmitResultsParams)
 	// StartAttempt Mark a leased attempt as running
 	// (POST /v1/attempts/{attempt_id}/start)
 	StartAttempt(w http.ResponseWriter, r *http.Request, attemptId AttemptID, params StartAttemptParams)
@@ -793,12 +1102,30 @@ type ServerInterface interface {
 	// GetOrganization Get an organization
 	// (GET /v1/organizations/{organization_id})
 	GetOrganization(w http.ResponseWriter, r *http.Request, organizationId OrganizationID)
+	// ListAssets List an organization's assets
+	// (GET /v1/organizations/{organization_id}/assets)
+	ListAssets(w http.ResponseWriter, r *http.Request, organizationId OrganizationID, params ListAssetsParams)
+	// ListThreats List an organization's threats
+	// (GET /v1/organizations/{organization_id}/threats)
+	ListThreats(w http.ResponseWriter, r *http.Request, organizationId OrganizationID, params ListThreatsParams)
 	// UnassignWorker Remove a worker's assignment
 	// (DELETE /v1/organizations/{organization_id}/workers/{worker_id})
 	UnassignWorker(w http.ResponseWriter, r *http.Request, organizationId OrganizationID, workerId WorkerID, params UnassignWorkerParams)
 	// AssignWorker Assign a worker to an organization
 	// (PUT /v1/organizations/{organization_id}/workers/{worker_id})
 	AssignWorker(w http.ResponseWriter, r *http.Request, organizationId OrganizationID, workerId WorkerID)
+	// ListScans List scans
+	// (GET /v1/scans)
+	ListScans(w http.ResponseWriter, r *http.Request, params ListScansParams)
+	// CreateScan Start a scan
+	// (POST /v1/scans)
+	CreateScan(w http.ResponseWriter, r *http.Request, params CreateScanParams)
+	// GetScan Get a scan with its jobs and their tasks
+	// (GET /v1/scans/{scan_id})
+	GetScan(w http.ResponseWriter, r *http.Request, scanId ScanID)
+	// CancelScan Cancel a scan
+	// (POST /v1/scans/{scan_id}/cancel)
+	CancelScan(w http.ResponseWriter, r *http.Request, scanId ScanID)
 	// ListTasks List tasks
 	// (GET /v1/tasks)
 	ListTasks(w http.ResponseWriter, r *http.Request, params ListTasksParams)
@@ -811,6 +1138,9 @@ type ServerInterface interface {
 	// CancelTask Cancel a task
 	// (POST /v1/tasks/{task_id}/cancel)
 	CancelTask(w http.ResponseWriter, r *http.Request, taskId TaskID)
+	// ListTaskResults Page through a task's stored result batches
+	// (GET /v1/tasks/{task_id}/results)
+	ListTaskResults(w http.ResponseWriter, r *http.Request, taskId TaskID, params ListTaskResultsParams)
 	// RetryTask Retry a dead-lettered or cancelled task
 	// (POST /v1/tasks/{task_id}/retry)
 	RetryTask(w http.ResponseWriter, r *http.Request, taskId TaskID)
@@ -967,6 +1297,83 @@ func (siw *ServerInterfaceWrapper) HeartbeatAttempt(w http.ResponseWriter, r *ht
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.HeartbeatAttempt(w, r, attemptId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// SubmitResults operation middleware
+func (siw *ServerInterfaceWrapper) SubmitResults(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "attempt_id" -------------
+	var attemptId AttemptID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "attempt_id", r.PathValue("attempt_id"), &attemptId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "attempt_id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params SubmitResultsParams
+
+	headers := r.Header
+
+	// ------------- Required header parameter "Lease-Token" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Lease-Token")]; found {
+		var LeaseToken LeaseToken
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Lease-Token", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Lease-Token", valueList[0], &LeaseToken, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Lease-Token", Err: err})
+			return
+		}
+
+		params.LeaseToken = LeaseToken
+
+	} else {
+		err := fmt.Errorf("Header parameter Lease-Token is required, but not found")
+		siw.ErrorHandlerFunc(w, r, &RequiredHeaderError{ParamName: "Lease-Token", Err: err})
+		return
+	}
+
+	// ------------- Required header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey RequiredIdempotencyKey
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Idempotency-Key", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Idempotency-Key", Err: err})
+			return
+		}
+
+		params.IdempotencyKey = IdempotencyKey
+
+	} else {
+		err := fmt.Errorf("Header parameter Idempotency-Key is required, but not found")
+		siw.ErrorHandlerFunc(w, r, &RequiredHeaderError{ParamName: "Idempotency-Key", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.SubmitResults(w, r, attemptId, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -1171,6 +1578,116 @@ func (siw *ServerInterfaceWrapper) GetOrganization(w http.ResponseWriter, r *htt
 	handler.ServeHTTP(w, r)
 }
 
+// ListAssets operation middleware
+func (siw *ServerInterfaceWrapper) ListAssets(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "organization_id" -------------
+	var organizationId OrganizationID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "organization_id", r.PathValue("organization_id"), &organizationId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "organization_id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListAssetsParams
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListAssets(w, r, organizationId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListThreats operation middleware
+func (siw *ServerInterfaceWrapper) ListThreats(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "organization_id" -------------
+	var organizationId OrganizationID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "organization_id", r.PathValue("organization_id"), &organizationId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "organization_id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListThreatsParams
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListThreats(w, r, organizationId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // UnassignWorker operation middleware
 func (siw *ServerInterfaceWrapper) UnassignWorker(w http.ResponseWriter, r *http.Request) {
 
@@ -1261,6 +1778,158 @@ func (siw *ServerInterfaceWrapper) AssignWorker(w http.ResponseWriter, r *http.R
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.AssignWorker(w, r, organizationId, workerId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListScans operation middleware
+func (siw *ServerInterfaceWrapper) ListScans(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListScansParams
+
+	// ------------- Optional query parameter "organization_id" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "organization_id", r.URL.Query(), &params.OrganizationId, runtime.BindQueryParameterOptions{Type: "string", Format: "uuid"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "organization_id"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "organization_id", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListScans(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CreateScan operation middleware
+func (siw *ServerInterfaceWrapper) CreateScan(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params CreateScanParams
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey OptionalIdempotencyKey
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Idempotency-Key", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Idempotency-Key", Err: err})
+			return
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateScan(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetScan operation middleware
+func (siw *ServerInterfaceWrapper) GetScan(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "scan_id" -------------
+	var scanId ScanID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "scan_id", r.PathValue("scan_id"), &scanId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "scan_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetScan(w, r, scanId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CancelScan operation middleware
+func (siw *ServerInterfaceWrapper) CancelScan(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "scan_id" -------------
+	var scanId ScanID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "scan_id", r.PathValue("scan_id"), &scanId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "scan_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CancelScan(w, r, scanId)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -1439,6 +2108,61 @@ func (siw *ServerInterfaceWrapper) CancelTask(w http.ResponseWriter, r *http.Req
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.CancelTask(w, r, taskId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListTaskResults operation middleware
+func (siw *ServerInterfaceWrapper) ListTaskResults(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "task_id" -------------
+	var taskId TaskID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "task_id", r.PathValue("task_id"), &taskId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "task_id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListTaskResultsParams
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListTaskResults(w, r, taskId, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -1755,9 +2479,12 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/attempts/{attempt_id}/heartbeat", wrapper.HeartbeatAttempt)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/attempts/{attempt_id}/start", wrapper.StartAttempt)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/attempts/{attempt_id}/complete", wrapper.CompleteAttempt)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/attempts/{attempt_id}/results", wrapper.SubmitResults)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/organizations", wrapper.ListOrganizations)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/organizations", wrapper.CreateOrganization)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/organizations/{organization_id}", wrapper.GetOrganization)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/organizations/{organization_id}/assets", wrapper.ListAssets)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/organizations/{organization_id}/threats", wrapper.ListThreats)
 	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/organizations/{organization_id}/workers/{worker_id}", wrapper.UnassignWorker)
 	m.HandleFunc(http.MethodPut+" "+options.BaseURL+"/v1/organizations/{organization_id}/workers/{worker_id}", wrapper.AssignWorker)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/workers", wrapper.ListWorkers)
@@ -1770,6 +2497,11 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/tasks/{task_id}", wrapper.GetTask)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/tasks/{task_id}/cancel", wrapper.CancelTask)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/tasks/{task_id}/retry", wrapper.RetryTask)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/tasks/{task_id}/results", wrapper.ListTaskResults)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/scans", wrapper.ListScans)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/scans", wrapper.CreateScan)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/scans/{scan_id}", wrapper.GetScan)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/scans/{scan_id}/cancel", wrapper.CancelScan)
 
 	return m
 }
@@ -2094,6 +2826,179 @@ type HeartbeatAttemptdefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response HeartbeatAttemptdefaultApplicationProblemPlusJSONResponse) VisitHeartbeatAttemptResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SubmitResultsRequestObject struct {
+	AttemptId AttemptID `json:"attempt_id"`
+	Params    SubmitResultsParams
+	Body      *SubmitResultsJSONRequestBody
+}
+
+type SubmitResultsResponseObject interface {
+	VisitSubmitResultsResponse(w http.ResponseWriter) error
+}
+
+type SubmitResults200ResponseHeaders struct {
+	IdempotentReplayed *string
+	LeaseState         *LeaseState
+	LeaseTTLSeconds    *float64
+}
+
+type SubmitResults200JSONResponse struct {
+	Body    ResultAck
+	Headers SubmitResults200ResponseHeaders
+}
+
+func (response SubmitResults200JSONResponse) VisitSubmitResultsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.IdempotentReplayed != nil {
+		w.Header().Set("Idempotent-Replayed", fmt.Sprint(*response.Headers.IdempotentReplayed))
+	}
+	if response.Headers.LeaseState != nil {
+		w.Header().Set("Lease-State", fmt.Sprint(*response.Headers.LeaseState))
+	}
+	if response.Headers.LeaseTTLSeconds != nil {
+		w.Header().Set("Lease-TTL-Seconds", fmt.Sprint(*response.Headers.LeaseTTLSeconds))
+	}
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SubmitResults400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response SubmitResults400ApplicationProblemPlusJSONResponse) VisitSubmitResultsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SubmitResults401ApplicationProblemPlusJSONResponse Problem
+
+func (response SubmitResults401ApplicationProblemPlusJSONResponse) VisitSubmitResultsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SubmitResults403ApplicationProblemPlusJSONResponse Problem
+
+func (response SubmitResults403ApplicationProblemPlusJSONResponse) VisitSubmitResultsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SubmitResults404ApplicationProblemPlusJSONResponse Problem
+
+func (response SubmitResults404ApplicationProblemPlusJSONResponse) VisitSubmitResultsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SubmitResults409ApplicationProblemPlusJSONResponse Problem
+
+func (response SubmitResults409ApplicationProblemPlusJSONResponse) VisitSubmitResultsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SubmitResults413ApplicationProblemPlusJSONResponse Problem
+
+func (response SubmitResults413ApplicationProblemPlusJSONResponse) VisitSubmitResultsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SubmitResults422ApplicationProblemPlusJSONResponse Problem
+
+func (response SubmitResults422ApplicationProblemPlusJSONResponse) VisitSubmitResultsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SubmitResults503ApplicationProblemPlusJSONResponse Problem
+
+func (response SubmitResults503ApplicationProblemPlusJSONResponse) VisitSubmitResultsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SubmitResultsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response SubmitResultsdefaultApplicationProblemPlusJSONResponse) VisitSubmitResultsResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -2689,6 +3594,146 @@ func (response GetOrganizationdefaultApplicationProblemPlusJSONResponse) VisitGe
 	return err
 }
 
+type ListAssetsRequestObject struct {
+	OrganizationId OrganizationID `json:"organization_id"`
+	Params         ListAssetsParams
+}
+
+type ListAssetsResponseObject interface {
+	VisitListAssetsResponse(w http.ResponseWriter) error
+}
+
+type ListAssets200JSONResponse AssetList
+
+func (response ListAssets200JSONResponse) VisitListAssetsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAssets401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListAssets401ApplicationProblemPlusJSONResponse) VisitListAssetsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAssets404ApplicationProblemPlusJSONResponse Problem
+
+func (response ListAssets404ApplicationProblemPlusJSONResponse) VisitListAssetsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAssetsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListAssetsdefaultApplicationProblemPlusJSONResponse) VisitListAssetsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListThreatsRequestObject struct {
+	OrganizationId OrganizationID `json:"organization_id"`
+	Params         ListThreatsParams
+}
+
+type ListThreatsResponseObject interface {
+	VisitListThreatsResponse(w http.ResponseWriter) error
+}
+
+type ListThreats200JSONResponse ThreatList
+
+func (response ListThreats200JSONResponse) VisitListThreatsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListThreats401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListThreats401ApplicationProblemPlusJSONResponse) VisitListThreatsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListThreats404ApplicationProblemPlusJSONResponse Problem
+
+func (response ListThreats404ApplicationProblemPlusJSONResponse) VisitListThreatsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListThreatsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListThreatsdefaultApplicationProblemPlusJSONResponse) VisitListThreatsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type UnassignWorkerRequestObject struct {
 	OrganizationId OrganizationID `json:"organization_id"`
 	WorkerId       WorkerID       `json:"worker_id"`
@@ -2847,6 +3892,363 @@ type AssignWorkerdefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response AssignWorkerdefaultApplicationProblemPlusJSONResponse) VisitAssignWorkerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListScansRequestObject struct {
+	Params ListScansParams
+}
+
+type ListScansResponseObject interface {
+	VisitListScansResponse(w http.ResponseWriter) error
+}
+
+type ListScans200JSONResponse ScanList
+
+func (response ListScans200JSONResponse) VisitListScansResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListScans401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListScans401ApplicationProblemPlusJSONResponse) VisitListScansResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListScansdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListScansdefaultApplicationProblemPlusJSONResponse) VisitListScansResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateScanRequestObject struct {
+	Params CreateScanParams
+	Body   *CreateScanJSONRequestBody
+}
+
+type CreateScanResponseObject interface {
+	VisitCreateScanResponse(w http.ResponseWriter) error
+}
+
+type CreateScan200ResponseHeaders struct {
+	IdempotentReplayed *string
+}
+
+type CreateScan200JSONResponse struct {
+	Body    Scan
+	Headers CreateScan200ResponseHeaders
+}
+
+func (response CreateScan200JSONResponse) VisitCreateScanResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.IdempotentReplayed != nil {
+		w.Header().Set("Idempotent-Replayed", fmt.Sprint(*response.Headers.IdempotentReplayed))
+	}
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateScan201JSONResponse Scan
+
+func (response CreateScan201JSONResponse) VisitCreateScanResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(201)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateScan400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response CreateScan400ApplicationProblemPlusJSONResponse) VisitCreateScanResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateScan401ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateScan401ApplicationProblemPlusJSONResponse) VisitCreateScanResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateScan403ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateScan403ApplicationProblemPlusJSONResponse) VisitCreateScanResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateScan404ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateScan404ApplicationProblemPlusJSONResponse) VisitCreateScanResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateScan422ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateScan422ApplicationProblemPlusJSONResponse) VisitCreateScanResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateScandefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response CreateScandefaultApplicationProblemPlusJSONResponse) VisitCreateScanResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetScanRequestObject struct {
+	ScanId ScanID `json:"scan_id"`
+}
+
+type GetScanResponseObject interface {
+	VisitGetScanResponse(w http.ResponseWriter) error
+}
+
+type GetScan200JSONResponse Scan
+
+func (response GetScan200JSONResponse) VisitGetScanResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetScan401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response GetScan401ApplicationProblemPlusJSONResponse) VisitGetScanResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetScan404ApplicationProblemPlusJSONResponse Problem
+
+func (response GetScan404ApplicationProblemPlusJSONResponse) VisitGetScanResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetScandefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetScandefaultApplicationProblemPlusJSONResponse) VisitGetScanResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CancelScanRequestObject struct {
+	ScanId ScanID `json:"scan_id"`
+}
+
+type CancelScanResponseObject interface {
+	VisitCancelScanResponse(w http.ResponseWriter) error
+}
+
+type CancelScan200JSONResponse Scan
+
+func (response CancelScan200JSONResponse) VisitCancelScanResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CancelScan401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response CancelScan401ApplicationProblemPlusJSONResponse) VisitCancelScanResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CancelScan403ApplicationProblemPlusJSONResponse Problem
+
+func (response CancelScan403ApplicationProblemPlusJSONResponse) VisitCancelScanResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CancelScan404ApplicationProblemPlusJSONResponse Problem
+
+func (response CancelScan404ApplicationProblemPlusJSONResponse) VisitCancelScanResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CancelScan409ApplicationProblemPlusJSONResponse Problem
+
+func (response CancelScan409ApplicationProblemPlusJSONResponse) VisitCancelScanResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CancelScandefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response CancelScandefaultApplicationProblemPlusJSONResponse) VisitCancelScanResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -3232,6 +4634,76 @@ type CancelTaskdefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response CancelTaskdefaultApplicationProblemPlusJSONResponse) VisitCancelTaskResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTaskResultsRequestObject struct {
+	TaskId TaskID `json:"task_id"`
+	Params ListTaskResultsParams
+}
+
+type ListTaskResultsResponseObject interface {
+	VisitListTaskResultsResponse(w http.ResponseWriter) error
+}
+
+type ListTaskResults200JSONResponse ResultBatchList
+
+func (response ListTaskResults200JSONResponse) VisitListTaskResultsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTaskResults401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListTaskResults401ApplicationProblemPlusJSONResponse) VisitListTaskResultsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTaskResults404ApplicationProblemPlusJSONResponse Problem
+
+func (response ListTaskResults404ApplicationProblemPlusJSONResponse) VisitListTaskResultsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTaskResultsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListTaskResultsdefaultApplicationProblemPlusJSONResponse) VisitListTaskResultsResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -3800,6 +5272,9 @@ type StrictServerInterface interface {
 	// HeartbeatAttempt Renew one lease
 	// (POST /v1/attempts/{attempt_id}/heartbeat)
 	HeartbeatAttempt(ctx context.Context, request HeartbeatAttemptRequestObject) (HeartbeatAttemptResponseObject, error)
+	// SubmitResults Send a batch of results, taking effect exactly once
+	// (POST /v1/attempts/{attempt_id}/results)
+	SubmitResults(ctx context.Context, request SubmitResultsRequestObject) (SubmitResultsResponseObject, error)
 	// StartAttempt Mark a leased attempt as running
 	// (POST /v1/attempts/{attempt_id}/start)
 	StartAttempt(ctx context.Context, request StartAttemptRequestObject) (StartAttemptResponseObject, error)
@@ -3818,12 +5293,30 @@ type StrictServerInterface interface {
 	// GetOrganization Get an organization
 	// (GET /v1/organizations/{organization_id})
 	GetOrganization(ctx context.Context, request GetOrganizationRequestObject) (GetOrganizationResponseObject, error)
+	// ListAssets List an organization's assets
+	// (GET /v1/organizations/{organization_id}/assets)
+	ListAssets(ctx context.Context, request ListAssetsRequestObject) (ListAssetsResponseObject, error)
+	// ListThreats List an organization's threats
+	// (GET /v1/organizations/{organization_id}/threats)
+	ListThreats(ctx context.Context, request ListThreatsRequestObject) (ListThreatsResponseObject, error)
 	// UnassignWorker Remove a worker's assignment
 	// (DELETE /v1/organizations/{organization_id}/workers/{worker_id})
 	UnassignWorker(ctx context.Context, request UnassignWorkerRequestObject) (UnassignWorkerResponseObject, error)
 	// AssignWorker Assign a worker to an organization
 	// (PUT /v1/organizations/{organization_id}/workers/{worker_id})
 	AssignWorker(ctx context.Context, request AssignWorkerRequestObject) (AssignWorkerResponseObject, error)
+	// ListScans List scans
+	// (GET /v1/scans)
+	ListScans(ctx context.Context, request ListScansRequestObject) (ListScansResponseObject, error)
+	// CreateScan Start a scan
+	// (POST /v1/scans)
+	CreateScan(ctx context.Context, request CreateScanRequestObject) (CreateScanResponseObject, error)
+	// GetScan Get a scan with its jobs and their tasks
+	// (GET /v1/scans/{scan_id})
+	GetScan(ctx context.Context, request GetScanRequestObject) (GetScanResponseObject, error)
+	// CancelScan Cancel a scan
+	// (POST /v1/scans/{scan_id}/cancel)
+	CancelScan(ctx context.Context, request CancelScanRequestObject) (CancelScanResponseObject, error)
 	// ListTasks List tasks
 	// (GET /v1/tasks)
 	ListTasks(ctx context.Context, request ListTasksRequestObject) (ListTasksResponseObject, error)
@@ -3836,6 +5329,9 @@ type StrictServerInterface interface {
 	// CancelTask Cancel a task
 	// (POST /v1/tasks/{task_id}/cancel)
 	CancelTask(ctx context.Context, request CancelTaskRequestObject) (CancelTaskResponseObject, error)
+	// ListTaskResults Page through a task's stored result batches
+	// (GET /v1/tasks/{task_id}/results)
+	ListTaskResults(ctx context.Context, request ListTaskResultsRequestObject) (ListTaskResultsResponseObject, error)
 	// RetryTask Retry a dead-lettered or cancelled task
 	// (POST /v1/tasks/{task_id}/retry)
 	RetryTask(ctx context.Context, request RetryTaskRequestObject) (RetryTaskResponseObject, error)
@@ -3997,6 +5493,40 @@ func (sh *strictHandler) HeartbeatAttempt(w http.ResponseWriter, r *http.Request
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(HeartbeatAttemptResponseObject); ok {
 		if err := validResponse.VisitHeartbeatAttemptResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// SubmitResults operation middleware
+func (sh *strictHandler) SubmitResults(w http.ResponseWriter, r *http.Request, attemptId AttemptID, params SubmitResultsParams) {
+	var request SubmitResultsRequestObject
+
+	request.AttemptId = attemptId
+	request.Params = params
+
+	var body SubmitResultsJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.SubmitResults(ctx, request.(SubmitResultsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "SubmitResults")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(SubmitResultsResponseObject); ok {
+		if err := validResponse.VisitSubmitResultsResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {
@@ -4178,6 +5708,60 @@ func (sh *strictHandler) GetOrganization(w http.ResponseWriter, r *http.Request,
 	}
 }
 
+// ListAssets operation middleware
+func (sh *strictHandler) ListAssets(w http.ResponseWriter, r *http.Request, organizationId OrganizationID, params ListAssetsParams) {
+	var request ListAssetsRequestObject
+
+	request.OrganizationId = organizationId
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListAssets(ctx, request.(ListAssetsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListAssets")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListAssetsResponseObject); ok {
+		if err := validResponse.VisitListAssetsResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListThreats operation middleware
+func (sh *strictHandler) ListThreats(w http.ResponseWriter, r *http.Request, organizationId OrganizationID, params ListThreatsParams) {
+	var request ListThreatsRequestObject
+
+	request.OrganizationId = organizationId
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListThreats(ctx, request.(ListThreatsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListThreats")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListThreatsResponseObject); ok {
+		if err := validResponse.VisitListThreatsResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // UnassignWorker operation middleware
 func (sh *strictHandler) UnassignWorker(w http.ResponseWriter, r *http.Request, organizationId OrganizationID, workerId WorkerID, params UnassignWorkerParams) {
 	var request UnassignWorkerRequestObject
@@ -4226,6 +5810,117 @@ func (sh *strictHandler) AssignWorker(w http.ResponseWriter, r *http.Request, or
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(AssignWorkerResponseObject); ok {
 		if err := validResponse.VisitAssignWorkerResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListScans operation middleware
+func (sh *strictHandler) ListScans(w http.ResponseWriter, r *http.Request, params ListScansParams) {
+	var request ListScansRequestObject
+
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListScans(ctx, request.(ListScansRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListScans")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListScansResponseObject); ok {
+		if err := validResponse.VisitListScansResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// CreateScan operation middleware
+func (sh *strictHandler) CreateScan(w http.ResponseWriter, r *http.Request, params CreateScanParams) {
+	var request CreateScanRequestObject
+
+	request.Params = params
+
+	var body CreateScanJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.CreateScan(ctx, request.(CreateScanRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CreateScan")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(CreateScanResponseObject); ok {
+		if err := validResponse.VisitCreateScanResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetScan operation middleware
+func (sh *strictHandler) GetScan(w http.ResponseWriter, r *http.Request, scanId ScanID) {
+	var request GetScanRequestObject
+
+	request.ScanId = scanId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetScan(ctx, request.(GetScanRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetScan")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetScanResponseObject); ok {
+		if err := validResponse.VisitGetScanResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// CancelScan operation middleware
+func (sh *strictHandler) CancelScan(w http.ResponseWriter, r *http.Request, scanId ScanID) {
+	var request CancelScanRequestObject
+
+	request.ScanId = scanId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.CancelScan(ctx, request.(CancelScanRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CancelScan")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(CancelScanResponseObject); ok {
+		if err := validResponse.VisitCancelScanResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {
@@ -4337,6 +6032,33 @@ func (sh *strictHandler) CancelTask(w http.ResponseWriter, r *http.Request, task
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(CancelTaskResponseObject); ok {
 		if err := validResponse.VisitCancelTaskResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListTaskResults operation middleware
+func (sh *strictHandler) ListTaskResults(w http.ResponseWriter, r *http.Request, taskId TaskID, params ListTaskResultsParams) {
+	var request ListTaskResultsRequestObject
+
+	request.TaskId = taskId
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListTaskResults(ctx, request.(ListTaskResultsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListTaskResults")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListTaskResultsResponseObject); ok {
+		if err := validResponse.VisitListTaskResultsResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {
@@ -4525,122 +6247,160 @@ func (sh *strictHandler) RegisterWorkerCertificate(w http.ResponseWriter, r *htt
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H3pcts4uuiroHinqu17KVl27HTHqVt1PelMd+6kOynbU/2jlWNC5CcJbQrgAKAVTcpV52nOg50nOYWV",
-	"IAVqsbPOzD9bBLF8+PaNH5KcLSpGgUqRnH9IKszxAiRw/d9FLskdvGUlyVfq/wJEzkklCaPJefLbHEs0",
-	"x1UFVCDJkJwDWjJ+C/w7gbB+FWEpYVFJgaaMIzknAjE+w5T8A6tJhkmaEDXV32vgqyRNKF5Acp6Yl5M0",
-	"EfkcFtgsPcV1KZPzJMc0hzJJE6D1Ijn/vfmh4JjQ5F2ayFWlphGSEzpL7u/T5MLs49WPai69ZIXlPFjR",
-	"PL8hRZImHP5eEw5Fci55DeEupowvsNpEXeuR6wu9qLlgfB1Y13NAGYX38ibXIzLEphpiFYc7wmqBKjyD",
-	"PoCYd1oAWeD3r4HO5Dw5PxmNYlt5DVjANbsFGt9OqZ4jqQbonVgYoCUWaMYxlVCgJZFzdEDUBQLNCZ2Z",
-	"8Yd+o3PABfBmp3rRgVl1EySD7R+f/JAmC0L9/0+jpyELIv3tdeBT6odRfDkbpWoxslDIcqYgtSDU/Hfs",
-	"1yFUwgy4XuiNhhEuXxWwqJgEmq/+ChH0/wXfgtCAU6cEIZHAUwVPxKECLIfoQqIFExKdnJ2hfI45zhVh",
-	"9YIuWHCgVuy77bOzNrhi0HoTUFkv0oek+HjMv8bitncpicXt45f4TXOX3kUM83nsMvfqZVExKkAzwbec",
-	"TUpYqD9zRiVQjYW4qkqSa9AdVWbE//lDME1qzVp/4jBNzpP/ddRw2SPzVBy5efWKbdS6QHZKdHD5lxfo",
-	"2enZ94eGFDESEk9KQFnOCsiGGix2Rs2xhSAzurCbrDirgEtiDoL1MyhusGzBocASBpIsYB0YqWWupX7L",
-	"sPJ1Srjo8Hr/DpqsDNPP55ga7tYlOMXG1YEKNa19OGGsBEzVwy6Kbr8/dXt3zNzMDQds7yQ66rZvWftw",
-	"L0g12LcTLjcI+nuEEENUdgBKWzfYnKAReGzyB+QyaeRdBAmsoKP1YgI8OH14I5wzfqMQLAo583gBQuBZ",
-	"fMSUUCLme8Jvx9vVUusG3leEg9hrAV5TSuhsr3eExFzueRAhsazFNvK3N3RlBt+nnkXuAoRH4JoZ4tlx",
-	"iGgd3PAniQC9BZkNCPhS4YrGu6IgRq6+DfBxiksBaQdFHeKFKoKV2/0yL00ChAzePB1FlCMFEclXiqxa",
-	"uoLdTpcfdCCo97fhzG9qmbOFntmpqKLOc4BCE/EUE0PNnk1GVFY/2ZVHJjeXvgst4gw+q7vYPH2amJsr",
-	"9NAKuNBjY6u+wBWekJJ4dhG9NiNSuzLr/1+9+RUZaDxHGCkc+06gzIHuJg/mztCiFhJNACmZigmFAhGK",
-	"iEQH2f8b16PRE8gOA3lhgZwm7wczNrA/Knk7vMTLX+zNq/2zRVWChEujku2JeeCwdQfCNZitGBIW8kao",
-	"9WgOAV9dV7jnZDZXeiIHUZdyMMEynyP3JjJvBlYUEkBlYzhZ6lRA8RrsKCZQWYN/O5zDYeuaTLK/xxC9",
-	"gbLRk/rFzI78zA1/IOt8kLzRLMC+0TVsrUWkUBhNQMFBaHNJq154hglNEZkqdF2SslRorGYjUKjb2W35",
-	"fdi9Hqtgs/VSlRJ+pQd277Nl4Tb8vwP51lptwEYRgQOWEBobDyM8o8CvG7XbzJzwgHqO/k0qyDxscw5E",
-	"6iZZrWg9Z7QQdr+GEJ+OTn/YZlsqjlniVfh+G+9+ZIgyae3yCUwZB0P6C0xXyL6GppwtEGXLNqqxWgmz",
-	"wNR9cnz25OmotaeGW1gupZS595DXWu+MHK+9vZ8xL5C2tBFr6OM7gZZzVgLiNTV7yxW8CaPGb5A1KxSA",
-	"i5JQuMHSMPf9tn8c2b5RTIqaG925tXcr1J+EDgA1ZzDlWeyWFvh9x9hxMwUTHW+/7YfYLhVelQwX28hc",
-	"ido3HsErThgnctXa7Ki92XC3g+NQKQp2HBXV2/bSUhkcX9320qUaZB2LjsGZ/Wznb9dq3HYTqpmznykY",
-	"h8LD2EKu/pySHEu4mRI6A15xYu1uhT5c0cx//D4aPMOD6bsPT0/v/xQ1sINpKuNmaHPBqP6qcDRnNK85",
-	"Bypv1FnbuHrcuf6t2PogFuzth13uzgA7ent68fZksUv7GXCpNtLVNvI55Lcb9NWIibo2t1hTtNltkiY1",
-	"xXeYlNpUeLdNBNk5YlsPKHaLWr2nxqsdro9WwOaAuZwAljcKJfgdLvvlwCVQWGr+bz3I2q0/lUDjPL2H",
-	"aT/EhDdvyn6fdstL/Vxp0IXS0rBAxtuKssBBnSk5BnfAV973neOyHG5YWW6Ay1VHQKOaSlIGgLIn3hFK",
-	"iqZ3UvcorsScyc0aXwi5qD2/fsCNWGH3F0N1DeFLtekHqVl7+YE8KuwdT9gJUhuO9yCR8Qixqjh+lM13",
-	"zHAbc2j0Rn0e8RzhUjCU46pyftkgWjflAOoZzolcDZN+1SEqOirOJMtZeXMHXBDWvY+zmAATbCqXmEPP",
-	"OydRqbfEREZ1vJNRFw4/syUqmeYESL2m7WjjlBiiFy0oCOB3wJE9Mjo4OUNCPbOzH7bg0VEgR9EQUh/O",
-	"9FnL5op0VEPCYitqGJbfrIM5x6s1pLaT9qLwlbMn24DLTPA1O0e3AJVGEUJnQ5QZf9KNDXZBkZ0jIVmF",
-	"MC1Qbh0CJkiReddTNkRZyYT0Y5XpkMNzZefMFZ9eKBvH2dA4z6GSxoh2QtiHgrvLK0plQka9WP58tYiL",
-	"CW3fIjZFjFrmnKIcc2XBq5tvyYSByJnCFkzFErja26P41to5ogGIzfL4c8jYXSRdj4B7jkZoOQeK1AXt",
-	"KO128m4EeLuRhTv3RQxn1k4XI5DQoxFRN7Xt8EmiG04L38GHb3XmYDPbTvKaiEhEyLOcnXhPCzJrLChN",
-	"ghSHHc6hV4xt+y3QgtDZpY/fOX5A2Y2PghnxpUDBbhjVngX/kxe1q5sFEQss87n9VYm4m2ldljbAXtQl",
-	"FDcllvo94xWc4PyWTadR5hLEgzt6sQ3V+uBtARKTUnQitwuczwmFAQdctEK5aQLvseKjTRDEoOtAMzol",
-	"4dR8reyNrncYEYEo05IPOJpDqZmpJQDNopLJ98VxfoJP4Wz6dPT98Q9NnOf8dPQsTSSRpc/kQHZpC4W5",
-	"lJU4PzoyYB7MsIQlXg0LuHNBcHEUbPm+L7TTYScGMOrhOcomuBjYDWcpymqKazkHKrWJXKifpoxPSFEA",
-	"Vf9QJgdTVlP9JGd0WpJcZumYZs1G1CPHzZ1LU/2mtIH1H9SMPj6kZyJBZsYtrAYcamFeCJ8QOpiWZDbX",
-	"y1kI2RitnsX+VBDtRjb7bYz/QU1vKVvqMzk0HcB7E9dRP1rX0EAyNigxn5mt1VTUVcW4hGKwgIJgbSrq",
-	"szA2UAqgA6aw0HTmrN6+Ei4Ul9lwTGPsyGFcxIAmVEjFXnuC6w3CfdgUIV1XJi369Zrsa8kH6G+XrxCH",
-	"KXATRsELbQDq1CpDh+rF4dbAqH7q1g9in73hvkuYESGBv2gu8ZvzJN1Hz9X45rYdpH0XL98bcUFwiSwL",
-	"NcxPsVv0B1FnQROQSwDq00XWNaqJEtExNf94o8v4h6enW93dyoqKO4lHj5w7Bslra8LHFcac1TQSfbpw",
-	"aTRyjiVSjAbVlcbnSV3MQMazaDYEKSKDHQ94QCpQo03t97K1EPZ86wGaVjTe8PHTULCQNz5evOFxfx5N",
-	"f+xie0ziS0YbjGoW5FZtzHJrKXKdYMUnikCIHO8MAj32DzbZefyeUdgHxTbSpK6KPRG/N83HyrX1AImz",
-	"kvyNNAjRdxFph3l1ELPDWXpRvEXYrcO+6+GiP3pFBJflm2ly/vt2WCb3aQ/r3d3ccXl025wtfuL1A7yz",
-	"R/gY1pc91qeyulru5F659SC2uvYyoXt6NHbKXHwc74+8vvc2d+QjXxFD/5Ts8vGB3R0YWcO11jIYW2Du",
-	"RXnH052TwYo4x8DayXbWudn6xyTcORXHuxGWWFclmJS8Gwl8QSguo14Ff/4wazDHlAK/qcp6RpR9hkn0",
-	"3b9p/vmYWPbGHOy+WPNniC/HlGpzzgh70p7iLUT1GLVig5m20RYTtY/7fhwFd9Nl7aO+CgC618p9mNB/",
-	"22tTGD9dzKUMVNuKhCI55wDIu8CRc4GLwPTprxGI+KtDp6UIMyyJQM6biCRDBxa0qc7Dsr4bU+vkpPN2",
-	"jtcRzbHg2NdSshALwn2iDI/QZR3OGJY3uPP1IFqHej0upWukH8GJrY5ys/efHdJ9/gDvQ4KAlzC1dPnK",
-	"vNPK7PI4+IBg6+7BxDXAfcwoZ1Ae8cBYp9nex1C+reD5dOp3QD7rWkCf+FfXC3mtDLgrtVHrQgPMgV/U",
-	"Jluq42Ci6OLtK1v4eZAtZ/Lmv//zv7JDZCnEBnGtcx/hYkEomjAmheS4GkibOmNS1S/evhq6SkXNkfTC",
-	"7YhBw0V+uX59FXPhXr++QnlJgEoUSE60nDMB6Orni8HJ2VMUyFzFuLl1v0JhY/uWp2u3GRFjGvDwIXox",
-	"h/wWiibjx7qxDKtntFwhLPWJ5pgWYo5voeUTX9SyxqXavq7XI3TKIonjZgc/WcgZrETK/J2UJltWmPrQ",
-	"BZOAzGgxRG85K+ocuNCxdIWgWDIuUK2Tq2BMc0YlZyWqSkxtjN3AublIMXTzoTBeYgbHwSvG9MAcSw04",
-	"fBC0n6sNrnS8aVCxshzT7O2bq2t0dHdsAkEiSxHXCWMWGnpDXrabI5sQTOMRHtMxfalvaVFLLAmducvN",
-	"cVmq7UyB5lCch3XLKdLpxmF+V4owdZXoxp+vlhtTTFFNbU2MDaRhDii3OGLzQgos8UQ9IybbWeCFzRxY",
-	"KEhqPFtyIkEM0YV6UMKY6h84moHay+noWWYO7EIROSsAhZGp4Kx4IlhZS0BKXKtF1eZ10gEyFQh6JlNw",
-	"XGJ9KOdZQQfZ/3Z2anaYognkuBZqOxYneE0V6ucly28FWgIqTK65xaxz5CKh/vB2ZnsZnCuEVEDK+ipf",
-	"s63FqpqeSpKDFQ+kUGg6JUqbTy4qnM9hcDIcNQW9wW+KzdWLBear5Dz5MaAofX8KQxRatikLsTvg6Ofr",
-	"67fa4m2w1Gxvcf36apg0Ac8O9V68fZWkiZeYyWh4bPbBKqC4Isl58kT/lOoyZM12j+Y6Q/Uf6u8ZxJz7",
-	"+j4FOhmN0HJOSnCBqhyEMJlIQu94iH5kIPQdSVbn8xZGql0bNkEYfVUk58lPIG1ybKd6+WQ02lC5vF/F",
-	"sl0hUrB8HRxC6dQluYOhCSDaAEt8Zr/VoBq6kWfJ+e/vwmt/a1dQs1MQJglxJnSubiWSd+rdIw64WO16",
-	"AbbOp6F0xehwPlfYZfiJObs+lBEPFiFM1H1CKOarseIlkFtmpga9fnV1/fJXRV0Uck2gCjuX+BYGdaVB",
-	"VFfP0dnoCWJyDnxJhJU2a7d6Cbgg9rBf4GLV8it9k2ejJ59hvV+1zMbF6jnKTFZ3hgReCUUs+RwVUAEt",
-	"gOYrZJwqHx/JPMCVpNYEiSTH0ynJo+h2d3zkxNbRhyYJ6f7IeYO01slEBBVf0kK0G29ovcsXc+pUB33K",
-	"DB2YZzqiNGySEw6VGhak243pAc5vKVuWUMwUU8SuGF9f0+EQ+SYT8tz2qXDRci3ebNWfkhXYh2i1qBtT",
-	"XOqbQeoGrJJI1G3JmlurmnEyIxSXVmw9RxgVZKoj89JPTQQ6HT0b0/WMjBgJuFJD54hPWy1qeqIAzZCj",
-	"pvHLfbp1cNAx5f6dz2L4MytWO6B+kLzj44I2i0diPgM5qKlnLklQr5wEbILDtBaNB9FUKEteQ1jX6Wp8",
-	"79Md6a1bFXvftkns/J+MvayVi/ZIEIsQ3wmlEOLS6Fqawk/NbnakbjX+eM/xT/Ycf7rn+Gd7jT/bcz+P",
-	"5YAfWvbZ7+/uWyzxL1Y99wwh4IQ24W4LM/T6fj83/IXd2XY6Wjv+Tphs0pViw5QtUVXWIiw6NGq7U1NT",
-	"RJVZhyosZMhTx9QmRDh71b7tIz3IRXqG6NWiKgkIlOnWBtkQOV3BpDCjA8O2AuX9sFEhzHbWs+8iLM27",
-	"Sr4MT/tERN5y18Tp212syb7GU2UoadsQl8N/U+3HplpTpuUT3PemWU0Fu9Cr0xJ03ZMhjyJTZJvZoFk2",
-	"RJde1SDanTDHfFGCEOuWzJVa9l+aMv5NCx+dFn7B/BZhA+bCIyzWfhEb1u0jjh1El6Y0Yf2KJRHSeZVS",
-	"ZFJbRLvaKgujb5k2Gg+0IJkpw/ZQ2Z1j2iSwI1zcAZdEaL/TEL3E+byRN0bVhgIJULgtoVydI1fEk47p",
-	"et2OthmM8wld+F4jklVtcrY1/qXOQEVyyTbKst9c4v1+SvNuFNQTm/nMamxfoCNC02+odzhWwDs4Yd2J",
-	"jBfAzZV/nTru8ZNvXvrhskRs6r3VTm0U6g6UZMyxLgPpo/0mYhUn/N8wkUJn5zKUhcWJmfb3+I4xxvOv",
-	"6BxblRILJJgysrVfSQ2UekNEjKnhUqkiU+NGpUgRpGEtjcapqxqBFtr7rP5R0lV7N+esLLQi6vxaOoJg",
-	"TcwhugK9EZR1Gk5qmb3At9YnqWZqd7TsegxuYTWmof1vPeSkLAfW6+7BLSTgQt2FVUpEigRTLJkJ6bzc",
-	"RoUXkmNaiDE1UPM1ZoS72YznPsaOLnLNDF6be9tXe+jp/PkoV0A3ImxyeTS2QT5nSZqIEqBK3rVLfE9j",
-	"iQPJcRKL5Sa++GFgEPhoZP3S7XrZk9HODoNWjfNnZrPtWtlNClPTpvagYkKQSblClFE4/Kfgp6fHZ/uN",
-	"P/mWNbTXPjajS9pcYAfEBvYcJnmIDR7/Vs9pV85rwt8CQJjor+Lk3d7UbebymgjZyiTam8HY5tC72Ca6",
-	"ofEnNUvWKkPjjWjxzBRKhwf/LPT1MHxrEEoJS9a5Lu+/b/2ueG+fZq+5ntDiUidCZBZxlGQ2bqVmJqRR",
-	"ax1x1rukJY+QKC42mi9gDw9wb6O2nbj78SfBuhjGmY0WXyUHfyRGmqMpVGJtVOjDyhibO/rQSW2772V8",
-	"p6NToy0SiQoXTIb3hi6MM1Sj8gKv9CMBgIiMxpY7uLunWtXuRf7ZmFqf7tDm8g/Cm9PPiTc/gfzoSGMr",
-	"uMXRB98A+N5gkItZduKyTQJP2Mhj6DwN/9d4GTJ0oOPp5sCpluVOBUBNkuuhjUoqJb9zIZFPR7hgu/VU",
-	"2KW1ObVwPfiJ0Rms9aSNLigFLOfAwfPqWueJ1FUQyXjuD6A/HpGhA85qSSggDtj3Uj9U0+qKTFjYZKWY",
-	"9fE3al7xvpDH0cl2LcH3w99hbOtbHmp87DsKNvm458sDZ7E80U9JzUE3+76QoR+R6iiRy/f7Gl2oj2QD",
-	"l7BgiiyCb6w04OkqyVapqWW8/40lpYVLUkQRMjTmt29mxugQXcLArGlSC9ynS8rVmNbUJ9JXmHDEYWAS",
-	"u4WSKUHaQdRs/1Jk87Ug7z8jvprzB3m5bIMUa7DWyi9fWxJVbX6FJQiJpoQLmRovmUm/VvYKoUYbN5ml",
-	"pfvmyroxd23LCjr4FmOMkerZ3b9bEp/Sld/uhk2txs7xCcMiud0nddUa35bx6gtqNxqtGom+GWPVVbk4",
-	"mjD/9xunxp4QCLcyzE16dpvQhug360he9/ke1JT8vQZUAR/T8KXDNJYg5r51FLp99bJE+vqBA9Nrc0yb",
-	"1eTgEqoSr3TONq8hO3zezHkLK5cw3KSLTVix0rliJyf9HXiiGWO+3fdX4QBeK+NNRsfPnkyP8cng+/wU",
-	"Bt8Xx3jwDJ8dD55OnkxHcJKfFsejpFXLS6iV5E3O2BzKkun6MlMcem7cyZtaKHRdz+/a9bndctM9fQth",
-	"f/XP7DE2VfERRkARYF4SnWZi0Nan0GvE6xCDR2BtbuhWkaYJamG/hxdB5/YuXc2OOnGsVkft8WN6U/pO",
-	"/jV7UfbOPNjXb35y8iW8OhpfItw71GeOPtgPL/Q7bX7zRQGaqy51hFEyNLExjyJFWbsDi0+QXp2jbL09",
-	"ns4B6DbIc03GOh3ywt5jukWe+qHTIy9DTHH2Vp+8rCd5/UFM2H5H7pOrD7alSI9ubqj/G3EOWVwxGdm+",
-	"F6DYGRuP7Cc0ewPdF8jiHNJFNpKvBi7ibIR/+NE37xu6cAk36iWTaGOGL0zuGPPZKSWhs+y53ry1FkrA",
-	"Sr0w35pQv1N4b9pzm1x4G8BfLxI/NCVea59vCbLkgxi6dSn5nHkQarNqvXbL7jF94TeKMHIp6/70p6Nn",
-	"3XaCz1FzNiSXJIdW4ltMc9Hjv2qi2UQuNqMz+CLmP0Um22Plg77UfeXDkf+KxqbsS+wKRHxvkaxTEGJp",
-	"AOe3OkfFUnHm1O0ph6buckxNgzlDh05z8m5YIfHKfKNLoDkRkvHVEL2Rc52yYQwRDgEhtNtoxvBdNxr8",
-	"ZtE99TxRfxDq37huL1RZcYCLQQnS1AszHgiHzVTg3EC92pFCW6PJ2CzyA7FL45DDdC2qYAqBvQdODNH2",
-	"RIFGZLT7hqzlDkSQXZn4ti71284bCBoqbHS+WEB9M+6Xpb+cqCt9iwvGjB0i1xRW40SkpQFlS3SQdVq1",
-	"Wp26p8GQqfLTyrctEfQl9pEo3lEwywb/yAPzdQPHRrwZ0Gnj3zTuhAHUg+NO0xf/cF8nQ7vH1WdOXXD9",
-	"P741c/vZFzGHXYclXeOvm0v2+vp7YtGfOqnhgfGmzxM96ke2Jn737dinvi1/lLXq5vzrvFV/M1wgxU5S",
-	"lNk2UUbBjfGebIh+1K3VlUpmyhmCtiPuyyNj2g34BwkLaA4cDpGO9Xf1BWPXpWsJD2EmwyKaFRB053sE",
-	"sqXrniIs0RxXFVDtIepuuGvkEoFc63nd0SwSQfIfW2lw1F9/ouEVfJnF+gxS++BdT2rAQ0uoXZM73Wdr",
-	"ZzERa4X4RcpE+ijX9rptU/C37aB9JIcwV7aZSfQLilDd6TeX/0xoobS0UBM7mCg0RStWc8SWFL3966tD",
-	"RUcByUxMWnCkJdIQ/UTuwLiZ3r78BR1UOgmfu55EvnlWKRjikDNuez3YZpDmq0m6wYXrQALi0IqwMW2t",
-	"ZJqrmFSL1gkMk7NfaPJut6ihbZRSg5rB9woeK/w+fqnXho8qfFV0bDHE+1yVqAlv7V+xa8GjvQfWdApS",
-	"nNYtqDh/6JYahP3vTKmBfWktw5vVyoBzHaNyXJZpq4Oabge2vo1hIzWXri/gWqYVUGw8C80X3bmrmm4l",
-	"aNqq6MCnMIznnoiYItDStAmI1GZEhr3eTPVZ4O7o7j82c9hny88aelDsT7ZsuZWJEpvP9P3RL3LXZif1",
-	"6ZkB1G39hQNAJZL7d/f/EwAA//8=",
+	"7H3tcts4tuCroLi3qu1dSpYdO91xaqvW0913OnPTk5Sdqf4ReS2IhCS0KYANgFY0KVfdh9hn2Ae7T3IL",
+	"54AkSIH6sp3EM/OnOxZJfJxzcL7PwecokfNcCiaMjs4/RzlVdM4MU/DXRWL4HXsvM54s7d8p04niueFS",
+	"ROfRbzNqyIzmOROaGEnMjJGFVLdMfacJhU8JNYbNc6PJRCpiZlwTqaZU8L9TO0g/iiNuh/qjYGoZxZGg",
+	"cxadR/hxFEc6mbE5xakntMhMdB4lVCQsi+KIiWIenX+sf0gV5SK6jiOzzO0w2iguptH9fRxd4Dre/GTH",
+	"gilzambejPj8hqdRHCn2R8EVS6Nzowrmr2Ii1ZzaRRQFvLk60Y+F0lKtAuvDjJGRYJ/MTQJvjIicAMRy",
+	"xe64LDTJ6ZR1AQS/aQBkTj+9ZWJqZtH5yWAQWspbRjX7IG+ZCC8ns8+JsS/AShwMyIJqMlVUGJaSBTcz",
+	"csAtAplIuJji+4fVQmeMpkzVK4VJezjrOkh6yz8++SGO5lxUf78M7obPuamw14JPBg+D9HI2iO1kfG6J",
+	"5cxCas4F/nVczcOFYVOmYKJ3ACOavUnZPJeGiWT5HyxA/r/SW6YBcHaXTBui6cTCkyiWM2r65MKQudSG",
+	"nJydkWRGFU3sweoEnTdhz87Yhe2zsya4QtB6552yTqL3j+LDKf/SfftQuL0mKVOWd3BDJkrOG7RJRUq0",
+	"/UwkjIhiPmbqEeC8FZluBferhHbDWyf0EeD8gerbzikM1bcPn+I34OKdkyCTf+g09/ZjnUuhGQib90qO",
+	"Mza3/0ykMEzAaad5nvEESPQoxzf+1+9aAkur5/o3xSbRefQ/jmppdoRP9VE5LszYJMUL4oYkB5f//iN5",
+	"dXr2/SGyPEq0oeOMkVEiUzbqA1jciCAZtWawvlzJnCnDcQ8pM5RnetOS/nL17q/vxr+zxET3cTThSpsb",
+	"zZi4oaYBuZQa1jN8zlbBF0c83QLKcZTRfQYX9q2M/52lN3c0K5j9cuWlNv/YZjn4Q2CwrmnufRr7GMGo",
+	"q4wLPioHCSy/DeUWXGqdQVZoARS/5TqAZm7YvPmPddhGWqn2HlGl6BKAXKsDW2wcpupc6KWd/3NE05Sj",
+	"+HrvrXhCM83i1iZKTLSOhB2M2GcxYf1pn4xmUht78EcxGfHc/jeXytj/Fyqz/0vsmBN7SO1BiS2zMEzZ",
+	"wf7vR9r7+7X9z6D36qZ3/XkQn766/7cQXVTob+o1g80s1wdSgww6YMWnYu6YSxMgFJ6xdKeDgspnBl+h",
+	"qhuAaUsXrr4h4yUqxcmMCtT+2gqJVXMtI0o9ChlLmTEq9j2Cit1J5Kg3ilHHS4Nv3XZN6x7uBKlaamwl",
+	"g3y0rp53XwSVAIobGKx3EKQDxEWACJwhgLqFt3sfI0pJdWMFQxBy+HjOtKbT8BsTLrie7Qi/bfm9VcBv",
+	"2KecK6Z3mkAVQnAx3ekbbagyO25EG2qKzVwTEXGFL1vu6VSbbYDwAFrDVyo1yie0Fm1UOwkAvQGZNQT4",
+	"s6WVHRl3SXi+CbWRUcaRR5Del6eDgPFoIWLU0h6rhi3lltPmBy0IwvrW7PldYRI5h5FLE14XScJYCod4",
+	"Qjme5opNBkz6arCripjKsQAXoJoiPVtcrB8+jhBzKbyaM6Xh3dCsP9KcjnnGK3YRRBuqwm1d02p9BKHx",
+	"mlBiaew7TUYl6G4Sb+wRmRfakDEjVhemXLCUcGFNooPR/xkWg8ELNjr05IUDchx96k1lz/1o9eT+JV38",
+	"6jBv1y/necYMu0TTa0fKYyW1bnFwkbJrBRRtNo+vrjokZnw6s/agYrrITG9MTTJrW3uel4loJkztWHKn",
+	"0wKlsvAHIYEqa/rbYh8lta7IJPd7iNBrKKN90y1mtuRn5et7ss695A2wAPdF2/HnPEaWhMmYWThocCeB",
+	"yUSnlIuY8Ikl1wXPMkvGdjTOUoud7abfhd3DuxY2G5FqjecreLGNz4YHsOb/Lcg35moCNkgIilHDfGfM",
+	"fgcPDe9Vp98uujGM0b3Iq4Tuubh9dNA8K6ZcbG9D2dW9h29AlNFPb/CrMwSC++t41cbKFZeKm2VDjvku",
+	"weNBwyfYO/YFosc1DFVTZpor3s1W8dddzdq18o0acLmeGpbduLVUvx9uS/K3p1QWlo8nUqTl5hFkLwen",
+	"P2zyq1ppmNGl/32Tp/wkiZDG+aTHbCIVQ7Y+p2JJ3GfoDxRy0WQjsrCKiofTF8dnL1428Vrj1Ekgq6h/",
+	"YkkBEA1sr7m8X6hKCXiZiax533eaLGYyY0QVAteWWHhzKdBnPqpnSBlNMy7YDTUouHdb/nFg+ah0poVC",
+	"qmis3RH6C5/S7ZjekGchLM3pp5YhW47UPDKbsL0XT6DLTNJ0N+fZo53voBq2aS0NdbCUmZs+urQvuaBa",
+	"KbxKZ8wm2fXBvrcNcyjH7GYK6OTdjy14Lp+bCRdTpnLFnU/F8/4Meq9ob3L9+eVp2OnjD5Oj67fFUgdh",
+	"LnqTSJEUSjFhbuxem7R63EL/RmrdS7xWtuE2uENgB7EHkzcHCyHtF0Yzu5C2JpnMWHK7xhb53OWD9cbW",
+	"K0aUvI3iqBD0jvIMzMDrTeqFGyO0dO/EbjCZdrRmINj4YOV6xqgyY0bNjSUJdUezbjlwyQRbAP930VMI",
+	"aU8ME2Ge3sG093HP4JemO57biNC+ttZRajVwqglGwMjIC86OrBxjd0wtq9haQrOsv2ZmswYuVy0BTQph",
+	"eOYByu14SyjZM72VKi9ormfSrNfmfcgFfTWrG1xLFW59IVIHCO/ui9+RYluksHMsfStIrdneXiLjAWLV",
+	"cvwgm2+5WFwcuNYbYT/6NaGZliSheV763L1MlYlizD6jCTfLftStOgRFR66kkYnMbu6Y0ly28XEWEmBa",
+	"TsyCKtbxzUlQ6i0oN0Ed72TQhsMvckEyCZyA2M/AR4IOpz75sQEFzdQdU8RtmRycnBFtn7nRDxvwaCmQ",
+	"g2D6RBfNdHlCEEVbG4LI8u83mEtu0E4Svip9BU3AjTDxaHRObhnLgUS4mPbJCH2FNy5hgaWjc6KNzCEd",
+	"IXHOHgwcjyq34qhPRpnUpnrXmg4Je23tnJnl03Nr45T+EZokLDfoICmFcJUG1Z7enlSpTdBDWe2v0GEx",
+	"Ab4LIidECsecY5JQpThSRUMm9HQiLbVQoRdMQXDvIXxrZR/B4NJ6efwlZOw2kq5DwL0mA7KYMUEsgraU",
+	"dlt5rjy6XcvCS9dUiGZWdhc6IL63KqBugu3wJJGrUgvfIj7jdGZvMZt28hiB/AZkni6e/56JlIvpZRWb",
+	"LfmBkDdVhBPFF6Q63EgBnoXqp0rULm/mXM+pSWbuVyvibiZFlrnksrTIWHqTUQPfocd3TJNbOZkEmYuX",
+	"o9PSi136TJVQ4zJhWtk0c5rMuGA9xWjaSK+JI/aJWj5aB7iQXHvA6GKXWdPIXGx7/gnXREiQfEyRGcuA",
+	"mboDACwqGn+fHicn9JSdTV4Ovj/+oY7hnZ8OXsWR4SarshiJm9pBYWZMrs+PjhDMvSk1bEGX/ZTdlYlJ",
+	"+shb8n1X2K7FThAw9uE5GY1p2nMLhgQLQQszY8KAiZzanyZSjXmaMmH/ENL0JrIQ8CSRYpLxxIzioRjV",
+	"C7GPSm5euqvtb1YbWP3BjljF/mAk7mXL3bJlT7FC4wf+Ey56k4xPZzCdg5CLv8Mo7qeUQ4ggbaWN9Apx",
+	"K+QC9lSSaY99wpgdZJyga6hnpOxlVE1xaYXQRZ5LZVjam7OUUzAVYS9S9qwCWAJTO2iW5iws3woXQbNR",
+	"fyhC7KikuIABzYU2lr12JE7UBPd5XfQ74GNG8vvcnTbVjin+7fINUWzCFIbI6BwMQEgrxnNoP+xHW+bN",
+	"4PxeXLszlHvJplwbpn6skfjsPEn3wX3pIjMXyW0wPYgFs3sgY0qxRKpUE7sFK27JgWALIhXRjAkMiR2G",
+	"83t21KEgKrp9qk/C+N3OgT+7lZtEFoiH1SUHormBl1acSrk1d0AXuX5owG9mJX9QwbUPVrARgnzrCFRw",
+	"DUX/ULNq7do7Jw2QNcF+3UllfwLBvNtxcRvbWmXBmS7hq9UI1GBVhwmgtrL/To5Pvz/94cXL0+83WoEN",
+	"z+AK3MpdbIDNY+hsV0YqlvoAfzrFrQHsTXht0u07wRzR9skIOM3onFBB4J8EZDw5cA9iIl2JAhk5NWt0",
+	"2CcjPBT2OzLhoEISKYaiGqX+fgSM3v5DW3OPm2VjUPYJJeMNT0fESJKytMAsbGYtRCrSoWjMnFJDYb1L",
+	"tGxZphk5wJ8PY2v+KpaCvpYrmRYJUxqFboDDbpVNe8kmIKKpobuFi/ZK0PbgseLeCblqbrlIfb6H+yq5",
+	"VuTWHeKBJTo2UnX5nq80NPPBBptkPqwyTMZ1fGo3Kv75Ey6U04w4MwINAGtykN+5ledkzMwCZKILM656",
+	"FcbWTA25uo7Xhk1/eHm6MeQ7p586AqWDB44d0iauEhoyoZ3DaMdE46czvH+X490yMf4ixyE2uk/Qdyvf",
+	"h53TuT7CiRhdIa6wd7CjhqD0nNSZFR7MHZSuO7BsIfJIiK6S7PZFJxd5YXaMokMKyU2HByaOcql56Q8K",
+	"anp7JQHvivftYkJhdFc7aG62xjpCrQu/j6KKJPQp3UZeitRuOuUe9FISytpSj5cnYVvtUTItNmbsfJgx",
+	"8rscf1e7h9wn/XV8/XijNtuZRlcTa8PkAUWskY1csYXtk52vPL2gHJqLiYRAwMJuiKW8mEdxNONTcPYp",
+	"bnhCs/BoKzrxY+WnrrMHv5Thur9xtIUttL0RucF0LNe62Vj84PheGEGVld4OhbpaIzOjhhSapaTIwTE0",
+	"LtIpM+tdEYHDFXi5dKbtUS9VhyV2+/iLaU7BxL2nqc3slvf14+5io+4kwM3JfV8zbQ/5oleAtraEtxER",
+	"aWX9PVEqX1msvZUSa9/9XY4fVen1UtX3ShKMoyJPdyT8zloo5yDuVporjNQE0YWIuMW8WoTZ4iydJN5S",
+	"z73NdnHRnyqPPs2yd5Po/OM22mTcwXp3KAB2xYab7JJq4NUNXLstPIYe6rb1VHpoIy+rU27txVZXPuZi",
+	"x9SArco7H8b7A5/vvMwt+cg3xNCfkl0+PEN6C0ZWc62VMs8GmDtJvlv1D1QkOnW/8QfaAZ5xgPH4BYXW",
+	"Nmgp3Bim5lx0KPbV/v3SyoQKwdQNWr12ezz8LTonw2GvXZyy+6hbe7llU2ZYYhEYytJJqLDmn1OA8VWW",
+	"Et6h+bZcvPsqdHt5wB7i892rWUbljy7DveXIDZhuTK9BinkUiYS093Qy6W+gHDyk4mFtF4auioQvUIUQ",
+	"cjvjPgNHGfIJN0iMh+jMa4L5ayP2uqiqAx7HeluHrCftm9NFCd3YXuUhkM0VSjxkAqIpXBAzU4yRKlGS",
+	"lImS2uNu3V1CAvzST23Tfo0116TMOSNGkgMH2hiq9VyGD3aDKw/6li2A/BLN1RTqb6VpSShV+4nqgPzE",
+	"Rn9Ev8FJub8OQmud3oqW4pWjH6CJjfwe1/5LSXRfvgxgn1Rxp5S0K29XXH27p+Rvn3K+ArjHzIX3GqTs",
+	"mRGPy3sMOe4Ez9PJce/4rKq4Xbot6FhJYTWcK7tQF2RmVDF1UWBNXct7KsjF+zeuNebBaDE1N//1n/9/",
+	"dEjcCXGp/i4FlNB0zgUZS2m0UTTvGVdghc0qLt6/6Ze9HIEjwcTNvNKai/z64e1VKNHvw9srkmScCUM8",
+	"yUkWM6kZufrlondy9pJ4MtcybuWS9FzuBS15OqjEXA+Fx8P75McZS25ZWteFOR8tsnopsiWhBnY0oyLV",
+	"M3rLGpmT88IUNLPLh057EJ5YbR2BK/izgxxSJUkLBVmwwMWwE+RcGkbwbd0n78u0Eai4sARKjVSaFFCC",
+	"x4YikcIomZE8o8JVYiCca0Tqfjke8bNq8eUwePVQHOC27AuHe0H7tV3gErKSe7nMsqEYvX939YEc3R1j",
+	"urAexURBWaGDBiyoku24ZUzUrXMmhmIofgYszQtDDRfTErkJzTK7nAkTCUvP/e6ZMYGidL8KMIYkI+xP",
+	"htlsmN5DBSmE64rj0q2pYiRxNOKqh1Jq6Ng+41gTr+nc1ZfMLSSBzhaKG6b75MI+yNhQwA+KTJldy+ng",
+	"1Qg3XCasJjJlxM9f9vZKx1pmhWEQyrOT2sVDaQrBHiQwErYWzShsqnQbkoPR/yydMKPDmIxZQgttl+No",
+	"QhXCkn6SyeRWkwUjKXYkcJR1Tsp8+WrzbmSHDKUsQVogjbp6Vo42tpmE85TxhDnxwFNLphNutfnoIqfJ",
+	"jPVO+oO6Faf3m2VzxXxO1TI6j37yThTgz1KIJcvmySLyjinyy4cP78G2rqkUlzf/8PaqH9Vp8a3Te/H+",
+	"TRRHlcSMBv1jXIfMmaA5j86jF/AT9AScAds9mkEd89/tv6csFLkCfGpyMhiQxYxnrExnTpjWWK+mYcV9",
+	"8pNkGnBkZJHMGhRpV41sgkvxJo3Ooz8z40qoW31HTwaDNT1Hd+s16mYItBr94G3C6tQZv2N99GK4FKTw",
+	"yNVSvT6mtTyLzj9e+2h/72awowumsVR1qqGiO9fRtf32SDGaLrdFgOv0U590y+hoMrPUhfwE9w6bQvHg",
+	"CAJrM8ZcULUcWl7CEsfM7Etv31x9+Pmv9nQJdDgAdS7oLesVOYCoyF+Ts8ELIs2MqQXXTtqsYPWS0ZS7",
+	"zX4FxNrpl4DJs8GLLzDfX0Fm03T5moyw9n9ENF1qe1iSGUlZzkTKRLIk6DF8fCKrAG4lNRxIYhSdTHgS",
+	"JLe746NSbB19rqPi90elqxO0TqkDpPizSHWzNTnoXVU7NyiIgV2OyAE+g3Bpvy5hObRqmFeUORQHNLkV",
+	"cpGxdGqZIi3bcQKaDvukag9tzl1H6rKmAsSb6/tlZQUVdW7JjJqhoBlghlgMOCWRW2yZQjmrWio+5YJm",
+	"Tmy9JpSkfAL1G6YammtyOng1FKt1O6EjUDYbK6NMcaOJf0eIq37lqG6Nfx9vfNnrKX9/XdW6/Emmyy1I",
+	"3yvxqoLertYLc+56haiYS+R1LIw8NqHYpNC1exx7FBpVML+zW5lXcx9ved7affHumzaJG//J2MtKw7gO",
+	"CeII4jttFUKaoa4FJ/wUV7Pl6bbvH+/4/osd3z/d8f1XO71/tuN6HsoBPzfss4/X9w2W+O9OPa8YgscJ",
+	"XVnmBmZY6fvd3PBXeeca54N2/J3GmuOlZcNCLkieFdpvTYVqe6mmxkRYs47kVBufpw6Fy/Yp7VX3dRXG",
+	"JGUYs0/ezPOMM01GkPE56pNSV8BCd3KAbMtT3g9rFQKXs1qjGWBplavk6/C0JzrkDXdN+HyXiMUafTqx",
+	"hhLYhjTr/+vUPvapxWY+VRuEnc8s9inV3Sf2PRa8aZgD25nKSVWcNnEHripfFvCeUVRoCsLOGp3g2qq+",
+	"OcAqRGugp8RVwR2C1VkVHpqZksUUzCGuiKCmUDQjt2ypY9Slq8HsZ3VtzlBUxTmWo+R0yqqxDkZ//hld",
+	"FuCiOfrsSuQqGIwOwQoete7WGKG9gGK0Ty5X1albtqytdvhlLNMlObBYpgpcDUNhn5VeFzkBqyOhQgqe",
+	"0Aza6h52KFmVpgcOiZiMlwbrxu0/4qEoXS3QHalW/HqXLM/oEtwnqmAj8l//+f+whwweyZqdzahGbS8m",
+	"mosEjVW4asA5OuA2HfTF9MmHlV1TgSiBTVu97+SEdJVcv0ZXVz0AWMdwN4+dsLpOhVv+gW1FLKid1clS",
+	"p1d2FW4PxQFoVISbwz65IPZslOu04oGCVVmzcRjK99OQq2arXiCwoSgE/6NgJGeqovQD+LZMiu3h6z3Y",
+	"pPOdlZPbrWMhG0MK+wWQVXmxIOtiBFZl6df68LbnenSMrP4ulfHwRbXVyEEILTyUDQUgQE4Itd9kFJCx",
+	"jpZCYuuqGM+5uXRc4YvJrM1vd1zN8yANvkq2/ujliJRhzry6hOE8Oj75vj/oD/rHdWmc+8CufPtPGyka",
+	"4GLqWeT2Tk6iatyqwq5OqnAJ8qUL6+rql9qBARBYyfI+3tpqaJSVflmLoS5U71AlQNzARWwNuiUHDaq2",
+	"Asdaso7qIZKL/BBWHGCJzSWWIRi73XDoxTune6hKzBvDO9nNkTYm1AGI/tkspNPjHddzcvKMdbkrJlJC",
+	"fSULuHBMDL2FkuTJhCWGsE80MdkSOnHtrO+B1bONfVbKOeiGiDISK6lHLgNw5OtCKJBmVM0zpvWq5/rK",
+	"TvtPbQn9y/Z59PPyK1W3VqUD2qyv14M4mMtR7TocW7gqwLLSLo6cQc+PstUc5unrZg/GkZ9thercATgO",
+	"pvyOiUOr5A5F3daK0PSOKcM1qmLkZ5rMasUUXassJZpZ2jYsW56TsrVfPBSr3fzAR+yU2Ivqdgkj8+Zx",
+	"dp2/Myh6JGYh1/oufivbce2mYm13gjpycb6wEtKV2BI40+9EFWC2lkCTJlz4WCprhwHKv02f5o4S9Vv0",
+	"dtAsQzOnOnsu68B5HxIKzeG6zn6doRQ++L9Ra48WOQg7v2UpGnbVHSGY6WHPOXUuRKqJllYVhTiifdHA",
+	"grgeCuRSsT2mzmom9kAia6k9jNDrlIkUsg3sH2D+yiwjM5ml4Hgs45iQMeJCCtZwhYWQVfeFkWROb10M",
+	"2o7UvKu0HSG6Zcuh8F0RLiOCZ1nPZVlU4NaG0dTiwjmhdEy0tCxZalNmNaDLVhtFRaqHAqFWdZ7kqhwN",
+	"MzVC7OgiAWbwFvG2q/bQcRfugwzHdgZgdRXIx4glM2mNt4yxPLpuNv49DSWKRsdRKHcvqlqi9ZCAjwYu",
+	"D6HZRfdksLWp1+h8/IXZbLOD7jqFqb64+SCXWvNxtiQCfCf/CPz09PhsR4vmOWtob6tcHHAUl4k8TK9h",
+	"z35Sr16T4dG4hb1s8ovpjpoxjdl+lpO3b2tvMpe3XJtG5vjODMZdl76NbQJXfD+pWbLSLzZ8ZTCdYvtk",
+	"f+Nf5HztR281QVlhKVvoqvI1Gr9fY8+XoGYPXE+DuITE15EjnNJP7I9EgLRWCWf1XqzoARKlzIVL5myH",
+	"iH/n1VxbcffjJ6G6EMXhQtNvkoM/kCJxa5aUZJMUuqgyxOaOPrdKGe47Gd/p4BS1RW5IWiYPsk94LjD4",
+	"DaQ8p0t4pBlzFYMrWWct2t1RrWrezv/FmFqX7tDk8nvRzemXpJs/M/PoRHNU93cNC0147FoxjpcQmdWx",
+	"3xsRfj7Aq7PrC8gJBDMO++SvbMG0wVhdWJTiFA+mpvh5Sd36nvW14hbR8xyoE+Rsizy/024DHp0CBW1P",
+	"n17P2yCBYhHtFhQKC4lJGU8jPD2MXdGBXLj79qry6apymtFktg0Ru2X8s1GxVwy9lowdFp8xHZsKwXsS",
+	"squ4OPpc3a19j9RcJgO3Ep7ryhj/HpV+6dL93+jOHWFk0+05BqOptLVIXT166NJ9NWaVtM9o66b+Movd",
+	"uYTd1OC3mtNb9GJzNM6cmwq8WyzTbDFjilVKMWYxFLmXIvi62kCqqFWjD5QsDIdGwFhyO2fCHNphoY8X",
+	"m7sqoJCb528CP6mczk99+HCi7d69gG1WNx5+jrjF6x8FU8u6ksVV9frq+4ZGu08tlRwGOnNxqzdiSL8s",
+	"C+m+xVjVAznBJZtLeyxqp3G9+RVvhLMeCxPuyeiO0rys/iOBY4h+zuouOSn65JL1cE7M2c8Vu+Oy0Nly",
+	"KApRVajnlCuiWA8rprVV3r18/qB/9Gsdm2+FeP8R6RX37xW8yjXmQk21Tn6hOOtSszZrQFfw/QothZhe",
+	"oJ/aalZLuI/Cc1OQqi66a9UjgH3/aznHtMNcW7Hpcoah/0ITigpzGZuCOCZLMTolJ8RFOPrkL1ajVoUg",
+	"FokuD6VM83aZoOegaA8Ftq4Fry/XVd05+GWreFfJBK2mDpmokNjGUkJJ2SYK8ydi0FggiO7aXJXpjbi0",
+	"7zSBJsCECcVhhCol1zXDrur20IrB2Jbds50WLI6h0JJMqOqTC1d5Bsuq3Cygu5Wfva4HYCLVZFS1vRpB",
+	"lK+q6rJ7HQrMI7DDuZq2UBlUdYv9NxHlWukEFQ2OX72YHNOT3vfJKet9nx7T3it6dtx7OX4xGbCT5DQ9",
+	"Hni3udt1Oy6RCt1TTMvsjjn1yUnXXCprEH48OYl/GMSnpy+uq8YykUnynotxwkfu55kxeS9Xcoz3/bT6",
+	"vL4c2E1XHdY/RplMaDaDuwZ39KxaTHyleBk22g6wGUEYVRmHFHjMlW6mnrfCv9WxAxvAUutjp0faNT6m",
+	"L7lr586H/NrLFm8ymD8KVnyjPuad87J2zGN8oOCA7DwnAbptYvjz6LPrktjtoYZMJsvo5hwbCliEuYos",
+	"lwoXcEbvxfXsR0+tiHbR4wfH/Z+Ns9kT8BYj4BpzIrG0/7dG/hF6ILqTaH5ED0UlI7/TxPV5wvN6QMss",
+	"PZchQ6i+xf5cVsoe4rW0TjcREi+atUvuD8WPVeNJvCYI6opxd2VNh/2jLjl+TepelcQseMIa2aohSQzv",
+	"P1ua9Gp8nJT4h0g/fWioDpC6kc9VDe822k7O5Yw9oaz+zwWGjLHdTWbpocPD7E7b09tXoSHLhtdbuoXr",
+	"Jt5dA/ptabcftGwh98y85GUL6/U+covgZ5NR0Wb++Pc2RqPf9grr3ppOij75zVmUq4mJB3VZ3VD4Hx3G",
+	"oa4Vpb7r5yai7mcqLfcANVu/inOlEvLwdaB00+9h4RUydl8e222/QW/y522/1d2zKzutbmQxY1km6xuX",
+	"onPMeVx3aUE7P/K62RG73eB5RzPNAvwrmWnusqZHNtMsaL51M61r599yqs/O+skTl589UuoR0EuAe/v6",
+	"TF3u3qnZ/FZ1KgOuuoA0eCPJ2CXmpjEZNe88qbo2Lc/JaPVmdyhUad/tXt6P3brc3b82G253h5s9m9e7",
+	"j4i0nL1xxfuoo6PWXkzYfvTUqrt3iUeHAo+n/7kYlUgrpVHpNefdjho3GpIXxNEcgc5/Ri17ZVlE5Vku",
+	"O2PVcfWLsirMfuTsTHh9jgWOsiqhsjbhCJ1KLtKSMWrVCw7FUvZ3wT4Z7El54HpXW5N1tXP1IfadrE7Q",
+	"mGFHR691l1fo4cLxdWmztou182FMEeshuu3dcvdg7zZvwt/X3v2mD8264/Ive3etvbuTfPBbwnQkaYHK",
+	"jteguyJlLFq2JDxxFZNVweGkEilQJIcFcnJS12tC3KXZdqNPrlpNY6hi2L2k6hHDhZFlKMfrJBOi7tLi",
+	"3retRUniz8xSbV9DvtZgbeLxOcif9353H1p7mKEZUHM7uxC/UctN9fG0DO5VV9mMWi0anQCgyS1UEToR",
+	"NiptzYlidSfkocD7DFEIlWZDlb+lDV3ag2Mfzrjd3rJP3kHHHfDj4NmopYCQplf3jgwdB7gc+9ny+rhS",
+	"COiUcvEvRu8QSih0uetlzGAHb6k8zWi9CCjzRzpNA0u2qMa7vm4HepurPA7jlXREbM1dpe7oPtlcylXr",
+	"S82bPFaquzp4v+sU/bwru7wrDtYycgeoZ+N7XFTICebgbfA/4rt9cuk612NjtdVLBoRckIORf2FPzubO",
+	"oOy48gf77oLl6Zr2Vk3vA+m/R94oa5yDe3ZU8Lx64et5TmvnPmpOPVb0jlvXsFQPd/WwNW+d+sLFZeWN",
+	"HM/N1/Tqq/iCyjuPoOs+3IfWmSTYkcT+1GVneyaqfpm0025iqxN/n49zZlGCOshay2vTW4dqRq2JRSw7",
+	"icnIXdyECm6I94z65Ceu6RicDdhwxrsIxHlkXg9Fu1LAq3QgM6bYIYEigba+gE6NeKVSwi+BmAfLCbz7",
+	"8h5AbPGqm5QaMqN5zgS4R9sLbnt4uCYpwMcyqjgYPsUhGrHTCv0RwAtu0EIHv3OYxe7BdUdNwb5Nzctr",
+	"5+Dmq63FROhywq/SyKfr5LqrlZsn+HlHJx7IIRBl65lEt6Dw1Z1uc/lPXKRWS/M1sYOxJVOylIUiciHI",
+	"+/94c2jPkXdkxti4IXBJUZ/8md8x9LG+//lXcpBDmxRV3hJUXWeVaVn5jiDohtczYloRXDlR3gnC9KET",
+	"YUPRmOmDn57s7wCZnF0rWKHO5xw0tFEpRdL80YPYA4Xf4zfjKpfqLfKbPMeOQqqAgxU1Ptb+Ge8ReLD3",
+	"wJlOXm3UqgUV5g/tZjD+jXTYDMZ9tNKDQxbWgCvvcEpolsWNO82gznd1Gf1aai7Km/pWHNRMUPQsVH3w",
+	"8MqldplW2UjZ8yn0w4lXOqQINDRtznTsUin929ewP5jn7mivPzSyf/NVNarvQXE/Vdm0XhpWaDzopVvw",
+	"zPS4wPxAqZIZ0wauoIvbhRGeNx3LSewJS715MGFudR688Qe+V+UFO3HdfLvGruvEUwI619H99f1/BwAA",
+	"//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -42,6 +42,8 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 	fs.IntVar(&c.server.Limits.PollsPerWorker, "polls-per-worker", c.server.Limits.PollsPerWorker, "concurrent long-polls per worker")
 	fs.IntVar(&c.server.Limits.MaxPolls, "max-polls", c.server.Limits.MaxPolls, "concurrent long-polls per replica")
 	fs.Int64Var(&c.server.Limits.TaskBody, "max-task-body", c.server.Limits.TaskBody, "largest task creation body (bounds a task's payload), bytes")
+	fs.Int64Var(&c.server.Limits.ResultBody, "max-result-body", c.server.Limits.ResultBody, "largest result batch body, bytes")
+	fs.IntVar(&c.server.Limits.RecordsPerBatch, "max-batch-records", c.server.Limits.RecordsPerBatch, "most records in one result batch")
 	fs.DurationVar(&c.drain, "drain", 30*time.Second, "how long in-flight requests may finish on shutdown")
 	fs.IntVar(&c.maxConns, "db-max-conns", 20, "database pool size")
 	return c

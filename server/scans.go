@@ -1,0 +1,161 @@
+package server
+
+import (
+	"context"
+
+	"github.com/worker-gateway/gateway/server/api"
+	"github.com/worker-gateway/gateway/store"
+)
+
+// CreateScan starts a scan; its jobs run one after another.
+func (h *handlers) CreateScan(ctx context.Context, req api.CreateScanRequestObject) (api.CreateScanResponseObject, error) {
+	scope, err := requireScope(ctx, scopeProducer)
+	if err != nil {
+		return nil, err
+	}
+	b := req.Body
+	if !scope.Allows(b.OrganizationId) {
+		return nil, store.ErrNotFound
+	}
+	p := store.CreateScanParams{OrganizationID: b.OrganizationId, Targets: b.Targets}
+	if b.Priority != nil {
+		p.Priority = *b.Priority
+	}
+	for _, plugin := range b.Plugins {
+		sp := store.ScanPlugin{Name: plugin.Name, TimeoutSeconds: plugin.TimeoutSeconds}
+		if plugin.Input != nil {
+			sp.Input = *plugin.Input
+		}
+		if plugin.RequiredCapabilities != nil {
+			sp.RequiredCapabilities = *plugin.RequiredCapabilities
+		}
+		p.Plugins = append(p.Plugins, sp)
+	}
+	if req.Params.IdempotencyKey != nil {
+		p.IdempotencyKey = *req.Params.IdempotencyKey
+		if p.RequestSHA256, err = canonicalSHA256(b); err != nil {
+			return nil, err
+		}
+	}
+	scan, replayed, err := h.store.CreateScan(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	if replayed {
+		return api.CreateScan200JSONResponse{Body: toScan(scan), Headers: api.CreateScan200ResponseHeaders{IdempotentReplayed: ptr("true")}}, nil
+	}
+	return api.CreateScan201JSONResponse(toScan(scan)), nil
+}
+
+// GetScan returns a scan with its jobs and their tasks.
+func (h *handlers) GetScan(ctx context.Context, req api.GetScanRequestObject) (api.GetScanResponseObject, error) {
+	scope, err := requireScope(ctx, scopeReader, scopeProducer)
+	if err != nil {
+		return nil, err
+	}
+	scan, err := h.store.GetScan(ctx, scope, req.ScanId)
+	if err != nil {
+		return nil, err
+	}
+	return api.GetScan200JSONResponse(toScan(scan)), nil
+}
+
+// ListScans pages scans.
+func (h *handlers) ListScans(ctx context.Context, req api.ListScansRequestObject) (api.ListScansResponseObject, error) {
+	scope, err := requireScope(ctx, scopeReader, scopeProducer)
+	if err != nil {
+		return nil, err
+	}
+	after, limit, err := pageParams(req.Params.Cursor, req.Params.Limit)
+	if err != nil {
+		return nil, err
+	}
+	scans, next, err := h.store.ListScans(ctx, scope, req.Params.OrganizationId, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	return api.ListScans200JSONResponse{Items: mapSlice(scans, toScan), NextCursor: encodeCursor(next)}, nil
+}
+
+// CancelScan cancels a scan and its current task.
+func (h *handlers) CancelScan(ctx context.Context, req api.CancelScanRequestObject) (api.CancelScanResponseObject, error) {
+	scope, err := requireScope(ctx, scopeProducer)
+	if err != nil {
+		return nil, err
+	}
+	scan, err := h.store.CancelScan(ctx, scope, req.ScanId)
+	if err != nil {
+		return nil, err
+	}
+	return api.CancelScan200JSONResponse(toScan(scan)), nil
+}
+
+// ListAssets pages an organization's assets.
+func (h *handlers) ListAssets(ctx context.Context, req api.ListAssetsRequestObject) (api.ListAssetsResponseObject, error) {
+	scope, err := requireScope(ctx, scopeReader, scopeProducer)
+	if err != nil {
+		return nil, err
+	}
+	after, limit, err := pageParams(req.Params.Cursor, req.Params.Limit)
+	if err != nil {
+		return nil, err
+	}
+	assets, next, err := h.store.ListAssets(ctx, scope, req.OrganizationId, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	return api.ListAssets200JSONResponse{Items: mapSlice(assets, toAsset), NextCursor: encodeCursor(next)}, nil
+}
+
+// ListThreats pages an organization's threats.
+func (h *handlers) ListThreats(ctx context.Context, req api.ListThreatsRequestObject) (api.ListThreatsResponseObject, error) {
+	scope, err := requireScope(ctx, scopeReader, scopeProducer)
+	if err != nil {
+		return nil, err
+	}
+	after, limit, err := pageParams(req.Params.Cursor, req.Params.Limit)
+	if err != nil {
+		return nil, err
+	}
+	threats, next, err := h.store.ListThreats(ctx, scope, req.OrganizationId, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	return api.ListThreats200JSONResponse{Items: mapSlice(threats, toThreat), NextCursor: encodeCursor(next)}, nil
+}
+
+func toScan(s store.Scan) api.Scan {
+	out := api.Scan{
+		Id: s.ID, OrganizationId: s.OrganizationID, State: api.ScanState(s.State), Targets: s.Targets,
+		CreatedAt: s.CreatedAt, CompletedAt: s.CompletedAt, Jobs: []api.ScanJob{},
+	}
+	if out.Targets == nil {
+		out.Targets = []string{}
+	}
+	for _, j := range s.Jobs {
+		job := api.ScanJob{
+			Id: j.ID, Position: j.Position, PluginName: j.PluginName, State: api.ScanState(j.State),
+			Input: jsonOrEmpty(j.Input), Error: nonEmpty(j.Error), StartedAt: j.StartedAt, CompletedAt: j.CompletedAt,
+		}
+		if j.Task != nil {
+			job.Task = ptr(toTask(*j.Task))
+		}
+		out.Jobs = append(out.Jobs, job)
+	}
+	return out
+}
+
+func toAsset(a store.Asset) api.Asset {
+	return api.Asset{
+		Id: a.ID, OrganizationId: a.OrganizationID, Type: a.Type, Value: a.Value, NormalizedValue: a.NormalizedValue,
+		Details: ptr(api.JSONObject(jsonOrEmpty(a.Details))), FirstSeenAt: a.FirstSeenAt, LastSeenAt: a.LastSeenAt,
+	}
+}
+
+func toThreat(t store.Threat) api.Threat {
+	return api.Threat{
+		Id: t.ID, OrganizationId: t.OrganizationID, Asset: api.AssetRef{Type: t.AssetType, Value: t.AssetValue},
+		ExternalId: nonEmpty(t.ExternalID), Title: t.Title, Severity: api.Severity(t.Severity),
+		Details: ptr(api.JSONObject(jsonOrEmpty(t.Details))), Detections: t.Detections, CreatedAt: t.CreatedAt,
+	}
+}

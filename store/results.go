@@ -1,0 +1,242 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// ResultRecord is one record of a result batch. Kind "asset" and "threat"
+// are scanner records, ingested through natural keys; "data" is stored only.
+type ResultRecord struct {
+	Kind       string
+	AssetType  string
+	AssetValue string
+	Details    json.RawMessage
+	ExternalID string
+	Title      string
+	Severity   string
+}
+
+// BatchInfo is what an acknowledgement says about a persisted batch.
+type BatchInfo struct {
+	BatchID        uuid.UUID
+	TaskID         uuid.UUID
+	AttemptID      uuid.UUID
+	SequenceNumber int
+	RecordCount    int
+	Assets         int
+	Threats        int
+	ReceivedAt     time.Time
+}
+
+// AcceptBatchParams is one result batch from a worker.
+type AcceptBatchParams struct {
+	AttemptRef
+	IdempotencyKey string
+	// PayloadSHA256 is the checksum of the request's canonical JSON: the same
+	// key with another checksum is refused.
+	PayloadSHA256  string
+	SequenceNumber int
+	Records        []ResultRecord
+	// Payload is the records as JSON, kept for producers to page through.
+	Payload json.RawMessage
+	// Ack renders the acknowledgement; its bytes are stored so a replay is
+	// answered byte for byte the same.
+	Ack func(BatchInfo) ([]byte, error)
+}
+
+// BatchResult is the answer to a batch: the acknowledgement's bytes, whether
+// they are a replay, and the lease as it is now.
+type BatchResult struct {
+	Ack      []byte
+	Replayed bool
+	Lease    LeaseStatus
+}
+
+// AcceptResultBatch runs the RFC's result-batch transaction boundary in one
+// transaction: (1) find the attempt (this worker's, else not found); (2) take
+// the idempotency key's advisory lock, refusing a concurrent duplicate as in
+// flight; (3) a known key with the same checksum returns the stored
+// acknowledgement — even after the lease ended, since the first write was
+// fenced — and another checksum is refused; (4) insert the batch row fenced
+// on a live lease, locking the attempt row so an expiry or completion orders
+// after it; (5) ingest the records; (6) mark the batch persisted with its
+// acknowledgement.
+func (s *Store) AcceptResultBatch(ctx context.Context, p AcceptBatchParams) (BatchResult, error) {
+	var res BatchResult
+	err := s.inTx(ctx, "accept result batch", func(tx pgx.Tx) error {
+		res = BatchResult{}
+		var target ingestTarget
+		err := tx.QueryRow(ctx, `
+			SELECT t.id, t.organization_id, t.scan_id, t.scan_job_id
+			FROM worker_task_attempts a JOIN worker_tasks t ON t.id = a.task_id
+			WHERE a.id = $1 AND a.worker_id = $2`, p.AttemptID, p.WorkerID,
+		).Scan(&target.taskID, &target.organizationID, &target.scanID, &target.scanJobID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return fmt.Errorf("find attempt: %w", err)
+		}
+
+		var locked bool
+		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock(hashtextextended($1::text || ':' || $2, 0))`,
+			target.taskID, p.IdempotencyKey).Scan(&locked); err != nil {
+			return fmt.Errorf("idempotency lock: %w", err)
+		}
+		if !locked {
+			return ErrIdempotencyInFlight
+		}
+
+		var sum, ack *string
+		err = tx.QueryRow(ctx, `SELECT payload_sha256, ack FROM worker_result_batches WHERE task_id = $1 AND idempotency_key = $2`,
+			target.taskID, p.IdempotencyKey).Scan(&sum, &ack)
+		switch {
+		case err == nil && *sum != p.PayloadSHA256:
+			return ErrIdempotencyKeyReused
+		case err == nil:
+			res.Ack, res.Replayed = []byte(*ack), true
+		case errors.Is(err, pgx.ErrNoRows):
+			if res.Ack, err = insertBatch(ctx, tx, p, target); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("find batch: %w", err)
+		}
+		res.Lease, err = currentLease(ctx, tx, p.AttemptRef)
+		return err
+	})
+	if err != nil {
+		return BatchResult{}, err
+	}
+	return res, nil
+}
+
+// ingestTarget is where a batch's records land.
+type ingestTarget struct {
+	taskID, organizationID uuid.UUID
+	scanID, scanJobID      *uuid.UUID
+}
+
+func insertBatch(ctx context.Context, tx pgx.Tx, p AcceptBatchParams, target ingestTarget) ([]byte, error) {
+	info := BatchInfo{TaskID: target.taskID, AttemptID: p.AttemptID, SequenceNumber: p.SequenceNumber, RecordCount: len(p.Records)}
+	err := tx.QueryRow(ctx, `
+		INSERT INTO worker_result_batches
+			(task_id, attempt_id, sequence_number, idempotency_key, payload_sha256, record_count, payload)
+		SELECT a.task_id, a.id, $4, $5, $6, $7, $8
+		FROM worker_task_attempts a
+		WHERE a.id = $1 AND a.worker_id = $2 AND a.lease_token = $3
+			AND a.status IN (`+activeStatuses+`) AND a.lease_expires_at > now()
+		FOR SHARE OF a
+		ON CONFLICT DO NOTHING
+		RETURNING id, received_at`,
+		p.AttemptID, p.WorkerID, p.LeaseToken, p.SequenceNumber, p.IdempotencyKey, p.PayloadSHA256, len(p.Records), string(p.Payload),
+	).Scan(&info.BatchID, &info.ReceivedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// The key is new (checked under its lock), so either the lease is
+		// gone or the sequence number belongs to another batch.
+		if _, err := currentLiveLease(ctx, tx, p.AttemptRef); err != nil {
+			return nil, err
+		}
+		return nil, ErrSequenceUsed
+	}
+	if err != nil {
+		return nil, fmt.Errorf("insert batch: %w", err)
+	}
+	if info.Assets, info.Threats, err = ingest(ctx, tx, target, p.Records); err != nil {
+		return nil, err
+	}
+	ack, err := p.Ack(info)
+	if err != nil {
+		return nil, fmt.Errorf("render acknowledgement: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE worker_result_batches SET status = 'persisted', persisted_at = now(), ack = $2 WHERE id = $1`,
+		info.BatchID, string(ack)); err != nil {
+		return nil, fmt.Errorf("mark batch persisted: %w", err)
+	}
+	return ack, nil
+}
+
+// currentLease reads a lease's state for an answer (lost when it is no
+// longer held).
+func currentLease(ctx context.Context, ex executor, ref AttemptRef) (LeaseStatus, error) {
+	st, err := currentLiveLease(ctx, ex, ref)
+	if errors.Is(err, ErrLeaseLost) {
+		return LeaseStatus{AttemptID: ref.AttemptID, State: LeaseLost}, nil
+	}
+	return st, err
+}
+
+// currentLiveLease is currentLease that treats a lost lease as ErrLeaseLost.
+func currentLiveLease(ctx context.Context, ex executor, ref AttemptRef) (LeaseStatus, error) {
+	st := LeaseStatus{AttemptID: ref.AttemptID}
+	var (
+		cancelling bool
+		ttl        float64
+		leaseSecs  int
+	)
+	err := ex.QueryRow(ctx, `
+		SELECT a.lease_expires_at, extract(epoch FROM a.lease_expires_at - now())::float8, t.state = 'cancelling', t.lease_duration_seconds
+		FROM worker_task_attempts a JOIN worker_tasks t ON t.id = a.task_id
+		WHERE a.id = $1 AND a.worker_id = $2 AND a.lease_token = $3
+			AND a.status IN (`+activeStatuses+`) AND a.lease_expires_at > now()`,
+		ref.AttemptID, ref.WorkerID, ref.LeaseToken).Scan(&st.LeaseExpiresAt, &ttl, &cancelling, &leaseSecs)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return LeaseStatus{}, ErrLeaseLost
+	}
+	if err != nil {
+		return LeaseStatus{}, fmt.Errorf("read lease: %w", err)
+	}
+	st.State, st.LeaseTTL, st.LeaseDuration = LeaseActive, seconds(ttl), time.Duration(leaseSecs)*time.Second
+	if cancelling {
+		st.State = LeaseCancelRequested
+	}
+	return st, nil
+}
+
+// StoredBatch is a persisted result batch as producers page through it.
+type StoredBatch struct {
+	BatchID        uuid.UUID
+	AttemptID      uuid.UUID
+	AttemptNumber  int
+	SequenceNumber int
+	Records        json.RawMessage
+	ReceivedAt     time.Time
+}
+
+// ListTaskResults pages a task's persisted batches, oldest first.
+func (s *Store) ListTaskResults(ctx context.Context, scope Scope, taskID uuid.UUID, after *Cursor, limit int) ([]StoredBatch, *Cursor, error) {
+	if _, err := s.readScopedTask(ctx, s.pool, scope, taskID); err != nil {
+		return nil, nil, err
+	}
+	var afterTime *time.Time
+	var afterID *uuid.UUID
+	if after != nil {
+		afterTime, afterID = &after.Time, &after.ID
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT b.id, b.attempt_id, a.attempt_number, b.sequence_number, coalesce(b.payload, '[]'::jsonb), b.received_at
+		FROM worker_result_batches b JOIN worker_task_attempts a ON a.id = b.attempt_id
+		WHERE b.task_id = $1 AND b.status = 'persisted'
+			AND ($2::timestamptz IS NULL OR (b.received_at, b.id) > ($2, $3::uuid))
+		ORDER BY b.received_at, b.id LIMIT $4`, taskID, afterTime, afterID, limit+1)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list results: %w", err)
+	}
+	batches, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (StoredBatch, error) {
+		var b StoredBatch
+		err := r.Scan(&b.BatchID, &b.AttemptID, &b.AttemptNumber, &b.SequenceNumber, &b.Records, &b.ReceivedAt)
+		return b, err
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("list results: %w", err)
+	}
+	batches, next := page(batches, limit, func(b StoredBatch) Cursor { return Cursor{Time: b.ReceivedAt, ID: b.BatchID} })
+	return batches, next, nil
+}

@@ -1,0 +1,350 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// ScanPlugin is one step of a scan.
+type ScanPlugin struct {
+	Name                 string
+	Input                json.RawMessage
+	TimeoutSeconds       *int
+	RequiredCapabilities json.RawMessage
+}
+
+// CreateScanParams describes a new scan.
+type CreateScanParams struct {
+	OrganizationID uuid.UUID
+	Targets        []string
+	Plugins        []ScanPlugin
+	Priority       int
+	IdempotencyKey string
+	RequestSHA256  string
+}
+
+// Scan is a scan with its jobs.
+type Scan struct {
+	ID             uuid.UUID
+	OrganizationID uuid.UUID
+	State          string
+	Targets        []string
+	CreatedAt      time.Time
+	CompletedAt    *time.Time
+	Jobs           []ScanJob
+}
+
+// ScanJob is one plugin execution of a scan, with its task once created.
+type ScanJob struct {
+	ID          uuid.UUID
+	Position    int
+	PluginName  string
+	State       string
+	Input       json.RawMessage
+	Error       string
+	StartedAt   *time.Time
+	CompletedAt *time.Time
+	Task        *Task
+}
+
+// CreateScan inserts a scan and all its jobs, then creates the first job's
+// task; each later job's task is created by advance_scan when the previous
+// job ends. Replayed is true for a repeated idempotent request.
+func (s *Store) CreateScan(ctx context.Context, p CreateScanParams) (scan Scan, replayed bool, err error) {
+	err = s.inTx(ctx, "create scan", func(tx pgx.Tx) error {
+		replayed = false
+		var id uuid.UUID
+		targets, _ := json.Marshal(p.Targets)
+		err := tx.QueryRow(ctx, `
+			INSERT INTO scans (organization_id, targets, priority, idempotency_key, request_sha256)
+			VALUES ($1, $2, $3, $4, $5)
+			ON CONFLICT (organization_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+			RETURNING id`, p.OrganizationID, string(targets), p.Priority, nullString(p.IdempotencyKey), p.RequestSHA256).Scan(&id)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			var sum string
+			if err := tx.QueryRow(ctx, `SELECT id, request_sha256 FROM scans WHERE organization_id = $1 AND idempotency_key = $2`,
+				p.OrganizationID, p.IdempotencyKey).Scan(&id, &sum); err != nil {
+				return fmt.Errorf("read idempotent scan: %w", err)
+			}
+			if sum != p.RequestSHA256 {
+				return ErrIdempotencyKeyReused
+			}
+			replayed = true
+		case isForeignKeyViolation(err):
+			return fmt.Errorf("%w: organization", ErrNotFound)
+		case err != nil:
+			return fmt.Errorf("insert scan: %w", err)
+		default:
+			for i, plugin := range p.Plugins {
+				input := plugin.Input
+				if len(input) == 0 {
+					input = json.RawMessage(`{}`)
+				}
+				caps := plugin.RequiredCapabilities
+				if len(caps) == 0 {
+					caps = json.RawMessage(`{}`)
+				}
+				if _, err := tx.Exec(ctx, `
+					INSERT INTO scan_jobs (scan_id, organization_id, position, plugin_name, input, timeout_seconds, required_capabilities)
+					VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+					id, p.OrganizationID, i, plugin.Name, string(input), plugin.TimeoutSeconds, string(caps)); err != nil {
+					return fmt.Errorf("insert scan job: %w", err)
+				}
+			}
+			if _, err := tx.Exec(ctx, `SELECT advance_scan($1)`, id); err != nil {
+				return fmt.Errorf("start scan: %w", err)
+			}
+		}
+		scan, err = getScan(ctx, tx, Scope{}, id)
+		return err
+	})
+	if err != nil {
+		return Scan{}, false, err
+	}
+	return scan, replayed, nil
+}
+
+// GetScan returns a scan the scope may see, with its jobs and their tasks.
+func (s *Store) GetScan(ctx context.Context, scope Scope, id uuid.UUID) (Scan, error) {
+	return getScan(ctx, s.pool, scope, id)
+}
+
+const scanColumns = `s.id, s.organization_id, s.state, s.targets, s.created_at, s.completed_at`
+
+func scanScan(row pgx.Row) (Scan, error) {
+	var sc Scan
+	var targets json.RawMessage
+	if err := row.Scan(&sc.ID, &sc.OrganizationID, &sc.State, &targets, &sc.CreatedAt, &sc.CompletedAt); err != nil {
+		return Scan{}, err
+	}
+	if err := json.Unmarshal(targets, &sc.Targets); err != nil {
+		return Scan{}, fmt.Errorf("scan targets: %w", err)
+	}
+	return sc, nil
+}
+
+func getScan(ctx context.Context, ex executor, scope Scope, id uuid.UUID) (Scan, error) {
+	sc, err := scanScan(ex.QueryRow(ctx, `SELECT `+scanColumns+` FROM scans s WHERE s.id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && !scope.Allows(sc.OrganizationID)) {
+		return Scan{}, ErrNotFound
+	}
+	if err != nil {
+		return Scan{}, fmt.Errorf("get scan: %w", err)
+	}
+	rows, err := ex.Query(ctx, `
+		SELECT j.id, j.position, j.plugin_name, j.state, j.input, j.error, j.started_at, j.completed_at, t.id
+		FROM scan_jobs j LEFT JOIN worker_tasks t ON t.scan_job_id = j.id
+		WHERE j.scan_id = $1 ORDER BY j.position`, id)
+	if err != nil {
+		return Scan{}, fmt.Errorf("get scan jobs: %w", err)
+	}
+	var taskIDs []uuid.UUID
+	sc.Jobs, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (ScanJob, error) {
+		var j ScanJob
+		var taskID *uuid.UUID
+		err := r.Scan(&j.ID, &j.Position, &j.PluginName, &j.State, &j.Input, &j.Error, &j.StartedAt, &j.CompletedAt, &taskID)
+		if taskID != nil {
+			taskIDs = append(taskIDs, *taskID)
+			j.Task = &Task{ID: *taskID}
+		}
+		return j, err
+	})
+	if err != nil {
+		return Scan{}, fmt.Errorf("get scan jobs: %w", err)
+	}
+	if len(taskIDs) == 0 {
+		return sc, nil
+	}
+	taskRows, err := ex.Query(ctx, `SELECT `+taskColumns+` FROM worker_tasks t WHERE t.id = ANY($1)`, taskIDs)
+	if err != nil {
+		return Scan{}, fmt.Errorf("get scan tasks: %w", err)
+	}
+	tasks, err := pgx.CollectRows(taskRows, func(r pgx.CollectableRow) (Task, error) { return scanTask(r) })
+	if err != nil {
+		return Scan{}, fmt.Errorf("get scan tasks: %w", err)
+	}
+	byID := map[uuid.UUID]Task{}
+	for _, t := range tasks {
+		byID[t.ID] = t
+	}
+	for i := range sc.Jobs {
+		if sc.Jobs[i].Task != nil {
+			t := byID[sc.Jobs[i].Task.ID]
+			sc.Jobs[i].Task = &t
+		}
+	}
+	return sc, nil
+}
+
+// ListScans pages scans, newest first (without their jobs).
+func (s *Store) ListScans(ctx context.Context, scope Scope, org *uuid.UUID, after *Cursor, limit int) ([]Scan, *Cursor, error) {
+	var afterTime *time.Time
+	var afterID *uuid.UUID
+	if after != nil {
+		afterTime, afterID = &after.Time, &after.ID
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+scanColumns+` FROM scans s
+		WHERE ($1::uuid IS NULL OR s.organization_id = $1) AND ($2::uuid IS NULL OR s.organization_id = $2)
+			AND ($3::timestamptz IS NULL OR (s.created_at, s.id) < ($3, $4::uuid))
+		ORDER BY s.created_at DESC, s.id DESC LIMIT $5`, scope.Organization, org, afterTime, afterID, limit+1)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list scans: %w", err)
+	}
+	scans, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Scan, error) { return scanScan(r) })
+	if err != nil {
+		return nil, nil, fmt.Errorf("list scans: %w", err)
+	}
+	scans, next := page(scans, limit, func(sc Scan) Cursor { return Cursor{Time: sc.CreatedAt, ID: sc.ID} })
+	return scans, next, nil
+}
+
+// CancelScan stops a scan: its current task is cancelled (a running one is
+// asked to stop), its jobs not yet started are cancelled, and no more are
+// created. Lock order is the scan's tasks, then the scan row — the same
+// order as a completion, whose trigger advances the scan.
+func (s *Store) CancelScan(ctx context.Context, scope Scope, id uuid.UUID) (Scan, error) {
+	var scan Scan
+	err := s.inTx(ctx, "cancel scan", func(tx pgx.Tx) error {
+		sc, err := getScan(ctx, tx, scope, id)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `SELECT id FROM worker_tasks WHERE scan_id = $1
+			AND state NOT IN ('completed', 'failed_terminal', 'cancelled') ORDER BY id FOR UPDATE`, id); err != nil {
+			return fmt.Errorf("lock scan tasks: %w", err)
+		}
+		tag, err := tx.Exec(ctx, `UPDATE scans SET state = 'cancelled', completed_at = now(), updated_at = now()
+			WHERE id = $1 AND state IN ('pending', 'running')`, id)
+		if err != nil {
+			return fmt.Errorf("cancel scan: %w", err)
+		}
+		if tag.RowsAffected() == 0 {
+			if sc.State == "cancelled" {
+				scan = sc
+				return nil
+			}
+			return ErrScanFinished
+		}
+		if _, err := tx.Exec(ctx, `
+			UPDATE worker_tasks t SET
+				state = CASE WHEN t.state IN (`+fromStates(EventCancelQueued)+`)
+					THEN '`+string(TaskTransitions[EventCancelQueued].To)+`'
+					ELSE '`+string(TaskTransitions[EventCancelActive].To)+`' END,
+				cancel_requested_at = now(),
+				completed_at = CASE WHEN t.state IN (`+fromStates(EventCancelQueued)+`) THEN now() ELSE NULL END,
+				updated_at = now()
+			WHERE t.scan_id = $1 AND t.state IN (`+fromStates(EventCancelQueued)+`, `+fromStates(EventCancelActive)+`)`, id); err != nil {
+			return fmt.Errorf("cancel scan tasks: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE scan_jobs j SET state = 'cancelled', completed_at = now(), updated_at = now()
+			WHERE j.scan_id = $1 AND j.state = 'pending'
+				AND NOT EXISTS (SELECT 1 FROM worker_tasks t WHERE t.scan_job_id = j.id)`, id); err != nil {
+			return fmt.Errorf("cancel scan jobs: %w", err)
+		}
+		scan, err = getScan(ctx, tx, scope, id)
+		return err
+	})
+	if err != nil {
+		return Scan{}, err
+	}
+	return scan, nil
+}
+
+// Asset is an organization's asset.
+type Asset struct {
+	ID              uuid.UUID
+	OrganizationID  uuid.UUID
+	Type            string
+	Value           string
+	NormalizedValue string
+	Details         json.RawMessage
+	FirstSeenAt     time.Time
+	LastSeenAt      time.Time
+}
+
+// ListAssets pages an organization's assets, newest first.
+func (s *Store) ListAssets(ctx context.Context, scope Scope, org uuid.UUID, after *Cursor, limit int) ([]Asset, *Cursor, error) {
+	if !scope.Allows(org) {
+		return nil, nil, ErrNotFound
+	}
+	if _, err := s.GetOrganization(ctx, scope, org); err != nil {
+		return nil, nil, err
+	}
+	var afterTime *time.Time
+	var afterID *uuid.UUID
+	if after != nil {
+		afterTime, afterID = &after.Time, &after.ID
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT id, organization_id, type, value, normalized_value, details, first_seen_at, last_seen_at FROM assets
+		WHERE organization_id = $1 AND ($2::timestamptz IS NULL OR (first_seen_at, id) < ($2, $3::uuid))
+		ORDER BY first_seen_at DESC, id DESC LIMIT $4`, org, afterTime, afterID, limit+1)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list assets: %w", err)
+	}
+	assets, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Asset, error) {
+		var a Asset
+		err := r.Scan(&a.ID, &a.OrganizationID, &a.Type, &a.Value, &a.NormalizedValue, &a.Details, &a.FirstSeenAt, &a.LastSeenAt)
+		return a, err
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("list assets: %w", err)
+	}
+	assets, next := page(assets, limit, func(a Asset) Cursor { return Cursor{Time: a.FirstSeenAt, ID: a.ID} })
+	return assets, next, nil
+}
+
+// Threat is an organization's threat with its asset and detection count.
+type Threat struct {
+	ID             uuid.UUID
+	OrganizationID uuid.UUID
+	AssetType      string
+	AssetValue     string
+	ExternalID     string
+	Title          string
+	Severity       string
+	Details        json.RawMessage
+	Detections     int
+	CreatedAt      time.Time
+}
+
+// ListThreats pages an organization's threats, newest first.
+func (s *Store) ListThreats(ctx context.Context, scope Scope, org uuid.UUID, after *Cursor, limit int) ([]Threat, *Cursor, error) {
+	if !scope.Allows(org) {
+		return nil, nil, ErrNotFound
+	}
+	if _, err := s.GetOrganization(ctx, scope, org); err != nil {
+		return nil, nil, err
+	}
+	var afterTime *time.Time
+	var afterID *uuid.UUID
+	if after != nil {
+		afterTime, afterID = &after.Time, &after.ID
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT th.id, th.organization_id, a.type, a.value, th.external_id, th.title, th.severity, th.details,
+			(SELECT count(*) FROM threat_detections d WHERE d.threat_id = th.id), th.created_at
+		FROM threats th JOIN assets a ON a.id = th.asset_id
+		WHERE th.organization_id = $1 AND ($2::timestamptz IS NULL OR (th.created_at, th.id) < ($2, $3::uuid))
+		ORDER BY th.created_at DESC, th.id DESC LIMIT $4`, org, afterTime, afterID, limit+1)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list threats: %w", err)
+	}
+	threats, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Threat, error) {
+		var t Threat
+		err := r.Scan(&t.ID, &t.OrganizationID, &t.AssetType, &t.AssetValue, &t.ExternalID, &t.Title, &t.Severity, &t.Details, &t.Detections, &t.CreatedAt)
+		return t, err
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("list threats: %w", err)
+	}
+	threats, next := page(threats, limit, func(t Threat) Cursor { return Cursor{Time: t.CreatedAt, ID: t.ID} })
+	return threats, next, nil
+}
