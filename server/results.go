@@ -44,6 +44,7 @@ func (h *handlers) SubmitResults(ctx context.Context, req api.SubmitResultsReque
 	if err != nil {
 		return nil, err
 	}
+	failpoint("results-after-commit")
 	return resultAckResponse{res: res, heartbeatInterval: h.heartbeatInterval(res.Lease.LeaseDuration)}, nil
 }
 

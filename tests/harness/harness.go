@@ -41,6 +41,8 @@ type Gateway struct {
 	AdminToken  string
 	// Control is a generated client authenticated as an unscoped admin.
 	Control *workerclient.ClientWithResponses
+	// serverFiles are the TLS certificate and key files of process gateways.
+	serverFiles [2]string
 }
 
 // Options tune a test gateway.

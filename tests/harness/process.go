@@ -34,7 +34,8 @@ func Binary(t testing.TB, name string) string {
 			return
 		}
 		for bin, pkg := range map[string]string{"gateway": "./server/cmd/gateway", "worker": "./workerclient/cmd/worker"} {
-			cmd := exec.Command("go", "build", "-o", filepath.Join(buildDir, bin), pkg)
+			// Test builds carry the failpoints fault tests crash the gateway at.
+			cmd := exec.Command("go", "build", "-tags", "failpoints", "-o", filepath.Join(buildDir, bin), pkg)
 			cmd.Dir = moduleRoot()
 			if out, err := cmd.CombinedOutput(); err != nil {
 				buildErr = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
@@ -92,17 +93,34 @@ func StartProcesses(t testing.TB, n int, extraArgs ...string) (*Gateway, []*Proc
 		procs = append(procs, startProcess(t, dbURL, certFile, keyFile, extraArgs))
 	}
 	g := newGateway(t, procs[0].URL, dbURL, pool, ca)
+	g.serverFiles = [2]string{certFile, keyFile}
 	for _, p := range procs {
-		WaitFor(t, 20*time.Second, "gateway readiness", func() bool {
-			res, err := g.HTTPClient(nil).Get(p.URL + "/readyz")
-			if err != nil {
-				return false
-			}
-			res.Body.Close()
-			return res.StatusCode == 200
-		})
+		g.WaitReady(t, p)
 	}
 	return g, procs
+}
+
+// StartProcess starts one more gateway process over g's database, with
+// extra environment variables (GATEWAY_FAILPOINTS=…), and waits until it is
+// ready.
+func (g *Gateway) StartProcess(t testing.TB, env ...string) *Process {
+	t.Helper()
+	p := startProcess(t, g.DatabaseURL, g.serverFiles[0], g.serverFiles[1], nil, env...)
+	g.WaitReady(t, p)
+	return p
+}
+
+// WaitReady waits until a gateway process answers /readyz with 200.
+func (g *Gateway) WaitReady(t testing.TB, p *Process) {
+	t.Helper()
+	WaitFor(t, 20*time.Second, "gateway readiness", func() bool {
+		res, err := g.HTTPClient(nil).Get(p.URL + "/readyz")
+		if err != nil {
+			return false
+		}
+		res.Body.Close()
+		return res.StatusCode == 200
+	})
 }
 
 func writeServerPair(t testing.TB, cert tls.Certificate, certFile, keyFile string) {
@@ -113,7 +131,7 @@ func writeServerPair(t testing.TB, cert tls.Certificate, certFile, keyFile strin
 	_ = cert
 }
 
-func startProcess(t testing.TB, dbURL, certFile, keyFile string, extraArgs []string) *Process {
+func startProcess(t testing.TB, dbURL, certFile, keyFile string, extraArgs []string, env ...string) *Process {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -121,6 +139,7 @@ func startProcess(t testing.TB, dbURL, certFile, keyFile string, extraArgs []str
 	require.NoError(t, ln.Close())
 	args := append([]string{"serve", "-database-url", dbURL, "-listen", addr, "-tls-cert", certFile, "-tls-key", keyFile}, extraArgs...)
 	cmd := exec.Command(Binary(t, "gateway"), args...)
+	cmd.Env = append(os.Environ(), env...)
 	if os.Getenv("GATEWAY_TEST_LOG") != "" {
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	}
