@@ -55,11 +55,6 @@ WITH req AS (
 		AND a.status IN (` + activeStatuses + `) AND a.lease_expires_at > now()
 		AND t.id = a.task_id
 	RETURNING a.id, a.task_id, a.lease_expires_at, t.state, t.lease_duration_seconds
-), touched AS (
-	-- A worker that only heartbeats (busy, not polling) is still online.
-	-- Throttled, so most renewals do not write the workers row.
-	UPDATE workers SET last_seen_at = now()
-	WHERE id = $1 AND (last_seen_at IS NULL OR last_seen_at < now() - interval '2 seconds')
 ), started AS (
 	UPDATE worker_tasks t SET state = '` + string(TaskTransitions[EventStart].To) + `', updated_at = now()
 	FROM renewed n
@@ -118,6 +113,13 @@ func renew(ctx context.Context, ex executor, workerID uuid.UUID, refs []AttemptR
 func (s *Store) HeartbeatAttempt(ctx context.Context, ref AttemptRef) (LeaseStatus, error) {
 	var st LeaseStatus
 	err := s.inTx(ctx, "heartbeat attempt", func(tx pgx.Tx) error {
+		// A worker that only heartbeats (busy, not polling) is still online.
+		// Throttled, so most renewals do not write the workers row; first,
+		// because the workers row comes before attempts in the lock order.
+		if _, err := tx.Exec(ctx, `UPDATE workers SET last_seen_at = now()
+			WHERE id = $1 AND (last_seen_at IS NULL OR last_seen_at < now() - interval '2 seconds')`, ref.WorkerID); err != nil {
+			return fmt.Errorf("touch worker: %w", err)
+		}
 		statuses, err := renew(ctx, tx, ref.WorkerID, []AttemptRef{ref})
 		if err != nil {
 			return err

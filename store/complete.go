@@ -49,6 +49,11 @@ const retryDelaySQL = `make_interval(secs => random() * least(t.retry_max_second
 // a repeat of the same outcome on an attempt that already ended with it
 // returns the original answer.
 func (s *Store) CompleteAttempt(ctx context.Context, p CompleteParams) (CompleteResult, error) {
+	switch p.Outcome {
+	case AttemptSucceeded, AttemptFailed, AttemptCancelled:
+	default:
+		return CompleteResult{}, fmt.Errorf("%w: outcome %q", ErrInvalid, p.Outcome)
+	}
 	var res CompleteResult
 	err := s.inTx(ctx, "complete attempt", func(tx pgx.Tx) error {
 		res = CompleteResult{AttemptID: p.AttemptID, AttemptStatus: p.Outcome}

@@ -25,9 +25,11 @@
 //
 // # Lock order
 //
-// Statements that touch both lock attempts before tasks (complete, expire,
-// release), and statements that touch only tasks lock only tasks (cancel,
-// retry, acquire's SKIP LOCKED). Acquisition serialises per worker on the
+// Rows are locked in the order workers, attempts, tasks, scans. Statements
+// that touch attempts and tasks lock attempts first (complete, expire,
+// release), statements that touch only tasks lock only tasks (cancel, retry,
+// acquire's SKIP LOCKED), and a statement that also touches the workers row
+// does so first (acquire, heartbeats, disabling a worker). Acquisition serialises per worker on the
 // workers row, then takes the worker's assignment rows FOR SHARE so that an
 // unassignment and an acquisition can never interleave.
 //

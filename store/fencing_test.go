@@ -384,3 +384,30 @@ func normalize(r store.CompleteResult) store.CompleteResult {
 	}
 	return r
 }
+
+// TestCompleteAttemptRejectsOtherOutcomes: a worker ends an attempt as
+// succeeded, failed or cancelled, nothing else. Any other "outcome" must be
+// refused as invalid before it touches a row: "running" or "leased" would
+// leave an active attempt behind a task the completion moved on, and
+// "expired" or "superseded" are the gateway's to decide.
+func TestCompleteAttemptRejectsOtherOutcomes(t *testing.T) {
+	t.Parallel()
+	for _, outcome := range []store.AttemptStatus{store.AttemptLeased, store.AttemptRunning, store.AttemptExpired,
+		store.AttemptSuperseded, "", "bogus"} {
+		t.Run(string(outcome), func(t *testing.T) {
+			t.Parallel()
+			s, bundle := setupStore(t)
+			createTask(t, s, bundle.org.ID, store.CreateTaskParams{})
+			lease := acquireOne(t, s, bundle.worker.ID)
+			ref := refOf(bundle.worker.ID, lease)
+			_, err := s.StartAttempt(t.Context(), ref)
+			require.NoError(t, err)
+			before := snapshot(t, bundle.pool, lease.AttemptID, lease.Task.ID)
+
+			res, err := s.CompleteAttempt(t.Context(), store.CompleteParams{AttemptRef: ref, Outcome: outcome, Retryable: true})
+			require.ErrorIs(t, err, store.ErrInvalid)
+			require.Equal(t, before, snapshot(t, bundle.pool, lease.AttemptID, lease.Task.ID))
+			require.Zero(t, res)
+		})
+	}
+}

@@ -255,9 +255,11 @@ func (s *Store) pendingReason(ctx context.Context, t Task, onlineWindow time.Dur
 		return "no_online_worker", nil
 	case capable == 0:
 		return "capability_mismatch", nil
-	default:
-		// Eligible workers are online and either full or about to poll.
+	case withRoom == 0:
 		return "capacity_full", nil
+	default:
+		// An eligible worker has room: the task goes with its next poll.
+		return "", nil
 	}
 }
 
