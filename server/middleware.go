@@ -23,6 +23,29 @@ import (
 
 type requestIDKey struct{}
 
+// requestInfoKey holds what handlers need from the raw request that the
+// strict interface does not pass on.
+type requestInfoKey struct{}
+
+type requestInfo struct {
+	host          string
+	contentLength int64
+}
+
+func requestHostFrom(ctx context.Context) string {
+	info, _ := ctx.Value(requestInfoKey{}).(requestInfo)
+	return info.host
+}
+
+// requestContentLengthFrom is the request's Content-Length, or -1.
+func requestContentLengthFrom(ctx context.Context) int64 {
+	info, ok := ctx.Value(requestInfoKey{}).(requestInfo)
+	if !ok {
+		return -1
+	}
+	return info.contentLength
+}
+
 func requestIDFrom(ctx context.Context) string {
 	id, _ := ctx.Value(requestIDKey{}).(string)
 	return id
@@ -64,6 +87,7 @@ func (s *Server) withRequestContext(next http.Handler) http.Handler {
 		start := time.Now()
 		id := newRequestID()
 		ctx := context.WithValue(r.Context(), requestIDKey{}, id)
+		ctx = context.WithValue(ctx, requestInfoKey{}, requestInfo{host: r.Host, contentLength: r.ContentLength})
 		ctx, _ = withAuthState(ctx)
 		r = r.WithContext(ctx)
 		w.Header().Set("X-Request-Id", id)
@@ -93,13 +117,19 @@ func (s *Server) withRequestContext(next http.Handler) http.Handler {
 // refuses bodies that are not JSON on routes that take JSON.
 func (s *Server) bodyLimits(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		limit := s.cfg.Limits.bodyLimitFor(r.Method, r.URL.Path)
+		limit := s.cfg.bodyLimitFor(r.Method, r.URL.Path)
 		if r.ContentLength > limit {
 			writeProblem(w, r, newProblem(http.StatusRequestEntityTooLarge, "payload-too-large",
 				fmt.Sprintf("the request body exceeds %d bytes", limit)), s.logger)
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, limit)
+		if isUpload(r) {
+			// Artifact bytes: any content type, streamed, checked against
+			// their session by the handler.
+			next.ServeHTTP(w, r)
+			return
+		}
 		if r.ContentLength != 0 && r.Body != nil && r.Method != http.MethodGet {
 			mediaType, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 			if r.ContentLength > 0 && (err != nil || mediaType != "application/json") {
@@ -128,9 +158,14 @@ func (s *Server) bodyLimits(next http.Handler) http.Handler {
 	})
 }
 
+// isUpload recognises the fs backend's artifact upload route.
+func isUpload(r *http.Request) bool {
+	return r.Method == http.MethodPut && strings.HasPrefix(r.URL.Path, "/v1/uploads/")
+}
+
 // requestValidator validates requests against openapi.yaml (and runs
 // authentication through it), answering every failure as a problem.
-func (s *Server) requestValidator() (func(http.Handler) http.Handler, error) {
+func (s *Server) requestValidator(excludeBody bool) (func(http.Handler) http.Handler, error) {
 	spec, err := loadSpec()
 	if err != nil {
 		return nil, err
@@ -139,6 +174,7 @@ func (s *Server) requestValidator() (func(http.Handler) http.Handler, error) {
 		Options: openapi3filter.Options{
 			AuthenticationFunc: s.authenticate,
 			MultiError:         false,
+			ExcludeRequestBody: excludeBody,
 		},
 		DoNotValidateServers: true,
 		ErrorHandlerWithOpts: func(ctx context.Context, err error, w http.ResponseWriter, r *http.Request, _ nethttpmiddleware.ErrorHandlerOpts) {
@@ -206,4 +242,27 @@ func bodyReason(reqErr *openapi3filter.RequestError) string {
 		return "it is not valid JSON"
 	}
 	return "it does not match the schema"
+}
+
+type detachedBodyKey struct{}
+
+// detachBody sets a streamed request body aside (for reattachBody) so the
+// middleware in between sees an empty one.
+func detachBody(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body := r.Body
+		r = r.WithContext(context.WithValue(r.Context(), detachedBodyKey{}, body))
+		r.Body = http.NoBody
+		next.ServeHTTP(w, r)
+	})
+}
+
+// reattachBody restores the body detachBody set aside.
+func reattachBody(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if body, ok := r.Context().Value(detachedBodyKey{}).(io.ReadCloser); ok {
+			r.Body = body
+		}
+		next.ServeHTTP(w, r)
+	})
 }

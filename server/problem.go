@@ -24,6 +24,8 @@ type Problem struct {
 	Detail    string `json:"detail,omitempty"`
 	Code      string `json:"code"`
 	RequestID string `json:"request_id,omitempty"`
+	// ExpectedOffset is where a log chunk must start (log-offset-mismatch).
+	ExpectedOffset *int64 `json:"expected_offset,omitempty"`
 	// RetryAfter, when set, becomes the Retry-After header (seconds).
 	RetryAfter int `json:"-"`
 	// cause is logged, never shown.
@@ -89,6 +91,16 @@ func problemFor(err error) *Problem {
 		return newProblem(http.StatusConflict, "sequence-number-used", "another batch of this attempt already has this sequence number")
 	case errors.Is(err, store.ErrScanFinished):
 		return newProblem(http.StatusConflict, "scan-finished", "the scan already finished")
+	case errors.Is(err, store.ErrUploadTooLarge):
+		return newProblem(http.StatusRequestEntityTooLarge, "payload-too-large", err.Error())
+	case errors.Is(err, store.ErrUploadExpired):
+		return newProblem(http.StatusConflict, "upload-expired", "the upload session has expired")
+	case errors.Is(err, store.ErrUploadState):
+		return newProblem(http.StatusConflict, "upload-state", "the upload session is not open for this (already uploaded, committed, failed or expired)")
+	case errors.Is(err, store.ErrUploadMismatch):
+		return newProblem(http.StatusConflict, "upload-mismatch", "the uploaded object does not match the declared size or SHA-256")
+	case errors.Is(err, store.ErrUploadMissing):
+		return newProblem(http.StatusConflict, "upload-missing", "nothing was uploaded for this session")
 	case errors.Is(err, store.ErrInvalid):
 		return newProblem(http.StatusBadRequest, "bad-request", err.Error())
 	case isUnavailable(err):

@@ -39,6 +39,7 @@ type Config struct {
 	// SweepBatch bounds the rows one sweep pass touches.
 	SweepBatch int
 	Limits     Limits
+	Artifacts  ArtifactConfig
 	Logger     *slog.Logger
 	// ValidateResponses checks every response against openapi.yaml and
 	// turns a mismatch into a 500; tests turn it on.
@@ -56,14 +57,19 @@ type Limits struct {
 	// ResultBody bounds one result batch; RecordsPerBatch its records.
 	ResultBody      int64
 	RecordsPerBatch int
+	// LogBytesPerAttempt caps an attempt's stored log.
+	LogBytesPerAttempt int64
 	// PollsPerWorker bounds one worker's concurrent long-polls; MaxPolls
 	// bounds them for the whole replica. Past either: 429 with Retry-After.
 	PollsPerWorker int
 	MaxPolls       int
 }
 
-func (l Limits) bodyLimitFor(method, path string) int64 {
+func (c Config) bodyLimitFor(method, path string) int64 {
+	l := c.Limits
 	switch {
+	case method == http.MethodPut && strings.HasPrefix(path, "/v1/uploads/"):
+		return c.Artifacts.MaxBytes
 	case method == http.MethodPost && (path == "/v1/leases" || path == "/v1/heartbeat" ||
 		strings.HasPrefix(path, "/v1/attempts/") && !strings.HasSuffix(path, "/results")):
 		return l.LeaseBody
@@ -71,6 +77,8 @@ func (l Limits) bodyLimitFor(method, path string) int64 {
 		return l.TaskBody
 	case method == http.MethodPost && strings.HasPrefix(path, "/v1/attempts/") && strings.HasSuffix(path, "/results"):
 		return l.ResultBody
+	case method == http.MethodPost && strings.HasPrefix(path, "/v1/attempts/") && strings.HasSuffix(path, "/logs"):
+		return 2 << 20 // a 1 MiB chunk, JSON-escaped
 	}
 	return l.DefaultBody
 }
@@ -84,13 +92,19 @@ func DefaultConfig() Config {
 		SweepIdleInterval: 15 * time.Second,
 		SweepBatch:        500,
 		Limits: Limits{
-			DefaultBody:     256 << 10,
-			LeaseBody:       64 << 10,
-			TaskBody:        1 << 20,
-			ResultBody:      4 << 20,
-			RecordsPerBatch: 1000,
-			PollsPerWorker:  8,
-			MaxPolls:        20000,
+			DefaultBody:        256 << 10,
+			LeaseBody:          64 << 10,
+			TaskBody:           1 << 20,
+			ResultBody:         4 << 20,
+			RecordsPerBatch:    1000,
+			LogBytesPerAttempt: 1 << 20,
+			PollsPerWorker:     8,
+			MaxPolls:           20000,
+		},
+		Artifacts: ArtifactConfig{
+			SessionTTL:         15 * time.Minute,
+			MaxBytes:           1 << 30,
+			MaxBytesPerAttempt: 4 << 30,
 		},
 		Logger: slog.Default(),
 	}
@@ -141,7 +155,7 @@ func (s *Server) KickSweeper() { s.sweeper.Kick() }
 func (s *Server) onlineWindow() time.Duration { return 3 * s.cfg.HeartbeatInterval }
 
 func (s *Server) buildHandler() (http.Handler, error) {
-	validate, err := s.requestValidator()
+	validate, err := s.requestValidator(false)
 	if err != nil {
 		return nil, err
 	}
@@ -161,6 +175,14 @@ func (s *Server) buildHandler() (http.Handler, error) {
 		},
 	})
 	var apiHandler http.Handler = validate(routes)
+	// Artifact bytes are streamed straight to storage: the validator must
+	// not read (and buffer) them — kin-openapi reads the whole body even just
+	// to authenticate — so that route is validated with the body set aside.
+	validateNoBody, err := s.requestValidator(true)
+	if err != nil {
+		return nil, err
+	}
+	uploads := detachBody(validateNoBody(reattachBody(routes)))
 	if s.cfg.ValidateResponses {
 		if apiHandler, err = s.responseValidator(apiHandler); err != nil {
 			return nil, err
@@ -171,6 +193,7 @@ func (s *Server) buildHandler() (http.Handler, error) {
 	root.HandleFunc("GET /openapi.yaml", serveSpecYAML)
 	root.HandleFunc("GET /openapi.json", serveSpecJSON)
 	root.Handle("/", apiHandler)
+	root.Handle("PUT /v1/uploads/{upload_id}", uploads)
 	return s.withRequestContext(s.bodyLimits(root)), nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/worker-gateway/gateway/server/objectstore"
 	"github.com/worker-gateway/gateway/store"
 )
 
@@ -24,6 +25,8 @@ type Sweeper struct {
 	// the sweeper started), so a grant kicks it only when needed.
 	plannedAt atomic.Int64
 	epoch     time.Time
+	// lastOrphanSweep is when this replica last looked for orphaned objects.
+	lastOrphanSweep time.Time
 }
 
 func newSweeper(st *store.Store, hub *Hub, cfg Config, logger *slog.Logger) *Sweeper {
@@ -58,6 +61,7 @@ func (sw *Sweeper) Run(ctx context.Context) {
 
 // pass sweeps once and returns how long to sleep.
 func (sw *Sweeper) pass(ctx context.Context) time.Duration {
+	sw.sweepUploads(ctx)
 	res, err := sw.store.SweepExpired(ctx, sw.cfg.SweepBatch)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -85,4 +89,84 @@ func (sw *Sweeper) dueWithin(d time.Duration) {
 	if int64(time.Since(sw.epoch)+d) < sw.plannedAt.Load() {
 		sw.Kick()
 	}
+}
+
+// sweepUploads expires upload sessions past their expiry and deletes their
+// objects, and now and then deletes orphaned objects: ones no open or
+// committed session names (a crash between storing and recording, a
+// failed commit).
+func (sw *Sweeper) sweepUploads(ctx context.Context) {
+	backend := sw.cfg.Artifacts.Backend
+	if backend == nil {
+		return
+	}
+	keys, err := sw.store.ExpireUploads(ctx, sw.cfg.SweepBatch)
+	if err != nil {
+		if ctx.Err() == nil {
+			sw.logger.Warn("upload sweep failed", "error", err.Error())
+		}
+		return
+	}
+	for _, k := range keys {
+		if err := backend.Delete(ctx, k); err != nil {
+			sw.logger.Warn("delete expired upload", "error", err.Error())
+		}
+	}
+	if len(keys) > 0 {
+		sw.logger.Info("upload sweep", "expired_sessions", len(keys))
+	}
+	if time.Since(sw.lastOrphanSweep) < orphanSweepInterval {
+		return
+	}
+	sw.lastOrphanSweep = time.Now()
+	if n, err := sw.sweepOrphans(ctx, backend); err != nil {
+		sw.logger.Warn("orphan sweep failed", "error", err.Error())
+	} else if n > 0 {
+		sw.logger.Info("orphan sweep", "deleted_objects", n)
+	}
+}
+
+// orphanSweepInterval is how often a replica looks for orphaned objects.
+const orphanSweepInterval = 10 * time.Minute
+
+// sweepOrphans deletes objects older than twice the session lifetime that
+// no live session or file names. Young objects are left alone: their
+// session may still be about to record them.
+func (sw *Sweeper) sweepOrphans(ctx context.Context, backend objectstore.Backend) (int, error) {
+	cutoff := time.Now().Add(-2 * sw.cfg.Artifacts.SessionTTL)
+	var candidates []string
+	deleted := 0
+	flush := func() error {
+		if len(candidates) == 0 {
+			return nil
+		}
+		live, err := sw.store.LiveObjectKeys(ctx, candidates)
+		if err != nil {
+			return err
+		}
+		for _, k := range candidates {
+			if !live[k] {
+				if err := backend.Delete(ctx, k); err != nil {
+					return err
+				}
+				deleted++
+			}
+		}
+		candidates = candidates[:0]
+		return nil
+	}
+	err := backend.List(ctx, artifactKeyPrefix, func(key string, modTime time.Time) error {
+		if modTime.After(cutoff) {
+			return nil
+		}
+		candidates = append(candidates, key)
+		if len(candidates) >= sw.cfg.SweepBatch {
+			return flush()
+		}
+		return nil
+	})
+	if err != nil {
+		return deleted, err
+	}
+	return deleted, flush()
 }

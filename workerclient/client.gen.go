@@ -285,6 +285,21 @@ func (e TaskType) Valid() bool {
 	}
 }
 
+// Defines values for UploadSessionMethod.
+const (
+	PUT UploadSessionMethod = "PUT"
+)
+
+// Valid indicates whether the value is a known member of the UploadSessionMethod enum.
+func (e UploadSessionMethod) Valid() bool {
+	switch e {
+	case PUT:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for WorkerType.
 const (
 	WorkerTypeAi      WorkerType = "ai"
@@ -493,6 +508,24 @@ type CreateWorkerRequest struct {
 	WorkerType             WorkerType `json:"worker_type"`
 }
 
+// File defines model for File.
+type File struct {
+	AttemptId      *openapi_types.UUID `json:"attempt_id,omitempty"`
+	ContentType    string              `json:"content_type"`
+	CreatedAt      time.Time           `json:"created_at"`
+	Id             openapi_types.UUID  `json:"id"`
+	Name           string              `json:"name"`
+	OrganizationId openapi_types.UUID  `json:"organization_id"`
+	Sha256         string              `json:"sha256"`
+	SizeBytes      int64               `json:"size_bytes"`
+	TaskId         *openapi_types.UUID `json:"task_id,omitempty"`
+}
+
+// FileList defines model for FileList.
+type FileList struct {
+	Items []File `json:"items"`
+}
+
 // Health defines model for Health.
 type Health struct {
 	Checks *map[string]string `json:"checks,omitempty"`
@@ -561,6 +594,46 @@ type LeaseStatus struct {
 
 	// State `active`: keep working. `cancel_requested`: stop and complete with `cancelled`. `lost`: stop at once; nothing more will be accepted.
 	State LeaseState `json:"state"`
+}
+
+// LogAppendResult defines model for LogAppendResult.
+type LogAppendResult struct {
+	// LeaseState `active`: keep working. `cancel_requested`: stop and complete with `cancelled`. `lost`: stop at once; nothing more will be accepted.
+	LeaseState      LeaseState `json:"lease_state"`
+	LeaseTtlSeconds float64    `json:"lease_ttl_seconds"`
+
+	// NextOffset The offset the next chunk must start at.
+	NextOffset int64 `json:"next_offset"`
+
+	// Truncated The cap was reached; further data is dropped.
+	Truncated bool `json:"truncated"`
+}
+
+// LogChunk defines model for LogChunk.
+type LogChunk struct {
+	Data   string `json:"data"`
+	Offset int64  `json:"offset"`
+}
+
+// LogText defines model for LogText.
+type LogText struct {
+	AttemptId     *openapi_types.UUID `json:"attempt_id,omitempty"`
+	AttemptNumber int                 `json:"attempt_number"`
+
+	// Complete The attempt has ended: no more data will come.
+	Complete   bool   `json:"complete"`
+	Data       string `json:"data"`
+	NextOffset int64  `json:"next_offset"`
+	Offset     int64  `json:"offset"`
+	Truncated  *bool  `json:"truncated,omitempty"`
+}
+
+// OpenUploadRequest defines model for OpenUploadRequest.
+type OpenUploadRequest struct {
+	ContentType *string `json:"content_type,omitempty"`
+	Name        string  `json:"name"`
+	Sha256      string  `json:"sha256"`
+	SizeBytes   int64   `json:"size_bytes"`
 }
 
 // Organization defines model for Organization.
@@ -829,6 +902,21 @@ type UpdateWorkerRequest struct {
 	Name               *string `json:"name,omitempty"`
 }
 
+// UploadSession defines model for UploadSession.
+type UploadSession struct {
+	ExpiresAt        time.Time `json:"expires_at"`
+	ExpiresInSeconds float64   `json:"expires_in_seconds"`
+
+	// Headers Headers to send with the upload, exactly as given.
+	Headers  map[string]string   `json:"headers"`
+	Method   UploadSessionMethod `json:"method"`
+	UploadId openapi_types.UUID  `json:"upload_id"`
+	Url      string              `json:"url"`
+}
+
+// UploadSessionMethod defines model for UploadSession.Method.
+type UploadSessionMethod string
+
 // Worker defines model for Worker.
 type Worker struct {
 	ActiveAttempts int `json:"active_attempts"`
@@ -888,6 +976,9 @@ type AttemptID = openapi_types.UUID
 // Cursor defines model for Cursor.
 type Cursor = string
 
+// FileID defines model for FileID.
+type FileID = openapi_types.UUID
+
 // LeaseToken defines model for LeaseToken.
 type LeaseToken = string
 
@@ -909,8 +1000,17 @@ type ScanID = openapi_types.UUID
 // TaskID defines model for TaskID.
 type TaskID = openapi_types.UUID
 
+// UploadID defines model for UploadID.
+type UploadID = openapi_types.UUID
+
 // WorkerID defines model for WorkerID.
 type WorkerID = openapi_types.UUID
+
+// OpenArtifactUploadParams defines parameters for OpenArtifactUpload.
+type OpenArtifactUploadParams struct {
+	// LeaseToken The lease token the attempt was granted with (its fencing token).
+	LeaseToken LeaseToken `json:"Lease-Token"`
+}
 
 // CompleteAttemptParams defines parameters for CompleteAttempt.
 type CompleteAttemptParams struct {
@@ -920,6 +1020,12 @@ type CompleteAttemptParams struct {
 
 // HeartbeatAttemptParams defines parameters for HeartbeatAttempt.
 type HeartbeatAttemptParams struct {
+	// LeaseToken The lease token the attempt was granted with (its fencing token).
+	LeaseToken LeaseToken `json:"Lease-Token"`
+}
+
+// AppendLogsParams defines parameters for AppendLogs.
+type AppendLogsParams struct {
 	// LeaseToken The lease token the attempt was granted with (its fencing token).
 	LeaseToken LeaseToken `json:"Lease-Token"`
 }
@@ -1008,6 +1114,15 @@ type CreateTaskParams struct {
 	IdempotencyKey *OptionalIdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
+// GetTaskLogsParams defines parameters for GetTaskLogs.
+type GetTaskLogsParams struct {
+	// Attempt Attempt number.
+	Attempt     *int  `form:"attempt,omitempty" json:"attempt,omitempty"`
+	Offset      *int  `form:"offset,omitempty" json:"offset,omitempty"`
+	Follow      *bool `form:"follow,omitempty" json:"follow,omitempty"`
+	WaitSeconds *int  `form:"wait_seconds,omitempty" json:"wait_seconds,omitempty"`
+}
+
 // ListTaskResultsParams defines parameters for ListTaskResults.
 type ListTaskResultsParams struct {
 	// Cursor The `next_cursor` of the previous page.
@@ -1031,8 +1146,14 @@ type UpdateWorkerParams struct {
 // UpdateWorkerParamsActive defines parameters for UpdateWorker.
 type UpdateWorkerParamsActive string
 
+// OpenArtifactUploadJSONRequestBody defines body for OpenArtifactUpload for application/json ContentType.
+type OpenArtifactUploadJSONRequestBody = OpenUploadRequest
+
 // CompleteAttemptJSONRequestBody defines body for CompleteAttempt for application/json ContentType.
 type CompleteAttemptJSONRequestBody = CompleteRequest
+
+// AppendLogsJSONRequestBody defines body for AppendLogs for application/json ContentType.
+type AppendLogsJSONRequestBody = LogChunk
 
 // SubmitResultsJSONRequestBody defines body for SubmitResults for application/json ContentType.
 type SubmitResultsJSONRequestBody = ResultBatch
@@ -1150,6 +1271,32 @@ type ClientInterface interface {
 	// Corresponds with GET /readyz (the `GetReadiness` operationId).
 	GetReadiness(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// OpenArtifactUploadWithBody Open an artifact upload session
+	//
+	// Declares an artifact (name, content type, exact size and SHA-256) and answers how to
+	// upload it: `method`, `url` and `headers` to send. With the default `fs` storage the URL
+	// is this gateway's own `PUT /v1/uploads/{upload_id}` (mutual TLS, same worker); with `s3`
+	// it is a presigned PUT bound to the length and checksum. Workers never hold storage
+	// credentials. Then `POST /v1/uploads/{upload_id}/commit`. Needs a live lease.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/attempts/{attempt_id}/artifacts (the `OpenArtifactUpload` operationId).
+	OpenArtifactUploadWithBody(ctx context.Context, attemptId AttemptID, params *OpenArtifactUploadParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// OpenArtifactUpload Open an artifact upload session
+	//
+	// Declares an artifact (name, content type, exact size and SHA-256) and answers how to
+	// upload it: `method`, `url` and `headers` to send. With the default `fs` storage the URL
+	// is this gateway's own `PUT /v1/uploads/{upload_id}` (mutual TLS, same worker); with `s3`
+	// it is a presigned PUT bound to the length and checksum. Workers never hold storage
+	// credentials. Then `POST /v1/uploads/{upload_id}/commit`. Needs a live lease.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/attempts/{attempt_id}/artifacts (the `OpenArtifactUpload` operationId).
+	OpenArtifactUpload(ctx context.Context, attemptId AttemptID, params *OpenArtifactUploadParams, body OpenArtifactUploadJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// CompleteAttemptWithBody Finish an attempt
 	//
 	// Ends the attempt with `succeeded`, `failed` (with `error.retryable`) or `cancelled`
@@ -1182,6 +1329,30 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/attempts/{attempt_id}/heartbeat (the `HeartbeatAttempt` operationId).
 	HeartbeatAttempt(ctx context.Context, attemptId AttemptID, params *HeartbeatAttemptParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AppendLogsWithBody Append to an attempt's log
+	//
+	// Appends `data` at byte `offset` of the attempt's log. A retried chunk (same offset, same
+	// data) is accepted once; a gap or an overlap that disagrees is 409 `log-offset-mismatch`
+	// with the expected offset in the problem. Logs are capped per attempt: past the cap one
+	// truncation marker is stored and further data is dropped (`truncated: true`).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/attempts/{attempt_id}/logs (the `AppendLogs` operationId).
+	AppendLogsWithBody(ctx context.Context, attemptId AttemptID, params *AppendLogsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AppendLogs Append to an attempt's log
+	//
+	// Appends `data` at byte `offset` of the attempt's log. A retried chunk (same offset, same
+	// data) is accepted once; a gap or an overlap that disagrees is 409 `log-offset-mismatch`
+	// with the expected offset in the problem. Logs are capped per attempt: past the cap one
+	// truncation marker is stored and further data is dropped (`truncated: true`).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/attempts/{attempt_id}/logs (the `AppendLogs` operationId).
+	AppendLogs(ctx context.Context, attemptId AttemptID, params *AppendLogsParams, body AppendLogsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// SubmitResultsWithBody Send a batch of results, taking effect exactly once
 	//
@@ -1233,6 +1404,20 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/attempts/{attempt_id}/start (the `StartAttempt` operationId).
 	StartAttempt(ctx context.Context, attemptId AttemptID, params *StartAttemptParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetFile Get a file's metadata
+	//
+	// 404 when it does not exist or the token may not see it.
+	//
+	// Corresponds with GET /v1/files/{file_id} (the `GetFile` operationId).
+	GetFile(ctx context.Context, fileId FileID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetFileContent Download a file
+	//
+	// Streams the bytes with `Content-Length`, `Content-Type` and `Repr-Digest` (SHA-256).
+	//
+	// Corresponds with GET /v1/files/{file_id}/content (the `GetFileContent` operationId).
+	GetFileContent(ctx context.Context, fileId FileID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// HeartbeatWorkerWithBody Renew all of a worker's leases in one call
 	//
@@ -1434,6 +1619,13 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/tasks/{task_id} (the `GetTask` operationId).
 	GetTask(ctx context.Context, taskId TaskID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListTaskArtifacts List a task's committed artifacts
+	//
+	// Files committed by any attempt of the task, oldest first.
+	//
+	// Corresponds with GET /v1/tasks/{task_id}/artifacts (the `ListTaskArtifacts` operationId).
+	ListTaskArtifacts(ctx context.Context, taskId TaskID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// CancelTask Cancel a task
 	//
 	// A pending or retry-waiting task is cancelled at once. A leased or running task moves to
@@ -1443,6 +1635,15 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/tasks/{task_id}/cancel (the `CancelTask` operationId).
 	CancelTask(ctx context.Context, taskId TaskID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetTaskLogs Read a task's attempt log
+	//
+	// The log text of one attempt (the latest when `attempt` is not given) from byte `offset`.
+	// With `follow=true` the call waits (up to `wait_seconds`) for new data while the attempt
+	// is active and returns as soon as there is some, or when the attempt ends.
+	//
+	// Corresponds with GET /v1/tasks/{task_id}/logs (the `GetTaskLogs` operationId).
+	GetTaskLogs(ctx context.Context, taskId TaskID, params *GetTaskLogsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListTaskResults Page through a task's stored result batches
 	//
@@ -1459,6 +1660,26 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/tasks/{task_id}/retry (the `RetryTask` operationId).
 	RetryTask(ctx context.Context, taskId TaskID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UploadArtifactWithBody Upload an artifact's bytes (fs storage)
+	//
+	// The `fs` backend's upload target. The body is streamed to disk, never held in memory;
+	// its length and SHA-256 must match the session. One upload per session. Only the worker
+	// that opened the session, while its lease is live and before the session expires.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /v1/uploads/{upload_id} (the `UploadArtifact` operationId).
+	UploadArtifactWithBody(ctx context.Context, uploadId UploadID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CommitArtifactUpload Commit an uploaded artifact
+	//
+	// Verifies the stored object's size and SHA-256, creates the file and links it to the
+	// task. Idempotent: a second commit returns the same file. A missing or different object
+	// is refused (409 `upload-mismatch` or `upload-missing`) and the session marked failed.
+	//
+	// Corresponds with POST /v1/uploads/{upload_id}/commit (the `CommitArtifactUpload` operationId).
+	CommitArtifactUpload(ctx context.Context, uploadId UploadID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListWorkers List workers
 	//
@@ -1575,6 +1796,52 @@ func (c *Client) GetReadiness(ctx context.Context, reqEditors ...RequestEditorFn
 	return c.Client.Do(req)
 }
 
+// OpenArtifactUploadWithBody Open an artifact upload session
+//
+// Declares an artifact (name, content type, exact size and SHA-256) and answers how to
+// upload it: `method`, `url` and `headers` to send. With the default `fs` storage the URL
+// is this gateway's own `PUT /v1/uploads/{upload_id}` (mutual TLS, same worker); with `s3`
+// it is a presigned PUT bound to the length and checksum. Workers never hold storage
+// credentials. Then `POST /v1/uploads/{upload_id}/commit`. Needs a live lease.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/attempts/{attempt_id}/artifacts (the `OpenArtifactUpload` operationId).
+func (c *Client) OpenArtifactUploadWithBody(ctx context.Context, attemptId AttemptID, params *OpenArtifactUploadParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewOpenArtifactUploadRequestWithBody(c.Server, attemptId, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// OpenArtifactUpload Open an artifact upload session
+//
+// Declares an artifact (name, content type, exact size and SHA-256) and answers how to
+// upload it: `method`, `url` and `headers` to send. With the default `fs` storage the URL
+// is this gateway's own `PUT /v1/uploads/{upload_id}` (mutual TLS, same worker); with `s3`
+// it is a presigned PUT bound to the length and checksum. Workers never hold storage
+// credentials. Then `POST /v1/uploads/{upload_id}/commit`. Needs a live lease.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/attempts/{attempt_id}/artifacts (the `OpenArtifactUpload` operationId).
+func (c *Client) OpenArtifactUpload(ctx context.Context, attemptId AttemptID, params *OpenArtifactUploadParams, body OpenArtifactUploadJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewOpenArtifactUploadRequest(c.Server, attemptId, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // CompleteAttemptWithBody Finish an attempt
 //
 // Ends the attempt with `succeeded`, `failed` (with `error.retryable`) or `cancelled`
@@ -1628,6 +1895,50 @@ func (c *Client) CompleteAttempt(ctx context.Context, attemptId AttemptID, param
 // Corresponds with POST /v1/attempts/{attempt_id}/heartbeat (the `HeartbeatAttempt` operationId).
 func (c *Client) HeartbeatAttempt(ctx context.Context, attemptId AttemptID, params *HeartbeatAttemptParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewHeartbeatAttemptRequest(c.Server, attemptId, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AppendLogsWithBody Append to an attempt's log
+//
+// Appends `data` at byte `offset` of the attempt's log. A retried chunk (same offset, same
+// data) is accepted once; a gap or an overlap that disagrees is 409 `log-offset-mismatch`
+// with the expected offset in the problem. Logs are capped per attempt: past the cap one
+// truncation marker is stored and further data is dropped (`truncated: true`).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/attempts/{attempt_id}/logs (the `AppendLogs` operationId).
+func (c *Client) AppendLogsWithBody(ctx context.Context, attemptId AttemptID, params *AppendLogsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAppendLogsRequestWithBody(c.Server, attemptId, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AppendLogs Append to an attempt's log
+//
+// Appends `data` at byte `offset` of the attempt's log. A retried chunk (same offset, same
+// data) is accepted once; a gap or an overlap that disagrees is 409 `log-offset-mismatch`
+// with the expected offset in the problem. Logs are capped per attempt: past the cap one
+// truncation marker is stored and further data is dropped (`truncated: true`).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/attempts/{attempt_id}/logs (the `AppendLogs` operationId).
+func (c *Client) AppendLogs(ctx context.Context, attemptId AttemptID, params *AppendLogsParams, body AppendLogsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAppendLogsRequest(c.Server, attemptId, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1709,6 +2020,40 @@ func (c *Client) SubmitResults(ctx context.Context, attemptId AttemptID, params 
 // Corresponds with POST /v1/attempts/{attempt_id}/start (the `StartAttempt` operationId).
 func (c *Client) StartAttempt(ctx context.Context, attemptId AttemptID, params *StartAttemptParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewStartAttemptRequest(c.Server, attemptId, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetFile Get a file's metadata
+//
+// 404 when it does not exist or the token may not see it.
+//
+// Corresponds with GET /v1/files/{file_id} (the `GetFile` operationId).
+func (c *Client) GetFile(ctx context.Context, fileId FileID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetFileRequest(c.Server, fileId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetFileContent Download a file
+//
+// Streams the bytes with `Content-Length`, `Content-Type` and `Repr-Digest` (SHA-256).
+//
+// Corresponds with GET /v1/files/{file_id}/content (the `GetFileContent` operationId).
+func (c *Client) GetFileContent(ctx context.Context, fileId FileID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetFileContentRequest(c.Server, fileId)
 	if err != nil {
 		return nil, err
 	}
@@ -2129,6 +2474,23 @@ func (c *Client) GetTask(ctx context.Context, taskId TaskID, reqEditors ...Reque
 	return c.Client.Do(req)
 }
 
+// ListTaskArtifacts List a task's committed artifacts
+//
+// Files committed by any attempt of the task, oldest first.
+//
+// Corresponds with GET /v1/tasks/{task_id}/artifacts (the `ListTaskArtifacts` operationId).
+func (c *Client) ListTaskArtifacts(ctx context.Context, taskId TaskID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListTaskArtifactsRequest(c.Server, taskId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // CancelTask Cancel a task
 //
 // A pending or retry-waiting task is cancelled at once. A leased or running task moves to
@@ -2139,6 +2501,25 @@ func (c *Client) GetTask(ctx context.Context, taskId TaskID, reqEditors ...Reque
 // Corresponds with POST /v1/tasks/{task_id}/cancel (the `CancelTask` operationId).
 func (c *Client) CancelTask(ctx context.Context, taskId TaskID, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewCancelTaskRequest(c.Server, taskId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetTaskLogs Read a task's attempt log
+//
+// The log text of one attempt (the latest when `attempt` is not given) from byte `offset`.
+// With `follow=true` the call waits (up to `wait_seconds`) for new data while the attempt
+// is active and returns as soon as there is some, or when the attempt ends.
+//
+// Corresponds with GET /v1/tasks/{task_id}/logs (the `GetTaskLogs` operationId).
+func (c *Client) GetTaskLogs(ctx context.Context, taskId TaskID, params *GetTaskLogsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetTaskLogsRequest(c.Server, taskId, params)
 	if err != nil {
 		return nil, err
 	}
@@ -2175,6 +2556,46 @@ func (c *Client) ListTaskResults(ctx context.Context, taskId TaskID, params *Lis
 // Corresponds with POST /v1/tasks/{task_id}/retry (the `RetryTask` operationId).
 func (c *Client) RetryTask(ctx context.Context, taskId TaskID, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewRetryTaskRequest(c.Server, taskId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UploadArtifactWithBody Upload an artifact's bytes (fs storage)
+//
+// The `fs` backend's upload target. The body is streamed to disk, never held in memory;
+// its length and SHA-256 must match the session. One upload per session. Only the worker
+// that opened the session, while its lease is live and before the session expires.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /v1/uploads/{upload_id} (the `UploadArtifact` operationId).
+func (c *Client) UploadArtifactWithBody(ctx context.Context, uploadId UploadID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUploadArtifactRequestWithBody(c.Server, uploadId, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CommitArtifactUpload Commit an uploaded artifact
+//
+// Verifies the stored object's size and SHA-256, creates the file and links it to the
+// task. Idempotent: a second commit returns the same file. A missing or different object
+// is refused (409 `upload-mismatch` or `upload-missing`) and the session marked failed.
+//
+// Corresponds with POST /v1/uploads/{upload_id}/commit (the `CommitArtifactUpload` operationId).
+func (c *Client) CommitArtifactUpload(ctx context.Context, uploadId UploadID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCommitArtifactUploadRequest(c.Server, uploadId)
 	if err != nil {
 		return nil, err
 	}
@@ -2398,6 +2819,66 @@ func NewGetReadinessRequest(server string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewOpenArtifactUploadRequest calls the generic OpenArtifactUpload builder with application/json body
+func NewOpenArtifactUploadRequest(server string, attemptId AttemptID, params *OpenArtifactUploadParams, body OpenArtifactUploadJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewOpenArtifactUploadRequestWithBody(server, attemptId, params, "application/json", bodyReader)
+}
+
+// NewOpenArtifactUploadRequestWithBody constructs an http.Request for the OpenArtifactUpload method, with any body, and a specified content type
+func NewOpenArtifactUploadRequestWithBody(server string, attemptId AttemptID, params *OpenArtifactUploadParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "attempt_id", attemptId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/attempts/%s/artifacts", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Lease-Token", params.LeaseToken, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("Lease-Token", headerParam0)
+
+	}
+
+	return req, nil
+}
+
 // NewCompleteAttemptRequest calls the generic CompleteAttempt builder with application/json body
 func NewCompleteAttemptRequest(server string, attemptId AttemptID, params *CompleteAttemptParams, body CompleteAttemptJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -2488,6 +2969,66 @@ func NewHeartbeatAttemptRequest(server string, attemptId AttemptID, params *Hear
 	if err != nil {
 		return nil, err
 	}
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Lease-Token", params.LeaseToken, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("Lease-Token", headerParam0)
+
+	}
+
+	return req, nil
+}
+
+// NewAppendLogsRequest calls the generic AppendLogs builder with application/json body
+func NewAppendLogsRequest(server string, attemptId AttemptID, params *AppendLogsParams, body AppendLogsJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewAppendLogsRequestWithBody(server, attemptId, params, "application/json", bodyReader)
+}
+
+// NewAppendLogsRequestWithBody constructs an http.Request for the AppendLogs method, with any body, and a specified content type
+func NewAppendLogsRequestWithBody(server string, attemptId AttemptID, params *AppendLogsParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "attempt_id", attemptId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/attempts/%s/logs", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
 
 	if params != nil {
 
@@ -2616,6 +3157,74 @@ func NewStartAttemptRequest(server string, attemptId AttemptID, params *StartAtt
 
 		req.Header.Set("Lease-Token", headerParam0)
 
+	}
+
+	return req, nil
+}
+
+// NewGetFileRequest constructs an http.Request for the GetFile method
+func NewGetFileRequest(server string, fileId FileID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "file_id", fileId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/files/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetFileContentRequest constructs an http.Request for the GetFileContent method
+func NewGetFileContentRequest(server string, fileId FileID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "file_id", fileId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/files/%s/content", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
 	}
 
 	return req, nil
@@ -3515,6 +4124,40 @@ func NewGetTaskRequest(server string, taskId TaskID) (*http.Request, error) {
 	return req, nil
 }
 
+// NewListTaskArtifactsRequest constructs an http.Request for the ListTaskArtifacts method
+func NewListTaskArtifactsRequest(server string, taskId TaskID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "task_id", taskId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/tasks/%s/artifacts", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewCancelTaskRequest constructs an http.Request for the CancelTask method
 func NewCancelTaskRequest(server string, taskId TaskID) (*http.Request, error) {
 	var err error
@@ -3542,6 +4185,103 @@ func NewCancelTaskRequest(server string, taskId TaskID) (*http.Request, error) {
 	}
 
 	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetTaskLogsRequest constructs an http.Request for the GetTaskLogs method
+func NewGetTaskLogsRequest(server string, taskId TaskID, params *GetTaskLogsParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "task_id", taskId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/tasks/%s/logs", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Attempt != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "attempt", *params.Attempt, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Offset != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "offset", *params.Offset, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Follow != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "follow", *params.Follow, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.WaitSeconds != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "wait_seconds", *params.WaitSeconds, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -3639,6 +4379,76 @@ func NewRetryTaskRequest(server string, taskId TaskID) (*http.Request, error) {
 	}
 
 	operationPath := fmt.Sprintf("/v1/tasks/%s/retry", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewUploadArtifactRequestWithBody constructs an http.Request for the UploadArtifact method, with any body, and a specified content type
+func NewUploadArtifactRequestWithBody(server string, uploadId UploadID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "upload_id", uploadId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/uploads/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewCommitArtifactUploadRequest constructs an http.Request for the CommitArtifactUpload method
+func NewCommitArtifactUploadRequest(server string, uploadId UploadID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "upload_id", uploadId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/uploads/%s/commit", pathParam0)
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -3980,6 +4790,32 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /readyz (the `GetReadiness` operationId).
 	GetReadinessWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetReadinessResponse, error)
 
+	// OpenArtifactUploadWithBodyWithResponse Open an artifact upload session
+	//
+	// Declares an artifact (name, content type, exact size and SHA-256) and answers how to
+	// upload it: `method`, `url` and `headers` to send. With the default `fs` storage the URL
+	// is this gateway's own `PUT /v1/uploads/{upload_id}` (mutual TLS, same worker); with `s3`
+	// it is a presigned PUT bound to the length and checksum. Workers never hold storage
+	// credentials. Then `POST /v1/uploads/{upload_id}/commit`. Needs a live lease.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/attempts/{attempt_id}/artifacts (the `OpenArtifactUpload` operationId).
+	OpenArtifactUploadWithBodyWithResponse(ctx context.Context, attemptId AttemptID, params *OpenArtifactUploadParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*OpenArtifactUploadResponse, error)
+
+	// OpenArtifactUploadWithResponse Open an artifact upload session
+	//
+	// Declares an artifact (name, content type, exact size and SHA-256) and answers how to
+	// upload it: `method`, `url` and `headers` to send. With the default `fs` storage the URL
+	// is this gateway's own `PUT /v1/uploads/{upload_id}` (mutual TLS, same worker); with `s3`
+	// it is a presigned PUT bound to the length and checksum. Workers never hold storage
+	// credentials. Then `POST /v1/uploads/{upload_id}/commit`. Needs a live lease.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/attempts/{attempt_id}/artifacts (the `OpenArtifactUpload` operationId).
+	OpenArtifactUploadWithResponse(ctx context.Context, attemptId AttemptID, params *OpenArtifactUploadParams, body OpenArtifactUploadJSONRequestBody, reqEditors ...RequestEditorFn) (*OpenArtifactUploadResponse, error)
+
 	// CompleteAttemptWithBodyWithResponse Finish an attempt
 	//
 	// Ends the attempt with `succeeded`, `failed` (with `error.retryable`) or `cancelled`
@@ -4014,6 +4850,30 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/attempts/{attempt_id}/heartbeat (the `HeartbeatAttempt` operationId).
 	HeartbeatAttemptWithResponse(ctx context.Context, attemptId AttemptID, params *HeartbeatAttemptParams, reqEditors ...RequestEditorFn) (*HeartbeatAttemptResponse, error)
+
+	// AppendLogsWithBodyWithResponse Append to an attempt's log
+	//
+	// Appends `data` at byte `offset` of the attempt's log. A retried chunk (same offset, same
+	// data) is accepted once; a gap or an overlap that disagrees is 409 `log-offset-mismatch`
+	// with the expected offset in the problem. Logs are capped per attempt: past the cap one
+	// truncation marker is stored and further data is dropped (`truncated: true`).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/attempts/{attempt_id}/logs (the `AppendLogs` operationId).
+	AppendLogsWithBodyWithResponse(ctx context.Context, attemptId AttemptID, params *AppendLogsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AppendLogsResponse, error)
+
+	// AppendLogsWithResponse Append to an attempt's log
+	//
+	// Appends `data` at byte `offset` of the attempt's log. A retried chunk (same offset, same
+	// data) is accepted once; a gap or an overlap that disagrees is 409 `log-offset-mismatch`
+	// with the expected offset in the problem. Logs are capped per attempt: past the cap one
+	// truncation marker is stored and further data is dropped (`truncated: true`).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/attempts/{attempt_id}/logs (the `AppendLogs` operationId).
+	AppendLogsWithResponse(ctx context.Context, attemptId AttemptID, params *AppendLogsParams, body AppendLogsJSONRequestBody, reqEditors ...RequestEditorFn) (*AppendLogsResponse, error)
 
 	// SubmitResultsWithBodyWithResponse Send a batch of results, taking effect exactly once
 	//
@@ -4067,6 +4927,24 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/attempts/{attempt_id}/start (the `StartAttempt` operationId).
 	StartAttemptWithResponse(ctx context.Context, attemptId AttemptID, params *StartAttemptParams, reqEditors ...RequestEditorFn) (*StartAttemptResponse, error)
+
+	// GetFileWithResponse Get a file's metadata
+	//
+	// 404 when it does not exist or the token may not see it.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/files/{file_id} (the `GetFile` operationId).
+	GetFileWithResponse(ctx context.Context, fileId FileID, reqEditors ...RequestEditorFn) (*GetFileResponse, error)
+
+	// GetFileContentWithResponse Download a file
+	//
+	// Streams the bytes with `Content-Length`, `Content-Type` and `Repr-Digest` (SHA-256).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/files/{file_id}/content (the `GetFileContent` operationId).
+	GetFileContentWithResponse(ctx context.Context, fileId FileID, reqEditors ...RequestEditorFn) (*GetFileContentResponse, error)
 
 	// HeartbeatWorkerWithBodyWithResponse Renew all of a worker's leases in one call
 	//
@@ -4290,6 +5168,15 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/tasks/{task_id} (the `GetTask` operationId).
 	GetTaskWithResponse(ctx context.Context, taskId TaskID, reqEditors ...RequestEditorFn) (*GetTaskResponse, error)
 
+	// ListTaskArtifactsWithResponse List a task's committed artifacts
+	//
+	// Files committed by any attempt of the task, oldest first.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/tasks/{task_id}/artifacts (the `ListTaskArtifacts` operationId).
+	ListTaskArtifactsWithResponse(ctx context.Context, taskId TaskID, reqEditors ...RequestEditorFn) (*ListTaskArtifactsResponse, error)
+
 	// CancelTaskWithResponse Cancel a task
 	//
 	// A pending or retry-waiting task is cancelled at once. A leased or running task moves to
@@ -4301,6 +5188,17 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/tasks/{task_id}/cancel (the `CancelTask` operationId).
 	CancelTaskWithResponse(ctx context.Context, taskId TaskID, reqEditors ...RequestEditorFn) (*CancelTaskResponse, error)
+
+	// GetTaskLogsWithResponse Read a task's attempt log
+	//
+	// The log text of one attempt (the latest when `attempt` is not given) from byte `offset`.
+	// With `follow=true` the call waits (up to `wait_seconds`) for new data while the attempt
+	// is active and returns as soon as there is some, or when the attempt ends.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/tasks/{task_id}/logs (the `GetTaskLogs` operationId).
+	GetTaskLogsWithResponse(ctx context.Context, taskId TaskID, params *GetTaskLogsParams, reqEditors ...RequestEditorFn) (*GetTaskLogsResponse, error)
 
 	// ListTaskResultsWithResponse Page through a task's stored result batches
 	//
@@ -4321,6 +5219,28 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/tasks/{task_id}/retry (the `RetryTask` operationId).
 	RetryTaskWithResponse(ctx context.Context, taskId TaskID, reqEditors ...RequestEditorFn) (*RetryTaskResponse, error)
+
+	// UploadArtifactWithBodyWithResponse Upload an artifact's bytes (fs storage)
+	//
+	// The `fs` backend's upload target. The body is streamed to disk, never held in memory;
+	// its length and SHA-256 must match the session. One upload per session. Only the worker
+	// that opened the session, while its lease is live and before the session expires.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/uploads/{upload_id} (the `UploadArtifact` operationId).
+	UploadArtifactWithBodyWithResponse(ctx context.Context, uploadId UploadID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UploadArtifactResponse, error)
+
+	// CommitArtifactUploadWithResponse Commit an uploaded artifact
+	//
+	// Verifies the stored object's size and SHA-256, creates the file and links it to the
+	// task. Idempotent: a second commit returns the same file. A missing or different object
+	// is refused (409 `upload-mismatch` or `upload-missing`) and the session marked failed.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/uploads/{upload_id}/commit (the `CommitArtifactUpload` operationId).
+	CommitArtifactUploadWithResponse(ctx context.Context, uploadId UploadID, reqEditors ...RequestEditorFn) (*CommitArtifactUploadResponse, error)
 
 	// ListWorkersWithResponse List workers
 	//
@@ -4509,6 +5429,82 @@ func (r GetReadinessResponse) ContentType() string {
 	return ""
 }
 
+type OpenArtifactUploadResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *UploadSession
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r OpenArtifactUploadResponse) GetJSON201() *UploadSession {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r OpenArtifactUploadResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r OpenArtifactUploadResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r OpenArtifactUploadResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r OpenArtifactUploadResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r OpenArtifactUploadResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r OpenArtifactUploadResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r OpenArtifactUploadResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r OpenArtifactUploadResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r OpenArtifactUploadResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type CompleteAttemptResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -4676,6 +5672,75 @@ func (r HeartbeatAttemptResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r HeartbeatAttemptResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type AppendLogsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *LogAppendResult
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r AppendLogsResponse) GetJSON200() *LogAppendResult {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r AppendLogsResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r AppendLogsResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r AppendLogsResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r AppendLogsResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r AppendLogsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r AppendLogsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r AppendLogsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r AppendLogsResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -4872,6 +5937,116 @@ func (r StartAttemptResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r StartAttemptResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetFileResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *File
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetFileResponse) GetJSON200() *File {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetFileResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetFileResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetFileResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetFileResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetFileResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetFileResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetFileContentResponse200Headers the declared response headers of an HTTP 200 response for GetFileContent
+type GetFileContentResponse200Headers struct {
+	ReprDigest *string
+}
+
+type GetFileContentResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetFileContentResponse200Headers
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetFileContentResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetFileContentResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetFileContentResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetFileContentResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetFileContentResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetFileContentResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -6031,6 +7206,61 @@ func (r GetTaskResponse) ContentType() string {
 	return ""
 }
 
+type ListTaskArtifactsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *FileList
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListTaskArtifactsResponse) GetJSON200() *FileList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListTaskArtifactsResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListTaskArtifactsResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListTaskArtifactsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListTaskArtifactsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListTaskArtifactsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListTaskArtifactsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type CancelTaskResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -6101,6 +7331,61 @@ func (r CancelTaskResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r CancelTaskResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetTaskLogsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *LogText
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetTaskLogsResponse) GetJSON200() *LogText {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetTaskLogsResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetTaskLogsResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetTaskLogsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetTaskLogsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetTaskLogsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetTaskLogsResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -6239,6 +7524,137 @@ func (r RetryTaskResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r RetryTaskResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type UploadArtifactResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r UploadArtifactResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r UploadArtifactResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r UploadArtifactResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r UploadArtifactResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r UploadArtifactResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r UploadArtifactResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r UploadArtifactResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r UploadArtifactResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r UploadArtifactResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type CommitArtifactUploadResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *File
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r CommitArtifactUploadResponse) GetJSON200() *File {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r CommitArtifactUploadResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CommitArtifactUploadResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r CommitArtifactUploadResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r CommitArtifactUploadResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CommitArtifactUploadResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CommitArtifactUploadResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CommitArtifactUploadResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -6635,6 +8051,44 @@ func (c *ClientWithResponses) GetReadinessWithResponse(ctx context.Context, reqE
 	return ParseGetReadinessResponse(rsp)
 }
 
+// OpenArtifactUploadWithBodyWithResponse Open an artifact upload session
+//
+// Declares an artifact (name, content type, exact size and SHA-256) and answers how to
+// upload it: `method`, `url` and `headers` to send. With the default `fs` storage the URL
+// is this gateway's own `PUT /v1/uploads/{upload_id}` (mutual TLS, same worker); with `s3`
+// it is a presigned PUT bound to the length and checksum. Workers never hold storage
+// credentials. Then `POST /v1/uploads/{upload_id}/commit`. Needs a live lease.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/attempts/{attempt_id}/artifacts (the `OpenArtifactUpload` operationId).
+func (c *ClientWithResponses) OpenArtifactUploadWithBodyWithResponse(ctx context.Context, attemptId AttemptID, params *OpenArtifactUploadParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*OpenArtifactUploadResponse, error) {
+	rsp, err := c.OpenArtifactUploadWithBody(ctx, attemptId, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseOpenArtifactUploadResponse(rsp)
+}
+
+// OpenArtifactUploadWithResponse Open an artifact upload session
+//
+// Declares an artifact (name, content type, exact size and SHA-256) and answers how to
+// upload it: `method`, `url` and `headers` to send. With the default `fs` storage the URL
+// is this gateway's own `PUT /v1/uploads/{upload_id}` (mutual TLS, same worker); with `s3`
+// it is a presigned PUT bound to the length and checksum. Workers never hold storage
+// credentials. Then `POST /v1/uploads/{upload_id}/commit`. Needs a live lease.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/attempts/{attempt_id}/artifacts (the `OpenArtifactUpload` operationId).
+func (c *ClientWithResponses) OpenArtifactUploadWithResponse(ctx context.Context, attemptId AttemptID, params *OpenArtifactUploadParams, body OpenArtifactUploadJSONRequestBody, reqEditors ...RequestEditorFn) (*OpenArtifactUploadResponse, error) {
+	rsp, err := c.OpenArtifactUpload(ctx, attemptId, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseOpenArtifactUploadResponse(rsp)
+}
+
 // CompleteAttemptWithBodyWithResponse Finish an attempt
 //
 // Ends the attempt with `succeeded`, `failed` (with `error.retryable`) or `cancelled`
@@ -6686,6 +8140,42 @@ func (c *ClientWithResponses) HeartbeatAttemptWithResponse(ctx context.Context, 
 		return nil, err
 	}
 	return ParseHeartbeatAttemptResponse(rsp)
+}
+
+// AppendLogsWithBodyWithResponse Append to an attempt's log
+//
+// Appends `data` at byte `offset` of the attempt's log. A retried chunk (same offset, same
+// data) is accepted once; a gap or an overlap that disagrees is 409 `log-offset-mismatch`
+// with the expected offset in the problem. Logs are capped per attempt: past the cap one
+// truncation marker is stored and further data is dropped (`truncated: true`).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/attempts/{attempt_id}/logs (the `AppendLogs` operationId).
+func (c *ClientWithResponses) AppendLogsWithBodyWithResponse(ctx context.Context, attemptId AttemptID, params *AppendLogsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AppendLogsResponse, error) {
+	rsp, err := c.AppendLogsWithBody(ctx, attemptId, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAppendLogsResponse(rsp)
+}
+
+// AppendLogsWithResponse Append to an attempt's log
+//
+// Appends `data` at byte `offset` of the attempt's log. A retried chunk (same offset, same
+// data) is accepted once; a gap or an overlap that disagrees is 409 `log-offset-mismatch`
+// with the expected offset in the problem. Logs are capped per attempt: past the cap one
+// truncation marker is stored and further data is dropped (`truncated: true`).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/attempts/{attempt_id}/logs (the `AppendLogs` operationId).
+func (c *ClientWithResponses) AppendLogsWithResponse(ctx context.Context, attemptId AttemptID, params *AppendLogsParams, body AppendLogsJSONRequestBody, reqEditors ...RequestEditorFn) (*AppendLogsResponse, error) {
+	rsp, err := c.AppendLogs(ctx, attemptId, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAppendLogsResponse(rsp)
 }
 
 // SubmitResultsWithBodyWithResponse Send a batch of results, taking effect exactly once
@@ -6757,6 +8247,36 @@ func (c *ClientWithResponses) StartAttemptWithResponse(ctx context.Context, atte
 		return nil, err
 	}
 	return ParseStartAttemptResponse(rsp)
+}
+
+// GetFileWithResponse Get a file's metadata
+//
+// 404 when it does not exist or the token may not see it.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/files/{file_id} (the `GetFile` operationId).
+func (c *ClientWithResponses) GetFileWithResponse(ctx context.Context, fileId FileID, reqEditors ...RequestEditorFn) (*GetFileResponse, error) {
+	rsp, err := c.GetFile(ctx, fileId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetFileResponse(rsp)
+}
+
+// GetFileContentWithResponse Download a file
+//
+// Streams the bytes with `Content-Length`, `Content-Type` and `Repr-Digest` (SHA-256).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/files/{file_id}/content (the `GetFileContent` operationId).
+func (c *ClientWithResponses) GetFileContentWithResponse(ctx context.Context, fileId FileID, reqEditors ...RequestEditorFn) (*GetFileContentResponse, error) {
+	rsp, err := c.GetFileContent(ctx, fileId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetFileContentResponse(rsp)
 }
 
 // HeartbeatWorkerWithBodyWithResponse Renew all of a worker's leases in one call
@@ -7107,6 +8627,21 @@ func (c *ClientWithResponses) GetTaskWithResponse(ctx context.Context, taskId Ta
 	return ParseGetTaskResponse(rsp)
 }
 
+// ListTaskArtifactsWithResponse List a task's committed artifacts
+//
+// Files committed by any attempt of the task, oldest first.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/tasks/{task_id}/artifacts (the `ListTaskArtifacts` operationId).
+func (c *ClientWithResponses) ListTaskArtifactsWithResponse(ctx context.Context, taskId TaskID, reqEditors ...RequestEditorFn) (*ListTaskArtifactsResponse, error) {
+	rsp, err := c.ListTaskArtifacts(ctx, taskId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListTaskArtifactsResponse(rsp)
+}
+
 // CancelTaskWithResponse Cancel a task
 //
 // A pending or retry-waiting task is cancelled at once. A leased or running task moves to
@@ -7123,6 +8658,23 @@ func (c *ClientWithResponses) CancelTaskWithResponse(ctx context.Context, taskId
 		return nil, err
 	}
 	return ParseCancelTaskResponse(rsp)
+}
+
+// GetTaskLogsWithResponse Read a task's attempt log
+//
+// The log text of one attempt (the latest when `attempt` is not given) from byte `offset`.
+// With `follow=true` the call waits (up to `wait_seconds`) for new data while the attempt
+// is active and returns as soon as there is some, or when the attempt ends.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/tasks/{task_id}/logs (the `GetTaskLogs` operationId).
+func (c *ClientWithResponses) GetTaskLogsWithResponse(ctx context.Context, taskId TaskID, params *GetTaskLogsParams, reqEditors ...RequestEditorFn) (*GetTaskLogsResponse, error) {
+	rsp, err := c.GetTaskLogs(ctx, taskId, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetTaskLogsResponse(rsp)
 }
 
 // ListTaskResultsWithResponse Page through a task's stored result batches
@@ -7155,6 +8707,40 @@ func (c *ClientWithResponses) RetryTaskWithResponse(ctx context.Context, taskId 
 		return nil, err
 	}
 	return ParseRetryTaskResponse(rsp)
+}
+
+// UploadArtifactWithBodyWithResponse Upload an artifact's bytes (fs storage)
+//
+// The `fs` backend's upload target. The body is streamed to disk, never held in memory;
+// its length and SHA-256 must match the session. One upload per session. Only the worker
+// that opened the session, while its lease is live and before the session expires.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/uploads/{upload_id} (the `UploadArtifact` operationId).
+func (c *ClientWithResponses) UploadArtifactWithBodyWithResponse(ctx context.Context, uploadId UploadID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UploadArtifactResponse, error) {
+	rsp, err := c.UploadArtifactWithBody(ctx, uploadId, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUploadArtifactResponse(rsp)
+}
+
+// CommitArtifactUploadWithResponse Commit an uploaded artifact
+//
+// Verifies the stored object's size and SHA-256, creates the file and links it to the
+// task. Idempotent: a second commit returns the same file. A missing or different object
+// is refused (409 `upload-mismatch` or `upload-missing`) and the session marked failed.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/uploads/{upload_id}/commit (the `CommitArtifactUpload` operationId).
+func (c *ClientWithResponses) CommitArtifactUploadWithResponse(ctx context.Context, uploadId UploadID, reqEditors ...RequestEditorFn) (*CommitArtifactUploadResponse, error) {
+	rsp, err := c.CommitArtifactUpload(ctx, uploadId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCommitArtifactUploadResponse(rsp)
 }
 
 // ListWorkersWithResponse List workers
@@ -7361,6 +8947,67 @@ func ParseGetReadinessResponse(rsp *http.Response) (*GetReadinessResponse, error
 	return response, nil
 }
 
+// ParseOpenArtifactUploadResponse parses an HTTP response from a OpenArtifactUploadWithResponse call
+func ParseOpenArtifactUploadResponse(rsp *http.Response) (*OpenArtifactUploadResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &OpenArtifactUploadResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest UploadSession
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseCompleteAttemptResponse parses an HTTP response from a CompleteAttemptWithResponse call
 func ParseCompleteAttemptResponse(rsp *http.Response) (*CompleteAttemptResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -7491,6 +9138,60 @@ func ParseHeartbeatAttemptResponse(rsp *http.Response) (*HeartbeatAttemptRespons
 			return nil, err
 		}
 		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseAppendLogsResponse parses an HTTP response from a AppendLogsWithResponse call
+func ParseAppendLogsResponse(rsp *http.Response) (*AppendLogsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &AppendLogsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest LogAppendResult
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Problem
@@ -7683,6 +9384,92 @@ func ParseStartAttemptResponse(rsp *http.Response) (*StartAttemptResponse, error
 		}
 		response.ApplicationproblemJSONDefault = &dest
 
+	}
+
+	return response, nil
+}
+
+// ParseGetFileResponse parses an HTTP response from a GetFileWithResponse call
+func ParseGetFileResponse(rsp *http.Response) (*GetFileResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetFileResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest File
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetFileContentResponse parses an HTTP response from a GetFileContentWithResponse call
+func ParseGetFileContentResponse(rsp *http.Response) (*GetFileContentResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetFileContentResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetFileContentResponse200Headers
+		if values := rsp.Header.Values("Repr-Digest"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Repr-Digest", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ReprDigest = &value
+		}
+		response.Headers200 = &headers
 	}
 
 	return response, nil
@@ -8613,6 +10400,46 @@ func ParseGetTaskResponse(rsp *http.Response) (*GetTaskResponse, error) {
 	return response, nil
 }
 
+// ParseListTaskArtifactsResponse parses an HTTP response from a ListTaskArtifactsWithResponse call
+func ParseListTaskArtifactsResponse(rsp *http.Response) (*ListTaskArtifactsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListTaskArtifactsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest FileList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseCancelTaskResponse parses an HTTP response from a CancelTaskWithResponse call
 func ParseCancelTaskResponse(rsp *http.Response) (*CancelTaskResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -8661,6 +10488,46 @@ func ParseCancelTaskResponse(rsp *http.Response) (*CancelTaskResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetTaskLogsResponse parses an HTTP response from a GetTaskLogsWithResponse call
+func ParseGetTaskLogsResponse(rsp *http.Response) (*GetTaskLogsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetTaskLogsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest LogText
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Problem
@@ -8755,6 +10622,110 @@ func ParseRetryTaskResponse(rsp *http.Response) (*RetryTaskResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseUploadArtifactResponse parses an HTTP response from a UploadArtifactWithResponse call
+func ParseUploadArtifactResponse(rsp *http.Response) (*UploadArtifactResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &UploadArtifactResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseCommitArtifactUploadResponse parses an HTTP response from a CommitArtifactUploadWithResponse call
+func ParseCommitArtifactUploadResponse(rsp *http.Response) (*CommitArtifactUploadResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CommitArtifactUploadResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest File
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest Problem

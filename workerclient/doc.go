@@ -28,8 +28,36 @@
 //     POST /v1/heartbeat, as often as the shortest heartbeat interval among
 //     them asks.
 //   - Each lease runs in its own goroutine: POST /v1/attempts/{id}/start, the
-//     Handler, then POST /v1/attempts/{id}/complete, retried until the
-//     gateway answers (completion is idempotent).
+//     Handler (with its result batches), then POST /v1/attempts/{id}/complete,
+//     retried until the gateway answers (completion is idempotent).
+//
+// # Results
+//
+// A Handler reports what it finds with LeasedTask.Emit, which buffers records
+// and sends them in numbered batches with POST /v1/attempts/{id}/results:
+// every Config.ResultBatchSize records (default 100, or sooner when a batch's
+// body would pass 1 MiB), on LeasedTask.Flush, and once more after the
+// handler returns nil, before the attempt is completed.
+//
+//	err := task.Emit(ctx, workerclient.ResultRecord{
+//		Kind:  workerclient.ResultRecordKindAsset,
+//		Asset: &workerclient.AssetRef{Type: "ip", Value: "192.0.2.1"},
+//	})
+//
+// Batches are numbered 1, 2, … within the attempt and sent one at a time, in
+// order. A batch is encoded once and carries Idempotency-Key
+// "<attempt_id>:<sequence_number>": retries (transport errors, 429, 5xx,
+// idempotency-in-flight) send the same key and the same bytes, so a batch
+// whose answer was lost is acknowledged again instead of stored twice. The
+// completion's last_sequence_number is the last batch the gateway
+// acknowledged, and is left out when there is none. A batch the gateway
+// refuses fails every later Emit and Flush, and a handler that then returns
+// nil has its attempt reported failed with CodeResultsUndelivered. A
+// lease-lost answer cancels the handler's context with ErrLeaseLost; an
+// answer whose Lease-State header says cancel_requested cancels it with
+// ErrCancelRequested, as a heartbeat answer would. Records buffered when the
+// handler fails or is cancelled are dropped (batches already acknowledged
+// stay).
 //
 // Worker clocks are not trusted: every schedule (renewals, local lease
 // expiry, attempt deadlines) is computed from the relative durations the

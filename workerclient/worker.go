@@ -89,6 +89,9 @@ const (
 	CodeDeadline       = "attempt-deadline-exceeded"
 	CodeWorkerShutdown = "worker-shutdown"
 	CodeOverCapacity   = "worker-over-capacity"
+	// CodeResultsUndelivered: the handler succeeded but the results it
+	// emitted could not all be delivered, so the attempt is reported failed.
+	CodeResultsUndelivered = "results-undelivered"
 )
 
 // Values of the contract the runtime branches on. Spelled out rather than
@@ -97,6 +100,7 @@ const (
 const (
 	codeWorkerRevoked                  = "worker-revoked"
 	codeIdempotencyInFlight            = "idempotency-in-flight"
+	codeLeaseLost                      = "lease-lost"
 	stateLost               LeaseState = "lost"
 	stateCancelRequested    LeaseState = "cancel_requested"
 )
@@ -144,6 +148,11 @@ type Config struct {
 	// ErrDrainTimeout and they are completed as cancelled, which releases
 	// them without using up an attempt.
 	DrainTimeout time.Duration
+	// ResultBatchSize is how many records LeasedTask.Emit buffers before it
+	// sends them as one batch (default 100, at most 10000, the contract's
+	// limit; a gateway refuses more than 1000 by default). A batch is also
+	// sent early when its encoded body would pass 1 MiB.
+	ResultBatchSize int
 }
 
 // Handler runs one task. Its result decides the attempt's outcome: see the
@@ -298,6 +307,12 @@ func (cfg Config) withDefaults() (Config, error) {
 	case cfg.DrainTimeout < 0:
 		return bad("DrainTimeout %v is negative", cfg.DrainTimeout)
 	}
+	switch {
+	case cfg.ResultBatchSize == 0:
+		cfg.ResultBatchSize = defaultResultBatchSize
+	case cfg.ResultBatchSize < 0 || cfg.ResultBatchSize > maxResultBatchSize:
+		return bad("ResultBatchSize %d is outside 1..%d", cfg.ResultBatchSize, maxResultBatchSize)
+	}
 	if cfg.SoftwareVersion == "" {
 		cfg.SoftwareVersion = defaultSoftwareVersion()
 	}
@@ -382,13 +397,14 @@ type runner struct {
 // lease is one held attempt. The fields from renewedAt on are guarded by
 // runner.mu.
 type lease struct {
-	id     uuid.UUID
-	token  string
-	task   *LeasedTask
-	log    *slog.Logger
-	ctx    context.Context // the handler's context
-	cancel context.CancelCauseFunc
-	stop   func() // releases ctx's resources
+	id      uuid.UUID
+	token   string
+	task    *LeasedTask
+	log     *slog.Logger
+	ctx     context.Context // the handler's context
+	cancel  context.CancelCauseFunc
+	stop    func()        // releases ctx's resources
+	results *resultSender // the handler's result batches
 
 	renewedAt time.Time     // when the last renewal (or the poll) was sent
 	expiresAt time.Time     // local, monotonic estimate of the lease's expiry
@@ -640,6 +656,7 @@ func (r *runner) newLease(l *Lease, sent time.Time) *lease {
 			"task_type", s.TaskType, "organization_id", s.OrganizationId),
 	}
 	task.lease = ls
+	ls.results = newResultSender(ls.id, r.w.cfg.ResultBatchSize, maxResultBatchBytes, r.resultDeliverer(ls))
 
 	ctx, cancel := context.WithCancelCause(r.base)
 	ls.ctx, ls.cancel, ls.stop = ctx, cancel, func() { cancel(context.Canceled) }
@@ -694,6 +711,13 @@ func (r *runner) runTask(ls *lease) {
 	} else {
 		herr = callHandler(r.w.cfg.Handler, ls.ctx, ls.task)
 	}
+	// What a successful handler left buffered is sent before completing; the
+	// completion claims only batches the gateway acknowledged.
+	lastSeq, ferr := ls.results.finish(ls.ctx, herr == nil)
+	if ferr != nil && herr == nil {
+		herr = undeliveredError(ferr)
+		ls.log.Warn("results could not be delivered", "error", ferr)
+	}
 	cause := context.Cause(ls.ctx)
 	if r.isLost(ls) {
 		cause = ErrLeaseLost
@@ -706,6 +730,9 @@ func (r *runner) runTask(ls *lease) {
 	if !ok {
 		ls.log.Warn("lease lost; not completing the attempt", "handler_error", errString(herr))
 		return
+	}
+	if lastSeq > 0 {
+		req.LastSequenceNumber = &lastSeq
 	}
 	r.complete(ls, req)
 }
@@ -797,6 +824,9 @@ func (r *runner) complete(ls *lease, req CompleteRequest) {
 			args := []any{"outcome", req.Outcome, "attempt_status", res.AttemptStatus, "task_state", res.TaskState}
 			if req.Error != nil {
 				args = append(args, "error_code", req.Error.Code)
+			}
+			if req.LastSequenceNumber != nil {
+				args = append(args, "last_sequence_number", *req.LastSequenceNumber)
 			}
 			ls.log.Info("attempt completed", args...)
 			return

@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"path"
@@ -291,6 +292,21 @@ func (e TaskType) Valid() bool {
 	}
 }
 
+// Defines values for UploadSessionMethod.
+const (
+	PUT UploadSessionMethod = "PUT"
+)
+
+// Valid indicates whether the value is a known member of the UploadSessionMethod enum.
+func (e UploadSessionMethod) Valid() bool {
+	switch e {
+	case PUT:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for WorkerType.
 const (
 	WorkerTypeAi      WorkerType = "ai"
@@ -499,6 +515,24 @@ type CreateWorkerRequest struct {
 	WorkerType             WorkerType `json:"worker_type"`
 }
 
+// File defines model for File.
+type File struct {
+	AttemptId      *openapi_types.UUID `json:"attempt_id,omitempty"`
+	ContentType    string              `json:"content_type"`
+	CreatedAt      time.Time           `json:"created_at"`
+	Id             openapi_types.UUID  `json:"id"`
+	Name           string              `json:"name"`
+	OrganizationId openapi_types.UUID  `json:"organization_id"`
+	Sha256         string              `json:"sha256"`
+	SizeBytes      int64               `json:"size_bytes"`
+	TaskId         *openapi_types.UUID `json:"task_id,omitempty"`
+}
+
+// FileList defines model for FileList.
+type FileList struct {
+	Items []File `json:"items"`
+}
+
 // Health defines model for Health.
 type Health struct {
 	Checks *map[string]string `json:"checks,omitempty"`
@@ -567,6 +601,46 @@ type LeaseStatus struct {
 
 	// State `active`: keep working. `cancel_requested`: stop and complete with `cancelled`. `lost`: stop at once; nothing more will be accepted.
 	State LeaseState `json:"state"`
+}
+
+// LogAppendResult defines model for LogAppendResult.
+type LogAppendResult struct {
+	// LeaseState `active`: keep working. `cancel_requested`: stop and complete with `cancelled`. `lost`: stop at once; nothing more will be accepted.
+	LeaseState      LeaseState `json:"lease_state"`
+	LeaseTtlSeconds float64    `json:"lease_ttl_seconds"`
+
+	// NextOffset The offset the next chunk must start at.
+	NextOffset int64 `json:"next_offset"`
+
+	// Truncated The cap was reached; further data is dropped.
+	Truncated bool `json:"truncated"`
+}
+
+// LogChunk defines model for LogChunk.
+type LogChunk struct {
+	Data   string `json:"data"`
+	Offset int64  `json:"offset"`
+}
+
+// LogText defines model for LogText.
+type LogText struct {
+	AttemptId     *openapi_types.UUID `json:"attempt_id,omitempty"`
+	AttemptNumber int                 `json:"attempt_number"`
+
+	// Complete The attempt has ended: no more data will come.
+	Complete   bool   `json:"complete"`
+	Data       string `json:"data"`
+	NextOffset int64  `json:"next_offset"`
+	Offset     int64  `json:"offset"`
+	Truncated  *bool  `json:"truncated,omitempty"`
+}
+
+// OpenUploadRequest defines model for OpenUploadRequest.
+type OpenUploadRequest struct {
+	ContentType *string `json:"content_type,omitempty"`
+	Name        string  `json:"name"`
+	Sha256      string  `json:"sha256"`
+	SizeBytes   int64   `json:"size_bytes"`
 }
 
 // Organization defines model for Organization.
@@ -835,6 +909,21 @@ type UpdateWorkerRequest struct {
 	Name               *string `json:"name,omitempty"`
 }
 
+// UploadSession defines model for UploadSession.
+type UploadSession struct {
+	ExpiresAt        time.Time `json:"expires_at"`
+	ExpiresInSeconds float64   `json:"expires_in_seconds"`
+
+	// Headers Headers to send with the upload, exactly as given.
+	Headers  map[string]string   `json:"headers"`
+	Method   UploadSessionMethod `json:"method"`
+	UploadId openapi_types.UUID  `json:"upload_id"`
+	Url      string              `json:"url"`
+}
+
+// UploadSessionMethod defines model for UploadSession.Method.
+type UploadSessionMethod string
+
 // Worker defines model for Worker.
 type Worker struct {
 	ActiveAttempts int `json:"active_attempts"`
@@ -894,6 +983,9 @@ type AttemptID = openapi_types.UUID
 // Cursor defines model for Cursor.
 type Cursor = string
 
+// FileID defines model for FileID.
+type FileID = openapi_types.UUID
+
 // LeaseToken defines model for LeaseToken.
 type LeaseToken = string
 
@@ -915,8 +1007,17 @@ type ScanID = openapi_types.UUID
 // TaskID defines model for TaskID.
 type TaskID = openapi_types.UUID
 
+// UploadID defines model for UploadID.
+type UploadID = openapi_types.UUID
+
 // WorkerID defines model for WorkerID.
 type WorkerID = openapi_types.UUID
+
+// OpenArtifactUploadParams defines parameters for OpenArtifactUpload.
+type OpenArtifactUploadParams struct {
+	// LeaseToken The lease token the attempt was granted with (its fencing token).
+	LeaseToken LeaseToken `json:"Lease-Token"`
+}
 
 // CompleteAttemptParams defines parameters for CompleteAttempt.
 type CompleteAttemptParams struct {
@@ -926,6 +1027,12 @@ type CompleteAttemptParams struct {
 
 // HeartbeatAttemptParams defines parameters for HeartbeatAttempt.
 type HeartbeatAttemptParams struct {
+	// LeaseToken The lease token the attempt was granted with (its fencing token).
+	LeaseToken LeaseToken `json:"Lease-Token"`
+}
+
+// AppendLogsParams defines parameters for AppendLogs.
+type AppendLogsParams struct {
 	// LeaseToken The lease token the attempt was granted with (its fencing token).
 	LeaseToken LeaseToken `json:"Lease-Token"`
 }
@@ -1014,6 +1121,15 @@ type CreateTaskParams struct {
 	IdempotencyKey *OptionalIdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
+// GetTaskLogsParams defines parameters for GetTaskLogs.
+type GetTaskLogsParams struct {
+	// Attempt Attempt number.
+	Attempt     *int  `form:"attempt,omitempty" json:"attempt,omitempty"`
+	Offset      *int  `form:"offset,omitempty" json:"offset,omitempty"`
+	Follow      *bool `form:"follow,omitempty" json:"follow,omitempty"`
+	WaitSeconds *int  `form:"wait_seconds,omitempty" json:"wait_seconds,omitempty"`
+}
+
 // ListTaskResultsParams defines parameters for ListTaskResults.
 type ListTaskResultsParams struct {
 	// Cursor The `next_cursor` of the previous page.
@@ -1037,8 +1153,14 @@ type UpdateWorkerParams struct {
 // UpdateWorkerParamsActive defines parameters for UpdateWorker.
 type UpdateWorkerParamsActive string
 
+// OpenArtifactUploadJSONRequestBody defines body for OpenArtifactUpload for application/json ContentType.
+type OpenArtifactUploadJSONRequestBody = OpenUploadRequest
+
 // CompleteAttemptJSONRequestBody defines body for CompleteAttempt for application/json ContentType.
 type CompleteAttemptJSONRequestBody = CompleteRequest
+
+// AppendLogsJSONRequestBody defines body for AppendLogs for application/json ContentType.
+type AppendLogsJSONRequestBody = LogChunk
 
 // SubmitResultsJSONRequestBody defines body for SubmitResults for application/json ContentType.
 type SubmitResultsJSONRequestBody = ResultBatch
@@ -1075,18 +1197,30 @@ type ServerInterface interface {
 	// GetReadiness Readiness to serve traffic
 	// (GET /readyz)
 	GetReadiness(w http.ResponseWriter, r *http.Request)
+	// OpenArtifactUpload Open an artifact upload session
+	// (POST /v1/attempts/{attempt_id}/artifacts)
+	OpenArtifactUpload(w http.ResponseWriter, r *http.Request, attemptId AttemptID, params OpenArtifactUploadParams)
 	// CompleteAttempt Finish an attempt
 	// (POST /v1/attempts/{attempt_id}/complete)
 	CompleteAttempt(w http.ResponseWriter, r *http.Request, attemptId AttemptID, params CompleteAttemptParams)
 	// HeartbeatAttempt Renew one lease
 	// (POST /v1/attempts/{attempt_id}/heartbeat)
 	HeartbeatAttempt(w http.ResponseWriter, r *http.Request, attemptId AttemptID, params HeartbeatAttemptParams)
+	// AppendLogs Append to an attempt's log
+	// (POST /v1/attempts/{attempt_id}/logs)
+	AppendLogs(w http.ResponseWriter, r *http.Request, attemptId AttemptID, params AppendLogsParams)
 	// SubmitResults Send a batch of results, taking effect exactly once
 	// (POST /v1/attempts/{attempt_id}/results)
 	SubmitResults(w http.ResponseWriter, r *http.Request, attemptId AttemptID, params SubmitResultsParams)
 	// StartAttempt Mark a leased attempt as running
 	// (POST /v1/attempts/{attempt_id}/start)
 	StartAttempt(w http.ResponseWriter, r *http.Request, attemptId AttemptID, params StartAttemptParams)
+	// GetFile Get a file's metadata
+	// (GET /v1/files/{file_id})
+	GetFile(w http.ResponseWriter, r *http.Request, fileId FileID)
+	// GetFileContent Download a file
+	// (GET /v1/files/{file_id}/content)
+	GetFileContent(w http.ResponseWriter, r *http.Request, fileId FileID)
 	// HeartbeatWorker Renew all of a worker's leases in one call
 	// (POST /v1/heartbeat)
 	HeartbeatWorker(w http.ResponseWriter, r *http.Request)
@@ -1135,15 +1269,27 @@ type ServerInterface interface {
 	// GetTask Get a task with its attempts
 	// (GET /v1/tasks/{task_id})
 	GetTask(w http.ResponseWriter, r *http.Request, taskId TaskID)
+	// ListTaskArtifacts List a task's committed artifacts
+	// (GET /v1/tasks/{task_id}/artifacts)
+	ListTaskArtifacts(w http.ResponseWriter, r *http.Request, taskId TaskID)
 	// CancelTask Cancel a task
 	// (POST /v1/tasks/{task_id}/cancel)
 	CancelTask(w http.ResponseWriter, r *http.Request, taskId TaskID)
+	// GetTaskLogs Read a task's attempt log
+	// (GET /v1/tasks/{task_id}/logs)
+	GetTaskLogs(w http.ResponseWriter, r *http.Request, taskId TaskID, params GetTaskLogsParams)
 	// ListTaskResults Page through a task's stored result batches
 	// (GET /v1/tasks/{task_id}/results)
 	ListTaskResults(w http.ResponseWriter, r *http.Request, taskId TaskID, params ListTaskResultsParams)
 	// RetryTask Retry a dead-lettered or cancelled task
 	// (POST /v1/tasks/{task_id}/retry)
 	RetryTask(w http.ResponseWriter, r *http.Request, taskId TaskID)
+	// UploadArtifact Upload an artifact's bytes (fs storage)
+	// (PUT /v1/uploads/{upload_id})
+	UploadArtifact(w http.ResponseWriter, r *http.Request, uploadId UploadID)
+	// CommitArtifactUpload Commit an uploaded artifact
+	// (POST /v1/uploads/{upload_id}/commit)
+	CommitArtifactUpload(w http.ResponseWriter, r *http.Request, uploadId UploadID)
 	// ListWorkers List workers
 	// (GET /v1/workers)
 	ListWorkers(w http.ResponseWriter, r *http.Request, params ListWorkersParams)
@@ -1189,6 +1335,60 @@ func (siw *ServerInterfaceWrapper) GetReadiness(w http.ResponseWriter, r *http.R
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.GetReadiness(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// OpenArtifactUpload operation middleware
+func (siw *ServerInterfaceWrapper) OpenArtifactUpload(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "attempt_id" -------------
+	var attemptId AttemptID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "attempt_id", r.PathValue("attempt_id"), &attemptId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "attempt_id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params OpenArtifactUploadParams
+
+	headers := r.Header
+
+	// ------------- Required header parameter "Lease-Token" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Lease-Token")]; found {
+		var LeaseToken LeaseToken
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Lease-Token", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Lease-Token", valueList[0], &LeaseToken, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Lease-Token", Err: err})
+			return
+		}
+
+		params.LeaseToken = LeaseToken
+
+	} else {
+		err := fmt.Errorf("Header parameter Lease-Token is required, but not found")
+		siw.ErrorHandlerFunc(w, r, &RequiredHeaderError{ParamName: "Lease-Token", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.OpenArtifactUpload(w, r, attemptId, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -1297,6 +1497,60 @@ func (siw *ServerInterfaceWrapper) HeartbeatAttempt(w http.ResponseWriter, r *ht
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.HeartbeatAttempt(w, r, attemptId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// AppendLogs operation middleware
+func (siw *ServerInterfaceWrapper) AppendLogs(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "attempt_id" -------------
+	var attemptId AttemptID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "attempt_id", r.PathValue("attempt_id"), &attemptId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "attempt_id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params AppendLogsParams
+
+	headers := r.Header
+
+	// ------------- Required header parameter "Lease-Token" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Lease-Token")]; found {
+		var LeaseToken LeaseToken
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Lease-Token", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Lease-Token", valueList[0], &LeaseToken, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Lease-Token", Err: err})
+			return
+		}
+
+		params.LeaseToken = LeaseToken
+
+	} else {
+		err := fmt.Errorf("Header parameter Lease-Token is required, but not found")
+		siw.ErrorHandlerFunc(w, r, &RequiredHeaderError{ParamName: "Lease-Token", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.AppendLogs(w, r, attemptId, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -1428,6 +1682,58 @@ func (siw *ServerInterfaceWrapper) StartAttempt(w http.ResponseWriter, r *http.R
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.StartAttempt(w, r, attemptId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetFile operation middleware
+func (siw *ServerInterfaceWrapper) GetFile(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "file_id" -------------
+	var fileId FileID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "file_id", r.PathValue("file_id"), &fileId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "file_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetFile(w, r, fileId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetFileContent operation middleware
+func (siw *ServerInterfaceWrapper) GetFileContent(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "file_id" -------------
+	var fileId FileID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "file_id", r.PathValue("file_id"), &fileId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "file_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetFileContent(w, r, fileId)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -2091,6 +2397,32 @@ func (siw *ServerInterfaceWrapper) GetTask(w http.ResponseWriter, r *http.Reques
 	handler.ServeHTTP(w, r)
 }
 
+// ListTaskArtifacts operation middleware
+func (siw *ServerInterfaceWrapper) ListTaskArtifacts(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "task_id" -------------
+	var taskId TaskID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "task_id", r.PathValue("task_id"), &taskId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "task_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListTaskArtifacts(w, r, taskId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // CancelTask operation middleware
 func (siw *ServerInterfaceWrapper) CancelTask(w http.ResponseWriter, r *http.Request) {
 
@@ -2108,6 +2440,87 @@ func (siw *ServerInterfaceWrapper) CancelTask(w http.ResponseWriter, r *http.Req
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.CancelTask(w, r, taskId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetTaskLogs operation middleware
+func (siw *ServerInterfaceWrapper) GetTaskLogs(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "task_id" -------------
+	var taskId TaskID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "task_id", r.PathValue("task_id"), &taskId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "task_id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetTaskLogsParams
+
+	// ------------- Optional query parameter "attempt" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "attempt", r.URL.Query(), &params.Attempt, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "attempt"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "attempt", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "offset" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "offset", r.URL.Query(), &params.Offset, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "offset"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "offset", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "follow" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "follow", r.URL.Query(), &params.Follow, runtime.BindQueryParameterOptions{Type: "boolean", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "follow"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "follow", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "wait_seconds" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "wait_seconds", r.URL.Query(), &params.WaitSeconds, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "wait_seconds"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "wait_seconds", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetTaskLogs(w, r, taskId, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -2189,6 +2602,58 @@ func (siw *ServerInterfaceWrapper) RetryTask(w http.ResponseWriter, r *http.Requ
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.RetryTask(w, r, taskId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// UploadArtifact operation middleware
+func (siw *ServerInterfaceWrapper) UploadArtifact(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "upload_id" -------------
+	var uploadId UploadID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "upload_id", r.PathValue("upload_id"), &uploadId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "upload_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.UploadArtifact(w, r, uploadId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CommitArtifactUpload operation middleware
+func (siw *ServerInterfaceWrapper) CommitArtifactUpload(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "upload_id" -------------
+	var uploadId UploadID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "upload_id", r.PathValue("upload_id"), &uploadId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "upload_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CommitArtifactUpload(w, r, uploadId)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -2480,6 +2945,10 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/attempts/{attempt_id}/start", wrapper.StartAttempt)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/attempts/{attempt_id}/complete", wrapper.CompleteAttempt)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/attempts/{attempt_id}/results", wrapper.SubmitResults)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/attempts/{attempt_id}/artifacts", wrapper.OpenArtifactUpload)
+	m.HandleFunc(http.MethodPut+" "+options.BaseURL+"/v1/uploads/{upload_id}", wrapper.UploadArtifact)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/uploads/{upload_id}/commit", wrapper.CommitArtifactUpload)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/attempts/{attempt_id}/logs", wrapper.AppendLogs)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/organizations", wrapper.ListOrganizations)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/organizations", wrapper.CreateOrganization)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/organizations/{organization_id}", wrapper.GetOrganization)
@@ -2498,6 +2967,10 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/tasks/{task_id}/cancel", wrapper.CancelTask)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/tasks/{task_id}/retry", wrapper.RetryTask)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/tasks/{task_id}/results", wrapper.ListTaskResults)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/tasks/{task_id}/artifacts", wrapper.ListTaskArtifacts)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/tasks/{task_id}/logs", wrapper.GetTaskLogs)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/files/{file_id}", wrapper.GetFile)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/files/{file_id}/content", wrapper.GetFileContent)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/scans", wrapper.ListScans)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/scans", wrapper.CreateScan)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/scans/{scan_id}", wrapper.GetScan)
@@ -2587,6 +3060,105 @@ type GetReadinessdefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response GetReadinessdefaultApplicationProblemPlusJSONResponse) VisitGetReadinessResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type OpenArtifactUploadRequestObject struct {
+	AttemptId AttemptID `json:"attempt_id"`
+	Params    OpenArtifactUploadParams
+	Body      *OpenArtifactUploadJSONRequestBody
+}
+
+type OpenArtifactUploadResponseObject interface {
+	VisitOpenArtifactUploadResponse(w http.ResponseWriter) error
+}
+
+type OpenArtifactUpload201JSONResponse UploadSession
+
+func (response OpenArtifactUpload201JSONResponse) VisitOpenArtifactUploadResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(201)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type OpenArtifactUpload400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response OpenArtifactUpload400ApplicationProblemPlusJSONResponse) VisitOpenArtifactUploadResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type OpenArtifactUpload404ApplicationProblemPlusJSONResponse Problem
+
+func (response OpenArtifactUpload404ApplicationProblemPlusJSONResponse) VisitOpenArtifactUploadResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type OpenArtifactUpload409ApplicationProblemPlusJSONResponse Problem
+
+func (response OpenArtifactUpload409ApplicationProblemPlusJSONResponse) VisitOpenArtifactUploadResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type OpenArtifactUpload413ApplicationProblemPlusJSONResponse Problem
+
+func (response OpenArtifactUpload413ApplicationProblemPlusJSONResponse) VisitOpenArtifactUploadResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type OpenArtifactUploaddefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response OpenArtifactUploaddefaultApplicationProblemPlusJSONResponse) VisitOpenArtifactUploadResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -2826,6 +3398,91 @@ type HeartbeatAttemptdefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response HeartbeatAttemptdefaultApplicationProblemPlusJSONResponse) VisitHeartbeatAttemptResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AppendLogsRequestObject struct {
+	AttemptId AttemptID `json:"attempt_id"`
+	Params    AppendLogsParams
+	Body      *AppendLogsJSONRequestBody
+}
+
+type AppendLogsResponseObject interface {
+	VisitAppendLogsResponse(w http.ResponseWriter) error
+}
+
+type AppendLogs200JSONResponse LogAppendResult
+
+func (response AppendLogs200JSONResponse) VisitAppendLogsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AppendLogs400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response AppendLogs400ApplicationProblemPlusJSONResponse) VisitAppendLogsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AppendLogs404ApplicationProblemPlusJSONResponse Problem
+
+func (response AppendLogs404ApplicationProblemPlusJSONResponse) VisitAppendLogsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AppendLogs409ApplicationProblemPlusJSONResponse Problem
+
+func (response AppendLogs409ApplicationProblemPlusJSONResponse) VisitAppendLogsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AppendLogsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response AppendLogsdefaultApplicationProblemPlusJSONResponse) VisitAppendLogsResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -3111,6 +3768,131 @@ type StartAttemptdefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response StartAttemptdefaultApplicationProblemPlusJSONResponse) VisitStartAttemptResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetFileRequestObject struct {
+	FileId FileID `json:"file_id"`
+}
+
+type GetFileResponseObject interface {
+	VisitGetFileResponse(w http.ResponseWriter) error
+}
+
+type GetFile200JSONResponse File
+
+func (response GetFile200JSONResponse) VisitGetFileResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetFile404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response GetFile404ApplicationProblemPlusJSONResponse) VisitGetFileResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetFiledefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetFiledefaultApplicationProblemPlusJSONResponse) VisitGetFileResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetFileContentRequestObject struct {
+	FileId FileID `json:"file_id"`
+}
+
+type GetFileContentResponseObject interface {
+	VisitGetFileContentResponse(w http.ResponseWriter) error
+}
+
+type GetFileContent200ResponseHeaders struct {
+	ReprDigest *string
+}
+
+type GetFileContent200AsteriskResponse struct {
+	Body          io.Reader
+	Headers       GetFileContent200ResponseHeaders
+	ContentType   string
+	ContentLength int64
+}
+
+func (response GetFileContent200AsteriskResponse) VisitGetFileContentResponse(w http.ResponseWriter) error {
+
+	w.Header().Set("Content-Type", response.ContentType)
+	if response.ContentLength != 0 {
+		w.Header().Set("Content-Length", fmt.Sprint(response.ContentLength))
+	}
+	if response.Headers.ReprDigest != nil {
+		w.Header().Set("Repr-Digest", fmt.Sprint(*response.Headers.ReprDigest))
+	}
+	w.WriteHeader(200)
+
+	if closer, ok := response.Body.(io.ReadCloser); ok {
+		defer closer.Close()
+	}
+	_, err := io.Copy(w, response.Body)
+	return err
+}
+
+type GetFileContent404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response GetFileContent404ApplicationProblemPlusJSONResponse) VisitGetFileContentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetFileContentdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetFileContentdefaultApplicationProblemPlusJSONResponse) VisitGetFileContentResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -4548,6 +5330,61 @@ func (response GetTaskdefaultApplicationProblemPlusJSONResponse) VisitGetTaskRes
 	return err
 }
 
+type ListTaskArtifactsRequestObject struct {
+	TaskId TaskID `json:"task_id"`
+}
+
+type ListTaskArtifactsResponseObject interface {
+	VisitListTaskArtifactsResponse(w http.ResponseWriter) error
+}
+
+type ListTaskArtifacts200JSONResponse FileList
+
+func (response ListTaskArtifacts200JSONResponse) VisitListTaskArtifactsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTaskArtifacts404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListTaskArtifacts404ApplicationProblemPlusJSONResponse) VisitListTaskArtifactsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTaskArtifactsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListTaskArtifactsdefaultApplicationProblemPlusJSONResponse) VisitListTaskArtifactsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type CancelTaskRequestObject struct {
 	TaskId TaskID `json:"task_id"`
 }
@@ -4634,6 +5471,62 @@ type CancelTaskdefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response CancelTaskdefaultApplicationProblemPlusJSONResponse) VisitCancelTaskResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetTaskLogsRequestObject struct {
+	TaskId TaskID `json:"task_id"`
+	Params GetTaskLogsParams
+}
+
+type GetTaskLogsResponseObject interface {
+	VisitGetTaskLogsResponse(w http.ResponseWriter) error
+}
+
+type GetTaskLogs200JSONResponse LogText
+
+func (response GetTaskLogs200JSONResponse) VisitGetTaskLogsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetTaskLogs404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response GetTaskLogs404ApplicationProblemPlusJSONResponse) VisitGetTaskLogsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetTaskLogsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetTaskLogsdefaultApplicationProblemPlusJSONResponse) VisitGetTaskLogsResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -4801,6 +5694,167 @@ type RetryTaskdefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response RetryTaskdefaultApplicationProblemPlusJSONResponse) VisitRetryTaskResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UploadArtifactRequestObject struct {
+	UploadId UploadID `json:"upload_id"`
+	Body     io.Reader
+}
+
+type UploadArtifactResponseObject interface {
+	VisitUploadArtifactResponse(w http.ResponseWriter) error
+}
+
+type UploadArtifact204Response struct {
+}
+
+func (response UploadArtifact204Response) VisitUploadArtifactResponse(w http.ResponseWriter) error {
+	w.WriteHeader(204)
+	return nil
+}
+
+type UploadArtifact400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response UploadArtifact400ApplicationProblemPlusJSONResponse) VisitUploadArtifactResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UploadArtifact404ApplicationProblemPlusJSONResponse Problem
+
+func (response UploadArtifact404ApplicationProblemPlusJSONResponse) VisitUploadArtifactResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UploadArtifact409ApplicationProblemPlusJSONResponse Problem
+
+func (response UploadArtifact409ApplicationProblemPlusJSONResponse) VisitUploadArtifactResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UploadArtifact413ApplicationProblemPlusJSONResponse Problem
+
+func (response UploadArtifact413ApplicationProblemPlusJSONResponse) VisitUploadArtifactResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UploadArtifactdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response UploadArtifactdefaultApplicationProblemPlusJSONResponse) VisitUploadArtifactResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CommitArtifactUploadRequestObject struct {
+	UploadId UploadID `json:"upload_id"`
+}
+
+type CommitArtifactUploadResponseObject interface {
+	VisitCommitArtifactUploadResponse(w http.ResponseWriter) error
+}
+
+type CommitArtifactUpload200JSONResponse File
+
+func (response CommitArtifactUpload200JSONResponse) VisitCommitArtifactUploadResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CommitArtifactUpload404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response CommitArtifactUpload404ApplicationProblemPlusJSONResponse) VisitCommitArtifactUploadResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CommitArtifactUpload409ApplicationProblemPlusJSONResponse Problem
+
+func (response CommitArtifactUpload409ApplicationProblemPlusJSONResponse) VisitCommitArtifactUploadResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CommitArtifactUploaddefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response CommitArtifactUploaddefaultApplicationProblemPlusJSONResponse) VisitCommitArtifactUploadResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -5266,18 +6320,30 @@ type StrictServerInterface interface {
 	// GetReadiness Readiness to serve traffic
 	// (GET /readyz)
 	GetReadiness(ctx context.Context, request GetReadinessRequestObject) (GetReadinessResponseObject, error)
+	// OpenArtifactUpload Open an artifact upload session
+	// (POST /v1/attempts/{attempt_id}/artifacts)
+	OpenArtifactUpload(ctx context.Context, request OpenArtifactUploadRequestObject) (OpenArtifactUploadResponseObject, error)
 	// CompleteAttempt Finish an attempt
 	// (POST /v1/attempts/{attempt_id}/complete)
 	CompleteAttempt(ctx context.Context, request CompleteAttemptRequestObject) (CompleteAttemptResponseObject, error)
 	// HeartbeatAttempt Renew one lease
 	// (POST /v1/attempts/{attempt_id}/heartbeat)
 	HeartbeatAttempt(ctx context.Context, request HeartbeatAttemptRequestObject) (HeartbeatAttemptResponseObject, error)
+	// AppendLogs Append to an attempt's log
+	// (POST /v1/attempts/{attempt_id}/logs)
+	AppendLogs(ctx context.Context, request AppendLogsRequestObject) (AppendLogsResponseObject, error)
 	// SubmitResults Send a batch of results, taking effect exactly once
 	// (POST /v1/attempts/{attempt_id}/results)
 	SubmitResults(ctx context.Context, request SubmitResultsRequestObject) (SubmitResultsResponseObject, error)
 	// StartAttempt Mark a leased attempt as running
 	// (POST /v1/attempts/{attempt_id}/start)
 	StartAttempt(ctx context.Context, request StartAttemptRequestObject) (StartAttemptResponseObject, error)
+	// GetFile Get a file's metadata
+	// (GET /v1/files/{file_id})
+	GetFile(ctx context.Context, request GetFileRequestObject) (GetFileResponseObject, error)
+	// GetFileContent Download a file
+	// (GET /v1/files/{file_id}/content)
+	GetFileContent(ctx context.Context, request GetFileContentRequestObject) (GetFileContentResponseObject, error)
 	// HeartbeatWorker Renew all of a worker's leases in one call
 	// (POST /v1/heartbeat)
 	HeartbeatWorker(ctx context.Context, request HeartbeatWorkerRequestObject) (HeartbeatWorkerResponseObject, error)
@@ -5326,15 +6392,27 @@ type StrictServerInterface interface {
 	// GetTask Get a task with its attempts
 	// (GET /v1/tasks/{task_id})
 	GetTask(ctx context.Context, request GetTaskRequestObject) (GetTaskResponseObject, error)
+	// ListTaskArtifacts List a task's committed artifacts
+	// (GET /v1/tasks/{task_id}/artifacts)
+	ListTaskArtifacts(ctx context.Context, request ListTaskArtifactsRequestObject) (ListTaskArtifactsResponseObject, error)
 	// CancelTask Cancel a task
 	// (POST /v1/tasks/{task_id}/cancel)
 	CancelTask(ctx context.Context, request CancelTaskRequestObject) (CancelTaskResponseObject, error)
+	// GetTaskLogs Read a task's attempt log
+	// (GET /v1/tasks/{task_id}/logs)
+	GetTaskLogs(ctx context.Context, request GetTaskLogsRequestObject) (GetTaskLogsResponseObject, error)
 	// ListTaskResults Page through a task's stored result batches
 	// (GET /v1/tasks/{task_id}/results)
 	ListTaskResults(ctx context.Context, request ListTaskResultsRequestObject) (ListTaskResultsResponseObject, error)
 	// RetryTask Retry a dead-lettered or cancelled task
 	// (POST /v1/tasks/{task_id}/retry)
 	RetryTask(ctx context.Context, request RetryTaskRequestObject) (RetryTaskResponseObject, error)
+	// UploadArtifact Upload an artifact's bytes (fs storage)
+	// (PUT /v1/uploads/{upload_id})
+	UploadArtifact(ctx context.Context, request UploadArtifactRequestObject) (UploadArtifactResponseObject, error)
+	// CommitArtifactUpload Commit an uploaded artifact
+	// (POST /v1/uploads/{upload_id}/commit)
+	CommitArtifactUpload(ctx context.Context, request CommitArtifactUploadRequestObject) (CommitArtifactUploadResponseObject, error)
 	// ListWorkers List workers
 	// (GET /v1/workers)
 	ListWorkers(ctx context.Context, request ListWorkersRequestObject) (ListWorkersResponseObject, error)
@@ -5439,6 +6517,40 @@ func (sh *strictHandler) GetReadiness(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// OpenArtifactUpload operation middleware
+func (sh *strictHandler) OpenArtifactUpload(w http.ResponseWriter, r *http.Request, attemptId AttemptID, params OpenArtifactUploadParams) {
+	var request OpenArtifactUploadRequestObject
+
+	request.AttemptId = attemptId
+	request.Params = params
+
+	var body OpenArtifactUploadJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.OpenArtifactUpload(ctx, request.(OpenArtifactUploadRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "OpenArtifactUpload")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(OpenArtifactUploadResponseObject); ok {
+		if err := validResponse.VisitOpenArtifactUploadResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // CompleteAttempt operation middleware
 func (sh *strictHandler) CompleteAttempt(w http.ResponseWriter, r *http.Request, attemptId AttemptID, params CompleteAttemptParams) {
 	var request CompleteAttemptRequestObject
@@ -5500,6 +6612,40 @@ func (sh *strictHandler) HeartbeatAttempt(w http.ResponseWriter, r *http.Request
 	}
 }
 
+// AppendLogs operation middleware
+func (sh *strictHandler) AppendLogs(w http.ResponseWriter, r *http.Request, attemptId AttemptID, params AppendLogsParams) {
+	var request AppendLogsRequestObject
+
+	request.AttemptId = attemptId
+	request.Params = params
+
+	var body AppendLogsJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.AppendLogs(ctx, request.(AppendLogsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "AppendLogs")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(AppendLogsResponseObject); ok {
+		if err := validResponse.VisitAppendLogsResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // SubmitResults operation middleware
 func (sh *strictHandler) SubmitResults(w http.ResponseWriter, r *http.Request, attemptId AttemptID, params SubmitResultsParams) {
 	var request SubmitResultsRequestObject
@@ -5554,6 +6700,58 @@ func (sh *strictHandler) StartAttempt(w http.ResponseWriter, r *http.Request, at
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(StartAttemptResponseObject); ok {
 		if err := validResponse.VisitStartAttemptResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetFile operation middleware
+func (sh *strictHandler) GetFile(w http.ResponseWriter, r *http.Request, fileId FileID) {
+	var request GetFileRequestObject
+
+	request.FileId = fileId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetFile(ctx, request.(GetFileRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetFile")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetFileResponseObject); ok {
+		if err := validResponse.VisitGetFileResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetFileContent operation middleware
+func (sh *strictHandler) GetFileContent(w http.ResponseWriter, r *http.Request, fileId FileID) {
+	var request GetFileContentRequestObject
+
+	request.FileId = fileId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetFileContent(ctx, request.(GetFileContentRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetFileContent")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetFileContentResponseObject); ok {
+		if err := validResponse.VisitGetFileContentResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {
@@ -6013,6 +7211,32 @@ func (sh *strictHandler) GetTask(w http.ResponseWriter, r *http.Request, taskId 
 	}
 }
 
+// ListTaskArtifacts operation middleware
+func (sh *strictHandler) ListTaskArtifacts(w http.ResponseWriter, r *http.Request, taskId TaskID) {
+	var request ListTaskArtifactsRequestObject
+
+	request.TaskId = taskId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListTaskArtifacts(ctx, request.(ListTaskArtifactsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListTaskArtifacts")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListTaskArtifactsResponseObject); ok {
+		if err := validResponse.VisitListTaskArtifactsResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // CancelTask operation middleware
 func (sh *strictHandler) CancelTask(w http.ResponseWriter, r *http.Request, taskId TaskID) {
 	var request CancelTaskRequestObject
@@ -6032,6 +7256,33 @@ func (sh *strictHandler) CancelTask(w http.ResponseWriter, r *http.Request, task
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(CancelTaskResponseObject); ok {
 		if err := validResponse.VisitCancelTaskResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetTaskLogs operation middleware
+func (sh *strictHandler) GetTaskLogs(w http.ResponseWriter, r *http.Request, taskId TaskID, params GetTaskLogsParams) {
+	var request GetTaskLogsRequestObject
+
+	request.TaskId = taskId
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetTaskLogs(ctx, request.(GetTaskLogsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetTaskLogs")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetTaskLogsResponseObject); ok {
+		if err := validResponse.VisitGetTaskLogsResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {
@@ -6085,6 +7336,60 @@ func (sh *strictHandler) RetryTask(w http.ResponseWriter, r *http.Request, taskI
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(RetryTaskResponseObject); ok {
 		if err := validResponse.VisitRetryTaskResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// UploadArtifact operation middleware
+func (sh *strictHandler) UploadArtifact(w http.ResponseWriter, r *http.Request, uploadId UploadID) {
+	var request UploadArtifactRequestObject
+
+	request.UploadId = uploadId
+
+	request.Body = r.Body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.UploadArtifact(ctx, request.(UploadArtifactRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "UploadArtifact")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(UploadArtifactResponseObject); ok {
+		if err := validResponse.VisitUploadArtifactResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// CommitArtifactUpload operation middleware
+func (sh *strictHandler) CommitArtifactUpload(w http.ResponseWriter, r *http.Request, uploadId UploadID) {
+	var request CommitArtifactUploadRequestObject
+
+	request.UploadId = uploadId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.CommitArtifactUpload(ctx, request.(CommitArtifactUploadRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CommitArtifactUpload")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(CommitArtifactUploadResponseObject); ok {
+		if err := validResponse.VisitCommitArtifactUploadResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {
@@ -6247,160 +7552,190 @@ func (sh *strictHandler) RegisterWorkerCertificate(w http.ResponseWriter, r *htt
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H3tcts4tuCroLi3qu1dSpYdO91xaqvW0913OnPTk5Sdqf4ReS2IhCS0KYANgFY0KVfdh9hn2Ae7T3IL",
-	"54AkSIH6sp3EM/OnOxZJfJxzcL7PwecokfNcCiaMjs4/RzlVdM4MU/DXRWL4HXsvM54s7d8p04niueFS",
-	"ROfRbzNqyIzmOROaGEnMjJGFVLdMfacJhU8JNYbNc6PJRCpiZlwTqaZU8L9TO0g/iiNuh/qjYGoZxZGg",
-	"cxadR/hxFEc6mbE5xakntMhMdB4lVCQsi+KIiWIenX+sf0gV5SK6jiOzzO0w2iguptH9fRxd4Dre/GTH",
-	"gilzambejPj8hqdRHCn2R8EVS6Nzowrmr2Ii1ZzaRRQFvLk60Y+F0lKtAuvDjJGRYJ/MTQJvjIicAMRy",
-	"xe64LDTJ6ZR1AQS/aQBkTj+9ZWJqZtH5yWAQWspbRjX7IG+ZCC8ns8+JsS/AShwMyIJqMlVUGJaSBTcz",
-	"csAtAplIuJji+4fVQmeMpkzVK4VJezjrOkh6yz8++SGO5lxUf78M7obPuamw14JPBg+D9HI2iO1kfG6J",
-	"5cxCas4F/nVczcOFYVOmYKJ3ACOavUnZPJeGiWT5HyxA/r/SW6YBcHaXTBui6cTCkyiWM2r65MKQudSG",
-	"nJydkWRGFU3sweoEnTdhz87Yhe2zsya4QtB6552yTqL3j+LDKf/SfftQuL0mKVOWd3BDJkrOG7RJRUq0",
-	"/UwkjIhiPmbqEeC8FZluBferhHbDWyf0EeD8gerbzikM1bcPn+I34OKdkyCTf+g09/ZjnUuhGQib90qO",
-	"Mza3/0ykMEzAaad5nvEESPQoxzf+1+9aAkur5/o3xSbRefQ/jmppdoRP9VE5LszYJMUL4oYkB5f//iN5",
-	"dXr2/SGyPEq0oeOMkVEiUzbqA1jciCAZtWawvlzJnCnDcQ8pM5RnetOS/nL17q/vxr+zxET3cTThSpsb",
-	"zZi4oaYBuZQa1jN8zlbBF0c83QLKcZTRfQYX9q2M/52lN3c0K5j9cuWlNv/YZjn4Q2CwrmnufRr7GMGo",
-	"q4wLPioHCSy/DeUWXGqdQVZoARS/5TqAZm7YvPmPddhGWqn2HlGl6BKAXKsDW2wcpupc6KWd/3NE05Sj",
-	"+HrvrXhCM83i1iZKTLSOhB2M2GcxYf1pn4xmUht78EcxGfHc/jeXytj/Fyqz/0vsmBN7SO1BiS2zMEzZ",
-	"wf7vR9r7+7X9z6D36qZ3/XkQn766/7cQXVTob+o1g80s1wdSgww6YMWnYu6YSxMgFJ6xdKeDgspnBl+h",
-	"qhuAaUsXrr4h4yUqxcmMCtT+2gqJVXMtI0o9ChlLmTEq9j2Cit1J5Kg3ilHHS4Nv3XZN6x7uBKlaamwl",
-	"g3y0rp53XwSVAIobGKx3EKQDxEWACJwhgLqFt3sfI0pJdWMFQxBy+HjOtKbT8BsTLrie7Qi/bfm9VcBv",
-	"2KecK6Z3mkAVQnAx3ekbbagyO25EG2qKzVwTEXGFL1vu6VSbbYDwAFrDVyo1yie0Fm1UOwkAvQGZNQT4",
-	"s6WVHRl3SXi+CbWRUcaRR5Del6eDgPFoIWLU0h6rhi3lltPmBy0IwvrW7PldYRI5h5FLE14XScJYCod4",
-	"Qjme5opNBkz6arCripjKsQAXoJoiPVtcrB8+jhBzKbyaM6Xh3dCsP9KcjnnGK3YRRBuqwm1d02p9BKHx",
-	"mlBiaew7TUYl6G4Sb+wRmRfakDEjVhemXLCUcGFNooPR/xkWg8ELNjr05IUDchx96k1lz/1o9eT+JV38",
-	"6jBv1y/necYMu0TTa0fKYyW1bnFwkbJrBRRtNo+vrjokZnw6s/agYrrITG9MTTJrW3uel4loJkztWHKn",
-	"0wKlsvAHIYEqa/rbYh8lta7IJPd7iNBrKKN90y1mtuRn5et7ss695A2wAPdF2/HnPEaWhMmYWThocCeB",
-	"yUSnlIuY8Ikl1wXPMkvGdjTOUoud7abfhd3DuxY2G5FqjecreLGNz4YHsOb/Lcg35moCNkgIilHDfGfM",
-	"fgcPDe9Vp98uujGM0b3Iq4Tuubh9dNA8K6ZcbG9D2dW9h29AlNFPb/CrMwSC++t41cbKFZeKm2VDjvku",
-	"weNBwyfYO/YFosc1DFVTZpor3s1W8dddzdq18o0acLmeGpbduLVUvx9uS/K3p1QWlo8nUqTl5hFkLwen",
-	"P2zyq1ppmNGl/32Tp/wkiZDG+aTHbCIVQ7Y+p2JJ3GfoDxRy0WQjsrCKiofTF8dnL1428Vrj1Ekgq6h/",
-	"YkkBEA1sr7m8X6hKCXiZiax533eaLGYyY0QVAteWWHhzKdBnPqpnSBlNMy7YDTUouHdb/nFg+ah0poVC",
-	"qmis3RH6C5/S7ZjekGchLM3pp5YhW47UPDKbsL0XT6DLTNJ0N+fZo53voBq2aS0NdbCUmZs+urQvuaBa",
-	"KbxKZ8wm2fXBvrcNcyjH7GYK6OTdjy14Lp+bCRdTpnLFnU/F8/4Meq9ob3L9+eVp2OnjD5Oj67fFUgdh",
-	"LnqTSJEUSjFhbuxem7R63EL/RmrdS7xWtuE2uENgB7EHkzcHCyHtF0Yzu5C2JpnMWHK7xhb53OWD9cbW",
-	"K0aUvI3iqBD0jvIMzMDrTeqFGyO0dO/EbjCZdrRmINj4YOV6xqgyY0bNjSUJdUezbjlwyQRbAP930VMI",
-	"aU8ME2Ge3sG093HP4JemO57biNC+ttZRajVwqglGwMjIC86OrBxjd0wtq9haQrOsv2ZmswYuVy0BTQph",
-	"eOYByu14SyjZM72VKi9ormfSrNfmfcgFfTWrG1xLFW59IVIHCO/ui9+RYluksHMsfStIrdneXiLjAWLV",
-	"cvwgm2+5WFwcuNYbYT/6NaGZliSheV763L1MlYlizD6jCTfLftStOgRFR66kkYnMbu6Y0ly28XEWEmBa",
-	"TsyCKtbxzUlQ6i0oN0Ed72TQhsMvckEyCZyA2M/AR4IOpz75sQEFzdQdU8RtmRycnBFtn7nRDxvwaCmQ",
-	"g2D6RBfNdHlCEEVbG4LI8u83mEtu0E4Svip9BU3AjTDxaHRObhnLgUS4mPbJCH2FNy5hgaWjc6KNzCEd",
-	"IXHOHgwcjyq34qhPRpnUpnrXmg4Je23tnJnl03Nr45T+EZokLDfoICmFcJUG1Z7enlSpTdBDWe2v0GEx",
-	"Ab4LIidECsecY5JQpThSRUMm9HQiLbVQoRdMQXDvIXxrZR/B4NJ6efwlZOw2kq5DwL0mA7KYMUEsgraU",
-	"dlt5rjy6XcvCS9dUiGZWdhc6IL63KqBugu3wJJGrUgvfIj7jdGZvMZt28hiB/AZkni6e/56JlIvpZRWb",
-	"LfmBkDdVhBPFF6Q63EgBnoXqp0rULm/mXM+pSWbuVyvibiZFlrnksrTIWHqTUQPfocd3TJNbOZkEmYuX",
-	"o9PSi136TJVQ4zJhWtk0c5rMuGA9xWjaSK+JI/aJWj5aB7iQXHvA6GKXWdPIXGx7/gnXREiQfEyRGcuA",
-	"mboDACwqGn+fHicn9JSdTV4Ovj/+oY7hnZ8OXsWR4SarshiJm9pBYWZMrs+PjhDMvSk1bEGX/ZTdlYlJ",
-	"+shb8n1X2K7FThAw9uE5GY1p2nMLhgQLQQszY8KAiZzanyZSjXmaMmH/ENL0JrIQ8CSRYpLxxIzioRjV",
-	"C7GPSm5euqvtb1YbWP3BjljF/mAk7mXL3bJlT7FC4wf+Ey56k4xPZzCdg5CLv8Mo7qeUQ4ggbaWN9Apx",
-	"K+QC9lSSaY99wpgdZJyga6hnpOxlVE1xaYXQRZ5LZVjam7OUUzAVYS9S9qwCWAJTO2iW5iws3woXQbNR",
-	"fyhC7KikuIABzYU2lr12JE7UBPd5XfQ74GNG8vvcnTbVjin+7fINUWzCFIbI6BwMQEgrxnNoP+xHW+bN",
-	"4PxeXLszlHvJplwbpn6skfjsPEn3wX3pIjMXyW0wPYgFs3sgY0qxRKpUE7sFK27JgWALIhXRjAkMiR2G",
-	"83t21KEgKrp9qk/C+N3OgT+7lZtEFoiH1SUHormBl1acSrk1d0AXuX5owG9mJX9QwbUPVrARgnzrCFRw",
-	"DUX/ULNq7do7Jw2QNcF+3UllfwLBvNtxcRvbWmXBmS7hq9UI1GBVhwmgtrL/To5Pvz/94cXL0+83WoEN",
-	"z+AK3MpdbIDNY+hsV0YqlvoAfzrFrQHsTXht0u07wRzR9skIOM3onFBB4J8EZDw5cA9iIl2JAhk5NWt0",
-	"2CcjPBT2OzLhoEISKYaiGqX+fgSM3v5DW3OPm2VjUPYJJeMNT0fESJKytMAsbGYtRCrSoWjMnFJDYb1L",
-	"tGxZphk5wJ8PY2v+KpaCvpYrmRYJUxqFboDDbpVNe8kmIKKpobuFi/ZK0PbgseLeCblqbrlIfb6H+yq5",
-	"VuTWHeKBJTo2UnX5nq80NPPBBptkPqwyTMZ1fGo3Kv75Ey6U04w4MwINAGtykN+5ledkzMwCZKILM656",
-	"FcbWTA25uo7Xhk1/eHm6MeQ7p586AqWDB44d0iauEhoyoZ3DaMdE46czvH+X490yMf4ixyE2uk/Qdyvf",
-	"h53TuT7CiRhdIa6wd7CjhqD0nNSZFR7MHZSuO7BsIfJIiK6S7PZFJxd5YXaMokMKyU2HByaOcql56Q8K",
-	"anp7JQHvivftYkJhdFc7aG62xjpCrQu/j6KKJPQp3UZeitRuOuUe9FISytpSj5cnYVvtUTItNmbsfJgx",
-	"8rscf1e7h9wn/XV8/XijNtuZRlcTa8PkAUWskY1csYXtk52vPL2gHJqLiYRAwMJuiKW8mEdxNONTcPYp",
-	"bnhCs/BoKzrxY+WnrrMHv5Thur9xtIUttL0RucF0LNe62Vj84PheGEGVld4OhbpaIzOjhhSapaTIwTE0",
-	"LtIpM+tdEYHDFXi5dKbtUS9VhyV2+/iLaU7BxL2nqc3slvf14+5io+4kwM3JfV8zbQ/5oleAtraEtxER",
-	"aWX9PVEqX1msvZUSa9/9XY4fVen1UtX3ShKMoyJPdyT8zloo5yDuVporjNQE0YWIuMW8WoTZ4iydJN5S",
-	"z73NdnHRnyqPPs2yd5Po/OM22mTcwXp3KAB2xYab7JJq4NUNXLstPIYe6rb1VHpoIy+rU27txVZXPuZi",
-	"x9SArco7H8b7A5/vvMwt+cg3xNCfkl0+PEN6C0ZWc62VMs8GmDtJvlv1D1QkOnW/8QfaAZ5xgPH4BYXW",
-	"Nmgp3Bim5lx0KPbV/v3SyoQKwdQNWr12ezz8LTonw2GvXZyy+6hbe7llU2ZYYhEYytJJqLDmn1OA8VWW",
-	"Et6h+bZcvPsqdHt5wB7i892rWUbljy7DveXIDZhuTK9BinkUiYS093Qy6W+gHDyk4mFtF4auioQvUIUQ",
-	"cjvjPgNHGfIJN0iMh+jMa4L5ayP2uqiqAx7HeluHrCftm9NFCd3YXuUhkM0VSjxkAqIpXBAzU4yRKlGS",
-	"lImS2uNu3V1CAvzST23Tfo0116TMOSNGkgMH2hiq9VyGD3aDKw/6li2A/BLN1RTqb6VpSShV+4nqgPzE",
-	"Rn9Ev8FJub8OQmud3oqW4pWjH6CJjfwe1/5LSXRfvgxgn1Rxp5S0K29XXH27p+Rvn3K+ArjHzIX3GqTs",
-	"mRGPy3sMOe4Ez9PJce/4rKq4Xbot6FhJYTWcK7tQF2RmVDF1UWBNXct7KsjF+zeuNebBaDE1N//1n/9/",
-	"dEjcCXGp/i4FlNB0zgUZS2m0UTTvGVdghc0qLt6/6Ze9HIEjwcTNvNKai/z64e1VKNHvw9srkmScCUM8",
-	"yUkWM6kZufrlondy9pJ4MtcybuWS9FzuBS15OqjEXA+Fx8P75McZS25ZWteFOR8tsnopsiWhBnY0oyLV",
-	"M3rLGpmT88IUNLPLh057EJ5YbR2BK/izgxxSJUkLBVmwwMWwE+RcGkbwbd0n78u0Eai4sARKjVSaFFCC",
-	"x4YikcIomZE8o8JVYiCca0Tqfjke8bNq8eUwePVQHOC27AuHe0H7tV3gErKSe7nMsqEYvX939YEc3R1j",
-	"urAexURBWaGDBiyoku24ZUzUrXMmhmIofgYszQtDDRfTErkJzTK7nAkTCUvP/e6ZMYGidL8KMIYkI+xP",
-	"htlsmN5DBSmE64rj0q2pYiRxNOKqh1Jq6Ng+41gTr+nc1ZfMLSSBzhaKG6b75MI+yNhQwA+KTJldy+ng",
-	"1Qg3XCasJjJlxM9f9vZKx1pmhWEQyrOT2sVDaQrBHiQwErYWzShsqnQbkoPR/yydMKPDmIxZQgttl+No",
-	"QhXCkn6SyeRWkwUjKXYkcJR1Tsp8+WrzbmSHDKUsQVogjbp6Vo42tpmE85TxhDnxwFNLphNutfnoIqfJ",
-	"jPVO+oO6Faf3m2VzxXxO1TI6j37yThTgz1KIJcvmySLyjinyy4cP78G2rqkUlzf/8PaqH9Vp8a3Te/H+",
-	"TRRHlcSMBv1jXIfMmaA5j86jF/AT9AScAds9mkEd89/tv6csFLkCfGpyMhiQxYxnrExnTpjWWK+mYcV9",
-	"8pNkGnBkZJHMGhRpV41sgkvxJo3Ooz8z40qoW31HTwaDNT1Hd+s16mYItBr94G3C6tQZv2N99GK4FKTw",
-	"yNVSvT6mtTyLzj9e+2h/72awowumsVR1qqGiO9fRtf32SDGaLrdFgOv0U590y+hoMrPUhfwE9w6bQvHg",
-	"CAJrM8ZcULUcWl7CEsfM7Etv31x9+Pmv9nQJdDgAdS7oLesVOYCoyF+Ts8ELIs2MqQXXTtqsYPWS0ZS7",
-	"zX4FxNrpl4DJs8GLLzDfX0Fm03T5moyw9n9ENF1qe1iSGUlZzkTKRLIk6DF8fCKrAG4lNRxIYhSdTHgS",
-	"JLe746NSbB19rqPi90elqxO0TqkDpPizSHWzNTnoXVU7NyiIgV2OyAE+g3Bpvy5hObRqmFeUORQHNLkV",
-	"cpGxdGqZIi3bcQKaDvukag9tzl1H6rKmAsSb6/tlZQUVdW7JjJqhoBlghlgMOCWRW2yZQjmrWio+5YJm",
-	"Tmy9JpSkfAL1G6YammtyOng1FKt1O6EjUDYbK6NMcaOJf0eIq37lqG6Nfx9vfNnrKX9/XdW6/Emmyy1I",
-	"3yvxqoLertYLc+56haiYS+R1LIw8NqHYpNC1exx7FBpVML+zW5lXcx9ved7affHumzaJG//J2MtKw7gO",
-	"CeII4jttFUKaoa4FJ/wUV7Pl6bbvH+/4/osd3z/d8f1XO71/tuN6HsoBPzfss4/X9w2W+O9OPa8YgscJ",
-	"XVnmBmZY6fvd3PBXeeca54N2/J3GmuOlZcNCLkieFdpvTYVqe6mmxkRYs47kVBufpw6Fy/Yp7VX3dRXG",
-	"JGUYs0/ezPOMM01GkPE56pNSV8BCd3KAbMtT3g9rFQKXs1qjGWBplavk6/C0JzrkDXdN+HyXiMUafTqx",
-	"hhLYhjTr/+vUPvapxWY+VRuEnc8s9inV3Sf2PRa8aZgD25nKSVWcNnEHripfFvCeUVRoCsLOGp3g2qq+",
-	"OcAqRGugp8RVwR2C1VkVHpqZksUUzCGuiKCmUDQjt2ypY9Slq8HsZ3VtzlBUxTmWo+R0yqqxDkZ//hld",
-	"FuCiOfrsSuQqGIwOwQoete7WGKG9gGK0Ty5X1albtqytdvhlLNMlObBYpgpcDUNhn5VeFzkBqyOhQgqe",
-	"0Aza6h52KFmVpgcOiZiMlwbrxu0/4qEoXS3QHalW/HqXLM/oEtwnqmAj8l//+f+whwweyZqdzahGbS8m",
-	"mosEjVW4asA5OuA2HfTF9MmHlV1TgSiBTVu97+SEdJVcv0ZXVz0AWMdwN4+dsLpOhVv+gW1FLKid1clS",
-	"p1d2FW4PxQFoVISbwz65IPZslOu04oGCVVmzcRjK99OQq2arXiCwoSgE/6NgJGeqovQD+LZMiu3h6z3Y",
-	"pPOdlZPbrWMhG0MK+wWQVXmxIOtiBFZl6df68LbnenSMrP4ulfHwRbXVyEEILTyUDQUgQE4Itd9kFJCx",
-	"jpZCYuuqGM+5uXRc4YvJrM1vd1zN8yANvkq2/ujliJRhzry6hOE8Oj75vj/oD/rHdWmc+8CufPtPGyka",
-	"4GLqWeT2Tk6iatyqwq5OqnAJ8qUL6+rql9qBARBYyfI+3tpqaJSVflmLoS5U71AlQNzARWwNuiUHDaq2",
-	"Asdaso7qIZKL/BBWHGCJzSWWIRi73XDoxTune6hKzBvDO9nNkTYm1AGI/tkspNPjHddzcvKMdbkrJlJC",
-	"fSULuHBMDL2FkuTJhCWGsE80MdkSOnHtrO+B1bONfVbKOeiGiDISK6lHLgNw5OtCKJBmVM0zpvWq5/rK",
-	"TvtPbQn9y/Z59PPyK1W3VqUD2qyv14M4mMtR7TocW7gqwLLSLo6cQc+PstUc5unrZg/GkZ9thercATgO",
-	"pvyOiUOr5A5F3daK0PSOKcM1qmLkZ5rMasUUXassJZpZ2jYsW56TsrVfPBSr3fzAR+yU2Ivqdgkj8+Zx",
-	"dp2/Myh6JGYh1/oufivbce2mYm13gjpycb6wEtKV2BI40+9EFWC2lkCTJlz4WCprhwHKv02f5o4S9Vv0",
-	"dtAsQzOnOnsu68B5HxIKzeG6zn6doRQ++L9Ra48WOQg7v2UpGnbVHSGY6WHPOXUuRKqJllYVhTiifdHA",
-	"grgeCuRSsT2mzmom9kAia6k9jNDrlIkUsg3sH2D+yiwjM5ml4Hgs45iQMeJCCtZwhYWQVfeFkWROb10M",
-	"2o7UvKu0HSG6Zcuh8F0RLiOCZ1nPZVlU4NaG0dTiwjmhdEy0tCxZalNmNaDLVhtFRaqHAqFWdZ7kqhwN",
-	"MzVC7OgiAWbwFvG2q/bQcRfugwzHdgZgdRXIx4glM2mNt4yxPLpuNv49DSWKRsdRKHcvqlqi9ZCAjwYu",
-	"D6HZRfdksLWp1+h8/IXZbLOD7jqFqb64+SCXWvNxtiQCfCf/CPz09PhsR4vmOWtob6tcHHAUl4k8TK9h",
-	"z35Sr16T4dG4hb1s8ovpjpoxjdl+lpO3b2tvMpe3XJtG5vjODMZdl76NbQJXfD+pWbLSLzZ8ZTCdYvtk",
-	"f+Nf5HztR281QVlhKVvoqvI1Gr9fY8+XoGYPXE+DuITE15EjnNJP7I9EgLRWCWf1XqzoARKlzIVL5myH",
-	"iH/n1VxbcffjJ6G6EMXhQtNvkoM/kCJxa5aUZJMUuqgyxOaOPrdKGe47Gd/p4BS1RW5IWiYPsk94LjD4",
-	"DaQ8p0t4pBlzFYMrWWct2t1RrWrezv/FmFqX7tDk8nvRzemXpJs/M/PoRHNU93cNC0147FoxjpcQmdWx",
-	"3xsRfj7Aq7PrC8gJBDMO++SvbMG0wVhdWJTiFA+mpvh5Sd36nvW14hbR8xyoE+Rsizy/024DHp0CBW1P",
-	"n17P2yCBYhHtFhQKC4lJGU8jPD2MXdGBXLj79qry6apymtFktg0Ru2X8s1GxVwy9lowdFp8xHZsKwXsS",
-	"squ4OPpc3a19j9RcJgO3Ep7ryhj/HpV+6dL93+jOHWFk0+05BqOptLVIXT166NJ9NWaVtM9o66b+Movd",
-	"uYTd1OC3mtNb9GJzNM6cmwq8WyzTbDFjilVKMWYxFLmXIvi62kCqqFWjD5QsDIdGwFhyO2fCHNphoY8X",
-	"m7sqoJCb528CP6mczk99+HCi7d69gG1WNx5+jrjF6x8FU8u6ksVV9frq+4ZGu08tlRwGOnNxqzdiSL8s",
-	"C+m+xVjVAznBJZtLeyxqp3G9+RVvhLMeCxPuyeiO0rys/iOBY4h+zuouOSn65JL1cE7M2c8Vu+Oy0Nly",
-	"KApRVajnlCuiWA8rprVV3r18/qB/9Gsdm2+FeP8R6RX37xW8yjXmQk21Tn6hOOtSszZrQFfw/QothZhe",
-	"oJ/aalZLuI/Cc1OQqi66a9UjgH3/aznHtMNcW7Hpcoah/0ITigpzGZuCOCZLMTolJ8RFOPrkL1ajVoUg",
-	"FokuD6VM83aZoOegaA8Ftq4Fry/XVd05+GWreFfJBK2mDpmokNjGUkJJ2SYK8ydi0FggiO7aXJXpjbi0",
-	"7zSBJsCECcVhhCol1zXDrur20IrB2Jbds50WLI6h0JJMqOqTC1d5Bsuq3Cygu5Wfva4HYCLVZFS1vRpB",
-	"lK+q6rJ7HQrMI7DDuZq2UBlUdYv9NxHlWukEFQ2OX72YHNOT3vfJKet9nx7T3it6dtx7OX4xGbCT5DQ9",
-	"Hni3udt1Oy6RCt1TTMvsjjn1yUnXXCprEH48OYl/GMSnpy+uq8YykUnynotxwkfu55kxeS9Xcoz3/bT6",
-	"vL4c2E1XHdY/RplMaDaDuwZ39KxaTHyleBk22g6wGUEYVRmHFHjMlW6mnrfCv9WxAxvAUutjp0faNT6m",
-	"L7lr586H/NrLFm8ymD8KVnyjPuad87J2zGN8oOCA7DwnAbptYvjz6LPrktjtoYZMJsvo5hwbCliEuYos",
-	"lwoXcEbvxfXsR0+tiHbR4wfH/Z+Ns9kT8BYj4BpzIrG0/7dG/hF6ILqTaH5ED0UlI7/TxPV5wvN6QMss",
-	"PZchQ6i+xf5cVsoe4rW0TjcREi+atUvuD8WPVeNJvCYI6opxd2VNh/2jLjl+TepelcQseMIa2aohSQzv",
-	"P1ua9Gp8nJT4h0g/fWioDpC6kc9VDe822k7O5Yw9oaz+zwWGjLHdTWbpocPD7E7b09tXoSHLhtdbuoXr",
-	"Jt5dA/ptabcftGwh98y85GUL6/U+covgZ5NR0Wb++Pc2RqPf9grr3ppOij75zVmUq4mJB3VZ3VD4Hx3G",
-	"oa4Vpb7r5yai7mcqLfcANVu/inOlEvLwdaB00+9h4RUydl8e222/QW/y522/1d2zKzutbmQxY1km6xuX",
-	"onPMeVx3aUE7P/K62RG73eB5RzPNAvwrmWnusqZHNtMsaL51M61r599yqs/O+skTl589UuoR0EuAe/v6",
-	"TF3u3qnZ/FZ1KgOuuoA0eCPJ2CXmpjEZNe88qbo2Lc/JaPVmdyhUad/tXt6P3brc3b82G253h5s9m9e7",
-	"j4i0nL1xxfuoo6PWXkzYfvTUqrt3iUeHAo+n/7kYlUgrpVHpNefdjho3GpIXxNEcgc5/Ri17ZVlE5Vku",
-	"O2PVcfWLsirMfuTsTHh9jgWOsiqhsjbhCJ1KLtKSMWrVCw7FUvZ3wT4Z7El54HpXW5N1tXP1IfadrE7Q",
-	"mGFHR691l1fo4cLxdWmztou182FMEeshuu3dcvdg7zZvwt/X3v2mD8264/Ive3etvbuTfPBbwnQkaYHK",
-	"jteguyJlLFq2JDxxFZNVweGkEilQJIcFcnJS12tC3KXZdqNPrlpNY6hi2L2k6hHDhZFlKMfrJBOi7tLi",
-	"3retRUniz8xSbV9DvtZgbeLxOcif9353H1p7mKEZUHM7uxC/UctN9fG0DO5VV9mMWi0anQCgyS1UEToR",
-	"NiptzYlidSfkocD7DFEIlWZDlb+lDV3ag2Mfzrjd3rJP3kHHHfDj4NmopYCQplf3jgwdB7gc+9ny+rhS",
-	"COiUcvEvRu8QSih0uetlzGAHb6k8zWi9CCjzRzpNA0u2qMa7vm4HepurPA7jlXREbM1dpe7oPtlcylXr",
-	"S82bPFaquzp4v+sU/bwru7wrDtYycgeoZ+N7XFTICebgbfA/4rt9cuk612NjtdVLBoRckIORf2FPzubO",
-	"oOy48gf77oLl6Zr2Vk3vA+m/R94oa5yDe3ZU8Lx64et5TmvnPmpOPVb0jlvXsFQPd/WwNW+d+sLFZeWN",
-	"HM/N1/Tqq/iCyjuPoOs+3IfWmSTYkcT+1GVneyaqfpm0025iqxN/n49zZlGCOshay2vTW4dqRq2JRSw7",
-	"icnIXdyECm6I94z65Ceu6RicDdhwxrsIxHlkXg9Fu1LAq3QgM6bYIYEigba+gE6NeKVSwi+BmAfLCbz7",
-	"8h5AbPGqm5QaMqN5zgS4R9sLbnt4uCYpwMcyqjgYPsUhGrHTCv0RwAtu0EIHv3OYxe7BdUdNwb5Nzctr",
-	"5+Dmq63FROhywq/SyKfr5LqrlZsn+HlHJx7IIRBl65lEt6Dw1Z1uc/lPXKRWS/M1sYOxJVOylIUiciHI",
-	"+/94c2jPkXdkxti4IXBJUZ/8md8x9LG+//lXcpBDmxRV3hJUXWeVaVn5jiDohtczYloRXDlR3gnC9KET",
-	"YUPRmOmDn57s7wCZnF0rWKHO5xw0tFEpRdL80YPYA4Xf4zfjKpfqLfKbPMeOQqqAgxU1Ptb+Ge8ReLD3",
-	"wJlOXm3UqgUV5g/tZjD+jXTYDMZ9tNKDQxbWgCvvcEpolsWNO82gznd1Gf1aai7Km/pWHNRMUPQsVH3w",
-	"8MqldplW2UjZ8yn0w4lXOqQINDRtznTsUin929ewP5jn7mivPzSyf/NVNarvQXE/Vdm0XhpWaDzopVvw",
-	"zPS4wPxAqZIZ0wauoIvbhRGeNx3LSewJS715MGFudR688Qe+V+UFO3HdfLvGruvEUwI619H99f1/BwAA",
-	"//8=",
+	"7H3rchs31uCroLhflaVZkqJkybHlmqrVOJmJ53Nil6RsfoRaNdgNkoiaQA+Alsy4XPU9xD7DPtj3JFs4",
+	"B+hGk2jeJNnWzPxJLHY3LgcH53751EnlrJCCCaM7p586BVV0xgxT8NdZavgt+yBzns7t3xnTqeKF4VJ0",
+	"Tju/TqkhU1oUTGhiJDFTRu6kumHqmSYUPiXUGDYrjCZjqYiZck2kmlDB/6B2kH6n2+F2qH+UTM073Y6g",
+	"M9Y57eDHnW5Hp1M2ozj1mJa56Zx2UipSlne6HSbKWef0t/qHTFEuOlfdjpkXdhhtFBeTzufP3c4ZruPt",
+	"93YsmLKgZhrMiM+vedbpdhT7R8kVyzqnRpUsXMVYqhm1iyhLeHN5ojel0lItA+tyykgi2EdzncIbCZFj",
+	"gFih2C2XpSYFnbA2gOA3DYDM6Md3TEzMtHN6NBjElvJXnrPWDY95zu6/23eManYpb5iI7zi3z4mxL8Bm",
+	"HZjJHdVkoqgwLCN33EzJHrc4wkTKxQTf369gMWU0Y6peOkzaw1lXLT+A0OHRy25nxkX194vobviMmwpe",
+	"C0eQw8MoSp4MunYyPrP4eGIPY8YF/nVYzcOFYROmYKL3ACOav83YrJCGiXT+nyxyw36iN0wD4OwumTZE",
+	"07GFJ1GsYNT0yZkhM6kNOTo5IemUKprau9sKumDCnp2xDaFOTprgikHrfXCRW9EsvO33R7dz9+194faa",
+	"ZExZ8sQNGSs5a+AmFRnR9jORMiLK2YipB4DzRmi6EdwvUtoOb53SB4DzJdU3rVMYqm/uP8UvRS5p1jpJ",
+	"CY/vP82vwI9ap0F2dd9pPtuPdSGFZsA2Pyg5ytnM/jOVwjABRIUWRc5TuAkHBb7xP3/XEihnPdd/KDbu",
+	"nHb+x0HNlw/wqT7w48KMTYw/I25Isnf+1zfk1fHJd/tIWSnRho5yRpJUZizpA1jciMDjtWawvkLJginD",
+	"cQ8ZM5Tnet2S/n7x/uf3o99Zajqfu50xV9pca8bENTUNyGXUsJ7hM7YMvm6HZxtAudvJ6S6DC/tWzv9g",
+	"2fUtzUtmv1x6aZFMbbIc/CEyWNs0n0Mc+60Doy7TR/jIDxJZ/iKUF+BSSz+yOhY44ndcR46ZGzZr/mPV",
+	"aSOuVHvvUKXoHIBcCzYbbBymal3ouZ3/U4dmGUcu+SFY8ZjmmnUXNuFPYuFK2MGIfdYlrD/pk2QqtbEX",
+	"P+mShBf2v4VUxv6/VLn9X2rHHNtLai9K1xILw5Qd7P/8Rnt/XNn/DHqvrntXnwbd41ef/yOGF9XxNyW0",
+	"wXrKHgKpgQYtsOITMXPEpQkQCs9YttVFQTE6h69QaI/AdEGqr74hozmK9+mUCpRjF+UeK7BbQpQFGDKS",
+	"MmdU7HoFFbuVSFGvFaOOlkbfummb1j3cClI119iIB4XHunzfQxbkAdRtnGC9gyge4FlEkMCpNCjCBLsP",
+	"T0Qpqa4tY4hCDh/PmNZ0En9jzAXX0y3htym9t3L+NftYcMX0VhOoUgguJlt9ow1VZsuNaENNuZ5q4kFc",
+	"4MuWejoJahMg3APX8JVKWgsRbQE3qp1EgN6AzAoE/MHiypaE2yNeqKmtJZTdToCQwZfHg4gabCFi1Nxe",
+	"q4bK5pazSA8WIAjrW7Hn96VJ5QxG9sYIXaYpYxlc4jHleJsrMhkxTlSDXVTI5MeCswDRFPHZnsXq4bsd",
+	"PLkMXi2Y0vBubNY3tKAjnvOKXESPDUXhRVnTSn0EofGaUGJx7JkmiQfddRqMnZBZqQ0ZMWJlYcoFywgX",
+	"VvPaS/7XsBwMnrNkP+AXDsjdzsfeRPbcj1ZO7p/Tu5/cydv1y1mRM8POUcPbEvOYx9YNLi5idi2AomoY",
+	"0NVlu8eUT6ZW7VRMl7npjahJp4tKZWAvI5oJU5vI3O20QKkMCYMYQ5U1/m2wD4+tSzzJ/R5D9BrKqN+0",
+	"s5kN6Zl/fUfSuRO/ARLgvlg0YTrDlEVhMmIWDhqsVqAy0Qnlokv42KLrHc9zi8Z2NM4yezqbTb8NuYd3",
+	"LWzWHqrV0S/gxcXzbNgya/q/APnGXE3ARhFBMWpYaPPZ7eKh4r1svtxGNoYx2hd5kdIdF7eLDFrk5YSL",
+	"zXUou7oP8A2wMvrxLX51gkBwfx0u61iF4lJxM2/wsdDyeDhomB57hyFDDKiGoWrCTHPF2+kq4bqrWdtW",
+	"vlYC9uupYdl+thbrdztbj/72lsrS0vFUisxvHkH2YnD8cp351nLDnM7D75s05XtJhDTO9D1iY6kYkvUZ",
+	"FXPiPkOzo5B3TTIiSyuoBGf6/PDk+YvmudZn6jiQFdQ/srQEiEa211zej1RlBIzZRNa075kmd1OZM6JK",
+	"gWtLLby5FGiaT+oZMkaznAt2TQ0y7u2WfxhZPgqdWakQKxprd4j+PMR0O2Yw5EnslGb044Ii60dqXpl1",
+	"p70TTaDzXNJsO+PZg93vqBi2bi0NcdDzzHUfnduXnHvQMy9vjFnHuy7te5sQBz9mO1FAI+9uZCEw+VyP",
+	"uZgwVSjubCqB9WfQe0V746tPL47jRp9wmAJNvwskdRCnotepFGmpFBPm2u61iauHC8e/Flt3Yq+VbrjJ",
+	"2SGwo6cHkzcHix3aX3l+fznSGdavW62wQL8exzDhgfwgZmQ9pUcnL6LDaf4Hux7NDQKoGokL8+K4E+fs",
+	"m0qam9mi3YE2YN1YVrX8BrzbDv0hTNCAPJ/XyBjtFuYfGc3tJVhcRDpl6c0KPfhTm/0/GFsvKfDyptPt",
+	"lILeUp6DCeJq3UG4MWJLD7jFGnV9S00a/On3vpBTRpUZMWquLUKqW5q3yyDnTLA7kD1cgAAEhowNE3F5",
+	"okVg2MU0iF+a9pCFRhDCa6uZZ1b7o5qgk5ckQfxBYmUodsvUvHIfpzTP+ytmNivgcrEgHJJSGJ4HgHI7",
+	"3hBKlhxspEYKWuipNKs1yRByUTvh8gZXYoVbXwzVAcLb+4G2xNgFVNg6XGQjSK3Y3k7iyj1EOittREWM",
+	"BfOeC3WodRbYj35NaK4lSWlReH9PEO81VozZZzTlZt7vtIutUbGlUNLIVObXt0xpLhfP4yQmPGk5NndU",
+	"sZZvjqIS1x3lJqpfHA0W4fCjvCO5BEpA7Gdgn0NjZ5+8aUBBM3XLFHFbJntHJ0TbZ270/QY8FpSXQTRC",
+	"qA1n2qxweEQbc1Ek+evYqBu0FYUvvJ2qCbgEw/eSU3LDWAEowsWkTxK0U1+7mByWJadEG1lAxE3qDI0Y",
+	"tJBUJu2kT5JcalO9a9XWlL22OvbU0umZ1a+9bY6mKSsMGuc8E66CCRentzdVahO1jlf7K3WcTYDdjMgx",
+	"kcIR5y5JqVIcsaLBE3o6lRZbqNB3TIFj+V6i7+I+oo7N1fz4S/DYTThdC4N7TQbkbsoEsQe0IbfbyGoa",
+	"4O1KEu7NojGcWdpd9ILIyVlRMJGdgwug5cZeb73oFuhuAB+I0ZDjsQv3WUZpfAaHYd8l6bQUN+i9ARcg",
+	"oc2jWKGHqFJYVTiLT5TSAiJAFaPplGWvybhUZsoUyaihhGuSKWnJayBGtXnowk2F83Yb8N3i0N7YTW/J",
+	"lO2yl9yYxy9PvnsRuRz1CSwBcg1PaBhK/JZh7pa9XLKP5sEcNqvCCDzxjh+3l4ynVBMmMpadEiGRbsOB",
+	"A/FO5YzFzrtbQXdZDW8i9AZ4udXLDSReg4ZL/vTqfJoICnsJ4BU7uPcFExgduaOIuGAZqSPnwwhEmRpm",
+	"etooRmconTSCUFttHltFq4bWjW2saWsMH1vcE2fBiJksorAPTCARI8EXNynFzDTeKLPa3hLu5CHsLg3I",
+	"PF4E4AcmMi4m51U0l5fihLyuYqJQ6YDgyGspwBdR/VQpSPPrGdczatKp+9UqJtfjMs9d1HtW5iy7zqmB",
+	"79BHPKLpjRyPoyJhENW7YM1wAbdVCK6LnV2Iv53RdMoF6ylGs0ZAbrfDPlJLEOqQGORXPRBPuy4Wt5FS",
+	"sRgrYLmmkKCvMEWmLAfm6cQWIPWd0XfZYXpEj9nJ+MXgu8OXddTP6fHgVbdjuMmr9AripnZQmBpT6NOD",
+	"AwRzb0INu6PzfsZufSizPgiW/Lkt0GdBCETA2IenJBnRrOcWDCGZgpZmyoQBo3pmfxpLNeJZxoT9Q0jT",
+	"G8tSwJNUinHOU5N0hyKpF2IfeRncO7jtb1aHW/7BjlhFC8FIPAjjv2HznmKlxg/CJ1z0xjmfTGE6ByEX",
+	"sQejuJ8yDkEF2UKgaa8UN0LewZ48mvbYR4zygRhVdCb1jJS9nKoJLq0UuiwKqQzLejOWcQoGPtiLlD2r",
+	"tntgagdNb4SE5VuVQNA86Q9FjBx5jItwXS60sUJxS6hljXCfVsXLRdgtot+n9kDrxSikX87fEsXGTGFQ",
+	"DZ2B2Q5SqvAe2g/7nQ0jbXH+IBKuNfjrnE24Nky9qQ/xyfmePkf3ZTWVs/QmGlDMovHAEGOtWCpVpond",
+	"glWSyJ5gd0QqohkTGESzH48I3lIWhTiqzYODU8Zvtw4Vslu5TmWJ57C85Ej8V+SlJVdAwZTmoEFe3TdE",
+	"aGo5f9QsYR8snUYM8gtXoIJrLF4I9eGFXQf3pAGyJtivWrHsL8CYt7submMbiyw40zl8tRyzMliWYSJH",
+	"W1ntjg6Pvzt++fzF8XdbyZ/LcPO7WAObh5DZLoxULAsB/niCWwPY6861ibfvBXNI2ycJUJrklFBB4J8E",
+	"eDzZcw+6RLrcSZI4MSvZ75MEL4X9jow5iJBEiqGoRqm/T4DQ239odssUN/PGoOwjcsZrniXESJKxrESt",
+	"iZHRnFCRDUVjZqvSwXrnaI9kuWZkD3/e7xINZwDyWqFkVqZMaWS6EQq7Uf7NORuHavHmASY7pXQF8Fgy",
+	"yscM7DdcZCHdw315qrVssAiEA3cca7HavxcKDc0I8sE6ng+rjKNxHdGyHRb/8BEXymlOnBqBCoBVOcjv",
+	"3PJzMmLmDniiC0xatgWPwGoVcVAcrgy0evnieG2Q2Ix+bAmtGtxz7Jg0cZHSmArtLB9bpiY9nuL9uxxt",
+	"F7v5dzmKkdGdQj82Mf7aOSvbbyx0sy0woSU0Ih7p4e2kdSxmAHMHpauWU7YQeaCDrsLydz1OLorSbBl3",
+	"B0Gn161BPYXU3NuDopLeTmlD2577Zp78+HFXO2hutj51hFrb+T6IKJLSxzQbBUHV28mUO+CLR5SVyaEv",
+	"juK62oPEZq6N8b2cMvK7HD2rzUPuk/4qun64mTW1Df6VN7hWeUAQa+QvVWRh8/Soi0Au8ENzMZbgvr2z",
+	"G2IZL2edbmfKJ2DsU9zwlObx0ZZk4i/hIPlSiuvuytEGutDmSuQa1dGvdb2yeOnoXvyAKi19MYDFZSeb",
+	"KTWk1CwjZQGGoVGZTZhZbYqIXK7Iy96YtkOGde1M3u7jLyY5RUP9H6eaQzu/rx+3pye3pw2sTwf4moH+",
+	"SBeDlPWVRT8aHpGFPIFHCv73VWQ2EmLtu7/L0YMKvUFy205pBd1OWWRbIn5r9rQzELcLzdWJ1AjRdhDd",
+	"BeK1gJgLlKUVxRfE82CzbVT0+8qiT/P8/bhz+tsm0mS3hfRuUTLElSdYp5dUAy9v4Mpt4SHkULetx5JD",
+	"G9G0rXxrJ7K69DEXWwYAbVQQ4n60P/L51svckI58QwT9Mcnl/XOqNiBkNdVaCmRpgLkV5dtF/0gNAyfu",
+	"N/5APSBQDtAff0eh5h5qCteGqRkXLYJ9tf+wGENKhWDqGrVeuz0e/xaNk3G31zZG2V3ErZ3MshkzLLUH",
+	"GIutTKmw6p8TgPFVlhHeIvkumHh3Feh2soDdx+a7U0pTZY/27l4/cgOma8NrEGMehCMh7j0eT/oFhIP7",
+	"5EiurNvUlsP4BfIWP0d3aynZBdM6GsK1Sziz/2ZrToYJQ9tllS3kIOAIxEhMRAKHgtVksT5il7CPNDX5",
+	"nFBNJvwW86eWYDJjZiobXpkPv1xGCWFddnGT21uqfD1ihpUc3ULwyxo+3U4jjygC7xheI0ZHiDbE+6+R",
+	"De6jHa0I21gZm6HLKnvvYfT0VdfyUWsqtt359nu9zC0gbi+WGMAEoDkXxEwVY6RKZCA+kUHHA4UXiH2E",
+	"M4ZBjDqsv8M18dGF9q7tOdB2oZKDi+XCgsSepG9YHjIs37Gc4vStFLSLpVI9Uo54GMIajhgWv/P7a0G0",
+	"hdtb4VJ36epHcGItZ8e1/+iR7sun6e2SyuXEz8WqLEtG3e1T5jZPCVsC3EPmqgXF83bMWMPlPYTE5hjP",
+	"40lswfVZVmbatBiQptPSyrIXdqEunIBRxdRZiTnvC3ZyQc4+vHXV2feSu4m5/u//+n/JPnE3xKXiuWBf",
+	"QrMZF2QkpdFG0aJnXAI0FjI7+/C278uJA0WCiZsRxDUV+eny3UUspPPy3QVJc86EIQHnJHdTqRm5+PGs",
+	"d3TyggQ81xJu5cIxXZQN9TQdlB+uhyKg4X3yZsrSG5bVedvOGo+kXgorS2EO1JSKTE/pDWvEyM5KU9Lc",
+	"Lh+qMIMjarmsGK7gbw5yiJUkKxXEOwMVw2LkM2kYwbd1n3zwAUKQEWkRlBqpNCkhRZ4NRSqFUTInRU6F",
+	"y5REONcHqft+PBLGT+PLcfDqodjDbdkX9neC9mu7wDnEn/cKmedDkXx4f3FJDm4PMTBcJ12iIO3fQQMW",
+	"VPF23DKGZNfRMUMxFD/AKc1KQw0XE3+4Kc1zu5wxEynLTsMC7l0CBYvCLP0uhJNh7VqMW8RALipIKVzF",
+	"RBdYTxUjqcMRl92bUUNH9hnHekmazlz+58xCEvDsTnHDdJ+c2Qc5Gwr4QZEJs2s5HrxKcMM+NDmVGSNh",
+	"pHqwVzrSMi8NA6etndQuHlJHCdanq7QAxXIKm/IGYrKX/MkLzcl+l4xYSkttl+NwQpXCon6ay/RGkztG",
+	"MqxW5TDrlPjMiGrzbmR3GEpZhLRAStrqmSdrS5DDfcp5yhx74JlF0zG30nznrKDplPWO+oO6THvwmyVz",
+	"5WxG1bxz2vk+uFFwfhZDLFo2bxaRt0yRHy8vP4AVpcZSXN7s8t1Fv1MnQCzc3rMPbzvdTsUxO4P+Ia5D",
+	"FkzQgndOO8/hJ6gXPQWyezCFOiN/2H9PYvmWZ3CemhwNBuRuynPmA9dTpjXmk2tYcZ98L5mGMzKyTKcN",
+	"jLSrRjLBpXibdU47f2PGlThZqEl/NBisqEe/XR16N0OkDP1lsAkrU+f8lvVRrXXBZvGRq6UGNe5rftY5",
+	"/e0qPPYPbgY7umAaS0lMNORFFrpzZb89UIxm800PwFWBrG+6S0612IX0BPcOm0L24BACs3BGXFA1H1pa",
+	"wlJHzOxL795eXP7ws71dAk1LgJ139Ib1ygJAVBavycngOZFmytQd147bLJ3qOaMZd5v9Cgdrp5/DSZ4M",
+	"nn+B+X4Gnk2z+WuSYG2ehGg61/aypFOSsYKJjIl0TtA2/PBIVgEcjS/qlhGj6HjM0yi63R4eeLZ18KmO",
+	"f/h8QC2fpalrryR1BBe/Z2lOFdNA6N3rZM/Svi5xcPZ17D/aR5r/wQDFHI/ehz+ow+ipvCNGDgUaXgg3",
+	"pyRBw4uvdA+vJ876knjjUp/86vmKAyRJxhbsRio6QQL1y/m7oeAakd4Jhs80kXeCJB9+QXaP8+qDT5Xl",
+	"53NCAgGjiwwUOdL+aydl6ufJUHAQMSgpFHPKuB10BBHgrsFUDroKlowAvChntcQjrEhHpjLP/KqHIlUs",
+	"w7Bc3SeX9qbXkklkqRZhZtwkffIzY5ldjKUyKBzErub7gokzd2ZoewQ+UHfRavGz1q8c1L2pPnfXvhx0",
+	"XPp8VSVc/UVm8w1uZSPPMMwSXn674r2KFVKZvvvR5/N2Xo1fvsgGLw9fvjxOv8tenLyiR2NG6SA9OaHZ",
+	"4PCEPh+Nj8eHo6PRYPTy6CjNDk+yF+nhyWgwHgzo4GUzKff08Oj58efuhmRjOUP6c1O5Mqpkn5fo5OGD",
+	"0a2mkbmFD7r7p/EtIFDHSKs3JE72/eMt33+13fuHz7d6/74E9lND/fvt6nOD4tpjbZDAJgQDsuuyfddQ",
+	"3rAqQZzw/iAy3exLhrTIF1mHpFPgLwnZw2cQktSv00T3rQIclKsZij2a3gh5l7NsYsVR6ptkAKLt90nV",
+	"G8qcunZUPm8R6KKrxm2ldCrq+M0pNUNBc+CJWEUBF8stnzSlcvZMqfiEC5o7bvCaUJLxMeRImmporsnx",
+	"4NVQLOfGxiicLwHuIzmeBHmrAstcPjXGtfdKUYl1naCPQCcQ0BQbl7p2QWPnAEdQqnrrPnZ1Y5K1WK1+",
+	"I4L1cILdUhn3FprlEOKZtqo4zVHL3ZF0HW75/vNvijSeDL4l0vhXZxipCMLWxLCytLRTw5/kreuaB9LO",
+	"M43VmOZW9BLyjhR5qcOC0Wgw8QaCrpO+CqpNSFOHwkXUekuh+7oKFSI+VKhP3s6KnDNNEsiqSPrEa2lY",
+	"AozsIdkKzCb7tfKGy1mugxAhaZWR+uvQtEe65A1Defx++4PF6mV0bJhCqxzN+/++tQ99a7HMaVUgbus7",
+	"m8vJCq0Ry4tpl4FKqCFWliYJFhuq+svWJD2Xkz458/0rXHmvPRQ64BvUzIbCDrgPmpgrp+dK7lEyoYW9",
+	"xlSASS2nhQsx4ppOFGPaiRb2vk56OGjPl2FJhqIyXKKdxA6MNcecZdWZEfvknZygldFVmyyY8hs5rSlM",
+	"alcj2FC4Uk2WmMyod+i6zFuwK8fri5G9pCrydEosD072Y+QCIW3X9DSEH0wNxtQ0K1vqlArclqt/NdhY",
+	"bqkqon1hgWWxfF4bPZOTBWoGKA9ffpMa1+MSHASZ5de1pIAXf2vag52LVpCfD1jQQgN9wwZHclwVnxg7",
+	"Zl+VJxLwnlFUaAqC9ilxDs3qmz2sMjIUaD2FKhf7QAWqwiJmqmQ5ARrCFRHUlIrm5IbNdRctqNVg9rM6",
+	"934oquR7C50C7Vk41l7ytx/QHASOuYNPrgRGBQMgCkORLDT1TdBKjDeiT86XVbkbNq99NfDLSGZzsmcP",
+	"nCpwMA2FfeZ9bXIMtuaUCil4SnNotLXfouBVWia4obpI/S3c7T+6jtj6mtW10tk7Z0VO5xXFI//9X/8X",
+	"K/vWFwhFqapeX5doLlK0AELzUefegiKO6IED09rCrqnAI4FNW8ZwdETaSiq9RgdnPQD4RKApuJ2w6uMM",
+	"dB2LvVpQO18DyyrGEy/MNBR7oM0RbvYtD7R82a/Tiqahla/mYYF3jlw0m3cBgg1FKfg/ShayJ5BRSeKT",
+	"3nr4eg826TymfnK7dSxUwRDDfLSf811CVLUz1jpv5uW7nqucmhA0zAXnRTXhrhDYXXBkQwEHIMeE2m9y",
+	"CoexCpdiPPCiHM24OXdU4YuxwfVvt/QEvxcDrZIpfwtiwH1wW1G1ZT3tHB591x/0B/3DuvSF+8CufPNP",
+	"GyHY4Fjs2cPtHR11qnGrChp10LRLgPWOy4uLH2u3FUBgKYvzcGPO3ygb82WZf12IqoXtA7t5phfxluw1",
+	"sNoyHCkqrIf4vSAkN0ISm0v0gTd2u/GAm+Ce7qCmsWCM4GY3R1obZgwg+lezzmxruD4+OnrCeuSFFepo",
+	"KGQBFe4SQ2+g5NB4zFJTxYJbZW1reQ+UhU1sQ57PQY8K5JFYKSlxGT5JKAshQ5pSNcuZ1svxChd22n9p",
+	"K8y/7S4Pfl9+ourGinSAmxXCUoh+cjlobZdjzHOmDz7Z/9lr0Ro+cjw4RssjNyTzATrsI9e1mRPCKmd0",
+	"Do80Yy7/aimyAzoabYv69iOL94+JydhqKY7CFkD9XTBrt5OvjvZvzECJt9zenxkz1FXU9ueJEeJtx3kQ",
+	"wCV6rBdQDxsJHXimnUfwDX7Xw0jppFv/cjkvvIx+zgrV+55bVTUhez42o/XM3QiPePR/OvhTizCB8UqR",
+	"HPjWw36mESDdWqMNQ1OgQS7VzmXrnJMLAlcAn3jJmkANDsfHcMKT54P9LmH9SZ8kekrti38+HVHNXhyf",
+	"JlXocaxSvJOQviiefi/vBDivEVnbMXQDvwyYkbULV86hiKjvOIKJ/7rZiicJk3oQN/eAVkGG2L7Vqoei",
+	"rpNNaHbLlOEadT/yA02ntSaMfmSWEc0sDhqWz0+J7/DSHYrlpi7gEHda81nV4NrIoik/uOajOVRRIuZO",
+	"rnTU/Orre2+n021G6FpSPr6w1tOWPxG5lO9FFcdcMLWAE86WLlXGlE8K/BZVhC1F+G/RtUPzHO0q1d1z",
+	"we3O3JlSqDbfJmzUiTDxi/8r5UZD7SJJkrBzFVqSqjblmFAQxgBSTbS0ui+Eq9oXDSyI66FAsahrr6kz",
+	"0xF7IZG01O5UaHnFRAZB7fYPsLfJPIf4OvCy+nBZSExw8RN9gtqKIMv2UiPJjN64UGc7kqZjhokQVl9Y",
+	"DIe5YfOhCG2fLvCe53nPBfNX4NaG0cyehfO46S7R0sqAUhsfPI/+aW0UFZkeCoRa1YCIKz8aJgREHUEp",
+	"EIN3eG7bMu73rsjsQ1qqFhPNqm7kv3VYOpWWLeaMFZ2rZv+341g+YuewE0sR61Q11nuIwAcDF+7ebKZ2",
+	"tIVXKWyA96U9S41Gaqs0NE0migqoZ15Irfkot7K8YPv/FPT0+PBkSxPKU1YJ31UpH+CZ8vkiTK8gz2Hu",
+	"qF6RSEDCF32vN1T/NGMak8osJQ/fW1YL3nFtGgnKWxOYN5h5uIkxhM+4eVztcakBTeSqnaEnTo4boNFf",
+	"5H7dU8B/h6p+87iqtIDG71dYRDYq2QPVg8D/BPIrE4c43jEVjkQAtZYRB5ugNxr03IOj+JSrdMa2CG9c",
+	"WsJXisxutilaxjhcaPZNUvB7YiRuDWJzmqjQhpUxMnfwaSFj/ouYwBZwd0uxKvj4sU1i69AL2ig2qPxO",
+	"ePPlTWoPjDQHdcOYONOEx663w2gOoSC6GzZbgJ/3MOtJSDWjOf+DZQS8p/t98jO7Y9pgcECcleIU98am",
+	"7tPiurDr9ewWj+cpYCfw2QX0fKbdBgI8BQzaHD+DJjqTeD9UeL4eQ2EhXeId+IRn+85EOpV32D5bV/XY",
+	"qlJsjKbTTZDYLeNfDYuD6mor0did4hPGY1Md8I6I7BL7Dz65YjqOY2cs3o/157oAQ9hOu+9Nun9Gc26C",
+	"oRRuz11QmryuReoiRfsut0ljGNviHUUbjfc3E58s7UzCbmqwW83oDVqxOSpnzkwF1i2Wa3Y3ZYpVQjGG",
+	"TZVFEOX4utpApqgVo/eULA2HzkJY2WnGhNm3w0JhcDZzxSZiZp5fBH5SGZ0f+/LhRJu9ewbbdC1q7Pvc",
+	"nus/Sgb+nCppk7p8zeq+renc89hcyZ1Aa+JR9UYXck18vZZv0Tl+T0pwzmbSXovaaFxvfska4bTHssVj",
+	"5q7SzBeZIZFriHZOCNewkJWiT85ZD+fEBMVCsVsuS53Ph6IUVSG0gnJFFOthYS5thfcgeTFqH/1a1+Zb",
+	"Qd5/RnzF/Qd1leQKdaHGWse/kJ21iVnrJaAL+H4Jl2JEL1KgfdnzHS/X99QEpKotz0rxCGDf/1rGMe1O",
+	"blGwaTOGof1CE4oCs/dNgR+TZeidkmPiPBx98ncrUatSEHuILvDNZ4G40PNTELSHAnvhgNWX66q8Gdhl",
+	"K3+XJ4JWUofQd4ikZRmhxNedxoCtLkgs4ER3dbN9PDUu7Zkm0FWIMKE4jFBFTLjuWlV5GNRi0Ldl92yn",
+	"BY1jKLQkY6r65MwVOIFlVWYWkN38Z6/rATAhrKqjnYCXr0pht3sdCowjsMO50imxnG8AETRt+ha8XEul",
+	"pTuDw1fPx4f0qPddesx632WHtPeKnhz2XoyejwfsKD3ODgdVuytct6MSmdA9xbTMb5kTnxx3LaSyCuFv",
+	"R0fdl4Pu8fHzq6p+acekRc/5OOEj9/PUmKJXKDnCBsILjWNeDOymq5Ztv3VymdJ8apH/akvLqj2Jr+Qv",
+	"w85dETIjCKMq55Bzg8kZzVyXBfdvde1AB7DY+tDx2HaND2lLbtu5syG/DtJTmgTmHyUrv1Eb89aBoFsG",
+	"Tt+TcUA4sOMA7Tox/HnwybVdaLdQQySTJXQzjnXr7IG59HMXexsxRu9E9exHjy2ItuHjpaP+T8bYHDB4",
+	"eyJgGnMs0ev/Gx/+AVog2oNo3qCFouKRzzRx5YTxvu5RHxbsImQI1TdYBtpyWaytlTrZREgykwqa6+n+",
+	"ULypOllg32EoooK780lk9o+6vsprUje/IOaOp6wRHh/jxPD+k8XJIKnQcYl/inj3+7rq4FDX0rmqrvpa",
+	"3cmZnLH0sJX/uUCXMVZVzS0+tFiY3W17fP0qNqTvoLWhWbjuCtY2YNjnZvNBfaXyJ2Yl9z2xVtvI7QE/",
+	"mYiKReLvo6XXK41hdWVMtG0aKVx5w2hg4l6dxzsU4Uf73ViJLi/vhrGJKPuZSsrdQ8k2TBtfSr3efx3J",
+	"FQ8LdgWZ00PRljrdrr9Bs7Onrb/V7bgqPa2u2jVleS7rFs6dU4x5XNUFcTE+8qrZYmuxY9SWapoF+FdS",
+	"01z35wdW0yxovnU1rW3n33Koz9byySPnuz5Q6BHgS3uuy0J9jVbJ5teqIDZQ1TsIgzeSjFxgbtYlSbOJ",
+	"alUceH5KEiGvvQ/jGu3RkKgi5DU2Cql+JEmdBXNdlSlyP6f2x3GZ5/YHXxU9u86pYSoh0lJ27FE3oumN",
+	"HI+TlsLNOxFh+9Fji+5BV9AWAR5v/1NRKhFXvFIZ9IDZDBubhZqjePlXnjNNsECwi/+gYl5nNI0rnO0S",
+	"mWfrYjuovjmr5vwWMcTut03A9HmBuv/Vgim8Kac+EBqAc8NTX2c+OCOO0hBoK2DUvOeTYSp/gi/+WkdT",
+	"nPnkY/uRsy7A6zPMo5dV4lzOxSRBU6Lzr+WMWqGSQ4qc/V2wjwYbXuy5xlhSxNpi7WNTi4pujhi2iwiq",
+	"0wbpPS4Io66goe1i7XzoSXZd2FqtHH73YOWwf9zfyvFNk8pVRPLfVo6VVo6tpIKq6mFLXB4UfSPG3gk5",
+	"Rpefr7zk8kmZT2Pz9Y0TLIpkfAIsxEI0iiX2hwK0w2Qs81ze/RkrY2GNwTx3EsheLBNvH3RNwe6wuGDd",
+	"y6Mqf8rrSCiRVTpjkKFnILiJ2x9mDPPy/C31W4M8vHb5YqfShP7idJdInpsUK8xA17uIpaUuRBvEGK3o",
+	"8dlmsXE1CcNhKrwL24YONh8SDzE+pGvXttg3r22oRopbdMCjQbfudfpi3YqvHrdm4iX7GOXW7/yVAdSH",
+	"ICEAe/+rxD9BWrxj3h7DmzUK15CIoDhhK5UosD4hy1y5HCyfY7nc2KXSR+U27iIOIEraVw4Bh3yzAFyf",
+	"XCyUL6SKYR29qlohF0Z6H39Q0zB2kb1AuGuBteAyPyUTZlBkbL0ls3mOT0Ex+RDWmaS16xHKUja3sw3y",
+	"GzVfV6mJ+qiPqml6stCowMmINL0Bpuak3MQbIceK1Z3YhmJUZhNmUE719qQqsFcbOrcXxz6ccru9eZ+8",
+	"h9qPYODHu1ELikKaXt1BIXYdzu3TJysOdiudgU4oF/+WBd2BEgq13ns5M9hBUKpAeVotJUZa9cAdaIuM",
+	"hdZFFruZyJ75ujQuAAuLlXrjuoaaP+jxzbg9PddGiOWWhJMZm0k1fz0UqBtV7Yd8tZpZqQ0B0xEaVV2/",
+	"F/JeVD1gCnsT6t/zeaCCWYXN6o0Fg+bD9QjdoAhqVY4l93LkiI2lYuH7gca2HNEO6/DWhq0vFX5eXatN",
+	"vAAyNcz0ELY7FCFaZzg/jtVuqup93zLFx5xl/266szYxHo82bLvjKz2RvbH2bbT2V6TJtzfRamdS/xsP",
+	"yEVl4MFh/1vLHxfam3Wr8AvjjE7wNOfiBswk2BkMC3o02+tQgqK7MxGRpWIiUMaMnJEZ19rZeIJ2ObAg",
+	"UOBcUxhX3Bc3Whe2B85a/2hHSvarIE9/PaEyfbYq6BIWec9mYgtX9SuUhqvNcTsXifu2qqrjudgrUlU3",
+	"ozUlbbsWPhK+1clh5Sx0SLgC9nt6k973+92lxCrsZVslIeg+WV+UomZAzdb3S3UqWpQV13LvadeoCHqC",
+	"r9Q8HKCeTBTFXXU40WyiNZEU+G6fnLtWz1iTfrkrt5B3ZC8Jfrku2My5xsJfgw7S2C4NfGiusmLVizGS",
+	"yHgQjLIizGHH2nBBfMKMfrxOpXBxgUGRJB+mhKp+j5W9w47vYb4QMrBtrACu+iuVyfAt7J+a1/zVV/Fq",
+	"O18Jtqk281XpTi3puI9dQGPHlLsvk0DXjmx1CuPTcTPfeVBHSSuUy1+mrVMqJvaAoaVvggmVrlJmjPYk",
+	"ffI913QEDjQsnRl0zndextdDsZjzHPbunTLF9gmkOy/KC+io6y7lfIfJ3LO4GpmF9HZXZOsuB3xQQ6bQ",
+	"tgcCPRYXvOi15BpaTo2g8XOLewKGiJvsOwCvTrcKVXJO4K57cNWSHb1rL0o8bud72JhNhMD+qiVJ2xvc",
+	"ZhAp1rjBTzvO6p4UAo9sNZFoZxShuNOuOv+FC2hLHUpieyOLpmQuSwW9uD/859t93zDbXZkRlqDzRqtA",
+	"JuuTv/FbhnEDH374iewVUPBRQZjqlPk23+jb8M4OUGxLUJCDXty+iT7T+46FDUVjpssw0TLcARI5u1Yw",
+	"m7o4iqhlGIVSRM03AcTuyfwevqywX2qwyG/yHjsMqUKnLKsJT+1fsf3rvc3dTnUKqjwsa1Bx+rBomhgx",
+	"qpg6K83UmybcR0vVBGVpFTjfDD+led4ltDRTK7ZWFYuWl9EP3N0OUZY49CUTFC0LVUVvpnxLkEaNGtfy",
+	"I7Ap9OMpJDomCDQkbc501yWFBct1lY4Dc8fi+mMjfx+kB1SjhhYU91OVFxgklMTGAw9CyXPT4wIznaRK",
+	"p0wbRY1U3cUU78D9i4nx9oZlwTyY+rM8z4+M5s7hoBjNuGDa1eCHvmX16bqaoh7Qhe58vvr8/wMAAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

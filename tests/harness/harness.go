@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"github.com/worker-gateway/gateway/server"
+	"github.com/worker-gateway/gateway/server/objectstore"
 	"github.com/worker-gateway/gateway/server/pki"
 	"github.com/worker-gateway/gateway/store"
 	"github.com/worker-gateway/gateway/store/storetest"
@@ -102,6 +103,9 @@ func Start(t testing.TB, opts ...Options) *Gateway {
 	cfg := server.DefaultConfig()
 	cfg.Logger = Logger()
 	cfg.ValidateResponses = true
+	artifacts, err := objectstore.NewFS(t.TempDir())
+	require.NoError(t, err)
+	cfg.Artifacts.Backend = artifacts
 	for _, o := range opts {
 		if o.Config != nil {
 			o.Config(&cfg)

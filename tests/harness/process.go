@@ -137,7 +137,8 @@ func startProcess(t testing.TB, dbURL, certFile, keyFile string, extraArgs []str
 	require.NoError(t, err)
 	addr := ln.Addr().String()
 	require.NoError(t, ln.Close())
-	args := append([]string{"serve", "-database-url", dbURL, "-listen", addr, "-tls-cert", certFile, "-tls-key", keyFile}, extraArgs...)
+	args := append([]string{"serve", "-database-url", dbURL, "-listen", addr, "-tls-cert", certFile, "-tls-key", keyFile,
+		"-artifacts-dir", filepath.Join(filepath.Dir(certFile), "artifacts")}, extraArgs...)
 	cmd := exec.Command(Binary(t, "gateway"), args...)
 	cmd.Env = append(os.Environ(), env...)
 	if os.Getenv("GATEWAY_TEST_LOG") != "" {

@@ -66,6 +66,9 @@ func runDev(ctx context.Context, args []string, logger *slog.Logger) error {
 		return err
 	}
 	c.tlsCert, c.tlsKey = certs.ServerCert(), certs.ServerKey()
+	if c.artifacts.dir == "" {
+		c.artifacts.dir = filepath.Join(dir, "artifacts")
+	}
 
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {

@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/worker-gateway/gateway/migrations"
 	"github.com/worker-gateway/gateway/server"
+	"github.com/worker-gateway/gateway/server/objectstore"
 )
 
 // serveConfig is what `gateway serve` (and `gateway dev`) need to run a
@@ -26,6 +28,28 @@ type serveConfig struct {
 	server      server.Config
 	drain       time.Duration
 	maxConns    int
+	artifacts   artifactFlags
+}
+
+// artifactFlags choose where artifact bytes live.
+type artifactFlags struct {
+	backend string
+	dir     string
+	s3      objectstore.S3Config
+}
+
+// open builds the configured storage backend.
+func (a artifactFlags) open(ctx context.Context) (objectstore.Backend, error) {
+	switch a.backend {
+	case "fs":
+		if a.dir == "" {
+			return nil, fmt.Errorf("the fs artifact backend needs -artifacts-dir")
+		}
+		return objectstore.NewFS(a.dir)
+	case "s3":
+		return objectstore.NewS3(ctx, a.s3)
+	}
+	return nil, fmt.Errorf("unknown artifact backend %q (fs or s3)", a.backend)
 }
 
 func serveFlags(fs *flag.FlagSet) *serveConfig {
@@ -46,6 +70,20 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 	fs.IntVar(&c.server.Limits.RecordsPerBatch, "max-batch-records", c.server.Limits.RecordsPerBatch, "most records in one result batch")
 	fs.DurationVar(&c.drain, "drain", 30*time.Second, "how long in-flight requests may finish on shutdown")
 	fs.IntVar(&c.maxConns, "db-max-conns", 20, "database pool size")
+	fs.StringVar(&c.artifacts.backend, "artifacts-backend", env("GATEWAY_ARTIFACTS_BACKEND", "fs"), "where artifact bytes live: fs or s3 ($GATEWAY_ARTIFACTS_BACKEND)")
+	fs.StringVar(&c.artifacts.dir, "artifacts-dir", env("GATEWAY_ARTIFACTS_DIR", ""), "fs backend directory ($GATEWAY_ARTIFACTS_DIR)")
+	fs.StringVar(&c.artifacts.s3.Endpoint, "s3-endpoint", env("S3_ENDPOINT", ""), "S3 endpoint host[:port] or URL ($S3_ENDPOINT)")
+	fs.StringVar(&c.artifacts.s3.Region, "s3-region", env("S3_REGION", ""), "S3 region ($S3_REGION)")
+	fs.StringVar(&c.artifacts.s3.Bucket, "s3-bucket", env("S3_BUCKET", ""), "S3 bucket ($S3_BUCKET)")
+	fs.BoolVar(&c.artifacts.s3.UseSSL, "s3-tls", env("S3_TLS", "true") == "true", "reach S3 over TLS ($S3_TLS)")
+	fs.BoolVar(&c.artifacts.s3.PathStyle, "s3-path-style", env("S3_PATH_STYLE", "") == "true", "path-style bucket addressing, for MinIO and the like ($S3_PATH_STYLE=true)")
+	c.artifacts.s3.AccessKeyID = os.Getenv("S3_ACCESS_KEY_ID")         // secrets only from the environment,
+	c.artifacts.s3.SecretAccessKey = os.Getenv("S3_SECRET_ACCESS_KEY") // never from flags (visible in ps)
+	fs.StringVar(&c.server.Artifacts.PublicURL, "public-url", env("GATEWAY_PUBLIC_URL", ""), "the gateway's URL as workers reach it, for upload URLs ($GATEWAY_PUBLIC_URL)")
+	fs.DurationVar(&c.server.Artifacts.SessionTTL, "upload-ttl", c.server.Artifacts.SessionTTL, "how long an upload session stays open")
+	fs.Int64Var(&c.server.Artifacts.MaxBytes, "max-artifact-bytes", c.server.Artifacts.MaxBytes, "largest artifact")
+	fs.Int64Var(&c.server.Artifacts.MaxBytesPerAttempt, "max-attempt-artifact-bytes", c.server.Artifacts.MaxBytesPerAttempt, "most artifact bytes per attempt")
+	fs.Int64Var(&c.server.Limits.LogBytesPerAttempt, "max-log-bytes", c.server.Limits.LogBytesPerAttempt, "log cap per attempt")
 	return c
 }
 
@@ -86,6 +124,9 @@ func serve(ctx context.Context, c *serveConfig, ln net.Listener, logger *slog.Lo
 	defer pool.Close()
 
 	c.server.Logger = logger
+	if c.server.Artifacts.Backend, err = c.artifacts.open(ctx); err != nil {
+		return err
+	}
 	srv, err := server.New(pool, c.server)
 	if err != nil {
 		return err

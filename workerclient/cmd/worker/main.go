@@ -2,6 +2,10 @@
 // Gateway with its client certificate, advertises the plugins it has and runs
 // scanner_plugin tasks until SIGINT or SIGTERM, then drains.
 //
+// Plugins: echo, sleep and fail (for tests of the runtime), and the scanner
+// plugins dns-resolve, tcp-connect and http-probe (plugin_*.go), which report
+// assets and threats as results.
+//
 //	worker -gateway https://127.0.0.1:8443 -cert worker.crt -key worker.key -ca ca.crt
 //
 // Every flag has an environment variable: GATEWAY_URL, WORKER_CERT,

@@ -5,18 +5,39 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/url"
 	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/worker-gateway/gateway/workerclient"
 )
 
-// Call is one run of a plugin: the task, its decoded input and a logger that
-// names the attempt.
+// Call is one run of a plugin: the task, its decoded input, the scan's
+// targets and the assets it found so far, where to send results and a logger
+// that names the attempt.
 type Call struct {
-	Task  *workerclient.LeasedTask
-	Input json.RawMessage
-	Log   *slog.Logger
+	Task    *workerclient.LeasedTask
+	Input   json.RawMessage
+	Targets []string
+	Assets  []Asset
+	// Emit sends result records: the task's LeasedTask.Emit in a worker,
+	// a recorder in tests.
+	Emit Emitter
+	Log  *slog.Logger
+}
+
+// Emitter sends result records (see workerclient.LeasedTask.Emit).
+type Emitter func(ctx context.Context, records ...workerclient.ResultRecord) error
+
+// Asset is an asset an earlier job of the scan found, as the scan passes it
+// in the payload.
+type Asset struct {
+	Type    string          `json:"type"`
+	Value   string          `json:"value"`
+	Details json.RawMessage `json:"details,omitempty"`
 }
 
 // Plugin runs one scanner_plugin task. Its error decides the attempt's
@@ -26,9 +47,12 @@ type Plugin func(ctx context.Context, c *Call) error
 // plugins is the registry of what this worker can run; its names are the
 // "plugins" capability the worker advertises.
 var plugins = map[string]Plugin{
-	"echo":  echoPlugin,
-	"sleep": sleepPlugin,
-	"fail":  failPlugin,
+	"echo":        echoPlugin,
+	"sleep":       sleepPlugin,
+	"fail":        failPlugin,
+	"dns-resolve": dnsResolvePlugin,
+	"tcp-connect": tcpConnectPlugin,
+	"http-probe":  httpProbePlugin,
 }
 
 func pluginNames() []string {
@@ -40,34 +64,48 @@ func pluginNames() []string {
 	return names
 }
 
-// scannerPayload is the payload of a scanner_plugin task.
+// scannerPayload is the payload of a scanner_plugin task. A scan adds its
+// targets and the assets its earlier jobs found.
 type scannerPayload struct {
-	Plugin string          `json:"plugin"`
-	Input  json.RawMessage `json:"input"`
+	Plugin  string          `json:"plugin"`
+	Input   json.RawMessage `json:"input"`
+	Targets []string        `json:"targets"`
+	Assets  []Asset         `json:"assets"`
 }
 
 // handle is the worker's Handler: it dispatches scanner_plugin tasks to the
 // registered plugin.
 func handle(log *slog.Logger) workerclient.Handler {
 	return func(ctx context.Context, task *workerclient.LeasedTask) error {
-		if task.Type != string(workerclient.TaskTypeScannerPlugin) {
-			return workerclient.Permanent("unsupported-task-type", fmt.Sprintf("this worker does not run %q tasks", task.Type))
-		}
-		var p scannerPayload
-		if err := json.Unmarshal(task.Payload, &p); err != nil {
-			return workerclient.Permanent("bad-payload", "payload is not {plugin, input}: "+err.Error())
-		}
-		run, ok := plugins[p.Plugin]
-		if !ok {
-			return workerclient.Permanent("unknown-plugin", fmt.Sprintf("no plugin %q (have %v)", p.Plugin, pluginNames()))
-		}
-		c := &Call{
-			Task:  task,
-			Input: p.Input,
-			Log:   log.With("attempt_id", task.AttemptID, "task_id", task.ID, "plugin", p.Plugin),
+		run, c, err := callFor(task, log)
+		if err != nil {
+			return err
 		}
 		return run(ctx, c)
 	}
+}
+
+// callFor decodes a task into the plugin to run and its Call.
+func callFor(task *workerclient.LeasedTask, log *slog.Logger) (Plugin, *Call, error) {
+	if task.Type != string(workerclient.TaskTypeScannerPlugin) {
+		return nil, nil, workerclient.Permanent("unsupported-task-type", fmt.Sprintf("this worker does not run %q tasks", task.Type))
+	}
+	var p scannerPayload
+	if err := json.Unmarshal(task.Payload, &p); err != nil {
+		return nil, nil, workerclient.Permanent("bad-payload", "payload is not {plugin, input, targets, assets}: "+err.Error())
+	}
+	run, ok := plugins[p.Plugin]
+	if !ok {
+		return nil, nil, workerclient.Permanent("unknown-plugin", fmt.Sprintf("no plugin %q (have %v)", p.Plugin, pluginNames()))
+	}
+	return run, &Call{
+		Task:    task,
+		Input:   p.Input,
+		Targets: p.Targets,
+		Assets:  p.Assets,
+		Emit:    task.Emit,
+		Log:     log.With("attempt_id", task.AttemptID, "task_id", task.ID, "plugin", p.Plugin),
+	}, nil
 }
 
 // decodeInput decodes the call's input into v; a missing input decodes as
@@ -124,4 +162,120 @@ func failPlugin(_ context.Context, c *Call) error {
 		in.Code = "plugin-failed"
 	}
 	return &workerclient.TaskError{Code: in.Code, Message: in.Message, Retryable: in.Retryable}
+}
+
+// ---- helpers of the scanner plugins ----
+
+// assetRecord is an asset record; details are plain JSON values.
+func assetRecord(typ, value string, details map[string]any) workerclient.ResultRecord {
+	return workerclient.ResultRecord{
+		Kind:    workerclient.ResultRecordKindAsset,
+		Asset:   &workerclient.AssetRef{Type: typ, Value: value},
+		Details: jsonObject(details),
+	}
+}
+
+// threatRecord is a threat record on an asset.
+func threatRecord(asset workerclient.AssetRef, externalID, title string, severity workerclient.Severity,
+	details map[string]any) workerclient.ResultRecord {
+	return workerclient.ResultRecord{
+		Kind:       workerclient.ResultRecordKindThreat,
+		Asset:      &asset,
+		ExternalId: &externalID,
+		Title:      &title,
+		Severity:   &severity,
+		Details:    jsonObject(details),
+	}
+}
+
+// jsonObject encodes details, nil for none. The plugins put only strings,
+// numbers and slices of them in details, which always encode.
+func jsonObject(details map[string]any) *workerclient.JSONObject {
+	if details == nil {
+		return nil
+	}
+	raw, err := json.Marshal(details)
+	if err != nil {
+		panic(fmt.Sprintf("details do not encode: %v", err))
+	}
+	obj := workerclient.JSONObject(raw)
+	return &obj
+}
+
+// assetValues returns the values of the assets of type typ, in order,
+// without repeats.
+func assetValues(assets []Asset, typ string) []string {
+	var vs []string
+	for _, a := range assets {
+		if a.Type == typ && a.Value != "" && !slices.Contains(vs, a.Value) {
+			vs = append(vs, a.Value)
+		}
+	}
+	return vs
+}
+
+// hostOf is the host a target names: a URL's host, a host:port's host, an
+// IPv6 address without brackets, or the target itself.
+func hostOf(target string) string {
+	t := strings.TrimSpace(target)
+	if strings.Contains(t, "://") {
+		if u, err := url.Parse(t); err == nil && u.Hostname() != "" {
+			return u.Hostname()
+		}
+	}
+	if h, _, err := net.SplitHostPort(t); err == nil {
+		return h
+	}
+	return strings.TrimSuffix(strings.TrimPrefix(t, "["), "]")
+}
+
+// timeoutInput is a plugin's per-operation timeout: timeout_ms, or def when
+// absent; at most a minute.
+func timeoutInput(ms int, def time.Duration) (time.Duration, error) {
+	switch {
+	case ms == 0:
+		return def, nil
+	case ms < 0 || ms > 60_000:
+		return 0, workerclient.Permanent("bad-input", fmt.Sprintf("timeout_ms %d is outside 1..60000", ms))
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
+// forEach runs fn on every item, at most limit at a time. It stops starting
+// new items once ctx is done or fn failed, and returns fn's first error, or
+// ctx's error when ctx ended first: a scan cut short must not look complete.
+func forEach[T any](ctx context.Context, items []T, limit int, fn func(context.Context, T) error) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	sem := make(chan struct{}, max(limit, 1))
+	var (
+		wg    sync.WaitGroup
+		once  sync.Once
+		first error
+	)
+	fail := func(err error) {
+		once.Do(func() {
+			first = err
+			cancel(err)
+		})
+	}
+loop:
+	for _, it := range items {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			break loop
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := fn(ctx, it); err != nil {
+				fail(err)
+			}
+		})
+	}
+	wg.Wait()
+	if first != nil {
+		return first
+	}
+	return ctx.Err()
 }

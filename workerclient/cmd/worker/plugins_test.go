@@ -28,7 +28,27 @@ func taskError(t *testing.T, err error) *workerclient.TaskError {
 }
 
 func TestPluginNamesAreTheCapability(t *testing.T) {
-	assert.Equal(t, []string{"echo", "fail", "sleep"}, pluginNames())
+	assert.Equal(t, []string{"dns-resolve", "echo", "fail", "http-probe", "sleep", "tcp-connect"}, pluginNames())
+}
+
+func TestCallCarriesTheScanPayload(t *testing.T) {
+	task := &workerclient.LeasedTask{Type: "scanner_plugin", Payload: json.RawMessage(`{
+		"plugin": "tcp-connect", "input": {"ports": [22]},
+		"targets": ["localhost"],
+		"assets": [{"type": "ip", "value": "127.0.0.1", "details": {"hostname": "localhost"}}],
+		"added_by_a_newer_gateway": true}`)}
+	run, c, err := callFor(task, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	require.NotNil(t, run)
+	assert.JSONEq(t, `{"ports": [22]}`, string(c.Input))
+	assert.Equal(t, []string{"localhost"}, c.Targets)
+	require.Len(t, c.Assets, 1)
+	assert.Equal(t, "ip", c.Assets[0].Type)
+	assert.Equal(t, "127.0.0.1", c.Assets[0].Value)
+	assert.JSONEq(t, `{"hostname": "localhost"}`, string(c.Assets[0].Details))
+	// Emit is the task's: outside a Runtime it refuses.
+	require.NotNil(t, c.Emit)
+	assert.Error(t, c.Emit(t.Context(), workerclient.ResultRecord{Kind: workerclient.ResultRecordKindData}))
 }
 
 func TestEcho(t *testing.T) {

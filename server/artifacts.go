@@ -1,0 +1,235 @@
+package server
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/worker-gateway/gateway/server/api"
+	"github.com/worker-gateway/gateway/server/objectstore"
+	"github.com/worker-gateway/gateway/store"
+)
+
+// artifactKeyPrefix starts every artifact's object key, so the orphan
+// sweep lists only what the gateway put there.
+const artifactKeyPrefix = "artifacts"
+
+// ArtifactConfig is where artifacts go and how big they may be.
+type ArtifactConfig struct {
+	// Backend keeps the bytes; nil disables artifacts (503).
+	Backend objectstore.Backend
+	// PublicURL is the gateway's URL as workers reach it, for fs upload
+	// URLs; empty means "https://" + the Host the worker used.
+	PublicURL string
+	// SessionTTL is how long an upload session stays open.
+	SessionTTL time.Duration
+	// MaxBytes bounds one artifact; MaxBytesPerAttempt all of an attempt's.
+	MaxBytes           int64
+	MaxBytesPerAttempt int64
+}
+
+func (h *handlers) artifacts() (objectstore.Backend, error) {
+	if h.cfg.Artifacts.Backend == nil {
+		return nil, newProblem(http.StatusServiceUnavailable, "artifacts-disabled", "this gateway has no artifact storage configured")
+	}
+	return h.cfg.Artifacts.Backend, nil
+}
+
+// OpenArtifactUpload opens an upload session and says how to upload.
+func (h *handlers) OpenArtifactUpload(ctx context.Context, req api.OpenArtifactUploadRequestObject) (api.OpenArtifactUploadResponseObject, error) {
+	backend, err := h.artifacts()
+	if err != nil {
+		return nil, err
+	}
+	b := req.Body
+	cfg := h.cfg.Artifacts
+	contentType := "application/octet-stream"
+	if b.ContentType != nil && *b.ContentType != "" {
+		contentType = *b.ContentType
+	}
+	ref := store.AttemptRef{WorkerID: workerFrom(ctx), AttemptID: req.AttemptId, LeaseToken: req.Params.LeaseToken}
+	u, err := h.store.OpenUpload(ctx, store.OpenUploadParams{
+		AttemptRef: ref, Name: b.Name, ContentType: contentType, SizeBytes: b.SizeBytes, SHA256: b.Sha256,
+		ObjectKey: objectstore.NewKey(artifactKeyPrefix), TTL: cfg.SessionTTL,
+		MaxBytes: cfg.MaxBytes, MaxBytesPerAttempt: cfg.MaxBytesPerAttempt,
+	})
+	if err != nil {
+		return nil, err
+	}
+	session := api.UploadSession{
+		UploadId: u.ID, Method: api.PUT, ExpiresAt: u.ExpiresAt, ExpiresInSeconds: secondsOf(u.ExpiresIn),
+		Headers: map[string]string{"Content-Type": contentType},
+	}
+	if backend.Direct() {
+		put, err := backend.PresignPut(ctx, u.ObjectKey, u.SizeBytes, u.SHA256, contentType, u.ExpiresIn)
+		if err != nil {
+			return nil, fmt.Errorf("presign upload: %w", err)
+		}
+		session.Url, session.Headers = put.URL, put.Headers
+	} else {
+		base := cfg.PublicURL
+		if base == "" {
+			base = "https://" + requestHostFrom(ctx)
+		}
+		session.Url = strings.TrimSuffix(base, "/") + "/v1/uploads/" + u.ID.String()
+	}
+	return api.OpenArtifactUpload201JSONResponse(session), nil
+}
+
+// UploadArtifact streams an fs-backend upload to disk, checking its length
+// and SHA-256 as it goes. The body is never held in memory.
+func (h *handlers) UploadArtifact(ctx context.Context, req api.UploadArtifactRequestObject) (api.UploadArtifactResponseObject, error) {
+	backend, err := h.artifacts()
+	if err != nil {
+		return nil, err
+	}
+	if backend.Direct() {
+		return nil, newProblem(http.StatusConflict, "upload-direct", "upload to the URL the session named, not to the gateway")
+	}
+	workerID := workerFrom(ctx)
+	u, err := h.store.UploadForWorker(ctx, workerID, req.UploadId)
+	if err != nil {
+		return nil, err
+	}
+	if n := requestContentLengthFrom(ctx); n >= 0 && n != u.SizeBytes {
+		return nil, newProblem(http.StatusBadRequest, "upload-mismatch",
+			fmt.Sprintf("the session declared %d bytes; the request has %d", u.SizeBytes, n))
+	}
+	if err := backend.Put(ctx, u.ObjectKey, req.Body, u.SizeBytes, u.SHA256, u.ContentType); err != nil {
+		switch {
+		case errors.Is(err, objectstore.ErrExists):
+			return nil, store.ErrUploadState
+		case errors.Is(err, objectstore.ErrMismatch), errors.Is(err, objectstore.ErrTooLarge):
+			return nil, withCause(newProblem(http.StatusBadRequest, "upload-mismatch",
+				"the body does not match the size or SHA-256 the session declared"), err)
+		}
+		return nil, fmt.Errorf("store upload: %w", err)
+	}
+	if err := h.store.MarkUploaded(ctx, workerID, req.UploadId); err != nil {
+		// The session closed while we streamed: the object must not linger.
+		_ = backend.Delete(context.WithoutCancel(ctx), u.ObjectKey)
+		return nil, err
+	}
+	return api.UploadArtifact204Response{}, nil
+}
+
+// CommitArtifactUpload verifies the stored object and creates the file.
+func (h *handlers) CommitArtifactUpload(ctx context.Context, req api.CommitArtifactUploadRequestObject) (api.CommitArtifactUploadResponseObject, error) {
+	backend, err := h.artifacts()
+	if err != nil {
+		return nil, err
+	}
+	f, err := h.store.CommitUpload(ctx, workerFrom(ctx), req.UploadId, func(ctx context.Context, u store.Upload) error {
+		info, err := backend.Stat(ctx, u.ObjectKey)
+		switch {
+		case errors.Is(err, objectstore.ErrNotFound):
+			return store.ErrUploadMissing
+		case err != nil:
+			return fmt.Errorf("verify upload: %w", err)
+		case info.Size != u.SizeBytes || info.SHA256 != u.SHA256:
+			// A tampered object never becomes a file; remove it now.
+			_ = backend.Delete(context.WithoutCancel(ctx), u.ObjectKey)
+			return store.ErrUploadMismatch
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return api.CommitArtifactUpload200JSONResponse(toFile(f)), nil
+}
+
+func toFile(f store.File) api.File {
+	return api.File{
+		Id: f.ID, OrganizationId: f.OrganizationID, TaskId: f.TaskID, AttemptId: f.AttemptID, Name: f.Name,
+		ContentType: f.ContentType, SizeBytes: f.SizeBytes, Sha256: f.SHA256, CreatedAt: f.CreatedAt,
+	}
+}
+
+// ListTaskArtifacts lists a task's committed files.
+func (h *handlers) ListTaskArtifacts(ctx context.Context, req api.ListTaskArtifactsRequestObject) (api.ListTaskArtifactsResponseObject, error) {
+	scope, err := requireScope(ctx, scopeReader, scopeProducer)
+	if err != nil {
+		return nil, err
+	}
+	files, err := h.store.ListTaskFiles(ctx, scope, req.TaskId)
+	if err != nil {
+		return nil, err
+	}
+	return api.ListTaskArtifacts200JSONResponse{Items: mapSlice(files, toFile)}, nil
+}
+
+// GetFile returns a file's metadata.
+func (h *handlers) GetFile(ctx context.Context, req api.GetFileRequestObject) (api.GetFileResponseObject, error) {
+	scope, err := requireScope(ctx, scopeReader, scopeProducer)
+	if err != nil {
+		return nil, err
+	}
+	f, err := h.store.GetFile(ctx, scope, req.FileId)
+	if err != nil {
+		return nil, err
+	}
+	return api.GetFile200JSONResponse(toFile(f)), nil
+}
+
+// GetFileContent streams a file's bytes.
+func (h *handlers) GetFileContent(ctx context.Context, req api.GetFileContentRequestObject) (api.GetFileContentResponseObject, error) {
+	scope, err := requireScope(ctx, scopeReader, scopeProducer)
+	if err != nil {
+		return nil, err
+	}
+	backend, err := h.artifacts()
+	if err != nil {
+		return nil, err
+	}
+	f, err := h.store.GetFile(ctx, scope, req.FileId)
+	if err != nil {
+		return nil, err
+	}
+	body, _, err := backend.Open(ctx, f.ObjectKey)
+	if errors.Is(err, objectstore.ErrNotFound) {
+		return nil, withCause(newProblem(http.StatusNotFound, "not-found", "the file's content is gone"), err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open file: %w", err)
+	}
+	return fileContentResponse{file: f, body: body}, nil
+}
+
+// fileContentResponse streams a file with its own content type, length and
+// digest (the generated type would force application/octet-stream).
+type fileContentResponse struct {
+	file store.File
+	body io.ReadCloser
+}
+
+func (r fileContentResponse) VisitGetFileContentResponse(w http.ResponseWriter) error {
+	defer r.body.Close()
+	w.Header().Set("Content-Type", r.file.ContentType)
+	w.Header().Set("Content-Length", strconv.FormatInt(r.file.SizeBytes, 10))
+	if sum, err := hex.DecodeString(r.file.SHA256); err == nil {
+		w.Header().Set("Repr-Digest", "sha-256=:"+base64.StdEncoding.EncodeToString(sum)+":")
+	}
+	w.Header().Set("Content-Disposition", `attachment; filename="`+sanitizeFilename(r.file.Name)+`"`)
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	_, err := io.Copy(w, r.body)
+	return err
+}
+
+// sanitizeFilename keeps a header-safe file name.
+func sanitizeFilename(name string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == '"' || r == '\\' || r > 0x7e {
+			return '_'
+		}
+		return r
+	}, name)
+}

@@ -1,0 +1,73 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+	"unicode/utf8"
+
+	"github.com/worker-gateway/gateway/server/api"
+	"github.com/worker-gateway/gateway/store"
+)
+
+// AppendLogs appends a chunk to an attempt's log, idempotently by offset.
+func (h *handlers) AppendLogs(ctx context.Context, req api.AppendLogsRequestObject) (api.AppendLogsResponseObject, error) {
+	ref := store.AttemptRef{WorkerID: workerFrom(ctx), AttemptID: req.AttemptId, LeaseToken: req.Params.LeaseToken}
+	res, err := h.store.AppendLog(ctx, ref, req.Body.Offset, []byte(req.Body.Data), h.cfg.Limits.LogBytesPerAttempt)
+	var offsetErr *store.LogOffsetError
+	if errors.As(err, &offsetErr) {
+		p := newProblem(http.StatusConflict, "log-offset-mismatch", offsetErr.Error())
+		p.ExpectedOffset = &offsetErr.Expected
+		return nil, p
+	}
+	if err != nil {
+		return nil, err
+	}
+	return api.AppendLogs200JSONResponse{
+		NextOffset: res.NextOffset, Truncated: res.Truncated,
+		LeaseState: api.LeaseState(res.Lease.State), LeaseTtlSeconds: secondsOf(res.Lease.LeaseTTL),
+	}, nil
+}
+
+// logReadLimit bounds one log read.
+const logReadLimit = 1 << 20
+
+// GetTaskLogs reads an attempt's log, optionally following it.
+func (h *handlers) GetTaskLogs(ctx context.Context, req api.GetTaskLogsRequestObject) (api.GetTaskLogsResponseObject, error) {
+	scope, err := requireScope(ctx, scopeReader, scopeProducer)
+	if err != nil {
+		return nil, err
+	}
+	p := req.Params
+	attempt, offset := 0, int64(0)
+	if p.Attempt != nil {
+		attempt = *p.Attempt
+	}
+	if p.Offset != nil {
+		offset = int64(*p.Offset)
+	}
+	var lt store.LogText
+	if p.Follow != nil && *p.Follow {
+		wait := 20 * time.Second
+		if p.WaitSeconds != nil {
+			wait = time.Duration(*p.WaitSeconds) * time.Second
+		}
+		lt, err = h.store.FollowTaskLog(ctx, scope, req.TaskId, attempt, offset, logReadLimit, min(wait, h.cfg.MaxWait))
+	} else {
+		lt, err = h.store.ReadTaskLog(ctx, scope, req.TaskId, attempt, offset, logReadLimit)
+	}
+	if err != nil {
+		return nil, err
+	}
+	// A read that ends inside a character stops before it; the next read
+	// starts there.
+	data := lt.Data
+	for len(data) > 0 && !utf8.Valid(data) {
+		data = data[:len(data)-1]
+	}
+	return api.GetTaskLogs200JSONResponse{
+		AttemptId: &lt.AttemptID, AttemptNumber: lt.AttemptNumber, Offset: lt.Offset,
+		NextOffset: lt.Offset + int64(len(data)), Data: string(data), Truncated: &lt.Truncated, Complete: lt.Complete && len(data) == len(lt.Data),
+	}, nil
+}

@@ -1,0 +1,255 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// LogOffsetError refuses a chunk that leaves a gap or disagrees with what
+// was already accepted; Expected is where the next chunk must start.
+type LogOffsetError struct{ Expected int64 }
+
+func (e *LogOffsetError) Error() string {
+	return fmt.Sprintf("log chunk does not continue the log: the next chunk must start at offset %d", e.Expected)
+}
+
+// LogAppend is the log's state after an append.
+type LogAppend struct {
+	NextOffset int64
+	Truncated  bool
+	Lease      LeaseStatus
+}
+
+// truncationMarker ends a log that reached its cap.
+func truncationMarker(cap int64) []byte {
+	return []byte(fmt.Sprintf("\n[log truncated: this attempt's log reached its cap of %d bytes; later output was dropped]\n", cap))
+}
+
+// AppendLog appends a chunk at offset of an attempt's log, idempotently: a
+// chunk already accepted is accepted again (checked byte for byte while it is
+// still stored), a gap or a disagreeing overlap is a *LogOffsetError. The
+// position advances in one fenced UPDATE of the attempt (token, active,
+// unexpired lease, and offset = the current position), so concurrent or
+// stale appends cannot interleave. Past maxBytes the log keeps what fits and
+// one truncation marker; later data is accepted and dropped.
+func (s *Store) AppendLog(ctx context.Context, ref AttemptRef, offset int64, data []byte, maxBytes int64) (LogAppend, error) {
+	var res LogAppend
+	err := s.inTx(ctx, "append log", func(tx pgx.Tx) error {
+		res = LogAppend{}
+		end := offset + int64(len(data))
+		var stored int64
+		var truncated bool
+		err := tx.QueryRow(ctx, `
+			UPDATE worker_task_attempts SET log_offset = $5
+			WHERE id = $1 AND worker_id = $2 AND lease_token = $3
+				AND status IN (`+activeStatuses+`) AND lease_expires_at > now()
+				AND log_offset = $4
+			RETURNING log_stored, log_truncated`,
+			ref.AttemptID, ref.WorkerID, ref.LeaseToken, offset, end).Scan(&stored, &truncated)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			return s.logRetryOrMismatch(ctx, tx, ref, offset, data, maxBytes, &res)
+		case err != nil:
+			return fmt.Errorf("advance log: %w", err)
+		}
+		res.NextOffset, res.Truncated = end, truncated
+		if !truncated && len(data) > 0 {
+			keep := data
+			if stored+int64(len(data)) > maxBytes {
+				keep = cutAtRune(data, maxBytes-stored)
+				res.Truncated = true
+			}
+			if err := insertLogChunk(ctx, tx, ref.AttemptID, stored, keep); err != nil {
+				return err
+			}
+			stored += int64(len(keep))
+			if res.Truncated {
+				marker := truncationMarker(maxBytes)
+				if err := insertLogChunk(ctx, tx, ref.AttemptID, stored, marker); err != nil {
+					return err
+				}
+				stored += int64(len(marker))
+			}
+			if _, err := tx.Exec(ctx, `UPDATE worker_task_attempts SET log_stored = $2, log_truncated = $3 WHERE id = $1`,
+				ref.AttemptID, stored, res.Truncated); err != nil {
+				return fmt.Errorf("record log size: %w", err)
+			}
+		}
+		res.Lease, err = currentLease(ctx, tx, ref)
+		return err
+	})
+	if err != nil {
+		return LogAppend{}, err
+	}
+	return res, nil
+}
+
+func insertLogChunk(ctx context.Context, tx pgx.Tx, attempt uuid.UUID, at int64, data []byte) error {
+	if len(data) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO attempt_logs (attempt_id, byte_offset, data) VALUES ($1, $2, $3)`, attempt, at, data); err != nil {
+		return fmt.Errorf("store log chunk: %w", err)
+	}
+	return nil
+}
+
+// cutAtRune shortens b to at most n bytes without splitting a character.
+func cutAtRune(b []byte, n int64) []byte {
+	if n <= 0 {
+		return nil
+	}
+	if int64(len(b)) <= n {
+		return b
+	}
+	cut := int(n)
+	for cut > 0 && !utf8.RuneStart(b[cut]) {
+		cut--
+	}
+	return b[:cut]
+}
+
+// logRetryOrMismatch runs when the fenced append matched nothing: the
+// attempt is not this worker's (not found), its lease is gone (lease lost),
+// the chunk repeats accepted data (accepted again), or it does not continue
+// the log (offset error).
+func (s *Store) logRetryOrMismatch(ctx context.Context, tx pgx.Tx, ref AttemptRef, offset int64, data []byte, maxBytes int64, res *LogAppend) error {
+	var (
+		logOffset, stored int64
+		truncated, live   bool
+	)
+	err := tx.QueryRow(ctx, `
+		SELECT log_offset, log_stored, log_truncated,
+			lease_token = $3 AND status IN (`+activeStatuses+`) AND lease_expires_at > now()
+		FROM worker_task_attempts WHERE id = $1 AND worker_id = $2`,
+		ref.AttemptID, ref.WorkerID, ref.LeaseToken).Scan(&logOffset, &stored, &truncated, &live)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ErrNotFound
+	}
+	if err != nil {
+		return fmt.Errorf("read log position: %w", err)
+	}
+	if !live {
+		return ErrLeaseLost
+	}
+	end := offset + int64(len(data))
+	if end > logOffset {
+		return &LogOffsetError{Expected: logOffset}
+	}
+	// A retry of accepted data: compare what is still stored of it (the
+	// kept text, not the truncation marker; dropped data cannot be checked).
+	kept := stored
+	if truncated {
+		kept -= int64(len(truncationMarker(maxBytes)))
+	}
+	if offset < kept {
+		have, err := readLog(ctx, tx, ref.AttemptID, offset, min(end, kept)-offset)
+		if err != nil {
+			return err
+		}
+		if string(have) != string(data[:len(have)]) {
+			return &LogOffsetError{Expected: logOffset}
+		}
+	}
+	res.NextOffset, res.Truncated = logOffset, truncated
+	res.Lease, err = currentLease(ctx, tx, ref)
+	return err
+}
+
+// readLog returns up to n stored bytes of an attempt's log from offset.
+func readLog(ctx context.Context, ex executor, attempt uuid.UUID, offset, n int64) ([]byte, error) {
+	rows, err := ex.Query(ctx, `
+		SELECT byte_offset, data FROM attempt_logs
+		WHERE attempt_id = $1 AND byte_offset + length(data) > $2 AND byte_offset < $2 + $3
+		ORDER BY byte_offset`, attempt, offset, n)
+	if err != nil {
+		return nil, fmt.Errorf("read log: %w", err)
+	}
+	defer rows.Close()
+	out := make([]byte, 0, n)
+	for rows.Next() {
+		var at int64
+		var chunk []byte
+		if err := rows.Scan(&at, &chunk); err != nil {
+			return nil, err
+		}
+		from := max(offset-at, 0)
+		to := min(int64(len(chunk)), offset+n-at)
+		out = append(out, chunk[from:to]...)
+	}
+	return out, rows.Err()
+}
+
+// LogText is part of an attempt's stored log.
+type LogText struct {
+	AttemptID     uuid.UUID
+	AttemptNumber int
+	Offset        int64
+	NextOffset    int64
+	Data          []byte
+	Truncated     bool
+	// Complete is true when the attempt has ended: no more data will come.
+	Complete bool
+}
+
+// ReadTaskLog reads one attempt's log (the latest when attemptNumber is 0)
+// from offset, up to limit bytes.
+func (s *Store) ReadTaskLog(ctx context.Context, scope Scope, taskID uuid.UUID, attemptNumber int, offset, limit int64) (LogText, error) {
+	if _, err := s.readScopedTask(ctx, s.pool, scope, taskID); err != nil {
+		return LogText{}, err
+	}
+	lt := LogText{Offset: offset}
+	var stored int64
+	var active bool
+	err := s.pool.QueryRow(ctx, `
+		SELECT id, attempt_number, log_stored, log_truncated, status IN (`+activeStatuses+`)
+		FROM worker_task_attempts
+		WHERE task_id = $1 AND ($2 = 0 OR attempt_number = $2)
+		ORDER BY attempt_number DESC LIMIT 1`, taskID, attemptNumber,
+	).Scan(&lt.AttemptID, &lt.AttemptNumber, &stored, &lt.Truncated, &active)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return LogText{}, fmt.Errorf("%w: attempt", ErrNotFound)
+	}
+	if err != nil {
+		return LogText{}, fmt.Errorf("read log: %w", err)
+	}
+	if offset < stored {
+		if lt.Data, err = readLog(ctx, s.pool, lt.AttemptID, offset, min(stored-offset, limit)); err != nil {
+			return LogText{}, err
+		}
+	}
+	lt.NextOffset = offset + int64(len(lt.Data))
+	lt.Complete = !active && lt.NextOffset >= stored
+	return lt, nil
+}
+
+// logPollInterval is how often a follow read looks for new log data.
+const logPollInterval = 200 * time.Millisecond
+
+// FollowTaskLog is ReadTaskLog that, when there is nothing new and the
+// attempt is still active, waits up to wait for data or the attempt's end.
+// It re-reads every logPollInterval: following a log is an operator's view,
+// not a hot path, and needs no wake-up plumbing.
+func (s *Store) FollowTaskLog(ctx context.Context, scope Scope, taskID uuid.UUID, attemptNumber int, offset, limit int64, wait time.Duration) (LogText, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		lt, err := s.ReadTaskLog(ctx, scope, taskID, attemptNumber, offset, limit)
+		if err != nil || len(lt.Data) > 0 || lt.Complete || !time.Now().Before(deadline) {
+			return lt, err
+		}
+		if attemptNumber == 0 {
+			attemptNumber = lt.AttemptNumber // keep following the attempt we started with
+		}
+		select {
+		case <-ctx.Done():
+			return lt, nil
+		case <-time.After(logPollInterval):
+		}
+	}
+}

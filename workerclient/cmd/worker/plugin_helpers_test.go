@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/worker-gateway/gateway/workerclient"
+)
+
+// The scanner plugins are driven directly, with a recorder in place of
+// LeasedTask.Emit, against loopback addresses only.
+
+// record is an emitted record, flattened for assertions.
+type record struct {
+	Kind       string
+	Type       string
+	Value      string
+	ExternalID string
+	Severity   string
+	Details    map[string]any
+}
+
+// recorder is an Emitter that keeps what it is given; it fails with err when
+// set.
+type recorder struct {
+	mu      sync.Mutex
+	records []record
+	calls   int
+	err     error
+}
+
+func (r *recorder) emit(_ context.Context, recs ...workerclient.ResultRecord) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls++
+	if r.err != nil {
+		return r.err
+	}
+	for _, rr := range recs {
+		rec := record{Kind: string(rr.Kind)}
+		if rr.Asset != nil {
+			rec.Type, rec.Value = rr.Asset.Type, rr.Asset.Value
+		}
+		if rr.ExternalId != nil {
+			rec.ExternalID = *rr.ExternalId
+		}
+		if rr.Severity != nil {
+			rec.Severity = string(*rr.Severity)
+		}
+		if rr.Details != nil {
+			if err := json.Unmarshal(*rr.Details, &rec.Details); err != nil {
+				panic(err)
+			}
+		}
+		r.records = append(r.records, rec)
+	}
+	return nil
+}
+
+// sorted returns the records by kind, type, value and external id.
+func (r *recorder) sorted() []record {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rs := slices.Clone(r.records)
+	slices.SortStableFunc(rs, func(a, b record) int {
+		return strings.Compare(a.Kind+"\x00"+a.Type+"\x00"+a.Value+"\x00"+a.ExternalID,
+			b.Kind+"\x00"+b.Type+"\x00"+b.Value+"\x00"+b.ExternalID)
+	})
+	return rs
+}
+
+func newCall(t *testing.T, input string, targets []string, assets []Asset, rec *recorder) *Call {
+	t.Helper()
+	if input != "" {
+		require.True(t, json.Valid([]byte(input)), input)
+	}
+	return &Call{
+		Task:    &workerclient.LeasedTask{Type: "scanner_plugin"},
+		Input:   json.RawMessage(input),
+		Targets: targets,
+		Assets:  assets,
+		Emit:    rec.emit,
+		Log:     slog.New(slog.DiscardHandler),
+	}
+}
