@@ -119,6 +119,15 @@ func (sw *Sweeper) sweepUploads(ctx context.Context) {
 		return
 	}
 	sw.lastOrphanSweep = time.Now()
+	// Temp files of uploads that died mid-stream (fs only); no upload
+	// outlives its session, so twice the session lifetime is safe.
+	if tmp, ok := backend.(interface {
+		RemoveStaleTemp(context.Context, time.Duration) (int, error)
+	}); ok {
+		if _, err := tmp.RemoveStaleTemp(ctx, 2*sw.cfg.Artifacts.SessionTTL); err != nil {
+			sw.logger.Warn("stale temp sweep failed", "error", err.Error())
+		}
+	}
 	if n, err := sw.sweepOrphans(ctx, backend); err != nil {
 		sw.logger.Warn("orphan sweep failed", "error", err.Error())
 	} else if n > 0 {

@@ -21,8 +21,9 @@ import (
 // S3Config locates a bucket in an S3-compatible store.
 type S3Config struct {
 	// Endpoint is host[:port] ("s3.eu-west-1.amazonaws.com",
-	// "minio.internal:9000"). A URL is accepted too; its scheme then decides
-	// TLS.
+	// "minio.internal:9000"), reached with TLS when UseSSL is set. A URL
+	// ("http://minio.internal:9000") is accepted too: its scheme then
+	// decides TLS, whatever UseSSL says.
 	Endpoint string
 	// Region; leave empty to ask the store (one extra request per bucket).
 	Region string
@@ -109,13 +110,11 @@ func s3Endpoint(endpoint string, useSSL bool) (host string, secure bool, err err
 	if u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
 		return "", false, fmt.Errorf("objectstore: s3 endpoint %q must be host[:port] or scheme://host[:port]", endpoint)
 	}
+	// An explicit scheme is the operator's word on TLS and outranks UseSSL.
 	switch u.Scheme {
 	case "https":
 		return u.Host, true, nil
 	case "http":
-		if useSSL {
-			return "", false, fmt.Errorf("objectstore: s3 endpoint %q is http but UseSSL is set", endpoint)
-		}
 		return u.Host, false, nil
 	}
 	return "", false, fmt.Errorf("objectstore: s3 endpoint %q: scheme must be http or https", endpoint)

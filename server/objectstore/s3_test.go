@@ -89,17 +89,18 @@ func TestNewS3(t *testing.T) {
 		t.Fatal("NewS3 created the bucket")
 	}
 
+	// An explicit http:// wins over UseSSL (the gateway's flag defaults to TLS).
 	withScheme := b.cfg
-	withScheme.Endpoint = "http://" + b.cfg.Endpoint
+	withScheme.Endpoint, withScheme.UseSSL = "http://"+b.cfg.Endpoint, true
 	if _, err := NewS3(ctx, withScheme); err != nil {
 		t.Fatalf("endpoint with scheme: %v", err)
 	}
 	for name, mutate := range map[string]func(*S3Config){
-		"no bucket":            func(c *S3Config) { c.Bucket = "" },
-		"no endpoint":          func(c *S3Config) { c.Endpoint = "" },
-		"no credentials":       func(c *S3Config) { c.AccessKeyID, c.SecretAccessKey = "", "" },
-		"http scheme with TLS": func(c *S3Config) { c.Endpoint, c.UseSSL = "http://"+c.Endpoint, true },
-		"endpoint with path":   func(c *S3Config) { c.Endpoint = "http://" + c.Endpoint + "/bucket" },
+		"no bucket":          func(c *S3Config) { c.Bucket = "" },
+		"no endpoint":        func(c *S3Config) { c.Endpoint = "" },
+		"no credentials":     func(c *S3Config) { c.AccessKeyID, c.SecretAccessKey = "", "" },
+		"ftp scheme":         func(c *S3Config) { c.Endpoint = "ftp://" + c.Endpoint },
+		"endpoint with path": func(c *S3Config) { c.Endpoint = "http://" + c.Endpoint + "/bucket" },
 	} {
 		cfg := b.cfg
 		mutate(&cfg)

@@ -76,6 +76,8 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 	fs.StringVar(&c.artifacts.s3.Region, "s3-region", env("S3_REGION", ""), "S3 region ($S3_REGION)")
 	fs.StringVar(&c.artifacts.s3.Bucket, "s3-bucket", env("S3_BUCKET", ""), "S3 bucket ($S3_BUCKET)")
 	fs.BoolVar(&c.artifacts.s3.UseSSL, "s3-tls", env("S3_TLS", "true") == "true", "reach S3 over TLS ($S3_TLS)")
+	fs.BoolVar(&c.artifacts.s3.TrustStoreChecksums, "s3-trust-checksums", env("S3_TRUST_CHECKSUMS", "") == "true",
+		"take an object's SHA-256 from the store at commit instead of reading it whole; only for stores that verify x-amz-checksum-sha256 on PUT (AWS S3, MinIO)")
 	fs.BoolVar(&c.artifacts.s3.PathStyle, "s3-path-style", env("S3_PATH_STYLE", "") == "true", "path-style bucket addressing, for MinIO and the like ($S3_PATH_STYLE=true)")
 	c.artifacts.s3.AccessKeyID = os.Getenv("S3_ACCESS_KEY_ID")         // secrets only from the environment,
 	c.artifacts.s3.SecretAccessKey = os.Getenv("S3_SECRET_ACCESS_KEY") // never from flags (visible in ps)
