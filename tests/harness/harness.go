@@ -15,7 +15,10 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -176,11 +179,13 @@ func (g *Gateway) NewOrganization(t testing.TB, name string) uuid.UUID {
 
 // Worker is a worker identity with its client certificate.
 type Worker struct {
-	ID     uuid.UUID
-	Cert   tls.Certificate
-	HTTP   *http.Client
-	Client *workerclient.ClientWithResponses
-	g      *Gateway
+	ID   uuid.UUID
+	Cert tls.Certificate
+	// CertPEM and KeyPEM are the certificate and key, for worker processes.
+	CertPEM, KeyPEM []byte
+	HTTP            *http.Client
+	Client          *workerclient.ClientWithResponses
+	g               *Gateway
 }
 
 // NewWorker creates a scanner worker with a fresh client certificate
@@ -197,7 +202,7 @@ func (g *Gateway) NewWorker(t testing.TB, name string, capacity int, orgs ...uui
 		Name: name, WorkerType: typ, MaxConcurrentTasks: &capacity, CertificatePem: &pemText})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, res.StatusCode(), string(res.Body))
-	w := &Worker{ID: res.JSON201.Id, Cert: cert, HTTP: g.HTTPClient(&cert), g: g}
+	w := &Worker{ID: res.JSON201.Id, Cert: cert, CertPEM: issued.CertPEM, KeyPEM: issued.KeyPEM, HTTP: g.HTTPClient(&cert), g: g}
 	w.Client, err = workerclient.NewClientWithResponses(g.URL, workerclient.WithHTTPClient(w.HTTP))
 	require.NoError(t, err)
 	for _, org := range orgs {
@@ -329,4 +334,26 @@ func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// Process starts the reference worker binary as this worker, against url,
+// with extra arguments; it is stopped (SIGTERM, drained) at cleanup.
+func (w *Worker) Process(t testing.TB, url string, args ...string) *Process {
+	t.Helper()
+	dir := t.TempDir()
+	files := map[string][]byte{"worker.pem": w.CertPEM, "worker-key.pem": w.KeyPEM, "ca.pem": w.g.CA.CertPEM}
+	for name, data := range files {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), data, 0o600))
+	}
+	cmd := exec.Command(Binary(t, "worker"), append([]string{"-gateway", url,
+		"-cert", filepath.Join(dir, "worker.pem"), "-key", filepath.Join(dir, "worker-key.pem"),
+		"-ca", filepath.Join(dir, "ca.pem"), "-wait", "5"}, args...)...)
+	if os.Getenv("GATEWAY_TEST_LOG") != "" {
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	}
+	require.NoError(t, cmd.Start())
+	p := &Process{URL: url, Cmd: cmd, done: make(chan error, 1)}
+	go func() { p.done <- cmd.Wait() }()
+	t.Cleanup(func() { _ = p.Stop(syscall.SIGTERM) })
+	return p
 }
