@@ -75,7 +75,12 @@ func runDev(ctx context.Context, args []string, logger *slog.Logger) error {
 		return err
 	}
 	gatewayURL := "https://" + ln.Addr().String()
-	demo, err := seedDemo(ctx, c.databaseURL, certs)
+	targetAddr, stopTarget, err := startDemoTarget()
+	if err != nil {
+		return err
+	}
+	defer stopTarget()
+	demo, err := seedDemo(ctx, c.databaseURL, certs, []string{portOf(targetAddr), portOf(ln.Addr().String())})
 	if err != nil {
 		return err
 	}
@@ -155,8 +160,9 @@ func ensureWorker(ctx context.Context, st *store.Store, name, certFile string, o
 
 // seedDemo creates (or finds, on a restart) the demo organization and
 // worker, assigns them, mints a fresh admin token, and queues a few demo
-// tasks so the reference worker has something to do.
-func seedDemo(ctx context.Context, databaseURL string, certs devPKI) (demoIDs, error) {
+// tasks and a demo scan of loopback (the demo target and the gateway
+// itself, on ports) so the reference worker has something to do.
+func seedDemo(ctx context.Context, databaseURL string, certs devPKI, ports []string) (demoIDs, error) {
 	pool, err := pgxpool.New(ctx, databaseURL)
 	if err != nil {
 		return demoIDs{}, err
@@ -194,7 +200,20 @@ func seedDemo(ctx context.Context, databaseURL string, certs devPKI) (demoIDs, e
 			return demoIDs{}, err
 		}
 	}
+	scan := store.CreateScanParams{OrganizationID: orgID, Targets: []string{"localhost"}, Plugins: []store.ScanPlugin{
+		{Name: "dns-resolve"},
+		{Name: "tcp-connect", Input: []byte(`{"ports": [` + strings.Join(ports, ", ") + `], "timeout_ms": 1000}`)},
+		{Name: "http-probe"},
+	}}
+	if _, _, err := st.CreateScan(ctx, scan); err != nil {
+		return demoIDs{}, err
+	}
 	return ids, nil
+}
+
+func portOf(addr string) string {
+	_, port, _ := net.SplitHostPort(addr)
+	return port
 }
 
 func writeEnvFile(path string, vars [][2]string) error {
