@@ -1,0 +1,290 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// The load generator speaks raw net/http: one http.Transport per simulated
+// worker (so each worker has its own TLS identity and its own HTTP/2
+// connection), request bodies built once, and responses decoded into the few
+// fields the benchmark needs. That keeps the client's share of the machine's
+// CPU small, which matters when the gateway, PostgreSQL and the load
+// generator all share one box.
+
+// newTransport returns a TLS 1.3 transport trusting roots and presenting cert
+// when given. ForceAttemptHTTP2 is required: a custom TLSClientConfig
+// otherwise silently disables HTTP/2.
+func newTransport(roots *x509.CertPool, cert *tls.Certificate) *http.Transport {
+	tc := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS13}
+	if cert != nil {
+		tc.Certificates = []tls.Certificate{*cert}
+	}
+	return &http.Transport{
+		TLSClientConfig:     tc,
+		ForceAttemptHTTP2:   true,
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		TLSHandshakeTimeout: 10 * time.Second,
+		MaxIdleConnsPerHost: 64,
+		IdleConnTimeout:     90 * time.Second,
+	}
+}
+
+// httpError is a response with an unexpected status.
+type httpError struct {
+	Status     int
+	RetryAfter time.Duration
+	Body       string
+}
+
+func (e *httpError) Error() string {
+	return fmt.Sprintf("HTTP %d: %s", e.Status, e.Body)
+}
+
+// checkStatus turns an unexpected status into an *httpError (reading a bit
+// of the problem body for the message) and always leaves the body drained
+// and closed so the connection is reused.
+func checkStatus(res *http.Response, want int) error {
+	if res.StatusCode == want {
+		return nil
+	}
+	b, _ := io.ReadAll(io.LimitReader(res.Body, 512))
+	e := &httpError{Status: res.StatusCode, Body: strings.TrimSpace(string(b))}
+	if s, err := strconv.Atoi(res.Header.Get("Retry-After")); err == nil && s > 0 {
+		e.RetryAfter = time.Duration(s) * time.Second
+	}
+	return e
+}
+
+func drainClose(res *http.Response) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, 1<<20))
+	_ = res.Body.Close()
+}
+
+// benchWorker is one simulated worker: a worker identity registered with
+// the gateway and an HTTP client presenting its certificate.
+type benchWorker struct {
+	ID        uuid.UUID
+	Name      string
+	base      string
+	transport *http.Transport
+	client    *http.Client
+	// created is true for a worker the benchmark registered with a
+	// throwaway certificate: it is disabled when the scenario ends.
+	created bool
+}
+
+func newBenchWorker(base string, id uuid.UUID, name string, roots *x509.CertPool, cert tls.Certificate, created bool) *benchWorker {
+	tr := newTransport(roots, &cert)
+	return &benchWorker{
+		ID: id, Name: name, base: base, transport: tr, created: created,
+		// The overall timeout only catches a hung gateway: long-polls are
+		// bounded by wait_seconds plus the server's answer time.
+		client: &http.Client{Transport: tr, Timeout: 90 * time.Second},
+	}
+}
+
+// lease is the part of a granted lease the benchmark uses.
+type lease struct {
+	AttemptID  string `json:"attempt_id"`
+	LeaseToken string `json:"lease_token"`
+	Task       struct {
+		ID string `json:"id"`
+	} `json:"task"`
+}
+
+// warm opens the worker's connection (TCP, TLS handshake, HTTP/2 preface)
+// so that handshakes do not count in what is measured.
+func (w *benchWorker) warm(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, w.base+"/healthz", nil)
+	if err != nil {
+		return err
+	}
+	res, err := w.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer drainClose(res)
+	return checkStatus(res, http.StatusOK)
+}
+
+// poll sends one POST /v1/leases with a prepared body and returns the leases
+// granted (possibly none).
+func (w *benchWorker) poll(ctx context.Context, body []byte) ([]lease, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.base+"/v1/leases", bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	res, err := w.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer drainClose(res)
+	if err := checkStatus(res, http.StatusOK); err != nil {
+		return nil, err
+	}
+	var out struct {
+		Leases []lease `json:"leases"`
+	}
+	if err := json.NewDecoder(res.Body).Decode(&out); err != nil {
+		return nil, fmt.Errorf("decode lease response: %w", err)
+	}
+	return out.Leases, nil
+}
+
+var completeBody = []byte(`{"outcome":"succeeded"}`)
+
+// complete finishes an attempt with outcome succeeded.
+func (w *benchWorker) complete(ctx context.Context, l lease) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.base+"/v1/attempts/"+l.AttemptID+"/complete", bytes.NewReader(completeBody))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Lease-Token", l.LeaseToken)
+	res, err := w.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer drainClose(res)
+	return checkStatus(res, http.StatusOK)
+}
+
+// close drops the worker's idle connections.
+func (w *benchWorker) close() { w.transport.CloseIdleConnections() }
+
+// producer creates tasks through the control plane with a bearer token.
+type producer struct {
+	base   string
+	token  string
+	client *http.Client
+}
+
+func newProducer(base, token string, roots *x509.CertPool) *producer {
+	return &producer{base: base, token: token, client: &http.Client{Transport: newTransport(roots, nil), Timeout: 30 * time.Second}}
+}
+
+// createTask creates one no-op task and returns its id and the instant the
+// answer arrived (the task is committed by then: the handler answers only
+// after its transaction commits).
+func (p *producer) createTask(ctx context.Context, body []byte) (id string, returned time.Time, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.base+"/v1/tasks", bytes.NewReader(body))
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+p.token)
+	res, err := p.client.Do(req)
+	returned = time.Now()
+	if err != nil {
+		return "", returned, err
+	}
+	defer drainClose(res)
+	if err := checkStatus(res, http.StatusCreated); err != nil {
+		return "", returned, err
+	}
+	var out struct {
+		ID string `json:"id"`
+	}
+	if err := json.NewDecoder(res.Body).Decode(&out); err != nil {
+		return "", returned, fmt.Errorf("decode task: %w", err)
+	}
+	return out.ID, returned, nil
+}
+
+// warm opens the producer's connection.
+func (p *producer) warm(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.base+"/healthz", nil)
+	if err != nil {
+		return err
+	}
+	res, err := p.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer drainClose(res)
+	return checkStatus(res, http.StatusOK)
+}
+
+// errorTally counts failed requests by kind ("lease 429", "complete 409",
+// "create transport", ...), for the summary.
+type errorTally struct {
+	mu     sync.Mutex
+	counts map[string]int
+	total  int
+}
+
+// add records one error and returns how many were recorded so far.
+func (t *errorTally) add(op string, err error) int {
+	kind := op + " transport"
+	if he, ok := err.(*httpError); ok {
+		kind = fmt.Sprintf("%s %d", op, he.Status)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.counts == nil {
+		t.counts = map[string]int{}
+	}
+	t.counts[kind]++
+	t.total++
+	return t.total
+}
+
+func (t *errorTally) snapshot() (map[string]int, int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make(map[string]int, len(t.counts))
+	for k, v := range t.counts {
+		out[k] = v
+	}
+	return out, t.total
+}
+
+// String lists the counts, largest first.
+func (t *errorTally) String() string {
+	counts, total := t.snapshot()
+	if total == 0 {
+		return "none"
+	}
+	keys := make([]string, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return counts[keys[i]] > counts[keys[j]] })
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s ×%d", k, counts[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// backoffAfter sleeps before retrying a failed request: the server's
+// Retry-After when it gave one, else a short pause. It returns false when
+// ctx ended.
+func backoffAfter(ctx context.Context, err error) bool {
+	d := 50 * time.Millisecond
+	if he, ok := err.(*httpError); ok && he.RetryAfter > 0 {
+		d = he.RetryAfter
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
+}

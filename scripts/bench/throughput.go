@@ -1,0 +1,287 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// throughputConfig is scenario 1.
+type throughputConfig struct {
+	tasks   int
+	workers int
+	batch   int
+	wait    int // wait_seconds of each poll
+}
+
+// tpShared is what the simulated workers of one run share.
+type tpShared struct {
+	n int64
+	// leased counts leases received whose task has not been lost since;
+	// once it reaches n every task is in some worker's hands, and a worker
+	// whose poll would only wait for nothing stops polling.
+	leased    atomic.Int64
+	completed atomic.Int64
+	start     time.Time
+	end       time.Time // set by whoever completes the n-th task
+	done      chan struct{}
+	doneOnce  sync.Once
+	errors    errorTally
+	maxErrors int
+}
+
+// tpWorkerStats is one simulated worker's record.
+type tpWorkerStats struct {
+	leaseLat    []time.Duration // polls that returned at least one lease
+	completeLat []time.Duration
+	emptyPolls  int
+	taskIDs     []string // every task it completed
+}
+
+// runThroughput creates the tasks in bulk, then lets the workers drain them
+// and measures tasks per second from the moment the workers start to the
+// last completion, and verifies in SQL that every task completed exactly
+// once.
+func runThroughput(ctx context.Context, s *Stack, c throughputConfig, logf func(string, ...any)) (*Result, error) {
+	r := &Result{Scenario: "throughput", Tasks: c.tasks, Workers: c.workers, Batch: c.batch}
+	org, err := s.NewOrganization(ctx, "throughput")
+	if err != nil {
+		return r, err
+	}
+	// Capacity well above the batch: a worker never waits for its own
+	// capacity, only for the gateway. (It completes its leases before it
+	// polls again, so an existing worker only needs room for one batch.)
+	workers, err := s.NewWorkers(ctx, "tp", c.workers, max(1000, 2*c.batch), c.batch, org)
+	if err != nil {
+		return r, err
+	}
+	defer s.ReleaseWorkers(ctx, org, workers)
+
+	logf("throughput: inserting %d no-op tasks in bulk", c.tasks)
+	if err := insertTasks(ctx, s, org, c.tasks); err != nil {
+		return r, err
+	}
+	for _, w := range workers {
+		if err := w.warm(ctx); err != nil {
+			return r, fmt.Errorf("connect worker %s: %w", w.Name, err)
+		}
+	}
+
+	var ws *waitSampler
+	sh := &tpShared{n: int64(c.tasks), done: make(chan struct{}), maxErrors: max(1000, c.tasks/10)}
+	body := fmt.Appendf(nil, `{"max_tasks":%d,"wait_seconds":%d}`, c.batch, c.wait)
+	stats := make([]tpWorkerStats, len(workers))
+
+	before := s.beginWindow(ctx)
+	if pgWaits {
+		ws = startWaitSampler(ctx, s.Pool, 20*time.Millisecond)
+	}
+	logf("throughput: %d workers draining, batch %d", c.workers, c.batch)
+	runCtx, stopRun := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	sh.start = time.Now()
+	for i, w := range workers {
+		wg.Go(func() { stats[i] = throughputWorker(runCtx, w, sh, body) })
+	}
+	progressDone := make(chan struct{})
+	go reportProgress(runCtx, progressDone, sh, logf)
+	select {
+	case <-sh.done:
+	case <-ctx.Done():
+	}
+	stopRun()
+	wg.Wait()
+	<-progressDone
+	end := sh.end
+	if end.IsZero() {
+		end = time.Now()
+	}
+	wall := end.Sub(sh.start)
+	after := s.endWindow(context.WithoutCancel(ctx), nil) // the workers have stopped
+	if ws != nil {
+		r.PGWaits = ws.finish()
+	}
+
+	done := sh.completed.Load()
+	r.WallSeconds = round(wall.Seconds(), 3)
+	r.TasksPerSec = ptr(round(float64(done)/wall.Seconds(), 1))
+	var leaseLat, completeLat []time.Duration
+	var seen = make(map[string]int, c.tasks)
+	for _, st := range stats {
+		leaseLat = append(leaseLat, st.leaseLat...)
+		completeLat = append(completeLat, st.completeLat...)
+		r.EmptyPolls += st.emptyPolls
+		for _, id := range st.taskIDs {
+			seen[id]++
+		}
+	}
+	r.LeaseCalls = len(leaseLat)
+	p := percentiles(leaseLat, 50, 99)
+	r.LeaseP50, r.LeaseP99 = ptr(p[0]), ptr(p[1])
+	p = percentiles(completeLat, 50, 99)
+	r.CompleteP50, r.CompleteP99 = ptr(p[0]), ptr(p[1])
+	for _, n := range seen {
+		if n > 1 {
+			r.ClientDuplicates++
+		}
+	}
+	s.applyUsage(r, before, after, wall, int(done))
+	r.HTTPErrors, _ = sh.errors.snapshot()
+	r.errorText = sh.errors.String()
+
+	v, err := verifyTasks(context.WithoutCancel(ctx), s, org, c.tasks)
+	if err != nil {
+		return r, fmt.Errorf("verification query: %w", err)
+	}
+	r.Verification = v
+	r.Verified = v.ok && r.ClientDuplicates == 0 && int(done) == c.tasks
+	if ctx.Err() != nil {
+		return r, fmt.Errorf("%s after %d of %d tasks", stopReason(ctx), done, c.tasks)
+	}
+	return r, nil
+}
+
+// throughputWorker is one simulated worker: poll, complete every lease,
+// repeat, until every task is completed or the run ends.
+func throughputWorker(ctx context.Context, w *benchWorker, sh *tpShared, body []byte) tpWorkerStats {
+	var st tpWorkerStats
+	for ctx.Err() == nil {
+		if sh.leased.Load() >= sh.n {
+			// Every task is in someone's hands: polling again could only
+			// wait for nothing. Wait for the end instead.
+			select {
+			case <-sh.done:
+			case <-ctx.Done():
+			}
+			return st
+		}
+		t0 := time.Now()
+		leases, err := w.poll(ctx, body)
+		lat := time.Since(t0)
+		if err != nil {
+			if ctx.Err() != nil {
+				return st
+			}
+			if sh.errors.add("lease", err) >= sh.maxErrors || !backoffAfter(ctx, err) {
+				return st
+			}
+			continue
+		}
+		if len(leases) == 0 {
+			st.emptyPolls++
+			continue
+		}
+		st.leaseLat = append(st.leaseLat, lat)
+		sh.leased.Add(int64(len(leases)))
+		for _, l := range leases {
+			// Completions are not cut short by the end of the run: a task
+			// left leased would fail verification for the wrong reason.
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			t1 := time.Now()
+			err := w.complete(cctx, l)
+			cancel()
+			if err != nil {
+				// The task comes back when its lease expires.
+				sh.leased.Add(-1)
+				sh.errors.add("complete", err)
+				continue
+			}
+			st.completeLat = append(st.completeLat, time.Since(t1))
+			st.taskIDs = append(st.taskIDs, l.Task.ID)
+			if sh.completed.Add(1) == sh.n {
+				sh.doneOnce.Do(func() { sh.end = time.Now(); close(sh.done) })
+			}
+		}
+	}
+	return st
+}
+
+// reportProgress logs the completion count every 5 seconds.
+func reportProgress(ctx context.Context, done chan<- struct{}, sh *tpShared, logf func(string, ...any)) {
+	defer close(done)
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			n := sh.completed.Load()
+			logf("throughput: %d/%d completed (%.0f tasks/s so far)", n, sh.n, float64(n)/time.Since(sh.start).Seconds())
+		}
+	}
+}
+
+// insertTasks creates n pending no-op tasks in one INSERT … SELECT. This is
+// setup, not what is measured: it sends no NOTIFY, which is why the workers
+// start only once the tasks exist. ANALYZE gives the planner the table's
+// real size, and CHECKPOINT starts the run without a checkpoint's worth of
+// dirty pages from the setup (both need a superuser or table owner; a
+// failure is only logged).
+func insertTasks(ctx context.Context, s *Stack, org uuid.UUID, n int) error {
+	_, err := s.Pool.Exec(ctx, `
+		INSERT INTO worker_tasks (task_type, organization_id, payload)
+		SELECT 'scanner_plugin', $1, '{"plugin":"echo"}'::jsonb FROM generate_series(1, $2)`, org, n)
+	if err != nil {
+		return fmt.Errorf("insert tasks: %w", err)
+	}
+	for _, stmt := range []string{"ANALYZE worker_tasks", "ANALYZE worker_task_attempts", "CHECKPOINT"} {
+		if _, err := s.Pool.Exec(ctx, stmt); err != nil {
+			s.cfg.logf("%s: %v (continuing)", stmt, err)
+		}
+	}
+	return nil
+}
+
+// verification is the database's view of a scenario's tasks.
+type verification struct {
+	Tasks              int `json:"tasks"`
+	Completed          int `json:"completed"`
+	SucceededAttempts  int `json:"succeeded_attempts"`
+	Attempts           int `json:"attempts"`
+	TasksWithTwoWins   int `json:"tasks_with_several_successes"`
+	TasksWithNoSuccess int `json:"tasks_without_success"`
+	ok                 bool
+}
+
+func (v verification) String() string {
+	verdict := "OK"
+	if !v.ok {
+		verdict = "FAILED"
+	}
+	return fmt.Sprintf("%s: %d tasks, %d completed, %d succeeded attempts (%d attempts in all), %d tasks with >1 success, %d without",
+		verdict, v.Tasks, v.Completed, v.SucceededAttempts, v.Attempts, v.TasksWithTwoWins, v.TasksWithNoSuccess)
+}
+
+// verifyTasks checks in SQL that each of the organization's tasks is
+// completed and has exactly one succeeded attempt, and that there are want
+// tasks.
+func verifyTasks(ctx context.Context, s *Stack, org uuid.UUID, want int) (verification, error) {
+	var v verification
+	err := s.Pool.QueryRow(ctx, `
+		WITH per_task AS (
+			SELECT t.id, t.state,
+				count(a.id) AS attempts,
+				count(a.id) FILTER (WHERE a.status = 'succeeded') AS succeeded
+			FROM worker_tasks t LEFT JOIN worker_task_attempts a ON a.task_id = t.id
+			WHERE t.organization_id = $1
+			GROUP BY t.id, t.state
+		)
+		SELECT count(*),
+			count(*) FILTER (WHERE state = 'completed'),
+			coalesce(sum(succeeded), 0),
+			coalesce(sum(attempts), 0),
+			count(*) FILTER (WHERE succeeded > 1),
+			count(*) FILTER (WHERE succeeded = 0)
+		FROM per_task`, org).Scan(&v.Tasks, &v.Completed, &v.SucceededAttempts, &v.Attempts, &v.TasksWithTwoWins, &v.TasksWithNoSuccess)
+	if err != nil {
+		return v, err
+	}
+	v.ok = v.Tasks == want && v.Completed == want && v.SucceededAttempts == want &&
+		v.TasksWithTwoWins == 0 && v.TasksWithNoSuccess == 0
+	return v, nil
+}
