@@ -212,6 +212,7 @@ func (s *Stack) startGateway(ctx context.Context, bin, certFile, keyFile string)
 			"-polls-per-worker", strconv.Itoa(s.cfg.pollsPerWorker),
 			"-max-polls", strconv.Itoa(s.cfg.maxPolls),
 			"-drain", "5s",
+			"-artifacts-dir", filepath.Join(filepath.Dir(certFile), "artifacts"),
 		}
 		args = append(args, s.cfg.gatewayArgs...)
 		cmd := exec.Command(bin, args...)
