@@ -156,7 +156,7 @@ func (h *Hub) Notify(n store.Wakeup) {
 		h.WakeOrganization(n.Organization, n.Count)
 	case store.WakeOrganizationAt:
 		h.WakeOrganizationAfter(n.Organization, n.Delay)
-	case store.WakeWorker:
+	case store.WakeWorker, store.WakeWorkerRevoked:
 		h.WakeWorker(n.Worker)
 	}
 }

@@ -159,6 +159,13 @@ func (s *Store) RenewLeases(ctx context.Context, p RenewParams) ([]LeaseStatus, 
 		if err := touchWorker(ctx, tx, p.WorkerID, p.Capabilities, p.SoftwareVersion); err != nil {
 			return err
 		}
+		if len(p.Capabilities) > 0 {
+			// Before renewing, so a lease whose critical capability is gone
+			// answers lost.
+			if _, err := releaseAttemptsLackingCritical(ctx, tx, p.WorkerID, p.Capabilities); err != nil {
+				return err
+			}
+		}
 		if len(p.Leases) == 0 {
 			out = []LeaseStatus{}
 			return nil

@@ -146,6 +146,12 @@ func (s *Store) AcquireLeases(ctx context.Context, p AcquireParams) (AcquireResu
 			return fmt.Errorf("lock worker: %w", err)
 		}
 
+		if len(p.Capabilities) > 0 {
+			if _, err := releaseAttemptsLackingCritical(ctx, tx, p.WorkerID, capabilities); err != nil {
+				return err
+			}
+		}
+
 		if p.IdempotencyKey != "" {
 			leases, err := activeLeasesForKey(ctx, tx, p.WorkerID, p.IdempotencyKey)
 			if err != nil {

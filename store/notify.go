@@ -26,8 +26,11 @@ const (
 	// skewed clock cannot move the wake-up.
 	WakeOrganizationAt
 	// WakeWorker: something about Worker changed (capacity released,
-	// assignment, enabled, revoked): its waiting polls should look again.
+	// assignment, enabled): its waiting polls should look again.
 	WakeWorker
+	// WakeWorkerRevoked: Worker was revoked: its waiting polls are answered
+	// (refused) and its connections closed.
+	WakeWorkerRevoked
 )
 
 // Wakeup is one decoded notification.
@@ -39,8 +42,8 @@ type Wakeup struct {
 	Delay        time.Duration
 }
 
-// Payload encodes the wake-up: "o:<org>:<count>", "t:<org>:<delay-ms>" or
-// "w:<worker>".
+// Payload encodes the wake-up: "o:<org>:<count>", "t:<org>:<delay-ms>",
+// "w:<worker>" or "v:<worker>" (revoked).
 func (w Wakeup) Payload() string {
 	switch w.Kind {
 	case WakeOrganization:
@@ -49,6 +52,8 @@ func (w Wakeup) Payload() string {
 		return "t:" + w.Organization.String() + ":" + strconv.FormatInt(w.Delay.Milliseconds(), 10)
 	case WakeWorker:
 		return "w:" + w.Worker.String()
+	case WakeWorkerRevoked:
+		return "v:" + w.Worker.String()
 	}
 	return ""
 }
@@ -79,6 +84,8 @@ func ParseWakeup(payload string) (Wakeup, error) {
 		return Wakeup{Kind: WakeOrganizationAt, Organization: id, Delay: time.Duration(ms) * time.Millisecond}, nil
 	case parts[0] == "w" && len(parts) == 2:
 		return Wakeup{Kind: WakeWorker, Worker: id}, nil
+	case parts[0] == "v" && len(parts) == 2:
+		return Wakeup{Kind: WakeWorkerRevoked, Worker: id}, nil
 	}
 	return Wakeup{}, bad
 }

@@ -66,10 +66,12 @@ func scanTask(row pgx.Row) (Task, error) {
 
 // CreateTaskParams describes a new task. Zero values take the defaults.
 type CreateTaskParams struct {
-	OrganizationID        uuid.UUID
-	TaskType              string
-	Payload               json.RawMessage
-	RequiredCapabilities  json.RawMessage
+	OrganizationID       uuid.UUID
+	TaskType             string
+	Payload              json.RawMessage
+	RequiredCapabilities json.RawMessage
+	// CriticalCapabilities are capabilities the task cannot lose mid-run.
+	CriticalCapabilities  json.RawMessage
 	Priority              int
 	Delay                 time.Duration
 	ExecutionTimeout      time.Duration
@@ -115,6 +117,9 @@ func createTask(ctx context.Context, tx pgx.Tx, p CreateTaskParams) (Task, bool,
 	if len(p.RequiredCapabilities) == 0 {
 		p.RequiredCapabilities = json.RawMessage(`{}`)
 	}
+	if len(p.CriticalCapabilities) == 0 {
+		p.CriticalCapabilities = json.RawMessage(`{}`)
+	}
 	if p.MaxAttempts == 0 {
 		p.MaxAttempts = 3
 	}
@@ -132,14 +137,15 @@ func createTask(ctx context.Context, tx pgx.Tx, p CreateTaskParams) (Task, bool,
 	row := tx.QueryRow(ctx, `
 		INSERT INTO worker_tasks AS t (task_type, organization_id, scan_id, scan_job_id, required_capabilities, payload,
 			priority, available_at, execution_deadline_at, max_attempts, lease_duration_seconds,
-			attempt_timeout_seconds, retry_base_seconds, retry_max_seconds, idempotency_key, request_sha256)
+			attempt_timeout_seconds, retry_base_seconds, retry_max_seconds, idempotency_key, request_sha256, critical_capabilities)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, now() + make_interval(secs => $8),
-			now() + make_interval(secs => $9::float8), $10, $11, $12, $13, $14, $15, $16)
+			now() + make_interval(secs => $9::float8), $10, $11, $12, $13, $14, $15, $16, $17)
 		ON CONFLICT (organization_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 		RETURNING `+taskColumns,
 		p.TaskType, p.OrganizationID, p.ScanID, p.ScanJobID, string(p.RequiredCapabilities), string(p.Payload),
 		p.Priority, p.Delay.Seconds(), execTimeout, p.MaxAttempts, p.LeaseDurationSeconds,
-		p.AttemptTimeoutSeconds, p.RetryBaseSeconds, p.RetryMaxSeconds, nullString(p.IdempotencyKey), p.RequestSHA256)
+		p.AttemptTimeoutSeconds, p.RetryBaseSeconds, p.RetryMaxSeconds, nullString(p.IdempotencyKey), p.RequestSHA256,
+		string(p.CriticalCapabilities))
 	task, err := scanTask(row)
 	switch {
 	case err == nil:

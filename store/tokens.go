@@ -96,3 +96,57 @@ func (s *Store) AuthenticateToken(ctx context.Context, token string) (Principal,
 	}
 	return p, nil
 }
+
+// APIToken is an API token's metadata (never the token).
+type APIToken struct {
+	ID             uuid.UUID
+	Name           string
+	Scopes         []string
+	OrganizationID *uuid.UUID
+	CreatedAt      time.Time
+	ExpiresAt      *time.Time
+	RevokedAt      *time.Time
+	LastUsedAt     *time.Time
+}
+
+const apiTokenColumns = `id, name, scopes, organization_id, created_at, expires_at, revoked_at, last_used_at`
+
+func scanAPIToken(row pgx.Row) (APIToken, error) {
+	var t APIToken
+	err := row.Scan(&t.ID, &t.Name, &t.Scopes, &t.OrganizationID, &t.CreatedAt, &t.ExpiresAt, &t.RevokedAt, &t.LastUsedAt)
+	return t, err
+}
+
+// GetAPIToken returns a token's metadata if the scope covers it.
+func (s *Store) GetAPIToken(ctx context.Context, scope Scope, id uuid.UUID) (APIToken, error) {
+	t, err := scanAPIToken(s.pool.QueryRow(ctx, `SELECT `+apiTokenColumns+` FROM api_tokens
+		WHERE id = $1 AND ($2::uuid IS NULL OR organization_id = $2)`, id, scope.Organization))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return APIToken{}, ErrNotFound
+	}
+	return t, err
+}
+
+// ListAPITokens lists tokens the scope covers, newest first.
+func (s *Store) ListAPITokens(ctx context.Context, scope Scope) ([]APIToken, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+apiTokenColumns+` FROM api_tokens
+		WHERE $1::uuid IS NULL OR organization_id = $1 ORDER BY created_at DESC, id DESC`, scope.Organization)
+	if err != nil {
+		return nil, fmt.Errorf("list api tokens: %w", err)
+	}
+	tokens, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (APIToken, error) { return scanAPIToken(r) })
+	if err != nil {
+		return nil, fmt.Errorf("list api tokens: %w", err)
+	}
+	return tokens, nil
+}
+
+// RevokeAPIToken revokes a token the scope covers; it stops working at once.
+func (s *Store) RevokeAPIToken(ctx context.Context, scope Scope, id uuid.UUID) (APIToken, error) {
+	t, err := scanAPIToken(s.pool.QueryRow(ctx, `UPDATE api_tokens SET revoked_at = coalesce(revoked_at, now())
+		WHERE id = $1 AND ($2::uuid IS NULL OR organization_id = $2) RETURNING `+apiTokenColumns, id, scope.Organization))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return APIToken{}, ErrNotFound
+	}
+	return t, err
+}

@@ -189,18 +189,66 @@ type WorkerIdentity struct {
 	Revoked bool
 }
 
-// WorkerByFingerprint resolves a client certificate to its worker.
+// WorkerByFingerprint resolves a client certificate to its worker: the
+// current certificate, or the previous one during its grace period after a
+// renewal. The first request with the current certificate ends the previous
+// one's grace at once.
 func (s *Store) WorkerByFingerprint(ctx context.Context, fingerprint string) (WorkerIdentity, error) {
 	var id WorkerIdentity
-	err := s.pool.QueryRow(ctx, `SELECT id, enabled, revoked_at IS NOT NULL FROM workers
-		WHERE certificate_fingerprint = $1 AND certificate_fingerprint <> ''`, fingerprint).Scan(&id.ID, &id.Enabled, &id.Revoked)
+	var graceOpen bool
+	err := s.pool.QueryRow(ctx, `
+		SELECT id, enabled, revoked_at IS NOT NULL, previous_certificate_fingerprint IS NOT NULL
+		FROM workers
+		WHERE (certificate_fingerprint = $1 AND certificate_fingerprint <> '')
+			OR (previous_certificate_fingerprint = $1 AND previous_certificate_valid_until > now())`,
+		fingerprint).Scan(&id.ID, &id.Enabled, &id.Revoked, &graceOpen)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return WorkerIdentity{}, ErrNotFound
 	}
 	if err != nil {
 		return WorkerIdentity{}, fmt.Errorf("worker by fingerprint: %w", err)
 	}
+	if graceOpen {
+		// Harmless when the request came with the previous certificate: the
+		// predicate only matches the new one.
+		if _, err := s.pool.Exec(ctx, `UPDATE workers SET previous_certificate_fingerprint = NULL, previous_certificate_valid_until = NULL
+			WHERE id = $1 AND certificate_fingerprint = $2`, id.ID, fingerprint); err != nil {
+			return WorkerIdentity{}, fmt.Errorf("end certificate grace: %w", err)
+		}
+	}
 	return id, nil
+}
+
+// RevokeWorker revokes a worker for good, in one transaction: it can lease
+// nothing more, its active attempts end by policy (not counted against
+// max_attempts) so their tasks are leasable elsewhere at once, and its
+// waiting polls are woken to be refused.
+func (s *Store) RevokeWorker(ctx context.Context, id uuid.UUID, reason string, onlineWindow time.Duration) (Worker, error) {
+	var w Worker
+	err := s.inTx(ctx, "revoke worker", func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE workers SET revoked_at = coalesce(revoked_at, now()), revocation_reason = $2,
+			enabled = false, updated_at = now() WHERE id = $1`, id, reason)
+		if err != nil {
+			return fmt.Errorf("revoke worker: %w", err)
+		}
+		if tag.RowsAffected() == 0 {
+			return ErrNotFound
+		}
+		if _, err := releaseAttempts(ctx, tx, id, nil, "worker_revoked"); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE enrollment_tokens SET used_at = now() WHERE worker_id = $1 AND used_at IS NULL`, id); err != nil {
+			return fmt.Errorf("void enrollment tokens: %w", err)
+		}
+		if w, err = getWorker(ctx, tx, Scope{}, id, onlineWindow); err != nil {
+			return err
+		}
+		return notify(ctx, tx, Wakeup{Kind: WakeWorkerRevoked, Worker: id})
+	})
+	if err != nil {
+		return Worker{}, err
+	}
+	return w, nil
 }
 
 // releaseAttempts ends a worker's active attempts by policy (optionally only
@@ -208,6 +256,17 @@ func (s *Store) WorkerByFingerprint(ctx context.Context, fingerprint string) (Wo
 // again at once without using up an attempt — or cancelled, if a cancel was
 // already requested. Returns how many attempts it ended.
 func releaseAttempts(ctx context.Context, tx pgx.Tx, workerID uuid.UUID, org *uuid.UUID, reason string) (int, error) {
+	return releaseAttemptsWhere(ctx, tx, workerID, org, nil, reason)
+}
+
+// releaseAttemptsLackingCritical ends, by policy, the worker's active
+// attempts whose task marks as critical a capability the worker's new
+// advertisement no longer has.
+func releaseAttemptsLackingCritical(ctx context.Context, tx pgx.Tx, workerID uuid.UUID, capabilities []byte) (int, error) {
+	return releaseAttemptsWhere(ctx, tx, workerID, nil, capabilities, "capability_lost")
+}
+
+func releaseAttemptsWhere(ctx context.Context, tx pgx.Tx, workerID uuid.UUID, org *uuid.UUID, lackingCritical []byte, reason string) (int, error) {
 	rows, err := tx.Query(ctx, `
 		WITH ended AS (
 			UPDATE worker_task_attempts a SET
@@ -215,6 +274,8 @@ func releaseAttempts(ctx context.Context, tx pgx.Tx, workerID uuid.UUID, org *uu
 				error_code = $3, error_message = 'attempt ended by policy'
 			WHERE a.worker_id = $1 AND a.status IN (`+activeStatuses+`)
 				AND ($2::uuid IS NULL OR a.organization_id = $2)
+				AND ($4::jsonb IS NULL OR EXISTS (SELECT 1 FROM worker_tasks ct
+					WHERE ct.id = a.task_id AND NOT ($4::jsonb @> ct.critical_capabilities)))
 			RETURNING a.task_id
 		)
 		UPDATE worker_tasks t SET
@@ -227,7 +288,7 @@ func releaseAttempts(ctx context.Context, tx pgx.Tx, workerID uuid.UUID, org *uu
 			updated_at = now()
 		FROM ended e
 		WHERE t.id = e.task_id AND t.state IN (`+fromStates(EventRelease)+`, `+fromStates(EventCancelDone)+`)
-		RETURNING t.organization_id, t.state`, workerID, org, reason)
+		RETURNING t.organization_id, t.state`, workerID, org, reason, nullJSON(lackingCritical))
 	if err != nil {
 		return 0, fmt.Errorf("release attempts: %w", err)
 	}
@@ -254,4 +315,57 @@ func releaseAttempts(ctx context.Context, tx pgx.Tx, workerID uuid.UUID, org *uu
 		wakeups = append(wakeups, Wakeup{Kind: WakeOrganization, Organization: o, Count: count})
 	}
 	return n, notify(ctx, tx, wakeups...)
+}
+
+// WorkerEligibility says whether an assigned worker can lease an
+// organization's tasks now, and if not, why.
+type WorkerEligibility struct {
+	Worker            Worker
+	AssignmentEnabled bool
+	Eligible          bool
+	// Reason is "eligible", "revoked", "disabled", "assignment_disabled",
+	// "offline" or "at_capacity".
+	Reason string
+}
+
+// OrganizationWorkers lists the workers assigned to an organization with
+// their eligibility (the RFC's "UI should show no eligible Worker").
+func (s *Store) OrganizationWorkers(ctx context.Context, scope Scope, org uuid.UUID, onlineWindow time.Duration) ([]WorkerEligibility, error) {
+	if _, err := s.GetOrganization(ctx, scope, org); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+workerColumns+`, ow.enabled
+		FROM organization_workers ow JOIN workers w ON w.id = ow.worker_id
+		WHERE ow.organization_id = $2 AND ow.revoked_at IS NULL
+		ORDER BY w.name, w.id`, onlineWindow.Seconds(), org)
+	if err != nil {
+		return nil, fmt.Errorf("organization workers: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (WorkerEligibility, error) {
+		var e WorkerEligibility
+		w := &e.Worker
+		err := r.Scan(&w.ID, &w.Name, &w.WorkerType, &w.Enabled, &w.RevokedAt, &w.RevocationReason,
+			&w.CertificateFingerprint, &w.CertificateSubject, &w.SoftwareVersion, &w.ProtocolVersion,
+			&w.Capabilities, &w.MaxConcurrentTasks, &w.LastSeenAt, &w.Online, &w.ActiveAttempts, &w.OrganizationIDs, &w.CreatedAt,
+			&e.AssignmentEnabled)
+		switch {
+		case w.RevokedAt != nil:
+			e.Reason = "revoked"
+		case !w.Enabled:
+			e.Reason = "disabled"
+		case !e.AssignmentEnabled:
+			e.Reason = "assignment_disabled"
+		case !w.Online:
+			e.Reason = "offline"
+		case w.ActiveAttempts >= w.MaxConcurrentTasks:
+			e.Reason = "at_capacity"
+		default:
+			e.Reason, e.Eligible = "eligible", true
+		}
+		return e, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("organization workers: %w", err)
+	}
+	return out, nil
 }

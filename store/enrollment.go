@@ -1,0 +1,104 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// EnrollmentTokenPrefix marks one-time enrollment tokens.
+const EnrollmentTokenPrefix = "wge_"
+
+// ErrEnrollmentToken refuses an unknown, used or expired enrollment token
+// alike, so the answer reveals nothing about which.
+var ErrEnrollmentToken = errors.New("enrollment token is unknown, already used or expired")
+
+// CreateEnrollmentToken mints a one-time token for a worker (stored as a
+// hash) and returns it with its expiry. A revoked worker gets none.
+func (s *Store) CreateEnrollmentToken(ctx context.Context, workerID uuid.UUID, ttl time.Duration) (string, time.Time, error) {
+	token, err := NewSecret(EnrollmentTokenPrefix)
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	var expires time.Time
+	err = s.pool.QueryRow(ctx, `
+		INSERT INTO enrollment_tokens (worker_id, token_hash, expires_at)
+		SELECT id, $2, now() + make_interval(secs => $3) FROM workers WHERE id = $1 AND revoked_at IS NULL
+		RETURNING expires_at`, workerID, HashToken(token), ttl.Seconds()).Scan(&expires)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", time.Time{}, ErrNotFound
+	}
+	if err != nil {
+		return "", time.Time{}, fmt.Errorf("create enrollment token: %w", err)
+	}
+	return token, expires, nil
+}
+
+// Certificate is a certificate the gateway bound to a worker.
+type Certificate struct {
+	Fingerprint string
+	Subject     string
+	ExpiresAt   time.Time
+}
+
+// Enroll consumes a one-time token and binds the certificate signed for the
+// worker, in one transaction. sign is called inside it with the worker's id
+// (it becomes the certificate's subject) and returns the certificate; if
+// the token was already used, nothing is signed.
+func (s *Store) Enroll(ctx context.Context, token string, sign func(workerID uuid.UUID) (Certificate, error)) (uuid.UUID, error) {
+	var workerID uuid.UUID
+	err := s.inTx(ctx, "enroll", func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `
+			UPDATE enrollment_tokens e SET used_at = now()
+			FROM workers w
+			WHERE e.token_hash = $1 AND e.used_at IS NULL AND e.expires_at > now()
+				AND w.id = e.worker_id AND w.revoked_at IS NULL
+			RETURNING e.worker_id`, HashToken(token)).Scan(&workerID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrEnrollmentToken
+		}
+		if err != nil {
+			return fmt.Errorf("consume enrollment token: %w", err)
+		}
+		cert, err := sign(workerID)
+		if err != nil {
+			return err
+		}
+		return bindCertificate(ctx, tx, workerID, cert, 0)
+	})
+	if err != nil {
+		return uuid.Nil, err
+	}
+	return workerID, nil
+}
+
+// RenewCertificate binds a new certificate to a worker. The previous one
+// keeps working until the new one is first used or grace passes.
+func (s *Store) RenewCertificate(ctx context.Context, workerID uuid.UUID, cert Certificate, grace time.Duration) error {
+	return s.inTx(ctx, "renew certificate", func(tx pgx.Tx) error {
+		return bindCertificate(ctx, tx, workerID, cert, grace)
+	})
+}
+
+func bindCertificate(ctx context.Context, tx pgx.Tx, workerID uuid.UUID, cert Certificate, grace time.Duration) error {
+	tag, err := tx.Exec(ctx, `
+		UPDATE workers SET
+			previous_certificate_fingerprint = CASE WHEN $5 > 0 AND certificate_fingerprint <> '' THEN certificate_fingerprint END,
+			previous_certificate_valid_until = CASE WHEN $5 > 0 AND certificate_fingerprint <> '' THEN now() + make_interval(secs => $5) END,
+			certificate_fingerprint = $2, certificate_subject = $3, certificate_expires_at = $4, updated_at = now()
+		WHERE id = $1 AND revoked_at IS NULL`, workerID, cert.Fingerprint, cert.Subject, cert.ExpiresAt, grace.Seconds())
+	if isUniqueViolation(err) {
+		return fmt.Errorf("%w: certificate already registered to another worker", ErrConflict)
+	}
+	if err != nil {
+		return fmt.Errorf("bind certificate: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrWorkerRevoked
+	}
+	return nil
+}
