@@ -103,6 +103,15 @@ func (s *Server) authenticateWorker(ctx context.Context, r *http.Request) (store
 	return id, nil
 }
 
+// fingerprintOf is the SHA-256 fingerprint of the request's client
+// certificate, or "".
+func fingerprintOf(r *http.Request) string {
+	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
+		return ""
+	}
+	return pki.Fingerprint(r.TLS.PeerCertificates[0])
+}
+
 func (s *Server) authenticateBearer(ctx context.Context, r *http.Request) (store.Principal, error) {
 	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {

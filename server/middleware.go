@@ -178,7 +178,9 @@ func (s *Server) requestValidator(excludeBody bool) (func(http.Handler) http.Han
 		},
 		DoNotValidateServers: true,
 		ErrorHandlerWithOpts: func(ctx context.Context, err error, w http.ResponseWriter, r *http.Request, _ nethttpmiddleware.ErrorHandlerOpts) {
-			writeProblem(w, r, s.validationProblem(err), s.logger)
+			p := s.validationProblem(err)
+			s.securityProblem(r, p)
+			writeProblem(w, r, p, s.logger)
 		},
 	}), nil
 }

@@ -20,6 +20,7 @@ func (h *handlers) CreateOrganization(ctx context.Context, req api.CreateOrganiz
 	if err != nil {
 		return nil, err
 	}
+	h.audit(ctx, "organization.create", "organization", o.ID.String(), &o.ID, map[string]any{"name": o.Name})
 	return api.CreateOrganization201JSONResponse(toOrganization(o)), nil
 }
 

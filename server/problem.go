@@ -101,6 +101,8 @@ func problemFor(err error) *Problem {
 		return newProblem(http.StatusConflict, "upload-mismatch", "the uploaded object does not match the declared size or SHA-256")
 	case errors.Is(err, store.ErrUploadMissing):
 		return newProblem(http.StatusConflict, "upload-missing", "nothing was uploaded for this session")
+	case errors.Is(err, store.ErrEnrollmentToken):
+		return newProblem(http.StatusUnauthorized, "enrollment-token-invalid", "the enrollment token is unknown, already used or expired")
 	case errors.Is(err, store.ErrInvalid):
 		return newProblem(http.StatusBadRequest, "bad-request", err.Error())
 	case isUnavailable(err):
@@ -146,6 +148,11 @@ func writeProblem(w http.ResponseWriter, r *http.Request, p *Problem, logger *sl
 	p.RequestID = requestIDFrom(r.Context())
 	if p.RetryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(p.RetryAfter))
+	}
+	if p.Code == "worker-revoked" {
+		// Close the revoked worker's connection after this answer (HTTP/2:
+		// GOAWAY), whatever it was authenticated with before.
+		w.Header().Set("Connection", "close")
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("Cache-Control", "no-store")

@@ -41,6 +41,9 @@ func (h *handlers) CreateScan(ctx context.Context, req api.CreateScanRequestObje
 	if err != nil {
 		return nil, err
 	}
+	if !replayed {
+		h.audit(ctx, "scan.create", "scan", scan.ID.String(), &scan.OrganizationID, nil)
+	}
 	if replayed {
 		return api.CreateScan200JSONResponse{Body: toScan(scan), Headers: api.CreateScan200ResponseHeaders{IdempotentReplayed: ptr("true")}}, nil
 	}
@@ -87,6 +90,7 @@ func (h *handlers) CancelScan(ctx context.Context, req api.CancelScanRequestObje
 	if err != nil {
 		return nil, err
 	}
+	h.audit(ctx, "scan.cancel", "scan", scan.ID.String(), &scan.OrganizationID, nil)
 	return api.CancelScan200JSONResponse(toScan(scan)), nil
 }
 

@@ -40,6 +40,7 @@ type Config struct {
 	SweepBatch int
 	Limits     Limits
 	Artifacts  ArtifactConfig
+	Identity   IdentityConfig
 	Logger     *slog.Logger
 	// ValidateResponses checks every response against openapi.yaml and
 	// turns a mismatch into a 500; tests turn it on.
@@ -101,6 +102,11 @@ func DefaultConfig() Config {
 			PollsPerWorker:     8,
 			MaxPolls:           20000,
 		},
+		Identity: IdentityConfig{
+			CertificateValidity: 7 * 24 * time.Hour,
+			RenewalGrace:        time.Hour,
+			EnrollmentTokenTTL:  24 * time.Hour,
+		},
 		Artifacts: ArtifactConfig{
 			SessionTTL:         15 * time.Minute,
 			MaxBytes:           1 << 30,
@@ -120,6 +126,8 @@ type Server struct {
 	sweeper *Sweeper
 	polls   pollLimiter
 	handler http.Handler
+	// securityEvents throttles audit rows for refused requests.
+	securityEvents securityThrottle
 }
 
 // New builds a replica over a database pool. Start its background work with
@@ -164,7 +172,9 @@ func (s *Server) buildHandler() (http.Handler, error) {
 			writeProblem(w, r, withCause(newProblem(http.StatusBadRequest, "bad-request", "the request body could not be decoded"), err), s.logger)
 		},
 		ResponseErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
-			writeProblem(w, r, problemFor(err), s.logger)
+			p := problemFor(err)
+			s.securityProblem(r, p)
+			writeProblem(w, r, p, s.logger)
 		},
 	})
 	apiMux := http.NewServeMux()

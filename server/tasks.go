@@ -34,6 +34,9 @@ func (h *handlers) CreateTask(ctx context.Context, req api.CreateTaskRequestObje
 	if b.RequiredCapabilities != nil {
 		p.RequiredCapabilities = *b.RequiredCapabilities
 	}
+	if b.CriticalCapabilities != nil {
+		p.CriticalCapabilities = *b.CriticalCapabilities
+	}
 	if b.Priority != nil {
 		p.Priority = *b.Priority
 	}
@@ -70,6 +73,9 @@ func (h *handlers) CreateTask(ctx context.Context, req api.CreateTaskRequestObje
 	task, replayed, err := h.store.CreateTask(ctx, p)
 	if err != nil {
 		return nil, err
+	}
+	if !replayed {
+		h.audit(ctx, "task.create", "task", task.ID.String(), &task.OrganizationID, nil)
 	}
 	if replayed {
 		return api.CreateTask200JSONResponse{Body: toTask(task), Headers: api.CreateTask200ResponseHeaders{IdempotentReplayed: ptr("true")}}, nil
@@ -156,6 +162,7 @@ func (h *handlers) CancelTask(ctx context.Context, req api.CancelTaskRequestObje
 	if err != nil {
 		return nil, err
 	}
+	h.audit(ctx, "task.cancel", "task", task.ID.String(), &task.OrganizationID, nil)
 	return api.CancelTask200JSONResponse(toTask(task)), nil
 }
 
@@ -169,5 +176,6 @@ func (h *handlers) RetryTask(ctx context.Context, req api.RetryTaskRequestObject
 	if err != nil {
 		return nil, err
 	}
+	h.audit(ctx, "task.retry", "task", task.ID.String(), &task.OrganizationID, nil)
 	return api.RetryTask200JSONResponse(toTask(task)), nil
 }

@@ -28,7 +28,20 @@ func (h *handlers) CreateWorker(ctx context.Context, req api.CreateWorkerRequest
 	if err != nil {
 		return nil, err
 	}
-	return api.CreateWorker201JSONResponse(toWorker(w)), nil
+	token, expires, err := h.store.CreateEnrollmentToken(ctx, w.ID, h.cfg.Identity.EnrollmentTokenTTL)
+	if err != nil {
+		return nil, err
+	}
+	h.audit(ctx, "worker.create", "worker", w.ID.String(), nil, map[string]any{"name": w.Name, "certificate_fingerprint": w.CertificateFingerprint})
+	out := toWorker(w)
+	return api.CreateWorker201JSONResponse{
+		Id: out.Id, Name: out.Name, WorkerType: out.WorkerType, Enabled: out.Enabled, Revoked: out.Revoked,
+		RevokedAt: out.RevokedAt, RevocationReason: out.RevocationReason, CertificateFingerprint: out.CertificateFingerprint,
+		CertificateSubject: out.CertificateSubject, SoftwareVersion: out.SoftwareVersion, ProtocolVersion: out.ProtocolVersion,
+		Capabilities: out.Capabilities, MaxConcurrentTasks: out.MaxConcurrentTasks, LastSeenAt: out.LastSeenAt, Online: out.Online,
+		ActiveAttempts: out.ActiveAttempts, OrganizationIds: out.OrganizationIds, CreatedAt: out.CreatedAt,
+		EnrollmentToken: token, EnrollmentTokenExpiresAt: expires,
+	}, nil
 }
 
 // certificateIdentity derives the fingerprint (and subject) a worker is
@@ -101,6 +114,7 @@ func (h *handlers) UpdateWorker(ctx context.Context, req api.UpdateWorkerRequest
 	if err != nil {
 		return nil, err
 	}
+	h.audit(ctx, "worker.update", "worker", w.ID.String(), nil, map[string]any{"enabled": p.Enabled, "max_concurrent_tasks": p.MaxConcurrentTasks, "name": p.Name, "cancel_active": p.CancelActive})
 	return api.UpdateWorker200JSONResponse(toWorker(w)), nil
 }
 
@@ -117,6 +131,7 @@ func (h *handlers) RegisterWorkerCertificate(ctx context.Context, req api.Regist
 	if err != nil {
 		return nil, err
 	}
+	h.audit(ctx, "worker.register_certificate", "worker", w.ID.String(), nil, map[string]any{"certificate_fingerprint": fingerprint})
 	return api.RegisterWorkerCertificate200JSONResponse(toWorker(w)), nil
 }
 
@@ -130,6 +145,7 @@ func (h *handlers) AssignWorker(ctx context.Context, req api.AssignWorkerRequest
 	if err != nil {
 		return nil, err
 	}
+	h.audit(ctx, "assignment.create", "worker", req.WorkerId.String(), &req.OrganizationId, nil)
 	return api.AssignWorker200JSONResponse(toAssignment(a)), nil
 }
 
@@ -149,5 +165,7 @@ func (h *handlers) UnassignWorker(ctx context.Context, req api.UnassignWorkerReq
 	if err != nil {
 		return nil, err
 	}
+	h.audit(ctx, "assignment.revoke", "worker", req.WorkerId.String(), &req.OrganizationId,
+		map[string]any{"reason": reason, "cancel_active": cancelActive, "cancelled_attempts": a.CancelledAttempts})
 	return api.UnassignWorker200JSONResponse(toAssignment(a)), nil
 }

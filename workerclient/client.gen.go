@@ -72,6 +72,30 @@ func (e AttemptStatus) Valid() bool {
 	}
 }
 
+// Defines values for AuditEventActorType.
+const (
+	AuditEventActorTypeAnonymous AuditEventActorType = "anonymous"
+	AuditEventActorTypeSystem    AuditEventActorType = "system"
+	AuditEventActorTypeToken     AuditEventActorType = "token"
+	AuditEventActorTypeWorker    AuditEventActorType = "worker"
+)
+
+// Valid indicates whether the value is a known member of the AuditEventActorType enum.
+func (e AuditEventActorType) Valid() bool {
+	switch e {
+	case AuditEventActorTypeAnonymous:
+		return true
+	case AuditEventActorTypeSystem:
+		return true
+	case AuditEventActorTypeToken:
+		return true
+	case AuditEventActorTypeWorker:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for HealthStatus.
 const (
 	Ok          HealthStatus = "ok"
@@ -105,6 +129,36 @@ func (e LeaseState) Valid() bool {
 	case CancelRequested:
 		return true
 	case Lost:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for OrganizationWorkerReason.
+const (
+	AssignmentDisabled OrganizationWorkerReason = "assignment_disabled"
+	AtCapacity         OrganizationWorkerReason = "at_capacity"
+	Disabled           OrganizationWorkerReason = "disabled"
+	Eligible           OrganizationWorkerReason = "eligible"
+	Offline            OrganizationWorkerReason = "offline"
+	Revoked            OrganizationWorkerReason = "revoked"
+)
+
+// Valid indicates whether the value is a known member of the OrganizationWorkerReason enum.
+func (e OrganizationWorkerReason) Valid() bool {
+	switch e {
+	case AssignmentDisabled:
+		return true
+	case AtCapacity:
+		return true
+	case Disabled:
+		return true
+	case Eligible:
+		return true
+	case Offline:
+		return true
+	case Revoked:
 		return true
 	default:
 		return false
@@ -285,6 +339,27 @@ func (e TaskType) Valid() bool {
 	}
 }
 
+// Defines values for TokenScope.
+const (
+	Admin    TokenScope = "admin"
+	Producer TokenScope = "producer"
+	Reader   TokenScope = "reader"
+)
+
+// Valid indicates whether the value is a known member of the TokenScope enum.
+func (e TokenScope) Valid() bool {
+	switch e {
+	case Admin:
+		return true
+	case Producer:
+		return true
+	case Reader:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for UploadSessionMethod.
 const (
 	PUT UploadSessionMethod = "PUT"
@@ -372,6 +447,24 @@ func (e UpdateWorkerParamsActive) Valid() bool {
 	}
 }
 
+// ApiToken defines model for ApiToken.
+type ApiToken struct {
+	CreatedAt      time.Time           `json:"created_at"`
+	ExpiresAt      *time.Time          `json:"expires_at,omitempty"`
+	Id             openapi_types.UUID  `json:"id"`
+	LastUsedAt     *time.Time          `json:"last_used_at,omitempty"`
+	Name           string              `json:"name"`
+	OrganizationId *openapi_types.UUID `json:"organization_id,omitempty"`
+	Revoked        bool                `json:"revoked"`
+	RevokedAt      *time.Time          `json:"revoked_at,omitempty"`
+	Scopes         []TokenScope        `json:"scopes"`
+}
+
+// ApiTokenList defines model for ApiTokenList.
+type ApiTokenList struct {
+	Items []ApiToken `json:"items"`
+}
+
 // Asset defines model for Asset.
 type Asset struct {
 	Details         *JSONObject        `json:"details,omitempty"`
@@ -439,6 +532,29 @@ type AttemptOutcome string
 // AttemptStatus defines model for AttemptStatus.
 type AttemptStatus string
 
+// AuditEvent defines model for AuditEvent.
+type AuditEvent struct {
+	Action         string              `json:"action"`
+	ActorId        *string             `json:"actor_id,omitempty"`
+	ActorType      AuditEventActorType `json:"actor_type"`
+	Details        *JSONObject         `json:"details,omitempty"`
+	Id             int64               `json:"id"`
+	OccurredAt     time.Time           `json:"occurred_at"`
+	OrganizationId *openapi_types.UUID `json:"organization_id,omitempty"`
+	RequestId      *string             `json:"request_id,omitempty"`
+	TargetId       *string             `json:"target_id,omitempty"`
+	TargetType     *string             `json:"target_type,omitempty"`
+}
+
+// AuditEventActorType defines model for AuditEvent.ActorType.
+type AuditEventActorType string
+
+// AuditEventList defines model for AuditEventList.
+type AuditEventList struct {
+	Items      []AuditEvent `json:"items"`
+	NextCursor *string      `json:"next_cursor,omitempty"`
+}
+
 // Capabilities A JSON object; a task's `required_capabilities` must be contained in it (`@>`).
 type Capabilities = json.RawMessage
 
@@ -463,6 +579,14 @@ type CompleteResponse struct {
 	TaskState TaskState          `json:"task_state"`
 }
 
+// CreateApiTokenRequest defines model for CreateApiTokenRequest.
+type CreateApiTokenRequest struct {
+	ExpiresInSeconds *int                `json:"expires_in_seconds,omitempty"`
+	Name             string              `json:"name"`
+	OrganizationId   *openapi_types.UUID `json:"organization_id,omitempty"`
+	Scopes           []TokenScope        `json:"scopes"`
+}
+
 // CreateOrganizationRequest defines model for CreateOrganizationRequest.
 type CreateOrganizationRequest struct {
 	Name string `json:"name"`
@@ -479,6 +603,9 @@ type CreateScanRequest struct {
 // CreateTaskRequest defines model for CreateTaskRequest.
 type CreateTaskRequest struct {
 	AttemptTimeoutSeconds *int `json:"attempt_timeout_seconds,omitempty"`
+
+	// CriticalCapabilities A JSON object; a task's `required_capabilities` must be contained in it (`@>`).
+	CriticalCapabilities *Capabilities `json:"critical_capabilities,omitempty"`
 
 	// DelaySeconds Do not lease before this many seconds from now.
 	DelaySeconds *float64 `json:"delay_seconds,omitempty"`
@@ -508,6 +635,59 @@ type CreateWorkerRequest struct {
 	WorkerType             WorkerType `json:"worker_type"`
 }
 
+// CreatedApiToken defines model for CreatedApiToken.
+type CreatedApiToken struct {
+	ApiToken ApiToken `json:"api_token"`
+
+	// Token The secret, shown once. Send it as `Authorization: Bearer <token>`.
+	Token string `json:"token"`
+}
+
+// CreatedWorker defines model for CreatedWorker.
+type CreatedWorker struct {
+	ActiveAttempts int `json:"active_attempts"`
+
+	// Capabilities A JSON object; a task's `required_capabilities` must be contained in it (`@>`).
+	Capabilities           Capabilities `json:"capabilities"`
+	CertificateFingerprint *string      `json:"certificate_fingerprint,omitempty"`
+	CertificateSubject     *string      `json:"certificate_subject,omitempty"`
+	CreatedAt              time.Time    `json:"created_at"`
+	Enabled                bool         `json:"enabled"`
+
+	// EnrollmentToken One-time; shown once.
+	EnrollmentToken          string             `json:"enrollment_token"`
+	EnrollmentTokenExpiresAt time.Time          `json:"enrollment_token_expires_at"`
+	Id                       openapi_types.UUID `json:"id"`
+	LastSeenAt               *time.Time         `json:"last_seen_at,omitempty"`
+	MaxConcurrentTasks       int                `json:"max_concurrent_tasks"`
+	Name                     string             `json:"name"`
+
+	// Online Seen within three heartbeat intervals.
+	Online bool `json:"online"`
+
+	// OrganizationIds Organizations the worker is assigned to (enabled, not revoked).
+	OrganizationIds  []openapi_types.UUID `json:"organization_ids"`
+	ProtocolVersion  *string              `json:"protocol_version,omitempty"`
+	RevocationReason *string              `json:"revocation_reason,omitempty"`
+	Revoked          bool                 `json:"revoked"`
+	RevokedAt        *time.Time           `json:"revoked_at,omitempty"`
+	SoftwareVersion  *string              `json:"software_version,omitempty"`
+	WorkerType       WorkerType           `json:"worker_type"`
+}
+
+// EnrollRequest defines model for EnrollRequest.
+type EnrollRequest struct {
+	CsrPem          string `json:"csr_pem"`
+	EnrollmentToken string `json:"enrollment_token"`
+}
+
+// EnrollmentToken defines model for EnrollmentToken.
+type EnrollmentToken struct {
+	EnrollmentToken  string    `json:"enrollment_token"`
+	ExpiresAt        time.Time `json:"expires_at"`
+	ExpiresInSeconds float64   `json:"expires_in_seconds"`
+}
+
 // File defines model for File.
 type File struct {
 	AttemptId      *openapi_types.UUID `json:"attempt_id,omitempty"`
@@ -534,6 +714,19 @@ type Health struct {
 
 // HealthStatus defines model for Health.Status.
 type HealthStatus string
+
+// IssuedCertificate defines model for IssuedCertificate.
+type IssuedCertificate struct {
+	// CaCertificatePem The CA that signs worker certificates (also the gateway's, in the default setup).
+	CaCertificatePem string    `json:"ca_certificate_pem"`
+	CertificatePem   string    `json:"certificate_pem"`
+	ExpiresAt        time.Time `json:"expires_at"`
+	ExpiresInSeconds float64   `json:"expires_in_seconds"`
+
+	// RenewInSeconds Renew after this long (two thirds of the lifetime).
+	RenewInSeconds float64            `json:"renew_in_seconds"`
+	WorkerId       openapi_types.UUID `json:"worker_id"`
+}
 
 // JSONObject defines model for JSONObject.
 type JSONObject = json.RawMessage
@@ -649,6 +842,22 @@ type OrganizationList struct {
 	NextCursor *string        `json:"next_cursor,omitempty"`
 }
 
+// OrganizationWorker defines model for OrganizationWorker.
+type OrganizationWorker struct {
+	AssignmentEnabled bool                     `json:"assignment_enabled"`
+	Eligible          bool                     `json:"eligible"`
+	Reason            OrganizationWorkerReason `json:"reason"`
+	Worker            Worker                   `json:"worker"`
+}
+
+// OrganizationWorkerReason defines model for OrganizationWorker.Reason.
+type OrganizationWorkerReason string
+
+// OrganizationWorkerList defines model for OrganizationWorkerList.
+type OrganizationWorkerList struct {
+	Items []OrganizationWorker `json:"items"`
+}
+
 // PendingReason defines model for PendingReason.
 type PendingReason string
 
@@ -674,6 +883,11 @@ type Problem struct {
 type RegisterCertificateRequest struct {
 	CertificateFingerprint *string `json:"certificate_fingerprint,omitempty"`
 	CertificatePem         *string `json:"certificate_pem,omitempty"`
+}
+
+// RenewRequest defines model for RenewRequest.
+type RenewRequest struct {
+	CsrPem string `json:"csr_pem"`
 }
 
 // ResultAck defines model for ResultAck.
@@ -727,6 +941,11 @@ type ResultRecordKind string
 type RetryPolicy struct {
 	BaseSeconds *float64 `json:"base_seconds,omitempty"`
 	MaxSeconds  *float64 `json:"max_seconds,omitempty"`
+}
+
+// RevokeRequest defines model for RevokeRequest.
+type RevokeRequest struct {
+	Reason string `json:"reason"`
 }
 
 // Scan defines model for Scan.
@@ -895,6 +1114,9 @@ type ThreatList struct {
 	NextCursor *string  `json:"next_cursor,omitempty"`
 }
 
+// TokenScope defines model for TokenScope.
+type TokenScope string
+
 // UpdateWorkerRequest defines model for UpdateWorkerRequest.
 type UpdateWorkerRequest struct {
 	Enabled            *bool   `json:"enabled,omitempty"`
@@ -1045,6 +1267,18 @@ type StartAttemptParams struct {
 	LeaseToken LeaseToken `json:"Lease-Token"`
 }
 
+// ListAuditEventsParams defines parameters for ListAuditEvents.
+type ListAuditEventsParams struct {
+	Action     *string    `form:"action,omitempty" json:"action,omitempty"`
+	TargetType *string    `form:"target_type,omitempty" json:"target_type,omitempty"`
+	TargetId   *string    `form:"target_id,omitempty" json:"target_id,omitempty"`
+	Since      *time.Time `form:"since,omitempty" json:"since,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
 // AcquireLeasesParams defines parameters for AcquireLeases.
 type AcquireLeasesParams struct {
 	// IdempotencyKey Makes the request safe to repeat. At most 255 characters.
@@ -1146,6 +1380,9 @@ type UpdateWorkerParams struct {
 // UpdateWorkerParamsActive defines parameters for UpdateWorker.
 type UpdateWorkerParamsActive string
 
+// CreateApiTokenJSONRequestBody defines body for CreateApiToken for application/json ContentType.
+type CreateApiTokenJSONRequestBody = CreateApiTokenRequest
+
 // OpenArtifactUploadJSONRequestBody defines body for OpenArtifactUpload for application/json ContentType.
 type OpenArtifactUploadJSONRequestBody = OpenUploadRequest
 
@@ -1157,6 +1394,12 @@ type AppendLogsJSONRequestBody = LogChunk
 
 // SubmitResultsJSONRequestBody defines body for SubmitResults for application/json ContentType.
 type SubmitResultsJSONRequestBody = ResultBatch
+
+// RenewCertificateJSONRequestBody defines body for RenewCertificate for application/json ContentType.
+type RenewCertificateJSONRequestBody = RenewRequest
+
+// EnrollJSONRequestBody defines body for Enroll for application/json ContentType.
+type EnrollJSONRequestBody = EnrollRequest
 
 // HeartbeatWorkerJSONRequestBody defines body for HeartbeatWorker for application/json ContentType.
 type HeartbeatWorkerJSONRequestBody = WorkerHeartbeatRequest
@@ -1181,6 +1424,9 @@ type UpdateWorkerJSONRequestBody = UpdateWorkerRequest
 
 // RegisterWorkerCertificateJSONRequestBody defines body for RegisterWorkerCertificate for application/json ContentType.
 type RegisterWorkerCertificateJSONRequestBody = RegisterCertificateRequest
+
+// RevokeWorkerJSONRequestBody defines body for RevokeWorker for application/json ContentType.
+type RevokeWorkerJSONRequestBody = RevokeRequest
 
 // RequestEditorFn is the function signature for the RequestEditor callback function
 type RequestEditorFn func(ctx context.Context, req *http.Request) error
@@ -1270,6 +1516,42 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /readyz (the `GetReadiness` operationId).
 	GetReadiness(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListApiTokens List API tokens
+	//
+	// Metadata only; tokens are never shown again.
+	//
+	// Corresponds with GET /v1/api-tokens (the `ListApiTokens` operationId).
+	ListApiTokens(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateApiTokenWithBody Create an API token
+	//
+	// Scopes `admin`, `producer`, `reader`; optionally limited to one organization (then it sees
+	// and changes only that organization's data). The token is shown once and stored as a hash.
+	// An organization-scoped admin may create tokens for its own organization only.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/api-tokens (the `CreateApiToken` operationId).
+	CreateApiTokenWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateApiToken Create an API token
+	//
+	// Scopes `admin`, `producer`, `reader`; optionally limited to one organization (then it sees
+	// and changes only that organization's data). The token is shown once and stored as a hash.
+	// An organization-scoped admin may create tokens for its own organization only.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/api-tokens (the `CreateApiToken` operationId).
+	CreateApiToken(ctx context.Context, body CreateApiTokenJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RevokeApiToken Revoke an API token
+	//
+	// It stops working at once.
+	//
+	// Corresponds with DELETE /v1/api-tokens/{token_id} (the `RevokeApiToken` operationId).
+	RevokeApiToken(ctx context.Context, tokenId openapi_types.UUID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// OpenArtifactUploadWithBody Open an artifact upload session
 	//
@@ -1405,6 +1687,60 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/attempts/{attempt_id}/start (the `StartAttempt` operationId).
 	StartAttempt(ctx context.Context, attemptId AttemptID, params *StartAttemptParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListAuditEvents List audit events
+	//
+	// Every control-plane change and security event (enrollment, renewal, revocation, refused
+	// certificate, refused token, fencing rejection), newest first. No secret ever appears.
+	//
+	// Corresponds with GET /v1/audit-events (the `ListAuditEvents` operationId).
+	ListAuditEvents(ctx context.Context, params *ListAuditEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RenewCertificateWithBody Renew the worker's certificate
+	//
+	// Over mutual TLS with the current certificate, before it expires: a CSR for a new key. The
+	// new certificate is bound at once; the old one keeps working until the new one is first
+	// used or a grace period passes.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/certificates/renew (the `RenewCertificate` operationId).
+	RenewCertificateWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RenewCertificate Renew the worker's certificate
+	//
+	// Over mutual TLS with the current certificate, before it expires: a CSR for a new key. The
+	// new certificate is bound at once; the old one keeps working until the new one is first
+	// used or a grace period passes.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/certificates/renew (the `RenewCertificate` operationId).
+	RenewCertificate(ctx context.Context, body RenewCertificateJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// EnrollWithBody Enroll a worker with a one-time token
+	//
+	// Over TLS without a client certificate: the worker sends the one-time enrollment token an
+	// operator got when creating it, and a CSR for a key it generated locally (the key never
+	// leaves the worker). The answer is a short-lived client certificate signed by the
+	// gateway's CA, now bound to the worker; the token is used up.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/enroll (the `Enroll` operationId).
+	EnrollWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// Enroll Enroll a worker with a one-time token
+	//
+	// Over TLS without a client certificate: the worker sends the one-time enrollment token an
+	// operator got when creating it, and a CSR for a key it generated locally (the key never
+	// leaves the worker). The answer is a short-lived client certificate signed by the
+	// gateway's CA, now bound to the worker; the token is used up.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/enroll (the `Enroll` operationId).
+	Enroll(ctx context.Context, body EnrollJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetFile Get a file's metadata
 	//
 	// 404 when it does not exist or the token may not see it.
@@ -1512,6 +1848,15 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/organizations/{organization_id}/threats (the `ListThreats` operationId).
 	ListThreats(ctx context.Context, organizationId OrganizationID, params *ListThreatsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListOrganizationWorkers List an organization's workers and whether each can take its tasks
+	//
+	// Every worker assigned to the organization, with `eligible` and a `reason`: `eligible`,
+	// `revoked`, `disabled`, `assignment_disabled`, `offline` (not seen within three heartbeat
+	// intervals) or `at_capacity`.
+	//
+	// Corresponds with GET /v1/organizations/{organization_id}/workers (the `ListOrganizationWorkers` operationId).
+	ListOrganizationWorkers(ctx context.Context, organizationId OrganizationID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// UnassignWorker Remove a worker's assignment
 	//
@@ -1691,8 +2036,10 @@ type ClientInterface interface {
 
 	// CreateWorkerWithBody Create a worker identity
 	//
-	// Creates a worker. Register its client certificate now (`certificate_pem` or
-	// `certificate_fingerprint`) or later with `POST /v1/workers/{worker_id}/certificate`.
+	// Creates a worker and answers a one-time enrollment token: the worker enrolls with it
+	// (`POST /v1/enroll`) and gets a certificate from the gateway's CA. Or bring your own PKI:
+	// register its client certificate now (`certificate_pem` or `certificate_fingerprint`) or
+	// later with `POST /v1/workers/{worker_id}/certificate`.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1701,8 +2048,10 @@ type ClientInterface interface {
 
 	// CreateWorker Create a worker identity
 	//
-	// Creates a worker. Register its client certificate now (`certificate_pem` or
-	// `certificate_fingerprint`) or later with `POST /v1/workers/{worker_id}/certificate`.
+	// Creates a worker and answers a one-time enrollment token: the worker enrolls with it
+	// (`POST /v1/enroll`) and gets a certificate from the gateway's CA. Or bring your own PKI:
+	// register its client certificate now (`certificate_pem` or `certificate_fingerprint`) or
+	// later with `POST /v1/workers/{worker_id}/certificate`.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1759,6 +2108,37 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/workers/{worker_id}/certificate (the `RegisterWorkerCertificate` operationId).
 	RegisterWorkerCertificate(ctx context.Context, workerId WorkerID, body RegisterWorkerCertificateJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateEnrollmentToken Issue a new one-time enrollment token
+	//
+	// For a worker that lost its key or was never enrolled. Shown once.
+	//
+	// Corresponds with POST /v1/workers/{worker_id}/enrollment-token (the `CreateEnrollmentToken` operationId).
+	CreateEnrollmentToken(ctx context.Context, workerId WorkerID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RevokeWorkerWithBody Revoke a worker
+	//
+	// For good, in one transaction: the worker can lease nothing more, its active attempts end at
+	// once by policy (not counted against `max_attempts`) and their tasks are leasable elsewhere,
+	// its waiting polls are answered and every later request is refused with 403
+	// `worker-revoked`, even on a connection opened before.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/workers/{worker_id}/revoke (the `RevokeWorker` operationId).
+	RevokeWorkerWithBody(ctx context.Context, workerId WorkerID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RevokeWorker Revoke a worker
+	//
+	// For good, in one transaction: the worker can lease nothing more, its active attempts end at
+	// once by policy (not counted against `max_attempts`) and their tasks are leasable elsewhere,
+	// its waiting polls are answered and every later request is refused with 403
+	// `worker-revoked`, even on a connection opened before.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/workers/{worker_id}/revoke (the `RevokeWorker` operationId).
+	RevokeWorker(ctx context.Context, workerId WorkerID, body RevokeWorkerJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // GetHealth Process liveness
@@ -1786,6 +2166,82 @@ func (c *Client) GetHealth(ctx context.Context, reqEditors ...RequestEditorFn) (
 // Corresponds with GET /readyz (the `GetReadiness` operationId).
 func (c *Client) GetReadiness(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetReadinessRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListApiTokens List API tokens
+//
+// Metadata only; tokens are never shown again.
+//
+// Corresponds with GET /v1/api-tokens (the `ListApiTokens` operationId).
+func (c *Client) ListApiTokens(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListApiTokensRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateApiTokenWithBody Create an API token
+//
+// Scopes `admin`, `producer`, `reader`; optionally limited to one organization (then it sees
+// and changes only that organization's data). The token is shown once and stored as a hash.
+// An organization-scoped admin may create tokens for its own organization only.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/api-tokens (the `CreateApiToken` operationId).
+func (c *Client) CreateApiTokenWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateApiTokenRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateApiToken Create an API token
+//
+// Scopes `admin`, `producer`, `reader`; optionally limited to one organization (then it sees
+// and changes only that organization's data). The token is shown once and stored as a hash.
+// An organization-scoped admin may create tokens for its own organization only.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/api-tokens (the `CreateApiToken` operationId).
+func (c *Client) CreateApiToken(ctx context.Context, body CreateApiTokenJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateApiTokenRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RevokeApiToken Revoke an API token
+//
+// It stops working at once.
+//
+// Corresponds with DELETE /v1/api-tokens/{token_id} (the `RevokeApiToken` operationId).
+func (c *Client) RevokeApiToken(ctx context.Context, tokenId openapi_types.UUID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRevokeApiTokenRequest(c.Server, tokenId)
 	if err != nil {
 		return nil, err
 	}
@@ -2030,6 +2486,110 @@ func (c *Client) StartAttempt(ctx context.Context, attemptId AttemptID, params *
 	return c.Client.Do(req)
 }
 
+// ListAuditEvents List audit events
+//
+// Every control-plane change and security event (enrollment, renewal, revocation, refused
+// certificate, refused token, fencing rejection), newest first. No secret ever appears.
+//
+// Corresponds with GET /v1/audit-events (the `ListAuditEvents` operationId).
+func (c *Client) ListAuditEvents(ctx context.Context, params *ListAuditEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListAuditEventsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RenewCertificateWithBody Renew the worker's certificate
+//
+// Over mutual TLS with the current certificate, before it expires: a CSR for a new key. The
+// new certificate is bound at once; the old one keeps working until the new one is first
+// used or a grace period passes.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/certificates/renew (the `RenewCertificate` operationId).
+func (c *Client) RenewCertificateWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRenewCertificateRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RenewCertificate Renew the worker's certificate
+//
+// Over mutual TLS with the current certificate, before it expires: a CSR for a new key. The
+// new certificate is bound at once; the old one keeps working until the new one is first
+// used or a grace period passes.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/certificates/renew (the `RenewCertificate` operationId).
+func (c *Client) RenewCertificate(ctx context.Context, body RenewCertificateJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRenewCertificateRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// EnrollWithBody Enroll a worker with a one-time token
+//
+// Over TLS without a client certificate: the worker sends the one-time enrollment token an
+// operator got when creating it, and a CSR for a key it generated locally (the key never
+// leaves the worker). The answer is a short-lived client certificate signed by the
+// gateway's CA, now bound to the worker; the token is used up.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/enroll (the `Enroll` operationId).
+func (c *Client) EnrollWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewEnrollRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// Enroll Enroll a worker with a one-time token
+//
+// Over TLS without a client certificate: the worker sends the one-time enrollment token an
+// operator got when creating it, and a CSR for a key it generated locally (the key never
+// leaves the worker). The answer is a short-lived client certificate signed by the
+// gateway's CA, now bound to the worker; the token is used up.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/enroll (the `Enroll` operationId).
+func (c *Client) Enroll(ctx context.Context, body EnrollJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewEnrollRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // GetFile Get a file's metadata
 //
 // 404 when it does not exist or the token may not see it.
@@ -2248,6 +2808,25 @@ func (c *Client) ListAssets(ctx context.Context, organizationId OrganizationID, 
 // Corresponds with GET /v1/organizations/{organization_id}/threats (the `ListThreats` operationId).
 func (c *Client) ListThreats(ctx context.Context, organizationId OrganizationID, params *ListThreatsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewListThreatsRequest(c.Server, organizationId, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListOrganizationWorkers List an organization's workers and whether each can take its tasks
+//
+// Every worker assigned to the organization, with `eligible` and a `reason`: `eligible`,
+// `revoked`, `disabled`, `assignment_disabled`, `offline` (not seen within three heartbeat
+// intervals) or `at_capacity`.
+//
+// Corresponds with GET /v1/organizations/{organization_id}/workers (the `ListOrganizationWorkers` operationId).
+func (c *Client) ListOrganizationWorkers(ctx context.Context, organizationId OrganizationID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListOrganizationWorkersRequest(c.Server, organizationId)
 	if err != nil {
 		return nil, err
 	}
@@ -2626,8 +3205,10 @@ func (c *Client) ListWorkers(ctx context.Context, params *ListWorkersParams, req
 
 // CreateWorkerWithBody Create a worker identity
 //
-// Creates a worker. Register its client certificate now (`certificate_pem` or
-// `certificate_fingerprint`) or later with `POST /v1/workers/{worker_id}/certificate`.
+// Creates a worker and answers a one-time enrollment token: the worker enrolls with it
+// (`POST /v1/enroll`) and gets a certificate from the gateway's CA. Or bring your own PKI:
+// register its client certificate now (`certificate_pem` or `certificate_fingerprint`) or
+// later with `POST /v1/workers/{worker_id}/certificate`.
 //
 // Takes any type of body and a specified content type.
 //
@@ -2646,8 +3227,10 @@ func (c *Client) CreateWorkerWithBody(ctx context.Context, contentType string, b
 
 // CreateWorker Create a worker identity
 //
-// Creates a worker. Register its client certificate now (`certificate_pem` or
-// `certificate_fingerprint`) or later with `POST /v1/workers/{worker_id}/certificate`.
+// Creates a worker and answers a one-time enrollment token: the worker enrolls with it
+// (`POST /v1/enroll`) and gets a certificate from the gateway's CA. Or bring your own PKI:
+// register its client certificate now (`certificate_pem` or `certificate_fingerprint`) or
+// later with `POST /v1/workers/{worker_id}/certificate`.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -2765,6 +3348,67 @@ func (c *Client) RegisterWorkerCertificate(ctx context.Context, workerId WorkerI
 	return c.Client.Do(req)
 }
 
+// CreateEnrollmentToken Issue a new one-time enrollment token
+//
+// For a worker that lost its key or was never enrolled. Shown once.
+//
+// Corresponds with POST /v1/workers/{worker_id}/enrollment-token (the `CreateEnrollmentToken` operationId).
+func (c *Client) CreateEnrollmentToken(ctx context.Context, workerId WorkerID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateEnrollmentTokenRequest(c.Server, workerId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RevokeWorkerWithBody Revoke a worker
+//
+// For good, in one transaction: the worker can lease nothing more, its active attempts end at
+// once by policy (not counted against `max_attempts`) and their tasks are leasable elsewhere,
+// its waiting polls are answered and every later request is refused with 403
+// `worker-revoked`, even on a connection opened before.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/workers/{worker_id}/revoke (the `RevokeWorker` operationId).
+func (c *Client) RevokeWorkerWithBody(ctx context.Context, workerId WorkerID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRevokeWorkerRequestWithBody(c.Server, workerId, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RevokeWorker Revoke a worker
+//
+// For good, in one transaction: the worker can lease nothing more, its active attempts end at
+// once by policy (not counted against `max_attempts`) and their tasks are leasable elsewhere,
+// its waiting polls are answered and every later request is refused with 403
+// `worker-revoked`, even on a connection opened before.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/workers/{worker_id}/revoke (the `RevokeWorker` operationId).
+func (c *Client) RevokeWorker(ctx context.Context, workerId WorkerID, body RevokeWorkerJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRevokeWorkerRequest(c.Server, workerId, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // NewGetHealthRequest constructs an http.Request for the GetHealth method
 func NewGetHealthRequest(server string) (*http.Request, error) {
 	var err error
@@ -2812,6 +3456,107 @@ func NewGetReadinessRequest(server string) (*http.Request, error) {
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListApiTokensRequest constructs an http.Request for the ListApiTokens method
+func NewListApiTokensRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/api-tokens")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCreateApiTokenRequest calls the generic CreateApiToken builder with application/json body
+func NewCreateApiTokenRequest(server string, body CreateApiTokenJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateApiTokenRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewCreateApiTokenRequestWithBody constructs an http.Request for the CreateApiToken method, with any body, and a specified content type
+func NewCreateApiTokenRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/api-tokens")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewRevokeApiTokenRequest constructs an http.Request for the RevokeApiToken method
+func NewRevokeApiTokenRequest(server string, tokenId openapi_types.UUID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "token_id", tokenId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/api-tokens/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -3158,6 +3903,200 @@ func NewStartAttemptRequest(server string, attemptId AttemptID, params *StartAtt
 		req.Header.Set("Lease-Token", headerParam0)
 
 	}
+
+	return req, nil
+}
+
+// NewListAuditEventsRequest constructs an http.Request for the ListAuditEvents method
+func NewListAuditEventsRequest(server string, params *ListAuditEventsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/audit-events")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Action != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "action", *params.Action, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.TargetType != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "target_type", *params.TargetType, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.TargetId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "target_id", *params.TargetId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Since != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "since", *params.Since, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "date-time"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewRenewCertificateRequest calls the generic RenewCertificate builder with application/json body
+func NewRenewCertificateRequest(server string, body RenewCertificateJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRenewCertificateRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewRenewCertificateRequestWithBody constructs an http.Request for the RenewCertificate method, with any body, and a specified content type
+func NewRenewCertificateRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/certificates/renew")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewEnrollRequest calls the generic Enroll builder with application/json body
+func NewEnrollRequest(server string, body EnrollJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewEnrollRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewEnrollRequestWithBody constructs an http.Request for the Enroll method, with any body, and a specified content type
+func NewEnrollRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/enroll")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
 
 	return req, nil
 }
@@ -3601,6 +4540,40 @@ func NewListThreatsRequest(server string, organizationId OrganizationID, params 
 			rawQueryFragments = append(rawQueryFragments, encoded)
 		}
 		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListOrganizationWorkersRequest constructs an http.Request for the ListOrganizationWorkers method
+func NewListOrganizationWorkersRequest(server string, organizationId OrganizationID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "organization_id", organizationId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/organizations/%s/workers", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
@@ -4727,6 +5700,87 @@ func NewRegisterWorkerCertificateRequestWithBody(server string, workerId WorkerI
 	return req, nil
 }
 
+// NewCreateEnrollmentTokenRequest constructs an http.Request for the CreateEnrollmentToken method
+func NewCreateEnrollmentTokenRequest(server string, workerId WorkerID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "worker_id", workerId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/workers/%s/enrollment-token", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewRevokeWorkerRequest calls the generic RevokeWorker builder with application/json body
+func NewRevokeWorkerRequest(server string, workerId WorkerID, body RevokeWorkerJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRevokeWorkerRequestWithBody(server, workerId, "application/json", bodyReader)
+}
+
+// NewRevokeWorkerRequestWithBody constructs an http.Request for the RevokeWorker method, with any body, and a specified content type
+func NewRevokeWorkerRequestWithBody(server string, workerId WorkerID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "worker_id", workerId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/workers/%s/revoke", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 func (c *Client) applyEditors(ctx context.Context, req *http.Request, additionalEditors []RequestEditorFn) error {
 	for _, r := range c.RequestEditors {
 		if err := r(ctx, req); err != nil {
@@ -4789,6 +5843,46 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /readyz (the `GetReadiness` operationId).
 	GetReadinessWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetReadinessResponse, error)
+
+	// ListApiTokensWithResponse List API tokens
+	//
+	// Metadata only; tokens are never shown again.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/api-tokens (the `ListApiTokens` operationId).
+	ListApiTokensWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListApiTokensResponse, error)
+
+	// CreateApiTokenWithBodyWithResponse Create an API token
+	//
+	// Scopes `admin`, `producer`, `reader`; optionally limited to one organization (then it sees
+	// and changes only that organization's data). The token is shown once and stored as a hash.
+	// An organization-scoped admin may create tokens for its own organization only.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/api-tokens (the `CreateApiToken` operationId).
+	CreateApiTokenWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateApiTokenResponse, error)
+
+	// CreateApiTokenWithResponse Create an API token
+	//
+	// Scopes `admin`, `producer`, `reader`; optionally limited to one organization (then it sees
+	// and changes only that organization's data). The token is shown once and stored as a hash.
+	// An organization-scoped admin may create tokens for its own organization only.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/api-tokens (the `CreateApiToken` operationId).
+	CreateApiTokenWithResponse(ctx context.Context, body CreateApiTokenJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateApiTokenResponse, error)
+
+	// RevokeApiTokenWithResponse Revoke an API token
+	//
+	// It stops working at once.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/api-tokens/{token_id} (the `RevokeApiToken` operationId).
+	RevokeApiTokenWithResponse(ctx context.Context, tokenId openapi_types.UUID, reqEditors ...RequestEditorFn) (*RevokeApiTokenResponse, error)
 
 	// OpenArtifactUploadWithBodyWithResponse Open an artifact upload session
 	//
@@ -4928,6 +6022,62 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/attempts/{attempt_id}/start (the `StartAttempt` operationId).
 	StartAttemptWithResponse(ctx context.Context, attemptId AttemptID, params *StartAttemptParams, reqEditors ...RequestEditorFn) (*StartAttemptResponse, error)
 
+	// ListAuditEventsWithResponse List audit events
+	//
+	// Every control-plane change and security event (enrollment, renewal, revocation, refused
+	// certificate, refused token, fencing rejection), newest first. No secret ever appears.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/audit-events (the `ListAuditEvents` operationId).
+	ListAuditEventsWithResponse(ctx context.Context, params *ListAuditEventsParams, reqEditors ...RequestEditorFn) (*ListAuditEventsResponse, error)
+
+	// RenewCertificateWithBodyWithResponse Renew the worker's certificate
+	//
+	// Over mutual TLS with the current certificate, before it expires: a CSR for a new key. The
+	// new certificate is bound at once; the old one keeps working until the new one is first
+	// used or a grace period passes.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/certificates/renew (the `RenewCertificate` operationId).
+	RenewCertificateWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RenewCertificateResponse, error)
+
+	// RenewCertificateWithResponse Renew the worker's certificate
+	//
+	// Over mutual TLS with the current certificate, before it expires: a CSR for a new key. The
+	// new certificate is bound at once; the old one keeps working until the new one is first
+	// used or a grace period passes.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/certificates/renew (the `RenewCertificate` operationId).
+	RenewCertificateWithResponse(ctx context.Context, body RenewCertificateJSONRequestBody, reqEditors ...RequestEditorFn) (*RenewCertificateResponse, error)
+
+	// EnrollWithBodyWithResponse Enroll a worker with a one-time token
+	//
+	// Over TLS without a client certificate: the worker sends the one-time enrollment token an
+	// operator got when creating it, and a CSR for a key it generated locally (the key never
+	// leaves the worker). The answer is a short-lived client certificate signed by the
+	// gateway's CA, now bound to the worker; the token is used up.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/enroll (the `Enroll` operationId).
+	EnrollWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*EnrollResponse, error)
+
+	// EnrollWithResponse Enroll a worker with a one-time token
+	//
+	// Over TLS without a client certificate: the worker sends the one-time enrollment token an
+	// operator got when creating it, and a CSR for a key it generated locally (the key never
+	// leaves the worker). The answer is a short-lived client certificate signed by the
+	// gateway's CA, now bound to the worker; the token is used up.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/enroll (the `Enroll` operationId).
+	EnrollWithResponse(ctx context.Context, body EnrollJSONRequestBody, reqEditors ...RequestEditorFn) (*EnrollResponse, error)
+
 	// GetFileWithResponse Get a file's metadata
 	//
 	// 404 when it does not exist or the token may not see it.
@@ -5047,6 +6197,17 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/organizations/{organization_id}/threats (the `ListThreats` operationId).
 	ListThreatsWithResponse(ctx context.Context, organizationId OrganizationID, params *ListThreatsParams, reqEditors ...RequestEditorFn) (*ListThreatsResponse, error)
+
+	// ListOrganizationWorkersWithResponse List an organization's workers and whether each can take its tasks
+	//
+	// Every worker assigned to the organization, with `eligible` and a `reason`: `eligible`,
+	// `revoked`, `disabled`, `assignment_disabled`, `offline` (not seen within three heartbeat
+	// intervals) or `at_capacity`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/organizations/{organization_id}/workers (the `ListOrganizationWorkers` operationId).
+	ListOrganizationWorkersWithResponse(ctx context.Context, organizationId OrganizationID, reqEditors ...RequestEditorFn) (*ListOrganizationWorkersResponse, error)
 
 	// UnassignWorkerWithResponse Remove a worker's assignment
 	//
@@ -5254,8 +6415,10 @@ type ClientWithResponsesInterface interface {
 
 	// CreateWorkerWithBodyWithResponse Create a worker identity
 	//
-	// Creates a worker. Register its client certificate now (`certificate_pem` or
-	// `certificate_fingerprint`) or later with `POST /v1/workers/{worker_id}/certificate`.
+	// Creates a worker and answers a one-time enrollment token: the worker enrolls with it
+	// (`POST /v1/enroll`) and gets a certificate from the gateway's CA. Or bring your own PKI:
+	// register its client certificate now (`certificate_pem` or `certificate_fingerprint`) or
+	// later with `POST /v1/workers/{worker_id}/certificate`.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -5264,8 +6427,10 @@ type ClientWithResponsesInterface interface {
 
 	// CreateWorkerWithResponse Create a worker identity
 	//
-	// Creates a worker. Register its client certificate now (`certificate_pem` or
-	// `certificate_fingerprint`) or later with `POST /v1/workers/{worker_id}/certificate`.
+	// Creates a worker and answers a one-time enrollment token: the worker enrolls with it
+	// (`POST /v1/enroll`) and gets a certificate from the gateway's CA. Or bring your own PKI:
+	// register its client certificate now (`certificate_pem` or `certificate_fingerprint`) or
+	// later with `POST /v1/workers/{worker_id}/certificate`.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -5324,6 +6489,39 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/workers/{worker_id}/certificate (the `RegisterWorkerCertificate` operationId).
 	RegisterWorkerCertificateWithResponse(ctx context.Context, workerId WorkerID, body RegisterWorkerCertificateJSONRequestBody, reqEditors ...RequestEditorFn) (*RegisterWorkerCertificateResponse, error)
+
+	// CreateEnrollmentTokenWithResponse Issue a new one-time enrollment token
+	//
+	// For a worker that lost its key or was never enrolled. Shown once.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/workers/{worker_id}/enrollment-token (the `CreateEnrollmentToken` operationId).
+	CreateEnrollmentTokenWithResponse(ctx context.Context, workerId WorkerID, reqEditors ...RequestEditorFn) (*CreateEnrollmentTokenResponse, error)
+
+	// RevokeWorkerWithBodyWithResponse Revoke a worker
+	//
+	// For good, in one transaction: the worker can lease nothing more, its active attempts end at
+	// once by policy (not counted against `max_attempts`) and their tasks are leasable elsewhere,
+	// its waiting polls are answered and every later request is refused with 403
+	// `worker-revoked`, even on a connection opened before.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/workers/{worker_id}/revoke (the `RevokeWorker` operationId).
+	RevokeWorkerWithBodyWithResponse(ctx context.Context, workerId WorkerID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RevokeWorkerResponse, error)
+
+	// RevokeWorkerWithResponse Revoke a worker
+	//
+	// For good, in one transaction: the worker can lease nothing more, its active attempts end at
+	// once by policy (not counted against `max_attempts`) and their tasks are leasable elsewhere,
+	// its waiting polls are answered and every later request is refused with 403
+	// `worker-revoked`, even on a connection opened before.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/workers/{worker_id}/revoke (the `RevokeWorker` operationId).
+	RevokeWorkerWithResponse(ctx context.Context, workerId WorkerID, body RevokeWorkerJSONRequestBody, reqEditors ...RequestEditorFn) (*RevokeWorkerResponse, error)
 }
 
 type GetHealthResponse struct {
@@ -5423,6 +6621,171 @@ func (r GetReadinessResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetReadinessResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListApiTokensResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ApiTokenList
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListApiTokensResponse) GetJSON200() *ApiTokenList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListApiTokensResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListApiTokensResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListApiTokensResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListApiTokensResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListApiTokensResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type CreateApiTokenResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *CreatedApiToken
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreateApiTokenResponse) GetJSON201() *CreatedApiToken {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CreateApiTokenResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CreateApiTokenResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r CreateApiTokenResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateApiTokenResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateApiTokenResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateApiTokenResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateApiTokenResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type RevokeApiTokenResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ApiToken
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RevokeApiTokenResponse) GetJSON200() *ApiToken {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r RevokeApiTokenResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r RevokeApiTokenResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r RevokeApiTokenResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RevokeApiTokenResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RevokeApiTokenResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RevokeApiTokenResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -5937,6 +7300,185 @@ func (r StartAttemptResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r StartAttemptResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListAuditEventsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *AuditEventList
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListAuditEventsResponse) GetJSON200() *AuditEventList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListAuditEventsResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListAuditEventsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListAuditEventsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListAuditEventsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListAuditEventsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type RenewCertificateResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *IssuedCertificate
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RenewCertificateResponse) GetJSON200() *IssuedCertificate {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RenewCertificateResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RenewCertificateResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r RenewCertificateResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r RenewCertificateResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RenewCertificateResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RenewCertificateResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RenewCertificateResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type EnrollResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *IssuedCertificate
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r EnrollResponse) GetJSON200() *IssuedCertificate {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r EnrollResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r EnrollResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r EnrollResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r EnrollResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r EnrollResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r EnrollResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r EnrollResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r EnrollResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -6544,6 +8086,61 @@ func (r ListThreatsResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ListThreatsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListOrganizationWorkersResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *OrganizationWorkerList
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListOrganizationWorkersResponse) GetJSON200() *OrganizationWorkerList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListOrganizationWorkersResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListOrganizationWorkersResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListOrganizationWorkersResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListOrganizationWorkersResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListOrganizationWorkersResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListOrganizationWorkersResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -7727,7 +9324,7 @@ type CreateWorkerResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON201 the response for an HTTP 201 `application/json` response
-	JSON201 *Worker
+	JSON201 *CreatedWorker
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *Problem
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
@@ -7741,7 +9338,7 @@ type CreateWorkerResponse struct {
 }
 
 // GetJSON201 returns the response for an HTTP 201 `application/json` response
-func (r CreateWorkerResponse) GetJSON201() *Worker {
+func (r CreateWorkerResponse) GetJSON201() *CreatedWorker {
 	return r.JSON201
 }
 
@@ -8020,6 +9617,116 @@ func (r RegisterWorkerCertificateResponse) ContentType() string {
 	return ""
 }
 
+type CreateEnrollmentTokenResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *EnrollmentToken
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreateEnrollmentTokenResponse) GetJSON201() *EnrollmentToken {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r CreateEnrollmentTokenResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r CreateEnrollmentTokenResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateEnrollmentTokenResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateEnrollmentTokenResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateEnrollmentTokenResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateEnrollmentTokenResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type RevokeWorkerResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Worker
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RevokeWorkerResponse) GetJSON200() *Worker {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r RevokeWorkerResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r RevokeWorkerResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r RevokeWorkerResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RevokeWorkerResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RevokeWorkerResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RevokeWorkerResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // GetHealthWithResponse Process liveness
 //
 // Answers 200 while the process serves HTTP. Does not touch the database.
@@ -8049,6 +9756,70 @@ func (c *ClientWithResponses) GetReadinessWithResponse(ctx context.Context, reqE
 		return nil, err
 	}
 	return ParseGetReadinessResponse(rsp)
+}
+
+// ListApiTokensWithResponse List API tokens
+//
+// Metadata only; tokens are never shown again.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/api-tokens (the `ListApiTokens` operationId).
+func (c *ClientWithResponses) ListApiTokensWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListApiTokensResponse, error) {
+	rsp, err := c.ListApiTokens(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListApiTokensResponse(rsp)
+}
+
+// CreateApiTokenWithBodyWithResponse Create an API token
+//
+// Scopes `admin`, `producer`, `reader`; optionally limited to one organization (then it sees
+// and changes only that organization's data). The token is shown once and stored as a hash.
+// An organization-scoped admin may create tokens for its own organization only.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/api-tokens (the `CreateApiToken` operationId).
+func (c *ClientWithResponses) CreateApiTokenWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateApiTokenResponse, error) {
+	rsp, err := c.CreateApiTokenWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateApiTokenResponse(rsp)
+}
+
+// CreateApiTokenWithResponse Create an API token
+//
+// Scopes `admin`, `producer`, `reader`; optionally limited to one organization (then it sees
+// and changes only that organization's data). The token is shown once and stored as a hash.
+// An organization-scoped admin may create tokens for its own organization only.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/api-tokens (the `CreateApiToken` operationId).
+func (c *ClientWithResponses) CreateApiTokenWithResponse(ctx context.Context, body CreateApiTokenJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateApiTokenResponse, error) {
+	rsp, err := c.CreateApiToken(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateApiTokenResponse(rsp)
+}
+
+// RevokeApiTokenWithResponse Revoke an API token
+//
+// It stops working at once.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/api-tokens/{token_id} (the `RevokeApiToken` operationId).
+func (c *ClientWithResponses) RevokeApiTokenWithResponse(ctx context.Context, tokenId openapi_types.UUID, reqEditors ...RequestEditorFn) (*RevokeApiTokenResponse, error) {
+	rsp, err := c.RevokeApiToken(ctx, tokenId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRevokeApiTokenResponse(rsp)
 }
 
 // OpenArtifactUploadWithBodyWithResponse Open an artifact upload session
@@ -8249,6 +10020,92 @@ func (c *ClientWithResponses) StartAttemptWithResponse(ctx context.Context, atte
 	return ParseStartAttemptResponse(rsp)
 }
 
+// ListAuditEventsWithResponse List audit events
+//
+// Every control-plane change and security event (enrollment, renewal, revocation, refused
+// certificate, refused token, fencing rejection), newest first. No secret ever appears.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/audit-events (the `ListAuditEvents` operationId).
+func (c *ClientWithResponses) ListAuditEventsWithResponse(ctx context.Context, params *ListAuditEventsParams, reqEditors ...RequestEditorFn) (*ListAuditEventsResponse, error) {
+	rsp, err := c.ListAuditEvents(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListAuditEventsResponse(rsp)
+}
+
+// RenewCertificateWithBodyWithResponse Renew the worker's certificate
+//
+// Over mutual TLS with the current certificate, before it expires: a CSR for a new key. The
+// new certificate is bound at once; the old one keeps working until the new one is first
+// used or a grace period passes.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/certificates/renew (the `RenewCertificate` operationId).
+func (c *ClientWithResponses) RenewCertificateWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RenewCertificateResponse, error) {
+	rsp, err := c.RenewCertificateWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRenewCertificateResponse(rsp)
+}
+
+// RenewCertificateWithResponse Renew the worker's certificate
+//
+// Over mutual TLS with the current certificate, before it expires: a CSR for a new key. The
+// new certificate is bound at once; the old one keeps working until the new one is first
+// used or a grace period passes.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/certificates/renew (the `RenewCertificate` operationId).
+func (c *ClientWithResponses) RenewCertificateWithResponse(ctx context.Context, body RenewCertificateJSONRequestBody, reqEditors ...RequestEditorFn) (*RenewCertificateResponse, error) {
+	rsp, err := c.RenewCertificate(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRenewCertificateResponse(rsp)
+}
+
+// EnrollWithBodyWithResponse Enroll a worker with a one-time token
+//
+// Over TLS without a client certificate: the worker sends the one-time enrollment token an
+// operator got when creating it, and a CSR for a key it generated locally (the key never
+// leaves the worker). The answer is a short-lived client certificate signed by the
+// gateway's CA, now bound to the worker; the token is used up.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/enroll (the `Enroll` operationId).
+func (c *ClientWithResponses) EnrollWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*EnrollResponse, error) {
+	rsp, err := c.EnrollWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseEnrollResponse(rsp)
+}
+
+// EnrollWithResponse Enroll a worker with a one-time token
+//
+// Over TLS without a client certificate: the worker sends the one-time enrollment token an
+// operator got when creating it, and a CSR for a key it generated locally (the key never
+// leaves the worker). The answer is a short-lived client certificate signed by the
+// gateway's CA, now bound to the worker; the token is used up.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/enroll (the `Enroll` operationId).
+func (c *ClientWithResponses) EnrollWithResponse(ctx context.Context, body EnrollJSONRequestBody, reqEditors ...RequestEditorFn) (*EnrollResponse, error) {
+	rsp, err := c.Enroll(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseEnrollResponse(rsp)
+}
+
 // GetFileWithResponse Get a file's metadata
 //
 // 404 when it does not exist or the token may not see it.
@@ -8439,6 +10296,23 @@ func (c *ClientWithResponses) ListThreatsWithResponse(ctx context.Context, organ
 		return nil, err
 	}
 	return ParseListThreatsResponse(rsp)
+}
+
+// ListOrganizationWorkersWithResponse List an organization's workers and whether each can take its tasks
+//
+// Every worker assigned to the organization, with `eligible` and a `reason`: `eligible`,
+// `revoked`, `disabled`, `assignment_disabled`, `offline` (not seen within three heartbeat
+// intervals) or `at_capacity`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/organizations/{organization_id}/workers (the `ListOrganizationWorkers` operationId).
+func (c *ClientWithResponses) ListOrganizationWorkersWithResponse(ctx context.Context, organizationId OrganizationID, reqEditors ...RequestEditorFn) (*ListOrganizationWorkersResponse, error) {
+	rsp, err := c.ListOrganizationWorkers(ctx, organizationId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListOrganizationWorkersResponse(rsp)
 }
 
 // UnassignWorkerWithResponse Remove a worker's assignment
@@ -8761,8 +10635,10 @@ func (c *ClientWithResponses) ListWorkersWithResponse(ctx context.Context, param
 
 // CreateWorkerWithBodyWithResponse Create a worker identity
 //
-// Creates a worker. Register its client certificate now (`certificate_pem` or
-// `certificate_fingerprint`) or later with `POST /v1/workers/{worker_id}/certificate`.
+// Creates a worker and answers a one-time enrollment token: the worker enrolls with it
+// (`POST /v1/enroll`) and gets a certificate from the gateway's CA. Or bring your own PKI:
+// register its client certificate now (`certificate_pem` or `certificate_fingerprint`) or
+// later with `POST /v1/workers/{worker_id}/certificate`.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -8777,8 +10653,10 @@ func (c *ClientWithResponses) CreateWorkerWithBodyWithResponse(ctx context.Conte
 
 // CreateWorkerWithResponse Create a worker identity
 //
-// Creates a worker. Register its client certificate now (`certificate_pem` or
-// `certificate_fingerprint`) or later with `POST /v1/workers/{worker_id}/certificate`.
+// Creates a worker and answers a one-time enrollment token: the worker enrolls with it
+// (`POST /v1/enroll`) and gets a certificate from the gateway's CA. Or bring your own PKI:
+// register its client certificate now (`certificate_pem` or `certificate_fingerprint`) or
+// later with `POST /v1/workers/{worker_id}/certificate`.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -8874,6 +10752,57 @@ func (c *ClientWithResponses) RegisterWorkerCertificateWithResponse(ctx context.
 	return ParseRegisterWorkerCertificateResponse(rsp)
 }
 
+// CreateEnrollmentTokenWithResponse Issue a new one-time enrollment token
+//
+// For a worker that lost its key or was never enrolled. Shown once.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/workers/{worker_id}/enrollment-token (the `CreateEnrollmentToken` operationId).
+func (c *ClientWithResponses) CreateEnrollmentTokenWithResponse(ctx context.Context, workerId WorkerID, reqEditors ...RequestEditorFn) (*CreateEnrollmentTokenResponse, error) {
+	rsp, err := c.CreateEnrollmentToken(ctx, workerId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateEnrollmentTokenResponse(rsp)
+}
+
+// RevokeWorkerWithBodyWithResponse Revoke a worker
+//
+// For good, in one transaction: the worker can lease nothing more, its active attempts end at
+// once by policy (not counted against `max_attempts`) and their tasks are leasable elsewhere,
+// its waiting polls are answered and every later request is refused with 403
+// `worker-revoked`, even on a connection opened before.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/workers/{worker_id}/revoke (the `RevokeWorker` operationId).
+func (c *ClientWithResponses) RevokeWorkerWithBodyWithResponse(ctx context.Context, workerId WorkerID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RevokeWorkerResponse, error) {
+	rsp, err := c.RevokeWorkerWithBody(ctx, workerId, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRevokeWorkerResponse(rsp)
+}
+
+// RevokeWorkerWithResponse Revoke a worker
+//
+// For good, in one transaction: the worker can lease nothing more, its active attempts end at
+// once by policy (not counted against `max_attempts`) and their tasks are leasable elsewhere,
+// its waiting polls are answered and every later request is refused with 403
+// `worker-revoked`, even on a connection opened before.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/workers/{worker_id}/revoke (the `RevokeWorker` operationId).
+func (c *ClientWithResponses) RevokeWorkerWithResponse(ctx context.Context, workerId WorkerID, body RevokeWorkerJSONRequestBody, reqEditors ...RequestEditorFn) (*RevokeWorkerResponse, error) {
+	rsp, err := c.RevokeWorker(ctx, workerId, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRevokeWorkerResponse(rsp)
+}
+
 // ParseGetHealthResponse parses an HTTP response from a GetHealthWithResponse call
 func ParseGetHealthResponse(rsp *http.Response) (*GetHealthResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -8934,6 +10863,126 @@ func ParseGetReadinessResponse(rsp *http.Response) (*GetReadinessResponse, error
 			return nil, err
 		}
 		response.JSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListApiTokensResponse parses an HTTP response from a ListApiTokensWithResponse call
+func ParseListApiTokensResponse(rsp *http.Response) (*ListApiTokensResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListApiTokensResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ApiTokenList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseCreateApiTokenResponse parses an HTTP response from a CreateApiTokenWithResponse call
+func ParseCreateApiTokenResponse(rsp *http.Response) (*CreateApiTokenResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateApiTokenResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest CreatedApiToken
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseRevokeApiTokenResponse parses an HTTP response from a RevokeApiTokenWithResponse call
+func ParseRevokeApiTokenResponse(rsp *http.Response) (*RevokeApiTokenResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RevokeApiTokenResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ApiToken
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Problem
@@ -9369,6 +11418,140 @@ func ParseStartAttemptResponse(rsp *http.Response) (*StartAttemptResponse, error
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListAuditEventsResponse parses an HTTP response from a ListAuditEventsWithResponse call
+func ParseListAuditEventsResponse(rsp *http.Response) (*ListAuditEventsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListAuditEventsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest AuditEventList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseRenewCertificateResponse parses an HTTP response from a RenewCertificateWithResponse call
+func ParseRenewCertificateResponse(rsp *http.Response) (*RenewCertificateResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RenewCertificateResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest IssuedCertificate
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseEnrollResponse parses an HTTP response from a EnrollWithResponse call
+func ParseEnrollResponse(rsp *http.Response) (*EnrollResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &EnrollResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest IssuedCertificate
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Problem
@@ -9847,6 +12030,46 @@ func ParseListThreatsResponse(rsp *http.Response) (*ListThreatsResponse, error) 
 			return nil, err
 		}
 		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListOrganizationWorkersResponse parses an HTTP response from a ListOrganizationWorkersWithResponse call
+func ParseListOrganizationWorkersResponse(rsp *http.Response) (*ListOrganizationWorkersResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListOrganizationWorkersResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest OrganizationWorkerList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest Problem
@@ -10815,7 +13038,7 @@ func ParseCreateWorkerResponse(rsp *http.Response) (*CreateWorkerResponse, error
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
-		var dest Worker
+		var dest CreatedWorker
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -11024,6 +13247,86 @@ func ParseRegisterWorkerCertificateResponse(rsp *http.Response) (*RegisterWorker
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseCreateEnrollmentTokenResponse parses an HTTP response from a CreateEnrollmentTokenWithResponse call
+func ParseCreateEnrollmentTokenResponse(rsp *http.Response) (*CreateEnrollmentTokenResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateEnrollmentTokenResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest EnrollmentToken
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseRevokeWorkerResponse parses an HTTP response from a RevokeWorkerWithResponse call
+func ParseRevokeWorkerResponse(rsp *http.Response) (*RevokeWorkerResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RevokeWorkerResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Worker
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Problem

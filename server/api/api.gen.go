@@ -79,6 +79,30 @@ func (e AttemptStatus) Valid() bool {
 	}
 }
 
+// Defines values for AuditEventActorType.
+const (
+	AuditEventActorTypeAnonymous AuditEventActorType = "anonymous"
+	AuditEventActorTypeSystem    AuditEventActorType = "system"
+	AuditEventActorTypeToken     AuditEventActorType = "token"
+	AuditEventActorTypeWorker    AuditEventActorType = "worker"
+)
+
+// Valid indicates whether the value is a known member of the AuditEventActorType enum.
+func (e AuditEventActorType) Valid() bool {
+	switch e {
+	case AuditEventActorTypeAnonymous:
+		return true
+	case AuditEventActorTypeSystem:
+		return true
+	case AuditEventActorTypeToken:
+		return true
+	case AuditEventActorTypeWorker:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for HealthStatus.
 const (
 	Ok          HealthStatus = "ok"
@@ -112,6 +136,36 @@ func (e LeaseState) Valid() bool {
 	case CancelRequested:
 		return true
 	case Lost:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for OrganizationWorkerReason.
+const (
+	AssignmentDisabled OrganizationWorkerReason = "assignment_disabled"
+	AtCapacity         OrganizationWorkerReason = "at_capacity"
+	Disabled           OrganizationWorkerReason = "disabled"
+	Eligible           OrganizationWorkerReason = "eligible"
+	Offline            OrganizationWorkerReason = "offline"
+	Revoked            OrganizationWorkerReason = "revoked"
+)
+
+// Valid indicates whether the value is a known member of the OrganizationWorkerReason enum.
+func (e OrganizationWorkerReason) Valid() bool {
+	switch e {
+	case AssignmentDisabled:
+		return true
+	case AtCapacity:
+		return true
+	case Disabled:
+		return true
+	case Eligible:
+		return true
+	case Offline:
+		return true
+	case Revoked:
 		return true
 	default:
 		return false
@@ -292,6 +346,27 @@ func (e TaskType) Valid() bool {
 	}
 }
 
+// Defines values for TokenScope.
+const (
+	Admin    TokenScope = "admin"
+	Producer TokenScope = "producer"
+	Reader   TokenScope = "reader"
+)
+
+// Valid indicates whether the value is a known member of the TokenScope enum.
+func (e TokenScope) Valid() bool {
+	switch e {
+	case Admin:
+		return true
+	case Producer:
+		return true
+	case Reader:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for UploadSessionMethod.
 const (
 	PUT UploadSessionMethod = "PUT"
@@ -379,6 +454,24 @@ func (e UpdateWorkerParamsActive) Valid() bool {
 	}
 }
 
+// ApiToken defines model for ApiToken.
+type ApiToken struct {
+	CreatedAt      time.Time           `json:"created_at"`
+	ExpiresAt      *time.Time          `json:"expires_at,omitempty"`
+	Id             openapi_types.UUID  `json:"id"`
+	LastUsedAt     *time.Time          `json:"last_used_at,omitempty"`
+	Name           string              `json:"name"`
+	OrganizationId *openapi_types.UUID `json:"organization_id,omitempty"`
+	Revoked        bool                `json:"revoked"`
+	RevokedAt      *time.Time          `json:"revoked_at,omitempty"`
+	Scopes         []TokenScope        `json:"scopes"`
+}
+
+// ApiTokenList defines model for ApiTokenList.
+type ApiTokenList struct {
+	Items []ApiToken `json:"items"`
+}
+
 // Asset defines model for Asset.
 type Asset struct {
 	Details         *JSONObject        `json:"details,omitempty"`
@@ -446,6 +539,29 @@ type AttemptOutcome string
 // AttemptStatus defines model for AttemptStatus.
 type AttemptStatus string
 
+// AuditEvent defines model for AuditEvent.
+type AuditEvent struct {
+	Action         string              `json:"action"`
+	ActorId        *string             `json:"actor_id,omitempty"`
+	ActorType      AuditEventActorType `json:"actor_type"`
+	Details        *JSONObject         `json:"details,omitempty"`
+	Id             int64               `json:"id"`
+	OccurredAt     time.Time           `json:"occurred_at"`
+	OrganizationId *openapi_types.UUID `json:"organization_id,omitempty"`
+	RequestId      *string             `json:"request_id,omitempty"`
+	TargetId       *string             `json:"target_id,omitempty"`
+	TargetType     *string             `json:"target_type,omitempty"`
+}
+
+// AuditEventActorType defines model for AuditEvent.ActorType.
+type AuditEventActorType string
+
+// AuditEventList defines model for AuditEventList.
+type AuditEventList struct {
+	Items      []AuditEvent `json:"items"`
+	NextCursor *string      `json:"next_cursor,omitempty"`
+}
+
 // Capabilities A JSON object; a task's `required_capabilities` must be contained in it (`@>`).
 type Capabilities = json.RawMessage
 
@@ -470,6 +586,14 @@ type CompleteResponse struct {
 	TaskState TaskState          `json:"task_state"`
 }
 
+// CreateApiTokenRequest defines model for CreateApiTokenRequest.
+type CreateApiTokenRequest struct {
+	ExpiresInSeconds *int                `json:"expires_in_seconds,omitempty"`
+	Name             string              `json:"name"`
+	OrganizationId   *openapi_types.UUID `json:"organization_id,omitempty"`
+	Scopes           []TokenScope        `json:"scopes"`
+}
+
 // CreateOrganizationRequest defines model for CreateOrganizationRequest.
 type CreateOrganizationRequest struct {
 	Name string `json:"name"`
@@ -486,6 +610,9 @@ type CreateScanRequest struct {
 // CreateTaskRequest defines model for CreateTaskRequest.
 type CreateTaskRequest struct {
 	AttemptTimeoutSeconds *int `json:"attempt_timeout_seconds,omitempty"`
+
+	// CriticalCapabilities A JSON object; a task's `required_capabilities` must be contained in it (`@>`).
+	CriticalCapabilities *Capabilities `json:"critical_capabilities,omitempty"`
 
 	// DelaySeconds Do not lease before this many seconds from now.
 	DelaySeconds *float64 `json:"delay_seconds,omitempty"`
@@ -515,6 +642,59 @@ type CreateWorkerRequest struct {
 	WorkerType             WorkerType `json:"worker_type"`
 }
 
+// CreatedApiToken defines model for CreatedApiToken.
+type CreatedApiToken struct {
+	ApiToken ApiToken `json:"api_token"`
+
+	// Token The secret, shown once. Send it as `Authorization: Bearer <token>`.
+	Token string `json:"token"`
+}
+
+// CreatedWorker defines model for CreatedWorker.
+type CreatedWorker struct {
+	ActiveAttempts int `json:"active_attempts"`
+
+	// Capabilities A JSON object; a task's `required_capabilities` must be contained in it (`@>`).
+	Capabilities           Capabilities `json:"capabilities"`
+	CertificateFingerprint *string      `json:"certificate_fingerprint,omitempty"`
+	CertificateSubject     *string      `json:"certificate_subject,omitempty"`
+	CreatedAt              time.Time    `json:"created_at"`
+	Enabled                bool         `json:"enabled"`
+
+	// EnrollmentToken One-time; shown once.
+	EnrollmentToken          string             `json:"enrollment_token"`
+	EnrollmentTokenExpiresAt time.Time          `json:"enrollment_token_expires_at"`
+	Id                       openapi_types.UUID `json:"id"`
+	LastSeenAt               *time.Time         `json:"last_seen_at,omitempty"`
+	MaxConcurrentTasks       int                `json:"max_concurrent_tasks"`
+	Name                     string             `json:"name"`
+
+	// Online Seen within three heartbeat intervals.
+	Online bool `json:"online"`
+
+	// OrganizationIds Organizations the worker is assigned to (enabled, not revoked).
+	OrganizationIds  []openapi_types.UUID `json:"organization_ids"`
+	ProtocolVersion  *string              `json:"protocol_version,omitempty"`
+	RevocationReason *string              `json:"revocation_reason,omitempty"`
+	Revoked          bool                 `json:"revoked"`
+	RevokedAt        *time.Time           `json:"revoked_at,omitempty"`
+	SoftwareVersion  *string              `json:"software_version,omitempty"`
+	WorkerType       WorkerType           `json:"worker_type"`
+}
+
+// EnrollRequest defines model for EnrollRequest.
+type EnrollRequest struct {
+	CsrPem          string `json:"csr_pem"`
+	EnrollmentToken string `json:"enrollment_token"`
+}
+
+// EnrollmentToken defines model for EnrollmentToken.
+type EnrollmentToken struct {
+	EnrollmentToken  string    `json:"enrollment_token"`
+	ExpiresAt        time.Time `json:"expires_at"`
+	ExpiresInSeconds float64   `json:"expires_in_seconds"`
+}
+
 // File defines model for File.
 type File struct {
 	AttemptId      *openapi_types.UUID `json:"attempt_id,omitempty"`
@@ -541,6 +721,19 @@ type Health struct {
 
 // HealthStatus defines model for Health.Status.
 type HealthStatus string
+
+// IssuedCertificate defines model for IssuedCertificate.
+type IssuedCertificate struct {
+	// CaCertificatePem The CA that signs worker certificates (also the gateway's, in the default setup).
+	CaCertificatePem string    `json:"ca_certificate_pem"`
+	CertificatePem   string    `json:"certificate_pem"`
+	ExpiresAt        time.Time `json:"expires_at"`
+	ExpiresInSeconds float64   `json:"expires_in_seconds"`
+
+	// RenewInSeconds Renew after this long (two thirds of the lifetime).
+	RenewInSeconds float64            `json:"renew_in_seconds"`
+	WorkerId       openapi_types.UUID `json:"worker_id"`
+}
 
 // JSONObject defines model for JSONObject.
 type JSONObject = json.RawMessage
@@ -656,6 +849,22 @@ type OrganizationList struct {
 	NextCursor *string        `json:"next_cursor,omitempty"`
 }
 
+// OrganizationWorker defines model for OrganizationWorker.
+type OrganizationWorker struct {
+	AssignmentEnabled bool                     `json:"assignment_enabled"`
+	Eligible          bool                     `json:"eligible"`
+	Reason            OrganizationWorkerReason `json:"reason"`
+	Worker            Worker                   `json:"worker"`
+}
+
+// OrganizationWorkerReason defines model for OrganizationWorker.Reason.
+type OrganizationWorkerReason string
+
+// OrganizationWorkerList defines model for OrganizationWorkerList.
+type OrganizationWorkerList struct {
+	Items []OrganizationWorker `json:"items"`
+}
+
 // PendingReason defines model for PendingReason.
 type PendingReason string
 
@@ -681,6 +890,11 @@ type Problem struct {
 type RegisterCertificateRequest struct {
 	CertificateFingerprint *string `json:"certificate_fingerprint,omitempty"`
 	CertificatePem         *string `json:"certificate_pem,omitempty"`
+}
+
+// RenewRequest defines model for RenewRequest.
+type RenewRequest struct {
+	CsrPem string `json:"csr_pem"`
 }
 
 // ResultAck defines model for ResultAck.
@@ -734,6 +948,11 @@ type ResultRecordKind string
 type RetryPolicy struct {
 	BaseSeconds *float64 `json:"base_seconds,omitempty"`
 	MaxSeconds  *float64 `json:"max_seconds,omitempty"`
+}
+
+// RevokeRequest defines model for RevokeRequest.
+type RevokeRequest struct {
+	Reason string `json:"reason"`
 }
 
 // Scan defines model for Scan.
@@ -902,6 +1121,9 @@ type ThreatList struct {
 	NextCursor *string  `json:"next_cursor,omitempty"`
 }
 
+// TokenScope defines model for TokenScope.
+type TokenScope string
+
 // UpdateWorkerRequest defines model for UpdateWorkerRequest.
 type UpdateWorkerRequest struct {
 	Enabled            *bool   `json:"enabled,omitempty"`
@@ -1052,6 +1274,18 @@ type StartAttemptParams struct {
 	LeaseToken LeaseToken `json:"Lease-Token"`
 }
 
+// ListAuditEventsParams defines parameters for ListAuditEvents.
+type ListAuditEventsParams struct {
+	Action     *string    `form:"action,omitempty" json:"action,omitempty"`
+	TargetType *string    `form:"target_type,omitempty" json:"target_type,omitempty"`
+	TargetId   *string    `form:"target_id,omitempty" json:"target_id,omitempty"`
+	Since      *time.Time `form:"since,omitempty" json:"since,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
 // AcquireLeasesParams defines parameters for AcquireLeases.
 type AcquireLeasesParams struct {
 	// IdempotencyKey Makes the request safe to repeat. At most 255 characters.
@@ -1153,6 +1387,9 @@ type UpdateWorkerParams struct {
 // UpdateWorkerParamsActive defines parameters for UpdateWorker.
 type UpdateWorkerParamsActive string
 
+// CreateApiTokenJSONRequestBody defines body for CreateApiToken for application/json ContentType.
+type CreateApiTokenJSONRequestBody = CreateApiTokenRequest
+
 // OpenArtifactUploadJSONRequestBody defines body for OpenArtifactUpload for application/json ContentType.
 type OpenArtifactUploadJSONRequestBody = OpenUploadRequest
 
@@ -1164,6 +1401,12 @@ type AppendLogsJSONRequestBody = LogChunk
 
 // SubmitResultsJSONRequestBody defines body for SubmitResults for application/json ContentType.
 type SubmitResultsJSONRequestBody = ResultBatch
+
+// RenewCertificateJSONRequestBody defines body for RenewCertificate for application/json ContentType.
+type RenewCertificateJSONRequestBody = RenewRequest
+
+// EnrollJSONRequestBody defines body for Enroll for application/json ContentType.
+type EnrollJSONRequestBody = EnrollRequest
 
 // HeartbeatWorkerJSONRequestBody defines body for HeartbeatWorker for application/json ContentType.
 type HeartbeatWorkerJSONRequestBody = WorkerHeartbeatRequest
@@ -1189,6 +1432,9 @@ type UpdateWorkerJSONRequestBody = UpdateWorkerRequest
 // RegisterWorkerCertificateJSONRequestBody defines body for RegisterWorkerCertificate for application/json ContentType.
 type RegisterWorkerCertificateJSONRequestBody = RegisterCertificateRequest
 
+// RevokeWorkerJSONRequestBody defines body for RevokeWorker for application/json ContentType.
+type RevokeWorkerJSONRequestBody = RevokeRequest
+
 // ServerInterface represents all server handlers.
 type ServerInterface interface {
 	// GetHealth Process liveness
@@ -1197,6 +1443,15 @@ type ServerInterface interface {
 	// GetReadiness Readiness to serve traffic
 	// (GET /readyz)
 	GetReadiness(w http.ResponseWriter, r *http.Request)
+	// ListApiTokens List API tokens
+	// (GET /v1/api-tokens)
+	ListApiTokens(w http.ResponseWriter, r *http.Request)
+	// CreateApiToken Create an API token
+	// (POST /v1/api-tokens)
+	CreateApiToken(w http.ResponseWriter, r *http.Request)
+	// RevokeApiToken Revoke an API token
+	// (DELETE /v1/api-tokens/{token_id})
+	RevokeApiToken(w http.ResponseWriter, r *http.Request, tokenId openapi_types.UUID)
 	// OpenArtifactUpload Open an artifact upload session
 	// (POST /v1/attempts/{attempt_id}/artifacts)
 	OpenArtifactUpload(w http.ResponseWriter, r *http.Request, attemptId AttemptID, params OpenArtifactUploadParams)
@@ -1215,6 +1470,15 @@ type ServerInterface interface {
 	// StartAttempt Mark a leased attempt as running
 	// (POST /v1/attempts/{attempt_id}/start)
 	StartAttempt(w http.ResponseWriter, r *http.Request, attemptId AttemptID, params StartAttemptParams)
+	// ListAuditEvents List audit events
+	// (GET /v1/audit-events)
+	ListAuditEvents(w http.ResponseWriter, r *http.Request, params ListAuditEventsParams)
+	// RenewCertificate Renew the worker's certificate
+	// (POST /v1/certificates/renew)
+	RenewCertificate(w http.ResponseWriter, r *http.Request)
+	// Enroll Enroll a worker with a one-time token
+	// (POST /v1/enroll)
+	Enroll(w http.ResponseWriter, r *http.Request)
 	// GetFile Get a file's metadata
 	// (GET /v1/files/{file_id})
 	GetFile(w http.ResponseWriter, r *http.Request, fileId FileID)
@@ -1242,6 +1506,9 @@ type ServerInterface interface {
 	// ListThreats List an organization's threats
 	// (GET /v1/organizations/{organization_id}/threats)
 	ListThreats(w http.ResponseWriter, r *http.Request, organizationId OrganizationID, params ListThreatsParams)
+	// ListOrganizationWorkers List an organization's workers and whether each can take its tasks
+	// (GET /v1/organizations/{organization_id}/workers)
+	ListOrganizationWorkers(w http.ResponseWriter, r *http.Request, organizationId OrganizationID)
 	// UnassignWorker Remove a worker's assignment
 	// (DELETE /v1/organizations/{organization_id}/workers/{worker_id})
 	UnassignWorker(w http.ResponseWriter, r *http.Request, organizationId OrganizationID, workerId WorkerID, params UnassignWorkerParams)
@@ -1305,6 +1572,12 @@ type ServerInterface interface {
 	// RegisterWorkerCertificate Register a worker's client certificate
 	// (POST /v1/workers/{worker_id}/certificate)
 	RegisterWorkerCertificate(w http.ResponseWriter, r *http.Request, workerId WorkerID)
+	// CreateEnrollmentToken Issue a new one-time enrollment token
+	// (POST /v1/workers/{worker_id}/enrollment-token)
+	CreateEnrollmentToken(w http.ResponseWriter, r *http.Request, workerId WorkerID)
+	// RevokeWorker Revoke a worker
+	// (POST /v1/workers/{worker_id}/revoke)
+	RevokeWorker(w http.ResponseWriter, r *http.Request, workerId WorkerID)
 }
 
 // ServerInterfaceWrapper converts contexts to parameters.
@@ -1335,6 +1608,60 @@ func (siw *ServerInterfaceWrapper) GetReadiness(w http.ResponseWriter, r *http.R
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.GetReadiness(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListApiTokens operation middleware
+func (siw *ServerInterfaceWrapper) ListApiTokens(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListApiTokens(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CreateApiToken operation middleware
+func (siw *ServerInterfaceWrapper) CreateApiToken(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateApiToken(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// RevokeApiToken operation middleware
+func (siw *ServerInterfaceWrapper) RevokeApiToken(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "token_id" -------------
+	var tokenId openapi_types.UUID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "token_id", r.PathValue("token_id"), &tokenId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "token_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.RevokeApiToken(w, r, tokenId)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -1691,6 +2018,132 @@ func (siw *ServerInterfaceWrapper) StartAttempt(w http.ResponseWriter, r *http.R
 	handler.ServeHTTP(w, r)
 }
 
+// ListAuditEvents operation middleware
+func (siw *ServerInterfaceWrapper) ListAuditEvents(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListAuditEventsParams
+
+	// ------------- Optional query parameter "action" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "action", r.URL.Query(), &params.Action, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "action"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "action", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "target_type" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "target_type", r.URL.Query(), &params.TargetType, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "target_type"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "target_type", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "target_id" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "target_id", r.URL.Query(), &params.TargetId, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "target_id"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "target_id", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "since" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "since", r.URL.Query(), &params.Since, runtime.BindQueryParameterOptions{Type: "string", Format: "date-time"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "since"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "since", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListAuditEvents(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// RenewCertificate operation middleware
+func (siw *ServerInterfaceWrapper) RenewCertificate(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.RenewCertificate(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// Enroll operation middleware
+func (siw *ServerInterfaceWrapper) Enroll(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.Enroll(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // GetFile operation middleware
 func (siw *ServerInterfaceWrapper) GetFile(w http.ResponseWriter, r *http.Request) {
 
@@ -1985,6 +2438,32 @@ func (siw *ServerInterfaceWrapper) ListThreats(w http.ResponseWriter, r *http.Re
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.ListThreats(w, r, organizationId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListOrganizationWorkers operation middleware
+func (siw *ServerInterfaceWrapper) ListOrganizationWorkers(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "organization_id" -------------
+	var organizationId OrganizationID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "organization_id", r.PathValue("organization_id"), &organizationId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "organization_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListOrganizationWorkers(w, r, organizationId)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -2817,6 +3296,58 @@ func (siw *ServerInterfaceWrapper) RegisterWorkerCertificate(w http.ResponseWrit
 	handler.ServeHTTP(w, r)
 }
 
+// CreateEnrollmentToken operation middleware
+func (siw *ServerInterfaceWrapper) CreateEnrollmentToken(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "worker_id" -------------
+	var workerId WorkerID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "worker_id", r.PathValue("worker_id"), &workerId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "worker_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateEnrollmentToken(w, r, workerId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// RevokeWorker operation middleware
+func (siw *ServerInterfaceWrapper) RevokeWorker(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "worker_id" -------------
+	var workerId WorkerID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "worker_id", r.PathValue("worker_id"), &workerId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "worker_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.RevokeWorker(w, r, workerId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 type UnescapedCookieParamError struct {
 	ParamName string
 	Err       error
@@ -2949,11 +3480,14 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPut+" "+options.BaseURL+"/v1/uploads/{upload_id}", wrapper.UploadArtifact)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/uploads/{upload_id}/commit", wrapper.CommitArtifactUpload)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/attempts/{attempt_id}/logs", wrapper.AppendLogs)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/enroll", wrapper.Enroll)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/certificates/renew", wrapper.RenewCertificate)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/organizations", wrapper.ListOrganizations)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/organizations", wrapper.CreateOrganization)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/organizations/{organization_id}", wrapper.GetOrganization)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/organizations/{organization_id}/assets", wrapper.ListAssets)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/organizations/{organization_id}/threats", wrapper.ListThreats)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/organizations/{organization_id}/workers", wrapper.ListOrganizationWorkers)
 	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/organizations/{organization_id}/workers/{worker_id}", wrapper.UnassignWorker)
 	m.HandleFunc(http.MethodPut+" "+options.BaseURL+"/v1/organizations/{organization_id}/workers/{worker_id}", wrapper.AssignWorker)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/workers", wrapper.ListWorkers)
@@ -2961,6 +3495,12 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/workers/{worker_id}", wrapper.GetWorker)
 	m.HandleFunc(http.MethodPatch+" "+options.BaseURL+"/v1/workers/{worker_id}", wrapper.UpdateWorker)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/workers/{worker_id}/certificate", wrapper.RegisterWorkerCertificate)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/workers/{worker_id}/revoke", wrapper.RevokeWorker)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/workers/{worker_id}/enrollment-token", wrapper.CreateEnrollmentToken)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/api-tokens", wrapper.ListApiTokens)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/api-tokens", wrapper.CreateApiToken)
+	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/api-tokens/{token_id}", wrapper.RevokeApiToken)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/audit-events", wrapper.ListAuditEvents)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/tasks", wrapper.ListTasks)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/tasks", wrapper.CreateTask)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/tasks/{task_id}", wrapper.GetTask)
@@ -3060,6 +3600,168 @@ type GetReadinessdefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response GetReadinessdefaultApplicationProblemPlusJSONResponse) VisitGetReadinessResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListApiTokensRequestObject struct {
+}
+
+type ListApiTokensResponseObject interface {
+	VisitListApiTokensResponse(w http.ResponseWriter) error
+}
+
+type ListApiTokens200JSONResponse ApiTokenList
+
+func (response ListApiTokens200JSONResponse) VisitListApiTokensResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListApiTokensdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListApiTokensdefaultApplicationProblemPlusJSONResponse) VisitListApiTokensResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateApiTokenRequestObject struct {
+	Body *CreateApiTokenJSONRequestBody
+}
+
+type CreateApiTokenResponseObject interface {
+	VisitCreateApiTokenResponse(w http.ResponseWriter) error
+}
+
+type CreateApiToken201JSONResponse CreatedApiToken
+
+func (response CreateApiToken201JSONResponse) VisitCreateApiTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(201)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateApiToken400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response CreateApiToken400ApplicationProblemPlusJSONResponse) VisitCreateApiTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateApiToken403ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateApiToken403ApplicationProblemPlusJSONResponse) VisitCreateApiTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateApiTokendefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response CreateApiTokendefaultApplicationProblemPlusJSONResponse) VisitCreateApiTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RevokeApiTokenRequestObject struct {
+	TokenId openapi_types.UUID `json:"token_id"`
+}
+
+type RevokeApiTokenResponseObject interface {
+	VisitRevokeApiTokenResponse(w http.ResponseWriter) error
+}
+
+type RevokeApiToken200JSONResponse ApiToken
+
+func (response RevokeApiToken200JSONResponse) VisitRevokeApiTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RevokeApiToken404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response RevokeApiToken404ApplicationProblemPlusJSONResponse) VisitRevokeApiTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RevokeApiTokendefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response RevokeApiTokendefaultApplicationProblemPlusJSONResponse) VisitRevokeApiTokenResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -3768,6 +4470,197 @@ type StartAttemptdefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response StartAttemptdefaultApplicationProblemPlusJSONResponse) VisitStartAttemptResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAuditEventsRequestObject struct {
+	Params ListAuditEventsParams
+}
+
+type ListAuditEventsResponseObject interface {
+	VisitListAuditEventsResponse(w http.ResponseWriter) error
+}
+
+type ListAuditEvents200JSONResponse AuditEventList
+
+func (response ListAuditEvents200JSONResponse) VisitListAuditEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAuditEventsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListAuditEventsdefaultApplicationProblemPlusJSONResponse) VisitListAuditEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RenewCertificateRequestObject struct {
+	Body *RenewCertificateJSONRequestBody
+}
+
+type RenewCertificateResponseObject interface {
+	VisitRenewCertificateResponse(w http.ResponseWriter) error
+}
+
+type RenewCertificate200JSONResponse IssuedCertificate
+
+func (response RenewCertificate200JSONResponse) VisitRenewCertificateResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RenewCertificate400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response RenewCertificate400ApplicationProblemPlusJSONResponse) VisitRenewCertificateResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RenewCertificate403ApplicationProblemPlusJSONResponse Problem
+
+func (response RenewCertificate403ApplicationProblemPlusJSONResponse) VisitRenewCertificateResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RenewCertificatedefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response RenewCertificatedefaultApplicationProblemPlusJSONResponse) VisitRenewCertificateResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type EnrollRequestObject struct {
+	Body *EnrollJSONRequestBody
+}
+
+type EnrollResponseObject interface {
+	VisitEnrollResponse(w http.ResponseWriter) error
+}
+
+type Enroll200JSONResponse IssuedCertificate
+
+func (response Enroll200JSONResponse) VisitEnrollResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Enroll400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response Enroll400ApplicationProblemPlusJSONResponse) VisitEnrollResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Enroll401ApplicationProblemPlusJSONResponse Problem
+
+func (response Enroll401ApplicationProblemPlusJSONResponse) VisitEnrollResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Enroll503ApplicationProblemPlusJSONResponse Problem
+
+func (response Enroll503ApplicationProblemPlusJSONResponse) VisitEnrollResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type EnrolldefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response EnrolldefaultApplicationProblemPlusJSONResponse) VisitEnrollResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -4505,6 +5398,61 @@ type ListThreatsdefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response ListThreatsdefaultApplicationProblemPlusJSONResponse) VisitListThreatsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListOrganizationWorkersRequestObject struct {
+	OrganizationId OrganizationID `json:"organization_id"`
+}
+
+type ListOrganizationWorkersResponseObject interface {
+	VisitListOrganizationWorkersResponse(w http.ResponseWriter) error
+}
+
+type ListOrganizationWorkers200JSONResponse OrganizationWorkerList
+
+func (response ListOrganizationWorkers200JSONResponse) VisitListOrganizationWorkersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListOrganizationWorkers404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListOrganizationWorkers404ApplicationProblemPlusJSONResponse) VisitListOrganizationWorkersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListOrganizationWorkersdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListOrganizationWorkersdefaultApplicationProblemPlusJSONResponse) VisitListOrganizationWorkersResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -5943,7 +6891,7 @@ type CreateWorkerResponseObject interface {
 	VisitCreateWorkerResponse(w http.ResponseWriter) error
 }
 
-type CreateWorker201JSONResponse Worker
+type CreateWorker201JSONResponse CreatedWorker
 
 func (response CreateWorker201JSONResponse) VisitCreateWorkerResponse(w http.ResponseWriter) error {
 
@@ -6312,6 +7260,117 @@ func (response RegisterWorkerCertificatedefaultApplicationProblemPlusJSONRespons
 	return err
 }
 
+type CreateEnrollmentTokenRequestObject struct {
+	WorkerId WorkerID `json:"worker_id"`
+}
+
+type CreateEnrollmentTokenResponseObject interface {
+	VisitCreateEnrollmentTokenResponse(w http.ResponseWriter) error
+}
+
+type CreateEnrollmentToken201JSONResponse EnrollmentToken
+
+func (response CreateEnrollmentToken201JSONResponse) VisitCreateEnrollmentTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(201)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateEnrollmentToken404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response CreateEnrollmentToken404ApplicationProblemPlusJSONResponse) VisitCreateEnrollmentTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateEnrollmentTokendefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response CreateEnrollmentTokendefaultApplicationProblemPlusJSONResponse) VisitCreateEnrollmentTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RevokeWorkerRequestObject struct {
+	WorkerId WorkerID `json:"worker_id"`
+	Body     *RevokeWorkerJSONRequestBody
+}
+
+type RevokeWorkerResponseObject interface {
+	VisitRevokeWorkerResponse(w http.ResponseWriter) error
+}
+
+type RevokeWorker200JSONResponse Worker
+
+func (response RevokeWorker200JSONResponse) VisitRevokeWorkerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RevokeWorker404ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response RevokeWorker404ApplicationProblemPlusJSONResponse) VisitRevokeWorkerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RevokeWorkerdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response RevokeWorkerdefaultApplicationProblemPlusJSONResponse) VisitRevokeWorkerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 // StrictServerInterface represents all server handlers.
 type StrictServerInterface interface {
 	// GetHealth Process liveness
@@ -6320,6 +7379,15 @@ type StrictServerInterface interface {
 	// GetReadiness Readiness to serve traffic
 	// (GET /readyz)
 	GetReadiness(ctx context.Context, request GetReadinessRequestObject) (GetReadinessResponseObject, error)
+	// ListApiTokens List API tokens
+	// (GET /v1/api-tokens)
+	ListApiTokens(ctx context.Context, request ListApiTokensRequestObject) (ListApiTokensResponseObject, error)
+	// CreateApiToken Create an API token
+	// (POST /v1/api-tokens)
+	CreateApiToken(ctx context.Context, request CreateApiTokenRequestObject) (CreateApiTokenResponseObject, error)
+	// RevokeApiToken Revoke an API token
+	// (DELETE /v1/api-tokens/{token_id})
+	RevokeApiToken(ctx context.Context, request RevokeApiTokenRequestObject) (RevokeApiTokenResponseObject, error)
 	// OpenArtifactUpload Open an artifact upload session
 	// (POST /v1/attempts/{attempt_id}/artifacts)
 	OpenArtifactUpload(ctx context.Context, request OpenArtifactUploadRequestObject) (OpenArtifactUploadResponseObject, error)
@@ -6338,6 +7406,15 @@ type StrictServerInterface interface {
 	// StartAttempt Mark a leased attempt as running
 	// (POST /v1/attempts/{attempt_id}/start)
 	StartAttempt(ctx context.Context, request StartAttemptRequestObject) (StartAttemptResponseObject, error)
+	// ListAuditEvents List audit events
+	// (GET /v1/audit-events)
+	ListAuditEvents(ctx context.Context, request ListAuditEventsRequestObject) (ListAuditEventsResponseObject, error)
+	// RenewCertificate Renew the worker's certificate
+	// (POST /v1/certificates/renew)
+	RenewCertificate(ctx context.Context, request RenewCertificateRequestObject) (RenewCertificateResponseObject, error)
+	// Enroll Enroll a worker with a one-time token
+	// (POST /v1/enroll)
+	Enroll(ctx context.Context, request EnrollRequestObject) (EnrollResponseObject, error)
 	// GetFile Get a file's metadata
 	// (GET /v1/files/{file_id})
 	GetFile(ctx context.Context, request GetFileRequestObject) (GetFileResponseObject, error)
@@ -6365,6 +7442,9 @@ type StrictServerInterface interface {
 	// ListThreats List an organization's threats
 	// (GET /v1/organizations/{organization_id}/threats)
 	ListThreats(ctx context.Context, request ListThreatsRequestObject) (ListThreatsResponseObject, error)
+	// ListOrganizationWorkers List an organization's workers and whether each can take its tasks
+	// (GET /v1/organizations/{organization_id}/workers)
+	ListOrganizationWorkers(ctx context.Context, request ListOrganizationWorkersRequestObject) (ListOrganizationWorkersResponseObject, error)
 	// UnassignWorker Remove a worker's assignment
 	// (DELETE /v1/organizations/{organization_id}/workers/{worker_id})
 	UnassignWorker(ctx context.Context, request UnassignWorkerRequestObject) (UnassignWorkerResponseObject, error)
@@ -6428,6 +7508,12 @@ type StrictServerInterface interface {
 	// RegisterWorkerCertificate Register a worker's client certificate
 	// (POST /v1/workers/{worker_id}/certificate)
 	RegisterWorkerCertificate(ctx context.Context, request RegisterWorkerCertificateRequestObject) (RegisterWorkerCertificateResponseObject, error)
+	// CreateEnrollmentToken Issue a new one-time enrollment token
+	// (POST /v1/workers/{worker_id}/enrollment-token)
+	CreateEnrollmentToken(ctx context.Context, request CreateEnrollmentTokenRequestObject) (CreateEnrollmentTokenResponseObject, error)
+	// RevokeWorker Revoke a worker
+	// (POST /v1/workers/{worker_id}/revoke)
+	RevokeWorker(ctx context.Context, request RevokeWorkerRequestObject) (RevokeWorkerResponseObject, error)
 }
 
 type StrictHandlerFunc func(ctx context.Context, w http.ResponseWriter, r *http.Request, request any) (any, error)
@@ -6510,6 +7596,87 @@ func (sh *strictHandler) GetReadiness(w http.ResponseWriter, r *http.Request) {
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(GetReadinessResponseObject); ok {
 		if err := validResponse.VisitGetReadinessResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListApiTokens operation middleware
+func (sh *strictHandler) ListApiTokens(w http.ResponseWriter, r *http.Request) {
+	var request ListApiTokensRequestObject
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListApiTokens(ctx, request.(ListApiTokensRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListApiTokens")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListApiTokensResponseObject); ok {
+		if err := validResponse.VisitListApiTokensResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// CreateApiToken operation middleware
+func (sh *strictHandler) CreateApiToken(w http.ResponseWriter, r *http.Request) {
+	var request CreateApiTokenRequestObject
+
+	var body CreateApiTokenJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.CreateApiToken(ctx, request.(CreateApiTokenRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CreateApiToken")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(CreateApiTokenResponseObject); ok {
+		if err := validResponse.VisitCreateApiTokenResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// RevokeApiToken operation middleware
+func (sh *strictHandler) RevokeApiToken(w http.ResponseWriter, r *http.Request, tokenId openapi_types.UUID) {
+	var request RevokeApiTokenRequestObject
+
+	request.TokenId = tokenId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.RevokeApiToken(ctx, request.(RevokeApiTokenRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "RevokeApiToken")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(RevokeApiTokenResponseObject); ok {
+		if err := validResponse.VisitRevokeApiTokenResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {
@@ -6700,6 +7867,94 @@ func (sh *strictHandler) StartAttempt(w http.ResponseWriter, r *http.Request, at
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(StartAttemptResponseObject); ok {
 		if err := validResponse.VisitStartAttemptResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListAuditEvents operation middleware
+func (sh *strictHandler) ListAuditEvents(w http.ResponseWriter, r *http.Request, params ListAuditEventsParams) {
+	var request ListAuditEventsRequestObject
+
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListAuditEvents(ctx, request.(ListAuditEventsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListAuditEvents")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListAuditEventsResponseObject); ok {
+		if err := validResponse.VisitListAuditEventsResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// RenewCertificate operation middleware
+func (sh *strictHandler) RenewCertificate(w http.ResponseWriter, r *http.Request) {
+	var request RenewCertificateRequestObject
+
+	var body RenewCertificateJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.RenewCertificate(ctx, request.(RenewCertificateRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "RenewCertificate")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(RenewCertificateResponseObject); ok {
+		if err := validResponse.VisitRenewCertificateResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// Enroll operation middleware
+func (sh *strictHandler) Enroll(w http.ResponseWriter, r *http.Request) {
+	var request EnrollRequestObject
+
+	var body EnrollJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.Enroll(ctx, request.(EnrollRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "Enroll")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(EnrollResponseObject); ok {
+		if err := validResponse.VisitEnrollResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {
@@ -6953,6 +8208,32 @@ func (sh *strictHandler) ListThreats(w http.ResponseWriter, r *http.Request, org
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(ListThreatsResponseObject); ok {
 		if err := validResponse.VisitListThreatsResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListOrganizationWorkers operation middleware
+func (sh *strictHandler) ListOrganizationWorkers(w http.ResponseWriter, r *http.Request, organizationId OrganizationID) {
+	var request ListOrganizationWorkersRequestObject
+
+	request.OrganizationId = organizationId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListOrganizationWorkers(ctx, request.(ListOrganizationWorkersRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListOrganizationWorkers")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListOrganizationWorkersResponseObject); ok {
+		if err := validResponse.VisitListOrganizationWorkersResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {
@@ -7547,195 +8828,284 @@ func (sh *strictHandler) RegisterWorkerCertificate(w http.ResponseWriter, r *htt
 	}
 }
 
+// CreateEnrollmentToken operation middleware
+func (sh *strictHandler) CreateEnrollmentToken(w http.ResponseWriter, r *http.Request, workerId WorkerID) {
+	var request CreateEnrollmentTokenRequestObject
+
+	request.WorkerId = workerId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.CreateEnrollmentToken(ctx, request.(CreateEnrollmentTokenRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CreateEnrollmentToken")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(CreateEnrollmentTokenResponseObject); ok {
+		if err := validResponse.VisitCreateEnrollmentTokenResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// RevokeWorker operation middleware
+func (sh *strictHandler) RevokeWorker(w http.ResponseWriter, r *http.Request, workerId WorkerID) {
+	var request RevokeWorkerRequestObject
+
+	request.WorkerId = workerId
+
+	var body RevokeWorkerJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.RevokeWorker(ctx, request.(RevokeWorkerRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "RevokeWorker")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(RevokeWorkerResponseObject); ok {
+		if err := validResponse.VisitRevokeWorkerResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // Base64 encoded, compressed with deflate, json marshaled OpenAPI spec.
 // Stored as a slice of fixed-width chunks rather than one concatenated
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H3rchs31uCroLhflaVZkqJkybHlmqrVOJmJ53Nil6RsfoRaNdgNkoiaQA+Alsy4XPU9xD7DPtj3JFs4",
-	"B+hGk2jeJNnWzPxJLHY3LgcH53751EnlrJCCCaM7p586BVV0xgxT8NdZavgt+yBzns7t3xnTqeKF4VJ0",
-	"Tju/TqkhU1oUTGhiJDFTRu6kumHqmSYUPiXUGDYrjCZjqYiZck2kmlDB/6B2kH6n2+F2qH+UTM073Y6g",
-	"M9Y57eDHnW5Hp1M2ozj1mJa56Zx2UipSlne6HSbKWef0t/qHTFEuOlfdjpkXdhhtFBeTzufP3c4ZruPt",
-	"93YsmLKgZhrMiM+vedbpdhT7R8kVyzqnRpUsXMVYqhm1iyhLeHN5ojel0lItA+tyykgi2EdzncIbCZFj",
-	"gFih2C2XpSYFnbA2gOA3DYDM6Md3TEzMtHN6NBjElvJXnrPWDY95zu6/23eManYpb5iI7zi3z4mxL8Bm",
-	"HZjJHdVkoqgwLCN33EzJHrc4wkTKxQTf369gMWU0Y6peOkzaw1lXLT+A0OHRy25nxkX194vobviMmwpe",
-	"C0eQw8MoSp4MunYyPrP4eGIPY8YF/nVYzcOFYROmYKL3ACOav83YrJCGiXT+nyxyw36iN0wD4OwumTZE",
-	"07GFJ1GsYNT0yZkhM6kNOTo5IemUKprau9sKumDCnp2xDaFOTprgikHrfXCRW9EsvO33R7dz9+194faa",
-	"ZExZ8sQNGSs5a+AmFRnR9jORMiLK2YipB4DzRmi6EdwvUtoOb53SB4DzJdU3rVMYqm/uP8UvRS5p1jpJ",
-	"CY/vP82vwI9ap0F2dd9pPtuPdSGFZsA2Pyg5ytnM/jOVwjABRIUWRc5TuAkHBb7xP3/XEihnPdd/KDbu",
-	"nHb+x0HNlw/wqT7w48KMTYw/I25Isnf+1zfk1fHJd/tIWSnRho5yRpJUZizpA1jciMDjtWawvkLJginD",
-	"cQ8ZM5Tnet2S/n7x/uf3o99Zajqfu50xV9pca8bENTUNyGXUsJ7hM7YMvm6HZxtAudvJ6S6DC/tWzv9g",
-	"2fUtzUtmv1x6aZFMbbIc/CEyWNs0n0Mc+60Doy7TR/jIDxJZ/iKUF+BSSz+yOhY44ndcR46ZGzZr/mPV",
-	"aSOuVHvvUKXoHIBcCzYbbBymal3ouZ3/U4dmGUcu+SFY8ZjmmnUXNuFPYuFK2MGIfdYlrD/pk2QqtbEX",
-	"P+mShBf2v4VUxv6/VLn9X2rHHNtLai9K1xILw5Qd7P/8Rnt/XNn/DHqvrntXnwbd41ef/yOGF9XxNyW0",
-	"wXrKHgKpgQYtsOITMXPEpQkQCs9YttVFQTE6h69QaI/AdEGqr74hozmK9+mUCpRjF+UeK7BbQpQFGDKS",
-	"MmdU7HoFFbuVSFGvFaOOlkbfummb1j3cClI119iIB4XHunzfQxbkAdRtnGC9gyge4FlEkMCpNCjCBLsP",
-	"T0Qpqa4tY4hCDh/PmNZ0En9jzAXX0y3htym9t3L+NftYcMX0VhOoUgguJlt9ow1VZsuNaENNuZ5q4kFc",
-	"4MuWejoJahMg3APX8JVKWgsRbQE3qp1EgN6AzAoE/MHiypaE2yNeqKmtJZTdToCQwZfHg4gabCFi1Nxe",
-	"q4bK5pazSA8WIAjrW7Hn96VJ5QxG9sYIXaYpYxlc4jHleJsrMhkxTlSDXVTI5MeCswDRFPHZnsXq4bsd",
-	"PLkMXi2Y0vBubNY3tKAjnvOKXESPDUXhRVnTSn0EofGaUGJx7JkmiQfddRqMnZBZqQ0ZMWJlYcoFywgX",
-	"VvPaS/7XsBwMnrNkP+AXDsjdzsfeRPbcj1ZO7p/Tu5/cydv1y1mRM8POUcPbEvOYx9YNLi5idi2AomoY",
-	"0NVlu8eUT6ZW7VRMl7npjahJp4tKZWAvI5oJU5vI3O20QKkMCYMYQ5U1/m2wD4+tSzzJ/R5D9BrKqN+0",
-	"s5kN6Zl/fUfSuRO/ARLgvlg0YTrDlEVhMmIWDhqsVqAy0Qnlokv42KLrHc9zi8Z2NM4yezqbTb8NuYd3",
-	"LWzWHqrV0S/gxcXzbNgya/q/APnGXE3ARhFBMWpYaPPZ7eKh4r1svtxGNoYx2hd5kdIdF7eLDFrk5YSL",
-	"zXUou7oP8A2wMvrxLX51gkBwfx0u61iF4lJxM2/wsdDyeDhomB57hyFDDKiGoWrCTHPF2+kq4bqrWdtW",
-	"vlYC9uupYdl+thbrdztbj/72lsrS0vFUisxvHkH2YnD8cp351nLDnM7D75s05XtJhDTO9D1iY6kYkvUZ",
-	"FXPiPkOzo5B3TTIiSyuoBGf6/PDk+YvmudZn6jiQFdQ/srQEiEa211zej1RlBIzZRNa075kmd1OZM6JK",
-	"gWtLLby5FGiaT+oZMkaznAt2TQ0y7u2WfxhZPgqdWakQKxprd4j+PMR0O2Yw5EnslGb044Ii60dqXpl1",
-	"p70TTaDzXNJsO+PZg93vqBi2bi0NcdDzzHUfnduXnHvQMy9vjFnHuy7te5sQBz9mO1FAI+9uZCEw+VyP",
-	"uZgwVSjubCqB9WfQe0V746tPL47jRp9wmAJNvwskdRCnotepFGmpFBPm2u61iauHC8e/Flt3Yq+VbrjJ",
-	"2SGwo6cHkzcHix3aX3l+fznSGdavW62wQL8exzDhgfwgZmQ9pUcnL6LDaf4Hux7NDQKoGokL8+K4E+fs",
-	"m0qam9mi3YE2YN1YVrX8BrzbDv0hTNCAPJ/XyBjtFuYfGc3tJVhcRDpl6c0KPfhTm/0/GFsvKfDyptPt",
-	"lILeUp6DCeJq3UG4MWJLD7jFGnV9S00a/On3vpBTRpUZMWquLUKqW5q3yyDnTLA7kD1cgAAEhowNE3F5",
-	"okVg2MU0iF+a9pCFRhDCa6uZZ1b7o5qgk5ckQfxBYmUodsvUvHIfpzTP+ytmNivgcrEgHJJSGJ4HgHI7",
-	"3hBKlhxspEYKWuipNKs1yRByUTvh8gZXYoVbXwzVAcLb+4G2xNgFVNg6XGQjSK3Y3k7iyj1EOittREWM",
-	"BfOeC3WodRbYj35NaK4lSWlReH9PEO81VozZZzTlZt7vtIutUbGlUNLIVObXt0xpLhfP4yQmPGk5NndU",
-	"sZZvjqIS1x3lJqpfHA0W4fCjvCO5BEpA7Gdgn0NjZ5+8aUBBM3XLFHFbJntHJ0TbZ270/QY8FpSXQTRC",
-	"qA1n2qxweEQbc1Ek+evYqBu0FYUvvJ2qCbgEw/eSU3LDWAEowsWkTxK0U1+7mByWJadEG1lAxE3qDI0Y",
-	"tJBUJu2kT5JcalO9a9XWlL22OvbU0umZ1a+9bY6mKSsMGuc8E66CCRentzdVahO1jlf7K3WcTYDdjMgx",
-	"kcIR5y5JqVIcsaLBE3o6lRZbqNB3TIFj+V6i7+I+oo7N1fz4S/DYTThdC4N7TQbkbsoEsQe0IbfbyGoa",
-	"4O1KEu7NojGcWdpd9ILIyVlRMJGdgwug5cZeb73oFuhuAB+I0ZDjsQv3WUZpfAaHYd8l6bQUN+i9ARcg",
-	"oc2jWKGHqFJYVTiLT5TSAiJAFaPplGWvybhUZsoUyaihhGuSKWnJayBGtXnowk2F83Yb8N3i0N7YTW/J",
-	"lO2yl9yYxy9PvnsRuRz1CSwBcg1PaBhK/JZh7pa9XLKP5sEcNqvCCDzxjh+3l4ynVBMmMpadEiGRbsOB",
-	"A/FO5YzFzrtbQXdZDW8i9AZ4udXLDSReg4ZL/vTqfJoICnsJ4BU7uPcFExgduaOIuGAZqSPnwwhEmRpm",
-	"etooRmconTSCUFttHltFq4bWjW2saWsMH1vcE2fBiJksorAPTCARI8EXNynFzDTeKLPa3hLu5CHsLg3I",
-	"PF4E4AcmMi4m51U0l5fihLyuYqJQ6YDgyGspwBdR/VQpSPPrGdczatKp+9UqJtfjMs9d1HtW5iy7zqmB",
-	"79BHPKLpjRyPoyJhENW7YM1wAbdVCK6LnV2Iv53RdMoF6ylGs0ZAbrfDPlJLEOqQGORXPRBPuy4Wt5FS",
-	"sRgrYLmmkKCvMEWmLAfm6cQWIPWd0XfZYXpEj9nJ+MXgu8OXddTP6fHgVbdjuMmr9AripnZQmBpT6NOD",
-	"AwRzb0INu6PzfsZufSizPgiW/Lkt0GdBCETA2IenJBnRrOcWDCGZgpZmyoQBo3pmfxpLNeJZxoT9Q0jT",
-	"G8tSwJNUinHOU5N0hyKpF2IfeRncO7jtb1aHW/7BjlhFC8FIPAjjv2HznmKlxg/CJ1z0xjmfTGE6ByEX",
-	"sQejuJ8yDkEF2UKgaa8UN0LewZ48mvbYR4zygRhVdCb1jJS9nKoJLq0UuiwKqQzLejOWcQoGPtiLlD2r",
-	"tntgagdNb4SE5VuVQNA86Q9FjBx5jItwXS60sUJxS6hljXCfVsXLRdgtot+n9kDrxSikX87fEsXGTGFQ",
-	"DZ2B2Q5SqvAe2g/7nQ0jbXH+IBKuNfjrnE24Nky9qQ/xyfmePkf3ZTWVs/QmGlDMovHAEGOtWCpVpond",
-	"glWSyJ5gd0QqohkTGESzH48I3lIWhTiqzYODU8Zvtw4Vslu5TmWJ57C85Ej8V+SlJVdAwZTmoEFe3TdE",
-	"aGo5f9QsYR8snUYM8gtXoIJrLF4I9eGFXQf3pAGyJtivWrHsL8CYt7submMbiyw40zl8tRyzMliWYSJH",
-	"W1ntjg6Pvzt++fzF8XdbyZ/LcPO7WAObh5DZLoxULAsB/niCWwPY6861ibfvBXNI2ycJUJrklFBB4J8E",
-	"eDzZcw+6RLrcSZI4MSvZ75MEL4X9jow5iJBEiqGoRqm/T4DQ239odssUN/PGoOwjcsZrniXESJKxrESt",
-	"iZHRnFCRDUVjZqvSwXrnaI9kuWZkD3/e7xINZwDyWqFkVqZMaWS6EQq7Uf7NORuHavHmASY7pXQF8Fgy",
-	"yscM7DdcZCHdw315qrVssAiEA3cca7HavxcKDc0I8sE6ng+rjKNxHdGyHRb/8BEXymlOnBqBCoBVOcjv",
-	"3PJzMmLmDniiC0xatgWPwGoVcVAcrgy0evnieG2Q2Ix+bAmtGtxz7Jg0cZHSmArtLB9bpiY9nuL9uxxt",
-	"F7v5dzmKkdGdQj82Mf7aOSvbbyx0sy0woSU0Ih7p4e2kdSxmAHMHpauWU7YQeaCDrsLydz1OLorSbBl3",
-	"B0Gn161BPYXU3NuDopLeTmlD2577Zp78+HFXO2hutj51hFrb+T6IKJLSxzQbBUHV28mUO+CLR5SVyaEv",
-	"juK62oPEZq6N8b2cMvK7HD2rzUPuk/4qun64mTW1Df6VN7hWeUAQa+QvVWRh8/Soi0Au8ENzMZbgvr2z",
-	"G2IZL2edbmfKJ2DsU9zwlObx0ZZk4i/hIPlSiuvuytEGutDmSuQa1dGvdb2yeOnoXvyAKi19MYDFZSeb",
-	"KTWk1CwjZQGGoVGZTZhZbYqIXK7Iy96YtkOGde1M3u7jLyY5RUP9H6eaQzu/rx+3pye3pw2sTwf4moH+",
-	"SBeDlPWVRT8aHpGFPIFHCv73VWQ2EmLtu7/L0YMKvUFy205pBd1OWWRbIn5r9rQzELcLzdWJ1AjRdhDd",
-	"BeK1gJgLlKUVxRfE82CzbVT0+8qiT/P8/bhz+tsm0mS3hfRuUTLElSdYp5dUAy9v4Mpt4SHkULetx5JD",
-	"G9G0rXxrJ7K69DEXWwYAbVQQ4n60P/L51svckI58QwT9Mcnl/XOqNiBkNdVaCmRpgLkV5dtF/0gNAyfu",
-	"N/5APSBQDtAff0eh5h5qCteGqRkXLYJ9tf+wGENKhWDqGrVeuz0e/xaNk3G31zZG2V3ErZ3MshkzLLUH",
-	"GIutTKmw6p8TgPFVlhHeIvkumHh3Feh2soDdx+a7U0pTZY/27l4/cgOma8NrEGMehCMh7j0eT/oFhIP7",
-	"5EiurNvUlsP4BfIWP0d3aynZBdM6GsK1Sziz/2ZrToYJQ9tllS3kIOAIxEhMRAKHgtVksT5il7CPNDX5",
-	"nFBNJvwW86eWYDJjZiobXpkPv1xGCWFddnGT21uqfD1ihpUc3ULwyxo+3U4jjygC7xheI0ZHiDbE+6+R",
-	"De6jHa0I21gZm6HLKnvvYfT0VdfyUWsqtt359nu9zC0gbi+WGMAEoDkXxEwVY6RKZCA+kUHHA4UXiH2E",
-	"M4ZBjDqsv8M18dGF9q7tOdB2oZKDi+XCgsSepG9YHjIs37Gc4vStFLSLpVI9Uo54GMIajhgWv/P7a0G0",
-	"hdtb4VJ36epHcGItZ8e1/+iR7sun6e2SyuXEz8WqLEtG3e1T5jZPCVsC3EPmqgXF83bMWMPlPYTE5hjP",
-	"40lswfVZVmbatBiQptPSyrIXdqEunIBRxdRZiTnvC3ZyQc4+vHXV2feSu4m5/u//+n/JPnE3xKXiuWBf",
-	"QrMZF2QkpdFG0aJnXAI0FjI7+/C278uJA0WCiZsRxDUV+eny3UUspPPy3QVJc86EIQHnJHdTqRm5+PGs",
-	"d3TyggQ81xJu5cIxXZQN9TQdlB+uhyKg4X3yZsrSG5bVedvOGo+kXgorS2EO1JSKTE/pDWvEyM5KU9Lc",
-	"Lh+qMIMjarmsGK7gbw5yiJUkKxXEOwMVw2LkM2kYwbd1n3zwAUKQEWkRlBqpNCkhRZ4NRSqFUTInRU6F",
-	"y5REONcHqft+PBLGT+PLcfDqodjDbdkX9neC9mu7wDnEn/cKmedDkXx4f3FJDm4PMTBcJ12iIO3fQQMW",
-	"VPF23DKGZNfRMUMxFD/AKc1KQw0XE3+4Kc1zu5wxEynLTsMC7l0CBYvCLP0uhJNh7VqMW8RALipIKVzF",
-	"RBdYTxUjqcMRl92bUUNH9hnHekmazlz+58xCEvDsTnHDdJ+c2Qc5Gwr4QZEJs2s5HrxKcMM+NDmVGSNh",
-	"pHqwVzrSMi8NA6etndQuHlJHCdanq7QAxXIKm/IGYrKX/MkLzcl+l4xYSkttl+NwQpXCon6ay/RGkztG",
-	"MqxW5TDrlPjMiGrzbmR3GEpZhLRAStrqmSdrS5DDfcp5yhx74JlF0zG30nznrKDplPWO+oO6THvwmyVz",
-	"5WxG1bxz2vk+uFFwfhZDLFo2bxaRt0yRHy8vP4AVpcZSXN7s8t1Fv1MnQCzc3rMPbzvdTsUxO4P+Ia5D",
-	"FkzQgndOO8/hJ6gXPQWyezCFOiN/2H9PYvmWZ3CemhwNBuRuynPmA9dTpjXmk2tYcZ98L5mGMzKyTKcN",
-	"jLSrRjLBpXibdU47f2PGlThZqEl/NBisqEe/XR16N0OkDP1lsAkrU+f8lvVRrXXBZvGRq6UGNe5rftY5",
-	"/e0qPPYPbgY7umAaS0lMNORFFrpzZb89UIxm800PwFWBrG+6S0612IX0BPcOm0L24BACs3BGXFA1H1pa",
-	"wlJHzOxL795eXP7ws71dAk1LgJ139Ib1ygJAVBavycngOZFmytQd147bLJ3qOaMZd5v9Cgdrp5/DSZ4M",
-	"nn+B+X4Gnk2z+WuSYG2ehGg61/aypFOSsYKJjIl0TtA2/PBIVgEcjS/qlhGj6HjM0yi63R4eeLZ18KmO",
-	"f/h8QC2fpalrryR1BBe/Z2lOFdNA6N3rZM/Svi5xcPZ17D/aR5r/wQDFHI/ehz+ow+ipvCNGDgUaXgg3",
-	"pyRBw4uvdA+vJ876knjjUp/86vmKAyRJxhbsRio6QQL1y/m7oeAakd4Jhs80kXeCJB9+QXaP8+qDT5Xl",
-	"53NCAgGjiwwUOdL+aydl6ufJUHAQMSgpFHPKuB10BBHgrsFUDroKlowAvChntcQjrEhHpjLP/KqHIlUs",
-	"w7Bc3SeX9qbXkklkqRZhZtwkffIzY5ldjKUyKBzErub7gokzd2ZoewQ+UHfRavGz1q8c1L2pPnfXvhx0",
-	"XPp8VSVc/UVm8w1uZSPPMMwSXn674r2KFVKZvvvR5/N2Xo1fvsgGLw9fvjxOv8tenLyiR2NG6SA9OaHZ",
-	"4PCEPh+Nj8eHo6PRYPTy6CjNDk+yF+nhyWgwHgzo4GUzKff08Oj58efuhmRjOUP6c1O5Mqpkn5fo5OGD",
-	"0a2mkbmFD7r7p/EtIFDHSKs3JE72/eMt33+13fuHz7d6/74E9lND/fvt6nOD4tpjbZDAJgQDsuuyfddQ",
-	"3rAqQZzw/iAy3exLhrTIF1mHpFPgLwnZw2cQktSv00T3rQIclKsZij2a3gh5l7NsYsVR6ptkAKLt90nV",
-	"G8qcunZUPm8R6KKrxm2ldCrq+M0pNUNBc+CJWEUBF8stnzSlcvZMqfiEC5o7bvCaUJLxMeRImmporsnx",
-	"4NVQLOfGxiicLwHuIzmeBHmrAstcPjXGtfdKUYl1naCPQCcQ0BQbl7p2QWPnAEdQqnrrPnZ1Y5K1WK1+",
-	"I4L1cILdUhn3FprlEOKZtqo4zVHL3ZF0HW75/vNvijSeDL4l0vhXZxipCMLWxLCytLRTw5/kreuaB9LO",
-	"M43VmOZW9BLyjhR5qcOC0Wgw8QaCrpO+CqpNSFOHwkXUekuh+7oKFSI+VKhP3s6KnDNNEsiqSPrEa2lY",
-	"AozsIdkKzCb7tfKGy1mugxAhaZWR+uvQtEe65A1Defx++4PF6mV0bJhCqxzN+/++tQ99a7HMaVUgbus7",
-	"m8vJCq0Ry4tpl4FKqCFWliYJFhuq+svWJD2Xkz458/0rXHmvPRQ64BvUzIbCDrgPmpgrp+dK7lEyoYW9",
-	"xlSASS2nhQsx4ppOFGPaiRb2vk56OGjPl2FJhqIyXKKdxA6MNcecZdWZEfvknZygldFVmyyY8hs5rSlM",
-	"alcj2FC4Uk2WmMyod+i6zFuwK8fri5G9pCrydEosD072Y+QCIW3X9DSEH0wNxtQ0K1vqlArclqt/NdhY",
-	"bqkqon1hgWWxfF4bPZOTBWoGKA9ffpMa1+MSHASZ5de1pIAXf2vag52LVpCfD1jQQgN9wwZHclwVnxg7",
-	"Zl+VJxLwnlFUaAqC9ilxDs3qmz2sMjIUaD2FKhf7QAWqwiJmqmQ5ARrCFRHUlIrm5IbNdRctqNVg9rM6",
-	"934oquR7C50C7Vk41l7ytx/QHASOuYNPrgRGBQMgCkORLDT1TdBKjDeiT86XVbkbNq99NfDLSGZzsmcP",
-	"nCpwMA2FfeZ9bXIMtuaUCil4SnNotLXfouBVWia4obpI/S3c7T+6jtj6mtW10tk7Z0VO5xXFI//9X/8X",
-	"K/vWFwhFqapeX5doLlK0AELzUefegiKO6IED09rCrqnAI4FNW8ZwdETaSiq9RgdnPQD4RKApuJ2w6uMM",
-	"dB2LvVpQO18DyyrGEy/MNBR7oM0RbvYtD7R82a/Tiqahla/mYYF3jlw0m3cBgg1FKfg/ShayJ5BRSeKT",
-	"3nr4eg826TymfnK7dSxUwRDDfLSf811CVLUz1jpv5uW7nqucmhA0zAXnRTXhrhDYXXBkQwEHIMeE2m9y",
-	"CoexCpdiPPCiHM24OXdU4YuxwfVvt/QEvxcDrZIpfwtiwH1wW1G1ZT3tHB591x/0B/3DuvSF+8CufPNP",
-	"GyHY4Fjs2cPtHR11qnGrChp10LRLgPWOy4uLH2u3FUBgKYvzcGPO3ygb82WZf12IqoXtA7t5phfxluw1",
-	"sNoyHCkqrIf4vSAkN0ISm0v0gTd2u/GAm+Ce7qCmsWCM4GY3R1obZgwg+lezzmxruD4+OnrCeuSFFepo",
-	"KGQBFe4SQ2+g5NB4zFJTxYJbZW1reQ+UhU1sQ57PQY8K5JFYKSlxGT5JKAshQ5pSNcuZ1svxChd22n9p",
-	"K8y/7S4Pfl9+ourGinSAmxXCUoh+cjlobZdjzHOmDz7Z/9lr0Ro+cjw4RssjNyTzATrsI9e1mRPCKmd0",
-	"Do80Yy7/aimyAzoabYv69iOL94+JydhqKY7CFkD9XTBrt5OvjvZvzECJt9zenxkz1FXU9ueJEeJtx3kQ",
-	"wCV6rBdQDxsJHXimnUfwDX7Xw0jppFv/cjkvvIx+zgrV+55bVTUhez42o/XM3QiPePR/OvhTizCB8UqR",
-	"HPjWw36mESDdWqMNQ1OgQS7VzmXrnJMLAlcAn3jJmkANDsfHcMKT54P9LmH9SZ8kekrti38+HVHNXhyf",
-	"JlXocaxSvJOQviiefi/vBDivEVnbMXQDvwyYkbULV86hiKjvOIKJ/7rZiicJk3oQN/eAVkGG2L7Vqoei",
-	"rpNNaHbLlOEadT/yA02ntSaMfmSWEc0sDhqWz0+J7/DSHYrlpi7gEHda81nV4NrIoik/uOajOVRRIuZO",
-	"rnTU/Orre2+n021G6FpSPr6w1tOWPxG5lO9FFcdcMLWAE86WLlXGlE8K/BZVhC1F+G/RtUPzHO0q1d1z",
-	"we3O3JlSqDbfJmzUiTDxi/8r5UZD7SJJkrBzFVqSqjblmFAQxgBSTbS0ui+Eq9oXDSyI66FAsahrr6kz",
-	"0xF7IZG01O5UaHnFRAZB7fYPsLfJPIf4OvCy+nBZSExw8RN9gtqKIMv2UiPJjN64UGc7kqZjhokQVl9Y",
-	"DIe5YfOhCG2fLvCe53nPBfNX4NaG0cyehfO46S7R0sqAUhsfPI/+aW0UFZkeCoRa1YCIKz8aJgREHUEp",
-	"EIN3eG7bMu73rsjsQ1qqFhPNqm7kv3VYOpWWLeaMFZ2rZv+341g+YuewE0sR61Q11nuIwAcDF+7ebKZ2",
-	"tIVXKWyA96U9S41Gaqs0NE0migqoZ15Irfkot7K8YPv/FPT0+PBkSxPKU1YJ31UpH+CZ8vkiTK8gz2Hu",
-	"qF6RSEDCF32vN1T/NGMak8osJQ/fW1YL3nFtGgnKWxOYN5h5uIkxhM+4eVztcakBTeSqnaEnTo4boNFf",
-	"5H7dU8B/h6p+87iqtIDG71dYRDYq2QPVg8D/BPIrE4c43jEVjkQAtZYRB5ugNxr03IOj+JSrdMa2CG9c",
-	"WsJXisxutilaxjhcaPZNUvB7YiRuDWJzmqjQhpUxMnfwaSFj/ouYwBZwd0uxKvj4sU1i69AL2ig2qPxO",
-	"ePPlTWoPjDQHdcOYONOEx663w2gOoSC6GzZbgJ/3MOtJSDWjOf+DZQS8p/t98jO7Y9pgcECcleIU98am",
-	"7tPiurDr9ewWj+cpYCfw2QX0fKbdBgI8BQzaHD+DJjqTeD9UeL4eQ2EhXeId+IRn+85EOpV32D5bV/XY",
-	"qlJsjKbTTZDYLeNfDYuD6mor0did4hPGY1Md8I6I7BL7Dz65YjqOY2cs3o/157oAQ9hOu+9Nun9Gc26C",
-	"oRRuz11QmryuReoiRfsut0ljGNviHUUbjfc3E58s7UzCbmqwW83oDVqxOSpnzkwF1i2Wa3Y3ZYpVQjGG",
-	"TZVFEOX4utpApqgVo/eULA2HzkJY2WnGhNm3w0JhcDZzxSZiZp5fBH5SGZ0f+/LhRJu9ewbbdC1q7Pvc",
-	"nus/Sgb+nCppk7p8zeq+renc89hcyZ1Aa+JR9UYXck18vZZv0Tl+T0pwzmbSXovaaFxvfska4bTHssVj",
-	"5q7SzBeZIZFriHZOCNewkJWiT85ZD+fEBMVCsVsuS53Ph6IUVSG0gnJFFOthYS5thfcgeTFqH/1a1+Zb",
-	"Qd5/RnzF/Qd1leQKdaHGWse/kJ21iVnrJaAL+H4Jl2JEL1KgfdnzHS/X99QEpKotz0rxCGDf/1rGMe1O",
-	"blGwaTOGof1CE4oCs/dNgR+TZeidkmPiPBx98ncrUatSEHuILvDNZ4G40PNTELSHAnvhgNWX66q8Gdhl",
-	"K3+XJ4JWUofQd4ikZRmhxNedxoCtLkgs4ER3dbN9PDUu7Zkm0FWIMKE4jFBFTLjuWlV5GNRi0Ldl92yn",
-	"BY1jKLQkY6r65MwVOIFlVWYWkN38Z6/rATAhrKqjnYCXr0pht3sdCowjsMO50imxnG8AETRt+ha8XEul",
-	"pTuDw1fPx4f0qPddesx632WHtPeKnhz2XoyejwfsKD3ODgdVuytct6MSmdA9xbTMb5kTnxx3LaSyCuFv",
-	"R0fdl4Pu8fHzq6p+acekRc/5OOEj9/PUmKJXKDnCBsILjWNeDOymq5Ztv3VymdJ8apH/akvLqj2Jr+Qv",
-	"w85dETIjCKMq55Bzg8kZzVyXBfdvde1AB7DY+tDx2HaND2lLbtu5syG/DtJTmgTmHyUrv1Eb89aBoFsG",
-	"Tt+TcUA4sOMA7Tox/HnwybVdaLdQQySTJXQzjnXr7IG59HMXexsxRu9E9exHjy2ItuHjpaP+T8bYHDB4",
-	"eyJgGnMs0ev/Gx/+AVog2oNo3qCFouKRzzRx5YTxvu5RHxbsImQI1TdYBtpyWaytlTrZREgykwqa6+n+",
-	"ULypOllg32EoooK780lk9o+6vsprUje/IOaOp6wRHh/jxPD+k8XJIKnQcYl/inj3+7rq4FDX0rmqrvpa",
-	"3cmZnLH0sJX/uUCXMVZVzS0+tFiY3W17fP0qNqTvoLWhWbjuCtY2YNjnZvNBfaXyJ2Yl9z2xVtvI7QE/",
-	"mYiKReLvo6XXK41hdWVMtG0aKVx5w2hg4l6dxzsU4Uf73ViJLi/vhrGJKPuZSsrdQ8k2TBtfSr3efx3J",
-	"FQ8LdgWZ00PRljrdrr9Bs7Onrb/V7bgqPa2u2jVleS7rFs6dU4x5XNUFcTE+8qrZYmuxY9SWapoF+FdS",
-	"01z35wdW0yxovnU1rW3n33Koz9byySPnuz5Q6BHgS3uuy0J9jVbJ5teqIDZQ1TsIgzeSjFxgbtYlSbOJ",
-	"alUceH5KEiGvvQ/jGu3RkKgi5DU2Cql+JEmdBXNdlSlyP6f2x3GZ5/YHXxU9u86pYSoh0lJ27FE3oumN",
-	"HI+TlsLNOxFh+9Fji+5BV9AWAR5v/1NRKhFXvFIZ9IDZDBubhZqjePlXnjNNsECwi/+gYl5nNI0rnO0S",
-	"mWfrYjuovjmr5vwWMcTut03A9HmBuv/Vgim8Kac+EBqAc8NTX2c+OCOO0hBoK2DUvOeTYSp/gi/+WkdT",
-	"nPnkY/uRsy7A6zPMo5dV4lzOxSRBU6Lzr+WMWqGSQ4qc/V2wjwYbXuy5xlhSxNpi7WNTi4pujhi2iwiq",
-	"0wbpPS4Io66goe1i7XzoSXZd2FqtHH73YOWwf9zfyvFNk8pVRPLfVo6VVo6tpIKq6mFLXB4UfSPG3gk5",
-	"Rpefr7zk8kmZT2Pz9Y0TLIpkfAIsxEI0iiX2hwK0w2Qs81ze/RkrY2GNwTx3EsheLBNvH3RNwe6wuGDd",
-	"y6Mqf8rrSCiRVTpjkKFnILiJ2x9mDPPy/C31W4M8vHb5YqfShP7idJdInpsUK8xA17uIpaUuRBvEGK3o",
-	"8dlmsXE1CcNhKrwL24YONh8SDzE+pGvXttg3r22oRopbdMCjQbfudfpi3YqvHrdm4iX7GOXW7/yVAdSH",
-	"ICEAe/+rxD9BWrxj3h7DmzUK15CIoDhhK5UosD4hy1y5HCyfY7nc2KXSR+U27iIOIEraVw4Bh3yzAFyf",
-	"XCyUL6SKYR29qlohF0Z6H39Q0zB2kb1AuGuBteAyPyUTZlBkbL0ls3mOT0Ex+RDWmaS16xHKUja3sw3y",
-	"GzVfV6mJ+qiPqml6stCowMmINL0Bpuak3MQbIceK1Z3YhmJUZhNmUE719qQqsFcbOrcXxz6ccru9eZ+8",
-	"h9qPYODHu1ELikKaXt1BIXYdzu3TJysOdiudgU4oF/+WBd2BEgq13ns5M9hBUKpAeVotJUZa9cAdaIuM",
-	"hdZFFruZyJ75ujQuAAuLlXrjuoaaP+jxzbg9PddGiOWWhJMZm0k1fz0UqBtV7Yd8tZpZqQ0B0xEaVV2/",
-	"F/JeVD1gCnsT6t/zeaCCWYXN6o0Fg+bD9QjdoAhqVY4l93LkiI2lYuH7gca2HNEO6/DWhq0vFX5eXatN",
-	"vAAyNcz0ELY7FCFaZzg/jtVuqup93zLFx5xl/266szYxHo82bLvjKz2RvbH2bbT2V6TJtzfRamdS/xsP",
-	"yEVl4MFh/1vLHxfam3Wr8AvjjE7wNOfiBswk2BkMC3o02+tQgqK7MxGRpWIiUMaMnJEZ19rZeIJ2ObAg",
-	"UOBcUxhX3Bc3Whe2B85a/2hHSvarIE9/PaEyfbYq6BIWec9mYgtX9SuUhqvNcTsXifu2qqrjudgrUlU3",
-	"ozUlbbsWPhK+1clh5Sx0SLgC9nt6k973+92lxCrsZVslIeg+WV+UomZAzdb3S3UqWpQV13LvadeoCHqC",
-	"r9Q8HKCeTBTFXXU40WyiNZEU+G6fnLtWz1iTfrkrt5B3ZC8Jfrku2My5xsJfgw7S2C4NfGiusmLVizGS",
-	"yHgQjLIizGHH2nBBfMKMfrxOpXBxgUGRJB+mhKp+j5W9w47vYb4QMrBtrACu+iuVyfAt7J+a1/zVV/Fq",
-	"O18Jtqk281XpTi3puI9dQGPHlLsvk0DXjmx1CuPTcTPfeVBHSSuUy1+mrVMqJvaAoaVvggmVrlJmjPYk",
-	"ffI913QEDjQsnRl0zndextdDsZjzHPbunTLF9gmkOy/KC+io6y7lfIfJ3LO4GpmF9HZXZOsuB3xQQ6bQ",
-	"tgcCPRYXvOi15BpaTo2g8XOLewKGiJvsOwCvTrcKVXJO4K57cNWSHb1rL0o8bud72JhNhMD+qiVJ2xvc",
-	"ZhAp1rjBTzvO6p4UAo9sNZFoZxShuNOuOv+FC2hLHUpieyOLpmQuSwW9uD/859t93zDbXZkRlqDzRqtA",
-	"JuuTv/FbhnEDH374iewVUPBRQZjqlPk23+jb8M4OUGxLUJCDXty+iT7T+46FDUVjpssw0TLcARI5u1Yw",
-	"m7o4iqhlGIVSRM03AcTuyfwevqywX2qwyG/yHjsMqUKnLKsJT+1fsf3rvc3dTnUKqjwsa1Bx+rBomhgx",
-	"qpg6K83UmybcR0vVBGVpFTjfDD+led4ltDRTK7ZWFYuWl9EP3N0OUZY49CUTFC0LVUVvpnxLkEaNGtfy",
-	"I7Ap9OMpJDomCDQkbc501yWFBct1lY4Dc8fi+mMjfx+kB1SjhhYU91OVFxgklMTGAw9CyXPT4wIznaRK",
-	"p0wbRY1U3cUU78D9i4nx9oZlwTyY+rM8z4+M5s7hoBjNuGDa1eCHvmX16bqaoh7Qhe58vvr8/wMAAP//",
+	"7H39chs3tueroLi3ytLdJkXJkpPIdatW43gmvuPELkvZ+SP0imA3SCJqAj0AWjTjctV9iH2GfbD7JFs4",
+	"B+hGk2h+6cPyzPyTWCQbDRwcHJzP3/ncSeWskIIJozvnnzsFVXTGDFPw10Vq+C17L3OeLuzfGdOp4oXh",
+	"UnTOO3+bUkOmtCiY0MRIYqaMzKW6YeqZJhQeJdQYNiuMJmOpiJlyTaSaUMH/oHaQXifpcDvU30umFp2k",
+	"I+iMdc47+HAn6eh0ymYUXz2mZW46552UipTlnaTDRDnrnP9Wf5ApykXnY9Ixi8IOo43iYtL58iXpXOA8",
+	"3vxox4JXFtRMgzfi99c86yQdxf5ecsWyzrlRJQtnMZZqRu0kyhJ+ufqiV6XSUq0S62rKyFCwT+Y6hV8M",
+	"iRwDxQrFbrksNSnohLURBJ9pEGRGP71lYmKmnfOTfj82lT/znLUueMxzdvfVvmVUsyt5w0R8xbn9nhj7",
+	"A1isIzOZU00migrDMjLnZkoOuOURJlIuJvj7w4oWU0Yzpuqpw0u7+NZ10w8odHzyfdKZcVH9/SK6Gj7j",
+	"pqLX0hbk8GWUJc/6iX0Zn1l+PLObMeMC/zqu3sOFYROm4EXvgEY0f5OxWSENE+niryxywn6mN0wD4ewq",
+	"mTZE07GlJ1GsYNT0yIUhM6kNOTk7I+mUKpras9tKuuCFXfvGNoY6O2uSK0atd8FBbmWz8LTfnd0+uGfv",
+	"SreXJGPKiiduyFjJWYM3qciIto+JlBFRzkZM3QOdt2LTreh+mdJ2euuU3gOdr6i+aX2Fofrm7q/4tcgl",
+	"zVpfUsLXd3/N3+A+an0NXld3fc0X+7AupNAMrs33So5yNrP/TKUwTIBQoUWR8xROwlGBv/ifv2sJkrN+",
+	"178pNu6cd/7HUX0vH+G3+siPC29scvwFcUOSgw9/fkV+OD377hAlKyXa0FHOyDCVGRv2gCxuRLjjC14J",
+	"8ELJginDcRmpYtSw7JqaBhEyaljX8BlbpUTSYZ8Krpje6RmebUHkpJNTba5LveOEcKM/r36xLJm2mYJi",
+	"t/KGZcF4IylzRkXw5U6z06kskNjcsJnexACwUZf2GfuwG40qRRcdZELPwb91YAGw+OotSbij9WJqfUmO",
+	"fmepsUN7pnjLtVlljGquW026YrCNU4bRotPRmkXmkTFDeb5xAv95+e6Xd9VYY660udaMiQdj0p0HF/ZX",
+	"Of+DZde3NC/vj2Hxg8hgba+JcdHqHQ4P+UEi01+m8hJdWrf4XtgNeGWF15JOoHxvsfD1vPjBvv9zh2YZ",
+	"R03ufTDjMc01S5YW4XdiSWzbwYj9LiGsN+mR4VRqY4/tMCFDXtj/FlIZ+/9S5fZ/qR1zbC8SK8wTe6EZ",
+	"puxg/+c32v3jo/1Pv/vDdffj535y+sOXf4vxRbX9TSuiv1n7CInUYIMWWvGJmLkLsEkQCt/tKC/R1Mvh",
+	"KTQsIzRdsjyrZ8hogSZoOqUCba1l3dwalfaybBHx+94ZeOtfK0bdff/wN0ut2WylJ4XbunreQzXJEyhp",
+	"7OCG6wT3IsIEzuxGNTtYfbgjSkl1bZWXKOXw6xnTmk7ivxhzwfV0R/ptK++tLXq9j9ajSiG4mOymLhiq",
+	"dtXItKGm3Cw1cSMu8cdWejotfxsi3IHX8CeVRREy2hJvVCuJEL1BmTUM+Nryyo6C2zNe6E3YKCiTTsCQ",
+	"wZOn/YirxlLEqIU9Vg23gpvOsjxYoiDMb82a35UmlagDe4eZLtOUsQwO8ZhyPM2VmIw40KrBLitm8mPB",
+	"XoD5hPxs92L98N5IyOCnBVMafht9a5lx8/o2fn+kKO8jB56mRnp2bPnSX8d+GcZ5k5AB7cwW2rCZZUMh",
+	"xWImSx2d4V4q6NJB4cK8OI1eRjJNS6V2PPD7XVLgJmmjmaFqwjZ926JrRjXKYF2NHUn8tkYZuuKGe9ET",
+	"a956OGXxFS3oiOe8Ytqo3EF/w7JBb3mG4FAvCSVWSD7TZOhffJ0GYw/JrNSGjBhJpTCUC5YRLgg35GD4",
+	"vwZlv/+cDQ8DhcfNMOl86k5k1334u5ai94HOf3aiy85fzoqcGfYB+WNH0cm8uN3i5kHRXFtQ6H8LFINV",
+	"5/KUT6ZMG6KYLnPTHVGTTpc9d0FQgmgmTB2HcNeLJUrlre1HD2EtQLdYhxe3K0qV+zzKJRWV0YnUridt",
+	"eZz9z/e8+/dSmOAOc08sx4mc99+yMBkxSwcNoQHwS9EJ5SIhfGzZdc7z3LKxHY2zzO7Odq/fRV+B31ra",
+	"bNzUK6pvLuGHy/vZCBjVCswS5RvvahI2ygjgn/EOkz0PnVOLuLjWLJUi004HQRZ/fnz2/EW/3whSvIjy",
+	"vfecLQeaNig++1w/d3KDzeinN/jUc5ic++N4g7ep6Rtr340wzLHfjuxFyNhs2yd5mdI9J7fPdhV5OeFi",
+	"+/2ys3sPzzT366y/dsPsVLlU3CwaanEYbDtuMnL3ONSvA15GFaU5491cH+G8q7duyWoRB5qbT03L9r21",
+	"Mmi/vfXCyMpMWZqoPHjRP/1+U8Qy6aSKG57SvKF0bNr2hvIDunJOF+EkmtfEj5IIaVzIeMTGUjG8qWdU",
+	"LIh7DMN1Qs6bN4MsrfGUrIq56OXulAoIV7C0hG2J0Kg5vZ+oyggEgYmsr7NnmsynMmdElQLnBj52LgWG",
+	"tIf1GzJGs5wLdk0N6mK7Tf84Mn00hLNSIWs15u5Oy/PwuNgxgyHPYls9o5+WnGt+pOa528QyewkWusgl",
+	"zXazpu5NSEQ1612ZHNSgTQ99sD9yaTVeH/Hm0yZ15Mr+bhsJ48dslywYHN1PtgRu6OsxFxOmCsWdnR54",
+	"pPvdH2h3/PHzi9O4IzocpsCQ6ZJc7sdF8XUqBRiRwlzbtTZ59Xhp+zdy657KjvNXbbN3SOzo7jlVJBys",
+	"fdOy9oAtLfi18V9tHZJrz97RLFXMJERP5VwQKVLWI5dMZFZRp5oML0ozlcqx3Tn5E6OKKQLmZgrDOsuz",
+	"t9EN6N0v9QrWEAApCQvO83fjzvlv21C+8yVZphcTSub5DFgoToV3Ai2OlyENonHvpaH2cAkvkWRlcutf",
+	"skqvj1+Szmt4Ys8TrlX7kdxwLmKUvYv6GyGGn16MUV5XP285KbH53UsuQ9z6Wr3pl67yLfY+9HZH3hIj",
+	"w595fndfgstguW4NJe+TJrLlu+81eUNP6cnZi+hwmv/BrkcLw/SWjtntvQ3bBdTdDdCgdWNa1fQb9G7b",
+	"9PvwjwLz7J+y8ROjuT3aK0lFU5berPGFfm5LYgjG1itRCHnTSTqloLeU5xBH+bhpI9wYsam/0bpk2ata",
+	"M4msgl5HNJfVG/TVBTFTaojmE6G9HzJ4UpMDmmtMnZ5Qw+Z08UwnhKOB4dQZopkpi8PelvrT15RjlsaC",
+	"zZcea9Llg/0FoWPDnCc2l2JCDszckoGrTPvM6JyPmZ1fi7G08uo7hCHDuOMySZPYbm8WyBFSxJgtsGU2",
+	"xAd2dN1DlvSdpf+UUWVGjJprK/3ULc03bayp074h3X9smNhyA/cPpuOTa1TZRmr5S6JrLRZTd8kwyCof",
+	"Wguf3TK1qJKCU5rnvTVvNmvocrnkuiClMDwPCOVWvCWV7N2zld9a0EJPpVnvug4pF42sry5wLVe4+cVY",
+	"HSi8e+bUjhy7xAo7FwFsRak1y9tL1b6Dw8HawlEDeCme6BLYa48arEe/JHABpbQofIZUUMUzVozZ72jK",
+	"zaLXaXeqRI3qQkkjU5lf3zKlXbA+2I+zmGmv5djMqWItz5xE/QFzyk3U+3XSX6bDT3KOF46RxD4GAUGM",
+	"rvbIqwYVNFO3TBG3ZHJwcka0/c6Nftigx5JrrR+t+2jjmbawH27R1iobivxNOpsbtJWFL31grEm4IRZl",
+	"Dc/JDWMFsAgXkx4ZYmbHtUshYNnwnGgjC6ijSF1kE1PRh1USyLBHhrnUpvqtAdP6JRHSTK2cnknFqmAg",
+	"TVNWGIwGeo2vKhFbfr09qVKbaLZGtb5St3g87Nqt/iGFE84JSalSHLmicSd0IXSUESr0nClIxbyTnbW8",
+	"jmgq4Pr7+DHu2G1uupYL7iXpk/mUCWI3aMvbbqswbcC3a0W4j8PGeGZlddEDIicXRcFE9gFyDlpO7PXO",
+	"k26h7hb0gUQVOR67BPlVlsbvYDPsb0k6LcUNpotA0hyhza1YY/SqUlgFOIu/KKUF1PUpRtMpy16ScanM",
+	"lCmSUUMJ1yRT0orXQI1qy2kLFxW+N2nQd4dNe2UXveOlbKe9kvh3+v3Zdy9iUe9qB1YIueFOaLjx/ZLh",
+	"3S1ruWKfzL1liKxLvPXCO77dXjOeUk2YyFh2ToREuQ0bDsI7lTMW2++kou6qz6fJ0Ntkye3y4wYTb2DD",
+	"lQzUan+aDAprCegV27h3BRNY87anirjkhqvrocO6MpkaZrraKEZnqJ00SgtbHWw71SCGrrRdYj0bvGw7",
+	"nBOfuxHxj0VpH/jb7qfM7W7+yzWlWhuce+FK7sPJ16DMw6VBhq+pozexehDwea+twWA5n3CXKh0rlfAl",
+	"Fl5RrH5flygknYzrZhUDvDf4VI7HOReQkGquvQEU1Snn1Xq2iUFF/U7NWdQFFo2pw7q2I+59c0YVQNvX",
+	"GfyeiYyLyYeVzRHyuqoiqWgh5LUUkClRfVQZyIvrGdczatKp+9Tuy/W4zHNXy56VOcuuc2rgOUxKHNH0",
+	"Ro7H0e0LanWXvFmujLYqrHWp3ktVtTOaTrlgXcVo1iizTTrsE7UXQl1EgPpKF8wTnzreAEpYTk61WpOQ",
+	"YK8yRaYsB+UpTNbujL7LjtMTesrOxi/63x1/X9dJnJ/2f0g6hpu8Ak0g7tWOClNjCn1+dIRk7joHdC9j",
+	"t75AWR8FU/7SVhqxZAQgYeyX52Q4olnXTRiK2AQtzZQJA67UzH40lmrEs4wJ+4eQpjuWpYBvUinGOU/N",
+	"MBmIYT0R+5W3wXxGpf3M2vCrH9gRq/oKGIkHxfk3bNFVrNT4QPgNF91xzidTeJ2jkBMgMIr7yMuMpdK8",
+	"biluhJzDmjybdtknrIuAqj5MdekaKbs5VROcWil0WRRSGZZ1ZyzjFBy8sBYpuzMqFp6Y2lHTRzxg+tYk",
+	"FDQf9gai01qsENW6uNDGGkUtxWlrqwPqcExE3UL2+9xemrqc9v7rhzdEsTFTmMVNZ+C2BaAUPIf2wS0y",
+	"CjCEhu8Paoday2U+sAnXhqkg7vPNZcZ8ia5LsPljZwAs1yitidWjJX2R3kRVAhat8ISqWcVSqTJNLImt",
+	"EU8OBJsTqYhmTGBW+WG8xnNHWwkKC7avpEkZv905d94u5TqVJfLJ6pQjBRGRH63ERQumNAcPx8e75sxP",
+	"rWYadZvZL1Z2I0b5Ja6o6BpLoEd/zdKqg3PcIFmT7O1c9idQHHY7BG5hWytO+KYP8NRq2nB/VceObG3l",
+	"VT45Pv3u9PvnL06/28k+WqWbX8UG2tyH5nhppGJZSPCHMywaxN60ryupXY5pe2QIkmZ4Tqgg8E8COgg5",
+	"cF8kRDrEJjJ0auDwsEeGeCjsc2TMQcUlUgxENUr9/BAuIvsPzW6Z4mbRGJR9wpv7mmdDYiTJWFaiVc/I",
+	"aEGoyAai8eaMGgrzXaC/nOWakQP8+DAhGvYA9MlCyaxMmdKoFEQk7FaICh/YOHTbbJ+eu1eFZECPlaBR",
+	"LAB0w0UWyj1cl5daqw61QHlx27GRq/3vQqWmWRPc33QNwizjbFznA+/Gxa8/4UQ5zYkzc9BAsSYR+Z1b",
+	"fYOMmJnDnejSuldjFSPwqkYCaMdr09S/f3G6McV+Rj+1JKb37zh2XNuxGvp+6k7tO1jmt110nTWW+mVK",
+	"Y/4n5zbcEQnj4bxWv8vRbrU9/ylHMRm/V5LeNpET+84qcBIr7WlLIVsDlbSak+eDDHWtTgM+CajUtsuW",
+	"Ive00VUR7b7byUVRmh1LKqAo6bo1/bKQmi9V3zfV0L1QKnbd9+3SYOLbXa2gudh615Fqbft7L3pSSh/S",
+	"5xoU3e0mBvfgF88oa7GIXpzEDd17KbvZWL51NWXkdzl6VvvW3CO9dZfO8XahiDb6V6kUtT0GWmIDLqMS",
+	"C9ujcVwGSosfmouxhNyHuV0Qy3g56ySdKZ+Ap9TV78VHW1HYHyO6+FhW9f6W2xaG2vYW7ga71s91syV7",
+	"5eRefIMqF8Jy9pcDw4Js5FKzjJQFeNVGZTZhZr2fJHK4Ij/2nsg9AL3qTIzdHn40zSlaxfkw4IHt9339",
+	"dTsaVntF6OZKz69Zw4lyMUBIW4uD2ggnLZWAPlBdpwfW3Q7OgIrr3+XoXpXeAIpir4rRpFMW2Y6M3wrW",
+	"5bzr7UpztSM1Q7RtRLIkvJYYc0mytLL4knoeLLZNiv5YhUO2qyNEbTJpEb07IA85NLxNdkk1cLy2z07n",
+	"PvRQt6yH0kMbqeit99ZeYnXl4Z2rVbbCH7yb7I88vvM0t5QjT0igP6S4vHu5/BaCrJZaK1lgDTK3sny7",
+	"6h+BzHPqfuMPtAMC4wCTGeYU2hCgpXBtmJpx0aLYV+sPsf9SKgRT12j12uXx+LPoOY3H5HbxGO+jbu3l",
+	"M86YYQAeF0tMTqmw5p9TgPGnLCO8RfNd8j/vq9Dt5QG7i0N6r+LTylnuY+V+5AZNN+amIcfcy42EvPeA",
+	"d1INIBUGDbIZdyESiJhg2lXGVPSA/AoKxl0gNNamubVBXDwCrEXMr46pq5dM62gO5aOWmGLF3m41xEtF",
+	"QDgCMRIrASFiYq1hbDuREPaJpiZfEKrJhN9iAeMKTWbMTGUj7PT+16sor9TdLLaRAKXKNzN32CDDTQSf",
+	"rOmzH2hAa34mFNxs0C/uYmGtyZtZmxyjy6p89n5s/XXH8kHbALSd+fZzvXrjQOJkrDKHCWBzKC1XjJGq",
+	"koj4SiIdz9RfujAit2uYK6pDxE2uiU/vtGftwJE2AaAvl0yHfZ78tbBlR4MQIm61xvCpYLDHahkfCEIo",
+	"zCEPRwzx2uv05yijLZ3eipeSlaMf4YmN2gHO/SfPdI9fJ7tPLaVTYZeR/1Ycw7vXrG5fk7lCuPssFg3w",
+	"3vcsGb2/jPO2LPN70/qC47NqELVZQqCRp6XVhy/tRF2+BEBdXZSIcLLkaxfk4v0b1/TuYDifmOv//q//",
+	"Nzwk7oS4WliXbU1A6yQjKY02ihZd4xAIELr44v2bnu/SBhIJXtxM4a6lyM9Xby9jObVXby9JmnMmTAg+",
+	"QuZTqRm5/Omie3L2ggR3rhXcyuXDujQi6mU6GFBcD0Qgw3vk1ZSlNyyrgROcRx9FvRRWl8IixCkVmZ7S",
+	"G9ZIUp6VpqS5nT40t4Jg1iqQMM7gL45yyJUkKxUknIMUwx5vM2kYwV/rHnnvM6CgJNkyKDVSaVICRgUb",
+	"iFQKo2ROipwKV6qMdK43Uvf8eCRMYMcfx8mrB+IAl2V/cLgXtV/aCS6gAKBbyDwfiOH7d5dX5Oj2GDPz",
+	"9TAhgDPiqQETqu52XDLmxNfpPwMxEK9hl2aloYaLSQVNQ/PcTmfMRMqy87AvXkIAzzKEyUggXw7brWBi",
+	"JmaqUUFK4UD+XWUDVYykjkdceX1GDR3Z7xzajaYzV4A9s5QEPpsrbpjukQv7Rc4GAj5QZMLsXE77Pwxx",
+	"wT43PJUZI2GpQLBWOtIyLw2DwK99qZ081G4TRKSurADFcgqL8k5mcjD8d680Dw8TMmIpLbWdjuMJVQrL",
+	"+mku0xtN5oxkCGbqOOuc+NKUavFuZLcZSlmGtEQatrWJG27s7AbnKecpc9cDzyybjrnV5jsXBU2nrHvS",
+	"69fd74LPrJgrZzOqFp3zzo/BiYL9sxxi2bJ5soi8ZYr8dHX1HjwxNZfi9GZXby97nboCZen0Xrx/00k6",
+	"1Y3Z6feOcR6yYIIWvHPeeQ4fQYujKYjdoymgSv1h/z2JFTxfwH5qctLvk/mU58xXDqRMawR00DDjHvlR",
+	"Mg17ZGSZThscaWeNYoJL8SbrnHf+wowDtFpq9XfS769p87dbez/3hkh3v6tgEVanzvkt66FZ67Lp4iNX",
+	"Uw1aB9b3Wef8t4/htr93b7CjC6YRy2WioTC50J2P9tkjxWi22HYDHO57fdJddbjlLpQnuHZYFF4PjiGw",
+	"DGrEBVWLgZUlLHXCzP7o7ZvLq9e/2NMl0D0F3DmnN6xbFkCisnhJzvrPiTRTpuZcu9tmZVc/MJpxt9iv",
+	"sLH29QvYybP+80d43y9wZ9Ns8ZIMEYltSDRdaHtY0inJWMFExkS6IOhfvn8mqwiOzhd1y4hRdDzmaZTd",
+	"bo+PaMFRKdKtXPczMxSKzq2i8dLd2CBOhdVGHHgnlISsnm2ru3pA1Adlg0ZTxZZT7pSN/cleEdq+JdBf",
+	"Auq6Dz5iIp+JectlwTQZgmoKxWpOg7L/Rpfo8GWVvZ4vEBYbbXwpWKPFNzmw2hLhhmhmVSJAhYH+axrV",
+	"QrjnwyeeaRAYhz1SEcSe6BqAFTv0YoY71YSSKdXT3kBciMY4FT4LKNgzunAKuGcPKzKsCIJhwxnbacXE",
+	"RbM7Q12I+SeZLbZgkqAc1Hf15iTwNfsmCL/VDuiPX5IteSveOeJL0zgyqmRfVhj8+N4YfBmgeB2Ph6jC",
+	"Ceyo3YuZO8hwAE7x7G3J/Pb3z3f6/R0PGK7WapHVKYsdshUpdvQZwXt59gWPXhxj440BaCTtkZY8RtKq",
+	"AMOc94Avwyb+v8V7OLsZ3Knt8cdHkJVtPOQMTyT7sxXGOX1MRkD6b80Izgo7+lynBH45otZspCn61eNS",
+	"+UeW5lQxDXaL+zk5sBuaEEdz30n0k/1K8z9QVDqT8xD+oE5Bm8o5MXIgMI5AuDknQ4wj+F6j8POhCyYM",
+	"faykR/7mzSQPTzocWy3CSEUnqG//+uHtQHCNOlwFawqCdvj+V7Re8b366HMVyPgyJIG9nKA9iAbW4Uvn",
+	"NNHPhwPBwWKmpFDM+ZbtoCOo2DLSwU6JibWQ4LKxak45qw141AmmMs/8rAciVSzDMhoN946dqTe0I1O1",
+	"7DHjZtgjvzCW2clYpRlt3djV8a5g4sLtGYbSVo9pjPXqn/isoTc/QgrShh+Dle4O0Mc7XFRN1JnVX1cC",
+	"RbFCKtNzH3p8mM4P4+9fZP3vj7///jT9Lntx9gM9GTNK++nZGc36x2f0+Wh8Oj4enYz6o+9PTtLs+Cx7",
+	"kR6fjfrjfp/2v2+CvJwfnzw/3fpKXEXceeTrsBkzbRFk7vxp/NWe997pjr//YbffHz/GvVrbC58b3szf",
+	"Pn5pGBB2WxsisEnBQPI69JANkjdEuYoL3tci06EnzMsi3+YSQCzAXBqSA/wOsnR7NezEIZEqhD8ciAOa",
+	"3gg5z1k2gcvdtykGRjvskTceisKcE8UKhm66yk/m2skRibTwJQ1TagaC5mDiISoXTpZbs8+UyoXnpOIT",
+	"LmjuboOXhJKMjwFzwVRDc01O+z8MxCrWRlQ5dmT0yY3fhHircq0dPguWenVLUXkpOkEn107gb1BsXOo6",
+	"Kwt7tzqBUjUM9OUc22vxS+0WtxJY96d0rfQhbJFZjiGeaTIGLgKn7Z6i6/hBVfyHFo1n/ackGv/s/PyV",
+	"QNhZGFaBg3Zp+LO8ZbrG9nymEd1zYVUvIeekyEsdtsdC/7/3dydO+yqoNqFMHQhXZOIDX+7pKnuW+OzZ",
+	"HnkzK3LONBlCoeGwR7zTESFlyQGKrSAKcFj7InE6q7hKEZFWxVy/jkx7oEPeiPvGz7ffWETDRaR+CDLR",
+	"vPevU3vfpxZh8yvA4Z3PbC4na6xGhKvVDjGCUEOsLk2GCF459L0WapGey0mPXPgGrA4u9gCVDngGLbOB",
+	"ACcdWGIOntlBOFMyoYU9xlRAhCinhcu65ZpOFGPaqRb2vE66OGjXw7oNB6KKw6Hb3w6MGLYuUOiiYj3y",
+	"Vk7Qy+vQywum/ELOawmT2tkINhAO+tMKkxn1+UnejyiyNrxacjCsQEPPib2Dh4cxcYGUtnP6NpQfhPLA",
+	"am2rW+qUClyWw1Ptb623VAi7j6ywLMMxt8kzOVmSZsDy8OSTtLgeVuAgyex9XWsKePB3lj3YenuN+HmP",
+	"AFQa5Bt26JbjCixq7C77Cu5QwO+MokJjI/hz4vJzqmcOEBUMIwkOleoQpEAFBGamSpYTkCFcEUFNqWhO",
+	"bthCJxgQrAazj9VYOQNRgeVY6hToz8KxDoZ/eY3uIMgzOfrsIKsqGoBQGIjhmwBD8K9sMcSgJ56IHvmw",
+	"asrdsEWdegCfjGS2IAd2w6mCfImBsN/51BE5Bl95SoUUPKU5dIo/bDHwKisTsioSlP6W7vYfiRO2vgdK",
+	"bXR2P7Aip4tK4pH//q//i50i6gOEqlSF/5wQzUWKHsAxV9q4bA0ABceEEgzpNFdNBW4JLNpeDCcnpA2i",
+	"8SXm69QDQIjfEgNe6JOOUK5j8wBLahc6Z1l18cSBHgfiAKw5ws2hvQPtveznaVXT0MtX32FBsgm5bHaf",
+	"BwYbiFLwv5csvJ5ARyVDXwfexZ93YZEuAci/3C4dgaUYcphPXnepOFBo5Jy1Ljnn6m3XIfEPCTrmgv2i",
+	"mnAHLDoPtmwgYAPkmFD7TE5hM9bxUuwOvCxHM24+OKnwaNfg5l9/cCcwOJ1/ZYu7XaAVvsBvQVmUz9Uu",
+	"Oknnlual/eP45Ltev9fvHddQVe4BO/PtH21UJUGeTNdubvfkpFONWyFe1XVEDhPC5+FcXv5UZ2EABVaA",
+	"DY63vvkbMG+Pe/nXwJEt1z5cN8/0Mt9CRLrmaghYi4rrIR09qDCJiMTmFH0eqV1uPH80OKd7mGksGCM4",
+	"2c2RNjeY/PJP6J3Z1XF9enLyDduR0JmXhkoWSOGEGArxYzYes9RUpU3WWNtZ3wNjYRvfkL/noOcZ3pGI",
+	"bDh0Ra/DUBfCC2lK1SxnWq9GuC/ta/+pvTD/8rvc+3n5maobq9IBb1YMSyGZ15Vltx6OMuOmy27tNFqT",
+	"0jDr2GUAdzG3HDOfMIHJzZPAMOSg7vmbeGdbQurCpcSHHAYiyDGvPvVJNb7PoWK/Y6TiMLGapFWKQUXu",
+	"kV+k6+sNifpgBVMPDhpJjLMrfY0LjSeW/L1kalEHgtFs64T6QxMlM3JDxkfCYEzVC/eehkOUkrsOBmpz",
+	"J5ossxZOZaP8eYVVLttIKj7j5mGFVL35bSmLF2gkyzFy8f0lLsIJc4OuSaYJyy2O4NS0X07voJlflWBS",
+	"29yuDI40ztWIjaWytqVvXnZOKHl1+aFpnYFBOxD2r7CwhmuXjlL1tQOVM89A27xhLEjrqnuleTcw195+",
+	"hpMN75somoIFyWVGCmsyRI8s+JLDzsW7mjfbqt4Bpvwjq/2r3Zlb7s+lTXnCKYW7RQoaDTrTxl633Vd4",
+	"t2w4Gv5MoKdjtZ7pPKzs1cwnRUiB4o7UF5hL2qViIHy1FZlIg0E4SMJFpQ/zPsNjdcMW9shNmLCPsYzk",
+	"MoUMY7DZ7LcQPhyInFGvaroUMfQtuYIeyA/TU2sc5/yWZbHqN5c7hgU5A1Hnqb26SCCS2cgoC+qx6pxk",
+	"B6QXO4mvkeQPc/5w8Kd+AGNM+ihZAo+tZzYOKe5NXS/pSrWqY7KcH7p8Vsc8Z/ros/2fTxGOqpen/VM8",
+	"UNyQzNcysU/28vQhdGDTGV3AV5oxB3ezUgQDrf53NavsQ9amekgFBCbWwl2WQF8j2/cvzADcf86CtONQ",
+	"RYFi+rbtPAroEt3WS+jdh5INsh5dttkrfK6L2uowqT+5WhTe//uBFar7I58wSIPweb+te+5GeMCt//ej",
+	"f29xVGFpV0RHbt3sZxoJkgSaW5D2bM/BnGqXDugS35aceQF94gjBQYglHB8rL8+e9w8TwnqTHhnqKbU/",
+	"/I/zEdXsxen5sNewBlYW9fh8+qOcC0iMRGZt59Atcn5A8dCusjuHhjK+OzLiLOqmVjIM8U+QNw9AVgGY",
+	"ziHhRg9E3dON0OzWXhEa4wrkNU2ndZQFr3RmLWbLg4bli3Piu1EnA7HagBqSLV1E5qLSWKCYIvRNSZcR",
+	"BKDVxMzl2iSgv/ledA9xobegYzzyzd4GNRE5lO9EVfJdMLXEEy5PQ6qMKY+f9BTdzzu6h59i2hDNc4zZ",
+	"VWfP4QC4ULrVntcoGzVmSPzg/41yowEqWpJh2GUfo5T28QB7IawvoZpoKQUU6Bn4oXHGLSjvmmWJPaYu",
+	"BEzsgUTRUqfqQXt+a2fAKaYcrAaoL5/KPIMMPl9ZDBgOLje3R9ATLshqLN5IMqM3rircjqTpmCFmRMHo",
+	"Sqr1DVsMRBhXdxgFPM+7DvegIrc2jGZ2L5wZrxOiJaHQctGbJa4a1SgqMj0QSLXKAcCVHw1dDtEkoxSE",
+	"wVvct10v7neuZPM+o6DLmDwILAncxtKptNdizlgBtYwz+smjWp3GoJs6x50Ymk6n6gfYRQY+6jtkgJAl",
+	"O+cnO2QsIbzPVxGz7t3rc6wdJ0wUFdDbrpBa81FudXnBDv8h5Onp8dmO4blvOdzwtkLHgKwnD63B9Brx",
+	"HJYl6zWYC9G6ZzT/NPOF1lDrHPwuXgnfwHLbWcA8Kff1SrPstQ7sBq0f5Xzdh59cLm1XhaDQ+Ly91N/l",
+	"xUBRqav3d4zjXYGN0nhgrV5LZXyjmfjdq+Mv0hnr7FgAH07hK1X9NVuqr3KcK5J/khL83iriZZMV2rgy",
+	"JuaOPi+BCz6KC2yJd3dUq4KHH9oltom9rqZsScrvxTeP71K7Z6Y5qpsHxy9N+Nr1+RwtIM1YJ2HjTfj4",
+	"ACvqhVQzmvM/WEYgM++wR34Jo+rx2DnO4K7c9K0Fje2qN1+3uD3fAndiPFosY9RQv7ueT4GDtufPoKFy",
+	"lEERBH0LDoWJJMQnhxKeHToX6VTOyYwKfBTh7yvke0bT6TZM7Kbxz8bFAZj9WjZ2u/gN87GpNnhPRnYY",
+	"iBvyoJwXNoSDNktXlePaIcv5hI9yF9SgADmlpRieB18lAzF0GDDDhAwzDn4o+De+YsaEuQ4/luNxzgUb",
+	"kgOnCrThYQ9EBYiNZfvUQMOilJvFsC1PKmR3hzPyzagRAYRvW8G33zW3172nw74egdOyynzKoJTEyjZi",
+	"RZ6hN1ge4hGum4b27kx+9NmBa28Ab/qlBmTVRhYVdpOPW/wHxiyGmNfgKJOAZ6DKC6xz/w4dOITGOqDl",
+	"iwgdkT5hl3jwRH/iTA2aNqM3GKrh6IFwvlhw4bJcs/mUKVZZflh3UhZBmdjLagGZotZWPFCyNBxaqdfn",
+	"7tAOC80G2cyBz8bOza8CH6kiKw99w+CLtvvtBSzT9eRuSwN0YPItCYWxVuUPrXq5HVh/kDHJVMh5hd/8",
+	"FLOL74zKNZP2WNSRkXrxUUmQdFzf27ZMFrAjMSwZOYbozId8d0tZKXrkA+viOxHhpVDslstS54uBKEUl",
+	"UwvKFVGsi0D92lqoAfpLNAjwtY7NU2Hef0R+xfUHOOtyjU28cn+hztamgm1W8y/h+a0yvCNNH7eGDPzG",
+	"rICq1fdaGwBo3/taHmDtdm5Ze2/z+KKTDvIjrYrkA7AQrGcZhmDlmLgwXo/8pzUbVSmI3URXOeTL6F3t",
+	"7jloXAOB/bUhtMF11e4Agg9VUNcLQWuOQu0wlCIyq+f7XnZY8VKBgg6E68XnC1Jxas80gU7lhAnFYYQq",
+	"Lch17K/gotFUxwCuXbN9LZjVA6ElGVPVIxcO8BimVfkSQXfzj72sB0BEjao33xBC2RUGmF3rQGCyjB3O",
+	"QSm3IspCI/inEMpdaVfX6R//8Hx8TE+636WnrPtddky7P9Cz4+6L0fNxn52kp9lxv2qhj/N2UiITuquY",
+	"lvktc+qTu10LqYz95clJ8n0/OT19/vFLXaORFl0XyIeH3MdTY4puoeQIspiWm1G/6NtFuz2HbiUypfnU",
+	"Mv+u+Ll2J75SUBiYICZmBGFU5RxAC7C6vQkWsJTjUB07sAEst953Qaud430GTNpW7gIlL4P6/qaA+XvJ",
+	"yicaSNm5km7HytM7XhxQT+lugHbHD/x59Nm1cm0Pw0C6nhV0M459LLzFXRcvRiIue0k9+9BDK6Jt/Hjl",
+	"pP83E1EJLni7I+D/dVeit/+33vwj9EC0Z4q9Qg9FdUc+01VdFZzXA+rrKn2NE9UI4Ay3LIITp043EZLM",
+	"pGIw5d5AvKq640IyK6JQ4uo8Cof9owaofEnqhrrEzHnKGvXFsZsYfv/N8mSAyuJuiX+IguG7xqNhUzfK",
+	"uarP4kbbyXmosRWZ1f+5wLwI7LKUG/CNRsMo7rQ9vH0VLVd1Xfm3jH1U7avXFNPWvbO3H9R3LvzGQkG+",
+	"z/76QJDd4G8mbWhZ+PuSgM1GY9htDYv2mk4Khw8fzb49qIGQBiJ86DCJYRx7fTdMwEXdz1Ra7gFqtiHu",
+	"1gp21eHLCNhWiHgcQE8NRBv2VLv9ZhnkG7ff6hb/lZ1Wwx5PWZ5L6LWKPePPMbE3MI+uNyUBf2y27V/u",
+	"Qr+jmWYJ/pXMNNjrezfTLGmeupnWtvKnnM+2s37ywIBB95RfB/zSXtC1BFDYqtn8rWqQB1J1DrUeRpKR",
+	"yz7PEjIsmMi4mLi2yVWzsMU5GQp57WMY1+iPhqi8kNfYOLj6kAzrUq/rCufVfZzaD8dlntsPfJfE7Dqn",
+	"hqkhkQri/EYtrkc0vZHj8bClkdteQtg+9NCqu33Hj8xQnrf2Q4LT/60Ylcgr3qgMekJvx43NTjdRvvwz",
+	"z5km2GHFJTlRsajL9sYVzyZE5tmmBCaqby6qdz5FDrHrXZd9ASXEXy/lwrty6g2hATm33PVN7oML4iQN",
+	"gTajRi26vuKriif47hl1NsWFR2+yDznvAvx8hkBksqoOzbmYDNGV6OJrOaNWqeRQB2o/F+yTwQa4By4x",
+	"SIpYm/xDbHJbyc0Rw/axQXuPoIbNJWHUEISauL5zGEl26DKtXg6/evBy2D/u7uV40qJynZD8l5djrZdj",
+	"J62ggo1vST4F1Gxi7JmQYwz5eehaVzTNfK2mbxAzRFRZ46u8IReigTbfGwiwDodjmedy/h8ILYwg7Xnu",
+	"NJCDWLnpIdiags0Rnb3u7Vv1j+B1JpTIKpsxKEM1kNzE7QczhsWn/pT6pUGxabt+sRe2uz84yYrIcy9F",
+	"iE57eUXx1CrUwyDHiAs+s9r/caX2W+E0AaDPFo+NA3UPh6n4rp/UQ/a3HxI3MT7kmOaaVUONpMwZeDBb",
+	"hmrUcUYHPOlD+ShO8sWmGX98WND5K/Ypelu/9UcGWB+ShIDsX6crIWA/uMvbc3gT5H2DiAjQ3VulRIEA",
+	"7yxzeKOIP2pvubHDi4jqbdxlHEApgIdehIB8E0G7Ry6X8N+pYghEXsG9c2Gkj/EHoPBtqbroPdgPoTo4",
+	"zN+SCzNAad7syWzu47dgmLwPgfppHXoEXP/mcnZhfqMWm6Buqc/6uPbJK8OlTm9OR6TpDVxqTssdeifk",
+	"WDE9rS+xUZlNmEE91fuTqsRebejCHhz75ZTb5S165B1kPIODH89GrSgKabp1C7o4XKBRi29WHUwqm8F1",
+	"9v6XLggbSig0y+rmzBjI6ZIqMJ7Wa4mRXqdwBtoyY6H3q+VuJrJnHnzJJWAhIp93rmsAtsKIb8bt7rk+",
+	"rCy3IpzM2EyqxcuBQNuo6t/qIZlmpTYEXEfoVHUNM8k7UTXRLACYsPocmot7E8wabNZuLBhUn9QjJEEX",
+	"iQpzKPd6pIMBDX4fWGyrGe0wD+9t2PlQ4ePVsdomCiBTw0wXabsH0tYmx/lpDKCsaph0yxQfc5b9q2vp",
+	"RvQH3Nqwb6mHMyMHY+37EB+uwYJo70Lcfkn9b9wgl5WBGydHvzN4+3J/6KRKvzDO6QTf5lzcgJsEK7YQ",
+	"tabZn5QSVN2di4isIOYAVh+5IDOutfPxBP1GYUJgwHkwa+yOggutO4PBzVp/aEcaHlZJnv54QmuvbF3S",
+	"JUzyjt2Yl47qV8A/rN1xeyMhPq22VLgv9ohUEH60lqRtx2JT9SH4GzAg4TqAHayp/SN16V+yUlgF9kld",
+	"hKB7ZDPySn0B6Ubt4woYS4uxsm8t4ZMyP9YXGNaWR7O68OlnUcyrzYlWE23IpPCu4RA0rR1NuYG+jF9q",
+	"H4YZiIO6Wz1+5wQjpsE3YI8r10QIeNwj7xQZWb2ALGSpoFX/+7++OR8IxSbWvEeXdQRFWcg5ORgGn1wX",
+	"bOaMoODDsbXWVaG4MNAMeyAgwucqfqvJR8osQ4z3NUkYe8IzBtkTM/rpOpXCZS0GOGU+iQodEV1Wdo87",
+	"idvqpYSGXTMZcNZfCanGRe4d5dpD+8kKhvEK1PeBnlqWkSJ9qthkj+yT95F6d2B5xoSxl+CaEq6WEuOH",
+	"Rr7Zs4zwcYoC23mzLsv8dkLnc0/q6HUBPdRW7wvoGKOJFUIJGWKRqIO4jUmsYY/8CKgH0NIVMG9FXYzu",
+	"+1EMxHIdd1CHTqZMsUMCJdzLOhAGH5OVOvawQH0WN42zUErvy2zJahILNWQKvVwheWV5wsuRWK6JR4Vo",
+	"DbnAEPEwRAfo1Umq9CsX2E7cFx9bKr73vJPcdrt4ytaXS0jsr4ol3HZyETU6a57gbzt37I4SArdsvZBo",
+	"vyhCJandHfAnLrJldfBgVes7bPa8ICPEjvSOuECV65G/8FuGuRDvX/9MDgpAalWQelurmBiv8QEcMNZL",
+	"MPqx6GPK0hv8GKDED90VNhCNN12FxaONPh4g5Hw7HZ8bEvV2oyqLrNnsknOny+8hGuzgVINJPslzHPa4",
+	"wByaeYM/Ov+EXSfv7MJ3BleAXLFqd+0qH2qNvYsNSFqFxJ+lCkAI7O0KCNZ2d2/YAtImqHa+exyVZT1y",
+	"Wen/beigr6sZXLkOKPencB7fc2edepZt4Sf75deI6kPzHdd/rNUc25U5EAVmPUtMpMySaIP24KZIqXAx",
+	"FCHN1IrjmVQswUzRJcUMMNrNQAA40WhBCoDaQXSuVJaAeg1xPW1Q0/VP1j5fX8UIcc9VIKMEY0khcrxL",
+	"H/AdJew4rqkFeCOC/uHeFQ2i7bT/fCCGuMhuDTvGbpnA3sE1+ryPMGHgKH4N2efvx+zau3M14Badd+yJ",
+	"zhm9YVlnh5bPdv5P8jpyW9NUKx8568bOYIMat+wVHzGqmLoozdR7xd1DK2jNsjRME+cUhqS5hNDSTJkw",
+	"NSLk6m3RCzKtHAFXDKkrJig6teseb8r3WGvAo7l2vYE7uxevXtQxe63hEOFMJ+4kh60c0SkaeNqX5x8b",
+	"+cegMq0aNXTeu4+qkvSgljE2HgSvS56bLhdYZCtVOmXaQEO7ZBldJMg8QkwWqwhlwXuw6jSSB/j+DYrt",
+	"ALAEul/mchJOE1tfrj7/E6O5i5UrRjMumHY9kqCTX80dDvPdb1ShO18+fvn/AQAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -109,6 +109,7 @@ func Start(t testing.TB, opts ...Options) *Gateway {
 	artifacts, err := objectstore.NewFS(t.TempDir())
 	require.NoError(t, err)
 	cfg.Artifacts.Backend = artifacts
+	cfg.Identity.CA, _ = testPKI(t)
 	for _, o := range opts {
 		if o.Config != nil {
 			o.Config(&cfg)

@@ -137,8 +137,13 @@ func startProcess(t testing.TB, dbURL, certFile, keyFile string, extraArgs []str
 	require.NoError(t, err)
 	addr := ln.Addr().String()
 	require.NoError(t, ln.Close())
+	caCert, caKey := filepath.Join(filepath.Dir(certFile), "ca.pem"), filepath.Join(filepath.Dir(certFile), "ca-key.pem")
+	if _, err := os.Stat(caCert); err != nil {
+		ca, _ := testPKI(t)
+		require.NoError(t, ca.WriteFiles(caCert, caKey))
+	}
 	args := append([]string{"serve", "-database-url", dbURL, "-listen", addr, "-tls-cert", certFile, "-tls-key", keyFile,
-		"-artifacts-dir", filepath.Join(filepath.Dir(certFile), "artifacts")}, extraArgs...)
+		"-artifacts-dir", filepath.Join(filepath.Dir(certFile), "artifacts"), "-ca-cert", caCert, "-ca-key", caKey}, extraArgs...)
 	cmd := exec.Command(Binary(t, "gateway"), args...)
 	cmd.Env = append(os.Environ(), env...)
 	if os.Getenv("GATEWAY_TEST_LOG") != "" {

@@ -69,6 +69,9 @@ func runDev(ctx context.Context, args []string, logger *slog.Logger) error {
 	if c.artifacts.dir == "" {
 		c.artifacts.dir = filepath.Join(dir, "artifacts")
 	}
+	if c.caCert == "" {
+		c.caCert, c.caKey = certs.CACert(), certs.CAKey()
+	}
 
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/worker-gateway/gateway/migrations"
 	"github.com/worker-gateway/gateway/server"
 	"github.com/worker-gateway/gateway/server/objectstore"
+	"github.com/worker-gateway/gateway/server/pki"
 )
 
 // serveConfig is what `gateway serve` (and `gateway dev`) need to run a
@@ -29,6 +30,8 @@ type serveConfig struct {
 	drain       time.Duration
 	maxConns    int
 	artifacts   artifactFlags
+	caCert      string
+	caKey       string
 }
 
 // artifactFlags choose where artifact bytes live.
@@ -86,6 +89,11 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 	fs.Int64Var(&c.server.Artifacts.MaxBytes, "max-artifact-bytes", c.server.Artifacts.MaxBytes, "largest artifact")
 	fs.Int64Var(&c.server.Artifacts.MaxBytesPerAttempt, "max-attempt-artifact-bytes", c.server.Artifacts.MaxBytesPerAttempt, "most artifact bytes per attempt")
 	fs.Int64Var(&c.server.Limits.LogBytesPerAttempt, "max-log-bytes", c.server.Limits.LogBytesPerAttempt, "log cap per attempt")
+	fs.StringVar(&c.caCert, "ca-cert", env("GATEWAY_CA_CERT", ""), "CA certificate that signs enrolled workers' certificates ($GATEWAY_CA_CERT); empty disables enrollment")
+	fs.StringVar(&c.caKey, "ca-key", env("GATEWAY_CA_KEY", ""), "that CA's private key ($GATEWAY_CA_KEY); read from this file only, never stored")
+	fs.DurationVar(&c.server.Identity.CertificateValidity, "cert-validity", c.server.Identity.CertificateValidity, "lifetime of enrolled certificates")
+	fs.DurationVar(&c.server.Identity.RenewalGrace, "renewal-grace", c.server.Identity.RenewalGrace, "how long a renewed certificate's predecessor keeps working if the new one is not used")
+	fs.DurationVar(&c.server.Identity.EnrollmentTokenTTL, "enrollment-ttl", c.server.Identity.EnrollmentTokenTTL, "how long an enrollment token stays usable")
 	return c
 }
 
@@ -128,6 +136,11 @@ func serve(ctx context.Context, c *serveConfig, ln net.Listener, logger *slog.Lo
 	c.server.Logger = logger
 	if c.server.Artifacts.Backend, err = c.artifacts.open(ctx); err != nil {
 		return err
+	}
+	if c.caCert != "" {
+		if c.server.Identity.CA, err = pki.LoadCA(c.caCert, c.caKey); err != nil {
+			return fmt.Errorf("load enrollment CA: %w", err)
+		}
 	}
 	srv, err := server.New(pool, c.server)
 	if err != nil {

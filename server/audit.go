@@ -1,0 +1,105 @@
+package server
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/worker-gateway/gateway/store"
+)
+
+// audit records a control-plane change by the authenticated caller. The
+// change has already committed; a failure to record it is logged, not
+// turned into a failed request.
+func (s *Server) audit(ctx context.Context, action, targetType, targetID string, org *uuid.UUID, details map[string]any) {
+	actorType, actorID := "anonymous", ""
+	if st := authFrom(ctx); st.principal != nil {
+		actorType, actorID = "token", st.principal.TokenID.String()
+	} else if st.worker != nil {
+		actorType, actorID = "worker", st.worker.ID.String()
+	}
+	s.auditAs(ctx, actorType, actorID, action, targetType, targetID, org, details)
+}
+
+func (s *Server) auditAs(ctx context.Context, actorType, actorID, action, targetType, targetID string, org *uuid.UUID, details map[string]any) {
+	raw, _ := json.Marshal(details)
+	if details == nil {
+		raw = nil
+	}
+	e := store.AuditEvent{ActorType: actorType, ActorID: actorID, Action: action, TargetType: targetType, TargetID: targetID,
+		OrganizationID: org, RequestID: requestIDFrom(ctx), Details: raw}
+	if err := s.store.RecordAudit(context.WithoutCancel(ctx), e); err != nil {
+		s.logger.Error("audit event not recorded", "action", action, "request_id", e.RequestID, "error", err.Error())
+	}
+}
+
+// securityThrottle keeps a flood of refused requests from becoming a flood
+// of audit rows: one event per action and actor per minute.
+type securityThrottle struct {
+	mu   sync.Mutex
+	seen map[string]time.Time
+}
+
+func (t *securityThrottle) allow(key string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := time.Now()
+	if t.seen == nil || len(t.seen) > 10000 {
+		t.seen = map[string]time.Time{}
+	}
+	if last, ok := t.seen[key]; ok && now.Sub(last) < time.Minute {
+		return false
+	}
+	t.seen[key] = now
+	return true
+}
+
+// security records a security event (throttled).
+func (s *Server) security(ctx context.Context, action, actorType, actorID string, details map[string]any) {
+	if actorType == "" {
+		actorType = "anonymous"
+	}
+	if !s.securityEvents.allow(action + "|" + actorID) {
+		return
+	}
+	s.auditAs(ctx, actorType, actorID, action, "", "", nil, details)
+}
+
+// securityProblem audits the refusals that matter to security: unknown or
+// revoked certificates, refused tokens and fencing rejections.
+func (s *Server) securityProblem(r *http.Request, p *Problem) {
+	ctx := r.Context()
+	switch p.Code {
+	case "certificate-unknown", "certificate-expired":
+		fp := ""
+		if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+			fp = fingerprintOf(r)
+		}
+		s.security(ctx, "security.certificate_refused", "anonymous", fp, map[string]any{"code": p.Code})
+	case "worker-revoked":
+		s.security(ctx, "security.revoked_worker_refused", "worker", fingerprintOf(r), nil)
+	case "unauthenticated":
+		s.security(ctx, "security.token_refused", "anonymous", r.RemoteAddr, map[string]any{"path": r.URL.Path})
+	case "lease-lost":
+		if w := authFrom(ctx).worker; w != nil {
+			s.security(ctx, "security.fencing_rejected", "worker", w.ID.String(), map[string]any{"path": r.URL.Path})
+		}
+	}
+}
+
+func encodeAuditCursor(id int64) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(id, 10)))
+}
+
+func decodeAuditCursor(s string) (int64, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(string(raw), 10, 64)
+}

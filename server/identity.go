@@ -1,0 +1,153 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/worker-gateway/gateway/server/api"
+	"github.com/worker-gateway/gateway/server/pki"
+	"github.com/worker-gateway/gateway/store"
+)
+
+// IdentityConfig is how the gateway issues worker identities.
+type IdentityConfig struct {
+	// CA signs enrolled workers' certificates; nil disables enrollment
+	// (bring-your-own-PKI certificates still work). Its key comes from
+	// configuration files, never from the database.
+	CA *pki.CA
+	// CertificateValidity is an enrolled certificate's lifetime; workers
+	// renew after two thirds of it.
+	CertificateValidity time.Duration
+	// RenewalGrace is how long the previous certificate keeps working
+	// after a renewal if the new one is not used.
+	RenewalGrace time.Duration
+	// EnrollmentTokenTTL is how long an enrollment token stays usable.
+	EnrollmentTokenTTL time.Duration
+}
+
+// Enroll turns a one-time token and a CSR into a certificate.
+func (h *handlers) Enroll(ctx context.Context, req api.EnrollRequestObject) (api.EnrollResponseObject, error) {
+	ca, err := h.enrollmentCA()
+	if err != nil {
+		return nil, err
+	}
+	var issued api.IssuedCertificate
+	workerID, err := h.store.Enroll(ctx, req.Body.EnrollmentToken, func(workerID uuid.UUID) (store.Certificate, error) {
+		var err error
+		issued, err = h.signWorkerCSR(ca, workerID, req.Body.CsrPem)
+		if err != nil {
+			return store.Certificate{}, err
+		}
+		return store.Certificate{Fingerprint: issuedFingerprint(issued), Subject: "CN=" + workerID.String(), ExpiresAt: issued.ExpiresAt}, nil
+	})
+	if errors.Is(err, store.ErrEnrollmentToken) {
+		h.security(ctx, "security.enrollment_refused", "", "", nil)
+		return nil, newProblem(http.StatusUnauthorized, "enrollment-token-invalid", "the enrollment token is unknown, already used or expired")
+	}
+	if err != nil {
+		return nil, err
+	}
+	h.auditAs(ctx, "worker", workerID.String(), "worker.enroll", "worker", workerID.String(), nil, map[string]any{"expires_at": issued.ExpiresAt})
+	return api.Enroll200JSONResponse(issued), nil
+}
+
+// RenewCertificate issues a new certificate to an authenticated worker.
+func (h *handlers) RenewCertificate(ctx context.Context, req api.RenewCertificateRequestObject) (api.RenewCertificateResponseObject, error) {
+	ca, err := h.enrollmentCA()
+	if err != nil {
+		return nil, err
+	}
+	workerID := workerFrom(ctx)
+	issued, err := h.signWorkerCSR(ca, workerID, req.Body.CsrPem)
+	if err != nil {
+		return nil, err
+	}
+	cert := store.Certificate{Fingerprint: issuedFingerprint(issued), Subject: "CN=" + workerID.String(), ExpiresAt: issued.ExpiresAt}
+	if err := h.store.RenewCertificate(ctx, workerID, cert, h.cfg.Identity.RenewalGrace); err != nil {
+		return nil, err
+	}
+	h.audit(ctx, "worker.renew_certificate", "worker", workerID.String(), nil, map[string]any{"expires_at": issued.ExpiresAt})
+	return api.RenewCertificate200JSONResponse(issued), nil
+}
+
+func (h *handlers) enrollmentCA() (*pki.CA, error) {
+	if h.cfg.Identity.CA == nil {
+		return nil, newProblem(http.StatusServiceUnavailable, "enrollment-disabled", "this gateway has no CA configured for enrollment")
+	}
+	return h.cfg.Identity.CA, nil
+}
+
+// signWorkerCSR signs a CSR with the worker's id as its subject, whatever
+// the CSR asked for.
+func (h *handlers) signWorkerCSR(ca *pki.CA, workerID uuid.UUID, csrPEM string) (api.IssuedCertificate, error) {
+	validity := h.cfg.Identity.CertificateValidity
+	cert, certPEM, err := ca.SignCSR([]byte(csrPEM), workerID.String(), validity)
+	if errors.Is(err, pki.ErrBadCSR) {
+		return api.IssuedCertificate{}, withCause(newProblem(http.StatusBadRequest, "bad-csr", err.Error()), err)
+	}
+	if err != nil {
+		return api.IssuedCertificate{}, fmt.Errorf("sign certificate: %w", err)
+	}
+	lifetime := time.Until(cert.NotAfter)
+	return api.IssuedCertificate{
+		WorkerId: workerID, CertificatePem: string(certPEM), CaCertificatePem: string(ca.CertPEM),
+		ExpiresAt: cert.NotAfter, ExpiresInSeconds: lifetime.Seconds(), RenewInSeconds: (lifetime * 2 / 3).Seconds(),
+	}, nil
+}
+
+func issuedFingerprint(c api.IssuedCertificate) string {
+	cert, err := pki.ParseCertificatePEM([]byte(c.CertificatePem))
+	if err != nil {
+		return ""
+	}
+	return pki.Fingerprint(cert)
+}
+
+// RevokeWorker revokes a worker for good.
+func (h *handlers) RevokeWorker(ctx context.Context, req api.RevokeWorkerRequestObject) (api.RevokeWorkerResponseObject, error) {
+	if err := requireGlobalAdmin(ctx); err != nil {
+		return nil, err
+	}
+	w, err := h.store.RevokeWorker(ctx, req.WorkerId, req.Body.Reason, h.onlineWindow())
+	if err != nil {
+		return nil, err
+	}
+	// Answer its waiting polls here at once; other replicas hear the NOTIFY.
+	h.hub.WakeWorker(req.WorkerId)
+	h.audit(ctx, "worker.revoke", "worker", req.WorkerId.String(), nil, map[string]any{"reason": req.Body.Reason})
+	return api.RevokeWorker200JSONResponse(toWorker(w)), nil
+}
+
+// CreateEnrollmentToken issues a new one-time enrollment token.
+func (h *handlers) CreateEnrollmentToken(ctx context.Context, req api.CreateEnrollmentTokenRequestObject) (api.CreateEnrollmentTokenResponseObject, error) {
+	if err := requireGlobalAdmin(ctx); err != nil {
+		return nil, err
+	}
+	token, expires, err := h.store.CreateEnrollmentToken(ctx, req.WorkerId, h.cfg.Identity.EnrollmentTokenTTL)
+	if err != nil {
+		return nil, err
+	}
+	h.audit(ctx, "worker.enrollment_token", "worker", req.WorkerId.String(), nil, nil)
+	return api.CreateEnrollmentToken201JSONResponse{EnrollmentToken: token, ExpiresAt: expires,
+		ExpiresInSeconds: h.cfg.Identity.EnrollmentTokenTTL.Seconds()}, nil
+}
+
+// ListOrganizationWorkers lists an organization's workers with eligibility.
+func (h *handlers) ListOrganizationWorkers(ctx context.Context, req api.ListOrganizationWorkersRequestObject) (api.ListOrganizationWorkersResponseObject, error) {
+	scope, err := requireScope(ctx, scopeReader, scopeProducer)
+	if err != nil {
+		return nil, err
+	}
+	list, err := h.store.OrganizationWorkers(ctx, scope, req.OrganizationId, h.onlineWindow())
+	if err != nil {
+		return nil, err
+	}
+	return api.ListOrganizationWorkers200JSONResponse{Items: mapSlice(list, func(e store.WorkerEligibility) api.OrganizationWorker {
+		return api.OrganizationWorker{Worker: toWorker(e.Worker), AssignmentEnabled: e.AssignmentEnabled, Eligible: e.Eligible,
+			Reason: api.OrganizationWorkerReason(e.Reason)}
+	})}, nil
+}

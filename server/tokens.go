@@ -1,0 +1,119 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/worker-gateway/gateway/server/api"
+	"github.com/worker-gateway/gateway/store"
+)
+
+func toAPIToken(t store.APIToken) api.ApiToken {
+	return api.ApiToken{
+		Id: t.ID, Name: t.Name, Scopes: mapSlice(t.Scopes, func(s string) api.TokenScope { return api.TokenScope(s) }),
+		OrganizationId: t.OrganizationID, CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt,
+		Revoked: t.RevokedAt != nil, RevokedAt: t.RevokedAt, LastUsedAt: t.LastUsedAt,
+	}
+}
+
+// CreateApiToken mints an API token, shown once.
+func (h *handlers) CreateApiToken(ctx context.Context, req api.CreateApiTokenRequestObject) (api.CreateApiTokenResponseObject, error) {
+	scope, err := requireScope(ctx, scopeAdmin)
+	if err != nil {
+		return nil, err
+	}
+	b := req.Body
+	p := store.CreateAPITokenParams{Name: b.Name, OrganizationID: b.OrganizationId}
+	for _, s := range b.Scopes {
+		if !slices.Contains(p.Scopes, string(s)) {
+			p.Scopes = append(p.Scopes, string(s))
+		}
+	}
+	// An organization-scoped admin mints tokens for its own organization only.
+	if scope.Organization != nil {
+		if p.OrganizationID != nil && *p.OrganizationID != *scope.Organization {
+			return nil, store.ErrNotFound
+		}
+		p.OrganizationID = scope.Organization
+	}
+	if b.ExpiresInSeconds != nil {
+		p.ExpiresIn = time.Duration(*b.ExpiresInSeconds) * time.Second
+	}
+	token, id, err := h.store.CreateAPIToken(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	meta, err := h.store.GetAPIToken(ctx, store.Scope{}, id)
+	if err != nil {
+		return nil, err
+	}
+	h.audit(ctx, "api_token.create", "api_token", id.String(), p.OrganizationID, map[string]any{"name": b.Name, "scopes": p.Scopes})
+	return api.CreateApiToken201JSONResponse{Token: token, ApiToken: toAPIToken(meta)}, nil
+}
+
+// ListApiTokens lists token metadata.
+func (h *handlers) ListApiTokens(ctx context.Context, _ api.ListApiTokensRequestObject) (api.ListApiTokensResponseObject, error) {
+	scope, err := requireScope(ctx, scopeAdmin)
+	if err != nil {
+		return nil, err
+	}
+	tokens, err := h.store.ListAPITokens(ctx, scope)
+	if err != nil {
+		return nil, err
+	}
+	return api.ListApiTokens200JSONResponse{Items: mapSlice(tokens, toAPIToken)}, nil
+}
+
+// RevokeApiToken revokes a token.
+func (h *handlers) RevokeApiToken(ctx context.Context, req api.RevokeApiTokenRequestObject) (api.RevokeApiTokenResponseObject, error) {
+	scope, err := requireScope(ctx, scopeAdmin)
+	if err != nil {
+		return nil, err
+	}
+	t, err := h.store.RevokeAPIToken(ctx, scope, req.TokenId)
+	if err != nil {
+		return nil, err
+	}
+	h.audit(ctx, "api_token.revoke", "api_token", t.ID.String(), t.OrganizationID, nil)
+	return api.RevokeApiToken200JSONResponse(toAPIToken(t)), nil
+}
+
+// ListAuditEvents pages the audit log.
+func (h *handlers) ListAuditEvents(ctx context.Context, req api.ListAuditEventsRequestObject) (api.ListAuditEventsResponseObject, error) {
+	scope, err := requireScope(ctx, scopeAdmin)
+	if err != nil {
+		return nil, err
+	}
+	p := req.Params
+	f := store.AuditFilter{Scope: scope, Since: p.Since, Limit: 50}
+	if p.Limit != nil {
+		f.Limit = *p.Limit
+	}
+	for dst, src := range map[*string]*string{&f.Action: p.Action, &f.TargetType: p.TargetType, &f.TargetID: p.TargetId} {
+		if src != nil {
+			*dst = *src
+		}
+	}
+	if p.Cursor != nil && *p.Cursor != "" {
+		id, err := decodeAuditCursor(*p.Cursor)
+		if err != nil {
+			return nil, newProblem(http.StatusBadRequest, "bad-request", "malformed cursor")
+		}
+		f.AfterID = &id
+	}
+	events, next, err := h.store.ListAuditEvents(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	out := api.ListAuditEvents200JSONResponse{Items: mapSlice(events, func(e store.AuditEvent) api.AuditEvent {
+		return api.AuditEvent{Id: e.ID, OccurredAt: e.OccurredAt, ActorType: api.AuditEventActorType(e.ActorType),
+			ActorId: nonEmpty(e.ActorID), Action: e.Action, TargetType: nonEmpty(e.TargetType), TargetId: nonEmpty(e.TargetID),
+			OrganizationId: e.OrganizationID, RequestId: nonEmpty(e.RequestID), Details: ptr(api.JSONObject(jsonOrEmpty(e.Details)))}
+	})}
+	if next != nil {
+		out.NextCursor = ptr(encodeAuditCursor(*next))
+	}
+	return out, nil
+}
