@@ -71,6 +71,8 @@ func (c Config) bodyLimitFor(method, path string) int64 {
 	switch {
 	case method == http.MethodPut && strings.HasPrefix(path, "/v1/uploads/"):
 		return c.Artifacts.MaxBytes
+	case method == http.MethodPost && strings.HasPrefix(path, "/v1/attempts/") && strings.HasSuffix(path, "/logs"):
+		return 2 << 20 // a 1 MiB chunk, JSON-escaped
 	case method == http.MethodPost && (path == "/v1/leases" || path == "/v1/heartbeat" ||
 		strings.HasPrefix(path, "/v1/attempts/") && !strings.HasSuffix(path, "/results")):
 		return l.LeaseBody
@@ -78,8 +80,6 @@ func (c Config) bodyLimitFor(method, path string) int64 {
 		return l.TaskBody
 	case method == http.MethodPost && strings.HasPrefix(path, "/v1/attempts/") && strings.HasSuffix(path, "/results"):
 		return l.ResultBody
-	case method == http.MethodPost && strings.HasPrefix(path, "/v1/attempts/") && strings.HasSuffix(path, "/logs"):
-		return 2 << 20 // a 1 MiB chunk, JSON-escaped
 	}
 	return l.DefaultBody
 }

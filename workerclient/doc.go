@@ -59,6 +59,51 @@
 // handler fails or is cancelled are dropped (batches already acknowledged
 // stay).
 //
+// # Logs
+//
+// LeasedTask.Log returns the attempt's log, an io.Writer (the same one on
+// every call) whose output the gateway keeps with the attempt for the task's
+// owner (GET /v1/tasks/{id}/logs):
+//
+//	fmt.Fprintf(task.Log(), "probing %d addresses\n", n)
+//
+// Writes only buffer: a background sender appends the output with
+// POST /v1/attempts/{id}/logs in chunks of at most 64 KiB, cut between
+// characters (invalid UTF-8 becomes U+FFFD), whenever a chunk is full and at
+// least every second, and the runtime sends the rest after the handler
+// returns, whatever its result, before it completes the attempt (for at most
+// ten seconds). Each chunk carries its byte offset in the log and is retried
+// with the same offset and data on transport errors, 429 and 5xx, so a chunk
+// whose answer was lost is stored once. A log-offset-mismatch answer is
+// resolved by continuing where the gateway is: what it already has is
+// skipped, what it lacks is sent again while still kept (the last 64 KiB
+// acknowledged), else a marker in the log says how much was lost. A 413
+// makes chunks smaller. Once an answer says truncated (the gateway's cap for
+// the attempt's log), further output is discarded. While the gateway cannot
+// be reached, at most 1 MiB is kept: the oldest output is dropped and a
+// marker says how much. Answers report the lease's state, applied as a
+// heartbeat's: cancel_requested cancels the handler's context, a lost lease
+// (or a lease-lost answer) cancels it with ErrLeaseLost and ends the log.
+//
+// # Artifacts
+//
+// LeasedTask.UploadArtifact stores a file for the attempt:
+//
+//	f, err := task.UploadArtifact(ctx, "report.json", "application/json", bytes.NewReader(report))
+//
+// It hashes the reader (re-reading an io.ReadSeeker, copying anything else to
+// a temporary file, so the artifact is never held in memory), opens a session
+// with POST /v1/attempts/{id}/artifacts, PUTs the bytes with exactly the
+// session's headers and Content-Length, and commits with
+// POST /v1/uploads/{id}/commit. A URL on the gateway itself (fs storage) is
+// reached with the worker's mTLS client; any other (a presigned
+// object-storage URL) with a client that never presents the worker's
+// certificate and trusts the system roots plus CAFile (Config.UploadHTTPClient
+// replaces it). Each step is retried on transport errors, 408, 429 and 5xx; a
+// PUT answered upload-state after a lost answer was stored, and goes on to
+// the commit; the commit is idempotent; an expired session is replaced by a
+// new one, at most twice. lease-lost is handled as Emit handles it.
+//
 // Worker clocks are not trusted: every schedule (renewals, local lease
 // expiry, attempt deadlines) is computed from the relative durations the
 // gateway sends, measured from when the request that obtained them was sent,

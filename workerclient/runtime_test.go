@@ -172,6 +172,9 @@ func (g *fakeGateway) heartbeatCalls() [][]uuid.UUID {
 // RoundTrip serves req in-process, after any injected fault.
 func (g *fakeGateway) RoundTrip(req *http.Request) (*http.Response, error) {
 	op := req.URL.Path[strings.LastIndex(req.URL.Path, "/")+1:]
+	if req.Method == http.MethodPut && strings.HasPrefix(req.URL.Path, "/v1/uploads/") {
+		op = "upload" // not the upload's id
+	}
 	g.mu.Lock()
 	g.calls[op]++
 	var f fault

@@ -151,3 +151,45 @@ func (k *keyPairReloader) getClientCertificate(*tls.CertificateRequestInfo) (*tl
 	_ = k.reload() // on failure keep serving the pair that worked
 	return k.cert, nil
 }
+
+// newForeignHTTPClient returns the client of uploads to URLs other than the
+// gateway's (presigned object-storage URLs): it never presents the worker's
+// certificate, trusts the system roots plus cfg.CAFile (or cfg.TLSConfig's
+// RootCAs, or the system roots when it has none), honours the proxy
+// environment and has no overall timeout (each upload has a deadline).
+func newForeignHTTPClient(cfg Config) (*http.Client, error) {
+	tlsCfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	switch {
+	case cfg.TLSConfig != nil:
+		if cfg.TLSConfig.RootCAs != nil {
+			tlsCfg.RootCAs = cfg.TLSConfig.RootCAs.Clone()
+		}
+	case cfg.CAFile != "":
+		pem, err := os.ReadFile(cfg.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("workerclient: CA file: %w", err)
+		}
+		pool, err := x509.SystemCertPool()
+		if err != nil || pool == nil {
+			pool = x509.NewCertPool()
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("workerclient: CA file %s holds no PEM certificate", cfg.CAFile)
+		}
+		tlsCfg.RootCAs = pool
+	}
+	var tr *http.Transport
+	if dt, ok := http.DefaultTransport.(*http.Transport); ok {
+		tr = dt.Clone()
+	} else {
+		tr = &http.Transport{
+			Proxy:               http.ProxyFromEnvironment,
+			DialContext:         (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			IdleConnTimeout:     90 * time.Second,
+			TLSHandshakeTimeout: 10 * time.Second,
+		}
+	}
+	tr.TLSClientConfig = tlsCfg
+	tr.ForceAttemptHTTP2 = true
+	return &http.Client{Transport: tr}, nil
+}

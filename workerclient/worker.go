@@ -124,6 +124,13 @@ type Config struct {
 	// built by NewHTTPClient (tests, proxies, custom transports). It must
 	// allow a long-poll of WaitSeconds plus a margin.
 	HTTPClient *http.Client
+	// UploadHTTPClient, when set, is used for artifact uploads to URLs that
+	// are not the gateway's (presigned object-storage URLs). By default
+	// those go through a client without the worker's certificate that
+	// trusts the system roots plus CAFile (with TLSConfig: its RootCAs, or
+	// the system roots when it has none). Uploads to the gateway itself use
+	// the worker's mTLS client.
+	UploadHTTPClient *http.Client
 
 	// Slots is how many tasks run at once (default 1, at most 1000). A poll
 	// asks for as many tasks as there are free slots.
@@ -231,11 +238,19 @@ func (e *APIError) Error() string {
 // its Handler. (The generated Worker is the control plane's view of a
 // worker identity.)
 type Runtime struct {
-	cfg     Config
-	client  *ClientWithResponses
-	caps    *Capabilities
-	log     *slog.Logger
-	running atomic.Bool
+	cfg        Config
+	gatewayURL *url.URL
+	client     *ClientWithResponses
+	caps       *Capabilities
+	log        *slog.Logger
+	running    atomic.Bool
+
+	// uploadHTTP PUTs artifacts to the gateway itself (mTLS);
+	// foreignHTTP anywhere else, without the worker's certificate.
+	uploadHTTP, foreignHTTP *http.Client
+	// logChunkMax is the size of log chunks, lowered when the gateway
+	// answers 413.
+	logChunkMax atomic.Int64
 }
 
 // NewWorker returns the runtime of one worker. It validates cfg, applies its
@@ -265,7 +280,36 @@ func NewWorker(cfg Config) (*Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("workerclient: %w", err)
 	}
-	return &Runtime{cfg: cfg, client: client, caps: caps, log: cfg.Logger}, nil
+	foreign := cfg.UploadHTTPClient
+	if foreign == nil {
+		if foreign, err = newForeignHTTPClient(cfg); err != nil {
+			return nil, err
+		}
+	}
+	gatewayURL, err := url.Parse(cfg.GatewayURL)
+	if err != nil {
+		return nil, fmt.Errorf("workerclient: %w", err)
+	}
+	w := &Runtime{cfg: cfg, gatewayURL: gatewayURL, client: client, caps: caps, log: cfg.Logger,
+		uploadHTTP: uploadClient(hc), foreignHTTP: noRedirects(foreign)}
+	w.logChunkMax.Store(logChunkMax)
+	return w, nil
+}
+
+// uploadClient is hc for uploads: no overall timeout (an upload's deadline is
+// its session's), no redirects.
+func uploadClient(hc *http.Client) *http.Client {
+	c := *hc
+	c.Timeout = 0
+	return noRedirects(&c)
+}
+
+// noRedirects returns a copy of hc that follows no redirect: an upload goes
+// where the session says or nowhere.
+func noRedirects(hc *http.Client) *http.Client {
+	c := *hc
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &c
 }
 
 // withDefaults returns cfg with its defaults applied, or why it is invalid.
@@ -401,10 +445,16 @@ type lease struct {
 	token   string
 	task    *LeasedTask
 	log     *slog.Logger
+	rt      *runner
 	ctx     context.Context // the handler's context
 	cancel  context.CancelCauseFunc
 	stop    func()        // releases ctx's resources
 	results *resultSender // the handler's result batches
+
+	logMu      sync.Mutex
+	logs       *logWriter // the attempt's log, from its first use
+	logsCancel func()     // ends the log's sender
+	logsClosed bool       // the handler returned: no new log
 
 	renewedAt time.Time     // when the last renewal (or the poll) was sent
 	expiresAt time.Time     // local, monotonic estimate of the lease's expiry
@@ -646,6 +696,7 @@ func (r *runner) newLease(l *Lease, sent time.Time) *lease {
 	}
 	ttl := seconds(l.LeaseTtlSeconds)
 	ls := &lease{
+		rt:        r,
 		id:        l.AttemptId,
 		token:     l.LeaseToken,
 		task:      task,
@@ -718,6 +769,9 @@ func (r *runner) runTask(ls *lease) {
 		herr = undeliveredError(ferr)
 		ls.log.Warn("results could not be delivered", "error", ferr)
 	}
+	// The end of the log goes out before the completion, whatever the
+	// outcome, unless the lease is lost.
+	r.finishLogs(ls)
 	cause := context.Cause(ls.ctx)
 	if r.isLost(ls) {
 		cause = ErrLeaseLost

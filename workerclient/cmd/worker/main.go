@@ -4,7 +4,9 @@
 //
 // Plugins: echo, sleep and fail (for tests of the runtime), and the scanner
 // plugins dns-resolve, tcp-connect and http-probe (plugin_*.go), which report
-// assets and threats as results.
+// assets and threats as results, write what they probe to the attempt's log,
+// and upload a report.json artifact counting the records they emitted by
+// kind and asset type (report.go).
 //
 //	worker -gateway https://127.0.0.1:8443 -cert worker.crt -key worker.key -ca ca.crt
 //

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/worker-gateway/gateway/workerclient"
@@ -68,13 +69,16 @@ func dnsResolve(ctx context.Context, c *Call, resolver ipResolver) error {
 			names = append(names, name)
 		}
 	}
+	c.Printf("dns-resolve: %d IP address targets, %d hostnames to resolve (timeout %s per lookup)",
+		len(ips), len(names), timeout)
 	if len(ips) > 0 {
 		if err := c.Emit(ctx, ips...); err != nil {
 			return err
 		}
 	}
 
-	return forEach(ctx, names, dnsConcurrency, func(ctx context.Context, name string) error {
+	var resolved atomic.Int64
+	err = forEach(ctx, names, dnsConcurrency, func(ctx context.Context, name string) error {
 		lctx, cancel := context.WithTimeout(ctx, timeout)
 		addrs, err := resolver.LookupIPAddr(lctx, name)
 		cancel()
@@ -106,8 +110,11 @@ func dnsResolve(ctx context.Context, c *Call, resolver ipResolver) error {
 		for _, a := range addresses {
 			recs = append(recs, assetRecord("ip", a, map[string]any{"hostname": name}))
 		}
+		resolved.Add(1)
 		return c.Emit(ctx, recs...)
 	})
+	c.Printf("dns-resolve: %d of %d hostnames resolved", resolved.Load(), len(names))
+	return err
 }
 
 // hostname returns host as a DNS name (lower case, without a trailing dot),

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -34,6 +35,7 @@ type recorder struct {
 	records []record
 	calls   int
 	err     error
+	out     lockedBuffer // the attempt's log
 }
 
 func (r *recorder) emit(_ context.Context, recs ...workerclient.ResultRecord) error {
@@ -87,6 +89,25 @@ func newCall(t *testing.T, input string, targets []string, assets []Asset, rec *
 		Targets: targets,
 		Assets:  assets,
 		Emit:    rec.emit,
+		Out:     &rec.out,
 		Log:     slog.New(slog.DiscardHandler),
 	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for concurrent writes.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -67,8 +68,10 @@ func httpProbePlugin(ctx context.Context, c *Call) error {
 	}
 	if len(targets) == 0 {
 		c.Log.Info("nothing to probe: no urls, URL targets or port assets")
+		c.Printf("http-probe: nothing to probe (no urls, URL targets or port assets)")
 		return nil
 	}
+	c.Printf("http-probe: probing %d endpoints (timeout %s per request)", len(targets), timeout)
 
 	transport := &http.Transport{
 		Proxy:       nil, // a scanner connects directly
@@ -93,7 +96,8 @@ func httpProbePlugin(ctx context.Context, c *Call) error {
 		},
 	}
 
-	return forEach(ctx, targets, httpConcurrency, func(ctx context.Context, t httpTarget) error {
+	var answered, threats atomic.Int64
+	err = forEach(ctx, targets, httpConcurrency, func(ctx context.Context, t httpTarget) error {
 		for _, u := range t {
 			recs, err := probeURL(ctx, client, u, time.Now())
 			if err != nil {
@@ -103,10 +107,14 @@ func httpProbePlugin(ctx context.Context, c *Call) error {
 				c.Log.Info("no HTTP answer", "url", u, "error", err)
 				continue
 			}
+			answered.Add(1)
+			threats.Add(int64(len(recs) - 1))
 			return c.Emit(ctx, recs...)
 		}
 		return nil
 	})
+	c.Printf("http-probe: %d of %d endpoints answered; %d certificate findings", answered.Load(), len(targets), threats.Load())
+	return err
 }
 
 // httpTargets lists the endpoints to probe, without repeats.

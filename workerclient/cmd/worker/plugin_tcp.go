@@ -6,6 +6,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/worker-gateway/gateway/workerclient"
@@ -56,11 +57,14 @@ func tcpConnectPlugin(ctx context.Context, c *Call) error {
 	}
 	if len(probes) == 0 {
 		c.Log.Info("nothing to connect to: no ip assets, targets or addresses")
+		c.Printf("tcp-connect: nothing to connect to (no ip assets, targets or addresses)")
 		return nil
 	}
 
+	c.Printf("tcp-connect: connecting to %d addresses (timeout %s)", len(probes), timeout)
 	dialer := &net.Dialer{Timeout: timeout}
-	return forEach(ctx, probes, tcpConcurrency, func(ctx context.Context, p tcpProbe) error {
+	var open atomic.Int64
+	err = forEach(ctx, probes, tcpConcurrency, func(ctx context.Context, p tcpProbe) error {
 		conn, err := dialer.DialContext(ctx, "tcp", p.address())
 		if err != nil {
 			if ctx.Err() != nil {
@@ -70,8 +74,11 @@ func tcpConnectPlugin(ctx context.Context, c *Call) error {
 			return nil
 		}
 		_ = conn.Close()
+		open.Add(1)
 		return c.Emit(ctx, assetRecord("port", p.address(), map[string]any{"host": p.host, "port": p.port}))
 	})
+	c.Printf("tcp-connect: %d of %d addresses accept connections", open.Load(), len(probes))
+	return err
 }
 
 // tcpProbes lists the host:port pairs to try, without repeats.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/url"
@@ -16,21 +17,44 @@ import (
 )
 
 // Call is one run of a plugin: the task, its decoded input, the scan's
-// targets and the assets it found so far, where to send results and a logger
-// that names the attempt.
+// targets and the assets it found so far, where to send results, the
+// attempt's log and a logger that names the attempt.
 type Call struct {
 	Task    *workerclient.LeasedTask
+	Plugin  string
 	Input   json.RawMessage
 	Targets []string
 	Assets  []Asset
 	// Emit sends result records: the task's LeasedTask.Emit in a worker,
 	// a recorder in tests.
 	Emit Emitter
-	Log  *slog.Logger
+	// Upload stores an artifact of the attempt: the task's
+	// LeasedTask.UploadArtifact in a worker.
+	Upload Uploader
+	// Out is the attempt's log as the gateway keeps it, for the task's
+	// owner to read (LeasedTask.Log); nil discards. Log is the worker's
+	// own log.
+	Out io.Writer
+	Log *slog.Logger
+}
+
+// Printf writes a line to the attempt's log (Out).
+func (c *Call) Printf(format string, args ...any) {
+	if c.Out == nil {
+		return
+	}
+	line := fmt.Sprintf(format, args...)
+	if !strings.HasSuffix(line, "\n") {
+		line += "\n"
+	}
+	_, _ = io.WriteString(c.Out, line)
 }
 
 // Emitter sends result records (see workerclient.LeasedTask.Emit).
 type Emitter func(ctx context.Context, records ...workerclient.ResultRecord) error
+
+// Uploader stores an artifact (see workerclient.LeasedTask.UploadArtifact).
+type Uploader func(ctx context.Context, name, contentType string, r io.Reader) (*workerclient.File, error)
 
 // Asset is an asset an earlier job of the scan found, as the scan passes it
 // in the payload.
@@ -73,6 +97,10 @@ type scannerPayload struct {
 	Assets  []Asset         `json:"assets"`
 }
 
+// scanners are the plugins that scan: each of their jobs also uploads a
+// report.json summarising the records it emitted.
+var scanners = map[string]bool{"dns-resolve": true, "tcp-connect": true, "http-probe": true}
+
 // handle is the worker's Handler: it dispatches scanner_plugin tasks to the
 // registered plugin.
 func handle(log *slog.Logger) workerclient.Handler {
@@ -81,7 +109,10 @@ func handle(log *slog.Logger) workerclient.Handler {
 		if err != nil {
 			return err
 		}
-		return run(ctx, c)
+		if !scanners[c.Plugin] {
+			return run(ctx, c)
+		}
+		return runScanner(ctx, run, c)
 	}
 }
 
@@ -100,10 +131,13 @@ func callFor(task *workerclient.LeasedTask, log *slog.Logger) (Plugin, *Call, er
 	}
 	return run, &Call{
 		Task:    task,
+		Plugin:  p.Plugin,
 		Input:   p.Input,
 		Targets: p.Targets,
 		Assets:  p.Assets,
 		Emit:    task.Emit,
+		Upload:  task.UploadArtifact,
+		Out:     task.Log(),
 		Log:     log.With("attempt_id", task.AttemptID, "task_id", task.ID, "plugin", p.Plugin),
 	}, nil
 }
