@@ -78,4 +78,32 @@ func TestThreePluginScanWithTheReferenceWorker(t *testing.T) {
 		selfSigned = selfSigned || (th.ExternalId != nil && *th.ExternalId == "tls-certificate-self-signed")
 	}
 	require.True(t, selfSigned, "http-probe reports the self-signed certificate: %+v", threats.JSON200.Items)
+
+	// Each job wrote its log and uploaded a report artifact.
+	for _, j := range got.Jobs {
+		files, err := g.Control.ListTaskArtifactsWithResponse(context.Background(), j.Task.Id)
+		require.NoError(t, err)
+		require.Len(t, files.JSON200.Items, 1, j.PluginName)
+		f := files.JSON200.Items[0]
+		require.Equal(t, "report.json", f.Name)
+		res, err := g.Control.GetFileContent(context.Background(), f.Id)
+		require.NoError(t, err)
+		var report struct {
+			Plugin    string         `json:"plugin"`
+			ScanJobID string         `json:"scan_job_id"`
+			Records   int            `json:"records"`
+			ByKind    map[string]int `json:"by_kind"`
+		}
+		require.NoError(t, json.NewDecoder(res.Body).Decode(&report))
+		res.Body.Close()
+		require.Equal(t, j.PluginName, report.Plugin)
+		require.Equal(t, j.Id.String(), report.ScanJobID)
+		sum := 0
+		for _, n := range report.ByKind {
+			sum += n
+		}
+		require.Equal(t, report.Records, sum)
+		text := readLog(t, g, j.Task.Id, 0, false)
+		require.Contains(t, text.Data, j.PluginName+" done: ")
+	}
 }
