@@ -32,12 +32,15 @@ type Hub struct {
 	byWorker  map[uuid.UUID][]*Waiter
 	orgSeq    map[uuid.UUID]uint64
 	workerSeq map[uuid.UUID]uint64
-	timers    timerHeap
-	timer     *time.Timer
-	closed    chan struct{}
-	closeOnce sync.Once
-	waiting   atomic.Int64
-	connected atomic.Bool
+	// capacitySeq is per worker, for notices that only concern its polls
+	// waiting for a free slot.
+	capacitySeq map[uuid.UUID]uint64
+	timers      timerHeap
+	timer       *time.Timer
+	closed      chan struct{}
+	closeOnce   sync.Once
+	waiting     atomic.Int64
+	connected   atomic.Bool
 	// connects counts LISTEN (re)connections, for tests and metrics.
 	connects atomic.Int64
 }
@@ -58,11 +61,12 @@ func (w *Waiter) C() <-chan struct{} { return w.c }
 // NewHub returns an empty hub.
 func NewHub() *Hub {
 	return &Hub{
-		byOrg:     map[uuid.UUID][]*Waiter{},
-		byWorker:  map[uuid.UUID][]*Waiter{},
-		orgSeq:    map[uuid.UUID]uint64{},
-		workerSeq: map[uuid.UUID]uint64{},
-		closed:    make(chan struct{}),
+		byOrg:       map[uuid.UUID][]*Waiter{},
+		byWorker:    map[uuid.UUID][]*Waiter{},
+		orgSeq:      map[uuid.UUID]uint64{},
+		workerSeq:   map[uuid.UUID]uint64{},
+		capacitySeq: map[uuid.UUID]uint64{},
+		closed:      make(chan struct{}),
 	}
 }
 
@@ -93,7 +97,7 @@ func (h *Hub) Register(worker uuid.UUID, orgs []uuid.UUID, slots int, sinceSeq u
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.waiting.Add(1)
-	missed := h.workerSeq[worker] > sinceSeq
+	missed := h.workerSeq[worker] > sinceSeq || (slots == 0 && h.capacitySeq[worker] > sinceSeq)
 	h.byWorker[worker] = append(h.byWorker[worker], w)
 	if slots > 0 {
 		for _, o := range orgs {
@@ -158,6 +162,8 @@ func (h *Hub) Notify(n store.Wakeup) {
 		h.WakeOrganizationAfter(n.Organization, n.Delay)
 	case store.WakeWorker, store.WakeWorkerRevoked:
 		h.WakeWorker(n.Worker)
+	case store.WakeCapacity:
+		h.WakeCapacity(n.Worker)
 	}
 }
 
@@ -205,6 +211,22 @@ func (h *Hub) WakeWorker(worker uuid.UUID) {
 	for _, w := range append([]*Waiter(nil), h.byWorker[worker]...) {
 		w.woken = h.seq
 		h.signal(w)
+	}
+}
+
+// WakeCapacity wakes a worker's polls that wait for a free slot; its
+// polls that have slots are waiting for tasks, which a freed slot does not
+// bring.
+func (h *Hub) WakeCapacity(worker uuid.UUID) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.seq++
+	h.capacitySeq[worker] = h.seq
+	for _, w := range append([]*Waiter(nil), h.byWorker[worker]...) {
+		if w.slots == 0 {
+			w.woken = h.seq
+			h.signal(w)
+		}
 	}
 }
 

@@ -94,3 +94,17 @@ func TestHubCloseAnswersEveryone(t *testing.T) {
 		t.Fatal("closed channel not closed")
 	}
 }
+
+func TestHubCapacityWakeReachesOnlyFullWaiters(t *testing.T) {
+	h := NewHub()
+	org, worker := uuid.New(), uuid.New()
+	waitingForTasks := h.Register(worker, []uuid.UUID{org}, 2, h.Seq())
+	full := h.Register(worker, []uuid.UUID{org}, 0, h.Seq())
+	h.WakeCapacity(worker)
+	require.True(t, signalled(full), "a freed slot is what it waited for")
+	require.False(t, signalled(waitingForTasks), "a freed slot brings no task")
+
+	seq := h.Seq()
+	h.WakeCapacity(worker)
+	require.True(t, signalled(h.Register(worker, nil, 0, seq)), "a full poll registering late sees the notice")
+}

@@ -125,7 +125,7 @@ func (s *Store) CompleteAttempt(ctx context.Context, p CompleteParams) (Complete
 			p.AttemptID, string(res.TaskState)); err != nil {
 			return fmt.Errorf("record answer: %w", err)
 		}
-		wakeups := []Wakeup{{Kind: WakeWorker, Worker: workerID}}
+		wakeups := []Wakeup{{Kind: WakeCapacity, Worker: workerID}}
 		switch tr.To {
 		case TaskRetryWait:
 			wakeups = append(wakeups, Wakeup{Kind: WakeOrganizationAt, Organization: org, Delay: seconds(retryDelay)})

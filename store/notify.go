@@ -31,6 +31,9 @@ const (
 	// WakeWorkerRevoked: Worker was revoked: its waiting polls are answered
 	// (refused) and its connections closed.
 	WakeWorkerRevoked
+	// WakeCapacity: one of Worker's attempts ended, freeing a slot: only its
+	// polls that were waiting for a free slot need to look again.
+	WakeCapacity
 )
 
 // Wakeup is one decoded notification.
@@ -43,7 +46,7 @@ type Wakeup struct {
 }
 
 // Payload encodes the wake-up: "o:<org>:<count>", "t:<org>:<delay-ms>",
-// "w:<worker>" or "v:<worker>" (revoked).
+// "w:<worker>", "v:<worker>" (revoked) or "c:<worker>" (a slot freed).
 func (w Wakeup) Payload() string {
 	switch w.Kind {
 	case WakeOrganization:
@@ -54,6 +57,8 @@ func (w Wakeup) Payload() string {
 		return "w:" + w.Worker.String()
 	case WakeWorkerRevoked:
 		return "v:" + w.Worker.String()
+	case WakeCapacity:
+		return "c:" + w.Worker.String()
 	}
 	return ""
 }
@@ -86,6 +91,8 @@ func ParseWakeup(payload string) (Wakeup, error) {
 		return Wakeup{Kind: WakeWorker, Worker: id}, nil
 	case parts[0] == "v" && len(parts) == 2:
 		return Wakeup{Kind: WakeWorkerRevoked, Worker: id}, nil
+	case parts[0] == "c" && len(parts) == 2:
+		return Wakeup{Kind: WakeCapacity, Worker: id}, nil
 	}
 	return Wakeup{}, bad
 }

@@ -136,7 +136,7 @@ func (s *Store) SweepExpired(ctx context.Context, limit int) (SweepResult, error
 		res.NextDueIn = optSeconds(dueIn)
 		var wakeups []Wakeup
 		for w := range workers {
-			wakeups = append(wakeups, Wakeup{Kind: WakeWorker, Worker: w})
+			wakeups = append(wakeups, Wakeup{Kind: WakeCapacity, Worker: w})
 		}
 		for org, d := range retryIn {
 			wakeups = append(wakeups, Wakeup{Kind: WakeOrganizationAt, Organization: org, Delay: seconds(d)})
