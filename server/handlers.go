@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"time"
 
@@ -182,6 +183,17 @@ func encodeCursor(c *store.Cursor) *string {
 		return nil
 	}
 	return ptr(c.Encode())
+}
+
+// readPage is the start of every listing a reader may see: the caller's
+// organization scope, then the page position and size.
+func readPage(ctx context.Context, cursor *string, limit *int) (store.Scope, *store.Cursor, int, error) {
+	scope, err := requireScope(ctx, scopeReader, scopeProducer)
+	if err != nil {
+		return store.Scope{}, nil, 0, err
+	}
+	after, n, err := pageParams(cursor, limit)
+	return scope, after, n, err
 }
 
 // pageParams decodes a cursor and applies the default page size.

@@ -26,11 +26,7 @@ func (h *handlers) CreateOrganization(ctx context.Context, req api.CreateOrganiz
 
 // ListOrganizations pages the organizations the caller may see.
 func (h *handlers) ListOrganizations(ctx context.Context, req api.ListOrganizationsRequestObject) (api.ListOrganizationsResponseObject, error) {
-	scope, err := requireScope(ctx, scopeReader, scopeProducer)
-	if err != nil {
-		return nil, err
-	}
-	after, limit, err := pageParams(req.Params.Cursor, req.Params.Limit)
+	scope, after, limit, err := readPage(ctx, req.Params.Cursor, req.Params.Limit)
 	if err != nil {
 		return nil, err
 	}

@@ -127,11 +127,7 @@ func toStoreRecords(in []api.ResultRecord) ([]store.ResultRecord, error) {
 
 // ListTaskResults pages a task's stored result batches.
 func (h *handlers) ListTaskResults(ctx context.Context, req api.ListTaskResultsRequestObject) (api.ListTaskResultsResponseObject, error) {
-	scope, err := requireScope(ctx, scopeReader, scopeProducer)
-	if err != nil {
-		return nil, err
-	}
-	after, limit, err := pageParams(req.Params.Cursor, req.Params.Limit)
+	scope, after, limit, err := readPage(ctx, req.Params.Cursor, req.Params.Limit)
 	if err != nil {
 		return nil, err
 	}

@@ -65,11 +65,7 @@ func (h *handlers) GetScan(ctx context.Context, req api.GetScanRequestObject) (a
 
 // ListScans pages scans.
 func (h *handlers) ListScans(ctx context.Context, req api.ListScansRequestObject) (api.ListScansResponseObject, error) {
-	scope, err := requireScope(ctx, scopeReader, scopeProducer)
-	if err != nil {
-		return nil, err
-	}
-	after, limit, err := pageParams(req.Params.Cursor, req.Params.Limit)
+	scope, after, limit, err := readPage(ctx, req.Params.Cursor, req.Params.Limit)
 	if err != nil {
 		return nil, err
 	}
@@ -96,11 +92,7 @@ func (h *handlers) CancelScan(ctx context.Context, req api.CancelScanRequestObje
 
 // ListAssets pages an organization's assets.
 func (h *handlers) ListAssets(ctx context.Context, req api.ListAssetsRequestObject) (api.ListAssetsResponseObject, error) {
-	scope, err := requireScope(ctx, scopeReader, scopeProducer)
-	if err != nil {
-		return nil, err
-	}
-	after, limit, err := pageParams(req.Params.Cursor, req.Params.Limit)
+	scope, after, limit, err := readPage(ctx, req.Params.Cursor, req.Params.Limit)
 	if err != nil {
 		return nil, err
 	}
@@ -113,11 +105,7 @@ func (h *handlers) ListAssets(ctx context.Context, req api.ListAssetsRequestObje
 
 // ListThreats pages an organization's threats.
 func (h *handlers) ListThreats(ctx context.Context, req api.ListThreatsRequestObject) (api.ListThreatsResponseObject, error) {
-	scope, err := requireScope(ctx, scopeReader, scopeProducer)
-	if err != nil {
-		return nil, err
-	}
-	after, limit, err := pageParams(req.Params.Cursor, req.Params.Limit)
+	scope, after, limit, err := readPage(ctx, req.Params.Cursor, req.Params.Limit)
 	if err != nil {
 		return nil, err
 	}

@@ -107,11 +107,7 @@ func canonicalSHA256(v any) (string, error) {
 
 // ListTasks pages tasks the caller may see.
 func (h *handlers) ListTasks(ctx context.Context, req api.ListTasksRequestObject) (api.ListTasksResponseObject, error) {
-	scope, err := requireScope(ctx, scopeReader, scopeProducer)
-	if err != nil {
-		return nil, err
-	}
-	after, limit, err := pageParams(req.Params.Cursor, req.Params.Limit)
+	scope, after, limit, err := readPage(ctx, req.Params.Cursor, req.Params.Limit)
 	if err != nil {
 		return nil, err
 	}

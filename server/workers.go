@@ -71,11 +71,7 @@ func certificateIdentity(pemText, fingerprint *string, required bool) (string, s
 
 // ListWorkers pages workers with their online state.
 func (h *handlers) ListWorkers(ctx context.Context, req api.ListWorkersRequestObject) (api.ListWorkersResponseObject, error) {
-	scope, err := requireScope(ctx, scopeReader, scopeProducer)
-	if err != nil {
-		return nil, err
-	}
-	after, limit, err := pageParams(req.Params.Cursor, req.Params.Limit)
+	scope, after, limit, err := readPage(ctx, req.Params.Cursor, req.Params.Limit)
 	if err != nil {
 		return nil, err
 	}
