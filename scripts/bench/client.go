@@ -288,3 +288,182 @@ func backoffAfter(ctx context.Context, err error) bool {
 		return true
 	}
 }
+
+// problemCode is the problem's `code` of an HTTP error ("lease-lost",
+// "idempotency-in-flight", ...), or "" when err is not one.
+func problemCode(err error) string {
+	he, ok := err.(*httpError)
+	if !ok {
+		return ""
+	}
+	var p struct {
+		Code string `json:"code"`
+	}
+	if json.Unmarshal([]byte(he.Body), &p) != nil {
+		return ""
+	}
+	return p.Code
+}
+
+// retryable says whether repeating the same request can succeed: a
+// transport error, a 409 idempotency-in-flight, 429 or 503.
+func retryable(err error) bool {
+	he, ok := err.(*httpError)
+	if !ok {
+		return true
+	}
+	switch he.Status {
+	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
+		return true
+	case http.StatusConflict:
+		return problemCode(err) == "idempotency-in-flight"
+	}
+	return false
+}
+
+// leaseOne long-polls (max_tasks 1) until the worker holds one lease, or
+// ctx ends. Setup for the scenarios that need a live attempt.
+func (w *benchWorker) leaseOne(ctx context.Context, errs *errorTally) (lease, error) {
+	body := []byte(`{"max_tasks":1,"wait_seconds":5}`)
+	for {
+		leases, err := w.poll(ctx, body)
+		if err != nil {
+			if ctx.Err() != nil {
+				return lease{}, ctx.Err()
+			}
+			errs.add("lease", err)
+			if !backoffAfter(ctx, err) {
+				return lease{}, ctx.Err()
+			}
+			continue
+		}
+		if len(leases) > 0 {
+			return leases[0], nil
+		}
+		if ctx.Err() != nil {
+			return lease{}, ctx.Err()
+		}
+	}
+}
+
+// postResults sends one result batch (POST /v1/attempts/{id}/results) and
+// returns the acknowledgement's bytes and whether the gateway answered it as
+// a replay (header Idempotent-Replayed: true).
+func (w *benchWorker) postResults(ctx context.Context, l lease, key string, body []byte) (ack []byte, replayed bool, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.base+"/v1/attempts/"+l.AttemptID+"/results", bytes.NewReader(body))
+	if err != nil {
+		return nil, false, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Lease-Token", l.LeaseToken)
+	req.Header.Set("Idempotency-Key", key)
+	res, err := w.client.Do(req)
+	if err != nil {
+		return nil, false, err
+	}
+	defer drainClose(res)
+	if err := checkStatus(res, http.StatusOK); err != nil {
+		return nil, false, err
+	}
+	ack, err = io.ReadAll(io.LimitReader(res.Body, 64<<10))
+	if err != nil {
+		return nil, false, fmt.Errorf("read acknowledgement: %w", err)
+	}
+	return ack, res.Header.Get("Idempotent-Replayed") == "true", nil
+}
+
+// uploadSession is the answer to POST /v1/attempts/{id}/artifacts.
+type uploadSession struct {
+	UploadID string            `json:"upload_id"`
+	Method   string            `json:"method"`
+	URL      string            `json:"url"`
+	Headers  map[string]string `json:"headers"`
+}
+
+// committedFile is the part of a committed file the benchmark checks.
+type committedFile struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	SizeBytes int64  `json:"size_bytes"`
+	SHA256    string `json:"sha256"`
+}
+
+// openUpload declares an artifact and returns how to upload it.
+func (w *benchWorker) openUpload(ctx context.Context, l lease, name string, size int64, sha256Hex string) (uploadSession, error) {
+	body, err := json.Marshal(map[string]any{
+		"name": name, "content_type": "application/octet-stream", "size_bytes": size, "sha256": sha256Hex,
+	})
+	if err != nil {
+		return uploadSession{}, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.base+"/v1/attempts/"+l.AttemptID+"/artifacts", bytes.NewReader(body))
+	if err != nil {
+		return uploadSession{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Lease-Token", l.LeaseToken)
+	res, err := w.client.Do(req)
+	if err != nil {
+		return uploadSession{}, err
+	}
+	defer drainClose(res)
+	if err := checkStatus(res, http.StatusCreated); err != nil {
+		return uploadSession{}, err
+	}
+	var s uploadSession
+	if err := json.NewDecoder(res.Body).Decode(&s); err != nil {
+		return uploadSession{}, fmt.Errorf("decode upload session: %w", err)
+	}
+	if s.Method == "" || s.URL == "" {
+		return uploadSession{}, fmt.Errorf("upload session without method or url")
+	}
+	return s, nil
+}
+
+// putUpload streams body (exactly size bytes) to the session's URL with the
+// session's method and headers and an exact Content-Length. The worker's
+// own client is used (the fs backend's URL is the gateway's mTLS route),
+// without its overall timeout: ctx bounds the upload.
+func (w *benchWorker) putUpload(ctx context.Context, s uploadSession, body io.Reader, size int64) error {
+	if size == 0 {
+		body = http.NoBody
+	}
+	req, err := http.NewRequestWithContext(ctx, s.Method, s.URL, body)
+	if err != nil {
+		return err
+	}
+	req.ContentLength = size
+	for k, v := range s.Headers {
+		req.Header.Set(k, v)
+	}
+	res, err := (&http.Client{Transport: w.transport}).Do(req)
+	if err != nil {
+		return err
+	}
+	defer drainClose(res)
+	if res.StatusCode == http.StatusOK {
+		return nil // a presigned S3 PUT answers 200
+	}
+	return checkStatus(res, http.StatusNoContent)
+}
+
+// commitUpload commits an uploaded artifact and returns the file.
+func (w *benchWorker) commitUpload(ctx context.Context, uploadID string) (committedFile, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.base+"/v1/uploads/"+uploadID+"/commit", nil)
+	if err != nil {
+		return committedFile{}, err
+	}
+	res, err := w.client.Do(req)
+	if err != nil {
+		return committedFile{}, err
+	}
+	defer drainClose(res)
+	if err := checkStatus(res, http.StatusOK); err != nil {
+		return committedFile{}, err
+	}
+	var f committedFile
+	if err := json.NewDecoder(res.Body).Decode(&f); err != nil {
+		return committedFile{}, fmt.Errorf("decode file: %w", err)
+	}
+	return f, nil
+}

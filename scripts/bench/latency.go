@@ -83,7 +83,7 @@ func runLatency(ctx context.Context, s *Stack, c latencyConfig, logf func(string
 	for lr.started.Load() < int64(c.polls) && ctx.Err() == nil {
 		sleepCtx(ctx, 10*time.Millisecond)
 	}
-	before := s.beginWindow(ctx) // includes a 1.5 s settle: the polls are parked by its end
+	before := s.beginWindow(ctx) // includes the statistics settle (statSettle): the polls are parked by its end
 	var ws *waitSampler
 	if pgWaits {
 		ws = startWaitSampler(ctx, s.Pool, 20*time.Millisecond)

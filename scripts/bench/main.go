@@ -45,6 +45,17 @@ Scenarios (-scenario, comma-separated to run several on one stack):
               -samples tasks are created one at a time through POST /v1/tasks,
               -interval apart. Reports the wake latency: create call returned
               → a poller received the lease (p50/p90/p99/max).
+  results     -workers (16 unless given) workers each lease one long-lived
+              task, then post -result-batches batches in all of -records
+              records (70 % assets, 30 % threats) with keys <attempt>:<seq>;
+              then send -replay-sample of them again, same key and body.
+              Reports batches/s, records/s and latency of first writes and of
+              replays, and what a replay costs next to a first write; verifies
+              in SQL that every batch was ingested exactly once.
+  uploads     one -upload-mib MiB artifact streamed by one worker, then
+              -uploads artifacts of -upload-kib KiB from -workers workers at
+              once: open session, PUT, commit. Reports MiB/s and the
+              gateway's peak VmRSS per phase; verifies the files in SQL.
 
 Stack:
   default     a private PostgreSQL (temp dir, durable defaults), migrations,
@@ -68,15 +79,21 @@ func main() {
 
 func run() int {
 	var (
-		scenarios   = flag.String("scenario", "throughput", "scenarios to run: throughput, latency, or both comma-separated")
+		scenarios   = flag.String("scenario", "throughput", "scenarios to run, comma-separated: throughput, latency, results, uploads")
 		tasks       = flag.Int("tasks", 20000, "throughput: number of tasks")
-		workers     = flag.Int("workers", 32, "number of simulated workers (each its own certificate and worker identity)")
+		workers     = flag.Int("workers", 32, "number of simulated workers (each its own certificate and worker identity); the results scenario uses 16 unless this is given")
 		batch       = flag.Int("batch", 1, "throughput: max_tasks per lease request")
 		tpWait      = flag.Int("tp-wait", 1, "throughput: wait_seconds of each lease request")
 		polls       = flag.Int("polls", 100, "latency: idle long-polls, spread over the workers")
 		samples     = flag.Int("samples", 200, "latency: tasks created one at a time")
 		interval    = flag.Duration("interval", 20*time.Millisecond, "latency: spacing of task creations")
 		latWait     = flag.Int("lat-wait", 20, "latency: wait_seconds of each idle long-poll")
+		resBatches  = flag.Int("result-batches", 4000, "results: result batches in all (first writes), spread evenly over the workers")
+		records     = flag.Int("records", 100, "results: records per batch (70 % asset records, 30 % threat records); the gateway accepts 1000 by default")
+		replayShare = flag.Float64("replay-sample", 1, "results: share of each worker's batches sent again with the same key and body (0 to 1; 1 = all)")
+		uploadMiB   = flag.Int("upload-mib", 200, "uploads: size of the single large artifact, MiB")
+		uploads     = flag.Int("uploads", 32, "uploads: number of small artifacts uploaded at once after the large one")
+		uploadKiB   = flag.Int("upload-kib", 1024, "uploads: size of each small artifact, KiB")
 		timeLimit   = flag.Duration("time-limit", 5*time.Minute, "time limit per scenario (setup included); the scenario stops and fails when it is reached")
 		jsonOut     = flag.Bool("json", false, "print one JSON object per scenario on stdout (the human summary goes to stderr)")
 		cpuProfile  = flag.String("cpuprofile", "", "write a CPU profile of the load generator itself (this process, not the gateway) to this file")
@@ -112,8 +129,8 @@ func run() int {
 
 	list := strings.Split(*scenarios, ",")
 	for _, sc := range list {
-		if !slices.Contains([]string{"throughput", "latency"}, sc) {
-			warnf("unknown scenario %q (want throughput or latency)", sc)
+		if !slices.Contains([]string{"throughput", "latency", "results", "uploads"}, sc) {
+			warnf("unknown scenario %q (want throughput, latency, results or uploads)", sc)
 			return 2
 		}
 	}
@@ -122,6 +139,21 @@ func run() int {
 		warnf("flags out of range (tasks, workers, polls, samples ≥ 1; 1 ≤ batch ≤ 1000; tp-wait ≥ 0; lat-wait ≥ 1)")
 		return 2
 	}
+	if *resBatches < 1 || *records < 1 || *records > 10000 || *replayShare < 0 || *replayShare > 1 ||
+		*uploadMiB < 0 || *uploads < 1 || *uploadKiB < 0 {
+		warnf("flags out of range (result-batches, uploads ≥ 1; 1 ≤ records ≤ 10000; 0 ≤ replay-sample ≤ 1; upload-mib, upload-kib ≥ 0)")
+		return 2
+	}
+	// -workers defaults to 32, but to 16 for the results scenario.
+	workersGiven := false
+	flag.Visit(func(f *flag.Flag) { workersGiven = workersGiven || f.Name == "workers" })
+	resultWorkers := *workers
+	if !workersGiven {
+		resultWorkers = 16
+	}
+	// The results and uploads tasks get a lease that outlives the
+	// scenario's time limit: their workers send no heartbeats.
+	longLease := max(600, int(timeLimit.Seconds())+60)
 
 	// The first Ctrl-C (or SIGTERM) ends the run and starts the teardown;
 	// later ones are acknowledged but do not interrupt the teardown, so
@@ -190,6 +222,12 @@ func run() int {
 			r, err = runThroughput(scCtx, st, throughputConfig{tasks: *tasks, workers: *workers, batch: *batch, wait: *tpWait}, logf)
 		case "latency":
 			r, err = runLatency(scCtx, st, latencyConfig{polls: *polls, workers: *workers, samples: *samples, interval: *interval, wait: *latWait}, logf)
+		case "results":
+			r, err = runResults(scCtx, st, resultsConfig{workers: resultWorkers, batches: *resBatches, records: *records,
+				replaySample: *replayShare, leaseDuration: longLease}, logf)
+		case "uploads":
+			r, err = runUploads(scCtx, st, uploadsConfig{workers: *workers, largeMiB: *uploadMiB, uploads: *uploads,
+				smallKiB: *uploadKiB, leaseDuration: longLease}, logf)
 		}
 		scCancel()
 		if err != nil {
@@ -223,7 +261,7 @@ type Result struct {
 	Polls    int    `json:"polls,omitempty"`
 	Samples  int    `json:"samples,omitempty"`
 
-	WallSeconds float64  `json:"wall_seconds"`
+	WallSeconds float64  `json:"wall_seconds,omitempty"`
 	TasksPerSec *float64 `json:"tasks_per_sec,omitempty"`
 
 	WakeP50         *float64 `json:"wake_p50_ms,omitempty"`
@@ -243,21 +281,103 @@ type Result struct {
 	CompleteP99      *float64 `json:"complete_p99_ms,omitempty"`
 	ClientDuplicates int      `json:"client_duplicates,omitempty"`
 
+	// results: first writes (wall_seconds and the CPU, xact and wait figures
+	// below are those of the first-write window), then replays.
+	Batches                int      `json:"batches,omitempty"`
+	RecordsPerBatch        int      `json:"records_per_batch,omitempty"`
+	AssetRecords           int      `json:"asset_records_per_batch,omitempty"`
+	ThreatRecords          int      `json:"threat_records_per_batch,omitempty"`
+	BatchesSent            int      `json:"batches_sent,omitempty"`
+	RetriedBatches         int      `json:"retried_batches,omitempty"`
+	BatchesPerSec          *float64 `json:"batches_per_sec,omitempty"`
+	RecordsPerSec          *float64 `json:"records_per_sec,omitempty"`
+	BatchP50               *float64 `json:"batch_p50_ms,omitempty"`
+	BatchP99               *float64 `json:"batch_p99_ms,omitempty"`
+	GatewayCPUMsPerBatch   *float64 `json:"gateway_cpu_ms_per_batch,omitempty"`
+	PostgresCPUMsPerBatch  *float64 `json:"postgres_cpu_ms_per_batch,omitempty"`
+	CPUMsPerBatch          *float64 `json:"cpu_ms_per_batch,omitempty"`
+	DBXactPerBatch         *float64 `json:"db_xact_per_batch,omitempty"`
+	Replays                int      `json:"replays,omitempty"`
+	ReplayWallSeconds      *float64 `json:"replay_wall_seconds,omitempty"`
+	ReplaysPerSec          *float64 `json:"replays_per_sec,omitempty"`
+	ReplayP50              *float64 `json:"replay_p50_ms,omitempty"`
+	ReplayP99              *float64 `json:"replay_p99_ms,omitempty"`
+	ReplayGatewayCPUCores  *float64 `json:"replay_gateway_cpu_cores,omitempty"`
+	ReplayPostgresCPUCores *float64 `json:"replay_postgres_cpu_cores,omitempty"`
+	ReplayLoadgenCPUCores  *float64 `json:"replay_loadgen_cpu_cores,omitempty"`
+	ReplayMachineCPUCores  *float64 `json:"replay_machine_cpu_cores,omitempty"`
+	ReplayStealCPUCores    *float64 `json:"replay_steal_cpu_cores,omitempty"`
+	ReplayCheckpoints      *int64   `json:"replay_checkpoints,omitempty"`
+	ReplayAutovacuumRuns   *int64   `json:"replay_autovacuum_runs,omitempty"`
+	ReplayGatewayCPUMs     *float64 `json:"gateway_cpu_ms_per_replay,omitempty"`
+	ReplayPostgresCPUMs    *float64 `json:"postgres_cpu_ms_per_replay,omitempty"`
+	CPUMsPerReplay         *float64 `json:"cpu_ms_per_replay,omitempty"`
+	ReplayDBXactPerSec     *float64 `json:"replay_db_xact_per_sec,omitempty"`
+	ReplayDBXactPerCall    *float64 `json:"db_xact_per_replay,omitempty"`
+	ReplayLatencyRatioP50  *float64 `json:"replay_latency_ratio_p50,omitempty"`
+	ReplayLatencyRatioP99  *float64 `json:"replay_latency_ratio_p99,omitempty"`
+	ReplayCPURatio         *float64 `json:"replay_cpu_ratio,omitempty"`
+
+	// uploads: the large artifact, then the small ones at once.
+	LargeMiB              int      `json:"large_mib,omitempty"`
+	Uploads               int      `json:"uploads,omitempty"`
+	UploadKiB             int      `json:"upload_kib,omitempty"`
+	LargeSeconds          *float64 `json:"large_seconds,omitempty"`
+	LargeMiBPerSec        *float64 `json:"large_mib_per_sec,omitempty"`
+	LargeOpenMs           *float64 `json:"large_open_ms,omitempty"`
+	LargePutSeconds       *float64 `json:"large_put_seconds,omitempty"`
+	LargePutMiBPerSec     *float64 `json:"large_put_mib_per_sec,omitempty"`
+	LargeCommitMs         *float64 `json:"large_commit_ms,omitempty"`
+	LargeGatewayCPUCores  *float64 `json:"large_gateway_cpu_cores,omitempty"`
+	LargePostgresCPUCores *float64 `json:"large_postgres_cpu_cores,omitempty"`
+	LargeLoadgenCPUCores  *float64 `json:"large_loadgen_cpu_cores,omitempty"`
+	LargeMachineCPUCores  *float64 `json:"large_machine_cpu_cores,omitempty"`
+	LargeStealCPUCores    *float64 `json:"large_steal_cpu_cores,omitempty"`
+	LargeRSSBeforeMB      *float64 `json:"large_rss_before_mb,omitempty"`
+	LargeRSSPeakMB        *float64 `json:"large_rss_peak_mb,omitempty"`
+	LargeRSSSamples       int      `json:"large_rss_samples,omitempty"`
+	SmallCommitted        int      `json:"small_committed,omitempty"`
+	SmallSeconds          *float64 `json:"small_seconds,omitempty"`
+	SmallMiBPerSec        *float64 `json:"small_mib_per_sec,omitempty"`
+	SmallP50              *float64 `json:"small_p50_ms,omitempty"`
+	SmallP99              *float64 `json:"small_p99_ms,omitempty"`
+	SmallOpenP50          *float64 `json:"small_open_p50_ms,omitempty"`
+	SmallPutP50           *float64 `json:"small_put_p50_ms,omitempty"`
+	SmallCommitP50        *float64 `json:"small_commit_p50_ms,omitempty"`
+	SmallGatewayCPUCores  *float64 `json:"small_gateway_cpu_cores,omitempty"`
+	SmallPostgresCPUCores *float64 `json:"small_postgres_cpu_cores,omitempty"`
+	SmallLoadgenCPUCores  *float64 `json:"small_loadgen_cpu_cores,omitempty"`
+	SmallMachineCPUCores  *float64 `json:"small_machine_cpu_cores,omitempty"`
+	SmallStealCPUCores    *float64 `json:"small_steal_cpu_cores,omitempty"`
+	SmallRSSBeforeMB      *float64 `json:"small_rss_before_mb,omitempty"`
+	SmallRSSPeakMB        *float64 `json:"small_rss_peak_mb,omitempty"`
+	SmallRSSSamples       int      `json:"small_rss_samples,omitempty"`
+
 	GatewayCPUCores  *float64 `json:"gateway_cpu_cores,omitempty"`
 	PostgresCPUCores *float64 `json:"postgres_cpu_cores,omitempty"`
 	GatewayRSSMB     *float64 `json:"gateway_rss_mb,omitempty"`
 	LoadgenCPUCores  *float64 `json:"loadgen_cpu_cores,omitempty"`
+	MachineCPUCores  *float64 `json:"machine_cpu_cores,omitempty"`
+	StealCPUCores    *float64 `json:"steal_cpu_cores,omitempty"`
+	Checkpoints      *int64   `json:"checkpoints,omitempty"`
+	AutovacuumRuns   *int64   `json:"autovacuum_runs,omitempty"`
 	DBXactPerSec     *float64 `json:"db_xact_per_sec,omitempty"`
 	DBXactPerTask    *float64 `json:"db_xact_per_task,omitempty"`
 
 	Verified     bool           `json:"verified"`
-	Verification verification   `json:"verification"`
+	Verification fmt.Stringer   `json:"verification"`
 	HTTPErrors   map[string]int `json:"http_errors,omitempty"`
 	PGWaits      []waitShare    `json:"pg_waits,omitempty"`
 	Error        string         `json:"error,omitempty"`
 
 	errorText string
 }
+
+// notRun stands for a verification that did not happen.
+type notRun struct{}
+
+func (notRun) String() string               { return "not run" }
+func (notRun) MarshalJSON() ([]byte, error) { return []byte("null"), nil }
 
 // printHuman writes the summary a person reads.
 func (r *Result) printHuman(w io.Writer) {
@@ -266,6 +386,12 @@ func (r *Result) printHuman(w io.Writer) {
 			return "n/a"
 		}
 		return fmt.Sprintf("%g%s", *p, unit)
+	}
+	n := func(p *int64) string {
+		if p == nil {
+			return "n/a"
+		}
+		return fmt.Sprint(*p)
 	}
 	line := func(label, format string, args ...any) {
 		fmt.Fprintf(w, "  %-14s %s\n", label, fmt.Sprintf(format, args...))
@@ -282,10 +408,52 @@ func (r *Result) printHuman(w io.Writer) {
 			f(r.WakeP50, " ms"), f(r.WakeP90, " ms"), f(r.WakeP99, " ms"), f(r.WakeMax, " ms"), r.SamplesReceived, r.WakeEarly)
 		line("create call", "p50 %s  p99 %s", f(r.CreateP50, " ms"), f(r.CreateP99, " ms"))
 		line("window", "%.2f s", r.WallSeconds)
+	case "results":
+		fmt.Fprintf(w, "results: %d batches × %d records (%d asset, %d threat), %d workers\n",
+			r.Batches, r.RecordsPerBatch, r.AssetRecords, r.ThreatRecords, r.Workers)
+		line("first writes", "%s batches/s, %s records/s (%d batches acknowledged in %.2f s, %d of them on a retry)",
+			f(r.BatchesPerSec, ""), f(r.RecordsPerSec, ""), r.BatchesSent, r.WallSeconds, r.RetriedBatches)
+		line("batch call", "p50 %s  p99 %s", f(r.BatchP50, " ms"), f(r.BatchP99, " ms"))
+		line("gateway", "%s CPU cores = %s CPU per batch, peak RSS %s", f(r.GatewayCPUCores, ""), f(r.GatewayCPUMsPerBatch, " ms"), f(r.GatewayRSSMB, " MiB"))
+		line("postgres", "%s CPU cores = %s CPU per batch, %s xact/s (%s per batch); %s checkpoints, %s autovacuum runs",
+			f(r.PostgresCPUCores, ""), f(r.PostgresCPUMsPerBatch, " ms"), f(r.DBXactPerSec, ""), f(r.DBXactPerBatch, ""), n(r.Checkpoints), n(r.AutovacuumRuns))
+		line("load generator", "%s CPU cores (this process; same machine)", f(r.LoadgenCPUCores, ""))
+		line("machine", "%s CPU cores busy in all, %s stolen by the hypervisor", f(r.MachineCPUCores, ""), f(r.StealCPUCores, ""))
+		line("replays", "%s replays/s (%d in %s s), call p50 %s  p99 %s",
+			f(r.ReplaysPerSec, ""), r.Replays, f(r.ReplayWallSeconds, ""), f(r.ReplayP50, " ms"), f(r.ReplayP99, " ms"))
+		line("replay gateway", "%s CPU cores = %s CPU per replay", f(r.ReplayGatewayCPUCores, ""), f(r.ReplayGatewayCPUMs, " ms"))
+		line("replay pg", "%s CPU cores = %s CPU per replay, %s xact/s (%s per replay); %s checkpoints, %s autovacuum runs",
+			f(r.ReplayPostgresCPUCores, ""), f(r.ReplayPostgresCPUMs, " ms"), f(r.ReplayDBXactPerSec, ""), f(r.ReplayDBXactPerCall, ""),
+			n(r.ReplayCheckpoints), n(r.ReplayAutovacuumRuns))
+		line("replay loadgen", "%s CPU cores; machine %s busy in all, %s stolen",
+			f(r.ReplayLoadgenCPUCores, ""), f(r.ReplayMachineCPUCores, ""), f(r.ReplayStealCPUCores, ""))
+		line("replay/first", "latency p50 %s, p99 %s; gateway+postgres CPU per call %s (%s per replay vs %s per batch)",
+			f(r.ReplayLatencyRatioP50, "×"), f(r.ReplayLatencyRatioP99, "×"), f(r.ReplayCPURatio, "×"), f(r.CPUMsPerReplay, " ms"), f(r.CPUMsPerBatch, " ms"))
+	case "uploads":
+		fmt.Fprintf(w, "uploads: 1 × %d MiB, then %d × %d KiB at once from %d workers\n", r.LargeMiB, r.Uploads, r.UploadKiB, r.Workers)
+		line("large", "%s MiB/s open→commit (%s s: open %s, PUT %s s = %s MiB/s, commit %s)",
+			f(r.LargeMiBPerSec, ""), f(r.LargeSeconds, ""), f(r.LargeOpenMs, " ms"), f(r.LargePutSeconds, ""), f(r.LargePutMiBPerSec, ""), f(r.LargeCommitMs, " ms"))
+		line("large cpu", "gateway %s, postgres %s, load generator %s CPU cores; machine %s busy in all, %s stolen",
+			f(r.LargeGatewayCPUCores, ""), f(r.LargePostgresCPUCores, ""), f(r.LargeLoadgenCPUCores, ""), f(r.LargeMachineCPUCores, ""), f(r.LargeStealCPUCores, ""))
+		line("large rss", "gateway VmRSS %s before, peak %s (%d samples, every 50 ms)", f(r.LargeRSSBeforeMB, " MiB"), f(r.LargeRSSPeakMB, " MiB"), r.LargeRSSSamples)
+		line("small", "%s MiB/s (%d of %d committed in %s s), per artifact open→commit p50 %s  p99 %s",
+			f(r.SmallMiBPerSec, ""), r.SmallCommitted, r.Uploads, f(r.SmallSeconds, ""), f(r.SmallP50, " ms"), f(r.SmallP99, " ms"))
+		line("small calls", "p50 open %s, PUT %s, commit %s", f(r.SmallOpenP50, " ms"), f(r.SmallPutP50, " ms"), f(r.SmallCommitP50, " ms"))
+		line("small cpu", "gateway %s, postgres %s, load generator %s CPU cores; machine %s busy in all, %s stolen",
+			f(r.SmallGatewayCPUCores, ""), f(r.SmallPostgresCPUCores, ""), f(r.SmallLoadgenCPUCores, ""), f(r.SmallMachineCPUCores, ""), f(r.SmallStealCPUCores, ""))
+		line("small rss", "gateway VmRSS %s before, peak %s (%d samples, every 50 ms)", f(r.SmallRSSBeforeMB, " MiB"), f(r.SmallRSSPeakMB, " MiB"), r.SmallRSSSamples)
+		line("gateway", "VmHWM at the end %s (peak RSS over the process's whole life)", f(r.GatewayRSSMB, " MiB"))
 	}
-	line("gateway", "%s CPU cores, peak RSS %s", f(r.GatewayCPUCores, ""), f(r.GatewayRSSMB, " MiB"))
-	line("postgres", "%s CPU cores, %s xact/s (%s per task)", f(r.PostgresCPUCores, ""), f(r.DBXactPerSec, ""), f(r.DBXactPerTask, ""))
-	line("load generator", "%s CPU cores (this process; same machine)", f(r.LoadgenCPUCores, ""))
+	if r.Scenario == "throughput" || r.Scenario == "latency" {
+		line("gateway", "%s CPU cores, peak RSS %s", f(r.GatewayCPUCores, ""), f(r.GatewayRSSMB, " MiB"))
+		line("postgres", "%s CPU cores, %s xact/s (%s per task); %s checkpoints, %s autovacuum runs",
+			f(r.PostgresCPUCores, ""), f(r.DBXactPerSec, ""), f(r.DBXactPerTask, ""), n(r.Checkpoints), n(r.AutovacuumRuns))
+		line("load generator", "%s CPU cores (this process; same machine)", f(r.LoadgenCPUCores, ""))
+		line("machine", "%s CPU cores busy in all, %s stolen by the hypervisor", f(r.MachineCPUCores, ""), f(r.StealCPUCores, ""))
+	}
+	if r.Verification == nil {
+		r.Verification = notRun{}
+	}
 	line("verification", "%s", r.Verification)
 	if r.errorText == "" {
 		r.errorText = "none"

@@ -26,8 +26,13 @@ import (
 //     WAL writer, autovacuum, ... are direct children of the postmaster).
 //   - Peak resident memory: VmHWM in /proc/<pid>/status.
 //   - Transactions: xact_commit + xact_rollback of the database in
-//     pg_stat_database. Backends publish these counters when idle (at most
-//     about once a second), so readings are taken after a short settle.
+//     pg_stat_database. Backends publish these counters when they go idle,
+//     but at most once a second; what a backend did in the second after its
+//     last flush stays pending until it runs another statement or has been
+//     idle for 10 s (PostgreSQL 15+, PGSTAT_IDLE_INTERVAL). So readings are
+//     taken after an 11 s settle with the load stopped: a 1.5 s settle missed
+//     about the last second of every backend's work (measured: ~150 of the
+//     transactions of a 2 s window arrived 7–8 s after the reading).
 
 // clockTick is USER_HZ, the unit of the /proc/<pid>/stat CPU fields. It is
 // 100 on every Linux architecture (it is part of the kernel's ABI towards
@@ -35,8 +40,9 @@ import (
 const clockTick = time.Second / 100
 
 // statSettle is how long to wait for backends to publish their statistics
-// before reading pg_stat_database.
-const statSettle = 1500 * time.Millisecond
+// before reading pg_stat_database: longer than PostgreSQL's 10 s
+// PGSTAT_IDLE_INTERVAL, after which an idle backend flushes what is pending.
+const statSettle = 11 * time.Second
 
 // procStat is the part of /proc/<pid>/stat the benchmark needs.
 type procStat struct {
@@ -105,6 +111,32 @@ func clusterCPU(postmaster int) (time.Duration, error) {
 	return total, nil
 }
 
+// machineCPU reads the machine's busy CPU time (user + nice + system + irq +
+// softirq, all cores) and the time stolen by the hypervisor, from the first
+// line of /proc/stat. Busy time includes the gateway, PostgreSQL and the
+// load generator: what is left over is everything else on the machine.
+func machineCPU() (busy, steal time.Duration, err error) {
+	f, err := os.Open("/proc/stat")
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	if !sc.Scan() {
+		return 0, 0, errors.New("/proc/stat is empty")
+	}
+	fields := strings.Fields(sc.Text())
+	if len(fields) < 9 || fields[0] != "cpu" {
+		return 0, 0, errors.New("/proc/stat: unexpected first line")
+	}
+	num := func(i int) time.Duration {
+		v, _ := strconv.ParseInt(fields[i], 10, 64)
+		return time.Duration(v) * clockTick
+	}
+	// cpu user nice system idle iowait irq softirq steal ...
+	return num(1) + num(2) + num(3) + num(6) + num(7), num(8), nil
+}
+
 // postmasterPID reads the postmaster's pid from the first line of a data
 // directory's postmaster.pid.
 func postmasterPID(dataDir string) (int, error) {
@@ -148,13 +180,6 @@ func peakRSSMB(pid int) (float64, error) {
 	return rss, nil
 }
 
-// dbXacts is the database's committed plus rolled-back transaction count.
-func dbXacts(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
-	var n int64
-	err := pool.QueryRow(ctx, `SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()`).Scan(&n)
-	return n, err
-}
-
 // usage is one reading of every resource counter; a zero pid means the
 // figure is not available (an external deployment without -gateway-pid or
 // -postgres-data).
@@ -163,16 +188,27 @@ type usage struct {
 	gatewayCPU time.Duration
 	pgCPU      time.Duration
 	selfCPU    time.Duration // the load generator (this process)
-	xacts      int64
-	haveGW     bool
-	havePG     bool
-	haveXacts  bool
+	// The whole machine, from /proc/stat: busy (user, nice, system, irq,
+	// softirq) and stolen by the hypervisor for other guests.
+	machineBusy, machineSteal time.Duration
+	haveMachine               bool
+	xacts                     int64
+	haveGW                    bool
+	havePG                    bool
+	haveXacts                 bool
+	// Background work in the database: checkpoints (timed or requested)
+	// and autovacuum/autoanalyze runs on the database's tables.
+	checkpoints, autovacuums int64
+	haveMaint                bool
 }
 
 // readCPU fills in the instant and the CPU counters.
 func (s *Stack) readCPU() usage {
 	u := usage{at: time.Now()}
 	u.selfCPU, _ = processCPU(os.Getpid())
+	if busy, steal, err := machineCPU(); err == nil {
+		u.machineBusy, u.machineSteal, u.haveMachine = busy, steal, true
+	}
 	if pid := s.GatewayPID(); pid > 0 {
 		if cpu, err := processCPU(pid); err == nil {
 			u.gatewayCPU, u.haveGW = cpu, true
@@ -188,9 +224,41 @@ func (s *Stack) readCPU() usage {
 
 // readXacts adds the transaction counter to a reading.
 func (s *Stack) readXacts(ctx context.Context, u *usage) {
-	if n, err := dbXacts(ctx, s.Pool); err == nil {
-		u.xacts, u.haveXacts = n, true
+	// One statement, so a reading is one transaction (applyUsage subtracts
+	// it).
+	var xacts, ckpts, avs *int64
+	err := s.Pool.QueryRow(ctx, `SELECT
+		(SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()),
+		(`+s.checkpointSQL(ctx)+`),
+		(SELECT coalesce(sum(autovacuum_count + autoanalyze_count), 0)::bigint FROM pg_stat_all_tables)`).Scan(&xacts, &ckpts, &avs)
+	if err != nil {
+		return
 	}
+	if xacts != nil {
+		u.xacts, u.haveXacts = *xacts, true
+	}
+	if ckpts != nil && avs != nil {
+		u.checkpoints, u.autovacuums, u.haveMaint = *ckpts, *avs, true
+	}
+}
+
+// checkpointSQL counts the cluster's checkpoints so far: pg_stat_bgwriter
+// up to PostgreSQL 16, pg_stat_checkpointer from 17. The version comes from
+// the connection's startup parameters, so finding it runs no transaction.
+func (s *Stack) checkpointSQL(ctx context.Context) string {
+	s.ckptOnce.Do(func() {
+		s.ckptSQL = `SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter`
+		c, err := s.Pool.Acquire(ctx)
+		if err != nil {
+			return
+		}
+		defer c.Release()
+		v := c.Conn().PgConn().ParameterStatus("server_version")
+		if major, err := strconv.Atoi(strings.SplitN(v, ".", 2)[0]); err == nil && major >= 17 {
+			s.ckptSQL = `SELECT num_timed + num_requested FROM pg_stat_checkpointer`
+		}
+	})
+	return s.ckptSQL
 }
 
 // beginWindow settles the statistics and takes the opening reading of a
@@ -230,6 +298,13 @@ func (s *Stack) applyUsage(r *Result, start, end usage, wall time.Duration, task
 		r.PostgresCPUCores = ptr(round((end.pgCPU-start.pgCPU).Seconds()/secs, 3))
 	}
 	r.LoadgenCPUCores = ptr(round((end.selfCPU-start.selfCPU).Seconds()/secs, 3))
+	if start.haveMachine && end.haveMachine {
+		r.MachineCPUCores = ptr(round((end.machineBusy-start.machineBusy).Seconds()/secs, 3))
+		r.StealCPUCores = ptr(round((end.machineSteal-start.machineSteal).Seconds()/secs, 3))
+	}
+	if start.haveMaint && end.haveMaint {
+		r.Checkpoints, r.AutovacuumRuns = ptr(end.checkpoints-start.checkpoints), ptr(end.autovacuums-start.autovacuums)
+	}
 	if pid := s.GatewayPID(); pid > 0 {
 		if mb, err := peakRSSMB(pid); err == nil {
 			r.GatewayRSSMB = ptr(round(mb, 1))
@@ -367,4 +442,179 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
+}
+
+// statusMiB reads one "kB" field of /proc/<pid>/status (VmRSS, VmHWM, ...)
+// in MiB.
+func statusMiB(pid int, key string) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		k, val, ok := strings.Cut(line, ":")
+		if !ok || k != key {
+			continue
+		}
+		kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(val), " kB"), 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%d/status: %s: %w", pid, key, err)
+		}
+		return kb / 1024, nil
+	}
+	return 0, fmt.Errorf("/proc/%d/status: no %s", pid, key)
+}
+
+// rssSampler records the largest VmRSS of a process, read every interval.
+// VmHWM cannot say what one phase of a run needed (it is the peak over the
+// process's whole life), so phases sample VmRSS themselves.
+type rssSampler struct {
+	mu      sync.Mutex
+	peak    float64
+	samples int
+	stop    context.CancelFunc
+	done    chan struct{}
+}
+
+// startRSSSampler samples pid's VmRSS every interval until finish; nil when
+// pid is unknown.
+func startRSSSampler(ctx context.Context, pid int, interval time.Duration) *rssSampler {
+	if pid <= 0 {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	rs := &rssSampler{stop: cancel, done: make(chan struct{})}
+	sample := func() {
+		if mb, err := statusMiB(pid, "VmRSS"); err == nil {
+			rs.mu.Lock()
+			rs.peak = max(rs.peak, mb)
+			rs.samples++
+			rs.mu.Unlock()
+		}
+	}
+	sample()
+	go func() {
+		defer close(rs.done)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				sample()
+			}
+		}
+	}()
+	return rs
+}
+
+// finish takes a last sample, stops, and returns the peak VmRSS in MiB and
+// how many samples it is the maximum of.
+func (rs *rssSampler) finish(pid int) (peakMiB float64, samples int) {
+	if rs == nil {
+		return 0, 0
+	}
+	rs.stop()
+	<-rs.done
+	if mb, err := statusMiB(pid, "VmRSS"); err == nil {
+		rs.peak = max(rs.peak, mb)
+		rs.samples++
+	}
+	return rs.peak, rs.samples
+}
+
+// phaseUsage is what a measured phase cost, from two readings.
+type phaseUsage struct {
+	wall                       time.Duration
+	gatewayCPU, pgCPU, selfCPU time.Duration
+	machineBusy, machineSteal  time.Duration
+	haveMachine                bool
+	haveGW, havePG             bool
+	xacts                      int64
+	haveXacts                  bool
+	checkpoints, autovacuums   int64
+	haveMaint                  bool
+}
+
+func usageBetween(start, end usage, wall time.Duration) phaseUsage {
+	p := phaseUsage{wall: wall, selfCPU: end.selfCPU - start.selfCPU}
+	if start.haveMachine && end.haveMachine {
+		p.machineBusy, p.machineSteal, p.haveMachine = end.machineBusy-start.machineBusy, end.machineSteal-start.machineSteal, true
+	}
+	if start.haveGW && end.haveGW {
+		p.gatewayCPU, p.haveGW = end.gatewayCPU-start.gatewayCPU, true
+	}
+	if start.havePG && end.havePG {
+		p.pgCPU, p.havePG = end.pgCPU-start.pgCPU, true
+	}
+	if start.haveXacts && end.haveXacts {
+		// Minus the reading query of the closing reading itself.
+		p.xacts, p.haveXacts = end.xacts-start.xacts-1, true
+	}
+	if start.haveMaint && end.haveMaint {
+		p.checkpoints, p.autovacuums, p.haveMaint = end.checkpoints-start.checkpoints, end.autovacuums-start.autovacuums, true
+	}
+	return p
+}
+
+// cores is CPU time ÷ the phase's wall time (1.0 = one core busy).
+func (p phaseUsage) cores(cpu time.Duration, have bool) *float64 {
+	if !have || p.wall <= 0 {
+		return nil
+	}
+	return ptr(round(cpu.Seconds()/p.wall.Seconds(), 3))
+}
+
+func (p phaseUsage) gatewayCores() *float64  { return p.cores(p.gatewayCPU, p.haveGW) }
+func (p phaseUsage) postgresCores() *float64 { return p.cores(p.pgCPU, p.havePG) }
+func (p phaseUsage) loadgenCores() *float64  { return p.cores(p.selfCPU, true) }
+func (p phaseUsage) machineCores() *float64  { return p.cores(p.machineBusy, p.haveMachine) }
+func (p phaseUsage) stealCores() *float64    { return p.cores(p.machineSteal, p.haveMachine) }
+
+// msPer is CPU milliseconds per call.
+func msPer(cpu time.Duration, have bool, calls int) *float64 {
+	if !have || calls <= 0 {
+		return nil
+	}
+	return ptr(round(float64(cpu)/float64(time.Millisecond)/float64(calls), 3))
+}
+
+// serverMsPer is gateway plus PostgreSQL CPU milliseconds per call: what a
+// call costs the system under test.
+func (p phaseUsage) serverMsPer(calls int) *float64 {
+	if !p.haveGW || !p.havePG || calls <= 0 {
+		return nil
+	}
+	return msPer(p.gatewayCPU+p.pgCPU, true, calls)
+}
+
+// maintenance is the checkpoints and autovacuum runs during the phase.
+func (p phaseUsage) maintenance() (checkpoints, autovacuums *int64) {
+	if !p.haveMaint {
+		return nil, nil
+	}
+	return ptr(p.checkpoints), ptr(p.autovacuums)
+}
+
+func (p phaseUsage) xactsPerSec() *float64 {
+	if !p.haveXacts || p.wall <= 0 {
+		return nil
+	}
+	return ptr(round(float64(p.xacts)/p.wall.Seconds(), 1))
+}
+
+func (p phaseUsage) xactsPer(calls int) *float64 {
+	if !p.haveXacts || calls <= 0 {
+		return nil
+	}
+	return ptr(round(float64(p.xacts)/float64(calls), 2))
+}
+
+// ratio is a ÷ b, or nil.
+func ratio(a, b *float64) *float64 {
+	if a == nil || b == nil || *b == 0 {
+		return nil
+	}
+	return ptr(round(*a / *b, 3))
 }

@@ -81,6 +81,9 @@ type Stack struct {
 	tokenCreated *uuid.UUID
 
 	closeOnce sync.Once
+
+	ckptOnce sync.Once
+	ckptSQL  string
 }
 
 // onlineWindow is only used by the store to compute a worker's "online"
@@ -212,7 +215,7 @@ func (s *Stack) startGateway(ctx context.Context, bin, certFile, keyFile string)
 			"-polls-per-worker", strconv.Itoa(s.cfg.pollsPerWorker),
 			"-max-polls", strconv.Itoa(s.cfg.maxPolls),
 			"-drain", "5s",
-			"-artifacts-dir", filepath.Join(filepath.Dir(certFile), "artifacts"),
+			"-artifacts-dir", s.ArtifactsDir(),
 		}
 		args = append(args, s.cfg.gatewayArgs...)
 		cmd := exec.Command(bin, args...)
@@ -346,6 +349,15 @@ func (s *Stack) GatewayPID() int {
 		return s.gateway.Process.Pid
 	}
 	return s.cfg.gatewayPID
+}
+
+// ArtifactsDir is the private gateway's fs artifact directory (object keys
+// are paths below it), or "" for an existing deployment.
+func (s *Stack) ArtifactsDir() string {
+	if s.external || s.dir == "" {
+		return ""
+	}
+	return filepath.Join(s.dir, "artifacts")
 }
 
 // PostmasterPID is the PostgreSQL postmaster's process id, or 0 when unknown.
