@@ -29,6 +29,8 @@ const (
 type authState struct {
 	worker    *store.WorkerIdentity
 	principal *store.Principal
+	// fingerprint is the client certificate the worker authenticated with.
+	fingerprint string
 }
 
 type authKey struct{}
@@ -67,7 +69,7 @@ func (s *Server) authenticate(ctx context.Context, input *openapi3filter.Authent
 		if err != nil {
 			return err
 		}
-		st.worker = &id
+		st.worker, st.fingerprint = &id, fingerprintOf(r)
 		return nil
 	case schemeBearer:
 		p, err := s.authenticateBearer(ctx, r)
@@ -102,6 +104,10 @@ func (s *Server) authenticateWorker(ctx context.Context, r *http.Request) (store
 	}
 	return id, nil
 }
+
+// fingerprintOfContext is the certificate the request's worker
+// authenticated with.
+func fingerprintOfContext(ctx context.Context) string { return authFrom(ctx).fingerprint }
 
 // fingerprintOf is the SHA-256 fingerprint of the request's client
 // certificate, or "".

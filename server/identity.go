@@ -67,7 +67,7 @@ func (h *handlers) RenewCertificate(ctx context.Context, req api.RenewCertificat
 		return nil, err
 	}
 	cert := store.Certificate{Fingerprint: issuedFingerprint(issued), Subject: "CN=" + workerID.String(), ExpiresAt: issued.ExpiresAt}
-	if err := h.store.RenewCertificate(ctx, workerID, cert, h.cfg.Identity.RenewalGrace); err != nil {
+	if err := h.store.RenewCertificate(ctx, workerID, cert, fingerprintOfContext(ctx), h.cfg.Identity.RenewalGrace); err != nil {
 		return nil, err
 	}
 	h.audit(ctx, "worker.renew_certificate", "worker", workerID.String(), nil, map[string]any{"expires_at": issued.ExpiresAt})

@@ -68,7 +68,7 @@ func (s *Store) Enroll(ctx context.Context, token string, sign func(workerID uui
 		if err != nil {
 			return err
 		}
-		return bindCertificate(ctx, tx, workerID, cert, 0)
+		return bindCertificate(ctx, tx, workerID, cert, "", 0)
 	})
 	if err != nil {
 		return uuid.Nil, err
@@ -76,21 +76,24 @@ func (s *Store) Enroll(ctx context.Context, token string, sign func(workerID uui
 	return workerID, nil
 }
 
-// RenewCertificate binds a new certificate to a worker. The previous one
-// keeps working until the new one is first used or grace passes.
-func (s *Store) RenewCertificate(ctx context.Context, workerID uuid.UUID, cert Certificate, grace time.Duration) error {
+// RenewCertificate binds a new certificate to a worker. The certificate the
+// worker renewed with (callerFingerprint) keeps working until the new one is
+// first used or grace passes. Keeping the caller's, not whichever was
+// current, matters when a renewal's answer is lost: the retry comes with the
+// old certificate, which must survive it.
+func (s *Store) RenewCertificate(ctx context.Context, workerID uuid.UUID, cert Certificate, callerFingerprint string, grace time.Duration) error {
 	return s.inTx(ctx, "renew certificate", func(tx pgx.Tx) error {
-		return bindCertificate(ctx, tx, workerID, cert, grace)
+		return bindCertificate(ctx, tx, workerID, cert, callerFingerprint, grace)
 	})
 }
 
-func bindCertificate(ctx context.Context, tx pgx.Tx, workerID uuid.UUID, cert Certificate, grace time.Duration) error {
+func bindCertificate(ctx context.Context, tx pgx.Tx, workerID uuid.UUID, cert Certificate, callerFingerprint string, grace time.Duration) error {
 	tag, err := tx.Exec(ctx, `
 		UPDATE workers SET
-			previous_certificate_fingerprint = CASE WHEN $5 > 0 AND certificate_fingerprint <> '' THEN certificate_fingerprint END,
-			previous_certificate_valid_until = CASE WHEN $5 > 0 AND certificate_fingerprint <> '' THEN now() + make_interval(secs => $5) END,
+			previous_certificate_fingerprint = CASE WHEN $5 > 0 AND $6 <> '' THEN $6 END,
+			previous_certificate_valid_until = CASE WHEN $5 > 0 AND $6 <> '' THEN now() + make_interval(secs => $5) END,
 			certificate_fingerprint = $2, certificate_subject = $3, certificate_expires_at = $4, updated_at = now()
-		WHERE id = $1 AND revoked_at IS NULL`, workerID, cert.Fingerprint, cert.Subject, cert.ExpiresAt, grace.Seconds())
+		WHERE id = $1 AND revoked_at IS NULL`, workerID, cert.Fingerprint, cert.Subject, cert.ExpiresAt, grace.Seconds(), callerFingerprint)
 	if isUniqueViolation(err) {
 		return fmt.Errorf("%w: certificate already registered to another worker", ErrConflict)
 	}

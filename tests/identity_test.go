@@ -318,3 +318,34 @@ func TestEveryIDRouteIsOrganizationScoped(t *testing.T) {
 	require.Equal(t, workerclient.TaskState("leased"), g.Task(t, lb.Task.Id).State, "nothing changed")
 }
 
+
+// TestRenewalRetriedAfterALostAnswerKeepsTheOldCertificate: a worker whose
+// renewal answer was lost renews again with its old certificate; the old
+// one must keep working until a new one is used, or it would be locked out.
+func TestRenewalRetriedAfterALostAnswerKeepsTheOldCertificate(t *testing.T) {
+	t.Parallel()
+	g := harness.Start(t)
+	created, err := g.Control.CreateWorkerWithResponse(context.Background(), workerclient.CreateWorkerRequest{Name: "w", WorkerType: "scanner"})
+	require.NoError(t, err)
+	keyPEM, csrPEM, err := pki.NewCSR("w")
+	require.NoError(t, err)
+	status, body := enroll(t, g, created.JSON201.EnrollmentToken, csrPEM)
+	require.Equal(t, http.StatusOK, status, string(body))
+	var issued workerclient.IssuedCertificate
+	require.NoError(t, json.Unmarshal(body, &issued))
+	pair, err := tls.X509KeyPair([]byte(issued.CertificatePem), keyPEM)
+	require.NoError(t, err)
+	old, err := workerclient.NewClientWithResponses(g.URL, workerclient.WithHTTPClient(g.HTTPClient(&pair)))
+	require.NoError(t, err)
+
+	for range 3 { // every answer "lost": the worker never sees the new certificates
+		_, csr, err := pki.NewCSR("w")
+		require.NoError(t, err)
+		res, err := old.RenewCertificateWithResponse(context.Background(), workerclient.RenewRequest{CsrPem: string(csr)})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
+	}
+	hb, err := old.HeartbeatWorkerWithResponse(context.Background(), workerclient.WorkerHeartbeatRequest{Leases: []workerclient.LeaseRef{}})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, hb.StatusCode(), "the certificate the worker still holds keeps working")
+}

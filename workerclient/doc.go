@@ -17,6 +17,56 @@
 //	if err != nil { … }
 //	err = w.Run(ctx) // until ctx is cancelled, then drains
 //
+// # Enrollment and certificate renewal
+//
+// Instead of certificate files, a worker can enroll: give it a StateDir and,
+// on first start, the one-time EnrollmentToken an operator got when creating
+// it.
+//
+//	w, err := workerclient.NewWorker(workerclient.Config{
+//		GatewayURL:      "https://gateway.example:8443",
+//		StateDir:        "/var/lib/worker",
+//		EnrollmentToken: os.Getenv("WORKER_ENROLLMENT_TOKEN"),
+//		CAFile:          "ca.crt", // or nothing: the system roots
+//		Handler:         handler,
+//	})
+//
+// When StateDir holds no certificate, Run generates an ECDSA P-256 key there
+// (worker.key, mode 0600; it never leaves the machine) and sends a CSR for it
+// with the token to POST /v1/enroll, over TLS without a client certificate,
+// trusting the gateway through CAFile or the system roots. It writes the
+// certificate the gateway signs to worker.pem and the CA that signed it to
+// ca.pem (0644; the directory is created 0700), then runs as usual.
+// Transport errors, 429 and 5xx are retried; a token the gateway refuses
+// (enrollment-token-invalid: unknown, already used or expired) makes Run
+// return an error wrapping ErrEnrollmentTokenInvalid, and the operator must
+// issue a new token. On later starts the certificate in StateDir is reused
+// and the token is not needed (nor used, unless the certificate has expired:
+// then the worker enrolls again with it).
+//
+// Gateway trust with a StateDir: CAFile when set; otherwise the system roots
+// plus StateDir/ca.pem when a previous enrollment wrote it (it was received
+// over a connection verified with CAFile or the system roots).
+//
+// While Run runs, the certificate is renewed by itself: renew_in_seconds
+// after the request that obtained it was sent (two thirds of its lifetime),
+// or, for a certificate loaded from disk at start, after two thirds of the
+// time between its NotBefore and NotAfter by the worker's clock, the only one
+// it has for its own certificate. A renewal sends a CSR for a new key to
+// POST /v1/certificates/renew with the current certificate, writes the new
+// pair (each file atomically; the key goes to worker.key.next until the
+// certificate is written, so that a crash at any point leaves a usable pair)
+// and switches the HTTP client to it: every request from then on goes
+// through new connections presenting the new certificate, which ends the old
+// one's grace period at the gateway, while requests in flight finish on the
+// old connections, closed once idle. Failures are retried with exponential
+// backoff (1 s to 1 min); the old certificate keeps working meanwhile.
+// worker-revoked makes Run return an error wrapping ErrWorkerRevoked, as
+// everywhere; certificate-expired one wrapping ErrCertificateExpired.
+//
+// Certificates given as CertFile and KeyFile are not renewed by the runtime:
+// rewrite the files and new connections pick them up.
+//
 // # What the runtime does
 //
 //   - One poll loop long-polls POST /v1/leases for as many tasks as it has

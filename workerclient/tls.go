@@ -5,9 +5,11 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 )
@@ -27,36 +29,49 @@ const (
 // NewHTTPClient returns the mTLS client a worker uses: TLS 1.3 at least,
 // HTTP/2, the certificate from cfg.CertFile and cfg.KeyFile (re-read when the
 // files change, so a renewed certificate is used by new connections) and the
-// gateway trusted through cfg.CAFile — or cfg.TLSConfig when set. Its timeout
-// allows a long-poll of cfg.WaitSeconds. cfg.HTTPClient is ignored.
+// gateway trusted through cfg.CAFile — or cfg.TLSConfig when set. With
+// neither CertFile nor KeyFile but a StateDir, it uses the enrolled
+// certificate kept there (worker.pem and worker.key, re-read likewise) and
+// trusts the gateway as the Runtime does: cfg.CAFile, else the system roots
+// plus StateDir/ca.pem. Its timeout allows a long-poll of cfg.WaitSeconds.
+// cfg.HTTPClient is ignored.
 func NewHTTPClient(cfg Config) (*http.Client, error) {
 	tlsCfg, err := clientTLSConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
-	var tr *http.Transport
-	if dt, ok := http.DefaultTransport.(*http.Transport); ok {
-		tr = dt.Clone() // proxy from the environment, dial and idle timeouts
-	} else {
-		tr = &http.Transport{
-			Proxy:               http.ProxyFromEnvironment,
-			DialContext:         (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-			IdleConnTimeout:     90 * time.Second,
-			TLSHandshakeTimeout: 10 * time.Second,
-		}
-	}
+	return &http.Client{Transport: newWorkerTransport(tlsCfg), Timeout: clientTimeout(cfg.WaitSeconds)}, nil
+}
+
+// newWorkerTransport is the transport of calls to the gateway: HTTP/2 with
+// pings, the proxy and timeouts of http.DefaultTransport.
+func newWorkerTransport(tlsCfg *tls.Config) *http.Transport {
+	tr := baseTransport()
 	tr.TLSClientConfig = tlsCfg
 	tr.ForceAttemptHTTP2 = true // needed as soon as TLSClientConfig is set
 	tr.HTTP2 = &http.HTTP2Config{SendPingTimeout: h2SendPingTimeout, PingTimeout: h2PingTimeout}
+	return tr
+}
 
-	wait := cfg.WaitSeconds
-	if wait <= 0 {
-		wait = defaultWaitSeconds
+func baseTransport() *http.Transport {
+	if dt, ok := http.DefaultTransport.(*http.Transport); ok {
+		return dt.Clone() // proxy from the environment, dial and idle timeouts
 	}
-	return &http.Client{
-		Transport: tr,
-		Timeout:   time.Duration(wait)*time.Second + pollMargin + clientTimeoutSlack,
-	}, nil
+	return &http.Transport{
+		Proxy:               http.ProxyFromEnvironment,
+		DialContext:         (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		IdleConnTimeout:     90 * time.Second,
+		TLSHandshakeTimeout: 10 * time.Second,
+	}
+}
+
+// clientTimeout is the backstop timeout of a client whose long-polls wait
+// waitSeconds (0: the default).
+func clientTimeout(waitSeconds int) time.Duration {
+	if waitSeconds <= 0 {
+		waitSeconds = defaultWaitSeconds
+	}
+	return time.Duration(waitSeconds)*time.Second + pollMargin + clientTimeoutSlack
 }
 
 func clientTLSConfig(cfg Config) (*tls.Config, error) {
@@ -64,30 +79,63 @@ func clientTLSConfig(cfg Config) (*tls.Config, error) {
 	if cfg.TLSConfig != nil {
 		c = cfg.TLSConfig.Clone()
 	} else {
-		if cfg.CertFile == "" || cfg.KeyFile == "" {
+		certFile, keyFile := cfg.CertFile, cfg.KeyFile
+		if certFile == "" && keyFile == "" && cfg.StateDir != "" {
+			certFile, keyFile = filepath.Join(cfg.StateDir, StateCertFile), filepath.Join(cfg.StateDir, StateKeyFile)
+		}
+		if certFile == "" || keyFile == "" {
 			return nil, errors.New("workerclient: CertFile and KeyFile are required for mTLS")
 		}
-		kp, err := newKeyPairReloader(cfg.CertFile, cfg.KeyFile)
+		kp, err := newKeyPairReloader(certFile, keyFile)
 		if err != nil {
 			return nil, err
 		}
-		c = &tls.Config{GetClientCertificate: kp.getClientCertificate}
-		if cfg.CAFile != "" {
-			pem, err := os.ReadFile(cfg.CAFile)
-			if err != nil {
-				return nil, fmt.Errorf("workerclient: CA file: %w", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("workerclient: CA file %s holds no PEM certificate", cfg.CAFile)
-			}
-			c.RootCAs = pool
+		roots, err := gatewayRoots(cfg)
+		if err != nil {
+			return nil, err
 		}
+		c = &tls.Config{GetClientCertificate: kp.getClientCertificate, RootCAs: roots}
 	}
 	if c.MinVersion < tls.VersionTLS13 {
 		c.MinVersion = tls.VersionTLS13
 	}
 	return c, nil
+}
+
+// gatewayRoots is the pool of CAs trusted to sign the gateway's certificate:
+// cfg.CAFile's alone when set; else, with a StateDir holding ca.pem (written
+// by enrollment), the system roots plus that CA; else nil, the system roots.
+func gatewayRoots(cfg Config) (*x509.CertPool, error) {
+	if cfg.CAFile != "" {
+		pem, err := os.ReadFile(cfg.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("workerclient: CA file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("workerclient: CA file %s holds no PEM certificate", cfg.CAFile)
+		}
+		return pool, nil
+	}
+	if cfg.StateDir == "" {
+		return nil, nil
+	}
+	path := filepath.Join(cfg.StateDir, StateCAFile)
+	pem, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("workerclient: state CA file: %w", err)
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil || pool == nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("workerclient: %s holds no PEM certificate", path)
+	}
+	return pool, nil
 }
 
 // keyPairReloader serves the client certificate for each TLS handshake and
@@ -178,17 +226,7 @@ func newForeignHTTPClient(cfg Config) (*http.Client, error) {
 		}
 		tlsCfg.RootCAs = pool
 	}
-	var tr *http.Transport
-	if dt, ok := http.DefaultTransport.(*http.Transport); ok {
-		tr = dt.Clone()
-	} else {
-		tr = &http.Transport{
-			Proxy:               http.ProxyFromEnvironment,
-			DialContext:         (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-			IdleConnTimeout:     90 * time.Second,
-			TLSHandshakeTimeout: 10 * time.Second,
-		}
-	}
+	tr := baseTransport()
 	tr.TLSClientConfig = tlsCfg
 	tr.ForceAttemptHTTP2 = true
 	return &http.Client{Transport: tr}, nil

@@ -106,16 +106,33 @@ const (
 )
 
 // Config configures a worker Runtime. GatewayURL and Handler are required, and so is
-// a client identity: CertFile and KeyFile, TLSConfig or HTTPClient.
+// a client identity: CertFile and KeyFile, StateDir (with EnrollmentToken on
+// first start), TLSConfig or HTTPClient.
 type Config struct {
 	// GatewayURL is the gateway's base URL, e.g. https://127.0.0.1:8443.
 	GatewayURL string
 	// CertFile and KeyFile are the worker's PEM client certificate and key.
 	// They are re-read when they change on disk, so a renewed certificate is
-	// used for new connections without a restart.
+	// used for new connections without a restart. The runtime does not
+	// renew them itself: use StateDir for that.
 	CertFile, KeyFile string
+	// StateDir is where an enrolled worker keeps its identity: worker.key
+	// (0600, generated here and never sent), worker.pem and ca.pem (the CA
+	// that signed it). It is created (0700) if missing. When it holds no
+	// certificate, Run first enrolls with EnrollmentToken; an existing
+	// certificate is reused on restart, without a token. The runtime renews
+	// the certificate by itself and rewrites the files. One worker process
+	// per StateDir. Not combined with CertFile, KeyFile, TLSConfig or
+	// HTTPClient.
+	StateDir string
+	// EnrollmentToken is the one-time token an operator got when creating
+	// the worker (or from POST /v1/workers/{id}/enrollment-token). It is used
+	// only when StateDir holds no certificate, or one that has expired.
+	// Requires StateDir.
+	EnrollmentToken string
 	// CAFile is the PEM bundle of CAs trusted to sign the gateway's
-	// certificate; empty means the system roots.
+	// certificate; empty means the system roots (with StateDir: the system
+	// roots plus StateDir/ca.pem, when a previous enrollment wrote it).
 	CAFile string
 	// TLSConfig, when set, is used instead of CertFile, KeyFile and CAFile.
 	// Its MinVersion is raised to TLS 1.3.
@@ -251,11 +268,16 @@ type Runtime struct {
 	// logChunkMax is the size of log chunks, lowered when the gateway
 	// answers 413.
 	logChunkMax atomic.Int64
+	// id is the enrolled identity kept in StateDir; nil without StateDir.
+	id *identity
+	hc *http.Client // the client of calls to the gateway
 }
 
 // NewWorker returns the runtime of one worker. It validates cfg, applies its
 // defaults and builds the HTTP client.
-// It loads the certificate files at once, so a bad path fails here.
+// It loads the certificate files at once, so a bad path fails here; so does a
+// StateDir that holds no certificate when no EnrollmentToken is given.
+// Enrollment itself, a call to the gateway, happens in Run.
 func NewWorker(cfg Config) (*Runtime, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -271,7 +293,15 @@ func NewWorker(cfg Config) (*Runtime, error) {
 		caps = &c
 	}
 	hc := cfg.HTTPClient
-	if hc == nil {
+	var id *identity
+	switch {
+	case hc != nil:
+	case cfg.StateDir != "":
+		if id, err = newIdentity(cfg); err != nil {
+			return nil, err
+		}
+		hc = &http.Client{Transport: id.tr, Timeout: clientTimeout(cfg.WaitSeconds)}
+	default:
 		if hc, err = NewHTTPClient(cfg); err != nil {
 			return nil, err
 		}
@@ -291,7 +321,7 @@ func NewWorker(cfg Config) (*Runtime, error) {
 		return nil, fmt.Errorf("workerclient: %w", err)
 	}
 	w := &Runtime{cfg: cfg, gatewayURL: gatewayURL, client: client, caps: caps, log: cfg.Logger,
-		uploadHTTP: uploadClient(hc), foreignHTTP: noRedirects(foreign)}
+		uploadHTTP: uploadClient(hc), foreignHTTP: noRedirects(foreign), id: id, hc: hc}
 	w.logChunkMax.Store(logChunkMax)
 	return w, nil
 }
@@ -330,8 +360,13 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.Handler == nil {
 		return bad("Handler is required")
 	}
-	if cfg.HTTPClient == nil && cfg.TLSConfig == nil && (cfg.CertFile == "" || cfg.KeyFile == "") {
-		return bad("CertFile and KeyFile (or TLSConfig, or HTTPClient) are required")
+	switch enrolled := cfg.StateDir != "" || cfg.EnrollmentToken != ""; {
+	case enrolled && (cfg.CertFile != "" || cfg.KeyFile != "" || cfg.TLSConfig != nil || cfg.HTTPClient != nil):
+		return bad("StateDir and EnrollmentToken (an enrolled identity) cannot be combined with CertFile, KeyFile, TLSConfig or HTTPClient")
+	case cfg.EnrollmentToken != "" && cfg.StateDir == "":
+		return bad("EnrollmentToken needs a StateDir to keep the certificate in")
+	case !enrolled && cfg.HTTPClient == nil && cfg.TLSConfig == nil && (cfg.CertFile == "" || cfg.KeyFile == ""):
+		return bad("CertFile and KeyFile (or StateDir with an EnrollmentToken, TLSConfig, or HTTPClient) are required")
 	}
 	switch {
 	case cfg.Slots == 0:
@@ -383,11 +418,29 @@ func defaultSoftwareVersion() string {
 // and an error wrapping ErrWorkerRevoked (and the *APIError) when the gateway
 // revokes the worker. Run returns only after every goroutine it started has
 // ended. A Runtime runs at most one Run at a time.
+//
+// With a StateDir, Run first enrolls when the worker has no certificate yet
+// (an error wrapping ErrEnrollmentTokenInvalid when the gateway refuses the
+// token; nil when ctx is cancelled before enrollment succeeds), and renews
+// the certificate while it runs (an error wrapping ErrWorkerRevoked or
+// ErrCertificateExpired when the gateway refuses the renewal for good).
 func (w *Runtime) Run(ctx context.Context) error {
 	if !w.running.CompareAndSwap(false, true) {
 		return errors.New("workerclient: Run is already running")
 	}
 	defer w.running.Store(false)
+	if w.id != nil {
+		// Connections of replaced certificates end with Run at the latest.
+		defer w.hc.CloseIdleConnections()
+		if err := w.id.ensure(ctx); err != nil {
+			if ctx.Err() != nil {
+				w.log.Info("worker stopped before enrolling")
+				return nil
+			}
+			w.log.Error("worker stopped", "error", err)
+			return err
+		}
+	}
 
 	pollCtx, stopPolling := context.WithCancel(ctx)
 	defer stopPolling()
@@ -404,9 +457,16 @@ func (w *Runtime) Run(ctx context.Context) error {
 	hbCtx, stopHeartbeats := context.WithCancel(r.base)
 	var hb sync.WaitGroup
 	hb.Go(func() { r.heartbeatLoop(hbCtx) })
+	args := []any{"gateway", w.cfg.GatewayURL, "slots", w.cfg.Slots,
+		"wait_seconds", w.cfg.WaitSeconds, "software_version", w.cfg.SoftwareVersion}
+	if w.id != nil {
+		// Renewal goes on while draining: it stops with the heartbeats.
+		hb.Go(func() { r.renewLoop(hbCtx) })
+		workerID, renewAt, _ := w.id.state()
+		args = append(args, "worker_id", workerID, "certificate_renew_in", max(time.Until(renewAt), 0).Round(time.Second).String())
+	}
 
-	r.log.Info("worker started", "gateway", w.cfg.GatewayURL, "slots", w.cfg.Slots,
-		"wait_seconds", w.cfg.WaitSeconds, "software_version", w.cfg.SoftwareVersion)
+	r.log.Info("worker started", args...)
 	r.pollLoop(pollCtx)
 	r.drain()
 

@@ -10,9 +10,20 @@
 //
 //	worker -gateway https://127.0.0.1:8443 -cert worker.crt -key worker.key -ca ca.crt
 //
+// Or, without -cert and -key, the worker enrolls: on first start it
+// generates its key in -state-dir, sends a CSR with the one-time enrollment
+// token the operator got when creating the worker, and keeps the certificate
+// the gateway signs there (worker.key, worker.pem, ca.pem). Later starts
+// reuse it without a token, and the worker renews it by itself while it
+// runs. Prefer passing the token through the environment, where other users
+// of the machine cannot read it:
+//
+//	WORKER_ENROLLMENT_TOKEN=wge_… worker -gateway https://127.0.0.1:8443 -state-dir /var/lib/worker -ca ca.crt
+//
 // Every flag has an environment variable: GATEWAY_URL, WORKER_CERT,
-// WORKER_KEY, CA_CERT, WORKER_SLOTS, WORKER_WAIT_SECONDS,
-// WORKER_DRAIN_TIMEOUT and LOG_LEVEL. Logs are JSON on stderr.
+// WORKER_KEY, CA_CERT, WORKER_ENROLLMENT_TOKEN, WORKER_STATE_DIR,
+// WORKER_SLOTS, WORKER_WAIT_SECONDS, WORKER_DRAIN_TIMEOUT and LOG_LEVEL. Logs
+// are JSON on stderr.
 package main
 
 import (
@@ -47,7 +58,12 @@ func run(args []string) error {
 	gateway := fs.String("gateway", os.Getenv("GATEWAY_URL"), "gateway base URL, e.g. https://127.0.0.1:8443 ($GATEWAY_URL)")
 	cert := fs.String("cert", os.Getenv("WORKER_CERT"), "client certificate PEM file ($WORKER_CERT)")
 	key := fs.String("key", os.Getenv("WORKER_KEY"), "client key PEM file ($WORKER_KEY)")
-	ca := fs.String("ca", os.Getenv("CA_CERT"), "PEM file of the CA that signed the gateway's certificate ($CA_CERT); empty: system roots")
+	ca := fs.String("ca", os.Getenv("CA_CERT"), "PEM file of the CA that signed the gateway's certificate ($CA_CERT); "+
+		"empty: system roots (with -state-dir: plus the CA saved there by enrollment)")
+	enrollToken := fs.String("enroll-token", os.Getenv("WORKER_ENROLLMENT_TOKEN"),
+		"one-time enrollment token, used when -cert and -key are not given and -state-dir holds no certificate yet ($WORKER_ENROLLMENT_TOKEN)")
+	stateDir := fs.String("state-dir", os.Getenv("WORKER_STATE_DIR"),
+		"directory of the enrolled identity (worker.key, worker.pem, ca.pem), used when -cert and -key are not given ($WORKER_STATE_DIR)")
 	slots := fs.Int("slots", envInt("WORKER_SLOTS", 4), "tasks run at once ($WORKER_SLOTS)")
 	wait := fs.Int("wait", envInt("WORKER_WAIT_SECONDS", 20), "long-poll wait in seconds ($WORKER_WAIT_SECONDS)")
 	drain := fs.Duration("drain-timeout", envDuration("WORKER_DRAIN_TIMEOUT", 30*time.Second),
@@ -65,10 +81,8 @@ func run(args []string) error {
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
 
-	w, err := workerclient.NewWorker(workerclient.Config{
+	cfg := workerclient.Config{
 		GatewayURL:      *gateway,
-		CertFile:        *cert,
-		KeyFile:         *key,
 		CAFile:          *ca,
 		Slots:           *slots,
 		WaitSeconds:     *wait,
@@ -77,7 +91,11 @@ func run(args []string) error {
 		SoftwareVersion: softwareVersion,
 		Handler:         handle(log),
 		Logger:          log,
-	})
+	}
+	if err := identity(fs, &cfg, *cert, *key, *stateDir, *enrollToken); err != nil {
+		return err
+	}
+	w, err := workerclient.NewWorker(cfg)
 	if err != nil {
 		return err
 	}
@@ -90,6 +108,27 @@ func run(args []string) error {
 		stop() // a second signal gets the default behaviour
 	}()
 	return w.Run(ctx) // Run logs why it stopped
+}
+
+// identity chooses the worker's identity: the certificate files when -cert
+// or -key is given, else enrollment into -state-dir. Enrollment flags given
+// explicitly with -cert/-key are an error; the same settings from the
+// environment are ignored then.
+func identity(fs *flag.FlagSet, cfg *workerclient.Config, cert, key, stateDir, token string) error {
+	if cert != "" || key != "" {
+		explicit := false
+		fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "state-dir" || f.Name == "enroll-token" })
+		if explicit {
+			return errors.New("give either -cert and -key, or -state-dir (with -enroll-token on first start), not both")
+		}
+		cfg.CertFile, cfg.KeyFile = cert, key
+		return nil
+	}
+	if stateDir == "" {
+		return errors.New("no identity: give -cert and -key, or -state-dir (with -enroll-token on first start)")
+	}
+	cfg.StateDir, cfg.EnrollmentToken = stateDir, token
+	return nil
 }
 
 func envOr(name, def string) string {
