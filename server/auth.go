@@ -92,7 +92,7 @@ func (s *Server) authenticateWorker(ctx context.Context, r *http.Request) (store
 		return store.WorkerIdentity{}, newProblem(http.StatusUnauthorized, "certificate-expired",
 			"the client certificate is not valid at this time")
 	}
-	id, err := s.store.WorkerByFingerprint(ctx, pki.Fingerprint(cert))
+	id, err := s.lookupWorker(ctx, pki.Fingerprint(cert))
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return store.WorkerIdentity{}, newProblem(http.StatusUnauthorized, "certificate-unknown",

@@ -128,6 +128,9 @@ type Server struct {
 	handler http.Handler
 	// securityEvents throttles audit rows for refused requests.
 	securityEvents securityThrottle
+	// lookupWorker resolves a certificate fingerprint on every worker
+	// request; a benchmark swaps it to measure what the check costs.
+	lookupWorker func(ctx context.Context, fingerprint string) (store.WorkerIdentity, error)
 }
 
 // New builds a replica over a database pool. Start its background work with
@@ -137,6 +140,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 		cfg.Logger = slog.Default()
 	}
 	s := &Server{cfg: cfg, store: store.New(pool), pool: pool, logger: cfg.Logger}
+	s.lookupWorker = s.store.WorkerByFingerprint
 	s.hub = NewHub()
 	s.sweeper = newSweeper(s.store, s.hub, cfg, cfg.Logger)
 	h, err := s.buildHandler()

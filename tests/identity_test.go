@@ -3,7 +3,12 @@ package tests
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"crypto/rsa"
 	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -193,6 +198,13 @@ func TestEnrollmentRefusals(t *testing.T) {
 	status, body := enroll(t, g, token, []byte("-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n-----END CERTIFICATE REQUEST-----\n"))
 	require.Equal(t, http.StatusBadRequest, status)
 	require.Equal(t, "bad-csr", problemCode(t, body))
+	weakKey, err := rsa.GenerateKey(rand.Reader, 1024)
+	require.NoError(t, err)
+	weakDER, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "w"}}, weakKey)
+	require.NoError(t, err)
+	status, body = enroll(t, g, token, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: weakDER}))
+	require.Equal(t, http.StatusBadRequest, status, "a CSR with a weak key")
+	require.Equal(t, "bad-csr", problemCode(t, body))
 	status, _ = enroll(t, g, "wge_not-a-token", csrPEM)
 	require.Equal(t, http.StatusUnauthorized, status)
 
@@ -348,4 +360,38 @@ func TestRenewalRetriedAfterALostAnswerKeepsTheOldCertificate(t *testing.T) {
 	hb, err := old.HeartbeatWorkerWithResponse(context.Background(), workerclient.WorkerHeartbeatRequest{Leases: []workerclient.LeaseRef{}})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, hb.StatusCode(), "the certificate the worker still holds keeps working")
+}
+
+// TestRevokedWorkersTasksGoElsewhereAtOnce: a worker holding 20 leases is
+// revoked while another waits in a long-poll; the waiting poll gets all 20
+// tasks without waiting for any lease to expire. It logs how long that took.
+func TestRevokedWorkersTasksGoElsewhereAtOnce(t *testing.T) {
+	t.Parallel()
+	g := harness.Start(t)
+	org := g.NewOrganization(t, "acme")
+	bad := g.NewWorker(t, "bad", 20, org)
+	good := g.NewWorker(t, "good", 20, org)
+	for range 20 {
+		g.CreateTask(t, org, harness.TaskSpec{LeaseDurationSeconds: 600})
+	}
+	require.Len(t, lease(t, bad, 20, 0), 20)
+	got := make(chan int, 1)
+	var returned time.Time
+	go func() {
+		n, wait := 20, 25
+		res, err := good.Client.AcquireLeasesWithResponse(context.Background(), nil, workerclient.LeaseRequest{MaxTasks: &n, WaitSeconds: &wait})
+		returned = time.Now()
+		if err != nil || res.JSON200 == nil {
+			got <- -1
+			return
+		}
+		got <- len(res.JSON200.Leases)
+	}()
+	harness.WaitFor(t, 10*time.Second, "the good worker's poll", func() bool { return g.Server.Hub().Waiting() == 1 })
+	res, err := g.Control.RevokeWorkerWithResponse(context.Background(), bad.ID, workerclient.RevokeRequest{Reason: "compromised"})
+	require.NoError(t, err)
+	revoked := time.Now()
+	require.Equal(t, http.StatusOK, res.StatusCode())
+	require.Equal(t, 20, <-got, "all 20 tasks went to the waiting worker, well before their 600 s leases could expire")
+	t.Logf("revoke returned → 20 tasks leased by another worker: %.1f ms", float64(returned.Sub(revoked).Microseconds())/1000)
 }
