@@ -8,8 +8,8 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
 	"encoding/json"
+	"encoding/pem"
 	"io"
 	"net/http"
 	"testing"
@@ -329,7 +329,6 @@ func TestEveryIDRouteIsOrganizationScoped(t *testing.T) {
 	}
 	require.Equal(t, workerclient.TaskState("leased"), g.Task(t, lb.Task.Id).State, "nothing changed")
 }
-
 
 // TestRenewalRetriedAfterALostAnswerKeepsTheOldCertificate: a worker whose
 // renewal answer was lost renews again with its old certificate; the old
