@@ -21,7 +21,7 @@ const adminUsage = `gateway admin <command> [flags]
   create-organization  -name NAME                                                     print the new organization's id
   create-worker        -name NAME [-type scanner|ai] [-capacity N] [-cert FILE]       print the new worker's id
   assign               -organization ID -worker ID
-  issue-dev-certs      -dir DIR [-worker-name NAME]   write a dev CA, a server certificate for localhost and a worker certificate
+  issue-dev-certs      -dir DIR [-worker-name NAME] [-hosts a,b]   write a dev CA, a server certificate and worker certificates
 
 All but issue-dev-certs need -database-url or $DATABASE_URL.
 `
@@ -42,13 +42,14 @@ func runAdmin(ctx context.Context, args []string) error {
 	worker := fs.String("worker", "", "worker id")
 	dir := fs.String("dir", "", "output directory")
 	workerName := fs.String("worker-name", "worker", "common name of the worker certificate")
+	hosts := fs.String("hosts", "localhost,127.0.0.1,::1", "comma-separated names and addresses the server certificate is for")
 	_ = fs.Parse(args[1:])
 
 	if args[0] == "issue-dev-certs" {
 		if *dir == "" {
 			return fmt.Errorf("issue-dev-certs needs -dir")
 		}
-		return issueDevCerts(*dir, *workerName)
+		return issueDevCerts(*dir, *workerName, strings.Split(*hosts, ","))
 	}
 	if *url == "" {
 		return fmt.Errorf("admin %s needs -database-url or $DATABASE_URL", args[0])
@@ -138,7 +139,7 @@ func (p devPKI) ManualWorkerKey() string  { return p.path("manual-worker-key.pem
 // localhost/127.0.0.1/::1 and two worker client certificates (the reference
 // worker's and one for driving the protocol by hand). Existing files
 // are kept, so restarts keep identities.
-func issueDevCerts(dir, workerName string) error {
+func issueDevCerts(dir, workerName string, hosts []string) error {
 	p := devPKI{dir}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -153,7 +154,7 @@ func issueDevCerts(dir, workerName string) error {
 	if err := ca.WriteFiles(p.CACert(), p.CAKey()); err != nil {
 		return err
 	}
-	srv, err := ca.IssueServer([]string{"localhost", "127.0.0.1", "::1"}, 365*24*time.Hour)
+	srv, err := ca.IssueServer(hosts, 365*24*time.Hour)
 	if err != nil {
 		return err
 	}

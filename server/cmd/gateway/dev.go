@@ -62,7 +62,7 @@ func runDev(ctx context.Context, args []string, logger *slog.Logger) error {
 	}
 
 	certs := devPKI{filepath.Join(dir, "pki")}
-	if err := issueDevCerts(certs.dir, "demo-worker"); err != nil {
+	if err := issueDevCerts(certs.dir, "demo-worker", []string{"localhost", "127.0.0.1", "::1"}); err != nil {
 		return err
 	}
 	c.tlsCert, c.tlsKey = certs.ServerCert(), certs.ServerKey()
