@@ -18,6 +18,7 @@ Usage:
   gateway serve     [flags]   serve one replica (TLS)
   gateway migrate   up|version [flags]
   gateway admin     bootstrap-token|create-organization|create-worker|assign|issue-dev-certs [flags]
+  gateway ctl       <resource> <verb> [flags]   manage orgs, workers, tokens and tasks over the REST API
   gateway dev       [flags]   start a complete development system (used by make run)
 
 Every flag can also be set by environment variable; run a subcommand with -h to see them.
@@ -43,6 +44,11 @@ func main() {
 		err = runAdmin(ctx, args)
 	case "dev":
 		err = runDev(ctx, args, logger)
+	case "ctl":
+		if code := runCtl(ctx, args, os.Stdout, os.Stderr); code != 0 {
+			stop()
+			os.Exit(code)
+		}
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 	default:
