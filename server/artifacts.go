@@ -117,6 +117,7 @@ func (h *handlers) UploadArtifact(ctx context.Context, req api.UploadArtifactReq
 		_ = backend.Delete(context.WithoutCancel(ctx), u.ObjectKey)
 		return nil, err
 	}
+	h.metrics.uploadBytes.Add(float64(u.SizeBytes))
 	return api.UploadArtifact204Response{}, nil
 }
 

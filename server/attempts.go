@@ -13,6 +13,7 @@ func (h *handlers) HeartbeatAttempt(ctx context.Context, req api.HeartbeatAttemp
 	if err != nil {
 		return nil, err
 	}
+	h.metrics.heartbeats.Inc()
 	return api.HeartbeatAttempt200JSONResponse(h.toLeaseStatus(st)), nil
 }
 
@@ -48,6 +49,9 @@ func (h *handlers) CompleteAttempt(ctx context.Context, req api.CompleteAttemptR
 	res, err := h.store.CompleteAttempt(ctx, p)
 	if err != nil {
 		return nil, err
+	}
+	if res.Replayed {
+		h.metrics.replays.WithLabelValues("complete").Inc()
 	}
 	return api.CompleteAttempt200JSONResponse{
 		AttemptId:     res.AttemptID,

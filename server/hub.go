@@ -53,7 +53,14 @@ type Waiter struct {
 	c      chan struct{}
 	// woken is the sequence of the notice that woke it, for Forward.
 	woken uint64
+	// signalledAt is when the hub signalled it (wake latency metric); set
+	// before the signal, so the woken poll reads it safely.
+	signalledAt time.Time
 }
+
+// SignalledAt is when the hub last signalled the waiter (zero if never).
+// Read it only after receiving from C.
+func (w *Waiter) SignalledAt() time.Time { return w.signalledAt }
 
 // C is closed-or-signalled when the waiter should try again.
 func (w *Waiter) C() <-chan struct{} { return w.c }
@@ -146,6 +153,9 @@ func removeWaiter(m map[uuid.UUID][]*Waiter, key uuid.UUID, w *Waiter) bool {
 
 // signal wakes a waiter and removes it, so one notice wakes it once.
 func (h *Hub) signal(w *Waiter) {
+	if len(w.c) == 0 {
+		w.signalledAt = time.Now()
+	}
 	select {
 	case w.c <- struct{}{}:
 	default:

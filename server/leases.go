@@ -53,11 +53,21 @@ func (h *handlers) AcquireLeases(ctx context.Context, req api.AcquireLeasesReque
 	var wokenBy *Waiter
 	for {
 		seq := h.hub.Seq()
+		started := time.Now()
 		res, err := h.store.AcquireLeases(ctx, params)
+		h.metrics.leaseAcquisition.Observe(time.Since(started).Seconds())
 		if err != nil {
 			return nil, err
 		}
+		if res.Replayed {
+			h.metrics.replays.WithLabelValues("leases").Inc()
+		}
 		if len(res.Leases) > 0 || wait == 0 {
+			if wokenBy != nil && len(res.Leases) > 0 {
+				// Approximate: from the signal to this answer, including
+				// the acquisition transaction it ran.
+				h.metrics.wakeLatency.Observe(time.Since(wokenBy.SignalledAt()).Seconds())
+			}
 			return h.leaseAnswer(res), nil
 		}
 		if wokenBy != nil {
@@ -110,6 +120,13 @@ func (h *handlers) HeartbeatWorker(ctx context.Context, req api.HeartbeatWorkerR
 	statuses, err := h.store.RenewLeases(ctx, p)
 	if err != nil {
 		return nil, err
+	}
+	for _, st := range statuses {
+		if st.State == store.LeaseLost {
+			h.metrics.fencingRejections.Inc()
+		} else {
+			h.metrics.heartbeats.Inc()
+		}
 	}
 	return api.HeartbeatWorker200JSONResponse{Leases: mapSlice(statuses, h.toLeaseStatus)}, nil
 }

@@ -146,6 +146,7 @@ func isUnavailable(err error) bool {
 // 4xx at Info, 5xx at Error with the cause.
 func writeProblem(w http.ResponseWriter, r *http.Request, p *Problem, logger *slog.Logger) {
 	p.RequestID = requestIDFrom(r.Context())
+	noteProblem(r.Context(), p.Code)
 	if p.RetryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(p.RetryAfter))
 	}

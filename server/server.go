@@ -45,6 +45,10 @@ type Config struct {
 	// ValidateResponses checks every response against openapi.yaml and
 	// turns a mismatch into a 500; tests turn it on.
 	ValidateResponses bool
+	// MetricsOnMain serves GET /metrics on the main listener, to bearer API
+	// tokens without organization scope. Turn it off when the metrics are
+	// served on a separate internal listener (OpsHandler).
+	MetricsOnMain bool
 }
 
 // Limits are the explicit bounds on what one request may ask of the server.
@@ -112,7 +116,8 @@ func DefaultConfig() Config {
 			MaxBytes:           1 << 30,
 			MaxBytesPerAttempt: 4 << 30,
 		},
-		Logger: slog.Default(),
+		Logger:        slog.Default(),
+		MetricsOnMain: true,
 	}
 }
 
@@ -126,6 +131,9 @@ type Server struct {
 	sweeper *Sweeper
 	polls   pollLimiter
 	handler http.Handler
+	metrics *metrics
+	// metricsHandler serves the metrics registry, unauthenticated.
+	metricsHandler http.Handler
 	// securityEvents throttles audit rows for refused requests.
 	securityEvents securityThrottle
 	// lookupWorker resolves a certificate fingerprint on every worker
@@ -143,6 +151,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 	s.lookupWorker = s.store.WorkerByFingerprint
 	s.hub = NewHub()
 	s.sweeper = newSweeper(s.store, s.hub, cfg, cfg.Logger)
+	s.metrics = newMetrics(s)
+	s.sweeper.metrics = s.metrics
+	s.metricsHandler = s.metrics.handler(s)
 	h, err := s.buildHandler()
 	if err != nil {
 		return nil, err
@@ -206,9 +217,15 @@ func (s *Server) buildHandler() (http.Handler, error) {
 	root := http.NewServeMux()
 	root.HandleFunc("GET /openapi.yaml", serveSpecYAML)
 	root.HandleFunc("GET /openapi.json", serveSpecJSON)
+	root.Handle("GET /docs", docsHandler())
+	root.Handle("GET /docs/", docsHandler())
 	root.Handle("/", apiHandler)
 	root.Handle("PUT /v1/uploads/{upload_id}", uploads)
-	return s.withRequestContext(s.bodyLimits(root)), nil
+	if s.cfg.MetricsOnMain {
+		root.HandleFunc("GET /metrics", s.serveMetricsAuthenticated)
+	}
+	s.metrics.routes = routeMux(strict)
+	return s.metrics.withMetrics(s.withRequestContext(s.bodyLimits(root))), nil
 }
 
 // registerFormats makes kin-openapi check format: uuid, by RFC 9562 (its

@@ -20,7 +20,9 @@ type Sweeper struct {
 	hub    *Hub
 	cfg    Config
 	logger *slog.Logger
-	kick   chan struct{}
+	// metrics is set by the server; nil in tests that build a sweeper alone.
+	metrics *metrics
+	kick    chan struct{}
 	// plannedAt is when the next pass will run (monotonic nanoseconds since
 	// the sweeper started), so a grant kicks it only when needed.
 	plannedAt atomic.Int64
@@ -61,8 +63,14 @@ func (sw *Sweeper) Run(ctx context.Context) {
 
 // pass sweeps once and returns how long to sleep.
 func (sw *Sweeper) pass(ctx context.Context) time.Duration {
+	if sw.metrics != nil {
+		sw.metrics.sweeperRuns.Inc()
+	}
 	sw.sweepUploads(ctx)
 	res, err := sw.store.SweepExpired(ctx, sw.cfg.SweepBatch)
+	if sw.metrics != nil && err == nil {
+		sw.metrics.leaseExpiries.Add(float64(res.ExpiredAttempts))
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			sw.logger.Warn("sweep failed", "error", err.Error())

@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"sync"
 	"time"
@@ -23,6 +25,7 @@ import (
 type serveConfig struct {
 	databaseURL string
 	listen      string
+	opsListen   string
 	tlsCert     string
 	tlsKey      string
 	migrate     bool
@@ -59,6 +62,9 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 	c := &serveConfig{server: server.DefaultConfig()}
 	fs.StringVar(&c.databaseURL, "database-url", env("DATABASE_URL", ""), "PostgreSQL URL ($DATABASE_URL)")
 	fs.StringVar(&c.listen, "listen", env("GATEWAY_LISTEN", "127.0.0.1:8443"), "TLS listen address ($GATEWAY_LISTEN)")
+	fs.StringVar(&c.opsListen, "ops-listen", env("GATEWAY_OPS_LISTEN", ""),
+		"plain-HTTP, unauthenticated listener for /metrics, /healthz and /readyz, e.g. 127.0.0.1:9090; keep it internal. "+
+			"When empty, /metrics is served on the main listener to API tokens without organization scope ($GATEWAY_OPS_LISTEN)")
 	fs.StringVar(&c.tlsCert, "tls-cert", env("GATEWAY_TLS_CERT", ""), "server certificate PEM ($GATEWAY_TLS_CERT)")
 	fs.StringVar(&c.tlsKey, "tls-key", env("GATEWAY_TLS_KEY", ""), "server key PEM ($GATEWAY_TLS_KEY)")
 	fs.BoolVar(&c.migrate, "migrate", env("GATEWAY_MIGRATE", "") == "true", "apply migrations before serving ($GATEWAY_MIGRATE=true)")
@@ -134,6 +140,14 @@ func serve(ctx context.Context, c *serveConfig, ln net.Listener, logger *slog.Lo
 	defer pool.Close()
 
 	c.server.Logger = logger
+	c.server.MetricsOnMain = c.opsListen == ""
+	var opsLn net.Listener
+	if c.opsListen != "" {
+		if opsLn, err = net.Listen("tcp", c.opsListen); err != nil {
+			return fmt.Errorf("ops listener: %w", err)
+		}
+		defer opsLn.Close()
+	}
 	if c.server.Artifacts.Backend, err = c.artifacts.open(ctx); err != nil {
 		return err
 	}
@@ -149,8 +163,34 @@ func serve(ctx context.Context, c *serveConfig, ln net.Listener, logger *slog.Lo
 	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = srv.Run(bgCtx, c.databaseURL) })
+	var ops *http.Server
+	if opsLn != nil {
+		ops = &http.Server{
+			Handler:           srv.OpsHandler(),
+			ReadHeaderTimeout: 5 * time.Second,
+			ReadTimeout:       10 * time.Second,
+			WriteTimeout:      30 * time.Second,
+			IdleTimeout:       120 * time.Second,
+			MaxHeaderBytes:    16 << 10,
+			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelDebug),
+		}
+		wg.Go(func() {
+			if err := ops.Serve(opsLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				logger.Error("ops listener failed", "error", err.Error())
+			}
+		})
+		logger.Info("ops listener serving /metrics, /healthz and /readyz (plain HTTP, no authentication: keep it internal)",
+			"address", opsLn.Addr().String())
+	}
 	logger.Info("gateway serving", "address", ln.Addr().String())
 	err = srv.Serve(ctx, ln, server.TLSConfig(cert), c.drain)
+	if ops != nil {
+		// After the main listener drained: the ops listener answers
+		// readiness probes until the end.
+		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_ = ops.Shutdown(shutdownCtx)
+		cancel()
+	}
 	stopBackground()
 	wg.Wait()
 	logger.Info("gateway stopped")

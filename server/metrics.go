@@ -1,0 +1,381 @@
+package server
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/worker-gateway/gateway/server/api"
+)
+
+// metrics are one replica's Prometheus metrics, on a registry of its own
+// (not the global default) so many gateways in one test process do not
+// collide. Every label has a small, fixed set of values: route patterns,
+// status classes and problem codes, never ids — except gateway_tasks'
+// organization label, bounded to the top organizations plus "other".
+type metrics struct {
+	registry *prometheus.Registry
+
+	leaseAcquisition  prometheus.Histogram
+	wakeLatency       prometheus.Histogram
+	heartbeats        prometheus.Counter
+	fencingRejections prometheus.Counter
+	replays           *prometheus.CounterVec
+	conflicts         *prometheus.CounterVec
+	leaseExpiries     prometheus.Counter
+	uploadBytes       prometheus.Counter
+	sweeperRuns       prometheus.Counter
+	httpRequests      *prometheus.CounterVec
+	routes            *http.ServeMux
+}
+
+// tasksTopOrganizations is how many organizations gateway_tasks names; the
+// rest are summed under organization="other".
+const tasksTopOrganizations = 20
+
+func newMetrics(s *Server) *metrics {
+	reg := prometheus.NewRegistry()
+	m := &metrics{
+		registry: reg,
+		leaseAcquisition: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "gateway_lease_acquisition_seconds",
+			Help:    "Duration of one lease acquisition transaction (every pass of a long-poll runs one).",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}),
+		wakeLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "gateway_wake_latency_seconds",
+			Help:    "Approximate wake-up latency: from the hub signalling a waiting poll to that poll answering with leases.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}),
+		heartbeats: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gateway_heartbeats_total",
+			Help: "Leases renewed, by single and batch heartbeats (one per lease).",
+		}),
+		fencingRejections: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gateway_fencing_rejections_total",
+			Help: "Lease-lost answers: requests refused with lease-lost, and leases a batch heartbeat reported lost.",
+		}),
+		replays: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gateway_idempotent_replays_total",
+			Help: "Requests answered with an earlier request's result (idempotent replays), by route.",
+		}, []string{"route"}),
+		conflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gateway_idempotency_conflicts_total",
+			Help: "Requests refused because their Idempotency-Key was reused with another request or is still in flight, by problem code.",
+		}, []string{"code"}),
+		leaseExpiries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gateway_lease_expiries_total",
+			Help: "Attempts this replica's sweeper expired because their lease ran out.",
+		}),
+		uploadBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gateway_upload_bytes_total",
+			Help: "Artifact bytes uploaded through the gateway (fs backend uploads; direct S3 uploads bypass it).",
+		}),
+		sweeperRuns: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gateway_sweeper_runs_total",
+			Help: "Sweeper passes this replica ran.",
+		}),
+		httpRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gateway_http_requests_total",
+			Help: "HTTP requests answered, by route pattern (\"unmatched\" for unknown routes) and status class.",
+		}, []string{"route", "code"}),
+	}
+	for _, code := range []string{"idempotency-key-reused", "idempotency-in-flight"} {
+		m.conflicts.WithLabelValues(code)
+	}
+	for _, route := range []string{"leases", "complete", "results", "tasks", "scans"} {
+		m.replays.WithLabelValues(route)
+	}
+	reg.MustRegister(
+		m.leaseAcquisition, m.wakeLatency, m.heartbeats, m.fencingRejections, m.replays, m.conflicts,
+		m.leaseExpiries, m.uploadBytes, m.sweeperRuns, m.httpRequests,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "gateway_waiting_polls",
+			Help: "Long-polls waiting in this replica's hub.",
+		}, func() float64 { return float64(s.hub.Waiting()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "gateway_listen_connected",
+			Help: "1 while this replica's LISTEN connection is up.",
+		}, func() float64 {
+			if s.hub.Connected() {
+				return 1
+			}
+			return 0
+		}),
+		&tasksCollector{pool: s.pool, timeout: 5 * time.Second},
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return m
+}
+
+// handler serves the registry in the exposition format. A failed tasks
+// query leaves gateway_tasks out of that scrape (and is reported) but the
+// other metrics are still served.
+func (m *metrics) handler(s *Server) http.Handler {
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{
+		ErrorLog:            slogPromLogger{s},
+		ErrorHandling:       promhttp.ContinueOnError,
+		MaxRequestsInFlight: 4,
+		Timeout:             10 * time.Second,
+	})
+}
+
+type slogPromLogger struct{ s *Server }
+
+func (l slogPromLogger) Println(v ...any) {
+	l.s.logger.Warn("metrics scrape", "error", fmt.Sprint(v...))
+}
+
+// tasksCollector computes gateway_tasks on scrape with one grouped query.
+type tasksCollector struct {
+	pool    *pgxpool.Pool
+	timeout time.Duration
+}
+
+var tasksDesc = prometheus.NewDesc("gateway_tasks",
+	"Tasks by state and organization (the top organizations by task count by id, the rest summed as \"other\"), computed on scrape.",
+	[]string{"organization", "state"}, nil)
+
+func (c *tasksCollector) Describe(ch chan<- *prometheus.Desc) { ch <- tasksDesc }
+
+func (c *tasksCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	rows, err := c.pool.Query(ctx, `SELECT organization_id::text, state::text, count(*) FROM worker_tasks GROUP BY 1, 2`)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(tasksDesc, err)
+		return
+	}
+	var all []taskCount
+	for rows.Next() {
+		var c taskCount
+		if err := rows.Scan(&c.org, &c.state, &c.n); err != nil {
+			rows.Close()
+			ch <- prometheus.NewInvalidMetric(tasksDesc, err)
+			return
+		}
+		all = append(all, c)
+	}
+	if err := rows.Err(); err != nil {
+		ch <- prometheus.NewInvalidMetric(tasksDesc, err)
+		return
+	}
+	for _, c := range groupTaskCounts(all, tasksTopOrganizations) {
+		ch <- prometheus.MustNewConstMetric(tasksDesc, prometheus.GaugeValue, float64(c.n), c.org, c.state)
+	}
+}
+
+type taskCount struct {
+	org, state string
+	n          int64
+}
+
+// groupTaskCounts bounds the organization label: the top organizations by
+// total task count keep their id, the others are summed per state under
+// "other" (ties broken by id, so the choice is stable between scrapes).
+func groupTaskCounts(in []taskCount, top int) []taskCount {
+	totals := map[string]int64{}
+	for _, c := range in {
+		totals[c.org] += c.n
+	}
+	orgs := make([]string, 0, len(totals))
+	for o := range totals {
+		orgs = append(orgs, o)
+	}
+	slices.SortFunc(orgs, func(a, b string) int {
+		return cmp.Or(cmp.Compare(totals[b], totals[a]), cmp.Compare(a, b))
+	})
+	named := map[string]bool{}
+	for _, o := range orgs[:min(top, len(orgs))] {
+		named[o] = true
+	}
+	other := map[string]int64{}
+	var out []taskCount
+	for _, c := range in {
+		if named[c.org] {
+			out = append(out, c)
+		} else {
+			other[c.state] += c.n
+		}
+	}
+	for state, n := range other {
+		out = append(out, taskCount{"other", state, n})
+	}
+	slices.SortFunc(out, func(a, b taskCount) int {
+		return cmp.Or(cmp.Compare(a.org, b.org), cmp.Compare(a.state, b.state))
+	})
+	return out
+}
+
+// requestMetrics is what handlers tell the HTTP metrics middleware about a
+// request: the problem code it was answered with, if any.
+type requestMetrics struct {
+	mu          sync.Mutex
+	problemCode string
+}
+
+type requestMetricsKey struct{}
+
+// noteProblem records the problem a request was answered with.
+func noteProblem(ctx context.Context, code string) {
+	if rm, ok := ctx.Value(requestMetricsKey{}).(*requestMetrics); ok {
+		rm.mu.Lock()
+		rm.problemCode = code
+		rm.mu.Unlock()
+	}
+}
+
+// metricsStatus remembers the status written, for the request counter.
+type metricsStatus struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *metricsStatus) WriteHeader(status int) {
+	if r.status == 0 {
+		r.status = status
+	}
+	r.ResponseWriter.WriteHeader(status)
+}
+
+func (r *metricsStatus) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+func (r *metricsStatus) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// withMetrics counts requests by route pattern and status class, and
+// derives the counters that are visible at the HTTP level: fencing
+// rejections and idempotency conflicts (from the problem code), and replays
+// of routes that mark them with Idempotent-Replayed (results, tasks, scans;
+// poll and completion replays are counted by their handlers, which set no
+// header).
+func (m *metrics) withMetrics(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		route := "unmatched"
+		if _, pattern := m.routes.Handler(r); pattern != "" {
+			route = pattern
+		}
+		rm := &requestMetrics{}
+		r = r.WithContext(context.WithValue(r.Context(), requestMetricsKey{}, rm))
+		rec := &metricsStatus{ResponseWriter: w}
+		defer func() {
+			status := rec.status
+			if status == 0 {
+				status = http.StatusOK
+			}
+			m.httpRequests.WithLabelValues(route, statusClass(status)).Inc()
+			rm.mu.Lock()
+			code := rm.problemCode
+			rm.mu.Unlock()
+			switch code {
+			case "lease-lost":
+				m.fencingRejections.Inc()
+			case "idempotency-key-reused", "idempotency-in-flight":
+				m.conflicts.WithLabelValues(code).Inc()
+			}
+			if status < 300 && rec.Header().Get("Idempotent-Replayed") == "true" {
+				if name := replayRouteName(route); name != "" {
+					m.replays.WithLabelValues(name).Inc()
+				}
+			}
+		}()
+		next.ServeHTTP(rec, r)
+	})
+}
+
+func replayRouteName(pattern string) string {
+	switch pattern {
+	case "POST /v1/attempts/{attempt_id}/results":
+		return "results"
+	case "POST /v1/tasks":
+		return "tasks"
+	case "POST /v1/scans":
+		return "scans"
+	}
+	return ""
+}
+
+func statusClass(status int) string {
+	if status < 100 || status > 599 {
+		return "other"
+	}
+	return strconv.Itoa(status/100) + "xx"
+}
+
+// routeMux is a mux with every route of the API registered (handlers that
+// are never called), used only to find a request's route pattern.
+func routeMux(si api.ServerInterface) *http.ServeMux {
+	mux := http.NewServeMux()
+	api.HandlerWithOptions(si, api.StdHTTPServerOptions{BaseRouter: mux})
+	for _, p := range []string{"GET /openapi.yaml", "GET /openapi.json", "GET /metrics", "GET /docs", "GET /docs/"} {
+		mux.HandleFunc(p, func(http.ResponseWriter, *http.Request) {})
+	}
+	return mux
+}
+
+// MetricsHandler serves the replica's metrics with no authentication, for
+// the ops listener (which must stay on an internal interface).
+func (s *Server) MetricsHandler() http.Handler { return s.metricsHandler }
+
+// Registry is the replica's Prometheus registry (tests, embedding).
+func (s *Server) Registry() *prometheus.Registry { return s.metrics.registry }
+
+// OpsHandler is the plain-HTTP operations surface: /metrics, /healthz and
+// /readyz, with no authentication. Serve it only on an internal address
+// (gateway serve -ops-listen 127.0.0.1:9090).
+func (s *Server) OpsHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", s.metricsHandler)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeOpsJSON(w, http.StatusOK, api.Health{Status: api.Ok})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ready, checks := s.readiness(r.Context())
+		if !ready {
+			writeOpsJSON(w, http.StatusServiceUnavailable, api.Health{Status: api.Unavailable, Checks: &checks})
+			return
+		}
+		writeOpsJSON(w, http.StatusOK, api.Health{Status: api.Ok, Checks: &checks})
+	})
+	return mux
+}
+
+func writeOpsJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// serveMetricsAuthenticated serves /metrics on the main listener (when no
+// ops listener is configured) to a bearer API token of any scope that is not
+// restricted to one organization: the metrics name every organization.
+func (s *Server) serveMetricsAuthenticated(w http.ResponseWriter, r *http.Request) {
+	p, err := s.authenticateBearer(r.Context(), r)
+	if err != nil {
+		pr := problemFor(err)
+		s.securityProblem(r, pr)
+		writeProblem(w, r, pr, s.logger)
+		return
+	}
+	if p.OrganizationID != nil {
+		writeProblem(w, r, newProblem(http.StatusForbidden, "forbidden", "metrics cover every organization: use a token without organization scope"), s.logger)
+		return
+	}
+	s.metricsHandler.ServeHTTP(w, r)
+}

@@ -1,0 +1,48 @@
+package server
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestGroupTaskCountsBoundsOrganizations(t *testing.T) {
+	var in []taskCount
+	for i := range 25 {
+		org := fmt.Sprintf("org-%02d", i)
+		in = append(in, taskCount{org, "pending", int64(100 - i)}, taskCount{org, "completed", 1})
+	}
+	out := groupTaskCounts(in, 20)
+	orgs := map[string]bool{}
+	other := map[string]int64{}
+	var total int64
+	for _, c := range out {
+		orgs[c.org] = true
+		total += c.n
+		if c.org == "other" {
+			other[c.state] = c.n
+		}
+	}
+	require.Len(t, orgs, 21, "20 named organizations and other")
+	require.True(t, orgs["org-00"])
+	require.True(t, orgs["org-19"])
+	require.False(t, orgs["org-20"], "the smallest organizations are summed")
+	require.Equal(t, int64(100-20+100-21+100-22+100-23+100-24), other["pending"])
+	require.Equal(t, int64(5), other["completed"])
+	var want int64
+	for _, c := range in {
+		want += c.n
+	}
+	require.Equal(t, want, total, "nothing is lost")
+
+	require.Empty(t, groupTaskCounts(nil, 20))
+	few := groupTaskCounts([]taskCount{{"a", "pending", 1}}, 20)
+	require.Equal(t, []taskCount{{"a", "pending", 1}}, few, "no other when all fit")
+}
+
+func TestStatusClass(t *testing.T) {
+	require.Equal(t, "2xx", statusClass(204))
+	require.Equal(t, "5xx", statusClass(503))
+	require.Equal(t, "other", statusClass(0))
+}
