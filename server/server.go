@@ -38,10 +38,16 @@ type Config struct {
 	SweepIdleInterval time.Duration
 	// SweepBatch bounds the rows one sweep pass touches.
 	SweepBatch int
-	Limits     Limits
-	Artifacts  ArtifactConfig
-	Identity   IdentityConfig
-	Logger     *slog.Logger
+	// PruneInterval is how often a replica deletes old terminal tasks, ended
+	// upload rows and (with AuditRetention > 0) audit events; 0 disables it.
+	PruneInterval   time.Duration
+	TaskRetention   time.Duration
+	UploadRetention time.Duration
+	AuditRetention  time.Duration
+	Limits          Limits
+	Artifacts       ArtifactConfig
+	Identity        IdentityConfig
+	Logger          *slog.Logger
 	// ValidateResponses checks every response against openapi.yaml and
 	// turns a mismatch into a 500; tests turn it on.
 	ValidateResponses bool
@@ -96,6 +102,10 @@ func DefaultConfig() Config {
 		HeartbeatInterval: 10 * time.Second,
 		SweepIdleInterval: 15 * time.Second,
 		SweepBatch:        500,
+		PruneInterval:     10 * time.Minute,
+		TaskRetention:     store.DefaultTaskRetention,
+		UploadRetention:   store.DefaultUploadRetention,
+		AuditRetention:    store.DefaultAuditRetention,
 		Limits: Limits{
 			DefaultBody:        256 << 10,
 			LeaseBody:          64 << 10,

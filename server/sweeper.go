@@ -29,6 +29,8 @@ type Sweeper struct {
 	epoch     time.Time
 	// lastOrphanSweep is when this replica last looked for orphaned objects.
 	lastOrphanSweep time.Time
+	// lastPrune is when this replica last finished a retention pass.
+	lastPrune time.Time
 }
 
 func newSweeper(st *store.Store, hub *Hub, cfg Config, logger *slog.Logger) *Sweeper {
@@ -67,6 +69,7 @@ func (sw *Sweeper) pass(ctx context.Context) time.Duration {
 		sw.metrics.sweeperRuns.Inc()
 	}
 	sw.sweepUploads(ctx)
+	sw.prune(ctx)
 	res, err := sw.store.SweepExpired(ctx, sw.cfg.SweepBatch)
 	if sw.metrics != nil && err == nil {
 		sw.metrics.leaseExpiries.Add(float64(res.ExpiredAttempts))
@@ -186,4 +189,40 @@ func (sw *Sweeper) sweepOrphans(ctx context.Context, backend objectstore.Backend
 		return deleted, err
 	}
 	return deleted, flush()
+}
+
+// maxPruneRounds bounds one retention pass so lease expiry is not starved;
+// the next pass carries on where this one stopped.
+const maxPruneRounds = 20
+
+// prune deletes what retention no longer keeps, at most every
+// PruneInterval. SKIP LOCKED lets every replica do it at once.
+func (sw *Sweeper) prune(ctx context.Context) {
+	if sw.cfg.PruneInterval <= 0 || time.Since(sw.lastPrune) < sw.cfg.PruneInterval {
+		return
+	}
+	p := store.PruneParams{TaskRetention: sw.cfg.TaskRetention, UploadRetention: sw.cfg.UploadRetention,
+		AuditRetention: sw.cfg.AuditRetention, Batch: sw.cfg.SweepBatch}
+	var total store.PruneResult
+	for range maxPruneRounds {
+		res, err := sw.store.Prune(ctx, p)
+		if err != nil {
+			if ctx.Err() == nil {
+				sw.logger.Warn("prune failed", "error", err.Error())
+			}
+			break
+		}
+		total.Tasks += res.Tasks
+		total.Attempts += res.Attempts
+		total.Uploads += res.Uploads
+		total.AuditEvents += res.AuditEvents
+		if !res.More {
+			sw.lastPrune = time.Now()
+			break
+		}
+	}
+	if total.Tasks+total.Uploads+total.AuditEvents > 0 {
+		sw.logger.Info("prune", "tasks", total.Tasks, "attempts", total.Attempts,
+			"uploads", total.Uploads, "audit_events", total.AuditEvents)
+	}
 }
