@@ -4,7 +4,7 @@ STATE_DIR ?= .dev
 GO ?= go
 BIN := $(STATE_DIR)/bin
 
-.PHONY: run test generate check-generated build vet lint-spec
+.PHONY: run test generate check-generated check-spec build vet
 
 ## run: start a complete system (private PostgreSQL, migrations, dev PKI, demo data, gateway, reference worker)
 run: build
@@ -15,7 +15,7 @@ build:
 	$(GO) build -o $(BIN)/worker ./workerclient/cmd/worker
 
 ## test: every test, against a real PostgreSQL, real TLS and real HTTP
-test: check-generated vet
+test: check-generated check-spec vet
 	$(GO) test -race -count=1 -timeout 20m ./...
 
 vet:
@@ -33,3 +33,12 @@ check-generated:
 	if ! cmp -s server/api/api.gen.go $$tmp/api.gen.go || ! cmp -s workerclient/client.gen.go $$tmp/client.gen.go; then \
 		echo "generated code is stale: run 'make generate' and commit the result"; \
 		git --no-pager diff --stat -- server/api workerclient; exit 1; fi
+
+## check-spec: fail when openapi.yaml breaks the contract of the latest released version (tag v*)
+check-spec:
+	@tag=$$(git describe --tags --abbrev=0 --match 'v*' 2>/dev/null || true); \
+	if [ -z "$$tag" ]; then echo "check-spec: no released version is tagged yet; nothing to compare against"; exit 0; fi; \
+	tmp=$$(mktemp -d) && trap 'rm -rf $$tmp' EXIT && \
+	git show "$$tag:openapi.yaml" > $$tmp/released.yaml && \
+	echo "check-spec: comparing openapi.yaml with $$tag" && \
+	$(GO) tool oasdiff breaking $$tmp/released.yaml openapi.yaml --fail-on ERR

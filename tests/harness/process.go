@@ -145,7 +145,8 @@ func startProcess(t testing.TB, dbURL, certFile, keyFile string, extraArgs []str
 	args := append([]string{"serve", "-database-url", dbURL, "-listen", addr, "-tls-cert", certFile, "-tls-key", keyFile,
 		"-artifacts-dir", filepath.Join(filepath.Dir(certFile), "artifacts"), "-ca-cert", caCert, "-ca-key", caKey}, extraArgs...)
 	cmd := exec.Command(Binary(t, "gateway"), args...)
-	cmd.Env = append(os.Environ(), env...)
+	// Every response of a test gateway is checked against openapi.yaml.
+	cmd.Env = append(append(os.Environ(), "GATEWAY_VALIDATE_RESPONSES=true"), env...)
 	if os.Getenv("GATEWAY_TEST_LOG") != "" {
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	}

@@ -78,6 +78,9 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 	fs.Int64Var(&c.server.Limits.ResultBody, "max-result-body", c.server.Limits.ResultBody, "largest result batch body, bytes")
 	fs.IntVar(&c.server.Limits.RecordsPerBatch, "max-batch-records", c.server.Limits.RecordsPerBatch, "most records in one result batch")
 	fs.DurationVar(&c.drain, "drain", 30*time.Second, "how long in-flight requests may finish on shutdown")
+	// Tests run process gateways with every response checked against the
+	// contract; it costs CPU, so it is off unless asked for.
+	c.server.ValidateResponses = env("GATEWAY_VALIDATE_RESPONSES", "") == "true"
 	fs.DurationVar(&c.server.PruneInterval, "prune-interval", c.server.PruneInterval, "how often old data is deleted (0: never)")
 	fs.DurationVar(&c.server.TaskRetention, "task-retention", c.server.TaskRetention, "keep finished tasks (with attempts, results, logs) this long")
 	fs.DurationVar(&c.server.UploadRetention, "upload-retention", c.server.UploadRetention, "keep expired and failed upload sessions this long")
