@@ -236,28 +236,6 @@ func noteProblem(ctx context.Context, code string) {
 	}
 }
 
-// metricsStatus remembers the status written, for the request counter.
-type metricsStatus struct {
-	http.ResponseWriter
-	status int
-}
-
-func (r *metricsStatus) WriteHeader(status int) {
-	if r.status == 0 {
-		r.status = status
-	}
-	r.ResponseWriter.WriteHeader(status)
-}
-
-func (r *metricsStatus) Write(b []byte) (int, error) {
-	if r.status == 0 {
-		r.status = http.StatusOK
-	}
-	return r.ResponseWriter.Write(b)
-}
-
-func (r *metricsStatus) Unwrap() http.ResponseWriter { return r.ResponseWriter }
-
 // withMetrics counts requests by route pattern and status class, and
 // derives the counters that are visible at the HTTP level: fencing
 // rejections and idempotency conflicts (from the problem code), and replays
@@ -272,7 +250,7 @@ func (m *metrics) withMetrics(next http.Handler) http.Handler {
 		}
 		rm := &requestMetrics{}
 		r = r.WithContext(context.WithValue(r.Context(), requestMetricsKey{}, rm))
-		rec := &metricsStatus{ResponseWriter: w}
+		rec := &statusRecorder{ResponseWriter: w}
 		defer func() {
 			status := rec.status
 			if status == 0 {
