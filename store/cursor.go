@@ -52,3 +52,11 @@ func page[T any](rows []T, limit int, position func(T) Cursor) ([]T, *Cursor) {
 	next := position(rows[limit-1])
 	return rows, &next
 }
+
+// position is the cursor as SQL arguments: both NULL for the first page.
+func (c *Cursor) position() (*time.Time, *uuid.UUID) {
+	if c == nil {
+		return nil, nil
+	}
+	return &c.Time, &c.ID
+}

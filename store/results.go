@@ -215,11 +215,7 @@ func (s *Store) ListTaskResults(ctx context.Context, scope Scope, taskID uuid.UU
 	if _, err := s.readScopedTask(ctx, s.pool, scope, taskID); err != nil {
 		return nil, nil, err
 	}
-	var afterTime *time.Time
-	var afterID *uuid.UUID
-	if after != nil {
-		afterTime, afterID = &after.Time, &after.ID
-	}
+	afterTime, afterID := after.position()
 	rows, err := s.pool.Query(ctx, `
 		SELECT b.id, b.attempt_id, a.attempt_number, b.sequence_number, coalesce(b.payload, '[]'::jsonb), b.received_at
 		FROM worker_result_batches b JOIN worker_task_attempts a ON a.id = b.attempt_id

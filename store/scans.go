@@ -185,11 +185,7 @@ func getScan(ctx context.Context, ex executor, scope Scope, id uuid.UUID) (Scan,
 
 // ListScans pages scans, newest first (without their jobs).
 func (s *Store) ListScans(ctx context.Context, scope Scope, org *uuid.UUID, after *Cursor, limit int) ([]Scan, *Cursor, error) {
-	var afterTime *time.Time
-	var afterID *uuid.UUID
-	if after != nil {
-		afterTime, afterID = &after.Time, &after.ID
-	}
+	afterTime, afterID := after.position()
 	rows, err := s.pool.Query(ctx, `SELECT `+scanColumns+` FROM scans s
 		WHERE ($1::uuid IS NULL OR s.organization_id = $1) AND ($2::uuid IS NULL OR s.organization_id = $2)
 			AND ($3::timestamptz IS NULL OR (s.created_at, s.id) < ($3, $4::uuid))
@@ -271,17 +267,10 @@ type Asset struct {
 
 // ListAssets pages an organization's assets, newest first.
 func (s *Store) ListAssets(ctx context.Context, scope Scope, org uuid.UUID, after *Cursor, limit int) ([]Asset, *Cursor, error) {
-	if !scope.Allows(org) {
-		return nil, nil, ErrNotFound
-	}
 	if _, err := s.GetOrganization(ctx, scope, org); err != nil {
 		return nil, nil, err
 	}
-	var afterTime *time.Time
-	var afterID *uuid.UUID
-	if after != nil {
-		afterTime, afterID = &after.Time, &after.ID
-	}
+	afterTime, afterID := after.position()
 	rows, err := s.pool.Query(ctx, `
 		SELECT id, organization_id, type, value, normalized_value, details, first_seen_at, last_seen_at FROM assets
 		WHERE organization_id = $1 AND ($2::timestamptz IS NULL OR (first_seen_at, id) < ($2, $3::uuid))
@@ -317,17 +306,10 @@ type Threat struct {
 
 // ListThreats pages an organization's threats, newest first.
 func (s *Store) ListThreats(ctx context.Context, scope Scope, org uuid.UUID, after *Cursor, limit int) ([]Threat, *Cursor, error) {
-	if !scope.Allows(org) {
-		return nil, nil, ErrNotFound
-	}
 	if _, err := s.GetOrganization(ctx, scope, org); err != nil {
 		return nil, nil, err
 	}
-	var afterTime *time.Time
-	var afterID *uuid.UUID
-	if after != nil {
-		afterTime, afterID = &after.Time, &after.ID
-	}
+	afterTime, afterID := after.position()
 	rows, err := s.pool.Query(ctx, `
 		SELECT th.id, th.organization_id, a.type, a.value, th.external_id, th.title, th.severity, th.details,
 			(SELECT count(*) FROM threat_detections d WHERE d.threat_id = th.id), th.created_at

@@ -103,11 +103,7 @@ func getWorker(ctx context.Context, ex executor, scope Scope, id uuid.UUID, onli
 
 // ListWorkers pages workers the scope may see, newest first.
 func (s *Store) ListWorkers(ctx context.Context, scope Scope, after *Cursor, limit int, onlineWindow time.Duration) ([]Worker, *Cursor, error) {
-	var afterTime *time.Time
-	var afterID *uuid.UUID
-	if after != nil {
-		afterTime, afterID = &after.Time, &after.ID
-	}
+	afterTime, afterID := after.position()
 	rows, err := s.pool.Query(ctx, `SELECT `+workerColumns+` FROM workers w
 		WHERE `+scopeSeesWorker+` AND ($3::timestamptz IS NULL OR (w.created_at, w.id) < ($3, $4::uuid))
 		ORDER BY w.created_at DESC, w.id DESC LIMIT $5`,
