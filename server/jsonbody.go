@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -43,6 +45,9 @@ func checkValue(dec *json.Decoder, depth int) error {
 	if err != nil {
 		return fmt.Errorf("%w: not valid JSON", errBadJSON)
 	}
+	if err := checkScalar(tok); err != nil {
+		return err
+	}
 	switch tok {
 	case json.Delim('{'):
 		seen := map[string]bool{}
@@ -52,6 +57,9 @@ func checkValue(dec *json.Decoder, depth int) error {
 				return fmt.Errorf("%w: not valid JSON", errBadJSON)
 			}
 			key, _ := keyTok.(string)
+			if err := checkScalar(key); err != nil {
+				return err
+			}
 			if seen[key] {
 				return fmt.Errorf("%w: duplicate key %q", errBadJSON, key)
 			}
@@ -71,6 +79,35 @@ func checkValue(dec *json.Decoder, depth int) error {
 		}
 		if _, err := dec.Token(); err != nil {
 			return fmt.Errorf("%w: not valid JSON", errBadJSON)
+		}
+	}
+	return nil
+}
+
+// maxNumberLength bounds a number's text: PostgreSQL stores jsonb numbers
+// expanded, so 1e100000 — eight bytes — would become a 100 kB value.
+const maxNumberLength = 64
+
+// checkScalar refuses the strings and numbers PostgreSQL cannot store as
+// given: strings with U+0000 (text and jsonb reject it), and numbers that
+// are out of float64 range or would expand far beyond their text.
+func checkScalar(tok json.Token) error {
+	switch v := tok.(type) {
+	case string:
+		if strings.ContainsRune(v, 0) {
+			return fmt.Errorf("%w: a string contains U+0000", errBadJSON)
+		}
+	case json.Number:
+		if len(v) > maxNumberLength {
+			return fmt.Errorf("%w: a number is longer than %d characters", errBadJSON, maxNumberLength)
+		}
+		if _, err := strconv.ParseFloat(string(v), 64); err != nil {
+			return fmt.Errorf("%w: a number is out of range", errBadJSON)
+		}
+		if i := strings.IndexAny(string(v), "eE"); i >= 0 {
+			if exp, err := strconv.Atoi(strings.TrimPrefix(string(v[i+1:]), "+")); err != nil || exp > 308 || exp < -308 {
+				return fmt.Errorf("%w: a number's exponent is out of range", errBadJSON)
+			}
 		}
 	}
 	return nil

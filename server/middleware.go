@@ -143,7 +143,15 @@ func (s *Server) bodyLimits(next http.Handler) http.Handler {
 				writeProblem(w, r, newProblem(http.StatusBadRequest, "bad-request", "invalid request body: "+err.Error()), s.logger)
 				return
 			case err != nil:
-				writeProblem(w, r, problemFor(err), s.logger)
+				// Too large is 413; anything else (a body shorter than its
+				// Content-Length, a client too slow for the read timeout) is the
+				// client's doing, never a 5xx.
+				var tooLarge *http.MaxBytesError
+				p := withCause(newProblem(http.StatusBadRequest, "bad-request", "the request body could not be read"), err)
+				if errors.As(err, &tooLarge) {
+					p = problemFor(err)
+				}
+				writeProblem(w, r, p, s.logger)
 				return
 			}
 			if len(body) > 0 && mediaType != "application/json" {

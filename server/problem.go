@@ -105,6 +105,8 @@ func problemFor(err error) *Problem {
 		return newProblem(http.StatusUnauthorized, "enrollment-token-invalid", "the enrollment token is unknown, already used or expired")
 	case errors.Is(err, store.ErrInvalid):
 		return newProblem(http.StatusBadRequest, "bad-request", err.Error())
+	case isDataException(err):
+		return withCause(newProblem(http.StatusBadRequest, "bad-request", "a value in the request cannot be stored (out of range or not representable)"), err)
 	case isUnavailable(err):
 		p := withCause(newProblem(http.StatusServiceUnavailable, "unavailable", "the database is unavailable; retry later"), err)
 		p.RetryAfter = 2
@@ -124,6 +126,12 @@ func conflictDetail(err error) string {
 	return err.Error()
 }
 
+// isDataException recognises PostgreSQL refusing a value from the request.
+func isDataException(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && len(pgErr.Code) == 5 && pgErr.Code[:2] == "22"
+}
+
 // isUnavailable recognises a database that cannot be reached or refuses
 // work for now: connection failures, shutdowns, exhausted connection slots,
 // and a pool that could not hand out a connection in time.
@@ -131,6 +139,8 @@ func isUnavailable(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code[:2] {
+		case "22": // data exception: a value PostgreSQL cannot represent
+			return false
 		case "08", "57", "53": // connection exception, operator intervention, insufficient resources
 			return true
 		}
