@@ -4,7 +4,7 @@ STATE_DIR ?= .dev
 GO ?= go
 BIN := $(STATE_DIR)/bin
 
-.PHONY: run test generate check-generated check-spec build vet
+.PHONY: run test generate check-generated check-spec fuzz-short build vet
 
 ## run: start a complete system (private PostgreSQL, migrations, dev PKI, demo data, gateway, reference worker)
 run: build
@@ -17,6 +17,7 @@ build:
 ## test: every test, against a real PostgreSQL, real TLS and real HTTP
 test: check-generated check-spec vet
 	$(GO) test -race -count=1 -timeout 20m ./...
+	$(MAKE) fuzz-short
 
 vet:
 	$(GO) vet ./...
@@ -42,3 +43,13 @@ check-spec:
 	git show "$$tag:openapi.yaml" > $$tmp/released.yaml && \
 	echo "check-spec: comparing openapi.yaml with $$tag" && \
 	$(GO) tool oasdiff breaking $$tmp/released.yaml openapi.yaml --fail-on ERR
+
+## fuzz-short: a few seconds of each fuzz target (the seed corpora run with every go test)
+FUZZTIME ?= 5s
+fuzz-short:
+	$(GO) test ./server -run '^$$' -fuzz '^FuzzCheckJSON$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./server -run '^$$' -fuzz '^FuzzCanonicalChecksum$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./store -run '^$$' -fuzz '^FuzzParseWakeup$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./store -run '^$$' -fuzz '^FuzzDecodeCursor$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./server/pki -run '^$$' -fuzz '^FuzzParseCertificatePEM$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./server/pki -run '^$$' -fuzz '^FuzzSignCSR$$' -fuzztime $(FUZZTIME)

@@ -32,7 +32,9 @@ func DecodeCursor(s string) (*Cursor, error) {
 		return nil, fmt.Errorf("%w: malformed cursor", ErrInvalid)
 	}
 	t, err := time.Parse(time.RFC3339Nano, ts)
-	if err != nil {
+	// Encode writes UTC: a time whose UTC year leaves 0000-9999 could not be
+	// written back.
+	if err != nil || t.UTC().Year() < 0 || t.UTC().Year() > 9999 {
 		return nil, fmt.Errorf("%w: malformed cursor", ErrInvalid)
 	}
 	u, err := uuid.Parse(id)

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"math"
 	"fmt"
 	"strconv"
 	"strings"
@@ -77,13 +78,13 @@ func ParseWakeup(payload string) (Wakeup, error) {
 	switch {
 	case parts[0] == "o" && len(parts) == 3:
 		n, err := strconv.Atoi(parts[2])
-		if err != nil {
+		if err != nil || n < 0 {
 			return Wakeup{}, bad
 		}
 		return Wakeup{Kind: WakeOrganization, Organization: id, Count: n}, nil
 	case parts[0] == "t" && len(parts) == 3:
 		ms, err := strconv.ParseInt(parts[2], 10, 64)
-		if err != nil {
+		if err != nil || ms < 0 || ms > math.MaxInt64/int64(time.Millisecond) {
 			return Wakeup{}, bad
 		}
 		return Wakeup{Kind: WakeOrganizationAt, Organization: id, Delay: time.Duration(ms) * time.Millisecond}, nil
