@@ -2,8 +2,8 @@ package store
 
 import (
 	"context"
-	"math"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
