@@ -2,6 +2,10 @@ package server
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net/http"
@@ -35,14 +39,19 @@ func (h *handlers) Enroll(ctx context.Context, req api.EnrollRequestObject) (api
 	if err != nil {
 		return nil, err
 	}
+	keySum, err := csrPublicKeySHA256(req.Body.CsrPem)
+	if err != nil {
+		return nil, withCause(newProblem(http.StatusBadRequest, "bad-csr", "the CSR cannot be parsed"), err)
+	}
 	var issued api.IssuedCertificate
-	workerID, err := h.store.Enroll(ctx, req.Body.EnrollmentToken, func(workerID uuid.UUID) (store.Certificate, error) {
+	workerID, certPEM, replayed, err := h.store.Enroll(ctx, req.Body.EnrollmentToken, keySum, func(workerID uuid.UUID) (store.Certificate, error) {
 		var err error
 		issued, err = h.signWorkerCSR(ca, workerID, req.Body.CsrPem)
 		if err != nil {
 			return store.Certificate{}, err
 		}
-		return store.Certificate{Fingerprint: issuedFingerprint(issued), Subject: "CN=" + workerID.String(), ExpiresAt: issued.ExpiresAt}, nil
+		return store.Certificate{Fingerprint: issuedFingerprint(issued), Subject: "CN=" + workerID.String(),
+			ExpiresAt: issued.ExpiresAt, PEM: issued.CertificatePem}, nil
 	})
 	if errors.Is(err, store.ErrEnrollmentToken) {
 		h.security(ctx, "security.enrollment_refused", "", "", nil)
@@ -50,6 +59,13 @@ func (h *handlers) Enroll(ctx context.Context, req api.EnrollRequestObject) (api
 	}
 	if err != nil {
 		return nil, err
+	}
+	if replayed {
+		// The worker's first answer was lost; it gets the same certificate.
+		if issued, err = issuedFromPEM(ca, workerID, certPEM); err != nil {
+			return nil, err
+		}
+		return api.Enroll200JSONResponse(issued), nil
 	}
 	h.auditAs(ctx, "worker", workerID.String(), "worker.enroll", "worker", workerID.String(), nil, map[string]any{"expires_at": issued.ExpiresAt})
 	return api.Enroll200JSONResponse(issued), nil
@@ -96,6 +112,35 @@ func (h *handlers) signWorkerCSR(ca *pki.CA, workerID uuid.UUID, csrPEM string) 
 	return api.IssuedCertificate{
 		WorkerId: workerID, CertificatePem: string(certPEM), CaCertificatePem: string(ca.CertPEM),
 		ExpiresAt: cert.NotAfter, ExpiresInSeconds: lifetime.Seconds(), RenewInSeconds: (lifetime * 2 / 3).Seconds(),
+	}, nil
+}
+
+// csrPublicKeySHA256 identifies a CSR's key, so a repeated enrollment can
+// be recognised without trusting anything else in the CSR.
+func csrPublicKeySHA256(csrPEM string) (string, error) {
+	block, _ := pem.Decode([]byte(csrPEM))
+	if block == nil {
+		return "", errors.New("no PEM block")
+	}
+	csr, err := x509.ParseCertificateRequest(block.Bytes)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(csr.RawSubjectPublicKeyInfo)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// issuedFromPEM describes a stored certificate as an enrollment answer.
+func issuedFromPEM(ca *pki.CA, workerID uuid.UUID, certPEM string) (api.IssuedCertificate, error) {
+	cert, err := pki.ParseCertificatePEM([]byte(certPEM))
+	if err != nil {
+		return api.IssuedCertificate{}, fmt.Errorf("stored enrollment certificate: %w", err)
+	}
+	lifetime := cert.NotAfter.Sub(cert.NotBefore)
+	return api.IssuedCertificate{
+		WorkerId: workerID, CertificatePem: certPEM, CaCertificatePem: string(ca.CertPEM),
+		ExpiresAt: cert.NotAfter, ExpiresInSeconds: time.Until(cert.NotAfter).Seconds(),
+		RenewInSeconds: max(time.Until(cert.NotBefore.Add(lifetime*2/3)), 0).Seconds(),
 	}, nil
 }
 

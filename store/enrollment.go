@@ -43,15 +43,18 @@ type Certificate struct {
 	Fingerprint string
 	Subject     string
 	ExpiresAt   time.Time
+	PEM         string
 }
 
 // Enroll consumes a one-time token and binds the certificate signed for the
 // worker, in one transaction. sign is called inside it with the worker's id
-// (it becomes the certificate's subject) and returns the certificate; if
-// the token was already used, nothing is signed.
-func (s *Store) Enroll(ctx context.Context, token string, sign func(workerID uuid.UUID) (Certificate, error)) (uuid.UUID, error) {
-	var workerID uuid.UUID
-	err := s.inTx(ctx, "enroll", func(tx pgx.Tx) error {
+// (it becomes the certificate's subject) and returns the certificate.
+// publicKeySHA256 identifies the CSR's key: a repeat with a used but
+// unexpired token and the same key — a worker whose answer was lost —
+// gets the same certificate back (replayed), and nothing is signed.
+func (s *Store) Enroll(ctx context.Context, token, publicKeySHA256 string, sign func(workerID uuid.UUID) (Certificate, error)) (workerID uuid.UUID, certPEM string, replayed bool, err error) {
+	err = s.inTx(ctx, "enroll", func(tx pgx.Tx) error {
+		replayed = false
 		err := tx.QueryRow(ctx, `
 			UPDATE enrollment_tokens e SET used_at = now()
 			FROM workers w
@@ -59,7 +62,16 @@ func (s *Store) Enroll(ctx context.Context, token string, sign func(workerID uui
 				AND w.id = e.worker_id AND w.revoked_at IS NULL
 			RETURNING e.worker_id`, HashToken(token)).Scan(&workerID)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return ErrEnrollmentToken
+			err = tx.QueryRow(ctx, `
+				SELECT e.worker_id, e.certificate_pem FROM enrollment_tokens e JOIN workers w ON w.id = e.worker_id
+				WHERE e.token_hash = $1 AND e.used_at IS NOT NULL AND e.expires_at > now()
+					AND e.public_key_sha256 = $2 AND e.certificate_pem IS NOT NULL AND w.revoked_at IS NULL`,
+				HashToken(token), publicKeySHA256).Scan(&workerID, &certPEM)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return ErrEnrollmentToken
+			}
+			replayed = err == nil
+			return err
 		}
 		if err != nil {
 			return fmt.Errorf("consume enrollment token: %w", err)
@@ -68,12 +80,17 @@ func (s *Store) Enroll(ctx context.Context, token string, sign func(workerID uui
 		if err != nil {
 			return err
 		}
+		certPEM = cert.PEM
+		if _, err := tx.Exec(ctx, `UPDATE enrollment_tokens SET public_key_sha256 = $2, certificate_pem = $3 WHERE token_hash = $1`,
+			HashToken(token), publicKeySHA256, cert.PEM); err != nil {
+			return fmt.Errorf("remember enrollment: %w", err)
+		}
 		return bindCertificate(ctx, tx, workerID, cert, "", 0)
 	})
 	if err != nil {
-		return uuid.Nil, err
+		return uuid.Nil, "", false, err
 	}
-	return workerID, nil
+	return workerID, certPEM, replayed, nil
 }
 
 // RenewCertificate binds a new certificate to a worker. The certificate the

@@ -129,8 +129,16 @@ func TestEnrollmentAndRenewal(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, worker.Id.String(), cert.Subject.CommonName, "the gateway names the certificate, not the CSR")
 
-	// The token is one-time.
+	// A repeat with the same key (the first answer was lost) gets the same
+	// certificate; the token is otherwise one-time.
 	status, body = enroll(t, g, worker.EnrollmentToken, csrPEM)
+	require.Equal(t, http.StatusOK, status, string(body))
+	var again workerclient.IssuedCertificate
+	require.NoError(t, json.Unmarshal(body, &again))
+	require.Equal(t, issued.CertificatePem, again.CertificatePem)
+	_, otherCSR, err := pki.NewCSR("another-key")
+	require.NoError(t, err)
+	status, body = enroll(t, g, worker.EnrollmentToken, otherCSR)
 	require.Equal(t, http.StatusUnauthorized, status)
 	require.Equal(t, "enrollment-token-invalid", problemCode(t, body))
 
