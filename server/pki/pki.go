@@ -39,7 +39,10 @@ const (
 	// whose clocks run slightly behind ours.
 	clockSkew = time.Minute
 
+	// RSA keys must be at least minRSABits; above maxRSABits verifying a
+	// signature costs enough to be a way to load the gateway.
 	minRSABits = 2048
+	maxRSABits = 8192
 )
 
 // ErrBadCSR is wrapped by every error SignCSR returns for a request that is
@@ -197,11 +200,13 @@ func (ca *CA) SignCSR(csrPEM []byte, commonName string, validity time.Duration) 
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := csr.CheckSignature(); err != nil {
-		return nil, nil, fmt.Errorf("%w: signature does not verify: %v", ErrBadCSR, err)
-	}
+	// The key is checked before the signature: verifying with a key we
+	// would refuse anyway (say, a huge RSA modulus) is work for nothing.
 	if err := checkPublicKey(csr.PublicKey); err != nil {
 		return nil, nil, err
+	}
+	if err := csr.CheckSignature(); err != nil {
+		return nil, nil, fmt.Errorf("%w: signature does not verify: %v", ErrBadCSR, err)
 	}
 	cert, err := ca.sign(clientTemplate(commonName), csr.PublicKey, validity)
 	if err != nil {
@@ -346,6 +351,8 @@ func checkPublicKey(pub crypto.PublicKey) error {
 	case *rsa.PublicKey:
 		if bits := k.N.BitLen(); bits < minRSABits {
 			return fmt.Errorf("%w: RSA key of %d bits is too small (want at least %d)", ErrBadCSR, bits, minRSABits)
+		} else if bits > maxRSABits {
+			return fmt.Errorf("%w: RSA key of %d bits is too large (want at most %d)", ErrBadCSR, bits, maxRSABits)
 		}
 	case ed25519.PublicKey:
 	default:
