@@ -31,22 +31,17 @@ func (h *handlers) CreateScan(ctx context.Context, req api.CreateScanRequestObje
 		}
 		p.Plugins = append(p.Plugins, sp)
 	}
-	if req.Params.IdempotencyKey != nil {
-		p.IdempotencyKey = *req.Params.IdempotencyKey
-		if p.RequestSHA256, err = canonicalSHA256(b); err != nil {
-			return nil, err
-		}
+	if p.IdempotencyKey, p.RequestSHA256, err = idempotency(req.Params.IdempotencyKey, b); err != nil {
+		return nil, err
 	}
 	scan, replayed, err := h.store.CreateScan(ctx, p)
 	if err != nil {
 		return nil, err
 	}
-	if !replayed {
-		h.audit(ctx, "scan.create", "scan", scan.ID.String(), &scan.OrganizationID, nil)
-	}
 	if replayed {
 		return api.CreateScan200JSONResponse{Body: toScan(scan), Headers: api.CreateScan200ResponseHeaders{IdempotentReplayed: ptr("true")}}, nil
 	}
+	h.audit(ctx, "scan.create", "scan", scan.ID.String(), &scan.OrganizationID, nil)
 	return api.CreateScan201JSONResponse(toScan(scan)), nil
 }
 

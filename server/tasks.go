@@ -64,23 +64,28 @@ func (h *handlers) CreateTask(ctx context.Context, req api.CreateTaskRequestObje
 			return nil, fmt.Errorf("%w: retry.max_seconds must not be below retry.base_seconds", store.ErrInvalid)
 		}
 	}
-	if req.Params.IdempotencyKey != nil {
-		p.IdempotencyKey = *req.Params.IdempotencyKey
-		if p.RequestSHA256, err = canonicalSHA256(b); err != nil {
-			return nil, err
-		}
+	if p.IdempotencyKey, p.RequestSHA256, err = idempotency(req.Params.IdempotencyKey, b); err != nil {
+		return nil, err
 	}
 	task, replayed, err := h.store.CreateTask(ctx, p)
 	if err != nil {
 		return nil, err
 	}
-	if !replayed {
-		h.audit(ctx, "task.create", "task", task.ID.String(), &task.OrganizationID, nil)
-	}
 	if replayed {
 		return api.CreateTask200JSONResponse{Body: toTask(task), Headers: api.CreateTask200ResponseHeaders{IdempotentReplayed: ptr("true")}}, nil
 	}
+	h.audit(ctx, "task.create", "task", task.ID.String(), &task.OrganizationID, nil)
 	return api.CreateTask201JSONResponse(toTask(task)), nil
+}
+
+// idempotency returns a creation request's Idempotency-Key and, when there
+// is one, the checksum that tells a replay from a reuse of the key.
+func idempotency(key *string, body any) (string, string, error) {
+	if key == nil {
+		return "", "", nil
+	}
+	sum, err := canonicalSHA256(body)
+	return *key, sum, err
 }
 
 // canonicalSHA256 hashes a value's canonical JSON (object keys sorted, no
