@@ -156,10 +156,11 @@ type RenewParams struct {
 func (s *Store) RenewLeases(ctx context.Context, p RenewParams) ([]LeaseStatus, error) {
 	var out []LeaseStatus
 	err := s.inTx(ctx, "renew leases", func(tx pgx.Tx) error {
-		if err := touchWorker(ctx, tx, p.WorkerID, p.Capabilities, p.SoftwareVersion); err != nil {
+		capsChanged, err := touchWorker(ctx, tx, p.WorkerID, p.Capabilities, p.SoftwareVersion)
+		if err != nil {
 			return err
 		}
-		if len(p.Capabilities) > 0 {
+		if capsChanged {
 			// Before renewing, so a lease whose critical capability is gone
 			// answers lost.
 			if _, err := releaseAttemptsLackingCritical(ctx, tx, p.WorkerID, p.Capabilities); err != nil {
@@ -174,7 +175,6 @@ func (s *Store) RenewLeases(ctx context.Context, p RenewParams) ([]LeaseStatus, 
 		for i := range refs {
 			refs[i].WorkerID = p.WorkerID
 		}
-		var err error
 		out, err = renew(ctx, tx, p.WorkerID, refs)
 		return err
 	})
@@ -184,26 +184,31 @@ func (s *Store) RenewLeases(ctx context.Context, p RenewParams) ([]LeaseStatus, 
 	return out, nil
 }
 
-// touchWorker records that a worker was seen, refusing a revoked one.
-func touchWorker(ctx context.Context, ex executor, workerID uuid.UUID, capabilities []byte, softwareVersion *string) error {
+// touchWorker records that a worker was seen, refusing a revoked one, and
+// reports whether its capability advertisement changed (only then can an
+// attempt have lost a critical capability).
+func touchWorker(ctx context.Context, ex executor, workerID uuid.UUID, capabilities []byte, softwareVersion *string) (capsChanged bool, err error) {
 	var revoked bool
-	err := ex.QueryRow(ctx, `
-		UPDATE workers SET
+	err = ex.QueryRow(ctx, `
+		WITH before AS (SELECT capabilities FROM workers WHERE id = $1 FOR NO KEY UPDATE)
+		UPDATE workers w SET
 			last_seen_at = now(),
-			capabilities = coalesce($2::jsonb, capabilities),
-			software_version = coalesce($3, software_version)
-		WHERE id = $1
-		RETURNING revoked_at IS NOT NULL`, workerID, nullJSON(capabilities), softwareVersion).Scan(&revoked)
+			capabilities = coalesce($2::jsonb, w.capabilities),
+			software_version = coalesce($3, w.software_version)
+		FROM before
+		WHERE w.id = $1
+		RETURNING w.revoked_at IS NOT NULL, w.capabilities <> before.capabilities`,
+		workerID, nullJSON(capabilities), softwareVersion).Scan(&revoked, &capsChanged)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return ErrNotFound
+		return false, ErrNotFound
 	}
 	if err != nil {
-		return fmt.Errorf("touch worker: %w", err)
+		return false, fmt.Errorf("touch worker: %w", err)
 	}
 	if revoked {
-		return ErrWorkerRevoked
+		return false, ErrWorkerRevoked
 	}
-	return nil
+	return capsChanged, nil
 }
 
 // attemptMissOrLost runs after a fenced write matched nothing, and only

@@ -127,18 +127,23 @@ func (s *Store) AcquireLeases(ctx context.Context, p AcquireParams) (AcquireResu
 			workerType   string
 			capabilities json.RawMessage
 			maxTasks     int
+			capsChanged  bool
 		)
 		err := tx.QueryRow(ctx, `
-			UPDATE workers SET
+			WITH before AS (
+				SELECT capabilities FROM workers WHERE id = $1 AND enabled AND revoked_at IS NULL FOR NO KEY UPDATE
+			)
+			UPDATE workers w SET
 				last_seen_at = now(),
-				capabilities = coalesce($2::jsonb, capabilities),
-				software_version = coalesce($3, software_version),
-				protocol_version = coalesce($4, protocol_version),
-				updated_at = CASE WHEN $2::jsonb IS NOT NULL AND $2::jsonb <> capabilities THEN now() ELSE updated_at END
-			WHERE id = $1 AND enabled AND revoked_at IS NULL
-			RETURNING worker_type, capabilities, max_concurrent_tasks`,
+				capabilities = coalesce($2::jsonb, w.capabilities),
+				software_version = coalesce($3, w.software_version),
+				protocol_version = coalesce($4, w.protocol_version),
+				updated_at = CASE WHEN $2::jsonb IS NOT NULL AND $2::jsonb <> w.capabilities THEN now() ELSE w.updated_at END
+			FROM before
+			WHERE w.id = $1
+			RETURNING w.worker_type, w.capabilities, w.max_concurrent_tasks, w.capabilities <> before.capabilities`,
 			p.WorkerID, nullJSON(p.Capabilities), p.SoftwareVersion, p.ProtocolVersion,
-		).Scan(&workerType, &capabilities, &maxTasks)
+		).Scan(&workerType, &capabilities, &maxTasks, &capsChanged)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return s.whyNoWorker(ctx, tx, p.WorkerID, &res)
 		}
@@ -146,7 +151,7 @@ func (s *Store) AcquireLeases(ctx context.Context, p AcquireParams) (AcquireResu
 			return fmt.Errorf("lock worker: %w", err)
 		}
 
-		if len(p.Capabilities) > 0 {
+		if capsChanged {
 			if _, err := releaseAttemptsLackingCritical(ctx, tx, p.WorkerID, capabilities); err != nil {
 				return err
 			}
