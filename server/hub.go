@@ -87,8 +87,13 @@ func (h *Hub) Seq() uint64 {
 // Closed is closed when the replica shuts down: every waiter returns.
 func (h *Hub) Closed() <-chan struct{} { return h.closed }
 
-// Close answers every waiter at once (shutdown).
-func (h *Hub) Close() { h.closeOnce.Do(func() { close(h.closed) }) }
+// Close answers every waiter at once and stops the timer (shutdown).
+func (h *Hub) Close() {
+	h.closeOnce.Do(func() {
+		close(h.closed)
+		h.StopTimers()
+	})
+}
 
 // Waiting is the number of registered waiters.
 func (h *Hub) Waiting() int { return int(h.waiting.Load()) }

@@ -82,7 +82,8 @@ func problemFor(err error) *Problem {
 	case errors.Is(err, store.ErrWorkerDisabled):
 		return newProblem(http.StatusForbidden, "worker-disabled", "this worker is disabled")
 	case errors.Is(err, store.ErrConflict):
-		return withCause(newProblem(http.StatusConflict, "conflict", conflictDetail(err)), err)
+		// The store's conflict messages name no other tenant's data.
+		return withCause(newProblem(http.StatusConflict, "conflict", err.Error()), err)
 	case errors.Is(err, store.ErrIdempotencyInFlight):
 		p := newProblem(http.StatusConflict, "idempotency-in-flight", "a request with this Idempotency-Key is still being processed; retry it")
 		p.RetryAfter = 1
@@ -118,12 +119,6 @@ func problemFor(err error) *Problem {
 func withCause(p *Problem, err error) *Problem {
 	p.cause = err
 	return p
-}
-
-// conflictDetail shows the store's conflict message, which names no data of
-// other tenants.
-func conflictDetail(err error) string {
-	return err.Error()
 }
 
 // isDataException recognises PostgreSQL refusing a value from the request.

@@ -160,7 +160,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, store: store.New(pool), pool: pool, logger: cfg.Logger}
 	s.lookupWorker = s.store.WorkerByFingerprint
 	s.hub = NewHub()
-	s.sweeper = newSweeper(s.store, s.hub, cfg, cfg.Logger)
+	s.sweeper = newSweeper(s.store, cfg, cfg.Logger)
 	s.metrics = newMetrics(s)
 	s.sweeper.metrics = s.metrics
 	s.metricsHandler = s.metrics.handler(s)

@@ -17,7 +17,6 @@ import (
 // known, and a local lease grant can wake it sooner.
 type Sweeper struct {
 	store  *store.Store
-	hub    *Hub
 	cfg    Config
 	logger *slog.Logger
 	// metrics is set by the server; nil in tests that build a sweeper alone.
@@ -33,8 +32,8 @@ type Sweeper struct {
 	lastPrune time.Time
 }
 
-func newSweeper(st *store.Store, hub *Hub, cfg Config, logger *slog.Logger) *Sweeper {
-	return &Sweeper{store: st, hub: hub, cfg: cfg, logger: logger, kick: make(chan struct{}, 1), epoch: time.Now()}
+func newSweeper(st *store.Store, cfg Config, logger *slog.Logger) *Sweeper {
+	return &Sweeper{store: st, cfg: cfg, logger: logger, kick: make(chan struct{}, 1), epoch: time.Now()}
 }
 
 // Kick asks for a sweep pass now.
