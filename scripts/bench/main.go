@@ -70,6 +70,11 @@ its verification did not hold.
 Flags:
 `
 
+// pgStatements, when above zero, loads pg_stat_statements in the private
+// stack and prints the statements that took the most database time in each
+// measured window.
+var pgStatements int
+
 // pgWaits turns on sampling of pg_stat_activity during measured windows.
 var pgWaits bool
 
@@ -111,6 +116,7 @@ func run() int {
 		postgresData = flag.String("postgres-data", "", "existing deployment: PostgreSQL data directory (its postmaster.pid), for PostgreSQL's CPU figure")
 		allowRemote  = flag.Bool("allow-remote", false, "existing deployment: allow a gateway or database that is not on a loopback address")
 	)
+	flag.IntVar(&pgStatements, "pg-statements", 0, "private stack: load pg_stat_statements and print the N statements with the most execution + planning time per measured window (on stderr)")
 	flag.BoolVar(&pgWaits, "pg-waits", false, "sample pg_stat_activity every 20 ms during measured windows and report where backends spend time")
 	flag.Usage = func() {
 		fmt.Fprint(flag.CommandLine.Output(), usageText)

@@ -265,6 +265,9 @@ func (s *Stack) checkpointSQL(ctx context.Context) string {
 // measured window.
 func (s *Stack) beginWindow(ctx context.Context) usage {
 	sleepCtx(ctx, statSettle)
+	if pgStatements > 0 {
+		_, _ = s.Pool.Exec(ctx, `SELECT pg_stat_statements_reset()`)
+	}
 	u := s.readCPU()
 	s.readXacts(ctx, &u)
 	return u
@@ -281,7 +284,37 @@ func (s *Stack) endWindow(ctx context.Context, stopLoad func()) usage {
 	}
 	sleepCtx(ctx, statSettle)
 	s.readXacts(ctx, &u)
+	if pgStatements > 0 {
+		s.printTopStatements(ctx, pgStatements)
+	}
 	return u
+}
+
+// printTopStatements prints the n statements that took the most database
+// time (execution + planning) since the window began, from
+// pg_stat_statements (flag -pg-statements).
+func (s *Stack) printTopStatements(ctx context.Context, n int) {
+	rows, err := s.Pool.Query(ctx, `
+		SELECT calls, total_exec_time, total_plan_time, rows,
+			regexp_replace(left(query, 160), '\s+', ' ', 'g')
+		FROM pg_stat_statements
+		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+		ORDER BY total_exec_time + total_plan_time DESC LIMIT $1`, n)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench: pg_stat_statements: %v\n", err)
+		return
+	}
+	defer rows.Close()
+	fmt.Fprintf(os.Stderr, "  %-9s %-10s %-10s %-9s %s\n", "calls", "exec ms", "plan ms", "µs/call", "statement")
+	for rows.Next() {
+		var calls, nrows int64
+		var exec, plan float64
+		var query string
+		if err := rows.Scan(&calls, &exec, &plan, &nrows, &query); err != nil {
+			return
+		}
+		fmt.Fprintf(os.Stderr, "  %-9d %-10.0f %-10.0f %-9.0f %s\n", calls, exec, plan, (exec+plan)*1000/float64(max(calls, 1)), query)
+	}
 }
 
 // applyUsage fills the resource figures of r from two readings; wall is the

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/worker-gateway/gateway/migrations"
 	"github.com/worker-gateway/gateway/server/pki"
@@ -148,7 +149,11 @@ func (s *Stack) startPrivate(ctx context.Context) error {
 	}()
 
 	logf("starting private PostgreSQL (durable: default fsync and synchronous_commit)")
-	s.cluster, err = pgcluster.Start(ctx, pgcluster.Options{Dir: filepath.Join(s.dir, "postgres"), Durable: true})
+	opts := pgcluster.Options{Dir: filepath.Join(s.dir, "postgres"), Durable: true}
+	if pgStatements > 0 {
+		opts.Settings = append(opts.Settings, "shared_preload_libraries=pg_stat_statements", "pg_stat_statements.track_planning=on")
+	}
+	s.cluster, err = pgcluster.Start(ctx, opts)
 	if err != nil {
 		<-buildErr
 		return err
@@ -161,6 +166,12 @@ func (s *Stack) startPrivate(ctx context.Context) error {
 	if err := migrations.Up(ctx, s.DatabaseURL); err != nil {
 		<-buildErr
 		return err
+	}
+	if pgStatements > 0 {
+		if err := createExtension(ctx, s.DatabaseURL, "pg_stat_statements"); err != nil {
+			<-buildErr
+			return err
+		}
 	}
 	if err := <-buildErr; err != nil {
 		return err
@@ -615,4 +626,15 @@ func tailFile(path string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// createExtension creates a PostgreSQL extension in the database at url.
+func createExtension(ctx context.Context, url, name string) error {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS "+pgx.Identifier{name}.Sanitize())
+	return err
 }

@@ -61,6 +61,10 @@ type Options struct {
 	// matters when every test binary starts its own cluster. Any problem
 	// with the cache falls back to a plain initdb.
 	InitdbCache string
+	// Settings are extra server settings ("name=value"), passed as -c
+	// options after the ones this package sets (for example
+	// "shared_preload_libraries=pg_stat_statements" for a benchmark).
+	Settings []string
 }
 
 // defaultMaxConnections is used when Options.MaxConnections is 0.
@@ -372,6 +376,7 @@ func (c *Cluster) serverOptions() string {
 	if !c.opts.Durable {
 		settings = append(settings, "fsync=off", "synchronous_commit=off", "full_page_writes=off")
 	}
+	settings = append(settings, c.opts.Settings...)
 	// pg_ctl hands this string to /bin/sh, hence the shell quoting.
 	var b strings.Builder
 	for i, s := range settings {
