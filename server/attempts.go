@@ -46,7 +46,7 @@ func (h *handlers) CompleteAttempt(ctx context.Context, req api.CompleteAttemptR
 	if p.Outcome == store.AttemptFailed && p.ErrorCode == "" {
 		p.ErrorCode = "failed"
 	}
-	res, err := h.store.CompleteAttempt(ctx, p)
+	res, err := h.completions.Complete(ctx, p)
 	if err != nil {
 		return nil, err
 	}

@@ -86,6 +86,7 @@ func (h *handlers) RenewCertificate(ctx context.Context, req api.RenewCertificat
 	if err := h.store.RenewCertificate(ctx, workerID, cert, fingerprintOfContext(ctx), h.cfg.Identity.RenewalGrace); err != nil {
 		return nil, err
 	}
+	h.identities.forgetWorker(workerID) // other replicas hear the NOTIFY
 	h.audit(ctx, "worker.renew_certificate", "worker", workerID.String(), nil, map[string]any{"expires_at": issued.ExpiresAt})
 	return api.RenewCertificate200JSONResponse(issued), nil
 }
@@ -161,7 +162,9 @@ func (h *handlers) RevokeWorker(ctx context.Context, req api.RevokeWorkerRequest
 	if err != nil {
 		return nil, err
 	}
-	// Answer its waiting polls here at once; other replicas hear the NOTIFY.
+	// Refuse its next request and answer its waiting polls here at once;
+	// other replicas hear the NOTIFY.
+	h.identities.forgetWorker(req.WorkerId)
 	h.hub.WakeWorker(req.WorkerId)
 	h.audit(ctx, "worker.revoke", "worker", req.WorkerId.String(), nil, map[string]any{"reason": req.Body.Reason})
 	return api.RevokeWorker200JSONResponse(toWorker(w)), nil

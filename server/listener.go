@@ -57,12 +57,14 @@ func (s *Server) listenOnce(ctx context.Context, databaseURL string) error {
 			s.logger.Warn("ignoring malformed wake-up", "error", err.Error())
 			continue
 		}
+		s.identities.onNotice(w)
 		s.hub.Notify(w)
 	}
 }
 
 // catchUp runs after every (re)connection: notices may have been missed.
 func (s *Server) catchUp(ctx context.Context) error {
+	s.identities.forgetAll()
 	s.hub.WakeAll()
 	delays, err := s.store.NextLeasableIn(ctx)
 	if err != nil {

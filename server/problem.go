@@ -108,6 +108,10 @@ func problemFor(err error) *Problem {
 		return newProblem(http.StatusBadRequest, "bad-request", err.Error())
 	case isDataException(err):
 		return withCause(newProblem(http.StatusBadRequest, "bad-request", "a value in the request cannot be stored (out of range or not representable)"), err)
+	case errors.Is(err, store.ErrBatcherClosed):
+		p := newProblem(http.StatusServiceUnavailable, "shutting-down", "this gateway replica is shutting down; retry")
+		p.RetryAfter = 1
+		return p
 	case isUnavailable(err):
 		p := withCause(newProblem(http.StatusServiceUnavailable, "unavailable", "the database is unavailable; retry later"), err)
 		p.RetryAfter = 2

@@ -38,6 +38,14 @@ type Config struct {
 	SweepIdleInterval time.Duration
 	// SweepBatch bounds the rows one sweep pass touches.
 	SweepBatch int
+	// IdentityCacheTTL bounds how long a replica trusts what it looked up
+	// about a worker certificate (see identityCache); 0 looks it up on
+	// every request.
+	IdentityCacheTTL time.Duration
+	// CompletionWriters is how many groups of completions a replica writes
+	// at once, each in one transaction on its own connection; completions
+	// arriving meanwhile wait for the next group (group commit).
+	CompletionWriters int
 	// PruneInterval is how often a replica deletes old terminal tasks, ended
 	// upload rows and (with AuditRetention > 0) audit events; 0 disables it.
 	PruneInterval   time.Duration
@@ -102,6 +110,8 @@ func DefaultConfig() Config {
 		HeartbeatInterval: 10 * time.Second,
 		SweepIdleInterval: 15 * time.Second,
 		SweepBatch:        500,
+		CompletionWriters: 4,
+		IdentityCacheTTL:  time.Minute,
 		PruneInterval:     10 * time.Minute,
 		TaskRetention:     store.DefaultTaskRetention,
 		UploadRetention:   store.DefaultUploadRetention,
@@ -146,6 +156,10 @@ type Server struct {
 	metricsHandler http.Handler
 	// securityEvents throttles audit rows for refused requests.
 	securityEvents securityThrottle
+	// completions group-commits attempt completions.
+	completions *store.CompletionBatcher
+	// identities caches certificate → worker for the worker routes.
+	identities *identityCache
 	// lookupWorker resolves a certificate fingerprint on every worker
 	// request; a benchmark swaps it to measure what the check costs.
 	lookupWorker func(ctx context.Context, fingerprint string) (store.WorkerIdentity, error)
@@ -158,8 +172,10 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 		cfg.Logger = slog.Default()
 	}
 	s := &Server{cfg: cfg, store: store.New(pool), pool: pool, logger: cfg.Logger}
-	s.lookupWorker = s.store.WorkerByFingerprint
 	s.hub = NewHub()
+	s.identities = newIdentityCache(s.store.WorkerByFingerprint, s.hub.Connected, cfg.IdentityCacheTTL)
+	s.lookupWorker = s.identities.get
+	s.completions = store.NewCompletionBatcher(s.store, max(cfg.CompletionWriters, 1), completionGroupMax, completionGroupTimeout)
 	s.sweeper = newSweeper(s.store, cfg, cfg.Logger)
 	s.metrics = newMetrics(s)
 	s.sweeper.metrics = s.metrics
@@ -272,8 +288,16 @@ func (s *Server) Run(ctx context.Context, databaseURL string) error {
 	<-ctx.Done()
 	s.hub.Close()
 	wg.Wait()
+	s.completions.Close()
 	return nil
 }
+
+const (
+	// completionGroupMax bounds how many completions one transaction writes.
+	completionGroupMax = 256
+	// completionGroupTimeout bounds one group's transaction.
+	completionGroupTimeout = 30 * time.Second
+)
 
 // ListenerReady reports whether the LISTEN connection is up (readiness).
 func (s *Server) ListenerReady() bool { return s.hub.Connected() }

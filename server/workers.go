@@ -110,6 +110,7 @@ func (h *handlers) UpdateWorker(ctx context.Context, req api.UpdateWorkerRequest
 	if err != nil {
 		return nil, err
 	}
+	h.identities.forgetWorker(req.WorkerId) // other replicas hear the NOTIFY
 	h.audit(ctx, "worker.update", "worker", w.ID.String(), nil, map[string]any{"enabled": p.Enabled, "max_concurrent_tasks": p.MaxConcurrentTasks, "name": p.Name, "cancel_active": p.CancelActive})
 	return api.UpdateWorker200JSONResponse(toWorker(w)), nil
 }
@@ -127,6 +128,7 @@ func (h *handlers) RegisterWorkerCertificate(ctx context.Context, req api.Regist
 	if err != nil {
 		return nil, err
 	}
+	h.identities.forgetWorker(req.WorkerId) // other replicas hear the NOTIFY
 	h.audit(ctx, "worker.register_certificate", "worker", w.ID.String(), nil, map[string]any{"certificate_fingerprint": fingerprint})
 	return api.RegisterWorkerCertificate200JSONResponse(toWorker(w)), nil
 }

@@ -120,5 +120,5 @@ func bindCertificate(ctx context.Context, tx pgx.Tx, workerID uuid.UUID, cert Ce
 	if tag.RowsAffected() == 0 {
 		return ErrWorkerRevoked
 	}
-	return nil
+	return notify(ctx, tx, Wakeup{Kind: WakeIdentityChanged, Worker: workerID})
 }

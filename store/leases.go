@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -119,65 +121,49 @@ func optSeconds(s *float64) *time.Duration {
 // unassignment cannot interleave), then picks candidates one organization at
 // a time — priority, then organizations in turns, then age — with FOR UPDATE
 // SKIP LOCKED, and creates their attempts.
+//
+// The statements travel in one round trip with BEGIN (they need nothing
+// from each other that SQL cannot read itself), and the candidate statement
+// runs with a generic plan: planning it costs more than running it.
 func (s *Store) AcquireLeases(ctx context.Context, p AcquireParams) (AcquireResult, error) {
-	var res AcquireResult
-	err := s.inTx(ctx, "acquire leases", func(tx pgx.Tx) error {
-		res = AcquireResult{}
-		var (
-			workerType   string
-			capabilities json.RawMessage
-			maxTasks     int
-			capsChanged  bool
-		)
-		err := tx.QueryRow(ctx, `
-			WITH before AS (
-				SELECT capabilities FROM workers WHERE id = $1 AND enabled AND revoked_at IS NULL FOR NO KEY UPDATE
-			)
-			UPDATE workers w SET
-				last_seen_at = now(),
-				capabilities = coalesce($2::jsonb, w.capabilities),
-				software_version = coalesce($3, w.software_version),
-				protocol_version = coalesce($4, w.protocol_version),
-				updated_at = CASE WHEN $2::jsonb IS NOT NULL AND $2::jsonb <> w.capabilities THEN now() ELSE w.updated_at END
-			FROM before
-			WHERE w.id = $1
-			RETURNING w.worker_type, w.capabilities, w.max_concurrent_tasks, w.capabilities <> before.capabilities`,
-			p.WorkerID, nullJSON(p.Capabilities), p.SoftwareVersion, p.ProtocolVersion,
-		).Scan(&workerType, &capabilities, &maxTasks, &capsChanged)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return s.whyNoWorker(ctx, tx, p.WorkerID, &res)
+	var (
+		res          AcquireResult
+		found        bool
+		capabilities json.RawMessage
+		maxTasks     int
+		capsChanged  bool
+		active       int
+	)
+	queue := func(b *pgx.Batch) {
+		b.Queue(lockWorkerSQL, p.WorkerID, nullJSON(p.Capabilities), p.SoftwareVersion, p.ProtocolVersion)
+		if p.IdempotencyKey != "" {
+			b.Queue(replayLeasesSQL, p.WorkerID, p.IdempotencyKey)
 		}
-		if err != nil {
+		b.Queue(lockAssignmentsSQL, p.WorkerID)
+		b.Queue(`SET LOCAL plan_cache_mode = force_generic_plan`)
+		b.Queue(leaseCandidatesSQL, p.WorkerID, p.MaxTasks, nullString(p.IdempotencyKey))
+	}
+	read := func(br pgx.BatchResults) error {
+		res, found, capsChanged, active = AcquireResult{}, false, false, 0
+		var workerType string
+		err := br.QueryRow().Scan(&workerType, &capabilities, &maxTasks, &capsChanged)
+		switch {
+		case err == nil:
+			found = true
+		case !errors.Is(err, pgx.ErrNoRows):
 			return fmt.Errorf("lock worker: %w", err)
 		}
-
-		if capsChanged {
-			if _, err := releaseAttemptsLackingCritical(ctx, tx, p.WorkerID, capabilities); err != nil {
-				return err
-			}
-		}
-
 		if p.IdempotencyKey != "" {
-			leases, err := activeLeasesForKey(ctx, tx, p.WorkerID, p.IdempotencyKey)
+			rows, err := br.Query()
 			if err != nil {
-				return err
+				return fmt.Errorf("replay leases: %w", err)
 			}
-			if len(leases) > 0 {
-				res.Leases, res.Replayed = leases, true
-				return nil
+			if res.Leases, err = collectLeases(rows); err != nil {
+				return fmt.Errorf("replay leases: %w", err)
 			}
+			res.Replayed = len(res.Leases) > 0
 		}
-
-		// A new statement, so it sees attempts committed by the worker's
-		// previous poll that we waited for on the row lock.
-		var active int
-		rows, err := tx.Query(ctx, `
-			SELECT organization_id,
-				(SELECT count(*) FROM worker_task_attempts WHERE worker_id = $1 AND status IN (`+activeStatuses+`))
-			FROM organization_workers
-			WHERE worker_id = $1 AND enabled AND revoked_at IS NULL
-			ORDER BY organization_id
-			FOR SHARE`, p.WorkerID)
+		rows, err := br.Query()
 		if err != nil {
 			return fmt.Errorf("lock assignments: %w", err)
 		}
@@ -193,33 +179,88 @@ func (s *Store) AcquireLeases(ctx context.Context, p AcquireParams) (AcquireResu
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("lock assignments: %w", err)
 		}
-		if len(res.OrganizationIDs) == 0 {
-			res.FreeSlots = maxTasks // unknown active count does not matter: nothing to lease
-			return nil
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("plan mode: %w", err)
 		}
-		want := min(p.MaxTasks, maxTasks-active)
-		res.FreeSlots = maxTasks - active
-		if want <= 0 {
-			return nil
-		}
-
-		leases, err := leaseCandidates(ctx, tx, p.WorkerID, taskTypesFor[workerType], capabilities, res.OrganizationIDs, want, p.IdempotencyKey)
+		rows, err = br.Query()
 		if err != nil {
-			return err
+			return fmt.Errorf("lease candidates: %w", err)
 		}
-		res.Leases = leases
-		res.FreeSlots -= len(leases)
+		leases, err := collectLeases(rows)
+		if err != nil {
+			return fmt.Errorf("lease candidates: %w", err)
+		}
+		if !res.Replayed {
+			res.Leases = leases
+		}
 		return nil
-	})
-	if err != nil {
+	}
+	finish := func(ex executor) error {
+		if !found {
+			return s.whyNoWorker(ctx, ex, p.WorkerID, &res)
+		}
+		if capsChanged {
+			if _, err := releaseAttemptsLackingCritical(ctx, ex, p.WorkerID, capabilities); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := s.inPipelinedTx(ctx, "acquire leases", queue, read, finish); err != nil {
 		return AcquireResult{}, err
+	}
+	if found {
+		res.FreeSlots = maxTasks
+		if len(res.OrganizationIDs) > 0 && !res.Replayed {
+			// Unknown without assignments, and then it does not matter.
+			res.FreeSlots = max(maxTasks-active-len(res.Leases), 0)
+		}
 	}
 	return res, nil
 }
 
+// lockWorkerSQL locks the worker row (so one worker's polls take turns and
+// capacity can be counted), records the poll's advertisement, and says
+// whether the capabilities changed. No row: unknown, disabled or revoked.
+const lockWorkerSQL = `
+	WITH before AS (
+		SELECT capabilities FROM workers WHERE id = $1 AND enabled AND revoked_at IS NULL FOR NO KEY UPDATE
+	)
+	UPDATE workers w SET
+		last_seen_at = now(),
+		capabilities = coalesce($2::jsonb, w.capabilities),
+		software_version = coalesce($3, w.software_version),
+		protocol_version = coalesce($4, w.protocol_version),
+		updated_at = CASE WHEN $2::jsonb IS NOT NULL AND $2::jsonb <> w.capabilities THEN now() ELSE w.updated_at END
+	FROM before
+	WHERE w.id = $1
+	RETURNING w.worker_type, w.capabilities, w.max_concurrent_tasks, w.capabilities <> before.capabilities`
+
+// lockAssignmentsSQL takes the worker's live assignments FOR SHARE and
+// counts its active attempts. A statement of its own, after the worker row
+// lock, so it sees the attempts of the worker's previous poll that we may
+// have waited for on that lock.
+var lockAssignmentsSQL = `
+	SELECT ow.organization_id,
+		(SELECT count(*) FROM worker_task_attempts WHERE worker_id = $1 AND status IN (` + activeStatuses + `))
+	FROM organization_workers ow
+	JOIN workers w ON w.id = ow.worker_id AND w.enabled AND w.revoked_at IS NULL
+	WHERE ow.worker_id = $1 AND ow.enabled AND ow.revoked_at IS NULL
+	ORDER BY ow.organization_id
+	FOR SHARE OF ow`
+
+// replayLeasesSQL finds the still-active leases an earlier poll with the
+// same idempotency key created.
+var replayLeasesSQL = `
+	SELECT ` + leaseColumns + `
+	FROM worker_task_attempts a JOIN worker_tasks t ON t.id = a.task_id
+	WHERE a.worker_id = $1 AND a.lease_request_key = $2
+		AND a.status IN (` + activeStatuses + `) AND a.lease_expires_at > now()
+	ORDER BY a.created_at, a.id`
+
 // whyNoWorker decides, after the worker row did not match, between an
 // unknown, a revoked and a disabled worker.
-func (s *Store) whyNoWorker(ctx context.Context, tx pgx.Tx, workerID uuid.UUID, res *AcquireResult) error {
+func (s *Store) whyNoWorker(ctx context.Context, tx executor, workerID uuid.UUID, res *AcquireResult) error {
 	var enabled, revoked bool
 	err := tx.QueryRow(ctx, `SELECT enabled, revoked_at IS NOT NULL FROM workers WHERE id = $1`, workerID).Scan(&enabled, &revoked)
 	switch {
@@ -232,19 +273,6 @@ func (s *Store) whyNoWorker(ctx context.Context, tx pgx.Tx, workerID uuid.UUID, 
 	}
 	res.Disabled = true
 	return nil
-}
-
-func activeLeasesForKey(ctx context.Context, tx pgx.Tx, workerID uuid.UUID, key string) ([]Lease, error) {
-	rows, err := tx.Query(ctx, `
-		SELECT `+leaseColumns+`
-		FROM worker_task_attempts a JOIN worker_tasks t ON t.id = a.task_id
-		WHERE a.worker_id = $1 AND a.lease_request_key = $2
-			AND a.status IN (`+activeStatuses+`) AND a.lease_expires_at > now()
-		ORDER BY a.created_at, a.id`, workerID, key)
-	if err != nil {
-		return nil, fmt.Errorf("replay leases: %w", err)
-	}
-	return collectLeases(rows)
 }
 
 func collectLeases(rows pgx.Rows) ([]Lease, error) {
@@ -260,9 +288,12 @@ func collectLeases(rows pgx.Rows) ([]Lease, error) {
 	return leases, rows.Err()
 }
 
-// leaseCandidatesSQL picks and leases tasks in one statement.
+// leaseCandidatesSQL picks and leases tasks in one statement: $1 the
+// worker, $2 the most tasks the poll asks for, $3 its idempotency key.
 //
-// The LATERAL subquery walks each assigned organization's part of
+// It leases nothing when the worker is not enabled, has no free slot, or an
+// earlier poll with the same key still holds live leases (those are the
+// answer). The LATERAL subquery walks each assigned organization's part of
 // worker_tasks_acquire_idx separately, so the cost depends only on the
 // organizations this worker serves, never on anyone else's backlog. Rows are
 // locked there with SKIP LOCKED, so concurrent pollers never wait on each
@@ -270,9 +301,18 @@ func collectLeases(rows pgx.Rows) ([]Lease, error) {
 // organization comes before the (n+1)-th of any, and the organization this
 // worker served least recently goes first: organizations take turns.
 var leaseCandidatesSQL = `
-WITH candidates AS (
+WITH worker AS (
+	SELECT w.capabilities, ` + taskTypesSQL("w.worker_type") + ` AS task_types,
+		least($2, w.max_concurrent_tasks - (SELECT count(*) FROM worker_task_attempts
+			WHERE worker_id = $1 AND status IN (` + activeStatuses + `))) AS want
+	FROM workers w
+	WHERE w.id = $1 AND w.enabled AND w.revoked_at IS NULL
+		AND NOT EXISTS (SELECT 1 FROM worker_task_attempts r
+			WHERE r.worker_id = $1 AND r.lease_request_key = $3
+				AND r.status IN (` + activeStatuses + `) AND r.lease_expires_at > now())
+), candidates AS (
 	SELECT c.id, c.organization_id
-	FROM organization_workers ow
+	FROM worker, organization_workers ow
 	CROSS JOIN LATERAL (
 		-- Window functions cannot share a SELECT with FOR UPDATE, so the
 		-- turn number is computed over the locked rows one level up.
@@ -284,16 +324,16 @@ WITH candidates AS (
 				AND t.state IN (` + fromStates(EventLease) + `)
 				AND t.available_at <= now()
 				AND (t.execution_deadline_at IS NULL OR t.execution_deadline_at > now())
-				AND t.task_type = ANY($2::text[])
-				AND $3::jsonb @> t.required_capabilities
+				AND t.task_type = ANY(worker.task_types)
+				AND worker.capabilities @> t.required_capabilities
 			ORDER BY t.priority DESC, t.created_at, t.id
-			LIMIT $5
+			LIMIT (SELECT greatest(want, 0) FROM worker)
 			FOR UPDATE OF t SKIP LOCKED
 		) locked
 	) c
-	WHERE ow.worker_id = $1 AND ow.organization_id = ANY($4::uuid[])
+	WHERE ow.worker_id = $1 AND ow.enabled AND ow.revoked_at IS NULL
 	ORDER BY c.priority DESC, c.turn, ow.last_leased_at NULLS FIRST, c.created_at, c.id
-	LIMIT $5
+	LIMIT (SELECT greatest(want, 0) FROM worker)
 ), leased AS (
 	UPDATE worker_tasks t SET
 		state = '` + string(TaskTransitions[EventLease].To) + `',
@@ -312,7 +352,7 @@ WITH candidates AS (
 		'` + string(AttemptLeased) + `',
 		least(now() + make_interval(secs => l.lease_duration_seconds), d.deadline),
 		d.deadline,
-		$6
+		$3
 	FROM leased l
 	CROSS JOIN LATERAL (
 		SELECT least(l.execution_deadline_at, now() + make_interval(secs => l.attempt_timeout_seconds)) AS deadline
@@ -326,17 +366,21 @@ SELECT ` + leaseColumns + `
 FROM attempts a JOIN leased t ON t.id = a.task_id
 ORDER BY t.priority DESC, a.id`
 
-func leaseCandidates(ctx context.Context, tx pgx.Tx, workerID uuid.UUID, taskTypes []string, capabilities json.RawMessage,
-	orgs []uuid.UUID, want int, key string) ([]Lease, error) {
-	rows, err := tx.Query(ctx, leaseCandidatesSQL, workerID, taskTypes, capabilities, orgs, want, nullString(key))
-	if err != nil {
-		return nil, fmt.Errorf("lease candidates: %w", err)
+// taskTypesSQL is a SQL expression mapping the worker type in column to the
+// array of task types it may run (taskTypesFor).
+func taskTypesSQL(column string) string {
+	workerTypes := make([]string, 0, len(taskTypesFor))
+	for wt := range taskTypesFor {
+		workerTypes = append(workerTypes, wt)
 	}
-	leases, err := collectLeases(rows)
-	if err != nil {
-		return nil, fmt.Errorf("lease candidates: %w", err)
+	sort.Strings(workerTypes)
+	var b strings.Builder
+	b.WriteString("CASE " + column)
+	for _, wt := range workerTypes {
+		fmt.Fprintf(&b, " WHEN '%s' THEN ARRAY[%s]::text[]", wt, sqlStates(taskTypesFor[wt]...))
 	}
-	return leases, nil
+	b.WriteString(" ELSE ARRAY[]::text[] END")
+	return b.String()
 }
 
 func nullString(s string) *string {

@@ -35,6 +35,10 @@ const (
 	// WakeCapacity: one of Worker's attempts ended, freeing a slot: only its
 	// polls that were waiting for a free slot need to look again.
 	WakeCapacity
+	// WakeIdentityChanged: which certificates authenticate Worker changed
+	// (renewal, enrollment, a new certificate, a renewal's grace ended):
+	// replicas forget what they cached about its certificates.
+	WakeIdentityChanged
 )
 
 // Wakeup is one decoded notification.
@@ -47,7 +51,8 @@ type Wakeup struct {
 }
 
 // Payload encodes the wake-up: "o:<org>:<count>", "t:<org>:<delay-ms>",
-// "w:<worker>", "v:<worker>" (revoked) or "c:<worker>" (a slot freed).
+// "w:<worker>", "v:<worker>" (revoked), "c:<worker>" (a slot freed) or
+// "i:<worker>" (its certificates changed).
 func (w Wakeup) Payload() string {
 	switch w.Kind {
 	case WakeOrganization:
@@ -60,6 +65,8 @@ func (w Wakeup) Payload() string {
 		return "v:" + w.Worker.String()
 	case WakeCapacity:
 		return "c:" + w.Worker.String()
+	case WakeIdentityChanged:
+		return "i:" + w.Worker.String()
 	}
 	return ""
 }
@@ -94,6 +101,8 @@ func ParseWakeup(payload string) (Wakeup, error) {
 		return Wakeup{Kind: WakeWorkerRevoked, Worker: id}, nil
 	case parts[0] == "c" && len(parts) == 2:
 		return Wakeup{Kind: WakeCapacity, Worker: id}, nil
+	case parts[0] == "i" && len(parts) == 2:
+		return Wakeup{Kind: WakeIdentityChanged, Worker: id}, nil
 	}
 	return Wakeup{}, bad
 }

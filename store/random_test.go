@@ -381,7 +381,16 @@ func (w *fuzzWorld) opComplete() fuzzEffect {
 	ref, variant := w.creds(a)
 	p := w.randomCompletion(ref)
 	before := w.facts(a.id)
-	res, err := w.s.CompleteAttempt(w.t.Context(), p)
+	var (
+		res store.CompleteResult
+		err error
+	)
+	if w.rng.IntN(2) == 0 {
+		res, err = w.s.CompleteAttempt(w.t.Context(), p)
+	} else { // the set-based form group commit uses must answer the same
+		out := w.s.CompleteAttempts(w.t.Context(), []store.CompleteParams{p})
+		res, err = out[0].Result, out[0].Err
+	}
 	switch {
 	case variant == credOtherWorker:
 		require.ErrorIs(w.t, err, store.ErrNotFound, w.where())

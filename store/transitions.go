@@ -70,6 +70,14 @@ var TaskTransitions = map[TaskEvent]taskTransition{
 	EventRedrive:      {From: []TaskState{TaskFailedTerminal, TaskCancelled}, To: TaskPending},
 }
 
+// allowsFrom reports whether the transition leaves state from.
+func (t taskTransition) allowsFrom(from TaskState) bool { return slices.Contains(t.From, from) }
+
+// finalTaskStates are the terminal task states (see TaskState.IsFinal).
+func finalTaskStates() []TaskState {
+	return []TaskState{TaskCompleted, TaskCancelled, TaskFailedTerminal}
+}
+
 // TaskTransitionAllowed reports whether some event moves a task from one
 // state to another.
 func TaskTransitionAllowed(from, to TaskState) bool {
@@ -98,9 +106,7 @@ func AttemptTransitionAllowed(from, to AttemptStatus) bool {
 
 // IsFinal reports whether a task state is terminal (only an operator's
 // redrive leaves it).
-func (s TaskState) IsFinal() bool {
-	return s == TaskCompleted || s == TaskCancelled || s == TaskFailedTerminal
-}
+func (s TaskState) IsFinal() bool { return slices.Contains(finalTaskStates(), s) }
 
 // sqlStates renders states as a SQL literal list for IN (...). The values
 // are compile-time constants, and literals (not parameters) let the planner

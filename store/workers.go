@@ -164,16 +164,22 @@ func (s *Store) UpdateWorker(ctx context.Context, id uuid.UUID, p UpdateWorkerPa
 // SetWorkerCertificate binds a certificate fingerprint to a worker; the
 // previous certificate stops authenticating at once.
 func (s *Store) SetWorkerCertificate(ctx context.Context, id uuid.UUID, fingerprint, subject string, onlineWindow time.Duration) (Worker, error) {
-	tag, err := s.pool.Exec(ctx, `UPDATE workers SET certificate_fingerprint = $2, certificate_subject = $3, updated_at = now()
-		WHERE id = $1`, id, fingerprint, subject)
-	if isUniqueViolation(err) {
-		return Worker{}, fmt.Errorf("%w: certificate already registered to another worker", ErrConflict)
-	}
+	err := s.inTx(ctx, "set certificate", func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE workers SET certificate_fingerprint = $2, certificate_subject = $3, updated_at = now()
+			WHERE id = $1`, id, fingerprint, subject)
+		if isUniqueViolation(err) {
+			return fmt.Errorf("%w: certificate already registered to another worker", ErrConflict)
+		}
+		if err != nil {
+			return fmt.Errorf("set certificate: %w", err)
+		}
+		if tag.RowsAffected() == 0 {
+			return ErrNotFound
+		}
+		return notify(ctx, tx, Wakeup{Kind: WakeIdentityChanged, Worker: id})
+	})
 	if err != nil {
-		return Worker{}, fmt.Errorf("set certificate: %w", err)
-	}
-	if tag.RowsAffected() == 0 {
-		return Worker{}, ErrNotFound
+		return Worker{}, err
 	}
 	return s.GetWorker(ctx, Scope{}, id, onlineWindow)
 }
@@ -183,6 +189,9 @@ type WorkerIdentity struct {
 	ID      uuid.UUID
 	Enabled bool
 	Revoked bool
+	// Current is true when the fingerprint is the worker's current
+	// certificate (not the previous one, during a renewal's grace period).
+	Current bool
 }
 
 // WorkerByFingerprint resolves a client certificate to its worker: the
@@ -193,22 +202,27 @@ func (s *Store) WorkerByFingerprint(ctx context.Context, fingerprint string) (Wo
 	var id WorkerIdentity
 	var graceOpen bool
 	err := s.pool.QueryRow(ctx, `
-		SELECT id, enabled, revoked_at IS NOT NULL, previous_certificate_fingerprint IS NOT NULL
+		SELECT id, enabled, revoked_at IS NOT NULL, certificate_fingerprint = $1, previous_certificate_fingerprint IS NOT NULL
 		FROM workers
 		WHERE (certificate_fingerprint = $1 AND certificate_fingerprint <> '')
 			OR (previous_certificate_fingerprint = $1 AND previous_certificate_valid_until > now())`,
-		fingerprint).Scan(&id.ID, &id.Enabled, &id.Revoked, &graceOpen)
+		fingerprint).Scan(&id.ID, &id.Enabled, &id.Revoked, &id.Current, &graceOpen)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return WorkerIdentity{}, ErrNotFound
 	}
 	if err != nil {
 		return WorkerIdentity{}, fmt.Errorf("worker by fingerprint: %w", err)
 	}
-	if graceOpen {
-		// Harmless when the request came with the previous certificate: the
-		// predicate only matches the new one.
-		if _, err := s.pool.Exec(ctx, `UPDATE workers SET previous_certificate_fingerprint = NULL, previous_certificate_valid_until = NULL
-			WHERE id = $1 AND certificate_fingerprint = $2`, id.ID, fingerprint); err != nil {
+	if graceOpen && id.Current {
+		err := s.inTx(ctx, "end certificate grace", func(tx pgx.Tx) error {
+			tag, err := tx.Exec(ctx, `UPDATE workers SET previous_certificate_fingerprint = NULL, previous_certificate_valid_until = NULL
+				WHERE id = $1 AND certificate_fingerprint = $2 AND previous_certificate_fingerprint IS NOT NULL`, id.ID, fingerprint)
+			if err != nil || tag.RowsAffected() == 0 {
+				return err
+			}
+			return notify(ctx, tx, Wakeup{Kind: WakeIdentityChanged, Worker: id.ID})
+		})
+		if err != nil {
 			return WorkerIdentity{}, fmt.Errorf("end certificate grace: %w", err)
 		}
 	}
@@ -251,18 +265,18 @@ func (s *Store) RevokeWorker(ctx context.Context, id uuid.UUID, reason string, o
 // one organization's): the attempts become superseded, their tasks leasable
 // again at once without using up an attempt — or cancelled, if a cancel was
 // already requested. Returns how many attempts it ended.
-func releaseAttempts(ctx context.Context, tx pgx.Tx, workerID uuid.UUID, org *uuid.UUID, reason string) (int, error) {
+func releaseAttempts(ctx context.Context, tx executor, workerID uuid.UUID, org *uuid.UUID, reason string) (int, error) {
 	return releaseAttemptsWhere(ctx, tx, workerID, org, nil, reason)
 }
 
 // releaseAttemptsLackingCritical ends, by policy, the worker's active
 // attempts whose task marks as critical a capability the worker's new
 // advertisement no longer has.
-func releaseAttemptsLackingCritical(ctx context.Context, tx pgx.Tx, workerID uuid.UUID, capabilities []byte) (int, error) {
+func releaseAttemptsLackingCritical(ctx context.Context, tx executor, workerID uuid.UUID, capabilities []byte) (int, error) {
 	return releaseAttemptsWhere(ctx, tx, workerID, nil, capabilities, "capability_lost")
 }
 
-func releaseAttemptsWhere(ctx context.Context, tx pgx.Tx, workerID uuid.UUID, org *uuid.UUID, lackingCritical []byte, reason string) (int, error) {
+func releaseAttemptsWhere(ctx context.Context, tx executor, workerID uuid.UUID, org *uuid.UUID, lackingCritical []byte, reason string) (int, error) {
 	rows, err := tx.Query(ctx, `
 		WITH ended AS (
 			UPDATE worker_task_attempts a SET

@@ -1,0 +1,235 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// CompleteOutcome is one completion's answer within a batch: a result or
+// the error that completion alone would have returned.
+type CompleteOutcome struct {
+	Result CompleteResult
+	Err    error
+}
+
+// CompleteAttempts ends many attempts in one transaction with a fixed number
+// of statements, whatever their number, and answers each as CompleteAttempt
+// would have: the fencing of every attempt is the same WHERE clause, applied
+// per row. Completions the fenced update does not match (a replay, a lost
+// lease, an unpersisted result batch, someone else's attempt) are then
+// decided one by one by CompleteAttempt, which gives the exact answer.
+func (s *Store) CompleteAttempts(ctx context.Context, ps []CompleteParams) []CompleteOutcome {
+	out := make([]CompleteOutcome, len(ps))
+	valid := make([]int, 0, len(ps))
+	for i, p := range ps {
+		switch p.Outcome {
+		case AttemptSucceeded, AttemptFailed, AttemptCancelled:
+			valid = append(valid, i)
+		default:
+			out[i].Err = fmt.Errorf("%w: outcome %q", ErrInvalid, p.Outcome)
+		}
+	}
+	if len(valid) == 0 {
+		return out
+	}
+	ended, err := s.completeFenced(ctx, ps, valid)
+	if err != nil {
+		for _, i := range valid {
+			out[i].Err = err
+		}
+		return out
+	}
+	for _, i := range valid {
+		if res, ok := ended[i]; ok {
+			out[i].Result = res
+			continue
+		}
+		out[i].Result, out[i].Err = s.CompleteAttempt(ctx, ps[i])
+	}
+	return out
+}
+
+// endedAttempt is an attempt the fenced update ended, with its task as
+// locked afterwards.
+type endedAttempt struct {
+	index          int
+	attemptID      uuid.UUID
+	taskID         uuid.UUID
+	workerID       uuid.UUID
+	organizationID uuid.UUID
+	finishedAt     time.Time
+	state          TaskState
+	canRetry       bool
+}
+
+// completeFencedSQL ends every listed attempt whose lease is still this
+// worker's and live (and whose claimed last result batch was persisted),
+// then locks their tasks in id order — attempts before tasks, the lock order
+// of doc.go — and reads what the task's next state depends on.
+var completeFencedSQL = `
+WITH input AS (
+	SELECT * FROM unnest($1::int[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bool[], $9::int[])
+		AS i(idx, attempt_id, worker_id, lease_token, outcome, error_code, error_message, retryable, last_seq)
+), ended AS (
+	UPDATE worker_task_attempts a SET
+		status = i.outcome, finished_at = now(), updated_at = now(),
+		error_code = i.error_code, error_message = i.error_message, error_retryable = i.retryable
+	FROM input i
+	WHERE a.id = i.attempt_id AND a.worker_id = i.worker_id AND a.lease_token = i.lease_token
+		AND a.status IN (` + activeStatuses + `) AND a.lease_expires_at > now()
+		AND (i.last_seq IS NULL OR EXISTS (SELECT 1 FROM worker_result_batches b
+			WHERE b.attempt_id = i.attempt_id AND b.sequence_number = i.last_seq AND b.status = 'persisted'))
+	RETURNING i.idx, a.id, a.task_id, a.worker_id, a.finished_at
+)
+SELECT e.idx, e.id, e.task_id, e.worker_id, e.finished_at, t.organization_id, t.state,
+	t.attempt_count < t.max_attempts AND NOT coalesce(t.execution_deadline_at <= now(), false)
+FROM ended e JOIN worker_tasks t ON t.id = e.task_id
+ORDER BY t.id
+FOR UPDATE OF t`
+
+// moveTasksSQL moves each locked task to the state its completion decided
+// and records that state on the attempt, so a replay can answer with it.
+var moveTasksSQL = `
+WITH input AS (
+	SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::bool[], $6::text[], $7::text[])
+		AS i(task_id, attempt_id, observed_state, to_state, releases, error_code, error_message)
+), moved AS (
+	UPDATE worker_tasks t SET
+		state = i.to_state,
+		attempt_count = CASE WHEN i.releases THEN greatest(t.attempt_count - 1, 0) ELSE t.attempt_count END,
+		available_at = CASE
+			WHEN i.to_state = '` + string(TaskRetryWait) + `' THEN now() + ` + retryDelaySQL + `
+			WHEN i.to_state = '` + string(TaskPending) + `' THEN now()
+			ELSE t.available_at END,
+		last_error_code = CASE WHEN i.error_code <> '' THEN i.error_code ELSE t.last_error_code END,
+		last_error = CASE WHEN i.error_code <> '' THEN i.error_message ELSE t.last_error END,
+		completed_at = CASE WHEN i.to_state IN (` + sqlStates(finalTaskStates()...) + `) THEN now() ELSE NULL END,
+		updated_at = now()
+	FROM input i
+	WHERE t.id = i.task_id AND t.state = i.observed_state
+	RETURNING t.id, t.state, t.available_at, extract(epoch FROM t.available_at - now())::float8 AS delay
+), recorded AS (
+	UPDATE worker_task_attempts a SET result_task_state = m.state
+	FROM moved m JOIN input i ON i.task_id = m.id
+	WHERE a.id = i.attempt_id
+)
+SELECT id, state, available_at, delay FROM moved`
+
+// completeFenced runs the set-based part of CompleteAttempts for ps[valid]
+// and returns the answers of the completions it ended, by index into ps.
+func (s *Store) completeFenced(ctx context.Context, ps []CompleteParams, valid []int) (map[int]CompleteResult, error) {
+	var (
+		idx                                      = make([]int32, len(valid))
+		attemptIDs, workerIDs                    = make([]uuid.UUID, len(valid)), make([]uuid.UUID, len(valid))
+		tokens, outcomes, errorCodes, errorTexts = make([]string, len(valid)), make([]string, len(valid)), make([]string, len(valid)), make([]string, len(valid))
+		retryable                                = make([]bool, len(valid))
+		lastSeq                                  = make([]*int32, len(valid))
+	)
+	for k, i := range valid {
+		p := ps[i]
+		idx[k], attemptIDs[k], workerIDs[k], tokens[k] = int32(i), p.AttemptID, p.WorkerID, p.LeaseToken
+		outcomes[k], errorCodes[k], errorTexts[k], retryable[k] = string(p.Outcome), p.ErrorCode, p.ErrorMessage, p.Retryable
+		if p.LastSequenceNumber != nil {
+			n := int32(*p.LastSequenceNumber)
+			lastSeq[k] = &n
+		}
+	}
+
+	var ended []endedAttempt
+	queue := func(b *pgx.Batch) {
+		b.Queue(completeFencedSQL, idx, attemptIDs, workerIDs, tokens, outcomes, errorCodes, errorTexts, retryable, lastSeq)
+	}
+	read := func(br pgx.BatchResults) error {
+		ended = ended[:0]
+		rows, err := br.Query()
+		if err != nil {
+			return fmt.Errorf("fenced attempt update: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var e endedAttempt
+			var i int32
+			if err := rows.Scan(&i, &e.attemptID, &e.taskID, &e.workerID, &e.finishedAt, &e.organizationID, &e.state, &e.canRetry); err != nil {
+				return err
+			}
+			e.index = int(i)
+			ended = append(ended, e)
+		}
+		return rows.Err()
+	}
+	var answers map[int]CompleteResult
+	finish := func(ex executor) error {
+		answers = make(map[int]CompleteResult, len(ended))
+		if len(ended) == 0 {
+			return nil
+		}
+		n := len(ended)
+		taskIDs, ids := make([]uuid.UUID, n), make([]uuid.UUID, n)
+		observed, to := make([]string, n), make([]string, n)
+		releases := make([]bool, n)
+		codes, texts := make([]string, n), make([]string, n)
+		byTask := make(map[uuid.UUID]endedAttempt, n)
+		for k, e := range ended {
+			p := ps[e.index]
+			event := completionEvent(p, e.state, e.canRetry)
+			tr := TaskTransitions[event]
+			if !tr.allowsFrom(e.state) {
+				return fmt.Errorf("complete attempt %s: task %s is %s, which %s does not leave", e.attemptID, e.taskID, e.state, event)
+			}
+			taskIDs[k], ids[k], observed[k], to[k] = e.taskID, e.attemptID, string(e.state), string(tr.To)
+			releases[k], codes[k], texts[k] = event == EventRelease, p.ErrorCode, p.ErrorMessage
+			byTask[e.taskID] = e
+		}
+		rows, err := ex.Query(ctx, moveTasksSQL, taskIDs, ids, observed, to, releases, codes, texts)
+		if err != nil {
+			return fmt.Errorf("move tasks: %w", err)
+		}
+		var wakeups []Wakeup
+		freed := map[uuid.UUID]bool{}
+		for rows.Next() {
+			var (
+				taskID      uuid.UUID
+				state       TaskState
+				availableAt time.Time
+				delay       float64
+			)
+			if err := rows.Scan(&taskID, &state, &availableAt, &delay); err != nil {
+				rows.Close()
+				return err
+			}
+			e := byTask[taskID]
+			res := CompleteResult{AttemptID: e.attemptID, TaskID: taskID, AttemptStatus: ps[e.index].Outcome, TaskState: state, FinishedAt: e.finishedAt}
+			switch state {
+			case TaskRetryWait:
+				res.RetryAt = &availableAt
+				wakeups = append(wakeups, Wakeup{Kind: WakeOrganizationAt, Organization: e.organizationID, Delay: seconds(delay)})
+			case TaskPending:
+				wakeups = append(wakeups, Wakeup{Kind: WakeOrganization, Organization: e.organizationID, Count: 1})
+			}
+			if !freed[e.workerID] {
+				freed[e.workerID] = true
+				wakeups = append(wakeups, Wakeup{Kind: WakeCapacity, Worker: e.workerID})
+			}
+			answers[e.index] = res
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("move tasks: %w", err)
+		}
+		if len(answers) != n {
+			// Cannot happen while the task rows are locked: refuse the
+			// whole batch rather than end an attempt without its task.
+			return errors.New("complete attempts: a locked task changed state")
+		}
+		return notify(ctx, ex, wakeups...)
+	}
+	if err := s.inPipelinedTx(ctx, "complete attempts", queue, read, finish); err != nil {
+		return nil, err
+	}
+	return answers, nil
+}
