@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"net/http"
+	"strconv"
 
 	"github.com/worker-gateway/gateway/server/api"
 	"github.com/worker-gateway/gateway/store"
@@ -29,12 +31,68 @@ func (h *handlers) StartAttempt(ctx context.Context, req api.StartAttemptRequest
 // CompleteAttempt ends an attempt; repeating the same outcome is answered
 // with the original answer.
 func (h *handlers) CompleteAttempt(ctx context.Context, req api.CompleteAttemptRequestObject) (api.CompleteAttemptResponseObject, error) {
-	p := store.CompleteParams{
-		AttemptRef:         store.AttemptRef{WorkerID: workerFrom(ctx), AttemptID: req.AttemptId, LeaseToken: req.Params.LeaseToken},
-		Outcome:            store.AttemptStatus(req.Body.Outcome),
-		LastSequenceNumber: req.Body.LastSequenceNumber,
+	b := req.Body
+	p, err := h.prepareCompletion(ctx, completion{
+		ref:     store.AttemptRef{WorkerID: workerFrom(ctx), AttemptID: req.AttemptId, LeaseToken: req.Params.LeaseToken},
+		outcome: b.Outcome, error: b.Error, lastSequenceNumber: b.LastSequenceNumber, finalResults: b.FinalResults,
+	})
+	if err != nil {
+		return nil, err
 	}
-	if e := req.Body.Error; e != nil {
+	res, err := h.completions.Complete(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	return api.CompleteAttempt200JSONResponse(h.completeResponse(res)), nil
+}
+
+// CompleteAttempts ends many attempts, answering each on its own.
+func (h *handlers) CompleteAttempts(ctx context.Context, req api.CompleteAttemptsRequestObject) (api.CompleteAttemptsResponseObject, error) {
+	items := req.Body.Completions
+	answers := make([]api.CompletionAnswer, len(items))
+	params := make([]store.CompleteParams, 0, len(items))
+	ready := make([]int, 0, len(items)) // indexes of items whose params are in params
+	for i, it := range items {
+		answers[i].AttemptId = it.AttemptId
+		p, err := h.prepareCompletion(ctx, completion{
+			ref:     store.AttemptRef{WorkerID: workerFrom(ctx), AttemptID: it.AttemptId, LeaseToken: it.LeaseToken},
+			outcome: it.Outcome, error: it.Error, lastSequenceNumber: it.LastSequenceNumber, finalResults: it.FinalResults,
+		})
+		if err != nil {
+			h.setCompletionProblem(ctx, &answers[i], err)
+			continue
+		}
+		params = append(params, p)
+		ready = append(ready, i)
+	}
+	for k, out := range h.completions.CompleteAll(ctx, params) {
+		i := ready[k]
+		if out.Err != nil {
+			h.setCompletionProblem(ctx, &answers[i], out.Err)
+			continue
+		}
+		answers[i].Status = http.StatusOK
+		answers[i].Result = ptr(h.completeResponse(out.Result))
+	}
+	return api.CompleteAttempts200JSONResponse{Completions: answers}, nil
+}
+
+// completion is one completion as either route receives it.
+type completion struct {
+	ref                store.AttemptRef
+	outcome            api.AttemptOutcome
+	error              *api.AttemptError
+	lastSequenceNumber *int
+	finalResults       *api.ResultBatch
+}
+
+// prepareCompletion turns a completion into the store's terms, first
+// persisting its final result batch, if any: exactly once, under the key the
+// worker runtime uses for its batches, and claimed by the completion so that
+// the attempt cannot end without it.
+func (h *handlers) prepareCompletion(ctx context.Context, c completion) (store.CompleteParams, error) {
+	p := store.CompleteParams{AttemptRef: c.ref, Outcome: store.AttemptStatus(c.outcome), LastSequenceNumber: c.lastSequenceNumber}
+	if e := c.error; e != nil {
 		p.ErrorCode = e.Code
 		if e.Message != nil {
 			p.ErrorMessage = *e.Message
@@ -46,19 +104,47 @@ func (h *handlers) CompleteAttempt(ctx context.Context, req api.CompleteAttemptR
 	if p.Outcome == store.AttemptFailed && p.ErrorCode == "" {
 		p.ErrorCode = "failed"
 	}
-	res, err := h.completions.Complete(ctx, p)
-	if err != nil {
-		return nil, err
+	if fr := c.finalResults; fr != nil {
+		if c.lastSequenceNumber != nil && *c.lastSequenceNumber != fr.SequenceNumber {
+			return store.CompleteParams{}, newProblem(http.StatusBadRequest, "bad-request",
+				"last_sequence_number must be final_results.sequence_number when both are given")
+		}
+		key := c.ref.AttemptID.String() + ":" + strconv.Itoa(fr.SequenceNumber)
+		if _, err := h.acceptResultBatch(ctx, c.ref, key, *fr); err != nil {
+			return store.CompleteParams{}, err
+		}
+		p.LastSequenceNumber = &fr.SequenceNumber
 	}
+	return p, nil
+}
+
+func (h *handlers) completeResponse(res store.CompleteResult) api.CompleteResponse {
 	if res.Replayed {
 		h.metrics.replays.WithLabelValues("complete").Inc()
 	}
-	return api.CompleteAttempt200JSONResponse{
+	return api.CompleteResponse{
 		AttemptId:     res.AttemptID,
 		TaskId:        res.TaskID,
 		AttemptStatus: api.AttemptStatus(res.AttemptStatus),
 		TaskState:     api.TaskState(res.TaskState),
 		FinishedAt:    res.FinishedAt,
 		RetryAt:       res.RetryAt,
-	}, nil
+	}
+}
+
+// setCompletionProblem answers one completion of a batch with the problem
+// it would have got alone; an unexpected error's cause is logged, not shown.
+func (h *handlers) setCompletionProblem(ctx context.Context, a *api.CompletionAnswer, err error) {
+	p := problemFor(err)
+	if p.Status >= http.StatusInternalServerError {
+		h.logger.Error("completion failed", "request_id", requestIDFrom(ctx), "attempt_id", a.AttemptId.String(), "error", err.Error())
+	}
+	a.Status = p.Status
+	a.Problem = &api.Problem{Type: p.Type, Title: p.Title, Status: p.Status, Code: p.Code}
+	if p.Detail != "" {
+		a.Problem.Detail = &p.Detail
+	}
+	if id := requestIDFrom(ctx); id != "" {
+		a.Problem.RequestId = &id
+	}
 }

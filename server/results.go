@@ -13,39 +13,46 @@ import (
 
 // SubmitResults accepts one result batch, exactly once in effect.
 func (h *handlers) SubmitResults(ctx context.Context, req api.SubmitResultsRequestObject) (api.SubmitResultsResponseObject, error) {
-	b := req.Body
+	ref := store.AttemptRef{WorkerID: workerFrom(ctx), AttemptID: req.AttemptId, LeaseToken: req.Params.LeaseToken}
+	res, err := h.acceptResultBatch(ctx, ref, req.Params.IdempotencyKey, *req.Body)
+	if err != nil {
+		return nil, err
+	}
+	failpoint("results-after-commit")
+	return resultAckResponse{res: res, heartbeatInterval: h.heartbeatInterval(res.Lease.LeaseDuration)}, nil
+}
+
+// acceptResultBatch persists one result batch under an idempotency key
+// (store.AcceptResultBatch: exactly once, a repeat is answered with the
+// stored acknowledgement).
+func (h *handlers) acceptResultBatch(ctx context.Context, ref store.AttemptRef, key string, b api.ResultBatch) (store.BatchResult, error) {
 	if max := h.cfg.Limits.RecordsPerBatch; max > 0 && len(b.Records) > max {
-		return nil, newProblem(http.StatusRequestEntityTooLarge, "too-many-records",
+		return store.BatchResult{}, newProblem(http.StatusRequestEntityTooLarge, "too-many-records",
 			fmt.Sprintf("a batch holds at most %d records", max))
 	}
 	records, err := toStoreRecords(b.Records)
 	if err != nil {
-		return nil, err
+		return store.BatchResult{}, err
 	}
 	// The body was already refused if it had duplicate or unknown fields, so
 	// its canonical form is its one meaning.
 	sum, err := canonicalSHA256(b)
 	if err != nil {
-		return nil, err
+		return store.BatchResult{}, err
 	}
 	payload, err := json.Marshal(b.Records)
 	if err != nil {
-		return nil, err
+		return store.BatchResult{}, err
 	}
-	res, err := h.store.AcceptResultBatch(ctx, store.AcceptBatchParams{
-		AttemptRef:     store.AttemptRef{WorkerID: workerFrom(ctx), AttemptID: req.AttemptId, LeaseToken: req.Params.LeaseToken},
-		IdempotencyKey: req.Params.IdempotencyKey,
+	return h.store.AcceptResultBatch(ctx, store.AcceptBatchParams{
+		AttemptRef:     ref,
+		IdempotencyKey: key,
 		PayloadSHA256:  sum,
 		SequenceNumber: b.SequenceNumber,
 		Records:        records,
 		Payload:        payload,
 		Ack:            renderAck,
 	})
-	if err != nil {
-		return nil, err
-	}
-	failpoint("results-after-commit")
-	return resultAckResponse{res: res, heartbeatInterval: h.heartbeatInterval(res.Lease.LeaseDuration)}, nil
 }
 
 // renderAck is the acknowledgement's wire form, rendered once and stored.

@@ -91,13 +91,13 @@ func (c Config) bodyLimitFor(method, path string) int64 {
 		return c.Artifacts.MaxBytes
 	case method == http.MethodPost && strings.HasPrefix(path, "/v1/attempts/") && strings.HasSuffix(path, "/logs"):
 		return 2 << 20 // a 1 MiB chunk, JSON-escaped
-	case method == http.MethodPost && (path == "/v1/leases" || path == "/v1/heartbeat" ||
-		strings.HasPrefix(path, "/v1/attempts/") && !strings.HasSuffix(path, "/results")):
+	case method == http.MethodPost && strings.HasPrefix(path, "/v1/attempts/") &&
+		(strings.HasSuffix(path, "/results") || strings.HasSuffix(path, "/complete")):
+		return l.ResultBody // completions may carry their final result batch
+	case method == http.MethodPost && (path == "/v1/leases" || path == "/v1/heartbeat" || strings.HasPrefix(path, "/v1/attempts/")):
 		return l.LeaseBody
 	case method == http.MethodPost && path == "/v1/tasks":
 		return l.TaskBody
-	case method == http.MethodPost && strings.HasPrefix(path, "/v1/attempts/") && strings.HasSuffix(path, "/results"):
-		return l.ResultBody
 	}
 	return l.DefaultBody
 }

@@ -188,17 +188,14 @@ func (s *Store) RenewLeases(ctx context.Context, p RenewParams) ([]LeaseStatus, 
 // reports whether its capability advertisement changed (only then can an
 // attempt have lost a critical capability).
 func touchWorker(ctx context.Context, ex executor, workerID uuid.UUID, capabilities []byte, softwareVersion *string) (capsChanged bool, err error) {
-	var revoked bool
-	err = ex.QueryRow(ctx, `
-		WITH before AS (SELECT capabilities FROM workers WHERE id = $1 FOR NO KEY UPDATE)
-		UPDATE workers w SET
-			last_seen_at = now(),
-			capabilities = coalesce($2::jsonb, w.capabilities),
-			software_version = coalesce($3, w.software_version)
-		FROM before
-		WHERE w.id = $1
-		RETURNING w.revoked_at IS NOT NULL, w.capabilities <> before.capabilities`,
-		workerID, nullJSON(capabilities), softwareVersion).Scan(&revoked, &capsChanged)
+	var (
+		workerType       string
+		caps             []byte
+		maxTasks         int
+		enabled, revoked bool
+	)
+	err = ex.QueryRow(ctx, touchWorkerSQL, workerID, nullJSON(capabilities), softwareVersion, nil).
+		Scan(&workerType, &caps, &maxTasks, &enabled, &revoked, &capsChanged)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, ErrNotFound
 	}
@@ -210,6 +207,34 @@ func touchWorker(ctx context.Context, ex executor, workerID uuid.UUID, capabilit
 	}
 	return capsChanged, nil
 }
+
+// touchWorkerSQL locks worker $1 (so one worker's polls and heartbeats take
+// turns) and records what its request advertised: $2 capabilities, $3
+// software version, $4 protocol version (NULL: not sent). It rewrites the
+// row only when something changed or last_seen_at is more than a second
+// old — "online" is judged over tens of seconds, and a poll or heartbeat
+// that writes nothing leaves no dead row version and no index entry behind.
+// It returns the worker's type, capabilities (as advertised now), capacity,
+// enabled and revoked flags, and whether the capabilities changed.
+const touchWorkerSQL = `
+	WITH before AS (
+		SELECT id, worker_type, capabilities, max_concurrent_tasks, enabled, revoked_at,
+			last_seen_at, software_version, protocol_version,
+			$2::jsonb IS NOT NULL AND $2::jsonb <> capabilities AS caps_changed
+		FROM workers WHERE id = $1 FOR NO KEY UPDATE
+	), touched AS (
+		UPDATE workers w SET
+			last_seen_at = now(),
+			capabilities = coalesce($2::jsonb, w.capabilities),
+			software_version = coalesce($3, w.software_version),
+			protocol_version = coalesce($4, w.protocol_version),
+			updated_at = CASE WHEN b.caps_changed THEN now() ELSE w.updated_at END
+		FROM before b
+		WHERE w.id = b.id AND (b.last_seen_at IS NULL OR b.last_seen_at < now() - interval '1 second'
+			OR b.caps_changed OR $3 <> b.software_version OR $4 <> b.protocol_version)
+	)
+	SELECT worker_type, coalesce($2::jsonb, capabilities), max_concurrent_tasks, enabled, revoked_at IS NOT NULL, caps_changed
+	FROM before`
 
 // attemptMissOrLost runs after a fenced write matched nothing, and only
 // decides which error to return: the attempt is not this worker's (or does

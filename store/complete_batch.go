@@ -142,10 +142,14 @@ func (s *Store) completeFenced(ctx context.Context, ps []CompleteParams, valid [
 
 	var ended []endedAttempt
 	queue := func(b *pgx.Batch) {
+		b.Queue(genericPlanSQL) // both statements: planning them costs more than running them
 		b.Queue(completeFencedSQL, idx, attemptIDs, workerIDs, tokens, outcomes, errorCodes, errorTexts, retryable, lastSeq)
 	}
 	read := func(br pgx.BatchResults) error {
 		ended = ended[:0]
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("plan mode: %w", err)
+		}
 		rows, err := br.Query()
 		if err != nil {
 			return fmt.Errorf("fenced attempt update: %w", err)

@@ -135,24 +135,30 @@ func (s *Store) AcquireLeases(ctx context.Context, p AcquireParams) (AcquireResu
 		active       int
 	)
 	queue := func(b *pgx.Batch) {
-		b.Queue(lockWorkerSQL, p.WorkerID, nullJSON(p.Capabilities), p.SoftwareVersion, p.ProtocolVersion)
+		b.Queue(touchWorkerSQL, p.WorkerID, nullJSON(p.Capabilities), p.SoftwareVersion, p.ProtocolVersion)
 		if p.IdempotencyKey != "" {
 			b.Queue(replayLeasesSQL, p.WorkerID, p.IdempotencyKey)
 		}
 		b.Queue(lockAssignmentsSQL, p.WorkerID)
-		b.Queue(`SET LOCAL plan_cache_mode = force_generic_plan`)
+		b.Queue(genericPlanSQL)
 		b.Queue(leaseCandidatesSQL, p.WorkerID, p.MaxTasks, nullString(p.IdempotencyKey))
 	}
 	read := func(br pgx.BatchResults) error {
 		res, found, capsChanged, active = AcquireResult{}, false, false, 0
-		var workerType string
-		err := br.QueryRow().Scan(&workerType, &capabilities, &maxTasks, &capsChanged)
+		var (
+			workerType       string
+			enabled, revoked bool
+		)
+		err := br.QueryRow().Scan(&workerType, &capabilities, &maxTasks, &enabled, &revoked, &capsChanged)
 		switch {
-		case err == nil:
-			found = true
-		case !errors.Is(err, pgx.ErrNoRows):
+		case errors.Is(err, pgx.ErrNoRows):
+			return ErrNotFound
+		case err != nil:
 			return fmt.Errorf("lock worker: %w", err)
+		case revoked:
+			return ErrWorkerRevoked
 		}
+		found, res.Disabled = enabled, !enabled
 		if p.IdempotencyKey != "" {
 			rows, err := br.Query()
 			if err != nil {
@@ -196,10 +202,7 @@ func (s *Store) AcquireLeases(ctx context.Context, p AcquireParams) (AcquireResu
 		return nil
 	}
 	finish := func(ex executor) error {
-		if !found {
-			return s.whyNoWorker(ctx, ex, p.WorkerID, &res)
-		}
-		if capsChanged {
+		if found && capsChanged {
 			if _, err := releaseAttemptsLackingCritical(ctx, ex, p.WorkerID, capabilities); err != nil {
 				return err
 			}
@@ -219,22 +222,13 @@ func (s *Store) AcquireLeases(ctx context.Context, p AcquireParams) (AcquireResu
 	return res, nil
 }
 
-// lockWorkerSQL locks the worker row (so one worker's polls take turns and
-// capacity can be counted), records the poll's advertisement, and says
-// whether the capabilities changed. No row: unknown, disabled or revoked.
-const lockWorkerSQL = `
-	WITH before AS (
-		SELECT capabilities FROM workers WHERE id = $1 AND enabled AND revoked_at IS NULL FOR NO KEY UPDATE
-	)
-	UPDATE workers w SET
-		last_seen_at = now(),
-		capabilities = coalesce($2::jsonb, w.capabilities),
-		software_version = coalesce($3, w.software_version),
-		protocol_version = coalesce($4, w.protocol_version),
-		updated_at = CASE WHEN $2::jsonb IS NOT NULL AND $2::jsonb <> w.capabilities THEN now() ELSE w.updated_at END
-	FROM before
-	WHERE w.id = $1
-	RETURNING w.worker_type, w.capabilities, w.max_concurrent_tasks, w.capabilities <> before.capabilities`
+// genericPlanSQL makes the candidate statement use one plan per connection
+// instead of planning it on every poll (planning it costs more than running
+// it: the planner probes the indexes on available_at and deadlines). A
+// generic plan is made once, possibly while a table is still small, and then
+// kept as the table grows; forbidding sequential scans keeps that plan on the
+// indexes whatever the statistics said when it was made.
+const genericPlanSQL = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true)`
 
 // lockAssignmentsSQL takes the worker's live assignments FOR SHARE and
 // counts its active attempts. A statement of its own, after the worker row
@@ -257,23 +251,6 @@ var replayLeasesSQL = `
 	WHERE a.worker_id = $1 AND a.lease_request_key = $2
 		AND a.status IN (` + activeStatuses + `) AND a.lease_expires_at > now()
 	ORDER BY a.created_at, a.id`
-
-// whyNoWorker decides, after the worker row did not match, between an
-// unknown, a revoked and a disabled worker.
-func (s *Store) whyNoWorker(ctx context.Context, tx executor, workerID uuid.UUID, res *AcquireResult) error {
-	var enabled, revoked bool
-	err := tx.QueryRow(ctx, `SELECT enabled, revoked_at IS NOT NULL FROM workers WHERE id = $1`, workerID).Scan(&enabled, &revoked)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return ErrNotFound
-	case err != nil:
-		return err
-	case revoked:
-		return ErrWorkerRevoked
-	}
-	res.Disabled = true
-	return nil
-}
 
 func collectLeases(rows pgx.Rows) ([]Lease, error) {
 	defer rows.Close()

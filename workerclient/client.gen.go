@@ -558,9 +558,20 @@ type AuditEventList struct {
 // Capabilities A JSON object; a task's `required_capabilities` must be contained in it (`@>`).
 type Capabilities = json.RawMessage
 
+// CompleteManyRequest defines model for CompleteManyRequest.
+type CompleteManyRequest struct {
+	Completions []CompletionItem `json:"completions"`
+}
+
+// CompleteManyResponse defines model for CompleteManyResponse.
+type CompleteManyResponse struct {
+	Completions []CompletionAnswer `json:"completions"`
+}
+
 // CompleteRequest defines model for CompleteRequest.
 type CompleteRequest struct {
-	Error *AttemptError `json:"error,omitempty"`
+	Error        *AttemptError `json:"error,omitempty"`
+	FinalResults *ResultBatch  `json:"final_results,omitempty"`
 
 	// LastSequenceNumber The highest result-batch sequence number the worker sent for this attempt.
 	LastSequenceNumber *int           `json:"last_sequence_number,omitempty"`
@@ -577,6 +588,32 @@ type CompleteResponse struct {
 	RetryAt   *time.Time         `json:"retry_at,omitempty"`
 	TaskId    openapi_types.UUID `json:"task_id"`
 	TaskState TaskState          `json:"task_state"`
+}
+
+// CompletionAnswer defines model for CompletionAnswer.
+type CompletionAnswer struct {
+	AttemptId openapi_types.UUID `json:"attempt_id"`
+
+	// Problem RFC 9457 problem details with a stable machine-readable `code`.
+	Problem *Problem          `json:"problem,omitempty"`
+	Result  *CompleteResponse `json:"result,omitempty"`
+
+	// Status The HTTP status this completion alone would have been answered with.
+	Status int `json:"status"`
+}
+
+// CompletionItem defines model for CompletionItem.
+type CompletionItem struct {
+	AttemptId    openapi_types.UUID `json:"attempt_id"`
+	Error        *AttemptError      `json:"error,omitempty"`
+	FinalResults *ResultBatch       `json:"final_results,omitempty"`
+
+	// LastSequenceNumber The highest result-batch sequence number the worker sent for this attempt.
+	LastSequenceNumber *int `json:"last_sequence_number,omitempty"`
+
+	// LeaseToken The attempt's lease token (its fencing token).
+	LeaseToken string         `json:"lease_token"`
+	Outcome    AttemptOutcome `json:"outcome"`
 }
 
 // CreateApiTokenRequest defines model for CreateApiTokenRequest.
@@ -1383,6 +1420,9 @@ type UpdateWorkerParamsActive string
 // CreateApiTokenJSONRequestBody defines body for CreateApiToken for application/json ContentType.
 type CreateApiTokenJSONRequestBody = CreateApiTokenRequest
 
+// CompleteAttemptsJSONRequestBody defines body for CompleteAttempts for application/json ContentType.
+type CompleteAttemptsJSONRequestBody = CompleteManyRequest
+
 // OpenArtifactUploadJSONRequestBody defines body for OpenArtifactUpload for application/json ContentType.
 type OpenArtifactUploadJSONRequestBody = OpenUploadRequest
 
@@ -1553,6 +1593,34 @@ type ClientInterface interface {
 	// Corresponds with DELETE /v1/api-tokens/{token_id} (the `RevokeApiToken` operationId).
 	RevokeApiToken(ctx context.Context, tokenId openapi_types.UUID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// CompleteAttemptsWithBody Finish many attempts in one call
+	//
+	// Ends every listed attempt — each with its own lease token, outcome and optional final
+	// result batch — and answers each on its own, in the order given: `status` is the HTTP status
+	// the same completion sent alone would have got, with `result` (200) or `problem`. One
+	// attempt's refusal does not affect the others. Completions arriving at a replica together
+	// are written in one transaction (group commit); each keeps its own fencing. At most 500 per
+	// call; repeating the call is safe (each completion is idempotent).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/attempts/complete (the `CompleteAttempts` operationId).
+	CompleteAttemptsWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CompleteAttempts Finish many attempts in one call
+	//
+	// Ends every listed attempt — each with its own lease token, outcome and optional final
+	// result batch — and answers each on its own, in the order given: `status` is the HTTP status
+	// the same completion sent alone would have got, with `result` (200) or `problem`. One
+	// attempt's refusal does not affect the others. Completions arriving at a replica together
+	// are written in one transaction (group commit); each keeps its own fencing. At most 500 per
+	// call; repeating the call is safe (each completion is idempotent).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/attempts/complete (the `CompleteAttempts` operationId).
+	CompleteAttempts(ctx context.Context, body CompleteAttemptsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// OpenArtifactUploadWithBody Open an artifact upload session
 	//
 	// Declares an artifact (name, content type, exact size and SHA-256) and answers how to
@@ -1584,7 +1652,9 @@ type ClientInterface interface {
 	// Ends the attempt with `succeeded`, `failed` (with `error.retryable`) or `cancelled`
 	// (acknowledging a cancellation). Idempotent: repeating the same outcome on an attempt that
 	// already ended with it returns the original answer; a different outcome is 409
-	// `attempt-finished`.
+	// `attempt-finished`. `final_results` carries the attempt's last result batch in the same
+	// call: it is persisted exactly once (as if sent to `/results` with Idempotency-Key
+	// `<attempt_id>:<sequence_number>`) before the attempt ends.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1596,7 +1666,9 @@ type ClientInterface interface {
 	// Ends the attempt with `succeeded`, `failed` (with `error.retryable`) or `cancelled`
 	// (acknowledging a cancellation). Idempotent: repeating the same outcome on an attempt that
 	// already ended with it returns the original answer; a different outcome is 409
-	// `attempt-finished`.
+	// `attempt-finished`. `final_results` carries the attempt's last result batch in the same
+	// call: it is persisted exactly once (as if sent to `/results` with Idempotency-Key
+	// `<attempt_id>:<sequence_number>`) before the attempt ends.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2252,6 +2324,54 @@ func (c *Client) RevokeApiToken(ctx context.Context, tokenId openapi_types.UUID,
 	return c.Client.Do(req)
 }
 
+// CompleteAttemptsWithBody Finish many attempts in one call
+//
+// Ends every listed attempt — each with its own lease token, outcome and optional final
+// result batch — and answers each on its own, in the order given: `status` is the HTTP status
+// the same completion sent alone would have got, with `result` (200) or `problem`. One
+// attempt's refusal does not affect the others. Completions arriving at a replica together
+// are written in one transaction (group commit); each keeps its own fencing. At most 500 per
+// call; repeating the call is safe (each completion is idempotent).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/attempts/complete (the `CompleteAttempts` operationId).
+func (c *Client) CompleteAttemptsWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCompleteAttemptsRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CompleteAttempts Finish many attempts in one call
+//
+// Ends every listed attempt — each with its own lease token, outcome and optional final
+// result batch — and answers each on its own, in the order given: `status` is the HTTP status
+// the same completion sent alone would have got, with `result` (200) or `problem`. One
+// attempt's refusal does not affect the others. Completions arriving at a replica together
+// are written in one transaction (group commit); each keeps its own fencing. At most 500 per
+// call; repeating the call is safe (each completion is idempotent).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/attempts/complete (the `CompleteAttempts` operationId).
+func (c *Client) CompleteAttempts(ctx context.Context, body CompleteAttemptsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCompleteAttemptsRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // OpenArtifactUploadWithBody Open an artifact upload session
 //
 // Declares an artifact (name, content type, exact size and SHA-256) and answers how to
@@ -2303,7 +2423,9 @@ func (c *Client) OpenArtifactUpload(ctx context.Context, attemptId AttemptID, pa
 // Ends the attempt with `succeeded`, `failed` (with `error.retryable`) or `cancelled`
 // (acknowledging a cancellation). Idempotent: repeating the same outcome on an attempt that
 // already ended with it returns the original answer; a different outcome is 409
-// `attempt-finished`.
+// `attempt-finished`. `final_results` carries the attempt's last result batch in the same
+// call: it is persisted exactly once (as if sent to `/results` with Idempotency-Key
+// `<attempt_id>:<sequence_number>`) before the attempt ends.
 //
 // Takes any type of body and a specified content type.
 //
@@ -2325,7 +2447,9 @@ func (c *Client) CompleteAttemptWithBody(ctx context.Context, attemptId AttemptI
 // Ends the attempt with `succeeded`, `failed` (with `error.retryable`) or `cancelled`
 // (acknowledging a cancellation). Idempotent: repeating the same outcome on an attempt that
 // already ended with it returns the original answer; a different outcome is 409
-// `attempt-finished`.
+// `attempt-finished`. `final_results` carries the attempt's last result batch in the same
+// call: it is persisted exactly once (as if sent to `/results` with Idempotency-Key
+// `<attempt_id>:<sequence_number>`) before the attempt ends.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3560,6 +3684,46 @@ func NewRevokeApiTokenRequest(server string, tokenId openapi_types.UUID) (*http.
 	if err != nil {
 		return nil, err
 	}
+
+	return req, nil
+}
+
+// NewCompleteAttemptsRequest calls the generic CompleteAttempts builder with application/json body
+func NewCompleteAttemptsRequest(server string, body CompleteAttemptsJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCompleteAttemptsRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewCompleteAttemptsRequestWithBody constructs an http.Request for the CompleteAttempts method, with any body, and a specified content type
+func NewCompleteAttemptsRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/attempts/complete")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
 
 	return req, nil
 }
@@ -5884,6 +6048,34 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with DELETE /v1/api-tokens/{token_id} (the `RevokeApiToken` operationId).
 	RevokeApiTokenWithResponse(ctx context.Context, tokenId openapi_types.UUID, reqEditors ...RequestEditorFn) (*RevokeApiTokenResponse, error)
 
+	// CompleteAttemptsWithBodyWithResponse Finish many attempts in one call
+	//
+	// Ends every listed attempt — each with its own lease token, outcome and optional final
+	// result batch — and answers each on its own, in the order given: `status` is the HTTP status
+	// the same completion sent alone would have got, with `result` (200) or `problem`. One
+	// attempt's refusal does not affect the others. Completions arriving at a replica together
+	// are written in one transaction (group commit); each keeps its own fencing. At most 500 per
+	// call; repeating the call is safe (each completion is idempotent).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/attempts/complete (the `CompleteAttempts` operationId).
+	CompleteAttemptsWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CompleteAttemptsResponse, error)
+
+	// CompleteAttemptsWithResponse Finish many attempts in one call
+	//
+	// Ends every listed attempt — each with its own lease token, outcome and optional final
+	// result batch — and answers each on its own, in the order given: `status` is the HTTP status
+	// the same completion sent alone would have got, with `result` (200) or `problem`. One
+	// attempt's refusal does not affect the others. Completions arriving at a replica together
+	// are written in one transaction (group commit); each keeps its own fencing. At most 500 per
+	// call; repeating the call is safe (each completion is idempotent).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/attempts/complete (the `CompleteAttempts` operationId).
+	CompleteAttemptsWithResponse(ctx context.Context, body CompleteAttemptsJSONRequestBody, reqEditors ...RequestEditorFn) (*CompleteAttemptsResponse, error)
+
 	// OpenArtifactUploadWithBodyWithResponse Open an artifact upload session
 	//
 	// Declares an artifact (name, content type, exact size and SHA-256) and answers how to
@@ -5915,7 +6107,9 @@ type ClientWithResponsesInterface interface {
 	// Ends the attempt with `succeeded`, `failed` (with `error.retryable`) or `cancelled`
 	// (acknowledging a cancellation). Idempotent: repeating the same outcome on an attempt that
 	// already ended with it returns the original answer; a different outcome is 409
-	// `attempt-finished`.
+	// `attempt-finished`. `final_results` carries the attempt's last result batch in the same
+	// call: it is persisted exactly once (as if sent to `/results` with Idempotency-Key
+	// `<attempt_id>:<sequence_number>`) before the attempt ends.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -5927,7 +6121,9 @@ type ClientWithResponsesInterface interface {
 	// Ends the attempt with `succeeded`, `failed` (with `error.retryable`) or `cancelled`
 	// (acknowledging a cancellation). Idempotent: repeating the same outcome on an attempt that
 	// already ended with it returns the original answer; a different outcome is 409
-	// `attempt-finished`.
+	// `attempt-finished`. `final_results` carries the attempt's last result batch in the same
+	// call: it is persisted exactly once (as if sent to `/results` with Idempotency-Key
+	// `<attempt_id>:<sequence_number>`) before the attempt ends.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6786,6 +6982,89 @@ func (r RevokeApiTokenResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r RevokeApiTokenResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type CompleteAttemptsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *CompleteManyResponse
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r CompleteAttemptsResponse) GetJSON200() *CompleteManyResponse {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CompleteAttemptsResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CompleteAttemptsResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CompleteAttemptsResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r CompleteAttemptsResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r CompleteAttemptsResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r CompleteAttemptsResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r CompleteAttemptsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CompleteAttemptsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CompleteAttemptsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CompleteAttemptsResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -9822,6 +10101,46 @@ func (c *ClientWithResponses) RevokeApiTokenWithResponse(ctx context.Context, to
 	return ParseRevokeApiTokenResponse(rsp)
 }
 
+// CompleteAttemptsWithBodyWithResponse Finish many attempts in one call
+//
+// Ends every listed attempt — each with its own lease token, outcome and optional final
+// result batch — and answers each on its own, in the order given: `status` is the HTTP status
+// the same completion sent alone would have got, with `result` (200) or `problem`. One
+// attempt's refusal does not affect the others. Completions arriving at a replica together
+// are written in one transaction (group commit); each keeps its own fencing. At most 500 per
+// call; repeating the call is safe (each completion is idempotent).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/attempts/complete (the `CompleteAttempts` operationId).
+func (c *ClientWithResponses) CompleteAttemptsWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CompleteAttemptsResponse, error) {
+	rsp, err := c.CompleteAttemptsWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCompleteAttemptsResponse(rsp)
+}
+
+// CompleteAttemptsWithResponse Finish many attempts in one call
+//
+// Ends every listed attempt — each with its own lease token, outcome and optional final
+// result batch — and answers each on its own, in the order given: `status` is the HTTP status
+// the same completion sent alone would have got, with `result` (200) or `problem`. One
+// attempt's refusal does not affect the others. Completions arriving at a replica together
+// are written in one transaction (group commit); each keeps its own fencing. At most 500 per
+// call; repeating the call is safe (each completion is idempotent).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/attempts/complete (the `CompleteAttempts` operationId).
+func (c *ClientWithResponses) CompleteAttemptsWithResponse(ctx context.Context, body CompleteAttemptsJSONRequestBody, reqEditors ...RequestEditorFn) (*CompleteAttemptsResponse, error) {
+	rsp, err := c.CompleteAttempts(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCompleteAttemptsResponse(rsp)
+}
+
 // OpenArtifactUploadWithBodyWithResponse Open an artifact upload session
 //
 // Declares an artifact (name, content type, exact size and SHA-256) and answers how to
@@ -9865,7 +10184,9 @@ func (c *ClientWithResponses) OpenArtifactUploadWithResponse(ctx context.Context
 // Ends the attempt with `succeeded`, `failed` (with `error.retryable`) or `cancelled`
 // (acknowledging a cancellation). Idempotent: repeating the same outcome on an attempt that
 // already ended with it returns the original answer; a different outcome is 409
-// `attempt-finished`.
+// `attempt-finished`. `final_results` carries the attempt's last result batch in the same
+// call: it is persisted exactly once (as if sent to `/results` with Idempotency-Key
+// `<attempt_id>:<sequence_number>`) before the attempt ends.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -9883,7 +10204,9 @@ func (c *ClientWithResponses) CompleteAttemptWithBodyWithResponse(ctx context.Co
 // Ends the attempt with `succeeded`, `failed` (with `error.retryable`) or `cancelled`
 // (acknowledging a cancellation). Idempotent: repeating the same outcome on an attempt that
 // already ended with it returns the original answer; a different outcome is 409
-// `attempt-finished`.
+// `attempt-finished`. `final_results` carries the attempt's last result batch in the same
+// call: it is persisted exactly once (as if sent to `/results` with Idempotency-Key
+// `<attempt_id>:<sequence_number>`) before the attempt ends.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -10983,6 +11306,74 @@ func ParseRevokeApiTokenResponse(rsp *http.Response) (*RevokeApiTokenResponse, e
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseCompleteAttemptsResponse parses an HTTP response from a CompleteAttemptsWithResponse call
+func ParseCompleteAttemptsResponse(rsp *http.Response) (*CompleteAttemptsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CompleteAttemptsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest CompleteManyResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Problem

@@ -86,6 +86,7 @@ func newFakeGateway(t *testing.T) *fakeGateway {
 	g.mux.HandleFunc("POST /v1/heartbeat", g.handleHeartbeat)
 	g.mux.HandleFunc("POST /v1/attempts/{id}/start", g.handleStart)
 	g.mux.HandleFunc("POST /v1/attempts/{id}/complete", g.handleComplete)
+	g.mux.HandleFunc("POST /v1/attempts/complete", g.handleCompleteMany)
 	return g
 }
 
@@ -311,17 +312,39 @@ func (g *fakeGateway) handleStart(w http.ResponseWriter, r *http.Request) {
 }
 
 func (g *fakeGateway) handleComplete(w http.ResponseWriter, r *http.Request) {
-	id := uuid.MustParse(r.PathValue("id"))
 	var req CompleteRequest
 	g.decode(r, &req)
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.tokens[id] != r.Header.Get("Lease-Token") || g.state[id] == "lost" {
-		writeProblem(w, http.StatusConflict, "lease-lost")
+	a := g.completeOne(uuid.MustParse(r.PathValue("id")), r.Header.Get("Lease-Token"), req)
+	if a.Status != http.StatusOK {
+		writeProblem(w, a.Status, a.Problem.Code)
 		return
 	}
+	writeJSON(w, a.Result)
+}
+
+// handleCompleteMany answers each completion as handleComplete would.
+func (g *fakeGateway) handleCompleteMany(w http.ResponseWriter, r *http.Request) {
+	var req CompleteManyRequest
+	g.decode(r, &req)
+	out := CompleteManyResponse{Completions: []CompletionAnswer{}}
+	for _, it := range req.Completions {
+		out.Completions = append(out.Completions, g.completeOne(it.AttemptId, it.LeaseToken, CompleteRequest{
+			Outcome: it.Outcome, Error: it.Error, LastSequenceNumber: it.LastSequenceNumber, FinalResults: it.FinalResults,
+		}))
+	}
+	writeJSON(w, out)
+}
+
+func (g *fakeGateway) completeOne(id uuid.UUID, token string, req CompleteRequest) CompletionAnswer {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.tokens[id] != token || g.state[id] == "lost" {
+		return CompletionAnswer{AttemptId: id, Status: http.StatusConflict,
+			Problem: &Problem{Type: "about:blank", Title: "Conflict", Status: http.StatusConflict, Code: "lease-lost"}}
+	}
 	g.completes[id] = append(g.completes[id], completion{req: req, at: time.Now()})
-	writeJSON(w, CompleteResponse{AttemptId: id, AttemptStatus: AttemptStatus(req.Outcome), TaskState: "completed", FinishedAt: time.Now()})
+	return CompletionAnswer{AttemptId: id, Status: http.StatusOK,
+		Result: &CompleteResponse{AttemptId: id, AttemptStatus: AttemptStatus(req.Outcome), TaskState: "completed", FinishedAt: time.Now()}}
 }
 
 // runInBackground runs w until the returned stop is called, and returns

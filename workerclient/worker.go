@@ -453,6 +453,7 @@ func (w *Runtime) Run(ctx context.Context) error {
 		slotFree:    make(chan struct{}, 1),
 		stopPolling: stopPolling,
 	}
+	r.completions = &completionBatcher{client: w.client, base: r.base}
 
 	hbCtx, stopHeartbeats := context.WithCancel(r.base)
 	var hb sync.WaitGroup
@@ -496,6 +497,8 @@ type runner struct {
 	slotFree    chan struct{} // a lease ended: a slot may be free
 	stopPolling context.CancelFunc
 	tasks       sync.WaitGroup
+	// completions sends the slots' completions together.
+	completions *completionBatcher
 }
 
 // lease is one held attempt. The fields from renewedAt on are guarded by
@@ -967,19 +970,10 @@ func (r *runner) complete(ls *lease, req CompleteRequest) {
 }
 
 func (r *runner) completeOnce(ctx context.Context, ls *lease, req CompleteRequest) (*CompleteResponse, error) {
-	ctx, cancel := context.WithTimeout(ctx, callTimeout)
-	defer cancel()
-	resp, err := r.w.client.CompleteAttemptWithResponse(ctx, ls.id, &CompleteAttemptParams{LeaseToken: ls.token}, req)
-	if err != nil {
-		return nil, fmt.Errorf("complete attempt: %w", err)
-	}
-	if err := checkResponse("complete attempt", resp.HTTPResponse, resp.Body); err != nil {
-		return nil, err
-	}
-	if resp.JSON200 == nil {
-		return nil, fmt.Errorf("complete attempt: unexpected answer %s", resp.Status())
-	}
-	return resp.JSON200, nil
+	return r.completions.complete(ctx, CompletionItem{
+		AttemptId: ls.id, LeaseToken: ls.token, Outcome: req.Outcome, Error: req.Error,
+		LastSequenceNumber: req.LastSequenceNumber, FinalResults: req.FinalResults,
+	})
 }
 
 // panicError is a recovered handler panic.

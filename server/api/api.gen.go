@@ -565,9 +565,20 @@ type AuditEventList struct {
 // Capabilities A JSON object; a task's `required_capabilities` must be contained in it (`@>`).
 type Capabilities = json.RawMessage
 
+// CompleteManyRequest defines model for CompleteManyRequest.
+type CompleteManyRequest struct {
+	Completions []CompletionItem `json:"completions"`
+}
+
+// CompleteManyResponse defines model for CompleteManyResponse.
+type CompleteManyResponse struct {
+	Completions []CompletionAnswer `json:"completions"`
+}
+
 // CompleteRequest defines model for CompleteRequest.
 type CompleteRequest struct {
-	Error *AttemptError `json:"error,omitempty"`
+	Error        *AttemptError `json:"error,omitempty"`
+	FinalResults *ResultBatch  `json:"final_results,omitempty"`
 
 	// LastSequenceNumber The highest result-batch sequence number the worker sent for this attempt.
 	LastSequenceNumber *int           `json:"last_sequence_number,omitempty"`
@@ -584,6 +595,32 @@ type CompleteResponse struct {
 	RetryAt   *time.Time         `json:"retry_at,omitempty"`
 	TaskId    openapi_types.UUID `json:"task_id"`
 	TaskState TaskState          `json:"task_state"`
+}
+
+// CompletionAnswer defines model for CompletionAnswer.
+type CompletionAnswer struct {
+	AttemptId openapi_types.UUID `json:"attempt_id"`
+
+	// Problem RFC 9457 problem details with a stable machine-readable `code`.
+	Problem *Problem          `json:"problem,omitempty"`
+	Result  *CompleteResponse `json:"result,omitempty"`
+
+	// Status The HTTP status this completion alone would have been answered with.
+	Status int `json:"status"`
+}
+
+// CompletionItem defines model for CompletionItem.
+type CompletionItem struct {
+	AttemptId    openapi_types.UUID `json:"attempt_id"`
+	Error        *AttemptError      `json:"error,omitempty"`
+	FinalResults *ResultBatch       `json:"final_results,omitempty"`
+
+	// LastSequenceNumber The highest result-batch sequence number the worker sent for this attempt.
+	LastSequenceNumber *int `json:"last_sequence_number,omitempty"`
+
+	// LeaseToken The attempt's lease token (its fencing token).
+	LeaseToken string         `json:"lease_token"`
+	Outcome    AttemptOutcome `json:"outcome"`
 }
 
 // CreateApiTokenRequest defines model for CreateApiTokenRequest.
@@ -1390,6 +1427,9 @@ type UpdateWorkerParamsActive string
 // CreateApiTokenJSONRequestBody defines body for CreateApiToken for application/json ContentType.
 type CreateApiTokenJSONRequestBody = CreateApiTokenRequest
 
+// CompleteAttemptsJSONRequestBody defines body for CompleteAttempts for application/json ContentType.
+type CompleteAttemptsJSONRequestBody = CompleteManyRequest
+
 // OpenArtifactUploadJSONRequestBody defines body for OpenArtifactUpload for application/json ContentType.
 type OpenArtifactUploadJSONRequestBody = OpenUploadRequest
 
@@ -1452,6 +1492,9 @@ type ServerInterface interface {
 	// RevokeApiToken Revoke an API token
 	// (DELETE /v1/api-tokens/{token_id})
 	RevokeApiToken(w http.ResponseWriter, r *http.Request, tokenId openapi_types.UUID)
+	// CompleteAttempts Finish many attempts in one call
+	// (POST /v1/attempts/complete)
+	CompleteAttempts(w http.ResponseWriter, r *http.Request)
 	// OpenArtifactUpload Open an artifact upload session
 	// (POST /v1/attempts/{attempt_id}/artifacts)
 	OpenArtifactUpload(w http.ResponseWriter, r *http.Request, attemptId AttemptID, params OpenArtifactUploadParams)
@@ -1662,6 +1705,20 @@ func (siw *ServerInterfaceWrapper) RevokeApiToken(w http.ResponseWriter, r *http
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.RevokeApiToken(w, r, tokenId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CompleteAttempts operation middleware
+func (siw *ServerInterfaceWrapper) CompleteAttempts(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CompleteAttempts(w, r)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -3474,6 +3531,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/heartbeat", wrapper.HeartbeatWorker)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/attempts/{attempt_id}/heartbeat", wrapper.HeartbeatAttempt)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/attempts/{attempt_id}/start", wrapper.StartAttempt)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/attempts/complete", wrapper.CompleteAttempts)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/attempts/{attempt_id}/complete", wrapper.CompleteAttempt)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/attempts/{attempt_id}/results", wrapper.SubmitResults)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/attempts/{attempt_id}/artifacts", wrapper.OpenArtifactUpload)
@@ -3762,6 +3820,117 @@ type RevokeApiTokendefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response RevokeApiTokendefaultApplicationProblemPlusJSONResponse) VisitRevokeApiTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CompleteAttemptsRequestObject struct {
+	Body *CompleteAttemptsJSONRequestBody
+}
+
+type CompleteAttemptsResponseObject interface {
+	VisitCompleteAttemptsResponse(w http.ResponseWriter) error
+}
+
+type CompleteAttempts200JSONResponse CompleteManyResponse
+
+func (response CompleteAttempts200JSONResponse) VisitCompleteAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CompleteAttempts400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response CompleteAttempts400ApplicationProblemPlusJSONResponse) VisitCompleteAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CompleteAttempts401ApplicationProblemPlusJSONResponse Problem
+
+func (response CompleteAttempts401ApplicationProblemPlusJSONResponse) VisitCompleteAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CompleteAttempts403ApplicationProblemPlusJSONResponse Problem
+
+func (response CompleteAttempts403ApplicationProblemPlusJSONResponse) VisitCompleteAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CompleteAttempts413ApplicationProblemPlusJSONResponse Problem
+
+func (response CompleteAttempts413ApplicationProblemPlusJSONResponse) VisitCompleteAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CompleteAttempts503ApplicationProblemPlusJSONResponse Problem
+
+func (response CompleteAttempts503ApplicationProblemPlusJSONResponse) VisitCompleteAttemptsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CompleteAttemptsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response CompleteAttemptsdefaultApplicationProblemPlusJSONResponse) VisitCompleteAttemptsResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -7388,6 +7557,9 @@ type StrictServerInterface interface {
 	// RevokeApiToken Revoke an API token
 	// (DELETE /v1/api-tokens/{token_id})
 	RevokeApiToken(ctx context.Context, request RevokeApiTokenRequestObject) (RevokeApiTokenResponseObject, error)
+	// CompleteAttempts Finish many attempts in one call
+	// (POST /v1/attempts/complete)
+	CompleteAttempts(ctx context.Context, request CompleteAttemptsRequestObject) (CompleteAttemptsResponseObject, error)
 	// OpenArtifactUpload Open an artifact upload session
 	// (POST /v1/attempts/{attempt_id}/artifacts)
 	OpenArtifactUpload(ctx context.Context, request OpenArtifactUploadRequestObject) (OpenArtifactUploadResponseObject, error)
@@ -7677,6 +7849,37 @@ func (sh *strictHandler) RevokeApiToken(w http.ResponseWriter, r *http.Request, 
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(RevokeApiTokenResponseObject); ok {
 		if err := validResponse.VisitRevokeApiTokenResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// CompleteAttempts operation middleware
+func (sh *strictHandler) CompleteAttempts(w http.ResponseWriter, r *http.Request) {
+	var request CompleteAttemptsRequestObject
+
+	var body CompleteAttemptsJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.CompleteAttempts(ctx, request.(CompleteAttemptsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CompleteAttempts")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(CompleteAttemptsResponseObject); ok {
+		if err := validResponse.VisitCompleteAttemptsResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {
@@ -8892,242 +9095,250 @@ func (sh *strictHandler) RevokeWorker(w http.ResponseWriter, r *http.Request, wo
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H39chs5kuerIHgbYWm3SJH6si3HRpzG7Z72jLvts9Q3Edf0iWAVSKJVBDgFlGS2wxH7EPcM+2D7JBfI",
-	"BKpQVSh+6cPyzswf0xbJQgGJRCI/f/mlE8v5QgomtOqcfeksaEbnTLMM/jqPNb9hH2TK46X5O2EqzvhC",
-	"cyk6Z52/zagmM7pYMKGIlkTPGLmV2TXLnilC4VFCtWbzhVZkIjOiZ1wRmU2p4H9QM0ivE3W4GervOcuW",
-	"nagj6Jx1zjr4cCfqqHjG5hRfPaF5qjtnnZiKmKWdqMNEPu+c/VZ+kGSUi86nqKOXCzOM0hkX087Xr1Hn",
-	"HOfx9gczFrxyQfXMeyN+f8WTTtTJ2N9znrGkc6aznPmzmMhsTs0k8hx+2XzR6zxTMmsS63LGyEiwz/oq",
-	"hl+MiJwAxRYZu+EyV2RBp6yNIPhMhSBz+vkdE1M965wd9vuhqfzIU9a64AlP2d1X+45RxS7lNRPhFafm",
+	"7H39cts4tueroLS3Kva9lCz5K4lTt2o96fR0Zro72di9U7WtrAWRkIQ2BWgI0I465ar7EPsM98HmSbZw",
+	"DkCCJKgvfySZ6fljOpZEEDg4ODifv/O5E8v5QgomtOqcfe4saEbnTLMM/jqPNb9h72XK46X5O2EqzvhC",
+	"cyk6Z52/zagmM7pYMKGIlkTPGLmV2TXLnilC4VFCtWbzhVZkIjOiZ1wRmU2p4L9TM0ivE3W4GervOcuW",
+	"nagj6Jx1zjr4cCfqqHjG5hRfPaF5qjtnnZiKmKWdqMNEPu+c/Vp+kGSUi87HqKOXCzOM0hkX087dXdQ5",
+	"x3m8/c6MBa9cUD3z3ojfX/GkE3Uy9vecZyzpnOksZ/4sJjKbUzOJPIdfNl/0Os+UzJrEupwxMhLsk76K",
+	"4RcjIidAsUXGbrjMFVnQKWsjCD5TIcicfvqRiamedc4O+/3QVL7nKWtd8ISn7P6r/ZFRxS7lNRPhFafm",
 	"e6LND2CxlszklioyzajQLCG3XM/IHjc8wkTMxRR/v1/QYsZowrJy6vDSLr511fQ9Cg0OX0SdORfF36fB",
-	"1fA51wW9aluQwpdBljzpR+ZlfG748cRsxpwL/GtQvIcLzaYsgxe9BxrR9G3C5gupmYiXf2WBE/YzvWYK",
-	"CGdWyZQmik4MPUnGFozqHjnXZC6VJocnJySe0YzG5uy2ks57Yde8sY2hTk6q5ApR6713kFvZzD/td2e3",
-	"j/bZu9LtFUlYZsQT12SSyXmFN6lIiDKPiZgRkc/HLLsHOm/EphvR/SKm7fRWMb0HOl9Sdd36Ck3V9d1f",
-	"8esilTRpfUkOX9/9NX+D+6j1NXhd3fU1X83DaiGFYnBtfsjkOGVz889YCs0ECBW6WKQ8hpNwsMBf/Nvv",
-	"SoLkLN/1LxmbdM46/+OgvJcP8Ft14MaFN1Y5/pzYIcnexx9fk5fHJ8/3UbJSojQdp4yMYpmwUQ/IYkeE",
-	"O37BCwHOPtP5ImUw8YxRzZIrWPdh//C0Oxh0D19eDk7Ojk7Pjg7/j2H9pHPW6Q9eHk0G9LA7To6Pu8/Z",
-	"yaQ77p8OusfxSXLKnk9e9F8OvIuMm4kmeQynpS4dvNGex8es+zwZ0O5LejLono6PJn12GB8ngz7s1Y28",
-	"Nls1oamCvZILQ/vfOsXon75G5o8FyzTHbfGX5G1qQjXraj5nzZ2NOuzzgmdMbfWMWchapok6KVX6Kldb",
-	"Tgjp+KX5RYOWG0yhIGMx3ljKlFHhfbnV7Nw+fOlwzeZqHUMD412YZ8zDdjSaZXTZwUPlTuRvHVgALL54",
-	"S+TvaLmYUv+T499ZrM3QjsnfcQWrqTJGMdeNJl0cmLVThtGC01GK6dqBS5imPIW3z6TSTuuQMU3N3+ax",
-	"Cc+UvlKMiXs7lsCEa0cUZvNT/gdLrm5ompuJDQ6f9/q9fm9wl2PsVKNFJ+o0B24cYI9EqzboLxfvf3lf",
-	"0LpGtIc4xFsP3qTnPR1o/CAwWNtrQqesqbPBQ26QwPTrVK7RpfUI3MtxhLPUOItRxzO2Nlj46rP60bz/",
-	"S4cmCUfN/YM3Y3sHVRfhdqJ2TZvBiPkuIqw37ZGRO+ujiIz4wvz/Qmba/DfPUvOf2Iw5MYqDubwjo8Bo",
-	"lpnB/u9vtPvHJ/N//e7Lq+6nL/3o+OXXfwnxRbH9Vauxv17b9IlUYYMWWvGpmFuFxxNuFL5Yo04wYfSU",
-	"Qv+6N+WgVPK8IWh8dNR9nhyzLp2c9LtH41IwNgVPZfqbHnJ0S6TwFDpBAvxQ85IUz5DxEt0l8YwK9AvU",
-	"7UiPYKHre1d9ADXUq4xRq5s+vNbgbdAmOr3Pkk1Z5av0jkBRZQfXqAq4F3UGtv4htAfhrEy44Gq2lYr8",
-	"cnxomPco6b5kx5PuIS3ZzshMRhW78jXOtlGVptk65VxpqnNlKJfHMWMJkMHZbt6cXtDBoPt8fBh3XyRH",
-	"rDuYlLPq3MvZqVHuS4iRs0xmV8Y+CTIcfj1nStFp+BeVvbjvK76xLZu+IMuF4GK6nQbtbe0Wz8BWr7ko",
-	"cSMu8MdfPWbYgAh3OKLcZ7zq+azxRrGSANErlFlxbt8YXtnyrnaM5zsM196NUcdjSO/J437AG2soorOl",
-	"kUYVz6GdTl2M1igI81ux5ve5jiWahc4n7h/6CeUoBIvbJeAjLwa7KJjJjQV7AR4S5GezF6uHd3ZzAj9d",
-	"sEzBb4NvzROu39wEVIbY3pHIMD2U2YZpYi3rEmm1kYNP2Fdr6zf2jAl313Wu2ZKkjJqrwcqH48OoI+M4",
-	"z7I14tY6GnFe4+fJID6kx+xkctp/PngBByCbMr2FIC0esfNGMgTkq6VTQCqWlGr90qmpbq8ddezboo5a",
-	"Ks3mhohCiuVc5iq4jTuZZjVpwoU+PQ4qOpUd2FQq7qYAlbsYoJm3ie3ftthgQUvLW1dlRyK3rcFTXxyZ",
-	"e7GfygP4cEbUa7qgY57ygmmDwhn1/rpj0/AMwaFeEUrMTfJMkZF78VXsjT0i81xpMmYklkJTLlhCuCBc",
-	"k73R/xzm/f4RG+17yrSdYdT53J3Krv3wdyVF7yO9/dnKdzN/acSSZh+RP7a8X5i7kza4nvH+Kj0LGIfw",
-	"tKdmkG3GpzOmNMmYylPdHVMdz+oRDC84SxQTuozH2jvYEKWIWvWDh7C8ZTZYh7uTGgq7/TzIJQWV0Zne",
-	"ooNvo1O7Z4La8EYa/NYqMzxg3gf+brukpF0x3lA01VeypbK3k4YMSot9oh77txFds1oyZmZPFYR7IdZA",
-	"p5SLiPCJOXq3PE3NkTSjcZYYTtvs9dsoqD7V1zidqbq+gB/WebOSBFBqrDXKV95VJWyQqcFH7ZzGOwoQ",
-	"qwdzcaVYLEWirNKJx/VocHJ02u9XAs+nwTPsogf15IE1mu4uV+mdQgFz+vktPnUEk7N/DNZ43Kvxgfbd",
-	"8EPXu+3IToQMzbZ9khcx3XFyu2zXIs2nXGy+X2Z2H+CZ6n6d9FdumJkqlxnXy4od5CdQDKqM3B34BpXH",
-	"y6huVWe8nXvTn3fx1g1ZLeAkt/Mpadm+t0YG7ba3ThgZmSlzHZQHp/3jF+uyUKJOnHHNY5pWFKh1215R",
-	"5EDvT+nSn0T1mvhBEiG1TQMas4nMGGodcyqWxD6GKRhC3lZvBpkbazlqirmgomIVJAjZsjiHbQnQqDq9",
-	"n2iWEEjsIbK8zp4pcjuTKSNZLnBuEGfkUmCa0qh8Q8JoknLBrqhGvXK76Q8C00fPR5JnyFqVudvTcuQf",
-	"FzOmN+RJaKvn9HPNCe1Gqp67dSyzk2Chy1TSZDvL8N6ERNBK2JbJQQ1a99BH8yObKun0EWcKrlNHLs3v",
-	"NpEwbsx2yYIJL7vJFi/UdDXhYsqyRcbRMeNHnfrdl7Q7+fTl9DgcbPKHWWAaTE0u98Oi+CqWAgxioa/M",
-	"Wqu8Oqht/1pu3VHZsQ7KTfYOiR3cPauK+IO1b1rSkoRDF/xKu88fJSNnw8QaO6nO7VRf/dd//GfAuPFn",
-	"vnE2RXsiqWJxxnRE1EzeCiJFzHrkgonE2BdUkdF5rmcys6fljPyJ0YxlBCz+GIa1xn9vrbvaecDKFazY",
-	"N2QAWHCavp90zn7bhGE6X6O6z4aJTKbpHDg/TIX3Ag2lVz4NgilLtaF2CF3USNKY3OqXNOllWOYNPLGp",
-	"YPIz0VSGYqTTNf/705s/v/2FvH7z8fLtj29fn1++IR/f/K9f31xcwrdD8V//8Z9DAf9+88sPK34XWAQw",
-	"NAszdDGLkDBbI1FCm3sXwyGwH256IV59U/w8JGNWEKGa/tYatg8Ypy9Oj/v9Bg1DdLiXjLuwfdzUxWrK",
-	"1gZs7gegAm8JkftHntY9VzYL1Lny/UxQyACNHkq4Z2whM92zL9k5o0LN6OHJaeesczqO+wkdTI4PJy9P",
-	"J/HR8/GLcfKcJYf9MT15fto/TQ5pP6EncUIPx4Ojk/j5i5PjyTiJX744Gb+gR2Ys/ge7Gi+1YYnB4db+",
-	"tbu60apbEeC/XbJEN3z3veZuuj0JDOeTeKP4yuaOts3yxazyU6F1ZVrF9Cv0bjtN9xHmgFO5e8bmT4ym",
-	"RjZXj/WMxVZJpZqOqYJnrjtRJ+VKgyiFv1x2t/nLC9fbP2v3TDFm+H780pb0501WNUK4MI1c0BvKUwhC",
-	"f1q3s3aMEC3eKpWz5HWp5dfJQq8aJkDL3b3uzi7v6vsfcde7zXlXMibYbeWb4/4R3OV3T5oJkTCkFr8+",
-	"J3pGNVF8KpSL73hPKrJHU4WleVOq2S1dPlMR4ejssKYVUUzni/3ehrbct7yxQ1Sv0+Wj+QWhE81shCuV",
-	"Ykr29K0hA88S5SrvUj5hZn4tjpvGq++QA+MnvdRJGoV2e73qESBF6LB6fpU1cdctQ6JQhXcPEboZo5ke",
-	"M6qvzIWU3dC03NpBf5usOPylU2KT05cvkuT4+Skb0ONJcjoesxeTwfPBZPByfHp6Ql/0j9gpS8YDFp8e",
-	"J8mLF6fJ8YAensaTlyfxIX1ZDqi9GR318bZsyQncJk5Ydcod3UE981xsXCxy2OkiOakzY2kqSxd/56zD",
-	"4pms+aigcEyw7Mr+6Otd9axV2xo+sbqsF4U64YlmYsOTuXuKXoVnQhK2UpP6iqjS54A1f2TklaOOiBSE",
-	"3bBsWVQTxjRNeyverFfQ5aLmHye50Dz1CGVXvCGVHN+uDY4KulAzqVfHR33KBfP1mgtcyRV2fiEZBhTe",
-	"PgV/S46tscLW1cMbUWrF8nby2N7Bq23kT9DLWkvAsZWvZdgG1qNeEdAsYrpYuHR1r/x/kjFmvqMx18te",
-	"p91zH/TcLjKpZSzTqxuWKZvd5u3HSch/rORE39KMtTxzGHQ631KugyGWw36dDj/JW9QktCTmMcigwXSk",
-	"HnldoYJi2Q3LiF0y2Ts8Icp8Z0ffr9CjFr/pBwvG23imzJOp8gVu0cbGEd7l66wjO2grC1+47Isq4UaI",
-	"5jA6I9eMLYBFuJj2yAjzRa9szh1LRmdEabmAAmyXN4M1rKMitXTUI6NUKl38VoMj9BURUs+MnJ7LjBUZ",
-	"JzSO2UJjyokzhQpsifrrzUmVSgfTG4v15arFP23WbhRLKaxwjkhMs4wjV1TuhC441RNChbplGcztbipU",
-	"YyVOWNy7blVXhVyakyXqnZ0zjYWESkxWqxaPoS5scmm33NWvSJ/czpgghtc2vLg3SmvyjuDK28jlLYXY",
-	"v7G64FmX0/PFgonkI+Qb1kwAHKPGF0HCHb7svbQJpnIygYLYw5Ooo7NcGDPIcXGDpypv2JwmLZu3Afkr",
-	"UwwdfvwO9tr8lsSzXFxjJioULRBa3ekVjrhy8aEXxXQB0CkZo/GMJa/IJM/0jGUkoZoSrkiSSXMReQpn",
-	"W02Bvyj/vVGFvlvwxGuz6C3VFzPtRuHF8YuT56ehJLRiBxqEXHN7VqLqbsnw7pa1XLLP+h6TTz0D0d1r",
-	"BUGQBIYuY3N92Tf2QLIJmoKnqnFG3L/7GxyXHdNMV5VrlYsIMamzfGZUESYSlpwRIfFeBjaFyzmWcxbi",
-	"0qjgiab3vHoMNykb2ObHlaO35vA06pYKrqoeK1iLR68Qu71fMIFgKDuaALWARgmU5YeZZKyZ7iqdMTpH",
-	"7bOCOdMaqtgKnMYPSmyTMLImXrHF6XYJoIFIQ5D2nsflzvgnq300NiB3Hs8DatLjx5xWoGusCcj4NLuP",
-	"wExlDx6uAsV/TZm10ShRh+hvrRCdpXzKoXLPHsCiXkxOJikXZZ6Pq8e6YZ5nrx/VzfSvm8V7a9PYpnQs",
-	"nEx1XIGJEizrsrwLAB4CluHWV3NEQvrPRmz+qbX4vuplDLkXA+QPKf/lZoSrz13VujP3it+XU4s6CVfV",
-	"wnB4r/dpubFUXzk3RtAyLDd+k7yfYFigOouyZr0ydVjXZox936eySFraNXj6gYmEi+nHxuYIeVUU5he0",
-	"EPIK+bH8qDg/y6s5V3Oq45n91OzL1SRPUxtmTfKUJVcp1TabTWfLqzGNr+VkEtw+D6qr5pO2KFoFrpat",
-	"cKyBas1pPOOCdTNGkwrKVjWFCQqMUZfugpPBVUxWcBLrNVlGoxcSvE4sIzOWgmK/rtLURX+P+y+jjuY6",
-	"LTATiX21pcJM64U6OzhAMndtfLCXsBuHT6YOvCl/bSubrtm/SBjz5RkZjWnStRMGTBNBcz1jQkOkKzEf",
-	"TWQ25knChPlDSN2dyFzAN7EUk5THehQNxaiciPnKeVJc8Y35zAi55gdmxKL2GkbiHjbfNVt2M5YrfMD/",
-	"hovuJOXTGbzOUsgKEBjFfuRkRg2ppZuLayFvYU2OTbvsM1aeAcgLhmy6WspuSrMpTi0XKl8sZKZZ0p2z",
-	"hFOIv8FapOzOqVg6YipLTRfQh+lbm2HUA6uhpUY3qFtzoTQVMWvB+1hZFFtmGwSUamS/L+1IRfVqz18/",
-	"viUZm7AMixfpHIIvgJOK59A8uEEWJ6ac4Ps9XIHWUvqPbMqVZpmX1rBLrmJbBnXn5eTFadJ/MXjx4jh+",
-	"npyevKSHE0ZpPz45oUl/cEKPxpPjyWB8OO6PXxwexsngJDmNByfj/qTfp/0XgeP37bK1vwYJKNjtE0rv",
-	"vMcMzjocw4pcS/SJncfXTe0SapUG0U6eBKjp3QrzIGMx4zdrQQtimSVXscwN3xxGnUa98cBLV1qwTHHr",
-	"Kty+KnZmNF5DgZDqx4LgSACWhXNUxHC4eTnZE+yWyIwoxgQWmu6H4ZG29HyUNN4IKMAj7+bltD65Q/Iy",
-	"UO8d+FEjvavcmU93LaN129T07JgvGrsRonztuBR0DdXUoku6tmpPXldIViV7+/H7EyiI27lR7MI2VpDx",
-	"TR/hqWYlYb9pxwa2togBHg6Onx+/ODo9fr6Vt6NJN7eKNbS5DwvhQsuMJT7BH854rxB73b42yiYs0/bI",
-	"CCTN6IxQQeCfBHRNsme/iIi0wNxkZNX90X6PjPBQmOfIhIMpQ6QYimKU8vkRKBzmH4rdsIzrZWVQ9hk1",
-	"tCuejIiWJGFJjj46RsZLQkUyFJU3J1RTmO8So5ssVYzs4cf7EVGwB2A3uPIchcpfQMJuBKT4kU18J+zm",
-	"FXs7AcB49GiE+EPh+msuEl/u4bqc1Go69T0l1W7HWq52v/OV1youVH+dfgCzDLNxWSK4HRe/+YwT5TQl",
-	"1pxFQ9SYvuR3btQ9Mmb6Fu5E63rqNfhgDJGdQLrDYGXlKlRzrKm6ndPPLbWq/TuOHVY2jSW2m8O89BHV",
-	"+W0bJXCFR+Yipg+Npv27HCsoNttGiXS5gUUq4JX1BiZCdTOmZAqh2oVUHNnOC/A76K+vn+5SRlIbzKvh",
-	"/81DOg4gdzsUle0AOB/Oq4703wIq4S9yHLofdyr82CTybd5ZBL5DSAltVQQr0LebdR4uSFxCH1QQuYFK",
-	"bSfEUKR6SLY5AHfh5RWYPLsxWoHvtCs7FVm7W1TI+6sOvLlceYsJsRPK5LZ8t1nCaZjdihVUF1tyHVKt",
-	"jb/uRceN6UPGpDwMle2usB34xTHKSvjo08Owj+heUBTWonFczhj5XY6flf5v+0hvlcIw2Cwo3Eb/Immx",
-	"tKVBw6/AXZYSY2M0zQtP4XRDczGRkGV4axbEEp7PO1FnxqcQzbBwLOHRGsbWg2SnPKibCRUWZ1lg8mPn",
-	"7Piw0OvxO6NhNN1Qj5HW8lgOoN2dDBv4FDZ3xqxxwbi5rne6XFoxH+BH6+rqR50iUrGSU7bXk1d7HdvA",
-	"dCyCzv3X3zRqbKw4KfDUQ+HNEu2m3y5ryxvYE1ErKniiTr5I1hCz9VQVLsp6LYDFqYeiw1yxhOQLiM6M",
-	"82TK9Go/bOACCPy4wifbYe2XyazbPfxo1kUQOOphepK066Tl1+2I6+0gVOvBpb4lbFTtsK1pp1VJS6ih",
-	"Tj0QlJTrz7YZgiIVV7/L8b0ahh765U4gVVWxshOcTA3LapVhWexIyRBtGxHVhFeNMWuSpZXFayast9i2",
-	"q++HIqy+GQYQWjwNBCD/CG0G3GwbVayz3YuBw7g8Zjr3YSvZZT2UrVQpTDxrId5uYrXx8NZF6Rv1uLib",
-	"7A88vvU0N5QjT0igP6S4vDtC3waCrJRajZzxCplbWb7dPA20ZbAmaeUPtFU9AxaT4m4pdLNFa/ZKs2zO",
-	"RYvxWazf7y9RVzYpDz+LkZlAMoTHWXmWeg3gXFpa0Qju7MXx8dFBZ8Os2YRpBtj5mG1RCTF1dKq6fpqW",
-	"YumkiwmIW3rgd3eCF46B0gXgsvQuyumQy3cXPpJH5+udg3q7aKw7hfX8LWikB8ZUkN/l2NoQ+FOWEN5i",
-	"PNRChLvqxDs52u8SM9wJN6mIZ7q0NTdyhaZrU/Tx0N3LpY7H9wGv9RL224/rJnNuo9glMCV0WA7JmF9B",
-	"R7sL8OnKjPM2YNJHACMNhT6xVuiCKdUsWtkV0uilmQniWcDSXmNNUfeyBa8Omh/pmTRi78Ovl6Anu37N",
-	"G0tQI/Vbpf3N4ACHVAcbDfe1DTL/UUCJPNJtjNpVQxfAEYiWCDECwX09YwSpEBH2mcY6XRKqyJTfIDJK",
-	"gzfcppQnyexO6Mx4+7WBJIStWnfI/ZbddiKRvdodfXYDVAyX69TLbAaNMpsS0/63WlhQx4tuLIVAoCPD",
-	"gt1FJscMQs8PXJqzWcfdHQt4gp0zH6J+J9SFqrIdwbrROzhOVmQ7r0xpVnkBfnU/LrxVV8WDNg1uu4fa",
-	"75qmFmTZpIlZwASIHACGyxgjBcYCcRgLKlyu2+S1BnCx9wvl9yHiirjqHyP39ixpI2gZYPkQUnsLVWXD",
-	"/sd+s4kmkMxT6XoaAqx5IDByv7zTH9HvkFpWxwUZrXZ6C16KGkc/wBNrNVac+0+O6XYpI2iX/RCK+eS8",
-	"2hiG3CVges/4cl8DeU53EJC7QP5Yw7DeBaURZtweWmlz6KDG1t8nppHX7HRHZKP7K6lsK6O8N1vKEwBN",
-	"T02biwbs3Dg3VuaFmahNFAX8/PMcIW9rQUBBzj+8RUA8sjeyLQBG+8SecQvZZMsJCdhyZCylVjqji662",
-	"QHnYku78w9ueQ8gFmQovrtYolnLw58t3F6GiMfCVpJwJ7btMyO1MKkYufjrvHp6cEk9rMFdPZgu+bP40",
-	"dbcSuCW4GgrvFuqR1zMWX7OkxPezoUa8rKQwmjkiwMyoSNSMXrNKFd481zlNzfS/foWEr4kMNFXDGfzZ",
-	"Ug65kiR5BhWVIIfNRZmxudSM4K9Vj3xwqd+AnGUYlGqZKZIDlCIbilgKncmULFIqLKIW0rncSNVz4xG/",
-	"QhN/HCavGoo9XJb5wf5O1H5lJriECtfuQqbpUIw+vL+4JMb+w+WPIgI4p44aMKFCO8ElY9Fnmfc8FEPx",
-	"BnZpnmuquZgW0Lg0Tc10JkzELDmDDbOPRQR6+/hojhEUCmCLdqxIwRR9KkgubIdbW7pLM0ZiyyMWBc5h",
-	"Qju0XUXnFidsbigJfHabcc1Uj5ybL1I2FPBBRqbMzOW4/3KEC3bFj7FMGPFrYb210rGSaa4ZZE2Zl5rJ",
-	"Q5YNwe58hU2ZsZTColz0i+yN/tWZYKP9iIxZTHNlpmN5IsuFYf04lfG1IreMJNjYyXLWGXG118Xi7ch2",
-	"M7LMMKQh0sh3Jthl/dvvSooR2XM11/u1ImtbUw3nKeUxs9cDTwybTrixDTvnCxrPWPew54NtlJ8ZMZfP",
-	"5zRbds46P3gnCvbPcIhhy+rJIvKGZeSny8sP4N8suRSnN798d9HznLe103v+4W0n6hQ3ZqffG+A85IIJ",
-	"uuCds84RfBR1FlTPQOwezABm/A/z72kIbeoc9lORw36f3M54ylxpbMyUQtxBBTPukR8kU7BHWubxrMKR",
-	"ZtYoJrgUb40G9GemLcK5uWzwBoYZHfb7HsgMdnapOYPOvhQA56svQPsGEIDNzD+3CGMVpPyG9dBJYssI",
-	"wiMXUz1wdfz+fdY5++2Tv+0f7BvM6IIphBydgoooF6rzyTx7kDGaLDfdANsDszzpFprLcBfKE1w7LAqv",
-	"B8sQWOc/5oJmy6GRJSy2wsz86N3bi8s3vxDrojA/N9x5S69ZN18AifLFK3LSPyJSz1h2y5W9bRq7+pHR",
-	"hNvFfoONNa9fwk6e9I8e4X2/wJ1Nk+UrMkIk/RFRdKnMYYlnJGELJhIm4iXBwNf9M1lBcHTlZTeM6IxO",
-	"JjwOstvN4IAuOCpFqpXrfmaaAnaWUTRe2RsbxKkw2ojtCAS1sM2zbXRX12XpQdnAvQSU5ZZTbpWN3cle",
-	"ENq8xdNfPOraDz5hFrwOxaDkgikyAtUU0BisBmX+jYGG0auibC9dYotA9FJIwYhv35I9oy0RroliRiUC",
-	"8NIZFVOmUC2Ee95/4pkCgbHfIwVBzIkuuzqBGLClfVQRSmZUzXpDcS4q4xQwoqBgz+nSKuCOPYzIMCII",
-	"hvVnbKYVEhfVTrUl0sifZLLcgEk8YzzYWqylldhmvBXuovu1ahzpLGdfGww+uDcGrzdrW8XjfquyCHbU",
-	"7MXcHmQ4AMd49jZkfvP7o61+f8cDhqs1WmRxykKHrCHFDr5gRzCefMWjF4YKfKsBwVc5QGAH5dsUYFjs",
-	"5/HlgmZ0zjREXH770oF8W6NDlZqfm0Gnzh4+v61r4fDpEWRlGw9ZwxPJ/qzBOMePyQhI/40ZwVphB19K",
-	"H9vXA2rMRhpjZCAslX9gcUozpsBusT8ne2ZDI2JpDuAvNhZGFP8DRaU1OffhD2oVtJm8JVoOBUalCNdn",
-	"ZIRRKUDOydIR/HxkQ1MjF3nrkb85M8m1RxlNjBahZUanqG//+vHdUHCFOlzRVgUE7ejDr2i9uujllyIs",
-	"9nVEPHs5QnsQDaz9V9Zpoo5GQ8HBYqZkkTHrHTeDjqFUXUsLKSymxkKCy8aoOfm8NOBRJ5jJNHGzHoo4",
-	"YwnWDyu4d8xMnaEdmKphjznXox75hbHETMYozWjrhq6O9wsmzu2eYYC6eUxDrFf+xKUzvv0BciPX/Bis",
-	"dHuAPt3holrfmC3YSK3oh3ZnVJ96P7Sj442vxCZw6CNfh9VMhBZBZs+fwl/teO8db/n7l9v9fvAY92pp",
-	"L3ypeDN/+/S1YkCYba2IwCoFPclr60fWSF4frDcseN+IRPmeMCeL8rjEK0NzaUT28DsoH+iVuGr7RGY+",
-	"Sv9Q7NH4WsjblCVTuNyJ/RIYbb9H3jqsNX1GMrZg6KYr/GQy17E0/0VauHrAGdVDQVMw8RBcGCfLjdmn",
-	"88wGGGXGp1zQ1N4GrwglCZ8AqJguhuaKHPdfDkUTTC6oHFsyuqzr70K8FUUgFoAQ67S7uSi8FJCr4ToF",
-	"ef6GjE1yVaaLwk+dQLEE7Jy5WsjNtXhLxK0E1v0pXeXrbYypRWZZhnimyAS4CJy2O4quwYOq+A8tGk/6",
-	"T0k0/mj9/IVA2FoYFoGDdmn4s7xhquzb8Exh54alUb2EvCWLNMevNVXXz5T1/zt/d2S1rwVV2pepQ2Gr",
-	"31zgyz5dpPUTl9bfI2/ni5QzRUZQpT/qEed0xM4nZA/FlhcF2C99kTidJnBoQKQVMddvI9Me6JBX4r7h",
-	"8+02Fpu2YKdACDLRtPfPU3vfpxa7uxV9cbY+s6mcrrAasRWJslBZhGpidGkyQgz+kev1WIr0VE575Nyo",
-	"C9CcB3t17KHSAc+gZTYU4KQDS8x2EbKdhiiZ0oU5xlRAhCilC5vLzhWdZowpq1qY8zrt4qBdh1s8Gooi",
-	"DodufzMwNhCxgUIbFeuRd3KKXl7bZGvBMreQs1LCxGY2gg2F7WBghMmcugwr50cUSVuzELI3KnofnBFz",
-	"B4/2Q+ICKW3m9H0oP7azBghRo1uqmApcluuesbHeUrQ3eWSFpd5qp02eyWlNmgHLw5NP0uJ6WIGDJDP3",
-	"dakp4MHfWvZkQPcV4ucDIm8qkG8ArmAkjkPJnNjLvsDzFvA7nVGhKCjaZ8Tm5xTP7CEcKkYSLBznPkiB",
-	"AgFVzzKZT0GG8IwIqvOMpuSaLVWEAcFiMPNYCRI4FAVKoKHOAv1ZONbe6M9v0B0EeSYHXyxWZ0EDEApD",
-	"MXrrgWT/lS1HGPTEE9EjH5um3DVblqkH8MlYJkuyZzacZpAvMRTmO5c6IifgK4+pkILHNCV/uXj/y36L",
-	"gVdYmZBVEaH0N3Q3/4issHWtOkujs/uRLVK6LCQe+a//+H/Y0LA8QKhKFW1sIqK4iNEDOOGZ0jZbAzoy",
-	"YUIJhnSqq6YCtwQWbS6Gw0PShkH+CvN1ygEgxG+IAS90SUco17HHnSG1DZ2zpLh4wkjmQ7EH1hzhet/c",
-	"geZedvM0qqnv5SvvMC/ZhFxYmBCCtQ/AYEORC/73nPnXE+ioZORQRbr48y4s0iYAuZebpSOiJkMOc6UQ",
-	"NhUHKiCts9Ym51y+69ouayOCjjlvv6gi3CLn33pbNhSwAXJCqHkmpbAZq3gpdAde5OM51x+tVHi0a3D9",
-	"rz/aE+idzr+y5d0uUB+2p16yyRdexWZRu1NidNoHzMw3f7RaqykXTHTN5nYPDzvFuAXUp1dHiYBKRRHl",
-	"xU9lFkY7nNBmN3AF3/ZxL/8SSrzl2ofr5pmq8y1EpEuuhoC1KLgeEuq9eqWASKxO0eWRmuWG80e9c7qD",
-	"mca8MbyTXR1pbQ0WkOgfzTuzreP6+PDwO7YjL4xSR30lC6RwRDSF+DGbTFisi0I5Y6xtre+BsbCJb8jd",
-	"c9CaG+9IhHQe2Wr8ka8L4YU0o9k8ZUo1I9wX5rX/0F6Yf/pd7v28/Eyza6PSAW8WDEshmbeA3205HHnC",
-	"dZfdmGm0JqVh1rHNAO5ibjlmPmECk50ngWHIHhOZTFNU0q2zLSJl6VXkQg5D4eWYF5+6pBrXjj9jv2Ok",
-	"Yj8ymqRRikFF7pFfpHl1xjQk6oMVTB0qeiAxzqz0DS40nFjy95xlyzIQjGZbx9cfqvDggRsyPBIGY1wh",
-	"1n0Nh/BJdx0M1OZOMFlmJc7TWvnzGqtcNpFUfM71wwqpcvPbUhbP0UiWE+Ti+0tchBNmB12RTOOXWxzA",
-	"qWm/nN5Dz/kiwaS0uW0hH6mcqzGbyMzYlq4x9Rmh5PXFx6p1BgbtUJi//MIarmw6StF+HVTONAFt85ox",
-	"L62r7IPt3MBcOfsZTja8b5rRGCxILhOyMCZD8MiCL9lr0bR1kuKmqrfXy+iR1f63SuUs8dfYcn/WNuUJ",
-	"pxRuFykoK4SfqQoCTvt9hXfLmqPhzgR6Opr1TGd+bbJiLilCChR3pLzAbNIuFUPhqq3IVGoMwkESLip9",
-	"mPfpH6trtjRHbsqEeYwlBFDv0yXabOZbCB8ORcqoUzVtihj6lmxBD+SHqZkxjlN+w5JQ9ZvNHcOCnKEo",
-	"89Ren0cQyaxklHn1WGVOskX4DJ3EN0jyhzl/OPhTP4AhJn2ULIHH1jMrhxT3pqyXtKVaxTGp54fWz+qE",
-	"p0wdfDH/cSnCQfXyuH+MB4prkrhaJvbZXJ4uhA5sOqdL+EoxZkGkGkUwP3JwGWxnVpmHjE31kAoITKyF",
-	"uwyBvkW275+Zhj5HKfPSjn0VBeAA2rbzwKNLcFsvoAU5SjbIerTZZg5yCLXVUVR+crlcOP/vR7bIuj/w",
-	"KYM0CJf327rndoQH3Pp/PfjXFkcVlnYFdOTWzX6mkCCRp7l5ac/mHNxSZdMBbeJbzZnn0ScMr++FWPzx",
-	"sfLy5Ki/HxHWm/bISM2o+eG/n42pYqfHZ6NexRpoLOrx+fQHeSsgMRKZtZ1DN8j5AcVD2cruFDrpod0c",
-	"EQSAVVWtZOQjuCBv7oGsAmimfcK1GoqyaTGhyY25IhTGFcgbGs/KKAte6cxYzIYHNUuXZ2SEZcfQFbYO",
-	"bg3F8yMbkTkvNBYopvB9U9JmBEHHB6Jv5cokoL85NPKHuNBb8D0e+WZvg5oIHMr3oij5XrCsxhM2T0Nm",
-	"CcscGtdTdD9v6R5+imlDNE0xZlecPYsDYEPpRnteoWyUmCHhg/83yrUCDHtJRreUF+D0GKU0j3vYC359",
-	"CVVESSmgQE/DD7U1bkF5VyyJzDG1IWBiDiSKljJVz7yPGDsDTjHlYDVAfflMpglk8LnKYsBwsLm5PYKe",
-	"cEGasXgtyZxe26pwM5KiE4aYEQtGG6nW12w5FH5c3WIU8DTtWtyDgtxKM5qYvbBmvIqIkoRCT3Fnlthq",
-	"VJ1RkaihQKoVDgCeudHQ5RBMMopBGLzDfdv24n5vSzbvMwq6Dlgo6qiUsQXUMs7pZw+qrQk+1Rl0Qmg6",
-	"naLhdRcZ+KBvkQF8luycHW6RsYTwPt9EzNp3r86xtpwwzaiApr4LqRQfp0aXF2z/v4U8PR6cbBme+57D",
-	"De8KdAzIenLQGkytEM9+WbJagbkQrHtG808xV2gNtc7e78KV8BU0uq0FzJNyX/tLWe/ArtD6Uc7XffjJ",
-	"ZW27CgSFyuftpf42LwaKSm29v2Uc5wqslMYDa/VaKuN9et9Ddfx5PGedLQvg/Sl8o6q/ChUCHGeL5J+k",
-	"BL+3inhZZYU2rgyJuYMvNXjER3GB1Xh3S7XKe/ihXWLr2OtyxmpSfie+eXyX2j0zzQGmCbdfmvC1bXA+",
-	"XkKasYr8juPw8R5W1AuZzWnK/2AJgcy8/R75xY+qh2PnOIO7ctP3FjQ2q15/3eL2fA/cifFoUceooW53",
-	"HZ8CB23OnzZ1vZVBsbXABhwKE4mISw4lPNm3LtKZvCVzKvBRbCpR9JNgNJ5twsR2Gv9oXOy1iFjJxnYX",
-	"v2M+1sUG78jIFgNxTR6U9cL6gNa6dlVZrh2xlE/5OLVBDQqQU0qK0Zn3VTQUI4sBM4rIKOHgh4J/4yvm",
-	"TOgr/2M5maRcsBHZs6pAG6L3UBSQ3li2TzV0Uou5Xo7a8qR8drc4I9+NGuFB+LYVfLtds3vdezrs6xA4",
-	"DavczhiUkhjZRozI0/Qay0McRnfV0N6eyQ++WHjwNeBNv5SArErLRYHd5OIW/44xixHmNVjKROAZKPIC",
-	"y9y/fQsOobAOqH4RoSPSJewSB57oTpwuQdPm9BpDNRw9ENYXCy5clip2O2MZKyw/rDvJF16Z2KtiAUlG",
-	"ja24l8lcc8GIOaPu3O2bYaELKptb8NnQuflV4CNFZOWhbxh80Wa/PYdlfpApj5edtjRAC4ffklB4Ekoo",
-	"fGDVy+7A6oOMSaZC3hb4zU8xu/jOqFxzaY5FGRkpFx+UBFHHNo1vy2QBOxLDkoFjiM58yHc3lJWiRz6y",
-	"Lr4TEV4WGbvhMlfpcihyUcjUBeUZyVgXWw0oY6F66C/BIMC3OjZPhXn/O/Irrt/DWZcrbOLG/YU6W5sK",
-	"tl7Nv4DnN8rwDnSj3Rgy8DuzAgxV1tsAQPvet/IAK7tzde29zeOLTjrIjzQqkgvAQrCeJRiClRNiw3g9",
-	"8hdjNma5IGYTbeWQK6O3tbtnoHENxe9ybAUh4apodwDBhyKo64SgMUehdhhKEZnR812TTax4KUBBh8I2",
-	"CXUFqTi1Z4pwscg1YSLjMEKRFoSp/iVcNJrqGMA1azavBbN6KJQkE5r1yLkFPIZpFb5E0N3cY6/KARBR",
-	"o2gaOoJQdoEBZtY6FJgsY4azUMqtiLKGy55EKHf3Bv9FzLfw3vsNxVB9srfrQmba/PLwMHrRj46Pjz59",
-	"LWs0vL5j5iH7sdeALOo0uuSf9s2i7Z5DtxIZ03RmmH9b/FyzE98oKAxMEBIzgjCapRxAC7C6vQoWUMtx",
-	"KI4d2ACGW++7oNXM8T4DJm0rt4GSV159f1XA/D1n+RMNpGxdSbdl5ekdLw6op7Q3QLvjB/48+GJ7TLeH",
-	"YSBdzwi6Occ+Fs7iLosXAxGXnaSeeeihFdE2fry00v+7iah4F7zZEfD/2ivR2f8bb/4BeiDaM8Veo4ei",
-	"uCOfqaKuCs7rHnV1la7GiSoEcIZbFsGJY6ubCEnmMmMw5d5QvC7adkMyK6JQ4uocCof5owSofEXKTt9E",
-	"3/KYVeqLQzcx/P675UkPlcXeEv8tCobvGo+GTV0r54pOkWttJ+uhxlZkRv/nAvMisMtSqsE3Ggyj2NP2",
-	"8PZVsFxVY33YhrGPoq/+imLasqn/5oO63ovfWSiIqusNAkFmg7+btKG68HclAeuNRr/bGhbtVZ0UFh8+",
-	"mH27VwIhDYX/0H4Uwjh2+q6fgIu6ny603D3UbH3crQZ21f6rANiWj3jsQU8NRRv2VLv9ZhjkO7ff0MCG",
-	"pmHOTithj2csTSV0iwUzr3OGib2eeXS1SXfRUmYUfZKv7IhbmmmG4N/ITIO9vnczzZDmqZtpbSt/yvls",
-	"W+snDwwYdE/5dcAv7QVdNYDCVs3mb0WDPJCqt1DroSUZ2+zzJCKjBRMJF1Pb+LloFrY8IyMhr1wM4wr9",
-	"0RCVF/IKWx8XH5JRWep1VeC82o9j8+EkT1PzgeuSmFylVLNsRGQGcX6dLa/GNL6Wk8mopZHbTkLYPPTQ",
-	"qrt5xw9MU5629kOC0/+9GJXIK86o9Lpab8aN1U43Qb78kadMEeywYpOcqFiWZXuTgmcjItNkXQITVdfn",
-	"xTufIoeY9a7KvoAS4m+XcuFcOeWGUI+cG+76OvfBObGShkCbUZ0tu67iq4gnuO4ZZTbFuUNvMg9Z7wL8",
-	"fI5AZLKoDk25mI7QlWjjaymjRqnkUAdqPhfss8YGuHs2MUiKUKP/fWxyW8jNMcP2sV57D6+GzSZhlBCE",
-	"iti+cxhJtugyrV4Ot3rwcpg/7u7leNKicpWQ/KeXY6WXYyutoICNb0k+BdRsos2ZkBMM+TnoWls0zVyt",
-	"pmsQM0JUWe2qvCEXooI23xsKsA5HE5mm8vbfEVoYQdrT1Goge6Fy032wNQW7RXT2srdv0T+Cl5lQIils",
-	"Rq8MVUNyEzcfzBkWn7pT6pYGxabt+sVO2O7u4EQNkWdfihCd5vIK4qkVqIdejhEXfG60/0Gh9hvhNAWg",
-	"zxaPjQV194cp+K4flUP2Nx8SNzE85ISmihVDjaVMGXgwW4aq1HEGBzzsQ/koTvJ03Yw/PSzo/CX7HLyt",
-	"37kjA6wPSUJA9m/TlRCwH+zl7Ti8CvK+RkR46O6tUmKBAO8ssXijiD9qbrmJxYsI6m3cZhxAKYCDXoSA",
-	"fBVBu0cuavjvNGMIRF7AvXOhpYvxe6Dwbam66D3YDaHaO8zfkwvTQ2le78ms7uP3YJh88IH6aRl6BFz/",
-	"6nK2YX6dLddB3VKX9XHlkldGtU5vVkek8TVcalbLHTkn5CRjalZeYuM8mTKNeqrzJxWJvUrTpTk45ssZ",
-	"N8tb9sh7yHgGBz+ejVJRFFJ3yxZ0YbhAnS2/W3UwKmwG29n7n7ogbCih0CyrmzKtIadLZp7xtFpLDPQ6",
-	"hTPQlhkLvV8NdzORPHPgSzYBCxH5nHNdAbAVRnwTbnbP9mFlqRHhZM7mMlu+Ggq0jYr+rQ6SaZ4rTcB1",
-	"hE5V2zCTvBdFE80FABMWn0NzcWeCGYPN2I0LBtUn5QiR10WiwBxKnR5pYUC933sWWzOjHebhvA1bHyp8",
-	"vDhWm0QBZKyZ7iJtd0DaWuc4Pw4BlBUNk25YxiecJf/sWroW/QG31u9b6uDMyN5EuT7E+yuwINq7ELdf",
-	"Uv8bN8hmZeDGyfHvDN5e7w8dFekX2jqd4NuUi2twk2DFFqLWVPuTUoKqu3URkQZiDmD1kXMy50pZH4/X",
-	"bxQmBAacA7PG7ii40LIzGNys5YdmpNF+keTpjie09kpWJV3CJO/Yjbl2VL8B/mHpjtsZCfFptaXCfTFH",
-	"pIDwo6UkbTsW66oPwd+AAQnbAWxvRe0fKUv/okZhFdgnZRGC6pH1yCvlBaQqtY8NMJYWY2XXWsInZX6s",
-	"LjAsLY9qdeHTz6K4LTYnWE20JpPCuYZ90LR2NOUK+jJ+qVwYZij2ym71+J0VjJgGX4E9LlwTPuBxj7zP",
-	"yNjoBWQp8wxa9X/469uzocjY1Jj36LIOoCgLeUv2Rt4nVws2t0aQ9+HEWOvZIuNCQzPsoYAIn634LSYf",
-	"KLP0Md5XJGHsCM/oZU/M6eerWAqbtejhlLkkKnREdFneHXQiu9W1hIZtMxlw1t8IqcZG7i3l2kP7UQPD",
-	"uAH1vadmhmWkiJ8qNtkj++RdpN4eWJ4woc0luKKEq6XE+KGRb3YsI3ycosB23izLMr+f0PmtI3XwuoAe",
-	"as37AjrGKGKEUERGWCRqIW5DEmvUIz8A6gG0dAXMW1EWo7t+FENRr+P26tDJjGVsn0AJd10HwuBj1Khj",
-	"9wvU52HTOPGl9K7MFjWTWKgmM+jlCskr9QnXI7FcEYcK0RpygSHCYYgO0KsTFelXNrAd2S8+tVR873gn",
-	"2e228ZSNLxef2N8US7jt5CJqdFI9wd937tgdJQRu2Woh0X5R+EpSuzvgT1wkdXVwr6n17Vd7XpAxYkc6",
-	"R5ynyvXIn/kNw1yID29+JnsLQGrNIPW2VDExXuMCOGCs52D0Y9HHjMXX+DFAie/bK2woKm+69ItHK308",
-	"QMi5djouNyTo7UZVFlmz2iXnTpffQzTYwal6k3yS59jvcYE5NLcV/uj8A3advLML3xpcHnJF0+7aVj6U",
-	"GnsXG5C0CokfZeaBEJjbFRCsze5esyWkTVBlffc4Kkt65KLQ/9vQQd8UM7i0HVDuT+Ec3HNnnXKWbeEn",
-	"8+W3iOpD8x3bf6zVHNuWORAFZjVLTKVMomCDdu+miKmwMRQh9cyI47nMWISZojXFDDDa9VAAONF4SRYA",
-	"tYPoXLHMAfUa4npKo6brnix9vq6KEeKeTSCjCGNJPnK8TR9wHSXMOLapBXgjvP7hzhUNou24fzQUI1xk",
-	"t4QdYzdMYO/gEn3eRZgwcBS+hszz92N27dy5GnCLzjrmRKeMXrOks0XLZzP/J3kd2a2pqpWPnHVjZrBG",
-	"jat7xceMZiw7z/XMecXtQw20Zplrpoh1CkPSXERormdM6BIRsnlb9LxMK0vAhiF1yQRFp3bZ4y1zPdYq",
-	"8Gi2Xa/nzu6FqxdVyF6rOEQ4U5E9yX4rR3SKep72+vxDI//gVaYVo/rOe/tRUZLu1TKGxoPgdc5T3eUC",
-	"i2xlFs+Y0tDQLqqji3iZR4jJYhShxHsPVp0G8gA/vEWx7QGWQPfLVE79aWLry+bzPzGa2lh5xmjCBVO2",
-	"RxJ08iu5w2K+u41aqM7XT1//fwAAAP//",
+	"1fA51wW9aluQwpdBljzpR+ZlfG748cRsxpwL/GtQvIcLzaYsgxe9AxrR9G3C5gupmYiXf2WBE/YTvWYK",
+	"CGdWyZQmik4MPUnGFozqHjnXZC6VJocnJySe0YzG5uy2ks57Yde8sY2hTk6q5ApR6513kFvZzD/t92e3",
+	"D/bZ+9LtFUlYZsQT12SSyXmFN6lIiDKPiZgRkc/HLHsAOm/EphvR/SKm7fRWMX0AOl9Sdd36Ck3V9f1f",
+	"8csilTRpfUkOX9//NX+D+6j1NXhd3fc1d+ZhtZBCMbg232dynLK5+WcshWYChApdLFIew0k4WOAv/uM3",
+	"JUFylu/6t4xNOmed/3FQ3ssH+K06cOPCG6scf07skGTvw/evycvjk+f7KFkpUZqOU0ZGsUzYqAdksSPC",
+	"Hb/ghQBnn+h8kTKYeMaoZskVrPuwf3jaHQy6hy8vBydnR6dnR4f/x7B+0jnr9AcvjyYDetgdJ8fH3efs",
+	"ZNId908H3eP4JDllzycv+i8H3kXGzUSTPIbTUpcO3mjP42PWfZ4MaPclPRl0T8dHkz47jI+TQR/26kZe",
+	"m62a0FTBXsmFof2vnWL0j3eR+WPBMs1xW/wleZuaUM26ms9Zc2ejDvu04BlTWz1jFrKWaaJOSpW+ytWW",
+	"E0I6fm5+0aDlBlMoyFiMN5YyZVR4X241O7cPnztcs7lax9DAeBfmGfOwHY1mGV128FC5E/lrBxYAiy/e",
+	"Evk7Wi6m1P/k+DcWazO0Y/IfuYLVVBmjmOtGky4OzNopw2jB6SjFdO3AJUxTnsLbZ1Jpp3XImKbmb/PY",
+	"hGdKXynGxIMdS2DCtSMKs/kp/50lVzc0zc3EBofPe/1evze4zzF2qtGiE3WaAzcOsEeiVRv0l4t3P78r",
+	"aF0j2mMc4q0Hb9LzgQ40fhAYrO01oVPW1NngITdIYPp1Ktfo0noEHuQ4wllqnMWo4xlbGyx89Vn9YN7/",
+	"uUOThKPm/t6bsb2DqotwO1G7ps1gxHwXEdab9sjInfVRREZ8Yf5/ITNt/ptnqflPbMacGMXBXN6RUWA0",
+	"y8xg//dX2v39o/m/fvflVffj5350/PLu30J8UWx/1Wrsr9c2fSJV2KCFVnwq5lbh8YQbhS/WqBNMGD2l",
+	"0L8eTDkolTxvCBofHXWfJ8esSycn/e7RuBSMTcFTmf6mhxzdEik8hU6QAD/UvCTFM2S8RHdJPKMC/QJ1",
+	"O9IjWOj63lUfQA31KmPU6qaPrzV4G7SJTu+zZFNW+Sq9I1BU2cE1qgLuRZ2BrX8I7UE4KxMuuJptpSK/",
+	"HB8a5j1Kui/Z8aR7SEu2MzKTUcWufI2zbVSlabZOOVea6lwZyuVxzFgCZHC2mzenF3Qw6D4fH8bdF8kR",
+	"6w4m5aw6D3J2apT7HGLkLJPZlbFPggyHX8+ZUnQa/kVlLx76im9sy6YvyHIhuJhup0F7W7vFM7DVay5K",
+	"3IgL/PGdxwwbEOEeR5T7jFc9nzXeKFYSIHqFMivO7RvDK1ve1Y7xfIfh2rsx6ngM6T153A94Yw1FdLY0",
+	"0qjiObTTqYvRGgVhfivW/C7XsUSz0PnE/UM/oRyFYHG7BHzkxWAXBTO5sWAvwEOC/Gz2YvXwzm5O4KcL",
+	"lin4bfCtecL1m5uAyhDbOxIZpocy2zBNrGVdIq02cvAJ+2pt/caeMeHuus41W5KUUXM1WPlwfBh1ZBzn",
+	"WbZG3FpHI85r/DwZxIf0mJ1MTvvPBy/gAGRTprcQpMUjdt5IhoB8tXQKSMWSUq1fOjXV7bWjjn1b1FFL",
+	"pdncEFFIsZzLXAW3cSfTrCZNuNCnx0FFp7IDm0rF3RSgchcDNPM2sf3bFhssaGl566rsSOS2NXjqiyPz",
+	"IPZTeQAfz4h6TRd0zFNeMG1QOKPeX3dsGp4hONQrQom5SZ4pMnIvvoq9sUdknitNxozEUmjKBUsIF4Rr",
+	"sjf6n8O83z9io31PmbYzjDqfulPZtR/+pqTofaC3P1n5buYvjVjS7Ccqlh+QR7a+Y2AELsXmW/O6eOat",
+	"OYN3EGV6i0+6MJP9c7DGF+W/PrhBlQWiL7vJWfdbxLlQt3ieH2Squ+0Dc/rBBqoS6hKoXtL0KmMqT/Xa",
+	"BX+An/2J6njmeYgwnuRpwc1g6YxPZ0xpgu/pjs0I9UiUF2QnigldxtWtLmWYu4g+9oPCtNQWNqCB0y0a",
+	"hpf9fPUOlYwUsKW2sY3cM0GrZiNLbGvTBx4w74O4hV1S0m7gbHjF1FeypdK+k6UDyqd9op7DYSPzZrVk",
+	"zMyeKgjbQ8yITikXEeETI0JveZoa0WpG4ywxnLbZ67cxNHyqrwkeUHV9AT+s82YlmaO0PGqUr7yrStgV",
+	"TF3KsfszNR70f4oj4SZx2O/f94AsyujpRsFQn44bXESlVKpYzk1x/MPl5XuCP7CuuIIDCE2lMHI4TxMy",
+	"ozeMjBkThAJj2JSWkMtuFZ/aqaxmPdADtrvwtqT+H/cjuh50e1KTHemZqqQ3tWQwbZeE9FC3c4Wz/AVF",
+	"qy9uiKe6AOeOCpb12XBxpVgsRaKsgwRJfjQ4OTrt9ytJUqfBfXCR7nqi2xqvzC5m373C1qVOfrSNRl6N",
+	"Zbfvhp9mtduO7ETI0GzbJ3kR0x0nt8t2LdJ8yrcwQczs3sMzdRtq5YaZqXKZcb2s+Oz8ZL9BlZG7A9/5",
+	"5/EyugaqM94uFOfPu3jrhqwWCOja+ZS0bN9bo2fttrdOChm9UOY6KA9O+8cv1mVMRp0445rHNK0Y+2sv",
+	"fP+34KNK6dKfRFW0fyeJkNrK9DGbyIzhzTGnYknsY5guKORtVfuV+Thlnagp5oKXjb3kIL2IxTlsS4BG",
+	"1en9QLOEQBIqkaXK/kyR25lMGclygXODnBijo8CFNCrfkDCapFywK6rRB7Ld9AeB6ePNkuQZslZl7va0",
+	"HPnHxYzpDXkS2uo5/VQLmLqRquduHcvsJFjoMpU02c6L+WBCIujR2pbJwdRbr4LpbGnT+p3N5dyW60yu",
+	"S/O7TSSMG7NdsmBy5o7+tDIt4mrCxZRli4xjEMHPkOh3X9Lu5OPn0+NwYoQ/zAJ165pc7odF8VUsBThv",
+	"hb4ya63y6qC2/Wu5dUdlxwbTNtk7JHZw96wq4g/WvmlJS8IoXfBSaX6S7NENk0DtpDq3U331j//674AD",
+	"x5/5xpl/7faBYnHGdETUTN4KIkXMeuSCiYRwTagio/Ncz2RmT8sZ+ROjGcsIeKdjGNY6qntrQ6tOpy9X",
+	"sGLfkAFgwWn6btI5+3UThuncRXUvMBOZTNM5cH6YCu8EOoNe+TQIWpu1oXYIs9dI0pjc6pc06WVY5g08",
+	"salg8rOmVYZipNM1//vTmz+//Zm8fvPh8u33b1+fX74hH978r1/eXFzCt0Pxj//676GAf7/5+bsVvwss",
+	"AhiahRm6mEVImK2RKKHNvY/hENgPN70Qr74pfh6SMSuIUE3Vbk0xCxinL06PA06rEB0eJDs8bB83dbGa",
+	"srUBm/vJEoG3hMj9PU/r3nlbseDCzn7VAlQrRI8l3DO2kJnu2ZfsnP2nZvTw5LRz1jkdx/2EDibHh5OX",
+	"p5P46Pn4xTh5zpLD/piePD/tnyaHtJ/Qkzihh+PB0Un8/MXJ8WScxC9fnIxf0CMzFv+dXY2X2rDE4HBr",
+	"h+l9PaHVrQjw3y4VDRu++0HrDNyeBIbzSbxRLsDmwYTNcput8lOhdWVaxfQr9G47TQ8RkodTuXt1wQ+M",
+	"pkY2V4/1jMVWSaWajqmCZ647USflSoMohb9cJZL5y3OQ2z9r90wxZvh+/NyWoO5NVjXSjWAauaA3lKeQ",
+	"MPVx3c6ucJ2/VSpnyetSy6+ThV41TICWu3vdnV3e1Q8/4q53m/OuZEyw28o3x/0juMvvn+AZImFILX59",
+	"TvSMaqL4VCjno/eeVGSPpgrLyKdUs1u6fKYiwtHZYU0ropjOF/u9DW25L3ljh6hep8sH8wtCJ5rZKEUq",
+	"xZTs6VtDBp4lylWJp3zCzPxaHDeNV98jX9NP0KyTNArt9nrVI0CK0GH1/CprcoS2TN+BivEHCNjOGM30",
+	"mFF9ZS6k7Iam5dYO+ttkcFeCTJ3k9OWLJDl+fsoG9HiSnI7H7MVk8HwwGbwcn56e0Bf9I3bKkvGAxafH",
+	"SfLixWlyPKCHp/Hk5Ul8SF+WA2pvRkd9vC1b8te3CfxWnXJH91DPPBcbF4scdrpIpO3MWJrK0sXfOeuw",
+	"eCZrPioochYsu7I/uruvnrVqW8MnVpfYBoBpMdFMbHgyd08nXxuYrEQfXxFV+hywPp2MPOiEEZGCsBuW",
+	"LYvK95imaW/Fm/UKulzU/OMkF5qnHqHsijekkuPbtQkggi7UTOptIqCB3PLmAldyhZ1fSIYBhbcvF9uS",
+	"Y2ussDXSxUaUWrG8nTy29/BqG/kT9LLWkkUtSkMZtoH1qFcENIuYLhautMqDqplkjJnvaMz1stdp99wH",
+	"PbeLTGoZy/TqhmXKZmJ7+3ES8h8rOdG3NGMtzxwGnc63lOtgiOWwX6fDD/IWNQktiXkMsiAwdbZHXleo",
+	"oFh2wzJil0z2Dk+IMt/Z0fcr9KjFb/rBDJc2nmlLKsUt2tg4wrt8nXVkB21l4QuXYVYl3AiRh0Zn5Jqx",
+	"BbAIF9MeGWFtw5XND2fJ6IwoLRcAFuISoRBvYVSUQYx6ZJRKpYvfanCEviJC6pmR03OZsSKrjsYxW2hM",
+	"q3OmUIGDVH+9OalS6WAqfrG+tsQmSOAyiqUUVjhHJKZZxpErKndCF5zqiU1tgrndT4VqrMQJiwfXreqq",
+	"kMtbs0S9t3OmsZBQOeRq1eIp1IVNLu2Wu/oV6ZPbGRPE8NqGF/dGqZveEVybE9fG/o3VBc+6nJ4vFkwk",
+	"H4oUQY9/cYwaXwQJd/iy99IWQ8jJBMAbDk+ijs5yYcwgx8UNnqq8YXOatGzeBuSvTDF0+PE72GvzWxLP",
+	"cnGNVRNQYEdodadXOOLKxYdeFNMFwHxljMYzlrwikzzTM5aRhGpKuCJJJs1F5CmcbfVv/qL890YV+m7B",
+	"E6/NordUX8y0G0WCxy9Ongez+IodaBByze1Ziaq7JcO7W9ZyyT7pB0yw9wxEd68VBEESQIKuub7sG3sg",
+	"2QRNwVPVOCPu3/0NjsuOqfSrSovLRaxI5SQzqggTCUvOiJB4LwObwuUcyzkLcWlU8ETTe149hpuUuG3z",
+	"48rRW3N4GjW2BVdVjxWsxaNXiN3eLZhA4K5di6CqAY0S1NEPM8lYM91VOmN0Xs2gBXy01lDFVkBqflBi",
+	"m4SRNfGKLU63SwANRBqCtPc8LvfG6lrto7EBufN4HlCTnj7mtAIJak1AxqfZQwRmKnvweNWS/mvKrI0G",
+	"nApEf2ugKSzlUw5V5vYAFrXNcjJJuSjzfFzt8A3zPHv9qG6m320W761NY5sy53Ay1XEF0lCwrMvyLoBN",
+	"CViGW1/NEQnpPxux+cdWoJiqlzHkXgyQP6T8l5sRRkpxCCvO3Ct+X04t6iRcVUFM4L3ep+XGUn3l3BhB",
+	"y7Dc+E3yfoJhgeosSnyVytRhXZsx9kOfyiJpadfg6XsmEi6mHxqbI+RVASJT0ELIK+TH8qPi/Cyv5lzN",
+	"ocwFPzX7cjXJ09SGWZM8ZclVSrXNZtPZ8mpM42s5mQS3z4OVrPmkLeJjgQFpq/FrAJBzGs+4YN2M0aSC",
+	"CFlNYQIwDNSlu+BkcNX9FUzfel2N0eiFBK8Ty8iMpaDYr0NFcNHf4/7LqKO5Tgt8X2Jfbakw03qhzg4O",
+	"kMxdGx/sJezGYWmqA2/Kd20QHzX7FwljvjwjozFNunbCgL8laK5nTGiIdCXmo4nMxjxJmDB/CKm7E5kL",
+	"+CaWYpLyWI+ioRiVEzFfOU+KK8kznxkh1/zAjFjghMBI3MORvWbLbsZyhQ/433DRnaR8OoPXWQpZAQKj",
+	"2I+czKihinVzcS3kLazJsWmXfcJSQgAkw5BNV0vZTWk2xanlQuWLhcw0S7pzlnAK8TdYi5TdORVLR0xl",
+	"qekC+jB9azOMemA1tOBJBHVrLpSmImYt2FQrARzKbIOAUo3s97kdVa+OTPDLh7ckYxOWYQEanUPwBTC9",
+	"8RyaBzfI4sSUE3y/h4HTCvvygU250izz0hp2yVVsy6DuvJy8OE36LwYvXhzHz5PTk5f0cMIo7ccnJzTp",
+	"D07o0XhyPBmMD8f98YvDwzgZnCSn8eBk3J/0+7T/InD8vly29l2QgILdfkXpnQ+YwVkHU1iRa4k+sfP4",
+	"uqldQq3SINrJkwB1mVvh82QsZvxmLcBOLLPkKpa54ZvDqNOoGR146UoLliluXYXblznPjMZrKBBS/VgQ",
+	"yA+AHXGOihgONy8ne4LdEpkRBeXBU8rFfhjKb0vPR0njjUBtPPJuDhngkzskLwM1u4EfNdK7yp35eF+o",
+	"ALdNTc+O+aKxGxtUZBd0DeEGoEu6tmpPXldIViV7+/HDOujt3Ch2YRsryPimD/BUs5Kw37RjA1tbxAAP",
+	"B8fPj18cnR4/38rb0aSbW8Ua2jyEhXChZcaSWuH5IxnvFWKv29dG2YRl2h4ZgaQZnREqCPyTgK5J9uwX",
+	"EZG2iQQZWXV/tN8jIzwU5jky4WDKECmGohilfH4ECof5h2I3LON6WRmUfUIN7YonI6IlSViSo4+OkfGS",
+	"UJEMReXNCdUU5rvE6CZLFSN7+PF+RBTsAdgNrjxHofIXkLAbgf5+YBPfCbt5xd5OYGUePRoh/lC4/pqL",
+	"xJd7uC4ntZpOfU9Jtduxlqvd73zltYph2F+nH8Asw2xclghux8VvPuFEOU2JNWfREDWmL/mNG3WPjJm+",
+	"hTvRup56DT4YQ2QnkO4wWFm5CtUca6pu5/RTS61q/55jh5VNY4nt5jAvfUR1fttGCVzhkbmI6WN3fvhN",
+	"jhUUm22jRLrcwCIV8Mp6AxOhuhlTMoVQ7UIqjmznBfgdTOXdx/uUkdQG82r4f/VQ+QNdJhwsznZg0Y/n",
+	"VUf6bwGV8Bc5Dt2POxV+bBL5Nu8sAt8hpIS2KoIVnSKadR4uSFxCH1S6RwCV2k6IoUj1kGxzAO7Dyytw",
+	"x3ZjtALfZ1d2KrJ2t6iQ91cdeHO58hYTYidE5G35brOE0zC7FSuoLrbkOqRaG389iI4b08eMSXkYKttd",
+	"YTvwi2OUla0OTg/DPqIHQVFYi8ZxOWPkNzl+Vvq/7SO9VQrDYLOgcBv9i6TF0pYGDb8CzVxKjI2Rny88",
+	"hdMNzcVEQpbhrVkQS3g+70SdGZ9CNMPCsYRHaxhbj5Kd8qhuJlRYnGVBLeDf8WGh1+N3RsNouqGeIq3l",
+	"qRxAuzsZNvApbO6MWeOCcXNd73S5tGI+wI/W1dWPOkWkYiWnbK8nr/Y6toHpWASdh6+/adTYWHFS9P4I",
+	"hTdLtJt+u6wtb2BPRK2o4Ik6+SJZQ8zWU1W4KOu1ALanChQd5oolJF9AdGacJ1OmV/thAxdA4McVPtmu",
+	"L0yZzLrdw09mXQSBox6nf1a7Tlp+3d4dpB2Eaj241JeEjaodtjVop5W0hBrq1CNBSbleopshKFJx9Zsc",
+	"P6hh6CH87gRSVRUrO8HJ1LCsVhmWxY6UDNG2EVFNeNUYsyZZWlm8ZsJ6i227+r4rwuqbYQChxdNAAPKP",
+	"0GZNBmxTpXW2ezFwGJfHTOchbCW7rMeylSqFiWctxNtNrDYe3roofaN+TPeT/YHHt57mhnLkKxLojyku",
+	"74/Qt4EgK6VWI2e8QuZWlm83TwMthKxJWvkDbVXPgMWkuFsKndfRmr3SLJtz0WJ8Fuv3eyHVlU3Kw89i",
+	"ZCaQDOFxVp6lXrNSl5ZWNC09e3F8fHTQ2TBrNmGaxbadxqAWYuroVHX9NC3F0kkXExC39MDv7gQvHAOl",
+	"C8Bl6V2U0yGXP174SB6du3sH9XbRWHcK6/lb0EgPjKkgv8mxtSHwpywhvMV4qIUId9WJd3K03ydmuBNu",
+	"UhHPdGlrbuQKTdem6OOhe5BLHY/vI17rJey3H9dN5txGsUtgSpqwLChjfgEd7T7ApyszztuASZ8AjDQU",
+	"+sRaoQumVLNoZVdIo5dmJohnAUt7jTVF3csWvDpo1Kdn0oi9979cgp5sZrWV69BI/VZpfzM4wCHVwUbD",
+	"3bVB5j8JKJFHuo1Ru2roAjgC0RIhRiC4r2eMIBUiwj7RWKdLQhWZ8htERmnwhtuU8iSZ3QmdGW+/NpCE",
+	"sFXrDnk5ZDGRyF7tjj67ASqGy3XqZTaDRplNiWn/ay0sqONFN5ZCINCRYcHuIpNjBqHnRy7N2aw7/I4F",
+	"PMEuz49RvxPqmFjZjmDd6D0cJyuynVemNKu8AL96GBfeqqviURvct91D7XdNUwuybNLELGACRA4Aw2WM",
+	"kQJjgTiMBRUu123yWgO42PuF8nvJcEVc9Y+Re3uWtBG0DLB8CKm9haqyYa9+v9lEE0jma+nQHQKseSQw",
+	"cr+80x/R7+ZdVscFGa12egteihpHP8ATazVWnPsPjul2KSNol/0QivnovNoYhtwlYPrA+HJ3gTynewjI",
+	"XSB/rGFY74LSCDNuD620OXRQY+sfEtPIa8y9I7LRw5VUtpVRPpgt5QmApqemzUUDdm6cGyvzwkzUJooC",
+	"fv55jpC3tSCgIOfv37oOXSPbAmC0T+wZt5BNtpyQgC1HxlJqpTO66GoLlIdtxc7fv+05hFyQqfDiao1i",
+	"KQd/uvzxIlQ0Br6SlDOhfZcJuZ1JxcjFD+fdw5NT4mkN5urJbMGXzZ+m7lYCtwRXQ+HdQj3yesbia5aU",
+	"+H421IiXlRRGM0cEmBkViZrRa1apwpvnOqepmf7dHSR8TWSgcSTO4M+WcsiVJMkzqKgEOWwuyozNpWYE",
+	"f6165L1L/QbkLMOgVMtMkRygFNlQxFLoTKZkkVJhEbWQzuVGqp4bj/gVmvjjMHnVUOzhsswP9nei9isz",
+	"wSVUuHYXMk2HYvT+3cUlMfYfLn8UEcA5ddSACRXaCS4Ziz7LvOehGIo3sEvzXFPNxbSAxqVpaqYzYSJm",
+	"yRlsmH0sItDbx0dzjKBQAK4317QQUvSpILmw3dht6S7NGIktj1gUOIcJ7dB2FZ1bnLC5oSTw2W3GNVM9",
+	"cm6+SNlQwAcZmTIzl+P+yxEu2BU/xjJhxK+F9dZKx0qmuWaQNWVeSl33RIIdSAubMmMphUW56BfZG/27",
+	"M8FG+xEZs5jmykzH8kSWC8P6cSrja0VuGUmwsZPlrDPiaq+LxduR7WZkmWFIQ6SR70ywy/qP35QUI7Ln",
+	"aq73a0XWtqYazlPKY2avB54YNp1wYxt2zhc0nrHuYc8H2yg/M2Iun89ptuycdb7zThTsn+EQw5bVk0Xk",
+	"DcugZSX4N0suxenNL3+86HnO29rpPX//thN1ihuz0+8NcB5ywQRd8M5Z5wg+ijoLqmcgdg9mADP+u/n3",
+	"NIQ2hW1SFTns98ntjKfMlcbGTCnEHVQw4x75TjIFe6RlHs8qHGlmjWKCS/HWaEB/ZtoinEPnT7iBYUaH",
+	"/b4HMoOdXWrOoLPPBcD56gvQvgEEYDPzzy3CWAUpv2E9dJLYMoLwyMVUy86l3n3WOfv1o7/t7+0bzOiC",
+	"KYQcnYKKKBeq89E8e5Axmiw33QDb57c86Raay3AXyhNcOywKrwfLEFjnP+aCZsuhkSUstsLM/OjHtxeX",
+	"b34m1kVhfm6485Zes26+ABLli1fkpH9EpJ6x7JYre9s0dvUDowm3i/0CG2tev4SdPOkfPcH7foY7mybL",
+	"V2SESPojouhSmcMSz0jCFkwkTMRLgoGvh2eyguDoystuGNEZnUx4HGS3m8EBXXBUilQr1/3ENAXsLKNo",
+	"vLI3NohTYbQR2xEIamGbZ9vorq7L0qOygXsJKMstp9wqG7uTvSC0eYunv3jUtR98xCx4HYpByQVTZASq",
+	"KaAxWA3K/BsDDaNXRdleusQWgeilkIIR374le0ZbIlwTxYxKBOClMyqmTKFaCPe8/8QzBQJjv0cKgpgT",
+	"XXZ1AjFgS/uoIpTMqJr1huJcVMYpYERBwZ7TpVXAHXsYkWFEEAzrz9hMKyQuqp1qS6SRP8lkuQGTeMZ4",
+	"sLVYSyuxzXgr3EX3rmoc6Sxndw0GHzwYg9ebta3icb9VWQQ7avZibg8yHIBjPHsbMr/5/dFWv7/nAcPV",
+	"Gi2yOGWhQ9aQYgefsSMYT+7w6IWhAt9qQPBVDhDYQfk2BRgW+3l8uaAZnTMNEZdfP3cg39boUKXm52bQ",
+	"qbOHz2/rWjh8fAJZ2cZD1vBEsj9rMM7xUzIC0n9jRrBW2IGPEhmWw29Eoqw5DQ1zkqLw4x//9f+IUaRQ",
+	"03ZSzGsNHhHbc9vavLbCGpqmDwV2MyfYzdyMZX5EreoG40rhRi26ocgsMZaXUQ7PyAjtvZGRzLrauH4o",
+	"CmvO614PjdEbLeynUkfWH4JzGpG9w35/n8gMbh1D7VGPvBNsKMoW6Bmb5IqmJHEqPJ1MWIz6Iyh8qkfK",
+	"/vVGEcj4jT1ClGQMmJJoOWXmx0NhFAVjWGpz0wi4wnRGhaKoW+5NM5kvzGLmXO+/QgJdM2Y0TUt52wWh",
+	"Rxwa/Em/TxZmbGNRvzLvZGhoa4CpRStb0QkjezCcRymuSAG0pPeDF5HlnPPSpbzzVVS++Ktx/HoN6Tsq",
+	"jxEUCt3BG95Dlj4/UbHc6ip8OPlVnYJ12QZk2TvBnBNigY4IuxuhY7fjrTh41Fv0eLDd70+e5JYurY/P",
+	"Fd/orx/vKubI9+gag74NTjI7GWCOqSfIbTlKU5B/Ls/M3QHNNJ/QGEO8YbH+HYtTmjEFDij7c7JnbuaI",
+	"WOYDFC+b1EAU/x3FuPUd7lfE9UzeEi2HAtMLCNdnZITpBQCBlqUj+PnI5hiMXApFj/zN+btcn6vRxJiD",
+	"WmZ0io6TXz78OBQg4bkq+2OBxBu9/wXdkC4N5XOR33A3Ip7jM8KrAKm3/8pKe3U0GgoOrk9KFhmzYU4z",
+	"6BgwR7S02PBiqmfY8gDs1XxeemLRuJvJNHGzHoo4YwkCQSgwIMxMncc0MNUDlOqjHvmZscRMJuU3Fm8w",
+	"JHrfLZg4t3uGmUZNfSvEpuVPXF762+8gyX3Nj8HdajWhj/cS8+s6bAY7YhaNLe8Nz1ZvbHl0vLE4byJA",
+	"P7FdU00pa9FI7flT+KsdRfXxlr9/+aii+nFFr9nWigisUnBrybuhPu2FNJwscjoGwG2C32tE9vA7qAPr",
+	"lQCZqJmW7VaGYo/G10LepiyZgopJ7JfAaPs98rbQ5c5qaiDIRaemS6SFK+yeUT0UNAVfHaLEO1WfZEzn",
+	"mc0UkRmfGpXe3gavCCUJnwA6pC6G5ooc918ORRMVtEdGYBFcofKtRrYnS4VKzxRJqTLv9YwGL2aDOu4Z",
+	"QWleQK0VGXngstmjivAJWgFaktFB8UZY1lsPWfSvbDkUI2xNXu4v9ic/w49r1bi2d/k+GbOJzFhli5lI",
+	"1AY69LchxYuiRQuYi7gi3VwUXnXILXSd7Tz/OJhMZXkD/NTJzVLbtrX7WyvaX1jJXqVgX1YYGbgdg4xf",
+	"pzL9yDfAV6l8l3Jva5lfBLrbhf5P8sbKM1DqninsNLQ0YkjIW7JIc/xaU3VtZB04UVx8NrJK5oIq7cuV",
+	"obDV2i5Rwz5dlKERV4bWI2/ni9TI1BGgyox6xAXJsFMX2UPp7EWt98vYGU6nCXQdEGlFjtCXkWmPdMgr",
+	"eUrh8+02FpuMYWdbSIqgae+PU/vQpxa7kRZ93LY+s6mcrjCOsXWWstCOhGpiTAYywp4xI9eb2NNN5LRH",
+	"zo1WBM3ksLfUHupW8ExktRQIKoHBabve2c54lEzpwhxjKiCjIaULW3vFFZ1mjCmrQZnzOu3ioF2Hsz8a",
+	"iiJvBMPUZmBseGWVJOvH7JEf5RSjkrYp5IJlbiFnpYSJzWwEGwrbcccIkzl1GcEu7iWStuZWZG9U9Oo5",
+	"I+YOHgW9iEhpM6dvQ/mxnaBAiBoVWsVU4LJct6eN9ZaiHdcTKyz11nBt8kxOa9IMWB6e/CoNy8cVOEgy",
+	"c1+XmgIe/K1lj7U62sXPezRfFMg3NHXkpEB1ntjLvug/0QgWnBGbT1o8s4fw3Rj5tvDR+yAFCsRuPctk",
+	"PgUZwjMiqM4zmpJrtlQRxjOKwcxjJajtUBSotoY6C3Tb4Vh7oz+/Qa8X5EUefLbY0gUNQCgMxahmeo0w",
+	"SQdPRI98aFqs12xZpsrBJ2OZLMme2XCaQX4fhoBcqqOcQJwkpkIKHtOU/OXi3c/7LXZsYUxDFmCE0t/Q",
+	"3fwjssLWtZYubevuB7ZI6bKQeBjVSpX0DhCqUkXbtYgobkxT89WEZ0rb7ELoIIgJkJiCUF01FbglsGhz",
+	"MRwekraeGa8wv7QcAFLSDDHghS5JFuU69mQ1pLapXiwpLp5w542h2ANrjnC9b+5Acy+7eRrV1HdmlneY",
+	"lxxJLqwhTdCQBgYbilzwv+fMv55ARyUjZ3d38eddWKRNWHUvN0tHBGiGHOZK92zqKFTsW5+0TSa9/LFr",
+	"u4KOCPofvf2iynoWhLz1tmwoYAPkxEb06NKFItt4KXQHXuTjOdcfrFR4smtw/a8/2BPonc6/suX9LlAf",
+	"Zq4OMcAXHsJAUWtaYkrbB8zMN3+0ii0gF0x0zeZ2Dw87xbgFNLVX948AgEXR/8UPZdZgO/zdZjdwBY/9",
+	"aS//svVFy7UP180zVedbyKAquRoSrETB9VAA5tXXBkRidYqu7sEsN1zv4J3THcw05o3hnezqSGtrhoFE",
+	"/2remW3988eHh9+wHXlhlDrqK1kghSOiKeQ7MUzq8N3IW+t7YCxs4hty99wkk3N7R2ILgpFFjxn5uhBe",
+	"SDOazVOmVDMj68K89l/aC/OH3+XBz8tPNLs2Kh3wZsGwFIpPCrj4lsORJ1x32Y2ZRmsSNVbJ2IqVLtZC",
+	"YaYuJtzaeRIYhuwxkck0RSXdOtsiUpYKRy7kMBReTVTxqctSs4lTJGO/YaRiPzKapFGKQUXukZ+leXXG",
+	"NGTCgRVMs2BIBxK5zUrf4ELDiZB/z1m2LOPdaLZ1fP2h2s4icEOGR8JgjCscfqjhEO7vvoOB2twJJneu",
+	"xCVcK39eY1XmJpKKz7l+XCFVbn5biv05Gslyglz8cIn2cMLsoCuSP/3ywAM4Ne2X0zvD7mUeTWlz28Jz",
+	"UjlXNvRpJoGoIWeEktcXH6rWGRi0Q2H+8gtBubJZNzbH+BUaUmkC2iamOro05Fxontpe/ugG5srZz3Cy",
+	"4X3TjMZgQXKZkIUxGYJHFnzJXkvBrTMZN1W9vd57T6z2v1UqZ4m/xpb7s7YpX3EK/HaRghLR4pmqILa1",
+	"31d4t6w5Gu5MoKejWX975mNpKOZyP6RAcUfKC8wWmVAxFK46mEylxiAcFI2g0od1Cv6xumZLc+SmTJjH",
+	"WEKgS0u6RJvNfAvhw6FIGXWqps2EQ9+Szf2ENDg1M8Zxym9YEqrWtilyWEA6FGU63uvzCCKZlcQ5r364",
+	"rKGxiNShk/gGSf445w8H/9oPYIhJnyRL4Kn1zMohxb0p6/ttaXFxTOr1DPWzOuEpUwefzX9cSUtQvTzu",
+	"H+OB4rpM3GefzOXpQujApnO6hK8UYxb0sFG0+T0Hl8F2ZpV5yNhUj6mAwMRauMsQ6EtUp/yZaejLlzKv",
+	"TMZXUQC+pm07Dzy6BLf1QmeMzlGyQXKnTapzEHmorY6i8pPL5cL5fz+wRdb9jk8ZpEG49ObWPbcjPOLW",
+	"//vBv7c4qrAUOaAjt272M4UEiTzNzcvuNufgliqb9Wjz+2rOPI8+4XYwXojFHx+RAk6O+vsRYb1pj4zU",
+	"jJof/ufZmCp2enw26lWsgcainp5Pv5O3AvI/kVnbOXSDnB9QPGqlU2A3RwQBy1VVKxn5iGPIm3sgq6Ds",
+	"Yp9wrYaibLJPaHJjrgiFcQXyhsazMsqCVzozFrPhQc3S5RkZIUwGdDGvN2MAsJeRjcicFxoLFP/5vilp",
+	"M4KgQxHRt3JlEtDfXPeMx7jQW/Convhmb4NGaqmzsRAlC5bVeOKPSpsnMwZommLMrjh7Frdms5qbEuMq",
+	"fPD/RrlW0HNFktEt5UUzFYxSmsc9rCC/jIYqoqQUUFCu4YfaGregvCuWROaY2hAwMQcSRUuZqmfeh/nG",
+	"5hRTDlYD4KHMZJpABp9DwgDMIZub2yPoCRekGYvXkszptUUxMSNBySBgHC0YbWSUX7PlUPhxdYupw9O0",
+	"a3F6CnIrzWhi9sKa8SoiShJKjBxyZolFT9AZFYkaCqRa4QDgmRsNXQ7BJKMYhMGPuG/bXtzvbN3qQ0ZB",
+	"1wHhRR2VMraA2vs5/eRBizbBEjuDTgj9rZMxSMGPWRcZ+KBvkWx8luycHW6RsYRwdF9EzNp3r86xtpww",
+	"zaiAJvQLqRQfp0aXF2z/n0KeHg9OtgzPfcvhhh8LNCfIenJQUEytEM8+jIZagREUxOlA808xBwwCtdXe",
+	"78LILRX01K0FzFflvvaXst6BXaH1k5yvh/CTy9p2FYg/lc/boWlsXgzUzlp8Gss4zhVYgXIB1uq1ILn4",
+	"9H4ANJfzeM46WwK2+FP4QsWNFSoEOM6CunyVEvzBEFxklRXauDIk5g4+1+B8n8QFVuPdLdUq7+HHdomt",
+	"Y6/LGatJ+Z345uldag/MNAeYJtx+acLXZAI+/vES0oxVRBKW5Lg1GBrYQ+AAIbM5TfnvLCGQmbffIz/7",
+	"UfVw7BxncF9u+taCxmbV669b3J5vgTsxHi3qmGrU7a7jU+CgzfnTpq63Mii2wtmAQ2EiEXHJoYQn+9ZF",
+	"OpO3iMShiiZIRf8jRuPZJkxsp/GvxsVeS6OVbGx38RvmY11s8I6MbDF71+RBWS+s34BB164qh1zFUj7l",
+	"49QGNShAJCopRmfeV9FQjCxm2Sgio4SDHwr+ja+YM6Gv/I/lZJJywUZkz6oCbR0ohqJoQYHoBFRD58+Y",
+	"6+WoLU/KZ3cLp/LNqBEe5HxbwbfbNbvXva+HfR1itGGV2xkAkCGgmBF5ml5jeYjrKVE1tLdn8oPPtp3F",
+	"GrDBn0sAcaXlosAadHGL/8SYxQjzGixlIvAMFHmBZe7fvsXAsFBw9YsIHZEF2pID+3UnTpcgn3N6jaEa",
+	"jh4I64sFFy5LFbudsYwVlh/WneQLr0zsVbGAJKPGVtzLZK65YMScUXfu9s2w0LWbzS1Yeujc/CLwkSKy",
+	"8tg3DL5os9+ewzLfy5THy05bGqBt39KSUHgSSih8ZNXL7sDqg4xJpkLeFv0Gvsbs4nujSM6lORZlZKRc",
+	"fFASRJ1F3hIWtkdp7pokkMAxRGc+5LsbykrRIx9YF9+JQDaLjN1wmat0ORS5KGTqgvKMZKyLrXGUsVA9",
+	"kJtgEOBLHZuvhXn/GfkV1+/1BZErbOLG/YU6W5sKtl7Nv4DnN8rwDnRP3xji9huzAgxV1tsAQPvel/IA",
+	"K7tzde29zeOLTjrIjzQqkgvAQrCeJRiClRNiw3g98hdjNma5IGYTbeWQK6O3tbtnoHENxW9ybAUh4apo",
+	"zwPBhyKo64SgMUehdhhKEZnR811TaKx4KUCsh8I2tXYFqTi1Z4pwscg1YSLjMEKRFoSp/mV7AzTVMYBr",
+	"1mxeC2b1UChJJjTrkXML0A/TKnyJoLu5x16VAyCiRtHkegSh7ALqzKx1KDBZxgxnof9bEdANl30Vodyd",
+	"e0yXMd/Ce+83wET1yd6uC5lp88vDw+hFPzo+Pvp4V9ZoeH0yzUP2Y69hZtSxOEFl1Pe0bxZt9xy6a8mY",
+	"pjPD/NvivZud+EJBYWCCkJgRhNEs5QBagNXtVbCAWo5DcezABjDc+tAFrWaODxkwaVu5DZS88ur7qwLm",
+	"7znLv9JAytaVdFtWnt7z4oB6SnsDtDt+4M+Dz+Y/K8MwkK5nBN2cY98lZ3GXxYuBiMtOUs889NiKaBs/",
+	"Xlrp/81EVLwL3uwI+H/tlejs/403/wA9EO2ZYq/RQ1Hckc9UUVcF53WPurpKV+NEFTYcgFsWMZhjq5sI",
+	"SeYyYzDl3lDg2ClaUQ5sE1fnUDjMHyUO5ysHGgqJXLc8ZpX64tBNDL//ZnnSQ2Wxt8Q/RcHwfePRsKlr",
+	"5VzR2Xit7WQ91Ng60+j/XGBeBHYFTDX4RoNhFHvaHt++CparaqwP2zD2QdV1gTzRVkyrrpuVuesGdb2C",
+	"v7FQEFXXGwSCzAZ/M2lDdeHvSgLWG41+d1As2qs6KSwMfjD7dq8EQhoK/6H9KATl7PRdPwEXdT9daLl7",
+	"qNn6uFsN7Kr9VwGwLR/Y2YOeGoo27Kl2+80wyDduv6GBDU0unZ1Wwh7PWJpK6G4OZl7nDBN7PfPoapNu",
+	"2KXMKPr6X9kRtzTTDMG/kJkGe/3gZpohzdduprWt/GvOZ9taP3lkwKAHyq8Dfmkv6KoBFLZqNn8rGrqC",
+	"VL2FWg8tydhmnycRGS2YSLiYXtkQvGtuuTwjIyGvXAzjCv3REJUX8gpb9RcfklFZ6nVV4Lzaj2Pz4SRP",
+	"U/OB6+qbXKVUs2xEZAZxfp0tr8Y0vpaTyail8ehOQtg89Niqu3nHd0xTnrb274PT/60YlcgrzqikZcus",
+	"zbix2tAnyJff85Qp2x7MJjl57YRcbaYZMCIyTdYlMFF1fV6882vkELPeVdkXUEL85VIunCun3BDqkXPD",
+	"XV/nPjgnVtIQaIuts2XXVXwV8QTXJKTMpjh36E3mIetdgJ/PEYhMFtWhKRfTEboSbXwtZdQolVy73nyC",
+	"fdLYSm7PJgZJ4aUFEZcVtI9N2Qu5OWbY7tzrYuLVsNkkjBKCUBHbJxUjyRZdptXL4VYPXg7zx/29HF+1",
+	"qFwlJP/wcqz0cmylFRSw8S3Jp4CaTbQ5E3KCIT8HXWuLppmr1XR9cEaIKqtdlTfkQlTQ5ntDAdbhaCLT",
+	"VN7+J0ILFy0cUQPZC5Wb7oOtKdgtorOXveiL/hG8zIQSSWEzemWoGpKbuPlgzrD41J3Sdc1trH6xE7a7",
+	"OzhRQ+TZlyJEp7m8gnhqBeqhl2PEBZ8b7X9QqP1GOE0B6LPFY2NB3f1hCr7rR+WQ/c2HxE0MDzmhqWLF",
+	"UGMpUwYezJahKnWcwQEP+1A+ipM8XTfjj48LOn/JPgVv6x/dkQHWhyQhIPuX6aIL2A/28nYcXgV5XyMi",
+	"PHT3VilR9qfy+1mZW25i8SKCehu3GQdQCuCgFyEgX0XQ7pGLGv47zRgCkRdw71xo6WL8Hih8W6oueg92",
+	"Q6j2DvO35ML0UJrXezKr+/gtGCbvfaB+WoYeAde/upxtmF9ny3VQt9RlfVy55JVRraGd1RFpfA2XmtVy",
+	"R84JOcmYmpWX2DhPpkyjnur8SUVir9J0aQ6O+XLGzfKWPfIOMp7BwY9no1QUhdTdstNeGC5QZ8tvVh2M",
+	"CpuBTikXf+iCdkMJhWZZ3ZRpDTldMvOMp9VaYqClK5yBtsxYaHFruJuJ5JkDX7IJWIjI55zrCoCtMOKb",
+	"cLN7tt0sS40IJ3M2l9ny1VCgbVS0qXWQTPNcaQKuI3Sq2r6g5J0oeoUuAJiw+DxdeiaYMdiM3bhgUH1S",
+	"jhB5XSQKzKHU6ZFeB0T7e89ia2a0wzyct2HrQ4WPF8dqkyiAjDXTXaTtDkhb6xznxyGAsqJh0g3L+ISz",
+	"5I/mrGvRH3Br/fasDs6M7E2Ua7e8vwILor3Zcvsl9b9xg2xWBm6cHP/G4O31NthRkX6hrdMJvk25uAY3",
+	"CVZsIWpNtQ0rJai6WxcRaSDmAFYfOSdzrpT18XhtVWFCYMA5MGvsjoILLTuDwc1afmhGGu0XSZ7ueEJr",
+	"r2RV0iVM8p5Np2tH9QvgH5buuJ2REL+utlS4L+aIFBB+tJSkbcdiXfUh+BswIGE7gO2tqP0jZelf1Cis",
+	"AvukLEJQPbIeeaW8gFSl9rEBxtJirOxaS/hVmR+rCwxLy6NaXfj1Z1HcFpsTrCZak0nhXMM+aFo7mnIF",
+	"fRm/VC4MMxR7ZVN+/M4KRkyDr8AeF64JH/C4R95lZGz0ArKUeUbkrSDv//r2bCgyNjXmPbqsAyjKQt6S",
+	"vZH3ydWCza0R5H04MdZ6tsi40NDzeyggwmcrfovJB8osfYz3FUkYO8IzetkTc/rpKpbCZi16OGUuiQod",
+	"EV2WdwedyG51LaFh20wGnPUXQqqxkXtLufbQftTAMG5Afe+pmWEZKeKvFZvsiX3yLlJvDyxPmNDmElxR",
+	"wtVSYvzYyDc7lhE+TVFgO2+WZZnfTuj81pE6eF1AD7XmfQEdYxQxQigiIywStRC3IYk16pHvAPUAWroC",
+	"5q0oi9FdP4qhqNdxe3XoZMYytk+ghLuuA2HwMWrUsfsF6vOwaZz4UnpXZouaSSxUkxn0coXklfqE65FY",
+	"rohDhWgNucAQ4TBEB+jViYr0KxvYjuwXH1sqvne8k+x223jKxpeLT+wviiXcdnIRNTqpnuBvO3fsnhIC",
+	"t2y1kGi/KHwlqd0d8Ccukro6uNfU+varPS/IGLEjnSPOU+V65M/8hmEuxPs3P5G9BSC1ZpB6W6qYGK9x",
+	"ARww1nMw+rHoY8bia/wYoMT37RU2FJU3XfrFo5U+HiDkXDsdlxsS9HajKousWe2Sc6/L7zEa7OBUvUl+",
+	"lefY73GBOTS3Ff7o/At2nby3C98aXB5yRdPu2lY+lBp7FxuQtAqJ72XmgRCY2xUQrM3uXrMlpE1QZX33",
+	"OCpLeuSi0P/b0EHfFDO4tB1QHk7hHDxwZ51ylm3hJ/Pll4jqQ/Md23+s1RzbljkQBWY1S0ylTKJgg3bv",
+	"poipsDEUIfXMiOO5zFiEmaI1xQww2vVQADjReEkWALWD6FyxzAH1GuJ6SqOm654sfb6uihHink0gowhj",
+	"ST5yvE0fcB0lzDi2qQV4I7z+4c4VDaLtuH80FCNcZLeEHWM3TGDv4BJ93kWYMHAUvobM8w9jdu3cuRpw",
+	"i8465kSnjF6zpLNFy2cz/6/yOrJbU1UrnzjrxsxgjRpX94qPGc1Ydp7rmfOK24caaM0y10wR6xSGpLmI",
+	"0FzPmNAlImTztuh5mVaWgA1D6pIJik7tssdb5nqsVeDRbLtez53dC1cvqpC9VnGIcKYie5L9Vo7oFPU8",
+	"7fX5h0b+zqtMK0b1nff2o6Ik3atlDI0Hweucp7rLBRbZyiyeMaWhoV1URxfxMo8Qk8UoQon3Hqw6DeQB",
+	"vn+LYtsDLIHul6mc+tPE1pfN539gNLWx8ozRhAumbI8k6ORXcofFfHcbtVCdu493/z8AAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
