@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/pprof"
 	"slices"
 	"strconv"
 	"sync"
@@ -330,6 +331,13 @@ func (s *Server) OpsHandler() http.Handler {
 		}
 		writeOpsJSON(w, http.StatusOK, api.Health{Status: api.Ok, Checks: &checks})
 	})
+	if s.cfg.OpsProfiling {
+		// Profiles show code paths and sizes, never request data; still
+		// off unless asked for, like everything on this listener internal.
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 	return mux
 }
 

@@ -42,6 +42,9 @@ type Config struct {
 	// about a worker certificate (see identityCache); 0 looks it up on
 	// every request.
 	IdentityCacheTTL time.Duration
+	// OpsProfiling serves Go's pprof profiles under /debug/pprof/ on the
+	// ops listener.
+	OpsProfiling bool
 	// CompletionWriters is how many groups of completions a replica writes
 	// at once, each in one transaction on its own connection; completions
 	// arriving meanwhile wait for the next group (group commit).

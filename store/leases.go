@@ -139,8 +139,8 @@ func (s *Store) AcquireLeases(ctx context.Context, p AcquireParams) (AcquireResu
 		if p.IdempotencyKey != "" {
 			b.Queue(replayLeasesSQL, p.WorkerID, p.IdempotencyKey)
 		}
-		b.Queue(lockAssignmentsSQL, p.WorkerID)
 		b.Queue(genericPlanSQL)
+		b.Queue(lockAssignmentsSQL, p.WorkerID)
 		b.Queue(leaseCandidatesSQL, p.WorkerID, p.MaxTasks, nullString(p.IdempotencyKey))
 	}
 	read := func(br pgx.BatchResults) error {
@@ -169,6 +169,9 @@ func (s *Store) AcquireLeases(ctx context.Context, p AcquireParams) (AcquireResu
 			}
 			res.Replayed = len(res.Leases) > 0
 		}
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("plan mode: %w", err)
+		}
 		rows, err := br.Query()
 		if err != nil {
 			return fmt.Errorf("lock assignments: %w", err)
@@ -184,9 +187,6 @@ func (s *Store) AcquireLeases(ctx context.Context, p AcquireParams) (AcquireResu
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("lock assignments: %w", err)
-		}
-		if _, err := br.Exec(); err != nil {
-			return fmt.Errorf("plan mode: %w", err)
 		}
 		rows, err = br.Query()
 		if err != nil {

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/worker-gateway/gateway/store"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -206,7 +207,7 @@ func NewDatabase(t testing.TB) string {
 func NewPool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
 	url := NewDatabase(t)
-	pool, err := pgxpool.New(context.Background(), url)
+	pool, err := store.OpenPool(context.Background(), url)
 	if err != nil {
 		t.Fatalf("storetest: open pool: %v", err)
 	}

@@ -99,7 +99,7 @@ func Logger() *slog.Logger {
 func Start(t testing.TB, opts ...Options) *Gateway {
 	t.Helper()
 	dbURL := storetest.NewDatabase(t)
-	pool, err := pgxpool.New(context.Background(), dbURL)
+	pool, err := store.OpenPool(context.Background(), dbURL)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 

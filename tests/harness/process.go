@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"github.com/worker-gateway/gateway/store"
 	"net"
 	"os"
 	"os/exec"
@@ -13,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"github.com/worker-gateway/gateway/store/storetest"
 )
@@ -80,7 +80,7 @@ type Process struct {
 func StartProcesses(t testing.TB, n int, extraArgs ...string) (*Gateway, []*Process) {
 	t.Helper()
 	dbURL := storetest.NewDatabase(t)
-	pool, err := pgxpool.New(context.Background(), dbURL)
+	pool, err := store.OpenPool(context.Background(), dbURL)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	ca, cert := testPKI(t)

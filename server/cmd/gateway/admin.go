@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/worker-gateway/gateway/server/pki"
 	"github.com/worker-gateway/gateway/store"
 )
@@ -54,7 +53,7 @@ func runAdmin(ctx context.Context, args []string) error {
 	if *url == "" {
 		return fmt.Errorf("admin %s needs -database-url or $DATABASE_URL", args[0])
 	}
-	pool, err := pgxpool.New(ctx, *url)
+	pool, err := store.OpenPool(ctx, *url)
 	if err != nil {
 		return err
 	}

@@ -18,7 +18,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/worker-gateway/gateway/migrations"
 	"github.com/worker-gateway/gateway/server/pki"
 	"github.com/worker-gateway/gateway/store"
@@ -166,7 +165,7 @@ func ensureWorker(ctx context.Context, st *store.Store, name, certFile string, o
 // tasks and a demo scan of loopback (the demo target and the gateway
 // itself, on ports) so the reference worker has something to do.
 func seedDemo(ctx context.Context, databaseURL string, certs devPKI, ports []string) (demoIDs, error) {
-	pool, err := pgxpool.New(ctx, databaseURL)
+	pool, err := store.OpenPool(ctx, databaseURL)
 	if err != nil {
 		return demoIDs{}, err
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/worker-gateway/gateway/store"
 	"log/slog"
 	"net"
 	"net/http"
@@ -70,6 +71,7 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 	fs.BoolVar(&c.migrate, "migrate", env("GATEWAY_MIGRATE", "") == "true", "apply migrations before serving ($GATEWAY_MIGRATE=true)")
 	fs.DurationVar(&c.server.MaxWait, "max-wait", c.server.MaxWait, "longest long-poll wait")
 	fs.DurationVar(&c.server.DefaultWait, "default-wait", c.server.DefaultWait, "long-poll wait when the worker gives none")
+	fs.BoolVar(&c.server.OpsProfiling, "ops-pprof", false, "serve Go's CPU, heap and goroutine profiles under /debug/pprof/ on the ops listener (needs -ops-listen)")
 	fs.IntVar(&c.server.CompletionWriters, "completion-writers", c.server.CompletionWriters, "completions written at once, each group in one transaction; completions arriving meanwhile join the next group")
 	fs.DurationVar(&c.server.IdentityCacheTTL, "identity-cache-ttl", c.server.IdentityCacheTTL, "how long a replica trusts a looked-up worker certificate while its LISTEN connection is up (changes notify every replica); 0 looks it up on every request")
 	fs.DurationVar(&c.server.HeartbeatInterval, "heartbeat-interval", c.server.HeartbeatInterval, "longest heartbeat interval told to workers; online = seen within 3 intervals")
@@ -137,12 +139,7 @@ func serve(ctx context.Context, c *serveConfig, ln net.Listener, logger *slog.Lo
 	if err != nil {
 		return fmt.Errorf("load TLS key pair: %w", err)
 	}
-	poolCfg, err := pgxpool.ParseConfig(c.databaseURL)
-	if err != nil {
-		return err
-	}
-	poolCfg.MaxConns = int32(c.maxConns)
-	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	pool, err := store.OpenPool(ctx, c.databaseURL, func(cfg *pgxpool.Config) { cfg.MaxConns = int32(c.maxConns) })
 	if err != nil {
 		return err
 	}
