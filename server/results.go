@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/worker-gateway/gateway/internal/failpoint"
 	"net/http"
 	"strconv"
 
@@ -18,7 +19,7 @@ func (h *handlers) SubmitResults(ctx context.Context, req api.SubmitResultsReque
 	if err != nil {
 		return nil, err
 	}
-	failpoint("results-after-commit")
+	failpoint.Inject("results-after-commit")
 	return resultAckResponse{res: res, heartbeatInterval: h.heartbeatInterval(res.Lease.LeaseDuration)}, nil
 }
 

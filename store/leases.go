@@ -270,11 +270,15 @@ func collectLeases(rows pgx.Rows) ([]Lease, error) {
 //
 // It leases nothing when the worker is not enabled, has no free slot, or an
 // earlier poll with the same key still holds live leases (those are the
-// answer). The LATERAL subquery walks each assigned organization's part of
-// worker_tasks_acquire_idx separately, so the cost depends only on the
-// organizations this worker serves, never on anyone else's backlog. Rows are
-// locked there with SKIP LOCKED, so concurrent pollers never wait on each
-// other. Across organizations, within one priority, the n-th task of each
+// answer). For each assigned organization separately (LATERAL), it finds the
+// lease classes of its pending tasks (task type + required capabilities; a
+// loose index scan: one index probe per class), keeps the classes this
+// worker can run, and walks each kept class in worker_tasks_lease_class_idx
+// in priority and age order. So the cost depends on the organizations this
+// worker serves and their number of classes — never on anyone else's
+// backlog, nor on tasks no worker like this one could run. Rows are locked
+// there with SKIP LOCKED, so concurrent pollers never wait on each other.
+// Across organizations, within one priority, the n-th task of each
 // organization comes before the (n+1)-th of any, and the organization this
 // worker served least recently goes first: organizations take turns.
 var leaseCandidatesSQL = `
@@ -291,21 +295,35 @@ WITH worker AS (
 	SELECT c.id, c.organization_id
 	FROM worker, organization_workers ow
 	CROSS JOIN LATERAL (
+		WITH RECURSIVE classes AS (
+			(SELECT t.lease_class, t.task_type, t.required_capabilities
+			FROM worker_tasks t
+			WHERE t.organization_id = ow.organization_id AND t.state IN (` + fromStates(EventLease) + `)
+			ORDER BY t.lease_class LIMIT 1)
+			UNION ALL
+			(SELECT n.* FROM classes prev CROSS JOIN LATERAL (
+				SELECT t.lease_class, t.task_type, t.required_capabilities
+				FROM worker_tasks t
+				WHERE t.organization_id = ow.organization_id AND t.state IN (` + fromStates(EventLease) + `)
+					AND t.lease_class > prev.lease_class
+				ORDER BY t.lease_class LIMIT 1) n)
+		)
 		-- Window functions cannot share a SELECT with FOR UPDATE, so the
 		-- turn number is computed over the locked rows one level up.
 		SELECT locked.*, row_number() OVER (PARTITION BY locked.priority ORDER BY locked.created_at, locked.id) AS turn
 		FROM (
-			SELECT t.id, t.organization_id, t.priority, t.created_at
-			FROM worker_tasks t
-			WHERE t.organization_id = ow.organization_id
-				AND t.state IN (` + fromStates(EventLease) + `)
-				AND t.available_at <= now()
-				AND (t.execution_deadline_at IS NULL OR t.execution_deadline_at > now())
-				AND t.task_type = ANY(worker.task_types)
-				AND worker.capabilities @> t.required_capabilities
-			ORDER BY t.priority DESC, t.created_at, t.id
-			LIMIT (SELECT greatest(want, 0) FROM worker)
-			FOR UPDATE OF t SKIP LOCKED
+			SELECT picked.* FROM classes cls CROSS JOIN LATERAL (
+				SELECT t.id, t.organization_id, t.priority, t.created_at
+				FROM worker_tasks t
+				WHERE t.organization_id = ow.organization_id AND t.lease_class = cls.lease_class
+					AND t.state IN (` + fromStates(EventLease) + `)
+					AND t.available_at <= now()
+					AND (t.execution_deadline_at IS NULL OR t.execution_deadline_at > now())
+				ORDER BY t.priority DESC, t.created_at, t.id
+				LIMIT (SELECT greatest(want, 0) FROM worker)
+				FOR UPDATE OF t SKIP LOCKED
+			) picked
+			WHERE cls.task_type = ANY(worker.task_types) AND worker.capabilities @> cls.required_capabilities
 		) locked
 	) c
 	WHERE ow.worker_id = $1 AND ow.enabled AND ow.revoked_at IS NULL

@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	sq "github.com/Masterminds/squirrel"
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/worker-gateway/gateway/internal/failpoint"
 )
 
 // Store runs the gateway's domain verbs against PostgreSQL.
@@ -60,11 +63,18 @@ func (s *Store) inTxOnce(ctx context.Context, name string, fn func(tx pgx.Tx) er
 	if err := fn(tx); err != nil {
 		return wrapOp(name, err)
 	}
+	failpoint.Inject(beforeCommit(name))
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("%s: commit: %w", name, err)
 	}
+	failpoint.Inject(afterCommit(name))
 	return nil
 }
+
+// beforeCommit and afterCommit name the failpoints around a transaction's
+// COMMIT: "before-commit:acquire-leases", "after-commit:complete-attempts"…
+func beforeCommit(name string) string { return "before-commit:" + strings.ReplaceAll(name, " ", "-") }
+func afterCommit(name string) string  { return "after-commit:" + strings.ReplaceAll(name, " ", "-") }
 
 // wrapOp names the operation in an unexpected error but leaves the domain
 // sentinels recognisable with errors.Is.
@@ -131,6 +141,7 @@ func (s *Store) inPipelinedTxOnce(ctx context.Context, name string, queue func(b
 			return wrapOp(name, err)
 		}
 	}
+	failpoint.Inject(beforeCommit(name))
 	tag, err := conn.Exec(ctx, "commit")
 	if err != nil {
 		return fmt.Errorf("%s: commit: %w", name, err)
@@ -138,5 +149,6 @@ func (s *Store) inPipelinedTxOnce(ctx context.Context, name string, queue func(b
 	if tag.String() != "COMMIT" {
 		return fmt.Errorf("%s: commit: %w", name, pgx.ErrTxCommitRollback)
 	}
+	failpoint.Inject(afterCommit(name))
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -86,16 +87,31 @@ type benchWorker struct {
 	// created is true for a worker the benchmark registered with a
 	// throwaway certificate: it is disabled when the scenario ends.
 	created bool
+	// roots and cert open further connections for the same identity.
+	roots *x509.CertPool
+	cert  tls.Certificate
 }
 
 func newBenchWorker(base string, id uuid.UUID, name string, roots *x509.CertPool, cert tls.Certificate, created bool) *benchWorker {
+	// The overall timeout only catches a hung gateway: long-polls are
+	// bounded by wait_seconds plus the server's answer time.
+	return newBenchConn(base, id, name, roots, cert, created, 90*time.Second)
+}
+
+func newBenchConn(base string, id uuid.UUID, name string, roots *x509.CertPool, cert tls.Certificate, created bool, timeout time.Duration) *benchWorker {
 	tr := newTransport(roots, &cert)
 	return &benchWorker{
-		ID: id, Name: name, base: base, transport: tr, created: created,
-		// The overall timeout only catches a hung gateway: long-polls are
-		// bounded by wait_seconds plus the server's answer time.
-		client: &http.Client{Transport: tr, Timeout: 90 * time.Second},
+		ID: id, Name: name, base: base, transport: tr, created: created, roots: roots, cert: cert,
+		client: &http.Client{Transport: tr, Timeout: timeout},
 	}
+}
+
+// sibling is the same worker (identity, certificate) on a connection of its
+// own, whose requests may take up to timeout. A worker with more concurrent
+// requests than one HTTP/2 connection carries (the server's
+// MaxConcurrentStreams) spreads them over siblings. Close it with close().
+func (w *benchWorker) sibling(timeout time.Duration) *benchWorker {
+	return newBenchConn(w.base, w.ID, w.Name, w.roots, w.cert, w.created, timeout)
 }
 
 // lease is the part of a granted lease the benchmark uses.
@@ -103,8 +119,19 @@ type lease struct {
 	AttemptID  string `json:"attempt_id"`
 	LeaseToken string `json:"lease_token"`
 	Task       struct {
-		ID string `json:"id"`
+		ID             string `json:"id"`
+		OrganizationID string `json:"organization_id"`
 	} `json:"task"`
+}
+
+// warmAll opens every worker's connection (see warm).
+func warmAll(ctx context.Context, workers []*benchWorker) error {
+	for _, w := range workers {
+		if err := w.warm(ctx); err != nil {
+			return fmt.Errorf("connect worker %s: %w", w.Name, err)
+		}
+	}
+	return nil
 }
 
 // warm opens the worker's connection (TCP, TLS handshake, HTTP/2 preface)
@@ -165,6 +192,73 @@ func (w *benchWorker) complete(ctx context.Context, l lease) error {
 	return checkStatus(res, http.StatusOK)
 }
 
+// completeDetached completes an attempt even when ctx has ended (within
+// 30 s): completions are not cut short by the end of a run, since a task
+// left leased would fail verification for the wrong reason.
+func (w *benchWorker) completeDetached(ctx context.Context, l lease) error {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	return w.complete(cctx, l)
+}
+
+// completeManyDetached completes leases with outcome succeeded in one
+// POST /v1/attempts/complete, even when ctx has ended (within 30 s), and
+// returns those the gateway answered 200 for.
+func (w *benchWorker) completeManyDetached(ctx context.Context, leases []lease) ([]lease, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	type item struct {
+		AttemptID  string `json:"attempt_id"`
+		LeaseToken string `json:"lease_token"`
+		Outcome    string `json:"outcome"`
+	}
+	items := make([]item, len(leases))
+	for i, l := range leases {
+		items[i] = item{AttemptID: l.AttemptID, LeaseToken: l.LeaseToken, Outcome: "succeeded"}
+	}
+	body, err := json.Marshal(map[string]any{"completions": items})
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.base+"/v1/attempts/complete", bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	res, err := w.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer drainClose(res)
+	if err := checkStatus(res, http.StatusOK); err != nil {
+		return nil, err
+	}
+	var out struct {
+		Completions []struct {
+			Status int `json:"status"`
+		} `json:"completions"`
+	}
+	if err := json.NewDecoder(res.Body).Decode(&out); err != nil {
+		return nil, fmt.Errorf("decode completions: %w", err)
+	}
+	if len(out.Completions) != len(leases) {
+		return nil, fmt.Errorf("%d answers for %d completions", len(out.Completions), len(leases))
+	}
+	var done []lease
+	var failed int
+	for i, a := range out.Completions {
+		if a.Status == http.StatusOK {
+			done = append(done, leases[i])
+		} else {
+			failed++
+		}
+	}
+	if failed > 0 {
+		return done, fmt.Errorf("%d of %d completions refused", failed, len(leases))
+	}
+	return done, nil
+}
+
 // close drops the worker's idle connections.
 func (w *benchWorker) close() { w.transport.CloseIdleConnections() }
 
@@ -177,6 +271,11 @@ type producer struct {
 
 func newProducer(base, token string, roots *x509.CertPool) *producer {
 	return &producer{base: base, token: token, client: &http.Client{Transport: newTransport(roots, nil), Timeout: 30 * time.Second}}
+}
+
+// noopTaskBody is the POST /v1/tasks body of one no-op task of org.
+func noopTaskBody(org uuid.UUID) []byte {
+	return fmt.Appendf(nil, `{"organization_id":%q,"task_type":"scanner_plugin","payload":{"plugin":"echo"}}`, org)
 }
 
 // createTask creates one no-op task and returns its id and the instant the
@@ -207,6 +306,9 @@ func (p *producer) createTask(ctx context.Context, body []byte) (id string, retu
 	return out.ID, returned, nil
 }
 
+// close drops the producer's idle connections.
+func (p *producer) close() { p.client.CloseIdleConnections() }
+
 // warm opens the producer's connection.
 func (p *producer) warm(ctx context.Context) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.base+"/healthz", nil)
@@ -219,6 +321,41 @@ func (p *producer) warm(ctx context.Context) error {
 	}
 	defer drainClose(res)
 	return checkStatus(res, http.StatusOK)
+}
+
+// waitingPolls reads the gateway's gateway_waiting_polls gauge (long-polls
+// parked in its hub) from GET /metrics. It needs a token without
+// organization scope and the metrics on the main listener (the default);
+// otherwise it returns an error. A scrape also runs the gateway's
+// gateway_tasks query in the database.
+func (p *producer) waitingPolls(ctx context.Context) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.base+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Authorization", "Bearer "+p.token)
+	res, err := p.client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer drainClose(res)
+	if err := checkStatus(res, http.StatusOK); err != nil {
+		return 0, err
+	}
+	b, err := io.ReadAll(io.LimitReader(res.Body, 4<<20))
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "gateway_waiting_polls "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				return 0, fmt.Errorf("gateway_waiting_polls: %w", err)
+			}
+			return int(f), nil
+		}
+	}
+	return 0, errors.New("/metrics has no gateway_waiting_polls")
 }
 
 // errorTally counts failed requests by kind ("lease 429", "complete 409",

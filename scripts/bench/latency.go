@@ -58,15 +58,13 @@ func runLatency(ctx context.Context, s *Stack, c latencyConfig, logf func(string
 		return r, err
 	}
 	defer s.ReleaseWorkers(ctx, org, workers)
-	prod := newProducer(s.GatewayURL, s.Token, s.roots)
-	defer prod.client.CloseIdleConnections()
-	if err := prod.warm(ctx); err != nil {
-		return r, fmt.Errorf("connect producer: %w", err)
+	prod, err := s.Producer(ctx)
+	if err != nil {
+		return r, err
 	}
-	for _, w := range workers {
-		if err := w.warm(ctx); err != nil {
-			return r, fmt.Errorf("connect worker %s: %w", w.Name, err)
-		}
+	defer prod.close()
+	if err := warmAll(ctx, workers); err != nil {
+		return r, err
 	}
 
 	lr := &latencyRun{samples: make(map[string]*sampleTimes, c.samples)}
@@ -91,7 +89,7 @@ func runLatency(ctx context.Context, s *Stack, c latencyConfig, logf func(string
 
 	logf("latency: creating %d tasks, one every %s", c.samples, c.interval)
 	start := time.Now()
-	createBody := fmt.Appendf(nil, `{"organization_id":%q,"task_type":"scanner_plugin","payload":{"plugin":"echo"}}`, org)
+	createBody := noopTaskBody(org)
 	var createLat []time.Duration
 	created := 0
 	tick := time.NewTicker(c.interval)
@@ -203,11 +201,9 @@ func latencyPoller(ctx context.Context, w *benchWorker, lr *latencyRun, body []b
 		lr.mu.Unlock()
 		lr.received.Add(int64(len(leases)))
 		for _, l := range leases {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			if err := w.complete(cctx, l); err != nil {
+			if err := w.completeDetached(ctx, l); err != nil {
 				lr.errors.add("complete", err)
 			}
-			cancel()
 		}
 	}
 }

@@ -38,7 +38,9 @@ Scenarios (-scenario, comma-separated to run several on one stack):
   throughput  -tasks no-op tasks are inserted in bulk, then -workers simulated
               workers (each its own certificate and worker identity) loop:
               POST /v1/leases (max_tasks=-batch), then POST
-              /v1/attempts/{id}/complete for each lease. Reports tasks/s from
+              /v1/attempts/{id}/complete for each lease (with -complete-many:
+              one POST /v1/attempts/complete for all of them, as the Go
+              worker runtime does). Reports tasks/s from
               the workers' start to the last completion, and verifies in SQL
               that every task completed exactly once.
   latency     -polls idle long-polls are parked over -workers workers, then
@@ -56,6 +58,21 @@ Scenarios (-scenario, comma-separated to run several on one stack):
               -uploads artifacts of -upload-kib KiB from -workers workers at
               once: open session, PUT, commit. Reports MiB/s and the
               gateway's peak VmRSS per phase; verifies the files in SQL.
+  idle        -polls (10000 unless given) idle long-polls over -workers
+              workers, 100 per connection, parked in the gateway's hub;
+              then -idle-window of nothing. Reports gateway and PostgreSQL
+              CPU, transactions/s and the gateway's RSS (per poll, too)
+              while parked; every poll must end empty.
+  backlog     one worker's lease latency (create a task, lease it, complete
+              it; -backlog-samples cycles) with no other pending task, then
+              with -backlog-tasks pending tasks of other organizations and
+              -backlog-unmatched older ones of its own that need a capability
+              it lacks. Reports p50/p99 of both phases and their ratio.
+  fairness    -workers (8 unless given) workers serving organizations A and
+              B drain A's -fairness-tasks backlog (max_tasks=-batch) while
+              -samples (20 unless given) tasks are created for B one at a
+              time. Reports how many lease answers and how many ms pass
+              until each of B's tasks is leased.
 
 Stack:
   default     a private PostgreSQL (temp dir, durable defaults), migrations,
@@ -75,6 +92,9 @@ Flags:
 // measured window.
 var pgStatements int
 
+// pgSettings are extra PostgreSQL settings for the private stack.
+var pgSettings string
+
 // pgWaits turns on sampling of pg_stat_activity during measured windows.
 var pgWaits bool
 
@@ -84,13 +104,14 @@ func main() {
 
 func run() int {
 	var (
-		scenarios   = flag.String("scenario", "throughput", "scenarios to run, comma-separated: throughput, latency, results, uploads")
+		scenarios   = flag.String("scenario", "throughput", "scenarios to run, comma-separated: throughput, latency, results, uploads, idle, backlog, fairness")
 		tasks       = flag.Int("tasks", 20000, "throughput: number of tasks")
-		workers     = flag.Int("workers", 32, "number of simulated workers (each its own certificate and worker identity); the results scenario uses 16 unless this is given")
-		batch       = flag.Int("batch", 1, "throughput: max_tasks per lease request")
+		workers     = flag.Int("workers", 32, "number of simulated workers (each its own certificate and worker identity); results uses 16 and fairness 8 unless this is given, backlog always 1")
+		batch       = flag.Int("batch", 1, "throughput, fairness: max_tasks per lease request")
 		tpWait      = flag.Int("tp-wait", 1, "throughput: wait_seconds of each lease request")
-		polls       = flag.Int("polls", 100, "latency: idle long-polls, spread over the workers")
-		samples     = flag.Int("samples", 200, "latency: tasks created one at a time")
+		completeMny = flag.Bool("complete-many", false, "throughput: complete each poll's leases in one POST /v1/attempts/complete (as the Go worker runtime does) instead of one call per lease")
+		polls       = flag.Int("polls", 100, "latency, idle: idle long-polls, spread over the workers; idle uses 10000 unless this is given")
+		samples     = flag.Int("samples", 200, "latency, fairness: tasks created one at a time; fairness uses 20 unless this is given")
 		interval    = flag.Duration("interval", 20*time.Millisecond, "latency: spacing of task creations")
 		latWait     = flag.Int("lat-wait", 20, "latency: wait_seconds of each idle long-poll")
 		resBatches  = flag.Int("result-batches", 4000, "results: result batches in all (first writes), spread evenly over the workers")
@@ -99,7 +120,13 @@ func run() int {
 		uploadMiB   = flag.Int("upload-mib", 200, "uploads: size of the single large artifact, MiB")
 		uploads     = flag.Int("uploads", 32, "uploads: number of small artifacts uploaded at once after the large one")
 		uploadKiB   = flag.Int("upload-kib", 1024, "uploads: size of each small artifact, KiB")
-		timeLimit   = flag.Duration("time-limit", 5*time.Minute, "time limit per scenario (setup included); the scenario stops and fails when it is reached")
+		idleWindow  = flag.Duration("idle-window", 20*time.Second, "idle: measured window once every poll is parked")
+		idleWait    = flag.Int("idle-wait", 0, "idle: wait_seconds of each poll; 0 = long enough to stay parked through the ramp (60 s allowance), the statistics settle and the window (the private gateway gets -max-wait to match)")
+		blTasks     = flag.Int("backlog-tasks", 1000000, "backlog: pending tasks of other organizations in the second phase")
+		blUnmatched = flag.Int("backlog-unmatched", 100000, "backlog: pending tasks of the measured organization that need a capability no worker has, in the second phase")
+		blSamples   = flag.Int("backlog-samples", 500, "backlog: measured lease cycles per phase")
+		fairTasks   = flag.Int("fairness-tasks", 100000, "fairness: pending tasks of organization A")
+		timeLimit   = flag.Duration("time-limit", 5*time.Minute, "time limit per scenario (setup included); the scenario stops and fails when it is reached. backlog gets 15m unless this is given (inserting its backlog alone can take minutes)")
 		jsonOut     = flag.Bool("json", false, "print one JSON object per scenario on stdout (the human summary goes to stderr)")
 		cpuProfile  = flag.String("cpuprofile", "", "write a CPU profile of the load generator itself (this process, not the gateway) to this file")
 		gatewayBin  = flag.String("gateway-bin", "", "private stack: run this prebuilt gateway binary instead of building ./server/cmd/gateway (its migrations must match this checkout's)")
@@ -116,6 +143,7 @@ func run() int {
 		postgresData = flag.String("postgres-data", "", "existing deployment: PostgreSQL data directory (its postmaster.pid), for PostgreSQL's CPU figure")
 		allowRemote  = flag.Bool("allow-remote", false, "existing deployment: allow a gateway or database that is not on a loopback address")
 	)
+	flag.StringVar(&pgSettings, "pg-settings", "", "private stack: extra PostgreSQL settings, comma-separated name=value (e.g. \"shared_preload_libraries=auto_explain,auto_explain.log_min_duration=50ms\")")
 	flag.IntVar(&pgStatements, "pg-statements", 0, "private stack: load pg_stat_statements and print the N statements with the most execution + planning time per measured window (on stderr)")
 	flag.BoolVar(&pgWaits, "pg-waits", false, "sample pg_stat_activity every 20 ms during measured windows and report where backends spend time")
 	flag.Usage = func() {
@@ -135,8 +163,8 @@ func run() int {
 
 	list := strings.Split(*scenarios, ",")
 	for _, sc := range list {
-		if !slices.Contains([]string{"throughput", "latency", "results", "uploads"}, sc) {
-			warnf("unknown scenario %q (want throughput, latency, results or uploads)", sc)
+		if !slices.Contains([]string{"throughput", "latency", "results", "uploads", "idle", "backlog", "fairness"}, sc) {
+			warnf("unknown scenario %q (want throughput, latency, results, uploads, idle, backlog or fairness)", sc)
 			return 2
 		}
 	}
@@ -150,16 +178,48 @@ func run() int {
 		warnf("flags out of range (result-batches, uploads ≥ 1; 1 ≤ records ≤ 10000; 0 ≤ replay-sample ≤ 1; upload-mib, upload-kib ≥ 0)")
 		return 2
 	}
-	// -workers defaults to 32, but to 16 for the results scenario.
-	workersGiven := false
-	flag.Visit(func(f *flag.Flag) { workersGiven = workersGiven || f.Name == "workers" })
-	resultWorkers := *workers
-	if !workersGiven {
-		resultWorkers = 16
+	if *idleWindow <= 0 || *idleWait < 0 || *blTasks < 0 || *blUnmatched < 0 || *blSamples < 1 || *fairTasks < 1 {
+		warnf("flags out of range (idle-window > 0; idle-wait, backlog-tasks, backlog-unmatched ≥ 0; backlog-samples, fairness-tasks ≥ 1)")
+		return 2
+	}
+	// Some scenarios have their own defaults for shared flags.
+	given := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	orDefault := func(v int, name string, dflt int) int {
+		if given[name] {
+			return v
+		}
+		return dflt
+	}
+	resultWorkers := orDefault(*workers, "workers", 16)
+	fairWorkers := orDefault(*workers, "workers", 8)
+	fairSamples := orDefault(*samples, "samples", 20)
+	idlePolls := orDefault(*polls, "polls", 10000)
+	idleWaitSecs := idleWaitSeconds(*idleWait, *idleWindow)
+	// The private gateway's poll limits must admit the most polls any
+	// scenario keeps open (per worker and in all), and its longest wait the
+	// idle polls' wait.
+	openPolls := *polls
+	var maxWait time.Duration
+	if slices.Contains(list, "idle") {
+		openPolls = max(openPolls, idlePolls)
+		maxWait = time.Duration(idleWaitSecs) * time.Second
 	}
 	// The results and uploads tasks get a lease that outlives the
 	// scenario's time limit: their workers send no heartbeats.
 	longLease := max(600, int(timeLimit.Seconds())+60)
+
+	// Thousands of idle polls need file descriptors: raise the soft limit
+	// to the hard one. Go raises it for itself at start-up but restores the
+	// original for the processes it starts; a limit set explicitly is kept
+	// for them, so the private gateway gets it as well.
+	var nofile syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &nofile); err == nil && nofile.Cur < nofile.Max {
+		nofile.Cur = nofile.Max
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &nofile); err != nil {
+			warnf("raise the open file limit: %v", err)
+		}
+	}
 
 	// The first Ctrl-C (or SIGTERM) ends the run and starts the teardown;
 	// later ones are acknowledged but do not interrupt the teardown, so
@@ -179,14 +239,15 @@ func run() int {
 		}
 	}()
 
-	pollsPerWorker := (*polls + *workers - 1) / *workers
+	pollsPerWorker := (openPolls + *workers - 1) / *workers
 	st, err := bringUp(ctx, stackConfig{
 		gatewayURL: *gatewayURL, databaseURL: *databaseURL, caFile: *caFile, token: *token,
 		workerCertDir: *workerCerts, gatewayPID: *gatewayPID, postgresData: *postgresData, allowRemote: *allowRemote,
 		gatewayBin:     *gatewayBin,
 		gatewayArgs:    strings.Fields(*gatewayArgs),
 		pollsPerWorker: max(8, pollsPerWorker+1),
-		maxPolls:       max(20000, *polls+*workers),
+		maxPolls:       max(20000, openPolls+*workers),
+		maxWait:        maxWait,
 		keep:           *keep,
 		logf:           logf,
 	})
@@ -221,11 +282,15 @@ func run() int {
 		if ctx.Err() != nil {
 			break
 		}
-		scCtx, scCancel := context.WithTimeout(ctx, *timeLimit)
+		limit := *timeLimit
+		if sc == "backlog" && !given["time-limit"] {
+			limit = backlogTimeLimit
+		}
+		scCtx, scCancel := context.WithTimeout(ctx, limit)
 		var r *Result
 		switch sc {
 		case "throughput":
-			r, err = runThroughput(scCtx, st, throughputConfig{tasks: *tasks, workers: *workers, batch: *batch, wait: *tpWait}, logf)
+			r, err = runThroughput(scCtx, st, throughputConfig{tasks: *tasks, workers: *workers, batch: *batch, wait: *tpWait, completeMany: *completeMny}, logf)
 		case "latency":
 			r, err = runLatency(scCtx, st, latencyConfig{polls: *polls, workers: *workers, samples: *samples, interval: *interval, wait: *latWait}, logf)
 		case "results":
@@ -234,6 +299,12 @@ func run() int {
 		case "uploads":
 			r, err = runUploads(scCtx, st, uploadsConfig{workers: *workers, largeMiB: *uploadMiB, uploads: *uploads,
 				smallKiB: *uploadKiB, leaseDuration: longLease}, logf)
+		case "idle":
+			r, err = runIdle(scCtx, st, idleConfig{polls: idlePolls, workers: *workers, wait: idleWaitSecs, window: *idleWindow}, logf)
+		case "backlog":
+			r, err = runBacklog(scCtx, st, backlogConfig{tasks: *blTasks, unmatched: *blUnmatched, samples: *blSamples}, logf)
+		case "fairness":
+			r, err = runFairness(scCtx, st, fairnessConfig{tasks: *fairTasks, workers: fairWorkers, batch: *batch, samples: fairSamples}, logf)
 		}
 		scCancel()
 		if err != nil {
@@ -264,8 +335,10 @@ type Result struct {
 	Tasks    int    `json:"tasks,omitempty"`
 	Workers  int    `json:"workers,omitempty"`
 	Batch    int    `json:"batch,omitempty"`
-	Polls    int    `json:"polls,omitempty"`
-	Samples  int    `json:"samples,omitempty"`
+	// CompleteMany: completions were sent in batches (-complete-many).
+	CompleteMany bool `json:"complete_many,omitempty"`
+	Polls        int  `json:"polls,omitempty"`
+	Samples      int  `json:"samples,omitempty"`
 
 	WallSeconds float64  `json:"wall_seconds,omitempty"`
 	TasksPerSec *float64 `json:"tasks_per_sec,omitempty"`
@@ -359,6 +432,35 @@ type Result struct {
 	SmallRSSPeakMB        *float64 `json:"small_rss_peak_mb,omitempty"`
 	SmallRSSSamples       int      `json:"small_rss_samples,omitempty"`
 
+	// idle: the parked polls.
+	WaitSeconds        int      `json:"wait_seconds,omitempty"`
+	Connections        int      `json:"connections,omitempty"`
+	RampSeconds        *float64 `json:"ramp_seconds,omitempty"`
+	PollsParked        int      `json:"polls_parked,omitempty"`
+	Repolls            int      `json:"repolls,omitempty"`
+	PollsEmpty         int      `json:"polls_answered_empty,omitempty"`
+	GatewayRSSBeforeMB *float64 `json:"gateway_rss_before_mb,omitempty"`
+	RSSPerPollKiB      *float64 `json:"rss_per_poll_kib,omitempty"`
+
+	// backlog: lease_p50_ms and lease_p99_ms above are the backlog phase's.
+	BacklogTasks         int      `json:"backlog_tasks,omitempty"`
+	UnmatchedTasks       int      `json:"unmatched_tasks,omitempty"`
+	BacklogInsertSeconds *float64 `json:"backlog_insert_seconds,omitempty"`
+	EmptyLeaseP50        *float64 `json:"empty_lease_p50_ms,omitempty"`
+	EmptyLeaseP99        *float64 `json:"empty_lease_p99_ms,omitempty"`
+	RatioP50             *float64 `json:"ratio_p50,omitempty"`
+	RatioP99             *float64 `json:"ratio_p99,omitempty"`
+
+	// fairness
+	FairnessCyclesP50     *int64   `json:"fairness_cycles_p50,omitempty"`
+	FairnessCyclesMax     *int64   `json:"fairness_cycles_max,omitempty"`
+	FairnessRoundsP50     *int64   `json:"fairness_rounds_p50,omitempty"`
+	FairnessRoundsMax     *int64   `json:"fairness_rounds_max,omitempty"`
+	FairnessPassedOverP50 *int64   `json:"fairness_passed_over_p50,omitempty"`
+	FairnessPassedOverMax *int64   `json:"fairness_passed_over_max,omitempty"`
+	FairnessWaitP50       *float64 `json:"fairness_wait_p50_ms,omitempty"`
+	FairnessWaitMax       *float64 `json:"fairness_wait_max_ms,omitempty"`
+
 	GatewayCPUCores  *float64 `json:"gateway_cpu_cores,omitempty"`
 	PostgresCPUCores *float64 `json:"postgres_cpu_cores,omitempty"`
 	GatewayRSSMB     *float64 `json:"gateway_rss_mb,omitempty"`
@@ -404,7 +506,11 @@ func (r *Result) printHuman(w io.Writer) {
 	}
 	switch r.Scenario {
 	case "throughput":
-		fmt.Fprintf(w, "throughput: %d tasks, %d workers, batch %d\n", r.Tasks, r.Workers, r.Batch)
+		completions := "one completion per call"
+		if r.CompleteMany {
+			completions = "completions batched per poll"
+		}
+		fmt.Fprintf(w, "throughput: %d tasks, %d workers, batch %d, %s\n", r.Tasks, r.Workers, r.Batch, completions)
 		line("throughput", "%s tasks/s (%.2f s from first poll to last completion)", f(r.TasksPerSec, ""), r.WallSeconds)
 		line("lease call", "p50 %s  p99 %s  (%d calls that got leases, %d empty)", f(r.LeaseP50, " ms"), f(r.LeaseP99, " ms"), r.LeaseCalls, r.EmptyPolls)
 		line("complete call", "p50 %s  p99 %s", f(r.CompleteP50, " ms"), f(r.CompleteP99, " ms"))
@@ -449,6 +555,31 @@ func (r *Result) printHuman(w io.Writer) {
 			f(r.SmallGatewayCPUCores, ""), f(r.SmallPostgresCPUCores, ""), f(r.SmallLoadgenCPUCores, ""), f(r.SmallMachineCPUCores, ""), f(r.SmallStealCPUCores, ""))
 		line("small rss", "gateway VmRSS %s before, peak %s (%d samples, every 50 ms)", f(r.SmallRSSBeforeMB, " MiB"), f(r.SmallRSSPeakMB, " MiB"), r.SmallRSSSamples)
 		line("gateway", "VmHWM at the end %s (peak RSS over the process's whole life)", f(r.GatewayRSSMB, " MiB"))
+	case "idle":
+		fmt.Fprintf(w, "idle: %d long-polls (wait_seconds %d) over %d workers and %d connections\n", r.Polls, r.WaitSeconds, r.Workers, r.Connections)
+		line("ramp", "%s s to open them all, %d parked in the hub (gateway_waiting_polls) before the window", f(r.RampSeconds, ""), r.PollsParked)
+		line("gateway", "%s CPU cores, VmRSS %s while parked (%s before the polls) = %s per poll",
+			f(r.GatewayCPUCores, ""), f(r.GatewayRSSMB, " MiB"), f(r.GatewayRSSBeforeMB, " MiB"), f(r.RSSPerPollKiB, " KiB"))
+		line("postgres", "%s CPU cores, %s xact/s; %s checkpoints, %s autovacuum runs",
+			f(r.PostgresCPUCores, ""), f(r.DBXactPerSec, ""), n(r.Checkpoints), n(r.AutovacuumRuns))
+		line("load generator", "%s CPU cores (this process; same machine)", f(r.LoadgenCPUCores, ""))
+		line("machine", "%s CPU cores busy in all, %s stolen by the hypervisor", f(r.MachineCPUCores, ""), f(r.StealCPUCores, ""))
+		line("window", "%.2f s; %d polls answered before its end and sent again", r.WallSeconds, r.Repolls)
+	case "backlog":
+		fmt.Fprintf(w, "backlog: %d lease cycles per phase, 1 worker; backlog %d tasks of %d other organizations + %d unmatched in its own\n",
+			r.Samples, r.BacklogTasks, backlogOrgs, r.UnmatchedTasks)
+		line("no backlog", "lease p50 %s  p99 %s", f(r.EmptyLeaseP50, " ms"), f(r.EmptyLeaseP99, " ms"))
+		line("backlog", "lease p50 %s  p99 %s  (inserted in %s s)", f(r.LeaseP50, " ms"), f(r.LeaseP99, " ms"), f(r.BacklogInsertSeconds, ""))
+		line("ratio", "p50 %s  p99 %s  (%d lease calls measured, %d empty answers)", f(r.RatioP50, "×"), f(r.RatioP99, "×"), r.LeaseCalls, r.EmptyPolls)
+	case "fairness":
+		fmt.Fprintf(w, "fairness: A has %d pending tasks, B gets %d one at a time; %d workers serve both, batch %d\n",
+			r.Tasks, r.Samples, r.Workers, r.Batch)
+		line("lease cycles", "p50 %s  max %s  (lease answers, all workers, from B's create sent to its lease)", n(r.FairnessCyclesP50), n(r.FairnessCyclesMax))
+		line("rounds", "p50 %s  max %s  (the most of those answers any one worker received)", n(r.FairnessRoundsP50), n(r.FairnessRoundsMax))
+		line("passed over", "p50 %s  max %s  (calls sent after B's task existed, answered without it)", n(r.FairnessPassedOverP50), n(r.FairnessPassedOverMax))
+		line("wait", "p50 %s  max %s  (create returned → lease received; %d of %d received)",
+			f(r.FairnessWaitP50, " ms"), f(r.FairnessWaitMax, " ms"), r.SamplesReceived, r.Samples)
+		line("run", "%.2f s, %d lease calls answered", r.WallSeconds, r.LeaseCalls)
 	}
 	if r.Scenario == "throughput" || r.Scenario == "latency" {
 		line("gateway", "%s CPU cores, peak RSS %s", f(r.GatewayCPUCores, ""), f(r.GatewayRSSMB, " MiB"))

@@ -2,11 +2,13 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -434,14 +436,23 @@ type waitShare struct {
 // milliseconds; ds is sorted in place.
 func percentiles(ds []time.Duration, ps ...float64) []float64 {
 	out := make([]float64, len(ps))
-	if len(ds) == 0 {
+	for i, d := range nearestRank(ds, ps...) {
+		out[i] = round(float64(d)/float64(time.Millisecond), 2)
+	}
+	return out
+}
+
+// nearestRank returns nearest-rank percentiles (p in 0..100) of vs (zero
+// values when vs is empty); vs is sorted in place.
+func nearestRank[T cmp.Ordered](vs []T, ps ...float64) []T {
+	out := make([]T, len(ps))
+	if len(vs) == 0 {
 		return out
 	}
-	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	slices.Sort(vs)
 	for i, p := range ps {
-		rank := int(p/100*float64(len(ds))+0.999999) - 1
-		rank = max(0, min(rank, len(ds)-1))
-		out[i] = round(float64(ds[rank])/float64(time.Millisecond), 2)
+		rank := int(p/100*float64(len(vs))+0.999999) - 1
+		out[i] = vs[max(0, min(rank, len(vs)-1))]
 	}
 	return out
 }

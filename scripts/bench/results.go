@@ -384,9 +384,7 @@ func completeLeases(ctx context.Context, workers []*benchWorker, leaseOf func(i 
 			continue
 		}
 		wg.Go(func() {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			defer cancel()
-			if err := w.complete(cctx, l); err != nil {
+			if err := w.completeDetached(ctx, l); err != nil {
 				errs.add("complete", err)
 			}
 		})

@@ -46,6 +46,7 @@ type stackConfig struct {
 	gatewayArgs    []string
 	pollsPerWorker int
 	maxPolls       int
+	maxWait        time.Duration // -max-wait of the gateway when above 0
 	keep           bool
 
 	logf func(format string, args ...any)
@@ -153,6 +154,9 @@ func (s *Stack) startPrivate(ctx context.Context) error {
 	if pgStatements > 0 {
 		opts.Settings = append(opts.Settings, "shared_preload_libraries=pg_stat_statements", "pg_stat_statements.track_planning=on")
 	}
+	if pgSettings != "" {
+		opts.Settings = append(opts.Settings, strings.Split(pgSettings, ",")...)
+	}
 	s.cluster, err = pgcluster.Start(ctx, opts)
 	if err != nil {
 		<-buildErr
@@ -227,6 +231,9 @@ func (s *Stack) startGateway(ctx context.Context, bin, certFile, keyFile string)
 			"-max-polls", strconv.Itoa(s.cfg.maxPolls),
 			"-drain", "5s",
 			"-artifacts-dir", s.ArtifactsDir(),
+		}
+		if s.cfg.maxWait > 0 {
+			args = append(args, "-max-wait", s.cfg.maxWait.String())
 		}
 		args = append(args, s.cfg.gatewayArgs...)
 		cmd := exec.Command(bin, args...)
@@ -387,6 +394,17 @@ func (s *Stack) PostmasterPID() int {
 	return pid
 }
 
+// Producer returns a producer (task creation with the stack's token) whose
+// connection is open. Close it with close().
+func (s *Stack) Producer(ctx context.Context) (*producer, error) {
+	p := newProducer(s.GatewayURL, s.Token, s.roots)
+	if err := p.warm(ctx); err != nil {
+		p.close()
+		return nil, fmt.Errorf("connect producer: %w", err)
+	}
+	return p, nil
+}
+
 // NewOrganization creates an organization for one scenario, so that its
 // tasks and verification are isolated from anything else in the database.
 func (s *Stack) NewOrganization(ctx context.Context, scenario string) (uuid.UUID, error) {
@@ -417,6 +435,16 @@ func (s *Stack) NewWorkers(ctx context.Context, prefix string, n, capacity, minC
 		}
 	}
 	return workers, nil
+}
+
+// AssignWorkers assigns workers (from NewWorkers) to one more organization.
+func (s *Stack) AssignWorkers(ctx context.Context, org uuid.UUID, workers []*benchWorker) error {
+	for _, w := range workers {
+		if _, err := s.Store.AssignWorker(ctx, store.Scope{}, org, w.ID); err != nil {
+			return fmt.Errorf("assign %s: %w", w.Name, err)
+		}
+	}
+	return nil
 }
 
 func (s *Stack) newWorker(ctx context.Context, name string, capacity, minCapacity int) (*benchWorker, error) {

@@ -16,6 +16,9 @@ type throughputConfig struct {
 	workers int
 	batch   int
 	wait    int // wait_seconds of each poll
+	// completeMany completes each poll's leases in one
+	// POST /v1/attempts/complete instead of one call per lease.
+	completeMany bool
 }
 
 // tpShared is what the simulated workers of one run share.
@@ -47,7 +50,7 @@ type tpWorkerStats struct {
 // last completion, and verifies in SQL that every task completed exactly
 // once.
 func runThroughput(ctx context.Context, s *Stack, c throughputConfig, logf func(string, ...any)) (*Result, error) {
-	r := &Result{Scenario: "throughput", Tasks: c.tasks, Workers: c.workers, Batch: c.batch}
+	r := &Result{Scenario: "throughput", Tasks: c.tasks, Workers: c.workers, Batch: c.batch, CompleteMany: c.completeMany}
 	org, err := s.NewOrganization(ctx, "throughput")
 	if err != nil {
 		return r, err
@@ -65,10 +68,8 @@ func runThroughput(ctx context.Context, s *Stack, c throughputConfig, logf func(
 	if err := insertTasks(ctx, s, org, c.tasks); err != nil {
 		return r, err
 	}
-	for _, w := range workers {
-		if err := w.warm(ctx); err != nil {
-			return r, fmt.Errorf("connect worker %s: %w", w.Name, err)
-		}
+	if err := warmAll(ctx, workers); err != nil {
+		return r, err
 	}
 
 	var ws *waitSampler
@@ -85,7 +86,7 @@ func runThroughput(ctx context.Context, s *Stack, c throughputConfig, logf func(
 	var wg sync.WaitGroup
 	sh.start = time.Now()
 	for i, w := range workers {
-		wg.Go(func() { stats[i] = throughputWorker(runCtx, w, sh, body) })
+		wg.Go(func() { stats[i] = throughputWorker(runCtx, w, sh, body, c.completeMany) })
 	}
 	progressDone := make(chan struct{})
 	go reportProgress(runCtx, progressDone, sh, logf)
@@ -147,7 +148,7 @@ func runThroughput(ctx context.Context, s *Stack, c throughputConfig, logf func(
 
 // throughputWorker is one simulated worker: poll, complete every lease,
 // repeat, until every task is completed or the run ends.
-func throughputWorker(ctx context.Context, w *benchWorker, sh *tpShared, body []byte) tpWorkerStats {
+func throughputWorker(ctx context.Context, w *benchWorker, sh *tpShared, body []byte, completeMany bool) tpWorkerStats {
 	var st tpWorkerStats
 	for ctx.Err() == nil {
 		if sh.leased.Load() >= sh.n {
@@ -177,14 +178,26 @@ func throughputWorker(ctx context.Context, w *benchWorker, sh *tpShared, body []
 		}
 		st.leaseLat = append(st.leaseLat, lat)
 		sh.leased.Add(int64(len(leases)))
-		for _, l := range leases {
-			// Completions are not cut short by the end of the run: a task
-			// left leased would fail verification for the wrong reason.
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		if completeMany {
 			t1 := time.Now()
-			err := w.complete(cctx, l)
-			cancel()
+			done, err := w.completeManyDetached(ctx, leases)
 			if err != nil {
+				sh.errors.add("complete", err)
+			}
+			st.completeLat = append(st.completeLat, time.Since(t1))
+			// Tasks not completed come back when their leases expire.
+			sh.leased.Add(-int64(len(leases) - len(done)))
+			for _, l := range done {
+				st.taskIDs = append(st.taskIDs, l.Task.ID)
+				if sh.completed.Add(1) == sh.n {
+					sh.doneOnce.Do(func() { sh.end = time.Now(); close(sh.done) })
+				}
+			}
+			continue
+		}
+		for _, l := range leases {
+			t1 := time.Now()
+			if err := w.completeDetached(ctx, l); err != nil {
 				// The task comes back when its lease expires.
 				sh.leased.Add(-1)
 				sh.errors.add("complete", err)
@@ -223,16 +236,25 @@ func reportProgress(ctx context.Context, done chan<- struct{}, sh *tpShared, log
 // dirty pages from the setup (both need a superuser or table owner; a
 // failure is only logged).
 func insertTasks(ctx context.Context, s *Stack, org uuid.UUID, n int) error {
+	if err := bulkInsertTasks(ctx, s, []uuid.UUID{org}, n, "{}"); err != nil {
+		return err
+	}
+	settleDatabase(ctx, s, "ANALYZE worker_tasks", "ANALYZE worker_task_attempts", "CHECKPOINT")
+	return nil
+}
+
+// bulkInsertTasks creates n pending no-op tasks with the given
+// required_capabilities (a JSON object) in one INSERT … SELECT, spread
+// round-robin over orgs. They share one created_at (the transaction's
+// start), so they are older than any task created afterwards. No NOTIFY is
+// sent.
+func bulkInsertTasks(ctx context.Context, s *Stack, orgs []uuid.UUID, n int, requiredCapabilities string) error {
 	_, err := s.Pool.Exec(ctx, `
-		INSERT INTO worker_tasks (task_type, organization_id, payload)
-		SELECT 'scanner_plugin', $1, '{"plugin":"echo"}'::jsonb FROM generate_series(1, $2)`, org, n)
+		INSERT INTO worker_tasks (task_type, organization_id, payload, required_capabilities)
+		SELECT 'scanner_plugin', ($1::uuid[])[1 + i % cardinality($1::uuid[])], '{"plugin":"echo"}'::jsonb, $3::jsonb
+		FROM generate_series(0, $2 - 1) i`, orgs, n, requiredCapabilities)
 	if err != nil {
 		return fmt.Errorf("insert tasks: %w", err)
-	}
-	for _, stmt := range []string{"ANALYZE worker_tasks", "ANALYZE worker_task_attempts", "CHECKPOINT"} {
-		if _, err := s.Pool.Exec(ctx, stmt); err != nil {
-			s.cfg.logf("%s: %v (continuing)", stmt, err)
-		}
 	}
 	return nil
 }

@@ -1,0 +1,13 @@
+//go:build !failpoints
+
+// Package failpoint marks places where fault tests crash the process: just
+// before and just after a transaction commits, and between a commit and its
+// answer. Release builds compile every Inject to nothing; test builds
+// (-tags failpoints) read GATEWAY_FAILPOINTS (see failpoint_on.go).
+package failpoint
+
+// Inject is a place a fault test may crash the process.
+func Inject(string) {}
+
+// Enabled reports whether this build contains failpoints.
+const Enabled = false

@@ -1,0 +1,43 @@
+//go:build failpoints
+
+package failpoint
+
+import (
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// Enabled reports whether this build contains failpoints.
+const Enabled = true
+
+// Inject kills the process at once — exit status 137, no deferred cleanup,
+// as kill -9 would — when GATEWAY_FAILPOINTS names this place:
+// "name" always, "name@p" with probability p (0 < p ≤ 1) each time it is
+// reached. Names are comma-separated.
+func Inject(name string) {
+	p, ok := armed()[name]
+	if ok && (p >= 1 || rand.Float64() < p) {
+		os.Exit(137)
+	}
+}
+
+var armed = sync.OnceValue(func() map[string]float64 {
+	out := map[string]float64{}
+	for _, fp := range strings.Split(os.Getenv("GATEWAY_FAILPOINTS"), ",") {
+		name, prob, found := strings.Cut(strings.TrimSpace(fp), "@")
+		if name == "" {
+			continue
+		}
+		p := 1.0
+		if found {
+			if v, err := strconv.ParseFloat(prob, 64); err == nil && v > 0 && v <= 1 {
+				p = v
+			}
+		}
+		out[name] = p
+	}
+	return out
+})
