@@ -69,6 +69,10 @@ func (s *Server) authenticate(ctx context.Context, input *openapi3filter.Authent
 		if err != nil {
 			return err
 		}
+		if ok, wait := s.workerRate.allow(id.ID, time.Now()); !ok {
+			s.metrics.rateLimited.Inc()
+			return rateLimited(wait)
+		}
 		st.worker, st.fingerprint = &id, fingerprintOf(r)
 		return nil
 	case schemeBearer:

@@ -36,6 +36,7 @@ type metrics struct {
 	leaseExpiries     prometheus.Counter
 	uploadBytes       prometheus.Counter
 	sweeperRuns       prometheus.Counter
+	rateLimited       prometheus.Counter
 	httpRequests      *prometheus.CounterVec
 	routes            *http.ServeMux
 }
@@ -86,6 +87,10 @@ func newMetrics(s *Server) *metrics {
 			Name: "gateway_sweeper_runs_total",
 			Help: "Sweeper passes this replica ran.",
 		}),
+		rateLimited: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gateway_worker_rate_limited_total",
+			Help: "Worker requests refused with 429 because the worker exceeded its request rate.",
+		}),
 		httpRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gateway_http_requests_total",
 			Help: "HTTP requests answered, by route pattern (\"unmatched\" for unknown routes) and status class.",
@@ -99,7 +104,7 @@ func newMetrics(s *Server) *metrics {
 	}
 	reg.MustRegister(
 		m.leaseAcquisition, m.wakeLatency, m.heartbeats, m.fencingRejections, m.replays, m.conflicts,
-		m.leaseExpiries, m.uploadBytes, m.sweeperRuns, m.httpRequests,
+		m.leaseExpiries, m.uploadBytes, m.sweeperRuns, m.rateLimited, m.httpRequests,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "gateway_waiting_polls",
 			Help: "Long-polls waiting in this replica's hub.",

@@ -85,6 +85,11 @@ type Limits struct {
 	// bounds them for the whole replica. Past either: 429 with Retry-After.
 	PollsPerWorker int
 	MaxPolls       int
+	// WorkerRate and WorkerBurst bound each worker's requests: WorkerRate
+	// per second on average, WorkerBurst at once; past it 429 with
+	// Retry-After. 0 disables the limit.
+	WorkerRate  float64
+	WorkerBurst int
 }
 
 func (c Config) bodyLimitFor(method, path string) int64 {
@@ -128,6 +133,8 @@ func DefaultConfig() Config {
 			LogBytesPerAttempt: 1 << 20,
 			PollsPerWorker:     8,
 			MaxPolls:           20000,
+			WorkerRate:         1000,
+			WorkerBurst:        2000,
 		},
 		Identity: IdentityConfig{
 			CertificateValidity: 7 * 24 * time.Hour,
@@ -161,6 +168,8 @@ type Server struct {
 	securityEvents securityThrottle
 	// completions group-commits attempt completions.
 	completions *store.CompletionBatcher
+	// workerRate bounds each worker's request rate.
+	workerRate *workerRateLimiter
 	// identities caches certificate → worker for the worker routes.
 	identities *identityCache
 	// lookupWorker resolves a certificate fingerprint on every worker
@@ -178,6 +187,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 	s.hub = NewHub()
 	s.identities = newIdentityCache(s.store.WorkerByFingerprint, s.hub.Connected, cfg.IdentityCacheTTL)
 	s.lookupWorker = s.identities.get
+	s.workerRate = newWorkerRateLimiter(cfg.Limits.WorkerRate, cfg.Limits.WorkerBurst)
 	s.completions = store.NewCompletionBatcher(s.store, max(cfg.CompletionWriters, 1), completionGroupMax, completionGroupTimeout)
 	s.sweeper = newSweeper(s.store, cfg, cfg.Logger)
 	s.metrics = newMetrics(s)
