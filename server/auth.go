@@ -11,6 +11,7 @@ import (
 
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/google/uuid"
+	"github.com/worker-gateway/gateway/internal/failpoint"
 	"github.com/worker-gateway/gateway/server/pki"
 	"github.com/worker-gateway/gateway/store"
 )
@@ -92,7 +93,9 @@ func (s *Server) authenticateWorker(ctx context.Context, r *http.Request) (store
 			"this route needs a TLS client certificate")
 	}
 	cert := r.TLS.PeerCertificates[0]
-	if now := time.Now(); now.Before(cert.NotBefore) || now.After(cert.NotAfter) {
+	// The gateway's own clock (skewable in fault tests): certificate
+	// validity is the one decision here that is not the database's.
+	if now := failpoint.Now(); now.Before(cert.NotBefore) || now.After(cert.NotAfter) {
 		return store.WorkerIdentity{}, newProblem(http.StatusUnauthorized, "certificate-expired",
 			"the client certificate is not valid at this time")
 	}

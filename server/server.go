@@ -36,6 +36,13 @@ type Config struct {
 	// it knows of none due sooner (leases granted by another replica that
 	// then died are found within this interval).
 	SweepIdleInterval time.Duration
+	// SweepDormantInterval replaces SweepIdleInterval while the database
+	// holds nothing that can expire (no active attempt, no execution
+	// deadline): an idle gateway then sends no query for this long. A lease
+	// this replica grants wakes its sweeper at once; one granted by another
+	// replica that dies before anything else wakes this one is found within
+	// this interval.
+	SweepDormantInterval time.Duration
 	// SweepBatch bounds the rows one sweep pass touches.
 	SweepBatch int
 	// IdentityCacheTTL bounds how long a replica trusts what it looked up
@@ -113,17 +120,18 @@ func (c Config) bodyLimitFor(method, path string) int64 {
 // DefaultConfig returns the documented defaults.
 func DefaultConfig() Config {
 	return Config{
-		MaxWait:           25 * time.Second,
-		DefaultWait:       20 * time.Second,
-		HeartbeatInterval: 10 * time.Second,
-		SweepIdleInterval: 15 * time.Second,
-		SweepBatch:        500,
-		CompletionWriters: 4,
-		IdentityCacheTTL:  time.Minute,
-		PruneInterval:     10 * time.Minute,
-		TaskRetention:     store.DefaultTaskRetention,
-		UploadRetention:   store.DefaultUploadRetention,
-		AuditRetention:    store.DefaultAuditRetention,
+		MaxWait:              25 * time.Second,
+		DefaultWait:          20 * time.Second,
+		HeartbeatInterval:    10 * time.Second,
+		SweepIdleInterval:    15 * time.Second,
+		SweepDormantInterval: 5 * time.Minute,
+		SweepBatch:           500,
+		CompletionWriters:    4,
+		IdentityCacheTTL:     time.Minute,
+		PruneInterval:        10 * time.Minute,
+		TaskRetention:        store.DefaultTaskRetention,
+		UploadRetention:      store.DefaultUploadRetention,
+		AuditRetention:       store.DefaultAuditRetention,
 		Limits: Limits{
 			DefaultBody:        256 << 10,
 			LeaseBody:          64 << 10,

@@ -14,7 +14,8 @@ import (
 // Every replica runs one; SKIP LOCKED makes them share the work safely. It
 // sleeps until the earliest deadline the database reported (relative, so
 // the local clock's skew does not matter), or SweepIdleInterval when none is
-// known, and a local lease grant can wake it sooner.
+// known (SweepDormantInterval when nothing at all can expire), and a local
+// lease grant can wake it sooner.
 type Sweeper struct {
 	store  *store.Store
 	cfg    Config
@@ -86,7 +87,11 @@ func (sw *Sweeper) pass(ctx context.Context) time.Duration {
 		return 0
 	}
 	next := sw.cfg.SweepIdleInterval
-	if res.NextDueIn != nil {
+	if res.NextDueIn == nil {
+		// Nothing can expire: only a new lease can change that, and this
+		// replica's own grants wake the sweeper (dueWithin).
+		next = max(next, sw.cfg.SweepDormantInterval)
+	} else {
 		// A little after the deadline, so the database agrees it passed.
 		next = min(next, max(*res.NextDueIn+10*time.Millisecond, 10*time.Millisecond))
 	}

@@ -74,6 +74,11 @@ func (h *handlers) CreateTask(ctx context.Context, req api.CreateTaskRequestObje
 	if replayed {
 		return api.CreateTask200JSONResponse{Body: toTask(task), Headers: api.CreateTask200ResponseHeaders{IdempotentReplayed: ptr("true")}}, nil
 	}
+	if p.ExecutionTimeout > 0 {
+		// A dormant sweeper must wake for this deadline (it is relative to
+		// the database's clock at creation, close enough for a wake-up).
+		h.sweeper.dueWithin(p.ExecutionTimeout)
+	}
 	h.audit(ctx, "task.create", "task", task.ID.String(), &task.OrganizationID, nil)
 	return api.CreateTask201JSONResponse(toTask(task)), nil
 }

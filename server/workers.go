@@ -3,8 +3,8 @@ package server
 import (
 	"context"
 	"fmt"
-	"time"
 
+	"github.com/worker-gateway/gateway/internal/failpoint"
 	"github.com/worker-gateway/gateway/server/api"
 	"github.com/worker-gateway/gateway/server/pki"
 	"github.com/worker-gateway/gateway/store"
@@ -53,7 +53,7 @@ func certificateIdentity(pemText, fingerprint *string, required bool) (string, s
 		if err != nil {
 			return "", "", fmt.Errorf("%w: certificate_pem is not a PEM certificate", store.ErrInvalid)
 		}
-		if time.Now().After(cert.NotAfter) {
+		if failpoint.Now().After(cert.NotAfter) {
 			return "", "", fmt.Errorf("%w: the certificate has expired", store.ErrInvalid)
 		}
 		fp := pki.Fingerprint(cert)

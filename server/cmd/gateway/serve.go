@@ -76,6 +76,7 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 	fs.DurationVar(&c.server.IdentityCacheTTL, "identity-cache-ttl", c.server.IdentityCacheTTL, "how long a replica trusts a looked-up worker certificate while its LISTEN connection is up (changes notify every replica); 0 looks it up on every request")
 	fs.DurationVar(&c.server.HeartbeatInterval, "heartbeat-interval", c.server.HeartbeatInterval, "longest heartbeat interval told to workers; online = seen within 3 intervals")
 	fs.DurationVar(&c.server.SweepIdleInterval, "sweep-idle-interval", c.server.SweepIdleInterval, "lease sweep interval when no expiry is known to be due sooner")
+	fs.DurationVar(&c.server.SweepDormantInterval, "sweep-dormant-interval", c.server.SweepDormantInterval, "sweep interval while nothing in the database can expire (an idle gateway sends no query meanwhile; this replica's own lease grants wake it)")
 	fs.Float64Var(&c.server.Limits.WorkerRate, "worker-rate", c.server.Limits.WorkerRate, "requests per second one worker may send on average (0: unlimited); past it 429 with Retry-After")
 	fs.IntVar(&c.server.Limits.WorkerBurst, "worker-burst", c.server.Limits.WorkerBurst, "requests one worker may send at once before -worker-rate applies")
 	fs.IntVar(&c.server.Limits.PollsPerWorker, "polls-per-worker", c.server.Limits.PollsPerWorker, "concurrent long-polls per worker")
