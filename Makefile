@@ -4,7 +4,7 @@ STATE_DIR ?= .dev
 GO ?= go
 BIN := $(STATE_DIR)/bin
 
-.PHONY: run test generate check-generated check-spec fuzz-short build vet
+.PHONY: run test generate check-generated check-spec fuzz-short build vet faults
 
 ## run: start a complete system (private PostgreSQL, migrations, dev PKI, demo data, gateway, reference worker)
 run: build
@@ -21,6 +21,11 @@ test: check-generated check-spec vet
 
 vet:
 	$(GO) vet ./...
+
+## faults: the long fault scenarios (kill -9 at commit failpoints, stale writers, clock skew with the
+## history checker; PostgreSQL restarts, latency, resets and partitions); several minutes each
+faults:
+	FAULTS_LONG=1 $(GO) test -race -count=1 -timeout 60m -v ./tests/faults/... ./tests/netfaults/...
 
 ## generate: regenerate the server interface and Go client from openapi.yaml
 generate:

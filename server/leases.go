@@ -117,7 +117,7 @@ func (h *handlers) HeartbeatWorker(ctx context.Context, req api.HeartbeatWorkerR
 	for _, l := range req.Body.Leases {
 		p.Leases = append(p.Leases, store.AttemptRef{AttemptID: l.AttemptId, LeaseToken: l.LeaseToken})
 	}
-	statuses, err := h.store.RenewLeases(ctx, p)
+	statuses, err := h.heartbeats.Renew(ctx, p)
 	if err != nil {
 		return nil, err
 	}

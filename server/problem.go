@@ -41,6 +41,9 @@ func (p *Problem) Error() string {
 
 func (p *Problem) Unwrap() error { return p.cause }
 
+// statusClientClosedRequest answers a request whose client went away.
+const statusClientClosedRequest = 499
+
 // problemTypeBase prefixes problem type URIs; the code names the type.
 const problemTypeBase = "https://worker-gateway.dev/problems/"
 
@@ -112,6 +115,10 @@ func problemFor(err error) *Problem {
 		p := newProblem(http.StatusServiceUnavailable, "shutting-down", "this gateway replica is shutting down; retry")
 		p.RetryAfter = 1
 		return p
+	case errors.Is(err, context.Canceled):
+		// The client went away before its answer: nobody reads this one,
+		// and it is not the server's failure (nginx's 499).
+		return withCause(newProblem(statusClientClosedRequest, "client-closed-request", "the client closed the request"), err)
 	case isUnavailable(err):
 		p := withCause(newProblem(http.StatusServiceUnavailable, "unavailable", "the database is unavailable; retry later"), err)
 		p.RetryAfter = 2
@@ -147,8 +154,12 @@ func isUnavailable(err error) bool {
 	}
 	var connectErr *pgconn.ConnectError
 	var netErr net.Error
+	// ErrConnClosed: a pooled connection that died with the server (a
+	// restart) — not "safe to retry" for pgx because a COMMIT may have
+	// been in flight, which is why the answer is a 503: the client repeats
+	// its idempotent request and learns the outcome.
 	return errors.As(err, &connectErr) || errors.As(err, &netErr) || pgconn.SafeToRetry(err) ||
-		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, context.DeadlineExceeded)
+		errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // writeProblem writes a problem as application/problem+json and logs it:

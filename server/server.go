@@ -52,10 +52,11 @@ type Config struct {
 	// OpsProfiling serves Go's pprof profiles under /debug/pprof/ on the
 	// ops listener.
 	OpsProfiling bool
-	// CompletionWriters is how many groups of completions a replica writes
-	// at once, each in one transaction on its own connection; completions
-	// arriving meanwhile wait for the next group (group commit).
-	CompletionWriters int
+	// GroupCommitWriters is how many groups of completions — and, apart,
+	// of heartbeats — a replica writes at once, each group in one
+	// transaction on its own connection; requests arriving meanwhile wait
+	// for the next group (group commit).
+	GroupCommitWriters int
 	// PruneInterval is how often a replica deletes old terminal tasks, ended
 	// upload rows and (with AuditRetention > 0) audit events; 0 disables it.
 	PruneInterval   time.Duration
@@ -126,7 +127,7 @@ func DefaultConfig() Config {
 		SweepIdleInterval:    15 * time.Second,
 		SweepDormantInterval: 5 * time.Minute,
 		SweepBatch:           500,
-		CompletionWriters:    4,
+		GroupCommitWriters:   4,
 		IdentityCacheTTL:     time.Minute,
 		PruneInterval:        10 * time.Minute,
 		TaskRetention:        store.DefaultTaskRetention,
@@ -174,8 +175,9 @@ type Server struct {
 	metricsHandler http.Handler
 	// securityEvents throttles audit rows for refused requests.
 	securityEvents securityThrottle
-	// completions group-commits attempt completions.
+	// completions and heartbeats group-commit those requests.
 	completions *store.CompletionBatcher
+	heartbeats  *store.HeartbeatBatcher
 	// workerRate bounds each worker's request rate.
 	workerRate *workerRateLimiter
 	// identities caches certificate → worker for the worker routes.
@@ -196,7 +198,8 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 	s.identities = newIdentityCache(s.store.WorkerByFingerprint, s.hub.Connected, cfg.IdentityCacheTTL)
 	s.lookupWorker = s.identities.get
 	s.workerRate = newWorkerRateLimiter(cfg.Limits.WorkerRate, cfg.Limits.WorkerBurst)
-	s.completions = store.NewCompletionBatcher(s.store, max(cfg.CompletionWriters, 1), completionGroupMax, completionGroupTimeout)
+	s.completions = store.NewCompletionBatcher(s.store, max(cfg.GroupCommitWriters, 1), groupMax, groupTimeout)
+	s.heartbeats = store.NewHeartbeatBatcher(s.store, max(cfg.GroupCommitWriters, 1), groupMax, groupTimeout)
 	s.sweeper = newSweeper(s.store, cfg, cfg.Logger)
 	s.metrics = newMetrics(s)
 	s.sweeper.metrics = s.metrics
@@ -310,14 +313,15 @@ func (s *Server) Run(ctx context.Context, databaseURL string) error {
 	s.hub.Close()
 	wg.Wait()
 	s.completions.Close()
+	s.heartbeats.Close()
 	return nil
 }
 
 const (
-	// completionGroupMax bounds how many completions one transaction writes.
-	completionGroupMax = 256
-	// completionGroupTimeout bounds one group's transaction.
-	completionGroupTimeout = 30 * time.Second
+	// groupMax bounds how many requests one group-commit transaction writes.
+	groupMax = 256
+	// groupTimeout bounds one group's transaction.
+	groupTimeout = 30 * time.Second
 )
 
 // ListenerReady reports whether the LISTEN connection is up (readiness).

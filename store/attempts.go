@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -37,13 +36,13 @@ type LeaseStatus struct {
 	LeaseDuration  time.Duration
 }
 
-// renewSQL renews leases named by (id, token) pairs for one worker and
-// answers for every pair in the order given; pairs it could not renew come
-// back without a state (lost). Renewal is start as well: a leased attempt
+// renewSQL renews leases named by (worker, id, token) triples and answers
+// for every triple in the order given; triples it could not renew come back
+// without a state (lost). Renewal is start as well: a leased attempt
 // becomes running and its task too.
 var renewSQL = `
 WITH req AS (
-	SELECT * FROM unnest($2::uuid[], $3::text[]) WITH ORDINALITY AS r(id, token, ord)
+	SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[]) WITH ORDINALITY AS r(worker, id, token, ord)
 ), renewed AS (
 	UPDATE worker_task_attempts a SET
 		lease_expires_at = least(now() + make_interval(secs => t.lease_duration_seconds), a.deadline_at),
@@ -51,7 +50,7 @@ WITH req AS (
 		running_at = coalesce(a.running_at, now()),
 		updated_at = now()
 	FROM req r, worker_tasks t
-	WHERE a.id = r.id AND a.lease_token = r.token AND a.worker_id = $1
+	WHERE a.id = r.id AND a.lease_token = r.token AND a.worker_id = r.worker
 		AND a.status IN (` + activeStatuses + `) AND a.lease_expires_at > now()
 		AND t.id = a.task_id
 	RETURNING a.id, a.task_id, a.lease_expires_at, t.state, t.lease_duration_seconds
@@ -66,13 +65,14 @@ SELECT r.id, n.state, n.lease_expires_at,
 FROM req r LEFT JOIN renewed n ON n.id = r.id
 ORDER BY r.ord`
 
-func renew(ctx context.Context, ex executor, workerID uuid.UUID, refs []AttemptRef) ([]LeaseStatus, error) {
+func renew(ctx context.Context, ex executor, refs []AttemptRef) ([]LeaseStatus, error) {
+	workers := make([]uuid.UUID, len(refs))
 	ids := make([]uuid.UUID, len(refs))
 	tokens := make([]string, len(refs))
 	for i, r := range refs {
-		ids[i], tokens[i] = r.AttemptID, r.LeaseToken
+		workers[i], ids[i], tokens[i] = r.WorkerID, r.AttemptID, r.LeaseToken
 	}
-	rows, err := ex.Query(ctx, renewSQL, workerID, ids, tokens)
+	rows, err := ex.Query(ctx, renewSQL, workers, ids, tokens)
 	if err != nil {
 		return nil, fmt.Errorf("renew: %w", err)
 	}
@@ -120,7 +120,7 @@ func (s *Store) HeartbeatAttempt(ctx context.Context, ref AttemptRef) (LeaseStat
 			WHERE id = $1 AND (last_seen_at IS NULL OR last_seen_at < now() - interval '2 seconds')`, ref.WorkerID); err != nil {
 			return fmt.Errorf("touch worker: %w", err)
 		}
-		statuses, err := renew(ctx, tx, ref.WorkerID, []AttemptRef{ref})
+		statuses, err := renew(ctx, tx, []AttemptRef{ref})
 		if err != nil {
 			return err
 		}
@@ -154,34 +154,8 @@ type RenewParams struct {
 // touches last_seen_at and persists a capability advertisement. Leases it
 // cannot renew (expired, ended, not this worker's) come back as lost.
 func (s *Store) RenewLeases(ctx context.Context, p RenewParams) ([]LeaseStatus, error) {
-	var out []LeaseStatus
-	err := s.inTx(ctx, "renew leases", func(tx pgx.Tx) error {
-		capsChanged, err := touchWorker(ctx, tx, p.WorkerID, p.Capabilities, p.SoftwareVersion)
-		if err != nil {
-			return err
-		}
-		if capsChanged {
-			// Before renewing, so a lease whose critical capability is gone
-			// answers lost.
-			if _, err := releaseAttemptsLackingCritical(ctx, tx, p.WorkerID, p.Capabilities); err != nil {
-				return err
-			}
-		}
-		if len(p.Leases) == 0 {
-			out = []LeaseStatus{}
-			return nil
-		}
-		refs := slices.Clone(p.Leases)
-		for i := range refs {
-			refs[i].WorkerID = p.WorkerID
-		}
-		out, err = renew(ctx, tx, p.WorkerID, refs)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
+	out := s.RenewLeasesMany(ctx, []RenewParams{p})
+	return out[0].Statuses, out[0].Err
 }
 
 // touchWorker records that a worker was seen, refusing a revoked one, and

@@ -7,16 +7,16 @@ import (
 	"time"
 )
 
-// CompletionBatcher group-commits completions: completions that arrive while
-// an earlier group is being written wait for it to finish and are then
-// written together by CompleteAttempts, in one transaction. Nothing waits on
-// a timer: an idle gateway writes each completion at once, a busy one writes
-// them in groups as large as the load makes them (up to maxGroup), so one
-// commit (and its flush to disk) serves many requests. Each completion still
-// gets its own fenced answer.
-type CompletionBatcher struct {
-	store    *Store
-	queue    chan *pendingCompletion
+// groupCommitter writes requests in groups: requests that arrive while an
+// earlier group is being written wait for it to finish and are then written
+// together, in one transaction, by write. Nothing waits on a timer: an idle
+// gateway writes each request at once, a busy one writes them in groups as
+// large as the load makes them (up to maxGroup), so one commit (and its
+// flush to disk) serves many requests. write answers each request on its
+// own.
+type groupCommitter[P, R any] struct {
+	write    func(ctx context.Context, group []P) []R
+	queue    chan *pending[P, R]
 	maxGroup int
 	timeout  time.Duration
 
@@ -26,32 +26,128 @@ type CompletionBatcher struct {
 	writers   sync.WaitGroup
 }
 
-type pendingCompletion struct {
-	params CompleteParams
-	answer chan CompleteOutcome
+type pending[P, R any] struct {
+	params P
+	answer chan R
 }
 
-// NewCompletionBatcher starts writers goroutines, each writing one group at a
+// ErrBatcherClosed is returned for a request submitted after Close.
+var ErrBatcherClosed = errors.New("group committer closed")
+
+// newGroupCommitter starts writers goroutines, each writing one group at a
 // time: up to writers groups are in flight at once, each on its own
 // connection. timeout bounds one group's transaction (a caller that gives up
-// earlier does not cancel the others' work).
-func NewCompletionBatcher(s *Store, writers, maxGroup int, timeout time.Duration) *CompletionBatcher {
-	b := &CompletionBatcher{
-		store:    s,
-		queue:    make(chan *pendingCompletion, maxGroup*writers),
+// earlier does not cancel the others' work). closedAnswer is the answer to
+// requests that can no longer be written.
+func newGroupCommitter[P, R any](writers, maxGroup int, timeout time.Duration, write func(context.Context, []P) []R) *groupCommitter[P, R] {
+	g := &groupCommitter[P, R]{
+		write:    write,
+		queue:    make(chan *pending[P, R], maxGroup*writers),
 		maxGroup: maxGroup,
 		timeout:  timeout,
 		closed:   make(chan struct{}),
 		stopped:  make(chan struct{}),
 	}
 	for range writers {
-		b.writers.Go(b.write)
+		g.writers.Go(g.run)
 	}
-	return b
+	return g
 }
 
-// ErrBatcherClosed is returned for a completion submitted after Close.
-var ErrBatcherClosed = errors.New("completion batcher closed")
+// submit writes ps in the next groups, together with other callers'
+// requests, and returns their answers; ok[i] is false when ps[i] was not
+// written (the committer closed, or ctx ended first — it may still be
+// written then).
+func (g *groupCommitter[P, R]) submit(ctx context.Context, ps []P) (out []R, errs []error) {
+	out, errs = make([]R, len(ps)), make([]error, len(ps))
+	queued := make([]*pending[P, R], len(ps))
+	for i, p := range ps {
+		queued[i] = &pending[P, R]{params: p, answer: make(chan R, 1)}
+		select {
+		case g.queue <- queued[i]:
+		case <-g.closed:
+			queued[i], errs[i] = nil, ErrBatcherClosed
+		case <-ctx.Done():
+			queued[i], errs[i] = nil, ctx.Err()
+		}
+	}
+	for i, q := range queued {
+		if q == nil {
+			continue
+		}
+		select {
+		case out[i] = <-q.answer:
+		case <-g.stopped:
+			// Queued in the instant Close drained the queue: unwritten.
+			select {
+			case out[i] = <-q.answer:
+			default:
+				errs[i] = ErrBatcherClosed
+			}
+		case <-ctx.Done():
+			// The request may still be written; a retry is answered with
+			// its outcome as a replay.
+			errs[i] = ctx.Err()
+		}
+	}
+	return out, errs
+}
+
+// run takes whatever requests are queued (waiting only for the first) and
+// writes them as one group, until Close.
+func (g *groupCommitter[P, R]) run() {
+	group := make([]*pending[P, R], 0, g.maxGroup)
+	params := make([]P, 0, g.maxGroup)
+	for {
+		group, params = group[:0], params[:0]
+		select {
+		case q := <-g.queue:
+			group = append(group, q)
+		case <-g.closed:
+			return
+		}
+	fill:
+		for len(group) < g.maxGroup {
+			select {
+			case q := <-g.queue:
+				group = append(group, q)
+			default:
+				break fill
+			}
+		}
+		for _, q := range group {
+			params = append(params, q.params)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
+		out := g.write(ctx, params)
+		cancel()
+		for i, q := range group {
+			q.answer <- out[i]
+		}
+	}
+}
+
+// close stops the writers after the groups in flight are written; requests
+// still queued are answered ErrBatcherClosed by submit.
+func (g *groupCommitter[P, R]) close() {
+	g.closeOnce.Do(func() {
+		close(g.closed)
+		g.writers.Wait()
+		close(g.stopped)
+	})
+}
+
+// CompletionBatcher group-commits completions (CompleteAttempts writes each
+// group).
+type CompletionBatcher struct {
+	g *groupCommitter[CompleteParams, CompleteOutcome]
+}
+
+// NewCompletionBatcher starts writers goroutines writing up to maxGroup
+// completions per transaction.
+func NewCompletionBatcher(s *Store, writers, maxGroup int, timeout time.Duration) *CompletionBatcher {
+	return &CompletionBatcher{g: newGroupCommitter(writers, maxGroup, timeout, s.CompleteAttempts)}
+}
 
 // Complete ends one attempt as CompleteAttempt would, in the next group.
 func (b *CompletionBatcher) Complete(ctx context.Context, p CompleteParams) (CompleteResult, error) {
@@ -62,94 +158,38 @@ func (b *CompletionBatcher) Complete(ctx context.Context, p CompleteParams) (Com
 // CompleteAll ends several attempts, each answered on its own. They join the
 // next groups together with other callers' completions.
 func (b *CompletionBatcher) CompleteAll(ctx context.Context, ps []CompleteParams) []CompleteOutcome {
-	out := make([]CompleteOutcome, len(ps))
-	pending := make([]*pendingCompletion, len(ps))
-	for i, p := range ps {
-		pending[i] = &pendingCompletion{params: p, answer: make(chan CompleteOutcome, 1)}
-		select {
-		case b.queue <- pending[i]:
-		case <-b.closed:
-			pending[i] = nil
-			out[i].Err = ErrBatcherClosed
-		case <-ctx.Done():
-			pending[i] = nil
-			out[i].Err = ctx.Err()
-		}
-	}
-	for i, pc := range pending {
-		if pc == nil {
-			continue
-		}
-		select {
-		case out[i] = <-pc.answer:
-		case <-b.stopped:
-			// Queued in the instant Close drained the queue: unwritten.
-			select {
-			case out[i] = <-pc.answer:
-			default:
-				out[i].Err = ErrBatcherClosed
-			}
-		case <-ctx.Done():
-			// The completion may still be written; a retry is answered
-			// with its outcome as a replay.
-			out[i].Err = ctx.Err()
+	out, errs := b.g.submit(ctx, ps)
+	for i, err := range errs {
+		if err != nil {
+			out[i] = CompleteOutcome{Err: err}
 		}
 	}
 	return out
 }
 
-// write takes whatever completions are queued (waiting only for the first)
-// and writes them as one group, until Close.
-func (b *CompletionBatcher) write() {
-	group := make([]*pendingCompletion, 0, b.maxGroup)
-	params := make([]CompleteParams, 0, b.maxGroup)
-	for {
-		group, params = group[:0], params[:0]
-		select {
-		case pc := <-b.queue:
-			group = append(group, pc)
-		case <-b.closed:
-			b.drain()
-			return
-		}
-	fill:
-		for len(group) < b.maxGroup {
-			select {
-			case pc := <-b.queue:
-				group = append(group, pc)
-			default:
-				break fill
-			}
-		}
-		for _, pc := range group {
-			params = append(params, pc.params)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
-		out := b.store.CompleteAttempts(ctx, params)
-		cancel()
-		for i, pc := range group {
-			pc.answer <- out[i]
-		}
-	}
+// Close stops the writers after the groups in flight are written.
+func (b *CompletionBatcher) Close() { b.g.close() }
+
+// HeartbeatBatcher group-commits heartbeats (RenewLeasesMany writes each
+// group).
+type HeartbeatBatcher struct {
+	g *groupCommitter[RenewParams, RenewOutcome]
 }
 
-// drain answers completions still queued at Close.
-func (b *CompletionBatcher) drain() {
-	for {
-		select {
-		case pc := <-b.queue:
-			pc.answer <- CompleteOutcome{Err: ErrBatcherClosed}
-		default:
-			return
-		}
+// NewHeartbeatBatcher starts writers goroutines writing up to maxGroup
+// workers' heartbeats per transaction.
+func NewHeartbeatBatcher(s *Store, writers, maxGroup int, timeout time.Duration) *HeartbeatBatcher {
+	return &HeartbeatBatcher{g: newGroupCommitter(writers, maxGroup, timeout, s.RenewLeasesMany)}
+}
+
+// Renew renews one worker's leases as RenewLeases would, in the next group.
+func (b *HeartbeatBatcher) Renew(ctx context.Context, p RenewParams) ([]LeaseStatus, error) {
+	out, errs := b.g.submit(ctx, []RenewParams{p})
+	if errs[0] != nil {
+		return nil, errs[0]
 	}
+	return out[0].Statuses, out[0].Err
 }
 
 // Close stops the writers after the groups in flight are written.
-func (b *CompletionBatcher) Close() {
-	b.closeOnce.Do(func() {
-		close(b.closed)
-		b.writers.Wait()
-		close(b.stopped)
-	})
-}
+func (b *HeartbeatBatcher) Close() { b.g.close() }

@@ -3,11 +3,13 @@
 package failpoint
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Enabled reports whether this build contains failpoints.
@@ -40,4 +42,23 @@ var armed = sync.OnceValue(func() map[string]float64 {
 		out[name] = p
 	}
 	return out
+})
+
+// Now is the gateway's wall clock shifted by GATEWAY_CLOCK_SKEW ("+2h",
+// "-90m"; any time.ParseDuration value), so a fault test can run a replica
+// whose clock is wrong. The shift keeps the monotonic reading, so durations
+// measured between two calls are unaffected, as on a real skewed host.
+func Now() time.Time { return time.Now().Add(skew()) }
+
+var skew = sync.OnceValue(func() time.Duration {
+	v := strings.TrimSpace(os.Getenv("GATEWAY_CLOCK_SKEW"))
+	if v == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		// A typo must not silently run the test without skew.
+		panic(fmt.Sprintf("failpoint: GATEWAY_CLOCK_SKEW=%q: %v", v, err))
+	}
+	return d
 })

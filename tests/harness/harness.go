@@ -262,6 +262,8 @@ type TaskSpec struct {
 	MaxAttempts          int
 	LeaseDurationSeconds int
 	Priority             int
+	// Retry, when set, is the task's retry backoff.
+	Retry *workerclient.RetryPolicy
 }
 
 // CreateTask creates a scanner_plugin task through the API.
@@ -286,6 +288,7 @@ func (g *Gateway) CreateTask(t testing.TB, org uuid.UUID, spec TaskSpec) uuid.UU
 	if spec.Priority != 0 {
 		req.Priority = &spec.Priority
 	}
+	req.Retry = spec.Retry
 	res, err := g.Control.CreateTaskWithResponse(context.Background(), nil, req)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, res.StatusCode(), string(res.Body))

@@ -183,3 +183,15 @@ func (p *Process) Wait(timeout time.Duration) error {
 		return fmt.Errorf("process still running after %s", timeout)
 	}
 }
+
+// Exited reports, without waiting, whether the process has exited and with
+// what error: fault tests poll it to notice a replica that crashed itself.
+func (p *Process) Exited() (bool, error) {
+	select {
+	case err := <-p.done:
+		p.done <- err
+		return true, err
+	default:
+		return false, nil
+	}
+}

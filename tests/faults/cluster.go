@@ -1,0 +1,151 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/worker-gateway/gateway/tests/harness"
+)
+
+// replica is one gateway slot: a process restarted, with the same
+// environment, whenever it dies.
+type replica struct {
+	name string
+	env  []string
+	proc *harness.Process
+}
+
+// cluster is the gateway replicas of a scenario over one database. Replica 0
+// serves the control plane and is never killed, so the workload can always
+// make progress; the others are the ones faults hit.
+type cluster struct {
+	t *testing.T
+	g *harness.Gateway
+
+	mu       sync.Mutex
+	replicas []*replica
+	// Kills counts SIGKILLs sent; Crashes counts replicas that died on their
+	// own (at a failpoint).
+	Kills, Crashes int
+}
+
+// startCluster starts the control replica and one replica per environment.
+func startCluster(t *testing.T, envs ...[]string) *cluster {
+	t.Helper()
+	g, procs := harness.StartProcesses(t, 1)
+	cl := &cluster{t: t, g: g, replicas: []*replica{{name: "control", proc: procs[0]}}}
+	for i, env := range envs {
+		cl.replicas = append(cl.replicas, &replica{name: fmt.Sprintf("chaos-%d", i+1), env: env, proc: g.StartProcess(t, env...)})
+	}
+	return cl
+}
+
+// urls is the current address of every replica, dead or alive.
+func (cl *cluster) urls() []string {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	out := make([]string, len(cl.replicas))
+	for i, r := range cl.replicas {
+		out[i] = r.proc.URL
+	}
+	return out
+}
+
+// url is replica i's current address.
+func (cl *cluster) url(i int) string { return cl.urls()[i] }
+
+// pick is a random replica's address: clients spread their calls, and a
+// call to a replica that just died is refused and retried elsewhere.
+func (cl *cluster) pick() string {
+	urls := cl.urls()
+	return urls[rand.IntN(len(urls))]
+}
+
+// dialFunc is http.Transport's DialContext.
+type dialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
+
+// dial connects to a random replica whatever address was asked for: the
+// load balancer in front of the Go runtimes.
+func (cl *cluster) dial(ctx context.Context, network, _ string) (net.Conn, error) {
+	u, err := url.Parse(cl.pick())
+	if err != nil {
+		return nil, err
+	}
+	return (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, network, u.Host)
+}
+
+// kill sends SIGKILL to replica i, waits until it is gone and starts it
+// again; it returns when the kill was sent.
+func (cl *cluster) kill(i int) time.Time {
+	cl.t.Helper()
+	cl.mu.Lock()
+	r := cl.replicas[i]
+	cl.mu.Unlock()
+	at := time.Now()
+	// Signal rather than Process.Stop: the replica may be crashing at this
+	// very moment, and Stop would read the process state unsynchronised.
+	_ = r.proc.Cmd.Process.Signal(syscall.SIGKILL)
+	require.Error(cl.t, r.proc.Wait(30*time.Second), "replica %s after SIGKILL", r.name)
+	cl.mu.Lock()
+	cl.Kills++
+	cl.mu.Unlock()
+	cl.restart(r)
+	return at
+}
+
+// reviveCrashed restarts every replica that died on its own.
+func (cl *cluster) reviveCrashed() {
+	cl.t.Helper()
+	for _, r := range cl.snapshot() {
+		if exited, _ := r.proc.Exited(); exited {
+			cl.mu.Lock()
+			cl.Crashes++
+			cl.mu.Unlock()
+			cl.restart(r)
+		}
+	}
+}
+
+func (cl *cluster) restart(r *replica) {
+	cl.t.Helper()
+	p := cl.g.StartProcess(cl.t, r.env...)
+	cl.mu.Lock()
+	r.proc = p
+	cl.mu.Unlock()
+}
+
+func (cl *cluster) snapshot() []*replica {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return append([]*replica(nil), cl.replicas...)
+}
+
+// calmDown ends the faults: it restarts crashed replicas and then replaces
+// the failpoint-armed ones with plain replicas, so the workload can drain.
+func (cl *cluster) calmDown() {
+	cl.t.Helper()
+	cl.reviveCrashed()
+	for _, r := range cl.snapshot() {
+		armed := slices.ContainsFunc(r.env, func(kv string) bool { return strings.HasPrefix(kv, "GATEWAY_FAILPOINTS=") })
+		if !armed {
+			continue
+		}
+		_ = r.proc.Cmd.Process.Signal(syscall.SIGKILL)
+		_ = r.proc.Wait(30 * time.Second)
+		cl.mu.Lock()
+		r.env = nil
+		cl.mu.Unlock()
+		cl.restart(r)
+	}
+}
