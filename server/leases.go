@@ -54,7 +54,7 @@ func (h *handlers) AcquireLeases(ctx context.Context, req api.AcquireLeasesReque
 	for {
 		seq := h.hub.Seq()
 		started := time.Now()
-		res, err := h.store.AcquireLeases(ctx, params)
+		res, err := h.acquisitions.Acquire(ctx, params)
 		h.metrics.leaseAcquisition.Observe(time.Since(started).Seconds())
 		if err != nil {
 			return nil, err

@@ -52,10 +52,10 @@ type Config struct {
 	// OpsProfiling serves Go's pprof profiles under /debug/pprof/ on the
 	// ops listener.
 	OpsProfiling bool
-	// GroupCommitWriters is how many groups of completions — and, apart,
-	// of heartbeats — a replica writes at once, each group in one
-	// transaction on its own connection; requests arriving meanwhile wait
-	// for the next group (group commit).
+	// GroupCommitWriters is how many groups of polls' acquisitions — and,
+	// apart, of completions and of heartbeats — a replica writes at once,
+	// each group in one transaction on its own connection; requests arriving
+	// meanwhile wait for the next group (group commit).
 	GroupCommitWriters int
 	// PruneInterval is how often a replica deletes old terminal tasks, ended
 	// upload rows and (with AuditRetention > 0) audit events; 0 disables it.
@@ -175,9 +175,10 @@ type Server struct {
 	metricsHandler http.Handler
 	// securityEvents throttles audit rows for refused requests.
 	securityEvents securityThrottle
-	// completions and heartbeats group-commit those requests.
-	completions *store.CompletionBatcher
-	heartbeats  *store.HeartbeatBatcher
+	// acquisitions, completions and heartbeats group-commit those requests.
+	acquisitions *store.AcquireBatcher
+	completions  *store.CompletionBatcher
+	heartbeats   *store.HeartbeatBatcher
 	// workerRate bounds each worker's request rate.
 	workerRate *workerRateLimiter
 	// identities caches certificate → worker for the worker routes.
@@ -198,6 +199,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 	s.identities = newIdentityCache(s.store.WorkerByFingerprint, s.hub.Connected, cfg.IdentityCacheTTL)
 	s.lookupWorker = s.identities.get
 	s.workerRate = newWorkerRateLimiter(cfg.Limits.WorkerRate, cfg.Limits.WorkerBurst)
+	s.acquisitions = store.NewAcquireBatcher(s.store, max(cfg.GroupCommitWriters, 1), groupMax, groupTimeout)
 	s.completions = store.NewCompletionBatcher(s.store, max(cfg.GroupCommitWriters, 1), groupMax, groupTimeout)
 	s.heartbeats = store.NewHeartbeatBatcher(s.store, max(cfg.GroupCommitWriters, 1), groupMax, groupTimeout)
 	s.sweeper = newSweeper(s.store, cfg, cfg.Logger)
@@ -312,6 +314,7 @@ func (s *Server) Run(ctx context.Context, databaseURL string) error {
 	<-ctx.Done()
 	s.hub.Close()
 	wg.Wait()
+	s.acquisitions.Close()
 	s.completions.Close()
 	s.heartbeats.Close()
 	return nil

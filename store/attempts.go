@@ -204,7 +204,9 @@ const touchWorkerSQL = `
 			protocol_version = coalesce($4, w.protocol_version),
 			updated_at = CASE WHEN b.caps_changed THEN now() ELSE w.updated_at END
 		FROM before b
-		WHERE w.id = b.id AND (b.last_seen_at IS NULL OR b.last_seen_at < now() - interval '1 second'
+		-- A revoked worker is refused; its row stays as it was revoked.
+		WHERE w.id = b.id AND b.revoked_at IS NULL
+			AND (b.last_seen_at IS NULL OR b.last_seen_at < now() - interval '1 second'
 			OR b.caps_changed OR $3 <> b.software_version OR $4 <> b.protocol_version)
 	)
 	SELECT worker_type, coalesce($2::jsonb, capabilities), max_concurrent_tasks, enabled, revoked_at IS NOT NULL, caps_changed

@@ -193,3 +193,27 @@ func (b *HeartbeatBatcher) Renew(ctx context.Context, p RenewParams) ([]LeaseSta
 
 // Close stops the writers after the groups in flight are written.
 func (b *HeartbeatBatcher) Close() { b.g.close() }
+
+// AcquireBatcher group-commits polls' acquisitions (AcquireLeasesMany
+// writes each group).
+type AcquireBatcher struct {
+	g *groupCommitter[AcquireParams, AcquireOutcome]
+}
+
+// NewAcquireBatcher starts writers goroutines writing up to maxGroup polls'
+// acquisitions per transaction.
+func NewAcquireBatcher(s *Store, writers, maxGroup int, timeout time.Duration) *AcquireBatcher {
+	return &AcquireBatcher{g: newGroupCommitter(writers, maxGroup, timeout, s.AcquireLeasesMany)}
+}
+
+// Acquire leases for one poll as AcquireLeases would, in the next group.
+func (b *AcquireBatcher) Acquire(ctx context.Context, p AcquireParams) (AcquireResult, error) {
+	out, errs := b.g.submit(ctx, []AcquireParams{p})
+	if errs[0] != nil {
+		return AcquireResult{}, errs[0]
+	}
+	return out[0].Result, out[0].Err
+}
+
+// Close stops the writers after the groups in flight are written.
+func (b *AcquireBatcher) Close() { b.g.close() }

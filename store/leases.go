@@ -1,10 +1,12 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -126,97 +128,176 @@ func optSeconds(s *float64) *time.Duration {
 // from each other that SQL cannot read itself), and the candidate statement
 // runs with a generic plan: planning it costs more than running it.
 func (s *Store) AcquireLeases(ctx context.Context, p AcquireParams) (AcquireResult, error) {
-	var (
-		res          AcquireResult
-		found        bool
-		capabilities json.RawMessage
-		maxTasks     int
-		capsChanged  bool
-		active       int
-	)
+	out := s.AcquireLeasesMany(ctx, []AcquireParams{p})
+	return out[0].Result, out[0].Err
+}
+
+// AcquireOutcome is one poll's answer within a group: its leases, or the
+// error the poll alone would have got.
+type AcquireOutcome struct {
+	Result AcquireResult
+	Err    error
+}
+
+// AcquireLeasesMany runs several polls' acquisitions in one transaction
+// (group commit), each exactly as AcquireLeases would — its own statements,
+// in worker id order (workers come first in the lock order of doc.go, and
+// two groups must take them in the same order), each seeing the ones before
+// it — and answers each on its own. If the transaction fails, a group of
+// several is retried one poll at a time, so one poll's failure is only its
+// own.
+func (s *Store) AcquireLeasesMany(ctx context.Context, ps []AcquireParams) []AcquireOutcome {
+	acqs := make([]*acquisition, len(ps))
+	for i, p := range ps {
+		acqs[i] = &acquisition{p: p}
+	}
+	ordered := slices.Clone(acqs)
+	slices.SortStableFunc(ordered, func(a, b *acquisition) int { return cmp.Compare(a.p.WorkerID.String(), b.p.WorkerID.String()) })
 	queue := func(b *pgx.Batch) {
-		b.Queue(touchWorkerSQL, p.WorkerID, nullJSON(p.Capabilities), p.SoftwareVersion, p.ProtocolVersion)
-		if p.IdempotencyKey != "" {
-			b.Queue(replayLeasesSQL, p.WorkerID, p.IdempotencyKey)
-		}
 		b.Queue(genericPlanSQL)
-		b.Queue(lockAssignmentsSQL, p.WorkerID)
-		b.Queue(leaseCandidatesSQL, p.WorkerID, p.MaxTasks, nullString(p.IdempotencyKey))
+		for _, a := range ordered {
+			a.queue(b)
+		}
 	}
 	read := func(br pgx.BatchResults) error {
-		res, found, capsChanged, active = AcquireResult{}, false, false, 0
-		var (
-			workerType       string
-			enabled, revoked bool
-		)
-		err := br.QueryRow().Scan(&workerType, &capabilities, &maxTasks, &enabled, &revoked, &capsChanged)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-			return ErrNotFound
-		case err != nil:
-			return fmt.Errorf("lock worker: %w", err)
-		case revoked:
-			return ErrWorkerRevoked
-		}
-		found, res.Disabled = enabled, !enabled
-		if p.IdempotencyKey != "" {
-			rows, err := br.Query()
-			if err != nil {
-				return fmt.Errorf("replay leases: %w", err)
-			}
-			if res.Leases, err = collectLeases(rows); err != nil {
-				return fmt.Errorf("replay leases: %w", err)
-			}
-			res.Replayed = len(res.Leases) > 0
-		}
 		if _, err := br.Exec(); err != nil {
 			return fmt.Errorf("plan mode: %w", err)
 		}
-		rows, err := br.Query()
-		if err != nil {
-			return fmt.Errorf("lock assignments: %w", err)
-		}
-		for rows.Next() {
-			var org uuid.UUID
-			if err := rows.Scan(&org, &active); err != nil {
-				rows.Close()
+		for _, a := range ordered {
+			if err := a.read(br); err != nil {
 				return err
 			}
-			res.OrganizationIDs = append(res.OrganizationIDs, org)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("lock assignments: %w", err)
-		}
-		rows, err = br.Query()
-		if err != nil {
-			return fmt.Errorf("lease candidates: %w", err)
-		}
-		leases, err := collectLeases(rows)
-		if err != nil {
-			return fmt.Errorf("lease candidates: %w", err)
-		}
-		if !res.Replayed {
-			res.Leases = leases
 		}
 		return nil
 	}
 	finish := func(ex executor) error {
-		if found && capsChanged {
-			if _, err := releaseAttemptsLackingCritical(ctx, ex, p.WorkerID, capabilities); err != nil {
+		for _, a := range ordered {
+			if err := a.finish(ctx, ex); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
+	out := make([]AcquireOutcome, len(ps))
 	if err := s.inPipelinedTx(ctx, "acquire leases", queue, read, finish); err != nil {
-		return AcquireResult{}, err
+		if len(ps) == 1 {
+			out[0].Err = err
+			return out
+		}
+		for i, p := range ps {
+			out[i] = s.AcquireLeasesMany(ctx, []AcquireParams{p})[0]
+		}
+		return out
 	}
-	if found {
-		res.FreeSlots = maxTasks
+	for i, a := range acqs {
+		out[i].Result, out[i].Err = a.result()
+	}
+	return out
+}
+
+// acquisition is one poll's part of an acquisition transaction.
+type acquisition struct {
+	p AcquireParams
+
+	res          AcquireResult
+	err          error // the poll's own answer: unknown or revoked worker
+	found        bool  // the worker exists, is enabled and not revoked
+	capabilities json.RawMessage
+	maxTasks     int
+	capsChanged  bool
+	active       int
+}
+
+func (a *acquisition) queue(b *pgx.Batch) {
+	p := a.p
+	b.Queue(touchWorkerSQL, p.WorkerID, nullJSON(p.Capabilities), p.SoftwareVersion, p.ProtocolVersion)
+	if p.IdempotencyKey != "" {
+		b.Queue(replayLeasesSQL, p.WorkerID, p.IdempotencyKey)
+	}
+	b.Queue(lockAssignmentsSQL, p.WorkerID)
+	b.Queue(leaseCandidatesSQL, p.WorkerID, p.MaxTasks, nullString(p.IdempotencyKey))
+}
+
+// read consumes the poll's results. Every one of its statements is read
+// even when the worker turns out unknown or revoked (they then match
+// nothing), so the polls after it in the batch read their own.
+func (a *acquisition) read(br pgx.BatchResults) error {
+	a.res, a.err, a.found, a.capsChanged, a.active = AcquireResult{}, nil, false, false, 0
+	var (
+		workerType       string
+		enabled, revoked bool
+	)
+	err := br.QueryRow().Scan(&workerType, &a.capabilities, &a.maxTasks, &enabled, &revoked, &a.capsChanged)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		a.err = ErrNotFound
+	case err != nil:
+		return fmt.Errorf("lock worker: %w", err)
+	case revoked:
+		a.err = ErrWorkerRevoked
+	default:
+		a.found, a.res.Disabled = enabled, !enabled
+	}
+	if a.p.IdempotencyKey != "" {
+		rows, err := br.Query()
+		if err != nil {
+			return fmt.Errorf("replay leases: %w", err)
+		}
+		if a.res.Leases, err = collectLeases(rows); err != nil {
+			return fmt.Errorf("replay leases: %w", err)
+		}
+		a.res.Replayed = len(a.res.Leases) > 0
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return fmt.Errorf("lock assignments: %w", err)
+	}
+	for rows.Next() {
+		var org uuid.UUID
+		if err := rows.Scan(&org, &a.active); err != nil {
+			rows.Close()
+			return err
+		}
+		a.res.OrganizationIDs = append(a.res.OrganizationIDs, org)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("lock assignments: %w", err)
+	}
+	rows, err = br.Query()
+	if err != nil {
+		return fmt.Errorf("lease candidates: %w", err)
+	}
+	leases, err := collectLeases(rows)
+	if err != nil {
+		return fmt.Errorf("lease candidates: %w", err)
+	}
+	if !a.res.Replayed {
+		a.res.Leases = leases
+	}
+	return nil
+}
+
+// finish runs, before COMMIT, what depends on what read learnt.
+func (a *acquisition) finish(ctx context.Context, ex executor) error {
+	if a.found && a.capsChanged {
+		if _, err := releaseAttemptsLackingCritical(ctx, ex, a.p.WorkerID, a.capabilities); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (a *acquisition) result() (AcquireResult, error) {
+	if a.err != nil {
+		return AcquireResult{}, a.err
+	}
+	res := a.res
+	if a.found {
+		res.FreeSlots = a.maxTasks
 		if len(res.OrganizationIDs) > 0 && !res.Replayed {
 			// Unknown without assignments, and then it does not matter.
-			res.FreeSlots = max(maxTasks-active-len(res.Leases), 0)
+			res.FreeSlots = max(a.maxTasks-a.active-len(res.Leases), 0)
 		}
 	}
 	return res, nil

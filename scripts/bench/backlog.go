@@ -231,10 +231,7 @@ type backlogVerification struct {
 }
 
 func (v backlogVerification) String() string {
-	verdict := "OK"
-	if !v.ok {
-		verdict = "FAILED"
-	}
+	verdict := verdictOf(v.ok)
 	return fmt.Sprintf("%s: backlog %d/%d tasks, %d still pending; unmatched %d/%d, %d still pending (deleted at the end); measured tasks %s",
 		verdict, v.Backlog, v.BacklogWant, v.BacklogPending, v.Unmatched, v.UnmatchedWant, v.UnmatchedPending, v.Tasks)
 }

@@ -292,10 +292,7 @@ type fairnessVerification struct {
 }
 
 func (v fairnessVerification) String() string {
-	verdict := "OK"
-	if !v.ok {
-		verdict = "FAILED"
-	}
+	verdict := verdictOf(v.ok)
 	return fmt.Sprintf("%s: B %d/%d tasks leased within %s (%d later), A still had %d pending tasks at the end (deleted); A: %s; B: %s",
 		verdict, v.BReceived, v.BWant, fairnessGiveUp, v.BLate, v.APendingLeft, v.A, v.B)
 }

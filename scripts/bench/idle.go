@@ -271,10 +271,7 @@ type idleVerification struct {
 }
 
 func (v idleVerification) String() string {
-	verdict := "OK"
-	if !v.ok {
-		verdict = "FAILED"
-	}
+	verdict := verdictOf(v.ok)
 	return fmt.Sprintf("%s: %d/%d polls answered empty at the end, %d leases, %d errors, %d answered early and sent again; tasks %s",
 		verdict, v.Empty, v.Polls, v.Leases, v.Errors, v.Repolls, v.Tasks)
 }

@@ -662,3 +662,11 @@ func ratio(a, b *float64) *float64 {
 	}
 	return ptr(round(*a / *b, 3))
 }
+
+// verdictOf names a verification's outcome in the human summary.
+func verdictOf(ok bool) string {
+	if ok {
+		return "OK"
+	}
+	return "FAILED"
+}

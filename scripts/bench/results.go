@@ -416,10 +416,7 @@ type resultsVerification struct {
 }
 
 func (v resultsVerification) String() string {
-	verdict := "OK"
-	if !v.ok {
-		verdict = "FAILED"
-	}
+	verdict := verdictOf(v.ok)
 	return fmt.Sprintf("%s: %d/%d batches (%d not persisted, %d keys not <attempt>:<seq>), %d/%d records, "+
 		"%d/%d assets (%d ingested twice), %d/%d threats (%d ingested twice), %d/%d replays (%d not marked replayed, %d with another ack); tasks %s",
 		verdict, v.Batches, v.BatchesWant, v.NotPersisted, v.KeysNotAttSeq, v.Records, v.RecordsWant,

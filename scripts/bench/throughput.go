@@ -271,10 +271,7 @@ type verification struct {
 }
 
 func (v verification) String() string {
-	verdict := "OK"
-	if !v.ok {
-		verdict = "FAILED"
-	}
+	verdict := verdictOf(v.ok)
 	return fmt.Sprintf("%s: %d tasks, %d completed, %d succeeded attempts (%d attempts in all), %d tasks with >1 success, %d without",
 		verdict, v.Tasks, v.Completed, v.SucceededAttempts, v.Attempts, v.TasksWithTwoWins, v.TasksWithNoSuccess)
 }

@@ -309,10 +309,7 @@ type uploadsVerification struct {
 }
 
 func (v uploadsVerification) String() string {
-	verdict := "OK"
-	if !v.ok {
-		verdict = "FAILED"
-	}
+	verdict := verdictOf(v.ok)
 	objects := "objects on disk not checked (existing deployment)"
 	if v.ObjectsChecked >= 0 {
 		objects = fmt.Sprintf("%d objects on disk checked, %d missing or of another size", v.ObjectsChecked, v.ObjectsWrong)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,8 +18,8 @@ import (
 	"github.com/worker-gateway/gateway/store"
 )
 
-// verdict is what the checker found. Every count after Unknown must be zero.
-type verdict struct {
+// Verdict is what the checker found. Every count after Unknown must be zero.
+type Verdict struct {
 	Tasks, Calls, Unknown int
 	// Lost: a task that never ended, or an acknowledged lease, batch or
 	// completion the database does not have, or records not ingested.
@@ -37,7 +38,7 @@ type verdict struct {
 	NonLinearizable int
 }
 
-func (v verdict) clean() bool {
+func (v Verdict) clean() bool {
 	return v.Lost+v.Duplicated+v.StaleAccepted+v.Overlapping+v.ClockInconsistent+v.NonLinearizable == 0
 }
 
@@ -64,7 +65,7 @@ type batchRow struct {
 // drained and stopped.
 type checker struct {
 	t        *testing.T
-	v        verdict
+	v        Verdict
 	shown    map[string]int
 	findings []string
 	attempts map[uuid.UUID]attemptRow
@@ -76,8 +77,9 @@ type checker struct {
 // and ours (one host, one clock): far below any skew a scenario injects.
 const clockTolerance = time.Second
 
-// check checks the database and the history of a drained workload.
-func check(t *testing.T, w *workload) verdict {
+// Check checks the database and the history of a drained workload: every
+// task of the database, every call of the history.
+func Check(t *testing.T, w *Workload) Verdict {
 	t.Helper()
 	c := &checker{t: t, shown: map[string]int{}, calls: w.h.Calls()}
 	c.load(w)
@@ -109,7 +111,7 @@ func (c *checker) violation(counter *int, kind, format string, args ...any) {
 	c.shown[kind]++
 }
 
-func (c *checker) load(w *workload) {
+func (c *checker) load(w *Workload) {
 	c.t.Helper()
 	ctx := context.Background()
 	rows, err := w.g.Pool.Query(ctx, `
@@ -140,7 +142,7 @@ func (c *checker) load(w *workload) {
 }
 
 // checkTasks: every task ended, none done twice, no attempt left active.
-func (c *checker) checkTasks(w *workload) {
+func (c *checker) checkTasks(w *Workload) {
 	c.t.Helper()
 	rows, err := w.g.Pool.Query(context.Background(), `SELECT id, state FROM worker_tasks`)
 	require.NoError(c.t, err)
@@ -225,7 +227,7 @@ type record struct {
 
 // checkIngest: the assets, threats and detections are exactly the natural
 // keys of the accepted batches — each ingested once, none lost.
-func (c *checker) checkIngest(w *workload) {
+func (c *checker) checkIngest(w *Workload) {
 	c.t.Helper()
 	type assetKey struct{ typ, value string }
 	type threatKey struct {
@@ -362,12 +364,24 @@ func (c *checker) checkLinearizable() {
 		c.v.NonLinearizable, res, f.Name()))
 }
 
-// summarize logs the scenario's figures and fails it on any violation.
-func summarize(t *testing.T, v verdict, cl *cluster) {
+// Fault is a kind of fault a scenario injected and how many times.
+type Fault struct {
+	Kind  string
+	Count int
+}
+
+// Summarize logs the scenario's one summary line and fails it on any
+// violation.
+func Summarize(t *testing.T, v Verdict, faults ...Fault) {
 	t.Helper()
-	t.Logf("faults: tasks=%d calls=%d kills=%d crashes=%d unknown=%d lost=%d duplicated=%d stale_accepted=%d "+
+	total, kinds := 0, make([]string, len(faults))
+	for i, f := range faults {
+		total += f.Count
+		kinds[i] = fmt.Sprintf("%s=%d", f.Kind, f.Count)
+	}
+	t.Logf("faults: tasks=%d calls=%d faults=%d (%s) unknown=%d lost=%d duplicated=%d stale_accepted=%d "+
 		"overlapping=%d clock_inconsistent=%d nonlinearizable=%d",
-		v.Tasks, v.Calls, cl.Kills, cl.Crashes, v.Unknown, v.Lost, v.Duplicated, v.StaleAccepted,
+		v.Tasks, v.Calls, total, strings.Join(kinds, " "), v.Unknown, v.Lost, v.Duplicated, v.StaleAccepted,
 		v.Overlapping, v.ClockInconsistent, v.NonLinearizable)
 	require.True(t, v.clean(), "the checker found violations (see above)")
 }

@@ -72,8 +72,16 @@ func (cl *cluster) pick() string {
 	return urls[rand.IntN(len(urls))]
 }
 
-// dialFunc is http.Transport's DialContext.
-type dialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
+// DialFunc is http.Transport's DialContext.
+type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
+
+// DialTo connects to addr (host:port) whatever address was asked for: a
+// Go runtime's path to one replica, or to a proxy in front of it.
+func DialTo(addr string) DialFunc {
+	return func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, network, addr)
+	}
+}
 
 // dial connects to a random replica whatever address was asked for: the
 // load balancer in front of the Go runtimes.
@@ -82,7 +90,14 @@ func (cl *cluster) dial(ctx context.Context, network, _ string) (net.Conn, error
 	if err != nil {
 		return nil, err
 	}
-	return (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, network, u.Host)
+	return DialTo(u.Host)(ctx, network, "")
+}
+
+// faults is what the cluster injected, for the summary.
+func (cl *cluster) faults() []Fault {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return []Fault{{"kills", cl.Kills}, {"crashes", cl.Crashes}}
 }
 
 // kill sends SIGKILL to replica i, waits until it is gone and starts it

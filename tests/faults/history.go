@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"mime"
 	"net"
 	"net/http"
 	"strings"
@@ -94,8 +95,11 @@ type Call struct {
 	Outcome                Outcome
 	Status                 int
 	Code                   string
-	Err                    string
-	Items                  []Item
+	// RetryAfter and ContentType are the answer's headers (the media type
+	// only), for judging how a gateway says it cannot serve now.
+	RetryAfter, ContentType string
+	Err                     string
+	Items                   []Item
 }
 
 // History records calls. Safe for concurrent use.
@@ -129,6 +133,17 @@ func (h *History) Calls() []Call {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return append([]Call(nil), h.calls...)
+}
+
+// CallsOf is the calls of one client among calls.
+func CallsOf(calls []Call, client int) []Call {
+	var out []Call
+	for _, c := range calls {
+		if c.Client == client {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 func (h *History) add(c Call) {
@@ -301,6 +316,8 @@ type leaseStatus struct {
 // decodeAnswer fills in the outcome of a call that was answered.
 func decodeAnswer(c *Call, res *http.Response, body []byte) {
 	c.Status = res.StatusCode
+	c.RetryAfter = res.Header.Get("Retry-After")
+	c.ContentType, _, _ = mime.ParseMediaType(res.Header.Get("Content-Type"))
 	switch {
 	case res.StatusCode >= 500:
 		c.Outcome = Unknown // the gateway itself may not know (a failed COMMIT)

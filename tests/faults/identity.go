@@ -76,7 +76,7 @@ func registerIdentity(t *testing.T, g *harness.Gateway, name string, capacity in
 
 // transport is an HTTP transport presenting the identity's certificate. A
 // non-nil dial replaces the address the URL names (the load balancer).
-func (id *identity) transport(g *harness.Gateway, dial dialFunc) *http.Transport {
+func (id *identity) transport(g *harness.Gateway, dial DialFunc) *http.Transport {
 	return &http.Transport{
 		TLSClientConfig:     &tls.Config{RootCAs: g.CAPool, Certificates: []tls.Certificate{id.Cert}, MinVersion: tls.VersionTLS13},
 		DialContext:         dial,

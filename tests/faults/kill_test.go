@@ -37,7 +37,7 @@ func TestKillReplicasUnderLoad(t *testing.T) {
 	sc := scaleOf()
 	cl := startCluster(t, nil, armed("0.02"))
 	w := newWorkload(t, cl)
-	w.startRaw(sc.RawClients, plan{MaxTasks: 2, WaitSeconds: 2, Batches: batches, FailRate: 0.1, AbandonRate: 0.05})
+	w.startRaw(sc.RawClients, Plan{MaxTasks: 2, WaitSeconds: 2, Batches: batches, FailRate: 0.1, AbandonRate: 0.05})
 	w.startRuntimes(sc.Runtimes)
 	probe := newProber(w)
 	maxProbes := 2
@@ -70,5 +70,5 @@ func TestKillReplicasUnderLoad(t *testing.T) {
 	cl.calmDown()
 	w.drain(sc.Drain)
 	probe.report(t)
-	summarize(t, check(t, w), cl)
+	Summarize(t, Check(t, w), cl.faults()...)
 }

@@ -73,6 +73,11 @@ func TestLeaseModel(t *testing.T) {
 		{"a completion of unknown outcome, then lease-lost", newStory().
 			step(0, OpLease, lease(a)).step(0, OpComplete, complete(a, ResUnknown, "")).
 			step(0, OpComplete, complete(a, ResLeaseLost, "")).step(1, OpLease, lease(b)), true},
+		// PostgreSQL down: the gateway answers 503, an unknown outcome
+		// (as any 5xx), and the retry under the same key is a first write.
+		{"a batch answered 503, then accepted by its retry", newStory().
+			step(0, OpLease, lease(a)).step(0, OpResult, result(a, "1", ResUnknown)).
+			step(0, OpResult, result(a, "1", ResOK)), true},
 		{"a completion of unknown outcome, then its replay", newStory().
 			step(0, OpLease, lease(a)).step(0, OpComplete, complete(a, ResUnknown, "")).
 			step(0, OpComplete, complete(a, ResOK, "completed")), true},

@@ -17,7 +17,7 @@ import (
 // worker's certificate to a replica the load balancer picks, and every call
 // goes into the history like those of in-process workers. Returns its URL
 // and the history's client id of the calls it forwards.
-func (w *workload) startProxy(name string, cert tls.Certificate) (string, int) {
+func (w *Workload) startProxy(name string, cert tls.Certificate) (string, int) {
 	w.t.Helper()
 	issued, err := w.g.CA.IssueServer([]string{"127.0.0.1"}, time.Hour)
 	require.NoError(w.t, err)

@@ -15,10 +15,10 @@ import (
 	"github.com/google/uuid"
 )
 
-// rawClient speaks the worker protocol in plain HTTP calls, as a worker in
+// RawClient speaks the worker protocol in plain HTTP calls, as a worker in
 // any language would, spreading its calls over the replicas. Every call goes
-// through the history's recorder.
-type rawClient struct {
+// through the history's recorder. Safe for concurrent use.
+type RawClient struct {
 	name   string
 	id     int       // in the history
 	worker uuid.UUID // its identity
@@ -26,14 +26,16 @@ type rawClient struct {
 	// url picks the replica for the next call.
 	url  func() string
 	caps *capabilities
-	plan plan
-	rng  *rand.Rand
+	plan Plan
+
+	mu  sync.Mutex
+	rng *rand.Rand
 	// polls numbers this client's polls, for their Idempotency-Keys.
 	polls int
 }
 
-// plan is how a raw client behaves.
-type plan struct {
+// Plan is how a raw client behaves.
+type Plan struct {
 	MaxTasks    int
 	WaitSeconds int
 	Batches     int // result batches per attempt
@@ -52,8 +54,8 @@ const (
 	tries = 8
 )
 
-// rawLease is a lease as a raw client reads it.
-type rawLease struct {
+// RawLease is a lease as a raw client reads it.
+type RawLease struct {
 	AttemptID  uuid.UUID `json:"attempt_id"`
 	LeaseToken string    `json:"lease_token"`
 	Task       struct {
@@ -63,7 +65,10 @@ type rawLease struct {
 	} `json:"task"`
 }
 
-func (l rawLease) spare() bool { return l.Task.MaxAttempts-l.Task.AttemptNumber >= spareAttempts }
+// BatchKey is the Idempotency-Key of the attempt's result batch seq.
+func (l RawLease) BatchKey(seq int) string { return l.AttemptID.String() + ":" + strconv.Itoa(seq) }
+
+func (l RawLease) spare() bool { return l.Task.MaxAttempts-l.Task.AttemptNumber >= spareAttempts }
 
 // answer is a call's answer; status 0 when there was none.
 type answer struct {
@@ -91,7 +96,7 @@ func problemCode(body []byte) string {
 }
 
 // call makes one POST to a replica.
-func (c *rawClient) call(ctx context.Context, timeout time.Duration, path string, header map[string]string, body any) answer {
+func (c *RawClient) call(ctx context.Context, timeout time.Duration, path string, header map[string]string, body any) answer {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	b, err := json.Marshal(body)
@@ -117,7 +122,7 @@ func (c *rawClient) call(ctx context.Context, timeout time.Duration, path string
 
 // retry repeats a call — the same key, the same body — on random replicas
 // until it is answered definitely, the tries run out or ctx ends.
-func (c *rawClient) retry(ctx context.Context, timeout time.Duration, path string, header map[string]string, body any) answer {
+func (c *RawClient) retry(ctx context.Context, timeout time.Duration, path string, header map[string]string, body any) answer {
 	var a answer
 	for i := 0; i < tries && ctx.Err() == nil; i++ {
 		if a = c.call(ctx, timeout, path, header, body); a.definite() {
@@ -129,74 +134,91 @@ func (c *rawClient) retry(ctx context.Context, timeout time.Duration, path strin
 }
 
 // pause backs off a little before a retry.
-func (c *rawClient) pause(ctx context.Context) {
-	t := time.NewTimer(time.Duration(50+c.rng.IntN(250)) * time.Millisecond)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
+func (c *RawClient) pause(ctx context.Context) {
+	_ = sleep(ctx, time.Duration(50+250*c.chance())*time.Millisecond)
 }
 
-// run polls and works until ctx ends.
-func (c *rawClient) run(ctx context.Context) {
+// chance draws a number in [0, 1).
+func (c *RawClient) chance() float64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.rng.Float64()
+}
+
+// ID is the client's id in the history.
+func (c *RawClient) ID() int { return c.id }
+
+// Worker is the worker the client is.
+func (c *RawClient) Worker() uuid.UUID { return c.worker }
+
+// Advertise replaces the capabilities the client's polls advertise.
+func (c *RawClient) Advertise(caps map[string]any) { c.caps = newCapabilities(caps) }
+
+// Run polls and works until ctx ends.
+func (c *RawClient) Run(ctx context.Context) {
 	for ctx.Err() == nil {
-		leases := c.poll(ctx)
+		leases := c.Poll(ctx)
 		if len(leases) == 0 {
 			c.pause(ctx)
 		}
 		for _, l := range leases {
-			c.work(ctx, l)
+			c.Work(ctx, l)
 		}
 	}
 }
 
-// poll asks for leases under one Idempotency-Key, repeated until answered.
-func (c *rawClient) poll(ctx context.Context) []rawLease {
+// Poll asks for leases under one Idempotency-Key, repeated until answered.
+func (c *RawClient) Poll(ctx context.Context) []RawLease {
+	c.mu.Lock()
 	c.polls++
 	key := fmt.Sprintf("%s-poll-%d", c.name, c.polls)
+	c.mu.Unlock()
 	body := map[string]any{"max_tasks": c.plan.MaxTasks, "wait_seconds": c.plan.WaitSeconds, "capabilities": c.caps.get()}
 	a := c.retry(ctx, time.Duration(c.plan.WaitSeconds)*time.Second+callTimeout, "/v1/leases", map[string]string{"Idempotency-Key": key}, body)
 	if a.status != http.StatusOK {
 		return nil
 	}
 	var res struct {
-		Leases []rawLease `json:"leases"`
+		Leases []RawLease `json:"leases"`
 	}
 	_ = json.Unmarshal(a.body, &res)
 	return res.Leases
 }
 
-// work runs one attempt: renewals, result batches, a completion — unless it
+// Succeeded is the outcome of an attempt that succeeded.
+var Succeeded = map[string]any{"outcome": "succeeded"}
+
+// Work runs one attempt: renewals, result batches, a completion — unless it
 // abandons the lease.
-func (c *rawClient) work(ctx context.Context, l rawLease) {
-	if l.spare() && c.rng.Float64() < c.plan.AbandonRate {
+func (c *RawClient) Work(ctx context.Context, l RawLease) {
+	if l.spare() && c.chance() < c.plan.AbandonRate {
 		return
 	}
-	if !c.heartbeat(ctx, l) {
+	if !c.Heartbeat(ctx, l) {
 		return
 	}
 	for seq := 1; seq <= c.plan.Batches; seq++ {
-		if !c.sendBatch(ctx, l, seq) {
+		if !c.SendBatch(ctx, l, seq) {
 			return
 		}
 	}
-	if !c.heartbeat(ctx, l) {
+	if !c.Heartbeat(ctx, l) {
 		return
 	}
-	outcome := map[string]any{"outcome": "succeeded"}
-	if l.spare() && c.rng.Float64() < c.plan.FailRate {
+	outcome := Succeeded
+	if l.spare() && c.chance() < c.plan.FailRate {
 		outcome = map[string]any{"outcome": "failed", "error": map[string]any{"code": "fault-test", "retryable": true}}
 	}
-	c.complete(ctx, l, outcome)
+	c.Complete(ctx, l, outcome)
 }
 
 // held reports whether an answer leaves the lease held.
 func held(a answer) bool { return a.status == http.StatusOK }
 
-// heartbeat renews the lease, one lease or the worker's, at random.
-func (c *rawClient) heartbeat(ctx context.Context, l rawLease) bool {
-	if c.rng.IntN(2) == 0 {
+// Heartbeat renews the lease, one lease or the worker's, at random, and
+// reports whether the lease is held.
+func (c *RawClient) Heartbeat(ctx context.Context, l RawLease) bool {
+	if c.chance() < 0.5 {
 		return held(c.retry(ctx, callTimeout, "/v1/attempts/"+l.AttemptID.String()+"/heartbeat",
 			map[string]string{"Lease-Token": l.LeaseToken}, struct{}{}))
 	}
@@ -211,16 +233,17 @@ func (c *rawClient) heartbeat(ctx context.Context, l rawLease) bool {
 	return held(a) && len(res.Leases) == 1 && res.Leases[0].State == "active"
 }
 
-// sendBatch sends result batch seq under the key the Go runtime would use.
-func (c *rawClient) sendBatch(ctx context.Context, l rawLease, seq int) bool {
-	header := map[string]string{"Lease-Token": l.LeaseToken, "Idempotency-Key": l.AttemptID.String() + ":" + strconv.Itoa(seq)}
+// SendBatch sends result batch seq under the key the Go runtime would use
+// and reports whether it was accepted (or replayed).
+func (c *RawClient) SendBatch(ctx context.Context, l RawLease, seq int) bool {
+	header := map[string]string{"Lease-Token": l.LeaseToken, "Idempotency-Key": l.BatchKey(seq)}
 	return held(c.retry(ctx, callTimeout, "/v1/attempts/"+l.AttemptID.String()+"/results", header,
 		map[string]any{"sequence_number": seq, "records": batchRecords(l.Task.ID, seq)}))
 }
 
-// complete ends the attempt through either complete route, at random.
-func (c *rawClient) complete(ctx context.Context, l rawLease, outcome map[string]any) {
-	if c.rng.IntN(2) == 0 {
+// Complete ends the attempt through either complete route, at random.
+func (c *RawClient) Complete(ctx context.Context, l RawLease, outcome map[string]any) {
+	if c.chance() < 0.5 {
 		c.retry(ctx, callTimeout, "/v1/attempts/"+l.AttemptID.String()+"/complete", map[string]string{"Lease-Token": l.LeaseToken}, outcome)
 		return
 	}

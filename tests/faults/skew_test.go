@@ -26,7 +26,7 @@ func TestSkewedReplicaClocks(t *testing.T) {
 	skewIsLive(t, w)
 	// Abandoned leases expire and failed attempts are retried: both on
 	// whichever replica the calls reach.
-	w.startRaw(sc.RawClients, plan{MaxTasks: 2, WaitSeconds: 2, Batches: batches, FailRate: 0.2, AbandonRate: 0.15})
+	w.startRaw(sc.RawClients, Plan{MaxTasks: 2, WaitSeconds: 2, Batches: batches, FailRate: 0.2, AbandonRate: 0.15})
 	w.startRuntimes(sc.Runtimes)
 	for i := range sc.Waves {
 		if i > 0 {
@@ -35,16 +35,16 @@ func TestSkewedReplicaClocks(t *testing.T) {
 		w.wave(sc)
 	}
 	w.drain(sc.Drain)
-	v := check(t, w)
+	v := Check(t, w)
 	logLeaseDecisions(t, w)
-	summarize(t, v, cl)
+	Summarize(t, v, cl.faults()...)
 }
 
 // skewIsLive shows each skewed replica really runs on its own clock: a
 // certificate that expires in ten minutes is refused by the replica 20
 // minutes ahead, one issued a minute ago by the replica 20 minutes behind,
 // while the unskewed replica takes both.
-func skewIsLive(t *testing.T, w *workload) {
+func skewIsLive(t *testing.T, w *Workload) {
 	t.Helper()
 	now := time.Now()
 	expiring := registerIdentity(t, w.g, "expiring", 1, w.org, now.Add(-time.Hour), now.Add(10*time.Minute))
@@ -71,7 +71,7 @@ func skewIsLive(t *testing.T, w *workload) {
 
 // logLeaseDecisions logs what the skewed run decided about leases, per
 // replica where the history knows it.
-func logLeaseDecisions(t *testing.T, w *workload) {
+func logLeaseDecisions(t *testing.T, w *Workload) {
 	t.Helper()
 	var expired, retried int
 	require.NoError(t, w.g.Pool.QueryRow(context.Background(), `SELECT

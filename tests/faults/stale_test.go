@@ -23,7 +23,7 @@ func TestStaleWriterIsFenced(t *testing.T) {
 	sc := scaleOf()
 	cl := startCluster(t, nil)
 	w := newWorkload(t, cl)
-	w.startRaw(sc.RawClients, plan{MaxTasks: 2, WaitSeconds: 2, Batches: batches, FailRate: 0.1})
+	w.startRaw(sc.RawClients, Plan{MaxTasks: 2, WaitSeconds: 2, Batches: batches, FailRate: 0.1})
 	w.startRuntimes(1)
 	rounds := 1
 	if sc.Long {
@@ -35,48 +35,36 @@ func TestStaleWriterIsFenced(t *testing.T) {
 		staleProcess(t, w, r+1)
 	}
 	w.drain(sc.Drain)
-	summarize(t, check(t, w), cl)
+	Summarize(t, Check(t, w), cl.faults()...)
 }
 
 // staleRawClient leases a task, sends a batch, goes silent past its lease
 // and, once another worker completed the task, sends a new batch, the old
 // batch again, a heartbeat and its completion.
-func staleRawClient(t *testing.T, w *workload, round int) {
+func staleRawClient(t *testing.T, w *Workload, round int) {
 	t.Helper()
 	cap := fmt.Sprintf("stale-raw-%d", round)
-	task := w.createTasks(1, map[string]any{cap: true})[0]
-	c := w.rawClient(cap, plan{MaxTasks: 1, WaitSeconds: 5}, w.cl.pick)
-	c.caps = newCapabilities(map[string]any{cap: true})
-	leases := c.poll(context.Background())
+	task := w.CreateTasks(1, map[string]any{cap: true})[0]
+	c := w.RawClient(cap, Plan{MaxTasks: 1, WaitSeconds: 5}, w.cl.pick)
+	c.Advertise(map[string]any{cap: true})
+	leases := c.Poll(context.Background())
 	require.Len(t, leases, 1)
 	l := leases[0]
-	require.True(t, c.heartbeat(context.Background(), l))
-	require.True(t, c.sendBatch(context.Background(), l, 1))
+	require.True(t, c.Heartbeat(context.Background(), l))
+	require.True(t, c.SendBatch(context.Background(), l, 1))
 
 	w.caps.add(cap, true) // the stall: other workers may take the task once the lease expires
 	waitCompletedByOther(t, w, task, l.AttemptID)
 	resumed := len(w.h.Calls())
 
 	ctx := context.Background()
-	c.sendBatch(ctx, l, 2)
-	c.sendBatch(ctx, l, 1)
-	c.heartbeat(ctx, l)
-	c.complete(ctx, l, map[string]any{"outcome": "succeeded"})
-	after := callsOf(w.h.Calls()[resumed:], c.id)
-	results := map[string]Result{}
-	for _, call := range after {
-		for _, it := range call.Items {
-			if call.Op == OpResult {
-				results[it.Key] = it.Result
-				continue
-			}
-			require.Equal(t, ResLeaseLost, it.Result, "%s of the stale attempt after its lease ended (HTTP %d)", call.Op, call.Status)
-		}
-	}
-	key := func(seq int) string { return l.AttemptID.String() + ":" + strconv.Itoa(seq) }
-	require.Equal(t, map[string]Result{key(2): ResLeaseLost, key(1): ResReplayed}, results,
-		"a new batch is refused, the one sent in time only replayed")
-	t.Logf("stale raw client: %d calls after its lease ended, none accepted", len(after))
+	c.SendBatch(ctx, l, 2)
+	c.SendBatch(ctx, l, 1)
+	c.Heartbeat(ctx, l)
+	c.Complete(ctx, l, Succeeded)
+	require.Equal(t, 3, RequireFenced(t, w.h.Calls()[resumed:], c.id, l.BatchKey(1)),
+		"the new batch, the heartbeat and the completion are refused, the batch sent in time only replayed")
+	t.Logf("stale raw client: %d calls after its lease ended, none accepted", len(CallsOf(w.h.Calls()[resumed:], c.id)))
 }
 
 // staleProcess runs the reference worker on a long task, stops it with
@@ -84,7 +72,7 @@ func staleRawClient(t *testing.T, w *workload, round int) {
 // it with SIGCONT: whatever it sends about its attempt is refused. The task
 // is in an organization of its own, which the raw clients are assigned to
 // only once the worker is stopped.
-func staleProcess(t *testing.T, w *workload, round int) {
+func staleProcess(t *testing.T, w *Workload, round int) {
 	t.Helper()
 	org := w.g.NewOrganization(t, fmt.Sprintf("stalled-%d", round))
 	w.caps.add("plugins", []string{"sleep"})
@@ -103,11 +91,11 @@ func staleProcess(t *testing.T, w *workload, round int) {
 	resumed := len(w.h.Calls())
 	require.NoError(t, p.Cmd.Process.Signal(syscall.SIGCONT))
 	harness.WaitFor(t, 30*time.Second, "a call of the resumed worker", func() bool {
-		return len(callsOf(w.h.Calls()[resumed:], client)) > 0
+		return len(CallsOf(w.h.Calls()[resumed:], client)) > 0
 	})
 	require.NoError(t, p.Stop(syscall.SIGTERM))
 
-	after := callsOf(w.h.Calls()[resumed:], client)
+	after := CallsOf(w.h.Calls()[resumed:], client)
 	for _, call := range after {
 		for _, it := range call.Items {
 			if it.Attempt == attempt {
@@ -120,7 +108,7 @@ func staleProcess(t *testing.T, w *workload, round int) {
 
 // waitCompletedByOther waits until a task completed with another attempt
 // than stale.
-func waitCompletedByOther(t *testing.T, w *workload, task, stale uuid.UUID) {
+func waitCompletedByOther(t *testing.T, w *Workload, task, stale uuid.UUID) {
 	t.Helper()
 	harness.WaitFor(t, 60*time.Second, "another worker to complete the stalled task", func() bool {
 		var n int
@@ -132,7 +120,7 @@ func waitCompletedByOther(t *testing.T, w *workload, task, stale uuid.UUID) {
 }
 
 // attemptOf is the worker's attempt of a task, or uuid.Nil.
-func attemptOf(t *testing.T, w *workload, task, worker uuid.UUID) uuid.UUID {
+func attemptOf(t *testing.T, w *Workload, task, worker uuid.UUID) uuid.UUID {
 	t.Helper()
 	var id uuid.UUID
 	err := w.g.Pool.QueryRow(context.Background(),
@@ -142,20 +130,9 @@ func attemptOf(t *testing.T, w *workload, task, worker uuid.UUID) uuid.UUID {
 	return id
 }
 
-func stateOf(t *testing.T, w *workload, task uuid.UUID) string {
+func stateOf(t *testing.T, w *Workload, task uuid.UUID) string {
 	t.Helper()
 	return string(w.g.Task(t, task).State)
-}
-
-// callsOf is the calls of one client.
-func callsOf(calls []Call, client int) []Call {
-	var out []Call
-	for _, c := range calls {
-		if c.Client == client {
-			out = append(out, c)
-		}
-	}
-	return out
 }
 
 // ops counts calls by operation and status, for the log.

@@ -16,8 +16,8 @@ import (
 // replica alone, the replica is killed, the prober goes silent, and the
 // workload's raw clients are then allowed to take the tasks over.
 type prober struct {
-	w      *workload
-	c      *rawClient
+	w      *Workload
+	c      *RawClient
 	rounds []probeRound
 }
 
@@ -29,8 +29,8 @@ type probeRound struct {
 
 const probeTasks = 2
 
-func newProber(w *workload) *prober {
-	c := w.rawClient("prober", plan{MaxTasks: probeTasks, WaitSeconds: 5}, nil)
+func newProber(w *Workload) *prober {
+	c := w.RawClient("prober", Plan{MaxTasks: probeTasks, WaitSeconds: 5}, nil)
 	return &prober{w: w, c: c}
 }
 
@@ -39,12 +39,12 @@ func newProber(w *workload) *prober {
 func (p *prober) strand(url string) {
 	p.w.t.Helper()
 	cap := fmt.Sprintf("probe-%d", len(p.rounds)+1)
-	tasks := p.w.createTasks(probeTasks, map[string]any{cap: true})
+	tasks := p.w.CreateTasks(probeTasks, map[string]any{cap: true})
 	p.c.url = func() string { return url }
-	p.c.caps = newCapabilities(map[string]any{cap: true})
+	p.c.Advertise(map[string]any{cap: true})
 	var leased []uuid.UUID
 	for range 5 {
-		for _, l := range p.c.poll(p.w.ctx) {
+		for _, l := range p.c.Poll(p.w.ctx) {
 			leased = append(leased, l.Task.ID)
 		}
 		if len(leased) == probeTasks {

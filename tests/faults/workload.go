@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -51,9 +52,9 @@ const (
 	batches              = 2
 )
 
-// workload is a scenario's organization, tasks and workers, all recording
+// Workload is a scenario's organization, tasks and workers, all recording
 // into one history.
-type workload struct {
+type Workload struct {
 	t      *testing.T
 	cl     *cluster
 	g      *harness.Gateway
@@ -63,22 +64,37 @@ type workload struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-	raw    []*rawClient
+	raw    []*RawClient
 	// runtimes are the Go runtimes' stop functions.
 	runtimes   []func()
 	transports []*http.Transport
 }
 
-func newWorkload(t *testing.T, cl *cluster) *workload {
-	ctx, cancel := context.WithCancel(context.Background())
-	w := &workload{t: t, cl: cl, g: cl.g, h: NewHistory(), org: cl.g.NewOrganization(t, "faults"),
-		caps: newCapabilities(map[string]any{"faults": true}), ctx: ctx, cancel: cancel}
-	t.Cleanup(w.stop)
+func newWorkload(t *testing.T, cl *cluster) *Workload {
+	w := NewWorkload(t, cl.g)
+	w.cl = cl
 	return w
 }
 
-// createTasks creates n tasks needing caps, for the workload's handlers.
-func (w *workload) createTasks(n int, caps map[string]any) []uuid.UUID {
+// NewWorkload starts an empty workload on g: a new organization and
+// history. Its workers are stopped at the end of the test.
+func NewWorkload(t *testing.T, g *harness.Gateway) *Workload {
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &Workload{t: t, g: g, h: NewHistory(), org: g.NewOrganization(t, "faults"),
+		caps: newCapabilities(LoadCapabilities()), ctx: ctx, cancel: cancel}
+	t.Cleanup(w.Stop)
+	return w
+}
+
+// LoadCapabilities are what the workload's tasks need and its workers
+// advertise, unless told otherwise.
+func LoadCapabilities() map[string]any { return map[string]any{"faults": true} }
+
+// History is the workload's history.
+func (w *Workload) History() *History { return w.h }
+
+// CreateTasks creates n tasks needing caps, for the workload's handlers.
+func (w *Workload) CreateTasks(n int, caps map[string]any) []uuid.UUID {
 	w.t.Helper()
 	var ids []uuid.UUID
 	for range n {
@@ -89,7 +105,7 @@ func (w *workload) createTasks(n int, caps map[string]any) []uuid.UUID {
 
 // createTask creates a task of org needing caps, with the workload's lease,
 // attempts and retry policy.
-func (w *workload) createTask(org uuid.UUID, caps map[string]any, payload string) uuid.UUID {
+func (w *Workload) createTask(org uuid.UUID, caps map[string]any, payload string) uuid.UUID {
 	w.t.Helper()
 	required := workerclient.Capabilities(mustJSON(w.t, caps))
 	body := workerclient.JSONObject(payload)
@@ -105,7 +121,7 @@ func (w *workload) createTask(org uuid.UUID, caps map[string]any, payload string
 
 // createScans creates n scans of one job each: their tasks have the default
 // lease and attempts, and their threats are detections of the scan job.
-func (w *workload) createScans(n int) {
+func (w *Workload) createScans(n int) {
 	w.t.Helper()
 	caps := workerclient.Capabilities(`{"faults": true}`)
 	for range n {
@@ -118,37 +134,41 @@ func (w *workload) createScans(n int) {
 }
 
 // wave creates one wave of the scenario's tasks and scans.
-func (w *workload) wave(sc scale) {
+func (w *Workload) wave(sc scale) {
 	w.t.Helper()
-	w.createTasks(sc.Tasks, map[string]any{"faults": true})
+	w.CreateTasks(sc.Tasks, LoadCapabilities())
 	w.createScans(sc.Scans)
 }
 
-// rawClient registers a worker and returns a raw client for it that calls
-// the replicas url picks.
-func (w *workload) rawClient(name string, p plan, url func() string) *rawClient {
+// RawClient registers a worker and returns a raw client for it that calls
+// the replicas url picks, advertising the load's capabilities.
+func (w *Workload) RawClient(name string, p Plan, url func() string) *RawClient {
 	w.t.Helper()
 	id := newIdentity(w.t, w.g, name, max(p.MaxTasks, 1), w.org)
 	tr := id.transport(w.g, nil)
 	w.transports = append(w.transports, tr)
 	client := w.h.NewClient(name)
-	return &rawClient{name: name, id: client, worker: id.ID, url: url, caps: w.caps, plan: p, rng: rand.New(rand.NewPCG(rand.Uint64(), 0)),
+	return &RawClient{name: name, id: client, worker: id.ID, url: url, caps: w.caps, plan: p, rng: rand.New(rand.NewPCG(rand.Uint64(), 0)),
 		http: &http.Client{Transport: w.h.Transport(client, tr)}}
 }
 
 // startRaw starts n raw clients spreading their calls over the replicas.
-func (w *workload) startRaw(n int, p plan) {
+func (w *Workload) startRaw(n int, p Plan) {
 	w.t.Helper()
 	for i := range n {
-		c := w.rawClient(fmt.Sprintf("raw-%d", i+1), p, w.cl.pick)
-		w.raw = append(w.raw, c)
-		w.wg.Go(func() { c.run(w.ctx) })
+		w.Run(w.RawClient(fmt.Sprintf("raw-%d", i+1), p, w.cl.pick))
 	}
+}
+
+// Run runs a raw client until the workload stops.
+func (w *Workload) Run(c *RawClient) {
+	w.raw = append(w.raw, c)
+	w.wg.Go(func() { c.Run(w.ctx) })
 }
 
 // assignRaw lets the running raw clients lease the tasks of another
 // organization.
-func (w *workload) assignRaw(org uuid.UUID) {
+func (w *Workload) assignRaw(org uuid.UUID) {
 	w.t.Helper()
 	for _, c := range w.raw {
 		w.g.Assign(w.t, org, c.worker)
@@ -156,30 +176,49 @@ func (w *workload) assignRaw(org uuid.UUID) {
 }
 
 // startRuntimes starts n Go worker runtimes behind the load balancer.
-func (w *workload) startRuntimes(n int) {
+func (w *Workload) startRuntimes(n int) {
 	w.t.Helper()
 	for i := range n {
-		w.startRuntime(fmt.Sprintf("runtime-%d", i+1), w.cl.dial)
+		w.StartRuntime(Runtime{Name: fmt.Sprintf("runtime-%d", i+1), Dial: w.cl.dial})
 	}
 }
 
-// startRuntime starts a Go runtime whose connections dial goes through. Its
-// handler sends the workload's result batches and succeeds.
-func (w *workload) startRuntime(name string, dial dialFunc) *identity {
+// Runtime is how a Go runtime of the workload runs. Its handler sends the
+// workload's result batches, works a while and succeeds.
+type Runtime struct {
+	Name  string
+	Slots int // 0: 2
+	// Dial is the runtime's path to the gateway: the cluster's load
+	// balancer, or DialTo one replica or proxy.
+	Dial DialFunc
+	// Capabilities it advertises; nil: the load's.
+	Capabilities map[string]any
+	// Work is how long the handler works after sending its batches.
+	Work time.Duration
+	// Timeout bounds each call (0: none): a call lost in a partition is
+	// then retried soon.
+	Timeout time.Duration
+}
+
+// StartRuntime starts a Go runtime and returns its worker's id.
+func (w *Workload) StartRuntime(r Runtime) uuid.UUID {
 	w.t.Helper()
-	const slots = 2
-	id := newIdentity(w.t, w.g, name, slots, w.org)
-	tr := id.transport(w.g, dial)
+	slots := cmp.Or(r.Slots, 2)
+	if r.Capabilities == nil {
+		r.Capabilities = LoadCapabilities()
+	}
+	id := newIdentity(w.t, w.g, r.Name, slots, w.org)
+	tr := id.transport(w.g, r.Dial)
 	w.transports = append(w.transports, tr)
 	rt, err := workerclient.NewWorker(workerclient.Config{
 		// The dialer picks the replica; the name is what the server
 		// certificate is for.
 		GatewayURL:   "https://localhost",
-		HTTPClient:   &http.Client{Transport: w.h.Transport(w.h.NewClient(name), tr)},
+		HTTPClient:   &http.Client{Transport: w.h.Transport(w.h.NewClient(r.Name), tr), Timeout: r.Timeout},
 		Slots:        slots,
 		WaitSeconds:  2,
-		Capabilities: map[string]any{"faults": true},
-		Handler:      runtimeHandler,
+		Capabilities: r.Capabilities,
+		Handler:      runtimeHandler(r.Work),
 		Logger:       harness.Logger(),
 		DrainTimeout: 5 * time.Second,
 	})
@@ -191,19 +230,32 @@ func (w *workload) startRuntime(name string, dial dialFunc) *identity {
 		_ = rt.Run(ctx)
 	}()
 	w.runtimes = append(w.runtimes, func() { cancel(); <-done })
-	return id
+	return id.ID
 }
 
-func runtimeHandler(ctx context.Context, task *workerclient.LeasedTask) error {
-	for seq := 1; seq <= batches; seq++ {
-		if err := task.Emit(ctx, batchRecords(task.ID, seq)...); err != nil {
-			return err
+func runtimeHandler(work time.Duration) workerclient.Handler {
+	return func(ctx context.Context, task *workerclient.LeasedTask) error {
+		for seq := 1; seq <= batches; seq++ {
+			if err := task.Emit(ctx, batchRecords(task.ID, seq)...); err != nil {
+				return err
+			}
+			if err := task.Flush(ctx); err != nil {
+				return err
+			}
 		}
-		if err := task.Flush(ctx); err != nil {
-			return err
-		}
+		return sleep(ctx, work)
 	}
-	return nil
+}
+
+// sleep waits d unless ctx ends first, and returns ctx's error.
+func sleep(ctx context.Context, d time.Duration) error {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	return ctx.Err()
 }
 
 // batchRecords are the records of result batch seq of a task: two assets and
@@ -222,7 +274,7 @@ func batchRecords(task uuid.UUID, seq int) []workerclient.ResultRecord {
 }
 
 // unfinished counts the tasks not yet in a terminal state.
-func (w *workload) unfinished() int {
+func (w *Workload) unfinished() int {
 	w.t.Helper()
 	var n int
 	require.NoError(w.t, w.g.Pool.QueryRow(context.Background(),
@@ -231,14 +283,14 @@ func (w *workload) unfinished() int {
 }
 
 // drain waits until every task has ended, then stops the workers.
-func (w *workload) drain(timeout time.Duration) {
+func (w *Workload) drain(timeout time.Duration) {
 	w.t.Helper()
 	harness.WaitFor(w.t, timeout, "every task to end", func() bool { return w.unfinished() == 0 })
-	w.stop()
+	w.Stop()
 }
 
-// stop stops every worker and closes their idle connections.
-func (w *workload) stop() {
+// Stop stops every worker and closes their idle connections.
+func (w *Workload) Stop() {
 	w.cancel()
 	w.wg.Wait()
 	for _, stop := range w.runtimes {

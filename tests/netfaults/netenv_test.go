@@ -2,64 +2,75 @@ package netfaults
 
 import (
 	"context"
-	"net/http"
+	"net/url"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
+	"github.com/worker-gateway/gateway/tests/faults"
 	"github.com/worker-gateway/gateway/tests/harness"
-	"github.com/worker-gateway/gateway/workerclient"
 )
 
-// netEnv is what the network fault tests share: an in-process gateway, one
-// organization and the recorder of every worker call.
-type netEnv struct {
-	g   *harness.Gateway
-	org uuid.UUID
-	rec *recorder
-}
+// leaseSeconds is every task's lease (the faults workload's): short, so
+// that faults of a few seconds outlast leases and force re-leases.
+const leaseSeconds = 5
 
-func newNetEnv(t *testing.T) *netEnv {
+// startWorkload runs an in-process gateway and a faults workload on it,
+// which records every worker call into its history.
+func startWorkload(t *testing.T) (*harness.Gateway, *faults.Workload) {
 	t.Helper()
 	g := harness.Start(t)
-	return &netEnv{g: g, org: g.NewOrganization(t, "netfaults"), rec: &recorder{}}
+	return g, faults.NewWorkload(t, g)
 }
 
-// rawClient creates a worker assigned to the organization and a raw client
-// for it that reaches the gateway at url (directly or through a proxy).
-func (e *netEnv) rawClient(t *testing.T, name string, capacity int, url string, caps map[string]any) (*harness.Worker, *rawClient) {
+// at is a raw client's choice of where to send its calls: always url.
+func at(url string) func() string { return func() string { return url } }
+
+// via is a Go runtime's path to the gateway, or the proxy, at gatewayURL.
+func via(t *testing.T, gatewayURL string) faults.DialFunc {
 	t.Helper()
-	w := e.g.NewWorker(t, name, capacity, e.org)
-	return w, newRawClient(url, e.rec.client(w.HTTP.Transport, 30*time.Second), caps)
+	u, err := url.Parse(gatewayURL)
+	require.NoError(t, err)
+	return faults.DialTo(u.Host)
+}
+
+// runtime is a Go runtime of these tests: calls bounded by a timeout short
+// enough that one lost in a partition is retried soon.
+func runtime(name string, slots int, dial faults.DialFunc, work time.Duration) faults.Runtime {
+	return faults.Runtime{Name: name, Slots: slots, Dial: dial, Work: work, Timeout: 10 * time.Second}
 }
 
 // leaseAll polls until c holds n leases.
-func leaseAll(t *testing.T, c *rawClient, n int) []workerclient.Lease {
+func leaseAll(t *testing.T, c *faults.RawClient, n int) []faults.RawLease {
 	t.Helper()
-	var leases []workerclient.Lease
+	var leases []faults.RawLease
 	harness.WaitFor(t, 30*time.Second, "raw worker holding its tasks", func() bool {
-		got, a := c.poll(context.Background(), n-len(leases), 1, "")
-		require.True(t, a.transient() || a.status == http.StatusOK, "poll answered %d %s", a.status, a.code)
-		leases = append(leases, got...)
-		return len(leases) == n
+		leases = append(leases, c.Poll(context.Background())...)
+		return len(leases) >= n
 	})
+	require.Len(t, leases, n)
 	return leases
 }
 
-// requireRefused requires a late write to have been refused for its lost lease.
-func requireRefused(t *testing.T, what string, a answer) {
-	t.Helper()
-	require.NoError(t, a.err, what)
-	require.Equal(t, http.StatusConflict, a.status, "%s: %s", what, a.body)
-	require.Equal(t, "lease-lost", a.code, what)
-}
-
 // activeAttempts counts a worker's leased or running attempts.
-func (e *netEnv) activeAttempts(t *testing.T, worker uuid.UUID) int {
+func activeAttempts(t *testing.T, g *harness.Gateway, worker uuid.UUID) int {
 	t.Helper()
 	var n int
-	require.NoError(t, e.g.Pool.QueryRow(context.Background(), `SELECT count(*) FROM worker_task_attempts
+	require.NoError(t, g.Pool.QueryRow(context.Background(), `SELECT count(*) FROM worker_task_attempts
 		WHERE worker_id = $1 AND status IN ('leased', 'running')`, worker).Scan(&n))
 	return n
+}
+
+// waitCompleted waits until at least n tasks are completed. Queries fail
+// while PostgreSQL is down or the pool holds connections it killed: the
+// condition is then simply not met yet.
+func waitCompleted(t *testing.T, g *harness.Gateway, n int) {
+	t.Helper()
+	harness.WaitFor(t, scaled(90*time.Second, 4*time.Minute), "tasks completed", func() bool {
+		var done int
+		err := g.Pool.QueryRow(context.Background(), `SELECT count(*) FROM worker_tasks WHERE state = 'completed'`).Scan(&done)
+		return err == nil && done >= n
+	})
 }
