@@ -54,7 +54,7 @@ func (h *handlers) AcquireLeases(ctx context.Context, req api.AcquireLeasesReque
 	for {
 		seq := h.hub.Seq()
 		started := time.Now()
-		res, err := h.acquisitions.Acquire(ctx, params)
+		res, err := h.acquire(ctx, params)
 		h.metrics.leaseAcquisition.Observe(time.Since(started).Seconds())
 		if err != nil {
 			return nil, err
@@ -164,4 +164,13 @@ func (l *pollLimiter) acquire(worker uuid.UUID, limits Limits) (release func(), 
 			delete(l.perWorker, worker)
 		}
 	}, nil
+}
+
+// acquire runs one pass of a poll: in a group commit with other polls when
+// LeaseGroupCommit is on, else in a transaction of its own.
+func (h *handlers) acquire(ctx context.Context, p store.AcquireParams) (store.AcquireResult, error) {
+	if h.acquisitions != nil {
+		return h.acquisitions.Acquire(ctx, p)
+	}
+	return h.store.AcquireLeases(ctx, p)
 }

@@ -18,9 +18,20 @@ import (
 // against two gateway processes sharing one database and 2,000 tasks.
 func TestManyWorkersOnTwoReplicasCompleteEveryTaskExactlyOnce(t *testing.T) {
 	t.Parallel()
-	g, procs := harness.StartProcesses(t, 2)
+	manyWorkersOnTwoReplicas(t, 2000)
+}
+
+// TestLeaseGroupCommitCompletesEveryTaskExactlyOnce: the same with polls'
+// acquisitions group-committed (-lease-group-commit).
+func TestLeaseGroupCommitCompletesEveryTaskExactlyOnce(t *testing.T) {
+	t.Parallel()
+	manyWorkersOnTwoReplicas(t, 600, "-lease-group-commit")
+}
+
+func manyWorkersOnTwoReplicas(t *testing.T, tasks int, gatewayArgs ...string) {
+	g, procs := harness.StartProcesses(t, 2, gatewayArgs...)
 	org := g.NewOrganization(t, "acme")
-	const workers, tasks = 20, 2000
+	const workers = 20
 
 	var (
 		runs      sync.Map // task id → *atomic.Int32
