@@ -93,6 +93,9 @@ type resultBatch struct {
 	key     string
 	body    []byte
 	records int
+	// tried: a delivery began (its answer may have been lost). A tried
+	// batch is resent as it was, never moved into the completion.
+	tried bool
 }
 
 // deliverFunc sends one batch, retrying what can be retried. It returns nil
@@ -208,6 +211,39 @@ func (s *resultSender) finish(ctx context.Context, flush bool) (acked int, err e
 	return s.acked, err
 }
 
+// finishInline ends the handler's results like finish(ctx, true), except
+// that the last batch, when it was never sent, is not sent here: it is
+// returned to travel in the completion (final_results), under the same key
+// the gateway would have stored it by, so one request is saved. The earlier
+// batches are delivered first; the completion may then claim them all.
+func (s *resultSender) finishInline(ctx context.Context) (acked int, last *resultBatch, err error) {
+	// Hold the sending token, so no delivery is in flight while the queue
+	// is trimmed.
+	select {
+	case s.sending <- struct{}{}:
+	case <-ctx.Done():
+		acked, err = s.finish(ctx, true)
+		return acked, nil, err
+	}
+	s.mu.Lock()
+	s.closed = true
+	err = s.cut()
+	if n := len(s.queue); err == nil && s.err == nil && n > 0 && !s.queue[n-1].tried {
+		last, s.queue = s.queue[n-1], s.queue[:n-1]
+	}
+	s.mu.Unlock()
+	<-s.sending
+	if err == nil {
+		err = s.drain(ctx)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		return s.acked, nil, err
+	}
+	return s.acked, last, nil
+}
+
 // refusal is why no more records are accepted, or nil. s.mu is held.
 func (s *resultSender) refusal() error {
 	if s.closed {
@@ -283,6 +319,7 @@ func (s *resultSender) drain(ctx context.Context) error {
 			return err
 		}
 		b := s.queue[0]
+		b.tried = true
 		s.mu.Unlock()
 
 		final, err := s.deliver(ctx, b)

@@ -353,6 +353,7 @@ type resultsRequest struct {
 	key, token string
 	body       []byte
 	at         time.Time
+	inline     bool // came as a completion's final_results
 }
 
 // fakeResults serves POST /v1/attempts/{id}/results on a fakeGateway as the
@@ -377,6 +378,7 @@ func newFakeResults(g *fakeGateway) *fakeResults {
 		acks: map[string]ResultAck{}, persisted: map[uuid.UUID][]ResultBatch{},
 	}
 	g.mux.HandleFunc("POST /v1/attempts/{id}/results", f.handle)
+	g.finalResults = f.acceptFinal
 	return f
 }
 
@@ -387,72 +389,105 @@ func (f *fakeResults) handle(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusBadRequest, "bad-request")
 		return
 	}
-	key, token := r.Header.Get("Idempotency-Key"), r.Header.Get("Lease-Token")
+	if r.Header.Get("Content-Type") != "application/json" {
+		writeProblem(w, http.StatusBadRequest, "bad-request")
+		return
+	}
+	a := f.accept(id, r.Header.Get("Idempotency-Key"), r.Header.Get("Lease-Token"), body, false)
+	if a.retryAfter != "" {
+		w.Header().Set("Retry-After", a.retryAfter)
+	}
+	if a.status != http.StatusOK {
+		writeProblem(w, a.status, a.code)
+		return
+	}
+	if a.replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	w.Header().Set("Lease-State", string(a.lease.State))
+	w.Header().Set("Lease-TTL-Seconds", strconv.FormatFloat(a.lease.LeaseTtlSeconds, 'f', -1, 64))
+	writeJSON(w, a.ack)
+}
+
+// postsOf counts an attempt's batches that came to /results (not inline).
+func (f *fakeResults) postsOf(id uuid.UUID) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.requests = append(f.requests, resultsRequest{attempt: id, key: key, token: token, body: body, at: time.Now()})
+	keys := map[string]bool{}
+	for _, r := range f.requests {
+		if r.attempt == id && !r.inline {
+			keys[r.key] = true
+		}
+	}
+	return len(keys)
+}
+
+// acceptFinal takes a completion's final_results as the gateway does: as
+// if sent to /results with the key <attempt>:<sequence>.
+func (f *fakeResults) acceptFinal(id uuid.UUID, token string, b ResultBatch) (status int, code string) {
+	body, err := json.Marshal(b)
+	require.NoError(f.g.t, err)
+	a := f.accept(id, resultKey(id, b.SequenceNumber), token, body, true)
+	return a.status, a.code
+}
+
+// batchAnswer is the fake's answer to one result batch.
+type batchAnswer struct {
+	status           int
+	code, retryAfter string
+	replayed         bool
+	ack              ResultAck
+	lease            LeaseStatus
+}
+
+func (f *fakeResults) accept(id uuid.UUID, key, token string, body []byte, inline bool) batchAnswer {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.requests = append(f.requests, resultsRequest{attempt: id, key: key, token: token, body: body, at: time.Now(), inline: inline})
 	if len(f.faults) > 0 {
 		ft := f.faults[0]
 		f.faults = f.faults[1:]
 		if ft.status != 0 {
-			if ft.retryAfter != "" {
-				w.Header().Set("Retry-After", ft.retryAfter)
-			}
-			writeProblem(w, ft.status, ft.code)
-			return
+			return batchAnswer{status: ft.status, code: ft.code, retryAfter: ft.retryAfter}
 		}
 	}
 	if f.failFirst && !f.seen[key] {
 		f.seen[key] = true
-		writeProblem(w, http.StatusServiceUnavailable, "unavailable")
-		return
+		return batchAnswer{status: http.StatusServiceUnavailable, code: "unavailable"}
 	}
-	if key == "" || r.Header.Get("Content-Type") != "application/json" {
-		writeProblem(w, http.StatusBadRequest, "bad-request")
-		return
+	if key == "" {
+		return batchAnswer{status: http.StatusBadRequest, code: "bad-request"}
 	}
 	f.g.mu.Lock()
 	st := f.g.status(id, token)
 	f.g.mu.Unlock()
-	setLeaseHeaders := func() {
-		w.Header().Set("Lease-State", string(st.State))
-		w.Header().Set("Lease-TTL-Seconds", strconv.FormatFloat(st.LeaseTtlSeconds, 'f', -1, 64))
-	}
 	sum := sha256.Sum256(body)
 	if prev, ok := f.sums[key]; ok {
 		if prev != sum {
-			writeProblem(w, http.StatusUnprocessableEntity, "idempotency-key-reused")
-			return
+			return batchAnswer{status: http.StatusUnprocessableEntity, code: "idempotency-key-reused"}
 		}
 		f.replays++
-		w.Header().Set("Idempotent-Replayed", "true")
-		setLeaseHeaders()
-		writeJSON(w, f.acks[key])
-		return
+		return batchAnswer{status: http.StatusOK, replayed: true, ack: f.acks[key], lease: st}
 	}
 	if st.State == "lost" {
-		writeProblem(w, http.StatusConflict, "lease-lost")
-		return
+		return batchAnswer{status: http.StatusConflict, code: "lease-lost"}
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	var batch ResultBatch
 	if err := dec.Decode(&batch); err != nil {
-		writeProblem(w, http.StatusBadRequest, "bad-request")
-		return
+		return batchAnswer{status: http.StatusBadRequest, code: "bad-request"}
 	}
 	for _, b := range f.persisted[id] {
 		if b.SequenceNumber == batch.SequenceNumber {
-			writeProblem(w, http.StatusConflict, "sequence-number-used")
-			return
+			return batchAnswer{status: http.StatusConflict, code: "sequence-number-used"}
 		}
 	}
 	f.persisted[id] = append(f.persisted[id], batch)
 	ack := ResultAck{BatchId: uuid.New(), AttemptId: id, SequenceNumber: batch.SequenceNumber,
 		Status: "persisted", RecordCount: len(batch.Records), ReceivedAt: time.Now()}
 	f.sums[key], f.acks[key] = sum, ack
-	setLeaseHeaders()
-	writeJSON(w, ack)
+	return batchAnswer{status: http.StatusOK, ack: ack, lease: st}
 }
 
 func (f *fakeResults) inject(ft ...fault) {
@@ -555,6 +590,11 @@ func TestEmitDeliversBatchesExactlyOnceAndCompletionClaimsThem(t *testing.T) {
 		assert.Equal(t, AttemptOutcomeSucceeded, req.Outcome)
 		require.NotNil(t, req.LastSequenceNumber)
 		assert.Equal(t, 3, *req.LastSequenceNumber)
+		// The last batch, never sent on its own, travelled in the completion.
+		require.NotNil(t, req.FinalResults)
+		assert.Equal(t, 3, req.FinalResults.SequenceNumber)
+		assert.Len(t, req.FinalResults.Records, 50)
+		assert.Equal(t, 2, f.postsOf(l.AttemptId), "batches 1 and 2 went to /results")
 	})
 }
 

@@ -67,6 +67,8 @@ type fakeGateway struct {
 	heartbeats [][]uuid.UUID
 	starts     []uuid.UUID
 	completes  map[uuid.UUID][]completion
+	// finalResults takes a completion's final_results (set by newFakeResults).
+	finalResults func(id uuid.UUID, token string, b ResultBatch) (status int, code string)
 }
 
 func newFakeGateway(t *testing.T) *fakeGateway {
@@ -336,6 +338,12 @@ func (g *fakeGateway) handleCompleteMany(w http.ResponseWriter, r *http.Request)
 }
 
 func (g *fakeGateway) completeOne(id uuid.UUID, token string, req CompleteRequest) CompletionAnswer {
+	if req.FinalResults != nil && g.finalResults != nil {
+		if status, code := g.finalResults(id, token, *req.FinalResults); status != http.StatusOK {
+			return CompletionAnswer{AttemptId: id, Status: status,
+				Problem: &Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Code: code}}
+		}
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.tokens[id] != token || g.state[id] == "lost" {

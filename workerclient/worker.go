@@ -825,9 +825,19 @@ func (r *runner) runTask(ls *lease) {
 	} else {
 		herr = callHandler(r.w.cfg.Handler, ls.ctx, ls.task)
 	}
-	// What a successful handler left buffered is sent before completing; the
-	// completion claims only batches the gateway acknowledged.
-	lastSeq, ferr := ls.results.finish(ls.ctx, herr == nil)
+	// What a successful handler left buffered is sent before completing —
+	// its last batch inside the completion itself; the completion claims
+	// only batches the gateway acknowledged (or carries).
+	var (
+		lastSeq int
+		final   *resultBatch
+		ferr    error
+	)
+	if herr == nil {
+		lastSeq, final, ferr = ls.results.finishInline(ls.ctx)
+	} else {
+		lastSeq, ferr = ls.results.finish(ls.ctx, false)
+	}
 	if ferr != nil && herr == nil {
 		herr = undeliveredError(ferr)
 		ls.log.Warn("results could not be delivered", "error", ferr)
@@ -847,6 +857,14 @@ func (r *runner) runTask(ls *lease) {
 	if !ok {
 		ls.log.Warn("lease lost; not completing the attempt", "handler_error", errString(herr))
 		return
+	}
+	if final != nil {
+		var b ResultBatch
+		if err := json.Unmarshal(final.body, &b); err == nil {
+			req.FinalResults, lastSeq = &b, final.seq
+		} else {
+			ls.log.Error("final result batch unreadable; not sent", "error", err)
+		}
 	}
 	if lastSeq > 0 {
 		req.LastSequenceNumber = &lastSeq
