@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
+
+	"github.com/worker-gateway/gateway/store"
 )
 
 // TestDatabaseGoneIsA503 pins how errors of a database that went away
@@ -19,6 +21,12 @@ func TestDatabaseGoneIsA503(t *testing.T) {
 	p := problemFor(closed)
 	require.Equal(t, http.StatusServiceUnavailable, p.Status)
 	require.Equal(t, "unavailable", p.Code)
+	require.Positive(t, p.RetryAfter)
+
+	// A replica that closed its group committers (shutting down) asks for
+	// a retry, elsewhere.
+	p = problemFor(fmt.Errorf("complete: %w", store.ErrBatcherClosed))
+	require.Equal(t, http.StatusServiceUnavailable, p.Status)
 	require.Positive(t, p.RetryAfter)
 
 	p = problemFor(fmt.Errorf("renew leases: %w", context.Canceled))

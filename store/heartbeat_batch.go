@@ -1,7 +1,6 @@
 package store
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -29,7 +28,7 @@ func (s *Store) RenewLeasesMany(ctx context.Context, ps []RenewParams) []RenewOu
 	for i := range order {
 		order[i] = i
 	}
-	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(ps[a].WorkerID.String(), ps[b].WorkerID.String()) })
+	slices.SortStableFunc(order, func(a, b int) int { return compareWorkers(ps[a].WorkerID, ps[b].WorkerID) })
 	capsChanged := make([]bool, len(ps))
 	queue := func(b *pgx.Batch) {
 		for _, i := range order {

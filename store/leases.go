@@ -1,7 +1,6 @@
 package store
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -152,7 +151,7 @@ func (s *Store) AcquireLeasesMany(ctx context.Context, ps []AcquireParams) []Acq
 		acqs[i] = &acquisition{p: p}
 	}
 	ordered := slices.Clone(acqs)
-	slices.SortStableFunc(ordered, func(a, b *acquisition) int { return cmp.Compare(a.p.WorkerID.String(), b.p.WorkerID.String()) })
+	slices.SortStableFunc(ordered, func(a, b *acquisition) int { return compareWorkers(a.p.WorkerID, b.p.WorkerID) })
 	queue := func(b *pgx.Batch) {
 		b.Queue(genericPlanSQL)
 		for _, a := range ordered {

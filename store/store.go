@@ -1,12 +1,14 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"strings"
 
 	sq "github.com/Masterminds/squirrel"
+	"github.com/google/uuid"
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -152,3 +154,8 @@ func (s *Store) inPipelinedTxOnce(ctx context.Context, name string, queue func(b
 	failpoint.Inject(afterCommit(name))
 	return nil
 }
+
+// compareWorkers orders worker ids for group transactions, which lock many
+// workers' rows: every group takes them in this one order, so two groups
+// never wait on each other in a cycle.
+func compareWorkers(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) }

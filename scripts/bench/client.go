@@ -149,27 +149,42 @@ func (w *benchWorker) warm(ctx context.Context) error {
 	return checkStatus(res, http.StatusOK)
 }
 
-// poll sends one POST /v1/leases with a prepared body and returns the leases
-// granted (possibly none).
-func (w *benchWorker) poll(ctx context.Context, body []byte) ([]lease, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.base+"/v1/leases", bytes.NewReader(body))
+// postJSON sends one POST of a JSON body with the given headers, requires
+// 200, and decodes the answer into out (when not nil).
+func (w *benchWorker) postJSON(ctx context.Context, path string, body []byte, header http.Header, out any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.base+path, bytes.NewReader(body))
 	if err != nil {
-		return nil, err
+		return err
+	}
+	for k, v := range header {
+		req.Header[k] = v
 	}
 	req.Header.Set("Content-Type", "application/json")
 	res, err := w.client.Do(req)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer drainClose(res)
 	if err := checkStatus(res, http.StatusOK); err != nil {
-		return nil, err
+		return err
 	}
+	if out == nil {
+		return nil
+	}
+	if err := json.NewDecoder(res.Body).Decode(out); err != nil {
+		return fmt.Errorf("decode %s answer: %w", path, err)
+	}
+	return nil
+}
+
+// poll sends one POST /v1/leases with a prepared body and returns the leases
+// granted (possibly none).
+func (w *benchWorker) poll(ctx context.Context, body []byte) ([]lease, error) {
 	var out struct {
 		Leases []lease `json:"leases"`
 	}
-	if err := json.NewDecoder(res.Body).Decode(&out); err != nil {
-		return nil, fmt.Errorf("decode lease response: %w", err)
+	if err := w.postJSON(ctx, "/v1/leases", body, nil, &out); err != nil {
+		return nil, err
 	}
 	return out.Leases, nil
 }
@@ -178,18 +193,7 @@ var completeBody = []byte(`{"outcome":"succeeded"}`)
 
 // complete finishes an attempt with outcome succeeded.
 func (w *benchWorker) complete(ctx context.Context, l lease) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.base+"/v1/attempts/"+l.AttemptID+"/complete", bytes.NewReader(completeBody))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Lease-Token", l.LeaseToken)
-	res, err := w.client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer drainClose(res)
-	return checkStatus(res, http.StatusOK)
+	return w.postJSON(ctx, "/v1/attempts/"+l.AttemptID+"/complete", completeBody, http.Header{"Lease-Token": {l.LeaseToken}}, nil)
 }
 
 // completeDetached completes an attempt even when ctx has ended (within
@@ -220,26 +224,13 @@ func (w *benchWorker) completeManyDetached(ctx context.Context, leases []lease) 
 	if err != nil {
 		return nil, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.base+"/v1/attempts/complete", bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	res, err := w.client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer drainClose(res)
-	if err := checkStatus(res, http.StatusOK); err != nil {
-		return nil, err
-	}
 	var out struct {
 		Completions []struct {
 			Status int `json:"status"`
 		} `json:"completions"`
 	}
-	if err := json.NewDecoder(res.Body).Decode(&out); err != nil {
-		return nil, fmt.Errorf("decode completions: %w", err)
+	if err := w.postJSON(ctx, "/v1/attempts/complete", body, nil, &out); err != nil {
+		return nil, err
 	}
 	if len(out.Completions) != len(leases) {
 		return nil, fmt.Errorf("%d answers for %d completions", len(out.Completions), len(leases))
