@@ -161,6 +161,7 @@ func toWorker(w store.Worker) api.Worker {
 		Online:                 w.Online,
 		ActiveAttempts:         w.ActiveAttempts,
 		OrganizationIds:        orgs,
+		OwnerOrganizationId:    w.OwnerOrganizationID,
 		CreatedAt:              w.CreatedAt,
 	}
 }

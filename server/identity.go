@@ -155,7 +155,8 @@ func issuedFingerprint(c api.IssuedCertificate) string {
 
 // RevokeWorker revokes a worker for good.
 func (h *handlers) RevokeWorker(ctx context.Context, req api.RevokeWorkerRequestObject) (api.RevokeWorkerResponseObject, error) {
-	if err := requireGlobalAdmin(ctx); err != nil {
+	scope, err := h.requireWorkerManager(ctx, req.WorkerId)
+	if err != nil {
 		return nil, err
 	}
 	w, err := h.store.RevokeWorker(ctx, req.WorkerId, req.Body.Reason, h.onlineWindow())
@@ -166,20 +167,24 @@ func (h *handlers) RevokeWorker(ctx context.Context, req api.RevokeWorkerRequest
 	// other replicas hear the NOTIFY.
 	h.identities.forgetWorker(req.WorkerId)
 	h.hub.WakeWorker(req.WorkerId)
-	h.audit(ctx, "worker.revoke", "worker", req.WorkerId.String(), nil, map[string]any{"reason": req.Body.Reason})
+	h.audit(ctx, "worker.revoke", "worker", req.WorkerId.String(), scope.Organization, map[string]any{"reason": req.Body.Reason})
+	if w, err = h.workerAsSeenBy(ctx, scope, w); err != nil {
+		return nil, err
+	}
 	return api.RevokeWorker200JSONResponse(toWorker(w)), nil
 }
 
 // CreateEnrollmentToken issues a new one-time enrollment token.
 func (h *handlers) CreateEnrollmentToken(ctx context.Context, req api.CreateEnrollmentTokenRequestObject) (api.CreateEnrollmentTokenResponseObject, error) {
-	if err := requireGlobalAdmin(ctx); err != nil {
+	scope, err := h.requireWorkerManager(ctx, req.WorkerId)
+	if err != nil {
 		return nil, err
 	}
 	token, expires, err := h.store.CreateEnrollmentToken(ctx, req.WorkerId, h.cfg.Identity.EnrollmentTokenTTL)
 	if err != nil {
 		return nil, err
 	}
-	h.audit(ctx, "worker.enrollment_token", "worker", req.WorkerId.String(), nil, nil)
+	h.audit(ctx, "worker.enrollment_token", "worker", req.WorkerId.String(), scope.Organization, nil)
 	return api.CreateEnrollmentToken201JSONResponse{EnrollmentToken: token, ExpiresAt: expires,
 		ExpiresInSeconds: h.cfg.Identity.EnrollmentTokenTTL.Seconds()}, nil
 }

@@ -84,6 +84,8 @@ func problemFor(err error) *Problem {
 		return newProblem(http.StatusForbidden, "worker-revoked", "this worker has been revoked")
 	case errors.Is(err, store.ErrWorkerDisabled):
 		return newProblem(http.StatusForbidden, "worker-disabled", "this worker is disabled")
+	case errors.Is(err, store.ErrForbidden):
+		return newProblem(http.StatusForbidden, "forbidden", err.Error())
 	case errors.Is(err, store.ErrConflict):
 		// The store's conflict messages name no other tenant's data.
 		return withCause(newProblem(http.StatusConflict, "conflict", err.Error()), err)

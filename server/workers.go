@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/google/uuid"
 	"github.com/worker-gateway/gateway/internal/failpoint"
 	"github.com/worker-gateway/gateway/server/api"
 	"github.com/worker-gateway/gateway/server/pki"
@@ -11,8 +12,10 @@ import (
 )
 
 // CreateWorker creates a worker identity, optionally with its certificate.
+// An organization-scoped admin creates workers its organization owns.
 func (h *handlers) CreateWorker(ctx context.Context, req api.CreateWorkerRequestObject) (api.CreateWorkerResponseObject, error) {
-	if err := requireGlobalAdmin(ctx); err != nil {
+	scope, err := requireScope(ctx, scopeAdmin)
+	if err != nil {
 		return nil, err
 	}
 	b := req.Body
@@ -20,11 +23,12 @@ func (h *handlers) CreateWorker(ctx context.Context, req api.CreateWorkerRequest
 	if err != nil {
 		return nil, err
 	}
-	p := store.CreateWorkerParams{Name: b.Name, WorkerType: string(b.WorkerType), CertificateFingerprint: fingerprint, CertificateSubject: subject}
+	p := store.CreateWorkerParams{Name: b.Name, WorkerType: string(b.WorkerType), CertificateFingerprint: fingerprint,
+		CertificateSubject: subject, OwnerOrganizationID: b.OrganizationId}
 	if b.MaxConcurrentTasks != nil {
 		p.MaxConcurrentTasks = *b.MaxConcurrentTasks
 	}
-	w, err := h.store.CreateWorker(ctx, p, h.onlineWindow())
+	w, err := h.store.CreateWorker(ctx, scope, p, h.onlineWindow())
 	if err != nil {
 		return nil, err
 	}
@@ -32,14 +36,16 @@ func (h *handlers) CreateWorker(ctx context.Context, req api.CreateWorkerRequest
 	if err != nil {
 		return nil, err
 	}
-	h.audit(ctx, "worker.create", "worker", w.ID.String(), nil, map[string]any{"name": w.Name, "certificate_fingerprint": w.CertificateFingerprint})
+	h.audit(ctx, "worker.create", "worker", w.ID.String(), w.OwnerOrganizationID,
+		map[string]any{"name": w.Name, "certificate_fingerprint": w.CertificateFingerprint})
 	out := toWorker(w)
 	return api.CreateWorker201JSONResponse{
 		Id: out.Id, Name: out.Name, WorkerType: out.WorkerType, Enabled: out.Enabled, Revoked: out.Revoked,
 		RevokedAt: out.RevokedAt, RevocationReason: out.RevocationReason, CertificateFingerprint: out.CertificateFingerprint,
 		CertificateSubject: out.CertificateSubject, SoftwareVersion: out.SoftwareVersion, ProtocolVersion: out.ProtocolVersion,
 		Capabilities: out.Capabilities, MaxConcurrentTasks: out.MaxConcurrentTasks, LastSeenAt: out.LastSeenAt, Online: out.Online,
-		ActiveAttempts: out.ActiveAttempts, OrganizationIds: out.OrganizationIds, CreatedAt: out.CreatedAt,
+		ActiveAttempts: out.ActiveAttempts, OrganizationIds: out.OrganizationIds, OwnerOrganizationId: out.OwnerOrganizationId,
+		CreatedAt: out.CreatedAt,
 		EnrollmentToken: token, EnrollmentTokenExpiresAt: expires,
 	}, nil
 }
@@ -97,7 +103,8 @@ func (h *handlers) GetWorker(ctx context.Context, req api.GetWorkerRequestObject
 
 // UpdateWorker renames, enables/disables or resizes a worker.
 func (h *handlers) UpdateWorker(ctx context.Context, req api.UpdateWorkerRequestObject) (api.UpdateWorkerResponseObject, error) {
-	if err := requireGlobalAdmin(ctx); err != nil {
+	scope, err := h.requireWorkerManager(ctx, req.WorkerId)
+	if err != nil {
 		return nil, err
 	}
 	p := store.UpdateWorkerParams{
@@ -111,13 +118,17 @@ func (h *handlers) UpdateWorker(ctx context.Context, req api.UpdateWorkerRequest
 		return nil, err
 	}
 	h.identities.forgetWorker(req.WorkerId) // other replicas hear the NOTIFY
-	h.audit(ctx, "worker.update", "worker", w.ID.String(), nil, map[string]any{"enabled": p.Enabled, "max_concurrent_tasks": p.MaxConcurrentTasks, "name": p.Name, "cancel_active": p.CancelActive})
+	h.audit(ctx, "worker.update", "worker", w.ID.String(), scope.Organization, map[string]any{"enabled": p.Enabled, "max_concurrent_tasks": p.MaxConcurrentTasks, "name": p.Name, "cancel_active": p.CancelActive})
+	if w, err = h.workerAsSeenBy(ctx, scope, w); err != nil {
+		return nil, err
+	}
 	return api.UpdateWorker200JSONResponse(toWorker(w)), nil
 }
 
 // RegisterWorkerCertificate binds a (bring-your-own) certificate.
 func (h *handlers) RegisterWorkerCertificate(ctx context.Context, req api.RegisterWorkerCertificateRequestObject) (api.RegisterWorkerCertificateResponseObject, error) {
-	if err := requireGlobalAdmin(ctx); err != nil {
+	scope, err := h.requireWorkerManager(ctx, req.WorkerId)
+	if err != nil {
 		return nil, err
 	}
 	fingerprint, subject, err := certificateIdentity(req.Body.CertificatePem, req.Body.CertificateFingerprint, true)
@@ -129,7 +140,10 @@ func (h *handlers) RegisterWorkerCertificate(ctx context.Context, req api.Regist
 		return nil, err
 	}
 	h.identities.forgetWorker(req.WorkerId) // other replicas hear the NOTIFY
-	h.audit(ctx, "worker.register_certificate", "worker", w.ID.String(), nil, map[string]any{"certificate_fingerprint": fingerprint})
+	h.audit(ctx, "worker.register_certificate", "worker", w.ID.String(), scope.Organization, map[string]any{"certificate_fingerprint": fingerprint})
+	if w, err = h.workerAsSeenBy(ctx, scope, w); err != nil {
+		return nil, err
+	}
 	return api.RegisterWorkerCertificate200JSONResponse(toWorker(w)), nil
 }
 
@@ -166,4 +180,70 @@ func (h *handlers) UnassignWorker(ctx context.Context, req api.UnassignWorkerReq
 	h.audit(ctx, "assignment.revoke", "worker", req.WorkerId.String(), &req.OrganizationId,
 		map[string]any{"reason": reason, "cancel_active": cancelActive, "cancelled_attempts": a.CancelledAttempts})
 	return api.UnassignWorker200JSONResponse(toAssignment(a)), nil
+}
+
+// requireWorkerManager authorizes a change to a worker itself: an admin
+// token, of the organization that owns the worker when it is
+// organization-scoped. It returns the caller's scope.
+func (h *handlers) requireWorkerManager(ctx context.Context, worker uuid.UUID) (store.Scope, error) {
+	scope, err := requireScope(ctx, scopeAdmin)
+	if err != nil {
+		return store.Scope{}, err
+	}
+	return scope, h.store.AuthorizeWorkerManagement(ctx, scope, worker)
+}
+
+// workerAsSeenBy re-reads a worker changed by an organization-scoped caller
+// as that caller may see it (its own assignment and attempts only).
+func (h *handlers) workerAsSeenBy(ctx context.Context, scope store.Scope, w store.Worker) (store.Worker, error) {
+	if scope.Organization == nil {
+		return w, nil
+	}
+	return h.store.GetWorker(ctx, scope, w.ID, h.onlineWindow())
+}
+
+// GrantWorker lets another organization assign a worker.
+func (h *handlers) GrantWorker(ctx context.Context, req api.GrantWorkerRequestObject) (api.GrantWorkerResponseObject, error) {
+	scope, err := requireScope(ctx, scopeAdmin)
+	if err != nil {
+		return nil, err
+	}
+	g, err := h.store.GrantWorker(ctx, scope, req.WorkerId, req.OrganizationId)
+	if err != nil {
+		return nil, err
+	}
+	h.audit(ctx, "worker.grant", "worker", req.WorkerId.String(), scope.Organization, map[string]any{"grantee": req.OrganizationId})
+	return api.GrantWorker200JSONResponse(toWorkerGrant(g)), nil
+}
+
+// RevokeWorkerGrant withdraws a grant and the grantee's assignment.
+func (h *handlers) RevokeWorkerGrant(ctx context.Context, req api.RevokeWorkerGrantRequestObject) (api.RevokeWorkerGrantResponseObject, error) {
+	scope, err := requireScope(ctx, scopeAdmin)
+	if err != nil {
+		return nil, err
+	}
+	cancelActive := req.Params.Active == nil || *req.Params.Active == api.RevokeWorkerGrantParamsActiveCancel
+	if err := h.store.RevokeWorkerGrant(ctx, scope, req.WorkerId, req.OrganizationId, cancelActive); err != nil {
+		return nil, err
+	}
+	h.audit(ctx, "worker.grant_revoke", "worker", req.WorkerId.String(), scope.Organization,
+		map[string]any{"grantee": req.OrganizationId, "cancel_active": cancelActive})
+	return api.RevokeWorkerGrant204Response{}, nil
+}
+
+// ListWorkerGrants lists the organizations a worker's owner lets assign it.
+func (h *handlers) ListWorkerGrants(ctx context.Context, req api.ListWorkerGrantsRequestObject) (api.ListWorkerGrantsResponseObject, error) {
+	scope, err := requireScope(ctx, scopeAdmin)
+	if err != nil {
+		return nil, err
+	}
+	grants, err := h.store.WorkerGrants(ctx, scope, req.WorkerId)
+	if err != nil {
+		return nil, err
+	}
+	return api.ListWorkerGrants200JSONResponse{Items: mapSlice(grants, toWorkerGrant)}, nil
+}
+
+func toWorkerGrant(g store.WorkerGrant) api.WorkerGrant {
+	return api.WorkerGrant{WorkerId: g.WorkerID, OrganizationId: g.OrganizationID, GrantedAt: g.GrantedAt}
 }

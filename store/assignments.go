@@ -29,24 +29,39 @@ func scanAssignment(row pgx.Row) (Assignment, error) {
 	return a, err
 }
 
-// AssignWorker lets a worker serve an organization (re-enabling a revoked
-// assignment). Idempotent.
+// AssignWorker lets a worker serve an organization (re-enabling a removed
+// assignment). Idempotent. An unscoped caller may assign any worker; an
+// organization's caller only to its own organization, and only a worker it
+// owns, was granted by its owner, or already has — and never restore an
+// assignment an unscoped admin removed (ErrForbidden). A worker the caller
+// cannot see is ErrNotFound, exactly as one that does not exist.
 func (s *Store) AssignWorker(ctx context.Context, scope Scope, org, worker uuid.UUID) (Assignment, error) {
 	if !scope.Allows(org) {
 		return Assignment{}, ErrNotFound
 	}
 	var a Assignment
 	err := s.inTx(ctx, "assign worker", func(tx pgx.Tx) error {
+		// $3 is the caller's scope. The grant is read FOR SHARE so that its
+		// revocation waits for this assignment and then removes it.
 		var err error
 		a, err = scanAssignment(tx.QueryRow(ctx, `
-			INSERT INTO organization_workers (organization_id, worker_id) VALUES ($1, $2)
+			INSERT INTO organization_workers (organization_id, worker_id)
+			SELECT $1, $2 WHERE $3::uuid IS NULL
+				OR EXISTS (SELECT 1 FROM workers w WHERE w.id = $2 AND w.owner_organization_id = $1)
+				OR EXISTS (SELECT 1 FROM worker_grants g WHERE g.worker_id = $2 AND g.organization_id = $1 FOR SHARE)
+				OR EXISTS (SELECT 1 FROM organization_workers ow
+					WHERE ow.worker_id = $2 AND ow.organization_id = $1 AND ow.revoked_at IS NULL)
 			ON CONFLICT (organization_id, worker_id) DO UPDATE SET
-				enabled = true, revoked_at = NULL, revoked_by = NULL, revocation_reason = '',
+				enabled = true, revoked_at = NULL, revoked_by = NULL, revocation_reason = '', removed_by_platform = false,
 				assigned_at = CASE WHEN organization_workers.revoked_at IS NULL THEN organization_workers.assigned_at ELSE now() END,
 				updated_at = now()
-			RETURNING `+assignmentColumns, org, worker))
+			WHERE $3::uuid IS NULL OR NOT organization_workers.removed_by_platform
+			RETURNING `+assignmentColumns, org, worker, scope.Organization))
 		if isForeignKeyViolation(err) {
 			return ErrNotFound
+		}
+		if errors.Is(err, pgx.ErrNoRows) {
+			return assignRefusal(ctx, tx, scope, org, worker)
 		}
 		if err != nil {
 			return fmt.Errorf("assign: %w", err)
@@ -55,6 +70,23 @@ func (s *Store) AssignWorker(ctx context.Context, scope Scope, org, worker uuid.
 		return notify(ctx, tx, Wakeup{Kind: WakeWorker, Worker: worker})
 	})
 	return a, err
+}
+
+// assignRefusal explains why an organization's caller could not assign a
+// worker: ErrForbidden when it may see the worker but an unscoped admin
+// removed the assignment, ErrNotFound otherwise.
+func assignRefusal(ctx context.Context, tx pgx.Tx, scope Scope, org, worker uuid.UUID) error {
+	var locked bool
+	err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM organization_workers ow
+		WHERE ow.organization_id = $1 AND ow.worker_id = $2 AND ow.removed_by_platform) AND `+workerVisibleTo("$2", "$3"),
+		org, worker, scope.Organization).Scan(&locked)
+	if err != nil {
+		return fmt.Errorf("assign: %w", err)
+	}
+	if locked {
+		return fmt.Errorf("%w: an unscoped admin removed this assignment; only an unscoped admin may restore it", ErrForbidden)
+	}
+	return ErrNotFound
 }
 
 // UnassignWorker soft-revokes an assignment. New leases stop at once because
@@ -68,11 +100,13 @@ func (s *Store) UnassignWorker(ctx context.Context, scope Scope, org, worker uui
 	var a Assignment
 	err := s.inTx(ctx, "unassign worker", func(tx pgx.Tx) error {
 		var err error
+		// An unscoped admin's removal is final for organization admins.
 		a, err = scanAssignment(tx.QueryRow(ctx, `
 			UPDATE organization_workers SET
-				revoked_at = coalesce(revoked_at, now()), revocation_reason = $3, updated_at = now()
-			WHERE organization_id = $1 AND worker_id = $2
-			RETURNING `+assignmentColumns, org, worker, reason))
+				revoked_at = coalesce(revoked_at, now()), revocation_reason = $3, updated_at = now(),
+				removed_by_platform = removed_by_platform OR $4::uuid IS NULL
+			WHERE organization_id = $1 AND worker_id = $2 AND `+workerVisibleTo("$2", "$4")+`
+			RETURNING `+assignmentColumns, org, worker, reason, scope.Organization))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNotFound
 		}

@@ -23,13 +23,17 @@ var (
 	ErrIdempotencyInFlight  = errors.New("a request with this idempotency key is still being processed")
 	ErrSequenceUsed         = errors.New("sequence number already used by another batch of this attempt")
 	ErrScanFinished         = errors.New("scan already finished")
+	// ErrForbidden is an operation on something the caller may see but not
+	// change: a worker assigned to its organization but owned by another,
+	// or an assignment an unscoped admin removed.
+	ErrForbidden = errors.New("forbidden")
 )
 
 // domainErrors are the sentinels callers tell apart; wrapOp leaves them as
 // they are.
 var domainErrors = []error{ErrNotFound, ErrLeaseLost, ErrAttemptFinished, ErrTaskFinished, ErrTaskNotRetryable,
 	ErrIdempotencyKeyReused, ErrWorkerRevoked, ErrWorkerDisabled, ErrConflict, ErrInvalid,
-	ErrIdempotencyInFlight, ErrSequenceUsed, ErrScanFinished}
+	ErrIdempotencyInFlight, ErrSequenceUsed, ErrScanFinished, ErrForbidden}
 
 func isUniqueViolation(err error) bool {
 	var pgErr *pgconn.PgError

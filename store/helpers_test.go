@@ -67,7 +67,7 @@ func createWorker(t *testing.T, s *store.Store, pool *pgxpool.Pool, o workerOpts
 	if o.Type == "" {
 		o.Type = "scanner"
 	}
-	w, err := s.CreateWorker(t.Context(), store.CreateWorkerParams{
+	w, err := s.CreateWorker(t.Context(), store.Scope{}, store.CreateWorkerParams{
 		Name: uniqueName("worker"), WorkerType: o.Type, MaxConcurrentTasks: o.Capacity,
 	}, onlineWindow)
 	require.NoError(t, err)

@@ -29,32 +29,53 @@ type Worker struct {
 	Online                 bool
 	ActiveAttempts         int
 	OrganizationIDs        []uuid.UUID
-	CreatedAt              time.Time
+	// OwnerOrganizationID is the organization that owns the worker, shown
+	// only to that organization and to unscoped callers.
+	OwnerOrganizationID *uuid.UUID
+	CreatedAt           time.Time
+	// busyAttempts counts the worker's active attempts of every
+	// organization: capacity is shared, so eligibility is judged on it even
+	// where ActiveAttempts shows only the caller's.
+	busyAttempts int
 }
 
 // workerColumns reads a worker with its online state ($1 is the online
-// window in seconds), active attempts and live assignments.
+// window in seconds), active attempts and live assignments as the viewer ($2,
+// an organization scope or NULL for unscoped) may see them: a worker shared
+// by several organizations shows each only its own assignment, its own
+// active attempts and, unless it is the owner, no owner.
 const workerColumns = `w.id, w.name, w.worker_type, w.enabled, w.revoked_at, w.revocation_reason,
 	w.certificate_fingerprint, w.certificate_subject, w.software_version, w.protocol_version,
 	w.capabilities, w.max_concurrent_tasks, w.last_seen_at,
 	coalesce(w.last_seen_at > now() - make_interval(secs => $1::float8), false),
-	(SELECT count(*) FROM worker_task_attempts a WHERE a.worker_id = w.id AND a.status IN ('leased', 'running')),
+	(SELECT count(*) FROM worker_task_attempts a WHERE a.worker_id = w.id AND a.status IN ('leased', 'running')
+		AND ($2::uuid IS NULL OR a.organization_id = $2)),
 	array(SELECT ow.organization_id FROM organization_workers ow
-		WHERE ow.worker_id = w.id AND ow.enabled AND ow.revoked_at IS NULL ORDER BY ow.organization_id),
-	w.created_at`
+		WHERE ow.worker_id = w.id AND ow.enabled AND ow.revoked_at IS NULL
+			AND ($2::uuid IS NULL OR ow.organization_id = $2) ORDER BY ow.organization_id),
+	CASE WHEN $2::uuid IS NULL OR w.owner_organization_id = $2 THEN w.owner_organization_id END,
+	w.created_at,
+	(SELECT count(*) FROM worker_task_attempts a WHERE a.worker_id = w.id AND a.status IN ('leased', 'running'))`
+
+// workerFields are the scan targets of workerColumns, in order.
+func workerFields(w *Worker) []any {
+	return []any{&w.ID, &w.Name, &w.WorkerType, &w.Enabled, &w.RevokedAt, &w.RevocationReason,
+		&w.CertificateFingerprint, &w.CertificateSubject, &w.SoftwareVersion, &w.ProtocolVersion,
+		&w.Capabilities, &w.MaxConcurrentTasks, &w.LastSeenAt, &w.Online, &w.ActiveAttempts, &w.OrganizationIDs,
+		&w.OwnerOrganizationID, &w.CreatedAt, &w.busyAttempts}
+}
 
 func scanWorker(row pgx.Row) (Worker, error) {
 	var w Worker
-	err := row.Scan(&w.ID, &w.Name, &w.WorkerType, &w.Enabled, &w.RevokedAt, &w.RevocationReason,
-		&w.CertificateFingerprint, &w.CertificateSubject, &w.SoftwareVersion, &w.ProtocolVersion,
-		&w.Capabilities, &w.MaxConcurrentTasks, &w.LastSeenAt, &w.Online, &w.ActiveAttempts, &w.OrganizationIDs, &w.CreatedAt)
+	err := row.Scan(workerFields(&w)...)
 	return w, err
 }
 
-// scopeSeesWorker is the predicate for an organization-scoped caller: it
-// sees the workers assigned to its organization. $2 is the scope (or NULL).
-const scopeSeesWorker = `($2::uuid IS NULL OR EXISTS (SELECT 1 FROM organization_workers ow
-	WHERE ow.worker_id = w.id AND ow.organization_id = $2 AND ow.revoked_at IS NULL))`
+// scopeSeesWorker is the worker visibility rule (see "Isolation" in doc.go)
+// with the scope as $2: an unscoped caller sees every worker; an
+// organization's caller sees the workers it owns, those assigned to it and
+// those their owner granted it.
+var scopeSeesWorker = workerVisibleTo("w.id", "$2")
 
 // CreateWorkerParams describes a new worker.
 type CreateWorkerParams struct {
@@ -63,25 +84,49 @@ type CreateWorkerParams struct {
 	MaxConcurrentTasks     int
 	CertificateFingerprint string
 	CertificateSubject     string
+	// OwnerOrganizationID, when set, is the organization that owns the
+	// worker (and may assign it, grant it and manage it).
+	OwnerOrganizationID *uuid.UUID
 }
 
-// CreateWorker inserts a worker identity.
-func (s *Store) CreateWorker(ctx context.Context, p CreateWorkerParams, onlineWindow time.Duration) (Worker, error) {
+// CreateWorker inserts a worker identity. A worker with an owner is
+// assigned to its owner in the same transaction. An organization-scoped
+// caller creates workers owned by its own organization only.
+func (s *Store) CreateWorker(ctx context.Context, scope Scope, p CreateWorkerParams, onlineWindow time.Duration) (Worker, error) {
 	if p.MaxConcurrentTasks == 0 {
 		p.MaxConcurrentTasks = 1
 	}
-	var id uuid.UUID
-	err := s.pool.QueryRow(ctx, `
-		INSERT INTO workers (name, worker_type, max_concurrent_tasks, certificate_fingerprint, certificate_subject)
-		VALUES ($1, $2, $3, $4, $5) RETURNING id`,
-		p.Name, p.WorkerType, p.MaxConcurrentTasks, p.CertificateFingerprint, p.CertificateSubject).Scan(&id)
-	if isUniqueViolation(err) {
-		return Worker{}, fmt.Errorf("%w: certificate already registered to another worker", ErrConflict)
+	if scope.Organization != nil {
+		if p.OwnerOrganizationID != nil && *p.OwnerOrganizationID != *scope.Organization {
+			return Worker{}, ErrNotFound
+		}
+		p.OwnerOrganizationID = scope.Organization
 	}
-	if err != nil {
-		return Worker{}, fmt.Errorf("create worker: %w", err)
-	}
-	return s.GetWorker(ctx, Scope{}, id, onlineWindow)
+	var w Worker
+	err := s.inTx(ctx, "create worker", func(tx pgx.Tx) error {
+		var id uuid.UUID
+		err := tx.QueryRow(ctx, `
+			INSERT INTO workers (name, worker_type, max_concurrent_tasks, certificate_fingerprint, certificate_subject, owner_organization_id)
+			VALUES ($1, $2, $3, $4, $5, $6) RETURNING id`,
+			p.Name, p.WorkerType, p.MaxConcurrentTasks, p.CertificateFingerprint, p.CertificateSubject, p.OwnerOrganizationID).Scan(&id)
+		switch {
+		case isUniqueViolation(err):
+			return fmt.Errorf("%w: certificate already registered to another worker", ErrConflict)
+		case isForeignKeyViolation(err):
+			return fmt.Errorf("%w: organization", ErrNotFound)
+		case err != nil:
+			return fmt.Errorf("create worker: %w", err)
+		}
+		if p.OwnerOrganizationID != nil {
+			if _, err := tx.Exec(ctx, `INSERT INTO organization_workers (organization_id, worker_id) VALUES ($1, $2)`,
+				*p.OwnerOrganizationID, id); err != nil {
+				return fmt.Errorf("assign to owner: %w", err)
+			}
+		}
+		w, err = getWorker(ctx, tx, scope, id, onlineWindow)
+		return err
+	})
+	return w, err
 }
 
 // GetWorker returns a worker the scope may see.
@@ -346,18 +391,15 @@ func (s *Store) OrganizationWorkers(ctx context.Context, scope Scope, org uuid.U
 	}
 	rows, err := s.pool.Query(ctx, `SELECT `+workerColumns+`, ow.enabled
 		FROM organization_workers ow JOIN workers w ON w.id = ow.worker_id
-		WHERE ow.organization_id = $2 AND ow.revoked_at IS NULL
-		ORDER BY w.name, w.id`, onlineWindow.Seconds(), org)
+		WHERE ow.organization_id = $3 AND ow.revoked_at IS NULL
+		ORDER BY w.name, w.id`, onlineWindow.Seconds(), scope.Organization, org)
 	if err != nil {
 		return nil, fmt.Errorf("organization workers: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (WorkerEligibility, error) {
 		var e WorkerEligibility
 		w := &e.Worker
-		err := r.Scan(&w.ID, &w.Name, &w.WorkerType, &w.Enabled, &w.RevokedAt, &w.RevocationReason,
-			&w.CertificateFingerprint, &w.CertificateSubject, &w.SoftwareVersion, &w.ProtocolVersion,
-			&w.Capabilities, &w.MaxConcurrentTasks, &w.LastSeenAt, &w.Online, &w.ActiveAttempts, &w.OrganizationIDs, &w.CreatedAt,
-			&e.AssignmentEnabled)
+		err := r.Scan(append(workerFields(w), &e.AssignmentEnabled)...)
 		switch {
 		case w.RevokedAt != nil:
 			e.Reason = "revoked"
@@ -367,7 +409,7 @@ func (s *Store) OrganizationWorkers(ctx context.Context, scope Scope, org uuid.U
 			e.Reason = "assignment_disabled"
 		case !w.Online:
 			e.Reason = "offline"
-		case w.ActiveAttempts >= w.MaxConcurrentTasks:
+		case w.busyAttempts >= w.MaxConcurrentTasks:
 			e.Reason = "at_capacity"
 		default:
 			e.Reason, e.Eligible = "eligible", true

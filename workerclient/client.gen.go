@@ -447,6 +447,24 @@ func (e UpdateWorkerParamsActive) Valid() bool {
 	}
 }
 
+// Defines values for RevokeWorkerGrantParamsActive.
+const (
+	RevokeWorkerGrantParamsActiveCancel RevokeWorkerGrantParamsActive = "cancel"
+	RevokeWorkerGrantParamsActiveDrain  RevokeWorkerGrantParamsActive = "drain"
+)
+
+// Valid indicates whether the value is a known member of the RevokeWorkerGrantParamsActive enum.
+func (e RevokeWorkerGrantParamsActive) Valid() bool {
+	switch e {
+	case RevokeWorkerGrantParamsActiveCancel:
+		return true
+	case RevokeWorkerGrantParamsActiveDrain:
+		return true
+	default:
+		return false
+	}
+}
+
 // ApiToken defines model for ApiToken.
 type ApiToken struct {
 	CreatedAt      time.Time           `json:"created_at"`
@@ -665,11 +683,15 @@ type CreateTaskRequest struct {
 
 // CreateWorkerRequest defines model for CreateWorkerRequest.
 type CreateWorkerRequest struct {
-	CertificateFingerprint *string    `json:"certificate_fingerprint,omitempty"`
-	CertificatePem         *string    `json:"certificate_pem,omitempty"`
-	MaxConcurrentTasks     *int       `json:"max_concurrent_tasks,omitempty"`
-	Name                   string     `json:"name"`
-	WorkerType             WorkerType `json:"worker_type"`
+	CertificateFingerprint *string `json:"certificate_fingerprint,omitempty"`
+	CertificatePem         *string `json:"certificate_pem,omitempty"`
+	MaxConcurrentTasks     *int    `json:"max_concurrent_tasks,omitempty"`
+	Name                   string  `json:"name"`
+
+	// OrganizationId The organization that owns the worker (it is assigned to it at once). An
+	// organization-scoped admin may name only its own organization, the default for it.
+	OrganizationId *openapi_types.UUID `json:"organization_id,omitempty"`
+	WorkerType     WorkerType          `json:"worker_type"`
 }
 
 // CreatedApiToken defines model for CreatedApiToken.
@@ -682,6 +704,7 @@ type CreatedApiToken struct {
 
 // CreatedWorker defines model for CreatedWorker.
 type CreatedWorker struct {
+	// ActiveAttempts Active attempts; an organization-scoped caller counts only its own organization's.
 	ActiveAttempts int `json:"active_attempts"`
 
 	// Capabilities A JSON object; a task's `required_capabilities` must be contained in it (`@>`).
@@ -702,14 +725,19 @@ type CreatedWorker struct {
 	// Online Seen within three heartbeat intervals.
 	Online bool `json:"online"`
 
-	// OrganizationIds Organizations the worker is assigned to (enabled, not revoked).
-	OrganizationIds  []openapi_types.UUID `json:"organization_ids"`
-	ProtocolVersion  *string              `json:"protocol_version,omitempty"`
-	RevocationReason *string              `json:"revocation_reason,omitempty"`
-	Revoked          bool                 `json:"revoked"`
-	RevokedAt        *time.Time           `json:"revoked_at,omitempty"`
-	SoftwareVersion  *string              `json:"software_version,omitempty"`
-	WorkerType       WorkerType           `json:"worker_type"`
+	// OrganizationIds Organizations the worker is assigned to (enabled, not revoked); an
+	// organization-scoped caller sees only its own.
+	OrganizationIds []openapi_types.UUID `json:"organization_ids"`
+
+	// OwnerOrganizationId The organization that owns the worker; absent for platform workers, and shown only to
+	// the owner and to unscoped callers.
+	OwnerOrganizationId *openapi_types.UUID `json:"owner_organization_id,omitempty"`
+	ProtocolVersion     *string             `json:"protocol_version,omitempty"`
+	RevocationReason    *string             `json:"revocation_reason,omitempty"`
+	Revoked             bool                `json:"revoked"`
+	RevokedAt           *time.Time          `json:"revoked_at,omitempty"`
+	SoftwareVersion     *string             `json:"software_version,omitempty"`
+	WorkerType          WorkerType          `json:"worker_type"`
 }
 
 // EnrollRequest defines model for EnrollRequest.
@@ -1178,6 +1206,7 @@ type UploadSessionMethod string
 
 // Worker defines model for Worker.
 type Worker struct {
+	// ActiveAttempts Active attempts; an organization-scoped caller counts only its own organization's.
 	ActiveAttempts int `json:"active_attempts"`
 
 	// Capabilities A JSON object; a task's `required_capabilities` must be contained in it (`@>`).
@@ -1194,14 +1223,31 @@ type Worker struct {
 	// Online Seen within three heartbeat intervals.
 	Online bool `json:"online"`
 
-	// OrganizationIds Organizations the worker is assigned to (enabled, not revoked).
-	OrganizationIds  []openapi_types.UUID `json:"organization_ids"`
-	ProtocolVersion  *string              `json:"protocol_version,omitempty"`
-	RevocationReason *string              `json:"revocation_reason,omitempty"`
-	Revoked          bool                 `json:"revoked"`
-	RevokedAt        *time.Time           `json:"revoked_at,omitempty"`
-	SoftwareVersion  *string              `json:"software_version,omitempty"`
-	WorkerType       WorkerType           `json:"worker_type"`
+	// OrganizationIds Organizations the worker is assigned to (enabled, not revoked); an
+	// organization-scoped caller sees only its own.
+	OrganizationIds []openapi_types.UUID `json:"organization_ids"`
+
+	// OwnerOrganizationId The organization that owns the worker; absent for platform workers, and shown only to
+	// the owner and to unscoped callers.
+	OwnerOrganizationId *openapi_types.UUID `json:"owner_organization_id,omitempty"`
+	ProtocolVersion     *string             `json:"protocol_version,omitempty"`
+	RevocationReason    *string             `json:"revocation_reason,omitempty"`
+	Revoked             bool                `json:"revoked"`
+	RevokedAt           *time.Time          `json:"revoked_at,omitempty"`
+	SoftwareVersion     *string             `json:"software_version,omitempty"`
+	WorkerType          WorkerType          `json:"worker_type"`
+}
+
+// WorkerGrant defines model for WorkerGrant.
+type WorkerGrant struct {
+	GrantedAt      time.Time          `json:"granted_at"`
+	OrganizationId openapi_types.UUID `json:"organization_id"`
+	WorkerId       openapi_types.UUID `json:"worker_id"`
+}
+
+// WorkerGrantList defines model for WorkerGrantList.
+type WorkerGrantList struct {
+	Items []WorkerGrant `json:"items"`
 }
 
 // WorkerHeartbeatRequest defines model for WorkerHeartbeatRequest.
@@ -1416,6 +1462,15 @@ type UpdateWorkerParams struct {
 
 // UpdateWorkerParamsActive defines parameters for UpdateWorker.
 type UpdateWorkerParamsActive string
+
+// RevokeWorkerGrantParams defines parameters for RevokeWorkerGrant.
+type RevokeWorkerGrantParams struct {
+	// Active What happens to the worker's active attempts for this organization.
+	Active *RevokeWorkerGrantParamsActive `form:"active,omitempty" json:"active,omitempty"`
+}
+
+// RevokeWorkerGrantParamsActive defines parameters for RevokeWorkerGrant.
+type RevokeWorkerGrantParamsActive string
 
 // CreateApiTokenJSONRequestBody defines body for CreateApiToken for application/json ContentType.
 type CreateApiTokenJSONRequestBody = CreateApiTokenRequest
@@ -1945,6 +2000,13 @@ type ClientInterface interface {
 	// The worker may lease the organization's tasks from now on. Re-assigning a previously
 	// unassigned pair re-enables it. Idempotent.
 	//
+	// An unscoped admin may assign any worker to any organization. An organization-scoped admin
+	// may assign to its own organization only, and only a worker its organization owns, was
+	// granted by the worker's owner (`PUT /v1/workers/{worker_id}/grants/{organization_id}`), or
+	// already has. A worker the caller may not see answers 404, exactly as one that does not
+	// exist. An assignment an unscoped admin removed can be restored only by an unscoped admin
+	// (403 `forbidden`).
+	//
 	// Corresponds with PUT /v1/organizations/{organization_id}/workers/{worker_id} (the `AssignWorker` operationId).
 	AssignWorker(ctx context.Context, organizationId OrganizationID, workerId WorkerID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
@@ -2101,7 +2163,9 @@ type ClientInterface interface {
 	// ListWorkers List workers
 	//
 	// With online state (seen within three heartbeat intervals), active attempts and
-	// assignments. An organization-scoped token sees the workers assigned to its organization.
+	// assignments. An organization-scoped token sees the workers its organization owns, is
+	// assigned or was granted, and of each only its own organization's assignment and active
+	// attempts.
 	//
 	// Corresponds with GET /v1/workers (the `ListWorkers` operationId).
 	ListWorkers(ctx context.Context, params *ListWorkersParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2112,6 +2176,11 @@ type ClientInterface interface {
 	// (`POST /v1/enroll`) and gets a certificate from the gateway's CA. Or bring your own PKI:
 	// register its client certificate now (`certificate_pem` or `certificate_fingerprint`) or
 	// later with `POST /v1/workers/{worker_id}/certificate`.
+	//
+	// An organization-scoped admin creates workers owned by its organization (and assigned to
+	// it); an unscoped admin creates platform workers, or workers owned by `organization_id`.
+	// The owner (or an unscoped admin) manages the worker and decides, by grants, which other
+	// organizations may assign it.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2124,6 +2193,11 @@ type ClientInterface interface {
 	// (`POST /v1/enroll`) and gets a certificate from the gateway's CA. Or bring your own PKI:
 	// register its client certificate now (`certificate_pem` or `certificate_fingerprint`) or
 	// later with `POST /v1/workers/{worker_id}/certificate`.
+	//
+	// An organization-scoped admin creates workers owned by its organization (and assigned to
+	// it); an unscoped admin creates platform workers, or workers owned by `organization_id`.
+	// The owner (or an unscoped admin) manages the worker and decides, by grants, which other
+	// organizations may assign it.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2187,6 +2261,31 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/workers/{worker_id}/enrollment-token (the `CreateEnrollmentToken` operationId).
 	CreateEnrollmentToken(ctx context.Context, workerId WorkerID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListWorkerGrants List the organizations a worker's owner lets assign it
+	//
+	// For the worker's owner organization's admin, or an unscoped admin.
+	//
+	// Corresponds with GET /v1/workers/{worker_id}/grants (the `ListWorkerGrants` operationId).
+	ListWorkerGrants(ctx context.Context, workerId WorkerID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RevokeWorkerGrant Withdraw a grant
+	//
+	// The grantee can no longer see or assign the worker, and its assignment of the worker is
+	// removed in the same transaction; `active` decides what happens to the grantee's active
+	// attempts on it (cancel by default).
+	//
+	// Corresponds with DELETE /v1/workers/{worker_id}/grants/{organization_id} (the `RevokeWorkerGrant` operationId).
+	RevokeWorkerGrant(ctx context.Context, workerId WorkerID, organizationId OrganizationID, params *RevokeWorkerGrantParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GrantWorker Let another organization assign a worker
+	//
+	// The owner organization's admin (or an unscoped admin) lets `organization_id` see this
+	// worker and assign it to itself. The grant alone leases nothing: the grantee's admin still
+	// assigns the worker, so both organizations consent. Idempotent.
+	//
+	// Corresponds with PUT /v1/workers/{worker_id}/grants/{organization_id} (the `GrantWorker` operationId).
+	GrantWorker(ctx context.Context, workerId WorkerID, organizationId OrganizationID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// RevokeWorkerWithBody Revoke a worker
 	//
@@ -2986,6 +3085,13 @@ func (c *Client) UnassignWorker(ctx context.Context, organizationId Organization
 // The worker may lease the organization's tasks from now on. Re-assigning a previously
 // unassigned pair re-enables it. Idempotent.
 //
+// An unscoped admin may assign any worker to any organization. An organization-scoped admin
+// may assign to its own organization only, and only a worker its organization owns, was
+// granted by the worker's owner (`PUT /v1/workers/{worker_id}/grants/{organization_id}`), or
+// already has. A worker the caller may not see answers 404, exactly as one that does not
+// exist. An assignment an unscoped admin removed can be restored only by an unscoped admin
+// (403 `forbidden`).
+//
 // Corresponds with PUT /v1/organizations/{organization_id}/workers/{worker_id} (the `AssignWorker` operationId).
 func (c *Client) AssignWorker(ctx context.Context, organizationId OrganizationID, workerId WorkerID, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewAssignWorkerRequest(c.Server, organizationId, workerId)
@@ -3312,7 +3418,9 @@ func (c *Client) CommitArtifactUpload(ctx context.Context, uploadId UploadID, re
 // ListWorkers List workers
 //
 // With online state (seen within three heartbeat intervals), active attempts and
-// assignments. An organization-scoped token sees the workers assigned to its organization.
+// assignments. An organization-scoped token sees the workers its organization owns, is
+// assigned or was granted, and of each only its own organization's assignment and active
+// attempts.
 //
 // Corresponds with GET /v1/workers (the `ListWorkers` operationId).
 func (c *Client) ListWorkers(ctx context.Context, params *ListWorkersParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3333,6 +3441,11 @@ func (c *Client) ListWorkers(ctx context.Context, params *ListWorkersParams, req
 // (`POST /v1/enroll`) and gets a certificate from the gateway's CA. Or bring your own PKI:
 // register its client certificate now (`certificate_pem` or `certificate_fingerprint`) or
 // later with `POST /v1/workers/{worker_id}/certificate`.
+//
+// An organization-scoped admin creates workers owned by its organization (and assigned to
+// it); an unscoped admin creates platform workers, or workers owned by `organization_id`.
+// The owner (or an unscoped admin) manages the worker and decides, by grants, which other
+// organizations may assign it.
 //
 // Takes any type of body and a specified content type.
 //
@@ -3355,6 +3468,11 @@ func (c *Client) CreateWorkerWithBody(ctx context.Context, contentType string, b
 // (`POST /v1/enroll`) and gets a certificate from the gateway's CA. Or bring your own PKI:
 // register its client certificate now (`certificate_pem` or `certificate_fingerprint`) or
 // later with `POST /v1/workers/{worker_id}/certificate`.
+//
+// An organization-scoped admin creates workers owned by its organization (and assigned to
+// it); an unscoped admin creates platform workers, or workers owned by `organization_id`.
+// The owner (or an unscoped admin) manages the worker and decides, by grants, which other
+// organizations may assign it.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3479,6 +3597,61 @@ func (c *Client) RegisterWorkerCertificate(ctx context.Context, workerId WorkerI
 // Corresponds with POST /v1/workers/{worker_id}/enrollment-token (the `CreateEnrollmentToken` operationId).
 func (c *Client) CreateEnrollmentToken(ctx context.Context, workerId WorkerID, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewCreateEnrollmentTokenRequest(c.Server, workerId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListWorkerGrants List the organizations a worker's owner lets assign it
+//
+// For the worker's owner organization's admin, or an unscoped admin.
+//
+// Corresponds with GET /v1/workers/{worker_id}/grants (the `ListWorkerGrants` operationId).
+func (c *Client) ListWorkerGrants(ctx context.Context, workerId WorkerID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListWorkerGrantsRequest(c.Server, workerId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RevokeWorkerGrant Withdraw a grant
+//
+// The grantee can no longer see or assign the worker, and its assignment of the worker is
+// removed in the same transaction; `active` decides what happens to the grantee's active
+// attempts on it (cancel by default).
+//
+// Corresponds with DELETE /v1/workers/{worker_id}/grants/{organization_id} (the `RevokeWorkerGrant` operationId).
+func (c *Client) RevokeWorkerGrant(ctx context.Context, workerId WorkerID, organizationId OrganizationID, params *RevokeWorkerGrantParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRevokeWorkerGrantRequest(c.Server, workerId, organizationId, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GrantWorker Let another organization assign a worker
+//
+// The owner organization's admin (or an unscoped admin) lets `organization_id` see this
+// worker and assign it to itself. The grant alone leases nothing: the grantee's admin still
+// assigns the worker, so both organizations consent. Idempotent.
+//
+// Corresponds with PUT /v1/workers/{worker_id}/grants/{organization_id} (the `GrantWorker` operationId).
+func (c *Client) GrantWorker(ctx context.Context, workerId WorkerID, organizationId OrganizationID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGrantWorkerRequest(c.Server, workerId, organizationId)
 	if err != nil {
 		return nil, err
 	}
@@ -5898,6 +6071,149 @@ func NewCreateEnrollmentTokenRequest(server string, workerId WorkerID) (*http.Re
 	return req, nil
 }
 
+// NewListWorkerGrantsRequest constructs an http.Request for the ListWorkerGrants method
+func NewListWorkerGrantsRequest(server string, workerId WorkerID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "worker_id", workerId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/workers/%s/grants", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewRevokeWorkerGrantRequest constructs an http.Request for the RevokeWorkerGrant method
+func NewRevokeWorkerGrantRequest(server string, workerId WorkerID, organizationId OrganizationID, params *RevokeWorkerGrantParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "worker_id", workerId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "organization_id", organizationId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/workers/%s/grants/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Active != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "active", *params.Active, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGrantWorkerRequest constructs an http.Request for the GrantWorker method
+func NewGrantWorkerRequest(server string, workerId WorkerID, organizationId OrganizationID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "worker_id", workerId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "organization_id", organizationId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/workers/%s/grants/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewRevokeWorkerRequest calls the generic RevokeWorker builder with application/json body
 func NewRevokeWorkerRequest(server string, workerId WorkerID, body RevokeWorkerJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -6422,6 +6738,13 @@ type ClientWithResponsesInterface interface {
 	// The worker may lease the organization's tasks from now on. Re-assigning a previously
 	// unassigned pair re-enables it. Idempotent.
 	//
+	// An unscoped admin may assign any worker to any organization. An organization-scoped admin
+	// may assign to its own organization only, and only a worker its organization owns, was
+	// granted by the worker's owner (`PUT /v1/workers/{worker_id}/grants/{organization_id}`), or
+	// already has. A worker the caller may not see answers 404, exactly as one that does not
+	// exist. An assignment an unscoped admin removed can be restored only by an unscoped admin
+	// (403 `forbidden`).
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PUT /v1/organizations/{organization_id}/workers/{worker_id} (the `AssignWorker` operationId).
@@ -6602,7 +6925,9 @@ type ClientWithResponsesInterface interface {
 	// ListWorkersWithResponse List workers
 	//
 	// With online state (seen within three heartbeat intervals), active attempts and
-	// assignments. An organization-scoped token sees the workers assigned to its organization.
+	// assignments. An organization-scoped token sees the workers its organization owns, is
+	// assigned or was granted, and of each only its own organization's assignment and active
+	// attempts.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -6616,6 +6941,11 @@ type ClientWithResponsesInterface interface {
 	// register its client certificate now (`certificate_pem` or `certificate_fingerprint`) or
 	// later with `POST /v1/workers/{worker_id}/certificate`.
 	//
+	// An organization-scoped admin creates workers owned by its organization (and assigned to
+	// it); an unscoped admin creates platform workers, or workers owned by `organization_id`.
+	// The owner (or an unscoped admin) manages the worker and decides, by grants, which other
+	// organizations may assign it.
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/workers (the `CreateWorker` operationId).
@@ -6627,6 +6957,11 @@ type ClientWithResponsesInterface interface {
 	// (`POST /v1/enroll`) and gets a certificate from the gateway's CA. Or bring your own PKI:
 	// register its client certificate now (`certificate_pem` or `certificate_fingerprint`) or
 	// later with `POST /v1/workers/{worker_id}/certificate`.
+	//
+	// An organization-scoped admin creates workers owned by its organization (and assigned to
+	// it); an unscoped admin creates platform workers, or workers owned by `organization_id`.
+	// The owner (or an unscoped admin) manages the worker and decides, by grants, which other
+	// organizations may assign it.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6694,6 +7029,37 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/workers/{worker_id}/enrollment-token (the `CreateEnrollmentToken` operationId).
 	CreateEnrollmentTokenWithResponse(ctx context.Context, workerId WorkerID, reqEditors ...RequestEditorFn) (*CreateEnrollmentTokenResponse, error)
+
+	// ListWorkerGrantsWithResponse List the organizations a worker's owner lets assign it
+	//
+	// For the worker's owner organization's admin, or an unscoped admin.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/workers/{worker_id}/grants (the `ListWorkerGrants` operationId).
+	ListWorkerGrantsWithResponse(ctx context.Context, workerId WorkerID, reqEditors ...RequestEditorFn) (*ListWorkerGrantsResponse, error)
+
+	// RevokeWorkerGrantWithResponse Withdraw a grant
+	//
+	// The grantee can no longer see or assign the worker, and its assignment of the worker is
+	// removed in the same transaction; `active` decides what happens to the grantee's active
+	// attempts on it (cancel by default).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/workers/{worker_id}/grants/{organization_id} (the `RevokeWorkerGrant` operationId).
+	RevokeWorkerGrantWithResponse(ctx context.Context, workerId WorkerID, organizationId OrganizationID, params *RevokeWorkerGrantParams, reqEditors ...RequestEditorFn) (*RevokeWorkerGrantResponse, error)
+
+	// GrantWorkerWithResponse Let another organization assign a worker
+	//
+	// The owner organization's admin (or an unscoped admin) lets `organization_id` see this
+	// worker and assign it to itself. The grant alone leases nothing: the grantee's admin still
+	// assigns the worker, so both organizations consent. Idempotent.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/workers/{worker_id}/grants/{organization_id} (the `GrantWorker` operationId).
+	GrantWorkerWithResponse(ctx context.Context, workerId WorkerID, organizationId OrganizationID, reqEditors ...RequestEditorFn) (*GrantWorkerResponse, error)
 
 	// RevokeWorkerWithBodyWithResponse Revoke a worker
 	//
@@ -9901,6 +10267,8 @@ type CreateEnrollmentTokenResponse struct {
 	HTTPResponse *http.Response
 	// JSON201 the response for an HTTP 201 `application/json` response
 	JSON201 *EnrollmentToken
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *Problem
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
@@ -9910,6 +10278,11 @@ type CreateEnrollmentTokenResponse struct {
 // GetJSON201 returns the response for an HTTP 201 `application/json` response
 func (r CreateEnrollmentTokenResponse) GetJSON201() *EnrollmentToken {
 	return r.JSON201
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CreateEnrollmentTokenResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
 }
 
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
@@ -9951,11 +10324,213 @@ func (r CreateEnrollmentTokenResponse) ContentType() string {
 	return ""
 }
 
+type ListWorkerGrantsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *WorkerGrantList
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListWorkerGrantsResponse) GetJSON200() *WorkerGrantList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListWorkerGrantsResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListWorkerGrantsResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListWorkerGrantsResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListWorkerGrantsResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListWorkerGrantsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListWorkerGrantsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListWorkerGrantsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListWorkerGrantsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type RevokeWorkerGrantResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RevokeWorkerGrantResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RevokeWorkerGrantResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r RevokeWorkerGrantResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r RevokeWorkerGrantResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r RevokeWorkerGrantResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RevokeWorkerGrantResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RevokeWorkerGrantResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RevokeWorkerGrantResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GrantWorkerResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *WorkerGrant
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GrantWorkerResponse) GetJSON200() *WorkerGrant {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GrantWorkerResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GrantWorkerResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GrantWorkerResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GrantWorkerResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GrantWorkerResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GrantWorkerResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GrantWorkerResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GrantWorkerResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type RevokeWorkerResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Worker
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *Problem
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
@@ -9965,6 +10540,11 @@ type RevokeWorkerResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r RevokeWorkerResponse) GetJSON200() *Worker {
 	return r.JSON200
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RevokeWorkerResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
 }
 
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
@@ -10661,6 +11241,13 @@ func (c *ClientWithResponses) UnassignWorkerWithResponse(ctx context.Context, or
 // The worker may lease the organization's tasks from now on. Re-assigning a previously
 // unassigned pair re-enables it. Idempotent.
 //
+// An unscoped admin may assign any worker to any organization. An organization-scoped admin
+// may assign to its own organization only, and only a worker its organization owns, was
+// granted by the worker's owner (`PUT /v1/workers/{worker_id}/grants/{organization_id}`), or
+// already has. A worker the caller may not see answers 404, exactly as one that does not
+// exist. An assignment an unscoped admin removed can be restored only by an unscoped admin
+// (403 `forbidden`).
+//
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with PUT /v1/organizations/{organization_id}/workers/{worker_id} (the `AssignWorker` operationId).
@@ -10943,7 +11530,9 @@ func (c *ClientWithResponses) CommitArtifactUploadWithResponse(ctx context.Conte
 // ListWorkersWithResponse List workers
 //
 // With online state (seen within three heartbeat intervals), active attempts and
-// assignments. An organization-scoped token sees the workers assigned to its organization.
+// assignments. An organization-scoped token sees the workers its organization owns, is
+// assigned or was granted, and of each only its own organization's assignment and active
+// attempts.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -10963,6 +11552,11 @@ func (c *ClientWithResponses) ListWorkersWithResponse(ctx context.Context, param
 // register its client certificate now (`certificate_pem` or `certificate_fingerprint`) or
 // later with `POST /v1/workers/{worker_id}/certificate`.
 //
+// An organization-scoped admin creates workers owned by its organization (and assigned to
+// it); an unscoped admin creates platform workers, or workers owned by `organization_id`.
+// The owner (or an unscoped admin) manages the worker and decides, by grants, which other
+// organizations may assign it.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/workers (the `CreateWorker` operationId).
@@ -10980,6 +11574,11 @@ func (c *ClientWithResponses) CreateWorkerWithBodyWithResponse(ctx context.Conte
 // (`POST /v1/enroll`) and gets a certificate from the gateway's CA. Or bring your own PKI:
 // register its client certificate now (`certificate_pem` or `certificate_fingerprint`) or
 // later with `POST /v1/workers/{worker_id}/certificate`.
+//
+// An organization-scoped admin creates workers owned by its organization (and assigned to
+// it); an unscoped admin creates platform workers, or workers owned by `organization_id`.
+// The owner (or an unscoped admin) manages the worker and decides, by grants, which other
+// organizations may assign it.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -11088,6 +11687,55 @@ func (c *ClientWithResponses) CreateEnrollmentTokenWithResponse(ctx context.Cont
 		return nil, err
 	}
 	return ParseCreateEnrollmentTokenResponse(rsp)
+}
+
+// ListWorkerGrantsWithResponse List the organizations a worker's owner lets assign it
+//
+// For the worker's owner organization's admin, or an unscoped admin.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/workers/{worker_id}/grants (the `ListWorkerGrants` operationId).
+func (c *ClientWithResponses) ListWorkerGrantsWithResponse(ctx context.Context, workerId WorkerID, reqEditors ...RequestEditorFn) (*ListWorkerGrantsResponse, error) {
+	rsp, err := c.ListWorkerGrants(ctx, workerId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListWorkerGrantsResponse(rsp)
+}
+
+// RevokeWorkerGrantWithResponse Withdraw a grant
+//
+// The grantee can no longer see or assign the worker, and its assignment of the worker is
+// removed in the same transaction; `active` decides what happens to the grantee's active
+// attempts on it (cancel by default).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/workers/{worker_id}/grants/{organization_id} (the `RevokeWorkerGrant` operationId).
+func (c *ClientWithResponses) RevokeWorkerGrantWithResponse(ctx context.Context, workerId WorkerID, organizationId OrganizationID, params *RevokeWorkerGrantParams, reqEditors ...RequestEditorFn) (*RevokeWorkerGrantResponse, error) {
+	rsp, err := c.RevokeWorkerGrant(ctx, workerId, organizationId, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRevokeWorkerGrantResponse(rsp)
+}
+
+// GrantWorkerWithResponse Let another organization assign a worker
+//
+// The owner organization's admin (or an unscoped admin) lets `organization_id` see this
+// worker and assign it to itself. The grant alone leases nothing: the grantee's admin still
+// assigns the worker, so both organizations consent. Idempotent.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/workers/{worker_id}/grants/{organization_id} (the `GrantWorker` operationId).
+func (c *ClientWithResponses) GrantWorkerWithResponse(ctx context.Context, workerId WorkerID, organizationId OrganizationID, reqEditors ...RequestEditorFn) (*GrantWorkerResponse, error) {
+	rsp, err := c.GrantWorker(ctx, workerId, organizationId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGrantWorkerResponse(rsp)
 }
 
 // RevokeWorkerWithBodyWithResponse Revoke a worker
@@ -13672,6 +14320,171 @@ func ParseCreateEnrollmentTokenResponse(rsp *http.Response) (*CreateEnrollmentTo
 		}
 		response.JSON201 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListWorkerGrantsResponse parses an HTTP response from a ListWorkerGrantsWithResponse call
+func ParseListWorkerGrantsResponse(rsp *http.Response) (*ListWorkerGrantsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListWorkerGrantsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest WorkerGrantList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseRevokeWorkerGrantResponse parses an HTTP response from a RevokeWorkerGrantWithResponse call
+func ParseRevokeWorkerGrantResponse(rsp *http.Response) (*RevokeWorkerGrantResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RevokeWorkerGrantResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGrantWorkerResponse parses an HTTP response from a GrantWorkerWithResponse call
+func ParseGrantWorkerResponse(rsp *http.Response) (*GrantWorkerResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GrantWorkerResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest WorkerGrant
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -13711,6 +14524,13 @@ func ParseRevokeWorkerResponse(rsp *http.Response) (*RevokeWorkerResponse, error
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest Problem

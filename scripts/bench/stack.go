@@ -459,7 +459,7 @@ func (s *Stack) newWorker(ctx context.Context, name string, capacity, minCapacit
 	if err != nil {
 		return nil, err
 	}
-	w, err := s.Store.CreateWorker(ctx, store.CreateWorkerParams{
+	w, err := s.Store.CreateWorker(ctx, store.Scope{}, store.CreateWorkerParams{
 		Name: name, WorkerType: "scanner", MaxConcurrentTasks: capacity,
 		CertificateFingerprint: pki.Fingerprint(issued.Cert), CertificateSubject: issued.Cert.Subject.String(),
 	}, onlineWindow)
@@ -483,7 +483,7 @@ func (s *Stack) existingWorker(ctx context.Context, name string, capacity, minCa
 	fp := pki.Fingerprint(leaf)
 	id, err := s.Store.WorkerByFingerprint(ctx, fp)
 	if errors.Is(err, store.ErrNotFound) {
-		w, err := s.Store.CreateWorker(ctx, store.CreateWorkerParams{
+		w, err := s.Store.CreateWorker(ctx, store.Scope{}, store.CreateWorkerParams{
 			Name: name, WorkerType: "scanner", MaxConcurrentTasks: capacity,
 			CertificateFingerprint: fp, CertificateSubject: leaf.Subject.String(),
 		}, onlineWindow)

@@ -454,6 +454,24 @@ func (e UpdateWorkerParamsActive) Valid() bool {
 	}
 }
 
+// Defines values for RevokeWorkerGrantParamsActive.
+const (
+	RevokeWorkerGrantParamsActiveCancel RevokeWorkerGrantParamsActive = "cancel"
+	RevokeWorkerGrantParamsActiveDrain  RevokeWorkerGrantParamsActive = "drain"
+)
+
+// Valid indicates whether the value is a known member of the RevokeWorkerGrantParamsActive enum.
+func (e RevokeWorkerGrantParamsActive) Valid() bool {
+	switch e {
+	case RevokeWorkerGrantParamsActiveCancel:
+		return true
+	case RevokeWorkerGrantParamsActiveDrain:
+		return true
+	default:
+		return false
+	}
+}
+
 // ApiToken defines model for ApiToken.
 type ApiToken struct {
 	CreatedAt      time.Time           `json:"created_at"`
@@ -672,11 +690,15 @@ type CreateTaskRequest struct {
 
 // CreateWorkerRequest defines model for CreateWorkerRequest.
 type CreateWorkerRequest struct {
-	CertificateFingerprint *string    `json:"certificate_fingerprint,omitempty"`
-	CertificatePem         *string    `json:"certificate_pem,omitempty"`
-	MaxConcurrentTasks     *int       `json:"max_concurrent_tasks,omitempty"`
-	Name                   string     `json:"name"`
-	WorkerType             WorkerType `json:"worker_type"`
+	CertificateFingerprint *string `json:"certificate_fingerprint,omitempty"`
+	CertificatePem         *string `json:"certificate_pem,omitempty"`
+	MaxConcurrentTasks     *int    `json:"max_concurrent_tasks,omitempty"`
+	Name                   string  `json:"name"`
+
+	// OrganizationId The organization that owns the worker (it is assigned to it at once). An
+	// organization-scoped admin may name only its own organization, the default for it.
+	OrganizationId *openapi_types.UUID `json:"organization_id,omitempty"`
+	WorkerType     WorkerType          `json:"worker_type"`
 }
 
 // CreatedApiToken defines model for CreatedApiToken.
@@ -689,6 +711,7 @@ type CreatedApiToken struct {
 
 // CreatedWorker defines model for CreatedWorker.
 type CreatedWorker struct {
+	// ActiveAttempts Active attempts; an organization-scoped caller counts only its own organization's.
 	ActiveAttempts int `json:"active_attempts"`
 
 	// Capabilities A JSON object; a task's `required_capabilities` must be contained in it (`@>`).
@@ -709,14 +732,19 @@ type CreatedWorker struct {
 	// Online Seen within three heartbeat intervals.
 	Online bool `json:"online"`
 
-	// OrganizationIds Organizations the worker is assigned to (enabled, not revoked).
-	OrganizationIds  []openapi_types.UUID `json:"organization_ids"`
-	ProtocolVersion  *string              `json:"protocol_version,omitempty"`
-	RevocationReason *string              `json:"revocation_reason,omitempty"`
-	Revoked          bool                 `json:"revoked"`
-	RevokedAt        *time.Time           `json:"revoked_at,omitempty"`
-	SoftwareVersion  *string              `json:"software_version,omitempty"`
-	WorkerType       WorkerType           `json:"worker_type"`
+	// OrganizationIds Organizations the worker is assigned to (enabled, not revoked); an
+	// organization-scoped caller sees only its own.
+	OrganizationIds []openapi_types.UUID `json:"organization_ids"`
+
+	// OwnerOrganizationId The organization that owns the worker; absent for platform workers, and shown only to
+	// the owner and to unscoped callers.
+	OwnerOrganizationId *openapi_types.UUID `json:"owner_organization_id,omitempty"`
+	ProtocolVersion     *string             `json:"protocol_version,omitempty"`
+	RevocationReason    *string             `json:"revocation_reason,omitempty"`
+	Revoked             bool                `json:"revoked"`
+	RevokedAt           *time.Time          `json:"revoked_at,omitempty"`
+	SoftwareVersion     *string             `json:"software_version,omitempty"`
+	WorkerType          WorkerType          `json:"worker_type"`
 }
 
 // EnrollRequest defines model for EnrollRequest.
@@ -1185,6 +1213,7 @@ type UploadSessionMethod string
 
 // Worker defines model for Worker.
 type Worker struct {
+	// ActiveAttempts Active attempts; an organization-scoped caller counts only its own organization's.
 	ActiveAttempts int `json:"active_attempts"`
 
 	// Capabilities A JSON object; a task's `required_capabilities` must be contained in it (`@>`).
@@ -1201,14 +1230,31 @@ type Worker struct {
 	// Online Seen within three heartbeat intervals.
 	Online bool `json:"online"`
 
-	// OrganizationIds Organizations the worker is assigned to (enabled, not revoked).
-	OrganizationIds  []openapi_types.UUID `json:"organization_ids"`
-	ProtocolVersion  *string              `json:"protocol_version,omitempty"`
-	RevocationReason *string              `json:"revocation_reason,omitempty"`
-	Revoked          bool                 `json:"revoked"`
-	RevokedAt        *time.Time           `json:"revoked_at,omitempty"`
-	SoftwareVersion  *string              `json:"software_version,omitempty"`
-	WorkerType       WorkerType           `json:"worker_type"`
+	// OrganizationIds Organizations the worker is assigned to (enabled, not revoked); an
+	// organization-scoped caller sees only its own.
+	OrganizationIds []openapi_types.UUID `json:"organization_ids"`
+
+	// OwnerOrganizationId The organization that owns the worker; absent for platform workers, and shown only to
+	// the owner and to unscoped callers.
+	OwnerOrganizationId *openapi_types.UUID `json:"owner_organization_id,omitempty"`
+	ProtocolVersion     *string             `json:"protocol_version,omitempty"`
+	RevocationReason    *string             `json:"revocation_reason,omitempty"`
+	Revoked             bool                `json:"revoked"`
+	RevokedAt           *time.Time          `json:"revoked_at,omitempty"`
+	SoftwareVersion     *string             `json:"software_version,omitempty"`
+	WorkerType          WorkerType          `json:"worker_type"`
+}
+
+// WorkerGrant defines model for WorkerGrant.
+type WorkerGrant struct {
+	GrantedAt      time.Time          `json:"granted_at"`
+	OrganizationId openapi_types.UUID `json:"organization_id"`
+	WorkerId       openapi_types.UUID `json:"worker_id"`
+}
+
+// WorkerGrantList defines model for WorkerGrantList.
+type WorkerGrantList struct {
+	Items []WorkerGrant `json:"items"`
 }
 
 // WorkerHeartbeatRequest defines model for WorkerHeartbeatRequest.
@@ -1424,6 +1470,15 @@ type UpdateWorkerParams struct {
 // UpdateWorkerParamsActive defines parameters for UpdateWorker.
 type UpdateWorkerParamsActive string
 
+// RevokeWorkerGrantParams defines parameters for RevokeWorkerGrant.
+type RevokeWorkerGrantParams struct {
+	// Active What happens to the worker's active attempts for this organization.
+	Active *RevokeWorkerGrantParamsActive `form:"active,omitempty" json:"active,omitempty"`
+}
+
+// RevokeWorkerGrantParamsActive defines parameters for RevokeWorkerGrant.
+type RevokeWorkerGrantParamsActive string
+
 // CreateApiTokenJSONRequestBody defines body for CreateApiToken for application/json ContentType.
 type CreateApiTokenJSONRequestBody = CreateApiTokenRequest
 
@@ -1618,6 +1673,15 @@ type ServerInterface interface {
 	// CreateEnrollmentToken Issue a new one-time enrollment token
 	// (POST /v1/workers/{worker_id}/enrollment-token)
 	CreateEnrollmentToken(w http.ResponseWriter, r *http.Request, workerId WorkerID)
+	// ListWorkerGrants List the organizations a worker's owner lets assign it
+	// (GET /v1/workers/{worker_id}/grants)
+	ListWorkerGrants(w http.ResponseWriter, r *http.Request, workerId WorkerID)
+	// RevokeWorkerGrant Withdraw a grant
+	// (DELETE /v1/workers/{worker_id}/grants/{organization_id})
+	RevokeWorkerGrant(w http.ResponseWriter, r *http.Request, workerId WorkerID, organizationId OrganizationID, params RevokeWorkerGrantParams)
+	// GrantWorker Let another organization assign a worker
+	// (PUT /v1/workers/{worker_id}/grants/{organization_id})
+	GrantWorker(w http.ResponseWriter, r *http.Request, workerId WorkerID, organizationId OrganizationID)
 	// RevokeWorker Revoke a worker
 	// (POST /v1/workers/{worker_id}/revoke)
 	RevokeWorker(w http.ResponseWriter, r *http.Request, workerId WorkerID)
@@ -3379,6 +3443,118 @@ func (siw *ServerInterfaceWrapper) CreateEnrollmentToken(w http.ResponseWriter, 
 	handler.ServeHTTP(w, r)
 }
 
+// ListWorkerGrants operation middleware
+func (siw *ServerInterfaceWrapper) ListWorkerGrants(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "worker_id" -------------
+	var workerId WorkerID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "worker_id", r.PathValue("worker_id"), &workerId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "worker_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListWorkerGrants(w, r, workerId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// RevokeWorkerGrant operation middleware
+func (siw *ServerInterfaceWrapper) RevokeWorkerGrant(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "worker_id" -------------
+	var workerId WorkerID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "worker_id", r.PathValue("worker_id"), &workerId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "worker_id", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "organization_id" -------------
+	var organizationId OrganizationID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "organization_id", r.PathValue("organization_id"), &organizationId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "organization_id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params RevokeWorkerGrantParams
+
+	// ------------- Optional query parameter "active" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "active", r.URL.Query(), &params.Active, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "active"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "active", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.RevokeWorkerGrant(w, r, workerId, organizationId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GrantWorker operation middleware
+func (siw *ServerInterfaceWrapper) GrantWorker(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "worker_id" -------------
+	var workerId WorkerID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "worker_id", r.PathValue("worker_id"), &workerId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "worker_id", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "organization_id" -------------
+	var organizationId OrganizationID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "organization_id", r.PathValue("organization_id"), &organizationId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "organization_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GrantWorker(w, r, workerId, organizationId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // RevokeWorker operation middleware
 func (siw *ServerInterfaceWrapper) RevokeWorker(w http.ResponseWriter, r *http.Request) {
 
@@ -3555,6 +3731,9 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/workers/{worker_id}/certificate", wrapper.RegisterWorkerCertificate)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/workers/{worker_id}/revoke", wrapper.RevokeWorker)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/workers/{worker_id}/enrollment-token", wrapper.CreateEnrollmentToken)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/workers/{worker_id}/grants", wrapper.ListWorkerGrants)
+	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/workers/{worker_id}/grants/{organization_id}", wrapper.RevokeWorkerGrant)
+	m.HandleFunc(http.MethodPut+" "+options.BaseURL+"/v1/workers/{worker_id}/grants/{organization_id}", wrapper.GrantWorker)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/api-tokens", wrapper.ListApiTokens)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/api-tokens", wrapper.CreateApiToken)
 	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/api-tokens/{token_id}", wrapper.RevokeApiToken)
@@ -7451,9 +7630,23 @@ func (response CreateEnrollmentToken201JSONResponse) VisitCreateEnrollmentTokenR
 	return err
 }
 
-type CreateEnrollmentToken404ApplicationProblemPlusJSONResponse struct {
+type CreateEnrollmentToken403ApplicationProblemPlusJSONResponse struct {
 	ProblemApplicationProblemPlusJSONResponse
 }
+
+func (response CreateEnrollmentToken403ApplicationProblemPlusJSONResponse) VisitCreateEnrollmentTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateEnrollmentToken404ApplicationProblemPlusJSONResponse Problem
 
 func (response CreateEnrollmentToken404ApplicationProblemPlusJSONResponse) VisitCreateEnrollmentTokenResponse(w http.ResponseWriter) error {
 
@@ -7473,6 +7666,252 @@ type CreateEnrollmentTokendefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response CreateEnrollmentTokendefaultApplicationProblemPlusJSONResponse) VisitCreateEnrollmentTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWorkerGrantsRequestObject struct {
+	WorkerId WorkerID `json:"worker_id"`
+}
+
+type ListWorkerGrantsResponseObject interface {
+	VisitListWorkerGrantsResponse(w http.ResponseWriter) error
+}
+
+type ListWorkerGrants200JSONResponse WorkerGrantList
+
+func (response ListWorkerGrants200JSONResponse) VisitListWorkerGrantsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWorkerGrants401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListWorkerGrants401ApplicationProblemPlusJSONResponse) VisitListWorkerGrantsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWorkerGrants403ApplicationProblemPlusJSONResponse Problem
+
+func (response ListWorkerGrants403ApplicationProblemPlusJSONResponse) VisitListWorkerGrantsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWorkerGrants404ApplicationProblemPlusJSONResponse Problem
+
+func (response ListWorkerGrants404ApplicationProblemPlusJSONResponse) VisitListWorkerGrantsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWorkerGrantsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListWorkerGrantsdefaultApplicationProblemPlusJSONResponse) VisitListWorkerGrantsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RevokeWorkerGrantRequestObject struct {
+	WorkerId       WorkerID       `json:"worker_id"`
+	OrganizationId OrganizationID `json:"organization_id"`
+	Params         RevokeWorkerGrantParams
+}
+
+type RevokeWorkerGrantResponseObject interface {
+	VisitRevokeWorkerGrantResponse(w http.ResponseWriter) error
+}
+
+type RevokeWorkerGrant204Response struct {
+}
+
+func (response RevokeWorkerGrant204Response) VisitRevokeWorkerGrantResponse(w http.ResponseWriter) error {
+	w.WriteHeader(204)
+	return nil
+}
+
+type RevokeWorkerGrant401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response RevokeWorkerGrant401ApplicationProblemPlusJSONResponse) VisitRevokeWorkerGrantResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RevokeWorkerGrant403ApplicationProblemPlusJSONResponse Problem
+
+func (response RevokeWorkerGrant403ApplicationProblemPlusJSONResponse) VisitRevokeWorkerGrantResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RevokeWorkerGrant404ApplicationProblemPlusJSONResponse Problem
+
+func (response RevokeWorkerGrant404ApplicationProblemPlusJSONResponse) VisitRevokeWorkerGrantResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RevokeWorkerGrantdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response RevokeWorkerGrantdefaultApplicationProblemPlusJSONResponse) VisitRevokeWorkerGrantResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GrantWorkerRequestObject struct {
+	WorkerId       WorkerID       `json:"worker_id"`
+	OrganizationId OrganizationID `json:"organization_id"`
+}
+
+type GrantWorkerResponseObject interface {
+	VisitGrantWorkerResponse(w http.ResponseWriter) error
+}
+
+type GrantWorker200JSONResponse WorkerGrant
+
+func (response GrantWorker200JSONResponse) VisitGrantWorkerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GrantWorker401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response GrantWorker401ApplicationProblemPlusJSONResponse) VisitGrantWorkerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GrantWorker403ApplicationProblemPlusJSONResponse Problem
+
+func (response GrantWorker403ApplicationProblemPlusJSONResponse) VisitGrantWorkerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GrantWorker404ApplicationProblemPlusJSONResponse Problem
+
+func (response GrantWorker404ApplicationProblemPlusJSONResponse) VisitGrantWorkerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GrantWorkerdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GrantWorkerdefaultApplicationProblemPlusJSONResponse) VisitGrantWorkerResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -7507,9 +7946,23 @@ func (response RevokeWorker200JSONResponse) VisitRevokeWorkerResponse(w http.Res
 	return err
 }
 
-type RevokeWorker404ApplicationProblemPlusJSONResponse struct {
+type RevokeWorker403ApplicationProblemPlusJSONResponse struct {
 	ProblemApplicationProblemPlusJSONResponse
 }
+
+func (response RevokeWorker403ApplicationProblemPlusJSONResponse) VisitRevokeWorkerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RevokeWorker404ApplicationProblemPlusJSONResponse Problem
 
 func (response RevokeWorker404ApplicationProblemPlusJSONResponse) VisitRevokeWorkerResponse(w http.ResponseWriter) error {
 
@@ -7683,6 +8136,15 @@ type StrictServerInterface interface {
 	// CreateEnrollmentToken Issue a new one-time enrollment token
 	// (POST /v1/workers/{worker_id}/enrollment-token)
 	CreateEnrollmentToken(ctx context.Context, request CreateEnrollmentTokenRequestObject) (CreateEnrollmentTokenResponseObject, error)
+	// ListWorkerGrants List the organizations a worker's owner lets assign it
+	// (GET /v1/workers/{worker_id}/grants)
+	ListWorkerGrants(ctx context.Context, request ListWorkerGrantsRequestObject) (ListWorkerGrantsResponseObject, error)
+	// RevokeWorkerGrant Withdraw a grant
+	// (DELETE /v1/workers/{worker_id}/grants/{organization_id})
+	RevokeWorkerGrant(ctx context.Context, request RevokeWorkerGrantRequestObject) (RevokeWorkerGrantResponseObject, error)
+	// GrantWorker Let another organization assign a worker
+	// (PUT /v1/workers/{worker_id}/grants/{organization_id})
+	GrantWorker(ctx context.Context, request GrantWorkerRequestObject) (GrantWorkerResponseObject, error)
 	// RevokeWorker Revoke a worker
 	// (POST /v1/workers/{worker_id}/revoke)
 	RevokeWorker(ctx context.Context, request RevokeWorkerRequestObject) (RevokeWorkerResponseObject, error)
@@ -9057,6 +9519,87 @@ func (sh *strictHandler) CreateEnrollmentToken(w http.ResponseWriter, r *http.Re
 	}
 }
 
+// ListWorkerGrants operation middleware
+func (sh *strictHandler) ListWorkerGrants(w http.ResponseWriter, r *http.Request, workerId WorkerID) {
+	var request ListWorkerGrantsRequestObject
+
+	request.WorkerId = workerId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListWorkerGrants(ctx, request.(ListWorkerGrantsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListWorkerGrants")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListWorkerGrantsResponseObject); ok {
+		if err := validResponse.VisitListWorkerGrantsResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// RevokeWorkerGrant operation middleware
+func (sh *strictHandler) RevokeWorkerGrant(w http.ResponseWriter, r *http.Request, workerId WorkerID, organizationId OrganizationID, params RevokeWorkerGrantParams) {
+	var request RevokeWorkerGrantRequestObject
+
+	request.WorkerId = workerId
+	request.OrganizationId = organizationId
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.RevokeWorkerGrant(ctx, request.(RevokeWorkerGrantRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "RevokeWorkerGrant")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(RevokeWorkerGrantResponseObject); ok {
+		if err := validResponse.VisitRevokeWorkerGrantResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GrantWorker operation middleware
+func (sh *strictHandler) GrantWorker(w http.ResponseWriter, r *http.Request, workerId WorkerID, organizationId OrganizationID) {
+	var request GrantWorkerRequestObject
+
+	request.WorkerId = workerId
+	request.OrganizationId = organizationId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GrantWorker(ctx, request.(GrantWorkerRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GrantWorker")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GrantWorkerResponseObject); ok {
+		if err := validResponse.VisitGrantWorkerResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // RevokeWorker operation middleware
 func (sh *strictHandler) RevokeWorker(w http.ResponseWriter, r *http.Request, workerId WorkerID) {
 	var request RevokeWorkerRequestObject
@@ -9095,250 +9638,264 @@ func (sh *strictHandler) RevokeWorker(w http.ResponseWriter, r *http.Request, wo
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H39cts4tueroLS3Kva9lCz5K4lTt2o96fR0Zro72di9U7WtrAWRkIQ2BWgI0I465ar7EPsM98HmSbZw",
-	"DkCCJKgvfySZ6fljOpZEEDg4ODifv/O5E8v5QgomtOqcfe4saEbnTLMM/jqPNb9h72XK46X5O2EqzvhC",
-	"cyk6Z52/zagmM7pYMKGIlkTPGLmV2TXLnilC4VFCtWbzhVZkIjOiZ1wRmU2p4L9TM0ivE3W4GervOcuW",
-	"nagj6Jx1zjr4cCfqqHjG5hRfPaF5qjtnnZiKmKWdqMNEPu+c/Vp+kGSUi87HqKOXCzOM0hkX087dXdQ5",
-	"x3m8/c6MBa9cUD3z3ojfX/GkE3Uy9vecZyzpnOksZ/4sJjKbUzOJPIdfNl/0Os+UzJrEupwxMhLsk76K",
-	"4RcjIidAsUXGbrjMFVnQKWsjCD5TIcicfvqRiamedc4O+/3QVL7nKWtd8ISn7P6r/ZFRxS7lNRPhFafm",
-	"e6LND2CxlszklioyzajQLCG3XM/IHjc8wkTMxRR/v1/QYsZowrJy6vDSLr511fQ9Cg0OX0SdORfF36fB",
-	"1fA51wW9aluQwpdBljzpR+ZlfG748cRsxpwL/GtQvIcLzaYsgxe9AxrR9G3C5gupmYiXf2WBE/YTvWYK",
-	"CGdWyZQmik4MPUnGFozqHjnXZC6VJocnJySe0YzG5uy2ks57Yde8sY2hTk6q5ApR6513kFvZzD/t92e3",
-	"D/bZ+9LtFUlYZsQT12SSyXmFN6lIiDKPiZgRkc/HLHsAOm/EphvR/SKm7fRWMX0AOl9Sdd36Ck3V9f1f",
-	"8csilTRpfUkOX9//NX+D+6j1NXhd3fc1d+ZhtZBCMbg232dynLK5+WcshWYChApdLFIew0k4WOAv/uM3",
-	"JUFylu/6t4xNOmed/3FQ3ssH+K06cOPCG6scf07skGTvw/evycvjk+f7KFkpUZqOU0ZGsUzYqAdksSPC",
-	"Hb/ghQBnn+h8kTKYeMaoZskVrPuwf3jaHQy6hy8vBydnR6dnR4f/x7B+0jnr9AcvjyYDetgdJ8fH3efs",
-	"ZNId908H3eP4JDllzycv+i8H3kXGzUSTPIbTUpcO3mjP42PWfZ4MaPclPRl0T8dHkz47jI+TQR/26kZe",
-	"m62a0FTBXsmFof2vnWL0j3eR+WPBMs1xW/wleZuaUM26ms9Zc2ejDvu04BlTWz1jFrKWaaJOSpW+ytWW",
-	"E0I6fm5+0aDlBlMoyFiMN5YyZVR4X241O7cPnztcs7lax9DAeBfmGfOwHY1mGV128FC5E/lrBxYAiy/e",
-	"Evk7Wi6m1P/k+DcWazO0Y/IfuYLVVBmjmOtGky4OzNopw2jB6SjFdO3AJUxTnsLbZ1Jpp3XImKbmb/PY",
-	"hGdKXynGxIMdS2DCtSMKs/kp/50lVzc0zc3EBofPe/1evze4zzF2qtGiE3WaAzcOsEeiVRv0l4t3P78r",
-	"aF0j2mMc4q0Hb9LzgQ40fhAYrO01oVPW1NngITdIYPp1Ktfo0noEHuQ4wllqnMWo4xlbGyx89Vn9YN7/",
-	"uUOThKPm/t6bsb2DqotwO1G7ps1gxHwXEdab9sjInfVRREZ8Yf5/ITNt/ptnqflPbMacGMXBXN6RUWA0",
-	"y8xg//dX2v39o/m/fvflVffj5350/PLu30J8UWx/1Wrsr9c2fSJV2KCFVnwq5lbh8YQbhS/WqBNMGD2l",
-	"0L8eTDkolTxvCBofHXWfJ8esSycn/e7RuBSMTcFTmf6mhxzdEik8hU6QAD/UvCTFM2S8RHdJPKMC/QJ1",
-	"O9IjWOj63lUfQA31KmPU6qaPrzV4G7SJTu+zZFNW+Sq9I1BU2cE1qgLuRZ2BrX8I7UE4KxMuuJptpSK/",
-	"HB8a5j1Kui/Z8aR7SEu2MzKTUcWufI2zbVSlabZOOVea6lwZyuVxzFgCZHC2mzenF3Qw6D4fH8bdF8kR",
-	"6w4m5aw6D3J2apT7HGLkLJPZlbFPggyHX8+ZUnQa/kVlLx76im9sy6YvyHIhuJhup0F7W7vFM7DVay5K",
-	"3IgL/PGdxwwbEOEeR5T7jFc9nzXeKFYSIHqFMivO7RvDK1ve1Y7xfIfh2rsx6ngM6T153A94Yw1FdLY0",
-	"0qjiObTTqYvRGgVhfivW/C7XsUSz0PnE/UM/oRyFYHG7BHzkxWAXBTO5sWAvwEOC/Gz2YvXwzm5O4KcL",
-	"lin4bfCtecL1m5uAyhDbOxIZpocy2zBNrGVdIq02cvAJ+2pt/caeMeHuus41W5KUUXM1WPlwfBh1ZBzn",
-	"WbZG3FpHI85r/DwZxIf0mJ1MTvvPBy/gAGRTprcQpMUjdt5IhoB8tXQKSMWSUq1fOjXV7bWjjn1b1FFL",
-	"pdncEFFIsZzLXAW3cSfTrCZNuNCnx0FFp7IDm0rF3RSgchcDNPM2sf3bFhssaGl566rsSOS2NXjqiyPz",
-	"IPZTeQAfz4h6TRd0zFNeMG1QOKPeX3dsGp4hONQrQom5SZ4pMnIvvoq9sUdknitNxozEUmjKBUsIF4Rr",
-	"sjf6n8O83z9io31PmbYzjDqfulPZtR/+pqTofaC3P1n5buYvjVjS7Ccqlh+QR7a+Y2AELsXmW/O6eOat",
-	"OYN3EGV6i0+6MJP9c7DGF+W/PrhBlQWiL7vJWfdbxLlQt3ieH2Squ+0Dc/rBBqoS6hKoXtL0KmMqT/Xa",
-	"BX+An/2J6njmeYgwnuRpwc1g6YxPZ0xpgu/pjs0I9UiUF2QnigldxtWtLmWYu4g+9oPCtNQWNqCB0y0a",
-	"hpf9fPUOlYwUsKW2sY3cM0GrZiNLbGvTBx4w74O4hV1S0m7gbHjF1FeypdK+k6UDyqd9op7DYSPzZrVk",
-	"zMyeKgjbQ8yITikXEeETI0JveZoa0WpG4ywxnLbZ67cxNHyqrwkeUHV9AT+s82YlmaO0PGqUr7yrStgV",
-	"TF3KsfszNR70f4oj4SZx2O/f94AsyujpRsFQn44bXESlVKpYzk1x/MPl5XuCP7CuuIIDCE2lMHI4TxMy",
-	"ozeMjBkThAJj2JSWkMtuFZ/aqaxmPdADtrvwtqT+H/cjuh50e1KTHemZqqQ3tWQwbZeE9FC3c4Wz/AVF",
-	"qy9uiKe6AOeOCpb12XBxpVgsRaKsgwRJfjQ4OTrt9ytJUqfBfXCR7nqi2xqvzC5m373C1qVOfrSNRl6N",
-	"Zbfvhp9mtduO7ETI0GzbJ3kR0x0nt8t2LdJ8yrcwQczs3sMzdRtq5YaZqXKZcb2s+Oz8ZL9BlZG7A9/5",
-	"5/EyugaqM94uFOfPu3jrhqwWCOja+ZS0bN9bo2fttrdOChm9UOY6KA9O+8cv1mVMRp0445rHNK0Y+2sv",
-	"fP+34KNK6dKfRFW0fyeJkNrK9DGbyIzhzTGnYknsY5guKORtVfuV+Thlnagp5oKXjb3kIL2IxTlsS4BG",
-	"1en9QLOEQBIqkaXK/kyR25lMGclygXODnBijo8CFNCrfkDCapFywK6rRB7Ld9AeB6ePNkuQZslZl7va0",
-	"HPnHxYzpDXkS2uo5/VQLmLqRquduHcvsJFjoMpU02c6L+WBCIujR2pbJwdRbr4LpbGnT+p3N5dyW60yu",
-	"S/O7TSSMG7NdsmBy5o7+tDIt4mrCxZRli4xjEMHPkOh3X9Lu5OPn0+NwYoQ/zAJ165pc7odF8VUsBThv",
-	"hb4ya63y6qC2/Wu5dUdlxwbTNtk7JHZw96wq4g/WvmlJS8IoXfBSaX6S7NENk0DtpDq3U331j//674AD",
-	"x5/5xpl/7faBYnHGdETUTN4KIkXMeuSCiYRwTagio/Ncz2RmT8sZ+ROjGcsIeKdjGNY6qntrQ6tOpy9X",
-	"sGLfkAFgwWn6btI5+3UThuncRXUvMBOZTNM5cH6YCu8EOoNe+TQIWpu1oXYIs9dI0pjc6pc06WVY5g08",
-	"salg8rOmVYZipNM1//vTmz+//Zm8fvPh8u33b1+fX74hH978r1/eXFzCt0Pxj//676GAf7/5+bsVvwss",
-	"AhiahRm6mEVImK2RKKHNvY/hENgPN70Qr74pfh6SMSuIUE3Vbk0xCxinL06PA06rEB0eJDs8bB83dbGa",
-	"srUBm/vJEoG3hMj9PU/r3nlbseDCzn7VAlQrRI8l3DO2kJnu2ZfsnP2nZvTw5LRz1jkdx/2EDibHh5OX",
-	"p5P46Pn4xTh5zpLD/piePD/tnyaHtJ/Qkzihh+PB0Un8/MXJ8WScxC9fnIxf0CMzFv+dXY2X2rDE4HBr",
-	"h+l9PaHVrQjw3y4VDRu++0HrDNyeBIbzSbxRLsDmwYTNcput8lOhdWVaxfQr9G47TQ8RkodTuXt1wQ+M",
-	"pkY2V4/1jMVWSaWajqmCZ647USflSoMohb9cJZL5y3OQ2z9r90wxZvh+/NyWoO5NVjXSjWAauaA3lKeQ",
-	"MPVx3c6ucJ2/VSpnyetSy6+ThV41TICWu3vdnV3e1Q8/4q53m/OuZEyw28o3x/0juMvvn+AZImFILX59",
-	"TvSMaqL4VCjno/eeVGSPpgrLyKdUs1u6fKYiwtHZYU0ropjOF/u9DW25L3ljh6hep8sH8wtCJ5rZKEUq",
-	"xZTs6VtDBp4lylWJp3zCzPxaHDeNV98jX9NP0KyTNArt9nrVI0CK0GH1/CprcoS2TN+BivEHCNjOGM30",
-	"mFF9ZS6k7Iam5dYO+ttkcFeCTJ3k9OWLJDl+fsoG9HiSnI7H7MVk8HwwGbwcn56e0Bf9I3bKkvGAxafH",
-	"SfLixWlyPKCHp/Hk5Ul8SF+WA2pvRkd9vC1b8te3CfxWnXJH91DPPBcbF4scdrpIpO3MWJrK0sXfOeuw",
-	"eCZrPioochYsu7I/uruvnrVqW8MnVpfYBoBpMdFMbHgyd08nXxuYrEQfXxFV+hywPp2MPOiEEZGCsBuW",
-	"LYvK95imaW/Fm/UKulzU/OMkF5qnHqHsijekkuPbtQkggi7UTOptIqCB3PLmAldyhZ1fSIYBhbcvF9uS",
-	"Y2ussDXSxUaUWrG8nTy29/BqG/kT9LLWkkUtSkMZtoH1qFcENIuYLhautMqDqplkjJnvaMz1stdp99wH",
-	"PbeLTGoZy/TqhmXKZmJ7+3ES8h8rOdG3NGMtzxwGnc63lOtgiOWwX6fDD/IWNQktiXkMsiAwdbZHXleo",
-	"oFh2wzJil0z2Dk+IMt/Z0fcr9KjFb/rBDJc2nmlLKsUt2tg4wrt8nXVkB21l4QuXYVYl3AiRh0Zn5Jqx",
-	"BbAIF9MeGWFtw5XND2fJ6IwoLRcAFuISoRBvYVSUQYx6ZJRKpYvfanCEviJC6pmR03OZsSKrjsYxW2hM",
-	"q3OmUIGDVH+9OalS6WAqfrG+tsQmSOAyiqUUVjhHJKZZxpErKndCF5zqiU1tgrndT4VqrMQJiwfXreqq",
-	"kMtbs0S9t3OmsZBQOeRq1eIp1IVNLu2Wu/oV6ZPbGRPE8NqGF/dGqZveEVybE9fG/o3VBc+6nJ4vFkwk",
-	"H4oUQY9/cYwaXwQJd/iy99IWQ8jJBMAbDk+ijs5yYcwgx8UNnqq8YXOatGzeBuSvTDF0+PE72GvzWxLP",
-	"cnGNVRNQYEdodadXOOLKxYdeFNMFwHxljMYzlrwikzzTM5aRhGpKuCJJJs1F5CmcbfVv/qL890YV+m7B",
-	"E6/NordUX8y0G0WCxy9Ongez+IodaBByze1Ziaq7JcO7W9ZyyT7pB0yw9wxEd68VBEESQIKuub7sG3sg",
-	"2QRNwVPVOCPu3/0NjsuOqfSrSovLRaxI5SQzqggTCUvOiJB4LwObwuUcyzkLcWlU8ETTe149hpuUuG3z",
-	"48rRW3N4GjW2BVdVjxWsxaNXiN3eLZhA4K5di6CqAY0S1NEPM8lYM91VOmN0Xs2gBXy01lDFVkBqflBi",
-	"m4SRNfGKLU63SwANRBqCtPc8LvfG6lrto7EBufN4HlCTnj7mtAIJak1AxqfZQwRmKnvweNWS/mvKrI0G",
-	"nApEf2ugKSzlUw5V5vYAFrXNcjJJuSjzfFzt8A3zPHv9qG6m320W761NY5sy53Ay1XEF0lCwrMvyLoBN",
-	"CViGW1/NEQnpPxux+cdWoJiqlzHkXgyQP6T8l5sRRkpxCCvO3Ct+X04t6iRcVUFM4L3ep+XGUn3l3BhB",
-	"y7Dc+E3yfoJhgeosSnyVytRhXZsx9kOfyiJpadfg6XsmEi6mHxqbI+RVASJT0ELIK+TH8qPi/Cyv5lzN",
-	"ocwFPzX7cjXJ09SGWZM8ZclVSrXNZtPZ8mpM42s5mQS3z4OVrPmkLeJjgQFpq/FrAJBzGs+4YN2M0aSC",
-	"CFlNYQIwDNSlu+BkcNX9FUzfel2N0eiFBK8Ty8iMpaDYr0NFcNHf4/7LqKO5Tgt8X2Jfbakw03qhzg4O",
-	"kMxdGx/sJezGYWmqA2/Kd20QHzX7FwljvjwjozFNunbCgL8laK5nTGiIdCXmo4nMxjxJmDB/CKm7E5kL",
-	"+CaWYpLyWI+ioRiVEzFfOU+KK8kznxkh1/zAjFjghMBI3MORvWbLbsZyhQ/433DRnaR8OoPXWQpZAQKj",
-	"2I+czKihinVzcS3kLazJsWmXfcJSQgAkw5BNV0vZTWk2xanlQuWLhcw0S7pzlnAK8TdYi5TdORVLR0xl",
-	"qekC+jB9azOMemA1tOBJBHVrLpSmImYt2FQrARzKbIOAUo3s97kdVa+OTPDLh7ckYxOWYQEanUPwBTC9",
-	"8RyaBzfI4sSUE3y/h4HTCvvygU250izz0hp2yVVsy6DuvJy8OE36LwYvXhzHz5PTk5f0cMIo7ccnJzTp",
-	"D07o0XhyPBmMD8f98YvDwzgZnCSn8eBk3J/0+7T/InD8vly29l2QgILdfkXpnQ+YwVkHU1iRa4k+sfP4",
-	"uqldQq3SINrJkwB1mVvh82QsZvxmLcBOLLPkKpa54ZvDqNOoGR146UoLliluXYXblznPjMZrKBBS/VgQ",
-	"yA+AHXGOihgONy8ne4LdEpkRBeXBU8rFfhjKb0vPR0njjUBtPPJuDhngkzskLwM1u4EfNdK7yp35eF+o",
-	"ALdNTc+O+aKxGxtUZBd0DeEGoEu6tmpPXldIViV7+/HDOujt3Ch2YRsryPimD/BUs5Kw37RjA1tbxAAP",
-	"B8fPj18cnR4/38rb0aSbW8Ua2jyEhXChZcaSWuH5IxnvFWKv29dG2YRl2h4ZgaQZnREqCPyTgK5J9uwX",
-	"EZG2iQQZWXV/tN8jIzwU5jky4WDKECmGohilfH4ECof5h2I3LON6WRmUfUIN7YonI6IlSViSo4+OkfGS",
-	"UJEMReXNCdUU5rvE6CZLFSN7+PF+RBTsAdgNrjxHofIXkLAbgf5+YBPfCbt5xd5OYGUePRoh/lC4/pqL",
-	"xJd7uC4ntZpOfU9Jtduxlqvd73zltYph2F+nH8Asw2xclghux8VvPuFEOU2JNWfREDWmL/mNG3WPjJm+",
-	"hTvRup56DT4YQ2QnkO4wWFm5CtUca6pu5/RTS61q/55jh5VNY4nt5jAvfUR1fttGCVzhkbmI6WN3fvhN",
-	"jhUUm22jRLrcwCIV8Mp6AxOhuhlTMoVQ7UIqjmznBfgdTOXdx/uUkdQG82r4f/VQ+QNdJhwsznZg0Y/n",
-	"VUf6bwGV8Bc5Dt2POxV+bBL5Nu8sAt8hpIS2KoIVnSKadR4uSFxCH1S6RwCV2k6IoUj1kGxzAO7Dyytw",
-	"x3ZjtALfZ1d2KrJ2t6iQ91cdeHO58hYTYidE5G35brOE0zC7FSuoLrbkOqRaG389iI4b08eMSXkYKttd",
-	"YTvwi2OUla0OTg/DPqIHQVFYi8ZxOWPkNzl+Vvq/7SO9VQrDYLOgcBv9i6TF0pYGDb8CzVxKjI2Rny88",
-	"hdMNzcVEQpbhrVkQS3g+70SdGZ9CNMPCsYRHaxhbj5Kd8qhuJlRYnGVBLeDf8WGh1+N3RsNouqGeIq3l",
-	"qRxAuzsZNvApbO6MWeOCcXNd73S5tGI+wI/W1dWPOkWkYiWnbK8nr/Y6toHpWASdh6+/adTYWHFS9P4I",
-	"hTdLtJt+u6wtb2BPRK2o4Ik6+SJZQ8zWU1W4KOu1ALanChQd5oolJF9AdGacJ1OmV/thAxdA4McVPtmu",
-	"L0yZzLrdw09mXQSBox6nf1a7Tlp+3d4dpB2Eaj241JeEjaodtjVop5W0hBrq1CNBSbleopshKFJx9Zsc",
-	"P6hh6CH87gRSVRUrO8HJ1LCsVhmWxY6UDNG2EVFNeNUYsyZZWlm8ZsJ6i227+r4rwuqbYQChxdNAAPKP",
-	"0GZNBmxTpXW2ezFwGJfHTOchbCW7rMeylSqFiWctxNtNrDYe3roofaN+TPeT/YHHt57mhnLkKxLojyku",
-	"74/Qt4EgK6VWI2e8QuZWlm83TwMthKxJWvkDbVXPgMWkuFsKndfRmr3SLJtz0WJ8Fuv3eyHVlU3Kw89i",
-	"ZCaQDOFxVp6lXrNSl5ZWNC09e3F8fHTQ2TBrNmGaxbadxqAWYuroVHX9NC3F0kkXExC39MDv7gQvHAOl",
-	"C8Bl6V2U0yGXP174SB6du3sH9XbRWHcK6/lb0EgPjKkgv8mxtSHwpywhvMV4qIUId9WJd3K03ydmuBNu",
-	"UhHPdGlrbuQKTdem6OOhe5BLHY/vI17rJey3H9dN5txGsUtgSpqwLChjfgEd7T7ApyszztuASZ8AjDQU",
-	"+sRaoQumVLNoZVdIo5dmJohnAUt7jTVF3csWvDpo1Kdn0oi9979cgp5sZrWV69BI/VZpfzM4wCHVwUbD",
-	"3bVB5j8JKJFHuo1Ru2roAjgC0RIhRiC4r2eMIBUiwj7RWKdLQhWZ8htERmnwhtuU8iSZ3QmdGW+/NpCE",
-	"sFXrDnk5ZDGRyF7tjj67ASqGy3XqZTaDRplNiWn/ay0sqONFN5ZCINCRYcHuIpNjBqHnRy7N2aw7/I4F",
-	"PMEuz49RvxPqmFjZjmDd6D0cJyuynVemNKu8AL96GBfeqqviURvct91D7XdNUwuybNLELGACRA4Aw2WM",
-	"kQJjgTiMBRUu123yWgO42PuF8nvJcEVc9Y+Re3uWtBG0DLB8CKm9haqyYa9+v9lEE0jma+nQHQKseSQw",
-	"cr+80x/R7+ZdVscFGa12egteihpHP8ATazVWnPsPjul2KSNol/0QivnovNoYhtwlYPrA+HJ3gTynewjI",
-	"XSB/rGFY74LSCDNuD620OXRQY+sfEtPIa8y9I7LRw5VUtpVRPpgt5QmApqemzUUDdm6cGyvzwkzUJooC",
-	"fv55jpC3tSCgIOfv37oOXSPbAmC0T+wZt5BNtpyQgC1HxlJqpTO66GoLlIdtxc7fv+05hFyQqfDiao1i",
-	"KQd/uvzxIlQ0Br6SlDOhfZcJuZ1JxcjFD+fdw5NT4mkN5urJbMGXzZ+m7lYCtwRXQ+HdQj3yesbia5aU",
-	"+H421IiXlRRGM0cEmBkViZrRa1apwpvnOqepmf7dHSR8TWSgcSTO4M+WcsiVJMkzqKgEOWwuyozNpWYE",
-	"f6165L1L/QbkLMOgVMtMkRygFNlQxFLoTKZkkVJhEbWQzuVGqp4bj/gVmvjjMHnVUOzhsswP9nei9isz",
-	"wSVUuHYXMk2HYvT+3cUlMfYfLn8UEcA5ddSACRXaCS4Ziz7LvOehGIo3sEvzXFPNxbSAxqVpaqYzYSJm",
-	"yRlsmH0sItDbx0dzjKBQAK4317QQUvSpILmw3dht6S7NGIktj1gUOIcJ7dB2FZ1bnLC5oSTw2W3GNVM9",
-	"cm6+SNlQwAcZmTIzl+P+yxEu2BU/xjJhxK+F9dZKx0qmuWaQNWVeSl33RIIdSAubMmMphUW56BfZG/27",
-	"M8FG+xEZs5jmykzH8kSWC8P6cSrja0VuGUmwsZPlrDPiaq+LxduR7WZkmWFIQ6SR70ywy/qP35QUI7Ln",
-	"aq73a0XWtqYazlPKY2avB54YNp1wYxt2zhc0nrHuYc8H2yg/M2Iun89ptuycdb7zThTsn+EQw5bVk0Xk",
-	"DcugZSX4N0suxenNL3+86HnO29rpPX//thN1ihuz0+8NcB5ywQRd8M5Z5wg+ijoLqmcgdg9mADP+u/n3",
-	"NIQ2hW1SFTns98ntjKfMlcbGTCnEHVQw4x75TjIFe6RlHs8qHGlmjWKCS/HWaEB/ZtoinEPnT7iBYUaH",
-	"/b4HMoOdXWrOoLPPBcD56gvQvgEEYDPzzy3CWAUpv2E9dJLYMoLwyMVUy86l3n3WOfv1o7/t7+0bzOiC",
-	"KYQcnYKKKBeq89E8e5Axmiw33QDb57c86Raay3AXyhNcOywKrwfLEFjnP+aCZsuhkSUstsLM/OjHtxeX",
-	"b34m1kVhfm6485Zes26+ABLli1fkpH9EpJ6x7JYre9s0dvUDowm3i/0CG2tev4SdPOkfPcH7foY7mybL",
-	"V2SESPojouhSmcMSz0jCFkwkTMRLgoGvh2eyguDoystuGNEZnUx4HGS3m8EBXXBUilQr1/3ENAXsLKNo",
-	"vLI3NohTYbQR2xEIamGbZ9vorq7L0qOygXsJKMstp9wqG7uTvSC0eYunv3jUtR98xCx4HYpByQVTZASq",
-	"KaAxWA3K/BsDDaNXRdleusQWgeilkIIR374le0ZbIlwTxYxKBOClMyqmTKFaCPe8/8QzBQJjv0cKgpgT",
-	"XXZ1AjFgS/uoIpTMqJr1huJcVMYpYERBwZ7TpVXAHXsYkWFEEAzrz9hMKyQuqp1qS6SRP8lkuQGTeMZ4",
-	"sLVYSyuxzXgr3EX3rmoc6Sxndw0GHzwYg9ebta3icb9VWQQ7avZibg8yHIBjPHsbMr/5/dFWv7/nAcPV",
-	"Gi2yOGWhQ9aQYgefsSMYT+7w6IWhAt9qQPBVDhDYQfk2BRgW+3l8uaAZnTMNEZdfP3cg39boUKXm52bQ",
-	"qbOHz2/rWjh8fAJZ2cZD1vBEsj9rMM7xUzIC0n9jRrBW2IGPEhmWw29Eoqw5DQ1zkqLw4x//9f+IUaRQ",
-	"03ZSzGsNHhHbc9vavLbCGpqmDwV2MyfYzdyMZX5EreoG40rhRi26ocgsMZaXUQ7PyAjtvZGRzLrauH4o",
-	"CmvO614PjdEbLeynUkfWH4JzGpG9w35/n8gMbh1D7VGPvBNsKMoW6Bmb5IqmJHEqPJ1MWIz6Iyh8qkfK",
-	"/vVGEcj4jT1ClGQMmJJoOWXmx0NhFAVjWGpz0wi4wnRGhaKoW+5NM5kvzGLmXO+/QgJdM2Y0TUt52wWh",
-	"Rxwa/Em/TxZmbGNRvzLvZGhoa4CpRStb0QkjezCcRymuSAG0pPeDF5HlnPPSpbzzVVS++Ktx/HoN6Tsq",
-	"jxEUCt3BG95Dlj4/UbHc6ip8OPlVnYJ12QZk2TvBnBNigY4IuxuhY7fjrTh41Fv0eLDd70+e5JYurY/P",
-	"Fd/orx/vKubI9+gag74NTjI7GWCOqSfIbTlKU5B/Ls/M3QHNNJ/QGEO8YbH+HYtTmjEFDij7c7JnbuaI",
-	"WOYDFC+b1EAU/x3FuPUd7lfE9UzeEi2HAtMLCNdnZITpBQCBlqUj+PnI5hiMXApFj/zN+btcn6vRxJiD",
-	"WmZ0io6TXz78OBQg4bkq+2OBxBu9/wXdkC4N5XOR33A3Ip7jM8KrAKm3/8pKe3U0GgoOrk9KFhmzYU4z",
-	"6BgwR7S02PBiqmfY8gDs1XxeemLRuJvJNHGzHoo4YwkCQSgwIMxMncc0MNUDlOqjHvmZscRMJuU3Fm8w",
-	"JHrfLZg4t3uGmUZNfSvEpuVPXF762+8gyX3Nj8HdajWhj/cS8+s6bAY7YhaNLe8Nz1ZvbHl0vLE4byJA",
-	"P7FdU00pa9FI7flT+KsdRfXxlr9/+aii+nFFr9nWigisUnBrybuhPu2FNJwscjoGwG2C32tE9vA7qAPr",
-	"lQCZqJmW7VaGYo/G10LepiyZgopJ7JfAaPs98rbQ5c5qaiDIRaemS6SFK+yeUT0UNAVfHaLEO1WfZEzn",
-	"mc0UkRmfGpXe3gavCCUJnwA6pC6G5ooc918ORRMVtEdGYBFcofKtRrYnS4VKzxRJqTLv9YwGL2aDOu4Z",
-	"QWleQK0VGXngstmjivAJWgFaktFB8UZY1lsPWfSvbDkUI2xNXu4v9ic/w49r1bi2d/k+GbOJzFhli5lI",
-	"1AY69LchxYuiRQuYi7gi3VwUXnXILXSd7Tz/OJhMZXkD/NTJzVLbtrX7WyvaX1jJXqVgX1YYGbgdg4xf",
-	"pzL9yDfAV6l8l3Jva5lfBLrbhf5P8sbKM1DqninsNLQ0YkjIW7JIc/xaU3VtZB04UVx8NrJK5oIq7cuV",
-	"obDV2i5Rwz5dlKERV4bWI2/ni9TI1BGgyox6xAXJsFMX2UPp7EWt98vYGU6nCXQdEGlFjtCXkWmPdMgr",
-	"eUrh8+02FpuMYWdbSIqgae+PU/vQpxa7kRZ93LY+s6mcrjCOsXWWstCOhGpiTAYywp4xI9eb2NNN5LRH",
-	"zo1WBM3ksLfUHupW8ExktRQIKoHBabve2c54lEzpwhxjKiCjIaULW3vFFZ1mjCmrQZnzOu3ioF2Hsz8a",
-	"iiJvBMPUZmBseGWVJOvH7JEf5RSjkrYp5IJlbiFnpYSJzWwEGwrbcccIkzl1GcEu7iWStuZWZG9U9Oo5",
-	"I+YOHgW9iEhpM6dvQ/mxnaBAiBoVWsVU4LJct6eN9ZaiHdcTKyz11nBt8kxOa9IMWB6e/CoNy8cVOEgy",
-	"c1+XmgIe/K1lj7U62sXPezRfFMg3NHXkpEB1ntjLvug/0QgWnBGbT1o8s4fw3Rj5tvDR+yAFCsRuPctk",
-	"PgUZwjMiqM4zmpJrtlQRxjOKwcxjJajtUBSotoY6C3Tb4Vh7oz+/Qa8X5EUefLbY0gUNQCgMxahmeo0w",
-	"SQdPRI98aFqs12xZpsrBJ2OZLMme2XCaQX4fhoBcqqOcQJwkpkIKHtOU/OXi3c/7LXZsYUxDFmCE0t/Q",
-	"3fwjssLWtZYubevuB7ZI6bKQeBjVSpX0DhCqUkXbtYgobkxT89WEZ0rb7ELoIIgJkJiCUF01FbglsGhz",
-	"MRwekraeGa8wv7QcAFLSDDHghS5JFuU69mQ1pLapXiwpLp5w542h2ANrjnC9b+5Acy+7eRrV1HdmlneY",
-	"lxxJLqwhTdCQBgYbilzwv+fMv55ARyUjZ3d38eddWKRNWHUvN0tHBGiGHOZK92zqKFTsW5+0TSa9/LFr",
-	"u4KOCPofvf2iynoWhLz1tmwoYAPkxEb06NKFItt4KXQHXuTjOdcfrFR4smtw/a8/2BPonc6/suX9LlAf",
-	"Zq4OMcAXHsJAUWtaYkrbB8zMN3+0ii0gF0x0zeZ2Dw87xbgFNLVX948AgEXR/8UPZdZgO/zdZjdwBY/9",
-	"aS//svVFy7UP180zVedbyKAquRoSrETB9VAA5tXXBkRidYqu7sEsN1zv4J3THcw05o3hnezqSGtrhoFE",
-	"/2remW3988eHh9+wHXlhlDrqK1kghSOiKeQ7MUzq8N3IW+t7YCxs4hty99wkk3N7R2ILgpFFjxn5uhBe",
-	"SDOazVOmVDMj68K89l/aC/OH3+XBz8tPNLs2Kh3wZsGwFIpPCrj4lsORJ1x32Y2ZRmsSNVbJ2IqVLtZC",
-	"YaYuJtzaeRIYhuwxkck0RSXdOtsiUpYKRy7kMBReTVTxqctSs4lTJGO/YaRiPzKapFGKQUXukZ+leXXG",
-	"NGTCgRVMs2BIBxK5zUrf4ELDiZB/z1m2LOPdaLZ1fP2h2s4icEOGR8JgjCscfqjhEO7vvoOB2twJJneu",
-	"xCVcK39eY1XmJpKKz7l+XCFVbn5biv05Gslyglz8cIn2cMLsoCuSP/3ywAM4Ne2X0zvD7mUeTWlz28Jz",
-	"UjlXNvRpJoGoIWeEktcXH6rWGRi0Q2H+8gtBubJZNzbH+BUaUmkC2iamOro05Fxontpe/ugG5srZz3Cy",
-	"4X3TjMZgQXKZkIUxGYJHFnzJXkvBrTMZN1W9vd57T6z2v1UqZ4m/xpb7s7YpX3EK/HaRghLR4pmqILa1",
-	"31d4t6w5Gu5MoKejWX975mNpKOZyP6RAcUfKC8wWmVAxFK46mEylxiAcFI2g0od1Cv6xumZLc+SmTJjH",
-	"WEKgS0u6RJvNfAvhw6FIGXWqps2EQ9+Szf2ENDg1M8Zxym9YEqrWtilyWEA6FGU63uvzCCKZlcQ5r364",
-	"rKGxiNShk/gGSf445w8H/9oPYIhJnyRL4Kn1zMohxb0p6/ttaXFxTOr1DPWzOuEpUwefzX9cSUtQvTzu",
-	"H+OB4rpM3GefzOXpQujApnO6hK8UYxb0sFG0+T0Hl8F2ZpV5yNhUj6mAwMRauMsQ6EtUp/yZaejLlzKv",
-	"TMZXUQC+pm07Dzy6BLf1QmeMzlGyQXKnTapzEHmorY6i8pPL5cL5fz+wRdb9jk8ZpEG49ObWPbcjPOLW",
-	"//vBv7c4qrAUOaAjt272M4UEiTzNzcvuNufgliqb9Wjz+2rOPI8+4XYwXojFHx+RAk6O+vsRYb1pj4zU",
-	"jJof/ufZmCp2enw26lWsgcainp5Pv5O3AvI/kVnbOXSDnB9QPGqlU2A3RwQBy1VVKxn5iGPIm3sgq6Ds",
-	"Yp9wrYaibLJPaHJjrgiFcQXyhsazMsqCVzozFrPhQc3S5RkZIUwGdDGvN2MAsJeRjcicFxoLFP/5vilp",
-	"M4KgQxHRt3JlEtDfXPeMx7jQW/Convhmb4NGaqmzsRAlC5bVeOKPSpsnMwZommLMrjh7Frdms5qbEuMq",
-	"fPD/RrlW0HNFktEt5UUzFYxSmsc9rCC/jIYqoqQUUFCu4YfaGregvCuWROaY2hAwMQcSRUuZqmfeh/nG",
-	"5hRTDlYD4KHMZJpABp9DwgDMIZub2yPoCRekGYvXkszptUUxMSNBySBgHC0YbWSUX7PlUPhxdYupw9O0",
-	"a3F6CnIrzWhi9sKa8SoiShJKjBxyZolFT9AZFYkaCqRa4QDgmRsNXQ7BJKMYhMGPuG/bXtzvbN3qQ0ZB",
-	"1wHhRR2VMraA2vs5/eRBizbBEjuDTgj9rZMxSMGPWRcZ+KBvkWx8luycHW6RsYRwdF9EzNp3r86xtpww",
-	"zaiAJvQLqRQfp0aXF2z/n0KeHg9OtgzPfcvhhh8LNCfIenJQUEytEM8+jIZagREUxOlA808xBwwCtdXe",
-	"78LILRX01K0FzFflvvaXst6BXaH1k5yvh/CTy9p2FYg/lc/boWlsXgzUzlp8Gss4zhVYgXIB1uq1ILn4",
-	"9H4ANJfzeM46WwK2+FP4QsWNFSoEOM6CunyVEvzBEFxklRXauDIk5g4+1+B8n8QFVuPdLdUq7+HHdomt",
-	"Y6/LGatJ+Z345uldag/MNAeYJtx+acLXZAI+/vES0oxVRBKW5Lg1GBrYQ+AAIbM5TfnvLCGQmbffIz/7",
-	"UfVw7BxncF9u+taCxmbV669b3J5vgTsxHi3qmGrU7a7jU+CgzfnTpq63Mii2wtmAQ2EiEXHJoYQn+9ZF",
-	"OpO3iMShiiZIRf8jRuPZJkxsp/GvxsVeS6OVbGx38RvmY11s8I6MbDF71+RBWS+s34BB164qh1zFUj7l",
-	"49QGNShAJCopRmfeV9FQjCxm2Sgio4SDHwr+ja+YM6Gv/I/lZJJywUZkz6oCbR0ohqJoQYHoBFRD58+Y",
-	"6+WoLU/KZ3cLp/LNqBEe5HxbwbfbNbvXva+HfR1itGGV2xkAkCGgmBF5ml5jeYjrKVE1tLdn8oPPtp3F",
-	"GrDBn0sAcaXlosAadHGL/8SYxQjzGixlIvAMFHmBZe7fvsXAsFBw9YsIHZEF2pID+3UnTpcgn3N6jaEa",
-	"jh4I64sFFy5LFbudsYwVlh/WneQLr0zsVbGAJKPGVtzLZK65YMScUXfu9s2w0LWbzS1Yeujc/CLwkSKy",
-	"8tg3DL5os9+ewzLfy5THy05bGqBt39KSUHgSSih8ZNXL7sDqg4xJpkLeFv0Gvsbs4nujSM6lORZlZKRc",
-	"fFASRJ1F3hIWtkdp7pokkMAxRGc+5LsbykrRIx9YF9+JQDaLjN1wmat0ORS5KGTqgvKMZKyLrXGUsVA9",
-	"kJtgEOBLHZuvhXn/GfkV1+/1BZErbOLG/YU6W5sKtl7Nv4DnN8rwDnRP3xji9huzAgxV1tsAQPvel/IA",
-	"K7tzde29zeOLTjrIjzQqkgvAQrCeJRiClRNiw3g98hdjNma5IGYTbeWQK6O3tbtnoHENxW9ybAUh4apo",
-	"zwPBhyKo64SgMUehdhhKEZnR811TaKx4KUCsh8I2tXYFqTi1Z4pwscg1YSLjMEKRFoSp/mV7AzTVMYBr",
-	"1mxeC2b1UChJJjTrkXML0A/TKnyJoLu5x16VAyCiRtHkegSh7ALqzKx1KDBZxgxnof9bEdANl30Vodyd",
-	"e0yXMd/Ce+83wET1yd6uC5lp88vDw+hFPzo+Pvp4V9ZoeH0yzUP2Y69hZtSxOEFl1Pe0bxZt9xy6a8mY",
-	"pjPD/NvivZud+EJBYWCCkJgRhNEs5QBagNXtVbCAWo5DcezABjDc+tAFrWaODxkwaVu5DZS88ur7qwLm",
-	"7znLv9JAytaVdFtWnt7z4oB6SnsDtDt+4M+Dz+Y/K8MwkK5nBN2cY98lZ3GXxYuBiMtOUs889NiKaBs/",
-	"Xlrp/81EVLwL3uwI+H/tlejs/403/wA9EO2ZYq/RQ1Hckc9UUVcF53WPurpKV+NEFTYcgFsWMZhjq5sI",
-	"SeYyYzDl3lDg2ClaUQ5sE1fnUDjMHyUO5ysHGgqJXLc8ZpX64tBNDL//ZnnSQ2Wxt8Q/RcHwfePRsKlr",
-	"5VzR2Xit7WQ91Ng60+j/XGBeBHYFTDX4RoNhFHvaHt++CparaqwP2zD2QdV1gTzRVkyrrpuVuesGdb2C",
-	"v7FQEFXXGwSCzAZ/M2lDdeHvSgLWG41+d1As2qs6KSwMfjD7dq8EQhoK/6H9KATl7PRdPwEXdT9daLl7",
-	"qNn6uFsN7Kr9VwGwLR/Y2YOeGoo27Kl2+80wyDduv6GBDU0unZ1Wwh7PWJpK6G4OZl7nDBN7PfPoapNu",
-	"2KXMKPr6X9kRtzTTDMG/kJkGe/3gZpohzdduprWt/GvOZ9taP3lkwKAHyq8Dfmkv6KoBFLZqNn8rGrqC",
-	"VL2FWg8tydhmnycRGS2YSLiYXtkQvGtuuTwjIyGvXAzjCv3REJUX8gpb9RcfklFZ6nVV4Lzaj2Pz4SRP",
-	"U/OB6+qbXKVUs2xEZAZxfp0tr8Y0vpaTyail8ehOQtg89Niqu3nHd0xTnrb274PT/60YlcgrzqikZcus",
-	"zbix2tAnyJff85Qp2x7MJjl57YRcbaYZMCIyTdYlMFF1fV6882vkELPeVdkXUEL85VIunCun3BDqkXPD",
-	"XV/nPjgnVtIQaIuts2XXVXwV8QTXJKTMpjh36E3mIetdgJ/PEYhMFtWhKRfTEboSbXwtZdQolVy73nyC",
-	"fdLYSm7PJgZJ4aUFEZcVtI9N2Qu5OWbY7tzrYuLVsNkkjBKCUBHbJxUjyRZdptXL4VYPXg7zx/29HF+1",
-	"qFwlJP/wcqz0cmylFRSw8S3Jp4CaTbQ5E3KCIT8HXWuLppmr1XR9cEaIKqtdlTfkQlTQ5ntDAdbhaCLT",
-	"VN7+J0ILFy0cUQPZC5Wb7oOtKdgtorOXveiL/hG8zIQSSWEzemWoGpKbuPlgzrD41J3Sdc1trH6xE7a7",
-	"OzhRQ+TZlyJEp7m8gnhqBeqhl2PEBZ8b7X9QqP1GOE0B6LPFY2NB3f1hCr7rR+WQ/c2HxE0MDzmhqWLF",
-	"UGMpUwYezJahKnWcwQEP+1A+ipM8XTfjj48LOn/JPgVv6x/dkQHWhyQhIPuX6aIL2A/28nYcXgV5XyMi",
-	"PHT3VilR9qfy+1mZW25i8SKCehu3GQdQCuCgFyEgX0XQ7pGLGv47zRgCkRdw71xo6WL8Hih8W6oueg92",
-	"Q6j2DvO35ML0UJrXezKr+/gtGCbvfaB+WoYeAde/upxtmF9ny3VQt9RlfVy55JVRraGd1RFpfA2XmtVy",
-	"R84JOcmYmpWX2DhPpkyjnur8SUVir9J0aQ6O+XLGzfKWPfIOMp7BwY9no1QUhdTdstNeGC5QZ8tvVh2M",
-	"CpuBTikXf+iCdkMJhWZZ3ZRpDTldMvOMp9VaYqClK5yBtsxYaHFruJuJ5JkDX7IJWIjI55zrCoCtMOKb",
-	"cLN7tt0sS40IJ3M2l9ny1VCgbVS0qXWQTPNcaQKuI3Sq2r6g5J0oeoUuAJiw+DxdeiaYMdiM3bhgUH1S",
-	"jhB5XSQKzKHU6ZFeB0T7e89ia2a0wzyct2HrQ4WPF8dqkyiAjDXTXaTtDkhb6xznxyGAsqJh0g3L+ISz",
-	"5I/mrGvRH3Br/fasDs6M7E2Ua7e8vwILor3Zcvsl9b9xg2xWBm6cHP/G4O31NthRkX6hrdMJvk25uAY3",
-	"CVZsIWpNtQ0rJai6WxcRaSDmAFYfOSdzrpT18XhtVWFCYMA5MGvsjoILLTuDwc1afmhGGu0XSZ7ueEJr",
-	"r2RV0iVM8p5Np2tH9QvgH5buuJ2REL+utlS4L+aIFBB+tJSkbcdiXfUh+BswIGE7gO2tqP0jZelf1Cis",
-	"AvukLEJQPbIeeaW8gFSl9rEBxtJirOxaS/hVmR+rCwxLy6NaXfj1Z1HcFpsTrCZak0nhXMM+aFo7mnIF",
-	"fRm/VC4MMxR7ZVN+/M4KRkyDr8AeF64JH/C4R95lZGz0ArKUeUbkrSDv//r2bCgyNjXmPbqsAyjKQt6S",
-	"vZH3ydWCza0R5H04MdZ6tsi40NDzeyggwmcrfovJB8osfYz3FUkYO8IzetkTc/rpKpbCZi16OGUuiQod",
-	"EV2WdwedyG51LaFh20wGnPUXQqqxkXtLufbQftTAMG5Afe+pmWEZKeKvFZvsiX3yLlJvDyxPmNDmElxR",
-	"wtVSYvzYyDc7lhE+TVFgO2+WZZnfTuj81pE6eF1AD7XmfQEdYxQxQigiIywStRC3IYk16pHvAPUAWroC",
-	"5q0oi9FdP4qhqNdxe3XoZMYytk+ghLuuA2HwMWrUsfsF6vOwaZz4UnpXZouaSSxUkxn0coXklfqE65FY",
-	"rohDhWgNucAQ4TBEB+jViYr0KxvYjuwXH1sqvne8k+x223jKxpeLT+wviiXcdnIRNTqpnuBvO3fsnhIC",
-	"t2y1kGi/KHwlqd0d8Ccukro6uNfU+varPS/IGLEjnSPOU+V65M/8hmEuxPs3P5G9BSC1ZpB6W6qYGK9x",
-	"ARww1nMw+rHoY8bia/wYoMT37RU2FJU3XfrFo5U+HiDkXDsdlxsS9HajKousWe2Sc6/L7zEa7OBUvUl+",
-	"lefY73GBOTS3Ff7o/At2nby3C98aXB5yRdPu2lY+lBp7FxuQtAqJ72XmgRCY2xUQrM3uXrMlpE1QZX33",
-	"OCpLeuSi0P/b0EHfFDO4tB1QHk7hHDxwZ51ylm3hJ/Pll4jqQ/Md23+s1RzbljkQBWY1S0ylTKJgg3bv",
-	"poipsDEUIfXMiOO5zFiEmaI1xQww2vVQADjReEkWALWD6FyxzAH1GuJ6SqOm654sfb6uihHink0gowhj",
-	"ST5yvE0fcB0lzDi2qQV4I7z+4c4VDaLtuH80FCNcZLeEHWM3TGDv4BJ93kWYMHAUvobM8w9jdu3cuRpw",
-	"i8465kSnjF6zpLNFy2cz/6/yOrJbU1UrnzjrxsxgjRpX94qPGc1Ydp7rmfOK24caaM0y10wR6xSGpLmI",
-	"0FzPmNAlImTztuh5mVaWgA1D6pIJik7tssdb5nqsVeDRbLtez53dC1cvqpC9VnGIcKYie5L9Vo7oFPU8",
-	"7fX5h0b+zqtMK0b1nff2o6Ik3atlDI0Hweucp7rLBRbZyiyeMaWhoV1URxfxMo8Qk8UoQon3Hqw6DeQB",
-	"vn+LYtsDLIHul6mc+tPE1pfN539gNLWx8ozRhAumbI8k6ORXcofFfHcbtVCdu493/z8AAP//",
+	"7L37chs3tjf6KiieXWVp7yZFSpRsybWrjsZxEs8ksY/lnFR9oT812A2SiJoAp4EWzXG5aj/E9wz7wfaT",
+	"fIW1gG70jTdRvsxk/phY7G5cFxbW9bc+diI5X0jBhFadq4+dBU3pnGmWwl/Xkeb37I1MeLQyf8dMRSlf",
+	"aC5F56rz24xqMqOLBROKaEn0jJGlTO9Y+kQRCp8SqjWbL7QiE5kSPeOKyHRKBf8HNY30OkGHm6b+nrF0",
+	"1Qk6gs5Z56qDH3eCjopmbE6x6wnNEt256kRURCzpBB0msnnn6vfihzilXHTeBx29WphmlE65mHY+fQo6",
+	"1ziOV9+ZtqDLBdUzr0d8fsvjTtBJ2d8znrK4c6XTjPmjmMh0Ts0gsgzerHf0IkuVTOuL9W7GSCjYB30b",
+	"wRshkRNYsUXK7rnMFFnQKWtbEPymtCBz+uEnJqZ61rk67febhvI9T1jrhCc8YQ+f7U+MKvZO3jHRPOPE",
+	"PCfavACTtctMllSRaUqFZjFZcj0jR9zQCBMRF1N8/zhfixmjMUuLoUOnXex13fC9FRqcPgs6cy7yvy8a",
+	"Z8PnXOfrVdmCBB42kuR5PzCd8bmhx3OzGXMu8K9B3g8Xmk1ZCh29hjWiyauYzRdSMxGt/sYaTtjP9I4p",
+	"WDgzS6Y0UXRi1pOkbMGo7pFrTeZSaXJ6fk6iGU1pZM5u69J5HXZNj20EdX5eXq6m1XrtHeRWMvNP+8PJ",
+	"7a399qHr9pzELDXsiWsySeW8RJtUxESZz0TEiMjmY5YeYJ23ItOt1v0mou3rrSJ6gHV+R9VdaxeaqruH",
+	"d/HrIpE0bu0kg8cP7+Y3uI9au8Hr6qHdfDIfq4UUisG1+SaV44TNzT8jKTQTwFToYpHwCE7CyQLf+I8/",
+	"lATOWfT1bymbdK46/89JcS+f4FN14tqFHssUf01sk+To7fcvyOXw/OkxclZKlKbjhJEwkjELe7AstkW4",
+	"4xc8Z+DsA50vEgYDTxnVLL6FeZ/2Ty+6g0H39PLd4Pzq7OLq7PR/GdKPO1ed/uDybDKgp91xPBx2n7Lz",
+	"SXfcvxh0h9F5fMGeTp71LwfeRcbNQOMsgtNS5Q5ea0+jIes+jQe0e0nPB92L8dmkz06jYTzow17dyzuz",
+	"VROaKNgruTBr/3snb/39p8D8sWCp5rgt/pS8TY2pZl3N56y+s0GHfVjwlKmdvjET2Ug0QSehSt9mascB",
+	"4Tp+rD+oreUWQ8iXMW9vLGXCqPAe7jQ6tw8fO1yzudpE0EB4N+Yb87FtjaYpXXXwULkT+XsHJgCTz3sJ",
+	"/B0tJlPIf3L8B4u0adoR+U9cwWzKhJGPdatB5wdm45ChtcbhKMV05cDFTFOeQO8zqbSTOmREE/O3+WzC",
+	"U6VvFWPiYMcSiHBji8JsfsL/weLbe5pkZmCD06e9fq/fGzzkGDvRaNEJOvWGawfYW6J1G/TXm9e/vM7X",
+	"urJoj3GId268vp4HOtD4Q0Njbd00nbK6zAYfuUYahl9d5cq6tB6BgxxHOEu1sxh0PGVri4mvP6tvTf8f",
+	"OzSOOUrub7wR2zuoPAm3E5Vr2jRGzLOAsN60R0J31sOAhHxh/n8hU23+m6WJ+U9k2pwYwcFc3oERYDRL",
+	"TWP/+3fa/cd783/97uVt9/3HfjC8/PRvTXSRb39Za+xvljb9RSqRQcta8amYW4HHY24UHmwQJ5gwckou",
+	"fx1MOCiEPK8JGp2ddZ/GQ9alk/N+92xcMMY64ykNf9tDjmaJBL5CI0gDPVSsJPk3ZLxCc0k0owLtArmG",
+	"eToYPh0+O7sYPvUUzX5d0fRWtOl+31dgQBH2NmXUCq+PL1Z4O7iN0O/TbJ2Z+TK/W6CgtMUbZAncrCqF",
+	"WwMSKoxwmCZccDXbSYa+HJ8a6j6Lu5dsOOme0oIuDVNlVLFbXyRta1Vpmm6S3pWmOlNm5bIoYiyGZXDK",
+	"nTemZ3Qw6D4dn0bdZ/EZ6w4mxag6BzlclZX7uBelp6lMb42G00iR+HjOlKLT5jdKm3VoIaG2b9t2kGZC",
+	"cDHdTQb39n6Hb4AWNly1uFM3+PInj1q2WIQHnGHuU2b5AFeIJ59Jw6KXVmbNwX5paGXH294Rnm9y3Hi7",
+	"Bh2PIL0vh/0Ge65ZEZ2uDLsq2R7tcKp8trKCML41c36d6UiiYums6j5XmFCOXDK/nxqs7HljNzkxubZg",
+	"L8DGgvRs9mJ9807zjuHVBUsVvNvYaxZz/fK+QeiI7C2LBNNDpm6IJtKyyrLWq0n4he1aW8uzp464y7Bz",
+	"x1YkYdTcHZY/DE+DjoyiLE038GNrqsRxjZ/Gg+iUDtn55KL/dPAMDkA6ZXoHTpt/YseNy9DAgO06NXDF",
+	"YqVaHzpB1+21Wx3bW9BRK6XZ3CyikGI1l5lq3Ma9lLsKN+FCXwx9Uemy3386uLw8PR8+HfYvLwebrpHS",
+	"Rm3LPPcTpIrNblhab6/bn7Yoe40qnTev0sYFbvcbmUN+sg6iqBXn9PG0tRd0Qcc84TltN/JwVDCqFlRD",
+	"WgSbek4oMRfOE0VC1/Ft5LUdknmmNBkzEkmhKRcsJlwQrslR+P+Osn7/jIXgwSqPMOh86E5l1/74h5Ki",
+	"95Yuf7bXgBm/NNxLs5+pWL1FGtn5KoIWuBTbb82L/JtX5qh+ghP0Cr90/iz752CD0cvvvnGDShNEo3md",
+	"sh42iWuhlnieDzLU/faBOTFiC4kKRQ6UQmlymzKVJXrjhN/Ca3+hOpp5pih0XHnSdN0rO+PTGVOaYD/d",
+	"sWmh6vLyvPlEMaELB74VufZUSWUhaWyxME4uqWl19vf121ZQV4Oitovi5b5pVJm2UvN21qvgA9MfeE3s",
+	"lOJ27WnLe6c6kx0F/r20JBBc7RfVCBIbF2BmS8bM7KmCoAHwWNEp5SIgfGL46pInieG3pjXOYkN+23W/",
+	"i5Lir/oG1wVVdzfwYpU2S6EkhdZSWflSX+WFXUPUBXN7OFHj6f+nOBJuEKf9/kMPyKLw3W7livXXcYvb",
+	"qeBKJa27zqN/fPfuDcEXrCEwpwBCEykMc86SmMzoPSNjxgShQBg2oKbEnc8vL/2QlH6/MSillYbtMNeT",
+	"JQgOu92QO+7Mnxdq44WKdg7dHoNlm3+iStFYLQFXu8VMHeo6L5GbP6Fg/U0P7l/nj91TTLMGIi5uFYuk",
+	"iFXJAnk2OD+76PdLMV0XjfvgHPPVuLwNJqB9lMcHedkLyf5sF7m+7Hpv3w0/Kmy/HdlrIZtG2z7Im4ju",
+	"Obh9tmuRZFO+gyJjRvcGvqlqYms3zAyVy5TrVclA6McmDsqE3B30+420jAaG8oh38xz648573ZLUGvzP",
+	"djzFWrbvrRHM9ttbx4WMICkz3cgPLvrDZ5sCPINOlHLNI5qUTAYbJQT/XTCIJXTlD6LM2r+TREhtefqY",
+	"TWTK8DqZU7Ei9jOMbhRyWRaXZTZOmH/dODbXeNnYmw+ioViUwbY0rFF5eD/SNCYQM0tkIeM/UWQ5kwkj",
+	"aSZwbBDCY4QauJDCooeY0Tjhgt1SjZaU3YY/aBg+3ixxliJplcZuT8uZf1xMm16T501bPacfKv5d11L5",
+	"3G0imb0YC10lksa7mUwPxiQa7WK7EjnohpvlMp2ubBaCU9Kc8XOTjvbOvLcNh3FttnMWjCXd0ypXRHHc",
+	"TriYsnSRcvRY+AEd/e4l7U7ef7wYNsdx+M0sUOCu8OV+Myu+jaQAE7DQt2auZVodVLZ/I7UeTtipy6v+",
+	"S0TPqCZyKZQvPh9xTYzcbF32REvCNTEviogd98i1GAm/lS5ILTGh8ZwLMqcrYsZPpEhWxHAduRSlXgPo",
+	"zK4OyOlc90bC50EbvJzbUCeSUyN9WmHLb6ydLOOWCF664IVa8FnCebeMyrWD6iyn+vZ//uu/G2xa/si3",
+	"DsVs14AUi1KmA6JmsNMiYj1yw0QMVKNIeJ3pmUzt5l+RvzCaspSAFT+CZq1Bv7fRU+20lmIGa/YNCQAm",
+	"nCSvJ52r37chmM6noGotZyKVSTKHs928Cq8F2see+2vQqGRXmtojaqGyJLXBre+kvl6GZF7CF9uyXj+M",
+	"XaXIKDtd87+/vPzh1S/kxcu37159/+rF9buX5O3L/+/Xlzfv4OlI/M9//fdIwL9f/vLdmvcaJgEEzZoJ",
+	"Oh9FE7vewDObNvchqlHDfrjhNdHqy/z1Jh6zZhHKsfOtMX8N6vezi2GDHa9pHQ4Srt9sAahLmxVxcgsy",
+	"92NPGnppWu7veVJ1WNgUEufF99NIIH0keCzmnrKFTHXPdrJ3OKaa0dPzi85V52Ic9WM6mAxPJ5cXk+js",
+	"6fjZOH7K4tP+mJ4/vehfxKe0H9PzKKan48HZefT02flwMo6jy2fn42f0zLTF/8FuxyttSGJwurMN+aHG",
+	"4fJWNNDfPikmW/Z90MQPtycNzflLfMjQiu3dMNvFpFsZqbQlpdHnsyxtS9uhO0SEAxze/bNCfmQ0MSy8",
+	"fPpnLLLSOtV0TBV8c9cJOglXGjgu/OUyyMxfnmvB/lm5jvI2m6/Rj22JBd5gVS3IC4aRCXpPeQJhau83",
+	"7ewax8IrpTIWvyjUneqy0NuaLtRyxW+62osr/fAt7nsFOjNTygRblp4M+2dw5T887rZpCZuk5xfXqIUZ",
+	"ZUs5Fcz7UpEjmihM/59SzZZ09UQFhIuSFqWYzhbHvS2V2i95sTetenVd3po3CJ1oZn04iRRTcqSXZhl4",
+	"GiuX3Z/wCTPja7Fg1bp+QJSsHxZbXdKgabc3SygNS9F0WD0D04aQqx2joSDT/wCu7hmjqR4zqm/NhZTe",
+	"06TY2kF/l8D6kretE19cPovj4dMLNqDDSXwxHrNnk8HTwWRwOb64OKfP+mfsgsXjAYsuhnH87NlFPBzQ",
+	"04tocnkendLLokHtjeisj7dlS1rBLi7zsnXy7AFSnGdr5GKRwU7n4cudGUsSWfg6OlcdFs1kxVgHyemC",
+	"pbf2pU8PFcfWbWvzidUFJgVgkUw0E1uezP2D+Dd6aEtu2OdEFaYJxBUgoQd5ERIpCLtn6SpHLIhokvTW",
+	"9KzXrMtNxVFAMqF54i2UnfGWq+TodmPojKALNZN6F1dwQ0R/fYJrqcKOr4mHwQrvnua3I8VWSGFnhJKt",
+	"VmrN9PYyXT/AvG/4T6O5uRJ7a9E1Cv8VzEc9JyBZRHSxcClxHsTQJGXMPKMR16tS9MRgCxP2IpVaRjK5",
+	"vWepsvHv3n6cNxnSlZzoJU1Zyzenjdb3JeW60dd02q+uw49yiZKElsR8BrZnjETukRelVVAsvWcpsVMm",
+	"R6fnRJlntvXj0npUHFnN8T9tNNMWo4tbtLVyhHf5Ju3INtpKwjcuNq+8cCEiRoVX5I6xBZAIF9MeCTGj",
+	"5NaG27M4vCJKywWAvLgQMsTJCPPkk7BHwkQqnb+LjoXnREg9M3x6LlOWxyPSKGILjQGJThXK8auq3ZuT",
+	"KpVuTIDI59cWEgahb0awlMIy54BENE05UkXpTshdHhAUBmN7mAhVm4ljFgeXraqikIv4s4v6YBtObSJN",
+	"WarrRYvPIS5sc2m33NXPSZ8sZ0wQQ2tbXtxbBb16R3BjxGAb+ddm13jW5fR6sWAifpsHV3r0i21U6KJx",
+	"4U4ve5c2t0ROJgC6cXoedHSaCaMGOSqu0VSph+3XpGXztlj+0hAbvaLwDPbavEuiWSbuMAkF0hoJLe/0",
+	"w+11xRo1jSeiC0BxSxmNZix+TiZZqmcsJTHVlHBF4lSa+8qTS9uSE/25+/0GpW3YgXRemLXZUcoxw65l",
+	"cA6fnT9tjHrMN+pQ610NUHCrAcNqmeY79kEfMLnBUzHdzZivFa4OBEebC9D22APeKGgCtq7aKXP/7m9x",
+	"4PZMY3hQzngxyzVhs2RGFWEiZvEVERKvfiBxuP8jOWdNFB7k9FS345dP+gFzFx+hzRIT2HCMa6nYORGX",
+	"DzisjLf6TdT9esEEIsTtmwRXdtQU6KG++0xGmumu0imj83LsMwDxtbpgdkLs850tu4T6PI4fpiWqt8Fr",
+	"0rgtnvXowXhx6+1N1gd5Hc0bRL7P72Zbg0a2wbnkr9khnEylPXi8RFq/myJQpQbpAw7vCnAPS/iUA06B",
+	"PZt5drycTBIuitAml31+zzwrZT+omhw+befirgxjl0T55gi5YQlWU7C0y7IuAJ4JmIabX8WoChFPW5H5",
+	"+1aworLFtMlU2rD8TYpMsRnNYDwOxMeprvn7xdCCTsxVGScH+vV+LTaW6ltnkmnUcouN3ybUqdHFUR5F",
+	"AeFTGjrMazvCPvSpzOO09nUEv2Ei5mL6trY5Qt7mOEX5Wgh5i/RY/JSfn9XtnKs5JDThr2ZfbidZkliX",
+	"cZwlLL5NqLYBfDpd3Y5pdCcnk8bt86BNK/Z1izqa45BaPIcKCOmcRjMuWDdlNC6hkpajtgBOBQX+LhhM",
+	"HD5ECVe6mkFl1A4hwYLGUjJjCWgfm3A1nCd72L8MOprrJMeYJrZruwozrRfq6uQEl7lrfZ29mN07PFd1",
+	"4g35UxtITEWXx4UxD69IOKZx1w4YMOAEzfSMCQ1eu9j8NJHpmMcxE+YPIXV3IjMBTyIpJgmPdBiMRFgM",
+	"xDxyViGXmGl+M0yu/oNpMUeagZa4h2V8x1bdlGUKP/CfcNGdJHw6g+7sClkGAq3YnxzPqCDbdTNxJ+QS",
+	"5uTItMs+YEIpgOKh+6mrpewmNJ3i0DKhssVCpprF3TmLOQVfIsxFyu6cipVbTGVX0wUnwPCt9hJibG8L",
+	"IkmjEM+F0lRErAX+bC22RxE5sUuCZk6aH9tRH6uAFr++fUVSNmEppiHSOTiZAHMez6j5cIugVgytwf49",
+	"hKVWUKG3bMqVZqkXvrFP6GZbyHzncvLsIu4/Gzx7Noyexhfnl/R0wijtR+fnNO4PzunZeDKcDMan4/74",
+	"2elpFA/O44tocD7uT/p92n/WcDS/XHj+p8YFFGz5FUW7HjCgtYrBsSb0FG1/19FdXfKE5LRBsJe9A7Jz",
+	"d0J/SlnE+P1G+KZIpvFtJDNDN6dBp5Y5PPDCshYsVdyaRHdPhJ8ZadisQJNYyBqBJgF4FMeoiKFw0zk5",
+	"EmxJZEoUJJBPKRfHe6Yh72jAKTZhK7Akb/23R53w92MvA1FD7vc+rdQi5YrNf/9QvApHCXULlnlQ2/C9",
+	"NrdyZPOta0K3QPN/Zd28O6O0K+WdbWcBmJG/mwXIznxrAR57egtf1dNX+3U9+xDEUY2HrK2bm8WGtTmE",
+	"BnOjZcriCgTCIxkXSou9aV9rmSyWqnskBG4XXhEqCPyTgCxMjuyDgEhbaIWEVh0Jj3skxFNjviMTDqoW",
+	"kWIk8laK70MQesw/FLtnKderUqPsA0qQtzwOiZYkZnGG5kVGxitCRTwSpZ5jqimMd4WeZJYoRo7w5+OA",
+	"KNgD0GtcxpRC4bSBy28FjP2WTXxr9PZponvB8XnrUQunaAqNuOMi9hkjzsuxtbr7wxOi7XZspGr3ni9A",
+	"l1E6+5tkFBhlMxkXeam7UfHLDzhQThNi1W1UlI1qTv7gRuQkY6aXcC9b01ivRgdjcI81hJYM1qZLQ4LN",
+	"hlTvOf3QkiDdf2DbzQKv0RT3s/UXNqwqve0iiK6xGN1E9LGro/whxwry/3YRZF0cZh52eWutlbFQ3ZQp",
+	"mYBbfCEVR7LzgikcEOun9w/J7Kk05gFH/O5VrmioxOLAm3YDVH88qz+u/w74HH+V46b7ca9cnG2iDEyf",
+	"eZBBEzxHW8bGmmoq9Zwa52kv8DZKFVZgldpOiFmR8iHZ5QA8hJbXoOPtR2g50tS+5JRHSO8Ay+DPuqHn",
+	"Yub7KiF7gYLvSpjbRf8202M+xfJqFGSJy9pGgAcRgiP6mE41D9lntztuD4JylLS2XsjFabMh6yDYHhsx",
+	"Yt7NGPlDjp8UBnz7SW+dRDHYzqvdtv55BGmhjYMKUEInL1jK1uDnN55E6prmYiIh5HNpJsRins07QWfG",
+	"p+COsSBBza3VtLFHCfR5VFsYSjRO9aAWt3J4mgv++MyIIHVb2VcRIfS5rFT7myk+g1XCs/dssPK4yWy2",
+	"67yzF0UDRVuDXT/o5M6atbS2uyi+3rjaBhJlkaEOn05VS5myDCmvsNPk4S1QnPrt3Lq4wz0mtyYhK+hk",
+	"i3jDYraey9zQWk3tsKWNIIc0Uywm2QKcUOMsnjL9QHPzOqy2HVorUdpuBZ6K6ObdPv5sKlAjpNrjFMJr",
+	"F5yLx+1Fetrh2fbY0iou2z5Q5Z8Nkq1y4DdAD5eiQyqIbl8Gxc1VHd4OvJSK2z/k+KDqsYfGvRc+XJnz",
+	"7YVzVIGRW6de5xtW0EvbRgQV/loh7Arraj1DFUXem2zb7fxdHvywHTgVqnU1aCr/CG5XJcRWV9tkwcgb",
+	"bgaMMsM5hEJop/VYCmEpFfaqZfH249u1j3eGQThMYbaH3T4Nn+88jy0Zzbd0Yzwmw304vOYWrLDge7W0",
+	"gdI+tB6adi2+odiY1dxLf6BK7+n5GPy4pFznSv+tZumcixYdPZ+/XzWtKlFT3vwtergaAls8dpKliVcY",
+	"2YUf5gWSr54Nh2cnnS2jo2OmWWQr6gwqrrqOTlTXD8dTLJl0MdB0R0/G/s6E3H5SWEpcNOZNMRzy7qcb",
+	"H32m8+nBztF9hOq93KP+FtTCQCMqyB9ybBUlfJXFhO+rIVV8sfvK9Xt5NB7inN0LDCx3HLsYRddyadE3",
+	"5mrgqTyI3IDn+xElhwLU33egx3NuwwUKUFYas7SRCf0KYuBDYI3Xph60wQ5/BqjhJh8z5pPdMKXq2Uv7",
+	"4nRdmpEgSAtM7QXmnXXftWA1Qs1PPZOGL7759R2I4mZUO5lgzbXQeh3cD06wSXWyVXOf2gpifBakLW/p",
+	"toaiq0BmYAtES8TNgSgKPWMEVyEg7AONdLIiVJEpv0e4nxptuE0pTpLZnaYz4+3XFpwQtmrTIS+azAcS",
+	"2Lvfrc9+YKLNeVvVfKtBLd+qqFjxe8X/qqNFN5JCIHqXIcHuIpVjBj7+R87RsuV4mFjbwZ6ZXI0l5x8j",
+	"kaup+GppOzaUiH9OaBms3CF9RDRJWErATKDasc2fqD3liYfYh9aE16+NoVdZjip3GFPouutqF0NnTobb",
+	"9rzxLtx+I9qBYC0t19FCmAC+CJCMKWMkRzchDt1ENWex1w9EDVnce6ME0l8B6D+yax9A1RJ7WI4NNTdj",
+	"9VtyVoyViRnDIXMZbLM2W43QWRr17DCFCJ4TOs5LeS0Sqs1o7DMVAMaQg1tPVkTLkTDfwgjgoZYkE6X5",
+	"qi3LDDSBVzX4Fu8lCh+eZbnxrbu2M2Ef7hY20gCS9Uh1Evw0bL/F4qT7WayNZ7DC2PJTFNQ4c8Np2KhQ",
+	"4Nh/SGmtOPnU/Lbhstxbl344OKw/vMesg30gvNO6RuhNYMPGHELd8/d5/7xfbOVHx5z3SQBrF+TAu/ze",
+	"udkwNmOfKJIDI6B+aogOfYCksQ8onTUDVQuW1UIrdgf/2x7crrb1h0TdK+r37ou9d7hE+bbk+IMZRrzr",
+	"om6XbTPIgtEqylKuVzdmoDa8HgrBXGcIyl4RywW5fvPKFdMMbS2b8JjYG8GCCtokcVt6aCylVjqli662",
+	"UK5YFvT6zauew3CHGxg6LmeeF9zy53c/3TSl+4JlNOFGIPGEaLKcScXIzY/X3dPzC+KJ30ZES22qrs06",
+	"oU56A3GHq5HwpLUeeTFj0R2LCwRaG/uAQh1IORQxymZUxGpG71gpt3qe6YwmZvifPkGY7EQ2FIXGEfxg",
+	"Vw6pksRZCnnycGsbySllc6kZwbdVj7xxCTMgWhkCpVqmimQA9stGIpJCpzIxgpqwmI+4zsVGqp5rj/h5",
+	"9/hy8/KqkTjCaZkXjvda7edmgCvALeguZJKMRPjm9c07cnI/QEABFQYEkLjdasCAcikep4yp/EW2yEiM",
+	"xEvYpXmmqeZimoO30yQxw5kwEbH4CjbMfhaAnF3CGw4gvQq1UFuQGBKbqCCZQEtEbAEZaMpIZGnE4pS6",
+	"qgUOD17RuUWynJuVBDpbplwz1SPX5kHCRgJ+SMmUmbEM+5chTtilrUcyZsRHOPDmSsdKJplmEEpqOqWu",
+	"MjLB6uK5gShlCYVJOW85OQr/3dlTwuOAjFlEM2WGY2kizYwoT6JERneKLBmJsQajpawr4hA18snblu1m",
+	"pKkhSLNIoW8ZtNP6jz+UFCE5ckgaxxXoDIuUAecp4RGz1wOPDZlOOEsNE1jQaMa6pz0fQqn4zbC5bD6n",
+	"6apz1fnOO1Gwf4ZCDFmWTxaR9yyFctTgzSioFIc3f/fTTc9z1VRO7/WbV52gk9+YnX5vgOOQCybogneu",
+	"OmfwU9BZUD0Dtnsyg0IY/wA5tAkPEUugK3La75PljCfMgRpETClExlUw4h75TjIFe6RlFs1KFGlGjWyC",
+	"S/HKSEA/MG1rcEBVb7iBYUSn/b6HKoYlyiqW3auPeQmO9Reg7QEYYF3ndJMw2nPC71kPLZ42+aq55Xyo",
+	"RVVy7z7rXP3+3t/2N7YH07pgCkGxpyAiyoXqvDffnqSMxqttN8DW8C9OukWFNNSF/ATnDpPC68ESBKK3",
+	"jLmg6WpkeAmLLDMzL/306ubdy1+ItTea1w11Lukd62YLWKJs8Zyc98+I1DOWLrmyt01tV98yGnM72S+w",
+	"sab7Fezkef/sM/T3C9zZNF49JyHWegmJoitlDks0IzFbMBEzEa0IurkPT2T5gqNdPr1nRKd0MuFRI7nd",
+	"D07ogqNQpFqp7memKUAvGkHjub2xgZ0KI41YWwugGNTPtpFdXbnARyUD1wkIyy2n3Aob+y97vtCmF09+",
+	"8VbX/vAec4d0k8dZLpgiIYimgLFjJSjzb/Qahs/zZOdkhdV80ZonRcU8dmSkJcI1GOyMbBCTaEbF1Fnv",
+	"0HxWskMDwzjukXxBzIkuyhOi+QwToqkilMyomvVG4rrZ/F3U9kQB3JEHVu+s28FhWE3solxUvsCP+ouM",
+	"V1sQiaeMN9bIbKmJuR1tNRe8/1RWjnSasU81Ah8cjMCrVUfX0bhfcxMNomYv5vYgwwEY4tnbkvjN+2c7",
+	"vf/AA4azNVJkfsqaDlmNi518xNKWPP6ER68ZafaVBox55SDrHdh8nYFhirRHlwua0jnT4D79/WMHUgiM",
+	"DFVIfm4EnSp5+PS2yej2/jPwyjYasoonLvuTGuEMPych4PpvTQhWCzvxQYab+fBLESurTkNJtzjPhvuf",
+	"//o/xAhSKGk7Lmbr1+Dxkpk2ao3VeS0uxYQDJnMKuUIE8negLfMStaIbtCuFazWv1yXT2GheRji8IiHq",
+	"e6HhzOahkamtDoi+DNDm7BQNUwVvCE3M9bCUWRKTGb1nZCp1YO0hOKaQHJ32+8dEpnDrmNUOe+S1YCNh",
+	"5/7EyJCTTNGExE6Ep5MJi1B+BIFP9ciLvGsjCKT83h4hSlIGREm0nDLz8kgYQcEoltrcNAKuMJ1SoSjK",
+	"lkfTVGYLM5k518fPcYHuGDOSpl15W6enR1y9kvN+nyxM20ajfm76ZKhoa0BIRy1b0QkjR9Cct1JckRw+",
+	"Tx83XkSWcq4LB8TeV1HR8Vdj+A06lnYNs8kihPpDc/CW95Bdn5+pWO10FR6Of5WHYE22DbzstWDOCLFA",
+	"Q4TdjaZjt+etOHjUW3Q42O39889ySxfax8eSbfT3959K6sj3aBqDykKOMzseYI6px8hthl2dkX8szsyn",
+	"E5pqPqERxms0s/XvWJTQlCkwQNnXyZG5mQNiiQ/wF22EElH8H8jGre3wuMSuZ3IJDmSMFSJcX5EQY4UA",
+	"2DJNQng9tAFDoYuH6pHfnL3LVWIMJ0Yd1DKlUzSc/Pr2p5EADs9VUcEROF745lc0Q7qYso95sNKnkHiG",
+	"zwCvAly94+eW26uzcCRssX6ySJkNBzCNjgGpSUtbvURM9QyL8oC+ms0LSywqdzOZxG7UIxGlLEb4HAUK",
+	"hBmps5g2DPUEuXrYI78wFpvBJPzeosg2sd7XCyau7Z5h2GBd3moi0+IVl8fy6jtIitnwMphbrST0/kFs",
+	"flOp6MbSznmF5gcDa1YrNJ8Nt2bndcj/z6zXlONDWyRSe/4UvrUnqx7u+P7lo7Lqx2W9ZltLLLC8gjtz",
+	"3i3lac+l4XiRkzEARBnsXiE5wmeQmNorYI9RMi0Kgo3EEY3uhFwmLJ6CiEnsQyC04x55lctyVxUxEPii",
+	"E9MlroVDu5hRPRI0AVsdFhlxoj5Jmc5SG20kUz41Ir29DZ4TSmI+AVxfnTfNFRn2L0eijvXcIyFoBLco",
+	"fKvQVg0rrdITRRKqTL+e0uD5bFDGvSLIzXMEyzy8Fkw2R1QRPkEtQEsSnuQ9wrReeXjRf2OrkQhHWb9/",
+	"FhX7C3+zK/y5AjCAz8JjMmYTmbLSFjMRqy1k6G+Di+dZ1BYGHdGYupnIreoQKOxqr3r2cVCZimQmeNXx",
+	"zULatoAmOwvaX1jIXidgvysRMlA7Ohm/TmH6kW+Ar1L4Lvjezjw/d3S3M/2f5b3lZyDUPVFYC29l2JCQ",
+	"S7JIMnysqbozvA6MKM4/G1ghc0GV9vnKSFh8CReoYb/Os1KJy0rtkVfzRWJ4aghQW2GPOCcZ1pIkR8id",
+	"Pa/1ceE7w+HUyxc0sLQ8RujL8LRHOuSlOKXm8+02FstgYu11CIqgSe/PU3voU4v1svNKozuf2URO1yjH",
+	"WNxRWUBcQjUxKgMJsUhY6Krne7KJnPbItZGKoNwpVj88QtkKvgmslAJOJVA4bV1WW7uVkildmGNMBUQ0",
+	"JHRhMy25otOUMWUlKHNep11stOuqp4QjkceNoJvaNIwlGa2QZO2YPfKTnKJX0pYtXrDUTeSq4DCRGY1g",
+	"I2FLrBlmMqcuct75vUTcVleRHIV5cbYrYu7gsNGKiCttxvRtCD+20iAwUSNCq4gKnJarJri13JJXgvzM",
+	"Aku1eGkbP5PTCjcDkocvv0rF8nEZDi6Zua8LSQEP/s68x2od7eznDaovCvgbqjpykoPlT+xln1cVqjkL",
+	"roiNJ82/OcLCC+j5tqj8x8AF8loLepbKbAo8hKdEUJ2lNCF3bKUC9GfkjZnPCijwkcixwM3qLNBsh20d",
+	"hT+8RKsXxEWefLSI/PkaAFMYibCieoUYpIMnokfe1jXWO7YqQuXgl7GMV+TIbDhNIb4PXUAu1FFOwE8S",
+	"USEFj2hC/nrz+pfjFj02V6YhCjBA7m/W3fwjsMwWbZmkGLvuvmWLhK5yjoderURJ7wChKJVX7QyI4kY1",
+	"NY8mPFXaRhdC8VoMgMQQhPKsqcAtgUmbi+H0lLRVQnqO8aVFAxCSZhYDOnRBssjXsWq4WWob6sXi/OJp",
+	"rqc0EkegzRGuj80daO5lN04jmvrGzOIO84IjyY1VpAkq0kBgI5EJ/veM+dcTyKgkdHp3F1/vwiRtwKrr",
+	"3EwdcfMZUpjLw7Who4DPYW3SNpj03U9dW7c6JGh/9PaLKmtZEHLpbdlIwAbIifXo0ZVzRbbRUtMdeJON",
+	"51y/tVzhs12Dm99+a0+gdzr/xlYPu0B97M0qoAhfeHgieeJ4gcRvPzAj3/7TMpKIXDDRNZvbPT3t5O3m",
+	"gP4eygeiouYQHzc/FlGD7Zig293ApSoWn/fyL4oWtVz7cN08UVW6hQiqgqohwErkVA9Vebxk+QaWWB6i",
+	"y3sw023Od/DO6R5qGvPa8E52uaWNAACwRP9q1pld7fPD09NvWI+8MUId9YUs4MIB0RTinRgGdfhm5J3l",
+	"PVAWtrENuXtuksq5vSOxcEtosaJCXxbCC2lG03nClKpHZN2Ybv+lrTB/2l0Ofl5+pumdEemANnOCpZB8",
+	"khfZaDkcWcx1l92bYbQGUWOWjM1Y6WIuFEbqYsCtHSeBZsgRE6lMEhTSrbEtIEVieeBcDiPh5UTlv7oo",
+	"NRs4RVL2B3oqjgMjSRqhGETkHvlFmq5TpiESDrRgmja6dCCQ28z0JU60ORDy7xlLV4W/G9W2ji8/lIsA",
+	"NdyQzS2hM8almR+qOYQHfWhjIDZ3GoM71+KYbuQ/LzArcxtOxedcPy6TKja/LcT+GpVkOUEqPlygPZww",
+	"2+ia4E8/PfAETk375fTakHsRR1Po3BamgJTOlXV9mkEgBNAVoeTFzduydgYK7UiYv/xEUK5s1I2NMX6O",
+	"ilQSg7SJoY4uDDkTmifw3JmBuXL6M5xs6G+a0gg0SC5jsjAqQ+ORBVuyVwx250jGbUVvr2rqZxb7XymV",
+	"sdifY8v9WdmUrzgEfjdPQYGK8kSV8Bnb7yu8WzYcDXcm0NJRz7+98jFnFHOxH1IguyPFBWaTTABwxmYH",
+	"k6nU6ISDpBEU+jBPwT9Wd2xljtyUCfMZiwnUtkpWqLOZp+A+HImEUSdq2kg4tC3Z2E8Ig1Mzoxwn/J7F",
+	"TdnaNkQOE0hHogjHe3EdgCezFDjn5Q8XOTQWZL/pJL7EJX+c84eNf+0HsIlIP0uUwOeWM0uHFPemyO+3",
+	"qcX5ManmM1TP6oQnTJ18NP9xKS2N4uWwP8QDxXURuM8+mMvTudCBTOd0BY8UYxbitJa0+T0Hk8FuapX5",
+	"yOhUjymAwMBaqMss0JfITvmBaahmmjAvTcYXUQDsqG07T7x1adzWG50yOkfOBsGdNqjO4V2itBoGxS/v",
+	"Vgtn/33LFmn3Oz5lEAbhwptb99y28Ihb/+8n/95iqMJU5AYZuXWznyhckMCT3LzobnMOllTZqEcb31cx",
+	"5nnr0wxE5rlY/PYRKeD8rH8cENab9kioZtS8+J9XY6rYxfAq7JW0gdqkPj+dfieXAuI/kVjbKXSLmB8Q",
+	"PCqpU6A3BwQLHKiyVBL60H1Im0fAqyDt4phwrUYiBx9aERrfmytCoV+BvKTRrPCy4JXOjMZsaFCzZHVF",
+	"QoTJCIORCKvVYQDsJbQemetcYoHkP982JW1EEJRtI3op1wYB/eYKAj3Ghd6CR/WZb/Y2aKSWPBsLUbJg",
+	"aYUm/sy0+WzKAE0S9NnlZ8/i1myXc1NgXDUf/N8o1wrKSEkSLinPyz+hl9J87mEF+Wk0VBElpYCEcg0v",
+	"aqvcgvCuWByYY2pdwMQcSGQtRaie6Q/jjc0pphy0BsBDmckkhgg+h4QBmEM2NrdH0BIuSN0XryWZ0zuL",
+	"YmJagpRBwDhaMFqLKL9jq5Hw/eoWU4cnSdfi9OTLrTSjsdkLq8argChJKDF8yKklFj1Bp1TEaiRw1XID",
+	"AE9da2hyaAwyioAZ/IT7tuvF/drmrR7SC7oJCC/oqISxBeTez+kHDye4Dq3ZGXSa0N86KYMQ/Ih1kYBP",
+	"+hbJxifJztXpDhFLCEf3Rdis7Xt9jLWlBAuuSI4WUik+TowsL9jxPwU/HQ7Od3TPfcvuhp9yNCeIenJQ",
+	"UEytYc8+jIZagxHUiNOB6l8F1td7rxm5pYQyvDOD+arM1/5UNhuwS2v9Wc7XIezksrJdOeJP6fd2aBob",
+	"FwO5sxafxhKOMwWWoFyAtHotSC7+eh8AzeU6mrPOjoAt/hC+UHJjaRUaKM6CunyVHPxgCC6yTAptVNnE",
+	"5k4+ViCGP4sJrEK7O4pV3sePbRLbRF5VOPU9Awc+v0ntwERzgmHC7ZcmPCYTsPGPVxBmrAISszjDrUHX",
+	"wBECBwiZzmnC/8FiApF5xz3yi+9Vb/ad4wgeSk3fmtPYzHrzdYvb8y1QJ/qjq7U97AQ8OgUK2p4+beh6",
+	"K4FiXastKBQGEhAXHEp4fGxNpDO5RCQOlZc8y6udMRrNtiFiO4x/NSr26pOtJWO7i98wHet8g/ckZIvZ",
+	"uyEOylph/UIlunJVOeQqlvApHyfWqUEBIlFJEV55j4KRCC1mWRiQMOZgh4J/YxdzJvSt/7OcTBIuWEiO",
+	"rCjQVqllJPJSLYhOQDVUCo64XoVtcVI+uVs4lW9GjPAg59sSvt2u2b3ufT3k6xCjDaksZwBAhoBihuVp",
+	"eofpIa4CSVnR3p3ITz7mtTDWgg3+UgCIKy0XOdag81v8J/osQoxrsCsTgGUgjwssYv+OLQaGhYKrXkTl",
+	"slXEgf26E6cLkM85vUNXDUcLhLXFggmXJYotZyxlueaHeSfZwksTe55PIE6p0RWPUplpLhgxZ9Sdu2PT",
+	"rIaO5hYsvenc/Crwk9yz8tg3DHa03btYDOyNTHi06rSFAdpiPy0BhedNAYWPLHrZHVh/kDHIVMhlXm/g",
+	"a4wufjCK5FyaY1F4RorJN3KCoLPIWtzC9ijNXZEE0nAM0ZgP8e5mZaXokbesi30ikM0iZfdcZipZjUQm",
+	"cp66oDwlKetiISVlNFQP5AZSvq5FUb6qgN/FFogR8FwtCQl/lfQ/sg7GdyS8hrRsx+/FUC2sO5HXHasY",
+	"FKFoV0CWVI2Es1tbeP58D7Ak11GOdtbAV0/g2wYmHB4HRKYFjM+MKs+/64Ag7T45fd/5o4b9YalCJeSZ",
+	"Qla6NRyMBFgOYL0KSiG0tvQpEFYMF8zYMD6bQAqLM17VvxiJo2H/jIQTmY55HDPRkj/+pZjh18KS/hm5",
+	"0LU9o6UT2mbpqEklKIm3Cdablbcb+H6ruP16Xa/tgYu/Md3OrMpmzQ7Wvvel7PrK7lxVJ2uz46PpFaJe",
+	"DV9ybnUIwWAxOtblhFjnbI/8VY6xyorZRJsP5sARbEb2FcjRI/GHHNvrjXCVF10Cbpe76t3VRv6QY8gI",
+	"hwRTwwCJK+yPeUw5NPlILOgKETbRtY5De6IIF4tMEyZSDi3kwV6YwFEUrUADDLrlzZxNt2AsGQklyYSm",
+	"5nJABC4YVm4hBoncffa8aABxUhzsnVEajfbnAOzMXEcCQ6BMc7agQyuuvaGyr8JBv3dtw8KTn/tk/BrF",
+	"KBRbmWkhU23ePD0NnvWD4fDs/aci88YrZWw+sj97NY2DjkV/Knz5F30zabvnUDNNRjSZGeLfFcXf7MQX",
+	"cvUDETSxGUEYTRMOUBSIWVCGgKhEruTHDjQ7Q62HTlM2YzykG6xt5tb99dxDbSgzmL9nLPtK3WM750fu",
+	"mE/8wIsDsmTtDdBuzoM/Tz6a/6x1rkEQpmF0c47VtJwdpUhJbfCj7cX1zEePLYi20eM7y/2/GT+Zd8Gb",
+	"HQGrvr0SnVVn680/QbtSe/zfC7Q75XfkE5Vny8F5PaIuW9ZlrlGFZSTglkVk7cjKJkKSuUwZDLk3Eth2",
+	"grqxg1DF2TlsFfNHga763EHBQnjekkeslDXedBPD+98sTXpYO/aW+KdIA39olAFs6kY+lxd+36g7Wb8D",
+	"FkQ18j8XaM/AWo+JBot3o3PMnrbH168ak5A1Zv1t6dGi6i7HE2lLkVZ39XzrTY26euHfmIOPqrst3Htm",
+	"g7+ZYLAq83eJHpuVRr/mK6ZiiooV8TerUdZjqo8KeKuR8D86DpoAup2864dVo+yncyn3CCVbH02thkh2",
+	"/LwBQs2H6/YAxUaiDVGsXX8zBPKN62+oYEPpUqenFWDWM5YkEsrRg5rXucJwbU89ut2mxnnBM65c6edb",
+	"2+KOappZ8C+kpsFeH1xNM0vztatpbTP/mqMUd5ZPHhkG6kBRk0Av7Wl6FdjJVsnmt7xML3DVJWTwaEnG",
+	"NqcgDki4YCLmYnprAytcydLVFQmFvHWeqVu0R0OshZC3UiRcsPxHEhYJfLc5eq/9OTI/TrIkMT+4Ws3x",
+	"bUI1S0Nw4oSAtHg7ptGdnEzClnKyezFh89Fji+6mj++YpjxprcoIp/9bUSqRVpxSSYtCaNtRY7lMUyNd",
+	"fs8TpmzRN+sZ9IpEuYxb02BAZBJvCkuj6u467/NrpBAz33UxNZAY/uUCaZwpp9gQ6i3nlru+yXxwTSyn",
+	"IVDsXKerrsvjy/0JrvRLESNz7TC5zEfWugCvzxFeTuY5vwkX0xBNida/ljBqhEquXcVFwT5oLBB4ZMO9",
+	"pPCCvYiL9TrGUvs53xwzLGLv1abxMhNtaE0BLKmIrX6L8QEWM6jVyuFmD1YO88fDrRxfNatcxyT/tHKs",
+	"tXLsJBXkxQBaQooBC51ocybkBF1+DpDYpsIzl4HrqhuFiBWsXe4+RLiUagj0RgK0w3Aik0Qu/xMBo/PC",
+	"nCiBHDUlER+DrinYEjH3l7noklcF4UV8m4hzndFLLtYQssbND3OGKcXulG4qWWTli70Q+93BCWosz3aK",
+	"wKvm8mpEycuxLEuRY3xupP/TwfDp8NnZxfBp0JlzgT8Ocl3AcKwpYLq2mHEsfr/fdk6M/WBDP/3t+8Ht",
+	"bu5nQhPF8qbGUiYMbJ0tTZXyeBsbPPVHftHfMOL3j1t04B370Hiv/+QOFxwSCBKDvfgyVZQB+8Ne8+4s",
+	"lEH+NzATD92/lZ8U9cn8embmPpxYvJBGCY/b2ARIBXHQm+C6LyOo98hNBf+fpgyB6HO4fy60dNEAXlGA",
+	"tlBttDPsh1DuHftvydjpoXRvtnmW9/FbUGHe+IUaaOGkhLC88nR2IX6drjZBHVMXH3LrwlzCSkFDK03S",
+	"6A6uPysPh85cOUmZmhXX3TiLp0yjROssT3lgt9J0ZQ6OeTjjZnqrHnkNEe/gCsCzUYiUQupuUWmxGS5S",
+	"p6tvVnAMcu2CTikXf0qNdkMJhWJp3YRpDdFfMvXUrPXyZENJXzgDbZHRUOLYUDcT8RMHvmVDtRCR0Znh",
+	"FQCboW845mb3bLlhlhgWTuZsLtPV85FALSovU+wgueaZ0gSMTGh+tXVhyWuR14pdADBl/nvixx4b1c5o",
+	"mAsG2UdFC4FXRSTHnEqcxOlVwLTve7pdPaMBxuHsEjsfKvw8P1bb+AtkpJnu4trugbS2ycQ+bAKoywtm",
+	"3bOUTziL/yzOuxH9A7fWL8/r4OzI0US5ctvHa7BA2ottt19S/z9ukI3fsGHq4z8Y9F4tgx7kgRramqfg",
+	"acLFHRhUMGMPUYvKZXgpQdHdGpNIDTEJsBrJNZlzpaw1yCurCwMCVc+BmWN1HJxoURkObtbiR9NSeJyH",
+	"g7rjCaXd4nXhmTDIBxYdrxzVL4B/WRju9kbC/LrKkuG+QPqEg3CkBSdtOxabsk/BMoGuC1sB7mhN7icp",
+	"Uj+DWmId6CdFuoJqTa3xkHeKC0i15ctwNSqSgWQKIJY2fcZm3Uwwo7FA8Vk2ZaMXGSuxHfpIuLG36UL7",
+	"pqp+VdrN+vzVQrEpJ69+/eEcy3xzGpPVNoR0OBu1j8nXDtZdAvfGh8r5g0biKHzz+gYTtvCZ5bsYj19C",
+	"1c4tHz6edo+8TsnYiB1kJbMUCPjN315djUTKplxpm0zWANIt5JIchd4vtws2tzqW9+OEiylLFykXGkrK",
+	"jwS4Gm1CeT74pmwzr5nQJdu15svlV6Q703JpMcRrh/sIVr5IdzeC7fHzhnwy1+QiodoIba5tNGZW+wkr",
+	"4SBmzID5gol1GLpT7uGYzKmg0xI3gu2LWcRjpgLTLibdgTBsWI3RKsvRPMrPOeS6PXBmT6BUL+JlTj/c",
+	"RlLYSFMPMdAFvqFJqMuy7qAT2FNRCULZNfoER/2FMKNstIVdufZwjKCGJl4D3T9SM7geRPS1ogR+Zj+K",
+	"i65wSasxE9qII2vS7lqS/R8bg2rP1M/Pk8jZTptFgvS3E+6wdEvdeLNCNcP61Qq1mxQxTCggIaZrW7Dp",
+	"Jo4V9sh3gD8CxZUBfVoUsBCuMsxIVBEVPEQIMmMpOyYAplCVRtFhHNQQJXyoiHmzkSL2ufS+xBbUA4+o",
+	"JjOoqgwBR9UBV73nXBGHz9LqJoMmmh1CHVivTpCHzNlghMA+eN+CvbDnnWS323q2tr5c/MX+oqjebScX",
+	"8dvj8gn+tuP9HsghcMvWM4n2i8KXJ9sNM3/hIq5Kzkd1Afm4XH3GyZnOJOpJvT3yAyh85uU3L38mRwvA",
+	"TE4hXLqQxtFz5lxpYDbJwPyCiTozFt3hzwDqf2yvsJEo9fTOT/gtVdQBJucKW7l4nka/A0r9SJrlelUP",
+	"uvweo9QVDtUb5Fd5jv1qMxj3tCzRR+dfsP7rg50pVjf1MGTqKuqu/KGQ2LtYCqiVSXwvUw84wtyugCVv",
+	"dveOrZypCL0o2CqLe+Qml//bcHpf5iN4Z2sRHU7gHBy4xlUxyjZHoHnY+wauFSibZSsHtqpvuxITau3t",
+	"MbdWBanA71Rth/GcC7A21EwHvTVWwx+w769ZXYEhrgvCzRcGF/KfEYEGM8MqeFXK52lIFKhkOPPOfoTY",
+	"jN3cBpJnNgAN3QzAlIQkiTQ3FijJMs1xqfKNytFDfHu3jSvKtYqRcAhNtg4NuKB0SoXC4rQ5iF3oLGBk",
+	"WdFddDG0HGGvsKZjbDE5Qo3DSGV2j46bhZ17ecc8gnyY0nVwIKgy0t37bXzAv3E9i1O6FP+MB8ZNDquu",
+	"7g4W185j28yzcPRqhl04BXpmCNq35bsTauHaWDJBiRzGSmgiRV48REg942J6VSVnGAtUsXGeJ1U6ZEqS",
+	"sdSzCseIzKKJKjhd3ZBl+jmEdeErQkv1D2/LTQLL+095fwA4OzgEyg4OWoY22/XGQOjJ9dLvVMo4cKWs",
+	"PA5e8laZqwMDdyy9A8pEgNdExQYFhaH0SAAi6nhFFsD1EBI4khlAFkIwmdJo1HNfFoEGDmQDgu3q6KkB",
+	"BjD55apszKorY2fasZX0wEflMku9+AfQ4ob9s5EIcZLdAuuY3TOzHoSSouSVC2vCaKVNl9DnVLI9C5oF",
+	"S73qGOUlYfSOxds7aXD8X6XmbbembEH7yqFRzYg3nNxq6MaY0ZSl15meudAN+1GtpIzMNFPEhhZADkhA",
+	"aKZnTOgCtr6uSPe8dAC74DUb8zsmKEZeFIWoU1cIunxdcY1wNLkDttcMxqGaTNklXxFnKrAn3683713H",
+	"GA5SHX9Ty995QAt5q36Eif0pR1jyoDma2oMIy4wnumuu9AhgG6IZUxqqbgdVsDwvPB4hBsmEi9jrB0FU",
+	"GtJa3rxCDdXD34MS/Ymc+sPE+vz1739kNLEBnSmjMRdM2UKuUG68oA5bmMpt1EJ1Pr3/9H8DAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

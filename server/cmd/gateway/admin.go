@@ -97,7 +97,7 @@ func runAdmin(ctx context.Context, args []string) error {
 			}
 			p.CertificateFingerprint, p.CertificateSubject = pki.Fingerprint(cert), cert.Subject.String()
 		}
-		w, err := st.CreateWorker(ctx, p, time.Minute)
+		w, err := st.CreateWorker(ctx, store.Scope{}, p, time.Minute)
 		if err != nil {
 			return err
 		}

@@ -145,7 +145,7 @@ func ensureWorker(ctx context.Context, st *store.Store, name, certFile string, o
 	}
 	identity, err := st.WorkerByFingerprint(ctx, pki.Fingerprint(cert))
 	if errors.Is(err, store.ErrNotFound) {
-		w, err := st.CreateWorker(ctx, store.CreateWorkerParams{Name: name, WorkerType: "scanner", MaxConcurrentTasks: 4,
+		w, err := st.CreateWorker(ctx, store.Scope{}, store.CreateWorkerParams{Name: name, WorkerType: "scanner", MaxConcurrentTasks: 4,
 			CertificateFingerprint: pki.Fingerprint(cert), CertificateSubject: cert.Subject.String()}, time.Minute)
 		if err != nil {
 			return "", err

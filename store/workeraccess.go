@@ -1,0 +1,132 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// workerVisibleTo is the worker visibility rule as SQL, for a worker id
+// expression and a scope expression (an organization id, or NULL for an
+// unscoped caller). An organization sees the workers it owns, those
+// assigned to it, and those their owner granted it — nothing else, so an
+// organization can never learn of, nor assign, another's worker.
+func workerVisibleTo(worker, scope string) string {
+	return `(` + scope + `::uuid IS NULL
+		OR EXISTS (SELECT 1 FROM workers vw WHERE vw.id = ` + worker + ` AND vw.owner_organization_id = ` + scope + `)
+		OR EXISTS (SELECT 1 FROM organization_workers vow
+			WHERE vow.worker_id = ` + worker + ` AND vow.organization_id = ` + scope + ` AND vow.revoked_at IS NULL)
+		OR EXISTS (SELECT 1 FROM worker_grants vg WHERE vg.worker_id = ` + worker + ` AND vg.organization_id = ` + scope + `))`
+}
+
+// AuthorizeWorkerManagement decides whether the scope may change a worker
+// itself (rename, resize, disable, certificates, enrollment tokens,
+// revocation, grants): unscoped callers may change every worker, an
+// organization only the workers it owns. A worker the scope cannot see is
+// ErrNotFound, one it sees but does not own ErrForbidden. Ownership never
+// changes, so deciding it before the change is not a race.
+func (s *Store) AuthorizeWorkerManagement(ctx context.Context, scope Scope, worker uuid.UUID) error {
+	if scope.Organization == nil {
+		return nil
+	}
+	var owns, sees bool
+	err := s.pool.QueryRow(ctx, `SELECT w.owner_organization_id IS NOT DISTINCT FROM $2, `+workerVisibleTo("w.id", "$2")+`
+		FROM workers w WHERE w.id = $1`, worker, scope.Organization).Scan(&owns, &sees)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return ErrNotFound
+	case err != nil:
+		return fmt.Errorf("authorize worker management: %w", err)
+	case owns:
+		return nil
+	case sees:
+		return fmt.Errorf("%w: only the organization that owns this worker, or an unscoped admin, may change it", ErrForbidden)
+	}
+	return ErrNotFound
+}
+
+// WorkerGrant is an owner's permission for another organization to assign
+// its worker.
+type WorkerGrant struct {
+	WorkerID       uuid.UUID
+	OrganizationID uuid.UUID
+	GrantedAt      time.Time
+}
+
+// GrantWorker lets an organization assign a worker (the grant alone leases
+// nothing: the grantee's admin still assigns it). Only the owner or an
+// unscoped caller may grant. Idempotent.
+func (s *Store) GrantWorker(ctx context.Context, scope Scope, worker, org uuid.UUID) (WorkerGrant, error) {
+	if err := s.AuthorizeWorkerManagement(ctx, scope, worker); err != nil {
+		return WorkerGrant{}, err
+	}
+	g := WorkerGrant{WorkerID: worker, OrganizationID: org}
+	err := s.pool.QueryRow(ctx, `
+		INSERT INTO worker_grants (worker_id, organization_id) VALUES ($1, $2)
+		ON CONFLICT (worker_id, organization_id) DO UPDATE SET granted_at = worker_grants.granted_at
+		RETURNING granted_at`, worker, org).Scan(&g.GrantedAt)
+	if isForeignKeyViolation(err) {
+		return WorkerGrant{}, fmt.Errorf("%w: organization", ErrNotFound)
+	}
+	if err != nil {
+		return WorkerGrant{}, fmt.Errorf("grant worker: %w", err)
+	}
+	return g, nil
+}
+
+// RevokeWorkerGrant withdraws a grant and, in the same transaction, removes
+// the grantee's assignment of the worker (cancelling or draining its active
+// attempts there): a grant withdrawn must not leave the worker serving the
+// grantee. Deleting the grant row first waits for any assignment still
+// holding it FOR SHARE, so none can slip in behind the removal.
+func (s *Store) RevokeWorkerGrant(ctx context.Context, scope Scope, worker, org uuid.UUID, cancelActive bool) error {
+	if err := s.AuthorizeWorkerManagement(ctx, scope, worker); err != nil {
+		return err
+	}
+	return s.inTx(ctx, "revoke worker grant", func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `DELETE FROM worker_grants WHERE worker_id = $1 AND organization_id = $2`, worker, org)
+		if err != nil {
+			return fmt.Errorf("revoke grant: %w", err)
+		}
+		if tag.RowsAffected() == 0 {
+			return ErrNotFound
+		}
+		tag, err = tx.Exec(ctx, `
+			UPDATE organization_workers SET revoked_at = now(), revocation_reason = 'grant revoked', updated_at = now()
+			WHERE organization_id = $1 AND worker_id = $2 AND revoked_at IS NULL
+				AND NOT EXISTS (SELECT 1 FROM workers w WHERE w.id = $2 AND w.owner_organization_id = $1)`, org, worker)
+		if err != nil {
+			return fmt.Errorf("remove granted assignment: %w", err)
+		}
+		if tag.RowsAffected() == 0 {
+			return nil
+		}
+		if cancelActive {
+			if _, err := releaseAttempts(ctx, tx, worker, &org, "assignment_removed"); err != nil {
+				return err
+			}
+		}
+		return notify(ctx, tx, Wakeup{Kind: WakeWorker, Worker: worker})
+	})
+}
+
+// WorkerGrants lists a worker's grants, for its owner or an unscoped caller.
+func (s *Store) WorkerGrants(ctx context.Context, scope Scope, worker uuid.UUID) ([]WorkerGrant, error) {
+	if err := s.AuthorizeWorkerManagement(ctx, scope, worker); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, `SELECT worker_id, organization_id, granted_at FROM worker_grants
+		WHERE worker_id = $1 ORDER BY granted_at, organization_id`, worker)
+	if err != nil {
+		return nil, fmt.Errorf("worker grants: %w", err)
+	}
+	grants, err := pgx.CollectRows(rows, pgx.RowToStructByPos[WorkerGrant])
+	if err != nil {
+		return nil, fmt.Errorf("worker grants: %w", err)
+	}
+	return grants, nil
+}
