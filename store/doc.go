@@ -33,6 +33,41 @@
 // workers row, then takes the worker's assignment rows FOR SHARE so that an
 // unassignment and an acquisition can never interleave.
 //
+// # Isolation
+//
+// A control-plane caller is either unscoped (an unscoped admin token: the
+// platform operator) or scoped to one organization. Every store method a
+// scoped caller reaches takes its Scope and filters on it in SQL; something
+// outside the scope is ErrNotFound, exactly as something that does not
+// exist, so no answer confirms another organization's data.
+//
+// Workers are shared infrastructure, so their rule is written out
+// (workerVisibleTo in workeraccess.go):
+//
+//   - An organization sees a worker it owns, one assigned to it, and one its
+//     owner granted it. Of a worker that serves several organizations it
+//     sees only its own assignment and its own active attempts, and the
+//     owner only if it is the owner.
+//   - A worker created by an organization's admin is owned by (and assigned
+//     to) that organization; one created by an unscoped admin is a platform
+//     worker unless it names an owner. Ownership never changes.
+//   - Changing a worker itself (name, capacity, enabling, certificates,
+//     enrollment tokens, revocation, grants) takes an unscoped admin or an
+//     admin of the owning organization; a scoped admin that sees a worker
+//     it does not own gets ErrForbidden.
+//   - Assigning a worker to an organization takes an unscoped admin, or an
+//     admin of that organization when the organization owns the worker, was
+//     granted it by the owner, or already has it. A grant alone leases
+//     nothing: both the owner (by granting) and the grantee (by assigning)
+//     consent. Withdrawing a grant removes the grantee's assignment in the
+//     same transaction; the assignment takes the grant FOR SHARE, so the two
+//     cannot interleave.
+//   - An assignment an unscoped admin removed can be restored only by an
+//     unscoped admin, whatever grants exist.
+//
+// tests/security/matrix_test.go checks every operation of openapi.yaml
+// against these rules.
+//
 // # Transitions
 //
 // The task and attempt state machines are the tables in transitions.go. SQL

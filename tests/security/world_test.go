@@ -1,0 +1,170 @@
+package security
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+	"github.com/worker-gateway/gateway/tests/harness"
+	"github.com/worker-gateway/gateway/workerclient"
+)
+
+// tenant is one organization with one of everything an API operation can
+// name: a worker it owns (with its certificate), a task leased by that
+// worker whose attempt has results, logs and a committed artifact, an open
+// upload session, a scan and an API token.
+type tenant struct {
+	org, worker, task, attempt, upload, file, scan, token uuid.UUID
+	leaseToken                                             string
+	workerCert                                             tls.Certificate
+	// uploadBody is what the open upload session expects.
+	uploadBody []byte
+}
+
+// ids are the tenant's resource ids by the path parameter that names them.
+func (tn tenant) ids() map[string]uuid.UUID {
+	return map[string]uuid.UUID{
+		"organization_id": tn.org, "worker_id": tn.worker, "task_id": tn.task, "attempt_id": tn.attempt,
+		"upload_id": tn.upload, "file_id": tn.file, "scan_id": tn.scan, "token_id": tn.token,
+	}
+}
+
+// newTenant builds a tenant through the public API only.
+func newTenant(t *testing.T, g *harness.Gateway, name string) tenant {
+	t.Helper()
+	ctx := context.Background()
+	var tn tenant
+	tn.org = g.NewOrganization(t, name)
+
+	issued, err := g.CA.IssueClient(name+"-worker", time.Hour)
+	require.NoError(t, err)
+	tn.workerCert, err = tls.X509KeyPair(issued.CertPEM, issued.KeyPEM)
+	require.NoError(t, err)
+	pemText, capacity := string(issued.CertPEM), 10
+	created, err := g.Control.CreateWorkerWithResponse(ctx, workerclient.CreateWorkerRequest{Name: name + "-worker",
+		WorkerType: "scanner", MaxConcurrentTasks: &capacity, CertificatePem: &pemText, OrganizationId: &tn.org})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, created.StatusCode(), string(created.Body))
+	tn.worker = created.JSON201.Id
+
+	tok, err := g.Control.CreateApiTokenWithResponse(ctx, workerclient.CreateApiTokenRequest{Name: name + "-reader",
+		Scopes: []workerclient.TokenScope{"reader"}, OrganizationId: &tn.org})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, tok.StatusCode(), string(tok.Body))
+	tn.token = tok.JSON201.ApiToken.Id
+
+	tn.task = g.CreateTask(t, tn.org, harness.TaskSpec{})
+	w := workerCaller{g: g, http: g.HTTPClient(&tn.workerCert)}
+	var leases struct {
+		Leases []struct {
+			AttemptID  uuid.UUID `json:"attempt_id"`
+			LeaseToken string    `json:"lease_token"`
+			Task       struct {
+				ID uuid.UUID `json:"id"`
+			} `json:"task"`
+		} `json:"leases"`
+	}
+	w.mustJSON(t, "POST", "/v1/leases", "", map[string]any{"max_tasks": 1, "wait_seconds": 10}, http.StatusOK, &leases)
+	require.Len(t, leases.Leases, 1)
+	require.Equal(t, tn.task, leases.Leases[0].Task.ID)
+	tn.attempt, tn.leaseToken = leases.Leases[0].AttemptID, leases.Leases[0].LeaseToken
+
+	attempt := "/v1/attempts/" + tn.attempt.String()
+	w.mustJSON(t, "POST", attempt+"/results", tn.leaseToken, map[string]any{"sequence_number": 1,
+		"records": []any{map[string]any{"kind": "asset", "asset": map[string]any{"type": "hostname", "value": name + ".example"}}}},
+		http.StatusOK, nil)
+	w.mustJSON(t, "POST", attempt+"/logs", tn.leaseToken, map[string]any{"offset": 0, "data": "hello from " + name + "\n"},
+		http.StatusOK, nil)
+	tn.file = w.uploadArtifact(t, attempt, tn.leaseToken, []byte("artifact of "+name), true)
+	tn.uploadBody = []byte("second artifact of " + name)
+	tn.upload = w.uploadArtifact(t, attempt, tn.leaseToken, tn.uploadBody, false)
+
+	scan, err := g.Control.CreateScanWithResponse(ctx, nil, workerclient.CreateScanRequest{OrganizationId: tn.org,
+		Targets: []string{name + ".example"}, Plugins: []workerclient.ScanPlugin{{Name: "dns-resolve"}}})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, scan.StatusCode(), string(scan.Body))
+	tn.scan = scan.JSON201.Id
+	return tn
+}
+
+// workerCaller sends raw worker-protocol requests with one certificate.
+type workerCaller struct {
+	g    *harness.Gateway
+	http *http.Client
+}
+
+func (w workerCaller) mustJSON(t *testing.T, method, path, leaseToken string, body any, want int, out any) {
+	t.Helper()
+	b, err := json.Marshal(body)
+	require.NoError(t, err)
+	status, answer := w.do(t, method, path, leaseToken, "application/json", b)
+	require.Equal(t, want, status, "%s %s: %s", method, path, answer)
+	if out != nil {
+		require.NoError(t, json.Unmarshal(answer, out))
+	}
+}
+
+func (w workerCaller) do(t *testing.T, method, path, leaseToken, contentType string, body []byte) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, w.g.URL+path, bytes.NewReader(body))
+	require.NoError(t, err)
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	req.Header.Set("Idempotency-Key", uuid.NewString())
+	if leaseToken != "" {
+		req.Header.Set("Lease-Token", leaseToken)
+	}
+	res, err := w.http.Do(req)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	answer, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	return res.StatusCode, answer
+}
+
+// uploadArtifact opens an upload session for content and, with commit,
+// uploads and commits it, answering the file id; otherwise the open
+// session's id.
+func (w workerCaller) uploadArtifact(t *testing.T, attempt, leaseToken string, content []byte, commit bool) uuid.UUID {
+	t.Helper()
+	sum := sha256.Sum256(content)
+	var session struct {
+		UploadID uuid.UUID `json:"upload_id"`
+	}
+	w.mustJSON(t, "POST", attempt+"/artifacts", leaseToken, map[string]any{"name": "report.txt", "content_type": "text/plain",
+		"size_bytes": len(content), "sha256": hex.EncodeToString(sum[:])}, http.StatusCreated, &session)
+	if !commit {
+		return session.UploadID
+	}
+	status, answer := w.do(t, "PUT", "/v1/uploads/"+session.UploadID.String(), "", "application/octet-stream", content)
+	require.Less(t, status, 300, string(answer))
+	var file struct {
+		ID uuid.UUID `json:"id"`
+	}
+	status, answer = w.do(t, "POST", "/v1/uploads/"+session.UploadID.String()+"/commit", "", "", nil)
+	require.Equal(t, http.StatusOK, status, string(answer))
+	require.NoError(t, json.Unmarshal(answer, &file))
+	require.NotEqual(t, uuid.Nil, file.ID)
+	return file.ID
+}
+
+// scopedToken mints an API token of the organization with one scope.
+func scopedToken(t *testing.T, g *harness.Gateway, org uuid.UUID, scope string) string {
+	t.Helper()
+	res, err := g.Control.CreateApiTokenWithResponse(context.Background(), workerclient.CreateApiTokenRequest{
+		Name: fmt.Sprintf("%s of %s", scope, org), Scopes: []workerclient.TokenScope{workerclient.TokenScope(scope)}, OrganizationId: &org})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, res.StatusCode(), string(res.Body))
+	return res.JSON201.Token
+}
