@@ -45,7 +45,7 @@ func (h *handlers) CreateWorker(ctx context.Context, req api.CreateWorkerRequest
 		CertificateSubject: out.CertificateSubject, SoftwareVersion: out.SoftwareVersion, ProtocolVersion: out.ProtocolVersion,
 		Capabilities: out.Capabilities, MaxConcurrentTasks: out.MaxConcurrentTasks, LastSeenAt: out.LastSeenAt, Online: out.Online,
 		ActiveAttempts: out.ActiveAttempts, OrganizationIds: out.OrganizationIds, OwnerOrganizationId: out.OwnerOrganizationId,
-		CreatedAt: out.CreatedAt,
+		CreatedAt:       out.CreatedAt,
 		EnrollmentToken: token, EnrollmentTokenExpiresAt: expires,
 	}, nil
 }

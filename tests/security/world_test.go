@@ -25,8 +25,8 @@ import (
 // upload session, a scan and an API token.
 type tenant struct {
 	org, worker, task, attempt, upload, file, scan, token uuid.UUID
-	leaseToken                                             string
-	workerCert                                             tls.Certificate
+	leaseToken                                            string
+	workerCert                                            tls.Certificate
 	// uploadBody is what the open upload session expects.
 	uploadBody []byte
 }
