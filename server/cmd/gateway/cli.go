@@ -33,11 +33,14 @@ const ctlUsage = `gateway ctl <resource> <verb> [args] [flags]
   orgs get ID
   workers list [--limit N] [--cursor C]
   workers get ID
-  workers create --name NAME [--type scanner|ai] [--capacity N]   prints the one-time enrollment token
+  workers create --name NAME [--type scanner|ai] [--capacity N] [--org ID]   prints the one-time enrollment token
+                (--org: the organization that owns it; an organization's admin token owns it anyway)
   workers update ID [--enabled=false] [--capacity N] [--name NAME] [--active cancel|drain]
   workers revoke ID --reason TEXT
   assign ORG WORKER
   unassign ORG WORKER [--active cancel|drain] [--reason TEXT]
+  grant WORKER ORG      the worker's owner lets ORG assign it
+  ungrant WORKER ORG [--active cancel|drain]   withdraws that, and ORG's assignment of it
   tokens list
   tokens create --name NAME --scopes admin,producer,reader [--org ID] [--expires 720h]   prints the token once
   tokens revoke ID
@@ -466,6 +469,7 @@ func init() {
 			name := fs.String("name", "", "worker name (required)")
 			workerType := fs.String("type", "scanner", "worker type: scanner or ai")
 			capacity := fs.Int("capacity", 0, "max concurrent tasks (0: the API's default)")
+			owner := fs.String("org", "", "the organization that owns the worker")
 			return func(ctx context.Context, c *ctl, _ []string) error {
 				if *name == "" {
 					return usageError{"workers create needs --name"}
@@ -473,6 +477,13 @@ func init() {
 				req := workerclient.CreateWorkerRequest{Name: *name, WorkerType: workerclient.WorkerType(*workerType)}
 				if *capacity > 0 {
 					req.MaxConcurrentTasks = capacity
+				}
+				if *owner != "" {
+					id, err := parseID("organization", *owner)
+					if err != nil {
+						return err
+					}
+					req.OrganizationId = &id
 				}
 				res, err := c.api.CreateWorkerWithResponse(ctx, req)
 				if err != nil {
@@ -588,6 +599,44 @@ func init() {
 			}
 		}},
 
+		"grant": {args: []string{"WORKER", "ORG"}, setup: func(*flag.FlagSet) runFunc {
+			return func(ctx context.Context, c *ctl, args []string) error {
+				org, worker, err := orgAndWorker([]string{args[1], args[0]})
+				if err != nil {
+					return err
+				}
+				res, err := c.api.GrantWorkerWithResponse(ctx, worker, org)
+				if err != nil {
+					return err
+				}
+				return c.finish(res.HTTPResponse, res.Body, func(w io.Writer) {
+					writeFields(w, [][2]string{{"Worker", res.JSON200.WorkerId.String()},
+						{"Organization", res.JSON200.OrganizationId.String()}, {"Granted", fmtTime(res.JSON200.GrantedAt)}})
+				})
+			}
+		}},
+		"ungrant": {args: []string{"WORKER", "ORG"}, setup: func(fs *flag.FlagSet) runFunc {
+			active := fs.String("active", "", "the organization's active attempts on the worker: cancel (default) or drain")
+			return func(ctx context.Context, c *ctl, args []string) error {
+				org, worker, err := orgAndWorker([]string{args[1], args[0]})
+				if err != nil {
+					return err
+				}
+				if err := checkActive(*active); err != nil {
+					return err
+				}
+				params := &workerclient.RevokeWorkerGrantParams{}
+				if *active != "" {
+					a := workerclient.RevokeWorkerGrantParamsActive(*active)
+					params.Active = &a
+				}
+				res, err := c.api.RevokeWorkerGrantWithResponse(ctx, worker, org, params)
+				if err != nil {
+					return err
+				}
+				return c.finish(res.HTTPResponse, res.Body, func(w io.Writer) { fmt.Fprintln(w, "Grant withdrawn.") })
+			}
+		}},
 		"tokens list": {setup: func(*flag.FlagSet) runFunc {
 			return func(ctx context.Context, c *ctl, _ []string) error {
 				res, err := c.api.ListApiTokensWithResponse(ctx)

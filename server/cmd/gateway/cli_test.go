@@ -229,5 +229,17 @@ func TestCtlEndToEnd(t *testing.T) {
 	require.Contains(t, errOut, "(unauthenticated)")
 
 	require.Contains(t, ok("unassign", org.Id.String(), worker, "--active", "drain", "--reason", "moving"), "Revoked:")
+
+	// A worker owned by the organization, granted to another one.
+	var other workerclient.Organization
+	decode(ok("orgs", "create", "--name", "Other", "--json"), &other)
+	otherID := other.Id.String()
+	decode(ok("workers", "create", "--name", "owned", "--org", org.Id.String(), "--json"), &struct{}{})
+	decode(ok("workers", "list", "--json"), &workers)
+	owned := workers.Items[0]
+	require.Equal(t, "owned", owned.Name)
+	require.Equal(t, &org.Id, owned.OwnerOrganizationId)
+	require.Contains(t, ok("grant", owned.Id.String(), otherID), "Granted:")
+	require.Contains(t, ok("ungrant", owned.Id.String(), otherID, "--active", "drain"), "Grant withdrawn.")
 	require.Contains(t, ok("workers", "revoke", worker, "--reason", "decommissioned"), "revoked")
 }
