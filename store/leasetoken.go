@@ -28,14 +28,22 @@ func leaseTokenHashes(refs []AttemptRef) [][]byte {
 
 // newLeaseTokens makes n fresh lease tokens (hex) and their hashes, for a
 // statement that may grant up to n leases: the n-th lease it grants gets
-// the n-th token.
+// the n-th token. A poll makes them whether or not it leases anything, so
+// they share a few allocations however many there are.
 func newLeaseTokens(n int) (tokens []string, hashes [][]byte) {
 	random := make([]byte, n*leaseTokenBytes)
 	_, _ = rand.Read(random) // crypto/rand.Read never fails (it crashes the program instead)
+	const size = 2 * leaseTokenBytes
+	text := make([]byte, n*size)
+	hex.Encode(text, random)
+	all := string(text)
+	sums := make([]byte, n*sha256.Size)
 	tokens, hashes = make([]string, n), make([][]byte, n)
 	for i := range n {
-		tokens[i] = hex.EncodeToString(random[i*leaseTokenBytes : (i+1)*leaseTokenBytes])
-		hashes[i] = leaseTokenHash(tokens[i])
+		tokens[i] = all[i*size : (i+1)*size]
+		sum := sha256.Sum256(text[i*size : (i+1)*size])
+		hashes[i] = sums[i*sha256.Size : (i+1)*sha256.Size : (i+1)*sha256.Size]
+		copy(hashes[i], sum[:])
 	}
 	return tokens, hashes
 }
