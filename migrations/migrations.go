@@ -40,6 +40,39 @@ func Up(ctx context.Context, databaseURL string) error {
 	return nil
 }
 
+// UpTo applies the migrations up to and including version, so a test can
+// put data in the schema as it was before a migration and then move it
+// across.
+func UpTo(ctx context.Context, databaseURL string, version uint) error {
+	m, err := open(databaseURL)
+	if err != nil {
+		return err
+	}
+	defer closeMigrate(m)
+	done := make(chan error, 1)
+	go func() { done <- m.Migrate(version) }()
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		m.GracefulStop <- true
+		err = <-done
+	}
+	if err != nil && !errors.Is(err, migrate.ErrNoChange) {
+		return fmt.Errorf("migrate to %d: %w", version, err)
+	}
+	return nil
+}
+
+// Previous is the version of the embedded migration just before version.
+func Previous(version uint) (uint, error) {
+	src, err := iofs.New(files, ".")
+	if err != nil {
+		return 0, err
+	}
+	defer src.Close()
+	return src.Prev(version)
+}
+
 // Version reports the applied version and whether a failed migration left the
 // schema dirty. Version 0 means no migration has run.
 func Version(databaseURL string) (version uint, dirty bool, err error) {

@@ -57,4 +57,14 @@ func TestAcquireLeasesManyAnswersEachPollOnItsOwn(t *testing.T) {
 	}
 	require.Len(t, seen, 6)
 	require.Equal(t, 6, countAttempts(t, b.pool, "status = 'leased'"))
+
+	// The replay in the group replaced the tokens the first poll got.
+	for _, l := range out[3].Result.Leases {
+		old := tokenOf(out[1].Result.Leases, l.AttemptID)
+		require.NotEqual(t, old, l.LeaseToken)
+		_, err := s.HeartbeatAttempt(ctx, store.AttemptRef{WorkerID: other.ID, AttemptID: l.AttemptID, LeaseToken: old})
+		require.ErrorIs(t, err, store.ErrLeaseLost)
+		_, err = s.HeartbeatAttempt(ctx, refOf(other.ID, l))
+		require.NoError(t, err)
+	}
 }

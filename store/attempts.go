@@ -36,13 +36,13 @@ type LeaseStatus struct {
 	LeaseDuration  time.Duration
 }
 
-// renewSQL renews leases named by (worker, id, token) triples and answers
+// renewSQL renews leases named by (worker, id, token hash) triples and answers
 // for every triple in the order given; triples it could not renew come back
 // without a state (lost). Renewal is start as well: a leased attempt
 // becomes running and its task too.
 var renewSQL = `
 WITH req AS (
-	SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[]) WITH ORDINALITY AS r(worker, id, token, ord)
+	SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::bytea[]) WITH ORDINALITY AS r(worker, id, token_hash, ord)
 ), renewed AS (
 	UPDATE worker_task_attempts a SET
 		lease_expires_at = least(now() + make_interval(secs => t.lease_duration_seconds), a.deadline_at),
@@ -50,7 +50,7 @@ WITH req AS (
 		running_at = coalesce(a.running_at, now()),
 		updated_at = now()
 	FROM req r, worker_tasks t
-	WHERE a.id = r.id AND a.lease_token = r.token AND a.worker_id = r.worker
+	WHERE a.id = r.id AND a.lease_token_hash = r.token_hash AND a.worker_id = r.worker
 		AND a.status IN (` + activeStatuses + `) AND a.lease_expires_at > now()
 		AND t.id = a.task_id
 	RETURNING a.id, a.task_id, a.lease_expires_at, t.state, t.lease_duration_seconds
@@ -68,11 +68,10 @@ ORDER BY r.ord`
 func renew(ctx context.Context, ex executor, refs []AttemptRef) ([]LeaseStatus, error) {
 	workers := make([]uuid.UUID, len(refs))
 	ids := make([]uuid.UUID, len(refs))
-	tokens := make([]string, len(refs))
 	for i, r := range refs {
-		workers[i], ids[i], tokens[i] = r.WorkerID, r.AttemptID, r.LeaseToken
+		workers[i], ids[i] = r.WorkerID, r.AttemptID
 	}
-	rows, err := ex.Query(ctx, renewSQL, workers, ids, tokens)
+	rows, err := ex.Query(ctx, renewSQL, workers, ids, leaseTokenHashes(refs))
 	if err != nil {
 		return nil, fmt.Errorf("renew: %w", err)
 	}

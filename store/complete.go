@@ -62,10 +62,10 @@ func (s *Store) CompleteAttempt(ctx context.Context, p CompleteParams) (Complete
 			UPDATE worker_task_attempts SET
 				status = $4, finished_at = now(), updated_at = now(),
 				error_code = $5, error_message = $6, error_retryable = $7
-			WHERE id = $1 AND worker_id = $2 AND lease_token = $3
+			WHERE id = $1 AND worker_id = $2 AND lease_token_hash = $3
 				AND status IN (`+activeStatuses+`) AND lease_expires_at > now()
 			RETURNING task_id, worker_id, finished_at`,
-			p.AttemptID, p.WorkerID, p.LeaseToken, string(p.Outcome), p.ErrorCode, p.ErrorMessage, p.Retryable,
+			p.AttemptID, p.WorkerID, leaseTokenHash(p.LeaseToken), string(p.Outcome), p.ErrorCode, p.ErrorMessage, p.Retryable,
 		).Scan(&res.TaskID, &workerID, &res.FinishedAt)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return replayCompletion(ctx, tx, p, &res)
@@ -164,21 +164,22 @@ func completionEvent(p CompleteParams, state TaskState, canRetry bool) TaskEvent
 // a finished attempt, and an attempt that is not this worker's.
 func replayCompletion(ctx context.Context, tx pgx.Tx, p CompleteParams, res *CompleteResult) error {
 	var (
-		token, status, resultState string
-		finishedAt                 *time.Time
-		retryAt                    time.Time
+		tokenMatches        bool
+		status, resultState string
+		finishedAt          *time.Time
+		retryAt             time.Time
 	)
 	err := tx.QueryRow(ctx, `
-		SELECT a.lease_token, a.status, a.result_task_state, a.finished_at, a.task_id, t.available_at
+		SELECT a.lease_token_hash = $3, a.status, a.result_task_state, a.finished_at, a.task_id, t.available_at
 		FROM worker_task_attempts a JOIN worker_tasks t ON t.id = a.task_id
-		WHERE a.id = $1 AND a.worker_id = $2`, p.AttemptID, p.WorkerID,
-	).Scan(&token, &status, &resultState, &finishedAt, &res.TaskID, &retryAt)
+		WHERE a.id = $1 AND a.worker_id = $2`, p.AttemptID, p.WorkerID, leaseTokenHash(p.LeaseToken),
+	).Scan(&tokenMatches, &status, &resultState, &finishedAt, &res.TaskID, &retryAt)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return ErrNotFound
 	case err != nil:
 		return fmt.Errorf("classify completion: %w", err)
-	case token != p.LeaseToken:
+	case !tokenMatches:
 		return ErrLeaseLost
 	case resultState == "":
 		// Still active with an expired lease, or ended by expiry, timeout

@@ -73,14 +73,14 @@ type endedAttempt struct {
 // of doc.go — and reads what the task's next state depends on.
 var completeFencedSQL = `
 WITH input AS (
-	SELECT * FROM unnest($1::int[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bool[], $9::int[])
-		AS i(idx, attempt_id, worker_id, lease_token, outcome, error_code, error_message, retryable, last_seq)
+	SELECT * FROM unnest($1::int[], $2::uuid[], $3::uuid[], $4::bytea[], $5::text[], $6::text[], $7::text[], $8::bool[], $9::int[])
+		AS i(idx, attempt_id, worker_id, lease_token_hash, outcome, error_code, error_message, retryable, last_seq)
 ), ended AS (
 	UPDATE worker_task_attempts a SET
 		status = i.outcome, finished_at = now(), updated_at = now(),
 		error_code = i.error_code, error_message = i.error_message, error_retryable = i.retryable
 	FROM input i
-	WHERE a.id = i.attempt_id AND a.worker_id = i.worker_id AND a.lease_token = i.lease_token
+	WHERE a.id = i.attempt_id AND a.worker_id = i.worker_id AND a.lease_token_hash = i.lease_token_hash
 		AND a.status IN (` + activeStatuses + `) AND a.lease_expires_at > now()
 		AND (i.last_seq IS NULL OR EXISTS (SELECT 1 FROM worker_result_batches b
 			WHERE b.attempt_id = i.attempt_id AND b.sequence_number = i.last_seq AND b.status = 'persisted'))
@@ -124,15 +124,16 @@ SELECT id, state, available_at, delay FROM moved`
 // and returns the answers of the completions it ended, by index into ps.
 func (s *Store) completeFenced(ctx context.Context, ps []CompleteParams, valid []int) (map[int]CompleteResult, error) {
 	var (
-		idx                                      = make([]int32, len(valid))
-		attemptIDs, workerIDs                    = make([]uuid.UUID, len(valid)), make([]uuid.UUID, len(valid))
-		tokens, outcomes, errorCodes, errorTexts = make([]string, len(valid)), make([]string, len(valid)), make([]string, len(valid)), make([]string, len(valid))
-		retryable                                = make([]bool, len(valid))
-		lastSeq                                  = make([]*int32, len(valid))
+		idx                              = make([]int32, len(valid))
+		attemptIDs, workerIDs            = make([]uuid.UUID, len(valid)), make([]uuid.UUID, len(valid))
+		tokenHashes                      = make([][]byte, len(valid))
+		outcomes, errorCodes, errorTexts = make([]string, len(valid)), make([]string, len(valid)), make([]string, len(valid))
+		retryable                        = make([]bool, len(valid))
+		lastSeq                          = make([]*int32, len(valid))
 	)
 	for k, i := range valid {
 		p := ps[i]
-		idx[k], attemptIDs[k], workerIDs[k], tokens[k] = int32(i), p.AttemptID, p.WorkerID, p.LeaseToken
+		idx[k], attemptIDs[k], workerIDs[k], tokenHashes[k] = int32(i), p.AttemptID, p.WorkerID, leaseTokenHash(p.LeaseToken)
 		outcomes[k], errorCodes[k], errorTexts[k], retryable[k] = string(p.Outcome), p.ErrorCode, p.ErrorMessage, p.Retryable
 		if p.LastSequenceNumber != nil {
 			n := int32(*p.LastSequenceNumber)
@@ -143,7 +144,7 @@ func (s *Store) completeFenced(ctx context.Context, ps []CompleteParams, valid [
 	var ended []endedAttempt
 	queue := func(b *pgx.Batch) {
 		b.Queue(genericPlanSQL) // both statements: planning them costs more than running them
-		b.Queue(completeFencedSQL, idx, attemptIDs, workerIDs, tokens, outcomes, errorCodes, errorTexts, retryable, lastSeq)
+		b.Queue(completeFencedSQL, idx, attemptIDs, workerIDs, tokenHashes, outcomes, errorCodes, errorTexts, retryable, lastSeq)
 	}
 	read := func(br pgx.BatchResults) error {
 		ended = ended[:0]

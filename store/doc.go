@@ -17,6 +17,18 @@
 // return (not found, lease lost, or an idempotent replay of a finished call).
 // Nothing is ever read, checked in Go and then written without a lock.
 //
+// The database holds only the SHA-256 of each lease token (lease_token_hash,
+// leasetoken.go): tokens are made in Go, handed out in the lease answer and
+// never stored, and statements compare the hash of the token a worker sent.
+// So read access to the database cannot forge a worker's writes. It also
+// means a poll repeated under its Idempotency-Key cannot answer the tokens
+// its first try handed out: the replay gives each still-active lease it
+// returns a fresh token, replacing the stored hash in the same statement
+// (fenced like any lease write), and the old token stops working. A worker
+// repeats a poll only when it never got the answer, so nobody holds the old
+// token; were the first try answered after all, its token is refused as
+// lease-lost and the task is retried, never run twice under one lease.
+//
 // # Time
 //
 // Every lease, expiry and deadline decision compares against PostgreSQL's

@@ -30,7 +30,8 @@ type AcquireParams struct {
 	SoftwareVersion *string
 	ProtocolVersion *string
 	// IdempotencyKey, when set, makes the poll repeatable: a repeat returns
-	// the still-active leases the first poll created.
+	// the still-active leases the first poll created (at most MaxTasks of
+	// them), each under a fresh lease token that replaces its old one.
 	IdempotencyKey string
 }
 
@@ -75,9 +76,11 @@ type TaskSnapshot struct {
 	AttemptDeadlineIn   *time.Duration
 }
 
-// leaseColumns selects a Lease from attempt a joined with task t; durations
-// are computed by the database so they agree with its clock.
-const leaseColumns = `a.id, a.lease_token, a.lease_expires_at,
+// leaseColumns selects a Lease from attempt a joined with task t, after the
+// lease's token slot (the 1-based index of its token among those the
+// statement was given); durations are computed by the database so they
+// agree with its clock.
+const leaseColumns = `a.id, a.lease_expires_at,
 	extract(epoch FROM a.lease_expires_at - now())::float8,
 	t.lease_duration_seconds,
 	t.id, t.task_type, t.organization_id, t.scan_id, t.scan_job_id, t.payload,
@@ -85,20 +88,27 @@ const leaseColumns = `a.id, a.lease_token, a.lease_expires_at,
 	t.execution_deadline_at, extract(epoch FROM t.execution_deadline_at - now())::float8,
 	a.deadline_at, extract(epoch FROM a.deadline_at - now())::float8`
 
-func scanLease(row pgx.Row) (Lease, error) {
+// scanLease reads a row of slot and leaseColumns; the lease's token is the
+// slot-th of tokens.
+func scanLease(row pgx.Row, tokens []string) (Lease, error) {
 	var (
 		l                 Lease
+		slot              int
 		ttl               float64
 		leaseSeconds      int
 		execIn, attemptIn *float64
 		execAt, attemptAt *time.Time
 	)
-	err := row.Scan(&l.AttemptID, &l.LeaseToken, &l.LeaseExpiresAt, &ttl, &leaseSeconds,
+	err := row.Scan(&slot, &l.AttemptID, &l.LeaseExpiresAt, &ttl, &leaseSeconds,
 		&l.Task.ID, &l.Task.Type, &l.Task.OrganizationID, &l.Task.ScanID, &l.Task.ScanJobID, &l.Task.Payload,
 		&l.Task.AttemptNumber, &l.Task.MaxAttempts, &execAt, &execIn, &attemptAt, &attemptIn)
 	if err != nil {
 		return Lease{}, err
 	}
+	if slot < 1 || slot > len(tokens) {
+		return Lease{}, fmt.Errorf("lease %s has token slot %d of %d", l.AttemptID, slot, len(tokens))
+	}
+	l.LeaseToken = tokens[slot-1]
 	l.LeaseTTL = seconds(ttl)
 	l.LeaseDuration = time.Duration(leaseSeconds) * time.Second
 	l.Task.ExecutionDeadlineAt, l.Task.ExecutionDeadlineIn = execAt, optSeconds(execIn)
@@ -149,6 +159,7 @@ func (s *Store) AcquireLeasesMany(ctx context.Context, ps []AcquireParams) []Acq
 	acqs := make([]*acquisition, len(ps))
 	for i, p := range ps {
 		acqs[i] = &acquisition{p: p}
+		acqs[i].tokens, acqs[i].hashes = newLeaseTokens(max(p.MaxTasks, 0))
 	}
 	ordered := slices.Clone(acqs)
 	slices.SortStableFunc(ordered, func(a, b *acquisition) int { return compareWorkers(a.p.WorkerID, b.p.WorkerID) })
@@ -197,6 +208,10 @@ func (s *Store) AcquireLeasesMany(ctx context.Context, ps []AcquireParams) []Acq
 // acquisition is one poll's part of an acquisition transaction.
 type acquisition struct {
 	p AcquireParams
+	// tokens are the lease tokens this poll may hand out, one per lease
+	// it may get, and hashes their hashes: the database sees only those.
+	tokens []string
+	hashes [][]byte
 
 	res          AcquireResult
 	err          error // the poll's own answer: unknown or revoked worker
@@ -211,10 +226,12 @@ func (a *acquisition) queue(b *pgx.Batch) {
 	p := a.p
 	b.Queue(touchWorkerSQL, p.WorkerID, nullJSON(p.Capabilities), p.SoftwareVersion, p.ProtocolVersion)
 	if p.IdempotencyKey != "" {
-		b.Queue(replayLeasesSQL, p.WorkerID, p.IdempotencyKey)
+		b.Queue(replayLeasesSQL, p.WorkerID, p.IdempotencyKey, a.hashes)
 	}
 	b.Queue(lockAssignmentsSQL, p.WorkerID)
-	b.Queue(leaseCandidatesSQL, p.WorkerID, p.MaxTasks, nullString(p.IdempotencyKey))
+	// The same tokens as the replay: if it replays any lease, this
+	// statement grants none.
+	b.Queue(leaseCandidatesSQL, p.WorkerID, p.MaxTasks, nullString(p.IdempotencyKey), a.hashes)
 }
 
 // read consumes the poll's results. Every one of its statements is read
@@ -242,7 +259,7 @@ func (a *acquisition) read(br pgx.BatchResults) error {
 		if err != nil {
 			return fmt.Errorf("replay leases: %w", err)
 		}
-		if a.res.Leases, err = collectLeases(rows); err != nil {
+		if a.res.Leases, err = collectLeases(rows, a.tokens); err != nil {
 			return fmt.Errorf("replay leases: %w", err)
 		}
 		a.res.Replayed = len(a.res.Leases) > 0
@@ -267,7 +284,7 @@ func (a *acquisition) read(br pgx.BatchResults) error {
 	if err != nil {
 		return fmt.Errorf("lease candidates: %w", err)
 	}
-	leases, err := collectLeases(rows)
+	leases, err := collectLeases(rows, a.tokens)
 	if err != nil {
 		return fmt.Errorf("lease candidates: %w", err)
 	}
@@ -323,20 +340,39 @@ var lockAssignmentsSQL = `
 	ORDER BY ow.organization_id
 	FOR SHARE OF ow`
 
-// replayLeasesSQL finds the still-active leases an earlier poll with the
-// same idempotency key created.
+// replayLeasesSQL finds the still-active leases an earlier poll of worker
+// $1 with the same idempotency key $2 created and gives each a fresh token:
+// the n-th of them gets the n-th hash of $3 (there are as many as the poll
+// may get leases; any further lease keeps its token and is not replayed).
+// Only hashes are stored, so the old token cannot be answered again; a
+// worker repeats a poll only when it never got the answer, so nobody holds
+// the old token, and it stops working here. The update is fenced like any
+// lease write: the attempt still active, this worker's, and unexpired.
 var replayLeasesSQL = `
-	SELECT ` + leaseColumns + `
-	FROM worker_task_attempts a JOIN worker_tasks t ON t.id = a.task_id
+WITH replay AS (
+	SELECT a.id, row_number() OVER (ORDER BY a.created_at, a.id) AS slot
+	FROM worker_task_attempts a
 	WHERE a.worker_id = $1 AND a.lease_request_key = $2
 		AND a.status IN (` + activeStatuses + `) AND a.lease_expires_at > now()
-	ORDER BY a.created_at, a.id`
+		AND EXISTS (SELECT 1 FROM workers w WHERE w.id = $1 AND w.revoked_at IS NULL)
+), rotated AS (
+	UPDATE worker_task_attempts a SET lease_token_hash = ($3::bytea[])[r.slot]
+	FROM replay r
+	WHERE a.id = r.id AND r.slot <= cardinality($3::bytea[])
+		AND a.worker_id = $1 AND a.status IN (` + activeStatuses + `) AND a.lease_expires_at > now()
+	RETURNING a.*, r.slot
+)
+SELECT a.slot, ` + leaseColumns + `
+FROM rotated a JOIN worker_tasks t ON t.id = a.task_id
+ORDER BY a.slot`
 
-func collectLeases(rows pgx.Rows) ([]Lease, error) {
+// collectLeases reads rows of slot and leaseColumns, tokens being the
+// statement's tokens.
+func collectLeases(rows pgx.Rows, tokens []string) ([]Lease, error) {
 	defer rows.Close()
 	var leases []Lease
 	for rows.Next() {
-		l, err := scanLease(rows)
+		l, err := scanLease(rows, tokens)
 		if err != nil {
 			return nil, err
 		}
@@ -346,7 +382,9 @@ func collectLeases(rows pgx.Rows) ([]Lease, error) {
 }
 
 // leaseCandidatesSQL picks and leases tasks in one statement: $1 the
-// worker, $2 the most tasks the poll asks for, $3 its idempotency key.
+// worker, $2 the most tasks the poll asks for, $3 its idempotency key, $4
+// the hashes of the lease tokens to grant ($2 of them; the n-th lease
+// granted gets the n-th).
 //
 // It leases nothing when the worker is not enabled, has no free slot, or an
 // earlier poll with the same key still holds live leases (those are the
@@ -418,17 +456,19 @@ WITH worker AS (
 	FROM candidates c
 	WHERE t.id = c.id
 	RETURNING t.*
+), slots AS (
+	SELECT l.id, row_number() OVER (ORDER BY l.id) AS slot FROM leased l
 ), attempts AS (
 	INSERT INTO worker_task_attempts
-		(task_id, worker_id, organization_id, attempt_number, lease_token, status, lease_expires_at, deadline_at, lease_request_key)
+		(task_id, worker_id, organization_id, attempt_number, lease_token_hash, status, lease_expires_at, deadline_at, lease_request_key)
 	SELECT l.id, $1, l.organization_id, l.attempts_started,
-		-- two v4 UUIDs from pg_strong_random: 244 random bits
-		replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''),
+		($4::bytea[])[s.slot],
 		'` + string(AttemptLeased) + `',
 		least(now() + make_interval(secs => l.lease_duration_seconds), d.deadline),
 		d.deadline,
 		$3
 	FROM leased l
+	JOIN slots s ON s.id = l.id
 	CROSS JOIN LATERAL (
 		SELECT least(l.execution_deadline_at, now() + make_interval(secs => l.attempt_timeout_seconds)) AS deadline
 	) d
@@ -437,8 +477,8 @@ WITH worker AS (
 	UPDATE organization_workers ow SET last_leased_at = now()
 	WHERE ow.worker_id = $1 AND ow.organization_id IN (SELECT organization_id FROM leased)
 )
-SELECT ` + leaseColumns + `
-FROM attempts a JOIN leased t ON t.id = a.task_id
+SELECT s.slot, ` + leaseColumns + `
+FROM attempts a JOIN leased t ON t.id = a.task_id JOIN slots s ON s.id = t.id
 ORDER BY t.priority DESC, a.id`
 
 // taskTypesSQL is a SQL expression mapping the worker type in column to the

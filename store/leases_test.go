@@ -74,10 +74,12 @@ func TestAcquireLeases(t *testing.T) {
 		res := acquire(t, s, bundle.worker.ID, 3)
 		require.Len(t, res.Leases, 3, "max_tasks caps the poll")
 		require.Equal(t, 1, res.FreeSlots)
+		leased := res.Leases
 
 		res = acquire(t, s, bundle.worker.ID, 5)
 		require.Len(t, res.Leases, 1, "capacity 4 caps the poll")
 		require.Equal(t, 0, res.FreeSlots)
+		leased = append(leased, res.Leases...)
 
 		res = acquire(t, s, bundle.worker.ID, 5)
 		require.Empty(t, res.Leases, "a full worker leases nothing")
@@ -87,9 +89,7 @@ func TestAcquireLeases(t *testing.T) {
 		var first uuid.UUID
 		require.NoError(t, bundle.pool.QueryRow(t.Context(),
 			`SELECT id FROM worker_task_attempts WHERE worker_id = $1 ORDER BY created_at LIMIT 1`, bundle.worker.ID).Scan(&first))
-		var token string
-		require.NoError(t, bundle.pool.QueryRow(t.Context(), `SELECT lease_token FROM worker_task_attempts WHERE id = $1`, first).Scan(&token))
-		complete(t, s, store.AttemptRef{WorkerID: bundle.worker.ID, AttemptID: first, LeaseToken: token}, store.AttemptSucceeded, false)
+		complete(t, s, store.AttemptRef{WorkerID: bundle.worker.ID, AttemptID: first, LeaseToken: tokenOf(leased, first)}, store.AttemptSucceeded, false)
 		res = acquire(t, s, bundle.worker.ID, 5)
 		require.Len(t, res.Leases, 1)
 	})
@@ -268,24 +268,54 @@ func TestAcquireLeases(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, again.Replayed)
 		require.ElementsMatch(t, attemptIDs(first.Leases), attemptIDs(again.Leases))
-		for _, l := range again.Leases {
-			require.Equal(t, tokenOf(first.Leases, l.AttemptID), l.LeaseToken)
-		}
 		require.Equal(t, 2, countAttempts(t, bundle.pool, `true`), "a replay creates no attempts")
+		// Only a hash of each token is stored, so a replay cannot answer the
+		// old token: it issues a new one, and the old one stops working.
+		for _, l := range again.Leases {
+			old := tokenOf(first.Leases, l.AttemptID)
+			require.NotEqual(t, old, l.LeaseToken, "a replay issues a fresh token")
+			_, err := s.HeartbeatAttempt(t.Context(), store.AttemptRef{WorkerID: bundle.worker.ID, AttemptID: l.AttemptID, LeaseToken: old})
+			require.ErrorIs(t, err, store.ErrLeaseLost, "the replaced token is refused")
+			_, err = s.HeartbeatAttempt(t.Context(), refOf(bundle.worker.ID, l))
+			require.NoError(t, err, "the new token holds the lease")
+		}
 
 		// Once one of them ends, the replay returns only the one still active.
-		complete(t, s, refOf(bundle.worker.ID, first.Leases[0]), store.AttemptSucceeded, false)
+		complete(t, s, refOf(bundle.worker.ID, again.Leases[0]), store.AttemptSucceeded, false)
 		again, err = s.AcquireLeases(t.Context(), p)
 		require.NoError(t, err)
 		require.True(t, again.Replayed)
 		require.Equal(t, []uuid.UUID{first.Leases[1].AttemptID}, attemptIDs(again.Leases))
+
+		// A repeat asking for fewer leases than the poll got replays that
+		// many; the others keep their tokens.
+		createTasks(t, s, bundle.org.ID, 3, store.CreateTaskParams{})
+		three := store.AcquireParams{WorkerID: bundle.worker.ID, MaxTasks: 3, IdempotencyKey: "poll-3"}
+		got, err := s.AcquireLeases(t.Context(), three)
+		require.NoError(t, err)
+		require.Len(t, got.Leases, 3)
+		three.MaxTasks = 1
+		fewer, err := s.AcquireLeases(t.Context(), three)
+		require.NoError(t, err)
+		require.True(t, fewer.Replayed)
+		require.Len(t, fewer.Leases, 1)
+		for _, l := range got.Leases {
+			_, err := s.HeartbeatAttempt(t.Context(), refOf(bundle.worker.ID, l))
+			if l.AttemptID == fewer.Leases[0].AttemptID {
+				require.ErrorIs(t, err, store.ErrLeaseLost)
+				l = fewer.Leases[0]
+			} else {
+				require.NoError(t, err, "not replayed, not replaced")
+			}
+			complete(t, s, refOf(bundle.worker.ID, l), store.AttemptSucceeded, false)
+		}
 
 		// Another key is another poll.
 		other, err := s.AcquireLeases(t.Context(), store.AcquireParams{WorkerID: bundle.worker.ID, MaxTasks: 2, IdempotencyKey: "poll-2"})
 		require.NoError(t, err)
 		require.False(t, other.Replayed)
 		require.Len(t, other.Leases, 2)
-		require.Equal(t, 4, countAttempts(t, bundle.pool, `true`))
+		require.Equal(t, 7, countAttempts(t, bundle.pool, `true`))
 
 		// Expired leases are not replayed.
 		for _, l := range other.Leases {

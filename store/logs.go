@@ -47,11 +47,11 @@ func (s *Store) AppendLog(ctx context.Context, ref AttemptRef, offset int64, dat
 		var truncated bool
 		err := tx.QueryRow(ctx, `
 			UPDATE worker_task_attempts SET log_offset = $5
-			WHERE id = $1 AND worker_id = $2 AND lease_token = $3
+			WHERE id = $1 AND worker_id = $2 AND lease_token_hash = $3
 				AND status IN (`+activeStatuses+`) AND lease_expires_at > now()
 				AND log_offset = $4
 			RETURNING log_stored, log_truncated`,
-			ref.AttemptID, ref.WorkerID, ref.LeaseToken, offset, end).Scan(&stored, &truncated)
+			ref.AttemptID, ref.WorkerID, leaseTokenHash(ref.LeaseToken), offset, end).Scan(&stored, &truncated)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			return s.logRetryOrMismatch(ctx, tx, ref, offset, data, maxBytes, &res)
@@ -126,9 +126,9 @@ func (s *Store) logRetryOrMismatch(ctx context.Context, tx pgx.Tx, ref AttemptRe
 	)
 	err := tx.QueryRow(ctx, `
 		SELECT log_offset, log_stored, log_truncated,
-			lease_token = $3 AND status IN (`+activeStatuses+`) AND lease_expires_at > now()
+			lease_token_hash = $3 AND status IN (`+activeStatuses+`) AND lease_expires_at > now()
 		FROM worker_task_attempts WHERE id = $1 AND worker_id = $2`,
-		ref.AttemptID, ref.WorkerID, ref.LeaseToken).Scan(&logOffset, &stored, &truncated, &live)
+		ref.AttemptID, ref.WorkerID, leaseTokenHash(ref.LeaseToken)).Scan(&logOffset, &stored, &truncated, &live)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ErrNotFound
 	}

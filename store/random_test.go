@@ -244,7 +244,8 @@ func (w *fuzzWorld) taskIndex(id uuid.UUID) int { return slices.Index(w.tasks, i
 func (w *fuzzWorld) learn(worker int, leases []store.Lease) {
 	slices.SortFunc(leases, func(a, b store.Lease) int { return w.taskIndex(a.Task.ID) - w.taskIndex(b.Task.ID) })
 	for _, l := range leases {
-		if _, ok := w.known[l.AttemptID]; ok {
+		if i, ok := w.known[l.AttemptID]; ok {
+			w.attempts[i].token = l.LeaseToken // a replay replaced the token
 			continue
 		}
 		w.known[l.AttemptID] = len(w.attempts)

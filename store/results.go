@@ -131,12 +131,12 @@ func insertBatch(ctx context.Context, tx pgx.Tx, p AcceptBatchParams, target ing
 			(task_id, attempt_id, sequence_number, idempotency_key, payload_sha256, record_count, payload)
 		SELECT a.task_id, a.id, $4, $5, $6, $7, $8
 		FROM worker_task_attempts a
-		WHERE a.id = $1 AND a.worker_id = $2 AND a.lease_token = $3
+		WHERE a.id = $1 AND a.worker_id = $2 AND a.lease_token_hash = $3
 			AND a.status IN (`+activeStatuses+`) AND a.lease_expires_at > now()
 		FOR SHARE OF a
 		ON CONFLICT DO NOTHING
 		RETURNING id, received_at`,
-		p.AttemptID, p.WorkerID, p.LeaseToken, p.SequenceNumber, p.IdempotencyKey, p.PayloadSHA256, len(p.Records), string(p.Payload),
+		p.AttemptID, p.WorkerID, leaseTokenHash(p.LeaseToken), p.SequenceNumber, p.IdempotencyKey, p.PayloadSHA256, len(p.Records), string(p.Payload),
 	).Scan(&info.BatchID, &info.ReceivedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// The key is new (checked under its lock), so either the lease is
@@ -184,9 +184,9 @@ func currentLiveLease(ctx context.Context, ex executor, ref AttemptRef) (LeaseSt
 	err := ex.QueryRow(ctx, `
 		SELECT a.lease_expires_at, extract(epoch FROM a.lease_expires_at - now())::float8, t.state = 'cancelling', t.lease_duration_seconds
 		FROM worker_task_attempts a JOIN worker_tasks t ON t.id = a.task_id
-		WHERE a.id = $1 AND a.worker_id = $2 AND a.lease_token = $3
+		WHERE a.id = $1 AND a.worker_id = $2 AND a.lease_token_hash = $3
 			AND a.status IN (`+activeStatuses+`) AND a.lease_expires_at > now()`,
-		ref.AttemptID, ref.WorkerID, ref.LeaseToken).Scan(&st.LeaseExpiresAt, &ttl, &cancelling, &leaseSecs)
+		ref.AttemptID, ref.WorkerID, leaseTokenHash(ref.LeaseToken)).Scan(&st.LeaseExpiresAt, &ttl, &cancelling, &leaseSecs)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return LeaseStatus{}, ErrLeaseLost
 	}

@@ -71,7 +71,7 @@ func (s *Store) OpenUpload(ctx context.Context, p OpenUploadParams) (Upload, err
 			WITH a AS (
 				SELECT a.id, a.task_id, t.organization_id, t.scan_id, t.scan_job_id
 				FROM worker_task_attempts a JOIN worker_tasks t ON t.id = a.task_id
-				WHERE a.id = $1 AND a.worker_id = $2 AND a.lease_token = $3
+				WHERE a.id = $1 AND a.worker_id = $2 AND a.lease_token_hash = $3
 					AND a.status IN (`+activeStatuses+`) AND a.lease_expires_at > now()
 				FOR SHARE OF a
 			)
@@ -83,7 +83,7 @@ func (s *Store) OpenUpload(ctx context.Context, p OpenUploadParams) (Upload, err
 			WHERE $7::bigint + (SELECT coalesce(sum(size_bytes), 0)::bigint FROM worker_artifact_uploads
 				WHERE attempt_id = a.id AND status IN ('prepared', 'uploaded', 'committed')) <= $10::bigint
 			RETURNING `+uploadColumns,
-			p.AttemptID, p.WorkerID, p.LeaseToken, p.ObjectKey, p.Name, p.ContentType, p.SizeBytes, p.SHA256,
+			p.AttemptID, p.WorkerID, leaseTokenHash(p.LeaseToken), p.ObjectKey, p.Name, p.ContentType, p.SizeBytes, p.SHA256,
 			p.TTL.Seconds(), p.MaxBytesPerAttempt))
 		if errors.Is(err, pgx.ErrNoRows) {
 			if _, err := currentLiveLease(ctx, tx, p.AttemptRef); err != nil {

@@ -1909,8 +1909,12 @@ type ClientInterface interface {
 	// Waits up to `wait_seconds` for leasable tasks and answers as soon as at least one is
 	// leased, or with an empty list when the wait ends. A waiting poll holds no database
 	// connection. Send an `Idempotency-Key` to make the poll safe to repeat: repeating the key
-	// returns the same still-active leases instead of new ones, so a lost answer never strands
-	// tasks until their leases expire.
+	// returns the same still-active leases instead of new ones (at most `max_tasks` of them), so
+	// a lost answer never strands tasks until their leases expire. The gateway stores only a
+	// hash of each lease token, so a repeat cannot answer the original tokens: each replayed
+	// lease comes with a fresh `lease_token`, and the token the first answer carried stops
+	// working (`lease-lost`). Repeat a poll only when its answer never arrived, and use the
+	// tokens of the answer you got.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1922,8 +1926,12 @@ type ClientInterface interface {
 	// Waits up to `wait_seconds` for leasable tasks and answers as soon as at least one is
 	// leased, or with an empty list when the wait ends. A waiting poll holds no database
 	// connection. Send an `Idempotency-Key` to make the poll safe to repeat: repeating the key
-	// returns the same still-active leases instead of new ones, so a lost answer never strands
-	// tasks until their leases expire.
+	// returns the same still-active leases instead of new ones (at most `max_tasks` of them), so
+	// a lost answer never strands tasks until their leases expire. The gateway stores only a
+	// hash of each lease token, so a repeat cannot answer the original tokens: each replayed
+	// lease comes with a fresh `lease_token`, and the token the first answer carried stops
+	// working (`lease-lost`). Repeat a poll only when its answer never arrived, and use the
+	// tokens of the answer you got.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2894,8 +2902,12 @@ func (c *Client) HeartbeatWorker(ctx context.Context, body HeartbeatWorkerJSONRe
 // Waits up to `wait_seconds` for leasable tasks and answers as soon as at least one is
 // leased, or with an empty list when the wait ends. A waiting poll holds no database
 // connection. Send an `Idempotency-Key` to make the poll safe to repeat: repeating the key
-// returns the same still-active leases instead of new ones, so a lost answer never strands
-// tasks until their leases expire.
+// returns the same still-active leases instead of new ones (at most `max_tasks` of them), so
+// a lost answer never strands tasks until their leases expire. The gateway stores only a
+// hash of each lease token, so a repeat cannot answer the original tokens: each replayed
+// lease comes with a fresh `lease_token`, and the token the first answer carried stops
+// working (`lease-lost`). Repeat a poll only when its answer never arrived, and use the
+// tokens of the answer you got.
 //
 // Takes any type of body and a specified content type.
 //
@@ -2917,8 +2929,12 @@ func (c *Client) AcquireLeasesWithBody(ctx context.Context, params *AcquireLease
 // Waits up to `wait_seconds` for leasable tasks and answers as soon as at least one is
 // leased, or with an empty list when the wait ends. A waiting poll holds no database
 // connection. Send an `Idempotency-Key` to make the poll safe to repeat: repeating the key
-// returns the same still-active leases instead of new ones, so a lost answer never strands
-// tasks until their leases expire.
+// returns the same still-active leases instead of new ones (at most `max_tasks` of them), so
+// a lost answer never strands tasks until their leases expire. The gateway stores only a
+// hash of each lease token, so a repeat cannot answer the original tokens: each replayed
+// lease comes with a fresh `lease_token`, and the token the first answer carried stops
+// working (`lease-lost`). Repeat a poll only when its answer never arrived, and use the
+// tokens of the answer you got.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -6635,8 +6651,12 @@ type ClientWithResponsesInterface interface {
 	// Waits up to `wait_seconds` for leasable tasks and answers as soon as at least one is
 	// leased, or with an empty list when the wait ends. A waiting poll holds no database
 	// connection. Send an `Idempotency-Key` to make the poll safe to repeat: repeating the key
-	// returns the same still-active leases instead of new ones, so a lost answer never strands
-	// tasks until their leases expire.
+	// returns the same still-active leases instead of new ones (at most `max_tasks` of them), so
+	// a lost answer never strands tasks until their leases expire. The gateway stores only a
+	// hash of each lease token, so a repeat cannot answer the original tokens: each replayed
+	// lease comes with a fresh `lease_token`, and the token the first answer carried stops
+	// working (`lease-lost`). Repeat a poll only when its answer never arrived, and use the
+	// tokens of the answer you got.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6648,8 +6668,12 @@ type ClientWithResponsesInterface interface {
 	// Waits up to `wait_seconds` for leasable tasks and answers as soon as at least one is
 	// leased, or with an empty list when the wait ends. A waiting poll holds no database
 	// connection. Send an `Idempotency-Key` to make the poll safe to repeat: repeating the key
-	// returns the same still-active leases instead of new ones, so a lost answer never strands
-	// tasks until their leases expire.
+	// returns the same still-active leases instead of new ones (at most `max_tasks` of them), so
+	// a lost answer never strands tasks until their leases expire. The gateway stores only a
+	// hash of each lease token, so a repeat cannot answer the original tokens: each replayed
+	// lease comes with a fresh `lease_token`, and the token the first answer carried stops
+	// working (`lease-lost`). Repeat a poll only when its answer never arrived, and use the
+	// tokens of the answer you got.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -11078,8 +11102,12 @@ func (c *ClientWithResponses) HeartbeatWorkerWithResponse(ctx context.Context, b
 // Waits up to `wait_seconds` for leasable tasks and answers as soon as at least one is
 // leased, or with an empty list when the wait ends. A waiting poll holds no database
 // connection. Send an `Idempotency-Key` to make the poll safe to repeat: repeating the key
-// returns the same still-active leases instead of new ones, so a lost answer never strands
-// tasks until their leases expire.
+// returns the same still-active leases instead of new ones (at most `max_tasks` of them), so
+// a lost answer never strands tasks until their leases expire. The gateway stores only a
+// hash of each lease token, so a repeat cannot answer the original tokens: each replayed
+// lease comes with a fresh `lease_token`, and the token the first answer carried stops
+// working (`lease-lost`). Repeat a poll only when its answer never arrived, and use the
+// tokens of the answer you got.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -11097,8 +11125,12 @@ func (c *ClientWithResponses) AcquireLeasesWithBodyWithResponse(ctx context.Cont
 // Waits up to `wait_seconds` for leasable tasks and answers as soon as at least one is
 // leased, or with an empty list when the wait ends. A waiting poll holds no database
 // connection. Send an `Idempotency-Key` to make the poll safe to repeat: repeating the key
-// returns the same still-active leases instead of new ones, so a lost answer never strands
-// tasks until their leases expire.
+// returns the same still-active leases instead of new ones (at most `max_tasks` of them), so
+// a lost answer never strands tasks until their leases expire. The gateway stores only a
+// hash of each lease token, so a repeat cannot answer the original tokens: each replayed
+// lease comes with a fresh `lease_token`, and the token the first answer carried stops
+// working (`lease-lost`). Repeat a poll only when its answer never arrived, and use the
+// tokens of the answer you got.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

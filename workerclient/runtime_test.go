@@ -154,6 +154,13 @@ func (g *fakeGateway) completionsOf(id uuid.UUID) []completion {
 	return append([]completion(nil), g.completes[id]...)
 }
 
+// tokenOf is the token that holds a lease now.
+func (g *fakeGateway) tokenOf(id uuid.UUID) string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.tokens[id]
+}
+
 func (g *fakeGateway) callCount(op string) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -233,8 +240,17 @@ func (g *fakeGateway) handleLeases(w http.ResponseWriter, r *http.Request) {
 	g.mu.Lock()
 	g.polls = append(g.polls, pollRecord{key: key, maxTasks: *req.MaxTasks, at: time.Now()})
 	if prev, ok := g.byKey[key]; ok {
+		// The gateway stores only token hashes: a replay answers the same
+		// leases with fresh tokens, and the old ones stop working.
+		replay := make([]Lease, len(prev))
+		for i, l := range prev {
+			l.LeaseToken = "tok-" + uuid.NewString()
+			g.tokens[l.AttemptId] = l.LeaseToken
+			replay[i] = l
+		}
+		g.byKey[key] = replay
 		g.mu.Unlock()
-		writeJSON(w, LeaseResponse{Leases: prev})
+		writeJSON(w, LeaseResponse{Leases: replay})
 		return
 	}
 	g.mu.Unlock()
@@ -746,6 +762,7 @@ func TestPollRetryReusesItsIdempotencyKey(t *testing.T) {
 		assert.Equal(t, polls[0].key, polls[1].key, "the retried poll repeats its key")
 		assert.Equal(t, polls[0].maxTasks, polls[1].maxTasks, "and its body")
 		assert.Equal(t, 1, runs, "the replayed lease runs once")
+		assert.NotEqual(t, l.LeaseToken, g.tokenOf(l.AttemptId), "the replay replaced the token")
 	})
 }
 

@@ -202,6 +202,28 @@ func NewDatabase(t testing.TB) string {
 	return c.URL(name)
 }
 
+// NewEmptyDatabase creates a database without any migration applied,
+// drops it when the test ends, and returns its connection URL: for tests
+// that migrate step by step.
+func NewEmptyDatabase(t testing.TB) string {
+	t.Helper()
+	c := mustCluster(t)
+	name := "empty_" + strconv.FormatUint(cloneCount.Add(1), 10) + "_" + randomSuffix()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := c.CreateDatabase(ctx, name, ""); err != nil {
+		t.Fatalf("storetest: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := dropDatabase(ctx, c, name); err != nil {
+			t.Errorf("storetest: %v", err)
+		}
+	})
+	return c.URL(name)
+}
+
 // NewPool returns a pool on a fresh database cloned from the template; the
 // pool is closed, then the database dropped, when the test ends.
 func NewPool(t testing.TB) *pgxpool.Pool {

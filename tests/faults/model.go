@@ -18,7 +18,10 @@ import (
 //
 //   - A lease granting attempt A is allowed unless the task is terminal or A
 //     already ended. A becomes the active attempt; the previous active one
-//     has ended (it expired). Granting the active A again is a poll replay.
+//     has ended (it expired). Granting the active A again is a poll replay:
+//     it must come with a new token (only token hashes are stored, so a
+//     replay issues a fresh one), which replaces the old; from then on the
+//     old token is refused.
 //   - A renewal, start or new result batch of A answered ok needs A to be the
 //     active attempt with its token. A new batch adds its key to the task's
 //     accepted keys; a key accepted before must be answered as a replay.
@@ -124,10 +127,12 @@ func step(s taskState, in modelInput, out modelOutput) []taskState {
 		case s.Terminal || ended:
 			return nil
 		case s.Active == in.Attempt:
-			if s.Token != in.Token {
-				return nil
+			if s.Token == in.Token {
+				return nil // a replay that did not replace the token
 			}
-			return []taskState{s} // a poll replay
+			next := s
+			next.Token = in.Token // a poll replay: the old token is dead
+			return []taskState{next}
 		}
 		next := s.end(endedLost)
 		next.Active, next.Token = in.Attempt, in.Token

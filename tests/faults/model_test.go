@@ -24,7 +24,9 @@ func newStory() *story {
 
 func (s *story) step(client int, op string, it Item) *story {
 	s.attempts[it.Attempt] = s.task
-	it.Token = "token-" + it.Attempt.String()
+	if it.Token == "" {
+		it.Token = "token-" + it.Attempt.String()
+	}
 	s.calls = append(s.calls, Call{Client: client, Op: op, Invoke: s.clock, Return: s.clock + 1, Items: []Item{it}})
 	s.clock += 2
 	return s
@@ -42,6 +44,10 @@ func TestLeaseModel(t *testing.T) {
 	complete := func(at uuid.UUID, r Result, state string) Item {
 		return Item{Attempt: at, Outcome: "succeeded", Result: r, TaskState: state}
 	}
+	// replayed is attempt at as a poll's replay granted it, with a fresh
+	// token, and with is an item of at sent with that token.
+	replayed := func(at uuid.UUID) Item { return Item{Attempt: at, Token: "replayed-" + at.String(), Result: ResOK} }
+	with := func(it, replay Item) Item { it.Token = replay.Token; return it }
 	for _, tc := range []struct {
 		name  string
 		story *story
@@ -78,6 +84,17 @@ func TestLeaseModel(t *testing.T) {
 		{"a batch answered 503, then accepted by its retry", newStory().
 			step(0, OpLease, lease(a)).step(0, OpResult, result(a, "1", ResUnknown)).
 			step(0, OpResult, result(a, "1", ResOK)), true},
+		{"a poll replay with a new token, then work under it", newStory().
+			step(0, OpLease, lease(a)).step(0, OpLease, replayed(a)).step(0, OpHeartbeat, with(lease(a), replayed(a))).
+			step(0, OpResult, with(result(a, "1", ResOK), replayed(a))).
+			step(0, OpComplete, with(complete(a, ResOK, "completed"), replayed(a))), true},
+		{"a poll replay with the same token", newStory().
+			step(0, OpLease, lease(a)).step(0, OpLease, lease(a)), false},
+		{"the token a replay replaced still accepted", newStory().
+			step(0, OpLease, lease(a)).step(0, OpLease, replayed(a)).step(0, OpHeartbeat, lease(a)), false},
+		{"the token a replay replaced refused", newStory().
+			step(0, OpLease, lease(a)).step(0, OpLease, replayed(a)).step(0, OpResult, result(a, "1", ResLeaseLost)).
+			step(0, OpResult, with(result(a, "1", ResOK), replayed(a))), true},
 		{"a completion of unknown outcome, then its replay", newStory().
 			step(0, OpLease, lease(a)).step(0, OpComplete, complete(a, ResUnknown, "")).
 			step(0, OpComplete, complete(a, ResOK, "completed")), true},
