@@ -195,3 +195,19 @@ func (p *Process) Exited() (bool, error) {
 		return false, nil
 	}
 }
+
+// Main runs a test binary's tests with a private PostgreSQL cluster (see
+// storetest.Main) and removes the binaries built for process tests once
+// they ran; call it from TestMain.
+func Main(m *testing.M) {
+	storetest.Main(withBinaries{m})
+}
+
+// withBinaries cleans up built binaries after the tests (storetest.Main
+// exits the process itself).
+type withBinaries struct{ m *testing.M }
+
+func (w withBinaries) Run() int {
+	defer CleanupBinaries()
+	return w.m.Run()
+}

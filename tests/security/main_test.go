@@ -8,19 +8,9 @@ package security
 import (
 	"testing"
 
-	"github.com/worker-gateway/gateway/store/storetest"
 	"github.com/worker-gateway/gateway/tests/harness"
 )
 
-func TestMain(m *testing.M) {
-	storetest.Main(withBinaries{m})
-}
-
-// withBinaries removes the binaries built for process tests once the tests
-// ran (storetest.Main exits the process itself).
-type withBinaries struct{ m *testing.M }
-
-func (w withBinaries) Run() int {
-	defer harness.CleanupBinaries()
-	return w.m.Run()
-}
+// TestMain gives this binary its own PostgreSQL cluster; each test clones a
+// fresh database from it.
+func TestMain(m *testing.M) { harness.Main(m) }
