@@ -1794,7 +1794,9 @@ type ClientInterface interface {
 	// Over TLS without a client certificate: the worker sends the one-time enrollment token an
 	// operator got when creating it, and a CSR for a key it generated locally (the key never
 	// leaves the worker). The answer is a short-lived client certificate signed by the
-	// gateway's CA, now bound to the worker; the token is used up.
+	// gateway's CA, now bound to the worker; the token is used up. Refused enrollments are
+	// limited per source address: past the limit every enrollment from that address is 429
+	// (`too-many-requests`) with `Retry-After`, until the limit refills.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1806,7 +1808,9 @@ type ClientInterface interface {
 	// Over TLS without a client certificate: the worker sends the one-time enrollment token an
 	// operator got when creating it, and a CSR for a key it generated locally (the key never
 	// leaves the worker). The answer is a short-lived client certificate signed by the
-	// gateway's CA, now bound to the worker; the token is used up.
+	// gateway's CA, now bound to the worker; the token is used up. Refused enrollments are
+	// limited per source address: past the limit every enrollment from that address is 429
+	// (`too-many-requests`) with `Retry-After`, until the limit refills.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2675,7 +2679,9 @@ func (c *Client) RenewCertificate(ctx context.Context, body RenewCertificateJSON
 // Over TLS without a client certificate: the worker sends the one-time enrollment token an
 // operator got when creating it, and a CSR for a key it generated locally (the key never
 // leaves the worker). The answer is a short-lived client certificate signed by the
-// gateway's CA, now bound to the worker; the token is used up.
+// gateway's CA, now bound to the worker; the token is used up. Refused enrollments are
+// limited per source address: past the limit every enrollment from that address is 429
+// (`too-many-requests`) with `Retry-After`, until the limit refills.
 //
 // Takes any type of body and a specified content type.
 //
@@ -2697,7 +2703,9 @@ func (c *Client) EnrollWithBody(ctx context.Context, contentType string, body io
 // Over TLS without a client certificate: the worker sends the one-time enrollment token an
 // operator got when creating it, and a CSR for a key it generated locally (the key never
 // leaves the worker). The answer is a short-lived client certificate signed by the
-// gateway's CA, now bound to the worker; the token is used up.
+// gateway's CA, now bound to the worker; the token is used up. Refused enrollments are
+// limited per source address: past the limit every enrollment from that address is 429
+// (`too-many-requests`) with `Retry-After`, until the limit refills.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -6255,7 +6263,9 @@ type ClientWithResponsesInterface interface {
 	// Over TLS without a client certificate: the worker sends the one-time enrollment token an
 	// operator got when creating it, and a CSR for a key it generated locally (the key never
 	// leaves the worker). The answer is a short-lived client certificate signed by the
-	// gateway's CA, now bound to the worker; the token is used up.
+	// gateway's CA, now bound to the worker; the token is used up. Refused enrollments are
+	// limited per source address: past the limit every enrollment from that address is 429
+	// (`too-many-requests`) with `Retry-After`, until the limit refills.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6267,7 +6277,9 @@ type ClientWithResponsesInterface interface {
 	// Over TLS without a client certificate: the worker sends the one-time enrollment token an
 	// operator got when creating it, and a CSR for a key it generated locally (the key never
 	// leaves the worker). The answer is a short-lived client certificate signed by the
-	// gateway's CA, now bound to the worker; the token is used up.
+	// gateway's CA, now bound to the worker; the token is used up. Refused enrollments are
+	// limited per source address: past the limit every enrollment from that address is 429
+	// (`too-many-requests`) with `Retry-After`, until the limit refills.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -7642,6 +7654,8 @@ type RenewCertificateResponse struct {
 	ApplicationproblemJSON400 *Problem
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *Problem
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Problem
 }
@@ -7659,6 +7673,11 @@ func (r RenewCertificateResponse) GetApplicationproblemJSON400() *Problem {
 // GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
 func (r RenewCertificateResponse) GetApplicationproblemJSON403() *Problem {
 	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RenewCertificateResponse) GetApplicationproblemJSON429() *Problem {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
@@ -7704,6 +7723,8 @@ type EnrollResponse struct {
 	ApplicationproblemJSON400 *Problem
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *Problem
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *Problem
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
@@ -7723,6 +7744,11 @@ func (r EnrollResponse) GetApplicationproblemJSON400() *Problem {
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r EnrollResponse) GetApplicationproblemJSON401() *Problem {
 	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r EnrollResponse) GetApplicationproblemJSON429() *Problem {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
@@ -10398,7 +10424,9 @@ func (c *ClientWithResponses) RenewCertificateWithResponse(ctx context.Context, 
 // Over TLS without a client certificate: the worker sends the one-time enrollment token an
 // operator got when creating it, and a CSR for a key it generated locally (the key never
 // leaves the worker). The answer is a short-lived client certificate signed by the
-// gateway's CA, now bound to the worker; the token is used up.
+// gateway's CA, now bound to the worker; the token is used up. Refused enrollments are
+// limited per source address: past the limit every enrollment from that address is 429
+// (`too-many-requests`) with `Retry-After`, until the limit refills.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -10416,7 +10444,9 @@ func (c *ClientWithResponses) EnrollWithBodyWithResponse(ctx context.Context, co
 // Over TLS without a client certificate: the worker sends the one-time enrollment token an
 // operator got when creating it, and a CSR for a key it generated locally (the key never
 // leaves the worker). The answer is a short-lived client certificate signed by the
-// gateway's CA, now bound to the worker; the token is used up.
+// gateway's CA, now bound to the worker; the token is used up. Refused enrollments are
+// limited per source address: past the limit every enrollment from that address is 429
+// (`too-many-requests`) with `Retry-After`, until the limit refills.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -11897,6 +11927,13 @@ func ParseRenewCertificateResponse(rsp *http.Response) (*RenewCertificateRespons
 		}
 		response.ApplicationproblemJSON403 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -11943,6 +11980,13 @@ func ParseEnrollResponse(rsp *http.Response) (*EnrollResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Problem
