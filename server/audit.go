@@ -42,11 +42,14 @@ func (s *Server) security(ctx context.Context, action, actorType, actorID string
 	if actorType == "" {
 		actorType = "anonymous"
 	}
-	source := sourceAddressFrom(ctx)
-	if actorID == "" {
-		actorID = source
+	e := securityEvent{action: action, source: sourceAddressFrom(ctx), actorType: actorType, actorID: actorID, details: details}
+	if e.actorID == "" {
+		e.actorID = e.source
 	}
-	s.securityEvents.record(ctx, securityEvent{action: action, source: source, actorType: actorType, actorID: actorID, details: details})
+	if action == actionFencingRejected {
+		e.worker = actorID
+	}
+	s.securityEvents.record(ctx, e)
 }
 
 // securityProblem audits the refusals that matter to security: unknown or

@@ -25,7 +25,11 @@ type securityEvent struct {
 	// source is the refused peer's source address (see sourceAddress).
 	source             string
 	actorType, actorID string
-	details            map[string]any
+	// worker, for refusals of an authenticated worker (fencing), counts
+	// them per worker too: workers are registered, so this cannot grow
+	// without bound, and the rows keep naming the worker.
+	worker  string
+	details map[string]any
 }
 
 // overflowSource stands for every source address a full throttle no longer
@@ -33,9 +37,10 @@ type securityEvent struct {
 const overflowSource = "other"
 
 // throttleKey is what refusals are counted by: one kind from one source
-// address. Not the port — a new connection per attempt must not earn a new
-// row — and not the presented credential, which the attacker chooses.
-type throttleKey struct{ action, source string }
+// address (and one authenticated worker). Not the port — a new connection
+// per attempt must not earn a new row — and not a presented credential,
+// which the attacker chooses.
+type throttleKey struct{ action, source, worker string }
 
 // throttleWindow is one key's counting window.
 type throttleWindow struct {
@@ -59,8 +64,8 @@ type throttleWindow struct {
 type securityThrottle struct {
 	window     time.Duration
 	maxSources int
-	// write records one row (run's ctx for count rows, the request's for
-	// the first refusal).
+	// write records one row: with the request's context for a refusal
+	// written at once (its request id), with none of a request for a count.
 	write func(ctx context.Context, e securityEvent)
 
 	mu      sync.Mutex
@@ -101,10 +106,10 @@ func (t *securityThrottle) note(e securityEvent, now time.Time) (first, overflow
 	if t.closed || t.window <= 0 {
 		return true, false, nil
 	}
-	key := throttleKey{e.action, e.source}
+	key := throttleKey{e.action, e.source, e.worker}
 	w, ok := t.windows[key]
 	if !ok && len(t.windows) >= t.maxSources {
-		key, overflow = throttleKey{e.action, overflowSource}, true
+		key, overflow = throttleKey{e.action, overflowSource, ""}, true
 		w, ok = t.windows[key]
 	}
 	if ok && !now.Before(w.ends) {
@@ -160,7 +165,11 @@ func countRow(key throttleKey, w *throttleWindow, now time.Time) securityEvent {
 		details["overflow"] = true
 		details["last_source_address"] = w.lastSource
 	}
-	return securityEvent{action: key.action, source: key.source, actorType: "anonymous", actorID: key.source, details: details}
+	row := securityEvent{action: key.action, source: key.source, actorType: "anonymous", actorID: key.source, details: details}
+	if key.worker != "" {
+		row.actorType, row.actorID, row.worker = "worker", key.worker, key.worker
+	}
+	return row
 }
 
 // due ends the windows that have ended and returns their count rows and how

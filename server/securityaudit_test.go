@@ -128,3 +128,21 @@ func TestSourceAddress(t *testing.T) {
 		require.Equal(t, want, sourceAddress(remote), remote)
 	}
 }
+
+func TestSecurityAuditThrottleCountsFencingPerWorker(t *testing.T) {
+	sink := &auditSink{}
+	th := newSecurityThrottle(time.Minute, 100, sink.write)
+	t0 := time.Unix(1_000_000, 0)
+	fencing := func(worker string) securityEvent {
+		return securityEvent{action: actionFencingRejected, source: "192.0.2.1", actorType: "worker", actorID: worker, worker: worker}
+	}
+	for _, w := range []string{"w1", "w2", "w1"} {
+		th.note(fencing(w), t0)
+	}
+	require.Len(t, th.windows, 2, "two workers behind one address are told apart")
+	rows, _ := th.due(t0.Add(time.Minute))
+	require.Len(t, rows, 1)
+	require.Equal(t, "w1", rows[0].actorID, "the count row names the worker")
+	require.Equal(t, "worker", rows[0].actorType)
+	require.Equal(t, "192.0.2.1", rows[0].details["source_address"])
+}
