@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
-	"sync"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/worker-gateway/gateway/store"
@@ -38,36 +36,20 @@ func (s *Server) auditAs(ctx context.Context, actorType, actorID, action, target
 	}
 }
 
-// securityThrottle keeps a flood of refused requests from becoming a flood
-// of audit rows: one event per action and actor per minute.
-type securityThrottle struct {
-	mu   sync.Mutex
-	seen map[string]time.Time
-}
-
-func (t *securityThrottle) allow(key string) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	now := time.Now()
-	if t.seen == nil || len(t.seen) > 10000 {
-		t.seen = map[string]time.Time{}
-	}
-	if last, ok := t.seen[key]; ok && now.Sub(last) < time.Minute {
-		return false
-	}
-	t.seen[key] = now
-	return true
-}
-
-// security records a security event (throttled).
+// security audits a refused request through the throttle: the source
+// address and a count go into every row.
 func (s *Server) security(ctx context.Context, action, actorType, actorID string, details map[string]any) {
 	if actorType == "" {
 		actorType = "anonymous"
 	}
-	if !s.securityEvents.allow(action + "|" + actorID) {
-		return
+	e := securityEvent{action: action, source: sourceAddressFrom(ctx), actorType: actorType, actorID: actorID, details: details}
+	if e.actorID == "" {
+		e.actorID = e.source
 	}
-	s.auditAs(ctx, actorType, actorID, action, "", "", nil, details)
+	if action == actionFencingRejected {
+		e.worker = actorID
+	}
+	s.securityEvents.record(ctx, e)
 }
 
 // securityProblem audits the refusals that matter to security: unknown or
@@ -76,18 +58,14 @@ func (s *Server) securityProblem(r *http.Request, p *Problem) {
 	ctx := r.Context()
 	switch p.Code {
 	case "certificate-unknown", "certificate-expired":
-		fp := ""
-		if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
-			fp = fingerprintOf(r)
-		}
-		s.security(ctx, "security.certificate_refused", "anonymous", fp, map[string]any{"code": p.Code})
+		s.security(ctx, actionCertificateRefused, "anonymous", fingerprintOf(r), map[string]any{"code": p.Code})
 	case "worker-revoked":
-		s.security(ctx, "security.revoked_worker_refused", "worker", fingerprintOf(r), nil)
+		s.security(ctx, actionRevokedWorkerRefused, "worker", fingerprintOf(r), nil)
 	case "unauthenticated":
-		s.security(ctx, "security.token_refused", "anonymous", r.RemoteAddr, map[string]any{"path": r.URL.Path})
+		s.security(ctx, actionTokenRefused, "anonymous", "", map[string]any{"path": r.URL.Path})
 	case "lease-lost":
 		if w := authFrom(ctx).worker; w != nil {
-			s.security(ctx, "security.fencing_rejected", "worker", w.ID.String(), map[string]any{"path": r.URL.Path})
+			s.security(ctx, actionFencingRejected, "worker", w.ID.String(), map[string]any{"path": r.URL.Path})
 		}
 	}
 }

@@ -33,12 +33,31 @@ type IdentityConfig struct {
 	EnrollmentTokenTTL time.Duration
 }
 
+// maxEnrollSources bounds the source addresses whose refused enrollments
+// are tracked at once (a few hundred KiB); past it the fullest buckets make
+// room, so many addresses cannot grow the map.
+const maxEnrollSources = 10000
+
 // Enroll turns a one-time token and a CSR into a certificate.
 func (h *handlers) Enroll(ctx context.Context, req api.EnrollRequestObject) (api.EnrollResponseObject, error) {
 	ca, err := h.enrollmentCA()
 	if err != nil {
 		return nil, err
 	}
+	// Every attempt takes a token from its source address's bucket before
+	// the database is asked, so concurrent guesses cannot overrun it; all
+	// but a refused enrollment token give it back.
+	source := sourceAddressFrom(ctx)
+	if ok, wait := h.enrollRefusals.allow(source, time.Now()); !ok {
+		h.security(ctx, actionEnrollmentRateLimited, "", "", nil)
+		return nil, enrollmentRateLimited(wait)
+	}
+	tokenRefused := false
+	defer func() {
+		if !tokenRefused {
+			h.enrollRefusals.refund(source, time.Now())
+		}
+	}()
 	keySum, err := csrPublicKeySHA256(req.Body.CsrPem)
 	if err != nil {
 		return nil, withCause(newProblem(http.StatusBadRequest, "bad-csr", "the CSR cannot be parsed"), err)
@@ -54,7 +73,8 @@ func (h *handlers) Enroll(ctx context.Context, req api.EnrollRequestObject) (api
 			ExpiresAt: issued.ExpiresAt, PEM: issued.CertificatePem}, nil
 	})
 	if errors.Is(err, store.ErrEnrollmentToken) {
-		h.security(ctx, "security.enrollment_refused", "", "", nil)
+		tokenRefused = true
+		h.security(ctx, actionEnrollmentRefused, "", "", nil)
 		return nil, newProblem(http.StatusUnauthorized, "enrollment-token-invalid", "the enrollment token is unknown, already used or expired")
 	}
 	if err != nil {

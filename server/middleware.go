@@ -30,6 +30,14 @@ type requestInfoKey struct{}
 type requestInfo struct {
 	host          string
 	contentLength int64
+	remoteAddr    string
+}
+
+// sourceAddressFrom is the request's source address as refusals are
+// counted (see sourceAddress).
+func sourceAddressFrom(ctx context.Context) string {
+	info, _ := ctx.Value(requestInfoKey{}).(requestInfo)
+	return sourceAddress(info.remoteAddr)
 }
 
 func requestHostFrom(ctx context.Context) string {
@@ -87,7 +95,7 @@ func (s *Server) withRequestContext(next http.Handler) http.Handler {
 		start := time.Now()
 		id := newRequestID()
 		ctx := context.WithValue(r.Context(), requestIDKey{}, id)
-		ctx = context.WithValue(ctx, requestInfoKey{}, requestInfo{host: r.Host, contentLength: r.ContentLength})
+		ctx = context.WithValue(ctx, requestInfoKey{}, requestInfo{host: r.Host, contentLength: r.ContentLength, remoteAddr: r.RemoteAddr})
 		ctx, _ = withAuthState(ctx)
 		r = r.WithContext(ctx)
 		w.Header().Set("X-Request-Id", id)

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -9,7 +10,7 @@ import (
 )
 
 func TestWorkerRateLimiter(t *testing.T) {
-	l := newWorkerRateLimiter(10, 3) // 10 per second, 3 at once
+	l := newRateLimiter[uuid.UUID](10, 3, 0) // 10 per second, 3 at once
 	w, other := uuid.New(), uuid.New()
 	t0 := time.Unix(1_000_000, 0)
 
@@ -39,9 +40,36 @@ func TestWorkerRateLimiter(t *testing.T) {
 		require.True(t, ok)
 	}
 
-	off := newWorkerRateLimiter(0, 0)
+	off := newRateLimiter[uuid.UUID](0, 0, 0)
 	for range 100 {
 		ok, _ := off.allow(w, t0)
 		require.True(t, ok, "rate 0 is no limit")
+	}
+}
+
+func TestRateLimiterRefund(t *testing.T) {
+	l := newRateLimiter[string](1, 2, 0)
+	t0 := time.Unix(1_000_000, 0)
+	for range 10 {
+		ok, _ := l.allow("10.0.0.1", t0)
+		require.True(t, ok, "every refunded request leaves the bucket as it was")
+		l.refund("10.0.0.1", t0)
+	}
+	l.refund("10.0.0.1", t0)
+	require.Equal(t, 2.0, l.buckets["10.0.0.1"].tokens, "a refund never fills past the burst")
+	for range 2 {
+		ok, _ := l.allow("10.0.0.1", t0)
+		require.True(t, ok)
+	}
+	ok, _ := l.allow("10.0.0.1", t0)
+	require.False(t, ok)
+}
+
+func TestRateLimiterBoundedKeys(t *testing.T) {
+	l := newRateLimiter[string](1, 2, 100)
+	t0 := time.Unix(1_000_000, 0)
+	for i := range 10_000 {
+		l.allow(fmt.Sprintf("10.%d.%d.%d", i>>16, (i>>8)&255, i&255), t0)
+		require.LessOrEqual(t, len(l.buckets), 100, "many addresses cannot grow the map")
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/worker-gateway/gateway/server/api"
 	"github.com/worker-gateway/gateway/store"
@@ -81,6 +82,15 @@ type Config struct {
 	// tokens without organization scope. Turn it off when the metrics are
 	// served on a separate internal listener (OpsHandler).
 	MetricsOnMain bool
+	// SecurityAuditWindow is how long, after a refused request (a bad token,
+	// an unknown certificate, a revoked worker, a refused enrollment) is
+	// audited, further refusals of its kind from its source address are
+	// only counted; then one row records their number. 0 audits each one.
+	SecurityAuditWindow time.Duration
+	// SecurityAuditSources bounds the (kind, source address) pairs counted
+	// at once; refusals from further addresses are counted per kind under
+	// the source "other".
+	SecurityAuditSources int
 }
 
 // Limits are the explicit bounds on what one request may ask of the server.
@@ -105,6 +115,14 @@ type Limits struct {
 	// Retry-After. 0 disables the limit.
 	WorkerRate  float64
 	WorkerBurst int
+	// EnrollRefusalRate and EnrollRefusalBurst bound the refused
+	// enrollments of one source address (an IPv4 address or an IPv6 /64):
+	// EnrollRefusalBurst at once, EnrollRefusalRate per second on average;
+	// past it every enrollment from there is 429 with Retry-After before
+	// any database work. Successful enrollments do not count. 0 disables
+	// the limit.
+	EnrollRefusalRate  float64
+	EnrollRefusalBurst int
 }
 
 func (c Config) bodyLimitFor(method, path string) int64 {
@@ -140,6 +158,8 @@ func DefaultConfig() Config {
 		TaskRetention:        store.DefaultTaskRetention,
 		UploadRetention:      store.DefaultUploadRetention,
 		AuditRetention:       store.DefaultAuditRetention,
+		SecurityAuditWindow:  time.Minute,
+		SecurityAuditSources: 1024,
 		Limits: Limits{
 			DefaultBody:        256 << 10,
 			LeaseBody:          64 << 10,
@@ -151,6 +171,8 @@ func DefaultConfig() Config {
 			MaxPolls:           20000,
 			WorkerRate:         1000,
 			WorkerBurst:        2000,
+			EnrollRefusalRate:  0.1,
+			EnrollRefusalBurst: 10,
 		},
 		Identity: IdentityConfig{
 			CertificateValidity: 7 * 24 * time.Hour,
@@ -181,13 +203,15 @@ type Server struct {
 	// metricsHandler serves the metrics registry, unauthenticated.
 	metricsHandler http.Handler
 	// securityEvents throttles audit rows for refused requests.
-	securityEvents securityThrottle
+	securityEvents *securityThrottle
 	// acquisitions, completions and heartbeats group-commit those requests.
 	acquisitions *store.AcquireBatcher
 	completions  *store.CompletionBatcher
 	heartbeats   *store.HeartbeatBatcher
 	// workerRate bounds each worker's request rate.
-	workerRate *workerRateLimiter
+	workerRate *rateLimiter[uuid.UUID]
+	// enrollRefusals bounds each source address's refused enrollments.
+	enrollRefusals *rateLimiter[string]
 	// identities caches certificate → worker for the worker routes.
 	identities *identityCache
 	// lookupWorker resolves a certificate fingerprint on every worker
@@ -205,7 +229,11 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 	s.hub = NewHub()
 	s.identities = newIdentityCache(s.store.WorkerByFingerprint, s.hub.Connected, cfg.IdentityCacheTTL)
 	s.lookupWorker = s.identities.get
-	s.workerRate = newWorkerRateLimiter(cfg.Limits.WorkerRate, cfg.Limits.WorkerBurst)
+	s.workerRate = newRateLimiter[uuid.UUID](cfg.Limits.WorkerRate, cfg.Limits.WorkerBurst, 0)
+	s.enrollRefusals = newRateLimiter[string](cfg.Limits.EnrollRefusalRate, cfg.Limits.EnrollRefusalBurst, maxEnrollSources)
+	s.securityEvents = newSecurityThrottle(cfg.SecurityAuditWindow, cfg.SecurityAuditSources, func(ctx context.Context, e securityEvent) {
+		s.auditAs(ctx, e.actorType, e.actorID, e.action, "", "", nil, e.details)
+	})
 	if cfg.LeaseGroupCommit {
 		s.acquisitions = store.NewAcquireBatcher(s.store, max(cfg.GroupCommitWriters, 1), groupMax, groupTimeout)
 	}
@@ -320,6 +348,7 @@ func (s *Server) Run(ctx context.Context, databaseURL string) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { s.runListener(ctx, databaseURL) })
 	wg.Go(func() { s.sweeper.Run(ctx) })
+	wg.Go(func() { s.securityEvents.run(ctx) })
 	<-ctx.Done()
 	s.hub.Close()
 	wg.Wait()

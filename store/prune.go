@@ -16,8 +16,14 @@ const (
 	// DefaultUploadRetention is how long an expired or failed upload session
 	// row is kept after its expiry.
 	DefaultUploadRetention = 7 * 24 * time.Hour
-	// DefaultAuditRetention keeps audit events forever.
-	DefaultAuditRetention time.Duration = 0
+	// DefaultAuditRetention is how long audit events are kept: a year.
+	// Forever let the table grow without bound (and anyone able to provoke
+	// rows could grow it); a year covers the look-back of an incident
+	// investigation, which often starts months after the fact, and the
+	// twelve months that common audit regimes (PCI DSS 10.5.1, SOC 2
+	// evidence periods) ask for. Operators who must keep more export the
+	// log or raise the retention.
+	DefaultAuditRetention = 365 * 24 * time.Hour
 	// DefaultPruneBatch bounds the rows one statement of a Prune call deletes.
 	DefaultPruneBatch = 500
 )

@@ -1849,7 +1849,9 @@ type ClientInterface interface {
 	// Over TLS without a client certificate: the worker sends the one-time enrollment token an
 	// operator got when creating it, and a CSR for a key it generated locally (the key never
 	// leaves the worker). The answer is a short-lived client certificate signed by the
-	// gateway's CA, now bound to the worker; the token is used up.
+	// gateway's CA, now bound to the worker; the token is used up. Refused enrollments are
+	// limited per source address: past the limit every enrollment from that address is 429
+	// (`too-many-requests`) with `Retry-After`, until the limit refills.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1861,7 +1863,9 @@ type ClientInterface interface {
 	// Over TLS without a client certificate: the worker sends the one-time enrollment token an
 	// operator got when creating it, and a CSR for a key it generated locally (the key never
 	// leaves the worker). The answer is a short-lived client certificate signed by the
-	// gateway's CA, now bound to the worker; the token is used up.
+	// gateway's CA, now bound to the worker; the token is used up. Refused enrollments are
+	// limited per source address: past the limit every enrollment from that address is 429
+	// (`too-many-requests`) with `Retry-After`, until the limit refills.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2782,7 +2786,9 @@ func (c *Client) RenewCertificate(ctx context.Context, body RenewCertificateJSON
 // Over TLS without a client certificate: the worker sends the one-time enrollment token an
 // operator got when creating it, and a CSR for a key it generated locally (the key never
 // leaves the worker). The answer is a short-lived client certificate signed by the
-// gateway's CA, now bound to the worker; the token is used up.
+// gateway's CA, now bound to the worker; the token is used up. Refused enrollments are
+// limited per source address: past the limit every enrollment from that address is 429
+// (`too-many-requests`) with `Retry-After`, until the limit refills.
 //
 // Takes any type of body and a specified content type.
 //
@@ -2804,7 +2810,9 @@ func (c *Client) EnrollWithBody(ctx context.Context, contentType string, body io
 // Over TLS without a client certificate: the worker sends the one-time enrollment token an
 // operator got when creating it, and a CSR for a key it generated locally (the key never
 // leaves the worker). The answer is a short-lived client certificate signed by the
-// gateway's CA, now bound to the worker; the token is used up.
+// gateway's CA, now bound to the worker; the token is used up. Refused enrollments are
+// limited per source address: past the limit every enrollment from that address is 429
+// (`too-many-requests`) with `Retry-After`, until the limit refills.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -6587,7 +6595,9 @@ type ClientWithResponsesInterface interface {
 	// Over TLS without a client certificate: the worker sends the one-time enrollment token an
 	// operator got when creating it, and a CSR for a key it generated locally (the key never
 	// leaves the worker). The answer is a short-lived client certificate signed by the
-	// gateway's CA, now bound to the worker; the token is used up.
+	// gateway's CA, now bound to the worker; the token is used up. Refused enrollments are
+	// limited per source address: past the limit every enrollment from that address is 429
+	// (`too-many-requests`) with `Retry-After`, until the limit refills.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6599,7 +6609,9 @@ type ClientWithResponsesInterface interface {
 	// Over TLS without a client certificate: the worker sends the one-time enrollment token an
 	// operator got when creating it, and a CSR for a key it generated locally (the key never
 	// leaves the worker). The answer is a short-lived client certificate signed by the
-	// gateway's CA, now bound to the worker; the token is used up.
+	// gateway's CA, now bound to the worker; the token is used up. Refused enrollments are
+	// limited per source address: past the limit every enrollment from that address is 429
+	// (`too-many-requests`) with `Retry-After`, until the limit refills.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8032,6 +8044,8 @@ type RenewCertificateResponse struct {
 	ApplicationproblemJSON400 *Problem
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *Problem
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Problem
 }
@@ -8049,6 +8063,11 @@ func (r RenewCertificateResponse) GetApplicationproblemJSON400() *Problem {
 // GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
 func (r RenewCertificateResponse) GetApplicationproblemJSON403() *Problem {
 	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RenewCertificateResponse) GetApplicationproblemJSON429() *Problem {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
@@ -8094,6 +8113,8 @@ type EnrollResponse struct {
 	ApplicationproblemJSON400 *Problem
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *Problem
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *Problem
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
@@ -8113,6 +8134,11 @@ func (r EnrollResponse) GetApplicationproblemJSON400() *Problem {
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r EnrollResponse) GetApplicationproblemJSON401() *Problem {
 	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r EnrollResponse) GetApplicationproblemJSON429() *Problem {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
@@ -11002,7 +11028,9 @@ func (c *ClientWithResponses) RenewCertificateWithResponse(ctx context.Context, 
 // Over TLS without a client certificate: the worker sends the one-time enrollment token an
 // operator got when creating it, and a CSR for a key it generated locally (the key never
 // leaves the worker). The answer is a short-lived client certificate signed by the
-// gateway's CA, now bound to the worker; the token is used up.
+// gateway's CA, now bound to the worker; the token is used up. Refused enrollments are
+// limited per source address: past the limit every enrollment from that address is 429
+// (`too-many-requests`) with `Retry-After`, until the limit refills.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -11020,7 +11048,9 @@ func (c *ClientWithResponses) EnrollWithBodyWithResponse(ctx context.Context, co
 // Over TLS without a client certificate: the worker sends the one-time enrollment token an
 // operator got when creating it, and a CSR for a key it generated locally (the key never
 // leaves the worker). The answer is a short-lived client certificate signed by the
-// gateway's CA, now bound to the worker; the token is used up.
+// gateway's CA, now bound to the worker; the token is used up. Refused enrollments are
+// limited per source address: past the limit every enrollment from that address is 429
+// (`too-many-requests`) with `Retry-After`, until the limit refills.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -12577,6 +12607,13 @@ func ParseRenewCertificateResponse(rsp *http.Response) (*RenewCertificateRespons
 		}
 		response.ApplicationproblemJSON403 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -12623,6 +12660,13 @@ func ParseEnrollResponse(rsp *http.Response) (*EnrollResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Problem

@@ -80,6 +80,12 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 	fs.DurationVar(&c.server.SweepDormantInterval, "sweep-dormant-interval", c.server.SweepDormantInterval, "sweep interval while nothing in the database can expire (an idle gateway sends no query meanwhile; this replica's own lease grants wake it)")
 	fs.Float64Var(&c.server.Limits.WorkerRate, "worker-rate", c.server.Limits.WorkerRate, "requests per second one worker may send on average (0: unlimited); past it 429 with Retry-After")
 	fs.IntVar(&c.server.Limits.WorkerBurst, "worker-burst", c.server.Limits.WorkerBurst, "requests one worker may send at once before -worker-rate applies")
+	fs.Float64Var(&c.server.Limits.EnrollRefusalRate, "enroll-refusal-rate", c.server.Limits.EnrollRefusalRate,
+		"refused enrollments per second one source address (IPv4 address, IPv6 /64) may make on average (0: unlimited); past it every enrollment from there is 429 with Retry-After ($GATEWAY_ENROLL_REFUSAL_RATE)")
+	fs.IntVar(&c.server.Limits.EnrollRefusalBurst, "enroll-refusal-burst", c.server.Limits.EnrollRefusalBurst,
+		"refused enrollments one source address may make at once before -enroll-refusal-rate applies ($GATEWAY_ENROLL_REFUSAL_BURST)")
+	flagFromEnv(fs, "enroll-refusal-rate", "GATEWAY_ENROLL_REFUSAL_RATE")
+	flagFromEnv(fs, "enroll-refusal-burst", "GATEWAY_ENROLL_REFUSAL_BURST")
 	fs.IntVar(&c.server.Limits.PollsPerWorker, "polls-per-worker", c.server.Limits.PollsPerWorker, "concurrent long-polls per worker")
 	fs.IntVar(&c.server.Limits.MaxPolls, "max-polls", c.server.Limits.MaxPolls, "concurrent long-polls per replica")
 	fs.Int64Var(&c.server.Limits.TaskBody, "max-task-body", c.server.Limits.TaskBody, "largest task creation body (bounds a task's payload), bytes")
@@ -92,7 +98,8 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 	fs.DurationVar(&c.server.PruneInterval, "prune-interval", c.server.PruneInterval, "how often old data is deleted (0: never)")
 	fs.DurationVar(&c.server.TaskRetention, "task-retention", c.server.TaskRetention, "keep finished tasks (with attempts, results, logs) this long")
 	fs.DurationVar(&c.server.UploadRetention, "upload-retention", c.server.UploadRetention, "keep expired and failed upload sessions this long")
-	fs.DurationVar(&c.server.AuditRetention, "audit-retention", c.server.AuditRetention, "keep audit events this long (0: forever)")
+	fs.DurationVar(&c.server.AuditRetention, "audit-retention", c.server.AuditRetention, "keep audit events this long (0: forever) ($GATEWAY_AUDIT_RETENTION)")
+	flagFromEnv(fs, "audit-retention", "GATEWAY_AUDIT_RETENTION")
 	fs.IntVar(&c.maxConns, "db-max-conns", 20, "database pool size")
 	fs.StringVar(&c.artifacts.backend, "artifacts-backend", env("GATEWAY_ARTIFACTS_BACKEND", "fs"), "where artifact bytes live: fs or s3 ($GATEWAY_ARTIFACTS_BACKEND)")
 	fs.StringVar(&c.artifacts.dir, "artifacts-dir", env("GATEWAY_ARTIFACTS_DIR", ""), "fs backend directory ($GATEWAY_ARTIFACTS_DIR)")
@@ -116,6 +123,19 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 	fs.DurationVar(&c.server.Identity.RenewalGrace, "renewal-grace", c.server.Identity.RenewalGrace, "how long a renewed certificate's predecessor keeps working if the new one is not used")
 	fs.DurationVar(&c.server.Identity.EnrollmentTokenTTL, "enrollment-ttl", c.server.Identity.EnrollmentTokenTTL, "how long an enrollment token stays usable")
 	return c
+}
+
+// flagFromEnv lets an environment variable set a flag, parsed as the flag
+// is; a bad value stops the program as a bad flag does.
+func flagFromEnv(fs *flag.FlagSet, name, envName string) {
+	v := os.Getenv(envName)
+	if v == "" {
+		return
+	}
+	if err := fs.Set(name, v); err != nil {
+		fmt.Fprintf(fs.Output(), "invalid value %q for $%s: %v\n", v, envName, err)
+		os.Exit(2)
+	}
 }
 
 func runServe(ctx context.Context, args []string, logger *slog.Logger) error {
