@@ -455,9 +455,14 @@ type ApiToken struct {
 	LastUsedAt     *time.Time          `json:"last_used_at,omitempty"`
 	Name           string              `json:"name"`
 	OrganizationId *openapi_types.UUID `json:"organization_id,omitempty"`
-	Revoked        bool                `json:"revoked"`
-	RevokedAt      *time.Time          `json:"revoked_at,omitempty"`
-	Scopes         []TokenScope        `json:"scopes"`
+
+	// ParentTokenId The token that created this one; null for tokens created with `gateway admin`. A token
+	// never expires later than, nor has wider scopes or another organization than, its parent,
+	// and revoking a token revokes every token it created, recursively.
+	ParentTokenId *openapi_types.UUID `json:"parent_token_id,omitempty"`
+	Revoked       bool                `json:"revoked"`
+	RevokedAt     *time.Time          `json:"revoked_at,omitempty"`
+	Scopes        []TokenScope        `json:"scopes"`
 }
 
 // ApiTokenList defines model for ApiTokenList.
@@ -1569,6 +1574,10 @@ type ClientInterface interface {
 	// Scopes `admin`, `producer`, `reader`; optionally limited to one organization (then it sees
 	// and changes only that organization's data). The token is shown once and stored as a hash.
 	// An organization-scoped admin may create tokens for its own organization only.
+	// The new token is bounded by the token creating it (its parent): its scopes must be among the
+	// parent's (admin implies producer and reader), and it expires no later than the parent — it
+	// inherits the parent's expiry when `expires_in_seconds` is not given, and asking for a later
+	// expiry is refused with 403 `token-exceeds-parent`.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1580,6 +1589,10 @@ type ClientInterface interface {
 	// Scopes `admin`, `producer`, `reader`; optionally limited to one organization (then it sees
 	// and changes only that organization's data). The token is shown once and stored as a hash.
 	// An organization-scoped admin may create tokens for its own organization only.
+	// The new token is bounded by the token creating it (its parent): its scopes must be among the
+	// parent's (admin implies producer and reader), and it expires no later than the parent — it
+	// inherits the parent's expiry when `expires_in_seconds` is not given, and asking for a later
+	// expiry is refused with 403 `token-exceeds-parent`.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1588,7 +1601,7 @@ type ClientInterface interface {
 
 	// RevokeApiToken Revoke an API token
 	//
-	// It stops working at once.
+	// It stops working at once, and so does every token it created, recursively.
 	//
 	// Corresponds with DELETE /v1/api-tokens/{token_id} (the `RevokeApiToken` operationId).
 	RevokeApiToken(ctx context.Context, tokenId openapi_types.UUID, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2270,6 +2283,10 @@ func (c *Client) ListApiTokens(ctx context.Context, reqEditors ...RequestEditorF
 // Scopes `admin`, `producer`, `reader`; optionally limited to one organization (then it sees
 // and changes only that organization's data). The token is shown once and stored as a hash.
 // An organization-scoped admin may create tokens for its own organization only.
+// The new token is bounded by the token creating it (its parent): its scopes must be among the
+// parent's (admin implies producer and reader), and it expires no later than the parent — it
+// inherits the parent's expiry when `expires_in_seconds` is not given, and asking for a later
+// expiry is refused with 403 `token-exceeds-parent`.
 //
 // Takes any type of body and a specified content type.
 //
@@ -2291,6 +2308,10 @@ func (c *Client) CreateApiTokenWithBody(ctx context.Context, contentType string,
 // Scopes `admin`, `producer`, `reader`; optionally limited to one organization (then it sees
 // and changes only that organization's data). The token is shown once and stored as a hash.
 // An organization-scoped admin may create tokens for its own organization only.
+// The new token is bounded by the token creating it (its parent): its scopes must be among the
+// parent's (admin implies producer and reader), and it expires no later than the parent — it
+// inherits the parent's expiry when `expires_in_seconds` is not given, and asking for a later
+// expiry is refused with 403 `token-exceeds-parent`.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -2309,7 +2330,7 @@ func (c *Client) CreateApiToken(ctx context.Context, body CreateApiTokenJSONRequ
 
 // RevokeApiToken Revoke an API token
 //
-// It stops working at once.
+// It stops working at once, and so does every token it created, recursively.
 //
 // Corresponds with DELETE /v1/api-tokens/{token_id} (the `RevokeApiToken` operationId).
 func (c *Client) RevokeApiToken(ctx context.Context, tokenId openapi_types.UUID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -6022,6 +6043,10 @@ type ClientWithResponsesInterface interface {
 	// Scopes `admin`, `producer`, `reader`; optionally limited to one organization (then it sees
 	// and changes only that organization's data). The token is shown once and stored as a hash.
 	// An organization-scoped admin may create tokens for its own organization only.
+	// The new token is bounded by the token creating it (its parent): its scopes must be among the
+	// parent's (admin implies producer and reader), and it expires no later than the parent — it
+	// inherits the parent's expiry when `expires_in_seconds` is not given, and asking for a later
+	// expiry is refused with 403 `token-exceeds-parent`.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6033,6 +6058,10 @@ type ClientWithResponsesInterface interface {
 	// Scopes `admin`, `producer`, `reader`; optionally limited to one organization (then it sees
 	// and changes only that organization's data). The token is shown once and stored as a hash.
 	// An organization-scoped admin may create tokens for its own organization only.
+	// The new token is bounded by the token creating it (its parent): its scopes must be among the
+	// parent's (admin implies producer and reader), and it expires no later than the parent — it
+	// inherits the parent's expiry when `expires_in_seconds` is not given, and asking for a later
+	// expiry is refused with 403 `token-exceeds-parent`.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6041,7 +6070,7 @@ type ClientWithResponsesInterface interface {
 
 	// RevokeApiTokenWithResponse Revoke an API token
 	//
-	// It stops working at once.
+	// It stops working at once, and so does every token it created, recursively.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -10057,6 +10086,10 @@ func (c *ClientWithResponses) ListApiTokensWithResponse(ctx context.Context, req
 // Scopes `admin`, `producer`, `reader`; optionally limited to one organization (then it sees
 // and changes only that organization's data). The token is shown once and stored as a hash.
 // An organization-scoped admin may create tokens for its own organization only.
+// The new token is bounded by the token creating it (its parent): its scopes must be among the
+// parent's (admin implies producer and reader), and it expires no later than the parent — it
+// inherits the parent's expiry when `expires_in_seconds` is not given, and asking for a later
+// expiry is refused with 403 `token-exceeds-parent`.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -10074,6 +10107,10 @@ func (c *ClientWithResponses) CreateApiTokenWithBodyWithResponse(ctx context.Con
 // Scopes `admin`, `producer`, `reader`; optionally limited to one organization (then it sees
 // and changes only that organization's data). The token is shown once and stored as a hash.
 // An organization-scoped admin may create tokens for its own organization only.
+// The new token is bounded by the token creating it (its parent): its scopes must be among the
+// parent's (admin implies producer and reader), and it expires no later than the parent — it
+// inherits the parent's expiry when `expires_in_seconds` is not given, and asking for a later
+// expiry is refused with 403 `token-exceeds-parent`.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -10088,7 +10125,7 @@ func (c *ClientWithResponses) CreateApiTokenWithResponse(ctx context.Context, bo
 
 // RevokeApiTokenWithResponse Revoke an API token
 //
-// It stops working at once.
+// It stops working at once, and so does every token it created, recursively.
 //
 // Returns a wrapper object for the known response body format(s).
 //
