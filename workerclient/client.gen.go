@@ -2070,7 +2070,9 @@ type ClientInterface interface {
 	//
 	// The log text of one attempt (the latest when `attempt` is not given) from byte `offset`.
 	// With `follow=true` the call waits (up to `wait_seconds`) for new data while the attempt
-	// is active and returns as soon as there is some, or when the attempt ends.
+	// is active and returns as soon as there is some, or when the attempt ends. Concurrent follows
+	// are bounded per API token (default 4) and per gateway replica; past either the answer is
+	// 429 with `Retry-After`.
 	//
 	// Corresponds with GET /v1/tasks/{task_id}/logs (the `GetTaskLogs` operationId).
 	GetTaskLogs(ctx context.Context, taskId TaskID, params *GetTaskLogsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3239,7 +3241,9 @@ func (c *Client) CancelTask(ctx context.Context, taskId TaskID, reqEditors ...Re
 //
 // The log text of one attempt (the latest when `attempt` is not given) from byte `offset`.
 // With `follow=true` the call waits (up to `wait_seconds`) for new data while the attempt
-// is active and returns as soon as there is some, or when the attempt ends.
+// is active and returns as soon as there is some, or when the attempt ends. Concurrent follows
+// are bounded per API token (default 4) and per gateway replica; past either the answer is
+// 429 with `Retry-After`.
 //
 // Corresponds with GET /v1/tasks/{task_id}/logs (the `GetTaskLogs` operationId).
 func (c *Client) GetTaskLogs(ctx context.Context, taskId TaskID, params *GetTaskLogsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -6579,7 +6583,9 @@ type ClientWithResponsesInterface interface {
 	//
 	// The log text of one attempt (the latest when `attempt` is not given) from byte `offset`.
 	// With `follow=true` the call waits (up to `wait_seconds`) for new data while the attempt
-	// is active and returns as soon as there is some, or when the attempt ends.
+	// is active and returns as soon as there is some, or when the attempt ends. Concurrent follows
+	// are bounded per API token (default 4) and per gateway replica; past either the answer is
+	// 429 with `Retry-After`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -9249,6 +9255,8 @@ type GetTaskLogsResponse struct {
 	JSON200 *LogText
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *Problem
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Problem
 }
@@ -9261,6 +9269,11 @@ func (r GetTaskLogsResponse) GetJSON200() *LogText {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r GetTaskLogsResponse) GetApplicationproblemJSON404() *Problem {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetTaskLogsResponse) GetApplicationproblemJSON429() *Problem {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
@@ -10898,7 +10911,9 @@ func (c *ClientWithResponses) CancelTaskWithResponse(ctx context.Context, taskId
 //
 // The log text of one attempt (the latest when `attempt` is not given) from byte `offset`.
 // With `follow=true` the call waits (up to `wait_seconds`) for new data while the attempt
-// is active and returns as soon as there is some, or when the attempt ends.
+// is active and returns as soon as there is some, or when the attempt ends. Concurrent follows
+// are bounded per API token (default 4) and per gateway replica; past either the answer is
+// 429 with `Retry-After`.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -13179,6 +13194,13 @@ func ParseGetTaskLogsResponse(rsp *http.Response) (*GetTaskLogsResponse, error) 
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Problem

@@ -6643,6 +6643,20 @@ func (response GetTaskLogs404ApplicationProblemPlusJSONResponse) VisitGetTaskLog
 	return err
 }
 
+type GetTaskLogs429ApplicationProblemPlusJSONResponse Problem
+
+func (response GetTaskLogs429ApplicationProblemPlusJSONResponse) VisitGetTaskLogsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetTaskLogsdefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -9320,36 +9334,37 @@ var swaggerSpec = []string{
 	"wrlyyg2hHjk33PV17oNzYiUNgabkOlt2XcVXEU9wTULKbIpzh95kHrLeBfj5HIHIZFEdmnIxHaEr0cbX",
 	"UkaNUsm1680n2CeNreT2bGKQFF5aEHFZQfvYEr+Qm2OGzea9LiZeDZtNwighCBWxXWoxkmzRZVq9HG71",
 	"4OUwf9zfy/FVi8pVQvIPL8dKL8dWWkEBG9+SfAqo2USbMyEnGPJz0LW2aJq5Wk3XB6fabXgfcyEqaPO9",
-	"oQDrcDSRaSpv/xOhhYsWjqiB7IXKTffB1hTsFtHZbwvVpegfwctMKOizjDajV4aqIbmJmw/mDItP3Sld",
-	"19zG6hc7Ybu7gxM1RJ59KUJ0mssriKdWoB56OUZc8LnR/geF2m+E0xSAPls8NhbU3R+m4Lt+VA7Z33xI",
-	"3MTwkBOaKlYMNZYyZeDBbBmqUscZHPCwD+WjOMnTdTP++Lig85fsU/C2/tEdGWB9SBICsn+ZLrqA/WAv",
-	"b8fhVZD3NSLCQ3dvlRJlfyq/n5W55SYWLyKot3GbcQClAA56EQLyVQTtHrmo4b/TjCEQeQH3zoWWLsbv",
-	"gcK3peqi92A3hGrvMH9LLkwPpXm9J7O6j9+CYfLeB+qnZegRcP2ry9mG+XW2XAd1S13Wx5VLXhnVGtpZ",
-	"HZHG13CpWS135JyQk4ypWXmJjfNkyjTqqc6fVCT2Kk2X5uCYL2fcLG/ZI+8g4xkc/Hg2SkVRSN0tO+2F",
-	"4QJ1tvxm1cGosBnolHLxhy5oN5RQaJbVTZnWkNMlM894Wq0lBlq6whloy4yFFreGu5lInjnwJZuAhYh8",
-	"zrmuANgKI74JN7tn282y1IhwMmdzmS1fDQXaRkWbWgfJNM+VJuA6Qqeq7QtK3omiV+gCgAmLz9OlZ4IZ",
-	"g83YjQsG1SflCJHXRaLAHEqdHul1QLS/9yy2ZkY7zMN5G7Y+VPh4caw2iQLIWDPdRdrugLS1znF+HAIo",
-	"Kxom3bCMTzhL/mjOuhb9AbfWb8/q4MzI3kS5dsv7K7Ag2pstt19S/xs3yGZl4MbJ8W8M3l5vgx0V6Rfa",
-	"Op3g25SLa3CTYMUWotZU27BSgqq7dRGRBmIOYPWRczLnSlkfj9dWFSYEBpwDs8buKLjQsjMY3Kzlh2ak",
-	"0X6R5OmOJ7T2SlYlXcIk79l0unZUvwD+YemO2xkJ8etqS4X7Yo5IAeFHS0nadizWVR+CvwEDErYD2N6K",
-	"2j9Slv5FjcIqsE/KIgTVI+uRV8oLSFVqHxtgLC3Gyq61hF+V+bG6wLC0PKrVhV9/FsVtsTnBaqI1mRTO",
-	"NeyDprWjKVfQl/FL5cIwQ7FXNuXH76xgxDT4Cuxx4ZrwAY975F1GxkYvIEuZZ0TeCvL+r2/PhiJjU2Pe",
-	"o8s6gKIs5C3ZG3mfXC3Y3BpB3ocTY61ni4wLDT2/hwIifLbit5h8oMzSx3hfkYSxIzyjlz0xp5+uYils",
-	"1qKHU+aSqNAR0WV5d9CJ7FbXEhq2zWTAWX8hpBobubeUaw/tRw0M4wbU956aGZaRIv5ascme2CfvIvX2",
-	"wPKECW0uwRUlXC0lxo+NfLNjGeHTFAW282ZZlvnthM5vHamD1wX0UGveF9AxRhEjhCIywiJRC3Ebklij",
-	"HvkOUA+gpStg3oqyGN31oxiKeh23V4dOZixj+wRKuOs6EAYfo0Ydu1+gPg+bxokvpXdltqiZxEI1mUEv",
-	"V0heqU+4HonlijhUiNaQCwwRDkN0gF6dqEi/soHtyH7xsaXie8c7yW63jadsfLn4xP6iWMJtJxdRo5Pq",
-	"Cf62c8fuKSFwy1YLifaLwleS2t0Bf+IiqauDe02tb7/a84KMETvSOeI8Va5H/sxvGOZCvH/zE9lbAFJr",
-	"Bqm3pYqJ8RoXwAFjPQejH4s+Ziy+xo8BSnzfXmFDUXnTpV88WunjAULOtdNxuSFBbzeqssia1S4597r8",
-	"HqPBDk7Vm+RXeY79HheYQ3Nb4Y/Ov2DXyXu78K3B5SFXNO2ubeVDqbF3sQFJq5D4XmYeCIG5XQHB2uzu",
-	"NVtC2gRV1nePo7KkRy4K/b8NHfRNMYNL2wHl4RTOwQN31iln2RZ+Ml9+iag+NN+x/cdazbFtmQNRYFaz",
-	"xFTKJAo2aPduipgKG0MRUs+MOJ7LjEWYKVpTzACjXQ8FgBONl2QBUDuIzhXLHFCvIa6nNGq67snS5+uq",
-	"GCHu2QQyijCW5CPH2/QB11HCjGObWoA3wusf7lzRINqO+0dDMcJFdkvYMXbDBPYOLtHnXYQJA0fha8g8",
-	"/zBm186dqwG36KxjTnTK6DVLOlu0fDbz/yqvI7s1VbXyibNuzAzWqHF1r/iY0Yxl57meOa+4faiB1ixz",
-	"zRSxTmFImosIzfWMCV0iQjZvi56XaWUJ2DCkLpmg6NQue7xlrsdaBR7Ntuv13Nm9cPWiCtlrFYcIZyqy",
-	"J9lv5YhOUc/TXp9/aOTvvMq0YlTfeW8/KkrSvVrG0HgQvM55qrtcYJGtzOIZUxoa2kV1dBEv8wgxWYwi",
-	"lHjvwarTQB7g+7cotj3AEuh+mcqpP01sfdl8/gdGUxsrzxhNuGDK9kiCTn4ld1jMd7dRC9W5+3j3/wMA",
-	"AP//",
+	"oQDrcDSRaSpv/xOhhYsWjqiB7IXKTffB1hTsFtHZbwvVpegfwctMKOizjDajV4aqIbmJmw/mDItP3Smt",
+	"NLchr6Vwrkucp8KWlq5b9IJlZWdSsue6vR2jD9N8a7FkXGvMVwhGzzhkp2kfpmYojg9f2rzHDyD2zg2P",
+	"r9JydkKYd8c3agheu3QECjVXaBDVrcBe9DKduOBzY4MMCuPDiMgpwI22+I0stLw/TMH9/agcsr/5kLhF",
+	"4SEnNFWsGGosZcrAj9oyVKWaNDjgYR+KWHGSp+tm/PFxoe8v2aegzvCjO7hwACFVCcje2y0y9fJps7YA",
+	"scKqHO5cVqHp1wg2D5O+VbaVXbX8Llzmbp5YlIugtsltngQUMDjASEgjqOJ+98hFDbXeyA+ATy9A6rnQ",
+	"0mUmeFD2bQnG6PPYDVfbO/zfkuPVw5Ze73+t7uO3YE6999sL0DJgCt0IqsvZhvl1tlwH0EtdrsqVS7kZ",
+	"1drwWc2WxtdwFVvdfORcp5OMqVl59Y7zZMo0atfOC1akIytNl+bgmC9n3Cxv2SPv4CaEsASejVK9FVJ3",
+	"y/6AYZBDnS2/WSU2KiwdOqVc/KHB2g0lFFp8dVOmNWSiycwz+VbrtoFGtHAG2vJ5oTGv4W4mkmcOMsqm",
+	"jSGOoAsJKIDjwjh1ws3u2Sa5LDUinMzZXGbLV0OBFl3RXNcBSc1zpQk4vNAVbLuZknei6HC6ADjF4vN0",
+	"6RmOxsw01u6CQc1MOULk9b4okJJSp/16fRvt7z07s5mHD/NwPpKtDxU+XhyrTWIXMtZMd5G2O+CDrXP3",
+	"H4dg1Yo2Tzcs4xPOkj9ayq7FrMCt9ZvKOhA2sjdRrkn0/goEi/YW0e2X1P/GDbK5JLhxcvwbg7fXm3dH",
+	"RdKItq4y+Dbl4hqcO1hnhlg71eaxlKCqbx1bpIHzAwiD5JzMuVLWM+U1g4UJgdnpILixpwsutOxnBjdr",
+	"+aEZabRfpKa64wkNyZJVqaIwyXu2yq4d1S+A2lg6EXfGb/y6mmnhvpgjUgAP0lKSth2LdTWT4CXBMIrt",
+	"W7a3omKRlAWLUaMcDOyTsnRC9ch6vJjyAlKVis0GhEyLsbJrBeRXZX6sLossLY9qTeTXn/txW2xOsAZq",
+	"Tf6Hc2j7UG/tGNAVzGj8Urng0VDsjd6/u8CmavidFYyYvF8Bay5cGT5Mc4+8y8jY6AVkKfOMyFtB3v/1",
+	"7dlQZGxqzHt0tAewn4W8JXsj75OrBZtbI8j7cGKs9WyRcaGhU/lQQFzS+uuKyQeKQ31k+hWpIzuCSno5",
+	"H3P66SouHJYeuppL/UJHRJfl3UEnsltdS8PYNv8CZ/2F8HVsvoGlXHtCQtRAXm4AlO+pmWEZKeKvFVHt",
+	"iSMJLr/AHlieMKHNJbii8KylMPqx8Xp2LH58mlLGdt4si0m/nYD/rSN18LqAzm/N+wL63ChihFBERlja",
+	"aoF5QxJr1CPfAVYDNKIFpF5RltC7LhpDUa8+96rnyYxlbJ9A4XldB8KQadSovvfL6udh0zjxpfSuzBY1",
+	"U2+oJjPoQAspN/UJ1+PHXBGHZdEaooEhwmGLDtCrExVJYzYcH9kvPrbUqe94J9nttvGXjS8Xn9hfFAG5",
+	"7eQi1nVSPcHfdsbbPSUEbtlqIdF+UfhKUrs74E9cJHV1cK+p9e1XO3WQMSJeOkecp8r1yJ/5DcMMjvdv",
+	"fiJ7C8CXzSBhuFQxMV7jAjhgrOdg9GOpyozF1/gxAKDv2ytsKCpvuvRLXivdR0DIuSZALqMl6O1GVRZZ",
+	"s9rb516X32O0BcKpepP8Ks+x35kDM39uK/zR+RfslXlvF741uDy8jabdta18KDX2LrZNaRUS38vMg04w",
+	"tyvgbpvdvWZLSPagyvrucVSW9MhFof+3YZq+KWZwafu2PJzCOXjgfkDlLNvCT+bLL5FICC2DbNe0VnNs",
+	"W+ZA7JrVLDGVMomCbeW9myKmwsZQhNQzI47nMmMR5rfWFDNAltdDAZBK4yVZAEAQYorFMgesbojrKY2a",
+	"rnuy9Pm62kuIezbhlyKMJfl49zZ9wPXBMOPYVhzgjfC6njtXNIi24/7RUIxwkd0SLI3dMIEdj0vMfBdh",
+	"wsBR+Boyzz+M2bVzv21AWzrrmBOdMnrNks4WjarN/L/K68huTVWtfGKsJDODNWpc3Ss+ZjRj2XmuZ84r",
+	"bh9qYEzLXDNFrFMYUv0iQnM9Y0KXOJbN26LnZWZZAjYMqUsmKDq1y850mesMVwF1s02GPXd2L1xzqUL2",
+	"WsUhwpmK7En2G1CiU9TztNfnHxr5O6+erhjVd97bj4pCeq8CMzQeBK9znuouF1gaLLN4xpSGNnxRHRPF",
+	"yzxCJBmjCCXee7BWNpA36BIgPZgV6NmZyqk/TWzY2Xz+B0ZTGyvPGE24YMp2doL+gyV3WKR6t1EL1bn7",
+	"ePf/AwAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
