@@ -45,8 +45,11 @@ type logFollowers struct {
 	perToken map[uuid.UUID]int
 	total    int
 
-	// waiting counts followers waiting on a shared reader (tests, metrics).
+	// waiting counts followers waiting on a shared reader (tests, metrics);
+	// readers counts the readers, so that appends skip the lock when no log
+	// is followed.
 	waiting atomic.Int64
+	readers atomic.Int64
 }
 
 func newLogFollowers(st *store.Store, logger *slog.Logger) *logFollowers {
@@ -84,15 +87,14 @@ func (f *logFollowers) acquire(token uuid.UUID, limits Limits) (release func(), 
 func (f *logFollowers) Waiting() int { return int(f.waiting.Load()) }
 
 // Readers is the number of running shared readers.
-func (f *logFollowers) Readers() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.tails)
-}
+func (f *logFollowers) Readers() int { return int(f.readers.Load()) }
 
 // poke makes the attempt's reader, if any, read now: its log grew or it
 // ended on this replica.
 func (f *logFollowers) poke(attempt uuid.UUID) {
+	if f.readers.Load() == 0 {
+		return
+	}
 	f.mu.Lock()
 	t := f.tails[attempt]
 	f.mu.Unlock()
@@ -138,6 +140,7 @@ func (f *logFollowers) join(attempt uuid.UUID, offset int64) *logTail {
 		t = &logTail{attempt: attempt, poke: make(chan struct{}, 1), stop: make(chan struct{}),
 			start: offset, changed: make(chan struct{})}
 		f.tails[attempt] = t
+		f.readers.Add(1)
 		go f.run(t)
 	}
 	t.refs++
@@ -150,6 +153,7 @@ func (f *logFollowers) leave(t *logTail) {
 	defer f.mu.Unlock()
 	if t.refs--; t.refs == 0 {
 		delete(f.tails, t.attempt)
+		f.readers.Add(-1)
 		close(t.stop)
 	}
 }
