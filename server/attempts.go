@@ -43,6 +43,7 @@ func (h *handlers) CompleteAttempt(ctx context.Context, req api.CompleteAttemptR
 	if err != nil {
 		return nil, err
 	}
+	h.follows.poke(req.AttemptId) // its log followers learn it ended
 	return api.CompleteAttempt200JSONResponse(h.completeResponse(res)), nil
 }
 
@@ -73,6 +74,7 @@ func (h *handlers) CompleteAttempts(ctx context.Context, req api.CompleteAttempt
 		}
 		answers[i].Status = http.StatusOK
 		answers[i].Result = ptr(h.completeResponse(out.Result))
+		h.follows.poke(answers[i].AttemptId)
 	}
 	return api.CompleteAttempts200JSONResponse{Completions: answers}, nil
 }

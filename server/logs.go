@@ -7,6 +7,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/google/uuid"
 	"github.com/worker-gateway/gateway/server/api"
 	"github.com/worker-gateway/gateway/store"
 )
@@ -24,6 +25,7 @@ func (h *handlers) AppendLogs(ctx context.Context, req api.AppendLogsRequestObje
 	if err != nil {
 		return nil, err
 	}
+	h.follows.poke(req.AttemptId)
 	return api.AppendLogs200JSONResponse{
 		NextOffset: res.NextOffset, Truncated: res.Truncated,
 		LeaseState: api.LeaseState(res.Lease.State), LeaseTtlSeconds: secondsOf(res.Lease.LeaseTTL),
@@ -53,7 +55,7 @@ func (h *handlers) GetTaskLogs(ctx context.Context, req api.GetTaskLogsRequestOb
 		if p.WaitSeconds != nil {
 			wait = time.Duration(*p.WaitSeconds) * time.Second
 		}
-		lt, err = h.store.FollowTaskLog(ctx, scope, req.TaskId, attempt, offset, logReadLimit, min(wait, h.cfg.MaxWait))
+		lt, err = h.followTaskLog(ctx, scope, req.TaskId, attempt, offset, min(wait, h.cfg.MaxWait))
 	} else {
 		lt, err = h.store.ReadTaskLog(ctx, scope, req.TaskId, attempt, offset, logReadLimit)
 	}
@@ -70,4 +72,36 @@ func (h *handlers) GetTaskLogs(ctx context.Context, req api.GetTaskLogsRequestOb
 		AttemptId: &lt.AttemptID, AttemptNumber: lt.AttemptNumber, Offset: lt.Offset,
 		NextOffset: lt.Offset + int64(len(data)), Data: string(data), Truncated: &lt.Truncated, Complete: lt.Complete && len(data) == len(lt.Data),
 	}, nil
+}
+
+// followTaskLog reads a log like ReadTaskLog and, when there is nothing new
+// and the attempt is still active, waits up to wait for data or the
+// attempt's end through the replica's shared reader of that attempt (see
+// logFollowers): each request reads the database once, to check its scope
+// and what is there; waiting costs no query of its own.
+func (h *handlers) followTaskLog(ctx context.Context, scope store.Scope, task uuid.UUID, attempt int, offset int64, wait time.Duration) (store.LogText, error) {
+	release, err := h.follows.acquire(authFrom(ctx).principal.TokenID, h.cfg.Limits)
+	if err != nil {
+		return store.LogText{}, err
+	}
+	defer release()
+	lt, err := h.store.ReadTaskLog(ctx, scope, task, attempt, offset, logReadLimit)
+	if err != nil || len(lt.Data) > 0 || lt.Complete || wait <= 0 {
+		return lt, err
+	}
+	deadline, stop := context.WithTimeout(ctx, wait)
+	defer stop()
+	tail := h.follows.join(lt.AttemptID, min(offset, lt.Stored))
+	defer h.follows.leave(tail)
+	r := h.follows.wait(deadline, tail, offset, logReadLimit, h.hub.Closed())
+	switch {
+	case r.direct:
+		// Behind what the reader keeps: there are stored bytes at offset.
+		return h.store.ReadTaskLog(ctx, scope, task, lt.AttemptNumber, offset, logReadLimit)
+	case r.timedOut:
+		return lt, nil
+	}
+	lt.Data, lt.Truncated, lt.Complete = r.data, r.truncated, r.complete
+	lt.NextOffset = offset + int64(len(r.data))
+	return lt, nil
 }

@@ -110,6 +110,14 @@ func newMetrics(s *Server) *metrics {
 			Help: "Long-polls waiting in this replica's hub.",
 		}, func() float64 { return float64(s.hub.Waiting()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "gateway_log_followers",
+			Help: "Log follows waiting on this replica's shared log readers (one reader per followed attempt).",
+		}, func() float64 { return float64(s.follows.Waiting()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "gateway_log_shared_reads_total",
+			Help: "Database reads by this replica's shared log readers for followers.",
+		}, func() float64 { return float64(s.store.LogReads().Shared) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "gateway_listen_connected",
 			Help: "1 while this replica's LISTEN connection is up.",
 		}, func() float64 {

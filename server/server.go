@@ -123,6 +123,11 @@ type Limits struct {
 	// the limit.
 	EnrollRefusalRate  float64
 	EnrollRefusalBurst int
+	// FollowsPerToken bounds one API token's concurrent log follows
+	// (GET /v1/tasks/{id}/logs?follow=true); MaxFollows bounds them for the
+	// whole replica. Past either: 429 with Retry-After. 0 disables a bound.
+	FollowsPerToken int
+	MaxFollows      int
 }
 
 func (c Config) bodyLimitFor(method, path string) int64 {
@@ -173,6 +178,8 @@ func DefaultConfig() Config {
 			WorkerBurst:        2000,
 			EnrollRefusalRate:  0.1,
 			EnrollRefusalBurst: 10,
+			FollowsPerToken:    4,
+			MaxFollows:         256,
 		},
 		Identity: IdentityConfig{
 			CertificateValidity: 7 * 24 * time.Hour,
@@ -198,6 +205,8 @@ type Server struct {
 	hub     *Hub
 	sweeper *Sweeper
 	polls   pollLimiter
+	// follows shares one log reader per followed attempt and bounds follows.
+	follows *logFollowers
 	handler http.Handler
 	metrics *metrics
 	// metricsHandler serves the metrics registry, unauthenticated.
@@ -227,6 +236,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, store: store.New(pool), pool: pool, logger: cfg.Logger}
 	s.hub = NewHub()
+	s.follows = newLogFollowers(s.store, cfg.Logger)
 	s.identities = newIdentityCache(s.store.WorkerByFingerprint, s.hub.Connected, cfg.IdentityCacheTTL)
 	s.lookupWorker = s.identities.get
 	s.workerRate = newRateLimiter[uuid.UUID](cfg.Limits.WorkerRate, cfg.Limits.WorkerBurst, 0)
@@ -259,6 +269,12 @@ func (s *Server) Store() *store.Store { return s.store }
 
 // Hub exposes the long-poll hub (for tests and metrics).
 func (s *Server) Hub() *Hub { return s.hub }
+
+// LogFollowers is how many follow requests wait on this replica's shared
+// log readers, and how many readers run (tests and metrics).
+func (s *Server) LogFollowers() (waiting, readers int) {
+	return s.follows.Waiting(), s.follows.Readers()
+}
 
 // KickSweeper runs a sweep pass now (tests that expire leases by hand).
 func (s *Server) KickSweeper() { s.sweeper.Kick() }

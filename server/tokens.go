@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"slices"
 	"time"
@@ -14,18 +15,21 @@ func toAPIToken(t store.APIToken) api.ApiToken {
 	return api.ApiToken{
 		Id: t.ID, Name: t.Name, Scopes: mapSlice(t.Scopes, func(s string) api.TokenScope { return api.TokenScope(s) }),
 		OrganizationId: t.OrganizationID, CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt,
-		Revoked: t.RevokedAt != nil, RevokedAt: t.RevokedAt, LastUsedAt: t.LastUsedAt,
+		Revoked: t.RevokedAt != nil, RevokedAt: t.RevokedAt, LastUsedAt: t.LastUsedAt, ParentTokenId: t.ParentID,
 	}
 }
 
-// CreateApiToken mints an API token, shown once.
+// CreateApiToken mints an API token, shown once. The calling token is its
+// parent and bounds it (store.CreateAPIToken): a token can never mint one
+// that outlives or outranks it.
 func (h *handlers) CreateApiToken(ctx context.Context, req api.CreateApiTokenRequestObject) (api.CreateApiTokenResponseObject, error) {
 	scope, err := requireScope(ctx, scopeAdmin)
 	if err != nil {
 		return nil, err
 	}
+	parent := authFrom(ctx).principal.TokenID
 	b := req.Body
-	p := store.CreateAPITokenParams{Name: b.Name, OrganizationID: b.OrganizationId}
+	p := store.CreateAPITokenParams{Name: b.Name, OrganizationID: b.OrganizationId, ParentID: &parent}
 	for _, s := range b.Scopes {
 		if !slices.Contains(p.Scopes, string(s)) {
 			p.Scopes = append(p.Scopes, string(s))
@@ -42,14 +46,20 @@ func (h *handlers) CreateApiToken(ctx context.Context, req api.CreateApiTokenReq
 		p.ExpiresIn = time.Duration(*b.ExpiresInSeconds) * time.Second
 	}
 	token, id, err := h.store.CreateAPIToken(ctx, p)
-	if err != nil {
+	var bounds *store.TokenBoundsError
+	switch {
+	case errors.As(err, &bounds):
+		return nil, newProblem(http.StatusForbidden, "token-exceeds-parent", bounds.Detail)
+	case errors.Is(err, store.ErrParentTokenInactive):
+		return nil, newProblem(http.StatusUnauthorized, "unauthenticated", "the API token is unknown, revoked or expired")
+	case err != nil:
 		return nil, err
 	}
 	meta, err := h.store.GetAPIToken(ctx, store.Scope{}, id)
 	if err != nil {
 		return nil, err
 	}
-	h.audit(ctx, "api_token.create", "api_token", id.String(), p.OrganizationID, map[string]any{"name": b.Name, "scopes": p.Scopes})
+	h.audit(ctx, "api_token.create", "api_token", id.String(), p.OrganizationID, map[string]any{"name": b.Name, "scopes": p.Scopes, "parent_token_id": parent})
 	return api.CreateApiToken201JSONResponse{Token: token, ApiToken: toAPIToken(meta)}, nil
 }
 
@@ -66,17 +76,18 @@ func (h *handlers) ListApiTokens(ctx context.Context, _ api.ListApiTokensRequest
 	return api.ListApiTokens200JSONResponse{Items: mapSlice(tokens, toAPIToken)}, nil
 }
 
-// RevokeApiToken revokes a token.
+// RevokeApiToken revokes a token and, in the same transaction, every token
+// it minted, recursively; the audit event counts those descendants.
 func (h *handlers) RevokeApiToken(ctx context.Context, req api.RevokeApiTokenRequestObject) (api.RevokeApiTokenResponseObject, error) {
 	scope, err := requireScope(ctx, scopeAdmin)
 	if err != nil {
 		return nil, err
 	}
-	t, err := h.store.RevokeAPIToken(ctx, scope, req.TokenId)
+	t, descendants, err := h.store.RevokeAPIToken(ctx, scope, req.TokenId)
 	if err != nil {
 		return nil, err
 	}
-	h.audit(ctx, "api_token.revoke", "api_token", t.ID.String(), t.OrganizationID, nil)
+	h.audit(ctx, "api_token.revoke", "api_token", t.ID.String(), t.OrganizationID, map[string]any{"descendants_revoked": descendants})
 	return api.RevokeApiToken200JSONResponse(toAPIToken(t)), nil
 }
 

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
+	"sync/atomic"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -196,60 +196,120 @@ type LogText struct {
 	Truncated     bool
 	// Complete is true when the attempt has ended: no more data will come.
 	Complete bool
+	// Stored is the size of the stored log when it was read.
+	Stored int64
 }
 
 // ReadTaskLog reads one attempt's log (the latest when attemptNumber is 0)
-// from offset, up to limit bytes.
+// from offset, up to limit bytes. The scope check and the attempt's state
+// are one statement; the log text, when there is some, another.
 func (s *Store) ReadTaskLog(ctx context.Context, scope Scope, taskID uuid.UUID, attemptNumber int, offset, limit int64) (LogText, error) {
-	if _, err := s.readScopedTask(ctx, s.pool, scope, taskID); err != nil {
-		return LogText{}, err
-	}
 	lt := LogText{Offset: offset}
-	var stored int64
-	var active bool
+	var (
+		attemptID *uuid.UUID
+		number    *int
+		stored    *int64
+		truncated *bool
+		active    *bool
+	)
 	err := s.pool.QueryRow(ctx, `
-		SELECT id, attempt_number, log_stored, log_truncated, status IN (`+activeStatuses+`)
-		FROM worker_task_attempts
-		WHERE task_id = $1 AND ($2 = 0 OR attempt_number = $2)
-		ORDER BY attempt_number DESC LIMIT 1`, taskID, attemptNumber,
-	).Scan(&lt.AttemptID, &lt.AttemptNumber, &stored, &lt.Truncated, &active)
-	if errors.Is(err, pgx.ErrNoRows) {
+		SELECT a.id, a.attempt_number, a.log_stored, a.log_truncated, a.status IN (`+activeStatuses+`)
+		FROM worker_tasks t
+		LEFT JOIN LATERAL (
+			SELECT id, attempt_number, log_stored, log_truncated, status FROM worker_task_attempts
+			WHERE task_id = t.id AND ($2 = 0 OR attempt_number = $2)
+			ORDER BY attempt_number DESC LIMIT 1) a ON true
+		WHERE t.id = $1 AND ($3::uuid IS NULL OR t.organization_id = $3)`, taskID, attemptNumber, scope.Organization,
+	).Scan(&attemptID, &number, &stored, &truncated, &active)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return LogText{}, ErrNotFound
+	case err != nil:
+		return LogText{}, fmt.Errorf("read log: %w", err)
+	case attemptID == nil:
 		return LogText{}, fmt.Errorf("%w: attempt", ErrNotFound)
 	}
-	if err != nil {
-		return LogText{}, fmt.Errorf("read log: %w", err)
-	}
-	if offset < stored {
-		if lt.Data, err = readLog(ctx, s.pool, lt.AttemptID, offset, min(stored-offset, limit)); err != nil {
+	lt.AttemptID, lt.AttemptNumber, lt.Truncated, lt.Stored = *attemptID, *number, *truncated, *stored
+	if offset < *stored {
+		s.logReads.direct.Add(1)
+		if lt.Data, err = readLog(ctx, s.pool, lt.AttemptID, offset, min(*stored-offset, limit)); err != nil {
 			return LogText{}, err
 		}
 	}
 	lt.NextOffset = offset + int64(len(lt.Data))
-	lt.Complete = !active && lt.NextOffset >= stored
+	lt.Complete = !*active && lt.NextOffset >= *stored
 	return lt, nil
 }
 
-// logPollInterval is how often a follow read looks for new log data.
-const logPollInterval = 200 * time.Millisecond
+// LogTail is what a shared log reader learns of an attempt in one read.
+type LogTail struct {
+	// Data is the log from the offset asked, at most the limit asked.
+	Data      []byte
+	Stored    int64
+	Truncated bool
+	// Active is false once the attempt ended: its log is then final.
+	Active bool
+}
 
-// FollowTaskLog is ReadTaskLog that, when there is nothing new and the
-// attempt is still active, waits up to wait for data or the attempt's end.
-// It re-reads every logPollInterval: following a log is an operator's view,
-// not a hot path, and needs no wake-up plumbing.
-func (s *Store) FollowTaskLog(ctx context.Context, scope Scope, taskID uuid.UUID, attemptNumber int, offset, limit int64, wait time.Duration) (LogText, error) {
-	deadline := time.Now().Add(wait)
-	for {
-		lt, err := s.ReadTaskLog(ctx, scope, taskID, attemptNumber, offset, limit)
-		if err != nil || len(lt.Data) > 0 || lt.Complete || !time.Now().Before(deadline) {
-			return lt, err
-		}
-		if attemptNumber == 0 {
-			attemptNumber = lt.AttemptNumber // keep following the attempt we started with
-		}
-		select {
-		case <-ctx.Done():
-			return lt, nil
-		case <-time.After(logPollInterval):
-		}
+// ReadLogTail reads an attempt's log from offset, up to limit bytes, with
+// its size and whether the attempt is still active, in one statement (one
+// snapshot): a read that says the attempt ended has every byte up to Stored
+// that fits in limit. It checks no scope: it serves a replica's shared
+// follower, which checked each follower's scope itself.
+func (s *Store) ReadLogTail(ctx context.Context, attempt uuid.UUID, offset, limit int64) (LogTail, error) {
+	s.logReads.shared.Add(1)
+	rows, err := s.pool.Query(ctx, `
+		SELECT a.log_stored, a.log_truncated, a.status IN (`+activeStatuses+`), l.byte_offset, l.data
+		FROM worker_task_attempts a
+		LEFT JOIN LATERAL (
+			SELECT byte_offset, data FROM attempt_logs
+			WHERE attempt_id = a.id AND byte_offset + length(data) > $2 AND byte_offset < $2 + $3) l ON true
+		WHERE a.id = $1
+		ORDER BY l.byte_offset`, attempt, offset, limit)
+	if err != nil {
+		return LogTail{}, fmt.Errorf("read log tail: %w", err)
 	}
+	defer rows.Close()
+	var t LogTail
+	found := false
+	for rows.Next() {
+		var at *int64
+		var chunk []byte
+		if err := rows.Scan(&t.Stored, &t.Truncated, &t.Active, &at, &chunk); err != nil {
+			return LogTail{}, fmt.Errorf("read log tail: %w", err)
+		}
+		found = true
+		if at == nil {
+			continue
+		}
+		from := max(offset-*at, 0)
+		to := min(int64(len(chunk)), offset+limit-*at)
+		t.Data = append(t.Data, chunk[from:to]...)
+	}
+	if err := rows.Err(); err != nil {
+		return LogTail{}, fmt.Errorf("read log tail: %w", err)
+	}
+	if !found {
+		return LogTail{}, fmt.Errorf("%w: attempt", ErrNotFound)
+	}
+	if len(t.Data) > 0 {
+		s.logReads.sharedData.Add(1)
+	}
+	return t, nil
+}
+
+// logReadCounts counts the statements that read attempt_logs for
+// producers: direct reads (a request's own, which always find bytes) and
+// the shared reads of a replica's one reader per followed attempt, all and
+// those that found bytes.
+type logReadCounts struct{ direct, shared, sharedData atomic.Int64 }
+
+// LogReadCounts is a snapshot of a Store's log read counters.
+type LogReadCounts struct {
+	Direct, Shared, SharedWithData int64
+}
+
+// LogReads returns how many log reads this Store ran (tests and metrics).
+func (s *Store) LogReads() LogReadCounts {
+	return LogReadCounts{Direct: s.logReads.direct.Load(), Shared: s.logReads.shared.Load(), SharedWithData: s.logReads.sharedData.Load()}
 }

@@ -19,7 +19,8 @@ import (
 
 // Store runs the gateway's domain verbs against PostgreSQL.
 type Store struct {
-	pool *pgxpool.Pool
+	pool     *pgxpool.Pool
+	logReads logReadCounts
 }
 
 // New wraps a pool. The pool's lifetime belongs to the caller.

@@ -473,9 +473,14 @@ type ApiToken struct {
 	LastUsedAt     *time.Time          `json:"last_used_at,omitempty"`
 	Name           string              `json:"name"`
 	OrganizationId *openapi_types.UUID `json:"organization_id,omitempty"`
-	Revoked        bool                `json:"revoked"`
-	RevokedAt      *time.Time          `json:"revoked_at,omitempty"`
-	Scopes         []TokenScope        `json:"scopes"`
+
+	// ParentTokenId The token that created this one; null for tokens created with `gateway admin`. A token
+	// never expires later than, nor has wider scopes or another organization than, its parent,
+	// and revoking a token revokes every token it created, recursively.
+	ParentTokenId *openapi_types.UUID `json:"parent_token_id,omitempty"`
+	Revoked       bool                `json:"revoked"`
+	RevokedAt     *time.Time          `json:"revoked_at,omitempty"`
+	Scopes        []TokenScope        `json:"scopes"`
 }
 
 // ApiTokenList defines model for ApiTokenList.
@@ -1624,6 +1629,10 @@ type ClientInterface interface {
 	// Scopes `admin`, `producer`, `reader`; optionally limited to one organization (then it sees
 	// and changes only that organization's data). The token is shown once and stored as a hash.
 	// An organization-scoped admin may create tokens for its own organization only.
+	// The new token is bounded by the token creating it (its parent): its scopes must be among the
+	// parent's (admin implies producer and reader), and it expires no later than the parent — it
+	// inherits the parent's expiry when `expires_in_seconds` is not given, and asking for a later
+	// expiry is refused with 403 `token-exceeds-parent`.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1635,6 +1644,10 @@ type ClientInterface interface {
 	// Scopes `admin`, `producer`, `reader`; optionally limited to one organization (then it sees
 	// and changes only that organization's data). The token is shown once and stored as a hash.
 	// An organization-scoped admin may create tokens for its own organization only.
+	// The new token is bounded by the token creating it (its parent): its scopes must be among the
+	// parent's (admin implies producer and reader), and it expires no later than the parent — it
+	// inherits the parent's expiry when `expires_in_seconds` is not given, and asking for a later
+	// expiry is refused with 403 `token-exceeds-parent`.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1643,7 +1656,7 @@ type ClientInterface interface {
 
 	// RevokeApiToken Revoke an API token
 	//
-	// It stops working at once.
+	// It stops working at once, and so does every token it created, recursively.
 	//
 	// Corresponds with DELETE /v1/api-tokens/{token_id} (the `RevokeApiToken` operationId).
 	RevokeApiToken(ctx context.Context, tokenId openapi_types.UUID, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2131,7 +2144,9 @@ type ClientInterface interface {
 	//
 	// The log text of one attempt (the latest when `attempt` is not given) from byte `offset`.
 	// With `follow=true` the call waits (up to `wait_seconds`) for new data while the attempt
-	// is active and returns as soon as there is some, or when the attempt ends.
+	// is active and returns as soon as there is some, or when the attempt ends. Concurrent follows
+	// are bounded per API token (default 4) and per gateway replica; past either the answer is
+	// 429 with `Retry-After`.
 	//
 	// Corresponds with GET /v1/tasks/{task_id}/logs (the `GetTaskLogs` operationId).
 	GetTaskLogs(ctx context.Context, taskId TaskID, params *GetTaskLogsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2381,6 +2396,10 @@ func (c *Client) ListApiTokens(ctx context.Context, reqEditors ...RequestEditorF
 // Scopes `admin`, `producer`, `reader`; optionally limited to one organization (then it sees
 // and changes only that organization's data). The token is shown once and stored as a hash.
 // An organization-scoped admin may create tokens for its own organization only.
+// The new token is bounded by the token creating it (its parent): its scopes must be among the
+// parent's (admin implies producer and reader), and it expires no later than the parent — it
+// inherits the parent's expiry when `expires_in_seconds` is not given, and asking for a later
+// expiry is refused with 403 `token-exceeds-parent`.
 //
 // Takes any type of body and a specified content type.
 //
@@ -2402,6 +2421,10 @@ func (c *Client) CreateApiTokenWithBody(ctx context.Context, contentType string,
 // Scopes `admin`, `producer`, `reader`; optionally limited to one organization (then it sees
 // and changes only that organization's data). The token is shown once and stored as a hash.
 // An organization-scoped admin may create tokens for its own organization only.
+// The new token is bounded by the token creating it (its parent): its scopes must be among the
+// parent's (admin implies producer and reader), and it expires no later than the parent — it
+// inherits the parent's expiry when `expires_in_seconds` is not given, and asking for a later
+// expiry is refused with 403 `token-exceeds-parent`.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -2420,7 +2443,7 @@ func (c *Client) CreateApiToken(ctx context.Context, body CreateApiTokenJSONRequ
 
 // RevokeApiToken Revoke an API token
 //
-// It stops working at once.
+// It stops working at once, and so does every token it created, recursively.
 //
 // Corresponds with DELETE /v1/api-tokens/{token_id} (the `RevokeApiToken` operationId).
 func (c *Client) RevokeApiToken(ctx context.Context, tokenId openapi_types.UUID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3348,7 +3371,9 @@ func (c *Client) CancelTask(ctx context.Context, taskId TaskID, reqEditors ...Re
 //
 // The log text of one attempt (the latest when `attempt` is not given) from byte `offset`.
 // With `follow=true` the call waits (up to `wait_seconds`) for new data while the attempt
-// is active and returns as soon as there is some, or when the attempt ends.
+// is active and returns as soon as there is some, or when the attempt ends. Concurrent follows
+// are bounded per API token (default 4) and per gateway replica; past either the answer is
+// 429 with `Retry-After`.
 //
 // Corresponds with GET /v1/tasks/{task_id}/logs (the `GetTaskLogs` operationId).
 func (c *Client) GetTaskLogs(ctx context.Context, taskId TaskID, params *GetTaskLogsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -6362,6 +6387,10 @@ type ClientWithResponsesInterface interface {
 	// Scopes `admin`, `producer`, `reader`; optionally limited to one organization (then it sees
 	// and changes only that organization's data). The token is shown once and stored as a hash.
 	// An organization-scoped admin may create tokens for its own organization only.
+	// The new token is bounded by the token creating it (its parent): its scopes must be among the
+	// parent's (admin implies producer and reader), and it expires no later than the parent — it
+	// inherits the parent's expiry when `expires_in_seconds` is not given, and asking for a later
+	// expiry is refused with 403 `token-exceeds-parent`.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6373,6 +6402,10 @@ type ClientWithResponsesInterface interface {
 	// Scopes `admin`, `producer`, `reader`; optionally limited to one organization (then it sees
 	// and changes only that organization's data). The token is shown once and stored as a hash.
 	// An organization-scoped admin may create tokens for its own organization only.
+	// The new token is bounded by the token creating it (its parent): its scopes must be among the
+	// parent's (admin implies producer and reader), and it expires no later than the parent — it
+	// inherits the parent's expiry when `expires_in_seconds` is not given, and asking for a later
+	// expiry is refused with 403 `token-exceeds-parent`.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6381,7 +6414,7 @@ type ClientWithResponsesInterface interface {
 
 	// RevokeApiTokenWithResponse Revoke an API token
 	//
-	// It stops working at once.
+	// It stops working at once, and so does every token it created, recursively.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -6909,7 +6942,9 @@ type ClientWithResponsesInterface interface {
 	//
 	// The log text of one attempt (the latest when `attempt` is not given) from byte `offset`.
 	// With `follow=true` the call waits (up to `wait_seconds`) for new data while the attempt
-	// is active and returns as soon as there is some, or when the attempt ends.
+	// is active and returns as soon as there is some, or when the attempt ends. Concurrent follows
+	// are bounded per API token (default 4) and per gateway replica; past either the answer is
+	// 429 with `Retry-After`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -9636,6 +9671,8 @@ type GetTaskLogsResponse struct {
 	JSON200 *LogText
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *Problem
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Problem
 }
@@ -9648,6 +9685,11 @@ func (r GetTaskLogsResponse) GetJSON200() *LogText {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r GetTaskLogsResponse) GetApplicationproblemJSON404() *Problem {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetTaskLogsResponse) GetApplicationproblemJSON429() *Problem {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
@@ -10687,6 +10729,10 @@ func (c *ClientWithResponses) ListApiTokensWithResponse(ctx context.Context, req
 // Scopes `admin`, `producer`, `reader`; optionally limited to one organization (then it sees
 // and changes only that organization's data). The token is shown once and stored as a hash.
 // An organization-scoped admin may create tokens for its own organization only.
+// The new token is bounded by the token creating it (its parent): its scopes must be among the
+// parent's (admin implies producer and reader), and it expires no later than the parent — it
+// inherits the parent's expiry when `expires_in_seconds` is not given, and asking for a later
+// expiry is refused with 403 `token-exceeds-parent`.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -10704,6 +10750,10 @@ func (c *ClientWithResponses) CreateApiTokenWithBodyWithResponse(ctx context.Con
 // Scopes `admin`, `producer`, `reader`; optionally limited to one organization (then it sees
 // and changes only that organization's data). The token is shown once and stored as a hash.
 // An organization-scoped admin may create tokens for its own organization only.
+// The new token is bounded by the token creating it (its parent): its scopes must be among the
+// parent's (admin implies producer and reader), and it expires no later than the parent — it
+// inherits the parent's expiry when `expires_in_seconds` is not given, and asking for a later
+// expiry is refused with 403 `token-exceeds-parent`.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -10718,7 +10768,7 @@ func (c *ClientWithResponses) CreateApiTokenWithResponse(ctx context.Context, bo
 
 // RevokeApiTokenWithResponse Revoke an API token
 //
-// It stops working at once.
+// It stops working at once, and so does every token it created, recursively.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -11510,7 +11560,9 @@ func (c *ClientWithResponses) CancelTaskWithResponse(ctx context.Context, taskId
 //
 // The log text of one attempt (the latest when `attempt` is not given) from byte `offset`.
 // With `follow=true` the call waits (up to `wait_seconds`) for new data while the attempt
-// is active and returns as soon as there is some, or when the attempt ends.
+// is active and returns as soon as there is some, or when the attempt ends. Concurrent follows
+// are bounded per API token (default 4) and per gateway replica; past either the answer is
+// 429 with `Retry-After`.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -13866,6 +13918,13 @@ func ParseGetTaskLogsResponse(rsp *http.Response) (*GetTaskLogsResponse, error) 
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Problem

@@ -88,6 +88,8 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 	flagFromEnv(fs, "enroll-refusal-burst", "GATEWAY_ENROLL_REFUSAL_BURST")
 	fs.IntVar(&c.server.Limits.PollsPerWorker, "polls-per-worker", c.server.Limits.PollsPerWorker, "concurrent long-polls per worker")
 	fs.IntVar(&c.server.Limits.MaxPolls, "max-polls", c.server.Limits.MaxPolls, "concurrent long-polls per replica")
+	fs.IntVar(&c.server.Limits.FollowsPerToken, "follows-per-token", c.server.Limits.FollowsPerToken, "concurrent log follows per API token (0: unlimited); past it 429 with Retry-After")
+	fs.IntVar(&c.server.Limits.MaxFollows, "max-follows", c.server.Limits.MaxFollows, "concurrent log follows per replica (0: unlimited)")
 	fs.Int64Var(&c.server.Limits.TaskBody, "max-task-body", c.server.Limits.TaskBody, "largest task creation body (bounds a task's payload), bytes")
 	fs.Int64Var(&c.server.Limits.ResultBody, "max-result-body", c.server.Limits.ResultBody, "largest result batch body, bytes")
 	fs.IntVar(&c.server.Limits.RecordsPerBatch, "max-batch-records", c.server.Limits.RecordsPerBatch, "most records in one result batch")
