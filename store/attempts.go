@@ -50,8 +50,7 @@ WITH req AS (
 		running_at = coalesce(a.running_at, now()),
 		updated_at = now()
 	FROM req r, worker_tasks t
-	WHERE a.id = r.id AND a.lease_token_hash = r.token_hash AND a.worker_id = r.worker
-		AND a.status IN (` + activeStatuses + `) AND a.lease_expires_at > now()
+	WHERE ` + leaseHeld("a", "r.id", "r.worker", "r.token_hash") + `
 		AND t.id = a.task_id
 	RETURNING a.id, a.task_id, a.lease_expires_at, t.state, t.lease_duration_seconds
 ), started AS (

@@ -3,6 +3,8 @@ package store_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,31 +17,81 @@ import (
 // fencedVerb is a worker write that must hold the attempt's lease.
 type fencedVerb struct {
 	name string
-	call func(ctx context.Context, s *store.Store, ref store.AttemptRef) (any, error)
+	call func(ctx context.Context, s *store.Store, b *fenceBundle, ref store.AttemptRef) (any, error)
+	// noToken marks a verb that names an upload session instead of
+	// presenting a lease token: the token cases do not apply to it.
+	noToken bool
+	// missIsLost marks a batch verb that answers every lease it cannot
+	// renew as lost, whether or not the attempt is the worker's.
+	missIsLost bool
 }
 
+// fenceBundle is a worker holding one lease, with an artifact upload
+// session opened under it.
+type fenceBundle struct {
+	*testBundle
+	lease  store.Lease
+	ref    store.AttemptRef
+	upload store.Upload
+}
+
+// fencedVerbs are every worker write the store has: each must refuse a
+// lease it does not hold and change nothing.
 var fencedVerbs = []fencedVerb{
-	{"Heartbeat", func(ctx context.Context, s *store.Store, ref store.AttemptRef) (any, error) {
+	{name: "Heartbeat", call: func(ctx context.Context, s *store.Store, _ *fenceBundle, ref store.AttemptRef) (any, error) {
 		return s.HeartbeatAttempt(ctx, ref)
 	}},
-	{"Start", func(ctx context.Context, s *store.Store, ref store.AttemptRef) (any, error) {
+	{name: "Start", call: func(ctx context.Context, s *store.Store, _ *fenceBundle, ref store.AttemptRef) (any, error) {
 		return s.StartAttempt(ctx, ref)
 	}},
-	{"Complete", func(ctx context.Context, s *store.Store, ref store.AttemptRef) (any, error) {
+	{name: "HeartbeatBatch", missIsLost: true, call: func(ctx context.Context, s *store.Store, _ *fenceBundle, ref store.AttemptRef) (any, error) {
+		statuses, err := s.RenewLeases(ctx, store.RenewParams{WorkerID: ref.WorkerID, Leases: []store.AttemptRef{ref}})
+		if err != nil {
+			return nil, err
+		}
+		if statuses[0].State == store.LeaseLost {
+			return nil, store.ErrLeaseLost
+		}
+		return statuses, nil
+	}},
+	{name: "Complete", call: func(ctx context.Context, s *store.Store, _ *fenceBundle, ref store.AttemptRef) (any, error) {
 		return s.CompleteAttempt(ctx, store.CompleteParams{AttemptRef: ref, Outcome: store.AttemptSucceeded})
 	}},
+	{name: "CompleteBatch", call: func(ctx context.Context, s *store.Store, _ *fenceBundle, ref store.AttemptRef) (any, error) {
+		out := s.CompleteAttempts(ctx, []store.CompleteParams{{AttemptRef: ref, Outcome: store.AttemptSucceeded}})
+		return out[0].Result, out[0].Err
+	}},
+	{name: "Results", call: func(ctx context.Context, s *store.Store, _ *fenceBundle, ref store.AttemptRef) (any, error) {
+		return s.AcceptResultBatch(ctx, store.AcceptBatchParams{AttemptRef: ref, IdempotencyKey: uuid.NewString(),
+			PayloadSHA256: "checksum", SequenceNumber: 1, Payload: json.RawMessage(`[]`),
+			Ack: func(store.BatchInfo) ([]byte, error) { return []byte(`{}`), nil }})
+	}},
+	{name: "Logs", call: func(ctx context.Context, s *store.Store, _ *fenceBundle, ref store.AttemptRef) (any, error) {
+		return s.AppendLog(ctx, ref, 0, []byte("late line\n"), 1<<20)
+	}},
+	{name: "ArtifactOpen", call: func(ctx context.Context, s *store.Store, _ *fenceBundle, ref store.AttemptRef) (any, error) {
+		return s.OpenUpload(ctx, uploadParams(ref))
+	}},
+	{name: "ArtifactCommit", noToken: true, call: func(ctx context.Context, s *store.Store, b *fenceBundle, ref store.AttemptRef) (any, error) {
+		upload := b.upload.ID
+		if ref.AttemptID != b.lease.AttemptID {
+			upload = uuid.New() // the session of an attempt that does not exist
+		}
+		return s.CommitUpload(ctx, ref.WorkerID, upload, func(context.Context, store.Upload) error { return nil })
+	}},
+}
+
+// uploadParams declares a small artifact for the attempt.
+func uploadParams(ref store.AttemptRef) store.OpenUploadParams {
+	return store.OpenUploadParams{AttemptRef: ref, Name: "report.txt", ContentType: "text/plain", SizeBytes: 5,
+		SHA256: strings.Repeat("0", 64), ObjectKey: "objects/" + uuid.NewString(), TTL: time.Hour,
+		MaxBytes: 1 << 20, MaxBytesPerAttempt: 1 << 20}
 }
 
 // TestFencing drives every fenced verb with a lease it does not hold and
 // asserts, river-style, the error, a zero result and both rows unchanged.
 func TestFencing(t *testing.T) {
 	t.Parallel()
-
-	type fenceBundle struct {
-		*testBundle
-		lease store.Lease
-		ref   store.AttemptRef
-	}
 
 	setup := func(t *testing.T, started bool) (*store.Store, *fenceBundle) {
 		t.Helper()
@@ -51,61 +103,65 @@ func TestFencing(t *testing.T) {
 			_, err := s.StartAttempt(t.Context(), ref)
 			require.NoError(t, err)
 		}
-		return s, &fenceBundle{testBundle: bundle, lease: lease, ref: ref}
+		upload, err := s.OpenUpload(t.Context(), uploadParams(ref))
+		require.NoError(t, err)
+		return s, &fenceBundle{testBundle: bundle, lease: lease, ref: ref, upload: upload}
 	}
 
 	cases := []struct {
 		name string
+		// token marks a case about the lease token presented.
+		token bool
 		// stale turns the held lease into the reference a stale writer sends.
 		stale   func(t *testing.T, s *store.Store, b *fenceBundle) store.AttemptRef
 		wantErr error
 	}{
-		{"WrongToken", func(t *testing.T, s *store.Store, b *fenceBundle) store.AttemptRef {
+		{"WrongToken", true, func(t *testing.T, s *store.Store, b *fenceBundle) store.AttemptRef {
 			ref := b.ref
 			ref.LeaseToken = "0123456789abcdef0123456789abcdef"
 			return ref
 		}, store.ErrLeaseLost},
-		{"EmptyToken", func(t *testing.T, s *store.Store, b *fenceBundle) store.AttemptRef {
+		{"EmptyToken", true, func(t *testing.T, s *store.Store, b *fenceBundle) store.AttemptRef {
 			ref := b.ref
 			ref.LeaseToken = ""
 			return ref
 		}, store.ErrLeaseLost},
-		{"TokenOfAnotherAttempt", func(t *testing.T, s *store.Store, b *fenceBundle) store.AttemptRef {
+		{"TokenOfAnotherAttempt", true, func(t *testing.T, s *store.Store, b *fenceBundle) store.AttemptRef {
 			createTask(t, s, b.org.ID, store.CreateTaskParams{})
 			other := acquireOne(t, s, b.worker.ID)
 			ref := b.ref
 			ref.LeaseToken = other.LeaseToken
 			return ref
 		}, store.ErrLeaseLost},
-		{"ExpiredLease", func(t *testing.T, s *store.Store, b *fenceBundle) store.AttemptRef {
+		{"ExpiredLease", false, func(t *testing.T, s *store.Store, b *fenceBundle) store.AttemptRef {
 			expireLease(t, b.pool, b.lease.AttemptID)
 			return b.ref
 		}, store.ErrLeaseLost},
-		{"ExpiredLeaseSwept", func(t *testing.T, s *store.Store, b *fenceBundle) store.AttemptRef {
+		{"ExpiredLeaseSwept", false, func(t *testing.T, s *store.Store, b *fenceBundle) store.AttemptRef {
 			expireLease(t, b.pool, b.lease.AttemptID)
 			require.Equal(t, 1, sweep(t, s).ExpiredAttempts)
 			return b.ref
 		}, store.ErrLeaseLost},
-		{"AnotherWorker", func(t *testing.T, s *store.Store, b *fenceBundle) store.AttemptRef {
+		{"AnotherWorker", false, func(t *testing.T, s *store.Store, b *fenceBundle) store.AttemptRef {
 			other := createWorker(t, s, b.pool, workerOpts{Capacity: 1})
 			assign(t, s, b.org.ID, other.ID)
 			ref := b.ref
 			ref.WorkerID = other.ID // right attempt, right token, wrong certificate
 			return ref
 		}, store.ErrNotFound},
-		{"UnknownAttempt", func(t *testing.T, s *store.Store, b *fenceBundle) store.AttemptRef {
+		{"UnknownAttempt", false, func(t *testing.T, s *store.Store, b *fenceBundle) store.AttemptRef {
 			ref := b.ref
 			ref.AttemptID = uuid.New()
 			return ref
 		}, store.ErrNotFound},
-		{"SupersededByUnassign", func(t *testing.T, s *store.Store, b *fenceBundle) store.AttemptRef {
+		{"SupersededByUnassign", false, func(t *testing.T, s *store.Store, b *fenceBundle) store.AttemptRef {
 			a, err := s.UnassignWorker(t.Context(), store.Scope{}, b.org.ID, b.worker.ID, true, "security")
 			require.NoError(t, err)
 			require.Equal(t, 1, a.CancelledAttempts)
 			require.Equal(t, store.AttemptSuperseded, attemptStatus(t, b.pool, b.lease.AttemptID))
 			return b.ref
 		}, store.ErrLeaseLost},
-		{"SupersededByDisable", func(t *testing.T, s *store.Store, b *fenceBundle) store.AttemptRef {
+		{"SupersededByDisable", false, func(t *testing.T, s *store.Store, b *fenceBundle) store.AttemptRef {
 			_, err := s.UpdateWorker(t.Context(), b.worker.ID, store.UpdateWorkerParams{Enabled: new(false), CancelActive: true}, onlineWindow)
 			require.NoError(t, err)
 			require.Equal(t, store.AttemptSuperseded, attemptStatus(t, b.pool, b.lease.AttemptID))
@@ -120,14 +176,21 @@ func TestFencing(t *testing.T) {
 				state = "Running"
 			}
 			for _, tc := range cases {
+				if tc.token && verb.noToken {
+					continue
+				}
 				t.Run(verb.name+"/"+state+"/"+tc.name, func(t *testing.T) {
 					t.Parallel()
 					s, b := setup(t, started)
 					ref := tc.stale(t, s, b)
 					before := snapshot(t, b.pool, b.lease.AttemptID, b.lease.Task.ID)
 
-					res, err := verb.call(t.Context(), s, ref)
-					require.ErrorIs(t, err, tc.wantErr)
+					res, err := verb.call(t.Context(), s, b, ref)
+					want := tc.wantErr
+					if verb.missIsLost && errors.Is(want, store.ErrNotFound) {
+						want = store.ErrLeaseLost
+					}
+					require.ErrorIs(t, err, want)
 					require.Equal(t, before, snapshot(t, b.pool, b.lease.AttemptID, b.lease.Task.ID), "a refused write changes nothing")
 					require.Zero(t, res, "a refused write returns a zero result")
 				})
@@ -135,15 +198,19 @@ func TestFencing(t *testing.T) {
 		}
 	}
 
-	// After the attempt finished, heartbeat and start are lost leases.
-	for _, verb := range fencedVerbs[:2] {
+	// After the attempt finished, every verb but a completion (which
+	// replays) is a lost lease.
+	for _, verb := range fencedVerbs {
+		if strings.HasPrefix(verb.name, "Complete") {
+			continue
+		}
 		t.Run(verb.name+"/AfterFinished", func(t *testing.T) {
 			t.Parallel()
 			s, b := setup(t, true)
 			complete(t, s, b.ref, store.AttemptSucceeded, false)
 			before := snapshot(t, b.pool, b.lease.AttemptID, b.lease.Task.ID)
 
-			res, err := verb.call(t.Context(), s, b.ref)
+			res, err := verb.call(t.Context(), s, b, b.ref)
 			require.ErrorIs(t, err, store.ErrLeaseLost)
 			require.Equal(t, before, snapshot(t, b.pool, b.lease.AttemptID, b.lease.Task.ID))
 			require.Zero(t, res)

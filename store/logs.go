@@ -47,8 +47,7 @@ func (s *Store) AppendLog(ctx context.Context, ref AttemptRef, offset int64, dat
 		var truncated bool
 		err := tx.QueryRow(ctx, `
 			UPDATE worker_task_attempts SET log_offset = $5
-			WHERE id = $1 AND worker_id = $2 AND lease_token_hash = $3
-				AND status IN (`+activeStatuses+`) AND lease_expires_at > now()
+			WHERE `+leaseHeld("worker_task_attempts", "$1", "$2", "$3")+`
 				AND log_offset = $4
 			RETURNING log_stored, log_truncated`,
 			ref.AttemptID, ref.WorkerID, leaseTokenHash(ref.LeaseToken), offset, end).Scan(&stored, &truncated)
@@ -126,7 +125,7 @@ func (s *Store) logRetryOrMismatch(ctx context.Context, tx pgx.Tx, ref AttemptRe
 	)
 	err := tx.QueryRow(ctx, `
 		SELECT log_offset, log_stored, log_truncated,
-			lease_token_hash = $3 AND status IN (`+activeStatuses+`) AND lease_expires_at > now()
+			lease_token_hash = $3 AND `+leaseLive("worker_task_attempts")+`
 		FROM worker_task_attempts WHERE id = $1 AND worker_id = $2`,
 		ref.AttemptID, ref.WorkerID, leaseTokenHash(ref.LeaseToken)).Scan(&logOffset, &stored, &truncated, &live)
 	if errors.Is(err, pgx.ErrNoRows) {

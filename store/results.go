@@ -131,8 +131,7 @@ func insertBatch(ctx context.Context, tx pgx.Tx, p AcceptBatchParams, target ing
 			(task_id, attempt_id, sequence_number, idempotency_key, payload_sha256, record_count, payload)
 		SELECT a.task_id, a.id, $4, $5, $6, $7, $8
 		FROM worker_task_attempts a
-		WHERE a.id = $1 AND a.worker_id = $2 AND a.lease_token_hash = $3
-			AND a.status IN (`+activeStatuses+`) AND a.lease_expires_at > now()
+		WHERE `+leaseHeld("a", "$1", "$2", "$3")+`
 		FOR SHARE OF a
 		ON CONFLICT DO NOTHING
 		RETURNING id, received_at`,
@@ -184,8 +183,7 @@ func currentLiveLease(ctx context.Context, ex executor, ref AttemptRef) (LeaseSt
 	err := ex.QueryRow(ctx, `
 		SELECT a.lease_expires_at, extract(epoch FROM a.lease_expires_at - now())::float8, t.state = 'cancelling', t.lease_duration_seconds
 		FROM worker_task_attempts a JOIN worker_tasks t ON t.id = a.task_id
-		WHERE a.id = $1 AND a.worker_id = $2 AND a.lease_token_hash = $3
-			AND a.status IN (`+activeStatuses+`) AND a.lease_expires_at > now()`,
+		WHERE `+leaseHeld("a", "$1", "$2", "$3")+``,
 		ref.AttemptID, ref.WorkerID, leaseTokenHash(ref.LeaseToken)).Scan(&st.LeaseExpiresAt, &ttl, &cancelling, &leaseSecs)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return LeaseStatus{}, ErrLeaseLost

@@ -71,8 +71,7 @@ func (s *Store) OpenUpload(ctx context.Context, p OpenUploadParams) (Upload, err
 			WITH a AS (
 				SELECT a.id, a.task_id, t.organization_id, t.scan_id, t.scan_job_id
 				FROM worker_task_attempts a JOIN worker_tasks t ON t.id = a.task_id
-				WHERE a.id = $1 AND a.worker_id = $2 AND a.lease_token_hash = $3
-					AND a.status IN (`+activeStatuses+`) AND a.lease_expires_at > now()
+				WHERE `+leaseHeld("a", "$1", "$2", "$3")+`
 				FOR SHARE OF a
 			)
 			INSERT INTO worker_artifact_uploads AS u (task_id, attempt_id, organization_id, scan_id, scan_job_id,
@@ -109,7 +108,7 @@ func (s *Store) UploadForWorker(ctx context.Context, workerID, uploadID uuid.UUI
 	var live, expired bool
 	u, err := scanUploadWith(s.pool.QueryRow(ctx, `
 		SELECT `+uploadColumns+`,
-			a.status IN (`+activeStatuses+`) AND a.lease_expires_at > now(), u.expires_at <= now()
+			`+leaseLive("a")+`, u.expires_at <= now()
 		FROM worker_artifact_uploads u JOIN worker_task_attempts a ON a.id = u.attempt_id
 		WHERE u.id = $1 AND a.worker_id = $2`, uploadID, workerID), &live, &expired)
 	switch {
@@ -144,7 +143,7 @@ func (s *Store) MarkUploaded(ctx context.Context, workerID, uploadID uuid.UUID) 
 		UPDATE worker_artifact_uploads u SET status = 'uploaded'
 		FROM worker_task_attempts a
 		WHERE u.id = $1 AND a.id = u.attempt_id AND a.worker_id = $2 AND u.status = 'prepared' AND u.expires_at > now()
-			AND a.status IN (`+activeStatuses+`) AND a.lease_expires_at > now()`, uploadID, workerID)
+			AND `+leaseLive("a"), uploadID, workerID)
 	if err != nil {
 		return fmt.Errorf("mark uploaded: %w", err)
 	}
@@ -224,7 +223,7 @@ func (s *Store) CommitUpload(ctx context.Context, workerID, uploadID uuid.UUID, 
 				FROM worker_artifact_uploads u JOIN worker_task_attempts a ON a.id = u.attempt_id
 				WHERE u.id = $1 AND a.worker_id = $2
 					AND u.status IN ('prepared', 'uploaded') AND u.expires_at > now()
-					AND a.status IN (`+activeStatuses+`) AND a.lease_expires_at > now()
+					AND `+leaseLive("a")+`
 				FOR UPDATE OF u
 				RETURNING id
 			)
@@ -277,7 +276,7 @@ func (s *Store) uploadForCommit(ctx context.Context, workerID, uploadID uuid.UUI
 	if errors.Is(err, ErrUploadState) && u.Status == "" {
 		var live, expired bool
 		u, err = scanUploadWith(s.pool.QueryRow(ctx, `
-			SELECT `+uploadColumns+`, a.status IN (`+activeStatuses+`) AND a.lease_expires_at > now(), u.expires_at <= now()
+			SELECT `+uploadColumns+`, `+leaseLive("a")+`, u.expires_at <= now()
 			FROM worker_artifact_uploads u JOIN worker_task_attempts a ON a.id = u.attempt_id
 			WHERE u.id = $1 AND a.worker_id = $2`, uploadID, workerID), &live, &expired)
 		switch {
