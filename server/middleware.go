@@ -24,13 +24,7 @@ type requestIDKey struct{}
 type requestInfoKey struct{}
 
 type requestInfo struct {
-	host          string
 	contentLength int64
-}
-
-func requestHostFrom(ctx context.Context) string {
-	info, _ := ctx.Value(requestInfoKey{}).(requestInfo)
-	return info.host
 }
 
 // requestContentLengthFrom is the request's Content-Length, or -1.
@@ -77,16 +71,17 @@ func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter 
 
 // withRequestContext gives every request an id (echoed as X-Request-Id), an
 // empty auth state for the validator to fill, panic recovery into a problem,
-// and one access-log line.
+// and one access-log line; every response gets X-Content-Type-Options.
 func (s *Server) withRequestContext(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		id := newRequestID()
 		ctx := context.WithValue(r.Context(), requestIDKey{}, id)
-		ctx = context.WithValue(ctx, requestInfoKey{}, requestInfo{host: r.Host, contentLength: r.ContentLength})
+		ctx = context.WithValue(ctx, requestInfoKey{}, requestInfo{contentLength: r.ContentLength})
 		ctx, _ = withAuthState(ctx)
 		r = r.WithContext(ctx)
 		w.Header().Set("X-Request-Id", id)
+		noSniff(w)
 		rec := &statusRecorder{ResponseWriter: w}
 		defer func() {
 			if v := recover(); v != nil {

@@ -277,8 +277,12 @@ func (s *Server) buildHandler() (http.Handler, error) {
 	root := http.NewServeMux()
 	root.HandleFunc("GET /openapi.yaml", serveSpecYAML)
 	root.HandleFunc("GET /openapi.json", serveSpecJSON)
-	root.Handle("GET /docs", docsHandler())
-	root.Handle("GET /docs/", docsHandler())
+	docs, err := docsHandler()
+	if err != nil {
+		return nil, err
+	}
+	root.Handle("GET /docs", docs)
+	root.Handle("GET /docs/", docs)
 	root.Handle("/", apiHandler)
 	root.Handle("PUT /v1/uploads/{upload_id}", uploads)
 	if s.cfg.MetricsOnMain {

@@ -48,6 +48,7 @@ func (s *Server) requestValidator(streamedBody bool) (func(http.Handler) http.Ha
 				s.refuseUnread(w, r, s.validationProblem(err))
 				return
 			}
+			markSecretAnswer(w, route.Operation.OperationID)
 			// kin-openapi reads the whole body before it calls the
 			// authentication function (in case it wants the body): give it a
 			// request without one.
