@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -26,7 +28,8 @@ type ArtifactConfig struct {
 	// Backend keeps the bytes; nil disables artifacts (503).
 	Backend objectstore.Backend
 	// PublicURL is the gateway's URL as workers reach it, for fs upload
-	// URLs; empty means "https://" + the Host the worker used.
+	// URLs; empty means the address of the listener that accepted the
+	// worker's connection (never the Host header, which the client chooses).
 	PublicURL string
 	// SessionTTL is how long an upload session stays open.
 	SessionTTL time.Duration
@@ -74,13 +77,28 @@ func (h *handlers) OpenArtifactUpload(ctx context.Context, req api.OpenArtifactU
 		}
 		session.Url, session.Headers = put.URL, put.Headers
 	} else {
-		base := cfg.PublicURL
-		if base == "" {
-			base = "https://" + requestHostFrom(ctx)
+		base, err := h.publicURL(ctx)
+		if err != nil {
+			return nil, err
 		}
 		session.Url = strings.TrimSuffix(base, "/") + "/v1/uploads/" + u.ID.String()
 	}
 	return api.OpenArtifactUpload201JSONResponse(session), nil
+}
+
+// publicURL is the base of the gateway's own upload URLs: the configured
+// public URL, else "https://" and the local address of the connection the
+// request came on. That address is the socket's, set by net/http: never the
+// Host header, which whoever sends the request (or a proxy) chooses.
+func (h *handlers) publicURL(ctx context.Context) (string, error) {
+	if h.cfg.Artifacts.PublicURL != "" {
+		return h.cfg.Artifacts.PublicURL, nil
+	}
+	addr, ok := ctx.Value(http.LocalAddrContextKey).(net.Addr)
+	if !ok {
+		return "", errors.New("no public URL configured and no listener address to build upload URLs from")
+	}
+	return (&url.URL{Scheme: "https", Host: addr.String()}).String(), nil
 }
 
 // UploadArtifact streams an fs-backend upload to disk, checking its length
@@ -204,8 +222,9 @@ func (h *handlers) GetFileContent(ctx context.Context, req api.GetFileContentReq
 	return fileContentResponse{file: f, body: body}, nil
 }
 
-// fileContentResponse streams a file with its own content type, length and
-// digest (the generated type would force application/octet-stream).
+// fileContentResponse streams a file with its length, digest and a content
+// type from its declared one (artifactContentType; the generated type would
+// force application/octet-stream).
 type fileContentResponse struct {
 	file store.File
 	body io.ReadCloser
@@ -213,13 +232,11 @@ type fileContentResponse struct {
 
 func (r fileContentResponse) VisitGetFileContentResponse(w http.ResponseWriter) error {
 	defer r.body.Close()
-	w.Header().Set("Content-Type", r.file.ContentType)
+	setDownloadHeaders(w, r.file.ContentType, r.file.Name)
 	w.Header().Set("Content-Length", strconv.FormatInt(r.file.SizeBytes, 10))
 	if sum, err := hex.DecodeString(r.file.SHA256); err == nil {
 		w.Header().Set("Repr-Digest", "sha-256=:"+base64.StdEncoding.EncodeToString(sum)+":")
 	}
-	w.Header().Set("Content-Disposition", `attachment; filename="`+sanitizeFilename(r.file.Name)+`"`)
-	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(http.StatusOK)
 	_, err := io.Copy(w, r.body)
 	return err

@@ -1,7 +1,9 @@
 package server
 
 import (
+	"fmt"
 	"net/http"
+	"net/url"
 
 	"github.com/swaggest/swgui"
 	"github.com/swaggest/swgui/v5emb"
@@ -14,8 +16,10 @@ const docsPath = "/docs/"
 // loading the contract from /openapi.json. Like the spec itself it needs no
 // authentication. The Swagger UI assets are embedded in the binary by swgui's
 // v5emb package, so the page works without internet access (unless the
-// binary is built with the swguicdn tag, which this project never sets).
-func docsHandler() http.Handler {
+// binary is built with the swguicdn tag, which this project never sets). It
+// is served as an HTML page (htmlPages): its inline script and style are
+// allowed by their hashes, taken from the page as it renders.
+func docsHandler() (http.Handler, error) {
 	ui := v5emb.NewHandlerWithConfig(swgui.Config{
 		Title:       "Worker Gateway API",
 		SwaggerJSON: "/openapi.json",
@@ -25,7 +29,12 @@ func docsHandler() http.Handler {
 			"validatorUrl": "null",
 		},
 	})
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	page := &bufferedResponse{header: http.Header{}}
+	ui.ServeHTTP(page, &http.Request{Method: http.MethodGet, URL: &url.URL{Path: docsPath}})
+	if page.status != http.StatusOK {
+		return nil, fmt.Errorf("render the docs page: status %d", page.status)
+	}
+	return htmlPages(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/docs" {
 			target := docsPath
 			if r.URL.RawQuery != "" {
@@ -35,5 +44,5 @@ func docsHandler() http.Handler {
 			return
 		}
 		ui.ServeHTTP(w, r)
-	})
+	}), page.body.Bytes())
 }

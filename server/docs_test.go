@@ -9,9 +9,13 @@ import (
 )
 
 func TestDocsHandlerServesEmbeddedSwaggerUI(t *testing.T) {
+	docs, err := docsHandler()
+	if err != nil {
+		t.Fatal(err)
+	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /docs", docsHandler())
-	mux.Handle("GET /docs/", docsHandler())
+	mux.Handle("GET /docs", docs)
+	mux.Handle("GET /docs/", docs)
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}

@@ -351,7 +351,7 @@ func (s *Server) OpsHandler() http.Handler {
 		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
-	return mux
+	return withNoSniff(mux)
 }
 
 func writeOpsJSON(w http.ResponseWriter, status int, v any) {

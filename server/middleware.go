@@ -1,15 +1,12 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"mime"
 	"net/http"
 	"runtime/debug"
 	"strings"
@@ -18,7 +15,6 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
-	nethttpmiddleware "github.com/oapi-codegen/nethttp-middleware"
 )
 
 type requestIDKey struct{}
@@ -28,7 +24,6 @@ type requestIDKey struct{}
 type requestInfoKey struct{}
 
 type requestInfo struct {
-	host          string
 	contentLength int64
 	remoteAddr    string
 }
@@ -38,11 +33,6 @@ type requestInfo struct {
 func sourceAddressFrom(ctx context.Context) string {
 	info, _ := ctx.Value(requestInfoKey{}).(requestInfo)
 	return sourceAddress(info.remoteAddr)
-}
-
-func requestHostFrom(ctx context.Context) string {
-	info, _ := ctx.Value(requestInfoKey{}).(requestInfo)
-	return info.host
 }
 
 // requestContentLengthFrom is the request's Content-Length, or -1.
@@ -89,16 +79,17 @@ func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter 
 
 // withRequestContext gives every request an id (echoed as X-Request-Id), an
 // empty auth state for the validator to fill, panic recovery into a problem,
-// and one access-log line.
+// and one access-log line; every response gets X-Content-Type-Options.
 func (s *Server) withRequestContext(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		id := newRequestID()
 		ctx := context.WithValue(r.Context(), requestIDKey{}, id)
-		ctx = context.WithValue(ctx, requestInfoKey{}, requestInfo{host: r.Host, contentLength: r.ContentLength, remoteAddr: r.RemoteAddr})
+		ctx = context.WithValue(ctx, requestInfoKey{}, requestInfo{contentLength: r.ContentLength, remoteAddr: r.RemoteAddr})
 		ctx, _ = withAuthState(ctx)
 		r = r.WithContext(ctx)
 		w.Header().Set("X-Request-Id", id)
+		noSniff(w)
 		rec := &statusRecorder{ResponseWriter: w}
 		defer func() {
 			if v := recover(); v != nil {
@@ -121,8 +112,10 @@ func (s *Server) withRequestContext(next http.Handler) http.Handler {
 	})
 }
 
-// bodyLimits bounds every request body before anything reads it, and
-// refuses bodies that are not JSON on routes that take JSON.
+// bodyLimits bounds every request body before anything reads it: a
+// declared length past the route's limit is refused at once, and reading
+// past it fails. The body is read (and checked as JSON) only after
+// authentication, by requestValidator.
 func (s *Server) bodyLimits(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		limit := s.cfg.bodyLimitFor(r.Method, r.URL.Path)
@@ -132,73 +125,8 @@ func (s *Server) bodyLimits(next http.Handler) http.Handler {
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, limit)
-		if isUpload(r) {
-			// Artifact bytes: any content type, streamed, checked against
-			// their session by the handler.
-			next.ServeHTTP(w, r)
-			return
-		}
-		if r.ContentLength != 0 && r.Body != nil && r.Method != http.MethodGet {
-			mediaType, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-			if r.ContentLength > 0 && (err != nil || mediaType != "application/json") {
-				writeProblem(w, r, newProblem(http.StatusUnsupportedMediaType, "unsupported-media-type",
-					"send request bodies as application/json"), s.logger)
-				return
-			}
-			body, err := readJSONBody(r)
-			switch {
-			case errors.Is(err, errBadJSON):
-				writeProblem(w, r, newProblem(http.StatusBadRequest, "bad-request", "invalid request body: "+err.Error()), s.logger)
-				return
-			case err != nil:
-				// Too large is 413; anything else (a body shorter than its
-				// Content-Length, a client too slow for the read timeout) is the
-				// client's doing, never a 5xx.
-				var tooLarge *http.MaxBytesError
-				p := withCause(newProblem(http.StatusBadRequest, "bad-request", "the request body could not be read"), err)
-				if errors.As(err, &tooLarge) {
-					p = problemFor(err)
-				}
-				writeProblem(w, r, p, s.logger)
-				return
-			}
-			if len(body) > 0 && mediaType != "application/json" {
-				writeProblem(w, r, newProblem(http.StatusUnsupportedMediaType, "unsupported-media-type",
-					"send request bodies as application/json"), s.logger)
-				return
-			}
-			r.Body = io.NopCloser(bytes.NewReader(body))
-			r.ContentLength = int64(len(body))
-		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-// isUpload recognises the fs backend's artifact upload route.
-func isUpload(r *http.Request) bool {
-	return r.Method == http.MethodPut && strings.HasPrefix(r.URL.Path, "/v1/uploads/")
-}
-
-// requestValidator validates requests against openapi.yaml (and runs
-// authentication through it), answering every failure as a problem.
-func (s *Server) requestValidator(excludeBody bool) (func(http.Handler) http.Handler, error) {
-	spec, err := loadSpec()
-	if err != nil {
-		return nil, err
-	}
-	return nethttpmiddleware.OapiRequestValidatorWithOptions(spec, &nethttpmiddleware.Options{
-		Options: openapi3filter.Options{
-			AuthenticationFunc: s.authenticate,
-			MultiError:         false,
-			ExcludeRequestBody: excludeBody,
-		},
-		DoNotValidateServers: true,
-		ErrorHandlerWithOpts: func(ctx context.Context, err error, w http.ResponseWriter, r *http.Request, _ nethttpmiddleware.ErrorHandlerOpts) {
-			p := s.validationProblem(err)
-			s.securityProblem(r, p)
-			writeProblem(w, r, p, s.logger)
-		},
-	}), nil
 }
 
 // validationProblem turns a validator error into what the client sees: the
@@ -260,27 +188,4 @@ func bodyReason(reqErr *openapi3filter.RequestError) string {
 		return "it is not valid JSON"
 	}
 	return "it does not match the schema"
-}
-
-type detachedBodyKey struct{}
-
-// detachBody sets a streamed request body aside (for reattachBody) so the
-// middleware in between sees an empty one.
-func detachBody(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body := r.Body
-		r = r.WithContext(context.WithValue(r.Context(), detachedBodyKey{}, body))
-		r.Body = http.NoBody
-		next.ServeHTTP(w, r)
-	})
-}
-
-// reattachBody restores the body detachBody set aside.
-func reattachBody(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if body, ok := r.Context().Value(detachedBodyKey{}).(io.ReadCloser); ok {
-			r.Body = body
-		}
-		next.ServeHTTP(w, r)
-	})
 }

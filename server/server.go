@@ -305,14 +305,13 @@ func (s *Server) buildHandler() (http.Handler, error) {
 		},
 	})
 	var apiHandler http.Handler = validate(routes)
-	// Artifact bytes are streamed straight to storage: the validator must
-	// not read (and buffer) them — kin-openapi reads the whole body even just
-	// to authenticate — so that route is validated with the body set aside.
+	// Artifact bytes are streamed straight to storage: that route's
+	// validator leaves the body unread.
 	validateNoBody, err := s.requestValidator(true)
 	if err != nil {
 		return nil, err
 	}
-	uploads := detachBody(validateNoBody(reattachBody(routes)))
+	uploads := validateNoBody(routes)
 	if s.cfg.ValidateResponses {
 		if apiHandler, err = s.responseValidator(apiHandler); err != nil {
 			return nil, err
@@ -322,8 +321,12 @@ func (s *Server) buildHandler() (http.Handler, error) {
 	root := http.NewServeMux()
 	root.HandleFunc("GET /openapi.yaml", serveSpecYAML)
 	root.HandleFunc("GET /openapi.json", serveSpecJSON)
-	root.Handle("GET /docs", docsHandler())
-	root.Handle("GET /docs/", docsHandler())
+	docs, err := docsHandler()
+	if err != nil {
+		return nil, err
+	}
+	root.Handle("GET /docs", docs)
+	root.Handle("GET /docs/", docs)
 	root.Handle("/", apiHandler)
 	root.Handle("PUT /v1/uploads/{upload_id}", uploads)
 	if s.cfg.MetricsOnMain {

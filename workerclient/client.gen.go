@@ -1894,7 +1894,11 @@ type ClientInterface interface {
 
 	// GetFileContent Download a file
 	//
-	// Streams the bytes with `Content-Length`, `Content-Type` and `Repr-Digest` (SHA-256).
+	// Streams the bytes with `Content-Length`, `Content-Type` and `Repr-Digest` (SHA-256), as an
+	// attachment (`Content-Disposition`), sandboxed (`Content-Security-Policy: sandbox`) and never
+	// sniffed. The declared content type is served only if it is a data format no browser runs
+	// (JSON, NDJSON, plain text and CSV with `charset=utf-8`, gzip, zip, tar, PDF, PNG, JPEG, GIF,
+	// WebP); any other (HTML, SVG, XML, JavaScript, …) is served as `application/octet-stream`.
 	//
 	// Corresponds with GET /v1/files/{file_id}/content (the `GetFileContent` operationId).
 	GetFileContent(ctx context.Context, fileId FileID, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2871,7 +2875,11 @@ func (c *Client) GetFile(ctx context.Context, fileId FileID, reqEditors ...Reque
 
 // GetFileContent Download a file
 //
-// Streams the bytes with `Content-Length`, `Content-Type` and `Repr-Digest` (SHA-256).
+// Streams the bytes with `Content-Length`, `Content-Type` and `Repr-Digest` (SHA-256), as an
+// attachment (`Content-Disposition`), sandboxed (`Content-Security-Policy: sandbox`) and never
+// sniffed. The declared content type is served only if it is a data format no browser runs
+// (JSON, NDJSON, plain text and CSV with `charset=utf-8`, gzip, zip, tar, PDF, PNG, JPEG, GIF,
+// WebP); any other (HTML, SVG, XML, JavaScript, …) is served as `application/octet-stream`.
 //
 // Corresponds with GET /v1/files/{file_id}/content (the `GetFileContent` operationId).
 func (c *Client) GetFileContent(ctx context.Context, fileId FileID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -6662,7 +6670,11 @@ type ClientWithResponsesInterface interface {
 
 	// GetFileContentWithResponse Download a file
 	//
-	// Streams the bytes with `Content-Length`, `Content-Type` and `Repr-Digest` (SHA-256).
+	// Streams the bytes with `Content-Length`, `Content-Type` and `Repr-Digest` (SHA-256), as an
+	// attachment (`Content-Disposition`), sandboxed (`Content-Security-Policy: sandbox`) and never
+	// sniffed. The declared content type is served only if it is a data format no browser runs
+	// (JSON, NDJSON, plain text and CSV with `charset=utf-8`, gzip, zip, tar, PDF, PNG, JPEG, GIF,
+	// WebP); any other (HTML, SVG, XML, JavaScript, …) is served as `application/octet-stream`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -11130,7 +11142,11 @@ func (c *ClientWithResponses) GetFileWithResponse(ctx context.Context, fileId Fi
 
 // GetFileContentWithResponse Download a file
 //
-// Streams the bytes with `Content-Length`, `Content-Type` and `Repr-Digest` (SHA-256).
+// Streams the bytes with `Content-Length`, `Content-Type` and `Repr-Digest` (SHA-256), as an
+// attachment (`Content-Disposition`), sandboxed (`Content-Security-Policy: sandbox`) and never
+// sniffed. The declared content type is served only if it is a data format no browser runs
+// (JSON, NDJSON, plain text and CSV with `charset=utf-8`, gzip, zip, tar, PDF, PNG, JPEG, GIF,
+// WebP); any other (HTML, SVG, XML, JavaScript, …) is served as `application/octet-stream`.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -77,6 +77,9 @@ func runDev(ctx context.Context, args []string, logger *slog.Logger) error {
 		return err
 	}
 	gatewayURL := "https://" + ln.Addr().String()
+	if c.server.Artifacts.PublicURL == "" {
+		c.server.Artifacts.PublicURL = gatewayURL
+	}
 	targetAddr, stopTarget, err := startDemoTarget()
 	if err != nil {
 		return err

@@ -114,7 +114,7 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 	fs.BoolVar(&c.artifacts.s3.PathStyle, "s3-path-style", env("S3_PATH_STYLE", "") == "true", "path-style bucket addressing, for MinIO and the like ($S3_PATH_STYLE=true)")
 	c.artifacts.s3.AccessKeyID = os.Getenv("S3_ACCESS_KEY_ID")         // secrets only from the environment,
 	c.artifacts.s3.SecretAccessKey = os.Getenv("S3_SECRET_ACCESS_KEY") // never from flags (visible in ps)
-	fs.StringVar(&c.server.Artifacts.PublicURL, "public-url", env("GATEWAY_PUBLIC_URL", ""), "the gateway's URL as workers reach it, for upload URLs ($GATEWAY_PUBLIC_URL)")
+	fs.StringVar(&c.server.Artifacts.PublicURL, "public-url", env("GATEWAY_PUBLIC_URL", ""), "the gateway's URL as workers reach it, for upload URLs; empty: the address each worker connection was accepted on, never the Host header ($GATEWAY_PUBLIC_URL)")
 	fs.DurationVar(&c.server.Artifacts.SessionTTL, "upload-ttl", c.server.Artifacts.SessionTTL, "how long an upload session stays open")
 	fs.Int64Var(&c.server.Artifacts.MaxBytes, "max-artifact-bytes", c.server.Artifacts.MaxBytes, "largest artifact")
 	fs.Int64Var(&c.server.Artifacts.MaxBytesPerAttempt, "max-attempt-artifact-bytes", c.server.Artifacts.MaxBytesPerAttempt, "most artifact bytes per attempt")
@@ -213,6 +213,10 @@ func serve(ctx context.Context, c *serveConfig, ln net.Listener, logger *slog.Lo
 		})
 		logger.Info("ops listener serving /metrics, /healthz and /readyz (plain HTTP, no authentication: keep it internal)",
 			"address", opsLn.Addr().String())
+	}
+	if c.server.Artifacts.PublicURL == "" {
+		logger.Info("no -public-url: fs upload URLs name the address each worker connection was accepted on",
+			"address", ln.Addr().String())
 	}
 	logger.Info("gateway serving", "address", ln.Addr().String())
 	err = srv.Serve(ctx, ln, server.TLSConfig(cert), c.drain)
