@@ -99,7 +99,7 @@ func (c choice) String() string { return [...]string{"own", "foreign", "missing"
 // called by every principal (unscoped admin, scoped admin, producer and
 // reader of organization A, A's worker certificate), on A's own resources
 // and on organization B's — every combination where an operation names two
-// resources. For A's principals, an operation on anything of B's must
+// resources — with a worker of B's shared with A in every world. For A's principals, an operation on anything of B's must
 // answer exactly as on something that does not exist (never 2xx, never a
 // 403 that confirms existence), must not change any of B's rows, and no
 // answer to A may carry one of B's ids. On A's own resources, a principal
@@ -153,6 +153,8 @@ func TestPermissionMatrix(t *testing.T) {
 			}
 			slots := resourceSlots(o.op, o.params)
 			foreignIDs := b.ids()
+			// A worker of B's that serves A too: A sees it, never B's part.
+			_, foreignIDs["shared worker's attempt of B"] = newSharedWorker(t, g, a, b)
 			before := tenantSnapshot(t, g, b)
 
 			// Every combination naming something of B's, by A's principals,

@@ -168,3 +168,33 @@ func scopedToken(t *testing.T, g *harness.Gateway, org uuid.UUID, scope string) 
 	require.Equal(t, http.StatusCreated, res.StatusCode(), string(res.Body))
 	return res.JSON201.Token
 }
+
+// newSharedWorker makes a worker owned by b that serves both tenants: it
+// holds one active attempt of b's, and is assigned to a too. a's callers
+// must see only their own part of it.
+func newSharedWorker(t *testing.T, g *harness.Gateway, a, b tenant) (worker, attemptOfB uuid.UUID) {
+	t.Helper()
+	ctx := context.Background()
+	issued, err := g.CA.IssueClient("shared", time.Hour)
+	require.NoError(t, err)
+	cert, err := tls.X509KeyPair(issued.CertPEM, issued.KeyPEM)
+	require.NoError(t, err)
+	pemText, capacity := string(issued.CertPEM), 4
+	created, err := g.Control.CreateWorkerWithResponse(ctx, workerclient.CreateWorkerRequest{Name: "shared",
+		WorkerType: "scanner", MaxConcurrentTasks: &capacity, CertificatePem: &pemText, OrganizationId: &b.org})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, created.StatusCode(), string(created.Body))
+	worker = created.JSON201.Id
+
+	g.CreateTask(t, b.org, harness.TaskSpec{})
+	var leases struct {
+		Leases []struct {
+			AttemptID uuid.UUID `json:"attempt_id"`
+		} `json:"leases"`
+	}
+	caller := workerCaller{g: g, http: g.HTTPClient(&cert)}
+	caller.mustJSON(t, "POST", "/v1/leases", "", map[string]any{"max_tasks": 1, "wait_seconds": 10}, http.StatusOK, &leases)
+	require.Len(t, leases.Leases, 1)
+	g.Assign(t, a.org, worker)
+	return worker, leases.Leases[0].AttemptID
+}
