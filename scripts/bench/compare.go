@@ -391,6 +391,11 @@ func runRiver(ctx context.Context, s *Stack, bin, url string, pool *pgxpool.Pool
 	r.RiverFetchCooldownMs, r.RiverFetchPollMs = done.FetchCooldownMs, done.FetchPollIntervalMs
 	r.RiverMaxConns, r.RiverVersion = done.MaxConns, done.RiverVersion
 	s.applyUsage(r, before, after, wall, done.Completed)
+	if before.haveXacts && after.haveXacts && done.Completed > 0 {
+		// River fetches and completes jobs by the thousand: a few
+		// transactions per thousand jobs, which two decimals would show as 0.
+		r.DBXactPerTask = ptr(round(float64(after.xacts-before.xacts-1)/float64(done.Completed), 5))
+	}
 	// The gateway is idle here; River's own process takes its place.
 	r.GatewayCPUCores, r.GatewayCPUMsPerTask, r.GatewayRSSMB = nil, nil, nil
 	if riverBeforeErr == nil && riverErr == nil && wall > 0 {
