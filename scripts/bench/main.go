@@ -74,6 +74,14 @@ Scenarios (-scenario, comma-separated to run several on one stack):
               time. Reports how many lease answers and how many ms pass
               until each of B's tasks is leased.
 
+Comparison:
+  -compare river  with throughput: River (riverqueue/river, the Go job queue
+              on PostgreSQL; scripts/bench/compare/river, its own module)
+              drains -tasks no-op jobs in its own database on the same
+              private PostgreSQL, alternating with the gateway -runs times.
+              Reports both rates, gateway/River, and each one's PostgreSQL
+              CPU ms per task over the work only (README.md).
+
 Stack:
   default     a private PostgreSQL (temp dir, durable defaults), migrations,
               dev CA + certificates, and 'gateway serve' built from this
@@ -134,6 +142,13 @@ func run() int {
 		keep        = flag.Bool("keep", false, "keep the private stack's temp dir (gateway.log, PostgreSQL log and data) after exit")
 		verbose     = flag.Bool("v", false, "log progress (bring-up, scenario phases)")
 
+		compare       = flag.String("compare", "", "throughput: also run another queue on the same PostgreSQL and compare: river")
+		runs          = flag.Int("runs", 1, "-compare: runs of each, alternating (gateway, river, gateway, river, …); medians are reported")
+		riverWorkers  = flag.Int("river-workers", 2000, "-compare river: MaxWorkers of River's queue (river bench: 2000)")
+		riverCooldown = flag.Duration("river-fetch-cooldown", 2*time.Millisecond, "-compare river: River's FetchCooldown (river bench: 2ms)")
+		riverPoll     = flag.Duration("river-fetch-poll-interval", 20*time.Millisecond, "-compare river: River's FetchPollInterval (river bench: 20ms)")
+		riverConns    = flag.Int("river-max-conns", 0, "-compare river: River's pgx pool size; 0 = pgx's default, max(4, CPUs), as river bench")
+
 		gatewayURL   = flag.String("gateway", "", "existing deployment: gateway base URL (https://127.0.0.1:8443); starts nothing")
 		databaseURL  = flag.String("database", "", "existing deployment: PostgreSQL URL of the gateway's database (setup, verification, statistics)")
 		caFile       = flag.String("ca", "", "existing deployment: PEM CA certificate the gateway's server certificate chains to")
@@ -180,6 +195,15 @@ func run() int {
 	}
 	if *idleWindow <= 0 || *idleWait < 0 || *blTasks < 0 || *blUnmatched < 0 || *blSamples < 1 || *fairTasks < 1 {
 		warnf("flags out of range (idle-window > 0; idle-wait, backlog-tasks, backlog-unmatched ≥ 0; backlog-samples, fairness-tasks ≥ 1)")
+		return 2
+	}
+	if *compare != "" && (*compare != "river" || !slices.Contains(list, "throughput")) {
+		warnf("-compare takes river, with -scenario throughput")
+		return 2
+	}
+	if *runs < 1 || (*runs > 1 && *compare == "") || *riverWorkers < 1 || *riverConns < 0 ||
+		*riverCooldown < time.Millisecond || *riverPoll < *riverCooldown {
+		warnf("flags out of range (runs ≥ 1, above 1 only with -compare; river-workers ≥ 1; river-max-conns ≥ 0; 1ms ≤ river-fetch-cooldown ≤ river-fetch-poll-interval)")
 		return 2
 	}
 	// Some scenarios have their own defaults for shared flags.
@@ -278,9 +302,28 @@ func run() int {
 		human = os.Stderr
 	}
 	status := 0
+	report := func(r *Result, err error) {
+		if err != nil {
+			r.Error = err.Error()
+		}
+		if r.Error != "" || !r.Verified {
+			status = 1
+		}
+		r.printHuman(human)
+		if *jsonOut {
+			b, _ := json.Marshal(r)
+			fmt.Println(string(b))
+		}
+	}
 	for _, sc := range list {
 		if ctx.Err() != nil {
 			break
+		}
+		if sc == "throughput" && *compare == "river" {
+			tp := throughputConfig{tasks: *tasks, workers: *workers, batch: *batch, wait: *tpWait, completeMany: *completeMny}
+			rc := riverConfig{workers: *riverWorkers, fetchCooldown: *riverCooldown, fetchPollInterval: *riverPoll, maxConns: *riverConns}
+			report(runCompareRiver(ctx, st, compareConfig{runs: *runs, throughput: tp, river: rc, timeLimit: *timeLimit}, logf, report))
+			continue
 		}
 		limit := *timeLimit
 		if sc == "backlog" && !given["time-limit"] {
@@ -307,20 +350,10 @@ func run() int {
 			r, err = runFairness(scCtx, st, fairnessConfig{tasks: *fairTasks, workers: fairWorkers, batch: *batch, samples: fairSamples}, logf)
 		}
 		scCancel()
-		if err != nil {
-			if r == nil {
-				r = &Result{Scenario: sc}
-			}
-			r.Error = err.Error()
+		if r == nil {
+			r = &Result{Scenario: sc}
 		}
-		if r.Error != "" || !r.Verified {
-			status = 1
-		}
-		r.printHuman(human)
-		if *jsonOut {
-			b, _ := json.Marshal(r)
-			fmt.Println(string(b))
-		}
+		report(r, err)
 	}
 	if errors.Is(ctx.Err(), context.Canceled) {
 		status = 1
@@ -471,6 +504,12 @@ type Result struct {
 	AutovacuumRuns   *int64   `json:"autovacuum_runs,omitempty"`
 	DBXactPerSec     *float64 `json:"db_xact_per_sec,omitempty"`
 	DBXactPerTask    *float64 `json:"db_xact_per_task,omitempty"`
+	// CPU milliseconds per completed task over the measured window.
+	GatewayCPUMsPerTask  *float64 `json:"gateway_cpu_ms_per_task,omitempty"`
+	PostgresCPUMsPerTask *float64 `json:"postgres_cpu_ms_per_task,omitempty"`
+
+	// -compare river (compare.go).
+	*compareFigures
 
 	Verified     bool           `json:"verified"`
 	Verification fmt.Stringer   `json:"verification"`
@@ -479,6 +518,23 @@ type Result struct {
 	Error        string         `json:"error,omitempty"`
 
 	errorText string
+}
+
+// runLabel names the run of a -compare pair in the human summary.
+func (r *Result) runLabel() string {
+	if r.compareFigures == nil || r.Run == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" — run %d", r.Run)
+}
+
+// runList formats each run's figure for the human summary.
+func runList(vs []float64) string {
+	parts := make([]string, len(vs))
+	for i, v := range vs {
+		parts[i] = fmt.Sprint(v)
+	}
+	return "(runs: " + strings.Join(parts, ", ") + ")"
 }
 
 // notRun stands for a verification that did not happen.
@@ -510,7 +566,7 @@ func (r *Result) printHuman(w io.Writer) {
 		if r.CompleteMany {
 			completions = "completions batched per poll"
 		}
-		fmt.Fprintf(w, "throughput: %d tasks, %d workers, batch %d, %s\n", r.Tasks, r.Workers, r.Batch, completions)
+		fmt.Fprintf(w, "throughput: %d tasks, %d workers, batch %d, %s%s\n", r.Tasks, r.Workers, r.Batch, completions, r.runLabel())
 		line("throughput", "%s tasks/s (%.2f s from first poll to last completion)", f(r.TasksPerSec, ""), r.WallSeconds)
 		line("lease call", "p50 %s  p99 %s  (%d calls that got leases, %d empty)", f(r.LeaseP50, " ms"), f(r.LeaseP99, " ms"), r.LeaseCalls, r.EmptyPolls)
 		line("complete call", "p50 %s  p99 %s", f(r.CompleteP50, " ms"), f(r.CompleteP99, " ms"))
@@ -580,13 +636,30 @@ func (r *Result) printHuman(w io.Writer) {
 		line("wait", "p50 %s  max %s  (create returned → lease received; %d of %d received)",
 			f(r.FairnessWaitP50, " ms"), f(r.FairnessWaitMax, " ms"), r.SamplesReceived, r.Samples)
 		line("run", "%.2f s, %d lease calls answered", r.WallSeconds, r.LeaseCalls)
+	case "river":
+		fmt.Fprintf(w, "river: %d no-op jobs, %d workers, fetch cooldown %g ms, poll interval %g ms, pool %d, River %s%s\n",
+			r.Tasks, r.Workers, r.RiverFetchCooldownMs, r.RiverFetchPollMs, r.RiverMaxConns, r.RiverVersion, r.runLabel())
+		line("throughput", "%s jobs/s (%.2f s from the client's start to the last completion; inserted in %s s)",
+			f(r.TasksPerSec, ""), r.WallSeconds, f(r.RiverInsertSeconds, ""))
+		line("river", "%s CPU cores = %s CPU per job (its process: client and no-op workers)", f(r.RiverCPUCores, ""), f(r.RiverCPUMsPerJob, " ms"))
+	case "throughput-vs-river":
+		fmt.Fprintf(w, "throughput vs River: %d run(s) each, alternating; %d tasks, gateway with %d workers, batch %d\n",
+			r.Runs, r.Tasks, r.Workers, r.Batch)
+		line("gateway", "%s tasks/s median %s, postgres CPU %s per task", f(r.GatewayTasksPerSec, ""), runList(r.GatewayRunsTasksPerSec), f(r.GatewayPGCPUMsPerTask, " ms"))
+		line("river", "%s jobs/s median %s, postgres CPU %s per job", f(r.RiverJobsPerSec, ""), runList(r.RiverRunsJobsPerSec), f(r.RiverPGCPUMsPerJob, " ms"))
+		line("gateway/river", "%s throughput, %s postgres CPU per task", f(r.GatewayRiverRatio, "×"), f(r.PGCPUPerTaskRatio, "×"))
 	}
-	if r.Scenario == "throughput" || r.Scenario == "latency" {
-		line("gateway", "%s CPU cores, peak RSS %s", f(r.GatewayCPUCores, ""), f(r.GatewayRSSMB, " MiB"))
-		line("postgres", "%s CPU cores, %s xact/s (%s per task); %s checkpoints, %s autovacuum runs",
-			f(r.PostgresCPUCores, ""), f(r.DBXactPerSec, ""), f(r.DBXactPerTask, ""), n(r.Checkpoints), n(r.AutovacuumRuns))
+	if r.Scenario == "throughput" || r.Scenario == "latency" || r.Scenario == "river" {
+		if r.Scenario != "river" {
+			line("gateway", "%s CPU cores = %s CPU per task, peak RSS %s", f(r.GatewayCPUCores, ""), f(r.GatewayCPUMsPerTask, " ms"), f(r.GatewayRSSMB, " MiB"))
+		}
+		line("postgres", "%s CPU cores = %s CPU per task, %s xact/s (%s per task); %s checkpoints, %s autovacuum runs",
+			f(r.PostgresCPUCores, ""), f(r.PostgresCPUMsPerTask, " ms"), f(r.DBXactPerSec, ""), f(r.DBXactPerTask, ""), n(r.Checkpoints), n(r.AutovacuumRuns))
 		line("load generator", "%s CPU cores (this process; same machine)", f(r.LoadgenCPUCores, ""))
 		line("machine", "%s CPU cores busy in all, %s stolen by the hypervisor", f(r.MachineCPUCores, ""), f(r.StealCPUCores, ""))
+	}
+	if r.compareFigures != nil && len(r.LoadAvg) == 3 {
+		line("load average", "%g %g %g (1, 5, 15 min, when the run began)", r.LoadAvg[0], r.LoadAvg[1], r.LoadAvg[2])
 	}
 	if r.Verification == nil {
 		r.Verification = notRun{}

@@ -224,12 +224,19 @@ func (s *Stack) readCPU() usage {
 	return u
 }
 
-// readXacts adds the transaction counter to a reading.
+// readXacts adds the transaction counter of the gateway's database to a
+// reading.
 func (s *Stack) readXacts(ctx context.Context, u *usage) {
+	s.readXactsIn(ctx, s.Pool, u)
+}
+
+// readXactsIn adds the transaction counter of pool's database (and its
+// tables' autovacuum runs, and the cluster's checkpoints) to a reading.
+func (s *Stack) readXactsIn(ctx context.Context, pool *pgxpool.Pool, u *usage) {
 	// One statement, so a reading is one transaction (applyUsage subtracts
 	// it).
 	var xacts, ckpts, avs *int64
-	err := s.Pool.QueryRow(ctx, `SELECT
+	err := pool.QueryRow(ctx, `SELECT
 		(SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()),
 		(`+s.checkpointSQL(ctx)+`),
 		(SELECT coalesce(sum(autovacuum_count + autoanalyze_count), 0)::bigint FROM pg_stat_all_tables)`).Scan(&xacts, &ckpts, &avs)
@@ -328,9 +335,11 @@ func (s *Stack) applyUsage(r *Result, start, end usage, wall time.Duration, task
 	}
 	if start.haveGW && end.haveGW {
 		r.GatewayCPUCores = ptr(round((end.gatewayCPU-start.gatewayCPU).Seconds()/secs, 3))
+		r.GatewayCPUMsPerTask = msPer(end.gatewayCPU-start.gatewayCPU, true, tasks)
 	}
 	if start.havePG && end.havePG {
 		r.PostgresCPUCores = ptr(round((end.pgCPU-start.pgCPU).Seconds()/secs, 3))
+		r.PostgresCPUMsPerTask = msPer(end.pgCPU-start.pgCPU, true, tasks)
 	}
 	r.LoadgenCPUCores = ptr(round((end.selfCPU-start.selfCPU).Seconds()/secs, 3))
 	if start.haveMachine && end.haveMachine {
