@@ -12,6 +12,14 @@
 //   - an active status (leased or running), and
 //   - lease_expires_at > now(), the database's clock.
 //
+// That predicate is written once, as leaseHeld (and leaseLive for the
+// statements that name an upload session instead of a token) in fencing.go;
+// every worker write builds its WHERE clause from it, and TestFencing drives
+// every such verb — heartbeat (single and batch), start, complete (single and
+// batch), results, logs, artifact open and commit — with leases it does not
+// hold. A single completion is a batch of one: CompleteAttempt and
+// CompleteAttempts share the same set-based statements.
+//
 // A stale writer — its lease expired, superseded, or finished — changes zero
 // rows. Only then may a second read run, and it only decides which error to
 // return (not found, lease lost, or an idempotent replay of a finished call).
