@@ -21,36 +21,26 @@ var files embed.FS
 // BEGIN/COMMIT, and golang-migrate holds an advisory lock, so replicas starting
 // together migrate once.
 func Up(ctx context.Context, databaseURL string) error {
-	m, err := open(databaseURL)
-	if err != nil {
-		return err
-	}
-	defer closeMigrate(m)
-	done := make(chan error, 1)
-	go func() { done <- m.Up() }()
-	select {
-	case err = <-done:
-	case <-ctx.Done():
-		m.GracefulStop <- true
-		err = <-done
-	}
-	if err != nil && !errors.Is(err, migrate.ErrNoChange) {
-		return fmt.Errorf("migrate up: %w", err)
-	}
-	return nil
+	return run(ctx, databaseURL, "migrate up", func(m *migrate.Migrate) error { return m.Up() })
 }
 
 // UpTo applies the migrations up to and including version, so a test can
 // put data in the schema as it was before a migration and then move it
 // across.
 func UpTo(ctx context.Context, databaseURL string, version uint) error {
+	return run(ctx, databaseURL, fmt.Sprintf("migrate to %d", version), func(m *migrate.Migrate) error { return m.Migrate(version) })
+}
+
+// run applies migrations with step, stopping gracefully (between
+// migrations) when ctx ends; having nothing to do is not an error.
+func run(ctx context.Context, databaseURL, what string, step func(*migrate.Migrate) error) error {
 	m, err := open(databaseURL)
 	if err != nil {
 		return err
 	}
 	defer closeMigrate(m)
 	done := make(chan error, 1)
-	go func() { done <- m.Migrate(version) }()
+	go func() { done <- step(m) }()
 	select {
 	case err = <-done:
 	case <-ctx.Done():
@@ -58,7 +48,7 @@ func UpTo(ctx context.Context, databaseURL string, version uint) error {
 		err = <-done
 	}
 	if err != nil && !errors.Is(err, migrate.ErrNoChange) {
-		return fmt.Errorf("migrate to %d: %w", version, err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
 }
