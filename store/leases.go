@@ -90,7 +90,7 @@ const leaseColumns = `a.id, a.lease_expires_at,
 
 // scanLease reads a row of slot and leaseColumns; the lease's token is the
 // slot-th of tokens.
-func scanLease(row pgx.Row, tokens []string) (Lease, error) {
+func scanLease(row pgx.Row, tokens []string) (Lease, int, error) {
 	var (
 		l                 Lease
 		slot              int
@@ -103,17 +103,17 @@ func scanLease(row pgx.Row, tokens []string) (Lease, error) {
 		&l.Task.ID, &l.Task.Type, &l.Task.OrganizationID, &l.Task.ScanID, &l.Task.ScanJobID, &l.Task.Payload,
 		&l.Task.AttemptNumber, &l.Task.MaxAttempts, &execAt, &execIn, &attemptAt, &attemptIn)
 	if err != nil {
-		return Lease{}, err
+		return Lease{}, 0, err
 	}
 	if slot < 1 || slot > len(tokens) {
-		return Lease{}, fmt.Errorf("lease %s has token slot %d of %d", l.AttemptID, slot, len(tokens))
+		return Lease{}, 0, fmt.Errorf("lease %s has token slot %d of %d", l.AttemptID, slot, len(tokens))
 	}
 	l.LeaseToken = tokens[slot-1]
 	l.LeaseTTL = seconds(ttl)
 	l.LeaseDuration = time.Duration(leaseSeconds) * time.Second
 	l.Task.ExecutionDeadlineAt, l.Task.ExecutionDeadlineIn = execAt, optSeconds(execIn)
 	l.Task.AttemptDeadlineAt, l.Task.AttemptDeadlineIn = attemptAt, optSeconds(attemptIn)
-	return l, nil
+	return l, slot, nil
 }
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
@@ -148,13 +148,18 @@ type AcquireOutcome struct {
 	Err    error
 }
 
-// AcquireLeasesMany runs several polls' acquisitions in one transaction
-// (group commit), each exactly as AcquireLeases would — its own statements,
-// in worker id order (workers come first in the lock order of doc.go, and
-// two groups must take them in the same order), each seeing the ones before
-// it — and answers each on its own. If the transaction fails, a group of
-// several is retried one poll at a time, so one poll's failure is only its
-// own.
+// AcquireLeasesMany serves several polls with one acquisition (River's one
+// fetcher per process): in one transaction it locks every polling worker's
+// row in worker id order (workers come first in the lock order of doc.go,
+// and two groups must take them in the same order), replays idempotent
+// polls, takes every worker's assignments FOR SHARE and counts its active
+// attempts; then, for each set of polls whose workers could run the same
+// tasks (type, capabilities, organizations), it walks the candidates once
+// for the sum of their free slots — FOR UPDATE SKIP LOCKED, priority, then
+// organizations in turns, then age — hands them out in that order, and
+// creates all the attempts in one statement. Each poll is answered on its
+// own. If the transaction fails, a group of several is retried one poll at
+// a time, so one poll's failure is only its own.
 func (s *Store) AcquireLeasesMany(ctx context.Context, ps []AcquireParams) []AcquireOutcome {
 	acqs := make([]*acquisition, len(ps))
 	for i, p := range ps {
@@ -181,6 +186,9 @@ func (s *Store) AcquireLeasesMany(ctx context.Context, ps []AcquireParams) []Acq
 		return nil
 	}
 	finish := func(ex executor) error {
+		if err := grantLeases(ctx, ex, ordered); err != nil {
+			return err
+		}
 		for _, a := range ordered {
 			if err := a.finish(ctx, ex); err != nil {
 				return err
@@ -216,10 +224,15 @@ type acquisition struct {
 	res          AcquireResult
 	err          error // the poll's own answer: unknown or revoked worker
 	found        bool  // the worker exists, is enabled and not revoked
+	workerType   string
 	capabilities json.RawMessage
 	maxTasks     int
 	capsChanged  bool
 	active       int
+	// want is how many leases this poll may get now; workerGranted counts
+	// the leases all of this worker's polls in the group got.
+	want          int
+	workerGranted *int
 }
 
 func (a *acquisition) queue(b *pgx.Batch) {
@@ -229,21 +242,15 @@ func (a *acquisition) queue(b *pgx.Batch) {
 		b.Queue(replayLeasesSQL, p.WorkerID, p.IdempotencyKey, a.hashes)
 	}
 	b.Queue(lockAssignmentsSQL, p.WorkerID)
-	// The same tokens as the replay: if it replays any lease, this
-	// statement grants none.
-	b.Queue(leaseCandidatesSQL, p.WorkerID, p.MaxTasks, nullString(p.IdempotencyKey), a.hashes)
 }
 
 // read consumes the poll's results. Every one of its statements is read
 // even when the worker turns out unknown or revoked (they then match
 // nothing), so the polls after it in the batch read their own.
 func (a *acquisition) read(br pgx.BatchResults) error {
-	a.res, a.err, a.found, a.capsChanged, a.active = AcquireResult{}, nil, false, false, 0
-	var (
-		workerType       string
-		enabled, revoked bool
-	)
-	err := br.QueryRow().Scan(&workerType, &a.capabilities, &a.maxTasks, &enabled, &revoked, &a.capsChanged)
+	a.res, a.err, a.found, a.capsChanged, a.active, a.want, a.workerGranted = AcquireResult{}, nil, false, false, 0, 0, nil
+	var enabled, revoked bool
+	err := br.QueryRow().Scan(&a.workerType, &a.capabilities, &a.maxTasks, &enabled, &revoked, &a.capsChanged)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		a.err = ErrNotFound
@@ -280,17 +287,6 @@ func (a *acquisition) read(br pgx.BatchResults) error {
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("lock assignments: %w", err)
 	}
-	rows, err = br.Query()
-	if err != nil {
-		return fmt.Errorf("lease candidates: %w", err)
-	}
-	leases, err := collectLeases(rows, a.tokens)
-	if err != nil {
-		return fmt.Errorf("lease candidates: %w", err)
-	}
-	if !a.res.Replayed {
-		a.res.Leases = leases
-	}
 	return nil
 }
 
@@ -313,7 +309,7 @@ func (a *acquisition) result() (AcquireResult, error) {
 		res.FreeSlots = a.maxTasks
 		if len(res.OrganizationIDs) > 0 && !res.Replayed {
 			// Unknown without assignments, and then it does not matter.
-			res.FreeSlots = max(a.maxTasks-a.active-len(res.Leases), 0)
+			res.FreeSlots = max(a.maxTasks-a.active-*a.workerGranted, 0)
 		}
 	}
 	return res, nil
@@ -369,116 +365,246 @@ ORDER BY a.slot`
 // collectLeases reads rows of slot and leaseColumns, tokens being the
 // statement's tokens.
 func collectLeases(rows pgx.Rows, tokens []string) ([]Lease, error) {
-	defer rows.Close()
-	var leases []Lease
-	for rows.Next() {
-		l, err := scanLease(rows, tokens)
-		if err != nil {
-			return nil, err
-		}
-		leases = append(leases, l)
-	}
-	return leases, rows.Err()
+	leases, _, err := collectSlottedLeases(rows, tokens)
+	return leases, err
 }
 
-// leaseCandidatesSQL picks and leases tasks in one statement: $1 the
-// worker, $2 the most tasks the poll asks for, $3 its idempotency key, $4
-// the hashes of the lease tokens to grant ($2 of them; the n-th lease
-// granted gets the n-th).
-//
-// It leases nothing when the worker is not enabled, has no free slot, or an
-// earlier poll with the same key still holds live leases (those are the
-// answer). For each assigned organization separately (LATERAL), it finds the
-// lease classes of its pending tasks (task type + required capabilities; a
-// loose index scan: one index probe per class), keeps the classes this
-// worker can run, and walks each kept class in worker_tasks_lease_class_idx
-// in priority and age order. So the cost depends on the organizations this
-// worker serves and their number of classes — never on anyone else's
-// backlog, nor on tasks no worker like this one could run. Rows are locked
-// there with SKIP LOCKED, so concurrent pollers never wait on each other.
-// Across organizations, within one priority, the n-th task of each
-// organization comes before the (n+1)-th of any, and the organization this
-// worker served least recently goes first: organizations take turns.
-var leaseCandidatesSQL = `
-WITH worker AS (
-	SELECT w.capabilities, ` + taskTypesSQL("w.worker_type") + ` AS task_types,
-		least($2, w.max_concurrent_tasks - (SELECT count(*) FROM worker_task_attempts
-			WHERE worker_id = $1 AND status IN (` + activeStatuses + `))) AS want
-	FROM workers w
-	WHERE w.id = $1 AND w.enabled AND w.revoked_at IS NULL
-		AND NOT EXISTS (SELECT 1 FROM worker_task_attempts r
-			WHERE r.worker_id = $1 AND r.lease_request_key = $3
-				AND ` + leaseLive("r") + `)
-), candidates AS (
-	SELECT c.id, c.organization_id
-	FROM worker, organization_workers ow
-	CROSS JOIN LATERAL (
-		WITH RECURSIVE classes AS (
-			(SELECT t.lease_class, t.task_type, t.required_capabilities
+// collectSlottedLeases is collectLeases that also returns each lease's
+// token slot (1-based).
+func collectSlottedLeases(rows pgx.Rows, tokens []string) ([]Lease, []int, error) {
+	defer rows.Close()
+	var (
+		leases []Lease
+		slots  []int
+	)
+	for rows.Next() {
+		l, slot, err := scanLease(rows, tokens)
+		if err != nil {
+			return nil, nil, err
+		}
+		leases, slots = append(leases, l), append(slots, slot)
+	}
+	return leases, slots, rows.Err()
+}
+
+// grantLeases is the shared part of an acquisition, run once every poll's
+// worker, replay and assignments were read. Each worker's free slots are
+// shared by its polls in the group; polls that could run exactly the same
+// tasks — one worker type, one capability advertisement, one set of
+// organizations — take their candidates in one walk for the sum of their
+// free slots, handed out in the walk's order (priority, organizations in
+// turns, age), one to each poll in turn; then one statement grants them
+// all.
+func grantLeases(ctx context.Context, ex executor, polls []*acquisition) error {
+	type like struct {
+		polls   []*acquisition
+		want    int
+		workers []uuid.UUID
+	}
+	type pollKey struct {
+		worker uuid.UUID
+		key    string
+	}
+	free, granted := map[uuid.UUID]int{}, map[uuid.UUID]*int{}
+	groups := map[string]*like{}
+	// A poll repeated within the group under the same Idempotency-Key is
+	// the same poll: it is answered with the first one's leases.
+	firstOf, repeats := map[pollKey]*acquisition{}, map[*acquisition]*acquisition{}
+	var keys []string
+	for _, a := range polls {
+		w := a.p.WorkerID
+		if granted[w] == nil {
+			granted[w], free[w] = new(int), a.maxTasks-a.active
+		}
+		a.workerGranted = granted[w]
+		if !a.found || a.res.Replayed || len(a.res.OrganizationIDs) == 0 {
+			continue
+		}
+		if a.p.IdempotencyKey != "" {
+			k := pollKey{w, a.p.IdempotencyKey}
+			if first, ok := firstOf[k]; ok {
+				repeats[a] = first
+				continue
+			}
+			firstOf[k] = a
+		}
+		a.want = max(min(a.p.MaxTasks, free[w], len(a.tokens)), 0)
+		free[w] -= a.want
+		if a.want == 0 {
+			continue
+		}
+		var key strings.Builder
+		key.WriteString(a.workerType + "\x00" + string(a.capabilities))
+		for _, org := range a.res.OrganizationIDs {
+			key.WriteString("\x00" + org.String())
+		}
+		g := groups[key.String()]
+		if g == nil {
+			g = &like{}
+			groups[key.String()] = g
+			keys = append(keys, key.String())
+		}
+		g.polls, g.want = append(g.polls, a), g.want+a.want
+		if !slices.Contains(g.workers, w) {
+			g.workers = append(g.workers, w)
+		}
+	}
+
+	var (
+		taskIDs, workerIDs []uuid.UUID
+		requestKeys        []*string
+		hashes             [][]byte
+		tokens             []string
+		owners             []*acquisition
+	)
+	for _, key := range keys {
+		g := groups[key]
+		first := g.polls[0]
+		rows, err := ex.Query(ctx, candidatesSQL, first.res.OrganizationIDs, taskTypesFor[first.workerType],
+			string(first.capabilities), g.want, g.workers)
+		if err != nil {
+			return fmt.Errorf("lease candidates: %w", err)
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		if err != nil {
+			return fmt.Errorf("lease candidates: %w", err)
+		}
+		handed := make([]int, len(g.polls))
+		next := 0
+		for _, id := range ids {
+			for handed[next] == g.polls[next].want {
+				next = (next + 1) % len(g.polls)
+			}
+			a := g.polls[next]
+			taskIDs, workerIDs = append(taskIDs, id), append(workerIDs, a.p.WorkerID)
+			requestKeys = append(requestKeys, nullString(a.p.IdempotencyKey))
+			hashes, tokens = append(hashes, a.hashes[handed[next]]), append(tokens, a.tokens[handed[next]])
+			owners = append(owners, a)
+			handed[next]++
+			next = (next + 1) % len(g.polls)
+		}
+	}
+	if len(taskIDs) == 0 {
+		return nil
+	}
+	rows, err := ex.Query(ctx, grantSQL, taskIDs, workerIDs, requestKeys, hashes)
+	if err != nil {
+		return fmt.Errorf("grant leases: %w", err)
+	}
+	leases, slots, err := collectSlottedLeases(rows, tokens)
+	if err != nil {
+		return fmt.Errorf("grant leases: %w", err)
+	}
+	if len(leases) != len(taskIDs) {
+		// Cannot happen while the candidates are locked: refuse the whole
+		// acquisition rather than answer with fewer leases than granted.
+		return fmt.Errorf("grant leases: %d of %d locked tasks were leasable", len(leases), len(taskIDs))
+	}
+	for i, l := range leases {
+		a := owners[slots[i]-1]
+		a.res.Leases = append(a.res.Leases, l)
+		*a.workerGranted++
+	}
+	for repeat, first := range repeats {
+		repeat.res.Leases, repeat.res.Replayed = first.res.Leases, len(first.res.Leases) > 0
+	}
+	return nil
+}
+
+// candidatesSQL walks the leasable tasks one set of like polls may take:
+// $1 the organizations they serve, $2 the task types their worker type
+// runs, $3 their capabilities, $4 the sum of their free slots, $5 their
+// workers. Per organization it finds the organization's lease classes with
+// a loose index scan (each class is one task type with one set of required
+// capabilities), skips the classes these workers cannot run, and walks the
+// rest in priority and age order, locking rows with SKIP LOCKED so that
+// concurrent acquisitions never wait on each other. So the cost depends on
+// the organizations served and their number of classes — never on anyone
+// else's backlog, nor on tasks no such worker could run. Across
+// organizations, within one priority, the n-th task of each organization
+// comes before the (n+1)-th of any, and the organization these workers
+// served least recently goes first: organizations take turns.
+var candidatesSQL = `
+SELECT c.id
+FROM unnest($1::uuid[]) AS o(organization_id)
+CROSS JOIN LATERAL (
+	WITH RECURSIVE classes AS (
+		(SELECT t.lease_class, t.task_type, t.required_capabilities
+		FROM worker_tasks t
+		WHERE t.organization_id = o.organization_id AND t.state IN (` + fromStates(EventLease) + `)
+		ORDER BY t.lease_class LIMIT 1)
+		UNION ALL
+		(SELECT n.* FROM classes prev CROSS JOIN LATERAL (
+			SELECT t.lease_class, t.task_type, t.required_capabilities
 			FROM worker_tasks t
-			WHERE t.organization_id = ow.organization_id AND t.state IN (` + fromStates(EventLease) + `)
-			ORDER BY t.lease_class LIMIT 1)
-			UNION ALL
-			(SELECT n.* FROM classes prev CROSS JOIN LATERAL (
-				SELECT t.lease_class, t.task_type, t.required_capabilities
-				FROM worker_tasks t
-				WHERE t.organization_id = ow.organization_id AND t.state IN (` + fromStates(EventLease) + `)
-					AND t.lease_class > prev.lease_class
-				ORDER BY t.lease_class LIMIT 1) n)
-		)
-		-- Window functions cannot share a SELECT with FOR UPDATE, so the
-		-- turn number is computed over the locked rows one level up.
-		SELECT locked.*, row_number() OVER (PARTITION BY locked.priority ORDER BY locked.created_at, locked.id) AS turn
-		FROM (
-			SELECT picked.* FROM classes cls CROSS JOIN LATERAL (
-				SELECT t.id, t.organization_id, t.priority, t.created_at
-				FROM worker_tasks t
-				WHERE t.organization_id = ow.organization_id AND t.lease_class = cls.lease_class
-					AND t.state IN (` + fromStates(EventLease) + `)
-					AND t.available_at <= now()
-					AND (t.execution_deadline_at IS NULL OR t.execution_deadline_at > now())
-				ORDER BY t.priority DESC, t.created_at, t.id
-				LIMIT (SELECT greatest(want, 0) FROM worker)
-				FOR UPDATE OF t SKIP LOCKED
-			) picked
-			WHERE cls.task_type = ANY(worker.task_types) AND worker.capabilities @> cls.required_capabilities
-		) locked
-	) c
-	WHERE ow.worker_id = $1 AND ow.enabled AND ow.revoked_at IS NULL
-	ORDER BY c.priority DESC, c.turn, ow.last_leased_at NULLS FIRST, c.created_at, c.id
-	LIMIT (SELECT greatest(want, 0) FROM worker)
+			WHERE t.organization_id = o.organization_id AND t.state IN (` + fromStates(EventLease) + `)
+				AND t.lease_class > prev.lease_class
+			ORDER BY t.lease_class LIMIT 1) n)
+	)
+	-- Window functions cannot share a SELECT with FOR UPDATE, so the turn
+	-- number is computed over the locked rows one level up.
+	SELECT locked.*, row_number() OVER (PARTITION BY locked.priority ORDER BY locked.created_at, locked.id) AS turn
+	FROM (
+		SELECT picked.* FROM classes cls CROSS JOIN LATERAL (
+			SELECT t.id, t.priority, t.created_at
+			FROM worker_tasks t
+			WHERE t.organization_id = o.organization_id AND t.lease_class = cls.lease_class
+				AND t.state IN (` + fromStates(EventLease) + `)
+				AND t.available_at <= now()
+				AND (t.execution_deadline_at IS NULL OR t.execution_deadline_at > now())
+			ORDER BY t.priority DESC, t.created_at, t.id
+			LIMIT $4
+			FOR UPDATE OF t SKIP LOCKED
+		) picked
+		WHERE cls.task_type = ANY($2::text[]) AND $3::jsonb @> cls.required_capabilities
+	) locked
+) c
+CROSS JOIN LATERAL (
+	SELECT min(ow.last_leased_at) AS served FROM organization_workers ow
+	WHERE ow.organization_id = o.organization_id AND ow.worker_id = ANY($5::uuid[])
+) s
+ORDER BY c.priority DESC, c.turn, s.served NULLS FIRST, c.created_at, c.id
+LIMIT $4`
+
+// grantSQL leases locked tasks: $1 the tasks, $2 the worker each goes to,
+// $3 that poll's idempotency key (or NULL), $4 the hash of the lease token
+// it gets. It moves the tasks to leased, creates their attempts and records
+// which organizations each worker was served by, and answers each lease
+// with its position in the input (the slot of its token).
+var grantSQL = `
+WITH input AS (
+	SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::bytea[]) WITH ORDINALITY
+		AS i(task_id, worker_id, request_key, token_hash, slot)
 ), leased AS (
 	UPDATE worker_tasks t SET
 		state = '` + string(TaskTransitions[EventLease].To) + `',
 		attempt_count = t.attempt_count + 1,
 		attempts_started = t.attempts_started + 1,
 		updated_at = now()
-	FROM candidates c
-	WHERE t.id = c.id
-	RETURNING t.*
-), slots AS (
-	SELECT l.id, row_number() OVER (ORDER BY l.id) AS slot FROM leased l
+	FROM input i
+	WHERE t.id = i.task_id AND t.state IN (` + fromStates(EventLease) + `)
+	RETURNING t.*, i.worker_id AS grant_worker, i.request_key AS grant_request_key,
+		i.token_hash AS grant_token_hash, i.slot AS grant_slot
 ), attempts AS (
 	INSERT INTO worker_task_attempts
 		(task_id, worker_id, organization_id, attempt_number, lease_token_hash, status, lease_expires_at, deadline_at, lease_request_key)
-	SELECT l.id, $1, l.organization_id, l.attempts_started,
-		($4::bytea[])[s.slot],
+	SELECT l.id, l.grant_worker, l.organization_id, l.attempts_started, l.grant_token_hash,
 		'` + string(AttemptLeased) + `',
 		least(now() + make_interval(secs => l.lease_duration_seconds), d.deadline),
 		d.deadline,
-		$3
+		l.grant_request_key
 	FROM leased l
-	JOIN slots s ON s.id = l.id
 	CROSS JOIN LATERAL (
 		SELECT least(l.execution_deadline_at, now() + make_interval(secs => l.attempt_timeout_seconds)) AS deadline
 	) d
 	RETURNING *
 ), served AS (
 	UPDATE organization_workers ow SET last_leased_at = now()
-	WHERE ow.worker_id = $1 AND ow.organization_id IN (SELECT organization_id FROM leased)
+	FROM (SELECT DISTINCT grant_worker, organization_id FROM leased) s
+	WHERE ow.worker_id = s.grant_worker AND ow.organization_id = s.organization_id
 )
-SELECT s.slot, ` + leaseColumns + `
-FROM attempts a JOIN leased t ON t.id = a.task_id JOIN slots s ON s.id = t.id
+SELECT t.grant_slot, ` + leaseColumns + `
+FROM attempts a JOIN leased t ON t.id = a.task_id
 ORDER BY t.priority DESC, a.id`
 
 // taskTypesSQL is a SQL expression mapping the worker type in column to the
