@@ -158,12 +158,15 @@ type AcquireOutcome struct {
 // for the sum of their free slots — FOR UPDATE SKIP LOCKED, priority, then
 // organizations in turns, then age — hands them out in that order, and
 // creates all the attempts in one statement. Each poll is answered on its
-// own. If the transaction fails, a group of several is retried one poll at
-// a time, so one poll's failure is only its own.
+// own. A poll alone keeps its one-round-trip acquisition (leaseCandidatesSQL
+// in the same batch): coalescing costs two more round trips, paid back only
+// when there is a group to serve. If the transaction fails, a group of
+// several is retried one poll at a time, so one poll's failure is only its
+// own.
 func (s *Store) AcquireLeasesMany(ctx context.Context, ps []AcquireParams) []AcquireOutcome {
 	acqs := make([]*acquisition, len(ps))
 	for i, p := range ps {
-		acqs[i] = &acquisition{p: p}
+		acqs[i] = &acquisition{p: p, alone: len(ps) == 1}
 		acqs[i].tokens, acqs[i].hashes = newLeaseTokens(max(p.MaxTasks, 0))
 	}
 	ordered := slices.Clone(acqs)
@@ -186,8 +189,10 @@ func (s *Store) AcquireLeasesMany(ctx context.Context, ps []AcquireParams) []Acq
 		return nil
 	}
 	finish := func(ex executor) error {
-		if err := grantLeases(ctx, ex, ordered); err != nil {
-			return err
+		if len(ordered) > 1 {
+			if err := grantLeases(ctx, ex, ordered); err != nil {
+				return err
+			}
 		}
 		for _, a := range ordered {
 			if err := a.finish(ctx, ex); err != nil {
@@ -229,8 +234,11 @@ type acquisition struct {
 	maxTasks     int
 	capsChanged  bool
 	active       int
-	// want is how many leases this poll may get now; workerGranted counts
-	// the leases all of this worker's polls in the group got.
+	// alone is a poll acquired on its own, in one round trip (the
+	// candidate statement joins its batch); otherwise grantLeases serves
+	// the group. want is how many leases the poll may get in a group, and
+	// workerGranted counts the leases all of its worker's polls got.
+	alone         bool
 	want          int
 	workerGranted *int
 }
@@ -242,6 +250,11 @@ func (a *acquisition) queue(b *pgx.Batch) {
 		b.Queue(replayLeasesSQL, p.WorkerID, p.IdempotencyKey, a.hashes)
 	}
 	b.Queue(lockAssignmentsSQL, p.WorkerID)
+	if a.alone {
+		// The same tokens as the replay: if it replays any lease, this
+		// statement grants none.
+		b.Queue(leaseCandidatesSQL, p.WorkerID, p.MaxTasks, nullString(p.IdempotencyKey), a.hashes)
+	}
 }
 
 // read consumes the poll's results. Every one of its statements is read
@@ -287,6 +300,22 @@ func (a *acquisition) read(br pgx.BatchResults) error {
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("lock assignments: %w", err)
 	}
+	if !a.alone {
+		return nil
+	}
+	rows, err = br.Query()
+	if err != nil {
+		return fmt.Errorf("lease candidates: %w", err)
+	}
+	leases, err := collectLeases(rows, a.tokens)
+	if err != nil {
+		return fmt.Errorf("lease candidates: %w", err)
+	}
+	if !a.res.Replayed {
+		a.res.Leases = leases
+	}
+	granted := len(leases)
+	a.workerGranted = &granted
 	return nil
 }
 
@@ -511,53 +540,131 @@ func grantLeases(ctx context.Context, ex executor, polls []*acquisition) error {
 	return nil
 }
 
+// organizationWalkSQL is the candidate walk of one organization (org, an
+// SQL expression) shared by both acquisition statements: it finds the
+// organization's lease classes with a loose index scan (each class is one
+// task type with one set of required capabilities; one index probe per
+// class), keeps the classes whose type is in types and whose required
+// capabilities caps has, and walks each kept class in
+// worker_tasks_lease_class_idx in priority and age order, up to limit rows,
+// locking them with SKIP LOCKED so that concurrent acquisitions never wait
+// on each other. Each row carries its turn: its rank by age within its
+// priority, so that organizations can take turns.
+func organizationWalkSQL(org, types, caps, limit string) string {
+	return `
+		WITH RECURSIVE classes AS (
+			(SELECT t.lease_class, t.task_type, t.required_capabilities
+			FROM worker_tasks t
+			WHERE t.organization_id = ` + org + ` AND t.state IN (` + fromStates(EventLease) + `)
+			ORDER BY t.lease_class LIMIT 1)
+			UNION ALL
+			(SELECT n.* FROM classes prev CROSS JOIN LATERAL (
+				SELECT t.lease_class, t.task_type, t.required_capabilities
+				FROM worker_tasks t
+				WHERE t.organization_id = ` + org + ` AND t.state IN (` + fromStates(EventLease) + `)
+					AND t.lease_class > prev.lease_class
+				ORDER BY t.lease_class LIMIT 1) n)
+		)
+		-- Window functions cannot share a SELECT with FOR UPDATE, so the
+		-- turn number is computed over the locked rows one level up.
+		SELECT locked.*, row_number() OVER (PARTITION BY locked.priority ORDER BY locked.created_at, locked.id) AS turn
+		FROM (
+			SELECT picked.* FROM classes cls CROSS JOIN LATERAL (
+				SELECT t.id, t.organization_id, t.priority, t.created_at
+				FROM worker_tasks t
+				WHERE t.organization_id = ` + org + ` AND t.lease_class = cls.lease_class
+					AND t.state IN (` + fromStates(EventLease) + `)
+					AND t.available_at <= now()
+					AND (t.execution_deadline_at IS NULL OR t.execution_deadline_at > now())
+				ORDER BY t.priority DESC, t.created_at, t.id
+				LIMIT ` + limit + `
+				FOR UPDATE OF t SKIP LOCKED
+			) picked
+			WHERE cls.task_type = ANY(` + types + `) AND ` + caps + ` @> cls.required_capabilities
+		) locked`
+}
+
+// leaseCandidatesSQL is the acquisition of a poll alone, in the same round
+// trip as its worker, replay and assignment statements (a coalesced
+// acquisition needs two more): it picks and leases tasks in one statement: $1 the
+// worker, $2 the most tasks the poll asks for, $3 its idempotency key, $4
+// the hashes of the lease tokens to grant ($2 of them; the n-th lease
+// granted gets the n-th).
+//
+// It leases nothing when the worker is not enabled, has no free slot, or an
+// earlier poll with the same key still holds live leases (those are the
+// answer). For each assigned organization separately (LATERAL) it walks the
+// candidates (organizationWalkSQL). So the cost depends on the organizations
+// this worker serves and their number of classes — never on anyone else's
+// backlog, nor on tasks no worker like this one could run.
+// Across organizations, within one priority, the n-th task of each
+// organization comes before the (n+1)-th of any, and the organization this
+// worker served least recently goes first: organizations take turns.
+var leaseCandidatesSQL = `
+WITH worker AS (
+	SELECT w.capabilities, ` + taskTypesSQL("w.worker_type") + ` AS task_types,
+		least($2, w.max_concurrent_tasks - (SELECT count(*) FROM worker_task_attempts
+			WHERE worker_id = $1 AND status IN (` + activeStatuses + `))) AS want
+	FROM workers w
+	WHERE w.id = $1 AND w.enabled AND w.revoked_at IS NULL
+		AND NOT EXISTS (SELECT 1 FROM worker_task_attempts r
+			WHERE r.worker_id = $1 AND r.lease_request_key = $3
+				AND ` + leaseLive("r") + `)
+), candidates AS (
+	SELECT c.id, c.organization_id
+	FROM worker, organization_workers ow
+	CROSS JOIN LATERAL (` + organizationWalkSQL("ow.organization_id", "worker.task_types", "worker.capabilities", "(SELECT greatest(want, 0) FROM worker)") + `
+	) c
+	WHERE ow.worker_id = $1 AND ow.enabled AND ow.revoked_at IS NULL
+	ORDER BY c.priority DESC, c.turn, ow.last_leased_at NULLS FIRST, c.created_at, c.id
+	LIMIT (SELECT greatest(want, 0) FROM worker)
+), leased AS (
+	UPDATE worker_tasks t SET
+		state = '` + string(TaskTransitions[EventLease].To) + `',
+		attempt_count = t.attempt_count + 1,
+		attempts_started = t.attempts_started + 1,
+		updated_at = now()
+	FROM candidates c
+	WHERE t.id = c.id
+	RETURNING t.*
+), slots AS (
+	SELECT l.id, row_number() OVER (ORDER BY l.id) AS slot FROM leased l
+), attempts AS (
+	INSERT INTO worker_task_attempts
+		(task_id, worker_id, organization_id, attempt_number, lease_token_hash, status, lease_expires_at, deadline_at, lease_request_key)
+	SELECT l.id, $1, l.organization_id, l.attempts_started,
+		($4::bytea[])[s.slot],
+		'` + string(AttemptLeased) + `',
+		least(now() + make_interval(secs => l.lease_duration_seconds), d.deadline),
+		d.deadline,
+		$3
+	FROM leased l
+	JOIN slots s ON s.id = l.id
+	CROSS JOIN LATERAL (
+		SELECT least(l.execution_deadline_at, now() + make_interval(secs => l.attempt_timeout_seconds)) AS deadline
+	) d
+	RETURNING *
+), served AS (
+	UPDATE organization_workers ow SET last_leased_at = now()
+	WHERE ow.worker_id = $1 AND ow.organization_id IN (SELECT organization_id FROM leased)
+)
+SELECT s.slot, ` + leaseColumns + `
+FROM attempts a JOIN leased t ON t.id = a.task_id JOIN slots s ON s.id = t.id
+ORDER BY t.priority DESC, a.id`
+
 // candidatesSQL walks the leasable tasks one set of like polls may take:
 // $1 the organizations they serve, $2 the task types their worker type
 // runs, $3 their capabilities, $4 the sum of their free slots, $5 their
-// workers. Per organization it finds the organization's lease classes with
-// a loose index scan (each class is one task type with one set of required
-// capabilities), skips the classes these workers cannot run, and walks the
-// rest in priority and age order, locking rows with SKIP LOCKED so that
-// concurrent acquisitions never wait on each other. So the cost depends on
-// the organizations served and their number of classes — never on anyone
-// else's backlog, nor on tasks no such worker could run. Across
-// organizations, within one priority, the n-th task of each organization
-// comes before the (n+1)-th of any, and the organization these workers
-// served least recently goes first: organizations take turns.
+// workers — per organization (organizationWalkSQL), so the cost depends on
+// the organizations served and their number of classes, never on anyone
+// else's backlog. Across organizations, within one priority, the n-th task
+// of each organization comes before the (n+1)-th of any, and the
+// organization these workers served least recently goes first:
+// organizations take turns.
 var candidatesSQL = `
 SELECT c.id
 FROM unnest($1::uuid[]) AS o(organization_id)
-CROSS JOIN LATERAL (
-	WITH RECURSIVE classes AS (
-		(SELECT t.lease_class, t.task_type, t.required_capabilities
-		FROM worker_tasks t
-		WHERE t.organization_id = o.organization_id AND t.state IN (` + fromStates(EventLease) + `)
-		ORDER BY t.lease_class LIMIT 1)
-		UNION ALL
-		(SELECT n.* FROM classes prev CROSS JOIN LATERAL (
-			SELECT t.lease_class, t.task_type, t.required_capabilities
-			FROM worker_tasks t
-			WHERE t.organization_id = o.organization_id AND t.state IN (` + fromStates(EventLease) + `)
-				AND t.lease_class > prev.lease_class
-			ORDER BY t.lease_class LIMIT 1) n)
-	)
-	-- Window functions cannot share a SELECT with FOR UPDATE, so the turn
-	-- number is computed over the locked rows one level up.
-	SELECT locked.*, row_number() OVER (PARTITION BY locked.priority ORDER BY locked.created_at, locked.id) AS turn
-	FROM (
-		SELECT picked.* FROM classes cls CROSS JOIN LATERAL (
-			SELECT t.id, t.priority, t.created_at
-			FROM worker_tasks t
-			WHERE t.organization_id = o.organization_id AND t.lease_class = cls.lease_class
-				AND t.state IN (` + fromStates(EventLease) + `)
-				AND t.available_at <= now()
-				AND (t.execution_deadline_at IS NULL OR t.execution_deadline_at > now())
-			ORDER BY t.priority DESC, t.created_at, t.id
-			LIMIT $4
-			FOR UPDATE OF t SKIP LOCKED
-		) picked
-		WHERE cls.task_type = ANY($2::text[]) AND $3::jsonb @> cls.required_capabilities
-	) locked
+CROSS JOIN LATERAL (` + organizationWalkSQL("o.organization_id", "$2::text[]", "$3::jsonb", "$4") + `
 ) c
 CROSS JOIN LATERAL (
 	SELECT min(ow.last_leased_at) AS served FROM organization_workers ow
