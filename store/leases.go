@@ -480,17 +480,20 @@ func grantLeases(ctx context.Context, ex executor, polls []*acquisition) error {
 	}
 
 	var (
-		taskIDs, workerIDs []uuid.UUID
-		requestKeys        []*string
-		hashes             [][]byte
-		tokens             []string
-		owners             []*acquisition
+		// taskIDs starts empty, not nil: it is the exclusion list of the
+		// walks, and a NULL array would exclude every task.
+		taskIDs     = []uuid.UUID{}
+		workerIDs   []uuid.UUID
+		requestKeys []*string
+		hashes      [][]byte
+		tokens      []string
+		owners      []*acquisition
 	)
 	for _, key := range keys {
 		g := groups[key]
 		first := g.polls[0]
 		rows, err := ex.Query(ctx, candidatesSQL, first.res.OrganizationIDs, taskTypesFor[first.workerType],
-			string(first.capabilities), g.want, g.workers)
+			string(first.capabilities), g.want, g.workers, taskIDs)
 		if err != nil {
 			return fmt.Errorf("lease candidates: %w", err)
 		}
@@ -501,6 +504,10 @@ func grantLeases(ctx context.Context, ex executor, polls []*acquisition) error {
 		handed := make([]int, len(g.polls))
 		next := 0
 		for _, id := range ids {
+			if slices.Contains(taskIDs, id) {
+				// Cannot happen: the walk excludes what earlier groups took.
+				return fmt.Errorf("grant leases: task %s picked twice", id)
+			}
 			for handed[next] == g.polls[next].want {
 				next = (next + 1) % len(g.polls)
 			}
@@ -550,7 +557,7 @@ func grantLeases(ctx context.Context, ex executor, polls []*acquisition) error {
 // locking them with SKIP LOCKED so that concurrent acquisitions never wait
 // on each other. Each row carries its turn: its rank by age within its
 // priority, so that organizations can take turns.
-func organizationWalkSQL(org, types, caps, limit string) string {
+func organizationWalkSQL(org, types, caps, limit, exclude string) string {
 	return `
 		WITH RECURSIVE classes AS (
 			(SELECT t.lease_class, t.task_type, t.required_capabilities
@@ -575,7 +582,7 @@ func organizationWalkSQL(org, types, caps, limit string) string {
 				WHERE t.organization_id = ` + org + ` AND t.lease_class = cls.lease_class
 					AND t.state IN (` + fromStates(EventLease) + `)
 					AND t.available_at <= now()
-					AND (t.execution_deadline_at IS NULL OR t.execution_deadline_at > now())
+					AND (t.execution_deadline_at IS NULL OR t.execution_deadline_at > now())` + exclude + `
 				ORDER BY t.priority DESC, t.created_at, t.id
 				LIMIT ` + limit + `
 				FOR UPDATE OF t SKIP LOCKED
@@ -613,7 +620,7 @@ WITH worker AS (
 ), candidates AS (
 	SELECT c.id, c.organization_id
 	FROM worker, organization_workers ow
-	CROSS JOIN LATERAL (` + organizationWalkSQL("ow.organization_id", "worker.task_types", "worker.capabilities", "(SELECT greatest(want, 0) FROM worker)") + `
+	CROSS JOIN LATERAL (` + organizationWalkSQL("ow.organization_id", "worker.task_types", "worker.capabilities", "(SELECT greatest(want, 0) FROM worker)", "") + `
 	) c
 	WHERE ow.worker_id = $1 AND ow.enabled AND ow.revoked_at IS NULL
 	ORDER BY c.priority DESC, c.turn, ow.last_leased_at NULLS FIRST, c.created_at, c.id
@@ -655,7 +662,9 @@ ORDER BY t.priority DESC, a.id`
 // candidatesSQL walks the leasable tasks one set of like polls may take:
 // $1 the organizations they serve, $2 the task types their worker type
 // runs, $3 their capabilities, $4 the sum of their free slots, $5 their
-// workers — per organization (organizationWalkSQL), so the cost depends on
+// workers, $6 the tasks earlier groups of the same acquisition took (rows
+// this transaction locked are not skipped by SKIP LOCKED) — per organization
+// (organizationWalkSQL), so the cost depends on
 // the organizations served and their number of classes, never on anyone
 // else's backlog. Across organizations, within one priority, the n-th task
 // of each organization comes before the (n+1)-th of any, and the
@@ -664,7 +673,8 @@ ORDER BY t.priority DESC, a.id`
 var candidatesSQL = `
 SELECT c.id
 FROM unnest($1::uuid[]) AS o(organization_id)
-CROSS JOIN LATERAL (` + organizationWalkSQL("o.organization_id", "$2::text[]", "$3::jsonb", "$4") + `
+CROSS JOIN LATERAL (` + organizationWalkSQL("o.organization_id", "$2::text[]", "$3::jsonb", "$4", `
+					AND t.id <> ALL($6::uuid[])`) + `
 ) c
 CROSS JOIN LATERAL (
 	SELECT min(ow.last_leased_at) AS served FROM organization_workers ow
