@@ -488,6 +488,7 @@ func grantLeases(ctx context.Context, ex executor, polls []*acquisition) error {
 		hashes      [][]byte
 		tokens      []string
 		owners      []*acquisition
+		taken       = map[uuid.UUID]bool{}
 	)
 	for _, key := range keys {
 		g := groups[key]
@@ -504,10 +505,11 @@ func grantLeases(ctx context.Context, ex executor, polls []*acquisition) error {
 		handed := make([]int, len(g.polls))
 		next := 0
 		for _, id := range ids {
-			if slices.Contains(taskIDs, id) {
+			if taken[id] {
 				// Cannot happen: the walk excludes what earlier groups took.
 				return fmt.Errorf("grant leases: task %s picked twice", id)
 			}
+			taken[id] = true
 			for handed[next] == g.polls[next].want {
 				next = (next + 1) % len(g.polls)
 			}
@@ -520,26 +522,26 @@ func grantLeases(ctx context.Context, ex executor, polls []*acquisition) error {
 			next = (next + 1) % len(g.polls)
 		}
 	}
-	if len(taskIDs) == 0 {
-		return nil
-	}
-	rows, err := ex.Query(ctx, grantSQL, taskIDs, workerIDs, requestKeys, hashes)
-	if err != nil {
-		return fmt.Errorf("grant leases: %w", err)
-	}
-	leases, slots, err := collectSlottedLeases(rows, tokens)
-	if err != nil {
-		return fmt.Errorf("grant leases: %w", err)
-	}
-	if len(leases) != len(taskIDs) {
-		// Cannot happen while the candidates are locked: refuse the whole
-		// acquisition rather than answer with fewer leases than granted.
-		return fmt.Errorf("grant leases: %d of %d locked tasks were leasable", len(leases), len(taskIDs))
-	}
-	for i, l := range leases {
-		a := owners[slots[i]-1]
-		a.res.Leases = append(a.res.Leases, l)
-		*a.workerGranted++
+	if len(taskIDs) > 0 {
+		rows, err := ex.Query(ctx, grantSQL, taskIDs, workerIDs, requestKeys, hashes)
+		if err != nil {
+			return fmt.Errorf("grant leases: %w", err)
+		}
+		leases, slots, err := collectSlottedLeases(rows, tokens)
+		if err != nil {
+			return fmt.Errorf("grant leases: %w", err)
+		}
+		if len(leases) != len(taskIDs) {
+			// Cannot happen while the candidates are locked: refuse the
+			// whole acquisition rather than answer with fewer leases than
+			// granted.
+			return fmt.Errorf("grant leases: %d of %d locked tasks were leasable", len(leases), len(taskIDs))
+		}
+		for i, l := range leases {
+			a := owners[slots[i]-1]
+			a.res.Leases = append(a.res.Leases, l)
+			*a.workerGranted++
+		}
 	}
 	for repeat, first := range repeats {
 		repeat.res.Leases, repeat.res.Replayed = first.res.Leases, len(first.res.Leases) > 0
