@@ -629,10 +629,7 @@ WITH worker AS (
 	LIMIT (SELECT greatest(want, 0) FROM worker)
 ), leased AS (
 	UPDATE worker_tasks t SET
-		state = '` + string(TaskTransitions[EventLease].To) + `',
-		attempt_count = t.attempt_count + 1,
-		attempts_started = t.attempts_started + 1,
-		updated_at = now()
+		` + leaseTaskSetSQL + `
 	FROM candidates c
 	WHERE t.id = c.id
 	RETURNING t.*
@@ -643,15 +640,11 @@ WITH worker AS (
 		(task_id, worker_id, organization_id, attempt_number, lease_token_hash, status, lease_expires_at, deadline_at, lease_request_key)
 	SELECT l.id, $1, l.organization_id, l.attempts_started,
 		($4::bytea[])[s.slot],
-		'` + string(AttemptLeased) + `',
-		least(now() + make_interval(secs => l.lease_duration_seconds), d.deadline),
-		d.deadline,
+		'` + string(AttemptLeased) + `', ` + firstLeaseExpirySQL + `, d.deadline,
 		$3
 	FROM leased l
 	JOIN slots s ON s.id = l.id
-	CROSS JOIN LATERAL (
-		SELECT least(l.execution_deadline_at, now() + make_interval(secs => l.attempt_timeout_seconds)) AS deadline
-	) d
+	` + attemptDeadlineSQL + `
 	RETURNING *
 ), served AS (
 	UPDATE organization_workers ow SET last_leased_at = now()
@@ -660,6 +653,22 @@ WITH worker AS (
 SELECT s.slot, ` + leaseColumns + `
 FROM attempts a JOIN leased t ON t.id = a.task_id JOIN slots s ON s.id = t.id
 ORDER BY t.priority DESC, a.id`
+
+// What leasing does to a task row t and to the attempt of a just-leased
+// task row l, written once for both acquisition statements: the lease
+// edge's change to the task; the attempt's deadline d (its timeout, never
+// past the task's execution deadline), joined laterally; and its first
+// lease expiry, never past that deadline.
+var (
+	leaseTaskSetSQL = `state = '` + string(TaskTransitions[EventLease].To) + `',
+		attempt_count = t.attempt_count + 1,
+		attempts_started = t.attempts_started + 1,
+		updated_at = now()`
+	attemptDeadlineSQL = `CROSS JOIN LATERAL (
+		SELECT least(l.execution_deadline_at, now() + make_interval(secs => l.attempt_timeout_seconds)) AS deadline
+	) d`
+	firstLeaseExpirySQL = `least(now() + make_interval(secs => l.lease_duration_seconds), d.deadline)`
+)
 
 // candidatesSQL walks the leasable tasks one set of like polls may take:
 // $1 the organizations they serve, $2 the task types their worker type
@@ -696,10 +705,7 @@ WITH input AS (
 		AS i(task_id, worker_id, request_key, token_hash, slot)
 ), leased AS (
 	UPDATE worker_tasks t SET
-		state = '` + string(TaskTransitions[EventLease].To) + `',
-		attempt_count = t.attempt_count + 1,
-		attempts_started = t.attempts_started + 1,
-		updated_at = now()
+		` + leaseTaskSetSQL + `
 	FROM input i
 	WHERE t.id = i.task_id AND t.state IN (` + fromStates(EventLease) + `)
 	RETURNING t.*, i.worker_id AS grant_worker, i.request_key AS grant_request_key,
@@ -708,14 +714,10 @@ WITH input AS (
 	INSERT INTO worker_task_attempts
 		(task_id, worker_id, organization_id, attempt_number, lease_token_hash, status, lease_expires_at, deadline_at, lease_request_key)
 	SELECT l.id, l.grant_worker, l.organization_id, l.attempts_started, l.grant_token_hash,
-		'` + string(AttemptLeased) + `',
-		least(now() + make_interval(secs => l.lease_duration_seconds), d.deadline),
-		d.deadline,
+		'` + string(AttemptLeased) + `', ` + firstLeaseExpirySQL + `, d.deadline,
 		l.grant_request_key
 	FROM leased l
-	CROSS JOIN LATERAL (
-		SELECT least(l.execution_deadline_at, now() + make_interval(secs => l.attempt_timeout_seconds)) AS deadline
-	) d
+	` + attemptDeadlineSQL + `
 	RETURNING *
 ), served AS (
 	UPDATE organization_workers ow SET last_leased_at = now()

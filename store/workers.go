@@ -33,10 +33,6 @@ type Worker struct {
 	// only to that organization and to unscoped callers.
 	OwnerOrganizationID *uuid.UUID
 	CreatedAt           time.Time
-	// busyAttempts counts the worker's active attempts of every
-	// organization: capacity is shared, so eligibility is judged on it even
-	// where ActiveAttempts shows only the caller's.
-	busyAttempts int
 }
 
 // workerColumns reads a worker with its online state ($1 is the online
@@ -54,15 +50,14 @@ const workerColumns = `w.id, w.name, w.worker_type, w.enabled, w.revoked_at, w.r
 		WHERE ow.worker_id = w.id AND ow.enabled AND ow.revoked_at IS NULL
 			AND ($2::uuid IS NULL OR ow.organization_id = $2) ORDER BY ow.organization_id),
 	CASE WHEN $2::uuid IS NULL OR w.owner_organization_id = $2 THEN w.owner_organization_id END,
-	w.created_at,
-	(SELECT count(*) FROM worker_task_attempts a WHERE a.worker_id = w.id AND a.status IN ('leased', 'running'))`
+	w.created_at`
 
 // workerFields are the scan targets of workerColumns, in order.
 func workerFields(w *Worker) []any {
 	return []any{&w.ID, &w.Name, &w.WorkerType, &w.Enabled, &w.RevokedAt, &w.RevocationReason,
 		&w.CertificateFingerprint, &w.CertificateSubject, &w.SoftwareVersion, &w.ProtocolVersion,
 		&w.Capabilities, &w.MaxConcurrentTasks, &w.LastSeenAt, &w.Online, &w.ActiveAttempts, &w.OrganizationIDs,
-		&w.OwnerOrganizationID, &w.CreatedAt, &w.busyAttempts}
+		&w.OwnerOrganizationID, &w.CreatedAt}
 }
 
 func scanWorker(row pgx.Row) (Worker, error) {
@@ -389,7 +384,11 @@ func (s *Store) OrganizationWorkers(ctx context.Context, scope Scope, org uuid.U
 	if _, err := s.GetOrganization(ctx, scope, org); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+workerColumns+`, ow.enabled
+	// Capacity is shared by every organization a worker serves, so
+	// eligibility is judged on all its active attempts (busy), even where
+	// the worker's ActiveAttempts shows only the caller's.
+	rows, err := s.pool.Query(ctx, `SELECT `+workerColumns+`, ow.enabled,
+			(SELECT count(*) FROM worker_task_attempts a WHERE a.worker_id = w.id AND a.status IN (`+activeStatuses+`))
 		FROM organization_workers ow JOIN workers w ON w.id = ow.worker_id
 		WHERE ow.organization_id = $3 AND ow.revoked_at IS NULL
 		ORDER BY w.name, w.id`, onlineWindow.Seconds(), scope.Organization, org)
@@ -399,7 +398,8 @@ func (s *Store) OrganizationWorkers(ctx context.Context, scope Scope, org uuid.U
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (WorkerEligibility, error) {
 		var e WorkerEligibility
 		w := &e.Worker
-		err := r.Scan(append(workerFields(w), &e.AssignmentEnabled)...)
+		var busy int
+		err := r.Scan(append(workerFields(w), &e.AssignmentEnabled, &busy)...)
 		switch {
 		case w.RevokedAt != nil:
 			e.Reason = "revoked"
@@ -409,7 +409,7 @@ func (s *Store) OrganizationWorkers(ctx context.Context, scope Scope, org uuid.U
 			e.Reason = "assignment_disabled"
 		case !w.Online:
 			e.Reason = "offline"
-		case w.busyAttempts >= w.MaxConcurrentTasks:
+		case busy >= w.MaxConcurrentTasks:
 			e.Reason = "at_capacity"
 		default:
 			e.Reason, e.Eligible = "eligible", true
