@@ -111,7 +111,7 @@ func TestIntegerParametersPastTheirBoundsAre400(t *testing.T) {
 	checked := 0
 	for path, item := range spec.Paths.Map() {
 		for method, op := range item.Operations() {
-			if !usesBearer(spec, op) {
+			if !requiresScheme(spec, op, "bearerAuth") {
 				continue
 			}
 			for _, p := range append(item.Parameters, op.Parameters...) {
@@ -137,14 +137,15 @@ func TestIntegerParametersPastTheirBoundsAre400(t *testing.T) {
 	require.NotZero(t, checked)
 }
 
-// usesBearer reports whether an operation takes a bearer token.
-func usesBearer(spec *openapi3.T, op *openapi3.Operation) bool {
+// requiresScheme reports whether an operation takes the security scheme:
+// its own requirements, or the document's when it names none.
+func requiresScheme(spec *openapi3.T, op *openapi3.Operation, scheme string) bool {
 	reqs := spec.Security
 	if op.Security != nil {
 		reqs = *op.Security
 	}
 	for _, r := range reqs {
-		if _, ok := r["bearerAuth"]; ok {
+		if _, ok := r[scheme]; ok {
 			return true
 		}
 	}

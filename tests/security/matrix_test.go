@@ -224,17 +224,11 @@ func operationID(op *openapi3.Operation) string {
 // operationRole is the role an operation needs: from its security
 // requirement, and for bearer routes from bearerRoles.
 func operationRole(spec *openapi3.T, op *openapi3.Operation) string {
-	reqs := spec.Security
-	if op.Security != nil {
-		reqs = *op.Security
-	}
-	for _, r := range reqs {
-		if _, ok := r["workerMTLS"]; ok {
-			return roleWorker
-		}
-		if _, ok := r["bearerAuth"]; ok {
-			return bearerRoles[operationID(op)]
-		}
+	switch {
+	case requiresScheme(spec, op, "workerMTLS"):
+		return roleWorker
+	case requiresScheme(spec, op, "bearerAuth"):
+		return bearerRoles[operationID(op)]
 	}
 	return rolePublic
 }
