@@ -107,8 +107,9 @@ FROM ended e JOIN worker_tasks t ON t.id = e.task_id
 ORDER BY t.id
 FOR UPDATE OF t`
 
-// moveTasksSQL moves each locked task to the state its completion decided
-// and records that state on the attempt, so a replay can answer with it.
+// moveTasksSQL moves each locked task to the state its completion decided,
+// queues it again if that state is leasable (queue.go), and records that
+// state on the attempt, so a replay can answer with it.
 var moveTasksSQL = `
 WITH input AS (
 	SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::bool[], $6::text[], $7::text[])
@@ -127,7 +128,9 @@ WITH input AS (
 		updated_at = now()
 	FROM input i
 	WHERE t.id = i.task_id AND t.state = i.observed_state
-	RETURNING t.id, t.state, t.available_at, extract(epoch FROM t.available_at - now())::float8 AS delay
+	RETURNING t.*, extract(epoch FROM t.available_at - now())::float8 AS delay
+), enqueued AS (
+	` + EnqueueSQL("moved") + `
 ), recorded AS (
 	UPDATE worker_task_attempts a SET result_task_state = m.state
 	FROM moved m JOIN input i ON i.task_id = m.id

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -180,6 +181,20 @@ func exec(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) {
 	require.NoError(t, err)
 }
 
+// editTasks runs an UPDATE of worker_tasks (without RETURNING) that stands
+// in for time passing or a state the test needs, then makes the edited
+// tasks' queue rows follow (store.ResyncQueueSQL), as the gateway's own
+// statements do.
+func editTasks(t *testing.T, pool *pgxpool.Pool, update string, args ...any) []uuid.UUID {
+	t.Helper()
+	rows, err := pool.Query(t.Context(), update+" RETURNING id", args...)
+	require.NoError(t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	require.NoError(t, err)
+	exec(t, pool, store.ResyncQueueSQL, ids)
+	return ids
+}
+
 // expireLease simulates the lease running out: its expiry moves into the past.
 func expireLease(t *testing.T, pool *pgxpool.Pool, attemptID uuid.UUID) {
 	t.Helper()
@@ -189,7 +204,7 @@ func expireLease(t *testing.T, pool *pgxpool.Pool, attemptID uuid.UUID) {
 // makeDue simulates a retry backoff or schedule running out.
 func makeDue(t *testing.T, pool *pgxpool.Pool, taskID uuid.UUID) {
 	t.Helper()
-	exec(t, pool, `UPDATE worker_tasks SET available_at = now() - interval '1 second' WHERE id = $1`, taskID)
+	editTasks(t, pool, `UPDATE worker_tasks SET available_at = now() - interval '1 second' WHERE id = $1`, taskID)
 }
 
 func sweep(t *testing.T, s *store.Store) store.SweepResult {

@@ -531,12 +531,9 @@ func grantLeases(ctx context.Context, ex executor, polls []*acquisition) error {
 		if err != nil {
 			return fmt.Errorf("grant leases: %w", err)
 		}
-		if len(leases) != len(taskIDs) {
-			// Cannot happen while the candidates are locked: refuse the
-			// whole acquisition rather than answer with fewer leases than
-			// granted.
-			return fmt.Errorf("grant leases: %d of %d locked tasks were leasable", len(leases), len(taskIDs))
-		}
+		// A task whose queue row the walk locked but which another
+		// transaction holds (a cancel, about to dequeue it) was skipped:
+		// its poll gets one lease fewer.
 		for i, l := range leases {
 			a := owners[slots[i]-1]
 			a.res.Leases = append(a.res.Leases, l)
@@ -551,46 +548,61 @@ func grantLeases(ctx context.Context, ex executor, polls []*acquisition) error {
 
 // organizationWalkSQL is the candidate walk of one organization (org, an
 // SQL expression) shared by both acquisition statements: it finds the
-// organization's lease classes with a loose index scan (each class is one
-// task type with one set of required capabilities; one index probe per
-// class), keeps the classes whose type is in types and whose required
-// capabilities caps has, and walks each kept class in
-// worker_tasks_lease_class_idx in priority and age order, up to limit rows,
-// locking them with SKIP LOCKED so that concurrent acquisitions never wait
-// on each other. Each row carries its turn: its rank by age within its
-// priority, so that organizations can take turns.
+// organization's lease classes in the queue (queue.go) with a loose index
+// scan (each class is one task type with one set of required capabilities;
+// one index probe per class), keeps the classes whose type is in types and
+// whose required capabilities caps has, and walks each kept class in
+// worker_task_queue_walk_idx in priority and age order, up to limit rows,
+// locking the queue rows with SKIP LOCKED so that concurrent acquisitions
+// never wait on each other. Each row carries its turn: its rank by age
+// within its priority, so that organizations can take turns.
 func organizationWalkSQL(org, types, caps, limit, exclude string) string {
 	return `
 		WITH RECURSIVE classes AS (
-			(SELECT t.lease_class, t.task_type, t.required_capabilities
-			FROM worker_tasks t
-			WHERE t.organization_id = ` + org + ` AND t.state IN (` + fromStates(EventLease) + `)
-			ORDER BY t.lease_class LIMIT 1)
+			(SELECT q.lease_class, q.task_type, q.required_capabilities
+			FROM worker_task_queue q
+			WHERE q.organization_id = ` + org + `
+			ORDER BY q.lease_class LIMIT 1)
 			UNION ALL
 			(SELECT n.* FROM classes prev CROSS JOIN LATERAL (
-				SELECT t.lease_class, t.task_type, t.required_capabilities
-				FROM worker_tasks t
-				WHERE t.organization_id = ` + org + ` AND t.state IN (` + fromStates(EventLease) + `)
-					AND t.lease_class > prev.lease_class
-				ORDER BY t.lease_class LIMIT 1) n)
+				SELECT q.lease_class, q.task_type, q.required_capabilities
+				FROM worker_task_queue q
+				WHERE q.organization_id = ` + org + ` AND q.lease_class > prev.lease_class
+				ORDER BY q.lease_class LIMIT 1) n)
 		)
 		-- Window functions cannot share a SELECT with FOR UPDATE, so the
 		-- turn number is computed over the locked rows one level up.
 		SELECT locked.*, row_number() OVER (PARTITION BY locked.priority ORDER BY locked.created_at, locked.id) AS turn
 		FROM (
 			SELECT picked.* FROM classes cls CROSS JOIN LATERAL (
-				SELECT t.id, t.organization_id, t.priority, t.created_at
-				FROM worker_tasks t
-				WHERE t.organization_id = ` + org + ` AND t.lease_class = cls.lease_class
-					AND t.state IN (` + fromStates(EventLease) + `)
-					AND t.available_at <= now()
-					AND (t.execution_deadline_at IS NULL OR t.execution_deadline_at > now())` + exclude + `
-				ORDER BY t.priority DESC, t.created_at, t.id
+				SELECT q.task_id AS id, q.organization_id, q.priority, q.created_at
+				FROM worker_task_queue q
+				WHERE q.organization_id = ` + org + ` AND q.lease_class = cls.lease_class
+					AND q.available_at <= now()
+					AND (q.execution_deadline_at IS NULL OR q.execution_deadline_at > now())` + exclude + `
+				ORDER BY q.priority DESC, q.created_at, q.task_id
 				LIMIT ` + limit + `
-				FOR UPDATE OF t SKIP LOCKED
+				FOR UPDATE OF q SKIP LOCKED
 			) picked
 			WHERE cls.task_type = ANY(` + types + `) AND ` + caps + ` @> cls.required_capabilities
 		) locked`
+}
+
+// takeQueuedSQL takes the tasks of the queue rows in rel (a relation with
+// an id column, whose queue rows this transaction locked): it locks each
+// still-leasable task with SKIP LOCKED — a transaction that holds the task
+// is about to change it and delete the queue row, and waits for ours to do
+// so, so waiting for it would deadlock — and deletes the queue rows of the
+// tasks it took. The CTEs taken and dequeued it defines go into a WITH
+// list; taken has the ids.
+func takeQueuedSQL(rel string) string {
+	return `taken AS (
+		SELECT t.id FROM worker_tasks t
+		WHERE t.id IN (SELECT id FROM ` + rel + `) AND t.state IN (` + leasableStates + `)
+		FOR UPDATE OF t SKIP LOCKED
+	), dequeued AS (
+		DELETE FROM worker_task_queue q USING taken WHERE q.task_id = taken.id
+	)`
 }
 
 // leaseCandidatesSQL is the acquisition of a poll alone, in the same round
@@ -627,10 +639,10 @@ WITH worker AS (
 	WHERE ow.worker_id = $1 AND ow.enabled AND ow.revoked_at IS NULL
 	ORDER BY c.priority DESC, c.turn, ow.last_leased_at NULLS FIRST, c.created_at, c.id
 	LIMIT (SELECT greatest(want, 0) FROM worker)
-), leased AS (
+), ` + takeQueuedSQL("candidates") + `, leased AS (
 	UPDATE worker_tasks t SET
 		` + leaseTaskSetSQL + `
-	FROM candidates c
+	FROM taken c
 	WHERE t.id = c.id
 	RETURNING t.*
 ), slots AS (
@@ -685,7 +697,7 @@ var candidatesSQL = `
 SELECT c.id
 FROM unnest($1::uuid[]) AS o(organization_id)
 CROSS JOIN LATERAL (` + organizationWalkSQL("o.organization_id", "$2::text[]", "$3::jsonb", "$4", `
-					AND t.id <> ALL($6::uuid[])`) + `
+					AND q.task_id <> ALL($6::uuid[])`) + `
 ) c
 CROSS JOIN LATERAL (
 	SELECT min(ow.last_leased_at) AS served FROM organization_workers ow
@@ -694,20 +706,23 @@ CROSS JOIN LATERAL (
 ORDER BY c.priority DESC, c.turn, s.served NULLS FIRST, c.created_at, c.id
 LIMIT $4`
 
-// grantSQL leases locked tasks: $1 the tasks, $2 the worker each goes to,
-// $3 that poll's idempotency key (or NULL), $4 the hash of the lease token
-// it gets. It moves the tasks to leased, creates their attempts and records
+// grantSQL leases the tasks of locked queue rows: $1 the tasks, $2 the
+// worker each goes to, $3 that poll's idempotency key (or NULL), $4 the hash
+// of the lease token it gets. It takes them off the queue (takeQueuedSQL),
+// moves them to leased, creates their attempts and records
 // which organizations each worker was served by, and answers each lease
 // with its position in the input (the slot of its token).
 var grantSQL = `
 WITH input AS (
 	SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::bytea[]) WITH ORDINALITY
 		AS i(task_id, worker_id, request_key, token_hash, slot)
-), leased AS (
+), picked AS (
+	SELECT task_id AS id FROM input
+), ` + takeQueuedSQL("picked") + `, leased AS (
 	UPDATE worker_tasks t SET
 		` + leaseTaskSetSQL + `
-	FROM input i
-	WHERE t.id = i.task_id AND t.state IN (` + fromStates(EventLease) + `)
+	FROM input i JOIN taken k ON k.id = i.task_id
+	WHERE t.id = i.task_id
 	RETURNING t.*, i.worker_id AS grant_worker, i.request_key AS grant_request_key,
 		i.token_hash AS grant_token_hash, i.slot AS grant_slot
 ), attempts AS (

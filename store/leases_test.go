@@ -331,7 +331,7 @@ func TestAcquireLeases(t *testing.T) {
 		s, bundle := setup(t)
 		later := createTask(t, s, bundle.org.ID, store.CreateTaskParams{Delay: time.Hour})
 		late := createTask(t, s, bundle.org.ID, store.CreateTaskParams{ExecutionTimeout: time.Hour})
-		exec(t, bundle.pool, `UPDATE worker_tasks SET execution_deadline_at = now() - interval '1 second' WHERE id = $1`, late.ID)
+		editTasks(t, bundle.pool, `UPDATE worker_tasks SET execution_deadline_at = now() - interval '1 second' WHERE id = $1`, late.ID)
 
 		res := acquire(t, s, bundle.worker.ID, 4)
 		require.Empty(t, res.Leases)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/worker-gateway/gateway/migrations"
@@ -68,8 +69,8 @@ func TestLeaseTokenMigrationKeepsLiveLeases(t *testing.T) {
 	org := createOrg(t, old, "org-a")
 	worker := createWorker(t, old, oldPool, workerOpts{Capacity: 2})
 	assign(t, old, org.ID, worker.ID)
-	live := createTask(t, old, org.ID, store.CreateTaskParams{})
-	done := createTask(t, old, org.ID, store.CreateTaskParams{})
+	// Tasks inserted as that schema's gateway did (its store code is gone).
+	live, done := insertOldTask(t, oldPool, org.ID), insertOldTask(t, oldPool, org.ID)
 	liveToken := strings.Repeat("0123456789abcdef", 4)
 	doneToken := strings.ReplaceAll(uuid.NewString()+uuid.NewString(), "-", "")
 	var liveAttempt, doneAttempt uuid.UUID
@@ -79,7 +80,7 @@ func TestLeaseTokenMigrationKeepsLiveLeases(t *testing.T) {
 		)
 		INSERT INTO worker_task_attempts (task_id, worker_id, organization_id, attempt_number, lease_token, status, lease_expires_at, deadline_at)
 		SELECT t.id, $2, t.organization_id, 1, $3, 'leased', now() + interval '10 minutes', now() + interval '1 hour' FROM t
-		RETURNING id`, live.ID, worker.ID, liveToken).Scan(&liveAttempt))
+		RETURNING id`, live, worker.ID, liveToken).Scan(&liveAttempt))
 	require.NoError(t, oldPool.QueryRow(ctx, `
 		WITH t AS (
 			UPDATE worker_tasks SET state = 'completed', attempt_count = 1, attempts_started = 1, completed_at = now()
@@ -88,10 +89,11 @@ func TestLeaseTokenMigrationKeepsLiveLeases(t *testing.T) {
 		INSERT INTO worker_task_attempts (task_id, worker_id, organization_id, attempt_number, lease_token, status,
 			lease_expires_at, deadline_at, finished_at, result_task_state)
 		SELECT t.id, $2, t.organization_id, 1, $3, 'succeeded', now(), now() + interval '1 hour', now(), 'completed' FROM t
-		RETURNING id`, done.ID, worker.ID, doneToken).Scan(&doneAttempt))
+		RETURNING id`, done, worker.ID, doneToken).Scan(&doneAttempt))
 	oldPool.Close()
 
-	require.NoError(t, migrations.UpTo(ctx, url, leaseTokenHashMigration))
+	// Up to the newest schema, which the store code below speaks.
+	require.NoError(t, migrations.Up(ctx, url))
 	pool, err := store.OpenPool(ctx, url)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
@@ -125,4 +127,14 @@ func TestLeaseTokenMigrationKeepsLiveLeases(t *testing.T) {
 	doneRef.LeaseToken = liveToken
 	_, err = s.CompleteAttempt(ctx, store.CompleteParams{AttemptRef: doneRef, Outcome: store.AttemptSucceeded})
 	require.ErrorIs(t, err, store.ErrLeaseLost)
+}
+
+// insertOldTask inserts a pending no-op task into a schema older than the
+// store code, which may not speak it.
+func insertOldTask(t *testing.T, pool *pgxpool.Pool, org uuid.UUID) uuid.UUID {
+	t.Helper()
+	var id uuid.UUID
+	require.NoError(t, pool.QueryRow(t.Context(), `INSERT INTO worker_tasks (task_type, organization_id, payload)
+		VALUES ('scanner_plugin', $1, '{"plugin": "echo"}') RETURNING id`, org).Scan(&id))
+	return id
 }

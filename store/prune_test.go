@@ -50,7 +50,7 @@ func finishedTask(t *testing.T, s *store.Store, b *testBundle, outcome store.Att
 func terminalTasks(t *testing.T, s *store.Store, b *testBundle, n int, state store.TaskState, age time.Duration) []uuid.UUID {
 	t.Helper()
 	ids := leaseTaskIDsOf(createTasks(t, s, b.org.ID, n, store.CreateTaskParams{}))
-	exec(t, b.pool, `UPDATE worker_tasks SET state = $2, completed_at = now() - make_interval(secs => $3),
+	editTasks(t, b.pool, `UPDATE worker_tasks SET state = $2, completed_at = now() - make_interval(secs => $3),
 		updated_at = now() - make_interval(secs => $3) WHERE id = ANY($1)`, ids, string(state), age.Seconds())
 	return ids
 }

@@ -467,7 +467,7 @@ func (w *fuzzWorld) opExpireAndSweep() fuzzEffect {
 }
 
 func (w *fuzzWorld) opMakeDue() fuzzEffect {
-	exec(w.t, w.b.pool, `UPDATE worker_tasks SET available_at = now() - interval '1 second' WHERE state IN ('pending', 'retry_wait')`)
+	editTasks(w.t, w.b.pool, `UPDATE worker_tasks SET available_at = now() - interval '1 second' WHERE state IN ('pending', 'retry_wait')`)
 	return fuzzEffect{maxEdges: 0}
 }
 
@@ -530,7 +530,7 @@ func (w *fuzzWorld) opToggleWorker() fuzzEffect {
 // which can never outlast the deadline, ends with it) and sweeps.
 func (w *fuzzWorld) opExecutionDeadline() fuzzEffect {
 	id := w.tasks[w.rng.IntN(len(w.tasks))]
-	exec(w.t, w.b.pool, `UPDATE worker_tasks SET execution_deadline_at = now() - interval '1 second' WHERE id = $1`, id)
+	editTasks(w.t, w.b.pool, `UPDATE worker_tasks SET execution_deadline_at = now() - interval '1 second' WHERE id = $1`, id)
 	exec(w.t, w.b.pool, `UPDATE worker_task_attempts SET lease_expires_at = least(lease_expires_at, now() - interval '1 second')
 		WHERE task_id = $1 AND status IN ('leased', 'running')`, id)
 	_, err := w.s.SweepExpired(w.t.Context(), 100)
@@ -749,5 +749,8 @@ func (w *fuzzWorld) check(effect fuzzEffect) {
 	for worker, n := range activeByWorker {
 		require.LessOrEqual(t, n, fuzzCapacity, "%s: worker %s over capacity", where, worker)
 	}
+	var queueMismatches int
+	require.NoError(t, w.b.pool.QueryRow(t.Context(), store.QueueMismatchSQL).Scan(&queueMismatches))
+	require.Zero(t, queueMismatches, "%s: tasks whose queue row does not follow their state", where)
 	w.prev = cur
 }

@@ -229,15 +229,12 @@ func (s *Store) CancelScan(ctx context.Context, scope Scope, id uuid.UUID) (Scan
 			return ErrScanFinished
 		}
 		if _, err := tx.Exec(ctx, `
-			UPDATE worker_tasks t SET
-				state = CASE WHEN t.state IN (`+fromStates(EventCancelQueued)+`)
-					THEN '`+string(TaskTransitions[EventCancelQueued].To)+`'
-					ELSE '`+string(TaskTransitions[EventCancelActive].To)+`' END,
-				cancel_requested_at = now(),
-				completed_at = CASE WHEN t.state IN (`+fromStates(EventCancelQueued)+`) THEN now() ELSE NULL END,
-				updated_at = now()
+			UPDATE worker_tasks t SET `+cancelTaskSetSQL+`
 			WHERE t.scan_id = $1 AND t.state IN (`+fromStates(EventCancelQueued)+`, `+fromStates(EventCancelActive)+`)`, id); err != nil {
 			return fmt.Errorf("cancel scan tasks: %w", err)
+		}
+		if _, err := tx.Exec(ctx, dequeueSQL("t.scan_id = $1"), id); err != nil {
+			return fmt.Errorf("dequeue cancelled scan tasks: %w", err)
 		}
 		if _, err := tx.Exec(ctx, `UPDATE scan_jobs j SET state = 'cancelled', completed_at = now(), updated_at = now()
 			WHERE j.scan_id = $1 AND j.state = 'pending'

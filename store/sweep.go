@@ -62,30 +62,36 @@ WITH ended AS (
 		updated_at = now()
 	FROM ended e
 	WHERE t.id = e.task_id AND t.state IN (` + sqlStates(TaskLeased, TaskRunning, TaskCancelling) + `)
-	RETURNING t.id, t.organization_id, t.state, t.available_at
+	RETURNING t.*
+), enqueued AS (
+	` + EnqueueSQL("moved") + `
 )
 SELECT e.worker_id, m.organization_id, m.state, extract(epoch FROM m.available_at - now())::float8
 FROM ended e LEFT JOIN moved m ON m.id = e.task_id`
 
 // deadlineSQL dead-letters queued tasks whose execution deadline passed.
+// It starts from the queue rows, so (queue.go) it takes their tasks with
+// SKIP LOCKED: one held by a transaction about to change it is left to it.
 var deadlineSQL = `
+WITH due AS (
+	SELECT q.task_id AS id FROM worker_task_queue q
+	WHERE q.execution_deadline_at IS NOT NULL AND q.execution_deadline_at <= now()
+	ORDER BY q.execution_deadline_at
+	LIMIT $1
+	FOR UPDATE SKIP LOCKED
+), ` + takeQueuedSQL("due") + `
 UPDATE worker_tasks t SET
-	state = '` + string(TaskFailedTerminal) + `',
+	state = '` + string(TaskTransitions[EventFailTerminal].To) + `',
 	last_error_code = 'execution_deadline_exceeded',
 	last_error = 'execution deadline passed before the task finished',
 	completed_at = now(), updated_at = now()
-WHERE t.id IN (
-	SELECT id FROM worker_tasks
-	WHERE state IN (` + sqlStates(TaskPending, TaskRetryWait) + `)
-		AND execution_deadline_at IS NOT NULL AND execution_deadline_at <= now()
-	LIMIT $1
-	FOR UPDATE SKIP LOCKED)`
+FROM taken k
+WHERE t.id = k.id`
 
 const nextDueSQL = `
 SELECT extract(epoch FROM least(
 	(SELECT min(lease_expires_at) FROM worker_task_attempts WHERE status IN (` + "'leased', 'running'" + `)),
-	(SELECT min(execution_deadline_at) FROM worker_tasks
-		WHERE state IN ('pending', 'retry_wait') AND execution_deadline_at IS NOT NULL)) - now())::float8`
+	(SELECT min(execution_deadline_at) FROM worker_task_queue WHERE execution_deadline_at IS NOT NULL)) - now())::float8`
 
 // SweepExpired expires leases and attempts past their deadline, dead-letters
 // queued tasks past their execution deadline, and reports when the next
@@ -150,8 +156,8 @@ func (s *Store) SweepExpired(ctx context.Context, limit int) (SweepResult, error
 // queued task becomes leasable, so a hub that (re)connects can arm timers.
 func (s *Store) NextLeasableIn(ctx context.Context) (map[uuid.UUID]time.Duration, error) {
 	rows, err := s.pool.Query(ctx, `
-		SELECT organization_id, extract(epoch FROM min(available_at) - now())::float8 FROM worker_tasks
-		WHERE state IN ('pending', 'retry_wait') AND available_at > now()
+		SELECT organization_id, extract(epoch FROM min(available_at) - now())::float8 FROM worker_task_queue
+		WHERE available_at > now()
 		GROUP BY organization_id`)
 	if err != nil {
 		return nil, fmt.Errorf("next leasable: %w", err)

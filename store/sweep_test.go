@@ -304,7 +304,7 @@ func TestSweepExpired(t *testing.T) {
 		s, b := setup(t)
 		pending := createTask(t, s, b.org.ID, store.CreateTaskParams{ExecutionTimeout: time.Hour})
 		fine := createTask(t, s, b.org.ID, store.CreateTaskParams{ExecutionTimeout: time.Hour})
-		exec(t, b.pool, `UPDATE worker_tasks SET execution_deadline_at = now() - interval '1 second' WHERE id = $1`, pending.ID)
+		editTasks(t, b.pool, `UPDATE worker_tasks SET execution_deadline_at = now() - interval '1 second' WHERE id = $1`, pending.ID)
 
 		res := sweep(t, s)
 		require.Equal(t, 1, res.DeadlinedTasks)

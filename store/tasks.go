@@ -135,13 +135,18 @@ func createTask(ctx context.Context, tx pgx.Tx, p CreateTaskParams) (Task, bool,
 		execTimeout = &v
 	}
 	row := tx.QueryRow(ctx, `
+		WITH created AS (
 		INSERT INTO worker_tasks AS t (task_type, organization_id, scan_id, scan_job_id, required_capabilities, payload,
 			priority, available_at, execution_deadline_at, max_attempts, lease_duration_seconds,
 			attempt_timeout_seconds, retry_base_seconds, retry_max_seconds, idempotency_key, request_sha256, critical_capabilities)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, now() + make_interval(secs => $8),
 			now() + make_interval(secs => $9::float8), $10, $11, $12, $13, $14, $15, $16, $17)
 		ON CONFLICT (organization_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-		RETURNING `+taskColumns,
+		RETURNING *
+		), enqueued AS (
+			`+EnqueueSQL("created")+`
+		)
+		SELECT `+taskColumns+` FROM created t`,
 		p.TaskType, p.OrganizationID, p.ScanID, p.ScanJobID, string(p.RequiredCapabilities), string(p.Payload),
 		p.Priority, p.Delay.Seconds(), execTimeout, p.MaxAttempts, p.LeaseDurationSeconds,
 		p.AttemptTimeoutSeconds, p.RetryBaseSeconds, p.RetryMaxSeconds, nullString(p.IdempotencyKey), p.RequestSHA256,
@@ -313,6 +318,17 @@ func (s *Store) ListTasks(ctx context.Context, p ListTasksParams) ([]Task, *Curs
 	return tasks, next, nil
 }
 
+// cancelTaskSetSQL is the cancel edge's change to a task row t: a queued
+// task is cancelled at once, one a worker holds becomes cancelling. The
+// transaction must also take cancelled tasks off the queue (dequeueSQL).
+var cancelTaskSetSQL = `
+	state = CASE WHEN t.state IN (` + fromStates(EventCancelQueued) + `)
+		THEN '` + string(TaskTransitions[EventCancelQueued].To) + `'
+		ELSE '` + string(TaskTransitions[EventCancelActive].To) + `' END,
+	cancel_requested_at = now(),
+	completed_at = CASE WHEN t.state IN (` + fromStates(EventCancelQueued) + `) THEN now() ELSE NULL END,
+	updated_at = now()`
+
 // CancelTask cancels a queued task at once, or asks the worker holding it to
 // stop (cancelling). Cancelling twice is harmless; a finished task is
 // ErrTaskFinished.
@@ -321,17 +337,17 @@ func (s *Store) CancelTask(ctx context.Context, scope Scope, id uuid.UUID) (Task
 	err := s.inTx(ctx, "cancel task", func(tx pgx.Tx) error {
 		var err error
 		task, err = scanTask(tx.QueryRow(ctx, `
-			UPDATE worker_tasks t SET
-				state = CASE WHEN t.state IN (`+fromStates(EventCancelQueued)+`)
-					THEN '`+string(TaskTransitions[EventCancelQueued].To)+`'
-					ELSE '`+string(TaskTransitions[EventCancelActive].To)+`' END,
-				cancel_requested_at = now(),
-				completed_at = CASE WHEN t.state IN (`+fromStates(EventCancelQueued)+`) THEN now() ELSE NULL END,
-				updated_at = now()
+			UPDATE worker_tasks t SET `+cancelTaskSetSQL+`
 			WHERE t.id = $1 AND ($2::uuid IS NULL OR t.organization_id = $2)
 				AND t.state IN (`+fromStates(EventCancelQueued)+`, `+fromStates(EventCancelActive)+`)
 			RETURNING `+taskColumns, id, scope.Organization))
-		if err == nil || !errors.Is(err, pgx.ErrNoRows) {
+		if err == nil {
+			if _, err := tx.Exec(ctx, dequeueSQL("t.id = $1"), id); err != nil {
+				return fmt.Errorf("dequeue cancelled task: %w", err)
+			}
+			return nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
 		task, err = s.readScopedTask(ctx, tx, scope, id)
@@ -356,14 +372,19 @@ func (s *Store) RetryTask(ctx context.Context, scope Scope, id uuid.UUID) (Task,
 	err := s.inTx(ctx, "retry task", func(tx pgx.Tx) error {
 		var err error
 		task, err = scanTask(tx.QueryRow(ctx, `
-			UPDATE worker_tasks t SET
-				state = '`+string(TaskTransitions[EventRedrive].To)+`',
-				attempt_count = 0, available_at = now(), cancel_requested_at = NULL, completed_at = NULL,
-				execution_deadline_at = CASE WHEN t.execution_deadline_at <= now() THEN NULL ELSE t.execution_deadline_at END,
-				updated_at = now()
-			WHERE t.id = $1 AND ($2::uuid IS NULL OR t.organization_id = $2)
-				AND t.state IN (`+fromStates(EventRedrive)+`)
-			RETURNING `+taskColumns, id, scope.Organization))
+			WITH redriven AS (
+				UPDATE worker_tasks t SET
+					state = '`+string(TaskTransitions[EventRedrive].To)+`',
+					attempt_count = 0, available_at = now(), cancel_requested_at = NULL, completed_at = NULL,
+					execution_deadline_at = CASE WHEN t.execution_deadline_at <= now() THEN NULL ELSE t.execution_deadline_at END,
+					updated_at = now()
+				WHERE t.id = $1 AND ($2::uuid IS NULL OR t.organization_id = $2)
+					AND t.state IN (`+fromStates(EventRedrive)+`)
+				RETURNING t.*
+			), enqueued AS (
+				`+EnqueueSQL("redriven")+`
+			)
+			SELECT `+taskColumns+` FROM redriven t`, id, scope.Organization))
 		if errors.Is(err, pgx.ErrNoRows) {
 			if _, err := s.readScopedTask(ctx, tx, scope, id); err != nil {
 				return err

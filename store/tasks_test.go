@@ -348,7 +348,7 @@ func TestPendingReason(t *testing.T) {
 		l := acquireOne(t, s, b.worker.ID)
 		complete(t, s, refOf(b.worker.ID, l), store.AttemptFailed, true)
 		// Full jitter may draw a delay near zero; pin it in the future.
-		exec(t, b.pool, `UPDATE worker_tasks SET available_at = now() + interval '1 hour' WHERE id = $1`, task.ID)
+		editTasks(t, b.pool, `UPDATE worker_tasks SET available_at = now() + interval '1 hour' WHERE id = $1`, task.ID)
 		require.Equal(t, "retry_backoff", reason(t, s, task.ID))
 	})
 

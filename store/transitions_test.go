@@ -131,24 +131,24 @@ var (
 		require.Nil(t, task.CompletedAt)
 	}}
 	deadlineQueuedDriver = edgeDriver{name: "execution_deadline_sweep", do: func(t *testing.T, s *store.Store, b *testBundle, f taskFixture) {
-		exec(t, b.pool, `UPDATE worker_tasks SET execution_deadline_at = now() - interval '1 second' WHERE id = $1`, f.task)
+		editTasks(t, b.pool, `UPDATE worker_tasks SET execution_deadline_at = now() - interval '1 second' WHERE id = $1`, f.task)
 		require.Equal(t, 1, sweep(t, s).DeadlinedTasks)
 		require.Equal(t, "execution_deadline_exceeded", getTask(t, s, f.task).LastErrorCode)
 	}}
 	deadlineActiveDriver = edgeDriver{name: "execution_deadline_sweep", wantAttempt: store.AttemptExpired,
 		do: func(t *testing.T, s *store.Store, b *testBundle, f taskFixture) {
-			exec(t, b.pool, `UPDATE worker_tasks SET execution_deadline_at = now() - interval '1 second' WHERE id = $1`, f.task)
+			editTasks(t, b.pool, `UPDATE worker_tasks SET execution_deadline_at = now() - interval '1 second' WHERE id = $1`, f.task)
 			expireLease(t, b.pool, f.lease.AttemptID)
 			require.Equal(t, 1, sweep(t, s).ExpiredAttempts)
 		}}
 	exhaustedDriver = edgeDriver{name: "complete_failed_retryable_exhausted", wantAttempt: store.AttemptFailed,
 		do: func(t *testing.T, s *store.Store, b *testBundle, f taskFixture) {
-			exec(t, b.pool, `UPDATE worker_tasks SET max_attempts = attempt_count WHERE id = $1`, f.task)
+			editTasks(t, b.pool, `UPDATE worker_tasks SET max_attempts = attempt_count WHERE id = $1`, f.task)
 			complete(t, s, f.ref(b.worker.ID), store.AttemptFailed, true)
 		}}
 	expiredExhaustedDriver = edgeDriver{name: "lease_expired_sweep_exhausted", wantAttempt: store.AttemptExpired,
 		do: func(t *testing.T, s *store.Store, b *testBundle, f taskFixture) {
-			exec(t, b.pool, `UPDATE worker_tasks SET max_attempts = attempt_count WHERE id = $1`, f.task)
+			editTasks(t, b.pool, `UPDATE worker_tasks SET max_attempts = attempt_count WHERE id = $1`, f.task)
 			expireLease(t, b.pool, f.lease.AttemptID)
 			require.Equal(t, 1, sweep(t, s).ExpiredAttempts)
 		}}

@@ -327,7 +327,7 @@ func releaseAttemptsWhere(ctx context.Context, tx executor, workerID uuid.UUID, 
 				AND ($4::jsonb IS NULL OR EXISTS (SELECT 1 FROM worker_tasks ct
 					WHERE ct.id = a.task_id AND NOT ($4::jsonb @> ct.critical_capabilities)))
 			RETURNING a.task_id
-		)
+		), moved AS (
 		UPDATE worker_tasks t SET
 			state = CASE WHEN t.state = '`+string(TaskCancelling)+`' THEN '`+string(TaskTransitions[EventCancelDone].To)+`'
 				ELSE '`+string(TaskTransitions[EventRelease].To)+`' END,
@@ -338,7 +338,11 @@ func releaseAttemptsWhere(ctx context.Context, tx executor, workerID uuid.UUID, 
 			updated_at = now()
 		FROM ended e
 		WHERE t.id = e.task_id AND t.state IN (`+fromStates(EventRelease)+`, `+fromStates(EventCancelDone)+`)
-		RETURNING t.organization_id, t.state`, workerID, org, reason, nullJSON(lackingCritical))
+		RETURNING t.*
+	), enqueued AS (
+		`+EnqueueSQL("moved")+`
+	)
+	SELECT organization_id, state FROM moved`, workerID, org, reason, nullJSON(lackingCritical))
 	if err != nil {
 		return 0, fmt.Errorf("release attempts: %w", err)
 	}

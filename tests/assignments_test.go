@@ -166,8 +166,7 @@ func TestScenarioTemporarilyOfflineWorker(t *testing.T) {
 	require.NoError(t, err)
 	g.ExpireLeases(t, task)
 	g.WaitTaskState(t, task, "retry_wait")
-	_, err = g.Pool.Exec(context.Background(), `UPDATE worker_tasks SET available_at = now() WHERE id = $1`, task)
-	require.NoError(t, err)
+	g.EditTasks(t, `UPDATE worker_tasks SET available_at = now() WHERE id = $1`, task)
 	require.Equal(t, "no_online_worker", string(*g.Task(t, task).PendingReason))
 }
 
@@ -245,7 +244,6 @@ func TestScenarioConcurrentAssignmentChangeAndAcquisition(t *testing.T) {
 		require.NoError(t, g.Pool.QueryRow(context.Background(), `SELECT count(*) FROM worker_task_attempts
 			WHERE worker_id = $1 AND status IN ('leased', 'running')`, w.ID).Scan(&live))
 		require.Zero(t, live, "round %d: an attempt survived the unassignment", i)
-		_, err := g.Pool.Exec(context.Background(), `UPDATE worker_tasks SET state = 'cancelled' WHERE state IN ('pending', 'retry_wait')`)
-		require.NoError(t, err)
+		g.EditTasks(t, `UPDATE worker_tasks SET state = 'cancelled' WHERE state IN ('pending', 'retry_wait')`)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/worker-gateway/gateway/store"
 	"github.com/worker-gateway/gateway/tests/harness"
 	"github.com/worker-gateway/gateway/workerclient"
 )
@@ -196,8 +197,10 @@ func TestListenReconnectsAndCatchesUp(t *testing.T) {
 
 	// A task committed without a NOTIFY, as if it had been sent while the
 	// replica was not listening: only a catch-up pass can deliver it.
-	_, err := g.Pool.Exec(context.Background(), `INSERT INTO worker_tasks (task_type, organization_id, payload)
-		VALUES ('scanner_plugin', $1, '{"plugin": "echo"}')`, org)
+	_, err := g.Pool.Exec(context.Background(), `WITH created AS (
+		INSERT INTO worker_tasks (task_type, organization_id, payload)
+		VALUES ('scanner_plugin', $1, '{"plugin": "echo"}') RETURNING *)
+		`+store.EnqueueSQL("created"), org)
 	require.NoError(t, err)
 	var killed int
 	require.NoError(t, g.Pool.QueryRow(context.Background(), `

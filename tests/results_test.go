@@ -154,8 +154,7 @@ func TestResultReplayAfterLeaseEndedIsAcknowledgedButNewBatchIsRefused(t *testin
 
 	g.ExpireLeases(t, task)
 	g.WaitTaskState(t, task, "retry_wait")
-	_, err := g.Pool.Exec(context.Background(), `UPDATE worker_tasks SET available_at = now() WHERE id = $1`, task)
-	require.NoError(t, err)
+	g.EditTasks(t, `UPDATE worker_tasks SET available_at = now() WHERE id = $1`, task)
 	fresh := g.NewWorker(t, "fresh", 1, org)
 	require.Len(t, lease(t, fresh, 1, 5), 1, "the task moved to another worker")
 
@@ -229,8 +228,7 @@ func TestTwoAttemptsOfOneJobIngestOneAssetThreatAndDetection(t *testing.T) {
 	require.Equal(t, http.StatusOK, s.send(first, first.AttemptId.String()+":1", scannerBatch(1, "localhost")).status)
 	g.ExpireLeases(t, task)
 	g.WaitTaskState(t, task, "retry_wait")
-	_, err := g.Pool.Exec(context.Background(), `UPDATE worker_tasks SET available_at = now() WHERE id = $1`, task)
-	require.NoError(t, err)
+	g.EditTasks(t, `UPDATE worker_tasks SET available_at = now() WHERE id = $1`, task)
 	second := lease(t, w, 1, 5)[0]
 	require.Equal(t, 2, second.Task.AttemptNumber)
 	require.Equal(t, http.StatusOK, s.send(second, second.AttemptId.String()+":1", scannerBatch(1, "localhost")).status)

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/worker-gateway/gateway/store"
 )
 
 // resultsConfig is the results scenario.
@@ -131,8 +133,11 @@ func runResults(ctx context.Context, s *Stack, c resultsConfig, logf func(string
 	// One task per worker, with a lease long enough for the whole run: no
 	// heartbeats are needed, so every call measured is a results call.
 	if _, err := s.Pool.Exec(ctx, `
-		INSERT INTO worker_tasks (task_type, organization_id, payload, lease_duration_seconds)
-		SELECT 'scanner_plugin', $1, '{"plugin":"echo"}'::jsonb, $3 FROM generate_series(1, $2)`,
+		WITH created AS (
+			INSERT INTO worker_tasks (task_type, organization_id, payload, lease_duration_seconds)
+			SELECT 'scanner_plugin', $1, '{"plugin":"echo"}'::jsonb, $3 FROM generate_series(1, $2)
+			RETURNING *)
+		`+store.EnqueueSQL("created"),
 		org, nWorkers, c.leaseDuration); err != nil {
 		return r, fmt.Errorf("insert tasks: %w", err)
 	}

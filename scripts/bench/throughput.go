@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/worker-gateway/gateway/store"
 )
 
 // throughputConfig is scenario 1.
@@ -250,9 +252,12 @@ func insertTasks(ctx context.Context, s *Stack, org uuid.UUID, n int) error {
 // sent.
 func bulkInsertTasks(ctx context.Context, s *Stack, orgs []uuid.UUID, n int, requiredCapabilities string) error {
 	_, err := s.Pool.Exec(ctx, `
-		INSERT INTO worker_tasks (task_type, organization_id, payload, required_capabilities)
-		SELECT 'scanner_plugin', ($1::uuid[])[1 + i % cardinality($1::uuid[])], '{"plugin":"echo"}'::jsonb, $3::jsonb
-		FROM generate_series(0, $2 - 1) i`, orgs, n, requiredCapabilities)
+		WITH created AS (
+			INSERT INTO worker_tasks (task_type, organization_id, payload, required_capabilities)
+			SELECT 'scanner_plugin', ($1::uuid[])[1 + i % cardinality($1::uuid[])], '{"plugin":"echo"}'::jsonb, $3::jsonb
+			FROM generate_series(0, $2 - 1) i
+			RETURNING *)
+		`+store.EnqueueSQL("created"), orgs, n, requiredCapabilities)
 	if err != nil {
 		return fmt.Errorf("insert tasks: %w", err)
 	}

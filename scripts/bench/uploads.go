@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/worker-gateway/gateway/store"
 )
 
 // uploadsConfig is the uploads scenario.
@@ -119,8 +121,11 @@ func runUploads(ctx context.Context, s *Stack, c uploadsConfig, logf func(string
 	}
 	defer s.ReleaseWorkers(ctx, org, workers)
 	if _, err := s.Pool.Exec(ctx, `
-		INSERT INTO worker_tasks (task_type, organization_id, payload, lease_duration_seconds)
-		SELECT 'scanner_plugin', $1, '{"plugin":"echo"}'::jsonb, $3 FROM generate_series(1, $2)`,
+		WITH created AS (
+			INSERT INTO worker_tasks (task_type, organization_id, payload, lease_duration_seconds)
+			SELECT 'scanner_plugin', $1, '{"plugin":"echo"}'::jsonb, $3 FROM generate_series(1, $2)
+			RETURNING *)
+		`+store.EnqueueSQL("created"),
 		org, nWorkers, c.leaseDuration); err != nil {
 		return r, fmt.Errorf("insert tasks: %w", err)
 	}

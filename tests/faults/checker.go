@@ -160,6 +160,13 @@ func (c *checker) checkTasks(w *Workload) {
 			c.violation(&c.v.Lost, "lost task", "task %s is %s after the workload drained", s.ID, s.State)
 		}
 	}
+	// A leasable task without its queue row would never be leased again;
+	// a queue row that outlived its task's leasable state is a bug too.
+	var queueMismatches int
+	require.NoError(c.t, w.g.Pool.QueryRow(context.Background(), store.QueueMismatchSQL).Scan(&queueMismatches))
+	for range queueMismatches {
+		c.violation(&c.v.Lost, "queue mismatch", "a task's queue row does not follow its state (store.QueueMismatchSQL)")
+	}
 	succeeded := map[uuid.UUID]int{}
 	for _, a := range c.attempts {
 		switch a.Status {
