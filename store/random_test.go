@@ -749,8 +749,6 @@ func (w *fuzzWorld) check(effect fuzzEffect) {
 	for worker, n := range activeByWorker {
 		require.LessOrEqual(t, n, fuzzCapacity, "%s: worker %s over capacity", where, worker)
 	}
-	var queueMismatches int
-	require.NoError(t, w.b.pool.QueryRow(t.Context(), store.QueueMismatchSQL).Scan(&queueMismatches))
-	require.Zero(t, queueMismatches, "%s: tasks whose queue row does not follow their state", where)
+	requireQueueFollowsTasks(t, w.b.pool, where)
 	w.prev = cur
 }
