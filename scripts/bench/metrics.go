@@ -276,6 +276,7 @@ func (s *Stack) beginWindow(ctx context.Context) usage {
 	sleepCtx(ctx, statSettle)
 	if pgStatements > 0 {
 		_, _ = s.Pool.Exec(ctx, `SELECT pg_stat_statements_reset()`)
+		_, _ = s.Pool.Exec(ctx, `SELECT pg_stat_reset()`) // this database's table and index counters
 	}
 	u := s.readCPU()
 	s.readXacts(ctx, &u)
@@ -295,6 +296,7 @@ func (s *Stack) endWindow(ctx context.Context, stopLoad func()) usage {
 	s.readXacts(ctx, &u)
 	if pgStatements > 0 {
 		s.printTopStatements(ctx, pgStatements)
+		s.printRowWork(ctx)
 	}
 	return u
 }
@@ -323,6 +325,46 @@ func (s *Stack) printTopStatements(ctx context.Context, n int) {
 			return
 		}
 		fmt.Fprintf(os.Stderr, "  %-9d %-10.0f %-10.0f %-9.0f %s\n", calls, exec, plan, (exec+plan)*1000/float64(max(calls, 1)), query)
+	}
+}
+
+// printRowWork prints, for the window, each busy table's row changes (with
+// how many updates were HOT: no index entry written) and each busy index's
+// scans and entries read — where the row work of the hot path goes (flag
+// -pg-statements).
+func (s *Stack) printRowWork(ctx context.Context) {
+	rows, err := s.Pool.Query(ctx, `
+		SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del
+		FROM pg_stat_user_tables WHERE n_tup_ins + n_tup_upd + n_tup_del > 0
+		ORDER BY n_tup_ins + n_tup_upd + n_tup_del DESC`)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench: pg_stat_user_tables: %v\n", err)
+		return
+	}
+	fmt.Fprintf(os.Stderr, "  %-28s %-9s %-9s %-9s %s\n", "table", "inserts", "updates", "HOT", "deletes")
+	for rows.Next() {
+		var name string
+		var ins, upd, hot, del int64
+		if rows.Scan(&name, &ins, &upd, &hot, &del) == nil {
+			fmt.Fprintf(os.Stderr, "  %-28s %-9d %-9d %-9d %d\n", name, ins, upd, hot, del)
+		}
+	}
+	rows.Close()
+	rows, err = s.Pool.Query(ctx, `
+		SELECT indexrelname, idx_scan, idx_tup_read FROM pg_stat_user_indexes
+		WHERE idx_scan > 0 ORDER BY idx_tup_read DESC LIMIT 12`)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench: pg_stat_user_indexes: %v\n", err)
+		return
+	}
+	defer rows.Close()
+	fmt.Fprintf(os.Stderr, "  %-44s %-9s %s\n", "index", "scans", "entries read")
+	for rows.Next() {
+		var name string
+		var scans, read int64
+		if rows.Scan(&name, &scans, &read) == nil {
+			fmt.Fprintf(os.Stderr, "  %-44s %-9d %d\n", name, scans, read)
+		}
 	}
 }
 
