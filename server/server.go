@@ -245,7 +245,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 		s.auditAs(ctx, e.actorType, e.actorID, e.action, "", "", nil, e.details)
 	})
 	if cfg.LeaseGroupCommit {
-		s.acquisitions = store.NewAcquireBatcher(s.store, max(cfg.GroupCommitWriters, 1), groupMax, groupTimeout)
+		s.acquisitions = store.NewAcquireBatcher(s.store, 1, groupMax, groupTimeout)
 	}
 	s.completions = store.NewCompletionBatcher(s.store, max(cfg.GroupCommitWriters, 1), groupMax, groupTimeout)
 	s.heartbeats = store.NewHeartbeatBatcher(s.store, max(cfg.GroupCommitWriters, 1), groupMax, groupTimeout)
