@@ -83,37 +83,42 @@ type endedAttempt struct {
 	canRetry       bool
 }
 
-// completeFencedSQL ends every listed attempt whose lease is still this
+// completeFencedSQL locks every listed attempt whose lease is still this
 // worker's and live (and whose claimed last result batch was persisted),
 // then locks their tasks in id order — attempts before tasks, the lock order
-// of doc.go — and reads what the task's next state depends on.
+// of doc.go — and reads what the task's next state depends on. It writes
+// nothing: moveTasksSQL then ends each attempt and moves its task in one
+// update of each row. FOR UPDATE re-checks the fencing predicate on the
+// newest version of a row a concurrent writer changed, as an UPDATE would.
 var completeFencedSQL = `
 WITH input AS (
-	SELECT * FROM unnest($1::int[], $2::uuid[], $3::uuid[], $4::bytea[], $5::text[], $6::text[], $7::text[], $8::bool[], $9::int[])
+	-- An attempt completed twice in one group is ended by the first
+	-- completion; the other is then explained on its own (a replay).
+	SELECT DISTINCT ON (attempt_id) *
+	FROM unnest($1::int[], $2::uuid[], $3::uuid[], $4::bytea[], $5::text[], $6::text[], $7::text[], $8::bool[], $9::int[])
 		AS i(idx, attempt_id, worker_id, lease_token_hash, outcome, error_code, error_message, retryable, last_seq)
-), ended AS (
-	UPDATE worker_task_attempts a SET
-		status = i.outcome, finished_at = now(), updated_at = now(),
-		error_code = i.error_code, error_message = i.error_message, error_retryable = i.retryable
-	FROM input i
-	WHERE ` + leaseHeld("a", "i.attempt_id", "i.worker_id", "i.lease_token_hash") + `
-		AND (i.last_seq IS NULL OR EXISTS (SELECT 1 FROM worker_result_batches b
-			WHERE b.attempt_id = i.attempt_id AND b.sequence_number = i.last_seq AND b.status = 'persisted'))
-	RETURNING i.idx, a.id, a.task_id, a.worker_id, a.finished_at
+	ORDER BY attempt_id, idx
+), held AS MATERIALIZED (
+	SELECT i.idx, a.id, a.task_id, a.worker_id
+	FROM input i JOIN worker_task_attempts a ON ` + leaseHeld("a", "i.attempt_id", "i.worker_id", "i.lease_token_hash") + `
+	WHERE i.last_seq IS NULL OR EXISTS (SELECT 1 FROM worker_result_batches b
+		WHERE b.attempt_id = i.attempt_id AND b.sequence_number = i.last_seq AND b.status = 'persisted')
+	FOR UPDATE OF a
 )
-SELECT e.idx, e.id, e.task_id, e.worker_id, e.finished_at, t.organization_id, t.state,
+SELECT e.idx, e.id, e.task_id, e.worker_id, now(), t.organization_id, t.state,
 	t.attempt_count < t.max_attempts AND NOT coalesce(t.execution_deadline_at <= now(), false)
-FROM ended e JOIN worker_tasks t ON t.id = e.task_id
+FROM held e JOIN worker_tasks t ON t.id = e.task_id
 ORDER BY t.id
 FOR UPDATE OF t`
 
-// moveTasksSQL moves each locked task to the state its completion decided,
-// queues it again if that state is leasable (queue.go), and records that
-// state on the attempt, so a replay can answer with it.
+// moveTasksSQL ends each locked attempt with its outcome and moves its
+// locked task to the state its completion decided, queues the task again if
+// that state is leasable (queue.go), and records the state on the attempt,
+// so a replay can answer with it: one update of each row.
 var moveTasksSQL = `
 WITH input AS (
-	SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::bool[], $6::text[], $7::text[])
-		AS i(task_id, attempt_id, observed_state, to_state, releases, error_code, error_message)
+	SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::bool[], $6::text[], $7::text[], $8::text[], $9::bool[])
+		AS i(task_id, attempt_id, observed_state, to_state, releases, error_code, error_message, outcome, retryable)
 ), moved AS (
 	UPDATE worker_tasks t SET
 		state = i.to_state,
@@ -128,15 +133,27 @@ WITH input AS (
 		updated_at = now()
 	FROM input i
 	WHERE t.id = i.task_id AND t.state = i.observed_state
-	RETURNING t.*, extract(epoch FROM t.available_at - now())::float8 AS delay
+	RETURNING ` + queueSourceColumns("t") + `, extract(epoch FROM t.available_at - now())::float8 AS delay
 ), enqueued AS (
 	` + EnqueueSQL("moved") + `
-), recorded AS (
-	UPDATE worker_task_attempts a SET result_task_state = m.state
+), ended AS (
+	UPDATE worker_task_attempts a SET
+		status = i.outcome, finished_at = now(), updated_at = now(),
+		error_code = i.error_code, error_message = i.error_message, error_retryable = i.retryable,
+		result_task_state = m.state
 	FROM moved m JOIN input i ON i.task_id = m.id
 	WHERE a.id = i.attempt_id
 )
 SELECT id, state, available_at, delay FROM moved`
+
+// customPlanSQL plans the completion statements for the arrays they are
+// given. A generic plan is made once per connection, at its first use: made
+// while worker_task_attempts was nearly empty, it drove the fenced update
+// from the index of live leases and probed the input array for each of
+// them (768 leases × 256 completions, 120 ms for one group). Planned with
+// the array in hand, it looks each attempt up by id; the planning costs a
+// fraction of a millisecond, once per group.
+const customPlanSQL = `SELECT set_config('plan_cache_mode', 'force_custom_plan', true)`
 
 // completeFenced runs the set-based part of CompleteAttempts for ps[valid]
 // and returns the answers of the completions it ended, by index into ps.
@@ -161,7 +178,7 @@ func (s *Store) completeFenced(ctx context.Context, ps []CompleteParams, valid [
 
 	var ended []endedAttempt
 	queue := func(b *pgx.Batch) {
-		b.Queue(genericPlanSQL) // both statements: planning them costs more than running them
+		b.Queue(customPlanSQL)
 		b.Queue(completeFencedSQL, idx, attemptIDs, workerIDs, tokenHashes, outcomes, errorCodes, errorTexts, retryable, lastSeq)
 	}
 	read := func(br pgx.BatchResults) error {
@@ -195,7 +212,8 @@ func (s *Store) completeFenced(ctx context.Context, ps []CompleteParams, valid [
 		taskIDs, ids := make([]uuid.UUID, n), make([]uuid.UUID, n)
 		observed, to := make([]string, n), make([]string, n)
 		releases := make([]bool, n)
-		codes, texts := make([]string, n), make([]string, n)
+		codes, texts, outcomes := make([]string, n), make([]string, n), make([]string, n)
+		retryable := make([]bool, n)
 		byTask := make(map[uuid.UUID]endedAttempt, n)
 		for k, e := range ended {
 			p := ps[e.index]
@@ -206,9 +224,10 @@ func (s *Store) completeFenced(ctx context.Context, ps []CompleteParams, valid [
 			}
 			taskIDs[k], ids[k], observed[k], to[k] = e.taskID, e.attemptID, string(e.state), string(tr.To)
 			releases[k], codes[k], texts[k] = event == EventRelease, p.ErrorCode, p.ErrorMessage
+			outcomes[k], retryable[k] = string(p.Outcome), p.Retryable
 			byTask[e.taskID] = e
 		}
-		rows, err := ex.Query(ctx, moveTasksSQL, taskIDs, ids, observed, to, releases, codes, texts)
+		rows, err := ex.Query(ctx, moveTasksSQL, taskIDs, ids, observed, to, releases, codes, texts, outcomes, retryable)
 		if err != nil {
 			return fmt.Errorf("move tasks: %w", err)
 		}

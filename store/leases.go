@@ -344,18 +344,25 @@ func (a *acquisition) result() (AcquireResult, error) {
 	return res, nil
 }
 
-// genericPlanSQL makes the candidate statement use one plan per connection
-// instead of planning it on every poll (planning it costs more than running
-// it: the planner probes the indexes on available_at and deadlines). A
-// generic plan is made once, possibly while a table is still small or not
-// yet analyzed (a queue filled in bulk a moment ago has no statistics), and
-// then kept as the table grows. The walk must read the queue in index order
-// and stop after the rows it wants: forbidding sequential and bitmap scans
-// keeps every plan on the ordered index scans, whatever the statistics
-// said. (With them allowed, a plan made before the first ANALYZE read a
-// whole class through a bitmap and sorted it: 100,000 entries for 32 rows.)
-const genericPlanSQL = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true),
-	set_config('enable_bitmapscan', 'off', true)`
+// orderedScansSQL keeps the rest of a transaction's plans on ordered index
+// scans. The hot statements walk an index from its head and stop after the
+// rows they want — the queue in priority order, live leases by expiry — and
+// only an index scan can stop early, and only an index scan marks the
+// entries of rows deleted or moved out of a partial index as dead as it
+// passes them, so the next walk skips them. The planner does not know
+// that: with statistics of a table just filled in bulk (or none yet) it
+// chose a bitmap scan and a sort, which read a whole class of the queue,
+// 100,000 entries for 32 rows, and the sweeper's earliest expiry read every
+// finished attempt's entry again on every pass.
+const orderedScansSQL = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)`
+
+// genericPlanSQL is orderedScansSQL for the acquisition, which also plans
+// its statements once per connection instead of on every poll: planning
+// them costs more than running them. A generic plan is made once, possibly
+// while a table is still small, and then kept as the table grows; the
+// ordered scans keep it right whatever the statistics said.
+const genericPlanSQL = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
+	set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)`
 
 // lockAssignmentsSQL takes the worker's live assignments FOR SHARE and
 // counts its active attempts. A statement of its own, after the worker row

@@ -38,9 +38,19 @@ const (
 		priority, created_at, available_at, execution_deadline_at`
 )
 
+// queueSourceColumns are the columns of worker_tasks row alias that
+// EnqueueSQL reads: an UPDATE that feeds it returns these rather than the
+// whole row (payload included), which would be copied for nothing.
+func queueSourceColumns(alias string) string {
+	return alias + `.state, ` + alias + `.id, ` + alias + `.organization_id, ` + alias + `.lease_class, ` +
+		alias + `.task_type, ` + alias + `.required_capabilities, ` + alias + `.priority, ` + alias + `.created_at, ` +
+		alias + `.available_at, ` + alias + `.execution_deadline_at`
+}
+
 // EnqueueSQL inserts the queue rows of the tasks in rel — a relation of
-// whole worker_tasks rows as they are after the statement's change, such
-// as an UPDATE's RETURNING t.* — that are leasable.
+// worker_tasks rows as they are after the statement's change, such as an
+// UPDATE's RETURNING t.* or RETURNING queueSourceColumns("t") — that are
+// leasable.
 func EnqueueSQL(rel string) string {
 	return `INSERT INTO worker_task_queue (` + queueColumns + `)
 		SELECT ` + taskQueueColumns + ` FROM ` + rel + ` WHERE state IN (` + leasableStates + `)`

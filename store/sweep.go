@@ -100,6 +100,9 @@ func (s *Store) SweepExpired(ctx context.Context, limit int) (SweepResult, error
 	var res SweepResult
 	err := s.inTx(ctx, "sweep expired", func(tx pgx.Tx) error {
 		res = SweepResult{}
+		if _, err := tx.Exec(ctx, orderedScansSQL); err != nil {
+			return fmt.Errorf("plan settings: %w", err)
+		}
 		rows, err := tx.Query(ctx, expireSQL, limit)
 		if err != nil {
 			return fmt.Errorf("expire leases: %w", err)
