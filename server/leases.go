@@ -59,6 +59,12 @@ func (h *handlers) AcquireLeases(ctx context.Context, req api.AcquireLeasesReque
 		if err != nil {
 			return nil, err
 		}
+		if ctx.Err() != nil && len(res.Leases) > 0 {
+			// The poll went away while its leases were granted: nobody
+			// will receive them, so they go back to the queue now.
+			h.releaseUndelivered(workerID, res.Leases)
+			return nil, ctx.Err()
+		}
 		if res.Replayed {
 			h.metrics.replays.WithLabelValues("leases").Inc()
 		}
@@ -97,6 +103,23 @@ func (h *handlers) AcquireLeases(ctx context.Context, req api.AcquireLeasesReque
 		}
 		return api.AcquireLeases200JSONResponse{Leases: []api.Lease{}}, nil
 	}
+}
+
+// releaseUndelivered releases leases granted to a poll that is gone.
+func (h *handlers) releaseUndelivered(workerID uuid.UUID, leases []store.Lease) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	h.undeliveredReleased(h.store.ReleaseLeases(ctx, workerID, leases))
+}
+
+// undeliveredReleased counts (or logs the failure of) a release of leases
+// nobody received; a lease not released expires as usual.
+func (s *Server) undeliveredReleased(n int, err error) {
+	if err != nil {
+		s.logger.Warn("releasing undelivered leases failed; they will expire", "error", err)
+		return
+	}
+	s.metrics.undelivered.Add(float64(n))
 }
 
 func (h *handlers) leaseAnswer(res store.AcquireResult) api.AcquireLeases200JSONResponse {

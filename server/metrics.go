@@ -34,6 +34,7 @@ type metrics struct {
 	replays           *prometheus.CounterVec
 	conflicts         *prometheus.CounterVec
 	leaseExpiries     prometheus.Counter
+	undelivered       prometheus.Counter
 	uploadBytes       prometheus.Counter
 	sweeperRuns       prometheus.Counter
 	rateLimited       prometheus.Counter
@@ -75,6 +76,10 @@ func newMetrics(s *Server) *metrics {
 			Name: "gateway_idempotency_conflicts_total",
 			Help: "Requests refused because their Idempotency-Key was reused with another request or is still in flight, by problem code.",
 		}, []string{"code"}),
+		undelivered: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gateway_undelivered_leases_released_total",
+			Help: "Leases granted to a poll that went away before its answer, released at once instead of left to expire.",
+		}),
 		leaseExpiries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gateway_lease_expiries_total",
 			Help: "Attempts this replica's sweeper expired because their lease ran out.",
@@ -104,7 +109,7 @@ func newMetrics(s *Server) *metrics {
 	}
 	reg.MustRegister(
 		m.leaseAcquisition, m.wakeLatency, m.heartbeats, m.fencingRejections, m.replays, m.conflicts,
-		m.leaseExpiries, m.uploadBytes, m.sweeperRuns, m.rateLimited, m.httpRequests,
+		m.leaseExpiries, m.undelivered, m.uploadBytes, m.sweeperRuns, m.rateLimited, m.httpRequests,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "gateway_waiting_polls",
 			Help: "Long-polls waiting in this replica's hub.",

@@ -59,11 +59,12 @@ type Config struct {
 	// connection; requests arriving meanwhile wait for the next group (group
 	// commit).
 	GroupCommitWriters int
-	// LeaseGroupCommit writes concurrent polls' acquisitions in shared
-	// transactions too. Off by default: measured on local disks it saves
-	// commits but not time (an acquisition's cost is its row work) and a
-	// woken poll waits for the group in flight (wake p99 3.3 → 8.4 ms); it
-	// pays where a commit's flush is slow (network storage).
+	// LeaseGroupCommit serves the polls waiting on a replica with one
+	// acquisition at a time — River's one fetcher per process: a poll that
+	// arrives while an acquisition is in flight joins the next one, which
+	// walks the queue once per set of like workers for all of them. A poll
+	// alone (an idle replica) is acquired at once, in one round trip. Off
+	// gives every poll its own acquisition transaction.
 	LeaseGroupCommit bool
 	// PruneInterval is how often a replica deletes old terminal tasks, ended
 	// upload rows and (with AuditRetention > 0) audit events; 0 disables it.
@@ -158,6 +159,7 @@ func DefaultConfig() Config {
 		SweepDormantInterval: 5 * time.Minute,
 		SweepBatch:           500,
 		GroupCommitWriters:   4,
+		LeaseGroupCommit:     true,
 		IdentityCacheTTL:     time.Minute,
 		PruneInterval:        10 * time.Minute,
 		TaskRetention:        store.DefaultTaskRetention,
@@ -245,7 +247,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 		s.auditAs(ctx, e.actorType, e.actorID, e.action, "", "", nil, e.details)
 	})
 	if cfg.LeaseGroupCommit {
-		s.acquisitions = store.NewAcquireBatcher(s.store, 1, groupMax, groupTimeout)
+		// One writer: the replica's single fetcher (concurrent walks of the
+		// same queue head wade through each other's locked rows).
+		s.acquisitions = store.NewAcquireBatcher(s.store, 1, groupMax, groupTimeout, s.undeliveredReleased)
 	}
 	s.completions = store.NewCompletionBatcher(s.store, max(cfg.GroupCommitWriters, 1), groupMax, groupTimeout)
 	s.heartbeats = store.NewHeartbeatBatcher(s.store, max(cfg.GroupCommitWriters, 1), groupMax, groupTimeout)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -14,11 +15,17 @@ import (
 // large as the load makes them (up to maxGroup), so one commit (and its
 // flush to disk) serves many requests. write answers each request on its
 // own.
+//
+// A caller that gives up (its context ends) abandons its request: one still
+// queued is dropped unwritten, and one already being written is handed,
+// once written, to abandoned (when set) instead of the caller, so that what
+// it produced — leases nobody will receive — can be undone at once.
 type groupCommitter[P, R any] struct {
-	write    func(ctx context.Context, group []P) []R
-	queue    chan *pending[P, R]
-	maxGroup int
-	timeout  time.Duration
+	write     func(ctx context.Context, group []P) []R
+	abandoned func(ctx context.Context, p P, r R)
+	queue     chan *pending[P, R]
+	maxGroup  int
+	timeout   time.Duration
 
 	closeOnce sync.Once
 	closed    chan struct{} // Close was called
@@ -29,7 +36,16 @@ type groupCommitter[P, R any] struct {
 type pending[P, R any] struct {
 	params P
 	answer chan R
+	// state is waiting until either the writer answers (answered) or the
+	// caller gives up (abandoned), whichever comes first.
+	state atomic.Int32
 }
+
+const (
+	waiting int32 = iota
+	answered
+	abandoned
+)
 
 // ErrBatcherClosed is returned for a request submitted after Close.
 var ErrBatcherClosed = errors.New("group committer closed")
@@ -85,9 +101,14 @@ func (g *groupCommitter[P, R]) submit(ctx context.Context, ps []P) (out []R, err
 				errs[i] = ErrBatcherClosed
 			}
 		case <-ctx.Done():
-			// The request may still be written; a retry is answered with
-			// its outcome as a replay.
-			errs[i] = ctx.Err()
+			if q.state.CompareAndSwap(waiting, abandoned) {
+				// Dropped if still queued; if being written, its outcome
+				// goes to abandoned (a retry of an idempotent request is
+				// answered with it as a replay).
+				errs[i] = ctx.Err()
+				continue
+			}
+			out[i] = <-q.answer // answered in the same instant
 		}
 	}
 	return out, errs
@@ -115,14 +136,28 @@ func (g *groupCommitter[P, R]) run() {
 				break fill
 			}
 		}
+		live := group[:0]
 		for _, q := range group {
-			params = append(params, q.params)
+			if q.state.Load() != abandoned {
+				live = append(live, q)
+				params = append(params, q.params)
+			}
+		}
+		group = live
+		if len(group) == 0 {
+			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
 		out := g.write(ctx, params)
 		cancel()
 		for i, q := range group {
-			q.answer <- out[i]
+			if q.state.CompareAndSwap(waiting, answered) {
+				q.answer <- out[i]
+			} else if g.abandoned != nil {
+				ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
+				g.abandoned(ctx, q.params, out[i])
+				cancel()
+			}
 		}
 	}
 }
@@ -201,9 +236,21 @@ type AcquireBatcher struct {
 }
 
 // NewAcquireBatcher starts writers goroutines writing up to maxGroup polls'
-// acquisitions per transaction.
-func NewAcquireBatcher(s *Store, writers, maxGroup int, timeout time.Duration) *AcquireBatcher {
-	return &AcquireBatcher{g: newGroupCommitter(writers, maxGroup, timeout, s.AcquireLeasesMany)}
+// acquisitions per transaction. The leases of a poll whose caller gave up
+// while its group was written are released at once (ReleaseLeases), never
+// left to expire; release, when set, is told how many and why it failed.
+func NewAcquireBatcher(s *Store, writers, maxGroup int, timeout time.Duration, release func(n int, err error)) *AcquireBatcher {
+	g := newGroupCommitter(writers, maxGroup, timeout, s.AcquireLeasesMany)
+	g.abandoned = func(ctx context.Context, p AcquireParams, out AcquireOutcome) {
+		if len(out.Result.Leases) == 0 {
+			return
+		}
+		n, err := s.ReleaseLeases(ctx, p.WorkerID, out.Result.Leases)
+		if release != nil {
+			release(n, err)
+		}
+	}
+	return &AcquireBatcher{g: g}
 }
 
 // Acquire leases for one poll as AcquireLeases would, in the next group.

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"encoding/json"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -427,4 +428,40 @@ func tokenOf(leases []store.Lease, attemptID uuid.UUID) string {
 		}
 	}
 	return ""
+}
+
+// TestReleaseLeasesPutsUndeliveredLeasesBack: leases a poll never received
+// go back to the queue at once, without using up an attempt; only the
+// named worker's active leases are touched.
+func TestReleaseLeasesPutsUndeliveredLeasesBack(t *testing.T) {
+	t.Parallel()
+	s, b := setupStore(t)
+	ctx := t.Context()
+	other := createWorker(t, s, b.pool, workerOpts{Capacity: 1})
+	assign(t, s, b.org.ID, other.ID)
+	createTasks(t, s, b.org.ID, 4, store.CreateTaskParams{})
+	leases := acquire(t, s, b.worker.ID, 3).Leases
+	require.Len(t, leases, 3)
+	otherLease := acquireOne(t, s, other.ID)
+	finished := leases[2]
+	complete(t, s, refOf(b.worker.ID, finished), store.AttemptSucceeded, false)
+
+	// The other worker's lease and a finished one are named too: neither moves.
+	n, err := s.ReleaseLeases(ctx, b.worker.ID, append(slices.Clone(leases), otherLease))
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	for _, l := range leases[:2] {
+		require.Equal(t, store.AttemptSuperseded, attemptStatus(t, b.pool, l.AttemptID))
+		task := getTask(t, s, l.Task.ID)
+		require.Equal(t, store.TaskPending, task.State)
+		require.Zero(t, task.AttemptCount, "an undelivered lease uses up no attempt")
+		_, err := s.HeartbeatAttempt(ctx, refOf(b.worker.ID, l))
+		require.ErrorIs(t, err, store.ErrLeaseLost)
+	}
+	require.Equal(t, store.AttemptSucceeded, attemptStatus(t, b.pool, finished.AttemptID))
+	require.Equal(t, store.AttemptLeased, attemptStatus(t, b.pool, otherLease.AttemptID))
+	requireQueueFollowsTasks(t, b.pool)
+
+	again := acquire(t, s, b.worker.ID, 3).Leases
+	require.Len(t, again, 2, "the released tasks are leasable again at once")
 }

@@ -306,17 +306,44 @@ func (s *Store) RevokeWorker(ctx context.Context, id uuid.UUID, reason string, o
 // again at once without using up an attempt — or cancelled, if a cancel was
 // already requested. Returns how many attempts it ended.
 func releaseAttempts(ctx context.Context, tx executor, workerID uuid.UUID, org *uuid.UUID, reason string) (int, error) {
-	return releaseAttemptsWhere(ctx, tx, workerID, org, nil, reason)
+	return releaseAttemptsWhere(ctx, tx, workerID, releaseFilter{organization: org}, reason)
+}
+
+// ReleaseLeases ends, by policy, leases that were granted but never reached
+// their worker (its poll went away while the acquisition was written): the
+// tasks are leasable again at once, without using up an attempt, instead
+// of waiting for the leases to expire. Leases no longer active are left
+// alone. Returns how many it released.
+func (s *Store) ReleaseLeases(ctx context.Context, workerID uuid.UUID, leases []Lease) (int, error) {
+	ids := make([]uuid.UUID, len(leases))
+	for i, l := range leases {
+		ids[i] = l.AttemptID
+	}
+	var n int
+	err := s.inTx(ctx, "release undelivered leases", func(tx pgx.Tx) error {
+		var err error
+		n, err = releaseAttemptsWhere(ctx, tx, workerID, releaseFilter{attempts: ids}, "lease_undelivered")
+		return err
+	})
+	return n, err
 }
 
 // releaseAttemptsLackingCritical ends, by policy, the worker's active
 // attempts whose task marks as critical a capability the worker's new
 // advertisement no longer has.
 func releaseAttemptsLackingCritical(ctx context.Context, tx executor, workerID uuid.UUID, capabilities []byte) (int, error) {
-	return releaseAttemptsWhere(ctx, tx, workerID, nil, capabilities, "capability_lost")
+	return releaseAttemptsWhere(ctx, tx, workerID, releaseFilter{lackingCritical: capabilities}, "capability_lost")
 }
 
-func releaseAttemptsWhere(ctx context.Context, tx executor, workerID uuid.UUID, org *uuid.UUID, lackingCritical []byte, reason string) (int, error) {
+// releaseFilter narrows which of a worker's active attempts are released;
+// the zero value releases them all.
+type releaseFilter struct {
+	organization    *uuid.UUID  // only this organization's
+	lackingCritical []byte      // only those whose task needs a critical capability this advertisement lacks
+	attempts        []uuid.UUID // only these
+}
+
+func releaseAttemptsWhere(ctx context.Context, tx executor, workerID uuid.UUID, f releaseFilter, reason string) (int, error) {
 	rows, err := tx.Query(ctx, `
 		WITH ended AS (
 			UPDATE worker_task_attempts a SET
@@ -326,6 +353,7 @@ func releaseAttemptsWhere(ctx context.Context, tx executor, workerID uuid.UUID, 
 				AND ($2::uuid IS NULL OR a.organization_id = $2)
 				AND ($4::jsonb IS NULL OR EXISTS (SELECT 1 FROM worker_tasks ct
 					WHERE ct.id = a.task_id AND NOT ($4::jsonb @> ct.critical_capabilities)))
+				AND ($5::uuid[] IS NULL OR a.id = ANY($5::uuid[]))
 			RETURNING a.task_id
 		), moved AS (
 		UPDATE worker_tasks t SET
@@ -342,7 +370,7 @@ func releaseAttemptsWhere(ctx context.Context, tx executor, workerID uuid.UUID, 
 	), enqueued AS (
 		`+EnqueueSQL("moved")+`
 	)
-	SELECT organization_id, state FROM moved`, workerID, org, reason, nullJSON(lackingCritical))
+	SELECT organization_id, state FROM moved`, workerID, f.organization, reason, nullJSON(f.lackingCritical), f.attempts)
 	if err != nil {
 		return 0, fmt.Errorf("release attempts: %w", err)
 	}

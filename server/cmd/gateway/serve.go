@@ -73,7 +73,7 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 	fs.DurationVar(&c.server.DefaultWait, "default-wait", c.server.DefaultWait, "long-poll wait when the worker gives none")
 	fs.BoolVar(&c.server.OpsProfiling, "ops-pprof", false, "serve Go's CPU, heap and goroutine profiles under /debug/pprof/ on the ops listener (needs -ops-listen)")
 	fs.IntVar(&c.server.GroupCommitWriters, "group-commit-writers", c.server.GroupCommitWriters, "groups of completions (and, separately, of heartbeats and of lease acquisitions) written at once, each group in one transaction; requests arriving meanwhile join the next group")
-	fs.BoolVar(&c.server.LeaseGroupCommit, "lease-group-commit", false, "serve polls that arrive together with one acquisition: one commit and one candidate walk per set of like workers (a poll alone keeps its one-statement path)")
+	fs.BoolVar(&c.server.LeaseGroupCommit, "lease-group-commit", c.server.LeaseGroupCommit, "serve the polls waiting on this replica with one acquisition at a time: polls arriving meanwhile join the next one, one commit and one queue walk per set of like workers (a poll alone keeps its one-statement path); =false gives each poll its own transaction")
 	fs.DurationVar(&c.server.IdentityCacheTTL, "identity-cache-ttl", c.server.IdentityCacheTTL, "how long a replica trusts a looked-up worker certificate while its LISTEN connection is up (changes notify every replica); 0 looks it up on every request")
 	fs.DurationVar(&c.server.HeartbeatInterval, "heartbeat-interval", c.server.HeartbeatInterval, "longest heartbeat interval told to workers; online = seen within 3 intervals")
 	fs.DurationVar(&c.server.SweepIdleInterval, "sweep-idle-interval", c.server.SweepIdleInterval, "lease sweep interval when no expiry is known to be due sooner")
