@@ -236,11 +236,27 @@ type AcquireBatcher struct {
 }
 
 // NewAcquireBatcher starts writers goroutines writing up to maxGroup polls'
-// acquisitions per transaction. The leases of a poll whose caller gave up
-// while its group was written are released at once (ReleaseLeases), never
-// left to expire; release, when set, is told how many and why it failed.
-func NewAcquireBatcher(s *Store, writers, maxGroup int, timeout time.Duration, release func(n int, err error)) *AcquireBatcher {
-	g := newGroupCommitter(writers, maxGroup, timeout, s.AcquireLeasesMany)
+// acquisitions per transaction. clock, when set, is read just before each
+// group's transaction begins (AcquireResult.Began): a poll that waited for
+// the group in flight must not take the wake-ups it missed meanwhile for
+// tasks its own transaction might not see. The leases of a poll whose
+// caller gave up while its group was written are released at once
+// (ReleaseLeases), never left to expire; release, when set, is told how
+// many and why it failed.
+func NewAcquireBatcher(s *Store, writers, maxGroup int, timeout time.Duration, clock func() uint64,
+	release func(n int, err error)) *AcquireBatcher {
+	write := func(ctx context.Context, ps []AcquireParams) []AcquireOutcome {
+		var began uint64
+		if clock != nil {
+			began = clock()
+		}
+		out := s.AcquireLeasesMany(ctx, ps)
+		for i := range out {
+			out[i].Result.Began = began
+		}
+		return out
+	}
+	g := newGroupCommitter(writers, maxGroup, timeout, write)
 	g.abandoned = func(ctx context.Context, p AcquireParams, out AcquireOutcome) {
 		if len(out.Result.Leases) == 0 {
 			return

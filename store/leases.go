@@ -48,6 +48,11 @@ type AcquireResult struct {
 	FreeSlots int
 	// Disabled is true when the worker is disabled: it leases nothing.
 	Disabled bool
+	// Began is the reading of an AcquireBatcher's clock taken just before
+	// the transaction that served the poll began (zero without a batcher):
+	// a wake-up after it may concern tasks the transaction did not see, one
+	// before it cannot.
+	Began uint64
 }
 
 // Lease is one granted lease with the task snapshot the worker needs.
