@@ -45,13 +45,46 @@
 //
 // # Lock order
 //
-// Rows are locked in the order workers, attempts, tasks, scans. Statements
-// that touch attempts and tasks lock attempts first (complete, expire,
-// release), statements that touch only tasks lock only tasks (cancel, retry,
-// acquire's SKIP LOCKED), and a statement that also touches the workers row
-// does so first (acquire, heartbeats, disabling a worker). Acquisition serialises per worker on the
-// workers row, then takes the worker's assignment rows FOR SHARE so that an
-// unassignment and an acquisition can never interleave.
+// Rows are locked in the order workers, attempts, tasks, queue rows, scans.
+// Statements that touch attempts and tasks lock attempts first (complete,
+// expire, release), statements that touch only tasks lock only tasks
+// (cancel, retry), and a statement that also touches the workers row does
+// so first (acquire, heartbeats, disabling a worker). Acquisition
+// serialises per worker on the workers row, then takes the worker's
+// assignment rows FOR SHARE so that an unassignment and an acquisition can
+// never interleave. The two statements that start from the queue — the
+// acquisition walk and the deadline sweep — lock queue rows before their
+// tasks, against that order, and so never wait for a task: they take it
+// with SKIP LOCKED and leave a held one to its holder (queue.go).
+//
+// # Shape
+//
+// The tables are the RFC's record; how the hot path moves through them was
+// chosen by measurement (go run ./scripts/bench -scenario throughput
+// -pg-statements N prints each table's updates and how many were HOT, and
+// each index's entries read):
+//
+//   - worker_task_queue holds the leasable tasks only, with the columns the
+//     walk orders and filters by. The acquisition walks it per organization
+//     and lease class and deletes what it leases; retries, releases and
+//     redrives insert into it (queue.go has the rule and who keeps it).
+//   - worker_tasks has no index that names a column a state change writes
+//     (state, available_at, counts, timestamps), and leaves a third of each
+//     page free, so lease, start and completion are HOT updates: no index
+//     entry is written for them.
+//   - An attempt is inserted by its lease and updated once when it ends:
+//     the completion locks the fenced attempts and their tasks in one
+//     statement and ends both rows in the next, and a single completion is
+//     a batch of one.
+//   - The walks must read indexes in order and stop early; statements that
+//     walk run with sequential and bitmap scans off (orderedScansSQL), since
+//     a plan made from the statistics of a table just filled in bulk read a
+//     whole class and sorted it. Completions are planned for the arrays they
+//     are given (customPlanSQL).
+//   - With LeaseGroupCommit a replica serves the polls that arrive while an
+//     acquisition is in flight with the next one (AcquireBatcher, one
+//     writer): one walk per set of like workers instead of one SKIP LOCKED
+//     walk per poll, each stepping over the others' locked rows.
 //
 // # Isolation
 //

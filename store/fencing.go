@@ -6,8 +6,14 @@ package store
 // leaseLive is true while an attempt's lease may still be used: the attempt
 // active (leased or running) and its lease unexpired by the database's
 // clock. attempt is the SQL name of the attempt row (a table or alias).
+//
+// Every statement using it finds its attempts another way — by id, or by
+// worker and poll key — so the test is wrapped in IS TRUE (the same
+// truth), which the planner cannot turn into a scan of the live-lease
+// indexes: with the young statistics of a table filling fast it did, and
+// read every live lease for each completion.
 func leaseLive(attempt string) string {
-	return attempt + `.status IN (` + activeStatuses + `) AND ` + attempt + `.lease_expires_at > now()`
+	return `(` + attempt + `.status IN (` + activeStatuses + `) AND ` + attempt + `.lease_expires_at > now()) IS TRUE`
 }
 
 // leaseHeld is the fencing predicate of every worker write that names an
@@ -16,7 +22,11 @@ func leaseLive(attempt string) string {
 // expired, superseded, finished or replaced — matches no row. The other
 // arguments are SQL expressions (usually placeholders) for the attempt id,
 // the worker id and the token's hash.
+//
+// Only the id is a lookup: the rest is wrapped in IS TRUE for the same
+// reason as leaseLive (the worker's index of live attempts is no way to
+// find one attempt either).
 func leaseHeld(attempt, id, worker, tokenHash string) string {
-	return attempt + `.id = ` + id + ` AND ` + attempt + `.worker_id = ` + worker +
-		` AND ` + attempt + `.lease_token_hash = ` + tokenHash + ` AND ` + leaseLive(attempt)
+	return attempt + `.id = ` + id + ` AND (` + attempt + `.worker_id = ` + worker +
+		` AND ` + attempt + `.lease_token_hash = ` + tokenHash + `) IS TRUE AND ` + leaseLive(attempt)
 }
