@@ -369,6 +369,15 @@ const orderedScansSQL = `SELECT set_config('enable_seqscan', 'off', true), set_c
 const genericPlanSQL = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
 	set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)`
 
+// byIDPlanSQL is genericPlanSQL for statements that find their rows by the
+// ids in the arrays they are given (completions): each input row probes a
+// primary key, in a nested loop. A generic plan made while the tables were
+// small instead merge-joined the sorted input with a whole primary key,
+// read from its start (4 ms for one completion).
+const byIDPlanSQL = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
+	set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
+	set_config('enable_mergejoin', 'off', true), set_config('enable_hashjoin', 'off', true)`
+
 // lockAssignmentsSQL takes the worker's live assignments FOR SHARE and
 // counts its active attempts. A statement of its own, after the worker row
 // lock, so it sees the attempts of the worker's previous poll that we may
