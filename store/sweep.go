@@ -62,7 +62,7 @@ WITH ended AS (
 		updated_at = now()
 	FROM ended e
 	WHERE t.id = e.task_id AND t.state IN (` + sqlStates(TaskLeased, TaskRunning, TaskCancelling) + `)
-	RETURNING t.*
+	RETURNING ` + queueSourceColumns("t") + `
 ), enqueued AS (
 	` + EnqueueSQL("moved") + `
 )

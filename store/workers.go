@@ -356,21 +356,21 @@ func releaseAttemptsWhere(ctx context.Context, tx executor, workerID uuid.UUID, 
 				AND ($5::uuid[] IS NULL OR a.id = ANY($5::uuid[]))
 			RETURNING a.task_id
 		), moved AS (
-		UPDATE worker_tasks t SET
-			state = CASE WHEN t.state = '`+string(TaskCancelling)+`' THEN '`+string(TaskTransitions[EventCancelDone].To)+`'
-				ELSE '`+string(TaskTransitions[EventRelease].To)+`' END,
-			attempt_count = CASE WHEN t.state = '`+string(TaskCancelling)+`' THEN t.attempt_count
-				ELSE greatest(t.attempt_count - 1, 0) END,
-			available_at = now(),
-			completed_at = CASE WHEN t.state = '`+string(TaskCancelling)+`' THEN now() ELSE NULL END,
-			updated_at = now()
-		FROM ended e
-		WHERE t.id = e.task_id AND t.state IN (`+fromStates(EventRelease)+`, `+fromStates(EventCancelDone)+`)
-		RETURNING t.*
-	), enqueued AS (
-		`+EnqueueSQL("moved")+`
-	)
-	SELECT organization_id, state FROM moved`, workerID, f.organization, reason, nullJSON(f.lackingCritical), f.attempts)
+			UPDATE worker_tasks t SET
+				state = CASE WHEN t.state = '`+string(TaskCancelling)+`' THEN '`+string(TaskTransitions[EventCancelDone].To)+`'
+					ELSE '`+string(TaskTransitions[EventRelease].To)+`' END,
+				attempt_count = CASE WHEN t.state = '`+string(TaskCancelling)+`' THEN t.attempt_count
+					ELSE greatest(t.attempt_count - 1, 0) END,
+				available_at = now(),
+				completed_at = CASE WHEN t.state = '`+string(TaskCancelling)+`' THEN now() ELSE NULL END,
+				updated_at = now()
+			FROM ended e
+			WHERE t.id = e.task_id AND t.state IN (`+fromStates(EventRelease)+`, `+fromStates(EventCancelDone)+`)
+			RETURNING `+queueSourceColumns("t")+`
+		), enqueued AS (
+			`+EnqueueSQL("moved")+`
+		)
+		SELECT organization_id, state FROM moved`, workerID, f.organization, reason, nullJSON(f.lackingCritical), f.attempts)
 	if err != nil {
 		return 0, fmt.Errorf("release attempts: %w", err)
 	}
