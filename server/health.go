@@ -40,6 +40,12 @@ func (s *Server) readiness(ctx context.Context) (bool, map[string]string) {
 		checks["database"], checks["schema"], ready = "unreachable", "unknown", false
 	} else if latest, err := migrations.Latest(); err != nil || uint(version) < latest {
 		checks["schema"], ready = "behind", false
+	} else if uint(version) > latest {
+		// Migrated past what this binary knows: a newer schema may change
+		// the rules its statements must keep (000012 moved the leasable
+		// tasks into a queue this binary would not fill), so it must not
+		// take traffic.
+		checks["schema"], ready = "ahead", false
 	}
 	if !s.hub.Connected() {
 		checks["listen"], ready = "disconnected", false

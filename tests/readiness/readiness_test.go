@@ -89,3 +89,25 @@ func TestReadyzFollowsTheDatabase(t *testing.T) {
 		require.Equal(t, map[string]string{"database": "ok", "schema": "ok", "listen": "ok"}, last.checks)
 	}
 }
+
+// TestReadyzFollowsTheSchemaVersion: a replica is ready only on the schema
+// its binary was built for — not behind it, and not ahead of it (a newer
+// schema may change the rules its statements must keep).
+func TestReadyzFollowsTheSchemaVersion(t *testing.T) {
+	g := harness.Start(t)
+	client := g.HTTPClient(nil)
+	for _, c := range []struct {
+		shift int
+		want  string
+	}{{+1, "ahead"}, {-2, "behind"}, {+1, "ok"}} {
+		_, err := g.Pool.Exec(context.Background(), `UPDATE schema_migrations SET version = version + $1`, c.shift)
+		require.NoError(t, err)
+		r := probe(t, client, g.URL+"/readyz")
+		require.Equal(t, c.want, r.checks["schema"])
+		if c.want == "ok" {
+			require.Equal(t, http.StatusOK, r.status)
+		} else {
+			require.Equal(t, http.StatusServiceUnavailable, r.status)
+		}
+	}
+}
