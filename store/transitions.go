@@ -110,7 +110,7 @@ func (s TaskState) IsFinal() bool { return slices.Contains(finalTaskStates(), s)
 
 // sqlStates renders states as a SQL literal list for IN (...). The values
 // are compile-time constants, and literals (not parameters) let the planner
-// match partial indexes such as "WHERE state IN ('pending', 'retry_wait')".
+// match partial indexes such as "WHERE status IN ('leased', 'running')".
 func sqlStates[S ~string](states ...S) string {
 	quoted := make([]string, len(states))
 	for i, s := range states {
