@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -181,18 +180,10 @@ func exec(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) {
 	require.NoError(t, err)
 }
 
-// editTasks runs an UPDATE of worker_tasks (without RETURNING) that stands
-// in for time passing or a state the test needs, then makes the edited
-// tasks' queue rows follow (store.ResyncQueueSQL), as the gateway's own
-// statements do.
+// editTasks is storetest.EditTasks.
 func editTasks(t *testing.T, pool *pgxpool.Pool, update string, args ...any) []uuid.UUID {
 	t.Helper()
-	rows, err := pool.Query(t.Context(), update+" RETURNING id", args...)
-	require.NoError(t, err)
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
-	require.NoError(t, err)
-	exec(t, pool, store.ResyncQueueSQL, ids)
-	return ids
+	return storetest.EditTasks(t, pool, update, args...)
 }
 
 // expireLease simulates the lease running out: its expiry moves into the past.

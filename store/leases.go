@@ -359,23 +359,23 @@ func (a *acquisition) result() (AcquireResult, error) {
 // chose a bitmap scan and a sort, which read a whole class of the queue,
 // 100,000 entries for 32 rows, and the sweeper's earliest expiry read every
 // finished attempt's entry again on every pass.
-const orderedScansSQL = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)`
+const orderedScansSQL = `SELECT ` + orderedScans
+
+const orderedScans = `set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)`
 
 // genericPlanSQL is orderedScansSQL for the acquisition, which also plans
 // its statements once per connection instead of on every poll: planning
 // them costs more than running them. A generic plan is made once, possibly
 // while a table is still small, and then kept as the table grows; the
 // ordered scans keep it right whatever the statistics said.
-const genericPlanSQL = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
-	set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)`
+const genericPlanSQL = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true), ` + orderedScans
 
 // byIDPlanSQL is genericPlanSQL for statements that find their rows by the
 // ids in the arrays they are given (completions): each input row probes a
 // primary key, in a nested loop. A generic plan made while the tables were
 // small instead merge-joined the sorted input with a whole primary key,
 // read from its start (4 ms for one completion).
-const byIDPlanSQL = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
-	set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
+const byIDPlanSQL = genericPlanSQL + `,
 	set_config('enable_mergejoin', 'off', true), set_config('enable_hashjoin', 'off', true)`
 
 // lockAssignmentsSQL takes the worker's live assignments FOR SHARE and
@@ -614,17 +614,17 @@ func organizationWalkSQL(org, types, caps, limit, exclude string) string {
 		) locked`
 }
 
-// takeQueuedSQL takes the tasks of the queue rows in rel (a relation with
-// an id column, whose queue rows this transaction locked): it locks each
+// takeQueuedSQL takes the tasks of the queue rows in rel (a relation whose
+// idColumn holds task ids, whose queue rows this transaction locked): it locks each
 // still-leasable task with SKIP LOCKED — a transaction that holds the task
 // is about to change it and delete the queue row, and waits for ours to do
 // so, so waiting for it would deadlock — and deletes the queue rows of the
 // tasks it took. The CTEs taken and dequeued it defines go into a WITH
 // list; taken has the ids.
-func takeQueuedSQL(rel string) string {
+func takeQueuedSQL(rel, idColumn string) string {
 	return `taken AS (
 		SELECT t.id FROM worker_tasks t
-		WHERE t.id IN (SELECT id FROM ` + rel + `) AND t.state IN (` + leasableStates + `)
+		WHERE t.id IN (SELECT ` + idColumn + ` FROM ` + rel + `) AND t.state IN (` + leasableStates + `)
 		FOR UPDATE OF t SKIP LOCKED
 	), dequeued AS (
 		DELETE FROM worker_task_queue q USING taken WHERE q.task_id = taken.id
@@ -665,7 +665,7 @@ WITH worker AS (
 	WHERE ow.worker_id = $1 AND ow.enabled AND ow.revoked_at IS NULL
 	ORDER BY c.priority DESC, c.turn, ow.last_leased_at NULLS FIRST, c.created_at, c.id
 	LIMIT (SELECT greatest(want, 0) FROM worker)
-), ` + takeQueuedSQL("candidates") + `, leased AS (
+), ` + takeQueuedSQL("candidates", "id") + `, leased AS (
 	UPDATE worker_tasks t SET
 		` + leaseTaskSetSQL + `
 	FROM taken c
@@ -746,9 +746,7 @@ var grantSQL = `
 WITH input AS (
 	SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::bytea[]) WITH ORDINALITY
 		AS i(task_id, worker_id, request_key, token_hash, slot)
-), picked AS (
-	SELECT task_id AS id FROM input
-), ` + takeQueuedSQL("picked") + `, leased AS (
+), ` + takeQueuedSQL("input", "task_id") + `, leased AS (
 	UPDATE worker_tasks t SET
 		` + leaseTaskSetSQL + `
 	FROM input i JOIN taken k ON k.id = i.task_id

@@ -1,5 +1,7 @@
 package store
 
+import "strings"
+
 // The queue: worker_task_queue holds one row per leasable task (pending or
 // retry_wait) with the columns the acquisition walk, the retry timer and
 // the deadline sweep need; worker_tasks stays the record. Keeping the
@@ -29,22 +31,34 @@ package store
 // leasableStates are the task states that have a queue row.
 var leasableStates = fromStates(EventLease)
 
+// copiedColumns are the worker_tasks columns a queue row copies, under the
+// same names; the queue's key is task_id, the task's id. Every list below
+// is made from this one, so a column added here is copied, checked and
+// resynced everywhere.
+var copiedColumns = []string{"organization_id", "lease_class", "task_type", "required_capabilities",
+	"priority", "created_at", "available_at", "execution_deadline_at"}
+
+// prefixed is copiedColumns, each prefixed (an alias and dot), comma-separated.
+func prefixed(prefix string) string {
+	out := make([]string, len(copiedColumns))
+	for i, c := range copiedColumns {
+		out[i] = prefix + c
+	}
+	return strings.Join(out, ", ")
+}
+
 // queueColumns are the queue's columns, and taskQueueColumns the
 // worker_tasks columns they copy, in the same order.
-const (
-	queueColumns = `task_id, organization_id, lease_class, task_type, required_capabilities,
-		priority, created_at, available_at, execution_deadline_at`
-	taskQueueColumns = `id, organization_id, lease_class, task_type, required_capabilities,
-		priority, created_at, available_at, execution_deadline_at`
+var (
+	queueColumns     = "task_id, " + prefixed("")
+	taskQueueColumns = "id, " + prefixed("")
 )
 
 // queueSourceColumns are the columns of worker_tasks row alias that
 // EnqueueSQL reads: an UPDATE that feeds it returns these rather than the
 // whole row (payload included), which would be copied for nothing.
 func queueSourceColumns(alias string) string {
-	return alias + `.state, ` + alias + `.id, ` + alias + `.organization_id, ` + alias + `.lease_class, ` +
-		alias + `.task_type, ` + alias + `.required_capabilities, ` + alias + `.priority, ` + alias + `.created_at, ` +
-		alias + `.available_at, ` + alias + `.execution_deadline_at`
+	return alias + ".state, " + alias + ".id, " + prefixed(alias+".")
 }
 
 // EnqueueSQL inserts the queue rows of the tasks in rel — a relation of
@@ -75,16 +89,13 @@ func dequeueSQL(where string) string {
 var QueueMismatchSQL = `
 SELECT count(*) FROM worker_tasks t FULL JOIN worker_task_queue q ON q.task_id = t.id
 WHERE (t.state IN (` + leasableStates + `)) IS DISTINCT FROM (q.task_id IS NOT NULL AND t.id IS NOT NULL)
-	OR (q.task_id IS NOT NULL AND (q.organization_id, q.lease_class, q.task_type, q.required_capabilities,
-		q.priority, q.created_at, q.available_at, q.execution_deadline_at)
-		IS DISTINCT FROM (t.organization_id, t.lease_class, t.task_type, t.required_capabilities,
-		t.priority, t.created_at, t.available_at, t.execution_deadline_at))`
+	OR (q.task_id IS NOT NULL AND (` + prefixed("q.") + `) IS DISTINCT FROM (` + prefixed("t.") + `))`
 
 // ResyncQueueSQL makes the queue rows of the tasks $1 (uuid[]) follow their
 // task rows: it deletes the rows of tasks that are not leasable and inserts
 // or refreshes those of tasks that are. The gateway never needs it (its
 // statements keep the rule themselves); tests and tools that edit task rows
-// in SQL run it afterwards.
+// in SQL run it afterwards (storetest.EditTasks).
 var ResyncQueueSQL = `
 WITH gone AS (
 	DELETE FROM worker_task_queue q USING worker_tasks t
@@ -93,7 +104,4 @@ WITH gone AS (
 INSERT INTO worker_task_queue (` + queueColumns + `)
 SELECT ` + taskQueueColumns + ` FROM worker_tasks
 WHERE id = ANY($1::uuid[]) AND state IN (` + leasableStates + `)
-ON CONFLICT (task_id) DO UPDATE SET
-	(organization_id, lease_class, task_type, required_capabilities, priority, created_at, available_at, execution_deadline_at) =
-	(EXCLUDED.organization_id, EXCLUDED.lease_class, EXCLUDED.task_type, EXCLUDED.required_capabilities,
-	EXCLUDED.priority, EXCLUDED.created_at, EXCLUDED.available_at, EXCLUDED.execution_deadline_at)`
+ON CONFLICT (task_id) DO UPDATE SET (` + prefixed("") + `) = (` + prefixed("EXCLUDED.") + `)`

@@ -79,7 +79,7 @@ WITH due AS (
 	ORDER BY q.execution_deadline_at
 	LIMIT $1
 	FOR UPDATE SKIP LOCKED
-), ` + takeQueuedSQL("due") + `
+), ` + takeQueuedSQL("due", "id") + `
 UPDATE worker_tasks t SET
 	state = '` + string(TaskTransitions[EventFailTerminal].To) + `',
 	last_error_code = 'execution_deadline_exceeded',

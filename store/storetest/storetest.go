@@ -18,7 +18,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/worker-gateway/gateway/store"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -30,12 +29,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
 	"github.com/worker-gateway/gateway/migrations"
+	"github.com/worker-gateway/gateway/store"
 	"github.com/worker-gateway/gateway/store/pgcluster"
 )
 
@@ -375,4 +376,24 @@ func clusterParent() string {
 func processAlive(pid int) bool {
 	err := syscall.Kill(pid, 0)
 	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// EditTasks runs an UPDATE of worker_tasks (without RETURNING) that stands
+// in for time passing or a state a test needs, then makes the edited tasks'
+// queue rows follow (store.ResyncQueueSQL), as the gateway's own
+// statements do. It returns the edited tasks' ids.
+func EditTasks(t testing.TB, pool *pgxpool.Pool, update string, args ...any) []uuid.UUID {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), update+" RETURNING id", args...)
+	if err != nil {
+		t.Fatalf("edit tasks: %v", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		t.Fatalf("edit tasks: %v", err)
+	}
+	if _, err := pool.Exec(context.Background(), store.ResyncQueueSQL, ids); err != nil {
+		t.Fatalf("resync the edited tasks' queue rows: %v", err)
+	}
+	return ids
 }

@@ -23,7 +23,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"github.com/worker-gateway/gateway/server"
@@ -328,18 +327,10 @@ func (g *Gateway) ExpireLeases(t testing.TB, task uuid.UUID) {
 	}
 }
 
-// EditTasks runs an UPDATE of worker_tasks (without RETURNING) that stands
-// in for time passing or a state a test needs, then makes the edited tasks'
-// queue rows follow (store.ResyncQueueSQL), as the gateway's own
-// statements do.
+// EditTasks is storetest.EditTasks on the gateway's database.
 func (g *Gateway) EditTasks(t testing.TB, update string, args ...any) {
 	t.Helper()
-	rows, err := g.Pool.Query(context.Background(), update+" RETURNING id", args...)
-	require.NoError(t, err)
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
-	require.NoError(t, err)
-	_, err = g.Pool.Exec(context.Background(), store.ResyncQueueSQL, ids)
-	require.NoError(t, err)
+	storetest.EditTasks(t, g.Pool, update, args...)
 }
 
 // WaitFor polls cond until it holds or the timeout passes: tests wait on
