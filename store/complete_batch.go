@@ -99,17 +99,28 @@ WITH input AS (
 		AS i(idx, attempt_id, worker_id, lease_token_hash, outcome, error_code, error_message, retryable, last_seq)
 	ORDER BY attempt_id, idx
 ), held AS MATERIALIZED (
+	-- Each input row (in attempt id order, the lock order among attempts)
+	-- looks its attempt up by id. OFFSET 0 keeps the lookup a subquery run
+	-- per input row: joined freely, a generic plan made while the table was
+	-- small walked the whole primary key and probed the input for each entry.
 	SELECT i.idx, a.id, a.task_id, a.worker_id
-	FROM input i JOIN worker_task_attempts a ON ` + leaseHeld("a", "i.attempt_id", "i.worker_id", "i.lease_token_hash") + `
-	WHERE i.last_seq IS NULL OR EXISTS (SELECT 1 FROM worker_result_batches b
-		WHERE b.attempt_id = i.attempt_id AND b.sequence_number = i.last_seq AND b.status = 'persisted')
-	FOR UPDATE OF a
+	FROM input i CROSS JOIN LATERAL (
+		SELECT a.id, a.task_id, a.worker_id FROM worker_task_attempts a
+		WHERE ` + leaseHeld("a", "i.attempt_id", "i.worker_id", "i.lease_token_hash") + `
+			AND (i.last_seq IS NULL OR EXISTS (SELECT 1 FROM worker_result_batches b
+				WHERE b.attempt_id = i.attempt_id AND b.sequence_number = i.last_seq AND b.status = 'persisted'))
+		OFFSET 0
+		FOR UPDATE OF a
+	) a
 )
 SELECT e.idx, e.id, e.task_id, e.worker_id, now(), t.organization_id, t.state,
 	t.attempt_count < t.max_attempts AND NOT coalesce(t.execution_deadline_at <= now(), false)
-FROM held e JOIN worker_tasks t ON t.id = e.task_id
-ORDER BY t.id
-FOR UPDATE OF t`
+FROM (SELECT * FROM held ORDER BY task_id) e CROSS JOIN LATERAL (
+	SELECT t.organization_id, t.state, t.attempt_count, t.max_attempts, t.execution_deadline_at
+	FROM worker_tasks t WHERE t.id = e.task_id
+	OFFSET 0
+	FOR UPDATE OF t
+) t`
 
 // moveTasksSQL ends each locked attempt with its outcome and moves its
 // locked task to the state its completion decided, queues the task again if
@@ -133,16 +144,19 @@ WITH input AS (
 		updated_at = now()
 	FROM input i
 	WHERE t.id = i.task_id AND t.state = i.observed_state
-	RETURNING ` + queueSourceColumns("t") + `, extract(epoch FROM t.available_at - now())::float8 AS delay
+	-- The attempt's input travels with its task: joining moved back to input
+	-- would be a nested loop over both (byIDPlanSQL), quadratic in the group.
+	RETURNING ` + queueSourceColumns("t") + `, extract(epoch FROM t.available_at - now())::float8 AS delay,
+		i.attempt_id, i.outcome, i.error_code, i.error_message, i.retryable
 ), enqueued AS (
 	` + EnqueueSQL("moved") + `
 ), ended AS (
 	UPDATE worker_task_attempts a SET
-		status = i.outcome, finished_at = now(), updated_at = now(),
-		error_code = i.error_code, error_message = i.error_message, error_retryable = i.retryable,
+		status = m.outcome, finished_at = now(), updated_at = now(),
+		error_code = m.error_code, error_message = m.error_message, error_retryable = m.retryable,
 		result_task_state = m.state
-	FROM moved m JOIN input i ON i.task_id = m.id
-	WHERE a.id = i.attempt_id
+	FROM moved m
+	WHERE a.id = m.attempt_id
 )
 SELECT id, state, available_at, delay FROM moved`
 
