@@ -107,6 +107,8 @@ func ParseWakeup(payload string) (Wakeup, error) {
 	return Wakeup{}, bad
 }
 
+const notifySQL = `SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`
+
 // notify queues wake-ups in the caller's transaction: PostgreSQL delivers
 // them only if it commits, so no waiter wakes for work that never happened.
 func notify(ctx context.Context, ex executor, wakeups ...Wakeup) error {
@@ -117,7 +119,7 @@ func notify(ctx context.Context, ex executor, wakeups ...Wakeup) error {
 	for _, w := range wakeups {
 		payloads = append(payloads, w.Payload())
 	}
-	_, err := ex.Exec(ctx, `SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, NotifyChannel, payloads)
+	_, err := ex.Exec(ctx, notifySQL, NotifyChannel, payloads)
 	if err != nil {
 		return fmt.Errorf("notify: %w", err)
 	}

@@ -165,7 +165,10 @@ func serve(ctx context.Context, c *serveConfig, ln net.Listener, logger *slog.Lo
 	if err != nil {
 		return fmt.Errorf("load TLS key pair: %w", err)
 	}
-	pool, err := store.OpenPool(ctx, c.databaseURL, func(cfg *pgxpool.Config) { cfg.MaxConns = int32(c.maxConns) })
+	pool, err := store.OpenPool(ctx, c.databaseURL, func(cfg *pgxpool.Config) {
+		cfg.MaxConns = int32(c.maxConns)
+		store.WarmConnections(cfg)
+	})
 	if err != nil {
 		return err
 	}
