@@ -75,12 +75,21 @@
 //   - An attempt is inserted by its lease and updated once when it ends:
 //     the completion locks the fenced attempts and their tasks in one
 //     statement and ends both rows in the next, and a single completion is
-//     a batch of one.
+//     a batch of one. Its indexes are its id, (task, attempt number), and
+//     three partial ones over live attempts only — one per task (unique),
+//     by lease expiry (the sweep; a lease never outlives its attempt's
+//     deadline, so the sweep finds timeouts too), by worker and poll key
+//     (capacity, repeated polls) — so ending an attempt writes entries to
+//     the first two alone (migration 000013).
 //   - The walks must read indexes in order and stop early; statements that
 //     walk run with sequential and bitmap scans off (orderedScansSQL), since
 //     a plan made from the statistics of a table just filled in bulk read a
-//     whole class and sorted it. Completions are planned for the arrays they
-//     are given (customPlanSQL).
+//     whole class and sorted it. The hot statements run on generic plans
+//     (genericPlanSQL, byIDPlanSQL: planning cost more than running them),
+//     written so that a plan made on small tables stays right as they grow:
+//     lookups by id are lateral subqueries, which cannot be turned around.
+//   - A connection is warmed when it opens (WarmConnections): the hot
+//     statements prepared and planned, so no request pays for a cold one.
 //   - With LeaseGroupCommit a replica serves the polls that arrive while an
 //     acquisition is in flight with the next one (AcquireBatcher, one
 //     writer): one walk per set of like workers instead of one SKIP LOCKED

@@ -404,7 +404,8 @@ WITH replay AS (
 	SELECT a.id, row_number() OVER (ORDER BY a.created_at, a.id) AS slot
 	FROM worker_task_attempts a
 	WHERE a.worker_id = $1 AND a.lease_request_key = $2
-		AND ` + leaseLive("a") + `
+		-- The plain status test lets the index of live attempts find them.
+		AND a.status IN (` + activeStatuses + `) AND ` + leaseLive("a") + `
 		AND EXISTS (SELECT 1 FROM workers w WHERE w.id = $1 AND w.revoked_at IS NULL)
 ), rotated AS (
 	UPDATE worker_task_attempts a SET lease_token_hash = ($3::bytea[])[r.slot]
@@ -656,7 +657,7 @@ WITH worker AS (
 	WHERE w.id = $1 AND w.enabled AND w.revoked_at IS NULL
 		AND NOT EXISTS (SELECT 1 FROM worker_task_attempts r
 			WHERE r.worker_id = $1 AND r.lease_request_key = $3
-				AND ` + leaseLive("r") + `)
+				AND r.status IN (` + activeStatuses + `) AND ` + leaseLive("r") + `)
 ), candidates AS (
 	SELECT c.id, c.organization_id
 	FROM worker, organization_workers ow
