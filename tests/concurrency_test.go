@@ -21,11 +21,12 @@ func TestManyWorkersOnTwoReplicasCompleteEveryTaskExactlyOnce(t *testing.T) {
 	manyWorkersOnTwoReplicas(t, 2000)
 }
 
-// TestLeaseGroupCommitCompletesEveryTaskExactlyOnce: the same with polls'
-// acquisitions group-committed (-lease-group-commit).
-func TestLeaseGroupCommitCompletesEveryTaskExactlyOnce(t *testing.T) {
+// TestAcquisitionPerPollCompletesEveryTaskExactlyOnce: the same with every
+// poll in a transaction of its own (-lease-group-commit=false), each walking
+// the queue past the others' locked rows.
+func TestAcquisitionPerPollCompletesEveryTaskExactlyOnce(t *testing.T) {
 	t.Parallel()
-	manyWorkersOnTwoReplicas(t, 600, "-lease-group-commit")
+	manyWorkersOnTwoReplicas(t, 600, "-lease-group-commit=false")
 }
 
 func manyWorkersOnTwoReplicas(t *testing.T, tasks int, gatewayArgs ...string) {

@@ -146,7 +146,7 @@ func startProcess(t testing.TB, dbURL, certFile, keyFile string, extraArgs []str
 	args := append([]string{"serve", "-database-url", dbURL, "-listen", addr, "-tls-cert", certFile, "-tls-key", keyFile,
 		"-artifacts-dir", filepath.Join(filepath.Dir(certFile), "artifacts"), "-ca-cert", caCert, "-ca-key", caKey}, extraArgs...)
 	// GATEWAY_TEST_ARGS runs every gateway process of the suite with more
-	// flags, e.g. GATEWAY_TEST_ARGS=-lease-group-commit make faults.
+	// flags, e.g. GATEWAY_TEST_ARGS=-lease-group-commit=false make faults.
 	args = append(args, strings.Fields(os.Getenv("GATEWAY_TEST_ARGS"))...)
 	cmd := exec.Command(Binary(t, "gateway"), args...)
 	// Every response of a test gateway is checked against openapi.yaml.
