@@ -109,17 +109,27 @@ func ParseWakeup(payload string) (Wakeup, error) {
 
 const notifySQL = `SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`
 
+func wakeupPayloads(wakeups []Wakeup) []string {
+	payloads := make([]string, len(wakeups))
+	for i, w := range wakeups {
+		payloads[i] = w.Payload()
+	}
+	return payloads
+}
+
 // notify queues wake-ups in the caller's transaction: PostgreSQL delivers
 // them only if it commits, so no waiter wakes for work that never happened.
+// In a pipelined transaction (inPipelinedTx) they are sent with its COMMIT,
+// which saves the round trip of a statement of their own.
 func notify(ctx context.Context, ex executor, wakeups ...Wakeup) error {
 	if len(wakeups) == 0 {
 		return nil
 	}
-	payloads := make([]string, 0, len(wakeups))
-	for _, w := range wakeups {
-		payloads = append(payloads, w.Payload())
+	if tx, ok := ex.(*pipelinedConn); ok {
+		tx.wakeups = append(tx.wakeups, wakeups...)
+		return nil
 	}
-	_, err := ex.Exec(ctx, notifySQL, NotifyChannel, payloads)
+	_, err := ex.Exec(ctx, notifySQL, NotifyChannel, wakeupPayloads(wakeups))
 	if err != nil {
 		return fmt.Errorf("notify: %w", err)
 	}

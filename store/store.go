@@ -139,13 +139,31 @@ func (s *Store) inPipelinedTxOnce(ctx context.Context, name string, queue func(b
 	if err := br.Close(); err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
+	tx := &pipelinedConn{Conn: conn}
 	if finish != nil {
-		if err := finish(conn); err != nil {
+		if err := finish(tx); err != nil {
 			return wrapOp(name, err)
 		}
 	}
 	failpoint.Inject(beforeCommit(name))
-	tag, err := conn.Exec(ctx, "commit")
+	// The wake-ups travel with COMMIT, in one round trip: a NOTIFY failing
+	// aborts the transaction, and COMMIT then answers ROLLBACK.
+	b = &pgx.Batch{}
+	if len(tx.wakeups) > 0 {
+		b.Queue(notifySQL, NotifyChannel, wakeupPayloads(tx.wakeups))
+	}
+	b.Queue("commit")
+	br = conn.SendBatch(ctx, b)
+	if len(tx.wakeups) > 0 {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return fmt.Errorf("%s: notify: %w", name, err)
+		}
+	}
+	tag, err := br.Exec()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
 		return fmt.Errorf("%s: commit: %w", name, err)
 	}
@@ -154,6 +172,13 @@ func (s *Store) inPipelinedTxOnce(ctx context.Context, name string, queue func(b
 	}
 	failpoint.Inject(afterCommit(name))
 	return nil
+}
+
+// pipelinedConn is the executor inPipelinedTx's finish runs on: its
+// wake-ups (notify) are held back and sent with COMMIT.
+type pipelinedConn struct {
+	*pgxpool.Conn
+	wakeups []Wakeup
 }
 
 // compareWorkers orders worker ids for group transactions, which lock many
