@@ -90,6 +90,10 @@
 //     lookups by id are lateral subqueries, which cannot be turned around.
 //   - A connection is warmed when it opens (WarmConnections): the hot
 //     statements prepared and planned, so no request pays for a cold one.
+//   - A hot transaction is a few round trips (inPipelinedTx): BEGIN and the
+//     statements that need nothing from each other in one, each statement
+//     that needs an answer from before in its own, and COMMIT with the
+//     transaction's wake-ups (NOTIFY) in the last.
 //   - With LeaseGroupCommit a replica serves the polls that arrive while an
 //     acquisition is in flight with the next one (AcquireBatcher, one
 //     writer): one walk per set of like workers instead of one SKIP LOCKED
