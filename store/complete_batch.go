@@ -115,6 +115,8 @@ WITH input AS (
 )
 SELECT e.idx, e.id, e.task_id, e.worker_id, now(), t.organization_id, t.state,
 	t.attempt_count < t.max_attempts AND NOT coalesce(t.execution_deadline_at <= now(), false)
+-- Tasks are locked in id order (the lock order among tasks): the lateral
+-- lookup runs once per row of held, in the order it is sorted.
 FROM (SELECT * FROM held ORDER BY task_id) e CROSS JOIN LATERAL (
 	SELECT t.organization_id, t.state, t.attempt_count, t.max_attempts, t.execution_deadline_at
 	FROM worker_tasks t WHERE t.id = e.task_id

@@ -107,8 +107,10 @@ func ParseWakeup(payload string) (Wakeup, error) {
 	return Wakeup{}, bad
 }
 
+// notifySQL sends one notification per payload $2 on channel $1.
 const notifySQL = `SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`
 
+// wakeupPayloads encodes wake-ups for notifySQL.
 func wakeupPayloads(wakeups []Wakeup) []string {
 	payloads := make([]string, len(wakeups))
 	for i, w := range wakeups {
