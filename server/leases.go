@@ -132,6 +132,9 @@ func (h *handlers) leaseAnswer(res store.AcquireResult) api.AcquireLeases200JSON
 		leases = append(leases, h.toLease(l))
 		h.sweeper.dueWithin(l.LeaseTTL)
 	}
+	if !res.Replayed {
+		h.queueVacuum.granted(len(res.Leases))
+	}
 	return api.AcquireLeases200JSONResponse{Leases: leases}
 }
 

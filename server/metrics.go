@@ -122,6 +122,14 @@ func newMetrics(s *Server) *metrics {
 			Name: "gateway_log_shared_reads_total",
 			Help: "Database reads by this replica's shared log readers for followers.",
 		}, func() float64 { return float64(s.store.LogReads().Shared) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "gateway_queue_vacuums_total",
+			Help: "Vacuums of the queue of leasable tasks this replica ran (one per -queue-vacuum-every leases).",
+		}, func() float64 { return float64(s.queueVacuum.runs.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "gateway_queue_vacuum_seconds_total",
+			Help: "Time this replica's queue vacuums took.",
+		}, func() float64 { return time.Duration(s.queueVacuum.nanos.Load()).Seconds() }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "gateway_listen_connected",
 			Help: "1 while this replica's LISTEN connection is up.",

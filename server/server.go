@@ -46,6 +46,10 @@ type Config struct {
 	SweepDormantInterval time.Duration
 	// SweepBatch bounds the rows one sweep pass touches.
 	SweepBatch int
+	// QueueVacuumEvery is how many leases this replica grants between two
+	// vacuums of the queue of leasable tasks (queueVacuum); 0 leaves the
+	// queue to autovacuum.
+	QueueVacuumEvery int
 	// IdentityCacheTTL bounds how long a replica trusts what it looked up
 	// about a worker certificate (see identityCache); 0 looks it up on
 	// every request.
@@ -161,6 +165,7 @@ func DefaultConfig() Config {
 		SweepIdleInterval:    15 * time.Second,
 		SweepDormantInterval: 5 * time.Minute,
 		SweepBatch:           500,
+		QueueVacuumEvery:     50000,
 		GroupCommitWriters:   4,
 		LeaseGroupCommit:     true,
 		IdentityCacheTTL:     time.Minute,
@@ -209,6 +214,8 @@ type Server struct {
 	logger  *slog.Logger
 	hub     *Hub
 	sweeper *Sweeper
+	// queueVacuum vacuums the queue after so many leases.
+	queueVacuum *queueVacuum
 	polls   pollLimiter
 	// follows shares one log reader per followed attempt and bounds follows.
 	follows *logFollowers
@@ -257,6 +264,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 	s.completions = store.NewCompletionBatcher(s.store, max(cfg.GroupCommitWriters, 1), groupMax, groupTimeout)
 	s.heartbeats = store.NewHeartbeatBatcher(s.store, max(cfg.GroupCommitWriters, 1), groupMax, groupTimeout)
 	s.sweeper = newSweeper(s.store, cfg, cfg.Logger)
+	s.queueVacuum = newQueueVacuum(s.store, cfg.QueueVacuumEvery, cfg.Logger)
 	s.metrics = newMetrics(s)
 	s.sweeper.metrics = s.metrics
 	s.metricsHandler = s.metrics.handler(s)
@@ -368,12 +376,13 @@ func loadSpec() (*openapi3.T, error) {
 }
 
 // Run runs the replica's background work — the LISTEN connection feeding the
-// hub, and the sweeper — until ctx ends. databaseURL opens the dedicated
+// hub, the sweeper and the queue vacuum — until ctx ends. databaseURL opens the dedicated
 // LISTEN connection.
 func (s *Server) Run(ctx context.Context, databaseURL string) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { s.runListener(ctx, databaseURL) })
 	wg.Go(func() { s.sweeper.Run(ctx) })
+	wg.Go(func() { s.queueVacuum.run(ctx) })
 	wg.Go(func() { s.securityEvents.run(ctx) })
 	<-ctx.Done()
 	s.hub.Close()

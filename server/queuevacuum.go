@@ -1,0 +1,72 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/worker-gateway/gateway/store"
+)
+
+// queueVacuum vacuums the queue of leasable tasks after every
+// Config.QueueVacuumEvery leases this replica granted (store.VacuumQueue
+// says why autovacuum alone is too late). It counts leases, not time, so
+// an idle gateway never vacuums (and sends no query), and a busy one pays
+// for a vacuum only after as many deleted queue rows as make a walk
+// noticeably longer. Each replica counts its own leases: with several, the
+// queue is vacuumed more often, never less.
+type queueVacuum struct {
+	store  *store.Store
+	every  int64
+	logger *slog.Logger
+	// runs and seconds are this replica's vacuums and the time they took
+	// (metrics).
+	runs, nanos atomic.Int64
+
+	leased atomic.Int64
+	kick   chan struct{}
+}
+
+func newQueueVacuum(st *store.Store, every int, logger *slog.Logger) *queueVacuum {
+	return &queueVacuum{store: st, every: int64(every), logger: logger, kick: make(chan struct{}, 1)}
+}
+
+// granted counts n leases granted; enough of them since the last vacuum
+// wake the vacuum loop.
+func (v *queueVacuum) granted(n int) {
+	if v.every <= 0 || n <= 0 {
+		return
+	}
+	if v.leased.Add(int64(n)) >= v.every {
+		select {
+		case v.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// run vacuums whenever granted asks, one vacuum at a time, until ctx ends.
+func (v *queueVacuum) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-v.kick:
+		}
+		if v.leased.Load() < v.every {
+			continue
+		}
+		// Leases granted while the vacuum runs count towards the next one.
+		v.leased.Store(0)
+		start := time.Now()
+		if err := v.store.VacuumQueue(ctx); err != nil {
+			if ctx.Err() == nil {
+				v.logger.Warn("queue vacuum failed; autovacuum will clean the queue later", "error", err.Error())
+			}
+			continue
+		}
+		v.runs.Add(1)
+		v.nanos.Add(int64(time.Since(start)))
+	}
+}
