@@ -216,7 +216,7 @@ type Server struct {
 	sweeper *Sweeper
 	// queueVacuum vacuums the queue after so many leases.
 	queueVacuum *queueVacuum
-	polls   pollLimiter
+	polls       pollLimiter
 	// follows shares one log reader per followed attempt and bounds follows.
 	follows *logFollowers
 	handler http.Handler
