@@ -24,7 +24,7 @@ var errBadJSON = errors.New("bad JSON body")
 // It scans the bytes once, allocating only for strings with escapes: every
 // request body passes through here before the schema check, and
 // encoding/json's token stream (an allocation per token) cost more than the
-// schema check itself — 100 µs against 3.4 µs for a batch completion of 32
+// schema check itself — 100 µs against about 4 µs for a batch completion of 32
 // (BenchmarkCheckJSON; TestCheckJSONMatchesReferenceOnMutations and
 // FuzzCheckJSONMatchesReference hold the scanner to the token stream's
 // verdicts).
@@ -144,18 +144,8 @@ func (sc *jsonScanner) object(depth int) error {
 		if err := sc.value(depth + 1); err != nil {
 			return err
 		}
-		sc.skipSpace()
-		if sc.pos >= len(sc.buf) {
-			return errSyntax
-		}
-		switch sc.buf[sc.pos] {
-		case ',':
-			sc.pos++
-		case '}':
-			sc.pos++
-			return nil
-		default:
-			return errSyntax
+		if done, err := sc.afterElement('}'); done || err != nil {
+			return err
 		}
 	}
 }
@@ -171,19 +161,25 @@ func (sc *jsonScanner) array(depth int) error {
 		if err := sc.value(depth + 1); err != nil {
 			return err
 		}
-		sc.skipSpace()
-		if sc.pos >= len(sc.buf) {
-			return errSyntax
+		if done, err := sc.afterElement(']'); done || err != nil {
+			return err
 		}
-		switch sc.buf[sc.pos] {
-		case ',':
-			sc.pos++
-		case ']':
-			sc.pos++
-			return nil
-		default:
-			return errSyntax
-		}
+	}
+}
+
+// afterElement reads what follows an element of a container: a comma
+// (more to come) or the container's closing delimiter (done).
+func (sc *jsonScanner) afterElement(closing byte) (done bool, err error) {
+	sc.skipSpace()
+	switch {
+	case sc.pos < len(sc.buf) && sc.buf[sc.pos] == ',':
+		sc.pos++
+		return false, nil
+	case sc.pos < len(sc.buf) && sc.buf[sc.pos] == closing:
+		sc.pos++
+		return true, nil
+	default:
+		return false, errSyntax
 	}
 }
 

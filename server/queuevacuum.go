@@ -20,7 +20,7 @@ type queueVacuum struct {
 	store  *store.Store
 	every  int64
 	logger *slog.Logger
-	// runs and seconds are this replica's vacuums and the time they took
+	// runs counts this replica's vacuums and nanos the time they took
 	// (metrics).
 	runs, nanos atomic.Int64
 
