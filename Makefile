@@ -29,16 +29,16 @@ faults:
 
 ## generate: regenerate the server interface and Go client from openapi.yaml
 generate:
-	$(GO) generate ./server/api ./workerclient
+	$(GO) generate ./server/api ./workerclient/apiclient
 
 ## check-generated: fail when generated code differs from what openapi.yaml produces
 check-generated:
 	@tmp=$$(mktemp -d) && trap 'rm -rf $$tmp' EXIT && \
-	cp server/api/api.gen.go workerclient/client.gen.go $$tmp/ && \
-	$(GO) generate ./server/api ./workerclient && \
-	if ! cmp -s server/api/api.gen.go $$tmp/api.gen.go || ! cmp -s workerclient/client.gen.go $$tmp/client.gen.go; then \
+	cp server/api/api.gen.go workerclient/apiclient/client.gen.go $$tmp/ && \
+	$(GO) generate ./server/api ./workerclient/apiclient && \
+	if ! cmp -s server/api/api.gen.go $$tmp/api.gen.go || ! cmp -s workerclient/apiclient/client.gen.go $$tmp/client.gen.go; then \
 		echo "generated code is stale: run 'make generate' and commit the result"; \
-		git --no-pager diff --stat -- server/api workerclient; exit 1; fi
+		git --no-pager diff --stat -- server/api workerclient/apiclient; exit 1; fi
 
 ## check-spec: fail when openapi.yaml breaks the contract of the latest released version (tag v*)
 check-spec:
@@ -57,5 +57,5 @@ fuzz-short:
 	$(GO) test ./server -run '^$$' -fuzz '^FuzzCanonicalChecksum$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./store -run '^$$' -fuzz '^FuzzParseWakeup$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./store -run '^$$' -fuzz '^FuzzDecodeCursor$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./server/pki -run '^$$' -fuzz '^FuzzParseCertificatePEM$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./server/pki -run '^$$' -fuzz '^FuzzSignCSR$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/pki -run '^$$' -fuzz '^FuzzParseCertificatePEM$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/pki -run '^$$' -fuzz '^FuzzSignCSR$$' -fuzztime $(FUZZTIME)

@@ -11,8 +11,9 @@ import (
 
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/google/uuid"
+
 	"github.com/worker-gateway/gateway/internal/failpoint"
-	"github.com/worker-gateway/gateway/server/pki"
+	"github.com/worker-gateway/gateway/internal/pki"
 	"github.com/worker-gateway/gateway/store"
 )
 

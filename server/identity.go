@@ -12,8 +12,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/worker-gateway/gateway/internal/pki"
 	"github.com/worker-gateway/gateway/server/api"
-	"github.com/worker-gateway/gateway/server/pki"
 	"github.com/worker-gateway/gateway/store"
 )
 

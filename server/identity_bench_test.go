@@ -10,7 +10,7 @@ import (
 	"github.com/worker-gateway/gateway/server"
 	"github.com/worker-gateway/gateway/store"
 	"github.com/worker-gateway/gateway/tests/harness"
-	"github.com/worker-gateway/gateway/workerclient"
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 // BenchmarkHeartbeatIdentityCheck measures heartbeats per second through
@@ -36,7 +36,7 @@ func BenchmarkHeartbeatIdentityCheck(b *testing.B) {
 				g.CreateTask(b, org, harness.TaskSpec{LeaseDurationSeconds: 3600})
 			}
 			n, wait := 64, 0
-			res, err := w.Client.AcquireLeasesWithResponse(context.Background(), nil, workerclient.LeaseRequest{MaxTasks: &n, WaitSeconds: &wait})
+			res, err := w.Client.AcquireLeasesWithResponse(context.Background(), nil, apiclient.LeaseRequest{MaxTasks: &n, WaitSeconds: &wait})
 			if err != nil || len(res.JSON200.Leases) != 64 {
 				b.Fatalf("lease: %v %s", err, res.Body)
 			}
@@ -48,7 +48,7 @@ func BenchmarkHeartbeatIdentityCheck(b *testing.B) {
 				for pb.Next() {
 					l := leases[int(next.Add(1))%len(leases)]
 					hb, err := w.Client.HeartbeatAttemptWithResponse(context.Background(), l.AttemptId,
-						&workerclient.HeartbeatAttemptParams{LeaseToken: l.LeaseToken})
+						&apiclient.HeartbeatAttemptParams{LeaseToken: l.LeaseToken})
 					if err != nil || hb.StatusCode() != http.StatusOK {
 						panic(fmt.Sprintf("heartbeat: %v %d", err, hb.StatusCode()))
 					}

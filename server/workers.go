@@ -5,9 +5,10 @@ import (
 	"fmt"
 
 	"github.com/google/uuid"
+
 	"github.com/worker-gateway/gateway/internal/failpoint"
+	"github.com/worker-gateway/gateway/internal/pki"
 	"github.com/worker-gateway/gateway/server/api"
-	"github.com/worker-gateway/gateway/server/pki"
 	"github.com/worker-gateway/gateway/store"
 )
 

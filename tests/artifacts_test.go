@@ -16,8 +16,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
 	"github.com/worker-gateway/gateway/tests/harness"
-	"github.com/worker-gateway/gateway/workerclient"
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 func sha256Hex(b []byte) string {
@@ -25,18 +26,18 @@ func sha256Hex(b []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
-func openUpload(t *testing.T, w *harness.Worker, l workerclient.Lease, name string, size int64, sum string) *workerclient.OpenArtifactUploadResponse {
+func openUpload(t *testing.T, w *harness.Worker, l apiclient.Lease, name string, size int64, sum string) *apiclient.OpenArtifactUploadResponse {
 	t.Helper()
 	ct := "application/json"
 	res, err := w.Client.OpenArtifactUploadWithResponse(context.Background(), l.AttemptId,
-		&workerclient.OpenArtifactUploadParams{LeaseToken: l.LeaseToken},
-		workerclient.OpenUploadRequest{Name: name, ContentType: &ct, SizeBytes: size, Sha256: sum})
+		&apiclient.OpenArtifactUploadParams{LeaseToken: l.LeaseToken},
+		apiclient.OpenUploadRequest{Name: name, ContentType: &ct, SizeBytes: size, Sha256: sum})
 	require.NoError(t, err)
 	return res
 }
 
 // put sends bytes to an upload session's URL with its headers.
-func put(t *testing.T, client *http.Client, s *workerclient.UploadSession, body io.Reader, size int64) (int, []byte) {
+func put(t *testing.T, client *http.Client, s *apiclient.UploadSession, body io.Reader, size int64) (int, []byte) {
 	t.Helper()
 	req, err := http.NewRequest(string(s.Method), s.Url, body)
 	require.NoError(t, err)
@@ -51,7 +52,7 @@ func put(t *testing.T, client *http.Client, s *workerclient.UploadSession, body 
 	return res.StatusCode, raw
 }
 
-func commit(t *testing.T, w *harness.Worker, s *workerclient.UploadSession) *workerclient.CommitArtifactUploadResponse {
+func commit(t *testing.T, w *harness.Worker, s *apiclient.UploadSession) *apiclient.CommitArtifactUploadResponse {
 	t.Helper()
 	res, err := w.Client.CommitArtifactUploadWithResponse(context.Background(), s.UploadId)
 	require.NoError(t, err)

@@ -8,36 +8,37 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
 	"github.com/worker-gateway/gateway/tests/harness"
-	"github.com/worker-gateway/gateway/workerclient"
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 // One test per row of the RFC's assignment-scenario table.
 
-func leaseWithCaps(t *testing.T, w *harness.Worker, n int, caps string) []workerclient.Lease {
+func leaseWithCaps(t *testing.T, w *harness.Worker, n int, caps string) []apiclient.Lease {
 	t.Helper()
-	c := workerclient.Capabilities(caps)
+	c := apiclient.Capabilities(caps)
 	res, err := w.Client.AcquireLeasesWithResponse(context.Background(), nil,
-		workerclient.LeaseRequest{MaxTasks: &n, WaitSeconds: ptr(0), Capabilities: &c})
+		apiclient.LeaseRequest{MaxTasks: &n, WaitSeconds: ptr(0), Capabilities: &c})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
 	return res.JSON200.Leases
 }
 
-func heartbeatState(t *testing.T, w *harness.Worker, l workerclient.Lease) string {
+func heartbeatState(t *testing.T, w *harness.Worker, l apiclient.Lease) string {
 	t.Helper()
-	res, err := w.Client.HeartbeatWorkerWithResponse(context.Background(), workerclient.WorkerHeartbeatRequest{
-		Leases: []workerclient.LeaseRef{{AttemptId: l.AttemptId, LeaseToken: l.LeaseToken}}})
+	res, err := w.Client.HeartbeatWorkerWithResponse(context.Background(), apiclient.WorkerHeartbeatRequest{
+		Leases: []apiclient.LeaseRef{{AttemptId: l.AttemptId, LeaseToken: l.LeaseToken}}})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
 	return string(res.JSON200.Leases[0].State)
 }
 
-func unassign(t *testing.T, g *harness.Gateway, org, worker uuid.UUID, active string) *workerclient.Assignment {
+func unassign(t *testing.T, g *harness.Gateway, org, worker uuid.UUID, active string) *apiclient.Assignment {
 	t.Helper()
-	params := &workerclient.UnassignWorkerParams{}
+	params := &apiclient.UnassignWorkerParams{}
 	if active != "" {
-		params.Active = ptr(workerclient.UnassignWorkerParamsActive(active))
+		params.Active = ptr(apiclient.UnassignWorkerParamsActive(active))
 	}
 	res, err := g.Control.UnassignWorkerWithResponse(context.Background(), org, worker, params)
 	require.NoError(t, err)
@@ -111,11 +112,11 @@ func TestScenarioDisabledWorker(t *testing.T) {
 	g.CreateTask(t, org, harness.TaskSpec{})
 
 	disable := func(w *harness.Worker, active string) {
-		params := &workerclient.UpdateWorkerParams{}
+		params := &apiclient.UpdateWorkerParams{}
 		if active != "" {
-			params.Active = ptr(workerclient.UpdateWorkerParamsActive(active))
+			params.Active = ptr(apiclient.UpdateWorkerParamsActive(active))
 		}
-		res, err := g.Control.UpdateWorkerWithResponse(context.Background(), w.ID, params, workerclient.UpdateWorkerRequest{Enabled: ptr(false)})
+		res, err := g.Control.UpdateWorkerWithResponse(context.Background(), w.ID, params, apiclient.UpdateWorkerRequest{Enabled: ptr(false)})
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
 	}
@@ -126,7 +127,7 @@ func TestScenarioDisabledWorker(t *testing.T) {
 	completeAs(t, drained, ld, "succeeded", nil)
 	require.Equal(t, "lost", heartbeatState(t, cancelled, lc), "with active=cancel they end at once")
 	detail := g.Task(t, lc.Task.Id)
-	require.Equal(t, workerclient.TaskState("pending"), detail.State)
+	require.Equal(t, apiclient.TaskState("pending"), detail.State)
 	require.Zero(t, detail.AttemptCount, "ended by policy, not counted")
 }
 
@@ -146,7 +147,7 @@ func TestScenarioAssignmentRemovedDuringExecution(t *testing.T) {
 	require.Equal(t, 1, *a.CancelledAttempts, "cancel is the default: security revocation")
 	require.Equal(t, "lost", heartbeatState(t, secure, ls))
 	require.Empty(t, lease(t, secure, 2, 0), "new leases stop immediately")
-	require.Equal(t, workerclient.TaskState("pending"), g.Task(t, ls.Task.Id).State)
+	require.Equal(t, apiclient.TaskState("pending"), g.Task(t, ls.Task.Id).State)
 
 	unassign(t, g, org, routine.ID, "drain")
 	require.Empty(t, lease(t, routine, 2, 0))
@@ -176,14 +177,14 @@ func TestScenarioOrganizationWithNoEligibleOnlineWorkers(t *testing.T) {
 	org := g.NewOrganization(t, "acme")
 	w := g.NewWorker(t, "never-seen", 1, org)
 	task := g.CreateTask(t, org, harness.TaskSpec{})
-	require.Equal(t, workerclient.TaskState("pending"), g.Task(t, task).State)
+	require.Equal(t, apiclient.TaskState("pending"), g.Task(t, task).State)
 	require.Equal(t, "no_online_worker", string(*g.Task(t, task).PendingReason))
 	res, err := g.Control.ListOrganizationWorkersWithResponse(context.Background(), org)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
 	require.Len(t, res.JSON200.Items, 1)
 	require.False(t, res.JSON200.Items[0].Eligible, "the UI can show no eligible worker")
-	require.Equal(t, workerclient.OrganizationWorkerReason("offline"), res.JSON200.Items[0].Reason)
+	require.Equal(t, apiclient.OrganizationWorkerReason("offline"), res.JSON200.Items[0].Reason)
 	require.Equal(t, w.ID, res.JSON200.Items[0].Worker.Id)
 }
 
@@ -192,9 +193,9 @@ func TestScenarioCapabilityChanges(t *testing.T) {
 	g := harness.Start(t)
 	org := g.NewOrganization(t, "acme")
 	w := g.NewWorker(t, "w", 3, org)
-	payload := workerclient.JSONObject(`{"plugin": "echo"}`)
-	gpu := workerclient.Capabilities(`{"gpu": true}`)
-	res, err := g.Control.CreateTaskWithResponse(context.Background(), nil, workerclient.CreateTaskRequest{
+	payload := apiclient.JSONObject(`{"plugin": "echo"}`)
+	gpu := apiclient.Capabilities(`{"gpu": true}`)
+	res, err := g.Control.CreateTaskWithResponse(context.Background(), nil, apiclient.CreateTaskRequest{
 		OrganizationId: org, TaskType: "scanner_plugin", Payload: &payload, RequiredCapabilities: &gpu, CriticalCapabilities: &gpu})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, res.StatusCode(), string(res.Body))
@@ -207,16 +208,16 @@ func TestScenarioCapabilityChanges(t *testing.T) {
 	require.NotEqual(t, critical[0].Task.Id, relaxed[0].Task.Id)
 
 	// The worker stops advertising both: the critical one's attempt ends, the other continues.
-	none := workerclient.Capabilities(`{}`)
-	hb, err := w.Client.HeartbeatWorkerWithResponse(context.Background(), workerclient.WorkerHeartbeatRequest{
+	none := apiclient.Capabilities(`{}`)
+	hb, err := w.Client.HeartbeatWorkerWithResponse(context.Background(), apiclient.WorkerHeartbeatRequest{
 		Capabilities: &none,
-		Leases: []workerclient.LeaseRef{
+		Leases: []apiclient.LeaseRef{
 			{AttemptId: critical[0].AttemptId, LeaseToken: critical[0].LeaseToken},
 			{AttemptId: relaxed[0].AttemptId, LeaseToken: relaxed[0].LeaseToken}}})
 	require.NoError(t, err)
-	require.Equal(t, workerclient.LeaseState("lost"), hb.JSON200.Leases[0].State, "critical capability lost")
-	require.Equal(t, workerclient.LeaseState("active"), hb.JSON200.Leases[1].State)
-	require.Equal(t, workerclient.TaskState("pending"), g.Task(t, critical[0].Task.Id).State)
+	require.Equal(t, apiclient.LeaseState("lost"), hb.JSON200.Leases[0].State, "critical capability lost")
+	require.Equal(t, apiclient.LeaseState("active"), hb.JSON200.Leases[1].State)
+	require.Equal(t, apiclient.TaskState("pending"), g.Task(t, critical[0].Task.Id).State)
 	require.Empty(t, leaseWithCaps(t, w, 1, `{}`), "future leases use the new advertisement")
 }
 
@@ -236,7 +237,7 @@ func TestScenarioConcurrentAssignmentChangeAndAcquisition(t *testing.T) {
 		var wg sync.WaitGroup
 		wg.Go(func() {
 			n, wait := 4, 0
-			_, _ = w.Client.AcquireLeasesWithResponse(context.Background(), nil, workerclient.LeaseRequest{MaxTasks: &n, WaitSeconds: &wait})
+			_, _ = w.Client.AcquireLeasesWithResponse(context.Background(), nil, apiclient.LeaseRequest{MaxTasks: &n, WaitSeconds: &wait})
 		})
 		wg.Go(func() { unassign(t, g, org, w.ID, "cancel") })
 		wg.Wait()

@@ -11,7 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"github.com/worker-gateway/gateway/server/pki"
+
+	"github.com/worker-gateway/gateway/internal/pki"
 	"github.com/worker-gateway/gateway/tests/harness"
 )
 

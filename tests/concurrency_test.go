@@ -10,8 +10,10 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
 	"github.com/worker-gateway/gateway/tests/harness"
 	"github.com/worker-gateway/gateway/workerclient"
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 // TestManyWorkersOnTwoReplicasCompleteEveryTaskExactlyOnce runs 20 workers
@@ -98,13 +100,13 @@ func TestWakeUpsCrossReplicas(t *testing.T) {
 	g, procs := harness.StartProcesses(t, 2)
 	org := g.NewOrganization(t, "acme")
 	w := g.NewWorker(t, "w1", 1, org)
-	onB, err := workerclient.NewClientWithResponses(procs[1].URL, workerclient.WithHTTPClient(w.HTTP))
+	onB, err := apiclient.NewClientWithResponses(procs[1].URL, apiclient.WithHTTPClient(w.HTTP))
 	require.NoError(t, err)
 
-	got := make(chan []workerclient.Lease, 1)
+	got := make(chan []apiclient.Lease, 1)
 	go func() {
 		n, wait := 1, 25
-		res, err := onB.AcquireLeasesWithResponse(context.Background(), nil, workerclient.LeaseRequest{MaxTasks: &n, WaitSeconds: &wait})
+		res, err := onB.AcquireLeasesWithResponse(context.Background(), nil, apiclient.LeaseRequest{MaxTasks: &n, WaitSeconds: &wait})
 		if err != nil || res.StatusCode() != http.StatusOK {
 			got <- nil
 			return

@@ -10,22 +10,22 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/worker-gateway/gateway/tests/harness"
-	"github.com/worker-gateway/gateway/workerclient"
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 // crashAt starts a gateway process that dies (exit 137, like kill -9) when
 // it reaches failpoint, with a client for worker w on it.
-func crashAt(t *testing.T, g *harness.Gateway, w *harness.Worker, failpoint string) (*harness.Process, *workerclient.ClientWithResponses) {
+func crashAt(t *testing.T, g *harness.Gateway, w *harness.Worker, failpoint string) (*harness.Process, *apiclient.ClientWithResponses) {
 	t.Helper()
 	p := g.StartProcess(t, "GATEWAY_FAILPOINTS="+failpoint)
-	c, err := workerclient.NewClientWithResponses(p.URL, workerclient.WithHTTPClient(w.HTTP))
+	c, err := apiclient.NewClientWithResponses(p.URL, apiclient.WithHTTPClient(w.HTTP))
 	require.NoError(t, err)
 	return p, c
 }
 
-func clientOn(t *testing.T, p *harness.Process, w *harness.Worker) *workerclient.ClientWithResponses {
+func clientOn(t *testing.T, p *harness.Process, w *harness.Worker) *apiclient.ClientWithResponses {
 	t.Helper()
-	c, err := workerclient.NewClientWithResponses(p.URL, workerclient.WithHTTPClient(w.HTTP))
+	c, err := apiclient.NewClientWithResponses(p.URL, apiclient.WithHTTPClient(w.HTTP))
 	require.NoError(t, err)
 	return c
 }
@@ -42,22 +42,22 @@ func TestCrashAroundLeaseCommit(t *testing.T) {
 	w := g.NewWorker(t, "w1", 1, org)
 	task := g.CreateTask(t, org, harness.TaskSpec{})
 	n, wait := 1, 0
-	poll := func(c *workerclient.ClientWithResponses, key string) (*workerclient.AcquireLeasesResponse, error) {
-		return c.AcquireLeasesWithResponse(context.Background(), &workerclient.AcquireLeasesParams{IdempotencyKey: &key},
-			workerclient.LeaseRequest{MaxTasks: &n, WaitSeconds: &wait})
+	poll := func(c *apiclient.ClientWithResponses, key string) (*apiclient.AcquireLeasesResponse, error) {
+		return c.AcquireLeasesWithResponse(context.Background(), &apiclient.AcquireLeasesParams{IdempotencyKey: &key},
+			apiclient.LeaseRequest{MaxTasks: &n, WaitSeconds: &wait})
 	}
 
 	before, c := crashAt(t, g, w, "before-commit:acquire-leases")
 	_, err := poll(c, "poll-1")
 	require.Error(t, err, "the replica died before answering")
 	require.Error(t, before.Wait(10*time.Second))
-	require.Equal(t, workerclient.TaskState("pending"), g.Task(t, task).State, "nothing was committed")
+	require.Equal(t, apiclient.TaskState("pending"), g.Task(t, task).State, "nothing was committed")
 
 	after, c := crashAt(t, g, w, "after-commit:acquire-leases")
 	_, err = poll(c, "poll-2")
 	require.Error(t, err)
 	require.Error(t, after.Wait(10*time.Second))
-	require.Equal(t, workerclient.TaskState("leased"), g.Task(t, task).State, "the lease had committed")
+	require.Equal(t, apiclient.TaskState("leased"), g.Task(t, task).State, "the lease had committed")
 
 	survivor := g.StartProcess(t)
 	res, err := poll(clientOn(t, survivor, w), "poll-2")
@@ -82,9 +82,9 @@ func TestCrashAroundCompletionCommit(t *testing.T) {
 	g.CreateTask(t, org, harness.TaskSpec{})
 	leases := lease(t, w, 2, 0)
 	require.Len(t, leases, 2)
-	complete := func(c *workerclient.ClientWithResponses, l workerclient.Lease) (*workerclient.CompleteAttemptResponse, error) {
+	complete := func(c *apiclient.ClientWithResponses, l apiclient.Lease) (*apiclient.CompleteAttemptResponse, error) {
 		return c.CompleteAttemptWithResponse(context.Background(), l.AttemptId,
-			&workerclient.CompleteAttemptParams{LeaseToken: l.LeaseToken}, workerclient.CompleteRequest{Outcome: "succeeded"})
+			&apiclient.CompleteAttemptParams{LeaseToken: l.LeaseToken}, apiclient.CompleteRequest{Outcome: "succeeded"})
 	}
 
 	for i, fp := range []string{"before-commit:complete-attempts", "after-commit:complete-attempts"} {
@@ -93,7 +93,7 @@ func TestCrashAroundCompletionCommit(t *testing.T) {
 		_, err := complete(c, l)
 		require.Error(t, err, fp)
 		require.Error(t, doomed.Wait(10*time.Second))
-		want := workerclient.TaskState("leased")
+		want := apiclient.TaskState("leased")
 		if i == 1 {
 			want = "completed"
 		}
@@ -103,7 +103,7 @@ func TestCrashAroundCompletionCommit(t *testing.T) {
 		res, err := complete(clientOn(t, survivor, w), l)
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
-		require.Equal(t, workerclient.TaskState("completed"), res.JSON200.TaskState)
+		require.Equal(t, apiclient.TaskState("completed"), res.JSON200.TaskState)
 		detail := g.Task(t, l.Task.Id)
 		require.Len(t, detail.Attempts, 1, fp)
 		require.NoError(t, survivor.Stop(syscall.SIGTERM))

@@ -12,10 +12,12 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/worker-gateway/gateway/internal/pki"
 	"github.com/worker-gateway/gateway/server"
-	"github.com/worker-gateway/gateway/server/pki"
 	"github.com/worker-gateway/gateway/tests/harness"
 	"github.com/worker-gateway/gateway/workerclient"
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 // TestWorkerEnrollsAndRenewsThroughWorkerclient: a worker created by an
@@ -29,7 +31,7 @@ func TestWorkerEnrollsAndRenewsThroughWorkerclient(t *testing.T) {
 		c.Identity.RenewalGrace = time.Minute
 	}})
 	org := g.NewOrganization(t, "acme")
-	created, err := g.Control.CreateWorkerWithResponse(context.Background(), workerclient.CreateWorkerRequest{Name: "enrolling", WorkerType: "scanner"})
+	created, err := g.Control.CreateWorkerWithResponse(context.Background(), apiclient.CreateWorkerRequest{Name: "enrolling", WorkerType: "scanner"})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, created.StatusCode(), string(created.Body))
 	g.Assign(t, org, created.JSON201.Id)
@@ -82,9 +84,9 @@ func TestWorkerEnrollsAndRenewsThroughWorkerclient(t *testing.T) {
 	})
 	second := g.CreateTask(t, org, harness.TaskSpec{})
 	g.WaitTaskState(t, second, "completed")
-	old, err := workerclient.NewClientWithResponses(g.URL, workerclient.WithHTTPClient(g.HTTPClient(&firstPair)))
+	old, err := apiclient.NewClientWithResponses(g.URL, apiclient.WithHTTPClient(g.HTTPClient(&firstPair)))
 	require.NoError(t, err)
-	stale, err := old.HeartbeatWorkerWithResponse(context.Background(), workerclient.WorkerHeartbeatRequest{Leases: []workerclient.LeaseRef{}})
+	stale, err := old.HeartbeatWorkerWithResponse(context.Background(), apiclient.WorkerHeartbeatRequest{Leases: []apiclient.LeaseRef{}})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusUnauthorized, stale.StatusCode(), "the first certificate stopped once the new one was used")
 
@@ -95,7 +97,7 @@ func TestWorkerEnrollsAndRenewsThroughWorkerclient(t *testing.T) {
 	third := g.CreateTask(t, org, harness.TaskSpec{})
 	g.WaitTaskState(t, third, "completed")
 
-	events, err := g.Control.ListAuditEventsWithResponse(context.Background(), &workerclient.ListAuditEventsParams{TargetId: ptr(created.JSON201.Id.String())})
+	events, err := g.Control.ListAuditEventsWithResponse(context.Background(), &apiclient.ListAuditEventsParams{TargetId: ptr(created.JSON201.Id.String())})
 	require.NoError(t, err)
 	count := map[string]int{}
 	for _, e := range events.JSON200.Items {
@@ -106,7 +108,7 @@ func TestWorkerEnrollsAndRenewsThroughWorkerclient(t *testing.T) {
 	require.GreaterOrEqual(t, count["worker.renew_certificate"], 1)
 
 	// Revocation stops the runtime.
-	_, err = g.Control.RevokeWorkerWithResponse(context.Background(), created.JSON201.Id, workerclient.RevokeRequest{Reason: "test"})
+	_, err = g.Control.RevokeWorkerWithResponse(context.Background(), created.JSON201.Id, apiclient.RevokeRequest{Reason: "test"})
 	require.NoError(t, err)
 	select {
 	case err := <-result:

@@ -17,9 +17,10 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
-	"github.com/worker-gateway/gateway/server/pki"
+
+	"github.com/worker-gateway/gateway/internal/pki"
 	"github.com/worker-gateway/gateway/tests/harness"
-	"github.com/worker-gateway/gateway/workerclient"
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 // TestRevocationRefusesEverythingAtOnce revokes a worker that holds leases,
@@ -55,7 +56,7 @@ func TestRevocationRefusesEverythingAtOnce(t *testing.T) {
 	}()
 	harness.WaitFor(t, 10*time.Second, "the poll to wait", func() bool { return g.Server.Hub().Waiting() == 1 })
 
-	res, err := g.Control.RevokeWorkerWithResponse(context.Background(), bad.ID, workerclient.RevokeRequest{Reason: "key leaked"})
+	res, err := g.Control.RevokeWorkerWithResponse(context.Background(), bad.ID, apiclient.RevokeRequest{Reason: "key leaked"})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
 	require.True(t, res.JSON200.Revoked)
@@ -67,20 +68,20 @@ func TestRevocationRefusesEverythingAtOnce(t *testing.T) {
 		t.Fatal("the waiting poll was not answered")
 	}
 	// Its next request of any kind is refused, on the same client.
-	hb, err := bad.Client.HeartbeatAttemptWithResponse(context.Background(), l.AttemptId, &workerclient.HeartbeatAttemptParams{LeaseToken: l.LeaseToken})
+	hb, err := bad.Client.HeartbeatAttemptWithResponse(context.Background(), l.AttemptId, &apiclient.HeartbeatAttemptParams{LeaseToken: l.LeaseToken})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusForbidden, hb.StatusCode())
 	require.Equal(t, "worker-revoked", problemCode(t, hb.Body))
 	late := s.send(l, "k2", scannerBatch(2, "after.example"))
 	require.Equal(t, http.StatusForbidden, late.status)
 	done, err := bad.Client.CompleteAttemptWithResponse(context.Background(), l.AttemptId,
-		&workerclient.CompleteAttemptParams{LeaseToken: l.LeaseToken}, workerclient.CompleteRequest{Outcome: "succeeded"})
+		&apiclient.CompleteAttemptParams{LeaseToken: l.LeaseToken}, apiclient.CompleteRequest{Outcome: "succeeded"})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusForbidden, done.StatusCode())
 
 	// Its task is leasable elsewhere at once, without using up an attempt.
 	good := g.NewWorker(t, "good", 5, org)
-	var got []workerclient.Lease
+	var got []apiclient.Lease
 	for _, x := range lease(t, good, 5, 0) {
 		if x.Task.Id == l.Task.Id {
 			got = append(got, x)
@@ -91,7 +92,7 @@ func TestRevocationRefusesEverythingAtOnce(t *testing.T) {
 	require.Zero(t, g.Task(t, l.Task.Id).AttemptCount-1, "the revoked attempt was not counted")
 	require.Equal(t, 2, countRows(t, g, "assets"), "before.example and 127.0.0.1; nothing written after the revocation")
 
-	events, err := g.Control.ListAuditEventsWithResponse(context.Background(), &workerclient.ListAuditEventsParams{Action: ptr("worker.revoke")})
+	events, err := g.Control.ListAuditEventsWithResponse(context.Background(), &apiclient.ListAuditEventsParams{Action: ptr("worker.revoke")})
 	require.NoError(t, err)
 	require.Len(t, events.JSON200.Items, 1)
 }
@@ -110,7 +111,7 @@ func TestEnrollmentAndRenewal(t *testing.T) {
 	t.Parallel()
 	g := harness.Start(t)
 	org := g.NewOrganization(t, "acme")
-	created, err := g.Control.CreateWorkerWithResponse(context.Background(), workerclient.CreateWorkerRequest{Name: "enrolled", WorkerType: "scanner"})
+	created, err := g.Control.CreateWorkerWithResponse(context.Background(), apiclient.CreateWorkerRequest{Name: "enrolled", WorkerType: "scanner"})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, created.StatusCode(), string(created.Body))
 	worker := created.JSON201
@@ -121,7 +122,7 @@ func TestEnrollmentAndRenewal(t *testing.T) {
 	require.NoError(t, err)
 	status, body := enroll(t, g, worker.EnrollmentToken, csrPEM)
 	require.Equal(t, http.StatusOK, status, string(body))
-	var issued workerclient.IssuedCertificate
+	var issued apiclient.IssuedCertificate
 	require.NoError(t, json.Unmarshal(body, &issued))
 	require.Equal(t, worker.Id, issued.WorkerId)
 	require.Positive(t, issued.RenewInSeconds)
@@ -133,7 +134,7 @@ func TestEnrollmentAndRenewal(t *testing.T) {
 	// certificate; the token is otherwise one-time.
 	status, body = enroll(t, g, worker.EnrollmentToken, csrPEM)
 	require.Equal(t, http.StatusOK, status, string(body))
-	var again workerclient.IssuedCertificate
+	var again apiclient.IssuedCertificate
 	require.NoError(t, json.Unmarshal(body, &again))
 	require.Equal(t, issued.CertificatePem, again.CertificatePem)
 	_, otherCSR, err := pki.NewCSR("another-key")
@@ -146,45 +147,45 @@ func TestEnrollmentAndRenewal(t *testing.T) {
 	pair, err := tls.X509KeyPair([]byte(issued.CertificatePem), keyPEM)
 	require.NoError(t, err)
 	client := g.HTTPClient(&pair)
-	wc, err := workerclient.NewClientWithResponses(g.URL, workerclient.WithHTTPClient(client))
+	wc, err := apiclient.NewClientWithResponses(g.URL, apiclient.WithHTTPClient(client))
 	require.NoError(t, err)
-	hb, err := wc.HeartbeatWorkerWithResponse(context.Background(), workerclient.WorkerHeartbeatRequest{Leases: []workerclient.LeaseRef{}})
+	hb, err := wc.HeartbeatWorkerWithResponse(context.Background(), apiclient.WorkerHeartbeatRequest{Leases: []apiclient.LeaseRef{}})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, hb.StatusCode(), string(hb.Body))
 
 	// Renewal: the new certificate is bound, the old one keeps working until the new one is used.
 	newKey, newCSR, err := pki.NewCSR("renewed")
 	require.NoError(t, err)
-	renewed, err := wc.RenewCertificateWithResponse(context.Background(), workerclient.RenewRequest{CsrPem: string(newCSR)})
+	renewed, err := wc.RenewCertificateWithResponse(context.Background(), apiclient.RenewRequest{CsrPem: string(newCSR)})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, renewed.StatusCode(), string(renewed.Body))
-	oldStill, err := wc.HeartbeatWorkerWithResponse(context.Background(), workerclient.WorkerHeartbeatRequest{Leases: []workerclient.LeaseRef{}})
+	oldStill, err := wc.HeartbeatWorkerWithResponse(context.Background(), apiclient.WorkerHeartbeatRequest{Leases: []apiclient.LeaseRef{}})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, oldStill.StatusCode(), "the grace period")
 	newPair, err := tls.X509KeyPair([]byte(renewed.JSON200.CertificatePem), newKey)
 	require.NoError(t, err)
-	wcNew, err := workerclient.NewClientWithResponses(g.URL, workerclient.WithHTTPClient(g.HTTPClient(&newPair)))
+	wcNew, err := apiclient.NewClientWithResponses(g.URL, apiclient.WithHTTPClient(g.HTTPClient(&newPair)))
 	require.NoError(t, err)
-	fresh, err := wcNew.HeartbeatWorkerWithResponse(context.Background(), workerclient.WorkerHeartbeatRequest{Leases: []workerclient.LeaseRef{}})
+	fresh, err := wcNew.HeartbeatWorkerWithResponse(context.Background(), apiclient.WorkerHeartbeatRequest{Leases: []apiclient.LeaseRef{}})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, fresh.StatusCode())
-	oldClient, err := workerclient.NewClientWithResponses(g.URL, workerclient.WithHTTPClient(g.HTTPClient(&pair)))
+	oldClient, err := apiclient.NewClientWithResponses(g.URL, apiclient.WithHTTPClient(g.HTTPClient(&pair)))
 	require.NoError(t, err)
-	stale, err := oldClient.HeartbeatWorkerWithResponse(context.Background(), workerclient.WorkerHeartbeatRequest{Leases: []workerclient.LeaseRef{}})
+	stale, err := oldClient.HeartbeatWorkerWithResponse(context.Background(), apiclient.WorkerHeartbeatRequest{Leases: []apiclient.LeaseRef{}})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusUnauthorized, stale.StatusCode(), "the old certificate stopped once the new one was used")
 
 	// A revoked worker cannot renew.
-	_, err = g.Control.RevokeWorkerWithResponse(context.Background(), worker.Id, workerclient.RevokeRequest{Reason: "decommissioned"})
+	_, err = g.Control.RevokeWorkerWithResponse(context.Background(), worker.Id, apiclient.RevokeRequest{Reason: "decommissioned"})
 	require.NoError(t, err)
 	_, anotherCSR, err := pki.NewCSR("x")
 	require.NoError(t, err)
-	refused, err := wcNew.RenewCertificateWithResponse(context.Background(), workerclient.RenewRequest{CsrPem: string(anotherCSR)})
+	refused, err := wcNew.RenewCertificateWithResponse(context.Background(), apiclient.RenewRequest{CsrPem: string(anotherCSR)})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusForbidden, refused.StatusCode())
 	require.Equal(t, "worker-revoked", problemCode(t, refused.Body))
 
-	events, err := g.Control.ListAuditEventsWithResponse(context.Background(), &workerclient.ListAuditEventsParams{TargetId: ptr(worker.Id.String())})
+	events, err := g.Control.ListAuditEventsWithResponse(context.Background(), &apiclient.ListAuditEventsParams{TargetId: ptr(worker.Id.String())})
 	require.NoError(t, err)
 	var actions []string
 	for _, e := range events.JSON200.Items {
@@ -197,7 +198,7 @@ func TestEnrollmentAndRenewal(t *testing.T) {
 func TestEnrollmentRefusals(t *testing.T) {
 	t.Parallel()
 	g := harness.Start(t)
-	created, err := g.Control.CreateWorkerWithResponse(context.Background(), workerclient.CreateWorkerRequest{Name: "w", WorkerType: "scanner"})
+	created, err := g.Control.CreateWorkerWithResponse(context.Background(), apiclient.CreateWorkerRequest{Name: "w", WorkerType: "scanner"})
 	require.NoError(t, err)
 	token := created.JSON201.EnrollmentToken
 	_, csrPEM, err := pki.NewCSR("w")
@@ -230,8 +231,8 @@ func TestScopedAPITokens(t *testing.T) {
 	orgA, orgB := g.NewOrganization(t, "a"), g.NewOrganization(t, "b")
 	taskB := g.CreateTask(t, orgB, harness.TaskSpec{})
 
-	res, err := g.Control.CreateApiTokenWithResponse(context.Background(), workerclient.CreateApiTokenRequest{
-		Name: "a producer", Scopes: []workerclient.TokenScope{"producer"}, OrganizationId: &orgA})
+	res, err := g.Control.CreateApiTokenWithResponse(context.Background(), apiclient.CreateApiTokenRequest{
+		Name: "a producer", Scopes: []apiclient.TokenScope{"producer"}, OrganizationId: &orgA})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, res.StatusCode(), string(res.Body))
 	scoped := g.ControlClient(t, res.JSON201.Token)
@@ -242,7 +243,7 @@ func TestScopedAPITokens(t *testing.T) {
 	other, err := scoped.GetTaskWithResponse(context.Background(), taskB)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusNotFound, other.StatusCode())
-	forbidden, err := scoped.CreateOrganizationWithResponse(context.Background(), workerclient.CreateOrganizationRequest{Name: "x"})
+	forbidden, err := scoped.CreateOrganizationWithResponse(context.Background(), apiclient.CreateOrganizationRequest{Name: "x"})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusForbidden, forbidden.StatusCode())
 
@@ -272,8 +273,8 @@ func TestEveryIDRouteIsOrganizationScoped(t *testing.T) {
 	sess := openUpload(t, workerB, lb, "secret-b.txt", int64(len(content)), sha256Hex(content)).JSON201
 	put(t, workerB.HTTP, sess, bytes.NewReader(content), int64(len(content)))
 	fileB := commit(t, workerB, sess).JSON200
-	tokenRes, err := g.Control.CreateApiTokenWithResponse(context.Background(), workerclient.CreateApiTokenRequest{
-		Name: "a admin", Scopes: []workerclient.TokenScope{"admin"}, OrganizationId: &orgA})
+	tokenRes, err := g.Control.CreateApiTokenWithResponse(context.Background(), apiclient.CreateApiTokenRequest{
+		Name: "a admin", Scopes: []apiclient.TokenScope{"admin"}, OrganizationId: &orgA})
 	require.NoError(t, err)
 	tokenA := tokenRes.JSON201.Token
 
@@ -335,7 +336,7 @@ func TestEveryIDRouteIsOrganizationScoped(t *testing.T) {
 		require.Equal(t, http.StatusNotFound, res.StatusCode, "%s %s: %s", c.method, c.path, raw)
 		require.NotContains(t, string(raw), "secret-b", "%s %s", c.method, c.path)
 	}
-	require.Equal(t, workerclient.TaskState("leased"), g.Task(t, lb.Task.Id).State, "nothing changed")
+	require.Equal(t, apiclient.TaskState("leased"), g.Task(t, lb.Task.Id).State, "nothing changed")
 }
 
 // TestRenewalRetriedAfterALostAnswerKeepsTheOldCertificate: a worker whose
@@ -344,27 +345,27 @@ func TestEveryIDRouteIsOrganizationScoped(t *testing.T) {
 func TestRenewalRetriedAfterALostAnswerKeepsTheOldCertificate(t *testing.T) {
 	t.Parallel()
 	g := harness.Start(t)
-	created, err := g.Control.CreateWorkerWithResponse(context.Background(), workerclient.CreateWorkerRequest{Name: "w", WorkerType: "scanner"})
+	created, err := g.Control.CreateWorkerWithResponse(context.Background(), apiclient.CreateWorkerRequest{Name: "w", WorkerType: "scanner"})
 	require.NoError(t, err)
 	keyPEM, csrPEM, err := pki.NewCSR("w")
 	require.NoError(t, err)
 	status, body := enroll(t, g, created.JSON201.EnrollmentToken, csrPEM)
 	require.Equal(t, http.StatusOK, status, string(body))
-	var issued workerclient.IssuedCertificate
+	var issued apiclient.IssuedCertificate
 	require.NoError(t, json.Unmarshal(body, &issued))
 	pair, err := tls.X509KeyPair([]byte(issued.CertificatePem), keyPEM)
 	require.NoError(t, err)
-	old, err := workerclient.NewClientWithResponses(g.URL, workerclient.WithHTTPClient(g.HTTPClient(&pair)))
+	old, err := apiclient.NewClientWithResponses(g.URL, apiclient.WithHTTPClient(g.HTTPClient(&pair)))
 	require.NoError(t, err)
 
 	for range 3 { // every answer "lost": the worker never sees the new certificates
 		_, csr, err := pki.NewCSR("w")
 		require.NoError(t, err)
-		res, err := old.RenewCertificateWithResponse(context.Background(), workerclient.RenewRequest{CsrPem: string(csr)})
+		res, err := old.RenewCertificateWithResponse(context.Background(), apiclient.RenewRequest{CsrPem: string(csr)})
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
 	}
-	hb, err := old.HeartbeatWorkerWithResponse(context.Background(), workerclient.WorkerHeartbeatRequest{Leases: []workerclient.LeaseRef{}})
+	hb, err := old.HeartbeatWorkerWithResponse(context.Background(), apiclient.WorkerHeartbeatRequest{Leases: []apiclient.LeaseRef{}})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, hb.StatusCode(), "the certificate the worker still holds keeps working")
 }
@@ -386,7 +387,7 @@ func TestRevokedWorkersTasksGoElsewhereAtOnce(t *testing.T) {
 	var returned time.Time
 	go func() {
 		n, wait := 20, 25
-		res, err := good.Client.AcquireLeasesWithResponse(context.Background(), nil, workerclient.LeaseRequest{MaxTasks: &n, WaitSeconds: &wait})
+		res, err := good.Client.AcquireLeasesWithResponse(context.Background(), nil, apiclient.LeaseRequest{MaxTasks: &n, WaitSeconds: &wait})
 		returned = time.Now()
 		if err != nil || res.JSON200 == nil {
 			got <- -1
@@ -395,7 +396,7 @@ func TestRevokedWorkersTasksGoElsewhereAtOnce(t *testing.T) {
 		got <- len(res.JSON200.Leases)
 	}()
 	harness.WaitFor(t, 10*time.Second, "the good worker's poll", func() bool { return g.Server.Hub().Waiting() == 1 })
-	res, err := g.Control.RevokeWorkerWithResponse(context.Background(), bad.ID, workerclient.RevokeRequest{Reason: "compromised"})
+	res, err := g.Control.RevokeWorkerWithResponse(context.Background(), bad.ID, apiclient.RevokeRequest{Reason: "compromised"})
 	require.NoError(t, err)
 	revoked := time.Now()
 	require.Equal(t, http.StatusOK, res.StatusCode())

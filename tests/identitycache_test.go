@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/worker-gateway/gateway/tests/harness"
-	"github.com/worker-gateway/gateway/workerclient"
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 // pollStatus sends one poll that does not wait and returns its HTTP status.
@@ -41,7 +41,7 @@ func TestIdentityChangesReachEveryReplica(t *testing.T) {
 		require.Equal(t, http.StatusOK, pollStatus(t, w.HTTP, other), "the second replica knows the certificate now")
 	}
 
-	res, err := g.Control.RevokeWorkerWithResponse(context.Background(), revoked.ID, workerclient.RevokeRequest{Reason: "compromised"})
+	res, err := g.Control.RevokeWorkerWithResponse(context.Background(), revoked.ID, apiclient.RevokeRequest{Reason: "compromised"})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
 	harness.WaitFor(t, 10*time.Second, "the other replica to refuse the revoked worker", func() bool {
@@ -52,7 +52,7 @@ func TestIdentityChangesReachEveryReplica(t *testing.T) {
 	require.NoError(t, err)
 	pemText := string(issued.CertPEM)
 	reg, err := g.Control.RegisterWorkerCertificateWithResponse(context.Background(), rotated.ID,
-		workerclient.RegisterWorkerCertificateJSONRequestBody{CertificatePem: &pemText})
+		apiclient.RegisterWorkerCertificateJSONRequestBody{CertificatePem: &pemText})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, reg.StatusCode(), string(reg.Body))
 	harness.WaitFor(t, 10*time.Second, "the other replica to refuse the replaced certificate", func() bool {

@@ -10,17 +10,19 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
 	"github.com/worker-gateway/gateway/tests/harness"
 	"github.com/worker-gateway/gateway/workerclient"
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 func ptr[T any](v T) *T { return &v }
 
 // lease takes up to n leases with the raw protocol, waiting up to wait.
-func lease(t *testing.T, w *harness.Worker, n, wait int) []workerclient.Lease {
+func lease(t *testing.T, w *harness.Worker, n, wait int) []apiclient.Lease {
 	t.Helper()
 	res, err := w.Client.AcquireLeasesWithResponse(context.Background(), nil,
-		workerclient.LeaseRequest{MaxTasks: &n, WaitSeconds: &wait})
+		apiclient.LeaseRequest{MaxTasks: &n, WaitSeconds: &wait})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
 	return res.JSON200.Leases
@@ -41,7 +43,7 @@ func TestLeaseHeartbeatCompleteThroughWorkerRuntime(t *testing.T) {
 	detail := g.WaitTaskState(t, task, "completed")
 	require.JSONEq(t, `{"plugin": "echo", "input": {"n": 1}}`, seen.Load().(string))
 	require.Len(t, detail.Attempts, 1)
-	require.Equal(t, workerclient.AttemptStatus("succeeded"), detail.Attempts[0].Status)
+	require.Equal(t, apiclient.AttemptStatus("succeeded"), detail.Attempts[0].Status)
 	require.Equal(t, w.ID, detail.Attempts[0].WorkerId)
 }
 
@@ -60,29 +62,29 @@ func TestRawProtocolLeaseHeartbeatComplete(t *testing.T) {
 	require.Positive(t, l.LeaseTtlSeconds)
 	require.Positive(t, l.HeartbeatIntervalSeconds)
 
-	hb, err := w.Client.HeartbeatAttemptWithResponse(context.Background(), l.AttemptId, &workerclient.HeartbeatAttemptParams{LeaseToken: l.LeaseToken})
+	hb, err := w.Client.HeartbeatAttemptWithResponse(context.Background(), l.AttemptId, &apiclient.HeartbeatAttemptParams{LeaseToken: l.LeaseToken})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, hb.StatusCode(), string(hb.Body))
-	require.Equal(t, workerclient.LeaseState("active"), hb.JSON200.State)
+	require.Equal(t, apiclient.LeaseState("active"), hb.JSON200.State)
 	require.Equal(t, "running", string(g.Task(t, task).State), "a heartbeat implies start")
 
-	batch, err := w.Client.HeartbeatWorkerWithResponse(context.Background(), workerclient.WorkerHeartbeatRequest{
-		Leases: []workerclient.LeaseRef{{AttemptId: l.AttemptId, LeaseToken: l.LeaseToken}, {AttemptId: uuid.New(), LeaseToken: "0123456789abcdef0123"}}})
+	batch, err := w.Client.HeartbeatWorkerWithResponse(context.Background(), apiclient.WorkerHeartbeatRequest{
+		Leases: []apiclient.LeaseRef{{AttemptId: l.AttemptId, LeaseToken: l.LeaseToken}, {AttemptId: uuid.New(), LeaseToken: "0123456789abcdef0123"}}})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, batch.StatusCode(), string(batch.Body))
-	require.Equal(t, workerclient.LeaseState("active"), batch.JSON200.Leases[0].State)
-	require.Equal(t, workerclient.LeaseState("lost"), batch.JSON200.Leases[1].State)
+	require.Equal(t, apiclient.LeaseState("active"), batch.JSON200.Leases[0].State)
+	require.Equal(t, apiclient.LeaseState("lost"), batch.JSON200.Leases[1].State)
 
-	complete := func(outcome string) *workerclient.CompleteAttemptResponse {
+	complete := func(outcome string) *apiclient.CompleteAttemptResponse {
 		res, err := w.Client.CompleteAttemptWithResponse(context.Background(), l.AttemptId,
-			&workerclient.CompleteAttemptParams{LeaseToken: l.LeaseToken},
-			workerclient.CompleteRequest{Outcome: workerclient.AttemptOutcome(outcome)})
+			&apiclient.CompleteAttemptParams{LeaseToken: l.LeaseToken},
+			apiclient.CompleteRequest{Outcome: apiclient.AttemptOutcome(outcome)})
 		require.NoError(t, err)
 		return res
 	}
 	first := complete("succeeded")
 	require.Equal(t, http.StatusOK, first.StatusCode(), string(first.Body))
-	require.Equal(t, workerclient.TaskState("completed"), first.JSON200.TaskState)
+	require.Equal(t, apiclient.TaskState("completed"), first.JSON200.TaskState)
 	again := complete("succeeded")
 	require.Equal(t, http.StatusOK, again.StatusCode(), "repeating a completion returns the original answer")
 	require.Equal(t, first.JSON200, again.JSON200)
@@ -90,7 +92,7 @@ func TestRawProtocolLeaseHeartbeatComplete(t *testing.T) {
 	require.Equal(t, http.StatusConflict, other.StatusCode())
 	require.Equal(t, "attempt-finished", problemCode(t, other.Body))
 
-	hb, err = w.Client.HeartbeatAttemptWithResponse(context.Background(), l.AttemptId, &workerclient.HeartbeatAttemptParams{LeaseToken: l.LeaseToken})
+	hb, err = w.Client.HeartbeatAttemptWithResponse(context.Background(), l.AttemptId, &apiclient.HeartbeatAttemptParams{LeaseToken: l.LeaseToken})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusConflict, hb.StatusCode())
 	require.Equal(t, "lease-lost", problemCode(t, hb.Body))
@@ -123,21 +125,21 @@ func TestExpiredLeaseIsRetriedByAnotherWorkerAndStaleWritesAreRefused(t *testing
 	fresh.Runtime(t, 1, func(context.Context, *workerclient.LeasedTask) error { return nil })
 	detail := g.WaitTaskState(t, task, "completed")
 	require.Len(t, detail.Attempts, 2)
-	require.Equal(t, workerclient.AttemptStatus("expired"), detail.Attempts[0].Status)
+	require.Equal(t, apiclient.AttemptStatus("expired"), detail.Attempts[0].Status)
 	require.Equal(t, fresh.ID, detail.Attempts[1].WorkerId)
 
 	// The stale worker's late writes change nothing.
-	hb, err := stale.Client.HeartbeatAttemptWithResponse(context.Background(), l.AttemptId, &workerclient.HeartbeatAttemptParams{LeaseToken: l.LeaseToken})
+	hb, err := stale.Client.HeartbeatAttemptWithResponse(context.Background(), l.AttemptId, &apiclient.HeartbeatAttemptParams{LeaseToken: l.LeaseToken})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusConflict, hb.StatusCode())
 	res, err := stale.Client.CompleteAttemptWithResponse(context.Background(), l.AttemptId,
-		&workerclient.CompleteAttemptParams{LeaseToken: l.LeaseToken}, workerclient.CompleteRequest{Outcome: "succeeded"})
+		&apiclient.CompleteAttemptParams{LeaseToken: l.LeaseToken}, apiclient.CompleteRequest{Outcome: "succeeded"})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusConflict, res.StatusCode())
 	require.Equal(t, "lease-lost", problemCode(t, res.Body))
 	after := g.Task(t, task)
-	require.Equal(t, workerclient.AttemptStatus("expired"), after.Attempts[0].Status)
-	require.Equal(t, workerclient.TaskState("completed"), after.State)
+	require.Equal(t, apiclient.AttemptStatus("expired"), after.Attempts[0].Status)
+	require.Equal(t, apiclient.TaskState("completed"), after.State)
 }
 
 func TestNonRetryableFailureDeadLetters(t *testing.T) {
@@ -158,7 +160,7 @@ func TestNonRetryableFailureDeadLetters(t *testing.T) {
 	res, err := g.Control.RetryTaskWithResponse(context.Background(), task)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
-	require.Equal(t, workerclient.TaskState("pending"), res.JSON200.State)
+	require.Equal(t, apiclient.TaskState("pending"), res.JSON200.State)
 }
 
 func TestRetryableFailuresExhaustAttempts(t *testing.T) {
@@ -166,9 +168,9 @@ func TestRetryableFailuresExhaustAttempts(t *testing.T) {
 	g := harness.Start(t)
 	org := g.NewOrganization(t, "acme")
 	w := g.NewWorker(t, "w1", 1, org)
-	retry := workerclient.RetryPolicy{BaseSeconds: ptr(0.0), MaxSeconds: ptr(0.0)}
-	payload := workerclient.JSONObject(`{"plugin": "fail"}`)
-	res, err := g.Control.CreateTaskWithResponse(context.Background(), nil, workerclient.CreateTaskRequest{
+	retry := apiclient.RetryPolicy{BaseSeconds: ptr(0.0), MaxSeconds: ptr(0.0)}
+	payload := apiclient.JSONObject(`{"plugin": "fail"}`)
+	res, err := g.Control.CreateTaskWithResponse(context.Background(), nil, apiclient.CreateTaskRequest{
 		OrganizationId: org, TaskType: "scanner_plugin", Payload: &payload, MaxAttempts: ptr(2), Retry: &retry})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, res.StatusCode(), string(res.Body))
@@ -188,7 +190,7 @@ func TestCancelPendingAndRunningTasks(t *testing.T) {
 	res, err := g.Control.CancelTaskWithResponse(context.Background(), pending)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
-	require.Equal(t, workerclient.TaskState("cancelled"), res.JSON200.State)
+	require.Equal(t, apiclient.TaskState("cancelled"), res.JSON200.State)
 
 	w := g.NewWorker(t, "w1", 1, org)
 	running := g.CreateTask(t, org, harness.TaskSpec{LeaseDurationSeconds: 6})
@@ -204,7 +206,7 @@ func TestCancelPendingAndRunningTasks(t *testing.T) {
 	g.WaitTaskState(t, running, "running")
 	res, err = g.Control.CancelTaskWithResponse(context.Background(), running)
 	require.NoError(t, err)
-	require.Equal(t, workerclient.TaskState("cancelling"), res.JSON200.State)
+	require.Equal(t, apiclient.TaskState("cancelling"), res.JSON200.State)
 	select {
 	case cause := <-cancelled:
 		require.ErrorIs(t, cause, workerclient.ErrCancelRequested)
@@ -212,7 +214,7 @@ func TestCancelPendingAndRunningTasks(t *testing.T) {
 		t.Fatal("the worker's context was not cancelled")
 	}
 	detail := g.WaitTaskState(t, running, "cancelled")
-	require.Equal(t, workerclient.AttemptStatus("cancelled"), detail.Attempts[0].Status)
+	require.Equal(t, apiclient.AttemptStatus("cancelled"), detail.Attempts[0].Status)
 
 	// Cancelling again is harmless; cancelling a finished task is refused.
 	res, err = g.Control.CancelTaskWithResponse(context.Background(), running)
@@ -240,9 +242,9 @@ func TestCapacityCapabilityAndAssignmentFiltering(t *testing.T) {
 	for _, l := range lease(t, plain, 5, 0) {
 		require.NotEqual(t, needsGPU, l.Task.Id, "a worker without the capability never leases the task")
 	}
-	caps := workerclient.Capabilities(`{"gpu": true}`)
+	caps := apiclient.Capabilities(`{"gpu": true}`)
 	res, err := capable.Client.AcquireLeasesWithResponse(context.Background(), nil,
-		workerclient.LeaseRequest{MaxTasks: ptr(1), WaitSeconds: ptr(0), Capabilities: &caps})
+		apiclient.LeaseRequest{MaxTasks: ptr(1), WaitSeconds: ptr(0), Capabilities: &caps})
 	require.NoError(t, err)
 	require.Len(t, res.JSON200.Leases, 1)
 	require.Equal(t, needsGPU, res.JSON200.Leases[0].Task.Id, "the advertisement is persisted and used; priority first")
@@ -266,19 +268,19 @@ func TestCrossOrganizationAttemptsAreNotFound(t *testing.T) {
 	require.Len(t, leases, 1)
 	l := leases[0]
 
-	params := &workerclient.HeartbeatAttemptParams{LeaseToken: l.LeaseToken}
+	params := &apiclient.HeartbeatAttemptParams{LeaseToken: l.LeaseToken}
 	hb, err := workerA.Client.HeartbeatAttemptWithResponse(context.Background(), l.AttemptId, params)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusNotFound, hb.StatusCode())
-	st, err := workerA.Client.StartAttemptWithResponse(context.Background(), l.AttemptId, &workerclient.StartAttemptParams{LeaseToken: l.LeaseToken})
+	st, err := workerA.Client.StartAttemptWithResponse(context.Background(), l.AttemptId, &apiclient.StartAttemptParams{LeaseToken: l.LeaseToken})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusNotFound, st.StatusCode())
 	done, err := workerA.Client.CompleteAttemptWithResponse(context.Background(), l.AttemptId,
-		&workerclient.CompleteAttemptParams{LeaseToken: l.LeaseToken}, workerclient.CompleteRequest{Outcome: "succeeded"})
+		&apiclient.CompleteAttemptParams{LeaseToken: l.LeaseToken}, apiclient.CompleteRequest{Outcome: "succeeded"})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusNotFound, done.StatusCode())
 	require.NotContains(t, string(done.Body), l.Task.Id.String())
-	require.Equal(t, workerclient.TaskState("leased"), g.Task(t, l.Task.Id).State, "nothing changed")
+	require.Equal(t, apiclient.TaskState("leased"), g.Task(t, l.Task.Id).State, "nothing changed")
 
 	// A token scoped to organization A cannot see B's task either.
 	tokenA, _, err := g.Store.CreateAPIToken(context.Background(), storeTokenParams(orgA))
@@ -287,7 +289,7 @@ func TestCrossOrganizationAttemptsAreNotFound(t *testing.T) {
 	got, err := scoped.GetTaskWithResponse(context.Background(), l.Task.Id)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusNotFound, got.StatusCode())
-	list, err := scoped.ListTasksWithResponse(context.Background(), &workerclient.ListTasksParams{})
+	list, err := scoped.ListTasksWithResponse(context.Background(), &apiclient.ListTasksParams{})
 	require.NoError(t, err)
 	require.Empty(t, list.JSON200.Items)
 }

@@ -9,15 +9,16 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
 	"github.com/worker-gateway/gateway/server"
 	"github.com/worker-gateway/gateway/tests/harness"
-	"github.com/worker-gateway/gateway/workerclient"
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
-func appendLog(t *testing.T, w *harness.Worker, l workerclient.Lease, offset int64, data string) *workerclient.AppendLogsResponse {
+func appendLog(t *testing.T, w *harness.Worker, l apiclient.Lease, offset int64, data string) *apiclient.AppendLogsResponse {
 	t.Helper()
 	res, err := w.Client.AppendLogsWithResponse(context.Background(), l.AttemptId,
-		&workerclient.AppendLogsParams{LeaseToken: l.LeaseToken}, workerclient.LogChunk{Offset: offset, Data: data})
+		&apiclient.AppendLogsParams{LeaseToken: l.LeaseToken}, apiclient.LogChunk{Offset: offset, Data: data})
 	require.NoError(t, err)
 	return res
 }
@@ -33,9 +34,9 @@ func expectedOffset(t *testing.T, body []byte) int64 {
 	return p.ExpectedOffset
 }
 
-func readLog(t *testing.T, g *harness.Gateway, task uuid.UUID, offset int, follow bool) *workerclient.LogText {
+func readLog(t *testing.T, g *harness.Gateway, task uuid.UUID, offset int, follow bool) *apiclient.LogText {
 	t.Helper()
-	params := &workerclient.GetTaskLogsParams{Offset: &offset, Follow: &follow}
+	params := &apiclient.GetTaskLogsParams{Offset: &offset, Follow: &follow}
 	res, err := g.Control.GetTaskLogsWithResponse(context.Background(), task, params)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
@@ -53,7 +54,7 @@ func TestLogsAppendIdempotentlyByOffset(t *testing.T) {
 	first := appendLog(t, w, l, 0, "hello ")
 	require.Equal(t, http.StatusOK, first.StatusCode(), string(first.Body))
 	require.Equal(t, int64(6), first.JSON200.NextOffset)
-	require.Equal(t, workerclient.LeaseState("active"), first.JSON200.LeaseState)
+	require.Equal(t, apiclient.LeaseState("active"), first.JSON200.LeaseState)
 
 	retried := appendLog(t, w, l, 0, "hello ")
 	require.Equal(t, http.StatusOK, retried.StatusCode(), "a retried chunk is accepted once")
@@ -74,7 +75,7 @@ func TestLogsAppendIdempotentlyByOffset(t *testing.T) {
 	require.Equal(t, "wörld\n", tail.Data)
 
 	// Follow mode waits for the attempt to end and then says so.
-	done := make(chan *workerclient.LogText, 1)
+	done := make(chan *apiclient.LogText, 1)
 	go func() { done <- readLog(t, g, task, int(text.NextOffset), true) }()
 	completeAs(t, w, l, "succeeded", nil)
 	followed := <-done

@@ -11,9 +11,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
 	"github.com/worker-gateway/gateway/store"
 	"github.com/worker-gateway/gateway/tests/harness"
-	"github.com/worker-gateway/gateway/workerclient"
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 func TestIdlePollReturnsEmptyAfterItsWait(t *testing.T) {
@@ -31,12 +32,12 @@ func TestTaskCreatedWhileWaitingIsDeliveredToTheWaitingPoll(t *testing.T) {
 	org := g.NewOrganization(t, "acme")
 	w := g.NewWorker(t, "w1", 1, org)
 
-	got := make(chan []workerclient.Lease, 1)
+	got := make(chan []apiclient.Lease, 1)
 	go func() {
 		// The poll waits up to 25 s; it can only return a lease if the
 		// creation woke it, since nothing else would make it look again.
 		n, wait := 1, 25
-		res, err := w.Client.AcquireLeasesWithResponse(context.Background(), nil, workerclient.LeaseRequest{MaxTasks: &n, WaitSeconds: &wait})
+		res, err := w.Client.AcquireLeasesWithResponse(context.Background(), nil, apiclient.LeaseRequest{MaxTasks: &n, WaitSeconds: &wait})
 		if err != nil || res.JSON200 == nil {
 			got <- nil
 			return
@@ -79,8 +80,8 @@ func TestAWokenPollThatCannotTakeTheTaskPassesItOn(t *testing.T) {
 	org := g.NewOrganization(t, "acme")
 	plain := g.NewWorker(t, "plain", 1, org)
 	gpu := g.NewWorker(t, "gpu", 1, org)
-	caps := workerclient.Capabilities(`{"gpu": true}`)
-	gpuLeases := make(chan []workerclient.Lease, 1)
+	caps := apiclient.Capabilities(`{"gpu": true}`)
+	gpuLeases := make(chan []apiclient.Lease, 1)
 	plainDone := make(chan struct{})
 	// The plain worker registers first, so the hub wakes it first.
 	go func() {
@@ -90,7 +91,7 @@ func TestAWokenPollThatCannotTakeTheTaskPassesItOn(t *testing.T) {
 	harness.WaitFor(t, 10*time.Second, "plain poll waiting", func() bool { return g.Server.Hub().Waiting() == 1 })
 	go func() {
 		n, wait := 1, 25
-		res, err := gpu.Client.AcquireLeasesWithResponse(context.Background(), nil, workerclient.LeaseRequest{MaxTasks: &n, WaitSeconds: &wait, Capabilities: &caps})
+		res, err := gpu.Client.AcquireLeasesWithResponse(context.Background(), nil, apiclient.LeaseRequest{MaxTasks: &n, WaitSeconds: &wait, Capabilities: &caps})
 		if err != nil || res.JSON200 == nil {
 			gpuLeases <- nil
 			return
@@ -114,10 +115,10 @@ func TestLeaseIdempotencyKeyReturnsTheSameLeases(t *testing.T) {
 		g.CreateTask(t, org, harness.TaskSpec{})
 	}
 	key := "poll-1"
-	poll := func() []workerclient.Lease {
+	poll := func() []apiclient.Lease {
 		n, wait := 2, 0
-		res, err := w.Client.AcquireLeasesWithResponse(context.Background(), &workerclient.AcquireLeasesParams{IdempotencyKey: &key},
-			workerclient.LeaseRequest{MaxTasks: &n, WaitSeconds: &wait})
+		res, err := w.Client.AcquireLeasesWithResponse(context.Background(), &apiclient.AcquireLeasesParams{IdempotencyKey: &key},
+			apiclient.LeaseRequest{MaxTasks: &n, WaitSeconds: &wait})
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, res.StatusCode())
 		return res.JSON200.Leases
@@ -191,7 +192,7 @@ func TestListenReconnectsAndCatchesUp(t *testing.T) {
 	w := g.NewWorker(t, "w1", 2, org)
 	before := g.Server.ListenerConnects()
 
-	got := make(chan []workerclient.Lease, 1)
+	got := make(chan []apiclient.Lease, 1)
 	go func() { got <- lease(t, w, 1, 25) }()
 	harness.WaitFor(t, 10*time.Second, "poll waiting", func() bool { return g.Server.Hub().Waiting() == 1 })
 

@@ -12,10 +12,11 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
 	"github.com/worker-gateway/gateway/server"
 	"github.com/worker-gateway/gateway/store"
 	"github.com/worker-gateway/gateway/tests/harness"
-	"github.com/worker-gateway/gateway/workerclient"
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 // scrape reads /metrics from the gateway's main listener with token and
@@ -61,10 +62,10 @@ func TestMetricsAfterLeaseCycle(t *testing.T) {
 	w := g.NewWorker(t, "w1", 1, org)
 
 	// A poll that waits, then is woken by a new task: wake latency.
-	leased := make(chan []workerclient.Lease, 1)
+	leased := make(chan []apiclient.Lease, 1)
 	go func() {
 		n, wait := 1, 10
-		res, err := w.Client.AcquireLeasesWithResponse(context.Background(), nil, workerclient.LeaseRequest{MaxTasks: &n, WaitSeconds: &wait})
+		res, err := w.Client.AcquireLeasesWithResponse(context.Background(), nil, apiclient.LeaseRequest{MaxTasks: &n, WaitSeconds: &wait})
 		if err != nil || res.JSON200 == nil {
 			leased <- nil
 			return
@@ -80,24 +81,24 @@ func TestMetricsAfterLeaseCycle(t *testing.T) {
 	l := leases[0]
 	require.Equal(t, task, l.Task.Id)
 
-	hb, err := w.Client.HeartbeatAttemptWithResponse(context.Background(), l.AttemptId, &workerclient.HeartbeatAttemptParams{LeaseToken: l.LeaseToken})
+	hb, err := w.Client.HeartbeatAttemptWithResponse(context.Background(), l.AttemptId, &apiclient.HeartbeatAttemptParams{LeaseToken: l.LeaseToken})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, hb.StatusCode(), string(hb.Body))
-	batch, err := w.Client.HeartbeatWorkerWithResponse(context.Background(), workerclient.WorkerHeartbeatRequest{
-		Leases: []workerclient.LeaseRef{{AttemptId: l.AttemptId, LeaseToken: l.LeaseToken}}})
+	batch, err := w.Client.HeartbeatWorkerWithResponse(context.Background(), apiclient.WorkerHeartbeatRequest{
+		Leases: []apiclient.LeaseRef{{AttemptId: l.AttemptId, LeaseToken: l.LeaseToken}}})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, batch.StatusCode(), string(batch.Body))
 
 	// A stale token is fenced off.
 	stale, err := w.Client.HeartbeatAttemptWithResponse(context.Background(), l.AttemptId,
-		&workerclient.HeartbeatAttemptParams{LeaseToken: strings.Repeat("0", len(l.LeaseToken))})
+		&apiclient.HeartbeatAttemptParams{LeaseToken: strings.Repeat("0", len(l.LeaseToken))})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusConflict, stale.StatusCode(), string(stale.Body))
 
 	for range 2 { // the second completion is a replay
 		res, err := w.Client.CompleteAttemptWithResponse(context.Background(), l.AttemptId,
-			&workerclient.CompleteAttemptParams{LeaseToken: l.LeaseToken},
-			workerclient.CompleteRequest{Outcome: workerclient.AttemptOutcome("succeeded")})
+			&apiclient.CompleteAttemptParams{LeaseToken: l.LeaseToken},
+			apiclient.CompleteRequest{Outcome: apiclient.AttemptOutcome("succeeded")})
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
 	}

@@ -7,9 +7,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
 	"github.com/worker-gateway/gateway/server"
 	"github.com/worker-gateway/gateway/tests/harness"
-	"github.com/worker-gateway/gateway/workerclient"
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 // Leases granted through the worker protocol vacuum the queue of leasable
@@ -26,7 +27,7 @@ func TestQueueVacuumAfterSoManyLeases(t *testing.T) {
 			g.CreateTask(t, org, harness.TaskSpec{})
 		}
 		wait := 0
-		res, err := w.Client.AcquireLeasesWithResponse(context.Background(), nil, workerclient.LeaseRequest{MaxTasks: &n, WaitSeconds: &wait})
+		res, err := w.Client.AcquireLeasesWithResponse(context.Background(), nil, apiclient.LeaseRequest{MaxTasks: &n, WaitSeconds: &wait})
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
 		require.Len(t, res.JSON200.Leases, n)

@@ -14,8 +14,9 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
 	"github.com/worker-gateway/gateway/tests/harness"
-	"github.com/worker-gateway/gateway/workerclient"
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 // resultSender posts raw result batches, so tests control bytes and keys.
@@ -32,7 +33,7 @@ type batchAnswer struct {
 	state    string
 }
 
-func (s resultSender) send(l workerclient.Lease, key string, body string) batchAnswer {
+func (s resultSender) send(l apiclient.Lease, key string, body string) batchAnswer {
 	s.t.Helper()
 	req, err := http.NewRequest(http.MethodPost, s.base+"/v1/attempts/"+l.AttemptId.String()+"/results", bytes.NewReader([]byte(body)))
 	require.NoError(s.t, err)
@@ -48,7 +49,7 @@ func (s resultSender) send(l workerclient.Lease, key string, body string) batchA
 }
 
 // sendUntilSettled retries while the key is in flight, as a worker would.
-func (s resultSender) sendUntilSettled(l workerclient.Lease, key, body string) batchAnswer {
+func (s resultSender) sendUntilSettled(l apiclient.Lease, key, body string) batchAnswer {
 	for {
 		a := s.send(l, key, body)
 		if a.status != http.StatusConflict || problemCode(s.t, a.body) != "idempotency-in-flight" {
@@ -133,7 +134,7 @@ func TestResultBatchTakesEffectOnceSequentiallyAndConcurrently(t *testing.T) {
 	require.Equal(t, 3, countRows(t, g, "assets"))
 
 	// Producers page through the stored records.
-	res, err := g.Control.ListTaskResultsWithResponse(context.Background(), l.Task.Id, &workerclient.ListTaskResultsParams{})
+	res, err := g.Control.ListTaskResultsWithResponse(context.Background(), l.Task.Id, &apiclient.ListTaskResultsParams{})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
 	require.Len(t, res.JSON200.Items, 2)
@@ -183,10 +184,10 @@ func TestCrashBetweenCommitAndAnswerIngestsNothingTwice(t *testing.T) {
 	require.NoError(t, procs[0].Stop(syscall.SIGTERM))
 
 	doomed := g.StartProcess(t, "GATEWAY_FAILPOINTS=results-after-commit")
-	onDoomed, err := workerclient.NewClientWithResponses(doomed.URL, workerclient.WithHTTPClient(w.HTTP))
+	onDoomed, err := apiclient.NewClientWithResponses(doomed.URL, apiclient.WithHTTPClient(w.HTTP))
 	require.NoError(t, err)
 	n, wait := 1, 5
-	res, err := onDoomed.AcquireLeasesWithResponse(context.Background(), nil, workerclient.LeaseRequest{MaxTasks: &n, WaitSeconds: &wait})
+	res, err := onDoomed.AcquireLeasesWithResponse(context.Background(), nil, apiclient.LeaseRequest{MaxTasks: &n, WaitSeconds: &wait})
 	require.NoError(t, err)
 	require.Len(t, res.JSON200.Leases, 1)
 	l := res.JSON200.Leases[0]
@@ -206,7 +207,7 @@ func TestCrashBetweenCommitAndAnswerIngestsNothingTwice(t *testing.T) {
 	retry := resultSender{t: t, w: w, base: survivor.URL}.send(l, "crash-1", body)
 	require.Equal(t, http.StatusOK, retry.status, string(retry.body))
 	require.True(t, retry.replayed)
-	var ack workerclient.ResultAck
+	var ack apiclient.ResultAck
 	require.NoError(t, json.Unmarshal(retry.body, &ack))
 	require.Equal(t, 1, ack.SequenceNumber)
 	require.Equal(t, 2, countRows(t, g, "assets"))
@@ -238,11 +239,11 @@ func TestTwoAttemptsOfOneJobIngestOneAssetThreatAndDetection(t *testing.T) {
 	require.Equal(t, 1, countRows(t, g, "threat_detections"), "one detection per (threat, scan job)")
 }
 
-func createScan(t *testing.T, g *harness.Gateway, org uuid.UUID, targets []string, plugins string) *workerclient.Scan {
+func createScan(t *testing.T, g *harness.Gateway, org uuid.UUID, targets []string, plugins string) *apiclient.Scan {
 	t.Helper()
-	var ps []workerclient.ScanPlugin
+	var ps []apiclient.ScanPlugin
 	require.NoError(t, json.Unmarshal([]byte(plugins), &ps))
-	res, err := g.Control.CreateScanWithResponse(context.Background(), nil, workerclient.CreateScanRequest{
+	res, err := g.Control.CreateScanWithResponse(context.Background(), nil, apiclient.CreateScanRequest{
 		OrganizationId: org, Targets: targets, Plugins: ps})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, res.StatusCode(), string(res.Body))

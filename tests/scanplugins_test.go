@@ -11,8 +11,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
 	"github.com/worker-gateway/gateway/tests/harness"
-	"github.com/worker-gateway/gateway/workerclient"
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 // TestThreePluginScanWithTheReferenceWorker runs a real scan of loopback
@@ -38,16 +39,16 @@ func TestThreePluginScanWithTheReferenceWorker(t *testing.T) {
 		{"name": "dns-resolve"},
 		{"name": "tcp-connect", "input": {"ports": [%s], "timeout_ms": 2000}},
 		{"name": "http-probe"}]`, port))
-	var got *workerclient.Scan
+	var got *apiclient.Scan
 	harness.WaitFor(t, 90*time.Second, "the scan to finish", func() bool {
 		res, err := g.Control.GetScanWithResponse(context.Background(), scan.Id)
 		require.NoError(t, err)
 		got = res.JSON200
 		return got.State == "completed" || got.State == "failed"
 	})
-	require.Equal(t, workerclient.ScanState("completed"), got.State)
+	require.Equal(t, apiclient.ScanState("completed"), got.State)
 	for i, j := range got.Jobs {
-		require.Equal(t, workerclient.ScanState("completed"), j.State, "job %d (%s): %v", i, j.PluginName, j.Error)
+		require.Equal(t, apiclient.ScanState("completed"), j.State, "job %d (%s): %v", i, j.PluginName, j.Error)
 		if i > 0 {
 			require.False(t, j.StartedAt.Before(*got.Jobs[i-1].CompletedAt), "job %d started only after job %d ended", i, i-1)
 		}
@@ -61,7 +62,7 @@ func TestThreePluginScanWithTheReferenceWorker(t *testing.T) {
 	}
 	require.True(t, found["ip:127.0.0.1"], "job 2's payload carries job 1's assets: %v", payload.Assets)
 
-	assets, err := g.Control.ListAssetsWithResponse(context.Background(), org, &workerclient.ListAssetsParams{})
+	assets, err := g.Control.ListAssetsWithResponse(context.Background(), org, &apiclient.ListAssetsParams{})
 	require.NoError(t, err)
 	types := map[string]int{}
 	for _, a := range assets.JSON200.Items {
@@ -71,7 +72,7 @@ func TestThreePluginScanWithTheReferenceWorker(t *testing.T) {
 	require.Positive(t, types["ip"])
 	require.Positive(t, types["port"])
 	require.Positive(t, types["url"])
-	threats, err := g.Control.ListThreatsWithResponse(context.Background(), org, &workerclient.ListThreatsParams{})
+	threats, err := g.Control.ListThreatsWithResponse(context.Background(), org, &apiclient.ListThreatsParams{})
 	require.NoError(t, err)
 	var selfSigned bool
 	for _, th := range threats.JSON200.Items {

@@ -7,15 +7,16 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
 	"github.com/worker-gateway/gateway/tests/harness"
-	"github.com/worker-gateway/gateway/workerclient"
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
-func completeAs(t *testing.T, w *harness.Worker, l workerclient.Lease, outcome string, e *workerclient.AttemptError) {
+func completeAs(t *testing.T, w *harness.Worker, l apiclient.Lease, outcome string, e *apiclient.AttemptError) {
 	t.Helper()
 	res, err := w.Client.CompleteAttemptWithResponse(context.Background(), l.AttemptId,
-		&workerclient.CompleteAttemptParams{LeaseToken: l.LeaseToken},
-		workerclient.CompleteRequest{Outcome: workerclient.AttemptOutcome(outcome), Error: e})
+		&apiclient.CompleteAttemptParams{LeaseToken: l.LeaseToken},
+		apiclient.CompleteRequest{Outcome: apiclient.AttemptOutcome(outcome), Error: e})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
 }
@@ -44,7 +45,7 @@ func TestScanRunsJobsOneAfterAnotherWithEnrichedPayloads(t *testing.T) {
 	w := g.NewWorker(t, "w1", 3, org)
 	scan := createScan(t, g, org, []string{"localhost"},
 		`[{"name": "first", "input": {"k": 1}}, {"name": "second"}, {"name": "third", "timeout_seconds": 60}]`)
-	require.Equal(t, workerclient.ScanState("pending"), scan.State)
+	require.Equal(t, apiclient.ScanState("pending"), scan.State)
 	require.Len(t, scan.Jobs, 3)
 	require.Equal(t, 1, scanTasks(t, g, scan.Id), "only the first job's task exists")
 
@@ -73,7 +74,7 @@ func TestScanRunsJobsOneAfterAnotherWithEnrichedPayloads(t *testing.T) {
 		found = append(found, a.Type+":"+a.Value)
 	}
 	require.ElementsMatch(t, []string{"hostname:localhost", "ip:127.0.0.1"}, found)
-	completeAs(t, w, leases[0], "failed", &workerclient.AttemptError{Code: "broken", Retryable: ptr(false)})
+	completeAs(t, w, leases[0], "failed", &apiclient.AttemptError{Code: "broken", Retryable: ptr(false)})
 
 	leases = lease(t, w, 3, 5)
 	require.Len(t, leases, 1)
@@ -85,19 +86,19 @@ func TestScanRunsJobsOneAfterAnotherWithEnrichedPayloads(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
 	got := res.JSON200
-	require.Equal(t, workerclient.ScanState("completed"), got.State, "a failed job does not fail the scan")
-	require.Equal(t, []workerclient.ScanState{"completed", "failed", "completed"},
-		[]workerclient.ScanState{got.Jobs[0].State, got.Jobs[1].State, got.Jobs[2].State})
+	require.Equal(t, apiclient.ScanState("completed"), got.State, "a failed job does not fail the scan")
+	require.Equal(t, []apiclient.ScanState{"completed", "failed", "completed"},
+		[]apiclient.ScanState{got.Jobs[0].State, got.Jobs[1].State, got.Jobs[2].State})
 	require.NotNil(t, got.Jobs[2].Task)
 	require.Equal(t, 60, *got.Jobs[2].Task.AttemptTimeoutSeconds)
 	for i := 0; i < 2; i++ {
 		require.False(t, got.Jobs[i+1].StartedAt.Before(*got.Jobs[i].CompletedAt), "job %d started after job %d ended", i+2, i+1)
 	}
 
-	assets, err := g.Control.ListAssetsWithResponse(context.Background(), org, &workerclient.ListAssetsParams{})
+	assets, err := g.Control.ListAssetsWithResponse(context.Background(), org, &apiclient.ListAssetsParams{})
 	require.NoError(t, err)
 	require.Len(t, assets.JSON200.Items, 2)
-	threats, err := g.Control.ListThreatsWithResponse(context.Background(), org, &workerclient.ListThreatsParams{})
+	threats, err := g.Control.ListThreatsWithResponse(context.Background(), org, &apiclient.ListThreatsParams{})
 	require.NoError(t, err)
 	require.Len(t, threats.JSON200.Items, 1)
 	require.Equal(t, 1, threats.JSON200.Items[0].Detections)
@@ -112,11 +113,11 @@ func TestScanFailsWhenEveryJobFails(t *testing.T) {
 	scan := createScan(t, g, org, []string{"localhost"}, `[{"name": "a"}, {"name": "b"}]`)
 	for range 2 {
 		l := lease(t, w, 1, 5)[0]
-		completeAs(t, w, l, "failed", &workerclient.AttemptError{Code: "nope", Retryable: ptr(false)})
+		completeAs(t, w, l, "failed", &apiclient.AttemptError{Code: "nope", Retryable: ptr(false)})
 	}
 	res, err := g.Control.GetScanWithResponse(context.Background(), scan.Id)
 	require.NoError(t, err)
-	require.Equal(t, workerclient.ScanState("failed"), res.JSON200.State)
+	require.Equal(t, apiclient.ScanState("failed"), res.JSON200.State)
 }
 
 func TestCancellingAScanMidwayLeavesNothingPending(t *testing.T) {
@@ -130,12 +131,12 @@ func TestCancellingAScanMidwayLeavesNothingPending(t *testing.T) {
 	res, err := g.Control.CancelScanWithResponse(context.Background(), scan.Id)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
-	require.Equal(t, workerclient.ScanState("cancelled"), res.JSON200.State)
-	require.Equal(t, workerclient.TaskState("cancelling"), res.JSON200.Jobs[0].Task.State)
+	require.Equal(t, apiclient.ScanState("cancelled"), res.JSON200.State)
+	require.Equal(t, apiclient.TaskState("cancelling"), res.JSON200.Jobs[0].Task.State)
 
-	hb, err := w.Client.HeartbeatAttemptWithResponse(context.Background(), l.AttemptId, &workerclient.HeartbeatAttemptParams{LeaseToken: l.LeaseToken})
+	hb, err := w.Client.HeartbeatAttemptWithResponse(context.Background(), l.AttemptId, &apiclient.HeartbeatAttemptParams{LeaseToken: l.LeaseToken})
 	require.NoError(t, err)
-	require.Equal(t, workerclient.LeaseState("cancel_requested"), hb.JSON200.State)
+	require.Equal(t, apiclient.LeaseState("cancel_requested"), hb.JSON200.State)
 	completeAs(t, w, l, "cancelled", nil)
 
 	require.Equal(t, 1, scanTasks(t, g, scan.Id), "no later job was created")
@@ -146,7 +147,7 @@ func TestCancellingAScanMidwayLeavesNothingPending(t *testing.T) {
 	got, err := g.Control.GetScanWithResponse(context.Background(), scan.Id)
 	require.NoError(t, err)
 	for _, j := range got.JSON200.Jobs {
-		require.Equal(t, workerclient.ScanState("cancelled"), j.State)
+		require.Equal(t, apiclient.ScanState("cancelled"), j.State)
 	}
 	again, err := g.Control.CancelScanWithResponse(context.Background(), scan.Id)
 	require.NoError(t, err)
@@ -201,8 +202,8 @@ func TestScanAndResultRoutesAreOrganizationScoped(t *testing.T) {
 			return r.StatusCode(), r.Body
 		},
 		"create scan": func() (int, []byte) {
-			r, err := scoped.CreateScanWithResponse(ctx, nil, workerclient.CreateScanRequest{OrganizationId: orgB, Targets: []string{"x"},
-				Plugins: []workerclient.ScanPlugin{{Name: "x"}}})
+			r, err := scoped.CreateScanWithResponse(ctx, nil, apiclient.CreateScanRequest{OrganizationId: orgB, Targets: []string{"x"},
+				Plugins: []apiclient.ScanPlugin{{Name: "x"}}})
 			require.NoError(t, err)
 			return r.StatusCode(), r.Body
 		},

@@ -16,8 +16,9 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
 	"github.com/worker-gateway/gateway/tests/harness"
-	"github.com/worker-gateway/gateway/workerclient"
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 // scriptFiles writes the worker's certificate and key and the CA to a
@@ -76,7 +77,7 @@ func requireTools(t *testing.T, tools ...string) {
 
 func listAssets(t *testing.T, g *harness.Gateway, org uuid.UUID) []string {
 	t.Helper()
-	res, err := g.Control.ListAssetsWithResponse(context.Background(), org, &workerclient.ListAssetsParams{})
+	res, err := g.Control.ListAssetsWithResponse(context.Background(), org, &apiclient.ListAssetsParams{})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
 	var out []string
@@ -107,9 +108,9 @@ func TestCurlWorkerScriptRunsOneTaskThroughTheWholeProtocol(t *testing.T) {
 	detail := g.Task(t, task)
 	require.Equal(t, "completed", string(detail.State))
 	require.Len(t, detail.Attempts, 1)
-	require.Equal(t, workerclient.AttemptStatus("succeeded"), detail.Attempts[0].Status)
+	require.Equal(t, apiclient.AttemptStatus("succeeded"), detail.Attempts[0].Status)
 
-	results, err := g.Control.ListTaskResultsWithResponse(context.Background(), task, &workerclient.ListTaskResultsParams{})
+	results, err := g.Control.ListTaskResultsWithResponse(context.Background(), task, &apiclient.ListTaskResultsParams{})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, results.StatusCode(), string(results.Body))
 	require.Len(t, results.JSON200.Items, 1)
@@ -217,7 +218,7 @@ func TestPythonWorkerIngestsARetriedResultBatchOnce(t *testing.T) {
 
 	detail := g.WaitTaskState(t, task, "completed")
 	require.Len(t, detail.Attempts, 1)
-	require.Equal(t, workerclient.AttemptStatus("succeeded"), detail.Attempts[0].Status)
+	require.Equal(t, apiclient.AttemptStatus("succeeded"), detail.Attempts[0].Status)
 	require.Equal(t, 1, countRows(t, g, "worker_result_batches"), "the batch was ingested once")
 	require.Equal(t, 1, countRows(t, g, "assets"))
 	require.Equal(t, []string{"hostname:py.example"}, listAssets(t, g, org))
@@ -238,13 +239,13 @@ func TestPythonWorkerHonoursCancellation(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
 
-	var detail *workerclient.TaskDetail
+	var detail *apiclient.TaskDetail
 	harness.WaitFor(t, 30*time.Second, "the task to be cancelled by its worker", func() bool {
 		detail = g.Task(t, task)
 		return string(detail.State) == "cancelled"
 	})
 	require.Len(t, detail.Attempts, 1)
-	require.Equal(t, workerclient.AttemptStatus("cancelled"), detail.Attempts[0].Status, "the worker acknowledged, the lease did not just expire")
+	require.Equal(t, apiclient.AttemptStatus("cancelled"), detail.Attempts[0].Status, "the worker acknowledged, the lease did not just expire")
 	out := wait()
 	require.Contains(t, out, "cancellation requested")
 	require.Contains(t, out, "completed cancelled")
@@ -267,6 +268,6 @@ func TestPythonWorkerStopsGracefullyOnSIGTERM(t *testing.T) {
 	// The interrupted attempt was handed back at once, not left to expire.
 	detail := g.Task(t, task)
 	require.Len(t, detail.Attempts, 1)
-	require.Equal(t, workerclient.AttemptStatus("failed"), detail.Attempts[0].Status)
+	require.Equal(t, apiclient.AttemptStatus("failed"), detail.Attempts[0].Status)
 	require.Contains(t, []string{"retry_wait", "pending"}, string(detail.State))
 }

@@ -16,6 +16,8 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 // Artifacts: LeasedTask.UploadArtifact declares a file (name, content type,
@@ -63,7 +65,7 @@ const (
 // ErrLeaseLost and the error wraps ErrLeaseLost. Other refusals (a name the
 // gateway rejects, an artifact over its size limit, artifacts disabled) are
 // returned as an *APIError.
-func (t *LeasedTask) UploadArtifact(ctx context.Context, name, contentType string, r io.Reader) (*File, error) {
+func (t *LeasedTask) UploadArtifact(ctx context.Context, name, contentType string, r io.Reader) (*apiclient.File, error) {
 	if t.lease == nil || t.lease.rt == nil {
 		return nil, errNotLeased
 	}
@@ -184,7 +186,7 @@ func (g *guardedBody) detach() {
 
 // uploadSession is an open session and when it expires, by the local clock.
 type uploadSession struct {
-	*UploadSession
+	*apiclient.UploadSession
 	expiresAt time.Time
 	foreign   bool // the URL is not the gateway's
 }
@@ -196,7 +198,7 @@ type errSessionExpired struct{ err error }
 func (e *errSessionExpired) Error() string { return "upload session expired: " + e.err.Error() }
 func (e *errSessionExpired) Unwrap() error { return e.err }
 
-func (r *runner) uploadArtifact(ctx context.Context, ls *lease, name, contentType string, body io.Reader) (*File, error) {
+func (r *runner) uploadArtifact(ctx context.Context, ls *lease, name, contentType string, body io.Reader) (*apiclient.File, error) {
 	wrap := func(err error) error { return fmt.Errorf("workerclient: artifact %q: %w", name, err) }
 	if n := utf8.RuneCountInString(name); n < 1 || n > maxArtifactName {
 		return nil, wrap(fmt.Errorf("a name has 1..%d characters, not %d", maxArtifactName, n))
@@ -222,7 +224,7 @@ func (r *runner) uploadArtifact(ctx context.Context, ls *lease, name, contentTyp
 		return nil, wrap(err)
 	}
 	defer src.cleanup()
-	req := OpenUploadRequest{Name: name, ContentType: &contentType, SizeBytes: src.size, Sha256: src.sha256}
+	req := apiclient.OpenUploadRequest{Name: name, ContentType: &contentType, SizeBytes: src.size, Sha256: src.sha256}
 
 	for restarts := 0; ; restarts++ {
 		file, err := r.uploadOnce(ctx, ls, req, src)
@@ -242,7 +244,7 @@ func (r *runner) uploadArtifact(ctx context.Context, ls *lease, name, contentTyp
 
 // uploadOnce opens a session, uploads and commits. An *errSessionExpired
 // means start over.
-func (r *runner) uploadOnce(ctx context.Context, ls *lease, req OpenUploadRequest, src *artifactSource) (*File, error) {
+func (r *runner) uploadOnce(ctx context.Context, ls *lease, req apiclient.OpenUploadRequest, src *artifactSource) (*apiclient.File, error) {
 	s, err := r.openUpload(ctx, ls, req)
 	if err != nil {
 		return nil, err
@@ -296,13 +298,13 @@ func (r *runner) uploadStep(ctx context.Context, ls *lease, op string, call func
 	}
 }
 
-func (r *runner) openUpload(ctx context.Context, ls *lease, req OpenUploadRequest) (*uploadSession, error) {
+func (r *runner) openUpload(ctx context.Context, ls *lease, req apiclient.OpenUploadRequest) (*uploadSession, error) {
 	var s *uploadSession
 	err := r.uploadStep(ctx, ls, "open upload", func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, callTimeout)
 		defer cancel()
 		sent := time.Now()
-		resp, err := r.w.client.OpenArtifactUploadWithResponse(ctx, ls.id, &OpenArtifactUploadParams{LeaseToken: ls.token}, req)
+		resp, err := r.w.client.OpenArtifactUploadWithResponse(ctx, ls.id, &apiclient.OpenArtifactUploadParams{LeaseToken: ls.token}, req)
 		if err != nil {
 			return fmt.Errorf("open upload: %w", err)
 		}
@@ -320,8 +322,8 @@ func (r *runner) openUpload(ctx context.Context, ls *lease, req OpenUploadReques
 }
 
 // session checks an upload session and says where its URL points.
-func (r *runner) session(us *UploadSession, sent time.Time) (*uploadSession, error) {
-	if us.Method != PUT {
+func (r *runner) session(us *apiclient.UploadSession, sent time.Time) (*uploadSession, error) {
+	if us.Method != apiclient.PUT {
 		return nil, &permanentError{fmt.Errorf("open upload: the session asks for method %q; only PUT is supported", us.Method)}
 	}
 	u, err := url.Parse(us.Url)
@@ -473,8 +475,8 @@ func checkForeignResponse(resp *http.Response, body []byte) error {
 	return e
 }
 
-func (r *runner) commitUpload(ctx context.Context, ls *lease, s *uploadSession) (*File, error) {
-	var file *File
+func (r *runner) commitUpload(ctx context.Context, ls *lease, s *uploadSession) (*apiclient.File, error) {
+	var file *apiclient.File
 	err := r.uploadStep(ctx, ls, "commit upload", func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, callTimeout)
 		defer cancel()

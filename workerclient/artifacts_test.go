@@ -31,7 +31,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/worker-gateway/gateway/server/pki"
+	"github.com/worker-gateway/gateway/internal/pki"
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 // fakeArtifacts serves the artifact routes on a fakeGateway: sessions, the
@@ -46,20 +47,20 @@ type fakeArtifacts struct {
 
 	mu          sync.Mutex
 	uploads     map[uuid.UUID]*fakeUpload
-	opens       []OpenUploadRequest
+	opens       []apiclient.OpenUploadRequest
 	puts        []putRecord
 	commits     int
 	expireOnPut int    // the next n uploads find their session expired
 	onPut       func() // runs while an upload is being received
 	foreignFail []int  // statuses the foreign store answers first
-	files       map[uuid.UUID]*File
+	files       map[uuid.UUID]*apiclient.File
 }
 
 type fakeUpload struct {
 	id     uuid.UUID
-	req    OpenUploadRequest
+	req    apiclient.OpenUploadRequest
 	status string // prepared, uploaded, committed, expired
-	file   *File
+	file   *apiclient.File
 }
 
 // putRecord is an upload as received.
@@ -75,7 +76,7 @@ type putRecord struct {
 
 func newFakeArtifacts(g *fakeGateway) *fakeArtifacts {
 	f := &fakeArtifacts{g: g, gatewayURL: "https://gateway.test", ttl: 900,
-		uploads: map[uuid.UUID]*fakeUpload{}, files: map[uuid.UUID]*File{}}
+		uploads: map[uuid.UUID]*fakeUpload{}, files: map[uuid.UUID]*apiclient.File{}}
 	g.mux.HandleFunc("POST /v1/attempts/{id}/artifacts", f.handleOpen)
 	g.mux.HandleFunc("PUT /v1/uploads/{id}", f.handlePut)
 	g.mux.HandleFunc("POST /v1/uploads/{id}/commit", f.handleCommit)
@@ -84,7 +85,7 @@ func newFakeArtifacts(g *fakeGateway) *fakeArtifacts {
 
 func (f *fakeArtifacts) handleOpen(w http.ResponseWriter, r *http.Request) {
 	id := uuid.MustParse(r.PathValue("id"))
-	var req OpenUploadRequest
+	var req apiclient.OpenUploadRequest
 	f.g.decode(r, &req)
 	f.g.mu.Lock()
 	st := f.g.status(id, r.Header.Get("Lease-Token"))
@@ -98,7 +99,7 @@ func (f *fakeArtifacts) handleOpen(w http.ResponseWriter, r *http.Request) {
 	f.opens = append(f.opens, req)
 	u := &fakeUpload{id: uuid.New(), req: req, status: "prepared"}
 	f.uploads[u.id] = u
-	session := UploadSession{UploadId: u.id, Method: PUT, ExpiresInSeconds: f.ttl,
+	session := apiclient.UploadSession{UploadId: u.id, Method: apiclient.PUT, ExpiresInSeconds: f.ttl,
 		ExpiresAt: time.Now().Add(time.Duration(f.ttl) * time.Second), Headers: map[string]string{"Content-Type": *req.ContentType}}
 	if strings.HasPrefix(req.Name, "s3-") {
 		sum, _ := hex.DecodeString(req.Sha256)
@@ -212,17 +213,17 @@ func (f *fakeArtifacts) handleCommit(w http.ResponseWriter, r *http.Request) {
 		return
 	case u.status == "uploaded":
 		u.status = "committed"
-		u.file = &File{Id: uuid.New(), OrganizationId: uuid.New(), Name: u.req.Name, ContentType: *u.req.ContentType,
+		u.file = &apiclient.File{Id: uuid.New(), OrganizationId: uuid.New(), Name: u.req.Name, ContentType: *u.req.ContentType,
 			SizeBytes: u.req.SizeBytes, Sha256: u.req.Sha256, CreatedAt: time.Now()}
 		f.files[u.file.Id] = u.file
 	}
 	writeJSON(w, u.file)
 }
 
-func (f *fakeArtifacts) state() (opens []OpenUploadRequest, puts []putRecord, commits int, files int) {
+func (f *fakeArtifacts) state() (opens []apiclient.OpenUploadRequest, puts []putRecord, commits int, files int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]OpenUploadRequest(nil), f.opens...), append([]putRecord(nil), f.puts...), f.commits, len(f.files)
+	return append([]apiclient.OpenUploadRequest(nil), f.opens...), append([]putRecord(nil), f.puts...), f.commits, len(f.files)
 }
 
 func hexSum(b []byte) string {
@@ -232,14 +233,14 @@ func hexSum(b []byte) string {
 
 // uploadResult is what a handler's UploadArtifact returned.
 type uploadResult struct {
-	file  *File
+	file  *apiclient.File
 	err   error
 	cause error
 }
 
 // runUpload runs one task whose handler calls upload and returns what it
 // returned, after the attempt ended.
-func runUpload(t *testing.T, g *fakeGateway, upload func(ctx context.Context, task *LeasedTask) (*File, error)) (Lease, uploadResult) {
+func runUpload(t *testing.T, g *fakeGateway, upload func(ctx context.Context, task *LeasedTask) (*apiclient.File, error)) (apiclient.Lease, uploadResult) {
 	t.Helper()
 	got := make(chan uploadResult, 1)
 	w := g.runtime(Config{Handler: func(ctx context.Context, task *LeasedTask) error {
@@ -260,7 +261,7 @@ func TestUploadArtifactThroughTheGateway(t *testing.T) {
 		g := newFakeGateway(t)
 		fa := newFakeArtifacts(g)
 		content := []byte(`skip{"report": "all good"}`)
-		l, res := runUpload(t, g, func(ctx context.Context, task *LeasedTask) (*File, error) {
+		l, res := runUpload(t, g, func(ctx context.Context, task *LeasedTask) (*apiclient.File, error) {
 			r := bytes.NewReader(content)
 			_, _ = r.Seek(4, io.SeekStart) // read from where the reader stands
 			return task.UploadArtifact(ctx, "report.json", "application/json", r)
@@ -269,7 +270,7 @@ func TestUploadArtifactThroughTheGateway(t *testing.T) {
 		want := content[4:]
 		opens, puts, commits, files := fa.state()
 		require.Len(t, opens, 1)
-		assert.Equal(t, OpenUploadRequest{Name: "report.json", ContentType: new("application/json"),
+		assert.Equal(t, apiclient.OpenUploadRequest{Name: "report.json", ContentType: new("application/json"),
 			SizeBytes: int64(len(want)), Sha256: hexSum(want)}, opens[0])
 		require.Len(t, puts, 1)
 		put := puts[0]
@@ -281,13 +282,13 @@ func TestUploadArtifactThroughTheGateway(t *testing.T) {
 		assert.Equal(t, 1, files)
 		assert.Equal(t, "report.json", res.file.Name)
 		assert.Equal(t, int64(len(want)), res.file.SizeBytes)
-		assert.Equal(t, AttemptOutcomeSucceeded, g.completionsOf(l.AttemptId)[0].req.Outcome)
+		assert.Equal(t, apiclient.AttemptOutcomeSucceeded, g.completionsOf(l.AttemptId)[0].req.Outcome)
 
 		// An empty artifact is an empty PUT; no content type means
 		// application/octet-stream.
 		g2 := newFakeGateway(t)
 		fa2 := newFakeArtifacts(g2)
-		_, res = runUpload(t, g2, func(ctx context.Context, task *LeasedTask) (*File, error) {
+		_, res = runUpload(t, g2, func(ctx context.Context, task *LeasedTask) (*apiclient.File, error) {
 			return task.UploadArtifact(ctx, "empty", "", strings.NewReader(""))
 		})
 		require.NoError(t, res.err)
@@ -313,7 +314,7 @@ func TestUploadArtifactRetriesEachStep(t *testing.T) {
 			fault{status: http.StatusBadGateway},
 			fault{transport: true, afterServe: true}, // committed; the answer lost: the retry gets the same file
 		)
-		_, res := runUpload(t, g, func(ctx context.Context, task *LeasedTask) (*File, error) {
+		_, res := runUpload(t, g, func(ctx context.Context, task *LeasedTask) (*apiclient.File, error) {
 			return task.UploadArtifact(ctx, "big.txt", "text/plain", bytes.NewReader(content))
 		})
 		require.NoError(t, res.err)
@@ -335,7 +336,7 @@ func TestUploadArtifactStartsOverWhenItsSessionExpires(t *testing.T) {
 		g := newFakeGateway(t)
 		fa := newFakeArtifacts(g)
 		fa.expireOnPut = 1
-		_, res := runUpload(t, g, func(ctx context.Context, task *LeasedTask) (*File, error) {
+		_, res := runUpload(t, g, func(ctx context.Context, task *LeasedTask) (*apiclient.File, error) {
 			return task.UploadArtifact(ctx, "a.txt", "text/plain", strings.NewReader("a"))
 		})
 		require.NoError(t, res.err)
@@ -350,7 +351,7 @@ func TestUploadArtifactStartsOverWhenItsSessionExpires(t *testing.T) {
 		fa.ttl = 2
 		// The retry would come after the session ran out: a new one instead.
 		g.inject("upload", fault{status: http.StatusServiceUnavailable, retryAfter: "3"})
-		_, res := runUpload(t, g, func(ctx context.Context, task *LeasedTask) (*File, error) {
+		_, res := runUpload(t, g, func(ctx context.Context, task *LeasedTask) (*apiclient.File, error) {
 			return task.UploadArtifact(ctx, "a.txt", "text/plain", strings.NewReader("a"))
 		})
 		require.NoError(t, res.err)
@@ -362,7 +363,7 @@ func TestUploadArtifactStartsOverWhenItsSessionExpires(t *testing.T) {
 		g := newFakeGateway(t)
 		fa := newFakeArtifacts(g)
 		fa.expireOnPut = 10
-		l, res := runUpload(t, g, func(ctx context.Context, task *LeasedTask) (*File, error) {
+		l, res := runUpload(t, g, func(ctx context.Context, task *LeasedTask) (*apiclient.File, error) {
 			return task.UploadArtifact(ctx, "a.txt", "text/plain", strings.NewReader("a"))
 		})
 		require.Error(t, res.err)
@@ -373,7 +374,7 @@ func TestUploadArtifactStartsOverWhenItsSessionExpires(t *testing.T) {
 		opens, _, commits, _ := fa.state()
 		assert.Len(t, opens, 1+maxUploadRestarts)
 		assert.Zero(t, commits)
-		assert.Equal(t, AttemptOutcomeFailed, g.completionsOf(l.AttemptId)[0].req.Outcome)
+		assert.Equal(t, apiclient.AttemptOutcomeFailed, g.completionsOf(l.AttemptId)[0].req.Outcome)
 	})
 }
 
@@ -381,7 +382,7 @@ func TestUploadArtifactLeaseLostAndRefusals(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newFakeGateway(t)
 		fa := newFakeArtifacts(g)
-		l, res := runUpload(t, g, func(ctx context.Context, task *LeasedTask) (*File, error) {
+		l, res := runUpload(t, g, func(ctx context.Context, task *LeasedTask) (*apiclient.File, error) {
 			g.setState(task.AttemptID, "lost")
 			return task.UploadArtifact(ctx, "a.txt", "text/plain", strings.NewReader("a"))
 		})
@@ -396,7 +397,7 @@ func TestUploadArtifactLeaseLostAndRefusals(t *testing.T) {
 		g := newFakeGateway(t)
 		newFakeArtifacts(g)
 		g.inject("artifacts", fault{status: http.StatusServiceUnavailable, code: "artifacts-disabled"})
-		_, res := runUpload(t, g, func(ctx context.Context, task *LeasedTask) (*File, error) {
+		_, res := runUpload(t, g, func(ctx context.Context, task *LeasedTask) (*apiclient.File, error) {
 			return task.UploadArtifact(ctx, "a.txt", "text/plain", strings.NewReader("a"))
 		})
 		var apiErr *APIError
@@ -407,7 +408,7 @@ func TestUploadArtifactLeaseLostAndRefusals(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newFakeGateway(t)
 		newFakeArtifacts(g)
-		_, res := runUpload(t, g, func(ctx context.Context, task *LeasedTask) (*File, error) {
+		_, res := runUpload(t, g, func(ctx context.Context, task *LeasedTask) (*apiclient.File, error) {
 			if _, err := task.UploadArtifact(ctx, "", "", strings.NewReader("a")); err == nil {
 				return nil, errors.New("an empty name was accepted")
 			}
@@ -567,7 +568,7 @@ func TestUploadArtifactSpoolsAReaderThatCannotSeek(t *testing.T) {
 	waitFor(t, 10*time.Second, func() bool { return len(g.completionsOf(l.AttemptId)) == 1 })
 	require.NoError(t, stop())
 	req := g.completionsOf(l.AttemptId)[0].req
-	require.Equal(t, AttemptOutcomeSucceeded, req.Outcome, "%+v", req.Error)
+	require.Equal(t, apiclient.AttemptOutcomeSucceeded, req.Outcome, "%+v", req.Error)
 	assert.Len(t, pipeSpooled, 1, "the pipe went through a temporary file")
 	_, puts, _, _ = fa.state()
 	assert.Equal(t, hexSum([]byte("from a file\n")), puts[1].sum)
@@ -625,7 +626,7 @@ func TestUploadArtifactToAForeignURLSendsNoCertificate(t *testing.T) {
 	writeFile(t, cfg.KeyFile, issued.KeyPEM)
 	writeFile(t, cfg.CAFile, ca.CertPEM)
 	content := []byte(`{"findings": 3}`)
-	files := make(chan []*File, 1)
+	files := make(chan []*apiclient.File, 1)
 	cfg.Handler = func(ctx context.Context, task *LeasedTask) error {
 		own, err := task.UploadArtifact(ctx, "report.json", "application/json", bytes.NewReader(content))
 		if err != nil {
@@ -635,14 +636,14 @@ func TestUploadArtifactToAForeignURLSendsNoCertificate(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		files <- []*File{own, foreign}
+		files <- []*apiclient.File{own, foreign}
 		return nil
 	}
 	w, err := NewWorker(cfg)
 	require.NoError(t, err)
 	stop := runInBackground(t.Context(), w)
 	l := g.enqueue(`{}`)
-	var got []*File
+	var got []*apiclient.File
 	select {
 	case got = <-files:
 	case <-time.After(20 * time.Second):

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 // maxCompletionsPerCall is the gateway's limit on one batch completion.
@@ -15,7 +17,7 @@ const maxCompletionsPerCall = 500
 // (POST /v1/attempts/complete), and each is answered on its own. Nothing
 // waits on a timer: a lone completion is sent at once.
 type completionBatcher struct {
-	client *ClientWithResponses
+	client *apiclient.ClientWithResponses
 	base   context.Context // values only; calls are bounded by callTimeout
 
 	mu      sync.Mutex
@@ -24,19 +26,19 @@ type completionBatcher struct {
 }
 
 type queuedCompletion struct {
-	item   CompletionItem
+	item   apiclient.CompletionItem
 	answer chan completionAnswer
 }
 
 type completionAnswer struct {
-	res *CompleteResponse
+	res *apiclient.CompleteResponse
 	err error
 }
 
 // complete sends one completion in the next call and returns its answer:
 // the gateway's result, an *APIError with the status and problem this
 // completion alone would have got, or the whole call's error.
-func (b *completionBatcher) complete(ctx context.Context, item CompletionItem) (*CompleteResponse, error) {
+func (b *completionBatcher) complete(ctx context.Context, item apiclient.CompletionItem) (*apiclient.CompleteResponse, error) {
 	q := &queuedCompletion{item: item, answer: make(chan completionAnswer, 1)}
 	b.mu.Lock()
 	b.queue = append(b.queue, q)
@@ -72,13 +74,13 @@ func (b *completionBatcher) send() {
 }
 
 func (b *completionBatcher) sendGroup(group []*queuedCompletion) {
-	items := make([]CompletionItem, len(group))
+	items := make([]apiclient.CompletionItem, len(group))
 	for i, q := range group {
 		items[i] = q.item
 	}
 	ctx, cancel := context.WithTimeout(b.base, callTimeout)
 	defer cancel()
-	resp, err := b.client.CompleteAttemptsWithResponse(ctx, CompleteManyRequest{Completions: items})
+	resp, err := b.client.CompleteAttemptsWithResponse(ctx, apiclient.CompleteManyRequest{Completions: items})
 	if err == nil {
 		err = checkResponse("complete attempts", resp.HTTPResponse, resp.Body)
 	}
@@ -98,7 +100,7 @@ func (b *completionBatcher) sendGroup(group []*queuedCompletion) {
 
 // answerOf turns one completion's answer into what a call for it alone
 // would have returned.
-func answerOf(a CompletionAnswer) completionAnswer {
+func answerOf(a apiclient.CompletionAnswer) completionAnswer {
 	if a.Status == http.StatusOK && a.Result != nil {
 		return completionAnswer{res: a.Result}
 	}

@@ -1,7 +1,8 @@
-// Package workerclient is the Go client of the Worker Gateway: the generated
-// HTTP client for every route of openapi.yaml (client.gen.go, never edited by
-// hand) and a worker Runtime that leases tasks, runs them and reports their
-// outcome, so that a worker author writes only a Handler.
+// Package workerclient is the Go worker runtime of the Worker Gateway: a
+// Worker that leases tasks, runs them and reports their outcome, so that a
+// worker author writes only a Handler. It is built on the generated HTTP
+// client for every route of openapi.yaml, package apiclient
+// (apiclient/client.gen.go, never edited by hand).
 //
 // # Running a worker
 //

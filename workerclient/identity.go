@@ -18,7 +18,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/worker-gateway/gateway/server/pki"
+	"github.com/worker-gateway/gateway/internal/pki"
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 // The files of an enrolled identity in Config.StateDir.
@@ -176,7 +177,7 @@ func (id *identity) enroll(ctx context.Context) error {
 		Timeout:   callTimeout,
 	}
 	defer hc.CloseIdleConnections()
-	client, err := NewClientWithResponses(id.gateway, WithHTTPClient(hc))
+	client, err := apiclient.NewClientWithResponses(id.gateway, apiclient.WithHTTPClient(hc))
 	if err != nil {
 		return fmt.Errorf("workerclient: %w", err)
 	}
@@ -226,10 +227,10 @@ func (id *identity) enroll(ctx context.Context) error {
 	}
 }
 
-func enrollOnce(ctx context.Context, client *ClientWithResponses, token string, csrPEM []byte) (*IssuedCertificate, error) {
+func enrollOnce(ctx context.Context, client *apiclient.ClientWithResponses, token string, csrPEM []byte) (*apiclient.IssuedCertificate, error) {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	resp, err := client.EnrollWithResponse(ctx, EnrollRequest{EnrollmentToken: token, CsrPem: string(csrPEM)})
+	resp, err := client.EnrollWithResponse(ctx, apiclient.EnrollRequest{EnrollmentToken: token, CsrPem: string(csrPEM)})
 	if err != nil {
 		return nil, fmt.Errorf("enroll: %w", err)
 	}
@@ -244,7 +245,7 @@ func enrollOnce(ctx context.Context, client *ClientWithResponses, token string, 
 
 // renew obtains a certificate for a new key with the current one and
 // switches to it.
-func (id *identity) renew(ctx context.Context, client *ClientWithResponses) error {
+func (id *identity) renew(ctx context.Context, client *apiclient.ClientWithResponses) error {
 	workerID, _, _ := id.state()
 	keyPEM, csrPEM, err := pki.NewCSR(cmp.Or(workerID, enrollCommonName))
 	if err != nil {
@@ -255,7 +256,7 @@ func (id *identity) renew(ctx context.Context, client *ClientWithResponses) erro
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
 	defer cancel()
 	sent := time.Now()
-	resp, err := client.RenewCertificateWithResponse(ctx, RenewRequest{CsrPem: string(csrPEM)})
+	resp, err := client.RenewCertificateWithResponse(ctx, apiclient.RenewRequest{CsrPem: string(csrPEM)})
 	if err != nil {
 		return fmt.Errorf("renew certificate: %w", err)
 	}
@@ -278,7 +279,7 @@ func (id *identity) renew(ctx context.Context, client *ClientWithResponses) erro
 // the state directory and presents the certificate from now on. Renewal is
 // due renew_in_seconds after sent, when the request was sent; the worker's
 // clock is not used to read the gateway's times.
-func (id *identity) install(keyPEM []byte, issued *IssuedCertificate, sent time.Time) error {
+func (id *identity) install(keyPEM []byte, issued *apiclient.IssuedCertificate, sent time.Time) error {
 	certPEM := []byte(issued.CertificatePem)
 	pair, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {

@@ -24,7 +24,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/worker-gateway/gateway/server/pki"
+	"github.com/worker-gateway/gateway/internal/pki"
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 // idGateway is a gateway stand-in for enrollment and renewal, over real TLS
@@ -134,13 +135,13 @@ func (g *idGateway) authenticated(h func(http.ResponseWriter, *http.Request, idR
 	}
 }
 
-func (g *idGateway) issue(csrPEM string, renewIn float64) IssuedCertificate {
+func (g *idGateway) issue(csrPEM string, renewIn float64) apiclient.IssuedCertificate {
 	cert, certPEM, err := g.ca.SignCSR([]byte(csrPEM), g.workerID.String(), time.Hour)
 	require.NoError(g.t, err)
 	g.current = pki.Fingerprint(cert)
 	g.issued = append(g.issued, g.current)
 	life := time.Until(cert.NotAfter)
-	return IssuedCertificate{WorkerId: g.workerID, CertificatePem: string(certPEM), CaCertificatePem: string(g.ca.CertPEM),
+	return apiclient.IssuedCertificate{WorkerId: g.workerID, CertificatePem: string(certPEM), CaCertificatePem: string(g.ca.CertPEM),
 		ExpiresAt: cert.NotAfter, ExpiresInSeconds: life.Seconds(), RenewInSeconds: renewIn}
 }
 
@@ -150,7 +151,7 @@ func (g *idGateway) handleEnroll(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer g.done(req)
-	var in EnrollRequest
+	var in apiclient.EnrollRequest
 	require.NoError(g.t, json.Unmarshal(body, &in))
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -163,7 +164,7 @@ func (g *idGateway) handleEnroll(w http.ResponseWriter, r *http.Request) {
 }
 
 func (g *idGateway) handleRenew(w http.ResponseWriter, _ *http.Request, _ idRequest, body []byte) {
-	var in RenewRequest
+	var in apiclient.RenewRequest
 	require.NoError(g.t, json.Unmarshal(body, &in))
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -178,7 +179,7 @@ func (g *idGateway) handleRenew(w http.ResponseWriter, _ *http.Request, _ idRequ
 func (g *idGateway) handleLeases(w http.ResponseWriter, r *http.Request, _ idRequest, _ []byte) {
 	select {
 	case <-time.After(g.pollHold):
-		writeJSON(w, LeaseResponse{Leases: []Lease{}})
+		writeJSON(w, apiclient.LeaseResponse{Leases: []apiclient.Lease{}})
 	case <-r.Context().Done():
 	}
 }

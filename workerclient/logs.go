@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
+
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 // Attempt logs: LeasedTask.Log returns a writer that buffers what the handler
@@ -55,7 +57,7 @@ const (
 // Log returns the attempt's log: what the handler writes to it is sent to the
 // gateway and kept with the attempt (GET /v1/tasks/{id}/logs), for the task's
 // owner to read. It is the same writer on every call, safe for concurrent
-// use, and never fails: outside a Runtime, and once the log is closed, writes
+// use, and never fails: outside a Worker, and once the log is closed, writes
 // are discarded.
 //
 // Output is buffered and sent in chunks of at most 64 KiB, cut between
@@ -493,8 +495,8 @@ func (r *runner) logSender(ls *lease) logSendFunc {
 		ctx, cancel := context.WithTimeout(ctx, callTimeout)
 		defer cancel()
 		sent := time.Now()
-		resp, err := r.w.client.AppendLogsWithResponse(ctx, ls.id, &AppendLogsParams{LeaseToken: ls.token},
-			LogChunk{Offset: offset, Data: string(data)})
+		resp, err := r.w.client.AppendLogsWithResponse(ctx, ls.id, &apiclient.AppendLogsParams{LeaseToken: ls.token},
+			apiclient.LogChunk{Offset: offset, Data: string(data)})
 		if err != nil {
 			return logAnswer{}, fmt.Errorf("append log: %w", err)
 		}
@@ -522,7 +524,7 @@ func (r *runner) logSender(ls *lease) logSendFunc {
 			return logAnswer{}, fmt.Errorf("append log: unexpected answer %s", resp.Status())
 		}
 		res := resp.JSON200
-		r.applyStatus(ls, &LeaseStatus{
+		r.applyStatus(ls, &apiclient.LeaseStatus{
 			AttemptId: ls.id, State: res.LeaseState, LeaseTtlSeconds: res.LeaseTtlSeconds,
 			CancelRequested: res.LeaseState == stateCancelRequested,
 		}, sent, false)

@@ -19,6 +19,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 // ---- the writer on its own, against a fake log store ----
@@ -414,7 +416,7 @@ func (f *fakeLogs) store(id uuid.UUID) *fakeLogStore {
 
 func (f *fakeLogs) handle(w http.ResponseWriter, r *http.Request) {
 	id := uuid.MustParse(r.PathValue("id"))
-	var chunk LogChunk
+	var chunk apiclient.LogChunk
 	f.g.decode(r, &chunk)
 	f.g.mu.Lock()
 	st := f.g.status(id, r.Header.Get("Lease-Token"))
@@ -438,7 +440,7 @@ func (f *fakeLogs) handle(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	require.NoError(f.g.t, err)
-	writeJSON(w, LogAppendResult{NextOffset: ans.next, Truncated: ans.truncated, LeaseState: st.State, LeaseTtlSeconds: st.LeaseTtlSeconds})
+	writeJSON(w, apiclient.LogAppendResult{NextOffset: ans.next, Truncated: ans.truncated, LeaseState: st.State, LeaseTtlSeconds: st.LeaseTtlSeconds})
 }
 
 func TestTaskLogIsSentBeforeTheCompletionWhateverTheOutcome(t *testing.T) {
@@ -467,7 +469,7 @@ func TestTaskLogIsSentBeforeTheCompletionWhateverTheOutcome(t *testing.T) {
 		assert.Equal(t, "probing \"fail\"\nfound 2 ports\n", f.store(failing.AttemptId).content())
 		assert.Len(t, f.store(ok.AttemptId).sent(), 2, "one periodic flush, one final")
 		assert.Zero(t, f.afterClose, "the log is flushed before the completion")
-		assert.Equal(t, AttemptOutcomeFailed, g.completionsOf(failing.AttemptId)[0].req.Outcome)
+		assert.Equal(t, apiclient.AttemptOutcomeFailed, g.completionsOf(failing.AttemptId)[0].req.Outcome)
 	})
 }
 
@@ -494,7 +496,7 @@ func TestTaskLogAnswerReportingCancellationCancelsTheHandler(t *testing.T) {
 		waitFor(t, time.Minute, func() bool { return len(g.completionsOf(l.AttemptId)) == 1 })
 		require.NoError(t, stop())
 
-		assert.Equal(t, AttemptOutcomeCancelled, g.completionsOf(l.AttemptId)[0].req.Outcome)
+		assert.Equal(t, apiclient.AttemptOutcomeCancelled, g.completionsOf(l.AttemptId)[0].req.Outcome)
 		assert.Equal(t, "working\ncancelled; cleaning up\n", f.store(l.AttemptId).content(),
 			"a cancelled attempt's log is still flushed")
 	})

@@ -16,6 +16,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 // Result batches: LeasedTask.Emit buffers records, cuts them into numbered
@@ -40,7 +42,7 @@ const (
 var batchOverhead = len(`{"sequence_number":2147483647,"records":[]}`)
 
 var (
-	errNotLeased     = errors.New("workerclient: the task was not leased by a Runtime")
+	errNotLeased     = errors.New("workerclient: the task was not leased by a Worker")
 	errResultsClosed = errors.New("workerclient: the attempt has ended; results are no longer accepted")
 )
 
@@ -64,7 +66,7 @@ var (
 // invalid record is an error and nothing of that call is buffered. Emit is
 // safe for concurrent use by the handler's goroutines; it must not be called
 // after the handler returned.
-func (t *LeasedTask) Emit(ctx context.Context, records ...ResultRecord) error {
+func (t *LeasedTask) Emit(ctx context.Context, records ...apiclient.ResultRecord) error {
 	if t.lease == nil || t.lease.results == nil {
 		return errNotLeased
 	}
@@ -133,7 +135,7 @@ func newResultSender(attempt uuid.UUID, size, maxBytes int, deliver deliverFunc)
 	}
 }
 
-func (s *resultSender) emit(ctx context.Context, records []ResultRecord) error {
+func (s *resultSender) emit(ctx context.Context, records []apiclient.ResultRecord) error {
 	enc := make([]json.RawMessage, 0, len(records))
 	for i := range records {
 		raw, err := encodeRecord(&records[i])
@@ -361,21 +363,21 @@ func encodeBatch(seq int, records []json.RawMessage) []byte {
 var assetTypePattern = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,49}$`)
 
 // encodeRecord checks a record against the contract and encodes it.
-func encodeRecord(r *ResultRecord) (json.RawMessage, error) {
+func encodeRecord(r *apiclient.ResultRecord) (json.RawMessage, error) {
 	if !r.Kind.Valid() {
 		return nil, fmt.Errorf("kind %q is not asset, threat or data", r.Kind)
 	}
 	switch r.Kind {
-	case ResultRecordKindAsset, ResultRecordKindThreat:
+	case apiclient.ResultRecordKindAsset, apiclient.ResultRecordKindThreat:
 		if r.Asset == nil {
 			return nil, fmt.Errorf("a %s record needs an asset", r.Kind)
 		}
-	case ResultRecordKindData:
+	case apiclient.ResultRecordKindData:
 		if r.Data == nil {
 			return nil, errors.New("a data record needs data")
 		}
 	}
-	if r.Kind == ResultRecordKindThreat && (r.Title == nil || *r.Title == "") {
+	if r.Kind == apiclient.ResultRecordKindThreat && (r.Title == nil || *r.Title == "") {
 		return nil, errors.New("a threat record needs a title")
 	}
 	if a := r.Asset; a != nil {
@@ -465,7 +467,7 @@ func (r *runner) submitResults(ctx context.Context, ls *lease, b *resultBatch) e
 	defer cancel()
 	sent := time.Now()
 	hr, err := r.w.client.SubmitResultsWithBody(ctx, ls.id,
-		&SubmitResultsParams{LeaseToken: ls.token, IdempotencyKey: b.key},
+		&apiclient.SubmitResultsParams{LeaseToken: ls.token, IdempotencyKey: b.key},
 		"application/json", bytes.NewReader(b.body))
 	if err != nil {
 		return fmt.Errorf("submit results: %w", err)
@@ -479,7 +481,7 @@ func (r *runner) submitResults(ctx context.Context, ls *lease, b *resultBatch) e
 	if err := checkResponse("submit results", hr, body); err != nil {
 		return err
 	}
-	var ack ResultAck
+	var ack apiclient.ResultAck
 	if err := json.Unmarshal(body, &ack); err != nil {
 		return fmt.Errorf("submit results: unexpected answer %s: %w", hr.Status, err)
 	}
@@ -497,7 +499,7 @@ func (r *runner) submitResults(ctx context.Context, ls *lease, b *resultBatch) e
 // in headers Lease-State and Lease-TTL-Seconds, as a heartbeat answer would
 // be applied, except that it renews nothing.
 func (r *runner) applyLeaseHeaders(ls *lease, h http.Header, sent time.Time) {
-	state := LeaseState(h.Get("Lease-State"))
+	state := apiclient.LeaseState(h.Get("Lease-State"))
 	ttl, ttlErr := strconv.ParseFloat(h.Get("Lease-TTL-Seconds"), 64)
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -21,6 +21,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 // ---- the sender on its own, with a fake delivery ----
@@ -56,13 +58,13 @@ func (d *fakeDelivery) sent() []*resultBatch {
 	return append([]*resultBatch(nil), d.batches...)
 }
 
-func dataRecord(i int) ResultRecord {
-	data := JSONObject(fmt.Sprintf(`{"i":%d}`, i))
-	return ResultRecord{Kind: ResultRecordKindData, Data: &data}
+func dataRecord(i int) apiclient.ResultRecord {
+	data := apiclient.JSONObject(fmt.Sprintf(`{"i":%d}`, i))
+	return apiclient.ResultRecord{Kind: apiclient.ResultRecordKindData, Data: &data}
 }
 
-func dataRecords(from, to int) []ResultRecord {
-	var rs []ResultRecord
+func dataRecords(from, to int) []apiclient.ResultRecord {
+	var rs []apiclient.ResultRecord
 	for i := from; i < to; i++ {
 		rs = append(rs, dataRecord(i))
 	}
@@ -71,11 +73,11 @@ func dataRecords(from, to int) []ResultRecord {
 
 // decodeBatch decodes a batch body as the gateway would: unknown fields are
 // an error.
-func decodeBatch(t *testing.T, body []byte) ResultBatch {
+func decodeBatch(t *testing.T, body []byte) apiclient.ResultBatch {
 	t.Helper()
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
-	var b ResultBatch
+	var b apiclient.ResultBatch
 	require.NoError(t, dec.Decode(&b), "batch body %s", body)
 	return b
 }
@@ -85,7 +87,7 @@ func recordIndexes(t *testing.T, body []byte) []int {
 	t.Helper()
 	var is []int
 	for _, r := range decodeBatch(t, body).Records {
-		require.Equal(t, ResultRecordKindData, r.Kind)
+		require.Equal(t, apiclient.ResultRecordKindData, r.Kind)
 		var d struct{ I int }
 		require.NoError(t, json.Unmarshal(*r.Data, &d))
 		is = append(is, d.I)
@@ -105,10 +107,10 @@ func TestResultKeyIsDerivedFromAttemptAndSequence(t *testing.T) {
 
 func TestEncodeBatchIsAResultBatch(t *testing.T) {
 	t.Parallel()
-	recs := []ResultRecord{
-		{Kind: ResultRecordKindAsset, Asset: &AssetRef{Type: "ip", Value: "127.0.0.1"}},
-		{Kind: ResultRecordKindThreat, Asset: &AssetRef{Type: "ip", Value: "127.0.0.1"},
-			ExternalId: new("open-port-22"), Title: new("SSH reachable"), Severity: new(Low)},
+	recs := []apiclient.ResultRecord{
+		{Kind: apiclient.ResultRecordKindAsset, Asset: &apiclient.AssetRef{Type: "ip", Value: "127.0.0.1"}},
+		{Kind: apiclient.ResultRecordKindThreat, Asset: &apiclient.AssetRef{Type: "ip", Value: "127.0.0.1"},
+			ExternalId: new("open-port-22"), Title: new("SSH reachable"), Severity: new(apiclient.Low)},
 	}
 	var raws []json.RawMessage
 	for i := range recs {
@@ -117,7 +119,7 @@ func TestEncodeBatchIsAResultBatch(t *testing.T) {
 		raws = append(raws, raw)
 	}
 	body := encodeBatch(12, raws)
-	want, err := json.Marshal(ResultBatch{SequenceNumber: 12, Records: recs})
+	want, err := json.Marshal(apiclient.ResultBatch{SequenceNumber: 12, Records: recs})
 	require.NoError(t, err)
 	assert.JSONEq(t, string(want), string(body))
 	assert.Equal(t, recs, decodeBatch(t, body).Records)
@@ -163,9 +165,9 @@ func TestEmitCutsBatchesBeforeTheyGetTooLarge(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	var d fakeDelivery
-	big := func(i int) ResultRecord {
-		data := JSONObject(fmt.Sprintf(`{"i":%d,"pad":%q}`, i, strings.Repeat("x", 100)))
-		return ResultRecord{Kind: ResultRecordKindData, Data: &data}
+	big := func(i int) apiclient.ResultRecord {
+		data := apiclient.JSONObject(fmt.Sprintf(`{"i":%d,"pad":%q}`, i, strings.Repeat("x", 100)))
+		return apiclient.ResultRecord{Kind: apiclient.ResultRecordKindData, Data: &data}
 	}
 	raw, err := encodeRecord(new(big(0)))
 	require.NoError(t, err)
@@ -173,7 +175,7 @@ func TestEmitCutsBatchesBeforeTheyGetTooLarge(t *testing.T) {
 	s := newResultSender(uuid.New(), 100, limit, d.deliver)
 
 	for i := range 7 {
-		require.NoError(t, s.emit(ctx, []ResultRecord{big(i)}))
+		require.NoError(t, s.emit(ctx, []apiclient.ResultRecord{big(i)}))
 	}
 	require.NoError(t, s.flush(ctx))
 	sent := d.sent()
@@ -185,8 +187,8 @@ func TestEmitCutsBatchesBeforeTheyGetTooLarge(t *testing.T) {
 	assert.Equal(t, []int{3, 3, 1}, []int{sent[0].records, sent[1].records, sent[2].records})
 	assert.Len(t, sent[0].body, limit-len("2147483647")+len("1"), "full, but for the sequence number's digits")
 
-	huge := ResultRecord{Kind: ResultRecordKindData, Data: new(JSONObject(`{"pad":"` + strings.Repeat("x", limit) + `"}`))}
-	err = s.emit(ctx, []ResultRecord{dataRecord(100), huge})
+	huge := apiclient.ResultRecord{Kind: apiclient.ResultRecordKindData, Data: new(apiclient.JSONObject(`{"pad":"` + strings.Repeat("x", limit) + `"}`))}
+	err = s.emit(ctx, []apiclient.ResultRecord{dataRecord(100), huge})
 	assert.ErrorContains(t, err, "more than a batch may hold")
 	require.NoError(t, s.flush(ctx))
 	assert.Len(t, d.sent(), 3, "a rejected call buffers none of its records")
@@ -194,25 +196,25 @@ func TestEmitCutsBatchesBeforeTheyGetTooLarge(t *testing.T) {
 
 func TestEmitRejectsRecordsTheContractRejects(t *testing.T) {
 	t.Parallel()
-	ip := &AssetRef{Type: "ip", Value: "127.0.0.1"}
-	for name, r := range map[string]ResultRecord{
+	ip := &apiclient.AssetRef{Type: "ip", Value: "127.0.0.1"}
+	for name, r := range map[string]apiclient.ResultRecord{
 		"unknown kind":       {Kind: "finding", Asset: ip},
-		"asset without ref":  {Kind: ResultRecordKindAsset},
-		"bad asset type":     {Kind: ResultRecordKindAsset, Asset: &AssetRef{Type: "IP", Value: "x"}},
-		"empty asset value":  {Kind: ResultRecordKindAsset, Asset: &AssetRef{Type: "ip"}},
-		"threat no title":    {Kind: ResultRecordKindThreat, Asset: ip, Severity: new(High)},
-		"bad severity":       {Kind: ResultRecordKindThreat, Asset: ip, Title: new("t"), Severity: new(Severity("urgent"))},
-		"data without data":  {Kind: ResultRecordKindData},
-		"details not object": {Kind: ResultRecordKindAsset, Asset: ip, Details: new(JSONObject(`[1]`))},
-		"details invalid":    {Kind: ResultRecordKindAsset, Asset: ip, Details: new(JSONObject(`{"a":`))},
-		"data null":          {Kind: ResultRecordKindData, Data: new(JSONObject(`null`))},
+		"asset without ref":  {Kind: apiclient.ResultRecordKindAsset},
+		"bad asset type":     {Kind: apiclient.ResultRecordKindAsset, Asset: &apiclient.AssetRef{Type: "IP", Value: "x"}},
+		"empty asset value":  {Kind: apiclient.ResultRecordKindAsset, Asset: &apiclient.AssetRef{Type: "ip"}},
+		"threat no title":    {Kind: apiclient.ResultRecordKindThreat, Asset: ip, Severity: new(apiclient.High)},
+		"bad severity":       {Kind: apiclient.ResultRecordKindThreat, Asset: ip, Title: new("t"), Severity: new(apiclient.Severity("urgent"))},
+		"data without data":  {Kind: apiclient.ResultRecordKindData},
+		"details not object": {Kind: apiclient.ResultRecordKindAsset, Asset: ip, Details: new(apiclient.JSONObject(`[1]`))},
+		"details invalid":    {Kind: apiclient.ResultRecordKindAsset, Asset: ip, Details: new(apiclient.JSONObject(`{"a":`))},
+		"data null":          {Kind: apiclient.ResultRecordKindData, Data: new(apiclient.JSONObject(`null`))},
 	} {
 		_, err := encodeRecord(&r)
 		assert.Error(t, err, name)
 	}
 	var d fakeDelivery
 	s := newResultSender(uuid.New(), 1, maxResultBatchBytes, d.deliver)
-	err := s.emit(t.Context(), []ResultRecord{dataRecord(1), {Kind: ResultRecordKindData}})
+	err := s.emit(t.Context(), []apiclient.ResultRecord{dataRecord(1), {Kind: apiclient.ResultRecordKindData}})
 	assert.ErrorContains(t, err, "result record 1")
 	assert.Empty(t, d.sent(), "nothing of a rejected call is buffered")
 }
@@ -296,7 +298,7 @@ func TestConcurrentEmitSendsEveryRecordOnceInSequence(t *testing.T) {
 	for g := range goroutines {
 		wg.Go(func() {
 			for i := range each {
-				assert.NoError(t, s.emit(ctx, []ResultRecord{dataRecord(g*each + i)}))
+				assert.NoError(t, s.emit(ctx, []apiclient.ResultRecord{dataRecord(g*each + i)}))
 			}
 		})
 	}
@@ -367,15 +369,15 @@ type fakeResults struct {
 	failFirst bool    // answer each key's first request 503
 	seen      map[string]bool
 	sums      map[string][32]byte
-	acks      map[string]ResultAck
-	persisted map[uuid.UUID][]ResultBatch
+	acks      map[string]apiclient.ResultAck
+	persisted map[uuid.UUID][]apiclient.ResultBatch
 	replays   int
 }
 
 func newFakeResults(g *fakeGateway) *fakeResults {
 	f := &fakeResults{
 		g: g, seen: map[string]bool{}, sums: map[string][32]byte{},
-		acks: map[string]ResultAck{}, persisted: map[uuid.UUID][]ResultBatch{},
+		acks: map[string]apiclient.ResultAck{}, persisted: map[uuid.UUID][]apiclient.ResultBatch{},
 	}
 	g.mux.HandleFunc("POST /v1/attempts/{id}/results", f.handle)
 	g.finalResults = f.acceptFinal
@@ -424,7 +426,7 @@ func (f *fakeResults) postsOf(id uuid.UUID) int {
 
 // acceptFinal takes a completion's final_results as the gateway does: as
 // if sent to /results with the key <attempt>:<sequence>.
-func (f *fakeResults) acceptFinal(id uuid.UUID, token string, b ResultBatch) (status int, code string) {
+func (f *fakeResults) acceptFinal(id uuid.UUID, token string, b apiclient.ResultBatch) (status int, code string) {
 	body, err := json.Marshal(b)
 	require.NoError(f.g.t, err)
 	a := f.accept(id, resultKey(id, b.SequenceNumber), token, body, true)
@@ -436,8 +438,8 @@ type batchAnswer struct {
 	status           int
 	code, retryAfter string
 	replayed         bool
-	ack              ResultAck
-	lease            LeaseStatus
+	ack              apiclient.ResultAck
+	lease            apiclient.LeaseStatus
 }
 
 func (f *fakeResults) accept(id uuid.UUID, key, token string, body []byte, inline bool) batchAnswer {
@@ -474,7 +476,7 @@ func (f *fakeResults) accept(id uuid.UUID, key, token string, body []byte, inlin
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
-	var batch ResultBatch
+	var batch apiclient.ResultBatch
 	if err := dec.Decode(&batch); err != nil {
 		return batchAnswer{status: http.StatusBadRequest, code: "bad-request"}
 	}
@@ -484,7 +486,7 @@ func (f *fakeResults) accept(id uuid.UUID, key, token string, body []byte, inlin
 		}
 	}
 	f.persisted[id] = append(f.persisted[id], batch)
-	ack := ResultAck{BatchId: uuid.New(), AttemptId: id, SequenceNumber: batch.SequenceNumber,
+	ack := apiclient.ResultAck{BatchId: uuid.New(), AttemptId: id, SequenceNumber: batch.SequenceNumber,
 		Status: "persisted", RecordCount: len(batch.Records), ReceivedAt: time.Now()}
 	f.sums[key], f.acks[key] = sum, ack
 	return batchAnswer{status: http.StatusOK, ack: ack, lease: st}
@@ -508,10 +510,10 @@ func (f *fakeResults) requestsOf(id uuid.UUID) []resultsRequest {
 	return rs
 }
 
-func (f *fakeResults) persistedOf(id uuid.UUID) []ResultBatch {
+func (f *fakeResults) persistedOf(id uuid.UUID) []apiclient.ResultBatch {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]ResultBatch(nil), f.persisted[id]...)
+	return append([]apiclient.ResultBatch(nil), f.persisted[id]...)
 }
 
 func (f *fakeResults) replayCount() int {
@@ -524,7 +526,7 @@ func (f *fakeResults) replayCount() int {
 // token, that keys are "<attempt>:<n>" for n = 1, 2, … in order of first
 // use, and that every request under one key has the same body. It returns
 // the keys.
-func checkRetriesRepeatThemselves(t *testing.T, l Lease, reqs []resultsRequest) []string {
+func checkRetriesRepeatThemselves(t *testing.T, l apiclient.Lease, reqs []resultsRequest) []string {
 	t.Helper()
 	var keys []string
 	bodies := map[string][]byte{}
@@ -587,7 +589,7 @@ func TestEmitDeliversBatchesExactlyOnceAndCompletionClaimsThem(t *testing.T) {
 		assert.Equal(t, []int{100, 100, 50}, []int{len(batches[0].Records), len(batches[1].Records), len(batches[2].Records)})
 
 		req := g.completionsOf(l.AttemptId)[0].req
-		assert.Equal(t, AttemptOutcomeSucceeded, req.Outcome)
+		assert.Equal(t, apiclient.AttemptOutcomeSucceeded, req.Outcome)
 		require.NotNil(t, req.LastSequenceNumber)
 		assert.Equal(t, 3, *req.LastSequenceNumber)
 		// The last batch, never sent on its own, travelled in the completion.
@@ -630,7 +632,7 @@ func TestResultsRetryInFlightAndStopOnRefusal(t *testing.T) {
 		assert.Equal(t, http.StatusBadRequest, apiErr.Status)
 		assert.ErrorIs(t, err3, apiErr, "a refusal is final")
 		assert.Len(t, reqs, 3, "in flight retried once, the refusal not at all")
-		assert.Equal(t, AttemptOutcomeFailed, req.Outcome)
+		assert.Equal(t, apiclient.AttemptOutcomeFailed, req.Outcome)
 		require.NotNil(t, req.Error)
 		assert.Equal(t, CodeResultsUndelivered, req.Error.Code)
 		assert.False(t, *req.Error.Retryable)
@@ -700,7 +702,7 @@ func TestResultsAnswerReportingCancellationCancelsTheHandler(t *testing.T) {
 		require.NoError(t, stop())
 
 		req := g.completionsOf(l.AttemptId)[0].req
-		assert.Equal(t, AttemptOutcomeCancelled, req.Outcome)
+		assert.Equal(t, apiclient.AttemptOutcomeCancelled, req.Outcome)
 		require.NotNil(t, req.LastSequenceNumber, "a cancelled attempt still claims what was delivered")
 		assert.Equal(t, 1, *req.LastSequenceNumber)
 		assert.Len(t, f.persistedOf(l.AttemptId), 1)
@@ -729,14 +731,14 @@ func TestFailedHandlerDoesNotFlushAndClaimsOnlyAcknowledgedBatches(t *testing.T)
 
 		assert.Len(t, f.persistedOf(failing.AttemptId), 1, "the buffered third record is dropped")
 		req := g.completionsOf(failing.AttemptId)[0].req
-		assert.Equal(t, AttemptOutcomeFailed, req.Outcome)
+		assert.Equal(t, apiclient.AttemptOutcomeFailed, req.Outcome)
 		assert.Equal(t, CodeHandlerError, req.Error.Code)
 		require.NotNil(t, req.LastSequenceNumber)
 		assert.Equal(t, 1, *req.LastSequenceNumber)
 
 		assert.Empty(t, f.requestsOf(none.AttemptId))
 		req = g.completionsOf(none.AttemptId)[0].req
-		assert.Equal(t, AttemptOutcomeSucceeded, req.Outcome)
+		assert.Equal(t, apiclient.AttemptOutcomeSucceeded, req.Outcome)
 		assert.Nil(t, req.LastSequenceNumber, "no batch, no claim")
 	})
 }
@@ -773,7 +775,7 @@ func TestResultsOverRealHTTPS(t *testing.T) {
 	assert.Equal(t, []int{0, 1}, recordIndexes(t, reqs[1].body))
 	assert.Equal(t, []int{2}, recordIndexes(t, reqs[3].body))
 	req := g.completionsOf(l.AttemptId)[0].req
-	assert.Equal(t, AttemptOutcomeSucceeded, req.Outcome)
+	assert.Equal(t, apiclient.AttemptOutcomeSucceeded, req.Outcome)
 	require.NotNil(t, req.LastSequenceNumber)
 	assert.Equal(t, 2, *req.LastSequenceNumber)
 }

@@ -18,9 +18,11 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
-// The runtime tests drive a Runtime against fakeGateway, an in-memory
+// The runtime tests drive a Worker against fakeGateway, an in-memory
 // implementation of the worker routes served through an in-process
 // transport, inside a synctest bubble: time is virtual, so leases, heartbeats
 // and drains of many seconds take none, and the bubble proves that Run leaves
@@ -42,7 +44,7 @@ type pollRecord struct {
 }
 
 type completion struct {
-	req CompleteRequest
+	req apiclient.CompleteRequest
 	at  time.Time
 }
 
@@ -54,13 +56,13 @@ type fakeGateway struct {
 
 	mu         sync.Mutex
 	overGrant  bool // ignore max_tasks
-	queue      []Lease
+	queue      []apiclient.Lease
 	wake       chan struct{} // closed when the queue grows
 	tokens     map[uuid.UUID]string
 	intervals  map[uuid.UUID]float64
 	calls      map[string]int // every call, failed ones included
-	state      map[uuid.UUID]LeaseState
-	byKey      map[string][]Lease // poll idempotency keys
+	state      map[uuid.UUID]apiclient.LeaseState
+	byKey      map[string][]apiclient.Lease // poll idempotency keys
 	faults     map[string][]fault
 	down       map[string]bool // every call fails with a transport error
 	polls      []pollRecord
@@ -68,7 +70,7 @@ type fakeGateway struct {
 	starts     []uuid.UUID
 	completes  map[uuid.UUID][]completion
 	// finalResults takes a completion's final_results (set by newFakeResults).
-	finalResults func(id uuid.UUID, token string, b ResultBatch) (status int, code string)
+	finalResults func(id uuid.UUID, token string, b apiclient.ResultBatch) (status int, code string)
 }
 
 func newFakeGateway(t *testing.T) *fakeGateway {
@@ -78,8 +80,8 @@ func newFakeGateway(t *testing.T) *fakeGateway {
 		tokens:    map[uuid.UUID]string{},
 		intervals: map[uuid.UUID]float64{},
 		calls:     map[string]int{},
-		state:     map[uuid.UUID]LeaseState{},
-		byKey:     map[string][]Lease{},
+		state:     map[uuid.UUID]apiclient.LeaseState{},
+		byKey:     map[string][]apiclient.Lease{},
 		faults:    map[string][]fault{},
 		down:      map[string]bool{},
 		completes: map[uuid.UUID][]completion{},
@@ -92,8 +94,8 @@ func newFakeGateway(t *testing.T) *fakeGateway {
 	return g
 }
 
-// runtime returns a Runtime wired to g, with cfg's zero fields filled in.
-func (g *fakeGateway) runtime(cfg Config) *Runtime {
+// runtime returns a Worker wired to g, with cfg's zero fields filled in.
+func (g *fakeGateway) runtime(cfg Config) *Worker {
 	cfg.GatewayURL = "https://gateway.test"
 	cfg.HTTPClient = &http.Client{Transport: g}
 	if cfg.Logger == nil {
@@ -105,14 +107,14 @@ func (g *fakeGateway) runtime(cfg Config) *Runtime {
 }
 
 // enqueue makes a task with this payload leasable and returns its lease.
-func (g *fakeGateway) enqueue(payload string, edit ...func(*Lease)) Lease {
-	l := Lease{
+func (g *fakeGateway) enqueue(payload string, edit ...func(*apiclient.Lease)) apiclient.Lease {
+	l := apiclient.Lease{
 		AttemptId:                uuid.New(),
 		LeaseToken:               "tok-" + uuid.NewString(),
 		LeaseTtlSeconds:          g.ttl,
 		HeartbeatIntervalSeconds: g.interval,
-		Task: TaskSnapshot{
-			Id: uuid.New(), TaskType: TaskTypeScannerPlugin, OrganizationId: uuid.New(),
+		Task: apiclient.TaskSnapshot{
+			Id: uuid.New(), TaskType: apiclient.TaskTypeScannerPlugin, OrganizationId: uuid.New(),
 			Payload: json.RawMessage(payload), AttemptNumber: 1, MaxAttempts: 3,
 		},
 	}
@@ -142,7 +144,7 @@ func (g *fakeGateway) setDown(op string, down bool) {
 	g.down[op] = down
 }
 
-func (g *fakeGateway) setState(id uuid.UUID, s LeaseState) {
+func (g *fakeGateway) setState(id uuid.UUID, s apiclient.LeaseState) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.state[id] = s
@@ -214,7 +216,7 @@ func (g *fakeGateway) RoundTrip(req *http.Request) (*http.Response, error) {
 func writeProblem(w http.ResponseWriter, status int, code string) {
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Code: code})
+	_ = json.NewEncoder(w).Encode(apiclient.Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Code: code})
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
@@ -231,7 +233,7 @@ func (g *fakeGateway) decode(r *http.Request, v any) {
 }
 
 func (g *fakeGateway) handleLeases(w http.ResponseWriter, r *http.Request) {
-	var req LeaseRequest
+	var req apiclient.LeaseRequest
 	g.decode(r, &req)
 	key := r.Header.Get("Idempotency-Key")
 	require.NotEmpty(g.t, key, "every poll carries an Idempotency-Key")
@@ -242,7 +244,7 @@ func (g *fakeGateway) handleLeases(w http.ResponseWriter, r *http.Request) {
 	if prev, ok := g.byKey[key]; ok {
 		// The gateway stores only token hashes: a replay answers the same
 		// leases with fresh tokens, and the old ones stop working.
-		replay := make([]Lease, len(prev))
+		replay := make([]apiclient.Lease, len(prev))
 		for i, l := range prev {
 			l.LeaseToken = "tok-" + uuid.NewString()
 			g.tokens[l.AttemptId] = l.LeaseToken
@@ -250,7 +252,7 @@ func (g *fakeGateway) handleLeases(w http.ResponseWriter, r *http.Request) {
 		}
 		g.byKey[key] = replay
 		g.mu.Unlock()
-		writeJSON(w, LeaseResponse{Leases: replay})
+		writeJSON(w, apiclient.LeaseResponse{Leases: replay})
 		return
 	}
 	g.mu.Unlock()
@@ -263,7 +265,7 @@ func (g *fakeGateway) handleLeases(w http.ResponseWriter, r *http.Request) {
 		if g.overGrant {
 			n = len(g.queue)
 		}
-		granted := append([]Lease{}, g.queue[:n]...)
+		granted := append([]apiclient.Lease{}, g.queue[:n]...)
 		g.queue = g.queue[n:]
 		wake := g.wake
 		if n > 0 {
@@ -271,13 +273,13 @@ func (g *fakeGateway) handleLeases(w http.ResponseWriter, r *http.Request) {
 		}
 		g.mu.Unlock()
 		if n > 0 {
-			writeJSON(w, LeaseResponse{Leases: granted})
+			writeJSON(w, apiclient.LeaseResponse{Leases: granted})
 			return
 		}
 		select {
 		case <-wake:
 		case <-timeout.C:
-			writeJSON(w, LeaseResponse{Leases: []Lease{}})
+			writeJSON(w, apiclient.LeaseResponse{Leases: []apiclient.Lease{}})
 			return
 		case <-r.Context().Done():
 			return
@@ -286,9 +288,9 @@ func (g *fakeGateway) handleLeases(w http.ResponseWriter, r *http.Request) {
 }
 
 // status answers for one lease, given its token.
-func (g *fakeGateway) status(id uuid.UUID, token string) LeaseStatus {
+func (g *fakeGateway) status(id uuid.UUID, token string) apiclient.LeaseStatus {
 	interval := g.intervals[id]
-	st := LeaseStatus{AttemptId: id, State: g.state[id], LeaseTtlSeconds: g.ttl, HeartbeatIntervalSeconds: &interval}
+	st := apiclient.LeaseStatus{AttemptId: id, State: g.state[id], LeaseTtlSeconds: g.ttl, HeartbeatIntervalSeconds: &interval}
 	if g.tokens[id] != token || st.State == "" {
 		st.State = "lost"
 	}
@@ -302,12 +304,12 @@ func (g *fakeGateway) status(id uuid.UUID, token string) LeaseStatus {
 }
 
 func (g *fakeGateway) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
-	var req WorkerHeartbeatRequest
+	var req apiclient.WorkerHeartbeatRequest
 	g.decode(r, &req)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	ids := make([]uuid.UUID, 0, len(req.Leases))
-	resp := WorkerHeartbeatResponse{Leases: []LeaseStatus{}}
+	resp := apiclient.WorkerHeartbeatResponse{Leases: []apiclient.LeaseStatus{}}
 	for _, ref := range req.Leases {
 		ids = append(ids, ref.AttemptId)
 		resp.Leases = append(resp.Leases, g.status(ref.AttemptId, ref.LeaseToken))
@@ -330,7 +332,7 @@ func (g *fakeGateway) handleStart(w http.ResponseWriter, r *http.Request) {
 }
 
 func (g *fakeGateway) handleComplete(w http.ResponseWriter, r *http.Request) {
-	var req CompleteRequest
+	var req apiclient.CompleteRequest
 	g.decode(r, &req)
 	a := g.completeOne(uuid.MustParse(r.PathValue("id")), r.Header.Get("Lease-Token"), req)
 	if a.Status != http.StatusOK {
@@ -342,38 +344,38 @@ func (g *fakeGateway) handleComplete(w http.ResponseWriter, r *http.Request) {
 
 // handleCompleteMany answers each completion as handleComplete would.
 func (g *fakeGateway) handleCompleteMany(w http.ResponseWriter, r *http.Request) {
-	var req CompleteManyRequest
+	var req apiclient.CompleteManyRequest
 	g.decode(r, &req)
-	out := CompleteManyResponse{Completions: []CompletionAnswer{}}
+	out := apiclient.CompleteManyResponse{Completions: []apiclient.CompletionAnswer{}}
 	for _, it := range req.Completions {
-		out.Completions = append(out.Completions, g.completeOne(it.AttemptId, it.LeaseToken, CompleteRequest{
+		out.Completions = append(out.Completions, g.completeOne(it.AttemptId, it.LeaseToken, apiclient.CompleteRequest{
 			Outcome: it.Outcome, Error: it.Error, LastSequenceNumber: it.LastSequenceNumber, FinalResults: it.FinalResults,
 		}))
 	}
 	writeJSON(w, out)
 }
 
-func (g *fakeGateway) completeOne(id uuid.UUID, token string, req CompleteRequest) CompletionAnswer {
+func (g *fakeGateway) completeOne(id uuid.UUID, token string, req apiclient.CompleteRequest) apiclient.CompletionAnswer {
 	if req.FinalResults != nil && g.finalResults != nil {
 		if status, code := g.finalResults(id, token, *req.FinalResults); status != http.StatusOK {
-			return CompletionAnswer{AttemptId: id, Status: status,
-				Problem: &Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Code: code}}
+			return apiclient.CompletionAnswer{AttemptId: id, Status: status,
+				Problem: &apiclient.Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Code: code}}
 		}
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.tokens[id] != token || g.state[id] == "lost" {
-		return CompletionAnswer{AttemptId: id, Status: http.StatusConflict,
-			Problem: &Problem{Type: "about:blank", Title: "Conflict", Status: http.StatusConflict, Code: "lease-lost"}}
+		return apiclient.CompletionAnswer{AttemptId: id, Status: http.StatusConflict,
+			Problem: &apiclient.Problem{Type: "about:blank", Title: "Conflict", Status: http.StatusConflict, Code: "lease-lost"}}
 	}
 	g.completes[id] = append(g.completes[id], completion{req: req, at: time.Now()})
-	return CompletionAnswer{AttemptId: id, Status: http.StatusOK,
-		Result: &CompleteResponse{AttemptId: id, AttemptStatus: AttemptStatus(req.Outcome), TaskState: "completed", FinishedAt: time.Now()}}
+	return apiclient.CompletionAnswer{AttemptId: id, Status: http.StatusOK,
+		Result: &apiclient.CompleteResponse{AttemptId: id, AttemptStatus: apiclient.AttemptStatus(req.Outcome), TaskState: "completed", FinishedAt: time.Now()}}
 }
 
 // runInBackground runs w until the returned stop is called, and returns
 // Run's error from stop.
-func runInBackground(ctx context.Context, w *Runtime) (stop func() error) {
+func runInBackground(ctx context.Context, w *Worker) (stop func() error) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
@@ -415,7 +417,7 @@ func TestRunLeasesStartsRunsAndCompletes(t *testing.T) {
 		}})
 		stop := runInBackground(t.Context(), w)
 
-		var leases []Lease
+		var leases []apiclient.Lease
 		for i := range 5 {
 			leases = append(leases, g.enqueue(fmt.Sprintf(`{"n":%d}`, i)))
 		}
@@ -433,7 +435,7 @@ func TestRunLeasesStartsRunsAndCompletes(t *testing.T) {
 		for _, l := range leases {
 			cs := g.completionsOf(l.AttemptId)
 			require.Len(t, cs, 1)
-			assert.Equal(t, AttemptOutcomeSucceeded, cs[0].req.Outcome)
+			assert.Equal(t, apiclient.AttemptOutcomeSucceeded, cs[0].req.Outcome)
 			assert.Nil(t, cs[0].req.Error)
 		}
 		assert.ElementsMatch(t, attemptIDs(leases), g.starts, "every attempt is started once")
@@ -460,7 +462,7 @@ func TestRunLeasesStartsRunsAndCompletes(t *testing.T) {
 	})
 }
 
-func attemptIDs(leases []Lease) []uuid.UUID {
+func attemptIDs(leases []apiclient.Lease) []uuid.UUID {
 	ids := make([]uuid.UUID, len(leases))
 	for i, l := range leases {
 		ids[i] = l.AttemptId
@@ -484,7 +486,7 @@ func TestRunReportsHandlerResults(t *testing.T) {
 		}})
 		stop := runInBackground(t.Context(), w)
 		permanent, plain, panicking := g.enqueue(`"permanent"`), g.enqueue(`"plain"`), g.enqueue(`"panic"`)
-		all := []Lease{permanent, plain, panicking}
+		all := []apiclient.Lease{permanent, plain, panicking}
 		waitFor(t, time.Minute, func() bool {
 			for _, l := range all {
 				if len(g.completionsOf(l.AttemptId)) == 0 {
@@ -495,10 +497,10 @@ func TestRunReportsHandlerResults(t *testing.T) {
 		})
 		require.NoError(t, stop())
 
-		check := func(l Lease, code string, retryable bool) {
+		check := func(l apiclient.Lease, code string, retryable bool) {
 			t.Helper()
 			req := g.completionsOf(l.AttemptId)[0].req
-			assert.Equal(t, AttemptOutcomeFailed, req.Outcome)
+			assert.Equal(t, apiclient.AttemptOutcomeFailed, req.Outcome)
 			require.NotNil(t, req.Error)
 			assert.Equal(t, code, req.Error.Code)
 			assert.Equal(t, retryable, *req.Error.Retryable)
@@ -519,7 +521,7 @@ func TestHeartbeatsRenewAllLeasesInOneCall(t *testing.T) {
 		}})
 		stop := runInBackground(t.Context(), w)
 		slow := g.enqueue(`{}`)
-		fast := g.enqueue(`{}`, func(l *Lease) { l.HeartbeatIntervalSeconds = 4 })
+		fast := g.enqueue(`{}`, func(l *apiclient.Lease) { l.HeartbeatIntervalSeconds = 4 })
 		time.Sleep(25 * time.Second)
 
 		calls := g.heartbeatCalls()
@@ -557,7 +559,7 @@ func TestCancelRequestedCancelsTheHandlerAndCompletesCancelled(t *testing.T) {
 		assert.LessOrEqual(t, time.Since(asked), 10*time.Second, "within one heartbeat interval")
 		waitFor(t, time.Minute, func() bool { return len(g.completionsOf(l.AttemptId)) == 1 })
 		req := g.completionsOf(l.AttemptId)[0].req
-		assert.Equal(t, AttemptOutcomeCancelled, req.Outcome)
+		assert.Equal(t, apiclient.AttemptOutcomeCancelled, req.Outcome)
 		assert.Nil(t, req.Error)
 		require.NoError(t, stop())
 	})
@@ -577,7 +579,7 @@ func TestCancelRequestedAtStartSkipsTheHandler(t *testing.T) {
 		waitFor(t, time.Minute, func() bool { return len(g.completionsOf(l.AttemptId)) == 1 })
 		require.NoError(t, stop())
 		assert.False(t, called)
-		assert.Equal(t, AttemptOutcomeCancelled, g.completionsOf(l.AttemptId)[0].req.Outcome)
+		assert.Equal(t, apiclient.AttemptOutcomeCancelled, g.completionsOf(l.AttemptId)[0].req.Outcome)
 	})
 }
 
@@ -643,14 +645,14 @@ func TestAttemptDeadlineCancelsTheHandler(t *testing.T) {
 		}})
 		stop := runInBackground(t.Context(), w)
 		granted := time.Now()
-		l := g.enqueue(`{}`, func(l *Lease) { l.Task.AttemptDeadlineInSeconds = new(20.0) })
+		l := g.enqueue(`{}`, func(l *apiclient.Lease) { l.Task.AttemptDeadlineInSeconds = new(20.0) })
 
 		require.ErrorIs(t, <-causes, ErrAttemptDeadline)
 		assert.Equal(t, 19*time.Second, time.Since(granted), "a second before the deadline")
 		waitFor(t, time.Minute, func() bool { return len(g.completionsOf(l.AttemptId)) == 1 })
 		require.NoError(t, stop())
 		req := g.completionsOf(l.AttemptId)[0].req
-		assert.Equal(t, AttemptOutcomeFailed, req.Outcome)
+		assert.Equal(t, apiclient.AttemptOutcomeFailed, req.Outcome)
 		assert.Equal(t, CodeDeadline, req.Error.Code)
 	})
 }
@@ -678,10 +680,10 @@ func TestDrainLetsTasksFinishThenCancelsTheRest(t *testing.T) {
 		}
 		cs := g.completionsOf(quick.AttemptId)
 		require.Len(t, cs, 1)
-		assert.Equal(t, AttemptOutcomeSucceeded, cs[0].req.Outcome)
+		assert.Equal(t, apiclient.AttemptOutcomeSucceeded, cs[0].req.Outcome)
 		cs = g.completionsOf(stuck.AttemptId)
 		require.Len(t, cs, 1)
-		assert.Equal(t, AttemptOutcomeCancelled, cs[0].req.Outcome, "given back without using an attempt")
+		assert.Equal(t, apiclient.AttemptOutcomeCancelled, cs[0].req.Outcome, "given back without using an attempt")
 		assert.Equal(t, CodeWorkerShutdown, cs[0].req.Error.Code)
 	})
 }
@@ -849,7 +851,7 @@ func TestLeasesBeyondFreeSlotsAreGivenBack(t *testing.T) {
 			<-ctx.Done()
 			return nil
 		}})
-		ls := []Lease{g.enqueue(`{}`), g.enqueue(`{}`), g.enqueue(`{}`)}
+		ls := []apiclient.Lease{g.enqueue(`{}`), g.enqueue(`{}`), g.enqueue(`{}`)}
 		stop := runInBackground(t.Context(), w)
 		ran := <-started
 		time.Sleep(time.Second)
@@ -861,7 +863,7 @@ func TestLeasesBeyondFreeSlotsAreGivenBack(t *testing.T) {
 			}
 			cs := g.completionsOf(l.AttemptId)
 			require.Len(t, cs, 1)
-			assert.Equal(t, AttemptOutcomeCancelled, cs[0].req.Outcome)
+			assert.Equal(t, apiclient.AttemptOutcomeCancelled, cs[0].req.Outcome)
 			assert.Equal(t, CodeOverCapacity, cs[0].req.Error.Code)
 		}
 		g.setState(ran, "cancel_requested")
@@ -882,7 +884,7 @@ func TestStartIsRetriedThenTheHandlerRuns(t *testing.T) {
 		waitFor(t, time.Minute, func() bool { return len(g.completionsOf(l.AttemptId)) == 1 })
 		require.NoError(t, stop())
 		assert.Equal(t, 3, g.callCount("start"))
-		assert.Equal(t, AttemptOutcomeSucceeded, g.completionsOf(l.AttemptId)[0].req.Outcome)
+		assert.Equal(t, apiclient.AttemptOutcomeSucceeded, g.completionsOf(l.AttemptId)[0].req.Outcome)
 	})
 }
 

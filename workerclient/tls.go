@@ -32,7 +32,7 @@ const (
 // gateway trusted through cfg.CAFile — or cfg.TLSConfig when set. With
 // neither CertFile nor KeyFile but a StateDir, it uses the enrolled
 // certificate kept there (worker.pem and worker.key, re-read likewise) and
-// trusts the gateway as the Runtime does: cfg.CAFile, else the system roots
+// trusts the gateway as the Worker does: cfg.CAFile, else the system roots
 // plus StateDir/ca.pem. Its timeout allows a long-poll of cfg.WaitSeconds.
 // cfg.HTTPClient is ignored.
 func NewHTTPClient(cfg Config) (*http.Client, error) {

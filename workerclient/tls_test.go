@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/worker-gateway/gateway/server/pki"
+	"github.com/worker-gateway/gateway/internal/pki"
 )
 
 // mtlsServer is a gateway stand-in that requires a client certificate from

@@ -20,6 +20,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 // ProtocolVersion is the worker protocol version this runtime speaks, sent
@@ -98,14 +100,14 @@ const (
 // taken from the generated constants, whose names depend on which other
 // enums share a value.
 const (
-	codeWorkerRevoked                  = "worker-revoked"
-	codeIdempotencyInFlight            = "idempotency-in-flight"
-	codeLeaseLost                      = "lease-lost"
-	stateLost               LeaseState = "lost"
-	stateCancelRequested    LeaseState = "cancel_requested"
+	codeWorkerRevoked                            = "worker-revoked"
+	codeIdempotencyInFlight                      = "idempotency-in-flight"
+	codeLeaseLost                                = "lease-lost"
+	stateLost               apiclient.LeaseState = "lost"
+	stateCancelRequested    apiclient.LeaseState = "cancel_requested"
 )
 
-// Config configures a worker Runtime. GatewayURL and Handler are required, and so is
+// Config configures a Worker. GatewayURL and Handler are required, and so is
 // a client identity: CertFile and KeyFile, StateDir (with EnrollmentToken on
 // first start), TLSConfig or HTTPClient.
 type Config struct {
@@ -251,14 +253,14 @@ func (e *APIError) Error() string {
 	return b.String()
 }
 
-// Runtime is one worker: it leases tasks from the gateway and runs them with
+// Worker is one worker: it leases tasks from the gateway and runs them with
 // its Handler. (The generated Worker is the control plane's view of a
 // worker identity.)
-type Runtime struct {
+type Worker struct {
 	cfg        Config
 	gatewayURL *url.URL
-	client     *ClientWithResponses
-	caps       *Capabilities
+	client     *apiclient.ClientWithResponses
+	caps       *apiclient.Capabilities
 	log        *slog.Logger
 	running    atomic.Bool
 
@@ -278,18 +280,18 @@ type Runtime struct {
 // It loads the certificate files at once, so a bad path fails here; so does a
 // StateDir that holds no certificate when no EnrollmentToken is given.
 // Enrollment itself, a call to the gateway, happens in Run.
-func NewWorker(cfg Config) (*Runtime, error) {
+func NewWorker(cfg Config) (*Worker, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	var caps *Capabilities
+	var caps *apiclient.Capabilities
 	if cfg.Capabilities != nil {
 		raw, err := json.Marshal(cfg.Capabilities)
 		if err != nil {
 			return nil, fmt.Errorf("workerclient: capabilities: %w", err)
 		}
-		c := Capabilities(raw)
+		c := apiclient.Capabilities(raw)
 		caps = &c
 	}
 	hc := cfg.HTTPClient
@@ -306,7 +308,7 @@ func NewWorker(cfg Config) (*Runtime, error) {
 			return nil, err
 		}
 	}
-	client, err := NewClientWithResponses(cfg.GatewayURL, WithHTTPClient(hc))
+	client, err := apiclient.NewClientWithResponses(cfg.GatewayURL, apiclient.WithHTTPClient(hc))
 	if err != nil {
 		return nil, fmt.Errorf("workerclient: %w", err)
 	}
@@ -320,7 +322,7 @@ func NewWorker(cfg Config) (*Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("workerclient: %w", err)
 	}
-	w := &Runtime{cfg: cfg, gatewayURL: gatewayURL, client: client, caps: caps, log: cfg.Logger,
+	w := &Worker{cfg: cfg, gatewayURL: gatewayURL, client: client, caps: caps, log: cfg.Logger,
 		uploadHTTP: uploadClient(hc), foreignHTTP: noRedirects(foreign), id: id, hc: hc}
 	w.logChunkMax.Store(logChunkMax)
 	return w, nil
@@ -417,14 +419,14 @@ func defaultSoftwareVersion() string {
 // the rest, completes them all and returns. It returns nil after a drain,
 // and an error wrapping ErrWorkerRevoked (and the *APIError) when the gateway
 // revokes the worker. Run returns only after every goroutine it started has
-// ended. A Runtime runs at most one Run at a time.
+// ended. A Worker runs at most one Run at a time.
 //
 // With a StateDir, Run first enrolls when the worker has no certificate yet
 // (an error wrapping ErrEnrollmentTokenInvalid when the gateway refuses the
 // token; nil when ctx is cancelled before enrollment succeeds), and renews
 // the certificate while it runs (an error wrapping ErrWorkerRevoked or
 // ErrCertificateExpired when the gateway refuses the renewal for good).
-func (w *Runtime) Run(ctx context.Context) error {
+func (w *Worker) Run(ctx context.Context) error {
 	if !w.running.CompareAndSwap(false, true) {
 		return errors.New("workerclient: Run is already running")
 	}
@@ -485,7 +487,7 @@ func (w *Runtime) Run(ctx context.Context) error {
 
 // runner is the state of one Run.
 type runner struct {
-	w    *Runtime
+	w    *Worker
 	base context.Context // Run's context without its cancellation: values only
 	log  *slog.Logger
 
@@ -588,7 +590,7 @@ func (r *runner) drain() {
 // pollRequest is one poll, kept so that a retry repeats it exactly.
 type pollRequest struct {
 	key  string
-	body LeaseRequest
+	body apiclient.LeaseRequest
 }
 
 func (r *runner) newPoll(free int) *pollRequest {
@@ -596,7 +598,7 @@ func (r *runner) newPoll(free int) *pollRequest {
 	wait, sv, pv := cfg.WaitSeconds, cfg.SoftwareVersion, ProtocolVersion
 	return &pollRequest{
 		key: uuid.NewString(),
-		body: LeaseRequest{
+		body: apiclient.LeaseRequest{
 			MaxTasks:        &free,
 			WaitSeconds:     &wait,
 			Capabilities:    r.w.caps,
@@ -691,10 +693,10 @@ func (r *runner) waitForSlot(ctx context.Context) int {
 	}
 }
 
-func (r *runner) acquire(ctx context.Context, p *pollRequest) ([]Lease, error) {
+func (r *runner) acquire(ctx context.Context, p *pollRequest) ([]apiclient.Lease, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(*p.body.WaitSeconds)*time.Second+pollMargin)
 	defer cancel()
-	resp, err := r.w.client.AcquireLeasesWithResponse(ctx, &AcquireLeasesParams{IdempotencyKey: &p.key}, p.body)
+	resp, err := r.w.client.AcquireLeasesWithResponse(ctx, &apiclient.AcquireLeasesParams{IdempotencyKey: &p.key}, p.body)
 	if err != nil {
 		return nil, fmt.Errorf("acquire leases: %w", err)
 	}
@@ -709,7 +711,7 @@ func (r *runner) acquire(ctx context.Context, p *pollRequest) ([]Lease, error) {
 
 // startLeases registers the leases a poll sent at sent and runs each in its
 // own goroutine.
-func (r *runner) startLeases(leases []Lease, sent time.Time) {
+func (r *runner) startLeases(leases []apiclient.Lease, sent time.Time) {
 	for i := range leases {
 		l := &leases[i]
 		ls := r.newLease(l, sent)
@@ -729,7 +731,7 @@ func (r *runner) startLeases(leases []Lease, sent time.Time) {
 			ls.log.Warn("lease beyond free slots; releasing it")
 			r.tasks.Go(func() {
 				defer ls.stop()
-				r.complete(ls, CompleteRequest{Outcome: AttemptOutcomeCancelled, Error: &AttemptError{
+				r.complete(ls, apiclient.CompleteRequest{Outcome: apiclient.AttemptOutcomeCancelled, Error: &apiclient.AttemptError{
 					Code: CodeOverCapacity, Message: new("the worker has no free slot"), Retryable: new(true),
 				}})
 			})
@@ -744,7 +746,7 @@ func (r *runner) startLeases(leases []Lease, sent time.Time) {
 	}
 }
 
-func (r *runner) newLease(l *Lease, sent time.Time) *lease {
+func (r *runner) newLease(l *apiclient.Lease, sent time.Time) *lease {
 	s := &l.Task
 	task := &LeasedTask{
 		ID:             s.Id,
@@ -783,7 +785,7 @@ func (r *runner) newLease(l *Lease, sent time.Time) *lease {
 
 // attemptBudget is how long the handler may run: the nearer of the attempt
 // and execution deadlines, less a margin to report the failure in time.
-func attemptBudget(s *TaskSnapshot) (time.Duration, bool) {
+func attemptBudget(s *apiclient.TaskSnapshot) (time.Duration, bool) {
 	var budget time.Duration
 	ok := false
 	for _, d := range [...]*float64{s.AttemptDeadlineInSeconds, s.ExecutionDeadlineInSeconds} {
@@ -859,7 +861,7 @@ func (r *runner) runTask(ls *lease) {
 		return
 	}
 	if final != nil {
-		var b ResultBatch
+		var b apiclient.ResultBatch
 		if err := json.Unmarshal(final.body, &b); err == nil {
 			req.FinalResults, lastSeq = &b, final.seq
 		} else {
@@ -930,10 +932,10 @@ func (r *runner) start(ls *lease) {
 	}
 }
 
-func (r *runner) startOnce(ctx context.Context, ls *lease) (*LeaseStatus, error) {
+func (r *runner) startOnce(ctx context.Context, ls *lease) (*apiclient.LeaseStatus, error) {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	resp, err := r.w.client.StartAttemptWithResponse(ctx, ls.id, &StartAttemptParams{LeaseToken: ls.token})
+	resp, err := r.w.client.StartAttemptWithResponse(ctx, ls.id, &apiclient.StartAttemptParams{LeaseToken: ls.token})
 	if err != nil {
 		return nil, fmt.Errorf("start attempt: %w", err)
 	}
@@ -949,7 +951,7 @@ func (r *runner) startOnce(ctx context.Context, ls *lease) (*LeaseStatus, error)
 // complete reports the attempt's outcome, retrying transport errors, 429 and
 // 5xx for up to completeRetryWindow. Completion is idempotent, so a repeat
 // of a call whose answer was lost is answered 200 again.
-func (r *runner) complete(ls *lease, req CompleteRequest) {
+func (r *runner) complete(ls *lease, req apiclient.CompleteRequest) {
 	ctx, cancel := context.WithTimeout(r.base, completeRetryWindow)
 	defer cancel()
 	var bo backoff
@@ -987,8 +989,8 @@ func (r *runner) complete(ls *lease, req CompleteRequest) {
 	}
 }
 
-func (r *runner) completeOnce(ctx context.Context, ls *lease, req CompleteRequest) (*CompleteResponse, error) {
-	return r.completions.complete(ctx, CompletionItem{
+func (r *runner) completeOnce(ctx context.Context, ls *lease, req apiclient.CompleteRequest) (*apiclient.CompleteResponse, error) {
+	return r.completions.complete(ctx, apiclient.CompletionItem{
 		AttemptId: ls.id, LeaseToken: ls.token, Outcome: req.Outcome, Error: req.Error,
 		LastSequenceNumber: req.LastSequenceNumber, FinalResults: req.FinalResults,
 	})
@@ -1014,20 +1016,20 @@ func callHandler(h Handler, ctx context.Context, task *LeasedTask) (err error) {
 // completionFor maps a handler's result and the cause of its context's
 // cancellation (nil when not cancelled) to the completion to send; false
 // means send none.
-func completionFor(herr, cause error) (CompleteRequest, bool) {
+func completionFor(herr, cause error) (apiclient.CompleteRequest, bool) {
 	switch {
 	case errors.Is(cause, ErrLeaseLost):
-		return CompleteRequest{}, false
+		return apiclient.CompleteRequest{}, false
 	case errors.Is(cause, ErrCancelRequested):
-		return CompleteRequest{Outcome: AttemptOutcomeCancelled}, true
+		return apiclient.CompleteRequest{Outcome: apiclient.AttemptOutcomeCancelled}, true
 	case errors.Is(cause, ErrDrainTimeout):
-		return CompleteRequest{Outcome: AttemptOutcomeCancelled, Error: &AttemptError{
+		return apiclient.CompleteRequest{Outcome: apiclient.AttemptOutcomeCancelled, Error: &apiclient.AttemptError{
 			Code: CodeWorkerShutdown, Message: new("the worker shut down before the task finished"), Retryable: new(true),
 		}}, true
 	case herr == nil:
-		return CompleteRequest{Outcome: AttemptOutcomeSucceeded}, true
+		return apiclient.CompleteRequest{Outcome: apiclient.AttemptOutcomeSucceeded}, true
 	}
-	ae := AttemptError{Code: CodeHandlerError, Message: new(herr.Error()), Retryable: new(true)}
+	ae := apiclient.AttemptError{Code: CodeHandlerError, Message: new(herr.Error()), Retryable: new(true)}
 	var te *TaskError
 	var pe *panicError
 	switch {
@@ -1044,7 +1046,7 @@ func completionFor(herr, cause error) (CompleteRequest, bool) {
 	} else {
 		ae.Message = new(truncate(*ae.Message, maxErrorMessage))
 	}
-	return CompleteRequest{Outcome: AttemptOutcomeFailed, Error: &ae}, true
+	return apiclient.CompleteRequest{Outcome: apiclient.AttemptOutcomeFailed, Error: &ae}, true
 }
 
 // ---- heartbeats ----
@@ -1136,11 +1138,11 @@ func (r *runner) schedule(now time.Time) (renewAt, expireAt time.Time, ok bool) 
 // heartbeat renews every held lease with one call.
 func (r *runner) heartbeat(ctx context.Context) error {
 	r.mu.Lock()
-	refs := make([]LeaseRef, 0, len(r.leases))
+	refs := make([]apiclient.LeaseRef, 0, len(r.leases))
 	byID := make(map[uuid.UUID]*lease, len(r.leases))
 	for id, ls := range r.leases {
 		if !ls.lost {
-			refs = append(refs, LeaseRef{AttemptId: id, LeaseToken: ls.token})
+			refs = append(refs, apiclient.LeaseRef{AttemptId: id, LeaseToken: ls.token})
 			byID[id] = ls
 		}
 	}
@@ -1153,7 +1155,7 @@ func (r *runner) heartbeat(ctx context.Context) error {
 	defer cancel()
 	sent := time.Now()
 	sv := r.w.cfg.SoftwareVersion
-	resp, err := r.w.client.HeartbeatWorkerWithResponse(ctx, WorkerHeartbeatRequest{
+	resp, err := r.w.client.HeartbeatWorkerWithResponse(ctx, apiclient.WorkerHeartbeatRequest{
 		Leases: refs, Capabilities: r.w.caps, SoftwareVersion: &sv,
 	})
 	if err != nil {
@@ -1189,7 +1191,7 @@ func (r *runner) heartbeat(ctx context.Context) error {
 // applyStatus records a lease's state as of a request sent at sent.
 // renewal says whether the request renewed the lease (a heartbeat) or only
 // reported on it (start).
-func (r *runner) applyStatus(ls *lease, st *LeaseStatus, sent time.Time, renewal bool) {
+func (r *runner) applyStatus(ls *lease, st *apiclient.LeaseStatus, sent time.Time, renewal bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if ls.lost {

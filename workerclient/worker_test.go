@@ -13,6 +13,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 func TestMain(m *testing.M) {
@@ -124,7 +126,7 @@ func TestCompletionFor(t *testing.T) {
 	t.Parallel()
 	type want struct {
 		send      bool
-		outcome   AttemptOutcome
+		outcome   apiclient.AttemptOutcome
 		code      string
 		message   string
 		retryable bool
@@ -136,28 +138,28 @@ func TestCompletionFor(t *testing.T) {
 		cause error
 		want  want
 	}{
-		{"success", nil, nil, want{true, AttemptOutcomeSucceeded, "", "", false}},
-		{"success after its deadline", nil, ErrAttemptDeadline, want{true, AttemptOutcomeSucceeded, "", "", false}},
+		{"success", nil, nil, want{true, apiclient.AttemptOutcomeSucceeded, "", "", false}},
+		{"success after its deadline", nil, ErrAttemptDeadline, want{true, apiclient.AttemptOutcomeSucceeded, "", "", false}},
 		{"plain error is retryable", plain, nil,
-			want{true, AttemptOutcomeFailed, CodeHandlerError, "connection refused", true}},
+			want{true, apiclient.AttemptOutcomeFailed, CodeHandlerError, "connection refused", true}},
 		{"permanent", Permanent("unknown-plugin", "no such plugin"), nil,
-			want{true, AttemptOutcomeFailed, "unknown-plugin", "no such plugin", false}},
+			want{true, apiclient.AttemptOutcomeFailed, "unknown-plugin", "no such plugin", false}},
 		{"wrapped permanent", fmt.Errorf("run: %w", Permanent("bad-input", "seconds < 0")), nil,
-			want{true, AttemptOutcomeFailed, "bad-input", "seconds < 0", false}},
+			want{true, apiclient.AttemptOutcomeFailed, "bad-input", "seconds < 0", false}},
 		{"retryable", Retryable("target-unreachable", "timeout"), nil,
-			want{true, AttemptOutcomeFailed, "target-unreachable", "timeout", true}},
+			want{true, apiclient.AttemptOutcomeFailed, "target-unreachable", "timeout", true}},
 		{"task error without code", &TaskError{Message: "m"}, nil,
-			want{true, AttemptOutcomeFailed, CodeHandlerError, "m", false}},
+			want{true, apiclient.AttemptOutcomeFailed, CodeHandlerError, "m", false}},
 		{"panic", &panicError{value: "boom"}, nil,
-			want{true, AttemptOutcomeFailed, CodeHandlerPanic, "handler panic: boom", true}},
+			want{true, apiclient.AttemptOutcomeFailed, CodeHandlerPanic, "handler panic: boom", true}},
 		{"deadline", context.DeadlineExceeded, ErrAttemptDeadline,
-			want{true, AttemptOutcomeFailed, CodeDeadline, "context deadline exceeded", true}},
+			want{true, apiclient.AttemptOutcomeFailed, CodeDeadline, "context deadline exceeded", true}},
 		{"deadline with the handler's own code", Permanent("x", "y"), ErrAttemptDeadline,
-			want{true, AttemptOutcomeFailed, "x", "y", false}},
-		{"cancel requested", context.Canceled, ErrCancelRequested, want{true, AttemptOutcomeCancelled, "", "", false}},
-		{"cancel requested, handler succeeded", nil, ErrCancelRequested, want{true, AttemptOutcomeCancelled, "", "", false}},
+			want{true, apiclient.AttemptOutcomeFailed, "x", "y", false}},
+		{"cancel requested", context.Canceled, ErrCancelRequested, want{true, apiclient.AttemptOutcomeCancelled, "", "", false}},
+		{"cancel requested, handler succeeded", nil, ErrCancelRequested, want{true, apiclient.AttemptOutcomeCancelled, "", "", false}},
 		{"drain timeout releases", context.Canceled, ErrDrainTimeout,
-			want{true, AttemptOutcomeCancelled, CodeWorkerShutdown, "the worker shut down before the task finished", true}},
+			want{true, apiclient.AttemptOutcomeCancelled, CodeWorkerShutdown, "the worker shut down before the task finished", true}},
 		{"lost", context.Canceled, ErrLeaseLost, want{send: false}},
 		{"lost, handler succeeded", nil, ErrLeaseLost, want{send: false}},
 	} {
@@ -227,17 +229,17 @@ func TestHeartbeatInterval(t *testing.T) {
 
 func TestAttemptBudget(t *testing.T) {
 	t.Parallel()
-	_, ok := attemptBudget(&TaskSnapshot{})
+	_, ok := attemptBudget(&apiclient.TaskSnapshot{})
 	assert.False(t, ok, "no deadline, no budget")
 
-	d, ok := attemptBudget(&TaskSnapshot{AttemptDeadlineInSeconds: new(60.0), ExecutionDeadlineInSeconds: new(30.0)})
+	d, ok := attemptBudget(&apiclient.TaskSnapshot{AttemptDeadlineInSeconds: new(60.0), ExecutionDeadlineInSeconds: new(30.0)})
 	require.True(t, ok)
 	assert.Equal(t, 29*time.Second, d, "the nearer deadline, less a second")
 
-	d, _ = attemptBudget(&TaskSnapshot{AttemptDeadlineInSeconds: new(2.0)})
+	d, _ = attemptBudget(&apiclient.TaskSnapshot{AttemptDeadlineInSeconds: new(2.0)})
 	assert.Equal(t, 1800*time.Millisecond, d, "the margin is at most a tenth of the budget")
 
-	d, _ = attemptBudget(&TaskSnapshot{ExecutionDeadlineInSeconds: new(-5.0)})
+	d, _ = attemptBudget(&apiclient.TaskSnapshot{ExecutionDeadlineInSeconds: new(-5.0)})
 	assert.Equal(t, time.Duration(0), d, "a passed deadline leaves nothing")
 }
 

@@ -22,10 +22,11 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/worker-gateway/gateway/internal/pgcluster"
+	"github.com/worker-gateway/gateway/internal/pki"
 	"github.com/worker-gateway/gateway/migrations"
-	"github.com/worker-gateway/gateway/server/pki"
 	"github.com/worker-gateway/gateway/store"
-	"github.com/worker-gateway/gateway/store/pgcluster"
 )
 
 // stackConfig says which system to benchmark: a private one this process

@@ -35,9 +35,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
+	"github.com/worker-gateway/gateway/internal/pgcluster"
 	"github.com/worker-gateway/gateway/migrations"
 	"github.com/worker-gateway/gateway/store"
-	"github.com/worker-gateway/gateway/store/pgcluster"
 )
 
 // TemplateDatabase is the migrated database every test database is cloned

@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/worker-gateway/gateway/tests/harness"
-	"github.com/worker-gateway/gateway/workerclient"
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 // certWindow is how far a worker certificate's validity reaches either side
@@ -65,7 +65,7 @@ func registerIdentity(t *testing.T, g *harness.Gateway, name string, capacity in
 	require.NoError(t, err)
 
 	certText := string(id.CertPEM)
-	res, err := g.Control.CreateWorkerWithResponse(context.Background(), workerclient.CreateWorkerRequest{
+	res, err := g.Control.CreateWorkerWithResponse(context.Background(), apiclient.CreateWorkerRequest{
 		Name: name, WorkerType: "scanner", MaxConcurrentTasks: &capacity, CertificatePem: &certText})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, res.StatusCode(), string(res.Body))

@@ -17,6 +17,7 @@ import (
 
 	"github.com/worker-gateway/gateway/tests/harness"
 	"github.com/worker-gateway/gateway/workerclient"
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 // scale is the size of a scenario: short by default, long with
@@ -107,13 +108,13 @@ func (w *Workload) CreateTasks(n int, caps map[string]any) []uuid.UUID {
 // attempts and retry policy.
 func (w *Workload) createTask(org uuid.UUID, caps map[string]any, payload string) uuid.UUID {
 	w.t.Helper()
-	required := workerclient.Capabilities(mustJSON(w.t, caps))
-	body := workerclient.JSONObject(payload)
+	required := apiclient.Capabilities(mustJSON(w.t, caps))
+	body := apiclient.JSONObject(payload)
 	lease, attempts, base, most := leaseSeconds, maxAttempts, retryBase, retryMost
-	res, err := w.g.Control.CreateTaskWithResponse(context.Background(), nil, workerclient.CreateTaskRequest{
+	res, err := w.g.Control.CreateTaskWithResponse(context.Background(), nil, apiclient.CreateTaskRequest{
 		OrganizationId: org, TaskType: "scanner_plugin", Payload: &body, RequiredCapabilities: &required,
 		LeaseDurationSeconds: &lease, MaxAttempts: &attempts,
-		Retry: &workerclient.RetryPolicy{BaseSeconds: &base, MaxSeconds: &most}})
+		Retry: &apiclient.RetryPolicy{BaseSeconds: &base, MaxSeconds: &most}})
 	require.NoError(w.t, err)
 	require.Equal(w.t, http.StatusCreated, res.StatusCode(), string(res.Body))
 	return res.JSON201.Id
@@ -123,11 +124,11 @@ func (w *Workload) createTask(org uuid.UUID, caps map[string]any, payload string
 // lease and attempts, and their threats are detections of the scan job.
 func (w *Workload) createScans(n int) {
 	w.t.Helper()
-	caps := workerclient.Capabilities(`{"faults": true}`)
+	caps := apiclient.Capabilities(`{"faults": true}`)
 	for range n {
-		res, err := w.g.Control.CreateScanWithResponse(context.Background(), nil, workerclient.CreateScanRequest{
+		res, err := w.g.Control.CreateScanWithResponse(context.Background(), nil, apiclient.CreateScanRequest{
 			OrganizationId: w.org, Targets: []string{"faults.test"},
-			Plugins: []workerclient.ScanPlugin{{Name: "fault-test", RequiredCapabilities: &caps}}})
+			Plugins: []apiclient.ScanPlugin{{Name: "fault-test", RequiredCapabilities: &caps}}})
 		require.NoError(w.t, err)
 		require.Equal(w.t, http.StatusCreated, res.StatusCode(), string(res.Body))
 	}
@@ -261,14 +262,14 @@ func sleep(ctx context.Context, d time.Duration) error {
 // batchRecords are the records of result batch seq of a task: two assets and
 // a threat whose natural keys depend only on the task and seq, so a repeated
 // batch — or the same batch from another attempt — adds no rows.
-func batchRecords(task uuid.UUID, seq int) []workerclient.ResultRecord {
+func batchRecords(task uuid.UUID, seq int) []apiclient.ResultRecord {
 	host := fmt.Sprintf("b%d-%s.faults.test", seq, task)
 	alt := "alt-" + host
-	external, title, severity := fmt.Sprintf("finding-%d", seq), "fault test finding", workerclient.Severity("low")
-	return []workerclient.ResultRecord{
-		{Kind: "asset", Asset: &workerclient.AssetRef{Type: "hostname", Value: host}},
-		{Kind: "asset", Asset: &workerclient.AssetRef{Type: "hostname", Value: alt}},
-		{Kind: "threat", Asset: &workerclient.AssetRef{Type: "hostname", Value: host},
+	external, title, severity := fmt.Sprintf("finding-%d", seq), "fault test finding", apiclient.Severity("low")
+	return []apiclient.ResultRecord{
+		{Kind: "asset", Asset: &apiclient.AssetRef{Type: "hostname", Value: host}},
+		{Kind: "asset", Asset: &apiclient.AssetRef{Type: "hostname", Value: alt}},
+		{Kind: "threat", Asset: &apiclient.AssetRef{Type: "hostname", Value: host},
 			ExternalId: &external, Title: &title, Severity: &severity},
 	}
 }

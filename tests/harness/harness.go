@@ -25,12 +25,14 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+
+	"github.com/worker-gateway/gateway/internal/pki"
 	"github.com/worker-gateway/gateway/server"
 	"github.com/worker-gateway/gateway/server/objectstore"
-	"github.com/worker-gateway/gateway/server/pki"
 	"github.com/worker-gateway/gateway/store"
 	"github.com/worker-gateway/gateway/store/storetest"
 	"github.com/worker-gateway/gateway/workerclient"
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 // Gateway is a running test gateway and the means to drive it.
@@ -44,7 +46,7 @@ type Gateway struct {
 	CAPool      *x509.CertPool
 	AdminToken  string
 	// Control is a generated client authenticated as an unscoped admin.
-	Control *workerclient.ClientWithResponses
+	Control *apiclient.ClientWithResponses
 	// serverFiles are the TLS certificate and key files of process gateways.
 	serverFiles [2]string
 }
@@ -158,10 +160,10 @@ func (g *Gateway) HTTPClient(cert *tls.Certificate) *http.Client {
 }
 
 // ControlClient returns a generated client that sends the bearer token.
-func (g *Gateway) ControlClient(t testing.TB, token string) *workerclient.ClientWithResponses {
-	c, err := workerclient.NewClientWithResponses(g.URL,
-		workerclient.WithHTTPClient(g.HTTPClient(nil)),
-		workerclient.WithRequestEditorFn(func(_ context.Context, r *http.Request) error {
+func (g *Gateway) ControlClient(t testing.TB, token string) *apiclient.ClientWithResponses {
+	c, err := apiclient.NewClientWithResponses(g.URL,
+		apiclient.WithHTTPClient(g.HTTPClient(nil)),
+		apiclient.WithRequestEditorFn(func(_ context.Context, r *http.Request) error {
 			r.Header.Set("Authorization", "Bearer "+token)
 			return nil
 		}))
@@ -172,7 +174,7 @@ func (g *Gateway) ControlClient(t testing.TB, token string) *workerclient.Client
 // NewOrganization creates an organization through the API.
 func (g *Gateway) NewOrganization(t testing.TB, name string) uuid.UUID {
 	t.Helper()
-	res, err := g.Control.CreateOrganizationWithResponse(context.Background(), workerclient.CreateOrganizationRequest{Name: name})
+	res, err := g.Control.CreateOrganizationWithResponse(context.Background(), apiclient.CreateOrganizationRequest{Name: name})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, res.StatusCode(), string(res.Body))
 	return res.JSON201.Id
@@ -185,7 +187,7 @@ type Worker struct {
 	// CertPEM and KeyPEM are the certificate and key, for worker processes.
 	CertPEM, KeyPEM []byte
 	HTTP            *http.Client
-	Client          *workerclient.ClientWithResponses
+	Client          *apiclient.ClientWithResponses
 	g               *Gateway
 }
 
@@ -198,13 +200,13 @@ func (g *Gateway) NewWorker(t testing.TB, name string, capacity int, orgs ...uui
 	cert, err := tls.X509KeyPair(issued.CertPEM, issued.KeyPEM)
 	require.NoError(t, err)
 	pemText := string(issued.CertPEM)
-	typ := workerclient.WorkerType("scanner")
-	res, err := g.Control.CreateWorkerWithResponse(context.Background(), workerclient.CreateWorkerRequest{
+	typ := apiclient.WorkerType("scanner")
+	res, err := g.Control.CreateWorkerWithResponse(context.Background(), apiclient.CreateWorkerRequest{
 		Name: name, WorkerType: typ, MaxConcurrentTasks: &capacity, CertificatePem: &pemText})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, res.StatusCode(), string(res.Body))
 	w := &Worker{ID: res.JSON201.Id, Cert: cert, CertPEM: issued.CertPEM, KeyPEM: issued.KeyPEM, HTTP: g.HTTPClient(&cert), g: g}
-	w.Client, err = workerclient.NewClientWithResponses(g.URL, workerclient.WithHTTPClient(w.HTTP))
+	w.Client, err = apiclient.NewClientWithResponses(g.URL, apiclient.WithHTTPClient(w.HTTP))
 	require.NoError(t, err)
 	for _, org := range orgs {
 		g.Assign(t, org, w.ID)
@@ -263,7 +265,7 @@ type TaskSpec struct {
 	LeaseDurationSeconds int
 	Priority             int
 	// Retry, when set, is the task's retry backoff.
-	Retry *workerclient.RetryPolicy
+	Retry *apiclient.RetryPolicy
 }
 
 // CreateTask creates a scanner_plugin task through the API.
@@ -272,11 +274,11 @@ func (g *Gateway) CreateTask(t testing.TB, org uuid.UUID, spec TaskSpec) uuid.UU
 	if spec.Payload == "" {
 		spec.Payload = `{"plugin": "echo", "input": {}}`
 	}
-	payload := workerclient.JSONObject(spec.Payload)
-	req := workerclient.CreateTaskRequest{OrganizationId: org, TaskType: "scanner_plugin", Payload: &payload}
+	payload := apiclient.JSONObject(spec.Payload)
+	req := apiclient.CreateTaskRequest{OrganizationId: org, TaskType: "scanner_plugin", Payload: &payload}
 	if spec.RequiredCapabilities != nil {
 		b := mustJSON(spec.RequiredCapabilities)
-		caps := workerclient.Capabilities(b)
+		caps := apiclient.Capabilities(b)
 		req.RequiredCapabilities = &caps
 	}
 	if spec.MaxAttempts > 0 {
@@ -296,7 +298,7 @@ func (g *Gateway) CreateTask(t testing.TB, org uuid.UUID, spec TaskSpec) uuid.UU
 }
 
 // Task reads a task through the API.
-func (g *Gateway) Task(t testing.TB, id uuid.UUID) *workerclient.TaskDetail {
+func (g *Gateway) Task(t testing.TB, id uuid.UUID) *apiclient.TaskDetail {
 	t.Helper()
 	res, err := g.Control.GetTaskWithResponse(context.Background(), id)
 	require.NoError(t, err)
@@ -305,9 +307,9 @@ func (g *Gateway) Task(t testing.TB, id uuid.UUID) *workerclient.TaskDetail {
 }
 
 // WaitTaskState waits until a task reaches a state.
-func (g *Gateway) WaitTaskState(t testing.TB, id uuid.UUID, state string) *workerclient.TaskDetail {
+func (g *Gateway) WaitTaskState(t testing.TB, id uuid.UUID, state string) *apiclient.TaskDetail {
 	t.Helper()
-	var last *workerclient.TaskDetail
+	var last *apiclient.TaskDetail
 	WaitFor(t, 30*time.Second, fmt.Sprintf("task %s to become %s", id, state), func() bool {
 		last = g.Task(t, id)
 		return string(last.State) == state

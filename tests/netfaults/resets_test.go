@@ -10,7 +10,7 @@ import (
 
 	"github.com/worker-gateway/gateway/tests/faults"
 	"github.com/worker-gateway/gateway/tests/harness"
-	"github.com/worker-gateway/gateway/workerclient"
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 // TestResetsMidRequest cuts connections in the middle of requests. A raw
@@ -59,7 +59,7 @@ func TestResetsMidRequest(t *testing.T) {
 		})
 	}
 	for _, id := range rawIDs {
-		require.Equal(t, workerclient.TaskState("completed"), g.Task(t, id).State)
+		require.Equal(t, apiclient.TaskState("completed"), g.Task(t, id).State)
 	}
 	rawCalls := faults.CallsOf(w.History().Calls()[from:], raw.ID())
 	t.Logf("raw client: %d writes cut and repeated in %s (%d calls, %d without answer)",

@@ -20,10 +20,11 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
 	"github.com/worker-gateway/gateway/server"
 	"github.com/worker-gateway/gateway/store"
 	"github.com/worker-gateway/gateway/tests/harness"
-	"github.com/worker-gateway/gateway/workerclient"
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 // auditReplica is a second gateway over a harness gateway's database that a
@@ -97,7 +98,7 @@ type auditRow struct {
 func auditRowsOf(t *testing.T, g *harness.Gateway, action string) []auditRow {
 	t.Helper()
 	limit := 500
-	res, err := g.Control.ListAuditEventsWithResponse(context.Background(), &workerclient.ListAuditEventsParams{Action: &action, Limit: &limit})
+	res, err := g.Control.ListAuditEventsWithResponse(context.Background(), &apiclient.ListAuditEventsParams{Action: &action, Limit: &limit})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
 	var rows []auditRow

@@ -12,10 +12,11 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
+	"github.com/worker-gateway/gateway/internal/pki"
 	"github.com/worker-gateway/gateway/server"
-	"github.com/worker-gateway/gateway/server/pki"
 	"github.com/worker-gateway/gateway/tests/harness"
-	"github.com/worker-gateway/gateway/workerclient"
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 // enrollAnswer is what POST /v1/enroll answered.
@@ -47,7 +48,7 @@ func enrollFrom(t *testing.T, c *http.Client, url, token string) enrollAnswer {
 // newEnrollableWorker creates a worker and returns its one-time enrollment token.
 func newEnrollableWorker(t *testing.T, g *harness.Gateway, name string) (uuid.UUID, string) {
 	t.Helper()
-	res, err := g.Control.CreateWorkerWithResponse(context.Background(), workerclient.CreateWorkerRequest{Name: name, WorkerType: "scanner"})
+	res, err := g.Control.CreateWorkerWithResponse(context.Background(), apiclient.CreateWorkerRequest{Name: name, WorkerType: "scanner"})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, res.StatusCode(), string(res.Body))
 	return res.JSON201.Id, res.JSON201.EnrollmentToken

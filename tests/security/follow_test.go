@@ -11,26 +11,27 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
 	"github.com/worker-gateway/gateway/server"
 	"github.com/worker-gateway/gateway/tests/harness"
-	"github.com/worker-gateway/gateway/workerclient"
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 // leaseOne leases the one pending task of the worker's organizations.
-func leaseOne(t *testing.T, w *harness.Worker) workerclient.Lease {
+func leaseOne(t *testing.T, w *harness.Worker) apiclient.Lease {
 	t.Helper()
 	one, wait := 1, 5
-	res, err := w.Client.AcquireLeasesWithResponse(context.Background(), nil, workerclient.LeaseRequest{MaxTasks: &one, WaitSeconds: &wait})
+	res, err := w.Client.AcquireLeasesWithResponse(context.Background(), nil, apiclient.LeaseRequest{MaxTasks: &one, WaitSeconds: &wait})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
 	require.Len(t, res.JSON200.Leases, 1)
 	return res.JSON200.Leases[0]
 }
 
-func appendChunk(t *testing.T, w *harness.Worker, l workerclient.Lease, offset int64, data string) int64 {
+func appendChunk(t *testing.T, w *harness.Worker, l apiclient.Lease, offset int64, data string) int64 {
 	t.Helper()
 	res, err := w.Client.AppendLogsWithResponse(context.Background(), l.AttemptId,
-		&workerclient.AppendLogsParams{LeaseToken: l.LeaseToken}, workerclient.LogChunk{Offset: offset, Data: data})
+		&apiclient.AppendLogsParams{LeaseToken: l.LeaseToken}, apiclient.LogChunk{Offset: offset, Data: data})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
 	return res.JSON200.NextOffset
@@ -38,11 +39,11 @@ func appendChunk(t *testing.T, w *harness.Worker, l workerclient.Lease, offset i
 
 // follow reads a task's log in follow mode from offset until it completes
 // or ctx ends, and returns what it read.
-func follow(ctx context.Context, c *workerclient.ClientWithResponses, task uuid.UUID, offset int) (string, error) {
+func follow(ctx context.Context, c *apiclient.ClientWithResponses, task uuid.UUID, offset int) (string, error) {
 	var text []byte
 	yes := true
 	for ctx.Err() == nil {
-		res, err := c.GetTaskLogsWithResponse(ctx, task, &workerclient.GetTaskLogsParams{Offset: &offset, Follow: &yes})
+		res, err := c.GetTaskLogsWithResponse(ctx, task, &apiclient.GetTaskLogsParams{Offset: &offset, Follow: &yes})
 		if err != nil {
 			return string(text), err
 		}
@@ -66,19 +67,19 @@ type followError struct {
 func (e *followError) Error() string { return strconv.Itoa(e.status) + ": " + e.body }
 
 // readerTokens mints n reader tokens through the API.
-func readerTokens(t *testing.T, g *harness.Gateway, n int) []*workerclient.ClientWithResponses {
+func readerTokens(t *testing.T, g *harness.Gateway, n int) []*apiclient.ClientWithResponses {
 	t.Helper()
-	out := make([]*workerclient.ClientWithResponses, n)
+	out := make([]*apiclient.ClientWithResponses, n)
 	for i := range out {
-		out[i] = g.ControlClient(t, mint(t, g.Control, workerclient.CreateApiTokenRequest{Name: "follower", Scopes: scopes(reader)}).Token)
+		out[i] = g.ControlClient(t, mint(t, g.Control, apiclient.CreateApiTokenRequest{Name: "follower", Scopes: scopes(reader)}).Token)
 	}
 	return out
 }
 
 // followOnce sends one follow request from offset.
-func followOnce(ctx context.Context, c *workerclient.ClientWithResponses, task uuid.UUID, offset int64) (*workerclient.GetTaskLogsResponse, error) {
+func followOnce(ctx context.Context, c *apiclient.ClientWithResponses, task uuid.UUID, offset int64) (*apiclient.GetTaskLogsResponse, error) {
 	yes, off := true, int(offset)
-	return c.GetTaskLogsWithResponse(ctx, task, &workerclient.GetTaskLogsParams{Offset: &off, Follow: &yes})
+	return c.GetTaskLogsWithResponse(ctx, task, &apiclient.GetTaskLogsParams{Offset: &off, Follow: &yes})
 }
 
 // The N+1-th concurrent follow of one token is refused with 429 and
@@ -98,8 +99,8 @@ func TestFollowCapPerTokenAndReplica(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	answers := make(chan *workerclient.GetTaskLogsResponse, 8)
-	start := func(client *workerclient.ClientWithResponses) {
+	answers := make(chan *apiclient.GetTaskLogsResponse, 8)
+	start := func(client *apiclient.ClientWithResponses) {
 		go func() {
 			res, err := followOnce(ctx, client, task, offset)
 			if err != nil {
@@ -116,7 +117,7 @@ func TestFollowCapPerTokenAndReplica(t *testing.T) {
 	}
 	harness.WaitFor(t, 10*time.Second, "4 follows of token a waiting", waiting(4))
 
-	refused := func(client *workerclient.ClientWithResponses, code string) {
+	refused := func(client *apiclient.ClientWithResponses, code string) {
 		t.Helper()
 		res, err := followOnce(ctx, client, task, offset)
 		require.NoError(t, err)
@@ -160,7 +161,7 @@ func TestFollowCapPerTokenAndReplica(t *testing.T) {
 		return waiting == 0 && readers == 0
 	})
 	ctx2 := context.Background()
-	res, err := c.GetTaskLogsWithResponse(ctx2, task, &workerclient.GetTaskLogsParams{Follow: ptr(true), WaitSeconds: ptr(0)})
+	res, err := c.GetTaskLogsWithResponse(ctx2, task, &apiclient.GetTaskLogsParams{Follow: ptr(true), WaitSeconds: ptr(0)})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
 }
@@ -183,7 +184,7 @@ func TestFollowTwentyFollowersShareOneReader(t *testing.T) {
 	want := "started\n"
 
 	// Twenty followers on five tokens (four each, the default cap).
-	var clients []*workerclient.ClientWithResponses
+	var clients []*apiclient.ClientWithResponses
 	for _, c := range readerTokens(t, g, 5) {
 		for range 4 {
 			clients = append(clients, c)
@@ -247,7 +248,7 @@ func TestFollowTwentyFollowersShareOneReader(t *testing.T) {
 		appends, after.Shared-before.Shared, after.SharedWithData-before.SharedWithData, after.Direct-before.Direct)
 
 	res, err := w.Client.CompleteAttemptWithResponse(context.Background(), l.AttemptId,
-		&workerclient.CompleteAttemptParams{LeaseToken: l.LeaseToken}, workerclient.CompleteRequest{Outcome: "succeeded"})
+		&apiclient.CompleteAttemptParams{LeaseToken: l.LeaseToken}, apiclient.CompleteRequest{Outcome: "succeeded"})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
 	for range clients {

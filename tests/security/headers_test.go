@@ -17,20 +17,21 @@ import (
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/stretchr/testify/require"
+
+	"github.com/worker-gateway/gateway/internal/pki"
 	"github.com/worker-gateway/gateway/server/api"
-	"github.com/worker-gateway/gateway/server/pki"
 	"github.com/worker-gateway/gateway/tests/harness"
-	"github.com/worker-gateway/gateway/workerclient"
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 // headersLease leases one task to a fresh worker.
-func headersLease(t *testing.T, g *harness.Gateway) (*harness.Worker, workerclient.Lease, *workerclient.AcquireLeasesResponse) {
+func headersLease(t *testing.T, g *harness.Gateway) (*harness.Worker, apiclient.Lease, *apiclient.AcquireLeasesResponse) {
 	t.Helper()
 	org := g.NewOrganization(t, "headers")
 	w := g.NewWorker(t, "w", 1, org)
 	g.CreateTask(t, org, harness.TaskSpec{})
 	n, wait := 1, 5
-	res, err := w.Client.AcquireLeasesWithResponse(context.Background(), nil, workerclient.LeaseRequest{MaxTasks: &n, WaitSeconds: &wait})
+	res, err := w.Client.AcquireLeasesWithResponse(context.Background(), nil, apiclient.LeaseRequest{MaxTasks: &n, WaitSeconds: &wait})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
 	require.Len(t, res.JSON200.Leases, 1)
@@ -39,12 +40,12 @@ func headersLease(t *testing.T, g *harness.Gateway) (*harness.Worker, workerclie
 
 // headersOpenUpload opens an upload session for content declared as
 // contentType, through client (which may rewrite the request).
-func headersOpenUpload(t *testing.T, client *workerclient.ClientWithResponses, l workerclient.Lease, name, contentType string, content []byte) *workerclient.OpenArtifactUploadResponse {
+func headersOpenUpload(t *testing.T, client *apiclient.ClientWithResponses, l apiclient.Lease, name, contentType string, content []byte) *apiclient.OpenArtifactUploadResponse {
 	t.Helper()
 	sum := sha256.Sum256(content)
 	res, err := client.OpenArtifactUploadWithResponse(context.Background(), l.AttemptId,
-		&workerclient.OpenArtifactUploadParams{LeaseToken: l.LeaseToken},
-		workerclient.OpenUploadRequest{Name: name, ContentType: &contentType, SizeBytes: int64(len(content)), Sha256: hex.EncodeToString(sum[:])})
+		&apiclient.OpenArtifactUploadParams{LeaseToken: l.LeaseToken},
+		apiclient.OpenUploadRequest{Name: name, ContentType: &contentType, SizeBytes: int64(len(content)), Sha256: hex.EncodeToString(sum[:])})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, res.StatusCode(), string(res.Body))
 	return res
@@ -212,9 +213,9 @@ func TestUploadURLIgnoresForgedHost(t *testing.T) {
 	w, l, _ := headersLease(t, g)
 	for name, protocol := range preauthProtocols {
 		t.Run(name, func(t *testing.T) {
-			client, err := workerclient.NewClientWithResponses(g.URL,
-				workerclient.WithHTTPClient(preauthClient(g, &w.Cert, protocol)),
-				workerclient.WithRequestEditorFn(func(_ context.Context, r *http.Request) error {
+			client, err := apiclient.NewClientWithResponses(g.URL,
+				apiclient.WithHTTPClient(preauthClient(g, &w.Cert, protocol)),
+				apiclient.WithRequestEditorFn(func(_ context.Context, r *http.Request) error {
 					r.Host = "evil.example:8443"
 					return nil
 				}))
@@ -239,11 +240,11 @@ func TestSecretAnswersAreNeverStored(t *testing.T) {
 	ctx := context.Background()
 	answers := map[string]*http.Response{}
 
-	token, err := g.Control.CreateApiTokenWithResponse(ctx, workerclient.CreateApiTokenRequest{Name: "t", Scopes: []workerclient.TokenScope{"reader"}})
+	token, err := g.Control.CreateApiTokenWithResponse(ctx, apiclient.CreateApiTokenRequest{Name: "t", Scopes: []apiclient.TokenScope{"reader"}})
 	require.NoError(t, err)
 	answers["CreateApiToken"] = token.HTTPResponse
 
-	created, err := g.Control.CreateWorkerWithResponse(ctx, workerclient.CreateWorkerRequest{Name: "enrolling", WorkerType: "scanner"})
+	created, err := g.Control.CreateWorkerWithResponse(ctx, apiclient.CreateWorkerRequest{Name: "enrolling", WorkerType: "scanner"})
 	require.NoError(t, err)
 	answers["CreateWorker"] = created.HTTPResponse
 	require.Equal(t, http.StatusCreated, created.StatusCode(), string(created.Body))
@@ -262,18 +263,18 @@ func TestSecretAnswersAreNeverStored(t *testing.T) {
 	require.NoError(t, err)
 	enrolled, err := g.HTTPClient(nil).Post(g.URL+"/v1/enroll", "application/json", bytes.NewReader(body))
 	require.NoError(t, err)
-	var issued workerclient.IssuedCertificate
+	var issued apiclient.IssuedCertificate
 	require.NoError(t, json.NewDecoder(enrolled.Body).Decode(&issued))
 	enrolled.Body.Close()
 	answers["Enroll"] = enrolled
 
 	pair, err := tls.X509KeyPair([]byte(issued.CertificatePem), keyPEM)
 	require.NoError(t, err)
-	self, err := workerclient.NewClientWithResponses(g.URL, workerclient.WithHTTPClient(g.HTTPClient(&pair)))
+	self, err := apiclient.NewClientWithResponses(g.URL, apiclient.WithHTTPClient(g.HTTPClient(&pair)))
 	require.NoError(t, err)
 	_, renewCSR, err := pki.NewCSR("w")
 	require.NoError(t, err)
-	renewed, err := self.RenewCertificateWithResponse(ctx, workerclient.RenewRequest{CsrPem: string(renewCSR)})
+	renewed, err := self.RenewCertificateWithResponse(ctx, apiclient.RenewRequest{CsrPem: string(renewCSR)})
 	require.NoError(t, err)
 	answers["RenewCertificate"] = renewed.HTTPResponse
 

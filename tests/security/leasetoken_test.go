@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/worker-gateway/gateway/tests/harness"
-	"github.com/worker-gateway/gateway/workerclient"
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 // TestDatabaseReaderCannotForgeLeaseWrites: whoever can read the database
@@ -92,18 +92,18 @@ func TestPollReplayRotatesLeaseTokens(t *testing.T) {
 }
 
 // pollLeases polls once, without waiting, under key.
-func pollLeases(t *testing.T, w *harness.Worker, key string, n int) []workerclient.Lease {
+func pollLeases(t *testing.T, w *harness.Worker, key string, n int) []apiclient.Lease {
 	t.Helper()
 	wait := 0
-	res, err := w.Client.AcquireLeasesWithResponse(context.Background(), &workerclient.AcquireLeasesParams{IdempotencyKey: &key},
-		workerclient.LeaseRequest{MaxTasks: &n, WaitSeconds: &wait})
+	res, err := w.Client.AcquireLeasesWithResponse(context.Background(), &apiclient.AcquireLeasesParams{IdempotencyKey: &key},
+		apiclient.LeaseRequest{MaxTasks: &n, WaitSeconds: &wait})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
 	require.Len(t, res.JSON200.Leases, n)
 	return res.JSON200.Leases
 }
 
-func attemptIDs(leases []workerclient.Lease) []uuid.UUID {
+func attemptIDs(leases []apiclient.Lease) []uuid.UUID {
 	ids := make([]uuid.UUID, len(leases))
 	for i, l := range leases {
 		ids[i] = l.AttemptId

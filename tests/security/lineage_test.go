@@ -10,14 +10,15 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
 	"github.com/worker-gateway/gateway/store"
 	"github.com/worker-gateway/gateway/tests/harness"
-	"github.com/worker-gateway/gateway/workerclient"
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 // mint creates a token through the API with the given client (its parent)
 // and requires success.
-func mint(t *testing.T, parent *workerclient.ClientWithResponses, req workerclient.CreateApiTokenRequest) *workerclient.CreatedApiToken {
+func mint(t *testing.T, parent *apiclient.ClientWithResponses, req apiclient.CreateApiTokenRequest) *apiclient.CreatedApiToken {
 	t.Helper()
 	res, err := parent.CreateApiTokenWithResponse(context.Background(), req)
 	require.NoError(t, err)
@@ -34,12 +35,12 @@ func problemCode(t *testing.T, body []byte) string {
 	return p.Code
 }
 
-func scopes(s ...workerclient.TokenScope) []workerclient.TokenScope { return s }
+func scopes(s ...apiclient.TokenScope) []apiclient.TokenScope { return s }
 
 const (
-	admin    = workerclient.TokenScope("admin")
-	producer = workerclient.TokenScope("producer")
-	reader   = workerclient.TokenScope("reader")
+	admin    = apiclient.TokenScope("admin")
+	producer = apiclient.TokenScope("producer")
+	reader   = apiclient.TokenScope("reader")
 )
 
 // The red-team finding: a 60-second admin token minted a token that never
@@ -49,24 +50,24 @@ func TestLineageChildExpiresNoLaterThanParent(t *testing.T) {
 	t.Parallel()
 	g := harness.Start(t)
 	sixty := 60
-	parent := mint(t, g.Control, workerclient.CreateApiTokenRequest{Name: "short-lived", Scopes: scopes(admin), ExpiresInSeconds: &sixty})
+	parent := mint(t, g.Control, apiclient.CreateApiTokenRequest{Name: "short-lived", Scopes: scopes(admin), ExpiresInSeconds: &sixty})
 	require.NotNil(t, parent.ApiToken.ExpiresAt)
 	require.NotNil(t, parent.ApiToken.ParentTokenId, "minted by the harness's admin token")
 	asParent := g.ControlClient(t, parent.Token)
 
-	child := mint(t, asParent, workerclient.CreateApiTokenRequest{Name: "child", Scopes: scopes(admin)})
+	child := mint(t, asParent, apiclient.CreateApiTokenRequest{Name: "child", Scopes: scopes(admin)})
 	require.NotNil(t, child.ApiToken.ExpiresAt, "a child of an expiring token expires")
 	require.False(t, child.ApiToken.ExpiresAt.After(*parent.ApiToken.ExpiresAt), "the child expires no later than its parent")
 	require.True(t, child.ApiToken.ExpiresAt.Equal(*parent.ApiToken.ExpiresAt), "a child naming no expiry inherits its parent's")
 	require.Equal(t, parent.ApiToken.Id, *child.ApiToken.ParentTokenId)
 
-	grandchild := mint(t, g.ControlClient(t, child.Token), workerclient.CreateApiTokenRequest{Name: "grandchild", Scopes: scopes(reader)})
+	grandchild := mint(t, g.ControlClient(t, child.Token), apiclient.CreateApiTokenRequest{Name: "grandchild", Scopes: scopes(reader)})
 	require.True(t, grandchild.ApiToken.ExpiresAt.Equal(*parent.ApiToken.ExpiresAt))
 	require.Equal(t, child.ApiToken.Id, *grandchild.ApiToken.ParentTokenId)
 
 	hour := 3600
 	res, err := asParent.CreateApiTokenWithResponse(context.Background(),
-		workerclient.CreateApiTokenRequest{Name: "outliving", Scopes: scopes(reader), ExpiresInSeconds: &hour})
+		apiclient.CreateApiTokenRequest{Name: "outliving", Scopes: scopes(reader), ExpiresInSeconds: &hour})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusForbidden, res.StatusCode(), string(res.Body))
 	require.Equal(t, "token-exceeds-parent", problemCode(t, res.Body))
@@ -83,7 +84,7 @@ func TestLineageChildExpiresNoLaterThanParent(t *testing.T) {
 	// the harness's admin token, was made by the store as `gateway admin`
 	// makes them: it has no parent and keeps working.
 	day := 86400
-	bounded := mint(t, g.Control, workerclient.CreateApiTokenRequest{Name: "day", Scopes: scopes(producer), ExpiresInSeconds: &day})
+	bounded := mint(t, g.Control, apiclient.CreateApiTokenRequest{Name: "day", Scopes: scopes(producer), ExpiresInSeconds: &day})
 	require.NotNil(t, bounded.ApiToken.ExpiresAt)
 	list, err := g.Control.ListApiTokensWithResponse(context.Background())
 	require.NoError(t, err)
@@ -99,14 +100,14 @@ func TestLineageOrganizationBoundedByParent(t *testing.T) {
 	t.Parallel()
 	g := harness.Start(t)
 	orgA, orgB := g.NewOrganization(t, "a"), g.NewOrganization(t, "b")
-	orgAdmin := mint(t, g.Control, workerclient.CreateApiTokenRequest{Name: "a admin", Scopes: scopes(admin), OrganizationId: &orgA})
+	orgAdmin := mint(t, g.Control, apiclient.CreateApiTokenRequest{Name: "a admin", Scopes: scopes(admin), OrganizationId: &orgA})
 	asOrgAdmin := g.ControlClient(t, orgAdmin.Token)
 
-	child := mint(t, asOrgAdmin, workerclient.CreateApiTokenRequest{Name: "a producer", Scopes: scopes(producer)})
+	child := mint(t, asOrgAdmin, apiclient.CreateApiTokenRequest{Name: "a producer", Scopes: scopes(producer)})
 	require.Equal(t, orgA, *child.ApiToken.OrganizationId, "a child of an organization's token is of that organization")
 
 	res, err := asOrgAdmin.CreateApiTokenWithResponse(context.Background(),
-		workerclient.CreateApiTokenRequest{Name: "b producer", Scopes: scopes(producer), OrganizationId: &orgB})
+		apiclient.CreateApiTokenRequest{Name: "b producer", Scopes: scopes(producer), OrganizationId: &orgB})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusNotFound, res.StatusCode(), "another organization is not even named: %s", res.Body)
 }
@@ -145,15 +146,15 @@ func TestLineageRevokingParentRevokesDescendants(t *testing.T) {
 	t.Parallel()
 	g := harness.Start(t)
 	ctx := context.Background()
-	parent := mint(t, g.Control, workerclient.CreateApiTokenRequest{Name: "parent", Scopes: scopes(admin)})
+	parent := mint(t, g.Control, apiclient.CreateApiTokenRequest{Name: "parent", Scopes: scopes(admin)})
 	asParent := g.ControlClient(t, parent.Token)
-	child := mint(t, asParent, workerclient.CreateApiTokenRequest{Name: "child", Scopes: scopes(admin)})
+	child := mint(t, asParent, apiclient.CreateApiTokenRequest{Name: "child", Scopes: scopes(admin)})
 	asChild := g.ControlClient(t, child.Token)
-	grandchild := mint(t, asChild, workerclient.CreateApiTokenRequest{Name: "grandchild", Scopes: scopes(reader)})
-	sibling := mint(t, g.Control, workerclient.CreateApiTokenRequest{Name: "unrelated", Scopes: scopes(reader)})
+	grandchild := mint(t, asChild, apiclient.CreateApiTokenRequest{Name: "grandchild", Scopes: scopes(reader)})
+	sibling := mint(t, g.Control, apiclient.CreateApiTokenRequest{Name: "unrelated", Scopes: scopes(reader)})
 
-	listTasks := func(token string) *workerclient.ListTasksResponse {
-		res, err := g.ControlClient(t, token).ListTasksWithResponse(ctx, &workerclient.ListTasksParams{})
+	listTasks := func(token string) *apiclient.ListTasksResponse {
+		res, err := g.ControlClient(t, token).ListTasksWithResponse(ctx, &apiclient.ListTasksParams{})
 		require.NoError(t, err)
 		return res
 	}
@@ -186,7 +187,7 @@ func TestLineageRevokingParentRevokesDescendants(t *testing.T) {
 
 	// The cascade is audited with its size.
 	action, target := "api_token.revoke", parent.ApiToken.Id.String()
-	events, err := g.Control.ListAuditEventsWithResponse(ctx, &workerclient.ListAuditEventsParams{Action: &action, TargetId: &target})
+	events, err := g.Control.ListAuditEventsWithResponse(ctx, &apiclient.ListAuditEventsParams{Action: &action, TargetId: &target})
 	require.NoError(t, err)
 	require.Len(t, events.JSON200.Items, 1)
 	var details struct {
@@ -196,7 +197,7 @@ func TestLineageRevokingParentRevokesDescendants(t *testing.T) {
 	require.Equal(t, 2, details.DescendantsRevoked)
 
 	// A revoked token mints nothing.
-	again, err := asChild.CreateApiTokenWithResponse(ctx, workerclient.CreateApiTokenRequest{Name: "late", Scopes: scopes(reader)})
+	again, err := asChild.CreateApiTokenWithResponse(ctx, apiclient.CreateApiTokenRequest{Name: "late", Scopes: scopes(reader)})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusUnauthorized, again.StatusCode())
 }
@@ -208,7 +209,7 @@ func TestLineageRevocationRacesMinting(t *testing.T) {
 	t.Parallel()
 	g := harness.Start(t)
 	ctx := context.Background()
-	parent := mint(t, g.Control, workerclient.CreateApiTokenRequest{Name: "parent", Scopes: scopes(admin)})
+	parent := mint(t, g.Control, apiclient.CreateApiTokenRequest{Name: "parent", Scopes: scopes(admin)})
 	asParent := g.ControlClient(t, parent.Token)
 
 	var wg sync.WaitGroup
@@ -216,13 +217,13 @@ func TestLineageRevocationRacesMinting(t *testing.T) {
 	for range 16 {
 		wg.Go(func() {
 			<-start
-			res, err := asParent.CreateApiTokenWithResponse(ctx, workerclient.CreateApiTokenRequest{Name: "racer", Scopes: scopes(admin)})
+			res, err := asParent.CreateApiTokenWithResponse(ctx, apiclient.CreateApiTokenRequest{Name: "racer", Scopes: scopes(admin)})
 			if err != nil || res.StatusCode() != http.StatusCreated {
 				return
 			}
 			// Grandchildren too, while they can.
 			_, _ = g.ControlClient(t, res.JSON201.Token).CreateApiTokenWithResponse(ctx,
-				workerclient.CreateApiTokenRequest{Name: "racer child " + uuid.NewString()[:4], Scopes: scopes(reader)})
+				apiclient.CreateApiTokenRequest{Name: "racer child " + uuid.NewString()[:4], Scopes: scopes(reader)})
 		})
 	}
 	close(start)

@@ -22,8 +22,9 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
 	"github.com/worker-gateway/gateway/tests/harness"
-	"github.com/worker-gateway/gateway/workerclient"
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 // preauthProtocols are the client protocols the pre-authentication checks
@@ -113,7 +114,7 @@ func TestUnauthenticatedBodyIsNeverRead(t *testing.T) {
 	g := harness.Start(t)
 	org := g.NewOrganization(t, "preauth")
 	revoked := g.NewWorker(t, "revoked", 1, org)
-	res, err := g.Control.RevokeWorkerWithResponse(context.Background(), revoked.ID, workerclient.RevokeRequest{Reason: "test"})
+	res, err := g.Control.RevokeWorkerWithResponse(context.Background(), revoked.ID, apiclient.RevokeRequest{Reason: "test"})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
 	stranger := preauthSelfSigned(t)

@@ -7,8 +7,9 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
 	"github.com/worker-gateway/gateway/tests/harness"
-	"github.com/worker-gateway/gateway/workerclient"
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 // TestSharedWorkerShowsEachOrganizationOnlyItsOwn: a worker owned by B and
@@ -26,7 +27,7 @@ func TestSharedWorkerShowsEachOrganizationOnlyItsOwn(t *testing.T) {
 
 	// B's admin creates the worker: B owns it and it serves B.
 	worker := g.NewWorker(t, "shared", 4)
-	created, err := adminB.CreateWorkerWithResponse(ctx, workerclient.CreateWorkerRequest{Name: "b-owned", WorkerType: "scanner"})
+	created, err := adminB.CreateWorkerWithResponse(ctx, apiclient.CreateWorkerRequest{Name: "b-owned", WorkerType: "scanner"})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, created.StatusCode(), string(created.Body))
 	require.Equal(t, &b, created.JSON201.OwnerOrganizationId)
@@ -50,7 +51,7 @@ func TestSharedWorkerShowsEachOrganizationOnlyItsOwn(t *testing.T) {
 	require.Equal(t, http.StatusOK, assign.StatusCode(), string(assign.Body))
 	// A cannot manage B's worker, only use it.
 	rename := "mine now"
-	update, err := adminA.UpdateWorkerWithResponse(ctx, worker.ID, nil, workerclient.UpdateWorkerRequest{Name: &rename})
+	update, err := adminA.UpdateWorkerWithResponse(ctx, worker.ID, nil, apiclient.UpdateWorkerRequest{Name: &rename})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusForbidden, update.StatusCode(), string(update.Body))
 
@@ -74,7 +75,7 @@ func TestSharedWorkerShowsEachOrganizationOnlyItsOwn(t *testing.T) {
 	}
 	attemptB := g.Task(t, taskB).Attempts[0].Id
 
-	seenBy := func(c *workerclient.ClientWithResponses, org uuid.UUID) []workerclient.Worker {
+	seenBy := func(c *apiclient.ClientWithResponses, org uuid.UUID) []apiclient.Worker {
 		t.Helper()
 		one, err := c.GetWorkerWithResponse(ctx, worker.ID)
 		require.NoError(t, err)
@@ -85,7 +86,7 @@ func TestSharedWorkerShowsEachOrganizationOnlyItsOwn(t *testing.T) {
 		orgList, err := c.ListOrganizationWorkersWithResponse(ctx, org)
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, orgList.StatusCode(), string(orgList.Body))
-		views := []workerclient.Worker{*one.JSON200}
+		views := []apiclient.Worker{*one.JSON200}
 		for _, w := range list.JSON200.Items {
 			if w.Id == worker.ID {
 				views = append(views, w)
@@ -146,7 +147,7 @@ func TestUnscopedRemovalIsFinalForOrganizationAdmins(t *testing.T) {
 	adminA := g.ControlClient(t, scopedToken(t, g, a, "admin"))
 
 	platform := g.NewWorker(t, "platform", 1, a)
-	res, err := g.Control.UnassignWorkerWithResponse(ctx, a, platform.ID, &workerclient.UnassignWorkerParams{})
+	res, err := g.Control.UnassignWorkerWithResponse(ctx, a, platform.ID, &apiclient.UnassignWorkerParams{})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
 	again, err := adminA.AssignWorkerWithResponse(ctx, a, platform.ID)
@@ -164,7 +165,7 @@ func TestUnscopedRemovalIsFinalForOrganizationAdmins(t *testing.T) {
 	first, err := adminA.AssignWorkerWithResponse(ctx, a, owned.ID)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, first.StatusCode(), string(first.Body))
-	res, err = g.Control.UnassignWorkerWithResponse(ctx, a, owned.ID, &workerclient.UnassignWorkerParams{})
+	res, err = g.Control.UnassignWorkerWithResponse(ctx, a, owned.ID, &apiclient.UnassignWorkerParams{})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
 	again, err = adminA.AssignWorkerWithResponse(ctx, a, owned.ID)
@@ -175,7 +176,7 @@ func TestUnscopedRemovalIsFinalForOrganizationAdmins(t *testing.T) {
 	require.Equal(t, http.StatusOK, restored.StatusCode(), string(restored.Body))
 
 	// An organization admin's own removal it may undo.
-	res, err = adminA.UnassignWorkerWithResponse(ctx, a, owned.ID, &workerclient.UnassignWorkerParams{})
+	res, err = adminA.UnassignWorkerWithResponse(ctx, a, owned.ID, &apiclient.UnassignWorkerParams{})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
 	again, err = adminA.AssignWorkerWithResponse(ctx, a, owned.ID)

@@ -15,8 +15,9 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
 	"github.com/worker-gateway/gateway/tests/harness"
-	"github.com/worker-gateway/gateway/workerclient"
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 // tenant is one organization with one of everything an API operation can
@@ -51,14 +52,14 @@ func newTenant(t *testing.T, g *harness.Gateway, name string) tenant {
 	tn.workerCert, err = tls.X509KeyPair(issued.CertPEM, issued.KeyPEM)
 	require.NoError(t, err)
 	pemText, capacity := string(issued.CertPEM), 10
-	created, err := g.Control.CreateWorkerWithResponse(ctx, workerclient.CreateWorkerRequest{Name: name + "-worker",
+	created, err := g.Control.CreateWorkerWithResponse(ctx, apiclient.CreateWorkerRequest{Name: name + "-worker",
 		WorkerType: "scanner", MaxConcurrentTasks: &capacity, CertificatePem: &pemText, OrganizationId: &tn.org})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, created.StatusCode(), string(created.Body))
 	tn.worker = created.JSON201.Id
 
-	tok, err := g.Control.CreateApiTokenWithResponse(ctx, workerclient.CreateApiTokenRequest{Name: name + "-reader",
-		Scopes: []workerclient.TokenScope{"reader"}, OrganizationId: &tn.org})
+	tok, err := g.Control.CreateApiTokenWithResponse(ctx, apiclient.CreateApiTokenRequest{Name: name + "-reader",
+		Scopes: []apiclient.TokenScope{"reader"}, OrganizationId: &tn.org})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, tok.StatusCode(), string(tok.Body))
 	tn.token = tok.JSON201.ApiToken.Id
@@ -89,8 +90,8 @@ func newTenant(t *testing.T, g *harness.Gateway, name string) tenant {
 	tn.uploadBody = []byte("second artifact of " + name)
 	tn.upload = w.uploadArtifact(t, attempt, tn.leaseToken, tn.uploadBody, false)
 
-	scan, err := g.Control.CreateScanWithResponse(ctx, nil, workerclient.CreateScanRequest{OrganizationId: tn.org,
-		Targets: []string{name + ".example"}, Plugins: []workerclient.ScanPlugin{{Name: "dns-resolve"}}})
+	scan, err := g.Control.CreateScanWithResponse(ctx, nil, apiclient.CreateScanRequest{OrganizationId: tn.org,
+		Targets: []string{name + ".example"}, Plugins: []apiclient.ScanPlugin{{Name: "dns-resolve"}}})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, scan.StatusCode(), string(scan.Body))
 	tn.scan = scan.JSON201.Id
@@ -162,8 +163,8 @@ func (w workerCaller) uploadArtifact(t *testing.T, attempt, leaseToken string, c
 // scopedToken mints an API token of the organization with one scope.
 func scopedToken(t *testing.T, g *harness.Gateway, org uuid.UUID, scope string) string {
 	t.Helper()
-	res, err := g.Control.CreateApiTokenWithResponse(context.Background(), workerclient.CreateApiTokenRequest{
-		Name: fmt.Sprintf("%s of %s", scope, org), Scopes: []workerclient.TokenScope{workerclient.TokenScope(scope)}, OrganizationId: &org})
+	res, err := g.Control.CreateApiTokenWithResponse(context.Background(), apiclient.CreateApiTokenRequest{
+		Name: fmt.Sprintf("%s of %s", scope, org), Scopes: []apiclient.TokenScope{apiclient.TokenScope(scope)}, OrganizationId: &org})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, res.StatusCode(), string(res.Body))
 	return res.JSON201.Token
@@ -180,7 +181,7 @@ func newSharedWorker(t *testing.T, g *harness.Gateway, a, b tenant) (worker, att
 	cert, err := tls.X509KeyPair(issued.CertPEM, issued.KeyPEM)
 	require.NoError(t, err)
 	pemText, capacity := string(issued.CertPEM), 4
-	created, err := g.Control.CreateWorkerWithResponse(ctx, workerclient.CreateWorkerRequest{Name: "shared",
+	created, err := g.Control.CreateWorkerWithResponse(ctx, apiclient.CreateWorkerRequest{Name: "shared",
 		WorkerType: "scanner", MaxConcurrentTasks: &capacity, CertificatePem: &pemText, OrganizationId: &b.org})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, created.StatusCode(), string(created.Body))

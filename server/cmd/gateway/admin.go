@@ -10,7 +10,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/worker-gateway/gateway/server/pki"
+
+	"github.com/worker-gateway/gateway/internal/pki"
 	"github.com/worker-gateway/gateway/store"
 )
 

@@ -23,7 +23,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/worker-gateway/gateway/workerclient"
+
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 const ctlUsage = `gateway ctl <resource> <verb> [args] [flags]
@@ -134,7 +135,7 @@ func parseEnvFile(r io.Reader) (map[string]string, error) {
 
 // newAPIClient builds the generated client: TLS trusting caFile (or the
 // system roots), a bearer token on every request.
-func newAPIClient(baseURL, token, caFile string) (*workerclient.ClientWithResponses, error) {
+func newAPIClient(baseURL, token, caFile string) (*apiclient.ClientWithResponses, error) {
 	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
 	if caFile != "" {
 		pemBytes, err := os.ReadFile(caFile)
@@ -148,9 +149,9 @@ func newAPIClient(baseURL, token, caFile string) (*workerclient.ClientWithRespon
 	}
 	hc := &http.Client{Timeout: time.Minute, Transport: &http.Transport{
 		Proxy: http.ProxyFromEnvironment, TLSClientConfig: tlsConfig, ForceAttemptHTTP2: true}}
-	return workerclient.NewClientWithResponses(strings.TrimRight(baseURL, "/"),
-		workerclient.WithHTTPClient(hc),
-		workerclient.WithRequestEditorFn(func(_ context.Context, r *http.Request) error {
+	return apiclient.NewClientWithResponses(strings.TrimRight(baseURL, "/"),
+		apiclient.WithHTTPClient(hc),
+		apiclient.WithRequestEditorFn(func(_ context.Context, r *http.Request) error {
 			r.Header.Set("Authorization", "Bearer "+token)
 			return nil
 		}))
@@ -158,7 +159,7 @@ func newAPIClient(baseURL, token, caFile string) (*workerclient.ClientWithRespon
 
 // ctl runs one command against the API.
 type ctl struct {
-	api         *workerclient.ClientWithResponses
+	api         *apiclient.ClientWithResponses
 	out, errOut io.Writer
 	json        bool
 }
@@ -350,20 +351,20 @@ func (c *ctl) morePages(next *string) {
 }
 
 // ProblemError is an application/problem+json answer.
-type ProblemError struct{ Problem workerclient.Problem }
+type ProblemError struct{ Problem apiclient.Problem }
 
 func (e *ProblemError) Error() string { return formatProblem(e.Problem) }
 
 // problemError decodes an error answer; a body that is not a problem (a
 // proxy's HTML page, say) still gives a readable error.
 func problemError(status int, requestID string, body []byte) error {
-	var p workerclient.Problem
+	var p apiclient.Problem
 	if json.Unmarshal(body, &p) != nil || p.Title == "" {
 		detail := strings.Join(strings.Fields(string(body)), " ")
 		if len(detail) > 200 {
 			detail = detail[:200] + "…"
 		}
-		p = workerclient.Problem{Title: http.StatusText(status), Code: fmt.Sprintf("HTTP %d", status), Status: status}
+		p = apiclient.Problem{Title: http.StatusText(status), Code: fmt.Sprintf("HTTP %d", status), Status: status}
 		if detail != "" {
 			p.Detail = &detail
 		}
@@ -376,7 +377,7 @@ func problemError(status int, requestID string, body []byte) error {
 
 // formatProblem renders "<title> (<code>): <detail> [request <id>]",
 // leaving out what the problem does not have.
-func formatProblem(p workerclient.Problem) string {
+func formatProblem(p apiclient.Problem) string {
 	var b strings.Builder
 	b.WriteString(p.Title)
 	if p.Code != "" {
@@ -401,7 +402,7 @@ func init() {
 			limit, cursor := pageFlags(fs)
 			return func(ctx context.Context, c *ctl, _ []string) error {
 				l, cur := pageParams(*limit, *cursor)
-				res, err := c.api.ListOrganizationsWithResponse(ctx, &workerclient.ListOrganizationsParams{Limit: l, Cursor: cur})
+				res, err := c.api.ListOrganizationsWithResponse(ctx, &apiclient.ListOrganizationsParams{Limit: l, Cursor: cur})
 				if err != nil {
 					return err
 				}
@@ -417,11 +418,11 @@ func init() {
 				if *name == "" {
 					return usageError{"orgs create needs --name"}
 				}
-				res, err := c.api.CreateOrganizationWithResponse(ctx, workerclient.CreateOrganizationRequest{Name: *name})
+				res, err := c.api.CreateOrganizationWithResponse(ctx, apiclient.CreateOrganizationRequest{Name: *name})
 				if err != nil {
 					return err
 				}
-				return c.finish(res.HTTPResponse, res.Body, func(w io.Writer) { writeOrgTable(w, []workerclient.Organization{*res.JSON201}) })
+				return c.finish(res.HTTPResponse, res.Body, func(w io.Writer) { writeOrgTable(w, []apiclient.Organization{*res.JSON201}) })
 			}
 		}},
 		"orgs get": {args: []string{"ID"}, setup: func(*flag.FlagSet) runFunc {
@@ -434,7 +435,7 @@ func init() {
 				if err != nil {
 					return err
 				}
-				return c.finish(res.HTTPResponse, res.Body, func(w io.Writer) { writeOrgTable(w, []workerclient.Organization{*res.JSON200}) })
+				return c.finish(res.HTTPResponse, res.Body, func(w io.Writer) { writeOrgTable(w, []apiclient.Organization{*res.JSON200}) })
 			}
 		}},
 
@@ -442,7 +443,7 @@ func init() {
 			limit, cursor := pageFlags(fs)
 			return func(ctx context.Context, c *ctl, _ []string) error {
 				l, cur := pageParams(*limit, *cursor)
-				res, err := c.api.ListWorkersWithResponse(ctx, &workerclient.ListWorkersParams{Limit: l, Cursor: cur})
+				res, err := c.api.ListWorkersWithResponse(ctx, &apiclient.ListWorkersParams{Limit: l, Cursor: cur})
 				if err != nil {
 					return err
 				}
@@ -474,7 +475,7 @@ func init() {
 				if *name == "" {
 					return usageError{"workers create needs --name"}
 				}
-				req := workerclient.CreateWorkerRequest{Name: *name, WorkerType: workerclient.WorkerType(*workerType)}
+				req := apiclient.CreateWorkerRequest{Name: *name, WorkerType: apiclient.WorkerType(*workerType)}
 				if *capacity > 0 {
 					req.MaxConcurrentTasks = capacity
 				}
@@ -516,7 +517,7 @@ func init() {
 				if err := checkActive(*active); err != nil {
 					return err
 				}
-				var req workerclient.UpdateWorkerRequest
+				var req apiclient.UpdateWorkerRequest
 				if isSet(fs, "enabled") {
 					req.Enabled = enabled
 				}
@@ -526,19 +527,19 @@ func init() {
 				if isSet(fs, "name") {
 					req.Name = name
 				}
-				if req == (workerclient.UpdateWorkerRequest{}) {
+				if req == (apiclient.UpdateWorkerRequest{}) {
 					return usageError{"workers update needs --enabled, --capacity or --name"}
 				}
-				params := &workerclient.UpdateWorkerParams{}
+				params := &apiclient.UpdateWorkerParams{}
 				if *active != "" {
-					a := workerclient.UpdateWorkerParamsActive(*active)
+					a := apiclient.UpdateWorkerParamsActive(*active)
 					params.Active = &a
 				}
 				res, err := c.api.UpdateWorkerWithResponse(ctx, id, params, req)
 				if err != nil {
 					return err
 				}
-				return c.finish(res.HTTPResponse, res.Body, func(w io.Writer) { writeWorkerTable(w, []workerclient.Worker{*res.JSON200}) })
+				return c.finish(res.HTTPResponse, res.Body, func(w io.Writer) { writeWorkerTable(w, []apiclient.Worker{*res.JSON200}) })
 			}
 		}},
 		"workers revoke": {args: []string{"ID"}, setup: func(fs *flag.FlagSet) runFunc {
@@ -551,11 +552,11 @@ func init() {
 				if *reason == "" {
 					return usageError{"workers revoke needs --reason"}
 				}
-				res, err := c.api.RevokeWorkerWithResponse(ctx, id, workerclient.RevokeRequest{Reason: *reason})
+				res, err := c.api.RevokeWorkerWithResponse(ctx, id, apiclient.RevokeRequest{Reason: *reason})
 				if err != nil {
 					return err
 				}
-				return c.finish(res.HTTPResponse, res.Body, func(w io.Writer) { writeWorkerTable(w, []workerclient.Worker{*res.JSON200}) })
+				return c.finish(res.HTTPResponse, res.Body, func(w io.Writer) { writeWorkerTable(w, []apiclient.Worker{*res.JSON200}) })
 			}
 		}},
 
@@ -583,9 +584,9 @@ func init() {
 				if err := checkActive(*active); err != nil {
 					return err
 				}
-				params := &workerclient.UnassignWorkerParams{}
+				params := &apiclient.UnassignWorkerParams{}
 				if *active != "" {
-					a := workerclient.UnassignWorkerParamsActive(*active)
+					a := apiclient.UnassignWorkerParamsActive(*active)
 					params.Active = &a
 				}
 				if *reason != "" {
@@ -625,9 +626,9 @@ func init() {
 				if err := checkActive(*active); err != nil {
 					return err
 				}
-				params := &workerclient.RevokeWorkerGrantParams{}
+				params := &apiclient.RevokeWorkerGrantParams{}
 				if *active != "" {
-					a := workerclient.RevokeWorkerGrantParamsActive(*active)
+					a := apiclient.RevokeWorkerGrantParamsActive(*active)
 					params.Active = &a
 				}
 				res, err := c.api.RevokeWorkerGrantWithResponse(ctx, worker, org, params)
@@ -655,10 +656,10 @@ func init() {
 				if *name == "" || *scopes == "" {
 					return usageError{"tokens create needs --name and --scopes"}
 				}
-				req := workerclient.CreateApiTokenRequest{Name: *name}
+				req := apiclient.CreateApiTokenRequest{Name: *name}
 				for s := range strings.SplitSeq(*scopes, ",") {
 					if s = strings.TrimSpace(s); s != "" {
-						req.Scopes = append(req.Scopes, workerclient.TokenScope(s))
+						req.Scopes = append(req.Scopes, apiclient.TokenScope(s))
 					}
 				}
 				if *org != "" {
@@ -677,7 +678,7 @@ func init() {
 					return err
 				}
 				return c.finish(res.HTTPResponse, res.Body, func(w io.Writer) {
-					writeTokenTable(w, []workerclient.ApiToken{res.JSON201.ApiToken})
+					writeTokenTable(w, []apiclient.ApiToken{res.JSON201.ApiToken})
 					fmt.Fprintf(w, "\nToken (shown only once): %s\n", res.JSON201.Token)
 				})
 			}
@@ -692,7 +693,7 @@ func init() {
 				if err != nil {
 					return err
 				}
-				return c.finish(res.HTTPResponse, res.Body, func(w io.Writer) { writeTokenTable(w, []workerclient.ApiToken{*res.JSON200}) })
+				return c.finish(res.HTTPResponse, res.Body, func(w io.Writer) { writeTokenTable(w, []apiclient.ApiToken{*res.JSON200}) })
 			}
 		}},
 
@@ -702,7 +703,7 @@ func init() {
 			taskType := fs.String("type", "", "task type")
 			limit, cursor := pageFlags(fs)
 			return func(ctx context.Context, c *ctl, _ []string) error {
-				params := &workerclient.ListTasksParams{}
+				params := &apiclient.ListTasksParams{}
 				params.Limit, params.Cursor = pageParams(*limit, *cursor)
 				if *org != "" {
 					id, err := parseID("organization", *org)
@@ -712,11 +713,11 @@ func init() {
 					params.OrganizationId = &id
 				}
 				if *state != "" {
-					s := workerclient.TaskState(*state)
+					s := apiclient.TaskState(*state)
 					params.State = &s
 				}
 				if *taskType != "" {
-					t := workerclient.TaskType(*taskType)
+					t := apiclient.TaskType(*taskType)
 					params.TaskType = &t
 				}
 				res, err := c.api.ListTasksWithResponse(ctx, params)
@@ -752,7 +753,7 @@ func init() {
 				if err != nil {
 					return err
 				}
-				return c.finish(res.HTTPResponse, res.Body, func(w io.Writer) { writeTaskTable(w, []workerclient.Task{*res.JSON200}) })
+				return c.finish(res.HTTPResponse, res.Body, func(w io.Writer) { writeTaskTable(w, []apiclient.Task{*res.JSON200}) })
 			}
 		}},
 		"tasks retry": {args: []string{"ID"}, setup: func(*flag.FlagSet) runFunc {
@@ -765,7 +766,7 @@ func init() {
 				if err != nil {
 					return err
 				}
-				return c.finish(res.HTTPResponse, res.Body, func(w io.Writer) { writeTaskTable(w, []workerclient.Task{*res.JSON200}) })
+				return c.finish(res.HTTPResponse, res.Body, func(w io.Writer) { writeTaskTable(w, []apiclient.Task{*res.JSON200}) })
 			}
 		}},
 	}
@@ -832,7 +833,7 @@ func joinIDs(ids []uuid.UUID) string {
 	return strings.Join(s, ",")
 }
 
-func writeOrgTable(w io.Writer, orgs []workerclient.Organization) {
+func writeOrgTable(w io.Writer, orgs []apiclient.Organization) {
 	tw := newTable(w)
 	row(tw, "ID", "NAME", "CREATED")
 	for _, o := range orgs {
@@ -842,14 +843,14 @@ func writeOrgTable(w io.Writer, orgs []workerclient.Organization) {
 }
 
 // workerEnabled is "yes", "no" or, for a revoked worker, "revoked".
-func workerEnabled(w workerclient.Worker) string {
+func workerEnabled(w apiclient.Worker) string {
 	if w.Revoked {
 		return "revoked"
 	}
 	return yesNo(w.Enabled)
 }
 
-func writeWorkerTable(w io.Writer, workers []workerclient.Worker) {
+func writeWorkerTable(w io.Writer, workers []apiclient.Worker) {
 	tw := newTable(w)
 	row(tw, "ID", "NAME", "TYPE", "ONLINE", "ENABLED", "ACTIVE/CAPACITY", "ORGS")
 	for _, wk := range workers {
@@ -859,7 +860,7 @@ func writeWorkerTable(w io.Writer, workers []workerclient.Worker) {
 	tw.Flush()
 }
 
-func workerFields(wk workerclient.Worker) [][2]string {
+func workerFields(wk apiclient.Worker) [][2]string {
 	f := [][2]string{
 		{"ID", wk.Id.String()},
 		{"Name", wk.Name},
@@ -883,7 +884,7 @@ func workerFields(wk workerclient.Worker) [][2]string {
 	)
 }
 
-func assignmentFields(a workerclient.Assignment) [][2]string {
+func assignmentFields(a apiclient.Assignment) [][2]string {
 	f := [][2]string{
 		{"Organization", a.OrganizationId.String()},
 		{"Worker", a.WorkerId.String()},
@@ -900,7 +901,7 @@ func assignmentFields(a workerclient.Assignment) [][2]string {
 }
 
 // tokenStatus is "active", "revoked" or "expired" (as of now).
-func tokenStatus(t workerclient.ApiToken, now time.Time) string {
+func tokenStatus(t apiclient.ApiToken, now time.Time) string {
 	switch {
 	case t.Revoked:
 		return "revoked"
@@ -910,7 +911,7 @@ func tokenStatus(t workerclient.ApiToken, now time.Time) string {
 	return "active"
 }
 
-func writeTokenTable(w io.Writer, tokens []workerclient.ApiToken) {
+func writeTokenTable(w io.Writer, tokens []apiclient.ApiToken) {
 	tw := newTable(w)
 	row(tw, "ID", "NAME", "SCOPES", "ORG", "STATUS", "EXPIRES", "LAST USED", "CREATED")
 	now := time.Now()
@@ -929,14 +930,14 @@ func writeTokenTable(w io.Writer, tokens []workerclient.ApiToken) {
 	tw.Flush()
 }
 
-func pendingReason(p *workerclient.PendingReason) string {
+func pendingReason(p *apiclient.PendingReason) string {
 	if p == nil || *p == "" {
 		return "-"
 	}
 	return string(*p)
 }
 
-func writeTaskTable(w io.Writer, tasks []workerclient.Task) {
+func writeTaskTable(w io.Writer, tasks []apiclient.Task) {
 	tw := newTable(w)
 	row(tw, "ID", "STATE", "TYPE", "ATTEMPTS", "PENDING REASON", "CREATED")
 	for _, t := range tasks {
@@ -946,7 +947,7 @@ func writeTaskTable(w io.Writer, tasks []workerclient.Task) {
 	tw.Flush()
 }
 
-func writeTaskDetail(w io.Writer, t workerclient.TaskDetail) {
+func writeTaskDetail(w io.Writer, t apiclient.TaskDetail) {
 	f := [][2]string{
 		{"ID", t.Id.String()},
 		{"Organization", t.OrganizationId.String()},
@@ -975,7 +976,7 @@ func writeTaskDetail(w io.Writer, t workerclient.TaskDetail) {
 		return
 	}
 	attempts := slices.Clone(t.Attempts)
-	slices.SortFunc(attempts, func(a, b workerclient.Attempt) int { return a.AttemptNumber - b.AttemptNumber })
+	slices.SortFunc(attempts, func(a, b apiclient.Attempt) int { return a.AttemptNumber - b.AttemptNumber })
 	fmt.Fprintln(w)
 	tw := newTable(w)
 	row(tw, "#", "ATTEMPT", "WORKER", "STATUS", "STARTED", "FINISHED", "ERROR")

@@ -14,9 +14,10 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
 	"github.com/worker-gateway/gateway/store/storetest"
 	"github.com/worker-gateway/gateway/tests/harness"
-	"github.com/worker-gateway/gateway/workerclient"
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 func TestMain(m *testing.M) { storetest.Main(m) }
@@ -25,7 +26,7 @@ func ptr[T any](v T) *T { return &v }
 
 func TestFormatProblem(t *testing.T) {
 	t.Parallel()
-	p := workerclient.Problem{Title: "Conflict", Code: "task-finished", Status: 409,
+	p := apiclient.Problem{Title: "Conflict", Code: "task-finished", Status: 409,
 		Detail: ptr("The task already finished."), RequestId: ptr("b7d1c2a4e5f60718")}
 	require.Equal(t, "Conflict (task-finished): The task already finished. [request b7d1c2a4e5f60718]", formatProblem(p))
 
@@ -63,7 +64,7 @@ var (
 func TestWriteWorkerTable(t *testing.T) {
 	t.Parallel()
 	var b bytes.Buffer
-	writeWorkerTable(&b, []workerclient.Worker{
+	writeWorkerTable(&b, []apiclient.Worker{
 		{Id: id1, Name: "scanner-eu-1", WorkerType: "scanner", Online: true, Enabled: true,
 			ActiveAttempts: 2, MaxConcurrentTasks: 4, OrganizationIds: []uuid.UUID{id2}},
 		{Id: id2, Name: "old", WorkerType: "ai", Revoked: true, MaxConcurrentTasks: 1},
@@ -78,9 +79,9 @@ func TestWriteWorkerTable(t *testing.T) {
 func TestWriteTaskTable(t *testing.T) {
 	t.Parallel()
 	var b bytes.Buffer
-	writeTaskTable(&b, []workerclient.Task{
+	writeTaskTable(&b, []apiclient.Task{
 		{Id: id1, State: "pending", TaskType: "scanner_plugin", AttemptCount: 0, MaxAttempts: 3,
-			PendingReason: ptr(workerclient.PendingReason("no_online_worker")), CreatedAt: created},
+			PendingReason: ptr(apiclient.PendingReason("no_online_worker")), CreatedAt: created},
 		{Id: id2, State: "completed", TaskType: "scanner_plugin", AttemptCount: 1, MaxAttempts: 3, CreatedAt: created},
 	})
 	require.Equal(t, ""+
@@ -93,16 +94,16 @@ func TestWriteTaskTable(t *testing.T) {
 func TestWriteOrgAndTokenTables(t *testing.T) {
 	t.Parallel()
 	var b bytes.Buffer
-	writeOrgTable(&b, []workerclient.Organization{{Id: id1, Name: "Acme", CreatedAt: created}})
+	writeOrgTable(&b, []apiclient.Organization{{Id: id1, Name: "Acme", CreatedAt: created}})
 	require.Equal(t, ""+
 		"ID                                    NAME  CREATED\n"+
 		"11111111-1111-1111-1111-111111111111  Acme  2026-03-04T05:06:07Z\n", b.String())
 
 	b.Reset()
 	past := created
-	writeTokenTable(&b, []workerclient.ApiToken{
-		{Id: id1, Name: "ci", Scopes: []workerclient.TokenScope{"producer", "reader"}, OrganizationId: &id2, CreatedAt: created},
-		{Id: id2, Name: "old", Scopes: []workerclient.TokenScope{"admin"}, ExpiresAt: &past, CreatedAt: created},
+	writeTokenTable(&b, []apiclient.ApiToken{
+		{Id: id1, Name: "ci", Scopes: []apiclient.TokenScope{"producer", "reader"}, OrganizationId: &id2, CreatedAt: created},
+		{Id: id2, Name: "old", Scopes: []apiclient.TokenScope{"admin"}, ExpiresAt: &past, CreatedAt: created},
 	})
 	require.Equal(t, ""+
 		"ID                                    NAME  SCOPES           ORG                                   STATUS   EXPIRES               LAST USED  CREATED\n"+
@@ -188,7 +189,7 @@ func TestCtlEndToEnd(t *testing.T) {
 	}
 	decode := func(s string, v any) { t.Helper(); require.NoError(t, json.Unmarshal([]byte(s), v)) }
 
-	var org workerclient.Organization
+	var org apiclient.Organization
 	decode(ok("orgs", "create", "--name", "Acme", "--json"), &org)
 	require.Equal(t, "Acme", org.Name)
 	require.Contains(t, ok("orgs", "list"), org.Id.String()+"  Acme")
@@ -196,7 +197,7 @@ func TestCtlEndToEnd(t *testing.T) {
 
 	out := ok("workers", "create", "--name", "w1", "--capacity", "3")
 	require.Regexp(t, `Enrollment token:\s+\S+`, out)
-	var workers workerclient.WorkerList
+	var workers apiclient.WorkerList
 	decode(ok("workers", "list", "--json"), &workers)
 	require.Len(t, workers.Items, 1)
 	worker := workers.Items[0].Id.String()
@@ -217,7 +218,7 @@ func TestCtlEndToEnd(t *testing.T) {
 	require.Equal(t, 1, code)
 	require.Regexp(t, `^error: .+ \(not-found\)(: .+)? \[request \S+\]\n$`, errOut)
 
-	var created workerclient.CreatedApiToken
+	var created apiclient.CreatedApiToken
 	decode(ok("tokens", "create", "--name", "ci", "--scopes", "producer,reader", "--org", org.Id.String(), "--json"), &created)
 	require.NotEmpty(t, created.Token)
 	require.Regexp(t, created.ApiToken.Id.String()+`\s+ci\s+producer,reader\s+`+org.Id.String()+`\s+active`, ok("tokens", "list"))
@@ -231,7 +232,7 @@ func TestCtlEndToEnd(t *testing.T) {
 	require.Contains(t, ok("unassign", org.Id.String(), worker, "--active", "drain", "--reason", "moving"), "Revoked:")
 
 	// A worker owned by the organization, granted to another one.
-	var other workerclient.Organization
+	var other apiclient.Organization
 	decode(ok("orgs", "create", "--name", "Other", "--json"), &other)
 	otherID := other.Id.String()
 	decode(ok("workers", "create", "--name", "owned", "--org", org.Id.String(), "--json"), &struct{}{})

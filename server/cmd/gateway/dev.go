@@ -18,10 +18,11 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/worker-gateway/gateway/internal/pgcluster"
+	"github.com/worker-gateway/gateway/internal/pki"
 	"github.com/worker-gateway/gateway/migrations"
-	"github.com/worker-gateway/gateway/server/pki"
 	"github.com/worker-gateway/gateway/store"
-	"github.com/worker-gateway/gateway/store/pgcluster"
 )
 
 // runDev starts a complete development system in the foreground: a private

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/worker-gateway/gateway/store"
 	"log/slog"
 	"net"
 	"net/http"
@@ -14,11 +13,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/worker-gateway/gateway/store"
+
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/worker-gateway/gateway/internal/pki"
 	"github.com/worker-gateway/gateway/migrations"
 	"github.com/worker-gateway/gateway/server"
 	"github.com/worker-gateway/gateway/server/objectstore"
-	"github.com/worker-gateway/gateway/server/pki"
 )
 
 // serveConfig is what `gateway serve` (and `gateway dev`) need to run a

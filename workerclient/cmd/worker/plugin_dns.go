@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/worker-gateway/gateway/workerclient"
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 // dns-resolve: resolves the hostnames among the targets and the scan's
@@ -48,7 +48,7 @@ func dnsResolve(ctx context.Context, c *Call, resolver ipResolver) error {
 	}
 
 	var names []string
-	var ips []workerclient.ResultRecord
+	var ips []apiclient.ResultRecord
 	seenIP := map[netip.Addr]bool{}
 	for _, t := range append(slices.Clone(c.Targets), assetValues(c.Assets, "hostname")...) {
 		host := hostOf(t)
@@ -106,7 +106,7 @@ func dnsResolve(ctx context.Context, c *Call, resolver ipResolver) error {
 		for i, a := range found {
 			addresses[i] = a.String()
 		}
-		recs := []workerclient.ResultRecord{assetRecord("hostname", name, map[string]any{"addresses": addresses})}
+		recs := []apiclient.ResultRecord{assetRecord("hostname", name, map[string]any{"addresses": addresses})}
 		for _, a := range addresses {
 			recs = append(recs, assetRecord("ip", a, map[string]any{"hostname": name}))
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/worker-gateway/gateway/workerclient"
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 // The scanner plugins are driven directly, with a recorder in place of
@@ -38,7 +39,7 @@ type recorder struct {
 	out     lockedBuffer // the attempt's log
 }
 
-func (r *recorder) emit(_ context.Context, recs ...workerclient.ResultRecord) error {
+func (r *recorder) emit(_ context.Context, recs ...apiclient.ResultRecord) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.calls++

@@ -21,6 +21,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/worker-gateway/gateway/workerclient"
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 // http-probe: GETs each URL and reports it as a url asset with its status,
@@ -180,7 +181,7 @@ func endpointURL(scheme, host string, port int) string {
 
 // probeURL GETs u and returns its url asset and the threats its certificate
 // shows as of now; an error when u gives no HTTP answer.
-func probeURL(ctx context.Context, client *http.Client, u string, now time.Time) ([]workerclient.ResultRecord, error) {
+func probeURL(ctx context.Context, client *http.Client, u string, now time.Time) ([]apiclient.ResultRecord, error) {
 	// The first TLS handshake is u's own (later ones are redirects').
 	var (
 		mu   sync.Mutex
@@ -213,8 +214,8 @@ func probeURL(ctx context.Context, client *http.Client, u string, now time.Time)
 	if final := resp.Request.URL.String(); final != u {
 		details["final_url"] = final
 	}
-	asset := workerclient.AssetRef{Type: "url", Value: u}
-	recs := []workerclient.ResultRecord{assetRecord(asset.Type, asset.Value, details)}
+	asset := apiclient.AssetRef{Type: "url", Value: u}
+	recs := []apiclient.ResultRecord{assetRecord(asset.Type, asset.Value, details)}
 	mu.Lock()
 	cert := leaf
 	mu.Unlock()
@@ -244,24 +245,24 @@ func htmlTitle(body []byte) string {
 // now: expired (high) or expiring within certExpiryWarning (medium), and
 // self-signed (medium): its issuer is its subject and its own key verifies
 // its signature.
-func certificateThreats(asset workerclient.AssetRef, cert *x509.Certificate, now time.Time) []workerclient.ResultRecord {
+func certificateThreats(asset apiclient.AssetRef, cert *x509.Certificate, now time.Time) []apiclient.ResultRecord {
 	details := map[string]any{
 		"not_after": cert.NotAfter.UTC().Format(time.RFC3339),
 		"subject":   cert.Subject.String(),
 		"issuer":    cert.Issuer.String(),
 	}
-	var recs []workerclient.ResultRecord
+	var recs []apiclient.ResultRecord
 	switch left := cert.NotAfter.Sub(now); {
 	case left < 0:
 		recs = append(recs, threatRecord(asset, "tls-certificate-expired", "TLS certificate expired",
-			workerclient.High, details))
+			apiclient.High, details))
 	case left < certExpiryWarning:
 		recs = append(recs, threatRecord(asset, "tls-certificate-expiring", "TLS certificate expires within 14 days",
-			workerclient.Medium, details))
+			apiclient.Medium, details))
 	}
 	if isSelfSigned(cert) {
 		recs = append(recs, threatRecord(asset, "tls-certificate-self-signed", "Self-signed TLS certificate",
-			workerclient.Medium, details))
+			apiclient.Medium, details))
 	}
 	return recs
 }

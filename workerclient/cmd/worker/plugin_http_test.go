@@ -21,7 +21,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/worker-gateway/gateway/workerclient"
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 // testCert is a certificate for 127.0.0.1, signed by parent (self-signed
@@ -266,7 +266,7 @@ func TestHTMLTitle(t *testing.T) {
 
 func TestCertificateThreats(t *testing.T) {
 	now := time.Now()
-	asset := workerclient.AssetRef{Type: "url", Value: "https://127.0.0.1/"}
+	asset := apiclient.AssetRef{Type: "url", Value: "https://127.0.0.1/"}
 	ca := testCert(t, "CA", now.Add(-time.Hour), now.Add(24*time.Hour*365), true, nil)
 	ids := func(c tls.Certificate) []string {
 		var ids []string

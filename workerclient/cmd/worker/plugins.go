@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/worker-gateway/gateway/workerclient"
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 // Call is one run of a plugin: the task, its decoded input, the scan's
@@ -51,10 +52,10 @@ func (c *Call) Printf(format string, args ...any) {
 }
 
 // Emitter sends result records (see workerclient.LeasedTask.Emit).
-type Emitter func(ctx context.Context, records ...workerclient.ResultRecord) error
+type Emitter func(ctx context.Context, records ...apiclient.ResultRecord) error
 
 // Uploader stores an artifact (see workerclient.LeasedTask.UploadArtifact).
-type Uploader func(ctx context.Context, name, contentType string, r io.Reader) (*workerclient.File, error)
+type Uploader func(ctx context.Context, name, contentType string, r io.Reader) (*apiclient.File, error)
 
 // Asset is an asset an earlier job of the scan found, as the scan passes it
 // in the payload.
@@ -118,7 +119,7 @@ func handle(log *slog.Logger) workerclient.Handler {
 
 // callFor decodes a task into the plugin to run and its Call.
 func callFor(task *workerclient.LeasedTask, log *slog.Logger) (Plugin, *Call, error) {
-	if task.Type != string(workerclient.TaskTypeScannerPlugin) {
+	if task.Type != string(apiclient.TaskTypeScannerPlugin) {
 		return nil, nil, workerclient.Permanent("unsupported-task-type", fmt.Sprintf("this worker does not run %q tasks", task.Type))
 	}
 	var p scannerPayload
@@ -201,19 +202,19 @@ func failPlugin(_ context.Context, c *Call) error {
 // ---- helpers of the scanner plugins ----
 
 // assetRecord is an asset record; details are plain JSON values.
-func assetRecord(typ, value string, details map[string]any) workerclient.ResultRecord {
-	return workerclient.ResultRecord{
-		Kind:    workerclient.ResultRecordKindAsset,
-		Asset:   &workerclient.AssetRef{Type: typ, Value: value},
+func assetRecord(typ, value string, details map[string]any) apiclient.ResultRecord {
+	return apiclient.ResultRecord{
+		Kind:    apiclient.ResultRecordKindAsset,
+		Asset:   &apiclient.AssetRef{Type: typ, Value: value},
 		Details: jsonObject(details),
 	}
 }
 
 // threatRecord is a threat record on an asset.
-func threatRecord(asset workerclient.AssetRef, externalID, title string, severity workerclient.Severity,
-	details map[string]any) workerclient.ResultRecord {
-	return workerclient.ResultRecord{
-		Kind:       workerclient.ResultRecordKindThreat,
+func threatRecord(asset apiclient.AssetRef, externalID, title string, severity apiclient.Severity,
+	details map[string]any) apiclient.ResultRecord {
+	return apiclient.ResultRecord{
+		Kind:       apiclient.ResultRecordKindThreat,
 		Asset:      &asset,
 		ExternalId: &externalID,
 		Title:      &title,
@@ -224,7 +225,7 @@ func threatRecord(asset workerclient.AssetRef, externalID, title string, severit
 
 // jsonObject encodes details, nil for none. The plugins put only strings,
 // numbers and slices of them in details, which always encode.
-func jsonObject(details map[string]any) *workerclient.JSONObject {
+func jsonObject(details map[string]any) *apiclient.JSONObject {
 	if details == nil {
 		return nil
 	}
@@ -232,7 +233,7 @@ func jsonObject(details map[string]any) *workerclient.JSONObject {
 	if err != nil {
 		panic(fmt.Sprintf("details do not encode: %v", err))
 	}
-	obj := workerclient.JSONObject(raw)
+	obj := apiclient.JSONObject(raw)
 	return &obj
 }
 

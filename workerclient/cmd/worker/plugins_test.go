@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/worker-gateway/gateway/workerclient"
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 func runTask(t *testing.T, ctx context.Context, taskType, payload string) error {
@@ -48,7 +49,7 @@ func TestCallCarriesTheScanPayload(t *testing.T) {
 	assert.JSONEq(t, `{"hostname": "localhost"}`, string(c.Assets[0].Details))
 	// Emit is the task's: outside a Runtime it refuses.
 	require.NotNil(t, c.Emit)
-	assert.Error(t, c.Emit(t.Context(), workerclient.ResultRecord{Kind: workerclient.ResultRecordKindData}))
+	assert.Error(t, c.Emit(t.Context(), apiclient.ResultRecord{Kind: apiclient.ResultRecordKindData}))
 }
 
 func TestEcho(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/worker-gateway/gateway/workerclient"
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 // Every scanner job ends by uploading report.json, an artifact of its
@@ -54,7 +55,7 @@ func newTally(c *Call) *tally {
 
 // wrap counts what emit accepted.
 func (t *tally) wrap(emit Emitter) Emitter {
-	return func(ctx context.Context, records ...workerclient.ResultRecord) error {
+	return func(ctx context.Context, records ...apiclient.ResultRecord) error {
 		if err := emit(ctx, records...); err != nil {
 			return err
 		}
@@ -70,7 +71,7 @@ func (t *tally) wrap(emit Emitter) Emitter {
 				}
 				t.report.ByType[kind][r.Asset.Type]++
 			}
-			if r.Kind == workerclient.ResultRecordKindThreat && r.Severity != nil {
+			if r.Kind == apiclient.ResultRecordKindThreat && r.Severity != nil {
 				t.report.Severities[string(*r.Severity)]++
 			}
 		}

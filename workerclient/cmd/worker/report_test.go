@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/worker-gateway/gateway/workerclient"
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 // uploaded is an artifact given to a fake Uploader.
@@ -27,7 +28,7 @@ type fakeUploader struct {
 	err   error
 }
 
-func (u *fakeUploader) upload(_ context.Context, name, contentType string, r io.Reader) (*workerclient.File, error) {
+func (u *fakeUploader) upload(_ context.Context, name, contentType string, r io.Reader) (*apiclient.File, error) {
 	body, err := io.ReadAll(r)
 	if err != nil {
 		return nil, err
@@ -36,7 +37,7 @@ func (u *fakeUploader) upload(_ context.Context, name, contentType string, r io.
 	if u.err != nil {
 		return nil, u.err
 	}
-	return &workerclient.File{Id: uuid.New(), Name: name, ContentType: contentType, SizeBytes: int64(len(body))}, nil
+	return &apiclient.File{Id: uuid.New(), Name: name, ContentType: contentType, SizeBytes: int64(len(body))}, nil
 }
 
 func (u *fakeUploader) report(t *testing.T) Report {
@@ -77,14 +78,14 @@ func TestReportCountsWhatWasDeliveredByKindAndType(t *testing.T) {
 	up := &fakeUploader{}
 	c := newCall(t, "", nil, nil, rec)
 	c.Plugin, c.Upload = "http-probe", up.upload
-	url := workerclient.AssetRef{Type: "url", Value: "https://127.0.0.1/"}
-	data := workerclient.JSONObject(`{"n": 1}`)
+	url := apiclient.AssetRef{Type: "url", Value: "https://127.0.0.1/"}
+	data := apiclient.JSONObject(`{"n": 1}`)
 	run := func(ctx context.Context, c *Call) error {
 		if err := c.Emit(ctx, assetRecord("ip", "127.0.0.1", nil), assetRecord("ip", "::1", nil),
 			assetRecord("url", url.Value, nil),
-			threatRecord(url, "tls-certificate-expired", "expired", workerclient.High, nil),
-			threatRecord(url, "tls-certificate-self-signed", "self-signed", workerclient.Medium, nil),
-			workerclient.ResultRecord{Kind: workerclient.ResultRecordKindData, Data: &data}); err != nil {
+			threatRecord(url, "tls-certificate-expired", "expired", apiclient.High, nil),
+			threatRecord(url, "tls-certificate-self-signed", "self-signed", apiclient.Medium, nil),
+			apiclient.ResultRecord{Kind: apiclient.ResultRecordKindData, Data: &data}); err != nil {
 			return err
 		}
 		rec.mu.Lock()

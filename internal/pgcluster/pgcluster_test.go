@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/worker-gateway/gateway/store/pgcluster"
+	"github.com/worker-gateway/gateway/internal/pgcluster"
 )
 
 func testContext(t *testing.T) context.Context {

@@ -1,4 +1,4 @@
-package store
+package groupcommit
 
 import (
 	"context"
@@ -34,29 +34,29 @@ func (w *blockingWriter) write(_ context.Context, group []int) []int {
 	return out
 }
 
-// TestGroupCommitterAbandonedRequests: a request whose caller gave up while
+// TestCommitterAbandonedRequests: a request whose caller gave up while
 // it was queued is never written; one whose caller gave up while its group
 // was being written is handed, with its result, to abandoned — nothing it
 // produced is left without an owner.
-func TestGroupCommitterAbandonedRequests(t *testing.T) {
+func TestCommitterAbandonedRequests(t *testing.T) {
 	w := newBlockingWriter()
-	g := newGroupCommitter(1, 8, time.Minute, w.write)
 	type handed struct{ param, result int }
 	abandonedCh := make(chan handed, 4)
-	g.abandoned = func(_ context.Context, p, r int) { abandonedCh <- handed{p, r} }
-	defer g.close()
+	g := New(Options[int, int]{Writers: 1, MaxGroup: 8, Timeout: time.Minute,
+		Abandoned: func(_ context.Context, p, r int) { abandonedCh <- handed{p, r} }}, w.write)
+	defer g.Close()
 
 	// 1 is being written and its caller gives up meanwhile.
 	ctx1, cancel1 := context.WithCancel(context.Background())
 	done1 := make(chan error, 1)
-	go func() { _, errs := g.submit(ctx1, []int{1}); done1 <- errs[0] }()
+	go func() { _, errs := g.Submit(ctx1, []int{1}); done1 <- errs[0] }()
 	if got := <-w.started; !slices.Equal(got, []int{1}) {
 		t.Fatalf("first group %v, want [1]", got)
 	}
 	// 2 queues behind it and its caller gives up before it is written.
 	ctx2, cancel2 := context.WithCancel(context.Background())
 	done2 := make(chan error, 1)
-	go func() { _, errs := g.submit(ctx2, []int{2}); done2 <- errs[0] }()
+	go func() { _, errs := g.Submit(ctx2, []int{2}); done2 <- errs[0] }()
 	waitUntil(t, func() bool { return len(g.queue) == 1 })
 	cancel1()
 	cancel2()
@@ -68,7 +68,7 @@ func TestGroupCommitterAbandonedRequests(t *testing.T) {
 	}
 	// 3 is submitted by a caller who waits for it.
 	done3 := make(chan []int, 1)
-	go func() { out, _ := g.submit(context.Background(), []int{3}); done3 <- out }()
+	go func() { out, _ := g.Submit(context.Background(), []int{3}); done3 <- out }()
 	waitUntil(t, func() bool { return len(g.queue) == 2 })
 
 	w.release <- struct{}{} // the group of 1 finishes

@@ -1,3 +1,0 @@
-package workerclient
-
-//go:generate go tool oapi-codegen -config cfg.yaml ../openapi.yaml
