@@ -174,7 +174,7 @@ func toFile(f store.File) api.File {
 
 // ListTaskArtifacts lists a task's committed files.
 func (h *handlers) ListTaskArtifacts(ctx context.Context, req api.ListTaskArtifactsRequestObject) (api.ListTaskArtifactsResponseObject, error) {
-	scope, err := requireScope(ctx, scopeReader, scopeProducer)
+	scope, err := requirePermission(ctx, permissionReader, permissionProducer)
 	if err != nil {
 		return nil, err
 	}
@@ -187,7 +187,7 @@ func (h *handlers) ListTaskArtifacts(ctx context.Context, req api.ListTaskArtifa
 
 // GetFile returns a file's metadata.
 func (h *handlers) GetFile(ctx context.Context, req api.GetFileRequestObject) (api.GetFileResponseObject, error) {
-	scope, err := requireScope(ctx, scopeReader, scopeProducer)
+	scope, err := requirePermission(ctx, permissionReader, permissionProducer)
 	if err != nil {
 		return nil, err
 	}
@@ -200,7 +200,7 @@ func (h *handlers) GetFile(ctx context.Context, req api.GetFileRequestObject) (a
 
 // GetFileContent streams a file's bytes.
 func (h *handlers) GetFileContent(ctx context.Context, req api.GetFileContentRequestObject) (api.GetFileContentResponseObject, error) {
-	scope, err := requireScope(ctx, scopeReader, scopeProducer)
+	scope, err := requirePermission(ctx, permissionReader, permissionProducer)
 	if err != nil {
 		return nil, err
 	}

@@ -146,37 +146,39 @@ func (s *Server) authenticateBearer(ctx context.Context, r *http.Request) (store
 	return p, nil
 }
 
-// Scopes of API tokens. admin may do everything; producer creates and
-// manages tasks; reader only reads.
+// Permissions of API tokens (the API calls them "scopes"; in this code
+// "scope" names only the tenant a call acts for, store.Scope). admin may
+// do everything; producer creates and manages tasks; reader only reads.
 const (
-	scopeAdmin    = "admin"
-	scopeProducer = "producer"
-	scopeReader   = "reader"
+	permissionAdmin    = "admin"
+	permissionProducer = "producer"
+	permissionReader   = "reader"
 )
 
-// requireScope checks that the caller holds one of the scopes (admin always
-// qualifies) and returns the organization scope to apply to data access.
-func requireScope(ctx context.Context, scopes ...string) (store.Scope, error) {
+// requirePermission checks that the caller holds one of the permissions
+// (admin always qualifies) and returns the tenant scope its data access is
+// limited to.
+func requirePermission(ctx context.Context, permissions ...string) (store.Scope, error) {
 	p := authFrom(ctx).principal
 	if p == nil {
 		return store.Scope{}, newProblem(http.StatusUnauthorized, "unauthenticated", "this route needs a bearer API token")
 	}
-	if slices.Contains(p.Scopes, scopeAdmin) || slices.ContainsFunc(scopes, func(s string) bool { return slices.Contains(p.Scopes, s) }) {
-		return store.Scope{Organization: p.OrganizationID}, nil
+	if slices.Contains(p.Permissions, permissionAdmin) || slices.ContainsFunc(permissions, func(s string) bool { return slices.Contains(p.Permissions, s) }) {
+		return store.ScopeOf(p.OrganizationID), nil
 	}
-	return store.Scope{}, newProblem(http.StatusForbidden, "forbidden", "the API token lacks the scope this route needs")
+	return store.Scope{}, newProblem(http.StatusForbidden, "forbidden", "the API token lacks the permission this route needs")
 }
 
 // requireGlobalAdmin is for operations on shared objects (organizations,
 // worker identities) that an organization-scoped token may not perform.
-func requireGlobalAdmin(ctx context.Context) error {
-	scope, err := requireScope(ctx, scopeAdmin)
+func requireGlobalAdmin(ctx context.Context) (store.Scope, error) {
+	scope, err := requirePermission(ctx, permissionAdmin)
 	if err != nil {
-		return err
+		return store.Scope{}, err
 	}
 	p := authFrom(ctx).principal
-	if !slices.Contains(p.Scopes, scopeAdmin) || scope.Organization != nil {
-		return newProblem(http.StatusForbidden, "forbidden", "this route needs an admin token without organization scope")
+	if !slices.Contains(p.Permissions, permissionAdmin) || !scope.IsEveryOrganization() {
+		return store.Scope{}, newProblem(http.StatusForbidden, "forbidden", "this route needs an admin token without organization scope")
 	}
-	return nil
+	return scope, nil
 }

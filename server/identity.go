@@ -176,11 +176,11 @@ func issuedFingerprint(c api.IssuedCertificate) string {
 
 // RevokeWorker revokes a worker for good.
 func (h *handlers) RevokeWorker(ctx context.Context, req api.RevokeWorkerRequestObject) (api.RevokeWorkerResponseObject, error) {
-	scope, err := h.requireWorkerManager(ctx, req.WorkerId)
+	scope, err := requirePermission(ctx, permissionAdmin)
 	if err != nil {
 		return nil, err
 	}
-	w, err := h.store.RevokeWorker(ctx, req.WorkerId, req.Body.Reason, h.onlineWindow())
+	w, err := h.store.RevokeWorker(ctx, scope, req.WorkerId, req.Body.Reason, h.onlineWindow())
 	if err != nil {
 		return nil, err
 	}
@@ -188,31 +188,28 @@ func (h *handlers) RevokeWorker(ctx context.Context, req api.RevokeWorkerRequest
 	// other replicas hear the NOTIFY.
 	h.identities.forgetWorker(req.WorkerId)
 	h.hub.WakeWorker(req.WorkerId)
-	h.audit(ctx, "worker.revoke", "worker", req.WorkerId.String(), scope.Organization, map[string]any{"reason": req.Body.Reason})
-	if w, err = h.workerAsSeenBy(ctx, scope, w); err != nil {
-		return nil, err
-	}
+	h.audit(ctx, "worker.revoke", "worker", req.WorkerId.String(), scope.Organization(), map[string]any{"reason": req.Body.Reason})
 	return api.RevokeWorker200JSONResponse(toWorker(w)), nil
 }
 
 // CreateEnrollmentToken issues a new one-time enrollment token.
 func (h *handlers) CreateEnrollmentToken(ctx context.Context, req api.CreateEnrollmentTokenRequestObject) (api.CreateEnrollmentTokenResponseObject, error) {
-	scope, err := h.requireWorkerManager(ctx, req.WorkerId)
+	scope, err := requirePermission(ctx, permissionAdmin)
 	if err != nil {
 		return nil, err
 	}
-	token, expires, err := h.store.CreateEnrollmentToken(ctx, req.WorkerId, h.cfg.Identity.EnrollmentTokenTTL)
+	token, expires, err := h.store.CreateEnrollmentToken(ctx, scope, req.WorkerId, h.cfg.Identity.EnrollmentTokenTTL)
 	if err != nil {
 		return nil, err
 	}
-	h.audit(ctx, "worker.enrollment_token", "worker", req.WorkerId.String(), scope.Organization, nil)
+	h.audit(ctx, "worker.enrollment_token", "worker", req.WorkerId.String(), scope.Organization(), nil)
 	return api.CreateEnrollmentToken201JSONResponse{EnrollmentToken: token, ExpiresAt: expires,
 		ExpiresInSeconds: h.cfg.Identity.EnrollmentTokenTTL.Seconds()}, nil
 }
 
 // ListOrganizationWorkers lists an organization's workers with eligibility.
 func (h *handlers) ListOrganizationWorkers(ctx context.Context, req api.ListOrganizationWorkersRequestObject) (api.ListOrganizationWorkersResponseObject, error) {
-	scope, err := requireScope(ctx, scopeReader, scopeProducer)
+	scope, err := requirePermission(ctx, permissionReader, permissionProducer)
 	if err != nil {
 		return nil, err
 	}

@@ -37,7 +37,7 @@ const logReadLimit = 1 << 20
 
 // GetTaskLogs reads an attempt's log, optionally following it.
 func (h *handlers) GetTaskLogs(ctx context.Context, req api.GetTaskLogsRequestObject) (api.GetTaskLogsResponseObject, error) {
-	scope, err := requireScope(ctx, scopeReader, scopeProducer)
+	scope, err := requirePermission(ctx, permissionReader, permissionProducer)
 	if err != nil {
 		return nil, err
 	}

@@ -13,10 +13,11 @@ func toOrganization(o store.Organization) api.Organization {
 
 // CreateOrganization creates a tenant (global admins only).
 func (h *handlers) CreateOrganization(ctx context.Context, req api.CreateOrganizationRequestObject) (api.CreateOrganizationResponseObject, error) {
-	if err := requireGlobalAdmin(ctx); err != nil {
+	scope, err := requireGlobalAdmin(ctx)
+	if err != nil {
 		return nil, err
 	}
-	o, err := h.store.CreateOrganization(ctx, req.Body.Name)
+	o, err := h.store.CreateOrganization(ctx, scope, req.Body.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -39,7 +40,7 @@ func (h *handlers) ListOrganizations(ctx context.Context, req api.ListOrganizati
 
 // GetOrganization returns one organization.
 func (h *handlers) GetOrganization(ctx context.Context, req api.GetOrganizationRequestObject) (api.GetOrganizationResponseObject, error) {
-	scope, err := requireScope(ctx, scopeReader, scopeProducer)
+	scope, err := requirePermission(ctx, permissionReader, permissionProducer)
 	if err != nil {
 		return nil, err
 	}

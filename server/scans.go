@@ -9,14 +9,11 @@ import (
 
 // CreateScan starts a scan; its jobs run one after another.
 func (h *handlers) CreateScan(ctx context.Context, req api.CreateScanRequestObject) (api.CreateScanResponseObject, error) {
-	scope, err := requireScope(ctx, scopeProducer)
+	scope, err := requirePermission(ctx, permissionProducer)
 	if err != nil {
 		return nil, err
 	}
 	b := req.Body
-	if !scope.Allows(b.OrganizationId) {
-		return nil, store.ErrNotFound
-	}
 	p := store.CreateScanParams{OrganizationID: b.OrganizationId, Targets: b.Targets}
 	if b.Priority != nil {
 		p.Priority = *b.Priority
@@ -34,7 +31,7 @@ func (h *handlers) CreateScan(ctx context.Context, req api.CreateScanRequestObje
 	if p.IdempotencyKey, p.RequestSHA256, err = idempotency(req.Params.IdempotencyKey, b); err != nil {
 		return nil, err
 	}
-	scan, replayed, err := h.store.CreateScan(ctx, p)
+	scan, replayed, err := h.store.CreateScan(ctx, scope, p)
 	if err != nil {
 		return nil, err
 	}
@@ -47,7 +44,7 @@ func (h *handlers) CreateScan(ctx context.Context, req api.CreateScanRequestObje
 
 // GetScan returns a scan with its jobs and their tasks.
 func (h *handlers) GetScan(ctx context.Context, req api.GetScanRequestObject) (api.GetScanResponseObject, error) {
-	scope, err := requireScope(ctx, scopeReader, scopeProducer)
+	scope, err := requirePermission(ctx, permissionReader, permissionProducer)
 	if err != nil {
 		return nil, err
 	}
@@ -73,7 +70,7 @@ func (h *handlers) ListScans(ctx context.Context, req api.ListScansRequestObject
 
 // CancelScan cancels a scan and its current task.
 func (h *handlers) CancelScan(ctx context.Context, req api.CancelScanRequestObject) (api.CancelScanResponseObject, error) {
-	scope, err := requireScope(ctx, scopeProducer)
+	scope, err := requirePermission(ctx, permissionProducer)
 	if err != nil {
 		return nil, err
 	}

@@ -15,14 +15,11 @@ import (
 
 // CreateTask creates a task, idempotently when given an Idempotency-Key.
 func (h *handlers) CreateTask(ctx context.Context, req api.CreateTaskRequestObject) (api.CreateTaskResponseObject, error) {
-	scope, err := requireScope(ctx, scopeProducer)
+	scope, err := requirePermission(ctx, permissionProducer)
 	if err != nil {
 		return nil, err
 	}
 	b := req.Body
-	if !scope.Allows(b.OrganizationId) {
-		return nil, store.ErrNotFound
-	}
 	p := store.CreateTaskParams{
 		OrganizationID:        b.OrganizationId,
 		TaskType:              string(b.TaskType),
@@ -67,7 +64,7 @@ func (h *handlers) CreateTask(ctx context.Context, req api.CreateTaskRequestObje
 	if p.IdempotencyKey, p.RequestSHA256, err = idempotency(req.Params.IdempotencyKey, b); err != nil {
 		return nil, err
 	}
-	task, replayed, err := h.store.CreateTask(ctx, p)
+	task, replayed, err := h.store.CreateTask(ctx, scope, p)
 	if err != nil {
 		return nil, err
 	}
@@ -121,14 +118,14 @@ func (h *handlers) ListTasks(ctx context.Context, req api.ListTasksRequestObject
 	if err != nil {
 		return nil, err
 	}
-	p := store.ListTasksParams{Scope: scope, OrganizationID: req.Params.OrganizationId, After: after, Limit: limit}
+	p := store.ListTasksParams{OrganizationID: req.Params.OrganizationId, After: after, Limit: limit}
 	if req.Params.State != nil {
 		p.State = ptr(store.TaskState(*req.Params.State))
 	}
 	if req.Params.TaskType != nil {
 		p.TaskType = ptr(string(*req.Params.TaskType))
 	}
-	tasks, next, err := h.store.ListTasks(ctx, p)
+	tasks, next, err := h.store.ListTasks(ctx, scope, p)
 	if err != nil {
 		return nil, err
 	}
@@ -137,7 +134,7 @@ func (h *handlers) ListTasks(ctx context.Context, req api.ListTasksRequestObject
 
 // GetTask returns a task with its attempts and pending reason.
 func (h *handlers) GetTask(ctx context.Context, req api.GetTaskRequestObject) (api.GetTaskResponseObject, error) {
-	scope, err := requireScope(ctx, scopeReader, scopeProducer)
+	scope, err := requirePermission(ctx, permissionReader, permissionProducer)
 	if err != nil {
 		return nil, err
 	}
@@ -160,7 +157,7 @@ func (h *handlers) GetTask(ctx context.Context, req api.GetTaskRequestObject) (a
 
 // CancelTask cancels a task or asks its worker to stop.
 func (h *handlers) CancelTask(ctx context.Context, req api.CancelTaskRequestObject) (api.CancelTaskResponseObject, error) {
-	scope, err := requireScope(ctx, scopeProducer)
+	scope, err := requirePermission(ctx, permissionProducer)
 	if err != nil {
 		return nil, err
 	}
@@ -174,7 +171,7 @@ func (h *handlers) CancelTask(ctx context.Context, req api.CancelTaskRequestObje
 
 // RetryTask redrives a dead-lettered or cancelled task.
 func (h *handlers) RetryTask(ctx context.Context, req api.RetryTaskRequestObject) (api.RetryTaskResponseObject, error) {
-	scope, err := requireScope(ctx, scopeProducer)
+	scope, err := requirePermission(ctx, permissionProducer)
 	if err != nil {
 		return nil, err
 	}

@@ -13,7 +13,7 @@ import (
 
 func toAPIToken(t store.APIToken) api.ApiToken {
 	return api.ApiToken{
-		Id: t.ID, Name: t.Name, Scopes: mapSlice(t.Scopes, func(s string) api.TokenScope { return api.TokenScope(s) }),
+		Id: t.ID, Name: t.Name, Scopes: mapSlice(t.Permissions, func(s string) api.TokenScope { return api.TokenScope(s) }),
 		OrganizationId: t.OrganizationID, CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt,
 		Revoked: t.RevokedAt != nil, RevokedAt: t.RevokedAt, LastUsedAt: t.LastUsedAt, ParentTokenId: t.ParentID,
 	}
@@ -23,7 +23,7 @@ func toAPIToken(t store.APIToken) api.ApiToken {
 // parent and bounds it (store.CreateAPIToken): a token can never mint one
 // that outlives or outranks it.
 func (h *handlers) CreateApiToken(ctx context.Context, req api.CreateApiTokenRequestObject) (api.CreateApiTokenResponseObject, error) {
-	scope, err := requireScope(ctx, scopeAdmin)
+	scope, err := requirePermission(ctx, permissionAdmin)
 	if err != nil {
 		return nil, err
 	}
@@ -31,21 +31,14 @@ func (h *handlers) CreateApiToken(ctx context.Context, req api.CreateApiTokenReq
 	b := req.Body
 	p := store.CreateAPITokenParams{Name: b.Name, OrganizationID: b.OrganizationId, ParentID: &parent}
 	for _, s := range b.Scopes {
-		if !slices.Contains(p.Scopes, string(s)) {
-			p.Scopes = append(p.Scopes, string(s))
+		if !slices.Contains(p.Permissions, string(s)) {
+			p.Permissions = append(p.Permissions, string(s))
 		}
-	}
-	// An organization-scoped admin mints tokens for its own organization only.
-	if scope.Organization != nil {
-		if p.OrganizationID != nil && *p.OrganizationID != *scope.Organization {
-			return nil, store.ErrNotFound
-		}
-		p.OrganizationID = scope.Organization
 	}
 	if b.ExpiresInSeconds != nil {
 		p.ExpiresIn = time.Duration(*b.ExpiresInSeconds) * time.Second
 	}
-	token, id, err := h.store.CreateAPIToken(ctx, p)
+	token, id, err := h.store.CreateAPIToken(ctx, scope, p)
 	var bounds *store.TokenBoundsError
 	switch {
 	case errors.As(err, &bounds):
@@ -55,17 +48,17 @@ func (h *handlers) CreateApiToken(ctx context.Context, req api.CreateApiTokenReq
 	case err != nil:
 		return nil, err
 	}
-	meta, err := h.store.GetAPIToken(ctx, store.Scope{}, id)
+	meta, err := h.store.GetAPIToken(ctx, scope, id)
 	if err != nil {
 		return nil, err
 	}
-	h.audit(ctx, "api_token.create", "api_token", id.String(), p.OrganizationID, map[string]any{"name": b.Name, "scopes": p.Scopes, "parent_token_id": parent})
+	h.audit(ctx, "api_token.create", "api_token", id.String(), meta.OrganizationID, map[string]any{"name": b.Name, "scopes": p.Permissions, "parent_token_id": parent})
 	return api.CreateApiToken201JSONResponse{Token: token, ApiToken: toAPIToken(meta)}, nil
 }
 
 // ListApiTokens lists token metadata.
 func (h *handlers) ListApiTokens(ctx context.Context, _ api.ListApiTokensRequestObject) (api.ListApiTokensResponseObject, error) {
-	scope, err := requireScope(ctx, scopeAdmin)
+	scope, err := requirePermission(ctx, permissionAdmin)
 	if err != nil {
 		return nil, err
 	}
@@ -79,7 +72,7 @@ func (h *handlers) ListApiTokens(ctx context.Context, _ api.ListApiTokensRequest
 // RevokeApiToken revokes a token and, in the same transaction, every token
 // it minted, recursively; the audit event counts those descendants.
 func (h *handlers) RevokeApiToken(ctx context.Context, req api.RevokeApiTokenRequestObject) (api.RevokeApiTokenResponseObject, error) {
-	scope, err := requireScope(ctx, scopeAdmin)
+	scope, err := requirePermission(ctx, permissionAdmin)
 	if err != nil {
 		return nil, err
 	}
@@ -93,12 +86,12 @@ func (h *handlers) RevokeApiToken(ctx context.Context, req api.RevokeApiTokenReq
 
 // ListAuditEvents pages the audit log.
 func (h *handlers) ListAuditEvents(ctx context.Context, req api.ListAuditEventsRequestObject) (api.ListAuditEventsResponseObject, error) {
-	scope, err := requireScope(ctx, scopeAdmin)
+	scope, err := requirePermission(ctx, permissionAdmin)
 	if err != nil {
 		return nil, err
 	}
 	p := req.Params
-	f := store.AuditFilter{Scope: scope, Since: p.Since, Limit: 50}
+	f := store.AuditFilter{Since: p.Since, Limit: 50}
 	if p.Limit != nil {
 		f.Limit = *p.Limit
 	}
@@ -114,7 +107,7 @@ func (h *handlers) ListAuditEvents(ctx context.Context, req api.ListAuditEventsR
 		}
 		f.AfterID = &id
 	}
-	events, next, err := h.store.ListAuditEvents(ctx, f)
+	events, next, err := h.store.ListAuditEvents(ctx, scope, f)
 	if err != nil {
 		return nil, err
 	}

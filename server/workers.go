@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/google/uuid"
-
 	"github.com/worker-gateway/gateway/internal/failpoint"
 	"github.com/worker-gateway/gateway/internal/pki"
 	"github.com/worker-gateway/gateway/server/api"
@@ -15,7 +13,7 @@ import (
 // CreateWorker creates a worker identity, optionally with its certificate.
 // An organization-scoped admin creates workers its organization owns.
 func (h *handlers) CreateWorker(ctx context.Context, req api.CreateWorkerRequestObject) (api.CreateWorkerResponseObject, error) {
-	scope, err := requireScope(ctx, scopeAdmin)
+	scope, err := requirePermission(ctx, permissionAdmin)
 	if err != nil {
 		return nil, err
 	}
@@ -33,7 +31,7 @@ func (h *handlers) CreateWorker(ctx context.Context, req api.CreateWorkerRequest
 	if err != nil {
 		return nil, err
 	}
-	token, expires, err := h.store.CreateEnrollmentToken(ctx, w.ID, h.cfg.Identity.EnrollmentTokenTTL)
+	token, expires, err := h.store.CreateEnrollmentToken(ctx, scope, w.ID, h.cfg.Identity.EnrollmentTokenTTL)
 	if err != nil {
 		return nil, err
 	}
@@ -91,7 +89,7 @@ func (h *handlers) ListWorkers(ctx context.Context, req api.ListWorkersRequestOb
 
 // GetWorker returns one worker.
 func (h *handlers) GetWorker(ctx context.Context, req api.GetWorkerRequestObject) (api.GetWorkerResponseObject, error) {
-	scope, err := requireScope(ctx, scopeReader, scopeProducer)
+	scope, err := requirePermission(ctx, permissionReader, permissionProducer)
 	if err != nil {
 		return nil, err
 	}
@@ -104,7 +102,7 @@ func (h *handlers) GetWorker(ctx context.Context, req api.GetWorkerRequestObject
 
 // UpdateWorker renames, enables/disables or resizes a worker.
 func (h *handlers) UpdateWorker(ctx context.Context, req api.UpdateWorkerRequestObject) (api.UpdateWorkerResponseObject, error) {
-	scope, err := h.requireWorkerManager(ctx, req.WorkerId)
+	scope, err := requirePermission(ctx, permissionAdmin)
 	if err != nil {
 		return nil, err
 	}
@@ -114,21 +112,18 @@ func (h *handlers) UpdateWorker(ctx context.Context, req api.UpdateWorkerRequest
 		MaxConcurrentTasks: req.Body.MaxConcurrentTasks,
 		CancelActive:       req.Params.Active != nil && *req.Params.Active == api.UpdateWorkerParamsActiveCancel,
 	}
-	w, err := h.store.UpdateWorker(ctx, req.WorkerId, p, h.onlineWindow())
+	w, err := h.store.UpdateWorker(ctx, scope, req.WorkerId, p, h.onlineWindow())
 	if err != nil {
 		return nil, err
 	}
 	h.identities.forgetWorker(req.WorkerId) // other replicas hear the NOTIFY
-	h.audit(ctx, "worker.update", "worker", w.ID.String(), scope.Organization, map[string]any{"enabled": p.Enabled, "max_concurrent_tasks": p.MaxConcurrentTasks, "name": p.Name, "cancel_active": p.CancelActive})
-	if w, err = h.workerAsSeenBy(ctx, scope, w); err != nil {
-		return nil, err
-	}
+	h.audit(ctx, "worker.update", "worker", w.ID.String(), scope.Organization(), map[string]any{"enabled": p.Enabled, "max_concurrent_tasks": p.MaxConcurrentTasks, "name": p.Name, "cancel_active": p.CancelActive})
 	return api.UpdateWorker200JSONResponse(toWorker(w)), nil
 }
 
 // RegisterWorkerCertificate binds a (bring-your-own) certificate.
 func (h *handlers) RegisterWorkerCertificate(ctx context.Context, req api.RegisterWorkerCertificateRequestObject) (api.RegisterWorkerCertificateResponseObject, error) {
-	scope, err := h.requireWorkerManager(ctx, req.WorkerId)
+	scope, err := requirePermission(ctx, permissionAdmin)
 	if err != nil {
 		return nil, err
 	}
@@ -136,21 +131,18 @@ func (h *handlers) RegisterWorkerCertificate(ctx context.Context, req api.Regist
 	if err != nil {
 		return nil, err
 	}
-	w, err := h.store.SetWorkerCertificate(ctx, req.WorkerId, fingerprint, subject, h.onlineWindow())
+	w, err := h.store.SetWorkerCertificate(ctx, scope, req.WorkerId, fingerprint, subject, h.onlineWindow())
 	if err != nil {
 		return nil, err
 	}
 	h.identities.forgetWorker(req.WorkerId) // other replicas hear the NOTIFY
-	h.audit(ctx, "worker.register_certificate", "worker", w.ID.String(), scope.Organization, map[string]any{"certificate_fingerprint": fingerprint})
-	if w, err = h.workerAsSeenBy(ctx, scope, w); err != nil {
-		return nil, err
-	}
+	h.audit(ctx, "worker.register_certificate", "worker", w.ID.String(), scope.Organization(), map[string]any{"certificate_fingerprint": fingerprint})
 	return api.RegisterWorkerCertificate200JSONResponse(toWorker(w)), nil
 }
 
 // AssignWorker lets a worker serve an organization.
 func (h *handlers) AssignWorker(ctx context.Context, req api.AssignWorkerRequestObject) (api.AssignWorkerResponseObject, error) {
-	scope, err := requireScope(ctx, scopeAdmin)
+	scope, err := requirePermission(ctx, permissionAdmin)
 	if err != nil {
 		return nil, err
 	}
@@ -165,7 +157,7 @@ func (h *handlers) AssignWorker(ctx context.Context, req api.AssignWorkerRequest
 // UnassignWorker removes an assignment, cancelling (default) or draining the
 // worker's active attempts for that organization.
 func (h *handlers) UnassignWorker(ctx context.Context, req api.UnassignWorkerRequestObject) (api.UnassignWorkerResponseObject, error) {
-	scope, err := requireScope(ctx, scopeAdmin)
+	scope, err := requirePermission(ctx, permissionAdmin)
 	if err != nil {
 		return nil, err
 	}
@@ -183,29 +175,9 @@ func (h *handlers) UnassignWorker(ctx context.Context, req api.UnassignWorkerReq
 	return api.UnassignWorker200JSONResponse(toAssignment(a)), nil
 }
 
-// requireWorkerManager authorizes a change to a worker itself: an admin
-// token, of the organization that owns the worker when it is
-// organization-scoped. It returns the caller's scope.
-func (h *handlers) requireWorkerManager(ctx context.Context, worker uuid.UUID) (store.Scope, error) {
-	scope, err := requireScope(ctx, scopeAdmin)
-	if err != nil {
-		return store.Scope{}, err
-	}
-	return scope, h.store.AuthorizeWorkerManagement(ctx, scope, worker)
-}
-
-// workerAsSeenBy re-reads a worker changed by an organization-scoped caller
-// as that caller may see it (its own assignment and attempts only).
-func (h *handlers) workerAsSeenBy(ctx context.Context, scope store.Scope, w store.Worker) (store.Worker, error) {
-	if scope.Organization == nil {
-		return w, nil
-	}
-	return h.store.GetWorker(ctx, scope, w.ID, h.onlineWindow())
-}
-
 // GrantWorker lets another organization assign a worker.
 func (h *handlers) GrantWorker(ctx context.Context, req api.GrantWorkerRequestObject) (api.GrantWorkerResponseObject, error) {
-	scope, err := requireScope(ctx, scopeAdmin)
+	scope, err := requirePermission(ctx, permissionAdmin)
 	if err != nil {
 		return nil, err
 	}
@@ -213,13 +185,13 @@ func (h *handlers) GrantWorker(ctx context.Context, req api.GrantWorkerRequestOb
 	if err != nil {
 		return nil, err
 	}
-	h.audit(ctx, "worker.grant", "worker", req.WorkerId.String(), scope.Organization, map[string]any{"grantee": req.OrganizationId})
+	h.audit(ctx, "worker.grant", "worker", req.WorkerId.String(), scope.Organization(), map[string]any{"grantee": req.OrganizationId})
 	return api.GrantWorker200JSONResponse(toWorkerGrant(g)), nil
 }
 
 // RevokeWorkerGrant withdraws a grant and the grantee's assignment.
 func (h *handlers) RevokeWorkerGrant(ctx context.Context, req api.RevokeWorkerGrantRequestObject) (api.RevokeWorkerGrantResponseObject, error) {
-	scope, err := requireScope(ctx, scopeAdmin)
+	scope, err := requirePermission(ctx, permissionAdmin)
 	if err != nil {
 		return nil, err
 	}
@@ -227,14 +199,14 @@ func (h *handlers) RevokeWorkerGrant(ctx context.Context, req api.RevokeWorkerGr
 	if err := h.store.RevokeWorkerGrant(ctx, scope, req.WorkerId, req.OrganizationId, cancelActive); err != nil {
 		return nil, err
 	}
-	h.audit(ctx, "worker.grant_revoke", "worker", req.WorkerId.String(), scope.Organization,
+	h.audit(ctx, "worker.grant_revoke", "worker", req.WorkerId.String(), scope.Organization(),
 		map[string]any{"grantee": req.OrganizationId, "cancel_active": cancelActive})
 	return api.RevokeWorkerGrant204Response{}, nil
 }
 
 // ListWorkerGrants lists the organizations a worker's owner lets assign it.
 func (h *handlers) ListWorkerGrants(ctx context.Context, req api.ListWorkerGrantsRequestObject) (api.ListWorkerGrantsResponseObject, error) {
-	scope, err := requireScope(ctx, scopeAdmin)
+	scope, err := requirePermission(ctx, permissionAdmin)
 	if err != nil {
 		return nil, err
 	}

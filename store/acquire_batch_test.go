@@ -22,7 +22,7 @@ func TestAcquireLeasesManyAnswersEachPollOnItsOwn(t *testing.T) {
 	assign(t, s, b.org.ID, other.ID)
 	revoked := createWorker(t, s, b.pool, workerOpts{Capacity: 2})
 	assign(t, s, b.org.ID, revoked.ID)
-	_, err := s.RevokeWorker(ctx, revoked.ID, "test", onlineWindow)
+	_, err := s.RevokeWorker(ctx, store.EveryOrganization(), revoked.ID, "test", onlineWindow)
 	require.NoError(t, err)
 	createTasks(t, s, b.org.ID, 10, store.CreateTaskParams{})
 

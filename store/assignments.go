@@ -56,7 +56,7 @@ func (s *Store) AssignWorker(ctx context.Context, scope Scope, org, worker uuid.
 				assigned_at = CASE WHEN organization_workers.revoked_at IS NULL THEN organization_workers.assigned_at ELSE now() END,
 				updated_at = now()
 			WHERE $3::uuid IS NULL OR NOT organization_workers.removed_by_platform
-			RETURNING `+assignmentColumns, org, worker, scope.Organization))
+			RETURNING `+assignmentColumns, org, worker, scope.arg()))
 		if isForeignKeyViolation(err) {
 			return ErrNotFound
 		}
@@ -79,7 +79,7 @@ func assignRefusal(ctx context.Context, tx pgx.Tx, scope Scope, org, worker uuid
 	var locked bool
 	err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM organization_workers ow
 		WHERE ow.organization_id = $1 AND ow.worker_id = $2 AND ow.removed_by_platform) AND `+workerVisibleTo("$2", "$3"),
-		org, worker, scope.Organization).Scan(&locked)
+		org, worker, scope.arg()).Scan(&locked)
 	if err != nil {
 		return fmt.Errorf("assign: %w", err)
 	}
@@ -106,7 +106,7 @@ func (s *Store) UnassignWorker(ctx context.Context, scope Scope, org, worker uui
 				revoked_at = coalesce(revoked_at, now()), revocation_reason = $3, updated_at = now(),
 				removed_by_platform = removed_by_platform OR $4::uuid IS NULL
 			WHERE organization_id = $1 AND worker_id = $2 AND `+workerVisibleTo("$2", "$4")+`
-			RETURNING `+assignmentColumns, org, worker, reason, scope.Organization))
+			RETURNING `+assignmentColumns, org, worker, reason, scope.arg()))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNotFound
 		}

@@ -21,7 +21,7 @@ func TestCompleteAttemptsAnswersEachCompletionOnItsOwn(t *testing.T) {
 	ctx := t.Context()
 	other := createWorker(t, s, b.pool, workerOpts{Capacity: 1})
 	assign(t, s, b.org.ID, other.ID)
-	_, err := s.UpdateWorker(ctx, b.worker.ID, store.UpdateWorkerParams{MaxConcurrentTasks: ptrTo(20)}, onlineWindow)
+	_, err := s.UpdateWorker(ctx, store.EveryOrganization(), b.worker.ID, store.UpdateWorkerParams{MaxConcurrentTasks: ptrTo(20)}, onlineWindow)
 	require.NoError(t, err)
 
 	createTasks(t, s, b.org.ID, 9, store.CreateTaskParams{})
@@ -32,7 +32,7 @@ func TestCompleteAttemptsAnswersEachCompletionOnItsOwn(t *testing.T) {
 	ref := func(i int) store.AttemptRef { return refOf(b.worker.ID, leases[i]) }
 
 	// leases[4]'s task is asked to stop; leases[6] was already completed.
-	_, err = s.CancelTask(ctx, store.Scope{}, leases[4].Task.ID)
+	_, err = s.CancelTask(ctx, store.EveryOrganization(), leases[4].Task.ID)
 	require.NoError(t, err)
 	first := complete(t, s, ref(6), store.AttemptSucceeded, false)
 	seq := 7
@@ -104,7 +104,7 @@ func TestCompletionBatcherGroupsConcurrentCompletions(t *testing.T) {
 	t.Parallel()
 	s, b := setupStore(t)
 	ctx := t.Context()
-	_, err := s.UpdateWorker(ctx, b.worker.ID, store.UpdateWorkerParams{MaxConcurrentTasks: ptrTo(200)}, onlineWindow)
+	_, err := s.UpdateWorker(ctx, store.EveryOrganization(), b.worker.ID, store.UpdateWorkerParams{MaxConcurrentTasks: ptrTo(200)}, onlineWindow)
 	require.NoError(t, err)
 	createTasks(t, s, b.org.ID, 200, store.CreateTaskParams{})
 	leases := acquire(t, s, b.worker.ID, 200).Leases

@@ -113,11 +113,30 @@
 //
 // # Isolation
 //
-// A control-plane caller is either unscoped (an unscoped admin token: the
-// platform operator) or scoped to one organization. Every store method a
-// scoped caller reaches takes its Scope and filters on it in SQL; something
-// outside the scope is ErrNotFound, exactly as something that does not
-// exist, so no answer confirms another organization's data.
+// A control-plane caller acts for a Scope (scope.go): one organization, or
+// every organization (an unscoped admin token: the platform operator). In
+// this package "scope" means only that tenant; what an API token may do
+// (admin, producer, reader — the API's "scopes") is its permissions, checked
+// by the server before it calls in.
+//
+//   - Every method that reads or writes an organization's data takes the
+//     Scope as a required argument, the way openfga's storage takes its
+//     store id, and filters on it in SQL with inScope — one predicate,
+//     "(scope IS NULL OR organization_id = scope)", never a read followed by
+//     a check in Go. Something outside the scope is ErrNotFound, exactly as
+//     something that does not exist, so no answer confirms another
+//     organization's data.
+//   - The zero Scope binds an organization id no organization has: a call
+//     that forgot its scope sees and changes nothing, instead of everything.
+//   - Creating follows the same rule: a task, scan or API token for another
+//     organization is ErrNotFound; only an unscoped caller creates
+//     organizations.
+//   - Worker-facing verbs (leases, heartbeats, completions, results, logs,
+//     uploads) take no Scope: a worker is isolated by its identity and its
+//     lease (see Fencing), and a worker leases only from organizations it is
+//     assigned to.
+//   - The sweeps (expiry, retention, uploads, queue vacuum) are the
+//     platform's own and act on every organization.
 //
 // Workers are shared infrastructure, so their rule is written out
 // (workerVisibleTo in workeraccess.go):
@@ -145,6 +164,40 @@
 //
 // tests/security/matrix_test.go checks every operation of openapi.yaml
 // against these rules.
+//
+// # Idempotency
+//
+// Every write a client may repeat — because it never saw the answer — is
+// safe to repeat, and a repeat gets the first answer. There are four
+// mechanisms, because the four writes differ in who holds the key and in
+// what a repeat must give back:
+//
+//   - Creation keys (CreateTask, CreateScan; creationReplay in
+//     idempotency.go): the producer's Idempotency-Key, unique per
+//     organization, with the SHA-256 of the request's canonical JSON. The
+//     INSERT … ON CONFLICT DO NOTHING waits for a concurrent first try to
+//     commit; then the same request returns the row it created (replayed),
+//     another request under the key is ErrIdempotencyKeyReused. Tasks and
+//     scans share this one mechanism.
+//   - Poll keys (AcquireLeases; replayLeasesSQL in leases.go): the worker's
+//     Idempotency-Key on a lease request, stored on the attempts it
+//     created. A repeat returns the still-active leases of the first try,
+//     each with a fresh token (only token hashes are stored, see Fencing),
+//     and leases nothing new; it differs from creation keys because its
+//     answer holds secrets that cannot be stored.
+//   - Result-batch keys (AcceptResultBatch): the worker's key per task with
+//     the payload's SHA-256, answered with the acknowledgement stored with
+//     the batch — even after the lease ended, since the first write was
+//     fenced. Ingesting a batch is long, so a concurrent duplicate is
+//     refused as ErrIdempotencyInFlight (an advisory lock on the key) rather
+//     than left waiting on a lock.
+//   - Completion replay (CompleteAttempts): no key, the attempt is the key.
+//     Completing an attempt that already ended with the same outcome is a
+//     replay answered as the first was; another outcome is
+//     ErrAttemptFinished. Heartbeats and starts are idempotent by nature.
+//
+// Enrollment follows the same rule: a repeat with a used, unexpired token
+// and the same public key gets the same certificate back (Enroll).
 //
 // # Transitions
 //

@@ -17,9 +17,13 @@ const EnrollmentTokenPrefix = "wge_"
 // alike, so the answer reveals nothing about which.
 var ErrEnrollmentToken = errors.New("enrollment token is unknown, already used or expired")
 
-// CreateEnrollmentToken mints a one-time token for a worker (stored as a
-// hash) and returns it with its expiry. A revoked worker gets none.
-func (s *Store) CreateEnrollmentToken(ctx context.Context, workerID uuid.UUID, ttl time.Duration) (string, time.Time, error) {
+// CreateEnrollmentToken mints a one-time token for a worker the scope
+// manages (stored as a hash) and returns it with its expiry. A revoked
+// worker gets none.
+func (s *Store) CreateEnrollmentToken(ctx context.Context, scope Scope, workerID uuid.UUID, ttl time.Duration) (string, time.Time, error) {
+	if err := authorizeWorkerManagement(ctx, s.pool, scope, workerID); err != nil {
+		return "", time.Time{}, err
+	}
 	token, err := NewSecret(EnrollmentTokenPrefix)
 	if err != nil {
 		return "", time.Time{}, err

@@ -155,14 +155,14 @@ func TestFencing(t *testing.T) {
 			return ref
 		}, store.ErrNotFound},
 		{"SupersededByUnassign", false, func(t *testing.T, s *store.Store, b *fenceBundle) store.AttemptRef {
-			a, err := s.UnassignWorker(t.Context(), store.Scope{}, b.org.ID, b.worker.ID, true, "security")
+			a, err := s.UnassignWorker(t.Context(), store.EveryOrganization(), b.org.ID, b.worker.ID, true, "security")
 			require.NoError(t, err)
 			require.Equal(t, 1, a.CancelledAttempts)
 			require.Equal(t, store.AttemptSuperseded, attemptStatus(t, b.pool, b.lease.AttemptID))
 			return b.ref
 		}, store.ErrLeaseLost},
 		{"SupersededByDisable", false, func(t *testing.T, s *store.Store, b *fenceBundle) store.AttemptRef {
-			_, err := s.UpdateWorker(t.Context(), b.worker.ID, store.UpdateWorkerParams{Enabled: new(false), CancelActive: true}, onlineWindow)
+			_, err := s.UpdateWorker(t.Context(), store.EveryOrganization(), b.worker.ID, store.UpdateWorkerParams{Enabled: new(false), CancelActive: true}, onlineWindow)
 			require.NoError(t, err)
 			require.Equal(t, store.AttemptSuperseded, attemptStatus(t, b.pool, b.lease.AttemptID))
 			return b.ref
@@ -380,7 +380,7 @@ func TestHeartbeat(t *testing.T) {
 	t.Run("ReportsCancelRequested", func(t *testing.T) {
 		t.Parallel()
 		s, bundle, lease := setup(t, store.CreateTaskParams{})
-		_, err := s.CancelTask(t.Context(), store.Scope{}, lease.Task.ID)
+		_, err := s.CancelTask(t.Context(), store.EveryOrganization(), lease.Task.ID)
 		require.NoError(t, err)
 
 		st, err := s.HeartbeatAttempt(t.Context(), refOf(bundle.worker.ID, lease))
@@ -408,7 +408,7 @@ func TestHeartbeat(t *testing.T) {
 		createTasks(t, s, bundle.org.ID, 3, store.CreateTaskParams{})
 		leases := acquire(t, s, bundle.worker.ID, 3).Leases
 		require.Len(t, leases, 3)
-		_, err := s.CancelTask(t.Context(), store.Scope{}, leases[1].Task.ID)
+		_, err := s.CancelTask(t.Context(), store.EveryOrganization(), leases[1].Task.ID)
 		require.NoError(t, err)
 		expireLease(t, bundle.pool, leases[2].AttemptID)
 		bogus := store.AttemptRef{AttemptID: uuid.New(), LeaseToken: "nope"}
@@ -423,7 +423,7 @@ func TestHeartbeat(t *testing.T) {
 		require.Equal(t, []store.LeaseState{store.LeaseActive, store.LeaseCancelRequested, store.LeaseLost, store.LeaseLost},
 			[]store.LeaseState{out[0].State, out[1].State, out[2].State, out[3].State})
 		require.Equal(t, bogus.AttemptID, out[3].AttemptID)
-		w, err := s.GetWorker(t.Context(), store.Scope{}, bundle.worker.ID, onlineWindow)
+		w, err := s.GetWorker(t.Context(), store.EveryOrganization(), bundle.worker.ID, onlineWindow)
 		require.NoError(t, err)
 		require.JSONEq(t, `{"v":2}`, string(w.Capabilities))
 		require.True(t, w.Online)

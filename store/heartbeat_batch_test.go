@@ -24,7 +24,7 @@ func TestRenewLeasesManyAnswersEachWorkerOnItsOwn(t *testing.T) {
 	mine := acquire(t, s, b.worker.ID, 2).Leases
 	require.Len(t, mine, 2)
 	theirs := acquireOne(t, s, revoked.ID)
-	_, err := s.RevokeWorker(ctx, revoked.ID, "test", onlineWindow)
+	_, err := s.RevokeWorker(ctx, store.EveryOrganization(), revoked.ID, "test", onlineWindow)
 	require.NoError(t, err)
 
 	stale := refOf(b.worker.ID, mine[1])

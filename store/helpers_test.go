@@ -48,7 +48,7 @@ func uniqueName(prefix string) string {
 
 func createOrg(t *testing.T, s *store.Store, name string) store.Organization {
 	t.Helper()
-	o, err := s.CreateOrganization(t.Context(), uniqueName(name))
+	o, err := s.CreateOrganization(t.Context(), store.EveryOrganization(), uniqueName(name))
 	require.NoError(t, err)
 	return o
 }
@@ -67,7 +67,7 @@ func createWorker(t *testing.T, s *store.Store, pool *pgxpool.Pool, o workerOpts
 	if o.Type == "" {
 		o.Type = "scanner"
 	}
-	w, err := s.CreateWorker(t.Context(), store.Scope{}, store.CreateWorkerParams{
+	w, err := s.CreateWorker(t.Context(), store.EveryOrganization(), store.CreateWorkerParams{
 		Name: uniqueName("worker"), WorkerType: o.Type, MaxConcurrentTasks: o.Capacity,
 	}, onlineWindow)
 	require.NoError(t, err)
@@ -81,7 +81,7 @@ func createWorker(t *testing.T, s *store.Store, pool *pgxpool.Pool, o workerOpts
 
 func assign(t *testing.T, s *store.Store, org, worker uuid.UUID) {
 	t.Helper()
-	_, err := s.AssignWorker(t.Context(), store.Scope{}, org, worker)
+	_, err := s.AssignWorker(t.Context(), store.EveryOrganization(), org, worker)
 	require.NoError(t, err)
 }
 
@@ -92,7 +92,7 @@ func createTask(t *testing.T, s *store.Store, org uuid.UUID, p store.CreateTaskP
 	if p.TaskType == "" {
 		p.TaskType = "scanner_plugin"
 	}
-	task, replayed, err := s.CreateTask(t.Context(), p)
+	task, replayed, err := s.CreateTask(t.Context(), store.EveryOrganization(), p)
 	require.NoError(t, err)
 	require.False(t, replayed)
 	return task
@@ -140,7 +140,7 @@ func complete(t *testing.T, s *store.Store, ref store.AttemptRef, outcome store.
 
 func getTask(t *testing.T, s *store.Store, id uuid.UUID) store.Task {
 	t.Helper()
-	task, _, err := s.GetTask(t.Context(), store.Scope{}, id, onlineWindow)
+	task, _, err := s.GetTask(t.Context(), store.EveryOrganization(), id, onlineWindow)
 	require.NoError(t, err)
 	return task
 }

@@ -51,7 +51,7 @@ func TestAcquireLeases(t *testing.T) {
 		require.NotNil(t, l.Task.AttemptDeadlineAt)
 		require.Equal(t, 600*time.Second, *l.Task.AttemptDeadlineIn)
 
-		got, attempts, err := s.GetTask(t.Context(), store.Scope{}, task.ID, onlineWindow)
+		got, attempts, err := s.GetTask(t.Context(), store.EveryOrganization(), task.ID, onlineWindow)
 		require.NoError(t, err)
 		require.Equal(t, store.TaskLeased, got.State)
 		require.Equal(t, 1, got.AttemptCount)
@@ -61,7 +61,7 @@ func TestAcquireLeases(t *testing.T) {
 		require.Equal(t, store.AttemptLeased, attempts[0].Status)
 		require.Equal(t, bundle.worker.ID, attempts[0].WorkerID)
 
-		w, err := s.GetWorker(t.Context(), store.Scope{}, bundle.worker.ID, onlineWindow)
+		w, err := s.GetWorker(t.Context(), store.EveryOrganization(), bundle.worker.ID, onlineWindow)
 		require.NoError(t, err)
 		require.True(t, w.Online, "a poll touches last_seen_at")
 		require.Equal(t, 1, w.ActiveAttempts)
@@ -106,7 +106,7 @@ func TestAcquireLeases(t *testing.T) {
 		require.Equal(t, store.TaskPending, taskState(t, s, taskB.ID))
 
 		taskA := createTask(t, s, bundle.org.ID, store.CreateTaskParams{})
-		_, err := s.UnassignWorker(t.Context(), store.Scope{}, bundle.org.ID, bundle.worker.ID, true, "moved")
+		_, err := s.UnassignWorker(t.Context(), store.EveryOrganization(), bundle.org.ID, bundle.worker.ID, true, "moved")
 		require.NoError(t, err)
 		res = acquire(t, s, bundle.worker.ID, 4)
 		require.Empty(t, res.Leases, "a revoked assignment leases nothing")
@@ -150,7 +150,7 @@ func TestAcquireLeases(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, []uuid.UUID{gpu.ID}, leaseTaskIDs(res.Leases), "the advertisement is used at once")
 
-		w, err := s.GetWorker(t.Context(), store.Scope{}, bundle.worker.ID, onlineWindow)
+		w, err := s.GetWorker(t.Context(), store.EveryOrganization(), bundle.worker.ID, onlineWindow)
 		require.NoError(t, err)
 		require.JSONEq(t, `{"os":"linux","gpu":true,"tools":["nmap"]}`, string(w.Capabilities), "and persisted")
 
@@ -217,7 +217,7 @@ func TestAcquireLeases(t *testing.T) {
 		t.Parallel()
 		s, bundle := setup(t)
 		task := createTask(t, s, bundle.org.ID, store.CreateTaskParams{})
-		_, err := s.UpdateWorker(t.Context(), bundle.worker.ID, store.UpdateWorkerParams{Enabled: new(false)}, onlineWindow)
+		_, err := s.UpdateWorker(t.Context(), store.EveryOrganization(), bundle.worker.ID, store.UpdateWorkerParams{Enabled: new(false)}, onlineWindow)
 		require.NoError(t, err)
 		before := rowJSON(t, bundle.pool, "worker_tasks", task.ID)
 

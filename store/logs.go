@@ -218,7 +218,7 @@ func (s *Store) ReadTaskLog(ctx context.Context, scope Scope, taskID uuid.UUID, 
 			SELECT id, attempt_number, log_stored, log_truncated, status FROM worker_task_attempts
 			WHERE task_id = t.id AND ($2 = 0 OR attempt_number = $2)
 			ORDER BY attempt_number DESC LIMIT 1) a ON true
-		WHERE t.id = $1 AND ($3::uuid IS NULL OR t.organization_id = $3)`, taskID, attemptNumber, scope.Organization,
+		WHERE t.id = $1 AND `+inScope("t.organization_id", "$3"), taskID, attemptNumber, scope.arg(),
 	).Scan(&attemptID, &number, &stored, &truncated, &active)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	sq "github.com/Masterminds/squirrel"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
@@ -18,8 +17,11 @@ type Organization struct {
 	CreatedAt time.Time
 }
 
-// CreateOrganization inserts an organization.
-func (s *Store) CreateOrganization(ctx context.Context, name string) (Organization, error) {
+// CreateOrganization inserts an organization; only an unscoped caller may.
+func (s *Store) CreateOrganization(ctx context.Context, scope Scope, name string) (Organization, error) {
+	if !scope.IsEveryOrganization() {
+		return Organization{}, fmt.Errorf("%w: only an unscoped admin creates organizations", ErrForbidden)
+	}
 	var o Organization
 	err := s.pool.QueryRow(ctx, `INSERT INTO organizations (name) VALUES ($1) RETURNING id, name, created_at`, name).
 		Scan(&o.ID, &o.Name, &o.CreatedAt)
@@ -31,11 +33,9 @@ func (s *Store) CreateOrganization(ctx context.Context, name string) (Organizati
 
 // GetOrganization returns an organization the scope may see.
 func (s *Store) GetOrganization(ctx context.Context, scope Scope, id uuid.UUID) (Organization, error) {
-	if !scope.Allows(id) {
-		return Organization{}, ErrNotFound
-	}
 	var o Organization
-	err := s.pool.QueryRow(ctx, `SELECT id, name, created_at FROM organizations WHERE id = $1`, id).Scan(&o.ID, &o.Name, &o.CreatedAt)
+	err := s.pool.QueryRow(ctx, `SELECT id, name, created_at FROM organizations
+		WHERE id = $1 AND `+inScope("id", "$2"), id, scope.arg()).Scan(&o.ID, &o.Name, &o.CreatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Organization{}, ErrNotFound
 	}
@@ -48,9 +48,7 @@ func (s *Store) GetOrganization(ctx context.Context, scope Scope, id uuid.UUID) 
 // ListOrganizations pages organizations, newest first.
 func (s *Store) ListOrganizations(ctx context.Context, scope Scope, after *Cursor, limit int) ([]Organization, *Cursor, error) {
 	q := psql.Select("id, name, created_at").From("organizations").OrderBy("created_at DESC", "id DESC").Limit(uint64(limit + 1))
-	if scope.Organization != nil {
-		q = q.Where(sq.Eq{"id": *scope.Organization})
-	}
+	q = q.Where(scope.where("id"))
 	if after != nil {
 		q = q.Where("(created_at, id) < (?, ?)", after.Time, after.ID)
 	}

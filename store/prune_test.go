@@ -112,7 +112,7 @@ func TestPrune(t *testing.T) {
 		require.Equal(t, store.TaskFailedTerminal, taskState(t, s, oldFailed.ID))
 		backdateTask(t, b.pool, oldFailed.ID, old)
 		oldCancelled := createTask(t, s, b.org.ID, store.CreateTaskParams{})
-		_, err := s.CancelTask(t.Context(), store.Scope{}, oldCancelled.ID)
+		_, err := s.CancelTask(t.Context(), store.EveryOrganization(), oldCancelled.ID)
 		require.NoError(t, err)
 		backdateTask(t, b.pool, oldCancelled.ID, old)
 		// A terminal task without completed_at ages by updated_at.

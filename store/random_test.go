@@ -203,7 +203,7 @@ func newFuzzWorld(t *testing.T, seed uint64) *fuzzWorld {
 		edges:    map[string]int{},
 	}
 	w.orgs = []uuid.UUID{b.org.ID, createOrg(t, s, "org-b").ID}
-	_, err := s.UpdateWorker(t.Context(), b.worker.ID, store.UpdateWorkerParams{MaxConcurrentTasks: new(fuzzCapacity)}, onlineWindow)
+	_, err := s.UpdateWorker(t.Context(), store.EveryOrganization(), b.worker.ID, store.UpdateWorkerParams{MaxConcurrentTasks: new(fuzzCapacity)}, onlineWindow)
 	require.NoError(t, err)
 	w.workers = []uuid.UUID{b.worker.ID}
 	for range 2 {
@@ -416,7 +416,7 @@ func (w *fuzzWorld) opComplete() fuzzEffect {
 func (w *fuzzWorld) opCancel() fuzzEffect {
 	id := w.tasks[w.rng.IntN(len(w.tasks))]
 	before := w.prev.tasks[id].state
-	task, err := w.s.CancelTask(w.t.Context(), store.Scope{}, id)
+	task, err := w.s.CancelTask(w.t.Context(), store.EveryOrganization(), id)
 	if before == store.TaskCompleted || before == store.TaskFailedTerminal {
 		require.ErrorIs(w.t, err, store.ErrTaskFinished, w.where())
 	} else {
@@ -444,7 +444,7 @@ func (w *fuzzWorld) opRetry() fuzzEffect {
 		id = candidates[w.rng.IntN(len(candidates))]
 	}
 	before := w.prev.tasks[id].state
-	task, err := w.s.RetryTask(w.t.Context(), store.Scope{}, id)
+	task, err := w.s.RetryTask(w.t.Context(), store.EveryOrganization(), id)
 	if before == store.TaskFailedTerminal || before == store.TaskCancelled {
 		require.NoError(w.t, err, w.where())
 		require.Equal(w.t, store.TaskPending, task.State, w.where())
@@ -474,7 +474,7 @@ func (w *fuzzWorld) opMakeDue() fuzzEffect {
 func (w *fuzzWorld) opUnassign() fuzzEffect {
 	oi, wi := w.rng.IntN(len(w.orgs)), w.rng.IntN(len(w.workers))
 	cancelActive := w.rng.IntN(2) == 0
-	_, err := w.s.UnassignWorker(w.t.Context(), store.Scope{}, w.orgs[oi], w.workers[wi], cancelActive, "fuzz")
+	_, err := w.s.UnassignWorker(w.t.Context(), store.EveryOrganization(), w.orgs[oi], w.workers[wi], cancelActive, "fuzz")
 	require.NoError(w.t, err, w.where())
 	w.assigned[[2]int{oi, wi}] = false
 	if cancelActive {
@@ -499,7 +499,7 @@ func (w *fuzzWorld) opAssign() fuzzEffect {
 		pair := removed[w.rng.IntN(len(removed))]
 		oi, wi = pair[0], pair[1]
 	}
-	_, err := w.s.AssignWorker(w.t.Context(), store.Scope{}, w.orgs[oi], w.workers[wi])
+	_, err := w.s.AssignWorker(w.t.Context(), store.EveryOrganization(), w.orgs[oi], w.workers[wi])
 	require.NoError(w.t, err, w.where())
 	w.assigned[[2]int{oi, wi}] = true
 	return fuzzEffect{maxEdges: 0}
@@ -516,7 +516,7 @@ func (w *fuzzWorld) opToggleWorker() fuzzEffect {
 	}
 	enable := !w.enabled[wi]
 	cancelActive := w.rng.IntN(2) == 0
-	_, err := w.s.UpdateWorker(w.t.Context(), w.workers[wi], store.UpdateWorkerParams{Enabled: &enable, CancelActive: cancelActive}, onlineWindow)
+	_, err := w.s.UpdateWorker(w.t.Context(), store.EveryOrganization(), w.workers[wi], store.UpdateWorkerParams{Enabled: &enable, CancelActive: cancelActive}, onlineWindow)
 	require.NoError(w.t, err, w.where())
 	w.enabled[wi] = enable
 	if !enable && cancelActive {
@@ -610,7 +610,7 @@ func (w *fuzzWorld) opChaos() fuzzEffect {
 	events = append(events, completionEvents...)
 	events = append(events, cancelEvents...)
 	wg.Go(func() { _, completeErr = w.s.CompleteAttempt(w.t.Context(), completion) })
-	wg.Go(func() { _, cancelErr = w.s.CancelTask(w.t.Context(), store.Scope{}, taskID) })
+	wg.Go(func() { _, cancelErr = w.s.CancelTask(w.t.Context(), store.EveryOrganization(), taskID) })
 	wg.Go(func() { _, renewErr = w.s.HeartbeatAttempt(w.t.Context(), ref) })
 	wg.Go(func() {
 		acquired, acquireErr = w.s.AcquireLeases(w.t.Context(), store.AcquireParams{WorkerID: w.workers[other], MaxTasks: 2})
@@ -618,7 +618,7 @@ func (w *fuzzWorld) opChaos() fuzzEffect {
 	if unassign {
 		verbs++
 		wg.Go(func() {
-			_, unassignErr = w.s.UnassignWorker(w.t.Context(), store.Scope{}, w.orgs[org], w.workers[a.worker], true, "chaos")
+			_, unassignErr = w.s.UnassignWorker(w.t.Context(), store.EveryOrganization(), w.orgs[org], w.workers[a.worker], true, "chaos")
 		})
 	}
 	wg.Wait()

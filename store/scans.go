@@ -56,7 +56,10 @@ type ScanJob struct {
 // CreateScan inserts a scan and all its jobs, then creates the first job's
 // task; each later job's task is created by advance_scan when the previous
 // job ends. Replayed is true for a repeated idempotent request.
-func (s *Store) CreateScan(ctx context.Context, p CreateScanParams) (scan Scan, replayed bool, err error) {
+func (s *Store) CreateScan(ctx context.Context, scope Scope, p CreateScanParams) (scan Scan, replayed bool, err error) {
+	if !scope.Allows(p.OrganizationID) {
+		return Scan{}, false, ErrNotFound
+	}
 	err = s.inTx(ctx, "create scan", func(tx pgx.Tx) error {
 		replayed = false
 		var id uuid.UUID
@@ -68,13 +71,8 @@ func (s *Store) CreateScan(ctx context.Context, p CreateScanParams) (scan Scan, 
 			RETURNING id`, p.OrganizationID, string(targets), p.Priority, nullString(p.IdempotencyKey), p.RequestSHA256).Scan(&id)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
-			var sum string
-			if err := tx.QueryRow(ctx, `SELECT id, request_sha256 FROM scans WHERE organization_id = $1 AND idempotency_key = $2`,
-				p.OrganizationID, p.IdempotencyKey).Scan(&id, &sum); err != nil {
-				return fmt.Errorf("read idempotent scan: %w", err)
-			}
-			if sum != p.RequestSHA256 {
-				return ErrIdempotencyKeyReused
+			if id, err = creationReplay(ctx, tx, "scans", p.OrganizationID, p.IdempotencyKey, p.RequestSHA256); err != nil {
+				return err
 			}
 			replayed = true
 		case isForeignKeyViolation(err):
@@ -102,7 +100,7 @@ func (s *Store) CreateScan(ctx context.Context, p CreateScanParams) (scan Scan, 
 				return fmt.Errorf("start scan: %w", err)
 			}
 		}
-		scan, err = getScan(ctx, tx, Scope{}, id)
+		scan, err = getScan(ctx, tx, scope, id)
 		return err
 	})
 	if err != nil {
@@ -131,8 +129,9 @@ func scanScan(row pgx.Row) (Scan, error) {
 }
 
 func getScan(ctx context.Context, ex executor, scope Scope, id uuid.UUID) (Scan, error) {
-	sc, err := scanScan(ex.QueryRow(ctx, `SELECT `+scanColumns+` FROM scans s WHERE s.id = $1`, id))
-	if errors.Is(err, pgx.ErrNoRows) || (err == nil && !scope.Allows(sc.OrganizationID)) {
+	sc, err := scanScan(ex.QueryRow(ctx, `SELECT `+scanColumns+` FROM scans s
+		WHERE s.id = $1 AND `+inScope("s.organization_id", "$2"), id, scope.arg()))
+	if errors.Is(err, pgx.ErrNoRows) {
 		return Scan{}, ErrNotFound
 	}
 	if err != nil {
@@ -187,9 +186,9 @@ func getScan(ctx context.Context, ex executor, scope Scope, id uuid.UUID) (Scan,
 func (s *Store) ListScans(ctx context.Context, scope Scope, org *uuid.UUID, after *Cursor, limit int) ([]Scan, *Cursor, error) {
 	afterTime, afterID := after.position()
 	rows, err := s.pool.Query(ctx, `SELECT `+scanColumns+` FROM scans s
-		WHERE ($1::uuid IS NULL OR s.organization_id = $1) AND ($2::uuid IS NULL OR s.organization_id = $2)
+		WHERE `+inScope("s.organization_id", "$1")+` AND ($2::uuid IS NULL OR s.organization_id = $2)
 			AND ($3::timestamptz IS NULL OR (s.created_at, s.id) < ($3, $4::uuid))
-		ORDER BY s.created_at DESC, s.id DESC LIMIT $5`, scope.Organization, org, afterTime, afterID, limit+1)
+		ORDER BY s.created_at DESC, s.id DESC LIMIT $5`, scope.arg(), org, afterTime, afterID, limit+1)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list scans: %w", err)
 	}

@@ -45,7 +45,7 @@ func TestRetries(t *testing.T) {
 		}
 		require.Equal(t, []store.TaskState{store.TaskRetryWait, store.TaskRetryWait, store.TaskFailedTerminal}, states)
 
-		got, attempts, err := s.GetTask(t.Context(), store.Scope{}, task.ID, onlineWindow)
+		got, attempts, err := s.GetTask(t.Context(), store.EveryOrganization(), task.ID, onlineWindow)
 		require.NoError(t, err)
 		require.Equal(t, store.TaskFailedTerminal, got.State)
 		require.Equal(t, 3, got.AttemptCount)
@@ -59,7 +59,7 @@ func TestRetries(t *testing.T) {
 		require.Empty(t, acquire(t, s, b.worker.ID, 1).Leases, "a dead letter is never leased")
 
 		// A redrive gives it a fresh budget; attempt numbers continue.
-		_, err = s.RetryTask(t.Context(), store.Scope{}, task.ID)
+		_, err = s.RetryTask(t.Context(), store.EveryOrganization(), task.ID)
 		require.NoError(t, err)
 		l := acquireOne(t, s, b.worker.ID)
 		require.Equal(t, 4, l.Task.AttemptNumber)
@@ -130,7 +130,7 @@ func TestPolicyRelease(t *testing.T) {
 
 		l := acquireOne(t, s, b.worker.ID)
 		require.Equal(t, 1, getTask(t, s, task.ID).AttemptCount)
-		a, err := s.UnassignWorker(t.Context(), store.Scope{}, b.org.ID, b.worker.ID, true, "security")
+		a, err := s.UnassignWorker(t.Context(), store.EveryOrganization(), b.org.ID, b.worker.ID, true, "security")
 		require.NoError(t, err)
 		require.Equal(t, 1, a.CancelledAttempts)
 		got := getTask(t, s, task.ID)
@@ -142,14 +142,14 @@ func TestPolicyRelease(t *testing.T) {
 		assign(t, s, b.org.ID, b.worker.ID)
 		l = acquireOne(t, s, b.worker.ID)
 		require.Equal(t, 2, l.Task.AttemptNumber)
-		_, err = s.UpdateWorker(t.Context(), b.worker.ID, store.UpdateWorkerParams{Enabled: new(false), CancelActive: true}, onlineWindow)
+		_, err = s.UpdateWorker(t.Context(), store.EveryOrganization(), b.worker.ID, store.UpdateWorkerParams{Enabled: new(false), CancelActive: true}, onlineWindow)
 		require.NoError(t, err)
 		got = getTask(t, s, task.ID)
 		require.Equal(t, store.TaskPending, got.State)
 		require.Zero(t, got.AttemptCount)
 		require.Equal(t, store.AttemptSuperseded, attemptStatus(t, b.pool, l.AttemptID))
 
-		_, err = s.UpdateWorker(t.Context(), b.worker.ID, store.UpdateWorkerParams{Enabled: new(true)}, onlineWindow)
+		_, err = s.UpdateWorker(t.Context(), store.EveryOrganization(), b.worker.ID, store.UpdateWorkerParams{Enabled: new(true)}, onlineWindow)
 		require.NoError(t, err)
 		l = acquireOne(t, s, b.worker.ID)
 		require.Equal(t, 3, l.Task.AttemptNumber)
@@ -167,7 +167,7 @@ func TestPolicyRelease(t *testing.T) {
 		assign(t, s, b.org.ID, other.ID)
 		acquireOne(t, s, b.worker.ID)
 
-		_, err := s.UnassignWorker(t.Context(), store.Scope{}, b.org.ID, b.worker.ID, true, "moved")
+		_, err := s.UnassignWorker(t.Context(), store.EveryOrganization(), b.org.ID, b.worker.ID, true, "moved")
 		require.NoError(t, err)
 		l := acquireOne(t, s, other.ID)
 		require.Equal(t, task.ID, l.Task.ID)
@@ -179,7 +179,7 @@ func TestPolicyRelease(t *testing.T) {
 		createTasks(t, s, b.org.ID, 2, store.CreateTaskParams{})
 		l := acquireOne(t, s, b.worker.ID)
 
-		a, err := s.UnassignWorker(t.Context(), store.Scope{}, b.org.ID, b.worker.ID, false, "routine")
+		a, err := s.UnassignWorker(t.Context(), store.EveryOrganization(), b.org.ID, b.worker.ID, false, "routine")
 		require.NoError(t, err)
 		require.Zero(t, a.CancelledAttempts)
 		require.NotNil(t, a.RevokedAt)
@@ -197,7 +197,7 @@ func TestPolicyRelease(t *testing.T) {
 		createTasks(t, s, b.org.ID, 2, store.CreateTaskParams{})
 		l := acquireOne(t, s, b.worker.ID)
 
-		_, err := s.UpdateWorker(t.Context(), b.worker.ID, store.UpdateWorkerParams{Enabled: new(false)}, onlineWindow)
+		_, err := s.UpdateWorker(t.Context(), store.EveryOrganization(), b.worker.ID, store.UpdateWorkerParams{Enabled: new(false)}, onlineWindow)
 		require.NoError(t, err)
 		require.True(t, acquire(t, s, b.worker.ID, 2).Disabled)
 		res := complete(t, s, refOf(b.worker.ID, l), store.AttemptSucceeded, false)
@@ -214,7 +214,7 @@ func TestPolicyRelease(t *testing.T) {
 		leases := acquire(t, s, b.worker.ID, 2).Leases
 		require.Len(t, leases, 2)
 
-		a, err := s.UnassignWorker(t.Context(), store.Scope{}, orgB.ID, b.worker.ID, true, "security")
+		a, err := s.UnassignWorker(t.Context(), store.EveryOrganization(), orgB.ID, b.worker.ID, true, "security")
 		require.NoError(t, err)
 		require.Equal(t, 1, a.CancelledAttempts)
 		for _, l := range leases {
@@ -245,7 +245,7 @@ func TestSweepExpired(t *testing.T) {
 		res := sweep(t, s)
 		require.Equal(t, 1, res.ExpiredAttempts)
 		require.False(t, res.More)
-		got, attempts, err := s.GetTask(t.Context(), store.Scope{}, task.ID, onlineWindow)
+		got, attempts, err := s.GetTask(t.Context(), store.EveryOrganization(), task.ID, onlineWindow)
 		require.NoError(t, err)
 		require.Equal(t, store.TaskRetryWait, got.State)
 		require.Equal(t, "lease_expired", got.LastErrorCode)
@@ -272,7 +272,7 @@ func TestSweepExpired(t *testing.T) {
 		s, b := setup(t)
 		task := createTask(t, s, b.org.ID, store.CreateTaskParams{})
 		l := acquireOne(t, s, b.worker.ID)
-		_, err := s.CancelTask(t.Context(), store.Scope{}, task.ID)
+		_, err := s.CancelTask(t.Context(), store.EveryOrganization(), task.ID)
 		require.NoError(t, err)
 		expireLease(t, b.pool, l.AttemptID)
 		sweep(t, s)
@@ -291,7 +291,7 @@ func TestSweepExpired(t *testing.T) {
 			lease_expires_at = now() - interval '1 second' WHERE id = $1`, l.AttemptID)
 
 		require.Equal(t, 1, sweep(t, s).ExpiredAttempts)
-		got, attempts, err := s.GetTask(t.Context(), store.Scope{}, task.ID, onlineWindow)
+		got, attempts, err := s.GetTask(t.Context(), store.EveryOrganization(), task.ID, onlineWindow)
 		require.NoError(t, err)
 		require.Equal(t, store.AttemptFailed, attempts[0].Status)
 		require.Equal(t, "attempt_timeout", attempts[0].ErrorCode)

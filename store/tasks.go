@@ -12,17 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Scope limits what a caller may see: nil Organization means every
-// organization (an unscoped token).
-type Scope struct {
-	Organization *uuid.UUID
-}
-
-// Allows reports whether the scope covers an organization.
-func (sc Scope) Allows(org uuid.UUID) bool {
-	return sc.Organization == nil || *sc.Organization == org
-}
-
 // Task is a worker_tasks row as producers see it.
 type Task struct {
 	ID                    uuid.UUID
@@ -91,7 +80,10 @@ type CreateTaskParams struct {
 // CreateTask inserts a task and wakes the pollers of its organization, in
 // one transaction. Replayed is true when an earlier request with the same
 // idempotency key created it.
-func (s *Store) CreateTask(ctx context.Context, p CreateTaskParams) (task Task, replayed bool, err error) {
+func (s *Store) CreateTask(ctx context.Context, scope Scope, p CreateTaskParams) (task Task, replayed bool, err error) {
+	if !scope.Allows(p.OrganizationID) {
+		return Task{}, false, ErrNotFound
+	}
 	err = s.inTx(ctx, "create task", func(tx pgx.Tx) error {
 		task, replayed = Task{}, false
 		var err error
@@ -157,17 +149,13 @@ func createTask(ctx context.Context, tx pgx.Tx, p CreateTaskParams) (Task, bool,
 		return task, false, nil
 	case errors.Is(err, pgx.ErrNoRows):
 		// The key exists: the same request is a replay, another is refused.
-		var sum string
-		task, err = scanTask(tx.QueryRow(ctx, `SELECT `+taskColumns+` FROM worker_tasks t
-			WHERE t.organization_id = $1 AND t.idempotency_key = $2`, p.OrganizationID, p.IdempotencyKey))
+		id, err := creationReplay(ctx, tx, "worker_tasks", p.OrganizationID, p.IdempotencyKey, p.RequestSHA256)
 		if err != nil {
-			return Task{}, false, fmt.Errorf("read idempotent task: %w", err)
-		}
-		if err := tx.QueryRow(ctx, `SELECT request_sha256 FROM worker_tasks WHERE id = $1`, task.ID).Scan(&sum); err != nil {
 			return Task{}, false, err
 		}
-		if sum != p.RequestSHA256 {
-			return Task{}, false, ErrIdempotencyKeyReused
+		task, err = scanTask(tx.QueryRow(ctx, `SELECT `+taskColumns+` FROM worker_tasks t WHERE t.id = $1`, id))
+		if err != nil {
+			return Task{}, false, fmt.Errorf("read idempotent task: %w", err)
 		}
 		return task, true, nil
 	case isForeignKeyViolation(err):
@@ -195,8 +183,8 @@ type Attempt struct {
 // GetTask returns a task the scope may see, with its attempts, and while it
 // waits to be leased, why.
 func (s *Store) GetTask(ctx context.Context, scope Scope, id uuid.UUID, onlineWindow time.Duration) (Task, []Attempt, error) {
-	task, err := scanTask(s.pool.QueryRow(ctx, `SELECT `+taskColumns+` FROM worker_tasks t WHERE t.id = $1`, id))
-	if errors.Is(err, pgx.ErrNoRows) || (err == nil && !scope.Allows(task.OrganizationID)) {
+	task, err := s.readScopedTask(ctx, s.pool, scope, id)
+	if errors.Is(err, ErrNotFound) {
 		return Task{}, nil, ErrNotFound
 	}
 	if err != nil {
@@ -276,7 +264,6 @@ func (s *Store) pendingReason(ctx context.Context, t Task, onlineWindow time.Dur
 
 // ListTasksParams filters and pages a task listing, newest first.
 type ListTasksParams struct {
-	Scope          Scope
 	OrganizationID *uuid.UUID
 	State          *TaskState
 	TaskType       *string
@@ -285,11 +272,9 @@ type ListTasksParams struct {
 }
 
 // ListTasks returns one page of tasks and the cursor of the next page.
-func (s *Store) ListTasks(ctx context.Context, p ListTasksParams) ([]Task, *Cursor, error) {
+func (s *Store) ListTasks(ctx context.Context, scope Scope, p ListTasksParams) ([]Task, *Cursor, error) {
 	q := psql.Select(taskColumns).From("worker_tasks t").OrderBy("t.created_at DESC", "t.id DESC").Limit(uint64(p.Limit + 1))
-	if p.Scope.Organization != nil {
-		q = q.Where(sq.Eq{"t.organization_id": *p.Scope.Organization})
-	}
+	q = q.Where(scope.where("t.organization_id"))
 	if p.OrganizationID != nil {
 		q = q.Where(sq.Eq{"t.organization_id": *p.OrganizationID})
 	}
@@ -338,9 +323,9 @@ func (s *Store) CancelTask(ctx context.Context, scope Scope, id uuid.UUID) (Task
 		var err error
 		task, err = scanTask(tx.QueryRow(ctx, `
 			UPDATE worker_tasks t SET `+cancelTaskSetSQL+`
-			WHERE t.id = $1 AND ($2::uuid IS NULL OR t.organization_id = $2)
+			WHERE t.id = $1 AND `+inScope("t.organization_id", "$2")+`
 				AND t.state IN (`+fromStates(EventCancelQueued)+`, `+fromStates(EventCancelActive)+`)
-			RETURNING `+taskColumns, id, scope.Organization))
+			RETURNING `+taskColumns, id, scope.arg()))
 		if err == nil {
 			if _, err := tx.Exec(ctx, dequeueSQL("t.id = $1"), id); err != nil {
 				return fmt.Errorf("dequeue cancelled task: %w", err)
@@ -378,13 +363,13 @@ func (s *Store) RetryTask(ctx context.Context, scope Scope, id uuid.UUID) (Task,
 					attempt_count = 0, available_at = now(), cancel_requested_at = NULL, completed_at = NULL,
 					execution_deadline_at = CASE WHEN t.execution_deadline_at <= now() THEN NULL ELSE t.execution_deadline_at END,
 					updated_at = now()
-				WHERE t.id = $1 AND ($2::uuid IS NULL OR t.organization_id = $2)
+				WHERE t.id = $1 AND `+inScope("t.organization_id", "$2")+`
 					AND t.state IN (`+fromStates(EventRedrive)+`)
 				RETURNING t.*
 			), enqueued AS (
 				`+EnqueueSQL("redriven")+`
 			)
-			SELECT `+taskColumns+` FROM redriven t`, id, scope.Organization))
+			SELECT `+taskColumns+` FROM redriven t`, id, scope.arg()))
 		if errors.Is(err, pgx.ErrNoRows) {
 			if _, err := s.readScopedTask(ctx, tx, scope, id); err != nil {
 				return err
@@ -403,8 +388,9 @@ func (s *Store) RetryTask(ctx context.Context, scope Scope, id uuid.UUID) (Task,
 }
 
 func (s *Store) readScopedTask(ctx context.Context, ex executor, scope Scope, id uuid.UUID) (Task, error) {
-	task, err := scanTask(ex.QueryRow(ctx, `SELECT `+taskColumns+` FROM worker_tasks t WHERE t.id = $1`, id))
-	if errors.Is(err, pgx.ErrNoRows) || (err == nil && !scope.Allows(task.OrganizationID)) {
+	task, err := scanTask(ex.QueryRow(ctx, `SELECT `+taskColumns+` FROM worker_tasks t
+		WHERE t.id = $1 AND `+inScope("t.organization_id", "$2"), id, scope.arg()))
+	if errors.Is(err, pgx.ErrNoRows) {
 		return Task{}, ErrNotFound
 	}
 	return task, err

@@ -38,11 +38,11 @@ func TestCreateTaskIdempotency(t *testing.T) {
 	t.Run("SameKeySameChecksumReplays", func(t *testing.T) {
 		t.Parallel()
 		s, b := setup(t)
-		first, replayed, err := s.CreateTask(t.Context(), params(b.org.ID, "k1", "sum-a"))
+		first, replayed, err := s.CreateTask(t.Context(), store.EveryOrganization(), params(b.org.ID, "k1", "sum-a"))
 		require.NoError(t, err)
 		require.False(t, replayed)
 
-		again, replayed, err := s.CreateTask(t.Context(), params(b.org.ID, "k1", "sum-a"))
+		again, replayed, err := s.CreateTask(t.Context(), store.EveryOrganization(), params(b.org.ID, "k1", "sum-a"))
 		require.NoError(t, err)
 		require.True(t, replayed)
 		require.Equal(t, first.ID, again.ID)
@@ -53,11 +53,11 @@ func TestCreateTaskIdempotency(t *testing.T) {
 	t.Run("SameKeyOtherChecksumRefused", func(t *testing.T) {
 		t.Parallel()
 		s, b := setup(t)
-		first, _, err := s.CreateTask(t.Context(), params(b.org.ID, "k1", "sum-a"))
+		first, _, err := s.CreateTask(t.Context(), store.EveryOrganization(), params(b.org.ID, "k1", "sum-a"))
 		require.NoError(t, err)
 		before := rowJSON(t, b.pool, "worker_tasks", first.ID)
 
-		task, replayed, err := s.CreateTask(t.Context(), params(b.org.ID, "k1", "sum-b"))
+		task, replayed, err := s.CreateTask(t.Context(), store.EveryOrganization(), params(b.org.ID, "k1", "sum-b"))
 		require.ErrorIs(t, err, store.ErrIdempotencyKeyReused)
 		require.False(t, replayed)
 		require.Zero(t, task)
@@ -69,9 +69,9 @@ func TestCreateTaskIdempotency(t *testing.T) {
 		t.Parallel()
 		s, b := setup(t)
 		orgB := createOrg(t, s, "org-b")
-		a, _, err := s.CreateTask(t.Context(), params(b.org.ID, "k1", "sum-a"))
+		a, _, err := s.CreateTask(t.Context(), store.EveryOrganization(), params(b.org.ID, "k1", "sum-a"))
 		require.NoError(t, err)
-		other, replayed, err := s.CreateTask(t.Context(), params(orgB.ID, "k1", "sum-b"))
+		other, replayed, err := s.CreateTask(t.Context(), store.EveryOrganization(), params(orgB.ID, "k1", "sum-b"))
 		require.NoError(t, err)
 		require.False(t, replayed)
 		require.NotEqual(t, a.ID, other.ID)
@@ -80,7 +80,7 @@ func TestCreateTaskIdempotency(t *testing.T) {
 	t.Run("UnknownOrganization", func(t *testing.T) {
 		t.Parallel()
 		s, _ := setup(t)
-		task, _, err := s.CreateTask(t.Context(), params(uuid.New(), "", ""))
+		task, _, err := s.CreateTask(t.Context(), store.EveryOrganization(), params(uuid.New(), "", ""))
 		require.ErrorIs(t, err, store.ErrNotFound)
 		require.Zero(t, task)
 	})
@@ -98,7 +98,7 @@ func TestCreateTaskIdempotency(t *testing.T) {
 		var wg sync.WaitGroup
 		for i := range n {
 			wg.Go(func() {
-				task, replayed, err := s.CreateTask(t.Context(), params(b.org.ID, "race", "sum-a"))
+				task, replayed, err := s.CreateTask(t.Context(), store.EveryOrganization(), params(b.org.ID, "race", "sum-a"))
 				results[i] = result{task.ID, replayed, err}
 			})
 		}
@@ -123,7 +123,7 @@ func TestCreateTaskIdempotency(t *testing.T) {
 		var wg sync.WaitGroup
 		for i := range n {
 			wg.Go(func() {
-				_, _, errs[i] = s.CreateTask(t.Context(), params(b.org.ID, "race", fmt.Sprintf("sum-%d", i)))
+				_, _, errs[i] = s.CreateTask(t.Context(), store.EveryOrganization(), params(b.org.ID, "race", fmt.Sprintf("sum-%d", i)))
 			})
 		}
 		wg.Wait()
@@ -156,7 +156,7 @@ func TestListTasksPagination(t *testing.T) {
 		pages int
 	)
 	for {
-		page, next, err := s.ListTasks(t.Context(), store.ListTasksParams{Scope: store.Scope{Organization: &b.org.ID}, After: after, Limit: 3})
+		page, next, err := s.ListTasks(t.Context(), store.OrganizationScope(b.org.ID), store.ListTasksParams{After: after, Limit: 3})
 		require.NoError(t, err)
 		pages++
 		for _, task := range page {
@@ -174,11 +174,11 @@ func TestListTasksPagination(t *testing.T) {
 	require.Equal(t, 3, pages)
 	require.Equal(t, want, got, "every task once, newest first, no gaps")
 
-	all, _, err := s.ListTasks(t.Context(), store.ListTasksParams{Limit: 100})
+	all, _, err := s.ListTasks(t.Context(), store.EveryOrganization(), store.ListTasksParams{Limit: 100})
 	require.NoError(t, err)
 	require.Len(t, all, 10)
 
-	cross, _, err := s.ListTasks(t.Context(), store.ListTasksParams{Scope: store.Scope{Organization: &b.org.ID}, OrganizationID: &orgB.ID, Limit: 100})
+	cross, _, err := s.ListTasks(t.Context(), store.OrganizationScope(b.org.ID), store.ListTasksParams{OrganizationID: &orgB.ID, Limit: 100})
 	require.NoError(t, err)
 	require.Empty(t, cross, "a filter cannot widen the scope")
 
@@ -207,7 +207,7 @@ func TestOrganizationScope(t *testing.T) {
 			testBundle: b, orgB: orgB, workerB: workerB,
 			taskA:  createTask(t, s, b.org.ID, store.CreateTaskParams{}),
 			taskB:  createTask(t, s, orgB.ID, store.CreateTaskParams{}),
-			scopeA: store.Scope{Organization: &b.org.ID},
+			scopeA: store.OrganizationScope(b.org.ID),
 		}
 	}
 
@@ -221,7 +221,7 @@ func TestOrganizationScope(t *testing.T) {
 		_, _, err = s.GetTask(t.Context(), b.scopeA, b.taskA.ID, onlineWindow)
 		require.NoError(t, err)
 
-		list, _, err := s.ListTasks(t.Context(), store.ListTasksParams{Scope: b.scopeA, Limit: 100})
+		list, _, err := s.ListTasks(t.Context(), b.scopeA, store.ListTasksParams{Limit: 100})
 		require.NoError(t, err)
 		require.Len(t, list, 1)
 		require.Equal(t, b.taskA.ID, list[0].ID)
@@ -247,7 +247,7 @@ func TestOrganizationScope(t *testing.T) {
 		require.ErrorIs(t, err, store.ErrNotFound)
 		require.Zero(t, w)
 
-		all, _, err := s.ListWorkers(t.Context(), store.Scope{}, nil, 100, onlineWindow)
+		all, _, err := s.ListWorkers(t.Context(), store.EveryOrganization(), nil, 100, onlineWindow)
 		require.NoError(t, err)
 		require.Len(t, all, 2)
 
@@ -274,7 +274,7 @@ func TestOrganizationScope(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, b.org.ID, o.ID)
 
-		all, _, err := s.ListOrganizations(t.Context(), store.Scope{}, nil, 100)
+		all, _, err := s.ListOrganizations(t.Context(), store.EveryOrganization(), nil, 100)
 		require.NoError(t, err)
 		require.Len(t, all, 2)
 	})
@@ -302,7 +302,7 @@ func TestPendingReason(t *testing.T) {
 		// A worker of the wrong type does not count.
 		require.Equal(t, "no_assigned_worker", reason(t, s, createTask(t, s, b.org.ID, store.CreateTaskParams{TaskType: "ai"}).ID))
 		// Nor does a disabled one.
-		_, err := s.UpdateWorker(t.Context(), b.worker.ID, store.UpdateWorkerParams{Enabled: new(false)}, onlineWindow)
+		_, err := s.UpdateWorker(t.Context(), store.EveryOrganization(), b.worker.ID, store.UpdateWorkerParams{Enabled: new(false)}, onlineWindow)
 		require.NoError(t, err)
 		require.Equal(t, "no_assigned_worker", reason(t, s, createTask(t, s, b.org.ID, store.CreateTaskParams{}).ID))
 	})
@@ -393,7 +393,7 @@ func TestNotifications(t *testing.T) {
 	exec(t, b.pool, fmt.Sprintf(`CREATE CONSTRAINT TRIGGER fail_org_b AFTER INSERT ON worker_tasks
 		DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.organization_id = '%s')
 		EXECUTE FUNCTION fail_at_commit()`, orgB.ID))
-	_, _, err = s.CreateTask(t.Context(), store.CreateTaskParams{OrganizationID: orgB.ID, TaskType: "scanner_plugin"})
+	_, _, err = s.CreateTask(t.Context(), store.EveryOrganization(), store.CreateTaskParams{OrganizationID: orgB.ID, TaskType: "scanner_plugin"})
 	require.ErrorContains(t, err, "refused at commit")
 	var n int
 	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT count(*) FROM worker_tasks WHERE organization_id = $1`, orgB.ID).Scan(&n))
@@ -410,10 +410,10 @@ func TestNotifications(t *testing.T) {
 
 	// An idempotent replay created nothing and wakes nobody.
 	p := store.CreateTaskParams{OrganizationID: b.org.ID, TaskType: "scanner_plugin", IdempotencyKey: "k", RequestSHA256: "x"}
-	_, _, err = s.CreateTask(t.Context(), p)
+	_, _, err = s.CreateTask(t.Context(), store.EveryOrganization(), p)
 	require.NoError(t, err)
 	require.Equal(t, store.WakeOrganization, next(t).Kind)
-	_, replayed, err := s.CreateTask(t.Context(), p)
+	_, replayed, err := s.CreateTask(t.Context(), store.EveryOrganization(), p)
 	require.NoError(t, err)
 	require.True(t, replayed)
 	// The next wake-up is another organization's: the replay sent none.

@@ -21,7 +21,7 @@ const APITokenPrefix = "wgt_"
 // Principal is an authenticated control-plane caller.
 type Principal struct {
 	TokenID        uuid.UUID
-	Scopes         []string
+	Permissions    []string
 	OrganizationID *uuid.UUID
 }
 
@@ -43,7 +43,7 @@ func NewSecret(prefix string) (string, error) {
 // CreateAPITokenParams describes a new API token.
 type CreateAPITokenParams struct {
 	Name           string
-	Scopes         []string
+	Permissions    []string
 	OrganizationID *uuid.UUID
 	ExpiresIn      time.Duration
 	// ParentID is the token minting this one (nil for tokens created by the
@@ -68,13 +68,20 @@ const tokenLineageLock = 0x746f6b656e5f6c6e // "token_ln"
 
 // CreateAPIToken stores a new token's hash and returns the token, which is
 // never retrievable again. With a parent, the new token is bounded by it in
-// the same transaction: its scopes are a subset of the parent's (admin
+// the same transaction: its permissions are a subset of the parent's (admin
 // implies producer and reader), its organization is the parent's when the
 // parent has one, and it expires no later than the parent: it inherits the
 // parent's expiry when it asks for none, and asking for a later one is a
 // *TokenBoundsError rather than a silent clamp, so the caller learns the
-// token will not live as long as it asked.
-func (s *Store) CreateAPIToken(ctx context.Context, p CreateAPITokenParams) (token string, id uuid.UUID, err error) {
+// token will not live as long as it asked. A caller scoped to one
+// organization mints tokens of that organization only.
+func (s *Store) CreateAPIToken(ctx context.Context, scope Scope, p CreateAPITokenParams) (token string, id uuid.UUID, err error) {
+	if org := scope.Organization(); org != nil {
+		if p.OrganizationID != nil && *p.OrganizationID != *org {
+			return "", uuid.Nil, ErrNotFound
+		}
+		p.OrganizationID = org
+	}
 	token, err = NewSecret(APITokenPrefix)
 	if err != nil {
 		return "", uuid.Nil, err
@@ -96,7 +103,7 @@ func (s *Store) CreateAPIToken(ctx context.Context, p CreateAPITokenParams) (tok
 			INSERT INTO api_tokens (name, token_hash, scopes, organization_id, expires_at, parent_token_id)
 			VALUES ($1, $2, $3, $4, coalesce($7::timestamptz, now() + make_interval(secs => $5::float8)), $6)
 			RETURNING id`,
-			p.Name, HashToken(token), p.Scopes, p.OrganizationID, expires, p.ParentID, inherited).Scan(&id)
+			p.Name, HashToken(token), p.Permissions, p.OrganizationID, expires, p.ParentID, inherited).Scan(&id)
 	})
 	if isForeignKeyViolation(err) {
 		return "", uuid.Nil, fmt.Errorf("%w: organization", ErrNotFound)
@@ -117,11 +124,11 @@ func boundByParent(ctx context.Context, tx pgx.Tx, p *CreateAPITokenParams, expi
 		return nil, fmt.Errorf("lock token lineage: %w", err)
 	}
 	var (
-		scopes    []string
-		org       *uuid.UUID
-		expiresAt *time.Time
-		outlives  bool
-		leftSecs  int64
+		permissions []string
+		org         *uuid.UUID
+		expiresAt   *time.Time
+		outlives    bool
+		leftSecs    int64
 	)
 	// The database's clock decides, as for every expiry.
 	err = tx.QueryRow(ctx, `
@@ -130,17 +137,17 @@ func boundByParent(ctx context.Context, tx pgx.Tx, p *CreateAPITokenParams, expi
 			coalesce(floor(extract(epoch FROM expires_at - now()))::bigint, 0)
 		FROM api_tokens
 		WHERE id = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())`,
-		*p.ParentID, expiresIn).Scan(&scopes, &org, &expiresAt, &outlives, &leftSecs)
+		*p.ParentID, expiresIn).Scan(&permissions, &org, &expiresAt, &outlives, &leftSecs)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrParentTokenInactive
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read parent token: %w", err)
 	}
-	if !slices.Contains(scopes, "admin") {
-		for _, sc := range p.Scopes {
-			if !slices.Contains(scopes, sc) {
-				return nil, &TokenBoundsError{Detail: fmt.Sprintf("scope %q is not one of the minting token's scopes %v", sc, scopes)}
+	if !slices.Contains(permissions, "admin") {
+		for _, sc := range p.Permissions {
+			if !slices.Contains(permissions, sc) {
+				return nil, &TokenBoundsError{Detail: fmt.Sprintf("scope %q is not one of the minting token's scopes %v", sc, permissions)}
 			}
 		}
 	}
@@ -170,7 +177,7 @@ func (s *Store) AuthenticateToken(ctx context.Context, token string) (Principal,
 		SELECT id, scopes, organization_id, last_used_at IS NULL OR last_used_at < now() - interval '1 minute'
 		FROM api_tokens
 		WHERE token_hash = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())`,
-		HashToken(token)).Scan(&p.TokenID, &p.Scopes, &p.OrganizationID, &stale)
+		HashToken(token)).Scan(&p.TokenID, &p.Permissions, &p.OrganizationID, &stale)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Principal{}, ErrNotFound
 	}
@@ -190,7 +197,7 @@ func (s *Store) AuthenticateToken(ctx context.Context, token string) (Principal,
 type APIToken struct {
 	ID             uuid.UUID
 	Name           string
-	Scopes         []string
+	Permissions    []string
 	OrganizationID *uuid.UUID
 	CreatedAt      time.Time
 	ExpiresAt      *time.Time
@@ -204,14 +211,14 @@ const apiTokenColumns = `id, name, scopes, organization_id, created_at, expires_
 
 func scanAPIToken(row pgx.Row) (APIToken, error) {
 	var t APIToken
-	err := row.Scan(&t.ID, &t.Name, &t.Scopes, &t.OrganizationID, &t.CreatedAt, &t.ExpiresAt, &t.RevokedAt, &t.LastUsedAt, &t.ParentID)
+	err := row.Scan(&t.ID, &t.Name, &t.Permissions, &t.OrganizationID, &t.CreatedAt, &t.ExpiresAt, &t.RevokedAt, &t.LastUsedAt, &t.ParentID)
 	return t, err
 }
 
 // GetAPIToken returns a token's metadata if the scope covers it.
 func (s *Store) GetAPIToken(ctx context.Context, scope Scope, id uuid.UUID) (APIToken, error) {
 	t, err := scanAPIToken(s.pool.QueryRow(ctx, `SELECT `+apiTokenColumns+` FROM api_tokens
-		WHERE id = $1 AND ($2::uuid IS NULL OR organization_id = $2)`, id, scope.Organization))
+		WHERE id = $1 AND `+inScope("organization_id", "$2"), id, scope.arg()))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return APIToken{}, ErrNotFound
 	}
@@ -221,7 +228,7 @@ func (s *Store) GetAPIToken(ctx context.Context, scope Scope, id uuid.UUID) (API
 // ListAPITokens lists tokens the scope covers, newest first.
 func (s *Store) ListAPITokens(ctx context.Context, scope Scope) ([]APIToken, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+apiTokenColumns+` FROM api_tokens
-		WHERE $1::uuid IS NULL OR organization_id = $1 ORDER BY created_at DESC, id DESC`, scope.Organization)
+		WHERE `+inScope("organization_id", "$1")+` ORDER BY created_at DESC, id DESC`, scope.arg())
 	if err != nil {
 		return nil, fmt.Errorf("list api tokens: %w", err)
 	}
@@ -248,7 +255,7 @@ func (s *Store) RevokeAPIToken(ctx context.Context, scope Scope, id uuid.UUID) (
 		}
 		var err error
 		t, err = scanAPIToken(tx.QueryRow(ctx, `UPDATE api_tokens SET revoked_at = coalesce(revoked_at, now())
-			WHERE id = $1 AND ($2::uuid IS NULL OR organization_id = $2) RETURNING `+apiTokenColumns, id, scope.Organization))
+			WHERE id = $1 AND `+inScope("organization_id", "$2")+` RETURNING `+apiTokenColumns, id, scope.arg()))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNotFound
 		}

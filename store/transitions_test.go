@@ -43,10 +43,10 @@ func driveInto(t *testing.T, s *store.Store, b *testBundle, state store.TaskStat
 		f.lease = nil
 	case store.TaskCancelling:
 		lease()
-		_, err := s.CancelTask(t.Context(), store.Scope{}, task.ID)
+		_, err := s.CancelTask(t.Context(), store.EveryOrganization(), task.ID)
 		require.NoError(t, err)
 	case store.TaskCancelled:
-		_, err := s.CancelTask(t.Context(), store.Scope{}, task.ID)
+		_, err := s.CancelTask(t.Context(), store.EveryOrganization(), task.ID)
 		require.NoError(t, err)
 	case store.TaskFailedTerminal:
 		lease()
@@ -99,7 +99,7 @@ var (
 		}},
 	}
 	cancelDriver = edgeDriver{name: "cancel_task", do: func(t *testing.T, s *store.Store, b *testBundle, f taskFixture) {
-		_, err := s.CancelTask(t.Context(), store.Scope{}, f.task)
+		_, err := s.CancelTask(t.Context(), store.EveryOrganization(), f.task)
 		require.NoError(t, err)
 	}}
 	expireDriver = edgeDriver{name: "lease_expired_sweep", wantAttempt: store.AttemptExpired, wantCode: "lease_expired",
@@ -115,17 +115,17 @@ var (
 		}}
 	unassignDriver = edgeDriver{name: "unassign_cancel_active", wantAttempt: store.AttemptSuperseded, wantCode: "assignment_removed",
 		do: func(t *testing.T, s *store.Store, b *testBundle, f taskFixture) {
-			a, err := s.UnassignWorker(t.Context(), store.Scope{}, b.org.ID, b.worker.ID, true, "moved")
+			a, err := s.UnassignWorker(t.Context(), store.EveryOrganization(), b.org.ID, b.worker.ID, true, "moved")
 			require.NoError(t, err)
 			require.Equal(t, 1, a.CancelledAttempts)
 		}}
 	disableDriver = edgeDriver{name: "disable_cancel_active", wantAttempt: store.AttemptSuperseded, wantCode: "worker_disabled",
 		do: func(t *testing.T, s *store.Store, b *testBundle, f taskFixture) {
-			_, err := s.UpdateWorker(t.Context(), b.worker.ID, store.UpdateWorkerParams{Enabled: new(false), CancelActive: true}, onlineWindow)
+			_, err := s.UpdateWorker(t.Context(), store.EveryOrganization(), b.worker.ID, store.UpdateWorkerParams{Enabled: new(false), CancelActive: true}, onlineWindow)
 			require.NoError(t, err)
 		}}
 	redriveDriver = edgeDriver{name: "retry_task", do: func(t *testing.T, s *store.Store, b *testBundle, f taskFixture) {
-		task, err := s.RetryTask(t.Context(), store.Scope{}, f.task)
+		task, err := s.RetryTask(t.Context(), store.EveryOrganization(), f.task)
 		require.NoError(t, err)
 		require.Zero(t, task.AttemptCount, "a redrive gives a fresh attempt budget")
 		require.Nil(t, task.CompletedAt)
@@ -289,7 +289,7 @@ func TestRefusedTransitions(t *testing.T) {
 			f := driveInto(t, s, b, state)
 			before := rowJSON(t, b.pool, "worker_tasks", f.task)
 
-			task, err := s.CancelTask(t.Context(), store.Scope{}, f.task)
+			task, err := s.CancelTask(t.Context(), store.EveryOrganization(), f.task)
 			require.ErrorIs(t, err, store.ErrTaskFinished)
 			require.Equal(t, before, rowJSON(t, b.pool, "worker_tasks", f.task))
 			require.Zero(t, task)
@@ -301,7 +301,7 @@ func TestRefusedTransitions(t *testing.T) {
 			t.Parallel()
 			s, b := setup(t)
 			f := driveInto(t, s, b, state)
-			task, err := s.CancelTask(t.Context(), store.Scope{}, f.task)
+			task, err := s.CancelTask(t.Context(), store.EveryOrganization(), f.task)
 			require.NoError(t, err, "cancelling twice is harmless")
 			require.Equal(t, state, task.State)
 		})
@@ -315,7 +315,7 @@ func TestRefusedTransitions(t *testing.T) {
 			f := driveInto(t, s, b, state)
 			before := rowJSON(t, b.pool, "worker_tasks", f.task)
 
-			task, err := s.RetryTask(t.Context(), store.Scope{}, f.task)
+			task, err := s.RetryTask(t.Context(), store.EveryOrganization(), f.task)
 			require.ErrorIs(t, err, store.ErrTaskNotRetryable)
 			require.Equal(t, before, rowJSON(t, b.pool, "worker_tasks", f.task))
 			require.Zero(t, task)
@@ -325,10 +325,10 @@ func TestRefusedTransitions(t *testing.T) {
 	t.Run("UnknownTask", func(t *testing.T) {
 		t.Parallel()
 		s, _ := setup(t)
-		task, err := s.CancelTask(t.Context(), store.Scope{}, uuid.New())
+		task, err := s.CancelTask(t.Context(), store.EveryOrganization(), uuid.New())
 		require.ErrorIs(t, err, store.ErrNotFound)
 		require.Zero(t, task)
-		task, err = s.RetryTask(t.Context(), store.Scope{}, uuid.New())
+		task, err = s.RetryTask(t.Context(), store.EveryOrganization(), uuid.New())
 		require.ErrorIs(t, err, store.ErrNotFound)
 		require.Zero(t, task)
 	})

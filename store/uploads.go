@@ -295,8 +295,9 @@ func (s *Store) uploadForCommit(ctx context.Context, workerID, uploadID uuid.UUI
 
 // GetFile returns a file the scope may see.
 func (s *Store) GetFile(ctx context.Context, scope Scope, id uuid.UUID) (File, error) {
-	f, err := scanFile(s.pool.QueryRow(ctx, `SELECT `+fileColumns+` FROM files f WHERE f.id = $1`, id))
-	if errors.Is(err, pgx.ErrNoRows) || (err == nil && !scope.Allows(f.OrganizationID)) {
+	f, err := scanFile(s.pool.QueryRow(ctx, `SELECT `+fileColumns+` FROM files f
+		WHERE f.id = $1 AND `+inScope("f.organization_id", "$2"), id, scope.arg()))
+	if errors.Is(err, pgx.ErrNoRows) {
 		return File{}, ErrNotFound
 	}
 	if err != nil {

@@ -23,19 +23,19 @@ func workerVisibleTo(worker, scope string) string {
 		OR EXISTS (SELECT 1 FROM worker_grants vg WHERE vg.worker_id = ` + worker + ` AND vg.organization_id = ` + scope + `))`
 }
 
-// AuthorizeWorkerManagement decides whether the scope may change a worker
+// authorizeWorkerManagement decides whether the scope may change a worker
 // itself (rename, resize, disable, certificates, enrollment tokens,
 // revocation, grants): unscoped callers may change every worker, an
 // organization only the workers it owns. A worker the scope cannot see is
 // ErrNotFound, one it sees but does not own ErrForbidden. Ownership never
 // changes, so deciding it before the change is not a race.
-func (s *Store) AuthorizeWorkerManagement(ctx context.Context, scope Scope, worker uuid.UUID) error {
-	if scope.Organization == nil {
+func authorizeWorkerManagement(ctx context.Context, ex executor, scope Scope, worker uuid.UUID) error {
+	if scope.IsEveryOrganization() {
 		return nil
 	}
 	var owns, sees bool
-	err := s.pool.QueryRow(ctx, `SELECT w.owner_organization_id IS NOT DISTINCT FROM $2, `+workerVisibleTo("w.id", "$2")+`
-		FROM workers w WHERE w.id = $1`, worker, scope.Organization).Scan(&owns, &sees)
+	err := ex.QueryRow(ctx, `SELECT w.owner_organization_id IS NOT DISTINCT FROM $2, `+workerVisibleTo("w.id", "$2")+`
+		FROM workers w WHERE w.id = $1`, worker, scope.arg()).Scan(&owns, &sees)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return ErrNotFound
@@ -61,7 +61,7 @@ type WorkerGrant struct {
 // nothing: the grantee's admin still assigns it). Only the owner or an
 // unscoped caller may grant. Idempotent.
 func (s *Store) GrantWorker(ctx context.Context, scope Scope, worker, org uuid.UUID) (WorkerGrant, error) {
-	if err := s.AuthorizeWorkerManagement(ctx, scope, worker); err != nil {
+	if err := authorizeWorkerManagement(ctx, s.pool, scope, worker); err != nil {
 		return WorkerGrant{}, err
 	}
 	g := WorkerGrant{WorkerID: worker, OrganizationID: org}
@@ -84,7 +84,7 @@ func (s *Store) GrantWorker(ctx context.Context, scope Scope, worker, org uuid.U
 // grantee. Deleting the grant row first waits for any assignment still
 // holding it FOR SHARE, so none can slip in behind the removal.
 func (s *Store) RevokeWorkerGrant(ctx context.Context, scope Scope, worker, org uuid.UUID, cancelActive bool) error {
-	if err := s.AuthorizeWorkerManagement(ctx, scope, worker); err != nil {
+	if err := authorizeWorkerManagement(ctx, s.pool, scope, worker); err != nil {
 		return err
 	}
 	return s.inTx(ctx, "revoke worker grant", func(tx pgx.Tx) error {
@@ -116,7 +116,7 @@ func (s *Store) RevokeWorkerGrant(ctx context.Context, scope Scope, worker, org 
 
 // WorkerGrants lists a worker's grants, for its owner or an unscoped caller.
 func (s *Store) WorkerGrants(ctx context.Context, scope Scope, worker uuid.UUID) ([]WorkerGrant, error) {
-	if err := s.AuthorizeWorkerManagement(ctx, scope, worker); err != nil {
+	if err := authorizeWorkerManagement(ctx, s.pool, scope, worker); err != nil {
 		return nil, err
 	}
 	rows, err := s.pool.Query(ctx, `SELECT worker_id, organization_id, granted_at FROM worker_grants

@@ -40,16 +40,16 @@ type Worker struct {
 // an organization scope or NULL for unscoped) may see them: a worker shared
 // by several organizations shows each only its own assignment, its own
 // active attempts and, unless it is the owner, no owner.
-const workerColumns = `w.id, w.name, w.worker_type, w.enabled, w.revoked_at, w.revocation_reason,
+var workerColumns = `w.id, w.name, w.worker_type, w.enabled, w.revoked_at, w.revocation_reason,
 	w.certificate_fingerprint, w.certificate_subject, w.software_version, w.protocol_version,
 	w.capabilities, w.max_concurrent_tasks, w.last_seen_at,
 	coalesce(w.last_seen_at > now() - make_interval(secs => $1::float8), false),
 	(SELECT count(*) FROM worker_task_attempts a WHERE a.worker_id = w.id AND a.status IN ('leased', 'running')
-		AND ($2::uuid IS NULL OR a.organization_id = $2)),
+		AND ` + inScope("a.organization_id", "$2") + `),
 	array(SELECT ow.organization_id FROM organization_workers ow
 		WHERE ow.worker_id = w.id AND ow.enabled AND ow.revoked_at IS NULL
-			AND ($2::uuid IS NULL OR ow.organization_id = $2) ORDER BY ow.organization_id),
-	CASE WHEN $2::uuid IS NULL OR w.owner_organization_id = $2 THEN w.owner_organization_id END,
+			AND ` + inScope("ow.organization_id", "$2") + ` ORDER BY ow.organization_id),
+	CASE WHEN ` + inScope("w.owner_organization_id", "$2") + ` THEN w.owner_organization_id END,
 	w.created_at`
 
 // workerFields are the scan targets of workerColumns, in order.
@@ -91,11 +91,11 @@ func (s *Store) CreateWorker(ctx context.Context, scope Scope, p CreateWorkerPar
 	if p.MaxConcurrentTasks == 0 {
 		p.MaxConcurrentTasks = 1
 	}
-	if scope.Organization != nil {
-		if p.OwnerOrganizationID != nil && *p.OwnerOrganizationID != *scope.Organization {
+	if org := scope.Organization(); org != nil {
+		if p.OwnerOrganizationID != nil && *p.OwnerOrganizationID != *org {
 			return Worker{}, ErrNotFound
 		}
-		p.OwnerOrganizationID = scope.Organization
+		p.OwnerOrganizationID = org
 	}
 	var w Worker
 	err := s.inTx(ctx, "create worker", func(tx pgx.Tx) error {
@@ -131,7 +131,7 @@ func (s *Store) GetWorker(ctx context.Context, scope Scope, id uuid.UUID, online
 
 func getWorker(ctx context.Context, ex executor, scope Scope, id uuid.UUID, onlineWindow time.Duration) (Worker, error) {
 	w, err := scanWorker(ex.QueryRow(ctx, `SELECT `+workerColumns+` FROM workers w WHERE w.id = $3 AND `+scopeSeesWorker,
-		onlineWindow.Seconds(), scope.Organization, id))
+		onlineWindow.Seconds(), scope.arg(), id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Worker{}, ErrNotFound
 	}
@@ -147,7 +147,7 @@ func (s *Store) ListWorkers(ctx context.Context, scope Scope, after *Cursor, lim
 	rows, err := s.pool.Query(ctx, `SELECT `+workerColumns+` FROM workers w
 		WHERE `+scopeSeesWorker+` AND ($3::timestamptz IS NULL OR (w.created_at, w.id) < ($3, $4::uuid))
 		ORDER BY w.created_at DESC, w.id DESC LIMIT $5`,
-		onlineWindow.Seconds(), scope.Organization, afterTime, afterID, limit+1)
+		onlineWindow.Seconds(), scope.arg(), afterTime, afterID, limit+1)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list workers: %w", err)
 	}
@@ -169,11 +169,15 @@ type UpdateWorkerParams struct {
 	CancelActive bool
 }
 
-// UpdateWorker changes a worker and, when it disables it with CancelActive,
-// releases its active attempts in the same transaction.
-func (s *Store) UpdateWorker(ctx context.Context, id uuid.UUID, p UpdateWorkerParams, onlineWindow time.Duration) (Worker, error) {
+// UpdateWorker changes a worker the scope manages and, when it disables it
+// with CancelActive, releases its active attempts in the same transaction.
+// It returns the worker as the scope sees it.
+func (s *Store) UpdateWorker(ctx context.Context, scope Scope, id uuid.UUID, p UpdateWorkerParams, onlineWindow time.Duration) (Worker, error) {
 	var w Worker
 	err := s.inTx(ctx, "update worker", func(tx pgx.Tx) error {
+		if err := authorizeWorkerManagement(ctx, tx, scope, id); err != nil {
+			return err
+		}
 		tag, err := tx.Exec(ctx, `
 			UPDATE workers SET
 				name = coalesce($2, name),
@@ -192,7 +196,7 @@ func (s *Store) UpdateWorker(ctx context.Context, id uuid.UUID, p UpdateWorkerPa
 				return err
 			}
 		}
-		if w, err = getWorker(ctx, tx, Scope{}, id, onlineWindow); err != nil {
+		if w, err = getWorker(ctx, tx, scope, id, onlineWindow); err != nil {
 			return err
 		}
 		// Capacity or eligibility changed: the worker's waiting polls look again.
@@ -201,10 +205,13 @@ func (s *Store) UpdateWorker(ctx context.Context, id uuid.UUID, p UpdateWorkerPa
 	return w, err
 }
 
-// SetWorkerCertificate binds a certificate fingerprint to a worker; the
-// previous certificate stops authenticating at once.
-func (s *Store) SetWorkerCertificate(ctx context.Context, id uuid.UUID, fingerprint, subject string, onlineWindow time.Duration) (Worker, error) {
+// SetWorkerCertificate binds a certificate fingerprint to a worker the
+// scope manages; the previous certificate stops authenticating at once.
+func (s *Store) SetWorkerCertificate(ctx context.Context, scope Scope, id uuid.UUID, fingerprint, subject string, onlineWindow time.Duration) (Worker, error) {
 	err := s.inTx(ctx, "set certificate", func(tx pgx.Tx) error {
+		if err := authorizeWorkerManagement(ctx, tx, scope, id); err != nil {
+			return err
+		}
 		tag, err := tx.Exec(ctx, `UPDATE workers SET certificate_fingerprint = $2, certificate_subject = $3, updated_at = now()
 			WHERE id = $1`, id, fingerprint, subject)
 		if isUniqueViolation(err) {
@@ -221,7 +228,7 @@ func (s *Store) SetWorkerCertificate(ctx context.Context, id uuid.UUID, fingerpr
 	if err != nil {
 		return Worker{}, err
 	}
-	return s.GetWorker(ctx, Scope{}, id, onlineWindow)
+	return s.GetWorker(ctx, scope, id, onlineWindow)
 }
 
 // WorkerIdentity is what authentication needs to know about a worker.
@@ -269,13 +276,16 @@ func (s *Store) WorkerByFingerprint(ctx context.Context, fingerprint string) (Wo
 	return id, nil
 }
 
-// RevokeWorker revokes a worker for good, in one transaction: it can lease
+// RevokeWorker revokes a worker the scope manages for good, in one transaction: it can lease
 // nothing more, its active attempts end by policy (not counted against
 // max_attempts) so their tasks are leasable elsewhere at once, and its
 // waiting polls are woken to be refused.
-func (s *Store) RevokeWorker(ctx context.Context, id uuid.UUID, reason string, onlineWindow time.Duration) (Worker, error) {
+func (s *Store) RevokeWorker(ctx context.Context, scope Scope, id uuid.UUID, reason string, onlineWindow time.Duration) (Worker, error) {
 	var w Worker
 	err := s.inTx(ctx, "revoke worker", func(tx pgx.Tx) error {
+		if err := authorizeWorkerManagement(ctx, tx, scope, id); err != nil {
+			return err
+		}
 		tag, err := tx.Exec(ctx, `UPDATE workers SET revoked_at = coalesce(revoked_at, now()), revocation_reason = $2,
 			enabled = false, updated_at = now() WHERE id = $1`, id, reason)
 		if err != nil {
@@ -290,7 +300,7 @@ func (s *Store) RevokeWorker(ctx context.Context, id uuid.UUID, reason string, o
 		if _, err := tx.Exec(ctx, `UPDATE enrollment_tokens SET used_at = now() WHERE worker_id = $1 AND used_at IS NULL`, id); err != nil {
 			return fmt.Errorf("void enrollment tokens: %w", err)
 		}
-		if w, err = getWorker(ctx, tx, Scope{}, id, onlineWindow); err != nil {
+		if w, err = getWorker(ctx, tx, scope, id, onlineWindow); err != nil {
 			return err
 		}
 		return notify(ctx, tx, Wakeup{Kind: WakeWorkerRevoked, Worker: id})
@@ -423,7 +433,7 @@ func (s *Store) OrganizationWorkers(ctx context.Context, scope Scope, org uuid.U
 			(SELECT count(*) FROM worker_task_attempts a WHERE a.worker_id = w.id AND a.status IN (`+activeStatuses+`))
 		FROM organization_workers ow JOIN workers w ON w.id = ow.worker_id
 		WHERE ow.organization_id = $3 AND ow.revoked_at IS NULL
-		ORDER BY w.name, w.id`, onlineWindow.Seconds(), scope.Organization, org)
+		ORDER BY w.name, w.id`, onlineWindow.Seconds(), scope.arg(), org)
 	if err != nil {
 		return nil, fmt.Errorf("organization workers: %w", err)
 	}

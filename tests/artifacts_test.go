@@ -17,6 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/worker-gateway/gateway/store"
 	"github.com/worker-gateway/gateway/tests/harness"
 	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
@@ -182,7 +183,7 @@ func TestFilesAreOrganizationScoped(t *testing.T) {
 
 	workerA := g.NewWorker(t, "wa", 1, orgA)
 	require.Equal(t, http.StatusNotFound, commit(t, workerA, s).StatusCode())
-	tokenA, _, err := g.Store.CreateAPIToken(context.Background(), storeTokenParams(orgA))
+	tokenA, _, err := g.Store.CreateAPIToken(context.Background(), store.EveryOrganization(), storeTokenParams(orgA))
 	require.NoError(t, err)
 	scoped := g.ControlClient(t, tokenA)
 	meta, err := scoped.GetFileWithResponse(context.Background(), file.Id)

@@ -6,5 +6,5 @@ import (
 )
 
 func storeTokenParams(org uuid.UUID) store.CreateAPITokenParams {
-	return store.CreateAPITokenParams{Name: "scoped", Scopes: []string{"producer"}, OrganizationID: &org}
+	return store.CreateAPITokenParams{Name: "scoped", Permissions: []string{"producer"}, OrganizationID: &org}
 }

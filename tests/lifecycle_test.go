@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/worker-gateway/gateway/store"
 	"github.com/worker-gateway/gateway/tests/harness"
 	"github.com/worker-gateway/gateway/workerclient"
 	"github.com/worker-gateway/gateway/workerclient/apiclient"
@@ -283,7 +284,7 @@ func TestCrossOrganizationAttemptsAreNotFound(t *testing.T) {
 	require.Equal(t, apiclient.TaskState("leased"), g.Task(t, l.Task.Id).State, "nothing changed")
 
 	// A token scoped to organization A cannot see B's task either.
-	tokenA, _, err := g.Store.CreateAPIToken(context.Background(), storeTokenParams(orgA))
+	tokenA, _, err := g.Store.CreateAPIToken(context.Background(), store.EveryOrganization(), storeTokenParams(orgA))
 	require.NoError(t, err)
 	scoped := g.ControlClient(t, tokenA)
 	got, err := scoped.GetTaskWithResponse(context.Background(), l.Task.Id)

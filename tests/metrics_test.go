@@ -140,10 +140,10 @@ func TestMetricsAccess(t *testing.T) {
 	}
 	require.Equal(t, http.StatusUnauthorized, get(g.URL+"/metrics", ""))
 	require.Equal(t, http.StatusUnauthorized, get(g.URL+"/metrics", "wgw_nope"))
-	scoped, _, err := g.Store.CreateAPIToken(context.Background(), storeTokenParams(org))
+	scoped, _, err := g.Store.CreateAPIToken(context.Background(), store.EveryOrganization(), storeTokenParams(org))
 	require.NoError(t, err)
 	require.Equal(t, http.StatusForbidden, get(g.URL+"/metrics", scoped), "metrics name every organization")
-	reader, _, err := g.Store.CreateAPIToken(context.Background(), store.CreateAPITokenParams{Name: "metrics reader", Scopes: []string{"reader"}})
+	reader, _, err := g.Store.CreateAPIToken(context.Background(), store.EveryOrganization(), store.CreateAPITokenParams{Name: "metrics reader", Permissions: []string{"reader"}})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, get(g.URL+"/metrics", reader))
 

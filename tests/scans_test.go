@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/worker-gateway/gateway/store"
 	"github.com/worker-gateway/gateway/tests/harness"
 	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
@@ -171,7 +172,7 @@ func TestScanAndResultRoutesAreOrganizationScoped(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, a.status)
 	require.NotContains(t, string(a.body), "secret-b")
 
-	tokenA, _, err := g.Store.CreateAPIToken(context.Background(), storeTokenParams(orgA))
+	tokenA, _, err := g.Store.CreateAPIToken(context.Background(), store.EveryOrganization(), storeTokenParams(orgA))
 	require.NoError(t, err)
 	scoped := g.ControlClient(t, tokenA)
 	ctx := context.Background()

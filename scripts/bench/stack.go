@@ -202,7 +202,7 @@ func (s *Stack) startPrivate(ctx context.Context) error {
 	if err := s.openPool(ctx); err != nil {
 		return err
 	}
-	token, _, err := s.Store.CreateAPIToken(ctx, store.CreateAPITokenParams{Name: "bench producer", Scopes: []string{"producer"}})
+	token, _, err := s.Store.CreateAPIToken(ctx, store.EveryOrganization(), store.CreateAPITokenParams{Name: "bench producer", Permissions: []string{"producer"}})
 	if err != nil {
 		return err
 	}
@@ -336,8 +336,8 @@ func (s *Stack) attach(ctx context.Context) error {
 	s.Token = s.cfg.token
 	if s.Token == "" {
 		// A producer token just for this run, revoked at the end.
-		token, id, err := s.Store.CreateAPIToken(ctx, store.CreateAPITokenParams{
-			Name: "bench producer", Scopes: []string{"producer"}, ExpiresIn: 24 * time.Hour})
+		token, id, err := s.Store.CreateAPIToken(ctx, store.EveryOrganization(), store.CreateAPITokenParams{
+			Name: "bench producer", Permissions: []string{"producer"}, ExpiresIn: 24 * time.Hour})
 		if err != nil {
 			return err
 		}
@@ -409,7 +409,7 @@ func (s *Stack) Producer(ctx context.Context) (*producer, error) {
 // NewOrganization creates an organization for one scenario, so that its
 // tasks and verification are isolated from anything else in the database.
 func (s *Stack) NewOrganization(ctx context.Context, scenario string) (uuid.UUID, error) {
-	o, err := s.Store.CreateOrganization(ctx, fmt.Sprintf("bench %s %s", scenario, time.Now().Format(time.RFC3339)))
+	o, err := s.Store.CreateOrganization(ctx, store.EveryOrganization(), fmt.Sprintf("bench %s %s", scenario, time.Now().Format(time.RFC3339)))
 	return o.ID, err
 }
 
@@ -430,7 +430,7 @@ func (s *Stack) NewWorkers(ctx context.Context, prefix string, n, capacity, minC
 			return nil, fmt.Errorf("worker %s: %w", name, err)
 		}
 		workers = append(workers, w)
-		if _, err := s.Store.AssignWorker(ctx, store.Scope{}, org, w.ID); err != nil {
+		if _, err := s.Store.AssignWorker(ctx, store.EveryOrganization(), org, w.ID); err != nil {
 			s.ReleaseWorkers(ctx, org, workers)
 			return nil, fmt.Errorf("assign %s: %w", name, err)
 		}
@@ -441,7 +441,7 @@ func (s *Stack) NewWorkers(ctx context.Context, prefix string, n, capacity, minC
 // AssignWorkers assigns workers (from NewWorkers) to one more organization.
 func (s *Stack) AssignWorkers(ctx context.Context, org uuid.UUID, workers []*benchWorker) error {
 	for _, w := range workers {
-		if _, err := s.Store.AssignWorker(ctx, store.Scope{}, org, w.ID); err != nil {
+		if _, err := s.Store.AssignWorker(ctx, store.EveryOrganization(), org, w.ID); err != nil {
 			return fmt.Errorf("assign %s: %w", w.Name, err)
 		}
 	}
@@ -460,7 +460,7 @@ func (s *Stack) newWorker(ctx context.Context, name string, capacity, minCapacit
 	if err != nil {
 		return nil, err
 	}
-	w, err := s.Store.CreateWorker(ctx, store.Scope{}, store.CreateWorkerParams{
+	w, err := s.Store.CreateWorker(ctx, store.EveryOrganization(), store.CreateWorkerParams{
 		Name: name, WorkerType: "scanner", MaxConcurrentTasks: capacity,
 		CertificateFingerprint: pki.Fingerprint(issued.Cert), CertificateSubject: issued.Cert.Subject.String(),
 	}, onlineWindow)
@@ -484,7 +484,7 @@ func (s *Stack) existingWorker(ctx context.Context, name string, capacity, minCa
 	fp := pki.Fingerprint(leaf)
 	id, err := s.Store.WorkerByFingerprint(ctx, fp)
 	if errors.Is(err, store.ErrNotFound) {
-		w, err := s.Store.CreateWorker(ctx, store.Scope{}, store.CreateWorkerParams{
+		w, err := s.Store.CreateWorker(ctx, store.EveryOrganization(), store.CreateWorkerParams{
 			Name: name, WorkerType: "scanner", MaxConcurrentTasks: capacity,
 			CertificateFingerprint: fp, CertificateSubject: leaf.Subject.String(),
 		}, onlineWindow)
@@ -498,7 +498,7 @@ func (s *Stack) existingWorker(ctx context.Context, name string, capacity, minCa
 	if err != nil {
 		return nil, err
 	}
-	w, err := s.Store.GetWorker(ctx, store.Scope{}, id.ID, onlineWindow)
+	w, err := s.Store.GetWorker(ctx, store.EveryOrganization(), id.ID, onlineWindow)
 	switch {
 	case err != nil:
 		return nil, err
@@ -521,11 +521,11 @@ func (s *Stack) ReleaseWorkers(ctx context.Context, org uuid.UUID, workers []*be
 	ctx = context.WithoutCancel(ctx)
 	for _, w := range workers {
 		w.close()
-		if _, err := s.Store.UnassignWorker(ctx, store.Scope{}, org, w.ID, true, "benchmark finished"); err != nil && !errors.Is(err, store.ErrNotFound) {
+		if _, err := s.Store.UnassignWorker(ctx, store.EveryOrganization(), org, w.ID, true, "benchmark finished"); err != nil && !errors.Is(err, store.ErrNotFound) {
 			s.cfg.logf("unassign %s: %v", w.Name, err)
 		}
 		if w.created {
-			if _, err := s.Store.UpdateWorker(ctx, w.ID, store.UpdateWorkerParams{Enabled: ptr(false)}, onlineWindow); err != nil {
+			if _, err := s.Store.UpdateWorker(ctx, store.EveryOrganization(), w.ID, store.UpdateWorkerParams{Enabled: ptr(false)}, onlineWindow); err != nil {
 				s.cfg.logf("disable %s: %v", w.Name, err)
 			}
 		}

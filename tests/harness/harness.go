@@ -140,7 +140,7 @@ func Start(t testing.TB, opts ...Options) *Gateway {
 
 func newGateway(t testing.TB, url, dbURL string, pool *pgxpool.Pool, ca *pki.CA) *Gateway {
 	st := store.New(pool)
-	token, _, err := st.CreateAPIToken(context.Background(), store.CreateAPITokenParams{Name: "test admin", Scopes: []string{"admin"}})
+	token, _, err := st.CreateAPIToken(context.Background(), store.EveryOrganization(), store.CreateAPITokenParams{Name: "test admin", Permissions: []string{"admin"}})
 	require.NoError(t, err)
 	caPool := x509.NewCertPool()
 	caPool.AddCert(ca.Cert)

@@ -120,25 +120,25 @@ func TestLineageScopesBoundedByParent(t *testing.T) {
 	g := harness.Start(t)
 	ctx := context.Background()
 	org := g.NewOrganization(t, "acme")
-	_, producerID, err := g.Store.CreateAPIToken(ctx, store.CreateAPITokenParams{Name: "producer", Scopes: []string{"producer"}, OrganizationID: &org})
+	_, producerID, err := g.Store.CreateAPIToken(ctx, store.EveryOrganization(), store.CreateAPITokenParams{Name: "producer", Permissions: []string{"producer"}, OrganizationID: &org})
 	require.NoError(t, err)
 
-	_, _, err = g.Store.CreateAPIToken(ctx, store.CreateAPITokenParams{Name: "wider", Scopes: []string{"admin"}, ParentID: &producerID})
+	_, _, err = g.Store.CreateAPIToken(ctx, store.EveryOrganization(), store.CreateAPITokenParams{Name: "wider", Permissions: []string{"admin"}, ParentID: &producerID})
 	var bounds *store.TokenBoundsError
 	require.True(t, errors.As(err, &bounds), "admin is wider than producer: %v", err)
-	_, _, err = g.Store.CreateAPIToken(ctx, store.CreateAPITokenParams{Name: "reader", Scopes: []string{"reader"}, ParentID: &producerID})
+	_, _, err = g.Store.CreateAPIToken(ctx, store.EveryOrganization(), store.CreateAPITokenParams{Name: "reader", Permissions: []string{"reader"}, ParentID: &producerID})
 	require.True(t, errors.As(err, &bounds), "producer does not imply reader: %v", err)
 
-	_, narrowID, err := g.Store.CreateAPIToken(ctx, store.CreateAPITokenParams{Name: "same", Scopes: []string{"producer"}, ParentID: &producerID})
+	_, narrowID, err := g.Store.CreateAPIToken(ctx, store.EveryOrganization(), store.CreateAPITokenParams{Name: "same", Permissions: []string{"producer"}, ParentID: &producerID})
 	require.NoError(t, err)
-	narrow, err := g.Store.GetAPIToken(ctx, store.Scope{}, narrowID)
+	narrow, err := g.Store.GetAPIToken(ctx, store.EveryOrganization(), narrowID)
 	require.NoError(t, err)
 	require.Equal(t, org, *narrow.OrganizationID, "it inherits the parent's organization")
 
 	// An admin parent implies producer and reader.
-	_, adminID, err := g.Store.CreateAPIToken(ctx, store.CreateAPITokenParams{Name: "admin", Scopes: []string{"admin"}})
+	_, adminID, err := g.Store.CreateAPIToken(ctx, store.EveryOrganization(), store.CreateAPITokenParams{Name: "admin", Permissions: []string{"admin"}})
 	require.NoError(t, err)
-	_, _, err = g.Store.CreateAPIToken(ctx, store.CreateAPITokenParams{Name: "both", Scopes: []string{"producer", "reader"}, ParentID: &adminID})
+	_, _, err = g.Store.CreateAPIToken(ctx, store.EveryOrganization(), store.CreateAPITokenParams{Name: "both", Permissions: []string{"producer", "reader"}, ParentID: &adminID})
 	require.NoError(t, err)
 }
 

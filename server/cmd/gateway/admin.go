@@ -63,7 +63,7 @@ func runAdmin(ctx context.Context, args []string) error {
 
 	switch args[0] {
 	case "bootstrap-token":
-		p := store.CreateAPITokenParams{Name: *name, Scopes: strings.Split(*scopes, ",")}
+		p := store.CreateAPITokenParams{Name: *name, Permissions: strings.Split(*scopes, ",")}
 		if *name == "" {
 			p.Name = "bootstrap"
 		}
@@ -74,13 +74,13 @@ func runAdmin(ctx context.Context, args []string) error {
 			}
 			p.OrganizationID = &id
 		}
-		token, _, err := st.CreateAPIToken(ctx, p)
+		token, _, err := st.CreateAPIToken(ctx, store.EveryOrganization(), p)
 		if err != nil {
 			return err
 		}
 		fmt.Println(token)
 	case "create-organization":
-		o, err := st.CreateOrganization(ctx, *name)
+		o, err := st.CreateOrganization(ctx, store.EveryOrganization(), *name)
 		if err != nil {
 			return err
 		}
@@ -98,7 +98,7 @@ func runAdmin(ctx context.Context, args []string) error {
 			}
 			p.CertificateFingerprint, p.CertificateSubject = pki.Fingerprint(cert), cert.Subject.String()
 		}
-		w, err := st.CreateWorker(ctx, store.Scope{}, p, time.Minute)
+		w, err := st.CreateWorker(ctx, store.EveryOrganization(), p, time.Minute)
 		if err != nil {
 			return err
 		}
@@ -109,7 +109,7 @@ func runAdmin(ctx context.Context, args []string) error {
 		if err1 != nil || err2 != nil {
 			return fmt.Errorf("assign needs -organization and -worker ids")
 		}
-		if _, err := st.AssignWorker(ctx, store.Scope{}, orgID, workerID); err != nil {
+		if _, err := st.AssignWorker(ctx, store.EveryOrganization(), orgID, workerID); err != nil {
 			return err
 		}
 	default:

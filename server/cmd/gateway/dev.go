@@ -149,7 +149,7 @@ func ensureWorker(ctx context.Context, st *store.Store, name, certFile string, o
 	}
 	identity, err := st.WorkerByFingerprint(ctx, pki.Fingerprint(cert))
 	if errors.Is(err, store.ErrNotFound) {
-		w, err := st.CreateWorker(ctx, store.Scope{}, store.CreateWorkerParams{Name: name, WorkerType: "scanner", MaxConcurrentTasks: 4,
+		w, err := st.CreateWorker(ctx, store.EveryOrganization(), store.CreateWorkerParams{Name: name, WorkerType: "scanner", MaxConcurrentTasks: 4,
 			CertificateFingerprint: pki.Fingerprint(cert), CertificateSubject: cert.Subject.String()}, time.Minute)
 		if err != nil {
 			return "", err
@@ -158,7 +158,7 @@ func ensureWorker(ctx context.Context, st *store.Store, name, certFile string, o
 	} else if err != nil {
 		return "", err
 	}
-	if _, err := st.AssignWorker(ctx, store.Scope{}, org, identity.ID); err != nil {
+	if _, err := st.AssignWorker(ctx, store.EveryOrganization(), org, identity.ID); err != nil {
 		return "", err
 	}
 	return identity.ID.String(), nil
@@ -179,7 +179,7 @@ func seedDemo(ctx context.Context, databaseURL string, certs devPKI, ports []str
 	var ids demoIDs
 	err = pool.QueryRow(ctx, `SELECT id::text FROM organizations WHERE name = 'Demo' ORDER BY created_at LIMIT 1`).Scan(&ids.organization)
 	if err != nil {
-		o, err := st.CreateOrganization(ctx, "Demo")
+		o, err := st.CreateOrganization(ctx, store.EveryOrganization(), "Demo")
 		if err != nil {
 			return demoIDs{}, err
 		}
@@ -194,14 +194,14 @@ func seedDemo(ctx context.Context, databaseURL string, certs devPKI, ports []str
 	if err != nil {
 		return demoIDs{}, err
 	}
-	if ids.token, _, err = st.CreateAPIToken(ctx, store.CreateAPITokenParams{Name: "dev admin", Scopes: []string{"admin"}}); err != nil {
+	if ids.token, _, err = st.CreateAPIToken(ctx, store.EveryOrganization(), store.CreateAPITokenParams{Name: "dev admin", Permissions: []string{"admin"}}); err != nil {
 		return demoIDs{}, err
 	}
 	for _, payload := range []string{
 		`{"plugin": "echo", "input": {"message": "hello from make run"}}`,
 		`{"plugin": "sleep", "input": {"seconds": 2}}`,
 	} {
-		if _, _, err := st.CreateTask(ctx, store.CreateTaskParams{OrganizationID: orgID, TaskType: "scanner_plugin",
+		if _, _, err := st.CreateTask(ctx, store.EveryOrganization(), store.CreateTaskParams{OrganizationID: orgID, TaskType: "scanner_plugin",
 			Payload: []byte(payload), RequiredCapabilities: []byte(`{}`)}); err != nil {
 			return demoIDs{}, err
 		}
@@ -211,7 +211,7 @@ func seedDemo(ctx context.Context, databaseURL string, certs devPKI, ports []str
 		{Name: "tcp-connect", Input: []byte(`{"ports": [` + strings.Join(ports, ", ") + `], "timeout_ms": 1000}`)},
 		{Name: "http-probe"},
 	}}
-	if _, _, err := st.CreateScan(ctx, scan); err != nil {
+	if _, _, err := st.CreateScan(ctx, store.EveryOrganization(), scan); err != nil {
 		return demoIDs{}, err
 	}
 	return ids, nil
