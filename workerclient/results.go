@@ -426,37 +426,38 @@ func (r *runner) resultDeliverer(ls *lease) deliverFunc {
 		stop := context.AfterFunc(ls.ctx, func() { cancel(context.Cause(ls.ctx)) })
 		defer stop()
 
-		var bo backoff
-		for {
+		policy := callRetry.withLog(func(err error, delay time.Duration) {
+			ls.log.Warn("sending results failed; retrying", "sequence_number", b.seq, "error", err, "retry_in", delay.String())
+		})
+		err := retry(ctx, policy, func(ctx context.Context) error {
 			if r.isLost(ls) {
-				return true, fmt.Errorf("workerclient: results batch %d: %w", b.seq, ErrLeaseLost)
+				return &permanentError{fmt.Errorf("workerclient: results batch %d: %w", b.seq, ErrLeaseLost)}
 			}
 			err := r.submitResults(ctx, ls, b)
-			if err == nil {
-				return false, nil
-			}
-			if ctx.Err() != nil {
-				return false, fmt.Errorf("workerclient: results batch %d: %w (last error: %w)", b.seq, context.Cause(ctx), err)
+			if err == nil || ctx.Err() != nil {
+				return err
 			}
 			var apiErr *APIError
 			switch {
 			case isRevoked(err):
 				r.revoked(err)
-				return true, fmt.Errorf("%w: %w", ErrLeaseLost, err)
+				return &permanentError{fmt.Errorf("%w: %w", ErrLeaseLost, err)}
 			case errors.As(err, &apiErr) && apiErr.Code == codeLeaseLost:
 				ls.log.Warn("the gateway refused results: lease lost", "sequence_number", b.seq)
 				r.markLost(ls)
-				return true, fmt.Errorf("%w: %w", ErrLeaseLost, err)
+				return &permanentError{fmt.Errorf("%w: %w", ErrLeaseLost, err)}
 			case !isTransient(err):
 				ls.log.Error("the gateway refused a results batch", "sequence_number", b.seq, "records", b.records, "error", err)
-				return true, err
 			}
-			delay := retryDelay(err, &bo)
-			ls.log.Warn("sending results failed; retrying", "sequence_number", b.seq, "error", err, "retry_in", delay.String())
-			if !sleep(ctx, delay) {
-				return false, fmt.Errorf("workerclient: results batch %d: %w (last error: %w)", b.seq, context.Cause(ctx), err)
-			}
+			return err
+		})
+		switch {
+		case err == nil:
+			return false, nil
+		case isInterrupted(err):
+			return false, fmt.Errorf("workerclient: results batch %d: %w", b.seq, err)
 		}
+		return true, err
 	}
 }
 
