@@ -1,6 +1,7 @@
 package workerclient
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -66,6 +67,9 @@ const (
 // gateway rejects, an artifact over its size limit, artifacts disabled) are
 // returned as an *APIError.
 func (t *LeasedTask) UploadArtifact(ctx context.Context, name, contentType string, r io.Reader) (*apiclient.File, error) {
+	if t.sink != nil {
+		return t.sink.UploadArtifact(ctx, name, cmp.Or(contentType, defaultContentType), r)
+	}
 	if t.lease == nil || t.lease.rt == nil {
 		return nil, errNotLeased
 	}

@@ -69,6 +69,9 @@ const (
 // marker in the log. Once the gateway reports that the attempt's log reached
 // its cap, further output is discarded.
 func (t *LeasedTask) Log() io.Writer {
+	if t.sink != nil {
+		return t.sink.Log()
+	}
 	if t.lease == nil || t.lease.rt == nil {
 		return io.Discard
 	}

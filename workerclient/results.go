@@ -67,6 +67,12 @@ var (
 // safe for concurrent use by the handler's goroutines; it must not be called
 // after the handler returned.
 func (t *LeasedTask) Emit(ctx context.Context, records ...apiclient.ResultRecord) error {
+	if t.sink != nil {
+		if _, err := encodeRecords(records, maxResultBatchBytes); err != nil {
+			return err
+		}
+		return t.sink.Emit(ctx, records)
+	}
 	if t.lease == nil || t.lease.results == nil {
 		return errNotLeased
 	}
@@ -77,6 +83,9 @@ func (t *LeasedTask) Emit(ctx context.Context, records ...apiclient.ResultRecord
 // so far has been acknowledged. Calling it is optional: the runtime flushes
 // after the handler returns nil.
 func (t *LeasedTask) Flush(ctx context.Context) error {
+	if t.sink != nil {
+		return t.sink.Flush(ctx)
+	}
 	if t.lease == nil || t.lease.results == nil {
 		return errNotLeased
 	}
@@ -136,24 +145,15 @@ func newResultSender(attempt uuid.UUID, size, maxBytes int, deliver deliverFunc)
 }
 
 func (s *resultSender) emit(ctx context.Context, records []apiclient.ResultRecord) error {
-	enc := make([]json.RawMessage, 0, len(records))
-	for i := range records {
-		raw, err := encodeRecord(&records[i])
-		if err != nil {
-			return fmt.Errorf("workerclient: result record %d: %w", i, err)
-		}
-		if batchOverhead+len(raw) > s.maxBytes {
-			return fmt.Errorf("workerclient: result record %d: %d bytes encoded, more than a batch may hold (%d)",
-				i, len(raw), s.maxBytes-batchOverhead)
-		}
-		enc = append(enc, raw)
+	enc, err := encodeRecords(records, s.maxBytes)
+	if err != nil {
+		return err
 	}
 	s.mu.Lock()
 	if err := s.refusal(); err != nil {
 		s.mu.Unlock()
 		return err
 	}
-	var err error
 	for _, raw := range enc {
 		if err = s.add(raw); err != nil {
 			break
@@ -358,6 +358,24 @@ func encodeBatch(seq int, records []json.RawMessage) []byte {
 		b = append(b, r...)
 	}
 	return append(b, "]}"...)
+}
+
+// encodeRecords checks records against the contract and encodes them, as
+// Emit does before buffering anything: each must fit in a batch of maxBytes.
+func encodeRecords(records []apiclient.ResultRecord, maxBytes int) ([]json.RawMessage, error) {
+	enc := make([]json.RawMessage, 0, len(records))
+	for i := range records {
+		raw, err := encodeRecord(&records[i])
+		if err != nil {
+			return nil, fmt.Errorf("workerclient: result record %d: %w", i, err)
+		}
+		if batchOverhead+len(raw) > maxBytes {
+			return nil, fmt.Errorf("workerclient: result record %d: %d bytes encoded, more than a batch may hold (%d)",
+				i, len(raw), maxBytes-batchOverhead)
+		}
+		enc = append(enc, raw)
+	}
+	return enc, nil
 }
 
 var assetTypePattern = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,49}$`)

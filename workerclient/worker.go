@@ -121,6 +121,7 @@ type LeasedTask struct {
 	MaxAttempts    int
 
 	lease *lease
+	sink  TaskSink // set instead of lease by NewDetachedTask
 }
 
 // TaskError is a handler failure with a stable code. Return it (or an error
