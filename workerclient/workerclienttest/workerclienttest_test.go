@@ -102,7 +102,9 @@ func TestOutcomes(t *testing.T) {
 	}{
 		{"error", func(context.Context, *workerclient.LeasedTask) error { return boom },
 			nil, workerclient.Outcome{Outcome: "failed", Code: workerclient.CodeHandlerError, Message: "boom", Retryable: true}},
-		{"permanent", func(context.Context, *workerclient.LeasedTask) error { return workerclient.Permanent("bad-input", "no") },
+		{"permanent", func(context.Context, *workerclient.LeasedTask) error {
+			return workerclient.Permanent("bad-input", "no")
+		},
 			nil, workerclient.Outcome{Outcome: "failed", Code: "bad-input", Message: "no"}},
 		{"panic", func(context.Context, *workerclient.LeasedTask) error { panic("oops") },
 			nil, workerclient.Outcome{Outcome: "failed", Code: workerclient.CodeHandlerPanic, Message: "handler panic: oops", Retryable: true}},
