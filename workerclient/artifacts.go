@@ -1,6 +1,7 @@
 package workerclient
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -66,6 +67,9 @@ const (
 // gateway rejects, an artifact over its size limit, artifacts disabled) are
 // returned as an *APIError.
 func (t *LeasedTask) UploadArtifact(ctx context.Context, name, contentType string, r io.Reader) (*apiclient.File, error) {
+	if t.sink != nil {
+		return t.sink.UploadArtifact(ctx, name, cmp.Or(contentType, defaultContentType), r)
+	}
 	if t.lease == nil || t.lease.rt == nil {
 		return nil, errNotLeased
 	}
@@ -259,43 +263,37 @@ func (r *runner) uploadOnce(ctx context.Context, ls *lease, req apiclient.OpenUp
 // call returns nil when the step is done; handled, when set, picks the
 // errors the caller deals with itself (returned at once, never retried).
 func (r *runner) uploadStep(ctx context.Context, ls *lease, op string, call func(context.Context) error, handled func(error) bool) error {
-	var bo backoff
-	for {
+	policy := callRetry.withLog(func(err error, delay time.Duration) {
+		ls.log.Warn("artifact upload step failed; retrying", "step", op, "error", err, "retry_in", delay.String())
+	})
+	err := retry(ctx, policy, func(ctx context.Context) error {
 		if r.isLost(ls) {
-			return fmt.Errorf("%s: %w", op, ErrLeaseLost)
+			return &permanentError{fmt.Errorf("%s: %w", op, ErrLeaseLost)}
 		}
 		err := call(ctx)
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("%s: %w (last error: %w)", op, context.Cause(ctx), err)
+		if err == nil || ctx.Err() != nil {
+			return err
 		}
 		var apiErr *APIError
 		isAPI := errors.As(err, &apiErr)
 		switch {
 		case isRevoked(err):
 			r.revoked(err)
-			return fmt.Errorf("%w: %w", ErrLeaseLost, err)
+			return &permanentError{fmt.Errorf("%w: %w", ErrLeaseLost, err)}
 		case isAPI && apiErr.Code == codeLeaseLost:
 			ls.log.Warn("the gateway refused an artifact upload: lease lost", "step", op)
 			r.markLost(ls)
-			return fmt.Errorf("%w: %w", ErrLeaseLost, err)
-		case handled != nil && handled(err):
-			return err
-		case errors.As(err, new(*permanentError)):
-			return err
-		case isAPI && apiErr.Code == codeArtifactsDisabled:
-			return err // 503, but no retry will help
-		case !isTransient(err):
-			return err
+			return &permanentError{fmt.Errorf("%w: %w", ErrLeaseLost, err)}
+		case handled != nil && handled(err),
+			isAPI && apiErr.Code == codeArtifactsDisabled: // 503, but no retry will help
+			return &permanentError{err}
 		}
-		delay := retryDelay(err, &bo)
-		ls.log.Warn("artifact upload step failed; retrying", "step", op, "error", err, "retry_in", delay.String())
-		if !sleep(ctx, delay) {
-			return fmt.Errorf("%s: %w (last error: %w)", op, context.Cause(ctx), err)
-		}
+		return err
+	})
+	if isInterrupted(err) {
+		return fmt.Errorf("%s: %w", op, err)
 	}
+	return err
 }
 
 func (r *runner) openUpload(ctx context.Context, ls *lease, req apiclient.OpenUploadRequest) (*uploadSession, error) {
@@ -443,13 +441,6 @@ func (r *runner) putOnce(ctx context.Context, ls *lease, s *uploadSession, src *
 	}
 	return checkForeignResponse(resp, raw)
 }
-
-// permanentError is a failure that repeating the step cannot mend: the
-// artifact or the session cannot be used as they are.
-type permanentError struct{ err error }
-
-func (e *permanentError) Error() string { return e.err.Error() }
-func (e *permanentError) Unwrap() error { return e.err }
 
 var (
 	s3CodePattern    = regexp.MustCompile(`<Code>([^<]{1,100})</Code>`)

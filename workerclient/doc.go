@@ -181,4 +181,45 @@
 //
 // Handlers must honour their context: Run returns only after every handler it
 // started has returned.
+//
+// # Retries
+//
+// Every call to the gateway that is repeated goes through one helper (retry.go)
+// and so follows one rule: transport errors, 408, 429, 5xx and
+// idempotency-in-flight are retried, anything else is not, with a few
+// deliberate exceptions: a poll refused with 401 or 403 is tried again every
+// 5 s (an operator may fix it), a renewal is retried after anything but a
+// revocation or an expired certificate, and each call handles lease-lost,
+// worker-revoked and the like itself. The wait is the answer's Retry-After
+// when it has one, else exponential backoff with full jitter from 100 ms to
+// 5 s (renewals: equal jitter, 1 s to 1 min). A retry ends with its context:
+// the poll loop's, the lease's, or a window of its own (start: 10 s,
+// completion: 1 min). The heartbeat loop uses the same backoff but schedules
+// its own retries, since it keeps expiring leases while it waits.
+//
+// # Checking an identity
+//
+// Worker.Check makes one call with the worker's identity, a heartbeat for no
+// lease, which changes nothing but the worker's last-seen time, and returns
+// the gateway's answer: what `worker -check` runs before an operator starts
+// a worker for real.
+//
+// # Testing a Handler
+//
+// Package workerclienttest runs a Handler without a gateway: NewTask builds
+// the LeasedTask a Handler receives, and its Recorder keeps the records
+// emitted, the log, the artifacts and the outcome a Worker would report.
+// It rests on NewDetachedTask (a LeasedTask whose Emit, Flush, Log and
+// UploadArtifact go to a TaskSink) and RunHandler (a handler run as a Worker
+// runs it), which other test helpers can use too.
+//
+// # Source files
+//
+// config.go holds Config and its defaults; worker.go the Worker, Run and
+// the drain; poll.go the poll loop; task.go one task's run (start, the
+// handler, completion); heartbeat.go the lease renewals; results.go,
+// logs.go and artifacts.go what a handler emits; completions.go the batched
+// completions; identity.go enrollment and certificate renewal; tls.go the
+// HTTP clients; errors.go the gateway's error answers; retry.go the retry
+// helper; check.go Check; detached.go the seam workerclienttest uses.
 package workerclient

@@ -182,48 +182,49 @@ func (id *identity) enroll(ctx context.Context) error {
 		return fmt.Errorf("workerclient: %w", err)
 	}
 	id.log.Info("enrolling with the gateway", "gateway", id.gateway, "state_dir", id.dir)
-	var bo backoff
 	maybeUsed := false // an earlier attempt may have reached the gateway
-	for {
-		sent := time.Now()
-		issued, err := enrollOnce(ctx, client, id.token, csrPEM)
-		if err == nil {
-			if err := id.install(keyPEM, issued, sent); err != nil {
-				return err
-			}
-			workerID, renewAt, _ := id.state()
-			id.log.Info("enrolled", "worker_id", workerID, "expires_at", issued.ExpiresAt,
-				"renew_in", time.Until(renewAt).Round(time.Second).String())
-			return nil
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("workerclient: enrollment: %w", ctx.Err())
-		}
-		var apiErr *APIError
-		var verifyErr *tls.CertificateVerificationError
-		isAPI := errors.As(err, &apiErr)
-		switch {
-		case errors.As(err, &verifyErr):
-			return fmt.Errorf("workerclient: enrollment: the gateway's certificate cannot be verified "+
-				"(set CAFile to the CA that signed it): %w", err)
-		case isAPI && apiErr.Code == codeEnrollmentTokenInvalid:
-			hint := "ask the operator for a new enrollment token"
-			if maybeUsed {
-				hint += " (an earlier attempt whose answer was lost may have used this one)"
-			}
-			return fmt.Errorf("%w: %w; %s", ErrEnrollmentTokenInvalid, err, hint)
-		case isAPI && apiErr.Code == codeEnrollmentDisabled:
-			return fmt.Errorf("workerclient: enrollment: the gateway has no CA to enroll workers with; "+
-				"give the worker a certificate (CertFile and KeyFile) instead: %w", err)
-		case !isTransient(err):
-			return fmt.Errorf("workerclient: enrollment refused: %w", err)
-		}
+	policy := callRetry.withLog(func(err error, delay time.Duration) {
 		maybeUsed = true
-		delay := retryDelay(err, &bo)
 		id.log.Warn("enrollment failed; retrying", "error", err, "retry_in", delay.String())
-		if !sleep(ctx, delay) {
-			return fmt.Errorf("workerclient: enrollment: %w", ctx.Err())
+	})
+	policy.permanent = func(err error) bool {
+		return errors.As(err, new(*tls.CertificateVerificationError)) || !isTransient(err)
+	}
+	var issued *apiclient.IssuedCertificate
+	var sent time.Time
+	err = retry(ctx, policy, func(ctx context.Context) (err error) {
+		sent = time.Now()
+		issued, err = enrollOnce(ctx, client, id.token, csrPEM)
+		return err
+	})
+	var apiErr *APIError
+	var verifyErr *tls.CertificateVerificationError
+	isAPI := errors.As(err, &apiErr)
+	switch {
+	case err == nil:
+		if err := id.install(keyPEM, issued, sent); err != nil {
+			return err
 		}
+		workerID, renewAt, _ := id.state()
+		id.log.Info("enrolled", "worker_id", workerID, "expires_at", issued.ExpiresAt,
+			"renew_in", time.Until(renewAt).Round(time.Second).String())
+		return nil
+	case isInterrupted(err):
+		return fmt.Errorf("workerclient: enrollment: %w", ctx.Err())
+	case errors.As(err, &verifyErr):
+		return fmt.Errorf("workerclient: enrollment: the gateway's certificate cannot be verified "+
+			"(set CAFile to the CA that signed it): %w", err)
+	case isAPI && apiErr.Code == codeEnrollmentTokenInvalid:
+		hint := "ask the operator for a new enrollment token"
+		if maybeUsed {
+			hint += " (an earlier attempt whose answer was lost may have used this one)"
+		}
+		return fmt.Errorf("%w: %w; %s", ErrEnrollmentTokenInvalid, err, hint)
+	case isAPI && apiErr.Code == codeEnrollmentDisabled:
+		return fmt.Errorf("workerclient: enrollment: the gateway has no CA to enroll workers with; "+
+			"give the worker a certificate (CertFile and KeyFile) instead: %w", err)
+	default:
+		return fmt.Errorf("workerclient: enrollment refused: %w", err)
 	}
 }
 
@@ -484,54 +485,39 @@ func (b *retiringBody) Close() error {
 // certificate, which nothing but a new enrollment token can fix.
 func (r *runner) renewLoop(ctx context.Context) {
 	id := r.w.id
+	policy := renewRetry.withLog(func(err error, delay time.Duration) {
+		args := []any{"error", err, "retry_in", delay.String()}
+		if _, _, expires := id.state(); time.Now().After(expires) {
+			r.log.Error("certificate renewal failed and the certificate has expired; retrying", args...)
+		} else {
+			r.log.Warn("certificate renewal failed; retrying", args...)
+		}
+	})
+	// Only the gateway's refusal for good ends renewal; anything else may
+	// pass while the certificate still works.
+	policy.permanent = func(err error) bool { return isRevoked(err) || isCertificateExpired(err) }
 	for {
 		_, renewAt, _ := id.state()
 		if !sleep(ctx, max(time.Until(renewAt), 0)) {
 			return
 		}
-		for attempt := 0; ; attempt++ {
-			err := id.renew(ctx, r.w.client)
-			if err == nil {
-				break
-			}
-			var apiErr *APIError
-			switch {
-			case isRevoked(err):
-				r.revoked(err)
-				return
-			case errors.As(err, &apiErr) && apiErr.Code == codeCertificateExpired:
-				r.abort(fmt.Errorf("%w before it was renewed; ask the operator for a new enrollment token "+
-					"(the worker enrolls again when its certificate has expired): %w", ErrCertificateExpired, err))
-				return
-			}
-			if ctx.Err() != nil {
-				return
-			}
-			delay := renewRetryDelay(err, attempt)
-			args := []any{"error", err, "retry_in", delay.String()}
-			if _, _, expires := id.state(); time.Now().After(expires) {
-				r.log.Error("certificate renewal failed and the certificate has expired; retrying", args...)
-			} else {
-				r.log.Warn("certificate renewal failed; retrying", args...)
-			}
-			if !sleep(ctx, delay) {
-				return
-			}
+		err := retry(ctx, policy, func(ctx context.Context) error { return id.renew(ctx, r.w.client) })
+		switch {
+		case err == nil:
+		case isRevoked(err):
+			r.revoked(err)
+			return
+		case isCertificateExpired(err):
+			r.abort(fmt.Errorf("%w before it was renewed; ask the operator for a new enrollment token "+
+				"(the worker enrolls again when its certificate has expired): %w", ErrCertificateExpired, err))
+			return
+		default: // ctx ended
+			return
 		}
 	}
 }
 
-// renewRetryDelay is the gateway's Retry-After when it sent one, else
-// exponential backoff with equal jitter: slower than a call's, since the
-// certificate has a third of its lifetime left.
-func renewRetryDelay(err error, attempt int) time.Duration {
+func isCertificateExpired(err error) bool {
 	var e *APIError
-	if errors.As(err, &e) && e.RetryAfter > 0 {
-		return e.RetryAfter
-	}
-	d := renewBackoffCap
-	if attempt < 10 {
-		d = min(renewBackoffBase<<attempt, renewBackoffCap)
-	}
-	return d/2 + jitter(d/2)
+	return errors.As(err, &e) && e.Code == codeCertificateExpired
 }

@@ -69,6 +69,9 @@ const (
 // marker in the log. Once the gateway reports that the attempt's log reached
 // its cap, further output is discarded.
 func (t *LeasedTask) Log() io.Writer {
+	if t.sink != nil {
+		return t.sink.Log()
+	}
 	if t.lease == nil || t.lease.rt == nil {
 		return io.Discard
 	}
@@ -349,68 +352,69 @@ func (w *logWriter) run(ctx context.Context) {
 }
 
 // sendPending sends chunks until nothing is pending, sending stops, or ctx
-// ends.
+// ends. Each chunk is retried on its own (transport errors, 429, 5xx);
+// an offset mismatch or a 413 changes what is sent next, without waiting.
 func (w *logWriter) sendPending(ctx context.Context) {
-	var bo backoff
-	for {
-		w.mu.Lock()
-		if w.stopped.Load() || (w.inflight == nil && !w.cut()) {
+	policy := callRetry.withLog(func(err error, delay time.Duration) {
+		w.log.Debug("attempt log: sending failed; retrying", "error", err, "retry_in", delay.String())
+	})
+	more := true
+	for more {
+		err := retry(ctx, policy, func(ctx context.Context) error {
+			w.mu.Lock()
+			if w.stopped.Load() || (w.inflight == nil && !w.cut()) {
+				w.mu.Unlock()
+				more = false
+				return nil
+			}
+			offset, data := w.next, w.inflight
 			w.mu.Unlock()
-			return
-		}
-		offset, data := w.next, w.inflight
-		w.mu.Unlock()
 
-		ans, err := w.send(ctx, offset, data)
+			ans, err := w.send(ctx, offset, data)
 
-		w.mu.Lock()
-		var offErr *logOffsetError
-		var apiErr *APIError
-		retry := false
-		switch {
-		case err == nil:
-			bo.reset()
-			w.acknowledged(ans)
-			if ans.truncated {
-				w.log.Info("attempt log: the gateway's cap for this attempt's log was reached; further output is dropped")
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			var offErr *logOffsetError
+			var apiErr *APIError
+			switch {
+			case err == nil:
+				w.acknowledged(ans)
+				if ans.truncated {
+					w.log.Info("attempt log: the gateway's cap for this attempt's log was reached; further output is dropped")
+					w.stop()
+				}
+			case ctx.Err() != nil:
+				return err // the chunk stays in flight
+			case errors.Is(err, ErrLeaseLost):
 				w.stop()
-			}
-		case ctx.Err() != nil:
-			w.mu.Unlock()
-			return // the chunk stays in flight
-		case errors.Is(err, ErrLeaseLost):
-			w.stop()
-		case errors.As(err, &offErr):
-			w.conflicts++
-			if w.conflicts > logMaxConflicts {
-				w.log.Warn("attempt log: the gateway keeps refusing the log's offsets; giving up", "error", err)
+			case errors.As(err, &offErr):
+				w.conflicts++
+				if w.conflicts > logMaxConflicts {
+					w.log.Warn("attempt log: the gateway keeps refusing the log's offsets; giving up", "error", err)
+					w.stop()
+					break
+				}
+				w.requeue()
+				w.resync(offErr.expected)
+			case errors.As(err, &apiErr) && apiErr.Status == http.StatusRequestEntityTooLarge && len(data) > logChunkMin:
+				// The gateway accepts smaller chunks than this: from now on,
+				// cut them smaller (the chunk was not stored, so it may change).
+				smaller := int64(max(len(data)/2, logChunkMin))
+				if smaller < w.chunkMax.Load() {
+					w.chunkMax.Store(smaller)
+				}
+				w.log.Warn("attempt log: chunk too large for the gateway; sending smaller chunks", "bytes", smaller)
+				w.requeue()
+			case !isTransient(err) || errors.Is(err, errLogGone):
+				w.log.Warn("attempt log: the gateway refused the log; dropping the rest", "error", err)
 				w.stop()
-				break
+			default:
+				return err // retried
 			}
-			w.requeue()
-			w.resync(offErr.expected)
-		case errors.As(err, &apiErr) && apiErr.Status == http.StatusRequestEntityTooLarge && len(data) > logChunkMin:
-			// The gateway accepts smaller chunks than this: from now on,
-			// cut them smaller (the chunk was not stored, so it may change).
-			smaller := int64(max(len(data)/2, logChunkMin))
-			if smaller < w.chunkMax.Load() {
-				w.chunkMax.Store(smaller)
-			}
-			w.log.Warn("attempt log: chunk too large for the gateway; sending smaller chunks", "bytes", smaller)
-			w.requeue()
-		case !isTransient(err) || errors.Is(err, errLogGone):
-			w.log.Warn("attempt log: the gateway refused the log; dropping the rest", "error", err)
-			w.stop()
-		default:
-			retry = true
-		}
-		w.mu.Unlock()
-		if retry {
-			delay := retryDelay(err, &bo)
-			w.log.Debug("attempt log: sending failed; retrying", "error", err, "retry_in", delay.String())
-			if !sleep(ctx, delay) {
-				return
-			}
+			return nil
+		})
+		if err != nil {
+			return // ctx ended
 		}
 	}
 }

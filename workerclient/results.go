@@ -67,6 +67,12 @@ var (
 // safe for concurrent use by the handler's goroutines; it must not be called
 // after the handler returned.
 func (t *LeasedTask) Emit(ctx context.Context, records ...apiclient.ResultRecord) error {
+	if t.sink != nil {
+		if _, err := encodeRecords(records, maxResultBatchBytes); err != nil {
+			return err
+		}
+		return t.sink.Emit(ctx, records)
+	}
 	if t.lease == nil || t.lease.results == nil {
 		return errNotLeased
 	}
@@ -77,6 +83,9 @@ func (t *LeasedTask) Emit(ctx context.Context, records ...apiclient.ResultRecord
 // so far has been acknowledged. Calling it is optional: the runtime flushes
 // after the handler returns nil.
 func (t *LeasedTask) Flush(ctx context.Context) error {
+	if t.sink != nil {
+		return t.sink.Flush(ctx)
+	}
 	if t.lease == nil || t.lease.results == nil {
 		return errNotLeased
 	}
@@ -136,24 +145,15 @@ func newResultSender(attempt uuid.UUID, size, maxBytes int, deliver deliverFunc)
 }
 
 func (s *resultSender) emit(ctx context.Context, records []apiclient.ResultRecord) error {
-	enc := make([]json.RawMessage, 0, len(records))
-	for i := range records {
-		raw, err := encodeRecord(&records[i])
-		if err != nil {
-			return fmt.Errorf("workerclient: result record %d: %w", i, err)
-		}
-		if batchOverhead+len(raw) > s.maxBytes {
-			return fmt.Errorf("workerclient: result record %d: %d bytes encoded, more than a batch may hold (%d)",
-				i, len(raw), s.maxBytes-batchOverhead)
-		}
-		enc = append(enc, raw)
+	enc, err := encodeRecords(records, s.maxBytes)
+	if err != nil {
+		return err
 	}
 	s.mu.Lock()
 	if err := s.refusal(); err != nil {
 		s.mu.Unlock()
 		return err
 	}
-	var err error
 	for _, raw := range enc {
 		if err = s.add(raw); err != nil {
 			break
@@ -360,6 +360,24 @@ func encodeBatch(seq int, records []json.RawMessage) []byte {
 	return append(b, "]}"...)
 }
 
+// encodeRecords checks records against the contract and encodes them, as
+// Emit does before buffering anything: each must fit in a batch of maxBytes.
+func encodeRecords(records []apiclient.ResultRecord, maxBytes int) ([]json.RawMessage, error) {
+	enc := make([]json.RawMessage, 0, len(records))
+	for i := range records {
+		raw, err := encodeRecord(&records[i])
+		if err != nil {
+			return nil, fmt.Errorf("workerclient: result record %d: %w", i, err)
+		}
+		if batchOverhead+len(raw) > maxBytes {
+			return nil, fmt.Errorf("workerclient: result record %d: %d bytes encoded, more than a batch may hold (%d)",
+				i, len(raw), maxBytes-batchOverhead)
+		}
+		enc = append(enc, raw)
+	}
+	return enc, nil
+}
+
 var assetTypePattern = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,49}$`)
 
 // encodeRecord checks a record against the contract and encodes it.
@@ -426,37 +444,38 @@ func (r *runner) resultDeliverer(ls *lease) deliverFunc {
 		stop := context.AfterFunc(ls.ctx, func() { cancel(context.Cause(ls.ctx)) })
 		defer stop()
 
-		var bo backoff
-		for {
+		policy := callRetry.withLog(func(err error, delay time.Duration) {
+			ls.log.Warn("sending results failed; retrying", "sequence_number", b.seq, "error", err, "retry_in", delay.String())
+		})
+		err := retry(ctx, policy, func(ctx context.Context) error {
 			if r.isLost(ls) {
-				return true, fmt.Errorf("workerclient: results batch %d: %w", b.seq, ErrLeaseLost)
+				return &permanentError{fmt.Errorf("workerclient: results batch %d: %w", b.seq, ErrLeaseLost)}
 			}
 			err := r.submitResults(ctx, ls, b)
-			if err == nil {
-				return false, nil
-			}
-			if ctx.Err() != nil {
-				return false, fmt.Errorf("workerclient: results batch %d: %w (last error: %w)", b.seq, context.Cause(ctx), err)
+			if err == nil || ctx.Err() != nil {
+				return err
 			}
 			var apiErr *APIError
 			switch {
 			case isRevoked(err):
 				r.revoked(err)
-				return true, fmt.Errorf("%w: %w", ErrLeaseLost, err)
+				return &permanentError{fmt.Errorf("%w: %w", ErrLeaseLost, err)}
 			case errors.As(err, &apiErr) && apiErr.Code == codeLeaseLost:
 				ls.log.Warn("the gateway refused results: lease lost", "sequence_number", b.seq)
 				r.markLost(ls)
-				return true, fmt.Errorf("%w: %w", ErrLeaseLost, err)
+				return &permanentError{fmt.Errorf("%w: %w", ErrLeaseLost, err)}
 			case !isTransient(err):
 				ls.log.Error("the gateway refused a results batch", "sequence_number", b.seq, "records", b.records, "error", err)
-				return true, err
 			}
-			delay := retryDelay(err, &bo)
-			ls.log.Warn("sending results failed; retrying", "sequence_number", b.seq, "error", err, "retry_in", delay.String())
-			if !sleep(ctx, delay) {
-				return false, fmt.Errorf("workerclient: results batch %d: %w (last error: %w)", b.seq, context.Cause(ctx), err)
-			}
+			return err
+		})
+		switch {
+		case err == nil:
+			return false, nil
+		case isInterrupted(err):
+			return false, fmt.Errorf("workerclient: results batch %d: %w", b.seq, err)
 		}
+		return true, err
 	}
 }
 

@@ -23,15 +23,16 @@ func TestMain(m *testing.M) {
 
 func TestBackoffFullJitterStaysWithinBounds(t *testing.T) {
 	t.Parallel()
-	var bo backoff
+	bo := callRetry.backoff()
 	for attempt := range 64 {
 		ceiling := min(backoffBase<<min(attempt, 30), backoffCap)
-		assert.Equal(t, ceiling, backoffCeiling(attempt), "attempt %d", attempt)
+		assert.Equal(t, ceiling, bo.ceiling(), "attempt %d", attempt)
 		d := bo.next()
 		assert.GreaterOrEqual(t, d, time.Duration(0))
 		assert.LessOrEqual(t, d, ceiling, "attempt %d", attempt)
 	}
-	assert.Equal(t, backoffCap, backoffCeiling(1<<20), "huge attempt counts must not overflow")
+	bo.attempt = 1 << 20
+	assert.Equal(t, backoffCap, bo.ceiling(), "huge attempt counts must not overflow")
 	bo.reset()
 	assert.LessOrEqual(t, bo.next(), backoffBase, "reset starts over")
 }
@@ -47,11 +48,12 @@ func TestBackoffIsJittered(t *testing.T) {
 
 func TestRetryDelayPrefersRetryAfter(t *testing.T) {
 	t.Parallel()
-	var bo backoff
+	bo := callRetry.backoff()
 	err := fmt.Errorf("wrapped: %w", &APIError{Status: 503, RetryAfter: 7 * time.Second})
-	assert.Equal(t, 7*time.Second, retryDelay(err, &bo))
+	assert.Equal(t, 7*time.Second, bo.delay(err))
 	assert.Equal(t, 1, bo.attempt, "the backoff still grows")
-	assert.LessOrEqual(t, retryDelay(errors.New("connection reset"), &bo), backoffCeiling(1))
+	ceiling := bo.ceiling()
+	assert.LessOrEqual(t, bo.delay(errors.New("connection reset")), ceiling)
 }
 
 func TestParseRetryAfter(t *testing.T) {

@@ -20,23 +20,40 @@
 //
 //	WORKER_ENROLLMENT_TOKEN=wge_… worker -gateway https://127.0.0.1:8443 -state-dir /var/lib/worker -ca ca.crt
 //
-// Every flag has an environment variable: GATEWAY_URL, WORKER_CERT,
-// WORKER_KEY, CA_CERT, WORKER_ENROLLMENT_TOKEN, WORKER_STATE_DIR,
-// WORKER_SLOTS, WORKER_WAIT_SECONDS, WORKER_DRAIN_TIMEOUT and LOG_LEVEL. Logs
-// are JSON on stderr.
+// Every setting can also come from an environment variable named WORKER_
+// and the flag's name (-state-dir: WORKER_STATE_DIR); the names older
+// versions read (GATEWAY_URL, CA_CERT, WORKER_ENROLLMENT_TOKEN,
+// WORKER_WAIT_SECONDS, LOG_LEVEL) still work. A flag wins over the
+// environment, which wins over -env FILE, a file of KEY=VALUE lines such as
+// the .dev/env `make run` writes. -h lists every flag with its variables.
+//
+//	worker -check -env .dev/env   # one authenticated call: exit 0 when the gateway accepts the worker
+//	worker -version
+//
+// Logs are JSON on stderr.
 package main
 
 import (
+	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
-	"strconv"
+	"runtime/debug"
+	"strings"
 	"syscall"
 	"time"
+
+	"github.com/peterbourgon/ff/v3"
 
 	"github.com/worker-gateway/gateway/workerclient"
 )
@@ -44,7 +61,7 @@ import (
 const softwareVersion = "reference-worker/0.1.0"
 
 func main() {
-	err := run(os.Args[1:])
+	err := run(os.Args[1:], os.Stdout, os.Stderr)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 	case err != nil:
@@ -53,46 +70,250 @@ func main() {
 	}
 }
 
-func run(args []string) error {
+// envPrefix names the environment variable of every setting:
+// WORKER_<FLAG NAME>, dashes as underscores.
+const envPrefix = "WORKER"
+
+// envAliases are the variables earlier versions read, still honoured after
+// the WORKER_ one.
+var envAliases = map[string][]string{
+	"gateway":      {"GATEWAY_URL"},
+	"ca":           {"CA_CERT"},
+	"enroll-token": {"WORKER_ENROLLMENT_TOKEN"},
+	"wait":         {"WORKER_WAIT_SECONDS"},
+	"log-level":    {"LOG_LEVEL"},
+}
+
+// commandLineOnly are the flags no environment variable sets: they choose
+// what the command does, and a variable such as WORKER_VERSION may well
+// mean something else on a machine.
+var commandLineOnly = map[string]bool{"env": true, "check": true, "version": true}
+
+// options are the parsed flags.
+type options struct {
+	gateway, cert, key, ca, enrollToken, stateDir string
+	slots, wait                                   int
+	drain                                         time.Duration
+	level, capabilities                           string
+	envFile                                       string
+	check, version                                bool
+	// explicitEnrollment: -state-dir or -enroll-token was on the command
+	// line, not only in the environment.
+	explicitEnrollment bool
+}
+
+func newFlagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
-	gateway := fs.String("gateway", os.Getenv("GATEWAY_URL"), "gateway base URL, e.g. https://127.0.0.1:8443 ($GATEWAY_URL)")
-	cert := fs.String("cert", os.Getenv("WORKER_CERT"), "client certificate PEM file ($WORKER_CERT)")
-	key := fs.String("key", os.Getenv("WORKER_KEY"), "client key PEM file ($WORKER_KEY)")
-	ca := fs.String("ca", os.Getenv("CA_CERT"), "PEM file of the CA that signed the gateway's certificate ($CA_CERT); "+
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.gateway, "gateway", "", "gateway base `URL`, e.g. https://127.0.0.1:8443")
+	fs.StringVar(&o.cert, "cert", "", "client certificate PEM `file`")
+	fs.StringVar(&o.key, "key", "", "client key PEM `file`")
+	fs.StringVar(&o.ca, "ca", "", "PEM `file` of the CA that signed the gateway's certificate; "+
 		"empty: system roots (with -state-dir: plus the CA saved there by enrollment)")
-	enrollToken := fs.String("enroll-token", os.Getenv("WORKER_ENROLLMENT_TOKEN"),
-		"one-time enrollment token, used when -cert and -key are not given and -state-dir holds no certificate yet ($WORKER_ENROLLMENT_TOKEN)")
-	stateDir := fs.String("state-dir", os.Getenv("WORKER_STATE_DIR"),
-		"directory of the enrolled identity (worker.key, worker.pem, ca.pem), used when -cert and -key are not given ($WORKER_STATE_DIR)")
-	slots := fs.Int("slots", envInt("WORKER_SLOTS", 4), "tasks run at once ($WORKER_SLOTS)")
-	wait := fs.Int("wait", envInt("WORKER_WAIT_SECONDS", 20), "long-poll wait in seconds ($WORKER_WAIT_SECONDS)")
-	drain := fs.Duration("drain-timeout", envDuration("WORKER_DRAIN_TIMEOUT", 30*time.Second),
-		"on shutdown, how long running tasks may finish ($WORKER_DRAIN_TIMEOUT)")
-	level := fs.String("log-level", envOr("LOG_LEVEL", "info"), "debug, info, warn or error ($LOG_LEVEL)")
+	fs.StringVar(&o.enrollToken, "enroll-token", "",
+		"one-time enrollment `token`, used when -cert and -key are not given and -state-dir holds no certificate yet "+
+			"(prefer the environment: other users can read a command line)")
+	fs.StringVar(&o.stateDir, "state-dir", "",
+		"`directory` of the enrolled identity (worker.key, worker.pem, ca.pem), used when -cert and -key are not given")
+	fs.IntVar(&o.slots, "slots", 4, "tasks run at once")
+	fs.IntVar(&o.wait, "wait", 20, "long-poll wait in `seconds`")
+	fs.DurationVar(&o.drain, "drain-timeout", 30*time.Second, "on shutdown, how long running tasks may finish")
+	fs.StringVar(&o.level, "log-level", "info", "`level`: debug, info, warn or error")
+	fs.StringVar(&o.capabilities, "capabilities", "",
+		"extra capabilities to advertise, a `JSON` object such as {\"region\": \"eu\"}; \"plugins\" is always the plugins this worker has")
+	fs.StringVar(&o.envFile, "env", "", "read settings from a `file` of KEY=VALUE (or export KEY=VALUE) lines, "+
+		"such as .dev/env; its keys are the variables listed here, others are ignored")
+	fs.BoolVar(&o.check, "check", false, "make one authenticated call to the gateway and exit: 0 when it accepts the worker")
+	fs.BoolVar(&o.version, "version", false, "print the version and exit")
+	fs.Usage = func() { usage(fs) }
+	return fs
+}
+
+// envNames are the variables that set flag name, the WORKER_ one first.
+func envNames(name string) []string {
+	if commandLineOnly[name] {
+		return nil
+	}
+	primary := envPrefix + "_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+	return append([]string{primary}, envAliases[name]...)
+}
+
+func usage(fs *flag.FlagSet) {
+	w := fs.Output()
+	fmt.Fprint(w, `Usage: worker [flags]
+
+The reference scanner worker of the Worker Gateway: leases scanner_plugin tasks
+and runs them until SIGINT or SIGTERM, then drains.
+
+A flag on the command line wins over its environment variables (the first
+named is the WORKER_ one; the others are older names), which win over -env FILE.
+
+`)
+	fs.VisitAll(func(f *flag.Flag) {
+		name, help := flag.UnquoteUsage(f)
+		fmt.Fprintf(w, "  -%s", f.Name)
+		if name != "" {
+			fmt.Fprintf(w, " %s", name)
+		}
+		fmt.Fprintf(w, "\n    \t%s", strings.ReplaceAll(help, "\n", "\n    \t"))
+		if f.DefValue != "" && f.DefValue != "false" {
+			fmt.Fprintf(w, " (default %s)", f.DefValue)
+		}
+		if env := envNames(f.Name); len(env) > 0 {
+			fmt.Fprintf(w, "\n    \tenv: %s", strings.Join(env, ", "))
+		} else {
+			fmt.Fprint(w, "\n    \tcommand line only")
+		}
+		fmt.Fprintln(w)
+	})
+}
+
+// parse reads the flags from args, then the environment, then the -env
+// file, each only for the flags not set yet.
+func parse(args []string, stderr io.Writer) (*options, error) {
+	o := &options{}
+	fs := newFlagSet(o, stderr)
 	if err := fs.Parse(args); err != nil {
-		return err
+		return nil, err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments: %v", fs.Args())
+		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	// The settings, apart from the command-line-only flags, sharing their
+	// values: ff fills those the command line left unset from WORKER_*.
+	settings := flag.NewFlagSet("worker", flag.ContinueOnError)
+	explicit := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
+	var setErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		if commandLineOnly[f.Name] {
+			return
+		}
+		settings.Var(f.Value, f.Name, f.Usage)
+		if explicit[f.Name] && setErr == nil {
+			setErr = settings.Set(f.Name, f.Value.String()) // marks it set: ff leaves it alone
+		}
+	})
+	if setErr != nil {
+		return nil, setErr
+	}
+	if err := ff.Parse(settings, nil, ff.WithEnvVarPrefix(envPrefix)); err != nil {
+		return nil, err
+	}
+	isSet := func(name string) bool {
+		set := false
+		settings.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+		return set
+	}
+	var err error
+	settings.VisitAll(func(f *flag.Flag) {
+		for _, alias := range envAliases[f.Name] {
+			if v := os.Getenv(alias); v != "" && err == nil && !isSet(f.Name) {
+				if e := settings.Set(f.Name, v); e != nil {
+					err = fmt.Errorf("environment variable %s: %w", alias, e)
+				}
+			}
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	if o.envFile != "" {
+		vars, err := readEnvFile(o.envFile)
+		if err != nil {
+			return nil, fmt.Errorf("-env: %w", err)
+		}
+		for _, kv := range vars {
+			name := flagForEnv(kv[0])
+			if name == "" || settings.Lookup(name) == nil || isSet(name) {
+				continue
+			}
+			if err := settings.Set(name, kv[1]); err != nil {
+				return nil, fmt.Errorf("-env %s: %s: %w", o.envFile, kv[0], err)
+			}
+		}
+	}
+	// Enrollment settings are ignored when -cert or -key is given, unless
+	// given on the command line too (then it is an error, see identity).
+	o.explicitEnrollment = explicit["state-dir"] || explicit["enroll-token"]
+	return o, nil
+}
+
+// flagForEnv is the flag a variable sets, or "".
+func flagForEnv(key string) string {
+	for name := range envAliases {
+		for _, alias := range envAliases[name] {
+			if alias == key {
+				return name
+			}
+		}
+	}
+	if rest, ok := strings.CutPrefix(key, envPrefix+"_"); ok && rest != "" {
+		return strings.ToLower(strings.ReplaceAll(rest, "_", "-"))
+	}
+	return ""
+}
+
+// readEnvFile reads KEY=VALUE lines, as a shell would source them: blank
+// lines and # comments are skipped, "export " is allowed, and a value in
+// matching single or double quotes is unquoted.
+func readEnvFile(path string) ([][2]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }()
+	var vars [][2]string
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		key, value, ok := strings.Cut(strings.TrimPrefix(line, "export "), "=")
+		key = strings.TrimSpace(key)
+		if !ok || key == "" {
+			return nil, fmt.Errorf("%s:%d: want KEY=VALUE", path, n)
+		}
+		value = strings.TrimSpace(value)
+		if len(value) >= 2 && (value[0] == '"' || value[0] == '\'') && value[len(value)-1] == value[0] {
+			value = value[1 : len(value)-1]
+		}
+		vars = append(vars, [2]string{key, value})
+	}
+	return vars, sc.Err()
+}
+
+func run(args []string, stdout, stderr io.Writer) error {
+	o, err := parse(args, stderr)
+	if err != nil {
+		return err
+	}
+	if o.version {
+		fmt.Fprintln(stdout, versionLine())
+		return nil
 	}
 	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
+	if err := lvl.UnmarshalText([]byte(o.level)); err != nil {
 		return fmt.Errorf("-log-level: %w", err)
 	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
-
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: lvl}))
+	caps, err := capabilities(o.capabilities)
+	if err != nil {
+		return err
+	}
 	cfg := workerclient.Config{
-		GatewayURL:      *gateway,
-		CAFile:          *ca,
-		Slots:           *slots,
-		WaitSeconds:     *wait,
-		DrainTimeout:    *drain,
-		Capabilities:    map[string]any{"plugins": pluginNames()},
+		GatewayURL:      o.gateway,
+		CAFile:          o.ca,
+		Slots:           o.slots,
+		WaitSeconds:     o.wait,
+		DrainTimeout:    o.drain,
+		Capabilities:    caps,
 		SoftwareVersion: softwareVersion,
 		Handler:         handle(log),
 		Logger:          log,
 	}
-	if err := identity(fs, &cfg, *cert, *key, *stateDir, *enrollToken); err != nil {
+	if err := identity(o, &cfg); err != nil {
 		return err
 	}
 	w, err := workerclient.NewWorker(cfg)
@@ -102,6 +323,9 @@ func run(args []string) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if o.check {
+		return check(ctx, w, o.gateway, stdout)
+	}
 	go func() {
 		<-ctx.Done()
 		log.Info("signal received: draining (signal again to quit at once)")
@@ -114,40 +338,125 @@ func run(args []string) error {
 // or -key is given, else enrollment into -state-dir. Enrollment flags given
 // explicitly with -cert/-key are an error; the same settings from the
 // environment are ignored then.
-func identity(fs *flag.FlagSet, cfg *workerclient.Config, cert, key, stateDir, token string) error {
-	if cert != "" || key != "" {
-		explicit := false
-		fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "state-dir" || f.Name == "enroll-token" })
-		if explicit {
+func identity(o *options, cfg *workerclient.Config) error {
+	if o.cert != "" || o.key != "" {
+		if o.explicitEnrollment {
 			return errors.New("give either -cert and -key, or -state-dir (with -enroll-token on first start), not both")
 		}
-		cfg.CertFile, cfg.KeyFile = cert, key
+		cfg.CertFile, cfg.KeyFile = o.cert, o.key
 		return nil
 	}
-	if stateDir == "" {
+	if o.stateDir == "" {
 		return errors.New("no identity: give -cert and -key, or -state-dir (with -enroll-token on first start)")
 	}
-	cfg.StateDir, cfg.EnrollmentToken = stateDir, token
+	cfg.StateDir, cfg.EnrollmentToken = o.stateDir, o.enrollToken
 	return nil
 }
 
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
+// capabilities is what the worker advertises: its plugins, plus extra.
+func capabilities(extra string) (map[string]any, error) {
+	caps := map[string]any{}
+	if extra != "" {
+		if err := json.Unmarshal([]byte(extra), &caps); err != nil {
+			return nil, fmt.Errorf("-capabilities: want a JSON object: %w", err)
+		}
+		if caps == nil {
+			return nil, errors.New("-capabilities: want a JSON object, not null")
+		}
+		if _, ok := caps["plugins"]; ok {
+			return nil, errors.New(`-capabilities: "plugins" is set by the worker: the plugins it has`)
+		}
 	}
-	return def
+	caps["plugins"] = pluginNames()
+	return caps, nil
 }
 
-func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
-		return v
+// versionLine is the version -version prints: the module's version, the
+// VCS revision it was built from and the Go version.
+func versionLine() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "worker (no build information)"
 	}
-	return def
+	version := bi.Main.Version
+	if version == "" {
+		version = "(devel)"
+	}
+	var rev, at string
+	modified := false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			at = s.Value
+		case "vcs.modified":
+			modified = s.Value == "true"
+		}
+	}
+	line := fmt.Sprintf("worker %s %s", bi.Main.Path, version)
+	if rev != "" {
+		line += " revision " + rev
+		if modified {
+			line += " (modified)"
+		}
+		if at != "" {
+			line += " of " + at
+		}
+	}
+	return line + " " + bi.GoVersion + " (" + softwareVersion + ")"
 }
 
-func envDuration(name string, def time.Duration) time.Duration {
-	if v, err := time.ParseDuration(os.Getenv(name)); err == nil {
-		return v
+// check makes one authenticated call and says whether the gateway accepts
+// the worker, with a hint at the likely cause when it does not.
+func check(ctx context.Context, w *workerclient.Worker, gateway string, stdout io.Writer) error {
+	res, err := w.Check(ctx)
+	if err != nil {
+		return fmt.Errorf("check failed: %s: %w", checkHint(err), err)
 	}
-	return def
+	who := res.CommonName
+	if who == "" {
+		who = "(unknown certificate name)"
+	}
+	fmt.Fprintf(stdout, "ok: authenticated as worker %s at %s\n", who, gateway)
+	return nil
+}
+
+func checkHint(err error) string {
+	var (
+		apiErr   *workerclient.APIError
+		hostErr  x509.HostnameError
+		authErr  x509.UnknownAuthorityError
+		invalid  x509.CertificateInvalidError
+		verify   *tls.CertificateVerificationError
+		recordHd tls.RecordHeaderError
+		opErr    *net.OpError
+		dnsErr   *net.DNSError
+	)
+	switch {
+	case errors.Is(err, workerclient.ErrNotEnrolled):
+		return "not enrolled yet"
+	case errors.As(err, &apiErr) && apiErr.Code == "worker-revoked":
+		return "the gateway has revoked this worker; it needs a new identity"
+	case errors.As(err, &apiErr) && apiErr.Status == http.StatusUnauthorized:
+		return "the gateway refused the worker's certificate (not registered, replaced, or expired): " +
+			"register it, or enroll with -state-dir and -enroll-token"
+	case errors.As(err, &apiErr) && apiErr.Status == http.StatusForbidden:
+		return "the gateway knows the worker but refuses it"
+	case errors.As(err, &apiErr):
+		return "the gateway answered with an error"
+	case errors.As(err, &hostErr):
+		return "the gateway's certificate is not for this host name: use the name it was issued for in -gateway"
+	case errors.As(err, &authErr), errors.As(err, &invalid), errors.As(err, &verify):
+		return "the gateway's certificate is not trusted (CA mismatch?): -ca (WORKER_CA, CA_CERT) must name the CA that signed it"
+	case errors.As(err, &recordHd):
+		return "the gateway does not speak TLS at this address: check -gateway"
+	case errors.As(err, &opErr) && opErr.Op == "remote error":
+		return "the gateway ended the TLS handshake: it did not accept the worker's certificate"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "the gateway did not answer in time"
+	case errors.As(err, &dnsErr), errors.As(err, &opErr):
+		return "the gateway is unreachable: check -gateway and the network"
+	}
+	return "the call failed"
 }

@@ -47,12 +47,11 @@ func (f *fakeResolver) LookupIPAddr(ctx context.Context, host string) ([]net.IPA
 }
 
 func TestDNSResolveLocalhost(t *testing.T) {
-	rec := &recorder{}
-	c := newCall(t, `{"timeout_ms": 2000}`, []string{"localhost", "127.0.0.1", "no-such-host.invalid"}, nil, rec)
+	c, rec := newCall(t, `{"timeout_ms": 2000}`, []string{"localhost", "127.0.0.1", "no-such-host.invalid"}, nil)
 	require.NoError(t, dnsResolve(t.Context(), c, offlineResolver()))
 
 	var hostnames, fromTarget, resolved []record
-	for _, r := range rec.sorted() {
+	for _, r := range records(rec) {
 		require.Equal(t, "asset", r.Kind)
 		switch {
 		case r.Type == "hostname":
@@ -83,8 +82,7 @@ func TestDNSResolveTargetsAndHostnameAssets(t *testing.T) {
 		"a.test": {"192.0.2.10", "192.0.2.10", "2001:db8::1", "::ffff:192.0.2.11"},
 		"b.test": {"198.51.100.7"},
 	}}
-	rec := &recorder{}
-	c := newCall(t, "", []string{
+	c, rec := newCall(t, "", []string{
 		"https://A.test:8443/login", // the host of a URL
 		"a.test",                    // twice: resolved once
 		"[::1]",                     // an IPv6 target
@@ -94,7 +92,7 @@ func TestDNSResolveTargetsAndHostnameAssets(t *testing.T) {
 	}, []Asset{
 		{Type: "hostname", Value: "b.test."},
 		{Type: "ip", Value: "203.0.113.9"}, // not a hostname asset: ignored
-	}, rec)
+	})
 	require.NoError(t, dnsResolve(t.Context(), c, res))
 
 	assert.ElementsMatch(t, []string{"a.test", "gone.test", "b.test"}, res.asked)
@@ -107,33 +105,32 @@ func TestDNSResolveTargetsAndHostnameAssets(t *testing.T) {
 		{Kind: "asset", Type: "ip", Value: "198.51.100.7", Details: map[string]any{"hostname": "b.test"}},
 		{Kind: "asset", Type: "ip", Value: "2001:db8::1", Details: map[string]any{"hostname": "a.test"}},
 		{Kind: "asset", Type: "ip", Value: "::1"},
-	}, rec.sorted())
+	}, records(rec))
 }
 
 func TestDNSResolveTimesOutPerLookupAndHonoursItsContext(t *testing.T) {
 	res := &fakeResolver{addrs: map[string][]string{"a.test": {"192.0.2.1"}}}
-	rec := &recorder{}
 	start := time.Now()
-	c := newCall(t, `{"timeout_ms": 50}`, []string{"slow.test", "a.test"}, nil, rec)
+	c, rec := newCall(t, `{"timeout_ms": 50}`, []string{"slow.test", "a.test"}, nil)
 	require.NoError(t, dnsResolve(t.Context(), c, res), "a lookup timing out is not fatal")
 	assert.Less(t, time.Since(start), 5*time.Second)
-	assert.Len(t, rec.sorted(), 2)
+	assert.Len(t, records(rec), 2)
 
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	err := dnsResolve(ctx, newCall(t, "", []string{"slow.test"}, nil, &recorder{}), res)
+	err := dnsResolve(ctx, call(t, "", []string{"slow.test"}, nil), res)
 	assert.ErrorIs(t, err, context.Canceled, "a scan cut short is not a success")
 }
 
 func TestDNSResolveFailsWhenEmitFails(t *testing.T) {
 	res := &fakeResolver{addrs: map[string][]string{"a.test": {"192.0.2.1"}}}
 	boom := errors.New("lease lost")
-	err := dnsResolve(t.Context(), newCall(t, "", []string{"a.test"}, nil, &recorder{err: boom}), res)
+	err := dnsResolve(t.Context(), failingCall(t, boom, "", []string{"a.test"}, nil), res)
 	assert.ErrorIs(t, err, boom)
 }
 
 func TestDNSResolveRejectsBadInput(t *testing.T) {
-	err := dnsResolve(t.Context(), newCall(t, `{"timeout_ms": -1}`, nil, nil, &recorder{}), &fakeResolver{})
+	err := dnsResolve(t.Context(), call(t, `{"timeout_ms": -1}`, nil, nil), &fakeResolver{})
 	assert.Equal(t, "bad-input", taskError(t, err).Code)
 }
 

@@ -92,15 +92,14 @@ func threatIDs(rs []record) []string {
 func TestHTTPProbePlainHTTPFromAPortAsset(t *testing.T) {
 	srv := httptest.NewServer(page("  Hello &amp;\n\t World  "))
 	defer srv.Close()
-	rec := &recorder{}
-	c := newCall(t, `{"timeout_ms": 2000}`, nil, []Asset{portAsset(t, srv)}, rec)
+	c, rec := newCall(t, `{"timeout_ms": 2000}`, nil, []Asset{portAsset(t, srv)})
 	require.NoError(t, httpProbePlugin(t.Context(), c))
 
 	// A port other than 80/8080/443/8443: https is tried first, then http.
 	assert.Equal(t, []record{{
 		Kind: "asset", Type: "url", Value: srv.URL + "/",
 		Details: map[string]any{"status": float64(200), "server": "test-server/1.0", "title": "Hello & World"},
-	}}, rec.sorted())
+	}}, records(rec))
 }
 
 func TestHTTPProbeSelfSignedTLSServer(t *testing.T) {
@@ -111,11 +110,10 @@ func TestHTTPProbeSelfSignedTLSServer(t *testing.T) {
 	require.Equal(t, leaf.RawIssuer, leaf.RawSubject, "httptest's certificate is self-signed")
 	require.True(t, leaf.NotAfter.After(time.Now().Add(365*24*time.Hour)), "and far from expiry")
 
-	rec := &recorder{}
-	c := newCall(t, "", []string{srv.URL + "/", "not a url", "ftp://127.0.0.1/"}, []Asset{portAsset(t, srv)}, rec)
+	c, rec := newCall(t, "", []string{srv.URL + "/", "not a url", "ftp://127.0.0.1/"}, []Asset{portAsset(t, srv)})
 	require.NoError(t, httpProbePlugin(t.Context(), c))
 
-	rs := rec.sorted()
+	rs := records(rec)
 	require.Len(t, rs, 2, "the URL target and the port asset name the same URL: probed once")
 	assert.Equal(t, record{
 		Kind: "asset", Type: "url", Value: srv.URL + "/",
@@ -135,10 +133,10 @@ func TestHTTPProbeExpiredCertificate(t *testing.T) {
 	now := time.Now()
 	cert := testCert(t, "expired.test", now.Add(-30*24*time.Hour), now.Add(-24*time.Hour), false, nil)
 	srv := tlsServer(t, cert, page("old"))
-	rec := &recorder{}
-	require.NoError(t, httpProbePlugin(t.Context(), newCall(t, fmt.Sprintf(`{"urls": [%q]}`, srv.URL), nil, nil, rec)))
+	c, rec := newCall(t, fmt.Sprintf(`{"urls": [%q]}`, srv.URL), nil, nil)
+	require.NoError(t, httpProbePlugin(t.Context(), c))
 
-	rs := rec.sorted()
+	rs := records(rec)
 	assert.Equal(t, []string{"tls-certificate-expired", "tls-certificate-self-signed"}, threatIDs(rs),
 		"a self-signed leaf that is not a CA is still self-signed")
 	for _, r := range rs {
@@ -156,10 +154,10 @@ func TestHTTPProbeExpiringCASignedCertificate(t *testing.T) {
 	ca := testCert(t, "Test CA", now.Add(-time.Hour), now.Add(365*24*time.Hour), true, nil)
 	cert := testCert(t, "soon.test", now.Add(-time.Hour), now.Add(5*24*time.Hour), false, &ca)
 	srv := tlsServer(t, cert, page("soon"))
-	rec := &recorder{}
-	require.NoError(t, httpProbePlugin(t.Context(), newCall(t, fmt.Sprintf(`{"urls": [%q]}`, srv.URL+"/x"), nil, nil, rec)))
+	c, rec := newCall(t, fmt.Sprintf(`{"urls": [%q]}`, srv.URL+"/x"), nil, nil)
+	require.NoError(t, httpProbePlugin(t.Context(), c))
 
-	rs := rec.sorted()
+	rs := records(rec)
 	require.Equal(t, []string{"tls-certificate-expiring"}, threatIDs(rs), "signed by a CA: not self-signed")
 	assert.Equal(t, "medium", rs[1].Severity)
 	assert.Equal(t, "CN=Test CA,O=Worker Gateway tests", rs[1].Details["issuer"])
@@ -179,12 +177,12 @@ func TestHTTPProbeStopsAfterThreeRedirects(t *testing.T) {
 		http.Redirect(w, r, fmt.Sprintf("/r/%d", n+1), http.StatusFound)
 	}))
 	defer srv.Close()
-	rec := &recorder{}
-	require.NoError(t, httpProbePlugin(t.Context(), newCall(t, fmt.Sprintf(`{"urls": [%q]}`, srv.URL+"/r/0"), nil, nil, rec)))
+	c, rec := newCall(t, fmt.Sprintf(`{"urls": [%q]}`, srv.URL+"/r/0"), nil, nil)
+	require.NoError(t, httpProbePlugin(t.Context(), c))
 	mu.Lock()
 	assert.Equal(t, []string{"/r/0", "/r/1", "/r/2", "/r/3"}, hits, "three redirects followed, no more")
 	mu.Unlock()
-	rs := rec.sorted()
+	rs := records(rec)
 	require.Len(t, rs, 1)
 	assert.Equal(t, float64(http.StatusFound), rs[0].Details["status"])
 	assert.Equal(t, srv.URL+"/r/3", rs[0].Details["final_url"])
@@ -192,10 +190,9 @@ func TestHTTPProbeStopsAfterThreeRedirects(t *testing.T) {
 
 func TestHTTPProbeUnreachableIsNotAnError(t *testing.T) {
 	port := closedPort(t)
-	rec := &recorder{}
-	c := newCall(t, `{"timeout_ms": 1000}`, nil, []Asset{{Type: "port", Value: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}}, rec)
+	c, rec := newCall(t, `{"timeout_ms": 1000}`, nil, []Asset{{Type: "port", Value: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}})
 	require.NoError(t, httpProbePlugin(t.Context(), c))
-	assert.Empty(t, rec.sorted())
+	assert.Empty(t, records(rec))
 }
 
 func TestHTTPProbeTimesOut(t *testing.T) {
@@ -208,15 +205,15 @@ func TestHTTPProbeTimesOut(t *testing.T) {
 	}))
 	defer srv.Close()
 	defer close(release)
-	rec := &recorder{}
 	start := time.Now()
-	require.NoError(t, httpProbePlugin(t.Context(), newCall(t, fmt.Sprintf(`{"urls": [%q], "timeout_ms": 100}`, srv.URL), nil, nil, rec)))
+	c, rec := newCall(t, fmt.Sprintf(`{"urls": [%q], "timeout_ms": 100}`, srv.URL), nil, nil)
+	require.NoError(t, httpProbePlugin(t.Context(), c))
 	assert.Less(t, time.Since(start), 5*time.Second)
-	assert.Empty(t, rec.sorted())
+	assert.Empty(t, records(rec))
 }
 
 func TestHTTPTargets(t *testing.T) {
-	c := newCall(t, "", []string{"https://127.0.0.1/", "127.0.0.1", "http://localhost:8080/app"}, []Asset{
+	c := call(t, "", []string{"https://127.0.0.1/", "127.0.0.1", "http://localhost:8080/app"}, []Asset{
 		{Type: "port", Value: "127.0.0.1:443"},
 		{Type: "port", Value: "127.0.0.1:80"},
 		{Type: "port", Value: "127.0.0.1:8080"},
@@ -224,7 +221,7 @@ func TestHTTPTargets(t *testing.T) {
 		{Type: "port", Value: "127.0.0.1:22"},
 		{Type: "port", Value: "nonsense"},
 		{Type: "ip", Value: "127.0.0.1"},
-	}, &recorder{})
+	})
 	targets, err := httpTargets(c, httpProbeInput{})
 	require.NoError(t, err)
 	assert.Equal(t, []httpTarget{
@@ -241,7 +238,7 @@ func TestHTTPTargets(t *testing.T) {
 	assert.Equal(t, []httpTarget{{"http://127.0.0.1:1/"}}, targets, "explicit URLs replace the derived ones")
 
 	for _, input := range []string{`{"urls": ["127.0.0.1"]}`, `{"urls": ["file:///etc/passwd"]}`, `{"timeout_ms": -5}`} {
-		err := httpProbePlugin(t.Context(), newCall(t, input, nil, nil, &recorder{}))
+		err := httpProbePlugin(t.Context(), call(t, input, nil, nil))
 		assert.Equal(t, "bad-input", taskError(t, err).Code, input)
 	}
 }

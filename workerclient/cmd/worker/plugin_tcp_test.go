@@ -46,33 +46,30 @@ func portRecord(host string, port int) record {
 
 func TestTCPConnectReportsOpenPortsOfIPAssets(t *testing.T) {
 	open, closed := openPort(t), closedPort(t)
-	rec := &recorder{}
-	c := newCall(t, fmt.Sprintf(`{"ports": [%d, %d], "timeout_ms": 1000}`, open, closed),
+	c, rec := newCall(t, fmt.Sprintf(`{"ports": [%d, %d], "timeout_ms": 1000}`, open, closed),
 		[]string{"localhost"}, // ignored: there are ip assets
-		[]Asset{{Type: "ip", Value: "127.0.0.1"}, {Type: "hostname", Value: "localhost"}}, rec)
+		[]Asset{{Type: "ip", Value: "127.0.0.1"}, {Type: "hostname", Value: "localhost"}})
 	require.NoError(t, tcpConnectPlugin(t.Context(), c))
-	assert.Equal(t, []record{portRecord("127.0.0.1", open)}, rec.sorted())
+	assert.Equal(t, []record{portRecord("127.0.0.1", open)}, records(rec))
 }
 
 func TestTCPConnectFallsBackToTargets(t *testing.T) {
 	open := openPort(t)
-	rec := &recorder{}
-	c := newCall(t, fmt.Sprintf(`{"ports": [%d]}`, open), []string{"127.0.0.1", "http://127.0.0.1:1/"}, nil, rec)
+	c, rec := newCall(t, fmt.Sprintf(`{"ports": [%d]}`, open), []string{"127.0.0.1", "http://127.0.0.1:1/"}, nil)
 	require.NoError(t, tcpConnectPlugin(t.Context(), c))
-	assert.Equal(t, []record{portRecord("127.0.0.1", open)}, rec.sorted(), "one host, probed once")
+	assert.Equal(t, []record{portRecord("127.0.0.1", open)}, records(rec), "one host, probed once")
 }
 
 func TestTCPConnectExplicitAddresses(t *testing.T) {
 	open, closed := openPort(t), closedPort(t)
-	rec := &recorder{}
-	c := newCall(t, fmt.Sprintf(`{"addresses": ["127.0.0.1:%d", "127.0.0.1:%d", "127.0.0.1:%d"]}`, open, open, closed),
-		nil, nil, rec)
+	c, rec := newCall(t, fmt.Sprintf(`{"addresses": ["127.0.0.1:%d", "127.0.0.1:%d", "127.0.0.1:%d"]}`, open, open, closed),
+		nil, nil)
 	require.NoError(t, tcpConnectPlugin(t.Context(), c))
-	assert.Equal(t, []record{portRecord("127.0.0.1", open)}, rec.sorted())
+	assert.Equal(t, []record{portRecord("127.0.0.1", open)}, records(rec))
 }
 
 func TestTCPConnectProbes(t *testing.T) {
-	c := newCall(t, "", []string{"127.0.0.1"}, []Asset{{Type: "ip", Value: "::1"}, {Type: "ip", Value: "127.0.0.1"}}, &recorder{})
+	c := call(t, "", []string{"127.0.0.1"}, []Asset{{Type: "ip", Value: "::1"}, {Type: "ip", Value: "127.0.0.1"}})
 	probes, err := tcpProbes(c, tcpConnectInput{Addresses: []string{"localhost:9"}})
 	require.NoError(t, err)
 	var addrs []string
@@ -91,7 +88,7 @@ func TestTCPConnectRejectsBadInput(t *testing.T) {
 		`{"ports": [0]}`, `{"ports": [65536]}`, `{"addresses": ["127.0.0.1"]}`, `{"addresses": ["127.0.0.1:http"]}`,
 		`{"timeout_ms": 600000}`, `{"ports": "22"}`,
 	} {
-		err := tcpConnectPlugin(t.Context(), newCall(t, input, []string{"127.0.0.1"}, nil, &recorder{}))
+		err := tcpConnectPlugin(t.Context(), call(t, input, []string{"127.0.0.1"}, nil))
 		te := taskError(t, err)
 		assert.Equal(t, "bad-input", te.Code, input)
 		assert.False(t, te.Retryable)
@@ -100,7 +97,7 @@ func TestTCPConnectRejectsBadInput(t *testing.T) {
 	for i := range ports {
 		ports[i] = i + 1
 	}
-	c := newCall(t, "", []string{"127.0.0.1", "127.0.0.2"}, nil, &recorder{})
+	c := call(t, "", []string{"127.0.0.1", "127.0.0.2"}, nil)
 	_, err := tcpProbes(c, tcpConnectInput{Ports: ports})
 	assert.Equal(t, "bad-input", taskError(t, err).Code, "too many connections")
 }
@@ -109,18 +106,18 @@ func TestTCPConnectHonoursItsContextAndEmitErrors(t *testing.T) {
 	open := openPort(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	rec := &recorder{}
-	err := tcpConnectPlugin(ctx, newCall(t, fmt.Sprintf(`{"ports": [%d]}`, open), []string{"127.0.0.1"}, nil, rec))
+	c, rec := newCall(t, fmt.Sprintf(`{"ports": [%d]}`, open), []string{"127.0.0.1"}, nil)
+	err := tcpConnectPlugin(ctx, c)
 	assert.ErrorIs(t, err, context.Canceled)
-	assert.Empty(t, rec.sorted())
+	assert.Empty(t, records(rec))
 
 	boom := fmt.Errorf("results refused")
-	err = tcpConnectPlugin(t.Context(), newCall(t, fmt.Sprintf(`{"ports": [%d]}`, open), []string{"127.0.0.1"}, nil, &recorder{err: boom}))
+	err = tcpConnectPlugin(t.Context(), failingCall(t, boom, fmt.Sprintf(`{"ports": [%d]}`, open), []string{"127.0.0.1"}, nil))
 	assert.ErrorIs(t, err, boom)
 }
 
 func TestTCPConnectWithNothingToProbe(t *testing.T) {
-	rec := &recorder{}
-	require.NoError(t, tcpConnectPlugin(t.Context(), newCall(t, "", nil, nil, rec)))
-	assert.Zero(t, rec.calls)
+	c, rec := newCall(t, "", nil, nil)
+	require.NoError(t, tcpConnectPlugin(t.Context(), c))
+	assert.Empty(t, rec.Records())
 }

@@ -13,12 +13,14 @@ import (
 
 	"github.com/worker-gateway/gateway/workerclient"
 	"github.com/worker-gateway/gateway/workerclient/apiclient"
+	"github.com/worker-gateway/gateway/workerclient/workerclienttest"
 )
 
+// runTask runs the worker's Handler on a task built by workerclienttest.
 func runTask(t *testing.T, ctx context.Context, taskType, payload string) error {
 	t.Helper()
-	h := handle(slog.New(slog.DiscardHandler))
-	return h(ctx, &workerclient.LeasedTask{Type: taskType, Payload: json.RawMessage(payload)})
+	task, _ := workerclienttest.NewTask(t, workerclienttest.TaskOptions{Type: taskType, Payload: payload})
+	return handle(slog.New(slog.DiscardHandler))(ctx, task)
 }
 
 func taskError(t *testing.T, err error) *workerclient.TaskError {

@@ -5,62 +5,36 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
+	"log/slog"
 	"testing"
 
-	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/worker-gateway/gateway/workerclient"
 	"github.com/worker-gateway/gateway/workerclient/apiclient"
+	"github.com/worker-gateway/gateway/workerclient/workerclienttest"
 )
 
-// uploaded is an artifact given to a fake Uploader.
-type uploaded struct {
-	name, contentType string
-	body              []byte
-}
-
-// fakeUploader keeps what it is given and answers err when set.
-type fakeUploader struct {
-	files []uploaded
-	err   error
-}
-
-func (u *fakeUploader) upload(_ context.Context, name, contentType string, r io.Reader) (*apiclient.File, error) {
-	body, err := io.ReadAll(r)
-	if err != nil {
-		return nil, err
-	}
-	u.files = append(u.files, uploaded{name, contentType, body})
-	if u.err != nil {
-		return nil, u.err
-	}
-	return &apiclient.File{Id: uuid.New(), Name: name, ContentType: contentType, SizeBytes: int64(len(body))}, nil
-}
-
-func (u *fakeUploader) report(t *testing.T) Report {
+// report is the report.json the job uploaded.
+func report(t *testing.T, rec *workerclienttest.Recorder) Report {
 	t.Helper()
-	require.Len(t, u.files, 1)
-	f := u.files[0]
-	assert.Equal(t, "report.json", f.name)
-	assert.Equal(t, "application/json", f.contentType)
+	require.Len(t, rec.Artifacts(), 1)
+	f, ok := rec.Artifact("report.json")
+	require.True(t, ok)
+	assert.Equal(t, "application/json", f.ContentType)
 	var r Report
-	require.NoError(t, json.Unmarshal(f.body, &r), string(f.body))
+	require.NoError(t, json.Unmarshal(f.Data, &r), string(f.Data))
 	return r
 }
 
 func TestScannerJobLogsAndUploadsItsReport(t *testing.T) {
 	open := openPort(t)
-	rec := &recorder{}
-	up := &fakeUploader{}
-	c := newCall(t, fmt.Sprintf(`{"addresses": ["127.0.0.1:%d"], "timeout_ms": 1000}`, open), nil, nil, rec)
-	c.Plugin, c.Upload = "tcp-connect", up.upload
-	c.Task = &workerclient.LeasedTask{ID: uuid.New(), AttemptID: uuid.New(), Type: "scanner_plugin"}
+	c, rec := newCall(t, fmt.Sprintf(`{"addresses": ["127.0.0.1:%d"], "timeout_ms": 1000}`, open), nil, nil)
+	c.Plugin = "tcp-connect"
 	require.NoError(t, runScanner(t.Context(), tcpConnectPlugin, c))
 
-	r := up.report(t)
+	r := report(t, rec)
 	assert.Equal(t, "tcp-connect", r.Plugin)
 	assert.Equal(t, c.Task.ID, r.TaskID)
 	assert.Equal(t, c.Task.AttemptID, r.AttemptID)
@@ -70,14 +44,12 @@ func TestScannerJobLogsAndUploadsItsReport(t *testing.T) {
 	assert.Empty(t, r.Severities)
 	assert.Equal(t, "tcp-connect: connecting to 1 addresses (timeout 1s)\n"+
 		"tcp-connect: 1 of 1 addresses accept connections\n"+
-		"tcp-connect done: 1 records emitted\n", rec.out.String())
+		"tcp-connect done: 1 records emitted\n", rec.Log())
 }
 
 func TestReportCountsWhatWasDeliveredByKindAndType(t *testing.T) {
-	rec := &recorder{}
-	up := &fakeUploader{}
-	c := newCall(t, "", nil, nil, rec)
-	c.Plugin, c.Upload = "http-probe", up.upload
+	c, rec := newCall(t, "", nil, nil)
+	c.Plugin = "http-probe"
 	url := apiclient.AssetRef{Type: "url", Value: "https://127.0.0.1/"}
 	data := apiclient.JSONObject(`{"n": 1}`)
 	run := func(ctx context.Context, c *Call) error {
@@ -88,14 +60,12 @@ func TestReportCountsWhatWasDeliveredByKindAndType(t *testing.T) {
 			apiclient.ResultRecord{Kind: apiclient.ResultRecordKindData, Data: &data}); err != nil {
 			return err
 		}
-		rec.mu.Lock()
-		rec.err = errors.New("refused")
-		rec.mu.Unlock()
+		rec.FailEmit(errors.New("refused"))
 		_ = c.Emit(ctx, assetRecord("ip", "10.0.0.1", nil)) // not delivered: not counted
 		return nil
 	}
 	require.NoError(t, runScanner(t.Context(), run, c))
-	r := up.report(t)
+	r := report(t, rec)
 	assert.Equal(t, 6, r.Records)
 	assert.Equal(t, map[string]int{"asset": 3, "threat": 2, "data": 1}, r.ByKind)
 	assert.Equal(t, map[string]map[string]int{"asset": {"ip": 2, "url": 1}, "threat": {"url": 2}}, r.ByType)
@@ -106,26 +76,27 @@ func TestReportUploadFailures(t *testing.T) {
 	nothing := func(context.Context, *Call) error { return nil }
 
 	// A report that cannot be stored does not fail the job…
-	rec := &recorder{}
-	c := newCall(t, "", nil, nil, rec)
-	c.Plugin, c.Upload = "dns-resolve", (&fakeUploader{err: errors.New("artifacts disabled")}).upload
+	c, rec := newCall(t, "", nil, nil)
+	c.Plugin = "dns-resolve"
+	rec.FailUpload(errors.New("artifacts disabled"))
 	require.NoError(t, runScanner(t.Context(), nothing, c))
-	assert.Contains(t, rec.out.String(), "report.json could not be uploaded: artifacts disabled")
+	assert.Contains(t, rec.Log(), "report.json could not be uploaded: artifacts disabled")
 
 	// …but a lost lease or a cancellation ends it.
-	c.Upload = (&fakeUploader{err: fmt.Errorf("open upload: %w", workerclient.ErrLeaseLost)}).upload
+	rec.FailUpload(fmt.Errorf("open upload: %w", workerclient.ErrLeaseLost))
 	assert.ErrorIs(t, runScanner(t.Context(), nothing, c), workerclient.ErrLeaseLost)
+	rec.FailUpload(nil)
 	ctx, cancel := context.WithCancelCause(t.Context())
 	cancel(workerclient.ErrCancelRequested)
-	c.Upload = (&fakeUploader{err: context.Canceled}).upload
 	assert.ErrorIs(t, runScanner(ctx, nothing, c), workerclient.ErrCancelRequested)
+	assert.Empty(t, rec.Artifacts())
 
 	// A failed job uploads nothing.
-	up := &fakeUploader{}
-	c.Upload = up.upload
+	c, rec = newCall(t, "", nil, nil)
+	c.Plugin = "dns-resolve"
 	boom := workerclient.Retryable("target-unreachable", "refused")
 	assert.ErrorIs(t, runScanner(t.Context(), func(context.Context, *Call) error { return boom }, c), boom)
-	assert.Empty(t, up.files)
+	assert.Empty(t, rec.Artifacts())
 }
 
 func TestOnlyScannersUploadReports(t *testing.T) {
@@ -133,6 +104,12 @@ func TestOnlyScannersUploadReports(t *testing.T) {
 		want := name == "dns-resolve" || name == "tcp-connect" || name == "http-probe"
 		assert.Equal(t, want, scanners[name], name)
 	}
-	// Outside a runtime the upload is refused, which does not fail the job.
-	assert.NoError(t, runTask(t, t.Context(), "scanner_plugin", `{"plugin":"tcp-connect"}`))
+	// Through the worker's Handler, as a Worker runs it.
+	_, rec := workerclienttest.NewTask(t, workerclienttest.TaskOptions{Payload: `{"plugin":"tcp-connect"}`})
+	require.NoError(t, rec.Run(handle(slog.New(slog.DiscardHandler))))
+	assert.Equal(t, "tcp-connect", report(t, rec).Plugin)
+	assert.Equal(t, apiclient.AttemptOutcomeSucceeded, rec.Outcome().Outcome)
+	_, rec = workerclienttest.NewTask(t, workerclienttest.TaskOptions{Payload: `{"plugin":"echo"}`})
+	require.NoError(t, rec.Run(handle(slog.New(slog.DiscardHandler))))
+	assert.Empty(t, rec.Artifacts())
 }
