@@ -637,6 +637,7 @@ func tasksLogs(fs *flagSet) ctlRun {
 	attempt := fs.Int("attempt", 0, "attempt number (0: the latest)")
 	offset := fs.Int("offset", 0, "start at this byte")
 	follow := fs.Bool("follow", false, "wait for more until the attempt ends")
+	wait := fs.Int("wait", 0, "with --follow, the longest one request waits for data, seconds (0: the API's default)")
 	return func(ctx context.Context, c *ctl, args []string) error {
 		id, err := parseID("task", args[0])
 		if err != nil {
@@ -646,7 +647,10 @@ func tasksLogs(fs *flagSet) ctlRun {
 		if *attempt > 0 {
 			params.Attempt = attempt
 		}
-		for {
+		if *wait > 0 {
+			params.WaitSeconds = wait
+		}
+		for first := true; ; first = false {
 			res, err := c.api.GetTaskLogsWithResponse(ctx, id, params)
 			if err != nil {
 				return err
@@ -655,15 +659,18 @@ func tasksLogs(fs *flagSet) ctlRun {
 				return problemError(res.StatusCode(), res.HTTPResponse.Header.Get("X-Request-Id"), res.Body)
 			}
 			lt := res.JSON200
-			if c.json {
+			switch {
+			case !c.json:
+				if _, err := io.WriteString(c.out, lt.Data); err != nil {
+					return err
+				}
+			case first || lt.Data != "":
 				// One JSON document per answer: a following reader gets lines.
 				fmt.Fprintf(c.out, "%s\n", compactJSON(res.Body))
-			} else if _, err := io.WriteString(c.out, lt.Data); err != nil {
-				return err
 			}
-			// Without --follow one answer; with it, until the attempt has
-			// ended and everything up to its end was read.
-			if !*follow || (lt.Complete && lt.Data == "") {
+			// Without --follow, everything written so far; with it, until
+			// the attempt has ended and its log was read to the end.
+			if lt.Data == "" && (!*follow || lt.Complete) {
 				if lt.Truncated != nil && *lt.Truncated && !c.json {
 					fmt.Fprintln(c.errOut, "(the log was truncated at the gateway's per-attempt cap)")
 				}
