@@ -11,7 +11,6 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/peterbourgon/ff/v3"
 	"github.com/peterbourgon/ff/v3/ffcli"
 )
 
@@ -103,9 +102,9 @@ func (a *cli) build(c *command, path string, chain []*flagSet, env func([]*flagS
 	if c.env != nil {
 		env = c.env
 	}
-	fc := &ffcli.Command{Name: c.name, ShortHelp: c.short, FlagSet: fs.FlagSet,
-		// Environment variables are applied by applyEnv, which knows the aliases.
-		Options: []ff.Option{}}
+	// No ff options: environment variables are applied by applyEnv, which
+	// knows the older names and the ctl --env file.
+	fc := &ffcli.Command{Name: c.name, ShortHelp: c.short, FlagSet: fs.FlagSet}
 	for _, s := range c.sub {
 		fc.Subcommands = append(fc.Subcommands, a.build(s, path+" "+s.name, chain, env))
 	}

@@ -105,8 +105,8 @@ func parseEnvFile(r io.Reader) (map[string]string, error) {
 }
 
 // newAPIClient builds the generated client: TLS trusting caFile (or the
-// system roots), a bearer token on every request. timeout bounds a
-// request; log follows pass 0 and are bounded by the server's wait.
+// system roots), a bearer token on every request. The timeout is above
+// the longest log-follow wait the API allows (60 s).
 func newAPIClient(baseURL, token, caFile string) (*apiclient.ClientWithResponses, error) {
 	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
 	if caFile != "" {
@@ -337,7 +337,3 @@ func splitList(s string) []string {
 	}
 	return items
 }
-
-func jsonUnmarshal(data []byte, v any) error { return json.Unmarshal(data, v) }
-
-func parseTime(s string) (time.Time, error) { return time.Parse(time.RFC3339, s) }

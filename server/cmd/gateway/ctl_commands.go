@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
@@ -250,8 +252,7 @@ func workersUpdate(fs *flagSet) ctlRun {
 		if err := checkActive(*active); err != nil {
 			return err
 		}
-		// Only what the command line names changes (not the environment:
-		// an update is explicit).
+		// Only the flags given (on the line or by environment) change.
 		var req apiclient.UpdateWorkerRequest
 		if isSet(fs, "enabled") {
 			req.Enabled = enabled
@@ -745,7 +746,7 @@ func scansCreate(fs *flagSet) ctlRun {
 					return err
 				}
 			}
-			if err := jsonUnmarshal(data, &req.Plugins); err != nil {
+			if err := json.Unmarshal(data, &req.Plugins); err != nil {
 				return usageError{fmt.Sprintf("--plugins-json: %v", err)}
 			}
 		}
@@ -839,7 +840,7 @@ func auditList(fs *flagSet) ctlRun {
 			}
 		}
 		if *since != "" {
-			t, err := parseTime(*since)
+			t, err := time.Parse(time.RFC3339, *since)
 			if err != nil {
 				return usageError{fmt.Sprintf("--since: %v", err)}
 			}
