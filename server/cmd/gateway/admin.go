@@ -39,11 +39,17 @@ func parseScopes(list string) ([]string, error) {
 }
 
 // withStore runs fn on a store opened on the -database-url flag defined
-// on fs.
-func withStore(fs *flagSet, fn func(ctx context.Context, st *store.Store) error) execFunc {
+// on fs, once check (optional) found the other flags right: a mistake is
+// named before any connection.
+func withStore(fs *flagSet, check func() error, fn func(ctx context.Context, st *store.Store) error) execFunc {
 	url := fs.String("database-url", "", "PostgreSQL URL")
 	fs.alias("database-url", "DATABASE_URL")
 	return func(ctx context.Context, _ []string) error {
+		if check != nil {
+			if err := check(); err != nil {
+				return err
+			}
+		}
 		if *url == "" {
 			return usageError{"needs -database-url or $GATEWAY_DATABASE_URL"}
 		}
@@ -62,9 +68,9 @@ func adminCommand(a *cli) *command {
 			name := fs.String("name", "bootstrap", "token name")
 			scopes := fs.String("scopes", "admin", "comma-separated token scopes: admin, producer, reader")
 			org := fs.String("organization", "", "limit the token to this organization id")
-			return withStore(fs, func(ctx context.Context, st *store.Store) error {
-				p := store.CreateAPITokenParams{Name: *name}
-				var err error
+			p := store.CreateAPITokenParams{}
+			check := func() (err error) {
+				p.Name = *name
 				if p.Scopes, err = parseScopes(*scopes); err != nil {
 					return err
 				}
@@ -75,6 +81,9 @@ func adminCommand(a *cli) *command {
 					}
 					p.OrganizationID = &id
 				}
+				return nil
+			}
+			return withStore(fs, check, func(ctx context.Context, st *store.Store) error {
 				token, _, err := st.CreateAPIToken(ctx, p)
 				if err != nil {
 					return err
@@ -85,10 +94,13 @@ func adminCommand(a *cli) *command {
 		}},
 		{name: "create-organization", short: "print a new organization's id", setup: func(fs *flagSet) execFunc {
 			name := fs.String("name", "", "organization name (required)")
-			return withStore(fs, func(ctx context.Context, st *store.Store) error {
+			check := func() error {
 				if *name == "" {
 					return usageError{"create-organization needs -name"}
 				}
+				return nil
+			}
+			return withStore(fs, check, func(ctx context.Context, st *store.Store) error {
 				o, err := st.CreateOrganization(ctx, *name)
 				if err != nil {
 					return err
@@ -102,10 +114,13 @@ func adminCommand(a *cli) *command {
 			workerType := fs.String("type", "scanner", "worker type: scanner or ai")
 			capacity := fs.Int("capacity", 4, "worker max_concurrent_tasks")
 			certFile := fs.String("cert", "", "worker client certificate PEM file")
-			return withStore(fs, func(ctx context.Context, st *store.Store) error {
+			check := func() error {
 				if *name == "" {
 					return usageError{"create-worker needs -name"}
 				}
+				return nil
+			}
+			return withStore(fs, check, func(ctx context.Context, st *store.Store) error {
 				p := store.CreateWorkerParams{Name: *name, WorkerType: *workerType, MaxConcurrentTasks: *capacity}
 				if *certFile != "" {
 					pemBytes, err := os.ReadFile(*certFile)
@@ -129,12 +144,17 @@ func adminCommand(a *cli) *command {
 		{name: "assign", short: "let a worker serve an organization", setup: func(fs *flagSet) execFunc {
 			org := fs.String("organization", "", "organization id (required)")
 			worker := fs.String("worker", "", "worker id (required)")
-			return withStore(fs, func(ctx context.Context, st *store.Store) error {
-				orgID, err1 := uuid.Parse(*org)
-				workerID, err2 := uuid.Parse(*worker)
+			var orgID, workerID uuid.UUID
+			check := func() error {
+				var err1, err2 error
+				orgID, err1 = uuid.Parse(*org)
+				workerID, err2 = uuid.Parse(*worker)
 				if err1 != nil || err2 != nil {
 					return usageError{"assign needs -organization and -worker ids"}
 				}
+				return nil
+			}
+			return withStore(fs, check, func(ctx context.Context, st *store.Store) error {
 				_, err := st.AssignWorker(ctx, store.Scope{}, orgID, workerID)
 				return err
 			})

@@ -248,6 +248,11 @@ func TestTokenScopesValidated(t *testing.T) {
 	require.Equal(t, 2, code)
 	require.Contains(t, errOut, `unknown token scope "writer": scopes are admin, producer, reader`)
 
+	// admin names it before connecting to any database.
+	_, errOut, code = runCLI(t, "admin", "bootstrap-token", "-scopes", "admin,root", "-database-url", "postgres://nowhere.invalid/x")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, `unknown token scope "root"`)
+
 	scopes, err := parseScopes(" admin, reader ,")
 	require.NoError(t, err)
 	require.Equal(t, []string{"admin", "reader"}, scopes)

@@ -3,9 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -77,6 +80,7 @@ func ctlCommand(a *cli) *command {
 			{name: "audit", short: "the audit log", sub: []*command{
 				leaf("list", "", "list audit events, newest first", auditList),
 			}},
+			leaf("ready", "", "whether the gateway is ready (/readyz: database, schema, LISTEN)", noFlags(ready)),
 		},
 	}
 }
@@ -855,4 +859,38 @@ func auditList(fs *flagSet) ctlRun {
 			c.morePages(res.JSON200.NextCursor)
 		})
 	}
+}
+
+// Operations.
+
+// ready reads /readyz; not ready is a failure (status 1) that still
+// shows which check failed.
+func ready(ctx context.Context, c *ctl, _ []string) error {
+	res, err := c.api.GetReadinessWithResponse(ctx)
+	if err != nil {
+		return err
+	}
+	h := res.JSON200
+	if h == nil {
+		h = res.JSON503
+	}
+	if h == nil {
+		return problemError(res.StatusCode(), res.HTTPResponse.Header.Get("X-Request-Id"), res.Body)
+	}
+	if c.json {
+		fmt.Fprintf(c.out, "%s\n", compactJSON(res.Body))
+	} else {
+		fields := [][2]string{{"Status", string(h.Status)}}
+		if h.Checks != nil {
+			names := slices.Sorted(maps.Keys(*h.Checks))
+			for _, name := range names {
+				fields = append(fields, [2]string{name, (*h.Checks)[name]})
+			}
+		}
+		writeFields(c.out, fields)
+	}
+	if res.JSON503 != nil {
+		return errors.New("the gateway is not ready")
+	}
+	return nil
 }

@@ -345,4 +345,6 @@ func TestCtlEndToEnd(t *testing.T) {
 	decode(ok("orgs", "assets", runs.String(), "--json"), &assets)
 	require.Len(t, assets.Items, 1)
 	require.Contains(t, ok("orgs", "threats", runs.String()), "SEVERITY")
+
+	require.Regexp(t, `Status:\s+ok`, ok("ready"))
 }
