@@ -320,10 +320,11 @@ func writeFileTable(w io.Writer, files []apiclient.File) {
 
 func writeScanTable(w io.Writer, scans []apiclient.Scan) {
 	tw := newTable(w)
-	row(tw, "ID", "STATE", "ORGANIZATION", "TARGETS", "JOBS", "CREATED")
+	// No jobs column: lists leave them out (scans get shows them).
+	row(tw, "ID", "STATE", "ORGANIZATION", "TARGETS", "CREATED", "COMPLETED")
 	for _, s := range scans {
 		row(tw, s.Id.String(), string(s.State), s.OrganizationId.String(), strings.Join(s.Targets, ","),
-			fmt.Sprint(len(s.Jobs)), fmtTime(s.CreatedAt))
+			fmtTime(s.CreatedAt), fmtTimePtr(s.CompletedAt))
 	}
 	tw.Flush()
 }
