@@ -6,7 +6,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -50,16 +49,16 @@ func (o *ctlOptions) register(fs *flagSet) {
 // sources are where ctl flags not on the command line come from: the
 // --env file, then the environment.
 func (o *ctlOptions) sources([]*flagSet) ([]lookupFunc, error) {
-	envFile := o.envFile
+	envFile, from := o.envFile, "--env"
 	if envFile == "" {
-		envFile = os.Getenv(envVarName("env"))
+		envFile, from = os.Getenv(envVarName("env")), "$"+envVarName("env")
 	}
 	if envFile == "" {
 		return []lookupFunc{osEnv}, nil
 	}
 	f, err := os.Open(envFile)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s names a KEY=value file: %w", from, err)
 	}
 	defer f.Close()
 	vars, err := parseEnvFile(f)
@@ -172,34 +171,6 @@ func (a *cli) ctlLeaf(o *ctlOptions, name, args, short string, setup func(fs *fl
 			return tlsHint(run(ctx, &ctl{api: api, out: a.stdout, errOut: a.stderr, json: o.json}, positional))
 		}
 	}}
-}
-
-// finish turns a response into output: a problem becomes an error, --json
-// prints the body as the API sent it (indented), otherwise human writes
-// the table or fields.
-func (c *ctl) finish(hr *http.Response, body []byte, human func(w io.Writer)) error {
-	if hr.StatusCode < 200 || hr.StatusCode > 299 {
-		return problemError(hr.StatusCode, hr.Header.Get("X-Request-Id"), body)
-	}
-	if c.json {
-		var buf bytes.Buffer
-		if json.Indent(&buf, body, "", "  ") != nil {
-			buf.Reset()
-			buf.Write(body)
-		}
-		buf.WriteByte('\n')
-		_, err := c.out.Write(buf.Bytes())
-		return err
-	}
-	human(c.out)
-	return nil
-}
-
-// morePages tells a human reader how to get the next page.
-func (c *ctl) morePages(next *string) {
-	if next != nil && *next != "" && !c.json {
-		fmt.Fprintf(c.errOut, "more: --cursor %s\n", *next)
-	}
 }
 
 // ProblemError is an application/problem+json answer.

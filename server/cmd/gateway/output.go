@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -14,6 +15,34 @@ import (
 
 	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
+
+// finish turns a response into output: a problem becomes an error, --json
+// prints the body as the API sent it (indented), otherwise human writes
+// the table or fields.
+func (c *ctl) finish(hr *http.Response, body []byte, human func(w io.Writer)) error {
+	if hr.StatusCode < 200 || hr.StatusCode > 299 {
+		return problemError(hr.StatusCode, hr.Header.Get("X-Request-Id"), body)
+	}
+	if c.json {
+		var buf bytes.Buffer
+		if json.Indent(&buf, body, "", "  ") != nil {
+			buf.Reset()
+			buf.Write(body)
+		}
+		buf.WriteByte('\n')
+		_, err := c.out.Write(buf.Bytes())
+		return err
+	}
+	human(c.out)
+	return nil
+}
+
+// morePages tells a human reader how to get the next page.
+func (c *ctl) morePages(next *string) {
+	if next != nil && *next != "" && !c.json {
+		fmt.Fprintf(c.errOut, "more: --cursor %s\n", *next)
+	}
+}
 
 // Output: tables for lists, "Field: value" blocks for single things.
 
