@@ -162,13 +162,17 @@ func groupExec(path string, c *command, args []string) error {
 	return usageError{msg}
 }
 
-// suggest returns the candidate closest to name when it is close enough
-// to be a typo (or name is its prefix), else "".
+// suggest returns the candidate name most likely meant: at most two
+// edits away, or begun by name; "" when none is.
 func suggest(name string, candidates []string) string {
 	best, bestDist := "", 3
 	for _, c := range candidates {
-		if d := editDistance(name, c); d < bestDist || (bestDist > 1 && len(name) >= 2 && strings.HasPrefix(c, name)) {
-			best, bestDist = c, min(d, 1)
+		d := editDistance(name, c)
+		if len(name) >= 2 && strings.HasPrefix(c, name) {
+			d = min(d, 1)
+		}
+		if d < bestDist {
+			best, bestDist = c, d
 		}
 	}
 	return best

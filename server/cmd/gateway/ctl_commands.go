@@ -23,6 +23,10 @@ func ctlCommand(a *cli) *command {
 		return a.ctlLeaf(o, name, args, short, setup)
 	}
 	noFlags := func(run ctlRun) func(*flagSet) ctlRun { return func(*flagSet) ctlRun { return run } }
+	// Groups take the connection flags too, so they go anywhere on the line.
+	group := func(name, short string, sub ...*command) *command {
+		return &command{name: name, short: short, sub: sub, setup: func(fs *flagSet) execFunc { o.register(fs); return nil }}
+	}
 	return &command{
 		name:  "ctl",
 		short: "manage organizations, workers, tokens, tasks and scans over the REST API",
@@ -30,15 +34,15 @@ func ctlCommand(a *cli) *command {
 		setup: func(fs *flagSet) execFunc { o.register(fs); return nil },
 		env:   o.sources,
 		sub: []*command{
-			{name: "orgs", short: "organizations", sub: []*command{
+			group("orgs", "organizations",
 				leaf("list", "", "list organizations", orgsList),
 				leaf("create", "", "create an organization", orgsCreate),
 				leaf("get", "ID", "show an organization", noFlags(orgsGet)),
 				leaf("workers", "ORG", "the workers an organization may use, with whether each is eligible and why", noFlags(orgsWorkers)),
 				leaf("assets", "ORG", "the assets scans found for an organization", orgsAssets),
 				leaf("threats", "ORG", "the threats scans found for an organization", orgsThreats),
-			}},
-			{name: "workers", short: "workers", sub: []*command{
+			),
+			group("workers", "workers",
 				leaf("list", "", "list workers", workersList),
 				leaf("get", "ID", "show a worker", noFlags(workersGet)),
 				leaf("create", "", "create a worker; prints its one-time enrollment token", workersCreate),
@@ -47,17 +51,17 @@ func ctlCommand(a *cli) *command {
 				leaf("certificate", "ID", "register a worker's client certificate", workersCertificate),
 				leaf("enrollment-token", "ID", "issue a new one-time enrollment token", noFlags(workersEnrollmentToken)),
 				leaf("grants", "ID", "the organizations a worker's owner lets assign it", noFlags(workersGrants)),
-			}},
+			),
 			leaf("assign", "ORG WORKER", "let a worker serve an organization", noFlags(assign)),
 			leaf("unassign", "ORG WORKER", "stop a worker serving an organization", unassign),
 			leaf("grant", "WORKER ORG", "the worker's owner lets ORG assign it", noFlags(grant)),
 			leaf("ungrant", "WORKER ORG", "withdraw a grant, and ORG's assignment of the worker", ungrant),
-			{name: "tokens", short: "API tokens", sub: []*command{
+			group("tokens", "API tokens",
 				leaf("list", "", "list API tokens", noFlags(tokensList)),
 				leaf("create", "", "create an API token; prints it once", tokensCreate),
 				leaf("revoke", "ID", "revoke an API token", noFlags(tokensRevoke)),
-			}},
-			{name: "tasks", short: "tasks, their results, artifacts and logs", sub: []*command{
+			),
+			group("tasks", "tasks, their results, artifacts and logs",
 				leaf("list", "", "list tasks", tasksList),
 				leaf("get", "ID", "show a task with its attempts", noFlags(tasksGet)),
 				leaf("create", "", "create a task", tasksCreate),
@@ -66,20 +70,20 @@ func ctlCommand(a *cli) *command {
 				leaf("results", "ID", "a task's result batches", tasksResults),
 				leaf("artifacts", "ID", "a task's artifacts", noFlags(tasksArtifacts)),
 				leaf("logs", "ID", "an attempt's log; --follow waits for more until the attempt ends", tasksLogs),
-			}},
-			{name: "scans", short: "scans", sub: []*command{
+			),
+			group("scans", "scans",
 				leaf("list", "", "list scans", scansList),
 				leaf("get", "ID", "show a scan with its jobs", noFlags(scansGet)),
 				leaf("create", "", "create a scan", scansCreate),
 				leaf("cancel", "ID", "cancel a scan", noFlags(scansCancel)),
-			}},
-			{name: "files", short: "stored files (artifacts)", sub: []*command{
+			),
+			group("files", "stored files (artifacts)",
 				leaf("get", "ID", "show a file's metadata", noFlags(filesGet)),
 				leaf("download", "ID", "write a file's content to --output or stdout", filesDownload),
-			}},
-			{name: "audit", short: "the audit log", sub: []*command{
+			),
+			group("audit", "the audit log",
 				leaf("list", "", "list audit events, newest first", auditList),
-			}},
+			),
 			leaf("ready", "", "whether the gateway is ready (/readyz: database, schema, LISTEN)", noFlags(ready)),
 		},
 	}

@@ -212,6 +212,7 @@ func TestCtlEndToEnd(t *testing.T) {
 	orgID := org.Id.String()
 	require.Contains(t, ok("orgs", "list"), orgID+"  Acme")
 	require.Contains(t, ok("orgs", "get", orgID), "Acme")
+	require.True(t, json.Valid([]byte(ok("orgs", "--json", "list"))), "flags between the words, too")
 
 	out := ok("workers", "create", "--name", "w1", "--capacity", "3")
 	require.Regexp(t, `Enrollment token:\s+\S+`, out)
