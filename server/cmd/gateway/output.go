@@ -24,6 +24,9 @@ func (c *ctl) finish(hr *http.Response, body []byte, human func(w io.Writer)) er
 		return problemError(hr.StatusCode, hr.Header.Get("X-Request-Id"), body)
 	}
 	if c.json {
+		if len(bytes.TrimSpace(body)) == 0 {
+			return nil // 204: nothing to print, the status says it
+		}
 		var buf bytes.Buffer
 		if json.Indent(&buf, body, "", "  ") != nil {
 			buf.Reset()
