@@ -11,7 +11,7 @@ run: build
 	$(BIN)/gateway dev -state-dir $(STATE_DIR) -worker-bin $(abspath $(BIN))/worker
 
 build:
-	$(GO) build -o $(BIN)/gateway ./server/cmd/gateway
+	$(GO) build -tags devstack -o $(BIN)/gateway ./server/cmd/gateway
 	$(GO) build -o $(BIN)/worker ./workerclient/cmd/worker
 
 ## test: every test, against a real PostgreSQL, real TLS and real HTTP

@@ -2,10 +2,10 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -15,108 +15,162 @@ import (
 	"github.com/worker-gateway/gateway/store"
 )
 
-const adminUsage = `gateway admin <command> [flags]
+// tokenScopes are the permissions an API token can carry.
+var tokenScopes = []string{"admin", "producer", "reader"}
 
-  bootstrap-token      -name NAME [-scopes admin,producer,reader] [-organization ID]   print a new API token
-  create-organization  -name NAME                                                     print the new organization's id
-  create-worker        -name NAME [-type scanner|ai] [-capacity N] [-cert FILE]       print the new worker's id
-  assign               -organization ID -worker ID
-  issue-dev-certs      -dir DIR [-worker-name NAME] [-hosts a,b]   write a dev CA, a server certificate and worker certificates
-
-All but issue-dev-certs need -database-url or $DATABASE_URL.
-`
-
-func runAdmin(ctx context.Context, args []string) error {
-	if len(args) == 0 {
-		fmt.Print(adminUsage)
-		return fmt.Errorf("missing admin command")
+// parseScopes splits a comma-separated scope list and checks every value,
+// so a typo is named here rather than refused by a database constraint.
+func parseScopes(list string) ([]string, error) {
+	var scopes []string
+	for s := range strings.SplitSeq(list, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		if !slices.Contains(tokenScopes, s) {
+			return nil, usageError{fmt.Sprintf("unknown token scope %q: scopes are %s", s, strings.Join(tokenScopes, ", "))}
+		}
+		scopes = append(scopes, s)
 	}
-	fs := flag.NewFlagSet("admin "+args[0], flag.ExitOnError)
-	url := fs.String("database-url", env("DATABASE_URL", ""), "PostgreSQL URL ($DATABASE_URL)")
-	name := fs.String("name", "", "name")
-	scopes := fs.String("scopes", "admin", "comma-separated token scopes")
-	org := fs.String("organization", "", "organization id")
-	workerType := fs.String("type", "scanner", "worker type")
-	capacity := fs.Int("capacity", 4, "worker max_concurrent_tasks")
-	certFile := fs.String("cert", "", "worker client certificate PEM file")
-	worker := fs.String("worker", "", "worker id")
-	dir := fs.String("dir", "", "output directory")
-	workerName := fs.String("worker-name", "worker", "common name of the worker certificate")
-	hosts := fs.String("hosts", "localhost,127.0.0.1,::1", "comma-separated names and addresses the server certificate is for")
-	_ = fs.Parse(args[1:])
+	if len(scopes) == 0 {
+		return nil, usageError{"no token scope: give one or more of " + strings.Join(tokenScopes, ", ")}
+	}
+	return scopes, nil
+}
 
-	if args[0] == "issue-dev-certs" {
-		if *dir == "" {
-			return fmt.Errorf("issue-dev-certs needs -dir")
-		}
-		return issueDevCerts(*dir, *workerName, strings.Split(*hosts, ","))
-	}
-	if *url == "" {
-		return fmt.Errorf("admin %s needs -database-url or $DATABASE_URL", args[0])
-	}
-	pool, err := store.OpenPool(ctx, *url)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	st := store.New(pool)
-
-	switch args[0] {
-	case "bootstrap-token":
-		p := store.CreateAPITokenParams{Name: *name, Permissions: strings.Split(*scopes, ",")}
-		if *name == "" {
-			p.Name = "bootstrap"
-		}
-		if *org != "" {
-			id, err := uuid.Parse(*org)
-			if err != nil {
-				return fmt.Errorf("bad -organization: %w", err)
-			}
-			p.OrganizationID = &id
-		}
-		token, _, err := st.CreateAPIToken(ctx, store.EveryOrganization(), p)
-		if err != nil {
-			return err
-		}
-		fmt.Println(token)
-	case "create-organization":
-		o, err := st.CreateOrganization(ctx, store.EveryOrganization(), *name)
-		if err != nil {
-			return err
-		}
-		fmt.Println(o.ID)
-	case "create-worker":
-		p := store.CreateWorkerParams{Name: *name, WorkerType: *workerType, MaxConcurrentTasks: *capacity}
-		if *certFile != "" {
-			pemBytes, err := os.ReadFile(*certFile)
-			if err != nil {
+// withStore runs fn on a store opened on the -database-url flag defined
+// on fs, once check (optional) found the other flags right: a mistake is
+// named before any connection.
+func withStore(fs *flagSet, check func() error, fn func(ctx context.Context, st *store.Store) error) execFunc {
+	url := fs.String("database-url", "", "PostgreSQL URL")
+	fs.alias("database-url", "DATABASE_URL")
+	return func(ctx context.Context, _ []string) error {
+		if check != nil {
+			if err := check(); err != nil {
 				return err
 			}
-			cert, err := pki.ParseCertificatePEM(pemBytes)
-			if err != nil {
-				return err
-			}
-			p.CertificateFingerprint, p.CertificateSubject = pki.Fingerprint(cert), cert.Subject.String()
 		}
-		w, err := st.CreateWorker(ctx, store.EveryOrganization(), p, time.Minute)
+		if *url == "" {
+			return usageError{"needs -database-url or $GATEWAY_DATABASE_URL"}
+		}
+		pool, err := store.OpenPool(ctx, *url)
 		if err != nil {
 			return err
 		}
-		fmt.Println(w.ID)
-	case "assign":
-		orgID, err1 := uuid.Parse(*org)
-		workerID, err2 := uuid.Parse(*worker)
-		if err1 != nil || err2 != nil {
-			return fmt.Errorf("assign needs -organization and -worker ids")
-		}
-		if _, err := st.AssignWorker(ctx, store.EveryOrganization(), orgID, workerID); err != nil {
-			return err
-		}
-	default:
-		fmt.Print(adminUsage)
-		return fmt.Errorf("unknown admin command %q", args[0])
+		defer pool.Close()
+		return fn(ctx, store.New(pool))
 	}
-	return nil
+}
+
+func adminCommand(a *cli) *command {
+	return &command{name: "admin", short: "administrative tasks directly on the database (bootstrap)", sub: []*command{
+		{name: "bootstrap-token", short: "print a new API token (shown once, stored hashed)", setup: func(fs *flagSet) execFunc {
+			name := fs.String("name", "bootstrap", "token name")
+			scopes := fs.String("scopes", "admin", "comma-separated token scopes: admin, producer, reader")
+			org := fs.String("organization", "", "limit the token to this organization id")
+			p := store.CreateAPITokenParams{}
+			check := func() (err error) {
+				p.Name = *name
+				if p.Permissions, err = parseScopes(*scopes); err != nil {
+					return err
+				}
+				if *org != "" {
+					id, err := uuid.Parse(*org)
+					if err != nil {
+						return usageError{fmt.Sprintf("bad -organization: %v", err)}
+					}
+					p.OrganizationID = &id
+				}
+				return nil
+			}
+			return withStore(fs, check, func(ctx context.Context, st *store.Store) error {
+				token, _, err := st.CreateAPIToken(ctx, store.EveryOrganization(), p)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(a.stdout, token)
+				return nil
+			})
+		}},
+		{name: "create-organization", short: "print a new organization's id", setup: func(fs *flagSet) execFunc {
+			name := fs.String("name", "", "organization name (required)")
+			check := func() error {
+				if *name == "" {
+					return usageError{"create-organization needs -name"}
+				}
+				return nil
+			}
+			return withStore(fs, check, func(ctx context.Context, st *store.Store) error {
+				o, err := st.CreateOrganization(ctx, store.EveryOrganization(), *name)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(a.stdout, o.ID)
+				return nil
+			})
+		}},
+		{name: "create-worker", short: "register a worker by its certificate; print its id", setup: func(fs *flagSet) execFunc {
+			name := fs.String("name", "", "worker name (required)")
+			workerType := fs.String("type", "scanner", "worker type: scanner or ai")
+			capacity := fs.Int("capacity", 4, "worker max_concurrent_tasks")
+			certFile := fs.String("cert", "", "worker client certificate PEM file")
+			check := func() error {
+				if *name == "" {
+					return usageError{"create-worker needs -name"}
+				}
+				return nil
+			}
+			return withStore(fs, check, func(ctx context.Context, st *store.Store) error {
+				p := store.CreateWorkerParams{Name: *name, WorkerType: *workerType, MaxConcurrentTasks: *capacity}
+				if *certFile != "" {
+					pemBytes, err := os.ReadFile(*certFile)
+					if err != nil {
+						return err
+					}
+					cert, err := pki.ParseCertificatePEM(pemBytes)
+					if err != nil {
+						return err
+					}
+					p.CertificateFingerprint, p.CertificateSubject = pki.Fingerprint(cert), cert.Subject.String()
+				}
+				w, err := st.CreateWorker(ctx, store.EveryOrganization(), p, time.Minute)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(a.stdout, w.ID)
+				return nil
+			})
+		}},
+		{name: "assign", short: "let a worker serve an organization", setup: func(fs *flagSet) execFunc {
+			org := fs.String("organization", "", "organization id (required)")
+			worker := fs.String("worker", "", "worker id (required)")
+			var orgID, workerID uuid.UUID
+			check := func() error {
+				var err1, err2 error
+				orgID, err1 = uuid.Parse(*org)
+				workerID, err2 = uuid.Parse(*worker)
+				if err1 != nil || err2 != nil {
+					return usageError{"assign needs -organization and -worker ids"}
+				}
+				return nil
+			}
+			return withStore(fs, check, func(ctx context.Context, st *store.Store) error {
+				_, err := st.AssignWorker(ctx, store.EveryOrganization(), orgID, workerID)
+				return err
+			})
+		}},
+		{name: "issue-dev-certs", short: "write a dev CA, a server certificate and worker certificates (no database)", setup: func(fs *flagSet) execFunc {
+			dir := fs.String("dir", "", "output directory (required)")
+			workerName := fs.String("worker-name", "worker", "common name of the worker certificate")
+			hosts := fs.String("hosts", "localhost,127.0.0.1,::1", "comma-separated names and addresses the server certificate is for")
+			return func(context.Context, []string) error {
+				if *dir == "" {
+					return usageError{"issue-dev-certs needs -dir"}
+				}
+				return issueDevCerts(*dir, *workerName, strings.Split(*hosts, ","))
+			}
+		}},
+	}}
 }
 
 // devPKI names the files issue-dev-certs writes.

@@ -3,244 +3,259 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"flag"
-	"net/http"
+	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/google/uuid"
+	"github.com/peterbourgon/ff/v3/ffcli"
 	"github.com/stretchr/testify/require"
 
 	"github.com/worker-gateway/gateway/store/storetest"
-	"github.com/worker-gateway/gateway/tests/harness"
-	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
-func TestMain(m *testing.M) { storetest.Main(m) }
-
-func ptr[T any](v T) *T { return &v }
-
-func TestFormatProblem(t *testing.T) {
-	t.Parallel()
-	p := apiclient.Problem{Title: "Conflict", Code: "task-finished", Status: 409,
-		Detail: ptr("The task already finished."), RequestId: ptr("b7d1c2a4e5f60718")}
-	require.Equal(t, "Conflict (task-finished): The task already finished. [request b7d1c2a4e5f60718]", formatProblem(p))
-
-	p.Detail, p.RequestId = nil, nil
-	require.Equal(t, "Conflict (task-finished)", formatProblem(p))
-}
-
-func TestProblemErrorDecodesProblemJSON(t *testing.T) {
-	t.Parallel()
-	body := `{"type":"about:blank","title":"Not found","status":404,"code":"not-found","detail":"No such worker.","request_id":"r1"}`
-	err := problemError(http.StatusNotFound, "header-id", []byte(body))
-	require.EqualError(t, err, "Not found (not-found): No such worker. [request r1]")
-	var pe *ProblemError
-	require.ErrorAs(t, err, &pe)
-	require.Equal(t, 404, pe.Problem.Status)
-
-	// Without a request_id in the body, the X-Request-Id header stands in.
-	body = `{"type":"about:blank","title":"Unauthorized","status":401,"code":"unauthenticated"}`
-	require.EqualError(t, problemError(401, "h2", []byte(body)), "Unauthorized (unauthenticated) [request h2]")
-}
-
-func TestProblemErrorForNonProblemBody(t *testing.T) {
-	t.Parallel()
-	err := problemError(http.StatusBadGateway, "", []byte("<html>\n  <body>bad gateway</body>\n</html>\n"))
-	require.EqualError(t, err, "Bad Gateway (HTTP 502): <html> <body>bad gateway</body> </html>")
-	require.EqualError(t, problemError(http.StatusServiceUnavailable, "x", nil), "Service Unavailable (HTTP 503) [request x]")
-}
-
-var (
-	id1     = uuid.MustParse("11111111-1111-1111-1111-111111111111")
-	id2     = uuid.MustParse("22222222-2222-2222-2222-222222222222")
-	created = time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
-)
-
-func TestWriteWorkerTable(t *testing.T) {
-	t.Parallel()
-	var b bytes.Buffer
-	writeWorkerTable(&b, []apiclient.Worker{
-		{Id: id1, Name: "scanner-eu-1", WorkerType: "scanner", Online: true, Enabled: true,
-			ActiveAttempts: 2, MaxConcurrentTasks: 4, OrganizationIds: []uuid.UUID{id2}},
-		{Id: id2, Name: "old", WorkerType: "ai", Revoked: true, MaxConcurrentTasks: 1},
-	})
-	require.Equal(t, ""+
-		"ID                                    NAME          TYPE     ONLINE  ENABLED  ACTIVE/CAPACITY  ORGS\n"+
-		"11111111-1111-1111-1111-111111111111  scanner-eu-1  scanner  yes     yes      2/4              22222222-2222-2222-2222-222222222222\n"+
-		"22222222-2222-2222-2222-222222222222  old           ai       no      revoked  0/1              -\n",
-		b.String())
-}
-
-func TestWriteTaskTable(t *testing.T) {
-	t.Parallel()
-	var b bytes.Buffer
-	writeTaskTable(&b, []apiclient.Task{
-		{Id: id1, State: "pending", TaskType: "scanner_plugin", AttemptCount: 0, MaxAttempts: 3,
-			PendingReason: ptr(apiclient.PendingReason("no_online_worker")), CreatedAt: created},
-		{Id: id2, State: "completed", TaskType: "scanner_plugin", AttemptCount: 1, MaxAttempts: 3, CreatedAt: created},
-	})
-	require.Equal(t, ""+
-		"ID                                    STATE      TYPE            ATTEMPTS  PENDING REASON    CREATED\n"+
-		"11111111-1111-1111-1111-111111111111  pending    scanner_plugin  0/3       no_online_worker  2026-03-04T05:06:07Z\n"+
-		"22222222-2222-2222-2222-222222222222  completed  scanner_plugin  1/3       -                 2026-03-04T05:06:07Z\n",
-		b.String())
-}
-
-func TestWriteOrgAndTokenTables(t *testing.T) {
-	t.Parallel()
-	var b bytes.Buffer
-	writeOrgTable(&b, []apiclient.Organization{{Id: id1, Name: "Acme", CreatedAt: created}})
-	require.Equal(t, ""+
-		"ID                                    NAME  CREATED\n"+
-		"11111111-1111-1111-1111-111111111111  Acme  2026-03-04T05:06:07Z\n", b.String())
-
-	b.Reset()
-	past := created
-	writeTokenTable(&b, []apiclient.ApiToken{
-		{Id: id1, Name: "ci", Scopes: []apiclient.TokenScope{"producer", "reader"}, OrganizationId: &id2, CreatedAt: created},
-		{Id: id2, Name: "old", Scopes: []apiclient.TokenScope{"admin"}, ExpiresAt: &past, CreatedAt: created},
-	})
-	require.Equal(t, ""+
-		"ID                                    NAME  SCOPES           ORG                                   STATUS   EXPIRES               LAST USED  CREATED\n"+
-		"11111111-1111-1111-1111-111111111111  ci    producer,reader  22222222-2222-2222-2222-222222222222  active   -                     -          2026-03-04T05:06:07Z\n"+
-		"22222222-2222-2222-2222-222222222222  old   admin            -                                     expired  2026-03-04T05:06:07Z  -          2026-03-04T05:06:07Z\n",
-		b.String())
-}
-
-func TestParseEnvFile(t *testing.T) {
-	t.Parallel()
-	vars, err := parseEnvFile(strings.NewReader("# Written by `make run`\n\nGATEWAY_URL=https://127.0.0.1:8443\n" +
-		"export GATEWAY_TOKEN='tok=en'\nCA_CERT=\"/x/ca.pem\"\n"))
-	require.NoError(t, err)
-	require.Equal(t, map[string]string{"GATEWAY_URL": "https://127.0.0.1:8443", "GATEWAY_TOKEN": "tok=en", "CA_CERT": "/x/ca.pem"}, vars)
-
-	_, err = parseEnvFile(strings.NewReader("nonsense\n"))
-	require.Error(t, err)
-}
-
-func TestResolvePrecedence(t *testing.T) {
-	t.Parallel()
-	envFile := filepath.Join(t.TempDir(), "env")
-	require.NoError(t, os.WriteFile(envFile, []byte("GATEWAY_URL=https://file\nGATEWAY_TOKEN=file-token\n"), 0o600))
-	environ := map[string]string{"GATEWAY_URL": "https://environ", "GATEWAY_TOKEN": "environ-token", "CA_CERT": "/environ/ca.pem"}
-
-	o := ctlOptions{token: "flag-token", envFile: envFile}
-	require.NoError(t, o.resolve(func(k string) string { return environ[k] }))
-	require.Equal(t, ctlOptions{url: "https://file", token: "flag-token", ca: "/environ/ca.pem", envFile: envFile}, o)
-
-	o = ctlOptions{}
-	require.ErrorContains(t, o.resolve(func(string) string { return "" }), "no gateway URL")
-}
-
-func TestParseInterleaved(t *testing.T) {
-	t.Parallel()
-	fs := flag.NewFlagSet("x", flag.ContinueOnError)
-	enabled := fs.Bool("enabled", true, "")
-	active := fs.String("active", "", "")
-	pos, err := parseInterleaved(fs, []string{"--active", "cancel", "ID", "--enabled=false", "--", "--not-a-flag"})
-	require.NoError(t, err)
-	require.Equal(t, []string{"ID", "--not-a-flag"}, pos)
-	require.False(t, *enabled)
-	require.Equal(t, "cancel", *active)
-}
-
-func TestCtlUsageErrors(t *testing.T) {
-	t.Parallel()
+// runCLI runs a command line in-process and returns stdout, stderr and the
+// exit status.
+func runCLI(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
 	var out, errOut bytes.Buffer
-	require.Equal(t, 2, runCtl(context.Background(), []string{"workers", "frobnicate"}, &out, &errOut))
-	require.Contains(t, errOut.String(), `unknown command "workers frobnicate"`)
-
-	errOut.Reset()
-	require.Equal(t, 2, runCtl(context.Background(), []string{"assign", "only-one"}, &out, &errOut))
-	require.Contains(t, errOut.String(), "usage: gateway ctl assign ORG WORKER")
-
-	out.Reset()
-	require.Equal(t, 0, runCtl(context.Background(), nil, &out, &errOut))
-	require.Contains(t, out.String(), "gateway ctl <resource> <verb>")
+	code := newCLI(&out, &errOut).run(context.Background(), args)
+	return out.String(), errOut.String(), code
 }
 
-// TestCtlEndToEnd drives every command against an in-process gateway.
-func TestCtlEndToEnd(t *testing.T) {
-	g := harness.Start(t)
-	dir := t.TempDir()
-	caFile := filepath.Join(dir, "ca.pem")
-	require.NoError(t, os.WriteFile(caFile, g.CA.CertPEM, 0o600))
-	envFile := filepath.Join(dir, "env")
-	require.NoError(t, os.WriteFile(envFile, []byte("GATEWAY_URL="+g.URL+"\nGATEWAY_TOKEN="+g.AdminToken+"\nCA_CERT="+caFile+"\n"), 0o600))
-
-	// ctl runs a command with the --env file and returns stdout, stderr and
-	// the exit status.
-	ctl := func(args ...string) (string, string, int) {
-		t.Helper()
-		var out, errOut bytes.Buffer
-		code := runCtl(context.Background(), append([]string{"--env", envFile}, args...), &out, &errOut)
-		return out.String(), errOut.String(), code
+// unsetEnv removes variables for the test (restored after it).
+func unsetEnv(t *testing.T, names ...string) {
+	for _, n := range names {
+		t.Setenv(n, "")
+		require.NoError(t, os.Unsetenv(n))
 	}
-	ok := func(args ...string) string {
-		t.Helper()
-		out, errOut, code := ctl(args...)
-		require.Equal(t, 0, code, "ctl %v: %s", args, errOut)
-		return out
+}
+
+// commandPaths lists every command of the table with its flag set.
+func commandPaths() map[string]*flag.FlagSet {
+	a := newCLI(&bytes.Buffer{}, &bytes.Buffer{})
+	paths := map[string]*flag.FlagSet{}
+	var walk func(prefix []string, c *ffcli.Command)
+	walk = func(prefix []string, c *ffcli.Command) {
+		paths[strings.Join(prefix, " ")] = c.FlagSet
+		for _, s := range c.Subcommands {
+			walk(append(append([]string{}, prefix...), s.Name), s)
+		}
 	}
-	decode := func(s string, v any) { t.Helper(); require.NoError(t, json.Unmarshal([]byte(s), v)) }
+	walk(nil, a.build(rootCommand(a), "gateway", nil, nil))
+	return paths
+}
 
-	var org apiclient.Organization
-	decode(ok("orgs", "create", "--name", "Acme", "--json"), &org)
-	require.Equal(t, "Acme", org.Name)
-	require.Contains(t, ok("orgs", "list"), org.Id.String()+"  Acme")
-	require.Contains(t, ok("orgs", "get", org.Id.String()), "Acme")
+// TestHelpEveryCommand: -h on every command and subcommand exits 0 without
+// a database or any connection setting, and names every flag with its
+// environment variable.
+func TestHelpEveryCommand(t *testing.T) {
+	unsetEnv(t, "DATABASE_URL", "GATEWAY_DATABASE_URL", "GATEWAY_URL", "GATEWAY_TOKEN", "CA_CERT")
+	paths := commandPaths()
+	require.Greater(t, len(paths), 40, "the table has every command")
+	for path, fs := range paths {
+		for _, help := range []string{"-h", "--help"} {
+			args := append(strings.Fields(path), help)
+			out, errOut, code := runCLI(t, args...)
+			require.Equal(t, 0, code, "gateway %s: %s", strings.Join(args, " "), errOut)
+			require.Contains(t, out, "USAGE\n  gateway", path)
+			fs.VisitAll(func(f *flag.Flag) {
+				require.Contains(t, out, "\n  -"+f.Name, "%s -h lists -%s", path, f.Name)
+				require.Contains(t, out, envVarName(f.Name), "%s -h names the variable of -%s", path, f.Name)
+			})
+		}
+	}
+	// Old names are listed as the aliases they are.
+	out, _, _ := runCLI(t, "serve", "-h")
+	require.Contains(t, out, "env: GATEWAY_DATABASE_URL, DATABASE_URL")
+	require.Contains(t, out, "env: GATEWAY_S3_BUCKET, S3_BUCKET")
+	require.Contains(t, out, "env: GATEWAY_LOG_LEVEL, LOG_LEVEL")
+	out, _, _ = runCLI(t, "ctl", "tasks", "get", "-h")
+	require.Contains(t, out, "env: GATEWAY_CA, CA_CERT")
+	// -h after a positional argument, too.
+	_, _, code := runCLI(t, "ctl", "tasks", "get", "11111111-1111-1111-1111-111111111111", "-h")
+	require.Equal(t, 0, code)
+}
 
-	out := ok("workers", "create", "--name", "w1", "--capacity", "3")
-	require.Regexp(t, `Enrollment token:\s+\S+`, out)
-	var workers apiclient.WorkerList
-	decode(ok("workers", "list", "--json"), &workers)
-	require.Len(t, workers.Items, 1)
-	worker := workers.Items[0].Id.String()
+// TestHelpBinaryWithoutDatabase runs the built binary, as an operator
+// would, with no database configured.
+func TestHelpBinaryWithoutDatabase(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "gateway")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	for _, args := range [][]string{
+		{"-h"}, {"admin", "-h"}, {"admin", "bootstrap-token", "-h"}, {"migrate", "-h"}, {"migrate", "up", "-h"},
+		{"serve", "-h"}, {"ctl", "-h"}, {"ctl", "tasks", "logs", "-h"}, {"dev", "-h"}, {"version"},
+	} {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "gateway %v: %s", args, out)
+	}
+	// A missing command is a usage mistake, shown on stderr.
+	cmd := exec.Command(bin, "admin")
+	cmd.Env = []string{}
+	var ee *exec.ExitError
+	require.ErrorAs(t, cmd.Run(), &ee)
+	require.Equal(t, 2, ee.ExitCode())
+}
 
-	require.Contains(t, ok("assign", org.Id.String(), worker), "Enabled:")
-	require.Regexp(t, worker+`\s+w1\s+scanner\s+no\s+yes\s+0/3\s+`+org.Id.String(), ok("workers", "list"))
-	require.Contains(t, ok("workers", "update", worker, "--enabled=false", "--active", "cancel", "--capacity", "5"), "0/5")
-	require.Contains(t, ok("workers", "get", worker), "Enabled:          no")
+// TestEnvSetsFlags: each flag from GATEWAY_<FLAG> or its older name, the
+// command line winning over both and the new name over the old.
+func TestEnvSetsFlags(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		flag string
+		want string
+	}{
+		{"prefix", nil, map[string]string{"GATEWAY_DATABASE_URL": "postgres://new"}, "database-url", "postgres://new"},
+		{"old name", nil, map[string]string{"DATABASE_URL": "postgres://old"}, "database-url", "postgres://old"},
+		{"prefix over old", nil, map[string]string{"DATABASE_URL": "postgres://old", "GATEWAY_DATABASE_URL": "postgres://new"}, "database-url", "postgres://new"},
+		{"flag over env", []string{"-database-url", "postgres://flag"}, map[string]string{"GATEWAY_DATABASE_URL": "postgres://new"}, "database-url", "postgres://flag"},
+		{"flag without env before", nil, map[string]string{"GATEWAY_MAX_POLLS": "7"}, "max-polls", "7"},
+		{"duration", nil, map[string]string{"GATEWAY_HEARTBEAT_INTERVAL": "3s"}, "heartbeat-interval", "3s"},
+		{"bool", nil, map[string]string{"GATEWAY_LEASE_GROUP_COMMIT": "false"}, "lease-group-commit", "false"},
+		{"S3 old name", nil, map[string]string{"S3_BUCKET": "b"}, "s3-bucket", "b"},
+		{"S3 TLS off", nil, map[string]string{"S3_TLS": "false"}, "s3-tls", "false"},
+		{"log level old name", nil, map[string]string{"LOG_LEVEL": "debug"}, "log-level", "DEBUG"},
+		{"validate responses", nil, map[string]string{"GATEWAY_VALIDATE_RESPONSES": "true"}, "validate-responses", "true"},
+		{"dev state dir old name", nil, map[string]string{"STATE_DIR": "/s"}, "state-dir", "/s"},
+		{"dev worker bin old name", nil, map[string]string{"WORKER_BIN": "/w"}, "worker-bin", "/w"},
+		{"empty is unset", nil, map[string]string{"GATEWAY_LISTEN": ""}, "listen", "127.0.0.1:8443"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			fs := newFlagSet("dev")
+			devFlags(fs, new(slog.LevelVar))
+			require.NoError(t, fs.Parse(tc.args))
+			require.NoError(t, applyEnv([]*flagSet{fs}, mapEnv(tc.env)))
+			require.Equal(t, tc.want, fs.Lookup(tc.flag).Value.String())
+		})
+	}
 
-	task := g.CreateTask(t, org.Id, harness.TaskSpec{})
-	require.Regexp(t, task.String()+`\s+pending\s+scanner_plugin\s+0/\d+`, ok("tasks", "list", "--org", org.Id.String(), "--state", "pending", "--limit", "10"))
-	require.Contains(t, ok("tasks", "get", task.String()), "State:")
-	require.Regexp(t, task.String()+`\s+cancelled`, ok("tasks", "cancel", task.String()))
-	require.Regexp(t, task.String()+`\s+pending`, ok("tasks", "retry", task.String()))
+	fs := newFlagSet("serve")
+	serveFlags(fs, new(slog.LevelVar))
+	err := applyEnv([]*flagSet{fs}, mapEnv(map[string]string{"GATEWAY_MAX_POLLS": "many"}))
+	require.ErrorContains(t, err, `invalid value "many" for $GATEWAY_MAX_POLLS (flag -max-polls)`)
+}
 
-	// A problem answer: the error line and exit status 1.
-	_, errOut, code := ctl("tasks", "get", uuid.NewString())
-	require.Equal(t, 1, code)
-	require.Regexp(t, `^error: .+ \(not-found\)(: .+)? \[request \S+\]\n$`, errOut)
+func mapEnv(m map[string]string) lookupFunc {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
 
-	var created apiclient.CreatedApiToken
-	decode(ok("tokens", "create", "--name", "ci", "--scopes", "producer,reader", "--org", org.Id.String(), "--json"), &created)
-	require.NotEmpty(t, created.Token)
-	require.Regexp(t, created.ApiToken.Id.String()+`\s+ci\s+producer,reader\s+`+org.Id.String()+`\s+active`, ok("tokens", "list"))
-	require.Regexp(t, `ci\s+producer,reader\s+\S+\s+revoked`, ok("tokens", "revoke", created.ApiToken.Id.String()))
+// TestEnvThroughCommands runs commands with the process environment: the
+// admin commands reach a real database named by the old DATABASE_URL or
+// by GATEWAY_DATABASE_URL.
+func TestEnvThroughCommands(t *testing.T) {
+	db := storetest.NewDatabase(t)
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		args []string
+	}{
+		{"old name", map[string]string{"DATABASE_URL": db}, nil},
+		{"prefix wins", map[string]string{"GATEWAY_DATABASE_URL": db, "DATABASE_URL": "postgres://nowhere.invalid/x"}, nil},
+		{"flag wins", map[string]string{"GATEWAY_DATABASE_URL": "postgres://nowhere.invalid/x"}, []string{"-database-url", db}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			unsetEnv(t, "DATABASE_URL", "GATEWAY_DATABASE_URL", "GATEWAY_NAME")
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			t.Setenv("GATEWAY_NAME", "from-env-"+strings.ReplaceAll(tc.name, " ", "-"))
+			out, errOut, code := runCLI(t, append([]string{"admin", "create-organization"}, tc.args...)...)
+			require.Equal(t, 0, code, errOut)
+			require.Regexp(t, `^[0-9a-f-]{36}\n$`, out)
+		})
+	}
+	// migrate version reads it as well.
+	unsetEnv(t, "GATEWAY_DATABASE_URL")
+	t.Setenv("DATABASE_URL", db)
+	out, errOut, code := runCLI(t, "migrate", "version")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "database at version")
+}
 
-	// The revoked token is refused; flags override the --env file.
-	_, errOut, code = ctl("orgs", "list", "--token", created.Token)
-	require.Equal(t, 1, code)
-	require.Contains(t, errOut, "(unauthenticated)")
+func TestMissingSettingsAreUsageErrors(t *testing.T) {
+	unsetEnv(t, "DATABASE_URL", "GATEWAY_DATABASE_URL", "GATEWAY_URL", "GATEWAY_TOKEN", "GATEWAY_ENV")
+	for _, args := range [][]string{
+		{"migrate", "up"},
+		{"admin", "create-organization", "-name", "x"},
+		{"serve"},
+		{"ctl", "orgs", "list"},
+	} {
+		_, errOut, code := runCLI(t, args...)
+		require.Equal(t, 2, code, "%v: %s", args, errOut)
+	}
+}
 
-	require.Contains(t, ok("unassign", org.Id.String(), worker, "--active", "drain", "--reason", "moving"), "Revoked:")
+func TestUnknownCommandSuggests(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serv"}, `did you mean "gateway serve"?`},
+		{[]string{"migrat", "up"}, `did you mean "gateway migrate"?`},
+		{[]string{"admin", "bootstrap"}, `did you mean "gateway admin bootstrap-token"?`},
+		{[]string{"ctl", "tasks", "lsit"}, `did you mean "gateway ctl tasks list"?`},
+		{[]string{"ctl", "org", "list"}, `did you mean "gateway ctl orgs"?`},
+		{[]string{"ctl", "workers", "frobnicate"}, `unknown command "gateway ctl workers frobnicate"`},
+	} {
+		_, errOut, code := runCLI(t, tc.args...)
+		require.Equal(t, 2, code, "%v", tc.args)
+		require.Contains(t, errOut, tc.want, "%v", tc.args)
+	}
+	_, errOut, _ := runCLI(t, "ctl", "workers", "frobnicate")
+	require.NotContains(t, errOut, "did you mean")
 
-	// A worker owned by the organization, granted to another one.
-	var other apiclient.Organization
-	decode(ok("orgs", "create", "--name", "Other", "--json"), &other)
-	otherID := other.Id.String()
-	decode(ok("workers", "create", "--name", "owned", "--org", org.Id.String(), "--json"), &struct{}{})
-	decode(ok("workers", "list", "--json"), &workers)
-	owned := workers.Items[0]
-	require.Equal(t, "owned", owned.Name)
-	require.Equal(t, &org.Id, owned.OwnerOrganizationId)
-	require.Contains(t, ok("grant", owned.Id.String(), otherID), "Granted:")
-	require.Contains(t, ok("ungrant", owned.Id.String(), otherID, "--active", "drain"), "Grant withdrawn.")
-	require.Contains(t, ok("workers", "revoke", worker, "--reason", "decommissioned"), "revoked")
+	require.Equal(t, "list", suggest("lsit", []string{"list", "get"}))
+	require.Equal(t, "", suggest("zzz", []string{"list", "get"}))
+}
+
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	var b bytes.Buffer
+	writeVersion(&b, &debug.BuildInfo{GoVersion: "go1.26.1",
+		Main: debug.Module{Path: "github.com/worker-gateway/gateway", Version: "v1.2.3"},
+		Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "8b25f3d0"}, {Key: "vcs.modified", Value: "true"},
+			{Key: "vcs.time", Value: "2026-12-01T22:00:00Z"}, {Key: "-tags", Value: "devstack"}}})
+	require.Equal(t, ""+
+		"gateway v1.2.3\n"+
+		"module    github.com/worker-gateway/gateway\n"+
+		"revision  8b25f3d0 (modified)\n"+
+		"committed 2026-12-01T22:00:00Z\n"+
+		"tags      devstack\n"+
+		"go        go1.26.1\n", b.String())
+
+	out, errOut, code := runCLI(t, "version")
+	require.Equal(t, 0, code, errOut)
+	require.Regexp(t, `(?m)^gateway \S+\nmodule    \S+\nrevision  \S+.*\n(?s:.*)go        go1\.\d+`, out)
+}
+
+func TestTokenScopesValidated(t *testing.T) {
+	t.Parallel()
+	_, errOut, code := runCLI(t, "ctl", "tokens", "create", "--url", "https://127.0.0.1:1", "--token", "t",
+		"--name", "ci", "--scopes", "producer,writer")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, `unknown token scope "writer": scopes are admin, producer, reader`)
+
+	// admin names it before connecting to any database.
+	_, errOut, code = runCLI(t, "admin", "bootstrap-token", "-scopes", "admin,root", "-database-url", "postgres://nowhere.invalid/x")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, `unknown token scope "root"`)
+
+	scopes, err := parseScopes(" admin, reader ,")
+	require.NoError(t, err)
+	require.Equal(t, []string{"admin", "reader"}, scopes)
+	_, err = parseScopes(",")
+	require.ErrorContains(t, err, "no token scope")
 }

@@ -1,3 +1,5 @@
+//go:build devstack
+
 package main
 
 import (

@@ -1,9 +1,10 @@
+//go:build devstack
+
 package main
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -25,18 +26,23 @@ import (
 	"github.com/worker-gateway/gateway/store"
 )
 
-// runDev starts a complete development system in the foreground: a private
-// PostgreSQL data directory, migrations, a dev CA and certificates, a demo
-// organization, worker and admin token, the gateway, and the reference
-// worker. It writes $STATE_DIR/env for scripts and people, and stops
-// everything it started — PostgreSQL included — when interrupted.
-func runDev(ctx context.Context, args []string, logger *slog.Logger) error {
-	fs := flag.NewFlagSet("dev", flag.ExitOnError)
-	stateDir := fs.String("state-dir", env("STATE_DIR", ".dev"), "where the dev system keeps its state ($STATE_DIR)")
-	workerBin := fs.String("worker-bin", env("WORKER_BIN", ""), "reference worker binary to start (empty: none)")
-	c := serveFlags(fs)
-	_ = fs.Parse(args)
-	dir, err := filepath.Abs(*stateDir)
+// devCommand starts a complete development system in the foreground: a
+// private PostgreSQL data directory, migrations, a dev CA and certificates,
+// a demo organization, worker and admin token, the gateway, and the
+// reference worker. It writes $STATE_DIR/env for scripts and people, and
+// stops everything it started — PostgreSQL included — when interrupted.
+func devCommand(a *cli) *command {
+	return &command{name: "dev", short: devShort, setup: func(fs *flagSet) execFunc {
+		d := devFlags(fs, a.level)
+		return func(ctx context.Context, _ []string) error {
+			d.serve.s3Credentials()
+			return runDev(ctx, d.serve, d.stateDir, d.workerBin, a.logger)
+		}
+	}}
+}
+
+func runDev(ctx context.Context, c *serveConfig, stateDir, workerBin string, logger *slog.Logger) error {
+	dir, err := filepath.Abs(stateDir)
 	if err != nil {
 		return err
 	}
@@ -114,8 +120,8 @@ func runDev(ctx context.Context, args []string, logger *slog.Logger) error {
 	serveErr := make(chan error, 1)
 	wg.Go(func() { serveErr <- serve(serveCtx, c, ln, logger) })
 
-	if *workerBin != "" {
-		wg.Go(func() { runChildWorker(serveCtx, *workerBin, vars, logger) })
+	if workerBin != "" {
+		wg.Go(func() { runChildWorker(serveCtx, workerBin, vars, logger) })
 	}
 	fmt.Fprintf(os.Stderr, "\nWorker Gateway is running at %s\nSettings for scripts and curl: %s (source it: . %s)\nPress Ctrl-C to stop everything.\n\n",
 		gatewayURL, envFile, envFile)

@@ -2,41 +2,56 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 
 	"github.com/worker-gateway/gateway/migrations"
 )
 
-func runMigrate(ctx context.Context, args []string) error {
-	if len(args) == 0 {
-		return fmt.Errorf("usage: gateway migrate up|version [-database-url URL]")
+func migrateCommand(a *cli) *command {
+	// databaseURL defines the one flag both subcommands take.
+	databaseURL := func(fs *flagSet) *string {
+		url := fs.String("database-url", "", "PostgreSQL URL")
+		fs.alias("database-url", "DATABASE_URL")
+		return url
 	}
-	fs := flag.NewFlagSet("migrate", flag.ExitOnError)
-	url := fs.String("database-url", env("DATABASE_URL", ""), "PostgreSQL URL ($DATABASE_URL)")
-	_ = fs.Parse(args[1:])
-	if *url == "" {
-		return fmt.Errorf("migrate needs -database-url or $DATABASE_URL")
+	need := func(url string) error {
+		if url == "" {
+			return usageError{"migrate needs -database-url or $GATEWAY_DATABASE_URL"}
+		}
+		return nil
 	}
-	switch args[0] {
-	case "up":
-		if err := migrations.Up(ctx, *url); err != nil {
-			return err
-		}
-		v, _, err := migrations.Version(*url)
-		if err != nil {
-			return err
-		}
-		fmt.Printf("database at version %d\n", v)
-	case "version":
-		v, dirty, err := migrations.Version(*url)
-		if err != nil {
-			return err
-		}
-		latest, _ := migrations.Latest()
-		fmt.Printf("database at version %d (dirty=%t); this binary's latest is %d\n", v, dirty, latest)
-	default:
-		return fmt.Errorf("unknown migrate command %q", args[0])
-	}
-	return nil
+	return &command{name: "migrate", short: "apply or inspect the database schema migrations", sub: []*command{
+		{name: "up", short: "apply the embedded migrations", setup: func(fs *flagSet) execFunc {
+			url := databaseURL(fs)
+			return func(ctx context.Context, _ []string) error {
+				if err := need(*url); err != nil {
+					return err
+				}
+				if err := migrations.Up(ctx, *url); err != nil {
+					return err
+				}
+				v, _, err := migrations.Version(*url)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(a.stdout, "database at version %d\n", v)
+				return nil
+			}
+		}},
+		{name: "version", short: "print the database's schema version and this binary's latest", setup: func(fs *flagSet) execFunc {
+			url := databaseURL(fs)
+			return func(context.Context, []string) error {
+				if err := need(*url); err != nil {
+					return err
+				}
+				v, dirty, err := migrations.Version(*url)
+				if err != nil {
+					return err
+				}
+				latest, _ := migrations.Latest()
+				fmt.Fprintf(a.stdout, "database at version %d (dirty=%t); this binary's latest is %d\n", v, dirty, latest)
+				return nil
+			}
+		}},
+	}}
 }

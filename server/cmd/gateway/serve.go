@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -13,14 +12,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/worker-gateway/gateway/store"
-
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/worker-gateway/gateway/internal/pki"
 	"github.com/worker-gateway/gateway/migrations"
 	"github.com/worker-gateway/gateway/server"
 	"github.com/worker-gateway/gateway/server/objectstore"
+	"github.com/worker-gateway/gateway/store"
 )
 
 // serveConfig is what `gateway serve` (and `gateway dev`) need to run a
@@ -61,16 +59,20 @@ func (a artifactFlags) open(ctx context.Context) (objectstore.Backend, error) {
 	return nil, fmt.Errorf("unknown artifact backend %q (fs or s3)", a.backend)
 }
 
-func serveFlags(fs *flag.FlagSet) *serveConfig {
+// serveFlags defines the flags of a replica; dev takes them too.
+func serveFlags(fs *flagSet, level *slog.LevelVar) *serveConfig {
 	c := &serveConfig{server: server.DefaultConfig()}
-	fs.StringVar(&c.databaseURL, "database-url", env("DATABASE_URL", ""), "PostgreSQL URL ($DATABASE_URL)")
-	fs.StringVar(&c.listen, "listen", env("GATEWAY_LISTEN", "127.0.0.1:8443"), "TLS listen address ($GATEWAY_LISTEN)")
-	fs.StringVar(&c.opsListen, "ops-listen", env("GATEWAY_OPS_LISTEN", ""),
+	fs.StringVar(&c.databaseURL, "database-url", "", "PostgreSQL URL")
+	fs.alias("database-url", "DATABASE_URL")
+	fs.Var(levelFlag{level}, "log-level", "DEBUG, INFO, WARN or ERROR; DEBUG logs every request")
+	fs.alias("log-level", "LOG_LEVEL")
+	fs.StringVar(&c.listen, "listen", "127.0.0.1:8443", "TLS listen address")
+	fs.StringVar(&c.opsListen, "ops-listen", "",
 		"plain-HTTP, unauthenticated listener for /metrics, /healthz and /readyz, e.g. 127.0.0.1:9090; keep it internal. "+
-			"When empty, /metrics is served on the main listener to API tokens without organization scope ($GATEWAY_OPS_LISTEN)")
-	fs.StringVar(&c.tlsCert, "tls-cert", env("GATEWAY_TLS_CERT", ""), "server certificate PEM ($GATEWAY_TLS_CERT)")
-	fs.StringVar(&c.tlsKey, "tls-key", env("GATEWAY_TLS_KEY", ""), "server key PEM ($GATEWAY_TLS_KEY)")
-	fs.BoolVar(&c.migrate, "migrate", env("GATEWAY_MIGRATE", "") == "true", "apply migrations before serving ($GATEWAY_MIGRATE=true)")
+			"When empty, /metrics is served on the main listener to API tokens without organization scope")
+	fs.StringVar(&c.tlsCert, "tls-cert", "", "server certificate PEM")
+	fs.StringVar(&c.tlsKey, "tls-key", "", "server key PEM")
+	fs.BoolVar(&c.migrate, "migrate", false, "apply migrations before serving")
 	fs.DurationVar(&c.server.MaxWait, "max-wait", c.server.MaxWait, "longest long-poll wait")
 	fs.DurationVar(&c.server.DefaultWait, "default-wait", c.server.DefaultWait, "long-poll wait when the worker gives none")
 	fs.BoolVar(&c.server.OpsProfiling, "ops-pprof", false, "serve Go's CPU, heap and goroutine profiles under /debug/pprof/ on the ops listener (needs -ops-listen)")
@@ -84,11 +86,9 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 	fs.Float64Var(&c.server.Limits.WorkerRate, "worker-rate", c.server.Limits.WorkerRate, "requests per second one worker may send on average (0: unlimited); past it 429 with Retry-After")
 	fs.IntVar(&c.server.Limits.WorkerBurst, "worker-burst", c.server.Limits.WorkerBurst, "requests one worker may send at once before -worker-rate applies")
 	fs.Float64Var(&c.server.Limits.EnrollRefusalRate, "enroll-refusal-rate", c.server.Limits.EnrollRefusalRate,
-		"refused enrollments per second one source address (IPv4 address, IPv6 /64) may make on average (0: unlimited); past it every enrollment from there is 429 with Retry-After ($GATEWAY_ENROLL_REFUSAL_RATE)")
+		"refused enrollments per second one source address (IPv4 address, IPv6 /64) may make on average (0: unlimited); past it every enrollment from there is 429 with Retry-After")
 	fs.IntVar(&c.server.Limits.EnrollRefusalBurst, "enroll-refusal-burst", c.server.Limits.EnrollRefusalBurst,
-		"refused enrollments one source address may make at once before -enroll-refusal-rate applies ($GATEWAY_ENROLL_REFUSAL_BURST)")
-	flagFromEnv(fs, "enroll-refusal-rate", "GATEWAY_ENROLL_REFUSAL_RATE")
-	flagFromEnv(fs, "enroll-refusal-burst", "GATEWAY_ENROLL_REFUSAL_BURST")
+		"refused enrollments one source address may make at once before -enroll-refusal-rate applies")
 	fs.IntVar(&c.server.Limits.PollsPerWorker, "polls-per-worker", c.server.Limits.PollsPerWorker, "concurrent long-polls per worker")
 	fs.IntVar(&c.server.Limits.MaxPolls, "max-polls", c.server.Limits.MaxPolls, "concurrent long-polls per replica")
 	fs.IntVar(&c.server.Limits.FollowsPerToken, "follows-per-token", c.server.Limits.FollowsPerToken, "concurrent log follows per API token (0: unlimited); past it 429 with Retry-After")
@@ -99,62 +99,78 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 	fs.DurationVar(&c.drain, "drain", 30*time.Second, "how long in-flight requests may finish on shutdown")
 	// Tests run process gateways with every response checked against the
 	// contract; it costs CPU, so it is off unless asked for.
-	c.server.ValidateResponses = env("GATEWAY_VALIDATE_RESPONSES", "") == "true"
+	fs.BoolVar(&c.server.ValidateResponses, "validate-responses", false, "check every response against openapi.yaml (for tests; costs CPU)")
 	fs.DurationVar(&c.server.PruneInterval, "prune-interval", c.server.PruneInterval, "how often old data is deleted (0: never)")
 	fs.DurationVar(&c.server.TaskRetention, "task-retention", c.server.TaskRetention, "keep finished tasks (with attempts, results, logs) this long")
 	fs.DurationVar(&c.server.UploadRetention, "upload-retention", c.server.UploadRetention, "keep expired and failed upload sessions this long")
-	fs.DurationVar(&c.server.AuditRetention, "audit-retention", c.server.AuditRetention, "keep audit events this long (0: forever) ($GATEWAY_AUDIT_RETENTION)")
-	flagFromEnv(fs, "audit-retention", "GATEWAY_AUDIT_RETENTION")
+	fs.DurationVar(&c.server.AuditRetention, "audit-retention", c.server.AuditRetention, "keep audit events this long (0: forever)")
 	fs.IntVar(&c.maxConns, "db-max-conns", 20, "database pool size")
-	fs.StringVar(&c.artifacts.backend, "artifacts-backend", env("GATEWAY_ARTIFACTS_BACKEND", "fs"), "where artifact bytes live: fs or s3 ($GATEWAY_ARTIFACTS_BACKEND)")
-	fs.StringVar(&c.artifacts.dir, "artifacts-dir", env("GATEWAY_ARTIFACTS_DIR", ""), "fs backend directory ($GATEWAY_ARTIFACTS_DIR)")
-	fs.StringVar(&c.artifacts.s3.Endpoint, "s3-endpoint", env("S3_ENDPOINT", ""), "S3 endpoint host[:port] or URL ($S3_ENDPOINT)")
-	fs.StringVar(&c.artifacts.s3.Region, "s3-region", env("S3_REGION", ""), "S3 region ($S3_REGION)")
-	fs.StringVar(&c.artifacts.s3.Bucket, "s3-bucket", env("S3_BUCKET", ""), "S3 bucket ($S3_BUCKET)")
-	fs.BoolVar(&c.artifacts.s3.UseSSL, "s3-tls", env("S3_TLS", "true") == "true", "reach S3 over TLS ($S3_TLS)")
-	fs.BoolVar(&c.artifacts.s3.TrustStoreChecksums, "s3-trust-checksums", env("S3_TRUST_CHECKSUMS", "") == "true",
+	fs.StringVar(&c.artifacts.backend, "artifacts-backend", "fs", "where artifact bytes live: fs or s3")
+	fs.StringVar(&c.artifacts.dir, "artifacts-dir", "", "fs backend directory")
+	fs.StringVar(&c.artifacts.s3.Endpoint, "s3-endpoint", "", "S3 endpoint host[:port] or URL")
+	fs.alias("s3-endpoint", "S3_ENDPOINT")
+	fs.StringVar(&c.artifacts.s3.Region, "s3-region", "", "S3 region")
+	fs.alias("s3-region", "S3_REGION")
+	fs.StringVar(&c.artifacts.s3.Bucket, "s3-bucket", "", "S3 bucket")
+	fs.alias("s3-bucket", "S3_BUCKET")
+	fs.BoolVar(&c.artifacts.s3.UseSSL, "s3-tls", true, "reach S3 over TLS")
+	fs.alias("s3-tls", "S3_TLS")
+	fs.BoolVar(&c.artifacts.s3.TrustStoreChecksums, "s3-trust-checksums", false,
 		"take an object's SHA-256 from the store at commit instead of reading it whole; only for stores that verify x-amz-checksum-sha256 on PUT (AWS S3, MinIO)")
-	fs.BoolVar(&c.artifacts.s3.PathStyle, "s3-path-style", env("S3_PATH_STYLE", "") == "true", "path-style bucket addressing, for MinIO and the like ($S3_PATH_STYLE=true)")
-	c.artifacts.s3.AccessKeyID = os.Getenv("S3_ACCESS_KEY_ID")         // secrets only from the environment,
-	c.artifacts.s3.SecretAccessKey = os.Getenv("S3_SECRET_ACCESS_KEY") // never from flags (visible in ps)
-	fs.StringVar(&c.server.Artifacts.PublicURL, "public-url", env("GATEWAY_PUBLIC_URL", ""), "the gateway's URL as workers reach it, for upload URLs; empty: the address each worker connection was accepted on, never the Host header ($GATEWAY_PUBLIC_URL)")
+	fs.alias("s3-trust-checksums", "S3_TRUST_CHECKSUMS")
+	fs.BoolVar(&c.artifacts.s3.PathStyle, "s3-path-style", false, "path-style bucket addressing, for MinIO and the like")
+	fs.alias("s3-path-style", "S3_PATH_STYLE")
+	fs.StringVar(&c.server.Artifacts.PublicURL, "public-url", "", "the gateway's URL as workers reach it, for upload URLs; empty: the address each worker connection was accepted on, never the Host header")
 	fs.DurationVar(&c.server.Artifacts.SessionTTL, "upload-ttl", c.server.Artifacts.SessionTTL, "how long an upload session stays open")
 	fs.Int64Var(&c.server.Artifacts.MaxBytes, "max-artifact-bytes", c.server.Artifacts.MaxBytes, "largest artifact")
 	fs.Int64Var(&c.server.Artifacts.MaxBytesPerAttempt, "max-attempt-artifact-bytes", c.server.Artifacts.MaxBytesPerAttempt, "most artifact bytes per attempt")
 	fs.Int64Var(&c.server.Limits.LogBytesPerAttempt, "max-log-bytes", c.server.Limits.LogBytesPerAttempt, "log cap per attempt")
-	fs.StringVar(&c.caCert, "ca-cert", env("GATEWAY_CA_CERT", ""), "CA certificate that signs enrolled workers' certificates ($GATEWAY_CA_CERT); empty disables enrollment")
-	fs.StringVar(&c.caKey, "ca-key", env("GATEWAY_CA_KEY", ""), "that CA's private key ($GATEWAY_CA_KEY); read from this file only, never stored")
+	fs.StringVar(&c.caCert, "ca-cert", "", "CA certificate that signs enrolled workers' certificates; empty disables enrollment")
+	fs.StringVar(&c.caKey, "ca-key", "", "that CA's private key; read from this file only, never stored")
 	fs.DurationVar(&c.server.Identity.CertificateValidity, "cert-validity", c.server.Identity.CertificateValidity, "lifetime of enrolled certificates")
 	fs.DurationVar(&c.server.Identity.RenewalGrace, "renewal-grace", c.server.Identity.RenewalGrace, "how long a renewed certificate's predecessor keeps working if the new one is not used")
 	fs.DurationVar(&c.server.Identity.EnrollmentTokenTTL, "enrollment-ttl", c.server.Identity.EnrollmentTokenTTL, "how long an enrollment token stays usable")
 	return c
 }
 
-// flagFromEnv lets an environment variable set a flag, parsed as the flag
-// is; a bad value stops the program as a bad flag does.
-func flagFromEnv(fs *flag.FlagSet, name, envName string) {
-	v := os.Getenv(envName)
-	if v == "" {
-		return
+// levelFlag sets the level of the running logger.
+type levelFlag struct{ v *slog.LevelVar }
+
+func (f levelFlag) String() string {
+	if f.v == nil {
+		return slog.LevelInfo.String()
 	}
-	if err := fs.Set(name, v); err != nil {
-		fmt.Fprintf(fs.Output(), "invalid value %q for $%s: %v\n", v, envName, err)
-		os.Exit(2)
-	}
+	return f.v.Level().String()
 }
 
-func runServe(ctx context.Context, args []string, logger *slog.Logger) error {
-	fs := flag.NewFlagSet("serve", flag.ExitOnError)
-	c := serveFlags(fs)
-	_ = fs.Parse(args)
-	if c.databaseURL == "" || c.tlsCert == "" || c.tlsKey == "" {
-		return fmt.Errorf("serve needs -database-url, -tls-cert and -tls-key")
-	}
-	ln, err := net.Listen("tcp", c.listen)
-	if err != nil {
-		return err
-	}
-	return serve(ctx, c, ln, logger)
+func (f levelFlag) Set(s string) error { return f.v.UnmarshalText([]byte(s)) }
+
+// s3Credentials are read from the environment only, never from flags
+// (visible in ps) — at run time, so -h never reads them.
+func (c *serveConfig) s3Credentials() {
+	c.artifacts.s3.AccessKeyID = os.Getenv("S3_ACCESS_KEY_ID")
+	c.artifacts.s3.SecretAccessKey = os.Getenv("S3_SECRET_ACCESS_KEY")
+}
+
+const serveLong = `S3 credentials come only from the environment, never from flags (visible in ps):
+S3_ACCESS_KEY_ID and S3_SECRET_ACCESS_KEY.`
+
+func serveCommand(a *cli) *command {
+	return &command{name: "serve", short: "serve one replica (TLS)", long: serveLong,
+		setup: func(fs *flagSet) execFunc {
+			c := serveFlags(fs, a.level)
+			return func(ctx context.Context, _ []string) error {
+				if c.databaseURL == "" || c.tlsCert == "" || c.tlsKey == "" {
+					return usageError{"serve needs -database-url, -tls-cert and -tls-key"}
+				}
+				c.s3Credentials()
+				ln, err := net.Listen("tcp", c.listen)
+				if err != nil {
+					return err
+				}
+				return serve(ctx, c, ln, a.logger)
+			}
+		}}
 }
 
 // serve runs one replica on ln until ctx ends.
