@@ -60,7 +60,7 @@ func RunHandler(ctx context.Context, h Handler, task *LeasedTask) (Outcome, erro
 	if ctx.Err() != nil {
 		herr = context.Cause(ctx)
 	} else {
-		herr = callHandler(h, ctx, task)
+		herr = callHandler(ctx, h, task)
 	}
 	if herr == nil {
 		if ferr := task.Flush(ctx); ferr != nil && !errors.Is(ferr, errNotLeased) {

@@ -23,7 +23,7 @@ func (r *runner) runTask(ls *lease) {
 	if ls.ctx.Err() != nil {
 		herr = context.Cause(ls.ctx) // cancelled, lost or out of time before it began
 	} else {
-		herr = callHandler(r.w.cfg.Handler, ls.ctx, ls.task)
+		herr = callHandler(ls.ctx, r.w.cfg.Handler, ls.task)
 	}
 	// What a successful handler left buffered is sent before completing —
 	// its last batch inside the completion itself; the completion claims
@@ -191,7 +191,7 @@ type panicError struct {
 
 func (e *panicError) Error() string { return fmt.Sprintf("handler panic: %v", e.value) }
 
-func callHandler(h Handler, ctx context.Context, task *LeasedTask) (err error) {
+func callHandler(ctx context.Context, h Handler, task *LeasedTask) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = &panicError{value: p, stack: debug.Stack()}

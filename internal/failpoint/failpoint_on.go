@@ -1,5 +1,7 @@
 //go:build failpoints
 
+// Package failpoint, test build: crash points armed by GATEWAY_FAILPOINTS
+// and a skewable clock (see failpoint.go for the release build).
 package failpoint
 
 import (

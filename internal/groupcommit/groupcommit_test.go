@@ -2,6 +2,7 @@ package groupcommit
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"testing"
@@ -60,10 +61,10 @@ func TestCommitterAbandonedRequests(t *testing.T) {
 	waitUntil(t, func() bool { return len(g.queue) == 1 })
 	cancel1()
 	cancel2()
-	if err := <-done1; err != context.Canceled {
+	if err := <-done1; !errors.Is(err, context.Canceled) {
 		t.Fatalf("caller 1 got %v, want context.Canceled", err)
 	}
-	if err := <-done2; err != context.Canceled {
+	if err := <-done2; !errors.Is(err, context.Canceled) {
 		t.Fatalf("caller 2 got %v, want context.Canceled", err)
 	}
 	// 3 is submitted by a caller who waits for it.

@@ -734,8 +734,8 @@ func searchBinDir() (string, bool) {
 		// Debian links /usr/local/bin/pg_ctl and friends to the real
 		// directory; resolve the link so that the sibling programs
 		// (initdb, postgres) are found next to it.
-		if real, err := filepath.EvalSymlinks(p); err == nil {
-			p = real
+		if resolved, err := filepath.EvalSymlinks(p); err == nil {
+			p = resolved
 		}
 		dir := filepath.Dir(p)
 		if isExecutable(filepath.Join(dir, "initdb")) {

@@ -122,7 +122,7 @@ func FuzzSignCSR(f *testing.F) {
 	pool := x509.NewCertPool()
 	pool.AddCert(ca.Cert)
 
-	_, real, err := NewCSR("worker-from-csr")
+	_, realCSR, err := NewCSR("worker-from-csr")
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -147,15 +147,15 @@ func FuzzSignCSR(f *testing.F) {
 		csr []byte
 		ok  bool
 	}{
-		{real, true},
-		{mutateCSR(f, real), false},
+		{realCSR, true},
+		{mutateCSR(f, realCSR), false},
 		{csrPEMFor(f, p256, greedy, "CERTIFICATE REQUEST"), true},
 		{csrPEMFor(f, p256, plain, "NEW CERTIFICATE REQUEST"), true},
 		{csrPEMFor(f, edKey, plain, "CERTIFICATE REQUEST"), true},
 		{csrPEMFor(f, p224, plain, "CERTIFICATE REQUEST"), false},
 		{csrPEMFor(f, rsa1024, plain, "CERTIFICATE REQUEST"), false},
 		{issued.CertPEM, false},
-		{real[:len(real)/2], false},
+		{realCSR[:len(realCSR)/2], false},
 		{[]byte("garbage"), false},
 		{nil, false},
 	}

@@ -360,7 +360,7 @@ type errorTally struct {
 // add records one error and returns how many were recorded so far.
 func (t *errorTally) add(op string, err error) int {
 	kind := op + " transport"
-	if he, ok := err.(*httpError); ok {
+	if he, ok := errors.AsType[*httpError](err); ok {
 		kind = fmt.Sprintf("%s %d", op, he.Status)
 	}
 	t.mu.Lock()
@@ -406,7 +406,7 @@ func (t *errorTally) String() string {
 // ctx ended.
 func backoffAfter(ctx context.Context, err error) bool {
 	d := 50 * time.Millisecond
-	if he, ok := err.(*httpError); ok && he.RetryAfter > 0 {
+	if he, ok := errors.AsType[*httpError](err); ok && he.RetryAfter > 0 {
 		d = he.RetryAfter
 	}
 	select {
@@ -420,7 +420,7 @@ func backoffAfter(ctx context.Context, err error) bool {
 // problemCode is the problem's `code` of an HTTP error ("lease-lost",
 // "idempotency-in-flight", ...), or "" when err is not one.
 func problemCode(err error) string {
-	he, ok := err.(*httpError)
+	he, ok := errors.AsType[*httpError](err)
 	if !ok {
 		return ""
 	}

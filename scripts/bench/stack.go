@@ -160,16 +160,16 @@ func (s *Stack) startPrivate(ctx context.Context) error {
 	}
 	s.cluster, err = pgcluster.Start(ctx, opts)
 	if err != nil {
-		<-buildErr
+		_ = <-buildErr // setup failed already: the build's own error is moot
 		return err
 	}
 	if err := s.cluster.CreateDatabase(ctx, "gateway", ""); err != nil {
-		<-buildErr
+		_ = <-buildErr // setup failed already: the build's own error is moot
 		return err
 	}
 	s.DatabaseURL = s.cluster.URL("gateway")
 	if err := migrations.Up(ctx, s.DatabaseURL); err != nil {
-		<-buildErr
+		_ = <-buildErr // setup failed already: the build's own error is moot
 		return err
 	}
 	if pgStatements > 0 {
@@ -300,7 +300,7 @@ func (s *Stack) waitReady(ctx context.Context, timeout time.Duration) error {
 		}
 		sleepCtx(ctx, 100*time.Millisecond)
 	}
-	return fmt.Errorf("gateway not ready after %s: %v", timeout, last)
+	return fmt.Errorf("gateway not ready after %s: %w", timeout, last)
 }
 
 // attach prepares a benchmark of an existing deployment: nothing is started.

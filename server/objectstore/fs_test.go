@@ -408,7 +408,7 @@ func TestFSList(t *testing.T) {
 	stop := errors.New("stop")
 	calls := 0
 	err := s.List(ctx, "", func(string, time.Time) error { calls++; return stop })
-	if err != stop || calls != 1 {
+	if !errors.Is(err, stop) || calls != 1 {
 		t.Fatalf("List with a failing callback: err %v after %d calls, want the callback's error after 1", err, calls)
 	}
 	if err := s.List(ctx, "../", func(string, time.Time) error { return nil }); !errors.Is(err, ErrBadKey) {

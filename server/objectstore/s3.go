@@ -231,7 +231,7 @@ func (s *S3) Put(ctx context.Context, key string, r io.Reader, size int64, sha25
 		// The client finished without reading the whole body; what the
 		// store holds is unproven, so it goes.
 		if derr := s.Delete(context.WithoutCancel(ctx), key); derr != nil {
-			return fmt.Errorf("%w: upload of %s ended early, and removing it failed: %v", ErrMismatch, key, derr)
+			return fmt.Errorf("%w: upload of %s ended early, and removing it failed: %w", ErrMismatch, key, derr)
 		}
 		return fmt.Errorf("%w: upload of %s ended early", ErrMismatch, key)
 	}

@@ -43,17 +43,17 @@ func TestStaleWriterIsFenced(t *testing.T) {
 // batch again, a heartbeat and its completion.
 func staleRawClient(t *testing.T, w *Workload, round int) {
 	t.Helper()
-	cap := fmt.Sprintf("stale-raw-%d", round)
-	task := w.CreateTasks(1, map[string]any{cap: true})[0]
-	c := w.RawClient(cap, Plan{MaxTasks: 1, WaitSeconds: 5}, w.cl.pick)
-	c.Advertise(map[string]any{cap: true})
+	capability := fmt.Sprintf("stale-raw-%d", round)
+	task := w.CreateTasks(1, map[string]any{capability: true})[0]
+	c := w.RawClient(capability, Plan{MaxTasks: 1, WaitSeconds: 5}, w.cl.pick)
+	c.Advertise(map[string]any{capability: true})
 	leases := c.Poll(context.Background())
 	require.Len(t, leases, 1)
 	l := leases[0]
 	require.True(t, c.Heartbeat(context.Background(), l))
 	require.True(t, c.SendBatch(context.Background(), l, 1))
 
-	w.caps.add(cap, true) // the stall: other workers may take the task once the lease expires
+	w.caps.add(capability, true) // the stall: other workers may take the task once the lease expires
 	waitCompletedByOther(t, w, task, l.AttemptID)
 	resumed := len(w.h.Calls())
 

@@ -38,10 +38,10 @@ func newProber(w *Workload) *prober {
 // capability is new, so no other worker can lease them yet.
 func (p *prober) strand(url string) {
 	p.w.t.Helper()
-	cap := fmt.Sprintf("probe-%d", len(p.rounds)+1)
-	tasks := p.w.CreateTasks(probeTasks, map[string]any{cap: true})
+	capability := fmt.Sprintf("probe-%d", len(p.rounds)+1)
+	tasks := p.w.CreateTasks(probeTasks, map[string]any{capability: true})
 	p.c.url = func() string { return url }
-	p.c.Advertise(map[string]any{cap: true})
+	p.c.Advertise(map[string]any{capability: true})
 	var leased []uuid.UUID
 	for range 5 {
 		for _, l := range p.c.Poll(p.w.ctx) {
@@ -53,7 +53,7 @@ func (p *prober) strand(url string) {
 	}
 	require.ElementsMatch(p.w.t, tasks, leased, "the prober leases its tasks through %s", url)
 	p.rounds = append(p.rounds, probeRound{tasks: tasks})
-	p.w.caps.add(cap, true) // from now on, any raw client may take them over
+	p.w.caps.add(capability, true) // from now on, any raw client may take them over
 }
 
 // killed records when the replica of the last round was killed.

@@ -39,7 +39,7 @@ func Binary(t testing.TB, name string) string {
 			cmd := exec.Command("go", "build", "-tags", "failpoints", "-o", filepath.Join(buildDir, bin), pkg)
 			cmd.Dir = moduleRoot()
 			if out, err := cmd.CombinedOutput(); err != nil {
-				buildErr = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
+				buildErr = fmt.Errorf("go build %s: %w\n%s", pkg, err, out)
 				return
 			}
 		}
@@ -157,7 +157,7 @@ func startProcess(t testing.TB, dbURL, certFile, keyFile string, extraArgs []str
 	require.NoError(t, cmd.Start())
 	p := &Process{URL: "https://" + addr, Cmd: cmd, done: make(chan error, 1)}
 	go func() { p.done <- cmd.Wait() }()
-	t.Cleanup(func() { p.Stop(syscall.SIGKILL) })
+	t.Cleanup(func() { _ = p.Stop(syscall.SIGKILL) }) // killed on purpose: its exit status says nothing
 	return p
 }
 
