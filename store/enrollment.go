@@ -13,10 +13,6 @@ import (
 // EnrollmentTokenPrefix marks one-time enrollment tokens.
 const EnrollmentTokenPrefix = "wge_"
 
-// ErrEnrollmentToken refuses an unknown, used or expired enrollment token
-// alike, so the answer reveals nothing about which.
-var ErrEnrollmentToken = errors.New("enrollment token is unknown, already used or expired")
-
 // CreateEnrollmentToken mints a one-time token for a worker (stored as a
 // hash) and returns it with its expiry. A revoked worker gets none.
 func (s *Store) CreateEnrollmentToken(ctx context.Context, workerID uuid.UUID, ttl time.Duration) (string, time.Time, error) {

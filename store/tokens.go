@@ -58,10 +58,6 @@ type TokenBoundsError struct{ Detail string }
 
 func (e *TokenBoundsError) Error() string { return "token exceeds its parent: " + e.Detail }
 
-// ErrParentTokenInactive: the minting token was revoked or expired after it
-// authenticated the request.
-var ErrParentTokenInactive = errors.New("the minting token is revoked or expired")
-
 // tokenLineageLock serialises revocation cascades against the minting of
 // children (see RevokeAPIToken). Both are rare; minting takes it shared.
 const tokenLineageLock = 0x746f6b656e5f6c6e // "token_ln"

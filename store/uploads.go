@@ -39,13 +39,6 @@ func scanUpload(row pgx.Row) (Upload, error) {
 	return u, err
 }
 
-// Upload limits and failures.
-var (
-	ErrUploadTooLarge = fmt.Errorf("%w: artifact exceeds the size limit", ErrInvalid)
-	ErrUploadExpired  = errors.New("upload session expired")
-	ErrUploadState    = errors.New("upload session is not open for this")
-)
-
 // OpenUploadParams declares an artifact.
 type OpenUploadParams struct {
 	AttemptRef
@@ -178,13 +171,6 @@ func scanFile(row pgx.Row) (File, error) {
 	err := row.Scan(&f.ID, &f.OrganizationID, &f.TaskID, &f.AttemptID, &f.Name, &f.ContentType, &f.SizeBytes, &f.SHA256, &f.ObjectKey, &f.CreatedAt)
 	return f, err
 }
-
-// ErrUploadMismatch refuses a commit whose object differs from what the
-// session declared; ErrUploadMissing one whose object is not there.
-var (
-	ErrUploadMismatch = errors.New("uploaded object does not match the declared size or checksum")
-	ErrUploadMissing  = errors.New("no object was uploaded for this session")
-)
 
 // ObjectCheck verifies a session's stored object; it returns nil,
 // ErrUploadMissing or ErrUploadMismatch.
