@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/worker-gateway/gateway/problem"
 )
 
 // Upload is a worker_artifact_uploads row.
@@ -84,7 +86,7 @@ func (s *Store) OpenUpload(ctx context.Context, p OpenUploadParams) (Upload, err
 				}
 				return err
 			}
-			return fmt.Errorf("%w: the attempt's artifacts would exceed %d bytes", ErrUploadTooLarge, p.MaxBytesPerAttempt)
+			return problem.Wrap(ErrUploadTooLarge, problem.Text(fmt.Sprintf("the attempt's artifacts would exceed %d bytes", p.MaxBytesPerAttempt)))
 		}
 		return err
 	})
