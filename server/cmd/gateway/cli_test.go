@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/store/storetest"
 	"github.com/worker-gateway/gateway/tests/harness"
 	"github.com/worker-gateway/gateway/workerclient/apiclient"
@@ -26,7 +27,7 @@ func ptr[T any](v T) *T { return &v }
 
 func TestFormatProblem(t *testing.T) {
 	t.Parallel()
-	p := apiclient.Problem{Title: "Conflict", Code: "task-finished", Status: 409,
+	p := apiclient.Problem{Title: "Conflict", Code: problem.TaskFinished, Status: 409,
 		Detail: ptr("The task already finished."), RequestId: ptr("b7d1c2a4e5f60718")}
 	require.Equal(t, "Conflict (task-finished): The task already finished. [request b7d1c2a4e5f60718]", formatProblem(p))
 
