@@ -18,7 +18,8 @@ func (e *publicError) Error() string {
 	if e.err == nil {
 		return string(e.msg)
 	}
-	return string(e.msg) + ": " + e.err.Error()
+	// As fmt.Errorf("%w: reason") reads: the same log text as before Wrap.
+	return e.err.Error() + ": " + string(e.msg)
 }
 
 func (e *publicError) Unwrap() error { return e.err }
