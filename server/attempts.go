@@ -145,7 +145,8 @@ func (h *handlers) setCompletionProblem(ctx context.Context, a *api.CompletionAn
 	a.Status = p.Status
 	a.Problem = &api.Problem{Type: p.Type, Title: p.Title, Status: p.Status, Code: p.Code}
 	if p.Detail != "" {
-		a.Problem.Detail = &p.Detail
+		detail := string(p.Detail)
+		a.Problem.Detail = &detail
 	}
 	if id := requestIDFrom(ctx); id != "" {
 		a.Problem.RequestId = &id

@@ -21,12 +21,13 @@ import (
 // Problem is an RFC 9457 problem with a stable code. It is the only error
 // shape that leaves the server.
 type Problem struct {
-	Type      string `json:"type"`
-	Title     string `json:"title"`
-	Status    int    `json:"status"`
-	Detail    string `json:"detail,omitempty"`
-	Code      string `json:"code"`
-	RequestID string `json:"request_id,omitempty"`
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	// Detail is problem.Text, so nothing else can be assigned to it.
+	Detail    problem.Text `json:"detail,omitempty"`
+	Code      string       `json:"code"`
+	RequestID string       `json:"request_id,omitempty"`
 	// ExpectedOffset is where a log chunk must start (log-offset-mismatch).
 	ExpectedOffset *int64 `json:"expected_offset,omitempty"`
 	// RetryAfter, when set, becomes the Retry-After header (seconds).
@@ -41,7 +42,7 @@ func (p *Problem) Error() string {
 	if p.cause != nil {
 		return p.Code + ": " + p.cause.Error()
 	}
-	return p.Code + ": " + p.Detail
+	return p.Code + ": " + string(p.Detail)
 }
 
 func (p *Problem) Unwrap() error { return p.cause }
@@ -55,7 +56,7 @@ const problemTypeBase = "https://worker-gateway.dev/problems/"
 // newProblem builds a problem. detail is problem.Text: a constant converts
 // implicitly, anything built at run time needs a conversion a reviewer sees.
 func newProblem(status int, code string, detail problem.Text) *Problem {
-	return &Problem{Type: problemTypeBase + code, Title: http.StatusText(status), Status: status, Code: code, Detail: string(detail)}
+	return &Problem{Type: problemTypeBase + code, Title: http.StatusText(status), Status: status, Code: code, Detail: detail}
 }
 
 // sentinelAnswer is what a client sees for a sentinel error.
@@ -160,7 +161,7 @@ func problemFor(err error) *Problem {
 	if a, ok := sentinelFor(err); ok {
 		p := withCause(newProblem(a.status, a.code, a.detail), err)
 		if text, ok := problem.PublicText(err); ok {
-			p.Detail = string(text)
+			p.Detail = text
 		}
 		p.RetryAfter = a.retryAfter
 		p.closeConnection = a.closeConnection

@@ -117,7 +117,7 @@ func TestSentinelPrecedence(t *testing.T) {
 		require.Equal(t, tc.code, problemFor(tc.err).Code, "%v", tc.err)
 	}
 	p := problemFor(problem.Wrap(store.ErrUploadTooLarge, "too big"))
-	require.Equal(t, "too big", p.Detail)
+	require.Equal(t, problem.Text("too big"), p.Detail)
 	require.Equal(t, http.StatusRequestEntityTooLarge, p.Status)
 }
 
