@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/server/api"
 	"github.com/worker-gateway/gateway/server/objectstore"
 	"github.com/worker-gateway/gateway/store"
@@ -40,7 +41,7 @@ type ArtifactConfig struct {
 
 func (h *handlers) artifacts() (objectstore.Backend, error) {
 	if h.cfg.Artifacts.Backend == nil {
-		return nil, newProblem(http.StatusServiceUnavailable, "artifacts-disabled", "this gateway has no artifact storage configured")
+		return nil, newProblem(http.StatusServiceUnavailable, problem.ArtifactsDisabled, "this gateway has no artifact storage configured")
 	}
 	return h.cfg.Artifacts.Backend, nil
 }
@@ -109,7 +110,7 @@ func (h *handlers) UploadArtifact(ctx context.Context, req api.UploadArtifactReq
 		return nil, err
 	}
 	if backend.Direct() {
-		return nil, newProblem(http.StatusConflict, "upload-direct", "upload to the URL the session named, not to the gateway")
+		return nil, newProblem(http.StatusConflict, problem.UploadDirect, "upload to the URL the session named, not to the gateway")
 	}
 	workerID := workerFrom(ctx)
 	u, err := h.store.UploadForWorker(ctx, workerID, req.UploadId)
@@ -117,15 +118,15 @@ func (h *handlers) UploadArtifact(ctx context.Context, req api.UploadArtifactReq
 		return nil, err
 	}
 	if n := requestContentLengthFrom(ctx); n >= 0 && n != u.SizeBytes {
-		return nil, newProblem(http.StatusBadRequest, "upload-mismatch",
-			fmt.Sprintf("the session declared %d bytes; the request has %d", u.SizeBytes, n))
+		return nil, newProblem(http.StatusBadRequest, problem.UploadMismatch,
+			problem.Text(fmt.Sprintf("the session declared %d bytes; the request has %d", u.SizeBytes, n)))
 	}
 	if err := backend.Put(ctx, u.ObjectKey, req.Body, u.SizeBytes, u.SHA256, u.ContentType); err != nil {
 		switch {
 		case errors.Is(err, objectstore.ErrExists):
 			return nil, store.ErrUploadState
 		case errors.Is(err, objectstore.ErrMismatch), errors.Is(err, objectstore.ErrTooLarge):
-			return nil, withCause(newProblem(http.StatusBadRequest, "upload-mismatch",
+			return nil, withCause(newProblem(http.StatusBadRequest, problem.UploadMismatch,
 				"the body does not match the size or SHA-256 the session declared"), err)
 		}
 		return nil, fmt.Errorf("store upload: %w", err)
@@ -214,7 +215,7 @@ func (h *handlers) GetFileContent(ctx context.Context, req api.GetFileContentReq
 	}
 	body, _, err := backend.Open(ctx, f.ObjectKey)
 	if errors.Is(err, objectstore.ErrNotFound) {
-		return nil, withCause(newProblem(http.StatusNotFound, "not-found", "the file's content is gone"), err)
+		return nil, withCause(newProblem(http.StatusNotFound, problem.NotFound, "the file's content is gone"), err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open file: %w", err)

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/server/api"
 	"github.com/worker-gateway/gateway/store"
 )
@@ -108,7 +109,7 @@ func (h *handlers) prepareCompletion(ctx context.Context, c completion) (store.C
 	}
 	if fr := c.finalResults; fr != nil {
 		if c.lastSequenceNumber != nil && *c.lastSequenceNumber != fr.SequenceNumber {
-			return store.CompleteParams{}, newProblem(http.StatusBadRequest, "bad-request",
+			return store.CompleteParams{}, newProblem(http.StatusBadRequest, problem.BadRequest,
 				"last_sequence_number must be final_results.sequence_number when both are given")
 		}
 		key := c.ref.AttemptID.String() + ":" + strconv.Itoa(fr.SequenceNumber)
@@ -144,7 +145,8 @@ func (h *handlers) setCompletionProblem(ctx context.Context, a *api.CompletionAn
 	a.Status = p.Status
 	a.Problem = &api.Problem{Type: p.Type, Title: p.Title, Status: p.Status, Code: p.Code}
 	if p.Detail != "" {
-		a.Problem.Detail = &p.Detail
+		detail := string(p.Detail)
+		a.Problem.Detail = &detail
 	}
 	if id := requestIDFrom(ctx); id != "" {
 		a.Problem.RequestId = &id

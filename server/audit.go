@@ -8,6 +8,8 @@ import (
 	"strconv"
 
 	"github.com/google/uuid"
+
+	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/store"
 )
 
@@ -57,13 +59,13 @@ func (s *Server) security(ctx context.Context, action, actorType, actorID string
 func (s *Server) securityProblem(r *http.Request, p *Problem) {
 	ctx := r.Context()
 	switch p.Code {
-	case "certificate-unknown", "certificate-expired":
+	case problem.CertificateUnknown, problem.CertificateExpired:
 		s.security(ctx, actionCertificateRefused, "anonymous", fingerprintOf(r), map[string]any{"code": p.Code})
-	case "worker-revoked":
+	case problem.WorkerRevoked:
 		s.security(ctx, actionRevokedWorkerRefused, "worker", fingerprintOf(r), nil)
-	case "unauthenticated":
+	case problem.Unauthenticated:
 		s.security(ctx, actionTokenRefused, "anonymous", "", map[string]any{"path": r.URL.Path})
-	case "lease-lost":
+	case problem.LeaseLost:
 		if w := authFrom(ctx).worker; w != nil {
 			s.security(ctx, actionFencingRejected, "worker", w.ID.String(), map[string]any{"path": r.URL.Path})
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/worker-gateway/gateway/internal/failpoint"
 	"github.com/worker-gateway/gateway/internal/pki"
+	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/store"
 )
 
@@ -85,30 +86,30 @@ func (s *Server) authenticate(ctx context.Context, input *openapi3filter.Authent
 		st.principal = &p
 		return nil
 	}
-	return newProblem(http.StatusUnauthorized, "unauthenticated", "unsupported security scheme")
+	return newProblem(http.StatusUnauthorized, problem.Unauthenticated, "unsupported security scheme")
 }
 
 func (s *Server) authenticateWorker(ctx context.Context, r *http.Request) (store.WorkerIdentity, error) {
 	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
-		return store.WorkerIdentity{}, newProblem(http.StatusUnauthorized, "certificate-required",
+		return store.WorkerIdentity{}, newProblem(http.StatusUnauthorized, problem.CertificateRequired,
 			"this route needs a TLS client certificate")
 	}
 	cert := r.TLS.PeerCertificates[0]
 	// The gateway's own clock (skewable in fault tests): certificate
 	// validity is the one decision here that is not the database's.
 	if now := failpoint.Now(); now.Before(cert.NotBefore) || now.After(cert.NotAfter) {
-		return store.WorkerIdentity{}, newProblem(http.StatusUnauthorized, "certificate-expired",
+		return store.WorkerIdentity{}, newProblem(http.StatusUnauthorized, problem.CertificateExpired,
 			"the client certificate is not valid at this time")
 	}
 	id, err := s.lookupWorker(ctx, pki.Fingerprint(cert))
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return store.WorkerIdentity{}, newProblem(http.StatusUnauthorized, "certificate-unknown",
+		return store.WorkerIdentity{}, newProblem(http.StatusUnauthorized, problem.CertificateUnknown,
 			"the client certificate is not registered to any worker")
 	case err != nil:
 		return store.WorkerIdentity{}, problemFor(err)
 	case id.Revoked:
-		return store.WorkerIdentity{}, newProblem(http.StatusForbidden, "worker-revoked", "this worker has been revoked")
+		return store.WorkerIdentity{}, problemFor(store.ErrWorkerRevoked)
 	}
 	return id, nil
 }
@@ -129,16 +130,16 @@ func fingerprintOf(r *http.Request) string {
 func (s *Server) authenticateBearer(ctx context.Context, r *http.Request) (store.Principal, error) {
 	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
-		return store.Principal{}, newProblem(http.StatusUnauthorized, "unauthenticated", "this route needs a bearer API token")
+		return store.Principal{}, newProblem(http.StatusUnauthorized, problem.Unauthenticated, "this route needs a bearer API token")
 	}
 	// Compare the prefix in constant time anyway: it is cheap, and the
 	// lookup itself is by hash, so no timing reveals a stored token.
 	if subtle.ConstantTimeCompare([]byte(token[:min(len(token), len(store.APITokenPrefix))]), []byte(store.APITokenPrefix)) != 1 {
-		return store.Principal{}, newProblem(http.StatusUnauthorized, "unauthenticated", "the API token is malformed")
+		return store.Principal{}, newProblem(http.StatusUnauthorized, problem.Unauthenticated, "the API token is malformed")
 	}
 	p, err := s.store.AuthenticateToken(ctx, token)
 	if errors.Is(err, store.ErrNotFound) {
-		return store.Principal{}, newProblem(http.StatusUnauthorized, "unauthenticated", "the API token is unknown, revoked or expired")
+		return store.Principal{}, newProblem(http.StatusUnauthorized, problem.Unauthenticated, "the API token is unknown, revoked or expired")
 	}
 	if err != nil {
 		return store.Principal{}, problemFor(err)
@@ -161,12 +162,12 @@ const (
 func requirePermission(ctx context.Context, permissions ...string) (store.Scope, error) {
 	p := authFrom(ctx).principal
 	if p == nil {
-		return store.Scope{}, newProblem(http.StatusUnauthorized, "unauthenticated", "this route needs a bearer API token")
+		return store.Scope{}, newProblem(http.StatusUnauthorized, problem.Unauthenticated, "this route needs a bearer API token")
 	}
 	if slices.Contains(p.Permissions, permissionAdmin) || slices.ContainsFunc(permissions, func(s string) bool { return slices.Contains(p.Permissions, s) }) {
 		return store.ScopeOf(p.OrganizationID), nil
 	}
-	return store.Scope{}, newProblem(http.StatusForbidden, "forbidden", "the API token lacks the permission this route needs")
+	return store.Scope{}, newProblem(http.StatusForbidden, problem.Forbidden, "the API token lacks the permission this route needs")
 }
 
 // requireGlobalAdmin is for operations on shared objects (organizations,
@@ -178,7 +179,7 @@ func requireGlobalAdmin(ctx context.Context) (store.Scope, error) {
 	}
 	p := authFrom(ctx).principal
 	if !slices.Contains(p.Permissions, permissionAdmin) || !scope.IsEveryOrganization() {
-		return store.Scope{}, newProblem(http.StatusForbidden, "forbidden", "this route needs an admin token without organization scope")
+		return store.Scope{}, newProblem(http.StatusForbidden, problem.Forbidden, "this route needs an admin token without organization scope")
 	}
 	return scope, nil
 }

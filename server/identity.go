@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/worker-gateway/gateway/internal/pki"
+	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/server/api"
 	"github.com/worker-gateway/gateway/store"
 )
@@ -61,7 +62,7 @@ func (h *handlers) Enroll(ctx context.Context, req api.EnrollRequestObject) (api
 	}()
 	keySum, err := csrPublicKeySHA256(req.Body.CsrPem)
 	if err != nil {
-		return nil, withCause(newProblem(http.StatusBadRequest, "bad-csr", "the CSR cannot be parsed"), err)
+		return nil, withCause(newProblem(http.StatusBadRequest, problem.BadCSR, "the CSR cannot be parsed"), err)
 	}
 	var issued api.IssuedCertificate
 	workerID, certPEM, replayed, err := h.store.Enroll(ctx, req.Body.EnrollmentToken, keySum, func(workerID uuid.UUID) (store.Certificate, error) {
@@ -76,7 +77,7 @@ func (h *handlers) Enroll(ctx context.Context, req api.EnrollRequestObject) (api
 	if errors.Is(err, store.ErrEnrollmentToken) {
 		tokenRefused = true
 		h.security(ctx, actionEnrollmentRefused, "", "", nil)
-		return nil, newProblem(http.StatusUnauthorized, "enrollment-token-invalid", "the enrollment token is unknown, already used or expired")
+		return nil, problemFor(err)
 	}
 	if err != nil {
 		return nil, err
@@ -114,7 +115,7 @@ func (h *handlers) RenewCertificate(ctx context.Context, req api.RenewCertificat
 
 func (h *handlers) enrollmentCA() (*pki.CA, error) {
 	if h.cfg.Identity.CA == nil {
-		return nil, newProblem(http.StatusServiceUnavailable, "enrollment-disabled", "this gateway has no CA configured for enrollment")
+		return nil, newProblem(http.StatusServiceUnavailable, problem.EnrollmentDisabled, "this gateway has no CA configured for enrollment")
 	}
 	return h.cfg.Identity.CA, nil
 }
@@ -125,7 +126,7 @@ func (h *handlers) signWorkerCSR(ca *pki.CA, workerID uuid.UUID, csrPEM string) 
 	validity := h.cfg.Identity.CertificateValidity
 	cert, certPEM, err := ca.SignCSR([]byte(csrPEM), workerID.String(), validity)
 	if errors.Is(err, pki.ErrBadCSR) {
-		return api.IssuedCertificate{}, withCause(newProblem(http.StatusBadRequest, "bad-csr", err.Error()), err)
+		return api.IssuedCertificate{}, withCause(newProblem(http.StatusBadRequest, problem.BadCSR, publicTextOr(err, "the CSR is not acceptable")), err)
 	}
 	if err != nil {
 		return api.IssuedCertificate{}, fmt.Errorf("sign certificate: %w", err)

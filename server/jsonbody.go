@@ -11,10 +11,15 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/worker-gateway/gateway/problem"
 )
 
 // errBadJSON marks a body that is not exactly one well-formed JSON value.
 var errBadJSON = errors.New("bad JSON body")
+
+// badJSON is errBadJSON with a reason the sender may read.
+func badJSON(reason problem.Text) error { return problem.Wrap(errBadJSON, reason) }
 
 // checkJSON accepts exactly one JSON value of valid UTF-8 with no duplicate
 // object keys and nothing after it. encoding/json alone would take the last
@@ -30,7 +35,7 @@ var errBadJSON = errors.New("bad JSON body")
 // verdicts).
 func checkJSON(body []byte) error {
 	if !utf8.Valid(body) {
-		return fmt.Errorf("%w: not valid UTF-8", errBadJSON)
+		return badJSON("not valid UTF-8")
 	}
 	sc := jsonScanner{buf: body}
 	if err := sc.value(0); err != nil {
@@ -38,7 +43,7 @@ func checkJSON(body []byte) error {
 	}
 	sc.skipSpace()
 	if sc.pos != len(sc.buf) {
-		return fmt.Errorf("%w: data after the JSON value", errBadJSON)
+		return badJSON("data after the JSON value")
 	}
 	return nil
 }
@@ -47,7 +52,7 @@ func checkJSON(body []byte) error {
 const maxJSONDepth = 64
 
 // errSyntax is what every malformed body is told.
-var errSyntax = fmt.Errorf("%w: not valid JSON", errBadJSON)
+var errSyntax = badJSON("not valid JSON")
 
 // jsonScanner walks one JSON text (RFC 8259), already known to be UTF-8.
 type jsonScanner struct {
@@ -69,7 +74,7 @@ func (sc *jsonScanner) skipSpace() {
 // value reads one value at nesting depth (the containers around it).
 func (sc *jsonScanner) value(depth int) error {
 	if depth > maxJSONDepth {
-		return fmt.Errorf("%w: nested deeper than %d levels", errBadJSON, maxJSONDepth)
+		return badJSON(problem.Text(fmt.Sprintf("nested deeper than %d levels", maxJSONDepth)))
 	}
 	sc.skipSpace()
 	if sc.pos >= len(sc.buf) {
@@ -121,7 +126,7 @@ func (sc *jsonScanner) object(depth int) error {
 		}
 		if seen == nil && len(keys) < len(short) {
 			if slices.ContainsFunc(keys, func(k []byte) bool { return bytes.Equal(k, key) }) {
-				return fmt.Errorf("%w: duplicate key %q", errBadJSON, key)
+				return badJSON(problem.Text(fmt.Sprintf("duplicate key %q", key)))
 			}
 			keys = append(keys, key)
 		} else {
@@ -132,7 +137,7 @@ func (sc *jsonScanner) object(depth int) error {
 				}
 			}
 			if seen[string(key)] {
-				return fmt.Errorf("%w: duplicate key %q", errBadJSON, key)
+				return badJSON(problem.Text(fmt.Sprintf("duplicate key %q", key)))
 			}
 			seen[string(key)] = true
 		}
@@ -261,7 +266,7 @@ const maxNumberLength = 64
 // jsonb reject it).
 func checkString(v string) error {
 	if strings.ContainsRune(v, 0) {
-		return fmt.Errorf("%w: a string contains U+0000", errBadJSON)
+		return badJSON("a string contains U+0000")
 	}
 	return nil
 }
@@ -270,14 +275,14 @@ func checkString(v string) error {
 // given: out of float64 range, or expanding far beyond their text.
 func checkNumber(v string) error {
 	if len(v) > maxNumberLength {
-		return fmt.Errorf("%w: a number is longer than %d characters", errBadJSON, maxNumberLength)
+		return badJSON(problem.Text(fmt.Sprintf("a number is longer than %d characters", maxNumberLength)))
 	}
 	if _, err := strconv.ParseFloat(v, 64); err != nil {
-		return fmt.Errorf("%w: a number is out of range", errBadJSON)
+		return badJSON("a number is out of range")
 	}
 	if i := strings.IndexAny(v, "eE"); i >= 0 {
 		if exp, err := strconv.Atoi(strings.TrimPrefix(v[i+1:], "+")); err != nil || exp > 308 || exp < -308 {
-			return fmt.Errorf("%w: a number's exponent is out of range", errBadJSON)
+			return badJSON("a number's exponent is out of range")
 		}
 	}
 	return nil

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/server/api"
 	"github.com/worker-gateway/gateway/store"
 )
@@ -175,12 +177,12 @@ func (l *pollLimiter) acquire(worker uuid.UUID, limits Limits) (release func(), 
 		l.perWorker = map[uuid.UUID]int{}
 	}
 	if limits.MaxPolls > 0 && l.total >= limits.MaxPolls {
-		p := newProblem(http.StatusTooManyRequests, "too-many-requests", "the gateway has too many open polls; retry later")
+		p := newProblem(http.StatusTooManyRequests, problem.TooManyRequests, "the gateway has too many open polls; retry later")
 		p.RetryAfter = 1
 		return nil, p
 	}
 	if limits.PollsPerWorker > 0 && l.perWorker[worker] >= limits.PollsPerWorker {
-		p := newProblem(http.StatusTooManyRequests, "capacity-exceeded", "this worker has too many open polls")
+		p := newProblem(http.StatusTooManyRequests, problem.CapacityExceeded, "this worker has too many open polls")
 		p.RetryAfter = 1
 		return nil, p
 	}

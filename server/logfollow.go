@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/store"
 )
 
@@ -62,12 +64,12 @@ func (f *logFollowers) acquire(token uuid.UUID, limits Limits) (release func(), 
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if limits.MaxFollows > 0 && f.total >= limits.MaxFollows {
-		p := newProblem(http.StatusTooManyRequests, "too-many-requests", "the gateway has too many log follows open; retry later")
+		p := newProblem(http.StatusTooManyRequests, problem.TooManyRequests, "the gateway has too many log follows open; retry later")
 		p.RetryAfter = 1
 		return nil, p
 	}
 	if limits.FollowsPerToken > 0 && f.perToken[token] >= limits.FollowsPerToken {
-		p := newProblem(http.StatusTooManyRequests, "capacity-exceeded", "this API token has too many log follows open")
+		p := newProblem(http.StatusTooManyRequests, problem.CapacityExceeded, "this API token has too many log follows open")
 		p.RetryAfter = 1
 		return nil, p
 	}

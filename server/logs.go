@@ -3,11 +3,14 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+
+	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/server/api"
 	"github.com/worker-gateway/gateway/store"
 )
@@ -18,7 +21,8 @@ func (h *handlers) AppendLogs(ctx context.Context, req api.AppendLogsRequestObje
 	res, err := h.store.AppendLog(ctx, ref, req.Body.Offset, []byte(req.Body.Data), h.cfg.Limits.LogBytesPerAttempt)
 	var offsetErr *store.LogOffsetError
 	if errors.As(err, &offsetErr) {
-		p := newProblem(http.StatusConflict, "log-offset-mismatch", offsetErr.Error())
+		p := newProblem(http.StatusConflict, problem.LogOffsetMismatch,
+			problem.Text(fmt.Sprintf("the chunk does not continue the log: the next chunk must start at offset %d", offsetErr.Expected)))
 		p.ExpectedOffset = &offsetErr.Expected
 		return nil, p
 	}

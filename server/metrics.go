@@ -16,6 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/server/api"
 )
 
@@ -101,7 +103,7 @@ func newMetrics(s *Server) *metrics {
 			Help: "HTTP requests answered, by route pattern (\"unmatched\" for unknown routes) and status class.",
 		}, []string{"route", "code"}),
 	}
-	for _, code := range []string{"idempotency-key-reused", "idempotency-in-flight"} {
+	for _, code := range []string{problem.IdempotencyKeyReused, problem.IdempotencyInFlight} {
 		m.conflicts.WithLabelValues(code)
 	}
 	for _, route := range []string{"leases", "complete", "results", "tasks", "scans"} {
@@ -288,9 +290,9 @@ func (m *metrics) withMetrics(next http.Handler) http.Handler {
 			code := rm.problemCode
 			rm.mu.Unlock()
 			switch code {
-			case "lease-lost":
+			case problem.LeaseLost:
 				m.fencingRejections.Inc()
-			case "idempotency-key-reused", "idempotency-in-flight":
+			case problem.IdempotencyKeyReused, problem.IdempotencyInFlight:
 				m.conflicts.WithLabelValues(code).Inc()
 			}
 			if status < 300 && rec.Header().Get("Idempotent-Replayed") == "true" {
@@ -386,7 +388,7 @@ func (s *Server) serveMetricsAuthenticated(w http.ResponseWriter, r *http.Reques
 		return
 	}
 	if p.OrganizationID != nil {
-		writeProblem(w, r, newProblem(http.StatusForbidden, "forbidden", "metrics cover every organization: use a token without organization scope"), s.logger)
+		writeProblem(w, r, newProblem(http.StatusForbidden, problem.Forbidden, "metrics cover every organization: use a token without organization scope"), s.logger)
 		return
 	}
 	s.metricsHandler.ServeHTTP(w, r)

@@ -15,6 +15,8 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
+
+	"github.com/worker-gateway/gateway/problem"
 )
 
 type requestIDKey struct{}
@@ -98,7 +100,7 @@ func (s *Server) withRequestContext(next http.Handler) http.Handler {
 				}
 				s.logger.Error("panic", "request_id", id, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
 				if rec.status == 0 {
-					writeProblem(rec, r, newProblem(http.StatusInternalServerError, "internal", "an internal error occurred"), s.logger)
+					writeProblem(rec, r, newProblem(http.StatusInternalServerError, problem.Internal, "an internal error occurred"), s.logger)
 				}
 			}
 			level := slog.LevelDebug
@@ -120,8 +122,8 @@ func (s *Server) bodyLimits(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		limit := s.cfg.bodyLimitFor(r.Method, r.URL.Path)
 		if r.ContentLength > limit {
-			writeProblem(w, r, newProblem(http.StatusRequestEntityTooLarge, "payload-too-large",
-				fmt.Sprintf("the request body exceeds %d bytes", limit)), s.logger)
+			writeProblem(w, r, newProblem(http.StatusRequestEntityTooLarge, problem.PayloadTooLarge,
+				problem.Text(fmt.Sprintf("the request body exceeds %d bytes", limit))), s.logger)
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, limit)
@@ -142,7 +144,7 @@ func (s *Server) validationProblem(err error) *Problem {
 				return p
 			}
 		}
-		return newProblem(http.StatusUnauthorized, "unauthenticated", "authentication failed")
+		return newProblem(http.StatusUnauthorized, problem.Unauthenticated, "authentication failed")
 	}
 	var maxBytes *http.MaxBytesError
 	if errors.As(err, &maxBytes) {
@@ -151,27 +153,28 @@ func (s *Server) validationProblem(err error) *Problem {
 	var routeErr *routers.RouteError
 	if errors.As(err, &routeErr) {
 		if errors.Is(err, routers.ErrMethodNotAllowed) {
-			return newProblem(http.StatusMethodNotAllowed, "method-not-allowed", "this route does not accept this method")
+			return newProblem(http.StatusMethodNotAllowed, problem.MethodNotAllowed, "this route does not accept this method")
 		}
-		return newProblem(http.StatusNotFound, "not-found", "no such route")
+		return newProblem(http.StatusNotFound, problem.NotFound, "no such route")
 	}
 	var reqErr *openapi3filter.RequestError
 	if errors.As(err, &reqErr) {
 		switch {
 		case reqErr.Parameter != nil:
-			return newProblem(http.StatusBadRequest, "bad-request",
-				fmt.Sprintf("invalid %s parameter %q", reqErr.Parameter.In, reqErr.Parameter.Name))
+			return newProblem(http.StatusBadRequest, problem.BadRequest,
+				// Names from openapi.yaml, not from the request.
+				problem.Text(fmt.Sprintf("invalid %s parameter %q", reqErr.Parameter.In, reqErr.Parameter.Name)))
 		case reqErr.RequestBody != nil:
-			return newProblem(http.StatusBadRequest, "bad-request", "invalid request body: "+bodyReason(reqErr))
+			return newProblem(http.StatusBadRequest, problem.BadRequest, "invalid request body: "+bodyReason(reqErr))
 		}
 	}
-	return newProblem(http.StatusBadRequest, "bad-request", "the request does not match the API contract")
+	return newProblem(http.StatusBadRequest, problem.BadRequest, "the request does not match the API contract")
 }
 
 // bodyReason gives a short, safe reason for a rejected body: the JSON field
 // and kin-openapi's reason, which by its contract never includes the
 // rejected value.
-func bodyReason(reqErr *openapi3filter.RequestError) string {
+func bodyReason(reqErr *openapi3filter.RequestError) problem.Text {
 	var schemaErr *openapi3.SchemaError
 	if errors.As(reqErr.Err, &schemaErr) {
 		reason := schemaErr.Reason
@@ -179,9 +182,9 @@ func bodyReason(reqErr *openapi3filter.RequestError) string {
 			reason = reason[:200]
 		}
 		if ptr := schemaErr.JSONPointer(); len(ptr) > 0 {
-			return "field " + strings.Join(ptr, ".") + ": " + reason
+			return problem.Text("field " + strings.Join(ptr, ".") + ": " + reason)
 		}
-		return reason
+		return problem.Text(reason)
 	}
 	var parseErr *openapi3filter.ParseError
 	if errors.As(reqErr.Err, &parseErr) {

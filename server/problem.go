@@ -9,25 +9,31 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"reflect"
 	"strconv"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/store"
 )
 
 // Problem is an RFC 9457 problem with a stable code. It is the only error
 // shape that leaves the server.
 type Problem struct {
-	Type      string `json:"type"`
-	Title     string `json:"title"`
-	Status    int    `json:"status"`
-	Detail    string `json:"detail,omitempty"`
-	Code      string `json:"code"`
-	RequestID string `json:"request_id,omitempty"`
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	// Detail is problem.Text, so nothing else can be assigned to it.
+	Detail    problem.Text `json:"detail,omitempty"`
+	Code      string       `json:"code"`
+	RequestID string       `json:"request_id,omitempty"`
 	// ExpectedOffset is where a log chunk must start (log-offset-mismatch).
 	ExpectedOffset *int64 `json:"expected_offset,omitempty"`
 	// RetryAfter, when set, becomes the Retry-After header (seconds).
 	RetryAfter int `json:"-"`
+	// closeConnection sends Connection: close with the answer.
+	closeConnection bool
 	// cause is logged, never shown.
 	cause error
 }
@@ -36,7 +42,7 @@ func (p *Problem) Error() string {
 	if p.cause != nil {
 		return p.Code + ": " + p.cause.Error()
 	}
-	return p.Code + ": " + p.Detail
+	return p.Code + ": " + string(p.Detail)
 }
 
 func (p *Problem) Unwrap() error { return p.cause }
@@ -47,86 +53,138 @@ const statusClientClosedRequest = 499
 // problemTypeBase prefixes problem type URIs; the code names the type.
 const problemTypeBase = "https://worker-gateway.dev/problems/"
 
-// newProblem builds a problem whose detail is safe to show.
-func newProblem(status int, code, detail string) *Problem {
+// newProblem builds a problem. detail is problem.Text: a constant converts
+// implicitly, anything built at run time needs a conversion a reviewer sees.
+func newProblem(status int, code string, detail problem.Text) *Problem {
 	return &Problem{Type: problemTypeBase + code, Title: http.StatusText(status), Status: status, Code: code, Detail: detail}
 }
 
-// problemFor decides what a client sees for an error. Sentinels from the
-// store map one-to-one; anything unexpected is a 500 whose cause is only
-// logged, except an unreachable or saturated database, which is a 503 the
-// client should retry.
+// sentinelAnswer is what a client sees for a sentinel error.
+type sentinelAnswer struct {
+	status int
+	code   string
+	// detail is shown unless the error carries problem.Text of its own
+	// (problem.Wrap(store.ErrInvalid, "why")).
+	detail problem.Text
+	// retryAfter, in seconds, becomes Retry-After.
+	retryAfter int
+	// closeConnection ends the connection after the answer (HTTP/2:
+	// GOAWAY), so a revoked worker keeps nothing it authenticated before.
+	closeConnection bool
+}
+
+// sentinelAnswers is the one mapping of sentinel errors to answers. Order
+// does not matter: sentinelFor takes the sentinel nearest the outside of the
+// error's chain, so one that wraps another wins (store.ErrUnpersistedBatch
+// wraps ErrConflict, store.ErrUploadTooLarge wraps ErrInvalid).
+// TestSentinelAnswers checks every store sentinel is here with a non-500
+// answer and every code is in openapi.yaml.
+var sentinelAnswers = map[error]sentinelAnswer{
+	store.ErrNotFound:             {status: http.StatusNotFound, code: problem.NotFound, detail: "no such resource"},
+	store.ErrLeaseLost:            {status: http.StatusConflict, code: problem.LeaseLost, detail: "the lease for this attempt is no longer held"},
+	store.ErrAttemptFinished:      {status: http.StatusConflict, code: problem.AttemptFinished, detail: "the attempt already ended with another outcome"},
+	store.ErrTaskFinished:         {status: http.StatusConflict, code: problem.TaskFinished, detail: "the task already finished"},
+	store.ErrTaskNotRetryable:     {status: http.StatusConflict, code: problem.TaskNotRetryable, detail: "only failed_terminal and cancelled tasks can be retried"},
+	store.ErrIdempotencyKeyReused: {status: http.StatusUnprocessableEntity, code: problem.IdempotencyKeyReused, detail: "this Idempotency-Key was used with a different request"},
+	store.ErrIdempotencyInFlight: {status: http.StatusConflict, code: problem.IdempotencyInFlight,
+		detail: "a request with this Idempotency-Key is still being processed; retry it", retryAfter: 1},
+	store.ErrWorkerRevoked:       {status: http.StatusForbidden, code: problem.WorkerRevoked, detail: "this worker has been revoked", closeConnection: true},
+	store.ErrWorkerDisabled:      {status: http.StatusForbidden, code: problem.WorkerDisabled, detail: "this worker is disabled"},
+	store.ErrForbidden:           {status: http.StatusForbidden, code: problem.Forbidden, detail: "this operation is not allowed for this caller"},
+	store.ErrConflict:            {status: http.StatusConflict, code: problem.Conflict, detail: "the request conflicts with existing data"},
+	store.ErrInvalid:             {status: http.StatusBadRequest, code: problem.BadRequest, detail: "the request is invalid"},
+	store.ErrUnpersistedBatch:    {status: http.StatusConflict, code: problem.BatchNotPersisted, detail: "a result batch the completion claims was never persisted"},
+	store.ErrSequenceUsed:        {status: http.StatusConflict, code: problem.SequenceNumberUsed, detail: "another batch of this attempt already has this sequence number"},
+	store.ErrScanFinished:        {status: http.StatusConflict, code: problem.ScanFinished, detail: "the scan already finished"},
+	store.ErrUploadTooLarge:      {status: http.StatusRequestEntityTooLarge, code: problem.PayloadTooLarge, detail: "the artifact exceeds the size limit"},
+	store.ErrUploadExpired:       {status: http.StatusConflict, code: problem.UploadExpired, detail: "the upload session has expired"},
+	store.ErrUploadState:         {status: http.StatusConflict, code: problem.UploadState, detail: "the upload session is not open for this (already uploaded, committed, failed or expired)"},
+	store.ErrUploadMismatch:      {status: http.StatusConflict, code: problem.UploadMismatch, detail: "the uploaded object does not match the declared size or SHA-256"},
+	store.ErrUploadMissing:       {status: http.StatusConflict, code: problem.UploadMissing, detail: "nothing was uploaded for this session"},
+	store.ErrEnrollmentToken:     {status: http.StatusUnauthorized, code: problem.EnrollmentTokenInvalid, detail: "the enrollment token is unknown, already used or expired"},
+	store.ErrParentTokenInactive: {status: http.StatusUnauthorized, code: problem.Unauthenticated, detail: "the API token is unknown, revoked or expired"},
+	store.ErrBatcherClosed: {status: http.StatusServiceUnavailable, code: problem.ShuttingDown,
+		detail: "this gateway replica is shutting down; retry", retryAfter: 1},
+	// The client went away before its answer: nobody reads this one, and
+	// it is not the server's failure (nginx's 499).
+	context.Canceled: {status: statusClientClosedRequest, code: problem.ClientClosedRequest, detail: "the client closed the request"},
+}
+
+// sentinelFor finds the answer for the outermost sentinel in err's tree
+// (depth first, like errors.Is; an error's own Is method counts too).
+func sentinelFor(err error) (sentinelAnswer, bool) {
+	if err == nil {
+		return sentinelAnswer{}, false
+	}
+	// A map lookup hashes its key, which panics for an uncomparable type.
+	if reflect.TypeOf(err).Comparable() {
+		if a, ok := sentinelAnswers[err]; ok {
+			return a, true
+		}
+	}
+	if is, ok := err.(interface{ Is(error) bool }); ok {
+		for sentinel, a := range sentinelAnswers {
+			// TestSentinelAnswers checks no sentinel claims another, so at
+			// most one matches here and map order cannot change the answer.
+			if is.Is(sentinel) {
+				return a, true
+			}
+		}
+	}
+	switch u := err.(type) {
+	case interface{ Unwrap() error }:
+		return sentinelFor(u.Unwrap())
+	case interface{ Unwrap() []error }:
+		for _, e := range u.Unwrap() {
+			if a, ok := sentinelFor(e); ok {
+				return a, true
+			}
+		}
+	}
+	return sentinelAnswer{}, false
+}
+
+// problemFor decides what a client sees for an error: a *Problem as it is,
+// a sentinel by sentinelAnswers, then the few errors recognised by type;
+// anything unexpected is a 500 whose cause is only logged. The detail is
+// never an error's own text: only problem.Text reaches a client.
 func problemFor(err error) *Problem {
 	var p *Problem
 	if errors.As(err, &p) {
 		return p
 	}
 	var maxBytes *http.MaxBytesError
+	if errors.As(err, &maxBytes) {
+		return newProblem(http.StatusRequestEntityTooLarge, problem.PayloadTooLarge,
+			problem.Text(fmt.Sprintf("the request body exceeds %d bytes", maxBytes.Limit)))
+	}
+	if a, ok := sentinelFor(err); ok {
+		p := withCause(newProblem(a.status, a.code, a.detail), err)
+		if text, ok := problem.PublicText(err); ok {
+			p.Detail = text
+		}
+		p.RetryAfter = a.retryAfter
+		p.closeConnection = a.closeConnection
+		return p
+	}
 	switch {
-	case errors.As(err, &maxBytes):
-		return newProblem(http.StatusRequestEntityTooLarge, "payload-too-large",
-			fmt.Sprintf("the request body exceeds %d bytes", maxBytes.Limit))
-	case errors.Is(err, store.ErrUnpersistedBatch):
-		return newProblem(http.StatusConflict, "batch-not-persisted", "a result batch the completion claims was never persisted")
-	case errors.Is(err, store.ErrNotFound):
-		return newProblem(http.StatusNotFound, "not-found", "no such resource")
-	case errors.Is(err, store.ErrLeaseLost):
-		return newProblem(http.StatusConflict, "lease-lost", "the lease for this attempt is no longer held")
-	case errors.Is(err, store.ErrAttemptFinished):
-		return newProblem(http.StatusConflict, "attempt-finished", "the attempt already ended with another outcome")
-	case errors.Is(err, store.ErrTaskFinished):
-		return newProblem(http.StatusConflict, "task-finished", "the task already finished")
-	case errors.Is(err, store.ErrTaskNotRetryable):
-		return newProblem(http.StatusConflict, "task-not-retryable", "only failed_terminal and cancelled tasks can be retried")
-	case errors.Is(err, store.ErrIdempotencyKeyReused):
-		return newProblem(http.StatusUnprocessableEntity, "idempotency-key-reused", "this Idempotency-Key was used with a different request")
-	case errors.Is(err, store.ErrWorkerRevoked):
-		return newProblem(http.StatusForbidden, "worker-revoked", "this worker has been revoked")
-	case errors.Is(err, store.ErrWorkerDisabled):
-		return newProblem(http.StatusForbidden, "worker-disabled", "this worker is disabled")
-	case errors.Is(err, store.ErrForbidden):
-		return newProblem(http.StatusForbidden, "forbidden", err.Error())
-	case errors.Is(err, store.ErrConflict):
-		// The store's conflict messages name no other tenant's data.
-		return withCause(newProblem(http.StatusConflict, "conflict", err.Error()), err)
-	case errors.Is(err, store.ErrIdempotencyInFlight):
-		p := newProblem(http.StatusConflict, "idempotency-in-flight", "a request with this Idempotency-Key is still being processed; retry it")
-		p.RetryAfter = 1
-		return p
-	case errors.Is(err, store.ErrSequenceUsed):
-		return newProblem(http.StatusConflict, "sequence-number-used", "another batch of this attempt already has this sequence number")
-	case errors.Is(err, store.ErrScanFinished):
-		return newProblem(http.StatusConflict, "scan-finished", "the scan already finished")
-	case errors.Is(err, store.ErrUploadTooLarge):
-		return newProblem(http.StatusRequestEntityTooLarge, "payload-too-large", err.Error())
-	case errors.Is(err, store.ErrUploadExpired):
-		return newProblem(http.StatusConflict, "upload-expired", "the upload session has expired")
-	case errors.Is(err, store.ErrUploadState):
-		return newProblem(http.StatusConflict, "upload-state", "the upload session is not open for this (already uploaded, committed, failed or expired)")
-	case errors.Is(err, store.ErrUploadMismatch):
-		return newProblem(http.StatusConflict, "upload-mismatch", "the uploaded object does not match the declared size or SHA-256")
-	case errors.Is(err, store.ErrUploadMissing):
-		return newProblem(http.StatusConflict, "upload-missing", "nothing was uploaded for this session")
-	case errors.Is(err, store.ErrEnrollmentToken):
-		return newProblem(http.StatusUnauthorized, "enrollment-token-invalid", "the enrollment token is unknown, already used or expired")
-	case errors.Is(err, store.ErrInvalid):
-		return newProblem(http.StatusBadRequest, "bad-request", err.Error())
 	case isDataException(err):
-		return withCause(newProblem(http.StatusBadRequest, "bad-request", "a value in the request cannot be stored (out of range or not representable)"), err)
-	case errors.Is(err, store.ErrBatcherClosed):
-		p := newProblem(http.StatusServiceUnavailable, "shutting-down", "this gateway replica is shutting down; retry")
-		p.RetryAfter = 1
-		return p
-	case errors.Is(err, context.Canceled):
-		// The client went away before its answer: nobody reads this one,
-		// and it is not the server's failure (nginx's 499).
-		return withCause(newProblem(statusClientClosedRequest, "client-closed-request", "the client closed the request"), err)
+		return withCause(newProblem(http.StatusBadRequest, problem.BadRequest, "a value in the request cannot be stored (out of range or not representable)"), err)
 	case isUnavailable(err):
-		p := withCause(newProblem(http.StatusServiceUnavailable, "unavailable", "the database is unavailable; retry later"), err)
+		// An unreachable or saturated database: the client should retry.
+		p := withCause(newProblem(http.StatusServiceUnavailable, problem.Unavailable, "the database is unavailable; retry later"), err)
 		p.RetryAfter = 2
 		return p
 	}
-	return withCause(newProblem(http.StatusInternalServerError, "internal", "an internal error occurred"), err)
+	return withCause(newProblem(http.StatusInternalServerError, problem.Internal, "an internal error occurred"), err)
+}
+
+// publicTextOr is the problem.Text err carries, or fallback.
+func publicTextOr(err error, fallback problem.Text) problem.Text {
+	if text, ok := problem.PublicText(err); ok {
+		return text
+	}
+	return fallback
 }
 
 func withCause(p *Problem, err error) *Problem {
@@ -172,9 +230,7 @@ func writeProblem(w http.ResponseWriter, r *http.Request, p *Problem, logger *sl
 	if p.RetryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(p.RetryAfter))
 	}
-	if p.Code == "worker-revoked" {
-		// Close the revoked worker's connection after this answer (HTTP/2:
-		// GOAWAY), whatever it was authenticated with before.
+	if p.closeConnection {
 		w.Header().Set("Connection", "close")
 	}
 	w.Header().Set("Content-Type", "application/problem+json")

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
+	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/store"
 )
 
@@ -20,7 +21,7 @@ func TestDatabaseGoneIsA503(t *testing.T) {
 	closed := fmt.Errorf("acquire leases: commit: %w", pgconn.ErrConnClosed)
 	p := problemFor(closed)
 	require.Equal(t, http.StatusServiceUnavailable, p.Status)
-	require.Equal(t, "unavailable", p.Code)
+	require.Equal(t, problem.Unavailable, p.Code)
 	require.Positive(t, p.RetryAfter)
 
 	// A replica that closed its group committers (shutting down) asks for

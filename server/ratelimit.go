@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/worker-gateway/gateway/problem"
 )
 
 // rateLimiter bounds a rate per key with a token bucket: a key may spend
@@ -127,7 +129,7 @@ func retryAfterSeconds(d time.Duration) int { return max(1, int(math.Ceil(d.Seco
 
 // rateLimited is the problem for a worker over its rate.
 func rateLimited(retryAfter time.Duration) *Problem {
-	p := newProblem(http.StatusTooManyRequests, "too-many-requests", "this worker sends requests faster than the gateway allows; slow down")
+	p := newProblem(http.StatusTooManyRequests, problem.TooManyRequests, "this worker sends requests faster than the gateway allows; slow down")
 	p.RetryAfter = retryAfterSeconds(retryAfter)
 	return p
 }
@@ -135,7 +137,7 @@ func rateLimited(retryAfter time.Duration) *Problem {
 // enrollmentRateLimited is the problem for a source address that has had
 // too many enrollments refused.
 func enrollmentRateLimited(retryAfter time.Duration) *Problem {
-	p := newProblem(http.StatusTooManyRequests, "too-many-requests",
+	p := newProblem(http.StatusTooManyRequests, problem.TooManyRequests,
 		"too many refused enrollments from this address; wait before trying again")
 	p.RetryAfter = retryAfterSeconds(retryAfter)
 	return p

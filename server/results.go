@@ -4,10 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/worker-gateway/gateway/internal/failpoint"
 	"net/http"
 	"strconv"
 
+	"github.com/worker-gateway/gateway/internal/failpoint"
+	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/server/api"
 	"github.com/worker-gateway/gateway/store"
 )
@@ -28,8 +29,8 @@ func (h *handlers) SubmitResults(ctx context.Context, req api.SubmitResultsReque
 // stored acknowledgement).
 func (h *handlers) acceptResultBatch(ctx context.Context, ref store.AttemptRef, key string, b api.ResultBatch) (store.BatchResult, error) {
 	if max := h.cfg.Limits.RecordsPerBatch; max > 0 && len(b.Records) > max {
-		return store.BatchResult{}, newProblem(http.StatusRequestEntityTooLarge, "too-many-records",
-			fmt.Sprintf("a batch holds at most %d records", max))
+		return store.BatchResult{}, newProblem(http.StatusRequestEntityTooLarge, problem.TooManyRecords,
+			problem.Text(fmt.Sprintf("a batch holds at most %d records", max)))
 	}
 	records, err := toStoreRecords(b.Records)
 	if err != nil {
@@ -98,14 +99,14 @@ func (r resultAckResponse) VisitSubmitResultsResponse(w http.ResponseWriter) err
 func toStoreRecords(in []api.ResultRecord) ([]store.ResultRecord, error) {
 	out := make([]store.ResultRecord, 0, len(in))
 	for i, r := range in {
-		bad := func(what string) error {
-			return fmt.Errorf("%w: records[%d]: %s", store.ErrInvalid, i, what)
+		bad := func(what problem.Text) error {
+			return problem.Wrap(store.ErrInvalid, problem.Text(fmt.Sprintf("records[%d]: %s", i, what)))
 		}
 		rec := store.ResultRecord{Kind: string(r.Kind)}
 		switch r.Kind {
 		case api.ResultRecordKindAsset, api.ResultRecordKindThreat:
 			if r.Asset == nil {
-				return nil, bad(string(r.Kind) + " records need asset")
+				return nil, bad(problem.Text(r.Kind) + " records need asset") // Kind is an enum of the spec
 			}
 			rec.AssetType, rec.AssetValue = r.Asset.Type, r.Asset.Value
 			if r.Details != nil {

@@ -19,6 +19,8 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/server/api"
 	"github.com/worker-gateway/gateway/store"
 )
@@ -311,7 +313,7 @@ func (s *Server) buildHandler() (http.Handler, error) {
 	}
 	strict := api.NewStrictHandlerWithOptions(&handlers{s}, nil, api.StrictHTTPServerOptions{
 		RequestErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
-			writeProblem(w, r, withCause(newProblem(http.StatusBadRequest, "bad-request", "the request body could not be decoded"), err), s.logger)
+			writeProblem(w, r, withCause(newProblem(http.StatusBadRequest, problem.BadRequest, "the request body could not be decoded"), err), s.logger)
 		},
 		ResponseErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
 			p := problemFor(err)
@@ -323,7 +325,7 @@ func (s *Server) buildHandler() (http.Handler, error) {
 	routes := api.HandlerWithOptions(strict, api.StdHTTPServerOptions{
 		BaseRouter: apiMux,
 		ErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
-			writeProblem(w, r, withCause(newProblem(http.StatusBadRequest, "bad-request", "invalid request parameters"), err), s.logger)
+			writeProblem(w, r, withCause(newProblem(http.StatusBadRequest, problem.BadRequest, "invalid request parameters"), err), s.logger)
 		},
 	})
 	var apiHandler http.Handler = validate(routes)

@@ -9,6 +9,8 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 	"github.com/oasdiff/yaml"
+
+	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/server/api"
 )
 
@@ -88,7 +90,8 @@ func (s *Server) responseValidator(next http.Handler) (http.Handler, error) {
 				Options:                &openapi3filter.Options{IncludeResponseStatus: true},
 			})
 			if err != nil {
-				p := newProblem(http.StatusInternalServerError, "response-contract-violation", "the response does not match openapi.yaml: "+err.Error())
+				// The validator's text may quote the response: logs only.
+				p := withCause(newProblem(http.StatusInternalServerError, problem.ResponseContractViolation, "the response does not match openapi.yaml"), err)
 				writeProblem(w, r, p, s.logger)
 				return
 			}

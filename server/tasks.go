@@ -6,9 +6,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"time"
 
+	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/server/api"
 	"github.com/worker-gateway/gateway/store"
 )
@@ -58,7 +58,7 @@ func (h *handlers) CreateTask(ctx context.Context, req api.CreateTaskRequestObje
 			p.RetryMaxSeconds = *r.MaxSeconds
 		}
 		if p.RetryMaxSeconds < p.RetryBaseSeconds {
-			return nil, fmt.Errorf("%w: retry.max_seconds must not be below retry.base_seconds", store.ErrInvalid)
+			return nil, problem.Wrap(store.ErrInvalid, "retry.max_seconds must not be below retry.base_seconds")
 		}
 	}
 	if p.IdempotencyKey, p.RequestSHA256, err = idempotency(req.Params.IdempotencyKey, b); err != nil {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/server/api"
 	"github.com/worker-gateway/gateway/store"
 )
@@ -42,9 +43,7 @@ func (h *handlers) CreateApiToken(ctx context.Context, req api.CreateApiTokenReq
 	var bounds *store.TokenBoundsError
 	switch {
 	case errors.As(err, &bounds):
-		return nil, newProblem(http.StatusForbidden, "token-exceeds-parent", bounds.Detail)
-	case errors.Is(err, store.ErrParentTokenInactive):
-		return nil, newProblem(http.StatusUnauthorized, "unauthenticated", "the API token is unknown, revoked or expired")
+		return nil, newProblem(http.StatusForbidden, problem.TokenExceedsParent, bounds.Detail)
 	case err != nil:
 		return nil, err
 	}
@@ -103,7 +102,7 @@ func (h *handlers) ListAuditEvents(ctx context.Context, req api.ListAuditEventsR
 	if p.Cursor != nil && *p.Cursor != "" {
 		id, err := decodeAuditCursor(*p.Cursor)
 		if err != nil {
-			return nil, newProblem(http.StatusBadRequest, "bad-request", "malformed cursor")
+			return nil, newProblem(http.StatusBadRequest, problem.BadRequest, "malformed cursor")
 		}
 		f.AfterID = &id
 	}

@@ -12,6 +12,8 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
+
+	"github.com/worker-gateway/gateway/problem"
 )
 
 // requestValidator checks requests against openapi.yaml in the order that
@@ -108,14 +110,15 @@ func readCheckedBody(r *http.Request) *Problem {
 		return nil
 	}
 	mediaType, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	unsupported := newProblem(http.StatusUnsupportedMediaType, "unsupported-media-type", "send request bodies as application/json")
+	unsupported := newProblem(http.StatusUnsupportedMediaType, problem.UnsupportedMediaType, "send request bodies as application/json")
 	if r.ContentLength > 0 && (err != nil || mediaType != "application/json") {
 		return unsupported
 	}
 	body, err := readJSONBody(r)
 	switch {
 	case errors.Is(err, errBadJSON):
-		return newProblem(http.StatusBadRequest, "bad-request", "invalid request body: "+err.Error())
+		reason, _ := problem.PublicText(err)
+		return withCause(newProblem(http.StatusBadRequest, problem.BadRequest, "invalid request body: "+reason), err)
 	case err != nil:
 		// Too large is 413; anything else (a body shorter than its
 		// Content-Length, a client too slow for the read timeout) is the
@@ -124,7 +127,7 @@ func readCheckedBody(r *http.Request) *Problem {
 		if errors.As(err, &tooLarge) {
 			return problemFor(err)
 		}
-		return withCause(newProblem(http.StatusBadRequest, "bad-request", "the request body could not be read"), err)
+		return withCause(newProblem(http.StatusBadRequest, problem.BadRequest, "the request body could not be read"), err)
 	}
 	if len(body) > 0 && mediaType != "application/json" {
 		return unsupported

@@ -2,10 +2,10 @@ package server
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/worker-gateway/gateway/internal/failpoint"
 	"github.com/worker-gateway/gateway/internal/pki"
+	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/server/api"
 	"github.com/worker-gateway/gateway/store"
 )
@@ -56,20 +56,20 @@ func certificateIdentity(pemText, fingerprint *string, required bool) (string, s
 	case pemText != nil && *pemText != "":
 		cert, err := pki.ParseCertificatePEM([]byte(*pemText))
 		if err != nil {
-			return "", "", fmt.Errorf("%w: certificate_pem is not a PEM certificate", store.ErrInvalid)
+			return "", "", problem.Wrap(store.ErrInvalid, "certificate_pem is not a PEM certificate")
 		}
 		if failpoint.Now().After(cert.NotAfter) {
-			return "", "", fmt.Errorf("%w: the certificate has expired", store.ErrInvalid)
+			return "", "", problem.Wrap(store.ErrInvalid, "the certificate has expired")
 		}
 		fp := pki.Fingerprint(cert)
 		if fingerprint != nil && *fingerprint != "" && *fingerprint != fp {
-			return "", "", fmt.Errorf("%w: certificate_fingerprint does not match certificate_pem", store.ErrInvalid)
+			return "", "", problem.Wrap(store.ErrInvalid, "certificate_fingerprint does not match certificate_pem")
 		}
 		return fp, cert.Subject.String(), nil
 	case fingerprint != nil && *fingerprint != "":
 		return *fingerprint, "", nil
 	case required:
-		return "", "", fmt.Errorf("%w: give certificate_pem or certificate_fingerprint", store.ErrInvalid)
+		return "", "", problem.Wrap(store.ErrInvalid, "give certificate_pem or certificate_fingerprint")
 	}
 	return "", "", nil
 }

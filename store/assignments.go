@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/worker-gateway/gateway/problem"
 )
 
 // Assignment is an organization_workers row.
@@ -84,7 +86,7 @@ func assignRefusal(ctx context.Context, tx pgx.Tx, scope Scope, org, worker uuid
 		return fmt.Errorf("assign: %w", err)
 	}
 	if locked {
-		return fmt.Errorf("%w: an unscoped admin removed this assignment; only an unscoped admin may restore it", ErrForbidden)
+		return problem.Wrap(ErrForbidden, "an unscoped admin removed this assignment; only an unscoped admin may restore it")
 	}
 	return ErrNotFound
 }

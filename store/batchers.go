@@ -7,10 +7,6 @@ import (
 	"github.com/worker-gateway/gateway/internal/groupcommit"
 )
 
-// ErrBatcherClosed is returned for a request submitted to a batcher after
-// Close.
-var ErrBatcherClosed = groupcommit.ErrClosed
-
 func newCommitter[P, R any](writers, maxGroup int, timeout time.Duration, write func(context.Context, []P) []R,
 	abandoned func(context.Context, P, R)) *groupcommit.Committer[P, R] {
 	return groupcommit.New(groupcommit.Options[P, R]{Writers: writers, MaxGroup: maxGroup, Timeout: timeout, Abandoned: abandoned}, write)

@@ -35,10 +35,6 @@ type CompleteResult struct {
 	Replayed bool
 }
 
-// ErrUnpersistedBatch refuses a completion that claims a result batch the
-// gateway never persisted.
-var ErrUnpersistedBatch = fmt.Errorf("%w: claimed result batch was never persisted", ErrConflict)
-
 // retryDelaySQL is exponential backoff with full jitter: a uniformly random
 // delay between zero and min(max, base * 2^(attempts-1)).
 const retryDelaySQL = `make_interval(secs => random() * least(t.retry_max_seconds,

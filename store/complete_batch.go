@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/worker-gateway/gateway/problem"
 )
 
 // CompleteOutcome is one completion's answer within a batch: a result or
@@ -31,7 +33,8 @@ func (s *Store) CompleteAttempts(ctx context.Context, ps []CompleteParams) []Com
 		case AttemptSucceeded, AttemptFailed, AttemptCancelled:
 			valid = append(valid, i)
 		default:
-			out[i].Err = fmt.Errorf("%w: outcome %q", ErrInvalid, p.Outcome)
+			// The value stays in the log; the client sent it.
+			out[i].Err = problem.Wrap(fmt.Errorf("%w: outcome %q", ErrInvalid, p.Outcome), "unknown outcome")
 		}
 	}
 	if len(valid) == 0 {
@@ -64,7 +67,7 @@ func (s *Store) CompleteAttempts(ctx context.Context, ps []CompleteParams) []Com
 			}
 		}
 		if errors.Is(out[i].Err, errCompletionRaced) {
-			out[i].Err = fmt.Errorf("%w: the attempt kept changing while it was completed; retry", ErrConflict)
+			out[i].Err = problem.Wrap(ErrConflict, "the attempt kept changing while it was completed; retry")
 		}
 	}
 	return out

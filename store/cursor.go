@@ -2,11 +2,12 @@ package store
 
 import (
 	"encoding/base64"
-	"fmt"
 	"strings"
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/worker-gateway/gateway/problem"
 )
 
 // Cursor is a keyset position in a newest-first listing: the (created_at,
@@ -22,24 +23,27 @@ func (c Cursor) Encode() string {
 }
 
 // DecodeCursor parses a cursor made by Encode.
+// errMalformedCursor is the one answer to any cursor that does not decode.
+var errMalformedCursor = problem.Wrap(ErrInvalid, "malformed cursor")
+
 func DecodeCursor(s string) (*Cursor, error) {
 	raw, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil {
-		return nil, fmt.Errorf("%w: malformed cursor", ErrInvalid)
+		return nil, errMalformedCursor
 	}
 	ts, id, ok := strings.Cut(string(raw), "|")
 	if !ok {
-		return nil, fmt.Errorf("%w: malformed cursor", ErrInvalid)
+		return nil, errMalformedCursor
 	}
 	t, err := time.Parse(time.RFC3339Nano, ts)
 	// Encode writes UTC: a time whose UTC year leaves 0000-9999 could not be
 	// written back.
 	if err != nil || t.UTC().Year() < 0 || t.UTC().Year() > 9999 {
-		return nil, fmt.Errorf("%w: malformed cursor", ErrInvalid)
+		return nil, errMalformedCursor
 	}
 	u, err := uuid.Parse(id)
 	if err != nil {
-		return nil, fmt.Errorf("%w: malformed cursor", ErrInvalid)
+		return nil, errMalformedCursor
 	}
 	return &Cursor{Time: t, ID: u}, nil
 }

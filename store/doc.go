@@ -204,4 +204,12 @@
 // The task and attempt state machines are the tables in transitions.go. SQL
 // predicates take their "from" states from those tables, so a statement can
 // never move a row along an edge the table does not have.
+//
+// # Errors
+//
+// The outcomes a caller tells apart are the sentinels in errors.go, all of
+// them (TestSentinelsListed fails for an Err declared elsewhere or left out
+// of Sentinels); the HTTP layer answers each from one table. An error's text
+// is for the log: a reason a client may read travels as problem.Text
+// (problem.Wrap(ErrInvalid, "malformed cursor")).
 package store

@@ -8,14 +8,12 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/worker-gateway/gateway/problem"
 )
 
 // EnrollmentTokenPrefix marks one-time enrollment tokens.
 const EnrollmentTokenPrefix = "wge_"
-
-// ErrEnrollmentToken refuses an unknown, used or expired enrollment token
-// alike, so the answer reveals nothing about which.
-var ErrEnrollmentToken = errors.New("enrollment token is unknown, already used or expired")
 
 // CreateEnrollmentToken mints a one-time token for a worker the scope
 // manages (stored as a hash) and returns it with its expiry. A revoked
@@ -116,7 +114,7 @@ func bindCertificate(ctx context.Context, tx pgx.Tx, workerID uuid.UUID, cert Ce
 			certificate_fingerprint = $2, certificate_subject = $3, certificate_expires_at = $4, updated_at = now()
 		WHERE id = $1 AND revoked_at IS NULL`, workerID, cert.Fingerprint, cert.Subject, cert.ExpiresAt, grace.Seconds(), callerFingerprint)
 	if isUniqueViolation(err) {
-		return fmt.Errorf("%w: certificate already registered to another worker", ErrConflict)
+		return problem.Wrap(ErrConflict, "certificate already registered to another worker")
 	}
 	if err != nil {
 		return fmt.Errorf("bind certificate: %w", err)

@@ -2,13 +2,19 @@ package store
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/worker-gateway/gateway/internal/groupcommit"
 )
 
-// The closed set of outcomes a caller may need to tell apart. The HTTP layer
-// maps each to one status and problem code.
+// The closed set of outcomes a caller may need to tell apart; every
+// sentinel of the package is declared here. The HTTP layer maps each to one
+// status and problem code (server/problem.go). A reason a client may read
+// travels with problem.Wrap(ErrX, "reason"); the sentinel's own text is
+// only logged.
 var (
 	ErrNotFound             = errors.New("not found")
 	ErrLeaseLost            = errors.New("lease lost")
@@ -27,13 +33,72 @@ var (
 	// change: a worker assigned to its organization but owned by another,
 	// or an assignment an unscoped admin removed.
 	ErrForbidden = errors.New("forbidden")
+	// ErrUnpersistedBatch refuses a completion that claims a result batch
+	// the gateway never persisted.
+	ErrUnpersistedBatch = fmt.Errorf("%w: claimed result batch was never persisted", ErrConflict)
+	// ErrEnrollmentToken refuses an unknown, used or expired enrollment
+	// token alike, so the answer reveals nothing about which.
+	ErrEnrollmentToken = errors.New("enrollment token is unknown, already used or expired")
+	// ErrParentTokenInactive: the minting token was revoked or expired
+	// after it authenticated the request.
+	ErrParentTokenInactive = errors.New("the minting token is revoked or expired")
+	// ErrBatcherClosed is returned for a request submitted to a batcher
+	// after Close.
+	ErrBatcherClosed = groupcommit.ErrClosed
 )
 
-// domainErrors are the sentinels callers tell apart; wrapOp leaves them as
-// they are.
-var domainErrors = []error{ErrNotFound, ErrLeaseLost, ErrAttemptFinished, ErrTaskFinished, ErrTaskNotRetryable,
-	ErrIdempotencyKeyReused, ErrWorkerRevoked, ErrWorkerDisabled, ErrConflict, ErrInvalid,
-	ErrIdempotencyInFlight, ErrSequenceUsed, ErrScanFinished, ErrForbidden}
+// Upload limits and failures. ErrUploadMismatch refuses a commit whose
+// object differs from what the session declared; ErrUploadMissing one whose
+// object is not there.
+var (
+	ErrUploadTooLarge = fmt.Errorf("%w: artifact exceeds the size limit", ErrInvalid)
+	ErrUploadExpired  = errors.New("upload session expired")
+	ErrUploadState    = errors.New("upload session is not open for this")
+	ErrUploadMismatch = errors.New("uploaded object does not match the declared size or checksum")
+	ErrUploadMissing  = errors.New("no object was uploaded for this session")
+)
+
+// sentinels names every Err above: wrapOp leaves them as they are, and the
+// HTTP layer's tests check that each has a non-500 answer. A test parses
+// this file so that a new sentinel cannot be left out.
+var sentinels = []struct {
+	name string
+	err  error
+}{
+	{"ErrNotFound", ErrNotFound},
+	{"ErrLeaseLost", ErrLeaseLost},
+	{"ErrAttemptFinished", ErrAttemptFinished},
+	{"ErrTaskFinished", ErrTaskFinished},
+	{"ErrTaskNotRetryable", ErrTaskNotRetryable},
+	{"ErrIdempotencyKeyReused", ErrIdempotencyKeyReused},
+	{"ErrWorkerRevoked", ErrWorkerRevoked},
+	{"ErrWorkerDisabled", ErrWorkerDisabled},
+	{"ErrConflict", ErrConflict},
+	{"ErrInvalid", ErrInvalid},
+	{"ErrIdempotencyInFlight", ErrIdempotencyInFlight},
+	{"ErrSequenceUsed", ErrSequenceUsed},
+	{"ErrScanFinished", ErrScanFinished},
+	{"ErrForbidden", ErrForbidden},
+	{"ErrUnpersistedBatch", ErrUnpersistedBatch},
+	{"ErrEnrollmentToken", ErrEnrollmentToken},
+	{"ErrParentTokenInactive", ErrParentTokenInactive},
+	{"ErrBatcherClosed", ErrBatcherClosed},
+	{"ErrUploadTooLarge", ErrUploadTooLarge},
+	{"ErrUploadExpired", ErrUploadExpired},
+	{"ErrUploadState", ErrUploadState},
+	{"ErrUploadMismatch", ErrUploadMismatch},
+	{"ErrUploadMissing", ErrUploadMissing},
+}
+
+// Sentinels returns every sentinel of the package by name, for tests that
+// check each one is answered.
+func Sentinels() map[string]error {
+	m := make(map[string]error, len(sentinels))
+	for _, s := range sentinels {
+		m[s.name] = s.err
+	}
+	return m
+}
 
 func isUniqueViolation(err error) bool {
 	var pgErr *pgconn.PgError

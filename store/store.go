@@ -82,8 +82,8 @@ func afterCommit(name string) string  { return "after-commit:" + strings.Replace
 // wrapOp names the operation in an unexpected error but leaves the domain
 // sentinels recognisable with errors.Is.
 func wrapOp(name string, err error) error {
-	for _, sentinel := range domainErrors {
-		if errors.Is(err, sentinel) {
+	for _, sentinel := range sentinels {
+		if errors.Is(err, sentinel.err) {
 			return err
 		}
 	}

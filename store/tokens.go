@@ -12,6 +12,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/worker-gateway/gateway/problem"
 )
 
 // APITokenPrefix marks gateway API tokens so they are recognisable in
@@ -54,13 +56,9 @@ type CreateAPITokenParams struct {
 
 // TokenBoundsError refuses a token that would outlive or outrank the token
 // minting it. Detail is safe to show to that token's holder.
-type TokenBoundsError struct{ Detail string }
+type TokenBoundsError struct{ Detail problem.Text }
 
-func (e *TokenBoundsError) Error() string { return "token exceeds its parent: " + e.Detail }
-
-// ErrParentTokenInactive: the minting token was revoked or expired after it
-// authenticated the request.
-var ErrParentTokenInactive = errors.New("the minting token is revoked or expired")
+func (e *TokenBoundsError) Error() string { return "token exceeds its parent: " + string(e.Detail) }
 
 // tokenLineageLock serialises revocation cascades against the minting of
 // children (see RevokeAPIToken). Both are rare; minting takes it shared.
@@ -147,7 +145,7 @@ func boundByParent(ctx context.Context, tx pgx.Tx, p *CreateAPITokenParams, expi
 	if !slices.Contains(permissions, "admin") {
 		for _, sc := range p.Permissions {
 			if !slices.Contains(permissions, sc) {
-				return nil, &TokenBoundsError{Detail: fmt.Sprintf("scope %q is not one of the minting token's scopes %v", sc, permissions)}
+				return nil, &TokenBoundsError{Detail: problem.Text(fmt.Sprintf("scope %q is not one of the minting token's scopes %v", sc, permissions))}
 			}
 		}
 	}
@@ -158,9 +156,9 @@ func boundByParent(ctx context.Context, tx pgx.Tx, p *CreateAPITokenParams, expi
 		p.OrganizationID = org
 	}
 	if outlives {
-		return nil, &TokenBoundsError{Detail: fmt.Sprintf(
+		return nil, &TokenBoundsError{Detail: problem.Text(fmt.Sprintf(
 			"expires_in_seconds would outlive the minting token, which expires at %s: ask for at most %d seconds, or give none to inherit its expiry",
-			expiresAt.UTC().Format(time.RFC3339), max(leftSecs, 0))}
+			expiresAt.UTC().Format(time.RFC3339), max(leftSecs, 0)))}
 	}
 	if expiresIn == nil {
 		return expiresAt, nil

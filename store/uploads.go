@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/worker-gateway/gateway/problem"
 )
 
 // Upload is a worker_artifact_uploads row.
@@ -38,13 +40,6 @@ func scanUpload(row pgx.Row) (Upload, error) {
 	u.ExpiresIn = seconds(in)
 	return u, err
 }
-
-// Upload limits and failures.
-var (
-	ErrUploadTooLarge = fmt.Errorf("%w: artifact exceeds the size limit", ErrInvalid)
-	ErrUploadExpired  = errors.New("upload session expired")
-	ErrUploadState    = errors.New("upload session is not open for this")
-)
 
 // OpenUploadParams declares an artifact.
 type OpenUploadParams struct {
@@ -91,7 +86,7 @@ func (s *Store) OpenUpload(ctx context.Context, p OpenUploadParams) (Upload, err
 				}
 				return err
 			}
-			return fmt.Errorf("%w: the attempt's artifacts would exceed %d bytes", ErrUploadTooLarge, p.MaxBytesPerAttempt)
+			return problem.Wrap(ErrUploadTooLarge, problem.Text(fmt.Sprintf("the attempt's artifacts would exceed %d bytes", p.MaxBytesPerAttempt)))
 		}
 		return err
 	})
@@ -178,13 +173,6 @@ func scanFile(row pgx.Row) (File, error) {
 	err := row.Scan(&f.ID, &f.OrganizationID, &f.TaskID, &f.AttemptID, &f.Name, &f.ContentType, &f.SizeBytes, &f.SHA256, &f.ObjectKey, &f.CreatedAt)
 	return f, err
 }
-
-// ErrUploadMismatch refuses a commit whose object differs from what the
-// session declared; ErrUploadMissing one whose object is not there.
-var (
-	ErrUploadMismatch = errors.New("uploaded object does not match the declared size or checksum")
-	ErrUploadMissing  = errors.New("no object was uploaded for this session")
-)
 
 // ObjectCheck verifies a session's stored object; it returns nil,
 // ErrUploadMissing or ErrUploadMismatch.

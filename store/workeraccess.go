@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/worker-gateway/gateway/problem"
 )
 
 // workerVisibleTo is the worker visibility rule as SQL, for a worker id
@@ -44,7 +46,7 @@ func authorizeWorkerManagement(ctx context.Context, ex executor, scope Scope, wo
 	case owns:
 		return nil
 	case sees:
-		return fmt.Errorf("%w: only the organization that owns this worker, or an unscoped admin, may change it", ErrForbidden)
+		return problem.Wrap(ErrForbidden, "only the organization that owns this worker, or an unscoped admin, may change it")
 	}
 	return ErrNotFound
 }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/worker-gateway/gateway/problem"
 )
 
 // Worker is a worker identity with its derived state.
@@ -106,7 +108,7 @@ func (s *Store) CreateWorker(ctx context.Context, scope Scope, p CreateWorkerPar
 			p.Name, p.WorkerType, p.MaxConcurrentTasks, p.CertificateFingerprint, p.CertificateSubject, p.OwnerOrganizationID).Scan(&id)
 		switch {
 		case isUniqueViolation(err):
-			return fmt.Errorf("%w: certificate already registered to another worker", ErrConflict)
+			return problem.Wrap(ErrConflict, "certificate already registered to another worker")
 		case isForeignKeyViolation(err):
 			return fmt.Errorf("%w: organization", ErrNotFound)
 		case err != nil:
@@ -215,7 +217,7 @@ func (s *Store) SetWorkerCertificate(ctx context.Context, scope Scope, id uuid.U
 		tag, err := tx.Exec(ctx, `UPDATE workers SET certificate_fingerprint = $2, certificate_subject = $3, updated_at = now()
 			WHERE id = $1`, id, fingerprint, subject)
 		if isUniqueViolation(err) {
-			return fmt.Errorf("%w: certificate already registered to another worker", ErrConflict)
+			return problem.Wrap(ErrConflict, "certificate already registered to another worker")
 		}
 		if err != nil {
 			return fmt.Errorf("set certificate: %w", err)

@@ -22,6 +22,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/worker-gateway/gateway/problem"
 )
 
 const (
@@ -46,7 +48,8 @@ const (
 )
 
 // ErrBadCSR is wrapped by every error SignCSR returns for a request that is
-// malformed, badly signed or uses an unacceptable key.
+// malformed, badly signed or uses an unacceptable key; problem.PublicText
+// gives the reason a requester may read.
 var ErrBadCSR = errors.New("pki: bad certificate signing request")
 
 // Fingerprint returns the lowercase hex SHA-256 of the certificate's DER
@@ -206,7 +209,7 @@ func (ca *CA) SignCSR(csrPEM []byte, commonName string, validity time.Duration) 
 		return nil, nil, err
 	}
 	if err := csr.CheckSignature(); err != nil {
-		return nil, nil, fmt.Errorf("%w: signature does not verify: %v", ErrBadCSR, err)
+		return nil, nil, problem.Wrap(fmt.Errorf("%w: signature does not verify: %v", ErrBadCSR, err), "the CSR's signature does not verify")
 	}
 	cert, err := ca.sign(clientTemplate(commonName), csr.PublicKey, validity)
 	if err != nil {
@@ -328,14 +331,14 @@ func (ca *CA) sign(tmpl *x509.Certificate, pub crypto.PublicKey, validity time.D
 func parseCSRPEM(csrPEM []byte) (*x509.CertificateRequest, error) {
 	block, _ := pem.Decode(csrPEM)
 	if block == nil {
-		return nil, fmt.Errorf("%w: no PEM block found", ErrBadCSR)
+		return nil, problem.Wrap(ErrBadCSR, "no PEM block found")
 	}
 	if block.Type != pemTypeCSR && block.Type != pemTypeCSRLegacy {
-		return nil, fmt.Errorf("%w: unexpected PEM block type %q", ErrBadCSR, block.Type)
+		return nil, problem.Wrap(fmt.Errorf("%w: unexpected PEM block type %q", ErrBadCSR, block.Type), "the PEM block is not a CERTIFICATE REQUEST")
 	}
 	csr, err := x509.ParseCertificateRequest(block.Bytes)
 	if err != nil {
-		return nil, fmt.Errorf("%w: cannot parse request: %v", ErrBadCSR, err)
+		return nil, problem.Wrap(fmt.Errorf("%w: cannot parse request: %v", ErrBadCSR, err), "the CSR cannot be parsed")
 	}
 	return csr, nil
 }
@@ -346,17 +349,17 @@ func checkPublicKey(pub crypto.PublicKey) error {
 	switch k := pub.(type) {
 	case *ecdsa.PublicKey:
 		if k.Curve != elliptic.P256() && k.Curve != elliptic.P384() {
-			return fmt.Errorf("%w: ECDSA curve %s not accepted (want P-256 or P-384)", ErrBadCSR, k.Curve.Params().Name)
+			return problem.Wrap(ErrBadCSR, problem.Text(fmt.Sprintf("ECDSA curve %s not accepted (want P-256 or P-384)", k.Curve.Params().Name)))
 		}
 	case *rsa.PublicKey:
 		if bits := k.N.BitLen(); bits < minRSABits {
-			return fmt.Errorf("%w: RSA key of %d bits is too small (want at least %d)", ErrBadCSR, bits, minRSABits)
+			return problem.Wrap(ErrBadCSR, problem.Text(fmt.Sprintf("RSA key of %d bits is too small (want at least %d)", bits, minRSABits)))
 		} else if bits > maxRSABits {
-			return fmt.Errorf("%w: RSA key of %d bits is too large (want at most %d)", ErrBadCSR, bits, maxRSABits)
+			return problem.Wrap(ErrBadCSR, problem.Text(fmt.Sprintf("RSA key of %d bits is too large (want at most %d)", bits, maxRSABits)))
 		}
 	case ed25519.PublicKey:
 	default:
-		return fmt.Errorf("%w: unsupported public key type %T", ErrBadCSR, pub)
+		return problem.Wrap(fmt.Errorf("%w: unsupported public key type %T", ErrBadCSR, pub), "unsupported public key type (want ECDSA, RSA or Ed25519)")
 	}
 	return nil
 }

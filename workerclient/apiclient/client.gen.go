@@ -933,11 +933,10 @@ type PendingReason string
 
 // Problem RFC 9457 problem details with a stable machine-readable `code`.
 type Problem struct {
-	// Code Stable code: `bad-request`, `unauthenticated`, `forbidden`, `not-found`, `conflict`,
-	// `lease-lost`, `attempt-finished`, `task-finished`, `task-not-retryable`,
-	// `idempotency-key-reused`, `idempotency-in-flight`, `worker-revoked`,
-	// `worker-disabled`, `certificate-unknown`, `capacity-exceeded`, `payload-too-large`,
-	// `unsupported-media-type`, `too-many-requests`, `unavailable`, `internal`.
+	// Code Stable machine-readable code; `x-problem-codes` lists every code the gateway sends,
+	// with its usual status (Go: the constants of package
+	// `github.com/worker-gateway/gateway/problem`). New codes may be added: treat an
+	// unknown code by its HTTP status.
 	Code      string  `json:"code"`
 	Detail    *string `json:"detail,omitempty"`
 	Instance  *string `json:"instance,omitempty"`
