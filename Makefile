@@ -4,7 +4,7 @@ STATE_DIR ?= .dev
 GO ?= go
 BIN := $(STATE_DIR)/bin
 
-.PHONY: run test generate check-generated check-spec fuzz-short build vet faults
+.PHONY: run test generate check-generated check-spec fuzz-short build vet lint faults
 
 ## run: start a complete system (private PostgreSQL, migrations, dev PKI, demo data, gateway, reference worker)
 run: build
@@ -15,12 +15,17 @@ build:
 	$(GO) build -o $(BIN)/worker ./workerclient/cmd/worker
 
 ## test: every test, against a real PostgreSQL, real TLS and real HTTP
-test: check-generated check-spec vet
+test: check-generated check-spec vet lint
 	$(GO) test -race -count=1 -timeout 20m ./...
 	$(MAKE) fuzz-short
 
 vet:
 	$(GO) vet ./...
+
+## lint: golangci-lint, the version pinned in tools/lint/go.mod, with .golangci.yml (layering, errors, imports)
+lint:
+	$(GO) -C tools/lint build -o $(abspath $(BIN))/golangci-lint github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+	$(BIN)/golangci-lint run ./...
 
 ## faults: the long fault scenarios (kill -9 at commit failpoints, stale writers, clock skew with the
 ## history checker; PostgreSQL restarts, latency, resets and partitions); several minutes each

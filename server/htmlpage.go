@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -65,7 +66,7 @@ func inlineCodeHashes(page []byte) (scripts, styles []string, err error) {
 	for {
 		switch z.Next() {
 		case html.ErrorToken:
-			if z.Err() == io.EOF {
+			if errors.Is(z.Err(), io.EOF) {
 				slices.Sort(scripts)
 				slices.Sort(styles)
 				return slices.Compact(scripts), slices.Compact(styles), nil

@@ -131,7 +131,7 @@ func sentinelFor(err error) (sentinelAnswer, bool) {
 			}
 		}
 	}
-	switch u := err.(type) {
+	switch u := err.(type) { //nolint:errorlint // it walks the chain itself, one link at a time
 	case interface{ Unwrap() error }:
 		return sentinelFor(u.Unwrap())
 	case interface{ Unwrap() []error }:

@@ -28,9 +28,9 @@ func (h *handlers) SubmitResults(ctx context.Context, req api.SubmitResultsReque
 // (store.AcceptResultBatch: exactly once, a repeat is answered with the
 // stored acknowledgement).
 func (h *handlers) acceptResultBatch(ctx context.Context, ref store.AttemptRef, key string, b api.ResultBatch) (store.BatchResult, error) {
-	if max := h.cfg.Limits.RecordsPerBatch; max > 0 && len(b.Records) > max {
+	if limit := h.cfg.Limits.RecordsPerBatch; limit > 0 && len(b.Records) > limit {
 		return store.BatchResult{}, newProblem(http.StatusRequestEntityTooLarge, problem.TooManyRecords,
-			problem.Text(fmt.Sprintf("a batch holds at most %d records", max)))
+			problem.Text(fmt.Sprintf("a batch holds at most %d records", limit)))
 	}
 	records, err := toStoreRecords(b.Records)
 	if err != nil {

@@ -328,7 +328,7 @@ func (s *Server) buildHandler() (http.Handler, error) {
 			writeProblem(w, r, withCause(newProblem(http.StatusBadRequest, problem.BadRequest, "invalid request parameters"), err), s.logger)
 		},
 	})
-	var apiHandler http.Handler = validate(routes)
+	apiHandler := validate(routes)
 	// Artifact bytes are streamed straight to storage: that route's
 	// validator leaves the body unread.
 	validateNoBody, err := s.requestValidator(true)
@@ -375,7 +375,7 @@ var registerFormats = sync.OnceFunc(func() {
 // validates the same schemas with its own validator.
 func loadSpec() (*openapi3.T, error) {
 	registerFormats()
-	spec, err := api.GetSwagger()
+	spec, err := api.GetSpec()
 	if err != nil {
 		return nil, fmt.Errorf("load embedded openapi spec: %w", err)
 	}

@@ -19,7 +19,7 @@ import (
 var specJSON, specYAML = mustSpecDocuments()
 
 func mustSpecDocuments() ([]byte, []byte) {
-	spec, err := api.GetSwagger()
+	spec, err := api.GetSpec()
 	if err != nil {
 		panic(fmt.Sprintf("embedded openapi spec: %v", err))
 	}

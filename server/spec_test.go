@@ -6,6 +6,7 @@ import (
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/stretchr/testify/require"
+
 	"github.com/worker-gateway/gateway/server/api"
 )
 
@@ -14,7 +15,7 @@ import (
 // security scheme that only 3.1 has, and every operation documents its
 // problems.
 func TestContractIsValidOpenAPI31(t *testing.T) {
-	spec, err := api.GetSwagger()
+	spec, err := api.GetSpec()
 	require.NoError(t, err)
 	require.NoError(t, spec.Validate(context.Background()))
 	require.Equal(t, "3.1.0", spec.OpenAPI)

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -154,30 +153,6 @@ type RenewParams struct {
 func (s *Store) RenewLeases(ctx context.Context, p RenewParams) ([]LeaseStatus, error) {
 	out := s.RenewLeasesMany(ctx, []RenewParams{p})
 	return out[0].Statuses, out[0].Err
-}
-
-// touchWorker records that a worker was seen, refusing a revoked one, and
-// reports whether its capability advertisement changed (only then can an
-// attempt have lost a critical capability).
-func touchWorker(ctx context.Context, ex executor, workerID uuid.UUID, capabilities []byte, softwareVersion *string) (capsChanged bool, err error) {
-	var (
-		workerType       string
-		caps             []byte
-		maxTasks         int
-		enabled, revoked bool
-	)
-	err = ex.QueryRow(ctx, touchWorkerSQL, workerID, nullJSON(capabilities), softwareVersion, nil).
-		Scan(&workerType, &caps, &maxTasks, &enabled, &revoked, &capsChanged)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, ErrNotFound
-	}
-	if err != nil {
-		return false, fmt.Errorf("touch worker: %w", err)
-	}
-	if revoked {
-		return false, ErrWorkerRevoked
-	}
-	return capsChanged, nil
 }
 
 // touchWorkerSQL locks worker $1 (so one worker's polls and heartbeats take

@@ -59,7 +59,8 @@
 //
 // # Shape
 //
-// The tables are the RFC's record; how the hot path moves through them was
+// The tables are the record users and the API see (tasks with states,
+// attempts with their history); how the hot path moves through them was
 // chosen by measurement (go run ./scripts/bench -scenario throughput
 // -pg-statements N prints each table's updates and how many were HOT, and
 // each index's entries read):

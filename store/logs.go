@@ -27,8 +27,8 @@ type LogAppend struct {
 }
 
 // truncationMarker ends a log that reached its cap.
-func truncationMarker(cap int64) []byte {
-	return []byte(fmt.Sprintf("\n[log truncated: this attempt's log reached its cap of %d bytes; later output was dropped]\n", cap))
+func truncationMarker(limit int64) []byte {
+	return []byte(fmt.Sprintf("\n[log truncated: this attempt's log reached its cap of %d bytes; later output was dropped]\n", limit))
 }
 
 // AppendLog appends a chunk at offset of an attempt's log, idempotently: a

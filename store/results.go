@@ -59,7 +59,7 @@ type BatchResult struct {
 	Lease    LeaseStatus
 }
 
-// AcceptResultBatch runs the RFC's result-batch transaction boundary in one
+// AcceptResultBatch accepts a result batch exactly once, in one
 // transaction: (1) find the attempt (this worker's, else not found); (2) take
 // the idempotency key's advisory lock, refusing a concurrent duplicate as in
 // flight; (3) a known key with the same checksum returns the stored

@@ -423,7 +423,8 @@ type WorkerEligibility struct {
 }
 
 // OrganizationWorkers lists the workers assigned to an organization with
-// their eligibility (the RFC's "UI should show no eligible Worker").
+// their eligibility, and for each one that cannot take the organization's
+// work, why — so an operator sees at once that no worker is eligible.
 func (s *Store) OrganizationWorkers(ctx context.Context, scope Scope, org uuid.UUID, onlineWindow time.Duration) ([]WorkerEligibility, error) {
 	if _, err := s.GetOrganization(ctx, scope, org); err != nil {
 		return nil, err

@@ -13,7 +13,8 @@ import (
 	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
-// One test per row of the RFC's assignment-scenario table.
+// One test per assignment scenario (the ten of the data-model spec): who may
+// lease what as workers are assigned, disabled, unassigned and resized.
 
 func leaseWithCaps(t *testing.T, w *harness.Worker, n int, caps string) []apiclient.Lease {
 	t.Helper()

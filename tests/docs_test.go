@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
 	"github.com/worker-gateway/gateway/tests/harness"
 )
 

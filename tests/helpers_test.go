@@ -2,6 +2,7 @@ package tests
 
 import (
 	"github.com/google/uuid"
+
 	"github.com/worker-gateway/gateway/store"
 )
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
 	"github.com/worker-gateway/gateway/server"
 	"github.com/worker-gateway/gateway/tests/harness"
 )

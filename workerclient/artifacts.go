@@ -18,6 +18,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
@@ -37,11 +38,6 @@ const (
 	defaultContentType     = "application/octet-stream"
 	// How much of an upload answer is read.
 	maxUploadAnswerBytes = 64 << 10
-
-	codeUploadState       = "upload-state"
-	codeUploadExpired     = "upload-expired"
-	codeUploadMissing     = "upload-missing"
-	codeArtifactsDisabled = "artifacts-disabled"
 )
 
 // UploadArtifact stores what r holds as a file of the attempt, named name,
@@ -280,12 +276,12 @@ func (r *runner) uploadStep(ctx context.Context, ls *lease, op string, call func
 		case isRevoked(err):
 			r.revoked(err)
 			return &permanentError{fmt.Errorf("%w: %w", ErrLeaseLost, err)}
-		case isAPI && apiErr.Code == codeLeaseLost:
+		case isAPI && apiErr.Code == problem.LeaseLost:
 			ls.log.Warn("the gateway refused an artifact upload: lease lost", "step", op)
 			r.markLost(ls)
 			return &permanentError{fmt.Errorf("%w: %w", ErrLeaseLost, err)}
 		case handled != nil && handled(err),
-			isAPI && apiErr.Code == codeArtifactsDisabled: // 503, but no retry will help
+			isAPI && apiErr.Code == problem.ArtifactsDisabled: // 503, but no retry will help
 			return &permanentError{err}
 		}
 		return err
@@ -359,7 +355,7 @@ func (r *runner) putUpload(ctx context.Context, ls *lease, s *uploadSession, src
 		if !errors.As(err, &apiErr) {
 			return false
 		}
-		return apiErr.Code == codeUploadExpired ||
+		return apiErr.Code == problem.UploadExpired ||
 			s.foreign && apiErr.Status == http.StatusForbidden && !time.Now().Before(s.expiresAt)
 	}
 	err := r.uploadStep(ctx, ls, "upload", func(ctx context.Context) error {
@@ -368,7 +364,7 @@ func (r *runner) putUpload(ctx context.Context, ls *lease, s *uploadSession, src
 		}
 		err := r.putOnce(ctx, ls, s, src)
 		var apiErr *APIError
-		if errors.As(err, &apiErr) && !s.foreign && apiErr.Code == codeUploadState {
+		if errors.As(err, &apiErr) && !s.foreign && apiErr.Code == problem.UploadState {
 			// The session no longer takes an upload: an earlier attempt
 			// whose answer was lost stored it. The commit verifies it.
 			ls.log.Info("the upload was already stored; committing it", "upload_id", s.UploadId)
@@ -487,7 +483,7 @@ func (r *runner) commitUpload(ctx context.Context, ls *lease, s *uploadSession) 
 		return nil
 	}, nil)
 	var apiErr *APIError
-	if errors.As(err, &apiErr) && (apiErr.Code == codeUploadExpired || apiErr.Code == codeUploadMissing) {
+	if errors.As(err, &apiErr) && (apiErr.Code == problem.UploadExpired || apiErr.Code == problem.UploadMissing) {
 		// The session ended without the object (or before the commit): a
 		// new session uploads it again.
 		return nil, &errSessionExpired{err: err}

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/worker-gateway/gateway/problem"
 )
 
 // APIError is an error answer (RFC 9457 problem) from the gateway.
@@ -79,12 +81,12 @@ func isTransient(err error) bool {
 		return true
 	}
 	return e.Status == http.StatusRequestTimeout || e.Status == http.StatusTooManyRequests || e.Status >= 500 ||
-		e.Code == codeIdempotencyInFlight
+		e.Code == problem.IdempotencyInFlight
 }
 
 func isRevoked(err error) bool {
 	var e *APIError
-	return errors.As(err, &e) && e.Code == codeWorkerRevoked
+	return errors.As(err, &e) && e.Code == problem.WorkerRevoked
 }
 
 // parseRetryAfter reads a Retry-After header: delay-seconds, or an HTTP date

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/worker-gateway/gateway/internal/pki"
+	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
@@ -51,9 +52,6 @@ var (
 )
 
 const (
-	codeEnrollmentTokenInvalid = "enrollment-token-invalid"
-	codeEnrollmentDisabled     = "enrollment-disabled"
-	codeCertificateExpired     = "certificate-expired"
 
 	// Renewals are never scheduled sooner than this after a certificate was
 	// obtained, whatever the gateway says.
@@ -214,13 +212,13 @@ func (id *identity) enroll(ctx context.Context) error {
 	case errors.As(err, &verifyErr):
 		return fmt.Errorf("workerclient: enrollment: the gateway's certificate cannot be verified "+
 			"(set CAFile to the CA that signed it): %w", err)
-	case isAPI && apiErr.Code == codeEnrollmentTokenInvalid:
+	case isAPI && apiErr.Code == problem.EnrollmentTokenInvalid:
 		hint := "ask the operator for a new enrollment token"
 		if maybeUsed {
 			hint += " (an earlier attempt whose answer was lost may have used this one)"
 		}
 		return fmt.Errorf("%w: %w; %s", ErrEnrollmentTokenInvalid, err, hint)
-	case isAPI && apiErr.Code == codeEnrollmentDisabled:
+	case isAPI && apiErr.Code == problem.EnrollmentDisabled:
 		return fmt.Errorf("workerclient: enrollment: the gateway has no CA to enroll workers with; "+
 			"give the worker a certificate (CertFile and KeyFile) instead: %w", err)
 	default:
@@ -519,5 +517,5 @@ func (r *runner) renewLoop(ctx context.Context) {
 
 func isCertificateExpired(err error) bool {
 	var e *APIError
-	return errors.As(err, &e) && e.Code == codeCertificateExpired
+	return errors.As(err, &e) && e.Code == problem.CertificateExpired
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/worker-gateway/gateway/internal/pki"
+	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
@@ -156,7 +157,7 @@ func (g *idGateway) handleEnroll(w http.ResponseWriter, r *http.Request) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if in.EnrollmentToken != g.token || g.tokenUsed {
-		writeProblem(w, http.StatusUnauthorized, codeEnrollmentTokenInvalid)
+		writeProblem(w, http.StatusUnauthorized, problem.EnrollmentTokenInvalid)
 		return
 	}
 	g.tokenUsed = true
@@ -513,7 +514,7 @@ func TestALoadedCertificateIsRenewedAfterTwoThirdsOfItsLifetime(t *testing.T) {
 func TestRevokedDuringRenewal(t *testing.T) {
 	t.Parallel()
 	g := newIDGateway(t)
-	g.renewErr = &fault{status: http.StatusForbidden, code: codeWorkerRevoked}
+	g.renewErr = &fault{status: http.StatusForbidden, code: problem.WorkerRevoked}
 	dir := t.TempDir()
 	provision(t, g, dir, 10*time.Second) // due at once
 	cfg := g.config(dir)
@@ -554,7 +555,7 @@ func TestRenewalFailuresAreRetried(t *testing.T) {
 func TestAnExpiredCertificateEndsRun(t *testing.T) {
 	t.Parallel()
 	g := newIDGateway(t)
-	g.renewErr = &fault{status: http.StatusUnauthorized, code: codeCertificateExpired}
+	g.renewErr = &fault{status: http.StatusUnauthorized, code: problem.CertificateExpired}
 	dir := t.TempDir()
 	provision(t, g, dir, 10*time.Second)
 	cfg := g.config(dir)

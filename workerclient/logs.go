@@ -14,6 +14,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
@@ -50,8 +51,6 @@ const (
 	// logMaxConflicts: after this many offset mismatches in a row without
 	// progress, the log is given up.
 	logMaxConflicts = 8
-
-	codeLogOffsetMismatch = "log-offset-mismatch"
 )
 
 // Log returns the attempt's log: what the handler writes to it is sent to the
@@ -513,11 +512,11 @@ func (r *runner) logSender(ls *lease) logSendFunc {
 			case isRevoked(err):
 				r.revoked(err)
 				return logAnswer{}, fmt.Errorf("%w: %w", errLogGone, err)
-			case apiErr.Code == codeLeaseLost:
+			case apiErr.Code == problem.LeaseLost:
 				ls.log.Warn("the gateway refused the attempt's log: lease lost")
 				r.markLost(ls)
 				return logAnswer{}, fmt.Errorf("%w: %w", ErrLeaseLost, err)
-			case apiErr.Code == codeLogOffsetMismatch:
+			case apiErr.Code == problem.LogOffsetMismatch:
 				if expected, ok := problemExpectedOffset(resp.Body); ok {
 					return logAnswer{}, &logOffsetError{expected: expected, err: err}
 				}

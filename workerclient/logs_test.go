@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
@@ -106,7 +107,7 @@ func (s *fakeLogStore) append(offset int64, data []byte) (logAnswer, error) {
 		return logAnswer{next: s.offset, truncated: s.truncated}, nil
 	}
 	return logAnswer{}, &logOffsetError{expected: s.offset,
-		err: &APIError{Op: "append log", Status: http.StatusConflict, Code: codeLogOffsetMismatch}}
+		err: &APIError{Op: "append log", Status: http.StatusConflict, Code: problem.LogOffsetMismatch}}
 }
 
 // lose makes the store forget everything from offset to on.

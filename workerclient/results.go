@@ -17,6 +17,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
@@ -460,7 +461,7 @@ func (r *runner) resultDeliverer(ls *lease) deliverFunc {
 			case isRevoked(err):
 				r.revoked(err)
 				return &permanentError{fmt.Errorf("%w: %w", ErrLeaseLost, err)}
-			case errors.As(err, &apiErr) && apiErr.Code == codeLeaseLost:
+			case errors.As(err, &apiErr) && apiErr.Code == problem.LeaseLost:
 				ls.log.Warn("the gateway refused results: lease lost", "sequence_number", b.seq)
 				r.markLost(ls)
 				return &permanentError{fmt.Errorf("%w: %w", ErrLeaseLost, err)}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/worker-gateway/gateway/problem"
 )
 
 // fakeSleep records the waits retry asks for and returns at once; it
@@ -45,7 +47,7 @@ func TestRetryRetriesTransientErrors(t *testing.T) {
 	p := testPolicy(f).withLog(func(err error, _ time.Duration) { logged = append(logged, err) })
 	calls := 0
 	transient := []error{errors.New("connection reset"), &APIError{Status: 503}, &APIError{Status: 429},
-		&APIError{Status: 409, Code: codeIdempotencyInFlight}}
+		&APIError{Status: 409, Code: problem.IdempotencyInFlight}}
 	require.NoError(t, retry(t.Context(), p, failing(&calls, transient...)))
 	assert.Equal(t, 5, calls)
 	assert.Equal(t, transient, logged, "every retried failure is told to onRetry")
@@ -59,8 +61,8 @@ func TestRetryStopsOnPermanentErrors(t *testing.T) {
 	t.Parallel()
 	for _, perm := range []error{
 		&APIError{Status: http.StatusBadRequest},
-		&APIError{Status: http.StatusForbidden, Code: codeWorkerRevoked},
-		fmt.Errorf("wrapped: %w", &APIError{Status: http.StatusConflict, Code: codeLeaseLost}),
+		&APIError{Status: http.StatusForbidden, Code: problem.WorkerRevoked},
+		fmt.Errorf("wrapped: %w", &APIError{Status: http.StatusConflict, Code: problem.LeaseLost}),
 		&permanentError{errors.New("a transport error the caller knows is hopeless")},
 	} {
 		f := &fakeSleep{}
@@ -80,7 +82,7 @@ func TestRetryPolicyChoosesWhatIsPermanent(t *testing.T) {
 	p.permanent = func(err error) bool { return isRevoked(err) }
 	calls := 0
 	// A 400 is retried under this policy; a revocation is not.
-	revoked := &APIError{Status: 403, Code: codeWorkerRevoked}
+	revoked := &APIError{Status: 403, Code: problem.WorkerRevoked}
 	err := retry(t.Context(), p, failing(&calls, &APIError{Status: 400}, revoked))
 	assert.Same(t, revoked, err)
 	assert.Equal(t, 2, calls)

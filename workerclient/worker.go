@@ -96,11 +96,8 @@ const (
 // taken from the generated constants, whose names depend on which other
 // enums share a value.
 const (
-	codeWorkerRevoked                            = "worker-revoked"
-	codeIdempotencyInFlight                      = "idempotency-in-flight"
-	codeLeaseLost                                = "lease-lost"
-	stateLost               apiclient.LeaseState = "lost"
-	stateCancelRequested    apiclient.LeaseState = "cancel_requested"
+	stateLost            apiclient.LeaseState = "lost"
+	stateCancelRequested apiclient.LeaseState = "cancel_requested"
 )
 
 // Handler runs one task. Its result decides the attempt's outcome: see the

@@ -1,7 +1,8 @@
 //go:build failpoints
 
-// Package failpoint, test build: crash points armed by GATEWAY_FAILPOINTS
-// and a skewable clock (see failpoint.go for the release build).
+// Package failpoint in test builds: crash points armed by
+// GATEWAY_FAILPOINTS and a skewable clock (failpoint.go is the release
+// build).
 package failpoint
 
 import (

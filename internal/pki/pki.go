@@ -209,7 +209,7 @@ func (ca *CA) SignCSR(csrPEM []byte, commonName string, validity time.Duration) 
 		return nil, nil, err
 	}
 	if err := csr.CheckSignature(); err != nil {
-		return nil, nil, problem.Wrap(fmt.Errorf("%w: signature does not verify: %v", ErrBadCSR, err), "the CSR's signature does not verify")
+		return nil, nil, problem.Wrap(fmt.Errorf("%w: signature does not verify: %w", ErrBadCSR, err), "the CSR's signature does not verify")
 	}
 	cert, err := ca.sign(clientTemplate(commonName), csr.PublicKey, validity)
 	if err != nil {
@@ -338,7 +338,7 @@ func parseCSRPEM(csrPEM []byte) (*x509.CertificateRequest, error) {
 	}
 	csr, err := x509.ParseCertificateRequest(block.Bytes)
 	if err != nil {
-		return nil, problem.Wrap(fmt.Errorf("%w: cannot parse request: %v", ErrBadCSR, err), "the CSR cannot be parsed")
+		return nil, problem.Wrap(fmt.Errorf("%w: cannot parse request: %w", ErrBadCSR, err), "the CSR cannot be parsed")
 	}
 	return csr, nil
 }

@@ -436,7 +436,7 @@ func problemCode(err error) string {
 // retryable says whether repeating the same request can succeed: a
 // transport error, a 409 idempotency-in-flight, 429 or 503.
 func retryable(err error) bool {
-	he, ok := err.(*httpError)
+	he, ok := errors.AsType[*httpError](err)
 	if !ok {
 		return true
 	}

@@ -160,22 +160,18 @@ func (s *Stack) startPrivate(ctx context.Context) error {
 	}
 	s.cluster, err = pgcluster.Start(ctx, opts)
 	if err != nil {
-		_ = <-buildErr // setup failed already: the build's own error is moot
-		return err
+		return errors.Join(err, <-buildErr)
 	}
 	if err := s.cluster.CreateDatabase(ctx, "gateway", ""); err != nil {
-		_ = <-buildErr // setup failed already: the build's own error is moot
-		return err
+		return errors.Join(err, <-buildErr)
 	}
 	s.DatabaseURL = s.cluster.URL("gateway")
 	if err := migrations.Up(ctx, s.DatabaseURL); err != nil {
-		_ = <-buildErr // setup failed already: the build's own error is moot
-		return err
+		return errors.Join(err, <-buildErr)
 	}
 	if pgStatements > 0 {
 		if err := createExtension(ctx, s.DatabaseURL, "pg_stat_statements"); err != nil {
-			<-buildErr
-			return err
+			return errors.Join(err, <-buildErr)
 		}
 	}
 	if err := <-buildErr; err != nil {

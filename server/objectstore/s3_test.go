@@ -439,7 +439,7 @@ func TestS3List(t *testing.T) {
 	}
 	stop := errors.New("stop")
 	calls := 0
-	if err := s.List(ctx, "", func(string, time.Time) error { calls++; return stop }); err != stop || calls != 1 {
+	if err := s.List(ctx, "", func(string, time.Time) error { calls++; return stop }); !errors.Is(err, stop) || calls != 1 {
 		t.Fatalf("List with a failing callback: err %v after %d calls, want the callback's error after 1", err, calls)
 	}
 }

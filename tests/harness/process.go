@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"github.com/worker-gateway/gateway/store"
 	"net"
 	"os"
 	"os/exec"
@@ -16,6 +15,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/worker-gateway/gateway/store"
 	"github.com/worker-gateway/gateway/store/storetest"
 )
 

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
 	"github.com/worker-gateway/gateway/store/storetest"
 	"github.com/worker-gateway/gateway/tests/harness"
 )

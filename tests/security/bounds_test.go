@@ -12,6 +12,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
 	"github.com/worker-gateway/gateway/server/api"
 	"github.com/worker-gateway/gateway/tests/harness"
 )
@@ -34,7 +35,7 @@ const (
 // unbounded integer reaches PostgreSQL and fails there as a 500 (int4
 // overflow), instead of a 400 from the validator.
 func TestEveryIntegerInTheSpecIsBounded(t *testing.T) {
-	spec, err := api.GetSwagger()
+	spec, err := api.GetSpec()
 	require.NoError(t, err)
 	var problems []string
 	seen := map[*openapi3.Schema]bool{}
@@ -105,7 +106,7 @@ func TestEveryIntegerInTheSpecIsBounded(t *testing.T) {
 // GET /v1/tasks/{id}/logs?attempt=2147483648 answering 500.
 func TestIntegerParametersPastTheirBoundsAre400(t *testing.T) {
 	g := harness.Start(t)
-	spec, err := api.GetSwagger()
+	spec, err := api.GetSpec()
 	require.NoError(t, err)
 	client := g.HTTPClient(nil)
 	checked := 0

@@ -289,7 +289,7 @@ func TestSecretAnswersAreNeverStored(t *testing.T) {
 
 	// Every operation of the contract whose success answer holds a secret
 	// field is among those walked.
-	spec, err := api.GetSwagger()
+	spec, err := api.GetSpec()
 	require.NoError(t, err)
 	for path, item := range spec.Paths.Map() {
 		for method, op := range item.Operations() {

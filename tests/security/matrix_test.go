@@ -16,6 +16,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
 	"github.com/worker-gateway/gateway/server/api"
 	"github.com/worker-gateway/gateway/tests/harness"
 )
@@ -107,7 +108,7 @@ func (c choice) String() string { return [...]string{"own", "foreign", "missing"
 // refused with 401 or 403.
 func TestPermissionMatrix(t *testing.T) {
 	g := harness.Start(t)
-	spec, err := api.GetSwagger()
+	spec, err := api.GetSpec()
 	require.NoError(t, err)
 
 	type operation struct {

@@ -257,11 +257,13 @@ func runChildWorker(ctx context.Context, bin string, vars [][2]string, logger *s
 		logger.Error("reference worker exited", "error", fmt.Sprint(err))
 	case <-ctx.Done():
 		_ = cmd.Process.Signal(syscall.SIGTERM)
+		var err error
 		select {
-		case <-done:
+		case err = <-done:
 		case <-time.After(40 * time.Second):
 			_ = cmd.Process.Kill()
-			<-done
+			err = <-done
 		}
+		logger.Info("reference worker stopped", "status", fmt.Sprint(err))
 	}
 }
