@@ -206,7 +206,9 @@ func (t *logTail) readNew(ctx context.Context, st *store.Store) (grew, ended boo
 		t.mu.Lock()
 		next := t.start + int64(len(t.buf))
 		t.mu.Unlock()
-		got, err := st.ReadLogTail(ctx, t.attempt, next, followReadBytes)
+		// One read serves followers of any organization; each one's
+		// scope was checked (ReadTaskLog) before it joined this tail.
+		got, err := st.ReadLogTail(ctx, store.EveryOrganization(), t.attempt, next, followReadBytes)
 		if err != nil {
 			return grew, false, err
 		}

@@ -253,9 +253,10 @@ type LogTail struct {
 // ReadLogTail reads an attempt's log from offset, up to limit bytes, with
 // its size and whether the attempt is still active, in one statement (one
 // snapshot): a read that says the attempt ended has every byte up to Stored
-// that fits in limit. It checks no scope: it serves a replica's shared
-// follower, which checked each follower's scope itself.
-func (s *Store) ReadLogTail(ctx context.Context, attempt uuid.UUID, offset, limit int64) (LogTail, error) {
+// that fits in limit. A replica's shared follower reads for followers of
+// any scope, each checked when it joined, and so reads for every
+// organization.
+func (s *Store) ReadLogTail(ctx context.Context, scope Scope, attempt uuid.UUID, offset, limit int64) (LogTail, error) {
 	s.logReads.shared.Add(1)
 	rows, err := s.pool.Query(ctx, `
 		SELECT a.log_stored, a.log_truncated, a.status IN (`+activeStatuses+`), l.byte_offset, l.data
@@ -263,8 +264,8 @@ func (s *Store) ReadLogTail(ctx context.Context, attempt uuid.UUID, offset, limi
 		LEFT JOIN LATERAL (
 			SELECT byte_offset, data FROM attempt_logs
 			WHERE attempt_id = a.id AND byte_offset + length(data) > $2 AND byte_offset < $2 + $3) l ON true
-		WHERE a.id = $1
-		ORDER BY l.byte_offset`, attempt, offset, limit)
+		WHERE a.id = $1 AND `+inScope("a.organization_id", "$4")+`
+		ORDER BY l.byte_offset`, attempt, offset, limit, scope.arg())
 	if err != nil {
 		return LogTail{}, fmt.Errorf("read log tail: %w", err)
 	}
