@@ -76,7 +76,7 @@ func (s *Store) CreateScan(ctx context.Context, scope Scope, p CreateScanParams)
 			}
 			replayed = true
 		case isForeignKeyViolation(err):
-			return fmt.Errorf("%w: organization", ErrNotFound)
+			return missingOrganization(scope, p.OrganizationID)
 		case err != nil:
 			return fmt.Errorf("insert scan: %w", err)
 		default:
@@ -195,6 +195,9 @@ func (s *Store) ListScans(ctx context.Context, scope Scope, org *uuid.UUID, afte
 	scans, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Scan, error) { return scanScan(r) })
 	if err != nil {
 		return nil, nil, fmt.Errorf("list scans: %w", err)
+	}
+	if err := checkListedOrganization(ctx, s.pool, scope, org, len(scans) == 0); err != nil {
+		return nil, nil, err
 	}
 	scans, next := page(scans, limit, func(sc Scan) Cursor { return Cursor{Time: sc.CreatedAt, ID: sc.ID} })
 	return scans, next, nil
