@@ -95,7 +95,7 @@ func runDev(ctx context.Context, c *serveConfig, stateDir, workerBin string, log
 	if c.server.Artifacts.PublicURL == "" {
 		c.server.Artifacts.PublicURL = gatewayURL
 	}
-	targetAddr, stopTarget, err := startDemoTarget()
+	targetAddr, stopTarget, err := startDemoTarget(logger)
 	if err != nil {
 		return err
 	}
