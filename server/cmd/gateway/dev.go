@@ -175,20 +175,6 @@ Press Ctrl-C to stop everything.
 	return b.String()
 }
 
-// shortPath is path relative to the working directory when it lies under
-// it, as a person would type it.
-func shortPath(path string) string {
-	wd, err := os.Getwd()
-	if err != nil {
-		return path
-	}
-	rel, err := filepath.Rel(wd, path)
-	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
-		return path
-	}
-	return rel
-}
-
 func isDuplicateDatabase(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.DuplicateDatabase
