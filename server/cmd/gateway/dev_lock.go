@@ -3,11 +3,13 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 )
 
@@ -27,6 +29,10 @@ type errDevRunning struct {
 }
 
 func (e errDevRunning) Error() string {
+	pid := "pid " + strconv.Itoa(e.rec.PID)
+	if e.rec.PID == 0 {
+		pid = "pid unknown"
+	}
 	url := e.rec.URL
 	if url == "" {
 		url = "(still starting)"
@@ -35,8 +41,8 @@ func (e errDevRunning) Error() string {
 	if env == "" {
 		env = filepath.Join(filepath.Dir(e.path), "env")
 	}
-	return fmt.Sprintf("gateway dev is already running (pid %d) at %s; settings in %s (state directory %s)",
-		e.rec.PID, url, env, filepath.Dir(e.path))
+	return fmt.Sprintf("gateway dev is already running (%s) at %s; settings in %s (state directory %s)",
+		pid, url, env, filepath.Dir(e.path))
 }
 
 // lockDevState takes the lock of state directory dir, creating the
@@ -57,7 +63,8 @@ func lockDevState(dir string) (*devLock, error) {
 		if errors.Is(err, syscall.EWOULDBLOCK) {
 			var rec devRecord
 			if b, err := os.ReadFile(path); err == nil {
-				_ = json.Unmarshal(b, &rec)
+				// The first value: see record.
+				_ = json.NewDecoder(bytes.NewReader(b)).Decode(&rec)
 			}
 			return nil, errDevRunning{rec: rec, path: path}
 		}
@@ -71,17 +78,18 @@ func lockDevState(dir string) (*devLock, error) {
 	return l, nil
 }
 
-// record replaces the holder's record in the lock file.
+// record replaces the holder's record in the lock file. Written before the
+// truncation, so that a reader always finds a whole record first.
 func (l *devLock) record(rec devRecord) error {
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return err
 	}
-	if err := l.f.Truncate(0); err != nil {
+	b = append(b, '\n')
+	if _, err := l.f.WriteAt(b, 0); err != nil {
 		return err
 	}
-	_, err = l.f.WriteAt(append(b, '\n'), 0)
-	return err
+	return l.f.Truncate(int64(len(b)))
 }
 
 // release clears the record and drops the lock. The file stays: removing it

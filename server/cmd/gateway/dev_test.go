@@ -21,6 +21,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/worker-gateway/gateway/internal/pgcluster"
 	"github.com/worker-gateway/gateway/store"
 )
 
@@ -72,7 +73,10 @@ func devCmd(ctx context.Context, bin, state string) *exec.Cmd {
 	if v := os.Getenv("PG_BIN_DIR"); v != "" {
 		cmd.Env = append(cmd.Env, "PG_BIN_DIR="+v)
 	}
-	cmd.WaitDelay = 10 * time.Second
+	// On the test's deadline, stop it as Ctrl-C would, so that it stops its
+	// PostgreSQL too; killed only if that takes too long.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 30 * time.Second
 	return cmd
 }
 
@@ -181,6 +185,9 @@ func TestDevStateDirectory(t *testing.T) {
 	defer cancel()
 	bin := buildGateway(t, "devstack")
 	state := t.TempDir()
+	// Should a run have been killed, its PostgreSQL must not outlive the
+	// test (cleanups run last in, first out: before the directory goes).
+	t.Cleanup(func() { _ = pgcluster.StopStale(context.Background(), filepath.Join(state, "postgres"), t.Logf) })
 
 	first, env, client := startDev(ctx, t, bin, state)
 	envBefore, err := os.ReadFile(filepath.Join(state, "env"))
