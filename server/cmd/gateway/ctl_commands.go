@@ -243,6 +243,10 @@ func workersCreate(fs *flagSet) ctlRun {
 				{"Token expires", fmtTime(cw.EnrollmentTokenExpiresAt)},
 			})
 			c.writeWorkerCommands(w, cw.EnrollmentToken)
+			if cw.OwnerOrganizationId == nil {
+				// A platform worker leases nothing until assigned.
+				fmt.Fprintf(w, "It gets tasks once assigned to an organization:\n  gateway ctl assign ORGANIZATION_ID %s\n", cw.Id)
+			}
 			fmt.Fprintln(c.errOut, "The enrollment token is shown only once: the worker enrolls with it (POST /v1/enroll).")
 		})
 	}

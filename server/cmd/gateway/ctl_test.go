@@ -361,6 +361,7 @@ func TestCtlEndToEnd(t *testing.T) {
 	require.Len(t, startLine, 2, out)
 	require.Len(t, checkLine, 2, out)
 	require.Contains(t, startLine[1], "-gateway "+g.URL+" -ca "+caFile+" ")
+	require.Contains(t, out, "gateway ctl assign ORGANIZATION_ID ")
 	runPrintedWorker(t, startLine[1], checkLine[1])
 }
 
