@@ -123,7 +123,7 @@ func TestReadmeShellBlocksRun(t *testing.T) {
 			}
 		case <-time.After(90 * time.Second):
 			_ = dev.Process.Kill()
-			<-devDone
+			t.Logf("gateway dev killed: %v", <-devDone)
 			t.Errorf("gateway dev did not stop within 90 s of SIGTERM")
 		}
 		if t.Failed() {
