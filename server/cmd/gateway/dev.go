@@ -301,13 +301,30 @@ func portOf(addr string) string {
 	return port
 }
 
+// writeEnvFile writes `export KEY=value` lines, so that sourcing the file
+// hands the variables to every command run after it (gateway ctl, k6).
+// The readers of the file (the reference worker, gateway ctl, the curl and
+// Python workers) drop "export " and one pair of matching quotes, but know
+// no escapes: a value that needs more than single quotes is refused.
 func writeEnvFile(path string, vars [][2]string) error {
 	var b strings.Builder
-	b.WriteString("# Written by `make run` (gateway dev). Source it: . " + path + "\n")
+	b.WriteString("# Written by `make run` (gateway dev). Source it: . " + shellQuote(path) + "\n")
 	for _, kv := range vars {
-		fmt.Fprintf(&b, "%s=%s\n", kv[0], kv[1])
+		if strings.ContainsAny(kv[1], "'\n\r") {
+			return fmt.Errorf("env file: %s=%q cannot be written as one quoted line", kv[0], kv[1])
+		}
+		fmt.Fprintf(&b, "export %s=%s\n", kv[0], shellQuote(kv[1]))
 	}
 	return os.WriteFile(path, []byte(b.String()), 0o600)
+}
+
+// shellQuote single-quotes s unless it is made only of characters a shell
+// takes literally.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.,/:@%+=") == "" {
+		return s
+	}
+	return "'" + s + "'"
 }
 
 // runChildWorker runs the reference worker until ctx ends, then asks it to
