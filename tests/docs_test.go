@@ -123,21 +123,7 @@ func findChromium(t *testing.T) string {
 		if chromiumPath = lookChromium(); chromiumPath != "" {
 			return
 		}
-		if os.Geteuid() != 0 {
-			chromiumErr = errors.New("chromium is not installed and we are not root to install it")
-			return
-		}
-		if _, err := exec.LookPath("apt-get"); err != nil {
-			chromiumErr = errors.New("chromium is not installed and apt-get is not available")
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-		defer cancel()
-		install := exec.CommandContext(ctx, "sh", "-c",
-			"apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium")
-		out, err := install.CombinedOutput()
-		if err != nil {
-			chromiumErr = errors.New("installing chromium with apt-get failed: " + err.Error() + "\n" + truncate(string(out), 2000))
+		if chromiumErr = aptInstall("chromium"); chromiumErr != nil {
 			return
 		}
 		if chromiumPath = lookChromium(); chromiumPath == "" {
