@@ -55,6 +55,7 @@ import (
 
 	"github.com/peterbourgon/ff/v3"
 
+	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/workerclient"
 )
 
@@ -437,7 +438,7 @@ func checkHint(err error) string {
 	switch {
 	case errors.Is(err, workerclient.ErrNotEnrolled):
 		return "not enrolled yet"
-	case errors.As(err, &apiErr) && apiErr.Code == "worker-revoked":
+	case errors.As(err, &apiErr) && apiErr.Code == problem.WorkerRevoked:
 		return "the gateway has revoked this worker; it needs a new identity"
 	case errors.As(err, &apiErr) && apiErr.Status == http.StatusUnauthorized:
 		return "the gateway refused the worker's certificate (not registered, replaced, or expired): " +
