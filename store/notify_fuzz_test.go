@@ -20,6 +20,7 @@ func FuzzParseWakeup(f *testing.F) {
 		{Kind: WakeWorker, Worker: id},
 		{Kind: WakeWorkerRevoked, Worker: id},
 		{Kind: WakeCapacity, Worker: id},
+		{Kind: WakeSchedules, Organization: id},
 	} {
 		got, err := ParseWakeup(w.Payload())
 		if err != nil || got != w {

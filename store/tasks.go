@@ -75,6 +75,8 @@ type CreateTaskParams struct {
 	// and checksum return the first task, another checksum is refused.
 	IdempotencyKey string
 	RequestSHA256  string
+	// Trigger is what caused the task; nil is the API.
+	Trigger *Trigger
 }
 
 // CreateTask inserts a task and wakes the pollers of its organization, in
@@ -126,13 +128,15 @@ func createTask(ctx context.Context, tx pgx.Tx, p CreateTaskParams) (Task, bool,
 		v := p.ExecutionTimeout.Seconds()
 		execTimeout = &v
 	}
+	tr := p.Trigger.orAPI()
 	row := tx.QueryRow(ctx, `
 		WITH created AS (
 		INSERT INTO worker_tasks AS t (task_type, organization_id, scan_id, scan_job_id, required_capabilities, payload,
 			priority, available_at, execution_deadline_at, max_attempts, lease_duration_seconds,
-			attempt_timeout_seconds, retry_base_seconds, retry_max_seconds, idempotency_key, request_sha256, critical_capabilities)
+			attempt_timeout_seconds, retry_base_seconds, retry_max_seconds, idempotency_key, request_sha256, critical_capabilities,
+			trigger_kind, trigger_schedule_id, trigger_schedule_version, trigger_slot_at, trigger_token_id)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, now() + make_interval(secs => $8),
-			now() + make_interval(secs => $9::float8), $10, $11, $12, $13, $14, $15, $16, $17)
+			now() + make_interval(secs => $9::float8), $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)
 		ON CONFLICT (organization_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 		RETURNING *
 		), enqueued AS (
@@ -142,7 +146,7 @@ func createTask(ctx context.Context, tx pgx.Tx, p CreateTaskParams) (Task, bool,
 		p.TaskType, p.OrganizationID, p.ScanID, p.ScanJobID, string(p.RequiredCapabilities), string(p.Payload),
 		p.Priority, p.Delay.Seconds(), execTimeout, p.MaxAttempts, p.LeaseDurationSeconds,
 		p.AttemptTimeoutSeconds, p.RetryBaseSeconds, p.RetryMaxSeconds, nullString(p.IdempotencyKey), p.RequestSHA256,
-		string(p.CriticalCapabilities))
+		string(p.CriticalCapabilities), tr.Kind, tr.ScheduleID, tr.ScheduleVersion, tr.SlotAt, tr.TokenID)
 	task, err := scanTask(row)
 	switch {
 	case err == nil:
