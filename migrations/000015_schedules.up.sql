@@ -75,7 +75,7 @@ CREATE TABLE schedule_fires (
 -- The idempotency key of a scheduled fire: one row per (schedule, slot).
 -- Manual runs are keyed by nothing but their own id.
 CREATE UNIQUE INDEX schedule_fires_slot_unique ON schedule_fires (schedule_id, slot_at) WHERE trigger_kind = 'schedule';
-CREATE INDEX schedule_fires_history_idx ON schedule_fires (schedule_id, fired_at DESC, id DESC);
+CREATE INDEX schedule_fires_history_idx ON schedule_fires (schedule_id, slot_at DESC, id DESC);
 
 -- What caused each task and scan. NULL on rows made before this migration.
 -- No index on worker_tasks (see "Shape" in store/doc.go): history is read

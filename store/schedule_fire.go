@@ -256,8 +256,7 @@ func createRun(ctx context.Context, tx pgx.Tx, org uuid.UUID, def ScheduleDefini
 		}
 		plugins := make([]ScanPlugin, len(def.Scan.Plugins))
 		for i, p := range def.Scan.Plugins {
-			plugins[i] = ScanPlugin{Name: p.Name, Input: p.Input, TimeoutSeconds: p.TimeoutSeconds,
-				RequiredCapabilities: p.RequiredCapabilities}
+			plugins[i] = ScanPlugin(p)
 		}
 		id, _, err := createScan(ctx, tx, CreateScanParams{OrganizationID: org, Targets: def.Scan.Targets,
 			Plugins: plugins, Priority: def.Scan.Priority, Trigger: &tr})

@@ -648,7 +648,8 @@ func scanFire(row pgx.Row) (ScheduleFire, error) {
 	return f, err
 }
 
-// ScheduleFires pages a schedule's history, newest first: each slot fired,
+// ScheduleFires pages a schedule's history, latest slot first (a manual
+// run's slot is when it was asked for): each slot fired,
 // skipped (and why) or queued, with its run's state now.
 func (s *Store) ScheduleFires(ctx context.Context, scope Scope, id uuid.UUID, after *Cursor, limit int) ([]ScheduleFire, *Cursor, error) {
 	if _, err := readSchedule(ctx, s.pool, scope, id, false); err != nil {
@@ -657,8 +658,8 @@ func (s *Store) ScheduleFires(ctx context.Context, scope Scope, id uuid.UUID, af
 	afterTime, afterID := after.position()
 	rows, err := s.pool.Query(ctx, `SELECT `+fireColumns+` FROM schedule_fires f
 			LEFT JOIN worker_tasks t ON t.id = f.task_id LEFT JOIN scans sc ON sc.id = f.scan_id
-		WHERE f.schedule_id = $1 AND ($2::timestamptz IS NULL OR (f.fired_at, f.id) < ($2, $3::uuid))
-		ORDER BY f.fired_at DESC, f.id DESC LIMIT $4`, id, afterTime, afterID, limit+1)
+		WHERE f.schedule_id = $1 AND ($2::timestamptz IS NULL OR (f.slot_at, f.id) < ($2, $3::uuid))
+		ORDER BY f.slot_at DESC, f.id DESC LIMIT $4`, id, afterTime, afterID, limit+1)
 	if err != nil {
 		return nil, nil, fmt.Errorf("schedule fires: %w", err)
 	}
@@ -666,7 +667,7 @@ func (s *Store) ScheduleFires(ctx context.Context, scope Scope, id uuid.UUID, af
 	if err != nil {
 		return nil, nil, fmt.Errorf("schedule fires: %w", err)
 	}
-	fires, next := page(fires, limit, func(f ScheduleFire) Cursor { return Cursor{Time: f.FiredAt, ID: f.ID} })
+	fires, next := page(fires, limit, func(f ScheduleFire) Cursor { return Cursor{Time: f.SlotAt, ID: f.ID} })
 	return fires, next, nil
 }
 
@@ -696,7 +697,7 @@ func (s *Store) NextFireTimes(ctx context.Context, scope Scope, id uuid.UUID, n 
 	}
 	var out []ScheduleSlot
 	for ; ok && len(out) < n; slot, ok = sl.next(slot) {
-		out = append(out, ScheduleSlot{SlotAt: slot, FireAt: sl.fireAt(slot)})
+		out = append(out, ScheduleSlot{SlotAt: slot.UTC(), FireAt: sl.fireAt(slot).UTC()})
 	}
 	return out, nil
 }
