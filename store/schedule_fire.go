@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // runActiveSQL: the schedule s's latest run has not ended (overlap policy).
@@ -235,8 +237,29 @@ func (c *claimed) run(ctx context.Context, tx pgx.Tx, slot time.Time, queued boo
 	tr := Trigger{Kind: TriggerSchedule, ScheduleID: &c.sl.id, ScheduleVersion: &version, SlotAt: &slot}
 	f := ScheduleFire{ID: fireID, ScheduleID: c.sl.id, Version: c.version, SlotAt: slot, Trigger: TriggerSchedule,
 		Outcome: FireCreated, MissedSlots: missed, FiredAt: firedAt}
-	if err := createRun(ctx, tx, c.org, c.def, tr, &f); err != nil {
-		return err
+	// A savepoint, so that a run the database refuses skips its slot
+	// instead of failing every schedule claimed with it, forever.
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("schedule savepoint: %w", err)
+	}
+	if err := createRun(ctx, sp, c.org, c.def, tr, &f); err != nil {
+		if !isRefusedData(err) {
+			return err
+		}
+		if err := sp.Rollback(ctx); err != nil {
+			return fmt.Errorf("schedule savepoint: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE schedule_fires SET outcome = 'skipped', skip_reason = 'error' WHERE id = $1`,
+			fireID); err != nil {
+			return fmt.Errorf("record failed schedule fire: %w", err)
+		}
+		f.Outcome, f.SkipReason, f.TaskID, f.ScanID, f.RunState = FireSkipped, SkipError, nil, nil, ""
+		c.fires = append(c.fires, f)
+		return nil
+	}
+	if err := sp.Commit(ctx); err != nil {
+		return fmt.Errorf("schedule savepoint: %w", err)
 	}
 	c.lastTask, c.lastScan, c.active = f.TaskID, f.ScanID, true
 	if f.TaskID != nil {
@@ -244,6 +267,14 @@ func (c *claimed) run(ctx context.Context, tx pgx.Tx, slot time.Time, queued boo
 	}
 	c.fires = append(c.fires, f)
 	return nil
+}
+
+// isRefusedData: the database refused the run's data (a data exception or
+// an integrity constraint, SQLSTATE classes 22 and 23), which repeating
+// cannot change.
+func isRefusedData(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "22") || strings.HasPrefix(pgErr.Code, "23"))
 }
 
 // createRun creates the definition's scan or task with trigger tr, and

@@ -161,7 +161,7 @@ type ScheduleFire struct {
 	Trigger     TriggerKind
 	TokenID     *uuid.UUID
 	Outcome     string // created, skipped or queued
-	SkipReason  string // missed, overlap or queue_full
+	SkipReason  string // missed, overlap, queue_full or error
 	MissedSlots int    // slots this entry stands for besides its own
 	TaskID      *uuid.UUID
 	ScanID      *uuid.UUID
@@ -178,6 +178,7 @@ const (
 	SkipMissed        = "missed"
 	SkipOverlap       = "overlap"
 	SkipQueueFull     = "queue_full"
+	SkipError         = "error" // the database refused the run
 	maxScheduleJitter = 24 * time.Hour
 )
 

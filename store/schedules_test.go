@@ -486,6 +486,24 @@ func TestScheduleBadInput(t *testing.T) {
 	require.Equal(t, 1, schedules)
 }
 
+// TestScheduleRefusedRunSkipsItsSlot: a run the database refuses is
+// recorded as skipped, and the schedules claimed with it still fire.
+func TestScheduleRefusedRunSkipsItsSlot(t *testing.T) {
+	t.Parallel()
+	s, b := setupStore(t)
+	t0 := scheduleOrigin()
+	bad := createSchedule(t, s, b.org.ID, minutely(t0, store.OverlapAllow, store.CatchUpOnce))
+	good := createSchedule(t, s, b.org.ID, minutely(t0, store.OverlapAllow, store.CatchUpOnce))
+	// A definition the checks of worker_tasks refuse (the API never stores one).
+	exec(t, b.pool, `UPDATE schedule_versions SET definition = jsonb_set(definition, '{task,task_type}', '"shell"')
+		WHERE schedule_id = $1`, bad.ID)
+	require.Len(t, fireAt(t, s, t0), 2)
+	require.Equal(t, []string{"0s skipped/error"}, summaries(t0, history(t, s, bad.ID)))
+	require.Equal(t, []string{"0s created"}, summaries(t0, history(t, s, good.ID)))
+	fireAt(t, s, t0.Add(time.Minute))
+	require.Equal(t, []string{"0s skipped/error", "1m0s skipped/error"}, summaries(t0, history(t, s, bad.ID)))
+}
+
 // TestScheduleMigrationKeepsExistingRows: tasks and scans made before
 // migration 000015 keep working with no trigger recorded, and the
 // migration adds no index on worker_tasks (see "Shape" in doc.go).
