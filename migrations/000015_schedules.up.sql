@@ -93,4 +93,59 @@ ALTER TABLE scans
     ADD COLUMN trigger_slot_at          timestamptz NULL,
     ADD COLUMN trigger_token_id         uuid NULL;
 
+-- advance_scan (000012) creates a scan's job tasks; they now carry their
+-- scan's trigger. Otherwise unchanged.
+CREATE OR REPLACE FUNCTION advance_scan(p_scan uuid) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    s    scans%ROWTYPE;
+    j    scan_jobs%ROWTYPE;
+BEGIN
+    SELECT * INTO s FROM scans WHERE id = p_scan FOR UPDATE;
+    IF NOT FOUND OR s.state IN ('completed', 'failed', 'cancelled') THEN
+        RETURN;
+    END IF;
+    -- A job still in flight: nothing to do until it ends.
+    IF EXISTS (SELECT 1 FROM scan_jobs sj JOIN worker_tasks t ON t.scan_job_id = sj.id
+               WHERE sj.scan_id = p_scan AND t.state NOT IN ('completed', 'failed_terminal', 'cancelled')) THEN
+        RETURN;
+    END IF;
+    SELECT sj.* INTO j FROM scan_jobs sj
+    WHERE sj.scan_id = p_scan AND sj.state = 'pending'
+        AND NOT EXISTS (SELECT 1 FROM worker_tasks t WHERE t.scan_job_id = sj.id)
+    ORDER BY sj.position LIMIT 1;
+    IF FOUND THEN
+        WITH created AS (
+            INSERT INTO worker_tasks (task_type, organization_id, scan_id, scan_job_id, required_capabilities,
+                payload, priority, attempt_timeout_seconds, trigger_kind, trigger_schedule_id,
+                trigger_schedule_version, trigger_slot_at, trigger_token_id)
+            VALUES ('scanner_plugin', s.organization_id, s.id, j.id, j.required_capabilities,
+                jsonb_build_object(
+                    'plugin', j.plugin_name,
+                    'input', j.input,
+                    'targets', s.targets,
+                    'assets', (SELECT coalesce(jsonb_agg(jsonb_build_object('type', a.type, 'value', a.value, 'details', a.details)
+                                    ORDER BY a.type, a.normalized_value), '[]'::jsonb)
+                               FROM scan_assets sa JOIN assets a ON a.id = sa.asset_id WHERE sa.scan_id = s.id)),
+                s.priority, j.timeout_seconds, s.trigger_kind, s.trigger_schedule_id,
+                s.trigger_schedule_version, s.trigger_slot_at, s.trigger_token_id)
+            RETURNING *
+        )
+        INSERT INTO worker_task_queue (task_id, organization_id, lease_class, task_type, required_capabilities,
+                priority, created_at, available_at, execution_deadline_at)
+            SELECT id, organization_id, lease_class, task_type, required_capabilities,
+                priority, created_at, available_at, execution_deadline_at
+            FROM created;
+        -- The channel and payload format are store.NotifyChannel and
+        -- store.Wakeup ("o:<organization>:<count>").
+        PERFORM pg_notify('worker_gateway_wakeup', 'o:' || s.organization_id::text || ':1');
+        RETURN;
+    END IF;
+    UPDATE scans SET
+        state = CASE WHEN EXISTS (SELECT 1 FROM scan_jobs WHERE scan_id = p_scan AND state <> 'failed')
+                     THEN 'completed' ELSE 'failed' END,
+        completed_at = now(), updated_at = now()
+    WHERE id = p_scan;
+END;
+$$;
+
 COMMIT;

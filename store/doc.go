@@ -225,7 +225,9 @@
 //     the run ends and skips more. Catch-up (several slots due at once after
 //     downtime): once fires one run for the latest and counts the others on
 //     its entry; skip records them as one skipped entry and fires only a
-//     slot still within its grace (a minute, at most half its period).
+//     slot still within its grace (a minute, at most half its period). A
+//     run the database refuses is rolled back to a savepoint and its slot
+//     recorded as skipped (error), so it cannot block the other schedules.
 //   - Time zones. Cron slots are computed on wall-clock time and mapped to
 //     instants: a wall time a DST change skips fires once, at the first
 //     instant after the gap; one that occurs twice fires once, at its first

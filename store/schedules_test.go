@@ -361,6 +361,10 @@ func TestScheduleCreatesScan(t *testing.T) {
 		Scan(&kind, &slot))
 	require.Equal(t, "schedule", kind)
 	require.Equal(t, t0, slot.UTC())
+	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT trigger_kind, trigger_slot_at FROM worker_tasks WHERE id = $1`,
+		scan.Jobs[0].Task.ID).Scan(&kind, &slot))
+	require.Equal(t, "schedule", kind, "a scan's tasks carry its trigger")
+	require.Equal(t, t0, slot.UTC())
 	fireAt(t, s, t0.Add(time.Minute))
 	require.Equal(t, []string{"0s created", "1m0s skipped/overlap"}, summaries(t0, history(t, s, sc.ID)),
 		"the scan is still running")
