@@ -207,7 +207,8 @@
 // interval from its start. Its definition is a row of schedule_versions,
 // never changed: an edit inserts the next version, and every fire, scan
 // and task records the version and slot it came from (the trigger columns,
-// which also say manual or api, and the token).
+// which also say manual or api, and the token; a scan's tasks copy its
+// trigger).
 //
 //   - Claiming. FireDueSchedules locks due schedules in one statement
 //     (next_fire_at passed, or a queued slot whose run ended; FOR UPDATE
