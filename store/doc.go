@@ -56,6 +56,8 @@
 // acquisition walk and the deadline sweep — lock queue rows before their
 // tasks, against that order, and so never wait for a task: they take it
 // with SKIP LOCKED and leave a held one to its holder (queue.go).
+// Schedule rows come before all of these: a claim or a manual run locks
+// the schedule, then creates its task or scan (see Schedules).
 //
 // # Shape
 //
