@@ -30,9 +30,11 @@ CREATE TABLE schedules (
     last_slot_at     timestamptz NULL,
     -- A slot waiting for the previous run to end (overlap queue_one).
     queued_slot_at   timestamptz NULL,
-    -- The latest run created, for the overlap policy.
-    last_task_id     uuid NULL REFERENCES worker_tasks(id) ON DELETE SET NULL,
-    last_scan_id     uuid NULL REFERENCES scans(id) ON DELETE SET NULL,
+    -- The latest run created, for the overlap policy. No foreign keys here
+    -- or in schedule_fires: retention prunes tasks and scans in batches,
+    -- and a pruned run simply reads as ended.
+    last_task_id     uuid NULL,
+    last_scan_id     uuid NULL,
     created_at       timestamptz NOT NULL DEFAULT now(),
     updated_at       timestamptz NOT NULL DEFAULT now(),
     CONSTRAINT schedules_one_timing CHECK ((cron_expr IS NULL) <> (interval_seconds IS NULL)),
@@ -68,8 +70,8 @@ CREATE TABLE schedule_fires (
     skip_reason     text NOT NULL DEFAULT '',
     -- Slots this row stands for besides its own (catch-up after downtime).
     missed_slots    integer NOT NULL DEFAULT 0,
-    task_id         uuid NULL REFERENCES worker_tasks(id) ON DELETE SET NULL,
-    scan_id         uuid NULL REFERENCES scans(id) ON DELETE SET NULL,
+    task_id         uuid NULL,
+    scan_id         uuid NULL,
     fired_at        timestamptz NOT NULL DEFAULT now()
 );
 -- The idempotency key of a scheduled fire: one row per (schedule, slot).

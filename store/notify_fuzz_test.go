@@ -46,7 +46,7 @@ func FuzzParseWakeup(f *testing.F) {
 			}
 			return
 		}
-		if w.Kind < WakeOrganization || w.Kind > WakeCapacity {
+		if w.Kind < WakeOrganization || w.Kind > WakeSchedules {
 			t.Fatalf("ParseWakeup(%q) = unknown kind %d", payload, w.Kind)
 		}
 		// The number in the payload is the number in the Wakeup.
