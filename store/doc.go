@@ -181,7 +181,9 @@
 //     INSERT … ON CONFLICT DO NOTHING waits for a concurrent first try to
 //     commit; then the same request returns the row it created (replayed),
 //     another request under the key is ErrIdempotencyKeyReused. Tasks and
-//     scans share this one mechanism.
+//     scans share this one mechanism, and a manual run of a schedule
+//     (RunScheduleNow) keys the task or scan it creates with it. A
+//     scheduled run's key is (schedule, slot) instead (see Schedules).
 //   - Poll keys (AcquireLeases; replayLeasesSQL in leases.go): the worker's
 //     Idempotency-Key on a lease request, stored on the attempts it
 //     created. A repeat returns the still-active leases of the first try,

@@ -243,7 +243,7 @@ func (c *claimed) run(ctx context.Context, tx pgx.Tx, slot time.Time, queued boo
 	if err != nil {
 		return fmt.Errorf("schedule savepoint: %w", err)
 	}
-	if err := createRun(ctx, sp, c.org, c.def, tr, &f); err != nil {
+	if _, err := createRun(ctx, sp, c.org, c.def, tr, runKey{}, &f); err != nil {
 		if !isRefusedData(err) {
 			return err
 		}
@@ -277,69 +277,106 @@ func isRefusedData(err error) bool {
 	return errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "22") || strings.HasPrefix(pgErr.Code, "23"))
 }
 
+// runKey is a manual run's creation key (see Idempotency in doc.go);
+// scheduled runs have none, their key is (schedule, slot).
+type runKey struct{ key, requestSHA256 string }
+
 // createRun creates the definition's scan or task with trigger tr, and
-// records what it created on the fire f (whose row exists).
-func createRun(ctx context.Context, tx pgx.Tx, org uuid.UUID, def ScheduleDefinition, tr Trigger, f *ScheduleFire) error {
+// records what it created on the fire f (whose row exists). Replayed: the
+// key had already created it, and f's row is left as it was.
+func createRun(ctx context.Context, tx pgx.Tx, org uuid.UUID, def ScheduleDefinition, tr Trigger, key runKey,
+	f *ScheduleFire) (replayed bool, err error) {
 	switch def.Kind {
 	case ScheduleScan:
 		if def.Scan == nil {
-			return fmt.Errorf("schedule %s: scan definition missing", f.ScheduleID)
+			return false, fmt.Errorf("schedule %s: scan definition missing", f.ScheduleID)
 		}
 		plugins := make([]ScanPlugin, len(def.Scan.Plugins))
 		for i, p := range def.Scan.Plugins {
 			plugins[i] = ScanPlugin(p)
 		}
-		id, _, err := createScan(ctx, tx, CreateScanParams{OrganizationID: org, Targets: def.Scan.Targets,
-			Plugins: plugins, Priority: def.Scan.Priority, Trigger: &tr})
+		var id uuid.UUID
+		id, replayed, err = createScan(ctx, tx, CreateScanParams{OrganizationID: org, Targets: def.Scan.Targets,
+			Plugins: plugins, Priority: def.Scan.Priority, Trigger: &tr,
+			IdempotencyKey: key.key, RequestSHA256: key.requestSHA256})
 		if err != nil {
-			return fmt.Errorf("schedule %s: create scan: %w", f.ScheduleID, err)
+			return false, fmt.Errorf("schedule %s: create scan: %w", f.ScheduleID, err)
 		}
 		f.ScanID, f.RunState = &id, "pending"
 	case ScheduleTask:
 		if def.Task == nil {
-			return fmt.Errorf("schedule %s: task definition missing", f.ScheduleID)
+			return false, fmt.Errorf("schedule %s: task definition missing", f.ScheduleID)
 		}
 		d := def.Task
-		task, _, err := createTask(ctx, tx, CreateTaskParams{OrganizationID: org, TaskType: d.TaskType, Payload: d.Payload,
+		var task Task
+		task, replayed, err = createTask(ctx, tx, CreateTaskParams{OrganizationID: org, TaskType: d.TaskType, Payload: d.Payload,
 			RequiredCapabilities: d.RequiredCapabilities, Priority: d.Priority, MaxAttempts: d.MaxAttempts,
 			LeaseDurationSeconds: d.LeaseDurationSeconds, AttemptTimeoutSeconds: d.AttemptTimeoutSeconds,
 			ExecutionTimeout: time.Duration(d.ExecutionTimeoutSeconds) * time.Second,
-			RetryBaseSeconds: d.RetryBaseSeconds, RetryMaxSeconds: d.RetryMaxSeconds, Trigger: &tr})
+			RetryBaseSeconds: d.RetryBaseSeconds, RetryMaxSeconds: d.RetryMaxSeconds, Trigger: &tr,
+			IdempotencyKey: key.key, RequestSHA256: key.requestSHA256})
 		if err != nil {
-			return fmt.Errorf("schedule %s: create task: %w", f.ScheduleID, err)
+			return false, fmt.Errorf("schedule %s: create task: %w", f.ScheduleID, err)
 		}
 		f.TaskID, f.RunState = &task.ID, string(task.State)
 	default:
-		return fmt.Errorf("schedule %s: unknown kind %q", f.ScheduleID, def.Kind)
+		return false, fmt.Errorf("schedule %s: unknown kind %q", f.ScheduleID, def.Kind)
+	}
+	if replayed {
+		return true, nil
 	}
 	if _, err := tx.Exec(ctx, `UPDATE schedule_fires SET task_id = $2, scan_id = $3 WHERE id = $1`,
 		f.ID, f.TaskID, f.ScanID); err != nil {
-		return fmt.Errorf("record schedule run: %w", err)
+		return false, fmt.Errorf("record schedule run: %w", err)
 	}
-	return nil
+	return false, nil
+}
+
+// RunScheduleParams is who asks for a manual run, and its creation key.
+type RunScheduleParams struct {
+	TokenID *uuid.UUID
+	// IdempotencyKey and RequestSHA256 make the call repeatable, as for
+	// CreateTask: the same key and checksum answer the first run.
+	IdempotencyKey string
+	RequestSHA256  string
 }
 
 // RunScheduleNow fires a schedule at once (a manual trigger), paused or
 // not and whatever its overlap policy; its slot is the database's now(),
-// and the schedule's own slots are unchanged. token is the API token that
-// asked.
-func (s *Store) RunScheduleNow(ctx context.Context, scope Scope, id uuid.UUID, token *uuid.UUID) (ScheduleFire, error) {
-	var f ScheduleFire
-	err := s.inTx(ctx, "run schedule", func(tx pgx.Tx) error {
+// and the schedule's own slots are unchanged. Replayed is true when the
+// idempotency key already made this run.
+func (s *Store) RunScheduleNow(ctx context.Context, scope Scope, id uuid.UUID, p RunScheduleParams) (f ScheduleFire, replayed bool, err error) {
+	err = s.inTx(ctx, "run schedule", func(tx pgx.Tx) error {
 		sc, err := readSchedule(ctx, tx, scope, id, true)
 		if err != nil {
 			return err
 		}
-		f = ScheduleFire{ScheduleID: id, Version: sc.Version, Trigger: TriggerManual, TokenID: token, Outcome: FireCreated}
+		f = ScheduleFire{ScheduleID: id, Version: sc.Version, Trigger: TriggerManual, TokenID: p.TokenID, Outcome: FireCreated}
 		if err := tx.QueryRow(ctx, `INSERT INTO schedule_fires (schedule_id, organization_id, version, slot_at,
 				trigger_kind, token_id, outcome)
 			VALUES ($1, $2, $3, now(), 'manual', $4, 'created') RETURNING id, slot_at, fired_at`,
-			id, sc.OrganizationID, sc.Version, token).Scan(&f.ID, &f.SlotAt, &f.FiredAt); err != nil {
+			id, sc.OrganizationID, sc.Version, p.TokenID).Scan(&f.ID, &f.SlotAt, &f.FiredAt); err != nil {
 			return fmt.Errorf("record manual fire: %w", err)
 		}
 		version := sc.Version
-		tr := Trigger{Kind: TriggerManual, ScheduleID: &id, ScheduleVersion: &version, SlotAt: &f.SlotAt, TokenID: token}
-		if err := createRun(ctx, tx, sc.OrganizationID, sc.Definition, tr, &f); err != nil {
+		tr := Trigger{Kind: TriggerManual, ScheduleID: &id, ScheduleVersion: &version, SlotAt: &f.SlotAt, TokenID: p.TokenID}
+		replayed, err = createRun(ctx, tx, sc.OrganizationID, sc.Definition, tr, runKey{p.IdempotencyKey, p.RequestSHA256}, &f)
+		if err != nil {
+			return err
+		}
+		if replayed {
+			// The key made a run before: answer its fire, keep no new one.
+			if _, err := tx.Exec(ctx, `DELETE FROM schedule_fires WHERE id = $1`, f.ID); err != nil {
+				return fmt.Errorf("drop repeated manual fire: %w", err)
+			}
+			f, err = scanFire(tx.QueryRow(ctx, `SELECT `+fireColumns+` FROM schedule_fires f
+					LEFT JOIN worker_tasks t ON t.id = f.task_id LEFT JOIN scans sc ON sc.id = f.scan_id
+				WHERE f.schedule_id = $1 AND f.trigger_kind = 'manual' AND (f.task_id = $2 OR f.scan_id = $3)`,
+				id, f.TaskID, f.ScanID))
+			if errors.Is(err, pgx.ErrNoRows) {
+				// The key created something else than a run of this schedule.
+				return ErrIdempotencyKeyReused
+			}
 			return err
 		}
 		if _, err := tx.Exec(ctx, `UPDATE schedules SET last_task_id = $2, last_scan_id = $3, updated_at = now()
@@ -352,9 +389,9 @@ func (s *Store) RunScheduleNow(ctx context.Context, scope Scope, id uuid.UUID, t
 		return nil
 	})
 	if err != nil {
-		return ScheduleFire{}, err
+		return ScheduleFire{}, false, err
 	}
-	return f, nil
+	return f, replayed, nil
 }
 
 // NextScheduleFire is when the earliest schedule fires, as the database's

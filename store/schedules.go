@@ -672,9 +672,13 @@ func (s *Store) ScheduleFires(ctx context.Context, scope Scope, id uuid.UUID, af
 	return fires, next, nil
 }
 
-// NextFireTimes lists a schedule's next n slots from its pending one (from
-// now if it is paused), fewer when it ends sooner.
+// maxNextFireTimes bounds NextFireTimes' work.
+const maxNextFireTimes = 1000
+
+// NextFireTimes lists a schedule's next n slots (at most 1000) from its
+// pending one (from now if it is paused), fewer when it ends sooner.
 func (s *Store) NextFireTimes(ctx context.Context, scope Scope, id uuid.UUID, n int) ([]ScheduleSlot, error) {
+	n = min(n, maxNextFireTimes)
 	sc, err := readSchedule(ctx, s.pool, scope, id, false)
 	if err != nil {
 		return nil, err

@@ -298,10 +298,24 @@ func TestScheduleRunNowAndVersions(t *testing.T) {
 	sc := createSchedule(t, s, b.org.ID, minutely(t0, store.OverlapSkip, store.CatchUpOnce))
 	token := uuid.New()
 
-	manual, err := s.RunScheduleNow(t.Context(), store.EveryOrganization(), sc.ID, &token)
+	run := store.RunScheduleParams{TokenID: &token, IdempotencyKey: "run-1", RequestSHA256: "sum-1"}
+	manual, replayed, err := s.RunScheduleNow(t.Context(), store.EveryOrganization(), sc.ID, run)
 	require.NoError(t, err)
+	require.False(t, replayed)
 	require.Equal(t, store.TriggerManual, manual.Trigger)
 	require.NotNil(t, manual.TaskID)
+
+	// Repeated under its key, the run answers the first one.
+	again, replayed, err := s.RunScheduleNow(t.Context(), store.EveryOrganization(), sc.ID, run)
+	require.NoError(t, err)
+	require.True(t, replayed)
+	require.Equal(t, manual.ID, again.ID)
+	require.Equal(t, *manual.TaskID, *again.TaskID)
+	require.Len(t, history(t, s, sc.ID), 1)
+	run.RequestSHA256 = "sum-2"
+	_, _, err = s.RunScheduleNow(t.Context(), store.EveryOrganization(), sc.ID, run)
+	require.ErrorIs(t, err, store.ErrIdempotencyKeyReused)
+
 	var kind string
 	var version int
 	var tokenID uuid.UUID
@@ -416,7 +430,7 @@ func TestScheduleIsolation(t *testing.T) {
 	require.ErrorIs(t, err, store.ErrNotFound)
 	_, err = s.ResumeSchedule(ctx, other, sc.ID)
 	require.ErrorIs(t, err, store.ErrNotFound)
-	_, err = s.RunScheduleNow(ctx, other, sc.ID, nil)
+	_, _, err = s.RunScheduleNow(ctx, other, sc.ID, store.RunScheduleParams{})
 	require.ErrorIs(t, err, store.ErrNotFound)
 	_, _, err = s.ScheduleFires(ctx, other, sc.ID, nil, 10)
 	require.ErrorIs(t, err, store.ErrNotFound)
