@@ -21,6 +21,7 @@ test: check-generated check-spec vet lint
 
 vet:
 	$(GO) vet ./...
+	$(GO) vet -tags devstack ./server/cmd/gateway
 
 ## lint: golangci-lint, the version pinned in tools/lint/go.mod, with .golangci.yml (layering, errors, imports)
 lint:

@@ -8,7 +8,7 @@
 #
 # Usage: scripts/curl-worker.sh [ENV_FILE] [--wait SECONDS] [--manual] [--capabilities JSON]
 #
-#   ENV_FILE            KEY=VALUE lines as `make run` writes them (default: $STATE_DIR/env, then
+#   ENV_FILE            (export) KEY=VALUE lines as `make run` writes them (default: $STATE_DIR/env, then
 #                       .dev/env). Read are GATEWAY_URL, CA_CERT, WORKER_CERT, WORKER_KEY and
 #                       MANUAL_WORKER_CERT / MANUAL_WORKER_KEY.
 #   --wait N            long-poll wait in seconds (env WAIT_SECONDS, default 20)

@@ -329,7 +329,7 @@ func statusClass(status int) string {
 func routeMux(si api.ServerInterface) *http.ServeMux {
 	mux := http.NewServeMux()
 	api.HandlerWithOptions(si, api.StdHTTPServerOptions{BaseRouter: mux})
-	for _, p := range []string{"GET /openapi.yaml", "GET /openapi.json", "GET /metrics", "GET /docs", "GET /docs/"} {
+	for _, p := range []string{"GET /openapi.yaml", "GET /openapi.json", "GET /metrics", "GET /docs", "GET /docs/", "GET /{$}"} {
 		mux.HandleFunc(p, func(http.ResponseWriter, *http.Request) {})
 	}
 	return mux

@@ -161,9 +161,8 @@ func (s *Server) validationProblem(err error) *Problem {
 	if errors.As(err, &reqErr) {
 		switch {
 		case reqErr.Parameter != nil:
-			return newProblem(http.StatusBadRequest, problem.BadRequest,
-				// Names from openapi.yaml, not from the request.
-				problem.Text(fmt.Sprintf("invalid %s parameter %q", reqErr.Parameter.In, reqErr.Parameter.Name)))
+			// No cause: kin-openapi's text quotes the value, a Lease-Token's too.
+			return newProblem(http.StatusBadRequest, problem.BadRequest, parameterReason(reqErr))
 		case reqErr.RequestBody != nil:
 			return newProblem(http.StatusBadRequest, problem.BadRequest, "invalid request body: "+bodyReason(reqErr))
 		}
@@ -177,11 +176,15 @@ func (s *Server) validationProblem(err error) *Problem {
 func bodyReason(reqErr *openapi3filter.RequestError) problem.Text {
 	var schemaErr *openapi3.SchemaError
 	if errors.As(reqErr.Err, &schemaErr) {
+		ptr := schemaErr.JSONPointer()
+		if text, ok := schemaReason(strings.Join(ptr, "."), schemaErr); ok {
+			return text
+		}
 		reason := schemaErr.Reason
 		if len(reason) > 200 {
 			reason = reason[:200]
 		}
-		if ptr := schemaErr.JSONPointer(); len(ptr) > 0 {
+		if len(ptr) > 0 {
 			return problem.Text("field " + strings.Join(ptr, ".") + ": " + reason)
 		}
 		return problem.Text(reason)
@@ -191,4 +194,51 @@ func bodyReason(reqErr *openapi3filter.RequestError) problem.Text {
 		return "it is not valid JSON"
 	}
 	return "it does not match the schema"
+}
+
+// parameterReason says what is wrong with a parameter, by its name in
+// openapi.yaml (never the request's spelling or value).
+func parameterReason(reqErr *openapi3filter.RequestError) problem.Text {
+	param := reqErr.Parameter
+	name := param.Name
+	if param.In == openapi3.ParameterInHeader {
+		name = "the " + name + " header"
+	}
+	if errors.Is(reqErr.Err, openapi3filter.ErrInvalidRequired) || errors.Is(reqErr.Err, openapi3filter.ErrInvalidEmptyValue) {
+		return problem.Text(name + " is missing")
+	}
+	if param.In == openapi3.ParameterInHeader {
+		// A header's schema says nothing a client can act on beyond this.
+		return problem.Text(name + " is malformed")
+	}
+	var schemaErr *openapi3.SchemaError
+	if errors.As(reqErr.Err, &schemaErr) {
+		if text, ok := schemaReason(name, schemaErr); ok {
+			return text
+		}
+	}
+	return problem.Text(fmt.Sprintf("invalid %s parameter %q", param.In, param.Name))
+}
+
+// schemaReason words the schema failures a newcomer meets most (a malformed
+// UUID, a value outside an enum) from the schema itself, not from
+// kin-openapi's reason, which quotes the format's regular expression.
+func schemaReason(name string, schemaErr *openapi3.SchemaError) (problem.Text, bool) {
+	if name == "" || schemaErr.Schema == nil {
+		return "", false
+	}
+	switch schemaErr.SchemaField {
+	case "format":
+		if schemaErr.Schema.Format == "uuid" {
+			return problem.Text(name + " must be a UUID"), true
+		}
+	case "enum":
+		values := make([]string, 0, len(schemaErr.Schema.Enum))
+		for _, v := range schemaErr.Schema.Enum {
+			values = append(values, fmt.Sprint(v))
+		}
+		// The values come from openapi.yaml.
+		return problem.Text(name + " must be one of: " + strings.Join(values, ", ")), true
+	}
+	return "", false
 }

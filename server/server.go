@@ -351,6 +351,10 @@ func (s *Server) buildHandler() (http.Handler, error) {
 	}
 	root.Handle("GET /docs", docs)
 	root.Handle("GET /docs/", docs)
+	// A browser opening the gateway's address lands on the API docs.
+	root.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, docsPath, http.StatusFound)
+	})
 	root.Handle("/", apiHandler)
 	root.Handle("PUT /v1/uploads/{upload_id}", uploads)
 	if s.cfg.MetricsOnMain {

@@ -134,6 +134,9 @@
 //   - Creating follows the same rule: a task, scan or API token for another
 //     organization is ErrNotFound; only an unscoped caller creates
 //     organizations.
+//   - Only an unscoped caller, who may see every organization, is told that
+//     an organization it names does not exist (missingOrganization); a
+//     scoped caller gets the plain ErrNotFound, or its empty list.
 //   - Worker-facing verbs (leases, heartbeats, completions, results, logs,
 //     uploads) take no Scope: a worker is isolated by its identity and its
 //     lease (see Fencing), and a worker leases only from organizations it is

@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/worker-gateway/gateway/problem"
 )
 
 // Organization is a tenant.
@@ -69,4 +71,36 @@ func (s *Store) ListOrganizations(ctx context.Context, scope Scope, after *Curso
 	}
 	orgs, next := page(orgs, limit, func(o Organization) Cursor { return Cursor{Time: o.CreatedAt, ID: o.ID} })
 	return orgs, next, nil
+}
+
+// errOrganizationMissing is a task insert's missing organization, before
+// CreateTask words it for its caller's scope.
+var errOrganizationMissing = fmt.Errorf("%w: organization", ErrNotFound)
+
+// missingOrganization is the error for naming an organization that does not
+// exist. Only an unscoped caller is told which: for a scoped one it is the
+// plain ErrNotFound of anything outside its scope (see "Isolation").
+func missingOrganization(scope Scope, org uuid.UUID) error {
+	if !scope.IsEveryOrganization() {
+		return ErrNotFound
+	}
+	return problem.Wrap(ErrNotFound, problem.Text("organization "+org.String()+" does not exist"))
+}
+
+// checkListedOrganization answers a listing filtered by an organization
+// that came back empty: an unscoped caller learns the organization does not
+// exist (404, not an empty list). A scoped caller keeps its empty list, which
+// says nothing about another organization.
+func checkListedOrganization(ctx context.Context, ex executor, scope Scope, org *uuid.UUID, empty bool) error {
+	if !empty || org == nil || !scope.IsEveryOrganization() {
+		return nil
+	}
+	var exists bool
+	if err := ex.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM organizations WHERE id = $1)`, *org).Scan(&exists); err != nil {
+		return fmt.Errorf("check organization: %w", err)
+	}
+	if !exists {
+		return missingOrganization(scope, *org)
+	}
+	return nil
 }

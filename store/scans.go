@@ -65,6 +65,9 @@ func (s *Store) CreateScan(ctx context.Context, scope Scope, p CreateScanParams)
 	err = s.inTx(ctx, "create scan", func(tx pgx.Tx) error {
 		var id uuid.UUID
 		id, replayed, err = createScan(ctx, tx, p)
+		if errors.Is(err, errOrganizationMissing) {
+			return missingOrganization(scope, p.OrganizationID)
+		}
 		if err != nil {
 			return err
 		}
@@ -95,7 +98,7 @@ func createScan(ctx context.Context, tx pgx.Tx, p CreateScanParams) (uuid.UUID, 
 		id, err = creationReplay(ctx, tx, "scans", p.OrganizationID, p.IdempotencyKey, p.RequestSHA256)
 		return id, err == nil, err
 	case isForeignKeyViolation(err):
-		return uuid.Nil, false, fmt.Errorf("%w: organization", ErrNotFound)
+		return uuid.Nil, false, errOrganizationMissing
 	case err != nil:
 		return uuid.Nil, false, fmt.Errorf("insert scan: %w", err)
 	}

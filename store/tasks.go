@@ -90,6 +90,9 @@ func (s *Store) CreateTask(ctx context.Context, scope Scope, p CreateTaskParams)
 		task, replayed = Task{}, false
 		var err error
 		task, replayed, err = createTask(ctx, tx, p)
+		if errors.Is(err, errOrganizationMissing) {
+			return missingOrganization(scope, p.OrganizationID)
+		}
 		if err != nil || replayed {
 			return err
 		}
@@ -163,7 +166,9 @@ func createTask(ctx context.Context, tx pgx.Tx, p CreateTaskParams) (Task, bool,
 		}
 		return task, true, nil
 	case isForeignKeyViolation(err):
-		return Task{}, false, fmt.Errorf("%w: organization", ErrNotFound)
+		// The only foreign key a created task can miss: the API names no
+		// scan, and the orchestrator's scan exists in its transaction.
+		return Task{}, false, errOrganizationMissing
 	default:
 		return Task{}, false, fmt.Errorf("insert task: %w", err)
 	}
@@ -223,8 +228,8 @@ func (s *Store) GetTask(ctx context.Context, scope Scope, id uuid.UUID, onlineWi
 // basic cause to the most transient.
 func (s *Store) pendingReason(ctx context.Context, t Task, onlineWindow time.Duration) (string, error) {
 	var (
-		due                                 bool
-		assigned, online, capable, withRoom int
+		due                                         bool
+		assigned, mayRun, online, capable, withRoom int
 	)
 	err := s.pool.QueryRow(ctx, `
 		WITH eligible AS (
@@ -237,13 +242,14 @@ func (s *Store) pendingReason(ctx context.Context, t Task, onlineWindow time.Dur
 		)
 		SELECT (SELECT available_at <= now() FROM worker_tasks WHERE id = $5),
 			count(*),
+			count(*) FILTER (WHERE `+mayRunPluginSQL("capabilities", "$6")+`),
 			count(*) FILTER (WHERE online),
 			count(*) FILTER (WHERE online AND capabilities @> $3::jsonb),
 			count(*) FILTER (WHERE online AND capabilities @> $3::jsonb AND max_concurrent_tasks >
 				(SELECT count(*) FROM worker_task_attempts a WHERE a.worker_id = eligible.id AND a.status IN (`+activeStatuses+`)))
 		FROM eligible`,
-		t.OrganizationID, t.TaskType, string(t.RequiredCapabilities), onlineWindow.Seconds(), t.ID,
-	).Scan(&due, &assigned, &online, &capable, &withRoom)
+		t.OrganizationID, t.TaskType, string(t.RequiredCapabilities), onlineWindow.Seconds(), t.ID, taskPlugin(t),
+	).Scan(&due, &assigned, &mayRun, &online, &capable, &withRoom)
 	if err != nil {
 		return "", fmt.Errorf("pending reason: %w", err)
 	}
@@ -254,6 +260,9 @@ func (s *Store) pendingReason(ctx context.Context, t Task, onlineWindow time.Dur
 		return "scheduled_later", nil
 	case assigned == 0:
 		return "no_assigned_worker", nil
+	case mayRun == 0:
+		// Before no_online_worker: a worker coming online would not help.
+		return "plugin_not_advertised", nil
 	case online == 0:
 		return "no_online_worker", nil
 	case capable == 0:
@@ -264,6 +273,30 @@ func (s *Store) pendingReason(ctx context.Context, t Task, onlineWindow time.Dur
 		// An eligible worker has room: the task goes with its next poll.
 		return "", nil
 	}
+}
+
+// taskPlugin is the plugin a scanner_plugin task runs (its payload's
+// "plugin"), or nil when the task names none.
+func taskPlugin(t Task) *string {
+	if t.TaskType != "scanner_plugin" {
+		return nil
+	}
+	var payload struct {
+		Plugin *string `json:"plugin"`
+	}
+	if json.Unmarshal(t.Payload, &payload) != nil || payload.Plugin == nil || *payload.Plugin == "" {
+		return nil
+	}
+	return payload.Plugin
+}
+
+// mayRunPluginSQL is true for a worker whose capabilities (column) may run
+// the plugin bound as param: no plugin is named, the worker lists it under
+// "plugins", or the worker advertises no "plugins" at all (it has not polled
+// yet, or is not the plugin runtime) — that is unknown, not a refusal.
+func mayRunPluginSQL(column, param string) string {
+	return `(` + param + `::text IS NULL OR NOT ` + column + ` ? 'plugins' OR ` +
+		column + `->'plugins' @> to_jsonb(` + param + `::text))`
 }
 
 // ListTasksParams filters and pages a task listing, newest first.
@@ -302,6 +335,9 @@ func (s *Store) ListTasks(ctx context.Context, scope Scope, p ListTasksParams) (
 	tasks, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Task, error) { return scanTask(r) })
 	if err != nil {
 		return nil, nil, fmt.Errorf("list tasks: %w", err)
+	}
+	if err := checkListedOrganization(ctx, s.pool, scope, p.OrganizationID, len(tasks) == 0); err != nil {
+		return nil, nil, err
 	}
 	tasks, next := page(tasks, p.Limit, func(t Task) Cursor { return Cursor{Time: t.CreatedAt, ID: t.ID} })
 	return tasks, next, nil

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/store"
 )
 
@@ -352,6 +353,33 @@ func TestPendingReason(t *testing.T) {
 		require.Equal(t, "retry_backoff", reason(t, s, task.ID))
 	})
 
+	t.Run("PluginNotAdvertised", func(t *testing.T) {
+		t.Parallel()
+		s, b := setup(t)
+		exec(t, b.pool, `UPDATE workers SET capabilities = '{"plugins": ["echo"]}' WHERE id = $1`, b.worker.ID)
+		nmap := createTask(t, s, b.org.ID, store.CreateTaskParams{Payload: json.RawMessage(`{"plugin": "nmap"}`)})
+		require.Equal(t, "plugin_not_advertised", reason(t, s, nmap.ID))
+		// A worker of another organization that has it does not count.
+		orgC := createOrg(t, s, "org-c")
+		other := createWorker(t, s, b.pool, workerOpts{Capabilities: `{"plugins": ["nmap"]}`})
+		assign(t, s, orgC.ID, other.ID)
+		require.Equal(t, "plugin_not_advertised", reason(t, s, nmap.ID))
+		// The advertised plugin is only waiting for the worker to come online.
+		echo := createTask(t, s, b.org.ID, store.CreateTaskParams{Payload: json.RawMessage(`{"plugin": "echo"}`)})
+		require.Equal(t, "no_online_worker", reason(t, s, echo.ID))
+		// One assigned worker that has it is enough.
+		assign(t, s, b.org.ID, other.ID)
+		require.Equal(t, "no_online_worker", reason(t, s, nmap.ID))
+	})
+
+	t.Run("PluginOfAWorkerThatAdvertisesNone", func(t *testing.T) {
+		t.Parallel()
+		s, b := setup(t)
+		// No "plugins" capability says nothing either way (it has not polled).
+		task := createTask(t, s, b.org.ID, store.CreateTaskParams{Payload: json.RawMessage(`{"plugin": "nmap"}`)})
+		require.Equal(t, "no_online_worker", reason(t, s, task.ID))
+	})
+
 	t.Run("NotWhileLeased", func(t *testing.T) {
 		t.Parallel()
 		s, b := setup(t)
@@ -420,4 +448,65 @@ func TestNotifications(t *testing.T) {
 	orgC := createOrg(t, s, "org-c")
 	createTask(t, s, orgC.ID, store.CreateTaskParams{})
 	require.Equal(t, store.Wakeup{Kind: store.WakeOrganization, Organization: orgC.ID, Count: 1}, next(t))
+}
+
+// TestMissingOrganization: naming an organization that does not exist tells
+// an unscoped caller which one; a scoped caller gets the plain not-found
+// (creating) or its empty list (listing), exactly as for another tenant's.
+func TestMissingOrganization(t *testing.T) {
+	t.Parallel()
+	s, b := setupStore(t)
+	ctx := t.Context()
+	missing := uuid.New()
+	unscoped, scoped := store.EveryOrganization(), store.OrganizationScope(b.org.ID)
+	orgC := createOrg(t, s, "org-c")
+	wantText := problem.Text("organization " + missing.String() + " does not exist")
+
+	_, _, err := s.CreateTask(ctx, unscoped, store.CreateTaskParams{OrganizationID: missing, TaskType: "scanner_plugin"})
+	require.ErrorIs(t, err, store.ErrNotFound)
+	text, ok := problem.PublicText(err)
+	require.True(t, ok, "%v", err)
+	require.Equal(t, wantText, text)
+	_, _, err = s.CreateScan(ctx, unscoped, store.CreateScanParams{OrganizationID: missing, Targets: []string{"example.com"},
+		Plugins: []store.ScanPlugin{{Name: "echo"}}})
+	require.ErrorIs(t, err, store.ErrNotFound)
+	text, _ = problem.PublicText(err)
+	require.Equal(t, wantText, text)
+
+	_, _, err = s.ListTasks(ctx, unscoped, store.ListTasksParams{OrganizationID: &missing, Limit: 10})
+	require.ErrorIs(t, err, store.ErrNotFound)
+	text, _ = problem.PublicText(err)
+	require.Equal(t, wantText, text)
+	_, _, err = s.ListScans(ctx, unscoped, &missing, nil, 10)
+	require.ErrorIs(t, err, store.ErrNotFound)
+	text, _ = problem.PublicText(err)
+	require.Equal(t, wantText, text)
+
+	// An organization that exists but has nothing yet is an empty list.
+	tasks, _, err := s.ListTasks(ctx, unscoped, store.ListTasksParams{OrganizationID: &orgC.ID, Limit: 10})
+	require.NoError(t, err)
+	require.Empty(t, tasks)
+	scans, _, err := s.ListScans(ctx, unscoped, &orgC.ID, nil, 10)
+	require.NoError(t, err)
+	require.Empty(t, scans)
+
+	// A scoped caller: a missing organization and another tenant's answer
+	// alike, and name neither.
+	for _, org := range []uuid.UUID{missing, orgC.ID} {
+		_, _, err = s.CreateTask(ctx, scoped, store.CreateTaskParams{OrganizationID: org, TaskType: "scanner_plugin"})
+		require.ErrorIs(t, err, store.ErrNotFound)
+		_, ok = problem.PublicText(err)
+		require.False(t, ok, "a scoped caller learns nothing: %v", err)
+		_, _, err = s.CreateScan(ctx, scoped, store.CreateScanParams{OrganizationID: org, Targets: []string{"example.com"},
+			Plugins: []store.ScanPlugin{{Name: "echo"}}})
+		require.ErrorIs(t, err, store.ErrNotFound)
+		_, ok = problem.PublicText(err)
+		require.False(t, ok, "a scoped caller learns nothing: %v", err)
+		tasks, _, err = s.ListTasks(ctx, scoped, store.ListTasksParams{OrganizationID: &org, Limit: 10})
+		require.NoError(t, err)
+		require.Empty(t, tasks)
+		scans, _, err = s.ListScans(ctx, scoped, &org, nil, 10)
+		require.NoError(t, err)
+		require.Empty(t, scans)
+	}
 }

@@ -54,38 +54,38 @@ func TestDocsSwaggerUIRendersInChromium(t *testing.T) {
 	screenshot := filepath.Join(artifacts, "docs.png")
 	_ = os.Remove(screenshot)
 
-	// One Chromium run: the virtual time budget lets the page load, fetch
+	// A Chromium run: the virtual time budget lets the page load, fetch
 	// /openapi.json and render before the DOM is dumped and the screenshot
 	// taken — no sleeping. The gateway's certificate is issued by the test
 	// CA, hence --ignore-certificate-errors (the browser reaches nothing but
 	// 127.0.0.1).
 	// Generous: Chromium's start-up alone takes a minute on a loaded
 	// 2-core machine; the virtual time budget, not this, paces the page.
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, chromium,
+	// Chromium has also been seen, once, to hang at start-up with no output
+	// beside a full test run: a launch that hangs is launched again, once.
+	args := []string{
 		"--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
 		"--disable-background-networking", "--disable-component-update", "--disable-sync",
 		"--disable-default-apps", "--disable-extensions", "--no-first-run", "--no-default-browser-check",
 		"--ignore-certificate-errors", "--hide-scrollbars", "--mute-audio",
 		// Resolve no host but the gateway's: the page must render offline.
 		"--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
-		"--user-data-dir="+t.TempDir(),
 		"--window-size=1280,2000", "--virtual-time-budget=10000",
-		"--screenshot="+screenshot, "--dump-dom",
-		g.URL+"/docs/")
-	// Chromium forks helpers: run it in its own process group and kill the
-	// whole group on timeout and at the end.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 5 * time.Second
-	cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
+		"--screenshot=" + screenshot, "--dump-dom",
+	}
 	var dom, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &dom, &stderr
-	err = cmd.Run()
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	require.NoError(t, ctx.Err(), "chromium did not finish within 4 minutes; stderr:\n%s", stderr.String())
-	require.NoError(t, err, "chromium failed; stderr:\n%s", stderr.String())
+	for launch := 1; ; launch++ {
+		dom.Reset()
+		stderr.Reset()
+		hung, err := runChromium(t, chromium, append(args, "--user-data-dir="+t.TempDir(), g.URL+"/docs/"), &dom, &stderr)
+		if hung && launch == 1 {
+			t.Logf("chromium hung; launching it again. Its stderr:\n%s", stderr.String())
+			continue
+		}
+		require.False(t, hung, "chromium did not finish within 2 minutes, twice; stderr:\n%s", stderr.String())
+		require.NoError(t, err, "chromium failed; stderr:\n%s", stderr.String())
+		break
+	}
 
 	html := dom.String()
 	require.NoError(t, os.WriteFile(filepath.Join(artifacts, "docs.html"), dom.Bytes(), 0o644))
@@ -123,21 +123,7 @@ func findChromium(t *testing.T) string {
 		if chromiumPath = lookChromium(); chromiumPath != "" {
 			return
 		}
-		if os.Geteuid() != 0 {
-			chromiumErr = errors.New("chromium is not installed and we are not root to install it")
-			return
-		}
-		if _, err := exec.LookPath("apt-get"); err != nil {
-			chromiumErr = errors.New("chromium is not installed and apt-get is not available")
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-		defer cancel()
-		install := exec.CommandContext(ctx, "sh", "-c",
-			"apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium")
-		out, err := install.CombinedOutput()
-		if err != nil {
-			chromiumErr = errors.New("installing chromium with apt-get failed: " + err.Error() + "\n" + truncate(string(out), 2000))
+		if chromiumErr = aptInstall("chromium"); chromiumErr != nil {
 			return
 		}
 		if chromiumPath = lookChromium(); chromiumPath == "" {
@@ -164,4 +150,25 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + strings.Repeat(".", 3)
+}
+
+// runChromium runs one headless Chromium to its end, or kills it (with the
+// helpers it forked) after two minutes and reports it hung.
+func runChromium(t *testing.T, chromium string, args []string, stdout, stderr *bytes.Buffer) (hung bool, err error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, chromium, args...)
+	// Chromium forks helpers: run it in its own process group and kill the
+	// whole group on timeout and at the end.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	err = cmd.Run()
+	if cmd.Process != nil {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+	return ctx.Err() != nil, err
 }

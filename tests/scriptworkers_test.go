@@ -66,15 +66,6 @@ func scriptPath(t *testing.T, rel string) string {
 	return p
 }
 
-func requireTools(t *testing.T, tools ...string) {
-	t.Helper()
-	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s is not installed", tool)
-		}
-	}
-}
-
 func listAssets(t *testing.T, g *harness.Gateway, org uuid.UUID) []string {
 	t.Helper()
 	res, err := g.Control.ListAssetsWithResponse(context.Background(), org, &apiclient.ListAssetsParams{})

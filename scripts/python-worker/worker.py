@@ -516,15 +516,18 @@ def read_env(path):
 def parse_args(argv):
     p = argparse.ArgumentParser(description="A Worker Gateway worker in Python, standard library only.")
     p.add_argument("--env", help="KEY=VALUE file as `make run` writes it ($STATE_DIR/env); flags win over it")
-    p.add_argument("--manual", action="store_true", help="use MANUAL_WORKER_CERT/KEY from the env file")
+    p.add_argument("--manual", action="store_true",
+                   help="act as the hand-driven worker: MANUAL_WORKER_CERT/KEY from the env file, and "
+                        "\"manual\": true among the default capabilities (as scripts/curl-worker.sh --manual)")
     p.add_argument("--gateway", help="gateway URL (GATEWAY_URL)")
     p.add_argument("--cert", help="client certificate PEM (WORKER_CERT)")
     p.add_argument("--key", help="client key PEM (WORKER_KEY)")
     p.add_argument("--ca", help="CA certificate PEM to trust (CA_CERT)")
     p.add_argument("--slots", type=int, default=1, help="tasks run at once (default 1)")
     p.add_argument("--wait", type=int, default=20, help="long-poll wait in seconds (default 20)")
-    p.add_argument("--capabilities", default=json.dumps({"plugins": list(PLUGINS)}),
-                   help="capabilities to advertise, a JSON object (default %(default)s)")
+    p.add_argument("--capabilities",
+                   help="capabilities to advertise, a JSON object (default %s, with --manual also \"manual\": true)"
+                        % json.dumps({"plugins": list(PLUGINS)}))
     p.add_argument("--once", type=int, default=0, metavar="N", help="exit after N tasks (0: run until stopped)")
     p.add_argument("--max-seconds", type=float, default=0, help="stop after this many seconds (0: no limit)")
     p.add_argument("--drain", type=float, default=30, help="seconds running tasks may take to finish on stop")
@@ -533,6 +536,11 @@ def parse_args(argv):
     args = p.parse_args(argv)
     env = read_env(args.env) if args.env else {}
     cert_var, key_var = ("MANUAL_WORKER_CERT", "MANUAL_WORKER_KEY") if args.manual else ("WORKER_CERT", "WORKER_KEY")
+    if args.capabilities is None:
+        caps = {"plugins": list(PLUGINS)}
+        if args.manual:
+            caps["manual"] = True
+        args.capabilities = json.dumps(caps)
     args.gateway = args.gateway or env.get("GATEWAY_URL") or os.environ.get("GATEWAY_URL")
     args.cert = args.cert or env.get(cert_var) or os.environ.get(cert_var)
     args.key = args.key or env.get(key_var) or os.environ.get(key_var)

@@ -49,6 +49,21 @@ func Binary(t testing.TB, name string) string {
 	return filepath.Join(buildDir, name)
 }
 
+// Build builds a package of this module into out with build tags, for
+// tests that need a binary as a developer builds it (`make build`) rather
+// than the shared test build of Binary.
+func Build(t testing.TB, out, pkg string, tags ...string) {
+	t.Helper()
+	args := []string{"build", "-o", out}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
+	}
+	cmd := exec.Command("go", append(args, pkg)...)
+	cmd.Dir = moduleRoot()
+	out2, err := cmd.CombinedOutput()
+	require.NoError(t, err, "go build %s:\n%s", pkg, out2)
+}
+
 // CleanupBinaries removes the built binaries; call it from TestMain.
 func CleanupBinaries() {
 	if buildDir != "" {

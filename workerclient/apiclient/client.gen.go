@@ -167,12 +167,13 @@ func (e OrganizationWorkerReason) Valid() bool {
 
 // Defines values for PendingReason.
 const (
-	CapabilityMismatch PendingReason = "capability_mismatch"
-	CapacityFull       PendingReason = "capacity_full"
-	NoAssignedWorker   PendingReason = "no_assigned_worker"
-	NoOnlineWorker     PendingReason = "no_online_worker"
-	RetryBackoff       PendingReason = "retry_backoff"
-	ScheduledLater     PendingReason = "scheduled_later"
+	CapabilityMismatch  PendingReason = "capability_mismatch"
+	CapacityFull        PendingReason = "capacity_full"
+	NoAssignedWorker    PendingReason = "no_assigned_worker"
+	NoOnlineWorker      PendingReason = "no_online_worker"
+	PluginNotAdvertised PendingReason = "plugin_not_advertised"
+	RetryBackoff        PendingReason = "retry_backoff"
+	ScheduledLater      PendingReason = "scheduled_later"
 )
 
 // Valid indicates whether the value is a known member of the PendingReason enum.
@@ -185,6 +186,8 @@ func (e PendingReason) Valid() bool {
 	case NoAssignedWorker:
 		return true
 	case NoOnlineWorker:
+		return true
+	case PluginNotAdvertised:
 		return true
 	case RetryBackoff:
 		return true
@@ -928,7 +931,7 @@ type OrganizationWorkerList struct {
 	Items []OrganizationWorker `json:"items"`
 }
 
-// PendingReason defines model for PendingReason.
+// PendingReason Why a queued task is not leased yet. `plugin_not_advertised`: the task's `payload.plugin` is in the `plugins` capability of none of the workers assigned to its organization (workers that advertise no `plugins` at all are not counted against it).
 type PendingReason string
 
 // Problem RFC 9457 problem details with a stable machine-readable `code`.
@@ -1092,8 +1095,10 @@ type Task struct {
 	MaxAttempts           int                `json:"max_attempts"`
 	OrganizationId        openapi_types.UUID `json:"organization_id"`
 	Payload               JSONObject         `json:"payload"`
-	PendingReason         *PendingReason     `json:"pending_reason,omitempty"`
-	Priority              int                `json:"priority"`
+
+	// PendingReason Why a queued task is not leased yet. `plugin_not_advertised`: the task's `payload.plugin` is in the `plugins` capability of none of the workers assigned to its organization (workers that advertise no `plugins` at all are not counted against it).
+	PendingReason *PendingReason `json:"pending_reason,omitempty"`
+	Priority      int            `json:"priority"`
 
 	// RequiredCapabilities A JSON object; a task's `required_capabilities` must be contained in it (`@>`).
 	RequiredCapabilities Capabilities        `json:"required_capabilities"`
@@ -1122,8 +1127,10 @@ type TaskDetail struct {
 	MaxAttempts           int                `json:"max_attempts"`
 	OrganizationId        openapi_types.UUID `json:"organization_id"`
 	Payload               JSONObject         `json:"payload"`
-	PendingReason         *PendingReason     `json:"pending_reason,omitempty"`
-	Priority              int                `json:"priority"`
+
+	// PendingReason Why a queued task is not leased yet. `plugin_not_advertised`: the task's `payload.plugin` is in the `plugins` capability of none of the workers assigned to its organization (workers that advertise no `plugins` at all are not counted against it).
+	PendingReason *PendingReason `json:"pending_reason,omitempty"`
+	Priority      int            `json:"priority"`
 
 	// RequiredCapabilities A JSON object; a task's `required_capabilities` must be contained in it (`@>`).
 	RequiredCapabilities Capabilities        `json:"required_capabilities"`
@@ -1405,6 +1412,7 @@ type UnassignWorkerParamsActive string
 
 // ListScansParams defines parameters for ListScans.
 type ListScansParams struct {
+	// OrganizationId Only this organization's scans. For an unscoped token, an organization that does not exist is 404.
 	OrganizationId *openapi_types.UUID `form:"organization_id,omitempty" json:"organization_id,omitempty"`
 
 	// Cursor The `next_cursor` of the previous page.
@@ -1420,6 +1428,7 @@ type CreateScanParams struct {
 
 // ListTasksParams defines parameters for ListTasks.
 type ListTasksParams struct {
+	// OrganizationId Only this organization's tasks. For an unscoped token, an organization that does not exist is 404.
 	OrganizationId *openapi_types.UUID `form:"organization_id,omitempty" json:"organization_id,omitempty"`
 	State          *TaskState          `form:"state,omitempty" json:"state,omitempty"`
 	TaskType       *TaskType           `form:"task_type,omitempty" json:"task_type,omitempty"`
@@ -2120,8 +2129,9 @@ type ClientInterface interface {
 	// GetTask Get a task with its attempts
 	//
 	// While the task waits to be leased, `pending_reason` says why: `no_assigned_worker`,
-	// `no_online_worker`, `capability_mismatch`, `capacity_full`, `scheduled_later` or
-	// `retry_backoff`.
+	// `plugin_not_advertised` (no assigned worker lists the task's `payload.plugin` in its
+	// `plugins` capability), `no_online_worker`, `capability_mismatch`, `capacity_full`,
+	// `scheduled_later` or `retry_backoff`.
 	//
 	// Corresponds with GET /v1/tasks/{task_id} (the `GetTask` operationId).
 	GetTask(ctx context.Context, taskId TaskID, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3321,8 +3331,9 @@ func (c *Client) CreateTask(ctx context.Context, params *CreateTaskParams, body 
 // GetTask Get a task with its attempts
 //
 // While the task waits to be leased, `pending_reason` says why: `no_assigned_worker`,
-// `no_online_worker`, `capability_mismatch`, `capacity_full`, `scheduled_later` or
-// `retry_backoff`.
+// `plugin_not_advertised` (no assigned worker lists the task's `payload.plugin` in its
+// `plugins` capability), `no_online_worker`, `capability_mismatch`, `capacity_full`,
+// `scheduled_later` or `retry_backoff`.
 //
 // Corresponds with GET /v1/tasks/{task_id} (the `GetTask` operationId).
 func (c *Client) GetTask(ctx context.Context, taskId TaskID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -6920,8 +6931,9 @@ type ClientWithResponsesInterface interface {
 	// GetTaskWithResponse Get a task with its attempts
 	//
 	// While the task waits to be leased, `pending_reason` says why: `no_assigned_worker`,
-	// `no_online_worker`, `capability_mismatch`, `capacity_full`, `scheduled_later` or
-	// `retry_backoff`.
+	// `plugin_not_advertised` (no assigned worker lists the task's `payload.plugin` in its
+	// `plugins` capability), `no_online_worker`, `capability_mismatch`, `capacity_full`,
+	// `scheduled_later` or `retry_backoff`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -9033,6 +9045,8 @@ type ListScansResponse struct {
 	JSON200 *ScanList
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Problem
 }
@@ -9045,6 +9059,11 @@ func (r ListScansResponse) GetJSON200() *ScanList {
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r ListScansResponse) GetApplicationproblemJSON401() *Problem {
 	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListScansResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
 }
 
 // GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
@@ -9325,6 +9344,8 @@ type ListTasksResponse struct {
 	ApplicationproblemJSON400 *Problem
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Problem
 }
@@ -9342,6 +9363,11 @@ func (r ListTasksResponse) GetApplicationproblemJSON400() *Problem {
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r ListTasksResponse) GetApplicationproblemJSON401() *Problem {
 	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListTasksResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
 }
 
 // GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
@@ -11524,8 +11550,9 @@ func (c *ClientWithResponses) CreateTaskWithResponse(ctx context.Context, params
 // GetTaskWithResponse Get a task with its attempts
 //
 // While the task waits to be leased, `pending_reason` says why: `no_assigned_worker`,
-// `no_online_worker`, `capability_mismatch`, `capacity_full`, `scheduled_later` or
-// `retry_backoff`.
+// `plugin_not_advertised` (no assigned worker lists the task's `payload.plugin` in its
+// `plugins` capability), `no_online_worker`, `capability_mismatch`, `capacity_full`,
+// `scheduled_later` or `retry_backoff`.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -13408,6 +13435,13 @@ func ParseListScansResponse(rsp *http.Response) (*ListScansResponse, error) {
 		}
 		response.ApplicationproblemJSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -13650,6 +13684,13 @@ func ParseListTasksResponse(rsp *http.Response) (*ListTasksResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Problem

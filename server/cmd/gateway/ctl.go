@@ -149,6 +149,9 @@ type ctl struct {
 	api         *apiclient.ClientWithResponses
 	out, errOut io.Writer
 	json        bool
+	// url and ca are the connection settings, for the commands printed
+	// for a worker to reach the same gateway.
+	url, ca string
 }
 
 // ctlRun runs one ctl command with its positional arguments.
@@ -168,7 +171,7 @@ func (a *cli) ctlLeaf(o *ctlOptions, name, args, short string, setup func(fs *fl
 			if err != nil {
 				return err
 			}
-			return tlsHint(run(ctx, &ctl{api: api, out: a.stdout, errOut: a.stderr, json: o.json}, positional))
+			return tlsHint(run(ctx, &ctl{api: api, out: a.stdout, errOut: a.stderr, json: o.json, url: o.url, ca: o.ca}, positional))
 		}
 	}}
 }

@@ -242,6 +242,11 @@ func workersCreate(fs *flagSet) ctlRun {
 				{"Enrollment token", cw.EnrollmentToken},
 				{"Token expires", fmtTime(cw.EnrollmentTokenExpiresAt)},
 			})
+			c.writeWorkerCommands(w, cw.EnrollmentToken)
+			if cw.OwnerOrganizationId == nil {
+				// A platform worker leases nothing until assigned.
+				fmt.Fprintf(w, "It gets tasks once assigned to an organization:\n  gateway ctl assign ORGANIZATION_ID %s\n", cw.Id)
+			}
 			fmt.Fprintln(c.errOut, "The enrollment token is shown only once: the worker enrolls with it (POST /v1/enroll).")
 		})
 	}
@@ -346,6 +351,7 @@ func workersEnrollmentToken(ctx context.Context, c *ctl, args []string) error {
 	}
 	return c.finish(res.HTTPResponse, res.Body, func(w io.Writer) {
 		writeFields(w, [][2]string{{"Enrollment token", res.JSON201.EnrollmentToken}, {"Expires", fmtTime(res.JSON201.ExpiresAt)}})
+		c.writeWorkerCommands(w, res.JSON201.EnrollmentToken)
 		fmt.Fprintln(c.errOut, "The enrollment token is shown only once: the worker enrolls with it (POST /v1/enroll).")
 	})
 }

@@ -8,8 +8,11 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -348,4 +351,66 @@ func TestCtlEndToEnd(t *testing.T) {
 	require.Contains(t, ok("orgs", "threats", runs.String()), "SEVERITY")
 
 	require.Regexp(t, `Status:\s+ok`, ok("ready"))
+
+	// workers create prints the commands that start the reference worker
+	// and check it, and they work as printed: the worker enrolls with the
+	// token, then -check is accepted. (Last: the worker is then online.)
+	out = ok("workers", "create", "--name", "enrolled")
+	startLine := regexp.MustCompile(`(?m)^  (WORKER_ENROLLMENT_TOKEN=wge_\S+ worker -gateway \S+ -ca \S+ -state-dir \./worker-state)$`).FindStringSubmatch(out)
+	checkLine := regexp.MustCompile(`(?m)^  (worker -check -gateway \S+ -ca \S+ -state-dir \./worker-state)$`).FindStringSubmatch(out)
+	require.Len(t, startLine, 2, out)
+	require.Len(t, checkLine, 2, out)
+	require.Contains(t, startLine[1], "-gateway "+g.URL+" -ca "+caFile+" ")
+	require.Contains(t, out, "gateway ctl assign ORGANIZATION_ID ")
+	runPrintedWorker(t, startLine[1], checkLine[1])
+}
+
+// runPrintedWorker runs the reference worker with the command lines ctl
+// printed (NAME=value words first, then "worker" and its flags) in a fresh
+// directory: start until it has enrolled, then check.
+func runPrintedWorker(t *testing.T, start, check string) {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "worker")
+	build := exec.Command("go", "build", "-o", bin, "../../../workerclient/cmd/worker")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	work := t.TempDir()
+	command := func(ctx context.Context, line string) *exec.Cmd {
+		words := strings.Fields(line)
+		env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+		for strings.Contains(words[0], "=") {
+			env, words = append(env, words[0]), words[1:]
+		}
+		require.Equal(t, "worker", words[0])
+		cmd := exec.CommandContext(ctx, bin, words[1:]...)
+		cmd.Dir, cmd.Env, cmd.WaitDelay = work, env, 10*time.Second
+		return cmd
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	var logs lockedBuffer
+	worker := command(ctx, start)
+	worker.Stdout, worker.Stderr = &logs, &logs
+	require.NoError(t, worker.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- worker.Wait() }()
+	for {
+		if _, err := os.Stat(filepath.Join(work, "worker-state", "worker.pem")); err == nil {
+			break
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("the worker exited before enrolling: %v\n%s", err, logs.String())
+		case <-ctx.Done():
+			t.Fatalf("the worker did not enroll: %s", logs.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	require.NoError(t, worker.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, <-exited, "%s", logs.String())
+
+	out, err = command(ctx, check).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(out), "ok: authenticated as worker")
 }

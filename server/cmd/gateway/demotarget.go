@@ -10,6 +10,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"fmt"
+	"log/slog"
 	"math/big"
 	"net"
 	"net/http"
@@ -18,8 +19,10 @@ import (
 
 // startDemoTarget serves a small HTTPS site on loopback for the demo scan:
 // its certificate is self-signed and expires in ten days, so the scan has
-// something to report.
-func startDemoTarget() (addr string, stop func(), err error) {
+// something to report. Its server errors (the TLS handshakes the scan's TCP
+// probe opens and drops) are expected: they go to logger at debug level,
+// labelled component=demo-target.
+func startDemoTarget(logger *slog.Logger) (addr string, stop func(), err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return "", nil, err
@@ -53,6 +56,7 @@ func startDemoTarget() (addr string, stop func(), err error) {
 		}),
 		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}},
 		ReadHeaderTimeout: 5 * time.Second,
+		ErrorLog:          slog.NewLogLogger(logger.With("component", "demo-target").Handler(), slog.LevelDebug),
 	}
 	go func() { _ = srv.ServeTLS(ln, "", "") }()
 	return ln.Addr().String(), func() { _ = srv.Close() }, nil

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -46,6 +47,13 @@ func runDev(ctx context.Context, c *serveConfig, stateDir, workerBin string, log
 	if err != nil {
 		return err
 	}
+	// Taken before anything else: a second `gateway dev` on this directory
+	// must leave the first's PostgreSQL and env file alone.
+	lock, err := lockDevState(dir)
+	if err != nil {
+		return err
+	}
+	defer lock.release()
 
 	logger.Info("starting private PostgreSQL", "dir", filepath.Join(dir, "postgres"))
 	cluster, err := pgcluster.Start(ctx, pgcluster.Options{Dir: filepath.Join(dir, "postgres"), Durable: true,
@@ -87,16 +95,16 @@ func runDev(ctx context.Context, c *serveConfig, stateDir, workerBin string, log
 	if c.server.Artifacts.PublicURL == "" {
 		c.server.Artifacts.PublicURL = gatewayURL
 	}
-	targetAddr, stopTarget, err := startDemoTarget()
+	targetAddr, stopTarget, err := startDemoTarget(logger)
 	if err != nil {
 		return err
 	}
 	defer stopTarget()
-	demo, err := seedDemo(ctx, c.databaseURL, certs, []string{portOf(targetAddr), portOf(ln.Addr().String())})
+	envFile := filepath.Join(dir, "env")
+	demo, err := seedDemo(ctx, c.databaseURL, certs, []string{portOf(targetAddr), portOf(ln.Addr().String())}, previousToken(envFile))
 	if err != nil {
 		return err
 	}
-	envFile := filepath.Join(dir, "env")
 	vars := [][2]string{
 		{"GATEWAY_URL", gatewayURL},
 		{"GATEWAY_TOKEN", demo.token},
@@ -113,6 +121,9 @@ func runDev(ctx context.Context, c *serveConfig, stateDir, workerBin string, log
 	if err := writeEnvFile(envFile, vars); err != nil {
 		return err
 	}
+	if err := lock.record(devRecord{PID: os.Getpid(), URL: gatewayURL, EnvFile: envFile}); err != nil {
+		return err
+	}
 
 	var wg sync.WaitGroup
 	serveCtx, stopServe := context.WithCancel(ctx)
@@ -123,8 +134,7 @@ func runDev(ctx context.Context, c *serveConfig, stateDir, workerBin string, log
 	if workerBin != "" {
 		wg.Go(func() { runChildWorker(serveCtx, workerBin, vars, logger) })
 	}
-	fmt.Fprintf(os.Stderr, "\nWorker Gateway is running at %s\nSettings for scripts and curl: %s (source it: . %s)\nPress Ctrl-C to stop everything.\n\n",
-		gatewayURL, envFile, envFile)
+	fmt.Fprint(os.Stderr, devBanner(gatewayURL, envFile, certs.CACert(), workerBin != ""))
 
 	select {
 	case <-ctx.Done():
@@ -133,6 +143,36 @@ func runDev(ctx context.Context, c *serveConfig, stateDir, workerBin string, log
 	stopServe()
 	wg.Wait()
 	return err
+}
+
+// devBanner is what `make run` prints once everything is up: where the
+// gateway is and the first steps. It names files, never their secrets.
+func devBanner(gatewayURL, envFile, caFile string, worker bool) string {
+	env, ca := shortPath(envFile), shortPath(caFile)
+	binDir := "<dir of gateway>"
+	if exe, err := os.Executable(); err == nil {
+		binDir = shortPath(filepath.Dir(exe))
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nWorker Gateway is running at %s", gatewayURL)
+	if worker {
+		b.WriteString(", with the reference worker")
+	}
+	fmt.Fprintf(&b, `
+
+Next steps:
+  API docs (Swagger UI):  %[1]s/docs/
+      The certificate is from the dev CA %[2]s: import it into your browser's
+      certificate authorities, or use curl --cacert %[2]s %[1]s/readyz
+  Settings (URL, admin token, certificates): %[3]s
+  The binaries are in %[4]s; list the demo tasks:
+      . %[3]s && %[4]s/gateway ctl tasks list
+  Walkthrough: README.md, "One task by hand, with curl"
+
+Press Ctrl-C to stop everything.
+
+`, gatewayURL, ca, env, binDir)
+	return b.String()
 }
 
 func isDuplicateDatabase(err error) bool {
@@ -171,10 +211,11 @@ func ensureWorker(ctx context.Context, st *store.Store, name, certFile string, o
 }
 
 // seedDemo creates (or finds, on a restart) the demo organization and
-// worker, assigns them, mints a fresh admin token, and queues a few demo
+// worker, assigns them, keeps the previous run's admin token while the
+// database still accepts it (or mints one), and queues a few demo
 // tasks and a demo scan of loopback (the demo target and the gateway
 // itself, on ports) so the reference worker has something to do.
-func seedDemo(ctx context.Context, databaseURL string, certs devPKI, ports []string) (demoIDs, error) {
+func seedDemo(ctx context.Context, databaseURL string, certs devPKI, ports []string, oldToken string) (demoIDs, error) {
 	pool, err := store.OpenPool(ctx, databaseURL)
 	if err != nil {
 		return demoIDs{}, err
@@ -200,7 +241,7 @@ func seedDemo(ctx context.Context, databaseURL string, certs devPKI, ports []str
 	if err != nil {
 		return demoIDs{}, err
 	}
-	if ids.token, _, err = st.CreateAPIToken(ctx, store.EveryOrganization(), store.CreateAPITokenParams{Name: "dev admin", Permissions: []string{"admin"}}); err != nil {
+	if ids.token, err = devAdminToken(ctx, st, oldToken); err != nil {
 		return demoIDs{}, err
 	}
 	for _, payload := range []string{
@@ -223,18 +264,67 @@ func seedDemo(ctx context.Context, databaseURL string, certs devPKI, ports []str
 	return ids, nil
 }
 
+// devAdminToken returns oldToken when the database still authenticates it as
+// an unrestricted admin token, so that each run does not pile up another;
+// otherwise (revoked, expired, a new database) it mints one.
+func devAdminToken(ctx context.Context, st *store.Store, oldToken string) (string, error) {
+	if oldToken != "" {
+		p, err := st.AuthenticateToken(ctx, oldToken)
+		switch {
+		case err == nil && p.OrganizationID == nil && slices.Contains(p.Permissions, "admin"):
+			return oldToken, nil
+		case err != nil && !errors.Is(err, store.ErrNotFound):
+			return "", err
+		}
+	}
+	token, _, err := st.CreateAPIToken(ctx, store.EveryOrganization(), store.CreateAPITokenParams{Name: "dev admin", Permissions: []string{"admin"}})
+	return token, err
+}
+
+// previousToken is GATEWAY_TOKEN from the env file an earlier run wrote, or
+// "" when there is none.
+func previousToken(envFile string) string {
+	f, err := os.Open(envFile)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	vars, err := parseEnvFile(f)
+	if err != nil {
+		return ""
+	}
+	return vars["GATEWAY_TOKEN"]
+}
+
 func portOf(addr string) string {
 	_, port, _ := net.SplitHostPort(addr)
 	return port
 }
 
+// writeEnvFile writes `export KEY=value` lines, so that sourcing the file
+// hands the variables to every command run after it (gateway ctl, k6).
+// The readers of the file (the reference worker, gateway ctl, the curl and
+// Python workers) drop "export " and one pair of matching quotes, but know
+// no escapes: a value that needs more than single quotes is refused.
 func writeEnvFile(path string, vars [][2]string) error {
 	var b strings.Builder
-	b.WriteString("# Written by `make run` (gateway dev). Source it: . " + path + "\n")
+	b.WriteString("# Written by `make run` (gateway dev). Source it: . " + shellQuote(path) + "\n")
 	for _, kv := range vars {
-		fmt.Fprintf(&b, "%s=%s\n", kv[0], kv[1])
+		if strings.ContainsAny(kv[1], "'\n\r") {
+			return fmt.Errorf("env file: %s=%q cannot be written as one quoted line", kv[0], kv[1])
+		}
+		fmt.Fprintf(&b, "export %s=%s\n", kv[0], shellQuote(kv[1]))
 	}
 	return os.WriteFile(path, []byte(b.String()), 0o600)
+}
+
+// shellQuote single-quotes s unless it is made only of characters a shell
+// takes literally.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.,/:@%+=") == "" {
+		return s
+	}
+	return "'" + s + "'"
 }
 
 // runChildWorker runs the reference worker until ctx ends, then asks it to

@@ -21,3 +21,11 @@ func devFlags(fs *flagSet, level *slog.LevelVar) *devConfig {
 	d.serve = serveFlags(fs, level)
 	return d
 }
+
+// devRecord is what `gateway dev` writes into <state>/dev.lock while it
+// holds it, for the message a second one prints (and for tests).
+type devRecord struct {
+	PID     int    `json:"pid"`
+	URL     string `json:"url,omitempty"`
+	EnvFile string `json:"env_file,omitempty"`
+}

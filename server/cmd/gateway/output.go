@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -403,4 +405,68 @@ func writeAuditTable(w io.Writer, events []apiclient.AuditEvent) {
 		row(tw, fmt.Sprint(e.Id), fmtTime(e.OccurredAt), e.Action, string(e.ActorType)+":"+str(e.ActorId), target, org)
 	}
 	tw.Flush()
+}
+
+// workerStateDir is the state directory the printed worker commands use.
+const workerStateDir = "./worker-state"
+
+// writeWorkerCommands prints the commands that start the reference worker
+// with a fresh enrollment token against the gateway ctl talks to, and that
+// check it afterwards. The token goes in the environment, as the worker's
+// documentation advises: other users of a machine can read command lines.
+func (c *ctl) writeWorkerCommands(w io.Writer, token string) {
+	args := []string{"-gateway", shellWord(strings.TrimRight(c.url, "/"))}
+	if c.ca != "" {
+		ca := c.ca
+		if abs, err := filepath.Abs(ca); err == nil {
+			ca = abs
+		}
+		args = append(args, "-ca", shellWord(ca))
+	}
+	args = append(args, "-state-dir", workerStateDir)
+	worker := shellWord(workerBinary())
+	fmt.Fprintf(w, "\nStart the reference worker with it (it enrolls once, then keeps its identity in %s):\n", workerStateDir)
+	fmt.Fprintf(w, "  WORKER_ENROLLMENT_TOKEN=%s %s %s\n", shellWord(token), worker, strings.Join(args, " "))
+	fmt.Fprintf(w, "Once it has enrolled, check that the gateway accepts it:\n")
+	fmt.Fprintf(w, "  %s -check %s\n", worker, strings.Join(args, " "))
+}
+
+// workerBinary is the reference worker next to this binary (make run puts
+// both in .dev/bin), else "worker" from PATH.
+func workerBinary() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return "worker"
+	}
+	bin := filepath.Join(filepath.Dir(exe), "worker")
+	if fi, err := os.Stat(bin); err != nil || fi.IsDir() || fi.Mode().Perm()&0o111 == 0 {
+		return "worker"
+	}
+	// A bare name would be looked up on PATH.
+	if short := shortPath(bin); strings.Contains(short, "/") {
+		return short
+	}
+	return "./worker"
+}
+
+// shortPath is path relative to the working directory when it lies under
+// it, as a person would type it.
+func shortPath(path string) string {
+	wd, err := os.Getwd()
+	if err != nil {
+		return path
+	}
+	rel, err := filepath.Rel(wd, path)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return path
+	}
+	return rel
+}
+
+// shellWord quotes s for a POSIX shell when it needs it.
+func shellWord(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_@%+=:,./-") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

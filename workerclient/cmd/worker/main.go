@@ -98,8 +98,8 @@ type options struct {
 	envFile                                       string
 	check, version                                bool
 	// explicitEnrollment: -state-dir or -enroll-token was on the command
-	// line, not only in the environment.
-	explicitEnrollment bool
+	// line, not only in the environment; explicitCert: -cert or -key was.
+	explicitEnrollment, explicitCert bool
 }
 
 func newFlagSet(o *options, stderr io.Writer) *flag.FlagSet {
@@ -236,6 +236,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	// Enrollment settings are ignored when -cert or -key is given, unless
 	// given on the command line too (then it is an error, see identity).
 	o.explicitEnrollment = explicit["state-dir"] || explicit["enroll-token"]
+	o.explicitCert = explicit["cert"] || explicit["key"]
 	return o, nil
 }
 
@@ -335,11 +336,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 }
 
 // identity chooses the worker's identity: the certificate files when -cert
-// or -key is given, else enrollment into -state-dir. Enrollment flags given
-// explicitly with -cert/-key are an error; the same settings from the
-// environment are ignored then.
+// or -key is given, else enrollment into -state-dir. Both on the command
+// line are an error; otherwise the command line wins and the other from
+// the environment is ignored (a sourced .dev/env exports WORKER_CERT).
 func identity(o *options, cfg *workerclient.Config) error {
-	if o.cert != "" || o.key != "" {
+	if (o.cert != "" || o.key != "") && (o.explicitCert || !o.explicitEnrollment) {
 		if o.explicitEnrollment {
 			return errors.New("give either -cert and -key, or -state-dir (with -enroll-token on first start), not both")
 		}

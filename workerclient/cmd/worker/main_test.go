@@ -174,4 +174,17 @@ func TestIdentityChoice(t *testing.T) {
 	require.NoError(t, identity(o, cfg))
 	assert.Equal(t, "c.pem", cfg.CertFile)
 	assert.Empty(t, cfg.StateDir)
+
+	// A certificate from the environment gives way to -state-dir on the
+	// command line.
+	clearEnv(t)
+	t.Setenv("WORKER_CERT", "c.pem")
+	t.Setenv("WORKER_KEY", "k.pem")
+	o, err = parse([]string{"-state-dir", "/var/lib/w", "-enroll-token", "wge_x"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	cfg = new(workerclient.Config)
+	require.NoError(t, identity(o, cfg))
+	assert.Empty(t, cfg.CertFile)
+	assert.Equal(t, "/var/lib/w", cfg.StateDir)
+	assert.Equal(t, "wge_x", cfg.EnrollmentToken)
 }
