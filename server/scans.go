@@ -28,6 +28,7 @@ func (h *handlers) CreateScan(ctx context.Context, req api.CreateScanRequestObje
 		}
 		p.Plugins = append(p.Plugins, sp)
 	}
+	p.Trigger = &store.Trigger{Kind: store.TriggerAPI, TokenID: tokenOf(ctx)}
 	if p.IdempotencyKey, p.RequestSHA256, err = idempotency(req.Params.IdempotencyKey, b); err != nil {
 		return nil, err
 	}

@@ -61,6 +61,7 @@ func (h *handlers) CreateTask(ctx context.Context, req api.CreateTaskRequestObje
 			return nil, problem.Wrap(store.ErrInvalid, "retry.max_seconds must not be below retry.base_seconds")
 		}
 	}
+	p.Trigger = &store.Trigger{Kind: store.TriggerAPI, TokenID: tokenOf(ctx)}
 	if p.IdempotencyKey, p.RequestSHA256, err = idempotency(req.Params.IdempotencyKey, b); err != nil {
 		return nil, err
 	}

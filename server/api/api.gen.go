@@ -268,6 +268,126 @@ func (e ScanState) Valid() bool {
 	}
 }
 
+// Defines values for ScheduleCatchUp.
+const (
+	ScheduleCatchUpOnce ScheduleCatchUp = "once"
+	ScheduleCatchUpSkip ScheduleCatchUp = "skip"
+)
+
+// Valid indicates whether the value is a known member of the ScheduleCatchUp enum.
+func (e ScheduleCatchUp) Valid() bool {
+	switch e {
+	case ScheduleCatchUpOnce:
+		return true
+	case ScheduleCatchUpSkip:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ScheduleDefinitionKind.
+const (
+	ScheduleDefinitionKindScan ScheduleDefinitionKind = "scan"
+	ScheduleDefinitionKindTask ScheduleDefinitionKind = "task"
+)
+
+// Valid indicates whether the value is a known member of the ScheduleDefinitionKind enum.
+func (e ScheduleDefinitionKind) Valid() bool {
+	switch e {
+	case ScheduleDefinitionKindScan:
+		return true
+	case ScheduleDefinitionKindTask:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ScheduleFireOutcome.
+const (
+	Created ScheduleFireOutcome = "created"
+	Queued  ScheduleFireOutcome = "queued"
+	Skipped ScheduleFireOutcome = "skipped"
+)
+
+// Valid indicates whether the value is a known member of the ScheduleFireOutcome enum.
+func (e ScheduleFireOutcome) Valid() bool {
+	switch e {
+	case Created:
+		return true
+	case Queued:
+		return true
+	case Skipped:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ScheduleFireSkipReason.
+const (
+	Error     ScheduleFireSkipReason = "error"
+	Missed    ScheduleFireSkipReason = "missed"
+	Overlap   ScheduleFireSkipReason = "overlap"
+	QueueFull ScheduleFireSkipReason = "queue_full"
+)
+
+// Valid indicates whether the value is a known member of the ScheduleFireSkipReason enum.
+func (e ScheduleFireSkipReason) Valid() bool {
+	switch e {
+	case Error:
+		return true
+	case Missed:
+		return true
+	case Overlap:
+		return true
+	case QueueFull:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ScheduleFireTrigger.
+const (
+	ScheduleFireTriggerManual   ScheduleFireTrigger = "manual"
+	ScheduleFireTriggerSchedule ScheduleFireTrigger = "schedule"
+)
+
+// Valid indicates whether the value is a known member of the ScheduleFireTrigger enum.
+func (e ScheduleFireTrigger) Valid() bool {
+	switch e {
+	case ScheduleFireTriggerManual:
+		return true
+	case ScheduleFireTriggerSchedule:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ScheduleOverlap.
+const (
+	ScheduleOverlapAllow    ScheduleOverlap = "allow"
+	ScheduleOverlapQueueOne ScheduleOverlap = "queue_one"
+	ScheduleOverlapSkip     ScheduleOverlap = "skip"
+)
+
+// Valid indicates whether the value is a known member of the ScheduleOverlap enum.
+func (e ScheduleOverlap) Valid() bool {
+	switch e {
+	case ScheduleOverlapAllow:
+		return true
+	case ScheduleOverlapQueueOne:
+		return true
+	case ScheduleOverlapSkip:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for Severity.
 const (
 	Critical Severity = "critical"
@@ -668,6 +788,17 @@ type CreateScanRequest struct {
 	Plugins        []ScanPlugin       `json:"plugins"`
 	Priority       *int               `json:"priority,omitempty"`
 	Targets        []string           `json:"targets"`
+}
+
+// CreateScheduleRequest defines model for CreateScheduleRequest.
+type CreateScheduleRequest struct {
+	// Definition What each fire creates; `scan` for kind scan, `task` for kind task.
+	Definition     ScheduleDefinition `json:"definition"`
+	Name           string             `json:"name"`
+	OrganizationId openapi_types.UUID `json:"organization_id"`
+
+	// Timing Exactly one of `cron` and `interval_seconds`.
+	Timing ScheduleTiming `json:"timing"`
 }
 
 // CreateTaskRequest defines model for CreateTaskRequest.
@@ -1072,6 +1203,156 @@ type ScanPlugin struct {
 // ScanState defines model for ScanState.
 type ScanState string
 
+// Schedule defines model for Schedule.
+type Schedule struct {
+	CreatedAt time.Time `json:"created_at"`
+
+	// Definition What each fire creates; `scan` for kind scan, `task` for kind task.
+	Definition ScheduleDefinition `json:"definition"`
+
+	// Enabled False while paused.
+	Enabled    bool               `json:"enabled"`
+	Id         openapi_types.UUID `json:"id"`
+	LastSlotAt *time.Time         `json:"last_slot_at,omitempty"`
+	Name       string             `json:"name"`
+
+	// NextFireAt When the pending slot fires (slot plus jitter).
+	NextFireAt *time.Time `json:"next_fire_at,omitempty"`
+
+	// NextSlotAt The pending slot; absent once the schedule has ended.
+	NextSlotAt     *time.Time         `json:"next_slot_at,omitempty"`
+	OrganizationId openapi_types.UUID `json:"organization_id"`
+
+	// QueuedSlotAt A slot waiting for the previous run to end (overlap queue_one).
+	QueuedSlotAt *time.Time `json:"queued_slot_at,omitempty"`
+
+	// Timing Exactly one of `cron` and `interval_seconds`.
+	Timing    ScheduleTiming `json:"timing"`
+	UpdatedAt time.Time      `json:"updated_at"`
+
+	// Version The current version; every update adds one.
+	Version int `json:"version"`
+}
+
+// ScheduleCatchUp What the slots missed while no gateway ran do. `once` runs once for all of them; `skip` skips them.
+type ScheduleCatchUp string
+
+// ScheduleDefinition What each fire creates; `scan` for kind scan, `task` for kind task.
+type ScheduleDefinition struct {
+	Kind ScheduleDefinitionKind `json:"kind"`
+	Scan *ScheduledScan         `json:"scan,omitempty"`
+	Task *ScheduledTask         `json:"task,omitempty"`
+}
+
+// ScheduleDefinitionKind defines model for ScheduleDefinition.Kind.
+type ScheduleDefinitionKind string
+
+// ScheduleFire defines model for ScheduleFire.
+type ScheduleFire struct {
+	FiredAt time.Time          `json:"fired_at"`
+	Id      openapi_types.UUID `json:"id"`
+
+	// MissedSlots Slots this entry stands for besides its own (catch-up).
+	MissedSlots int                 `json:"missed_slots"`
+	Outcome     ScheduleFireOutcome `json:"outcome"`
+
+	// RunState The created task's or scan's state now.
+	RunState   *string                 `json:"run_state,omitempty"`
+	ScanId     *openapi_types.UUID     `json:"scan_id,omitempty"`
+	ScheduleId openapi_types.UUID      `json:"schedule_id"`
+	SkipReason *ScheduleFireSkipReason `json:"skip_reason,omitempty"`
+
+	// SlotAt The slot; for a manual run, when it was asked for.
+	SlotAt time.Time           `json:"slot_at"`
+	TaskId *openapi_types.UUID `json:"task_id,omitempty"`
+
+	// TokenId The API token that asked for a manual run.
+	TokenId *openapi_types.UUID `json:"token_id,omitempty"`
+	Trigger ScheduleFireTrigger `json:"trigger"`
+	Version int                 `json:"version"`
+}
+
+// ScheduleFireOutcome defines model for ScheduleFire.Outcome.
+type ScheduleFireOutcome string
+
+// ScheduleFireSkipReason defines model for ScheduleFire.SkipReason.
+type ScheduleFireSkipReason string
+
+// ScheduleFireTrigger defines model for ScheduleFire.Trigger.
+type ScheduleFireTrigger string
+
+// ScheduleFireList defines model for ScheduleFireList.
+type ScheduleFireList struct {
+	Items      []ScheduleFire `json:"items"`
+	NextCursor *string        `json:"next_cursor,omitempty"`
+}
+
+// ScheduleList defines model for ScheduleList.
+type ScheduleList struct {
+	Items      []Schedule `json:"items"`
+	NextCursor *string    `json:"next_cursor,omitempty"`
+}
+
+// ScheduleOverlap What a slot does while the previous run is active. `skip` records it as skipped, `allow` runs it, `queue_one` keeps one slot waiting until the run ends and skips more.
+type ScheduleOverlap string
+
+// ScheduleSlot defines model for ScheduleSlot.
+type ScheduleSlot struct {
+	FireAt time.Time `json:"fire_at"`
+	SlotAt time.Time `json:"slot_at"`
+}
+
+// ScheduleSlotList defines model for ScheduleSlotList.
+type ScheduleSlotList struct {
+	Items []ScheduleSlot `json:"items"`
+}
+
+// ScheduleTiming Exactly one of `cron` and `interval_seconds`.
+type ScheduleTiming struct {
+	// CatchUp What the slots missed while no gateway ran do. `once` runs once for all of them; `skip` skips them.
+	CatchUp *ScheduleCatchUp `json:"catch_up,omitempty"`
+
+	// Cron Five fields (minute hour day month weekday) or @hourly, @daily, @weekly, @monthly, @yearly, in `time_zone`.
+	Cron  *string    `json:"cron,omitempty"`
+	EndAt *time.Time `json:"end_at,omitempty"`
+
+	// IntervalSeconds A fixed period from `start_at` (or from creation), in absolute time.
+	IntervalSeconds *int `json:"interval_seconds,omitempty"`
+
+	// JitterSeconds Each fire is delayed by a fixed pseudo-random part of this, per slot.
+	JitterSeconds *int `json:"jitter_seconds,omitempty"`
+
+	// Overlap What a slot does while the previous run is active. `skip` records it as skipped, `allow` runs it, `queue_one` keeps one slot waiting until the run ends and skips more.
+	Overlap *ScheduleOverlap `json:"overlap,omitempty"`
+	StartAt *time.Time       `json:"start_at,omitempty"`
+
+	// TimeZone An IANA time zone, e.g. Europe/Berlin.
+	TimeZone *string `json:"time_zone,omitempty"`
+}
+
+// ScheduledScan defines model for ScheduledScan.
+type ScheduledScan struct {
+	Plugins  []ScanPlugin `json:"plugins"`
+	Priority *int         `json:"priority,omitempty"`
+	Targets  []string     `json:"targets"`
+}
+
+// ScheduledTask defines model for ScheduledTask.
+type ScheduledTask struct {
+	AttemptTimeoutSeconds   *int        `json:"attempt_timeout_seconds,omitempty"`
+	ExecutionTimeoutSeconds *int        `json:"execution_timeout_seconds,omitempty"`
+	LeaseDurationSeconds    *int        `json:"lease_duration_seconds,omitempty"`
+	MaxAttempts             *int        `json:"max_attempts,omitempty"`
+	Payload                 *JSONObject `json:"payload,omitempty"`
+	Priority                *int        `json:"priority,omitempty"`
+
+	// RequiredCapabilities A JSON object; a task's `required_capabilities` must be contained in it (`@>`).
+	RequiredCapabilities *Capabilities `json:"required_capabilities,omitempty"`
+	RetryBaseSeconds     *float64      `json:"retry_base_seconds,omitempty"`
+	RetryMaxSeconds      *float64      `json:"retry_max_seconds,omitempty"`
+	TaskType             TaskType      `json:"task_type"`
+}
+
 // Severity defines model for Severity.
 type Severity string
 
@@ -1200,6 +1481,16 @@ type ThreatList struct {
 // TokenScope defines model for TokenScope.
 type TokenScope string
 
+// UpdateScheduleRequest defines model for UpdateScheduleRequest.
+type UpdateScheduleRequest struct {
+	// Definition What each fire creates; `scan` for kind scan, `task` for kind task.
+	Definition ScheduleDefinition `json:"definition"`
+	Name       string             `json:"name"`
+
+	// Timing Exactly one of `cron` and `interval_seconds`.
+	Timing ScheduleTiming `json:"timing"`
+}
+
 // UpdateWorkerRequest defines model for UpdateWorkerRequest.
 type UpdateWorkerRequest struct {
 	Enabled            *bool   `json:"enabled,omitempty"`
@@ -1320,6 +1611,9 @@ type RequiredIdempotencyKey = string
 // ScanID defines model for ScanID.
 type ScanID = openapi_types.UUID
 
+// ScheduleID defines model for ScheduleID.
+type ScheduleID = openapi_types.UUID
+
 // TaskID defines model for TaskID.
 type TaskID = openapi_types.UUID
 
@@ -1433,6 +1727,34 @@ type CreateScanParams struct {
 	IdempotencyKey *OptionalIdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
+// ListSchedulesParams defines parameters for ListSchedules.
+type ListSchedulesParams struct {
+	// OrganizationId Only this organization's schedules. For an unscoped token, an organization that does not exist is 404.
+	OrganizationId *openapi_types.UUID `form:"organization_id,omitempty" json:"organization_id,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
+// ListScheduleFiresParams defines parameters for ListScheduleFires.
+type ListScheduleFiresParams struct {
+	// Cursor The `next_cursor` of the previous page.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
+// ListScheduleNextParams defines parameters for ListScheduleNext.
+type ListScheduleNextParams struct {
+	Count *int `form:"count,omitempty" json:"count,omitempty"`
+}
+
+// RunScheduleParams defines parameters for RunSchedule.
+type RunScheduleParams struct {
+	// IdempotencyKey Makes the request safe to repeat. At most 255 characters.
+	IdempotencyKey *OptionalIdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
 // ListTasksParams defines parameters for ListTasks.
 type ListTasksParams struct {
 	// OrganizationId Only this organization's tasks. For an unscoped token, an organization that does not exist is 404.
@@ -1527,6 +1849,12 @@ type CreateOrganizationJSONRequestBody = CreateOrganizationRequest
 
 // CreateScanJSONRequestBody defines body for CreateScan for application/json ContentType.
 type CreateScanJSONRequestBody = CreateScanRequest
+
+// CreateScheduleJSONRequestBody defines body for CreateSchedule for application/json ContentType.
+type CreateScheduleJSONRequestBody = CreateScheduleRequest
+
+// UpdateScheduleJSONRequestBody defines body for UpdateSchedule for application/json ContentType.
+type UpdateScheduleJSONRequestBody = UpdateScheduleRequest
 
 // CreateTaskJSONRequestBody defines body for CreateTask for application/json ContentType.
 type CreateTaskJSONRequestBody = CreateTaskRequest
@@ -1638,6 +1966,33 @@ type ServerInterface interface {
 	// CancelScan Cancel a scan
 	// (POST /v1/scans/{scan_id}/cancel)
 	CancelScan(w http.ResponseWriter, r *http.Request, scanId ScanID)
+	// ListSchedules List schedules
+	// (GET /v1/schedules)
+	ListSchedules(w http.ResponseWriter, r *http.Request, params ListSchedulesParams)
+	// CreateSchedule Create a schedule
+	// (POST /v1/schedules)
+	CreateSchedule(w http.ResponseWriter, r *http.Request)
+	// GetSchedule Get a schedule
+	// (GET /v1/schedules/{schedule_id})
+	GetSchedule(w http.ResponseWriter, r *http.Request, scheduleId ScheduleID)
+	// UpdateSchedule Replace a schedule's definition (a new version)
+	// (PUT /v1/schedules/{schedule_id})
+	UpdateSchedule(w http.ResponseWriter, r *http.Request, scheduleId ScheduleID)
+	// ListScheduleFires A schedule's history
+	// (GET /v1/schedules/{schedule_id}/fires)
+	ListScheduleFires(w http.ResponseWriter, r *http.Request, scheduleId ScheduleID, params ListScheduleFiresParams)
+	// ListScheduleNext A schedule's next fire times
+	// (GET /v1/schedules/{schedule_id}/next)
+	ListScheduleNext(w http.ResponseWriter, r *http.Request, scheduleId ScheduleID, params ListScheduleNextParams)
+	// PauseSchedule Pause a schedule
+	// (POST /v1/schedules/{schedule_id}/pause)
+	PauseSchedule(w http.ResponseWriter, r *http.Request, scheduleId ScheduleID)
+	// ResumeSchedule Resume a paused schedule
+	// (POST /v1/schedules/{schedule_id}/resume)
+	ResumeSchedule(w http.ResponseWriter, r *http.Request, scheduleId ScheduleID)
+	// RunSchedule Run a schedule now
+	// (POST /v1/schedules/{schedule_id}/run)
+	RunSchedule(w http.ResponseWriter, r *http.Request, scheduleId ScheduleID, params RunScheduleParams)
 	// ListTasks List tasks
 	// (GET /v1/tasks)
 	ListTasks(w http.ResponseWriter, r *http.Request, params ListTasksParams)
@@ -2858,6 +3213,330 @@ func (siw *ServerInterfaceWrapper) CancelScan(w http.ResponseWriter, r *http.Req
 	handler.ServeHTTP(w, r)
 }
 
+// ListSchedules operation middleware
+func (siw *ServerInterfaceWrapper) ListSchedules(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListSchedulesParams
+
+	// ------------- Optional query parameter "organization_id" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "organization_id", r.URL.Query(), &params.OrganizationId, runtime.BindQueryParameterOptions{Type: "string", Format: "uuid"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "organization_id"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "organization_id", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListSchedules(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CreateSchedule operation middleware
+func (siw *ServerInterfaceWrapper) CreateSchedule(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateSchedule(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetSchedule operation middleware
+func (siw *ServerInterfaceWrapper) GetSchedule(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "schedule_id" -------------
+	var scheduleId ScheduleID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "schedule_id", r.PathValue("schedule_id"), &scheduleId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "schedule_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetSchedule(w, r, scheduleId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// UpdateSchedule operation middleware
+func (siw *ServerInterfaceWrapper) UpdateSchedule(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "schedule_id" -------------
+	var scheduleId ScheduleID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "schedule_id", r.PathValue("schedule_id"), &scheduleId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "schedule_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.UpdateSchedule(w, r, scheduleId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListScheduleFires operation middleware
+func (siw *ServerInterfaceWrapper) ListScheduleFires(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "schedule_id" -------------
+	var scheduleId ScheduleID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "schedule_id", r.PathValue("schedule_id"), &scheduleId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "schedule_id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListScheduleFiresParams
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListScheduleFires(w, r, scheduleId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListScheduleNext operation middleware
+func (siw *ServerInterfaceWrapper) ListScheduleNext(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "schedule_id" -------------
+	var scheduleId ScheduleID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "schedule_id", r.PathValue("schedule_id"), &scheduleId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "schedule_id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListScheduleNextParams
+
+	// ------------- Optional query parameter "count" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "count", r.URL.Query(), &params.Count, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "count"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "count", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListScheduleNext(w, r, scheduleId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// PauseSchedule operation middleware
+func (siw *ServerInterfaceWrapper) PauseSchedule(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "schedule_id" -------------
+	var scheduleId ScheduleID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "schedule_id", r.PathValue("schedule_id"), &scheduleId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "schedule_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.PauseSchedule(w, r, scheduleId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ResumeSchedule operation middleware
+func (siw *ServerInterfaceWrapper) ResumeSchedule(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "schedule_id" -------------
+	var scheduleId ScheduleID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "schedule_id", r.PathValue("schedule_id"), &scheduleId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "schedule_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ResumeSchedule(w, r, scheduleId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// RunSchedule operation middleware
+func (siw *ServerInterfaceWrapper) RunSchedule(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "schedule_id" -------------
+	var scheduleId ScheduleID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "schedule_id", r.PathValue("schedule_id"), &scheduleId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "schedule_id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params RunScheduleParams
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey OptionalIdempotencyKey
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Idempotency-Key", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Idempotency-Key", Err: err})
+			return
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.RunSchedule(w, r, scheduleId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ListTasks operation middleware
 func (siw *ServerInterfaceWrapper) ListTasks(w http.ResponseWriter, r *http.Request) {
 
@@ -3765,6 +4444,15 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/scans", wrapper.CreateScan)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/scans/{scan_id}", wrapper.GetScan)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/scans/{scan_id}/cancel", wrapper.CancelScan)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/schedules", wrapper.ListSchedules)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/schedules", wrapper.CreateSchedule)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/schedules/{schedule_id}", wrapper.GetSchedule)
+	m.HandleFunc(http.MethodPut+" "+options.BaseURL+"/v1/schedules/{schedule_id}", wrapper.UpdateSchedule)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/schedules/{schedule_id}/pause", wrapper.PauseSchedule)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/schedules/{schedule_id}/resume", wrapper.ResumeSchedule)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/schedules/{schedule_id}/run", wrapper.RunSchedule)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/schedules/{schedule_id}/fires", wrapper.ListScheduleFires)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/schedules/{schedule_id}/next", wrapper.ListScheduleNext)
 
 	return m
 }
@@ -6393,6 +7081,809 @@ func (response CancelScandefaultApplicationProblemPlusJSONResponse) VisitCancelS
 	return err
 }
 
+type ListSchedulesRequestObject struct {
+	Params ListSchedulesParams
+}
+
+type ListSchedulesResponseObject interface {
+	VisitListSchedulesResponse(w http.ResponseWriter) error
+}
+
+type ListSchedules200JSONResponse ScheduleList
+
+func (response ListSchedules200JSONResponse) VisitListSchedulesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSchedules400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListSchedules400ApplicationProblemPlusJSONResponse) VisitListSchedulesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSchedules401ApplicationProblemPlusJSONResponse Problem
+
+func (response ListSchedules401ApplicationProblemPlusJSONResponse) VisitListSchedulesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSchedules404ApplicationProblemPlusJSONResponse Problem
+
+func (response ListSchedules404ApplicationProblemPlusJSONResponse) VisitListSchedulesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSchedulesdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListSchedulesdefaultApplicationProblemPlusJSONResponse) VisitListSchedulesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateScheduleRequestObject struct {
+	Body *CreateScheduleJSONRequestBody
+}
+
+type CreateScheduleResponseObject interface {
+	VisitCreateScheduleResponse(w http.ResponseWriter) error
+}
+
+type CreateSchedule201JSONResponse Schedule
+
+func (response CreateSchedule201JSONResponse) VisitCreateScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(201)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSchedule400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response CreateSchedule400ApplicationProblemPlusJSONResponse) VisitCreateScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSchedule401ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateSchedule401ApplicationProblemPlusJSONResponse) VisitCreateScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSchedule403ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateSchedule403ApplicationProblemPlusJSONResponse) VisitCreateScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSchedule404ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateSchedule404ApplicationProblemPlusJSONResponse) VisitCreateScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateScheduledefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response CreateScheduledefaultApplicationProblemPlusJSONResponse) VisitCreateScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetScheduleRequestObject struct {
+	ScheduleId ScheduleID `json:"schedule_id"`
+}
+
+type GetScheduleResponseObject interface {
+	VisitGetScheduleResponse(w http.ResponseWriter) error
+}
+
+type GetSchedule200JSONResponse Schedule
+
+func (response GetSchedule200JSONResponse) VisitGetScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSchedule401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response GetSchedule401ApplicationProblemPlusJSONResponse) VisitGetScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSchedule404ApplicationProblemPlusJSONResponse Problem
+
+func (response GetSchedule404ApplicationProblemPlusJSONResponse) VisitGetScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetScheduledefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetScheduledefaultApplicationProblemPlusJSONResponse) VisitGetScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateScheduleRequestObject struct {
+	ScheduleId ScheduleID `json:"schedule_id"`
+	Body       *UpdateScheduleJSONRequestBody
+}
+
+type UpdateScheduleResponseObject interface {
+	VisitUpdateScheduleResponse(w http.ResponseWriter) error
+}
+
+type UpdateSchedule200JSONResponse Schedule
+
+func (response UpdateSchedule200JSONResponse) VisitUpdateScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateSchedule400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response UpdateSchedule400ApplicationProblemPlusJSONResponse) VisitUpdateScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateSchedule401ApplicationProblemPlusJSONResponse Problem
+
+func (response UpdateSchedule401ApplicationProblemPlusJSONResponse) VisitUpdateScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateSchedule403ApplicationProblemPlusJSONResponse Problem
+
+func (response UpdateSchedule403ApplicationProblemPlusJSONResponse) VisitUpdateScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateSchedule404ApplicationProblemPlusJSONResponse Problem
+
+func (response UpdateSchedule404ApplicationProblemPlusJSONResponse) VisitUpdateScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateScheduledefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response UpdateScheduledefaultApplicationProblemPlusJSONResponse) VisitUpdateScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListScheduleFiresRequestObject struct {
+	ScheduleId ScheduleID `json:"schedule_id"`
+	Params     ListScheduleFiresParams
+}
+
+type ListScheduleFiresResponseObject interface {
+	VisitListScheduleFiresResponse(w http.ResponseWriter) error
+}
+
+type ListScheduleFires200JSONResponse ScheduleFireList
+
+func (response ListScheduleFires200JSONResponse) VisitListScheduleFiresResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListScheduleFires400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListScheduleFires400ApplicationProblemPlusJSONResponse) VisitListScheduleFiresResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListScheduleFires401ApplicationProblemPlusJSONResponse Problem
+
+func (response ListScheduleFires401ApplicationProblemPlusJSONResponse) VisitListScheduleFiresResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListScheduleFires404ApplicationProblemPlusJSONResponse Problem
+
+func (response ListScheduleFires404ApplicationProblemPlusJSONResponse) VisitListScheduleFiresResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListScheduleFiresdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListScheduleFiresdefaultApplicationProblemPlusJSONResponse) VisitListScheduleFiresResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListScheduleNextRequestObject struct {
+	ScheduleId ScheduleID `json:"schedule_id"`
+	Params     ListScheduleNextParams
+}
+
+type ListScheduleNextResponseObject interface {
+	VisitListScheduleNextResponse(w http.ResponseWriter) error
+}
+
+type ListScheduleNext200JSONResponse ScheduleSlotList
+
+func (response ListScheduleNext200JSONResponse) VisitListScheduleNextResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListScheduleNext400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListScheduleNext400ApplicationProblemPlusJSONResponse) VisitListScheduleNextResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListScheduleNext401ApplicationProblemPlusJSONResponse Problem
+
+func (response ListScheduleNext401ApplicationProblemPlusJSONResponse) VisitListScheduleNextResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListScheduleNext404ApplicationProblemPlusJSONResponse Problem
+
+func (response ListScheduleNext404ApplicationProblemPlusJSONResponse) VisitListScheduleNextResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListScheduleNextdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListScheduleNextdefaultApplicationProblemPlusJSONResponse) VisitListScheduleNextResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PauseScheduleRequestObject struct {
+	ScheduleId ScheduleID `json:"schedule_id"`
+}
+
+type PauseScheduleResponseObject interface {
+	VisitPauseScheduleResponse(w http.ResponseWriter) error
+}
+
+type PauseSchedule200JSONResponse Schedule
+
+func (response PauseSchedule200JSONResponse) VisitPauseScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PauseSchedule401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response PauseSchedule401ApplicationProblemPlusJSONResponse) VisitPauseScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PauseSchedule403ApplicationProblemPlusJSONResponse Problem
+
+func (response PauseSchedule403ApplicationProblemPlusJSONResponse) VisitPauseScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PauseSchedule404ApplicationProblemPlusJSONResponse Problem
+
+func (response PauseSchedule404ApplicationProblemPlusJSONResponse) VisitPauseScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PauseScheduledefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response PauseScheduledefaultApplicationProblemPlusJSONResponse) VisitPauseScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResumeScheduleRequestObject struct {
+	ScheduleId ScheduleID `json:"schedule_id"`
+}
+
+type ResumeScheduleResponseObject interface {
+	VisitResumeScheduleResponse(w http.ResponseWriter) error
+}
+
+type ResumeSchedule200JSONResponse Schedule
+
+func (response ResumeSchedule200JSONResponse) VisitResumeScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResumeSchedule401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ResumeSchedule401ApplicationProblemPlusJSONResponse) VisitResumeScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResumeSchedule403ApplicationProblemPlusJSONResponse Problem
+
+func (response ResumeSchedule403ApplicationProblemPlusJSONResponse) VisitResumeScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResumeSchedule404ApplicationProblemPlusJSONResponse Problem
+
+func (response ResumeSchedule404ApplicationProblemPlusJSONResponse) VisitResumeScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResumeScheduledefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ResumeScheduledefaultApplicationProblemPlusJSONResponse) VisitResumeScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RunScheduleRequestObject struct {
+	ScheduleId ScheduleID `json:"schedule_id"`
+	Params     RunScheduleParams
+}
+
+type RunScheduleResponseObject interface {
+	VisitRunScheduleResponse(w http.ResponseWriter) error
+}
+
+type RunSchedule200ResponseHeaders struct {
+	IdempotentReplayed *string
+}
+
+type RunSchedule200JSONResponse struct {
+	Body    ScheduleFire
+	Headers RunSchedule200ResponseHeaders
+}
+
+func (response RunSchedule200JSONResponse) VisitRunScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.IdempotentReplayed != nil {
+		w.Header().Set("Idempotent-Replayed", fmt.Sprint(*response.Headers.IdempotentReplayed))
+	}
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RunSchedule201JSONResponse ScheduleFire
+
+func (response RunSchedule201JSONResponse) VisitRunScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(201)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RunSchedule401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response RunSchedule401ApplicationProblemPlusJSONResponse) VisitRunScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RunSchedule403ApplicationProblemPlusJSONResponse Problem
+
+func (response RunSchedule403ApplicationProblemPlusJSONResponse) VisitRunScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RunSchedule404ApplicationProblemPlusJSONResponse Problem
+
+func (response RunSchedule404ApplicationProblemPlusJSONResponse) VisitRunScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RunSchedule422ApplicationProblemPlusJSONResponse Problem
+
+func (response RunSchedule422ApplicationProblemPlusJSONResponse) VisitRunScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RunScheduledefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response RunScheduledefaultApplicationProblemPlusJSONResponse) VisitRunScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListTasksRequestObject struct {
 	Params ListTasksParams
 }
@@ -8171,6 +9662,33 @@ type StrictServerInterface interface {
 	// CancelScan Cancel a scan
 	// (POST /v1/scans/{scan_id}/cancel)
 	CancelScan(ctx context.Context, request CancelScanRequestObject) (CancelScanResponseObject, error)
+	// ListSchedules List schedules
+	// (GET /v1/schedules)
+	ListSchedules(ctx context.Context, request ListSchedulesRequestObject) (ListSchedulesResponseObject, error)
+	// CreateSchedule Create a schedule
+	// (POST /v1/schedules)
+	CreateSchedule(ctx context.Context, request CreateScheduleRequestObject) (CreateScheduleResponseObject, error)
+	// GetSchedule Get a schedule
+	// (GET /v1/schedules/{schedule_id})
+	GetSchedule(ctx context.Context, request GetScheduleRequestObject) (GetScheduleResponseObject, error)
+	// UpdateSchedule Replace a schedule's definition (a new version)
+	// (PUT /v1/schedules/{schedule_id})
+	UpdateSchedule(ctx context.Context, request UpdateScheduleRequestObject) (UpdateScheduleResponseObject, error)
+	// ListScheduleFires A schedule's history
+	// (GET /v1/schedules/{schedule_id}/fires)
+	ListScheduleFires(ctx context.Context, request ListScheduleFiresRequestObject) (ListScheduleFiresResponseObject, error)
+	// ListScheduleNext A schedule's next fire times
+	// (GET /v1/schedules/{schedule_id}/next)
+	ListScheduleNext(ctx context.Context, request ListScheduleNextRequestObject) (ListScheduleNextResponseObject, error)
+	// PauseSchedule Pause a schedule
+	// (POST /v1/schedules/{schedule_id}/pause)
+	PauseSchedule(ctx context.Context, request PauseScheduleRequestObject) (PauseScheduleResponseObject, error)
+	// ResumeSchedule Resume a paused schedule
+	// (POST /v1/schedules/{schedule_id}/resume)
+	ResumeSchedule(ctx context.Context, request ResumeScheduleRequestObject) (ResumeScheduleResponseObject, error)
+	// RunSchedule Run a schedule now
+	// (POST /v1/schedules/{schedule_id}/run)
+	RunSchedule(ctx context.Context, request RunScheduleRequestObject) (RunScheduleResponseObject, error)
 	// ListTasks List tasks
 	// (GET /v1/tasks)
 	ListTasks(ctx context.Context, request ListTasksRequestObject) (ListTasksResponseObject, error)
@@ -9155,6 +10673,255 @@ func (sh *strictHandler) CancelScan(w http.ResponseWriter, r *http.Request, scan
 	}
 }
 
+// ListSchedules operation middleware
+func (sh *strictHandler) ListSchedules(w http.ResponseWriter, r *http.Request, params ListSchedulesParams) {
+	var request ListSchedulesRequestObject
+
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListSchedules(ctx, request.(ListSchedulesRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListSchedules")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListSchedulesResponseObject); ok {
+		if err := validResponse.VisitListSchedulesResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// CreateSchedule operation middleware
+func (sh *strictHandler) CreateSchedule(w http.ResponseWriter, r *http.Request) {
+	var request CreateScheduleRequestObject
+
+	var body CreateScheduleJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.CreateSchedule(ctx, request.(CreateScheduleRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CreateSchedule")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(CreateScheduleResponseObject); ok {
+		if err := validResponse.VisitCreateScheduleResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetSchedule operation middleware
+func (sh *strictHandler) GetSchedule(w http.ResponseWriter, r *http.Request, scheduleId ScheduleID) {
+	var request GetScheduleRequestObject
+
+	request.ScheduleId = scheduleId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetSchedule(ctx, request.(GetScheduleRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetSchedule")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetScheduleResponseObject); ok {
+		if err := validResponse.VisitGetScheduleResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// UpdateSchedule operation middleware
+func (sh *strictHandler) UpdateSchedule(w http.ResponseWriter, r *http.Request, scheduleId ScheduleID) {
+	var request UpdateScheduleRequestObject
+
+	request.ScheduleId = scheduleId
+
+	var body UpdateScheduleJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.UpdateSchedule(ctx, request.(UpdateScheduleRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "UpdateSchedule")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(UpdateScheduleResponseObject); ok {
+		if err := validResponse.VisitUpdateScheduleResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListScheduleFires operation middleware
+func (sh *strictHandler) ListScheduleFires(w http.ResponseWriter, r *http.Request, scheduleId ScheduleID, params ListScheduleFiresParams) {
+	var request ListScheduleFiresRequestObject
+
+	request.ScheduleId = scheduleId
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListScheduleFires(ctx, request.(ListScheduleFiresRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListScheduleFires")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListScheduleFiresResponseObject); ok {
+		if err := validResponse.VisitListScheduleFiresResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListScheduleNext operation middleware
+func (sh *strictHandler) ListScheduleNext(w http.ResponseWriter, r *http.Request, scheduleId ScheduleID, params ListScheduleNextParams) {
+	var request ListScheduleNextRequestObject
+
+	request.ScheduleId = scheduleId
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListScheduleNext(ctx, request.(ListScheduleNextRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListScheduleNext")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListScheduleNextResponseObject); ok {
+		if err := validResponse.VisitListScheduleNextResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// PauseSchedule operation middleware
+func (sh *strictHandler) PauseSchedule(w http.ResponseWriter, r *http.Request, scheduleId ScheduleID) {
+	var request PauseScheduleRequestObject
+
+	request.ScheduleId = scheduleId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.PauseSchedule(ctx, request.(PauseScheduleRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "PauseSchedule")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(PauseScheduleResponseObject); ok {
+		if err := validResponse.VisitPauseScheduleResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ResumeSchedule operation middleware
+func (sh *strictHandler) ResumeSchedule(w http.ResponseWriter, r *http.Request, scheduleId ScheduleID) {
+	var request ResumeScheduleRequestObject
+
+	request.ScheduleId = scheduleId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ResumeSchedule(ctx, request.(ResumeScheduleRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ResumeSchedule")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ResumeScheduleResponseObject); ok {
+		if err := validResponse.VisitResumeScheduleResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// RunSchedule operation middleware
+func (sh *strictHandler) RunSchedule(w http.ResponseWriter, r *http.Request, scheduleId ScheduleID, params RunScheduleParams) {
+	var request RunScheduleRequestObject
+
+	request.ScheduleId = scheduleId
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.RunSchedule(ctx, request.(RunScheduleRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "RunSchedule")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(RunScheduleResponseObject); ok {
+		if err := validResponse.VisitRunScheduleResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // ListTasks operation middleware
 func (sh *strictHandler) ListTasks(w http.ResponseWriter, r *http.Request, params ListTasksParams) {
 	var request ListTasksRequestObject
@@ -9721,296 +11488,341 @@ func (sh *strictHandler) RevokeWorker(w http.ResponseWriter, r *http.Request, wo
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L37ctu4tjf4KijNVxX5fJQs2bIT23Wqxjud7s4+3Z1MnH16aloZEyIhCW0K0CZAK+qUq85DzDOcBztP",
-	"MoW1ABKkSN0su5N9+WN3LJK4Liys6299aUVyNpeCCa1al19ac5rSGdMshb+uI83v2XuZ8Ghp/o6ZilI+",
-	"11yK1mXr1ynVZErncyYU0ZLoKSMLmd6x9IUiFD4lVGs2m2tFxjIlesoVkemECv4HNY10W0GLm6b+nrF0",
-	"2Qpags5Y67KFH7eCloqmbEax6zHNEt26bEVURCxpBS0mslnr8rfihzilXLQ+BS29nJtmlE65mLQeHoLW",
-	"NY7j7XemLehyTvXU6xGf3/K4FbRS9veMpyxuXeo0Y/4oxjKdUTOILIM3Vzt6naVKpquL9XHKSCjYZ30b",
-	"wRshkWNYsXnK7rnMFJnTCWtaEPymtCAz+vknJiZ62ro86fXqhvI9T1jjhMc8YY+f7U+MKvZR3jFRP+PE",
-	"PCfavACTtctMFlSRSUqFZjFZcD0lbW5ohImIiwm+f5SvxZTRmKXF0KHTDva6bvjeCvVPXgWtGRf53+e1",
-	"s+EzrvP1qmxBAg9rSfKsF5jO+MzQ45nZjBkX+Fc/74cLzSYshY7ewRrR5G3MZnOpmYiW/8FqTtjP9I4p",
-	"WDgzS6Y0UXRs1pOkbM6o7pJrTWZSaXJydkaiKU1pZM5u49J5HXZMj00EdXZWXq661XrnHeRGMvNP++PJ",
-	"7YP99rHrdkVilhr2xDUZp3JWok0qYqLMZyJiRGSzEUsPsM5bkelW634T0eb1VhE9wDp/pOqusQtN1d3j",
-	"u/jbPJE0buwkg8eP7+ZXuI8au8Hr6rHdPJiP1VwKxeDafJ/KUcJm5p+RFJoJYCp0Pk94BCfheI5v/O/f",
-	"lQTOWfT1v1I2bl22/o/j4l4+xqfq2LULPZYp/prYJkn7w/evycXg7OURclZKlKajhJEwkjELu7AstkW4",
-	"4+c8Z+DsM53NEwYDTxnVLL6FeZ/0Ts47/X7n5OJj/+zy9Pzy9OT/MaQfty5bvf7F6bhPTzqjeDDovGRn",
-	"486od97vDKKz+Jy9HL/qXfS9i4ybgcZZBKelyh281l5GA9Z5Gfdp54Ke9Tvno9Nxj51Eg7jfg726l3dm",
-	"q8Y0UbBXcm7W/rdW3vqnh8D8MWep5rgt/pS8TY2pZh3NZ2x1Z4MW+zznKVM7fWMmspFoglZClb7N1I4D",
-	"wnX8svpgZS23GMKcpkzoW7hv7Terd7i7vakmdgWtICfYFRFZkqBsZ95S+RtAeuGEaragS0LjGRdhl1zj",
-	"a0Mh2D1LiV1cklDNjHRIRUCETMmUKrLgMUsJ7iuRKaFC6ilLS+Kj/cSIDjiTYCgM9wbqMIIEtYNHclHE",
-	"9Lq0v/F8OgFJmRGw+D1Llt2hESrqV+43t3RBy8wbSCynxHxLRlImjIpW8XCnDXak/KXFNZupTTwBzu6N",
-	"+cZ8bFujaUqXLeRLjqn91oKZAP3kvQT+oSgmU4jQcvQ7i7Rp2vGJn7iC2ZTPVj7WrQad85yNQ4bWaoej",
-	"FNMVnhUzTXkCvU+l0k5wkxFNzN/mszFPlb5VjImDcTY4xxtbFGbzE/4Hi2/vaZKZgfVPXnZ73V63/xhO",
-	"6KTLeStorTa8wgO9JVq3QX+9effLu3ytK4v2FHxw58ZX1/NAPBF/qGmsqZu6U7Yq9sJHrpGa4VdXubIu",
-	"jUfgIMcRztLKWQxanr66xcTXn9UPpv8vLRrHHJWf996I7TVenoTbiYqkYxoj5llAWHfSJaE762FAQj43",
-	"/z+XqTb/zdLE/CcybY6N7GXkH3Ptac1S09j/+xvt/PHJ/F+vc3Hb+fSlFwwuHv5XHV3k219WvHubBXZ/",
-	"kUpk0LBWfCJmVmb0mBuFBxskMiaMqJeLsAeTrwo52WuCRqennZfxgHXo+KzXOR0VjHGV8ZSGv+0hR8tO",
-	"Al+hHamGHiqGpvwbMlqioBJNqUDTSq6kn/QHLwevTs8HLz1dvbeqq3srWne/78NfzNKiFnCbMmrl/9q3",
-	"DipWeDu4jd7k0+wqM/PVJrdAQWmLN8gSuFlVCrc2ONS54TCNueBqupMacjE6MdR9Gncu2GDcOaEFXRqm",
-	"yqhit75U39Sq0jTdpAApTXWmzMplUcRYDMvg9GNvTK9ov995OTqJOq/iU9bpj4tRtQ5yuCor92UvSk9T",
-	"md4aJbGWIvHxjClFJ/VvlDbr0ELCyr5t20GaCcHFZDcZ3Nv7Hb4BWthw1eJO3eDLDx61bLEIjzjD3KfM",
-	"8gGuEE8+k5pFL63MmoP9xtDKjre9Izzfarvxdg1aHkF6Xw56NSZxsyI6XRp2VTLf2uFU+WxlBWF8a+b8",
-	"LtORRN3cOSZ8rjCmHLlkfj/VOCryxm5yYnJtwV6AmQrp2ezF+uad8SKGV+csVfBuba9ZzPWb+xqhI7K3",
-	"LBJMF5m6IZpIyyrLWq8m4Re2a22N95464i7D1h1bkoRRc3dY/jA4CVoyirI03cCPrbUXxzV6GfejEzpg",
-	"Z+Pz3sv+KzgA6YTpHTht/okdNy5DDQO261TDFYuVanzoBF231251bG9BSy2VZjOziEKK5UxmqnYb91Lu",
-	"KtyEC30+8EWli17vZf/i4uRs8HLQu7job7pGShu1LfPcT5AqNrtmab29bn7aoOzVqnTevEobF7jdr2UO",
-	"+ck6iKJWnNOn09Ze0zkd8YTntF3Lw1HBqBqhDWkRbOqKUGIunBeKhK7j28hrOySzTGkyYiSSQlMuWEw4",
-	"2OXa4f85zHq9UxaCE7A8wqD1uTORHfvj70qK7ge6+NleA2b80nAvzX6mYvkBaWTnqwha4FJsvzWv82/e",
-	"mqP6ACfoLX7pXIL2z/4Go5fffe0GlSaIfodVynrcJK6FWuB5PshQ99sH5sSILSQqFDlQCqXJbcpUluiN",
-	"E/4Ar/2F6mjqmaLQ9+dJ06tG8SmfTJnSBPvpjEwLVa+hFxBBFBO6iIGwIteeKqksJI0tFsbJJStanf19",
-	"/bYV1FWjqO2ieLlvalWmrdS8nfUq+MD0B44nO6W4WXva8t6pzmRHgX8vLQkEV/tFNQjHhlaY2ZIRM3uq",
-	"IO4CnH50QrkICB8bvrrgSWL4rWmNs7jrOzrWdr+LkuKv+gbXBVV3N/BilTZL0TiF1lJZ+VJf5YVdQ9QF",
-	"c3s8UePp/4c4Em4QJ73eYw/IvHB/b+XN9tdxi9up4EolrXuVR//48eN7gi9YQ2BOAYQmUhjmnCUxmdJ7",
-	"RkaMCUKBMKz7ssSdzy4u/KieXq82rqeRhu0w15MlCA673ZA77sy/LtTaCxXtHLo5jM02/0KVAtoaYtZ2",
-	"Czs71HVeIjd/QsH6mx7cv84fu6eYZg1EXNwqFkkRq5IF8rR/dnre65XC4s5r98HFNlRDGzeYgPZRHh/l",
-	"ZS8k+9Nd5Pqy6715N/zAuv12ZK+FrBtt8yBvIrrn4PYKVEmyCd9BkTGjew/fVDWxtRtmhsplyvWyZCD0",
-	"wzv7ZULu9Hu9WlpGA0N5xLt5Dv1x571uSWo1/mc7nmItm/fWCGb77a3jQkaQlJmu5QfnvcGrTTGyQStK",
-	"ueYRTUomg40Sgv8uGMQSuvQHUWbt30kipLY8fcTGMmV4ncyoWBL7GQaICrkoi8syGyXMv24cm6u9bOzN",
-	"BwFlLMpgW2rWqDy8H2kaEwg7JrKQ8V8ospjKhJE0Ezg2COExQg1cSGHRQ8xonHDBbqlGS8puw+/XDB9v",
-	"ljhLkbRKY7en5dQ/LqZNr8mzuq2e0c8V/65rqXzuNpHMfhFwy0TSeDeT6cGYRK1dbFciB91ws1ym06VN",
-	"5HBKmjN+btLRPpr3tuEwrs1mzoLhuHta5YoojtsxFxOWzlOOHgs/oKPXuaCd8acv54P6OA6/mTkK3BW+",
-	"3KtnxbeRFGACFvrWzLVMq/3K9m+k1sMJO6vyajVIUhO5EMoXn9tcEyM3W5c90ZJwTcyLImJHXXIthsJv",
-	"pQNSS4yRnGRGl8SMn0iRLCH+Ui5EqdcAOrOrA3I61+tCK1e9nNtQJ5JTLX1aYctvrJks44YgaDrnhVrw",
-	"LBHRWwY220G1FhN9+z//9d81Ni1/5FuHYjZrQIpFKdMBUVPYaRGxLrlhIgaqUSS8zvRUpnbzL8lfGE1Z",
-	"SsCKH2HMLxr0uxs91U5rKWawZt+QAGDCSfJu3Lr8bRuCaT0EVWs5E6lMklkeDb26Cu8E2seu/DWoVbIr",
-	"Te0RtVBZkpXBre9kdb0MybyBL7ZlvX4mgEqRUbY65n9/efPD21/I6zcfPr79/u3r649vyIc3/9ff3tx8",
-	"hKdD8T//9d9DAf9+88t3a96rmQQQNKsn6HwUdex6A8+s29zHqEY1++GGV0erb/LX63jMmkUopx80xvzV",
-	"qN+vzgc1dry6dThIxkO9BWBV2qyIk1uQuR97UtNL3XJ/z5Oqw8Jm4Tgvvp+JAxk4wVMx95TNZaq7tpO9",
-	"wzHVlJ6cnbcuW+ejqBfT/nhwMr44H0enL0evRvFLFp/0RvTs5XnvPD6hvZieRTE9GfVPz6KXr84G41Ec",
-	"Xbw6G72ip6Yt/ge7HS21IYn+yc425Mcah8tbUUN/+2TpbNn3QXNn3J7UNOcv8SFDK7Z3w2wXk25lpNKW",
-	"lEafz7K0LU2H7hARDnB4988K+ZHRxLDw8umfsshK61TTEVXwzV0raCVcaeC48JdLwjN/ea4F+2flOsrb",
-	"rL9GvzQlFniDVStBXjCMTNB7yhMIU/u0aWfXOBbeKpWx+HWh7lSXhd6u6EINV/ymq7240g/f4r5XoDMz",
-	"pUywRenJoHcKV/7j427rlrBOen59jVqYUbaUU8G8LxVp00QhgoLNmXuhAsJFSYtSTGfzo+6WSu2febHX",
-	"rXp1XT6YNwgdY+ofVySRYkLaemGWgaexcgAJCR8zM74GC9ZK14+IkvXDYqtLGtTt9mYJpWYp6g6rZ2Da",
-	"EHK1YzQUgCUcwNU9ZTTVI0b1rbmQ0nuaFFvb7+0SWF/ytrXi84tXcTx4ec76dDCOz0cj9mrcf9kf9y9G",
-	"5+dn9FXvlJ2zeNRn0fkgjl+9Oo8HfXpyHo0vzqITelE0qL0RnfbwtmxIK9jFZV62Tp4+QorzbI1czDPY",
-	"6Tx8uTVlSSILX0frssWiqawY6yC/X7D01r708FhxbN221p9YXcB6QBbwWDOx5cncP4h/o4e25Ia9Iqow",
-	"TSA0Awk91JCQSGFzgR3oQ0STpLumZ71mXW4qjgKSCc0Tb6HsjLdcJUe3G0NnBJ2rqdS7uIJrIvpXJ7iW",
-	"Kuz46ngYrPDuaX47UmyFFHYGedlqpdZMby/T9SPM+4b/1JqbK7G3FqCk8F/BfNQVAckiovO5S4nzUJrG",
-	"KWPmGY24XpaiJ/pbmLDnqdQyksntPUuVjX/39uOszpCu5FgvaMoavjmptb4vKNe1vqaTXnUdfpQLlCS0",
-	"JOYzsD1jJHKXvC6tgmLpPUuJnTJpn5wRZZ7Z1o9K61FxZNXH/zTRTFOMLm7R1soR3uWbtCPbaCMJ37jY",
-	"vPLChQi6FV6SO8bmQCJcTLokxIySWxtuz+Lwkigt54CT40LILN5DnnwSdkmYSKXzd9GxcEWE1FPDp2cy",
-	"ZXk8Io0iNtcYkOhUoRwCrNq9OalS6doEiHx+TSFhEPpmBEspLHMOSETTlCNVlO6E3OUBQWEwtseJUCsz",
-	"cczi4LJVVRRyEX92UR9tw1mZSF2W6nrR4jnEhW0u7Ya7+or0yGLKBDG0tuXFvVXQq3cEN0YMNpH/yuxq",
-	"z7qcXM/nTMQf8uBKj36xjQpd1C7cyUX3wuaWyPEYQDdOzoKWTjNh1CBHxSs0Veph+zVp2Lwtlr80xFqv",
-	"KDyDvTbvkmiaiTtMQoG0RkLLO/14e12xRnXjiegcgPBSRqMpi6/IOEsB4yammhKuSJxKc195cmlTcqI/",
-	"d7/foLQNO5DOa7M2O0o5ZtgrGZyDV2cva6Me84061HpXAxTcasCwGqb5kX3WB0xu8FRMdzPma4WrA8HR",
-	"5gK0PXaBNwqagK1r5ZS5f/e2OHB7pjE8Kme8mOWasFnAc2IiZvElERKvfiBxuP8jOWN1FB7k9LRqxy+f",
-	"9APmLj5BmyUmsOEYr6Ri50RcPuCwMt7q11H3uzkTCLK3bxJc2VFTALD67jMZaaY7SqeMzsqxz4Bl2OiC",
-	"2Qn00He27BLq8zR+mIao3hqvSe22eNajR0Purbc3WR/kdTSrEfme3822Bo1sg3PJX7NDOJlKe/B0ibR+",
-	"N0WgygqkDzi8K8A9LOETDjgF9mzm2fFyPE64KEKbXPb5PfOslL2ganJ42M7FXRnGLony9RFygxIyqWBp",
-	"h2UdADwTMA03v4pRFSKetiLzT41gRWWLaZ2ptGb56xSZYjPqwXgciI9TXfP3i6EFrZirMk4O9Ov9Wmws",
-	"1bfOJFOr5RYbv02oU62LozyKAsKnNHSY13aEfehTmcdp7esIfs9EzMXkQ7451azJJaHk7xnLWIyZk1wV",
-	"seAxWTLdJSEa2W+F1Lc0vjfzUmD+8EKxQ2vU7+K7oWnHuu3s5yok+VlcEjkmQgrmfFu4G9U4zDJIOmm7",
-	"t8CHmI/EyFJFH+ZJkhCaMphHJDMA14b8T6UJR3OWI1Ehb3O0ppwiaqcLWHW3eFqLV4sZ3c64mkG6F/5q",
-	"qPZ2nCWJdajHWcLiW0D4bLk81hGN7uR4XEvcHnZuxftgYW1zoFuLdlFBuZ3RaMoF66SMxiXY23JMG4DN",
-	"oDrUAXOSQ88oAZdX88uQSsC+yFIyZQnoZptQR5yff9C7CFqa6yQHMSe2a7sKU63n6vL4GJe5Yz3B3Zjd",
-	"O8BgdewN+aEJQqdi6WhYGPP2FQk/d2zbHfODCknClXZQqeYn3ysNjhUVDAUsuqHUTGU0cVmW7R8kno5I",
-	"CqWp0ODEndPojk7YUIQTrqfZqBvJWWWOx+6/dizhUZf8whbQv4Jw4xEjNAYVwsiamlAxFJm4E3IhcJQj",
-	"DET2kj4x3rhMYUGrMl+4CFLNxzTSqpPz48vWWe/0Ejffzd2oMUIS9zZRWqZ0ApMd80mGSDvOeOjyd1uX",
-	"rUHv4rKMMJ6YTViiTmTp18Hb2ly9oDWicSdSKXzfs6taeJ8hlMDokQ7gHKz+iZHNWEwg3FqRO7Z0fM2Z",
-	"WG3DqVMJisabGhqljN4pQkmaJTnfun7/FlrS0bQjpO7MWao4mgKL6XrptlFC+QwaAWMUwfRO4GcLs6oA",
-	"B1w0UrCSDvtsU6IvW4OTC7sjNoLCwQ6TqUxiRbSU6PmQcybIXCYJIAePZZLIhSq79DsOG8mMt2/Hm3Am",
-	"dGmV7erd04THhsVC71Y89lsrLqWiuVRmmhHBWGwm/vGnm5oOKs1Ygt48qJRNzEqleGMISQrODO93okQq",
-	"Vtrni4tSgwvzf3QBJwsSnwzBoKmbtBM5mZjdF8nyCAPExgmPtL+5jlzcM8uH2WeutKFLq6IWMZ1bna3X",
-	"195pAvZbNFBuDTa+wwVsjb9gxTsO6FkRu65BfvIyhcRdIGSNZTriccxw8U/tWtEkAQ/REsgghtAUBWpY",
-	"ge/PRWec8Mk0Xx6aLw4sCcyzUhDADEppniTEwnldASjDkrQhUadzPdYsPap0dMeWnZSZocNhOMExVls2",
-	"5wmmZ+/FmI/HzIjkblRQswCNTrAVvUtCBXE/EcgRv7LTzxSQG6R5IFE4IyJeQR5BbHtjgv9m0kFbRieX",
-	"HvyW5MTaZmPJ8AA6+6zZMBYZLSa3hcyYnsoYuBA1B90ewjP/EObtIBu0TlL4EOQb3RnLTOCHAzBSqSya",
-	"2o9lariWzNKIkbZMwXVUQxyKsaMiyKOjpewkNIXQjkH/tHxoRjJeIqh5cZsgo1NwDhX/gxFXcMSVFuhE",
-	"UuiURrpzz2ViDQi4f9g2vmZBDcyQZpbLckViGWVwJtqwl0Ab+RdwhlDWlOaQoAjLlFZHIMVRUXudmQf5",
-	"icpfCFoua7+DZqyOo1g4G/aewwvA3ia+nRBGW8n7B4tKpg1f6cTIHwsOkjKwRsGJsi8R81LTiTKCe+10",
-	"QA2omQ58YGjEQw/Er2ApEXnvVrN0xs35AbdojkELarD528NdadlMG3u3qQ6C1zvGQ4lgC3PDWv6F+ykz",
-	"nfB7oEaZ6ZSKOxw0vDLjAuYN9GIoz1yDnZRFMjWqNBJg5fLFOxOMsfZFgNMn7hCVGgKyVe4OVolcwBqv",
-	"LG4maKanTGhuTZ7Il4UMzMCFRFILitlV4l3zjUUL8Ygi//FeadrWTKhsPpepZnFnxmJOXUzcoH926R88",
-	"bgRKCzxWkwiAhUc6MU9ZceHhj67G1d8+/GTjB5QyZ0bQGYsDOHG6FMNZNOdLG5bcbJuuEbCR57eR/azE",
-	"HXtmCfPPUdW13F0VVWxiFiXUXJ7AQ2RKbn687mAId9GoMqKwHYvzyMO9AW/Ym9eeRBhe8bVzGTbNw0pM",
-	"IIK5VnJjlS8D5JesFeYMkyqsIfb93LRT97p9eOU0DsEAh888QvEnjy5lVrJpPTwUel6NY4GD1hKxBkjm",
-	"tXiDRTT3LqAxuUL4pRmJvgqy97cPb0nK4FI3LJLOIPANSomhZmw+3CLRDsP9sX8P9bUR6PSDFTq9kPJ9",
-	"0sma0nhbF+NX53HvVf/Vq0H0Mj4/u6AnY0ZpLzo7o3Gvf0ZPR+PBuD86GfVGr05Oorh/Fp9H/bNRb9zr",
-	"0d6rGoX4z0sZfqhdQMEWX1EG3gGT7Kq4gGvS4TAe4Tq6W7WGA2BGP9jLBwu32k6ItCmLGL/fCClr7sZb",
-	"sKe1Lk8K6cZ39uapIr4Kuzs41zRlFFagzlTNasHvoRiCu78NhZvOSdtIEDI1MqlAE+DRntBIOzqVi03Y",
-	"CsDVW//tkfD8/djLaV2DR7VPKyvZO8Xmf3oshp6jhFWvOhi/qhu+1+ZWjmy+dXWIe9yX62uQwku7Ut7Z",
-	"ZhaAKGG7eaVzmXZLpwL29AG+WoXU6a36/g5BHNUcrZV1c7PYsDaH8KrcaJmyuALL9kQOz9Jib9rXlex6",
-	"S9VdEgK3C8EsAf8koJ2Ttn0QEGnrZ5LQOgHCoy4J8dSY74z6FhupSIqhyFspvg9B6DH/UOyepVwvS42y",
-	"z2gLueVxaET6mMUZKgpgZqYiHopSz0ZXgfEuUZZmiWKkjT8fBWAotkK1Q3GwxukaLr9VsZ4PbOxHyGwP",
-	"XbMXRLi3Hish3nXh2ndcxD5jxHk5trYakuUJ0XY7NlK1e88XoMuVA3qbZBQYZT0ZF1g5u1Hxm884UE4T",
-	"Yp1caGoZZ0lCfudG5CQjphdwL1t3fXeFDkYQslcT7t5fC+EESf8b4Kdm9HMDaFPvkW3XC7xGQ9sv/qjw",
-	"q1fpbRdBdI0X+yaiT1308nc5UoBJsosg63LDHgqPLEZQxEJ1UqZkAqG6c6k4kp0X4O2KQzx8egzaQKUx",
-	"D8zuN6+aXk2BTQcou1uRp6eLRML13wEz8K9yVHc/7oUPsE3ks+kzD3yugwxsyiJfU+FxNc/fRf8WGICl",
-	"qo+wSk0nxKxI+ZDscgAeQ8trELv3I7Qc/XZfcsqzNneAivNnXdNzMfN9lZC9ChXtSpjbZSTW02M+xfJq",
-	"FGSJy9pEgAcRgiP6lIF+HtrobnfcHgTlKGltDcPzk3pD1kHwBjfiVn6cMvK7HL0onID2k+46iaK/XaRt",
-	"0/rnWW2FNg4qQKliUsFSti7IdONJpK5pLsYS3JgL8D/GPJu1gtaUTyAIygKX1re2oo09SfLBk9rCUKJx",
-	"qoc1rF8OTnLBH58ZEWTVVvZVZC08l5VqfzPFM1glPHvPBiuPm8xmu85He1HUULQ12PWCVu7KW0tru4vi",
-	"642rTcC1Fq328BAPKzAOliHlVT/r4ioLZNleM7cu7nCPya0BiQha2TzesJiN5zI3tFbTzW25VYjhgniT",
-	"bA5OqFEWT5h+pLl5HX70Dq2VKG23orNFxuVuHz+bClQL8/w0xbmbBeficXPh0GbI6D22tIoVvU/5pGeD",
-	"ia4c+A3lUEoR6xWU6T8HWdrwke0LKlBx+7scHVQ99ioE7YVZXeZ8e2GvVqCt16nX+YYV9NK0EUGFv1YI",
-	"u8K6Gs9QRZH3Jtt0O3+XBz9sB5iLat0KXK5/BLerXGgrPm+yYOQN14PYmuEcQiG003oqhbAEz3PZsHj7",
-	"8e2Vj3eGZjtMsejH3T41n+88jy0Zzbd0Yzwlw3085P8WrLDgeyupzKV9aDw0zVp8TQFkq7mX/kCV3tPz",
-	"MeVoQSE2shKsWauj5/P3KzlXJWrK679FD1dNYIvHTrI0aQWte5pkftJP/+Rlt9ftdfuXrwaD0+PWlhmb",
-	"MdMY9oaRMyVXXUsnquPnFyiWjDuY9rWjJ2N/Z0JuPyksJS4H6qYYDuZHeIkRD492ju4jVO/lHvW3YCX5",
-	"KqKC/C5HVlHCV1lM+L4aUsUXu69cv5dH4zHO2b0AinPHsYtRdC2XFn1j/jieyoPIDXi+n1ByKAqN+Q70",
-	"eMZtuEBRKILGLK1lQn8DMfAxpVbWpkM3lUJ5hvIndT5mxLi4sXHKFWz9PbGDL8xIEDgSpvYasTA6Hxvw",
-	"4x9cGkrrsvX+bx/zaOmdTLDmWmi8Du77x9ikOt6quYemIn3Pgv7rLd3W8NgVGD9sgWiJWJ42k8qFmweE",
-	"faaRTpaEKjLh9whBukIbblOKk2R2p+7MePu1BSeErdp0yIsm84EE9u5367NfgYN6LIkqBkR/BQOiqKL3",
-	"W8X/qqN5xwbQm9FpPYckWQY+/ifGjbAlQplY28Ge6BI4nGcAl1iRVqrbsWJAhRfyIKArQssFlBz6oM0y",
-	"AzOBaq639ELtKU88xj60Jrx+bQy9ynKk68OYQtddV7sYOnMy3LbnjXfh9hvRXJzC0vIqgiETwBcBbyJl",
-	"jOSIi8QhLqp6ZK3VA7FS7ch7Q1XybnywirZde0x/sofl6ArS89eQs2KsTMwYDpnLYJu12WqEzsKoZ4cp",
-	"jnZF6CgvLzxPqDajcVAdAST4uRJQyZJoORSQkGVGAA+1JJkozVdtWfqsDlC3xrd4L1H48CzLtW/dNZ0J",
-	"+3C3sJEa4N4nqt3mQ0P5LRYn3UfWqT2DFcaWn6JghTPXnIaNCgWO/YeUiqquPzG/bbgs99alH1+wwh/e",
-	"thu/j6p4oBoMqxqhN4ENG3MIdc/f5/2xiLCVHx1z3icBrFmQA+/yJ+dmw9iMfaJIDlyV4aEmOvQRksY+",
-	"QNnWDFQtorwSWrE7IPn2gNsrW39IJHALdP0IPPDDgXc1AXYdzDDiXRerdtkmgywYraIs5Xp5YwZqw+uh",
-	"OOV1hoWiKmK58DLv26GtrxkeEXsjWKBzB1uC5VBHUmqlUzpHVJIQgGkQJafr6krBDQwdl/GeCm7588ef",
-	"burSfeuRY8hiKhVz2d3EE78r+DCIf2+lNxB3uBoKT1rrktdTFt0B3ouFfbKxDyjUgZRDETd5SkWspvSO",
-	"lbCVZpnOaGKG//AAYbJjWQO5hiP4wa4cUiWJsxTAqBAnQUuSspnUjODbqkveu4QZEK0MgVItU4A4MSMa",
-	"CkDFkIkR1ITFocd1LjZSdV17xIcnwJfrl1cNRRunZV442mu1ITF9CdgnnblMkqEI37+7+UiO7/sI46XC",
-	"gEB1ILcaMKBciscpIxJFkS0yFEPxBnZplmkKsA+uoBRNEjOcMRMRAGUV0BoByNmlGigBpFehFmrhuyCx",
-	"iQqSCYtEYEFdaMpIZGnE1k4o0BkQ7E7RmUXXR+QdQHZKuWaqS67Ng4QNBfyQkgkzYxn0LkKcsEtbBxiv",
-	"sECXCb250pGSSaYZhJKaTs3gEa0okjO3dIiDklCYlPOWk3b4b86eEh4FZMQA12YoHKxemhlRnkSJjO4U",
-	"WTASS4uhB5R1SRyOXT5527LdjDQ1BGkWKfQtg3Za//t3JUVI2g6/7qgCWGfx6eA8JTxi9nrgsSHTMWep",
-	"YQJzGk1Z56Trw7oWvxk2l81mNF22LlvfeScK9s9QyBhAbPyTReQ9SwEtDbwZBZXi8GYff7rpeq6ayulF",
-	"/K/8xmz1un0ch5wzQee8ddk6hZ+C1pzqKbDd4ykU5/sD5NA6jPZr2E9FTno9spjyhDlQg4gphdU6EN+t",
-	"S75zgD5aZtG0RJFm1MgmuBRvjQT0A9O2LmABpgMjOun1PKRjLJtcsexefsnLAq6/AG0PDw8rpsyP3iSM",
-	"9pzwe9ZFi6dNvqpvOR/qscNE9O+z1uVvn/xtf297MK0LprBQzwRERDlXrU/m22PAttl2A5hYwWEBpHpD",
-	"XchPcO4wKbweLEEgdMiIC5ouhwIhm5CZmZd+envz8c0vPmCHoc4FvWOdbA5LlM2vyFnvlABU0IIre9us",
-	"7OoHRmNuJ/snbKzpfgk7edY7fYb+foE7m8bLKxJi/cmQKLpU5rBEUxKzORMxE5HDJDo8keULjnb59J4R",
-	"ndLxmEe15HbfP6ZzjkKRaqS6n5mmAAdvBI0re2MjkCnAAqKtBVAMVs+2kV1dCfMnJQPXCQjLDafcChv7",
-	"L3u+0KYXT37xVtf+8Alzh3Sdx1nOmSIhiKZhQELnNDT/Rq9heJUnOydLxBlDax4g05agZ420RDigmykj",
-	"G8QkmlIxcdY7NJ+V7NDAMI66JF8QROZyJdPRfIYJ0VQRSqZUTbtDcV1v/kYBe0aXVgB35DG2EJdVOzgM",
-	"qzsUH6HIx6IYwUhmgLZpr3D8HdpE4CzSNs0hEtfRpWVvsJI5WNRMIs7OUOBrLxRp4/j4bJ5wpvLsbpgk",
-	"rvURGgy5dpVlAA6PIi4RRRaLzZH/+a//j3A9FFxMWcq18p69sOBQS+TL4aqnKHTIS+ANw06punOXP8U+",
-	"h8I2A8x8XOAEDnqnJKxDJQvreC9W33dHooDA/YuMl1ucOM+yYYWZiBPPt40LD+E/7sdPD8GWB7U8Nmds",
-	"eShrmjrN2MMKt+gfjFvgIOJ8hdYxjMA7HY5YAJ0QuCJwkwEysi05iXn/dKf3H8mtcLZGJPdx3VY41sqV",
-	"cPwF/nvL4wfkY/WlRN4C1O5cuZpkrpqYNcVLhHdEzdWed+30daNgRVmq+D1LlqvXByaoe4Q8pymdMQ3O",
-	"69++tCCBw0iwhdzthtyq0pNPoJtMnp+e4aZqIjqr9uNSvVihtMFzUg6u/9aUY3XgY7/sTP0t+EbEjiSg",
-	"yHec5yIaLmvEWJJDWJvDZyua4nm0IMzW4mBRQcYcqvSUMBRNW8BoreAM7UrhWs0rOMs0Nnqv4cyXJERt",
-	"Gxi2eeghVqMnCXRpDzwZfFE0MZczYkFO6T0jE6kDa43CMYWkfdLrHRGZwp0PMNpd8k6wobBzf2GZPk08",
-	"RNTxmEUovYO4rbrkdd61EcNSfm/PHM2xNrWcMPPyUBgxzaj12pw6gdioKRWKomTfnqQym5vJzLg+usIF",
-	"umNsrvKVt5Vbu8RVsDzr9cjctB3RJLkyfdpL2oGugkBBx4y0oTlvpbgiOWCuPqq9uSzlXBfun73vrqLj",
-	"r8bsHrQcgPhlS2WRhc5+2OH2tOvzMxXLne7Ow/Gv8hCswbyGl70TDtbRkItHBnXHbs9rtP+k1+6gv9v7",
-	"Z89yrRe635eSZfq3Tw8lZfB7NEwC4rrjzI4HmGPqMXKb37jKyL8UZ+bhOIfhb2br3yG6qSohJ7fNzRwQ",
-	"S3yAfmnjwxAE1XBoa7k9KrHrqVyA+95CmHJ9SUKM1DK6UpYmIbwe2nCt0EWjdcmvztroavOHY6OM24IA",
-	"FiR2KLgqoZy/QI4Xvv8bGoFdRN+XPFTsISSe2TnAqwBX7+jKcnt1Gg4FB8MzJfOU2WAM0ygoOQ6ENgEP",
-	"FuIRg7UgmxV2cFStpzKJ3aiHIkpZjOBFCtQ3M1Jnr64Z6jFy9bBLfrEY9wBQDBytjvW+mzNxbfcMgzZX",
-	"5a06Mi1ecVlEb7+DlKQNL4Ox20pCnx7F5v1CaK0azGArGaZsLlPdtT+6kmWPhzUtFzLrn5wOtmbnq0Xg",
-	"nlkRKkfnNkikZQjhPVn1YMf3L56UVT8t6zXbWmKB5RXcmfNuKU/7WO2WFzkZwzBMtDqGpI3PIC24m4Om",
-	"hyiZFiWih6JNozshFwmLJyBiOtx0ILSjblHaQF9WxEDgi05Ml7gWDmtkSvVQ1JRY4ZqkTGepjfWSKZ9Y",
-	"wHZzG1yVSiW4prkig97FUITVsi5hl4SgEdyi8A1VntKUs9IqvVAkoUqXgdc9jxnKuJcEuXmOH5oHN4PB",
-	"rE0V4WPUArQk4XHeI0yrUv9hKMJh1uudRsX+wt/sEn+uwDvgs/DIVQHxt5iJWG0hQ38bXDzPYbelnxAL",
-	"q5OJ3KcBYdpK0QmCT+XeCWsnc6lkiFNv+WYhbVs4mZ0F7T9ZyF4nYH8sETJQO7p4v05h+olvgK9S+C74",
-	"3s48Pw8zaGb6P8t7y89AqCuM0FBzaEHmSab8YnhoRHHe8cCVdTIc0OMrQ2HRPVyYjP06zwkmLie4S95a",
-	"w3oIQGdhlzgXZQgBAqSN3NmLGTgqPJc4nNWSbTUsLY/Q+nN42hMd8lKUWP35dhsL59rWS4CQFJp0/3Vq",
-	"D31qoQAAKMiw7juf2URO1ijHWO5fWThiQjUxKgMJsVRSWKm2Y86rnHTJtStLY2sutVG2gm8CK6WASw8U",
-	"TltGDiQTIzJN6NwWMpL3LE3o3Oa5ckUnKWPKSlDmvK7UfAptGUGo2mXrOrki/VZIsnbMLvlJTtAnHNH5",
-	"nMVg8bETuSw4TGRGI9hQ2KLbhpnMqMtbcF5HETdV2iftMC/XfUnMHRzWWhFxpc2Yvg3hx9aeByZqRGgV",
-	"UYHTcvXlt5ZbfpKT14ZOnltg+UlOcNURKq2Rn8lJhZsBycOXX6Vi+bQMB5fM3NeFpIAHf2feY7WOZvbz",
-	"HtUXBfwtr+/lShWM7WWf14VbcRZcEhvNm3/TxrIXGHdgayIcARfIK13oaSqzCfAQnhJBdZbShNyxpQrQ",
-	"n5E3Zj4rgNiHIkdiN6szR7MdttUOf3iDVi+ISj3+Yush5GsATGEoworqFaJXHU9El3xY1Vjv2LIIVIRf",
-	"oBJc22w4FG0aLdEF5AJN5Rj8JBEVUvCIJuSvN+9+OWrQY3NlGmIwA+T+Zt3NP1zNVrRlkmLsuvOBzRO6",
-	"zDkeerUSJb0DhKIU1KgyCnVAFDeqqXk05qnSNrYTikhh+CkGgJRnnRd/M5M2F8PJCQnrKxyGVxhpUTQA",
-	"AYFmMaBDv1wpFlIcMbPUNtCOxfnFU1uqMRyKNtYR4/rI3IHmXnbjNKKpb8ws7jAvNJXclGvUAYENRSb4",
-	"3zPmX08go5KwriheaEMzXOdm6li1gCGFuSxoG7gL6CjWJm1DeT/+1LlxASBof/T2iyprWRBy4W3ZUGD9",
-	"wbH16NGlc0U20VLdHXiTjWZcf7Bc4dmuwc1vf7An0Dud/8GWj7tAfeTTKpwLn3toLnnaflEHwX5gRr79",
-	"p2UcFzlnomM2t3Ny0srbzcspeBgriEmbA6zc/FjEbDYjsm53A5dqiDzv5V+UjGq49uG6eaGqdAvxawVV",
-	"Q3ibyKkeaiJ5UAU1LLE8RJd1YqZbn23indM91DTmteGd7HJLG+EXYIn+2awzu9rnBycn37AeeWOEOuoL",
-	"WcCFA6IpBEgxDOrwzcg7y3ugLGxjG3L3HJSgxDsSy+aEFqkr9GUhvJCmNJ0lTKnViKwb0+0/tRXmX3aX",
-	"g5+Xn2l6Z0Q6oM2iDL8ifomThsORxVx32L0ZRmMIO+Yo2XyhDmaiYZw0hijacRJohrSLEuWBM7YFpEjr",
-	"D5zLYSi8jLT8VxelZgOnSMp+R0/FUWAkSSMUg4jcJb9I03XKNETCgRZM01qXDoTRm5m+wYnWB0L+PWPp",
-	"svB3o9rW8uWHcgmmmhuyviV0xrgk/0M1h+Csj20MxOZWbXDnWhTZjfznNebEbsOpoBL40waN5pvflOBw",
-	"jUqyHCMVHy7NAU6YbXRN8KefnHkMp6b5cnpnyL2Ioyl0bgsSQUrnyro+ixD9S0LJ65sPZe0MFNqhMH/5",
-	"abgutcAFJWM1YpnEIG1iqKOLW86E5gk8d2Zgrpz+DCcb+pukNAINksuYzI3KUHtkwZbsleLdOZJxW9Hb",
-	"q1n7zGL/W6UyFvtzbLg/K5vyLDHzg5OLr86zUGDYvFAlNM3m+w3vog1HyZ0htIysZkuXKnMr5mJFpED2",
-	"SIoLzwboAzyQzeUmE6nRaeel49gEFu8Y3rGlOaITJsxnLCZQiSxZoo5nnoK7cSgSRp1oaiPn0BZlY0Uh",
-	"bE5NjTKd8HsW1+XW25A6zBUaiiJ87/V1AJ7PUqCdl+1d5BvZkghG9MVbu1gDaypyeVdzs2YySyNGaByn",
-	"TCnPowEv2UB2bxVtuXeq3SdoTrsYina4UrY/tCnHoVcyPww8boSdpGzMk6SW17xBInkaDoONf+0spu5Y",
-	"PU8cxMnXLXmX2BDuZYE3YVPdc0ZQzfCocqMxT5g6/mL+47KCagXuQW+ALIPrIpWBfTbihAsqgIM4o0t4",
-	"pBizkLsrScTfczCi7KZomo+MlvmUIhkMrIEazQL9Gfk6PzAN1XUT5iUO+UIbgG81beexty6123qjU0Zn",
-	"yLsh3NUyLoe/ivJ7GBS/fFzOnUX8A5unne/4hEFgiAv4DiDLVEAODI2maBXMP/+OK1eeDgr1UhGP5Gdw",
-	"BLtXbiypd7Ai7KV7KcRYcnvpKMHHY+f1iDFKPS6FpIOngqX34DxPloSPiQviBi80ahVESDJK5UKx1Cin",
-	"aijaf71590tAfvkO/ztPKBdEs88aun998592jaIpTRXT/57pcedVGJDJH3weEPg/TdOAvP/u+4C8/+WH",
-	"gPz1/ZsfAvLD2++DofiVjd4DXN/SusvaP378+aeA3PznDwH5v82//krv6Q3sUUD+57/++8ibB1VlxAsZ",
-	"aaY7CjYxbMjZN1Rtl/YJT92/Hf9bg9UUUQlqFLbGc/ZCIS1WrMUeudXjDHo+PFA9LC0gEMjZae8oIKw7",
-	"6ZJQTal58d8vR1Sx88Fl2C2pmysDff5j/51cCAgwxrPffOC3CCoDSbWSmweGmYBg/RJVFmNDH5kTj3ob",
-	"WD/k9RwRrtVQ5NhiS0Lje3NDK3RckTc0mhZuPJQBWUwUM3SlWbK8JCGi4ITBUITV4k+A5RRal991LuJC",
-	"Oqpv/JQ25AyqMhK9kGujzH519b6eQp5qgJt7ZsGqCfmsIZHLIhAZWbhME/9K5Xo27ZEmCTqF87NnYam2",
-	"S+oqIOzqD/6vlGsFVeIkCReU6wK6wGh45nMPCszP06KKKCkF3OQaXtTWegLanmJxYI6pjTEg5kAiayli",
-	"QU1/GNBuTjHloGYC3NFUJjGEiDqgG4AUs8HfXYKuFkFWgz20JDN6Z0GKTEuQkwoQZnNGV1IW7thyKPzA",
-	"DQuZxZOkY2G48uVWmtHY7IW1EynSpjY7NpzRz4hx6gL6ZkZwkUNBiWFTTs212Ck6paCNw5rmGh9PXV9o",
-	"8UKxxYHaQZSMBfigQzGlCpxMrOCkDrdAoi+VUU0iCphytveS2xUteZfYQGo9q3bnfPQuSsYpU1PrQ8Kk",
-	"2DDIcYNQos9DTnL4L0i7iJEnI6iXWfJ2KSjYeaAIxa2CuVkFQpWXDDKeDUWZfnOUOQs74kIo8YOlzMhE",
-	"1kZHXEfAaH/CM7GroPPOJp0fMoRhE4Zo0FIJY3NA2shpDCDWV1GJW/1WHXBmK2WQPxOxDjKH454FAfOP",
-	"e+vyZIdwQ0Ty/FOuMNv3+gQJe44sLi1pz6VSfJQYtVOwo3+Iu2rQP/uHslisvwt/yoHwIGTRoegxtebq",
-	"8xGI1Bp4tVqII+RrFUR077160KsSQPvODOar8j35U9nsfSqt9bOcr0M4uWRlu3KwtNLvzaheNqgNEt8t",
-	"tJclHGeXL6FgAWl1G3Cb/PU+AHbTdTRjrR3hmfwh/EmZyaVVqKE4C+H0VXLwg+E1yTIpNFFlHZs7/lJB",
-	"Z38Wa22FdncUq7yPn9p6u4m8qpUo9oz6eX7r74GJ5hhj/JsvTXhMxuBwGy0hR0AFJGZxhluDfro2on4I",
-	"mc5owv9gMYGw2qMu+cUPiakPfMERPJaavrWIDzPrzdctbs+3QJ0YTFIti2Qn4NEpUND29GnzThoJFEsC",
-	"bkGhMJCAuMhuwuMjC+A1lQuE0VF5tci8UKRRmrchYjuMfzYq9ko7riVju4vfMB3rfIP3JGQLd74hiNFa",
-	"uP0aT7pyVTnYOZbwCR8l1v9GAV1WSRFeeo+CoQgt4GAYkDDmYOODf2MXMyb0rf+zHI8TLlhI2lYUaCpy",
-	"NRR5lSuEFqEaiqxHXC/DpiBHn9wtFtI3I0Z41Tqa0Brcrtm97n495OvA9g2pLKaAHogGQcPyNL3D3C5X",
-	"vKmsaO9O5Mdf8jJCa6FFfylqLygt5y6Ir+t8Qv+O/qAQg4zsygRgGciDeovA3SMLYGNxHKsXUbniH3E4",
-	"6e7E6QIfeUbv0A3G0QJh7dxgHmeJYospS1mu+WHSWDb3cjyv8gnEKTW6YjuVmeaCEXNG3bk7Ms0izvDM",
-	"1pmoOzd/E/hJ7rV66hsGO9ruXayjiL75VlMMr62T1hANfFYXDfzEopfdgfUHGSPEhVzkpVq+xtSAR0PA",
-	"zqQ5FoXXqZh8LScIWvOsweVuj9LM1ZchNccQXSEQQGdWVoou+cA62CeiUM1Tds9lppLlUGQi56lzylOS",
-	"sg7WoFNGQ/UQqiBf81oUlf8K5HJsAWIsXBkeiREXvv5H1iGgD4XXkJbN0OfotkDXTV6ysWJQhHqHAVlQ",
-	"NRTObm1h0fM9wGqG7RyqsIavHsO3NUw4PAqITAsMrilVnu/cobjafXL6vvP1DXqDUnFfSBIHSAlrOBgK",
-	"sBzAehWUQujK0qdAWDFcMCPD+Gz2NyzOaLn6xVC0AQZ9LNMRj2MmGsAf/ixm+LWwpH9ELnRtz2jphDZZ",
-	"OlakEpTEmwTrzcrbDXy/QkvVMAkouMBVlaNB713yPeKw5DRtnbSVaZQPk7XCQYL7wIyt7vZcrcK4PdD5",
-	"N6ZOmo3YrEzign8rqqSyxFVVG5tcDWgdhih5wzpdVAVE4LAY4yrkmFj/cZf8VY6whpbZdJtv6sBXLOID",
-	"+v6H4nc5sjewITlXUq9wxiPkD96+5Hc5AsQJSGA3PJpols4KFLq8VsJQzOkSEXxtzQwY2gtFuJhnmjCR",
-	"cmghTwPCBLGiJBHaiDAqw8zZdAv2nKFQkoxpau4vRPiDYeXHB5QG99lV0QDiMDlYTaPXGgXVAWSauQ4F",
-	"RsCZ5my5nsZCG4Yqv4oYgr0r1xbBBrnbyK9Aj3K7FevmMtXmzZOT4FUvGAxOPz0UmX1eoXrzkf3Zq1gf",
-	"tCy6XBFucN4zk7Z7DhUxZUSTqSH+XcuKmJ34k6IRgAjq2JIgjKYJB6gbxEQpQ8xUApfyYwdXiaHWQ8Mg",
-	"mDEe0lPXNHProbvyUGHKDObvGcu+Ug/ezvnXO+IVPPLigCx8ewM0Wxzhz+Mv5j9r/X8Qg2sY3YxjrURn",
-	"6ilS3mtcfXtxPfPRU8vKTfT40XL/b8aV513wZkfA8WCvRGd42nrzj9H01Rz++RpNY/kd+ULl2bhwXtvU",
-	"ZeO7zFiqsEwN3LKYbRFZ2URIMpMpgyF3hwLbTlB9dxDNODuH3WT+KNCbrxzUNERnLnjESqgUdTcxvP/N",
-	"0qSH5WVviX8ImInHBkLApm7kczYUcgv1zrpGsNy10Re4QK0LK/kmGozytf47e9r2UwFhhF+vCliLq6Ax",
-	"MXlLPx9VdzlEUhPqg7pbhZDY1ChUFP/m9FQz8i2cnkAVzyP+PL9eW72fXCrSZr3WLzqO2eWiYov91Sq9",
-	"q1H/7QLhbyj8j46CuhoFTiT3A/9RPM1L1JE2Ct8+oOQKKOPRVQ2KpF+xwMNUHIomUMVmFdMQ1DeuYqIN",
-	"AGpnO1WywPOfsiSRhvJQE21dYtC7p8HdbgqQN5RV8JjLlkUrvbUt7qhJmgX/kzRJ2OuDa5Jmab52TbJp",
-	"5l9zrOfOItQTI+EdKPYU6KU5kbSCvNsofP2a14kHrrqAHDMtychmZsQBCedMxFxMbm14iquZvbwkoZC3",
-	"zr93i1Z9iFjBI30rpL7N00ljiEiphliAObRUBCG0jKiLjYSECzRS2lahUozLVj0KYAxSJFywfAQkLN64",
-	"zdHS7c+R+XGcJQmM1FB2nCUsvoX6vpiuCsi2tyMa3cnxuCkRey+Obz56alXG9PEd05QnjWVzgdV8K0o2",
-	"EqZTsmlReHI70i+Xxas9BN/zhClbZNM6c72ifC5pzTQYEJnEmyIJqbq7zvv8GinEzHddGBTATvx5sU+O",
-	"ExQbQr3l3HLXN5lTrolla+bEw4HvuLTW3L/iSm0VYU3XDgNRprm1BV6fIZynzFPgEy4mIZpWHadj1Eiw",
-	"XLsKt4J91liQtW0j9KTw4vOIC88D0w2GREFfI4ZJn14tMC9R10ZDFUC+RtmF/jCkw2K0NVp93OzB6mP+",
-	"eLzV56tmleuY5L+sPmutPjuJIHnxlYYocKg9gcAscowuUAcAb5EhmEtId9XkyjX7jzAoqVSzpTsUoIqG",
-	"Y5kkcvHvCNCfF0JGcaddl1N/BIqtYAtEl1nkclJehYkXIYkizhVUL9deQ5QhNz/MGGbYu1NaKhFHXkvh",
-	"TLk4ToWFoQElzSKc5fW9SdvVTB2gTdc8danntsD0FQKgMQ5hotoHbxuKwclFDZ7ZGilnrzot7vgGK4zX",
-	"Th3htpsMZkVVrlLIIZ8ZheekP3g5eHV6PngZtGZc4I/9XP0xfHMCSN4Nli5btcVvOz8SvWBDP73t+8HN",
-	"rO9nTBPF8qZGUiYMLNANTZUSwGsbPPFHft7bMOJPT1tq5iP7XCtd/OSOuAXgc4WSuvv59C6eN9ASAHys",
-	"cOJOcLkUzAYW6NWAaeSCRRVLv+olUxY5Nm2QS7mNMIGcIwfQDAEY5TobXXJTqRJjOA2UK8mLwnChpYvp",
-	"8ErHNOUEoClmvzoWHpv4luzHXi2HzWbk8j5+C4rXe7+cDy1czRD/WZ7OLsSv0+UmQHzqonxuXbBSWCl7",
-	"a2VgGt3BpW2l+LAMgZJf0qMsnjCNcrgzzuUZBErTpTUvkCk301t2yTu4M8G7gmejEISF1J2iHm89qLBO",
-	"l9+suBvkOhGdUC7+JevaDSUUSmp2EqY1xPDJ1FMO10vBNYXf4Qw0heBDIXxD3UzEL5QrTI3BVwgz5DwV",
-	"iBOIHv6Ym92zRelZYlg4mbGZTJdXQ4G6X17M3uHqzTKlCZjG0EJtq4eTdyKvKA7QusXviR/kbhRSoxfP",
-	"GaS5FS0EXq2pHDgucXKyVyfZvu9ppKupMzAOZ03Z+VDh5/mx2sal4mMw7gGBuMkLMagD7czLKt6zlI85",
-	"i/9Vwn0jzAxurV/E3eFMkvYY7yo6YUdrQGdqTuYxmpyaL6n/xA2yUTg2H2L0O4PeFf+D+ScsyMNttDWq",
-	"wdOEizswA2Fq6FCAObZUrJ0SFPWtCYyswJ4Bfi25JjOulLVhecXXYUCgoLqSF1hDDSda1A+Fm7X40bRk",
-	"UVn94wkFQON1QbYwSHdIcWMee1T/BEzgwty4Nzrw11W8EvcFAlpgcT1D6ppjsSnNGewp6HCxdULba5KM",
-	"SZFjHKxkcIJ+UuTFqMYcLg/iqbiAVFNiFlfDIutMplBU0eZp2fQuC8ZXwEUt6mAPitSo2A4dUJBh7E26",
-	"0L450V+VdrM+UbpQbMpZ0l8/iNQi35zarMgNUS/Osu4DazaXaCiVdMCHynmxhqIdvn93g5mB+MzyXcyq",
-	"KNVSyC0lfhWFLnmXkpERO8hSZikQ8Pv/eHs5FCmbcKVt1mJNaQYhF6Qder/cztnM6ljej2MuJiydp1zo",
-	"8AiyEcE/ag2H+eDr0hq9ZkKX1dmYmJlfke5My4WtHLFyuNuw8gWughFsAXq7mrjompwnVBuhzbWNJthq",
-	"P2ElYsaMGcCFMIOzEhEIPRyRGRV0UuJGsH0xi3jMVGDaxexOEIYNqzFaZTngSfnJrVw3xxbtiXbsBQXN",
-	"6OfbKDcye9CULpYQTUIdlnX6rcCeikqczq4BOjjqPwmczAak2JVrjlgJViosrJRaaaspXA8i+lrhKJ/Z",
-	"++MCUFx2dMyENuLImvzOBlSJpwY72zPH+Hkyhptps8jE/3aCNBZuqWtvVqh5u3q1QoU/RQwTCkiIuAAW",
-	"Mb6OY4Vd8h0A3UAJfoCQFwX+iKsfNhRV6A4PeoRMWcqOCKB2VKVRdHMHK9AlPibJrN5IEftcel9iC1Zj",
-	"s6gmU6i9DzFZ1QFXff5cEQcE1OhWgybqHUgtWK9WkEcV2hCKwD741ADyseedZLfbesK2vlz8xf5Tofmb",
-	"Ti4WYYjLJ/jbDol8JIfALVvPJJovCl+ebDbM/IWLuCo5t1cF5KNyzTEnZzqTqCf1dskPoPCZl9+/+Zm0",
-	"5wDOnUJEuQf2Dp4z50oDs0kG5hdMt5qy6A5/hsocR/YKG4pSTx/9tO1SHTVgcg6S3UUh1fodUOpH0ixX",
-	"NXzU5fcUBRFxqN4gv8pz7FfgwmitRYk+Wv+EVcIf7UyxuqkHVrSqou7KHwqJvYPl0RqZBKR3FTg6VGPF",
-	"B7O7d2zpTEXoRcFWWdwlN7n83wQI/SYfwUdbn+1wAmf/wHUCi1E2OQLNw+43cK1A6UFbX7ZRfduVmFBr",
-	"b44UtipIBeepajuMZ1yAtWHFdNBdYzX8Afv+mtUVGOK60OF8YXAh/xGhjjB5rgKMpnyehkSBSoYz7+xH",
-	"iPUg4U1ojFCEBgzdDFC7hCSJNDcWKMkyzQHQ8o3KMWB8e7eNK8q1iqFwUGC2mBS4oHRKhcIS5jlaYugs",
-	"YGRR0V10MbQcyrGwpmNENGmjxmGkMrtHR/XCzr28Yx5BPk7pOjjiWBlS8dM2PuBfuZ7GKV2If8QD4yaH",
-	"tbl3RyVs5rFN5lk4eiuGXTgFesptlSNny3cn1OICsmRsyzmZsRKaSJFXqRFST7mYXFbJGcYCpaic50mV",
-	"DpmSZCT1tMIxIrNoooqCuGrIMv0cwrrwFcHy+oe34SaB5f2HvD+gCgBWCy05OGgZQ2/XGwMxTtdLvxMp",
-	"48DVo/M4eMlbZa4ODNyx9A5YIQFeExUbFFR300MB0LujJZkD10Ps6UhmgI0JwWSu9Jr7sgg0cFApEGy3",
-	"CtMbYACTX3POxqy6WpSmHVsOE3xULvnWi38ALW7QOx2KECfZKUC12T0z60EoKerWubAmjFbadAk9p5Lt",
-	"WdAsKu9lyygvCaN3LN7eSYPj/yo1b7s1ZQvaV47Ba0a84eRWQzdGjKYsvc701IVu2I9WahfJTDNFbGgB",
-	"ZK4EhGZ6yoQu6iOsKtJdL33ALviKjfkjExQjL/LarCx15f/L15Wttlw4YLv1+CaqzpRd8hVxpgJ78r3h",
-	"Ku86xnCQ6vjrWv7Ow6LIW/UjTOxPOU6Wh3ZS1x5EWGY80R1zpUeAbBFNmdIp1TINqpCHXng8AkWSMRex",
-	"1w9C4dSkwbh8Hg9FMYs5JBT4w4RXar7/kdHEBnSmjMZcMKWCHNLcow5bAc1t1Fy1Hj49/P8BAAD//w==",
+	"7L2Lcts4tjb6Kiidvyry/JQs+ZbYrl21Pel0d2anOzlxevepv5VjQiQkoU0BGgK0ok65ah7iPMN+sHmS",
+	"U1gLIEGK1M2yk/RcqjqWROK6sLCu3/rciuR0JgUTWrUuPrdmNKVTplkKn64ize/YO5nwaGE+x0xFKZ9p",
+	"LkXrovXrhGoyobMZE4poSfSEkblMb1n6TBEKrxKqNZvOtCIjmRI94YrIdEwF/4OaRrqtoMVNU3/PWLpo",
+	"BS1Bp6x10cKXW0FLRRM2pdj1iGaJbl20IioilrSCFhPZtHXxW/FFnFIuWh+Dll7MTDNKp1yMW/f3QesK",
+	"x/H6O9MWdDmjeuL1iL/f8LgVtFL294ynLG5d6DRj/ihGMp1SM4gsgyeXO3qZpUqmy4v1YcJIKNgnfRPB",
+	"EyGRI1ixWcruuMwUmdExa1oQfKe0IFP66Q0TYz1pXRz1enVD+Z4nrHHCI56wh8/2DaOKfZC3TNTPODG/",
+	"E20egMnaZSZzqsg4pUKzmMy5npA2NzTCRMTFGJ8/yNdiwmjM0mLo0GkHe101fG+F+kcvgtaUi/zzWe1s",
+	"+JTrfL0qW5DAj7UkedoLTGd8aujx1GzGlAv81M/74UKzMUuho7ewRjR5HbPpTGomosV/sZoT9hO9ZQoW",
+	"zsySKU0UHZn1JCmbMaq75EqTqVSaHJ2ekmhCUxqZs9u4dF6HHdNjE0GdnpaXq2613noHuZHM/NP+cHJ7",
+	"b9996Lpdkpilhj1xTUapnJZok4qYKPOaiBgR2XTI0j2s80ZkutG6X0e0eb1VRPewztfRhMXZCu6h7AMP",
+	"7+oDVbeN3Wiqbh/exS+zRNK4sZMMfn54N7/C1dfYDd6MD+3m3rysZlIoBjf0u1QOEzY1f0ZSaCaAf9HZ",
+	"LOERHLrDGT7xv39XEph00df/StmoddH6vw4LEeAQf1WHrl3osXy4rohtkrTff/+SnJ+cPj9AJk6J0nSY",
+	"MBJGMmZhF5bFtgjixIzndwX7RKezhMHAU0Y1i29g3ke9o7NOv985Ov/QP704Prs4Pvo/5pTFrYtWr39+",
+	"POrTo84wPjnpPGeno86wd9bvnESn8Rl7PnrRO+97dyY3A42zCA5mlRF5rT2PTljnedynnXN62u+cDY9H",
+	"PXYUncT9HuzVnbw1WzWiiYK9kjOz9r+18tY/3gfmw4ylmuO2+FPyNjWmmnU0n7LlnQ1a7NOMp0xt9Y6Z",
+	"yFqiCVoJVfomU1sOCNfx8/IPS2u5wRBmNGVC38DVbt9ZFhecoEA1sStoZUbBLonIkgTFSPOUyp8A0gvH",
+	"VLM5XRAaT7kIu+QKHxsIwe5YSuzikoRqZgRRKgIiZEomVJE5j1lKcF+JTAkVUk9YWpJU7StGSsGZBANh",
+	"LgqgDiOzUDt4JBdFTK8L+x3PpxOQlBlZjt+xZNEdGPmlfuV+c0sXtMy8gcRySsy3ZChlwqhoFT9utcGO",
+	"lD+3uGZTtY4nwNm9Nu+Yl21rNE3pooV8yTG131owE6CfvJfAPxTFZAppXQ5/Z5E2TTs+8YYrmE35bOVj",
+	"3WjQOc9ZO2RorXY4SjFd4Vkx05Qn0PtEKu1kRBnRxHw2r414qvSNYkzsjbPBOV7bojCbn/A/WHxzR5PM",
+	"DKx/9Lzb6/a6/YdwQifIzlpBa7nhJR7oLdGqDfrb9duf3+ZrXVm0x+CDWze+vJ574on4RU1jTd3UnbJl",
+	"CRteco3UDL+6ypV1aTwCezmOcJaWzmLQ8lTjDSa++qy+N/1/btE45qhnvfNGbK/x8iTcTlQkHdMYMb8F",
+	"hHXHXRK6sx4GJOQz89+ZTLX5N0sT809k2hwZ2cvIP+ba05qlprH/9zfa+eOj+U+vc37T+fi5F5yc3/+v",
+	"OrrIt7+s4/fW6wb+IpXIoGGt+FhMrczoMTcKP6yRyJgwol4uwu5NvirkZK8JGh0fd57HJ6xDR6e9zvGw",
+	"YIzLjKc0/E0PORqREngLTVY19FCxaeXvkOECBZVoQgVacXJ7wFH/5PnJi+Ozk+eeWaC3bBbwVrTuft+F",
+	"v5ilRS3gJmXUyv+1T+1VrPB2cBO9yafZZWbmq01ugYLSFq+RJXCzqhRuzX2o3sNhGnHB1WQrNeR8eGSo",
+	"+zjunLOTUeeIFnRpmCqjit34Un1Tq0rTdJ0CpDTVmTIrl0URYzEsg9OPvTG9oP1+5/nwKOq8iI9Zpz8q",
+	"RtXay+GqrNznnSg9TWV6Y5TEWorEn6dMKTquf6K0WfsWEpb2bdMO0kwILsbbyeDe3m/xDtDCmqsWd+oa",
+	"H773qGWDRXjAGeY+ZZYPcIV48pnULHppZVYc7FeGVra87R3h+Qbitbdr0PII0nvzpFdjfTcrotOFYVcl",
+	"S7EdTpXPVlYQxrdizm8zHUnUzZ0PxOcKI8qRS+b3U41PJG/sOicm1xbsBZipkJ7NXqxu3hkvYnh0xlIF",
+	"z9b2msVcv7qrEToie8siwXSRqRuiibSssqzVahK+YbvW1k/gqSPuMmzdsgVJGDV3h+UPJ0dBS0ZRlqZr",
+	"+LE1LOO4hs/jfnRET9jp6Kz3vP8CDkA6ZnoLTpu/YseNy1DDgO061XDFYqUaf3SCrttrtzq2t6ClFkqz",
+	"qVlEIcViKjNVu407KXcVbsKFPjvxRaXzXu95//z86PTk+Unv/Ly/7hopbdSmzHM3QarY7Jql9fa6+dcG",
+	"Za9WpfPmVdq4wO1+LXPIT9ZeFLXinD6etvaSzuiQJzyn7VoejgpG1QhtSItgU5eEEnPhPFMkdB3fRF7b",
+	"IZlmSpMhI5EUmnLBYsLBLtcO/3OQ9XrHLAR/Y3mEQetTZyw79svflRTd93T+k70GzPil4V6a/UTF4j3S",
+	"yNZXEbTApdh8a17m77w2R/UeTtBrfNN5H+3H/hqjl9997QaVJoh+h2XKetgkroSa43ney1B32wfmxIgN",
+	"JCoUOVAKpclNylSW6LUTfg+P/ZXqaOKZotDN6EnTy0bxCR9PmNIE++kMTQtVB6UXe0EUE7oIt7Ai144q",
+	"qSwkjQ0WxsklS1qd/X71thXUVaOobaN4uXdqVaaN1Lyt9Sp4wfQHjic7pbhZe9rw3qnOZEuBfyctCQRX",
+	"+0Y13sdGcZjZkiEze6ogxAOcfnRMuQgIHxm+OudJYvitaY2zuOs7OlZ2v42S4q/6GtcFVbfX8GCVNkuB",
+	"P4XWUln5Ul/lhV1B1AVzezhR4+n/UxwJN4ijXu+hB2RWuL838mb767jB7VRwpZLWvcyjf/zw4R3BB6wh",
+	"MKcAQhMpDHPOkphM6B0jQ8YEoUAY1n1Z4s6n5+d+AFGvVxtC1EjDdpiryRIEh+1uyC135t8Xau2FinYO",
+	"3RwxZ5t/pkqxcw3hcdtFuO3rOi+Rmz+hYPVND+5f54/dUUyzBiIubhSLpIhVyQJ53D89Puv1ShF4Z7X7",
+	"4GIbqlGUa0xAuyiPD/KyF5L98TZyfdn13rwbfgzfbjuy00LWjbZ5kNcR3XFwOwWqJNmYb6HImNG9g3eq",
+	"mtjKDTND5TLlelEyEPqRpP0yIXf6vV4tLaOBoTzi7TyH/rjzXjcktRr/sx1PsZar9hYDCXfb35gZ2cXZ",
+	"w1bvEvbzXfHG03IBzafmrw2H+QGfXr/W9qDb1gN/RZoX3UjDuy24Y/1GepeZrmXCZ72TF+tioINWlHLN",
+	"I5qU7DRrxTL/WbBCJnThD6J8n34niZDaXqRDNpIpwzt8SsWC2NcwAFjIeVlHkdkwYf4d7+6W2hveihsQ",
+	"xceiDPanZo3Kw/uRpjGBsHIiC8XqmSLziUwYSTOBY4O4KSNJghQQFj3EjMYJF+yGajRfbTf8fs3w8TqP",
+	"sxRprDR2y6KOfR5l2vSaPK3b6in9VHGqu5bKzG4dyewWdrhIJI23s1PvjTPXGiO3JXJQyNcLwzpd2EQd",
+	"pxk7i/M6xfiDeW4Ttu7abOYsGAO9oym0CJ25GXExZuks5egm8qNoep1z2hl9/Hx2Uh884zczQy2nchn2",
+	"6u+/m0gKsLsLfWPmWqbVfmX711Lr/u6WZSWhGpmqiZwL5essba6JUVZsnATRknBNzIMiYgddciUGwm+l",
+	"A6JijOGzZEoXxIyfSJEsIOhVzkWp1wA6s6sDyhHXq+JZl13Lm1AnklMtfdqLz2+smSzjhshzOuOFLvYk",
+	"YegbRpPbQbXmY33zz3/8T40h0R/5xvGvzWqnYlHKdEDUBHZaRKxLrpmIgWoUCa8yPZGp3fwL8ldGU5YS",
+	"cJ1EGGiNXpTu2vAApyoWM1ixb0gAMOEkeTtqXfy2CcG07oOqi4KJVCbJNA9BX16FtwKNkpf+GtRaNipN",
+	"7RAqUlmSpcGt7mR5vQzJvII3NmW9fvqFSpFRtjrmf3999cPrn8nLV+8/vP7+9curD6/I+1f/9y+vrj/A",
+	"rwPxz3/8z0DA369+/m7FczWTAIJm9QSdj6KOXa/hmXWb+xB9tGY/3PDqaPVV/ngdj1mxCOWcj8ZAyxqb",
+	"x4uzkxrjad067CXNpN7ssixtVsTJDcjcD/ip6aVuub/nSdVLZFOfXOiEn/4EaU/BYzH3lM1kqru2k51j",
+	"YNWEHp2etS5aZ8OoF9P+6ORodH42io6fD18M4+csPuoN6enzs95ZfER7MT2NYno07B+fRs9fnJ6MhnF0",
+	"/uJ0+IIem7b4H+xmuNCGJPpHWxvuH2qRL29FDf3tkhq1Yd97TVhye1LTnL/E+4xn2dz3tVkigJWRSltS",
+	"Gn0+y9K2NB26fYSVwOHdPRXnR0YTw8LLp3/CIiutU02HVME7t62glXClgePCJ5f5aD55/hz7sXId5W3W",
+	"X6Ofm7I5vMGqpcg6GEYm6B3lCcQGfly3syu8Oa+Vylj8slB3qstCb5Z0oYYrft3VXlzp+29x1yvQmZlS",
+	"Jti89MtJ7xiu/IcHO9ctYZ30/PIKtTCjbCmngnlvKtKmiUKEDJuo+EwFhIuSFqWYzmYH3Q2V2i95sdet",
+	"enVd3psnCB1hviVXJJFiTNp6bpaBp7FyABgJHzEzvgYL1lLXDwhN9mORq0sa1O32egmlZinqDqtnYFoT",
+	"57ZlCBqAYewhvmDCaKqHjOobcyGldzQptrbf2yaboeTibMVn5y/i+OT5GevTk1F8NhyyF6P+8/6ofz48",
+	"OzulL3rH7IzFwz6Lzk7i+MWLs/ikT4/OotH5aXREz4sGtTei4x7elg25HNvEKZStk8cPkOI8WyMXswx2",
+	"Oo8Zb01YksjCwdS6aLFoIivGOsBvECy9sQ/dP1QcW7Wt9SdWF7AtkHo90kxseDJ3z5xY6xYv+b4viSpM",
+	"Ewi9QUIPFSYkUtgEbAfqEdEk6a7oWa9Yl+uKo4BkQvPEWyg74w1XydHt2nglQWdqIvU2/veaNIrlCa6k",
+	"Cju+Oh4GK7x9buWWFFshha1BfDZaqRXT28l0/QDzvuE/tebmSsCzBaAp/FcwH3VJQLKI6Gzm8hA9FK5R",
+	"ypj5jUZcL0ohK/0NTNizVGoZyeTmjqXKOlm9/TitM6QrOdJzmrKGd45qre9zynWtr+moV12HH+UcJQkt",
+	"iXkNbM8Y/t0lL0uroFh6x1Jip0zaR6dEmd9s6wel9ag4suqDrppopikwGrdoY+UI7/J12pFttJGEr11A",
+	"ZHnhQgRVCy/ILWMzIBEuxl0SYhrPjc1xYHF4QZSWM8BBcnF7FmQjz/gJuyRMpNL5s+hYuCRC6onh01OZ",
+	"sjwIlEYRm2mMAnWqUA7xVu3enFSpdG3WST6/pjg8iDc0gqUUljkHJKJpypEqSndC7vKASDwY28NEqKWZ",
+	"OGaxd9mqKgq5MEu7qA+24SxNpC41eLVo8RTiwiaXdsNdfUl6ZD5hghha2/Di3ijS2DuCa8M0m8h/aXa1",
+	"Z12Or2YzJuL3eUSrR7/YRoUuahfu6Lx7bhN65GgESCdHp0FLp5kwapCj4iWaKvWw+Zo0bN4Gy18aYq1X",
+	"FH6DvTbPkmiSiVvM/IFcUkLLO/1we12xRnXjiegMgA5TRqMJiy/JKEsBWCimmhKuSJxKc195cmlTRqg/",
+	"d7/foLQNW5DOS7M220ZbUb2Eq9g7eXH6vDbUNN+ofa13NUDBrQYMq2GaH9gnvceMEk/FdDdjvla4OhCR",
+	"bi5A22MXeKOgCdi6lk6Z+7u3wYHbMXfkQYn6xSxXxCoDiBYTMYsviJB49QOJw/0fySmro/Agp6dlO375",
+	"pO8xYfQR2iwxgTXHeCn/PSfi8gGHlfFWv466386YQGTDXTMPy46aAmDXd5/JSDPdUTpldFoOOAesykYX",
+	"zFaglr6zZZtQn8fxwzSEUtd4TWq3xbMePRjncLW9yfogr6Jpjcj39G62FRBwa5xL/prtw8lU2oPHy172",
+	"uykCVZZwlMDhXUFLYgkfcwCHsGczhySQo1HCRRHa5FL+75hnpewFVZPD/WYu7sowtkEnqI+QOykhzwqW",
+	"dljWAZQ5AdNw86sYVSHiaSMy/9iIEFW2mNaZSmuWv06RKTajHgHJISc51TV/vhha0Iq5KoMTQb/et8XG",
+	"Un3jTDK1Wm6x8ZuEOtW6OMqjKHCTSkOHeW1G2Ps+lXmc1q6O4HdMxFyM3+ebU01VXRBK/p6xjMWYrspV",
+	"EQsekwXTXRKikf1GSH1D4zszLwXmDy8UO7RG/S4+G5p2rNvOvq5Ckp/FBZEjIqRgzreFu1GNwyyD4JO2",
+	"ewp8iPlIjCxV9GF+SRJCUwbziGQG4OmQdKs04WjOciQq5E0OkZVTRO10ASDwBk9r8Wgxo5spV1PIscNv",
+	"DdXejLIksQ71OEtYfAOwqi2XPDyk0a0cjWqJ2wMsrngfLJZwji5sIUYq0MJTGk24YJ2U0biENVyOaQOE",
+	"H1SHOmBOcpAlJWD6alIfUgnYF1lKJiwB3Wwd1Ivz85/0zoOW5jrJQeqJ7dquwkTrmbo4PMRl7lhPcDdm",
+	"dw6lWR16Q75vwi2qWDoaFsY8fUnCTx3bdsd8oUKScKUdPq35yvdKg2NFBQMBi24oNVMZTVxqa/sHiacj",
+	"kkJpKjQ4cWc0uqVjNhDhmOtJNuxGclqZ46H7144lPOiSn9kc+lcQbjxkhMagQhhZUxMqBiITt0LOBY5y",
+	"iIHIXqYtxhuXKSxoVeYLF0Gq+YhGWnVyfnzROu0dX+Dmu7kbNUZI4p4mSsuUjmGyIz7OEN7IGQ9d0nTr",
+	"onXSO78oI8gnZhMWqBNZ+nWYwjZBMmgNadyJVArv9+yqFt5nCCUweqQDsAerf2JkMxYTCLdW5JYtHF9z",
+	"JlbbcOpUgqLxpoaGKaO3ilCSZknOt67evYaWdDTpCKk7M5YqjqbAYrpejnOUUD6FRsAYRTCnFvjZ3Kwq",
+	"YDAXjRSspMM+2Tz0i9bJ0bndERtB4bCeyUQmsSJaSvR8yBkTZCaTBOCaRzJJ5FyVXfodB0hlxtu34004",
+	"E7q0ynb17mjCY8NioXcrHvutFZdS0VwqM82IYCw2E//w5rqmg0ozlqDXDyplY7NSKd4YQpKCM8PznSiR",
+	"ipX2+fy81ODc/IfO4WRB4pMhGDR1k3Yix2Oz+yJZHGCA2CjhkfY315GL+83yYfaJK23o0qqoRUznRmfr",
+	"5ZV3moD9Fg2UW4ON73ABW+MvWPGMQ9dWxK5rkJ+8TCFxF7BkI5kOeRwzXPxju1Y0ScBDtAAyiCE0RYEa",
+	"VtRv4KIzSvh4ki8PzRcHlgTmWSn4YAalNE8SYjHULgEJY0HakKjTuRpplh5UOrpli07KzNDhMBzhGKst",
+	"m/ME07P3YsxHI2ZEcjcqqEmBRifYit4FoYK4rwgk5l/a6WcKyA3SPJAonBERryCPIDa9McF/M+6gLaOT",
+	"Sw9+S3JsbbOxZHgAnX3WbBiLjBaT20KmTE9kDFyImoNuD+GpfwjzdpANWicpvAjyje6MZCbwxRMwUqks",
+	"mtiXZWq4lszSiJG2TMF1VEMcirGDIsijo6XsJDSF0I6T/nH50AxlvEAk+eI2QUan4Bwq/gcjrqCMq+fQ",
+	"iaTQKY10547LxBoQcP+wbXzMIkmYIU0tl+WKxDLK4Ey0YS+BNvI34AyhrCnNIUERlimtDkCKo6L2OjM/",
+	"5CcqfyBoOaiEDpqxOo5i4WzYew4vAHub+HZCGG0FbAEsKpk2fKUTI38sOEjKwBoFJ8o+RMxDTSfKCO61",
+	"0wE1oGY68IKhEQ+yEd+CpUS4wxvN0ik35wfcojnwL6jB5rMHdtOymTb2blMdrBjgGA8lgs3NDWv5F+6n",
+	"zHTC74AaZaZTKm5x0PDIlAuYN9CLoTxzDXZSFsnUqNJIgJXLF+9MMMbaB6GGAXGHqNQQkK1yd7BK5BzW",
+	"eGlxM0EzPWFCc2vyRL4sZGAGLiSSWlDMrhLvmm8sWoiHFPmP90jTtmZCZbOZTDWLO1MWc+pi4k76pxf+",
+	"weNGoLRobzWJAFjtpRPzlBUXHn7papj98v6NjR9QypwZQacsDuDE6VIMZ9GcL21YcrNtukbARp7fRva1",
+	"EnfsmSXMX0dV13J3VVQpilmUUHN5Ag+RKbn+8aqDIdxFowpSzXEsziMP9wY8YW9eexJheMXbzmXYNA8r",
+	"MYEI5lrJjVW+DJBfslaYM0yqsIbY53PTTt3j9sdLp3EIBuCH5icUf/LoUmYlm9b9faHn1TgWOGgtEWvA",
+	"wV4J8lhEc2+D1JMrhJ+b4f+ryIa/vH9NUgaXumGRdAqBb1AqDjVj8+IGiXYY7o/9e1C7jeiy763Q6YWU",
+	"75JO1pTG2zofvTiLey/6L16cRM/js9NzejRilPai01Ma9/qn9Hg4Ohn1h0fD3vDF0VEU90/js6h/OuyN",
+	"ej3ae1GjEH+5lOH72gUUbP4VZeDtMcmuCsa4Ih0O4xGuottlaziglPSDnXywcKttBQOcsojxu7U4vuZu",
+	"vAF7WuviqJBufGdvniriq7DbI6JNUkZhBepM1ay24gBUoHD3t6Fw0zlpGwlCpkYmFWgCPNgRj2pLp3Kx",
+	"CRuh5nrrvzn8oL8fOzmta0DAdmllKXun2PyPDwUudJSw7FUH41d1w3fa3MqRzbeuDuaQ+3J9DTx7aVfK",
+	"O9vMAhCabTuvdC7TbuhUwJ7ew1vLOEa9Zd/fPoijmqO1tG5uFmvWZh9elWstUxZXsPAeyeFZWux1+7qU",
+	"XW+puktC4HYhmCXgTwLaOWnbHwIibX1UElonQHjQJSGeGvOeUd9iIxVJMRB5K8X7IQg95g/F7ljK9aLU",
+	"KPuEtpAbHodGpI9ZnKGiAGZmKuKBKPVsdBUY7wJlaZYoRtr49UEAhmIrVDsUB2ucruHyG1VIes9GfoTM",
+	"5tA1O+Gye+uxFOJdF659y0XsM0acl2NryyFZnhBtt2MtVbvnfAG6XK6ht05GgVHWk3GBlbMdFb/6hAPl",
+	"NCHWyYWmllGWJOR3bkROMmR6Dveyddd3l+hgCCF7NeHu/ZUQTpD0vwZ+ako/NYA29R7Ydr3AazS03eKP",
+	"Cr96ld62EURXeLGvI/rYlUZ/l0MFmCTbCLIuN+y+8MhiBEUsVCdlSiYQqjuTyiLbeQHeriLH/ceHoA1U",
+	"GvMQBH/zShjWVDV1KL7bVdZ6vEgkXP8tgBr/Jod19+NO+ACbRD6bPvPA5zqcxqYs8hVlNZfz/F30bwG8",
+	"WCq1CavUdELMipQPyTYH4CG0vAImfTdCyyGHdyWnPGtzC6g4f9Y1PRcz31UJ2ak61LaEuVlGYj095lMs",
+	"r0ZBlrisTQS4FyE4oo8Z6OdBvG53x+1AUI6SVhaOPDuqN2TtBW9wLW7lhwkjv8vhs8IJaF/prpIo+ptF",
+	"2jatf57VVmjjoAKUylQVLGXjKlgOcXUHSaGMPotCMXjTrFMNttGhCf/moJJLrNHc4w2X7/2aaM2InZ52",
+	"no/Oep0X/edHnYIt06MiNljw8UQnC2JHBedhxFNWntdx70Ovf9HrXfR6/8c9pRKpVz61exnhHAk3ApNE",
+	"NjObLSIMFAYK65Ej8hfzf9PPHUsTap5Rt1B62BDbzR9SmPm9ysx5O/wrSxPEX85m8dp9yzNT+3uJmn4o",
+	"CLEXm1o+Z98blkLmE54wMqOZqs8U2rL4sdvWBxeBL9NSY60Qe0yJ6ZiMoAZ7G/6eJZmyKtPB5uVByrRZ",
+	"x5n8Di8JHQJ6vyEv69PGLShyVjbvexcpEUNQm0d8hQszpxwcvOhRY2SWsjsuMwUgwFqakZK2PQkY1noj",
+	"Bdti3XaDny6fp01Jxsv8rkmKw/hxYh+6tIGI2A+hcQzV/tcbPNdfJ6tBsdwg/aqydSjaFVnaW4/6mwoX",
+	"8KXhbL/M6s4FxQxFs+2KTLmCUB4440Lm4VIpFSSWXRIawg0NFSikYch2TxIbWTG9JKHhiiEx/wUA2Kkf",
+	"Bmy5KjDOVZffdyUWtoVBBKbDaDSBo41I1UyZUUVUhDBacy/C/ROQ0Aia3reQtL9kHalal+zdVYGl8Osr",
+	"0I05b5xLihuIvPlLtbJvo3nJvfY9T6tSxYgvlZWs3KrlizQenZ11nvee9zvnRy+OO8UNPzw2BwSIB3gL",
+	"5oTk5T0czaJwdLOs8Js128qX5vjmzTZCyFoZQqd8bI7uRd7+6uu5WL89GxLKS7kUYQ1nFeIlmNDpgihN",
+	"ARBGpmTIFI+ZykGS2yDUdCyQ18NKrrkTUOymOckz+AsvltoD4W15LQfG1lyGg0zhdD5TFjzBIuHXHrPN",
+	"S5541LLJ87d8drOcaIO74smAdtou/wAV/lqesEpCQMkAcUOmVGQUojQDxAPgGLFM1S1a9B+pchlg+jbB",
+	"exexYZgR4sZSGm93E6zt/ID57DQ/adhY7QKW0Vsefg/7FOFfvm6jiqEWJ6ByLIPi+K9ju/uxKXhs/DFt",
+	"C9jNPof8BMN967SyWgGHolQLYbko2ywJtVwRTGvsOhEmd3oDrJfldAEJIWDRykBcByTM5d8QoGxAYCyL",
+	"0QXoh+mKGV5NjRQCQtJUpswXkqxaCd3kHMaol6skJnMl1FzuK2+7Nddh7W23neVvO+Wu6sbOj6LreBUB",
+	"mAXYJ83Cgu6eD1jRXLZ169FIJwtiE/fCKJUiBIoJq9A24bK8WlgxNpup0w3unbljSe/nd4yMOEtiRdpT",
+	"LjLNyERmKYnpgkyl0BMyZ+w2posDc3v/p/ktWQTkP2PK4V/zK/wBD8NfC0bhGS5ImBtQwkoNuXpwLia2",
+	"FLnWAg1ekRH/xGIyYymXMca2hmDqvqE6hCD8UuGbAxg3HSqZmLUwHXfra9ssi1NoYWgey6tceeGKQD0h",
+	"hIqiboyKZbHspFTEckpmNNWoe3EVmPED36mze9YIdgXL3IRMHId1XoCt9sCzkfnIDr98eNlaApYT5PXV",
+	"z1ewqsS8EhDWHXdJybRWIZSzk43iIcta13am832WYVtVee2rqLa2kultVk6trKx+qapeK6tfbVZKa6lY",
+	"Zl0xqi1g+5brTzXUnKp998H1o75gzaibapzJA2NLsNFKhMkD23x4oarVZamuvYAjJ/BxMZKQpTaH9LKY",
+	"Z9NW0JrwMeS427p09dLfUrDdo2BLPWqoM/qiXGSZzZu4ODnK47rwt/uPdaHQXwUo1VMFIe8ehfoEQade",
+	"OO+aIF43mfVhu+7qqKFoG4/dC1p5ptZKWts+0mp17HzTVWCLEe4fwXsJpdv6lXIzVR1sRsH4e82MvAjR",
+	"8HzYKzDAN3FqNp7LPI6+iiaMy4UGJkgnzmagMA+zeMz0A7MJVl3+W7RWorSNw80qgJrbvfxkEW61VTz3",
+	"btcGn29zXFTx843DFmnAWl0phG2+pY2i2Bb28SerAlo58KvfLQMSfRVC4HYWeypufpfDvUY/Aoq9H2S2",
+	"paS3i/u5zvhcdL0qejLfsIJemjYiqPDXCmFXWFfjGdrOt2zW5bs8t3WzeojouVyqhugfwY0EHHtfrDXQ",
+	"5Q3X1yg0w9mH0dBO67GM3KXqCxcNi7cb3156eevKO3sRoR94+9S8vvU8NvXMfkM3xmMy3IcryhuwwoLv",
+	"LSHVlvah8dA0B2ki8F45WhMDM0sfMGLTC+NEo8OcAvRFBYujVkfP518JISlJ1JTXv4sJTDV5yx47ydKk",
+	"FbTuaJL5mG79o+fdXrfX7V+8ODk5PmxtCMgZM42oBpgYXcrEaulEdXz4KMWSUQdR/bZMVNk9VyS3nxSW",
+	"Egdxd10MB+GvPNyr+wfnvu0WirlD9pu/BUuRHxEV5Hc5tIoSPspiwnfVkCqpdrvK9TslrDwk926n+pN5",
+	"XqCDoHAtlxZ9LTwwnsq9yA14vh9RcpC3TFxHssx+oKg6+g2LOuA0ZvWxK7+AGOjs+bsl1z00JnnH4vW7",
+	"RZnWA27XBWPWLTkuFwLK7rZYK8GB62GPKyrdWr/ITut5Xztbc0FfW9SeSqXpHStpnpuRYBk1mNpLRIbv",
+	"fGiopnzvQNlaF613v3zIsYO2slibW7Tx9rzrH2KT6nCj5pYrYT9lLUxv6TYuFlspaoUtEC2xsp3FFXTg",
+	"SwFhNkKBKjLmd1iQb4k23KYUjMfsTh2L8fZrg4sDtmodTyyazAcSWFHJrc9u5b7rkdWriOj9JUR0L/Wm",
+	"ko2oo1nHwkmZ0Wk9A8hYBhmvj4yijkkYjImVHeyItY7DeQKo9SXhrrodS/ZmeCBPib8kVJQwsF0tLou5",
+	"CFYVC0vpAmv9x5+pHcWvh5jTVoBNrUSUUlle93U/luNV19VWuUCODDftee1duPlGNJdqt7S8XM+LCeCL",
+	"gL6eMkby+mPERRyp+vyo5QNRbdyHplcVFDofur1t1x7BAO1hObgEsOoV5KwYKxMzgoPkIut65b+arz43",
+	"2myNElBTFMtHmgclRs5Lc8xzpAC+JKHajMYB1wcYNzmBA2gmoOVAADyhGQH8qCXJRGm+FvtkvY2lprxk",
+	"jSv2TqLw4Rnia5+6bToT9sftQilrylg2FGrYyCqDt1izXcYKvX6LfmZSUWei9gxWGFt+ioIlzlxzGtbq",
+	"Xzj2H1IqqqaRsfluzWW5s+nh4eXb/eF9fsQkvz1VJF9WoL0JrNmYfWjH/j7vHomLrfzomPMucIjNghw4",
+	"4z86rySGsuwSdLPnGuX3NVgpD5A0dikba61mqyMLdyrPu3n52aWt32ddXFv29QHVcfdXyqapfM3e7Eje",
+	"dbFsxm6yX4ONL8pSrhfXZqAWbIrRlKVXmZ7UiOXCyzVqh/OxvvnnP/4nPMhzxLDsr8tKBTsWGUqplU7p",
+	"DDH6Q2Jzlq/eve7aTB9QUrDjcvWTglv+9OHNdV1keH0dBTKfSMUc1jHxxO9KtQTMkrLSG4g7XA2EJ611",
+	"ycsJi26h+oHNPbahIijUgZRjc3QnVMRqQm9ZqdLINNMZTczw7+8h3H0ka9JgcAQ/2JVDqiRxlkJpFkQN",
+	"15KkbCo1I/i06pJ3Dj4ORCtDoFTLFAD/zYgGAjDiZWIENWGrMuM6Fxupuq494oN148P1y6sGoo3TMg8c",
+	"7LTaANO8gEoAnZlMkoEI3729/kAO7/pY1EaFAUmZYHO3GjCgXIrHKSMue4GdNhAD8Qp2aZppCsk9dnON",
+	"rGmGM2IigrIxBdB8AHJ2CGyjAybZMACwQdRCbTEbgPmjgmTC4nLbEgc0ZSSyNGIriRdY5QhqoOjU1prG",
+	"OhRQ5yTlmqkuuTI/JGwg4IuUjJkZy0nvPMQJOxBnKGoTFrUWQm+upVQHyH0QrnZHJKdu6bAqQEJhUi64",
+	"gLTDv+TJKgcBGTKo8jAQrshUmhlRnkSJjG4VmTMSS1tRCijrooBIcJO3LdvNSFNDkGaRQt8yaKf1v39X",
+	"UoSk7ao5HVTKN9lqTXCeEh4xez3w2JDpiEMu8NWMRhPWOer6RQ6L7wyby6ZTmi5aF63vvBMF++dQFMon",
+	"i8g7lkLtIHD+FFSKw5t+eHPd9TxbldOL1XDyG7PV6/ZxHHLGBJ3x1kXrGL4KWjOqJ8B2DyeMJnryB8ih",
+	"dRWLr2A/FTnq9Uo5cjJiSmHteqx21CXfufIWWmbRpESRZtTIJrgUr40E9APTP0LXXmkJGNFRr+fV/QSB",
+	"rGrZvfiM7Hst6KTt4f5+yZT5wZuE0Z4Tfse6FiaF2jrVdS3nQz10FcL8+6x18dtHf9vf2R5M64IpBZ7t",
+	"MYiIcqYQPecQKj1sugEWrsSvSgB1mw11IT/BucOk8HqwBIGJ4UMuaLoYCCxggszMPPTm9fWHVz/78PWG",
+	"Ouf0lnWyGSxRNrskp71jAoUz5lzZ22ZpV98zGnM72S+wsab7Bezkae/4Cfr7Ge5sGi8uSQjsWIVE0QUk",
+	"lEYTErMZEzETkavQsX8iyxcc7fLpHSM6paMRj2rJ7a5/SGcchSLVSHU/MU2hOLIRNC7tjY1l/aBIFtpa",
+	"ANN7+Wwb2fVqxj9gF49IBq4TEJYbTrkVNnZf9nyhTS+e/OKtrv3iIyLp6ToHvZwxRUIQTcOAhM7Hav5G",
+	"J2t4mUP/JgusuoPWPEj3LBVi1BYBQDEjEkGllwkVY2e9Q/NZyQ4NDOOgS/IFwTo1aC+LGJrPEB6YKkLJ",
+	"hKpJdyCu6s3fKGBP6cIK4I48RrbgW9UODsPqDsQHKHk/L0YwlBnUnrNXOH6P6ZRQRoa0TXNYl+bgwrI3",
+	"WMm8dMpUYtWJgcDHninSxvHx6SzhTOVYxzBJXOsDNBhybWudYHEoilU6qEWEgubIP//x/xGuB4KLCUu5",
+	"Vt5vz2yplAXy5XDZUxS6OiTgDcNOqbp1lz/FPgfCNgPMfFRUzTrpHZOwrkZPWMd7X8JeuCNRFIT8q4wX",
+	"G5w4z7JhhZmIEy8UABceoqXclx8thsb6g1oemzO23Jc1TZ1m7H6JW/T3xi1wEHG+QqsYRuCdDkcsUKsL",
+	"uCJwkxNkZBtyEvP88VbPP5Bb4WyNSO5XOVriWEtXwuFnh/pxj3ysvrD+ayg8OcMiiIagqfYWS0lEVUDN",
+	"1Z537fR1o2BFWar4HUsWy9cHwjV7hDyjKZ0yDc7r3z63IN/FSLCF3J0DlVTpySfQdSbPj09wUzURnVX7",
+	"cameLVHayVNSDq7/xpRjdeBDFw4JVqvaW/CViB1JJFChIkfmNFwW8Lnygq7m8KGia8+jhVuxFgeLkT/i",
+	"giYDUaooZtoCRmsFZ2hXCtdq4LRjmcZG7zWc+QLy+nWGDNv86NVvRU8S6NJeKVHwRdHEXM5YGW1C7xgZ",
+	"Sx1YaxSOKSTto14PABBCV1S2S94KNhB27s8s06eJVx9wNGIRSu8gbqsueZl3bcSwlN/ZM0fzynNajpl5",
+	"eCCMmGbUem1OncBKgSkViqJk3x6nMpuZyUy5PrjEBUKIErfyIyYiLsZdcqXJVCpNTns9MjNtRzRJLk2f",
+	"9pJ2JQhBoKAjRtrQnLdSXJG8fKQ+qL25LOVcFe6fne+uouOvxuzuI56pLLKFZO+3uD3t+vxExWKru3N/",
+	"/Ks8BGswr+Flb4UrcgawE8Vu1B27Ha/R/qNeuyf97Z4/fZJrvdD9Ppcs0799vC8pg9+jYRLqDzvO7HiA",
+	"OaYeI7fpoMuM/HNxZu4P86LUzWz9O6z1p0p1RNvmZg6IJT6oBWfjw7AkoOHQ1nJ7UGLXEzkH970t6Mf1",
+	"BQkxUsvoSlmaWMgbG64Vumi0LvnVWRvtEpNwZJRxWx7blkwcCK5KNX+fIccL3/2CRmAX0fc5DxW7D4ln",
+	"dg7wKsDVO7i03F4dhwPBwfBMySxlNhjDNApKjivJmIAHC6tzgrUgmxZ2cFStJzKJ3agHIkpZjKU8FKhv",
+	"ZqTOXl0z1EPk6mGX/GwrPkO5TuBodaz37YyJK7tnGLS5LG/VkWnxiEu6ev0dZHCteRiM3VYS+vggNg9P",
+	"upCvmgqaVjJM2Uymumu/VBN6dHq2jyJ/QcuQ8c1woQ2z7R8dn2zMzs2a41p/IUWoHJ3bIJGWC2ruyKpP",
+	"tnz+/FFZ9eOyXrOtJRZYXsGtOe+G8rRfudjyIidjGIaJVseQtPE3yKLu5iWEQ5RM86ymcCDaNLoVcp6w",
+	"eAwipqsijBBX3aLQt76oiIHAF52YLnEtHPL+hOqBcFWNAdDaifokZTpLbayXTPnYli82t8FlqXC4a5or",
+	"ctI7H4jQtp6XUQ67JASN4AaFbxWSyMjKrLRKzxRJqNLlMsSexwxl3AuC3DyvppcHN4PBrE0V4SPUArQk",
+	"4WHeI0yrUg19IMJB1usdR8X+wmd2gV9X0DDwt/DA1cT3t5iJWG0gQ38bXDxP+ce0fosh1clE7tOAMG2l",
+	"6BhLseTeCWsnc5l3WLXZ8s1C2rbFFbYWtL+wkL1KwP5QImSgdnTxfp3C9CPfAF+l8F3wva15fh5m0Mz0",
+	"f5J3lp+BUFcYobUkQs6xYIErJG94HRhRnHc8sELmzHBAj68MhAVDcWEy9u08hZq4FOoueW0N64iFGHaJ",
+	"c1GGECBA2sidvZiBg8JzicPhaHGXYmwEXpbEdSwtj9D6MjztkQ55KUqs/ny7jUWka6weDiEpNOn++9Tu",
+	"+9RCOWxQkGHdtz6ziRyvUI6vZjMA9sUqnIRqYlQGEsrRSDEd2goJvmwix11yZaSilDOjJWbilrRRtoJ3",
+	"AiulgEsPAYojNtMQKhYxIzKN6cwcYyqIq8WBacFc0XHKmLISlDmv4w42mtf4Dwcij9rBIAHTMDzjhCRr",
+	"x+ySN3KMPuGIzmYIlOomclFwmMiMRrCB0Gkm8MiQKXV5C87rKGIyylI9YSn4KgHmNJXQbDu0b0L8VJqx",
+	"sNaKiCttxvRtCD+IbYeoqVAJJqICpwWr3brobSy3vJHjl4ZOnlpgeSPHuOqILNfIz+S4ws2A5OHNr1Kx",
+	"fFyGg0tm7utCUsCDvzXvsVpHM/t5h+oLgo+jqiNHOYa5q+PjlItlZ8EFsdG8+TttLAKPcQe2QvgBcIG8",
+	"7ruepDIbAw/hKRFUZylNyC1bqAD9GXlj5rWiLPFA5HWJzerM0GyHbbXDH16h1QuiUg8/2zoG+RoAUxiI",
+	"sKJ6hehVxxPRJe+XNdZbtigCFeGboYwXpG02nKYQnYAuIBdoKkfgJ4mokIJHNCF/u37780GDHpsr0xCD",
+	"GSD3h4ocC80Cy2zRlkmKsevOezYDkGfL8dCrlSjpHSAUpfIKUQFR3NWPGvFUaRvbCYUiMPwUA0DKs6YC",
+	"twQmbS6GoyMScm8Rb9mikzKjbYWXGGlRNAABgWYxoEMXoox8nScJGTKz1DbQjsX5xeO3z0VnlPDxRIcD",
+	"0QZtjnB9YO5Acy+7cRrR1DdmFneYF5pKrq0iTVCRBgIbiEzwv2fMv55ARiWh07s7+HgHJmlDM1znZupY",
+	"w5shhbksaBu4C2Ay1iZtQ3k/vOlcuwAQtD96+0WVtSwIOfe2bCBgA+TIevTowrkim2ip7g68zoZTrt9b",
+	"rvBk1+D6p9/bE+idzv9ii4ddoD5QbBX9BmolOPCbPG2/qApuXzAj3/zVMuyNnDHRMZvbOTpq5e3mxcU9",
+	"SBqE8M3xaK5/LGI2mwFsN7uBSxX1n/byx66votumax+um2eqSrcQv1ZQNYS3iZzqoR6RB1VQwxLLQ3RZ",
+	"J2a69dkm3jndQU1jXhveyS63tBZ+AZboX806s619/uTo6BvWI6+NUEd9IQu4cEA0hQAphkEdvhl5a3kP",
+	"lIVNbEPunsOiFYhqBq7S0AKbhb4shBfShKbThCm1HJF1bbr9l7bC/Nvusvfz8hNNb41IB7SZEyyF1J+8",
+	"4H/D4chirjvszgyjMYQdc5RsvlAHM9EwThpDFO04CTRD2kykMklQSLfGtoAUaf2BczkMhJeRln/rotRs",
+	"4BRJ2e/oqTgIjCRphGIQkbvkZ2m6TpmGSDjQgmla69KBMHoz01c40fpAyL9nLF0U/m5U21q+/OAlzvZr",
+	"E2frW0JnjEvy31dzeZm1BzUGYnOrNrhzJejuWv7zEnNiN+FUfMr14zKpYvObEhyuUEmWI6Ti/aU5wAmz",
+	"ja4I/vSTMw/h1DRfTm8NuRdxNIXO7Wrtls6VdX0WIfoXhJKX1+/L2hkotANhPvlpuC61wAUlX6IilcQg",
+	"bWKoo4tbLoqwOTMwV05/hpMN/Y1TGjFXCWpmVIbaIwu25JcewOS26s2mordg8y/kpHytVMZif44N92dl",
+	"U54kZv7k6Pyr8ywUGDbPVAl8tPl+w7tozVFyZwgtI8vZ0hc+QpBiLlZECmSPpLjwbIA+wAPZXG4ylhqd",
+	"dl46jk1g8Y7hLVuYIzpmwrzGYpLICPKXQMczv4K7cSASRp1oaiPn0BZlY0UhbE5NjDKd8DsW1+XW25A6",
+	"zBUaiCJ87+VVAJ7PUqCdl+1d5BvZChJG9MVbu1gDaypyeVdQM01maQTFvlOmlOfRgIdsILu3iiBrYylU",
+	"fAXNaecD0Q61lJ0pFYuOZQcqtCnH4Xum00XnaqQhGazgRthJykY8SWp5zSskksfhMNj4185i6o7V08RB",
+	"HH3dkneJDeFeFngTNtU9ZwTVDI8qNxrxhKnDz+YflxVUK3Cf9E7y4sR5KgP7ZMQJF1QAB3FKF/CTYswi",
+	"FC8lEX/PwYiynaJpXjJa5mOKZDCwBmo0C/Ql8nV+YBrqQCbMSxzyhTYA32razkNvXWq39VqnjE6Rd0O4",
+	"q2VcDn8V5fcwKL75sJg5i/h7Nks73/Exg8AQF/AdQJapgBwYGk3QKpi//h1XM6kAgyk8CIiiIh7KT+AI",
+	"do9cW1LvvJMJjxYX7qEQY8ntpaMEH42c1yPGKPW4FJIOngqW3oHzPFkQPiIuiBu80KhVECHJMJVzxVKo",
+	"7zsQ7b9dv/05ID9/h//OEsoF0eyThu5fXv+3XaNoQlPF9H9ketR5EQZk/AefBQT+o2kakHfffR+Qdz//",
+	"EJC/vXv1Q0B+eP19MBC/suE7gOtbWHdZ+8cPP70JyPV//xCQ/8f89Td6R69hjwLyz3/8z4E3D6rKiBcy",
+	"0kx3FGxi2JCzb6jaLu0jnrq/HP6lwWqKqAQ1ClvjOXumkBYr1mKP3OpxBj0fHqgelhYQCOT0uHdgy4qG",
+	"akLNg/9xMaSKnZ1chN2Surk00Kc/9t/JuYAAYzz7zQd+g6AykFQruXlgmAkIlntRZTE29JE58ai3gfVD",
+	"Xs8B4VoNRI4ttiA0vjM3tELHFYFqtrkbD2VAFhPFDF1pliwuSIgoOGEwEGG1VhZgOYXW5XeVi7iQjuob",
+	"P6UNOTOfU6LncmWU2a+uPNpjyFMNcHNPLFg1IZ81JHJZBCIjC5dp4t+pXE+mPdIkQadwfvYsLNVmSV0F",
+	"hF39wf+Vcq2gqJ4k4ZxyXUAXGA3PvO5Bgfl5WlQRJaWAm1zDg9paT0DbUywOzDG1MQbEHEhkLUUsqOkP",
+	"A9rNKbZF8QHuaCKTGEJEHdANQIrZ4O8uQVeLIMvBHlqSKb21IEWmJchJBQizGaNLKQu3bDEQfuCGhczi",
+	"SdKxMFz5civNaGz2wtqJFGlTmx0bTuknxDh1AX1TI7jIgaDEsCmn5lrsFJ1S0MZhTXONj6euL7R4odji",
+	"QO0gSsYCfNCBmFAFTiZWcFKHWyDRl8qoJhEFTDnbe8ntipa8C2wgtZ5Vu3M+ehclo5SpifUhYVJsGOS4",
+	"QSjR5yEnOfwXpF3EyJMR1MssebsUFOw8UITiVsHcrAKhyksGGc+Goky/OcqchR1xIZT4wkJmZCxroyOu",
+	"ImC0b/BMbCvovLVJ5/sMYViHIRq0VMLYDJA2choDiPVlVOJWv1UHnNlKGeTPRKyDzOGwZ0HA/OPeujja",
+	"ItwQkTy/yBVm+16dIGHPkcWlJe2ZVIoPE6N2Cnbwp7irTvqnfyqLxeq78E0OhAchiw5Fj6kVV5+PQKRW",
+	"wKvVQhwhX6sgonvP1YNelQDat2YwX5XvyZ/Keu9Taa2f5Hztw8klK9uVg6WVvm9G9bJBbZD4bqG9LOE4",
+	"u3wJBQtIq9uA2+Sv9x6wm66iKWttCc/kD+ELZSaXVqGG4iyE01fJwfeG1yTLpNBElXVs7vBzBZ39Say1",
+	"FdrdUqzyXn5s6+068qpWotgx6ufprb97JppDjPFvvjThZzICh9twATkCKiAxizPcGvTTtRH1Q8h0ShP+",
+	"B4sJhNUedMnPfkhMfeALjuCh1PStRXyYWa+/bnF7vgXqxGCSalkkOwGPToGCNqdPm3fSSKBYQXEDCoWB",
+	"BMRFdhMeH1gAr4mcI4yOyotr5nU1jdK8CRHbYfyrUbFXCXMlGdtd/IbpWOcbvCMhW7jzNUGM1sLt13jS",
+	"lavKwc6xhI/5MLH+NwroskqK8ML7KRiI0AIOhgEJYw42Pvgbu5gyoW/8r+VolHDBQtK2okBTkauByKtc",
+	"IbQI1VCTPuJ6ETYFOfrkbrGQvhkxwqvW0YTW4HbN7nX36yFfB7ZvSGU+AfRANAgalqfpLeZ2ueJNZUV7",
+	"eyI//JyXEVoJLfpzUXtBaTlzQXxd5xP6D/QHhRhkZFcmAMtAHtRbBO4eWAAbi+NYvYjKFf+Iw0l3J04X",
+	"+MhTeotuMI4WCGvnBvM4SxSbT1jKcs0Pk8aymZfjeZlPIE6p0RXbqcw0F4yYM+rO3YFpFnGGp7bORN25",
+	"+UXgK7nX6rFvGOxos2exjiL65ltNMby2TlpDNPBpXTTwI4tedgdWH2SMEBdynpdq+RpTAx4MATuV5lgU",
+	"Xqdi8rWcIGjNsgaXuz1KU1dfhtQcQ3SFQACdWVkpuuQ962CfiEI1S9kdl5lKFgORiZynzihPSco6WINO",
+	"GQ3VQ6iCfM0rUVT+K5DLsQWIsXBleCRGXPj6H1mFgD4QXkNaNkOfo9sCXTd5ycaKQRHqHQZkTtVAOLu1",
+	"hUXP9wCrGbZzqMIavnoI79Yw4fAgIDItMLgmVHm+c4fiavfJ6fvO13fSOykV94UkcYCUsIaDgQDLAaxX",
+	"QSmELi19CoQVwwUzNIzPZn/D4gwXy28MRBtg0EcyHfI4ZqIB/OFLMcOvhSX9GbnQlT2jpRPaZOlYkkpQ",
+	"Em8SrNcrb9fw/hItVcMkoOACV1WOBr13yfeIw5LTtHXSVqZRPkzWCgcJ7idmbHW353IVxs2Bzr8xddJs",
+	"xHplEhf8W1EllSWuqtrY5GpA6zBEyRvW6aIqIAKHxRhXIUfE+o+75G9yiDW0zKbbfFMHvmIRH9D3PxC/",
+	"y6G9gQ3JuZJ6hTMeIX/w9iW/yyEgTkACu+HRRLN0WqDQ5bUSBmJGF4jga2tmwNCeKcLFLNOEiZRDC3ka",
+	"ECaIFSWJ0EaEURlmzqZbsOcMhJJkRFNzfyHCHwwrPz6gNLjXLosGEIfJwWoavdYoqA4g08x1IDACzjRn",
+	"y/U0FtowVPlVxBDsXLm2CDbI3UZ+BXqU261YN5OpNk8eHQUvesHJyfHH+yKzzytUb16yX3sV64OWRZcr",
+	"wg3OembSds+hIqaMaDIxxL9tWRGzE18oGgGIoI4tCcJomnCAukFMlDLETCVwKT92cJUYat03DIIZ4z49",
+	"dU0ztx66Sw8Vpsxg/p6x7Cv14G2df70lXsEDLw7Iwrc3QLPFET4efjb/rPT/QQyuYXRTjrUSnamnSHmv",
+	"cfXtxPXMS48tKzfR4wfL/b8ZV553wZsdAceDvRKd4WnjzT9E01dz+OdLNI3ld+QzlWfjwnltU5eN7zJj",
+	"qcIyNXDLYrZFZGUTIclUpgyG3B0IbDtB9d1BNOPsHHaT+VCgN186qGmIzpzziJVQKepuYnj+m6VJD8vL",
+	"3hJ/CpiJhwZCwKZuwOew/uvDVDzXxu5qnm3h36refk4MLucm6p5b+KeRJL6EilgQZ3EG3HebqYq2RDLQ",
+	"HGAH5RokpG8Dj4dU50TqC0JJlEpB2KdZijULSHvE7xgZcZbEKjDaEU0ykFO5IKGR6W/+kMJWETBM/hOL",
+	"Seg8gF4qAaAQwQAgX6gt09zYe9AdiNe5rGgG4jRGG1EOPFLI+aU5MBO4TqwNExKyRzzFetZDGuNI8Tj1",
+	"BiIc0tglXIdE0KkL+4fHVql2uG4PicOLmbnXcEs+O3A4y9Hgn1K0d6MCtqxLrVCbCpVM8PHEKP22w51V",
+	"RM3NmmGkuo4mN9nM8CPEXjG0YloiR+Qv5v+mH4QbNjO9BRi9nESMwJmlcsYO/8rShAsk+K2UPNyTLxSY",
+	"mJNEs8oTEKrzYsv9P4WCs6eQxpwRNXCy6o1uBFj8c6UGg2KUZXFUIyirlV7tPnTJHsMcPbawrayJLz6+",
+	"vNlMpP5ifUu60ErCafA6XmOuFPjOJjLJpWtCnaaDTTxTRLBPObFc5jYb+wXiE9+yGSKfOOuguXECvDsB",
+	"SMxcpw7Q2C+4zjWJ6JTBTdclvzpbKvLUvGSzRgCjT8XdZ1Ypg+qYmHrlbsrLovY6WlSZiAE4PAGjJ12o",
+	"LnlHMfCAq4EID2c0UywMsKZk8633C6T47o+8v+CVucPl6N1xeKMd+1faPm6w8vp+MVPlZszBcVLB5jkX",
+	"/fdd1gKra+RfZs8UKSiWtKm/Ygc73XSHIMs23ndvjFhv2QTIxjZ7E75wBmQw2JB2aD+HQWF4TjORw/Ab",
+	"wdtGG4RGVptBjTCMA1tckHDKlbKhfyjTmT/BdHszypLEfILiTSj6c2V/jEMyZBMuYkIHAt1PPElslFVT",
+	"+J+jzO9h9g/hPt+otmsmvkm0LCMTrrRMF39GnffKP1h2nrudInOZrhQa4bYNI5kJHcLpUQ67q7hUpWCk",
+	"nQckIdA9XKfxQeCVqrai5UDA0SVtwznhPEIZpt+51lAkdMTmLC3cqTmvBZekklKwdN3p+NnM6oGHo866",
+	"BMtQsinlG9nvQdYxn2ZTgOc0H7mwH3Nbk1H3x4Bx/RRn5TqRelW0bS5JqcCKc4UJ8E9+aGDqhg6NiNlo",
+	"NlpzeIDGmx0GP8v8/mGqdCzMDTilIqMJKRi/0bgOCql02ai/RPLmUfan0bQCuzh/xugs2KmHKvdQvWW6",
+	"guBeO1qjY8oF8mleNhd6FkJk5mDuBJDWOC9RAlVQLKUipsQIMDbem/43pE149s9EnBg1+yeNYDZ7Rajb",
+	"8wdSaSaaSfQaDesVy4KzsqOdwOYRtHXKx2OWkhBZZXjgOIR5FLFaDM1SjQh2ECVsa7jNIJz+Mg8zRlqn",
+	"KSOZQGOCq4Fei4wDyRII5irFQNyyBSKn5MA+4F87CCoIOc504oPk2GI/oE7AfdPGSBW/+tJSBaODS4e4",
+	"gzCskK4hpwxN+iyxJX2OjgaiqfxQLeJyJvZyIIOHxW49gYawlzijKY0ZOjLT7BuIMVo9+w+5UssElI0S",
+	"1UNY1pf+paOH3mfCdwkKrEnUzAot1NAGvnVrYohAtTbqKhfo6oaijjzRkPRWmx9ro1l2873DCL9ev3tt",
+	"3QKNwN8b5tFSdZuXIGqqqqBul0s0rGv0g3nhmwsOMCPfwEwCVPFnDQqoxn85qM/1wQBxluZIfojeLiq5",
+	"Titkh6KC3kD4Ly2JC3Dp1MkMGP5Z2Cm3EBkq9QpJzEeAaKb9moXbSQ24LIagvvEQboyxN23kodpFvfwJ",
+	"SxJpKA+9Jq0LBJXz3A436wDoDGUVPAbdMYKlN7bFLZ34ZsG/kPsD9nrvkdpmab52Kapp5l8zltLWstQj",
+	"V5rbVyCERo7TANRcqWzbKHz9CjaNnKvOAcNVSzK0yIdxQEJrx76x8A9E0YWyvh0hb1z+7A1mzQEiBB7p",
+	"GyH1TQ7XHAPiQxXCANKNCrb+TJHQMqIuNhIaURySgGyrKiQFGvRBAGOQIuGC5SMgYfHETV6N3H4dmS/R",
+	"8TQQoZNW45uEapYiHDRUjr0Z0uhWjkZNQOc7cXzz0mPbbEwf3zFNedKk6CCr+VYCN5AwXRC7g1fYmPQP",
+	"aar5iEYrIH6+5wmDWIkp1zZZmopFgf09yukzIDKJ1yH1UHV7lff5NVKIme8qxweUdfhy2CKOExQbQr3l",
+	"3HDX16UrXBXuOXNd63TRcbDRef4iphCwuIANuXI1BmWaZzPA41MslylziPmEi3GIFjbH6Rg1EiwHMHkM",
+	"i/ikIVWetC0CjhQe/g1xwa8HGDGUM+khQ1DlMB9g6AFhW7SRolCuAre6tmjfrgZaY1aFmz1kVZgPD8+q",
+	"+KpZ5Som+e+sipVZFVuJIIeJHKuVvvREjrHwiRxhirErsG4rLzAH+B7aX0Ksfa5dqQjw6EBV/FCORopp",
+	"c3eDKhqOZJLI+X9gAXwHUWHFnXYdZv0BKLaCzbF6yzyXk2zfA8ELyB8R5wqqh2WvAcWHK7BNI4K9O6Vu",
+	"aohY/1IKF2yK41QDQVOGVchsBbGrd69teGnbbh85wZwp86uDdk8ZHIVLjGdnHGCYtF8cbSBOjs5r6oWt",
+	"kHLemI3b9fgGS4zXTh3LWTcZzGheIbgE6YMBA0f9k+cnL47PTp6viSJosHQhcdQHKvhxCrX99DbvBzez",
+	"vp8RTRTLmxpKmTDI8GpoqgSwXtvgkT/ys96aET9qQWQ5/sA+1UoXb9wRz4NkcC+6u1m9z5/WDQgFcqxw",
+	"4k5wIsebs0Bbx3slF5yxVGGFFHwaq4AzZSuzpg1yKbcIDoDp6QogA8CBubhExNyBI9dod8njjA2noYmS",
+	"hIsx1MQxgod0mAmYL4rgig1hRWiKwZk9gE18S/ZjnO5fzc6sNyOX9/FbULzemZHrSSqz8aQgeYuvVJ7O",
+	"NsSv08W6gvPUoWjcODAQVMk9URdlYBrdwqVtpfiwXGIkv6SHWTxmGuVwZ5zLEfqUpgtrXsjde+Qt3Jng",
+	"XcGzUQjCQuoOzIIOE1bvQja/frPibpDrRBAh829Z124ooSRmNO4kTGvAyJGppxyuloKzWSJprA4/4x/O",
+	"GNcIcReOVAjUzUT8TBF8ywLaYBkf56nAOnyYQR9zs3sYjDSBvEVBpmwq08UlRn4kgIUI3NzVrZtmShMw",
+	"jaGFGvM0u+StYK5byOcsvk98EDmjkBq9eMYARrZoIcgDpVRRmC1xcrItxu0972mkNekkZhzOmrL1ocLX",
+	"t0om8Wsc7lBicJ0X4qQhxSiGxbljKR/xnQ3pj3uStjWMP24ZF9xagES11OHqOJL2CO8qOmYHK4q61JzM",
+	"QzQ5NV9S/40bZCO0LN7g8HcGvSv+B/NPWJDDWWhrVINfEy5uwQyE0MsDAeZYD2ryglCCor41gZGlsmJQ",
+	"H5ZckSlXytqwClcmDggU1NQWp27DJYYT7eQWcbhZiy9NS7bqqX88pzS9ZfEqECsYpDukuDEPPapfoOZu",
+	"YW7cufru01xOmx4R3BcIaIHF9QypK47FOhhxsKegw8UmALVXgHiTAsM7WEJIBv2kwJ1UjRipXgml4gJS",
+	"TcCnXA0KVFeZQriuxUG18Km22F1RjmleV1aggB6N7dChyjCMvUkX2hVz/KvSblYDkReKTRmF/Osv0jTP",
+	"N6cWdXhN1IuzrPuFK4vK517xfqDWC98ajz8q58UaiHb47u01Iu/ib5bvImqhX4O+sJRYG98zRV5edcnb",
+	"lAyN2EEWMkuBgN/91+uLgUjZmCttUYGjhJsB+c0JOSft0PvmZsamVsfyvhxxMWbpLOVCQ17eQIB/1BoO",
+	"88HXwQZ7zYQONbkR+Di/It2ZlnOBHrilww0phV7dAiPYQmnrKjCwa3KWUG2ENtc2mmCr/YSViBkzZije",
+	"gwjJlYhA6OGATKmg4xI3gu2LWcRjpgLTLqIngzBsWI3RKssBT8oHj+a6ObZox2rCXlDQlH66iXIjs1f6",
+	"0cUSokmow7JOvxXYU1GJ09k2QAdH/YUwNmxAil25VUAb1mzQeI5JW03gehDR11ru8Ym9Py4AxaGPx0xo",
+	"I46swE9uqNrw2MXEdsTwfhpE7mbaLJDuv50gjblb6tqb1WgbNVerha0wTCggoc0gwruojmOFXfIdFJIB",
+	"pAoo0S6K+h7WR385ENXSGF5pDzJhKTsgUBWjKo2imztYKg3i1/yYNmNePJjYguXYLKrJhM5mTEBMVnXA",
+	"VZ8/V8QV2ml0q0ET9Q6kFqxXK8ijCm0IRWB/+NhQRGPHO8lut/WEbQmAscPl8lQnN4MBxuUT/C+Nd4Fb",
+	"tppJNF8UvjzZbJj5KxdxVXJuLwvIB67elT0yVs50JlFP6u2SH0DhMw+/e/UTac+g+HUKEeVeMXXwnPmQ",
+	"PSoD8wvCmU5YdItfmyXAOlZg8yn19MGHRfdngEzOlTx3UUi1fgeU+pE0X3or9sDLb5vDvanrDIfqDfKr",
+	"PMeWQvLAQ3PV+Lv2p4h1fmpnitVNvWJAyyrqtvyhkNg7IBk2MwlI7yrq1FBNEqkQouiWLZypCL0o2CqL",
+	"u+Q6l/+bCi6/ykfwAQawT4FzfzpRdZRNjkDzY/cbuFZeK5WZW8UczEb1bVtiQq29OVLYqiCVOkpV22E8",
+	"5QKsDUumg+4Kq+EP2PfXrK7AEFeFDucLgwv5Z4QDwOS5SuEx5fM0JApUMpx5ZzdCrC/C3VTt0GwAGroZ",
+	"VMUSkiTS3FigJMs0LzCWb1ReY8W3d9u4olyrGAhXastlRdMpIzqlQhl9Qoq8GmHoLGCAO+DrLroYWl4q",
+	"sbCmY0Q0aaPGYaQyu0cH9cLOnbxlHkE+TOnae0WvcsnCj5v4gH/lehKndC7+jAfGTY5QJIFtq/4189gm",
+	"8ywcvSXDLpwCPTEE7dvy3Qm1dfdYMkKJHMZKaCIFczYGixp9USVnGAvAFDnPkyodMiXJUOpJhWNEZtFE",
+	"tcrgsiHL9LMP68JXVPbWP7wNNwks75/y/oAq++AQKDs4aLlG3bY3BtYQXS39jqWMMVZUlDh4yVtlrg4M",
+	"3HEo6VOZsgCviYoNipkTpAcCIGmGC4ssg7WdAQ7OHMox5UJpNOq5N4tAA1eKBILtlsvgBhjA5JJzZuBI",
+	"g5hVcMLZyBmMjEUflUu+9eIfQIs76R0PRIiT7BRFq9kdM+tBKLGVp8CTjGFNGK207hJ6SiXbs6DZqrcX",
+	"LaO8JIzesnhzJw2O/6vUvO3WlC1oXzlClBnxmpNbDd0YMpqy9CrTExe6YV+qHtz3MtNMERtaAJkrAaGZ",
+	"njChQWMGP+ayIt310gfsgi/ZmD8wQTHywp1+xdI769ksX1dcY9Ge3AHbrcc3UXWm7JKviDMV2JPvDVd5",
+	"1zGGg1THX9fydx4WRd6qH2Fiv8rrUHloJ3XtQYRlxhPdMVc6Am9FE6Z0SrW08rJXUtALj0fUKzLiIvb6",
+	"wVIzy/1ASVB8HZgfVLSAYomEAuiihmm1oYyGTItkwAKFl6cFKJHXn4PfqUm9cTlEXmXELOaQxOAvDTxS",
+	"8/6PjCY2iDRlNOaCKRXkZco9igSg54I4Zqp1//H+/w8AAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
