@@ -112,7 +112,7 @@ func (h *handlers) ListThreats(ctx context.Context, req api.ListThreatsRequestOb
 func toScan(s store.Scan) api.Scan {
 	out := api.Scan{
 		Id: s.ID, OrganizationId: s.OrganizationID, State: api.ScanState(s.State), Targets: s.Targets,
-		CreatedAt: s.CreatedAt, CompletedAt: s.CompletedAt, Jobs: []api.ScanJob{},
+		CreatedAt: s.CreatedAt, CompletedAt: s.CompletedAt, Jobs: []api.ScanJob{}, Trigger: toTrigger(s.Trigger),
 	}
 	if out.Targets == nil {
 		out.Targets = []string{}

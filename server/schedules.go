@@ -245,3 +245,11 @@ func toScheduleFire(f store.ScheduleFire) api.ScheduleFire {
 	}
 	return out
 }
+
+// toTrigger is what created a task or scan (the token stays unsaid).
+func toTrigger(t *store.Trigger) *api.Trigger {
+	if t == nil {
+		return nil
+	}
+	return &api.Trigger{Kind: api.TriggerKind(t.Kind), ScheduleId: t.ScheduleID, ScheduleVersion: t.ScheduleVersion, SlotAt: t.SlotAt}
+}

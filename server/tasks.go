@@ -150,7 +150,7 @@ func (h *handlers) GetTask(ctx context.Context, req api.GetTaskRequestObject) (a
 		RequiredCapabilities: t.RequiredCapabilities, AttemptCount: t.AttemptCount, MaxAttempts: t.MaxAttempts,
 		AvailableAt: t.AvailableAt, ExecutionDeadlineAt: t.ExecutionDeadlineAt, LeaseDurationSeconds: t.LeaseDurationSeconds,
 		AttemptTimeoutSeconds: t.AttemptTimeoutSeconds, CancelRequestedAt: t.CancelRequestedAt, CompletedAt: t.CompletedAt,
-		LastErrorCode: t.LastErrorCode, LastError: t.LastError, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
+		LastErrorCode: t.LastErrorCode, LastError: t.LastError, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt, Trigger: t.Trigger,
 		Attempts: mapSlice(attempts, toAttempt),
 	}
 	return out, nil

@@ -40,6 +40,8 @@ type Scan struct {
 	CreatedAt      time.Time
 	CompletedAt    *time.Time
 	Jobs           []ScanJob
+	// Trigger is what created the scan; nil for scans older than triggers.
+	Trigger *Trigger
 }
 
 // ScanJob is one plugin execution of a scan, with its task once created.
@@ -129,14 +131,16 @@ func (s *Store) GetScan(ctx context.Context, scope Scope, id uuid.UUID) (Scan, e
 	return getScan(ctx, s.pool, scope, id)
 }
 
-const scanColumns = `s.id, s.organization_id, s.state, s.targets, s.created_at, s.completed_at`
+var scanColumns = `s.id, s.organization_id, s.state, s.targets, s.created_at, s.completed_at, ` + triggerColumns("s")
 
 func scanScan(row pgx.Row) (Scan, error) {
 	var sc Scan
 	var targets json.RawMessage
-	if err := row.Scan(&sc.ID, &sc.OrganizationID, &sc.State, &targets, &sc.CreatedAt, &sc.CompletedAt); err != nil {
+	var tr triggerRow
+	if err := row.Scan(append([]any{&sc.ID, &sc.OrganizationID, &sc.State, &targets, &sc.CreatedAt, &sc.CompletedAt}, tr.dest()...)...); err != nil {
 		return Scan{}, err
 	}
+	sc.Trigger = tr.trigger()
 	if err := json.Unmarshal(targets, &sc.Targets); err != nil {
 		return Scan{}, fmt.Errorf("scan targets: %w", err)
 	}

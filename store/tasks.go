@@ -37,19 +37,24 @@ type Task struct {
 	UpdatedAt             time.Time
 	// PendingReason is set by GetTask while the task waits to be leased.
 	PendingReason string
+	// Trigger is what created the task; nil for tasks older than triggers.
+	Trigger *Trigger
 }
 
 const taskColumns = `t.id, t.task_type, t.organization_id, t.scan_id, t.scan_job_id, t.state, t.priority,
 	t.payload, t.required_capabilities, t.attempt_count, t.max_attempts, t.available_at,
 	t.execution_deadline_at, t.lease_duration_seconds, t.attempt_timeout_seconds,
-	t.cancel_requested_at, t.completed_at, t.last_error_code, t.last_error, t.created_at, t.updated_at`
+	t.cancel_requested_at, t.completed_at, t.last_error_code, t.last_error, t.created_at, t.updated_at,
+	t.trigger_kind, t.trigger_schedule_id, t.trigger_schedule_version, t.trigger_slot_at, t.trigger_token_id`
 
 func scanTask(row pgx.Row) (Task, error) {
 	var t Task
-	err := row.Scan(&t.ID, &t.TaskType, &t.OrganizationID, &t.ScanID, &t.ScanJobID, &t.State, &t.Priority,
+	var tr triggerRow
+	err := row.Scan(append([]any{&t.ID, &t.TaskType, &t.OrganizationID, &t.ScanID, &t.ScanJobID, &t.State, &t.Priority,
 		&t.Payload, &t.RequiredCapabilities, &t.AttemptCount, &t.MaxAttempts, &t.AvailableAt,
 		&t.ExecutionDeadlineAt, &t.LeaseDurationSeconds, &t.AttemptTimeoutSeconds,
-		&t.CancelRequestedAt, &t.CompletedAt, &t.LastErrorCode, &t.LastError, &t.CreatedAt, &t.UpdatedAt)
+		&t.CancelRequestedAt, &t.CompletedAt, &t.LastErrorCode, &t.LastError, &t.CreatedAt, &t.UpdatedAt}, tr.dest()...)...)
+	t.Trigger = tr.trigger()
 	return t, err
 }
 

@@ -112,6 +112,12 @@ func TestScheduleFiresPausesAndRunsNow(t *testing.T) {
 		slots[f.SlotAt], tasks[*f.TaskId] = true, true
 	}
 	requireOneTaskPerSlot(t, g, sc.Id)
+	task := g.Task(t, *created[0].TaskId)
+	require.NotNil(t, task.Trigger)
+	require.Equal(t, apiclient.TriggerKindSchedule, task.Trigger.Kind)
+	require.Equal(t, sc.Id, *task.Trigger.ScheduleId)
+	require.Equal(t, 1, *task.Trigger.ScheduleVersion)
+	require.True(t, created[0].SlotAt.Equal(*task.Trigger.SlotAt))
 	list, err := g.Control.ListTasksWithResponse(ctx, &apiclient.ListTasksParams{OrganizationId: &org, Limit: ptr(500)})
 	require.NoError(t, err)
 	require.Len(t, list.JSON200.Items, len(created), "each fire created exactly one task")

@@ -483,6 +483,27 @@ func (e TokenScope) Valid() bool {
 	}
 }
 
+// Defines values for TriggerKind.
+const (
+	TriggerKindApi      TriggerKind = "api"
+	TriggerKindManual   TriggerKind = "manual"
+	TriggerKindSchedule TriggerKind = "schedule"
+)
+
+// Valid indicates whether the value is a known member of the TriggerKind enum.
+func (e TriggerKind) Valid() bool {
+	switch e {
+	case TriggerKindApi:
+		return true
+	case TriggerKindManual:
+		return true
+	case TriggerKindSchedule:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for UploadSessionMethod.
 const (
 	PUT UploadSessionMethod = "PUT"
@@ -1160,6 +1181,9 @@ type Scan struct {
 	OrganizationId openapi_types.UUID `json:"organization_id"`
 	State          ScanState          `json:"state"`
 	Targets        []string           `json:"targets"`
+
+	// Trigger What created a task or scan. A scan's tasks carry their scan's trigger.
+	Trigger *Trigger `json:"trigger,omitempty"`
 }
 
 // ScanJob defines model for ScanJob.
@@ -1387,7 +1411,10 @@ type Task struct {
 	ScanJobId            *openapi_types.UUID `json:"scan_job_id,omitempty"`
 	State                TaskState           `json:"state"`
 	TaskType             TaskType            `json:"task_type"`
-	UpdatedAt            time.Time           `json:"updated_at"`
+
+	// Trigger What created a task or scan. A scan's tasks carry their scan's trigger.
+	Trigger   *Trigger  `json:"trigger,omitempty"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // TaskDetail defines model for TaskDetail.
@@ -1419,7 +1446,10 @@ type TaskDetail struct {
 	ScanJobId            *openapi_types.UUID `json:"scan_job_id,omitempty"`
 	State                TaskState           `json:"state"`
 	TaskType             TaskType            `json:"task_type"`
-	UpdatedAt            time.Time           `json:"updated_at"`
+
+	// Trigger What created a task or scan. A scan's tasks carry their scan's trigger.
+	Trigger   *Trigger  `json:"trigger,omitempty"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // TaskList defines model for TaskList.
@@ -1473,6 +1503,18 @@ type ThreatList struct {
 
 // TokenScope defines model for TokenScope.
 type TokenScope string
+
+// Trigger What created a task or scan. A scan's tasks carry their scan's trigger.
+type Trigger struct {
+	// Kind A schedule's slot, a manual run of a schedule, or an API call.
+	Kind            TriggerKind         `json:"kind"`
+	ScheduleId      *openapi_types.UUID `json:"schedule_id,omitempty"`
+	ScheduleVersion *int                `json:"schedule_version,omitempty"`
+	SlotAt          *time.Time          `json:"slot_at,omitempty"`
+}
+
+// TriggerKind A schedule's slot, a manual run of a schedule, or an API call.
+type TriggerKind string
 
 // UpdateScheduleRequest defines model for UpdateScheduleRequest.
 type UpdateScheduleRequest struct {
