@@ -458,7 +458,7 @@ func (s *Store) CreateSchedule(ctx context.Context, scope Scope, org uuid.UUID, 
 			id, org, p.Name, nullString(c.timing.Cron), nullInt(c.timing.IntervalSeconds), c.slots.anchor, c.timing.TimeZone,
 			c.timing.JitterSeconds, c.timing.StartAt, c.timing.EndAt, string(c.timing.Overlap), string(c.timing.CatchUp), slot, fire)
 		if isForeignKeyViolation(err) {
-			return fmt.Errorf("%w: organization", ErrNotFound)
+			return missingOrganization(scope, org)
 		}
 		if err != nil {
 			return fmt.Errorf("insert schedule: %w", err)
@@ -662,6 +662,9 @@ func (s *Store) ListSchedules(ctx context.Context, scope Scope, org *uuid.UUID, 
 	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Schedule, error) { return scanSchedule(r) })
 	if err != nil {
 		return nil, nil, fmt.Errorf("list schedules: %w", err)
+	}
+	if err := checkListedOrganization(ctx, s.pool, scope, org, len(list) == 0); err != nil {
+		return nil, nil, err
 	}
 	list, next := page(list, limit, func(sc Schedule) Cursor { return Cursor{Time: sc.CreatedAt, ID: sc.ID} })
 	return list, next, nil

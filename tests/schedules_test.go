@@ -221,6 +221,16 @@ func TestScheduleBadInput(t *testing.T) {
 	var n int
 	require.NoError(t, g.Pool.QueryRow(context.Background(), `SELECT count(*) FROM schedules`).Scan(&n))
 	require.Zero(t, n)
+
+	// An unscoped caller is told that an organization does not exist.
+	missing := uuid.New()
+	res, err := g.Control.CreateScheduleWithResponse(context.Background(), everySecondTask(missing, "nowhere"))
+	require.NoError(t, err)
+	require.Equal(t, http.StatusNotFound, res.StatusCode(), string(res.Body))
+	require.Contains(t, string(res.Body), "does not exist")
+	list, err := g.Control.ListSchedulesWithResponse(context.Background(), &apiclient.ListSchedulesParams{OrganizationId: &missing})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusNotFound, list.StatusCode(), string(list.Body))
 }
 
 // TestScheduleTwoReplicasFireEachSlotOnce: two gateway processes on one
