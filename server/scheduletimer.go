@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/worker-gateway/gateway/store"
@@ -32,6 +33,9 @@ type scheduleTimer struct {
 	store  *store.Store
 	logger *slog.Logger
 	kick   chan struct{}
+	// fires counts the history entries this replica's claims recorded and
+	// passes the claims it ran (metrics).
+	fires, passes atomic.Int64
 }
 
 func newScheduleTimer(st *store.Store, logger *slog.Logger) *scheduleTimer {
@@ -74,6 +78,8 @@ func (t *scheduleTimer) fireDue(ctx context.Context) time.Duration {
 			return jittered(scheduleRetry)
 		}
 		fired += len(fires)
+		t.passes.Add(1)
+		t.fires.Add(int64(len(fires)))
 		if len(fires) < scheduleFireBatch {
 			break
 		}

@@ -94,6 +94,7 @@ func TestScheduleFiresPausesAndRunsNow(t *testing.T) {
 		return len(createdFires(scheduleFires(t, g, sc.Id), apiclient.ScheduleFireTriggerSchedule)) >= 3
 	})
 
+	require.GreaterOrEqual(t, scrape(t, g, g.AdminToken)["gateway_schedule_fires_total"], 3.0)
 	paused, err := g.Control.PauseScheduleWithResponse(ctx, sc.Id)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, paused.StatusCode(), string(paused.Body))
