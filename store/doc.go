@@ -242,9 +242,11 @@
 //     occurrence (so an hourly schedule has one fire fewer that night).
 //     Intervals are absolute time. Jitter is a hash of (schedule, slot), so
 //     every replica computes the same fire time.
-//   - Idle cost. Nothing polls: a timer sleeps for NextScheduleFireAt's
-//     delay (the database's clock, relative), and creating, editing,
-//     pausing or resuming a schedule sends WakeSchedules so it reads again.
+//   - Idle cost. A timer (server/scheduletimer.go) sleeps for
+//     NextScheduleFireAt's delay (the database's clock, relative), and
+//     creating, editing, pausing or resuming a schedule sends WakeSchedules
+//     so it reads again. The one recheck is every 30 s at most: a queued
+//     slot becomes due when its run ends, which sends no wake-up yet.
 //   - Lock order: a claim locks schedule rows first, then creates; the
 //     previous run's state is read, not locked.
 //
