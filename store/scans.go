@@ -215,6 +215,9 @@ func (s *Store) ListScans(ctx context.Context, scope Scope, org *uuid.UUID, afte
 	if err != nil {
 		return nil, nil, fmt.Errorf("list scans: %w", err)
 	}
+	if err := checkListedOrganization(ctx, s.pool, scope, org, len(scans) == 0); err != nil {
+		return nil, nil, err
+	}
 	scans, next := page(scans, limit, func(sc Scan) Cursor { return Cursor{Time: sc.CreatedAt, ID: sc.ID} })
 	return scans, next, nil
 }
