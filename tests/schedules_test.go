@@ -246,3 +246,19 @@ func TestScheduleTwoReplicasFireEachSlotOnce(t *testing.T) {
 	})
 	requireOneTaskPerSlot(t, g, sc.Id)
 }
+
+// TestAPITaskTrigger: a task created through the API says so, and records
+// the token that asked (not shown in the answer).
+func TestAPITaskTrigger(t *testing.T) {
+	t.Parallel()
+	g := harness.Start(t)
+	org := g.NewOrganization(t, "acme")
+	id := g.CreateTask(t, org, harness.TaskSpec{})
+	task := g.Task(t, id)
+	require.NotNil(t, task.Trigger)
+	require.Equal(t, apiclient.TriggerKindApi, task.Trigger.Kind)
+	require.Nil(t, task.Trigger.ScheduleId)
+	var token *uuid.UUID
+	require.NoError(t, g.Pool.QueryRow(context.Background(), `SELECT trigger_token_id FROM worker_tasks WHERE id = $1`, id).Scan(&token))
+	require.NotNil(t, token)
+}
