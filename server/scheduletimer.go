@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"sync/atomic"
 	"time"
@@ -13,11 +14,15 @@ import (
 const (
 	// scheduleFireBatch bounds the schedules one claim fires.
 	scheduleFireBatch = 100
-	// scheduleRecheck is the longest the timer sleeps. A queued slot
-	// (overlap queue_one) becomes due when its previous run ends, and
-	// nothing sends a wake-up for that yet, so the timer looks again this
-	// often even when no slot is due.
+	// scheduleRecheck is the longest the timer sleeps while a queued slot
+	// (overlap queue_one) waits for its previous run: the run's end sends
+	// no wake-up yet, so the timer looks again this often. Otherwise it
+	// sleeps until the next fire or a wake-up, and an idle gateway sends
+	// the database nothing.
 	scheduleRecheck = 30 * time.Second
+	// sleepUntilWoken is the sleep when nothing will fire: only a
+	// WakeSchedules notice (or the listener reconnecting) ends it.
+	sleepUntilWoken = time.Duration(math.MaxInt64)
 	// scheduleRetry is the pause after a failed query.
 	scheduleRetry = 2 * time.Second
 	// scheduleBusy is the pause while another replica fires what is due.
@@ -91,14 +96,18 @@ func (t *scheduleTimer) fireDue(ctx context.Context) time.Duration {
 		}
 		return jittered(scheduleRetry)
 	}
-	if !ok {
-		return scheduleRecheck
+	sleep := sleepUntilWoken
+	if ok {
+		if next.In <= 0 && fired == 0 {
+			// Due but not claimed: another replica holds it until it commits.
+			return jittered(scheduleBusy)
+		}
+		sleep = next.In
 	}
-	if next.In <= 0 && fired == 0 {
-		// Due but not claimed: another replica holds it until it commits.
-		return jittered(scheduleBusy)
+	if next.QueuedWaiting {
+		sleep = min(sleep, scheduleRecheck)
 	}
-	return min(next.In, scheduleRecheck)
+	return sleep
 }
 
 // jittered spreads retries of several replicas apart.

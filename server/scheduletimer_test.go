@@ -13,7 +13,7 @@ import (
 )
 
 // TestScheduleTimerSleepsUntilTheNextFire: with nothing scheduled the
-// timer sleeps for the recheck period; a schedule due later bounds the
+// timer sleeps until woken (an idle gateway queries nothing); a schedule due later bounds the
 // sleep by its fire time; a due one is fired at once and the timer then
 // sleeps until the next slot.
 func TestScheduleTimerSleepsUntilTheNextFire(t *testing.T) {
@@ -21,7 +21,7 @@ func TestScheduleTimerSleepsUntilTheNextFire(t *testing.T) {
 	pool := storetest.NewPool(t)
 	st := store.New(pool)
 	timer := newScheduleTimer(st, slog.New(slog.DiscardHandler))
-	require.Equal(t, scheduleRecheck, timer.fireDue(ctx), "nothing scheduled: only the recheck")
+	require.Equal(t, sleepUntilWoken, timer.fireDue(ctx), "nothing scheduled: sleep until a wake-up")
 
 	org, err := st.CreateOrganization(ctx, store.EveryOrganization(), "acme")
 	require.NoError(t, err)
