@@ -22,6 +22,7 @@ require (
 	github.com/oasdiff/yaml v0.1.1
 	github.com/peterbourgon/ff/v3 v3.4.0
 	github.com/prometheus/client_golang v1.25.0
+	github.com/robfig/cron/v3 v3.0.1
 	github.com/rs/zerolog v1.28.0
 	github.com/stretchr/testify v1.12.1
 	github.com/swaggest/swgui v1.8.5

@@ -116,6 +116,7 @@ func toTask(t store.Task) api.Task {
 		LastError:             nonEmpty(t.LastError),
 		CreatedAt:             t.CreatedAt,
 		UpdatedAt:             t.UpdatedAt,
+		Trigger:               toTrigger(t.Trigger),
 	}
 	if t.PendingReason != "" {
 		out.PendingReason = ptr(api.PendingReason(t.PendingReason))

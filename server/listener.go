@@ -59,6 +59,9 @@ func (s *Server) listenOnce(ctx context.Context, databaseURL string) error {
 			continue
 		}
 		s.identities.onNotice(w)
+		if w.Kind == store.WakeSchedules {
+			s.scheduleTimer.wake()
+		}
 		s.hub.Notify(w)
 	}
 }
@@ -67,6 +70,7 @@ func (s *Server) listenOnce(ctx context.Context, databaseURL string) error {
 func (s *Server) catchUp(ctx context.Context) error {
 	s.identities.forgetAll()
 	s.hub.WakeAll()
+	s.scheduleTimer.wake()
 	delays, err := s.store.NextLeasableIn(ctx)
 	if err != nil {
 		return err

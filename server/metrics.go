@@ -132,6 +132,14 @@ func newMetrics(s *Server) *metrics {
 			Name: "gateway_queue_vacuum_seconds_total",
 			Help: "Time this replica's queue vacuums took.",
 		}, func() float64 { return time.Duration(s.queueVacuum.nanos.Load()).Seconds() }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "gateway_schedule_fires_total",
+			Help: "Schedule slots this replica's timer claimed and recorded (created, skipped or queued).",
+		}, func() float64 { return float64(s.scheduleTimer.fires.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "gateway_schedule_claims_total",
+			Help: "Claims of due schedules this replica's timer ran (none while no schedule is due).",
+		}, func() float64 { return float64(s.scheduleTimer.passes.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "gateway_listen_connected",
 			Help: "1 while this replica's LISTEN connection is up.",

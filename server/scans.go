@@ -28,6 +28,7 @@ func (h *handlers) CreateScan(ctx context.Context, req api.CreateScanRequestObje
 		}
 		p.Plugins = append(p.Plugins, sp)
 	}
+	p.Trigger = &store.Trigger{Kind: store.TriggerAPI, TokenID: tokenOf(ctx)}
 	if p.IdempotencyKey, p.RequestSHA256, err = idempotency(req.Params.IdempotencyKey, b); err != nil {
 		return nil, err
 	}
@@ -111,7 +112,7 @@ func (h *handlers) ListThreats(ctx context.Context, req api.ListThreatsRequestOb
 func toScan(s store.Scan) api.Scan {
 	out := api.Scan{
 		Id: s.ID, OrganizationId: s.OrganizationID, State: api.ScanState(s.State), Targets: s.Targets,
-		CreatedAt: s.CreatedAt, CompletedAt: s.CompletedAt, Jobs: []api.ScanJob{},
+		CreatedAt: s.CreatedAt, CompletedAt: s.CompletedAt, Jobs: []api.ScanJob{}, Trigger: toTrigger(s.Trigger),
 	}
 	if out.Targets == nil {
 		out.Targets = []string{}

@@ -52,6 +52,9 @@ type Config struct {
 	// vacuums of the queue of leasable tasks (queueVacuum); 0 leaves the
 	// queue to autovacuum.
 	QueueVacuumEvery int
+	// ScheduleTimer fires due schedules on this replica (scheduleTimer).
+	// Every replica may run it; off, this replica fires none.
+	ScheduleTimer bool
 	// IdentityCacheTTL bounds how long a replica trusts what it looked up
 	// about a worker certificate (see identityCache); 0 looks it up on
 	// every request.
@@ -177,6 +180,7 @@ func DefaultConfig() Config {
 		QueueVacuumEvery:     50000,
 		GroupCommitWriters:   2,
 		LeaseGroupCommit:     true,
+		ScheduleTimer:        true,
 		IdentityCacheTTL:     time.Minute,
 		PruneInterval:        10 * time.Minute,
 		TaskRetention:        store.DefaultTaskRetention,
@@ -225,7 +229,9 @@ type Server struct {
 	sweeper *Sweeper
 	// queueVacuum vacuums the queue after so many leases.
 	queueVacuum *queueVacuum
-	polls       pollLimiter
+	// scheduleTimer fires due schedules.
+	scheduleTimer *scheduleTimer
+	polls         pollLimiter
 	// follows shares one log reader per followed attempt and bounds follows.
 	follows *logFollowers
 	handler http.Handler
@@ -274,6 +280,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 	s.heartbeats = store.NewHeartbeatBatcher(s.store, max(cfg.GroupCommitWriters, 1), groupMax, groupTimeout)
 	s.sweeper = newSweeper(s.store, cfg, cfg.Logger)
 	s.queueVacuum = newQueueVacuum(s.store, cfg.QueueVacuumEvery, cfg.Logger)
+	s.scheduleTimer = newScheduleTimer(s.store, cfg.Logger)
 	s.metrics = newMetrics(s)
 	s.sweeper.metrics = s.metrics
 	s.metricsHandler = s.metrics.handler(s)
@@ -389,13 +396,16 @@ func loadSpec() (*openapi3.T, error) {
 }
 
 // Run runs the replica's background work — the LISTEN connection feeding the
-// hub, the sweeper and the queue vacuum — until ctx ends. databaseURL opens the dedicated
-// LISTEN connection.
+// hub, the sweeper, the queue vacuum and the schedule timer — until ctx
+// ends. databaseURL opens the dedicated LISTEN connection.
 func (s *Server) Run(ctx context.Context, databaseURL string) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { s.runListener(ctx, databaseURL) })
 	wg.Go(func() { s.sweeper.Run(ctx) })
 	wg.Go(func() { s.queueVacuum.run(ctx) })
+	if s.cfg.ScheduleTimer {
+		wg.Go(func() { s.scheduleTimer.run(ctx) })
+	}
 	wg.Go(func() { s.securityEvents.run(ctx) })
 	<-ctx.Done()
 	s.hub.Close()

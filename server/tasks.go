@@ -61,6 +61,7 @@ func (h *handlers) CreateTask(ctx context.Context, req api.CreateTaskRequestObje
 			return nil, problem.Wrap(store.ErrInvalid, "retry.max_seconds must not be below retry.base_seconds")
 		}
 	}
+	p.Trigger = &store.Trigger{Kind: store.TriggerAPI, TokenID: tokenOf(ctx)}
 	if p.IdempotencyKey, p.RequestSHA256, err = idempotency(req.Params.IdempotencyKey, b); err != nil {
 		return nil, err
 	}
@@ -149,7 +150,7 @@ func (h *handlers) GetTask(ctx context.Context, req api.GetTaskRequestObject) (a
 		RequiredCapabilities: t.RequiredCapabilities, AttemptCount: t.AttemptCount, MaxAttempts: t.MaxAttempts,
 		AvailableAt: t.AvailableAt, ExecutionDeadlineAt: t.ExecutionDeadlineAt, LeaseDurationSeconds: t.LeaseDurationSeconds,
 		AttemptTimeoutSeconds: t.AttemptTimeoutSeconds, CancelRequestedAt: t.CancelRequestedAt, CompletedAt: t.CompletedAt,
-		LastErrorCode: t.LastErrorCode, LastError: t.LastError, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
+		LastErrorCode: t.LastErrorCode, LastError: t.LastError, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt, Trigger: t.Trigger,
 		Attempts: mapSlice(attempts, toAttempt),
 	}
 	return out, nil

@@ -56,6 +56,8 @@
 // acquisition walk and the deadline sweep — lock queue rows before their
 // tasks, against that order, and so never wait for a task: they take it
 // with SKIP LOCKED and leave a held one to its holder (queue.go).
+// Schedule rows come before all of these: a claim or a manual run locks
+// the schedule, then creates its task or scan (see Schedules).
 //
 // # Shape
 //
@@ -182,7 +184,9 @@
 //     INSERT … ON CONFLICT DO NOTHING waits for a concurrent first try to
 //     commit; then the same request returns the row it created (replayed),
 //     another request under the key is ErrIdempotencyKeyReused. Tasks and
-//     scans share this one mechanism.
+//     scans share this one mechanism, and a manual run of a schedule
+//     (RunScheduleNow) keys the task or scan it creates with it. A
+//     scheduled run's key is (schedule, slot) instead (see Schedules).
 //   - Poll keys (AcquireLeases; replayLeasesSQL in leases.go): the worker's
 //     Idempotency-Key on a lease request, stored on the attempts it
 //     created. A repeat returns the still-active leases of the first try,
@@ -202,6 +206,49 @@
 //
 // Enrollment follows the same rule: a repeat with a used, unexpired token
 // and the same public key gets the same certificate back (Enroll).
+//
+// # Schedules
+//
+// A schedule (schedules.go, schedule_fire.go) creates a scan or a task per
+// slot: a cron slot (robfig/cron parses; stepping is ours) or a fixed
+// interval from its start. Its definition is a row of schedule_versions,
+// never changed: an edit inserts the next version, and every fire, scan
+// and task records the version and slot it came from (the trigger columns,
+// which also say manual or api, and the token; a scan's tasks copy its
+// trigger).
+//
+//   - Claiming. FireDueSchedules locks due schedules in one statement
+//     (next_fire_at passed, or a queued slot whose run ended; FOR UPDATE
+//     SKIP LOCKED, so replicas share the work) and, in the same
+//     transaction, records each slot in schedule_fires, creates its run
+//     through createTask or createScan, and advances next_fire_at. A crash
+//     before COMMIT leaves the slot due, and it fires later; after COMMIT
+//     the schedule has moved on. The idempotency key is (schedule, slot),
+//     unique in schedule_fires: the fire row is inserted first and the run
+//     is created only if it was, so a slot never creates two runs even if
+//     the schedule were put back to it. Slots are decided on the database's
+//     now(); tests pass a time instead (FireDueSchedulesAt).
+//   - Policies. Overlap (the latest run still active): skip records the
+//     slot as skipped; allow runs it; queue_one keeps one slot queued until
+//     the run ends and skips more. Catch-up (several slots due at once after
+//     downtime): once fires one run for the latest and counts the others on
+//     its entry; skip records them as one skipped entry and fires only a
+//     slot still within its grace (a minute, at most half its period). A
+//     run the database refuses is rolled back to a savepoint and its slot
+//     recorded as skipped (error), so it cannot block the other schedules.
+//   - Time zones. Cron slots are computed on wall-clock time and mapped to
+//     instants: a wall time a DST change skips fires once, at the first
+//     instant after the gap; one that occurs twice fires once, at its first
+//     occurrence (so an hourly schedule has one fire fewer that night).
+//     Intervals are absolute time. Jitter is a hash of (schedule, slot), so
+//     every replica computes the same fire time.
+//   - Idle cost. A timer (server/scheduletimer.go) sleeps for
+//     NextScheduleFireAt's delay (the database's clock, relative), and
+//     creating, editing, pausing or resuming a schedule sends WakeSchedules
+//     so it reads again. The one recheck is every 30 s at most: a queued
+//     slot becomes due when its run ends, which sends no wake-up yet.
+//   - Lock order: a claim locks schedule rows first, then creates; the
+//     previous run's state is read, not locked.
 //
 // # Transitions
 //

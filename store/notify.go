@@ -39,6 +39,9 @@ const (
 	// (renewal, enrollment, a new certificate, a renewal's grace ended):
 	// replicas forget what they cached about its certificates.
 	WakeIdentityChanged
+	// WakeSchedules: a schedule of Organization was created or changed:
+	// the schedule timer reads the earliest fire time again.
+	WakeSchedules
 )
 
 // Wakeup is one decoded notification.
@@ -52,7 +55,8 @@ type Wakeup struct {
 
 // Payload encodes the wake-up: "o:<org>:<count>", "t:<org>:<delay-ms>",
 // "w:<worker>", "v:<worker>" (revoked), "c:<worker>" (a slot freed) or
-// "i:<worker>" (its certificates changed).
+// "i:<worker>" (its certificates changed) or "s:<org>" (a schedule
+// changed).
 func (w Wakeup) Payload() string {
 	switch w.Kind {
 	case WakeOrganization:
@@ -67,6 +71,8 @@ func (w Wakeup) Payload() string {
 		return "c:" + w.Worker.String()
 	case WakeIdentityChanged:
 		return "i:" + w.Worker.String()
+	case WakeSchedules:
+		return "s:" + w.Organization.String()
 	}
 	return ""
 }
@@ -103,6 +109,8 @@ func ParseWakeup(payload string) (Wakeup, error) {
 		return Wakeup{Kind: WakeCapacity, Worker: id}, nil
 	case parts[0] == "i" && len(parts) == 2:
 		return Wakeup{Kind: WakeIdentityChanged, Worker: id}, nil
+	case parts[0] == "s" && len(parts) == 2:
+		return Wakeup{Kind: WakeSchedules, Organization: id}, nil
 	}
 	return Wakeup{}, bad
 }

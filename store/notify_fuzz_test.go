@@ -20,6 +20,7 @@ func FuzzParseWakeup(f *testing.F) {
 		{Kind: WakeWorker, Worker: id},
 		{Kind: WakeWorkerRevoked, Worker: id},
 		{Kind: WakeCapacity, Worker: id},
+		{Kind: WakeSchedules, Organization: id},
 	} {
 		got, err := ParseWakeup(w.Payload())
 		if err != nil || got != w {
@@ -45,7 +46,7 @@ func FuzzParseWakeup(f *testing.F) {
 			}
 			return
 		}
-		if w.Kind < WakeOrganization || w.Kind > WakeCapacity {
+		if w.Kind < WakeOrganization || w.Kind > WakeSchedules {
 			t.Fatalf("ParseWakeup(%q) = unknown kind %d", payload, w.Kind)
 		}
 		// The number in the payload is the number in the Wakeup.

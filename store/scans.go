@@ -27,6 +27,8 @@ type CreateScanParams struct {
 	Priority       int
 	IdempotencyKey string
 	RequestSHA256  string
+	// Trigger is what caused the scan; nil is the API.
+	Trigger *Trigger
 }
 
 // Scan is a scan with its jobs.
@@ -38,6 +40,8 @@ type Scan struct {
 	CreatedAt      time.Time
 	CompletedAt    *time.Time
 	Jobs           []ScanJob
+	// Trigger is what created the scan; nil for scans older than triggers.
+	Trigger *Trigger
 }
 
 // ScanJob is one plugin execution of a scan, with its task once created.
@@ -61,44 +65,13 @@ func (s *Store) CreateScan(ctx context.Context, scope Scope, p CreateScanParams)
 		return Scan{}, false, ErrNotFound
 	}
 	err = s.inTx(ctx, "create scan", func(tx pgx.Tx) error {
-		replayed = false
 		var id uuid.UUID
-		targets, _ := json.Marshal(p.Targets)
-		err := tx.QueryRow(ctx, `
-			INSERT INTO scans (organization_id, targets, priority, idempotency_key, request_sha256)
-			VALUES ($1, $2, $3, $4, $5)
-			ON CONFLICT (organization_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-			RETURNING id`, p.OrganizationID, string(targets), p.Priority, nullString(p.IdempotencyKey), p.RequestSHA256).Scan(&id)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-			if id, err = creationReplay(ctx, tx, "scans", p.OrganizationID, p.IdempotencyKey, p.RequestSHA256); err != nil {
-				return err
-			}
-			replayed = true
-		case isForeignKeyViolation(err):
+		id, replayed, err = createScan(ctx, tx, p)
+		if errors.Is(err, errOrganizationMissing) {
 			return missingOrganization(scope, p.OrganizationID)
-		case err != nil:
-			return fmt.Errorf("insert scan: %w", err)
-		default:
-			for i, plugin := range p.Plugins {
-				input := plugin.Input
-				if len(input) == 0 {
-					input = json.RawMessage(`{}`)
-				}
-				caps := plugin.RequiredCapabilities
-				if len(caps) == 0 {
-					caps = json.RawMessage(`{}`)
-				}
-				if _, err := tx.Exec(ctx, `
-					INSERT INTO scan_jobs (scan_id, organization_id, position, plugin_name, input, timeout_seconds, required_capabilities)
-					VALUES ($1, $2, $3, $4, $5, $6, $7)`,
-					id, p.OrganizationID, i, plugin.Name, string(input), plugin.TimeoutSeconds, string(caps)); err != nil {
-					return fmt.Errorf("insert scan job: %w", err)
-				}
-			}
-			if _, err := tx.Exec(ctx, `SELECT advance_scan($1)`, id); err != nil {
-				return fmt.Errorf("start scan: %w", err)
-			}
+		}
+		if err != nil {
+			return err
 		}
 		scan, err = getScan(ctx, tx, scope, id)
 		return err
@@ -109,19 +82,65 @@ func (s *Store) CreateScan(ctx context.Context, scope Scope, p CreateScanParams)
 	return scan, replayed, nil
 }
 
+// createScan is CreateScan in the caller's transaction; it returns the
+// scan's id.
+func createScan(ctx context.Context, tx pgx.Tx, p CreateScanParams) (uuid.UUID, bool, error) {
+	var id uuid.UUID
+	targets, _ := json.Marshal(p.Targets)
+	tr := p.Trigger.orAPI()
+	err := tx.QueryRow(ctx, `
+		INSERT INTO scans (organization_id, targets, priority, idempotency_key, request_sha256,
+			trigger_kind, trigger_schedule_id, trigger_schedule_version, trigger_slot_at, trigger_token_id)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+		ON CONFLICT (organization_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+		RETURNING id`, p.OrganizationID, string(targets), p.Priority, nullString(p.IdempotencyKey), p.RequestSHA256,
+		tr.Kind, tr.ScheduleID, tr.ScheduleVersion, tr.SlotAt, tr.TokenID).Scan(&id)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		id, err = creationReplay(ctx, tx, "scans", p.OrganizationID, p.IdempotencyKey, p.RequestSHA256)
+		return id, err == nil, err
+	case isForeignKeyViolation(err):
+		return uuid.Nil, false, errOrganizationMissing
+	case err != nil:
+		return uuid.Nil, false, fmt.Errorf("insert scan: %w", err)
+	}
+	for i, plugin := range p.Plugins {
+		input := plugin.Input
+		if len(input) == 0 {
+			input = json.RawMessage(`{}`)
+		}
+		caps := plugin.RequiredCapabilities
+		if len(caps) == 0 {
+			caps = json.RawMessage(`{}`)
+		}
+		if _, err := tx.Exec(ctx, `
+			INSERT INTO scan_jobs (scan_id, organization_id, position, plugin_name, input, timeout_seconds, required_capabilities)
+			VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+			id, p.OrganizationID, i, plugin.Name, string(input), plugin.TimeoutSeconds, string(caps)); err != nil {
+			return uuid.Nil, false, fmt.Errorf("insert scan job: %w", err)
+		}
+	}
+	if _, err := tx.Exec(ctx, `SELECT advance_scan($1)`, id); err != nil {
+		return uuid.Nil, false, fmt.Errorf("start scan: %w", err)
+	}
+	return id, false, nil
+}
+
 // GetScan returns a scan the scope may see, with its jobs and their tasks.
 func (s *Store) GetScan(ctx context.Context, scope Scope, id uuid.UUID) (Scan, error) {
 	return getScan(ctx, s.pool, scope, id)
 }
 
-const scanColumns = `s.id, s.organization_id, s.state, s.targets, s.created_at, s.completed_at`
+var scanColumns = `s.id, s.organization_id, s.state, s.targets, s.created_at, s.completed_at, ` + triggerColumns("s")
 
 func scanScan(row pgx.Row) (Scan, error) {
 	var sc Scan
 	var targets json.RawMessage
-	if err := row.Scan(&sc.ID, &sc.OrganizationID, &sc.State, &targets, &sc.CreatedAt, &sc.CompletedAt); err != nil {
+	var tr triggerRow
+	if err := row.Scan(append([]any{&sc.ID, &sc.OrganizationID, &sc.State, &targets, &sc.CreatedAt, &sc.CompletedAt}, tr.dest()...)...); err != nil {
 		return Scan{}, err
 	}
+	sc.Trigger = tr.trigger()
 	if err := json.Unmarshal(targets, &sc.Targets); err != nil {
 		return Scan{}, fmt.Errorf("scan targets: %w", err)
 	}

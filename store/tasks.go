@@ -37,19 +37,24 @@ type Task struct {
 	UpdatedAt             time.Time
 	// PendingReason is set by GetTask while the task waits to be leased.
 	PendingReason string
+	// Trigger is what created the task; nil for tasks older than triggers.
+	Trigger *Trigger
 }
 
 const taskColumns = `t.id, t.task_type, t.organization_id, t.scan_id, t.scan_job_id, t.state, t.priority,
 	t.payload, t.required_capabilities, t.attempt_count, t.max_attempts, t.available_at,
 	t.execution_deadline_at, t.lease_duration_seconds, t.attempt_timeout_seconds,
-	t.cancel_requested_at, t.completed_at, t.last_error_code, t.last_error, t.created_at, t.updated_at`
+	t.cancel_requested_at, t.completed_at, t.last_error_code, t.last_error, t.created_at, t.updated_at,
+	t.trigger_kind, t.trigger_schedule_id, t.trigger_schedule_version, t.trigger_slot_at, t.trigger_token_id`
 
 func scanTask(row pgx.Row) (Task, error) {
 	var t Task
-	err := row.Scan(&t.ID, &t.TaskType, &t.OrganizationID, &t.ScanID, &t.ScanJobID, &t.State, &t.Priority,
+	var tr triggerRow
+	err := row.Scan(append([]any{&t.ID, &t.TaskType, &t.OrganizationID, &t.ScanID, &t.ScanJobID, &t.State, &t.Priority,
 		&t.Payload, &t.RequiredCapabilities, &t.AttemptCount, &t.MaxAttempts, &t.AvailableAt,
 		&t.ExecutionDeadlineAt, &t.LeaseDurationSeconds, &t.AttemptTimeoutSeconds,
-		&t.CancelRequestedAt, &t.CompletedAt, &t.LastErrorCode, &t.LastError, &t.CreatedAt, &t.UpdatedAt)
+		&t.CancelRequestedAt, &t.CompletedAt, &t.LastErrorCode, &t.LastError, &t.CreatedAt, &t.UpdatedAt}, tr.dest()...)...)
+	t.Trigger = tr.trigger()
 	return t, err
 }
 
@@ -75,6 +80,8 @@ type CreateTaskParams struct {
 	// and checksum return the first task, another checksum is refused.
 	IdempotencyKey string
 	RequestSHA256  string
+	// Trigger is what caused the task; nil is the API.
+	Trigger *Trigger
 }
 
 // CreateTask inserts a task and wakes the pollers of its organization, in
@@ -129,13 +136,15 @@ func createTask(ctx context.Context, tx pgx.Tx, p CreateTaskParams) (Task, bool,
 		v := p.ExecutionTimeout.Seconds()
 		execTimeout = &v
 	}
+	tr := p.Trigger.orAPI()
 	row := tx.QueryRow(ctx, `
 		WITH created AS (
 		INSERT INTO worker_tasks AS t (task_type, organization_id, scan_id, scan_job_id, required_capabilities, payload,
 			priority, available_at, execution_deadline_at, max_attempts, lease_duration_seconds,
-			attempt_timeout_seconds, retry_base_seconds, retry_max_seconds, idempotency_key, request_sha256, critical_capabilities)
+			attempt_timeout_seconds, retry_base_seconds, retry_max_seconds, idempotency_key, request_sha256, critical_capabilities,
+			trigger_kind, trigger_schedule_id, trigger_schedule_version, trigger_slot_at, trigger_token_id)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, now() + make_interval(secs => $8),
-			now() + make_interval(secs => $9::float8), $10, $11, $12, $13, $14, $15, $16, $17)
+			now() + make_interval(secs => $9::float8), $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)
 		ON CONFLICT (organization_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 		RETURNING *
 		), enqueued AS (
@@ -145,7 +154,7 @@ func createTask(ctx context.Context, tx pgx.Tx, p CreateTaskParams) (Task, bool,
 		p.TaskType, p.OrganizationID, p.ScanID, p.ScanJobID, string(p.RequiredCapabilities), string(p.Payload),
 		p.Priority, p.Delay.Seconds(), execTimeout, p.MaxAttempts, p.LeaseDurationSeconds,
 		p.AttemptTimeoutSeconds, p.RetryBaseSeconds, p.RetryMaxSeconds, nullString(p.IdempotencyKey), p.RequestSHA256,
-		string(p.CriticalCapabilities))
+		string(p.CriticalCapabilities), tr.Kind, tr.ScheduleID, tr.ScheduleVersion, tr.SlotAt, tr.TokenID)
 	task, err := scanTask(row)
 	switch {
 	case err == nil:

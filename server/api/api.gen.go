@@ -268,6 +268,126 @@ func (e ScanState) Valid() bool {
 	}
 }
 
+// Defines values for ScheduleCatchUp.
+const (
+	ScheduleCatchUpOnce ScheduleCatchUp = "once"
+	ScheduleCatchUpSkip ScheduleCatchUp = "skip"
+)
+
+// Valid indicates whether the value is a known member of the ScheduleCatchUp enum.
+func (e ScheduleCatchUp) Valid() bool {
+	switch e {
+	case ScheduleCatchUpOnce:
+		return true
+	case ScheduleCatchUpSkip:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ScheduleDefinitionKind.
+const (
+	ScheduleDefinitionKindScan ScheduleDefinitionKind = "scan"
+	ScheduleDefinitionKindTask ScheduleDefinitionKind = "task"
+)
+
+// Valid indicates whether the value is a known member of the ScheduleDefinitionKind enum.
+func (e ScheduleDefinitionKind) Valid() bool {
+	switch e {
+	case ScheduleDefinitionKindScan:
+		return true
+	case ScheduleDefinitionKindTask:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ScheduleFireOutcome.
+const (
+	Created ScheduleFireOutcome = "created"
+	Queued  ScheduleFireOutcome = "queued"
+	Skipped ScheduleFireOutcome = "skipped"
+)
+
+// Valid indicates whether the value is a known member of the ScheduleFireOutcome enum.
+func (e ScheduleFireOutcome) Valid() bool {
+	switch e {
+	case Created:
+		return true
+	case Queued:
+		return true
+	case Skipped:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ScheduleFireSkipReason.
+const (
+	Error     ScheduleFireSkipReason = "error"
+	Missed    ScheduleFireSkipReason = "missed"
+	Overlap   ScheduleFireSkipReason = "overlap"
+	QueueFull ScheduleFireSkipReason = "queue_full"
+)
+
+// Valid indicates whether the value is a known member of the ScheduleFireSkipReason enum.
+func (e ScheduleFireSkipReason) Valid() bool {
+	switch e {
+	case Error:
+		return true
+	case Missed:
+		return true
+	case Overlap:
+		return true
+	case QueueFull:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ScheduleFireTrigger.
+const (
+	ScheduleFireTriggerManual   ScheduleFireTrigger = "manual"
+	ScheduleFireTriggerSchedule ScheduleFireTrigger = "schedule"
+)
+
+// Valid indicates whether the value is a known member of the ScheduleFireTrigger enum.
+func (e ScheduleFireTrigger) Valid() bool {
+	switch e {
+	case ScheduleFireTriggerManual:
+		return true
+	case ScheduleFireTriggerSchedule:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ScheduleOverlap.
+const (
+	ScheduleOverlapAllow    ScheduleOverlap = "allow"
+	ScheduleOverlapQueueOne ScheduleOverlap = "queue_one"
+	ScheduleOverlapSkip     ScheduleOverlap = "skip"
+)
+
+// Valid indicates whether the value is a known member of the ScheduleOverlap enum.
+func (e ScheduleOverlap) Valid() bool {
+	switch e {
+	case ScheduleOverlapAllow:
+		return true
+	case ScheduleOverlapQueueOne:
+		return true
+	case ScheduleOverlapSkip:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for Severity.
 const (
 	Critical Severity = "critical"
@@ -364,6 +484,27 @@ func (e TokenScope) Valid() bool {
 	case Producer:
 		return true
 	case Reader:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for TriggerKind.
+const (
+	TriggerKindApi      TriggerKind = "api"
+	TriggerKindManual   TriggerKind = "manual"
+	TriggerKindSchedule TriggerKind = "schedule"
+)
+
+// Valid indicates whether the value is a known member of the TriggerKind enum.
+func (e TriggerKind) Valid() bool {
+	switch e {
+	case TriggerKindApi:
+		return true
+	case TriggerKindManual:
+		return true
+	case TriggerKindSchedule:
 		return true
 	default:
 		return false
@@ -668,6 +809,17 @@ type CreateScanRequest struct {
 	Plugins        []ScanPlugin       `json:"plugins"`
 	Priority       *int               `json:"priority,omitempty"`
 	Targets        []string           `json:"targets"`
+}
+
+// CreateScheduleRequest defines model for CreateScheduleRequest.
+type CreateScheduleRequest struct {
+	// Definition What each fire creates; `scan` for kind scan, `task` for kind task.
+	Definition     ScheduleDefinition `json:"definition"`
+	Name           string             `json:"name"`
+	OrganizationId openapi_types.UUID `json:"organization_id"`
+
+	// Timing Exactly one of `cron` and `interval_seconds`.
+	Timing ScheduleTiming `json:"timing"`
 }
 
 // CreateTaskRequest defines model for CreateTaskRequest.
@@ -1036,6 +1188,9 @@ type Scan struct {
 	OrganizationId openapi_types.UUID `json:"organization_id"`
 	State          ScanState          `json:"state"`
 	Targets        []string           `json:"targets"`
+
+	// Trigger What created a task or scan. A scan's tasks carry their scan's trigger.
+	Trigger *Trigger `json:"trigger,omitempty"`
 }
 
 // ScanJob defines model for ScanJob.
@@ -1071,6 +1226,156 @@ type ScanPlugin struct {
 
 // ScanState defines model for ScanState.
 type ScanState string
+
+// Schedule defines model for Schedule.
+type Schedule struct {
+	CreatedAt time.Time `json:"created_at"`
+
+	// Definition What each fire creates; `scan` for kind scan, `task` for kind task.
+	Definition ScheduleDefinition `json:"definition"`
+
+	// Enabled False while paused.
+	Enabled    bool               `json:"enabled"`
+	Id         openapi_types.UUID `json:"id"`
+	LastSlotAt *time.Time         `json:"last_slot_at,omitempty"`
+	Name       string             `json:"name"`
+
+	// NextFireAt When the pending slot fires (slot plus jitter).
+	NextFireAt *time.Time `json:"next_fire_at,omitempty"`
+
+	// NextSlotAt The pending slot; absent once the schedule has ended.
+	NextSlotAt     *time.Time         `json:"next_slot_at,omitempty"`
+	OrganizationId openapi_types.UUID `json:"organization_id"`
+
+	// QueuedSlotAt A slot waiting for the previous run to end (overlap queue_one).
+	QueuedSlotAt *time.Time `json:"queued_slot_at,omitempty"`
+
+	// Timing Exactly one of `cron` and `interval_seconds`.
+	Timing    ScheduleTiming `json:"timing"`
+	UpdatedAt time.Time      `json:"updated_at"`
+
+	// Version The current version; every update adds one.
+	Version int `json:"version"`
+}
+
+// ScheduleCatchUp What the slots missed while no gateway ran do. `once` runs once for all of them; `skip` skips them.
+type ScheduleCatchUp string
+
+// ScheduleDefinition What each fire creates; `scan` for kind scan, `task` for kind task.
+type ScheduleDefinition struct {
+	Kind ScheduleDefinitionKind `json:"kind"`
+	Scan *ScheduledScan         `json:"scan,omitempty"`
+	Task *ScheduledTask         `json:"task,omitempty"`
+}
+
+// ScheduleDefinitionKind defines model for ScheduleDefinition.Kind.
+type ScheduleDefinitionKind string
+
+// ScheduleFire defines model for ScheduleFire.
+type ScheduleFire struct {
+	FiredAt time.Time          `json:"fired_at"`
+	Id      openapi_types.UUID `json:"id"`
+
+	// MissedSlots Slots this entry stands for besides its own (catch-up).
+	MissedSlots int                 `json:"missed_slots"`
+	Outcome     ScheduleFireOutcome `json:"outcome"`
+
+	// RunState The created task's or scan's state now.
+	RunState   *string                 `json:"run_state,omitempty"`
+	ScanId     *openapi_types.UUID     `json:"scan_id,omitempty"`
+	ScheduleId openapi_types.UUID      `json:"schedule_id"`
+	SkipReason *ScheduleFireSkipReason `json:"skip_reason,omitempty"`
+
+	// SlotAt The slot; for a manual run, when it was asked for.
+	SlotAt time.Time           `json:"slot_at"`
+	TaskId *openapi_types.UUID `json:"task_id,omitempty"`
+
+	// TokenId The API token that asked for a manual run.
+	TokenId *openapi_types.UUID `json:"token_id,omitempty"`
+	Trigger ScheduleFireTrigger `json:"trigger"`
+	Version int                 `json:"version"`
+}
+
+// ScheduleFireOutcome defines model for ScheduleFire.Outcome.
+type ScheduleFireOutcome string
+
+// ScheduleFireSkipReason defines model for ScheduleFire.SkipReason.
+type ScheduleFireSkipReason string
+
+// ScheduleFireTrigger defines model for ScheduleFire.Trigger.
+type ScheduleFireTrigger string
+
+// ScheduleFireList defines model for ScheduleFireList.
+type ScheduleFireList struct {
+	Items      []ScheduleFire `json:"items"`
+	NextCursor *string        `json:"next_cursor,omitempty"`
+}
+
+// ScheduleList defines model for ScheduleList.
+type ScheduleList struct {
+	Items      []Schedule `json:"items"`
+	NextCursor *string    `json:"next_cursor,omitempty"`
+}
+
+// ScheduleOverlap What a slot does while the previous run is active. `skip` records it as skipped, `allow` runs it, `queue_one` keeps one slot waiting until the run ends and skips more.
+type ScheduleOverlap string
+
+// ScheduleSlot defines model for ScheduleSlot.
+type ScheduleSlot struct {
+	FireAt time.Time `json:"fire_at"`
+	SlotAt time.Time `json:"slot_at"`
+}
+
+// ScheduleSlotList defines model for ScheduleSlotList.
+type ScheduleSlotList struct {
+	Items []ScheduleSlot `json:"items"`
+}
+
+// ScheduleTiming Exactly one of `cron` and `interval_seconds`.
+type ScheduleTiming struct {
+	// CatchUp What the slots missed while no gateway ran do. `once` runs once for all of them; `skip` skips them.
+	CatchUp *ScheduleCatchUp `json:"catch_up,omitempty"`
+
+	// Cron Five fields (minute hour day month weekday) or @hourly, @daily, @weekly, @monthly, @yearly, in `time_zone`.
+	Cron  *string    `json:"cron,omitempty"`
+	EndAt *time.Time `json:"end_at,omitempty"`
+
+	// IntervalSeconds A fixed period from `start_at` (or from creation), in absolute time.
+	IntervalSeconds *int `json:"interval_seconds,omitempty"`
+
+	// JitterSeconds Each fire is delayed by a fixed pseudo-random part of this, per slot.
+	JitterSeconds *int `json:"jitter_seconds,omitempty"`
+
+	// Overlap What a slot does while the previous run is active. `skip` records it as skipped, `allow` runs it, `queue_one` keeps one slot waiting until the run ends and skips more.
+	Overlap *ScheduleOverlap `json:"overlap,omitempty"`
+	StartAt *time.Time       `json:"start_at,omitempty"`
+
+	// TimeZone An IANA time zone, e.g. Europe/Berlin.
+	TimeZone *string `json:"time_zone,omitempty"`
+}
+
+// ScheduledScan defines model for ScheduledScan.
+type ScheduledScan struct {
+	Plugins  []ScanPlugin `json:"plugins"`
+	Priority *int         `json:"priority,omitempty"`
+	Targets  []string     `json:"targets"`
+}
+
+// ScheduledTask defines model for ScheduledTask.
+type ScheduledTask struct {
+	AttemptTimeoutSeconds   *int        `json:"attempt_timeout_seconds,omitempty"`
+	ExecutionTimeoutSeconds *int        `json:"execution_timeout_seconds,omitempty"`
+	LeaseDurationSeconds    *int        `json:"lease_duration_seconds,omitempty"`
+	MaxAttempts             *int        `json:"max_attempts,omitempty"`
+	Payload                 *JSONObject `json:"payload,omitempty"`
+	Priority                *int        `json:"priority,omitempty"`
+
+	// RequiredCapabilities A JSON object; a task's `required_capabilities` must be contained in it (`@>`).
+	RequiredCapabilities *Capabilities `json:"required_capabilities,omitempty"`
+	RetryBaseSeconds     *float64      `json:"retry_base_seconds,omitempty"`
+	RetryMaxSeconds      *float64      `json:"retry_max_seconds,omitempty"`
+	TaskType             TaskType      `json:"task_type"`
+}
 
 // Severity defines model for Severity.
 type Severity string
@@ -1113,7 +1418,10 @@ type Task struct {
 	ScanJobId            *openapi_types.UUID `json:"scan_job_id,omitempty"`
 	State                TaskState           `json:"state"`
 	TaskType             TaskType            `json:"task_type"`
-	UpdatedAt            time.Time           `json:"updated_at"`
+
+	// Trigger What created a task or scan. A scan's tasks carry their scan's trigger.
+	Trigger   *Trigger  `json:"trigger,omitempty"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // TaskDetail defines model for TaskDetail.
@@ -1145,7 +1453,10 @@ type TaskDetail struct {
 	ScanJobId            *openapi_types.UUID `json:"scan_job_id,omitempty"`
 	State                TaskState           `json:"state"`
 	TaskType             TaskType            `json:"task_type"`
-	UpdatedAt            time.Time           `json:"updated_at"`
+
+	// Trigger What created a task or scan. A scan's tasks carry their scan's trigger.
+	Trigger   *Trigger  `json:"trigger,omitempty"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // TaskList defines model for TaskList.
@@ -1199,6 +1510,28 @@ type ThreatList struct {
 
 // TokenScope defines model for TokenScope.
 type TokenScope string
+
+// Trigger What created a task or scan. A scan's tasks carry their scan's trigger.
+type Trigger struct {
+	// Kind A schedule's slot, a manual run of a schedule, or an API call.
+	Kind            TriggerKind         `json:"kind"`
+	ScheduleId      *openapi_types.UUID `json:"schedule_id,omitempty"`
+	ScheduleVersion *int                `json:"schedule_version,omitempty"`
+	SlotAt          *time.Time          `json:"slot_at,omitempty"`
+}
+
+// TriggerKind A schedule's slot, a manual run of a schedule, or an API call.
+type TriggerKind string
+
+// UpdateScheduleRequest defines model for UpdateScheduleRequest.
+type UpdateScheduleRequest struct {
+	// Definition What each fire creates; `scan` for kind scan, `task` for kind task.
+	Definition ScheduleDefinition `json:"definition"`
+	Name       string             `json:"name"`
+
+	// Timing Exactly one of `cron` and `interval_seconds`.
+	Timing ScheduleTiming `json:"timing"`
+}
 
 // UpdateWorkerRequest defines model for UpdateWorkerRequest.
 type UpdateWorkerRequest struct {
@@ -1320,6 +1653,9 @@ type RequiredIdempotencyKey = string
 // ScanID defines model for ScanID.
 type ScanID = openapi_types.UUID
 
+// ScheduleID defines model for ScheduleID.
+type ScheduleID = openapi_types.UUID
+
 // TaskID defines model for TaskID.
 type TaskID = openapi_types.UUID
 
@@ -1433,6 +1769,34 @@ type CreateScanParams struct {
 	IdempotencyKey *OptionalIdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
+// ListSchedulesParams defines parameters for ListSchedules.
+type ListSchedulesParams struct {
+	// OrganizationId Only this organization's schedules. For an unscoped token, an organization that does not exist is 404.
+	OrganizationId *openapi_types.UUID `form:"organization_id,omitempty" json:"organization_id,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
+// ListScheduleFiresParams defines parameters for ListScheduleFires.
+type ListScheduleFiresParams struct {
+	// Cursor The `next_cursor` of the previous page.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
+// ListScheduleNextParams defines parameters for ListScheduleNext.
+type ListScheduleNextParams struct {
+	Count *int `form:"count,omitempty" json:"count,omitempty"`
+}
+
+// RunScheduleParams defines parameters for RunSchedule.
+type RunScheduleParams struct {
+	// IdempotencyKey Makes the request safe to repeat. At most 255 characters.
+	IdempotencyKey *OptionalIdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
 // ListTasksParams defines parameters for ListTasks.
 type ListTasksParams struct {
 	// OrganizationId Only this organization's tasks. For an unscoped token, an organization that does not exist is 404.
@@ -1527,6 +1891,12 @@ type CreateOrganizationJSONRequestBody = CreateOrganizationRequest
 
 // CreateScanJSONRequestBody defines body for CreateScan for application/json ContentType.
 type CreateScanJSONRequestBody = CreateScanRequest
+
+// CreateScheduleJSONRequestBody defines body for CreateSchedule for application/json ContentType.
+type CreateScheduleJSONRequestBody = CreateScheduleRequest
+
+// UpdateScheduleJSONRequestBody defines body for UpdateSchedule for application/json ContentType.
+type UpdateScheduleJSONRequestBody = UpdateScheduleRequest
 
 // CreateTaskJSONRequestBody defines body for CreateTask for application/json ContentType.
 type CreateTaskJSONRequestBody = CreateTaskRequest
@@ -1638,6 +2008,33 @@ type ServerInterface interface {
 	// CancelScan Cancel a scan
 	// (POST /v1/scans/{scan_id}/cancel)
 	CancelScan(w http.ResponseWriter, r *http.Request, scanId ScanID)
+	// ListSchedules List schedules
+	// (GET /v1/schedules)
+	ListSchedules(w http.ResponseWriter, r *http.Request, params ListSchedulesParams)
+	// CreateSchedule Create a schedule
+	// (POST /v1/schedules)
+	CreateSchedule(w http.ResponseWriter, r *http.Request)
+	// GetSchedule Get a schedule
+	// (GET /v1/schedules/{schedule_id})
+	GetSchedule(w http.ResponseWriter, r *http.Request, scheduleId ScheduleID)
+	// UpdateSchedule Replace a schedule's definition (a new version)
+	// (PUT /v1/schedules/{schedule_id})
+	UpdateSchedule(w http.ResponseWriter, r *http.Request, scheduleId ScheduleID)
+	// ListScheduleFires A schedule's history
+	// (GET /v1/schedules/{schedule_id}/fires)
+	ListScheduleFires(w http.ResponseWriter, r *http.Request, scheduleId ScheduleID, params ListScheduleFiresParams)
+	// ListScheduleNext A schedule's next fire times
+	// (GET /v1/schedules/{schedule_id}/next)
+	ListScheduleNext(w http.ResponseWriter, r *http.Request, scheduleId ScheduleID, params ListScheduleNextParams)
+	// PauseSchedule Pause a schedule
+	// (POST /v1/schedules/{schedule_id}/pause)
+	PauseSchedule(w http.ResponseWriter, r *http.Request, scheduleId ScheduleID)
+	// ResumeSchedule Resume a paused schedule
+	// (POST /v1/schedules/{schedule_id}/resume)
+	ResumeSchedule(w http.ResponseWriter, r *http.Request, scheduleId ScheduleID)
+	// RunSchedule Run a schedule now
+	// (POST /v1/schedules/{schedule_id}/run)
+	RunSchedule(w http.ResponseWriter, r *http.Request, scheduleId ScheduleID, params RunScheduleParams)
 	// ListTasks List tasks
 	// (GET /v1/tasks)
 	ListTasks(w http.ResponseWriter, r *http.Request, params ListTasksParams)
@@ -2858,6 +3255,330 @@ func (siw *ServerInterfaceWrapper) CancelScan(w http.ResponseWriter, r *http.Req
 	handler.ServeHTTP(w, r)
 }
 
+// ListSchedules operation middleware
+func (siw *ServerInterfaceWrapper) ListSchedules(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListSchedulesParams
+
+	// ------------- Optional query parameter "organization_id" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "organization_id", r.URL.Query(), &params.OrganizationId, runtime.BindQueryParameterOptions{Type: "string", Format: "uuid"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "organization_id"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "organization_id", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListSchedules(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CreateSchedule operation middleware
+func (siw *ServerInterfaceWrapper) CreateSchedule(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateSchedule(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetSchedule operation middleware
+func (siw *ServerInterfaceWrapper) GetSchedule(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "schedule_id" -------------
+	var scheduleId ScheduleID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "schedule_id", r.PathValue("schedule_id"), &scheduleId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "schedule_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetSchedule(w, r, scheduleId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// UpdateSchedule operation middleware
+func (siw *ServerInterfaceWrapper) UpdateSchedule(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "schedule_id" -------------
+	var scheduleId ScheduleID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "schedule_id", r.PathValue("schedule_id"), &scheduleId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "schedule_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.UpdateSchedule(w, r, scheduleId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListScheduleFires operation middleware
+func (siw *ServerInterfaceWrapper) ListScheduleFires(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "schedule_id" -------------
+	var scheduleId ScheduleID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "schedule_id", r.PathValue("schedule_id"), &scheduleId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "schedule_id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListScheduleFiresParams
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListScheduleFires(w, r, scheduleId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListScheduleNext operation middleware
+func (siw *ServerInterfaceWrapper) ListScheduleNext(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "schedule_id" -------------
+	var scheduleId ScheduleID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "schedule_id", r.PathValue("schedule_id"), &scheduleId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "schedule_id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListScheduleNextParams
+
+	// ------------- Optional query parameter "count" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "count", r.URL.Query(), &params.Count, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "count"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "count", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListScheduleNext(w, r, scheduleId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// PauseSchedule operation middleware
+func (siw *ServerInterfaceWrapper) PauseSchedule(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "schedule_id" -------------
+	var scheduleId ScheduleID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "schedule_id", r.PathValue("schedule_id"), &scheduleId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "schedule_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.PauseSchedule(w, r, scheduleId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ResumeSchedule operation middleware
+func (siw *ServerInterfaceWrapper) ResumeSchedule(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "schedule_id" -------------
+	var scheduleId ScheduleID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "schedule_id", r.PathValue("schedule_id"), &scheduleId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "schedule_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ResumeSchedule(w, r, scheduleId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// RunSchedule operation middleware
+func (siw *ServerInterfaceWrapper) RunSchedule(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "schedule_id" -------------
+	var scheduleId ScheduleID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "schedule_id", r.PathValue("schedule_id"), &scheduleId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "schedule_id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params RunScheduleParams
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey OptionalIdempotencyKey
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Idempotency-Key", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Idempotency-Key", Err: err})
+			return
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.RunSchedule(w, r, scheduleId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ListTasks operation middleware
 func (siw *ServerInterfaceWrapper) ListTasks(w http.ResponseWriter, r *http.Request) {
 
@@ -3765,6 +4486,15 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/scans", wrapper.CreateScan)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/scans/{scan_id}", wrapper.GetScan)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/scans/{scan_id}/cancel", wrapper.CancelScan)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/schedules", wrapper.ListSchedules)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/schedules", wrapper.CreateSchedule)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/schedules/{schedule_id}", wrapper.GetSchedule)
+	m.HandleFunc(http.MethodPut+" "+options.BaseURL+"/v1/schedules/{schedule_id}", wrapper.UpdateSchedule)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/schedules/{schedule_id}/pause", wrapper.PauseSchedule)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/schedules/{schedule_id}/resume", wrapper.ResumeSchedule)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/schedules/{schedule_id}/run", wrapper.RunSchedule)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/schedules/{schedule_id}/fires", wrapper.ListScheduleFires)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/schedules/{schedule_id}/next", wrapper.ListScheduleNext)
 
 	return m
 }
@@ -6393,6 +7123,809 @@ func (response CancelScandefaultApplicationProblemPlusJSONResponse) VisitCancelS
 	return err
 }
 
+type ListSchedulesRequestObject struct {
+	Params ListSchedulesParams
+}
+
+type ListSchedulesResponseObject interface {
+	VisitListSchedulesResponse(w http.ResponseWriter) error
+}
+
+type ListSchedules200JSONResponse ScheduleList
+
+func (response ListSchedules200JSONResponse) VisitListSchedulesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSchedules400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListSchedules400ApplicationProblemPlusJSONResponse) VisitListSchedulesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSchedules401ApplicationProblemPlusJSONResponse Problem
+
+func (response ListSchedules401ApplicationProblemPlusJSONResponse) VisitListSchedulesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSchedules404ApplicationProblemPlusJSONResponse Problem
+
+func (response ListSchedules404ApplicationProblemPlusJSONResponse) VisitListSchedulesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSchedulesdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListSchedulesdefaultApplicationProblemPlusJSONResponse) VisitListSchedulesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateScheduleRequestObject struct {
+	Body *CreateScheduleJSONRequestBody
+}
+
+type CreateScheduleResponseObject interface {
+	VisitCreateScheduleResponse(w http.ResponseWriter) error
+}
+
+type CreateSchedule201JSONResponse Schedule
+
+func (response CreateSchedule201JSONResponse) VisitCreateScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(201)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSchedule400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response CreateSchedule400ApplicationProblemPlusJSONResponse) VisitCreateScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSchedule401ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateSchedule401ApplicationProblemPlusJSONResponse) VisitCreateScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSchedule403ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateSchedule403ApplicationProblemPlusJSONResponse) VisitCreateScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSchedule404ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateSchedule404ApplicationProblemPlusJSONResponse) VisitCreateScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateScheduledefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response CreateScheduledefaultApplicationProblemPlusJSONResponse) VisitCreateScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetScheduleRequestObject struct {
+	ScheduleId ScheduleID `json:"schedule_id"`
+}
+
+type GetScheduleResponseObject interface {
+	VisitGetScheduleResponse(w http.ResponseWriter) error
+}
+
+type GetSchedule200JSONResponse Schedule
+
+func (response GetSchedule200JSONResponse) VisitGetScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSchedule401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response GetSchedule401ApplicationProblemPlusJSONResponse) VisitGetScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSchedule404ApplicationProblemPlusJSONResponse Problem
+
+func (response GetSchedule404ApplicationProblemPlusJSONResponse) VisitGetScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetScheduledefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetScheduledefaultApplicationProblemPlusJSONResponse) VisitGetScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateScheduleRequestObject struct {
+	ScheduleId ScheduleID `json:"schedule_id"`
+	Body       *UpdateScheduleJSONRequestBody
+}
+
+type UpdateScheduleResponseObject interface {
+	VisitUpdateScheduleResponse(w http.ResponseWriter) error
+}
+
+type UpdateSchedule200JSONResponse Schedule
+
+func (response UpdateSchedule200JSONResponse) VisitUpdateScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateSchedule400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response UpdateSchedule400ApplicationProblemPlusJSONResponse) VisitUpdateScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateSchedule401ApplicationProblemPlusJSONResponse Problem
+
+func (response UpdateSchedule401ApplicationProblemPlusJSONResponse) VisitUpdateScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateSchedule403ApplicationProblemPlusJSONResponse Problem
+
+func (response UpdateSchedule403ApplicationProblemPlusJSONResponse) VisitUpdateScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateSchedule404ApplicationProblemPlusJSONResponse Problem
+
+func (response UpdateSchedule404ApplicationProblemPlusJSONResponse) VisitUpdateScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateScheduledefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response UpdateScheduledefaultApplicationProblemPlusJSONResponse) VisitUpdateScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListScheduleFiresRequestObject struct {
+	ScheduleId ScheduleID `json:"schedule_id"`
+	Params     ListScheduleFiresParams
+}
+
+type ListScheduleFiresResponseObject interface {
+	VisitListScheduleFiresResponse(w http.ResponseWriter) error
+}
+
+type ListScheduleFires200JSONResponse ScheduleFireList
+
+func (response ListScheduleFires200JSONResponse) VisitListScheduleFiresResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListScheduleFires400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListScheduleFires400ApplicationProblemPlusJSONResponse) VisitListScheduleFiresResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListScheduleFires401ApplicationProblemPlusJSONResponse Problem
+
+func (response ListScheduleFires401ApplicationProblemPlusJSONResponse) VisitListScheduleFiresResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListScheduleFires404ApplicationProblemPlusJSONResponse Problem
+
+func (response ListScheduleFires404ApplicationProblemPlusJSONResponse) VisitListScheduleFiresResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListScheduleFiresdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListScheduleFiresdefaultApplicationProblemPlusJSONResponse) VisitListScheduleFiresResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListScheduleNextRequestObject struct {
+	ScheduleId ScheduleID `json:"schedule_id"`
+	Params     ListScheduleNextParams
+}
+
+type ListScheduleNextResponseObject interface {
+	VisitListScheduleNextResponse(w http.ResponseWriter) error
+}
+
+type ListScheduleNext200JSONResponse ScheduleSlotList
+
+func (response ListScheduleNext200JSONResponse) VisitListScheduleNextResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListScheduleNext400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListScheduleNext400ApplicationProblemPlusJSONResponse) VisitListScheduleNextResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListScheduleNext401ApplicationProblemPlusJSONResponse Problem
+
+func (response ListScheduleNext401ApplicationProblemPlusJSONResponse) VisitListScheduleNextResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListScheduleNext404ApplicationProblemPlusJSONResponse Problem
+
+func (response ListScheduleNext404ApplicationProblemPlusJSONResponse) VisitListScheduleNextResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListScheduleNextdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListScheduleNextdefaultApplicationProblemPlusJSONResponse) VisitListScheduleNextResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PauseScheduleRequestObject struct {
+	ScheduleId ScheduleID `json:"schedule_id"`
+}
+
+type PauseScheduleResponseObject interface {
+	VisitPauseScheduleResponse(w http.ResponseWriter) error
+}
+
+type PauseSchedule200JSONResponse Schedule
+
+func (response PauseSchedule200JSONResponse) VisitPauseScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PauseSchedule401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response PauseSchedule401ApplicationProblemPlusJSONResponse) VisitPauseScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PauseSchedule403ApplicationProblemPlusJSONResponse Problem
+
+func (response PauseSchedule403ApplicationProblemPlusJSONResponse) VisitPauseScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PauseSchedule404ApplicationProblemPlusJSONResponse Problem
+
+func (response PauseSchedule404ApplicationProblemPlusJSONResponse) VisitPauseScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PauseScheduledefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response PauseScheduledefaultApplicationProblemPlusJSONResponse) VisitPauseScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResumeScheduleRequestObject struct {
+	ScheduleId ScheduleID `json:"schedule_id"`
+}
+
+type ResumeScheduleResponseObject interface {
+	VisitResumeScheduleResponse(w http.ResponseWriter) error
+}
+
+type ResumeSchedule200JSONResponse Schedule
+
+func (response ResumeSchedule200JSONResponse) VisitResumeScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResumeSchedule401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ResumeSchedule401ApplicationProblemPlusJSONResponse) VisitResumeScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResumeSchedule403ApplicationProblemPlusJSONResponse Problem
+
+func (response ResumeSchedule403ApplicationProblemPlusJSONResponse) VisitResumeScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResumeSchedule404ApplicationProblemPlusJSONResponse Problem
+
+func (response ResumeSchedule404ApplicationProblemPlusJSONResponse) VisitResumeScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResumeScheduledefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ResumeScheduledefaultApplicationProblemPlusJSONResponse) VisitResumeScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RunScheduleRequestObject struct {
+	ScheduleId ScheduleID `json:"schedule_id"`
+	Params     RunScheduleParams
+}
+
+type RunScheduleResponseObject interface {
+	VisitRunScheduleResponse(w http.ResponseWriter) error
+}
+
+type RunSchedule200ResponseHeaders struct {
+	IdempotentReplayed *string
+}
+
+type RunSchedule200JSONResponse struct {
+	Body    ScheduleFire
+	Headers RunSchedule200ResponseHeaders
+}
+
+func (response RunSchedule200JSONResponse) VisitRunScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.IdempotentReplayed != nil {
+		w.Header().Set("Idempotent-Replayed", fmt.Sprint(*response.Headers.IdempotentReplayed))
+	}
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RunSchedule201JSONResponse ScheduleFire
+
+func (response RunSchedule201JSONResponse) VisitRunScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(201)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RunSchedule401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response RunSchedule401ApplicationProblemPlusJSONResponse) VisitRunScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RunSchedule403ApplicationProblemPlusJSONResponse Problem
+
+func (response RunSchedule403ApplicationProblemPlusJSONResponse) VisitRunScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RunSchedule404ApplicationProblemPlusJSONResponse Problem
+
+func (response RunSchedule404ApplicationProblemPlusJSONResponse) VisitRunScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RunSchedule422ApplicationProblemPlusJSONResponse Problem
+
+func (response RunSchedule422ApplicationProblemPlusJSONResponse) VisitRunScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RunScheduledefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response RunScheduledefaultApplicationProblemPlusJSONResponse) VisitRunScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListTasksRequestObject struct {
 	Params ListTasksParams
 }
@@ -8171,6 +9704,33 @@ type StrictServerInterface interface {
 	// CancelScan Cancel a scan
 	// (POST /v1/scans/{scan_id}/cancel)
 	CancelScan(ctx context.Context, request CancelScanRequestObject) (CancelScanResponseObject, error)
+	// ListSchedules List schedules
+	// (GET /v1/schedules)
+	ListSchedules(ctx context.Context, request ListSchedulesRequestObject) (ListSchedulesResponseObject, error)
+	// CreateSchedule Create a schedule
+	// (POST /v1/schedules)
+	CreateSchedule(ctx context.Context, request CreateScheduleRequestObject) (CreateScheduleResponseObject, error)
+	// GetSchedule Get a schedule
+	// (GET /v1/schedules/{schedule_id})
+	GetSchedule(ctx context.Context, request GetScheduleRequestObject) (GetScheduleResponseObject, error)
+	// UpdateSchedule Replace a schedule's definition (a new version)
+	// (PUT /v1/schedules/{schedule_id})
+	UpdateSchedule(ctx context.Context, request UpdateScheduleRequestObject) (UpdateScheduleResponseObject, error)
+	// ListScheduleFires A schedule's history
+	// (GET /v1/schedules/{schedule_id}/fires)
+	ListScheduleFires(ctx context.Context, request ListScheduleFiresRequestObject) (ListScheduleFiresResponseObject, error)
+	// ListScheduleNext A schedule's next fire times
+	// (GET /v1/schedules/{schedule_id}/next)
+	ListScheduleNext(ctx context.Context, request ListScheduleNextRequestObject) (ListScheduleNextResponseObject, error)
+	// PauseSchedule Pause a schedule
+	// (POST /v1/schedules/{schedule_id}/pause)
+	PauseSchedule(ctx context.Context, request PauseScheduleRequestObject) (PauseScheduleResponseObject, error)
+	// ResumeSchedule Resume a paused schedule
+	// (POST /v1/schedules/{schedule_id}/resume)
+	ResumeSchedule(ctx context.Context, request ResumeScheduleRequestObject) (ResumeScheduleResponseObject, error)
+	// RunSchedule Run a schedule now
+	// (POST /v1/schedules/{schedule_id}/run)
+	RunSchedule(ctx context.Context, request RunScheduleRequestObject) (RunScheduleResponseObject, error)
 	// ListTasks List tasks
 	// (GET /v1/tasks)
 	ListTasks(ctx context.Context, request ListTasksRequestObject) (ListTasksResponseObject, error)
@@ -9155,6 +10715,255 @@ func (sh *strictHandler) CancelScan(w http.ResponseWriter, r *http.Request, scan
 	}
 }
 
+// ListSchedules operation middleware
+func (sh *strictHandler) ListSchedules(w http.ResponseWriter, r *http.Request, params ListSchedulesParams) {
+	var request ListSchedulesRequestObject
+
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListSchedules(ctx, request.(ListSchedulesRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListSchedules")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListSchedulesResponseObject); ok {
+		if err := validResponse.VisitListSchedulesResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// CreateSchedule operation middleware
+func (sh *strictHandler) CreateSchedule(w http.ResponseWriter, r *http.Request) {
+	var request CreateScheduleRequestObject
+
+	var body CreateScheduleJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.CreateSchedule(ctx, request.(CreateScheduleRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CreateSchedule")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(CreateScheduleResponseObject); ok {
+		if err := validResponse.VisitCreateScheduleResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetSchedule operation middleware
+func (sh *strictHandler) GetSchedule(w http.ResponseWriter, r *http.Request, scheduleId ScheduleID) {
+	var request GetScheduleRequestObject
+
+	request.ScheduleId = scheduleId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetSchedule(ctx, request.(GetScheduleRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetSchedule")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetScheduleResponseObject); ok {
+		if err := validResponse.VisitGetScheduleResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// UpdateSchedule operation middleware
+func (sh *strictHandler) UpdateSchedule(w http.ResponseWriter, r *http.Request, scheduleId ScheduleID) {
+	var request UpdateScheduleRequestObject
+
+	request.ScheduleId = scheduleId
+
+	var body UpdateScheduleJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.UpdateSchedule(ctx, request.(UpdateScheduleRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "UpdateSchedule")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(UpdateScheduleResponseObject); ok {
+		if err := validResponse.VisitUpdateScheduleResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListScheduleFires operation middleware
+func (sh *strictHandler) ListScheduleFires(w http.ResponseWriter, r *http.Request, scheduleId ScheduleID, params ListScheduleFiresParams) {
+	var request ListScheduleFiresRequestObject
+
+	request.ScheduleId = scheduleId
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListScheduleFires(ctx, request.(ListScheduleFiresRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListScheduleFires")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListScheduleFiresResponseObject); ok {
+		if err := validResponse.VisitListScheduleFiresResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListScheduleNext operation middleware
+func (sh *strictHandler) ListScheduleNext(w http.ResponseWriter, r *http.Request, scheduleId ScheduleID, params ListScheduleNextParams) {
+	var request ListScheduleNextRequestObject
+
+	request.ScheduleId = scheduleId
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListScheduleNext(ctx, request.(ListScheduleNextRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListScheduleNext")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListScheduleNextResponseObject); ok {
+		if err := validResponse.VisitListScheduleNextResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// PauseSchedule operation middleware
+func (sh *strictHandler) PauseSchedule(w http.ResponseWriter, r *http.Request, scheduleId ScheduleID) {
+	var request PauseScheduleRequestObject
+
+	request.ScheduleId = scheduleId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.PauseSchedule(ctx, request.(PauseScheduleRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "PauseSchedule")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(PauseScheduleResponseObject); ok {
+		if err := validResponse.VisitPauseScheduleResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ResumeSchedule operation middleware
+func (sh *strictHandler) ResumeSchedule(w http.ResponseWriter, r *http.Request, scheduleId ScheduleID) {
+	var request ResumeScheduleRequestObject
+
+	request.ScheduleId = scheduleId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ResumeSchedule(ctx, request.(ResumeScheduleRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ResumeSchedule")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ResumeScheduleResponseObject); ok {
+		if err := validResponse.VisitResumeScheduleResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// RunSchedule operation middleware
+func (sh *strictHandler) RunSchedule(w http.ResponseWriter, r *http.Request, scheduleId ScheduleID, params RunScheduleParams) {
+	var request RunScheduleRequestObject
+
+	request.ScheduleId = scheduleId
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.RunSchedule(ctx, request.(RunScheduleRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "RunSchedule")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(RunScheduleResponseObject); ok {
+		if err := validResponse.VisitRunScheduleResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // ListTasks operation middleware
 func (sh *strictHandler) ListTasks(w http.ResponseWriter, r *http.Request, params ListTasksParams) {
 	var request ListTasksRequestObject
@@ -9721,296 +11530,343 @@ func (sh *strictHandler) RevokeWorker(w http.ResponseWriter, r *http.Request, wo
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L37ctu4tjf4KijNVxX5fJQs2bIT23Wqxjud7s4+3Z1MnH16aloZEyIhCW0K0CZAK+qUq85DzDOcBztP",
-	"MoW1ABKkSN0su5N9+WN3LJK4Liys6299aUVyNpeCCa1al19ac5rSGdMshb+uI83v2XuZ8Ghp/o6ZilI+",
-	"11yK1mXr1ynVZErncyYU0ZLoKSMLmd6x9IUiFD4lVGs2m2tFxjIlesoVkemECv4HNY10W0GLm6b+nrF0",
-	"2Qpags5Y67KFH7eCloqmbEax6zHNEt26bEVURCxpBS0mslnr8rfihzilXLQ+BS29nJtmlE65mLQeHoLW",
-	"NY7j7XemLehyTvXU6xGf3/K4FbRS9veMpyxuXeo0Y/4oxjKdUTOILIM3Vzt6naVKpquL9XHKSCjYZ30b",
-	"wRshkWNYsXnK7rnMFJnTCWtaEPymtCAz+vknJiZ62ro86fXqhvI9T1jjhMc8YY+f7U+MKvZR3jFRP+PE",
-	"PCfavACTtctMFlSRSUqFZjFZcD0lbW5ohImIiwm+f5SvxZTRmKXF0KHTDva6bvjeCvVPXgWtGRf53+e1",
-	"s+EzrvP1qmxBAg9rSfKsF5jO+MzQ45nZjBkX+Fc/74cLzSYshY7ewRrR5G3MZnOpmYiW/8FqTtjP9I4p",
-	"WDgzS6Y0UXRs1pOkbM6o7pJrTWZSaXJydkaiKU1pZM5u49J5HXZMj00EdXZWXq661XrnHeRGMvNP++PJ",
-	"7YP99rHrdkVilhr2xDUZp3JWok0qYqLMZyJiRGSzEUsPsM5bkelW634T0eb1VhE9wDp/pOqusQtN1d3j",
-	"u/jbPJE0buwkg8eP7+ZXuI8au8Hr6rHdPJiP1VwKxeDafJ/KUcJm5p+RFJoJYCp0Pk94BCfheI5v/O/f",
-	"lQTOWfT1v1I2bl22/o/j4l4+xqfq2LULPZYp/prYJkn7w/evycXg7OURclZKlKajhJEwkjELu7AstkW4",
-	"4+c8Z+DsM53NEwYDTxnVLL6FeZ/0Ts47/X7n5OJj/+zy9Pzy9OT/MaQfty5bvf7F6bhPTzqjeDDovGRn",
-	"486od97vDKKz+Jy9HL/qXfS9i4ybgcZZBKelyh281l5GA9Z5Gfdp54Ke9Tvno9Nxj51Eg7jfg726l3dm",
-	"q8Y0UbBXcm7W/rdW3vqnh8D8MWep5rgt/pS8TY2pZh3NZ2x1Z4MW+zznKVM7fWMmspFoglZClb7N1I4D",
-	"wnX8svpgZS23GMKcpkzoW7hv7Terd7i7vakmdgWtICfYFRFZkqBsZ95S+RtAeuGEaragS0LjGRdhl1zj",
-	"a0Mh2D1LiV1cklDNjHRIRUCETMmUKrLgMUsJ7iuRKaFC6ilLS+Kj/cSIDjiTYCgM9wbqMIIEtYNHclHE",
-	"9Lq0v/F8OgFJmRGw+D1Llt2hESrqV+43t3RBy8wbSCynxHxLRlImjIpW8XCnDXak/KXFNZupTTwBzu6N",
-	"+cZ8bFujaUqXLeRLjqn91oKZAP3kvQT+oSgmU4jQcvQ7i7Rp2vGJn7iC2ZTPVj7WrQad85yNQ4bWaoej",
-	"FNMVnhUzTXkCvU+l0k5wkxFNzN/mszFPlb5VjImDcTY4xxtbFGbzE/4Hi2/vaZKZgfVPXnZ73V63/xhO",
-	"6KTLeStorTa8wgO9JVq3QX+9effLu3ytK4v2FHxw58ZX1/NAPBF/qGmsqZu6U7Yq9sJHrpGa4VdXubIu",
-	"jUfgIMcRztLKWQxanr66xcTXn9UPpv8vLRrHHJWf996I7TVenoTbiYqkYxoj5llAWHfSJaE762FAQj43",
-	"/z+XqTb/zdLE/CcybY6N7GXkH3Ptac1S09j/+xvt/PHJ/F+vc3Hb+fSlFwwuHv5XHV3k219WvHubBXZ/",
-	"kUpk0LBWfCJmVmb0mBuFBxskMiaMqJeLsAeTrwo52WuCRqennZfxgHXo+KzXOR0VjHGV8ZSGv+0hR8tO",
-	"Al+hHamGHiqGpvwbMlqioBJNqUDTSq6kn/QHLwevTs8HLz1dvbeqq3srWne/78NfzNKiFnCbMmrl/9q3",
-	"DipWeDu4jd7k0+wqM/PVJrdAQWmLN8gSuFlVCrc2ONS54TCNueBqupMacjE6MdR9Gncu2GDcOaEFXRqm",
-	"yqhit75U39Sq0jTdpAApTXWmzMplUcRYDMvg9GNvTK9ov995OTqJOq/iU9bpj4tRtQ5yuCor92UvSk9T",
-	"md4aJbGWIvHxjClFJ/VvlDbr0ELCyr5t20GaCcHFZDcZ3Nv7Hb4BWthw1eJO3eDLDx61bLEIjzjD3KfM",
-	"8gGuEE8+k5pFL63MmoP9xtDKjre9Izzfarvxdg1aHkF6Xw56NSZxsyI6XRp2VTLf2uFU+WxlBWF8a+b8",
-	"LtORRN3cOSZ8rjCmHLlkfj/VOCryxm5yYnJtwV6AmQrp2ezF+uad8SKGV+csVfBuba9ZzPWb+xqhI7K3",
-	"LBJMF5m6IZpIyyrLWq8m4Re2a22N95464i7D1h1bkoRRc3dY/jA4CVoyirI03cCPrbUXxzV6GfejEzpg",
-	"Z+Pz3sv+KzgA6YTpHTht/okdNy5DDQO261TDFYuVanzoBF231251bG9BSy2VZjOziEKK5UxmqnYb91Lu",
-	"KtyEC30+8EWli17vZf/i4uRs8HLQu7job7pGShu1LfPcT5AqNrtmab29bn7aoOzVqnTevEobF7jdr2UO",
-	"+ck6iKJWnNOn09Ze0zkd8YTntF3Lw1HBqBqhDWkRbOqKUGIunBeKhK7j28hrOySzTGkyYiSSQlMuWEw4",
-	"2OXa4f85zHq9UxaCE7A8wqD1uTORHfvj70qK7ge6+NleA2b80nAvzX6mYvkBaWTnqwha4FJsvzWv82/e",
-	"mqP6ACfoLX7pXIL2z/4Go5fffe0GlSaIfodVynrcJK6FWuB5PshQ99sH5sSILSQqFDlQCqXJbcpUluiN",
-	"E/4Ar/2F6mjqmaLQ9+dJ06tG8SmfTJnSBPvpjEwLVa+hFxBBFBO6iIGwIteeKqksJI0tFsbJJStanf19",
-	"/bYV1FWjqO2ieLlvalWmrdS8nfUq+MD0B44nO6W4WXva8t6pzmRHgX8vLQkEV/tFNQjHhlaY2ZIRM3uq",
-	"IO4CnH50QrkICB8bvrrgSWL4rWmNs7jrOzrWdr+LkuKv+gbXBVV3N/BilTZL0TiF1lJZ+VJf5YVdQ9QF",
-	"c3s8UePp/4c4Em4QJ73eYw/IvHB/b+XN9tdxi9up4EolrXuVR//48eN7gi9YQ2BOAYQmUhjmnCUxmdJ7",
-	"RkaMCUKBMKz7ssSdzy4u/KieXq82rqeRhu0w15MlCA673ZA77sy/LtTaCxXtHLo5jM02/0KVAtoaYtZ2",
-	"Czs71HVeIjd/QsH6mx7cv84fu6eYZg1EXNwqFkkRq5IF8rR/dnre65XC4s5r98HFNlRDGzeYgPZRHh/l",
-	"ZS8k+9Nd5Pqy6715N/zAuv12ZK+FrBtt8yBvIrrn4PYKVEmyCd9BkTGjew/fVDWxtRtmhsplyvWyZCD0",
-	"wzv7ZULu9Hu9WlpGA0N5xLt5Dv1x571uSWo1/mc7nmItm/fWCGb77a3jQkaQlJmu5QfnvcGrTTGyQStK",
-	"ueYRTUomg40Sgv8uGMQSuvQHUWbt30kipLY8fcTGMmV4ncyoWBL7GQaICrkoi8syGyXMv24cm6u9bOzN",
-	"BwFlLMpgW2rWqDy8H2kaEwg7JrKQ8V8ospjKhJE0Ezg2COExQg1cSGHRQ8xonHDBbqlGS8puw+/XDB9v",
-	"ljhLkbRKY7en5dQ/LqZNr8mzuq2e0c8V/65rqXzuNpHMfhFwy0TSeDeT6cGYRK1dbFciB91ws1ym06VN",
-	"5HBKmjN+btLRPpr3tuEwrs1mzoLhuHta5YoojtsxFxOWzlOOHgs/oKPXuaCd8acv54P6OA6/mTkK3BW+",
-	"3KtnxbeRFGACFvrWzLVMq/3K9m+k1sMJO6vyajVIUhO5EMoXn9tcEyM3W5c90ZJwTcyLImJHXXIthsJv",
-	"pQNSS4yRnGRGl8SMn0iRLCH+Ui5EqdcAOrOrA3I61+tCK1e9nNtQJ5JTLX1aYctvrJks44YgaDrnhVrw",
-	"LBHRWwY220G1FhN9+z//9d81Ni1/5FuHYjZrQIpFKdMBUVPYaRGxLrlhIgaqUSS8zvRUpnbzL8lfGE1Z",
-	"SsCKH2HMLxr0uxs91U5rKWawZt+QAGDCSfJu3Lr8bRuCaT0EVWs5E6lMklkeDb26Cu8E2seu/DWoVbIr",
-	"Te0RtVBZkpXBre9kdb0MybyBL7ZlvX4mgEqRUbY65n9/efPD21/I6zcfPr79/u3r649vyIc3/9ff3tx8",
-	"hKdD8T//9d9DAf9+88t3a96rmQQQNKsn6HwUdex6A8+s29zHqEY1++GGV0erb/LX63jMmkUopx80xvzV",
-	"qN+vzgc1dry6dThIxkO9BWBV2qyIk1uQuR97UtNL3XJ/z5Oqw8Jm4Tgvvp+JAxk4wVMx95TNZaq7tpO9",
-	"wzHVlJ6cnbcuW+ejqBfT/nhwMr44H0enL0evRvFLFp/0RvTs5XnvPD6hvZieRTE9GfVPz6KXr84G41Ec",
-	"Xbw6G72ip6Yt/ge7HS21IYn+yc425Mcah8tbUUN/+2TpbNn3QXNn3J7UNOcv8SFDK7Z3w2wXk25lpNKW",
-	"lEafz7K0LU2H7hARDnB4988K+ZHRxLDw8umfsshK61TTEVXwzV0raCVcaeC48JdLwjN/ea4F+2flOsrb",
-	"rL9GvzQlFniDVStBXjCMTNB7yhMIU/u0aWfXOBbeKpWx+HWh7lSXhd6u6EINV/ymq7240g/f4r5XoDMz",
-	"pUywRenJoHcKV/7j427rlrBOen59jVqYUbaUU8G8LxVp00QhgoLNmXuhAsJFSYtSTGfzo+6WSu2febHX",
-	"rXp1XT6YNwgdY+ofVySRYkLaemGWgaexcgAJCR8zM74GC9ZK14+IkvXDYqtLGtTt9mYJpWYp6g6rZ2Da",
-	"EHK1YzQUgCUcwNU9ZTTVI0b1rbmQ0nuaFFvb7+0SWF/ytrXi84tXcTx4ec76dDCOz0cj9mrcf9kf9y9G",
-	"5+dn9FXvlJ2zeNRn0fkgjl+9Oo8HfXpyHo0vzqITelE0qL0RnfbwtmxIK9jFZV62Tp4+QorzbI1czDPY",
-	"6Tx8uTVlSSILX0frssWiqawY6yC/X7D01r708FhxbN221p9YXcB6QBbwWDOx5cncP4h/o4e25Ia9Iqow",
-	"TSA0Awk91JCQSGFzgR3oQ0STpLumZ71mXW4qjgKSCc0Tb6HsjLdcJUe3G0NnBJ2rqdS7uIJrIvpXJ7iW",
-	"Kuz46ngYrPDuaX47UmyFFHYGedlqpdZMby/T9SPM+4b/1JqbK7G3FqCk8F/BfNQVAckiovO5S4nzUJrG",
-	"KWPmGY24XpaiJ/pbmLDnqdQyksntPUuVjX/39uOszpCu5FgvaMoavjmptb4vKNe1vqaTXnUdfpQLlCS0",
-	"JOYzsD1jJHKXvC6tgmLpPUuJnTJpn5wRZZ7Z1o9K61FxZNXH/zTRTFOMLm7R1soR3uWbtCPbaCMJ37jY",
-	"vPLChQi6FV6SO8bmQCJcTLokxIySWxtuz+Lwkigt54CT40LILN5DnnwSdkmYSKXzd9GxcEWE1FPDp2cy",
-	"ZXk8Io0iNtcYkOhUoRwCrNq9OalS6doEiHx+TSFhEPpmBEspLHMOSETTlCNVlO6E3OUBQWEwtseJUCsz",
-	"cczi4LJVVRRyEX92UR9tw1mZSF2W6nrR4jnEhW0u7Ya7+or0yGLKBDG0tuXFvVXQq3cEN0YMNpH/yuxq",
-	"z7qcXM/nTMQf8uBKj36xjQpd1C7cyUX3wuaWyPEYQDdOzoKWTjNh1CBHxSs0Veph+zVp2Lwtlr80xFqv",
-	"KDyDvTbvkmiaiTtMQoG0RkLLO/14e12xRnXjiegcgPBSRqMpi6/IOEsB4yammhKuSJxKc195cmlTcqI/",
-	"d7/foLQNO5DOa7M2O0o5ZtgrGZyDV2cva6Me84061HpXAxTcasCwGqb5kX3WB0xu8FRMdzPma4WrA8HR",
-	"5gK0PXaBNwqagK1r5ZS5f/e2OHB7pjE8Kme8mOWasFnAc2IiZvElERKvfiBxuP8jOWN1FB7k9LRqxy+f",
-	"9APmLj5BmyUmsOEYr6Ri50RcPuCwMt7q11H3uzkTCLK3bxJc2VFTALD67jMZaaY7SqeMzsqxz4Bl2OiC",
-	"2Qn00He27BLq8zR+mIao3hqvSe22eNajR0Purbc3WR/kdTSrEfme3822Bo1sg3PJX7NDOJlKe/B0ibR+",
-	"N0WgygqkDzi8K8A9LOETDjgF9mzm2fFyPE64KEKbXPb5PfOslL2ganJ42M7FXRnGLony9RFygxIyqWBp",
-	"h2UdADwTMA03v4pRFSKetiLzT41gRWWLaZ2ptGb56xSZYjPqwXgciI9TXfP3i6EFrZirMk4O9Ov9Wmws",
-	"1bfOJFOr5RYbv02oU62LozyKAsKnNHSY13aEfehTmcdp7esIfs9EzMXkQ7451azJJaHk7xnLWIyZk1wV",
-	"seAxWTLdJSEa2W+F1Lc0vjfzUmD+8EKxQ2vU7+K7oWnHuu3s5yok+VlcEjkmQgrmfFu4G9U4zDJIOmm7",
-	"t8CHmI/EyFJFH+ZJkhCaMphHJDMA14b8T6UJR3OWI1Ehb3O0ppwiaqcLWHW3eFqLV4sZ3c64mkG6F/5q",
-	"qPZ2nCWJdajHWcLiW0D4bLk81hGN7uR4XEvcHnZuxftgYW1zoFuLdlFBuZ3RaMoF66SMxiXY23JMG4DN",
-	"oDrUAXOSQ88oAZdX88uQSsC+yFIyZQnoZptQR5yff9C7CFqa6yQHMSe2a7sKU63n6vL4GJe5Yz3B3Zjd",
-	"O8BgdewN+aEJQqdi6WhYGPP2FQk/d2zbHfODCknClXZQqeYn3ysNjhUVDAUsuqHUTGU0cVmW7R8kno5I",
-	"CqWp0ODEndPojk7YUIQTrqfZqBvJWWWOx+6/dizhUZf8whbQv4Jw4xEjNAYVwsiamlAxFJm4E3IhcJQj",
-	"DET2kj4x3rhMYUGrMl+4CFLNxzTSqpPz48vWWe/0Ejffzd2oMUIS9zZRWqZ0ApMd80mGSDvOeOjyd1uX",
-	"rUHv4rKMMJ6YTViiTmTp18Hb2ly9oDWicSdSKXzfs6taeJ8hlMDokQ7gHKz+iZHNWEwg3FqRO7Z0fM2Z",
-	"WG3DqVMJisabGhqljN4pQkmaJTnfun7/FlrS0bQjpO7MWao4mgKL6XrptlFC+QwaAWMUwfRO4GcLs6oA",
-	"B1w0UrCSDvtsU6IvW4OTC7sjNoLCwQ6TqUxiRbSU6PmQcybIXCYJIAePZZLIhSq79DsOG8mMt2/Hm3Am",
-	"dGmV7erd04THhsVC71Y89lsrLqWiuVRmmhHBWGwm/vGnm5oOKs1Ygt48qJRNzEqleGMISQrODO93okQq",
-	"Vtrni4tSgwvzf3QBJwsSnwzBoKmbtBM5mZjdF8nyCAPExgmPtL+5jlzcM8uH2WeutKFLq6IWMZ1bna3X",
-	"195pAvZbNFBuDTa+wwVsjb9gxTsO6FkRu65BfvIyhcRdIGSNZTriccxw8U/tWtEkAQ/REsgghtAUBWpY",
-	"ge/PRWec8Mk0Xx6aLw4sCcyzUhDADEppniTEwnldASjDkrQhUadzPdYsPap0dMeWnZSZocNhOMExVls2",
-	"5wmmZ+/FmI/HzIjkblRQswCNTrAVvUtCBXE/EcgRv7LTzxSQG6R5IFE4IyJeQR5BbHtjgv9m0kFbRieX",
-	"HvyW5MTaZmPJ8AA6+6zZMBYZLSa3hcyYnsoYuBA1B90ewjP/EObtIBu0TlL4EOQb3RnLTOCHAzBSqSya",
-	"2o9lariWzNKIkbZMwXVUQxyKsaMiyKOjpewkNIXQjkH/tHxoRjJeIqh5cZsgo1NwDhX/gxFXcMSVFuhE",
-	"UuiURrpzz2ViDQi4f9g2vmZBDcyQZpbLckViGWVwJtqwl0Ab+RdwhlDWlOaQoAjLlFZHIMVRUXudmQf5",
-	"icpfCFoua7+DZqyOo1g4G/aewwvA3ia+nRBGW8n7B4tKpg1f6cTIHwsOkjKwRsGJsi8R81LTiTKCe+10",
-	"QA2omQ58YGjEQw/Er2ApEXnvVrN0xs35AbdojkELarD528NdadlMG3u3qQ6C1zvGQ4lgC3PDWv6F+ykz",
-	"nfB7oEaZ6ZSKOxw0vDLjAuYN9GIoz1yDnZRFMjWqNBJg5fLFOxOMsfZFgNMn7hCVGgKyVe4OVolcwBqv",
-	"LG4maKanTGhuTZ7Il4UMzMCFRFILitlV4l3zjUUL8Ygi//FeadrWTKhsPpepZnFnxmJOXUzcoH926R88",
-	"bgRKCzxWkwiAhUc6MU9ZceHhj67G1d8+/GTjB5QyZ0bQGYsDOHG6FMNZNOdLG5bcbJuuEbCR57eR/azE",
-	"HXtmCfPPUdW13F0VVWxiFiXUXJ7AQ2RKbn687mAId9GoMqKwHYvzyMO9AW/Ym9eeRBhe8bVzGTbNw0pM",
-	"IIK5VnJjlS8D5JesFeYMkyqsIfb93LRT97p9eOU0DsEAh888QvEnjy5lVrJpPTwUel6NY4GD1hKxBkjm",
-	"tXiDRTT3LqAxuUL4pRmJvgqy97cPb0nK4FI3LJLOIPANSomhZmw+3CLRDsP9sX8P9bUR6PSDFTq9kPJ9",
-	"0sma0nhbF+NX53HvVf/Vq0H0Mj4/u6AnY0ZpLzo7o3Gvf0ZPR+PBuD86GfVGr05Oorh/Fp9H/bNRb9zr",
-	"0d6rGoX4z0sZfqhdQMEWX1EG3gGT7Kq4gGvS4TAe4Tq6W7WGA2BGP9jLBwu32k6ItCmLGL/fCClr7sZb",
-	"sKe1Lk8K6cZ39uapIr4Kuzs41zRlFFagzlTNasHvoRiCu78NhZvOSdtIEDI1MqlAE+DRntBIOzqVi03Y",
-	"CsDVW//tkfD8/djLaV2DR7VPKyvZO8Xmf3oshp6jhFWvOhi/qhu+1+ZWjmy+dXWIe9yX62uQwku7Ut7Z",
-	"ZhaAKGG7eaVzmXZLpwL29AG+WoXU6a36/g5BHNUcrZV1c7PYsDaH8KrcaJmyuALL9kQOz9Jib9rXlex6",
-	"S9VdEgK3C8EsAf8koJ2Ttn0QEGnrZ5LQOgHCoy4J8dSY74z6FhupSIqhyFspvg9B6DH/UOyepVwvS42y",
-	"z2gLueVxaET6mMUZKgpgZqYiHopSz0ZXgfEuUZZmiWKkjT8fBWAotkK1Q3GwxukaLr9VsZ4PbOxHyGwP",
-	"XbMXRLi3Hish3nXh2ndcxD5jxHk5trYakuUJ0XY7NlK1e88XoMuVA3qbZBQYZT0ZF1g5u1Hxm884UE4T",
-	"Yp1caGoZZ0lCfudG5CQjphdwL1t3fXeFDkYQslcT7t5fC+EESf8b4Kdm9HMDaFPvkW3XC7xGQ9sv/qjw",
-	"q1fpbRdBdI0X+yaiT1308nc5UoBJsosg63LDHgqPLEZQxEJ1UqZkAqG6c6k4kp0X4O2KQzx8egzaQKUx",
-	"D8zuN6+aXk2BTQcou1uRp6eLRML13wEz8K9yVHc/7oUPsE3ks+kzD3yugwxsyiJfU+FxNc/fRf8WGICl",
-	"qo+wSk0nxKxI+ZDscgAeQ8trELv3I7Qc/XZfcsqzNneAivNnXdNzMfN9lZC9ChXtSpjbZSTW02M+xfJq",
-	"FGSJy9pEgAcRgiP6lIF+HtrobnfcHgTlKGltDcPzk3pD1kHwBjfiVn6cMvK7HL0onID2k+46iaK/XaRt",
-	"0/rnWW2FNg4qQKliUsFSti7IdONJpK5pLsYS3JgL8D/GPJu1gtaUTyAIygKX1re2oo09SfLBk9rCUKJx",
-	"qoc1rF8OTnLBH58ZEWTVVvZVZC08l5VqfzPFM1glPHvPBiuPm8xmu85He1HUULQ12PWCVu7KW0tru4vi",
-	"642rTcC1Fq328BAPKzAOliHlVT/r4ioLZNleM7cu7nCPya0BiQha2TzesJiN5zI3tFbTzW25VYjhgniT",
-	"bA5OqFEWT5h+pLl5HX70Dq2VKG23orNFxuVuHz+bClQL8/w0xbmbBeficXPh0GbI6D22tIoVvU/5pGeD",
-	"ia4c+A3lUEoR6xWU6T8HWdrwke0LKlBx+7scHVQ99ioE7YVZXeZ8e2GvVqCt16nX+YYV9NK0EUGFv1YI",
-	"u8K6Gs9QRZH3Jtt0O3+XBz9sB5iLat0KXK5/BLerXGgrPm+yYOQN14PYmuEcQiG003oqhbAEz3PZsHj7",
-	"8e2Vj3eGZjtMsejH3T41n+88jy0Zzbd0Yzwlw3085P8WrLDgeyupzKV9aDw0zVp8TQFkq7mX/kCV3tPz",
-	"MeVoQSE2shKsWauj5/P3KzlXJWrK679FD1dNYIvHTrI0aQWte5pkftJP/+Rlt9ftdfuXrwaD0+PWlhmb",
-	"MdMY9oaRMyVXXUsnquPnFyiWjDuY9rWjJ2N/Z0JuPyksJS4H6qYYDuZHeIkRD492ju4jVO/lHvW3YCX5",
-	"KqKC/C5HVlHCV1lM+L4aUsUXu69cv5dH4zHO2b0AinPHsYtRdC2XFn1j/jieyoPIDXi+n1ByKAqN+Q70",
-	"eMZtuEBRKILGLK1lQn8DMfAxpVbWpkM3lUJ5hvIndT5mxLi4sXHKFWz9PbGDL8xIEDgSpvYasTA6Hxvw",
-	"4x9cGkrrsvX+bx/zaOmdTLDmWmi8Du77x9ikOt6quYemIn3Pgv7rLd3W8NgVGD9sgWiJWJ42k8qFmweE",
-	"faaRTpaEKjLh9whBukIbblOKk2R2p+7MePu1BSeErdp0yIsm84EE9u5367NfgYN6LIkqBkR/BQOiqKL3",
-	"W8X/qqN5xwbQm9FpPYckWQY+/ifGjbAlQplY28Ge6BI4nGcAl1iRVqrbsWJAhRfyIKArQssFlBz6oM0y",
-	"AzOBaq639ELtKU88xj60Jrx+bQy9ynKk68OYQtddV7sYOnMy3LbnjXfh9hvRXJzC0vIqgiETwBcBbyJl",
-	"jOSIi8QhLqp6ZK3VA7FS7ch7Q1XybnywirZde0x/sofl6ArS89eQs2KsTMwYDpnLYJu12WqEzsKoZ4cp",
-	"jnZF6CgvLzxPqDajcVAdAST4uRJQyZJoORSQkGVGAA+1JJkozVdtWfqsDlC3xrd4L1H48CzLtW/dNZ0J",
-	"+3C3sJEa4N4nqt3mQ0P5LRYn3UfWqT2DFcaWn6JghTPXnIaNCgWO/YeUiqquPzG/bbgs99alH1+wwh/e",
-	"thu/j6p4oBoMqxqhN4ENG3MIdc/f5/2xiLCVHx1z3icBrFmQA+/yJ+dmw9iMfaJIDlyV4aEmOvQRksY+",
-	"QNnWDFQtorwSWrE7IPn2gNsrW39IJHALdP0IPPDDgXc1AXYdzDDiXRerdtkmgywYraIs5Xp5YwZqw+uh",
-	"OOV1hoWiKmK58DLv26GtrxkeEXsjWKBzB1uC5VBHUmqlUzpHVJIQgGkQJafr6krBDQwdl/GeCm7588ef",
-	"burSfeuRY8hiKhVz2d3EE78r+DCIf2+lNxB3uBoKT1rrktdTFt0B3ouFfbKxDyjUgZRDETd5SkWspvSO",
-	"lbCVZpnOaGKG//AAYbJjWQO5hiP4wa4cUiWJsxTAqBAnQUuSspnUjODbqkveu4QZEK0MgVItU4A4MSMa",
-	"CkDFkIkR1ITFocd1LjZSdV17xIcnwJfrl1cNRRunZV442mu1ITF9CdgnnblMkqEI37+7+UiO7/sI46XC",
-	"gEB1ILcaMKBciscpIxJFkS0yFEPxBnZplmkKsA+uoBRNEjOcMRMRAGUV0BoByNmlGigBpFehFmrhuyCx",
-	"iQqSCYtEYEFdaMpIZGnE1k4o0BkQ7E7RmUXXR+QdQHZKuWaqS67Ng4QNBfyQkgkzYxn0LkKcsEtbBxiv",
-	"sECXCb250pGSSaYZhJKaTs3gEa0okjO3dIiDklCYlPOWk3b4b86eEh4FZMQA12YoHKxemhlRnkSJjO4U",
-	"WTASS4uhB5R1SRyOXT5527LdjDQ1BGkWKfQtg3Za//t3JUVI2g6/7qgCWGfx6eA8JTxi9nrgsSHTMWep",
-	"YQJzGk1Z56Trw7oWvxk2l81mNF22LlvfeScK9s9QyBhAbPyTReQ9SwEtDbwZBZXi8GYff7rpeq6ayulF",
-	"/K/8xmz1un0ch5wzQee8ddk6hZ+C1pzqKbDd4ykU5/sD5NA6jPZr2E9FTno9spjyhDlQg4gphdU6EN+t",
-	"S75zgD5aZtG0RJFm1MgmuBRvjQT0A9O2LmABpgMjOun1PKRjLJtcsexefsnLAq6/AG0PDw8rpsyP3iSM",
-	"9pzwe9ZFi6dNvqpvOR/qscNE9O+z1uVvn/xtf297MK0LprBQzwRERDlXrU/m22PAttl2A5hYwWEBpHpD",
-	"XchPcO4wKbweLEEgdMiIC5ouhwIhm5CZmZd+envz8c0vPmCHoc4FvWOdbA5LlM2vyFnvlABU0IIre9us",
-	"7OoHRmNuJ/snbKzpfgk7edY7fYb+foE7m8bLKxJi/cmQKLpU5rBEUxKzORMxE5HDJDo8keULjnb59J4R",
-	"ndLxmEe15HbfP6ZzjkKRaqS6n5mmAAdvBI0re2MjkCnAAqKtBVAMVs+2kV1dCfMnJQPXCQjLDafcChv7",
-	"L3u+0KYXT37xVtf+8Alzh3Sdx1nOmSIhiKZhQELnNDT/Rq9heJUnOydLxBlDax4g05agZ420RDigmykj",
-	"G8QkmlIxcdY7NJ+V7NDAMI66JF8QROZyJdPRfIYJ0VQRSqZUTbtDcV1v/kYBe0aXVgB35DG2EJdVOzgM",
-	"qzsUH6HIx6IYwUhmgLZpr3D8HdpE4CzSNs0hEtfRpWVvsJI5WNRMIs7OUOBrLxRp4/j4bJ5wpvLsbpgk",
-	"rvURGgy5dpVlAA6PIi4RRRaLzZH/+a//j3A9FFxMWcq18p69sOBQS+TL4aqnKHTIS+ANw06punOXP8U+",
-	"h8I2A8x8XOAEDnqnJKxDJQvreC9W33dHooDA/YuMl1ucOM+yYYWZiBPPt40LD+E/7sdPD8GWB7U8Nmds",
-	"eShrmjrN2MMKt+gfjFvgIOJ8hdYxjMA7HY5YAJ0QuCJwkwEysi05iXn/dKf3H8mtcLZGJPdx3VY41sqV",
-	"cPwF/nvL4wfkY/WlRN4C1O5cuZpkrpqYNcVLhHdEzdWed+30daNgRVmq+D1LlqvXByaoe4Q8pymdMQ3O",
-	"69++tCCBw0iwhdzthtyq0pNPoJtMnp+e4aZqIjqr9uNSvVihtMFzUg6u/9aUY3XgY7/sTP0t+EbEjiSg",
-	"yHec5yIaLmvEWJJDWJvDZyua4nm0IMzW4mBRQcYcqvSUMBRNW8BoreAM7UrhWs0rOMs0Nnqv4cyXJERt",
-	"Gxi2eeghVqMnCXRpDzwZfFE0MZczYkFO6T0jE6kDa43CMYWkfdLrHRGZwp0PMNpd8k6wobBzf2GZPk08",
-	"RNTxmEUovYO4rbrkdd61EcNSfm/PHM2xNrWcMPPyUBgxzaj12pw6gdioKRWKomTfnqQym5vJzLg+usIF",
-	"umNsrvKVt5Vbu8RVsDzr9cjctB3RJLkyfdpL2oGugkBBx4y0oTlvpbgiOWCuPqq9uSzlXBfun73vrqLj",
-	"r8bsHrQcgPhlS2WRhc5+2OH2tOvzMxXLne7Ow/Gv8hCswbyGl70TDtbRkItHBnXHbs9rtP+k1+6gv9v7",
-	"Z89yrRe635eSZfq3Tw8lZfB7NEwC4rrjzI4HmGPqMXKb37jKyL8UZ+bhOIfhb2br3yG6qSohJ7fNzRwQ",
-	"S3yAfmnjwxAE1XBoa7k9KrHrqVyA+95CmHJ9SUKM1DK6UpYmIbwe2nCt0EWjdcmvztroavOHY6OM24IA",
-	"FiR2KLgqoZy/QI4Xvv8bGoFdRN+XPFTsISSe2TnAqwBX7+jKcnt1Gg4FB8MzJfOU2WAM0ygoOQ6ENgEP",
-	"FuIRg7UgmxV2cFStpzKJ3aiHIkpZjOBFCtQ3M1Jnr64Z6jFy9bBLfrEY9wBQDBytjvW+mzNxbfcMgzZX",
-	"5a06Mi1ecVlEb7+DlKQNL4Ox20pCnx7F5v1CaK0azGArGaZsLlPdtT+6kmWPhzUtFzLrn5wOtmbnq0Xg",
-	"nlkRKkfnNkikZQjhPVn1YMf3L56UVT8t6zXbWmKB5RXcmfNuKU/7WO2WFzkZwzBMtDqGpI3PIC24m4Om",
-	"hyiZFiWih6JNozshFwmLJyBiOtx0ILSjblHaQF9WxEDgi05Ml7gWDmtkSvVQ1JRY4ZqkTGepjfWSKZ9Y",
-	"wHZzG1yVSiW4prkig97FUITVsi5hl4SgEdyi8A1VntKUs9IqvVAkoUqXgdc9jxnKuJcEuXmOH5oHN4PB",
-	"rE0V4WPUArQk4XHeI0yrUv9hKMJh1uudRsX+wt/sEn+uwDvgs/DIVQHxt5iJWG0hQ38bXDzPYbelnxAL",
-	"q5OJ3KcBYdpK0QmCT+XeCWsnc6lkiFNv+WYhbVs4mZ0F7T9ZyF4nYH8sETJQO7p4v05h+olvgK9S+C74",
-	"3s48Pw8zaGb6P8t7y89AqCuM0FBzaEHmSab8YnhoRHHe8cCVdTIc0OMrQ2HRPVyYjP06zwkmLie4S95a",
-	"w3oIQGdhlzgXZQgBAqSN3NmLGTgqPJc4nNWSbTUsLY/Q+nN42hMd8lKUWP35dhsL59rWS4CQFJp0/3Vq",
-	"D31qoQAAKMiw7juf2URO1ijHWO5fWThiQjUxKgMJsVRSWKm2Y86rnHTJtStLY2sutVG2gm8CK6WASw8U",
-	"TltGDiQTIzJN6NwWMpL3LE3o3Oa5ckUnKWPKSlDmvK7UfAptGUGo2mXrOrki/VZIsnbMLvlJTtAnHNH5",
-	"nMVg8bETuSw4TGRGI9hQ2KLbhpnMqMtbcF5HETdV2iftMC/XfUnMHRzWWhFxpc2Yvg3hx9aeByZqRGgV",
-	"UYHTcvXlt5ZbfpKT14ZOnltg+UlOcNURKq2Rn8lJhZsBycOXX6Vi+bQMB5fM3NeFpIAHf2feY7WOZvbz",
-	"HtUXBfwtr+/lShWM7WWf14VbcRZcEhvNm3/TxrIXGHdgayIcARfIK13oaSqzCfAQnhJBdZbShNyxpQrQ",
-	"n5E3Zj4rgNiHIkdiN6szR7MdttUOf3iDVi+ISj3+Yush5GsATGEoworqFaJXHU9El3xY1Vjv2LIIVIRf",
-	"oBJc22w4FG0aLdEF5AJN5Rj8JBEVUvCIJuSvN+9+OWrQY3NlGmIwA+T+Zt3NP1zNVrRlkmLsuvOBzRO6",
-	"zDkeerUSJb0DhKIU1KgyCnVAFDeqqXk05qnSNrYTikhh+CkGgJRnnRd/M5M2F8PJCQnrKxyGVxhpUTQA",
-	"AYFmMaBDv1wpFlIcMbPUNtCOxfnFU1uqMRyKNtYR4/rI3IHmXnbjNKKpb8ws7jAvNJXclGvUAYENRSb4",
-	"3zPmX08go5KwriheaEMzXOdm6li1gCGFuSxoG7gL6CjWJm1DeT/+1LlxASBof/T2iyprWRBy4W3ZUGD9",
-	"wbH16NGlc0U20VLdHXiTjWZcf7Bc4dmuwc1vf7An0Dud/8GWj7tAfeTTKpwLn3toLnnaflEHwX5gRr79",
-	"p2UcFzlnomM2t3Ny0srbzcspeBgriEmbA6zc/FjEbDYjsm53A5dqiDzv5V+UjGq49uG6eaGqdAvxawVV",
-	"Q3ibyKkeaiJ5UAU1LLE8RJd1YqZbn23indM91DTmteGd7HJLG+EXYIn+2awzu9rnBycn37AeeWOEOuoL",
-	"WcCFA6IpBEgxDOrwzcg7y3ugLGxjG3L3HJSgxDsSy+aEFqkr9GUhvJCmNJ0lTKnViKwb0+0/tRXmX3aX",
-	"g5+Xn2l6Z0Q6oM2iDL8ifomThsORxVx32L0ZRmMIO+Yo2XyhDmaiYZw0hijacRJohrSLEuWBM7YFpEjr",
-	"D5zLYSi8jLT8VxelZgOnSMp+R0/FUWAkSSMUg4jcJb9I03XKNETCgRZM01qXDoTRm5m+wYnWB0L+PWPp",
-	"svB3o9rW8uWHcgmmmhuyviV0xrgk/0M1h+Csj20MxOZWbXDnWhTZjfznNebEbsOpoBL40waN5pvflOBw",
-	"jUqyHCMVHy7NAU6YbXRN8KefnHkMp6b5cnpnyL2Ioyl0bgsSQUrnyro+ixD9S0LJ65sPZe0MFNqhMH/5",
-	"abgutcAFJWM1YpnEIG1iqKOLW86E5gk8d2Zgrpz+DCcb+pukNAINksuYzI3KUHtkwZbsleLdOZJxW9Hb",
-	"q1n7zGL/W6UyFvtzbLg/K5vyLDHzg5OLr86zUGDYvFAlNM3m+w3vog1HyZ0htIysZkuXKnMr5mJFpED2",
-	"SIoLzwboAzyQzeUmE6nRaeel49gEFu8Y3rGlOaITJsxnLCZQiSxZoo5nnoK7cSgSRp1oaiPn0BZlY0Uh",
-	"bE5NjTKd8HsW1+XW25A6zBUaiiJ87/V1AJ7PUqCdl+1d5BvZkghG9MVbu1gDaypyeVdzs2YySyNGaByn",
-	"TCnPowEv2UB2bxVtuXeq3SdoTrsYina4UrY/tCnHoVcyPww8boSdpGzMk6SW17xBInkaDoONf+0spu5Y",
-	"PU8cxMnXLXmX2BDuZYE3YVPdc0ZQzfCocqMxT5g6/mL+47KCagXuQW+ALIPrIpWBfTbihAsqgIM4o0t4",
-	"pBizkLsrScTfczCi7KZomo+MlvmUIhkMrIEazQL9Gfk6PzAN1XUT5iUO+UIbgG81beexty6123qjU0Zn",
-	"yLsh3NUyLoe/ivJ7GBS/fFzOnUX8A5unne/4hEFgiAv4DiDLVEAODI2maBXMP/+OK1eeDgr1UhGP5Gdw",
-	"BLtXbiypd7Ai7KV7KcRYcnvpKMHHY+f1iDFKPS6FpIOngqX34DxPloSPiQviBi80ahVESDJK5UKx1Cin",
-	"aijaf71590tAfvkO/ztPKBdEs88aun998592jaIpTRXT/57pcedVGJDJH3weEPg/TdOAvP/u+4C8/+WH",
-	"gPz1/ZsfAvLD2++DofiVjd4DXN/SusvaP378+aeA3PznDwH5v82//krv6Q3sUUD+57/++8ibB1VlxAsZ",
-	"aaY7CjYxbMjZN1Rtl/YJT92/Hf9bg9UUUQlqFLbGc/ZCIS1WrMUeudXjDHo+PFA9LC0gEMjZae8oIKw7",
-	"6ZJQTal58d8vR1Sx88Fl2C2pmysDff5j/51cCAgwxrPffOC3CCoDSbWSmweGmYBg/RJVFmNDH5kTj3ob",
-	"WD/k9RwRrtVQ5NhiS0Lje3NDK3RckTc0mhZuPJQBWUwUM3SlWbK8JCGi4ITBUITV4k+A5RRal991LuJC",
-	"Oqpv/JQ25AyqMhK9kGujzH519b6eQp5qgJt7ZsGqCfmsIZHLIhAZWbhME/9K5Xo27ZEmCTqF87NnYam2",
-	"S+oqIOzqD/6vlGsFVeIkCReU6wK6wGh45nMPCszP06KKKCkF3OQaXtTWegLanmJxYI6pjTEg5kAiayli",
-	"QU1/GNBuTjHloGYC3NFUJjGEiDqgG4AUs8HfXYKuFkFWgz20JDN6Z0GKTEuQkwoQZnNGV1IW7thyKPzA",
-	"DQuZxZOkY2G48uVWmtHY7IW1EynSpjY7NpzRz4hx6gL6ZkZwkUNBiWFTTs212Ck6paCNw5rmGh9PXV9o",
-	"8UKxxYHaQZSMBfigQzGlCpxMrOCkDrdAoi+VUU0iCphytveS2xUteZfYQGo9q3bnfPQuSsYpU1PrQ8Kk",
-	"2DDIcYNQos9DTnL4L0i7iJEnI6iXWfJ2KSjYeaAIxa2CuVkFQpWXDDKeDUWZfnOUOQs74kIo8YOlzMhE",
-	"1kZHXEfAaH/CM7GroPPOJp0fMoRhE4Zo0FIJY3NA2shpDCDWV1GJW/1WHXBmK2WQPxOxDjKH454FAfOP",
-	"e+vyZIdwQ0Ty/FOuMNv3+gQJe44sLi1pz6VSfJQYtVOwo3+Iu2rQP/uHslisvwt/yoHwIGTRoegxtebq",
-	"8xGI1Bp4tVqII+RrFUR077160KsSQPvODOar8j35U9nsfSqt9bOcr0M4uWRlu3KwtNLvzaheNqgNEt8t",
-	"tJclHGeXL6FgAWl1G3Cb/PU+AHbTdTRjrR3hmfwh/EmZyaVVqKE4C+H0VXLwg+E1yTIpNFFlHZs7/lJB",
-	"Z38Wa22FdncUq7yPn9p6u4m8qpUo9oz6eX7r74GJ5hhj/JsvTXhMxuBwGy0hR0AFJGZxhluDfro2on4I",
-	"mc5owv9gMYGw2qMu+cUPiakPfMERPJaavrWIDzPrzdctbs+3QJ0YTFIti2Qn4NEpUND29GnzThoJFEsC",
-	"bkGhMJCAuMhuwuMjC+A1lQuE0VF5tci8UKRRmrchYjuMfzYq9ko7riVju4vfMB3rfIP3JGQLd74hiNFa",
-	"uP0aT7pyVTnYOZbwCR8l1v9GAV1WSRFeeo+CoQgt4GAYkDDmYOODf2MXMyb0rf+zHI8TLlhI2lYUaCpy",
-	"NRR5lSuEFqEaiqxHXC/DpiBHn9wtFtI3I0Z41Tqa0Brcrtm97n495OvA9g2pLKaAHogGQcPyNL3D3C5X",
-	"vKmsaO9O5Mdf8jJCa6FFfylqLygt5y6Ir+t8Qv+O/qAQg4zsygRgGciDeovA3SMLYGNxHKsXUbniH3E4",
-	"6e7E6QIfeUbv0A3G0QJh7dxgHmeJYospS1mu+WHSWDb3cjyv8gnEKTW6YjuVmeaCEXNG3bk7Ms0izvDM",
-	"1pmoOzd/E/hJ7rV66hsGO9ruXayjiL75VlMMr62T1hANfFYXDfzEopfdgfUHGSPEhVzkpVq+xtSAR0PA",
-	"zqQ5FoXXqZh8LScIWvOsweVuj9LM1ZchNccQXSEQQGdWVoou+cA62CeiUM1Tds9lppLlUGQi56lzylOS",
-	"sg7WoFNGQ/UQqiBf81oUlf8K5HJsAWIsXBkeiREXvv5H1iGgD4XXkJbN0OfotkDXTV6ysWJQhHqHAVlQ",
-	"NRTObm1h0fM9wGqG7RyqsIavHsO3NUw4PAqITAsMrilVnu/cobjafXL6vvP1DXqDUnFfSBIHSAlrOBgK",
-	"sBzAehWUQujK0qdAWDFcMCPD+Gz2NyzOaLn6xVC0AQZ9LNMRj2MmGsAf/ixm+LWwpH9ELnRtz2jphDZZ",
-	"OlakEpTEmwTrzcrbDXy/QkvVMAkouMBVlaNB713yPeKw5DRtnbSVaZQPk7XCQYL7wIyt7vZcrcK4PdD5",
-	"N6ZOmo3YrEzign8rqqSyxFVVG5tcDWgdhih5wzpdVAVE4LAY4yrkmFj/cZf8VY6whpbZdJtv6sBXLOID",
-	"+v6H4nc5sjewITlXUq9wxiPkD96+5Hc5AsQJSGA3PJpols4KFLq8VsJQzOkSEXxtzQwY2gtFuJhnmjCR",
-	"cmghTwPCBLGiJBHaiDAqw8zZdAv2nKFQkoxpau4vRPiDYeXHB5QG99lV0QDiMDlYTaPXGgXVAWSauQ4F",
-	"RsCZ5my5nsZCG4Yqv4oYgr0r1xbBBrnbyK9Aj3K7FevmMtXmzZOT4FUvGAxOPz0UmX1eoXrzkf3Zq1gf",
-	"tCy6XBFucN4zk7Z7DhUxZUSTqSH+XcuKmJ34k6IRgAjq2JIgjKYJB6gbxEQpQ8xUApfyYwdXiaHWQ8Mg",
-	"mDEe0lPXNHProbvyUGHKDObvGcu+Ug/ezvnXO+IVPPLigCx8ewM0Wxzhz+Mv5j9r/X8Qg2sY3YxjrURn",
-	"6ilS3mtcfXtxPfPRU8vKTfT40XL/b8aV513wZkfA8WCvRGd42nrzj9H01Rz++RpNY/kd+ULl2bhwXtvU",
-	"ZeO7zFiqsEwN3LKYbRFZ2URIMpMpgyF3hwLbTlB9dxDNODuH3WT+KNCbrxzUNERnLnjESqgUdTcxvP/N",
-	"0qSH5WVviX8ImInHBkLApm7kczYUcgv1zrpGsNy10Re4QK0LK/kmGozytf47e9r2UwFhhF+vCliLq6Ax",
-	"MXlLPx9VdzlEUhPqg7pbhZDY1ChUFP/m9FQz8i2cnkAVzyP+PL9eW72fXCrSZr3WLzqO2eWiYov91Sq9",
-	"q1H/7QLhbyj8j46CuhoFTiT3A/9RPM1L1JE2Ct8+oOQKKOPRVQ2KpF+xwMNUHIomUMVmFdMQ1DeuYqIN",
-	"AGpnO1WywPOfsiSRhvJQE21dYtC7p8HdbgqQN5RV8JjLlkUrvbUt7qhJmgX/kzRJ2OuDa5Jmab52TbJp",
-	"5l9zrOfOItQTI+EdKPYU6KU5kbSCvNsofP2a14kHrrqAHDMtychmZsQBCedMxFxMbm14iquZvbwkoZC3",
-	"zr93i1Z9iFjBI30rpL7N00ljiEiphliAObRUBCG0jKiLjYSECzRS2lahUozLVj0KYAxSJFywfAQkLN64",
-	"zdHS7c+R+XGcJQmM1FB2nCUsvoX6vpiuCsi2tyMa3cnxuCkRey+Obz56alXG9PEd05QnjWVzgdV8K0o2",
-	"EqZTsmlReHI70i+Xxas9BN/zhClbZNM6c72ifC5pzTQYEJnEmyIJqbq7zvv8GinEzHddGBTATvx5sU+O",
-	"ExQbQr3l3HLXN5lTrolla+bEw4HvuLTW3L/iSm0VYU3XDgNRprm1BV6fIZynzFPgEy4mIZpWHadj1Eiw",
-	"XLsKt4J91liQtW0j9KTw4vOIC88D0w2GREFfI4ZJn14tMC9R10ZDFUC+RtmF/jCkw2K0NVp93OzB6mP+",
-	"eLzV56tmleuY5L+sPmutPjuJIHnxlYYocKg9gcAscowuUAcAb5EhmEtId9XkyjX7jzAoqVSzpTsUoIqG",
-	"Y5kkcvHvCNCfF0JGcaddl1N/BIqtYAtEl1nkclJehYkXIYkizhVUL9deQ5QhNz/MGGbYu1NaKhFHXkvh",
-	"TLk4ToWFoQElzSKc5fW9SdvVTB2gTdc8danntsD0FQKgMQ5hotoHbxuKwclFDZ7ZGilnrzot7vgGK4zX",
-	"Th3htpsMZkVVrlLIIZ8ZheekP3g5eHV6PngZtGZc4I/9XP0xfHMCSN4Nli5btcVvOz8SvWBDP73t+8HN",
-	"rO9nTBPF8qZGUiYMLNANTZUSwGsbPPFHft7bMOJPT1tq5iP7XCtd/OSOuAXgc4WSuvv59C6eN9ASAHys",
-	"cOJOcLkUzAYW6NWAaeSCRRVLv+olUxY5Nm2QS7mNMIGcIwfQDAEY5TobXXJTqRJjOA2UK8mLwnChpYvp",
-	"8ErHNOUEoClmvzoWHpv4luzHXi2HzWbk8j5+C4rXe7+cDy1czRD/WZ7OLsSv0+UmQHzqonxuXbBSWCl7",
-	"a2VgGt3BpW2l+LAMgZJf0qMsnjCNcrgzzuUZBErTpTUvkCk301t2yTu4M8G7gmejEISF1J2iHm89qLBO",
-	"l9+suBvkOhGdUC7+JevaDSUUSmp2EqY1xPDJ1FMO10vBNYXf4Qw0heBDIXxD3UzEL5QrTI3BVwgz5DwV",
-	"iBOIHv6Ym92zRelZYlg4mbGZTJdXQ4G6X17M3uHqzTKlCZjG0EJtq4eTdyKvKA7QusXviR/kbhRSoxfP",
-	"GaS5FS0EXq2pHDgucXKyVyfZvu9ppKupMzAOZ03Z+VDh5/mx2sal4mMw7gGBuMkLMagD7czLKt6zlI85",
-	"i/9Vwn0jzAxurV/E3eFMkvYY7yo6YUdrQGdqTuYxmpyaL6n/xA2yUTg2H2L0O4PeFf+D+ScsyMNttDWq",
-	"wdOEizswA2Fq6FCAObZUrJ0SFPWtCYyswJ4Bfi25JjOulLVhecXXYUCgoLqSF1hDDSda1A+Fm7X40bRk",
-	"UVn94wkFQON1QbYwSHdIcWMee1T/BEzgwty4Nzrw11W8EvcFAlpgcT1D6ppjsSnNGewp6HCxdULba5KM",
-	"SZFjHKxkcIJ+UuTFqMYcLg/iqbiAVFNiFlfDIutMplBU0eZp2fQuC8ZXwEUt6mAPitSo2A4dUJBh7E26",
-	"0L450V+VdrM+UbpQbMpZ0l8/iNQi35zarMgNUS/Osu4DazaXaCiVdMCHynmxhqIdvn93g5mB+MzyXcyq",
-	"KNVSyC0lfhWFLnmXkpERO8hSZikQ8Pv/eHs5FCmbcKVt1mJNaQYhF6Qder/cztnM6ljej2MuJiydp1zo",
-	"8AiyEcE/ag2H+eDr0hq9ZkKX1dmYmJlfke5My4WtHLFyuNuw8gWughFsAXq7mrjompwnVBuhzbWNJthq",
-	"P2ElYsaMGcCFMIOzEhEIPRyRGRV0UuJGsH0xi3jMVGDaxexOEIYNqzFaZTngSfnJrVw3xxbtiXbsBQXN",
-	"6OfbKDcye9CULpYQTUIdlnX6rcCeikqczq4BOjjqPwmczAak2JVrjlgJViosrJRaaaspXA8i+lrhKJ/Z",
-	"++MCUFx2dMyENuLImvzOBlSJpwY72zPH+Hkyhptps8jE/3aCNBZuqWtvVqh5u3q1QoU/RQwTCkiIuAAW",
-	"Mb6OY4Vd8h0A3UAJfoCQFwX+iKsfNhRV6A4PeoRMWcqOCKB2VKVRdHMHK9AlPibJrN5IEftcel9iC1Zj",
-	"s6gmU6i9DzFZ1QFXff5cEQcE1OhWgybqHUgtWK9WkEcV2hCKwD741ADyseedZLfbesK2vlz8xf5Tofmb",
-	"Ti4WYYjLJ/jbDol8JIfALVvPJJovCl+ebDbM/IWLuCo5t1cF5KNyzTEnZzqTqCf1dskPoPCZl9+/+Zm0",
-	"5wDOnUJEuQf2Dp4z50oDs0kG5hdMt5qy6A5/hsocR/YKG4pSTx/9tO1SHTVgcg6S3UUh1fodUOpH0ixX",
-	"NXzU5fcUBRFxqN4gv8pz7FfgwmitRYk+Wv+EVcIf7UyxuqkHVrSqou7KHwqJvYPl0RqZBKR3FTg6VGPF",
-	"B7O7d2zpTEXoRcFWWdwlN7n83wQI/SYfwUdbn+1wAmf/wHUCi1E2OQLNw+43cK1A6UFbX7ZRfduVmFBr",
-	"b44UtipIBeepajuMZ1yAtWHFdNBdYzX8Afv+mtUVGOK60OF8YXAh/xGhjjB5rgKMpnyehkSBSoYz7+xH",
-	"iPUg4U1ojFCEBgzdDFC7hCSJNDcWKMkyzQHQ8o3KMWB8e7eNK8q1iqFwUGC2mBS4oHRKhcIS5jlaYugs",
-	"YGRR0V10MbQcyrGwpmNENGmjxmGkMrtHR/XCzr28Yx5BPk7pOjjiWBlS8dM2PuBfuZ7GKV2If8QD4yaH",
-	"tbl3RyVs5rFN5lk4eiuGXTgFesptlSNny3cn1OICsmRsyzmZsRKaSJFXqRFST7mYXFbJGcYCpaic50mV",
-	"DpmSZCT1tMIxIrNoooqCuGrIMv0cwrrwFcHy+oe34SaB5f2HvD+gCgBWCy05OGgZQ2/XGwMxTtdLvxMp",
-	"48DVo/M4eMlbZa4ODNyx9A5YIQFeExUbFFR300MB0LujJZkD10Ps6UhmgI0JwWSu9Jr7sgg0cFApEGy3",
-	"CtMbYACTX3POxqy6WpSmHVsOE3xULvnWi38ALW7QOx2KECfZKUC12T0z60EoKerWubAmjFbadAk9p5Lt",
-	"WdAsKu9lyygvCaN3LN7eSYPj/yo1b7s1ZQvaV47Ba0a84eRWQzdGjKYsvc701IVu2I9WahfJTDNFbGgB",
-	"ZK4EhGZ6yoQu6iOsKtJdL33ALviKjfkjExQjL/LarCx15f/L15Wttlw4YLv1+CaqzpRd8hVxpgJ78r3h",
-	"Ku86xnCQ6vjrWv7Ow6LIW/UjTOxPOU6Wh3ZS1x5EWGY80R1zpUeAbBFNmdIp1TINqpCHXng8AkWSMRex",
-	"1w9C4dSkwbh8Hg9FMYs5JBT4w4RXar7/kdHEBnSmjMZcMKWCHNLcow5bAc1t1Fy1Hj49/P8BAAD//w==",
+	"7L2Lcts4tjb6Kiidvyry/JQs+ZbYrl21PUm6O7PTnZzYvfvU38oxIRKS0KYADQHaUadcNQ9xnmE/2DzJ",
+	"KawFkCBF6mbZucylqmNJJK4LC+v6rc+tSE5nUjChVevsc2tGUzplmqXw6SLS/Ja9lwmP5uZzzFSU8pnm",
+	"UrTOWr9NqCYTOpsxoYiWRE8YuZPpDUufKULhVUK1ZtOZVmQkU6InXBGZjqngf1LTSLcVtLhp6u8ZS+et",
+	"oCXolLXOWvhyK2ipaMKmFLse0SzRrbNWREXEklbQYiKbts5+L76IU8pF62PQ0vOZaUbplItx6/4+aF3g",
+	"ON68Mm1BlzOqJ16P+Ps1j1tBK2V/z3jK4taZTjPmj2Ik0yk1g8gyeHKxo5dZqmS6uFhXE0ZCwT7p6wie",
+	"CIkcwYrNUnbLZabIjI5Z04LgO6UFmdJPb5kY60nr7KDXqxvKDzxhjRMe8YQ9fLZvGVXsSt4wUT/jxPxO",
+	"tHkAJmuXmdxRRcYpFZrF5I7rCWlzQyNMRFyM8fm9fC0mjMYsLYYOnXaw12XD91aof/AiaE25yD+f1M6G",
+	"T7nO16uyBQn8WEuSx73AdManhh6PzWZMucBP/bwfLjQbsxQ6egdrRJM3MZvOpGYimv8XqzlhP9MbpmDh",
+	"zCyZ0kTRkVlPkrIZo7pLLjSZSqXJwfExiSY0pZE5u41L53XYMT02EdTxcXm56lbrnXeQG8nMP+0PJ7cP",
+	"9t2Hrts5iVlq2BPXZJTKaYk2qYiJMq+JiBGRTYcs3cE6r0Wma637ZUSb11tFdAfrfBlNWJwt4R7KPvDw",
+	"rq6oumnsRlN18/Aufp0lksaNnWTw88O7+Q2uvsZu8GZ8aDf35mU1k0IxuKHfp3KYsKn5M5JCMwH8i85m",
+	"CY/g0O3P8In//YeSwKSLvv5Xykats9b/tV+IAPv4q9p37UKP5cN1QWyTpP3hh5fk9Oj4+R4ycUqUpsOE",
+	"kTCSMQu7sCy2RRAnZjy/K9gnOp0lDAaeMqpZfA3zPugdnHT6/c7B6VX/+Ozw5Ozw4P+YUxa3zlq9/unh",
+	"qE8POsP46KjznB2POsPeSb9zFB3HJ+z56EXvtO/dmdwMNM4iOJhVRuS19jw6Yp3ncZ92Tulxv3MyPBz1",
+	"2EF0FPd7sFe38sZs1YgmCvZKzsza/97KW/94H5gPM5ZqjtviT8nb1Jhq1tF8yhZ3NmixTzOeMrXRO2Yi",
+	"K4kmaCVU6etMbTggXMfPiz8srOUaQ5jRlAl9DVe7fWdRXHCCAtXErqCVGQU7JyJLEhQjzVMqfwJILxxT",
+	"ze7onNB4ykXYJRf42EAIdstSYheXJFQzI4hSERAhUzKhitzxmKUE95XIlFAh9YSlJUnVvmKkFJxJMBDm",
+	"ogDqMDILtYNHclHE9Dq33/F8OgFJmZHl+C1L5t2BkV/qV+53t3RBy8wbSCynxHxLhlImjIpW8eNGG+xI",
+	"+XOLazZVq3gCnN1L84552bZG05TOW8iXHFP7vQUzAfrJewn8Q1FMppDW5fAPFmnTtOMTb7mC2ZTPVj7W",
+	"tQad85yVQ4bWaoejFNMVnhUzTXkCvU+k0k5GlBFNzGfz2oinSl8rxsTOOBuc45UtCrP5Cf+Txde3NMnM",
+	"wPoHz7u9bq/bfwgndILsrBW0Fhte4IHeEi3boL9dvvvlXb7WlUV7DD64ceOL67kjnohf1DTW1E3dKVuU",
+	"sOEl10jN8KurXFmXxiOwk+MIZ2nhLAYtTzVeY+LLz+oH0//nFo1jjnrWe2/E9hovT8LtREXSMY0R81tA",
+	"WHfcJaE762FAQj4z/53JVJt/szQx/0SmzZGRvYz8Y649rVlqGvt/f6edPz+a//Q6p9edj597wdHp/f+q",
+	"o4t8+8s6fm+1buAvUokMGtaKj8XUyowec6PwwwqJjAkj6uUi7M7kq0JO9pqg0eFh53l8xDp0dNzrHA4L",
+	"xrjIeErDX/eQoxEpgbfQZFVDDxWbVv4OGc5RUIkmVKAVJ7cHHPSPnh+9ODw5eu6ZBXqLZgFvRevu9234",
+	"i1la1AKuU0at/F/71E7FCm8H19GbfJpdZGa+2uQWKCht8QpZAjerSuHW3IfqPRymERdcTTZSQ06HB4a6",
+	"D+POKTsadQ5oQZeGqTKq2LUv1Te1qjRNVylASlOdKbNyWRQxFsMyOP3YG9ML2u93ng8Pos6L+JB1+qNi",
+	"VK2dHK7Kyn3eitLTVKbXRkmspUj8ecqUouP6J0qbtWshYWHf1u0gzYTgYryZDO7t/QbvAC2suGpxpy7x",
+	"4XuPWtZYhAecYe5TZvkAV4gnn0nNopdWZsnBfm1oZcPb3hGebyBeebsGLY8gvTePejXWd7MiOp0bdlWy",
+	"FNvhVPlsZQVhfEvm/C7TkUTd3PlAfK4wohy5ZH4/1fhE8sYuc2JybcFegJkK6dnsxfLmnfEihkdnLFXw",
+	"bG2vWcz169saoSOytywSTBeZuiGaSMsqy1quJuEbtmtt/QSeOuIuw9YNm5OEUXN3WP5wdBC0ZBRlabqC",
+	"H1vDMo5r+DzuRwf0iB2PTnrP+y/gAKRjpjfgtPkrdty4DDUM2K5TDVcsVqrxRyfour12q2N7C1pqrjSb",
+	"mkUUUsynMlO127iVclfhJlzokyNfVDrt9Z73T08Pjo+eH/VOT/urrpHSRq3LPLcTpIrNrllab6+bf21Q",
+	"9mpVOm9epY0L3O7XMof8ZO1EUSvO6eNpay/pjA55wnParuXhqGBUjdCGtAg2dU4oMRfOM0VC1/F15LUd",
+	"kmmmNBkyEkmhKRcsJhzscu3wPwdZr3fIQvA3lkcYtD51xrJjv/xDSdH9QO9+tteAGb803Euzn6mYf0Aa",
+	"2fgqgha4FOtvzcv8nTfmqN7DCXqDbzrvo/3YX2H08ruv3aDSBNHvsEhZD5vEhVB3eJ53MtTt9oE5MWIN",
+	"iQpFDpRCaXKdMpUleuWEP8Bjf6U6mnimKHQzetL0olF8wscTpjTBfjpD00LVQenFXhDFhC7CLazItaVK",
+	"KgtJY42FcXLJglZnv1++bQV11Shqmyhe7p1alWktNW9jvQpeMP2B48lOKW7Wnta8d6oz2VDg30pLAsHV",
+	"vlGN97FRHGa2ZMjMnioI8QCnHx1TLgLCR4av3vEkMfzWtMZZ3PUdHUu730RJ8Vd9heuCqptLeLBKm6XA",
+	"n0Jrqax8qa/ywi4h6oK5PZyo8fR/F0fCDeKg13voAZkV7u+1vNn+Oq5xOxVcqaR1L/Lon66u3hN8wBoC",
+	"cwogNJHCMOcsicmE3jIyZEwQCoRh3Zcl7nx8euoHEPV6tSFEjTRsh7mcLEFw2OyG3HBn/n2h1l6oaOfQ",
+	"zRFztvlnqhQ71xAet1mE266u8xK5+RMKlt/04P51/tgtxTRrIOLiWrFIiliVLJCH/ePDk16vFIF3UrsP",
+	"LrahGkW5wgS0jfL4IC97IdkfbiLXl13vzbvhx/BttyNbLWTdaJsHeRnRLQe3VaBKko35BoqMGd17eKeq",
+	"iS3dMDNULlOu5yUDoR9J2i8Tcqff69XSMhoYyiPezHPojzvvdU1Sq/E/2/EUa7lsbzGQcLv9jZmRXZw9",
+	"bPkuYT+vijeelgtoPjV/rTnMK3x69Vrbg25bD/wVaV50Iw1vt+CO9RvpXWa6lgmf9I5erIqBDlpRyjWP",
+	"aFKy06wUy/xnwQqZ0Lk/iPJ9+koSIbW9SIdsJFOGd/iUijmxr2EAsJB3ZR1FZsOE+Xe8u1tqb3grbkAU",
+	"H4sy2J+aNSoP7yeaxgTCyoksFKtnitxNZMJImgkcG8RNGUkSpICw6CFmNE64YNdUo/lqs+H3a4aP13mc",
+	"pUhjpbFbFnXo8yjTptfkcd1WT+mnilPdtVRmdqtIZruww3kiabyZnXpnnLnWGLkpkYNCvloY1uncJuo4",
+	"zdhZnFcpxlfmuXXYumuzmbNgDPSWptAidOZ6xMWYpbOUo5vIj6LpdU5pZ/Tx88lRffCM38wMtZzKZdir",
+	"v/+uIynA7i70tZlrmVb7le1fSa27u1sWlYRqZKom8k4oX2dpc02MsmLjJIiWhGtiHhQR2+uSCzEQfisd",
+	"EBVjDJ8lUzonZvxEimQOQa/yTpR6DaAzuzqgHHG9LJ510bW8DnUiOdXSp734/MaayTJuiDynM17oYk8S",
+	"hr5mNLkdVOturK//+Y//qTEk+iNfO/61We1ULEqZDoiawE6LiHXJJRMxUI0i4UWmJzK1m39G/spoylIC",
+	"rpMIA63Ri9JdGR7gVMViBkv2DQkAJpwk70ats9/XIZjWfVB1UTCRyiSZ5iHoi6vwTqBR8txfg1rLRqWp",
+	"LUJFKkuyMLjlnSyulyGZ1/DGuqzXT79QKTLKVsf876+vf3zzC3n5+sPVmx/evLy4ek0+vP6/f319eQW/",
+	"DsQ///E/AwF/v/7l1ZLnaiYBBM3qCTofRR27XsEz6zb3IfpozX644dXR6uv88Toes2QRyjkfjYGWNTaP",
+	"FydHNcbTunXYSZpJvdllUdqsiJNrkLkf8FPTS91y/8CTqpfIpj650Ak//QnSnoLHYu4pm8lUd20nW8fA",
+	"qgk9OD5pnbVOhlEvpv3R0cHo9GQUHT4fvhjGz1l80BvS4+cnvZP4gPZiehzF9GDYPzyOnr84PhoN4+j0",
+	"xfHwBT00bfE/2fVwrg1J9A82Ntw/1CJf3ooa+tsmNWrNvneasOT2pKY5f4l3Gc+yvu9rvUQAKyOVtqQ0",
+	"+nyWpW1pOnS7CCuBw7t9Ks5PjCaGhZdP/4RFVlqnmg6pgnduWkEr4UoDx4VPLvPRfPL8OfZj5TrK26y/",
+	"Rj83ZXN4g1ULkXUwjEzQW8oTiA38uGpnl3hz3iiVsfhloe5Ul4VeL+hCDVf8qqu9uNJ33+K2V6AzM6VM",
+	"sLvSL0e9Q7jyHx7sXLeEddLzywvUwoyypZwK5r2pSJsmChEybKLiMxUQLkpalGI6m+1111Rqv+TFXrfq",
+	"1XX5YJ4gdIT5llyRRIoxaes7sww8jZUDwEj4iJnxNViwFrp+QGiyH4tcXdKgbrdXSyg1S1F3WD0D04o4",
+	"tw1D0AAMYwfxBRNGUz1kVF+bCym9pUmxtf3eJtkMJRdnKz45fRHHR89PWJ8ejeKT4ZC9GPWf90f90+HJ",
+	"yTF90TtkJywe9ll0chTHL16cxEd9enASjU6PowN6WjSovREd9vC2bMjl2CROoWydPHyAFOfZGrmYZbDT",
+	"ecx4a8KSRBYOptZZi0UTWTHWAX6DYOm1fej+oeLYsm2tP7G6gG2B1OuRZmLNk7l95sRKt3jJ931OVGGa",
+	"QOgNEnqoMCGRwiZgO1CPiCZJd0nPesm6XFYcBSQTmifeQtkZr7lKjm5XxisJOlMTqTfxv9ekUSxOcClV",
+	"2PHV8TBY4c1zKzek2AopbAzis9ZKLZneVqbrB5j3Df+pNTdXAp4tAE3hv4L5qHMCkkVEZzOXh+ihcI1S",
+	"xsxvNOJ6XgpZ6a9hwp6lUstIJte3LFXWyertx3GdIV3Jkb6jKWt456DW+n5Hua71NR30quvwk7xDSUJL",
+	"Yl4D2zOGf3fJy9IqKJbespTYKZP2wTFR5jfb+l5pPSqOrPqgqyaaaQqMxi1aWznCu3yVdmQbbSThSxcQ",
+	"WV64EEHVwjNyw9gMSISLcZeEmMZzbXMcWByeEaXlDHCQXNyeBdnIM37CLgkTqXT+LDoWzomQemL49FSm",
+	"LA8CpVHEZhqjQJ0qlEO8Vbs3J1UqXZt1ks+vKQ4P4g2NYCmFZc4BiWiacqSK0p2QuzwgEg/G9jARamEm",
+	"jlnsXLaqikIuzNIu6oNtOAsTqUsNXi5aPIW4sM6l3XBXn5MeuZswQQytrXlxrxVp7B3BlWGaTeS/MLva",
+	"sy7HF7MZE/GHPKLVo19so0IXtQt3cNo9tQk9cjQCpJOD46Cl00wYNchR8QJNlXpYf00aNm+N5S8NsdYr",
+	"Cr/BXptnSTTJxA1m/kAuKaHlnX64va5Yo7rxRHQGQIcpo9GExedklKUALBRTTQlXJE6lua88ubQpI9Sf",
+	"u99vUNqGDUjnpVmbTaOtqF7AVewdvTh+Xhtqmm/Urta7GqDgVgOG1TDNK/ZJ7zCjxFMx3c2YrxWuDkSk",
+	"mwvQ9tgF3ihoArauhVPm/u6tceC2zB15UKJ+McslscoAosVEzOIzIiRe/UDicP9HcsrqKDzI6WnRjl8+",
+	"6TtMGH2ENktMYMUxXsh/z4m4fMBhZbzVr6PudzMmENlw28zDsqOmANj13Wcy0kx3lE4ZnZYDzgGrstEF",
+	"sxGope9s2STU53H8MA2h1DVek9pt8axHD8Y5XG5vsj7Ii2haI/I9vZttCQTcCueSv2a7cDKV9uDxspf9",
+	"bopAlQUcJXB4V9CSWMLHHMAh7NnMIQnkaJRwUYQ2uZT/W+ZZKXtB1eRwv56LuzKMTdAJ6iPkjkrIs4Kl",
+	"HZZ1AGVOwDTc/CpGVYh4WovMPzYiRJUtpnWm0prlr1Nkis2oR0ByyElOdc2fL4YWtGKuyuBE0K/3bbGx",
+	"VF87k0ytllts/DqhTrUujvIoCtyk0tBhXusR9q5PZR6nta0j+D0TMRfjD/nmVFNV54SSv2csYzGmq3JV",
+	"xILHZM50l4RoZL8WUl/T+NbMS4H5wwvFDq1Rv4vPhqYd67azr6uQ5GdxTuSICCmY823hblTjMMsg+KTt",
+	"ngIfYj4SI0sVfZhfkoTQlME8IpkBeDok3SpNOJqzHIkKeZ1DZOUUUTtdAAi8xtNaPFrM6HrK1RRy7PBb",
+	"Q7XXoyxJrEM9zhIWXwOsasslDw9pdCNHo1ri9gCLK94HiyWcowtbiJEKtPCURhMuWCdlNC5hDZdj2gDh",
+	"B9WhDpiTHGRJCZi+mtSHVAL2RZaSCUtAN1sF9eL8/Ee906CluU5ykHpiu7arMNF6ps7293GZO9YT3I3Z",
+	"rUNpVvvekO+bcIsqlo6GhTFPn5PwU8e23TFfqJAkXGmHT2u+8r3S4FhRwUDAohtKzVRGE5fa2v5R4umI",
+	"pFCaCg1O3BmNbuiYDUQ45nqSDbuRnFbmuO/+tWMJ97rkF3YH/SsINx4yQmNQIYysqQkVA5GJGyHvBI5y",
+	"iIHIXqYtxhuXKSxoVeYLF0Gq+YhGWnVyfnzWOu4dnuHmu7kbNUZI4p4mSsuUjmGyIz7OEN7IGQ9d0nTr",
+	"rHXUOz0rI8gnZhPmqBNZ+nWYwjZBMmgNadyJVArv9+yqFt5nCCUweqQDsAerf2JkMxYTCLdW5IbNHV9z",
+	"JlbbcOpUgqLxpoaGKaM3ilCSZknOty7ev4GWdDTpCKk7M5YqjqbAYrpejnOUUD6FRsAYRTCnFvjZnVlV",
+	"wGAuGilYSYd9snnoZ62jg1O7IzaCwmE9k4lMYkW0lOj5kDMmyEwmCcA1j2SSyDtVdul3HCCVGW/fjjfh",
+	"TOjSKtvVu6UJjw2Lhd6teOy3VlxKRXOpzDQjgrHYTPzq7WVNB5VmLEGvHlTKxmalUrwxhCQFZ4bnO1Ei",
+	"FSvt8+lpqcE78x96BycLEp8MwaCpm7QTOR6b3RfJfA8DxEYJj7S/uY5c3G+WD7NPXGlDl1ZFLWI61zpb",
+	"Ly+80wTst2ig3BpsfIcL2Bp/wYpnHLq2InZdg/zkZQqJu4AlG8l0yOOY4eIf2rWiSQIeojmQQQyhKQrU",
+	"sKJ+AxedUcLHk3x5aL44sCQwz0rBBzMopXmSEIuhdg5IGHPShkSdzsVIs3Sv0tENm3dSZoYOh+EAx1ht",
+	"2ZwnmJ69F2M+GjEjkrtRQU0KNDrBVvTOCBXEfUUgMf/cTj9TQG6Q5oFE4YyIeAV5BLHujQn+m3EHbRmd",
+	"XHrwW5Jja5uNJcMD6OyzZsNYZLSY3BYyZXoiY+BC1Bx0ewiP/UOYt4Ns0DpJ4UWQb3RnJDOBLx6BkUpl",
+	"0cS+LFPDtWSWRoy0ZQquoxriUIztFUEeHS1lJ6EphHYc9Q/Lh2Yo4zkiyRe3CTI6BedQ8T8ZcQVlXD2H",
+	"TiSFTmmkO7dcJtaAgPuHbeNjFknCDGlquSxXJJZRBmeiDXsJtJG/AWcIZU1pDgmKsExptQdSHBW115n5",
+	"IT9R+QNBy0EldNCM1XEUC2fD3nN4AdjbxLcTwmgrYAtgUcm04SudGPljwUFSBtYoOFH2IWIeajpRRnCv",
+	"nQ6oATXTgRcMjXiQjfgWLCXCHV5rlk65OT/gFs2Bf0ENNp89sJuWzbSxd5vqYMUAx3goEezO3LCWf+F+",
+	"ykwn/BaoUWY6peIGBw2PTLmAeQO9GMoz12AnZZFMjSqNBFi5fPHOBGOsfRBqGBB3iEoNAdkqdwerRN7B",
+	"Gi8sbiZopidMaG5NnsiXhQzMwIVEUguK2VXiXfONRQvxkCL/8R5p2tZMqGw2k6lmcWfKYk5dTNxR//jM",
+	"P3jcCJQW7a0mEQCrvXRinrLiwsMvXQ2zXz+8tfEDSpkzI+iUxQGcOF2K4Sya86UNS262TdcI2Mjz28i+",
+	"VuKOPbOE+euo6lrurooqRTGLEmouT+AhMiWXP110MIS7aFRBqjmOxXnk4d6AJ+zNa08iDK9427kMm+Zh",
+	"JSYQwVwrubHKlwHyS9YKc4ZJFdYQ+3xu2ql73P547jQOwQD80PyE4k8eXcqsZNO6vy/0vBrHAgetJWIN",
+	"ONhLQR6LaO5NkHpyhfBzM/x/Fdnw1w9vSMrgUjcskk4h8A1KxaFmbF5cI9EOw/2xfw9qtxFd9oMVOr2Q",
+	"8m3SyZrSeFunoxcnce9F/8WLo+h5fHJ8Sg9GjNJedHxM417/mB4OR0ej/vBg2Bu+ODiI4v5xfBL1j4e9",
+	"Ua9Hey9qFOIvlzJ8X7uAgt19RRl4O0yyq4IxLkmHw3iEi+hm0RoOKCX9YCsfLNxqG8EApyxi/HYljq+5",
+	"G6/BntY6OyikG9/Zm6eK+Crs5ohok5RRWIE6UzWrrTgAFSjc/W0o3HRO2kaCkKmRSQWaAPe2xKPa0Klc",
+	"bMJaqLne+q8PP+jvx1ZO6xoQsG1aWcjeKTb/40OBCx0lLHrVwfhV3fCtNrdyZPOtq4M55L5cXwPPXtqV",
+	"8s42swCEZtvMK53LtGs6FbCnD/DWIo5Rb9H3twviqOZoLaybm8WKtdmFV+VSy5TFFSy8R3J4lhZ71b4u",
+	"ZNdbqu6SELhdCGYJ+JOAdk7a9oeASFsflYTWCRDudUmIp8a8Z9S32EhFUgxE3krxfghCj/lDsVuWcj0v",
+	"Nco+oS3kmsehEeljFmeoKICZmYp4IEo9G10FxjtHWZolipE2fr0XgKHYCtUOxcEap2u4/FoVkj6wkR8h",
+	"sz50zVa47N56LIR414Vr33AR+4wR5+XY2mJIlidE2+1YSdXuOV+ALpdr6K2SUWCU9WRcYOVsRsWvP+FA",
+	"OU2IdXKhqWWUJQn5gxuRkwyZvoN72brruwt0MISQvZpw9/5SCCdI+l8BPzWlnxpAm3oPbLte4DUa2nbx",
+	"R4VfvUpvmwiiS7zYlxF97Eqjf8ihAkySTQRZlxt2X3hkMYIiFqqTMiUTCNWdSWWR7bwAb1eR4/7jQ9AG",
+	"Ko15CIK/eyUMa6qaOhTfzSprPV4kEq7/BkCNf5PDuvtxK3yAdSKfTZ954HMdTmNTFnk+NJ3y8Xh1NMiV",
+	"fWxNZAAXL1xANZaKc8K6Np0ps4blY7XJkXkI9S8BVt+ONHOQ4m0JMM/z3ABczp91Tc/FzLdVW7aqJ7Up",
+	"Ka+Xw1hPj/kUy6tRkCUuaxMB7kRsjuhjhgZ6oLCb3YpbEJSjpKWlJk8O6k1fO0EoXIl0eTVh5A85fFa4",
+	"De0r3WUySH+92Nym9c/z4Ar9HZSGUmGrgqWsXTfLYbRuIVuU8WpRjAb/m3XDwTY6/OHfHbhyiTWam7/h",
+	"ur5fEd8ZsePjzvPRSa/zov/8oFOwZXpQRBMLPp7oZE7sqOA8jHjKyvM67F31+me93lmv93/cUyqReulT",
+	"2xcezrFzIzBiZDOz2SLC0GKgsB45IH8x/zf93LI0oeYZdQPFig2xXf8phZnf68yct/2/sjRBxOZsFq/c",
+	"tzyXtb+TOOuHwhZ70azlc/aDYSnkbsITRmY0U/W5RRuWS3bb+uCy8WVaaqwuYo8pMR2TEVRtb8PfsyRT",
+	"VsnaW7+gSJk26ziT3+E5oUPA+zfkZb3guAVFlsv6fW8jV2LQavOIL3Bh7igHlzD64BiZpeyWy0wBbLCW",
+	"ZqSkbU8CBsJeS8E2WLftAKvL52ldkvFyxWvS6DDinNiHzm3oIvZDaBwrIsUaNXdXXyfLYbTcIP06tHW4",
+	"2xVZ2luP+psKF/Cl4Wy/zurOBcWcRrPtiky5guAfOONC5gFWKRUkll0SGsINDRUopGHIj08SG4sxPSeh",
+	"4YohMf8FyNipHzhsuSowzmWX36sSC9vAhALTYTSawNFGbGumzKgiKkIYrbkX4f4JSGgETe9bSPNfsKdU",
+	"7VH27qoAWfgVGejanDfOJcU1RN78pVrZt9Eg5V77gadVqWLEFwpRVm7V8kUaj05OOs97z/ud04MXh53i",
+	"hh8emgMCxAO8BbNI8oIgjmZROLpeNBGYNdvI++b45vUmQshKGSJXh/P2l1/Pxfrt2PRQXsqFmGw4qxBh",
+	"wYRO50RpChAyMiVDpnjMVA6r3AahpmOhvx5WpM2dgGI3zUmewV94sdQeCG/LazkwtuZyImQKp/OZsnAL",
+	"Fju/9pitXyTFo5Z1nr/hs+vF1BzcFU8GtNN2GQuo8NfyhGUSAkoGiDQypSKjENcZIIIAxxhnqm7QB/BI",
+	"tc4ABbgJELyIJsMcEjeW0ni766Bze/amgp3mJw0bq13AMt7Lw+9hnyL8y9dtVDHU4gRUjmVQHP9VbHc3",
+	"NgWPjT+mbQG72eWQn2C475xWVivgUJRqIZAXZZsFoZYrgomQXSfC5G5yAAKznC4gIYQ4WhmI64CEufwb",
+	"AvgNCIxlMbqACTFdMcOrqZFCQEiaypT5QpJVK6GbnMMY9XKZxGSuhJrLfeltt+I6rL3tNrP8babcVR3f",
+	"+VF0HS8jALMAu6RZWNDtMwgrmsumjkAa6WRObKpfGKVShEAxYRUMJ1yUVwsrxnozdbrBvTN3LOj9/JaR",
+	"EWdJrEh7ykWmGZnILCUxnZOpFHpC7hi7iel8z9ze/2l+S+YB+c+YcvjX/Ap/wMPw15xReIYLEuYGlLBS",
+	"da4ezouJDUWuldCEF2TEP7GYzFjKZYzRsCGYuq+pDiFsv1QqZw/GTYdKJmYtTMfdtavheKIVWhuax/U6",
+	"V2S4IlCNCIGmqBuvYlksOykVsZySGU016mFcBWYuwIO66/lhfYGvYKXrkI/jvM47sNHeeLYzHyPi16uX",
+	"rQWIOkHeXPxyAatNzCsBYd1xl5RMbhUCOjlaK7KyrI1tZlLfZUG3ZTXcvoq6bUuZ4XqF2cpK7JeqD7a0",
+	"jtZ6RbkWym7WlbXaAABwsZJVQ/Wq2ncfXInqC1afuq5GrDwwSgUbrcSqPLDNh5e8Wl7g6tILXXKCIBcj",
+	"Cflud5CoFvNs2gpaEz6GbHlb4a5eKlwI23sUlKpHDZpGH5WLUbMZGGdHB3mEGP52/7EuqPqrgLd6qnDm",
+	"7eNZnyB81QsMXhEO7CazOgDYXR01FG0ju3tBK8/5Wkprm8dsLY/Cb7oKbFnD3WOBL+B9W39Tbr6qA+Ao",
+	"GH+vmZEXoRueb3sJmvg6zs7Gc5lH5FdxiXG50PAEicnZDBTpYRaPmX5gXsKyy3+D1kqUtnbgWgWac7OX",
+	"nyxWrrYe6M7t3eALbo6XKn6+diglDaitS4Ww9be0URTbwG7+ZPVEKwd++btlaKOvQgjczJJPxfUfcrjT",
+	"OErAw/eDzzaU9DaPo9zGkV1nxi4GuywOM9/igsKati6ocOTKUagwu8ZTt5mX2qzkqzyvdr1ajOgDXajE",
+	"6B/atUQie8OsNPXlDdfXRzTD2YX50U7rsczlpcoPZw2Ltx2nX3h546o/OxG6H3hf1by+8TzW9fF+Q3fM",
+	"Y7Loh6vWa7DCgu8toOSW9qHx0DSHeyLoXznuE0M8Sx8w9tMLCEUzxR0F2I0KDkitVp/PvxKMUpLBKa9/",
+	"F5OnanKmPXaSpUkraN3SJPPx5PoHz7u9bq/bP3txdHS431oTDDRmGhEVMCm7lAXW0onq+NBViiWjDiIK",
+	"bpgks32eSm5xKWwrDl7vshgOQm95mFv3D8672y6oc4vMO38LFmJIIirIH3JoVSt8lMWEb6tTVdL8ttUE",
+	"tkqWeUje31a1L/OcRAd/4VouLfpKaGI8lTuRG/B8P6LkIG+YuIxkmf1AQXf0QBY1yGnM6qNgrgopucZJ",
+	"7+KAsNyOiwPqkgsXD+TQkNIUKvDwPFDISt/NoXsLMa7WCfFMgY8sKAWyEDkiNH8ksEhbF+/f5GW+mkNX",
+	"oPB4Q1TghiFI7vmHRL481AXfGFP4Kwj0zpezXYrmQ+PU68Dg1/BpbRd5XA/bXheg27xcCEu83WIthZiu",
+	"B8+uqPMrfWJbred97WyNqHVpsZ8q9cq3rMd6akaCxfhgai+xvkDnqqEm972D9mudtd7/epUjUG3krTDy",
+	"UKMcdNvfxybV/lrNLdZTf8qKqt7SrV1yuFIaDVsgWmJ9RItO6SC8AsJs1ApVZMxvsazjAm24TSmuELM7",
+	"dQzT26812CVs1arbrWgyH0hghV63PtsVja/H56/i6vcXcPW9dKxKhqqOZh0LSmZGp/UMgIcZ5E0/MhY/",
+	"JuYwJpZ2sCViPw7nCQD7F8T06nYsiAXwQA6scG5ufX+crqKbRe4E+5gFN3XB1v7jz9SWgvRDTKlLIMuW",
+	"4pKpLK8evBuvwbLraqP8MEeG6/a88i5cfyOaC/5bWl6sCscE8EXA8E8ZI3kVO+Ki0FR9ztzigag27hc4",
+	"UBUsQ78AQNuuPUJK2sOydw6Q50vIWTFWJmaEmMmVj9VmnCrqwZ1g6XWNOldTWs2vVwDqqLwrzTHPmwMQ",
+	"nIRqMxpX/iDAWNoJHEAzAS0HAkAuzQjgRy1JJkrztQg6q61lNUVKa9zwtxKFD88JU/vUTdOZsD9uFl5b",
+	"Uwy1odzHWvY1vMWaLWxW6PVb9LPVimoltWewwtjyUxQscOaa07BSk8ax/5hSUTVyjc13Ky7LrY1IXrX4",
+	"9W7XhWvJH97nR0z83FFd+0VTiDeBFRuzCzuHv8/bR2djKz855rwNqGazIAeBGB+dRxrDmLYJuNpxpfv7",
+	"GsSdB0ga2xQftvbP5VGlWxV5Xr+I8cLW77K6si0e/IAay7sriNRUBGlnFkHvulh0SDR5IsBaG2Up1/NL",
+	"M1ALWcZoytKLTE9qxHLh5Z+1w7uxvv7nP/4n3MvthVg82mUqg0WSDKXUSqd0hpUeQmLz2C/ev+na7C9Q",
+	"UrDjcg2dglv+fPX2ss58WF+Ng9xNpGIOMZt44nel5gZmzlnpDcQdrgbCk9a65OWERTdQQ8Pmo9swIRTq",
+	"QMqxedsTKmI1oTesVK9mmumMJmb49/eQAjGSNVZXHMGPduWQKkmcpVDgB62tWpKUTaVmBJ9WXfLegRCC",
+	"aGUIlGqZQtkIM6KBgEoDMjGCmrC1vXGdi41UXdce8SHf8eH65VUD0cZpmQf2tlptAPueQz2JzkwmyUCE",
+	"799dXpH92z6WRlJhQFIm2J1bDRhQLsXjlBHdv0DgG4iBeA27NM00hYQvu7lG1jTDGTERQfGholxBAHJ2",
+	"CGyjA8b1MADIStRCbUkkAIukgmTCorvbQhk0ZSSyNGLr0ReI9wh0oejUVizHaiZQLSflmikwqWuasIGA",
+	"L1IyZmYsR73TECfsoMChNFJYVOwIvbmW0l8gH0a4CjCRnLqlw9oSCYVJuTAR0g7/kicw7QVkyKBWyEC4",
+	"UmVghRckSmR0o8gdI7G0dcmAss4K2Aw3eduy3Yw0NQRpFin0LYN2Wv/7DyVFSNquJthepQiYrfkF5ynh",
+	"EbPXA48NmY445IdfzGg0YZ2Drl8qs/jOsLlsOqXpvHXWeuWdKNg/h6xRPllE3rIUKlCBG6+gUhze9Ort",
+	"ZdfzUVZOL9ZUym/MVq/bx3HIGRN0xltnrUP4KmjNqJ4A292fMJroyZ8gh9bVvb6A/VTkoNcr5U3KiClF",
+	"FEtvGdbM6pJXrkiKllk0KVGkGTWyCS7FGyMB/cj0T9C1V6AERnTQ63nVY0Egq1p2zz4j+14JXWp7uL9f",
+	"MGVeeZMw2nPCb1nXQudQW+28ruV8qPuuzpx/n7XOfv/ob/t724NpXTClIEZhDCKinClEVNqHeiHrboCF",
+	"sPFrW0D1b0NdyE9w7jApvB4sQSBYwJALms4HAsvgIDMzD719c3n1+he/CIKhzjt6wzrZDJYom52T494h",
+	"gfIrd1zZ22ZhVz8wGnM72S+wsab7Oezkce/wCfr7Be5sGs/PSQjsWIVE0TkkGUcTErMZEzETkavzsnsi",
+	"yxcc7fLpLSM6paMRj2rJ7ba/T2cchSLVSHU/M02hxLYRNM7tjY3FIaHUGtpaABl+8Wwb2fVixq+wi0ck",
+	"A9cJCMsNp9wKG9sve77QphdPfvFW137xEdEVdV2ohZwxRUIQTcOAhM5bbv5Gd3l4ngNIJ3Os3YTWPEgB",
+	"LpXz1BYVQjEjEkG9oAkVY2e9Q/NZyQ4NDGOvS/IFwWpHaC+LGJrPEGSaKkLJhKpJdyAu6s3fKGBP6dwK",
+	"4I48RrZsYNUODsPqDoTp3QhW+QiGMoMKhvYKx+8xxRaKEZG2aQ6rG+2dWfYGK5kX4JlKrF0yEPjYM0Xa",
+	"OD4+nSWcqRwxGyaJa72HBkOubcUcLDFGsdYLtShh0Bz55z/+P8L1QHAxYSnXyvvtmS24M0e+HC56ikJX",
+	"zQa8YdgpVTfu8qfY50DYZoCZj4raa0e9QxLWVXoK63jvS9gLdySKsqJ/lfF8jRPnWTasMBNx4gV14MJD",
+	"3Jv78qMNUlh9UMtjc8aW+7KmqdOM3S9wi/7OuAUOIs5XaBnDCLzT4YgFKr4BVwRucoSMbE1OYp4/3Oj5",
+	"B3IrnK2LW3G1shY41sKVsP/ZIcHcIx9LWB1szxsoXzrDUpqGoKn2FktJRNpAzdWe9zy+xyhYUZYqfsuS",
+	"+eL1gaDfHiHPaEqnTIPz+vfPLch1MhJsIXfn4DVVevIJdJXJ8+MT3FRNRGfVflyqZwuUdvSUlIPrvzbl",
+	"WB143wW2gtWq9hZ8LWJHEgnUOcnRWg2XBcy2vCywOXyo6NrzaCF4rMXBVloYcUGTgSjVpTNtAaO1gjO0",
+	"K4VrNXDasUxjo/caznwGWA86Q4ZtfvSqAKMnCXRpryAt+KJoYi5nrK83obeMjKUOrDUKxxSS9kGvB6AY",
+	"oStN3CXvBBsIO/dnlunTxKsyORqxCKV3ELdVl7zMuzZiWMpv7Zmjef1CLcfMPDwQRkwzar02p05gvcmU",
+	"CkVRsm+PU5nNzGSmXO+d4wIhbI1b+RETERfjLrnQZCqVJse9HpmZtiOaJOemT3tJu0KWIFDQESNtaM5b",
+	"Ka5IXoRU79XeXJZyLgr3z9Z3V9HxV2N291HwVBbZcsT3G9yedn1+pmK+0d25O/5VHoI1mNfwsnfClcoD",
+	"+JFiN+qO3ZbXaP9Rr92j/mbPHz/JtV7ofp9LlunfP96XlMEf0DAJVawdZ3Y8wBxTj5HbVOBFRv65ODP3",
+	"+3lp82a2/gorRqpSNdq2uZkDYokPKgra+DAsLGk4tLXc7pXY9UTegfveloXk+oyEGKlldKUsTSwMkg3X",
+	"Cl00Wpf85qyNdolJODLKuC2ybgtvDgRXpcrRz5Djhe9/RSOwi+j7nIeK3YfEMzsHeBXg6u2dW26vDsOB",
+	"4GB4pmSWMhuMYRoFJccV9kzAg4U1XsFakE0LOziq1hOZxG7UAxGlLMaCMArUNzNSZ6+uGeo+cvWwS36x",
+	"dcOh6CtwtDrW+27GxIXdMwzaXJS36si0eMSlz715Bbl4Kx4GY7eVhD4+iM3Dky7kq6YOq5UMUzaTqe7a",
+	"L9WEHhyf7KJUZNAyZHw9nGvDbPsHh0drs3Oz5rjWX0gRKkfnNkik5bKsW7Lqow2fP31UVv24rNdsa4kF",
+	"lldwY867pjzt17+2vMjJGIZhotUxJG38DTLou3kh6hAl0zw/LRyINo1uhLxLWDwGEdPVokbYs25RLl6f",
+	"VcRA4ItOTJe4Fq4aw4TqgXC1sQHk3In6JGU6S22sl0z52BbBNrfBean8vGuaK3LUOx2I0LaeF+MOuyQE",
+	"jeAahW8VQqoIZ6VVeqZIQpUuF7P2PGYo454R5OZ5TcY8uBkMZm2qCB+hFqAlCffzHmFalZr6AxEOsl7v",
+	"MCr2Fz6zM/y6goSCv4V7ZMhGMmWlLWYiVmvI0N8GF8/hHhDSweKHdTKR+zQgTFspOsbyPLl3wtrJXA4l",
+	"1v62fLOQtm3BjY0F7S8sZC8TsK9KhAzUji7er1OYfuQb4KsUvgu+tzHPz8MMmpn+z/LW8jMQ6gojtJZE",
+	"yDssYgHWdATTRiOK844HVsicGQ7o8ZWBsEA4LkzGvp0nwxOXDN8lb6xhHfExwy5xLsoQAgRIG7mzFzOw",
+	"V3gucTgcLe5SjI3Ay5K4jqXlEVpfhqc90iEvRYnVn2+3sYh+jjXoISSFJt1/n9pdn1ooqg4KMqz7xmc2",
+	"keMlyvHFbAZgz1jLlVBNjMpAQjkaKaZDWzXDl03kuEsujFSUcma0xEzckDbKVvBOYKUUcOkhaHXEZhpC",
+	"xSJmRKYxndmUVVefBRO8uaLjlDFlJShzXscdbLQz5WpqJKFwIPKoHQwSMA3DM05IsnbMLnkrx+gTjuhs",
+	"huC5biJnBYeJzGgEGwidZgKPDJlSl7fgvI4iJqMs1ROWgq8S4G5TCc22Q/smxE+lGQtrrYi40mZM34bw",
+	"g7iGiJgL1YEiKnBasNqts97acstbOX5p6OSpBZa3coyrjqiCjfxMjivcDEge3vwqFcvHZTi4ZOa+LiQF",
+	"PPgb8x6rdTSzn/eoviAgPao6cpTj2rvaTk65WHQWnBEbzZu/0wbgAxt3YOvM7wEXcMXkzbcyG09shr6g",
+	"OktpQm7YXAXoz8gbM68Vxa0HIq9ubVZnhmY7bKsd/vgarV4Qlbr/2da2yNcAmMJAhBXVK0SvOp6ILvmw",
+	"qLHesHkRqAjfDGU8J22z4TSF6AR0AblAUzkCP0lEhRQ8ogn52+W7X/Ya9NhcmYYYzAC5P1RpmWsWWGaL",
+	"tkxSjF13PrAZgH1bjoderURJ7wChKJVXDQuI4q6m2IinStvYTigeguGnGABSnjUVuCUwaXMxHByQkHuL",
+	"eMPmnZQZbSs8x0iLogEICDSLAR26EGXk6zxJyJCZpbaBdizOLx6/fS46o4SPJzociDZoc4TrPXMHmnvZ",
+	"jdOIpr4xs7jDvNBUcmkVaYKKNBDYQGSC/z1j/vUEMioJnd7dwcc7MEkbmuE6N1PHSvAMKcxlQdvAXYAF",
+	"sjZpG8p79bZz6QJA0P7o7RdV1rIg5J23ZQMBGwDAEynsvXNFNtFS3R14mQ2nXH+wXOHJrsHVT3+wJ9A7",
+	"nf/F5g+7QH2Q4CqOEdTPcDBGedp+UVvevmBGvv6rZQAjOWOiYza3c3DQytvNS9R74EII35wjC13+VMRs",
+	"NoMXr3cD+wDPT3z5Y9cX0U3TtQ/XzTNVpVuIXyuoGsLbRE71UKPKgyqoYYnlIbqsEzPd+mwT75xuoaYx",
+	"rw3vZJdbWgm/AEv0r2ad2dQ+f3Rw8A3rkZdGqKO+kAVcOCCaQoAUw6AO34y8sbwHysI6tiF3z2EhE8Sn",
+	"A1dpaCHqQl8WwgtpQtNpwpRajMi6NN3+S1th/m132fl5+ZmmN0akA9rMCZZC6o9wUOMNhyOLue6wWzOM",
+	"xhB2zFGy+UIdzETDOGkMUbTjJNAMaTORyiRBId0a2wJSpPUHzuUwEF5GWv6ti1KzgVMkZX+gp2IvMJKk",
+	"EYpBRO6SX6TpOmUaIuFAC6ZprUsHwujNTF/jROsDIf+esXRe+LtRbWv58oOXONuvTZytbwmdMS7Jf1fN",
+	"5aX3HtQYiM2t2uDOpdBmK/nPS8yJXYdT8SnXj8ukis1vSnC4QCVZjpCKd5fmACfMNrok+NNPztyHU9N8",
+	"Ob0z5F7E0RQ6t6u/XDpX1vVZhOifEUpeXn4oa2eg0A6E+eSn4brUAheUfI6KVBKDtImhji5uuSjM58zA",
+	"XDn9GU429DdOacRcdbCZURlqjyzYkl96UKGbqjfrit6C3X0hJ+UbpTIW+3NsuD8rm/IkMfNHB6dfnWeh",
+	"wLB5pkowss33G95FK46SO0NoGVnMlj7zEYIUc7EiUiB7JMWFZwP0AR7I5nKTsdTotPPScWwCi3cMb9jc",
+	"HNExE+Y1FpNERpC/BDqe+RXcjQORMOpEUxs5h7YoGysKYXNqYpTphN+yuC633obUYa7QQBThey8vAvB8",
+	"lgLtvGzvIt/IVg8xoi/e2sUaWFORy7uC2nkySyMoAJ8ypTyPBjxkA9m9VQRZG8vj4itoTjsdiHaopexM",
+	"qZh3LDtQoU05Dj8wnc47FyMNyWAFN8JOUjbiSVLLa14jkTwOh8HGv3YWU3esniYO4uDrlrxLbAj3ssCb",
+	"sKnuOSOoZnhUudGIJ0ztfzb/uKygWoH7qHeUF6zOUxnYJyNOuKACOIhTOoefFGMWa3ohifgHDkaUzRRN",
+	"85LRMh9TJIOBNVCjWaAvka/zI9NQDxTAjF3ikC+0AfhW03bue+tSu62XOmV0irwbwl0t43L4qyi/h0Hx",
+	"zdV85iziH9gs7bziYwaBIS7gO4AsUwE5MDSaoFUwf/0VVzOpAIMp3AuIoiIeyk/gCHaPXFpS77yXCY/m",
+	"Z+6hEGPJ7aWjBB+NnNcjxij1uBSSDp4Klt6C8zyZEz4iLogbvNCoVRAhyTCVd4qlUPN5INp/u3z3S0B+",
+	"eYX/zhLKBdHsk4buX17+t12jaEJTxfR/ZHrUeREGZPwnnwUE/qNpGpD3r34IyPtffgzI396//jEgP775",
+	"IRiI39jwPcD1za27rP3T1c9vA3L53z8G5P8xf/2N3tJL2KOA/PMf/7PnzYOqMuKFjDTTHQWbGDbk7Buq",
+	"tkv7iKfuL/t/abCaIipBjcLWeM6eKaTFirXYI7d6nEHPhweqh6UFBAI5Puzt2ZKyoZpQ8+B/nA2pYidH",
+	"Z2G3pG4uDPTpj/0reScgwBjPfvOBXyOoDCTVSm4eGGYCgoV7VFmMDX1kTjzqbWD9kNezR7hWA5Fji80J",
+	"jW/NDa3QcUWgqnHuxkMZkMVEMUNXmiXzMxIiCk4YDERYrZMGWE6hdfld5CIupKP6xk9pQ87M55ToO7k0",
+	"yuw3VxrvMeSpBri5JxasmpDPGhK5LAKRkYXLNPHvVK4n0x5pkqBTOD97FpZqvaSuAsKu/uD/RrlWUFBR",
+	"kvCOcl1AFxgNz7zuQYH5eVpUESWlgJtcw4PaWk9A21MshroJNsaAmAOJrKWIBTX9YUC7OcWUg5oJcEcT",
+	"mcQQIuqAbgBSzAZ/dwm6WgRZDPbQkkzpjQUpMi1BTipAmM0YXUhZuGHzgfADNyxkFk+SjoXhypdbaUZj",
+	"sxfWTqRIm9rs2HBKPyHGqQvomxrBRQ4EJYZNOTXXYqfolII2Dmuaa3w8dX2hxQvFFgdqB1EyFuCDDsSE",
+	"KnAysYKTOtwCib5URjWJKGDK2d5Lble05J1hA6n1rNqd89G7KBmlTE2sDwmTYsMgxw1CiT4POcnhvyDt",
+	"IkaejKBeZsnbpaBg54EiFLcK5mYVCFVeMsh4NhRl+s1R5izsiAuhxBfmMiNjWRsdcREBo32LZ2JTQeed",
+	"TTrfZQjDKgzRoKUSxmaAtJHTGECsL6ISt/qtOuDMVsogfyZiHWQO+z0LAuYf99bZwQbhhojk+UWuMNv3",
+	"8gQJe44sLi1pz6RSfJgYtVOwve/irjrqH39XFovld+HbHAgPQhYdih5TS64+H4FILYFXq4U4Qr5WQUT3",
+	"nqsHvSoBtG/MYL4q35M/ldXep9JaP8n52oWTS1a2KwdLK33fjOplg9og8d1Ce1nCcXb5EgoWkFa3AbfJ",
+	"X+8dYDddRFPW2hCeyR/CF8pMLq1CDcVZCKevkoPvDK9JlkmhiSrr2Nz+5wo6+5NYayu0u6FY5b382Nbb",
+	"VeRVrUSxZdTP01t/d0w0+xjj33xpws9kBA634RxyBFRAYhZnuDXop2sj6oeQ6ZQm/E8WEwir3euSX/yQ",
+	"mPrAFxzBQ6npW4v4MLNefd3i9nwL1InBJNWySHYCHp0CBa1PnzbvpJFAsRbmGhQKAwmIi+wmPN6zAF4T",
+	"eYcwOiovk5pXSDVK8zpEbIfxr0bFXk3TpWRsd/EbpmOdb/CWhGzhzlcEMVoLt1/jSVeuKgc7xxI+5sPE",
+	"+t8ooMsqKcIz76dgIEILOBgGJIw52Pjgb+xiyoS+9r+Wo1HCBQtJ24oCTUWuBiKvcoXQIlRfR3RGI67n",
+	"YVOQo0/uFgvpmxEjvGodTWgNbtfsXne/HvJ1YPuGVO4mgB6IBkHD8jS9wdwuV7yprGhvTuT7n/MyQkuh",
+	"RX8pai8oLWcuiK/rfEL/gf6gEIOM7MoEYBnIg3qLwN09C2BjcRyrF1G54h9xOOnuxOkCH3lKb9ANxtEC",
+	"Ye3cYB5niWJ3E5ayXPPDpLFs5uV4nucTiFNqdMV2KjPNBSPmjLpzt2eaRZzhqa0zUXdufhX4Su61euwb",
+	"Bjta71mso4i++VZTDK+tk9YQDXxcFw38yKKX3YHlBxkjxIW8y0u1fI2pAQ+GgJ1KcywKr1Mx+VpOELRm",
+	"WYPL3R6lqasvQ2qOIbpCIIDOrKwUXfKBdbBPRKGapeyWy0wl84HIRM5TZ5SnJGUdrEGnjIbqIVRBvuaF",
+	"KCr/Fcjl2ALEWLgyPBIjLnz9jyxDQB8IryEtm6HP0W2Brpu8ZGPFoAj1DgNyR9VAOLu1hUXP9wCrGbZz",
+	"qMIavroP79Yw4XAvIDItMLgmVHm+c4fiavfJ6fvO13fUOyoV94UkcYCUsIaDgQDLAaxXQSmELix9CoQV",
+	"wwUzNIzPZn/D4gzni28MRBtg0EcyHfI4ZqIB/OFLMcOvhSV9j1zowp7R0gltsnQsSCUoiTcJ1quVt0t4",
+	"f4GWqmESUHCBqypHg9675AfEYclp2jppK9MoHyZrhYME9yMztrrbc7EK4/pA59+YOmk2YrUyiQv+raiS",
+	"yhJXVW1scjWgdRii5A3rdFEVEIHDYoyrkCNi/cdd8jc5xBpaZtNtvqkDX7GID+j7H4g/5NDewIbkXEm9",
+	"whmPkD94+5I/5BAQJyCB3fBoolk6LVDo8loJAzGjc0TwtTUzYGjPFOFilmnCRMqhhTwNCBPEipJEaCPC",
+	"qAwzZ9Mt2HMGQkkyoqm5vxDhD4aVHx9QGtxr50UDiMPkYDWNXmsUVAeQaeY6EBgBZ5qz5XoaC20Yqvwq",
+	"Ygi2rlxbBBvkbiO/Aj3K7Vasm8lUmycPDoIXveDo6PDjfZHZ5xWqNy/Zr72K9UHLossV4QYnPTNpu+dQ",
+	"EVNGNJkY4t+0rIjZiS8UjQBEUMeWBGE0TThA3SAmShliphK4lB87uEoMte4aBsGMcZeeuqaZWw/duYcK",
+	"U2Ywf89Y9pV68DbOv94Qr+CBFwdk4dsboNniCB/3P5t/lvr/IAbXMLopx1qJztRTpLzXuPq24nrmpceW",
+	"lZvo8cpy/2/Gledd8GZHwPFgr0RneFp78/fR9NUc/vkSTWP5HflM5dm4cF7b1GXju8xYqrBMDdyymG0R",
+	"WdlESDKVKYMhdwcC205QfXcQzTg7h91kPhTozecOahqiM+94xEqoFHU3MTz/zdKkh+Vlb4nvAmbioYEQ",
+	"sKlr8Dms//owFc+1sb2aZ1v4t6q3mxODy7mOuucW/mkkiS+hIhbEWZwB9916qqItkQw0B9hBuQYJ6dvA",
+	"4yHVOZH6jFASpVIQ9mmWYs0C0h7xW0ZGnCWxCox2RJMM5FQuSGhk+us/pbBVBAyT/8RiEjoPoJdKAChE",
+	"MADIF2rLNDf27nUH4k0uK5qBOI3RRpQDjxTy7twcmAlcJ9aGCQnZI55iPeshjXGkeJx6AxEOaewSrkMi",
+	"6NSF/cNjy1Q7XLeHxOHFzNxruCWfHTic5WjwTynau1EBW9SllqhNhUom+HhilH7b4dYqouZmzTBSXUeT",
+	"62xm+BFirxhaMS2RA/IX83/TD8INm5neAIxeTiJG4MxSOWP7f2VpwgUS/EZKHu7JFwpMzEmiWeUJCNV5",
+	"seX+d6Hg7CikMWdEDZyseqMbARb/XKrBoBhlWRzVCMpqpVe7D12ywzBHjy1sKmvii48vbzYTqb9Y35Iu",
+	"tJRwGryOl5grBb6ziUxy6ZpQp+lgE88UEexTTiznuc3GfoH4xDdshsgnzjpobpwA704AEjPXqQM09guu",
+	"c00iOmVw03XJb86Wijw1L9msEcDoU3H3mVXKoDompl65m/K8qL2OFlUmYgAOT8DoSeeqS95TDDzgaiDC",
+	"/RnNFAsDrCnZfOv9Cim+uyPvL3hlbnE5encc3miH/pW2ixusvL5fzFS5HnNwnFSwu5yL/vsua4HVNfIv",
+	"s2eKFBRL2tRfsb2tbrp9kGUb77u3Rqy3bAJkY5u9CV84AzIYbEg7tJ/DoDA8p5nIYfiN4G2jDUIjq82g",
+	"RhjGgc3PSDjlStnQP5TpzJ9gur0eZUliPkHxJhT9ubI/xiEZsgkXMaEDge4nniQ2yqop/M9R5g8w+4dw",
+	"n29U2zUTXydalpEJV1qm8+9R573wD5ad53anyFymS4VGuG3DSGZCh3B6lMPuKi5VKRhp5wFJCHQP12m8",
+	"F3ilqq1oORBwdEnbcE44j1CG6Q+uNRQJHbE7lhbu1JzXgktSSSlYuup0/GJm9cDDUWddgmUo2ZTyjez3",
+	"IOuYT7MpwHOaj1zYj7mtyaj7Y8C4foqzcplIvSzaNpekVGDFucIE+J0fGpi6oUMjYjaajVYcHqDxZofB",
+	"LzK/f5gqHQtzA06pyGhCCsZvNK69QipdNOovkLx5lH03mlZgF+d7jM6CnXqocg/VW6ZLCO6NozU6plwg",
+	"n+Zlc6FnIURmDuZOAGmN8xIlUAXFUipiSowAY+OD6X9N2oRnvyfixKjZ7zSC2ewVoW7PH0ilmWgm0Us0",
+	"rFcsC87KjnYCm0fQ1ikfj1lKQmSV4Z7jEOZRxGoxNEs1IthBlLCt4TaDcPrzPMwYaZ2mjGQCjQmuBnot",
+	"Mg4kSyCYqxQDccPmiJySA/uAf20vqCDkONOJD5Jji/2AOgH3TRsjVfzqSwsVjPbOHeIOwrBCuoacMjTp",
+	"s8SW9Dk4GIim8kO1iMuZ2MmBDB4Wu/UEGsJO4oymNGboyEyzbyDGaPnsr3KllgkoGyWqh7CsL/1LRw99",
+	"yITvEhRYk6iZFVqooTV869bEEIFqbdRVLtDVDUUdeaIh6a02P9ZGs2zne4cRfr1+99q6BRqBv9fMo6Xq",
+	"Ji9B1FRVQd0slmhY1eiVeeGbCw4wI1/DTAJU8b0GBVTjvxzU5+pggDhLcyQ/RG8XlVynJbJDUUFvIPyX",
+	"FsQFuHTqZAYM/yzslBuIDJV6hSTmI0A0037Nws2kBlwWQ1DfeAg3xtibNvJQ7aJe/oQliTSUh16T1hmC",
+	"ynluh+tVAHSGsgoeg+4YwdJr2+KGTnyz4F/I/QF7vfNIbbM0X7sU1TTzrxlLaWNZ6pErze0qEEIjx2kA",
+	"aq5Utm0Uvn4Dm0bOVe8Aw1VLMrTIh3FAQmvHvrbwD0TRubK+HSGvXf7sNWbNASIEHulrIfV1DtccA+JD",
+	"FcIA0o0Ktv5MkdAyoi42EhpRHJKAbKsqJAUa9F4AY5Ai4YLlIyBh8cR1Xo3cfh2ZL9HxNBChk1bj64Rq",
+	"liIcNFSOvR7S6EaORk1A51txfPPSY9tsTB+vmKY8aVJ0kNV8K4EbSJguiN3BK6xN+vs01XxEoyUQPz/w",
+	"hEGsxJRrmyxNxbzA/h7l9BkQmcSrkHqournI+/waKcTMd5njA8o6fDlsEccJig2h3nKuueur0hUuCvec",
+	"ua51Ou842Og8fxFTCFhcwIZcuBqDMs2zGeDxKZbLlDnEfMLFOEQLm+N0jBoJlgOYPIZFfNKQKk/aFgFH",
+	"Cg//hrjg1z2MGMqZ9JAhqHKYDzD0gLAt2khRKFeBW11btG9XA60xq8LNHrIqzIeHZ1V81axyGZP8d1bF",
+	"0qyKjUSQ/USO1VJfeiLHWPhEjjDF2BVYt5UXmAN8D+0vIdY+165UBHh0oCp+KEcjxbS5u0EVDUcySeTd",
+	"f2ABfAdRYcWddh1m/R4otoLdYfWWu1xOsn0PBC8gf0ScK6gelr0GFB+uwDaNCPbulLqpIWL9SylcsCmO",
+	"Uw0ETRlWIbMVxC7ev7HhpW27feQIc6bMrw7aPWVwFM4xnp1xgGHSfnG0gTg6OK2pF7ZEynlrNm7b4xss",
+	"MF47dSxn3WQwo3mF4BKkDwYMHPSPnh+9ODw5er4iiqDB0oXEUR+o4Mcp1PbTW78f3Mz6fkY0USxvaihl",
+	"wiDDq6GpEsB6bYMH/shPeitG/KgFkeX4in2qlS7euiOeB8ngXnS3s3qfPq0bEArkWOHEneBEjtdngbaO",
+	"91IuOGOpwgop+DRWAWfKVmZNG+RSbhEcANPTFUAGgANzcYmIuQNHLtHukscZG05DEyUJF2OoiWMED+kw",
+	"EzBfFMEVG8KK0BSDM3sAm/iW7Mc43b+anVltRi7v47egeL03I9eTVGbjSUHyFl+pPJ1NiF+n81UF56lD",
+	"0bh2YCCoknuiLsrANLqBS9tK8WG5xEh+SQ+zeMw0yuHOOJcj9ClN59a8kLv3yDu4M8G7gmejEISF1B2Y",
+	"BR0mrN6FbH79ZsXdINeJIELm37Ku3VBCScxo3EmY1oCRI1NPOVwuBWezRNJY7X/GP5wxrhHiLhypEKib",
+	"ifiZIviWBbTBMj7OU4F1+DCDPuZm9zAYaQJ5i4JM2VSm83OM/EgACxG4uatbN82UJmAaQws15ml2yTvB",
+	"XLeQz1l8n/ggckYhNXrxjAGMbNFCkAdKqaIwW+LkZFuM23ve00hr0knMOJw1ZeNDha9vlEzi1zjcosTg",
+	"Ki/EUUOKUQyLc8tSPuJbG9If9yRtahh/3DIuuLUAiWqpw9VxJO0R3lV0zPaWFHWpOZn7aHJqvqT+GzfI",
+	"RmhZvMHhHwx6V/xP5p+wIIez0NaoBr8mXNyAGQihlwcCzLEe1OQZoQRFfWsCIwtlxaA+LLkgU66UtWEV",
+	"rkwcECioqS1O3YZLDCfayS3icLMWX5qWbNVT/3hOaXrD4mUgVjBId0hxYx56VL9Azd3C3Lh19d2nuZzW",
+	"PSK4LxDQAovrGVKXHItVMOJgT0GHi00Aai8B8SYFhnewgJAM+kmBO6kaMVK9EkrFBaSagE+5GhSorjKF",
+	"cF2Lg2rhU22xu6Ic011dWYECejS2Q4cqwzD2Jl1oW8zxr0q7WQ5EXig2ZRTyr79I012+ObWowyuiXpxl",
+	"3S9cWVQ+94r3A7We+dZ4/FE5L9ZAtMP37y4ReRd/s3wXUQv9GvSFpcTa+J4p8vKiS96lZGjEDjKXWQoE",
+	"/P6/3pwNRMrGXGmLChwl3AzIb07IO9IOvW+uZ2xqdSzvyxEXY5bOUi405OUNBPhHreEwH3wdbLDXTOhQ",
+	"kxuBj/Mr0p1peSfQA7dwuCGl0KtbYARbKG1dBQZ2Tc4Sqo3Q5tpGE2y1n7ASMWPGDMV7ECG5EhEIPeyR",
+	"KRV0XOJGsH0xi3jMVGDaRfRkEIYNqzFaZTngSfng0Vw3xxZtWU3YCwqa0k/XUW5k9ko/ulhCNAl1WNbp",
+	"twJ7KipxOpsG6OCovxDGhg1IsSu3DGjDmg0azzFpqwlcDyL6Wss9PrH3xwWgOPTxmAltxJEl+MkNVRse",
+	"u5jYlhjeT4PI3UybBdL9txOkceeWuvZmNdpGzdVqYSsMEwpIaDOI8C6q41hhl7yCQjKAVAEl2kVR38P6",
+	"6M8HoloawyvtQSYsZXsEqmJUpVF0cwcLpUH8mh/TZsyLBxNbsBibRTWZ0NmMCYjJqg646vPnirhCO41u",
+	"NWii3oHUgvVqBXlUoQ2hCOwPHxuKaGx5J9nttp6wDQEwtrhcnurkZjDAuHyC/6XxLnDLljOJ5ovClyeb",
+	"DTN/5SKuSs7tRQF5z9W7skfGypnOJOpJvV3yIyh85uH3r38m7RkUv04hotwrpg6eMx+yR2VgfkE40wmL",
+	"bvBrswRYxwpsPqWernxYdH8GyORcyXMXhVTrd0CpH0nzpbdiD7z8Njnc67rOcKjeIL/Kc2wpJA88NFeN",
+	"v2vfRazzUztTrG7qFQNaVFE35Q+FxN4BybCZSUB6V1GnhmqSSIUQRTds7kxF6EXBVlncJZe5/N9UcPl1",
+	"PoIrGMAuBc7d6UTVUTY5As2P3W/gWnmjVGZuFXMwG9W3TYkJtfbmSGGrglTqKFVth/GUC7A2LJgOukus",
+	"hj9i31+zugJDXBY6nC8MLuT3CAeAyXOVwmPK52lIFKhkOPPOdoRYX4S7qdqh2QA0dDOoiiUkSaS5sUBJ",
+	"lmleYCzfqLzGim/vtnFFuVYxEK7UlsuKplNGdEqFMvqEFHk1wtBZwAB3wNdddDG0vFRiYU3HiGjSRo3D",
+	"SGV2j/bqhZ1becM8gnyY0rXzil7lkoUf1/EB/8b1JE7pnfgeD4ybHKFIAptW/WvmsU3mWTh6C4ZdOAV6",
+	"Ygjat+W7E2rr7rFkhBI5jJXQRArmbAwWNfqsSs4wFoApcp4nVTpkSpKh1JMKx4jMoolqlcFFQ5bpZxfW",
+	"ha+o7K1/eBtuElje7/L+gCr74BAoOzhouUbdpjcG1hBdLv2OpYwxVlSUOHjJW2WuDgzccSjpU5myAK+J",
+	"ig2KmROkBwIgaYZziyyDtZ0BDs4cyjHlQmk06rk3i0ADV4oEgu0Wy+AGGMDkknNm4EiDmFVwwtnIGYyM",
+	"RR+VS7714h9AizvqHQ5EiJPsFEWr2S0z60EosZWnwJOMYU0YrbTqEnpKJduzoNmqt2cto7wkjN6weH0n",
+	"DY7/q9S87daULWhfOUKUGfGKk1sN3RgymrL0ItMTF7phX6oe3A8y00wRG1oAmSsBoZmeMKFBYwY/5qIi",
+	"3fXSB+yCL9iYr5igGHnhTr9i6a31bJavK66xaE/ugO3W45uoOlN2yVfEmQrsyfeGq7zrGMNBquOva/mV",
+	"h0WRt+pHmNiv8jpUHtpJXXsQYZnxRHfMlY7AW9GEKZ1SLa287JUU9MLjEfWKjLiIvX6w1MxiP1ASFF8H",
+	"5gcVLaBYIqEAuqhhWm0ooyHTIhmwQOHlaQFK5PXn4HdqUm9cDpFXGTGLOSQx+EsDj9S8/xOjiQ0iTRmN",
+	"uWBKBXmZco8iAei5II6Zat1/vP//AwAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -41,9 +41,13 @@ var bearerRoles = map[string]string{
 	"getWorker": roleReader, "listTasks": roleReader, "getTask": roleReader, "listTaskResults": roleReader,
 	"listTaskArtifacts": roleReader, "getTaskLogs": roleReader, "getFile": roleReader,
 	"getFileContent": roleReader, "listScans": roleReader, "getScan": roleReader,
+	"listSchedules": roleReader, "getSchedule": roleReader, "listScheduleFires": roleReader,
+	"listScheduleNext": roleReader,
 
 	"createTask": roleProducer, "cancelTask": roleProducer, "retryTask": roleProducer,
 	"createScan": roleProducer, "cancelScan": roleProducer,
+	"createSchedule": roleProducer, "updateSchedule": roleProducer, "pauseSchedule": roleProducer,
+	"resumeSchedule": roleProducer, "runSchedule": roleProducer,
 
 	"assignWorker": roleAdmin, "unassignWorker": roleAdmin, "createWorker": roleAdmin,
 	"updateWorker": roleAdmin, "registerWorkerCertificate": roleAdmin, "revokeWorker": roleAdmin,
@@ -501,6 +505,9 @@ func tenantSnapshot(t *testing.T, g *harness.Gateway, tn tenant) string {
 		`SELECT t::text FROM workers t WHERE id = $2 AND $1::uuid IS NOT NULL`,
 		`SELECT t::text FROM api_tokens t WHERE organization_id = $1`,
 		`SELECT t::text FROM scans t WHERE organization_id = $1`,
+		`SELECT t::text FROM schedules t WHERE organization_id = $1`,
+		`SELECT t::text FROM schedule_versions t JOIN schedules s ON s.id = t.schedule_id WHERE s.organization_id = $1`,
+		`SELECT t::text FROM schedule_fires t WHERE organization_id = $1`,
 		`SELECT t::text FROM files t WHERE organization_id = $1`,
 		`SELECT t::text FROM worker_artifact_uploads t WHERE organization_id = $1`,
 		`SELECT t::text FROM assets t WHERE organization_id = $1`,

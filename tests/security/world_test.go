@@ -23,11 +23,11 @@ import (
 // tenant is one organization with one of everything an API operation can
 // name: a worker it owns (with its certificate), a task leased by that
 // worker whose attempt has results, logs and a committed artifact, an open
-// upload session, a scan and an API token.
+// upload session, a scan, a schedule and an API token.
 type tenant struct {
-	org, worker, task, attempt, upload, file, scan, token uuid.UUID
-	leaseToken                                            string
-	workerCert                                            tls.Certificate
+	org, worker, task, attempt, upload, file, scan, schedule, token uuid.UUID
+	leaseToken                                                      string
+	workerCert                                                      tls.Certificate
 	// uploadBody is what the open upload session expects.
 	uploadBody []byte
 }
@@ -37,6 +37,7 @@ func (tn tenant) ids() map[string]uuid.UUID {
 	return map[string]uuid.UUID{
 		"organization_id": tn.org, "worker_id": tn.worker, "task_id": tn.task, "attempt_id": tn.attempt,
 		"upload_id": tn.upload, "file_id": tn.file, "scan_id": tn.scan, "token_id": tn.token,
+		"schedule_id": tn.schedule,
 	}
 }
 
@@ -95,6 +96,16 @@ func newTenant(t *testing.T, g *harness.Gateway, name string) tenant {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, scan.StatusCode(), string(scan.Body))
 	tn.scan = scan.JSON201.Id
+
+	// Yearly: it does not fire while the matrix runs, so only the calls
+	// under test change its rows.
+	sched, err := g.Control.CreateScheduleWithResponse(ctx, apiclient.CreateScheduleRequest{OrganizationId: tn.org,
+		Name: name, Timing: apiclient.ScheduleTiming{Cron: ptr("0 3 1 1 *")},
+		Definition: apiclient.ScheduleDefinition{Kind: apiclient.ScheduleDefinitionKindScan, Scan: &apiclient.ScheduledScan{
+			Targets: []string{name + ".example"}, Plugins: []apiclient.ScanPlugin{{Name: "dns-resolve"}}}}})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, sched.StatusCode(), string(sched.Body))
+	tn.schedule = sched.JSON201.Id
 	return tn
 }
 

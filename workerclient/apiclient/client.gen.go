@@ -261,6 +261,126 @@ func (e ScanState) Valid() bool {
 	}
 }
 
+// Defines values for ScheduleCatchUp.
+const (
+	ScheduleCatchUpOnce ScheduleCatchUp = "once"
+	ScheduleCatchUpSkip ScheduleCatchUp = "skip"
+)
+
+// Valid indicates whether the value is a known member of the ScheduleCatchUp enum.
+func (e ScheduleCatchUp) Valid() bool {
+	switch e {
+	case ScheduleCatchUpOnce:
+		return true
+	case ScheduleCatchUpSkip:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ScheduleDefinitionKind.
+const (
+	ScheduleDefinitionKindScan ScheduleDefinitionKind = "scan"
+	ScheduleDefinitionKindTask ScheduleDefinitionKind = "task"
+)
+
+// Valid indicates whether the value is a known member of the ScheduleDefinitionKind enum.
+func (e ScheduleDefinitionKind) Valid() bool {
+	switch e {
+	case ScheduleDefinitionKindScan:
+		return true
+	case ScheduleDefinitionKindTask:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ScheduleFireOutcome.
+const (
+	Created ScheduleFireOutcome = "created"
+	Queued  ScheduleFireOutcome = "queued"
+	Skipped ScheduleFireOutcome = "skipped"
+)
+
+// Valid indicates whether the value is a known member of the ScheduleFireOutcome enum.
+func (e ScheduleFireOutcome) Valid() bool {
+	switch e {
+	case Created:
+		return true
+	case Queued:
+		return true
+	case Skipped:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ScheduleFireSkipReason.
+const (
+	Error     ScheduleFireSkipReason = "error"
+	Missed    ScheduleFireSkipReason = "missed"
+	Overlap   ScheduleFireSkipReason = "overlap"
+	QueueFull ScheduleFireSkipReason = "queue_full"
+)
+
+// Valid indicates whether the value is a known member of the ScheduleFireSkipReason enum.
+func (e ScheduleFireSkipReason) Valid() bool {
+	switch e {
+	case Error:
+		return true
+	case Missed:
+		return true
+	case Overlap:
+		return true
+	case QueueFull:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ScheduleFireTrigger.
+const (
+	ScheduleFireTriggerManual   ScheduleFireTrigger = "manual"
+	ScheduleFireTriggerSchedule ScheduleFireTrigger = "schedule"
+)
+
+// Valid indicates whether the value is a known member of the ScheduleFireTrigger enum.
+func (e ScheduleFireTrigger) Valid() bool {
+	switch e {
+	case ScheduleFireTriggerManual:
+		return true
+	case ScheduleFireTriggerSchedule:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ScheduleOverlap.
+const (
+	ScheduleOverlapAllow    ScheduleOverlap = "allow"
+	ScheduleOverlapQueueOne ScheduleOverlap = "queue_one"
+	ScheduleOverlapSkip     ScheduleOverlap = "skip"
+)
+
+// Valid indicates whether the value is a known member of the ScheduleOverlap enum.
+func (e ScheduleOverlap) Valid() bool {
+	switch e {
+	case ScheduleOverlapAllow:
+		return true
+	case ScheduleOverlapQueueOne:
+		return true
+	case ScheduleOverlapSkip:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for Severity.
 const (
 	Critical Severity = "critical"
@@ -357,6 +477,27 @@ func (e TokenScope) Valid() bool {
 	case Producer:
 		return true
 	case Reader:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for TriggerKind.
+const (
+	TriggerKindApi      TriggerKind = "api"
+	TriggerKindManual   TriggerKind = "manual"
+	TriggerKindSchedule TriggerKind = "schedule"
+)
+
+// Valid indicates whether the value is a known member of the TriggerKind enum.
+func (e TriggerKind) Valid() bool {
+	switch e {
+	case TriggerKindApi:
+		return true
+	case TriggerKindManual:
+		return true
+	case TriggerKindSchedule:
 		return true
 	default:
 		return false
@@ -661,6 +802,17 @@ type CreateScanRequest struct {
 	Plugins        []ScanPlugin       `json:"plugins"`
 	Priority       *int               `json:"priority,omitempty"`
 	Targets        []string           `json:"targets"`
+}
+
+// CreateScheduleRequest defines model for CreateScheduleRequest.
+type CreateScheduleRequest struct {
+	// Definition What each fire creates; `scan` for kind scan, `task` for kind task.
+	Definition     ScheduleDefinition `json:"definition"`
+	Name           string             `json:"name"`
+	OrganizationId openapi_types.UUID `json:"organization_id"`
+
+	// Timing Exactly one of `cron` and `interval_seconds`.
+	Timing ScheduleTiming `json:"timing"`
 }
 
 // CreateTaskRequest defines model for CreateTaskRequest.
@@ -1029,6 +1181,9 @@ type Scan struct {
 	OrganizationId openapi_types.UUID `json:"organization_id"`
 	State          ScanState          `json:"state"`
 	Targets        []string           `json:"targets"`
+
+	// Trigger What created a task or scan. A scan's tasks carry their scan's trigger.
+	Trigger *Trigger `json:"trigger,omitempty"`
 }
 
 // ScanJob defines model for ScanJob.
@@ -1064,6 +1219,156 @@ type ScanPlugin struct {
 
 // ScanState defines model for ScanState.
 type ScanState string
+
+// Schedule defines model for Schedule.
+type Schedule struct {
+	CreatedAt time.Time `json:"created_at"`
+
+	// Definition What each fire creates; `scan` for kind scan, `task` for kind task.
+	Definition ScheduleDefinition `json:"definition"`
+
+	// Enabled False while paused.
+	Enabled    bool               `json:"enabled"`
+	Id         openapi_types.UUID `json:"id"`
+	LastSlotAt *time.Time         `json:"last_slot_at,omitempty"`
+	Name       string             `json:"name"`
+
+	// NextFireAt When the pending slot fires (slot plus jitter).
+	NextFireAt *time.Time `json:"next_fire_at,omitempty"`
+
+	// NextSlotAt The pending slot; absent once the schedule has ended.
+	NextSlotAt     *time.Time         `json:"next_slot_at,omitempty"`
+	OrganizationId openapi_types.UUID `json:"organization_id"`
+
+	// QueuedSlotAt A slot waiting for the previous run to end (overlap queue_one).
+	QueuedSlotAt *time.Time `json:"queued_slot_at,omitempty"`
+
+	// Timing Exactly one of `cron` and `interval_seconds`.
+	Timing    ScheduleTiming `json:"timing"`
+	UpdatedAt time.Time      `json:"updated_at"`
+
+	// Version The current version; every update adds one.
+	Version int `json:"version"`
+}
+
+// ScheduleCatchUp What the slots missed while no gateway ran do. `once` runs once for all of them; `skip` skips them.
+type ScheduleCatchUp string
+
+// ScheduleDefinition What each fire creates; `scan` for kind scan, `task` for kind task.
+type ScheduleDefinition struct {
+	Kind ScheduleDefinitionKind `json:"kind"`
+	Scan *ScheduledScan         `json:"scan,omitempty"`
+	Task *ScheduledTask         `json:"task,omitempty"`
+}
+
+// ScheduleDefinitionKind defines model for ScheduleDefinition.Kind.
+type ScheduleDefinitionKind string
+
+// ScheduleFire defines model for ScheduleFire.
+type ScheduleFire struct {
+	FiredAt time.Time          `json:"fired_at"`
+	Id      openapi_types.UUID `json:"id"`
+
+	// MissedSlots Slots this entry stands for besides its own (catch-up).
+	MissedSlots int                 `json:"missed_slots"`
+	Outcome     ScheduleFireOutcome `json:"outcome"`
+
+	// RunState The created task's or scan's state now.
+	RunState   *string                 `json:"run_state,omitempty"`
+	ScanId     *openapi_types.UUID     `json:"scan_id,omitempty"`
+	ScheduleId openapi_types.UUID      `json:"schedule_id"`
+	SkipReason *ScheduleFireSkipReason `json:"skip_reason,omitempty"`
+
+	// SlotAt The slot; for a manual run, when it was asked for.
+	SlotAt time.Time           `json:"slot_at"`
+	TaskId *openapi_types.UUID `json:"task_id,omitempty"`
+
+	// TokenId The API token that asked for a manual run.
+	TokenId *openapi_types.UUID `json:"token_id,omitempty"`
+	Trigger ScheduleFireTrigger `json:"trigger"`
+	Version int                 `json:"version"`
+}
+
+// ScheduleFireOutcome defines model for ScheduleFire.Outcome.
+type ScheduleFireOutcome string
+
+// ScheduleFireSkipReason defines model for ScheduleFire.SkipReason.
+type ScheduleFireSkipReason string
+
+// ScheduleFireTrigger defines model for ScheduleFire.Trigger.
+type ScheduleFireTrigger string
+
+// ScheduleFireList defines model for ScheduleFireList.
+type ScheduleFireList struct {
+	Items      []ScheduleFire `json:"items"`
+	NextCursor *string        `json:"next_cursor,omitempty"`
+}
+
+// ScheduleList defines model for ScheduleList.
+type ScheduleList struct {
+	Items      []Schedule `json:"items"`
+	NextCursor *string    `json:"next_cursor,omitempty"`
+}
+
+// ScheduleOverlap What a slot does while the previous run is active. `skip` records it as skipped, `allow` runs it, `queue_one` keeps one slot waiting until the run ends and skips more.
+type ScheduleOverlap string
+
+// ScheduleSlot defines model for ScheduleSlot.
+type ScheduleSlot struct {
+	FireAt time.Time `json:"fire_at"`
+	SlotAt time.Time `json:"slot_at"`
+}
+
+// ScheduleSlotList defines model for ScheduleSlotList.
+type ScheduleSlotList struct {
+	Items []ScheduleSlot `json:"items"`
+}
+
+// ScheduleTiming Exactly one of `cron` and `interval_seconds`.
+type ScheduleTiming struct {
+	// CatchUp What the slots missed while no gateway ran do. `once` runs once for all of them; `skip` skips them.
+	CatchUp *ScheduleCatchUp `json:"catch_up,omitempty"`
+
+	// Cron Five fields (minute hour day month weekday) or @hourly, @daily, @weekly, @monthly, @yearly, in `time_zone`.
+	Cron  *string    `json:"cron,omitempty"`
+	EndAt *time.Time `json:"end_at,omitempty"`
+
+	// IntervalSeconds A fixed period from `start_at` (or from creation), in absolute time.
+	IntervalSeconds *int `json:"interval_seconds,omitempty"`
+
+	// JitterSeconds Each fire is delayed by a fixed pseudo-random part of this, per slot.
+	JitterSeconds *int `json:"jitter_seconds,omitempty"`
+
+	// Overlap What a slot does while the previous run is active. `skip` records it as skipped, `allow` runs it, `queue_one` keeps one slot waiting until the run ends and skips more.
+	Overlap *ScheduleOverlap `json:"overlap,omitempty"`
+	StartAt *time.Time       `json:"start_at,omitempty"`
+
+	// TimeZone An IANA time zone, e.g. Europe/Berlin.
+	TimeZone *string `json:"time_zone,omitempty"`
+}
+
+// ScheduledScan defines model for ScheduledScan.
+type ScheduledScan struct {
+	Plugins  []ScanPlugin `json:"plugins"`
+	Priority *int         `json:"priority,omitempty"`
+	Targets  []string     `json:"targets"`
+}
+
+// ScheduledTask defines model for ScheduledTask.
+type ScheduledTask struct {
+	AttemptTimeoutSeconds   *int        `json:"attempt_timeout_seconds,omitempty"`
+	ExecutionTimeoutSeconds *int        `json:"execution_timeout_seconds,omitempty"`
+	LeaseDurationSeconds    *int        `json:"lease_duration_seconds,omitempty"`
+	MaxAttempts             *int        `json:"max_attempts,omitempty"`
+	Payload                 *JSONObject `json:"payload,omitempty"`
+	Priority                *int        `json:"priority,omitempty"`
+
+	// RequiredCapabilities A JSON object; a task's `required_capabilities` must be contained in it (`@>`).
+	RequiredCapabilities *Capabilities `json:"required_capabilities,omitempty"`
+	RetryBaseSeconds     *float64      `json:"retry_base_seconds,omitempty"`
+	RetryMaxSeconds      *float64      `json:"retry_max_seconds,omitempty"`
+	TaskType             TaskType      `json:"task_type"`
+}
 
 // Severity defines model for Severity.
 type Severity string
@@ -1106,7 +1411,10 @@ type Task struct {
 	ScanJobId            *openapi_types.UUID `json:"scan_job_id,omitempty"`
 	State                TaskState           `json:"state"`
 	TaskType             TaskType            `json:"task_type"`
-	UpdatedAt            time.Time           `json:"updated_at"`
+
+	// Trigger What created a task or scan. A scan's tasks carry their scan's trigger.
+	Trigger   *Trigger  `json:"trigger,omitempty"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // TaskDetail defines model for TaskDetail.
@@ -1138,7 +1446,10 @@ type TaskDetail struct {
 	ScanJobId            *openapi_types.UUID `json:"scan_job_id,omitempty"`
 	State                TaskState           `json:"state"`
 	TaskType             TaskType            `json:"task_type"`
-	UpdatedAt            time.Time           `json:"updated_at"`
+
+	// Trigger What created a task or scan. A scan's tasks carry their scan's trigger.
+	Trigger   *Trigger  `json:"trigger,omitempty"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // TaskList defines model for TaskList.
@@ -1192,6 +1503,28 @@ type ThreatList struct {
 
 // TokenScope defines model for TokenScope.
 type TokenScope string
+
+// Trigger What created a task or scan. A scan's tasks carry their scan's trigger.
+type Trigger struct {
+	// Kind A schedule's slot, a manual run of a schedule, or an API call.
+	Kind            TriggerKind         `json:"kind"`
+	ScheduleId      *openapi_types.UUID `json:"schedule_id,omitempty"`
+	ScheduleVersion *int                `json:"schedule_version,omitempty"`
+	SlotAt          *time.Time          `json:"slot_at,omitempty"`
+}
+
+// TriggerKind A schedule's slot, a manual run of a schedule, or an API call.
+type TriggerKind string
+
+// UpdateScheduleRequest defines model for UpdateScheduleRequest.
+type UpdateScheduleRequest struct {
+	// Definition What each fire creates; `scan` for kind scan, `task` for kind task.
+	Definition ScheduleDefinition `json:"definition"`
+	Name       string             `json:"name"`
+
+	// Timing Exactly one of `cron` and `interval_seconds`.
+	Timing ScheduleTiming `json:"timing"`
+}
 
 // UpdateWorkerRequest defines model for UpdateWorkerRequest.
 type UpdateWorkerRequest struct {
@@ -1313,6 +1646,9 @@ type RequiredIdempotencyKey = string
 // ScanID defines model for ScanID.
 type ScanID = openapi_types.UUID
 
+// ScheduleID defines model for ScheduleID.
+type ScheduleID = openapi_types.UUID
+
 // TaskID defines model for TaskID.
 type TaskID = openapi_types.UUID
 
@@ -1426,6 +1762,34 @@ type CreateScanParams struct {
 	IdempotencyKey *OptionalIdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
+// ListSchedulesParams defines parameters for ListSchedules.
+type ListSchedulesParams struct {
+	// OrganizationId Only this organization's schedules. For an unscoped token, an organization that does not exist is 404.
+	OrganizationId *openapi_types.UUID `form:"organization_id,omitempty" json:"organization_id,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
+// ListScheduleFiresParams defines parameters for ListScheduleFires.
+type ListScheduleFiresParams struct {
+	// Cursor The `next_cursor` of the previous page.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
+// ListScheduleNextParams defines parameters for ListScheduleNext.
+type ListScheduleNextParams struct {
+	Count *int `form:"count,omitempty" json:"count,omitempty"`
+}
+
+// RunScheduleParams defines parameters for RunSchedule.
+type RunScheduleParams struct {
+	// IdempotencyKey Makes the request safe to repeat. At most 255 characters.
+	IdempotencyKey *OptionalIdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
 // ListTasksParams defines parameters for ListTasks.
 type ListTasksParams struct {
 	// OrganizationId Only this organization's tasks. For an unscoped token, an organization that does not exist is 404.
@@ -1520,6 +1884,12 @@ type CreateOrganizationJSONRequestBody = CreateOrganizationRequest
 
 // CreateScanJSONRequestBody defines body for CreateScan for application/json ContentType.
 type CreateScanJSONRequestBody = CreateScanRequest
+
+// CreateScheduleJSONRequestBody defines body for CreateSchedule for application/json ContentType.
+type CreateScheduleJSONRequestBody = CreateScheduleRequest
+
+// UpdateScheduleJSONRequestBody defines body for UpdateSchedule for application/json ContentType.
+type UpdateScheduleJSONRequestBody = UpdateScheduleRequest
 
 // CreateTaskJSONRequestBody defines body for CreateTask for application/json ContentType.
 type CreateTaskJSONRequestBody = CreateTaskRequest
@@ -2094,6 +2464,110 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/scans/{scan_id}/cancel (the `CancelScan` operationId).
 	CancelScan(ctx context.Context, scanId ScanID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListSchedules List schedules
+	//
+	// Newest first.
+	//
+	// Corresponds with GET /v1/schedules (the `ListSchedules` operationId).
+	ListSchedules(ctx context.Context, params *ListSchedulesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateScheduleWithBody Create a schedule
+	//
+	// Creates a schedule that starts a scan or a task per slot: a cron expression (five fields,
+	// evaluated in `time_zone`) or a fixed `interval_seconds` from `start_at` (or from now).
+	// Its first slot is the first after now; nothing already past fires. A bad field is 400
+	// `bad-request` naming the field.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/schedules (the `CreateSchedule` operationId).
+	CreateScheduleWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateSchedule Create a schedule
+	//
+	// Creates a schedule that starts a scan or a task per slot: a cron expression (five fields,
+	// evaluated in `time_zone`) or a fixed `interval_seconds` from `start_at` (or from now).
+	// Its first slot is the first after now; nothing already past fires. A bad field is 400
+	// `bad-request` naming the field.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/schedules (the `CreateSchedule` operationId).
+	CreateSchedule(ctx context.Context, body CreateScheduleJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetSchedule Get a schedule
+	//
+	// The schedule at its current version. 404 when it does not exist or the token may not see it.
+	//
+	// Corresponds with GET /v1/schedules/{schedule_id} (the `GetSchedule` operationId).
+	GetSchedule(ctx context.Context, scheduleId ScheduleID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UpdateScheduleWithBody Replace a schedule's definition (a new version)
+	//
+	// Stores the whole request as the schedule's next version; earlier versions are kept, and
+	// every fire, task and scan records the version it came from. When the timing changes the
+	// next slot is computed afresh from now; otherwise the pending slot stays. Pausing is
+	// `/pause`, not a field.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /v1/schedules/{schedule_id} (the `UpdateSchedule` operationId).
+	UpdateScheduleWithBody(ctx context.Context, scheduleId ScheduleID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UpdateSchedule Replace a schedule's definition (a new version)
+	//
+	// Stores the whole request as the schedule's next version; earlier versions are kept, and
+	// every fire, task and scan records the version it came from. When the timing changes the
+	// next slot is computed afresh from now; otherwise the pending slot stays. Pausing is
+	// `/pause`, not a field.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PUT /v1/schedules/{schedule_id} (the `UpdateSchedule` operationId).
+	UpdateSchedule(ctx context.Context, scheduleId ScheduleID, body UpdateScheduleJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListScheduleFires A schedule's history
+	//
+	// Latest slot first: each slot created a run (`created`, with the run's state now), was
+	// `skipped` (and why: `missed`, `overlap`, `queue_full`, `error`) or is `queued` behind a
+	// run still active.
+	//
+	// Corresponds with GET /v1/schedules/{schedule_id}/fires (the `ListScheduleFires` operationId).
+	ListScheduleFires(ctx context.Context, scheduleId ScheduleID, params *ListScheduleFiresParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListScheduleNext A schedule's next fire times
+	//
+	// The next `count` slots from the pending one (from now while paused), each with when it
+	// fires (its slot plus jitter); fewer when the schedule ends sooner.
+	//
+	// Corresponds with GET /v1/schedules/{schedule_id}/next (the `ListScheduleNext` operationId).
+	ListScheduleNext(ctx context.Context, scheduleId ScheduleID, params *ListScheduleNextParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PauseSchedule Pause a schedule
+	//
+	// No slot fires while paused (a manual run still does). Pausing twice is harmless.
+	//
+	// Corresponds with POST /v1/schedules/{schedule_id}/pause (the `PauseSchedule` operationId).
+	PauseSchedule(ctx context.Context, scheduleId ScheduleID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ResumeSchedule Resume a paused schedule
+	//
+	// It fires again from its first slot after now; slots that passed while it was paused never fire. Resuming twice is harmless.
+	//
+	// Corresponds with POST /v1/schedules/{schedule_id}/resume (the `ResumeSchedule` operationId).
+	ResumeSchedule(ctx context.Context, scheduleId ScheduleID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RunSchedule Run a schedule now
+	//
+	// Starts the schedule's scan or task at once (trigger `manual`), paused or not and whatever
+	// its overlap policy; its own slots are unchanged. With an `Idempotency-Key` (the creation
+	// keys of tasks and scans), repeating the request returns the first run's fire (header
+	// `Idempotent-Replayed: true`); the key used for something else is 422
+	// `idempotency-key-reused`.
+	//
+	// Corresponds with POST /v1/schedules/{schedule_id}/run (the `RunSchedule` operationId).
+	RunSchedule(ctx context.Context, scheduleId ScheduleID, params *RunScheduleParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListTasks List tasks
 	//
@@ -3257,6 +3731,220 @@ func (c *Client) GetScan(ctx context.Context, scanId ScanID, reqEditors ...Reque
 // Corresponds with POST /v1/scans/{scan_id}/cancel (the `CancelScan` operationId).
 func (c *Client) CancelScan(ctx context.Context, scanId ScanID, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewCancelScanRequest(c.Server, scanId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListSchedules List schedules
+//
+// Newest first.
+//
+// Corresponds with GET /v1/schedules (the `ListSchedules` operationId).
+func (c *Client) ListSchedules(ctx context.Context, params *ListSchedulesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListSchedulesRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateScheduleWithBody Create a schedule
+//
+// Creates a schedule that starts a scan or a task per slot: a cron expression (five fields,
+// evaluated in `time_zone`) or a fixed `interval_seconds` from `start_at` (or from now).
+// Its first slot is the first after now; nothing already past fires. A bad field is 400
+// `bad-request` naming the field.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/schedules (the `CreateSchedule` operationId).
+func (c *Client) CreateScheduleWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateScheduleRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateSchedule Create a schedule
+//
+// Creates a schedule that starts a scan or a task per slot: a cron expression (five fields,
+// evaluated in `time_zone`) or a fixed `interval_seconds` from `start_at` (or from now).
+// Its first slot is the first after now; nothing already past fires. A bad field is 400
+// `bad-request` naming the field.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/schedules (the `CreateSchedule` operationId).
+func (c *Client) CreateSchedule(ctx context.Context, body CreateScheduleJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateScheduleRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetSchedule Get a schedule
+//
+// The schedule at its current version. 404 when it does not exist or the token may not see it.
+//
+// Corresponds with GET /v1/schedules/{schedule_id} (the `GetSchedule` operationId).
+func (c *Client) GetSchedule(ctx context.Context, scheduleId ScheduleID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetScheduleRequest(c.Server, scheduleId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UpdateScheduleWithBody Replace a schedule's definition (a new version)
+//
+// Stores the whole request as the schedule's next version; earlier versions are kept, and
+// every fire, task and scan records the version it came from. When the timing changes the
+// next slot is computed afresh from now; otherwise the pending slot stays. Pausing is
+// `/pause`, not a field.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /v1/schedules/{schedule_id} (the `UpdateSchedule` operationId).
+func (c *Client) UpdateScheduleWithBody(ctx context.Context, scheduleId ScheduleID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdateScheduleRequestWithBody(c.Server, scheduleId, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UpdateSchedule Replace a schedule's definition (a new version)
+//
+// Stores the whole request as the schedule's next version; earlier versions are kept, and
+// every fire, task and scan records the version it came from. When the timing changes the
+// next slot is computed afresh from now; otherwise the pending slot stays. Pausing is
+// `/pause`, not a field.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PUT /v1/schedules/{schedule_id} (the `UpdateSchedule` operationId).
+func (c *Client) UpdateSchedule(ctx context.Context, scheduleId ScheduleID, body UpdateScheduleJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdateScheduleRequest(c.Server, scheduleId, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListScheduleFires A schedule's history
+//
+// Latest slot first: each slot created a run (`created`, with the run's state now), was
+// `skipped` (and why: `missed`, `overlap`, `queue_full`, `error`) or is `queued` behind a
+// run still active.
+//
+// Corresponds with GET /v1/schedules/{schedule_id}/fires (the `ListScheduleFires` operationId).
+func (c *Client) ListScheduleFires(ctx context.Context, scheduleId ScheduleID, params *ListScheduleFiresParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListScheduleFiresRequest(c.Server, scheduleId, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListScheduleNext A schedule's next fire times
+//
+// The next `count` slots from the pending one (from now while paused), each with when it
+// fires (its slot plus jitter); fewer when the schedule ends sooner.
+//
+// Corresponds with GET /v1/schedules/{schedule_id}/next (the `ListScheduleNext` operationId).
+func (c *Client) ListScheduleNext(ctx context.Context, scheduleId ScheduleID, params *ListScheduleNextParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListScheduleNextRequest(c.Server, scheduleId, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PauseSchedule Pause a schedule
+//
+// No slot fires while paused (a manual run still does). Pausing twice is harmless.
+//
+// Corresponds with POST /v1/schedules/{schedule_id}/pause (the `PauseSchedule` operationId).
+func (c *Client) PauseSchedule(ctx context.Context, scheduleId ScheduleID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPauseScheduleRequest(c.Server, scheduleId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ResumeSchedule Resume a paused schedule
+//
+// It fires again from its first slot after now; slots that passed while it was paused never fire. Resuming twice is harmless.
+//
+// Corresponds with POST /v1/schedules/{schedule_id}/resume (the `ResumeSchedule` operationId).
+func (c *Client) ResumeSchedule(ctx context.Context, scheduleId ScheduleID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewResumeScheduleRequest(c.Server, scheduleId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RunSchedule Run a schedule now
+//
+// Starts the schedule's scan or task at once (trigger `manual`), paused or not and whatever
+// its overlap policy; its own slots are unchanged. With an `Idempotency-Key` (the creation
+// keys of tasks and scans), repeating the request returns the first run's fire (header
+// `Idempotent-Replayed: true`); the key used for something else is 422
+// `idempotency-key-reused`.
+//
+// Corresponds with POST /v1/schedules/{schedule_id}/run (the `RunSchedule` operationId).
+func (c *Client) RunSchedule(ctx context.Context, scheduleId ScheduleID, params *RunScheduleParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRunScheduleRequest(c.Server, scheduleId, params)
 	if err != nil {
 		return nil, err
 	}
@@ -5310,6 +5998,456 @@ func NewCancelScanRequest(server string, scanId ScanID) (*http.Request, error) {
 	return req, nil
 }
 
+// NewListSchedulesRequest constructs an http.Request for the ListSchedules method
+func NewListSchedulesRequest(server string, params *ListSchedulesParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/schedules")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.OrganizationId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "organization_id", *params.OrganizationId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "uuid"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCreateScheduleRequest calls the generic CreateSchedule builder with application/json body
+func NewCreateScheduleRequest(server string, body CreateScheduleJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateScheduleRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewCreateScheduleRequestWithBody constructs an http.Request for the CreateSchedule method, with any body, and a specified content type
+func NewCreateScheduleRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/schedules")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewGetScheduleRequest constructs an http.Request for the GetSchedule method
+func NewGetScheduleRequest(server string, scheduleId ScheduleID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "schedule_id", scheduleId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/schedules/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewUpdateScheduleRequest calls the generic UpdateSchedule builder with application/json body
+func NewUpdateScheduleRequest(server string, scheduleId ScheduleID, body UpdateScheduleJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewUpdateScheduleRequestWithBody(server, scheduleId, "application/json", bodyReader)
+}
+
+// NewUpdateScheduleRequestWithBody constructs an http.Request for the UpdateSchedule method, with any body, and a specified content type
+func NewUpdateScheduleRequestWithBody(server string, scheduleId ScheduleID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "schedule_id", scheduleId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/schedules/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewListScheduleFiresRequest constructs an http.Request for the ListScheduleFires method
+func NewListScheduleFiresRequest(server string, scheduleId ScheduleID, params *ListScheduleFiresParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "schedule_id", scheduleId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/schedules/%s/fires", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListScheduleNextRequest constructs an http.Request for the ListScheduleNext method
+func NewListScheduleNextRequest(server string, scheduleId ScheduleID, params *ListScheduleNextParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "schedule_id", scheduleId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/schedules/%s/next", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Count != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "count", *params.Count, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewPauseScheduleRequest constructs an http.Request for the PauseSchedule method
+func NewPauseScheduleRequest(server string, scheduleId ScheduleID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "schedule_id", scheduleId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/schedules/%s/pause", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewResumeScheduleRequest constructs an http.Request for the ResumeSchedule method
+func NewResumeScheduleRequest(server string, scheduleId ScheduleID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "schedule_id", scheduleId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/schedules/%s/resume", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewRunScheduleRequest constructs an http.Request for the RunSchedule method
+func NewRunScheduleRequest(server string, scheduleId ScheduleID, params *RunScheduleParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "schedule_id", scheduleId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/schedules/%s/run", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
 // NewListTasksRequest constructs an http.Request for the ListTasks method
 func NewListTasksRequest(server string, params *ListTasksParams) (*http.Request, error) {
 	var err error
@@ -6894,6 +8032,124 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/scans/{scan_id}/cancel (the `CancelScan` operationId).
 	CancelScanWithResponse(ctx context.Context, scanId ScanID, reqEditors ...RequestEditorFn) (*CancelScanResponse, error)
+
+	// ListSchedulesWithResponse List schedules
+	//
+	// Newest first.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/schedules (the `ListSchedules` operationId).
+	ListSchedulesWithResponse(ctx context.Context, params *ListSchedulesParams, reqEditors ...RequestEditorFn) (*ListSchedulesResponse, error)
+
+	// CreateScheduleWithBodyWithResponse Create a schedule
+	//
+	// Creates a schedule that starts a scan or a task per slot: a cron expression (five fields,
+	// evaluated in `time_zone`) or a fixed `interval_seconds` from `start_at` (or from now).
+	// Its first slot is the first after now; nothing already past fires. A bad field is 400
+	// `bad-request` naming the field.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/schedules (the `CreateSchedule` operationId).
+	CreateScheduleWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateScheduleResponse, error)
+
+	// CreateScheduleWithResponse Create a schedule
+	//
+	// Creates a schedule that starts a scan or a task per slot: a cron expression (five fields,
+	// evaluated in `time_zone`) or a fixed `interval_seconds` from `start_at` (or from now).
+	// Its first slot is the first after now; nothing already past fires. A bad field is 400
+	// `bad-request` naming the field.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/schedules (the `CreateSchedule` operationId).
+	CreateScheduleWithResponse(ctx context.Context, body CreateScheduleJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateScheduleResponse, error)
+
+	// GetScheduleWithResponse Get a schedule
+	//
+	// The schedule at its current version. 404 when it does not exist or the token may not see it.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/schedules/{schedule_id} (the `GetSchedule` operationId).
+	GetScheduleWithResponse(ctx context.Context, scheduleId ScheduleID, reqEditors ...RequestEditorFn) (*GetScheduleResponse, error)
+
+	// UpdateScheduleWithBodyWithResponse Replace a schedule's definition (a new version)
+	//
+	// Stores the whole request as the schedule's next version; earlier versions are kept, and
+	// every fire, task and scan records the version it came from. When the timing changes the
+	// next slot is computed afresh from now; otherwise the pending slot stays. Pausing is
+	// `/pause`, not a field.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/schedules/{schedule_id} (the `UpdateSchedule` operationId).
+	UpdateScheduleWithBodyWithResponse(ctx context.Context, scheduleId ScheduleID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateScheduleResponse, error)
+
+	// UpdateScheduleWithResponse Replace a schedule's definition (a new version)
+	//
+	// Stores the whole request as the schedule's next version; earlier versions are kept, and
+	// every fire, task and scan records the version it came from. When the timing changes the
+	// next slot is computed afresh from now; otherwise the pending slot stays. Pausing is
+	// `/pause`, not a field.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/schedules/{schedule_id} (the `UpdateSchedule` operationId).
+	UpdateScheduleWithResponse(ctx context.Context, scheduleId ScheduleID, body UpdateScheduleJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateScheduleResponse, error)
+
+	// ListScheduleFiresWithResponse A schedule's history
+	//
+	// Latest slot first: each slot created a run (`created`, with the run's state now), was
+	// `skipped` (and why: `missed`, `overlap`, `queue_full`, `error`) or is `queued` behind a
+	// run still active.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/schedules/{schedule_id}/fires (the `ListScheduleFires` operationId).
+	ListScheduleFiresWithResponse(ctx context.Context, scheduleId ScheduleID, params *ListScheduleFiresParams, reqEditors ...RequestEditorFn) (*ListScheduleFiresResponse, error)
+
+	// ListScheduleNextWithResponse A schedule's next fire times
+	//
+	// The next `count` slots from the pending one (from now while paused), each with when it
+	// fires (its slot plus jitter); fewer when the schedule ends sooner.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/schedules/{schedule_id}/next (the `ListScheduleNext` operationId).
+	ListScheduleNextWithResponse(ctx context.Context, scheduleId ScheduleID, params *ListScheduleNextParams, reqEditors ...RequestEditorFn) (*ListScheduleNextResponse, error)
+
+	// PauseScheduleWithResponse Pause a schedule
+	//
+	// No slot fires while paused (a manual run still does). Pausing twice is harmless.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/schedules/{schedule_id}/pause (the `PauseSchedule` operationId).
+	PauseScheduleWithResponse(ctx context.Context, scheduleId ScheduleID, reqEditors ...RequestEditorFn) (*PauseScheduleResponse, error)
+
+	// ResumeScheduleWithResponse Resume a paused schedule
+	//
+	// It fires again from its first slot after now; slots that passed while it was paused never fire. Resuming twice is harmless.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/schedules/{schedule_id}/resume (the `ResumeSchedule` operationId).
+	ResumeScheduleWithResponse(ctx context.Context, scheduleId ScheduleID, reqEditors ...RequestEditorFn) (*ResumeScheduleResponse, error)
+
+	// RunScheduleWithResponse Run a schedule now
+	//
+	// Starts the schedule's scan or task at once (trigger `manual`), paused or not and whatever
+	// its overlap policy; its own slots are unchanged. With an `Idempotency-Key` (the creation
+	// keys of tasks and scans), repeating the request returns the first run's fire (header
+	// `Idempotent-Replayed: true`); the key used for something else is 422
+	// `idempotency-key-reused`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/schedules/{schedule_id}/run (the `RunSchedule` operationId).
+	RunScheduleWithResponse(ctx context.Context, scheduleId ScheduleID, params *RunScheduleParams, reqEditors ...RequestEditorFn) (*RunScheduleResponse, error)
 
 	// ListTasksWithResponse List tasks
 	//
@@ -9335,6 +10591,655 @@ func (r CancelScanResponse) ContentType() string {
 	return ""
 }
 
+type ListSchedulesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ScheduleList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListSchedulesResponse) GetJSON200() *ScheduleList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListSchedulesResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListSchedulesResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListSchedulesResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListSchedulesResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListSchedulesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListSchedulesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListSchedulesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListSchedulesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type CreateScheduleResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *Schedule
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreateScheduleResponse) GetJSON201() *Schedule {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CreateScheduleResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CreateScheduleResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CreateScheduleResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r CreateScheduleResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r CreateScheduleResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateScheduleResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateScheduleResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateScheduleResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateScheduleResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetScheduleResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Schedule
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetScheduleResponse) GetJSON200() *Schedule {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetScheduleResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetScheduleResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetScheduleResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetScheduleResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetScheduleResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetScheduleResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetScheduleResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type UpdateScheduleResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Schedule
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r UpdateScheduleResponse) GetJSON200() *Schedule {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r UpdateScheduleResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r UpdateScheduleResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r UpdateScheduleResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r UpdateScheduleResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r UpdateScheduleResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r UpdateScheduleResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r UpdateScheduleResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r UpdateScheduleResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r UpdateScheduleResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListScheduleFiresResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ScheduleFireList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListScheduleFiresResponse) GetJSON200() *ScheduleFireList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListScheduleFiresResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListScheduleFiresResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListScheduleFiresResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListScheduleFiresResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListScheduleFiresResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListScheduleFiresResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListScheduleFiresResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListScheduleFiresResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListScheduleNextResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ScheduleSlotList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListScheduleNextResponse) GetJSON200() *ScheduleSlotList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListScheduleNextResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListScheduleNextResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListScheduleNextResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListScheduleNextResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListScheduleNextResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListScheduleNextResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListScheduleNextResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListScheduleNextResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type PauseScheduleResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Schedule
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PauseScheduleResponse) GetJSON200() *Schedule {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r PauseScheduleResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r PauseScheduleResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r PauseScheduleResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r PauseScheduleResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r PauseScheduleResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PauseScheduleResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PauseScheduleResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PauseScheduleResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ResumeScheduleResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Schedule
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ResumeScheduleResponse) GetJSON200() *Schedule {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ResumeScheduleResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ResumeScheduleResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ResumeScheduleResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ResumeScheduleResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ResumeScheduleResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ResumeScheduleResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ResumeScheduleResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ResumeScheduleResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// RunScheduleResponse200Headers the declared response headers of an HTTP 200 response for RunSchedule
+type RunScheduleResponse200Headers struct {
+	IdempotentReplayed *string
+}
+
+type RunScheduleResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ScheduleFire
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *ScheduleFire
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *RunScheduleResponse200Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RunScheduleResponse) GetJSON200() *ScheduleFire {
+	return r.JSON200
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r RunScheduleResponse) GetJSON201() *ScheduleFire {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RunScheduleResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RunScheduleResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r RunScheduleResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r RunScheduleResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r RunScheduleResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r RunScheduleResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RunScheduleResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RunScheduleResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RunScheduleResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ListTasksResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -11496,6 +13401,190 @@ func (c *ClientWithResponses) CancelScanWithResponse(ctx context.Context, scanId
 	return ParseCancelScanResponse(rsp)
 }
 
+// ListSchedulesWithResponse List schedules
+//
+// Newest first.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/schedules (the `ListSchedules` operationId).
+func (c *ClientWithResponses) ListSchedulesWithResponse(ctx context.Context, params *ListSchedulesParams, reqEditors ...RequestEditorFn) (*ListSchedulesResponse, error) {
+	rsp, err := c.ListSchedules(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListSchedulesResponse(rsp)
+}
+
+// CreateScheduleWithBodyWithResponse Create a schedule
+//
+// Creates a schedule that starts a scan or a task per slot: a cron expression (five fields,
+// evaluated in `time_zone`) or a fixed `interval_seconds` from `start_at` (or from now).
+// Its first slot is the first after now; nothing already past fires. A bad field is 400
+// `bad-request` naming the field.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/schedules (the `CreateSchedule` operationId).
+func (c *ClientWithResponses) CreateScheduleWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateScheduleResponse, error) {
+	rsp, err := c.CreateScheduleWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateScheduleResponse(rsp)
+}
+
+// CreateScheduleWithResponse Create a schedule
+//
+// Creates a schedule that starts a scan or a task per slot: a cron expression (five fields,
+// evaluated in `time_zone`) or a fixed `interval_seconds` from `start_at` (or from now).
+// Its first slot is the first after now; nothing already past fires. A bad field is 400
+// `bad-request` naming the field.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/schedules (the `CreateSchedule` operationId).
+func (c *ClientWithResponses) CreateScheduleWithResponse(ctx context.Context, body CreateScheduleJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateScheduleResponse, error) {
+	rsp, err := c.CreateSchedule(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateScheduleResponse(rsp)
+}
+
+// GetScheduleWithResponse Get a schedule
+//
+// The schedule at its current version. 404 when it does not exist or the token may not see it.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/schedules/{schedule_id} (the `GetSchedule` operationId).
+func (c *ClientWithResponses) GetScheduleWithResponse(ctx context.Context, scheduleId ScheduleID, reqEditors ...RequestEditorFn) (*GetScheduleResponse, error) {
+	rsp, err := c.GetSchedule(ctx, scheduleId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetScheduleResponse(rsp)
+}
+
+// UpdateScheduleWithBodyWithResponse Replace a schedule's definition (a new version)
+//
+// Stores the whole request as the schedule's next version; earlier versions are kept, and
+// every fire, task and scan records the version it came from. When the timing changes the
+// next slot is computed afresh from now; otherwise the pending slot stays. Pausing is
+// `/pause`, not a field.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/schedules/{schedule_id} (the `UpdateSchedule` operationId).
+func (c *ClientWithResponses) UpdateScheduleWithBodyWithResponse(ctx context.Context, scheduleId ScheduleID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateScheduleResponse, error) {
+	rsp, err := c.UpdateScheduleWithBody(ctx, scheduleId, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUpdateScheduleResponse(rsp)
+}
+
+// UpdateScheduleWithResponse Replace a schedule's definition (a new version)
+//
+// Stores the whole request as the schedule's next version; earlier versions are kept, and
+// every fire, task and scan records the version it came from. When the timing changes the
+// next slot is computed afresh from now; otherwise the pending slot stays. Pausing is
+// `/pause`, not a field.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/schedules/{schedule_id} (the `UpdateSchedule` operationId).
+func (c *ClientWithResponses) UpdateScheduleWithResponse(ctx context.Context, scheduleId ScheduleID, body UpdateScheduleJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateScheduleResponse, error) {
+	rsp, err := c.UpdateSchedule(ctx, scheduleId, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUpdateScheduleResponse(rsp)
+}
+
+// ListScheduleFiresWithResponse A schedule's history
+//
+// Latest slot first: each slot created a run (`created`, with the run's state now), was
+// `skipped` (and why: `missed`, `overlap`, `queue_full`, `error`) or is `queued` behind a
+// run still active.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/schedules/{schedule_id}/fires (the `ListScheduleFires` operationId).
+func (c *ClientWithResponses) ListScheduleFiresWithResponse(ctx context.Context, scheduleId ScheduleID, params *ListScheduleFiresParams, reqEditors ...RequestEditorFn) (*ListScheduleFiresResponse, error) {
+	rsp, err := c.ListScheduleFires(ctx, scheduleId, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListScheduleFiresResponse(rsp)
+}
+
+// ListScheduleNextWithResponse A schedule's next fire times
+//
+// The next `count` slots from the pending one (from now while paused), each with when it
+// fires (its slot plus jitter); fewer when the schedule ends sooner.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/schedules/{schedule_id}/next (the `ListScheduleNext` operationId).
+func (c *ClientWithResponses) ListScheduleNextWithResponse(ctx context.Context, scheduleId ScheduleID, params *ListScheduleNextParams, reqEditors ...RequestEditorFn) (*ListScheduleNextResponse, error) {
+	rsp, err := c.ListScheduleNext(ctx, scheduleId, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListScheduleNextResponse(rsp)
+}
+
+// PauseScheduleWithResponse Pause a schedule
+//
+// No slot fires while paused (a manual run still does). Pausing twice is harmless.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/schedules/{schedule_id}/pause (the `PauseSchedule` operationId).
+func (c *ClientWithResponses) PauseScheduleWithResponse(ctx context.Context, scheduleId ScheduleID, reqEditors ...RequestEditorFn) (*PauseScheduleResponse, error) {
+	rsp, err := c.PauseSchedule(ctx, scheduleId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePauseScheduleResponse(rsp)
+}
+
+// ResumeScheduleWithResponse Resume a paused schedule
+//
+// It fires again from its first slot after now; slots that passed while it was paused never fire. Resuming twice is harmless.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/schedules/{schedule_id}/resume (the `ResumeSchedule` operationId).
+func (c *ClientWithResponses) ResumeScheduleWithResponse(ctx context.Context, scheduleId ScheduleID, reqEditors ...RequestEditorFn) (*ResumeScheduleResponse, error) {
+	rsp, err := c.ResumeSchedule(ctx, scheduleId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseResumeScheduleResponse(rsp)
+}
+
+// RunScheduleWithResponse Run a schedule now
+//
+// Starts the schedule's scan or task at once (trigger `manual`), paused or not and whatever
+// its overlap policy; its own slots are unchanged. With an `Idempotency-Key` (the creation
+// keys of tasks and scans), repeating the request returns the first run's fire (header
+// `Idempotent-Replayed: true`); the key used for something else is 422
+// `idempotency-key-reused`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/schedules/{schedule_id}/run (the `RunSchedule` operationId).
+func (c *ClientWithResponses) RunScheduleWithResponse(ctx context.Context, scheduleId ScheduleID, params *RunScheduleParams, reqEditors ...RequestEditorFn) (*RunScheduleResponse, error) {
+	rsp, err := c.RunSchedule(ctx, scheduleId, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRunScheduleResponse(rsp)
+}
+
 // ListTasksWithResponse List tasks
 //
 // Newest first, with cursor pagination and filters.
@@ -13645,6 +15734,526 @@ func ParseCancelScanResponse(rsp *http.Response) (*CancelScanResponse, error) {
 		}
 		response.ApplicationproblemJSONDefault = &dest
 
+	}
+
+	return response, nil
+}
+
+// ParseListSchedulesResponse parses an HTTP response from a ListSchedulesWithResponse call
+func ParseListSchedulesResponse(rsp *http.Response) (*ListSchedulesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListSchedulesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ScheduleList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseCreateScheduleResponse parses an HTTP response from a CreateScheduleWithResponse call
+func ParseCreateScheduleResponse(rsp *http.Response) (*CreateScheduleResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateScheduleResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest Schedule
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetScheduleResponse parses an HTTP response from a GetScheduleWithResponse call
+func ParseGetScheduleResponse(rsp *http.Response) (*GetScheduleResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetScheduleResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Schedule
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseUpdateScheduleResponse parses an HTTP response from a UpdateScheduleWithResponse call
+func ParseUpdateScheduleResponse(rsp *http.Response) (*UpdateScheduleResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &UpdateScheduleResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Schedule
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListScheduleFiresResponse parses an HTTP response from a ListScheduleFiresWithResponse call
+func ParseListScheduleFiresResponse(rsp *http.Response) (*ListScheduleFiresResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListScheduleFiresResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ScheduleFireList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListScheduleNextResponse parses an HTTP response from a ListScheduleNextWithResponse call
+func ParseListScheduleNextResponse(rsp *http.Response) (*ListScheduleNextResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListScheduleNextResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ScheduleSlotList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParsePauseScheduleResponse parses an HTTP response from a PauseScheduleWithResponse call
+func ParsePauseScheduleResponse(rsp *http.Response) (*PauseScheduleResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PauseScheduleResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Schedule
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseResumeScheduleResponse parses an HTTP response from a ResumeScheduleWithResponse call
+func ParseResumeScheduleResponse(rsp *http.Response) (*ResumeScheduleResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ResumeScheduleResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Schedule
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseRunScheduleResponse parses an HTTP response from a RunScheduleWithResponse call
+func ParseRunScheduleResponse(rsp *http.Response) (*RunScheduleResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RunScheduleResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ScheduleFire
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest ScheduleFire
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers RunScheduleResponse200Headers
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		response.Headers200 = &headers
 	}
 
 	return response, nil

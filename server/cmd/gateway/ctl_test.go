@@ -414,3 +414,31 @@ func runPrintedWorker(t *testing.T, start, check string) {
 	require.NoError(t, err, "%s", out)
 	require.Contains(t, string(out), "ok: authenticated as worker")
 }
+
+func TestCtlSchedules(t *testing.T) {
+	g := harness.Start(t)
+	dir := t.TempDir()
+	caFile := filepath.Join(dir, "ca.pem")
+	require.NoError(t, os.WriteFile(caFile, g.CA.CertPEM, 0o600))
+	unsetEnv(t, "GATEWAY_URL", "GATEWAY_TOKEN", "GATEWAY_CA", "CA_CERT", "GATEWAY_ENV", "GATEWAY_JSON")
+	ok := func(args ...string) string {
+		t.Helper()
+		out, errOut, code := runCLI(t, append([]string{"ctl", "--url", g.URL, "--token", g.AdminToken, "--ca", caFile}, args...)...)
+		require.Equal(t, 0, code, "ctl %v: %s", args, errOut)
+		return out
+	}
+	org := g.NewOrganization(t, "acme").String()
+
+	var sc apiclient.Schedule
+	require.NoError(t, json.Unmarshal([]byte(ok("schedules", "create", "--org", org, "--name", "nightly", "--cron", "0 2 * * *",
+		"--time-zone", "Europe/Berlin", "--definition", `{"kind": "scan", "scan": {"targets": ["localhost"], "plugins": [{"name": "dns-resolve"}]}}`,
+		"--json")), &sc))
+	id := sc.Id.String()
+	require.Regexp(t, id+`\s+nightly\s+1\s+true\s+scan\s+0 2 \* \* \* Europe/Berlin`, ok("schedules", "list", "--org", org))
+	require.Contains(t, ok("schedules", "get", id), "Europe/Berlin")
+	require.Regexp(t, `(?m)^\S+T0[01]:00:00Z\s+\S+T0[01]:00:00Z$`, ok("schedules", "next", id, "--count", "2"), "02:00 Berlin is 00:00 or 01:00 UTC")
+	require.Regexp(t, id+`\s+nightly\s+1\s+false`, ok("schedules", "pause", id))
+	require.Regexp(t, `manual\s+1\s+created\s+-\s+scan `, ok("schedules", "run", id, "--idempotency-key", "k1"))
+	require.Contains(t, ok("schedules", "fires", id), "manual")
+	require.Regexp(t, id+`\s+nightly\s+1\s+true`, ok("schedules", "resume", id))
+}

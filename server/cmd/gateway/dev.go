@@ -20,6 +20,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/worker-gateway/gateway/internal/pgcluster"
 	"github.com/worker-gateway/gateway/internal/pki"
@@ -261,7 +262,28 @@ func seedDemo(ctx context.Context, databaseURL string, certs devPKI, ports []str
 	if _, _, err := st.CreateScan(ctx, store.EveryOrganization(), scan); err != nil {
 		return demoIDs{}, err
 	}
+	if err := ensureDemoSchedule(ctx, st, pool, orgID); err != nil {
+		return demoIDs{}, err
+	}
 	return ids, nil
+}
+
+// demoScheduleName names the demo schedule, found by it on a restart.
+const demoScheduleName = "demo: echo every 5 minutes"
+
+// ensureDemoSchedule creates, once, a schedule whose echo task the
+// reference worker runs every five minutes.
+func ensureDemoSchedule(ctx context.Context, st *store.Store, pool *pgxpool.Pool, org uuid.UUID) error {
+	var exists bool
+	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM schedules WHERE organization_id = $1 AND name = $2)`,
+		org, demoScheduleName).Scan(&exists); err != nil || exists {
+		return err
+	}
+	_, err := st.CreateSchedule(ctx, store.EveryOrganization(), org, store.ScheduleParams{Name: demoScheduleName,
+		Timing: store.ScheduleTiming{IntervalSeconds: 300},
+		Definition: store.ScheduleDefinition{Kind: store.ScheduleTask, Task: &store.ScheduledTask{TaskType: "scanner_plugin",
+			Payload: []byte(`{"plugin": "echo", "input": {"message": "hello from the demo schedule"}}`)}}})
+	return err
 }
 
 // devAdminToken returns oldToken when the database still authenticates it as

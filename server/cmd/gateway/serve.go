@@ -82,6 +82,7 @@ func serveFlags(fs *flagSet, level *slog.LevelVar) *serveConfig {
 	fs.DurationVar(&c.server.HeartbeatInterval, "heartbeat-interval", c.server.HeartbeatInterval, "longest heartbeat interval told to workers; online = seen within 3 intervals")
 	fs.DurationVar(&c.server.SweepIdleInterval, "sweep-idle-interval", c.server.SweepIdleInterval, "lease sweep interval when no expiry is known to be due sooner")
 	fs.DurationVar(&c.server.SweepDormantInterval, "sweep-dormant-interval", c.server.SweepDormantInterval, "sweep interval while nothing in the database can expire (an idle gateway sends no query meanwhile; this replica's own lease grants wake it)")
+	fs.BoolVar(&c.server.ScheduleTimer, "schedule-timer", c.server.ScheduleTimer, "fire due schedules on this replica (every replica may; claims never overlap); -schedule-timer=false leaves firing to the others")
 	fs.IntVar(&c.server.QueueVacuumEvery, "queue-vacuum-every", c.server.QueueVacuumEvery, "vacuum the queue of leasable tasks after this many leases granted by this replica, so acquisitions do not step over the entries of leased tasks until autovacuum comes (0: leave it to autovacuum)")
 	fs.Float64Var(&c.server.Limits.WorkerRate, "worker-rate", c.server.Limits.WorkerRate, "requests per second one worker may send on average (0: unlimited); past it 429 with Retry-After")
 	fs.IntVar(&c.server.Limits.WorkerBurst, "worker-burst", c.server.Limits.WorkerBurst, "requests one worker may send at once before -worker-rate applies")

@@ -1,0 +1,116 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"github.com/worker-gateway/gateway/store"
+)
+
+const (
+	// scheduleFireBatch bounds the schedules one claim fires.
+	scheduleFireBatch = 100
+	// scheduleRecheck is the longest the timer sleeps while a queued slot
+	// (overlap queue_one) waits for its previous run: the run's end sends
+	// no wake-up yet, so the timer looks again this often. Otherwise it
+	// sleeps until the next fire or a wake-up, and an idle gateway sends
+	// the database nothing.
+	scheduleRecheck = 30 * time.Second
+	// sleepUntilWoken is the sleep when nothing will fire: only a
+	// WakeSchedules notice (or the listener reconnecting) ends it.
+	sleepUntilWoken = time.Duration(math.MaxInt64)
+	// scheduleRetry is the pause after a failed query.
+	scheduleRetry = 2 * time.Second
+	// scheduleBusy is the pause while another replica fires what is due.
+	scheduleBusy = 100 * time.Millisecond
+)
+
+// scheduleTimer fires due schedules (store.FireDueSchedules). It sleeps
+// until the earliest fire time, as a delay the database computed, and
+// wakes early on a WakeSchedules notice. Every replica runs one: claims
+// are FOR UPDATE SKIP LOCKED, so a slot fires once whichever replica
+// claims it.
+type scheduleTimer struct {
+	store  *store.Store
+	logger *slog.Logger
+	kick   chan struct{}
+	// fires counts the history entries this replica's claims recorded and
+	// passes the claims it ran (metrics).
+	fires, passes atomic.Int64
+}
+
+func newScheduleTimer(st *store.Store, logger *slog.Logger) *scheduleTimer {
+	return &scheduleTimer{store: st, logger: logger, kick: make(chan struct{}, 1)}
+}
+
+// wake makes the timer read the earliest fire time again.
+func (t *scheduleTimer) wake() {
+	select {
+	case t.kick <- struct{}{}:
+	default:
+	}
+}
+
+// run fires and sleeps until ctx ends.
+func (t *scheduleTimer) run(ctx context.Context) {
+	for ctx.Err() == nil {
+		sleep := t.fireDue(ctx)
+		timer := time.NewTimer(sleep)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-t.kick:
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
+}
+
+// fireDue fires every due schedule and returns how long to sleep.
+func (t *scheduleTimer) fireDue(ctx context.Context) time.Duration {
+	fired := 0
+	for ctx.Err() == nil {
+		fires, err := t.store.FireDueSchedules(ctx, scheduleFireBatch)
+		if err != nil {
+			if ctx.Err() == nil {
+				t.logger.Warn("firing schedules failed; retrying", "error", err.Error())
+			}
+			return jittered(scheduleRetry)
+		}
+		fired += len(fires)
+		t.passes.Add(1)
+		t.fires.Add(int64(len(fires)))
+		if len(fires) < scheduleFireBatch {
+			break
+		}
+	}
+	next, ok, err := t.store.NextScheduleFireAt(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			t.logger.Warn("reading the next schedule fire failed; retrying", "error", err.Error())
+		}
+		return jittered(scheduleRetry)
+	}
+	sleep := sleepUntilWoken
+	if ok {
+		if next.In <= 0 && fired == 0 {
+			// Due but not claimed: another replica holds it until it commits.
+			return jittered(scheduleBusy)
+		}
+		sleep = next.In
+	}
+	if next.QueuedWaiting {
+		sleep = min(sleep, scheduleRecheck)
+	}
+	return sleep
+}
+
+// jittered spreads retries of several replicas apart.
+func jittered(d time.Duration) time.Duration {
+	return d/2 + time.Duration(rand.Int64N(int64(d)))
+}

@@ -1,0 +1,48 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/worker-gateway/gateway/store"
+	"github.com/worker-gateway/gateway/store/storetest"
+)
+
+// TestScheduleTimerSleepsUntilTheNextFire: with nothing scheduled the
+// timer sleeps until woken (an idle gateway queries nothing); a schedule due later bounds the
+// sleep by its fire time; a due one is fired at once and the timer then
+// sleeps until the next slot.
+func TestScheduleTimerSleepsUntilTheNextFire(t *testing.T) {
+	ctx := context.Background()
+	pool := storetest.NewPool(t)
+	st := store.New(pool)
+	timer := newScheduleTimer(st, slog.New(slog.DiscardHandler))
+	require.Equal(t, sleepUntilWoken, timer.fireDue(ctx), "nothing scheduled: sleep until a wake-up")
+
+	org, err := st.CreateOrganization(ctx, store.EveryOrganization(), "acme")
+	require.NoError(t, err)
+	params := store.ScheduleParams{Name: "every 10 s",
+		Timing: store.ScheduleTiming{IntervalSeconds: 10, Overlap: store.OverlapAllow},
+		Definition: store.ScheduleDefinition{Kind: store.ScheduleTask,
+			Task: &store.ScheduledTask{TaskType: "scanner_plugin", Payload: []byte(`{"plugin": "echo"}`)}}}
+	sc, err := st.CreateSchedule(ctx, store.EveryOrganization(), org.ID, params)
+	require.NoError(t, err)
+	sleep := timer.fireDue(ctx)
+	require.Positive(t, sleep)
+	require.LessOrEqual(t, sleep, 10*time.Second, "the sleep ends by the first fire")
+
+	// Make the slot due: the timer fires it and sleeps towards the next.
+	_, err = pool.Exec(ctx, `UPDATE schedules SET next_slot_at = now() - interval '1 second',
+		next_fire_at = now() - interval '1 second' WHERE id = $1`, sc.ID)
+	require.NoError(t, err)
+	sleep = timer.fireDue(ctx)
+	require.Positive(t, sleep, "the due slot was fired, not left due")
+	fires, _, err := st.ScheduleFires(ctx, store.EveryOrganization(), sc.ID, nil, 10)
+	require.NoError(t, err)
+	require.Len(t, fires, 1)
+	require.Equal(t, store.FireCreated, fires[0].Outcome)
+}

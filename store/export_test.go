@@ -1,0 +1,13 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// FireDueSchedulesAt is FireDueSchedules deciding at now instead of the
+// database's clock, so tests walk a schedule through many slots without
+// sleeping.
+func (s *Store) FireDueSchedulesAt(ctx context.Context, now time.Time, limit int) ([]ScheduleFire, error) {
+	return s.fireDueSchedules(ctx, &now, limit)
+}

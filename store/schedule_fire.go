@@ -1,0 +1,435 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// runActiveSQL: the schedule s's latest run has not ended (overlap policy).
+const runActiveSQL = `(EXISTS (SELECT 1 FROM worker_tasks rt WHERE rt.id = s.last_task_id
+		AND rt.state NOT IN ('completed', 'failed_terminal', 'cancelled'))
+	OR EXISTS (SELECT 1 FROM scans rs WHERE rs.id = s.last_scan_id AND rs.state IN ('pending', 'running')))`
+
+// claimSchedulesSQL claims, in one statement, the schedules whose next slot
+// is due at $1 (NULL: the database's now()) or whose queued slot may run,
+// skipping those another replica holds.
+const claimSchedulesSQL = `
+	SELECT ` + slotterColumns + `, s.organization_id, s.current_version, s.overlap_policy, s.catch_up_policy,
+		s.next_slot_at, s.next_fire_at, s.queued_slot_at, s.last_task_id, s.last_scan_id,
+		v.definition, ` + runActiveSQL + `, n.now
+	FROM (SELECT coalesce($1::timestamptz, now()) AS now) n, ` + scheduleFrom + `
+	WHERE s.enabled AND (s.next_fire_at <= n.now OR (s.queued_slot_at IS NOT NULL AND NOT ` + runActiveSQL + `))
+	ORDER BY s.next_fire_at NULLS FIRST, s.id
+	LIMIT $2
+	FOR UPDATE OF s SKIP LOCKED`
+
+// claimed is a due schedule, locked by the claim.
+type claimed struct {
+	sl       slotter
+	org      uuid.UUID
+	version  int
+	overlap  OverlapPolicy
+	catchUp  CatchUpPolicy
+	nextSlot *time.Time
+	nextFire *time.Time
+	queued   *time.Time
+	lastTask *uuid.UUID
+	lastScan *uuid.UUID
+	def      ScheduleDefinition
+	active   bool // the latest run has not ended
+	now      time.Time
+	lastSlot *time.Time // the latest slot handled, if any
+	wakeups  []Wakeup
+	fires    []ScheduleFire
+}
+
+// FireDueSchedules claims up to limit due schedules and fires them, each in
+// the transaction that claimed it: creates the slot's scan or task (unless
+// the overlap or catch-up policy skips it), records the fire keyed by
+// (schedule, slot), and advances the schedule. Any replica may call it at
+// any time; a slot fires once whoever crashes (see "Schedules" in doc.go).
+// It returns what was recorded.
+func (s *Store) FireDueSchedules(ctx context.Context, limit int) ([]ScheduleFire, error) {
+	return s.fireDueSchedules(ctx, nil, limit)
+}
+
+// fireDueSchedules is FireDueSchedules deciding at `at` instead of the
+// database's now(): tests move time forward without sleeping.
+func (s *Store) fireDueSchedules(ctx context.Context, at *time.Time, limit int) ([]ScheduleFire, error) {
+	var fires []ScheduleFire
+	err := s.inTx(ctx, "fire schedules", func(tx pgx.Tx) error {
+		fires = nil
+		rows, err := tx.Query(ctx, claimSchedulesSQL, at, limit)
+		if err != nil {
+			return fmt.Errorf("claim schedules: %w", err)
+		}
+		due, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*claimed, error) {
+			var (
+				c          claimed
+				cronExpr   *string
+				interval   *int
+				anchor     time.Time
+				zone       string
+				jitter     int
+				start, end *time.Time
+				id         uuid.UUID
+				def        []byte
+			)
+			if err := r.Scan(&id, &cronExpr, &interval, &anchor, &zone, &jitter, &start, &end,
+				&c.org, &c.version, &c.overlap, &c.catchUp, &c.nextSlot, &c.nextFire, &c.queued, &c.lastTask, &c.lastScan,
+				&def, &c.active, &c.now); err != nil {
+				return nil, err
+			}
+			if err := json.Unmarshal(def, &c.def); err != nil {
+				return nil, fmt.Errorf("schedule %s: definition: %w", id, err)
+			}
+			var err error
+			c.sl, err = slotterFrom(id, cronExpr, interval, anchor, zone, jitter, start, end)
+			return &c, err
+		})
+		if err != nil {
+			return fmt.Errorf("claim schedules: %w", err)
+		}
+		var wakeups []Wakeup
+		for _, c := range due {
+			if err := c.fire(ctx, tx); err != nil {
+				return err
+			}
+			wakeups = append(wakeups, c.wakeups...)
+			fires = append(fires, c.fires...)
+		}
+		return notify(ctx, tx, wakeups...)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return fires, nil
+}
+
+// fire applies the schedule's policies at c.now and advances it.
+func (c *claimed) fire(ctx context.Context, tx pgx.Tx) error {
+	// A queued slot whose previous run has ended runs first.
+	if c.queued != nil && !c.active {
+		if err := c.run(ctx, tx, *c.queued, true, 0); err != nil {
+			return err
+		}
+		c.queued = nil
+	}
+	if c.nextSlot != nil && c.nextFire != nil && !c.nextFire.After(c.now) {
+		if err := c.fireDue(ctx, tx); err != nil {
+			return err
+		}
+	}
+	_, err := tx.Exec(ctx, `UPDATE schedules SET next_slot_at = $2, next_fire_at = $3, queued_slot_at = $4,
+			last_task_id = $5, last_scan_id = $6, last_slot_at = coalesce($7, last_slot_at), updated_at = now()
+		WHERE id = $1`, c.sl.id, c.nextSlot, c.nextFire, c.queued, c.lastTask, c.lastScan, c.lastSlot)
+	if err != nil {
+		return fmt.Errorf("advance schedule: %w", err)
+	}
+	return nil
+}
+
+// fireDue handles the slots due by c.now: their number decides the catch-up,
+// the last of them may run (overlap policy), and the schedule moves to the
+// first slot not yet due.
+func (c *claimed) fireDue(ctx context.Context, tx pgx.Tx) error {
+	var due []time.Time
+	slot, ok := *c.nextSlot, true
+	for ok && !c.sl.fireAt(slot).After(c.now) && len(due) < maxDueSlots {
+		due = append(due, slot)
+		slot, ok = c.sl.next(slot)
+	}
+	if ok && !c.sl.fireAt(slot).After(c.now) {
+		// A downtime longer than maxDueSlots: the rest are jumped over.
+		slot, ok = c.sl.next(c.now)
+	}
+	c.nextSlot, c.nextFire = nil, nil
+	if ok {
+		f := c.sl.fireAt(slot)
+		c.nextSlot, c.nextFire = &slot, &f
+	}
+	last := due[len(due)-1]
+	c.lastSlot = &last
+	missed := len(due) - 1
+	if c.catchUp == CatchUpSkip {
+		late := c.now.Sub(c.sl.fireAt(last)) > c.sl.grace(last)
+		if late {
+			missed = len(due)
+		}
+		if missed > 0 {
+			// One entry for all the missed slots, under the latest of them.
+			if err := c.record(ctx, tx, due[missed-1], FireSkipped, SkipMissed, missed-1); err != nil {
+				return err
+			}
+		}
+		if late {
+			return nil
+		}
+		missed = 0
+	}
+	switch {
+	case !c.active || c.overlap == OverlapAllow:
+		return c.run(ctx, tx, last, false, missed)
+	case c.overlap == OverlapQueueOne && c.queued == nil:
+		c.queued = &last
+		return c.record(ctx, tx, last, FireQueued, "", missed)
+	case c.overlap == OverlapQueueOne:
+		return c.record(ctx, tx, last, FireSkipped, SkipQueueFull, missed)
+	default:
+		return c.record(ctx, tx, last, FireSkipped, SkipOverlap, missed)
+	}
+}
+
+// record writes a fire that creates nothing. A slot already recorded is
+// left as it is: the key (schedule, slot) makes a repeat harmless.
+func (c *claimed) record(ctx context.Context, tx pgx.Tx, slot time.Time, outcome, reason string, missed int) error {
+	var id uuid.UUID
+	var firedAt time.Time
+	err := tx.QueryRow(ctx, `INSERT INTO schedule_fires (schedule_id, organization_id, version, slot_at, trigger_kind,
+			outcome, skip_reason, missed_slots)
+		VALUES ($1, $2, $3, $4, 'schedule', $5, $6, $7)
+		ON CONFLICT (schedule_id, slot_at) WHERE trigger_kind = 'schedule' DO NOTHING
+		RETURNING id, fired_at`, c.sl.id, c.org, c.version, slot, outcome, reason, missed).Scan(&id, &firedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("record schedule fire: %w", err)
+	}
+	c.fires = append(c.fires, ScheduleFire{ID: id, ScheduleID: c.sl.id, Version: c.version, SlotAt: slot,
+		Trigger: TriggerSchedule, Outcome: outcome, SkipReason: reason, MissedSlots: missed, FiredAt: firedAt})
+	return nil
+}
+
+// run fires a slot: it claims the key (schedule, slot) — or, for a queued
+// slot, its queued entry — and creates the scan or task only if the claim
+// succeeded, so a slot never creates twice.
+func (c *claimed) run(ctx context.Context, tx pgx.Tx, slot time.Time, queued bool, missed int) error {
+	var fireID uuid.UUID
+	var firedAt time.Time
+	var err error
+	if queued {
+		err = tx.QueryRow(ctx, `UPDATE schedule_fires SET outcome = 'created', version = $3, fired_at = now()
+			WHERE schedule_id = $1 AND slot_at = $2 AND trigger_kind = 'schedule' AND outcome = 'queued'
+			RETURNING id, fired_at`, c.sl.id, slot, c.version).Scan(&fireID, &firedAt)
+	} else {
+		err = tx.QueryRow(ctx, `INSERT INTO schedule_fires (schedule_id, organization_id, version, slot_at, trigger_kind,
+				outcome, missed_slots)
+			VALUES ($1, $2, $3, $4, 'schedule', 'created', $5)
+			ON CONFLICT (schedule_id, slot_at) WHERE trigger_kind = 'schedule' DO NOTHING
+			RETURNING id, fired_at`, c.sl.id, c.org, c.version, slot, missed).Scan(&fireID, &firedAt)
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil // this slot already fired
+	}
+	if err != nil {
+		return fmt.Errorf("record schedule fire: %w", err)
+	}
+	version := c.version
+	tr := Trigger{Kind: TriggerSchedule, ScheduleID: &c.sl.id, ScheduleVersion: &version, SlotAt: &slot}
+	f := ScheduleFire{ID: fireID, ScheduleID: c.sl.id, Version: c.version, SlotAt: slot, Trigger: TriggerSchedule,
+		Outcome: FireCreated, MissedSlots: missed, FiredAt: firedAt}
+	// A savepoint, so that a run the database refuses skips its slot
+	// instead of failing every schedule claimed with it, forever.
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("schedule savepoint: %w", err)
+	}
+	if _, err := createRun(ctx, sp, c.org, c.def, tr, runKey{}, &f); err != nil {
+		if !isRefusedData(err) {
+			return err
+		}
+		if err := sp.Rollback(ctx); err != nil {
+			return fmt.Errorf("schedule savepoint: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE schedule_fires SET outcome = 'skipped', skip_reason = 'error' WHERE id = $1`,
+			fireID); err != nil {
+			return fmt.Errorf("record failed schedule fire: %w", err)
+		}
+		f.Outcome, f.SkipReason, f.TaskID, f.ScanID, f.RunState = FireSkipped, SkipError, nil, nil, ""
+		c.fires = append(c.fires, f)
+		return nil
+	}
+	if err := sp.Commit(ctx); err != nil {
+		return fmt.Errorf("schedule savepoint: %w", err)
+	}
+	c.lastTask, c.lastScan, c.active = f.TaskID, f.ScanID, true
+	if f.TaskID != nil {
+		c.wakeups = append(c.wakeups, Wakeup{Kind: WakeOrganization, Organization: c.org, Count: 1})
+	}
+	c.fires = append(c.fires, f)
+	return nil
+}
+
+// isRefusedData: the database refused the run's data (a data exception or
+// an integrity constraint, SQLSTATE classes 22 and 23), which repeating
+// cannot change.
+func isRefusedData(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "22") || strings.HasPrefix(pgErr.Code, "23"))
+}
+
+// runKey is a manual run's creation key (see Idempotency in doc.go);
+// scheduled runs have none, their key is (schedule, slot).
+type runKey struct{ key, requestSHA256 string }
+
+// createRun creates the definition's scan or task with trigger tr, and
+// records what it created on the fire f (whose row exists). Replayed: the
+// key had already created it, and f's row is left as it was.
+func createRun(ctx context.Context, tx pgx.Tx, org uuid.UUID, def ScheduleDefinition, tr Trigger, key runKey,
+	f *ScheduleFire) (replayed bool, err error) {
+	switch def.Kind {
+	case ScheduleScan:
+		if def.Scan == nil {
+			return false, fmt.Errorf("schedule %s: scan definition missing", f.ScheduleID)
+		}
+		plugins := make([]ScanPlugin, len(def.Scan.Plugins))
+		for i, p := range def.Scan.Plugins {
+			plugins[i] = ScanPlugin(p)
+		}
+		var id uuid.UUID
+		id, replayed, err = createScan(ctx, tx, CreateScanParams{OrganizationID: org, Targets: def.Scan.Targets,
+			Plugins: plugins, Priority: def.Scan.Priority, Trigger: &tr,
+			IdempotencyKey: key.key, RequestSHA256: key.requestSHA256})
+		if err != nil {
+			return false, fmt.Errorf("schedule %s: create scan: %w", f.ScheduleID, err)
+		}
+		f.ScanID, f.RunState = &id, "pending"
+	case ScheduleTask:
+		if def.Task == nil {
+			return false, fmt.Errorf("schedule %s: task definition missing", f.ScheduleID)
+		}
+		d := def.Task
+		var task Task
+		task, replayed, err = createTask(ctx, tx, CreateTaskParams{OrganizationID: org, TaskType: d.TaskType, Payload: d.Payload,
+			RequiredCapabilities: d.RequiredCapabilities, Priority: d.Priority, MaxAttempts: d.MaxAttempts,
+			LeaseDurationSeconds: d.LeaseDurationSeconds, AttemptTimeoutSeconds: d.AttemptTimeoutSeconds,
+			ExecutionTimeout: time.Duration(d.ExecutionTimeoutSeconds) * time.Second,
+			RetryBaseSeconds: d.RetryBaseSeconds, RetryMaxSeconds: d.RetryMaxSeconds, Trigger: &tr,
+			IdempotencyKey: key.key, RequestSHA256: key.requestSHA256})
+		if err != nil {
+			return false, fmt.Errorf("schedule %s: create task: %w", f.ScheduleID, err)
+		}
+		f.TaskID, f.RunState = &task.ID, string(task.State)
+	default:
+		return false, fmt.Errorf("schedule %s: unknown kind %q", f.ScheduleID, def.Kind)
+	}
+	if replayed {
+		return true, nil
+	}
+	if _, err := tx.Exec(ctx, `UPDATE schedule_fires SET task_id = $2, scan_id = $3 WHERE id = $1`,
+		f.ID, f.TaskID, f.ScanID); err != nil {
+		return false, fmt.Errorf("record schedule run: %w", err)
+	}
+	return false, nil
+}
+
+// RunScheduleParams is who asks for a manual run, and its creation key.
+type RunScheduleParams struct {
+	TokenID *uuid.UUID
+	// IdempotencyKey and RequestSHA256 make the call repeatable, as for
+	// CreateTask: the same key and checksum answer the first run.
+	IdempotencyKey string
+	RequestSHA256  string
+}
+
+// RunScheduleNow fires a schedule at once (a manual trigger), paused or
+// not and whatever its overlap policy; its slot is the database's now(),
+// and the schedule's own slots are unchanged. Replayed is true when the
+// idempotency key already made this run.
+func (s *Store) RunScheduleNow(ctx context.Context, scope Scope, id uuid.UUID, p RunScheduleParams) (f ScheduleFire, replayed bool, err error) {
+	err = s.inTx(ctx, "run schedule", func(tx pgx.Tx) error {
+		sc, err := readSchedule(ctx, tx, scope, id, true)
+		if err != nil {
+			return err
+		}
+		f = ScheduleFire{ScheduleID: id, Version: sc.Version, Trigger: TriggerManual, TokenID: p.TokenID, Outcome: FireCreated}
+		if err := tx.QueryRow(ctx, `INSERT INTO schedule_fires (schedule_id, organization_id, version, slot_at,
+				trigger_kind, token_id, outcome)
+			VALUES ($1, $2, $3, now(), 'manual', $4, 'created') RETURNING id, slot_at, fired_at`,
+			id, sc.OrganizationID, sc.Version, p.TokenID).Scan(&f.ID, &f.SlotAt, &f.FiredAt); err != nil {
+			return fmt.Errorf("record manual fire: %w", err)
+		}
+		version := sc.Version
+		tr := Trigger{Kind: TriggerManual, ScheduleID: &id, ScheduleVersion: &version, SlotAt: &f.SlotAt, TokenID: p.TokenID}
+		replayed, err = createRun(ctx, tx, sc.OrganizationID, sc.Definition, tr, runKey{p.IdempotencyKey, p.RequestSHA256}, &f)
+		if err != nil {
+			return err
+		}
+		if replayed {
+			// The key made a run before: answer its fire, keep no new one.
+			if _, err := tx.Exec(ctx, `DELETE FROM schedule_fires WHERE id = $1`, f.ID); err != nil {
+				return fmt.Errorf("drop repeated manual fire: %w", err)
+			}
+			f, err = scanFire(tx.QueryRow(ctx, `SELECT `+fireColumns+` FROM schedule_fires f
+					LEFT JOIN worker_tasks t ON t.id = f.task_id LEFT JOIN scans sc ON sc.id = f.scan_id
+				WHERE f.schedule_id = $1 AND f.trigger_kind = 'manual' AND (f.task_id = $2 OR f.scan_id = $3)`,
+				id, f.TaskID, f.ScanID))
+			if errors.Is(err, pgx.ErrNoRows) {
+				// The key created something else than a run of this schedule.
+				return ErrIdempotencyKeyReused
+			}
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE schedules SET last_task_id = $2, last_scan_id = $3, updated_at = now()
+			WHERE id = $1`, id, f.TaskID, f.ScanID); err != nil {
+			return fmt.Errorf("record manual run: %w", err)
+		}
+		if f.TaskID != nil {
+			return notify(ctx, tx, Wakeup{Kind: WakeOrganization, Organization: sc.OrganizationID, Count: 1})
+		}
+		return nil
+	})
+	if err != nil {
+		return ScheduleFire{}, false, err
+	}
+	return f, replayed, nil
+}
+
+// NextScheduleFire is when the earliest schedule fires, as the database's
+// time and as a delay from its now(): a timer sleeps for In, which no
+// replica's clock skew can move.
+type NextScheduleFire struct {
+	At time.Time
+	In time.Duration
+	// QueuedWaiting: a schedule holds a queued slot (overlap queue_one)
+	// whose previous run is still active. It becomes due when that run
+	// ends, which sends no wake-up, so the timer must look again now and
+	// then — and only then.
+	QueuedWaiting bool
+}
+
+// NextScheduleFireAt is the earliest fire of any enabled schedule, or false
+// when none will fire. A queued slot whose previous run has ended is due
+// now. A schedule change sends WakeSchedules, after which the timer asks
+// again.
+func (s *Store) NextScheduleFireAt(ctx context.Context) (NextScheduleFire, bool, error) {
+	var at *time.Time
+	var inMicros *int64
+	var queued bool
+	err := s.pool.QueryRow(ctx, `
+		WITH next AS (
+			SELECT least(
+				(SELECT min(next_fire_at) FROM schedules WHERE enabled AND next_fire_at IS NOT NULL),
+				(SELECT now() FROM schedules s WHERE s.enabled AND s.queued_slot_at IS NOT NULL AND NOT `+runActiveSQL+` LIMIT 1)
+			) AS at
+		)
+		SELECT at, (extract(epoch FROM greatest(at - now(), interval '0')) * 1000000)::bigint,
+			EXISTS (SELECT 1 FROM schedules WHERE enabled AND queued_slot_at IS NOT NULL)
+		FROM next`).Scan(&at, &inMicros, &queued)
+	if err != nil {
+		return NextScheduleFire{}, false, fmt.Errorf("next schedule fire: %w", err)
+	}
+	if at == nil || inMicros == nil {
+		return NextScheduleFire{QueuedWaiting: queued}, false, nil
+	}
+	return NextScheduleFire{At: *at, In: time.Duration(*inMicros) * time.Microsecond, QueuedWaiting: queued}, true, nil
+}
