@@ -14,12 +14,6 @@ import (
 const (
 	// scheduleFireBatch bounds the schedules one claim fires.
 	scheduleFireBatch = 100
-	// scheduleRecheck is the longest the timer sleeps while a queued slot
-	// (overlap queue_one) waits for its previous run: the run's end sends
-	// no wake-up yet, so the timer looks again this often. Otherwise it
-	// sleeps until the next fire or a wake-up, and an idle gateway sends
-	// the database nothing.
-	scheduleRecheck = 30 * time.Second
 	// sleepUntilWoken is the sleep when nothing will fire: only a
 	// WakeSchedules notice (or the listener reconnecting) ends it.
 	sleepUntilWoken = time.Duration(math.MaxInt64)
@@ -31,7 +25,9 @@ const (
 
 // scheduleTimer fires due schedules (store.FireDueSchedules). It sleeps
 // until the earliest fire time, as a delay the database computed, and
-// wakes early on a WakeSchedules notice. Every replica runs one: claims
+// wakes early on a WakeSchedules notice: a schedule changed, or the run a
+// queued slot waits for ended (migration 000016). An idle gateway sends
+// the database nothing. Every replica runs one: claims
 // are FOR UPDATE SKIP LOCKED, so a slot fires once whichever replica
 // claims it.
 type scheduleTimer struct {
@@ -103,9 +99,6 @@ func (t *scheduleTimer) fireDue(ctx context.Context) time.Duration {
 			return jittered(scheduleBusy)
 		}
 		sleep = next.In
-	}
-	if next.QueuedWaiting {
-		sleep = min(sleep, scheduleRecheck)
 	}
 	return sleep
 }

@@ -400,21 +400,18 @@ func (s *Store) RunScheduleNow(ctx context.Context, scope Scope, id uuid.UUID, p
 type NextScheduleFire struct {
 	At time.Time
 	In time.Duration
-	// QueuedWaiting: a schedule holds a queued slot (overlap queue_one)
-	// whose previous run is still active. It becomes due when that run
-	// ends, which sends no wake-up, so the timer must look again now and
-	// then — and only then.
-	QueuedWaiting bool
 }
 
 // NextScheduleFireAt is the earliest fire of any enabled schedule, or false
 // when none will fire. A queued slot whose previous run has ended is due
 // now. A schedule change sends WakeSchedules, after which the timer asks
-// again.
+// again; so does the end of a run a queued slot waits for (a trigger of
+// migration 000016). The one end the trigger cannot see — a run ending
+// while the fire that queues its successor has not committed yet — this
+// query sees, because the timer asks it right after that fire commits.
 func (s *Store) NextScheduleFireAt(ctx context.Context) (NextScheduleFire, bool, error) {
 	var at *time.Time
 	var inMicros *int64
-	var queued bool
 	err := s.pool.QueryRow(ctx, `
 		WITH next AS (
 			SELECT least(
@@ -422,14 +419,13 @@ func (s *Store) NextScheduleFireAt(ctx context.Context) (NextScheduleFire, bool,
 				(SELECT now() FROM schedules s WHERE s.enabled AND s.queued_slot_at IS NOT NULL AND NOT `+runActiveSQL+` LIMIT 1)
 			) AS at
 		)
-		SELECT at, (extract(epoch FROM greatest(at - now(), interval '0')) * 1000000)::bigint,
-			EXISTS (SELECT 1 FROM schedules WHERE enabled AND queued_slot_at IS NOT NULL)
-		FROM next`).Scan(&at, &inMicros, &queued)
+		SELECT at, (extract(epoch FROM greatest(at - now(), interval '0')) * 1000000)::bigint
+		FROM next`).Scan(&at, &inMicros)
 	if err != nil {
 		return NextScheduleFire{}, false, fmt.Errorf("next schedule fire: %w", err)
 	}
 	if at == nil || inMicros == nil {
-		return NextScheduleFire{QueuedWaiting: queued}, false, nil
+		return NextScheduleFire{}, false, nil
 	}
-	return NextScheduleFire{At: *at, In: time.Duration(*inMicros) * time.Microsecond, QueuedWaiting: queued}, true, nil
+	return NextScheduleFire{At: *at, In: time.Duration(*inMicros) * time.Microsecond}, true, nil
 }
