@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/worker-gateway/gateway/store"
 )
 
@@ -37,10 +39,18 @@ type scheduleTimer struct {
 	// fires counts the history entries this replica's claims recorded and
 	// passes the claims it ran (metrics).
 	fires, passes atomic.Int64
+	// lag observes, per slot fired on time, the time from when it was due
+	// to the commit that created its run.
+	lag prometheus.Histogram
 }
 
 func newScheduleTimer(st *store.Store, logger *slog.Logger) *scheduleTimer {
-	return &scheduleTimer{store: st, logger: logger, kick: make(chan struct{}, 1)}
+	return &scheduleTimer{store: st, logger: logger, kick: make(chan struct{}, 1),
+		lag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "gateway_schedule_fire_lag_seconds",
+			Help:    "Time from a slot's fire time (slot plus jitter) to the commit that created its run, per run this replica's timer created on time (not manual runs or queued slots), by this replica's clock.",
+			Buckets: []float64{.005, .01, .025, .05, .075, .1, .15, .2, .3, .4, .5, .75, 1, 1.5, 2, 3, 5, 10, 30, 60},
+		})}
 }
 
 // wake makes the timer read the earliest fire time again.
@@ -77,6 +87,12 @@ func (t *scheduleTimer) fireDue(ctx context.Context) time.Duration {
 				t.logger.Warn("firing schedules failed; retrying", "error", err.Error())
 			}
 			return jittered(scheduleRetry)
+		}
+		committed := time.Now()
+		for _, f := range fires {
+			if f.DueAt != nil {
+				t.lag.Observe(max(0, committed.Sub(*f.DueAt).Seconds()))
+			}
 		}
 		fired += len(fires)
 		t.passes.Add(1)

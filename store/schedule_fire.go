@@ -237,6 +237,10 @@ func (c *claimed) run(ctx context.Context, tx pgx.Tx, slot time.Time, queued boo
 	tr := Trigger{Kind: TriggerSchedule, ScheduleID: &c.sl.id, ScheduleVersion: &version, SlotAt: &slot}
 	f := ScheduleFire{ID: fireID, ScheduleID: c.sl.id, Version: c.version, SlotAt: slot, Trigger: TriggerSchedule,
 		Outcome: FireCreated, MissedSlots: missed, FiredAt: firedAt}
+	if !queued {
+		due := c.sl.fireAt(slot)
+		f.DueAt = &due
+	}
 	// A savepoint, so that a run the database refuses skips its slot
 	// instead of failing every schedule claimed with it, forever.
 	sp, err := tx.Begin(ctx)
