@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -16,6 +17,10 @@ import (
 const (
 	// scheduleFireBatch bounds the schedules one claim fires.
 	scheduleFireBatch = 100
+	// scheduleClaimers is how many claims run at once while a backlog of
+	// due slots lasts: one transaction at a time leaves the database
+	// waiting on each statement's round trip.
+	scheduleClaimers = 4
 	// sleepUntilWoken is the sleep when nothing will fire: only a
 	// WakeSchedules notice (or the listener reconnecting) ends it.
 	sleepUntilWoken = time.Duration(math.MaxInt64)
@@ -77,29 +82,43 @@ func (t *scheduleTimer) run(ctx context.Context) {
 	}
 }
 
-// fireDue fires every due schedule and returns how long to sleep.
+// fireDue fires every due schedule and returns how long to sleep. A claim
+// that comes back full means a backlog (many slots due at once): then
+// scheduleClaimers claim side by side, each in its own transaction on its
+// own connection (SKIP LOCKED keeps them apart), until one comes back
+// short.
 func (t *scheduleTimer) fireDue(ctx context.Context) time.Duration {
-	fired := 0
-	for ctx.Err() == nil {
-		fires, err := t.store.FireDueSchedules(ctx, scheduleFireBatch)
-		if err != nil {
-			if ctx.Err() == nil {
-				t.logger.Warn("firing schedules failed; retrying", "error", err.Error())
-			}
-			return jittered(scheduleRetry)
+	fired, full, err := t.claim(ctx)
+	if err == nil && full {
+		var more atomic.Int64
+		var failed atomic.Pointer[error]
+		var wg sync.WaitGroup
+		for range scheduleClaimers {
+			wg.Go(func() {
+				for ctx.Err() == nil {
+					n, full, err := t.claim(ctx)
+					more.Add(int64(n))
+					if err != nil {
+						failed.Store(&err)
+						return
+					}
+					if !full {
+						return
+					}
+				}
+			})
 		}
-		committed := time.Now()
-		for _, f := range fires {
-			if f.DueAt != nil {
-				t.lag.Observe(max(0, committed.Sub(*f.DueAt).Seconds()))
-			}
+		wg.Wait()
+		fired += int(more.Load())
+		if e := failed.Load(); e != nil {
+			err = *e
 		}
-		fired += len(fires)
-		t.passes.Add(1)
-		t.fires.Add(int64(len(fires)))
-		if len(fires) < scheduleFireBatch {
-			break
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			t.logger.Warn("firing schedules failed; retrying", "error", err.Error())
 		}
+		return jittered(scheduleRetry)
 	}
 	next, ok, err := t.store.NextScheduleFireAt(ctx)
 	if err != nil {
@@ -117,6 +136,24 @@ func (t *scheduleTimer) fireDue(ctx context.Context) time.Duration {
 		sleep = next.In
 	}
 	return sleep
+}
+
+// claim runs one claim of due schedules: how many fires it recorded, and
+// whether the batch was full (more may be due).
+func (t *scheduleTimer) claim(ctx context.Context) (fired int, full bool, err error) {
+	fires, err := t.store.FireDueSchedules(ctx, scheduleFireBatch)
+	if err != nil {
+		return 0, false, err
+	}
+	committed := time.Now()
+	for _, f := range fires {
+		if f.DueAt != nil {
+			t.lag.Observe(max(0, committed.Sub(*f.DueAt).Seconds()))
+		}
+	}
+	t.passes.Add(1)
+	t.fires.Add(int64(len(fires)))
+	return len(fires), len(fires) >= scheduleFireBatch, nil
 }
 
 // jittered spreads retries of several replicas apart.

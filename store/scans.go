@@ -158,7 +158,7 @@ func getScan(ctx context.Context, ex executor, scope Scope, id uuid.UUID) (Scan,
 	}
 	rows, err := ex.Query(ctx, `
 		SELECT j.id, j.position, j.plugin_name, j.state, j.input, j.error, j.started_at, j.completed_at, t.id
-		FROM scan_jobs j LEFT JOIN worker_tasks t ON t.scan_job_id = j.id
+		FROM scan_jobs j LEFT JOIN worker_tasks t ON t.scan_id = $1 AND t.scan_job_id = j.id
 		WHERE j.scan_id = $1 ORDER BY j.position`, id)
 	if err != nil {
 		return Scan{}, fmt.Errorf("get scan jobs: %w", err)
@@ -259,7 +259,7 @@ func (s *Store) CancelScan(ctx context.Context, scope Scope, id uuid.UUID) (Scan
 		}
 		if _, err := tx.Exec(ctx, `UPDATE scan_jobs j SET state = 'cancelled', completed_at = now(), updated_at = now()
 			WHERE j.scan_id = $1 AND j.state = 'pending'
-				AND NOT EXISTS (SELECT 1 FROM worker_tasks t WHERE t.scan_job_id = j.id)`, id); err != nil {
+				AND NOT EXISTS (SELECT 1 FROM worker_tasks t WHERE t.scan_id = $1 AND t.scan_job_id = j.id)`, id); err != nil {
 			return fmt.Errorf("cancel scan jobs: %w", err)
 		}
 		scan, err = getScan(ctx, tx, scope, id)

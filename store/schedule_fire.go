@@ -18,18 +18,37 @@ const runActiveSQL = `(EXISTS (SELECT 1 FROM worker_tasks rt WHERE rt.id = s.las
 		AND rt.state NOT IN ('completed', 'failed_terminal', 'cancelled'))
 	OR EXISTS (SELECT 1 FROM scans rs WHERE rs.id = s.last_scan_id AND rs.state IN ('pending', 'running')))`
 
-// claimSchedulesSQL claims, in one statement, the schedules whose next slot
-// is due at $1 (NULL: the database's now()) or whose queued slot may run,
-// skipping those another replica holds.
+// claimSchedulesSQL claims the schedules whose next slot is due at $1
+// (NULL: the database's now()), earliest first, and those whose queued
+// slot may run (its previous run ended); up to $2 of each, skipping those
+// another replica holds.
+//
+// Each kind is its own locking CTE, so that each walks its own partial
+// index (schedules_due_idx in fire-time order, schedules_queued_idx) and
+// stops at $2 rows: an OR of the two in one WHERE scans every schedule.
+// The columns come from the CTEs, which return the row version they
+// locked: the outer query's snapshot may predate a fire another replica
+// committed meanwhile.
 const claimSchedulesSQL = `
+	WITH n AS (SELECT coalesce($1::timestamptz, now()) AS now),
+	due AS (
+		SELECT s.* FROM schedules s, n
+		WHERE s.enabled AND s.next_fire_at <= n.now
+		ORDER BY s.next_fire_at, s.id
+		LIMIT $2
+		FOR UPDATE OF s SKIP LOCKED
+	), ready AS (
+		SELECT s.* FROM schedules s
+		WHERE s.enabled AND s.queued_slot_at IS NOT NULL AND NOT ` + runActiveSQL + `
+			AND NOT EXISTS (SELECT 1 FROM due WHERE due.id = s.id)
+		LIMIT $2
+		FOR UPDATE OF s SKIP LOCKED
+	), s AS (SELECT * FROM due UNION ALL SELECT * FROM ready)
 	SELECT ` + slotterColumns + `, s.organization_id, s.current_version, s.overlap_policy, s.catch_up_policy,
 		s.next_slot_at, s.next_fire_at, s.queued_slot_at, s.last_task_id, s.last_scan_id,
 		v.definition, ` + runActiveSQL + `, n.now
-	FROM (SELECT coalesce($1::timestamptz, now()) AS now) n, ` + scheduleFrom + `
-	WHERE s.enabled AND (s.next_fire_at <= n.now OR (s.queued_slot_at IS NOT NULL AND NOT ` + runActiveSQL + `))
-	ORDER BY s.next_fire_at NULLS FIRST, s.id
-	LIMIT $2
-	FOR UPDATE OF s SKIP LOCKED`
+	FROM n, s JOIN schedule_versions v ON v.schedule_id = s.id AND v.version = s.current_version
+	ORDER BY s.next_fire_at NULLS FIRST, s.id`
 
 // claimed is a due schedule, locked by the claim.
 type claimed struct {
