@@ -298,3 +298,58 @@ func TestAPITaskTrigger(t *testing.T) {
 	require.NoError(t, g.Pool.QueryRow(context.Background(), `SELECT trigger_token_id FROM worker_tasks WHERE id = $1`, id).Scan(&token))
 	require.NotNil(t, token)
 }
+
+// TestListFilteredByTrigger: task and scan lists keep those created by an
+// API call, or by one schedule (a manual run here).
+func TestListFilteredByTrigger(t *testing.T) {
+	t.Parallel()
+	g := harness.Start(t)
+	ctx := context.Background()
+	org := g.NewOrganization(t, "acme")
+	apiTask := g.CreateTask(t, org, harness.TaskSpec{})
+	hourly := "@hourly"
+	taskSchedule := everySecondTask(org, "hourly task")
+	taskSchedule.Timing = apiclient.ScheduleTiming{Cron: &hourly}
+	scanSchedule := apiclient.CreateScheduleRequest{OrganizationId: org, Name: "hourly scan", Timing: apiclient.ScheduleTiming{Cron: &hourly},
+		Definition: apiclient.ScheduleDefinition{Kind: apiclient.ScheduleDefinitionKindScan, Scan: &apiclient.ScheduledScan{
+			Targets: []string{"127.0.0.1"}, Plugins: []apiclient.ScanPlugin{{Name: "echo"}}}}}
+	runNow := func(req apiclient.CreateScheduleRequest) (uuid.UUID, apiclient.ScheduleFire) {
+		sc := createSchedule(t, g, req)
+		res, err := g.Control.RunScheduleWithResponse(ctx, sc.Id, &apiclient.RunScheduleParams{})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusCreated, res.StatusCode(), string(res.Body))
+		return sc.Id, *res.JSON201
+	}
+	taskScheduleID, taskFire := runNow(taskSchedule)
+	scanScheduleID, scanFire := runNow(scanSchedule)
+
+	listTasks := func(p apiclient.ListTasksParams) []uuid.UUID {
+		p.OrganizationId = &org
+		res, err := g.Control.ListTasksWithResponse(ctx, &p)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
+		var ids []uuid.UUID
+		for _, task := range res.JSON200.Items {
+			ids = append(ids, task.Id)
+		}
+		return ids
+	}
+	api, manual := apiclient.TriggerKindApi, apiclient.TriggerKindManual
+	require.Equal(t, []uuid.UUID{apiTask}, listTasks(apiclient.ListTasksParams{Trigger: &api}))
+	require.Equal(t, []uuid.UUID{*taskFire.TaskId}, listTasks(apiclient.ListTasksParams{ScheduleId: &taskScheduleID}))
+	require.Equal(t, []uuid.UUID{*taskFire.TaskId}, listTasks(apiclient.ListTasksParams{Trigger: &manual, ScheduleId: &taskScheduleID}))
+	require.Empty(t, listTasks(apiclient.ListTasksParams{Trigger: &api, ScheduleId: &taskScheduleID}))
+
+	scans, err := g.Control.ListScansWithResponse(ctx, &apiclient.ListScansParams{OrganizationId: &org, Trigger: &manual, ScheduleId: &scanScheduleID})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, scans.StatusCode(), string(scans.Body))
+	require.Len(t, scans.JSON200.Items, 1)
+	require.Equal(t, *scanFire.ScanId, scans.JSON200.Items[0].Id)
+	none, err := g.Control.ListScansWithResponse(ctx, &apiclient.ListScansParams{OrganizationId: &org, Trigger: &api})
+	require.NoError(t, err)
+	require.Empty(t, none.JSON200.Items)
+
+	bad, err := g.Control.ListTasksWithResponse(ctx, &apiclient.ListTasksParams{Trigger: ptr(apiclient.TriggerKind("cron"))})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusBadRequest, bad.StatusCode(), string(bad.Body))
+}
