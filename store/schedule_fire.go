@@ -125,6 +125,11 @@ func (s *Store) fireDueSchedules(ctx context.Context, at *time.Time, limit int) 
 			wakeups = append(wakeups, c.wakeups...)
 			fires = append(fires, c.fires...)
 		}
+		if len(due) > 0 {
+			if err := advance(ctx, tx, due); err != nil {
+				return err
+			}
+		}
 		return notify(ctx, tx, wakeups...)
 	})
 	if err != nil {
@@ -133,7 +138,8 @@ func (s *Store) fireDueSchedules(ctx context.Context, at *time.Time, limit int) 
 	return fires, nil
 }
 
-// fire applies the schedule's policies at c.now and advances it.
+// fire applies the schedule's policies at c.now and decides how it
+// advances (written for all claimed schedules at once by advance).
 func (c *claimed) fire(ctx context.Context, tx pgx.Tx) error {
 	// A queued slot whose previous run has ended runs first.
 	if c.queued != nil && !c.active {
@@ -147,11 +153,30 @@ func (c *claimed) fire(ctx context.Context, tx pgx.Tx) error {
 			return err
 		}
 	}
-	_, err := tx.Exec(ctx, `UPDATE schedules SET next_slot_at = $2, next_fire_at = $3, queued_slot_at = $4,
-			last_task_id = $5, last_scan_id = $6, last_slot_at = coalesce($7, last_slot_at), updated_at = now()
-		WHERE id = $1`, c.sl.id, c.nextSlot, c.nextFire, c.queued, c.lastTask, c.lastScan, c.lastSlot)
-	if err != nil {
-		return fmt.Errorf("advance schedule: %w", err)
+	return nil
+}
+
+// advanceSchedulesSQL moves every claimed schedule on, in one statement:
+// its next slot and fire time, its queued slot, its latest run and slot.
+const advanceSchedulesSQL = `
+	UPDATE schedules s SET next_slot_at = a.next_slot, next_fire_at = a.next_fire, queued_slot_at = a.queued,
+		last_task_id = a.last_task, last_scan_id = a.last_scan, last_slot_at = coalesce(a.last_slot, s.last_slot_at),
+		updated_at = now()
+	FROM unnest($1::uuid[], $2::timestamptz[], $3::timestamptz[], $4::timestamptz[], $5::uuid[], $6::uuid[], $7::timestamptz[])
+		AS a(id, next_slot, next_fire, queued, last_task, last_scan, last_slot)
+	WHERE s.id = a.id`
+
+// advance writes what the fires of the claimed schedules decided.
+func advance(ctx context.Context, tx pgx.Tx, due []*claimed) error {
+	n := len(due)
+	ids, lastTask, lastScan := make([]uuid.UUID, n), make([]*uuid.UUID, n), make([]*uuid.UUID, n)
+	nextSlot, nextFire, queued, lastSlot := make([]*time.Time, n), make([]*time.Time, n), make([]*time.Time, n), make([]*time.Time, n)
+	for i, c := range due {
+		ids[i], nextSlot[i], nextFire[i], queued[i] = c.sl.id, c.nextSlot, c.nextFire, c.queued
+		lastTask[i], lastScan[i], lastSlot[i] = c.lastTask, c.lastScan, c.lastSlot
+	}
+	if _, err := tx.Exec(ctx, advanceSchedulesSQL, ids, nextSlot, nextFire, queued, lastTask, lastScan, lastSlot); err != nil {
+		return fmt.Errorf("advance schedules: %w", err)
 	}
 	return nil
 }
@@ -228,40 +253,23 @@ func (c *claimed) record(ctx context.Context, tx pgx.Tx, slot time.Time, outcome
 	return nil
 }
 
-// run fires a slot: it claims the key (schedule, slot) — or, for a queued
-// slot, its queued entry — and creates the scan or task only if the claim
-// succeeded, so a slot never creates twice.
+// run fires a slot: it creates the scan or task, then claims the key
+// (schedule, slot) — or, for a queued slot, its queued entry — with it,
+// all within a savepoint. A key already claimed rolls the run back, so a
+// slot never creates twice; a run the database refuses rolls back and its
+// slot is recorded as skipped (error), so that it cannot fail every
+// schedule claimed with it, forever. Creating first and then claiming
+// writes each fire once (its run known) instead of inserting it and then
+// updating it.
 func (c *claimed) run(ctx context.Context, tx pgx.Tx, slot time.Time, queued bool, missed int) error {
-	var fireID uuid.UUID
-	var firedAt time.Time
-	var err error
-	if queued {
-		err = tx.QueryRow(ctx, `UPDATE schedule_fires SET outcome = 'created', version = $3, fired_at = now()
-			WHERE schedule_id = $1 AND slot_at = $2 AND trigger_kind = 'schedule' AND outcome = 'queued'
-			RETURNING id, fired_at`, c.sl.id, slot, c.version).Scan(&fireID, &firedAt)
-	} else {
-		err = tx.QueryRow(ctx, `INSERT INTO schedule_fires (schedule_id, organization_id, version, slot_at, trigger_kind,
-				outcome, missed_slots)
-			VALUES ($1, $2, $3, $4, 'schedule', 'created', $5)
-			ON CONFLICT (schedule_id, slot_at) WHERE trigger_kind = 'schedule' DO NOTHING
-			RETURNING id, fired_at`, c.sl.id, c.org, c.version, slot, missed).Scan(&fireID, &firedAt)
-	}
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil // this slot already fired
-	}
-	if err != nil {
-		return fmt.Errorf("record schedule fire: %w", err)
-	}
 	version := c.version
 	tr := Trigger{Kind: TriggerSchedule, ScheduleID: &c.sl.id, ScheduleVersion: &version, SlotAt: &slot}
-	f := ScheduleFire{ID: fireID, ScheduleID: c.sl.id, Version: c.version, SlotAt: slot, Trigger: TriggerSchedule,
-		Outcome: FireCreated, MissedSlots: missed, FiredAt: firedAt}
+	f := ScheduleFire{ScheduleID: c.sl.id, Version: c.version, SlotAt: slot, Trigger: TriggerSchedule,
+		Outcome: FireCreated, MissedSlots: missed}
 	if !queued {
 		due := c.sl.fireAt(slot)
 		f.DueAt = &due
 	}
-	// A savepoint, so that a run the database refuses skips its slot
-	// instead of failing every schedule claimed with it, forever.
 	sp, err := tx.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("schedule savepoint: %w", err)
@@ -273,13 +281,38 @@ func (c *claimed) run(ctx context.Context, tx pgx.Tx, slot time.Time, queued boo
 		if err := sp.Rollback(ctx); err != nil {
 			return fmt.Errorf("schedule savepoint: %w", err)
 		}
-		if _, err := tx.Exec(ctx, `UPDATE schedule_fires SET outcome = 'skipped', skip_reason = 'error' WHERE id = $1`,
-			fireID); err != nil {
-			return fmt.Errorf("record failed schedule fire: %w", err)
+		if queued {
+			_, err := tx.Exec(ctx, `UPDATE schedule_fires SET outcome = 'skipped', skip_reason = 'error', version = $3
+				WHERE schedule_id = $1 AND slot_at = $2 AND trigger_kind = 'schedule' AND outcome = 'queued'`,
+				c.sl.id, slot, c.version)
+			if err != nil {
+				return fmt.Errorf("record failed schedule fire: %w", err)
+			}
+			return nil
 		}
-		f.Outcome, f.SkipReason, f.TaskID, f.ScanID, f.RunState = FireSkipped, SkipError, nil, nil, ""
-		c.fires = append(c.fires, f)
+		return c.record(ctx, tx, slot, FireSkipped, SkipError, missed)
+	}
+	if queued {
+		err = sp.QueryRow(ctx, `UPDATE schedule_fires SET outcome = 'created', version = $3, fired_at = now(),
+				task_id = $4, scan_id = $5
+			WHERE schedule_id = $1 AND slot_at = $2 AND trigger_kind = 'schedule' AND outcome = 'queued'
+			RETURNING id, fired_at`, c.sl.id, slot, c.version, f.TaskID, f.ScanID).Scan(&f.ID, &f.FiredAt)
+	} else {
+		err = sp.QueryRow(ctx, `INSERT INTO schedule_fires (schedule_id, organization_id, version, slot_at, trigger_kind,
+				outcome, missed_slots, task_id, scan_id)
+			VALUES ($1, $2, $3, $4, 'schedule', 'created', $5, $6, $7)
+			ON CONFLICT (schedule_id, slot_at) WHERE trigger_kind = 'schedule' DO NOTHING
+			RETURNING id, fired_at`, c.sl.id, c.org, c.version, slot, missed, f.TaskID, f.ScanID).Scan(&f.ID, &f.FiredAt)
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		// This slot already fired: its run stays the only one.
+		if err := sp.Rollback(ctx); err != nil {
+			return fmt.Errorf("schedule savepoint: %w", err)
+		}
 		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("record schedule fire: %w", err)
 	}
 	if err := sp.Commit(ctx); err != nil {
 		return fmt.Errorf("schedule savepoint: %w", err)
@@ -304,9 +337,9 @@ func isRefusedData(err error) bool {
 // scheduled runs have none, their key is (schedule, slot).
 type runKey struct{ key, requestSHA256 string }
 
-// createRun creates the definition's scan or task with trigger tr, and
-// records what it created on the fire f (whose row exists). Replayed: the
-// key had already created it, and f's row is left as it was.
+// createRun creates the definition's scan or task with trigger tr and sets
+// f's TaskID or ScanID (and RunState) to it. Replayed: the key had already
+// created it.
 func createRun(ctx context.Context, tx pgx.Tx, org uuid.UUID, def ScheduleDefinition, tr Trigger, key runKey,
 	f *ScheduleFire) (replayed bool, err error) {
 	switch def.Kind {
@@ -345,14 +378,7 @@ func createRun(ctx context.Context, tx pgx.Tx, org uuid.UUID, def ScheduleDefini
 	default:
 		return false, fmt.Errorf("schedule %s: unknown kind %q", f.ScheduleID, def.Kind)
 	}
-	if replayed {
-		return true, nil
-	}
-	if _, err := tx.Exec(ctx, `UPDATE schedule_fires SET task_id = $2, scan_id = $3 WHERE id = $1`,
-		f.ID, f.TaskID, f.ScanID); err != nil {
-		return false, fmt.Errorf("record schedule run: %w", err)
-	}
-	return false, nil
+	return replayed, nil
 }
 
 // RunScheduleParams is who asks for a manual run, and its creation key.
@@ -386,6 +412,12 @@ func (s *Store) RunScheduleNow(ctx context.Context, scope Scope, id uuid.UUID, p
 		replayed, err = createRun(ctx, tx, sc.OrganizationID, sc.Definition, tr, runKey{p.IdempotencyKey, p.RequestSHA256}, &f)
 		if err != nil {
 			return err
+		}
+		if !replayed {
+			if _, err := tx.Exec(ctx, `UPDATE schedule_fires SET task_id = $2, scan_id = $3 WHERE id = $1`,
+				f.ID, f.TaskID, f.ScanID); err != nil {
+				return fmt.Errorf("record schedule run: %w", err)
+			}
 		}
 		if replayed {
 			// The key made a run before: answer its fire, keep no new one.
