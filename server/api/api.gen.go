@@ -822,6 +822,20 @@ type CreateScheduleRequest struct {
 	Timing ScheduleTiming `json:"timing"`
 }
 
+// CreateSecretRequest defines model for CreateSecretRequest.
+type CreateSecretRequest struct {
+	// Name A letter or underscore, then letters, digits or underscores (an environment variable's shape).
+	Name           SecretName         `json:"name"`
+	OrganizationId openapi_types.UUID `json:"organization_id"`
+
+	// TaskTypes Only tasks of these types receive the secret; absent means every type.
+	TaskTypes *SecretTaskTypes `json:"task_types,omitempty"`
+	Value     *string          `json:"value,omitempty"`
+
+	// WorkerLabels Only workers whose labels include every key=value here receive the secret; absent means every worker.
+	WorkerLabels *SecretWorkerLabels `json:"worker_labels,omitempty"`
+}
+
 // CreateTaskRequest defines model for CreateTaskRequest.
 type CreateTaskRequest struct {
 	AttemptTimeoutSeconds *int `json:"attempt_timeout_seconds,omitempty"`
@@ -844,8 +858,11 @@ type CreateTaskRequest struct {
 	RequiredCapabilities *Capabilities `json:"required_capabilities,omitempty"`
 
 	// Retry Exponential backoff with full jitter between attempts.
-	Retry    *RetryPolicy `json:"retry,omitempty"`
-	TaskType TaskType     `json:"task_type"`
+	Retry *RetryPolicy `json:"retry,omitempty"`
+
+	// SecretRefs Names of the organization's secrets the task receives in its lease (`secrets`). A secret missing or withheld at lease time fails the attempt with error code `secret_unavailable`.
+	SecretRefs *[]SecretName `json:"secret_refs,omitempty"`
+	TaskType   TaskType      `json:"task_type"`
 }
 
 // CreateWorkerRequest defines model for CreateWorkerRequest.
@@ -975,8 +992,13 @@ type Lease struct {
 	LeaseToken string `json:"lease_token"`
 
 	// LeaseTtlSeconds Seconds from now until the lease expires.
-	LeaseTtlSeconds float64      `json:"lease_ttl_seconds"`
-	Task            TaskSnapshot `json:"task"`
+	LeaseTtlSeconds float64 `json:"lease_ttl_seconds"`
+
+	// Secrets The values of the secrets the task references (`secret_refs`), by name; absent when it
+	// references none. This is the only place a value ever appears: keep it out of logs
+	// and results (the gateway redacts values a worker writes into its log).
+	Secrets *map[string]string `json:"secrets,omitempty"`
+	Task    TaskSnapshot       `json:"task"`
 }
 
 // LeaseRef defines model for LeaseRef.
@@ -1119,6 +1141,16 @@ type RegisterCertificateRequest struct {
 // RenewRequest defines model for RenewRequest.
 type RenewRequest struct {
 	CsrPem string `json:"csr_pem"`
+}
+
+// ReplaceSecretRequest The whole new state; limits left out are removed.
+type ReplaceSecretRequest struct {
+	// TaskTypes Only tasks of these types receive the secret; absent means every type.
+	TaskTypes *SecretTaskTypes `json:"task_types,omitempty"`
+	Value     *string          `json:"value,omitempty"`
+
+	// WorkerLabels Only workers whose labels include every key=value here receive the secret; absent means every worker.
+	WorkerLabels *SecretWorkerLabels `json:"worker_labels,omitempty"`
 }
 
 // ResultAck defines model for ResultAck.
@@ -1374,8 +1406,39 @@ type ScheduledTask struct {
 	RequiredCapabilities *Capabilities `json:"required_capabilities,omitempty"`
 	RetryBaseSeconds     *float64      `json:"retry_base_seconds,omitempty"`
 	RetryMaxSeconds      *float64      `json:"retry_max_seconds,omitempty"`
-	TaskType             TaskType      `json:"task_type"`
+
+	// SecretRefs Names of the organization's secrets the task receives in its lease (`secrets`). A secret missing or withheld at lease time fails the attempt with error code `secret_unavailable`.
+	SecretRefs *[]SecretName `json:"secret_refs,omitempty"`
+	TaskType   TaskType      `json:"task_type"`
 }
+
+// Secret A secret's metadata; the value is never answered.
+type Secret struct {
+	CreatedAt      time.Time          `json:"created_at"`
+	Id             openapi_types.UUID `json:"id"`
+	Name           string             `json:"name"`
+	OrganizationId openapi_types.UUID `json:"organization_id"`
+	TaskTypes      *[]TaskType        `json:"task_types,omitempty"`
+	UpdatedAt      time.Time          `json:"updated_at"`
+
+	// Version Every replace adds one.
+	Version      int                `json:"version"`
+	WorkerLabels *map[string]string `json:"worker_labels,omitempty"`
+}
+
+// SecretList defines model for SecretList.
+type SecretList struct {
+	Items []Secret `json:"items"`
+}
+
+// SecretName A letter or underscore, then letters, digits or underscores (an environment variable's shape).
+type SecretName = string
+
+// SecretTaskTypes Only tasks of these types receive the secret; absent means every type.
+type SecretTaskTypes = []TaskType
+
+// SecretWorkerLabels Only workers whose labels include every key=value here receive the secret; absent means every worker.
+type SecretWorkerLabels map[string]string
 
 // Severity defines model for Severity.
 type Severity string
@@ -1656,6 +1719,9 @@ type ScanID = openapi_types.UUID
 // ScheduleID defines model for ScheduleID.
 type ScheduleID = openapi_types.UUID
 
+// SecretID defines model for SecretID.
+type SecretID = openapi_types.UUID
+
 // TaskID defines model for TaskID.
 type TaskID = openapi_types.UUID
 
@@ -1797,6 +1863,12 @@ type RunScheduleParams struct {
 	IdempotencyKey *OptionalIdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
+// ListSecretsParams defines parameters for ListSecrets.
+type ListSecretsParams struct {
+	// OrganizationId Only this organization's secrets. For an unscoped token, an organization that does not exist is 404.
+	OrganizationId *openapi_types.UUID `form:"organization_id,omitempty" json:"organization_id,omitempty"`
+}
+
 // ListTasksParams defines parameters for ListTasks.
 type ListTasksParams struct {
 	// OrganizationId Only this organization's tasks. For an unscoped token, an organization that does not exist is 404.
@@ -1897,6 +1969,12 @@ type CreateScheduleJSONRequestBody = CreateScheduleRequest
 
 // UpdateScheduleJSONRequestBody defines body for UpdateSchedule for application/json ContentType.
 type UpdateScheduleJSONRequestBody = UpdateScheduleRequest
+
+// CreateSecretJSONRequestBody defines body for CreateSecret for application/json ContentType.
+type CreateSecretJSONRequestBody = CreateSecretRequest
+
+// ReplaceSecretJSONRequestBody defines body for ReplaceSecret for application/json ContentType.
+type ReplaceSecretJSONRequestBody = ReplaceSecretRequest
 
 // CreateTaskJSONRequestBody defines body for CreateTask for application/json ContentType.
 type CreateTaskJSONRequestBody = CreateTaskRequest
@@ -2035,6 +2113,21 @@ type ServerInterface interface {
 	// RunSchedule Run a schedule now
 	// (POST /v1/schedules/{schedule_id}/run)
 	RunSchedule(w http.ResponseWriter, r *http.Request, scheduleId ScheduleID, params RunScheduleParams)
+	// ListSecrets List secrets (names and metadata)
+	// (GET /v1/secrets)
+	ListSecrets(w http.ResponseWriter, r *http.Request, params ListSecretsParams)
+	// CreateSecret Create a secret
+	// (POST /v1/secrets)
+	CreateSecret(w http.ResponseWriter, r *http.Request)
+	// DeleteSecret Delete a secret
+	// (DELETE /v1/secrets/{secret_id})
+	DeleteSecret(w http.ResponseWriter, r *http.Request, secretId SecretID)
+	// GetSecret Get a secret's metadata
+	// (GET /v1/secrets/{secret_id})
+	GetSecret(w http.ResponseWriter, r *http.Request, secretId SecretID)
+	// ReplaceSecret Replace a secret's value and limits
+	// (PUT /v1/secrets/{secret_id})
+	ReplaceSecret(w http.ResponseWriter, r *http.Request, secretId SecretID)
 	// ListTasks List tasks
 	// (GET /v1/tasks)
 	ListTasks(w http.ResponseWriter, r *http.Request, params ListTasksParams)
@@ -3579,6 +3672,131 @@ func (siw *ServerInterfaceWrapper) RunSchedule(w http.ResponseWriter, r *http.Re
 	handler.ServeHTTP(w, r)
 }
 
+// ListSecrets operation middleware
+func (siw *ServerInterfaceWrapper) ListSecrets(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListSecretsParams
+
+	// ------------- Optional query parameter "organization_id" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "organization_id", r.URL.Query(), &params.OrganizationId, runtime.BindQueryParameterOptions{Type: "string", Format: "uuid"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "organization_id"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "organization_id", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListSecrets(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CreateSecret operation middleware
+func (siw *ServerInterfaceWrapper) CreateSecret(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateSecret(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// DeleteSecret operation middleware
+func (siw *ServerInterfaceWrapper) DeleteSecret(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "secret_id" -------------
+	var secretId SecretID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "secret_id", r.PathValue("secret_id"), &secretId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "secret_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.DeleteSecret(w, r, secretId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetSecret operation middleware
+func (siw *ServerInterfaceWrapper) GetSecret(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "secret_id" -------------
+	var secretId SecretID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "secret_id", r.PathValue("secret_id"), &secretId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "secret_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetSecret(w, r, secretId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ReplaceSecret operation middleware
+func (siw *ServerInterfaceWrapper) ReplaceSecret(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "secret_id" -------------
+	var secretId SecretID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "secret_id", r.PathValue("secret_id"), &secretId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "secret_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ReplaceSecret(w, r, secretId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ListTasks operation middleware
 func (siw *ServerInterfaceWrapper) ListTasks(w http.ResponseWriter, r *http.Request) {
 
@@ -4468,6 +4686,11 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/workers/{worker_id}/grants", wrapper.ListWorkerGrants)
 	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/workers/{worker_id}/grants/{organization_id}", wrapper.RevokeWorkerGrant)
 	m.HandleFunc(http.MethodPut+" "+options.BaseURL+"/v1/workers/{worker_id}/grants/{organization_id}", wrapper.GrantWorker)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/secrets", wrapper.ListSecrets)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/secrets", wrapper.CreateSecret)
+	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/secrets/{secret_id}", wrapper.DeleteSecret)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/secrets/{secret_id}", wrapper.GetSecret)
+	m.HandleFunc(http.MethodPut+" "+options.BaseURL+"/v1/secrets/{secret_id}", wrapper.ReplaceSecret)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/api-tokens", wrapper.ListApiTokens)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/api-tokens", wrapper.CreateApiToken)
 	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/api-tokens/{token_id}", wrapper.RevokeApiToken)
@@ -7926,6 +8149,492 @@ func (response RunScheduledefaultApplicationProblemPlusJSONResponse) VisitRunSch
 	return err
 }
 
+type ListSecretsRequestObject struct {
+	Params ListSecretsParams
+}
+
+type ListSecretsResponseObject interface {
+	VisitListSecretsResponse(w http.ResponseWriter) error
+}
+
+type ListSecrets200JSONResponse SecretList
+
+func (response ListSecrets200JSONResponse) VisitListSecretsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSecrets401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListSecrets401ApplicationProblemPlusJSONResponse) VisitListSecretsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSecrets403ApplicationProblemPlusJSONResponse Problem
+
+func (response ListSecrets403ApplicationProblemPlusJSONResponse) VisitListSecretsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSecrets404ApplicationProblemPlusJSONResponse Problem
+
+func (response ListSecrets404ApplicationProblemPlusJSONResponse) VisitListSecretsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSecretsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListSecretsdefaultApplicationProblemPlusJSONResponse) VisitListSecretsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSecretRequestObject struct {
+	Body *CreateSecretJSONRequestBody
+}
+
+type CreateSecretResponseObject interface {
+	VisitCreateSecretResponse(w http.ResponseWriter) error
+}
+
+type CreateSecret201JSONResponse Secret
+
+func (response CreateSecret201JSONResponse) VisitCreateSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(201)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSecret400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response CreateSecret400ApplicationProblemPlusJSONResponse) VisitCreateSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSecret401ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateSecret401ApplicationProblemPlusJSONResponse) VisitCreateSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSecret403ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateSecret403ApplicationProblemPlusJSONResponse) VisitCreateSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSecret404ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateSecret404ApplicationProblemPlusJSONResponse) VisitCreateSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSecret409ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateSecret409ApplicationProblemPlusJSONResponse) VisitCreateSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSecret503ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateSecret503ApplicationProblemPlusJSONResponse) VisitCreateSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSecretdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response CreateSecretdefaultApplicationProblemPlusJSONResponse) VisitCreateSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteSecretRequestObject struct {
+	SecretId SecretID `json:"secret_id"`
+}
+
+type DeleteSecretResponseObject interface {
+	VisitDeleteSecretResponse(w http.ResponseWriter) error
+}
+
+type DeleteSecret200JSONResponse Secret
+
+func (response DeleteSecret200JSONResponse) VisitDeleteSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteSecret401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteSecret401ApplicationProblemPlusJSONResponse) VisitDeleteSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteSecret403ApplicationProblemPlusJSONResponse Problem
+
+func (response DeleteSecret403ApplicationProblemPlusJSONResponse) VisitDeleteSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteSecret404ApplicationProblemPlusJSONResponse Problem
+
+func (response DeleteSecret404ApplicationProblemPlusJSONResponse) VisitDeleteSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteSecretdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response DeleteSecretdefaultApplicationProblemPlusJSONResponse) VisitDeleteSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSecretRequestObject struct {
+	SecretId SecretID `json:"secret_id"`
+}
+
+type GetSecretResponseObject interface {
+	VisitGetSecretResponse(w http.ResponseWriter) error
+}
+
+type GetSecret200JSONResponse Secret
+
+func (response GetSecret200JSONResponse) VisitGetSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSecret401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response GetSecret401ApplicationProblemPlusJSONResponse) VisitGetSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSecret403ApplicationProblemPlusJSONResponse Problem
+
+func (response GetSecret403ApplicationProblemPlusJSONResponse) VisitGetSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSecret404ApplicationProblemPlusJSONResponse Problem
+
+func (response GetSecret404ApplicationProblemPlusJSONResponse) VisitGetSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSecretdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetSecretdefaultApplicationProblemPlusJSONResponse) VisitGetSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReplaceSecretRequestObject struct {
+	SecretId SecretID `json:"secret_id"`
+	Body     *ReplaceSecretJSONRequestBody
+}
+
+type ReplaceSecretResponseObject interface {
+	VisitReplaceSecretResponse(w http.ResponseWriter) error
+}
+
+type ReplaceSecret200JSONResponse Secret
+
+func (response ReplaceSecret200JSONResponse) VisitReplaceSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReplaceSecret400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ReplaceSecret400ApplicationProblemPlusJSONResponse) VisitReplaceSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReplaceSecret401ApplicationProblemPlusJSONResponse Problem
+
+func (response ReplaceSecret401ApplicationProblemPlusJSONResponse) VisitReplaceSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReplaceSecret403ApplicationProblemPlusJSONResponse Problem
+
+func (response ReplaceSecret403ApplicationProblemPlusJSONResponse) VisitReplaceSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReplaceSecret404ApplicationProblemPlusJSONResponse Problem
+
+func (response ReplaceSecret404ApplicationProblemPlusJSONResponse) VisitReplaceSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReplaceSecret503ApplicationProblemPlusJSONResponse Problem
+
+func (response ReplaceSecret503ApplicationProblemPlusJSONResponse) VisitReplaceSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReplaceSecretdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ReplaceSecretdefaultApplicationProblemPlusJSONResponse) VisitReplaceSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListTasksRequestObject struct {
 	Params ListTasksParams
 }
@@ -9731,6 +10440,21 @@ type StrictServerInterface interface {
 	// RunSchedule Run a schedule now
 	// (POST /v1/schedules/{schedule_id}/run)
 	RunSchedule(ctx context.Context, request RunScheduleRequestObject) (RunScheduleResponseObject, error)
+	// ListSecrets List secrets (names and metadata)
+	// (GET /v1/secrets)
+	ListSecrets(ctx context.Context, request ListSecretsRequestObject) (ListSecretsResponseObject, error)
+	// CreateSecret Create a secret
+	// (POST /v1/secrets)
+	CreateSecret(ctx context.Context, request CreateSecretRequestObject) (CreateSecretResponseObject, error)
+	// DeleteSecret Delete a secret
+	// (DELETE /v1/secrets/{secret_id})
+	DeleteSecret(ctx context.Context, request DeleteSecretRequestObject) (DeleteSecretResponseObject, error)
+	// GetSecret Get a secret's metadata
+	// (GET /v1/secrets/{secret_id})
+	GetSecret(ctx context.Context, request GetSecretRequestObject) (GetSecretResponseObject, error)
+	// ReplaceSecret Replace a secret's value and limits
+	// (PUT /v1/secrets/{secret_id})
+	ReplaceSecret(ctx context.Context, request ReplaceSecretRequestObject) (ReplaceSecretResponseObject, error)
 	// ListTasks List tasks
 	// (GET /v1/tasks)
 	ListTasks(ctx context.Context, request ListTasksRequestObject) (ListTasksResponseObject, error)
@@ -10964,6 +11688,148 @@ func (sh *strictHandler) RunSchedule(w http.ResponseWriter, r *http.Request, sch
 	}
 }
 
+// ListSecrets operation middleware
+func (sh *strictHandler) ListSecrets(w http.ResponseWriter, r *http.Request, params ListSecretsParams) {
+	var request ListSecretsRequestObject
+
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListSecrets(ctx, request.(ListSecretsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListSecrets")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListSecretsResponseObject); ok {
+		if err := validResponse.VisitListSecretsResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// CreateSecret operation middleware
+func (sh *strictHandler) CreateSecret(w http.ResponseWriter, r *http.Request) {
+	var request CreateSecretRequestObject
+
+	var body CreateSecretJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.CreateSecret(ctx, request.(CreateSecretRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CreateSecret")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(CreateSecretResponseObject); ok {
+		if err := validResponse.VisitCreateSecretResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// DeleteSecret operation middleware
+func (sh *strictHandler) DeleteSecret(w http.ResponseWriter, r *http.Request, secretId SecretID) {
+	var request DeleteSecretRequestObject
+
+	request.SecretId = secretId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.DeleteSecret(ctx, request.(DeleteSecretRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "DeleteSecret")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(DeleteSecretResponseObject); ok {
+		if err := validResponse.VisitDeleteSecretResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetSecret operation middleware
+func (sh *strictHandler) GetSecret(w http.ResponseWriter, r *http.Request, secretId SecretID) {
+	var request GetSecretRequestObject
+
+	request.SecretId = secretId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetSecret(ctx, request.(GetSecretRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetSecret")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetSecretResponseObject); ok {
+		if err := validResponse.VisitGetSecretResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ReplaceSecret operation middleware
+func (sh *strictHandler) ReplaceSecret(w http.ResponseWriter, r *http.Request, secretId SecretID) {
+	var request ReplaceSecretRequestObject
+
+	request.SecretId = secretId
+
+	var body ReplaceSecretJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ReplaceSecret(ctx, request.(ReplaceSecretRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ReplaceSecret")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ReplaceSecretResponseObject); ok {
+		if err := validResponse.VisitReplaceSecretResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // ListTasks operation middleware
 func (sh *strictHandler) ListTasks(w http.ResponseWriter, r *http.Request, params ListTasksParams) {
 	var request ListTasksRequestObject
@@ -11530,343 +12396,367 @@ func (sh *strictHandler) RevokeWorker(w http.ResponseWriter, r *http.Request, wo
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L2Lcts4tjb6Kiidvyry/JQs+ZbYrl21PUm6O7PTnZzYvfvU38oxIRKS0KYADQHaUadcNQ9xnmE/2DzJ",
-	"KawFkCBF6mbZucylqmNJJK4LC+v6rc+tSE5nUjChVevsc2tGUzplmqXw6SLS/Ja9lwmP5uZzzFSU8pnm",
-	"UrTOWr9NqCYTOpsxoYiWRE8YuZPpDUufKULhVUK1ZtOZVmQkU6InXBGZjqngf1LTSLcVtLhp6u8ZS+et",
-	"oCXolLXOWvhyK2ipaMKmFLse0SzRrbNWREXEklbQYiKbts5+L76IU8pF62PQ0vOZaUbplItx6/4+aF3g",
-	"ON68Mm1BlzOqJ16P+Ps1j1tBK2V/z3jK4taZTjPmj2Ik0yk1g8gyeHKxo5dZqmS6uFhXE0ZCwT7p6wie",
-	"CIkcwYrNUnbLZabIjI5Z04LgO6UFmdJPb5kY60nr7KDXqxvKDzxhjRMe8YQ9fLZvGVXsSt4wUT/jxPxO",
-	"tHkAJmuXmdxRRcYpFZrF5I7rCWlzQyNMRFyM8fm9fC0mjMYsLYYOnXaw12XD91aof/AiaE25yD+f1M6G",
-	"T7nO16uyBQn8WEuSx73AdManhh6PzWZMucBP/bwfLjQbsxQ6egdrRJM3MZvOpGYimv8XqzlhP9MbpmDh",
-	"zCyZ0kTRkVlPkrIZo7pLLjSZSqXJwfExiSY0pZE5u41L53XYMT02EdTxcXm56lbrnXeQG8nMP+0PJ7cP",
-	"9t2Hrts5iVlq2BPXZJTKaYk2qYiJMq+JiBGRTYcs3cE6r0Wma637ZUSb11tFdAfrfBlNWJwt4R7KPvDw",
-	"rq6oumnsRlN18/Aufp0lksaNnWTw88O7+Q2uvsZu8GZ8aDf35mU1k0IxuKHfp3KYsKn5M5JCMwH8i85m",
-	"CY/g0O3P8In//YeSwKSLvv5Xykats9b/tV+IAPv4q9p37UKP5cN1QWyTpP3hh5fk9Oj4+R4ycUqUpsOE",
-	"kTCSMQu7sCy2RRAnZjy/K9gnOp0lDAaeMqpZfA3zPugdnHT6/c7B6VX/+Ozw5Ozw4P+YUxa3zlq9/unh",
-	"qE8POsP46KjznB2POsPeSb9zFB3HJ+z56EXvtO/dmdwMNM4iOJhVRuS19jw6Yp3ncZ92Tulxv3MyPBz1",
-	"2EF0FPd7sFe38sZs1YgmCvZKzsza/97KW/94H5gPM5ZqjtviT8nb1Jhq1tF8yhZ3NmixTzOeMrXRO2Yi",
-	"K4kmaCVU6etMbTggXMfPiz8srOUaQ5jRlAl9DVe7fWdRXHCCAtXErqCVGQU7JyJLEhQjzVMqfwJILxxT",
-	"ze7onNB4ykXYJRf42EAIdstSYheXJFQzI4hSERAhUzKhitzxmKUE95XIlFAh9YSlJUnVvmKkFJxJMBDm",
-	"ogDqMDILtYNHclHE9Dq33/F8OgFJmZHl+C1L5t2BkV/qV+53t3RBy8wbSCynxHxLhlImjIpW8eNGG+xI",
-	"+XOLazZVq3gCnN1L84552bZG05TOW8iXHFP7vQUzAfrJewn8Q1FMppDW5fAPFmnTtOMTb7mC2ZTPVj7W",
-	"tQad85yVQ4bWaoejFNMVnhUzTXkCvU+k0k5GlBFNzGfz2oinSl8rxsTOOBuc45UtCrP5Cf+Txde3NMnM",
-	"wPoHz7u9bq/bfwgndILsrBW0Fhte4IHeEi3boL9dvvvlXb7WlUV7DD64ceOL67kjnohf1DTW1E3dKVuU",
-	"sOEl10jN8KurXFmXxiOwk+MIZ2nhLAYtTzVeY+LLz+oH0//nFo1jjnrWe2/E9hovT8LtREXSMY0R81tA",
-	"WHfcJaE762FAQj4z/53JVJt/szQx/0SmzZGRvYz8Y649rVlqGvt/f6edPz+a//Q6p9edj597wdHp/f+q",
-	"o4t8+8s6fm+1buAvUokMGtaKj8XUyowec6PwwwqJjAkj6uUi7M7kq0JO9pqg0eFh53l8xDp0dNzrHA4L",
-	"xrjIeErDX/eQoxEpgbfQZFVDDxWbVv4OGc5RUIkmVKAVJ7cHHPSPnh+9ODw5eu6ZBXqLZgFvRevu9234",
-	"i1la1AKuU0at/F/71E7FCm8H19GbfJpdZGa+2uQWKCht8QpZAjerSuHW3IfqPRymERdcTTZSQ06HB4a6",
-	"D+POKTsadQ5oQZeGqTKq2LUv1Te1qjRNVylASlOdKbNyWRQxFsMyOP3YG9ML2u93ng8Pos6L+JB1+qNi",
-	"VK2dHK7Kyn3eitLTVKbXRkmspUj8ecqUouP6J0qbtWshYWHf1u0gzYTgYryZDO7t/QbvAC2suGpxpy7x",
-	"4XuPWtZYhAecYe5TZvkAV4gnn0nNopdWZsnBfm1oZcPb3hGebyBeebsGLY8gvTePejXWd7MiOp0bdlWy",
-	"FNvhVPlsZQVhfEvm/C7TkUTd3PlAfK4wohy5ZH4/1fhE8sYuc2JybcFegJkK6dnsxfLmnfEihkdnLFXw",
-	"bG2vWcz169saoSOytywSTBeZuiGaSMsqy1quJuEbtmtt/QSeOuIuw9YNm5OEUXN3WP5wdBC0ZBRlabqC",
-	"H1vDMo5r+DzuRwf0iB2PTnrP+y/gAKRjpjfgtPkrdty4DDUM2K5TDVcsVqrxRyfour12q2N7C1pqrjSb",
-	"mkUUUsynMlO127iVclfhJlzokyNfVDrt9Z73T08Pjo+eH/VOT/urrpHSRq3LPLcTpIrNrllab6+bf21Q",
-	"9mpVOm9epY0L3O7XMof8ZO1EUSvO6eNpay/pjA55wnParuXhqGBUjdCGtAg2dU4oMRfOM0VC1/F15LUd",
-	"kmmmNBkyEkmhKRcsJhzscu3wPwdZr3fIQvA3lkcYtD51xrJjv/xDSdH9QO9+tteAGb803Euzn6mYf0Aa",
-	"2fgqgha4FOtvzcv8nTfmqN7DCXqDbzrvo/3YX2H08ruv3aDSBNHvsEhZD5vEhVB3eJ53MtTt9oE5MWIN",
-	"iQpFDpRCaXKdMpUleuWEP8Bjf6U6mnimKHQzetL0olF8wscTpjTBfjpD00LVQenFXhDFhC7CLazItaVK",
-	"KgtJY42FcXLJglZnv1++bQV11Shqmyhe7p1alWktNW9jvQpeMP2B48lOKW7Wnta8d6oz2VDg30pLAsHV",
-	"vlGN97FRHGa2ZMjMnioI8QCnHx1TLgLCR4av3vEkMfzWtMZZ3PUdHUu730RJ8Vd9heuCqptLeLBKm6XA",
-	"n0Jrqax8qa/ywi4h6oK5PZyo8fR/F0fCDeKg13voAZkV7u+1vNn+Oq5xOxVcqaR1L/Lon66u3hN8wBoC",
-	"cwogNJHCMOcsicmE3jIyZEwQCoRh3Zcl7nx8euoHEPV6tSFEjTRsh7mcLEFw2OyG3HBn/n2h1l6oaOfQ",
-	"zRFztvlnqhQ71xAet1mE266u8xK5+RMKlt/04P51/tgtxTRrIOLiWrFIiliVLJCH/ePDk16vFIF3UrsP",
-	"LrahGkW5wgS0jfL4IC97IdkfbiLXl13vzbvhx/BttyNbLWTdaJsHeRnRLQe3VaBKko35BoqMGd17eKeq",
-	"iS3dMDNULlOu5yUDoR9J2i8Tcqff69XSMhoYyiPezHPojzvvdU1Sq/E/2/EUa7lsbzGQcLv9jZmRXZw9",
-	"bPkuYT+vijeelgtoPjV/rTnMK3x69Vrbg25bD/wVaV50Iw1vt+CO9RvpXWa6lgmf9I5erIqBDlpRyjWP",
-	"aFKy06wUy/xnwQqZ0Lk/iPJ9+koSIbW9SIdsJFOGd/iUijmxr2EAsJB3ZR1FZsOE+Xe8u1tqb3grbkAU",
-	"H4sy2J+aNSoP7yeaxgTCyoksFKtnitxNZMJImgkcG8RNGUkSpICw6CFmNE64YNdUo/lqs+H3a4aP13mc",
-	"pUhjpbFbFnXo8yjTptfkcd1WT+mnilPdtVRmdqtIZruww3kiabyZnXpnnLnWGLkpkYNCvloY1uncJuo4",
-	"zdhZnFcpxlfmuXXYumuzmbNgDPSWptAidOZ6xMWYpbOUo5vIj6LpdU5pZ/Tx88lRffCM38wMtZzKZdir",
-	"v/+uIynA7i70tZlrmVb7le1fSa27u1sWlYRqZKom8k4oX2dpc02MsmLjJIiWhGtiHhQR2+uSCzEQfisd",
-	"EBVjDJ8lUzonZvxEimQOQa/yTpR6DaAzuzqgHHG9LJ510bW8DnUiOdXSp734/MaayTJuiDynM17oYk8S",
-	"hr5mNLkdVOturK//+Y//qTEk+iNfO/61We1ULEqZDoiawE6LiHXJJRMxUI0i4UWmJzK1m39G/spoylIC",
-	"rpMIA63Ri9JdGR7gVMViBkv2DQkAJpwk70ats9/XIZjWfVB1UTCRyiSZ5iHoi6vwTqBR8txfg1rLRqWp",
-	"LUJFKkuyMLjlnSyulyGZ1/DGuqzXT79QKTLKVsf876+vf3zzC3n5+sPVmx/evLy4ek0+vP6/f319eQW/",
-	"DsQ///E/AwF/v/7l1ZLnaiYBBM3qCTofRR27XsEz6zb3IfpozX644dXR6uv88Toes2QRyjkfjYGWNTaP",
-	"FydHNcbTunXYSZpJvdllUdqsiJNrkLkf8FPTS91y/8CTqpfIpj650Ak//QnSnoLHYu4pm8lUd20nW8fA",
-	"qgk9OD5pnbVOhlEvpv3R0cHo9GQUHT4fvhjGz1l80BvS4+cnvZP4gPZiehzF9GDYPzyOnr84PhoN4+j0",
-	"xfHwBT00bfE/2fVwrg1J9A82Ntw/1CJf3ooa+tsmNWrNvneasOT2pKY5f4l3Gc+yvu9rvUQAKyOVtqQ0",
-	"+nyWpW1pOnS7CCuBw7t9Ks5PjCaGhZdP/4RFVlqnmg6pgnduWkEr4UoDx4VPLvPRfPL8OfZj5TrK26y/",
-	"Rj83ZXN4g1ULkXUwjEzQW8oTiA38uGpnl3hz3iiVsfhloe5Ul4VeL+hCDVf8qqu9uNJ33+K2V6AzM6VM",
-	"sLvSL0e9Q7jyHx7sXLeEddLzywvUwoyypZwK5r2pSJsmChEybKLiMxUQLkpalGI6m+1111Rqv+TFXrfq",
-	"1XX5YJ4gdIT5llyRRIoxaes7sww8jZUDwEj4iJnxNViwFrp+QGiyH4tcXdKgbrdXSyg1S1F3WD0D04o4",
-	"tw1D0AAMYwfxBRNGUz1kVF+bCym9pUmxtf3eJtkMJRdnKz45fRHHR89PWJ8ejeKT4ZC9GPWf90f90+HJ",
-	"yTF90TtkJywe9ll0chTHL16cxEd9enASjU6PowN6WjSovREd9vC2bMjl2CROoWydPHyAFOfZGrmYZbDT",
-	"ecx4a8KSRBYOptZZi0UTWTHWAX6DYOm1fej+oeLYsm2tP7G6gG2B1OuRZmLNk7l95sRKt3jJ931OVGGa",
-	"QOgNEnqoMCGRwiZgO1CPiCZJd0nPesm6XFYcBSQTmifeQtkZr7lKjm5XxisJOlMTqTfxv9ekUSxOcClV",
-	"2PHV8TBY4c1zKzek2AopbAzis9ZKLZneVqbrB5j3Df+pNTdXAp4tAE3hv4L5qHMCkkVEZzOXh+ihcI1S",
-	"xsxvNOJ6XgpZ6a9hwp6lUstIJte3LFXWyertx3GdIV3Jkb6jKWt456DW+n5Hua71NR30quvwk7xDSUJL",
-	"Yl4D2zOGf3fJy9IqKJbespTYKZP2wTFR5jfb+l5pPSqOrPqgqyaaaQqMxi1aWznCu3yVdmQbbSThSxcQ",
-	"WV64EEHVwjNyw9gMSISLcZeEmMZzbXMcWByeEaXlDHCQXNyeBdnIM37CLgkTqXT+LDoWzomQemL49FSm",
-	"LA8CpVHEZhqjQJ0qlEO8Vbs3J1UqXZt1ks+vKQ4P4g2NYCmFZc4BiWiacqSK0p2QuzwgEg/G9jARamEm",
-	"jlnsXLaqikIuzNIu6oNtOAsTqUsNXi5aPIW4sM6l3XBXn5MeuZswQQytrXlxrxVp7B3BlWGaTeS/MLva",
-	"sy7HF7MZE/GHPKLVo19so0IXtQt3cNo9tQk9cjQCpJOD46Cl00wYNchR8QJNlXpYf00aNm+N5S8NsdYr",
-	"Cr/BXptnSTTJxA1m/kAuKaHlnX64va5Yo7rxRHQGQIcpo9GExedklKUALBRTTQlXJE6lua88ubQpI9Sf",
-	"u99vUNqGDUjnpVmbTaOtqF7AVewdvTh+Xhtqmm/Urta7GqDgVgOG1TDNK/ZJ7zCjxFMx3c2YrxWuDkSk",
-	"mwvQ9tgF3ihoArauhVPm/u6tceC2zB15UKJ+McslscoAosVEzOIzIiRe/UDicP9HcsrqKDzI6WnRjl8+",
-	"6TtMGH2ENktMYMUxXsh/z4m4fMBhZbzVr6PudzMmENlw28zDsqOmANj13Wcy0kx3lE4ZnZYDzgGrstEF",
-	"sxGope9s2STU53H8MA2h1DVek9pt8axHD8Y5XG5vsj7Ii2haI/I9vZttCQTcCueSv2a7cDKV9uDxspf9",
-	"bopAlQUcJXB4V9CSWMLHHMAh7NnMIQnkaJRwUYQ2uZT/W+ZZKXtB1eRwv56LuzKMTdAJ6iPkjkrIs4Kl",
-	"HZZ1AGVOwDTc/CpGVYh4WovMPzYiRJUtpnWm0prlr1Nkis2oR0ByyElOdc2fL4YWtGKuyuBE0K/3bbGx",
-	"VF87k0ytllts/DqhTrUujvIoCtyk0tBhXusR9q5PZR6nta0j+D0TMRfjD/nmVFNV54SSv2csYzGmq3JV",
-	"xILHZM50l4RoZL8WUl/T+NbMS4H5wwvFDq1Rv4vPhqYd67azr6uQ5GdxTuSICCmY823hblTjMMsg+KTt",
-	"ngIfYj4SI0sVfZhfkoTQlME8IpkBeDok3SpNOJqzHIkKeZ1DZOUUUTtdAAi8xtNaPFrM6HrK1RRy7PBb",
-	"Q7XXoyxJrEM9zhIWXwOsasslDw9pdCNHo1ri9gCLK94HiyWcowtbiJEKtPCURhMuWCdlNC5hDZdj2gDh",
-	"B9WhDpiTHGRJCZi+mtSHVAL2RZaSCUtAN1sF9eL8/Ee906CluU5ykHpiu7arMNF6ps7293GZO9YT3I3Z",
-	"rUNpVvvekO+bcIsqlo6GhTFPn5PwU8e23TFfqJAkXGmHT2u+8r3S4FhRwUDAohtKzVRGE5fa2v5R4umI",
-	"pFCaCg1O3BmNbuiYDUQ45nqSDbuRnFbmuO/+tWMJ97rkF3YH/SsINx4yQmNQIYysqQkVA5GJGyHvBI5y",
-	"iIHIXqYtxhuXKSxoVeYLF0Gq+YhGWnVyfnzWOu4dnuHmu7kbNUZI4p4mSsuUjmGyIz7OEN7IGQ9d0nTr",
-	"rHXUOz0rI8gnZhPmqBNZ+nWYwjZBMmgNadyJVArv9+yqFt5nCCUweqQDsAerf2JkMxYTCLdW5IbNHV9z",
-	"JlbbcOpUgqLxpoaGKaM3ilCSZknOty7ev4GWdDTpCKk7M5YqjqbAYrpejnOUUD6FRsAYRTCnFvjZnVlV",
-	"wGAuGilYSYd9snnoZ62jg1O7IzaCwmE9k4lMYkW0lOj5kDMmyEwmCcA1j2SSyDtVdul3HCCVGW/fjjfh",
-	"TOjSKtvVu6UJjw2Lhd6teOy3VlxKRXOpzDQjgrHYTPzq7WVNB5VmLEGvHlTKxmalUrwxhCQFZ4bnO1Ei",
-	"FSvt8+lpqcE78x96BycLEp8MwaCpm7QTOR6b3RfJfA8DxEYJj7S/uY5c3G+WD7NPXGlDl1ZFLWI61zpb",
-	"Ly+80wTst2ig3BpsfIcL2Bp/wYpnHLq2InZdg/zkZQqJu4AlG8l0yOOY4eIf2rWiSQIeojmQQQyhKQrU",
-	"sKJ+AxedUcLHk3x5aL44sCQwz0rBBzMopXmSEIuhdg5IGHPShkSdzsVIs3Sv0tENm3dSZoYOh+EAx1ht",
-	"2ZwnmJ69F2M+GjEjkrtRQU0KNDrBVvTOCBXEfUUgMf/cTj9TQG6Q5oFE4YyIeAV5BLHujQn+m3EHbRmd",
-	"XHrwW5Jja5uNJcMD6OyzZsNYZLSY3BYyZXoiY+BC1Bx0ewiP/UOYt4Ns0DpJ4UWQb3RnJDOBLx6BkUpl",
-	"0cS+LFPDtWSWRoy0ZQquoxriUIztFUEeHS1lJ6EphHYc9Q/Lh2Yo4zkiyRe3CTI6BedQ8T8ZcQVlXD2H",
-	"TiSFTmmkO7dcJtaAgPuHbeNjFknCDGlquSxXJJZRBmeiDXsJtJG/AWcIZU1pDgmKsExptQdSHBW115n5",
-	"IT9R+QNBy0EldNCM1XEUC2fD3nN4AdjbxLcTwmgrYAtgUcm04SudGPljwUFSBtYoOFH2IWIeajpRRnCv",
-	"nQ6oATXTgRcMjXiQjfgWLCXCHV5rlk65OT/gFs2Bf0ENNp89sJuWzbSxd5vqYMUAx3goEezO3LCWf+F+",
-	"ykwn/BaoUWY6peIGBw2PTLmAeQO9GMoz12AnZZFMjSqNBFi5fPHOBGOsfRBqGBB3iEoNAdkqdwerRN7B",
-	"Gi8sbiZopidMaG5NnsiXhQzMwIVEUguK2VXiXfONRQvxkCL/8R5p2tZMqGw2k6lmcWfKYk5dTNxR//jM",
-	"P3jcCJQW7a0mEQCrvXRinrLiwsMvXQ2zXz+8tfEDSpkzI+iUxQGcOF2K4Sya86UNS262TdcI2Mjz28i+",
-	"VuKOPbOE+euo6lrurooqRTGLEmouT+AhMiWXP110MIS7aFRBqjmOxXnk4d6AJ+zNa08iDK9427kMm+Zh",
-	"JSYQwVwrubHKlwHyS9YKc4ZJFdYQ+3xu2ql73P547jQOwQD80PyE4k8eXcqsZNO6vy/0vBrHAgetJWIN",
-	"ONhLQR6LaO5NkHpyhfBzM/x/Fdnw1w9vSMrgUjcskk4h8A1KxaFmbF5cI9EOw/2xfw9qtxFd9oMVOr2Q",
-	"8m3SyZrSeFunoxcnce9F/8WLo+h5fHJ8Sg9GjNJedHxM417/mB4OR0ej/vBg2Bu+ODiI4v5xfBL1j4e9",
-	"Ua9Hey9qFOIvlzJ8X7uAgt19RRl4O0yyq4IxLkmHw3iEi+hm0RoOKCX9YCsfLNxqG8EApyxi/HYljq+5",
-	"G6/BntY6OyikG9/Zm6eK+Crs5ohok5RRWIE6UzWrrTgAFSjc/W0o3HRO2kaCkKmRSQWaAPe2xKPa0Klc",
-	"bMJaqLne+q8PP+jvx1ZO6xoQsG1aWcjeKTb/40OBCx0lLHrVwfhV3fCtNrdyZPOtq4M55L5cXwPPXtqV",
-	"8s42swCEZtvMK53LtGs6FbCnD/DWIo5Rb9H3twviqOZoLaybm8WKtdmFV+VSy5TFFSy8R3J4lhZ71b4u",
-	"ZNdbqu6SELhdCGYJ+JOAdk7a9oeASFsflYTWCRDudUmIp8a8Z9S32EhFUgxE3krxfghCj/lDsVuWcj0v",
-	"Nco+oS3kmsehEeljFmeoKICZmYp4IEo9G10FxjtHWZolipE2fr0XgKHYCtUOxcEap2u4/FoVkj6wkR8h",
-	"sz50zVa47N56LIR414Vr33AR+4wR5+XY2mJIlidE2+1YSdXuOV+ALpdr6K2SUWCU9WRcYOVsRsWvP+FA",
-	"OU2IdXKhqWWUJQn5gxuRkwyZvoN72brruwt0MISQvZpw9/5SCCdI+l8BPzWlnxpAm3oPbLte4DUa2nbx",
-	"R4VfvUpvmwiiS7zYlxF97Eqjf8ihAkySTQRZlxt2X3hkMYIiFqqTMiUTCNWdSWWR7bwAb1eR4/7jQ9AG",
-	"Ko15CIK/eyUMa6qaOhTfzSprPV4kEq7/BkCNf5PDuvtxK3yAdSKfTZ954HMdTmNTFnk+NJ3y8Xh1NMiV",
-	"fWxNZAAXL1xANZaKc8K6Np0ps4blY7XJkXkI9S8BVt+ONHOQ4m0JMM/z3ABczp91Tc/FzLdVW7aqJ7Up",
-	"Ka+Xw1hPj/kUy6tRkCUuaxMB7kRsjuhjhgZ6oLCb3YpbEJSjpKWlJk8O6k1fO0EoXIl0eTVh5A85fFa4",
-	"De0r3WUySH+92Nym9c/z4Ar9HZSGUmGrgqWsXTfLYbRuIVuU8WpRjAb/m3XDwTY6/OHfHbhyiTWam7/h",
-	"ur5fEd8ZsePjzvPRSa/zov/8oFOwZXpQRBMLPp7oZE7sqOA8jHjKyvM67F31+me93lmv93/cUyqReulT",
-	"2xcezrFzIzBiZDOz2SLC0GKgsB45IH8x/zf93LI0oeYZdQPFig2xXf8phZnf68yct/2/sjRBxOZsFq/c",
-	"tzyXtb+TOOuHwhZ70azlc/aDYSnkbsITRmY0U/W5RRuWS3bb+uCy8WVaaqwuYo8pMR2TEVRtb8PfsyRT",
-	"VsnaW7+gSJk26ziT3+E5oUPA+zfkZb3guAVFlsv6fW8jV2LQavOIL3Bh7igHlzD64BiZpeyWy0wBbLCW",
-	"ZqSkbU8CBsJeS8E2WLftAKvL52ldkvFyxWvS6DDinNiHzm3oIvZDaBwrIsUaNXdXXyfLYbTcIP06tHW4",
-	"2xVZ2luP+psKF/Cl4Wy/zurOBcWcRrPtiky5guAfOONC5gFWKRUkll0SGsINDRUopGHIj08SG4sxPSeh",
-	"4YohMf8FyNipHzhsuSowzmWX36sSC9vAhALTYTSawNFGbGumzKgiKkIYrbkX4f4JSGgETe9bSPNfsKdU",
-	"7VH27qoAWfgVGejanDfOJcU1RN78pVrZt9Eg5V77gadVqWLEFwpRVm7V8kUaj05OOs97z/ud04MXh53i",
-	"hh8emgMCxAO8BbNI8oIgjmZROLpeNBGYNdvI++b45vUmQshKGSJXh/P2l1/Pxfrt2PRQXsqFmGw4qxBh",
-	"wYRO50RpChAyMiVDpnjMVA6r3AahpmOhvx5WpM2dgGI3zUmewV94sdQeCG/LazkwtuZyImQKp/OZsnAL",
-	"Fju/9pitXyTFo5Z1nr/hs+vF1BzcFU8GtNN2GQuo8NfyhGUSAkoGiDQypSKjENcZIIIAxxhnqm7QB/BI",
-	"tc4ABbgJELyIJsMcEjeW0ni766Bze/amgp3mJw0bq13AMt7Lw+9hnyL8y9dtVDHU4gRUjmVQHP9VbHc3",
-	"NgWPjT+mbQG72eWQn2C475xWVivgUJRqIZAXZZsFoZYrgomQXSfC5G5yAAKznC4gIYQ4WhmI64CEufwb",
-	"AvgNCIxlMbqACTFdMcOrqZFCQEiaypT5QpJVK6GbnMMY9XKZxGSuhJrLfeltt+I6rL3tNrP8babcVR3f",
-	"+VF0HS8jALMAu6RZWNDtMwgrmsumjkAa6WRObKpfGKVShEAxYRUMJ1yUVwsrxnozdbrBvTN3LOj9/JaR",
-	"EWdJrEh7ykWmGZnILCUxnZOpFHpC7hi7iel8z9ze/2l+S+YB+c+YcvjX/Ap/wMPw15xReIYLEuYGlLBS",
-	"da4ezouJDUWuldCEF2TEP7GYzFjKZYzRsCGYuq+pDiFsv1QqZw/GTYdKJmYtTMfdtavheKIVWhuax/U6",
-	"V2S4IlCNCIGmqBuvYlksOykVsZySGU016mFcBWYuwIO66/lhfYGvYKXrkI/jvM47sNHeeLYzHyPi16uX",
-	"rQWIOkHeXPxyAatNzCsBYd1xl5RMbhUCOjlaK7KyrI1tZlLfZUG3ZTXcvoq6bUuZ4XqF2cpK7JeqD7a0",
-	"jtZ6RbkWym7WlbXaAABwsZJVQ/Wq2ncfXInqC1afuq5GrDwwSgUbrcSqPLDNh5e8Wl7g6tILXXKCIBcj",
-	"Cflud5CoFvNs2gpaEz6GbHlb4a5eKlwI23sUlKpHDZpGH5WLUbMZGGdHB3mEGP52/7EuqPqrgLd6qnDm",
-	"7eNZnyB81QsMXhEO7CazOgDYXR01FG0ju3tBK8/5Wkprm8dsLY/Cb7oKbFnD3WOBL+B9W39Tbr6qA+Ao",
-	"GH+vmZEXoRueb3sJmvg6zs7Gc5lH5FdxiXG50PAEicnZDBTpYRaPmX5gXsKyy3+D1kqUtnbgWgWac7OX",
-	"nyxWrrYe6M7t3eALbo6XKn6+diglDaitS4Ww9be0URTbwG7+ZPVEKwd++btlaKOvQgjczJJPxfUfcrjT",
-	"OErAw/eDzzaU9DaPo9zGkV1nxi4GuywOM9/igsKati6ocOTKUagwu8ZTt5mX2qzkqzyvdr1ajOgDXajE",
-	"6B/atUQie8OsNPXlDdfXRzTD2YX50U7rsczlpcoPZw2Ltx2nX3h546o/OxG6H3hf1by+8TzW9fF+Q3fM",
-	"Y7Loh6vWa7DCgu8toOSW9qHx0DSHeyLoXznuE0M8Sx8w9tMLCEUzxR0F2I0KDkitVp/PvxKMUpLBKa9/",
-	"F5OnanKmPXaSpUkraN3SJPPx5PoHz7u9bq/bP3txdHS431oTDDRmGhEVMCm7lAXW0onq+NBViiWjDiIK",
-	"bpgks32eSm5xKWwrDl7vshgOQm95mFv3D8672y6oc4vMO38LFmJIIirIH3JoVSt8lMWEb6tTVdL8ttUE",
-	"tkqWeUje31a1L/OcRAd/4VouLfpKaGI8lTuRG/B8P6LkIG+YuIxkmf1AQXf0QBY1yGnM6qNgrgopucZJ",
-	"7+KAsNyOiwPqkgsXD+TQkNIUKvDwPFDISt/NoXsLMa7WCfFMgY8sKAWyEDkiNH8ksEhbF+/f5GW+mkNX",
-	"oPB4Q1TghiFI7vmHRL481AXfGFP4Kwj0zpezXYrmQ+PU68Dg1/BpbRd5XA/bXheg27xcCEu83WIthZiu",
-	"B8+uqPMrfWJbred97WyNqHVpsZ8q9cq3rMd6akaCxfhgai+xvkDnqqEm972D9mudtd7/epUjUG3krTDy",
-	"UKMcdNvfxybV/lrNLdZTf8qKqt7SrV1yuFIaDVsgWmJ9RItO6SC8AsJs1ApVZMxvsazjAm24TSmuELM7",
-	"dQzT26812CVs1arbrWgyH0hghV63PtsVja/H56/i6vcXcPW9dKxKhqqOZh0LSmZGp/UMgIcZ5E0/MhY/",
-	"JuYwJpZ2sCViPw7nCQD7F8T06nYsiAXwQA6scG5ufX+crqKbRe4E+5gFN3XB1v7jz9SWgvRDTKlLIMuW",
-	"4pKpLK8evBuvwbLraqP8MEeG6/a88i5cfyOaC/5bWl6sCscE8EXA8E8ZI3kVO+Ki0FR9ztzigag27hc4",
-	"UBUsQ78AQNuuPUJK2sOydw6Q50vIWTFWJmaEmMmVj9VmnCrqwZ1g6XWNOldTWs2vVwDqqLwrzTHPmwMQ",
-	"nIRqMxpX/iDAWNoJHEAzAS0HAkAuzQjgRy1JJkrztQg6q61lNUVKa9zwtxKFD88JU/vUTdOZsD9uFl5b",
-	"Uwy1odzHWvY1vMWaLWxW6PVb9LPVimoltWewwtjyUxQscOaa07BSk8ax/5hSUTVyjc13Ky7LrY1IXrX4",
-	"9W7XhWvJH97nR0z83FFd+0VTiDeBFRuzCzuHv8/bR2djKz855rwNqGazIAeBGB+dRxrDmLYJuNpxpfv7",
-	"GsSdB0ga2xQftvbP5VGlWxV5Xr+I8cLW77K6si0e/IAay7sriNRUBGlnFkHvulh0SDR5IsBaG2Up1/NL",
-	"M1ALWcZoytKLTE9qxHLh5Z+1w7uxvv7nP/4n3MvthVg82mUqg0WSDKXUSqd0hpUeQmLz2C/ev+na7C9Q",
-	"UrDjcg2dglv+fPX2ss58WF+Ng9xNpGIOMZt44nel5gZmzlnpDcQdrgbCk9a65OWERTdQQ8Pmo9swIRTq",
-	"QMqxedsTKmI1oTesVK9mmumMJmb49/eQAjGSNVZXHMGPduWQKkmcpVDgB62tWpKUTaVmBJ9WXfLegRCC",
-	"aGUIlGqZQtkIM6KBgEoDMjGCmrC1vXGdi41UXdce8SHf8eH65VUD0cZpmQf2tlptAPueQz2JzkwmyUCE",
-	"799dXpH92z6WRlJhQFIm2J1bDRhQLsXjlBHdv0DgG4iBeA27NM00hYQvu7lG1jTDGTERQfGholxBAHJ2",
-	"CGyjA8b1MADIStRCbUkkAIukgmTCorvbQhk0ZSSyNGLr0ReI9wh0oejUVizHaiZQLSflmikwqWuasIGA",
-	"L1IyZmYsR73TECfsoMChNFJYVOwIvbmW0l8gH0a4CjCRnLqlw9oSCYVJuTAR0g7/kicw7QVkyKBWyEC4",
-	"UmVghRckSmR0o8gdI7G0dcmAss4K2Aw3eduy3Yw0NQRpFin0LYN2Wv/7DyVFSNquJthepQiYrfkF5ynh",
-	"EbPXA48NmY445IdfzGg0YZ2Drl8qs/jOsLlsOqXpvHXWeuWdKNg/h6xRPllE3rIUKlCBG6+gUhze9Ort",
-	"ZdfzUVZOL9ZUym/MVq/bx3HIGRN0xltnrUP4KmjNqJ4A292fMJroyZ8gh9bVvb6A/VTkoNcr5U3KiClF",
-	"FEtvGdbM6pJXrkiKllk0KVGkGTWyCS7FGyMB/cj0T9C1V6AERnTQ63nVY0Egq1p2zz4j+14JXWp7uL9f",
-	"MGVeeZMw2nPCb1nXQudQW+28ruV8qPuuzpx/n7XOfv/ob/t724NpXTClIEZhDCKinClEVNqHeiHrboCF",
-	"sPFrW0D1b0NdyE9w7jApvB4sQSBYwJALms4HAsvgIDMzD719c3n1+he/CIKhzjt6wzrZDJYom52T494h",
-	"gfIrd1zZ22ZhVz8wGnM72S+wsab7Oezkce/wCfr7Be5sGs/PSQjsWIVE0TkkGUcTErMZEzETkavzsnsi",
-	"yxcc7fLpLSM6paMRj2rJ7ba/T2cchSLVSHU/M02hxLYRNM7tjY3FIaHUGtpaABl+8Wwb2fVixq+wi0ck",
-	"A9cJCMsNp9wKG9sve77QphdPfvFW137xEdEVdV2ohZwxRUIQTcOAhM5bbv5Gd3l4ngNIJ3Os3YTWPEgB",
-	"LpXz1BYVQjEjEkG9oAkVY2e9Q/NZyQ4NDGOvS/IFwWpHaC+LGJrPEGSaKkLJhKpJdyAu6s3fKGBP6dwK",
-	"4I48RrZsYNUODsPqDoTp3QhW+QiGMoMKhvYKx+8xxRaKEZG2aQ6rG+2dWfYGK5kX4JlKrF0yEPjYM0Xa",
-	"OD4+nSWcqRwxGyaJa72HBkOubcUcLDFGsdYLtShh0Bz55z/+P8L1QHAxYSnXyvvtmS24M0e+HC56ikJX",
-	"zQa8YdgpVTfu8qfY50DYZoCZj4raa0e9QxLWVXoK63jvS9gLdySKsqJ/lfF8jRPnWTasMBNx4gV14MJD",
-	"3Jv78qMNUlh9UMtjc8aW+7KmqdOM3S9wi/7OuAUOIs5XaBnDCLzT4YgFKr4BVwRucoSMbE1OYp4/3Oj5",
-	"B3IrnK2LW3G1shY41sKVsP/ZIcHcIx9LWB1szxsoXzrDUpqGoKn2FktJRNpAzdWe9zy+xyhYUZYqfsuS",
-	"+eL1gaDfHiHPaEqnTIPz+vfPLch1MhJsIXfn4DVVevIJdJXJ8+MT3FRNRGfVflyqZwuUdvSUlIPrvzbl",
-	"WB143wW2gtWq9hZ8LWJHEgnUOcnRWg2XBcy2vCywOXyo6NrzaCF4rMXBVloYcUGTgSjVpTNtAaO1gjO0",
-	"K4VrNXDasUxjo/caznwGWA86Q4ZtfvSqAKMnCXRpryAt+KJoYi5nrK83obeMjKUOrDUKxxSS9kGvB6AY",
-	"oStN3CXvBBsIO/dnlunTxKsyORqxCKV3ELdVl7zMuzZiWMpv7Zmjef1CLcfMPDwQRkwzar02p05gvcmU",
-	"CkVRsm+PU5nNzGSmXO+d4wIhbI1b+RETERfjLrnQZCqVJse9HpmZtiOaJOemT3tJu0KWIFDQESNtaM5b",
-	"Ka5IXoRU79XeXJZyLgr3z9Z3V9HxV2N291HwVBbZcsT3G9yedn1+pmK+0d25O/5VHoI1mNfwsnfClcoD",
-	"+JFiN+qO3ZbXaP9Rr92j/mbPHz/JtV7ofp9LlunfP96XlMEf0DAJVawdZ3Y8wBxTj5HbVOBFRv65ODP3",
-	"+3lp82a2/gorRqpSNdq2uZkDYokPKgra+DAsLGk4tLXc7pXY9UTegfveloXk+oyEGKlldKUsTSwMkg3X",
-	"Cl00Wpf85qyNdolJODLKuC2ybgtvDgRXpcrRz5Djhe9/RSOwi+j7nIeK3YfEMzsHeBXg6u2dW26vDsOB",
-	"4GB4pmSWMhuMYRoFJccV9kzAg4U1XsFakE0LOziq1hOZxG7UAxGlLMaCMArUNzNSZ6+uGeo+cvWwS36x",
-	"dcOh6CtwtDrW+27GxIXdMwzaXJS36si0eMSlz715Bbl4Kx4GY7eVhD4+iM3Dky7kq6YOq5UMUzaTqe7a",
-	"L9WEHhyf7KJUZNAyZHw9nGvDbPsHh0drs3Oz5rjWX0gRKkfnNkik5bKsW7Lqow2fP31UVv24rNdsa4kF",
-	"lldwY867pjzt17+2vMjJGIZhotUxJG38DTLou3kh6hAl0zw/LRyINo1uhLxLWDwGEdPVokbYs25RLl6f",
-	"VcRA4ItOTJe4Fq4aw4TqgXC1sQHk3In6JGU6S22sl0z52BbBNrfBean8vGuaK3LUOx2I0LaeF+MOuyQE",
-	"jeAahW8VQqoIZ6VVeqZIQpUuF7P2PGYo454R5OZ5TcY8uBkMZm2qCB+hFqAlCffzHmFalZr6AxEOsl7v",
-	"MCr2Fz6zM/y6goSCv4V7ZMhGMmWlLWYiVmvI0N8GF8/hHhDSweKHdTKR+zQgTFspOsbyPLl3wtrJXA4l",
-	"1v62fLOQtm3BjY0F7S8sZC8TsK9KhAzUji7er1OYfuQb4KsUvgu+tzHPz8MMmpn+z/LW8jMQ6gojtJZE",
-	"yDssYgHWdATTRiOK844HVsicGQ7o8ZWBsEA4LkzGvp0nwxOXDN8lb6xhHfExwy5xLsoQAgRIG7mzFzOw",
-	"V3gucTgcLe5SjI3Ay5K4jqXlEVpfhqc90iEvRYnVn2+3sYh+jjXoISSFJt1/n9pdn1ooqg4KMqz7xmc2",
-	"keMlyvHFbAZgz1jLlVBNjMpAQjkaKaZDWzXDl03kuEsujFSUcma0xEzckDbKVvBOYKUUcOkhaHXEZhpC",
-	"xSJmRKYxndmUVVefBRO8uaLjlDFlJShzXscdbLQz5WpqJKFwIPKoHQwSMA3DM05IsnbMLnkrx+gTjuhs",
-	"huC5biJnBYeJzGgEGwidZgKPDJlSl7fgvI4iJqMs1ROWgq8S4G5TCc22Q/smxE+lGQtrrYi40mZM34bw",
-	"g7iGiJgL1YEiKnBasNqts97acstbOX5p6OSpBZa3coyrjqiCjfxMjivcDEge3vwqFcvHZTi4ZOa+LiQF",
-	"PPgb8x6rdTSzn/eoviAgPao6cpTj2rvaTk65WHQWnBEbzZu/0wbgAxt3YOvM7wEXcMXkzbcyG09shr6g",
-	"OktpQm7YXAXoz8gbM68Vxa0HIq9ubVZnhmY7bKsd/vgarV4Qlbr/2da2yNcAmMJAhBXVK0SvOp6ILvmw",
-	"qLHesHkRqAjfDGU8J22z4TSF6AR0AblAUzkCP0lEhRQ8ogn52+W7X/Ya9NhcmYYYzAC5P1RpmWsWWGaL",
-	"tkxSjF13PrAZgH1bjoderURJ7wChKJVXDQuI4q6m2IinStvYTigeguGnGABSnjUVuCUwaXMxHByQkHuL",
-	"eMPmnZQZbSs8x0iLogEICDSLAR26EGXk6zxJyJCZpbaBdizOLx6/fS46o4SPJzociDZoc4TrPXMHmnvZ",
-	"jdOIpr4xs7jDvNBUcmkVaYKKNBDYQGSC/z1j/vUEMioJnd7dwcc7MEkbmuE6N1PHSvAMKcxlQdvAXYAF",
-	"sjZpG8p79bZz6QJA0P7o7RdV1rIg5J23ZQMBGwDAEynsvXNFNtFS3R14mQ2nXH+wXOHJrsHVT3+wJ9A7",
-	"nf/F5g+7QH2Q4CqOEdTPcDBGedp+UVvevmBGvv6rZQAjOWOiYza3c3DQytvNS9R74EII35wjC13+VMRs",
-	"NoMXr3cD+wDPT3z5Y9cX0U3TtQ/XzTNVpVuIXyuoGsLbRE71UKPKgyqoYYnlIbqsEzPd+mwT75xuoaYx",
-	"rw3vZJdbWgm/AEv0r2ad2dQ+f3Rw8A3rkZdGqKO+kAVcOCCaQoAUw6AO34y8sbwHysI6tiF3z2EhE8Sn",
-	"A1dpaCHqQl8WwgtpQtNpwpRajMi6NN3+S1th/m132fl5+ZmmN0akA9rMCZZC6o9wUOMNhyOLue6wWzOM",
-	"xhB2zFGy+UIdzETDOGkMUbTjJNAMaTORyiRBId0a2wJSpPUHzuUwEF5GWv6ti1KzgVMkZX+gp2IvMJKk",
-	"EYpBRO6SX6TpOmUaIuFAC6ZprUsHwujNTF/jROsDIf+esXRe+LtRbWv58oOXONuvTZytbwmdMS7Jf1fN",
-	"5aX3HtQYiM2t2uDOpdBmK/nPS8yJXYdT8SnXj8ukis1vSnC4QCVZjpCKd5fmACfMNrok+NNPztyHU9N8",
-	"Ob0z5F7E0RQ6t6u/XDpX1vVZhOifEUpeXn4oa2eg0A6E+eSn4brUAheUfI6KVBKDtImhji5uuSjM58zA",
-	"XDn9GU429DdOacRcdbCZURlqjyzYkl96UKGbqjfrit6C3X0hJ+UbpTIW+3NsuD8rm/IkMfNHB6dfnWeh",
-	"wLB5pkowss33G95FK46SO0NoGVnMlj7zEYIUc7EiUiB7JMWFZwP0AR7I5nKTsdTotPPScWwCi3cMb9jc",
-	"HNExE+Y1FpNERpC/BDqe+RXcjQORMOpEUxs5h7YoGysKYXNqYpTphN+yuC633obUYa7QQBThey8vAvB8",
-	"lgLtvGzvIt/IVg8xoi/e2sUaWFORy7uC2nkySyMoAJ8ypTyPBjxkA9m9VQRZG8vj4itoTjsdiHaopexM",
-	"qZh3LDtQoU05Dj8wnc47FyMNyWAFN8JOUjbiSVLLa14jkTwOh8HGv3YWU3esniYO4uDrlrxLbAj3ssCb",
-	"sKnuOSOoZnhUudGIJ0ztfzb/uKygWoH7qHeUF6zOUxnYJyNOuKACOIhTOoefFGMWa3ohifgHDkaUzRRN",
-	"85LRMh9TJIOBNVCjWaAvka/zI9NQDxTAjF3ikC+0AfhW03bue+tSu62XOmV0irwbwl0t43L4qyi/h0Hx",
-	"zdV85iziH9gs7bziYwaBIS7gO4AsUwE5MDSaoFUwf/0VVzOpAIMp3AuIoiIeyk/gCHaPXFpS77yXCY/m",
-	"Z+6hEGPJ7aWjBB+NnNcjxij1uBSSDp4Klt6C8zyZEz4iLogbvNCoVRAhyTCVd4qlUPN5INp/u3z3S0B+",
-	"eYX/zhLKBdHsk4buX17+t12jaEJTxfR/ZHrUeREGZPwnnwUE/qNpGpD3r34IyPtffgzI396//jEgP775",
-	"IRiI39jwPcD1za27rP3T1c9vA3L53z8G5P8xf/2N3tJL2KOA/PMf/7PnzYOqMuKFjDTTHQWbGDbk7Buq",
-	"tkv7iKfuL/t/abCaIipBjcLWeM6eKaTFirXYI7d6nEHPhweqh6UFBAI5Puzt2ZKyoZpQ8+B/nA2pYidH",
-	"Z2G3pG4uDPTpj/0reScgwBjPfvOBXyOoDCTVSm4eGGYCgoV7VFmMDX1kTjzqbWD9kNezR7hWA5Fji80J",
-	"jW/NDa3QcUWgqnHuxkMZkMVEMUNXmiXzMxIiCk4YDERYrZMGWE6hdfld5CIupKP6xk9pQ87M55ToO7k0",
-	"yuw3VxrvMeSpBri5JxasmpDPGhK5LAKRkYXLNPHvVK4n0x5pkqBTOD97FpZqvaSuAsKu/uD/RrlWUFBR",
-	"kvCOcl1AFxgNz7zuQYH5eVpUESWlgJtcw4PaWk9A21MshroJNsaAmAOJrKWIBTX9YUC7OcWUg5oJcEcT",
-	"mcQQIuqAbgBSzAZ/dwm6WgRZDPbQkkzpjQUpMi1BTipAmM0YXUhZuGHzgfADNyxkFk+SjoXhypdbaUZj",
-	"sxfWTqRIm9rs2HBKPyHGqQvomxrBRQ4EJYZNOTXXYqfolII2Dmuaa3w8dX2hxQvFFgdqB1EyFuCDDsSE",
-	"KnAysYKTOtwCib5URjWJKGDK2d5Lble05J1hA6n1rNqd89G7KBmlTE2sDwmTYsMgxw1CiT4POcnhvyDt",
-	"IkaejKBeZsnbpaBg54EiFLcK5mYVCFVeMsh4NhRl+s1R5izsiAuhxBfmMiNjWRsdcREBo32LZ2JTQeed",
-	"TTrfZQjDKgzRoKUSxmaAtJHTGECsL6ISt/qtOuDMVsogfyZiHWQO+z0LAuYf99bZwQbhhojk+UWuMNv3",
-	"8gQJe44sLi1pz6RSfJgYtVOwve/irjrqH39XFovld+HbHAgPQhYdih5TS64+H4FILYFXq4U4Qr5WQUT3",
-	"nqsHvSoBtG/MYL4q35M/ldXep9JaP8n52oWTS1a2KwdLK33fjOplg9og8d1Ce1nCcXb5EgoWkFa3AbfJ",
-	"X+8dYDddRFPW2hCeyR/CF8pMLq1CDcVZCKevkoPvDK9JlkmhiSrr2Nz+5wo6+5NYayu0u6FY5b382Nbb",
-	"VeRVrUSxZdTP01t/d0w0+xjj33xpws9kBA634RxyBFRAYhZnuDXop2sj6oeQ6ZQm/E8WEwir3euSX/yQ",
-	"mPrAFxzBQ6npW4v4MLNefd3i9nwL1InBJNWySHYCHp0CBa1PnzbvpJFAsRbmGhQKAwmIi+wmPN6zAF4T",
-	"eYcwOiovk5pXSDVK8zpEbIfxr0bFXk3TpWRsd/EbpmOdb/CWhGzhzlcEMVoLt1/jSVeuKgc7xxI+5sPE",
-	"+t8ooMsqKcIz76dgIEILOBgGJIw52Pjgb+xiyoS+9r+Wo1HCBQtJ24oCTUWuBiKvcoXQIlRfR3RGI67n",
-	"YVOQo0/uFgvpmxEjvGodTWgNbtfsXne/HvJ1YPuGVO4mgB6IBkHD8jS9wdwuV7yprGhvTuT7n/MyQkuh",
-	"RX8pai8oLWcuiK/rfEL/gf6gEIOM7MoEYBnIg3qLwN09C2BjcRyrF1G54h9xOOnuxOkCH3lKb9ANxtEC",
-	"Ye3cYB5niWJ3E5ayXPPDpLFs5uV4nucTiFNqdMV2KjPNBSPmjLpzt2eaRZzhqa0zUXdufhX4Su61euwb",
-	"Bjta71mso4i++VZTDK+tk9YQDXxcFw38yKKX3YHlBxkjxIW8y0u1fI2pAQ+GgJ1KcywKr1Mx+VpOELRm",
-	"WYPL3R6lqasvQ2qOIbpCIIDOrKwUXfKBdbBPRKGapeyWy0wl84HIRM5TZ5SnJGUdrEGnjIbqIVRBvuaF",
-	"KCr/Fcjl2ALEWLgyPBIjLnz9jyxDQB8IryEtm6HP0W2Brpu8ZGPFoAj1DgNyR9VAOLu1hUXP9wCrGbZz",
-	"qMIavroP79Yw4XAvIDItMLgmVHm+c4fiavfJ6fvO13fUOyoV94UkcYCUsIaDgQDLAaxXQSmELix9CoQV",
-	"wwUzNIzPZn/D4gzni28MRBtg0EcyHfI4ZqIB/OFLMcOvhSV9j1zowp7R0gltsnQsSCUoiTcJ1quVt0t4",
-	"f4GWqmESUHCBqypHg9675AfEYclp2jppK9MoHyZrhYME9yMztrrbc7EK4/pA59+YOmk2YrUyiQv+raiS",
-	"yhJXVW1scjWgdRii5A3rdFEVEIHDYoyrkCNi/cdd8jc5xBpaZtNtvqkDX7GID+j7H4g/5NDewIbkXEm9",
-	"whmPkD94+5I/5BAQJyCB3fBoolk6LVDo8loJAzGjc0TwtTUzYGjPFOFilmnCRMqhhTwNCBPEipJEaCPC",
-	"qAwzZ9Mt2HMGQkkyoqm5vxDhD4aVHx9QGtxr50UDiMPkYDWNXmsUVAeQaeY6EBgBZ5qz5XoaC20Yqvwq",
-	"Ygi2rlxbBBvkbiO/Aj3K7Vasm8lUmycPDoIXveDo6PDjfZHZ5xWqNy/Zr72K9UHLossV4QYnPTNpu+dQ",
-	"EVNGNJkY4t+0rIjZiS8UjQBEUMeWBGE0TThA3SAmShliphK4lB87uEoMte4aBsGMcZeeuqaZWw/duYcK",
-	"U2Ywf89Y9pV68DbOv94Qr+CBFwdk4dsboNniCB/3P5t/lvr/IAbXMLopx1qJztRTpLzXuPq24nrmpceW",
-	"lZvo8cpy/2/Gledd8GZHwPFgr0RneFp78/fR9NUc/vkSTWP5HflM5dm4cF7b1GXju8xYqrBMDdyymG0R",
-	"WdlESDKVKYMhdwcC205QfXcQzTg7h91kPhTozecOahqiM+94xEqoFHU3MTz/zdKkh+Vlb4nvAmbioYEQ",
-	"sKlr8Dms//owFc+1sb2aZ1v4t6q3mxODy7mOuucW/mkkiS+hIhbEWZwB9916qqItkQw0B9hBuQYJ6dvA",
-	"4yHVOZH6jFASpVIQ9mmWYs0C0h7xW0ZGnCWxCox2RJMM5FQuSGhk+us/pbBVBAyT/8RiEjoPoJdKAChE",
-	"MADIF2rLNDf27nUH4k0uK5qBOI3RRpQDjxTy7twcmAlcJ9aGCQnZI55iPeshjXGkeJx6AxEOaewSrkMi",
-	"6NSF/cNjy1Q7XLeHxOHFzNxruCWfHTic5WjwTynau1EBW9SllqhNhUom+HhilH7b4dYqouZmzTBSXUeT",
-	"62xm+BFirxhaMS2RA/IX83/TD8INm5neAIxeTiJG4MxSOWP7f2VpwgUS/EZKHu7JFwpMzEmiWeUJCNV5",
-	"seX+d6Hg7CikMWdEDZyseqMbARb/XKrBoBhlWRzVCMpqpVe7D12ywzBHjy1sKmvii48vbzYTqb9Y35Iu",
-	"tJRwGryOl5grBb6ziUxy6ZpQp+lgE88UEexTTiznuc3GfoH4xDdshsgnzjpobpwA704AEjPXqQM09guu",
-	"c00iOmVw03XJb86Wijw1L9msEcDoU3H3mVXKoDompl65m/K8qL2OFlUmYgAOT8DoSeeqS95TDDzgaiDC",
-	"/RnNFAsDrCnZfOv9Cim+uyPvL3hlbnE5encc3miH/pW2ixusvL5fzFS5HnNwnFSwu5yL/vsua4HVNfIv",
-	"s2eKFBRL2tRfsb2tbrp9kGUb77u3Rqy3bAJkY5u9CV84AzIYbEg7tJ/DoDA8p5nIYfiN4G2jDUIjq82g",
-	"RhjGgc3PSDjlStnQP5TpzJ9gur0eZUliPkHxJhT9ubI/xiEZsgkXMaEDge4nniQ2yqop/M9R5g8w+4dw",
-	"n29U2zUTXydalpEJV1qm8+9R573wD5ad53anyFymS4VGuG3DSGZCh3B6lMPuKi5VKRhp5wFJCHQP12m8",
-	"F3ilqq1oORBwdEnbcE44j1CG6Q+uNRQJHbE7lhbu1JzXgktSSSlYuup0/GJm9cDDUWddgmUo2ZTyjez3",
-	"IOuYT7MpwHOaj1zYj7mtyaj7Y8C4foqzcplIvSzaNpekVGDFucIE+J0fGpi6oUMjYjaajVYcHqDxZofB",
-	"LzK/f5gqHQtzA06pyGhCCsZvNK69QipdNOovkLx5lH03mlZgF+d7jM6CnXqocg/VW6ZLCO6NozU6plwg",
-	"n+Zlc6FnIURmDuZOAGmN8xIlUAXFUipiSowAY+OD6X9N2oRnvyfixKjZ7zSC2ewVoW7PH0ilmWgm0Us0",
-	"rFcsC87KjnYCm0fQ1ikfj1lKQmSV4Z7jEOZRxGoxNEs1IthBlLCt4TaDcPrzPMwYaZ2mjGQCjQmuBnot",
-	"Mg4kSyCYqxQDccPmiJySA/uAf20vqCDkONOJD5Jji/2AOgH3TRsjVfzqSwsVjPbOHeIOwrBCuoacMjTp",
-	"s8SW9Dk4GIim8kO1iMuZ2MmBDB4Wu/UEGsJO4oymNGboyEyzbyDGaPnsr3KllgkoGyWqh7CsL/1LRw99",
-	"yITvEhRYk6iZFVqooTV869bEEIFqbdRVLtDVDUUdeaIh6a02P9ZGs2zne4cRfr1+99q6BRqBv9fMo6Xq",
-	"Ji9B1FRVQd0slmhY1eiVeeGbCw4wI1/DTAJU8b0GBVTjvxzU5+pggDhLcyQ/RG8XlVynJbJDUUFvIPyX",
-	"FsQFuHTqZAYM/yzslBuIDJV6hSTmI0A0037Nws2kBlwWQ1DfeAg3xtibNvJQ7aJe/oQliTSUh16T1hmC",
-	"ynluh+tVAHSGsgoeg+4YwdJr2+KGTnyz4F/I/QF7vfNIbbM0X7sU1TTzrxlLaWNZ6pErze0qEEIjx2kA",
-	"aq5Utm0Uvn4Dm0bOVe8Aw1VLMrTIh3FAQmvHvrbwD0TRubK+HSGvXf7sNWbNASIEHulrIfV1DtccA+JD",
-	"FcIA0o0Ktv5MkdAyoi42EhpRHJKAbKsqJAUa9F4AY5Ai4YLlIyBh8cR1Xo3cfh2ZL9HxNBChk1bj64Rq",
-	"liIcNFSOvR7S6EaORk1A51txfPPSY9tsTB+vmKY8aVJ0kNV8K4EbSJguiN3BK6xN+vs01XxEoyUQPz/w",
-	"hEGsxJRrmyxNxbzA/h7l9BkQmcSrkHqournI+/waKcTMd5njA8o6fDlsEccJig2h3nKuueur0hUuCvec",
-	"ua51Ou842Og8fxFTCFhcwIZcuBqDMs2zGeDxKZbLlDnEfMLFOEQLm+N0jBoJlgOYPIZFfNKQKk/aFgFH",
-	"Cg//hrjg1z2MGMqZ9JAhqHKYDzD0gLAt2khRKFeBW11btG9XA60xq8LNHrIqzIeHZ1V81axyGZP8d1bF",
-	"0qyKjUSQ/USO1VJfeiLHWPhEjjDF2BVYt5UXmAN8D+0vIdY+165UBHh0oCp+KEcjxbS5u0EVDUcySeTd",
-	"f2ABfAdRYcWddh1m/R4otoLdYfWWu1xOsn0PBC8gf0ScK6gelr0GFB+uwDaNCPbulLqpIWL9SylcsCmO",
-	"Uw0ETRlWIbMVxC7ev7HhpW27feQIc6bMrw7aPWVwFM4xnp1xgGHSfnG0gTg6OK2pF7ZEynlrNm7b4xss",
-	"MF47dSxn3WQwo3mF4BKkDwYMHPSPnh+9ODw5er4iiqDB0oXEUR+o4Mcp1PbTW78f3Mz6fkY0USxvaihl",
-	"wiDDq6GpEsB6bYMH/shPeitG/KgFkeX4in2qlS7euiOeB8ngXnS3s3qfPq0bEArkWOHEneBEjtdngbaO",
-	"91IuOGOpwgop+DRWAWfKVmZNG+RSbhEcANPTFUAGgANzcYmIuQNHLtHukscZG05DEyUJF2OoiWMED+kw",
-	"EzBfFMEVG8KK0BSDM3sAm/iW7Mc43b+anVltRi7v47egeL03I9eTVGbjSUHyFl+pPJ1NiF+n81UF56lD",
-	"0bh2YCCoknuiLsrANLqBS9tK8WG5xEh+SQ+zeMw0yuHOOJcj9ClN59a8kLv3yDu4M8G7gmejEISF1B2Y",
-	"BR0mrN6FbH79ZsXdINeJIELm37Ku3VBCScxo3EmY1oCRI1NPOVwuBWezRNJY7X/GP5wxrhHiLhypEKib",
-	"ifiZIviWBbTBMj7OU4F1+DCDPuZm9zAYaQJ5i4JM2VSm83OM/EgACxG4uatbN82UJmAaQws15ml2yTvB",
-	"XLeQz1l8n/ggckYhNXrxjAGMbNFCkAdKqaIwW+LkZFuM23ve00hr0knMOJw1ZeNDha9vlEzi1zjcosTg",
-	"Ki/EUUOKUQyLc8tSPuJbG9If9yRtahh/3DIuuLUAiWqpw9VxJO0R3lV0zPaWFHWpOZn7aHJqvqT+GzfI",
-	"RmhZvMHhHwx6V/xP5p+wIIez0NaoBr8mXNyAGQihlwcCzLEe1OQZoQRFfWsCIwtlxaA+LLkgU66UtWEV",
-	"rkwcECioqS1O3YZLDCfayS3icLMWX5qWbNVT/3hOaXrD4mUgVjBId0hxYx56VL9Azd3C3Lh19d2nuZzW",
-	"PSK4LxDQAovrGVKXHItVMOJgT0GHi00Aai8B8SYFhnewgJAM+kmBO6kaMVK9EkrFBaSagE+5GhSorjKF",
-	"cF2Lg2rhU22xu6Ic011dWYECejS2Q4cqwzD2Jl1oW8zxr0q7WQ5EXig2ZRTyr79I012+ObWowyuiXpxl",
-	"3S9cWVQ+94r3A7We+dZ4/FE5L9ZAtMP37y4ReRd/s3wXUQv9GvSFpcTa+J4p8vKiS96lZGjEDjKXWQoE",
-	"/P6/3pwNRMrGXGmLChwl3AzIb07IO9IOvW+uZ2xqdSzvyxEXY5bOUi405OUNBPhHreEwH3wdbLDXTOhQ",
-	"kxuBj/Mr0p1peSfQA7dwuCGl0KtbYARbKG1dBQZ2Tc4Sqo3Q5tpGE2y1n7ASMWPGDMV7ECG5EhEIPeyR",
-	"KRV0XOJGsH0xi3jMVGDaRfRkEIYNqzFaZTngSfng0Vw3xxZtWU3YCwqa0k/XUW5k9ko/ulhCNAl1WNbp",
-	"twJ7KipxOpsG6OCovxDGhg1IsSu3DGjDmg0azzFpqwlcDyL6Wss9PrH3xwWgOPTxmAltxJEl+MkNVRse",
-	"u5jYlhjeT4PI3UybBdL9txOkceeWuvZmNdpGzdVqYSsMEwpIaDOI8C6q41hhl7yCQjKAVAEl2kVR38P6",
-	"6M8HoloawyvtQSYsZXsEqmJUpVF0cwcLpUH8mh/TZsyLBxNbsBibRTWZ0NmMCYjJqg646vPnirhCO41u",
-	"NWii3oHUgvVqBXlUoQ2hCOwPHxuKaGx5J9nttp6wDQEwtrhcnurkZjDAuHyC/6XxLnDLljOJ5ovClyeb",
-	"DTN/5SKuSs7tRQF5z9W7skfGypnOJOpJvV3yIyh85uH3r38m7RkUv04hotwrpg6eMx+yR2VgfkE40wmL",
-	"bvBrswRYxwpsPqWernxYdH8GyORcyXMXhVTrd0CpH0nzpbdiD7z8Njnc67rOcKjeIL/Kc2wpJA88NFeN",
-	"v2vfRazzUztTrG7qFQNaVFE35Q+FxN4BybCZSUB6V1GnhmqSSIUQRTds7kxF6EXBVlncJZe5/N9UcPl1",
-	"PoIrGMAuBc7d6UTVUTY5As2P3W/gWnmjVGZuFXMwG9W3TYkJtfbmSGGrglTqKFVth/GUC7A2LJgOukus",
-	"hj9i31+zugJDXBY6nC8MLuT3CAeAyXOVwmPK52lIFKhkOPPOdoRYX4S7qdqh2QA0dDOoiiUkSaS5sUBJ",
-	"lmleYCzfqLzGim/vtnFFuVYxEK7UlsuKplNGdEqFMvqEFHk1wtBZwAB3wNdddDG0vFRiYU3HiGjSRo3D",
-	"SGV2j/bqhZ1becM8gnyY0rXzil7lkoUf1/EB/8b1JE7pnfgeD4ybHKFIAptW/WvmsU3mWTh6C4ZdOAV6",
-	"Ygjat+W7E2rr7rFkhBI5jJXQRArmbAwWNfqsSs4wFoApcp4nVTpkSpKh1JMKx4jMoolqlcFFQ5bpZxfW",
-	"ha+o7K1/eBtuElje7/L+gCr74BAoOzhouUbdpjcG1hBdLv2OpYwxVlSUOHjJW2WuDgzccSjpU5myAK+J",
-	"ig2KmROkBwIgaYZziyyDtZ0BDs4cyjHlQmk06rk3i0ADV4oEgu0Wy+AGGMDkknNm4EiDmFVwwtnIGYyM",
-	"RR+VS7714h9AizvqHQ5EiJPsFEWr2S0z60EosZWnwJOMYU0YrbTqEnpKJduzoNmqt2cto7wkjN6weH0n",
-	"DY7/q9S87daULWhfOUKUGfGKk1sN3RgymrL0ItMTF7phX6oe3A8y00wRG1oAmSsBoZmeMKFBYwY/5qIi",
-	"3fXSB+yCL9iYr5igGHnhTr9i6a31bJavK66xaE/ugO3W45uoOlN2yVfEmQrsyfeGq7zrGMNBquOva/mV",
-	"h0WRt+pHmNiv8jpUHtpJXXsQYZnxRHfMlY7AW9GEKZ1SLa287JUU9MLjEfWKjLiIvX6w1MxiP1ASFF8H",
-	"5gcVLaBYIqEAuqhhWm0ooyHTIhmwQOHlaQFK5PXn4HdqUm9cDpFXGTGLOSQx+EsDj9S8/xOjiQ0iTRmN",
-	"uWBKBXmZco8iAei5II6Zat1/vP//AwAA//8=",
+	"7L2Lcts4tjb6Kiidvyry/ilZ8i2xXbtqe9Lp7sykk5zYvef8u5VjQiQkoU0BGgK0ok6laj/EeYb9YPMk",
+	"p7AWQIIUqZvl3KZnqjqWROK6sLCu3/rYiuR0JgUTWrUuPrZmNKVTplkKn64ize/ZW5nwaGE+x0xFKZ9p",
+	"LkXrovX3CdVkQmczJhTRkugJI3OZ3rH0iSIUXiVUazadaUVGMiV6whWR6ZgK/gc1jXRbQYubpv6RsXTR",
+	"ClqCTlnrooUvt4KWiiZsSrHrEc0S3bpoRVRELGkFLSayaevit+KLOKVctN4HLb2YmWaUTrkYtz59ClpX",
+	"OI6XP5i2oMsZ1ROvR/z9lsetoJWyf2Q8ZXHrQqcZ80cxkumUmkFkGTy53NHzLFUyXV6smwkjoWAf9G0E",
+	"T4REjmDFZim75zJTZEbHrGlB8J3Sgkzph1dMjPWkdXHU69UN5UeesMYJj3jCHj7bV4wqdiPvmKifcWJ+",
+	"J9o8AJO1y0zmVJFxSoVmMZlzPSFtbmiEiYiLMT5/kK/FhNGYpcXQodMO9rpq+N4K9Y+eBa0pF/nns9rZ",
+	"8CnX+XpVtiCBH2tJ8rQXmM741NDjqdmMKRf4qZ/3w4VmY5ZCR29gjWjyMmbTmdRMRIu/sZoT9gu9YwoW",
+	"zsySKU0UHZn1JCmbMaq75EqTqVSaHJ2ekmhCUxqZs9u4dF6HHdNjE0GdnpaXq2613ngHuZHM/NP+cHJ7",
+	"Z9996Lpdkpilhj1xTUapnJZok4qYKPOaiBgR2XTI0j2s80ZkutG6X0e0eb1VRPewztfRhMXZCu6h7AN7",
+	"6IpFKWvmywp+fng3N1TdNXaiqbp7eBe/zhJJ48ZOMvj54d38HW7Yxm7wAn5oN5/My2omhWIgCLxN5TBh",
+	"U/NnJIVmAtgknc0SHsHZPpzhE//7dyXhLij6+l8pG7UuWv/XYSFpHOKv6tC1Cz2Wz/AVsU2S9rsfn5Pz",
+	"k9OnB3hXUKI0HSaMhJGMWdiFZbEtgtQy4/mVxD7Q6SxhMPCUUc3iW5j3Ue/orNPvd47Ob/qnF8dnF8dH",
+	"/2UOc9y6aPX658ejPj3qDOOTk85TdjrqDHtn/c5JdBqfsaejZ73zvnc1czPQOIvg/Ff5ndfa0+iEdZ7G",
+	"fdo5p6f9ztnweNRjR9FJ3O/BXt3LO7NVI5oo2Cs5M2v/Wytv/f2nwHyYsVRz3BZ/St6mxlSzjuZTtryz",
+	"QYt9mPGUqa3eMRNZSzRBK6FK32ZqywHhOn5c/mFpLTcYwoymTOhbkCDsO8tSiZNHqCZ2Ba1oKtglEVmS",
+	"oLRqnlL5E0B64ZhqNqcLQuMpF2GXXOFjAyHYPUuJXVySUM2MvEtFQIRMyYQqMucxSwnuK5EpoULqCUtL",
+	"ArF9xQhDOJNgIMx9BNRhRCNqB4/koojpdWG/4/l0ApIyIzLye5YsugMjJtWv3G9u6YKWmTeQWE6J+ZYM",
+	"pUwYFa3ix6022JHyxxbXbKrW8QQ4u9fmHfOybY2mKV20kC85pvZbC2YC9JP3EviHophMoRTI4e8s0qZp",
+	"xydecQWzKZ+tfKwbDTrnOWuHDK3VDkcppis8K2aa8gR6n0ilnSgqI5qYz+a1EU+VvlWMib1xNjjHa1sU",
+	"ZvMT/geLb+9pkpmB9Y+ednvdXrf/EE7o5OVZK2gtN7zEA70lWrVBf71+8/pNvtaVRXsMPrh148vruSee",
+	"iF/UNNbUTd0pWxbk4SXXSM3wq6tcWZfGI7CX4whnaeksBi1PA99g4qvP6jvT/8cWjWOO6txbb8T2Gi9P",
+	"wu1ERdIxjRHzW0BYd9wloTvrYUBCPjP/nclUm3+zNDH/RKbNkZG9jPxjrj2tWWoa+39/o50/3pv/9Drn",
+	"t533H3vByfmn/1VHF/n2l00JvfUqiL9IJTJoWCs+FlMrM3rMjcIPayQyJoyol4uwe5OvCjnZa4JGx8ed",
+	"p/EJ69DRaa9zPCwY4zLjKQ1/00OOtqoE3kLLWA09VExn+TtkuEBBJZpQgcai3Oxw1D95evLs+OzkqWd9",
+	"6C1bH7wVrbvfd+EvZmlRC7hNGbXyf+1TexUrvB3cRG/yaXaZmflqk1ugoLTFa2QJ3KwqhVurIloR4DCN",
+	"uOBqspUacj48MtR9HHfO2cmoc0QLujRMlVHFbn2pvqlVpWm6TgFSmupMmZXLooixGJbB6cfemJ7Rfr/z",
+	"dHgUdZ7Fx6zTHxWjau3lcFVW7uNOlJ6mMr01SmItReLPU6YUHdc/UdqsfQsJS/u2aQdpJgQX4+1kcG/v",
+	"t3gHaGHNVYs7dY0Pf/KoZYNFeMAZ5j5llg9whXjymdQsemllVhzsF4ZWtrztHeH5dui1t2vQ8gjSe/Ok",
+	"V2PkNyui04VhVyWDtB1Olc9WVhDGt2LObzIdSdTNnavF5wojypFL5vdTjeslb+w6JybXFuwFmKmQns1e",
+	"rG7eGS9ieHTGUgXP1vaaxVy/uK8ROiJ7yyLBdJGpG6KJtKyyrNVqEr5hu9bWHeGpI+4ybN2xBUkYNXeH",
+	"5Q8nR0FLRlGWpmv4sbVf47iGT+N+dERP2OnorPe0/wwOQDpmegtOm79ix43LUMOA7TrVcMVipRp/dIKu",
+	"22u3Ora3oKUWSrOpWUQhxWIqM1W7jTspdxVuwoU+O/FFpfNe72n//Pzo9OTpSe/8vL/uGilt1KbMczdB",
+	"qtjsmqX19rr51wZlr1al8+ZV2rjA7X4tc8hP1l4UteKcPp629pzO6JAnPKftWh6OCkbVCG1Ii2BTl4QS",
+	"c+E8USR0Hd9GXtshmWZKkyEjkRSacsFiwsEu1w7/Y5D1escsBLdmeYRB60NnLDv2y9+VFN13dP6LvQbM",
+	"+KXhXpr9QsXiHdLI1lcRtMCl2HxrnufvvDRH9ROcoJf4pnNy2o/9NUYvv/vaDSpNEP0Oy5T1sElcCTXH",
+	"87yXoe62D8yJERtIVChyoBRKk9uUqSzRayf8Dh77C9XRxDNFoTfTk6aXjeITPp4wpQn20xmaFqp+UC/E",
+	"gygmdBHVYUWuHVVSWUgaGyyMk0uWtDr7/eptK6irRlHbRvFy79SqTBupeVvrVfCC6Q8cT3ZKcbP2tOG9",
+	"U53JlgL/TloSCK72jWpYkQ0WMbMlQ2b2VEEkCTj96JhyERA+Mnx1zpPE8FvTGmdx13d0rOx+GyXFX/U1",
+	"rguq7q7hwSptluKLCq2lsvKlvsoLu4KoC+b2cKLG0/9dHAk3iKNe76EHZFa4vzfyZvvruMHtVHClkta9",
+	"zKN/vrl5S/ABawjMKYDQRArDnLMkJhN6z8iQMUEoEIZ1X5a48+n5uR+n1OvVRio10rAd5mqyBMFhuxty",
+	"y53580KtvVDRzqGbA/Ns809UKUSvIQpvu0C6fV3nJXLzJxSsvunB/ev8sTuKadZAxMWtYpEUsSpZII/7",
+	"p8dnvV4p0O+sdh9cbEM1WHONCWgX5fFBXvZCsj/eRq4vu96bd8MPFdxtR3ZayLrRNg/yOqI7Dm6nQJUk",
+	"G/MtFBkzurfwTlUTW7lhZqhcplwvSgZCP2C1XybkTr/Xq6VlNDCUR7yd59Afd97rhqRW43+24ynWctXe",
+	"YrzibvsbMyO7OHvY6l3Cfn4o3vi8XEDzqflrw2He4NPr19oedNt64K/IikWH2M2HnfeVs4D2X5snd10t",
+	"Izyab9VmfRn5/gYeb3Cfn52eHp+t3tigNU+5Zm9EskCbU+EGSeiQJRsOBcNAX+EbG29gs5cet8xMcLcN",
+	"c7e1UbhkpmvvzbPeybN10fFBK0q55hFNSqa1tZK0/ywYjhO68AdRFoF+kERIbWWfIRvJlKHYNaViQexr",
+	"GBou5LysVspsmDBfLHPiQK1QZiVECLxkUQY7UrNG5eH9TNOYQMIBkYUu/ESR+UQmjKSZwLFBqJsR/kFw",
+	"C4seYkbjhAt2SzVaHLcbfr9m+CiBxVmKVFUau71Vjv1rxbTpNXlat9VT+qESB+FaKt9P60hmt0jRRSJp",
+	"vJ1rYW+Xaa39eFsiBxvKev1FpwubwmXERAyoT9mohu4ML1UuMclf1CeK4IuqsMykLGL8nik0cTtFoh3a",
+	"B8ODLrmyb5EpV8roFDIFRXTCkphQd/7McSAjyhNVzhHiekJAvyORjBmxDd9mgt5TntBhgrFPm4lPpbui",
+	"LD5VJab8VtjE3GOug42EFddmM/NFlr6jgb8ICLsdcTFm6Szl6Pz0Y8N6nXPaGb3/eHZSHxLmNzND3b0i",
+	"4vXqpbrbSArwJgl9a+ZaPs79yglZe6D3JzEtq77VeGtN5FwoXxNvc02MCm6jf4iWhGtDr1JEzJC1GAi/",
+	"lQ4oQDEGhZMpXRAzfiJFsoCTIeei1GsAndnVAZWf61VR2ssBE5tQJ5JTLX1aacBvrJks44Z8CjrjhYXh",
+	"syRXbJgjYQfVmo/17T//+39qzOP+yDeO6m42piBjCoiawE6LiHXJNRMxUI0i4VWmJzK1m39B/sJoylIC",
+	"DsEI0wfQN9hdG/TiDCDFDFbsGxIATDhJ3oxaF79tQjCtT0HV8cZEKpNkmidWLK/CG4Gm9kt/DWrtdZWm",
+	"dgiAqizJ0uBWd7K8XoZkXsAbm7JeP6lIpcgoWx3zv7+8+Onla/L8xbublz++fH5184K8e/F///ri+gZ+",
+	"HYh//vf/DAT8/eL1Dyueq5kEEDSrJ+h8FHXseg3PrNvch1hZavbDDa+OVl/kj9fxmBWLUM5kagwfrrHk",
+	"PTs7qXEJ1K3DXpKn6o2JywJ5ReLegMz9MLaaXuqW+0eeVH2fNqHPBQT5SX2QzBc8FnNP2Uymums72Tmy",
+	"W03o0elZ66J1Nox6Me2PTo5G52ej6Pjp8Nkwfsrio96Qnj49653FR7QX09MopkfD/vFp9PTZ6cloGEfn",
+	"z06Hz+ixaYv/wW6HC21Ion+0tTvqoX6m8lbU0N8uCX8b9r3XNDy3JzXN+Uu8zyitzT26m6W3WBmptCWl",
+	"0eezLG1L06HbR7AUHN7dE8x+ZjQxLLx8+icsstI61XRIFbxz1wpaCVcaOC58cvm85pPnpbQfK9dR3mb9",
+	"NfqxKUfJG6xaiheFYXjKXz3Qh78UK3yUL5XKWPy8UHeqy0Jvl3Shhit+3dVeXOn7b3HXK9BZ4lIm2Lz0",
+	"y0nvGK78h4fw1y1hnfT8/Aq1MKNsKaeCeW8q0qaJQngZm377RAWEi5IWpZjOZgfdDZXaL3mx1616dV3e",
+	"mScIHWEWMVckkWJM2npuloGncW6kSfiImfE1GPmWun5AwL0fYV9d0qBut9dLKDVLUXdYPRvcmujNLQMr",
+	"AUlmD1EzE0ZTPWRU35oLKb2nSbG1/d42OTolx30rPjt/FscnT89Yn56M4rPhkD0b9Z/2R/3z4dnZKX3W",
+	"O2ZnLB72WXR2EsfPnp3FJ316dBaNzk+jI3peNKi9ER338LZsyFDaJvqmbMA9foAU55ljuZhlsNN5JkRr",
+	"wpJEFm7T1kWLRRNZMdYB+Ilg6a196NNDxbFV21p/YnWBeQSAAiPNxIYnc/d8oLXBHqWIjkuiCtME4taQ",
+	"0INUCokUFlbAWWIjmiTdFT3rFetyXfGlkExonngLZWe84SpZ4/JWssXygoAbLOehNZbtEUuZiMzVE3oG",
+	"8/AgIEM07l0SOoSAnfkEkBcGwntJSMG65MZQAMdmwRQ4S2jECMXeYYkJnc0YTdUFuWNsZvZEZtoMK5Fj",
+	"5ZAfIEqJtL3rj6QsppFWbh7U3ZrgWVSEC7BYmltjfICGxSWe6hjA2nBGQWdqIvU24Tk1WVbLlLLyeNnx",
+	"1V0GQKrbp15vefQrZ2prKLGNVmrF9HbyATzAlWQYea3dvpIPYWGwCl8pzEddEhDRIkPPNk3ZwwIcpYyZ",
+	"32jE9aIU0dbfwBcwS6WWkUxu71mqbAyGtx+ndR4JJUd6TlPW8M5RrRtjTrmu9Wse9arr8LOco0imJTGv",
+	"gREfs0O65HlpFRRLzUm3Uybto1OizG+29YPSelScpvUxmU0005Q3gVu0sZaJQtE6NdM22kjC1y5eurxw",
+	"IUI7hpbjGRLhYtwlIWb53doUKBaHF0RpOQM0NhfWazF48oTAsEvCRCqdP4semksipJ6YC28qU5bHiNMo",
+	"YjONQeJOp8yBJqvdm5Mqla5NSsvn1xSmC+HIho1LYW+5gEQ0TTlSRelyzX1HEKgLY3uYLLo0E8cs9i6k",
+	"VmVKF4VtF/XBxrClidQhB6yW0T6H3LWJ9NMg9FySHgoQhtY2lYA2SUTwjuDaKO4m8l+aXe1Zl+Or2YyJ",
+	"+F0e8O7RL7ZRoYvahTs6757bfD85GgEQ0tFp0NJpJow+6ah4iaZKPWy+Jg2bt8Hyl4ZY616G32CvzbMk",
+	"mmTiDhMDIdWc0PJOP9zwWaxR3XgiOgO41ZTRaMLiSzLKUsAdi6mmRj6NU2nuK0/Ab0oY9+fu9xuUtmEL",
+	"0nlu1mbbYEyql9BdeyfPTp/WRqLnG7Wv9a5GerjVgGE1TPOGfdB7TDjzdHV3M+ZrhasDCSvmArQ9doE3",
+	"CpqALrB0ytzfvQ0O3I6pZQ/C8ShmuSKVATD2mIhZfEGExKsfSBzu/0hOWR2FBzk9LTtEyid9j/nkj9Bm",
+	"iQmsOcZL8Bg5EZcPOKyMt/p11P1mxgQCn+6amFz2eBUw374fUkaa6Y7SKaPTcj4KIOY2+rK2gtb1vVbb",
+	"xEw9jkOrIdOixv1Uuy2eGe7BMKirDXfWmXsVTWtEvs/vr1yBELnGS+ev2T68daU9eDxwA7+bIuJnCWYN",
+	"IgcqYGos4WMO2DH2bOaIJXI0SrgoYsQcIsg988y9vaBqcvi0WaxAZRjbgJfUhxqelPCvBUs7LOsACKWA",
+	"abj5VazTEDq2EZm/bwSQK5ue62zONctfp8gUm1EPkOaA1Zzqmj9fDC1oxVyVscugX+/bYmOpvnUmmVot",
+	"t9j4TWLGan1F5VEUsGqlocO8NiPsfZ/KPOBtV4/6WyZiLsbv8s2pZrIvCCX/yFjGYrQsc1XkHcRkwXSX",
+	"hOituBVS39L43sxLgfnDC/sPrXeki8+Gph3r/7Svq5DkZ3FB5Ahs0M7AjbtRDWgtl+IgbfcUOGPzkRhZ",
+	"qujD/JIkhKYM5hHJDEo4QE6+0oSjOcuRqJC3OYJeThG10wX80Fs8rcWjxYxup1xNIQUXvzVUezvKksRG",
+	"JsRZwuJbQF1uOWyBIY3u5GhUS9wennnFjWOhxnPwcYtAVEEen9JowgXrpIzGJSjycnAgAIChOtQBc5JD",
+	"NCqVx6jm/CKVgH2RpWTCEtDN1iFBuYCJk9550NJcJ3mpDGK7tqsw0XqmLg4PcZk71qfQjdm9A3FXh96Q",
+	"PzXBmlUsHQ0LY56+JOGHjm27Y75QIUm40g6+GsL7ff+GYiJWwUDAohtKzVRGE5f53v5J4umIpFCaCg2e",
+	"nBmN7uiYDUQ45nqSDbuRnFbmeOj+tWMJD7rkNZtD/writoeM0BhUCCNrakLFQGTiTsi5wFEOMaLbS8Qv",
+	"+VfyHK/KfOEiSDUf0UirTs6PL1qnveML3Hw3d6PGCEnc00RpmdIxTHbExxminznjocNUaF20TnrnF+U6",
+	"FonZhAXqRJZ+HeS4zZ8OWkMadyKVwvs9u6qFGx9iMowe6cpogNU/MbIZiwnErStyxxaOrzkTq204dSpB",
+	"0XhTQ8OU0TtFKEmzJOdbV29fQks6mnSE1J0ZSxVHU2AxXQ8CIUoon0IjYIwimHIP/GxuVhVcbkUjBSvp",
+	"sA8WpuKidXJ0bnfEOtUcFDyZyCRWREuJng85Y4LMZJIAmvtIJomcq3JsRMfh1Znx9u14E86ELq2yXb17",
+	"mnBIi4HerXjst1ZcSkVzqcw0I4Kx2Ez85tV1TQeVZixBrx9UysZmpVK8MYQkBWeG5ztRIhUr7fP5eanB",
+	"ufkPncPJgiQ7QzBo6ibtRI7HZvdFsjjASLtRwiPtb64jF/eb5cPsA1fa0KVVUYvg2I3O1vMr7zQB+y0a",
+	"KLcGG9/hArbGX7DiGQe+r4hd1yA/eZlC4i5QC0cyHfI4Zrj4x3ataJKAh2gBZBBDjI8CNayoIsNFZ5Tw",
+	"8SRfHpovDiwJzLNSdsYMSmmeJMRCLF4CUM6CtCEprHM10iw9qHR0xxadlJmhw2E4wjFWWzbnCaZn78WY",
+	"j8D9rd2ooDIOGp1gK3oXhArivsK8rks7/UwBuYGTHInCGRHxCvIIYtMbE/w34w7aMjq59OC3JMfWNhtL",
+	"hgfQ2WfNhrHIaDG5LWTK9ETGwIWoOej2EJ76hzBvB9mgdZLCiyDf6M5IZgJfPAEjlcqiiX1ZpoZrySyN",
+	"GGnLFFxHNcShGDsoomU6WspOQlOIkTnpH5cPzVDGCyw0UdwmyOgUnEPF/2DElbVy5V46kRQ6pZHu3HOZ",
+	"WAMC7h+2jY9ZoBkzpKnlslyRWEYZnIk27CXQRv4GnCGUNaU5JCjCMqXVAUhxVNReZ+aH/ETlD+SRIBsd",
+	"eBfhYa6q0j3q4Fg6aAvrOLKHA2YvS7xF7JXkGxuhpwqgC5hlMm2YUydGJluMKmVg0oJjaR8i5qGmY2mk",
+	"/9o1AV2iZk3gBUNoHiwsvgX7gZCqt5qlU24OIfhWc3Bx0KXNZw9Qq2XznuwFqTpYlcRxL0oEm5tr2jJB",
+	"JAqZ6YTfA0nLTKdU3OGg4ZEpFzBvIDpDvuYu7aQskqnRx5GKKzc4Xrxg0bUPQp0U4k5iqSGgfeUucpXI",
+	"Oazx0uJmgmZ6woTm1m6KzF3IwAxcSKTXoJhdJfo431g0Mw8pMjHvkaZtzYTKZjOZahZ3pizm1EUonvRP",
+	"L/zTy41UahEla9IysKJUJ+YpK25N/NKVY/z13SsbhKCUOXiCTlkcwLHVpYjaojlfZLHkZtt0jYChPb/S",
+	"7GslFtszS5i/jvqyvSJUUXAtZlFCzQ0MjEim5Prnqw4G1BeNKoCzwLE4tz5cPvCEvb7tSYThFW87v2PT",
+	"PKzYBXKcayW3ePl8Jb+prURoOF1hUrHP5/ahusftj5dObREMAFbNTyhD5bG+zIpHrU+fCmWxxjvBQfWJ",
+	"WAPW/kog2SK2fhs0sFyr/NhcYqSKnvrru5dFNJ2hPghDhKqXqF6bFzdIe8TkC+zfg/NuRLB+ZyVXL8B/",
+	"l+S+pqTq1vno2Vnce9Z/9uwkehqfnZ7ToxGjtBedntK41z+lx8PRyag/PBr2hs+OjqK4fxqfRf3TYW/U",
+	"69Hesxqt+sslcH+qXUDB5l9RPuQeUx6rgK8rkhPfMYjZ3A7IZtlDiagd5qoElnSJQpciCRthxCeFm20q",
+	"79ENXyka852C1DRj0WAsyVV0t+zJgNjffrCT/xyEia0Q3i3ExTqIdiOS3IIttHVxVAiVvqM+z5fyzQ/b",
+	"g11OUkZhBercDKy2mAwUF3Jik2EspnPSNtQoU6NPCDTfHuwINbhlQECxCRsBonvrvzmyrL8fOwUc1OA7",
+	"7tLKUgpbsfnvH4pJ6yhhOSICDJfVDd9pcysHNt+6OgRb7qtTNZU3SrtS3tlmFoCom9tFFOSqxIYOIezp",
+	"Hby1DFFXAw+zD+KoJiourZubxZq12YdH7FrLlMUVmNNHclaXFnu7i/SNcNpfl4TA7UIwKcGfBCwrpG1/",
+	"CIi0FbZJaB044UGXhHhqzHtGa44BkUgMRN5K8X4Isqb5Q7F7lnK9KDXKPqAd65bHodGkYhZnqJ+Bi4CK",
+	"eCBKPRsVEca7QBWGJYCVBF8fBGDkt7qMgzKxjoUaLr9R8bt3bORHN20OcbVTyQ1vPZbC8+tC7e+4iH3G",
+	"iPNybG05nM7TXex2rBdA7HO+3lKuxNNbJxrCKOvJuMDU2o6KX3zAgXKaEOugRDPZKEsS8js3kj4ZMj2H",
+	"e9mGWizLhEMIt6xJVeivhHoD5Is1MHVT+qEB3K33wLbr9QyjGO8WO1bERFTpbRv5f0UEwnVEH7uI9O9y",
+	"qACYZxtB1iVIfiq86Rj9EgvVSZmSCYRZz6SyoKVecL4rtvTp/UMgNyqNeeCwv3nVaWsKVjuA9u2KJj5e",
+	"FBmu/xYYvH+Vw7r7cSeQjE2i1k2fedB6HQRvE5RCAWeX8vF4fSTPjX1sQ3gMF+tdoPCW6i7DujadKbOG",
+	"5WO1zZF5CPWvqJmxG2nm+PO7EmCe7LwFCKU/65qei5nvqrbsVCpwW1LeLP+0nh7zKZZXoyBLXNYmAtyL",
+	"2BzRxwzr9PC+t7sVdyAoR0krqwifHdVbHPeCZLoWEfdmwsjvcvikcPnaV7qrZJD+ZnHVTeuf5zAW+jso",
+	"DaWahQVL2bgkooPf3kG2KEORoxgNvlPrQoVtdNDyvzkc7RJrNDd/w3X9aU1sbsROTztPR2e9zrP+06NO",
+	"wZbpUREJLvh4opMFsaOC8zDiKSvP67h30+tf9HoXvd5/uadUIvXKp3avKZ/DokdgxMhmZrNFhGHhQGE9",
+	"ckT+zfzf9HPP0oSaZ9Qd1KE3xHb7hxRmfi8yc94O/8LSBMH4s1m8dt/yPOT+XmLkH4pI70Uil8/Zj4al",
+	"kPmEJ4zMaKbq88K2rITvtnXjSvhNN1uZlhoLR9ljSkzHxDyuSBv+niWZskrWwea1osq0WceZ/A5zZAhD",
+	"XjaCAbegyFDavO9d5EoMOG4e8RUuzJxy8MSj65ORWcruucwUwItraUZK2vYkYBDzrRRsi3XbrRZB+Txt",
+	"SjJenn9NCiRmCxD70KUNO8V+CI1jRaTYoJz6+utkNZacG6RfYryupEJFlvbWo/6mwgV8bjjbr7O6c0Ex",
+	"H9VsuwIsbhbbMy5kASpCBYlll4SGcENDBQppGLANksSGwEwvSWi4YkjMfwHeZOoHfVuuCoxz1eX3Q4mF",
+	"bWFCgekwGk3gaCMGPlNmVBEVIYzW3Itw/wQkNIKm9y1ANCzZU6r2KHt3VUBI/GI7dGPOG+eS4gYib/5S",
+	"rezbaJByr/3I06pUMeJLNYYrt2r5Io1HZ2edp72n/c750bPjTnHDD4/NAQHiAd6CGUB5rSdHsygc3S6b",
+	"CMyabeV9c3zzdhshZK0MkavDefurr+di/fZseigv5VI8PZxVCGxhQqcLojQFHCWZkiFTPGYqxxZvg1DT",
+	"sfh3D6u/6U5AsZvmJM/gL7xYag+Et+W1HBhbc/ksMoXT+URZqAxbY6P2mG1e/8qjlk2ev+Oz2+W0KtwV",
+	"Twa003bZJqjw1/KEVRICSgaIEjOlIqMQkxs4+CgIaaLqDn0Aj1TGEqCwm1DxiyA+zP9xYymNt7sJRL1n",
+	"byrYaX7SsLHaBSxj9Tz8HvYpwr983UYVQy1OQOVYBsXxX8d292NT8Nj4Y9oWsJt9DvkzDPeN08pqBRyK",
+	"Ui0EYaNssyTUckUwibXrRJjcTQ5oeJbTBSSEyFIrA3EdkDCXf0MALgKBsSxGFxAvpitmeDU1UggISVOZ",
+	"Ml9IsmoldJNzGKNerpKYzJVQc7mvvO3WXIe1t912lr/tlLuq4zs/iq7jVQRgFmCfNAsLunv2Z0Vz2dYR",
+	"SCOdLIhN0wyjVIoQKCasAhmFy/JqYcXYbKZON/jkzB1Lej+/Z2TEWRIr0p5ykWlGJjJLSUwXZCqFnpA5",
+	"Y3cxXRyY2/s/zG/JIiD/EVMO/5pf4Q94GP5aMArPcEHC3IASVgqK1kOxMbGlyLUWn/OKjPgHFpMZS7mM",
+	"MQg5BFP3LdUhpFyUSmodwLjpUMnErIXpuLtx1SxPtEJrQ/O4XuSKDFcEqpYhSBh141Usi2UnpSKWUzKj",
+	"qUY9jKvAzAV4UHczP6wv8BWsdBPycZzXeQe22hvPdubje/x687y1BC8oyMur11dYEcq8EhDWHXdJyeRW",
+	"IaCzk40CWsva2HYm9X3W6lxVnvOrKMm5khluVnOzrMR+qTqCK+vtbVa8b6micl35uy3AG5cr3jVUuat9",
+	"98EV675glbrbasTKA6NUsNFKrMoD2/yzNN5nKI23uhAejqXWZA2/PIGEShpTTTGXBrGUuUvuduXuq0AM",
+	"W0ftxH121Hk6Ou51ntGTfud0eBY9jZ+x8xH1MI/evfjp5fXNu/9ze/Pmby9eP8g/5cX4/1bFMX//RVxM",
+	"X6JsTDnVYbM65jmhLVPrXh0JL8BnkDKL4v0Qp0FNLsWuhVJ29D9s5V+Ak7cXvQtP9wM0roJV1bCIhEH0",
+	"pExJJmKWqkimDEotCvuTCkjMx4h84z2jSJsajf2epxKgisg9Tblhooa3T+gMnV5+dMRV579o54/b9/aP",
+	"Xuf89v3HXtA/elofJFHNzKkpoJcsbAYu3jGG+ZtH3V3iIdXnHsYpo8JhqLhEuq0PjS//LR+hmjyeFdS6",
+	"Vq+rmbSDHZpPpGIETwThIkqymNm53bHFvyOjnzDMAd5kRbBhe0D9cXoXm09aRVyxs9JwMZIAJDAHBICY",
+	"Z9NW0JrwMcAQ2TLV9SabpZj6R4H/fNSMJgwgcQHkNiv14uQoD9/G3z69r8t4+ipwQz9XrtHuySafIbfE",
+	"y9pZk6vjJrM+O8fpdTUUbdOuekErF0VX0tr2otnqFLkmPc3WJt9/tZqlijQ2GCT3LdUhmxVaWa9Zyyri",
+	"Kr3AsxX1bjYRExvPZZ4uVy34gMuFXiFAfMlmwHmHWTxm+oFJg6s08y1aK1HaxlHlFczz7V7+bIHstUX9",
+	"9y7GQ6BWczBz8fOtg39rgMNfaSHZfEsb7SRbOLV3UEB2M7FUDvzqd8uYkV+FhWY7NzsVt7/L4V6THKDQ",
+	"kB8ZvqWNYfskh12UwzpdqxjsqiSJfIsLCmvauqDCkStHocLsGk/ddiqeWckfcqyRzaqFY4DSUq1w/9Bu",
+	"JBLZG2atVpg3XF/B2wxnHzqqndZj+bJLJbUuGhZvN06/9PLWdSn3InQ/8L6qeX3reWwagPUN3TGPyaIf",
+	"btTdgBUWfG+p/EBpHxoPTXMuBqIpl5MyMP+i9AETM7xsDfQhzClAkVWw0Wq1+nz+lUjRkgxOef27mNlc",
+	"A2jisZMsTVo5ZksO1Ns/etrtdXvd/sWzk5Pjw9aGKOsx04gyhYgppRTtlk5Ux8cEVSwZdRCqecsM1t2T",
+	"SHOLS2FbcbjF18VwENPUAzP99OCk+N0yLnZIi/e3YCnAM6KC/C6HVrXCR1lM+K46VSUHf1dNYKdM1ock",
+	"5e9UnT0HDHCQYK7l0qKvrfmAp3IvcgOe70eUHOQdE9eRLLMfGk+5hYkA1AiE1I9ZfYjqTSEl10TQuSBd",
+	"rGPognTBVYnBug4hMk2htCHPo3it9N0cV7/kzbMRAk8UBLAEpShTIkeE5o8EFsL06u3LvBBtc1xp0KIz",
+	"3hCyv2V8sHv+IWGpD42Pawz4/xUEehdosRt+wkOTyOqq7GwQcLJbWlB9PZy67Jnm5UI3xm6LtbJ2R31V",
+	"koo6vzZgZaf1/FQ7WyNqXVs8zLLIsUl9x7rC9udmJFguGqb2HAs3dW4st6vCk35ymMmti9bbX29yVM6t",
+	"vBVGHmqUg+77h9ikOtyouSW54bPW/PeWbsfC1T9jC0RLrOBtYb8drGlAmA0ppYqM+T0WHl+iDbcpxRVi",
+	"dqeOYXr7tQG7hK1ad7sVTeYDCazQ69YnaJXqRtesd935ri98VC1Y1F8qWOTlSlfgI3Q061igVjM6rWdQ",
+	"0YEBqMkjFznCrFnGxMoOdiyFhMP5DJWQlsT06nYsiQXwQI56dGlufX+crlSuhUQH+5hFjXeZUOXArB0F",
+	"6YeYUlfAuK7EalUZ0nLtc7t4DVZdV1slbzsy3LTntXfh5hvRHFtkaXm53C4TwBehOFLKGMnLAxMXIq7q",
+	"E9qXD8RSiIb3hKrgO/uVldp27RFm2x6Wg0uoJbOCnBVjZWJG/Ldc+VhvxqlCEs0FS29r1LmamrV+IShQ",
+	"R+W8NMc8wAIQ6hKqzWhc6EaAiS4TOIAQxyIHAsIkzQjgRy1JJkrztfB2661lNdXfa9zw9xKFD88JU/vU",
+	"XdOZsD9ul/tSU2W+oY7aRvY1vMWaLWxW6PVb9FPJizJwtWewwtjyUxQsceaa07BWk8ax/5RSUTVyjc13",
+	"ay7LnY1Idi02v12XriV/eB8fEZXBG+nap2ur6d02mEK8CazZmH3YOfx93j2QD1v52THnXYDGmwU5CMR4",
+	"7zzSGMa0S8CVLWMNtR8uWvHZ+bM4Pnl6xvr0ZBSfDYfs2aj/tD/qnw/Pzk7ps94xO2PxsM+is5M4fvbs",
+	"LD7p06OzaHR+Gh3Rc3RTVdO4dpc03OQ23DeoBGftn6tTPur52prQvsrO28FttPVYHmaZLneZ4DXCDa8j",
+	"zLXD299JeUSLoHddLDskmjwRmOeQpVwvrs1ALZ4ooylLrzI9qRHLhZcc3g7nY337z//+n/AgtxeCIho6",
+	"GBGwSJKhlFrplM6whFZILMjM1duXXZuaDUoKdlwuTlhwy19uXl3XmQ/ry5zZEFJbRYR44nelmBmmtVvp",
+	"DcQdrgbCk9a65PmERXdQnMxGk9owIRTqQMqxoCoTKmI1oXesVAhwmumMJmb4nz5BfuJI1lhdcQQ/2ZVD",
+	"qiRxlkLlRLS2agmVATQj+LTqkrcOIRhEK0OgVMsU6nGZEQ0ElHCSiRHUBMPtwXUuNlJ1XXvEL4ODD9cv",
+	"rxqINk7LPHCw02pD0sYCCnV1ZjJJBiJ8++b6hhze97HmpAoDkjLB5m41YEC5FI9TxopHBTzuQAwEhudP",
+	"M00hG9turpE1zXBGTERQ1bFIoglAzg6BbXTAuB4GgCeNWqitNQlIzlSQTNiKNzYxh6aMRJZGhotKFSBE",
+	"oVJ0is0wLBMHZQhTrpkCk7qmCRsI+CIlY2bGctI7D3HCrjwKZvcUpdBCb66l3FRIVhWutF4kp27psGhX",
+	"QmFSLkyEtMN/y7OLDwIyZFCEbSBcMDZY4QWJEhndKTJnJJa24CtQ1kWBaeUmb1u2m5GmhiDNIoW+ZdBO",
+	"63//rqQISdsVWz2oVFe1xVThPCU8YvZ64LEh0xEH8JarGY0mrHPU9WuQF98ZNpdNpzRdtC5aP3gnCvbP",
+	"wV6VTxaR9yyF0p7gxiuoFIc3vXl13fV8lJXTi8Uq8xuz1ev2cRxyxgSd8dZF6xi+gkyCCbDdwwmjiZ78",
+	"AXJobd4T7KciR71eCdRARkwpolh6z7AYaZf84KrPaZlFkxJFmlEjm+BSvDQS0E9M/wxde5XfYERHvZ5X",
+	"lh8Esqpl9+Ijsu+1uOK2h0+fPtUVRXGTMNpzwu9Z1+LaYXpwfcv5UA9dAV//Pmtd/Pbe3/a3tgfTumBK",
+	"QYzCGEREOVMId3gINdQ23QCLL+fX+0oZjSaGupCf4NxhUng9WIJAJJ8hFzRdDATWF0RmZh569fL65sVr",
+	"vzCUoc45vWOdbAZLlM0uyWnvmEBJujlX9rZZ2tV3jMbcTvYLbKzpfgE7edo7/gz9vYY7m8aLSxICO1Yh",
+	"UXQBCCDRhMRsxkTMRORq3+2fyPIFR7t8es+ITuloxKNacrvvH9IZR6FINVLdLzbHEQSNS3tjY9VtSHNE",
+	"WwuUbVk+20Z2vZrxG+ziEcnAdQLCcsMpt8LG7sueL7TpxZNfvNW1X7xH6GNdF2ohZ0yREETTMCCh85ab",
+	"v9FdHl7m1R2SBdZnQmse4HOU6qRrC9mkmBGJoIbihIqxs96h+aycIGz28qBL8gXBCpBoL4sYms+wAgRV",
+	"hJIJVZPuQFzVm79RwJ7ShRXAHXmMbD3mqh0chtUdCNO7EazyEQxlBqWh7RWO3yP+BRRoJG3THFZ8PLiw",
+	"7A1WMi9KOJVYz20g8LEnirRxfHw6SzhTeTkLmCSu9QEaDLm2VQSxdivF+nfUQnhCc+Sf//3/Ea4HgosJ",
+	"S7lNsc67gtcXyJfDZU9R6Cr8gTcMO6Xqzl3+FPscCNsMMPNRUdT2pHdMwrrql2Ed730Oe+GORFGv/S8y",
+	"Xmxw4jzLhhVmIk68oA5ceIh7c1++t0EK6w9qeWzO2PKprGnaKl8VbtHfG7fAQcT5Cq1iGIF3OhyxFJnf",
+	"wE1OkJFtyEnM88dbPf9AboWzdXErrn7oEsdauhIOPzqYtk/IxxJWh6n3EurCz7BGuSFoqr3FUhJhsGxm",
+	"KJ73PL7HKFhRlip+z5LF8vWBFTk8Qp7RlE6ZBuf1bx9bkOtkJNhC7s6R5ar05BPoOpPn+89wUzURnVX7",
+	"cameLFHayeekHFz/jSnH6sCHLrAVrFa1t+ALETuSSKAIWQ4nYbgsAKoC33N3iEWgwPNo8fGsxcGWQRpx",
+	"QZOBKNXqNW0Bo7WCM7QrhWs1cNqxTGOj9xrOfAFATDpDhm1+NBqN1cDRkwS6tFfpH3xRNDGXM9YcntB7",
+	"RsZSB9YahWMKSfuo1wPEqtDqnmGXvBFsIOzcn1imTxOvfPdoxCKU3kHcVl3yPO/aiGEpv7dnjuY1nbUc",
+	"M/PwQBgxzaj12pw6gYW8UyoURcm+PU5lNjOTmXJ9cIkLhJhybuVHTERcjLvkSpOpVJqc9npkZtqOaJJc",
+	"mj7tJe0qhINAQUeMtKE5b6W4Inl1d31Qe3NZyrkq3D87311Fx1+N2d2HqFVZZC5yFqMxfsOLy67PL1Qs",
+	"tro798e/ykOwBvMaXvZGuPLBgA1W7EbdsdvxGu0/6rV70t/u+dPPcq0Xut/HkmX6t/efSsrgj2iYnFKx",
+	"yK2TjgeYY+oxcpsKvMzIPxZn5tOhq9uvmtn6D1hFW5XK/LfNzRwQS3wADmHjw7DYtuHQ1nJ7UGLXEzkH",
+	"970tlc31BQkxUsvoSlmaWIxCG64Vumi0Lvm7szbaJSbhyCjjWqZ0zFwx8oHgqlSh/wlyvPDtr2gEdhF9",
+	"H/NQsU8h8czOAV4FuHoHl5bbq+NwIDgYnimZpcwGY5hGQclxxc4T8GBh3XuwFmTTwg6OqvVEJrEb9UBE",
+	"KYuxWpsC9c2M1Nmra4Z6iFw97JLXRl8wKga/Z3iT1rHeNzMmruyeYdDmsrxVR6bFIy597uUPkIu35mEw",
+	"dltJ6P2D2Dw86UK+amrTW8kwZTOZ6q79Uk3o0enZPspnBy1DxrfDhTbMtn90fLIxOzdrjmv9hRShcnRu",
+	"g0RaLlW/I6s+2fL580dl1Y/Les22llhgeQW35rwbytNLqGxhLmMYholWx5C08TfIoO9C3hlgtKFkmuen",
+	"hQPRptGdkPOExWMQMYn9ETFJu+RlLstdVMRA4ItOTJe4Fq5U0oTqgaAJWEqxAokT9UnKdJbaWC+Z8rER",
+	"6e1tcEkoifkIqvfrvGmuyEnvfCBC23oHvXEsDrskBI3gFoVvFUKqCGelVXqiSEKV6ddTGjyPGcq4FwS5",
+	"eV4wOQ9uBoNZmyrCR6gFaEnCw7xHmFa+SNGi8ze2GIhwkPV6x1Gxv/CZXeDXFSQU/C08IEM2kikrbTET",
+	"sdpAhv42uHgO94CQDhbcs5OJ3KcBYdpK0THWzsu9E9ZO5nIo4VHHNwtp21bD2lrQ/sJC9ioB+6ZEyEDt",
+	"6OL9OoXpR74Bvkrhu+B7W/P8PMygmen/Iu8tPwOhrjBCa0mEnGOFKYcD+sQhfzrveGCFzJnhgB5fGQgL",
+	"hOPCZOzbeTI8ccnwXfLSGtYRvDrsEueiDCFAgLSRO3sxAweF5xKHw9HiLsXYCLwsietYWh6h9WV42iMd",
+	"8lKUWP35dhuLpUnoSLMUQ1Jo0v3z1O771L6DYB+jIMO6b31mEzleoRxfzWZQiQELrROqiVEZSChHI8V0",
+	"6PB8PdlEjrvkykhFKWdGS8zEHWmjbAXvBFZKAZceVpSI2ExDqFjEjMg0pjObsuqKp2GCN1d0nDKmrARl",
+	"zuu4g412plxNjSQUDkQetYNBAqZheMYJSdaO2SWv5Bh9whGdzRDZ3k3kouAwkRmNYAOh00zgkSFT6vIW",
+	"nNdRxGSUpXrCUvBVAhZ9KqHZdmjfhPipNGNhrRURV9qM6dsQfhDXEOHsoXRfRAVOC1a7ddHbWG55JcfP",
+	"DZ18boHllRzjqiOqYCM/k+MKNwOShze/SsXycRkOLpm5rwtJAQ/+1rzHah3N7Octqi9YLQZVHTnKi864",
+	"wotOuVh2FlwQG82bv9MG4AMbd6ABc0AdABfgYgwwduZbmY0nNkNfUJ2lNCF3bKEC9GfkjZnXLAcYyXQg",
+	"ZnlgqZZkhmY7bKsd/vQCrV4QlXr40RaeytcAmMJAhBXVK0SvOp6ILnm3rLHesUURqAjfDGW8IG2z4TSF",
+	"6AR0AblAUzkCP0lEhRQ8ogn56/Wb1wcNemyuTEMMZoDcH0qoLTQLLLNFWyYpxq4779gMKnFYjoderURJ",
+	"7wChKJWX9AyI4q7g54inStvYTqjsheGnGABSnjUVuCUwaXMxHB2RkHuLeMcWnZQZbSu8xEiLogEICDSL",
+	"AR26EGXk6zxJyJCZpbaBdizOLx6/fS46o4SPJzociDZoc4RrwKc397IbpxFNfWNmcYd5oank2irSBBVp",
+	"ILCByAT/R8b86wlkVBI6vbuDj3dgkjY0w3Vupg7o+IIhhbksaBu4C7BA1iZtQ3lvXnWuXQAI2h+9/aLK",
+	"WhaEnHtbNhCwAQA8ARDfC+eKbKKlujvwOhtOuX5nucJnuwbXP/3OnkDvdP6NLR52gfogwVUcIyhu5WCM",
+	"8rT9VoEcjC+YkW/+ahnASM6Y6JjN7RwdtfJ2kSOWwYUQvjlHFrr+uYjZbAYv3uwG9gGeP/Plj11fRXdN",
+	"1z5cN09UlW4hfq2gaghvEznVA9C5B1VQwxLLQ3RZJ2a69dkm3jndQU1jXhveyS63tBZ+AZboX806s619",
+	"/uTo6BvWI6+NUEd9IQu4cEA0hQAphkEdvhl5a3kPlIVNbEPunsMqY4hPB67S0ELUhb4shBfShKbThCm1",
+	"HJF1bbr9l7bC/Gl32ft5+YWmd0akA9rMCZZC6o9wUOMNhyOLue6wezOMxhB2zFGy+UIdzETDOGkMUbTj",
+	"JNAMaTORyiRBId0a2wJSpPUHzuUwEF5GWv6ti1KzgVMkZb+jp+IgMJKkEYpBRO6S19LVXcJ6QbMZo2mt",
+	"SwfC6M1MX+BE6wMh/5GxdFH4u1Fta/nyg5c4269NnK1vCZ0xLsl/X83ldXEf1BiIza3a4M6V0GZr+c9z",
+	"zIndhFPxKdePy6SKzW9KcLhCJVmOkIr3l+YAJ8w2uiL400/OPIRT03w5vTHkXsTRFDq3BYkgpXNlXZ9F",
+	"iP4FoeT59buydgYK7UCYT34arkstcEHJWKlLJjFImxjq6OKWi6q5zgzMldOf4WRDf+OURsyV7pwZlaH2",
+	"yIIt+bkHFbqterOp6C3Y/As5KV8qlbHYn2PD/VnZlM8SM39ydP7VeRYKDJsnqgQj23y/4V205ii5M4SW",
+	"keVs6QsfIUgxFysiBbJHUlx4NkAf4IFsLjcZS41OOy8dxyaweMfwji3MER0zYV5jMUlkBPlLoOOZX8Hd",
+	"OBAJo040tZFzaIuysaIQNqcmRplO+D2L63LrbUgd5goNRBG+9/wqAM9nKdDOy/Yu8o1s9RAj+uKtXayB",
+	"NRW5vCsobCuzFAutpUwpz6MBD9lAdm8VQdbG2vX4CprTzgeiHWopO1MqFh3LDlRoU47Dd0yni87VSEMy",
+	"WMGNsJOUjXiS1PKaF0gkj8NhsPGvncXUHavPEwdx9HVL3iU2hHtZ4E3YVPecEVQzPKrcaMQTpg4/mn9c",
+	"VlCtwH3SO0GWwXWRysA+GHHCBRXAQZzSBfykGLNY00tJxD9yMKJsp2ial4yW+ZgiGQysgRrNAn2JfJ2f",
+	"mIZi3QBm7BKHfKENwLeatvPQW5fabb3WKaNT5N0Q7moZl8NfRfk9DIpvbhYzZxF/x2Zp5wc+ZhAY4gK+",
+	"A8gyFZADQ6MJWgXz13/gaiYVYDCFBwFRVMRD+QEcwe6Ra0vqnbcy4dHiwj0UYiy5vXSU4KOR83rEGKUe",
+	"l0LSwVPB0ntwnicLwkfEBXGDFxq1CiIkGaZyrlhqlFM1EO2/Xr95HZDXP+C/s4RyQTT7oKH759f/adco",
+	"mtBUMf3vmR51noUBGf/BZwGB/2iaBuTtDz8G5O3rnwLy17cvfgrITy9/DAbi72z4FuD6FtZd1v755pdX",
+	"Abn+z58C8v+Yv/5K7+k17FFA/vnf/3PgzYOqMuKFjDTTHQWbGDbk7Buqtkv7iKfu3w7/rcFqiqgENQpb",
+	"4zl7opAWK9Zij9zqcQY9Hx6oHpYWEAjk9Lh3YOu9h2pCzYP/fjGkip2dXITdkrq5NNDPf+x/kHMBAcZ4",
+	"9psP/AZBZSCpVnLzwDATECzco8pibOgjc+JRbwPrh7yeA8K1GogcW2xBaHxvbmiFjivygkaTwo3nSiYT",
+	"xQxdaZYsLkiIKDhhMBBhtU4aYDmF1uV3lYu4kI7qGz+lDTmDsqlEz+XKKLO/u9J4jyFPNcDNfWbBqgn5",
+	"rCGRyyIQGVm4TBN/pnJ9Nu2RJgk6hfOzZ2GpNkvqKiDs6g/+3ynXCgoqShLOKdcFdIHR8MzrHhSYn6dF",
+	"FVFSCrjJsVi8ttYT0PYUiwNXUZ5QQcyBRNZSxIKa/jCg3ZxiykHNBLijiUxiCBF1QDcAKWaDv7sEXS2C",
+	"LAd7aEmm9M6CFJmWICcVIMxmjC6lLNyxxUD4gRsWMosnScfCcOXLrTSjsdkLaydSpE1tdmw4pR8Q49QF",
+	"9E2N4CIHghLDppyaa7FTdEpBG4c1zTU+nrq+0OKFYosDtYMoGQvwQQdiQhU4mVjBSR1ugURfKqOaRBQw",
+	"5WzvJbcrWvIusIHUelbtzvnoXZSMUqYm1oeESbFhkOMGoUSfh5zk8F+QdhEjT0ZQL7Pk7VJQsPNAEYpb",
+	"BXOzCoQqLxlkPBuKMv3mKHMWdsSFUOILC5mRsayNjriKgNG+wjOxraDzxiad7zOEYR2GaNBSCWMzQNrI",
+	"aQwg1pdRiVv9Vh1wZitlkD8TsQ4yh8OeBQHzj3vr4miLcENE8vwiV5jte3WChD1HFpeWtGdSKT5MjNop",
+	"2MF3cVed9E+/K4vF6rvwVQ6EByGLDkWPqRVXn49ApFbAq9VCHCFfqyCie8/Vg16VANq3ZjBfle/Jn8p6",
+	"71NprT/L+dqHk0tWtisHSyt934zqZYPaIPHdQntZwnF2+RIKFpBWtwG3yV/vPWA3XUVT1toSnskfwhfK",
+	"TC6tQg3FWQinr5KD7w2vSZZJoYkq69jc4ccKOvtnsdZWaHdLscp7+bGtt+vIq1qJYseon89v/d0z0Rxi",
+	"jH/zpQk/kxE43IYLyBFQAYlZnOHWoJ+ujagfQqZTmvA/WEwgrPagS177ITH1gS84godS07cW8WFmvf66",
+	"xe35FqgTg0mqZZHsBDw6BQranD5t3kkjgWItzA0oFAYSEBfZTXh8YAG8JnKOMDoqL5OaV0g1SvMmRGyH",
+	"8a9GxV5N05VkbHfxG6ZjnW/wjoRs4c7XBDFaC7df40lXrioHO8cSPubDxPrfKKDLKinCC++nYCBCCzgY",
+	"BiSMOdj44G/sYsqEvvW/lqNRwgULSduKAk1FrgYir3KF0CJU30Z0RiOuF2FTkKNP7hYL6ZsRI7xqHU1o",
+	"DW7X7F53vx7ydWD7hlTmE0APRIOgYXma3mFulyveVFa0tyfyw495GaGV0KKvi9oLSsuZC+LrOp/Qv6M/",
+	"KMQgI7syAVgG8qDeInD3wALYWBzH6kVUrvhHHE66O3G6wEee0jt0g3G0QFg7N5jHWaLYfMJSlmt+mDSW",
+	"zbwcz8t8AnFKja7YTmWmuWDEnFF37g5Ms4gzPLV1JurOza8CX8m9Vo99w2BHmz2LdRTRN99qiuG1ddIa",
+	"ooFP66KBH1n0sjuw+iBjhLiQ87xUy9eYGvBgCNipNMei8DoVk6/lBEFrljW43O1Rmrr6MqTmGKIrBALo",
+	"zMpK0SXvWAf7RBSqWcruucxUshiITOQ8dUZ5SlLWwRp0ymioHkIV5GteiaLyX4Fcji1AjIUrwyMx4sLX",
+	"/8gqBPSB8BrSshn6HN0W6LrJSzZWDIpQ7zAgc6oGwtmtLSx6vgdYzbCdQxXW8NVDeLeGCYcHAZFpgcE1",
+	"ocrznTsUV7tPTt93vr6T3kmpuC8kiQOkhDUcDARYDmC9CkohdGnpUyCsGC6YoWF8NvsbFme4WH5jINoA",
+	"gz6S6ZDHMRMN4A9fihl+LSzpe+RCV/aMlk5ok6VjSSpBSbxJsF6vvF3D+0u0VA2TgIILXFU5GvTeJT8i",
+	"DktO09ZJW5lG+TBZKxwkuJ+YsdXdnstVGDcHOv/G1EmzEeuVSVzwb0WVVJa4qmpjk6sBrcMQJW9Yp4uq",
+	"gAgcFmNchRwR6z/ukr/KIdbQMptu800d+IpFfEDf/0D8Lof2BjYk50rqFc54hPzB25f8LoeAOAEJ7IZH",
+	"E83SaYFCl9dKGIgZXSCCr62ZAUN7oggXs0wTJlIOLeRpQJggVpQkQhsRRmWYOZtuwZ4zEEqSEU3N/YUI",
+	"fzCs/PiA0uBeuywaQBwmB6tp9FqjoDqATDPXgcAIONOcLdfTWGjDUOVXEUOwc+XaItggdxv5FehRbrdi",
+	"3Uym2jx5dBQ86wUnJ8fvPxWZfV6hevOS/dqrWB+0LLpcEW5w1jOTtnsOFTFlRJOJIf5ty4qYnfhC0QhA",
+	"BHVsSRBG04QD1A1iopQhZiqBS/mxg6vEUOu+YRDMGPfpqWuaufXQXXqoMGUG84+MZV+pB2/r/Ost8Qoe",
+	"eHFAFr69AZotjvDx8KP5Z6X/D2JwDaObcqyV6Ew9Rcp7jatvJ65nXnpsWbmJHm8s9/9mXHneBW92BBwP",
+	"9kp0hqeNN/8QTV/N4Z/P0TSW35FPVJ6NC+e1TV02vsuMpQrL1MAti9kWkZVNhCRTmTIYcncgsO0E1XcH",
+	"0Yyzc9hN5kOB3nzpoKYhOnPOI1ZCpai7ieH5b5YmPSwve0t8FzATDw2EgE3dgM9h/deHqXiujd3VPNvC",
+	"n6refk4MLucm6p5b+M8jSXwJFbEgzuIMuO82UxVtiWSgOcAOyjVISN8GHg+pzonUF4SSKJWCsA+zFGsW",
+	"kPaI3zMy4iyJVWC0I5pkIKdyQUIj09/+IYWtImCY/AcWk9B5AL1UAkAhggFAvlBbprmx96A7EC9zWdEM",
+	"xGmMNqIceKSQ80tzYCZwnVgbJiRkj3iK9ayHNMaR4nHqDUQ4pLFLuA6JoFMX9g+PrVLtcN0eEocXM3Ov",
+	"4ZZ8dOBwlqPBP6Vo70YFbFmXWqE2FSqZ4OOJUfpthzuriJqbNcNIdR1NbrOZ4UeIvWJoxbREjsi/mf+b",
+	"fhBu2Mz0DmD0chIxAmeWyhk7/AtLEy6Q4LdS8nBPvlBgYk4SzSpPQKjOiy33vwsFZ08hjTkjauBk1Rvd",
+	"CLD450oNBsUoy+KoRlBWK73afeiSPYY5emxhW1kTX3x8ebOZSP3F+pZ0oZWE0+B1vMZcKfCdTWSSS9eE",
+	"Ok0Hm3iiiGAfcmK5zG029gvEJ75jM0Q+cdZBc+MEeHcCkJi5Th2gsV9wnWsS0SmDm65L/u5sqchT85LN",
+	"GgGMPhR3n1mlDKpjYuqVuykvi9rraFFlIgbg8ASMnnShuuQtxcADrgYiPJzRTLEwwJqSzbfer5Diuz/y",
+	"/oJX5g6Xo3fH4Y127F9p+7jByuv7xUyVmzEHx0kFm+dc9M+7rAVW18i/zJ4oUlAsaVN/xQ52uukOQZZt",
+	"vO9eGbHesgmQjW32JnzhDMhgsCHt0H4Og8LwnGYih+E3greNNgiNrDaDGmEYB7a4IOGUK2VD/1CmM3+C",
+	"6fZ2lCWJ+QTFm1D058r+GIdkyCZcxIQOBLqfeJLYKKum8D9HmT/C7B/Cfb5RbddMfJNoWUYmXGmZLr5H",
+	"nffKP1h2nrudInOZrhQa4bYNI5kJHcLpUQ67q7hUpWCknQckIdA9XKfxQeCVqrai5UDA0SVtwznhPEIZ",
+	"pt+51lAkdMTmLC3cqTmvBZekklKwdN3peG1m9cDDUWddgmUo2ZTyjez3IOuYT7MpwHOaj1zYj7mtyaj7",
+	"Y8C4/hxn5TqRelW0bS5JqcCKc4UJ8Ds/NDB1Q4dGxGw0G605PEDjzQ6D1zK/f5gqHQtzA06pyGhCCsZv",
+	"NK6DQipdNuovkbx5lH03mlZgF+d7jM6CnXqocg/VW6YrCO6lozU6plwgn+Zlc6FnIURmDuZOAGmN8xIl",
+	"UAXFUipiSowAY+Od6X9D2oRnvyfixKjZ7zSC2ewVoW7PH0ilmWgm0Ws0rFcsC87KjnYCm0fQ1ikfj1lK",
+	"QmSV4YHjEOZRxGoxNEs1IthBlLCt4TaDcPrLPMwYaZ2mjGQCjQmuBnotMg4kSyCYqxQDcccWiJySA/uA",
+	"f+0gqCDkONOJD5Jji/2AOgH3TRsjVfzqS0sVjA4uHeIOwrBCuoacMjTps8SW9Dk6Goim8kO1iMuZ2MuB",
+	"DB4Wu/UZNIS9xBlNaczQkZlm30CM0erZ3+RKLRNQNkpUD2FZX/qXjh56lwnfJSiwJtEKVghFCpqtEW9s",
+	"6OmwnDKB+Jt0iihxRosC/TWHyjJqBCSAmysY0sFVl1xBboCDcxLJosFdb4e0s7Me3/9KXfWPykdg5qv0",
+	"Jrs2T3IA2e9RKEC/Os6UtM2e4dXn5lwy21lia3a0WzcDBXKPXVUPOarSkZGzonQBJVrbVy+uO0enZ52f",
+	"nv8SOJRZcyeCFx5aGIh5ivVUbf5PgXRu7kLblqHPO7Y46JL/hEMEggDU++uYA3RBhCSpzDSzZUYwk2cg",
+	"pGBdcoVSCdB3AuUhof6BuTC4ICGO4zZlIyhgFzHusNvhwJpnjBAC2VwD0bbPKyPM5IlOesKMeO0uzWRB",
+	"HLS6lrb3xcwuv5Z5Jup8IhUjCR1CwiZUpCWhTW/Cb8MadnFpNyGPDMj8YoORFKOERzpc4fGHGewBd+fd",
+	"i59eXt+8+z+3N2/+9uL1g1zvVN1B8ZU8+Emw9Bb9H+bydRXq1HGUHuttsX5wwl/KmY6rvakrnbTd+YTN",
+	"Pviz0v3ndN27k7HMF8uCwuFHyzbWZHf7vCeHJoSamCPKE2V9Tx90juILAi04G0gkY5azp0zQe8oTo8GG",
+	"y/LCD9B9fq63VAzgtUfX0xuPAeKVQ5aK3QAP2f17vJhxt1aTW9AU5XlvY2iBI66L+BiyRIqxwlxCRFdf",
+	"jev3E9PfMBX9S1CPjRWpTrVJmMtWuYXyWBCLQFGEaNvacVYeyitGWaq7cQIUBmLU2A7Bf7wfUtpRRnEi",
+	"gzied7YVG0rj/1IhDNuR+vcayfCZRQEv8sGtMKoBRnQHoV6tEg8sZPEGMfo2VCECFz2Z0TEXhUlhxBMN",
+	"4Dm1OFs2K2Y3swCM8OuN36+tf6ixgNiGeFxU3eWljJuqM1ptY6tGb8wL31ySgRn5BuEWQBXfa3JBNY/M",
+	"lQxZn1QQZ2leEQCrwIkKZsoKH0RRiX8g/JeW3A5gvK7zPWAaaRHvtIXrAdq8YwsHbB/zEagfmkDp/V28",
+	"D7gshqC+8VRwzNU3beQp31OmFB1D9gFLEmkoz1ofLhCc3rv7b9cB2RvKKnjMRdWesaX1wiz4F5JBYK/3",
+	"nvFtluZr98Y0zfxrxmTe2irzyBXr92WV0chxGgo+wcfDj3DeViVQ/B1iI3KuOodaMFqSoa2gEAcktPFw",
+	"txZGkii6UDZGVMhbh8N1iyZaQJbEI30rpL7Nyz7FgBxZhUL0bM828Ty0jKiLjYTW1Jy3qkJSVJU6CGAM",
+	"UiRcsHwEJCyeuJ1yBTZk93VkvsQA1oEIndcrvk2oZimWlUqZThe3QxrdydGoqWDaThzfvPTY1gDTxw9M",
+	"U540qUnIar6VBBAkTJcM72AaNyb9Q5pqPqLRCj/mjzxhkHMx5dqCrlGxKGqIjXL6DIhM4nWIv1TdXeV9",
+	"fo0UYua7yhEI5SG/HEap4wTFhlBvOTfc9XWwB1dFmK+5rnW66LjyUzkOEkIRsLiAH72yXBFesqgI8PhU",
+	"gn9M5qXqEi7GIUbqOE7HqJFgORSly03cEU0S0rZIulJ4OLrEJdEeYOZRzqSHDIszhfkAQ6+glkUtje6E",
+	"nCcsHjMF4fnOWedqqTeiM7jZg9/MfHg4OsNXzSpXMck/0RlWojNsJYIcJnKsVsbkJ3KMBVTlCKHKLP9t",
+	"2wqOzBWOC+0voSE/IbUrOQmRocOFZoBWrRi4e0EVDUcySeT830EXzKEurbjTrqt9dwCKrWBz9M/PcznJ",
+	"9j0QvIAOFnGuoHo18cD/DWVZ5ZRhJTx3St3UsPLdcylc0iqOUw0ETRlWM7eVyK/evrRpqm27feQEsVfM",
+	"r65EXMrgKFxiXjzj4NzQfpH1gTg5Oq+pO75CynllNm7X4xssMV47dZFNhyxtMpjZBapCA2PiwVH/5OnJ",
+	"s+Ozk6drshEaLF1IHPUJD36+Q20/vc37wc2s72dEE8XypoZSJgyQYhqaKhVqq23wyB/5WW/NiB+Tq76S",
+	"4xv2oVa6eOWOeJ5sg3vR3S167vzzGsGh0K4VTtwJTuR4cxaYMpUlejUXnLFUYaVVfJoMjfbCIFIXk49r",
+	"5VJukSAh+Mg+AGKDMheXiJg7cOQa7S55vrLhNDRRknAxhtq6RvCQDnsRcaewSENDehKaYnBmD2AT35L9",
+	"GKf7F7Mz683I5X38FhSvt2bkepLKbDwpSN7iNJensw3x63TRLJD/AhI0dWictw5UFFVyT9RFGZhGd3Bp",
+	"Wyk+LJcqzS/pYRaPmUY53BnncqR/penCRbK5MGHyBu5M8K7g2SgEYSF1B2aBASd1oejm129W3A1ynQgy",
+	"bf6Ude2GEkpiRuNOwrSGgGeZesrhaik4myWSxurwI/7hjHGNEQjhSIVA3UzETxTBtywwLoYYOE8F1vPH",
+	"aMqYm93DpKYJ4B8JMmVTmS4uMYMkgZoKwM1d/ftppjTB8EqwUCPeU5e8Ecx1ixGp+feJD0ZvFFKjF88Y",
+	"lKMpWgjyhCtVFHhPnJw8ZCOZMv95TyOtgaUw43DWlK0PFb6+VcyEjDTTHVzb8snK/bRDLigmJlfN7eu9",
+	"ECcNMcQxLM49S/mI72xIf9yTtK1h/HHLweLWQmkVSx1PFOh+irRHeFfRMTtYURy25mQeosmp+ZL6T9wg",
+	"m+ll6xYMf2fQu+J/MP+EBTksprZGNRsvIe7ADIQlnAYCzLFeyYoLjLOQIrYmMLJUntw01iVXZMqVsjas",
+	"wpWJAwIFNWUjTMyFSwwn2skt4nCzFl+alsKDHHzbHc8pTe9YvAoMGwbpDiluzEOP6iNaPptuwMLcCKv7",
+	"9V5Omx4R3BcIaIHF9QypK47FunJkYE9Bh4sFEmmvKAZGilpgwVKlJdBPivoVqrHWileKubiAVFMBFa4G",
+	"RXUYmULar62nYrMTbNH8oqzzvK48YVHCJLZDHwg39iZdaNfaZV+VdrO6oFmh2JSrmX39xZ7n+ebUVi9a",
+	"E/XiLOuGGmxRHEqkYB3Np4wwkcokAXoBar3wrfH4o3JerIFoh2/fXGMFH/zN8l2sfkAiZs4p1KgsLCVF",
+	"DtDzqy55k5KhETvIQmYpEPDbv728GIiUjbnStrpQlHAzIL85IeekHXrf3M7Y1OpY3pcjLsYsnaVcaMD3",
+	"GQjwj1rDYT74uvJDXjOhq77UWEApvyLdmZZzgR64pcMN0ERe/UMj2B5c1hQYck3OEqqN0ObaRhNstZ+w",
+	"EjFjxgxFgLHSUiUiEHo4IFMq6LjEjWD7YhbxmKnAtItVmEAYNqzGaJXlgCflF6Hiujm2KC9ptHNQ0JR+",
+	"uI1yI/Otjcc8KWIJ0STUYVmn3wrsqajE6WwboIOj/kLpRTYgxa7cqiwjazZoPMekrSZwPYiIfa1pR+df",
+	"JADFVTGLmdBGHFlRh6mh+uNjFyXfsRbY56ns1UybRcW8bydIY+6WuvZmNdpGzdVq4S8xVTy0SCR4F9Vx",
+	"rLBLfoCCtIB4qeUM4/pdlgb66C8Holpi0ysRSiYsZQcEqmtWpVF0cwdLJUb92qHTZuzMBxNbsBybRTWZ",
+	"0NmMCUxWqgy46vPniriCvY1uNWii3oHUgvVqBXlUoQ2hCOwP7xvy1Xe8k+x2W0/YlkCaO1wun+vkZjDA",
+	"uHyC/6VxM3HLVjOJ5ovClyebDTN/4SKuSs7tZQH5wNXNtkfGypnOJOpJvV3yEyh85uG3L34h7RlkqqYQ",
+	"UV5I4+g586F/VQbmFyyLMmHRHX5tlgDrYYPNp9TTjV9ezZ8BMjkzVjDK2yikWr8DSv1Ims+9FXvg5bfN",
+	"4d7UdYZD9Qb5VZ5jSyF54KG5avxd+1fMQH+wM8Xqpl5R4WUVdVv+UEjsHZAMm5kEpHcV9W6pJolUmCB4",
+	"xxbOVIReFGyVxV1yncv/3QYF7UU+ghsYwD4Fzv3pRNVRNjkCzY/db+BaealUZm4VczAb1bdtiQm19uZI",
+	"YauCVOoxV22H8ZQLsDYsmQ66K6yGP2HfX7O6AkNcFTqcLwwu5HeLIFQtYK58noZEgUqGM+/sRojLRbxX",
+	"4WqYDUBDN4Pq2kKSRJobC5RkQ462UHm+UXmtVt/ebeOKcq1iIFzJboeuRqeM6JQKZfQJKS6dzhQ6Cxjg",
+	"F/q6iy6G9kQtWdMxIpq0UeMwUpndo4N6Yede3jGPIB+mdO29MvgVzO4tYDXWHcqTeqdKnNK5+B4PjJsc",
+	"oUgCTVaCppCIZh7bZJ6Fo7dk2IVToCeGoH1bvjuhtn4/S0YokcNYCU2kYM7GYKtPXVTJGcYCcMfO86RK",
+	"h0xJMpR6UuEYkVk0I/8Xrt/aKFzTzz6sC1sS+me6TZpuElje7/L+YLoWd8ZR4q56cgpscbX0O5YyzlEZ",
+	"PQ5e8laZqwMDd1y1talMWYDXRMUGxcwJ0gMB0LbDhUWoJW0hNQFYeXMox5QLpdGo594sAg1cSVMItjP9",
+	"Qm45SxSbT1jKAgxgcsk5M3CkQcwqOOFs5AxGxqKPyiXfevEPoMWd9I4HwiLJdXC14jAwr5r1IJTYCtbg",
+	"ScawJoxWWncJfU4l27OgYT5m66JllJeE0TsWbwPmYsb/VWredmvKFrSvHGnajHjNya2GbgwZTVl6lemJ",
+	"C92wL1UP7juZaaaIDS2AzJWA0ExPmNCgMYMfc1mR7nrpA3bBl2zMN0xQjLxwp1+x1EE9lq8rrrH4b+6A",
+	"7dbjm6g6U3bJV8SZCuzJ94arvOsYw0Gq469r+QcPiyJv1Y8wsV/l9aw9tJO69iDCMuOJ7pgrHQG8owlT",
+	"OqVaWnkZEmqWwuMRPZuMuIi9frBk7XI/1/AwvA7MDypjshgZkVFlNUyrDeU4ZVokAxbVfHhagBt7/TkY",
+	"35pdyLFBS3ilKjBiu0UnxZgYYUV2vAbkyKXhViH7wCXidW6Rf2qyflz6kipWMIs55E/4uwKP1Lz/M6OJ",
+	"jV9NGY25YErhSshM+4fBArg5upyp1qf3n/7/AAAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
