@@ -9,7 +9,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"github.com/worker-gateway/gateway/internal/secretbox"
 	"log/slog"
 	"net"
 	"net/http"
@@ -21,6 +20,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/worker-gateway/gateway/internal/secretbox"
 	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/server/api"
 	"github.com/worker-gateway/gateway/store"

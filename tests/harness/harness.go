@@ -10,7 +10,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"github.com/worker-gateway/gateway/internal/secretbox"
 	"io"
 	"log/slog"
 	"net"
@@ -28,6 +27,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/worker-gateway/gateway/internal/pki"
+	"github.com/worker-gateway/gateway/internal/secretbox"
 	"github.com/worker-gateway/gateway/server"
 	"github.com/worker-gateway/gateway/server/objectstore"
 	"github.com/worker-gateway/gateway/store"
