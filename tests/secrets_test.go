@@ -432,3 +432,37 @@ func requireRefusedStart(t *testing.T, g *harness.Gateway, env ...string) {
 	require.Error(t, err, string(out))
 	require.Contains(t, string(out), "key-encryption key")
 }
+
+// A schedule's task definition references secrets like a task: each task
+// it creates gets them in its lease. A bad name is refused at creation.
+func TestScheduledTaskSecrets(t *testing.T) {
+	t.Parallel()
+	g := harness.Start(t)
+	org := g.NewOrganization(t, "acme")
+	w := g.NewWorker(t, "w", 1, org)
+	res := createSecret(t, g.Control, org, "NIGHTLY_TOKEN", "nightly-value-31c7")
+	require.Equal(t, http.StatusCreated, res.StatusCode())
+	ctx := context.Background()
+
+	schedule := func(refs ...string) *apiclient.CreateScheduleResponse {
+		payload := apiclient.JSONObject(`{"plugin": "echo", "input": {}}`)
+		sc, err := g.Control.CreateScheduleWithResponse(ctx, apiclient.CreateScheduleRequest{OrganizationId: org, Name: "nightly",
+			Timing: apiclient.ScheduleTiming{Cron: ptr("0 3 1 1 *")},
+			Definition: apiclient.ScheduleDefinition{Kind: apiclient.ScheduleDefinitionKindTask, Task: &apiclient.ScheduledTask{
+				TaskType: "scanner_plugin", Payload: &payload, SecretRefs: &refs}}})
+		require.NoError(t, err)
+		return sc
+	}
+	bad := schedule("not a name")
+	require.Equal(t, http.StatusBadRequest, bad.StatusCode(), string(bad.Body))
+
+	sc := schedule("NIGHTLY_TOKEN")
+	require.Equal(t, http.StatusCreated, sc.StatusCode(), string(sc.Body))
+	require.Equal(t, []string{"NIGHTLY_TOKEN"}, *sc.JSON201.Definition.Task.SecretRefs)
+	run, err := g.Control.RunScheduleWithResponse(ctx, sc.JSON201.Id, nil)
+	require.NoError(t, err)
+	require.Less(t, run.StatusCode(), 300, string(run.Body))
+	leases := lease(t, w, 1, 5)
+	require.Len(t, leases, 1)
+	require.Equal(t, map[string]string{"NIGHTLY_TOKEN": "nightly-value-31c7"}, *leases[0].Secrets)
+}
