@@ -177,18 +177,27 @@ func (h *handlers) resolveSecrets(ctx context.Context, workerID uuid.UUID, lease
 	}
 	found := map[key]store.SealedSecret{}
 	sealed, err := h.store.SealedSecrets(ctx, refs)
+	var labels map[string]string
+	if err == nil && slices.ContainsFunc(sealed, func(s store.SealedSecret) bool { return len(s.WorkerLabels) > 0 }) {
+		labels, err = h.store.WorkerLabels(ctx, workerID)
+	}
 	if err != nil {
-		// Treated as unavailable below; the cause is logged, not shown.
-		h.logger.Error("reading secrets for a lease failed", "worker_id", workerID, "error", err.Error())
+		// Not the secrets' fault (the database, or the poll went away):
+		// the leases that need them go back to the queue, unused.
+		h.logger.Warn("reading secrets for a lease failed; its leases are released", "worker_id", workerID, "error", err.Error())
+		var keep, back []store.Lease
+		for _, l := range leases {
+			if len(l.Task.SecretRefs) > 0 {
+				back = append(back, l)
+			} else {
+				keep = append(keep, l)
+			}
+		}
+		h.releaseUndelivered(workerID, back)
+		return keep, make([]map[string]string, len(keep))
 	}
 	for _, s := range sealed {
 		found[key{s.OrganizationID, s.Name}] = s
-	}
-	var labels map[string]string
-	if slices.ContainsFunc(sealed, func(s store.SealedSecret) bool { return len(s.WorkerLabels) > 0 }) {
-		if labels, err = h.store.WorkerLabels(ctx, workerID); err != nil {
-			h.logger.Error("reading worker labels for a lease failed", "worker_id", workerID, "error", err.Error())
-		}
 	}
 	opened := map[key][]byte{}
 	open := func(k key, taskType string) bool {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -106,7 +107,13 @@ func secretsCommand(a *cli) *command {
 					return err
 				}
 				defer pool.Close()
-				n, err := store.New(pool).RewrapSecrets(ctx, keyring, 100)
+				st := store.New(pool)
+				n, err := st.RewrapSecrets(ctx, keyring, 100)
+				details, _ := json.Marshal(map[string]any{"rewrapped": n, "kek_id": keyring.CurrentID()})
+				if auditErr := st.RecordAudit(context.WithoutCancel(ctx), store.AuditEvent{ActorType: "system", ActorID: "gateway secrets rotate-kek",
+					Action: "secret.rotate_kek", TargetType: "secret", Details: details}); auditErr != nil {
+					a.logger.Error("audit event not recorded", "action", "secret.rotate_kek", "error", auditErr.Error())
+				}
 				if err != nil {
 					return fmt.Errorf("rotate-kek: %w (after %d re-wrapped)", err, n)
 				}
