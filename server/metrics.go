@@ -117,6 +117,7 @@ func newMetrics(s *Server) *metrics {
 	reg.MustRegister(
 		m.leaseAcquisition, m.wakeLatency, m.heartbeats, m.fencingRejections, m.replays, m.conflicts,
 		m.leaseExpiries, m.undelivered, m.secretUnavailable, m.uploadBytes, m.sweeperRuns, m.rateLimited, m.httpRequests,
+		s.scheduleTimer.lag,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "gateway_waiting_polls",
 			Help: "Long-polls waiting in this replica's hub.",

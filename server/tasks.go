@@ -129,6 +129,10 @@ func (h *handlers) ListTasks(ctx context.Context, req api.ListTasksRequestObject
 	if req.Params.TaskType != nil {
 		p.TaskType = ptr(string(*req.Params.TaskType))
 	}
+	if req.Params.Trigger != nil {
+		p.Trigger = ptr(store.TriggerKind(*req.Params.Trigger))
+	}
+	p.ScheduleID = req.Params.ScheduleId
 	tasks, next, err := h.store.ListTasks(ctx, scope, p)
 	if err != nil {
 		return nil, err

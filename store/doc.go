@@ -245,8 +245,13 @@
 //   - Idle cost. A timer (server/scheduletimer.go) sleeps for
 //     NextScheduleFireAt's delay (the database's clock, relative), and
 //     creating, editing, pausing or resuming a schedule sends WakeSchedules
-//     so it reads again. The one recheck is every 30 s at most: a queued
-//     slot becomes due when its run ends, which sends no wake-up yet.
+//     so it reads again; so does the end of the run a queued slot waits for
+//     (triggers on worker_tasks and scans, migration 000016, notify only
+//     for such a run). Nothing polls: an idle gateway sends no query.
+//   - Retention. Prune deletes fires older than the task retention (the
+//     runs they point at are gone by then), never a queued one; versions
+//     are kept, as every run records the version it came from and they
+//     grow only with edits.
 //   - Lock order: a claim locks schedule rows first, then creates; the
 //     previous run's state is read, not locked.
 //

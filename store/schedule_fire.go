@@ -18,18 +18,37 @@ const runActiveSQL = `(EXISTS (SELECT 1 FROM worker_tasks rt WHERE rt.id = s.las
 		AND rt.state NOT IN ('completed', 'failed_terminal', 'cancelled'))
 	OR EXISTS (SELECT 1 FROM scans rs WHERE rs.id = s.last_scan_id AND rs.state IN ('pending', 'running')))`
 
-// claimSchedulesSQL claims, in one statement, the schedules whose next slot
-// is due at $1 (NULL: the database's now()) or whose queued slot may run,
-// skipping those another replica holds.
+// claimSchedulesSQL claims the schedules whose next slot is due at $1
+// (NULL: the database's now()), earliest first, and those whose queued
+// slot may run (its previous run ended); up to $2 of each, skipping those
+// another replica holds.
+//
+// Each kind is its own locking CTE, so that each walks its own partial
+// index (schedules_due_idx in fire-time order, schedules_queued_idx) and
+// stops at $2 rows: an OR of the two in one WHERE scans every schedule.
+// The columns come from the CTEs, which return the row version they
+// locked: the outer query's snapshot may predate a fire another replica
+// committed meanwhile.
 const claimSchedulesSQL = `
+	WITH n AS (SELECT coalesce($1::timestamptz, now()) AS now),
+	due AS (
+		SELECT s.* FROM schedules s, n
+		WHERE s.enabled AND s.next_fire_at <= n.now
+		ORDER BY s.next_fire_at, s.id
+		LIMIT $2
+		FOR UPDATE OF s SKIP LOCKED
+	), ready AS (
+		SELECT s.* FROM schedules s
+		WHERE s.enabled AND s.queued_slot_at IS NOT NULL AND NOT ` + runActiveSQL + `
+			AND NOT EXISTS (SELECT 1 FROM due WHERE due.id = s.id)
+		LIMIT $2
+		FOR UPDATE OF s SKIP LOCKED
+	), s AS (SELECT * FROM due UNION ALL SELECT * FROM ready)
 	SELECT ` + slotterColumns + `, s.organization_id, s.current_version, s.overlap_policy, s.catch_up_policy,
 		s.next_slot_at, s.next_fire_at, s.queued_slot_at, s.last_task_id, s.last_scan_id,
 		v.definition, ` + runActiveSQL + `, n.now
-	FROM (SELECT coalesce($1::timestamptz, now()) AS now) n, ` + scheduleFrom + `
-	WHERE s.enabled AND (s.next_fire_at <= n.now OR (s.queued_slot_at IS NOT NULL AND NOT ` + runActiveSQL + `))
-	ORDER BY s.next_fire_at NULLS FIRST, s.id
-	LIMIT $2
-	FOR UPDATE OF s SKIP LOCKED`
+	FROM n, s JOIN schedule_versions v ON v.schedule_id = s.id AND v.version = s.current_version
+	ORDER BY s.next_fire_at NULLS FIRST, s.id`
 
 // claimed is a due schedule, locked by the claim.
 type claimed struct {
@@ -237,6 +256,10 @@ func (c *claimed) run(ctx context.Context, tx pgx.Tx, slot time.Time, queued boo
 	tr := Trigger{Kind: TriggerSchedule, ScheduleID: &c.sl.id, ScheduleVersion: &version, SlotAt: &slot}
 	f := ScheduleFire{ID: fireID, ScheduleID: c.sl.id, Version: c.version, SlotAt: slot, Trigger: TriggerSchedule,
 		Outcome: FireCreated, MissedSlots: missed, FiredAt: firedAt}
+	if !queued {
+		due := c.sl.fireAt(slot)
+		f.DueAt = &due
+	}
 	// A savepoint, so that a run the database refuses skips its slot
 	// instead of failing every schedule claimed with it, forever.
 	sp, err := tx.Begin(ctx)
@@ -400,21 +423,18 @@ func (s *Store) RunScheduleNow(ctx context.Context, scope Scope, id uuid.UUID, p
 type NextScheduleFire struct {
 	At time.Time
 	In time.Duration
-	// QueuedWaiting: a schedule holds a queued slot (overlap queue_one)
-	// whose previous run is still active. It becomes due when that run
-	// ends, which sends no wake-up, so the timer must look again now and
-	// then — and only then.
-	QueuedWaiting bool
 }
 
 // NextScheduleFireAt is the earliest fire of any enabled schedule, or false
 // when none will fire. A queued slot whose previous run has ended is due
 // now. A schedule change sends WakeSchedules, after which the timer asks
-// again.
+// again; so does the end of a run a queued slot waits for (a trigger of
+// migration 000016). The one end the trigger cannot see — a run ending
+// while the fire that queues its successor has not committed yet — this
+// query sees, because the timer asks it right after that fire commits.
 func (s *Store) NextScheduleFireAt(ctx context.Context) (NextScheduleFire, bool, error) {
 	var at *time.Time
 	var inMicros *int64
-	var queued bool
 	err := s.pool.QueryRow(ctx, `
 		WITH next AS (
 			SELECT least(
@@ -422,14 +442,13 @@ func (s *Store) NextScheduleFireAt(ctx context.Context) (NextScheduleFire, bool,
 				(SELECT now() FROM schedules s WHERE s.enabled AND s.queued_slot_at IS NOT NULL AND NOT `+runActiveSQL+` LIMIT 1)
 			) AS at
 		)
-		SELECT at, (extract(epoch FROM greatest(at - now(), interval '0')) * 1000000)::bigint,
-			EXISTS (SELECT 1 FROM schedules WHERE enabled AND queued_slot_at IS NOT NULL)
-		FROM next`).Scan(&at, &inMicros, &queued)
+		SELECT at, (extract(epoch FROM greatest(at - now(), interval '0')) * 1000000)::bigint
+		FROM next`).Scan(&at, &inMicros)
 	if err != nil {
 		return NextScheduleFire{}, false, fmt.Errorf("next schedule fire: %w", err)
 	}
 	if at == nil || inMicros == nil {
-		return NextScheduleFire{QueuedWaiting: queued}, false, nil
+		return NextScheduleFire{}, false, nil
 	}
-	return NextScheduleFire{At: *at, In: time.Duration(*inMicros) * time.Microsecond, QueuedWaiting: queued}, true, nil
+	return NextScheduleFire{At: *at, In: time.Duration(*inMicros) * time.Microsecond}, true, nil
 }

@@ -197,6 +197,9 @@ type ScheduleFire struct {
 	// RunState is the created task's or scan's state now.
 	RunState string
 	FiredAt  time.Time
+	// DueAt is when a slot the timer fired on time was due (slot plus
+	// jitter), for the lag metric; nil for a manual run or a queued slot.
+	DueAt *time.Time
 }
 
 // Fire outcomes and skip reasons.

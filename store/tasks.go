@@ -315,8 +315,13 @@ type ListTasksParams struct {
 	OrganizationID *uuid.UUID
 	State          *TaskState
 	TaskType       *string
-	After          *Cursor
-	Limit          int
+	// Trigger and ScheduleID keep the tasks created this way, or by this
+	// schedule. No index serves them (see "Shape" in doc.go): the walk in
+	// creation order stops when the page is full.
+	Trigger    *TriggerKind
+	ScheduleID *uuid.UUID
+	After      *Cursor
+	Limit      int
 }
 
 // ListTasks returns one page of tasks and the cursor of the next page.
@@ -331,6 +336,12 @@ func (s *Store) ListTasks(ctx context.Context, scope Scope, p ListTasksParams) (
 	}
 	if p.TaskType != nil {
 		q = q.Where(sq.Eq{"t.task_type": *p.TaskType})
+	}
+	if p.Trigger != nil {
+		q = q.Where(sq.Eq{"t.trigger_kind": string(*p.Trigger)})
+	}
+	if p.ScheduleID != nil {
+		q = q.Where(sq.Eq{"t.trigger_schedule_id": *p.ScheduleID})
 	}
 	if p.After != nil {
 		q = q.Where("(t.created_at, t.id) < (?, ?)", p.After.Time, p.After.ID)

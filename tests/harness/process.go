@@ -138,17 +138,28 @@ func (g *Gateway) ServeCommand(t testing.TB, env ...string) *exec.Cmd {
 	return cmd
 }
 
+// LaunchProcess starts one more gateway process over g's database, like
+// StartProcess, without waiting for it: a process armed to crash may die
+// before it is ready.
+func (g *Gateway) LaunchProcess(t testing.TB, env ...string) *Process {
+	t.Helper()
+	return startProcess(t, g.DatabaseURL, g.serverFiles[0], g.serverFiles[1], nil, env...)
+}
+
+// Ready reports whether a gateway process answers /readyz with 200 now.
+func (g *Gateway) Ready(p *Process) bool {
+	res, err := g.HTTPClient(nil).Get(p.URL + "/readyz")
+	if err != nil {
+		return false
+	}
+	res.Body.Close()
+	return res.StatusCode == 200
+}
+
 // WaitReady waits until a gateway process answers /readyz with 200.
 func (g *Gateway) WaitReady(t testing.TB, p *Process) {
 	t.Helper()
-	WaitFor(t, 20*time.Second, "gateway readiness", func() bool {
-		res, err := g.HTTPClient(nil).Get(p.URL + "/readyz")
-		if err != nil {
-			return false
-		}
-		res.Body.Close()
-		return res.StatusCode == 200
-	})
+	WaitFor(t, 20*time.Second, "gateway readiness", func() bool { return g.Ready(p) })
 }
 
 func writeServerPair(t testing.TB, cert tls.Certificate, certFile, keyFile string) {

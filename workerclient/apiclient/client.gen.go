@@ -1817,6 +1817,12 @@ type ListScansParams struct {
 	// OrganizationId Only this organization's scans. For an unscoped token, an organization that does not exist is 404.
 	OrganizationId *openapi_types.UUID `form:"organization_id,omitempty" json:"organization_id,omitempty"`
 
+	// Trigger Only those created this way.
+	Trigger *TriggerKind `form:"trigger,omitempty" json:"trigger,omitempty"`
+
+	// ScheduleId Only those a schedule created (by a slot or a manual run).
+	ScheduleId *openapi_types.UUID `form:"schedule_id,omitempty" json:"schedule_id,omitempty"`
+
 	// Cursor The `next_cursor` of the previous page.
 	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
@@ -1868,6 +1874,12 @@ type ListTasksParams struct {
 	OrganizationId *openapi_types.UUID `form:"organization_id,omitempty" json:"organization_id,omitempty"`
 	State          *TaskState          `form:"state,omitempty" json:"state,omitempty"`
 	TaskType       *TaskType           `form:"task_type,omitempty" json:"task_type,omitempty"`
+
+	// Trigger Only those created this way.
+	Trigger *TriggerKind `form:"trigger,omitempty" json:"trigger,omitempty"`
+
+	// ScheduleId Only those a schedule created (by a slot or a manual run).
+	ScheduleId *openapi_types.UUID `form:"schedule_id,omitempty" json:"schedule_id,omitempty"`
 
 	// Cursor The `next_cursor` of the previous page.
 	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
@@ -6115,6 +6127,30 @@ func NewListScansRequest(server string, params *ListScansParams) (*http.Request,
 
 		}
 
+		if params.Trigger != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "trigger", *params.Trigger, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.ScheduleId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "schedule_id", *params.ScheduleId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "uuid"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if params.Cursor != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
@@ -6990,6 +7026,30 @@ func NewListTasksRequest(server string, params *ListTasksParams) (*http.Request,
 		if params.TaskType != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "task_type", *params.TaskType, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Trigger != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "trigger", *params.Trigger, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.ScheduleId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "schedule_id", *params.ScheduleId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "uuid"}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {

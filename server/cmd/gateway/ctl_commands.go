@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
@@ -517,18 +519,42 @@ func tokensRevoke(ctx context.Context, c *ctl, args []string) error {
 	return c.finish(res.HTTPResponse, res.Body, func(w io.Writer) { writeTokenTable(w, []apiclient.ApiToken{*res.JSON200}) })
 }
 
+// triggerFilter is the --trigger and --schedule filters of task and scan
+// lists.
+type triggerFilter struct{ trigger, schedule *string }
+
+func triggerFlags(fs *flagSet) triggerFilter {
+	return triggerFilter{
+		trigger:  fs.String("trigger", "", "only those created this way: schedule, manual or api"),
+		schedule: fs.String("schedule", "", "only those this schedule created (schedule id)"),
+	}
+}
+
+func (f triggerFilter) params() (*apiclient.TriggerKind, *uuid.UUID, error) {
+	schedule, err := optionalID("schedule", *f.schedule)
+	if err != nil || *f.trigger == "" {
+		return nil, schedule, err
+	}
+	kind := apiclient.TriggerKind(*f.trigger)
+	return &kind, schedule, nil
+}
+
 // Tasks.
 
 func tasksList(fs *flagSet) ctlRun {
 	org := fs.String("org", "", "organization id")
 	state := fs.String("state", "", "pending, leased, running, retry_wait, cancelling, completed, failed_terminal or cancelled")
 	taskType := fs.String("type", "", "task type")
+	tf := triggerFlags(fs)
 	p := pageFlags(fs)
 	return func(ctx context.Context, c *ctl, _ []string) error {
 		params := &apiclient.ListTasksParams{}
 		params.Limit, params.Cursor = p.params()
 		var err error
 		if params.OrganizationId, err = optionalID("organization", *org); err != nil {
+			return err
+		}
+		if params.Trigger, params.ScheduleId, err = tf.params(); err != nil {
 			return err
 		}
 		if *state != "" {
@@ -727,12 +753,16 @@ func tasksLogs(fs *flagSet) ctlRun {
 
 func scansList(fs *flagSet) ctlRun {
 	org := fs.String("org", "", "organization id")
+	tf := triggerFlags(fs)
 	p := pageFlags(fs)
 	return func(ctx context.Context, c *ctl, _ []string) error {
 		params := &apiclient.ListScansParams{}
 		params.Limit, params.Cursor = p.params()
 		var err error
 		if params.OrganizationId, err = optionalID("organization", *org); err != nil {
+			return err
+		}
+		if params.Trigger, params.ScheduleId, err = tf.params(); err != nil {
 			return err
 		}
 		res, err := c.api.ListScansWithResponse(ctx, params)
