@@ -61,6 +61,9 @@ func (h *handlers) CreateTask(ctx context.Context, req api.CreateTaskRequestObje
 			return nil, problem.Wrap(store.ErrInvalid, "retry.max_seconds must not be below retry.base_seconds")
 		}
 	}
+	if b.SecretRefs != nil {
+		p.SecretRefs = *b.SecretRefs
+	}
 	p.Trigger = &store.Trigger{Kind: store.TriggerAPI, TokenID: tokenOf(ctx)}
 	if p.IdempotencyKey, p.RequestSHA256, err = idempotency(req.Params.IdempotencyKey, b); err != nil {
 		return nil, err

@@ -255,6 +255,20 @@
 //   - Lock order: a claim locks schedule rows first, then creates; the
 //     previous run's state is read, not locked.
 //
+// # Secrets
+//
+// An organization's secrets (secrets.go) are stored sealed: the value under
+// a data key of its own, the data key wrapped by a key-encryption key the
+// gateway holds outside the database (internal/secretbox), both bound to
+// (organization, id, name, version). The store never sees a key-encryption
+// key's bytes other than through the keyring it is handed to seal, and
+// never opens a value: the lease answer does, after the acquisition
+// commits (server/secrets.go), so the lease transaction is unchanged and a
+// task without secret_refs costs no query. SealedSecrets is worker-facing
+// and takes no Scope: the organizations come from the leased tasks.
+// RewrapSecrets (rotate-kek) locks rows in batches; a concurrent replace
+// is waited for and then left out, as it sealed under the current key.
+//
 // # Transitions
 //
 // The task and attempt state machines are the tables in transitions.go. SQL

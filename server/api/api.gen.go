@@ -822,6 +822,20 @@ type CreateScheduleRequest struct {
 	Timing ScheduleTiming `json:"timing"`
 }
 
+// CreateSecretRequest defines model for CreateSecretRequest.
+type CreateSecretRequest struct {
+	// Name A letter or underscore, then letters, digits or underscores (an environment variable's shape).
+	Name           SecretName         `json:"name"`
+	OrganizationId openapi_types.UUID `json:"organization_id"`
+
+	// TaskTypes Only tasks of these types receive the secret; absent means every type.
+	TaskTypes *SecretTaskTypes `json:"task_types,omitempty"`
+	Value     *string          `json:"value,omitempty"`
+
+	// WorkerLabels Only workers whose labels include every key=value here receive the secret; absent means every worker.
+	WorkerLabels *SecretWorkerLabels `json:"worker_labels,omitempty"`
+}
+
 // CreateTaskRequest defines model for CreateTaskRequest.
 type CreateTaskRequest struct {
 	AttemptTimeoutSeconds *int `json:"attempt_timeout_seconds,omitempty"`
@@ -844,8 +858,11 @@ type CreateTaskRequest struct {
 	RequiredCapabilities *Capabilities `json:"required_capabilities,omitempty"`
 
 	// Retry Exponential backoff with full jitter between attempts.
-	Retry    *RetryPolicy `json:"retry,omitempty"`
-	TaskType TaskType     `json:"task_type"`
+	Retry *RetryPolicy `json:"retry,omitempty"`
+
+	// SecretRefs Names of the organization's secrets the task receives in its lease (`secrets`). A secret missing or withheld at lease time fails the attempt with error code `secret_unavailable`.
+	SecretRefs *[]SecretName `json:"secret_refs,omitempty"`
+	TaskType   TaskType      `json:"task_type"`
 }
 
 // CreateWorkerRequest defines model for CreateWorkerRequest.
@@ -975,8 +992,13 @@ type Lease struct {
 	LeaseToken string `json:"lease_token"`
 
 	// LeaseTtlSeconds Seconds from now until the lease expires.
-	LeaseTtlSeconds float64      `json:"lease_ttl_seconds"`
-	Task            TaskSnapshot `json:"task"`
+	LeaseTtlSeconds float64 `json:"lease_ttl_seconds"`
+
+	// Secrets The values of the secrets the task references (`secret_refs`), by name; absent when it
+	// references none. This is the only place a value ever appears: keep it out of logs
+	// and results (the gateway redacts values a worker writes into its log).
+	Secrets *map[string]string `json:"secrets,omitempty"`
+	Task    TaskSnapshot       `json:"task"`
 }
 
 // LeaseRef defines model for LeaseRef.
@@ -1119,6 +1141,16 @@ type RegisterCertificateRequest struct {
 // RenewRequest defines model for RenewRequest.
 type RenewRequest struct {
 	CsrPem string `json:"csr_pem"`
+}
+
+// ReplaceSecretRequest The whole new state; limits left out are removed.
+type ReplaceSecretRequest struct {
+	// TaskTypes Only tasks of these types receive the secret; absent means every type.
+	TaskTypes *SecretTaskTypes `json:"task_types,omitempty"`
+	Value     *string          `json:"value,omitempty"`
+
+	// WorkerLabels Only workers whose labels include every key=value here receive the secret; absent means every worker.
+	WorkerLabels *SecretWorkerLabels `json:"worker_labels,omitempty"`
 }
 
 // ResultAck defines model for ResultAck.
@@ -1374,8 +1406,39 @@ type ScheduledTask struct {
 	RequiredCapabilities *Capabilities `json:"required_capabilities,omitempty"`
 	RetryBaseSeconds     *float64      `json:"retry_base_seconds,omitempty"`
 	RetryMaxSeconds      *float64      `json:"retry_max_seconds,omitempty"`
-	TaskType             TaskType      `json:"task_type"`
+
+	// SecretRefs Names of the organization's secrets the task receives in its lease (`secrets`). A secret missing or withheld at lease time fails the attempt with error code `secret_unavailable`.
+	SecretRefs *[]SecretName `json:"secret_refs,omitempty"`
+	TaskType   TaskType      `json:"task_type"`
 }
+
+// Secret A secret's metadata; the value is never answered.
+type Secret struct {
+	CreatedAt      time.Time          `json:"created_at"`
+	Id             openapi_types.UUID `json:"id"`
+	Name           string             `json:"name"`
+	OrganizationId openapi_types.UUID `json:"organization_id"`
+	TaskTypes      *[]TaskType        `json:"task_types,omitempty"`
+	UpdatedAt      time.Time          `json:"updated_at"`
+
+	// Version Every replace adds one.
+	Version      int                `json:"version"`
+	WorkerLabels *map[string]string `json:"worker_labels,omitempty"`
+}
+
+// SecretList defines model for SecretList.
+type SecretList struct {
+	Items []Secret `json:"items"`
+}
+
+// SecretName A letter or underscore, then letters, digits or underscores (an environment variable's shape).
+type SecretName = string
+
+// SecretTaskTypes Only tasks of these types receive the secret; absent means every type.
+type SecretTaskTypes = []TaskType
+
+// SecretWorkerLabels Only workers whose labels include every key=value here receive the secret; absent means every worker.
+type SecretWorkerLabels map[string]string
 
 // Severity defines model for Severity.
 type Severity string
@@ -1656,6 +1719,9 @@ type ScanID = openapi_types.UUID
 // ScheduleID defines model for ScheduleID.
 type ScheduleID = openapi_types.UUID
 
+// SecretID defines model for SecretID.
+type SecretID = openapi_types.UUID
+
 // TaskID defines model for TaskID.
 type TaskID = openapi_types.UUID
 
@@ -1803,6 +1869,12 @@ type RunScheduleParams struct {
 	IdempotencyKey *OptionalIdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
+// ListSecretsParams defines parameters for ListSecrets.
+type ListSecretsParams struct {
+	// OrganizationId Only this organization's secrets. For an unscoped token, an organization that does not exist is 404.
+	OrganizationId *openapi_types.UUID `form:"organization_id,omitempty" json:"organization_id,omitempty"`
+}
+
 // ListTasksParams defines parameters for ListTasks.
 type ListTasksParams struct {
 	// OrganizationId Only this organization's tasks. For an unscoped token, an organization that does not exist is 404.
@@ -1909,6 +1981,12 @@ type CreateScheduleJSONRequestBody = CreateScheduleRequest
 
 // UpdateScheduleJSONRequestBody defines body for UpdateSchedule for application/json ContentType.
 type UpdateScheduleJSONRequestBody = UpdateScheduleRequest
+
+// CreateSecretJSONRequestBody defines body for CreateSecret for application/json ContentType.
+type CreateSecretJSONRequestBody = CreateSecretRequest
+
+// ReplaceSecretJSONRequestBody defines body for ReplaceSecret for application/json ContentType.
+type ReplaceSecretJSONRequestBody = ReplaceSecretRequest
 
 // CreateTaskJSONRequestBody defines body for CreateTask for application/json ContentType.
 type CreateTaskJSONRequestBody = CreateTaskRequest
@@ -2047,6 +2125,21 @@ type ServerInterface interface {
 	// RunSchedule Run a schedule now
 	// (POST /v1/schedules/{schedule_id}/run)
 	RunSchedule(w http.ResponseWriter, r *http.Request, scheduleId ScheduleID, params RunScheduleParams)
+	// ListSecrets List secrets (names and metadata)
+	// (GET /v1/secrets)
+	ListSecrets(w http.ResponseWriter, r *http.Request, params ListSecretsParams)
+	// CreateSecret Create a secret
+	// (POST /v1/secrets)
+	CreateSecret(w http.ResponseWriter, r *http.Request)
+	// DeleteSecret Delete a secret
+	// (DELETE /v1/secrets/{secret_id})
+	DeleteSecret(w http.ResponseWriter, r *http.Request, secretId SecretID)
+	// GetSecret Get a secret's metadata
+	// (GET /v1/secrets/{secret_id})
+	GetSecret(w http.ResponseWriter, r *http.Request, secretId SecretID)
+	// ReplaceSecret Replace a secret's value and limits
+	// (PUT /v1/secrets/{secret_id})
+	ReplaceSecret(w http.ResponseWriter, r *http.Request, secretId SecretID)
 	// ListTasks List tasks
 	// (GET /v1/tasks)
 	ListTasks(w http.ResponseWriter, r *http.Request, params ListTasksParams)
@@ -3617,6 +3710,131 @@ func (siw *ServerInterfaceWrapper) RunSchedule(w http.ResponseWriter, r *http.Re
 	handler.ServeHTTP(w, r)
 }
 
+// ListSecrets operation middleware
+func (siw *ServerInterfaceWrapper) ListSecrets(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListSecretsParams
+
+	// ------------- Optional query parameter "organization_id" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "organization_id", r.URL.Query(), &params.OrganizationId, runtime.BindQueryParameterOptions{Type: "string", Format: "uuid"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "organization_id"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "organization_id", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListSecrets(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CreateSecret operation middleware
+func (siw *ServerInterfaceWrapper) CreateSecret(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateSecret(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// DeleteSecret operation middleware
+func (siw *ServerInterfaceWrapper) DeleteSecret(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "secret_id" -------------
+	var secretId SecretID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "secret_id", r.PathValue("secret_id"), &secretId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "secret_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.DeleteSecret(w, r, secretId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetSecret operation middleware
+func (siw *ServerInterfaceWrapper) GetSecret(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "secret_id" -------------
+	var secretId SecretID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "secret_id", r.PathValue("secret_id"), &secretId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "secret_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetSecret(w, r, secretId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ReplaceSecret operation middleware
+func (siw *ServerInterfaceWrapper) ReplaceSecret(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "secret_id" -------------
+	var secretId SecretID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "secret_id", r.PathValue("secret_id"), &secretId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "secret_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ReplaceSecret(w, r, secretId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ListTasks operation middleware
 func (siw *ServerInterfaceWrapper) ListTasks(w http.ResponseWriter, r *http.Request) {
 
@@ -4532,6 +4750,11 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/workers/{worker_id}/grants", wrapper.ListWorkerGrants)
 	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/workers/{worker_id}/grants/{organization_id}", wrapper.RevokeWorkerGrant)
 	m.HandleFunc(http.MethodPut+" "+options.BaseURL+"/v1/workers/{worker_id}/grants/{organization_id}", wrapper.GrantWorker)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/secrets", wrapper.ListSecrets)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/secrets", wrapper.CreateSecret)
+	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/secrets/{secret_id}", wrapper.DeleteSecret)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/secrets/{secret_id}", wrapper.GetSecret)
+	m.HandleFunc(http.MethodPut+" "+options.BaseURL+"/v1/secrets/{secret_id}", wrapper.ReplaceSecret)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/api-tokens", wrapper.ListApiTokens)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/api-tokens", wrapper.CreateApiToken)
 	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/api-tokens/{token_id}", wrapper.RevokeApiToken)
@@ -7990,6 +8213,492 @@ func (response RunScheduledefaultApplicationProblemPlusJSONResponse) VisitRunSch
 	return err
 }
 
+type ListSecretsRequestObject struct {
+	Params ListSecretsParams
+}
+
+type ListSecretsResponseObject interface {
+	VisitListSecretsResponse(w http.ResponseWriter) error
+}
+
+type ListSecrets200JSONResponse SecretList
+
+func (response ListSecrets200JSONResponse) VisitListSecretsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSecrets401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListSecrets401ApplicationProblemPlusJSONResponse) VisitListSecretsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSecrets403ApplicationProblemPlusJSONResponse Problem
+
+func (response ListSecrets403ApplicationProblemPlusJSONResponse) VisitListSecretsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSecrets404ApplicationProblemPlusJSONResponse Problem
+
+func (response ListSecrets404ApplicationProblemPlusJSONResponse) VisitListSecretsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSecretsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListSecretsdefaultApplicationProblemPlusJSONResponse) VisitListSecretsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSecretRequestObject struct {
+	Body *CreateSecretJSONRequestBody
+}
+
+type CreateSecretResponseObject interface {
+	VisitCreateSecretResponse(w http.ResponseWriter) error
+}
+
+type CreateSecret201JSONResponse Secret
+
+func (response CreateSecret201JSONResponse) VisitCreateSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(201)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSecret400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response CreateSecret400ApplicationProblemPlusJSONResponse) VisitCreateSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSecret401ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateSecret401ApplicationProblemPlusJSONResponse) VisitCreateSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSecret403ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateSecret403ApplicationProblemPlusJSONResponse) VisitCreateSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSecret404ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateSecret404ApplicationProblemPlusJSONResponse) VisitCreateSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSecret409ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateSecret409ApplicationProblemPlusJSONResponse) VisitCreateSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSecret503ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateSecret503ApplicationProblemPlusJSONResponse) VisitCreateSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSecretdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response CreateSecretdefaultApplicationProblemPlusJSONResponse) VisitCreateSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteSecretRequestObject struct {
+	SecretId SecretID `json:"secret_id"`
+}
+
+type DeleteSecretResponseObject interface {
+	VisitDeleteSecretResponse(w http.ResponseWriter) error
+}
+
+type DeleteSecret200JSONResponse Secret
+
+func (response DeleteSecret200JSONResponse) VisitDeleteSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteSecret401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteSecret401ApplicationProblemPlusJSONResponse) VisitDeleteSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteSecret403ApplicationProblemPlusJSONResponse Problem
+
+func (response DeleteSecret403ApplicationProblemPlusJSONResponse) VisitDeleteSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteSecret404ApplicationProblemPlusJSONResponse Problem
+
+func (response DeleteSecret404ApplicationProblemPlusJSONResponse) VisitDeleteSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteSecretdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response DeleteSecretdefaultApplicationProblemPlusJSONResponse) VisitDeleteSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSecretRequestObject struct {
+	SecretId SecretID `json:"secret_id"`
+}
+
+type GetSecretResponseObject interface {
+	VisitGetSecretResponse(w http.ResponseWriter) error
+}
+
+type GetSecret200JSONResponse Secret
+
+func (response GetSecret200JSONResponse) VisitGetSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSecret401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response GetSecret401ApplicationProblemPlusJSONResponse) VisitGetSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSecret403ApplicationProblemPlusJSONResponse Problem
+
+func (response GetSecret403ApplicationProblemPlusJSONResponse) VisitGetSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSecret404ApplicationProblemPlusJSONResponse Problem
+
+func (response GetSecret404ApplicationProblemPlusJSONResponse) VisitGetSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSecretdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetSecretdefaultApplicationProblemPlusJSONResponse) VisitGetSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReplaceSecretRequestObject struct {
+	SecretId SecretID `json:"secret_id"`
+	Body     *ReplaceSecretJSONRequestBody
+}
+
+type ReplaceSecretResponseObject interface {
+	VisitReplaceSecretResponse(w http.ResponseWriter) error
+}
+
+type ReplaceSecret200JSONResponse Secret
+
+func (response ReplaceSecret200JSONResponse) VisitReplaceSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReplaceSecret400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ReplaceSecret400ApplicationProblemPlusJSONResponse) VisitReplaceSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReplaceSecret401ApplicationProblemPlusJSONResponse Problem
+
+func (response ReplaceSecret401ApplicationProblemPlusJSONResponse) VisitReplaceSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReplaceSecret403ApplicationProblemPlusJSONResponse Problem
+
+func (response ReplaceSecret403ApplicationProblemPlusJSONResponse) VisitReplaceSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReplaceSecret404ApplicationProblemPlusJSONResponse Problem
+
+func (response ReplaceSecret404ApplicationProblemPlusJSONResponse) VisitReplaceSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReplaceSecret503ApplicationProblemPlusJSONResponse Problem
+
+func (response ReplaceSecret503ApplicationProblemPlusJSONResponse) VisitReplaceSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReplaceSecretdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ReplaceSecretdefaultApplicationProblemPlusJSONResponse) VisitReplaceSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListTasksRequestObject struct {
 	Params ListTasksParams
 }
@@ -9795,6 +10504,21 @@ type StrictServerInterface interface {
 	// RunSchedule Run a schedule now
 	// (POST /v1/schedules/{schedule_id}/run)
 	RunSchedule(ctx context.Context, request RunScheduleRequestObject) (RunScheduleResponseObject, error)
+	// ListSecrets List secrets (names and metadata)
+	// (GET /v1/secrets)
+	ListSecrets(ctx context.Context, request ListSecretsRequestObject) (ListSecretsResponseObject, error)
+	// CreateSecret Create a secret
+	// (POST /v1/secrets)
+	CreateSecret(ctx context.Context, request CreateSecretRequestObject) (CreateSecretResponseObject, error)
+	// DeleteSecret Delete a secret
+	// (DELETE /v1/secrets/{secret_id})
+	DeleteSecret(ctx context.Context, request DeleteSecretRequestObject) (DeleteSecretResponseObject, error)
+	// GetSecret Get a secret's metadata
+	// (GET /v1/secrets/{secret_id})
+	GetSecret(ctx context.Context, request GetSecretRequestObject) (GetSecretResponseObject, error)
+	// ReplaceSecret Replace a secret's value and limits
+	// (PUT /v1/secrets/{secret_id})
+	ReplaceSecret(ctx context.Context, request ReplaceSecretRequestObject) (ReplaceSecretResponseObject, error)
 	// ListTasks List tasks
 	// (GET /v1/tasks)
 	ListTasks(ctx context.Context, request ListTasksRequestObject) (ListTasksResponseObject, error)
@@ -11028,6 +11752,148 @@ func (sh *strictHandler) RunSchedule(w http.ResponseWriter, r *http.Request, sch
 	}
 }
 
+// ListSecrets operation middleware
+func (sh *strictHandler) ListSecrets(w http.ResponseWriter, r *http.Request, params ListSecretsParams) {
+	var request ListSecretsRequestObject
+
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListSecrets(ctx, request.(ListSecretsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListSecrets")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListSecretsResponseObject); ok {
+		if err := validResponse.VisitListSecretsResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// CreateSecret operation middleware
+func (sh *strictHandler) CreateSecret(w http.ResponseWriter, r *http.Request) {
+	var request CreateSecretRequestObject
+
+	var body CreateSecretJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.CreateSecret(ctx, request.(CreateSecretRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CreateSecret")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(CreateSecretResponseObject); ok {
+		if err := validResponse.VisitCreateSecretResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// DeleteSecret operation middleware
+func (sh *strictHandler) DeleteSecret(w http.ResponseWriter, r *http.Request, secretId SecretID) {
+	var request DeleteSecretRequestObject
+
+	request.SecretId = secretId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.DeleteSecret(ctx, request.(DeleteSecretRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "DeleteSecret")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(DeleteSecretResponseObject); ok {
+		if err := validResponse.VisitDeleteSecretResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetSecret operation middleware
+func (sh *strictHandler) GetSecret(w http.ResponseWriter, r *http.Request, secretId SecretID) {
+	var request GetSecretRequestObject
+
+	request.SecretId = secretId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetSecret(ctx, request.(GetSecretRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetSecret")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetSecretResponseObject); ok {
+		if err := validResponse.VisitGetSecretResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ReplaceSecret operation middleware
+func (sh *strictHandler) ReplaceSecret(w http.ResponseWriter, r *http.Request, secretId SecretID) {
+	var request ReplaceSecretRequestObject
+
+	request.SecretId = secretId
+
+	var body ReplaceSecretJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ReplaceSecret(ctx, request.(ReplaceSecretRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ReplaceSecret")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ReplaceSecretResponseObject); ok {
+		if err := validResponse.VisitReplaceSecretResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // ListTasks operation middleware
 func (sh *strictHandler) ListTasks(w http.ResponseWriter, r *http.Request, params ListTasksParams) {
 	var request ListTasksRequestObject
@@ -11594,344 +12460,369 @@ func (sh *strictHandler) RevokeWorker(w http.ResponseWriter, r *http.Request, wo
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L2Lcts4tjb6Kiidvyry/ilZ8i2xXbtqe5J0d2bSnZzYvfvU38oxIRKS0KYADQHaUadcNQ9xnmE/2DzJ",
-	"KawFkCBF6mbZucylqmNJJK4LC+v6rc+tSE5nUjChVevsc2tGUzplmqXw6SLS/Ja9lwmP5uZzzFSU8pnm",
-	"UrTOWr9NqCYTOpsxoYiWRE8YuZPpDUufKULhVUK1ZtOZVmQkU6InXBGZjqngf1LTSLcVtLhp6u8ZS+et",
-	"oCXolLXOWvhyK2ipaMKmFLse0SzRrbNWREXEklbQYiKbts5+L76IU8pF62PQ0vOZaUbplItx6/4+aF3g",
-	"ON68Mm1BlzOqJ16P+Ps1j1tBK2V/z3jK4taZTjPmj2Ik0yk1g8gyeHKxo5dZqmS6uFhXE0ZCwT7p6wie",
-	"CIkcwYrNUnbLZabIjI5Z04LgO6UFmdJPb5kY60nr7KDXqxvKDzxhjRMe8YQ9fLZvGVXsSt4wUT/jxPxO",
-	"tHkAJmuXmdxRRcYpFZrF5I7rCWlzQyNMRFyM8fm9fC0mjMYsLYYOnXaw12XD91aof/AiaE25yD+f1M6G",
-	"T7nO16uyBQn8WEuSx73AdManhh6PzWZMucBP/bwfLjQbsxQ6egdrRJM3MZvOpGYimv+N1Zywn+kNU7Bw",
-	"ZpZMaaLoyKwnSdmMUd0lF5pMpdLk4PiYRBOa0sic3cal8zrsmB6bCOr4uLxcdav1zjvIjWTmn/aHk9sH",
-	"++5D1+2cxCw17IlrMkrltESbVMREmddExIjIpkOW7mCd1yLTtdb9MqLN660iuoN1vowmLM6WcA9lH3h4",
-	"V1dU3TR2o6m6eXgXv84SSePGTjL4+eHd/AZXX2M3eDM+tJt787KaSaEY3NDvUzlM2NT8GUmhmQD+RWez",
-	"hEdw6PZn+MT//kNJYNJFX/8rZaPWWev/2i9EgH38Ve27dqHH8uG6ILZJ0v7ww0tyenT8fA+ZOCVK02HC",
-	"SBjJmIVdWBbbIogTM57fFewTnc4SBgNPGdUsvoZ5H/QOTjr9fufg9Kp/fHZ4cnZ48H/MKYtbZ61e//Rw",
-	"1KcHnWF8dNR5zo5HnWHvpN85io7jE/Z89KJ32vfuTG4GGmcRHMwqI/Jaex4dsc7zuE87p/S43zkZHo56",
-	"7CA6ivs92KtbeWO2akQTBXslZ2btf2/lrX+8D8yHGUs1x23xp+Rtakw162g+ZYs7G7TYpxlPmdroHTOR",
-	"lUQTtBKq9HWmNhwQruPnxR8W1nKNIcxoyoS+hqvdvrMoLjhBgWpiV9DKjIKdE5ElCYqR5imVPwGkF46p",
-	"Znd0Tmg85SLskgt8bCAEu2UpsYtLEqqZEUSpCIiQKZlQRe54zFKC+0pkSqiQesLSkqRqXzFSCs4kGAhz",
-	"UQB1GJmF2sEjuShiep3b73g+nYCkzMhy/JYl8+7AyC/1K/e7W7qgZeYNJJZTYr4lQykTRkWr+HGjDXak",
-	"/LnFNZuqVTwBzu6lece8bFujaUrnLeRLjqn93oKZAP3kvQT+oSgmU0jrcvgHi7Rp2vGJt1zBbMpnKx/r",
-	"WoPOec7KIUNrtcNRiukKz4qZpjyB3idSaScjyogm5rN5bcRTpa8VY2JnnA3O8coWhdn8hP/J4utbmmRm",
-	"YP2D591et9ftP4QTOkF21gpaiw0v8EBviZZt0F8v3/3yLl/ryqI9Bh/cuPHF9dwRT8Qvahpr6qbulC1K",
-	"2PCSa6Rm+NVVrqxL4xHYyXGEs7RwFoOWpxqvMfHlZ/WD6f9zi8YxRz3rvTdie42XJ+F2oiLpmMaI+S0g",
-	"rDvuktCd9TAgIZ+Z/85kqs2/WZqYfyLT5sjIXkb+Mdee1iw1jf2/v9POnx/Nf3qd0+vOx8+94Oj0/n/V",
-	"0UW+/WUdv7daN/AXqUQGDWvFx2JqZUaPuVH4YYVExoQR9XIRdmfyVSEne03Q6PCw8zw+Yh06Ou51DocF",
-	"Y1xkPKXhr3vI0YiUwFtosqqhh4pNK3+HDOcoqEQTKtCKk9sDDvpHz49eHJ4cPffMAr1Fs4C3onX3+zb8",
-	"xSwtagHXKaNW/q99aqdihbeD6+hNPs0uMjNfbXILFJS2eIUsgZtVpXBr7kP1Hg7TiAuuJhupIafDA0Pd",
-	"h3HnlB2NOge0oEvDVBlV7NqX6ptaVZqmqxQgpanOlFm5LIoYi2EZnH7sjekF7fc7z4cHUedFfMg6/VEx",
-	"qtZODldl5T5vRelpKtNroyTWUiT+PGVK0XH9E6XN2rWQsLBv63aQZkJwMd5MBvf2foN3gBZWXLW4U5f4",
-	"8L1HLWsswgPOMPcps3yAK8STz6Rm0Usrs+Rgvza0suFt7wjPNxCvvF2DlkeQ3ptHvRrru1kRnc4NuypZ",
-	"iu1wqny2soIwviVzfpfpSKJu7nwgPlcYUY5cMr+fanwieWOXOTG5tmAvwEyF9Gz2YnnzzngRw6Mzlip4",
-	"trbXLOb69W2N0BHZWxYJpotM3RBNpGWVZS1Xk/AN27W2fgJPHXGXYeuGzUnCqLk7LH84OghaMoqyNF3B",
-	"j61hGcc1fB73owN6xI5HJ73n/RdwANIx0xtw2vwVO25chhoGbNephisWK9X4oxN03V671bG9BS01V5pN",
-	"zSIKKeZTmanabdxKuatwEy70yZEvKp32es/7p6cHx0fPj3qnp/1V10hpo9ZlntsJUsVm1yytt9fNvzYo",
-	"e7UqnTev0sYFbvdrmUN+snaiqBXn9PG0tZd0Roc84Tlt1/JwVDCqRmhDWgSbOieUmAvnmSKh6/g68toO",
-	"yTRTmgwZiaTQlAsWEw52uXb4X4Os1ztkIfgbyyMMWp86Y9mxX/6hpOh+oHc/22vAjF8a7qXZz1TMPyCN",
-	"bHwVQQtcivW35mX+zhtzVO/hBL3BN5330X7srzB6+d3XblBpguh3WKSsh03iQqg7PM87Gep2+8CcGLGG",
-	"RIUiB0qhNLlOmcoSvXLCH+Cxv1AdTTxTFLoZPWl60Sg+4eMJU5pgP52haaHqoPRiL4hiQhfhFlbk2lIl",
-	"lYWkscbCOLlkQauz3y/ftoK6ahS1TRQv906tyrSWmrexXgUvmP7A8WSnFDdrT2veO9WZbCjwb6UlgeBq",
-	"36jG+9goDjNbMmRmTxWEeIDTj44pFwHhI8NX73iSGH5rWuMs7vqOjqXdb6Kk+Ku+wnVB1c0lPFilzVLg",
-	"T6G1VFa+1Fd5YZcQdcHcHk7UePq/iyPhBnHQ6z30gMwK9/da3mx/Hde4nQquVNK6F3n0T1dX7wk+YA2B",
-	"OQUQmkhhmHOWxGRCbxkZMiYIBcKw7ssSdz4+PfUDiHq92hCiRhq2w1xOliA4bHZDbrgz/75Qay9UtHPo",
-	"5og52/wzVYqdawiP2yzCbVfXeYnc/AkFy296cP86f+yWYpo1EHFxrVgkRaxKFsjD/vHhSa9XisA7qd0H",
-	"F9tQjaJcYQLaRnl8kJe9kOwPN5Hry6735t3wY/i225GtFrJutM2DvIzoloPbKlAlycZ8A0XGjO49vFPV",
-	"xJZumBkqlynX85KB0I8k7ZcJudPv9WppGQ0M5RFv5jn0x533uiap1fif7XiKtVy2txhIuN3+xszILs4e",
-	"tnyXsJ9XxRtPywU0n5q/1hzmFT69eq3tQbetB/6KNC+6kYa3W3DH+o30LjNdy4RPekcvVsVAB60o5ZpH",
-	"NCnZaVaKZf6zYIVM6NwfRPk+fSWJkNpepEM2kinDO3xKxZzY1zAAWMi7so4is2HC/Dve3S21N7wVNyCK",
-	"j0UZ7E/NGpWH9xNNYwJh5UQWitUzRe4mMmEkzQSODeKmjCQJUkBY9BAzGidcsGuq0Xy12fD7NcPH6zzO",
-	"UqSx0tgtizr0eZRp02vyuG6rp/RTxanuWiozu1Uks13Y4TyRNN7MTr0zzlxrjNyUyEEhXy0M63RuE3Wc",
-	"ZuwszqsU4yvz3Dps3bXZzFkwBnpLU2gROnM94mLM0lnK0U3kR9H0Oqe0M/r4+eSoPnjGb2aGWk7lMuzV",
-	"33/XkRRgdxf62sy1TKv9yvavpNbd3S2LSkI1MlUTeSeUr7O0uSZGWbFxEkRLwjUxD4qI7XXJhRgIv5UO",
-	"iIoxhs+SKZ0TM34iRTKHoFd5J0q9BtCZXR1QjrheFs+66FpehzqRnGrp0158fmPNZBk3RJ7TGS90sScJ",
-	"Q18zmtwOqnU31tf//Mf/1BgS/ZGvHf/arHYqFqVMB0RNYKdFxLrkkokYqEaR8CLTE5nazT8jf2E0ZSkB",
-	"10mEgdboRemuDA9wqmIxgyX7hgQAE06Sd6PW2e/rEEzrPqi6KJhIZZJM8xD0xVV4J9Aoee6vQa1lo9LU",
-	"FqEilSVZGNzyThbXy5DMa3hjXdbrp1+oFBllq2P+95fXP775hbx8/eHqzQ9vXl5cvSYfXv/fv76+vIJf",
-	"B+Kf//ifgYC/X//yaslzNZMAgmb1BJ2Poo5dr+CZdZv7EH20Zj/c8Opo9XX+eB2PWbII5ZyPxkDLGpvH",
-	"i5OjGuNp3TrsJM2k3uyyKG1WxMk1yNwP+KnppW65f+BJ1UtkU59c6ISf/gRpT8FjMfeUzWSqu7aTrWNg",
-	"1YQeHJ+0zlonw6gX0/7o6GB0ejKKDp8PXwzj5yw+6A3p8fOT3kl8QHsxPY5iejDsHx5Hz18cH42GcXT6",
-	"4nj4gh6atvif7Ho414Yk+gcbG+4fapEvb0UN/W2TGrVm3ztNWHJ7UtOcv8S7jGdZ3/e1XiKAlZFKW1Ia",
-	"fT7L0rY0HbpdhJXA4d0+FecnRhPDwsunf8IiK61TTYdUwTs3raCVcKWB48Inl/loPnn+HPuxch3lbdZf",
-	"o5+bsjm8waqFyDoYRiboLeUJxAZ+XLWzS7w5b5TKWPyyUHeqy0KvF3Shhit+1dVeXOm7b3HbK9CZmVIm",
-	"2F3pl6PeIVz5Dw92rlvCOun55QVqYUbZUk4F895UpE0ThQgZNlHxmQoIFyUtSjGdzfa6ayq1X/Jir1v1",
-	"6rp8ME8QOsJ8S65IIsWYtPWdWQaexsoBYCR8xMz4GixYC10/IDTZj0WuLmlQt9urJZSapag7rJ6BaUWc",
-	"24YhaACGsYP4ggmjqR4yqq/NhZTe0qTY2n5vk2yGkouzFZ+cvojjo+cnrE+PRvHJcMhejPrP+6P+6fDk",
-	"5Ji+6B2yExYP+yw6OYrjFy9O4qM+PTiJRqfH0QE9LRrU3ogOe3hbNuRybBKnULZOHj5AivNsjVzMMtjp",
-	"PGa8NWFJIgsHU+usxaKJrBjrAL9BsPTaPnT/UHFs2bbWn1hdwLZA6vVIM7Hmydw+c2KlW7zk+z4nqjBN",
-	"IPQGCT1UmJBIYROwHahHRJOku6RnvWRdLiuOApIJzRNvoeyM11wlR7cr45UEnamJ1Jv432vSKBYnuJQq",
-	"7PjqeBis8Oa5lRtSbIUUNgbxWWullkxvK9P1A8z7hv/UmpsrAc8WgKbwX8F81DkBySKis5nLQ/RQuEYp",
-	"Y+Y3GnE9L4Ws9NcwYc9SqWUkk+tblirrZPX247jOkK7kSN/RlDW8c1Brfb+jXNf6mg561XX4Sd6hJKEl",
-	"Ma+B7RnDv7vkZWkVFEtvWUrslEn74Jgo85ttfa+0HhVHVn3QVRPNNAVG4xatrRzhXb5KO7KNNpLwpQuI",
-	"LC9ciKBq4Rm5YWwGJMLFuEtCTOO5tjkOLA7PiNJyBjhILm7PgmzkGT9hl4SJVDp/Fh0L50RIPTF8eipT",
-	"lgeB0ihiM41RoE4VyiHeqt2bkyqVrs06yefXFIcH8YZGsJTCMueARDRNOVJF6U7IXR4QiQdje5gItTAT",
-	"xyx2LltVRSEXZmkX9cE2nIWJ1KUGLxctnkJcWOfSbrirz0mP3E2YIIbW1ry414o09o7gyjDNJvJfmF3t",
-	"WZfji9mMifhDHtHq0S+2UaGL2oU7OO2e2oQeORoB0snBcdDSaSaMGuSoeIGmSj2svyYNm7fG8peGWOsV",
-	"hd9gr82zJJpk4gYzfyCXlNDyTj/cXlesUd14IjoDoMOU0WjC4nMyylIAFoqppoQrEqfS3FeeXNqUEerP",
-	"3e83KG3DBqTz0qzNptFWVC/gKvaOXhw/rw01zTdqV+tdDVBwqwHDapjmFfukd5hR4qmY7mbM1wpXByLS",
-	"zQVoe+wCbxQ0AVvXwilzf/fWOHBb5o48KFG/mOWSWGUA0WIiZvEZERKvfiBxuP8jOWV1FB7k9LRoxy+f",
-	"9B0mjD5CmyUmsOIYL+S/50RcPuCwMt7q11H3uxkTiGy4beZh2VFTAOz67jMZaaY7SqeMTssB54BV2eiC",
-	"2QjU0ne2bBLq8zh+mIZQ6hqvSe22eNajB+McLrc3WR/kRTStEfme3s22BAJuhXPJX7NdOJlKe/B42ct+",
-	"N0WgygKOEji8K2hJLOFjDuAQ9mzmkARyNEq4KEKbXMr/LfOslL2ganK4X8/FXRnGJugE9RFyRyXkWcHS",
-	"Dss6gDInYBpufhWjKkQ8rUXmHxsRosoW0zpTac3y1ykyxWbUIyA55CSnuubPF0MLWjFXZXAi6Nf7tthY",
-	"qq+dSaZWyy02fp1Qp1oXR3kUBW5Saegwr/UIe9enMo/T2tYR/J6JmIvxh3xzqqmqc0LJ3zOWsRjTVbkq",
-	"YsFjMme6S0I0sl8Lqa9pfGvmpcD84YVih9ao38VnQ9OOddvZ11VI8rM4J3JEhBTM+bZwN6pxmGUQfNJ2",
-	"T4EPMR+JkaWKPswvSUJoymAekcwAPB2SbpUmHM1ZjkSFvM4hsnKKqJ0uAARe42ktHi1mdD3lago5dvit",
-	"odrrUZYk1qEeZwmLrwFWteWSh4c0upGjUS1xe4DFFe+DxRLO0YUtxEgFWnhKowkXrJMyGpewhssxbYDw",
-	"g+pQB8xJDrKkBExfTepDKgH7IkvJhCWgm62CenF+/qPeadDSXCc5SD2xXdtVmGg9U2f7+7jMHesJ7sbs",
-	"1qE0q31vyPdNuEUVS0fDwpinz0n4qWPb7pgvVEgSrrTDpzVf+V5pcKyoYCBg0Q2lZiqjiUttbf8o8XRE",
-	"UihNhQYn7oxGN3TMBiIccz3Jht1ITitz3Hf/2rGEe13yC7uD/hWEGw8ZoTGoEEbW1ISKgcjEjZB3Akc5",
-	"xEBkL9MW443LFBa0KvOFiyDVfEQjrTo5Pz5rHfcOz3Dz3dyNGiMkcU8TpWVKxzDZER9nCG/kjIcuabp1",
-	"1jrqnZ6VEeQTswlz1Iks/TpMYZsgGbSGNO5EKoX3e3ZVC+8zhBIYPdIB2IPVPzGyGYsJhFsrcsPmjq85",
-	"E6ttOHUqQdF4U0PDlNEbRShJsyTnWxfv30BLOpp0hNSdGUsVR1NgMV0vxzlKKJ9CI2CMIphTC/zszqwq",
-	"YDAXjRSspMM+2Tz0s9bRwandERtB4bCeyUQmsSJaSvR8yBkTZCaTBOCaRzJJ5J0qu/Q7DpDKjLdvx5tw",
-	"JnRple3q3dKEx4bFQu9WPPZbKy6lorlUZpoRwVhsJn719rKmg0ozlqBXDyplY7NSKd4YQpKCM8PznSiR",
-	"ipX2+fS01OCd+Q+9g5MFiU+GYNDUTdqJHI/N7otkvocBYqOER9rfXEcu7jfLh9knrrShS6uiFjGda52t",
-	"lxfeaQL2WzRQbg02vsMFbI2/YMUzDl1bEbuuQX7yMoXEXcCSjWQ65HHMcPEP7VrRJAEP0RzIIIbQFAVq",
-	"WFG/gYvOKOHjSb48NF8cWBKYZ6XggxmU0jxJiMVQOwckjDlpQ6JO52KkWbpX6eiGzTspM0OHw3CAY6y2",
-	"bM4TTM/eizEfjZgRyd2ooCYFGp1gK3pnhAriviKQmH9up58pIDdI80CicEZEvII8glj3xgT/zbiDtoxO",
-	"Lj34Lcmxtc3GkuEBdPZZs2EsMlpMbguZMj2RMXAhag66PYTH/iHM20E2aJ2k8CLIN7ozkpnAF4/ASKWy",
-	"aGJflqnhWjJLI0baMgXXUQ1xKMb2iiCPjpayk9AUQjuO+oflQzOU8RyR5IvbBBmdgnOo+J+MuIIyrp5D",
-	"J5JCpzTSnVsuE2tAwP3DtvExiyRhhjS1XJYrEssogzPRhr0E2sjfgDOEsqY0hwRFWKa02gMpjora68z8",
-	"kJ+o/IGg5aASOmjG6jiKhbNh7zm8AOxt4tsJYbQVsAWwqGTa8JVOjPyx4CApA2sUnCj7EDEPNZ0oI7jX",
-	"TgfUgJrpwAuGRjzIRnwLlhLhDq81S6fcnB9wi+bAv6AGm88e2E3LZtrYu011sGKAYzyUCHZnbljLv3A/",
-	"ZaYTfgvUKDOdUnGDg4ZHplzAvIFeDOWZa7CTskimRpVGAqxcvnhngjHWPgg1DIg7RKWGgGyVu4NVIu9g",
-	"jRcWNxM00xMmNLcmT+TLQgZm4EIiqQXF7CrxrvnGooV4SJH/eI80bWsmVDabyVSzuDNlMacuJu6of3zm",
-	"HzxuBEqL9laTCIDVXjoxT1lx4eGXrobZrx/e2vgBpcyZEXTK4gBOnC7FcBbN+dKGJTfbpmsEbOT5bWRf",
-	"K3HHnlnC/HVUdS13V0WVophFCTWXJ/AQmZLLny46GMJdNKog1RzH4jzycG/AE/bmtScRhle87VyGTfOw",
-	"EhOIYK6V3FjlywD5JWuFOcOkCmuIfT437dQ9bn88dxqHYAB+aH5C8SePLmVWsmnd3xd6Xo1jgYPWErEG",
-	"HOylII9FNPcmSD25Qvi5Gf6/imz464c3JGVwqRsWSacQ+Aal4lAzNi+ukWiH4f7Yvwe124gu+8EKnV5I",
-	"+TbpZE1pvK3T0YuTuPei/+LFUfQ8Pjk+pQcjRmkvOj6mca9/TA+Ho6NRf3gw7A1fHBxEcf84Pon6x8Pe",
-	"qNejvRc1CvGXSxm+r11Awe6+ogy8HSbZVcEYl6TDYTzCRXSzaA0HlJJ+sJUPFm61jWCAUxYxfrsSx9fc",
-	"jddgT2udHRTSje/szVNFfBV2c0S0ScoorECdqZrVVhyAChTu/jYUbjonbSNByNTIpAJNgHtb4lFt6FQu",
-	"NmEt1Fxv/deHH/T3YyundQ0I2DatLGTvFJv/8aHAhY4SFr3qYPyqbvhWm1s5svnW1cEccl+ur4FnL+1K",
-	"eWebWQBCs23mlc5l2jWdCtjTB3hrEceot+j72wVxVHO0FtbNzWLF2uzCq3KpZcriChbeIzk8S4u9al8X",
-	"sustVXdJCNwuBLME/ElAOydt+0NApK2PSkLrBAj3uiTEU2PeM+pbbKQiKQYib6V4PwShx/yh2C1LuZ6X",
-	"GmWf0BZyzePQiPQxizNUFMDMTEU8EKWeja4C452jLM0SxUgbv94LwFBshWqH4mCN0zVcfq0KSR/YyI+Q",
-	"WR+6Zitcdm89FkK868K1b7iIfcaI83JsbTEkyxOi7XaspGr3nC9Al8s19FbJKDDKejIusHI2o+LXn3Cg",
-	"nCbEOrnQ1DLKkoT8wY3ISYZM38G9bN313QU6GELIXk24e38phBMk/a+An5rSTw2gTb0Htl0v8BoNbbv4",
-	"o8KvXqW3TQTRJV7sy4g+dqXRP+RQASbJJoKsyw27LzyyGEERC9VJmZIJhOrOpLLIdl6At6vIcf/xIWgD",
-	"lcY8BMHfvRKGNVVNHYrvZpW1Hi8SCdd/A6DGv8ph3f24FT7AOpHPps888LkOp7Epizwfmk75eLw6GuTK",
-	"PrYmMoCLFy6gGkvFOWFdm86UWcPysdrkyDyE+pcAq29HmjlI8bYEmOd5bgAu58+6pudi5tuqLVvVk9qU",
-	"lNfLYaynx3yK5dUoyBKXtYkAdyI2R/QxQwM9UNjNbsUtCMpR0tJSkycH9aavnSAUrkS6vJow8occPivc",
-	"hvaV7jIZpL9ebG7T+ud5cIX+DkpDqbBVwVLWrpvlMFq3kC3KeLUoRoP/zbrhYBsd/vDvDly5xBrNzd9w",
-	"Xd+viO+M2PFx5/nopNd50X9+0CnYMj0oookFH090Mid2VHAeRjxl5Xkd9q56/bNe76zX+z/uKZVIvfSp",
-	"7QsP59i5ERgxspnZbBFhaDFQWI8ckP8w/zf93LI0oeYZdQPFig2xXf8phZnf68yct/2/sDRBxOZsFq/c",
-	"tzyXtb+TOOuHwhZ70azlc/aDYSnkbsITRmY0U/W5RRuWS3bb+uCy8WVaaqwuYo8pMR2TEVRtb8PfsyRT",
-	"VsnaW7+gSJk26ziT3+E5oUPA+zfkZb3guAVFlsv6fW8jV2LQavOIL3Bh7igHlzD64BiZpeyWy0wBbLCW",
-	"ZqSkbU8CBsJeS8E2WLftAKvL52ldkvFyxWvS6DDinNiHzm3oIvZDaBwrIsUaNXdXXyfLYbTcIP06tHW4",
-	"2xVZ2luP+psKF/Cl4Wy/zurOBcWcRrPtiky5guAfOONC5gFWKRUkll0SGsINDRUopGHIj08SG4sxPSeh",
-	"4YohMf8FyNipHzhsuSowzmWX36sSC9vAhALTYTSawNFGbGumzKgiKkIYrbkX4f4JSGgETe9bSPNfsKdU",
-	"7VH27qoAWfgVGejanDfOJcU1RN78pVrZt9Eg5V77gadVqWLEFwpRVm7V8kUaj05OOs97z/ud04MXh53i",
-	"hh8emgMCxAO8BbNI8oIgjmZROLpeNBGYNdvI++b45vUmQshKGSJXh/P2l1/Pxfrt2PRQXsqFmGw4qxBh",
-	"wYRO50RpChAyMiVDpnjMVA6r3AahpmOhvx5WpM2dgGI3zUmewV94sdQeCG/LazkwtuZyImQKp/OZsnAL",
-	"Fju/9pitXyTFo5Z1nr/hs+vF1BzcFU8GtNN2GQuo8NfyhGUSAkoGiDQypSKjENcZIIIAxxhnqm7QB/BI",
-	"tc4ABbgJELyIJsMcEjeW0ni766Bze/amgp3mJw0bq13AMt7Lw+9hnyL8y9dtVDHU4gRUjmVQHP9VbHc3",
-	"NgWPjT+mbQG72eWQn2C475xWVivgUJRqIZAXZZsFoZYrgomQXSfC5G5yAAKznC4gIYQ4WhmI64CEufwb",
-	"AvgNCIxlMbqACTFdMcOrqZFCQEiaypT5QpJVK6GbnMMY9XKZxGSuhJrLfeltt+I6rL3tNrP8babcVR3f",
-	"+VF0HS8jALMAu6RZWNDtMwgrmsumjkAa6WRObKpfGKVShEAxYRUMJ1yUVwsrxnozdbrBvTN3LOj9/JaR",
-	"EWdJrEh7ykWmGZnILCUxnZOpFHpC7hi7iel8z9ze/2V+S+YB+a+YcvjX/Ap/wMPw15xReIYLEuYGlLBS",
-	"da4ezouJDUWuldCEF2TEP7GYzFjKZYzRsCGYuq+pDiFsv1QqZw/GTYdKJmYtTMfdtavheKIVWhuax/U6",
-	"V2S4IlCNCIGmqBuvYlksOykVsZySGU016mFcBWYuwIO66/lhfYGvYKXrkI/jvM47sNHeeLYzHyPi16uX",
-	"rQWIOkHeXPxyAatNzCsBYd1xl5RMbhUCOjlaK7KyrI1tZlLfZUG3ZTXcvoq6bUuZ4XqF2cpK7JeqD7a0",
-	"jtZ6RbkWym7WlbXaAABwsZJVQ/Wq2ncfXInqC1afuq5GrDwwSgUbrcSqPLDNh5e8Wl7g6tILXXKCIBcj",
-	"Cflud5CoFvNs2gpaEz6GbHlb4a5eKlwI23sUlKpHDZpGH5WLUbMZGGdHB3mEGP52/7EuqPqrgLd6qnDm",
-	"7eNZnyB81QsMXhEO7CazOgDYXR01FG0ju3tBK8/5Wkprm8dsLY/Cb7oKbFnD3WOBL+B9W39Tbr6qA+Ao",
-	"GH+vmZEXoRueb3sJmvg6zs7Gc5lH5FdxiXG50PAEicnZDBTpYRaPmX5gXsKyy3+D1kqUtnbgWgWac7OX",
-	"nyxWrrYe6M7t3eALbo6XKn6+diglDaitS4Ww9be0URTbwG7+ZPVEKwd++btlaKOvQgjczJJPxfUfcrjT",
-	"OErAw/eDzzaU9DaPo9zGkV1nxi4GuywOM9/igsKati6ocOTKUagwu8ZTt5mX2qzkqzyvdr1ajOgDXajE",
-	"6B/atUQie8OsNPXlDdfXRzTD2YX50U7rsczlpcoPZw2Ltx2nX3h546o/OxG6H3hf1by+8TzW9fF+Q3fM",
-	"Y7Loh6vWa7DCgu8toOSW9qHx0DSHeyLoXznuE0M8Sx8w9tMLCEUzxR0F2I0KDkitVp/PvxKMUpLBKa9/",
-	"F5OnanKmPXaSpUkraN3SJPPx5PoHz7u9bq/bP3txdHS431oTDDRmGhEVMCm7lAXW0onq+NBViiWjDiIK",
-	"bpgks32eSm5xKWwrDl7vshgOQm95mFv3D8672y6oc4vMO38LFmJIIirIH3JoVSt8lMWEb6tTVdL8ttUE",
-	"tkqWeUje31a1L/OcRAd/4VouLfpKaGI8lTuRG/B8P6LkIG+YuIxkmf1AQXf0QBY1yGnM6qNgrgopucZJ",
-	"7+KAsNyOiwPqkgsXD+TQkNIUKvDwPFDISt/NoXtryOR/M49uEyrknn9IhMpDXeWNsX/+5Opife3gnynw",
-	"FQalgB4iR4TmjwQWcezi/Zu83FlzCA8UYK+lgV9BFXBeoO2SOx8a4V4HI7+GN2y7mOV6wPe60N66DcTl",
-	"QkDj7RZrKTh1Pex2xRCw0pu21Xre187WCGmXFjWqUul8y0qup2YkWMYPpvYSKxN0rhqqed87UMDWWev9",
-	"r1c5dtVGfg4jSTVKULf9fWxS7a/V3GIl9qesxeot3drFiitF1bAFoiVWVrS4lg78KyDMxrtQRcb8FgtC",
-	"LtCG25Ti8jG7U8divP1ag4HDVq26F4sm84EEVlx267Ndufl6ZP8qIn9/AZHfS+Sq5LbqaNaxcGZmdFrP",
-	"ALKYQcb1I6P4Y0oPY2JpB1ti/eNwngDqf0HAr27HwkUKD+SQDOfmnvTH6WrBWcxPsKxZWFQXpu0//kxt",
-	"KYI/xAi7BOxsKaKZyvK6w7vxNyy7rjbKLHNkuG7PK+/C9TeiMUnN0fJiPTkmgC8C+n/KGMnr3xEXv6bq",
-	"s+0WD0S1cb80gqqgIPqlA9p27RGM0h6WvXMAS19CzoqxMjEjOE2utqw2AFXxEu4ES69rFMGaomx+pQNQ",
-	"ZOVdaY55xh3A5yRUm9G4wgkBRuFO4ACaCWg5EACPaUYAP2pJMlGar8XeWW1nqylvWuPAv5UofHjum9qn",
-	"bprOhP1xs8DcmjKqDYVC1rLM4S3WbJuzQq/fop/nVtQ5qT2DFcaWn6JggTPXnIaVOjiO/ceUiqp5bGy+",
-	"W3FZbm1+8urMr3e7LlxL/vA+P2LK6I4q4i8aUbwJrNiYXVhI/H3ePq4bW/nJMedt4DibBTkI4fjofNkY",
-	"ALVNqNaOa+Tf12D1PEDS2KZssbWcLo9H3ao89Prljxe2fpd1mW3Z4QdUZ95dKaWm8kk7syV618WiK6PJ",
-	"hwF23ihLuZ5fmoFasDNGU5ZeZHpSI5YLL3OtHd6N9fU///E/4V5uacSy0y7HGWyZZCilVjqlM6wRERKb",
-	"AX/x/k3X5o2BkoIdl6vvFNzy56u3l3UGt/o6HuRuIhVzWNvEE78r1Tow585KbyDucDUQnrTWJS8nLLqB",
-	"6hs2k90GGKFQB1KOzfieUBGrCb1hpUo300xnNDHDv7+H5ImRrLHX4gh+tCuHVEniLIXSQGin1ZKkbCo1",
-	"I/i06pL3Dr4QRCtDoFTLFApOmBENBNQokIkR1IStCo7rXGyk6rr2iA8Wjw/XL68aiDZOyzywt9VqA0z4",
-	"HCpRdGYySQYifP/u8ors3/axqJIKA5Iywe7casCAcikep4x1AQrsvoEYiNewS9NMU0gVs5trZE0znBET",
-	"EZQtKgodBCBnh8A2OmCWDwMAu0Qt1BZTAphJKkgmLC68LbFBU0YiSyO2kn2BlY8QGYpOba1zrIMCdXZS",
-	"rpkCY7ymCRsI+CIlY2bGctQ7DXHCDkQciiqFRa2P0JtrKXEGMmmEqx0TyalbOqxKkVCYlAswIe3wP/LU",
-	"p72ADBlUGRkIV+QM7NaCRImMbhS5YySWtqIZUNZZAbjhJm9btpuRpoYgzSKFvmXQTut//6GkCEnbVRPb",
-	"q5QPs9XC4DwlPGL2euCxIdMRh8zyixmNJqxz0PWLbBbfGTaXTac0nbfOWq+8EwX75zA5yieLyFuWQu0q",
-	"cAAWVIrDm169vex63s3K6cVqTPmN2ep1+zgOOWOCznjrrHUIXwWtGdUTYLv7E0YTPfkT5NC6itkXsJ+K",
-	"HPR6pYxLGTGliGLpLcNqW13yypVX0TKLJiWKNKNGNsGleGMkoB+Z/gm69kqbwIgOej2v7iwIZFXL7tln",
-	"ZN8rQU9tD/f3C6bMK28SRntO+C3rWtAdauuk17WcD3XfVajz77PW2e8f/W1/b3swrQumFEQ3jEFElDOF",
-	"WEz7UGlk3Q2w4Dd+VQyoG26oC/kJzh0mhdeDJQiEGRhyQdP5QGABHWRm5qG3by6vXv/il08w1HlHb1gn",
-	"m8ESZbNzctw7JFC45Y4re9ss7OoHRmNuJ/sFNtZ0P4edPO4dPkF/v8CdTeP5OQmBHauQKDqH9ORoQmI2",
-	"YyJmInIVYnZPZPmCo10+vWVEp3Q04lEtud329+mMo1CkGqnuZ6YpFOc2gsa5vbGxrCQUaUNbC2DKL55t",
-	"I7tezPgVdvGIZOA6AWG54ZRbYWP7Zc8X2vTiyS/e6tovPiIuo64L0pAzpkgIomkYkND52c3f6GgPz3Po",
-	"6WSOVZ/QmgfJw6VCoNriSShmRCKoNDShYuysd2g+K9mhgWHsdUm+IFgnCe1lEUPzGcJTU0UomVA16Q7E",
-	"Rb35GwXsKZ1bAdyRx8gWHKzawWFY3YEwvRvBKh/BUGZQ+9Be4fg9JudCGSPSNs1hXaS9M8veYCXz0j1T",
-	"iVVPBgIfe6ZIG8fHp7OEM5VjbcMkca330GDIta21g8XJKFaJoRZfDJoj//zH/0e4HgguJizlWnm/PbOl",
-	"eubIl8NFT1Ho6uCANww7perGXf4U+xwI2www81FRte2od0jCuhpRYR3vfQl74Y5EUZD0LzKer3HiPMuG",
-	"FWYiTrxwEFx4iJhzX360YROrD2p5bM7Ycl/WNHWasfsFbtHfGbfAQcT5Ci1jGIF3OhyxQK044IrATY6Q",
-	"ka3JSczzhxs9/0BuhbN1kR6uytYCx1q4EvY/OwyZe+RjCasD/HkDhU9nWITTEDTV3mIpiRgdqLna855H",
-	"BhkFK8pSxW9ZMl+8PhAu3CPkGU3plGlwXv/+uQVZUkaCLeTuHPamSk8+ga4yeX58gpuqieis2o9L9WyB",
-	"0o6eknJw/demHKsD77uQWLBa1d6Cr0XsSCKBCik5zqvhsoD2lhcUNocPFV17Hi14j7U42BoNIy5oMhCl",
-	"inamLWC0VnCGdqVwrQZOO5ZpbPRew5nPACVCZ8iwzY9e/WD0JIEu7ZWyBV8UTczljJX5JvSWkbHUgbVG",
-	"4ZhC0j7o9QBOI3RFjbvknWADYef+zDJ9mnj1KUcjFqH0DuK26pKXeddGDEv5rT1zNK98qOWYmYcHwohp",
-	"Rq3X5tQJrFSZUqEoSvbtcSqzmZnMlOu9c1wgBLxxKz9iIuJi3CUXmkyl0uS41yMz03ZEk+Tc9GkvaVcC",
-	"EwQKOmKkDc15K8UVycuX6r3am8tSzkXh/tn67io6/mrM7j5+nsoiW8j4foPb067Pz1TMN7o7d8e/ykOw",
-	"BvMaXvZOuCJ7AFxS7EbdsdvyGu0/6rV71N/s+eMnudYL3e9zyTL9+8f7kjL4Axomof6148yOB5hj6jFy",
-	"m0S8yMg/F2fmfj8vit7M1l9hrUlVqmPbNjdzQCzxQS1CGx+GJSkNh7aW270Su57IO3Df24KSXJ+RECO1",
-	"jK6UpYkFULLhWqGLRuuS35y10S4xCUdGGbfl2W3JzoHgqlRz+hlyvPD9r2gEdhF9n/NQsfuQeGbnAK8C",
-	"XL29c8vt1WE4EBwMz5TMUmaDMUyjoOS4kqAJeLCwOixYC7JpYQdH1Xoik9iNeiCilMVYSkaB+mZG6uzV",
-	"NUPdR64edskvtuI4lIsFjlbHet/NmLiwe4ZBm4vyVh2ZFo+4xLs3ryCLb8XDYOy2ktDHB7F5eNKFfNVU",
-	"cLWSYcpmMtVd+6Wa0IPjk10UmQxahoyvh3NtmG3/4PBobXZu1hzX+gspQuXo3AaJtFzQdUtWfbTh86eP",
-	"yqofl/WabS2xwPIKbsx515Sn/crZlhc5GcMwTLQ6hqSNv0HufTcvYR2iZJpntoUD0abRjZB3CYvHIGK6",
-	"KtYImNYtCs3rs4oYCHzRiekS18LVcZhQPRCuqjbAoztRn6RMZ6mN9ZIpH9vy2eY2OC8VrndNc0WOeqcD",
-	"EdrW8zLeYZeEoBFco/CtQkgy4ay0Ss8USajS5TLYnscMZdwzgtw8r+aYBzeDwaxNFeEj1AK0JOF+3iNM",
-	"q1KNfyDCQdbrHUbF/sJndoZfVzBU8LdwjwzZSKastMVMxGoNGfrb4OI5UASCQVjksU4mcp8GhGkrRcdY",
-	"2Cf3Tlg7mcu+xKrhlm8W0rYt1bGxoP2FhexlAvZViZCB2tHF+3UK0498A3yVwnfB9zbm+XmYQTPT/1ne",
-	"Wn4GQl1hhNaSCHmH5S/Amo4w3GhEcd7xwAqZM8MBPb4yEBZCx4XJ2LfzNHri0ui75I01rCOyZtglzkUZ",
-	"QoAAaSN39mIG9grPJQ6Ho8VdirEReFkS17G0PELry/C0RzrkpSix+vPtNhZx07F6PYSk0KT771O761ML",
-	"5dhBQYZ13/jMJnK8RDm+mM0AJhqrwBKqiVEZSChHI8V0aOtt+LKJHHfJhZGKUs6MlpiJG9JG2QreCayU",
-	"Ai49hLuO2ExDqFjEjMg0pjOb5Okqu2BqOFd0nDKmrARlzuu4g412plxNjSQUDkQetYNBAqZheMYJSdaO",
-	"2SVv5Rh9whGdzRB2103krOAwkRmNYAOh00zgkSFT6vIWnNdRxGSUpXrCUvBVAlBuKqHZdmjfhPipNGNh",
-	"rRURV9qM6dsQfhAREbF2oa5QRAVOC1a7ddZbW255K8cvDZ08tcDyVo5x1RGPsJGfyXGFmwHJw5tfpWL5",
-	"uAwHl8zc14WkgAd/Y95jtY5m9vMe1ReEskdVR45yRHxXFcopF4vOgjNio3nzd9oAmWDjDmyF+j3gAq4M",
-	"vflWZuOJze0XVGcpTcgNm6sA/Rl5Y+a1oiz2QOR1sc3qzNBsh221wx9fo9ULolL3P9uqGPkaAFMYiLCi",
-	"eoXoVccT0SUfFjXWGzYvAhXhm6GM56RtNpymEJ2ALiAXaCpH4CeJqJCCRzQhf71898tegx6bK9MQgxkg",
-	"94f6LnPNAsts0ZZJirHrzgc2A5hwy/HQq5Uo6R0gFKXyemMBUdxVIxvxVGkb2wllRzD8FANAyrOmArcE",
-	"Jm0uhoMDEnJvEW/YvJMyo22F5xhpUTQAAYFmMaBDF6KMfJ0nCRkys9Q20I7F+cXjt89FZ5Tw8USHA9EG",
-	"bY5wvWfuQHMvu3Ea0dQ3ZhZ3mBeaSi6tIk1QkQYCG4hM8L9nzL+eQEYlodO7O/h4ByZpQzNc52bqWEOe",
-	"IYW5LGgbuAuAQtYmbUN5r952Ll0ACNofvf2iyloWhLzztmwgYAMAqiGFvXeuyCZaqrsDL7PhlOsPlis8",
-	"2TW4+ukP9gR6p/NvbP6wC9SHF64iIEHlDQeAlKftF1Xp7Qtm5Ou/WoY+kjMmOmZzOwcHrbzdvLi9B0uE",
-	"wM85JtHlT0XMZjPs8Xo3sA8N/cSXP3Z9Ed00Xftw3TxTVbqF+LWCqiG8TeRUD9WtPKiCGpZYHqLLOjHT",
-	"rc828c7pFmoa89rwTna5pZXwC7BE/2rWmU3t80cHB9+wHnlphDrqC1nAhQOiKQRIMQzq8M3IG8t7oCys",
-	"Yxty9xyWQEFkO3CVhhbcLvRlIbyQJjSdJkypxYisS9Ptv7QV5t92l52fl59pemNEOqDNnGAppP4IB1Le",
-	"cDiymOsOuzXDaAxhxxwlmy/UwUw0jJPGEEU7TgLNkDYTqUwSFNKtsS0gRVp/4FwOA+FlpOXfuig1GzhF",
-	"UvYHeir2AiNJGqEYROQu+UWarlOmIRIOtGCa1rp0IIzezPQ1TrQ+EPLvGUvnhb8b1baWLz94ibP92sTZ",
-	"+pbQGeOS/HfVXF6070GNgdjcqg3uXAq2tpL/vMSc2HU4FZ9y/bhMqtj8pgSHC1SS5QipeHdpDnDCbKNL",
-	"gj/95Mx9ODXNl9M7Q+5FHE2hc7vKzaVzZV2fRYj+GaHk5eWHsnYGCu1AmE9+Gq5LLXBByeeoSCUxSJsY",
-	"6ujilouSfs4MzJXTn+FkQ3/jlEbM1RWbGZWh9siCLfmlBzK6qXqzrugt2N0XclK+USpjsT/HhvuzsilP",
-	"EjN/dHD61XkWCgybZ6oEQNt8v+FdtOIouTOElpHFbOkzHyFIMRcrIgWyR1JceDZAH+CBbC43GUuNTjsv",
-	"HccmsHjH8IbNzREdM2FeYzFJZAT5S6DjmV/B3TgQCaNONLWRc2iLsrGiEDanJkaZTvgti+ty621IHeYK",
-	"DUQRvvfyIgDPZynQzsv2LvKNbN0RI/rirV2sgTUVubwrqLonszSC0vEpU8rzaMBDNpDdW0WQtbGwLr6C",
-	"5rTTgWiHWsrOlIp5x7IDFdqU4/AD0+m8czHSkAxWcCPsJGUjniS1vOY1EsnjcBhs/GtnMXXH6mniIA6+",
-	"bsm7xIZwLwu8CZvqnjOCaoZHlRuNeMLU/mfzj8sKqhW4j3pHeanrPJWBfTLihAsqgIM4pXP4STFmUaoX",
-	"koh/4GBE2UzRNC8ZLfMxRTIYWAM1mgX6Evk6PzINlUQB/tclDvlCG4BvNW3nvrcutdt6qVNGp8i7IdzV",
-	"Mi6Hv4ryexgU31zNZ84i/oHN0s4rPmYQGOICvgPIMhWQA0OjCVoF89dfcTWTCjCYwr2AKCriofwEjmD3",
-	"yKUl9c57mfBofuYeCjGW3F46SvDRyHk9YoxSj0sh6eCpYOktOM+TOeEj4oK4wQuNWgURkgxTeadYCtWi",
-	"B6L918t3vwTkl1f47yyhXBDNPmno/uXlf9s1iiY0VUz/Z6ZHnRdhQMZ/8llA4D+apgF5/+qHgLz/5ceA",
-	"/PX96x8D8uObH4KB+I0N3wNc39y6y9o/Xf38NiCX//1jQP4f89df6S29hD0KyD//8T973jyoKiNeyEgz",
-	"3VGwiWFDzr6haru0j3jq/mP/PxqspohKUKOwNZ6zZwppsWIt9sitHmfQ8+GB6mFpAYFAjg97e7YYbagm",
-	"1Dz4n2dDqtjJ0VnYLambCwN9+mP/St4JCDDGs9984NcIKgNJtZKbB4aZgGDJH1UWY0MfmROPehtYP+T1",
-	"7BGu1UDk2GJzQuNbc0MrdFwRqIecu/FQBmQxUczQlWbJ/IyEiIITBgMRViusAZZTaF1+F7mIC+movvFT",
-	"2pAz8zkl+k4ujTL7zRXVewx5qgFu7okFqybks4ZELotAZGThMk38O5XrybRHmiToFM7PnoWlWi+pq4Cw",
-	"qz/4v1GuFZRilCS8o1wX0AVGwzOve1Bgfp4WVURJKeAm1/CgttYT0PYUi6HSgI0xIOZAImspYkFNfxjQ",
-	"bk4x5aBmAtzRRCYxhIg6oBuAFLPB312CrhZBFoM9tCRTemNBikxLkJMKEGYzRhdSFm7YfCD8wA0LmcWT",
-	"pGNhuPLlVprR2OyFtRMp0qY2Ozac0k+IceoC+qZGcJEDQYlhU07NtdgpOqWgjcOa5hofT11faPFCscWB",
-	"2kGUjAX4oAMxoQqcTKzgpA63QKIvlVFNIgqYcrb3ktsVLXln2EBqPat253z0LkpGKVMT60PCpNgwyHGD",
-	"UKLPQ05y+C9Iu4iRJyOol1nydiko2HmgCMWtgrlZBUKVlwwyng1FmX5zlDkLO+JCKPGFuczIWNZGR1xE",
-	"wGjf4pnYVNB5Z5POdxnCsApDNGiphLEZIG3kNAYQ64uoxK1+qw44s5UyyJ+JWAeZw37PgoD5x711drBB",
-	"uCEieX6RK8z2vTxBwp4ji0tL2jOpFB8mRu0UbO+7uKuO+sfflcVi+V34NgfCg5BFh6LH1JKrz0cgUkvg",
-	"1WohjpCvVRDRvefqQa9KAO0bM5ivyvfkT2W196m01k9yvnbh5JKV7crB0krfN6N62aA2SHy30F6WcJxd",
-	"voSCBaTVbcBt8td7B9hNF9GUtTaEZ/KH8IUyk0urUENxFsLpq+TgO8NrkmVSaKLKOja3/7mCzv4k1toK",
-	"7W4oVnkvP7b1dhV5VStRbBn18/TW3x0TzT7G+DdfmvAzGYHDbTiHHAEVkJjFGW4N+unaiPohZDqlCf+T",
-	"xQTCave65Bc/JKY+8AVH8FBq+tYiPsysV1+3uD3fAnViMEm1LJKdgEenQEHr06fNO2kkUKyiuQaFwkAC",
-	"4iK7CY/3LIDXRN4hjI7KC6zmtVWN0rwOEdth/KtRsVcNdSkZ2138hulY5xu8JSFbuPMVQYzWwu3XeNKV",
-	"q8rBzrGEj/kwsf43CuiySorwzPspGIjQAg6GAQljDjY++Bu7mDKhr/2v5WiUcMFC0raiQFORq4HIq1wh",
-	"tAjV1xGd0YjredgU5OiTu8VC+mbECK9aRxNag9s1u9fdr4d8Hdi+IZW7CaAHokHQsDxNbzC3yxVvKiva",
-	"mxP5/ue8jNBSaNFfitoLSsuZC+LrOp/Qf6I/KMQgI7syAVgG8qDeInB3zwLYWBzH6kVUrvhHHE66O3G6",
-	"wEee0ht0g3G0QFg7N5jHWaLY3YSlLNf8MGksm3k5nuf5BOKUGl2xncpMc8GIOaPu3O2ZZhFneGrrTNSd",
-	"m18FvpJ7rR77hsGO1nsW6yiib77VFMNr66Q1RAMf10UDP7LoZXdg+UHGCHEh7/JSLV9jasCDIWCn0hyL",
-	"wutUTL6WEwStWdbgcrdHaerqy5CaY4iuEAigMysrRZd8YB3sE1GoZim75TJTyXwgMpHz1BnlKUlZB2vQ",
-	"KaOheghVkK95IYrKfwVyObYAMRauDI/EiAtf/yPLENAHwmtIy2boc3RboOsmL9lYMShCvcOA3FE1EM5u",
-	"bWHR8z3AaobtHKqwhq/uw7s1TDjcC4hMCwyuCVWe79yhuNp9cvq+8/Ud9Y5KxX0hSRwgJazhYCDAcgDr",
-	"VVAKoQtLnwJhxXDBDA3js9nfsDjD+eIbA9EGGPSRTIc8jploAH/4Uszwa2FJ3yMXurBntHRCmywdC1IJ",
-	"SuJNgvVq5e0S3l+gpWqYBBRc4KrK0aD3LvkBcVhymrZO2so0yofJWuEgwf3IjK3u9lyswrg+0HnQMAup",
-	"WF5SDaUgOm/qX6d8PLaFAdbSCfH5v3ERrxgBLUo7ucG0DWcgKpEaszGmVGQ0IWkm9prG59rYYm2+JVXb",
-	"EOlqRRuJ8VtRs5U9eFWVuskNg5ZzyCAw14qLOIHoJBZjzIkcEetb75K/yiHWFzObbnNxHTCNRcPAuIiB",
-	"+EMOrXRijqMjxyJQAeGQUDIhf8ghoHFAcr+5v4hm6bRA6MvrSAzEjM4R3djWE4GhPVOEi1mmCRMphxby",
-	"FClMnivKNaH9DCNWzJxNt2DrGgglyYim5m5H9EMYVs5aQKFyr50XDSBGlYMcNTq/Ud4deKiZ60BgdKBp",
-	"zpYyaixCYqjyq4iv2LqqbxGIkbvU/Or8qNNYkXcmU22ePDgIXvSCo6PDj/cFm/SK+JuX7NdeNf+gZZH3",
-	"ilCMk56ZtN1zqBYqI5pMDPFvWnLF7MQXitQAIqhjS4IwmiYcYIAQL6YMv1MJ6ipfSYZadw0RYca4Sy9m",
-	"08yt9/LcQ8wpM5i/Zyz7Sr2bG+emb4jl8MCLAxAK7A3QbI2Fj/ufzT9LfaMQn2wY3ZRjHUlnBivgAGrc",
-	"oFtxPfPSY+sRTfR4Zbn/N+Pm9C54syPglLFXojPKrb35+2gWbA6NfYlmw/yOfKbyTGU4r23qkApc1jBV",
-	"WMIHblnMRImsbCIkmcqUwZC7A4FtJ2jacPDVODuHa2U+FMjW5w6GGyJX73jESogddTcxPP/N0qSHc2Zv",
-	"ie8CguOhQSKwqWvwOVR+Hqb+uja2V4FtC1+vGvxtqXq4nOuoe27hn0aS+BIqYkGcxRlw362nKlobA9Ac",
-	"4CrlGiTYGIDHQxp4IvUZoSRKpSDs0yzFeg6kPeK3jIw4S2IVGO2IJhnIqVyQ0Mj0139KYSssGCb/icUk",
-	"dN5RL80CEJpgAJBL1ZZpbgjf6w7Em1xWBPuH1RhttD3wSCHvzs2BmcB1Yu27kKw+4inW+h7SGEeKx6k3",
-	"EOGQxi4ZPSSCTl1KBDy2TLXDdXtIjGLMzL2GW/LZAedZjgb/lCLhGxWwRV1qidpUqGSCjydG6bcdbq0i",
-	"am7WDKP4dTS5zmaGHyEujaEV0xI5IP9h/m/6QShmM9MbgBjMScQInFkqZ2z/LyxNuECC30jJwz35QkGb",
-	"OUk0qzwBoTovRN3/LhScHYV75oyogZNVb3QjwOaWzfslAVCsYHFUI2CtlV7tPnTJDkNAPbawqayJLz6+",
-	"vNlMpP5ifUu60FLCafDIXmIeGfgVJzLJpWtCnaaDTTxTRLBPObGc5zYb+wViN9+wGaLCOOuguXECvDsB",
-	"ZM1cpw7s2S9GzzWJ6JTBTdclvzlbKvLUvJy1RnCnT8XdZ1Ypg8qhmJbmbsrzoi49WlSZiAFUPQGjJ52r",
-	"LnlPMSiDq4EI92c0UywMsN5m8633K6Q/7468v+CVucXl6N1xeKMd+lfaLm6w8vp+MVPleszBcVLB7nIu",
-	"+u+7rAVW18i/zJ4pUlAsaVN/xfa2uun2QZZtvO/eGrHesgmQjW1mK3zhDMhgsCHt0H4Og8LwnGYiL1Fg",
-	"BG8biREaWW0G9dMwRm5+RsIpV8qGRaJMZ/4E0+31KEsS8wkKW6Hoz5X9MQ7JkE24iAkdCHQ/8SSxEWhN",
-	"oZGOMn+A2T+E+3yj2q6Z+DqRxIxMuNIynX+POu+Ff7DsPLc7ReYyXSo0wm0bRjITOoTToxyuWXGpSsFI",
-	"Ow/WwiIAcJ3Ge4FXxtuKlgMBR5e0DeeE8wglqv7gWkMB1RG7Y2nhTs15LbgklZSCpatOxy9mVg88HHXW",
-	"JViGkk0p38h+DzKy+TSbAnSp+ciF/Zjbmoy6Pwb876c4K5eJ1MsikXNJSgVWnCtMgN/5oYGpGzo0Imaj",
-	"2WjF4QEab3YY/CLz+4ep0rEwN2ARs2IZv9G49gqpdNGov0Dy5lH23WhagV2c7zFyDXbqoco9VLaZLiG4",
-	"N47W6JhygXyal82FnoUQmTmYOwHANs7Lt0CFGEupiLcxAvyRD6b/NWkTnv2eiBMjir/T6G6zV4S6PX8g",
-	"lWaimUQv0bBesSw4KzvaCWyORduGFJIQWWW45ziEeRRxbAzNUo3ofhBBbevbzSDV4DwPwUZapykjmUBj",
-	"gqsPX4saBIkkCHQrxUDcsDmiyuSgR+Bf2wsq6EHOdOIDCNlCSKBOwH3TxkgVvzLVQnWnvXOHRoQQtZDK",
-	"IqcMTfosseWODg4Goqk0Uy0adSZ2ciCDh8VuPYGGsJM4oymNGToy0+wbiDFaPvurXKllAkpqieohLOtL",
-	"/9LRQx8y4bsEBdZramaFFoZpDd+6NTFEoFobdZULdHVDwUueaEgIrM0dttEs2/neYYRfr9+9NmJbIyj6",
-	"mvHkVN3k5ZmaKk6om8XyFasavTIv/DtG/jsKnDC7uoYJCU7M9xowUY2NcxCxqwMl4izNESAR9V9UcuSW",
-	"yFVF5cWB8F9aEKXgQq6TpzA0trDhbiBOVepckpiPAAlP+7UuN5OocFkMQX3j4e2Yf2DayMPYp0wpOoaI",
-	"CpYk0lAeepRaZwhG6LlkrlcBFxrKKvgvuqoES69tixsGOJgF/0KuIdjrnUexm6X52iXMppl/zRhcG8uZ",
-	"j1yhcFdBIho5TgPAd6UicqNg+hvYe3KuegfYv1qSoUXMjAMSWhv/tYUNIYrOlfV7CXnt8q6vMdsSkETw",
-	"SF8Lqa9zmO8YkEKq0BeQilWw9WeKhJYRdbGR0KgpkCBlW1UhKVDE9wIYgxQJFywfAQmLJ67zKvb268h8",
-	"iU65gQidvBNfJ1SzFGHEoeLw9ZBGN3I0agLI34rjm5ce255l+njFNOVJkxKIrOZbCWpBwnQB/g6WY23S",
-	"36ep5iMaLYGG+oEnDOJIplzbJHsq5gVm/Cinz4DIJF6F8ETVzUXe59dIIWa+y5xCUA7ky2HSOE5QbAj1",
-	"lnPNXV+VynFRuC7Nda3TecfBjee5nZheweICbubC1aaUaZ7pAY9PscyqzEsTJFyMQ7Q+Ok7HqJFgORQh",
-	"wJCRTxogFkjbIidJ4eEmERcYvIfRVDmTHjIE4w7zAYYegLpFqSkKLCsIOdAWJd7VzmvMOHGzh4wT8+Hh",
-	"GSdfNatcxiT/nXGyNONkIxFkP5FjtTTOIJFjLJgjR5h+7Qrz24odzBUKCO0vIdbM167ECHi7hnPNAJ1M",
-	"MW3ublBFw5FMEnn3n6AL5tAmVtxp19U62APFVrA7rPpzl8tJtu+B4AVUlIhzBdWrgaAB/YkrsNtj5QN3",
-	"St3UsNLBSylcIC6OUw0ETRlWr7OV5y7ev7Ght227feQI88nMr64kQMrgKJxjrD/jAN+l/aJ6A3F0cFpT",
-	"Z26JlPPWbNy2x3fBZGVrPxMsg95kh6J5ZekSFBQGUxz0j54fvTg8OXq+IsKiwQqIxFEfxOHHcNT201u/",
-	"H9zM+n5GNFEsb2ooZcIg+62hqRIwf22DB/7IT3orRvyohbTl+Ip9qpUu3rojngcQ4V50t/MInD6tixQK",
-	"K1nhxJ3gRI7XZ4G2/vtSLjhjqcLKOvg0Vo9nylb0TRvkUm7RLQAL1hXOBvAHc3GJiLkDRy7R7pLHYBtO",
-	"QxMlCRdjqKVkBA/p8CQwlxZBORtCrtAUgzN7AJv4luzHON2/mJ1ZbUYu7+O3oHi9NyPXk1Rm40lB8haX",
-	"qzydTYhfp/NmgfxnkKCpQxi5dkApqJJ7oi7KwDS6gUvbSvFhuTRNfkkPs3jMNMrhzjiXIzsqTefWvJC7",
-	"Psk7uDPB84RnoxCEhdQdmAUdJqzevW5+/WbF3SDXiSB66N+yrt1QQknMaNxJmNaAHyRTTzlcLgVns0TS",
-	"WO1/xj+cMa4RGjEcqRCom4n4mSL4lgX7wfJPzlOB9RsRXSDmZvcwUGsCOZ2CTNlUpvNzjIpJAEMTuLmr",
-	"dzjNlCZgGkMLNeawdsk7wVy3kOtafJ/44INGITV68YwB/HDRQpAHkamioF/i5GRbxN173tNIa1JtzDic",
-	"NWXjQ4Wvb5Ro49fG3KI05SovxFFD+lUMi3PLUj7iWxvSH/ckbWoYf9zyP7i1AKVrqcPV/yTtEd5VdMz2",
-	"lhQDqjmZ+2hyar6k/hs3yEavWZzK4R8Melf8T+afsCCH+tDWqAa/JlzcgBkIIbsHAsyxHkTpGaEERX1r",
-	"AiML5eigrjC5IFOulLVhFa5MHBAoqKktat6GSwwn2skt4nCzFl+almy1XP94Tml6w+JlAF8wSHdIcWMe",
-	"elS/QK3mwty4ddXmp7mc1j0iuC8Q7AOL6xlSlxyLVfDzYE9Bh4tNjmovAX8nBfZ7sICsDfpJgVeqGrF1",
-	"vdJbxQWkmgBzuRoUaMAyhVBmi59rYXdtkcSijNddXTmKArI2tkOH6tQw9iZdaFus+q9Ku1kOYF8oNmX0",
-	"+q+/uNddvjm1aNUrol6cZd0veFpUzGdQUR/oBaj1zLfG44/KebEGoh2+f3eJiM34m+W7iOhIImbOKdQk",
-	"KSwl1sb3TJGXF13yLiVDI3aQucxSIOD3f3tzNhApG3OlLZp0lHAzIL85Ie9IO/S+uZ6xqdWxvC9HXIxZ",
-	"Oku50JCzOBDgH7WGw3zwdXDTXjOhQ9tuBMzOr0h3puWdQA/cwuGGdEuv3oURbKEkehVQ2jU5S6g2Qptr",
-	"G02w1X7CSsSMGTMUfUJk7Uq0JPSwR6ZU0HGJG8H2xSziMVOBaRdRt0EYNqzGaJXlgCflg45z3RxbtGUV",
-	"ai8oaEo/XUe5kdkrGZpH/YFJqMOyTr8V2FNRidPZNEAHR/2F8EdsQIpduWUgJNZs0HiOSVtN4HoQ0dda",
-	"JvSJvT8uAMWh1sdMaCOOLMHdbqj28dhF6LbEfn8aJPdm2iwqJHw7QRp3bqlrb1ajbdRcrRbSwzChgIQ2",
-	"uwrvojqOFXbJKyhABCgeUNpfFHVhrI/+fCCqJVW8kjBkwlK2R6CaSlUaRTd3sFBSxq8VM23GA3kwsQWL",
-	"sVlUkwmdzZiAmKzqgKs+f66IK9DU6FaDJuodSC1Yr1aQRxXaEIrA/vCxofjKlneS3W7rCdsQHGSLy+Wp",
-	"Tm4GA4zLJ/hfGgsEt2w5k2i+KHx5stkw8xcu4qrk3F4UkPdcnTR7ZKyc6UyintTbJT+Cwmcefv/6Z9Ke",
-	"QdH0FCLKvSL84Dnz4YxUBuYXhHqdsOgGvzZLgPXPwOZT6unKh4z3Z4BMzpXKd1FItX4HlPqRNF96K/bA",
-	"y2+Tw72u6wyH6g3yqzzHlkLywENz1fi79l3EOj+1M8Xqpl4RqUUVdVP+UEjsHZAMm5kEpL4V9Y2oJolU",
-	"CN90w+bOVIReFGyVxV1ymcv/TYW6X+cjuIIB7FLg3J1OVB1lkyPQ/Nj9Bq6VN0pl5lYxB7NRfduUmFBr",
-	"b44UtipIpf5W1XYYT7kAa8OC6aC7xGr4I/b9NasrMMRlocP5wuBCfo9QCZg8VylYp3yehkSBSoYz72xH",
-	"iPXF25uqZJoNQEM3g2pqQpJEmhsLlGSZ5oXp8o3K68/49m4bV5RrFQPhSrS5jHE6ZUSnVCijT0iRV7EM",
-	"nQUMMBl83UUXQ8tLbBbWdIyIJm3UOIxUZvdor17YuZU3zCPIhyldO68EVy51+XEdH/BvXE/ilN6J7/HA",
-	"uMkRiiSwabXIZh7bZJ6Fo7dg2IVToCeGoH1bvjuhtl4jS0YokcNYCU2kYM7GYBG1z6rkDGMBCCfneVKl",
-	"Q6YkGUo9qXCMyCyaqFanXDRkmX52YV34isol+4e34SaB5f0u7w+mXU2xsoODlmsbbnpjYO3Z5dLvWMoY",
-	"Y0VFiYOXvFXm6sDAHYcgP5UpC/CaqNigmDlBeiAArmc4t6g7WBMcoPLMoRxTLpRGo557swg0cGVaINhu",
-	"sXxygAFMLjlnBo40iFkFJ5yNnMHIWPRRueRbL/4BtLij3uFAhDjJTlHsnN0ysx6EEluVCzzJGNaE0Uqr",
-	"LqGnVLI9C5qtlnzWMspLwugNi9d30uD4v0rN225N2YL2laNnmRGvOLnV0I0hoylLLzI9caEb9qXqwf0g",
-	"M80UsaEFkLkSEJrpCRMaNGbwYy4q0l0vfcAu+IKN+YoJipEX7vQrlt5az2b5uuIaCxrlDthuPfaLqjNl",
-	"l3xFnKnAnnxvuMq7jjEcpDr+upZfeVgUeat+hIn9Kq/R5SHB1LUHEZYZT3THXOkIShZNmNIp1dLKy165",
-	"RS88HhHByIiLuNsquVbr+oFSsvg6MD+o9gGFJAkFQEoN02pDiRGZFsmABUIxTwvApgUAl7o+8xwir2pk",
-	"FnNIYvCXBh6pef8nRhMbRJoyGnPBlAry8vYeRQIIdkEcM9W6/3j//wcAAP//",
+	"7L2Lcts4tjb6Kiidvyry/ilZ8i2xXVO1Pel0d2bSSU7s3nP+3coxIRKU0KYADQHaUadSNQ9xnmE/2DzJ",
+	"KawFkCBF6mY7t7lUdSyJxHVhYV2/9bETydlcCia06px97MxpRmdMsww+XUSa37K3MuXRwnyOmYoyPtdc",
+	"is5Z529TqsmUzudMKKIl0VNG7mR2w7InilB4lVCt2WyuFUlkRvSUKyKzCRX8D2oa6XeCDjdN/T1n2aIT",
+	"dASdsc5ZB1/uBB0VTdmMYtcJzVPdOetEVEQs7QQdJvJZ5+y38os4o1x03gcdvZibZpTOuJh0Pn0KOhc4",
+	"jpc/mLagyznVU69H/P2ax52gk7G/5zxjcedMZznzR5HIbEbNIPIcnlzu6HmeKZktL9bVlJFQsA/6OoIn",
+	"QiITWLF5xm65zBWZ0wlrWxB8p7IgM/rhFRMTPe2cHQwGTUP5kaesdcIJT9n9Z/uKUcWu5A0TzTNOze9E",
+	"mwdgsnaZyR1VZJJRoVlM7rieki43NMJExMUEn98r1mLKaMyycujQaQ97XTV8b4WGB8+CzoyL4vNJ42z4",
+	"jOtivWpbkMKPjSR5PAhMZ3xm6PHYbMaMC/w0LPrhQrMJy6CjN7BGNH0Zs9lcaiaixV9Zwwn7hd4wBQtn",
+	"ZsmUJoomZj1JxuaM6j650GQmlSYHx8ckmtKMRubsti6d12HP9NhGUMfH1eVqWq033kFuJTP/tN+f3N7Z",
+	"d++7buckZplhT1yTJJOzCm1SERNlXhMRIyKfjVn2AOu8EZlutO6XEW1fbxXRB1jny2jK4nwF91D2gQfo",
+	"ikUZa+fLCn6+fzdXVN20dqKpurl/F7/OU0nj1k5y+Pn+3fwNbtjWbvACvm83n8zLai6FYiAIvM3kOGUz",
+	"82ckhWYC2CSdz1Mewdnen+MT//t3JeEuKPv6XxlLOmed/2u/lDT28Ve179qFHqtn+ILYJkn33Y/PyenR",
+	"8dM9vCsoUZqOU0bCSMYs7MOy2BZBapnz4kpiH+hsnjIYeMaoZvE1zPtgcHDSGw57B6dXw+Ozw5Ozw4P/",
+	"Noc57px1BsPTw2RID3rj+Oio95QdJ73x4GTYO4qO4xP2NHk2OB16VzM3A43zCM5/nd95rT2NjljvaTyk",
+	"vVN6POydjA+TATuIjuLhAPbqVt6YrUpoqmCv5Nys/W+dovX3nwLzYc4yzXFb/Cl5mxpTzXqaz9jyzgYd",
+	"9mHOM6a2esdMZC3RBJ2UKn2dqy0HhOv4cfmHpbXcYAhzmjGhr0GCsO8sSyVOHqGa2BW0oqlg50TkaYrS",
+	"qnlKFU8A6YUTqtkdXRAaz7gI++QCHxsJwW5ZRuzikpRqZuRdKgIiZEamVJE7HrOM4L4SmREqpJ6yrCIQ",
+	"21eMMIQzCUbC3EdAHUY0onbwSC6KmF4X9jteTCcgGTMiI79l6aI/MmJS88r95pYu6Jh5A4kVlFhsyVjK",
+	"lFHRKX/caoMdKX/scM1mah1PgLN7ad4xL9vWaJbRRQf5kmNqv3VgJkA/RS+BfyjKyZRKgRz/ziJtmnZ8",
+	"4hVXMJvq2SrGutGgC56zdsjQWuNwlGK6xrNipilPofepVNqJojKiqflsXkt4pvS1Ykw8GGeDc7y2RWE2",
+	"P+V/sPj6lqa5Gdjw4Gl/0B/0h/fhhE5enneCznLDSzzQW6JVG/SXyzev3xRrXVu0x+CDWze+vJ4PxBPx",
+	"i4bG2rppOmXLgjy85BppGH59lWvr0noEHuQ4wllaOotBx9PAN5j46rP6zvT/sUPjmKM699Ybsb3Gq5Nw",
+	"O1GTdExjxPwWENaf9EnoznoYkJDPzX/nMtPm3zxLzT+RaTMxspeRf8y1pzXLTGP/72+098d7859B7/S6",
+	"9/7jIDg6/fS/muii2P6qKWGwXgXxF6lCBi1rxSdiZmVGj7lR+GGNRMaEEfUKEfbB5KtSTvaaoNHhYe9p",
+	"fMR6NDke9A7HJWNcZjyV4W96yNFWlcJbaBlroIea6ax4h4wXKKhEUyrQWFSYHQ6GR0+Pnh2eHD31rA+D",
+	"ZeuDt6JN9/su/MUsLWoB1xmjVv5vfOpBxQpvBzfRm3yaXWZmvtrkFiiobPEaWQI3q07h1qqIVgQ4TAkX",
+	"XE23UkNOxweGug/j3ik7SnoHtKRLw1QZVezal+rbWlWaZusUIKWpzpVZuTyKGIthGZx+7I3pGR0Oe0/H",
+	"B1HvWXzIesOkHFXnQQ5XbeU+7kTpWSaza6MkNlIk/jxjStFJ8xOVzXpoIWFp3zbtIMuF4GKynQzu7f0W",
+	"7wAtrLlqcacu8eFPHrVssAj3OMPcp8zqAa4RTzGThkWvrMyKg/3C0MqWt70jPN8OvfZ2DToeQXpvHg0a",
+	"jPxmRXS2MOyqYpC2w6nz2doKwvhWzPlNriOJurlztfhcIaEcuWRxPzW4XorGLgticm3BXoCZCunZ7MXq",
+	"5p3xIoZH5yxT8Gxjr3nM9YvbBqEjsrcsEkwfmbohmkjLOstarSbhG7Zrbd0RnjriLsPODVuQlFFzd1j+",
+	"cHQQdGQU5Vm2hh9b+zWOa/w0HkYH9IgdJyeDp8NncACyCdNbcNriFTtuXIYGBmzXqYErlivV+qMTdN1e",
+	"u9WxvQUdtVCazcwiCikWM5mrxm3cSbmrcRMu9MmRLyqdDgZPh6enB8dHT48Gp6fDdddIZaM2ZZ67CVLl",
+	"ZjcsrbfX7b+2KHuNKp03r8rGBW73G5lDcbIeRFErz+njaWvP6ZyOecoL2m7k4ahg1I3QhrQINnVOKDEX",
+	"zhNFQtfxdeS1HZJZrjQZMxJJoSkXLCYc7HLd8D9H+WBwyEJwa1ZHGHQ+9CayZ7/8XUnRf0fvfrHXgBm/",
+	"NNxLs1+oWLxDGtn6KoIWuBSbb83z4p2X5qh+ghP0Et90Tk77cbjG6OV337hBlQmi32GZsu43iQuh7vA8",
+	"P8hQd9sH5sSIDSQqFDlQCqXpdcZUnuq1E34Hj/2Z6mjqmaLQm+lJ08tG8SmfTJnSBPvpjU0LdT+oF+JB",
+	"FBO6jOqwIteOKqksJY0NFsbJJUtanf1+9baV1NWgqG2jeLl3GlWmjdS8rfUqeMH0B44nO6W4XXva8N6p",
+	"z2RLgX8nLQkEV/tGPazIBouY2ZIxM3uqIJIEnH50QrkICE8MX73jaWr4rWmNs7jvOzpWdr+NkuKv+hrX",
+	"BVU3l/BgnTYr8UWl1lJb+Upf1YVdQdQlc7s/UePp/y6OhBvEwWBw3wMyL93fG3mz/XXc4HYquVJF617m",
+	"0T9fXb0l+IA1BBYUQGgqhWHOeRqTKb1lZMyYIBQIw7ovK9z5+PTUj1MaDBojlVpp2A5zNVmC4LDdDbnl",
+	"zvz7Qm28UNHOodsD82zzT1QlRK8lCm+7QLqHus4r5OZPKFh904P71/ljdxTTrIGIi2vFIiliVbFAHg6P",
+	"D08Gg0qg30njPrjYhnqw5hoT0C7K47287KVkf7iNXF91vbfvhh8quNuO7LSQTaNtH+RlRHcc3E6BKmk+",
+	"4VsoMmZ0b+Gduia2csPMULnMuF5UDIR+wOqwSsi94WDQSMtoYKiOeDvPoT/uotcNSa3B/2zHU67lqr3F",
+	"eMXd9jdmRnZx9rDVu4T9/FC+8Xm5gOYz89eGw7zCp9evtT3otvXAX5EViw6xm/c77ytnAe2/Nk/uulpG",
+	"eDTfqs36MvL9FTze4j4/OT4+PFm9sUHnLuOavRHpAm1OpRskpWOWbjgUDAN9hW9svIHtXnrcMjPB3TbM",
+	"3dZG4ZK5brw3TwZHz9ZFxwedKOOaRzStmNbWStL+s2A4TunCH0RVBPpBEiG1lX3GLJEZQ7FrRsWC2Ncw",
+	"NFzIu6paKfNxynyxzIkDjUKZlRAh8JJFOexIwxpVh/czzWICCQdElrrwE0XupjJlJMsFjg1C3YzwD4Jb",
+	"WPYQMxqnXLBrqtHiuN3whw3DRwkszjOkqsrY7a1y6F8rpk2vyeOmrZ7RD7U4CNdS9X5aRzK7RYouUknj",
+	"7VwLD3aZNtqPtyVysKGs1190trApXEZMxID6jCUNdGd4qXKJSf6iPlEEX1SlZSZjEeO3TKGJ2ykS3dA+",
+	"GO71yYV9i8y4UkankBkoolOWxoS682eOA0koT1U1R4jrKQH9jkQyZsQ2fJ0Lekt5Sscpxj5tJj5V7oqq",
+	"+FSXmIpbYRNzj7kONhJWXJvtzBdZ+o4G/jIg7DrhYsKyecbR+enHhg16p7SXvP94ctQcEuY3M0fdvSbi",
+	"DZqluutICvAmCX1t5lo9zsPaCVl7oB9OYlpWfevx1prIO6F8TbzLNTEquI3+IVoSrg29ShExQ9ZiJPxW",
+	"eqAAxRgUTmZ0Qcz4iRTpAk6GvBOVXgPozK4OqPxcr4rSXg6Y2IQ6kZwa6dNKA35j7WQZt+RT0DkvLQyf",
+	"JbliwxwJO6jO3URf//Mf/9NgHvdHvnFUd7sxBRlTQNQUdlpErE8umYiBahQJL3I9lZnd/DPyZ0YzlhFw",
+	"CEaYPoC+wf7aoBdnAClnsGLfkABgwmn6Jumc/bYJwXQ+BXXHGxOZTNNZkVixvApvBJraz/01aLTX1Zra",
+	"IQCqtiRLg1vdyfJ6GZJ5AW9synr9pCKVIaPs9Mz//vzip5evyfMX765e/vjy+cXVC/Luxf/964vLK/h1",
+	"JP75j/8ZCfj7xesfVjzXMAkgaNZM0MUomtj1Gp7ZtLn3sbI07IcbXhOtvigeb+IxKxahmsnUGj7cYMl7",
+	"dnLU4BJoWocHSZ5qNiYuC+Q1iXsDMvfD2Bp6aVruH3la933ahD4XEOQn9UEyX/BYzD1jc5npvu1k58hu",
+	"NaUHxyeds87JOBrEdJgcHSSnJ0l0+HT8bBw/ZfHBYEyPn54MTuIDOojpcRTTg/Hw8Dh6+uz4KBnH0emz",
+	"4/Ezemja4n+w6/FCG5IYHmztjrqvn6m6FQ30t0vC34Z9P2gantuThub8JX7IKK3NPbqbpbdYGamyJZXR",
+	"F7OsbEvboXuIYCk4vLsnmP3MaGpYePX0T1lkpXWq6ZgqeOemE3RSrjRwXPjk8nnNJ89LaT/WrqOizeZr",
+	"9GNbjpI3WLUULwrD8JS/ZqAPfylW+ChfKpWz+Hmp7tSXhV4v6UItV/y6q7280h++xV2vQGeJy5hgd5Vf",
+	"jgaHcOXfP4S/aQmbpOfnF6iFGWVLORXMe1ORLk0VwsvY9NsnKiBcVLQoxXQ+3+tvqNR+yYu9adXr6/LO",
+	"PEFoglnEXJFUignp6juzDDyLCyNNyhNmxtdi5Fvq+h4B936EfX1Jg6bdXi+hNCxF02H1bHBroje3DKwE",
+	"JJkHiJqZMprpMaP62lxI2S1Ny60dDrbJ0ak47jvxyemzOD56esKG9CiJT8Zj9iwZPh0mw9PxyckxfTY4",
+	"ZCcsHg9ZdHIUx8+encRHQ3pwEiWnx9EBPS0b1N6IDgd4W7ZkKG0TfVM14B7eQ4rzzLFczHPY6SITojNl",
+	"aSpLt2nnrMOiqawZ6wD8RLDs2j706b7i2KptbT6xusQ8AkCBRDOx4cncPR9obbBHJaLjnKjSNIG4NST0",
+	"IJVCIoWFFXCW2IimaX9Fz3rFulzWfCkkF5qn3kLZGW+4Sta4vJVssbwg4AYreGiDZTthGRORuXpCz2Ae",
+	"7gVkjMa9c0LHELBzNwXkhZHwXhJSsD65MhTAsVkwBc5TGjFCsXdYYkLnc0YzdUZuGJubPZG5NsNK5UQ5",
+	"5AeIUiJd7/ojGYtppJWbB3W3JngWFeECLJbm1pjsoWFxiac6BrA2nFHQuZpKvU14TkOW1TKlrDxednxN",
+	"lwGQ6vap11se/dqZ2hpKbKOVWjG9nXwA93AlGUbeaLev5UNYGKzSVwrzUecERLTI0LNNU/awAJOMMfMb",
+	"jbheVCLahhv4AuaZ1DKS6fUty5SNwfD247jJI6Fkou9oxlreOWh0Y9xRrhv9mgeD+jr8LO9QJNOSmNfA",
+	"iI/ZIX3yvLIKimXmpNspk+7BMVHmN9v6XmU9ak7T5pjMNpppy5vALdpYy0ShaJ2aaRttJeFLFy9dXbgQ",
+	"oR1Dy/EMiXAx6ZMQs/yubQoUi8MzorScAxqbC+u1GDxFQmDYJ2EqlS6eRQ/NORFST82FN5MZK2LEaRSx",
+	"ucYgcadTFkCT9e7NSZVKNyalFfNrC9OFcGTDxqWwt1xAIpplHKmicrkWviMI1IWx3U8WXZqJYxYPLqTW",
+	"ZUoXhW0X9d7GsKWJNCEHrJbRPofctYn00yL0nJMBChCG1jaVgDZJRPCO4Noo7jbyX5pd41mXk4v5nIn4",
+	"XRHw7tEvtlGji8aFOzjtn9p8P5kkAIR0cBx0dJYLo086Kl6iqUoPm69Jy+ZtsPyVITa6l+E32GvzLImm",
+	"ubjBxEBINSe0utP3N3yWa9Q0nojOAW41YzSasvicJHkGuGMx1dTIp3EmzX3lCfhtCeP+3P1+g8o2bEE6",
+	"z83abBuMSfUSuuvg6Nnx08ZI9GKjHmq965EebjVgWC3TvGIf9AMmnHm6ursZi7XC1YGEFXMB2h77wBsF",
+	"TUEXWDpl7u/BBgdux9Sye+F4lLNckcoAGHtMxCw+I0Li1Q8kDvd/JGesicKDgp6WHSLVk/6A+eSP0GaF",
+	"Caw5xkvwGAURVw84rIy3+k3U/WbOBAKf7pqYXPV4lTDfvh9SRprpntIZo7NqPgog5rb6sraC1vW9VtvE",
+	"TD2OQ6sl06LB/dS4LZ4Z7t4wqKsNd9aZexHNGkS+z++vXIEQucZL56/ZQ3jrKnvweOAGfjdlxM8SzBpE",
+	"DtTA1FjKJxywY+zZLBBLZJKkXJQxYg4R5JZ55t5BUDc5fNosVqA2jG3AS5pDDY8q+NeCZT2W9wCEUsA0",
+	"3Pxq1mkIHduIzN+3AshVTc9NNueG5W9SZMrNaAZIc8BqTnUtni+HFnRirqrYZdCv9225sVRfO5NMo5Zb",
+	"bvwmMWONvqLqKEpYtcrQYV6bEfZDn8oi4G1Xj/pbJmIuJu+Kzalnsi8IJX/PWc5itCxzVeYdxGTBdJ+E",
+	"6K24FlJf0/jWzEuB+cML+w+td6SPz4amHev/tK+rkBRncUFkAjZoZ+DG3agHtFZLcZCuewqcscVIjCxV",
+	"9mF+SVNCMwbziGQOJRwgJ19pwtGc5UhUyOsCQa+giMbpAn7oNZ7W8tFyRtczrmaQgovfGqq9TvI0tZEJ",
+	"cZ6y+BpQlzsOW2BMoxuZJI3E7eGZ19w4Fmq8AB+3CEQ15PEZjaZcsF7GaFyBIq8GBwIAGKpDPTAnOUSj",
+	"SnmMes4vUgnYF1lGpiwF3WwdEpQLmDganAYdzXValMogtmu7ClOt5+psfx+XuWd9Cv2Y3ToQd7XvDflT",
+	"G6xZzdLRsjDm6XMSfujZtnvmCxWSlCvt4KshvN/3bygmYhWMBCy6odRc5TR1me/dnySejkgKpanQ4MmZ",
+	"0+iGTthIhBOup/m4H8lZbY777l87lnCvT16zO+hfQdz2mBEagwphZE1NqBiJXNwIeSdwlGOM6PYS8Sv+",
+	"lSLHqzZfuAgyzRMaadUr+PFZ53hweIab7+Zu1BghiXuaKC0zOoHJJnySI/qZMx46TIXOWedocHpWrWOR",
+	"mk1YoE5k6ddBjtv86aAzpnEvUhm8P7CrWrrxISbD6JGujAZY/VMjm7GYQNy6Ijds4fiaM7HahjOnEpSN",
+	"tzU0zhi9UYSSLE8LvnXx9iW0pKNpT0jdm7NMcTQFltP1IBCilPIZNALGKIIp98DP7syqgsutbKRkJT32",
+	"wcJUnHWODk7tjlinmoOCJ1OZxopoKdHzIedMkLlMU0BzT2SayjtVjY3oObw6M96hHW/KmdCVVbard0tT",
+	"Dmkx0LsVj/3WykupbC6TuWZEMBabiV+9umzooNaMJej1g8rYxKxUhjeGkKTkzPB8L0qlYpV9Pj2tNHhn",
+	"/kPv4GRBkp0hGDR1k24qJxOz+yJd7GGkXZLySPub68jF/Wb5MPvAlTZ0aVXUMjh2o7P1/MI7TcB+ywaq",
+	"rcHG97iArfEXrHzGge8rYtc1KE5erpC4S9TCRGZjHscMF//QrhVNU/AQLYAMYojxUaCGlVVkuOglKZ9M",
+	"i+WhxeLAksA8a2VnzKCU5mlKLMTiOQDlLEgXksJ6F4lm2V6toxu26GXMDB0OwwGOsd6yOU8wPXsvxjwB",
+	"97d2o4LKOGh0gq0YnBEqiPsK87rO7fRzBeQGTnIkCmdExCvII4hNb0zw30x6aMvoFdKD35KcWNtsLBke",
+	"QGefNRvGIqPFFLaQGdNTGQMXouag20N47B/Coh1kg9ZJCi+CfKN7icwFvngERiqVR1P7sswM15J5FjHS",
+	"lRm4jhqIQzG2V0bL9LSUvZRmECNzNDysHpqxjBdYaKK8TZDRKTiHiv/BiCtr5cq99CIpdEYj3bvlMrUG",
+	"BNw/bBsfs0AzZkgzy2W5IrGMcjgTXdhLoI3iDThDKGtKc0hQhGVKqz2Q4qhovM7MD8WJKh4oIkE2OvAu",
+	"wsNcVZV71MGx9NAW1nNkDwfMXpZ4i9gryTc2Qk81QBcwy+TaMKdejEy2HFXGwKQFx9I+RMxDbcfSSP+N",
+	"awK6RMOawAuG0DxYWHwL9gMhVa81y2bcHELwrRbg4qBLm88eoFbH5j3ZC1L1sCqJ416UCHZnrmnLBJEo",
+	"ZK5TfgskLXOdUXGDg4ZHZlzAvIHoDPmau7SXsUhmRh9HKq7d4HjxgkXXPgh1Uog7iZWGgPaVu8hVKu9g",
+	"jZcWNxc011MmNLd2U2TuQgZm4EIivQbl7GrRx8XGopl5TJGJeY+0bWsuVD6fy0yzuDdjMacuQvFoeHzm",
+	"n15upFKLKNmQloEVpXoxz1h5a+KXrhzjr+9e2SAEpczBE3TG4gCOra5E1JbN+SKLJTfbpmsEDO3FlWZf",
+	"q7DYgVnC4nXUl+0VocqCazGLUmpuYGBEMiOXP1/0MKC+bFQBnAWOxbn14fKBJ+z1bU8iDK982/kd2+Zh",
+	"xS6Q41wrhcXL5yvFTW0lQsPpSpOKfb6wDzU9bn88d2qLYACwan5CGaqI9WVWPOp8+lQqiw3eCQ6qT8Ra",
+	"sPZXAsmWsfXboIEVWuXH9hIjdfTUX9+9LKPpDPVBGCJUvUT12ry4QdojJl9g/x6cdyuC9TsruXoB/rsk",
+	"97UlVXdOk2cn8eDZ8Nmzo+hpfHJ8Sg8SRukgOj6m8WB4TA/HyVEyHB+MB+NnBwdRPDyOT6Lh8XiQDAZ0",
+	"8KxBq/5yCdyfGhdQsLuvKB/yAVMe64CvK5IT3zGI2dwOyGbZQ4moHeaqBJZ0jkKXIilLMOKTws02k7fo",
+	"hq8VjflOQWrasWgwluQiuln2ZEDs7zDYyX8OwsRWCO8W4mIdRLsRSa7BFto5OyiFSt9RX+RL+eaH7cEu",
+	"pxmjsAJNbgbWWEwGigs5sckwFtM56RpqlJnRJwSab/d2hBrcMiCg3ISNANG99d8cWdbfj50CDhrwHXdp",
+	"ZSmFrdz89/fFpHWUsBwRAYbL+obvtLm1A1tsXROCLffVqYbKG5Vdqe5sOwtA1M3tIgoKVWJDhxD29A7e",
+	"Woaoa4CHeQjiqCcqLq2bm8WatXkIj9illhmLazCnj+Ssriz2dhfpG+G0vz4JgduFYFKCPwlYVkjX/hAQ",
+	"aStsk9A6cMK9Pgnx1Jj3jNYcAyKRGImilfL9EGRN84dityzjelFplH1AO9Y1j0OjScUszlE/AxcBFfFI",
+	"VHo2KiKMd4EqDEsBKwm+3gvAyG91GQdlYh0LDVx+o+J371jiRzdtDnG1U8kNbz2WwvObQu1vuIh9xojz",
+	"cmxtOZzO013sdqwXQOxzvt5SrcQzWCcawiibybjE1NqOil98wIFymhLroEQzWZKnKfmdG0mfjJm+g3vZ",
+	"hlosy4RjCLdsSFUYroR6A+SLNTB1M/qhBdxtcM+2m/UMoxjvFjtWxkTU6W0b+X9FBMJlRB+7iPTvcqwA",
+	"mGcbQdYlSH4qvekY/RIL1cuYkimEWc+lsqClXnC+K7b06f19IDdqjXngsL951WkbClY7gPbtiiY+XhQZ",
+	"rv8WGLx/keOm+3EnkIxNotZNn0XQehMEbxuUQglnl/HJZH0kz5V9bEN4DBfrXaLwVuouw7q2nSmzhtVj",
+	"tc2RuQ/1r6iZsRtpFvjzuxJgkey8BQilP+uGnsuZ76q27FQqcFtS3iz/tJkeiylWV6MkS1zWNgJ8ELE5",
+	"oo8Z1unhfW93K+5AUI6SVlYRPjlotjg+CJLpWkTcqykjv8vxk9Lla1/pr5JBhpvFVbetf5HDWOrvoDRU",
+	"ahaWLGXjkogOfnsH2aIKRY5iNPhOrQsVttFBy//mcLQrrNHc/C3X9ac1sbkROz7uPU1OBr1nw6cHvZIt",
+	"04MyElzwyVSnC2JHBech4RmrzutwcDUYng0GZ4PBf7unVCr1yqd2rylfwKJHYMTI52azRYRh4UBhA3JA",
+	"/sP83/Rzy7KUmmfUDdShN8R2/YcUZn4vcnPe9v/MshTB+PN5vHbfijzk4YPEyN8Xkd6LRK6esx8NSyF3",
+	"U54yMqe5as4L27ISvtvWjSvht91sVVpqLRxljykxHRPzuCJd+Hue5soqWXub14qq0mYTZ/I7LJAhDHnZ",
+	"CAbcgjJDafO+d5ErMeC4fcQXuDB3lIMnHl2fjMwzdstlrgBeXEszUtK1JwGDmK+lYFus2261CKrnaVOS",
+	"8fL8G1IgMVuA2IfObdgp9kNoHCsixQbl1NdfJ6ux5Nwg/RLjTSUVarK0tx7NNxUu4HPD2X6dN50Livmo",
+	"ZtsVYHGz2J5xIUtQESpILPskNIQbGipQSMOAbZCmNgRmdk5CwxVDYv4L8CYzP+jbclVgnKsuvx8qLGwL",
+	"EwpMh9FoCkcbMfCZMqOKqAhhtOZehPsnIKERNL1vAaJhyZ5St0fZu6sGQuIX26Ebc964kBQ3EHmLlxpl",
+	"31aDlHvtR57VpYqEL9UYrt2q1Ys0Tk5Oek8HT4e904Nnh73yhh8fmgMCxAO8BTOAilpPjmZROLpeNhGY",
+	"NdvK++b45vU2QshaGaJQh4v2V1/P5fo9sOmhupRL8fRwViGwhQmdLYjSFHCUZEbGTPGYqQJbvAtCTc/i",
+	"392v/qY7AeVumpM8h7/wYmk8EN6WN3JgbM3ls8gMTucTZaEybI2NxmO2ef0rj1o2ef6Gz6+X06pwVzwZ",
+	"0E7bZZugwt/IE1ZJCCgZIErMjIqcQkxu4OCjIKSJqhv0ATxSGUuAwm5DxS+D+DD/x42lMt7+JhD1nr2p",
+	"ZKfFScPGGhewitVz/3vYpwj/8nUbVQ61PAG1YxmUx38d230Ym4LHxh/TtoDdPOSQP8Nw3zitrFHAoSjV",
+	"QhA2yjZLQi1XBJNY+06EKdzkgIZnOV1AQogstTIQ1wEJC/k3BOAiEBirYnQJ8WK6YoZXUyOFgJA0kxnz",
+	"hSSrVkI3BYcx6uUqiclcCQ2X+8rbbs112HjbbWf52065qzu+i6PoOl5FAGYBHpJmYUF3z/6saS7bOgJp",
+	"pNMFsWmaYZRJEQLFhHUgo3BZXi2tGJvN1OkGn5y5Y0nv57eMJJylsSLdGRe5ZmQq84zEdEFmUugpuWPs",
+	"JqaLPXN7/6f5LV0E5D9jyuFf8yv8AQ/DXwtG4RkuSFgYUMJaQdFmKDYmthS51uJzXpCEf2AxmbOMyxiD",
+	"kEMwdV9THULKRaWk1h6Mm46VTM1amI77G1fN8kQrtDa0j+tFochwRaBqGYKEUTdexfJY9jIqYjkjc5pp",
+	"1MO4CsxcgAf1N/PD+gJfyUo3IR/HeZ13YKu98WxnPr7Hr1fPO0vwgoK8vHh9gRWhzCsBYf1Jn1RMbjUC",
+	"OjnaKKC1qo1tZ1J/yFqdq8pzfhUlOVcyw81qblaV2C9VR3Blvb3NivctVVRuKn+3BXjjcsW7lip3je/e",
+	"u2LdF6xSd12PWLlnlAo2WotVuWeb/y6N9xlK460uhIdjaTRZwy9PIKGSxlRTzKVBLGXukrtdufs6EMPW",
+	"UTvxkB30niaHg94zejTsHY9PoqfxM3aaUA/z6N2Ln15eXr37P9dXb/764vW9/FNejP9vdRzz91/ExfQl",
+	"ysZUUx02q2NeENoytT6oI+EF+AwyZlG87+M0aMil2LVQyo7+h638C3DyHkTvwtN9D42rZFUNLCJlED0p",
+	"M5KLmGUqkhmDUovC/qQCEvMJIt94zyjSpUZjv+WZBKgickszbpio4e1TOkenlx8dcdH7b9r74/q9/WPQ",
+	"O71+/3EQDA+eNgdJ1DNzGgropQubgYt3jGH+5lF3l3hI9YWHccaocBgqLpFu60Pjy3/LR6ghj2cFta7V",
+	"6xom7WCH7qZSMYIngnARpXnM7Nxu2OJPyOinDHOAN1kRbNgeUH+c3sXmk1YZV+ysNFwkEoAE7gABIOb5",
+	"rBN0pnwCMES2THWzyWYppv5R4D8fNaMJA0hcALnNSj07OijCt/G3T++bMp6+CtzQz5VrtHuyyWfILfGy",
+	"dtbk6rjJrM/OcXpdA0XbtKtB0ClE0ZW0tr1otjpFrk1Ps7XJH75azVJFGhsMUviWmpDNSq1s0K5llXGV",
+	"XuDZino3m4iJreeySJerF3zA5UKvECC+5HPgvOM8njB9z6TBVZr5Fq1VKG3jqPIa5vl2L3+2QPbGov4P",
+	"LsZDoFZ7MHP587WDf2uBw19pIdl8S1vtJFs4tXdQQHYzsdQO/Op3q5iRX4WFZjs3OxXXv8vxgyY5QKEh",
+	"PzJ8SxvD9kkOuyiHTbpWOdhVSRLFFpcU1rZ1QY0j145Cjdm1nrrtVDyzkj8UWCObVQvHAKWlWuH+od1I",
+	"JLI3zFqtsGi4uYK3Gc5D6Kh2Wo/ly66U1DprWbzdOP3Sy1vXpXwQofue91XD61vPY9MArG/ojnlMFn1/",
+	"o+4GrLDke0vlByr70Hpo2nMxEE25mpSB+ReVD5iY4WVroA/hjgIUWQ0brVGrL+ZfixStyOCUN7+Lmc0N",
+	"gCYeO8mztFNgthRAvcODp/1Bf9Afnj07Ojrc72yIsh4zjShTiJhSSdHu6FT1fExQxdKkh1DNW2aw7p5E",
+	"WlhcStuKwy2+LIeDmKYemOmneyfF75ZxsUNavL8FSwGeERXkdzm2qhU+ymLCd9Wpajn4u2oCO2Wy3icp",
+	"f6fq7AVggIMEcy1XFn1tzQc8lQ8iN+D5fkTJQd4wcRnJKvuh8YxbmAhAjUBI/Zg1h6helVJyQwSdC9LF",
+	"OoYuSBdclRis6xAiswxKG/IiitdK3+1x9RvI5H81j+4Sx+uev0/46H3j2FoD8/3JNXk17eCfKAjkCSrR",
+	"tkQmhBaPBBbK9eLty6Igb3t8bdCh8+aL6FdQBVyIxm7IC/dNP2uqz7NBqMpuCUXNlXSa8m6aNhCXCx0g",
+	"uy3WyqofzfVMaoaAtaEuO63np8bZGiHt0iJpVoWVTSpDNpXEPzUjwULTMLXnWPKpd2X5ZB3Y9JNDW+6c",
+	"dd7+elXgeW7l5zCSVKsEdTvcxybV/kbNLUkcu1SLbFqajbQZb+l2LHn9M7ZAtMTa3xYw3AGiBoTZYFSq",
+	"yITfYsnyJdpwm1JePmZ3mliMt18bMHDYqnX3YtlkMZDAistufYJOpeJ0w3o3ne/mkkn1UkfDpVJHXpZ1",
+	"DXhCR/OehXg1o9N6DrUgGMChPHJ5JMy3ZUys7GDHIko4nM9QQ2lJwK9vx9JFCg8UeEnn5p70x+mK7Fow",
+	"dbCsWbx5l0NVDenaUQS/jxF2BQDsSpRXlSMtNz63i79h1XW1Vdq3I8NNe157F26+Ee1RSZaWlwv1MgF8",
+	"EcoqZYyRorAwccHlqjkVfvlALAV3eE+oGjK0X5Opa9ceAbrtYdk7hyo0K8hZMVYlZkSOK9SW9QagOpjR",
+	"nWDZdYMi2FDt1i8hBYqsvKvMsQjNAGy7lGozGhf0EWCKzBQOIETAyJGAAEszAvhRS5KLynwtMN56O1tD",
+	"3fgGB/6tROHDc980PnXTdibsj9tlzTTUp2+pwLaRZQ5vsXbbnBV6/Rb9JPSygFzjGawxtuIUBUucueE0",
+	"rNXBcew/ZVTUzWMT892ay3Jn85Ndi81v16VryR/ex0fEc/BGuvbpxjp81y1GFG8CazbmISwk/j7vHgKI",
+	"rfzsmPMuEOXtghyEcLx3vmwMgNolVMsWwIaqEWed+OT0WRwfPT1hQ3qUxCfjMXuWDJ8Ok+Hp+OTkmD4b",
+	"HLITFo+HLDo5iuNnz07ioyE9OImS0+PogJ6ig6ueALa7pOEmt+G+QQ05azldnSzSzNfWBAXWdt4ObqOt",
+	"x8Iyy3S5ywQvEah4HWGuHd7DnZRHtCV618WyK6PNh4EZEnnG9eLSDNQikTKasewi19MGsVx4aeXd8G6i",
+	"r//5j/8J9wpLIyiioQMgAVsmGUuplc7oHItvhcTC01y8fdm3Sd2gpGDH1bKGJbf85erVZZPBrblAmg0+",
+	"tfVHiCd+18qgYUK8ld5A3OFqJDxprU+eT1l0A2XNbByqDTBCoQ6kHAvHMqUiVlN6wyolBGe5zmlqhv/p",
+	"E2Q2JrLBXosj+MmuHFIlifMMai6inVZLqCmgGcGnVZ+8ddjCIFoZAqVaZlDJy4xoJKD4k0yNoCYYbg+u",
+	"c7mRqu/aI34BHXy4eXnVSHRxWuaBvZ1WG9I9FlDiqzeXaToS4ds3l1dk/3aI1SpVGJCMCXbnVgMGVEjx",
+	"OGWslVQC647ESGBg/yzXFPK47eYaWdMMJ2EignqQZfpNAHJ2CGyjB2b5MAAkatRCbZVKwICmguTC1sqx",
+	"KT00YySyNDJe1OoHIX6VojNshmGBOShgmHHNFBjjNU3ZSMAXGZkwM5ajwWmIE3aFVTAvqCyiFnpzrWS1",
+	"QpqrcEX5IjlzS4flvlIKk3IBJqQb/keRl7wXkDGD8m0j4cK4wW4tSJTK6EaRO0ZiaUvFAmWdlWhYbvK2",
+	"ZbsZWWYI0ixS6FsG7bT+9+9KipB0XZnWvVpdVluGFc5TyiNmrwceGzJNOMC+XMxpNGW9g75fvbz8zrC5",
+	"fDaj2aJz1vnBO1Gwfw4wq3qyiLxlGRQFBQdgSaU4vNnVq8u+592snV4sc1ncmJ1Bf4jjkHMm6Jx3zjqH",
+	"8BXkIEyB7e5PGU319A+QQxszpmA/FTkYDCpwCDJiShHFsluGZUz75AdXt07LPJpWKNKMGtkEl+KlkYB+",
+	"Yvpn6NqrGQcjOhgMvIL+IJDVLbtnH5F9r0Uktz18+vSpqZyKm4TRnlN+y/oWEQ8Ti5tbLoa670r/+vdZ",
+	"5+y39/62v7U9mNYFUwqiGyYgIsq5QqDEfai+tukGWGQ6v1JYxmg0NdSF/ATnDpPC68ESBGIAjbmg2WIk",
+	"sDIhMjPz0KuXl1cvXvslpQx13tEb1svnsET5/JwcDw4JFLO748reNku7+o7RmNvJfoGNNd0vYCePB4ef",
+	"ob/XcGfTeHFOQmDHKiSKLgA7JJqSmM2ZiJmIXNW8hyeyYsHRLp/dMqIzmiQ8aiS32+E+nXMUilQr1f1i",
+	"syNB0Di3NzbW64YESbS1QMGX5bNtZNeLOb/CLh6RDFwnICy3nHIrbOy+7MVCm148+cVbXfvFewRN1k1B",
+	"GnLOFAlBNA0DEjo/u/kbHe3heVEXIl1gZSe05gGyR6XCurZgT4oZkQiqL06pmDjrHZrPqqnFZi/3+qRY",
+	"EKwdifayiKH5DGtHUEUomVI17Y/ERbP5GwXsGV1YAdyRR2IrOdft4DCs/kiY3o1gVYxgLHMoKm2vcPwe",
+	"kTOgtCPpmuawVuTemWVvsJJFOcOZxEpwI4GPPVGki+Pjs3nKmSoKYcAkca330GDIta0/iFVfKVbOoxb8",
+	"E5oj//zH/0e4HgkupizjNjm76ApeXyBfDpc9RaGrDQjeMOyUqht3+VPscyRsM8DMk7Ic7tHgkIRNdTPD",
+	"Jt77HPbCHYmy0vufZbzY4MR5lg0rzESceOEguPAQMee+fG/DJtYf1OrYnLHlU1XTtPXBatxi+GDcAgcR",
+	"Fyu0imEE3ulwxFLmjAM3OUJGtiEnMc8fbvX8PbkVztZFerjKo0sca+lK2P/oAN4+IR9LWRMa30uoKD/H",
+	"6uaGoKn2FktJBNCyOaV43ovIIKNgRXmm+C1LF8vXB9by8Ah5TjM6Yxqc17997ECWlJFgS7m7wKSr05NP",
+	"oOtMnu8/w03VRnRW7celerJEaUefk3Jw/TemHKsD77uQWLBaNd6CL0TsSCKF8mUFEIXhsgDFCnzP3SEW",
+	"uwLPo0XWsxYHW0Ap4YKmI1Gp8mvaAkZrBWdoVwrXauC0Y5nFRu81nPkMIJx0jgzb/Gg0GquBoycJdGk7",
+	"RXOlgS+KpuZyxmrFU3rLyETqwFqjcEwh6R4MBoB1FVrdM+yTN4KNhJ37E8v0aeoV/k4SFqH0DuK26pPn",
+	"RddGDMv4rT1ztKgGreWEmYdHwohpRq3X5tQJLAGeUaEoSvbdSSbzuZnMjOu9c1wgRKNzK58wEXEx6ZML",
+	"TWZSaXI8GJC5aTuiaXpu+rSXtKstDgIFTRjpQnPeSnFFirrweq/x5rKUc1G6f3a+u8qOvxqzuw9uq/LI",
+	"XOQsRmP8hheXXZ9fqFhsdXc+HP+qDsEazBt42RvhCg8Dqli5G03HbsdrdPio1+7RcLvnjz/LtV7qfh8r",
+	"lunf3n+qKIM/omFyRsWisE46HmCOqcfIbRLxMiP/WJ6ZT/uu4r9qZ+s/YP1tBeY/+zjpmps5IJb4AFbC",
+	"xodhmW7Doa3ldq/CrqfyDtz3tsg212ckxEgtoyvlWWrRDW24Vuii0frkb87aaJeYhIlRxrXM6IS5MuYj",
+	"wVWltv8T5Hjh21/RCOwi+j4WoWKfQuKZnQO8CnD19s4tt1eH4UhwMDxTMs+YDcYwjYKS48qkp+DBwor5",
+	"YC3IZ6UdHFXrqUxjN+qRiDIWY503BeqbGamzVzcMdR+5etgnr42+YFQMfsvwJm1ivW/mTFzYPcOgzWV5",
+	"q4lMy0dc4t3LHyCLb83DYOy2ktD7e7F5eNKFfDVUtbeSYcbmMtN9+6Wa0oPjk4covB10DBlfjxfaMNvh",
+	"weHRxuzcrDmu9RdShKrRuS0SabXI/Y6s+mjL508flVU/Lus121phgdUV3JrzbihPL+G5hYWMYRgmWh1D",
+	"0sXfIPe+DxlrgO6GkmmR2RaORJdGN0LepSyegIhJ7I+IZtonLwtZ7qwmBgJfdGK6xLVwRZamVI8ETcFS",
+	"irVLnKhPMqbzzMZ6yYxPjEhvb4NzQknME6j7r4umuSJHg9ORCG3rPfTGsTjskxA0gmsUvlUISSacVVbp",
+	"iSIpVaZfT2nwPGYo454R5OZFqeUiuBkMZl2qCE9QC9CShPtFjzCtYpGiRe+vbDES4SgfDA6jcn/hMzvD",
+	"r2sYKvhbuEfGLJEZq2wxE7HaQIb+Nrh4ARSBYBAWFrSXi8KnAWHaStEJVt0rvBPWTuayL+FRxzdLadvW",
+	"0dpa0P7CQvYqAfuqQshA7eji/TqF6Ue+Ab5K4bvke1vz/CLMoJ3p/yJvLT8Doa40QmtJhLzD2lQOQfSJ",
+	"wwx13vHACplzwwE9vjISFkLHhcnYt4s0euLS6PvkpTWsI+x12CfORRlCgADpInf2Ygb2Ss8lDoejxV2K",
+	"iRF4WRo3sbQiQuvL8LRHOuSVKLHm8+02Foua0ESzDENSaNr/96l96FP7DoJ9jIIM6771mU3lZIVyfDGf",
+	"Qw0HLNFOqCZGZSChTBLFdOiQgD3ZRE765MJIRRlnRkvMxQ3pomwF7wRWSgGXHtaiiNhcQ6hYxIzINKFz",
+	"m+Tpyq5hajhXdJIxpqwEZc7rpIeN9mZczYwkFI5EEbWDQQKmYXjGCUnWjtknr+QEfcIRnc8RE99N5Kzk",
+	"MJEZjWAjobNc4JEhM+ryFpzXUcQkyTM9ZRn4KgHFPpPQbDe0b0L8VJazsNGKiCttxvRtCD+IiIhA+FD0",
+	"L6ICpwWr3TkbbCy3vJKT54ZOPrfA8kpOcNURj7CVn8lJjZsBycObX6Vi+bgMB5fM3NelpIAHf2veY7WO",
+	"dvbzFtUXrDODqo5MinI1rmSjUy6WnQVnxEbzFu90ATLBxh1oQCtQe8AFuJgAAJ75VuaTqc3tF1TnGU3J",
+	"DVuoAP0ZRWPmNcsBEpmNxLwILNWSzNFsh211w59eoNULolL3P9qSVcUaAFMYibCmeoXoVccT0SfvljXW",
+	"G7YoAxXhm7GMF6RrNpxmEJ2ALiAXaCoT8JNEVEjBI5qSv1y+eb3XoscWyjTEYAbI/aH42kKzwDJbtGWS",
+	"cuy6947NoYaH5Xjo1UqV9A4QilJFMdCAKO5KhSY8U9rGdkJNMAw/xQCQ6qypwC2BSZuL4eCAhNxbxBu2",
+	"6GXMaFvhOUZalA1AQKBZDOjQhSgjX+dpSsbMLLUNtGNxcfH47XPRS1I+mepwJLqgzRGuAdne3MtunEY0",
+	"9Y2Z5R3mhaaSS6tIE1SkgcBGIhf87znzryeQUUno9O4ePt6DSdrQDNe5mTrg6guGFOayoG3gLgAKWZu0",
+	"DeW9etW7dAEgaH/09osqa1kQ8s7bspGADQCoBgAHXzhXZBstNd2Bl/l4xvU7yxU+2zW4/ul39gR6p/Ov",
+	"bHG/C9SHF64jIEFZLAeAVKTtd0rMYXzBjHzzV6vQR3LORM9sbu/goFO0ixyxCkuEwM8FJtHlz2XMZjvs",
+	"8WY3sA8N/Zkvf+z6Irppu/bhunmi6nQL8WslVUN4myioHiDSPaiCBpZYHaLLOjHTbc428c7pDmoa89rw",
+	"Tna1pbXwC7BE/2rWmW3t80cHB9+wHnlphDrqC1nAhQOiKQRIMQzq8M3IW8t7oCxsYhty9xzWJ0NkO3CV",
+	"hhbcLvRlIbyQpjSbpUyp5YisS9Ptv7QV5t92lwc/L7/Q7MaIdECbBcFSSP0RDqS85XDkMdc9dmuG0RrC",
+	"jjlKNl+oh5loGCeNIYp2nASaIV0mMpmmKKRbY1tAyrT+wLkcRsLLSCu+dVFqNnCKZOx39FTsBUaSNEIx",
+	"iMh98lq6ik1YaWg+ZzRrdOlAGL2Z6QucaHMg5N9zli1KfzeqbR1ffvASZ4eNibPNLaEzxiX5P1RzRUXd",
+	"ezUGYnOnMbhzJdjaWv7zHHNiN+FUfMb14zKpcvPbEhwuUEmWCVLxw6U5wAmzja4I/vSTM/fh1LRfTm8M",
+	"uZdxNKXObUEiSOVcWddnGaJ/Rih5fvmuqp2BQjsS5pOfhutSC1xQMtb4kmkM0iaGOrq45bLerjMDc+X0",
+	"ZzjZ0N8koxFzRT/nRmVoPLJgS37ugYxuq95sKnoLdveFnJQvlcpZ7M+x5f6sbcpniZk/Ojj96jwLJYbN",
+	"E1UBoG2/3/AuWnOU3BlCy8hytvSZjxCkmIsVkQLZIykvPBugD/BANpebTKRGp52XjmMTWLxjeMMW5ohO",
+	"mDCvsZikMoL8JdDxzK/gbhyJlFEnmtrIObRF2VhRCJtTU6NMp/yWxU259TakDnOFRqIM33t+EYDnsxJo",
+	"52V7l/lGtu6IEX3x1i7XwJqKXN4VlMSVeYYl2jKmlOfRgIdsILu3iiBrY9V7fAXNaacj0Q21lL0ZFYue",
+	"ZQcqtCnH4Tums0XvItGQDFZyI+wkYwlP00Ze8wKJ5HE4DDb+tbOYpmP1eeIgDr5uybvChnAvS7wJm+pe",
+	"MIJ6hkedGyU8ZWr/o/nHZQU1CtxHgyNkGVyXqQzsgxEnXFABHMQZXcBPijGLUr2URPwjByPKdoqmeclo",
+	"mY8pksHAWqjRLNCXyNf5iWko8w3wvy5xyBfaAHyrbTv3vXVp3NZLnTE6Q94N4a6WcTn8VZTfw6D85mox",
+	"dxbxd2ye9X7gEwaBIS7gO4AsUwE5MDSaolWweP0HruZSAQZTuBcQRUU8lh/AEeweubSk3nsrUx4tztxD",
+	"IcaS20tHCZ4kzusRY5R6XAlJB08Fy27BeZ4uCE+IC+IGLzRqFURIMs7knWKZUU7VSHT/cvnmdUBe/4D/",
+	"zlPKBdHsg4bun1/+l12jaEozxfSfcp30noUBmfzB5wGB/2iaBeTtDz8G5O3rnwLyl7cvfgrITy9/DEbi",
+	"b2z8FuD6FtZd1v356pdXAbn8r58C8v+Yv/5Cb+kl7FFA/vmP/9nz5kFVFfFCRprpnoJNDFty9g1V26V9",
+	"xFP3H/v/0WI1RVSCBoWt9Zw9UUiLNWuxR27NOIOeDw9UD0sLCARyfDjYs5XiQzWl5sE/nY2pYidHZ2G/",
+	"om4uDfTzH/sf5J2AAGM8++0HfoOgMpBUa7l5YJgJCJb8UVUxNvSROfGod4H1Q17PHuFajUSBLbYgNL41",
+	"N7RCxxV5QaNp6cZzxZaJYoauNEsXZyREFJwwGImwXmENsJxC6/K7KERcSEf1jZ/ShpxBwVWi7+TKKLO/",
+	"uaJ6jyFPtcDNfWbBqg35rCWRyyIQGVm4ShP/TuX6bNojTVN0Chdnz8JSbZbUVULYNR/8v1GuFZRilCS8",
+	"o1yX0AVGwzOve1Bgfp4WVURJKeAmxzLz2lpPQNtTLA5cLXpCBTEHEllLGQtq+sOAdnOKKQc1E+COpjKN",
+	"IUTUAd0ApJgN/u4TdLUIshzsoSWZ0RsLUmRagpxUgDCbM7qUsnDDFiPhB25YyCyepj0Lw1Ust9KMxmYv",
+	"rJ1IkS612bHhjH5AjFMX0DczgoscCUoMm3JqrsVO0RkFbRzWtND4eOb6QosXii0O1A6iZCzABx2JKVXg",
+	"ZGIlJ3W4BRJ9qYxqElHAlLO9V9yuaMk7wwYy61m1O+ejd1GSZExNrQ8Jk2LDoMANQom+CDkp4L8g7SJG",
+	"noygXmbJu5WgYOeBIhS3CuZmFQhVXTLIeDYUZfotUOYs7IgLocQXFjInE9kYHXERAaN9hWdiW0HnjU06",
+	"f8gQhnUYokFHpYzNAWmjoDGAWF9GJe4MO03AmZ2MQf5MxHrIHPYHFgTMP+6ds4Mtwg0RyfOLXGG279UJ",
+	"EvYcWVxa0p1Lpfg4NWqnYHvfxV11NDz+riwWq+/CVwUQHoQsOhQ9plZcfT4CkVoBr9YIcYR8rYaI7j3X",
+	"DHpVAWjfmsF8Vb4nfyrrvU+Vtf4s5+shnFyytl0FWFrl+3ZULxvUBonvFtrLEo6zy1dQsIC0+i24Tf56",
+	"PwB200U0Y50t4Zn8IXyhzOTKKjRQnIVw+io5+IPhNckqKbRRZROb2/9YQ2f/LNbaGu1uKVZ5Lz+29XYd",
+	"edUrUewY9fP5rb8PTDT7GOPffmnCzyQBh9t4ATkCKiAxi3PcGvTTdRH1Q8hsRlP+B4sJhNXu9clrPySm",
+	"OfAFR3BfavrWIj7MrNdft7g93wJ1YjBJvSySnYBHp0BBm9OnzTtpJVCsorkBhcJAAuIiuwmP9yyA11Te",
+	"IYyOKgqsFrVVjdK8CRHbYfyrUbFXDXUlGdtd/IbpWBcbvCMhW7jzNUGM1sLt13jStavKwc6xlE/4OLX+",
+	"NwroskqK8Mz7KRiJ0AIOhgEJYw42Pvgbu5gxoa/9r2WSpFywkHStKNBW5GokiipXCC1C9XVE5zTiehG2",
+	"BTn65G6xkL4ZMcKr1tGG1uB2ze51/+shXwe2b0jlbgrogWgQNCxP0xvM7XLFm6qK9vZEvv+xKCO0Elr0",
+	"dVl7QWk5d0F8fecT+hP6g0IMMrIrE4BloAjqLQN39yyAjcVxrF9E1Yp/xOGkuxOnS3zkGb1BNxhHC4S1",
+	"c4N5nKWK3U1ZxgrND5PG8rmX43leTCDOqNEVu5nMNReMmDPqzt2eaRZxhme2zkTTuflV4CuF1+qxbxjs",
+	"aLNnsY4i+uY7bTG8tk5aSzTwcVM08COLXnYHVh9kjBAX8q4o1fI1pgbcGwJ2Js2xKL1O5eQbOUHQmect",
+	"Lnd7lGauvgxpOIboCoEAOrOyUvTJO9bDPhGFap6xWy5zlS5GIhcFT51TnpGM9bAGnTIaqodQBfmaF6Ks",
+	"/Fcil2MLEGPhyvBIjLjw9T+yCgF9JLyGtGyHPke3BbpuipKNNYMi1DsMyB1VI+Hs1hYWvdgDrGbYLaAK",
+	"G/jqPrzbwITDvYDIrMTgmlLl+c4diqvdJ6fvO1/f0eCoUtwXksQBUsIaDkYCLAewXiWlELq09BkQVgwX",
+	"zNgwPpv9DYszXiy/MRJdgEFPZDbmccxEC/jDl2KGXwtL+h650IU9o5UT2mbpWJJKUBJvE6zXK2+X8P4S",
+	"LdXDJKDgAld1jga998mPiMNS0LR10tamUT1M1goHCe5HZmxNt+dyFcbNgc6DlllIxYqSaigF0UVb/zrj",
+	"k4ktDLCRTojP/5WLeM0IaFnayQ2mazgDUanUmI0xoyKnKclysdc2PtfGDmvzLanahkjXK9pIjN+Kmq3s",
+	"waur1G1uGLScQwaBuVZcxAlEJ7EYY05kQqxvvU/+IsdYX8xsus3FdcA0Fg0D4yJG4nc5ttKJOY6OHMtA",
+	"BYRDQsmE/C7HgMYByf3m/iKaZbMSoa+oIzESc7pAdGNbTwSG9kQRLua5JkxkHFooUqQwea4s14T2M4xY",
+	"MXM23YKtaySUJAnNzN2O6IcwrIK1gELlXjsvG0CMKgc5anR+o7w78FAz15HA6EDTnC1l1FqExFDlVxFf",
+	"sXNV3zIQo3Cp+dX5UaexIu9cZto8eXAQPBsER0eH7z+VbNIr4m9esl971fyDjkXeK0MxTgZm0nbPoVqo",
+	"jGg6NcS/bckVsxNfKFIDiKCJLQnCaJZygAFCvJgq/E4tqKt6JRlqfWiICDPGh/Rits3cei/PPcScKoP5",
+	"e87yr9S7uXVu+pZYDve8OAChwN4A7dZY+Lj/0fyz0jcK8cmG0c041pF0ZrASDqDBDboT1zMvPbYe0UaP",
+	"V5b7fzNuTu+CNzsCThl7JTqj3Mabv49mwfbQ2OdoNizuyCeqyFSG89qlDqnAZQ1ThSV84JbFTJTIyiZC",
+	"kpnMGAy5PxLYdoqmDQdfjbNzuFbmQ4lsfe5guCFy9Y5HrILY0XQTw/PfLE16OGf2lvguIDjuGyQCm7oB",
+	"n0Pl537qr2tjdxXYtvD1qsHflqqHy7mJuucW/vNIEl9CRSyJszwD7rvNVEVrYwCaA1ylQoMEGwPweEgD",
+	"T6U+I5REmRSEfZhnWM+BdBN+y0jCWRqrwGhHNM1BTuWChEamv/5DClthwTD5DywmofOOemkWgNAEA4Bc",
+	"qq7MCkP4Xn8kXhayItg/rMZoo+2BRwp5d24OzBSuE2vfhWT1hGdY63tMYxwpHqfBSIRjGrtk9JAIOnMp",
+	"EfDYKtUO1+0+MYoxM/cabslHB5xnORr8U4mEb1XAlnWpFWpTqZIJPpkapd92uLOKqLlZM4zi19H0Op8b",
+	"foS4NIZWTEvkgPyH+b/pB6GYzUxvAGKwIBEjcOaZnLP9P7Ms5QIJfislD/fkCwVtFiTRrvIEhOqiEPXw",
+	"u1BwHijcs2BELZysfqMbAbawbH5aEQDFShZHNQLWWunV7kOfPGAIqMcWtpU18cXHlzfbidRfrG9JF1pJ",
+	"OC0e2UvMIwO/4lSmhXRNqNN0sIknigj2oSCW88JmY79A7OYbNkdUGGcdNDdOgHcngKyZ69SBPfvF6Lkm",
+	"EZ0xuOn65G/Oloo8tShnrRHc6UN595lVyqFyKKaluZvyvKxLjxZVJmIAVU/B6EkXqk/eUgzK4Gokwv05",
+	"zRULA6y32X7r/Qrpzw9H3l/wytzhcvTuOLzRDv0r7SFusOr6fjFT5WbMwXFSwe4KLvrvu6wDVtfIv8ye",
+	"KFJSLOlSf8X2drrp9kGWbb3vXhmx3rIJkI1tZit84QzIYLAh3dB+DoPS8JzloihRYARvG4kRGlltDvXT",
+	"MEZucUbCGVfKhkWiTGf+BNPtdZKnqfkEha1Q9OfK/hiHZMymXMSEjgS6n3ia2gi0ttBIR5k/wuzvw32+",
+	"UW3XTHyTSGJGplxpmS2+R533wj9Ydp67nSJzma4UGuG2DSOZCx3C6VEO16y8VKVgpFsEa2ERALhO473A",
+	"K+NtRcuRgKNLuoZzwnmEElW/c62hgGrC7lhWulMLXgsuSSWlYNm60/HazOqeh6PJugTLULEpFRs5HEBG",
+	"Np/lM4AuNR+5sB8LW5NR9yeA//05zsplKvWqSORCklKBFedKE+B3fmhg6oYOjYjZajZac3iAxtsdBq9l",
+	"cf8wVTkW5gYsY1Ys4zca114plS4b9ZdI3jzKvhtNK7CL8z1GrsFO3Ve5h8o2sxUE99LRGp1QLpBP86q5",
+	"0LMQIjMHcycA2MZF+RaoEGMpFfE2EsAfeWf635A24dnviTgxovg7je42e0Wo2/N7Umku2kn0Eg3rNcuC",
+	"s7KjncDmWHRtSCEJkVWGe45DmEcRx8bQLNWI7gcR1La+3RxSDc6LEGykdZoxkgs0Jrj68I2oQZBIgkC3",
+	"UozEDVsgqkwBegT+tb2ghh7kTCc+gJAthATqBNw3XYxU8StTLVV32jt3aEQIUQupLHLG0KTPUlvu6OBg",
+	"JNpKMzWiUefiQQ5kcL/Yrc+gITxInNGMxgwdmVn+DcQYrZ79VaHUMgEltUT9EFb1pX/p6KF3ufBdggLr",
+	"Na1ghVDAod0a8caGno6r6SSITUpniKBntCjQXwsYMaNGQHK8uYIhVV71yQXkTTioK5EuWtz1dkg7O+vx",
+	"/a/UVf+ofARmvkpvsmvzpADX/R6FAvSr40xJ1+wZXn1uzhWznSW2dke7dTNQIPfYVTyRSZ2OjJwVZQso",
+	"X9u9eHHZOzg+6f30/JfAIfCaOxG88NDCSNxlWGvW5kaVKPDmLrRtGfq8YYu9PvkvOEQgCEAtxJ45QGdE",
+	"SJLJXDNbggWznEZCCtYnFyiVAH2nUDoTakOYC4MLEuI4rjOWQHG/iHGHaw8H1jxjhBDIdBuJrn1eGWGm",
+	"SALTU2bEa3dppgviYOe1tL0v5nb5tSyydO8gPSKlY0hmhWq9JLSpX/ht2MAuzu0mFJEBuV+IMZIiSXmk",
+	"wxUef5jBA2ASvXvx08vLq3f/5/rqzV9fvL6X652qGyhMUwQ/CZZdo//DXL6uep86jLJDvS0OEk74SznT",
+	"cbU3daWTrjufsNl730fs8FdZ16rBde9OxjJfrAoK+x8t21iT+e7zngK2EeqFJpSnyvqePugC4RgEWnA2",
+	"kEjGrGBPuaC3lKdGgw2X5YUfoPviXG+pGMBrj66ntx4DxHKHLBW7AR7q/fd4MeNurSa3oC3K89bG0AJH",
+	"XBfxMWapFBOFeZaIPL8a8/Anpr9hKvqXoB4bK1Kfapswl69yCxWxIBadowzRtnX1rDxUVNOyVHflBCgM",
+	"xGiwHYL/+GFIaUcZxYkM4vCut63YUBn/lwph2I7Uv9dIhs8sCniRD26FUQ0wojsI9WqVeGDhnDeI0beh",
+	"ChG46MmcTrgoTQoJTzUACzVikNmsmN3MAjDCrzd+vzHzW2NxtQ3z0qm6Kco8t1WutNrGVo1emRf+nWv/",
+	"HSVgmF3dIBQFTsz3mnhRz7FzpWbWJ1zEeVZUksDqgaKGtbPCP5ML/vcc6m+OhP/SkksGDPtNfhlMsS1j",
+	"wbZwy0CbN2zhCiLEPAHVTJOxjBc7eWZwWQxBfeNp8ohjYNoo0uFnTCk6gcwMlqbSUJ61zJxhUQNPLrpe",
+	"VwDBUFbJf8/qtp4tLTtmwb+QfAZ7/eDZ8GZpvnZPVdvMv2Ys760tVttWb/i8/q3CYqWR47QUCoOP+x/h",
+	"vK1KLvkbxI0UXPUOaghpSca28kYckNDGCl5b+FGi6ELZ+Fkhrx1+2zWarwGRFI/0tZD6uigXFgPiaB1C",
+	"07PL26T80DKiPjYSWjN80aoKSVmNbC+AMUiRcsGKEZCwfOJ6xhXY193XkfkSg3tHInTyTnydUs0yLEeW",
+	"MZ0trsc0upFJ0lZobyeOb156bEuJ6eMHpilP21RIZDXfSnIMEqYDCnDwnhuT/j7NNE9otMLH+yNPGeSj",
+	"zLi2YH1ULMrac0lBnwGRabwOKZqqm4uiz6+RQsx8VzlJoazol8O2dZyg3BDqLeeGu74OEuKiDIE217XO",
+	"Fj1XtqzAiEKYBhaXsLUXlivCSxYxAh6fSfAdyqLEYcrFJMQoJsfpGDUSLIdihoX5P6JpSroWgVkKD3+Z",
+	"uATjPczKKpj0mGFRr7AYYOgVYrNot9GNkHcpiydMQeqCc2S6GvytyBVu9uBTNB/uj1zxVbPKVUzy38gV",
+	"K5ErthJB9lM5USvzFVI5wcK7MkEYN8t/u7byJ3MFB0P7S2jIT0jtSpVC1Ox4oRmgnCsGrnBQRcNEpqm8",
+	"+xPoggVEqhV3uk01E/dAsRXsDmMX7go5yfY9EryEnBZxoaB6tRQhNgDK+coZwwqK7pS6qWHFxOdSuIRe",
+	"HKcaCZoxrIJvK9hfvH1pU3i7dvvIEeLSmF9dacGMwVE4R8wAxsHxo/3i/CNxdHDaUK9+hZTzymzcrsd3",
+	"yWR1Yacu8tmYZW12KLtAdUhpTMo4GB49PXp2eHL0dE2mRosVEImjORnEzwVp7GeweT+4mc39JDRVrGhq",
+	"LGXKAEWnpalKgb/GBg/8kZ8M1oz4MbnqKzm5Yh8apYtX7ogXiUi4F/3dIgtPP6+DAAo0W+HEneBUTjZn",
+	"gRlTeapXc8E5yxRW6MWnydhoLwyimDExu1Eu5RYlEwKz7AMgNihzcYmIuQNHLtHuUuRyG05DUyUJFxOo",
+	"yWwED+lwKRGTC4t7tKRuoSkGZ3YPNvEt2Y9xun82O7PejFzdx29B8XprRq6nmcwn05LkLb53dTrbEL/O",
+	"Fu0C+S8gQVOHVHrtAFdRJfdEXZSBaXQDl7aV4sNqidvikh7n8YRplMOdca6oEKE0XbgoPxdCTd7AnQme",
+	"JzwbpSAspO7BLDAYpylM3/z6zYq7QaETQRbSv2Vdu6GEkpjRuJcyrSEYXGaecrhaCs7nqaSx2v+Ifzhj",
+	"XGt0RpioEKibifiJIviWBQ3G8AvnqVA6YxCRqyWJudk9TPiaAjaUIDM2k9niHLNrUqjFAdz88ueL3sHx",
+	"CZnlShMMPQULNWJh9ckbwVy3GK1bfJ/6RQyMQmr04jmDMkZlC0GRjOZUTq5I6uTkMUtkxvznPY20AbLD",
+	"jMNZU7Y+VPj6VvEkMtJM93BtqyercIGOuaCYtF03t6/3Qhy1xFfHsDi3LOMJ39mQ/rgnaVvD+OOWEcat",
+	"hZI8ljqeKND9FOkmeFfRCdtbUVS44WTuo8mp/ZL6L9wgmwVn612Mf2fQu+J/MP+EBQVkqLZGNRtLIm7A",
+	"DISlv0YCzLFeqZMzjEGRIrYmMLJU1t401icXZMaVsjas0pWJAwIFNWMJJi3DJYYT7RUWcbhZyy9NS+Fe",
+	"AUzujueMZjcsXgUUDoN0hxQ35r5H9REtn203YGluhNX9ei+nTY8I7gsE+8DieobUFcdiXRk7sKegw8WC",
+	"rHRXFJEjZQ25YKlCF+gnZd0T1VqjxyvhXV5Aqq3wDlejsqqQzCAl2tbhsZkbCUJblOXA75rKWpalb2I7",
+	"9JFwY2/ThXatefdVaTerC+GVik21Ct7XXyT8rticxqpXa6JenGXdUIMtpkSJFKyn+YwRJjKZpkAvQK1n",
+	"vjUef1TOizUS3fDtm0us/IS/Wb6LlSFIxMw5hdqmpaWkzI96ftEnbzIyNmIHWcg8AwJ++9eXZyORsQlX",
+	"2lalilJuBuQ3J+Qd6YbeN9dzNrM6lvdlwsWEZfOMCw3YRyMB/lFrOCwG31S2ymsmdFW7WgtvFVekO9Py",
+	"TqAHbulwA2yTVzfTCLZ75w2FqVyT85RqI7S5ttEEW+8nrEXMmDFD8Wis0FWLloQe9siMCjqpcCPYvphF",
+	"PGYqMO1i9S4Qhg2rMVplNeBJ+cXLuG6PLSpKYe0cFDSjH66jwsh8bWNVj7yoPzAJ9VjeG3YCeypqcTrb",
+	"BujgqL9Q6pUNSLErtyoDy5oNWs8x6aopXA8iYl9rStbpFwlAcdXvYia0EUdW1O9qqRr62MXsd6wh93kq",
+	"wrXTZllp8dsJ0rhzS914sxpto+FqtdCgmEYfWpQWvIuaOFbYJz9AIWNAA9VyjjkPLoMFffTnI1EvzeqV",
+	"liVTlrE9AlVZ69IourmDpdK0fs3ZWTuu6L2JLViOzaKaTOl8zgQmctUGXPf5c0VcoedWtxo00exA6sB6",
+	"dYIiqtCGUAT2h/ctufw73kl2u60nbEuQ0R0ul891cnMYYFw9wf/SmKK4ZauZRPtF4cuT7YaZP3MR1yXn",
+	"7rKAvOfqrdsjY+VMZxL1pN4++QkUPvPw2xe/kO4csngziCgvpXH0nPmwyCoH8wuWjJmy6Aa/NkuAddTB",
+	"5lPp6covPefPAJmcGSsY5W0UUqPfAaV+JM3n3ord8/Lb5nBv6jrDoXqD/CrPsaWQIvDQXDX+rv0rZuff",
+	"25lidVOvGPWyirotfygl9h5Ihu1MAlLfyjrJVJNUKkyevGELZypCLwq2yuI+uSzk/36LgvaiGMEVDOAh",
+	"Bc6H04nqo2xzBJof+9/AtfJSqdzcKuZgtqpv2xITau3tkcJWBanV8a7bDuMZF2BtWDId9FdYDX/Cvr9m",
+	"dQWGuCp0uFgYXMjvFl2pXvhe+TwNiQKVDGfe2Y0Ql4u/r8IcMRuAhm4GVdmFJKk0NxYoyYYcbYH7YqOK",
+	"Ora+vdvGFRVaxUi4Uu8OeY7OGNEZFcroE1KcO50pdBYwwHb0dRddDu2JWrKmY0Q06aLGYaQyu0d7zcLO",
+	"rbxhHkHeT+l68IryFzC7t4Bj2XQoj5qdKnFG78T3eGDc5AhFEmizErSFRLTz2DbzLBy9JcMunAI9NQTt",
+	"2/LdCTVkyrViaYISOYyV0FQK5mwMtjLXWZ2cYSwABe08T6pyyJQkY6mnNY4RmUUz8n/p+m2MwjX9PIR1",
+	"YUtC/0y3SdtNAsv7Xd4fTDdi8jhK3FVPzoAtrpZ+J1LGBWKlx8Er3ipzdWDgjqtEN5MZC/CaqNmgmDlB",
+	"eiQA9ne8sOi9pCukJgC5bw7lhHKhNBr13JtloIEr9wrBdqZfyC1nqWJ3U5axAAOYXHLOHBxpELMKTjgb",
+	"OYORseijcsm3XvwDaHFHg8ORsCh7PVytOAzMq2Y9CCW2ujd4kjGsCaOV1l1Cn1PJ9ixomI/ZOesY5SVl",
+	"9IbF2wDdmPF/lZq33ZqqBe0rR+E2I15zcuuhG2NGM5Zd5HrqQjfsS/WD+07mmiliQwsgcyUgNNdTJjRo",
+	"zODHXFak+176gF3wJRvzFRMUIy/c6VcsczCY1euKayyMXDhg+83YL6rJlF3xFXGmAnvyveEq7zrGcJD6",
+	"+Jta/sHDoiha9SNM7FdFrW8PCaapPYiwzHmqe+ZKR3DzaMqUzqiWVl6GhJql8HhEFicJF3G/U3GtNvVz",
+	"CQ/D68D8oGooi5ERGVVWw7S6UKpUZmUyYFnpiGcl8PMSgEvjLhS4qRUsVxUYsd0it2JMjLAiO14DMnFp",
+	"uHU4Q3CJeJ1bVKSGrB+XvqTKFcxjDvkT/q7AIw3v/8xoauNXM0ZjLphSuBIy1/5hsOB2ji7nqvPp/af/",
+	"PwAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -127,6 +127,17 @@ func (g *Gateway) StartProcess(t testing.TB, env ...string) *Process {
 	return p
 }
 
+// ServeCommand is `gateway serve` over g's database with g's TLS files
+// and extra environment variables, not started: for tests of a replica
+// that must refuse to start.
+func (g *Gateway) ServeCommand(t testing.TB, env ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(Binary(t, "gateway"), "serve", "-database-url", g.DatabaseURL, "-listen", "127.0.0.1:0",
+		"-tls-cert", g.serverFiles[0], "-tls-key", g.serverFiles[1], "-artifacts-dir", filepath.Join(filepath.Dir(g.serverFiles[0]), "artifacts"))
+	cmd.Env = append(os.Environ(), env...)
+	return cmd
+}
+
 // LaunchProcess starts one more gateway process over g's database, like
 // StartProcess, without waiting for it: a process armed to crash may die
 // before it is ready.

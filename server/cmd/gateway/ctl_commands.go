@@ -89,6 +89,12 @@ func ctlCommand(a *cli) *command {
 				leaf("fires", "ID", "a schedule's history", schedulesFires),
 				leaf("next", "ID", "a schedule's next fire times", schedulesNext),
 			),
+			group("secrets", "write-only secrets tasks receive in their leases (values from stdin or a file)",
+				leaf("list", "", "list secrets (names and metadata, never values)", secretsList),
+				leaf("create", "", "create a secret; the value is read from standard input or --from-file", secretsCreate),
+				leaf("replace", "ID|NAME", "give a secret a new value (standard input or --from-file) and limits", secretsReplace),
+				leaf("delete", "ID|NAME", "delete a secret", secretsDelete),
+			),
 			group("files", "stored files (artifacts)",
 				leaf("get", "ID", "show a file's metadata", noFlags(filesGet)),
 				leaf("download", "ID", "write a file's content to --output or stdout", filesDownload),
@@ -590,6 +596,7 @@ func tasksCreate(fs *flagSet) ctlRun {
 	priority := fs.Int("priority", 0, "priority (higher first)")
 	maxAttempts := fs.Int("max-attempts", 0, "attempts before the task fails for good (0: the API's default)")
 	key := fs.String("idempotency-key", "", "repeating a creation with the same key returns the same task")
+	secrets := fs.String("secrets", "", "names of the organization's secrets the task receives in its lease, comma-separated")
 	return func(ctx context.Context, c *ctl, _ []string) error {
 		orgID, err := optionalID("organization", *org)
 		if err != nil {
@@ -610,6 +617,13 @@ func tasksCreate(fs *flagSet) ctlRun {
 		}
 		if *maxAttempts > 0 {
 			req.MaxAttempts = maxAttempts
+		}
+		if *secrets != "" {
+			refs := strings.Split(*secrets, ",")
+			for i := range refs {
+				refs[i] = strings.TrimSpace(refs[i])
+			}
+			req.SecretRefs = &refs
 		}
 		params := &apiclient.CreateTaskParams{}
 		if *key != "" {

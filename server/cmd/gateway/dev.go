@@ -24,6 +24,7 @@ import (
 
 	"github.com/worker-gateway/gateway/internal/pgcluster"
 	"github.com/worker-gateway/gateway/internal/pki"
+	"github.com/worker-gateway/gateway/internal/secretbox"
 	"github.com/worker-gateway/gateway/migrations"
 	"github.com/worker-gateway/gateway/store"
 )
@@ -86,6 +87,11 @@ func runDev(ctx context.Context, c *serveConfig, stateDir, workerBin string, log
 	}
 	if c.caCert == "" {
 		c.caCert, c.caKey = certs.CACert(), certs.CAKey()
+	}
+	if c.secretsKeys.keyFile == "" && os.Getenv("GATEWAY_SECRETS_KEY") == "" {
+		if c.secretsKeys.keyFile, err = ensureDevSecretsKey(filepath.Join(dir, "secrets.key")); err != nil {
+			return err
+		}
 	}
 
 	ln, err := net.Listen("tcp", c.listen)
@@ -380,4 +386,17 @@ func runChildWorker(ctx context.Context, bin string, vars [][2]string, logger *s
 		}
 		logger.Info("reference worker stopped", "status", fmt.Sprint(err))
 	}
+}
+
+// ensureDevSecretsKey makes the development key-encryption key of stored
+// secrets once, kept beside the dev PKI (a production key lives elsewhere).
+func ensureDevSecretsKey(path string) (string, error) {
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	}
+	k, err := secretbox.GenerateKEK()
+	if err != nil {
+		return "", err
+	}
+	return path, os.WriteFile(path, []byte(k.Encode()+"\n"), 0o600)
 }
