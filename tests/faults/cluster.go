@@ -40,10 +40,11 @@ type cluster struct {
 	Kills, Crashes int
 }
 
-// startCluster starts the control replica and one replica per environment.
-func startCluster(t *testing.T, envs ...[]string) *cluster {
+// startCluster starts the control replica and one replica per environment,
+// over db (harness.Database{}: a fresh database).
+func startCluster(t *testing.T, db harness.Database, envs ...[]string) *cluster {
 	t.Helper()
-	g, procs := harness.StartProcesses(t, 1)
+	g, procs := harness.StartProcessesOn(t, 1, db)
 	cl := &cluster{t: t, g: g, replicas: []*replica{{name: "control", proc: procs[0]}}}
 	for i, env := range envs {
 		cl.replicas = append(cl.replicas, &replica{name: fmt.Sprintf("chaos-%d", i+1), env: env, proc: g.StartProcess(t, env...)})
