@@ -31,18 +31,18 @@ type serveConfig struct {
 	// databaseURL.
 	listenDatabaseURL string
 	// execMode is -database-exec-mode (store.ChooseExecMode).
-	execMode    string
-	listen      string
-	opsListen   string
-	tlsCert     string
-	tlsKey      string
-	migrate     bool
-	server      server.Config
-	drain       time.Duration
-	maxConns    int
-	artifacts   artifactFlags
-	caCert      string
-	caKey       string
+	execMode  string
+	listen    string
+	opsListen string
+	tlsCert   string
+	tlsKey    string
+	migrate   bool
+	server    server.Config
+	drain     time.Duration
+	maxConns  int
+	artifacts artifactFlags
+	caCert    string
+	caKey     string
 }
 
 // artifactFlags choose where artifact bytes live.
