@@ -106,12 +106,14 @@ func startFormation(t *testing.T) *formation {
 		"PATH=" + pgBinDir + ":" + os.Getenv("PATH"), "LANG=C", "LC_ALL=C",
 	}
 	t.Cleanup(f.destroy)
+	began := time.Now()
 
 	f.monitor = &keeper{name: "monitor", pgdata: filepath.Join(dir, "monitor"), port: freePort(t)}
 	f.run("create", "monitor", "--pgdata", f.monitor.pgdata, "--pgport", strconv.Itoa(f.monitor.port),
 		"--hostname", "127.0.0.1", "--auth", "trust", "--no-ssl", "--pgctl", filepath.Join(pgBinDir, "pg_ctl"))
 	f.start(f.monitor, "run", "--pgdata", f.monitor.pgdata)
 	f.tuneMonitor()
+	t.Logf("monitor up after %s", time.Since(began).Round(time.Millisecond))
 
 	for i := range 2 {
 		n := &keeper{name: fmt.Sprintf("node%d", i+1), pgdata: filepath.Join(dir, fmt.Sprintf("node%d", i+1)), port: freePort(t)}
@@ -122,6 +124,7 @@ func startFormation(t *testing.T) *formation {
 			"--pgctl", filepath.Join(pgBinDir, "pg_ctl"), "--run")
 		if i == 0 {
 			f.waitState(n, 60*time.Second, "single")
+			t.Logf("%s single after %s", n.name, time.Since(began).Round(time.Millisecond))
 		}
 	}
 	f.waitSettled(2 * time.Minute)
