@@ -180,7 +180,7 @@ func (b *Bouncer) waitReady(ctx context.Context) error {
 	for {
 		select {
 		case <-b.done:
-			return fmt.Errorf("exited: %v", b.err)
+			return fmt.Errorf("exited: %w", b.err)
 		default:
 		}
 		conn, err := pgx.Connect(ctx, b.URL("postgres"))

@@ -145,10 +145,10 @@ func waitCompleted(t *testing.T, g *harness.Gateway, n int) {
 func requireOnly503(t *testing.T, calls []faults.Call) (unavailable, transportErrors int) {
 	t.Helper()
 	for _, c := range calls {
-		switch {
-		case c.Status == 0:
+		switch c.Status {
+		case 0:
 			transportErrors++
-		case c.Status == http.StatusServiceUnavailable:
+		case http.StatusServiceUnavailable:
 			unavailable++
 			require.NotEmpty(t, c.RetryAfter, "503 to %s at %s says when to retry", c.Op, c.Replica)
 			require.Equal(t, "application/problem+json", c.ContentType)
