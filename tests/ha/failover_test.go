@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"sync"
 	"testing"
 	"time"
 
@@ -28,8 +29,9 @@ import (
 // replicas answer nothing but 503 with Retry-After meanwhile, and the
 // faults checker finds no acknowledged write lost (an acknowledged commit
 // was on the standby's disk: synchronous replication), no effect
-// duplicated, no stale write accepted, and the history linearizable. The
-// log reports, per crash, the time from the crash to the first lease
+// duplicated, no stale write accepted, and the history linearizable; and
+// a poll waiting on one replica is woken by a task created through the
+// other, over the new primary's NOTIFY. The log reports, per crash, the time from the crash to the first lease
 // granted afterwards and to both replicas ready, and the 503s seen.
 func TestFailoverUnderLoad(t *testing.T) {
 	if !long() {
@@ -55,8 +57,10 @@ func TestFailoverUnderLoad(t *testing.T) {
 	for i := range 3 {
 		u, err := url.Parse(procs[i%len(procs)].URL)
 		require.NoError(t, err)
+		// A second of work per task: some 9 tasks a second, so that two
+		// thirds of a crash's share still wait when the failover is over.
 		w.StartRuntime(faults.Runtime{Name: fmt.Sprintf("runtime-%d", i), Slots: 3, Dial: faults.DialTo(u.Host),
-			Work: 100 * time.Millisecond, Timeout: 10 * time.Second})
+			Work: time.Second, Timeout: 10 * time.Second})
 	}
 	replica := 0
 	w.Run(w.RawClient("raw", faults.Plan{MaxTasks: 2, WaitSeconds: 2, Batches: 1}, func() string {
@@ -69,7 +73,11 @@ func TestFailoverUnderLoad(t *testing.T) {
 		// Each crash gets its share of the tasks, created now and a third
 		// of them done when it strikes: the work outlasts the failover
 		// (and the rejoin of the previous crash does not eat it).
-		w.CreateTasks(n, faults.LoadCapabilities())
+		var created sync.WaitGroup
+		for range 10 { // at once, so that the work does not drain as it is created
+			created.Go(func() { w.CreateTasks(n/10, faults.LoadCapabilities()) })
+		}
+		created.Wait()
 		waitCompleted(t, g, total+n/3)
 		total += n
 		victim := f.primary()
@@ -102,6 +110,10 @@ func TestFailoverUnderLoad(t *testing.T) {
 	unavailable, transportErrors := requireOnly503(t, w.History().Calls())
 	t.Logf("answers_503=%d transport_errors=%d", unavailable, transportErrors)
 	faults.Summarize(t, faults.Check(t, w), faults.Fault{Kind: "primary_crash", Count: len(crashes)})
+	// Wake-ups travel again: a poll on one replica is woken through the
+	// other's NOTIFY on the new primary (in an organization of its own,
+	// after the checker, which wants every task of the run ended).
+	wakeUpAcrossReplicas(t, g, procs, g.NewOrganization(t, "after-failover"))
 }
 
 // firstLeaseAfter is how long after at the first call granting a lease
