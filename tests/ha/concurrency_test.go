@@ -117,7 +117,7 @@ func wakeUpAcrossReplicas(t *testing.T, g *harness.Gateway, procs []*harness.Pro
 	leases := <-got
 	require.Len(t, leases, 1, "replica B's poll was woken by replica A's task")
 	require.Equal(t, task, leases[0].Task.Id)
-	t.Logf("wake-up across replicas through PgBouncer: %s", time.Since(start).Round(time.Millisecond))
+	t.Logf("wake-up across replicas: %s", time.Since(start).Round(time.Millisecond))
 }
 
 // requireCleanServerConnections holds every server connection PgBouncer
