@@ -24,6 +24,8 @@ func (h *handlers) CreateTask(ctx context.Context, req api.CreateTaskRequestObje
 		OrganizationID:        b.OrganizationId,
 		TaskType:              string(b.TaskType),
 		AttemptTimeoutSeconds: b.AttemptTimeoutSeconds,
+		LabelSelector:         fromAPISelector(b.LabelSelector),
+		PinnedWorkerID:        b.PinnedWorkerId,
 	}
 	if b.Payload != nil {
 		p.Payload = *b.Payload

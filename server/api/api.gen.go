@@ -121,6 +121,30 @@ func (e HealthStatus) Valid() bool {
 	}
 }
 
+// Defines values for LabelRequirementOperator.
+const (
+	LabelDoesNotExist LabelRequirementOperator = "DoesNotExist"
+	LabelExists       LabelRequirementOperator = "Exists"
+	LabelIn           LabelRequirementOperator = "In"
+	LabelNotIn        LabelRequirementOperator = "NotIn"
+)
+
+// Valid indicates whether the value is a known member of the LabelRequirementOperator enum.
+func (e LabelRequirementOperator) Valid() bool {
+	switch e {
+	case LabelDoesNotExist:
+		return true
+	case LabelExists:
+		return true
+	case LabelIn:
+		return true
+	case LabelNotIn:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for LeaseState.
 const (
 	Active          LeaseState = "active"
@@ -174,13 +198,15 @@ func (e OrganizationWorkerReason) Valid() bool {
 
 // Defines values for PendingReason.
 const (
-	CapabilityMismatch  PendingReason = "capability_mismatch"
-	CapacityFull        PendingReason = "capacity_full"
-	NoAssignedWorker    PendingReason = "no_assigned_worker"
-	NoOnlineWorker      PendingReason = "no_online_worker"
-	PluginNotAdvertised PendingReason = "plugin_not_advertised"
-	RetryBackoff        PendingReason = "retry_backoff"
-	ScheduledLater      PendingReason = "scheduled_later"
+	CapabilityMismatch      PendingReason = "capability_mismatch"
+	CapacityFull            PendingReason = "capacity_full"
+	LabelMismatch           PendingReason = "label_mismatch"
+	NoAssignedWorker        PendingReason = "no_assigned_worker"
+	NoOnlineWorker          PendingReason = "no_online_worker"
+	PinnedWorkerUnavailable PendingReason = "pinned_worker_unavailable"
+	PluginNotAdvertised     PendingReason = "plugin_not_advertised"
+	RetryBackoff            PendingReason = "retry_backoff"
+	ScheduledLater          PendingReason = "scheduled_later"
 )
 
 // Valid indicates whether the value is a known member of the PendingReason enum.
@@ -190,9 +216,13 @@ func (e PendingReason) Valid() bool {
 		return true
 	case CapacityFull:
 		return true
+	case LabelMismatch:
+		return true
 	case NoAssignedWorker:
 		return true
 	case NoOnlineWorker:
+		return true
+	case PinnedWorkerUnavailable:
 		return true
 	case PluginNotAdvertised:
 		return true
@@ -833,12 +863,23 @@ type CreateTaskRequest struct {
 	DelaySeconds *float64 `json:"delay_seconds,omitempty"`
 
 	// ExecutionTimeoutSeconds Hard limit on the task's whole run from creation (its `execution_deadline_at`).
-	ExecutionTimeoutSeconds *float64           `json:"execution_timeout_seconds,omitempty"`
-	LeaseDurationSeconds    *int               `json:"lease_duration_seconds,omitempty"`
-	MaxAttempts             *int               `json:"max_attempts,omitempty"`
-	OrganizationId          openapi_types.UUID `json:"organization_id"`
-	Payload                 *JSONObject        `json:"payload,omitempty"`
-	Priority                *int               `json:"priority,omitempty"`
+	ExecutionTimeoutSeconds *float64 `json:"execution_timeout_seconds,omitempty"`
+
+	// LabelSelector Which workers' labels a task needs (Kubernetes semantics): every `match_labels` pair must be
+	// present and every expression must hold. `In`: the label is present with one of `values`;
+	// `NotIn`: absent, or present with none of them; `Exists`; `DoesNotExist`. An empty selector
+	// selects every worker. At most 32 terms in all.
+	LabelSelector        *LabelSelector     `json:"label_selector,omitempty"`
+	LeaseDurationSeconds *int               `json:"lease_duration_seconds,omitempty"`
+	MaxAttempts          *int               `json:"max_attempts,omitempty"`
+	OrganizationId       openapi_types.UUID `json:"organization_id"`
+	Payload              *JSONObject        `json:"payload,omitempty"`
+
+	// PinnedWorkerId The one worker that may run the task (and its `label_selector` and capabilities must
+	// still match). It must be a worker the organization sees; while it cannot lease, the
+	// task waits with `pending_reason` `pinned_worker_unavailable`.
+	PinnedWorkerId *openapi_types.UUID `json:"pinned_worker_id,omitempty"`
+	Priority       *int                `json:"priority,omitempty"`
 
 	// RequiredCapabilities A JSON object; a task's `required_capabilities` must be contained in it (`@>`).
 	RequiredCapabilities *Capabilities `json:"required_capabilities,omitempty"`
@@ -885,9 +926,15 @@ type CreatedWorker struct {
 	EnrollmentToken          string             `json:"enrollment_token"`
 	EnrollmentTokenExpiresAt time.Time          `json:"enrollment_token_expires_at"`
 	Id                       openapi_types.UUID `json:"id"`
-	LastSeenAt               *time.Time         `json:"last_seen_at,omitempty"`
-	MaxConcurrentTasks       int                `json:"max_concurrent_tasks"`
-	Name                     string             `json:"name"`
+
+	// Labels A worker's labels, set by operators only (never by the worker itself), so a task's
+	// `label_selector` may stand for authorization. Keys: at most 63 characters matching
+	// `[a-z0-9]([-a-z0-9_./]*[a-z0-9])?`; values: at most 63 characters matching
+	// `([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?`. At most 64 labels.
+	Labels             Labels     `json:"labels"`
+	LastSeenAt         *time.Time `json:"last_seen_at,omitempty"`
+	MaxConcurrentTasks int        `json:"max_concurrent_tasks"`
+	Name               string     `json:"name"`
 
 	// Online Seen within three heartbeat intervals.
 	Online bool `json:"online"`
@@ -962,6 +1009,40 @@ type IssuedCertificate struct {
 
 // JSONObject defines model for JSONObject.
 type JSONObject = json.RawMessage
+
+// LabelChanges Changes to a worker's labels, merged into the labels it has: a string sets a label, `null`
+// removes it, labels not named stay. Active attempts whose task's `label_selector` the new
+// labels fail end at once (`label_lost`), as when a worker stops advertising a critical
+// capability: the task goes back to the queue and the worker's next heartbeat answers the
+// lease `lost`.
+type LabelChanges map[string]*string
+
+// LabelRequirement defines model for LabelRequirement.
+type LabelRequirement struct {
+	Key      string                   `json:"key"`
+	Operator LabelRequirementOperator `json:"operator"`
+
+	// Values One or more for `In` and `NotIn`; none for `Exists` and `DoesNotExist`.
+	Values *[]string `json:"values,omitempty"`
+}
+
+// LabelRequirementOperator defines model for LabelRequirement.Operator.
+type LabelRequirementOperator string
+
+// LabelSelector Which workers' labels a task needs (Kubernetes semantics): every `match_labels` pair must be
+// present and every expression must hold. `In`: the label is present with one of `values`;
+// `NotIn`: absent, or present with none of them; `Exists`; `DoesNotExist`. An empty selector
+// selects every worker. At most 32 terms in all.
+type LabelSelector struct {
+	MatchExpressions *[]LabelRequirement `json:"match_expressions,omitempty"`
+	MatchLabels      *map[string]string  `json:"match_labels,omitempty"`
+}
+
+// Labels A worker's labels, set by operators only (never by the worker itself), so a task's
+// `label_selector` may stand for authorization. Keys: at most 63 characters matching
+// `[a-z0-9]([-a-z0-9_./]*[a-z0-9])?`; values: at most 63 characters matching
+// `([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?`. At most 64 labels.
+type Labels map[string]string
 
 // Lease defines model for Lease.
 type Lease struct {
@@ -1090,7 +1171,7 @@ type OrganizationWorkerList struct {
 	Items []OrganizationWorker `json:"items"`
 }
 
-// PendingReason Why a queued task is not leased yet. `plugin_not_advertised`: the task's `payload.plugin` is in the `plugins` capability of none of the workers assigned to its organization (workers that advertise no `plugins` at all are not counted against it).
+// PendingReason Why a queued task is not leased yet. `plugin_not_advertised`: the task's `payload.plugin` is in the `plugins` capability of none of the workers assigned to its organization (workers that advertise no `plugins` at all are not counted against it). `label_mismatch`: no online worker with the required capabilities has labels that match the task's `label_selector`. `pinned_worker_unavailable`: the task's `pinned_worker_id` names a worker that cannot lease for the task's organization now (unassigned, disabled, revoked, offline, another type).
 type PendingReason string
 
 // Problem RFC 9457 problem details with a stable machine-readable `code`.
@@ -1363,12 +1444,21 @@ type ScheduledScan struct {
 
 // ScheduledTask defines model for ScheduledTask.
 type ScheduledTask struct {
-	AttemptTimeoutSeconds   *int        `json:"attempt_timeout_seconds,omitempty"`
-	ExecutionTimeoutSeconds *int        `json:"execution_timeout_seconds,omitempty"`
-	LeaseDurationSeconds    *int        `json:"lease_duration_seconds,omitempty"`
-	MaxAttempts             *int        `json:"max_attempts,omitempty"`
-	Payload                 *JSONObject `json:"payload,omitempty"`
-	Priority                *int        `json:"priority,omitempty"`
+	AttemptTimeoutSeconds   *int `json:"attempt_timeout_seconds,omitempty"`
+	ExecutionTimeoutSeconds *int `json:"execution_timeout_seconds,omitempty"`
+
+	// LabelSelector Which workers' labels a task needs (Kubernetes semantics): every `match_labels` pair must be
+	// present and every expression must hold. `In`: the label is present with one of `values`;
+	// `NotIn`: absent, or present with none of them; `Exists`; `DoesNotExist`. An empty selector
+	// selects every worker. At most 32 terms in all.
+	LabelSelector        *LabelSelector `json:"label_selector,omitempty"`
+	LeaseDurationSeconds *int           `json:"lease_duration_seconds,omitempty"`
+	MaxAttempts          *int           `json:"max_attempts,omitempty"`
+	Payload              *JSONObject    `json:"payload,omitempty"`
+
+	// PinnedWorkerId Passed to every task the schedule creates, as `label_selector` is.
+	PinnedWorkerId *openapi_types.UUID `json:"pinned_worker_id,omitempty"`
+	Priority       *int                `json:"priority,omitempty"`
 
 	// RequiredCapabilities A JSON object; a task's `required_capabilities` must be contained in it (`@>`).
 	RequiredCapabilities *Capabilities `json:"required_capabilities,omitempty"`
@@ -1401,16 +1491,23 @@ type Task struct {
 	CreatedAt             time.Time          `json:"created_at"`
 	ExecutionDeadlineAt   *time.Time         `json:"execution_deadline_at,omitempty"`
 	Id                    openapi_types.UUID `json:"id"`
-	LastError             *string            `json:"last_error,omitempty"`
-	LastErrorCode         *string            `json:"last_error_code,omitempty"`
-	LeaseDurationSeconds  int                `json:"lease_duration_seconds"`
-	MaxAttempts           int                `json:"max_attempts"`
-	OrganizationId        openapi_types.UUID `json:"organization_id"`
-	Payload               JSONObject         `json:"payload"`
 
-	// PendingReason Why a queued task is not leased yet. `plugin_not_advertised`: the task's `payload.plugin` is in the `plugins` capability of none of the workers assigned to its organization (workers that advertise no `plugins` at all are not counted against it).
-	PendingReason *PendingReason `json:"pending_reason,omitempty"`
-	Priority      int            `json:"priority"`
+	// LabelSelector Which workers' labels a task needs (Kubernetes semantics): every `match_labels` pair must be
+	// present and every expression must hold. `In`: the label is present with one of `values`;
+	// `NotIn`: absent, or present with none of them; `Exists`; `DoesNotExist`. An empty selector
+	// selects every worker. At most 32 terms in all.
+	LabelSelector        *LabelSelector     `json:"label_selector,omitempty"`
+	LastError            *string            `json:"last_error,omitempty"`
+	LastErrorCode        *string            `json:"last_error_code,omitempty"`
+	LeaseDurationSeconds int                `json:"lease_duration_seconds"`
+	MaxAttempts          int                `json:"max_attempts"`
+	OrganizationId       openapi_types.UUID `json:"organization_id"`
+	Payload              JSONObject         `json:"payload"`
+
+	// PendingReason Why a queued task is not leased yet. `plugin_not_advertised`: the task's `payload.plugin` is in the `plugins` capability of none of the workers assigned to its organization (workers that advertise no `plugins` at all are not counted against it). `label_mismatch`: no online worker with the required capabilities has labels that match the task's `label_selector`. `pinned_worker_unavailable`: the task's `pinned_worker_id` names a worker that cannot lease for the task's organization now (unassigned, disabled, revoked, offline, another type).
+	PendingReason  *PendingReason      `json:"pending_reason,omitempty"`
+	PinnedWorkerId *openapi_types.UUID `json:"pinned_worker_id,omitempty"`
+	Priority       int                 `json:"priority"`
 
 	// RequiredCapabilities A JSON object; a task's `required_capabilities` must be contained in it (`@>`).
 	RequiredCapabilities Capabilities        `json:"required_capabilities"`
@@ -1436,16 +1533,23 @@ type TaskDetail struct {
 	CreatedAt             time.Time          `json:"created_at"`
 	ExecutionDeadlineAt   *time.Time         `json:"execution_deadline_at,omitempty"`
 	Id                    openapi_types.UUID `json:"id"`
-	LastError             *string            `json:"last_error,omitempty"`
-	LastErrorCode         *string            `json:"last_error_code,omitempty"`
-	LeaseDurationSeconds  int                `json:"lease_duration_seconds"`
-	MaxAttempts           int                `json:"max_attempts"`
-	OrganizationId        openapi_types.UUID `json:"organization_id"`
-	Payload               JSONObject         `json:"payload"`
 
-	// PendingReason Why a queued task is not leased yet. `plugin_not_advertised`: the task's `payload.plugin` is in the `plugins` capability of none of the workers assigned to its organization (workers that advertise no `plugins` at all are not counted against it).
-	PendingReason *PendingReason `json:"pending_reason,omitempty"`
-	Priority      int            `json:"priority"`
+	// LabelSelector Which workers' labels a task needs (Kubernetes semantics): every `match_labels` pair must be
+	// present and every expression must hold. `In`: the label is present with one of `values`;
+	// `NotIn`: absent, or present with none of them; `Exists`; `DoesNotExist`. An empty selector
+	// selects every worker. At most 32 terms in all.
+	LabelSelector        *LabelSelector     `json:"label_selector,omitempty"`
+	LastError            *string            `json:"last_error,omitempty"`
+	LastErrorCode        *string            `json:"last_error_code,omitempty"`
+	LeaseDurationSeconds int                `json:"lease_duration_seconds"`
+	MaxAttempts          int                `json:"max_attempts"`
+	OrganizationId       openapi_types.UUID `json:"organization_id"`
+	Payload              JSONObject         `json:"payload"`
+
+	// PendingReason Why a queued task is not leased yet. `plugin_not_advertised`: the task's `payload.plugin` is in the `plugins` capability of none of the workers assigned to its organization (workers that advertise no `plugins` at all are not counted against it). `label_mismatch`: no online worker with the required capabilities has labels that match the task's `label_selector`. `pinned_worker_unavailable`: the task's `pinned_worker_id` names a worker that cannot lease for the task's organization now (unassigned, disabled, revoked, offline, another type).
+	PendingReason  *PendingReason      `json:"pending_reason,omitempty"`
+	PinnedWorkerId *openapi_types.UUID `json:"pinned_worker_id,omitempty"`
+	Priority       int                 `json:"priority"`
 
 	// RequiredCapabilities A JSON object; a task's `required_capabilities` must be contained in it (`@>`).
 	RequiredCapabilities Capabilities        `json:"required_capabilities"`
@@ -1535,9 +1639,16 @@ type UpdateScheduleRequest struct {
 
 // UpdateWorkerRequest defines model for UpdateWorkerRequest.
 type UpdateWorkerRequest struct {
-	Enabled            *bool   `json:"enabled,omitempty"`
-	MaxConcurrentTasks *int    `json:"max_concurrent_tasks,omitempty"`
-	Name               *string `json:"name,omitempty"`
+	Enabled *bool `json:"enabled,omitempty"`
+
+	// Labels Changes to a worker's labels, merged into the labels it has: a string sets a label, `null`
+	// removes it, labels not named stay. Active attempts whose task's `label_selector` the new
+	// labels fail end at once (`label_lost`), as when a worker stops advertising a critical
+	// capability: the task goes back to the queue and the worker's next heartbeat answers the
+	// lease `lost`.
+	Labels             *LabelChanges `json:"labels,omitempty"`
+	MaxConcurrentTasks *int          `json:"max_concurrent_tasks,omitempty"`
+	Name               *string       `json:"name,omitempty"`
 }
 
 // UploadSession defines model for UploadSession.
@@ -1567,9 +1678,15 @@ type Worker struct {
 	CreatedAt              time.Time          `json:"created_at"`
 	Enabled                bool               `json:"enabled"`
 	Id                     openapi_types.UUID `json:"id"`
-	LastSeenAt             *time.Time         `json:"last_seen_at,omitempty"`
-	MaxConcurrentTasks     int                `json:"max_concurrent_tasks"`
-	Name                   string             `json:"name"`
+
+	// Labels A worker's labels, set by operators only (never by the worker itself), so a task's
+	// `label_selector` may stand for authorization. Keys: at most 63 characters matching
+	// `[a-z0-9]([-a-z0-9_./]*[a-z0-9])?`; values: at most 63 characters matching
+	// `([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?`. At most 64 labels.
+	Labels             Labels     `json:"labels"`
+	LastSeenAt         *time.Time `json:"last_seen_at,omitempty"`
+	MaxConcurrentTasks int        `json:"max_concurrent_tasks"`
+	Name               string     `json:"name"`
 
 	// Online Seen within three heartbeat intervals.
 	Online bool `json:"online"`
@@ -11530,343 +11647,363 @@ func (sh *strictHandler) RevokeWorker(w http.ResponseWriter, r *http.Request, wo
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L2Lcts4tjb6Kiidvyry/JQs+ZbYrl21PUm6O7PTnZzYvfvU38oxIRKS0KYADQHaUadcNQ9xnmE/2DzJ",
-	"KawFkCBF6mbZucylqmNJJK4LC+v6rc+tSE5nUjChVevsc2tGUzplmqXw6SLS/Ja9lwmP5uZzzFSU8pnm",
-	"UrTOWr9NqCYTOpsxoYiWRE8YuZPpDUufKULhVUK1ZtOZVmQkU6InXBGZjqngf1LTSLcVtLhp6u8ZS+et",
-	"oCXolLXOWvhyK2ipaMKmFLse0SzRrbNWREXEklbQYiKbts5+L76IU8pF62PQ0vOZaUbplItx6/4+aF3g",
-	"ON68Mm1BlzOqJ16P+Ps1j1tBK2V/z3jK4taZTjPmj2Ik0yk1g8gyeHKxo5dZqmS6uFhXE0ZCwT7p6wie",
-	"CIkcwYrNUnbLZabIjI5Z04LgO6UFmdJPb5kY60nr7KDXqxvKDzxhjRMe8YQ9fLZvGVXsSt4wUT/jxPxO",
-	"tHkAJmuXmdxRRcYpFZrF5I7rCWlzQyNMRFyM8fm9fC0mjMYsLYYOnXaw12XD91aof/AiaE25yD+f1M6G",
-	"T7nO16uyBQn8WEuSx73AdManhh6PzWZMucBP/bwfLjQbsxQ6egdrRJM3MZvOpGYimv8XqzlhP9MbpmDh",
-	"zCyZ0kTRkVlPkrIZo7pLLjSZSqXJwfExiSY0pZE5u41L53XYMT02EdTxcXm56lbrnXeQG8nMP+0PJ7cP",
-	"9t2Hrts5iVlq2BPXZJTKaYk2qYiJMq+JiBGRTYcs3cE6r0Wma637ZUSb11tFdAfrfBlNWJwt4R7KPvDw",
-	"rq6oumnsRlN18/Aufp0lksaNnWTw88O7+Q2uvsZu8GZ8aDf35mU1k0IxuKHfp3KYsKn5M5JCMwH8i85m",
-	"CY/g0O3P8In//YeSwKSLvv5Xykats9b/tV+IAPv4q9p37UKP5cN1QWyTpP3hh5fk9Oj4+R4ycUqUpsOE",
-	"kTCSMQu7sCy2RRAnZjy/K9gnOp0lDAaeMqpZfA3zPugdnHT6/c7B6VX/+Ozw5Ozw4P+YUxa3zlq9/unh",
-	"qE8POsP46KjznB2POsPeSb9zFB3HJ+z56EXvtO/dmdwMNM4iOJhVRuS19jw6Yp3ncZ92Tulxv3MyPBz1",
-	"2EF0FPd7sFe38sZs1YgmCvZKzsza/97KW/94H5gPM5ZqjtviT8nb1Jhq1tF8yhZ3NmixTzOeMrXRO2Yi",
-	"K4kmaCVU6etMbTggXMfPiz8srOUaQ5jRlAl9DVe7fWdRXHCCAtXErqCVGQU7JyJLEhQjzVMqfwJILxxT",
-	"ze7onNB4ykXYJRf42EAIdstSYheXJFQzI4hSERAhUzKhitzxmKUE95XIlFAh9YSlJUnVvmKkFJxJMBDm",
-	"ogDqMDILtYNHclHE9Dq33/F8OgFJmZHl+C1L5t2BkV/qV+53t3RBy8wbSCynxHxLhlImjIpW8eNGG+xI",
-	"+XOLazZVq3gCnN1L84552bZG05TOW8iXHFP7vQUzAfrJewn8Q1FMppDW5fAPFmnTtOMTb7mC2ZTPVj7W",
-	"tQad85yVQ4bWaoejFNMVnhUzTXkCvU+k0k5GlBFNzGfz2oinSl8rxsTOOBuc45UtCrP5Cf+Txde3NMnM",
-	"wPoHz7u9bq/bfwgndILsrBW0Fhte4IHeEi3boL9dvvvlXb7WlUV7DD64ceOL67kjnohf1DTW1E3dKVuU",
-	"sOEl10jN8KurXFmXxiOwk+MIZ2nhLAYtTzVeY+LLz+oH0//nFo1jjnrWe2/E9hovT8LtREXSMY0R81tA",
-	"WHfcJaE762FAQj4z/53JVJt/szQx/0SmzZGRvYz8Y649rVlqGvt/f6edPz+a//Q6p9edj597wdHp/f+q",
-	"o4t8+8s6fm+1buAvUokMGtaKj8XUyowec6PwwwqJjAkj6uUi7M7kq0JO9pqg0eFh53l8xDp0dNzrHA4L",
-	"xrjIeErDX/eQoxEpgbfQZFVDDxWbVv4OGc5RUIkmVKAVJ7cHHPSPnh+9ODw5eu6ZBXqLZgFvRevu9234",
-	"i1la1AKuU0at/F/71E7FCm8H19GbfJpdZGa+2uQWKCht8QpZAjerSuHW3IfqPRymERdcTTZSQ06HB4a6",
-	"D+POKTsadQ5oQZeGqTKq2LUv1Te1qjRNVylASlOdKbNyWRQxFsMyOP3YG9ML2u93ng8Pos6L+JB1+qNi",
-	"VK2dHK7Kyn3eitLTVKbXRkmspUj8ecqUouP6J0qbtWshYWHf1u0gzYTgYryZDO7t/QbvAC2suGpxpy7x",
-	"4XuPWtZYhAecYe5TZvkAV4gnn0nNopdWZsnBfm1oZcPb3hGebyBeebsGLY8gvTePejXWd7MiOp0bdlWy",
-	"FNvhVPlsZQVhfEvm/C7TkUTd3PlAfK4wohy5ZH4/1fhE8sYuc2JybcFegJkK6dnsxfLmnfEihkdnLFXw",
-	"bG2vWcz169saoSOytywSTBeZuiGaSMsqy1quJuEbtmtt/QSeOuIuw9YNm5OEUXN3WP5wdBC0ZBRlabqC",
-	"H1vDMo5r+DzuRwf0iB2PTnrP+y/gAKRjpjfgtPkrdty4DDUM2K5TDVcsVqrxRyfour12q2N7C1pqrjSb",
-	"mkUUUsynMlO127iVclfhJlzokyNfVDrt9Z73T08Pjo+eH/VOT/urrpHSRq3LPLcTpIrNrllab6+bf21Q",
-	"9mpVOm9epY0L3O7XMof8ZO1EUSvO6eNpay/pjA55wnParuXhqGBUjdCGtAg2dU4oMRfOM0VC1/F15LUd",
-	"kmmmNBkyEkmhKRcsJhzscu3wPwdZr3fIQvA3lkcYtD51xrJjv/xDSdH9QO9+tteAGb803Euzn6mYf0Aa",
-	"2fgqgha4FOtvzcv8nTfmqN7DCXqDbzrvo/3YX2H08ruv3aDSBNHvsEhZD5vEhVB3eJ53MtTt9oE5MWIN",
-	"iQpFDpRCaXKdMpUleuWEP8Bjf6U6mnimKHQzetL0olF8wscTpjTBfjpD00LVQenFXhDFhC7CLazItaVK",
-	"KgtJY42FcXLJglZnv1++bQV11Shqmyhe7p1alWktNW9jvQpeMP2B48lOKW7Wnta8d6oz2VDg30pLAsHV",
-	"vlGN97FRHGa2ZMjMnioI8QCnHx1TLgLCR4av3vEkMfzWtMZZ3PUdHUu730RJ8Vd9heuCqptLeLBKm6XA",
-	"n0Jrqax8qa/ywi4h6oK5PZyo8fR/F0fCDeKg13voAZkV7u+1vNn+Oq5xOxVcqaR1L/Lon66u3hN8wBoC",
-	"cwogNJHCMOcsicmE3jIyZEwQCoRh3Zcl7nx8euoHEPV6tSFEjTRsh7mcLEFw2OyG3HBn/n2h1l6oaOfQ",
-	"zRFztvlnqhQ71xAet1mE266u8xK5+RMKlt/04P51/tgtxTRrIOLiWrFIiliVLJCH/ePDk16vFIF3UrsP",
-	"LrahGkW5wgS0jfL4IC97IdkfbiLXl13vzbvhx/BttyNbLWTdaJsHeRnRLQe3VaBKko35BoqMGd17eKeq",
-	"iS3dMDNULlOu5yUDoR9J2i8Tcqff69XSMhoYyiPezHPojzvvdU1Sq/E/2/EUa7lsbzGQcLv9jZmRXZw9",
-	"bPkuYT+vijeelgtoPjV/rTnMK3x69Vrbg25bD/wVaV50Iw1vt+CO9RvpXWa6lgmf9I5erIqBDlpRyjWP",
-	"aFKy06wUy/xnwQqZ0Lk/iPJ9+koSIbW9SIdsJFOGd/iUijmxr2EAsJB3ZR1FZsOE+Xe8u1tqb3grbkAU",
-	"H4sy2J+aNSoP7yeaxgTCyoksFKtnitxNZMJImgkcG8RNGUkSpICw6CFmNE64YNdUo/lqs+H3a4aP13mc",
-	"pUhjpbFbFnXo8yjTptfkcd1WT+mnilPdtVRmdqtIZruww3kiabyZnXpnnLnWGLkpkYNCvloY1uncJuo4",
-	"zdhZnFcpxlfmuXXYumuzmbNgDPSWptAidOZ6xMWYpbOUo5vIj6LpdU5pZ/Tx88lRffCM38wMtZzKZdir",
-	"v/+uIynA7i70tZlrmVb7le1fSa27u1sWlYRqZKom8k4oX2dpc02MsmLjJIiWhGtiHhQR2+uSCzEQfisd",
-	"EBVjDJ8lUzonZvxEimQOQa/yTpR6DaAzuzqgHHG9LJ510bW8DnUiOdXSp734/MaayTJuiDynM17oYk8S",
-	"hr5mNLkdVOturK//+Y//qTEk+iNfO/61We1ULEqZDoiawE6LiHXJJRMxUI0i4UWmJzK1m39G/spoylIC",
-	"rpMIA63Ri9JdGR7gVMViBkv2DQkAJpwk70ats9/XIZjWfVB1UTCRyiSZ5iHoi6vwTqBR8txfg1rLRqWp",
-	"LUJFKkuyMLjlnSyulyGZ1/DGuqzXT79QKTLKVsf876+vf3zzC3n5+sPVmx/evLy4ek0+vP6/f319eQW/",
-	"DsQ///E/AwF/v/7l1ZLnaiYBBM3qCTofRR27XsEz6zb3IfpozX644dXR6uv88Toes2QRyjkfjYGWNTaP",
-	"FydHNcbTunXYSZpJvdllUdqsiJNrkLkf8FPTS91y/8CTqpfIpj650Ak//QnSnoLHYu4pm8lUd20nW8fA",
-	"qgk9OD5pnbVOhlEvpv3R0cHo9GQUHT4fvhjGz1l80BvS4+cnvZP4gPZiehzF9GDYPzyOnr84PhoN4+j0",
-	"xfHwBT00bfE/2fVwrg1J9A82Ntw/1CJf3ooa+tsmNWrNvneasOT2pKY5f4l3Gc+yvu9rvUQAKyOVtqQ0",
-	"+nyWpW1pOnS7CCuBw7t9Ks5PjCaGhZdP/4RFVlqnmg6pgnduWkEr4UoDx4VPLvPRfPL8OfZj5TrK26y/",
-	"Rj83ZXN4g1ULkXUwjEzQW8oTiA38uGpnl3hz3iiVsfhloe5Ul4VeL+hCDVf8qqu9uNJ33+K2V6AzM6VM",
-	"sLvSL0e9Q7jyHx7sXLeEddLzywvUwoyypZwK5r2pSJsmChEybKLiMxUQLkpalGI6m+1111Rqv+TFXrfq",
-	"1XX5YJ4gdIT5llyRRIoxaes7sww8jZUDwEj4iJnxNViwFrp+QGiyH4tcXdKgbrdXSyg1S1F3WD0D04o4",
-	"tw1D0AAMYwfxBRNGUz1kVF+bCym9pUmxtf3eJtkMJRdnKz45fRHHR89PWJ8ejeKT4ZC9GPWf90f90+HJ",
-	"yTF90TtkJywe9ll0chTHL16cxEd9enASjU6PowN6WjSovREd9vC2bMjl2CROoWydPHyAFOfZGrmYZbDT",
-	"ecx4a8KSRBYOptZZi0UTWTHWAX6DYOm1fej+oeLYsm2tP7G6gG2B1OuRZmLNk7l95sRKt3jJ931OVGGa",
-	"QOgNEnqoMCGRwiZgO1CPiCZJd0nPesm6XFYcBSQTmifeQtkZr7lKjm5XxisJOlMTqTfxv9ekUSxOcClV",
-	"2PHV8TBY4c1zKzek2AopbAzis9ZKLZneVqbrB5j3Df+pNTdXAp4tAE3hv4L5qHMCkkVEZzOXh+ihcI1S",
-	"xsxvNOJ6XgpZ6a9hwp6lUstIJte3LFXWyertx3GdIV3Jkb6jKWt456DW+n5Hua71NR30quvwk7xDSUJL",
-	"Yl4D2zOGf3fJy9IqKJbespTYKZP2wTFR5jfb+l5pPSqOrPqgqyaaaQqMxi1aWznCu3yVdmQbbSThSxcQ",
-	"WV64EEHVwjNyw9gMSISLcZeEmMZzbXMcWByeEaXlDHCQXNyeBdnIM37CLgkTqXT+LDoWzomQemL49FSm",
-	"LA8CpVHEZhqjQJ0qlEO8Vbs3J1UqXZt1ks+vKQ4P4g2NYCmFZc4BiWiacqSK0p2QuzwgEg/G9jARamEm",
-	"jlnsXLaqikIuzNIu6oNtOAsTqUsNXi5aPIW4sM6l3XBXn5MeuZswQQytrXlxrxVp7B3BlWGaTeS/MLva",
-	"sy7HF7MZE/GHPKLVo19so0IXtQt3cNo9tQk9cjQCpJOD46Cl00wYNchR8QJNlXpYf00aNm+N5S8NsdYr",
-	"Cr/BXptnSTTJxA1m/kAuKaHlnX64va5Yo7rxRHQGQIcpo9GExedklKUALBRTTQlXJE6lua88ubQpI9Sf",
-	"u99vUNqGDUjnpVmbTaOtqF7AVewdvTh+Xhtqmm/Urta7GqDgVgOG1TDNK/ZJ7zCjxFMx3c2YrxWuDkSk",
-	"mwvQ9tgF3ihoArauhVPm/u6tceC2zB15UKJ+McslscoAosVEzOIzIiRe/UDicP9HcsrqKDzI6WnRjl8+",
-	"6TtMGH2ENktMYMUxXsh/z4m4fMBhZbzVr6PudzMmENlw28zDsqOmANj13Wcy0kx3lE4ZnZYDzgGrstEF",
-	"sxGope9s2STU53H8MA2h1DVek9pt8axHD8Y5XG5vsj7Ii2haI/I9vZttCQTcCueSv2a7cDKV9uDxspf9",
-	"bopAlQUcJXB4V9CSWMLHHMAh7NnMIQnkaJRwUYQ2uZT/W+ZZKXtB1eRwv56LuzKMTdAJ6iPkjkrIs4Kl",
-	"HZZ1AGVOwDTc/CpGVYh4WovMPzYiRJUtpnWm0prlr1Nkis2oR0ByyElOdc2fL4YWtGKuyuBE0K/3bbGx",
-	"VF87k0ytllts/DqhTrUujvIoCtyk0tBhXusR9q5PZR6nta0j+D0TMRfjD/nmVFNV54SSv2csYzGmq3JV",
-	"xILHZM50l4RoZL8WUl/T+NbMS4H5wwvFDq1Rv4vPhqYd67azr6uQ5GdxTuSICCmY823hblTjMMsg+KTt",
-	"ngIfYj4SI0sVfZhfkoTQlME8IpkBeDok3SpNOJqzHIkKeZ1DZOUUUTtdAAi8xtNaPFrM6HrK1RRy7PBb",
-	"Q7XXoyxJrEM9zhIWXwOsasslDw9pdCNHo1ri9gCLK94HiyWcowtbiJEKtPCURhMuWCdlNC5hDZdj2gDh",
-	"B9WhDpiTHGRJCZi+mtSHVAL2RZaSCUtAN1sF9eL8/Ee906CluU5ykHpiu7arMNF6ps7293GZO9YT3I3Z",
-	"rUNpVvvekO+bcIsqlo6GhTFPn5PwU8e23TFfqJAkXGmHT2u+8r3S4FhRwUDAohtKzVRGE5fa2v5R4umI",
-	"pFCaCg1O3BmNbuiYDUQ45nqSDbuRnFbmuO/+tWMJ97rkF3YH/SsINx4yQmNQIYysqQkVA5GJGyHvBI5y",
-	"iIHIXqYtxhuXKSxoVeYLF0Gq+YhGWnVyfnzWOu4dnuHmu7kbNUZI4p4mSsuUjmGyIz7OEN7IGQ9d0nTr",
-	"rHXUOz0rI8gnZhPmqBNZ+nWYwjZBMmgNadyJVArv9+yqFt5nCCUweqQDsAerf2JkMxYTCLdW5IbNHV9z",
-	"JlbbcOpUgqLxpoaGKaM3ilCSZknOty7ev4GWdDTpCKk7M5YqjqbAYrpejnOUUD6FRsAYRTCnFvjZnVlV",
-	"wGAuGilYSYd9snnoZ62jg1O7IzaCwmE9k4lMYkW0lOj5kDMmyEwmCcA1j2SSyDtVdul3HCCVGW/fjjfh",
-	"TOjSKtvVu6UJjw2Lhd6teOy3VlxKRXOpzDQjgrHYTPzq7WVNB5VmLEGvHlTKxmalUrwxhCQFZ4bnO1Ei",
-	"FSvt8+lpqcE78x96BycLEp8MwaCpm7QTOR6b3RfJfA8DxEYJj7S/uY5c3G+WD7NPXGlDl1ZFLWI61zpb",
-	"Ly+80wTst2ig3BpsfIcL2Bp/wYpnHLq2InZdg/zkZQqJu4AlG8l0yOOY4eIf2rWiSQIeojmQQQyhKQrU",
-	"sKJ+AxedUcLHk3x5aL44sCQwz0rBBzMopXmSEIuhdg5IGHPShkSdzsVIs3Sv0tENm3dSZoYOh+EAx1ht",
-	"2ZwnmJ69F2M+GjEjkrtRQU0KNDrBVvTOCBXEfUUgMf/cTj9TQG6Q5oFE4YyIeAV5BLHujQn+m3EHbRmd",
-	"XHrwW5Jja5uNJcMD6OyzZsNYZLSY3BYyZXoiY+BC1Bx0ewiP/UOYt4Ns0DpJ4UWQb3RnJDOBLx6BkUpl",
-	"0cS+LFPDtWSWRoy0ZQquoxriUIztFUEeHS1lJ6EphHYc9Q/Lh2Yo4zkiyRe3CTI6BedQ8T8ZcQVlXD2H",
-	"TiSFTmmkO7dcJtaAgPuHbeNjFknCDGlquSxXJJZRBmeiDXsJtJG/AWcIZU1pDgmKsExptQdSHBW115n5",
-	"IT9R+QNBy0EldNCM1XEUC2fD3nN4AdjbxLcTwmgrYAtgUcm04SudGPljwUFSBtYoOFH2IWIeajpRRnCv",
-	"nQ6oATXTgRcMjXiQjfgWLCXCHV5rlk65OT/gFs2Bf0ENNp89sJuWzbSxd5vqYMUAx3goEezO3LCWf+F+",
-	"ykwn/BaoUWY6peIGBw2PTLmAeQO9GMoz12AnZZFMjSqNBFi5fPHOBGOsfRBqGBB3iEoNAdkqdwerRN7B",
-	"Gi8sbiZopidMaG5NnsiXhQzMwIVEUguK2VXiXfONRQvxkCL/8R5p2tZMqGw2k6lmcWfKYk5dTNxR//jM",
-	"P3jcCJQW7a0mEQCrvXRinrLiwsMvXQ2zXz+8tfEDSpkzI+iUxQGcOF2K4Sya86UNS262TdcI2Mjz28i+",
-	"VuKOPbOE+euo6lrurooqRTGLEmouT+AhMiWXP110MIS7aFRBqjmOxXnk4d6AJ+zNa08iDK9427kMm+Zh",
-	"JSYQwVwrubHKlwHyS9YKc4ZJFdYQ+3xu2ql73P547jQOwQD80PyE4k8eXcqsZNO6vy/0vBrHAgetJWIN",
-	"ONhLQR6LaO5NkHpyhfBzM/x/Fdnw1w9vSMrgUjcskk4h8A1KxaFmbF5cI9EOw/2xfw9qtxFd9oMVOr2Q",
-	"8m3SyZrSeFunoxcnce9F/8WLo+h5fHJ8Sg9GjNJedHxM417/mB4OR0ej/vBg2Bu+ODiI4v5xfBL1j4e9",
-	"Ua9Hey9qFOIvlzJ8X7uAgt19RRl4O0yyq4IxLkmHw3iEi+hm0RoOKCX9YCsfLNxqG8EApyxi/HYljq+5",
-	"G6/BntY6OyikG9/Zm6eK+Crs5ohok5RRWIE6UzWrrTgAFSjc/W0o3HRO2kaCkKmRSQWaAPe2xKPa0Klc",
-	"bMJaqLne+q8PP+jvx1ZO6xoQsG1aWcjeKTb/40OBCx0lLHrVwfhV3fCtNrdyZPOtq4M55L5cXwPPXtqV",
-	"8s42swCEZtvMK53LtGs6FbCnD/DWIo5Rb9H3twviqOZoLaybm8WKtdmFV+VSy5TFFSy8R3J4lhZ71b4u",
-	"ZNdbqu6SELhdCGYJ+JOAdk7a9oeASFsflYTWCRDudUmIp8a8Z9S32EhFUgxE3krxfghCj/lDsVuWcj0v",
-	"Nco+oS3kmsehEeljFmeoKICZmYp4IEo9G10FxjtHWZolipE2fr0XgKHYCtUOxcEap2u4/FoVkj6wkR8h",
-	"sz50zVa47N56LIR414Vr33AR+4wR5+XY2mJIlidE2+1YSdXuOV+ALpdr6K2SUWCU9WRcYOVsRsWvP+FA",
-	"OU2IdXKhqWWUJQn5gxuRkwyZvoN72brruwt0MISQvZpw9/5SCCdI+l8BPzWlnxpAm3oPbLte4DUa2nbx",
-	"R4VfvUpvmwiiS7zYlxF97Eqjf8ihAkySTQRZlxt2X3hkMYIiFqqTMiUTCNWdSWWR7bwAb1eR4/7jQ9AG",
-	"Ko15CIK/eyUMa6qaOhTfzSprPV4kEq7/BkCNf5PDuvtxK3yAdSKfTZ954HMdTmNTFnk+NJ3y8Xh1NMiV",
-	"fWxNZAAXL1xANZaKc8K6Np0ps4blY7XJkXkI9S8BVt+ONHOQ4m0JMM/z3ABczp91Tc/FzLdVW7aqJ7Up",
-	"Ka+Xw1hPj/kUy6tRkCUuaxMB7kRsjuhjhgZ6oLCb3YpbEJSjpKWlJk8O6k1fO0EoXIl0eTVh5A85fFa4",
-	"De0r3WUySH+92Nym9c/z4Ar9HZSGUmGrgqWsXTfLYbRuIVuU8WpRjAb/m3XDwTY6/OHfHbhyiTWam7/h",
-	"ur5fEd8ZsePjzvPRSa/zov/8oFOwZXpQRBMLPp7oZE7sqOA8jHjKyvM67F31+me93lmv93/cUyqReulT",
-	"2xcezrFzIzBiZDOz2SLC0GKgsB45IH8x/zf93LI0oeYZdQPFig2xXf8phZnf68yct/2/sjRBxOZsFq/c",
-	"tzyXtb+TOOuHwhZ70azlc/aDYSnkbsITRmY0U/W5RRuWS3bb+uCy8WVaaqwuYo8pMR2TEVRtb8PfsyRT",
-	"VsnaW7+gSJk26ziT3+E5oUPA+zfkZb3guAVFlsv6fW8jV2LQavOIL3Bh7igHlzD64BiZpeyWy0wBbLCW",
-	"ZqSkbU8CBsJeS8E2WLftAKvL52ldkvFyxWvS6DDinNiHzm3oIvZDaBwrIsUaNXdXXyfLYbTcIP06tHW4",
-	"2xVZ2luP+psKF/Cl4Wy/zurOBcWcRrPtiky5guAfOONC5gFWKRUkll0SGsINDRUopGHIj08SG4sxPSeh",
-	"4YohMf8FyNipHzhsuSowzmWX36sSC9vAhALTYTSawNFGbGumzKgiKkIYrbkX4f4JSGgETe9bSPNfsKdU",
-	"7VH27qoAWfgVGejanDfOJcU1RN78pVrZt9Eg5V77gadVqWLEFwpRVm7V8kUaj05OOs97z/ud04MXh53i",
-	"hh8emgMCxAO8BbNI8oIgjmZROLpeNBGYNdvI++b45vUmQshKGSJXh/P2l1/Pxfrt2PRQXsqFmGw4qxBh",
-	"wYRO50RpChAyMiVDpnjMVA6r3AahpmOhvx5WpM2dgGI3zUmewV94sdQeCG/LazkwtuZyImQKp/OZsnAL",
-	"Fju/9pitXyTFo5Z1nr/hs+vF1BzcFU8GtNN2GQuo8NfyhGUSAkoGiDQypSKjENcZIIIAxxhnqm7QB/BI",
-	"tc4ABbgJELyIJsMcEjeW0ni766Bze/amgp3mJw0bq13AMt7Lw+9hnyL8y9dtVDHU4gRUjmVQHP9VbHc3",
-	"NgWPjT+mbQG72eWQn2C475xWVivgUJRqIZAXZZsFoZYrgomQXSfC5G5yAAKznC4gIYQ4WhmI64CEufwb",
-	"AvgNCIxlMbqACTFdMcOrqZFCQEiaypT5QpJVK6GbnMMY9XKZxGSuhJrLfeltt+I6rL3tNrP8babcVR3f",
-	"+VF0HS8jALMAu6RZWNDtMwgrmsumjkAa6WRObKpfGKVShEAxYRUMJ1yUVwsrxnozdbrBvTN3LOj9/JaR",
-	"EWdJrEh7ykWmGZnILCUxnZOpFHpC7hi7iel8z9ze/2l+S+YB+c+YcvjX/Ap/wMPw15xReIYLEuYGlLBS",
-	"da4ezouJDUWuldCEF2TEP7GYzFjKZYzRsCGYuq+pDiFsv1QqZw/GTYdKJmYtTMfdtavheKIVWhuax/U6",
-	"V2S4IlCNCIGmqBuvYlksOykVsZySGU016mFcBWYuwIO66/lhfYGvYKXrkI/jvM47sNHeeLYzHyPi16uX",
-	"rQWIOkHeXPxyAatNzCsBYd1xl5RMbhUCOjlaK7KyrI1tZlLfZUG3ZTXcvoq6bUuZ4XqF2cpK7JeqD7a0",
-	"jtZ6RbkWym7WlbXaAABwsZJVQ/Wq2ncfXInqC1afuq5GrDwwSgUbrcSqPLDNh5e8Wl7g6tILXXKCIBcj",
-	"Cflud5CoFvNs2gpaEz6GbHlb4a5eKlwI23sUlKpHDZpGH5WLUbMZGGdHB3mEGP52/7EuqPqrgLd6qnDm",
-	"7eNZnyB81QsMXhEO7CazOgDYXR01FG0ju3tBK8/5Wkprm8dsLY/Cb7oKbFnD3WOBL+B9W39Tbr6qA+Ao",
-	"GH+vmZEXoRueb3sJmvg6zs7Gc5lH5FdxiXG50PAEicnZDBTpYRaPmX5gXsKyy3+D1kqUtnbgWgWac7OX",
-	"nyxWrrYe6M7t3eALbo6XKn6+diglDaitS4Ww9be0URTbwG7+ZPVEKwd++btlaKOvQgjczJJPxfUfcrjT",
-	"OErAw/eDzzaU9DaPo9zGkV1nxi4GuywOM9/igsKati6ocOTKUagwu8ZTt5mX2qzkqzyvdr1ajOgDXajE",
-	"6B/atUQie8OsNPXlDdfXRzTD2YX50U7rsczlpcoPZw2Ltx2nX3h546o/OxG6H3hf1by+8TzW9fF+Q3fM",
-	"Y7Loh6vWa7DCgu8toOSW9qHx0DSHeyLoXznuE0M8Sx8w9tMLCEUzxR0F2I0KDkitVp/PvxKMUpLBKa9/",
-	"F5OnanKmPXaSpUkraN3SJPPx5PoHz7u9bq/bP3txdHS431oTDDRmGhEVMCm7lAXW0onq+NBViiWjDiIK",
-	"bpgks32eSm5xKWwrDl7vshgOQm95mFv3D8672y6oc4vMO38LFmJIIirIH3JoVSt8lMWEb6tTVdL8ttUE",
-	"tkqWeUje31a1L/OcRAd/4VouLfpKaGI8lTuRG/B8P6LkIG+YuIxkmf1AQXf0QBY1yGnM6qNgrgopucZJ",
-	"7+KAsNyOiwPqkgsXD+TQkNIUKvDwPFDISt/NoXsLMa7WCfFMgY8sKAWyEDkiNH8ksEhbF+/f5GW+mkNX",
-	"oPB4Q1TghiFI7vmHRL481AXfGFP4Kwj0zpezXYrmQ+PU68Dg1/BpbRd5XA/bXheg27xcCEu83WIthZiu",
-	"B8+uqPMrfWJbred97WyNqHVpsZ8q9cq3rMd6akaCxfhgai+xvkDnqqEm972D9mudtd7/epUjUG3krTDy",
-	"UKMcdNvfxybV/lrNLdZTf8qKqt7SrV1yuFIaDVsgWmJ9RItO6SC8AsJs1ApVZMxvsazjAm24TSmuELM7",
-	"dQzT26812CVs1arbrWgyH0hghV63PtsVja/H56/i6vcXcPW9dKxKhqqOZh0LSmZGp/UMgIcZ5E0/MhY/",
-	"JuYwJpZ2sCViPw7nCQD7F8T06nYsiAXwQA6scG5ufX+crqKbRe4E+5gFN3XB1v7jz9SWgvRDTKlLIMuW",
-	"4pKpLK8evBuvwbLraqP8MEeG6/a88i5cfyOaC/5bWl6sCscE8EXA8E8ZI3kVO+Ki0FR9ztzigag27hc4",
-	"UBUsQ78AQNuuPUJK2sOydw6Q50vIWTFWJmaEmMmVj9VmnCrqwZ1g6XWNOldTWs2vVwDqqLwrzTHPmwMQ",
-	"nIRqMxpX/iDAWNoJHEAzAS0HAkAuzQjgRy1JJkrztQg6q61lNUVKa9zwtxKFD88JU/vUTdOZsD9uFl5b",
-	"Uwy1odzHWvY1vMWaLWxW6PVb9LPVimoltWewwtjyUxQscOaa07BSk8ax/5hSUTVyjc13Ky7LrY1IXrX4",
-	"9W7XhWvJH97nR0z83FFd+0VTiDeBFRuzCzuHv8/bR2djKz855rwNqGazIAeBGB+dRxrDmLYJuNpxpfv7",
-	"GsSdB0ga2xQftvbP5VGlWxV5Xr+I8cLW77K6si0e/IAay7sriNRUBGlnFkHvulh0SDR5IsBaG2Up1/NL",
-	"M1ALWcZoytKLTE9qxHLh5Z+1w7uxvv7nP/4n3MvthVg82mUqg0WSDKXUSqd0hpUeQmLz2C/ev+na7C9Q",
-	"UrDjcg2dglv+fPX2ss58WF+Ng9xNpGIOMZt44nel5gZmzlnpDcQdrgbCk9a65OWERTdQQ8Pmo9swIRTq",
-	"QMqxedsTKmI1oTesVK9mmumMJmb49/eQAjGSNVZXHMGPduWQKkmcpVDgB62tWpKUTaVmBJ9WXfLegRCC",
-	"aGUIlGqZQtkIM6KBgEoDMjGCmrC1vXGdi41UXdce8SHf8eH65VUD0cZpmQf2tlptAPueQz2JzkwmyUCE",
-	"799dXpH92z6WRlJhQFIm2J1bDRhQLsXjlBHdv0DgG4iBeA27NM00hYQvu7lG1jTDGTERQfGholxBAHJ2",
-	"CGyjA8b1MADIStRCbUkkAIukgmTCorvbQhk0ZSSyNGLr0ReI9wh0oejUVizHaiZQLSflmikwqWuasIGA",
-	"L1IyZmYsR73TECfsoMChNFJYVOwIvbmW0l8gH0a4CjCRnLqlw9oSCYVJuTAR0g7/kicw7QVkyKBWyEC4",
-	"UmVghRckSmR0o8gdI7G0dcmAss4K2Aw3eduy3Yw0NQRpFin0LYN2Wv/7DyVFSNquJthepQiYrfkF5ynh",
-	"EbPXA48NmY445IdfzGg0YZ2Drl8qs/jOsLlsOqXpvHXWeuWdKNg/h6xRPllE3rIUKlCBG6+gUhze9Ort",
-	"ZdfzUVZOL9ZUym/MVq/bx3HIGRN0xltnrUP4KmjNqJ4A292fMJroyZ8gh9bVvb6A/VTkoNcr5U3KiClF",
-	"FEtvGdbM6pJXrkiKllk0KVGkGTWyCS7FGyMB/cj0T9C1V6AERnTQ63nVY0Egq1p2zz4j+14JXWp7uL9f",
-	"MGVeeZMw2nPCb1nXQudQW+28ruV8qPuuzpx/n7XOfv/ob/t724NpXTClIEZhDCKinClEVNqHeiHrboCF",
-	"sPFrW0D1b0NdyE9w7jApvB4sQSBYwJALms4HAsvgIDMzD719c3n1+he/CIKhzjt6wzrZDJYom52T494h",
-	"gfIrd1zZ22ZhVz8wGnM72S+wsab7Oezkce/wCfr7Be5sGs/PSQjsWIVE0TkkGUcTErMZEzETkavzsnsi",
-	"yxcc7fLpLSM6paMRj2rJ7ba/T2cchSLVSHU/M02hxLYRNM7tjY3FIaHUGtpaABl+8Wwb2fVixq+wi0ck",
-	"A9cJCMsNp9wKG9sve77QphdPfvFW137xEdEVdV2ohZwxRUIQTcOAhM5bbv5Gd3l4ngNIJ3Os3YTWPEgB",
-	"LpXz1BYVQjEjEkG9oAkVY2e9Q/NZyQ4NDGOvS/IFwWpHaC+LGJrPEGSaKkLJhKpJdyAu6s3fKGBP6dwK",
-	"4I48RrZsYNUODsPqDoTp3QhW+QiGMoMKhvYKx+8xxRaKEZG2aQ6rG+2dWfYGK5kX4JlKrF0yEPjYM0Xa",
-	"OD4+nSWcqRwxGyaJa72HBkOubcUcLDFGsdYLtShh0Bz55z/+P8L1QHAxYSnXyvvtmS24M0e+HC56ikJX",
-	"zQa8YdgpVTfu8qfY50DYZoCZj4raa0e9QxLWVXoK63jvS9gLdySKsqJ/lfF8jRPnWTasMBNx4gV14MJD",
-	"3Jv78qMNUlh9UMtjc8aW+7KmqdOM3S9wi/7OuAUOIs5XaBnDCLzT4YgFKr4BVwRucoSMbE1OYp4/3Oj5",
-	"B3IrnK2LW3G1shY41sKVsP/ZIcHcIx9LWB1szxsoXzrDUpqGoKn2FktJRNpAzdWe9zy+xyhYUZYqfsuS",
-	"+eL1gaDfHiHPaEqnTIPz+vfPLch1MhJsIXfn4DVVevIJdJXJ8+MT3FRNRGfVflyqZwuUdvSUlIPrvzbl",
-	"WB143wW2gtWq9hZ8LWJHEgnUOcnRWg2XBcy2vCywOXyo6NrzaCF4rMXBVloYcUGTgSjVpTNtAaO1gjO0",
-	"K4VrNXDasUxjo/caznwGWA86Q4ZtfvSqAKMnCXRpryAt+KJoYi5nrK83obeMjKUOrDUKxxSS9kGvB6AY",
-	"oStN3CXvBBsIO/dnlunTxKsyORqxCKV3ELdVl7zMuzZiWMpv7Zmjef1CLcfMPDwQRkwzar02p05gvcmU",
-	"CkVRsm+PU5nNzGSmXO+d4wIhbI1b+RETERfjLrnQZCqVJse9HpmZtiOaJOemT3tJu0KWIFDQESNtaM5b",
-	"Ka5IXoRU79XeXJZyLgr3z9Z3V9HxV2N291HwVBbZcsT3G9yedn1+pmK+0d25O/5VHoI1mNfwsnfClcoD",
-	"+JFiN+qO3ZbXaP9Rr92j/mbPHz/JtV7ofp9LlunfP96XlMEf0DAJVawdZ3Y8wBxTj5HbVOBFRv65ODP3",
-	"+3lp82a2/gorRqpSNdq2uZkDYokPKgra+DAsLGk4tLXc7pXY9UTegfveloXk+oyEGKlldKUsTSwMkg3X",
-	"Cl00Wpf85qyNdolJODLKuC2ybgtvDgRXpcrRz5Djhe9/RSOwi+j7nIeK3YfEMzsHeBXg6u2dW26vDsOB",
-	"4GB4pmSWMhuMYRoFJccV9kzAg4U1XsFakE0LOziq1hOZxG7UAxGlLMaCMArUNzNSZ6+uGeo+cvWwS36x",
-	"dcOh6CtwtDrW+27GxIXdMwzaXJS36si0eMSlz715Bbl4Kx4GY7eVhD4+iM3Dky7kq6YOq5UMUzaTqe7a",
-	"L9WEHhyf7KJUZNAyZHw9nGvDbPsHh0drs3Oz5rjWX0gRKkfnNkik5bKsW7Lqow2fP31UVv24rNdsa4kF",
-	"lldwY867pjzt17+2vMjJGIZhotUxJG38DTLou3kh6hAl0zw/LRyINo1uhLxLWDwGEdPVokbYs25RLl6f",
-	"VcRA4ItOTJe4Fq4aw4TqgXC1sQHk3In6JGU6S22sl0z52BbBNrfBean8vGuaK3LUOx2I0LaeF+MOuyQE",
-	"jeAahW8VQqoIZ6VVeqZIQpUuF7P2PGYo454R5OZ5TcY8uBkMZm2qCB+hFqAlCffzHmFalZr6AxEOsl7v",
-	"MCr2Fz6zM/y6goSCv4V7ZMhGMmWlLWYiVmvI0N8GF8/hHhDSweKHdTKR+zQgTFspOsbyPLl3wtrJXA4l",
-	"1v62fLOQtm3BjY0F7S8sZC8TsK9KhAzUji7er1OYfuQb4KsUvgu+tzHPz8MMmpn+z/LW8jMQ6gojtJZE",
-	"yDssYgHWdATTRiOK844HVsicGQ7o8ZWBsEA4LkzGvp0nwxOXDN8lb6xhHfExwy5xLsoQAgRIG7mzFzOw",
-	"V3gucTgcLe5SjI3Ay5K4jqXlEVpfhqc90iEvRYnVn2+3sYh+jjXoISSFJt1/n9pdn1ooqg4KMqz7xmc2",
-	"keMlyvHFbAZgz1jLlVBNjMpAQjkaKaZDWzXDl03kuEsujFSUcma0xEzckDbKVvBOYKUUcOkhaHXEZhpC",
-	"xSJmRKYxndmUVVefBRO8uaLjlDFlJShzXscdbLQz5WpqJKFwIPKoHQwSMA3DM05IsnbMLnkrx+gTjuhs",
-	"huC5biJnBYeJzGgEGwidZgKPDJlSl7fgvI4iJqMs1ROWgq8S4G5TCc22Q/smxE+lGQtrrYi40mZM34bw",
-	"g7iGiJgL1YEiKnBasNqts97acstbOX5p6OSpBZa3coyrjqiCjfxMjivcDEge3vwqFcvHZTi4ZOa+LiQF",
-	"PPgb8x6rdTSzn/eoviAgPao6cpTj2rvaTk65WHQWnBEbzZu/0wbgAxt3YOvM7wEXcMXkzbcyG09shr6g",
-	"OktpQm7YXAXoz8gbM68Vxa0HIq9ubVZnhmY7bKsd/vgarV4Qlbr/2da2yNcAmMJAhBXVK0SvOp6ILvmw",
-	"qLHesHkRqAjfDGU8J22z4TSF6AR0AblAUzkCP0lEhRQ8ogn52+W7X/Ya9NhcmYYYzAC5P1RpmWsWWGaL",
-	"tkxSjF13PrAZgH1bjoderURJ7wChKJVXDQuI4q6m2IinStvYTigeguGnGABSnjUVuCUwaXMxHByQkHuL",
-	"eMPmnZQZbSs8x0iLogEICDSLAR26EGXk6zxJyJCZpbaBdizOLx6/fS46o4SPJzociDZoc4TrPXMHmnvZ",
-	"jdOIpr4xs7jDvNBUcmkVaYKKNBDYQGSC/z1j/vUEMioJnd7dwcc7MEkbmuE6N1PHSvAMKcxlQdvAXYAF",
-	"sjZpG8p79bZz6QJA0P7o7RdV1rIg5J23ZQMBGwDAEynsvXNFNtFS3R14mQ2nXH+wXOHJrsHVT3+wJ9A7",
-	"nf/F5g+7QH2Q4CqOEdTPcDBGedp+UVvevmBGvv6rZQAjOWOiYza3c3DQytvNS9R74EII35wjC13+VMRs",
-	"NoMXr3cD+wDPT3z5Y9cX0U3TtQ/XzTNVpVuIXyuoGsLbRE71UKPKgyqoYYnlIbqsEzPd+mwT75xuoaYx",
-	"rw3vZJdbWgm/AEv0r2ad2dQ+f3Rw8A3rkZdGqKO+kAVcOCCaQoAUw6AO34y8sbwHysI6tiF3z2EhE8Sn",
-	"A1dpaCHqQl8WwgtpQtNpwpRajMi6NN3+S1th/m132fl5+ZmmN0akA9rMCZZC6o9wUOMNhyOLue6wWzOM",
-	"xhB2zFGy+UIdzETDOGkMUbTjJNAMaTORyiRBId0a2wJSpPUHzuUwEF5GWv6ti1KzgVMkZX+gp2IvMJKk",
-	"EYpBRO6SX6TpOmUaIuFAC6ZprUsHwujNTF/jROsDIf+esXRe+LtRbWv58oOXONuvTZytbwmdMS7Jf1fN",
-	"5aX3HtQYiM2t2uDOpdBmK/nPS8yJXYdT8SnXj8ukis1vSnC4QCVZjpCKd5fmACfMNrok+NNPztyHU9N8",
-	"Ob0z5F7E0RQ6t6u/XDpX1vVZhOifEUpeXn4oa2eg0A6E+eSn4brUAheUfI6KVBKDtImhji5uuSjM58zA",
-	"XDn9GU429DdOacRcdbCZURlqjyzYkl96UKGbqjfrit6C3X0hJ+UbpTIW+3NsuD8rm/IkMfNHB6dfnWeh",
-	"wLB5pkowss33G95FK46SO0NoGVnMlj7zEYIUc7EiUiB7JMWFZwP0AR7I5nKTsdTotPPScWwCi3cMb9jc",
-	"HNExE+Y1FpNERpC/BDqe+RXcjQORMOpEUxs5h7YoGysKYXNqYpTphN+yuC633obUYa7QQBThey8vAvB8",
-	"lgLtvGzvIt/IVg8xoi/e2sUaWFORy7uC2nkySyMoAJ8ypTyPBjxkA9m9VQRZG8vj4itoTjsdiHaopexM",
-	"qZh3LDtQoU05Dj8wnc47FyMNyWAFN8JOUjbiSVLLa14jkTwOh8HGv3YWU3esniYO4uDrlrxLbAj3ssCb",
-	"sKnuOSOoZnhUudGIJ0ztfzb/uKygWoH7qHeUF6zOUxnYJyNOuKACOIhTOoefFGMWa3ohifgHDkaUzRRN",
-	"85LRMh9TJIOBNVCjWaAvka/zI9NQDxTAjF3ikC+0AfhW03bue+tSu62XOmV0irwbwl0t43L4qyi/h0Hx",
-	"zdV85iziH9gs7bziYwaBIS7gO4AsUwE5MDSaoFUwf/0VVzOpAIMp3AuIoiIeyk/gCHaPXFpS77yXCY/m",
-	"Z+6hEGPJ7aWjBB+NnNcjxij1uBSSDp4Klt6C8zyZEz4iLogbvNCoVRAhyTCVd4qlUPN5INp/u3z3S0B+",
-	"eYX/zhLKBdHsk4buX17+t12jaEJTxfR/ZHrUeREGZPwnnwUE/qNpGpD3r34IyPtffgzI396//jEgP775",
-	"IRiI39jwPcD1za27rP3T1c9vA3L53z8G5P8xf/2N3tJL2KOA/PMf/7PnzYOqMuKFjDTTHQWbGDbk7Buq",
-	"tkv7iKfuL/t/abCaIipBjcLWeM6eKaTFirXYI7d6nEHPhweqh6UFBAI5Puzt2ZKyoZpQ8+B/nA2pYidH",
-	"Z2G3pG4uDPTpj/0reScgwBjPfvOBXyOoDCTVSm4eGGYCgoV7VFmMDX1kTjzqbWD9kNezR7hWA5Fji80J",
-	"jW/NDa3QcUWgqnHuxkMZkMVEMUNXmiXzMxIiCk4YDERYrZMGWE6hdfld5CIupKP6xk9pQ87M55ToO7k0",
-	"yuw3VxrvMeSpBri5JxasmpDPGhK5LAKRkYXLNPHvVK4n0x5pkqBTOD97FpZqvaSuAsKu/uD/RrlWUFBR",
-	"kvCOcl1AFxgNz7zuQYH5eVpUESWlgJtcw4PaWk9A21MshroJNsaAmAOJrKWIBTX9YUC7OcWUg5oJcEcT",
-	"mcQQIuqAbgBSzAZ/dwm6WgRZDPbQkkzpjQUpMi1BTipAmM0YXUhZuGHzgfADNyxkFk+SjoXhypdbaUZj",
-	"sxfWTqRIm9rs2HBKPyHGqQvomxrBRQ4EJYZNOTXXYqfolII2Dmuaa3w8dX2hxQvFFgdqB1EyFuCDDsSE",
-	"KnAysYKTOtwCib5URjWJKGDK2d5Lble05J1hA6n1rNqd89G7KBmlTE2sDwmTYsMgxw1CiT4POcnhvyDt",
-	"IkaejKBeZsnbpaBg54EiFLcK5mYVCFVeMsh4NhRl+s1R5izsiAuhxBfmMiNjWRsdcREBo32LZ2JTQeed",
-	"TTrfZQjDKgzRoKUSxmaAtJHTGECsL6ISt/qtOuDMVsogfyZiHWQO+z0LAuYf99bZwQbhhojk+UWuMNv3",
-	"8gQJe44sLi1pz6RSfJgYtVOwve/irjrqH39XFovld+HbHAgPQhYdih5TS64+H4FILYFXq4U4Qr5WQUT3",
-	"nqsHvSoBtG/MYL4q35M/ldXep9JaP8n52oWTS1a2KwdLK33fjOplg9og8d1Ce1nCcXb5EgoWkFa3AbfJ",
-	"X+8dYDddRFPW2hCeyR/CF8pMLq1CDcVZCKevkoPvDK9JlkmhiSrr2Nz+5wo6+5NYayu0u6FY5b382Nbb",
-	"VeRVrUSxZdTP01t/d0w0+xjj33xpws9kBA634RxyBFRAYhZnuDXop2sj6oeQ6ZQm/E8WEwir3euSX/yQ",
-	"mPrAFxzBQ6npW4v4MLNefd3i9nwL1InBJNWySHYCHp0CBa1PnzbvpJFAsRbmGhQKAwmIi+wmPN6zAF4T",
-	"eYcwOiovk5pXSDVK8zpEbIfxr0bFXk3TpWRsd/EbpmOdb/CWhGzhzlcEMVoLt1/jSVeuKgc7xxI+5sPE",
-	"+t8ooMsqKcIz76dgIEILOBgGJIw52Pjgb+xiyoS+9r+Wo1HCBQtJ24oCTUWuBiKvcoXQIlRfR3RGI67n",
-	"YVOQo0/uFgvpmxEjvGodTWgNbtfsXne/HvJ1YPuGVO4mgB6IBkHD8jS9wdwuV7yprGhvTuT7n/MyQkuh",
-	"RX8pai8oLWcuiK/rfEL/gf6gEIOM7MoEYBnIg3qLwN09C2BjcRyrF1G54h9xOOnuxOkCH3lKb9ANxtEC",
-	"Ye3cYB5niWJ3E5ayXPPDpLFs5uV4nucTiFNqdMV2KjPNBSPmjLpzt2eaRZzhqa0zUXdufhX4Su61euwb",
-	"Bjta71mso4i++VZTDK+tk9YQDXxcFw38yKKX3YHlBxkjxIW8y0u1fI2pAQ+GgJ1KcywKr1Mx+VpOELRm",
-	"WYPL3R6lqasvQ2qOIbpCIIDOrKwUXfKBdbBPRKGapeyWy0wl84HIRM5TZ5SnJGUdrEGnjIbqIVRBvuaF",
-	"KCr/Fcjl2ALEWLgyPBIjLnz9jyxDQB8IryEtm6HP0W2Brpu8ZGPFoAj1DgNyR9VAOLu1hUXP9wCrGbZz",
-	"qMIavroP79Yw4XAvIDItMLgmVHm+c4fiavfJ6fvO13fUOyoV94UkcYCUsIaDgQDLAaxXQSmELix9CoQV",
-	"wwUzNIzPZn/D4gzni28MRBtg0EcyHfI4ZqIB/OFLMcOvhSV9j1zowp7R0gltsnQsSCUoiTcJ1quVt0t4",
-	"f4GWqmESUHCBqypHg9675AfEYclp2jppK9MoHyZrhYME9yMztrrbc7EK4/pA59+YOmk2YrUyiQv+raiS",
-	"yhJXVW1scjWgdRii5A3rdFEVEIHDYoyrkCNi/cdd8jc5xBpaZtNtvqkDX7GID+j7H4g/5NDewIbkXEm9",
-	"whmPkD94+5I/5BAQJyCB3fBoolk6LVDo8loJAzGjc0TwtTUzYGjPFOFilmnCRMqhhTwNCBPEipJEaCPC",
-	"qAwzZ9Mt2HMGQkkyoqm5vxDhD4aVHx9QGtxr50UDiMPkYDWNXmsUVAeQaeY6EBgBZ5qz5XoaC20Yqvwq",
-	"Ygi2rlxbBBvkbiO/Aj3K7Vasm8lUmycPDoIXveDo6PDjfZHZ5xWqNy/Zr72K9UHLossV4QYnPTNpu+dQ",
-	"EVNGNJkY4t+0rIjZiS8UjQBEUMeWBGE0TThA3SAmShliphK4lB87uEoMte4aBsGMcZeeuqaZWw/duYcK",
-	"U2Ywf89Y9pV68DbOv94Qr+CBFwdk4dsboNniCB/3P5t/lvr/IAbXMLopx1qJztRTpLzXuPq24nrmpceW",
-	"lZvo8cpy/2/Gledd8GZHwPFgr0RneFp78/fR9NUc/vkSTWP5HflM5dm4cF7b1GXju8xYqrBMDdyymG0R",
-	"WdlESDKVKYMhdwcC205QfXcQzTg7h91kPhTozecOahqiM+94xEqoFHU3MTz/zdKkh+Vlb4nvAmbioYEQ",
-	"sKlr8Dms//owFc+1sb2aZ1v4t6q3mxODy7mOuucW/mkkiS+hIhbEWZwB9916qqItkQw0B9hBuQYJ6dvA",
-	"4yHVOZH6jFASpVIQ9mmWYs0C0h7xW0ZGnCWxCox2RJMM5FQuSGhk+us/pbBVBAyT/8RiEjoPoJdKAChE",
-	"MADIF2rLNDf27nUH4k0uK5qBOI3RRpQDjxTy7twcmAlcJ9aGCQnZI55iPeshjXGkeJx6AxEOaewSrkMi",
-	"6NSF/cNjy1Q7XLeHxOHFzNxruCWfHTic5WjwTynau1EBW9SllqhNhUom+HhilH7b4dYqouZmzTBSXUeT",
-	"62xm+BFirxhaMS2RA/IX83/TD8INm5neAIxeTiJG4MxSOWP7f2VpwgUS/EZKHu7JFwpMzEmiWeUJCNV5",
-	"seX+d6Hg7CikMWdEDZyseqMbARb/XKrBoBhlWRzVCMpqpVe7D12ywzBHjy1sKmvii48vbzYTqb9Y35Iu",
-	"tJRwGryOl5grBb6ziUxy6ZpQp+lgE88UEexTTiznuc3GfoH4xDdshsgnzjpobpwA704AEjPXqQM09guu",
-	"c00iOmVw03XJb86Wijw1L9msEcDoU3H3mVXKoDompl65m/K8qL2OFlUmYgAOT8DoSeeqS95TDDzgaiDC",
-	"/RnNFAsDrCnZfOv9Cim+uyPvL3hlbnE5encc3miH/pW2ixusvL5fzFS5HnNwnFSwu5yL/vsua4HVNfIv",
-	"s2eKFBRL2tRfsb2tbrp9kGUb77u3Rqy3bAJkY5u9CV84AzIYbEg7tJ/DoDA8p5nIYfiN4G2jDUIjq82g",
-	"RhjGgc3PSDjlStnQP5TpzJ9gur0eZUliPkHxJhT9ubI/xiEZsgkXMaEDge4nniQ2yqop/M9R5g8w+4dw",
-	"n29U2zUTXydalpEJV1qm8+9R573wD5ad53anyFymS4VGuG3DSGZCh3B6lMPuKi5VKRhp5wFJCHQP12m8",
-	"F3ilqq1oORBwdEnbcE44j1CG6Q+uNRQJHbE7lhbu1JzXgktSSSlYuup0/GJm9cDDUWddgmUo2ZTyjez3",
-	"IOuYT7MpwHOaj1zYj7mtyaj7Y8C4foqzcplIvSzaNpekVGDFucIE+J0fGpi6oUMjYjaajVYcHqDxZofB",
-	"LzK/f5gqHQtzA06pyGhCCsZvNK69QipdNOovkLx5lH03mlZgF+d7jM6CnXqocg/VW6ZLCO6NozU6plwg",
-	"n+Zlc6FnIURmDuZOAGmN8xIlUAXFUipiSowAY+OD6X9N2oRnvyfixKjZ7zSC2ewVoW7PH0ilmWgm0Us0",
-	"rFcsC87KjnYCm0fQ1ikfj1lKQmSV4Z7jEOZRxGoxNEs1IthBlLCt4TaDcPrzPMwYaZ2mjGQCjQmuBnot",
-	"Mg4kSyCYqxQDccPmiJySA/uAf20vqCDkONOJD5Jji/2AOgH3TRsjVfzqSwsVjPbOHeIOwrBCuoacMjTp",
-	"s8SW9Dk4GIim8kO1iMuZ2MmBDB4Wu/UEGsJO4oymNGboyEyzbyDGaPnsr3KllgkoGyWqh7CsL/1LRw99",
-	"yITvEhRYk6iZFVqooTV869bEEIFqbdRVLtDVDUUdeaIh6a02P9ZGs2zne4cRfr1+99q6BRqBv9fMo6Xq",
-	"Ji9B1FRVQd0slmhY1eiVeeGbCw4wI1/DTAJU8b0GBVTjvxzU5+pggDhLcyQ/RG8XlVynJbJDUUFvIPyX",
-	"FsQFuHTqZAYM/yzslBuIDJV6hSTmI0A0037Nws2kBlwWQ1DfeAg3xtibNvJQ7aJe/oQliTSUh16T1hmC",
-	"ynluh+tVAHSGsgoeg+4YwdJr2+KGTnyz4F/I/QF7vfNIbbM0X7sU1TTzrxlLaWNZ6pErze0qEEIjx2kA",
-	"aq5Utm0Uvn4Dm0bOVe8Aw1VLMrTIh3FAQmvHvrbwD0TRubK+HSGvXf7sNWbNASIEHulrIfV1DtccA+JD",
-	"FcIA0o0Ktv5MkdAyoi42EhpRHJKAbKsqJAUa9F4AY5Ai4YLlIyBh8cR1Xo3cfh2ZL9HxNBChk1bj64Rq",
-	"liIcNFSOvR7S6EaORk1A51txfPPSY9tsTB+vmKY8aVJ0kNV8K4EbSJguiN3BK6xN+vs01XxEoyUQPz/w",
-	"hEGsxJRrmyxNxbzA/h7l9BkQmcSrkHqournI+/waKcTMd5njA8o6fDlsEccJig2h3nKuueur0hUuCvec",
-	"ua51Ou842Og8fxFTCFhcwIZcuBqDMs2zGeDxKZbLlDnEfMLFOEQLm+N0jBoJlgOYPIZFfNKQKk/aFgFH",
-	"Cg//hrjg1z2MGMqZ9JAhqHKYDzD0gLAt2khRKFeBW11btG9XA60xq8LNHrIqzIeHZ1V81axyGZP8d1bF",
-	"0qyKjUSQ/USO1VJfeiLHWPhEjjDF2BVYt5UXmAN8D+0vIdY+165UBHh0oCp+KEcjxbS5u0EVDUcySeTd",
-	"f2ABfAdRYcWddh1m/R4otoLdYfWWu1xOsn0PBC8gf0ScK6gelr0GFB+uwDaNCPbulLqpIWL9SylcsCmO",
-	"Uw0ETRlWIbMVxC7ev7HhpW27feQIc6bMrw7aPWVwFM4xnp1xgGHSfnG0gTg6OK2pF7ZEynlrNm7b4xss",
-	"MF47dSxn3WQwo3mF4BKkDwYMHPSPnh+9ODw5er4iiqDB0oXEUR+o4Mcp1PbTW78f3Mz6fkY0USxvaihl",
-	"wiDDq6GpEsB6bYMH/shPeitG/KgFkeX4in2qlS7euiOeB8ngXnS3s3qfPq0bEArkWOHEneBEjtdngbaO",
-	"91IuOGOpwgop+DRWAWfKVmZNG+RSbhEcANPTFUAGgANzcYmIuQNHLtHukscZG05DEyUJF2OoiWMED+kw",
-	"EzBfFMEVG8KK0BSDM3sAm/iW7Mc43b+anVltRi7v47egeL03I9eTVGbjSUHyFl+pPJ1NiF+n81UF56lD",
-	"0bh2YCCoknuiLsrANLqBS9tK8WG5xEh+SQ+zeMw0yuHOOJcj9ClN59a8kLv3yDu4M8G7gmejEISF1B2Y",
-	"BR0mrN6FbH79ZsXdINeJIELm37Ku3VBCScxo3EmY1oCRI1NPOVwuBWezRNJY7X/GP5wxrhHiLhypEKib",
-	"ifiZIviWBbTBMj7OU4F1+DCDPuZm9zAYaQJ5i4JM2VSm83OM/EgACxG4uatbN82UJmAaQws15ml2yTvB",
-	"XLeQz1l8n/ggckYhNXrxjAGMbNFCkAdKqaIwW+LkZFuM23ve00hr0knMOJw1ZeNDha9vlEzi1zjcosTg",
-	"Ki/EUUOKUQyLc8tSPuJbG9If9yRtahh/3DIuuLUAiWqpw9VxJO0R3lV0zPaWFHWpOZn7aHJqvqT+GzfI",
-	"RmhZvMHhHwx6V/xP5p+wIIez0NaoBr8mXNyAGQihlwcCzLEe1OQZoQRFfWsCIwtlxaA+LLkgU66UtWEV",
-	"rkwcECioqS1O3YZLDCfayS3icLMWX5qWbNVT/3hOaXrD4mUgVjBId0hxYx56VL9Azd3C3Lh19d2nuZzW",
-	"PSK4LxDQAovrGVKXHItVMOJgT0GHi00Aai8B8SYFhnewgJAM+kmBO6kaMVK9EkrFBaSagE+5GhSorjKF",
-	"cF2Lg2rhU22xu6Ic011dWYECejS2Q4cqwzD2Jl1oW8zxr0q7WQ5EXig2ZRTyr79I012+ObWowyuiXpxl",
-	"3S9cWVQ+94r3A7We+dZ4/FE5L9ZAtMP37y4ReRd/s3wXUQv9GvSFpcTa+J4p8vKiS96lZGjEDjKXWQoE",
-	"/P6/3pwNRMrGXGmLChwl3AzIb07IO9IOvW+uZ2xqdSzvyxEXY5bOUi405OUNBPhHreEwH3wdbLDXTOhQ",
-	"kxuBj/Mr0p1peSfQA7dwuCGl0KtbYARbKG1dBQZ2Tc4Sqo3Q5tpGE2y1n7ASMWPGDMV7ECG5EhEIPeyR",
-	"KRV0XOJGsH0xi3jMVGDaRfRkEIYNqzFaZTngSfng0Vw3xxZtWU3YCwqa0k/XUW5k9ko/ulhCNAl1WNbp",
-	"twJ7KipxOpsG6OCovxDGhg1IsSu3DGjDmg0azzFpqwlcDyL6Wss9PrH3xwWgOPTxmAltxJEl+MkNVRse",
-	"u5jYlhjeT4PI3UybBdL9txOkceeWuvZmNdpGzdVqYSsMEwpIaDOI8C6q41hhl7yCQjKAVAEl2kVR38P6",
-	"6M8HoloawyvtQSYsZXsEqmJUpVF0cwcLpUH8mh/TZsyLBxNbsBibRTWZ0NmMCYjJqg646vPnirhCO41u",
-	"NWii3oHUgvVqBXlUoQ2hCOwPHxuKaGx5J9nttp6wDQEwtrhcnurkZjDAuHyC/6XxLnDLljOJ5ovClyeb",
-	"DTN/5SKuSs7tRQF5z9W7skfGypnOJOpJvV3yIyh85uH3r38m7RkUv04hotwrpg6eMx+yR2VgfkE40wmL",
-	"bvBrswRYxwpsPqWernxYdH8GyORcyXMXhVTrd0CpH0nzpbdiD7z8Njnc67rOcKjeIL/Kc2wpJA88NFeN",
-	"v2vfRazzUztTrG7qFQNaVFE35Q+FxN4BybCZSUB6V1GnhmqSSIUQRTds7kxF6EXBVlncJZe5/N9UcPl1",
-	"PoIrGMAuBc7d6UTVUTY5As2P3W/gWnmjVGZuFXMwG9W3TYkJtfbmSGGrglTqKFVth/GUC7A2LJgOukus",
-	"hj9i31+zugJDXBY6nC8MLuT3CAeAyXOVwmPK52lIFKhkOPPOdoRYX4S7qdqh2QA0dDOoiiUkSaS5sUBJ",
-	"lmleYCzfqLzGim/vtnFFuVYxEK7UlsuKplNGdEqFMvqEFHk1wtBZwAB3wNdddDG0vFRiYU3HiGjSRo3D",
-	"SGV2j/bqhZ1becM8gnyY0rXzil7lkoUf1/EB/8b1JE7pnfgeD4ybHKFIAptW/WvmsU3mWTh6C4ZdOAV6",
-	"Ygjat+W7E2rr7rFkhBI5jJXQRArmbAwWNfqsSs4wFoApcp4nVTpkSpKh1JMKx4jMoolqlcFFQ5bpZxfW",
-	"ha+o7K1/eBtuElje7/L+gCr74BAoOzhouUbdpjcG1hBdLv2OpYwxVlSUOHjJW2WuDgzccSjpU5myAK+J",
-	"ig2KmROkBwIgaYZziyyDtZ0BDs4cyjHlQmk06rk3i0ADV4oEgu0Wy+AGGMDkknNm4EiDmFVwwtnIGYyM",
-	"RR+VS7714h9AizvqHQ5EiJPsFEWr2S0z60EosZWnwJOMYU0YrbTqEnpKJduzoNmqt2cto7wkjN6weH0n",
-	"DY7/q9S87daULWhfOUKUGfGKk1sN3RgymrL0ItMTF7phX6oe3A8y00wRG1oAmSsBoZmeMKFBYwY/5qIi",
-	"3fXSB+yCL9iYr5igGHnhTr9i6a31bJavK66xaE/ugO3W45uoOlN2yVfEmQrsyfeGq7zrGMNBquOva/mV",
-	"h0WRt+pHmNiv8jpUHtpJXXsQYZnxRHfMlY7AW9GEKZ1SLa287JUU9MLjEfWKjLiIvX6w1MxiP1ASFF8H",
-	"5gcVLaBYIqEAuqhhWm0ooyHTIhmwQOHlaQFK5PXn4HdqUm9cDpFXGTGLOSQx+EsDj9S8/xOjiQ0iTRmN",
-	"uWBKBXmZco8iAei5II6Zat1/vP//AwAA//8=",
+	"7L2Lcts4tjb6Kiidvyry/JQs+ZbYrl3/9iTp7sykk5w4vefUbuWYEAlJaFOAhgCtqFOumoc4z7AfbJ7k",
+	"FNYCSJAidbOcS8+lqmNJJK4L64a1vvW5FcnpTAomtGpdfG7NaEqnTLMUPl1Fmt+xdzLh0cJ8jpmKUj7T",
+	"XIrWRetvE6rJhM5mTCiiJdETRuYyvWXpE0UovEqo1mw604qMZEr0hCsi0zEV/HdqGum2ghY3Tf09Y+mi",
+	"FbQEnbLWRQtfbgUtFU3YlGLXI5olunXRiqiIWNIKWkxk09bFr8UXcUq5aH0MWnoxM80onXIxbt3fB60r",
+	"HMerF6Yt6HJG9cTrEX+/4XEraKXs7xlPWdy60GnG/FGMZDqlZhBZBk8ud/Q8S5VMlxfrw4SRULBP+iaC",
+	"J0IiR7Bis5TdcZkpMqNj1rQg+E5pQab002smxnrSujjq9eqG8gNPWOOERzxhD5/ta0YV+yBvmaifcWJ+",
+	"J9o8AJO1y0zmVJFxSoVmMZlzPSFtbmiEiYiLMT5/kK/FhNGYpcXQodMO9rpq+N4K9Y+eBa0pF/nns9rZ",
+	"8CnX+XpVtiCBH2tJ8rQXmM741NDjqdmMKRf4qZ/3w4VmY5ZCR29hjWjyKmbTmdRMRIu/spoT9jO9ZQoW",
+	"zsySKU0UHZn1JCmbMaq75EqTqVSaHJ2ekmhCUxqZs9u4dF6HHdNjE0GdnpaXq2613noHuZHM/NP+cHJ7",
+	"b9996Lpdkpilhj1xTUapnJZok4qYKPOaiBgR2XTI0j2s80ZkutG6X0e0eb1VRPewztfRhMXZCu6h7AMP",
+	"7+oDVbeN3Wiqbh/exS+zRNK4sZMMfn54N38D0dfYDUrGh3Zzb15WMykUAwn9LpXDhE3Nn5EUmgngX3Q2",
+	"S3gEh+5whk/879+UBCZd9PW/UjZqXbT+r8NCBTjEX9Whaxd6LB+uK2KbJO33Pzwn5yenTw+QiVOiNB0m",
+	"jISRjFnYhWWxLYI6MeO5rGCf6HSWMBh4yqhm8Q3M+6h3dNbp9ztH5x/6pxfHZxfHR/9tTlncumj1+ufH",
+	"oz496gzjk5POU3Y66gx7Z/3OSXQan7Gno2e9874nM7kZaJxFcDCrjMhr7Wl0wjpP4z7tnNPTfudseDzq",
+	"saPoJO73YK/u5K3ZqhFNFOyVnJm1/7WVt/7xPjAfZizVHLfFn5K3qTHVrKP5lC3vbNBin2Y8ZWqrd8xE",
+	"1hJN0Eqo0jeZ2nJAuI6fl39YWssNhjCjKRP6BkS7fWdZXXCKAtXErqDVGQW7JCJLElQjzVMqfwJILxxT",
+	"zeZ0QWg85SLskit8bCAEu2MpsYtLEqqZUUSpCIiQKZlQReY8ZinBfSUyJVRIPWFpSVO1rxgtBWcSDIQR",
+	"FEAdRmehdvBILoqYXhf2O55PJyApM7ocv2PJojsw+kv9yv3qli5omXkDieWUmG/JUMqEUdEqftxqgx0p",
+	"f25xzaZqHU+As3tt3jEv29ZomtJFC/mSY2q/tmAmQD95L4F/KIrJFNq6HP7GIm2adnziNVcwm/LZyse6",
+	"0aBznrN2yNBa7XCUYrrCs2KmKU+g94lU2umIMqKJ+WxeG/FU6RvFmNgbZ4NzvLZFYTY/4b+z+OaOJpkZ",
+	"WP/oabfX7XX7D+GETpGdtYLWcsNLPNBbolUb9Jfrt2/e5mtdWbTH4INbN768nnviifhFTWNN3dSdsmUN",
+	"G15yjdQMv7rKlXVpPAJ7OY5wlpbOYtDyTOMNJr76rL43/X9u0TjmaGe980ZsxXh5Em4nKpqOaYyY3wLC",
+	"uuMuCd1ZDwMS8pn570ym2vybpYn5JzJtjozuZfQfI/a0Zqlp7P/9lXZ+/2j+0+uc33Q+fu4FJ+f3/6uO",
+	"LvLtL9v4vfW2gb9IJTJoWCs+FlOrM3rMjcIPazQyJoyql6uwe9OvCj3Za4JGx8edp/EJ69DRaa9zPCwY",
+	"4zLjKQ1/00OOTqQE3kKXVQ09VHxa+TtkuEBFJZpQgV6c3B9w1D95evLs+OzkqecW6C27BbwVrZPvu/AX",
+	"s7RoBdykjFr9v/apvaoV3g5uYjf5NLvMzHyzyS1QUNriNboEblaVwq27D817OEwjLriabGWGnA+PDHUf",
+	"x51zdjLqHNGCLg1TZVSxG1+rb2pVaZquM4CUpjpTZuWyKGIshmVw9rE3pme03+88HR5FnWfxMev0R8Wo",
+	"Wns5XJWV+7wTpaepTG+MkVhLkfjzlClFx/VPlDZr30rC0r5t2kGaCcHFeDsd3Nv7Ld4BWlgjanGnrvHh",
+	"e49aNliEB5xh7lNm+QBXiCefSc2il1ZmxcF+aWhlS2nvCM93EK+VrkHLI0jvzZNejffdrIhOF4ZdlTzF",
+	"djhVPltZQRjfijm/zXQk0TZ3dyA+VxhRjlwyl081dyJ5Y9c5Mbm2YC/ATYX0bPZidfPOeRHDozOWKni2",
+	"ttcs5vrlXY3SEVkpiwTTRaZuiCbSssqyVptJ+IbtWtt7As8cccKwdcsWJGHUyA7LH06OgpaMoixN1/Bj",
+	"61jGcQ2fxv3oiJ6w09FZ72n/GRyAdMz0Fpw2f8WOG5ehhgHbdarhisVKNf7oFF231251bG9BSy2UZlOz",
+	"iEKKxVRmqnYbdzLuKtyEC3124qtK573e0/75+dHpydOT3vl5f50YKW3UpsxzN0Wq2OyapfX2uvnXBmOv",
+	"1qTz5lXauMDtfi1zyE/WXgy14pw+nrX2nM7okCc8p+1aHo4GRtUJbUiLYFOXhBIjcJ4oErqObyKv7ZBM",
+	"M6XJkJFICk25YDHh4Jdrh/85yHq9YxbCfWN5hEHrU2csO/bL35QU3fd0/rMVA2b80nAvzX6mYvEeaWRr",
+	"UQQtcCk235rn+TuvzFG9hxP0Ct90t4/2Y3+N08vvvnaDShPEe4dlynrYJK6EmuN53stQd9sH5tSIDTQq",
+	"VDlQC6XJTcpUlui1E34Pj/2Z6mjiuaLwmtHTpped4hM+njClCfbTGZoWqheUXuwFUUzoItzCqlw7mqSy",
+	"0DQ2WBinlyxZdfb71dtWUFeNobaN4eXeqTWZNjLztrar4AXTH1w82SnFzdbThnKnOpMtFf6drCRQXO0b",
+	"1XgfG8VhZkuGzOypghAPuPSjY8pFQPjI8NU5TxLDb01rnMVd/6JjZffbGCn+qq+5uqDq9hoerNJmKfCn",
+	"sFoqK1/qq7ywK4i6YG4PJ2o8/X+II+EGcdTrPfSAzIrr741us/113EA6FVypZHUv8+ifPnx4R/AB6wjM",
+	"KYDQRArDnLMkJhN6x8iQMUEoEIa9vixx59Pzcz+AqNerDSFqpGE7zNVkCYrDdhJyy535t0CtFajo59DN",
+	"EXO2+SeqFDvXEB63XYTbvsR5idz8CQWrJT1c/7r72B3VNOsg4uJGsUiKWJU8kMf90+OzXq8UgXdWuw8u",
+	"tqEaRbnGBbSL8figW/ZCsz/eRq8vX70374Yfw7fbjuy0kHWjbR7kdUR3HNxOgSpJNuZbGDJmdO/gnaol",
+	"tnLDzFC5TLlelByEfiRpv0zInX6vV0vL6GAoj3i7m0N/3HmvG5Jazf2zHU+xlqv2FgMJd9vfmBndxfnD",
+	"Vu8S9vOieOPLcgHNp+avDYf5AZ9ev9b2oNvWA39FmhfdaMO7Lbhj/UZ7l5muZcJnvZNn62Kgg1aUcs0j",
+	"mpT8NGvVMv9Z8EImdOEPoixPX0gipLaCdMhGMmUow6dULIh9DQOAhZyXbRSZDRPmy3gnW2olvFU3IIqP",
+	"RRnsT80alYf3E01jAmHlRBaG1RNF5hOZMJJmAscGcVNGkwQtICx6iBmNEy7YDdXovtpu+P2a4Sd0yJIb",
+	"xRIW6fX622vz9LV7OFdv4ixFEi1N3XK4Y5/FmSF5Izqto5Qp/VS5k3ctlXnlOorbLWpxkUgab+fmnnEh",
+	"WHxTukJbVvTQKAAFEwIep3QBW54b2G0qYgg4DMubEkKEun9swLs5EEobo3tq1NmDLnmlc6cnLTpi5ahG",
+	"xZi6JPMJTyAWPqIiPzCBeXogYChzasaBgZYzJmIuxjaiICRhebqZoHeUJ3SYsHBVgGPJiNuTIKz1/W7L",
+	"U8D/sd720OnC5kU5R4Rz8K/zQ3wwz20iRV2bzYwcQ8539DwXkUo3Iy7GLJ2lHG/l/KClXuecdkYfP5+d",
+	"1Mcq+c3M0Kis6B69enXjJpICrjmEvjFzLZ/tfmX7157u/YnymqNaCQTWRM6F8k3ENtfE2IY2LIVoaY6T",
+	"eVBE7KBLrsRA+K10QDOPMVoZjr4ZP5EiWcCRl3NR6hUOI7GrA7Yo1xueLnsuN6FOJKda+rR6ht9YM1nG",
+	"DYH+dMYL0/eLRP1vGLxvB9Waj/XNP//xPzV+W3/kG4cbN1v5ikUp0wFRE9hpEbEuuWbA7wlVJLzK9ESm",
+	"dvMvyJ8ZTVlK4KYqwrh2vLTqro3GcJZ5MYMV+4YEABNOkrej1sWvmxBM6z6o3ggxkcokmeYR/8ur8Fag",
+	"D/jSX4NaR1KlqR0icypLsjS41Z0sr5chmZfwxqas1892USkyylbH/O/PL3989YY8f/n+w6sfXj2/+vCS",
+	"vH/5f//y8voD/DoQ//zH/wwE/P3yzYsVz9VMAgia1RN0Poo6dr2GZ9Zt7kPM/5r9cMOro9WX+eN1PGbF",
+	"IpRTbBrjWmtcTM/OTmp81XXrsJesnnov17JyX9HeNyBzP76qppe65f6BJ9VLOZtp5iJV/GwzyDILHou5",
+	"p2wmU921newccqwm9Oj0rHXROhtGvZj2RydHo/OzUXT8dPhsGD9l8VFvSE+fnvXO4iPai+lpFNOjYf/4",
+	"NHr67PRkNIyj82enw2f02LTFf2c3w4U2JNE/2vqe5KEXIOWtqKG/XTLRNux7r/lhbk9qmvOXeJ/hQ5tf",
+	"NW6Wd2F1pNKWlEafz7K0LU2Hbh9RPHB4d898+onRxLDw8umfsMhq61TTIVXwzm0raCVcaeC48MklmppP",
+	"3vWZ/VgRR3mb9WL0c1PyjDdYtRTICMPwDNJ6aAh/KVZcnr1SKmPx88LcqS4LvVmyhRpE/DrRXoj0/be4",
+	"qwh0Xr2UCTYv/XLSOwaR//DY8rolrNOen1+hFWaMLeVMMO9NRdo0UQhIYvNCn6iAcFGyohTT2eygu6FR",
+	"+zUFe92qV9flvXmC0BGmt3JFEinGpK3nZhl4GiuHN5LwETPja3AYLnX9gEhwP/S7uqRB3W6v11BqlqLu",
+	"sHoOuTVhhVtG/IHH8zlk+axkV54+fHa8Kqm3vIu2ZaJl7rR7ogj4/1RApiwdQ+SiBdvB743NOKHqAtLv",
+	"TfOGshWh+HNAQtNXOBApm8o7Zh4P3JtCanA8xERpuuiSaoLTfCJV7pVeckOaIQg2Hwjb2ojyhBgj1vo9",
+	"SNu+kkilw4PAWLbzCROFP1JpOVOExndm4RSmUbuLgYHIvXiLi8IrOpZMkSGNbh3i0N8zljFwiZbwhwT7",
+	"pMmE0VQPGdU23EKhTxMvBEIYVtdyxZyPJ2xMo0Xrwqxa0PpdCkMJLOvMGab1Tuknf6vPTmrID6jEgpW4",
+	"/LotXHO3iGlSoaF1nqwZS6n12TsB+MrM7Y3U8O/LT1zBrdwLydQbqeHzskg0R8C837mjqaEN8JbAhKAV",
+	"+Ms1CR/yduFTuXGXzKhqHQBEpmQqUwYOrfCVQM92CK2Hl0RIYX/CLuzPfg/gAKm79CwOXe0lp7dr9TrR",
+	"LYC25Gv6sWmTr72bkpU7XA2l49HEEqt64o4jRjETwVisSPuv2ZClghlxptiUCs0jdXBhgQVCcPPf4Ish",
+	"mVGeOnf/QMxSBjErZrnwcfbJfKe4FPjURCZxF5b8ouAkhCviXgVfv1l/OSIhbmF4ORB2by4IHZrHArOD",
+	"pVeEfUdP2PQy37jL6q6RK0EMi1kQx04GAv9yyAk2CyQH3jk+IpqlU2WkOE2SpWOL61HMU4HzCk5SS3OE",
+	"AMlPCB4MR5m/tsazrBWY/3YSmo5Z6+P9x6Dlr7DpocoKltSXmiFsqKYv8Yty5MfRcvBAdXBbyaHykfBf",
+	"8LpyhH7fRPoP6rcazb8k6xTTZLggbs8U+sbbiOYB6ba5851rxZLRQUCUzBMBBmJJXE3pwog5EQNPob6H",
+	"tUv+yhZGglpiOzv2QJ7wRo2L8UCENn37Y/vXjk3k7h5+/JP79uD/hJcEqWqDttq/XnX+u2gv/3DT/fgn",
+	"76eD/3Pwf8LiHJyd2CVaOgFA5ReWlneUW4zuJQI7l7s3xtxO72hSKK793japsaV4uVZ8dv4sjk+enrE+",
+	"PRnFZ8MhezbqP+2P+ufDs7NT+qx3zM5YPOyz6Owkjp89O4tP+vToLBqdn0ZH9LxoUHsjOu6hL6AhMXib",
+	"oNfyXfXxA3xU3s0zF7MMVIg8AbE1YUkii2gls9PRRFauIgEMTLD0xj50/1Bn06ptrbdHdIEBCDg+I83E",
+	"hnbH7mm4a2MsS4GUl0QVFy+I40ZCD2IwJFJYmeQQ4iIjgFb0rFesy3Ul6oRkQvPEWyg74w1XydHt2uB3",
+	"QWdqIvU2wZw1ObnLE1xJFXZ8H5tYzfZAHVtSbIUUtkaE3GilVkxvp4v5BwQvGP5Te5lekbdWmBTBUDAf",
+	"dUnAbxLR2cyBWngm1ShlDOJOIq4Xpfjn/gYX9LNUahnJ5OaOpcpG7Hn7cVoXJqDkSM9pyhreOaqNLZhT",
+	"rmsjj4561XX4Sc7RT6IlxLigZgAqRJc8L62CYqnRPOyUSfvolCjzm239oLQelbCm+gj+JpppyrLDLdpc",
+	"pwRZvs73axttJOFrl11TXrgQEXrDC3LL2AxIhItxl4SYE35jE2ZZHF6AkY8hSzapwgYS5enjYdfa4u5Z",
+	"dB8YA1AbXQltRJdRRKOIzTSmFDk7N8cLrnZvTqqss3L9+TUldUDyijFmjE1jY6IimqYcqaIkE/KADvAz",
+	"dMua2S4q1NJMHLPYu25VVYVczo5d1AffUC1NpA5nZrVq8SXUhU2EdoOsviQ9dGwZWttQcG+UtuYdwbU5",
+	"P03kvzS72rMux1ezGRPx+zw9quQSM21U6KJ24Y7Ou+c2O1yORgCbd3QatHSaiYgWVLxEU6UeNl+Ths3b",
+	"YPlLQ6yN+YLfrI/zkybRJBO36DwBYBJCyzv98NvIYo3qxhPRGaBmp4xGExZfklGWAkplTDUlXJE4lUZe",
+	"eXppE7yIP3e/36C0DVuQznOzNtuG7lO9BNLdO3l2+rQ2bynfqH2tdzX80q0GDKthmh/YJ73H9GTPxHSS",
+	"sfAWwupAeqMRgLbHLvBGQRMw/ZdOmfu7t8GB2zER+UGoT8UsVyS+ASIrEzGLL4iQKPqBxEH+R3LK6ig8",
+	"yOlpOUqhfNL3iD7yCG2WmMCaY7wEppQTcfmAw8p4q19H3W9nTCBM9q4wFuUwlKJagx8cJCPNdEfplNFp",
+	"OXsRgM8bA0y2Qkj3Q0m2CWR+nCiThry8mpiQ2m3xvEcPBs1e7W+yEVZX0bRG5fvyQUQr8ITXhM74a7aP",
+	"EJrSHjweFI7fTRGGuwTKCeF8FehNlvAxB6QxezZzfCs5GiVcFIHbDj/qjnleyl5QdTncbxbAVxnGNlBX",
+	"9fH/J6UyBoKlHZZ1ALJYwDTc/CpOVbjC2YjMPzbCjZY9pnWu0prlrzNkis2oh9N0MJzOdM2fL4YWtGKu",
+	"ykiX0K/3bbGxVN84l0ytlVts/CaB3LUBHOVRFCCcpaHDvDYj7H2fyjwKfdcwt3eY0vQ+35zqZe2CUIwz",
+	"iPGGlqsisTAmC6a7JEQn+42Q+sYFNID7w8vrC61Tv4vPhqYdG5RkX1dhkdi1IHLk36e66+JKlkm5ohJp",
+	"u6cgQiofidGlij7ML0lCaMpgHpHMoBIPILgoTbg+6LpwjylXcGcVgjqGB9FdvIEfx1VZMctczkozmpy9",
+	"2bYZbjqalNajckXXXZVMVlnJSo5dCHEsyk91o+V8NovgkDdRWjUh56SdCbeyAXFnLbCA/nFA7JkL8voA",
+	"ho4OfDeUkDc5MG1+dGrpAmC5b3A1i0eLrc+XveVSMr0vGtfINmF4wc0oSxIbhBlnCYtvoPJBy+H7DGl0",
+	"K0ejWpbh1RSp3OnYch95ARCLAlip/jGl0YQL1kkZjUvlQMp5EADCiUZmB5x0DlWwVDuqiruBZw+8tiwl",
+	"E5aAxbsOjdHFhp70zoOW5jrJ60gR27VdhYnWM3VxeIiL27HRg92Y3blCKurQG/J9E7RoxX/UsDDm6UsS",
+	"furYtjvmCxWShKs8EMJ85UcywnWVCgYCFt2c/0xlNHHoM+0fJZ6USAqlqdAQ+Dej0S0ds4EIx1xPsmE3",
+	"ktPKHA/dv3Ys4UGXvGFz6F/B5fmQERqDYWY0eE2oGIhM3Ao5FzjKISaveWA4eEm9HGBUmi+I11TzEY20",
+	"6uRS7qJ12ju+wM13czcsRUjiniZKy5SOYbIjPs4QgdS5ZB2uUeuiddI7vygXeUrMJizQ0rT068p+WAyT",
+	"oDWkcSdSKbzfs6taRCxC+Kmxzl2NKbhLSYzGy2ICKXqK3LKFkxbOcW0bTp2hVTTe1NAwZfTW8LY0S3Jp",
+	"cPXuFbSko0lHSN2ZsVRxdLAW0/VgiKKE8ik0Ai4+MrTcmGI1NgysKBopWEmHfbJQURetk6NzuyOWzbpy",
+	"LBBRpIiWEu+T5IwJMpNJAhVVRjJJ5FyVw0A7DjPWjLdvx5twJnRple3q3dGEQ2Qh9G6NDr+1QtQXzaUy",
+	"08zGU1Hy4fV1TQeVZixBrx9UysZmpVKUw0KSgo3D850okYqV9vn8vNTgHGK05nCyAJvAEAxeIJB2Isdj",
+	"s/siWRxgUsEo4ZH2N9eRi/vN8mH2iStt6NIa/kUe0EZn6/mVd5qA/RYNlFuDje9wAVvjL1jxjCuAo4hd",
+	"1yA/eZlC4i6Qg0cyHfI4Zrj4x3ataJLAvdsCyCCGcGYFxm1RYo2Lzijh40m+PDRfHKujcEUqNdnMoDBj",
+	"3sIcXwJY3YK0Ibm7czXSLD2odHTLFp2UmaHDYTjCMVZbNucJpmflYsxHI2YMHTcqKBuHrjzYit4FoYK4",
+	"rwhgZ13a6WcKyA3Cn5AonGsWRZBHEJtKTLgVG3fQQ9TJNQu/JTm2Hu9YMjyAzuttNoxFxjbMPUxTpicy",
+	"Bi5EzUG3h/DUP4R5O8gG7dUzvAjKkO6MZCbwxRPQNVUWTezLMjVcS2ZpxEhbpnAhV0McirGDInSmo6W0",
+	"8XwXrZP+cfnQDGW8wGJPhTRBRqfgHCr+OyOu5qMrudaJpNApjXTnjsvEumVw/7BtfMyCvZkhOZ2XKxLL",
+	"KIMz0Ya9BNrI34AzhLqoFBApbQwDprQ6AC2OilpxZn7IT1T+QNByaGYddA52HMXC2bByDgWAlSa+9xVG",
+	"W8FDAz9Vpg1f6cTIHwsOkjLw8cGJsg8R81DTiTIaeO10wLiqmQ68YGjEQ1XHt2ApEZH8RrN0ys35QXwM",
+	"V5sDnAvms4dH2bLZ2Va2qQ4W9XKMhxLB5kbCWv6F+ykznfA7oEaZ6ZSKWxw0PDLlAuYN9GIoz4jBTsoi",
+	"mcbKEWBF+KLMBBe3fRDKjBF3iEoNAdkqJ4NVIuewxkuLmwma6QkTmltHMvJlISFYV0gktaCYXSVHKt9Y",
+	"9LsPKfIf75Gmbc2EymYzmWoWd6Ys5tTlUZz0Ty/8g+cgS0CjXE4exYKMnZinrBB4+KUL+v/l/WsblYFB",
+	"zZDEEMCJ06W8n6I5X9uw5GbbdI3AzUMujexrJe7YM0uYv44OBMvdVVFINGZRQo3wBB4iU3L901UH0/6K",
+	"RhWgQeFYXJwDyA14wkpeexJheMXb7iK2aR5WYwIVzLWSuwB9HSAXsi6QVhHPx2Sfzx1mdY/bHy+dxSEY",
+	"4JObn1D9yTOSmNVsWvf3hZ1Xc13DwWqJWEOpmpU47EUG4DZgmrlB+Lm5Qlc1XPmX969IykCoGxZJpxBO",
+	"CNWc0TI2L24AzoApoti/Vw2jsQDEe6t0emmIu0AQNEG/tM5Hz87i3rP+s2cn0dP47PScHo0Ypb3o9JTG",
+	"vf4pPR6OTkb94dGwN3x2dBTF/dP4LOqfDnujXo/2ntUYxF8PZua+dgEFm39DqA17BGao4qWvgFDAKI+r",
+	"6Hb5jgGABPvBTjfbINW2qtSRsojxu7WlNoxsvAEvZeviqNBu/Cv0PL3YN2G3By2epIzCCtRdALDaomBQ",
+	"JM7Jb0PhpnPSNhqETI1OKtCxerAjZOyWV/XFJmxU2MJb/80Rwv392CkUoAand5dWljK+i83/+FBscUcJ",
+	"y7EK4PyqbvhOm1s5svnW1SGRc1+vr6mgVNqV8s42swBET97urj/XaTe8qsGe3sNby1CjveUb1X0QRzWv",
+	"f2nd3CzWrM0+7qqutUxZXIGrfqRr5NJib5eT+FY4M6RLQuB2Ibgl4E8C1jlp2x8CImfYLAntJUB40CUh",
+	"nhrznjHfYqMVSTEQeSvF+yEoPeYPxe5YyvWi1Cj7hL4QuNrRksQsztBQADczFfFAlHo2tgqMd4G6NEsU",
+	"I238+iAAR7FVqh3yl3VO13D5jYqYvmcjP+5oc3jInUoneeuxFDhfFwR/y0XsM0acl2Nry4FunhJtt2Mt",
+	"VbvnfAW6XFGtt05HgVHWk3GBr7gdFb/8hAPlNCH2kgtdLaMsSchv3KicZMj0HOSyDYLoLtHBEAIha5II",
+	"+itRVgEoag1C7JR+agBG7T2w7XqF11hou0V1FdEKVXrbRhFdERtwHdGHxzWt1jB/k0NMBd5GkXUZd/fF",
+	"9S3GpcRCdVKmZAIB0DOpLPi0Fzbviubdf3wIQlWlMQ/k+1evyvjH+4Z6UtsWv328+C5c/y2w1P8ih3Xy",
+	"cSdMqU3iyU2feTh5HZR6E/JQPjSd8vF4fYzNB/vYhmhSLgq7QFMv1c+HdW06U2YNy8dqmyPzEOpfUfto",
+	"N9LM64jsSoB59uwWAM7+rGt6Lma+q9myU8nXbUl5s8zQenrMp1hejYIscVmbCHAvanNEHzPg0qvbsJ1U",
+	"3IGgHCWtrAZ/dlTv+toLqvVaMPoPE0Z+k8MnxbWhfaW7Sgfpbxbx3LT+eXZhYb+D0VCqPVuwlI1L27oy",
+	"CjvoFuWSEqhGw/2bvYaDbXQlQn519U9KrNFI/gZxfb8majZip6edp6OzXudZ/+lRp2DL9KiI0RZ8PNHJ",
+	"gthRwXkY8ZSV53Xc+9DrX/R6F73ef7unVCL1yqd2VliK8hYRODGymdlsEWHANlBYjxyRP5n/m37uWJpQ",
+	"84y65TN8n91Y0IqXmTlvh39maYJFVbJZvHbf8gzh/l6i1x9aWcSLES6fsx8MS7GI+zOaqfqMrc2LlUPV",
+	"K7etm86uUbKVaamxAKA9psR0TMzjirTh71mSKWtkHWxe869Mm3Wcye/w0oIPIcYY3oLjFhS5Q5v3vYte",
+	"iaHAzSO+woWZUw5Xwi7wdJayOy4zhWUeJEClte1JwPDiGynYFuu2W02Z8nnalGS8DPya5ESM4yf2oUsb",
+	"uoj9EBrHikjB1rtI14uT1dCrbpDF+asvjVPRpb31qJdUuIDPDWf7ZVZ3LihmipptV2TKFQT/wBkXMg+w",
+	"SqkgseyS0BBuaKhAIQ0D6kCSeLhZhiuGxPwXIOumfpSx5arAOFcJvxclFrYVOBnVhNFoAkcby88wZUYV",
+	"URHCaI1cBPkTkNAomt63AJ6w5E+p+qOs7KrAg/hF0+jGnDfONcUNVN78pVrdt9Eh5V77gadVrWLEl2rF",
+	"V6RqWZDGo7OzztPe037n/OjZcaeQ8MNjc0CAeIC3YG5OXrPP0SwqRzfLLgKzZlvdvjm+ebONErJWh8jN",
+	"4bz91eK5WL89ux7KS7kUkw1nFSIsmNCpxQZTQMhDpnjMVF6Kow1KTcfCxT6sjrI7AcVumpM8g79QsNQe",
+	"CG/LazkwtlYkN8DpfKIsiIUtb1V7zDavY+hRyybP3/LZzXLCE+6KpwPaabuMBTT4a3nCKg0BNQPEb5lS",
+	"kVGI6wwQl4FjjDNVt3gH8EjliKFyRFMRmSKaDDNz3FhK4+1uUtHF8zcV7DQ/adhY7QKWUXQeLod9ivCF",
+	"r9uoYqjFCagcy6A4/uvY7n58Ch4bf0zfAnazzyF/geG+dVZZrYJDUauFQF7UbZaUWq4Ippd2nQqTX5MD",
+	"vJrldAEJIcTR6kBcByTM9d8QIIVAYSyr0QX4iumKGV5NjRYCStJUpsxXkqxZCd3kHMaYl6s0JiMSaoT7",
+	"Smm3RhzWSrvtPH/bGXfVi+/8KLqOVxGAWYB90iws6O55mRXLZduLQBrpZJGD2EapdADDVYihcFlfLbwY",
+	"m83U2Qb3zt2xZPfzO0ZGnCWxIu0pF5lmZCKzlMR0QaZS6AmZM3Yb08WBkd7/aX5LFgH5z5hy+Nf8Cn/A",
+	"w/DXglF4hgsS5g6UsFIYuh4kjYktVa61gI9XZMQ/sZjMWMpljNGwIbi6b6gOIWy/VM3yAMZNh0omZi1M",
+	"x92NC1Z6qhV6G5rH9TI3ZLgiUDAU4buoG69iWSw7KRWxnJIZTTXaYVwFZi7Ag7qb3cP6Cl/BSjchH8d5",
+	"3e3AVnvj+c585I1fPjxvLQH/CfLq6s0VrDYxrwSEdcddUnK5VQjIQ4pdFVlZtsa2c6nvs+byqjLL30Rp",
+	"5ZXMcLPayWUj9muV8F1Z6nazurl+ZfzHqjy7BSrjcrHZhgKzte8+UrHYdxTcSVparxokyZTcntZDA2lD",
+	"S7DXXHW3LcL6FQuv3lQDbx4YbIONVkJuHtjmw6u9rq7teu1FYDl9louRhLS9OeTbxTybtoLWhI8nraKW",
+	"dr1yuxR9+CgQZo8a+41XbS7UziaSXJwc5YFu+Nv9x7rY8G8C++xLRWXvHpb7BaJwvfjmNVHNbjLr45id",
+	"BKyhaBug3gtaeeraSlrbPvRsdTJBk0iyFdD3DxS/BAZfrtVtmNgy6EjB+HvNjLyIQPGu6FdAzW9yZ9t4",
+	"LvPEgipota1KBP4zyK/OZiAIh1k8ZvqB6RWrdJgtWitR2sbxdxXc1u1e/mIhf4XCFzMaAxk9gtv+oYog",
+	"VfqmOWqs+PnGYbU0IAKv1CU3p4hGjXKL24Md7qh3U0Yr/GL1u2XYrAZd9jtQPLe7BKHi5jc53GsIKhRo",
+	"8OP2ttQutw9B3SUGoO4GoBjsqhDWfIsLsmzauqAiBSrnp8JgG4/qdhf8ZiVf5CnJm5U+x+vjpcLn/knf",
+	"SA2zUm2tlzRvuL4cuRnOPjy3dlqPddNQKkVy0bB4u0mXpZe3LrK5F0X/gTKy5vWt57Hp9fh3JJgek0U/",
+	"3JzfgBUWfG8Jtrm0D42HpjlSFlEoyyGzGB1b+oBhs14sLbpG5hQQSyoQKrWehHz+lTiekt5Pef27mHdW",
+	"k27usZMsTVxZPg+Kr3/0tNvr9rr9i2cnJ8eHrQ3RaWOmEYwC89lLCXQtnaiOj/qlWDLqIHLjlvlFu6f4",
+	"5F6ewp/jkAmvi+EgapkHV3b/4JTF3eJhd0ha9LdgKfwmooL8JofWnMNHWUz4rnZcJUNyV+tjpzyjh6RM",
+	"7lRqPk/ndMghruXSoq/FysZTuRe9Ac/3I2oO8paJ60iW2Q+Np9wm8UJOL0IRx6w+gOhDoSXXxDe4ECpb",
+	"hdWGUHXJlQulckBSaQoloXgeY2W17+aox6XwYOu5f6LgejEoxQAROSI0fySwIGVX717ldeeao36CFp3x",
+	"hoDKLaO33PMPCRp6aPRCYzjmL6DQu2uw3bJbHxriX1edYIPrwN2CtuvrCNTFNjcvF+Jk77ZYKzHPizK0",
+	"az01rnT6fRMGfMUJsPYScqdduK9dI6OgXVuwrbKiskk1rbra/udmJFhTEqb2HMtkdD5YHlnFPrt3WIqt",
+	"i9a7Xz7kkF9b3asYLapRe7rrH2KT6nCj5pa0jV0qbNUtzUaWjLd0TYWG11QW/glbIFpimc8cshxXISDM",
+	"hglRRcb8DquTLtGG25RC8JjdqWOz3n5twGRhq9bJxKLJfCCBVZXd+gStUpXOmvWu4wr1ZSaq5SH6S+Uh",
+	"vPy3SkqwjmYdiwJnRqf1DJCeGSSqP3JJCcyEYkys7GDHwhM4nC9Qd2JJua9ux5IyAQ/kSBaXRlfwx+kK",
+	"E1qoVPCqWTRZF93uP/5E7ah+P8QBuwIjbiUQnMqQlmuf2+V+Y5WQ2+b2YjNZqIoEPke2m450rezcfOMa",
+	"cwEd7S8XQ2QC+CiUrkgZI3nxRuLCBFV9UuPyAao27tf1UBWwSb/uRdvuFWJ+2sN1cAmY9CvIXzFWJn7E",
+	"AMpNnPXOoiosxVyw9KbGaKypKOgXnACjV85Lc8wTGwGlKKHajMZV/Qgw2HkCB9ZMQMuBABRSMwL4UUuS",
+	"idJ8LcTRBncwy7V5awIM7iQqK979UO1Tt01nyP64XfxzTQ3ghio3G3nxUOo1+/Gsau236KcTFkV6as9g",
+	"hRHm/CA/TsESS685FmsNd5zEjykVVZ/a2Hy3Rsru7LPybvY2E8tL8swf3udHTNHd5g6ytujRTYPnxZvA",
+	"mo3Zh1vF3+fd4+ixlZ8cl94F/rRZA4RYk4/u1hwjtXaJKSuVam/FZ+fP4vjk6Rnr05NRfDYcsmej/tP+",
+	"qH8+PDs7pc96x+yMxcM+i85O4vjZs7P4pE+PzqLR+Wl0RM/xVmx/hdV3Kb5t3a2r4393KnK+eRHvpa3f",
+	"Z3VxWzz7ATXG91cQrKkI2N4ckJ7cWL7/aLr4AOdwlKVcL67NQC24HKMpS68yPanR54WXKdgO52N9889/",
+	"/E94kLsnsXi6yykHBygZSqmVTukMa3KExCIOXL171bV5emDdYMflakcFt/z5w+vrOm9lfd0UMp9IxRy2",
+	"OfH09kp1FMxx9MtycTUQntrWJc8nLLqFaic2xtlGQqF2B+qOzbCfUBGrCb1lpcpC00xnNDHDv7+HZJWR",
+	"rHHy4gh+tCuHVEniLIVSTOjc1ZKkbCo1I/i06pJ3Di4SdCxDoFTLFAp8mBENBNSEkInR2IStbY/rXGyk",
+	"6rr2iA/Ojw/XL68aiDZOyzxwsNNqAyz7Aip/dGYySQYifPf2+gM5vOtjESsVBiRlgs3dasCAcnUep4x1",
+	"GAqsxIEYiJewS9NMU0jNs5trlE4znBETEZSJKgpLBKBwh8A2OuDLDwMAF0Xz1RavAlhPKkgmLA6/LWlC",
+	"U0YiSyPDRaU2AUKSKDq1Ffux7gzUNUq5Zgo8+JombCDgi5SMmRnLSe88xAk70HYoYhUWtVVCb66lRCXI",
+	"XBKuVk8kp27psApIQmFSLiqFtMM/5almBwEZMqjqMhCuVB84/QWJEhndKjJnJJa2Lh9Q1kUR6e8mb1u2",
+	"m5GmhiDNIoW+S9FO63//pqQISdtVbzuolGuz1dngPCU8YlY88NiQ6YhDJv/VjEYT1jnq+qVii+8Mm8um",
+	"U5ouWhetF96Jgv1zGCjlk0XkHUuhVhjcGhZUisObfnh93fWuRCunF6tf5RKz1ev2cRxyxgSd8dZF6xi+",
+	"ClozqifAdg8njCZ68jvooXV1369gPxU56vVKGa4yYkoRxdI7htXNuuSFK2ejZWaLGjqKNKNGNsGleGU0",
+	"oB+Z/gm69krJwIiOej2vejIoZFWX8MVnZN9rQWZtD/f3Sz7QD94kjBmd8DvWtSBH1Fb7r2s5H+qhqwjo",
+	"y7PWxa8f/W1/Z3swrQumFIREjEFFlDOF2FeHUNll0w2wYEN+FRKofm+oC/kJzh0mheLBEgTCOgy5oOli",
+	"ILBgETIz89DrV9cfXr7xy1UY6pzTW9bJZrBE2eySnPaOCRTKmXNlpc3Srr5nNOZ2sl9hY033C9jJ097x",
+	"F+jvDchsGi8uSQjsWIVE0QWkg0cTErMZEzETkavIs38iyxccHfrpHSM6paMRj2rJ7a5/SGcclSLVSHU/",
+	"M02hxLxRNC6txMbiqFAUD50ugOG/fLaN7no14x+wi0ckA9cJKMsNp9wqG7sve77QphdPf/FW137xEXEw",
+	"dV1kh5wxRUJQTcOAhO5y3vyNt/PhZQ71nSywyha69SBZu1TOVlv8DsWMSgSVnfAK0XrBwI9WcmADwzjo",
+	"knxBsC4VOs4ihn40hAOnilAyoWrSHYirer85KthTurAKuCOPkS3wWHWgw7C6A2F6N4pVPoKhzKDWpBXh",
+	"+D0mQ0PZKNI2zWEdqoMLy95gJfNSSVOJVWYGAh97okgbx8ens4QzlWObwyRxrQ/Qc8i1rW2ExeAoVuWh",
+	"Fs8NmiP//Mf/R7geCC4mLOVaeb89saWRFsiXw+UrptDVHYJrNOyUqlsn/Cn2ORC2GWDmo6JK3knvmIR1",
+	"NbnCOt77HPbCHYmiAOyfZbzY4MR5ng2rzESceDEkuPAQZue+/GhjItYf1PLYnLPlvmxp6jRj90vcor83",
+	"boGDiPMVWsUwAu90OGKB2nzAFYGbnCAj25CTmOePt3r+gdwKZ+vCZFxVsyWOtSQSDj87zJ575GMJqwNY",
+	"egWFZmdY9NQQNNXeYimJmCg2OxfPex5OZAysKEsVv2PJYll8IDy7R8gzmtIp03Dr/evnFqRzGQ220Ltz",
+	"mKEqPfkEus7l+fELSKomorNmPy7VkyVKO/mSlIPrvzHlWBv40MXRgteqVgq+FLEjiQQq0uS4uobLArpe",
+	"XsDZHD40dO15tGBJ1uNga2KMuKDJQJQqCJq2gNFaxRnalcK1GjjrWKaxsXsNZ74AVA6dIcM2P3r1mvFK",
+	"CWxpr3QwXErRRApX2XJC7xgZSx1YbxSOKSTto14P4EtCV0S6S94KNhB27k8s06eJVw90NGIRau+gbqsu",
+	"eZ53bdSwlN/ZM0fzSpNajpl5eCCMmmbMem1OncDKoCkViqJm3x6nMpuZyUy5PrjEBUKAIbfyIyYiLsZd",
+	"cqXJVCpNTns9MjNtRzRJLk2fVki7kqOgUNARI21ozlsprkheLlYf1EouSzlXxfXPzrKr6Pibcbv7eIUq",
+	"i2zh6PstpKddn5+pWGwlO/fHv8pDsA7zGl72VriihgAUU+xG3bHbUYz2H1XsnvS3e/70i4j1wvb7XPJM",
+	"//rxvmQM/oCOSag37jiz4wHmmHqM3GY7LzPyz8WZuT/Mi9A3s/UXWNtTleoGt41kDoglPqj9aAPLsASo",
+	"4dDWc3tQYtcTOYd7fFvAk+sLEmKIl7GVsjSxgFU2zit0YWxd8jfnbbRLTMKRMcZtOXxbInUguCrV+H6C",
+	"HC989ws6gV0o4Oc8xuw+JJ7bOUBRgKt3cGm5vToOB4KD45mSWcpsVIZpFIwcV4I1gRssrMYL3oJsWvjB",
+	"0bSeyCR2ox6IKGUxlu5RYL6ZkTp/dc1QD5Grh13yxlZ4h/K8wNHqWO/bGRNXds8w2nNZ36oj0+IRl633",
+	"6gWk/q15GJzdVhP6+CA2D0+6WLGairlWM0zZTKa6a79UE3p0eraPop5By5DxzXChDbPtHx2fbMzOzZrj",
+	"Wn8lQ6gc1tugkZYL6O7Iqk+2fP78UVn147Jes60lFlhewa0574b6tF+p3PIip2MYholex5C08TfI8u/m",
+	"JcND1EzzdLhwINo0uhVynrB4DCqmqxqOAHXdorC/vqiogcAXnZoucS1c3YwJ1QPhqpgDHL1T9UnKdJba",
+	"oC+Z8rEtV26kwSWhtpQ0YNvbprkiJ73zgQht63nZ9LBLQrAIblD5ViFkpnBWWqUniiRU6XLZce/GDHXc",
+	"C4LcPK+emUdFg8OsTRXhI7QCtCThYd4jTCtfpGjR+StbDEQ4yHq946jYX/jMLvDrCtgL/hYekCEbyZSV",
+	"tpiJWG2gQ38fXDyHpEDYCYv01slEfqcB8d1K0TEWUspvJ6yfzKVsYpV2yzcLbduWRtla0f7KSvYqBftD",
+	"iZCB2vGK99tUph9ZAnyTynfB97bm+XmYQTPT/1neWX4GSl3hhNaSCDnHciPgTUfYc3SiuNvxwCqZM8MB",
+	"Pb4yEBbrx4XJ2Lfz3Hvicu+75JV1rCOSadgl7ooyhAAB0kbu7MUMHBQ3lzgcjh53KcZG4WVJXMfS8git",
+	"r8PTHumQl6LE6s+321jEqacjzVIMSaFJ99+ndt+nFsrfg4EM6771mU3keIVxfDWbASw3Vt0lVBNjMpBQ",
+	"jkaK6dDWN/F1EznukiujFaWcGSsxE7ekjboVvBNYLQWu9BBePGIzDaFiETMq05jObIasq6SD+eRc0XHK",
+	"mLIalDmv4w422plyNTWaUDgQedQOBgmYhuEZpyRZP2aXvJZjvBOO6GyGMMduIhcFh4nMaAQbCJ1mAo8M",
+	"mVKXwOBuHUVMRlmqJyyFu0oAJk4lNNsO7ZsQP5VmLKz1IuJKmzF9H8oPQjcitjHUcYqowGnBarcuehvr",
+	"La/l+Lmhky+tsLyWY1x1BE5s5GdyXOFmQPLw5jdpWD4uw8ElM/K60BTw4G/Ne6zV0cx+3qH5gqUD0NSR",
+	"o7wCgavC5YyL5cuCC2KjefN32oCzYOMOsHS2OgAu4Mr+m29lNp5YQABBdZbShNyyhQrwPiNvzLxWlCEf",
+	"iLwOuVmdGbrtsK12+ONL9HpBVOrhZ1uFJF8DYAoDEVZMrxBv1fFEdMn7ZYv1li2KQEX4ZijjBWmbDacp",
+	"RCfgFZALNJUjuCeJqJCCRzQhf7l+++agwY7NjWmIwQyQ+0M9nYVmgWW26Mskxdh15z2bASy75Xh4q5Uo",
+	"6R0gVKXy+m4BUdxVfxvxVGkb2wllXjD8FANAyrOmArcEJm0Ew9ERCbm3iLds0UmZsbbCS4y0KBqAgECz",
+	"GNChC1FGvs6ThAyZWWobaMfiXPD47XPRGSV8PNHhQLTBmiNcHxgZaOSyG6dRTX1nZiHDvNBUcm0NaYKG",
+	"NBDYQGSC/z1jvngCHZWEzu7u4OMdmKQNzXCdm6ljzX6GFObSp23gLqAQWZ+0DeX98Lpz7QJA0P/o7RdV",
+	"1rMg5NzbsoGADQCcixT23l1FNtFSnQy8zoZTrt9brvDFxOD6p9/bE+idzr+yxcMEqI+DXIVNgkonDjUp",
+	"z/dvFeDI+IIZ+eavlvGS5IyJjtncztFRK28XOWIZywgRqnMgo+ufipjNZnzmzSSwj2H9hYU/dn0V3TaJ",
+	"fRA3T1SVbiF+raBqCG8TOdVDNTEP46CGJZaH6LJOzHTrs028c7qDmca8NryTXW5pLW4DLNG/mndmW//8",
+	"ydHRd2xHXhuljvpKFnDhgGgKAVIMgzp8N/LW+h4YC5v4hpycw5IzCIcHV6WhRcQLfV0IBdKEptOEKbUc",
+	"kXVtuv2X9sL82++y9/PyM01vjUoHtJkTLIXUH+HQ1BsORxZz3WF3ZhiNIeyYo2TzhTqYiYZx0hiiaMdJ",
+	"oBnSZiKVSYJKunW2BaTI7w/clcNAeBlp+bcuSs0GTpGU/YY3FQeB0SSNUgwqcpe8kabrlGmIhAMrmKa1",
+	"VzoQRm9m+hInWh8I+feMpYvivhvNtpavP3iJs/3axNn6lvAyxmX776u5vEjigxoDtblVG9y5EkltLf95",
+	"jjmxm3AqPuX6cZlUsflNCQ5XaCTLEVLx/tIc4ITZRlcEf/rJmYdwapqF01tD7kUcTWFzu0rZpXNlrz6L",
+	"EP0LQsnz6/dl6wwM2oEwn/w0XJda4IKSL9GQSmLQNjHU0cUtFyUUnRuYK2c/w8mG/sYpjZir4zYzJkPt",
+	"kQVf8nMPmXRb82ZT1Vuw+Ve6pHylVMZif44N8rOyKV8kZv7k6Pybu1kowGyeqBJqbbN8Q1m05ii5M4Se",
+	"keVs6QsfKkgxFysiBbJHUgg8G6APOEE2l5uMpcZLOy8dxyaweMfwli3MER0zYV5jMUlkBPlLYOOZX+G6",
+	"cSASRp1qaiPn0BdlY0UhbE5NjDGd8DsW1+XW25A6zBUaiCJ87/lVADefpUA7L9u7yDeyBVKM6otSu1gD",
+	"6ypyeVdQ5VBmaQSl+lOmlHejAQ/ZQHZvFUHXxkLG+Aq6084Hoh1qKTtTKhYdyw5UaFOOw/dMp4vO1UhD",
+	"MljBjbCTlI14ktTympdIJI/DYbDxb53F1B2rLxMHcfRta94lNoR7WeBN2FT3nBFUMzyq3GjEE6YOP5t/",
+	"XFZQrcJ90jvJS4vnqQzsk1EnXFABHMQpXcBPijELbb2URPwDByfKdoameclYmY+pksHAGqjRLNDXyNf5",
+	"kWmo3ArYyS5xyFfaAIWraTsPvXWp3dZrnTI6Rd4N4a6WcTngVtTfw6D45sNi5jzi79ks7bzgYwaBIS7g",
+	"G6oyGnFDtabRBL2C+esvuJpJBRhM4UFAFBXxUH6Ci2D3yLUl9c47mfBoceEeCjGW3AodJfho5G49YoxS",
+	"j0sh6XBTwdI7uDxPFoSPiAvihltotCqIkGSYyrliKVTnHoj2X67fvgnImxf47yyhXBDNPmno/vn1f9k1",
+	"iiY0VUz/R6ZHnWdhQMa/81lA4D+apgF59+KHgLx782NA/vLu5Y8B+fHVD8FA/I0N3wFu38Jel7V/+vDz",
+	"64Bc/9ePAfl/zF9/oXf0GvYoIP/8x/8cePOgqox4ISPNdEfBJoYNOfuGqu3SPuKp+9Phnxq8pohKUGOw",
+	"NZ6zJwppseIt9sitHnDQu8MD08PSAgKBnB73Dmzx31BNqHnwPy6GVLGzk4uwWzI3lwb65Y/9CzkXEGCM",
+	"Z7/5wG8QVAaaaiU3DxwzAcE6QaqsxoY+RCce9TawfsjrOSBcq4HIscUWhMZ3RkIrvLgiUH86v8ZDHZDF",
+	"RDFDV5oliwsSIgpOGAxEWC0FB1hOob3yu8pVXEhH9Z2f0oacmc8p0XO5Msrsb67632PoUw1wc19YsWpC",
+	"PmtI5LIIREYXLtPEv1O5vpj1SJMEL4Xzs2dhqTZL6iog7OoP/t8o1wpqRkoSzinXBXSBsfDM6x4UmJ+n",
+	"RRVRUgqQ5Boe1NZ7AtaeYjGUabAxBsQcSGQtRSyo6Q8D2s0pphzMTIA7msgkhhBRB3QDkGI2+LtL8KpF",
+	"kOVgDy3JlN5akCLTEuSkAoTZjNGllIVbthgIP3DDQmbxJOlYGK58uZVmNDZ7Yf1EirSpzY4Np/QTgp26",
+	"gL6pUVzkQFBi2JQzcy12ik4pWOOwprnFx1PXF3q8UG1xoHYQJWMBPuhATKiCSyZWcFKHWyDxLpVRTSIK",
+	"mHK299K1K3ryLrCB1N6s2p3z0bsoGaVMTewdEibFhkGOG4QafR5yksN/QdpFjDwZQb3MkrdLQcHuBopQ",
+	"3CqYmzUgVHnJIOPZUJTpN0eZs7AjLoQSX1jIjIxlbXTEVQSM9jWeiW0Vnbc26XyfIQzrMESDlkoYmwHS",
+	"Rk5jgM2+DE/c6rfqgDNbKYP8mYh1kDkc9iwImH/cWxdHW4QbIpLnVxFhtu/VCRL2HFlcWtKeSaX4MDFm",
+	"p2AHfwhZddI//UN5LFbLwtc5EB6ELDoUPaZWiD4fgUitgFerhThCvlaBRveeqwe9KiG1b81gvqm7J38q",
+	"62+fSmv9Rc7XPi65ZGW7crC00vfNqF42qA0S3y20lyUc55cvoWABaXUbcJv89d4DdtNVNGWtLeGZ/CF8",
+	"pczk0irUUJyFcPomOfje8JpkmRSaqLKOzR1+rqCzfxFvbYV2t1SrvJcf23u7jryqJSl2jPr58t7fPRPN",
+	"Icb4NwtN+JmM4MJtuIAcARWQmMUZbg3e07UR9UPIdEoT/juLCYTVHnTJGz8kpj7wBUfwUGr63iI+zKzX",
+	"i1vcnu+BOjGYpFpPyU7Ao1OgoM3p0+adNBIolt7cgEJhIAFxkd2ExwcWwGsi5wijo/KqrHlBVmM0b0LE",
+	"dhj/alTslVBdScZ2F79jOtb5Bu9IyBbufE0Qo/Vw+8WedEVUOdg5lvAxHyb2/o0CuqySIrzwfgoGIrSA",
+	"g2FAwpiDjw/+xi6mTOgb/2s5GiVcsJC0rSrQVO1qIPJyVwgtQvVNRGc04noRNgU5+uRusZC+GzXCq9bR",
+	"hNbgds3udffbIV8Htm9IZT4B9EB0CBqWp+kt5na5Kk5lQ3t7Ij/8nJcRWgkt+qaovaC0nLkgvq67E/oP",
+	"vA8KMcjIrkwAnoE8qLcI3D2wADYWx7EqiMqlAonDSXcnThf4yFN6i9dgHD0Q1s8N7nGWKDafsJTllh8m",
+	"jWUzL8fzMp9AnFJjK7ZTmWkuGDFn1J27A9Ms4gxPbZ2JunPzi8BX8lurx5Yw2NFmz2IBRrybbzXF8NqC",
+	"aQ3RwKd10cCPrHrZHVh9kDFCXMh5XqrlW0wNeDAE7FSaY1HcOhWTr+UEQWuWNVy526M0dfVlSM0xxKsQ",
+	"CKAzKytFl7xnHewTUahmKbvjMlPJYiAykfPUGeUpSVkHi9EpY6F6CFWQr3klihKABXI5tgAxFq4Mj8SI",
+	"C9/+I6sQ0AfCa0jLZuhzvLbAq5u8dmPFoQiFDwMyp2ognN/awqLne4BlDds5VGENXz2Ed2uYcHgQEJkW",
+	"GFwTqry7c4fiavfJ2fvuru+kd1KqCgxJ4gApYR0HAwGeA1ivglIIXVr6FAgrBgEzNIzPZn/D4gwXy28M",
+	"RBtg0EcyHfI4ZqIB/OFrMcNvhSX9EbnQlT2jpRPa5OlY0kpQE29SrNcbb9fw/hItVcMkoOACV1WOBr13",
+	"yQ+Iw5LTtL2krUyjfJisFw4S3E/M2Oqk53IVxs2Bzr8zc9JsxHpjEhf8ezEllSWuqtnYdNWA3mGIkjes",
+	"00VVQAQOizGuQo6IvT/ukr/IIdbQMptu800d+IpFfMC7/4H4TQ6tBDYk50rqFZfxCPmD0pf8JoeAOAEJ",
+	"7IZHE83SaYFCl9dKGIgZXSCCr62ZAUN7oggXs0wTJlIOLeRpQJggVpQkQh8RRmWYOZtuwZ8zEEqSEU2N",
+	"/EKEPxhWfnzAaHCvXRYNIA6Tg9U0dq0xUB1AppnrQGAEnGnOlutpLLRhqPKbiCHYuXJtEWyQXxv5petR",
+	"b7dq3Uym2jx5dBQ86wUnJ8cf74vMPq/CvXnJfu2Vug9aFl2uCDc465lJ2z2HipgyosnEEP+2ZUXMTnyl",
+	"aAQggjq2JAijacIB6gYxUcoQM5XApfzYgSgx1LpvGAQzxn3e1DXN3N7QXXqoMGUG8/eMZd/oDd7W+ddb",
+	"4hU8UHBAFr6VAM0eR/h4+Nn8s/L+D2JwDaObcqyV6Fw9Rcp7zVXfTlzPvPTYunITPX6w3P+7ucrzBLzZ",
+	"Ebh4sCLROZ423vxDdH01h38+R9dYLiOfqDwbF85rm7psfJcZSxWWqQEpi9kWkdVNhCRTmTIYcncgsO0E",
+	"zXcH0Yyzc9hN5kOB3nzpoKYhOnPOI1ZCpaiTxPD8d0uTHpaXlRJ/CJiJhwZCwKZuwOew/uvDTDzXxu5m",
+	"nm3h36befk4MLucm5p5b+C+jSXwNE7EgzuIMuO82MxVtiWSgOcAOyi1ISN8GHg+pzonUF4SSKJWCsE+z",
+	"FGsWkPaI3zEy4iyJVWCsI5pkoKdyQUKj09/8LoWtImCY/CcWk9DdAHqpBIBCBAOAfKG2THNn70F3IF7l",
+	"uqIZiLMYbUQ58Egh55fmwExAnFgfJiRkj3iK9ayHNMaR4nHqDUQ4pLFLuA6JoFMX9g+PrTLtcN0eEocX",
+	"MyPXcEs+O3A4y9Hgn1K0d6MBtmxLrTCbCpNM8PHEGP22w51NRM3NmmGkuo4mN9nM8CPEXjG0YloiR+RP",
+	"5v+mH4QbNjO9BRi9nESMwpmlcsYO/8zShAsk+K2MPNyTrxSYmJNEs8kTEKrzYsv9P4SBs6eQxpwRNXCy",
+	"qkQ3Ciz+udKCQTXKsjiqEZTVaq92H7pkj2GOHlvYVtfEFx9f32wmUn+xvidbaCXhNNw6XmOuFNydTWSS",
+	"a9eEOksHm3iiiGCfcmK5zH029gvEJ75lM0Q+cd5BI3EClJ0AJGbEqQM09guuc00iOmUg6brkb86Xijw1",
+	"L9msEcDoUyH7zCplUB0TU6+cpLwsaq+jR5WJGIDDE3B60oXqkncUAw+4GojwcEYzxcIAa0o2S71fIMV3",
+	"f+T9FUXmDsLRk3Eo0Y59kbYPCVZe36/mqtyMOThOKtg856L/lmUt8LpGvjB7okhBsaRN/RU72EnSHYIu",
+	"2yjvXhu13rIJ0I1t9iZ84RzI4LAh7dB+DoPC8ZxmIofhN4q3jTYIja42gxphGAe2uCDhlCtlQ/9QpzN/",
+	"guv2ZpQlifkExZtQ9efK/hiHZMgmXMSEDgReP/EksVFWTeF/jjJ/gNk/hPt8p9aumfgm0bKMTLjSMl38",
+	"EW3eK/9g2XnudoqMMF2pNIK0DSOZCR3C6VEOu6sQqlIw0s4DkhDoHsRpfBB4paqtajkQcHRJ23BOOI9Q",
+	"huk3rjUUCR2xOUuL69Sc18KVpJJSsHTd6XhjZvXAw1HnXYJlKPmU8o3s9yDrmE+zKcBzmo9c2I+5r8mY",
+	"+2PAuP4SZ+U6kXpVtG2uSanAqnOFC/APfmhg6oYOjYrZ6DZac3iAxpsvDN7IXP4wVToWRgJOqchoQgrG",
+	"byyug0IrXXbqL5G8eZT9YSytwC7OHzE6C3bqocY9VG+ZriC4V47W6JhygXyal92FnocQmTm4OwGkNc5L",
+	"lEAVFEupiCkxAoyN96b/DWkTnv0jESdGzf5BI5jNXhHq9vyBVJqJZhK9Rsd6xbPgvOzoJ7B5BG2d8vGY",
+	"pSREVhkeOA5hHkWsFkOzVCOCHUQJ2xpuMwinv8zDjJHWacpIJtCZ4Gqg1yLjQLIEgrlKMRC3bIHIKTmw",
+	"D9yvHQQVhBznOvFBcmyxHzAnQN60MVLFr760VMHo4NIh7iAMK6RryClDlz5LbEmfo6OBaCo/VIu4nIm9",
+	"HMjgYbFbX8BC2Euc0ZTGDC8y0+w7iDFaPfsPuVHLBJSNEtVDWLaX/qWjh95nwr8SFFiTqJkVWqihDe7W",
+	"rYshAtPamKtc4FU3FHXkiYakt9r8WBvNstvdO4zw2713r61boBH4e8M8Wqpu8xJETVUV1O1yiYZ1jX4w",
+	"L3x3wQFm5Bu4SYAq/qhBAdX4Lwf1uT4YIM7SHMkP0dtFJddphe5QVNAbCP+lJXUBhE6dzoDhn4WfcguV",
+	"oVKvkMR8BIhm2q9ZuJ3WgMtiCOo7D+HGGHvTRh6qXdTLn7AkkYby8NakdYGgct61w806ADpDWQWPwesY",
+	"wdIb2+KWl/hmwb/S9Qfs9d4jtc3SfOtaVNPMv2Uspa11qUeuNLevQAiNHKcBqLlS2bZR+fob+DRyrjoH",
+	"DFctydAiH8YBCa0f+8bCPxBFF8re7Qh54/JnbzBrDhAh8EjfCKlvcrjmGBAfqhAGkG5UsPUnioSWEXWx",
+	"kdCo4pAEZFtVISnQoA8CGIMUCRcsHwEJiydu8mrkAQkTOmRJ8Y0Z0EDgywG2mng5svC0IvBsaYTYjGIJ",
+	"i7RMwwOYMhfFItxkgt5RnlBAz2h7xVPkiFQe5THUFS4SkQPi4DKCgbCJ4cakt8AZB3Z6kZmcu0BzSnd8",
+	"k1DNUkS1hgK4N0Ma3crRqAmvfSfBZV56bNeT6eMF05QnTfYacszvJf4Ez5eLxXcoERuf4EOaaj6i0Qqk",
+	"oh94wiDkY8q1zfmmYlFAmI9yIg6ITOJ1gENU3V7lfX6LFGLmu+r+BqpTfD2IFMcuig2h3nJuuOvrsi6u",
+	"iltGo3XodNFx6Nd5GiZmQrC4QD+5cqUSZZonZcDjU6z6KXOk/ISLcYiOQsewGTWKOAdMfIzu+KQh45+0",
+	"LZCPFB6MD3ExvAcY+JTLmiFDbOgwH2Do4Xlb0JSi3q+C6ABtQctdKbfG5BA3e0gOMR8enhzyTbPKVUzy",
+	"38khK5NDttKkDhM5VitDAhI5xvotcoSZ0q5OvC0gwRxufWh/CbGEu3YVL+BiCor7h3I0Ukwb2Q0WdTiS",
+	"SSLn/4F1/B3ShtXa2nXQ+wdgnws2xyI081zds30PBC+Qi0Sc29keJL8GMCKuwMWOQPzulLqpIfD+cylc",
+	"zCyOUw0ETRkWU7OF0K7evbJRsm27feQEU7/Mrw6hPmVwFC4xLJ9xQJPSfo23gTg5Oq8pe7ZCy3ltNm7X",
+	"4xssMV47dazK3eT3o3mh4xIyEcY9HPVPnp48Oz47ebomGKLBYYfEUR9v4Ydb1PbT27wf3Mz6fkY0USxv",
+	"aihlwiBRraGpEk58bYNH/sjPemtG/Kh1neX4A/tUq128dkc8j/XBveju5rw//7K3mVDnxyon7gQncrw5",
+	"C7TlyFdywRlLFRZ6waexmDlTtsBs2qCXcgtEAdCkro4z4DQYwSUi5g4cuUb3UR4ubTgNTZQkXIyhtI9R",
+	"PKSDfsC0V8SIbIiOQo8SzuwBbOJ7coPjdP9sdma9N7y8j9+D4fXOjFxPUpmNJwXJW5io8nS2IX6dLtbV",
+	"zacODOTGYZqgSe6puqgD0+gWhLbV4sNypZRcSA+zeMw06uHOx5gDDSpNF9ZLkt9SkrcgM+GSCM9GoQgL",
+	"qTswC3BP1Nce1uniu1V3g9wmgkCff+u6dkMJJTGjcSdhWgPUj0w943C1FpzNEkljdfgZ/3A+xUakvnCk",
+	"QqBuJuIniuBbFpcHqxG5CxcsJ4hAADE3u4cxVRNIvxRkyqYyXVxiAEsCkI7AzV35vWmmtOejU5hu2iVv",
+	"BXPdQlpq8X3iY+EZg9TYxTMGaLhFC0Ee76WK+nKJ05NtTXHvec8ircmKMeNw3pStDxW+vlVOjF+qcYdK",
+	"iesuU04aMqViWJw7lvIR3/k+4HFP0rb+/cetRoNbC8iuljpcOUrSHqGsomN2sKI2Tc3JPESXU7OQ+i/c",
+	"IBtoZmETh78x6F3x35l/woIclUNbpxr8mnBxC24gRJAeCHDHeoiZF4QSVPWtC4wsVUeDMrfkiky5UtaH",
+	"VdzI4oDAQE1tje02CDGcaKdw4xvJWnxpWrLFW/3jOaXpLYtXYXHBIN0hxY156FH9CqWDC3fjzkWEv4xw",
+	"2vSI4L5AXA4srudIXXEs1qGhgz8Fr35sHlN7BRY5KaDIgyWgZ7BPCvhM1Qj16lWCKgSQasJv5WpQgNPK",
+	"FKKOLZyrRYG1NfuKqlLzuuoIBYJqbIcOxZJh7E220K7Q6d+UdbMaT70wbMpg6t9+ral5vjm14Mlrgnec",
+	"Z92vv1kUcGdQ4B3oBaj1wvfG44/K3WINRDt89/YaAYTxN8t3EXzRL6VfeEqsj++JIs+vuuRtSoZG7SAL",
+	"maVAwO/++upiIFI25kpbcOMo4WZAfnNCzkk79L65mbGptbG8L0dcjFk6S7nQkF44EHA/ah2H+eDr0I+9",
+	"ZkIH/tyI35yLSHem5VzgDdzS4YbMSK/8glFsoUJ3Fd/YNTlLqDZKm2sbXbDVfsJK4I8ZM9QgQqDnSmAj",
+	"9HBAplTQcYkbwfbFLOIxU4FpF0GgQRk2rMZYleW4LeVjYHPdHCK1Y1FkL7ZpSj/dRLmT2atg6UIi0SXU",
+	"YVmn3wrsqaiEG20bZ4Sj/kpQITauxq7cKrwQ6zZoPMekrSYgHkT0rVat/MK3Py6OxoGox0xoo46sgIFu",
+	"KD7x2DXRdoQi/zLA4s20WQD2fz9BGnO31LWS1VgbNaLVom8YJhSQ0CZChQGWcq7yK1twHkKLQtKesnTM",
+	"4gsSiixJQotprwg1gmrIkoMueQHBQADOAVXpRVHSxN7nLxcD8YqZkAlL2QGBOiBV7c/elgdL1VCiAstx",
+	"2iVQwQGv12FQGP9uTNaSIvxEoQ1IMDBKYUYyPus8+S53yYZQYfHmIM9Sykv1Q4xZM77Ig09EsBwHRzWZ",
+	"0NmMCYh/q+r41cAErvIorca7P2ii/parBTvVCvIIThvnEdgfPjYULNlRcFqatNd1W4KN7CABvxR7yWCA",
+	"cZnN/Etji+CWreZkzdLMV3qbvUd/5uZgl9X79rIWf+Bqi9kjY5Vh57f1VPMu+RH4knn43cufSXsGhcZT",
+	"iN73CtfD9Z4Pj6Qy8BEhdOyERbf4tVkCrBkGjqlSTx98CHp/BshdXXl5FypVezmCpgmS5nNvxR4oobc5",
+	"3Jve7+FQvUF+k+fYUkgeHWlknL9rf4i48i9942MNaK/w0rIdvS1/KMyKDqivzUwCUumKmkBUEyPsYXdv",
+	"2cL5s/CqB1tlcZdc50ZKU3Hrl/kIPsAA9qkV789wq46y6bbS/Nj9DsTKK6UyI1XMwWy0MbclJnQtNIcz",
+	"WzupUrOq6uCMp1yAS2TJv9Fd4dr8Efv+lm0qGOKq+OZ8YXAh/4jQC5ioWCnypnyehkSB5o3zQe1GiPUF",
+	"z5sqS5oNQG88gwpkQpJEGokFlrxM82Ju+Ubl9Wx8p7wNfsqtioFwZc1cBjqdMqJTKpSxJ6S4LGwk66YD",
+	"68m3XXQxtCc1Rh/CSbbR4jBamd2jg3pl507eMo8gH2Z07b16Wrk85MdNLqr/xvUkTulc/BEPjJscoUgC",
+	"21ZYbOaxTT5kOHpL3mc4BXpiCNq/cHAn1NY4ZMkINXIYK6GJFMw5NyxC90WVnGEsAAnlrsdU6ZApSYZS",
+	"TyocIzKLJqoVHZe9baaffXgXvqESw/7hbZAksLx/SPnBtKtRVr6FoeV6gNtKDEzLW639jqWMMaBVlDh4",
+	"6UrNiA6MLnKI9FOZsgDFRMUHxcwJ0gMBLrThwqL4YB1tgN4zh3JMuVAafY/uzSIawpV9gYjA5ZLDAUZZ",
+	"uQyiGdz2QWAt3BTa8B4M38WLNJfo7AVpgBV30jseiBAn2SkKhLM7ZtaDUGKrfMF1N8ZeYUjVOiH0JY1s",
+	"z4NmKwxftIzxkjB6y+LNb5Jw/N+k5e3yS0setG8cjcuMeM3JrcaXDBlNWXqV6YmLL7EvVQ/ue5lppoiN",
+	"f4D0moDQTE+Y0GAxw2XrsiHd9XIc7IIv+Zg/MEExPMSdfsXSO3v9WhZXXGOBpPyWuFuPJaPqXNmlCy3O",
+	"VGBPvjdc5YljjFmpjr+u5Rce7kfeqh8GY7/Ka355yDJ17UEYaMYT3TEiHUHOoglTOqVaWn3ZK9/oxfAj",
+	"whgZcRF7/WBZn+V+oPwqvg7MD6qHQGFKQgHgUsO02lCyRKZFxmKBeMzTAgDK689BHdXkB7lEJ68KZRZz",
+	"yLTwlwYeqXn/J0YTG+maMhpzwZQK8pLwHkUCqHZBHDPVuv94//8HAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
