@@ -42,7 +42,7 @@ func (h *handlers) CreateWorker(ctx context.Context, req api.CreateWorkerRequest
 		Id: out.Id, Name: out.Name, WorkerType: out.WorkerType, Enabled: out.Enabled, Revoked: out.Revoked,
 		RevokedAt: out.RevokedAt, RevocationReason: out.RevocationReason, CertificateFingerprint: out.CertificateFingerprint,
 		CertificateSubject: out.CertificateSubject, SoftwareVersion: out.SoftwareVersion, ProtocolVersion: out.ProtocolVersion,
-		Capabilities: out.Capabilities, MaxConcurrentTasks: out.MaxConcurrentTasks, LastSeenAt: out.LastSeenAt, Online: out.Online,
+		Capabilities: out.Capabilities, Labels: out.Labels, MaxConcurrentTasks: out.MaxConcurrentTasks, LastSeenAt: out.LastSeenAt, Online: out.Online,
 		ActiveAttempts: out.ActiveAttempts, OrganizationIds: out.OrganizationIds, OwnerOrganizationId: out.OwnerOrganizationId,
 		CreatedAt:       out.CreatedAt,
 		EnrollmentToken: token, EnrollmentTokenExpiresAt: expires,
