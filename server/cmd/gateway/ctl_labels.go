@@ -92,6 +92,8 @@ func parseSelector(v string) (*apiclient.LabelSelector, error) {
 				values = append(values, strings.TrimSpace(val))
 			}
 			exprs = append(exprs, apiclient.LabelRequirement{Key: fields[0], Operator: op, Values: &values})
+		case strings.ContainsAny(term, " \t()"):
+			return nil, bad
 		default:
 			exprs = append(exprs, apiclient.LabelRequirement{Key: term, Operator: apiclient.LabelExists})
 		}
