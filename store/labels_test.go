@@ -5,9 +5,12 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/worker-gateway/gateway/migrations"
 	"github.com/worker-gateway/gateway/store"
+	"github.com/worker-gateway/gateway/store/storetest"
 )
 
 // label sets (value) or removes (nil) labels of a worker as an operator does.
@@ -395,4 +398,70 @@ func TestScheduledTaskCarriesSelectorAndPin(t *testing.T) {
 	_, err = s.CreateSchedule(ctx, store.EveryOrganization(), b.org.ID, store.ScheduleParams{Name: "stranger",
 		Timing: store.ScheduleTiming{IntervalSeconds: interval}, Definition: def})
 	require.ErrorIs(t, err, store.ErrInvalid)
+}
+
+// TestLabelsMigrationKeepsLeaseClasses: migration 000019 rebuilds the
+// lease class with the selector and the pin in it; tasks queued before it
+// keep the class they had (so their queue rows stay right), workers start
+// without labels, and the queued tasks are leased afterwards.
+func TestLabelsMigrationKeepsLeaseClasses(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	url := storetest.NewEmptyDatabase(t)
+	const labelsMigration = 19
+	before, err := migrations.Previous(labelsMigration)
+	require.NoError(t, err)
+	require.NoError(t, migrations.UpTo(ctx, url, before))
+	oldPool, err := store.OpenPool(ctx, url)
+	require.NoError(t, err)
+	old := store.New(oldPool) // only for tables the migration leaves alone
+	org := createOrg(t, old, "org-a")
+	worker := createOldWorker(t, oldPool, 4)
+	assign(t, old, org.ID, worker.ID)
+	var queued []uuid.UUID
+	for _, caps := range []string{`{}`, `{}`, `{"gpu": true}`} {
+		var id uuid.UUID
+		require.NoError(t, oldPool.QueryRow(ctx, `WITH t AS (
+				INSERT INTO worker_tasks (task_type, organization_id, payload, required_capabilities)
+				VALUES ('scanner_plugin', $1, '{"plugin": "echo"}', $2::jsonb) RETURNING *
+			), q AS (
+				INSERT INTO worker_task_queue (task_id, organization_id, lease_class, task_type, required_capabilities,
+					priority, created_at, available_at, execution_deadline_at)
+				SELECT id, organization_id, lease_class, task_type, required_capabilities, priority, created_at, available_at,
+					execution_deadline_at FROM t
+			) SELECT id FROM t`, org.ID, caps).Scan(&id))
+		queued = append(queued, id)
+	}
+	classes := func(pool *pgxpool.Pool) map[uuid.UUID]string {
+		rows, err := pool.Query(ctx, `SELECT id, lease_class FROM worker_tasks`)
+		require.NoError(t, err)
+		out := map[uuid.UUID]string{}
+		for rows.Next() {
+			var id uuid.UUID
+			var class string
+			require.NoError(t, rows.Scan(&id, &class))
+			out[id] = class
+		}
+		require.NoError(t, rows.Err())
+		return out
+	}
+	classesBefore := classes(oldPool)
+	oldPool.Close()
+
+	require.NoError(t, migrations.Up(ctx, url))
+	pool, err := store.OpenPool(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	s := store.New(pool)
+	require.Equal(t, classesBefore, classes(pool), "a task without selector or pin keeps its class")
+	var mismatched int
+	require.NoError(t, pool.QueryRow(ctx, store.QueueMismatchSQL).Scan(&mismatched))
+	require.Zero(t, mismatched)
+	w, err := s.GetWorker(ctx, store.EveryOrganization(), worker.ID, onlineWindow)
+	require.NoError(t, err)
+	require.Empty(t, w.Labels)
+
+	res, err := s.AcquireLeases(ctx, store.AcquireParams{WorkerID: worker.ID, MaxTasks: 4})
+	require.NoError(t, err)
+	require.ElementsMatch(t, queued[:2], leaseTaskIDs(res.Leases), "the gpu task waits for a gpu worker, as before")
 }
