@@ -852,6 +852,20 @@ type CreateScheduleRequest struct {
 	Timing ScheduleTiming `json:"timing"`
 }
 
+// CreateSecretRequest defines model for CreateSecretRequest.
+type CreateSecretRequest struct {
+	// Name A letter or underscore, then letters, digits or underscores (an environment variable's shape).
+	Name           SecretName         `json:"name"`
+	OrganizationId openapi_types.UUID `json:"organization_id"`
+
+	// TaskTypes Only tasks of these types receive the secret; absent means every type.
+	TaskTypes *SecretTaskTypes `json:"task_types,omitempty"`
+	Value     *string          `json:"value,omitempty"`
+
+	// WorkerLabels Only workers whose labels include every key=value here receive the secret; absent means every worker.
+	WorkerLabels *SecretWorkerLabels `json:"worker_labels,omitempty"`
+}
+
 // CreateTaskRequest defines model for CreateTaskRequest.
 type CreateTaskRequest struct {
 	AttemptTimeoutSeconds *int `json:"attempt_timeout_seconds,omitempty"`
@@ -885,8 +899,11 @@ type CreateTaskRequest struct {
 	RequiredCapabilities *Capabilities `json:"required_capabilities,omitempty"`
 
 	// Retry Exponential backoff with full jitter between attempts.
-	Retry    *RetryPolicy `json:"retry,omitempty"`
-	TaskType TaskType     `json:"task_type"`
+	Retry *RetryPolicy `json:"retry,omitempty"`
+
+	// SecretRefs Names of the organization's secrets the task receives in its lease (`secrets`). A secret missing or withheld at lease time fails the attempt with error code `secret_unavailable`.
+	SecretRefs *[]SecretName `json:"secret_refs,omitempty"`
+	TaskType   TaskType      `json:"task_type"`
 }
 
 // CreateWorkerRequest defines model for CreateWorkerRequest.
@@ -1056,8 +1073,13 @@ type Lease struct {
 	LeaseToken string `json:"lease_token"`
 
 	// LeaseTtlSeconds Seconds from now until the lease expires.
-	LeaseTtlSeconds float64      `json:"lease_ttl_seconds"`
-	Task            TaskSnapshot `json:"task"`
+	LeaseTtlSeconds float64 `json:"lease_ttl_seconds"`
+
+	// Secrets The values of the secrets the task references (`secret_refs`), by name; absent when it
+	// references none. This is the only place a value ever appears: keep it out of logs
+	// and results (the gateway redacts values a worker writes into its log).
+	Secrets *map[string]string `json:"secrets,omitempty"`
+	Task    TaskSnapshot       `json:"task"`
 }
 
 // LeaseRef defines model for LeaseRef.
@@ -1200,6 +1222,16 @@ type RegisterCertificateRequest struct {
 // RenewRequest defines model for RenewRequest.
 type RenewRequest struct {
 	CsrPem string `json:"csr_pem"`
+}
+
+// ReplaceSecretRequest The whole new state; limits left out are removed.
+type ReplaceSecretRequest struct {
+	// TaskTypes Only tasks of these types receive the secret; absent means every type.
+	TaskTypes *SecretTaskTypes `json:"task_types,omitempty"`
+	Value     *string          `json:"value,omitempty"`
+
+	// WorkerLabels Only workers whose labels include every key=value here receive the secret; absent means every worker.
+	WorkerLabels *SecretWorkerLabels `json:"worker_labels,omitempty"`
 }
 
 // ResultAck defines model for ResultAck.
@@ -1464,8 +1496,39 @@ type ScheduledTask struct {
 	RequiredCapabilities *Capabilities `json:"required_capabilities,omitempty"`
 	RetryBaseSeconds     *float64      `json:"retry_base_seconds,omitempty"`
 	RetryMaxSeconds      *float64      `json:"retry_max_seconds,omitempty"`
-	TaskType             TaskType      `json:"task_type"`
+
+	// SecretRefs Names of the organization's secrets the task receives in its lease (`secrets`). A secret missing or withheld at lease time fails the attempt with error code `secret_unavailable`.
+	SecretRefs *[]SecretName `json:"secret_refs,omitempty"`
+	TaskType   TaskType      `json:"task_type"`
 }
+
+// Secret A secret's metadata; the value is never answered.
+type Secret struct {
+	CreatedAt      time.Time          `json:"created_at"`
+	Id             openapi_types.UUID `json:"id"`
+	Name           string             `json:"name"`
+	OrganizationId openapi_types.UUID `json:"organization_id"`
+	TaskTypes      *[]TaskType        `json:"task_types,omitempty"`
+	UpdatedAt      time.Time          `json:"updated_at"`
+
+	// Version Every replace adds one.
+	Version      int                `json:"version"`
+	WorkerLabels *map[string]string `json:"worker_labels,omitempty"`
+}
+
+// SecretList defines model for SecretList.
+type SecretList struct {
+	Items []Secret `json:"items"`
+}
+
+// SecretName A letter or underscore, then letters, digits or underscores (an environment variable's shape).
+type SecretName = string
+
+// SecretTaskTypes Only tasks of these types receive the secret; absent means every type.
+type SecretTaskTypes = []TaskType
+
+// SecretWorkerLabels Only workers whose labels include every key=value here receive the secret; absent means every worker.
+type SecretWorkerLabels map[string]string
 
 // Severity defines model for Severity.
 type Severity string
@@ -1773,6 +1836,9 @@ type ScanID = openapi_types.UUID
 // ScheduleID defines model for ScheduleID.
 type ScheduleID = openapi_types.UUID
 
+// SecretID defines model for SecretID.
+type SecretID = openapi_types.UUID
+
 // TaskID defines model for TaskID.
 type TaskID = openapi_types.UUID
 
@@ -1875,6 +1941,12 @@ type ListScansParams struct {
 	// OrganizationId Only this organization's scans. For an unscoped token, an organization that does not exist is 404.
 	OrganizationId *openapi_types.UUID `form:"organization_id,omitempty" json:"organization_id,omitempty"`
 
+	// Trigger Only those created this way.
+	Trigger *TriggerKind `form:"trigger,omitempty" json:"trigger,omitempty"`
+
+	// ScheduleId Only those a schedule created (by a slot or a manual run).
+	ScheduleId *openapi_types.UUID `form:"schedule_id,omitempty" json:"schedule_id,omitempty"`
+
 	// Cursor The `next_cursor` of the previous page.
 	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
@@ -1914,12 +1986,24 @@ type RunScheduleParams struct {
 	IdempotencyKey *OptionalIdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
+// ListSecretsParams defines parameters for ListSecrets.
+type ListSecretsParams struct {
+	// OrganizationId Only this organization's secrets. For an unscoped token, an organization that does not exist is 404.
+	OrganizationId *openapi_types.UUID `form:"organization_id,omitempty" json:"organization_id,omitempty"`
+}
+
 // ListTasksParams defines parameters for ListTasks.
 type ListTasksParams struct {
 	// OrganizationId Only this organization's tasks. For an unscoped token, an organization that does not exist is 404.
 	OrganizationId *openapi_types.UUID `form:"organization_id,omitempty" json:"organization_id,omitempty"`
 	State          *TaskState          `form:"state,omitempty" json:"state,omitempty"`
 	TaskType       *TaskType           `form:"task_type,omitempty" json:"task_type,omitempty"`
+
+	// Trigger Only those created this way.
+	Trigger *TriggerKind `form:"trigger,omitempty" json:"trigger,omitempty"`
+
+	// ScheduleId Only those a schedule created (by a slot or a manual run).
+	ScheduleId *openapi_types.UUID `form:"schedule_id,omitempty" json:"schedule_id,omitempty"`
 
 	// Cursor The `next_cursor` of the previous page.
 	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
@@ -2014,6 +2098,12 @@ type CreateScheduleJSONRequestBody = CreateScheduleRequest
 
 // UpdateScheduleJSONRequestBody defines body for UpdateSchedule for application/json ContentType.
 type UpdateScheduleJSONRequestBody = UpdateScheduleRequest
+
+// CreateSecretJSONRequestBody defines body for CreateSecret for application/json ContentType.
+type CreateSecretJSONRequestBody = CreateSecretRequest
+
+// ReplaceSecretJSONRequestBody defines body for ReplaceSecret for application/json ContentType.
+type ReplaceSecretJSONRequestBody = ReplaceSecretRequest
 
 // CreateTaskJSONRequestBody defines body for CreateTask for application/json ContentType.
 type CreateTaskJSONRequestBody = CreateTaskRequest
@@ -2152,6 +2242,21 @@ type ServerInterface interface {
 	// RunSchedule Run a schedule now
 	// (POST /v1/schedules/{schedule_id}/run)
 	RunSchedule(w http.ResponseWriter, r *http.Request, scheduleId ScheduleID, params RunScheduleParams)
+	// ListSecrets List secrets (names and metadata)
+	// (GET /v1/secrets)
+	ListSecrets(w http.ResponseWriter, r *http.Request, params ListSecretsParams)
+	// CreateSecret Create a secret
+	// (POST /v1/secrets)
+	CreateSecret(w http.ResponseWriter, r *http.Request)
+	// DeleteSecret Delete a secret
+	// (DELETE /v1/secrets/{secret_id})
+	DeleteSecret(w http.ResponseWriter, r *http.Request, secretId SecretID)
+	// GetSecret Get a secret's metadata
+	// (GET /v1/secrets/{secret_id})
+	GetSecret(w http.ResponseWriter, r *http.Request, secretId SecretID)
+	// ReplaceSecret Replace a secret's value and limits
+	// (PUT /v1/secrets/{secret_id})
+	ReplaceSecret(w http.ResponseWriter, r *http.Request, secretId SecretID)
 	// ListTasks List tasks
 	// (GET /v1/tasks)
 	ListTasks(w http.ResponseWriter, r *http.Request, params ListTasksParams)
@@ -3242,6 +3347,32 @@ func (siw *ServerInterfaceWrapper) ListScans(w http.ResponseWriter, r *http.Requ
 		return
 	}
 
+	// ------------- Optional query parameter "trigger" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "trigger", r.URL.Query(), &params.Trigger, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "trigger"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "trigger", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "schedule_id" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "schedule_id", r.URL.Query(), &params.ScheduleId, runtime.BindQueryParameterOptions{Type: "string", Format: "uuid"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "schedule_id"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "schedule_id", Err: err})
+		}
+		return
+	}
+
 	// ------------- Optional query parameter "cursor" -------------
 
 	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
@@ -3696,6 +3827,131 @@ func (siw *ServerInterfaceWrapper) RunSchedule(w http.ResponseWriter, r *http.Re
 	handler.ServeHTTP(w, r)
 }
 
+// ListSecrets operation middleware
+func (siw *ServerInterfaceWrapper) ListSecrets(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListSecretsParams
+
+	// ------------- Optional query parameter "organization_id" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "organization_id", r.URL.Query(), &params.OrganizationId, runtime.BindQueryParameterOptions{Type: "string", Format: "uuid"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "organization_id"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "organization_id", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListSecrets(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CreateSecret operation middleware
+func (siw *ServerInterfaceWrapper) CreateSecret(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateSecret(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// DeleteSecret operation middleware
+func (siw *ServerInterfaceWrapper) DeleteSecret(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "secret_id" -------------
+	var secretId SecretID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "secret_id", r.PathValue("secret_id"), &secretId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "secret_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.DeleteSecret(w, r, secretId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetSecret operation middleware
+func (siw *ServerInterfaceWrapper) GetSecret(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "secret_id" -------------
+	var secretId SecretID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "secret_id", r.PathValue("secret_id"), &secretId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "secret_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetSecret(w, r, secretId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ReplaceSecret operation middleware
+func (siw *ServerInterfaceWrapper) ReplaceSecret(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "secret_id" -------------
+	var secretId SecretID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "secret_id", r.PathValue("secret_id"), &secretId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "secret_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ReplaceSecret(w, r, secretId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ListTasks operation middleware
 func (siw *ServerInterfaceWrapper) ListTasks(w http.ResponseWriter, r *http.Request) {
 
@@ -3740,6 +3996,32 @@ func (siw *ServerInterfaceWrapper) ListTasks(w http.ResponseWriter, r *http.Requ
 			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "task_type"})
 		} else {
 			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "task_type", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "trigger" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "trigger", r.URL.Query(), &params.Trigger, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "trigger"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "trigger", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "schedule_id" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "schedule_id", r.URL.Query(), &params.ScheduleId, runtime.BindQueryParameterOptions{Type: "string", Format: "uuid"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "schedule_id"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "schedule_id", Err: err})
 		}
 		return
 	}
@@ -4585,6 +4867,11 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/workers/{worker_id}/grants", wrapper.ListWorkerGrants)
 	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/workers/{worker_id}/grants/{organization_id}", wrapper.RevokeWorkerGrant)
 	m.HandleFunc(http.MethodPut+" "+options.BaseURL+"/v1/workers/{worker_id}/grants/{organization_id}", wrapper.GrantWorker)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/secrets", wrapper.ListSecrets)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/secrets", wrapper.CreateSecret)
+	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/secrets/{secret_id}", wrapper.DeleteSecret)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/secrets/{secret_id}", wrapper.GetSecret)
+	m.HandleFunc(http.MethodPut+" "+options.BaseURL+"/v1/secrets/{secret_id}", wrapper.ReplaceSecret)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/api-tokens", wrapper.ListApiTokens)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/api-tokens", wrapper.CreateApiToken)
 	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/api-tokens/{token_id}", wrapper.RevokeApiToken)
@@ -8043,6 +8330,492 @@ func (response RunScheduledefaultApplicationProblemPlusJSONResponse) VisitRunSch
 	return err
 }
 
+type ListSecretsRequestObject struct {
+	Params ListSecretsParams
+}
+
+type ListSecretsResponseObject interface {
+	VisitListSecretsResponse(w http.ResponseWriter) error
+}
+
+type ListSecrets200JSONResponse SecretList
+
+func (response ListSecrets200JSONResponse) VisitListSecretsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSecrets401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListSecrets401ApplicationProblemPlusJSONResponse) VisitListSecretsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSecrets403ApplicationProblemPlusJSONResponse Problem
+
+func (response ListSecrets403ApplicationProblemPlusJSONResponse) VisitListSecretsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSecrets404ApplicationProblemPlusJSONResponse Problem
+
+func (response ListSecrets404ApplicationProblemPlusJSONResponse) VisitListSecretsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSecretsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListSecretsdefaultApplicationProblemPlusJSONResponse) VisitListSecretsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSecretRequestObject struct {
+	Body *CreateSecretJSONRequestBody
+}
+
+type CreateSecretResponseObject interface {
+	VisitCreateSecretResponse(w http.ResponseWriter) error
+}
+
+type CreateSecret201JSONResponse Secret
+
+func (response CreateSecret201JSONResponse) VisitCreateSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(201)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSecret400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response CreateSecret400ApplicationProblemPlusJSONResponse) VisitCreateSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSecret401ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateSecret401ApplicationProblemPlusJSONResponse) VisitCreateSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSecret403ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateSecret403ApplicationProblemPlusJSONResponse) VisitCreateSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSecret404ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateSecret404ApplicationProblemPlusJSONResponse) VisitCreateSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSecret409ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateSecret409ApplicationProblemPlusJSONResponse) VisitCreateSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSecret503ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateSecret503ApplicationProblemPlusJSONResponse) VisitCreateSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSecretdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response CreateSecretdefaultApplicationProblemPlusJSONResponse) VisitCreateSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteSecretRequestObject struct {
+	SecretId SecretID `json:"secret_id"`
+}
+
+type DeleteSecretResponseObject interface {
+	VisitDeleteSecretResponse(w http.ResponseWriter) error
+}
+
+type DeleteSecret200JSONResponse Secret
+
+func (response DeleteSecret200JSONResponse) VisitDeleteSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteSecret401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteSecret401ApplicationProblemPlusJSONResponse) VisitDeleteSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteSecret403ApplicationProblemPlusJSONResponse Problem
+
+func (response DeleteSecret403ApplicationProblemPlusJSONResponse) VisitDeleteSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteSecret404ApplicationProblemPlusJSONResponse Problem
+
+func (response DeleteSecret404ApplicationProblemPlusJSONResponse) VisitDeleteSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteSecretdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response DeleteSecretdefaultApplicationProblemPlusJSONResponse) VisitDeleteSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSecretRequestObject struct {
+	SecretId SecretID `json:"secret_id"`
+}
+
+type GetSecretResponseObject interface {
+	VisitGetSecretResponse(w http.ResponseWriter) error
+}
+
+type GetSecret200JSONResponse Secret
+
+func (response GetSecret200JSONResponse) VisitGetSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSecret401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response GetSecret401ApplicationProblemPlusJSONResponse) VisitGetSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSecret403ApplicationProblemPlusJSONResponse Problem
+
+func (response GetSecret403ApplicationProblemPlusJSONResponse) VisitGetSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSecret404ApplicationProblemPlusJSONResponse Problem
+
+func (response GetSecret404ApplicationProblemPlusJSONResponse) VisitGetSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSecretdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetSecretdefaultApplicationProblemPlusJSONResponse) VisitGetSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReplaceSecretRequestObject struct {
+	SecretId SecretID `json:"secret_id"`
+	Body     *ReplaceSecretJSONRequestBody
+}
+
+type ReplaceSecretResponseObject interface {
+	VisitReplaceSecretResponse(w http.ResponseWriter) error
+}
+
+type ReplaceSecret200JSONResponse Secret
+
+func (response ReplaceSecret200JSONResponse) VisitReplaceSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReplaceSecret400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ReplaceSecret400ApplicationProblemPlusJSONResponse) VisitReplaceSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReplaceSecret401ApplicationProblemPlusJSONResponse Problem
+
+func (response ReplaceSecret401ApplicationProblemPlusJSONResponse) VisitReplaceSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReplaceSecret403ApplicationProblemPlusJSONResponse Problem
+
+func (response ReplaceSecret403ApplicationProblemPlusJSONResponse) VisitReplaceSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReplaceSecret404ApplicationProblemPlusJSONResponse Problem
+
+func (response ReplaceSecret404ApplicationProblemPlusJSONResponse) VisitReplaceSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReplaceSecret503ApplicationProblemPlusJSONResponse Problem
+
+func (response ReplaceSecret503ApplicationProblemPlusJSONResponse) VisitReplaceSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReplaceSecretdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ReplaceSecretdefaultApplicationProblemPlusJSONResponse) VisitReplaceSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListTasksRequestObject struct {
 	Params ListTasksParams
 }
@@ -9848,6 +10621,21 @@ type StrictServerInterface interface {
 	// RunSchedule Run a schedule now
 	// (POST /v1/schedules/{schedule_id}/run)
 	RunSchedule(ctx context.Context, request RunScheduleRequestObject) (RunScheduleResponseObject, error)
+	// ListSecrets List secrets (names and metadata)
+	// (GET /v1/secrets)
+	ListSecrets(ctx context.Context, request ListSecretsRequestObject) (ListSecretsResponseObject, error)
+	// CreateSecret Create a secret
+	// (POST /v1/secrets)
+	CreateSecret(ctx context.Context, request CreateSecretRequestObject) (CreateSecretResponseObject, error)
+	// DeleteSecret Delete a secret
+	// (DELETE /v1/secrets/{secret_id})
+	DeleteSecret(ctx context.Context, request DeleteSecretRequestObject) (DeleteSecretResponseObject, error)
+	// GetSecret Get a secret's metadata
+	// (GET /v1/secrets/{secret_id})
+	GetSecret(ctx context.Context, request GetSecretRequestObject) (GetSecretResponseObject, error)
+	// ReplaceSecret Replace a secret's value and limits
+	// (PUT /v1/secrets/{secret_id})
+	ReplaceSecret(ctx context.Context, request ReplaceSecretRequestObject) (ReplaceSecretResponseObject, error)
 	// ListTasks List tasks
 	// (GET /v1/tasks)
 	ListTasks(ctx context.Context, request ListTasksRequestObject) (ListTasksResponseObject, error)
@@ -11081,6 +11869,148 @@ func (sh *strictHandler) RunSchedule(w http.ResponseWriter, r *http.Request, sch
 	}
 }
 
+// ListSecrets operation middleware
+func (sh *strictHandler) ListSecrets(w http.ResponseWriter, r *http.Request, params ListSecretsParams) {
+	var request ListSecretsRequestObject
+
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListSecrets(ctx, request.(ListSecretsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListSecrets")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListSecretsResponseObject); ok {
+		if err := validResponse.VisitListSecretsResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// CreateSecret operation middleware
+func (sh *strictHandler) CreateSecret(w http.ResponseWriter, r *http.Request) {
+	var request CreateSecretRequestObject
+
+	var body CreateSecretJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.CreateSecret(ctx, request.(CreateSecretRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CreateSecret")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(CreateSecretResponseObject); ok {
+		if err := validResponse.VisitCreateSecretResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// DeleteSecret operation middleware
+func (sh *strictHandler) DeleteSecret(w http.ResponseWriter, r *http.Request, secretId SecretID) {
+	var request DeleteSecretRequestObject
+
+	request.SecretId = secretId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.DeleteSecret(ctx, request.(DeleteSecretRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "DeleteSecret")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(DeleteSecretResponseObject); ok {
+		if err := validResponse.VisitDeleteSecretResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetSecret operation middleware
+func (sh *strictHandler) GetSecret(w http.ResponseWriter, r *http.Request, secretId SecretID) {
+	var request GetSecretRequestObject
+
+	request.SecretId = secretId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetSecret(ctx, request.(GetSecretRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetSecret")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetSecretResponseObject); ok {
+		if err := validResponse.VisitGetSecretResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ReplaceSecret operation middleware
+func (sh *strictHandler) ReplaceSecret(w http.ResponseWriter, r *http.Request, secretId SecretID) {
+	var request ReplaceSecretRequestObject
+
+	request.SecretId = secretId
+
+	var body ReplaceSecretJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ReplaceSecret(ctx, request.(ReplaceSecretRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ReplaceSecret")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ReplaceSecretResponseObject); ok {
+		if err := validResponse.VisitReplaceSecretResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // ListTasks operation middleware
 func (sh *strictHandler) ListTasks(w http.ResponseWriter, r *http.Request, params ListTasksParams) {
 	var request ListTasksRequestObject
@@ -11647,363 +12577,388 @@ func (sh *strictHandler) RevokeWorker(w http.ResponseWriter, r *http.Request, wo
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L2Lcts4tjb6Kiidvyry/JQs+ZbYrl3/9iTp7sykk5w4vefUbuWYEAlJaFOAhgCtqFOumoc4z7AfbJ7k",
-	"FNYCSJAidbOcS8+lqmNJJK4LC+v6rc+tSE5nUjChVevic2tGUzplmqXw6SrS/I69kwmPFuZzzFSU8pnm",
-	"UrQuWn+bUE0mdDZjQhEtiZ4wMpfpLUufKELhVUK1ZtOZVmQkU6InXBGZjqngv1PTSLcVtLhp6u8ZSxet",
-	"oCXolLUuWvhyK2ipaMKmFLse0SzRrYtWREXEklbQYiKbti5+Lb6IU8pF62PQ0ouZaUbplItx6/4+aF3h",
-	"OF69MG1BlzOqJ16P+PsNj1tBK2V/z3jK4taFTjPmj2Ik0yk1g8gyeHK5o+dZqmS6vFgfJoyEgn3SNxE8",
-	"ERI5ghWbpeyOy0yRGR2zpgXBd0oLMqWfXjMx1pPWxVGvVzeUH3jCGic84gl7+GxfM6rYB3nLRP2ME/M7",
-	"0eYBmKxdZjKnioxTKjSLyZzrCWlzQyNMRFyM8fmDfC0mjMYsLYYOnXaw11XD91aof/QsaE25yD+f1c6G",
-	"T7nO16uyBQn8WEuSp73AdManhh5PzWZMucBP/bwfLjQbsxQ6egtrRJNXMZvOpGYiWvyV1Zywn+ktU7Bw",
-	"ZpZMaaLoyKwnSdmMUd0lV5pMpdLk6PSURBOa0sic3cal8zrsmB6bCOr0tLxcdav11jvIjWTmn/aHk9t7",
-	"++5D1+2SxCw17IlrMkrltESbVMREmddExIjIpkOW7mGdNyLTjdb9OqLN660iuod1vo4mLM5WcA9lH3h4",
-	"Vx+oum3sRlN1+/AufpklksaNnWTw88O7+RtcfY3d4M340G7uzctqJoVicEO/S+UwYVPzZySFZgL4F53N",
-	"Eh7BoTuc4RP/+zclgUkXff2vlI1aF63/67AQAQ7xV3Xo2oUey4fritgmSfv9D8/J+cnp0wNk4pQoTYcJ",
-	"I2EkYxZ2YVlsiyBOzHh+V7BPdDpLGAw8ZVSz+AbmfdQ7Ouv0+52j8w/904vjs4vjo/82pyxuXbR6/fPj",
-	"UZ8edYbxyUnnKTsddYa9s37nJDqNz9jT0bPeed+7M7kZaJxFcDCrjMhr7Wl0wjpP4z7tnNPTfudseDzq",
-	"saPoJO73YK/u5K3ZqhFNFOyVnJm1/7WVt/7xPjAfZizVHLfFn5K3qTHVrKP5lC3vbNBin2Y8ZWqrd8xE",
-	"1hJN0Eqo0jeZ2nJAuI6fl39YWssNhjCjKRP6Bq52+86yuOAEBaqJXUErMwp2SUSWJChGmqdU/gSQXjim",
-	"ms3pgtB4ykXYJVf42EAIdsdSYheXJFQzI4hSERAhUzKhisx5zFKC+0pkSqiQesLSkqRqXzFSCs4kGAhz",
-	"UQB1GJmF2sEjuShiel3Y73g+nYCkzMhy/I4li+7AyC/1K/erW7qgZeYNJJZTYr4lQykTRkWr+HGrDXak",
-	"/LnFNZuqdTwBzu61ece8bFujaUoXLeRLjqn92oKZAP3kvQT+oSgmU0jrcvgbi7Rp2vGJ11zBbMpnKx/r",
-	"RoPOec7aIUNrtcNRiukKz4qZpjyB3idSaScjyogm5rN5bcRTpW8UY2JvnA3O8doWhdn8hP/O4ps7mmRm",
-	"YP2jp91et9ftP4QTOkF21gpayw0v8UBviVZt0F+u3755m691ZdEegw9u3fjyeu6JJ+IXNY01dVN3ypYl",
-	"bHjJNVIz/OoqV9al8Qjs5TjCWVo6i0HLU403mPjqs/re9P+5ReOYo571zhuxvcbLk3A7UZF0TGPE/BYQ",
-	"1h13SejOehiQkM/Mf2cy1ebfLE3MP5Fpc2RkLyP/mGtPa5aaxv7fX2nn94/mP73O+U3n4+decHJ+/7/q",
-	"6CLf/rKO31uvG/iLVCKDhrXiYzG1MqPH3Cj8sEYiY8KIerkIuzf5qpCTvSZodHzceRqfsA4dnfY6x8OC",
-	"MS4zntLwNz3kaERK4C00WdXQQ8Wmlb9DhgsUVKIJFWjFye0BR/2TpyfPjs9Onnpmgd6yWcBb0br7fRf+",
-	"YpYWtYCblFEr/9c+tVexwtvBTfQmn2aXmZmvNrkFCkpbvEaWwM2qUrg196F6D4dpxAVXk63UkPPhkaHu",
-	"47hzzk5GnSNa0KVhqowqduNL9U2tKk3TdQqQ0lRnyqxcFkWMxbAMTj/2xvSM9vudp8OjqPMsPmad/qgY",
-	"VWsvh6uycp93ovQ0lemNURJrKRJ/njKl6Lj+idJm7VtIWNq3TTtIMyG4GG8ng3t7v8U7QAtrrlrcqWt8",
-	"+N6jlg0W4QFnmPuUWT7AFeLJZ1Kz6KWVWXGwXxpa2fK2d4TnG4jX3q5ByyNI782TXo313ayITheGXZUs",
-	"xXY4VT5bWUEY34o5v810JFE3dz4QnyuMKEcumd9PNT6RvLHrnJhcW7AXYKZCejZ7sbp5Z7yI4dEZSxU8",
-	"W9trFnP98q5G6IjsLYsE00Wmbogm0rLKslarSfiG7VpbP4GnjrjLsHXLFiRh1Nwdlj+cHAUtGUVZmq7h",
-	"x9awjOMaPo370RE9Yaejs97T/jM4AOmY6S04bf6KHTcuQw0DtutUwxWLlWr80Qm6bq/d6tjegpZaKM2m",
-	"ZhGFFIupzFTtNu6k3FW4CRf67MQXlc57vaf98/Oj05OnJ73z8/66a6S0UZsyz90EqWKza5bW2+vmXxuU",
-	"vVqVzptXaeMCt/u1zCE/WXtR1Ipz+nja2nM6o0Oe8Jy2a3k4KhhVI7QhLYJNXRJKzIXzRJHQdXwTeW2H",
-	"ZJopTYaMRFJoygWLCQe7XDv8z0HW6x2zEPyN5REGrU+dsezYL39TUnTf0/nP9how45eGe2n2MxWL90gj",
-	"W19F0AKXYvOteZ6/88oc1Xs4Qa/wTed9tB/7a4xefve1G1SaIPodlinrYZO4EmqO53kvQ91tH5gTIzaQ",
-	"qFDkQCmUJjcpU1mi1074PTz2Z6qjiWeKQjejJ00vG8UnfDxhShPspzM0LVQdlF7sBVFM6CLcwopcO6qk",
-	"spA0NlgYJ5csaXX2+9XbVlBXjaK2jeLl3qlVmTZS87bWq+AF0x84nuyU4mbtacN7pzqTLQX+nbQkEFzt",
-	"G9V4HxvFYWZLhszsqYIQD3D60THlIiB8ZPjqnCeJ4bemNc7iru/oWNn9NkqKv+prXBdU3V7Dg1XaLAX+",
-	"FFpLZeVLfZUXdgVRF8zt4USNp/8PcSTcII56vYcekFnh/t7Im+2v4wa3U8GVSlr3Mo/+6cOHdwQfsIbA",
-	"nAIITaQwzDlLYjKhd4wMGROEAmFY92WJO5+en/sBRL1ebQhRIw3bYa4mSxActrsht9yZf1+otRcq2jl0",
-	"c8Scbf6JKsXONYTHbRfhtq/rvERu/oSC1Tc9uH+dP3ZHMc0aiLi4USySIlYlC+Rx//T4rNcrReCd1e6D",
-	"i22oRlGuMQHtojw+yMteSPbH28j1Zdd78274MXy77chOC1k32uZBXkd0x8HtFKiSZGO+hSJjRvcO3qlq",
-	"Yis3zAyVy5TrRclA6EeS9suE3On3erW0jAaG8oi38xz648573ZDUavzPdjzFWq7aWwwk3G1/Y2ZkF2cP",
-	"W71L2M+L4o0vywU0n5q/NhzmB3x6/Vrbg25bD/wVaV50Iw3vtuCO9RvpXWa6lgmf9U6erYuBDlpRyjWP",
-	"aFKy06wVy/xnwQqZ0IU/iPJ9+kISIbW9SIdsJFOGd/iUigWxr2EAsJDzso4is2HC/Dve3S21N7wVNyCK",
-	"j0UZ7E/NGpWH9xNNYwJh5UQWitUTReYTmTCSZgLHBnFTRpIEKSAseogZjRMu2A3VaL7abvj9muEndMiS",
-	"G8USFun18ttr8/S1ezgXb+IsRRItTd1yuGOfxZkheSM6raOUKf1U8cm7lsq8ch3F7Ra1uEgkjbczc8+4",
-	"ECy+KbnQlgU9VApAwISAxyldwJbnCnabihgCDsPypoQQoe4fG7BuDoTSRumeGnH2oEte6dzoSYuOWDmq",
-	"UTGmLsl8whOIhY+oyA9MYJ4eCBjKnJpxYKDljImYi7GNKAhJWJ5uJugd5QkdJixcFeBYUuL2dBHW2n63",
-	"5Slg/1ive+h0YfOinCHCGfjX2SE+mOc2uUVdm82MHEPOd7Q8F5FKNyMuxiydpRy9cn7QUq9zTjujj5/P",
-	"TupjlfxmZqhUVmSPXr24cRNJAW4OoW/MXMtnu1/Z/rWne39Xec1RrQQCayLnQvkqYptrYnRDG5ZCtDTH",
-	"yTwoInbQJVdiIPxWOiCZxxitDEffjJ9IkSzgyMu5KPUKh5HY1QFdlOsNT5c9l5tQJ5JTLX1aOcNvrJks",
-	"44ZAfzrjher7RaL+Nwzet4Nqzcf65p//+J8au60/8o3DjZu1fMWilOmAqAnstIhYl1wz4PeEKhJeZXoi",
-	"U7v5F+TPjKYsJeCpijCuHZ1W3bXRGE4zL2awYt+QAGDCSfJ21Lr4dROCad0HVY8QE6lMkmke8b+8Cm8F",
-	"2oAv/TWoNSRVmtohMqeyJEuDW93J8noZknkJb2zKev1sF5Uio2x1zP/+/PLHV2/I85fvP7z64dXzqw8v",
-	"yfuX//cvL68/wK8D8c9//M9AwN8v37xY8VzNJICgWT1B56OoY9dreGbd5j5E/a/ZDze8Olp9mT9ex2NW",
-	"LEI5xaYxrrXGxPTs7KTGVl23DnvJ6qm3ci0L9xXpfQMy9+OranqpW+4feFJ1ytlMMxep4mebQZZZ8FjM",
-	"PWUzmequ7WTnkGM1oUenZ62L1tkw6sW0Pzo5Gp2fjaLjp8Nnw/gpi496Q3r69Kx3Fh/RXkxPo5geDfvH",
-	"p9HTZ6cno2EcnT87HT6jx6Yt/ju7GS60IYn+0dZ+koc6QMpbUUN/u2Sibdj3XvPD3J7UNOcv8T7DhzZ3",
-	"NW6Wd2FlpNKWlEafz7K0LU2Hbh9RPHB4d898+onRxLDw8umfsMhK61TTIVXwzm0raCVcaeC48MklmppP",
-	"nvvMfqxcR3mb9dfo56bkGW+waimQEYbhKaT10BD+Uqxwnr1SKmPx80LdqS4LvVnShRqu+HVXe3Gl77/F",
-	"Xa9AZ9VLmWDz0i8nvWO48h8eW163hHXS8/Mr1MKMsqWcCua9qUibJgoBSWxe6BMVEC5KWpRiOpsddDdU",
-	"ar/mxV636tV1eW+eIHSE6a1ckUSKMWnruVkGnsbK4Y0kfMTM+BoMhktdPyAS3A/9ri5pULfb6yWUmqWo",
-	"O6yeQW5NWOGWEX9g8XwOWT4r2ZUnD58dr0rqLe+ibZlomRvtnigC9j8VkClLxxC5aMF28HujM06ouoD0",
-	"e9O8oWxFKP4ckND0FQ5EyqbyjpnHA/emkBoMDzFRmi66pJrgNJ9IlVull8yQZgiCzQfCtjaiPCFGibV2",
-	"D9K2ryRS6fAgMJrtfMJEYY9UWs4UofGdWTiFadTOMTAQuRVvcVFYRceSKTKk0a1DHPp7xjIGJtES/pBg",
-	"nzSZMJrqIaPahlsotGmiQyCEYXUtV8z5eMLGNFq0LsyqBa3fpTCUwLLOnGFa75R+8rf67KSG/IBKLFiJ",
-	"y6/bwjR3i5gmFRpaZ8masZRam727AF+Zub2RGv59+Ykr8Mq9kEy9kRo+L1+J5giY9zt3NDW0AdYSmBC0",
-	"An+5JuFD3i58KjfukhlVrQGAyJRMZcrAoBW+EmjZDqH18JIIKexP2IX92e8BDCB1Ts/i0NU6Ob1dq5eJ",
-	"bgG0JV/Tj02bfO15SlbucDWUjkcTS6zqiTuOGMVMBGOxIu2/ZkOWCmauM8WmVGgeqYMLCywQgpn/Bl8M",
-	"yYzy1Jn7B2KWMohZMcuFj7NP5jvFpcCnJjKJu7DkFwUnIVwR9yrY+s36yxEJcQvDy4Gwe3NB6NA8Fpgd",
-	"LL0i7Dt6wqaX+cZdVneNXAliWMyCOHYyEPiXQ06wWSA58M7xEdEsnSpzi9MkWTq2uB7FPBUYr+AktTRH",
-	"CJD8hODBcJT5a2s8y1qB+W8noemYtT7efwxa/gqbHqqsYEl8qRnChmL6Er8oR34cLQcPVAe31T1UPhL+",
-	"C15XjtDvm0j/Qf1Wo/mX7jrFNBkuiNszhbbxNqJ5QLptbnznWrFkdBAQJfNEgIFYuq6mdGGuOREDT6G+",
-	"hbVL/soW5ga1xHZ27IE8oUeNi/FAhDZ9+2P7145N5O4efvyT+/bg/4SXBKlqg7bav151/rtoL/9w0/34",
-	"J++ng/9z8H/C4hycndglWjoBQOUXlpZ3vLcY3UsEdn7v3hh1O72jSSG49nvbpMaW4uVa8dn5szg+eXrG",
-	"+vRkFJ8Nh+zZqP+0P+qfD8/OTumz3jE7Y/Gwz6Kzkzh+9uwsPunTo7NodH4aHdHzokHtjei4h7aAhsTg",
-	"bYJey77q4wfYqDzPMxezDESIPAGxNWFJIotoJbPT0URWXJEABiZYemMfun+osWnVttbrI7rAAAQcn5Fm",
-	"YkO9Y/c03LUxlqVAykuiCscL4riR0IMYDIkU9k5yCHGRuYBW9KxXrMt1JeqEZELzxFsoO+MNV8nR7drg",
-	"d0FnaiL1NsGcNTm5yxNcSRV2fB+bWM32QB1bUmyFFLZGhNxopVZMbyfH/AOCFwz/qXWmV+5be5kUwVAw",
-	"H3VJwG4S0dnMgVp4KtUoZQziTiKuF6X45/4GDvpZKrWMZHJzx1JlI/a8/TitCxNQcqTnNGUN7xzVxhbM",
-	"Kde1kUdHveo6/CTnaCfREmJcUDIAEaJLnpdWQbHUSB52yqR9dEqU+c22flBaj0pYU30EfxPNNGXZ4RZt",
-	"LlPCXb7O9msbbSTha5ddU164EBF6wwtyy9gMSISLcZeEmBN+YxNmWRxegJKPIUs2qcIGEuXp42HX6uLu",
-	"WTQfGAVQG1kJdUSXUUSjiM00phQ5PTfHC652b06qrNNy/fk1JXVA8opRZoxOY2OiIpqmHKmidCfkAR1g",
-	"Z+iWJbNdRKilmThmsXfZqioKuZwdu6gP9lAtTaQOZ2a1aPElxIVNLu2Gu/qS9NCwZWhtw4t7o7Q17wiu",
-	"zflpIv+l2dWedTm+ms2YiN/n6VElk5hpo0IXtQt3dN49t9nhcjQC2Lyj06Cl00xEtKDiJZoq9bD5mjRs",
-	"3gbLXxpibcwX/GZtnJ80iSaZuEXjCQCTEFre6Yd7I4s1qhtPRGeAmp0yGk1YfElGWQoolTHVlHBF4lSa",
-	"+8qTS5vgRfy5+/0GpW3YgnSem7XZNnSf6iWQ7t7Js9OntXlL+Ubta72r4ZduNWBYDdP8wD7pPaYneyqm",
-	"uxkLayGsDqQ3mgvQ9tgF3ihoAqr/0ilzf/c2OHA7JiI/CPWpmOWKxDdAZGUiZvEFERKvfiBxuP8jOWV1",
-	"FB7k9LQcpVA+6XtEH3mENktMYM0xXgJTyom4fMBhZbzVr6PutzMmECZ7VxiLchhKUa3BDw6SkWa6o3TK",
-	"6LScvQjA540BJlshpPuhJNsEMj9OlElDXl5NTEjttnjWoweDZq+2N9kIq6toWiPyffkgohV4wmtCZ/w1",
-	"20cITWkPHg8Kx++mCMNdAuWEcL4K9CZL+JgD0pg9mzm+lRyNEi6KwG2HH3XHPCtlL6iaHO43C+CrDGMb",
-	"qKvccdGYC3BSKmkgWNphWQfgiwVMyc21YmAFd85GJP+xEXq0bD2tM5vWbEWdUlNsTD20poPkdGps/nwx",
-	"tKAVc1VGvYR+vW+LTab6xplnajXeggg2CequDeYoj6IA5CwNHea1GZHv+4TmEem7hry9w/Sm9/nmVB23",
-	"C0Ix5iBGby1XRZJhTBZMd0mIBvcbIfWNC24AU4iX4xdaA38Xnw1NOzZAyb6uwiLJa0HkyPetOtdxJeOk",
-	"XF2JtN1TEC2Vj8TIVUUf5pckITRlMI9IZlCVB9BclCZcH3Rd6MeUK/BfhSCa4UF0Tjiw6biKK2aZyxlq",
-	"RqqzXm6b7aajSWk9Ku667qrEsspKVvLtQohpUX7aGy3ntlk0h7yJ0qoJOSftTLiVDYg7a4EF948DYs9c",
-	"kNcKMHR04JukhLzJQWrzo1NLFwDRfYOrWTxabH2+7I5v+l80rpFtwvCCm1GWJDYgM84SFt9AFYSWw/oZ",
-	"0uhWjka1LMOrL1Lx79jSH3kxEIsIWKkEMqXRhAvWSRmNS6VByjkRAMiJCmcHDHYOYbBUR6qKwYFnDyy4",
-	"LCUTloD2uw6Z0cWJnvTOg5bmOslrShHbtV2FidYzdXF4iIvbsZGE3ZjduaIq6tAb8n0TzGjFltSwMObp",
-	"SxJ+6ti2O+YLFZKEqzwownzlRzWC60oFAwGLbs5/pjKaOCSa9o8ST0okhdJUaAgCnNHolo7ZQIRjrifZ",
-	"sBvJaWWOh+5fO5bwoEvesDn0r8CRPmSExqCkGWleEyoGIhO3Qs4FjnKIiWweMA46rJeDjUrzhes11XxE",
-	"I606+S130TrtHV/g5ru5G5YiJHFPE6VlSscw2REfZ4hG6syzDuOoddE66Z1flAs+JWYTFqh1Wvp1JUAs",
-	"nknQGtK4E6kU3u/ZVS2iFyEU1Wjqrt4U+FUSI/2ymEC6niK3bOFuC2fEtg2nTukqGm9qaJgyemt4W5ol",
-	"+W1w9e4VtKSjSUdI3ZmxVHE0thbT9SCJooTyKTQC5j4ytNyYYmU2DLIoGilYSYd9srBRF62To3O7I5bN",
-	"utIsEF2kiJYSfUtyxgSZySSB6iojmSRyrsohoR2HH2vG27fjTTgTurTKdvXuaMIhyhB6twqI31px1RfN",
-	"pTLTzMZWUfLh9XVNB5VmLEGvH1TKxmalUryHhSQFG4fnO1EiFSvt8/l5qcE5xGvN4WQBToEhGHQmkHYi",
-	"x2Oz+yJZHGCCwSjhkfY315GL+83yYfaJK23o0hoBipygjc7W8yvvNAH7LRootwYb3+ECtsZfsOIZVwxH",
-	"EbuuQX7yMoXEXaAIj2Q65HHMcPGP7VrRJAEf3ALIIIbQZgWKblFujYvOKOHjSb48NF8cK6NwRSr12cyg",
-	"MHveQh5fAnDdgrQh0btzNdIsPah0dMsWnZSZocNhOMIxVls25wmmZ+/FmI9GzCg6blRQQg7NerAVvQtC",
-	"BXFfEcDRurTTzxSQG4RCIVE4My1eQR5BbHpjgods3EFrUSeXLPyW5Nhav2PJ8AA6C7jZMBYZPTG3Nk2Z",
-	"nsgYuBA1B90ewlP/EObtIBu0bmh4EYQh3RnJTOCLJyBrqiya2JdlariWzNKIkbZMwTlXQxyKsYMijKaj",
-	"pbSxfRetk/5x+dAMZbzAwk/FbYKMTsE5VPx3Rlz9R1d+rRNJoVMa6c4dl4k10eD+Ydv4mAV+M0NyMi9X",
-	"JJZRBmeiDXsJtJG/AWcIZVEpIGraKAZMaXUAUhwVtdeZ+SE/UfkDQcshm3XQUNhxFAtnw95zeAHY28S3",
-	"xMJoK9hoYLPKtOErnRj5Y8FBUgb2PjhR9iFiHmo6UUYCr50OKFc104EXDI14COv4FiwlopPfaJZOuTk/",
-	"iJXh6nSAccF89rApWzZT295tqoMFvhzjoUSwublhLf/C/ZSZTvgdUKPMdErFLQ4aHplyAfMGejGUZ67B",
-	"TsoimcbKEWDl8sU7E8zd9kEoOUbcISo1BGSr3B2sEjmHNV5a3EzQTE+Y0NwalZEvCwmBu0IiqQXF7Cr5",
-	"UvnGog1+SJH/eI80bWsmVDabyVSzuDNlMacup+Kkf3rhHzwHXwIS5XIiKRZn7MQ8ZcWFh1+6BIBf3r+2",
-	"ERoY4AwJDQGcOF3KASqa86UNS262TdcIeCHy28i+VuKOPbOE+etoQLDcXRVFRWMWJdRcnsBDZEquf7rq",
-	"YApg0agCZCgci4t5gHsDnrA3rz2JMLzibeeUbZqHlZhABHOt5OZAXwbIL1kXVKuIZ2Oyz+cGs7rH7Y+X",
-	"TuMQDLDKzU8o/uTZScxKNq37+0LPq3HdcNBaItZQtmYlJnuRDbgNsGauEH5urtZVDV3+5f0rkjK41A2L",
-	"pFMILYTKzqgZmxc3AGrAdFHs36uM0VgM4r0VOr2UxF3gCJpgYFrno2dnce9Z/9mzk+hpfHZ6To9GjNJe",
-	"dHpK417/lB4PRyej/vBo2Bs+OzqK4v5pfBb1T4e9Ua9He89qFOKvBzlzX7uAgs2/IQSHPYI0VLHTV8Ap",
-	"YMTHVXS77G8AUMF+sJOXG261rap2pCxi/G5t2Q1zN96AlbJ1cVRIN747PU819lXY7QGMJymjsAJ1DgBW",
-	"WyAMCsa5+9tQuOmctI0EIVMjkwo0rB7sCB+7pdu+2ISNilx46785Wri/HzuFBdRg9u7SylL2d7H5Hx+K",
-	"M+4oYTluAYxf1Q3faXMrRzbfujpUcu7L9TXVlEq7Ut7ZZhaASMrb+f1zmXZDVw329B7eWoYd7S17V/dB",
-	"HNUc/6V1c7NYszb78FVda5myuAJd/Ugu5dJib5ef+FY4NaRLQuB2IZgl4E8C2jlp2x8CImfYLAmtEyA8",
-	"6JIQT415z6hvsZGKpBiIvJXi/RCEHvOHYncs5XpRapR9QlsIuHa0JDGLM1QUwMxMRTwQpZ6NrgLjXaAs",
-	"zRLFSBu/PgjAUGyFaocCZo3TNVx+o4Km79nIj0HaHCpypzJK3nosBdHXBcTfchH7jBHn5djactCbJ0Tb",
-	"7VhL1e45X4AuV1frrZNRYJT1ZFxgLW5HxS8/4UA5TYh1cqGpZZQlCfmNG5GTDJmew71sAyK6S3QwhKDI",
-	"moSC/krEVQCNWoMWO6WfGkBSew9su17gNRrabhFeRbRCld62EURXxAZcR/ThMU6rJczf5BDTgrcRZF32",
-	"3X3hvsW4lFioTsqUTCAYeiaVBaL2QuhdAb37jw9Bq6o05gF+/+pVHP9431BbattCuI8X64XrvwWu+l/k",
-	"sO5+3AlfapPYctNnHlpeB6vehEKUD02nfDxeH2PzwT62IbKUi8gukNVLtfRhXZvOlFnD8rHa5sg8hPpX",
-	"1EHajTTzmiK7EmCeSbsFmLM/65qei5nvqrbsVP51W1LeLEu0nh7zKZZXoyBLXNYmAtyL2BzRxwy+9Go4",
-	"bHcr7kBQjpJWVoY/O6o3fe0F4XotMP2HCSO/yeGTwm1oX+mukkH6m0U/N61/nmlY6O+gNJTq0BYsZeMy",
-	"t66kwg6yRbm8BIrR4H+zbjjYRlcu5FdXC6XEGs3N33Bd36+JoI3Y6Wnn6eis13nWf3rUKdgyPSritQUf",
-	"T3SyIHZUcB5GPGXleR33PvT6F73eRa/33+4plUi98qmdBZai1EUERoxsZjZbRBi8DRTWI0fkT+b/pp87",
-	"libUPKNu+QzfZzcWwOJlZs7b4Z9ZmmCBlWwWr923PFu4v5dI9odWGfFihMvn7AfDUiz6/oxmqj57a/PC",
-	"5VABy23rprNrvNnKtNRYDNAeU2I6JuZxRdrw9yzJlFWyDjav/1emzTrO5Hd4aYGIEG8MveC4BUUe0eZ9",
-	"7yJXYihw84ivcGHmlINL2AWezlJ2x2WmsOSDBNi0tj0JGF58IwXbYt12qy9TPk+bkoyXjV+TqIhx/MQ+",
-	"dGlDF7EfQuNYESnYehPp+utkNQyrG2Rx/urL5FRkaW896m8qXMDnhrP9Mqs7FxSzRs22KzLlCoJ/4IwL",
-	"mQdYpVSQWHZJaAg3NFSgkIYBgSBJPAwtwxVDYv4L8HVTP8rYclVgnKsuvxclFrYVUBnVhNFoAkcbS9Ew",
-	"ZUYVURHCaM29CPdPQEIjaHrfApDCkj2lao+yd1cFKsQvoEY35rxxLiluIPLmL9XKvo0GKffaDzytShUj",
-	"vlQ3vnKrli/SeHR21nnae9rvnB89O+4UN/zw2BwQIB7gLZink9fvczSLwtHNsonArNlW3jfHN2+2EULW",
-	"yhC5Opy3v/p6LtZvz6aH8lIuxWTDWYUICyZ0anHCFBDykCkeM5WX5WiDUNOx0LEPq6nsTkCxm+Ykz+Av",
-	"vFhqD4S35bUcGFsrkhvgdD5RFtDClrqqPWab1zT0qGWT52/57GY54Ql3xZMB7bRdxgIq/LU8YZWEgJIB",
-	"YrlMqcgoxHUGiNHAMcaZqlv0ATxSaWKoItFUUKaIJsPMHDeW0ni7m1R38exNBTvNTxo2VruAZUSdh9/D",
-	"PkX4l6/bqGKoxQmoHMugOP7r2O5+bAoeG39M2wJ2s88hf4HhvnVaWa2AQ1GqhUBelG2WhFquCKaadp0I",
-	"k7vJAWrNcrqAhBDiaGUgrgMS5vJvCPBCIDCWxegCiMV0xQyvpkYKASFpKlPmC0lWrYRucg5j1MtVEpO5",
-	"Emou95W33ZrrsPa2287yt51yV3V850fRdbyKAMwC7JNmYUF3z8usaC7bOgJppJNFDmgbpdKBDVfhhsJl",
-	"ebWwYmw2U6cb3Dtzx5Lez+8YGXGWxIq0p1xkmpGJzFIS0wWZSqEnZM7YbUwXB+b2/k/zW7IIyH/GlMO/",
-	"5lf4Ax6GvxaMwjNckDA3oISVItH1gGlMbClyrQV/vCIj/onFZMZSLmOMhg3B1H1DdQhh+6XKlgcwbjpU",
-	"MjFrYTrubly80hOt0NrQPK6XuSLDFYHioQjlRd14Fcti2UmpiOWUzGiqUQ/jKjBzAR7U3cwP6wt8BSvd",
-	"hHwc53Xega32xrOd+Sgcv3x43loCARTk1dWbK1htYl4JCOuOu6RkcqsQkIcauyqysqyNbWdS32f95VUl",
-	"l7+JMssrmeFmdZTLSuzXKue7suztZjV0/Sr5j1WFdguExuXCsw3FZmvffaTCse8omJO0tFY1SJIpmT2t",
-	"hQbShpYgsLnqbluQ9SsWYb2pBt48MNgGG62E3DywzYdXfl1d5/Xai8By8iwXIwlpe3PIt4t5Nm0FrQkf",
-	"T1pFXe164XYp+vBR4MweNfYbXW0u1M4mklycHOWBbvjb/ce62PBvAgftS0Vl7x6W+wWicL345jVRzW4y",
-	"6+OY3Q1YQ9E2QL0XtPLUtZW0tn3o2epkgqYryVZD3z9o/BIwfLlut2Fiy6AjBePvNTPyIgLFc9GvgJ3f",
-	"xGfbeC7zxIIqgLWtUAT2M8ivzmZwEQ6zeMz0A9MrVskwW7RWorSN4+8qGK7bvfzFQv4KgS9mNAYyegSz",
-	"/UMFQar0TXPUWPHzjcNqaUAHXilLbk4RjRLlFt6DHXzUuwmjFX6x+t0ybFaDLPsdCJ7bOUGouPlNDvca",
-	"ggrFGvy4vS2ly+1DUHeJAajzABSDXRXCmm9xQZZNWxdUboHK+akw2Majup2D36zkizwlebMy6Og+XiqC",
-	"7p/0jcQwe6uttZLmDdeXJjfD2Yfl1k7rsTwNpbIkFw2Lt9vtsvTy1gU39yLoP/COrHl963ls6h7/ji6m",
-	"x2TRD1fnN2CFBd9bgnAu7UPjoWmOlEUUynLILEbHlj5g2KwXS4umkTkFxJIKhEqtJSGffyWOpyT3U17/",
-	"Luad1aSbe+wkSxNXos+D4usfPe32ur1u/+LZycnxYWtDpNqYaQSjwHz2UgJdSyeq46N+KZaMOojcuGV+",
-	"0e4pPrmVp7DnOGTC62I4iFrmwZXdPzhlcbd42B2SFv0tWAq/iaggv8mhVefwURYTvqseV8mQ3FX72CnP",
-	"6CEpkzuVnc/TOR1yiGu5tOhrcbPxVO5FbsDz/YiSg7xl4jqSZfZD4ym3SbyQ04tQxDGrDyD6UEjJNfEN",
-	"LoTKVmS1IVRdcuVCqRyQVJpCeSiex1hZ6bs56nEpPNha7p8ocC8GpRggIkeE5o8EFqTs6t2rvAZdc9RP",
-	"0KIz3hBQuWX0lnv+IUFDD41eaAzH/AUEeucG2y279aEh/nWVCjZwB+4WtF1fU6Autrl5uRAne7fFWol5",
-	"XpSkXWupcWXUGzHgK0aAtU7InXbhvnaNjIB2bcG2yoLKJpW16ur8n5uRYH1JmNpzLJnR+WB5ZBX77N5h",
-	"KbYuWu9++ZBDfm3lVzFSVKP0dNc/xCbV4UbNLUkbu1TbqluajTQZb+maig6vqTL8E7ZAtMSSnzlkOa5C",
-	"QJgNE6KKjPkdVipdog23KcXFY3anjs16+7UBk4WtWncnFk3mAwmsqOzWJ2iVKnbWrHcdV6gvOVEtFdFf",
-	"KhXh5b9VUoJ1NOtYFDgzOq1ngPTMIFH9S5WXqKmDjFlSjImVne9YlAKH+gVqUiwJ/tWtWhI04IEc5eLS",
-	"yBH+OF0BQwujChY3izTrIt/9x5+oHUXzhxhnV+DHrQSJUxnSee1zu/g+Vl2A23g2Nrsn1TLZbjrStffq",
-	"5hvXmCfoaH+5aCITwGOhrEXKGMmLPBIXQqjqEx6XD1C1cb/mh6oAUfo1Mdp2rxAP1B6ug0vAq19B/oqx",
-	"MvEjPlCu/qw3JFUhK+aCpTc1CmVN5UG/GAUoxHJemmOe9AgIRgnVZjSuIkiAgdATOLBmAloOBCCUmhHA",
-	"j1qSTJTma+GPNvDPLNfwrQk+uJMoyHi+o9qnbpvOkP1xu9jomlrBDRVwNrLw4Y3YbOOzYrffop9qWBTw",
-	"qT2DFUaY84P8OAVLLL3mWKxV6nESP6ZUVO1tY/Pdmht4Z3uW5/Xb7Mpeus/84X1+xPTdbfyTtQWRbhqs",
-	"Mt4E1mzMPkwu/j7vHmOPrfzkuPQu0KjN0iHEoXx0HnWM4tol3qxU0r0Vn50/i+OTp2esT09G8dlwyJ6N",
-	"+k/7o/758OzslD7rHbMzFg/7LDo7ieNnz87ikz49OotG56fRET1Hj9n+CrDvUqTbmmJXxwbvVAx982Lf",
-	"S1u/zyrktsj2A2qR769YWFOBsL0ZJ717Y9k30uQUAcNxlKVcL67NQC3wHKMpS68yPamR54WXRdgO52N9",
-	"889//E94kJsusci6yzcH4ygZSqmVTukM63WExKIRXL171bU5fKDdYMflSkgFt/z5w+vrOktmfU0VMp9I",
-	"xRzuOfHk9krlFMx/9Et2cTUQntjWJc8nLLqFSig2/tlGSaF0B+KOzb6fUBGrCb1lpapD00xnNDHDv7+H",
-	"RJaRrDEA4wh+tCuHVEniLIUyTWj41ZKkbCo1I/i06pJ3DkoSZCxDoFTLFIp/mBENBNSLkImR2IStgY/r",
-	"XGyk6rr2iA/cjw/XL68aiDZOyzxwsNNqA2T7AqqCdGYySQYifPf2+gM5vOtjgSsVBiRlgs3dasCAcnEe",
-	"p4w1GgocxYEYiJewS9NMU0jbs5trhE4znBETEZSQKopOBCBwh8A2OmDnDwMAHkX11Ra2AshPKkgmLEa/",
-	"LXdCU0YiSyPDRaVuAcKVKDq1lf2xJg3UPEq5Zgqs+5ombCDgi5SMmRnLSe88xAk7QHcocBUWdVdCb66l",
-	"JCbIahKujk8kp27psEJIQmFSLmKFtMM/5WloBwEZMqj4MhCujB84BASJEhndKjJnJJa2Zh9Q1kWRBeAm",
-	"b1u2m5GmhiDNIoW+udFO63//pqQISdtVdjuolHKzldvgPCU8YvZ64LEh0xGHLP+rGY0mrHPU9UvKFt8Z",
-	"NpdNpzRdtC5aL7wTBfvn8FHKJ4vIO5ZCHTHwKBZUisObfnh93fXcpZXTi5Wx8huz1ev2cRxyxgSd8dZF",
-	"6xi+ClozqifAdg8njCZ68jvIoXX14a9gPxU56vVK2a8yYkoRxdI7hpXPuuSFK3WjZWYLHjqKNKNGNsGl",
-	"eGUkoB+Z/gm69srMwIiOej2vyjIIZFVz8cVnZN9rAWhtD/f3S/bRD94kjBqd8DvWtQBImEdW33I+1ENX",
-	"LdC/z1oXv370t/2d7cG0LphSEC4xBhFRzhTiYh1C1ZdNN8ACEfkVSqBKvqEu5Cc4d5gUXg+WIBDyYcgF",
-	"TRcDgcWMkJmZh16/uv7w8o1fysJQ55zesk42gyXKZpfktHdMoIjOnCt72yzt6ntGY24n+xU21nS/gJ08",
-	"7R1/gf7ewJ1N48UlCYEdq5AouoBU8WhCYjZjImYictV69k9k+YKjsT+9Y0SndDTiUS253fUP6YyjUKQa",
-	"qe5npimUojeCxqW9sbFwKhTMQ6ML4Psvn20ju17N+Afs4hHJwHUCwnLDKbfCxu7Lni+06cWTX7zVtV98",
-	"RIxMXRf1IWdMkRBE0zAgoXPcm7/Rcx9e5jDgyQIrcKFZDxK5S6VutcX2UMyIRFD1Cd2L1goGdrSSARsY",
-	"xkGX5AuCNavQcBYxtKMhVDhVhJIJVZPuQFzV281RwJ7ShRXAHXmMbPHHqgEdhtUdCNO7EazyEQxlBnUo",
-	"7RWO32OiNJSUIm3THNaoOriw7A1WMi+jNJVYgWYg8LEnirRxfHw6SzhTOe45TBLX+gAth1zbukdYKI5i",
-	"xR5qsd6gOfLPf/x/hOuB4GLCUq6V99sTWzZpgXw5XHY/ha4mEbjYsFOqbt3lT7HPgbDNADMfFRX0TnrH",
-	"JKyr1xXW8d7nsBfuSBTFYf8s48UGJ86zbFhhJuLEiy/BhYcQPPflRxsvsf6glsfmjC33ZU1Tpxm7X+IW",
-	"/b1xCxxEnK/QKoYReKfDEQvU7QOuCNzkBBnZhpzEPH+81fMP5FY4WxdC4yqeLXGspSvh8LPD87lHPpaw",
-	"OvClV1CEdoYFUQ1BU+0tlpKIl2Izd/G856FGRsGKslTxO5Yslq8PhG73CHlGUzplGjziv35uQaqXkWAL",
-	"uTuHIKrSk0+g60yeH7/ATdVEdFbtx6V6skRpJ1+ScnD9N6YcqwMfuhhbsFrV3oIvRexIIoFqNTnmruGy",
-	"gLyXF3c2hw8VXXseLZCStTjYehkjLmgyEKXqgqYtYLRWcIZ2pXCtBk47lmls9F7DmS8AsUNnyLDNj14t",
-	"Z3QpgS7tlRUGpxRNpHBVLyf0jpGx1IG1RuGYQtI+6vUA2iR0Baa75K1gA2Hn/sQyfZp4tUJHIxah9A7i",
-	"tuqS53nXRgxL+Z09czSvQqnlmJmHB8KIaUat1+bUCawamlKhKEr27XEqs5mZzJTrg0tcIAQfcis/YiLi",
-	"YtwlV5pMpdLktNcjM9N2RJPk0vRpL2lXjhQECjpipA3NeSvFFclLyeqD2pvLUs5V4f7Z+e4qOv5mzO4+",
-	"lqHKIltU+n6L29Ouz89ULLa6O/fHv8pDsAbzGl72VriChwAiU+xG3bHb8RrtP+q1e9Lf7vnTL3KtF7rf",
-	"55Jl+teP9yVl8Ac0TEItcseZHQ8wx9Rj5DYTepmRfy7OzP1hXqC+ma2/wLqfqlRTuG1u5oBY4oO6kDbo",
-	"DMuDGg5tLbcHJXY9kXPw49vinlxfkBDDv4yulKWJBbOyMWChC3Hrkr85a6NdYhKOjDJuS+Xb8qkDwVWp",
-	"/vcT5Hjhu1/QCOzCBD/n8Wf3IfHMzgFeBbh6B5eW26vjcCA4GJ4pmaXMRmWYRkHJceVZE/BgYaVesBZk",
-	"08IOjqr1RCaxG/VARCmLsayPAvXNjNTZq2uGeohcPeySN7b6O5TuBY5Wx3rfzpi4snuGkaDL8lYdmRaP",
-	"uEy+Vy8gLXDNw2DstpLQxwexeXjSxYrVVNO1kmHKZjLVXfulmtCj07N9FPwMWoaMb4YLbZht/+j4ZGN2",
-	"btYc1/orKULlkN8GibRcXHdHVn2y5fPnj8qqH5f1mm0tscDyCm7NeTeUp/0q5pYXORnDMEy0Ooakjb8B",
-	"AkA3LyceomSap8qFA9Gm0a2Q84TFYxAxXUVxBK/rFkX/9UVFDAS+6MR0iWvhampMqB4IV+EcoOqdqE9S",
-	"prPUBn3JlI9tKXNzG1wSastMA+69bZorctI7H4jQtp6XVA+7JASN4AaFbxVC1gpnpVV6okhClS6XJPc8",
-	"ZijjXhDk5nllzTxiGgxmbaoIH6EWoCUJD/MeYVr5IkWLzl/ZYiDCQdbrHUfF/sJndoFfV4Bg8LfwgAzZ",
-	"SKastMVMxGoDGfr74OI5XAVCUlgUuE4mcp8GxH4rRcdYZCn3Tlg7mUvnxArulm8W0rYtm7K1oP2VhexV",
-	"AvaHEiEDtaOL99sUph/5Bvgmhe+C723N8/Mwg2am/7O8s/wMhLrCCK0lEXKOpUjAmo6Q6GhEcd7xwAqZ",
-	"M8MBPb4yEBYHyIXJ2LfzvHzi8vK75JU1rCPKadglzkUZQoAAaSN39mIGDgrPJQ6Ho8VdirEReFkS17G0",
-	"PELr6/C0RzrkpSix+vPtNhYx7OlIsxRDUmjS/fep3fephdL4oCDDum99ZhM5XqEcX81mANmNFXkJ1cSo",
-	"DCSUo5FiOrS1T3zZRI675MpIRSlnRkvMxC1po2wF7wRWSgGXHkKPR2ymIVQsYkZkGtOZzZ51VXYw15wr",
-	"Ok4ZU1aCMud13MFGO1OupkYSCgcij9rBIAHTMDzjhCRrx+yS13KMPuGIzmYIgewmclFwmMiMRrCB0Gkm",
-	"8MiQKXUJDM7rKGIyylI9YSn4KgG0OJXQbDu0b0L8VJqxsNaKiCttxvR9CD8I64i4x1DjKaICpwWr3bro",
-	"bSy3vJbj54ZOvrTA8lqOcdURVLGRn8lxhZsBycOb36Ri+bgMB5fM3NeFpIAHf2veY7WOZvbzDtUXLCuA",
-	"qo4c5dUJXIUup1wsOwsuiI3mzd9pAwaDjTvAstrqALgAF2NA8TPfymw8sWABguospQm5ZQsVoD8jb8y8",
-	"VpQoH4i8RrlZnRma7bCtdvjjS7R6QVTq4WdboSRfA2AKAxFWVK8Qvep4Irrk/bLGessWRaAifDOU8YK0",
-	"zYbTFKIT0AXkAk3lCPwkERVS8Igm5C/Xb98cNOixuTINMZgBcn+otbPQLLDMFm2ZpBi77rxnM4BstxwP",
-	"vVqJkt4BQlEqr/0WEMVdZbgRT5W2sZ1QAgbDTzEApDxrKnBLYNLmYjg6IiH3FvGWLTopM9pWeImRFkUD",
-	"EBBoFgM6dCHKyNd5kpAhM0ttA+1YnF88fvtcdEYJH090OBBt0OYI1wfmDjT3shunEU19Y2Zxh3mhqeTa",
-	"KtIEFWkgsIHIBP97xvzrCWRUEjq9u4OPd2CSNjTDdW6mjvX8GVKYS622gbuAUGRt0jaU98PrzrULAEH7",
-	"o7dfVFnLgpBzb8sGAjYAMDBS2Hvnimyipbo78DobTrl+b7nCF7sG1z/93p5A73T+lS0edoH6GMlVSCWo",
-	"guIQlXIsgFYBnIwvmJFv/moZS0nOmOiYze0cHbXydpEjlnGOEL06Bzm6/qmI2WzGbt7sBvbxrb/w5Y9d",
-	"X0W3Tdc+XDdPVJVuIX6toGoIbxM51UOlMQ//oIYllofosk7MdOuzTbxzuoOaxrw2vJNdbmktpgMs0b+a",
-	"dWZb+/zJ0dF3rEdeG6GO+kIWcOGAaAoBUgyDOnwz8tbyHigLm9iG3D2H5WgQKg9cpaFFywt9WQgvpAlN",
-	"pwlTajki69p0+y9thfm33WXv5+Vnmt4akQ5oMydYCqk/wiGtNxyOLOa6w+7MMBpD2DFHyeYLdTATDeOk",
-	"MUTRjpNAM6TNRCqTBIV0a2wLSJHfHziXw0B4GWn5ty5KzQZOkZT9hp6Kg8BIkkYoBhG5S95I03XKNETC",
-	"gRZM01qXDoTRm5m+xInWB0L+PWPpovB3o9rW8uUHL3G2X5s4W98SOmNctv++mssLKD6oMRCbW7XBnStR",
-	"1tbyn+eYE7sJp+JTrh+XSRWb35TgcIVKshwhFe8vzQFOmG10RfCnn5x5CKem+XJ6a8i9iKMpdG5XRbt0",
-	"rqzrswjRvyCUPL9+X9bOQKEdCPPJT8N1qQUuKPkSFakkBmkTQx1d3HJRXtGZgbly+jOcbOhvnNKIuRpv",
-	"M6My1B5ZsCU/91BLt1VvNhW9BZt/JSflK6UyFvtzbLg/K5vyRWLmT47OvznPQgFm80SVEG2b7ze8i9Yc",
-	"JXeG0DKynC194UMFKeZiRaRA9kiKC88G6ANOkM3lJmOp0WnnpePYBBbvGN6yhTmiYybMaywmiYwgfwl0",
-	"PPMruBsHImHUiaY2cg5tUTZWFMLm1MQo0wm/Y3Fdbr0NqcNcoYEowveeXwXg+SwF2nnZ3kW+kS2eYkRf",
-	"vLWLNbCmIpd3BRUQZZZGUMY/ZUp5Hg14yAaye6sIsjYWOcZX0Jx2PhDtUEvZmVKx6Fh2oEKbchy+Zzpd",
-	"dK5GGpLBCm6EnaRsxJOklte8RCJ5HA6DjX/rLKbuWH2ZOIijb1vyLrEh3MsCb8KmuueMoJrhUeVGI54w",
-	"dfjZ/OOygmoF7pPeSV52PE9lYJ+MOOGCCuAgTukCflKMWdjrpSTiHzgYUbZTNM1LRst8TJEMBtZAjWaB",
-	"vka+zo9MQ1VXwFV2iUO+0AYoXE3beeitS+22XuuU0Snybgh3tYzLgbqi/B4GxTcfFjNnEX/PZmnnBR8z",
-	"CAxxAd9QsdFcN1RrGk3QKpi//oKrmVSAwRQeBERREQ/lJ3AEu0euLal33smER4sL91CIseT20lGCj0bO",
-	"6xFjlHpcCkkHTwVL78B5niwIHxEXxA1eaNQqiJBkmMq5YilU7h6I9l+u374JyJsX+O8soVwQzT5p6P75",
-	"9X/ZNYomNFVM/0emR51nYUDGv/NZQOA/mqYBeffih4C8e/NjQP7y7uWPAfnx1Q/BQPyNDd8Bbt/Cusva",
-	"P334+XVArv/rx4D8P+avv9A7eg17FJB//uN/Drx5UFVGvJCRZrqjYBPDhpx9Q9V2aR/x1P3p8E8NVlNE",
-	"JahR2BrP2ROFtFixFnvkVg846PnwQPWwtIBAIKfHvQNbGDhUE2oe/I+LIVXs7OQi7JbUzaWBfvlj/0LO",
-	"BQQY49lvPvAbBJWBpFrJzQPDTECwhpAqi7GhD9GJR70NrB/yeg4I12ogcmyxBaHxnbmhFTquCNSmzt14",
-	"KAOymChm6EqzZHFBQkTBCYOBCKtl4gDLKbQuv6tcxIV0VN/4KW3ImfmcEj2XK6PM/uYqAz6GPNUAN/eF",
-	"Basm5LOGRC6LQGRk4TJN/DuV64tpjzRJ0Cmcnz0LS7VZUlcBYVd/8P9GuVZQT1KScE65LqALjIZnXveg",
-	"wPw8LaqIklLATa7hQW2tJ6DtKRZDCQcbY0DMgUTWUsSCmv4woN2cYspBzQS4o4lMYggRdUA3AClmg7+7",
-	"BF0tgiwHe2hJpvTWghSZliAnFSDMZowupSzcssVA+IEbFjKLJ0nHwnDly600o7HZC2snUqRNbXZsOKWf",
-	"EOzUBfRNjeAiB4ISw6acmmuxU3RKQRuHNc01Pp66vtDihWKLA7WDKBkL8EEHYkIVOJlYwUkdboFEXyqj",
-	"mkQUMOVs7yW3K1ryLrCB1HpW7c756F2UjFKmJtaHhEmxYZDjBqFEn4ec5PBfkHYRI09GUC+z5O1SULDz",
-	"QBGKWwVzswqEKi8ZZDwbijL95ihzFnbEhVDiCwuZkbGsjY64ioDRvsYzsa2g89Ymne8zhGEdhmjQUglj",
-	"M0DayGkMsNmX4Ylb/VYdcGYrZZA/E7EOMofDngUB84976+Joi3BDRPL8KleY7Xt1goQ9RxaXlrRnUik+",
-	"TIzaKdjBH+KuOumf/qEsFqvvwtc5EB6ELDoUPaZWXH0+ApFaAa9WC3GEfK0Cje49Vw96VUJq35rBfFO+",
-	"J38q671PpbX+IudrH04uWdmuHCyt9H0zqpcNaoPEdwvtZQnH2eVLKFhAWt0G3CZ/vfeA3XQVTVlrS3gm",
-	"fwhfKTO5tAo1FGchnL5JDr43vCZZJoUmqqxjc4efK+jsX8RaW6HdLcUq7+XHtt6uI69qSYodo36+vPV3",
-	"z0RziDH+zZcm/ExG4HAbLiBHQAUkZnGGW4N+ujaifgiZTmnCf2cxgbDagy5544fE1Ae+4AgeSk3fW8SH",
-	"mfX66xa353ugTgwmqdZTshPw6BQoaHP6tHknjQSKZTk3oFAYSEBcZDfh8YEF8JrIOcLoqLxia16s1SjN",
-	"mxCxHca/GhV75VVXkrHdxe+YjnW+wTsSsoU7XxPEaC3cfrEnXbmqHOwcS/iYDxPrf6OALqukCC+8n4KB",
-	"CC3gYBiQMOZg44O/sYspE/rG/1qORgkXLCRtKwo0VbsaiLzcFUKLUH0T0RmNuF6ETUGOPrlbLKTvRozw",
-	"qnU0oTW4XbN73f12yNeB7RtSmU8APRANgoblaXqLuV2uilNZ0d6eyA8/52WEVkKLvilqLygtZy6Ir+t8",
-	"Qv+B/qAQg4zsygRgGciDeovA3QMLYGNxHKsXUblUIHE46e7E6QIfeUpv0Q3G0QJh7dxgHmeJYvMJS1mu",
-	"+WHSWDbzcjwv8wnEKTW6YjuVmeaCEXNG3bk7MM0izvDU1pmoOze/CHwl91o99g2DHW32LBZgRN98qymG",
-	"1xZMa4gGPq2LBn5k0cvuwOqDjBHiQs7zUi3fYmrAgyFgp9Ici8LrVEy+lhMErVnW4HK3R2nq6suQmmOI",
-	"rhAIoDMrK0WXvGcd7BNRqGYpu+MyU8liIDKR89QZ5SlJWQeL0SmjoXoIVZCveSWKEoAFcjm2ADEWrgyP",
-	"xIgLX/8jqxDQB8JrSMtm6HN0W6DrJq/dWDEoQuHDgMypGghnt7aw6PkeYFnDdg5VWMNXD+HdGiYcHgRE",
-	"pgUG14Qqz3fuUFztPjl93/n6TnonpYrBkCQOkBLWcDAQYDmA9SoohdClpU+BsGK4YIaG8dnsb1ic4WL5",
-	"jYFoAwz6SKZDHsdMNIA/fC1m+K2wpD8iF7qyZ7R0QpssHUtSCUriTYL1euXtGt5foqVqmAQUXOCqytGg",
-	"9y75AXFYcpq2TtrKNMqHyVrhIMH9xIyt7vZcrsK4OdD5d6ZOmo1Yr0zign8vqqSyxFVVG5tcDWgdhih5",
-	"wzpdVAVE4LAY4yrkiFj/cZf8RQ6xhpbZdJtv6sBXLOID+v4H4jc5tDewITlXUq9wxiPkD96+5Dc5BMQJ",
-	"SGA3PJpolk4LFLq8VsJAzOgCEXxtzQwY2hNFuJhlmjCRcmghTwPCBLGiJBHaiDAqw8zZdAv2nIFQkoxo",
-	"au4vRPiDYeXHB5QG99pl0QDiMDlYTaPXGgXVAWSauQ4ERsCZ5my5nsZCG4Yqv4kYgp0r1xbBBrnbyC9r",
-	"j3K7FetmMtXmyaOj4FkvODk5/nhfZPZ51e/NS/Zrrwx+0LLockW4wVnPTNruOVTElBFNJob4ty0rYnbi",
-	"K0UjABHUsSVBGE0TDlA3iIlShpipBC7lxw6uEkOt+4ZBMGPcp6euaebWQ3fpocKUGczfM5Z9ox68rfOv",
-	"t8QreODFAVn49gZotjjCx8PP5p+V/j+IwTWMbsqxVqIz9RQp7zWuvp24nnnpsWXlJnr8YLn/d+PK8y54",
-	"syPgeLBXojM8bbz5h2j6ag7/fI6msfyOfKLybFw4r23qsvFdZixVWKYGblnMtoisbCIkmcqUwZC7A4Ft",
-	"J6i+O4hmnJ3DbjIfCvTmSwc1DdGZcx6xEipF3U0Mz3+3NOlhedlb4g8BM/HQQAjY1A34HNZ/fZiK59rY",
-	"Xc2zLfxb1dvPicHl3ETdcwv/ZSSJr6EiFsRZnAH33Waqoi2RDDQH2EG5Bgnp28DjIdU5kfqCUBKlUhD2",
-	"aZZizQLSHvE7RkacJbEKjHZEkwzkVC5IaGT6m9+lsFUEDJP/xGISOg+gl0oAKEQwAMgXass0N/YedAfi",
-	"VS4rmoE4jdFGlAOPFHJ+aQ7MBK4Ta8OEhOwRT7Ge9ZDGOFI8Tr2BCIc0dgnXIRF06sL+4bFVqh2u20Pi",
-	"8GJm7jXcks8OHM5yNPinFO3dqIAt61Ir1KZCJRN8PDFKv+1wZxVRc7NmGKmuo8lNNjP8CLFXDK2YlsgR",
-	"+ZP5v+kH4YbNTG8BRi8nESNwZqmcscM/szThAgl+KyUP9+QrBSbmJNGs8gSE6rzYcv8PoeDsKaQxZ0QN",
-	"nKx6oxsBFv9cqcGgGGVZHNUIymqlV7sPXbLHMEePLWwra+KLjy9vNhOpv1jfky60knAavI7XmCsFvrOJ",
-	"THLpmlCn6WATTxQR7FNOLJe5zcZ+gfjEt2yGyCfOOmhunADvTgASM9epAzT2C65zTSI6ZXDTdcnfnC0V",
-	"eWpeslkjgNGn4u4zq5RBdUxMvXI35WVRex0tqkzEAByegNGTLlSXvKMYeMDVQISHM5opFgZYU7L51vsF",
-	"Unz3R95f8crc4XL07ji80Y79K20fN1h5fb+aqXIz5uA4qWDznIv++y5rgdU18i+zJ4oUFEva1F+xg51u",
-	"ukOQZRvvu9dGrLdsAmRjm70JXzgDMhhsSDu0n8OgMDynmchh+I3gbaMNQiOrzaBGGMaBLS5IOOVK2dA/",
-	"lOnMn2C6vRllSWI+QfEmFP25sj/GIRmyCRcxoQOB7ieeJDbKqin8z1HmDzD7h3Cf71TbNRPfJFqWkQlX",
-	"WqaLP6LOe+UfLDvP3U6RuUxXCo1w24aRzIQO4fQoh91VXKpSMNLOA5IQ6B6u0/gg8EpVW9FyIODokrbh",
-	"nHAeoQzTb1xrKBI6YnOWFu7UnNeCS1JJKVi67nS8MbN64OGosy7BMpRsSvlG9nuQdcyn2RTgOc1HLuzH",
-	"3NZk1P0xYFx/ibNynUi9Kto2l6RUYMW5wgT4Bz80MHVDh0bEbDQbrTk8QOPNDoM3Mr9/mCodC3MDTqnI",
-	"aEIKxm80roNCKl026i+RvHmU/WE0rcAuzh8xOgt26qHKPVRvma4guFeO1uiYcoF8mpfNhZ6FEJk5mDsB",
-	"pDXOS5RAFRRLqYgpMQKMjfem/w1pE579IxEnRs3+QSOYzV4R6vb8gVSaiWYSvUbDesWy4KzsaCeweQRt",
-	"nfLxmKUkRFYZHjgOYR5FrBZDs1Qjgh1ECdsabjMIp7/Mw4yR1mnKSCbQmOBqoNci40CyBIK5SjEQt2yB",
-	"yCk5sA/41w6CCkKOM534IDm22A+oE3DftDFSxa++tFTB6ODSIe4gDCuka8gpQ5M+S2xJn6OjgWgqP1SL",
-	"uJyJvRzI4GGxW19AQ9hLnNGUxgwdmWn2HcQYrZ79h1ypZQLKRonqISzrS//S0UPvM+G7BAXWJGpmhRZq",
-	"aAPfujUxRKBaG3WVC3R1Q1FHnmhIeqvNj7XRLLv53mGE367fvbZugUbg7w3zaKm6zUsQNVVVULfLJRrW",
-	"NfrBvPDdBQeYkW9gJgGq+KMGBVTjvxzU5/pggDhLcyQ/RG8XlVynFbJDUUFvIPyXlsQFuHTqZAYM/yzs",
-	"lFuIDJV6hSTmI0A0037Nwu2kBlwWQ1DfeQg3xtibNvJQ7aJe/oQliTSUh16T1gWCynluh5t1AHSGsgoe",
-	"g+4YwdIb2+KWTnyz4F/J/QF7vfdIbbM037oU1TTzbxlLaWtZ6pErze0rEEIjx2kAaq5Utm0Uvv4GNo2c",
-	"q84Bw1VLMrTIh3FAQmvHvrHwD0TRhbK+HSFvXP7sDWbNASIEHukbIfVNDtccA+JDFcIA0o0Ktv5EkdAy",
-	"oi42EhpRHJKAbKsqJAUa9EEAY5Ai4YLlIyBh8cRNXo08IGFChywpvjEDGgh8OcBWEy9HFp5WBJ4tjRCb",
-	"USxhkZZpeABT5qJYhJtM0DvKEwroGW2veIockcqjPIa6wkUickAcXEYwEDYx3Kj0FjjjwE4vMpNzDjQn",
-	"dMc3CdUsRVRrKIB7M6TRrRyNmvDad7q4zEuPbXoyfbxgmvKkSV9Djvm9xJ/g+XKx+A4lYuMTfEhTzUc0",
-	"WoFU9ANPGIR8TLm2Od9ULAoI81FOxAGRSbwOcIiq26u8z2+RQsx8V/lvoDrF14NIceyi2BDqLeeGu74u",
-	"6+Kq8DIaqUOni45Dv87TMDETgsUF+smVK5Uo0zwpAx6fYtVPmSPlJ1yMQzQUOobNqBHEOWDiY3THJw0Z",
-	"/6RtgXyk8GB8iIvhPcDAp/yuGTLEhg7zAYYenrcFTSnq/SqIDtAWtNyVcmtMDnGzh+QQ8+HhySHfNKtc",
-	"xST/nRyyMjlkK0nqMJFjtTIkIJFjrN8iR5gp7erE2wISzOHWh/aXEEu4a1fxAhxTUNw/lKORYtrc3aBR",
-	"hyOZJHL+H1jH3yFtWKmtXQe9fwD6uWBzLEIzz8U92/dA8AK5SMS5nu1B8msAI+IKTOwIxO9OqZsaAu8/",
-	"l8LFzOI41UDQlGExNVsI7erdKxsl27bbR04w9cv86hDqUwZH4RLD8hkHNCnt13gbiJOj85qyZyuknNdm",
-	"43Y9vsES47VTx6rcTXY/mhc6LiETYdzDUf/k6cmz47OTp2uCIRoMdkgc9fEWfrhFbT+9zfvBzazvZ0QT",
-	"xfKmhlImDBLVGpoq4cTXNnjkj/yst2bEj1rXWY4/sE+10sVrd8TzWB/ci+5uxvvzL+vNhDo/VjhxJziR",
-	"481ZoC1HvpILzliqsNALPo3FzJmyBWbTBrmUWyAKgCZ1dZwBp8FcXCJi7sCRazQf5eHShtPQREnCxRhK",
-	"+xjBQzroB0x7RYzIhugotCjhzB7AJr4nMzhO989mZ9Zbw8v7+D0oXu/MyPUkldl4UpC8hYkqT2cb4tfp",
-	"Yl3dfOrAQG4cpgmq5J6oizIwjW7h0rZSfFiulJJf0sMsHjONcrizMeZAg0rThbWS5F5K8hbuTHAS4dko",
-	"BGEhdQdmAeaJ+trDOl18t+JukOtEEOjzb1nXbiihJGY07iRMa4D6kamnHK6WgrNZImmsDj/jH86m2IjU",
-	"F45UCNTNRPxEEXzL4vJgNSLncMFygggEEHOzexhTNYH0S0GmbCrTxSUGsCQA6Qjc3JXfm2ZKezY6hemm",
-	"XfJWMNctpKUW3yc+Fp5RSI1ePGOAhlu0EOTxXqqoL5c4OdnWFPee9zTSmqwYMw5nTdn6UOHrW+XE+KUa",
-	"d6iUuM6ZctKQKRXD4tyxlI/4zv6Axz1J29r3H7caDW4tILta6nDlKEl7hHcVHbODFbVpak7mIZqcmi+p",
-	"/8INsoFmFjZx+BuD3hX/nfknLMhRObQ1qsGvCRe3YAZCBOmBAHOsh5h5QShBUd+awMhSdTQoc0uuyJQr",
-	"ZW1YhUcWBwQKamprbLfhEsOJdgozvrlZiy9NS7Z4q388pzS9ZfEqLC4YpDukuDEPPapfoXRwYW7cuYjw",
-	"l7mcNj0iuC8QlwOL6xlSVxyLdWjoYE9B14/NY2qvwCInBRR5sAT0DPpJAZ+pGqFevUpQxQWkmvBbuRoU",
-	"4LQyhahjC+dqUWBtzb6iqtS8rjpCgaAa26FDsWQYe5MutCt0+jel3azGUy8UmzKY+rdfa2qeb04tePKa",
-	"4B1nWffrbxYF3BkUeAd6AWq98K3x+KNyXqyBaIfv3l4jgDD+Zvkugi/6pfQLS4m18T1R5PlVl7xNydCI",
-	"HWQhsxQI+N1fX10MRMrGXGkLbhwl3AzIb07IOWmH3jc3Mza1Opb35YiLMUtnKRca0gsHAvyj1nCYD74O",
-	"/dhrJnTgz434zfkV6c60nAv0wC0dbsiM9MovGMEWKnRX8Y1dk7OEaiO0ubbRBFvtJ6wE/pgxQw0iBHqu",
-	"BDZCDwdkSgUdl7gRbF/MIh4zFZh2EQQahGHDaoxWWY7bUj4GNtfNIVI7FkX2Ypum9NNNlBuZvQqWLiQS",
-	"TUIdlnX6rcCeikq40bZxRjjqrwQVYuNq7MqtwguxZoPGc0zaagLXg4i+1aqVX9j74+JoHIh6zIQ24sgK",
-	"GOiG4hOPXRNtRyjyLwMs3kybBWD/9xOkMXdLXXuzGm2j5mq16BuGCQUktIlQYYClnKv8yhach9CikLSn",
-	"LB2z+IKEIkuS0GLaK0LNRTVkyUGXvIBgIADngKr0oihpYv35y8VAvGImZMJSdkCgDkhV+rPe8mCpGkpU",
-	"YDlOuwQqOKB7HQaF8e9GZS0Jwk8U6oAEA6MUZiTjs86S73KXbAgVFm8O8iylvFQ/xJg144s8+EQEy3Fw",
-	"VJMJnc2YgPi3qoxfDUzgKo/SavT9QRP1Xq4W7FQryCM4bZxHYH/42FCwZMeL09KkdddtCTayww34pdhL",
-	"BgOMy2zmXxpbBLdsNSdrvs18obfZevRnbg52WbxvL0vxB662mD0yVhh2dltPNO+SH4EvmYffvfyZtGdQ",
-	"aDyF6H2vcD2493x4JJWBjQihYycsusWvzRJgzTAwTJV6+uBD0PszQO7qysu7UKla5wiqJkiaz70Ve+AN",
-	"vc3h3tS/h0P1BvlNnmNLIXl0pLnj/F37Q8SVf2mPj1WgvcJLy3r0tvyhUCs6IL42MwlIpStqAlFNzGUP",
-	"u3vLFs6eha4ebJXFXXKdKylNxa1f5iP4AAPYp1S8P8WtOsomb6X5sfsdXCuvlMrMrWIOZqOOuS0xoWmh",
-	"OZzZ6kmVmlVVA2c85QJMIkv2je4K0+aP2Pe3rFPBEFfFN+cLgwv5R4RewETFSpE35fM0JApUb5wNajdC",
-	"rC943lRZ0mwAWuMZVCATkiTS3Figycs0L+aWb1Rez8Y3ytvgp1yrGAhX1sxloNMpIzqlQhl9QorLQkey",
-	"ZjrQnnzdRRdDe1Kj9CGcZBs1DiOV2T06qBd27uQt8wjyYUrX3qunlctDftzEUf03ridxSufij3hg3OQI",
-	"RRLYtsJiM49tsiHD0VuyPsMp0BND0L7DwZ1QW+OQJSOUyGGshCZSMGfcsAjdF1VyhrEAJJRzj6nSIVOS",
-	"DKWeVDhGZBZNVCs6LlvbTD/7sC58QyWG/cPbcJPA8v4h7w+mXY2ysheGlusBbntjYFreaul3LGWMAa2i",
-	"xMFLLjVzdWB0kUOkn8qUBXhNVGxQzJwgPRBgQhsuLIoP1tEG6D1zKMeUC6XR9ujeLKIhXNkXiAhcLjkc",
-	"YJSVyyCagbcPAmvBU2jDezB8Fx1pLtHZC9IALe6kdzwQIU6yUxQIZ3fMrAehxFb5Anc3xl5hSNW6S+hL",
-	"KtmeBc1WGL5oGeUlYfSWxZt7knD836Tm7fJLSxa0bxyNy4x4zcmtxpcMGU1ZepXpiYsvsS9VD+57mWmm",
-	"iI1/gPSagNBMT5jQoDGDs3VZke56OQ52wZdszB+YoBge4k6/Yumddb+WryuusUBS7iXu1mPJqDpTdsmh",
-	"xZkK7Mn3hqu86xhjVqrjr2v5hYf7kbfqh8HYr/KaXx6yTF17EAaa8UR3zJWOIGfRhCmdUi2tvOyVb/Ri",
-	"+BFhjIy4iL1+sKzPcj9QfhVfB+YH1UOgMCWhAHCpYVptKFki0yJjsUA85mkBAOX156COavKDXKKTV4Uy",
-	"izlkWvhLA4/UvP8To4mNdE0ZjblgSgV5SXiPIgFUuyCOmWrdf7z//wMAAP//",
+	"7L2Ncts4lj/6Kijdf1Xk+VOy/JnYrq1dTzrdnZl0khu7d+5/W7kmRIIS2hSgIUAr6lSq9iHuM+yDzZPc",
+	"wjkACVKkvmzna2a3ajq2SRAfB+f7/M7HTiSnMymY0Kpz/rEzoxmdMs0y+Oky0vyOvZUpjxbm55ipKOMz",
+	"zaXonHf+NqGaTOhsxoQiWhI9YWQus1uWPVGEwquEas2mM61IIjOiJ1wRmY2p4H9QM0i/E3S4GervOcsW",
+	"naAj6JR1zjv4cifoqGjCphQ/ndA81Z3zTkRFxNJO0GEin3bOfyt/EWeUi877oKMXMzOM0hkX486nT0Hn",
+	"Eufx8gczFnxyRvXE+yL+/YbHnaCTsb/nPGNx51xnOfNnkchsSs0k8hyeXP7Q8zxTMlverOsJI6FgH/RN",
+	"BE+ERCawY7OM3XGZKzKjY9a2IfhOZUOm9MMrJsZ60jk/HAyapvIjT1nrghOesvuv9hWjil3LWyaaV5ya",
+	"vxNtHoDF2m0mc6rIOKNCs5jMuZ6QLjc0wkTExRif3yv2YsJozLJy6vDRHn511fS9HTo4fBZ0plwUP582",
+	"roZPuS72q3YEKfyxkSRPBoH5GJ8aejwxhzHlAn86KL7DhWZjlsGH3sAe0fRlzKYzqZmIFn9lDTfsF3rL",
+	"FGycWSVTmiiamP0kGZsxqvvkUpOpVJocnpyQaEIzGpm727p13gd75ottBHVyUt2upt16413kVjLzb/v9",
+	"ye2dffe++3ZBYpYZ9sQ1STI5rdAmFTFR5jURMSLy6YhlD7DPG5HpRvt+FdH2/VYRfYB9voomLM5XcA9l",
+	"H3iAT7EoY+18WcGf7/+Za6puWz+iqbq9/yd+naWSxq0fyeHP9//M30DCtn4GBfB9P/PJvKxmUigGisDb",
+	"TI5SNjX/jKTQTACbpLNZyiO42/szfOJ//64kyILyW/8rY0nnvPN/7Zeaxj7+Ve27ceGL1Tt8SeyQpPvu",
+	"x+fk7Pjk6R7KCkqUpqOUkTCSMQv7sC12RNBaZrwQSewDnc5SBhPPGNUsvoF1Hw4OT3sHB73Ds+uDk/Oj",
+	"0/Ojw/8ylznunHcGB2dHyQE97I3i4+PeU3aS9EaD04PecXQSn7KnybPB2YEnmrmZaJxHcP/r/M4b7Wl0",
+	"zHpP4wPaO6MnB73T0VEyYIfRcXwwgLO6k7fmqBKaKjgrOTN7/1unGP39p8D8MGOZ5ngs/pK8Q42pZj3N",
+	"p2z5ZIMO+zDjGVNbvWMWspZogk5Klb7J1ZYTwn38uPyHpb3cYAozmjGhb0CDsO8sayVOH6Ga2B20qqlg",
+	"F0TkaYraqnlKFU8A6YVjqtmcLgiNp1yEfXKJjw2FYHcsI3ZzSUo1M/ouFQERMiMTqsicxywjeK5EZoQK",
+	"qScsqyjE9hWjDOFKgqEw8giow6hG1E4eyUUR89WF/R0vlhOQjBmVkd+xdNEfGjWpeed+c1sXdMy6gcQK",
+	"SiyOZCRlyqjolH/c6oAdKX/scM2mah1PgLt7Zd4xL9vRaJbRRQf5kmNqv3VgJUA/xVcC/1KUiymNAjn6",
+	"nUXaDO34xCuuYDXVu1XMdaNJFzxn7ZRhtMbpKMV0jWfFTFOewtcnUmmnisqIpuZn81rCM6VvFGPiwTgb",
+	"3OO1Iwpz+Cn/g8U3dzTNzcQODp/2B/1B/+A+nNDpy7NO0FkeeIkHelu06oD+cvXm9Ztir2ub9hh8cOvB",
+	"l/fzgXgi/qJhsLbPNN2yZUUeXnKDNEy/vsu1fWm9Ag9yHeEuLd3FoONZ4BssfPVdfWe+/7FD45ijOffW",
+	"m7EV49VFuJOoaTpmMGL+FhDWH/dJ6O56GJCQz8z/zmSmzX/zLDX/icyYidG9jP5jxJ7WLDOD/b+/0d4f",
+	"783/DHpnN733HwfB8dmn/9VEF8XxV10Jg/UmiL9JFTJo2Ss+FlOrM3rMjcIf1mhkTBhVr1BhH0y/KvVk",
+	"bwgaHR31nsbHrEeTk0HvaFQyxmXGU5n+ppccfVUpvIWesQZ6qLnOinfIaIGKSjShAp1Fhdvh8OD46fGz",
+	"o9Pjp573YbDsffB2tEm+78JfzNaiFXCTMWr1/8anHlSt8E5wE7vJp9llZuabTW6DgsoRr9El8LDqFG69",
+	"iuhFgMuUcMHVZCsz5Gx0aKj7KO6dseOkd0hLujRMlVHFbnytvm1UpWm2zgBSmupcmZ3Lo4ixGLbB2cfe",
+	"nJ7Rg4Pe09Fh1HsWH7HeQVLOqvMgl6u2cx93ovQsk9mNMRIbKRL/PGVK0XHzE5XDemglYencNv1AlgvB",
+	"xXg7Hdw7+y3eAVpYI2rxpK7w4U8etWywCfe4w9ynzOoFrhFPsZKGTa/szIqL/cLQypbS3hGe74deK12D",
+	"jkeQ3pvHgwYnv9kRnS0Mu6o4pO106ny2toMwvxVrfpPrSKJt7kItPldIKEcuWcinhtBLMdhVQUxuLDgL",
+	"cFMhPZuzWD28c17E8OiMZQqebfxqHnP94q5B6YislEWC6SNTN0QTaVlnWavNJHzDflrbcIRnjjhh2Lll",
+	"C5IyamSH5Q/Hh0FHRlGeZWv4sfVf47xGT+OD6JAes5PkdPD04BlcgGzM9BactnjFzhu3oYEB231q4Irl",
+	"TrX+0Sm67qzd7tivBR21UJpNzSYKKRZTmavGY9zJuKtxEy706bGvKp0NBk8Pzs4OT46fHg/Ozg7WiZHK",
+	"QW3KPHdTpMrDbtha76zb/9pi7DWadN66KgcXuNNvZA7FzXoQQ628p49nrT2nMzriKS9ou5GHo4FRd0Ib",
+	"0iI41AWhxAicJ4qE7sM3kTd2SKa50mTESCSFplywmHDwy3XD/xjmg8ERCyGsWZ1h0PnQG8ue/eXvSor+",
+	"Ozr/xYoBM39puJdmv1CxeIc0srUoghG4FJsfzfPinZfmqn6CG/QS33RBTvvjwRqnl//5xgOqLBDjDsuU",
+	"db9FXAo1x/v8IFPd7RyYUyM20KhQ5UAtlKY3GVN5qtcu+B089meqo4nnisJopqdNLzvFJ3w8YUoT/E5v",
+	"ZEaox0G9FA+imNBlVodVuXY0SWWpaWywMU4vWbLq7O9XH1tJXQ2G2jaGl3un0WTayMzb2q6CF8z3IPBk",
+	"lxS3W08byp36SrZU+HeykkBxtW/U04pssohZLRkxc6YKMkkg6EfHlIuA8MTw1TlPU8NvzWicxX0/0LHy",
+	"89sYKf6urwldUHV7BQ/WabOSX1RaLbWdr3yrurEriLpkbvcnarz938WVcJM4HAzue0FmZfh7o2i2v48b",
+	"SKeSK1Ws7mUe/fP19VuCD1hHYEEBhKZSGOacpzGZ0DtGRowJQoEwbPiywp1Pzs78PKXBoDFTqZWG7TRX",
+	"kyUoDttJyC1P5l8CtVGgop9Dtyfm2eGfqEqKXksW3naJdA8lzivk5i8oWC3pIfzr4rE7qmnWQcTFjWKR",
+	"FLGqeCCPDk6OTgeDSqLfaeM5uNyGerLmGhfQLsbjvaLspWZ/tI1eXw29t5+Gnyq424nstJFNs22f5FVE",
+	"d5zcTokqaT7mWxgyZnZv4Z26JbbywMxUucy4XlQchH7C6kGVkHsHg0EjLaODoTrj7SKH/ryLr25Iag3x",
+	"Zzufci9XnS3mK+52vjEzuovzh60+JfzOD+Ubn5cLaD41/9pwmtf49Pq9thfdjh74O7Ji0yF38373feUq",
+	"YPzX5sldd8soj+a3arNvGf3+Gh5vCZ+fnpwcna4+2KAzz7hmb0S6QJ9TGQZJ6YilG04F00Bf4RsbH2B7",
+	"lB6PzCxwtwNz0toYXDLXjXLzdHD8bF12fNCJMq55RNOKa22tJu0/C47jlC78SVRVoB8kEVJb3WfEEpkx",
+	"VLumVCyIfQ1Tw4WcV81KmY9S5qtlTh1oVMqshgiJlyzK4UQa9qg6vZ9pFhMoOCCytIWfKDKfyJSRLBc4",
+	"N0h1M8o/KG5h+YWY0Tjlgt1QjR7H7aZ/0DB9IM4bxVIW6fUqNxDmlXu40EjjPEOirCzdCqUjXyqZKXkz",
+	"OmmilCn9UEujcCNVxds6itst0XSRShpvF5mYcSFYfFOJei7r5mjHgU0AOapTuoAjL3wiXSpiyBENq4cS",
+	"Qu2Cf23AIT0USvM0JVNjgez1yUtd+Klp+SFWTURVjKkLMp/wFKokIiqKCxOYp4cCpjKnZh6YGztjIuZi",
+	"bJNAQhJWl5sLekd5SkcpC1flpFbs7gfSXRrd9dvyFHBZrTcXdbawFXNGK8f6hYwlDdfciC7l6sD83X+i",
+	"CL6oykPPWMT4HVMYUXB2Wze0D4Z7fXJp3yJTrpQx4WQGRzNhaUyoY3eG+5CE8lRVS7LMGYI5TSIZM2IH",
+	"rh5bJ9hQW62I5qq2WldQCyG8iXfNSN+NdEM3ZrusQwm6YzylzL+7SbgYs2yWcYw1+6l4g94Z7SXvP54e",
+	"N2fg+cPM0FVS06gHzUr0TSQFBO+EvjFrrbK/g9oNWcsAH05BbeBmtfR2TeRcKN/x0eWacEVcshXR0nAc",
+	"86CImCFrMRT+KD2wN2PMwQfuaOZPpEgXcDPkXFS+CvyK2N0BDwvXGzIgy7o2oU4kp0b6tMqXP1g7WcYt",
+	"5St0xkuHzmepZdmwJMVOqjMf65t//Pf/NEQj/JlvnETf7rtCxhQQNYGTFhHrkysGIpFQRcLLXE9kZg//",
+	"nPyZ0YxlBOKvEVZrYCi2vzbHyPmbyhWsODckAFhwmr5JOue/bUIwnU9BPc7JRCbTdFrUsSzvwhuBkY0L",
+	"fw8a3aO1oXbIN6ttydLkVn9keb8MybyANzZlvX4Nl8qQUXZ65v/+/OKnl6/J8xfvrl/++PL55fUL8u7F",
+	"//3ri6tr+OtQ/OO//2co4N8vXv+w4rmGRQBBs2aCLmbRxK7X8Mymw72PU6vhPNz0mmj1RfF4E49ZsQnV",
+	"wrHWbO0Gx+mz0+OGCEzTPjxIrVqz73bZ/qkZOBuQuZ812PCVpu3+kaf1ULOtn3T5V34NJdROBo/F3DM2",
+	"k5nu24/snEivJvTw5LRz3jkdRYOYHiTHh8nZaRIdPR09G8VPWXw4GNGTp6eD0/iQDmJ6EsX0cHRwdBI9",
+	"fXZynIzi6OzZyegZPTJj8T/YzWihDUkcHG4d/btvWK96FA30t0t95YbfftCqR3cmDcP5W/yQSXGbB9A3",
+	"qyayOlLlSCqzL1ZZOZa2S/cQuWlweXev5/uZ0dSw8Ortn7DIautU0xFV8M5tJ+ikXGnguPCTK582P3lB",
+	"YftjTRwVYzaL0Y9tJWHeZNVSei5MwzP+mnFV/K1YERJ+qVTO4ueluVPfFnqzZAu1iPh1or0U6Q8/4q4i",
+	"0Dk+MybYvPKX48ERiPz7V0w0bWGT9vz8Eq0wY2wpZ4J5byrSpalCNB9b7fxEBYSLihWlmM5ne/0Njdov",
+	"Kdibdr2+L+/ME4QmWLTNFUmlGJOunptt4FlcOGlSnjAzvxaf6tKn71Hf4Bc01Lc0aDrt9RpKw1Y0XVbP",
+	"Z7kmWXbLPFZwCj+H2rWV7MoPqBytKlWvnqIdmWhZ+DWfKIJBlYBMWTaGfFyLVIW/NzbjhKpzAJUwwxvK",
+	"VoTinwMSmm+FQ5GxqQTnmw7cm0JqcDzERGm66JN62d58IlXhuF/y1JopCDYfCjtaQnlKjBFr/R6ka19J",
+	"pdLhXmAs2/mEidJlq7ScKULjO7NxCsEBXOxkKApH5+K89CGOJVNkRKNbB9f195zlDLzGFfAuwT5oMmE0",
+	"0yNGtU0iUuj2RSdiCNPqW65Y8PGUjWm06JybXQs6f0hhKIHlvTnDYvUp/eAf9elxA/kBlVikH1c1uoVr",
+	"7hYBgWo0tM6TNWMZtWENJwBfmrW9lhr+++IDVxBr/kEy9Vpq+HlZJJorYN7v3dHM0AZ4S2BBMAr8yw0J",
+	"PxTjwk/VwV2MUTU6AIjMyFRmDBxa4UuBzv8QRg8viJDC/gk/Yf/sf6Hqzm28dI2he+/UmnWiW0A8Kvb0",
+	"fdshX3nBpJUnXE8Q5dHEEqt64q4j5uYTwVisSPev+YhlghlxptiUCs0jtXdu4TJCiITYcGtIZpRnLiIy",
+	"FLOMQSaW2S58nH0wv1NcCnxqItO4D1t+XnISwhVxr4Ir3ey/TEiIRxheDIU9m3NCR+axwJxg5RVh39ET",
+	"Nr0oDu6ifmrkUhDDYhbEsZOhwH85PBBb21SgVh0dEs2yKcQOaJouXVvcj3KdCpxXcJM6miOwTXFD8GI4",
+	"yvytM57lncD8by+l2Zh13n96H3T8HTZfqLOCJfWlYQobqulL/KKaz3S4HHGoT24rOVS9Ev4L3qccoX9q",
+	"I/17fbdeo7Ik6xTTZLQg7swU+sa7iFEDReSF851rxdJkLyBKFuUtQ7EkrqZ0YcSciIGnUN/D2id/ZQsj",
+	"QS2xnR55CGkYdORiPBShBSV43/2tZ+EJ+vvv/+R+u/fv4QVBqtpgrO5vl73/Kscrfrjpv/+T96e9f9/7",
+	"97C8B6fHdouWbgBQ+bml5R3lFqMPUldQyN0bY25ndzQtFdeDwTYF35Us0E58evYsjo+fnrIDepzEp6MR",
+	"e5YcPD1IDs5Gp6cn9NngiJ2yeHTAotPjOH727DQ+PqCHp1FydhId0rNyQO3N6GiAvoCWcvdtUrmr4fyj",
+	"e/iovOA8F7McVIiirLYzYWkqyxw8c9LRRNZCkYCkJ1h2Yx/6dF9n06pjbbZHdAmgCehUiWZiQ7tj9+Ly",
+	"tZnDlfTgC6LKwAuCIJLQw+cMiRRWJrk4c2QE0Iov6xX7clVLzCG50Dz1NsqueMNdsqHzrTwnyxuCPMtZ",
+	"iA1x+4RlTETGsA69dACj048wdHlhNQJU8Lk25kbxklEK+uTaUADHYYGZz1IaMULx67DFhM5mjGbqnNwy",
+	"NjNnInNtppXKsXIwYpDyTrqecU8yFlOjOth1FPYFpKkpNJgg4UCO95BvLrE+xwDW1sYIOlMTqbfJ9W4o",
+	"2V+mlJXXy87vfRvP3h7HZ8urX7tTW+PSbrRTK5a3U4bDPRJlDCNvzEqoKS5WKpeJd7AedUHAARUZeo6r",
+	"6soTc/cZgxyniOtFpTziYINMh1kmtYxkenPHMmUTer3zOGnKt1Ay0XOasZZ3DhuTNOaU68Yst8NBfR9+",
+	"lnN0OGkJ+VSoYgH36JPnlV1QLDM33S6ZdA9PiDJ/s6PvVfajlkLXXODTRjNtRbh4RJsr56AUrXOi20Fb",
+	"SfjKFd9VNy5EnPDQcjxDIlyM+yREyIgbW0/P4vAcvCWYHmdrrmzSWoEuEfatU8M9i34YY0lro3Sise0K",
+	"DmkUsZnGikPnMChQy+ufNzdVNrkL/PW11XxBbZth48Y4tPl3Ec0yjlRREa5FZgw4bPpVFXcXXXRpJY5Z",
+	"PLiSWtcpXUmf3dR7h/qWFtIEQ7VaR/scetcm2k+L0nNBBqhAGFrbVAPapKrVu4JrSwLbyH9pdY13XY4v",
+	"ZzMm4ndF9WTFt2jGqNFF48YdnvXPLHiETBJA1Tw8CTo6y0VESypeoqnKFzbfk5bD22D7K1NsTJ6Dv1ln",
+	"8QdNokkubtELBbhFhFZP+v5h3XKPmuYT0Rlg92eMRhMWX5AkzwDENqaaGv00zqSRV56C34Y+5K/d/25Q",
+	"OYYtSOe52ZttK3uoXmoVMDh+dvK0sayxOKiH2u96HqvbDZhWyzKv2Qf9gOgFnq3uJGPpdoXdgepnIwDt",
+	"F/vAGwVNwRZYumXu34MNLtyOOAX3AoUrV7miLhYAm5mIWXxOhETRDyQO8j+SU9ZE4UFBT8vpHtWb/oDg",
+	"RI8wZoUJrLnGS1hrBRFXLzjsjLf7TdT9ZsYEoujvinJTzecpe8b4WVYy0kz3lM4YnVaLm6H9QmumzlZ9",
+	"GvycnG0ywh8nXaelbLchuabxWDw33L0x9Vc77myq2mU0bVD5Pn821gq48TU5SP6ePUQuUuUMHg8py/9M",
+	"mc+8hNkLeZE1ZF6W8jEHIEJ7Nwv4O5kkKRdlBryDl7tjnrt3ENRdDp82y4SsTWMbJLwiAtRaVHFcaawi",
+	"WNZjeQ/QzQUsya215qmGuNhGJP++FZm46oZu8j83HEWTUVMeTDPyrkPsdWZs8Xw5taATc1UFxYXver8t",
+	"D5nqG+eeabR4SyLYJDu+MSumOosSr7cydVjXZkT+0De0SO3fNXfwLZbSvSsOpx4BXxCKyRsxepm5Kgta",
+	"Y7Jguk9CjFzcCKlvXJYIuEK8etLQRkr6+GxoxrGZXvZ1FZYFhQsiEz9I7WLwtdKdao830nVPQdpZMROj",
+	"V5XfMH9JU0IzBuuIZA69wQDsSWnC9V7f5dBMuYJAYAiqGV7EwmfN9aTo+2S2uVoNabQ6my5gKyt1NKns",
+	"Ry3u2V9VxFjbyVptZwiufeWXWNJqHaUFeymGqOyakHPSzYXb2YC4uxbY3h9xQOydC4pWIoaO9nyXlJA3",
+	"BYZ1cXUa6QIQ/G9wN8tHy6Mvtt3xTf8XrXtkhzC84CbJ09RmtsZ5yuIbaJLScVBgIxrdyiRpZBle+6Fa",
+	"oMx2Bip6BVnA0FqjoCmNJlywXsZoXOkcVC0uAbxeNDh74LBzAKSVbnZ1iB68e+DBZRmZsBSs33XArS7h",
+	"9nhwFnQ012nR2Y7YT9tdmGg9U+f7+7i5PRu16cfszvVcUvvelD+1oRDXfEktG2OeviDhh54du2d+oUKS",
+	"clVkl0B5qB9BUkzEKhgK2HRz/3OV09QBVXV/knhTIimUpkJDrGxGo1s6ZkMRjrme5KN+JKe1Ne67/9q5",
+	"hHt98prN4fsKMhJGjNAYjDSjzWtCxVDk4lbIucBZjrAi0MPNqkSwvKytynpBvGaaJzTSqldIufPOyeDo",
+	"HA/frd2wFCGJe5ooLTM6hsUmfJwjWLFzzzoItM5553hwdl5tO5eaQ1ig1Wnp13UIsnBHQWdE416kMnh/",
+	"YHe1TAOFnF5jqbuudxBXSY32y2ICdY+K3LKFkxbOiW0HzpzRVQ7eNtAoY/TW8LYsTwtpcPn2JYyko0lP",
+	"SN2bsUxxdLaWy/UQy6KU8ikMAu4+MrLcmGJ/SMxWKQcpWUmPfbCocued48MzeyKWzbrOTZCmpYiWEmNL",
+	"csYEmck0heZLiUxTOVfV3Nqeg5c28z2w8005E7qyy3b37mjKIV0Tvm4NEH+0UtSXw2Uy18wmqVFy/eqq",
+	"4QO1YSxBr59UxsZmpzKUw0KSko3D870olYpVzvnsrDLgHBLf5nCzABPDEAwGE0g3leOxOX2RLvawUiNJ",
+	"eaT9w3Xk4v5m+TD7wJU2dGmdAGVx1UZ36/mld5uA/ZYDVEeDg+9xAUfjb1j5jOuVpYjd16C4eblC4i5B",
+	"xhOZjXgcM9z8I7tXNE0hBrcAMoghR1yBoVs2feSil6R8PCm2hxabY3UUrkitS6SZFCI1WET0C8C1XJAu",
+	"gAr0LhPNsr3ah27ZopcxM3W4DIc4x/rI5j7B8qxcjHkCCQbazQoaWaJbD45icE6oIO5XiAtwYZefKyA3",
+	"SENAonBuWhRBHkFsKjEhQjbuobeoV2gW/khybL3fsWR4AZ0H3BwYi4ydWHibpkxPZAxciJqLbi/hiX8J",
+	"i3GQDdowNLwIypDuJTIX+OIx6Joqjyb2ZZkZriXzLGKkKzMIzjUQh2Jsr8xH6mkpbZLkeef44Kh6aUYy",
+	"XmBfuFKaIKNTcA8V/4MR14XWdWfsRVLojEa6d8dlal00eH44Nj5mcSHNlJzOyxWJZZTDnejCWQJtFG/A",
+	"HUJdVApIPzeGAVNa7YEWR0WjODN/KG5U8UCRa7PRhXc5NEZUVeSoQ0/sobex58geLpgVlihFrEjy3bnw",
+	"pRr+Iji+cm2YUy9GJlvOKmPgNIRraR8i5qG2a2nU+MY9AQutYU/gBUNoXhcHfAvOAzsg3GiWTbm5hAju",
+	"4noBgYfC/Ozh33Zs3bwVkKqHTQQd96JEsLkR05YJIlHIXKf8Dkha5jqj4hYnDY9MuYB1A9EZ8jWytJex",
+	"SGaxclRck+AoeMFnbh+EtobE3cTKQED7yglylco57PHS5uaC5nrChObWM43MXUhIoxYS6TUoV1erXisO",
+	"Fh35I4pMzHuk7VhzofLZTGaaxb0pizl1FS7HByfn/u11eDugli6X9WID2F7MM1ZKTfylK8f49d0rm+aB",
+	"6eZQXhLAtdWViqxyOF9lseRmx3SDQCijEGn2tQqLHZgtLF5HL4QVEarsjxyzKKVGAgMjkhm5+vmyhwWZ",
+	"5aAK0OdwLi5xAoQPPGHFt72JML3ybRfZbVuHVbtAj3OjFD5Fn68UktqlOCviOars84XXrelx+8cLZ7YI",
+	"Bv0QzJ9QhypqxZhVjzqfPpXGYkP8h4PpE7GW1lgr+z6UtZnbgPcWVuXH9o6A9UTyX9+9LPMVDfVBoic0",
+	"qUfz2ry4AWwGFu/i973uO60NZ95ZzdUrEN0FHKINlKdzljw7jQfPDp49O46exqcnZ/QwYZQOopMTGg8O",
+	"TujRKDlODkaHo8Ho2eFhFB+cxKfRwclokAwGdPCswar+cgBAnxo3ULD5V4Sn8YCQGfX+DCvALd4xyIrd",
+	"DndyOQaMIHtGVAJLukClS5GUJZhTS0GyTeUdJjrUejx+p5iS7dCRmK1zGd0ux4ogu/og2ClDAZSJrRoy",
+	"WYi0dR2VjEpyAx7mzvlhqVT6qRBFvb3vftgem36SMQo70BS8YY29H6EXqFObDGMxHyddQ40yM/aEQKf4",
+	"3o7I4FumXJSHsFH/Im//N28E4Z/HTikdDXDsu4yyBIFQHv77+7aQcJSwnHMCjsv6ge90uLULWxxdU8MJ",
+	"7ptTDY3yKqdSPdl2FoAg+dvlbBSmxIZhNvzSO3hrGVG6AV7wIYijDnSxtG9uFWv25iHijFdaZiyudSV4",
+	"pHSAymZvJ0jfCGf99UkI3C4ElxL8k4BnhXTtHwIiZzgsCW0AJ9zrkxBvjXnPWM0xIFqKoShGKd8PQdc0",
+	"/1DsjmVcLyqDsg/ox4KwnJYkZnGO9hmECKiIh6LyZWMiwnwXaMKwFLA24dd7ATj5rS3joPBsYKGBy2/U",
+	"q/odS/z8sc0hZXfqkOftx1IBRFMxwy0Xsc8YcV2OrS0nLHq2iz2O9QqIfc63W6qNMwfrVEOYZTMZl5is",
+	"21Hxiw84UU5TYgOU6CZL8jQlv3Oj6ZMR03OQyzaZZVknHEFCa0MxyMFKZGZATluDKj2lH1rAlAf3HLvZ",
+	"zjCG8W7ZeWWmSZ3ettH/V+R1XEX0/vlpqzXM3+UIa+O3UWRdCeqnMvSOOUWxUL2MKZlCIvtMKttjwCt/",
+	"cL1RP72/D2RbbTCvl8NvnVRGNJ1ICzjR2HFv2x7nj5enh/u/RcuMv8hRk3zcCWRtk7oA882iLKCpY0Yb",
+	"FFcJh5zx8Xh9ftS1fWxDeDWXTV82zfBOye5r250ye1i9VttcmftQ/4oWd7uRZtEualcCLMrJtwB991fd",
+	"8OVy5buaLTt19t6WlDer8G2mx2KJ1d0oyRK3tY0AH0RtjuhjJs567Xm2k4o7EJSjJN/RSHt/vLdIGje9",
+	"9x8Hwelhs8fxQZDw1zawuJ4w8rscPSlDvvaV/iod5GCzzPW2/S+qREv7HYyGSovxkqVs3MHcdcvZQbeo",
+	"dg5CNRpipzaECsfoOkH95treVFijkfwt4vrTmuzniJ2c9J4mp4Pes4Onh72SLdPDMtde8PFEpwtiZwX3",
+	"IeEZq67raHA9ODgfDM4Hg/9yT6lU6pVP7aywlF2MInBi5DNz2CLCxHugsAE5JH8y/2++c8eylJpn1C2f",
+	"4fvsxqK4vMjNfdv/M8tS7J2Vz+K151ZUeh88SBXCfRtIefnd1Xv2o2EptkvHjOaqufJuY+mGzQ3dsW66",
+	"ulbJVqWl1j6v9poS82FiHlekC/+epbmyRtbe5q1dq7TZxJn8DxbYGwC6hxkMeARlDdjm395Fr8Q07vYZ",
+	"X+LGzCmHSLxLGp5l7I7LXGFrGAnYgV17EzA1/EYKtsW+7dY6rHqfNiUZD0mhocgUazCIfejCpp3idwiN",
+	"Y0WkYOtdpOvFyWosYjfJ8v41d0Cr6dLefjRLKtzA54az/TpruhcUK37NsSvo5cJie8eFLGFbqCCx7JPQ",
+	"EG5oqEAhDQN6RJp6QHKGK4bE/C8AyEz9DHHLVYFxrhJ+P1RY2FZofVQTRqMJXG1sWcWUmVVERQizNXIR",
+	"5E9AQqNoer8FEIwlf0rdH2VlVw3mxe+NSTfmvHGhKW6g8hYvNeq+rQ4p99qPPKtrFQkoZ6ukalWQxsnp",
+	"ae/p4OlB7+zw2VGvlPCjI3NBgHiAt2CNVdGa1dEsKkc3yy4Cs2dbRd8c37zZRglZq0MU5nAx/mrxXO7f",
+	"A7seqlu5lE8PdxUSW5jQmQXLU0DII6Z4zFTRm6YLSk3P4iffr12+uwHlaZqbPIN/oWBpvBDekTdyYByt",
+	"LEyB2/lEWTAS2xKv8Zpt3q7Wo5ZNnr/ls5vlYjU8FU8HtMt21SZo8DfyhFUaAmoGiMMzpSKnkJMbOIAu",
+	"SGmi6hZjAI/UdR5aqbR1VSqT+LCqys2lMt/+Ji2OPH9TyU6Lm4aDNW5gFQ3p/nLYpwhf+LqDKqda3oDa",
+	"tQzK67+O7T6MT8Fj44/pW8DPPOSUP8N03zirrFHBoajVQhI26jZLSi1XBMuE+06FKcLkgDdoOV1AQsgs",
+	"tToQ1wEJC/03BGgoUBiranQJomM+xQyvpkYLASVpKjPmK0nWrITPFBzGmJerNCYjEhqE+0ppt0YcNkq7",
+	"7Tx/2xl39cB3cRXdh1cRgNmAh6RZ2NDda2prlsu2gUAa6XRRoDpHmXSI23WoqHBZXy29GJut1NkGn5y7",
+	"Y8nu53eMJJylsSLdKRe5ZmQi84zEdEGmUugJmTN2G9PFnpHe/2H+li4C8h8x5fBf81f4BzwM/1owCs9w",
+	"QcLCgRLW+v83g90xsaXKtRYB9ZIk/AOLyYxlXMaYhByCq/uG6hBKLiodcPdg3nSkZGr2wny4v3GTW0+1",
+	"Qm9D+7xeFIYMVwSaDCMMG3XzVSyPZS+jIpZTMqOZRjuMq8CsBXhQf7M4rK/wlax0E/JxnNdFB7Y6G893",
+	"5iOo/Hr9vLME4CjIy8vXl9hR1LwSENYf90nF5VYjIA86eVVCa9Ua286l/pCt9Vd10/8qOuivZIabtciv",
+	"GrFfqu33yvbYm/Xa9kZ7tG7VW6BrLjeobmlK3fjuIzWYfkvBnaSl9apBbVLF7Wk9NFDytYQDz1V/28bN",
+	"X7BZ80098eaeyTY4aC3l5p5j/qtD9GfoEL26HzTOpdHzDn95AnWhNKaaYkkQgm5zV6OOJUAWDPY+yUfx",
+	"ATvsPU2OBr1n9PigdzI6jZ7Gz9hZQj1wrHcvfnp5df3u/9xcv/nri9f3CrN5pQq/1QHv33+RSNmX6J5Y",
+	"rdjYiHpLQlum1geNh7wAJp0xC/d+n9hHQ0nIrv0CdwyjbBUmgZv3IOYj3u57GI4lq2pgESmDJFCZkVzE",
+	"LFORzBh0HBf2TyogMR8jLJL3jCJdKggTdzyTgGNF7mjGDRM1vH1CLZKPn+SBfU1u3pcNTm7efxwEB4dP",
+	"m3M96gVGDW2k0oUtJEYZY5i/edTJEq+lQREonTIqHBSMqwfc+tL4auzyFWooR9qsXU6zedqwaIdJhU3a",
+	"XC84EaV5zOzabtni35DRTxiWMm+yI7b1UmepZ4wn2HzSKtOjnbOJi0QCHsIcgAxink87QWfCxxO4Qtjg",
+	"rdnztFQa8Cg4sY9amIV5MC4P3hbXnh8fFlno+LdP75sKt74KgNnPVTK1e83MZyiR8YqP1pQcucWsLzJy",
+	"5mkDRdvqsUHQKVTRlbS2vWq2utKvzV48GjxSW6Ol1kU2p6UIkTWhuZVW2aDdyirTQ738uRWNkTZRE1vv",
+	"ZVH1V+8MYntoQnALgGvyGXDeUR6Pmb5n7eMqB8MWo1UobePk+Bo4/nYvf7Z8/NIbEzMaAxk9ghp/Xy8N",
+	"VfqmPaW7/PONA8Frabuw0tGzOUW0unu2CO3vYL/s5imq8YvV71bxSFscTd+AV2i7DAUqbn6XowetD4Eu",
+	"WH5S/ZZ+je3rQ3YxSJvsu3Kyq+pLiiMuybLt6IKaFKjdnxqDbb2q25mVZid/KGBaaJq+SUDhXF/XEHxs",
+	"lmGbq2FWqq21RIuBlxfw3i7hIexiu6zHSgOo9Hs7b9m83aTL0stbt4R/EEX/njKy4fWt17Fp7to3JJge",
+	"k0Xf35G8ASss+d5Sb4zKObRemvYyFoT3rtazYOlK5QesafEKXTBuMaeA4laDlWv0JBTrryXZVvR+ypvf",
+	"xaLwBiwYj53kWdop4G4KjOODw6f9QX/QPzh/dnx8tN/ZsAVAzDQCdCHYTKW6vaNT1fPhVBVLkx5CYm9Z",
+	"/Lt7/W3h5Sn9OQ7y+aqcDsLBejiwn+6NJ7BbscoOiAL+ESzlxkZUkN/lyJpz+CiLCd/VjqvBF+xqfexU",
+	"BHwfPIMNtKxldlJgLTg0NTdyZdPXNiTBW/kgegPe70fUHOQtE1eRrLIfGk+5RdgAwA3s8RCz5uze61JL",
+	"bkg+dPnN2GTT5TdDeBTznB24ZpZB301eJEBb7bu9JGEDnfyv5tFdUqDd8/fJvL1vCmBrTYO/uKZIqp38",
+	"EwU5UEElUZnIhNDikcCi4F6+fVl0i25PTQ46dNYsiH4FU8Blt+wGWnHfyr2m5lEbZPnsVovV3OapqWSp",
+	"6QBxuzDosttmrWxDsxkQHfh4nk+oGJethJfb8tTcB2tzi3Y6hU+Ne2RUuysLXVpVcTZpduqe8RX9MzMT",
+	"7J0OS3uOXcx615a71pFkPzl468555+2v1wWA6lYRGaN/tepddwf7OKTa32i4JT1llwaoTVuzkQ3kbd2O",
+	"Xdx/xhGIltjOvugig7sQEGazf6kiY36HXfiXaMMdSimyzOk0MSbvvDZg+3BU66RpOWQxkcAq2W5/gk6l",
+	"iXrDfjdxheYuYPXuXQdL3bu8svYa0oeOZj2LqWtmp/UMmm8wwJ/5XB2/OrY6nOW9OcO2KVj8zJhY+fEd",
+	"+4ThVD9Dm7Alk6F+VEuiGR4owKsujOT15+l6Sltke/DVWfB/V9BWTUzbUam/j1t3BRrvSshdlSOdNz63",
+	"S9RklQDcJiaymZxUy2S76UzXytXND649F8vS/nIfayaAx0KnsYwxUvTdJq4yQDXjGCxfoKWUFu8JVYP1",
+	"9tuUde1ZIbq6vVx7F9BCaAX5K8aqxI+wf4XhtN4FVUeimguW3TSYog3NoP3+YGBKy3lljUVCCgATplSb",
+	"2bhUlwDrmyZwYSHvRw4FpJWaGcAftSS5qKzXohpuENmRWkYy9U2ThrSFO4mKjBd1anzqtu0O2T9uV/Ik",
+	"Ez2nGVs5two33aQzYbt30Krd/og+gkDZU7HxDtYYYcEPiusULLH0hmux1h2Ai/gpo6LuqRub362RwDt7",
+	"wrx44WYie0me+dP7+IioHNtENht7VN60+HO8Baw5mIdw1vjnvHsGJI7ys+PSuwDNt2uHkMHy3sXiMf9r",
+	"l0w12ygeen+cd+LTs2dxfPz0lB3Q4yQ+HY3Ys+Tg6UFycDY6PT2hzwZH7JTFowMWnR7H8bNnp/HxAT08",
+	"jZKzk+iQnmGsrV7Gt7uK4ha34blBJ0DrxF1d8tPM4NbkRNZO3k5uo6PH9kDLdLnLAq8QbnodYa6d3sPd",
+	"lEd0a3pyYzmq0hZOwQKRPON6cWUmavFkGc1YdpnrSYM+LzxwgG44H+ubf/z3/4R7hdMTrNvQwciAW5WM",
+	"pNRKZ3SGLdRCYkGGLt++7NvSfLBu8MPV5pQlt/zl+tVVk++vuc2dzb21XWSIp7fXmtkhrIHfRZWrofDU",
+	"tj55PmHRLTSns2m4Nr8KtTtQdyyozoSKWE3oLas0gpzmOqepmf6nT1CfmsgG1zHO4Ce7c0iVJM4z6JyJ",
+	"LmMtoTOEZgSfVn3y1iFEg45lCJRqmUE/NjOjoYAWXjI1GptgeDy4z+VBqr4bj/htkPDh5u1VQ9HFZZkH",
+	"9nbabah2WUCjtt5MpulQhG/fXF2T/bsD7DmqwoBkTLC52w2YUKHO45Kx41UJjzwUQ4F1DdNcU6jGt4dr",
+	"lE4znYSJCLp6ltVHASjcIbCNHkQIwgDwxNF8tb1GAcmbCpIL2/HIVjTRjJHI0shoUesChShkik5xGIZt",
+	"AqENZcY1UxAX0DRlQwG/yMiYmbkcD85CXLBrj4NlUWUrvNBba6U2GYqVhWutGMmp2zps2pZSWJTLdSHd",
+	"8E9FdfleQEYMmvANhctiBxe6IFEqo1tF5ozE0rZRBso6L4v73OLtyPYwsswQpNmk0Hc32mX979+VFCHp",
+	"uma7e7XuuraZLtynlEfMigceGzJNOID3XM5oNGG9w77f5b/8nWFz+XRKs0XnvPODd6Pg/BzsWfVmEXnH",
+	"MmjtCrHIkkpxetPrV1d9L9Bau73YrLSQmJ1B/wDnIWdM0BnvnHeO4FdQgjEBtrs/YTTVkz9AD20sGIPz",
+	"VORwMKiAWsiIKUUUy+4YNqPtkx9c90Etc9uD2lGkmTWyCS7FS6MB/cT0z/Bpr/MfzOhwMEAwXHAZg0JW",
+	"dxeff0T2vRZX3n7h06dPTU1x3CKMGZ3yO9a3uIZYHt48cjHVfdfA2ZdnnfPf3vvH/tZ+wYwumFKQaDEG",
+	"FVHOFMJd7kMPvU0PwOIL+v3eMkajiaEu5Ce4dlgUigdLEIjkNOKCZouhwP6SyMzMQ69eXl2/eO03BjPU",
+	"Oae3rJfPYIvy2QU5GRwRaEk458pKm6VTfcdozO1iv8DBms8v4CRPBkef4XuvQWbTeHFBQmDHKiSKLgAB",
+	"JpqQmM2YiJmIXO/DhyeyYsPR2Z/dMaIzmiQ8aiS3u4N9OuOoFKlWqvvFFoeConFhJTb2sof6UHS6QNue",
+	"5bttdNfLGb/GTzwiGbiPgLLccsutsrH7thcbbb7i6S/e7tpfvEfoa92ULyJnTJEQVNMwIKEL+Zt/Y8w/",
+	"vCi6e6QL7M+Fbj3AZ/H9ZF1tIbsUMyoR9NDE8KL1goEfrVpZbc5yr0+KDcEOoOg4ixj60bADCFWEkglV",
+	"k/5QXDb7zVHBntKFVcAdeSS2H3fdgQ7T6g+F+bpRrIoZjGQOrcGtCMffI/4JNOgkXTMcdvzcO7fsDXay",
+	"aEo5ldjPbyjwsSeKdHF+fDpLOVNFOxNYJO71HnoOubZdJLF3L8X+h9RCuMJw5B///f8RroeCiwnLuK1N",
+	"Lz4Fry+QL4fL4afQdXiEEBt+lKpbJ/wpfnMo7DDAzJOyqfHx4IiETd1Pwybe+xzOwl2Jsl//n2W82ODG",
+	"eZ4Nq8xEnHiZKbjxkLznfvneZnCsv6jVuTlny6eqpWm7vNW4xcGDcQucRFzs0CqGEXi3wxFLWTIP3OQY",
+	"GdmGnMQ8f7TV8/fkVrhal3Ti+scucawlkbD/0cH0fUI+lrImTMWX2jCMGfaoNwRNtbdZSiIMmi2pxfte",
+	"JCkZAyvKM8XvWLpYFh/YkcUj5BnN6JRpiIj/9rEDRWJGgy317gJZsE5PPoGuc3m+/wySqo3orNmPW/Vk",
+	"idKOPyfl4P5vTDnWBt532bngtWqUgi9E7EgihSZ0BQ6H4bIAqAt8z8kQC92B99HiI1qPg22DlXBB06Go",
+	"9Go2YwGjtYozjCuFGzVw1rHMYmP3Gs58DkBcOkeGbf5oLBprgWNICWxpu0Qj0iAoRVMjnLHn9ITeMTKW",
+	"OrDeKJxTSLqHgwEgloXW9gz75I1gQ2HX/sQyfZp67duThEWovYO6rfrkefFpo4Zl/M7eOVr09NZyzMzD",
+	"Q2HUNGPWa3PrBDZyz6hQFDX77jiT+cwsZsr13gVuEGIKup1PmIi4GPfJpSZTqTQ5GQzIzIwd0TS9MN+0",
+	"Qtp1iAeFgiaMdGE4b6e4IkV3f73XKLks5VyW4Z+dZVf54a/G7e5DFKs8MoKcxeiM31Bw2f35hYrFVrLz",
+	"4fhXdQrWYd7Ay94I1z4asOHK02i6djuK0YNHFbvHB9s9f/JZxHpp+32seKZ/e/+pYgz+iI7JKRWLwjvp",
+	"eIC5ph4jtzXUy4z8Y3lnPu3TTPOERphm08zWf8Au6grcf/Zx0jWSOSCW+ABVwyadYbN1w6Gt53avwq4n",
+	"cg5xfNsqnetzEmL6l7GV8iy1GJU2Byx0KW598jfnbbRbTMLEGONaZnTMXDP6oeAW1NqGC54gxwvf/opO",
+	"YJcm+LHIP/sUEs/tHKAowN3bu7DcXh2FQ8HB8UzJLGM2K8MMCkaOa3afQgSLoM3GoluVT0s/OJrWE5nG",
+	"btZDEWUsxm59Csw3M1Pnr26Y6j5y9bBPXht7wZgY/I6hJG1ivW9mTFzaM8NM0GV9q4lMy0dcDeDLH6Cg",
+	"cM3D4Oy2mtD7e7F5eNLlii09XWiGGZvJTPftL9WEHp6cPkT79KBjyPhmtNCG2R4cHh1vzM7NnuNefyFD",
+	"qJry26KR2vun8KkdWfXxls+fPSqrflzWa461wgKrO7g1591Qn16CswsLHcMwTPQ6hqSLfwPsgD4UzwG4",
+	"HWqmRZFdOBRdGt0KOU9ZPAYVk9g/IiZtn7wsdLnzmhoIfNGp6RL3wrXKmlA9FDQFTyl2oHGqPsmYzjOb",
+	"9CUzPjYqvZUGF4SSmCcJA1eMG5orcjw4G4rQjt7DaByLwz4JwSK4QeVbhVDvwllll54oklJlvusZDV7E",
+	"DHXcc4LcvGiYXWRMg8OsSxXhCVoBWpJwv/giLKvYpGjR+ytbDEU4zAeDo6g8X/iZneOvaxAy+Ldwj4xY",
+	"IjNWOWImYrWBDv1tcPEC6ALBLCy4ay8XRUwDcr+VomPsnVhEJ6yfzBWCwqOOb5batu2GtrWi/YWV7FUK",
+	"9nWFkIHaMcT7dSrTjywBvkrlu+R7W/P8Is2gnen/Iu8sPwOlrnRCa0mEnGOHMQeg+sRBprroeGCVzJnh",
+	"gB5fGQqLIOTSZOzbRUU/cRX9ffLSOtYRvDzsExeiDCFBgHSRO3s5A3tl5BKnw9HjLsXYKLwsjZtYWpGh",
+	"9WV42iNd8kqWWPP9dgeLrWloolmGKSk07f/r1j70rX0HyT7GQIZ93/rOpnK8wji+nM2gEwc22idUE2My",
+	"kFAmiWI6dEDInm4ix31yabSijDNjJebilnRRt4J3AqulQEgPO4pEbKYhVSxiRmUa05mtN3XN87BKnSs6",
+	"zhhTVoMy93Xcw0F7U66mRhMKh6LI2sEkATMwPOOUJOvH7JNXcowx4YjOZtjZwC3kvOQwkZmNYEOhs1zg",
+	"lSFT6goYXNRRxCTJMz1hGcQqoRdBJmHYbmjfhPypLGdhoxcRd9rM6dtQfhAQEtsZQOvGiApcFux253yw",
+	"sd7ySo6fGzr53ArLKznGXUc4xlZ+Jsc1bgYkD29+lYbl4zIc3DIjr0tNAS/+1rzHWh3t7Octmi/YLQhN",
+	"HZkUTYdc401nXCwHC86JzeYt3ukCeoPNO9AAnKD2gAtwMQb8P/NbmY8nFmZAUJ1nNCW3bKECjGcUg5nX",
+	"LAdIZDYUsyKxVEsyQ7cdjtUNf3qBXi/ISt3/aBuPFXsATGEowprpFWJUHW9En7xbtlhv2aJMVITfjGS8",
+	"IF1z4DSD7AQMAblEU5lAnCSiQgoe0ZT85erN670WO7YwpiEHM0DuDy30FpoFltmiL5OUc9e9d2wGnVgs",
+	"x8OoVqqkd4FQlSpaugZEcdfwNeGZ0ja3Ezq7YfopJoBUV00FHgks2giGw0MScm8Tb9milzFjbYUXmGlR",
+	"DgAJgWYz4IMuRRn5Ok9TMmJmq22iHYsLweOPz0UvSfl4osOh6II1R7gGYH8jl908jWrqOzNLGealppIr",
+	"a0gTNKSBwIYiF/zvOfPFE+ioJHR2dw8f78EibWqG+7hZOrQVEAwpzJVW28RdwDayPmmbynv9qnflEkDQ",
+	"/+idF1XWsyDk3DuyoYADANQIwEZfuFBkGy01ycCrfDTl+p3lCp9NDK5/+p29gd7t/Ctb3E+A+ujKdTAm",
+	"aG7msJgKLIBOCbmML5iZb/5qFYVJzpjomcPtHR52inGRI1YRkhD3uoBHuvq5zNlsR33eTAL7yNifWfjj",
+	"py+j2zaxD+LmiarTLeSvlVQN6W2ioHpAiPfwDxpYYnWKrurELLe52sS7pzuYacwbw7vZ1ZHWYjrAFv2z",
+	"eWe29c8fHx5+w3bklVHqqK9kARcOiKaQIMUwqcN3I2+t74GxsIlvyMk57DKHIHsQKg0tzl7o60IokCY0",
+	"m6ZMqeWMrCvz2X9qL8y//C4Pfl9+odmtUemANguCpVD6IxxGe8vlyGOue+zOTKM1hR1rlGy9UA8r0TBP",
+	"GlMU7TwJDEO6TGQyTVFJt862gJT1/YELOQyFV5FW/NZlqdnEKZKx3zFSsRcYTdIoxaAi98lr6RpWYaOl",
+	"2YzRrDGkA2n0ZqUvcKHNiZB/z1m2KOPdaLZ1fP3BK5w9aCycbR4JgzGu2v+hhiv6It9rMFCbO43JnStx",
+	"39byn+dYE7sJp+JTrh+XSZWH31bgcIlGskyQih+uzAFumB10RfKnX5y5D7emXTi9MeRe5tGUNrdFiyCV",
+	"e2VDn2WK/jmh5PnVu6p1BgbtUJif/DJcV1rgkpKxxZlMY9A2MdXR5S2XXZOdG5grZz/DzYbvjTMaMde6",
+	"dWZMhsYrC77k5x7e6bbmzaaqt2DzLxSkfKlUzmJ/jS3ys3YonyVn/vjw7KuLLJRgNk9UBQu3Xb6hLFpz",
+	"ldwdQs/IcrX0uQ8VpJjLFZEC2SMpBZ5N0AecIFvLTcZSY9DOK8exBSzeNbxlC3NFx0yY11hMUhlB/RLY",
+	"eOavEG4cipRRp5razDn0RdlcUUibUxNjTKf8jsVNtfU2pQ5rhYaiTN97fhlA5LOSaOdVe5f1RrbtilF9",
+	"UWqXe2BdRa7uChobyzzDDnUZU8qLaMBDNpHd20XQtSHSYl9Bd9rZUHRDLWVvSsWiZ9mBCm3JcfiO6WzR",
+	"u0w0FIOV3Ag/krGEp2kjr3mBRPI4HAYH/9pZTNO1+jx5EIdft+ZdYUN4liXehC11LxhBvcKjzo0SnjK1",
+	"/9H8x1UFNSrcx4NjZBlcl6UM7INRJ1xSAVzEKV3AnxRjFjB7qYj4Rw5OlO0MTfOSsTIfUyWDibVQo9mg",
+	"L1Gv8xPT0KwdkIhd4ZCvtAEKV9tx7nv70nisVzpjdIq8G9JdLeNyoK6ov4dB+Zvrxcx5xN+xWdb7gY8Z",
+	"JIa4hG9oxGzEDdWaRhP0Chav/8DVTCrAYAr3AqKoiEfyAwSC3SNXltR7b2XKo8W5eyjEXHIrdJTgSeKi",
+	"HjFmqceVlHSIVLDsDoLn6YLwhLgkbohCo1VBhCSjTM4Vy4xxqoai+5erN68D8voH/O8spVwQzT5o+Pzz",
+	"q/+0exRNaKaY/rdcJ71nYUDGf/BZQOB/NM0C8vaHHwPy9vVPAfnL2xc/BeSnlz8GQ/E3NnoLuH0LGy7r",
+	"/nz9y6uAXP3nTwH5f8y//kLv6BWcUUD+8d//s+etg6oq4oWMNNM9BYcYttTsG6q2W/uIt+5P+39q8Zoi",
+	"KkGDwdZ6z54opMWat9gjt2bAQS+GB6aHpQUEAjk5GuzZfv+hmlDz4L+dj6hip8fnYb9ibi5N9PNf+x/k",
+	"XECCMd799gu/QVIZaKq12jxwzAQEuw+pqhob+hCdeNW7wPqhrmePcK2GosAWWxAa3xkJrTBwRV7QaFKG",
+	"8VyvaaKYoSvN0sU5CREFJwyGIqw3mAMsp9CG/C4LFRfKUX3np7QpZ9Bvlui5XJll9jfXU/Ax9KkWuLnP",
+	"rFi1IZ+1FHJZBCKjC1dp4l+lXJ/NeqRpikHh4u5ZWKrNirpKCLvmi/83yrWCTpSShHPKdQldYCw887oH",
+	"BebXaVFFlJQCJDl22dfWewLWnmJx4FrxEyqIuZDIWspcUPM9TGg3t5hyMDMB7mgi0xhSRB3QDUCK2eTv",
+	"PsFQiyDLyR5akim9tSBFZiSoSQUIsxmjSyULt2wxFH7ihoXM4mnaszBcxXYrzWhszsL6iRTpUlsdG07p",
+	"BwQ7dQl9U6O4yKGgxLApZ+Za7BSdUbDGYU8Li49n7lvo8UK1xYHaQZaMBfigQzGhCoJMrOSkDrdAYiyV",
+	"UU0iCphy9uuVsCt68s5xgMxGVu3J+ehdlCQZUxMbQ8Ki2DAocINQoy9STgr4Lyi7iJEnI6iX2fJuJSnY",
+	"RaAIxaOCtVkDQlW3DCqeDUWZ7xYocxZ2xKVQ4gsLmZOxbMyOuIyA0b7CO7GtovPGFp0/ZArDOgzRoKNS",
+	"xmaAtFHQGGCzL8MTdw46TcCZnYxB/UzEesgc9gcWBMy/7p3zwy3SDRHJ84uIMPvt1QUS9h5ZXFrSnUml",
+	"+Cg1Zqdge9+FrDo+OPmuPBarZeGrAggPUhYdih5TK0Sfj0CkVsCrNUIcIV+rQaN7zzWDXlWQ2rdmMF9V",
+	"7MlfyvroU2WvP8v9eoggl6wdVwGWVvl9O6qXTWqDwncL7WUJx/nlKyhYQFr9Ftwmf78fALvpMpqyzpbw",
+	"TP4UvlBlcmUXGijOQjh9lRz8wfCaZJUU2qiyic3tf6yhs38Wb22NdrdUq7yXH9t7u4686i0pdsz6+fze",
+	"3wcmmn3M8W8XmvBnkkDAbbSAGgEVkJjFOR4Nxum6iPohZDalKf+DxQTSavf65LWfEtOc+IIzuC81fWsZ",
+	"H2bV68UtHs+3QJ2YTFLvp2QX4NEpUNDm9GnrTloJFBt6bkChMJGAuMxuwuM9C+A1kXOE0VFFr9eizasx",
+	"mjchYjuNfzYq9hqzriRje4rfMB3r4oB3JGQLd74midF6uP1mT7omqhzsHEv5mI9SG3+jgC6rpAjPvT8F",
+	"QxFawMEwIGHMwccH/8ZPTJnQN/6vZZKkXLCQdK0q0NbtaiiKdlcILUL1TURnNOJ6EbYlOfrkbrGQvhk1",
+	"wuvW0YbW4E7NnnX/6yFfB7ZvSGU+AfRAdAgalqfpLdZ2uS5OVUN7eyLf/1i0EVoJLfq67L2gtJy5JL6+",
+	"iwn9G8aDQkwysjsTgGegSOotE3f3LICNxXGsC6Jqq0DicNLdjdMlPvKU3mIYjKMHwvq5wT3OUsXmE5ax",
+	"wvLDorF85tV4XhQLiDNqbMVuJnPNBSPmjrp7t2eGRZzhqe0z0XRvfhX4ShG1emwJgx/a7FlswIix+U5b",
+	"Dq9tmNaSDXzSlA38yKqXPYHVFxkzxIWcF61avsbSgHtDwE6luRZl1KlcfCMnCDqzvCXkbq/S1PWXIQ3X",
+	"EEMhkEBndlaKPnnHevhNRKGaZeyOy1yli6HIRcFTZ5RnJGM9bEanjIXqIVRBvealKFsAlsjlOALkWLg2",
+	"PBIzLnz7j6xCQB8KbyAt26HPMWyBoZuid2PNoQiNDwMyp2oonN/awqIXZ4BtDbsFVGEDX92HdxuYcLgX",
+	"EJmVGFwTqrzYuUNxtefk7H0X6zseHFc6BkOROEBKWMfBUIDnAParpBRCl7Y+A8KKQcCMDOOz1d+wOaPF",
+	"8htD0QUY9ERmIx7HTLSAP3wpZvi1sKTvkQtd2jtauaFtno4lrQQ18TbFer3xdgXvL9FSPU0CGi5wVedo",
+	"8PU++RFxWAqatkHa2jKql8l64aDA/djMrUl6Lndh3BzoPGhZhVSsaKmGWhBdtH1fZ3w8to0BNrIJ8fm/",
+	"chGvmQEtWzu5yXQNZyAqlRqrMaZU5DQlWS722ubnxthhb74lU9sQ6XpDG4nxWzGzlb14dZO6LQyDnnOo",
+	"IDBixWWcQHYSizHnRCbExtb75C9yhP3FzKHbWlwHTGPRMDAvYih+lyOrnZjr6MixTFRAOCTUTMjvcgRo",
+	"HFDcb+QX0Syblgh9RR+JoZjRBaIb234iMLUninAxyzVhIuMwQlEihcVzZbsm9J9hxopZs/ks+LqGQkmS",
+	"0MzIdkQ/hGkVrAUMKvfaRTkAYlQ5yFFj8xvj3YGHmrUOBWYHmuFsK6PWJiSGKr+K/Iqdu/qWiRhFSM1v",
+	"+Y82jVV5ZzLT5snDw+DZIDg+Pnr/qWST0axnM5fgJfvridaz3iyTI0jbROS9MhXjdGAWbc8cuoXKiKYT",
+	"Q/zbtlwxJ/GFMjWACJrYkiCMZikHGCDEi6nC79SSuqoiyVDrQ0NEmDk+ZBSzbeU2ennhIeZUGczfc5Z/",
+	"pdHNrWvTt8RyuKfgAIQCKwHavbHw4/5H85+VsVHITzaMbsqxj6Rzg5VwAA1h0J24nnnpse2INnq8ttz/",
+	"mwlzegLenAgEZaxIdE65jQ9/H92C7amxz9FtWMjIJ6qoVIb72qUOqcBVDVOFLXxAymIlSmR1EyHJVGYM",
+	"ptwfChw7RdeGg6/G1TlcK/NDiWx94WC4IXN1ziNWQexoksTw/DdLkx7OmZUS3wUEx32TROBQN+BzaPzc",
+	"z/x1Y+xuAtsRvl4z+Nsy9XA7NzH33MZ/Hk3iS5iIJXGWd8D9bjNT0foYgOYAV6mwIMHHADweysBTqc8J",
+	"JVEmBWEfZhn2cyDdhN8xknCWxiow1hFNc9BTuSCh0elv/pDCdlgwTP4Di0nooqNemQUgNMEEoJaqK7PC",
+	"Eb7XH4qXha4I/g9rMdpse+CRQs4vzIWZgDix/l0oVk94hr2+RzTGmeJ1GgxFOKKxK0YPiaBTVxIBj60y",
+	"7XDf7pOjGDMj1/BIPjrgPMvR4D+VTPhWA2zZllphNpUmmeDjiTH67Qd3NhE1N3uGWfw6mtzkM8OPEJfG",
+	"0IoZiRySP5n/N99BKGaz0luAGCxIxCiceSZnbP/PLEu5QILfysjDM/lCSZsFSbSbPAGhumhEffBdGDgP",
+	"lO5ZMKIWTlaX6EaBLTybn1YkQLGSxVGNgLVWe7Xn0CcPmALqsYVtdU188fH1zXYi9TfrW7KFVhJOS0T2",
+	"CuvIIK44kWmhXRPqLB0c4okign0oiOWi8NnYXyB28y2bISqM8w4aiROg7ASQNSNOHdiz34yeaxLRKQNJ",
+	"1yd/c75U5KlFO2uN4E4fStlndimHzqFYluYk5UXZlx49qkzEAKqegtOTLlSfvKWYlMHVUIT7M5orFgbY",
+	"b7Nd6v0K5c8PR95fUGTuIBw9GYcS7cgXaQ8hwar7+8VclZsxB8dJBZsXXPRfsqwDXtfIF2ZPFCkplnSp",
+	"v2N7O0m6fdBlW+XdK6PWWzYBurGtbIVfOAcyOGxIN7Q/h0HpeM5yUbQoMIq3zcQIja42g/5pmCO3OCfh",
+	"lCtl0yJRpzP/BNftTZKnqfkJGluh6s+V/WMckhGbcBETOhQYfuJpajPQ2lIjHWX+CKu/D/f5Rq1ds/BN",
+	"MokZmXClZbb4Hm3eS/9i2XXudouMMF2pNIK0DSOZCx3C7VEO16wUqlIw0i2StbAJAIjTeC/w2nhb1XIo",
+	"4OqSruGccB+hRdXvXGtooJqwOcvKcGrBayEkqaQULFt3O16bVd3zcjR5l2AbKj6l4iAPBlCRzaf5FKBL",
+	"zY9c2B8LX5Mx98eA//057spVKvWqTORCk1KBVedKF+B3fmlg6YYOjYrZ6jZac3mAxtsDBq9lIX+YqlwL",
+	"IwHLnBXL+I3FtVdqpctO/SWSN4+y78bSCuzmfI+Za3BS9zXuobPNdAXBvXS0RseUC+TTvOou9DyEyMzB",
+	"3QkAtnHRvgU6xFhKRbyNBPBH3pnvb0ib8Oz3RJyYUfydZnebsyLUnfk9qTQX7SR6hY71mmfBednRT2Br",
+	"LLo2pZCEyCrDPcchzKOIY2NolmpE94MMatvfbgalBhdFCjbSOs0YyQU6E1x/+EbUICgkQaBbKYbili0Q",
+	"VaYAPYL42l5QQw9yrhMfQMg2QgJzAuRNFzNV/M5US92d9i4cGhFC1EIpi5wydOmz1LY7OjwcirbWTI1o",
+	"1Ll4kAsZ3C936zNYCA+SZzSlMcNAZpZ/AzlGq1d/XRi1TEBLLVG/hFV76Z86e+hdLvyQoMB+TStYITRw",
+	"aPdGvLGpp6NqOQlik9IpIugZKwrs1wJGzJgRUBxvRDCUyqs+uYS6CQd1JdJFS7jeTmnnYD2+/5WG6h+V",
+	"j8DKV9lNdm+eFOC636NSgHF1XCnpmjND0efWXHHbWWJrD7TbMAMFco9dxxOZ1OnI6FlRtoD2td3LF1e9",
+	"w5PT3k/PfwkcAq+RiRCFhxGGYp5hr1lbG1WiwBtZaMcy9HnLFnt98p9wiUARgF6IPXOBzomQJJO5ZrYF",
+	"C1Y5DYUUrE8uUSsB+k6hdSb0hjACgwsS4jxuMpZAc7+IcYdrDxfWPGOUEKh0G4qufV4ZZaYoAtMTZtRr",
+	"JzTTBXGw81rary9mdvu1LKp051AekdIRFLNCt14S2tIv/G3YwC4u7CEUmQG534gxkiJJeaTDFRF/WMED",
+	"YBK9e/HTy6vrd//n5vrNX1+8vlfonapbaExTJD8Jlt1g/MMIX9e9Tx1F2ZHeFgcJF/ylgum425uG0knX",
+	"3U847L3vI3f4q+xr1RC6dzdjmS9WFYX9j5ZtrKl893lPAdsI/UITylNlY08fdIFwDAotBBtIJGNWsKdc",
+	"0DvKU2PBhsv6wg/w+eJeb2kYwGuPbqe3XgPEcocqFXsAHur99yiY8bRWk1vQluV5Z3NogSOuy/gYsVSK",
+	"scI6S0SeX415+BPT3zAV/VNQj80VqS+1TZnLV4WFilwQi85RpmjbvnpWHyq6aVmqu3YKFCZiNPgOIX78",
+	"MKS0o47iVAZxNO9tqzZU5v+lUhi2I/XvNZPhM6sCXuaD22E0A4zqDkq9WqUeWDjnDXL0bapCBCF6MqNj",
+	"LkqXQsJTDcBCjRhktipmN7cAzPDrzd9vrPzW2Fxtw7p0qm6LNs9tnSuttbHVoNfmhX/V2n9HBRjmVDdI",
+	"RYEb870WXtRr7FyrmfUFF3GeFZ0ksHugqGHtrIjP5IL/PYf+m0Phv7QUkgHHflNcBktsy1ywLcIyMOYt",
+	"W7iGCDFPwDTTZCTjxU6RGdwWQ1DfeJk84hiYMYpy+ClTio6hMoOlqTSUZz0z59jUwNOLbtY1QDCUVfLf",
+	"87qvZ0vPjtnwL6SfwVk/eDW82ZqvPVLVtvKvGct7a4/Vtt0bPm98q/BYaeQ4LY3C4Mf9j3DfVhWX/A3y",
+	"RgquOoceQlqSke28EQcktLmCNxZ+lCi6UDZ/Vsgbh992g+5rQCTFK30jpL4p2oXFgDhah9D0/PK2KD+0",
+	"jKiPg4TWDV+MqkJSdiPbC2AOUqRcsGIGJCyfuJlyBf5182twrZe/MRMaCnw5wFFTD6MNHfEEvfP+DHEY",
+	"xVIWaZmFe7BkLspNqDjtMCXBLlcmpPYoj0PoZ1sA4QXEwbUGQ2GBCY3+ZoFb9+zyIrM4l6Ts1Lb4JqWa",
+	"ZdhVLWM6W9yMaHQrk6StX+BOgsu89NgOH/ONH5imPG2zhJFjfis1Pni/HN6BQynd+Abv00zzhEYrQtU/",
+	"8pRBWc2Ua4s5SMWibKGXFEQcEJnG6wCvqbq9LL75NVKIWe+qWC90R/1yEL2OXZQHQr3t3PDU1yFbXJaZ",
+	"3Ebr0Nmi57qvFVBXiDbB4hJ999Iyd3jJAl/A41MJIVBZdGpMuRiHmIzlGDajRhHn0JOxiGJENE1J1wJJ",
+	"S+HBSBNXJ72HxWWFrBkx7E0WFhMMvX5yFrQ3uhVynrJ4zBRUYLh4rG2s1g7A4VYPoVHzw/0BOL5qVrmK",
+	"Sf4LgGMlAMdWmtR+KsdqZdlFKsfYP1gmiEZn+W/XNjBlrm9iaP8C8l9I7TquQvLvaKEZgLUrBhF9sKjD",
+	"RKapnP8bmLQF0qvV2rpNrR/3wD4XbI4pGPNC3bPfHgpeImeLuLCzvZaQkOIAXYnllGEjSHdL3dKw8eNz",
+	"KVxdMs5TDQXNGDbzt434L9++tJXIXXt85BjhdcxfXYfEjMFVuEDoA8YhfuU1BuRqKI4Pzxra7q/Qcl6Z",
+	"g9v1+i553i7t0kU+HbGszZ1mN6iOjI21JYcHx0+Pnx2dHj9dU3DS4sxE4miuafFLWhq/M9j8O3iYzd9J",
+	"aKpYMdRIypQBGFDLUJU+hY0DHvozPx2smfFjctVXcnzNPjRqF6/cFS/qqfAs+rslSJ593jgH9Jm2yom7",
+	"wakcb84CM6byVK/mgjOWKWw0jE+TkTGjGCRjY315o17KLdgn5JfZB0BtUEZwiYi5C0eu0H1UlKQbTkNT",
+	"JQkXY2gtbRQP6eA1EVoMe5S0VKChRwlXdg828S25wXG5fzYns94bXj3Hb8HwemtmrieZzMeTkuQtTHl1",
+	"OdsQv84W7Qr5L6BBUwe4euNwY9Ek91Rd1IFpdAtC22rxYbVTbyGkR3k8Zhr1cOdjLBpdKE0XLlnRZYKT",
+	"NyAzIYCGd6NUhIXUPVgF5hQ1VRuYv36z6m5Q2ERQTPUvXdceKKEkZjTupUxryGmXmWccrtaC81kqaaz2",
+	"P+I/nE+xNckkTFQI1M1E/EQRfMtiH2MWiQu4KJ0xSCzWksTcnB7WrU0A4kqQKZvKbHGBRUIptBQBbn71",
+	"82Xv8OSUTHOlPR+dQkivPnkjmPssJh0Xv0/9XgzGIDV28YxBN6ZyhKCoqXMmJ1ckdXryiCUyY/7znkXa",
+	"gDxi5uG8KVtfKnx9q7QYGWmme7i31ZtVRHJHXFCsPa9HDdYHU45b0sRj2Jw7lvGE7xwPeNybtK1//3G7",
+	"IePRQmchSx1PFNh+inQTlFV0zPZW9EZuuJn76HJqF1L/iQdki/ls247R7wy+rvgfzL9hQYF8qq1TzabE",
+	"iFtwA2EHs6EAd6zXseUcU2mkiK0LjCx15zeD9cklmXKlrA+rjMjihMBAzViCtdcgxHChvdKNbyRr+Usz",
+	"UrhX4Ku76zml2S2LV+GdwyTdJcWDue9VfUTPZ5sELN2NsLtfr3Da9IrguUDOEmyu50hdcS3WdeMDfwqG",
+	"fixWTHdFLzxStsILlhqNgX1Stm9Rra2GvE7kpQBSbf2DuBqWzZFkBpXdtp2QLUBJEKGj7Go+b+rOWXbw",
+	"ie3Uh8LNvc0W2rV131dl3azu51caNtVmfl9/r/N5cTiNzbvWJO84z7qhBtsTihIpWE/zKSNMZDJNgV6A",
+	"Ws99bzz+Ubko1lB0w7dvrrCBFf7N8l1scEEiZu4ptGgtPSVlmdfzyz55k5GRUTvIQuYZEPDbv748H4qM",
+	"jbnStrlWlHIzIX84IeekG3q/uZmxqbWxvF8mXIxZNsu40ADhNBQQH7WOw2LyTd23vGFC13ystX9YISLd",
+	"nZZzgRG4pcsN6FNe+0+j2O5dNPTXckPOUqqN0ubGRhds/TthLfHHzBl6YGOjsVrSJ3xhj0ypoOMKN4Lj",
+	"i1nEY6YCMy42IQNl2LAaY1VW87aU34ON6/YUqaKj1865TVP64SYqnMw3NuX22EteBJdQj+W9g05gb0Ut",
+	"3WjbPCOc9ReqILN5NXbnVhWSWbdB6z0mXTUB8SAi9rVWlp19kTwa18QvZkIbdWRFG7KW5qeP3ZN/x1Z4",
+	"n6exXTttlg0jv50kjbnb6kbJaqyNBtFqEU4RDSC0YDNhQMImfoUyytb4ku6UZWMWn5NQ5Gka2p6KilAj",
+	"qEYs3euTHyAZCABQtZxhmYcr2sF4/nIzWq+ZLpmwjO0R6ENb1/5stDxY6sYblf0ypn0CHUQxvA6TwtoA",
+	"Y7JWFOEnCm1AgolRClHf8FnnyXf4MDaFKpVKh3tBgQTjJoI5Zu0Yrve+EcFyHhzVZEJnMyawaK6m49cT",
+	"E7gqsrRaY38wRHOUqwMn1QmKDE6b5xHYP7xvwU3YUXBamrThui0BXXeQgJ+LveQwwbjKZv6p8VvxyFZz",
+	"snZp5iu97d6jP3NzsavqfXdZi99zve3tlbHKsPPbeqp5n/wEfMk8/PbFL6Q7g4rpDLL3S5MBw3s+BLXK",
+	"wUeE7XkmLLrFX5stwJ714JiqfOnab/PnrwC5q5krsDqbKtUYHEHTBEnzubdj95TQ21zuTeN7OFVvkl/l",
+	"PbYUUmRHGhnnn9o/IxLCvSM+1oD2Gn8v29Hb8ofSrOiB+trOJKDMsOxJTTUxwh5O95YtnD8LQz04Kov7",
+	"5KowUvotVuSLYgbXMIGH1IofznCrz7ItWmn+2P8GxMpLpXIjVczFbLUxtyUmdC20pzNbO6nWM73u4Iyn",
+	"XIBLZMm/0V/h2vwJv/0121QwxVX5zcXG4EZ+t0hWkF9V8TjROlGgeeN8ULsR4nKj/VX4LuYA0BvPoAO+",
+	"kCSVRmKBJW/IEWdTUnDRM9h3ytvkp8KqGArXVt+h/NEpIzqjQhl7QoqL0kaybjqwnnzbRZdTe9Jg9GHL",
+	"ji5aHEYrs2e016zs3Mlb5hHk/YyuB+/efwmrewuYoU2X8rg58hNndC6+xwvjFkcokkCbK6Mtb6Odx7b5",
+	"kOHqLXmf4RboiSFoP+DgbqghU64VSxPUyGGuhKZSMOfcsF3QzuvkDHMB2G0XHlOVS6YkGUk9qXGMyGya",
+	"0f/L+HRjqrD5zkN4F7Yk9M8kTdokCWzvdyk/mG7EP3KUuKudjGV5q7XfsZRxgQ7qcfBKSM2IDswucl3/",
+	"pjJjAYqJmg+KmRukhwJcaKOFRUomXSE1gfYG5lKOKRdKo+/RvVlmQ7jWupARaL4LFY8sVWw+YRkLMMvK",
+	"VRDNINoHibUQKbTpPZi+i4E0V+jsJWmAFXc8OBoKi2jYs0WMYWBeNftBKLGd1CHcjblXmFK1Tgh9TiPb",
+	"86Bh7WvnvGOMl5TRWxZvAypk5v9VWt6uvrTiQfvKEc/NjNfc3Hp+yYjRjGWXuZ64/BL7Uv3ivpO5ZorY",
+	"/AcorwkIzfWECQ0WMwRblw3pvlfjYDd8ycd8zQTF9BB3+xXLHORoVVxxjU2oiyhxvxlnRzW5sisBLc5U",
+	"YG++N13liWPMWanPv2nkHzzcj2JUPw3G/qroq+6h7jSNB2mgOU91z4h0BJKPJkzpjGpp9WWo+lnK4UcU",
+	"d5JwEfc7lfhv03eu4GF4HZgfdGhlMTIiY8pqWFYX2sLKrKxYLLtK8awE2V4Cy2k8hQKjtoKbqwKjtluU",
+	"XEzcEVZlRzEgE1crXIeOhGCM93GLQNVQmuRqrFS5g3nMocjDPxV4pOH9nxlNbZJtxmjMBVMKd0Lm2r8M",
+	"FkjQ0eVMdT69//T/BwAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
@@ -87,6 +89,12 @@ func ctlCommand(a *cli) *command {
 				leaf("run", "ID", "run a schedule now", schedulesRun),
 				leaf("fires", "ID", "a schedule's history", schedulesFires),
 				leaf("next", "ID", "a schedule's next fire times", schedulesNext),
+			),
+			group("secrets", "write-only secrets tasks receive in their leases (values from stdin or a file)",
+				leaf("list", "", "list secrets (names and metadata, never values)", secretsList),
+				leaf("create", "", "create a secret; the value is read from standard input or --from-file", secretsCreate),
+				leaf("replace", "ID|NAME", "give a secret a new value (standard input or --from-file) and limits", secretsReplace),
+				leaf("delete", "ID|NAME", "delete a secret", secretsDelete),
 			),
 			group("files", "stored files (artifacts)",
 				leaf("get", "ID", "show a file's metadata", noFlags(filesGet)),
@@ -531,18 +539,42 @@ func tokensRevoke(ctx context.Context, c *ctl, args []string) error {
 	return c.finish(res.HTTPResponse, res.Body, func(w io.Writer) { writeTokenTable(w, []apiclient.ApiToken{*res.JSON200}) })
 }
 
+// triggerFilter is the --trigger and --schedule filters of task and scan
+// lists.
+type triggerFilter struct{ trigger, schedule *string }
+
+func triggerFlags(fs *flagSet) triggerFilter {
+	return triggerFilter{
+		trigger:  fs.String("trigger", "", "only those created this way: schedule, manual or api"),
+		schedule: fs.String("schedule", "", "only those this schedule created (schedule id)"),
+	}
+}
+
+func (f triggerFilter) params() (*apiclient.TriggerKind, *uuid.UUID, error) {
+	schedule, err := optionalID("schedule", *f.schedule)
+	if err != nil || *f.trigger == "" {
+		return nil, schedule, err
+	}
+	kind := apiclient.TriggerKind(*f.trigger)
+	return &kind, schedule, nil
+}
+
 // Tasks.
 
 func tasksList(fs *flagSet) ctlRun {
 	org := fs.String("org", "", "organization id")
 	state := fs.String("state", "", "pending, leased, running, retry_wait, cancelling, completed, failed_terminal or cancelled")
 	taskType := fs.String("type", "", "task type")
+	tf := triggerFlags(fs)
 	p := pageFlags(fs)
 	return func(ctx context.Context, c *ctl, _ []string) error {
 		params := &apiclient.ListTasksParams{}
 		params.Limit, params.Cursor = p.params()
 		var err error
 		if params.OrganizationId, err = optionalID("organization", *org); err != nil {
+			return err
+		}
+		if params.Trigger, params.ScheduleId, err = tf.params(); err != nil {
 			return err
 		}
 		if *state != "" {
@@ -586,6 +618,7 @@ func tasksCreate(fs *flagSet) ctlRun {
 	key := fs.String("idempotency-key", "", "repeating a creation with the same key returns the same task")
 	selector := fs.String("selector", "", `label selector the worker's labels must match: kubectl style ("zone=eu,tier in (gpu,tpu),!legacy") or a JSON object as the API takes it, or @FILE`)
 	pin := fs.String("pin", "", "the id of the one worker that may run the task")
+	secrets := fs.String("secrets", "", "names of the organization's secrets the task receives in its lease, comma-separated")
 	return func(ctx context.Context, c *ctl, _ []string) error {
 		orgID, err := optionalID("organization", *org)
 		if err != nil {
@@ -612,6 +645,13 @@ func tasksCreate(fs *flagSet) ctlRun {
 		}
 		if req.PinnedWorkerId, err = optionalID("worker", *pin); err != nil {
 			return err
+		}
+		if *secrets != "" {
+			refs := strings.Split(*secrets, ",")
+			for i := range refs {
+				refs[i] = strings.TrimSpace(refs[i])
+			}
+			req.SecretRefs = &refs
 		}
 		params := &apiclient.CreateTaskParams{}
 		if *key != "" {
@@ -741,12 +781,16 @@ func tasksLogs(fs *flagSet) ctlRun {
 
 func scansList(fs *flagSet) ctlRun {
 	org := fs.String("org", "", "organization id")
+	tf := triggerFlags(fs)
 	p := pageFlags(fs)
 	return func(ctx context.Context, c *ctl, _ []string) error {
 		params := &apiclient.ListScansParams{}
 		params.Limit, params.Cursor = p.params()
 		var err error
 		if params.OrganizationId, err = optionalID("organization", *org); err != nil {
+			return err
+		}
+		if params.Trigger, params.ScheduleId, err = tf.params(); err != nil {
 			return err
 		}
 		res, err := c.api.ListScansWithResponse(ctx, params)
