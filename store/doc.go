@@ -70,7 +70,11 @@
 //   - worker_task_queue holds the leasable tasks only, with the columns the
 //     walk orders and filters by. The acquisition walks it per organization
 //     and lease class and deletes what it leases; retries, releases and
-//     redrives insert into it (queue.go has the rule and who keeps it).
+//     redrives insert into it (queue.go has the rule and who keeps it). A
+//     lease class is what decides who may run a task — its type, required
+//     capabilities, label selector and pinned worker (migration 000019) —
+//     so a worker skips a class it cannot run with one index probe, however
+//     many tasks it holds.
 //   - worker_tasks has no index that names a column a state change writes
 //     (state, available_at, counts, timestamps), and leaves half of each
 //     page free, so lease, start and completion are HOT updates: no index
