@@ -3,6 +3,7 @@ package store_test
 import (
 	"testing"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/worker-gateway/gateway/internal/secretbox"
@@ -87,8 +88,6 @@ func TestWorkerLabels(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, labels)
 
-	_, err = b.pool.Exec(ctx, `ALTER TABLE workers ADD COLUMN IF NOT EXISTS labels jsonb`)
-	require.NoError(t, err)
 	_, err = b.pool.Exec(ctx, `UPDATE workers SET labels = '{"zone": "eu", "gpu": "yes"}' WHERE id = $1`, b.worker.ID)
 	require.NoError(t, err)
 	labels, err = s.WorkerLabels(ctx, b.worker.ID)
@@ -97,9 +96,7 @@ func TestWorkerLabels(t *testing.T) {
 	require.True(t, store.Secret{WorkerLabels: map[string]string{"zone": "eu"}}.SecretAllowed("scanner_plugin", labels))
 	require.False(t, store.Secret{WorkerLabels: map[string]string{"zone": "us"}}.SecretAllowed("scanner_plugin", labels))
 
-	_, err = b.pool.Exec(ctx, `UPDATE workers SET labels = '["zone=us"]' WHERE id = $1`, b.worker.ID)
+	labels, err = s.WorkerLabels(ctx, uuid.New())
 	require.NoError(t, err)
-	labels, err = s.WorkerLabels(ctx, b.worker.ID)
-	require.NoError(t, err)
-	require.Equal(t, map[string]string{"zone": "us"}, labels)
+	require.Empty(t, labels, "a worker that does not exist has no labels")
 }
