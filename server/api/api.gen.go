@@ -526,6 +526,63 @@ func (e UploadSessionMethod) Valid() bool {
 	}
 }
 
+// Defines values for WebhookDeliveryState.
+const (
+	WebhookDeliveryStateDelivered WebhookDeliveryState = "delivered"
+	WebhookDeliveryStateFailed    WebhookDeliveryState = "failed"
+	WebhookDeliveryStatePending   WebhookDeliveryState = "pending"
+)
+
+// Valid indicates whether the value is a known member of the WebhookDeliveryState enum.
+func (e WebhookDeliveryState) Valid() bool {
+	switch e {
+	case WebhookDeliveryStateDelivered:
+		return true
+	case WebhookDeliveryStateFailed:
+		return true
+	case WebhookDeliveryStatePending:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookEventType.
+const (
+	OrganizationNoEligibleWorker WebhookEventType = "organization.no_eligible_worker"
+	ScanCompleted                WebhookEventType = "scan.completed"
+	ScanFailed                   WebhookEventType = "scan.failed"
+	ScheduleFireSkipped          WebhookEventType = "schedule.fire_skipped"
+	TaskCompleted                WebhookEventType = "task.completed"
+	TaskFailedTerminal           WebhookEventType = "task.failed_terminal"
+	WorkerOffline                WebhookEventType = "worker.offline"
+	WorkerRevoked                WebhookEventType = "worker.revoked"
+)
+
+// Valid indicates whether the value is a known member of the WebhookEventType enum.
+func (e WebhookEventType) Valid() bool {
+	switch e {
+	case OrganizationNoEligibleWorker:
+		return true
+	case ScanCompleted:
+		return true
+	case ScanFailed:
+		return true
+	case ScheduleFireSkipped:
+		return true
+	case TaskCompleted:
+		return true
+	case TaskFailedTerminal:
+		return true
+	case WorkerOffline:
+		return true
+	case WorkerRevoked:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for WorkerType.
 const (
 	WorkerTypeAi      WorkerType = "ai"
@@ -846,6 +903,17 @@ type CreateTaskRequest struct {
 	// Retry Exponential backoff with full jitter between attempts.
 	Retry    *RetryPolicy `json:"retry,omitempty"`
 	TaskType TaskType     `json:"task_type"`
+}
+
+// CreateWebhookRequest defines model for CreateWebhookRequest.
+type CreateWebhookRequest struct {
+	Description    *string            `json:"description,omitempty"`
+	Enabled        *bool              `json:"enabled,omitempty"`
+	EventTypes     []WebhookEventType `json:"event_types"`
+	OrganizationId openapi_types.UUID `json:"organization_id"`
+
+	// Url An http or https URL.
+	Url string `json:"url"`
 }
 
 // CreateWorkerRequest defines model for CreateWorkerRequest.
@@ -1177,6 +1245,12 @@ type RetryPolicy struct {
 // RevokeRequest defines model for RevokeRequest.
 type RevokeRequest struct {
 	Reason string `json:"reason"`
+}
+
+// RotateWebhookSecretRequest defines model for RotateWebhookSecretRequest.
+type RotateWebhookSecretRequest struct {
+	// OverlapSeconds How long the old secret keeps signing too.
+	OverlapSeconds *int `json:"overlap_seconds,omitempty"`
 }
 
 // Scan defines model for Scan.
@@ -1533,6 +1607,14 @@ type UpdateScheduleRequest struct {
 	Timing ScheduleTiming `json:"timing"`
 }
 
+// UpdateWebhookRequest defines model for UpdateWebhookRequest.
+type UpdateWebhookRequest struct {
+	Description *string            `json:"description,omitempty"`
+	Enabled     bool               `json:"enabled"`
+	EventTypes  []WebhookEventType `json:"event_types"`
+	Url         string             `json:"url"`
+}
+
 // UpdateWorkerRequest defines model for UpdateWorkerRequest.
 type UpdateWorkerRequest struct {
 	Enabled            *bool   `json:"enabled,omitempty"`
@@ -1554,6 +1636,90 @@ type UploadSession struct {
 
 // UploadSessionMethod defines model for UploadSession.Method.
 type UploadSessionMethod string
+
+// Webhook defines model for Webhook.
+type Webhook struct {
+	// CircuitOpenUntil While open, no delivery to the target is tried.
+	CircuitOpenUntil *time.Time `json:"circuit_open_until,omitempty"`
+
+	// ConsecutiveFailures Failed tries in a row; the circuit opens at the gateway's threshold.
+	ConsecutiveFailures int                `json:"consecutive_failures"`
+	CreatedAt           time.Time          `json:"created_at"`
+	Description         string             `json:"description"`
+	Enabled             bool               `json:"enabled"`
+	EventTypes          []WebhookEventType `json:"event_types"`
+	Id                  openapi_types.UUID `json:"id"`
+	OrganizationId      openapi_types.UUID `json:"organization_id"`
+
+	// PreviousSecretExpiresAt During a rotation's overlap: when the old secret stops signing.
+	PreviousSecretExpiresAt *time.Time `json:"previous_secret_expires_at,omitempty"`
+	UpdatedAt               time.Time  `json:"updated_at"`
+	Url                     string     `json:"url"`
+}
+
+// WebhookDelivery defines model for WebhookDelivery.
+type WebhookDelivery struct {
+	Attempts    int        `json:"attempts"`
+	CreatedAt   time.Time  `json:"created_at"`
+	DeliveredAt *time.Time `json:"delivered_at,omitempty"`
+
+	// EventId The webhook-id header: the same on every try.
+	EventId        openapi_types.UUID `json:"event_id"`
+	EventType      WebhookEventType   `json:"event_type"`
+	Id             openapi_types.UUID `json:"id"`
+	LastAttemptAt  *time.Time         `json:"last_attempt_at,omitempty"`
+	LastError      *string            `json:"last_error,omitempty"`
+	LastLatencyMs  *int               `json:"last_latency_ms,omitempty"`
+	LastStatusCode *int               `json:"last_status_code,omitempty"`
+
+	// NextAttemptAt While pending: the next try.
+	NextAttemptAt *time.Time `json:"next_attempt_at,omitempty"`
+
+	// State failed: every try failed.
+	State     WebhookDeliveryState `json:"state"`
+	WebhookId openapi_types.UUID   `json:"webhook_id"`
+}
+
+// WebhookDeliveryState failed: every try failed.
+type WebhookDeliveryState string
+
+// WebhookDeliveryList defines model for WebhookDeliveryList.
+type WebhookDeliveryList struct {
+	Items      []WebhookDelivery `json:"items"`
+	NextCursor *string           `json:"next_cursor,omitempty"`
+}
+
+// WebhookEventType defines model for WebhookEventType.
+type WebhookEventType string
+
+// WebhookList defines model for WebhookList.
+type WebhookList struct {
+	Items      []Webhook `json:"items"`
+	NextCursor *string   `json:"next_cursor,omitempty"`
+}
+
+// WebhookWithSecret defines model for WebhookWithSecret.
+type WebhookWithSecret struct {
+	// CircuitOpenUntil While open, no delivery to the target is tried.
+	CircuitOpenUntil *time.Time `json:"circuit_open_until,omitempty"`
+
+	// ConsecutiveFailures Failed tries in a row; the circuit opens at the gateway's threshold.
+	ConsecutiveFailures int                `json:"consecutive_failures"`
+	CreatedAt           time.Time          `json:"created_at"`
+	Description         string             `json:"description"`
+	Enabled             bool               `json:"enabled"`
+	EventTypes          []WebhookEventType `json:"event_types"`
+	Id                  openapi_types.UUID `json:"id"`
+	OrganizationId      openapi_types.UUID `json:"organization_id"`
+
+	// PreviousSecretExpiresAt During a rotation's overlap: when the old secret stops signing.
+	PreviousSecretExpiresAt *time.Time `json:"previous_secret_expires_at,omitempty"`
+
+	// Secret whsec_ and the base64 of the HMAC-SHA256 key. Shown once.
+	Secret    string    `json:"secret"`
+	UpdatedAt time.Time `json:"updated_at"`
+	Url       string    `json:"url"`
+}
 
 // Worker defines model for Worker.
 type Worker struct {
@@ -1661,6 +1827,9 @@ type TaskID = openapi_types.UUID
 
 // UploadID defines model for UploadID.
 type UploadID = openapi_types.UUID
+
+// WebhookID defines model for WebhookID.
+type WebhookID = openapi_types.UUID
 
 // WorkerID defines model for WorkerID.
 type WorkerID = openapi_types.UUID
@@ -1831,6 +2000,23 @@ type ListTaskResultsParams struct {
 	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
 }
 
+// ListWebhooksParams defines parameters for ListWebhooks.
+type ListWebhooksParams struct {
+	// OrganizationId Only this organization's targets. For an unscoped token, an organization that does not exist is 404.
+	OrganizationId *openapi_types.UUID `form:"organization_id,omitempty" json:"organization_id,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
+// ListWebhookDeliveriesParams defines parameters for ListWebhookDeliveries.
+type ListWebhookDeliveriesParams struct {
+	// Cursor The `next_cursor` of the previous page.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
 // ListWorkersParams defines parameters for ListWorkers.
 type ListWorkersParams struct {
 	// Cursor The `next_cursor` of the previous page.
@@ -1900,6 +2086,15 @@ type UpdateScheduleJSONRequestBody = UpdateScheduleRequest
 
 // CreateTaskJSONRequestBody defines body for CreateTask for application/json ContentType.
 type CreateTaskJSONRequestBody = CreateTaskRequest
+
+// CreateWebhookJSONRequestBody defines body for CreateWebhook for application/json ContentType.
+type CreateWebhookJSONRequestBody = CreateWebhookRequest
+
+// UpdateWebhookJSONRequestBody defines body for UpdateWebhook for application/json ContentType.
+type UpdateWebhookJSONRequestBody = UpdateWebhookRequest
+
+// RotateWebhookSecretJSONRequestBody defines body for RotateWebhookSecret for application/json ContentType.
+type RotateWebhookSecretJSONRequestBody = RotateWebhookSecretRequest
 
 // CreateWorkerJSONRequestBody defines body for CreateWorker for application/json ContentType.
 type CreateWorkerJSONRequestBody = CreateWorkerRequest
@@ -2065,6 +2260,27 @@ type ServerInterface interface {
 	// CommitArtifactUpload Commit an uploaded artifact
 	// (POST /v1/uploads/{upload_id}/commit)
 	CommitArtifactUpload(w http.ResponseWriter, r *http.Request, uploadId UploadID)
+	// ListWebhooks List webhook targets
+	// (GET /v1/webhooks)
+	ListWebhooks(w http.ResponseWriter, r *http.Request, params ListWebhooksParams)
+	// CreateWebhook Create a webhook target
+	// (POST /v1/webhooks)
+	CreateWebhook(w http.ResponseWriter, r *http.Request)
+	// DeleteWebhook Delete a webhook target
+	// (DELETE /v1/webhooks/{webhook_id})
+	DeleteWebhook(w http.ResponseWriter, r *http.Request, webhookId WebhookID)
+	// GetWebhook Get a webhook target
+	// (GET /v1/webhooks/{webhook_id})
+	GetWebhook(w http.ResponseWriter, r *http.Request, webhookId WebhookID)
+	// UpdateWebhook Replace a webhook target's definition
+	// (PUT /v1/webhooks/{webhook_id})
+	UpdateWebhook(w http.ResponseWriter, r *http.Request, webhookId WebhookID)
+	// ListWebhookDeliveries A webhook target's delivery log
+	// (GET /v1/webhooks/{webhook_id}/deliveries)
+	ListWebhookDeliveries(w http.ResponseWriter, r *http.Request, webhookId WebhookID, params ListWebhookDeliveriesParams)
+	// RotateWebhookSecret Rotate a webhook target's secret
+	// (POST /v1/webhooks/{webhook_id}/rotate-secret)
+	RotateWebhookSecret(w http.ResponseWriter, r *http.Request, webhookId WebhookID)
 	// ListWorkers List workers
 	// (GET /v1/workers)
 	ListWorkers(w http.ResponseWriter, r *http.Request, params ListWorkersParams)
@@ -3997,6 +4213,238 @@ func (siw *ServerInterfaceWrapper) CommitArtifactUpload(w http.ResponseWriter, r
 	handler.ServeHTTP(w, r)
 }
 
+// ListWebhooks operation middleware
+func (siw *ServerInterfaceWrapper) ListWebhooks(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListWebhooksParams
+
+	// ------------- Optional query parameter "organization_id" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "organization_id", r.URL.Query(), &params.OrganizationId, runtime.BindQueryParameterOptions{Type: "string", Format: "uuid"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "organization_id"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "organization_id", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListWebhooks(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CreateWebhook operation middleware
+func (siw *ServerInterfaceWrapper) CreateWebhook(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateWebhook(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// DeleteWebhook operation middleware
+func (siw *ServerInterfaceWrapper) DeleteWebhook(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "webhook_id" -------------
+	var webhookId WebhookID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "webhook_id", r.PathValue("webhook_id"), &webhookId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "webhook_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.DeleteWebhook(w, r, webhookId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetWebhook operation middleware
+func (siw *ServerInterfaceWrapper) GetWebhook(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "webhook_id" -------------
+	var webhookId WebhookID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "webhook_id", r.PathValue("webhook_id"), &webhookId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "webhook_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetWebhook(w, r, webhookId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// UpdateWebhook operation middleware
+func (siw *ServerInterfaceWrapper) UpdateWebhook(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "webhook_id" -------------
+	var webhookId WebhookID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "webhook_id", r.PathValue("webhook_id"), &webhookId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "webhook_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.UpdateWebhook(w, r, webhookId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListWebhookDeliveries operation middleware
+func (siw *ServerInterfaceWrapper) ListWebhookDeliveries(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "webhook_id" -------------
+	var webhookId WebhookID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "webhook_id", r.PathValue("webhook_id"), &webhookId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "webhook_id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListWebhookDeliveriesParams
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListWebhookDeliveries(w, r, webhookId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// RotateWebhookSecret operation middleware
+func (siw *ServerInterfaceWrapper) RotateWebhookSecret(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "webhook_id" -------------
+	var webhookId WebhookID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "webhook_id", r.PathValue("webhook_id"), &webhookId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "webhook_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.RotateWebhookSecret(w, r, webhookId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ListWorkers operation middleware
 func (siw *ServerInterfaceWrapper) ListWorkers(w http.ResponseWriter, r *http.Request) {
 
@@ -4495,6 +4943,13 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/schedules/{schedule_id}/run", wrapper.RunSchedule)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/schedules/{schedule_id}/fires", wrapper.ListScheduleFires)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/schedules/{schedule_id}/next", wrapper.ListScheduleNext)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/webhooks", wrapper.ListWebhooks)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/webhooks", wrapper.CreateWebhook)
+	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/webhooks/{webhook_id}", wrapper.DeleteWebhook)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/webhooks/{webhook_id}", wrapper.GetWebhook)
+	m.HandleFunc(http.MethodPut+" "+options.BaseURL+"/v1/webhooks/{webhook_id}", wrapper.UpdateWebhook)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/webhooks/{webhook_id}/rotate-secret", wrapper.RotateWebhookSecret)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/webhooks/{webhook_id}/deliveries", wrapper.ListWebhookDeliveries)
 
 	return m
 }
@@ -8778,6 +9233,654 @@ func (response CommitArtifactUploaddefaultApplicationProblemPlusJSONResponse) Vi
 	return err
 }
 
+type ListWebhooksRequestObject struct {
+	Params ListWebhooksParams
+}
+
+type ListWebhooksResponseObject interface {
+	VisitListWebhooksResponse(w http.ResponseWriter) error
+}
+
+type ListWebhooks200JSONResponse WebhookList
+
+func (response ListWebhooks200JSONResponse) VisitListWebhooksResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWebhooks400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListWebhooks400ApplicationProblemPlusJSONResponse) VisitListWebhooksResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWebhooks401ApplicationProblemPlusJSONResponse Problem
+
+func (response ListWebhooks401ApplicationProblemPlusJSONResponse) VisitListWebhooksResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWebhooks403ApplicationProblemPlusJSONResponse Problem
+
+func (response ListWebhooks403ApplicationProblemPlusJSONResponse) VisitListWebhooksResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWebhooks404ApplicationProblemPlusJSONResponse Problem
+
+func (response ListWebhooks404ApplicationProblemPlusJSONResponse) VisitListWebhooksResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWebhooksdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListWebhooksdefaultApplicationProblemPlusJSONResponse) VisitListWebhooksResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateWebhookRequestObject struct {
+	Body *CreateWebhookJSONRequestBody
+}
+
+type CreateWebhookResponseObject interface {
+	VisitCreateWebhookResponse(w http.ResponseWriter) error
+}
+
+type CreateWebhook201JSONResponse WebhookWithSecret
+
+func (response CreateWebhook201JSONResponse) VisitCreateWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(201)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateWebhook400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response CreateWebhook400ApplicationProblemPlusJSONResponse) VisitCreateWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateWebhook401ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateWebhook401ApplicationProblemPlusJSONResponse) VisitCreateWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateWebhook403ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateWebhook403ApplicationProblemPlusJSONResponse) VisitCreateWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateWebhook404ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateWebhook404ApplicationProblemPlusJSONResponse) VisitCreateWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateWebhookdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response CreateWebhookdefaultApplicationProblemPlusJSONResponse) VisitCreateWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteWebhookRequestObject struct {
+	WebhookId WebhookID `json:"webhook_id"`
+}
+
+type DeleteWebhookResponseObject interface {
+	VisitDeleteWebhookResponse(w http.ResponseWriter) error
+}
+
+type DeleteWebhook204Response struct {
+}
+
+func (response DeleteWebhook204Response) VisitDeleteWebhookResponse(w http.ResponseWriter) error {
+	w.WriteHeader(204)
+	return nil
+}
+
+type DeleteWebhook401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteWebhook401ApplicationProblemPlusJSONResponse) VisitDeleteWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteWebhook403ApplicationProblemPlusJSONResponse Problem
+
+func (response DeleteWebhook403ApplicationProblemPlusJSONResponse) VisitDeleteWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteWebhook404ApplicationProblemPlusJSONResponse Problem
+
+func (response DeleteWebhook404ApplicationProblemPlusJSONResponse) VisitDeleteWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteWebhookdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response DeleteWebhookdefaultApplicationProblemPlusJSONResponse) VisitDeleteWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWebhookRequestObject struct {
+	WebhookId WebhookID `json:"webhook_id"`
+}
+
+type GetWebhookResponseObject interface {
+	VisitGetWebhookResponse(w http.ResponseWriter) error
+}
+
+type GetWebhook200JSONResponse Webhook
+
+func (response GetWebhook200JSONResponse) VisitGetWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWebhook401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response GetWebhook401ApplicationProblemPlusJSONResponse) VisitGetWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWebhook403ApplicationProblemPlusJSONResponse Problem
+
+func (response GetWebhook403ApplicationProblemPlusJSONResponse) VisitGetWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWebhook404ApplicationProblemPlusJSONResponse Problem
+
+func (response GetWebhook404ApplicationProblemPlusJSONResponse) VisitGetWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWebhookdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetWebhookdefaultApplicationProblemPlusJSONResponse) VisitGetWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateWebhookRequestObject struct {
+	WebhookId WebhookID `json:"webhook_id"`
+	Body      *UpdateWebhookJSONRequestBody
+}
+
+type UpdateWebhookResponseObject interface {
+	VisitUpdateWebhookResponse(w http.ResponseWriter) error
+}
+
+type UpdateWebhook200JSONResponse Webhook
+
+func (response UpdateWebhook200JSONResponse) VisitUpdateWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateWebhook400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response UpdateWebhook400ApplicationProblemPlusJSONResponse) VisitUpdateWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateWebhook401ApplicationProblemPlusJSONResponse Problem
+
+func (response UpdateWebhook401ApplicationProblemPlusJSONResponse) VisitUpdateWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateWebhook403ApplicationProblemPlusJSONResponse Problem
+
+func (response UpdateWebhook403ApplicationProblemPlusJSONResponse) VisitUpdateWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateWebhook404ApplicationProblemPlusJSONResponse Problem
+
+func (response UpdateWebhook404ApplicationProblemPlusJSONResponse) VisitUpdateWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateWebhookdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response UpdateWebhookdefaultApplicationProblemPlusJSONResponse) VisitUpdateWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWebhookDeliveriesRequestObject struct {
+	WebhookId WebhookID `json:"webhook_id"`
+	Params    ListWebhookDeliveriesParams
+}
+
+type ListWebhookDeliveriesResponseObject interface {
+	VisitListWebhookDeliveriesResponse(w http.ResponseWriter) error
+}
+
+type ListWebhookDeliveries200JSONResponse WebhookDeliveryList
+
+func (response ListWebhookDeliveries200JSONResponse) VisitListWebhookDeliveriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWebhookDeliveries400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListWebhookDeliveries400ApplicationProblemPlusJSONResponse) VisitListWebhookDeliveriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWebhookDeliveries401ApplicationProblemPlusJSONResponse Problem
+
+func (response ListWebhookDeliveries401ApplicationProblemPlusJSONResponse) VisitListWebhookDeliveriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWebhookDeliveries403ApplicationProblemPlusJSONResponse Problem
+
+func (response ListWebhookDeliveries403ApplicationProblemPlusJSONResponse) VisitListWebhookDeliveriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWebhookDeliveries404ApplicationProblemPlusJSONResponse Problem
+
+func (response ListWebhookDeliveries404ApplicationProblemPlusJSONResponse) VisitListWebhookDeliveriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWebhookDeliveriesdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListWebhookDeliveriesdefaultApplicationProblemPlusJSONResponse) VisitListWebhookDeliveriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RotateWebhookSecretRequestObject struct {
+	WebhookId WebhookID `json:"webhook_id"`
+	Body      *RotateWebhookSecretJSONRequestBody
+}
+
+type RotateWebhookSecretResponseObject interface {
+	VisitRotateWebhookSecretResponse(w http.ResponseWriter) error
+}
+
+type RotateWebhookSecret200JSONResponse WebhookWithSecret
+
+func (response RotateWebhookSecret200JSONResponse) VisitRotateWebhookSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RotateWebhookSecret400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response RotateWebhookSecret400ApplicationProblemPlusJSONResponse) VisitRotateWebhookSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RotateWebhookSecret401ApplicationProblemPlusJSONResponse Problem
+
+func (response RotateWebhookSecret401ApplicationProblemPlusJSONResponse) VisitRotateWebhookSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RotateWebhookSecret403ApplicationProblemPlusJSONResponse Problem
+
+func (response RotateWebhookSecret403ApplicationProblemPlusJSONResponse) VisitRotateWebhookSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RotateWebhookSecret404ApplicationProblemPlusJSONResponse Problem
+
+func (response RotateWebhookSecret404ApplicationProblemPlusJSONResponse) VisitRotateWebhookSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RotateWebhookSecretdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response RotateWebhookSecretdefaultApplicationProblemPlusJSONResponse) VisitRotateWebhookSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListWorkersRequestObject struct {
 	Params ListWorkersParams
 }
@@ -9761,6 +10864,27 @@ type StrictServerInterface interface {
 	// CommitArtifactUpload Commit an uploaded artifact
 	// (POST /v1/uploads/{upload_id}/commit)
 	CommitArtifactUpload(ctx context.Context, request CommitArtifactUploadRequestObject) (CommitArtifactUploadResponseObject, error)
+	// ListWebhooks List webhook targets
+	// (GET /v1/webhooks)
+	ListWebhooks(ctx context.Context, request ListWebhooksRequestObject) (ListWebhooksResponseObject, error)
+	// CreateWebhook Create a webhook target
+	// (POST /v1/webhooks)
+	CreateWebhook(ctx context.Context, request CreateWebhookRequestObject) (CreateWebhookResponseObject, error)
+	// DeleteWebhook Delete a webhook target
+	// (DELETE /v1/webhooks/{webhook_id})
+	DeleteWebhook(ctx context.Context, request DeleteWebhookRequestObject) (DeleteWebhookResponseObject, error)
+	// GetWebhook Get a webhook target
+	// (GET /v1/webhooks/{webhook_id})
+	GetWebhook(ctx context.Context, request GetWebhookRequestObject) (GetWebhookResponseObject, error)
+	// UpdateWebhook Replace a webhook target's definition
+	// (PUT /v1/webhooks/{webhook_id})
+	UpdateWebhook(ctx context.Context, request UpdateWebhookRequestObject) (UpdateWebhookResponseObject, error)
+	// ListWebhookDeliveries A webhook target's delivery log
+	// (GET /v1/webhooks/{webhook_id}/deliveries)
+	ListWebhookDeliveries(ctx context.Context, request ListWebhookDeliveriesRequestObject) (ListWebhookDeliveriesResponseObject, error)
+	// RotateWebhookSecret Rotate a webhook target's secret
+	// (POST /v1/webhooks/{webhook_id}/rotate-secret)
+	RotateWebhookSecret(ctx context.Context, request RotateWebhookSecretRequestObject) (RotateWebhookSecretResponseObject, error)
 	// ListWorkers List workers
 	// (GET /v1/workers)
 	ListWorkers(ctx context.Context, request ListWorkersRequestObject) (ListWorkersResponseObject, error)
@@ -11235,6 +12359,211 @@ func (sh *strictHandler) CommitArtifactUpload(w http.ResponseWriter, r *http.Req
 	}
 }
 
+// ListWebhooks operation middleware
+func (sh *strictHandler) ListWebhooks(w http.ResponseWriter, r *http.Request, params ListWebhooksParams) {
+	var request ListWebhooksRequestObject
+
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListWebhooks(ctx, request.(ListWebhooksRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListWebhooks")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListWebhooksResponseObject); ok {
+		if err := validResponse.VisitListWebhooksResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// CreateWebhook operation middleware
+func (sh *strictHandler) CreateWebhook(w http.ResponseWriter, r *http.Request) {
+	var request CreateWebhookRequestObject
+
+	var body CreateWebhookJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.CreateWebhook(ctx, request.(CreateWebhookRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CreateWebhook")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(CreateWebhookResponseObject); ok {
+		if err := validResponse.VisitCreateWebhookResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// DeleteWebhook operation middleware
+func (sh *strictHandler) DeleteWebhook(w http.ResponseWriter, r *http.Request, webhookId WebhookID) {
+	var request DeleteWebhookRequestObject
+
+	request.WebhookId = webhookId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.DeleteWebhook(ctx, request.(DeleteWebhookRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "DeleteWebhook")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(DeleteWebhookResponseObject); ok {
+		if err := validResponse.VisitDeleteWebhookResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetWebhook operation middleware
+func (sh *strictHandler) GetWebhook(w http.ResponseWriter, r *http.Request, webhookId WebhookID) {
+	var request GetWebhookRequestObject
+
+	request.WebhookId = webhookId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetWebhook(ctx, request.(GetWebhookRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetWebhook")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetWebhookResponseObject); ok {
+		if err := validResponse.VisitGetWebhookResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// UpdateWebhook operation middleware
+func (sh *strictHandler) UpdateWebhook(w http.ResponseWriter, r *http.Request, webhookId WebhookID) {
+	var request UpdateWebhookRequestObject
+
+	request.WebhookId = webhookId
+
+	var body UpdateWebhookJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.UpdateWebhook(ctx, request.(UpdateWebhookRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "UpdateWebhook")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(UpdateWebhookResponseObject); ok {
+		if err := validResponse.VisitUpdateWebhookResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListWebhookDeliveries operation middleware
+func (sh *strictHandler) ListWebhookDeliveries(w http.ResponseWriter, r *http.Request, webhookId WebhookID, params ListWebhookDeliveriesParams) {
+	var request ListWebhookDeliveriesRequestObject
+
+	request.WebhookId = webhookId
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListWebhookDeliveries(ctx, request.(ListWebhookDeliveriesRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListWebhookDeliveries")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListWebhookDeliveriesResponseObject); ok {
+		if err := validResponse.VisitListWebhookDeliveriesResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// RotateWebhookSecret operation middleware
+func (sh *strictHandler) RotateWebhookSecret(w http.ResponseWriter, r *http.Request, webhookId WebhookID) {
+	var request RotateWebhookSecretRequestObject
+
+	request.WebhookId = webhookId
+
+	var body RotateWebhookSecretJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		if !errors.Is(err, io.EOF) {
+			sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+			return
+		}
+	} else {
+		request.Body = &body
+	}
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.RotateWebhookSecret(ctx, request.(RotateWebhookSecretRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "RotateWebhookSecret")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(RotateWebhookSecretResponseObject); ok {
+		if err := validResponse.VisitRotateWebhookSecretResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // ListWorkers operation middleware
 func (sh *strictHandler) ListWorkers(w http.ResponseWriter, r *http.Request, params ListWorkersParams) {
 	var request ListWorkersRequestObject
@@ -11530,343 +12859,375 @@ func (sh *strictHandler) RevokeWorker(w http.ResponseWriter, r *http.Request, wo
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L2Lcts4tjb6Kiidvyry/JQs+ZbYrl21PUm6O7PTnZzYvfvU38oxIRKS0KYADQHaUadcNQ9xnmE/2DzJ",
-	"KawFkCBF6mbZucylqmNJJK4LC+v6rc+tSE5nUjChVevsc2tGUzplmqXw6SLS/Ja9lwmP5uZzzFSU8pnm",
-	"UrTOWr9NqCYTOpsxoYiWRE8YuZPpDUufKULhVUK1ZtOZVmQkU6InXBGZjqngf1LTSLcVtLhp6u8ZS+et",
-	"oCXolLXOWvhyK2ipaMKmFLse0SzRrbNWREXEklbQYiKbts5+L76IU8pF62PQ0vOZaUbplItx6/4+aF3g",
-	"ON68Mm1BlzOqJ16P+Ps1j1tBK2V/z3jK4taZTjPmj2Ik0yk1g8gyeHKxo5dZqmS6uFhXE0ZCwT7p6wie",
-	"CIkcwYrNUnbLZabIjI5Z04LgO6UFmdJPb5kY60nr7KDXqxvKDzxhjRMe8YQ9fLZvGVXsSt4wUT/jxPxO",
-	"tHkAJmuXmdxRRcYpFZrF5I7rCWlzQyNMRFyM8fm9fC0mjMYsLYYOnXaw12XD91aof/AiaE25yD+f1M6G",
-	"T7nO16uyBQn8WEuSx73AdManhh6PzWZMucBP/bwfLjQbsxQ6egdrRJM3MZvOpGYimv8XqzlhP9MbpmDh",
-	"zCyZ0kTRkVlPkrIZo7pLLjSZSqXJwfExiSY0pZE5u41L53XYMT02EdTxcXm56lbrnXeQG8nMP+0PJ7cP",
-	"9t2Hrts5iVlq2BPXZJTKaYk2qYiJMq+JiBGRTYcs3cE6r0Wma637ZUSb11tFdAfrfBlNWJwt4R7KPvDw",
-	"rq6oumnsRlN18/Aufp0lksaNnWTw88O7+Q2uvsZu8GZ8aDf35mU1k0IxuKHfp3KYsKn5M5JCMwH8i85m",
-	"CY/g0O3P8In//YeSwKSLvv5Xykats9b/tV+IAPv4q9p37UKP5cN1QWyTpP3hh5fk9Oj4+R4ycUqUpsOE",
-	"kTCSMQu7sCy2RRAnZjy/K9gnOp0lDAaeMqpZfA3zPugdnHT6/c7B6VX/+Ozw5Ozw4P+YUxa3zlq9/unh",
-	"qE8POsP46KjznB2POsPeSb9zFB3HJ+z56EXvtO/dmdwMNM4iOJhVRuS19jw6Yp3ncZ92Tulxv3MyPBz1",
-	"2EF0FPd7sFe38sZs1YgmCvZKzsza/97KW/94H5gPM5ZqjtviT8nb1Jhq1tF8yhZ3NmixTzOeMrXRO2Yi",
-	"K4kmaCVU6etMbTggXMfPiz8srOUaQ5jRlAl9DVe7fWdRXHCCAtXErqCVGQU7JyJLEhQjzVMqfwJILxxT",
-	"ze7onNB4ykXYJRf42EAIdstSYheXJFQzI4hSERAhUzKhitzxmKUE95XIlFAh9YSlJUnVvmKkFJxJMBDm",
-	"ogDqMDILtYNHclHE9Dq33/F8OgFJmZHl+C1L5t2BkV/qV+53t3RBy8wbSCynxHxLhlImjIpW8eNGG+xI",
-	"+XOLazZVq3gCnN1L84552bZG05TOW8iXHFP7vQUzAfrJewn8Q1FMppDW5fAPFmnTtOMTb7mC2ZTPVj7W",
-	"tQad85yVQ4bWaoejFNMVnhUzTXkCvU+k0k5GlBFNzGfz2oinSl8rxsTOOBuc45UtCrP5Cf+Txde3NMnM",
-	"wPoHz7u9bq/bfwgndILsrBW0Fhte4IHeEi3boL9dvvvlXb7WlUV7DD64ceOL67kjnohf1DTW1E3dKVuU",
-	"sOEl10jN8KurXFmXxiOwk+MIZ2nhLAYtTzVeY+LLz+oH0//nFo1jjnrWe2/E9hovT8LtREXSMY0R81tA",
-	"WHfcJaE762FAQj4z/53JVJt/szQx/0SmzZGRvYz8Y649rVlqGvt/f6edPz+a//Q6p9edj597wdHp/f+q",
-	"o4t8+8s6fm+1buAvUokMGtaKj8XUyowec6PwwwqJjAkj6uUi7M7kq0JO9pqg0eFh53l8xDp0dNzrHA4L",
-	"xrjIeErDX/eQoxEpgbfQZFVDDxWbVv4OGc5RUIkmVKAVJ7cHHPSPnh+9ODw5eu6ZBXqLZgFvRevu9234",
-	"i1la1AKuU0at/F/71E7FCm8H19GbfJpdZGa+2uQWKCht8QpZAjerSuHW3IfqPRymERdcTTZSQ06HB4a6",
-	"D+POKTsadQ5oQZeGqTKq2LUv1Te1qjRNVylASlOdKbNyWRQxFsMyOP3YG9ML2u93ng8Pos6L+JB1+qNi",
-	"VK2dHK7Kyn3eitLTVKbXRkmspUj8ecqUouP6J0qbtWshYWHf1u0gzYTgYryZDO7t/QbvAC2suGpxpy7x",
-	"4XuPWtZYhAecYe5TZvkAV4gnn0nNopdWZsnBfm1oZcPb3hGebyBeebsGLY8gvTePejXWd7MiOp0bdlWy",
-	"FNvhVPlsZQVhfEvm/C7TkUTd3PlAfK4wohy5ZH4/1fhE8sYuc2JybcFegJkK6dnsxfLmnfEihkdnLFXw",
-	"bG2vWcz169saoSOytywSTBeZuiGaSMsqy1quJuEbtmtt/QSeOuIuw9YNm5OEUXN3WP5wdBC0ZBRlabqC",
-	"H1vDMo5r+DzuRwf0iB2PTnrP+y/gAKRjpjfgtPkrdty4DDUM2K5TDVcsVqrxRyfour12q2N7C1pqrjSb",
-	"mkUUUsynMlO127iVclfhJlzokyNfVDrt9Z73T08Pjo+eH/VOT/urrpHSRq3LPLcTpIrNrllab6+bf21Q",
-	"9mpVOm9epY0L3O7XMof8ZO1EUSvO6eNpay/pjA55wnParuXhqGBUjdCGtAg2dU4oMRfOM0VC1/F15LUd",
-	"kmmmNBkyEkmhKRcsJhzscu3wPwdZr3fIQvA3lkcYtD51xrJjv/xDSdH9QO9+tteAGb803Euzn6mYf0Aa",
-	"2fgqgha4FOtvzcv8nTfmqN7DCXqDbzrvo/3YX2H08ruv3aDSBNHvsEhZD5vEhVB3eJ53MtTt9oE5MWIN",
-	"iQpFDpRCaXKdMpUleuWEP8Bjf6U6mnimKHQzetL0olF8wscTpjTBfjpD00LVQenFXhDFhC7CLazItaVK",
-	"KgtJY42FcXLJglZnv1++bQV11Shqmyhe7p1alWktNW9jvQpeMP2B48lOKW7Wnta8d6oz2VDg30pLAsHV",
-	"vlGN97FRHGa2ZMjMnioI8QCnHx1TLgLCR4av3vEkMfzWtMZZ3PUdHUu730RJ8Vd9heuCqptLeLBKm6XA",
-	"n0Jrqax8qa/ywi4h6oK5PZyo8fR/F0fCDeKg13voAZkV7u+1vNn+Oq5xOxVcqaR1L/Lon66u3hN8wBoC",
-	"cwogNJHCMOcsicmE3jIyZEwQCoRh3Zcl7nx8euoHEPV6tSFEjTRsh7mcLEFw2OyG3HBn/n2h1l6oaOfQ",
-	"zRFztvlnqhQ71xAet1mE266u8xK5+RMKlt/04P51/tgtxTRrIOLiWrFIiliVLJCH/ePDk16vFIF3UrsP",
-	"LrahGkW5wgS0jfL4IC97IdkfbiLXl13vzbvhx/BttyNbLWTdaJsHeRnRLQe3VaBKko35BoqMGd17eKeq",
-	"iS3dMDNULlOu5yUDoR9J2i8Tcqff69XSMhoYyiPezHPojzvvdU1Sq/E/2/EUa7lsbzGQcLv9jZmRXZw9",
-	"bPkuYT+vijeelgtoPjV/rTnMK3x69Vrbg25bD/wVaV50Iw1vt+CO9RvpXWa6lgmf9I5erIqBDlpRyjWP",
-	"aFKy06wUy/xnwQqZ0Lk/iPJ9+koSIbW9SIdsJFOGd/iUijmxr2EAsJB3ZR1FZsOE+Xe8u1tqb3grbkAU",
-	"H4sy2J+aNSoP7yeaxgTCyoksFKtnitxNZMJImgkcG8RNGUkSpICw6CFmNE64YNdUo/lqs+H3a4aP13mc",
-	"pUhjpbFbFnXo8yjTptfkcd1WT+mnilPdtVRmdqtIZruww3kiabyZnXpnnLnWGLkpkYNCvloY1uncJuo4",
-	"zdhZnFcpxlfmuXXYumuzmbNgDPSWptAidOZ6xMWYpbOUo5vIj6LpdU5pZ/Tx88lRffCM38wMtZzKZdir",
-	"v/+uIynA7i70tZlrmVb7le1fSa27u1sWlYRqZKom8k4oX2dpc02MsmLjJIiWhGtiHhQR2+uSCzEQfisd",
-	"EBVjDJ8lUzonZvxEimQOQa/yTpR6DaAzuzqgHHG9LJ510bW8DnUiOdXSp734/MaayTJuiDynM17oYk8S",
-	"hr5mNLkdVOturK//+Y//qTEk+iNfO/61We1ULEqZDoiawE6LiHXJJRMxUI0i4UWmJzK1m39G/spoylIC",
-	"rpMIA63Ri9JdGR7gVMViBkv2DQkAJpwk70ats9/XIZjWfVB1UTCRyiSZ5iHoi6vwTqBR8txfg1rLRqWp",
-	"LUJFKkuyMLjlnSyulyGZ1/DGuqzXT79QKTLKVsf876+vf3zzC3n5+sPVmx/evLy4ek0+vP6/f319eQW/",
-	"DsQ///E/AwF/v/7l1ZLnaiYBBM3qCTofRR27XsEz6zb3IfpozX644dXR6uv88Toes2QRyjkfjYGWNTaP",
-	"FydHNcbTunXYSZpJvdllUdqsiJNrkLkf8FPTS91y/8CTqpfIpj650Ak//QnSnoLHYu4pm8lUd20nW8fA",
-	"qgk9OD5pnbVOhlEvpv3R0cHo9GQUHT4fvhjGz1l80BvS4+cnvZP4gPZiehzF9GDYPzyOnr84PhoN4+j0",
-	"xfHwBT00bfE/2fVwrg1J9A82Ntw/1CJf3ooa+tsmNWrNvneasOT2pKY5f4l3Gc+yvu9rvUQAKyOVtqQ0",
-	"+nyWpW1pOnS7CCuBw7t9Ks5PjCaGhZdP/4RFVlqnmg6pgnduWkEr4UoDx4VPLvPRfPL8OfZj5TrK26y/",
-	"Rj83ZXN4g1ULkXUwjEzQW8oTiA38uGpnl3hz3iiVsfhloe5Ul4VeL+hCDVf8qqu9uNJ33+K2V6AzM6VM",
-	"sLvSL0e9Q7jyHx7sXLeEddLzywvUwoyypZwK5r2pSJsmChEybKLiMxUQLkpalGI6m+1111Rqv+TFXrfq",
-	"1XX5YJ4gdIT5llyRRIoxaes7sww8jZUDwEj4iJnxNViwFrp+QGiyH4tcXdKgbrdXSyg1S1F3WD0D04o4",
-	"tw1D0AAMYwfxBRNGUz1kVF+bCym9pUmxtf3eJtkMJRdnKz45fRHHR89PWJ8ejeKT4ZC9GPWf90f90+HJ",
-	"yTF90TtkJywe9ll0chTHL16cxEd9enASjU6PowN6WjSovREd9vC2bMjl2CROoWydPHyAFOfZGrmYZbDT",
-	"ecx4a8KSRBYOptZZi0UTWTHWAX6DYOm1fej+oeLYsm2tP7G6gG2B1OuRZmLNk7l95sRKt3jJ931OVGGa",
-	"QOgNEnqoMCGRwiZgO1CPiCZJd0nPesm6XFYcBSQTmifeQtkZr7lKjm5XxisJOlMTqTfxv9ekUSxOcClV",
-	"2PHV8TBY4c1zKzek2AopbAzis9ZKLZneVqbrB5j3Df+pNTdXAp4tAE3hv4L5qHMCkkVEZzOXh+ihcI1S",
-	"xsxvNOJ6XgpZ6a9hwp6lUstIJte3LFXWyertx3GdIV3Jkb6jKWt456DW+n5Hua71NR30quvwk7xDSUJL",
-	"Yl4D2zOGf3fJy9IqKJbespTYKZP2wTFR5jfb+l5pPSqOrPqgqyaaaQqMxi1aWznCu3yVdmQbbSThSxcQ",
-	"WV64EEHVwjNyw9gMSISLcZeEmMZzbXMcWByeEaXlDHCQXNyeBdnIM37CLgkTqXT+LDoWzomQemL49FSm",
-	"LA8CpVHEZhqjQJ0qlEO8Vbs3J1UqXZt1ks+vKQ4P4g2NYCmFZc4BiWiacqSK0p2QuzwgEg/G9jARamEm",
-	"jlnsXLaqikIuzNIu6oNtOAsTqUsNXi5aPIW4sM6l3XBXn5MeuZswQQytrXlxrxVp7B3BlWGaTeS/MLva",
-	"sy7HF7MZE/GHPKLVo19so0IXtQt3cNo9tQk9cjQCpJOD46Cl00wYNchR8QJNlXpYf00aNm+N5S8NsdYr",
-	"Cr/BXptnSTTJxA1m/kAuKaHlnX64va5Yo7rxRHQGQIcpo9GExedklKUALBRTTQlXJE6lua88ubQpI9Sf",
-	"u99vUNqGDUjnpVmbTaOtqF7AVewdvTh+Xhtqmm/Urta7GqDgVgOG1TDNK/ZJ7zCjxFMx3c2YrxWuDkSk",
-	"mwvQ9tgF3ihoArauhVPm/u6tceC2zB15UKJ+McslscoAosVEzOIzIiRe/UDicP9HcsrqKDzI6WnRjl8+",
-	"6TtMGH2ENktMYMUxXsh/z4m4fMBhZbzVr6PudzMmENlw28zDsqOmANj13Wcy0kx3lE4ZnZYDzgGrstEF",
-	"sxGope9s2STU53H8MA2h1DVek9pt8axHD8Y5XG5vsj7Ii2haI/I9vZttCQTcCueSv2a7cDKV9uDxspf9",
-	"bopAlQUcJXB4V9CSWMLHHMAh7NnMIQnkaJRwUYQ2uZT/W+ZZKXtB1eRwv56LuzKMTdAJ6iPkjkrIs4Kl",
-	"HZZ1AGVOwDTc/CpGVYh4WovMPzYiRJUtpnWm0prlr1Nkis2oR0ByyElOdc2fL4YWtGKuyuBE0K/3bbGx",
-	"VF87k0ytllts/DqhTrUujvIoCtyk0tBhXusR9q5PZR6nta0j+D0TMRfjD/nmVFNV54SSv2csYzGmq3JV",
-	"xILHZM50l4RoZL8WUl/T+NbMS4H5wwvFDq1Rv4vPhqYd67azr6uQ5GdxTuSICCmY823hblTjMMsg+KTt",
-	"ngIfYj4SI0sVfZhfkoTQlME8IpkBeDok3SpNOJqzHIkKeZ1DZOUUUTtdAAi8xtNaPFrM6HrK1RRy7PBb",
-	"Q7XXoyxJrEM9zhIWXwOsasslDw9pdCNHo1ri9gCLK94HiyWcowtbiJEKtPCURhMuWCdlNC5hDZdj2gDh",
-	"B9WhDpiTHGRJCZi+mtSHVAL2RZaSCUtAN1sF9eL8/Ee906CluU5ykHpiu7arMNF6ps7293GZO9YT3I3Z",
-	"rUNpVvvekO+bcIsqlo6GhTFPn5PwU8e23TFfqJAkXGmHT2u+8r3S4FhRwUDAohtKzVRGE5fa2v5R4umI",
-	"pFCaCg1O3BmNbuiYDUQ45nqSDbuRnFbmuO/+tWMJ97rkF3YH/SsINx4yQmNQIYysqQkVA5GJGyHvBI5y",
-	"iIHIXqYtxhuXKSxoVeYLF0Gq+YhGWnVyfnzWOu4dnuHmu7kbNUZI4p4mSsuUjmGyIz7OEN7IGQ9d0nTr",
-	"rHXUOz0rI8gnZhPmqBNZ+nWYwjZBMmgNadyJVArv9+yqFt5nCCUweqQDsAerf2JkMxYTCLdW5IbNHV9z",
-	"JlbbcOpUgqLxpoaGKaM3ilCSZknOty7ev4GWdDTpCKk7M5YqjqbAYrpejnOUUD6FRsAYRTCnFvjZnVlV",
-	"wGAuGilYSYd9snnoZ62jg1O7IzaCwmE9k4lMYkW0lOj5kDMmyEwmCcA1j2SSyDtVdul3HCCVGW/fjjfh",
-	"TOjSKtvVu6UJjw2Lhd6teOy3VlxKRXOpzDQjgrHYTPzq7WVNB5VmLEGvHlTKxmalUrwxhCQFZ4bnO1Ei",
-	"FSvt8+lpqcE78x96BycLEp8MwaCpm7QTOR6b3RfJfA8DxEYJj7S/uY5c3G+WD7NPXGlDl1ZFLWI61zpb",
-	"Ly+80wTst2ig3BpsfIcL2Bp/wYpnHLq2InZdg/zkZQqJu4AlG8l0yOOY4eIf2rWiSQIeojmQQQyhKQrU",
-	"sKJ+AxedUcLHk3x5aL44sCQwz0rBBzMopXmSEIuhdg5IGHPShkSdzsVIs3Sv0tENm3dSZoYOh+EAx1ht",
-	"2ZwnmJ69F2M+GjEjkrtRQU0KNDrBVvTOCBXEfUUgMf/cTj9TQG6Q5oFE4YyIeAV5BLHujQn+m3EHbRmd",
-	"XHrwW5Jja5uNJcMD6OyzZsNYZLSY3BYyZXoiY+BC1Bx0ewiP/UOYt4Ns0DpJ4UWQb3RnJDOBLx6BkUpl",
-	"0cS+LFPDtWSWRoy0ZQquoxriUIztFUEeHS1lJ6EphHYc9Q/Lh2Yo4zkiyRe3CTI6BedQ8T8ZcQVlXD2H",
-	"TiSFTmmkO7dcJtaAgPuHbeNjFknCDGlquSxXJJZRBmeiDXsJtJG/AWcIZU1pDgmKsExptQdSHBW115n5",
-	"IT9R+QNBy0EldNCM1XEUC2fD3nN4AdjbxLcTwmgrYAtgUcm04SudGPljwUFSBtYoOFH2IWIeajpRRnCv",
-	"nQ6oATXTgRcMjXiQjfgWLCXCHV5rlk65OT/gFs2Bf0ENNp89sJuWzbSxd5vqYMUAx3goEezO3LCWf+F+",
-	"ykwn/BaoUWY6peIGBw2PTLmAeQO9GMoz12AnZZFMjSqNBFi5fPHOBGOsfRBqGBB3iEoNAdkqdwerRN7B",
-	"Gi8sbiZopidMaG5NnsiXhQzMwIVEUguK2VXiXfONRQvxkCL/8R5p2tZMqGw2k6lmcWfKYk5dTNxR//jM",
-	"P3jcCJQW7a0mEQCrvXRinrLiwsMvXQ2zXz+8tfEDSpkzI+iUxQGcOF2K4Sya86UNS262TdcI2Mjz28i+",
-	"VuKOPbOE+euo6lrurooqRTGLEmouT+AhMiWXP110MIS7aFRBqjmOxXnk4d6AJ+zNa08iDK9427kMm+Zh",
-	"JSYQwVwrubHKlwHyS9YKc4ZJFdYQ+3xu2ql73P547jQOwQD80PyE4k8eXcqsZNO6vy/0vBrHAgetJWIN",
-	"ONhLQR6LaO5NkHpyhfBzM/x/Fdnw1w9vSMrgUjcskk4h8A1KxaFmbF5cI9EOw/2xfw9qtxFd9oMVOr2Q",
-	"8m3SyZrSeFunoxcnce9F/8WLo+h5fHJ8Sg9GjNJedHxM417/mB4OR0ej/vBg2Bu+ODiI4v5xfBL1j4e9",
-	"Ua9Hey9qFOIvlzJ8X7uAgt19RRl4O0yyq4IxLkmHw3iEi+hm0RoOKCX9YCsfLNxqG8EApyxi/HYljq+5",
-	"G6/BntY6OyikG9/Zm6eK+Crs5ohok5RRWIE6UzWrrTgAFSjc/W0o3HRO2kaCkKmRSQWaAPe2xKPa0Klc",
-	"bMJaqLne+q8PP+jvx1ZO6xoQsG1aWcjeKTb/40OBCx0lLHrVwfhV3fCtNrdyZPOtq4M55L5cXwPPXtqV",
-	"8s42swCEZtvMK53LtGs6FbCnD/DWIo5Rb9H3twviqOZoLaybm8WKtdmFV+VSy5TFFSy8R3J4lhZ71b4u",
-	"ZNdbqu6SELhdCGYJ+JOAdk7a9oeASFsflYTWCRDudUmIp8a8Z9S32EhFUgxE3krxfghCj/lDsVuWcj0v",
-	"Nco+oS3kmsehEeljFmeoKICZmYp4IEo9G10FxjtHWZolipE2fr0XgKHYCtUOxcEap2u4/FoVkj6wkR8h",
-	"sz50zVa47N56LIR414Vr33AR+4wR5+XY2mJIlidE2+1YSdXuOV+ALpdr6K2SUWCU9WRcYOVsRsWvP+FA",
-	"OU2IdXKhqWWUJQn5gxuRkwyZvoN72brruwt0MISQvZpw9/5SCCdI+l8BPzWlnxpAm3oPbLte4DUa2nbx",
-	"R4VfvUpvmwiiS7zYlxF97Eqjf8ihAkySTQRZlxt2X3hkMYIiFqqTMiUTCNWdSWWR7bwAb1eR4/7jQ9AG",
-	"Ko15CIK/eyUMa6qaOhTfzSprPV4kEq7/BkCNf5PDuvtxK3yAdSKfTZ954HMdTmNTFnk+NJ3y8Xh1NMiV",
-	"fWxNZAAXL1xANZaKc8K6Np0ps4blY7XJkXkI9S8BVt+ONHOQ4m0JMM/z3ABczp91Tc/FzLdVW7aqJ7Up",
-	"Ka+Xw1hPj/kUy6tRkCUuaxMB7kRsjuhjhgZ6oLCb3YpbEJSjpKWlJk8O6k1fO0EoXIl0eTVh5A85fFa4",
-	"De0r3WUySH+92Nym9c/z4Ar9HZSGUmGrgqWsXTfLYbRuIVuU8WpRjAb/m3XDwTY6/OHfHbhyiTWam7/h",
-	"ur5fEd8ZsePjzvPRSa/zov/8oFOwZXpQRBMLPp7oZE7sqOA8jHjKyvM67F31+me93lmv93/cUyqReulT",
-	"2xcezrFzIzBiZDOz2SLC0GKgsB45IH8x/zf93LI0oeYZdQPFig2xXf8phZnf68yct/2/sjRBxOZsFq/c",
-	"tzyXtb+TOOuHwhZ70azlc/aDYSnkbsITRmY0U/W5RRuWS3bb+uCy8WVaaqwuYo8pMR2TEVRtb8PfsyRT",
-	"VsnaW7+gSJk26ziT3+E5oUPA+zfkZb3guAVFlsv6fW8jV2LQavOIL3Bh7igHlzD64BiZpeyWy0wBbLCW",
-	"ZqSkbU8CBsJeS8E2WLftAKvL52ldkvFyxWvS6DDinNiHzm3oIvZDaBwrIsUaNXdXXyfLYbTcIP06tHW4",
-	"2xVZ2luP+psKF/Cl4Wy/zurOBcWcRrPtiky5guAfOONC5gFWKRUkll0SGsINDRUopGHIj08SG4sxPSeh",
-	"4YohMf8FyNipHzhsuSowzmWX36sSC9vAhALTYTSawNFGbGumzKgiKkIYrbkX4f4JSGgETe9bSPNfsKdU",
-	"7VH27qoAWfgVGejanDfOJcU1RN78pVrZt9Eg5V77gadVqWLEFwpRVm7V8kUaj05OOs97z/ud04MXh53i",
-	"hh8emgMCxAO8BbNI8oIgjmZROLpeNBGYNdvI++b45vUmQshKGSJXh/P2l1/Pxfrt2PRQXsqFmGw4qxBh",
-	"wYRO50RpChAyMiVDpnjMVA6r3AahpmOhvx5WpM2dgGI3zUmewV94sdQeCG/LazkwtuZyImQKp/OZsnAL",
-	"Fju/9pitXyTFo5Z1nr/hs+vF1BzcFU8GtNN2GQuo8NfyhGUSAkoGiDQypSKjENcZIIIAxxhnqm7QB/BI",
-	"tc4ABbgJELyIJsMcEjeW0ni766Bze/amgp3mJw0bq13AMt7Lw+9hnyL8y9dtVDHU4gRUjmVQHP9VbHc3",
-	"NgWPjT+mbQG72eWQn2C475xWVivgUJRqIZAXZZsFoZYrgomQXSfC5G5yAAKznC4gIYQ4WhmI64CEufwb",
-	"AvgNCIxlMbqACTFdMcOrqZFCQEiaypT5QpJVK6GbnMMY9XKZxGSuhJrLfeltt+I6rL3tNrP8babcVR3f",
-	"+VF0HS8jALMAu6RZWNDtMwgrmsumjkAa6WRObKpfGKVShEAxYRUMJ1yUVwsrxnozdbrBvTN3LOj9/JaR",
-	"EWdJrEh7ykWmGZnILCUxnZOpFHpC7hi7iel8z9ze/2l+S+YB+c+YcvjX/Ap/wMPw15xReIYLEuYGlLBS",
-	"da4ezouJDUWuldCEF2TEP7GYzFjKZYzRsCGYuq+pDiFsv1QqZw/GTYdKJmYtTMfdtavheKIVWhuax/U6",
-	"V2S4IlCNCIGmqBuvYlksOykVsZySGU016mFcBWYuwIO66/lhfYGvYKXrkI/jvM47sNHeeLYzHyPi16uX",
-	"rQWIOkHeXPxyAatNzCsBYd1xl5RMbhUCOjlaK7KyrI1tZlLfZUG3ZTXcvoq6bUuZ4XqF2cpK7JeqD7a0",
-	"jtZ6RbkWym7WlbXaAABwsZJVQ/Wq2ncfXInqC1afuq5GrDwwSgUbrcSqPLDNh5e8Wl7g6tILXXKCIBcj",
-	"Cflud5CoFvNs2gpaEz6GbHlb4a5eKlwI23sUlKpHDZpGH5WLUbMZGGdHB3mEGP52/7EuqPqrgLd6qnDm",
-	"7eNZnyB81QsMXhEO7CazOgDYXR01FG0ju3tBK8/5Wkprm8dsLY/Cb7oKbFnD3WOBL+B9W39Tbr6qA+Ao",
-	"GH+vmZEXoRueb3sJmvg6zs7Gc5lH5FdxiXG50PAEicnZDBTpYRaPmX5gXsKyy3+D1kqUtnbgWgWac7OX",
-	"nyxWrrYe6M7t3eALbo6XKn6+diglDaitS4Ww9be0URTbwG7+ZPVEKwd++btlaKOvQgjczJJPxfUfcrjT",
-	"OErAw/eDzzaU9DaPo9zGkV1nxi4GuywOM9/igsKati6ocOTKUagwu8ZTt5mX2qzkqzyvdr1ajOgDXajE",
-	"6B/atUQie8OsNPXlDdfXRzTD2YX50U7rsczlpcoPZw2Ltx2nX3h546o/OxG6H3hf1by+8TzW9fF+Q3fM",
-	"Y7Loh6vWa7DCgu8toOSW9qHx0DSHeyLoXznuE0M8Sx8w9tMLCEUzxR0F2I0KDkitVp/PvxKMUpLBKa9/",
-	"F5OnanKmPXaSpUkraN3SJPPx5PoHz7u9bq/bP3txdHS431oTDDRmGhEVMCm7lAXW0onq+NBViiWjDiIK",
-	"bpgks32eSm5xKWwrDl7vshgOQm95mFv3D8672y6oc4vMO38LFmJIIirIH3JoVSt8lMWEb6tTVdL8ttUE",
-	"tkqWeUje31a1L/OcRAd/4VouLfpKaGI8lTuRG/B8P6LkIG+YuIxkmf1AQXf0QBY1yGnM6qNgrgopucZJ",
-	"7+KAsNyOiwPqkgsXD+TQkNIUKvDwPFDISt/NoXsLMa7WCfFMgY8sKAWyEDkiNH8ksEhbF+/f5GW+mkNX",
-	"oPB4Q1TghiFI7vmHRL481AXfGFP4Kwj0zpezXYrmQ+PU68Dg1/BpbRd5XA/bXheg27xcCEu83WIthZiu",
-	"B8+uqPMrfWJbred97WyNqHVpsZ8q9cq3rMd6akaCxfhgai+xvkDnqqEm972D9mudtd7/epUjUG3krTDy",
-	"UKMcdNvfxybV/lrNLdZTf8qKqt7SrV1yuFIaDVsgWmJ9RItO6SC8AsJs1ApVZMxvsazjAm24TSmuELM7",
-	"dQzT26812CVs1arbrWgyH0hghV63PtsVja/H56/i6vcXcPW9dKxKhqqOZh0LSmZGp/UMgIcZ5E0/MhY/",
-	"JuYwJpZ2sCViPw7nCQD7F8T06nYsiAXwQA6scG5ufX+crqKbRe4E+5gFN3XB1v7jz9SWgvRDTKlLIMuW",
-	"4pKpLK8evBuvwbLraqP8MEeG6/a88i5cfyOaC/5bWl6sCscE8EXA8E8ZI3kVO+Ki0FR9ztzigag27hc4",
-	"UBUsQ78AQNuuPUJK2sOydw6Q50vIWTFWJmaEmMmVj9VmnCrqwZ1g6XWNOldTWs2vVwDqqLwrzTHPmwMQ",
-	"nIRqMxpX/iDAWNoJHEAzAS0HAkAuzQjgRy1JJkrztQg6q61lNUVKa9zwtxKFD88JU/vUTdOZsD9uFl5b",
-	"Uwy1odzHWvY1vMWaLWxW6PVb9LPVimoltWewwtjyUxQscOaa07BSk8ax/5hSUTVyjc13Ky7LrY1IXrX4",
-	"9W7XhWvJH97nR0z83FFd+0VTiDeBFRuzCzuHv8/bR2djKz855rwNqGazIAeBGB+dRxrDmLYJuNpxpfv7",
-	"GsSdB0ga2xQftvbP5VGlWxV5Xr+I8cLW77K6si0e/IAay7sriNRUBGlnFkHvulh0SDR5IsBaG2Up1/NL",
-	"M1ALWcZoytKLTE9qxHLh5Z+1w7uxvv7nP/4n3MvthVg82mUqg0WSDKXUSqd0hpUeQmLz2C/ev+na7C9Q",
-	"UrDjcg2dglv+fPX2ss58WF+Ng9xNpGIOMZt44nel5gZmzlnpDcQdrgbCk9a65OWERTdQQ8Pmo9swIRTq",
-	"QMqxedsTKmI1oTesVK9mmumMJmb49/eQAjGSNVZXHMGPduWQKkmcpVDgB62tWpKUTaVmBJ9WXfLegRCC",
-	"aGUIlGqZQtkIM6KBgEoDMjGCmrC1vXGdi41UXdce8SHf8eH65VUD0cZpmQf2tlptAPueQz2JzkwmyUCE",
-	"799dXpH92z6WRlJhQFIm2J1bDRhQLsXjlBHdv0DgG4iBeA27NM00hYQvu7lG1jTDGTERQfGholxBAHJ2",
-	"CGyjA8b1MADIStRCbUkkAIukgmTCorvbQhk0ZSSyNGLr0ReI9wh0oejUVizHaiZQLSflmikwqWuasIGA",
-	"L1IyZmYsR73TECfsoMChNFJYVOwIvbmW0l8gH0a4CjCRnLqlw9oSCYVJuTAR0g7/kicw7QVkyKBWyEC4",
-	"UmVghRckSmR0o8gdI7G0dcmAss4K2Aw3eduy3Yw0NQRpFin0LYN2Wv/7DyVFSNquJthepQiYrfkF5ynh",
-	"EbPXA48NmY445IdfzGg0YZ2Drl8qs/jOsLlsOqXpvHXWeuWdKNg/h6xRPllE3rIUKlCBG6+gUhze9Ort",
-	"ZdfzUVZOL9ZUym/MVq/bx3HIGRN0xltnrUP4KmjNqJ4A292fMJroyZ8gh9bVvb6A/VTkoNcr5U3KiClF",
-	"FEtvGdbM6pJXrkiKllk0KVGkGTWyCS7FGyMB/cj0T9C1V6AERnTQ63nVY0Egq1p2zz4j+14JXWp7uL9f",
-	"MGVeeZMw2nPCb1nXQudQW+28ruV8qPuuzpx/n7XOfv/ob/t724NpXTClIEZhDCKinClEVNqHeiHrboCF",
-	"sPFrW0D1b0NdyE9w7jApvB4sQSBYwJALms4HAsvgIDMzD719c3n1+he/CIKhzjt6wzrZDJYom52T494h",
-	"gfIrd1zZ22ZhVz8wGnM72S+wsab7Oezkce/wCfr7Be5sGs/PSQjsWIVE0TkkGUcTErMZEzETkavzsnsi",
-	"yxcc7fLpLSM6paMRj2rJ7ba/T2cchSLVSHU/M02hxLYRNM7tjY3FIaHUGtpaABl+8Wwb2fVixq+wi0ck",
-	"A9cJCMsNp9wKG9sve77QphdPfvFW137xEdEVdV2ohZwxRUIQTcOAhM5bbv5Gd3l4ngNIJ3Os3YTWPEgB",
-	"LpXz1BYVQjEjEkG9oAkVY2e9Q/NZyQ4NDGOvS/IFwWpHaC+LGJrPEGSaKkLJhKpJdyAu6s3fKGBP6dwK",
-	"4I48RrZsYNUODsPqDoTp3QhW+QiGMoMKhvYKx+8xxRaKEZG2aQ6rG+2dWfYGK5kX4JlKrF0yEPjYM0Xa",
-	"OD4+nSWcqRwxGyaJa72HBkOubcUcLDFGsdYLtShh0Bz55z/+P8L1QHAxYSnXyvvtmS24M0e+HC56ikJX",
-	"zQa8YdgpVTfu8qfY50DYZoCZj4raa0e9QxLWVXoK63jvS9gLdySKsqJ/lfF8jRPnWTasMBNx4gV14MJD",
-	"3Jv78qMNUlh9UMtjc8aW+7KmqdOM3S9wi/7OuAUOIs5XaBnDCLzT4YgFKr4BVwRucoSMbE1OYp4/3Oj5",
-	"B3IrnK2LW3G1shY41sKVsP/ZIcHcIx9LWB1szxsoXzrDUpqGoKn2FktJRNpAzdWe9zy+xyhYUZYqfsuS",
-	"+eL1gaDfHiHPaEqnTIPz+vfPLch1MhJsIXfn4DVVevIJdJXJ8+MT3FRNRGfVflyqZwuUdvSUlIPrvzbl",
-	"WB143wW2gtWq9hZ8LWJHEgnUOcnRWg2XBcy2vCywOXyo6NrzaCF4rMXBVloYcUGTgSjVpTNtAaO1gjO0",
-	"K4VrNXDasUxjo/caznwGWA86Q4ZtfvSqAKMnCXRpryAt+KJoYi5nrK83obeMjKUOrDUKxxSS9kGvB6AY",
-	"oStN3CXvBBsIO/dnlunTxKsyORqxCKV3ELdVl7zMuzZiWMpv7Zmjef1CLcfMPDwQRkwzar02p05gvcmU",
-	"CkVRsm+PU5nNzGSmXO+d4wIhbI1b+RETERfjLrnQZCqVJse9HpmZtiOaJOemT3tJu0KWIFDQESNtaM5b",
-	"Ka5IXoRU79XeXJZyLgr3z9Z3V9HxV2N291HwVBbZcsT3G9yedn1+pmK+0d25O/5VHoI1mNfwsnfClcoD",
-	"+JFiN+qO3ZbXaP9Rr92j/mbPHz/JtV7ofp9LlunfP96XlMEf0DAJVawdZ3Y8wBxTj5HbVOBFRv65ODP3",
-	"+3lp82a2/gorRqpSNdq2uZkDYokPKgra+DAsLGk4tLXc7pXY9UTegfveloXk+oyEGKlldKUsTSwMkg3X",
-	"Cl00Wpf85qyNdolJODLKuC2ybgtvDgRXpcrRz5Djhe9/RSOwi+j7nIeK3YfEMzsHeBXg6u2dW26vDsOB",
-	"4GB4pmSWMhuMYRoFJccV9kzAg4U1XsFakE0LOziq1hOZxG7UAxGlLMaCMArUNzNSZ6+uGeo+cvWwS36x",
-	"dcOh6CtwtDrW+27GxIXdMwzaXJS36si0eMSlz715Bbl4Kx4GY7eVhD4+iM3Dky7kq6YOq5UMUzaTqe7a",
-	"L9WEHhyf7KJUZNAyZHw9nGvDbPsHh0drs3Oz5rjWX0gRKkfnNkik5bKsW7Lqow2fP31UVv24rNdsa4kF",
-	"lldwY867pjzt17+2vMjJGIZhotUxJG38DTLou3kh6hAl0zw/LRyINo1uhLxLWDwGEdPVokbYs25RLl6f",
-	"VcRA4ItOTJe4Fq4aw4TqgXC1sQHk3In6JGU6S22sl0z52BbBNrfBean8vGuaK3LUOx2I0LaeF+MOuyQE",
-	"jeAahW8VQqoIZ6VVeqZIQpUuF7P2PGYo454R5OZ5TcY8uBkMZm2qCB+hFqAlCffzHmFalZr6AxEOsl7v",
-	"MCr2Fz6zM/y6goSCv4V7ZMhGMmWlLWYiVmvI0N8GF8/hHhDSweKHdTKR+zQgTFspOsbyPLl3wtrJXA4l",
-	"1v62fLOQtm3BjY0F7S8sZC8TsK9KhAzUji7er1OYfuQb4KsUvgu+tzHPz8MMmpn+z/LW8jMQ6gojtJZE",
-	"yDssYgHWdATTRiOK844HVsicGQ7o8ZWBsEA4LkzGvp0nwxOXDN8lb6xhHfExwy5xLsoQAgRIG7mzFzOw",
-	"V3gucTgcLe5SjI3Ay5K4jqXlEVpfhqc90iEvRYnVn2+3sYh+jjXoISSFJt1/n9pdn1ooqg4KMqz7xmc2",
-	"keMlyvHFbAZgz1jLlVBNjMpAQjkaKaZDWzXDl03kuEsujFSUcma0xEzckDbKVvBOYKUUcOkhaHXEZhpC",
-	"xSJmRKYxndmUVVefBRO8uaLjlDFlJShzXscdbLQz5WpqJKFwIPKoHQwSMA3DM05IsnbMLnkrx+gTjuhs",
-	"huC5biJnBYeJzGgEGwidZgKPDJlSl7fgvI4iJqMs1ROWgq8S4G5TCc22Q/smxE+lGQtrrYi40mZM34bw",
-	"g7iGiJgL1YEiKnBasNqts97acstbOX5p6OSpBZa3coyrjqiCjfxMjivcDEge3vwqFcvHZTi4ZOa+LiQF",
-	"PPgb8x6rdTSzn/eoviAgPao6cpTj2rvaTk65WHQWnBEbzZu/0wbgAxt3YOvM7wEXcMXkzbcyG09shr6g",
-	"OktpQm7YXAXoz8gbM68Vxa0HIq9ubVZnhmY7bKsd/vgarV4Qlbr/2da2yNcAmMJAhBXVK0SvOp6ILvmw",
-	"qLHesHkRqAjfDGU8J22z4TSF6AR0AblAUzkCP0lEhRQ8ogn52+W7X/Ya9NhcmYYYzAC5P1RpmWsWWGaL",
-	"tkxSjF13PrAZgH1bjoderURJ7wChKJVXDQuI4q6m2IinStvYTigeguGnGABSnjUVuCUwaXMxHByQkHuL",
-	"eMPmnZQZbSs8x0iLogEICDSLAR26EGXk6zxJyJCZpbaBdizOLx6/fS46o4SPJzociDZoc4TrPXMHmnvZ",
-	"jdOIpr4xs7jDvNBUcmkVaYKKNBDYQGSC/z1j/vUEMioJnd7dwcc7MEkbmuE6N1PHSvAMKcxlQdvAXYAF",
-	"sjZpG8p79bZz6QJA0P7o7RdV1rIg5J23ZQMBGwDAEynsvXNFNtFS3R14mQ2nXH+wXOHJrsHVT3+wJ9A7",
-	"nf/F5g+7QH2Q4CqOEdTPcDBGedp+UVvevmBGvv6rZQAjOWOiYza3c3DQytvNS9R74EII35wjC13+VMRs",
-	"NoMXr3cD+wDPT3z5Y9cX0U3TtQ/XzTNVpVuIXyuoGsLbRE71UKPKgyqoYYnlIbqsEzPd+mwT75xuoaYx",
-	"rw3vZJdbWgm/AEv0r2ad2dQ+f3Rw8A3rkZdGqKO+kAVcOCCaQoAUw6AO34y8sbwHysI6tiF3z2EhE8Sn",
-	"A1dpaCHqQl8WwgtpQtNpwpRajMi6NN3+S1th/m132fl5+ZmmN0akA9rMCZZC6o9wUOMNhyOLue6wWzOM",
-	"xhB2zFGy+UIdzETDOGkMUbTjJNAMaTORyiRBId0a2wJSpPUHzuUwEF5GWv6ti1KzgVMkZX+gp2IvMJKk",
-	"EYpBRO6SX6TpOmUaIuFAC6ZprUsHwujNTF/jROsDIf+esXRe+LtRbWv58oOXONuvTZytbwmdMS7Jf1fN",
-	"5aX3HtQYiM2t2uDOpdBmK/nPS8yJXYdT8SnXj8ukis1vSnC4QCVZjpCKd5fmACfMNrok+NNPztyHU9N8",
-	"Ob0z5F7E0RQ6t6u/XDpX1vVZhOifEUpeXn4oa2eg0A6E+eSn4brUAheUfI6KVBKDtImhji5uuSjM58zA",
-	"XDn9GU429DdOacRcdbCZURlqjyzYkl96UKGbqjfrit6C3X0hJ+UbpTIW+3NsuD8rm/IkMfNHB6dfnWeh",
-	"wLB5pkowss33G95FK46SO0NoGVnMlj7zEYIUc7EiUiB7JMWFZwP0AR7I5nKTsdTotPPScWwCi3cMb9jc",
-	"HNExE+Y1FpNERpC/BDqe+RXcjQORMOpEUxs5h7YoGysKYXNqYpTphN+yuC633obUYa7QQBThey8vAvB8",
-	"lgLtvGzvIt/IVg8xoi/e2sUaWFORy7uC2nkySyMoAJ8ypTyPBjxkA9m9VQRZG8vj4itoTjsdiHaopexM",
-	"qZh3LDtQoU05Dj8wnc47FyMNyWAFN8JOUjbiSVLLa14jkTwOh8HGv3YWU3esniYO4uDrlrxLbAj3ssCb",
-	"sKnuOSOoZnhUudGIJ0ztfzb/uKygWoH7qHeUF6zOUxnYJyNOuKACOIhTOoefFGMWa3ohifgHDkaUzRRN",
-	"85LRMh9TJIOBNVCjWaAvka/zI9NQDxTAjF3ikC+0AfhW03bue+tSu62XOmV0irwbwl0t43L4qyi/h0Hx",
-	"zdV85iziH9gs7bziYwaBIS7gO4AsUwE5MDSaoFUwf/0VVzOpAIMp3AuIoiIeyk/gCHaPXFpS77yXCY/m",
-	"Z+6hEGPJ7aWjBB+NnNcjxij1uBSSDp4Klt6C8zyZEz4iLogbvNCoVRAhyTCVd4qlUPN5INp/u3z3S0B+",
-	"eYX/zhLKBdHsk4buX17+t12jaEJTxfR/ZHrUeREGZPwnnwUE/qNpGpD3r34IyPtffgzI396//jEgP775",
-	"IRiI39jwPcD1za27rP3T1c9vA3L53z8G5P8xf/2N3tJL2KOA/PMf/7PnzYOqMuKFjDTTHQWbGDbk7Buq",
-	"tkv7iKfuL/t/abCaIipBjcLWeM6eKaTFirXYI7d6nEHPhweqh6UFBAI5Puzt2ZKyoZpQ8+B/nA2pYidH",
-	"Z2G3pG4uDPTpj/0reScgwBjPfvOBXyOoDCTVSm4eGGYCgoV7VFmMDX1kTjzqbWD9kNezR7hWA5Fji80J",
-	"jW/NDa3QcUWgqnHuxkMZkMVEMUNXmiXzMxIiCk4YDERYrZMGWE6hdfld5CIupKP6xk9pQ87M55ToO7k0",
-	"yuw3VxrvMeSpBri5JxasmpDPGhK5LAKRkYXLNPHvVK4n0x5pkqBTOD97FpZqvaSuAsKu/uD/RrlWUFBR",
-	"kvCOcl1AFxgNz7zuQYH5eVpUESWlgJtcw4PaWk9A21MshroJNsaAmAOJrKWIBTX9YUC7OcWUg5oJcEcT",
-	"mcQQIuqAbgBSzAZ/dwm6WgRZDPbQkkzpjQUpMi1BTipAmM0YXUhZuGHzgfADNyxkFk+SjoXhypdbaUZj",
-	"sxfWTqRIm9rs2HBKPyHGqQvomxrBRQ4EJYZNOTXXYqfolII2Dmuaa3w8dX2hxQvFFgdqB1EyFuCDDsSE",
-	"KnAysYKTOtwCib5URjWJKGDK2d5Lble05J1hA6n1rNqd89G7KBmlTE2sDwmTYsMgxw1CiT4POcnhvyDt",
-	"IkaejKBeZsnbpaBg54EiFLcK5mYVCFVeMsh4NhRl+s1R5izsiAuhxBfmMiNjWRsdcREBo32LZ2JTQeed",
-	"TTrfZQjDKgzRoKUSxmaAtJHTGECsL6ISt/qtOuDMVsogfyZiHWQO+z0LAuYf99bZwQbhhojk+UWuMNv3",
-	"8gQJe44sLi1pz6RSfJgYtVOwve/irjrqH39XFovld+HbHAgPQhYdih5TS64+H4FILYFXq4U4Qr5WQUT3",
-	"nqsHvSoBtG/MYL4q35M/ldXep9JaP8n52oWTS1a2KwdLK33fjOplg9og8d1Ce1nCcXb5EgoWkFa3AbfJ",
-	"X+8dYDddRFPW2hCeyR/CF8pMLq1CDcVZCKevkoPvDK9JlkmhiSrr2Nz+5wo6+5NYayu0u6FY5b382Nbb",
-	"VeRVrUSxZdTP01t/d0w0+xjj33xpws9kBA634RxyBFRAYhZnuDXop2sj6oeQ6ZQm/E8WEwir3euSX/yQ",
-	"mPrAFxzBQ6npW4v4MLNefd3i9nwL1InBJNWySHYCHp0CBa1PnzbvpJFAsRbmGhQKAwmIi+wmPN6zAF4T",
-	"eYcwOiovk5pXSDVK8zpEbIfxr0bFXk3TpWRsd/EbpmOdb/CWhGzhzlcEMVoLt1/jSVeuKgc7xxI+5sPE",
-	"+t8ooMsqKcIz76dgIEILOBgGJIw52Pjgb+xiyoS+9r+Wo1HCBQtJ24oCTUWuBiKvcoXQIlRfR3RGI67n",
-	"YVOQo0/uFgvpmxEjvGodTWgNbtfsXne/HvJ1YPuGVO4mgB6IBkHD8jS9wdwuV7yprGhvTuT7n/MyQkuh",
-	"RX8pai8oLWcuiK/rfEL/gf6gEIOM7MoEYBnIg3qLwN09C2BjcRyrF1G54h9xOOnuxOkCH3lKb9ANxtEC",
-	"Ye3cYB5niWJ3E5ayXPPDpLFs5uV4nucTiFNqdMV2KjPNBSPmjLpzt2eaRZzhqa0zUXdufhX4Su61euwb",
-	"Bjta71mso4i++VZTDK+tk9YQDXxcFw38yKKX3YHlBxkjxIW8y0u1fI2pAQ+GgJ1KcywKr1Mx+VpOELRm",
-	"WYPL3R6lqasvQ2qOIbpCIIDOrKwUXfKBdbBPRKGapeyWy0wl84HIRM5TZ5SnJGUdrEGnjIbqIVRBvuaF",
-	"KCr/Fcjl2ALEWLgyPBIjLnz9jyxDQB8IryEtm6HP0W2Brpu8ZGPFoAj1DgNyR9VAOLu1hUXP9wCrGbZz",
-	"qMIavroP79Yw4XAvIDItMLgmVHm+c4fiavfJ6fvO13fUOyoV94UkcYCUsIaDgQDLAaxXQSmELix9CoQV",
-	"wwUzNIzPZn/D4gzni28MRBtg0EcyHfI4ZqIB/OFLMcOvhSV9j1zowp7R0gltsnQsSCUoiTcJ1quVt0t4",
-	"f4GWqmESUHCBqypHg9675AfEYclp2jppK9MoHyZrhYME9yMztrrbc7EK4/pA59+YOmk2YrUyiQv+raiS",
-	"yhJXVW1scjWgdRii5A3rdFEVEIHDYoyrkCNi/cdd8jc5xBpaZtNtvqkDX7GID+j7H4g/5NDewIbkXEm9",
-	"whmPkD94+5I/5BAQJyCB3fBoolk6LVDo8loJAzGjc0TwtTUzYGjPFOFilmnCRMqhhTwNCBPEipJEaCPC",
-	"qAwzZ9Mt2HMGQkkyoqm5vxDhD4aVHx9QGtxr50UDiMPkYDWNXmsUVAeQaeY6EBgBZ5qz5XoaC20Yqvwq",
-	"Ygi2rlxbBBvkbiO/Aj3K7Vasm8lUmycPDoIXveDo6PDjfZHZ5xWqNy/Zr72K9UHLossV4QYnPTNpu+dQ",
-	"EVNGNJkY4t+0rIjZiS8UjQBEUMeWBGE0TThA3SAmShliphK4lB87uEoMte4aBsGMcZeeuqaZWw/duYcK",
-	"U2Ywf89Y9pV68DbOv94Qr+CBFwdk4dsboNniCB/3P5t/lvr/IAbXMLopx1qJztRTpLzXuPq24nrmpceW",
-	"lZvo8cpy/2/Gledd8GZHwPFgr0RneFp78/fR9NUc/vkSTWP5HflM5dm4cF7b1GXju8xYqrBMDdyymG0R",
-	"WdlESDKVKYMhdwcC205QfXcQzTg7h91kPhTozecOahqiM+94xEqoFHU3MTz/zdKkh+Vlb4nvAmbioYEQ",
-	"sKlr8Dms//owFc+1sb2aZ1v4t6q3mxODy7mOuucW/mkkiS+hIhbEWZwB9916qqItkQw0B9hBuQYJ6dvA",
-	"4yHVOZH6jFASpVIQ9mmWYs0C0h7xW0ZGnCWxCox2RJMM5FQuSGhk+us/pbBVBAyT/8RiEjoPoJdKAChE",
-	"MADIF2rLNDf27nUH4k0uK5qBOI3RRpQDjxTy7twcmAlcJ9aGCQnZI55iPeshjXGkeJx6AxEOaewSrkMi",
-	"6NSF/cNjy1Q7XLeHxOHFzNxruCWfHTic5WjwTynau1EBW9SllqhNhUom+HhilH7b4dYqouZmzTBSXUeT",
-	"62xm+BFirxhaMS2RA/IX83/TD8INm5neAIxeTiJG4MxSOWP7f2VpwgUS/EZKHu7JFwpMzEmiWeUJCNV5",
-	"seX+d6Hg7CikMWdEDZyseqMbARb/XKrBoBhlWRzVCMpqpVe7D12ywzBHjy1sKmvii48vbzYTqb9Y35Iu",
-	"tJRwGryOl5grBb6ziUxy6ZpQp+lgE88UEexTTiznuc3GfoH4xDdshsgnzjpobpwA704AEjPXqQM09guu",
-	"c00iOmVw03XJb86Wijw1L9msEcDoU3H3mVXKoDompl65m/K8qL2OFlUmYgAOT8DoSeeqS95TDDzgaiDC",
-	"/RnNFAsDrCnZfOv9Cim+uyPvL3hlbnE5encc3miH/pW2ixusvL5fzFS5HnNwnFSwu5yL/vsua4HVNfIv",
-	"s2eKFBRL2tRfsb2tbrp9kGUb77u3Rqy3bAJkY5u9CV84AzIYbEg7tJ/DoDA8p5nIYfiN4G2jDUIjq82g",
-	"RhjGgc3PSDjlStnQP5TpzJ9gur0eZUliPkHxJhT9ubI/xiEZsgkXMaEDge4nniQ2yqop/M9R5g8w+4dw",
-	"n29U2zUTXydalpEJV1qm8+9R573wD5ad53anyFymS4VGuG3DSGZCh3B6lMPuKi5VKRhp5wFJCHQP12m8",
-	"F3ilqq1oORBwdEnbcE44j1CG6Q+uNRQJHbE7lhbu1JzXgktSSSlYuup0/GJm9cDDUWddgmUo2ZTyjez3",
-	"IOuYT7MpwHOaj1zYj7mtyaj7Y8C4foqzcplIvSzaNpekVGDFucIE+J0fGpi6oUMjYjaajVYcHqDxZofB",
-	"LzK/f5gqHQtzA06pyGhCCsZvNK69QipdNOovkLx5lH03mlZgF+d7jM6CnXqocg/VW6ZLCO6NozU6plwg",
-	"n+Zlc6FnIURmDuZOAGmN8xIlUAXFUipiSowAY+OD6X9N2oRnvyfixKjZ7zSC2ewVoW7PH0ilmWgm0Us0",
-	"rFcsC87KjnYCm0fQ1ikfj1lKQmSV4Z7jEOZRxGoxNEs1IthBlLCt4TaDcPrzPMwYaZ2mjGQCjQmuBnot",
-	"Mg4kSyCYqxQDccPmiJySA/uAf20vqCDkONOJD5Jji/2AOgH3TRsjVfzqSwsVjPbOHeIOwrBCuoacMjTp",
-	"s8SW9Dk4GIim8kO1iMuZ2MmBDB4Wu/UEGsJO4oymNGboyEyzbyDGaPnsr3KllgkoGyWqh7CsL/1LRw99",
-	"yITvEhRYk6iZFVqooTV869bEEIFqbdRVLtDVDUUdeaIh6a02P9ZGs2zne4cRfr1+99q6BRqBv9fMo6Xq",
-	"Ji9B1FRVQd0slmhY1eiVeeGbCw4wI1/DTAJU8b0GBVTjvxzU5+pggDhLcyQ/RG8XlVynJbJDUUFvIPyX",
-	"FsQFuHTqZAYM/yzslBuIDJV6hSTmI0A0037Nws2kBlwWQ1DfeAg3xtibNvJQ7aJe/oQliTSUh16T1hmC",
-	"ynluh+tVAHSGsgoeg+4YwdJr2+KGTnyz4F/I/QF7vfNIbbM0X7sU1TTzrxlLaWNZ6pErze0qEEIjx2kA",
-	"aq5Utm0Uvn4Dm0bOVe8Aw1VLMrTIh3FAQmvHvrbwD0TRubK+HSGvXf7sNWbNASIEHulrIfV1DtccA+JD",
-	"FcIA0o0Ktv5MkdAyoi42EhpRHJKAbKsqJAUa9F4AY5Ai4YLlIyBh8cR1Xo3cfh2ZL9HxNBChk1bj64Rq",
-	"liIcNFSOvR7S6EaORk1A51txfPPSY9tsTB+vmKY8aVJ0kNV8K4EbSJguiN3BK6xN+vs01XxEoyUQPz/w",
-	"hEGsxJRrmyxNxbzA/h7l9BkQmcSrkHqournI+/waKcTMd5njA8o6fDlsEccJig2h3nKuueur0hUuCvec",
-	"ua51Ou842Og8fxFTCFhcwIZcuBqDMs2zGeDxKZbLlDnEfMLFOEQLm+N0jBoJlgOYPIZFfNKQKk/aFgFH",
-	"Cg//hrjg1z2MGMqZ9JAhqHKYDzD0gLAt2khRKFeBW11btG9XA60xq8LNHrIqzIeHZ1V81axyGZP8d1bF",
-	"0qyKjUSQ/USO1VJfeiLHWPhEjjDF2BVYt5UXmAN8D+0vIdY+165UBHh0oCp+KEcjxbS5u0EVDUcySeTd",
-	"f2ABfAdRYcWddh1m/R4otoLdYfWWu1xOsn0PBC8gf0ScK6gelr0GFB+uwDaNCPbulLqpIWL9SylcsCmO",
-	"Uw0ETRlWIbMVxC7ev7HhpW27feQIc6bMrw7aPWVwFM4xnp1xgGHSfnG0gTg6OK2pF7ZEynlrNm7b4xss",
-	"MF47dSxn3WQwo3mF4BKkDwYMHPSPnh+9ODw5er4iiqDB0oXEUR+o4Mcp1PbTW78f3Mz6fkY0USxvaihl",
-	"wiDDq6GpEsB6bYMH/shPeitG/KgFkeX4in2qlS7euiOeB8ngXnS3s3qfPq0bEArkWOHEneBEjtdngbaO",
-	"91IuOGOpwgop+DRWAWfKVmZNG+RSbhEcANPTFUAGgANzcYmIuQNHLtHukscZG05DEyUJF2OoiWMED+kw",
-	"EzBfFMEVG8KK0BSDM3sAm/iW7Mc43b+anVltRi7v47egeL03I9eTVGbjSUHyFl+pPJ1NiF+n81UF56lD",
-	"0bh2YCCoknuiLsrANLqBS9tK8WG5xEh+SQ+zeMw0yuHOOJcj9ClN59a8kLv3yDu4M8G7gmejEISF1B2Y",
-	"BR0mrN6FbH79ZsXdINeJIELm37Ku3VBCScxo3EmY1oCRI1NPOVwuBWezRNJY7X/GP5wxrhHiLhypEKib",
-	"ifiZIviWBbTBMj7OU4F1+DCDPuZm9zAYaQJ5i4JM2VSm83OM/EgACxG4uatbN82UJmAaQws15ml2yTvB",
-	"XLeQz1l8n/ggckYhNXrxjAGMbNFCkAdKqaIwW+LkZFuM23ve00hr0knMOJw1ZeNDha9vlEzi1zjcosTg",
-	"Ki/EUUOKUQyLc8tSPuJbG9If9yRtahh/3DIuuLUAiWqpw9VxJO0R3lV0zPaWFHWpOZn7aHJqvqT+GzfI",
-	"RmhZvMHhHwx6V/xP5p+wIIez0NaoBr8mXNyAGQihlwcCzLEe1OQZoQRFfWsCIwtlxaA+LLkgU66UtWEV",
-	"rkwcECioqS1O3YZLDCfayS3icLMWX5qWbNVT/3hOaXrD4mUgVjBId0hxYx56VL9Azd3C3Lh19d2nuZzW",
-	"PSK4LxDQAovrGVKXHItVMOJgT0GHi00Aai8B8SYFhnewgJAM+kmBO6kaMVK9EkrFBaSagE+5GhSorjKF",
-	"cF2Lg2rhU22xu6Ic011dWYECejS2Q4cqwzD2Jl1oW8zxr0q7WQ5EXig2ZRTyr79I012+ObWowyuiXpxl",
-	"3S9cWVQ+94r3A7We+dZ4/FE5L9ZAtMP37y4ReRd/s3wXUQv9GvSFpcTa+J4p8vKiS96lZGjEDjKXWQoE",
-	"/P6/3pwNRMrGXGmLChwl3AzIb07IO9IOvW+uZ2xqdSzvyxEXY5bOUi405OUNBPhHreEwH3wdbLDXTOhQ",
-	"kxuBj/Mr0p1peSfQA7dwuCGl0KtbYARbKG1dBQZ2Tc4Sqo3Q5tpGE2y1n7ASMWPGDMV7ECG5EhEIPeyR",
-	"KRV0XOJGsH0xi3jMVGDaRfRkEIYNqzFaZTngSfng0Vw3xxZtWU3YCwqa0k/XUW5k9ko/ulhCNAl1WNbp",
-	"twJ7KipxOpsG6OCovxDGhg1IsSu3DGjDmg0azzFpqwlcDyL6Wss9PrH3xwWgOPTxmAltxJEl+MkNVRse",
-	"u5jYlhjeT4PI3UybBdL9txOkceeWuvZmNdpGzdVqYSsMEwpIaDOI8C6q41hhl7yCQjKAVAEl2kVR38P6",
-	"6M8HoloawyvtQSYsZXsEqmJUpVF0cwcLpUH8mh/TZsyLBxNbsBibRTWZ0NmMCYjJqg646vPnirhCO41u",
-	"NWii3oHUgvVqBXlUoQ2hCOwPHxuKaGx5J9nttp6wDQEwtrhcnurkZjDAuHyC/6XxLnDLljOJ5ovClyeb",
-	"DTN/5SKuSs7tRQF5z9W7skfGypnOJOpJvV3yIyh85uH3r38m7RkUv04hotwrpg6eMx+yR2VgfkE40wmL",
-	"bvBrswRYxwpsPqWernxYdH8GyORcyXMXhVTrd0CpH0nzpbdiD7z8Njnc67rOcKjeIL/Kc2wpJA88NFeN",
-	"v2vfRazzUztTrG7qFQNaVFE35Q+FxN4BybCZSUB6V1GnhmqSSIUQRTds7kxF6EXBVlncJZe5/N9UcPl1",
-	"PoIrGMAuBc7d6UTVUTY5As2P3W/gWnmjVGZuFXMwG9W3TYkJtfbmSGGrglTqKFVth/GUC7A2LJgOukus",
-	"hj9i31+zugJDXBY6nC8MLuT3CAeAyXOVwmPK52lIFKhkOPPOdoRYX4S7qdqh2QA0dDOoiiUkSaS5sUBJ",
-	"lmleYCzfqLzGim/vtnFFuVYxEK7UlsuKplNGdEqFMvqEFHk1wtBZwAB3wNdddDG0vFRiYU3HiGjSRo3D",
-	"SGV2j/bqhZ1becM8gnyY0rXzil7lkoUf1/EB/8b1JE7pnfgeD4ybHKFIAptW/WvmsU3mWTh6C4ZdOAV6",
-	"Ygjat+W7E2rr7rFkhBI5jJXQRArmbAwWNfqsSs4wFoApcp4nVTpkSpKh1JMKx4jMoolqlcFFQ5bpZxfW",
-	"ha+o7K1/eBtuElje7/L+gCr74BAoOzhouUbdpjcG1hBdLv2OpYwxVlSUOHjJW2WuDgzccSjpU5myAK+J",
-	"ig2KmROkBwIgaYZziyyDtZ0BDs4cyjHlQmk06rk3i0ADV4oEgu0Wy+AGGMDkknNm4EiDmFVwwtnIGYyM",
-	"RR+VS7714h9AizvqHQ5EiJPsFEWr2S0z60EosZWnwJOMYU0YrbTqEnpKJduzoNmqt2cto7wkjN6weH0n",
-	"DY7/q9S87daULWhfOUKUGfGKk1sN3RgymrL0ItMTF7phX6oe3A8y00wRG1oAmSsBoZmeMKFBYwY/5qIi",
-	"3fXSB+yCL9iYr5igGHnhTr9i6a31bJavK66xaE/ugO3W45uoOlN2yVfEmQrsyfeGq7zrGMNBquOva/mV",
-	"h0WRt+pHmNiv8jpUHtpJXXsQYZnxRHfMlY7AW9GEKZ1SLa287JUU9MLjEfWKjLiIvX6w1MxiP1ASFF8H",
-	"5gcVLaBYIqEAuqhhWm0ooyHTIhmwQOHlaQFK5PXn4HdqUm9cDpFXGTGLOSQx+EsDj9S8/xOjiQ0iTRmN",
-	"uWBKBXmZco8iAei5II6Zat1/vP//AwAA//8=",
+	"7L2Lktu2ljb6Kiidv8rq+Sm11Df3paZqejtO4j1O7OPuTE79kU8TIiEJaQrQJsCWFZer9kOcZ5gH209y",
+	"CmsBJEiRurXal0z2ropbEonrwsK6futjK5LTmRRMaNW6/Nia0ZROmWYpfLqONH9gb2XCo4X5HDMVpXym",
+	"uRSty9avE6rJhM5mTCiiJdETRuYyvWfpM0UovEqo1mw604qMZEr0hCsi0zEV/A9qGum2ghY3Tf0jY+mi",
+	"FbQEnbLWZQtfbgUtFU3YlGLXI5olunXZiqiIWNIKWkxk09blb8UXcUq5aL0PWnoxM80onXIxbn36FLSu",
+	"cRyvvjNtQZczqidej/j7HY9bQStl/8h4yuLWpU4z5o9iJNMpNYPIMnhyuaMXWapkurxYtxNGQsE+6LsI",
+	"ngiJHMGKzVL2wGWmyIyOWdOC4DulBZnSD6+ZGOtJ6/Ko16sbyvc8YY0THvGEPX62rxlV7FbeM1E/48T8",
+	"TrR5ACZrl5nMqSLjlArNYjLnekLa3NAIExEXY3z+IF+LCaMxS4uhQ6cd7HXV8L0V6h+dB60pF/nns9rZ",
+	"8CnX+XpVtiCBH2tJ8rQXmM741NDjqdmMKRf4qZ/3w4VmY5ZCR29gjWjyKmbTmdRMRIv/ZDUn7Cd6zxQs",
+	"nJklU5ooOjLrSVI2Y1R3ybUmU6k0OTo9JdGEpjQyZ7dx6bwOO6bHJoI6PS0vV91qvfEOciOZ+af98eT2",
+	"zr772HW7IjFLDXvimoxSOS3RJhUxUeY1ETEisumQpXtY543IdKN1v4lo83qriO5hnW+iCYuzFdxD2Qce",
+	"39UtVfeN3Wiq7h/fxS+zRNK4sZMMfn58N7+y4UTK5snM8fc9dAR3bHM/8PNju/lkXlYzKRQDUeBtKocJ",
+	"m5o/Iyk0E8Ao6WyW8AhO9+EMn/jfvysJt0HR1/9K2ah12fq/DgtZ4xB/VYeuXeixfIqviW2StN99/4Jc",
+	"nJw+P8DbghKl6TBhJIxkzMIuLIttEeSWGc8vJfaBTmcJg4GnjGoW38G8j3pHZ51+v3N0cds/vTw+uzw+",
+	"+j/mOMety1avf3E86tOjzjA+Oek8Z6ejzrB31u+cRKfxGXs+Ou9d9L3LmZuBxlkEHKDK8bzWnkcnrPM8",
+	"7tPOBT3td86Gx6MeO4pO4n4P9upB3putGtFEwV7JmVn731p56+8/BebDjKWa47b4U/I2NaaadTSfsuWd",
+	"DVrsw4ynTG31jpnIWqIJWglV+i5TWw4I1/Hj8g9La7nBEGY0ZULfgQxh31mWS5xEQjWxK2iFU8GuiMiS",
+	"BOVV85TKnwDSC8dUszldEBpPuQi75BofGwjBHlhK7OKShGpmJF4qAiJkSiZUkTmPWUpwX4lMCRVST1ha",
+	"EontK0YcwpkEA2FuJKAOIxxRO3gkF0VMrwv7Hc+nE5CUGaGRP7Bk0R0YQal+5X5zSxe0zLyBxHJKzLdk",
+	"KGXCqGgVP261wY6UP7a4ZlO1jifA2b0x75iXbWs0TemihXzJMbXfWjAToJ+8l8A/FMVkCrVADn9nkTZN",
+	"Oz7xmiuYTfls5WPdaNA5z1k7ZGitdjhKMV3hWTHTlCfQ+0Qq7YRRGdHEfDavjXiq9J1iTOyNs8E5Xtui",
+	"MJuf8D9YfPdAk8wMrH/0vNvr9rr9x3BCJzHPWkFrueElHugt0aoN+vvNm5/f5GtdWbSn4INbN768nnvi",
+	"ifhFTWNN3dSdsmVRHl5yjdQMv7rKlXVpPAJ7OY5wlpbOYtDydPANJr76rL4z/X9s0TjmqNC99UZsr/Hy",
+	"JNxOVCQd0xgxvwWEdcddErqzHgYk5DPz35lMtfk3SxPzT2TaHBnZy8g/5trTmqWmsf/3N9r54735T69z",
+	"cdd5/7EXnFx8+l91dJFvf9mY0FuvhPiLVCKDhrXiYzG1MqPH3Cj8sEYiY8KIerkIuzf5qpCTvSZodHzc",
+	"eR6fsA4dnfY6x8OCMS4zntLwNz3kaK1K4C20jdXQQ8V4lr9DhgsUVKIJFWguyg0PR/2T5yfnx2cnzz37",
+	"Q2/Z/uCtaN39vgt/MUuLWsBdyqiV/2uf2qtY4e3gJnqTT7PLzMxXm9wCBaUtXiNL4GZVKdzaFdGOAIdp",
+	"xAVXk63UkIvhkaHu47hzwU5GnSNa0KVhqowqdudL9U2tKk3TdQqQ0lRnyqxcFkWMxbAMThH3xnRO+/3O",
+	"8+FR1DmPj1mnPypG1drL4aqs3MedKD1NZXpnlMRaisSfp0wpOq5/orRZ+xYSlvZt0w7STAguxtvJ4N7e",
+	"b/EO0MKaqxZ36gYf/uRRywaL8IgzzH3KLB/gCvHkM6lZ9NLKrDjYLw2tbHnbO8LzLdFrb9eg5RGk9+ZJ",
+	"r8bMb1ZEpwvDrkomaTucKp+trCCMb8Wc32Q6kqibO2eLzxVGlCOXzO+nGudL3thNTkyuLdgLMFMhPZu9",
+	"WN28M17E8OiMpQqere01i7l++VAjdET2lkWC6SJTN0QTaVllWavVJHzDdq2tQ8JTR9xl2LpnC5Iwau4O",
+	"yx9OjoKWjKIsTdfwY2vBxnENn8f96IiesNPRWe95/xwOQDpmegtOm79ix43LUMOA7TrVcMVipRp/dIKu",
+	"22u3Ora3oKUWSrOpWUQhxWIqM1W7jTspdxVuwoU+O/FFpYte73n/4uLo9OT5Se/ior/uGilt1KbMczdB",
+	"qtjsmqX19rr51wZlr1al8+ZV2rjA7X4tc8hP1l4UteKcPp229oLO6JAnPKftWh6OCkbVCG1Ii2BTV4QS",
+	"c+E8UyR0Hd9FXtshmWZKkyEjkRSacsFiwsEu1w7/Y5D1escsBMdmeYRB60NnLDv2y9+VFN13dP6TvQbM",
+	"+KXhXpr9RMXiHdLI1lcRtMCl2HxrXuTvvDJH9ROcoFf4pnNz2o/9NUYvv/vaDSpNEP0Oy5T1uElcCzXH",
+	"87yXoe62D8yJERtIVChyoBRKk7uUqSzRayf8Dh77G9XRxDNFoT/Tk6aXjeITPp4wpQn20xmaFqqeUC/I",
+	"gygmdBHXYUWuHVVSWUgaGyyMk0uWtDr7/eptK6irRlHbRvFy79SqTBupeVvrVfCC6Q8cT3ZKcbP2tOG9",
+	"U53JlgL/TloSCK72jWpgkQ0XMbMlQ2b2VEEsCTj96JhyERA+Mnx1zpPE8FvTGmdx13d0rOx+GyXFX/U1",
+	"rguq7m/gwSptliKMCq2lsvKlvsoLu4KoC+b2eKLG0/+nOBJuEEe93mMPyKxwf2/kzfbXcYPbqeBKJa17",
+	"mUf/eHv7luAD1hCYUwChiRSGOWdJTCb0gZEhY4JQIAzrvixx59OLCz9SqderjVVqpGE7zNVkCYLDdjfk",
+	"ljvz14Vae6GinUM3h+bZ5p+pUpBeQxzedqF0+7rOS+TmTyhYfdOD+9f5Y3cU06yBiIs7xSIpYlWyQB73",
+	"T4/Per1SqN9Z7T642IZquOYaE9AuyuOjvOyFZH+8jVxfdr0374YfLLjbjuy0kHWjbR7kTUR3HNxOgSpJ",
+	"NuZbKDJmdG/hnaomtnLDzFC5TLlelAyEfshqv0zInX6vV0vLaGAoj3g7z6E/7rzXDUmtxv9sx1Os5aq9",
+	"xYjF3fY3ZkZ2cfaw1buE/XxXvPF5uYDmU/PXhsO8xafXr7U96Lb1wF+R5kU30vBuC+5Yv5HeZaZrmfBZ",
+	"7+R8XbB10IpSrnlEk5KdZq1Y5j8LVsiELvxBlO/T7yQRUtuLdMhGMmV4h0+pWBD7GkYaCzkv6ygyGybM",
+	"v+Pd3VJ7w1txA6L4WJTB/tSsUXl4P9I0JhC/TmShWD1TZD6RCSNpJnBsEDdlJEmQAsKih5jROOGC3VGN",
+	"5qvtht+vGT5e53GWIo2Vxm5Z1LHPo0ybXpOndVs9pR8qTnXXUpnZrSOZ3cIOF4mk8XZ26r1x5lpj5LZE",
+	"Dgr5emFYpwubEeQ0Y2dxXqcY35rnNmHrrs1mzmKDrXfl5t7pKDHl01oXmxcvke8S2oqX4xjYA0SfLraR",
+	"xOxkwAiOa+Tfk+erLsmglQn+j4zZn82odiTgLE1qAlEEmWg9IzKFfxX55d3rij6wfbzQ8o6bvstLt2Ln",
+	"QVfa0QheBE3djbgYs3SWcnQQ+vFTvc4F7Yzefzw7qQ+b8puZoX5bWZBeveRzF0kBHhczT6ruy1yqXzn4",
+	"a/nU/qSKZfWwGpOsiZwL5Wurba6JUVNthAzRknBNzIMiYgddci0Gwm+lA0pCjIHTZEoXxIyfSJEsINxZ",
+	"zkWp1wA6s6sDajHXqyKZl4MKNuFLSE61nMmKPH5jzWQZN+Qc0BkvtPDPkoCwYR6BHVRrPtZ3//rnf9eY",
+	"kP2Rbxz53GxwUCxKmQ6ImsBOi4h1yQ0TMVCNIuF1picytZt/Sf7GaMpSAk6zCEPs0X/WXRsY4owExQxW",
+	"7BsSAEw4Sd6MWpe/bUIwrU9B1TnFRCqTZJonHyyvwhuB5ugrfw1qbVqVpnYIEqosydLgVneyvF6GZF7C",
+	"G5uyXj/xRqXIKFsd87+/vfzh1c/kxct3t6++f/Xi+vYleffy//7l5c0t/DoQ//rnfw8E/P3y5+9WPFcz",
+	"CSBoVk/Q+Sjq2PUanlm3uY+xRNTshxteHa2+zB+v4zErFqGc7dMYYltj7To/O6kxm9etw14SjOoNbst6",
+	"RkWR2IDM/VCvml7qlvt7nlT9gzbpzQXN+IlvkPAWPBVzT9lMprprO9k5+llN6NHpWeuydTaMejHtj06O",
+	"Rhdno+j4+fB8GD9n8VFvSE+fn/XO4iPai+lpFNOjYf/4NHp+fnoyGsbRxfnp8Jwem7b4H+xuuNCGJPpH",
+	"W7tsHuuLKW9FDf3tkhS3Yd97TVVze1LTnL/E+4xk2tzruVkKiJWRSltSGn0+y9K2NB26fQQUweHdPQnr",
+	"R0YTw8LLp3/CIiutU02HVME7962glXClgePCJ5fzaj55njz7sXId5W3WX6Mfm/J4vMGqpZhKGEYm6APl",
+	"CUSFvl+3syv8eK+Uylj8olB3qstC75Z0oYYrft3VXlzp+29x1yvQGRhTJti89MtJ7xiu/MeHudctYZ30",
+	"/OIatTCjbCmngnlvKtKmiUIQFpui+kwFhIuSFqWYzmYH3Q2V2i95sdetenVd3pknCB1hpi1XJJFiTNp6",
+	"bpaBp7FyGCsJHzEzvgbb5VLXjwhK96PQq0sa1O32egmlZinqDqtnWlwT4bhl8CHgrewhsmTCaKqHjOo7",
+	"cyGlDzQptrbf2yaPpeTcbsVnF+dxfPL8jPXpySg+Gw7Z+aj/vD/qXwzPzk7pee+YnbF42GfR2Ukcn5+f",
+	"xSd9enQWjS5OoyN6UTSovREd9/C2bMji2SZCpWyXPn6EFOdZmbmYZbDTebZAa8KSRBauxdZli0UTWTHT",
+	"AkSIYOmdfejTY8WxVdtaf2J1gQwESfcjzcSGJ3P3nJm1ARGlqIcrogrTBKK7kNADHgqJFDb13uHGRDRJ",
+	"uit61ivW5abiIiKZ0DzxFsrOeMNVcnS7NlJN0JmaSL1N5EVNAs3yBFdShR1fHQ+DFd4+q3ZLiq2QwtY4",
+	"URut1Irp7WS6foRjx/CfWnNzxdhvMY4KzyXMR10RkCwiOpu5DFQP6G2UMmZ+oxHXi1KwUn8DE/YslVpG",
+	"Mrl7YKmq88fUqU1ypOc0ZQ3vHNVa3+eU61ov41Gvug4/yjlKEloS8xrYnjHwv0telFZBsfSBpcROmbSP",
+	"Tokyv9nWD0rrUXFh1ofbNdFMU0g8btHGyhHe5eu0I9toIwnfuFDY8sKFiNsXXpJ7xmZAIlyMuyTEBK47",
+	"m93C4vCSKC1nALXlIjYtvEqe6xV2SZhIpfNn0bFwRYTUE8OnpzJlefgvjSI20xj/61ShHEWw2r05qVLp",
+	"2nyjfH5NEZgQaWoESykscw5IRNOUI1WU7oTc5QExmDC2x4lQSzNxzGLvslVVFHIBtnZRH23DWZpIXVL4",
+	"atHic4gLm1zaDXf1FemR+YQJYmhtw4t7oxhz7wiuDdBtIv+l2dWedTm+ns2YiN/lscwe/WIbFbqoXbij",
+	"i+6FTeWSoxFg3BydBi2dZsKoQY6Kl2iq1MPma9KweRssf2mItV5R+A322jxLokkm7jHnC7KICS3v9OPt",
+	"dcUa1Y0nojPA0kwZjSYsviKjLAVIqZhqSrgicSrNfeXJpU25wP7c/X6D0jZsQTovzNpsG5lB9RJ0Z+/k",
+	"/PR5bZBxvlH7Wu9qoIJbDRhWwzRv2Qe9x1wiT8V0N2O+Vrg6kItgLkDbYxd4o6AJ2LqWTpn7u7fBgdsx",
+	"a+hREA3FLFdEqQN8GhMxiy+JkHj1A4nD/R/JKauj8CCnp2U7fvmk7zFV+AnaLDGBNcd4CfkgJ+LyAYeV",
+	"8Va/jrrfzJhA8Mxdc07LjpoCw9l3n8lIM91ROmV0WgktOj1d4YLZCjfVd7ZsE+rzNH6YhiD6Gq9J7bZ4",
+	"1qNHI1yutjdZH+R1NK0R+T6/m20F+N8a55K/ZvtwMpX24Ony1v1uikCVJQQtcHhXcLJYwsccYEHs2czB",
+	"KORolHBRhDY5sIcH5lkpe0HV5PBpMxd3ZRjb4FLUR8idlMCNBUs7LOsAvqCAabj5VYyqEPG0EZm/b8QG",
+	"K1tM60ylNctfp8gUm1GPfeUws5zqmj9fDC1oxVyVYamgX+/bYmOpvnMmmVott9j4TUKdal0c5VEUiFml",
+	"ocO8NiPsfZ/KPE5rV0fwWyZiLsbv8s2pJikvCCX/yFjGYkxU5qrIAojJgukuCdHIfiekvqPxg5mXAvOH",
+	"F4QfWqN+F58NTTvWbWdfVyHJz+KCyBERUjDn28LdqMZhlusskLZ7CnyI+UiMLFX0YX5JEkJTBvOIZAb4",
+	"/JBurTThaM5yJCrkXQ6OllNE7XQBGvIOT2vxaDGjuylXU8iuxG8N1d6NsiSxDvU4S1h8B4C6LZc2PqTR",
+	"vRyNaonbg6queB8sinSOK23BZSqg0lMaTbhgnZTRuIQyXY5pA2wnVIc6YE5yYDWl2gfVdE6kErAvspRM",
+	"WAK62TqQH+fnP+ldBC3NdZLXQSC2a7sKEKV9eXiIy9yxnuBuzB4cPrc69Ib8qQmxqmLpaFgY8/QVCT90",
+	"bNsd84UKScKVdsjE5ivfKw2OFRUMBCy6odRMZTRxSc3tHySejkgKpanQ4MSd0eiejtlAhGOuJ9mwG8lp",
+	"ZY6H7l87lvCgS35mc+hfQbjxkBEagwphZE1NqBiITNwLORc4yiEGIns51hhvXKawoFWZL1wEqeYjGmnV",
+	"yfnxZeu0d3yJm+/mbtQYIYl7migtUzqGyY74OENgK2c8dOnyrcvWSe/islykIDGbsECdyNKvQ5O2qbFB",
+	"a0jjTqRSeL9nV7XwPkMogdEjXY0EsPonRjZjMYFwa0Xu2cLxNWditQ2nTiUoGm9qaJgyeq8IJWmW5Hzr",
+	"+u0raElHk46QujNjqeJoCiym62W3RwnlU2gEjFEEs6mBn83NqgL6dtFIwUo67INFILhsnRxd2B2xERQO",
+	"5ZtMZBIroqVEz4ecMUFmMkkAqHskk0TOVdml33FQZGa8fTvehDOhS6tsV++BJjw2LBZ6t+Kx31pxKRXN",
+	"pTLTjAjGYjPx29c3NR1UmrEEvX5QKRublUrxxhCSFJwZnu9EiVSstM8XF6UG5+Y/dA4nC1LeDMGgqZu0",
+	"Ezkem90XyeIAA8RGCY+0v7mOXNxvlg+zD1xpQ5dWRS1iOjc6Wy+uvdME7LdooNwabHyHC9gaf8GKZxyu",
+	"uiJ2XYP85GUKibsApBvJdMjjmOHiH9u1okkCHqIFkEEMoSkK1LCiRAgXnVHCx5N8eWi+OLAkMM9KTREz",
+	"KKV5khCLnncFGCgL0oYUrc71SLP0oNLRPVt0UmaGDofhCMdYbdmcJ5ievRdjPhoxI5K7UUHZEzQ6wVb0",
+	"LgkVxH1FAJLhyk4/U0BukOaBROGMiHgFeQSx6Y0J/ptxB20ZnVx68FuSY2ubjSXDA+jss2bDWGS0mNwW",
+	"MmV6ImPgQtQcdHsIT/1DmLeDbNA6SeFFkG90ZyQzgS+egJFKZdHEvixTw7VklkaMtGUKrqMa4lCMHRRB",
+	"Hh0tZSehKYR2nPSPy4dmKOMF1hAobhNkdArOoeJ/MOJqFrlKHp1ICp3SSHceuEysAQH3D9vGxyyGiBnS",
+	"1HJZrkgsowzORBv2EmgjfwPOEMqa0hwSFGGZ0uoApDgqaq8z80N+ovIHgpYDyeigGavjKBbOhr3n8AKw",
+	"t4lvJ4TRVmA2wKKSacNXOjHyx4KDpAysUXCi7EPEPNR0oozgXjsdUANqpgMvGBrxwDrxLVhKBLq80yyd",
+	"cnN+wC2aQz6DGmw+ezBHLZtpY+821cFaEY7xUCLY3Nywln/hfspMJ/wBqFFmOqXiHgcNj0y5gHkDvRjK",
+	"M9dgJ2WRTI0qjQRYuXzxzgRjrH0QqlcQd4hKDQHZKncHq0TOYY2XFjcTNNMTJjS3Jk/ky0IGZuBCIqkF",
+	"xewq8a75xqKFeEiR/3iPNG1rJlQ2m8lUs7gzZTGnLibupH966R88bgRKi/NXkwiABYU6MU9ZceHhl65M",
+	"3i/vXtv4AaXMmRF0yuIATpwuxXAWzfnShiU326ZrBGzk+W1kXytxx55Zwvx1VHUtd1dFIayYRQk1lyfw",
+	"EJmSmx+vOxjCXTSqAGQAx+I88nBvwBP25rUnEYZXvO1chk3zsBITiGCuldxY5csA+SVrhTnDpApriH0+",
+	"N+3UPW5/vHIah2AAe2l+QvEnjy5lVrJpffpU6Hk1jgUOWkvEGhDQV8J7FtHc22A05Qrhx+bCD1VMy1/e",
+	"vSIpg0vdsEg6hcA3qEaImrF5cYNEOwz3x/49kOVGXOF3Vuj0Qsp3SSdrSuNtXYzOz+Leef/8/CR6Hp+d",
+	"XtCjEaO0F52e0rjXP6XHw9HJqD88GvaG50dHUdw/jc+i/umwN+r1aO+8RiH+cinDn2oXULD5V5SBt8ck",
+	"uyoM54p0OIxHuI7ul63hgE/TD3bywcKtthUAdMoixh/WIjibu/EO7Gmty6NCuvGdvXmqiK/Cbo+FN0kZ",
+	"hRWoM1Wz2loTUHvE3d+Gwk3npG0kCJkamVSgCfBgRySyLZ3KxSZshJfsrf/mwJP+fuzktK6Bf9ullaXs",
+	"nWLz3z8WstJRwrJXHYxf1Q3faXMrRzbfujqAS+7L9TXA/KVdKe9sMwtAUL7tvNK5TLuhUwF7egdvLSNY",
+	"9ZZ9f/sgjmqO1tK6uVmsWZt9eFVutExZXEFBfCKHZ2mx1+3rUna9peouCYHbhWCWgD8JaOekbX8IiLQl",
+	"eElonQDhQZeEeGrMe0Z9i41UJMVA5K0U74cg9Jg/FHtgKdeLUqPsA9pC7ngcGpE+ZnGGigKYmamIB6LU",
+	"s9FVYLwLlKVZohhp49cHARiKrVDtUByscbqGy29UG+sdG/kRMpuDFu2EyO+tx0aQO/dcxD5jxHk5trYc",
+	"kuUJ0XY71lK1e84XoMuFOnrrZBQYZT0ZFyhJ21Hxyw84UE4TYp1caGoZZUlCfudG5CRDpudwL1t3fXeJ",
+	"DoYQslcT7t5fCd4FSf9rgMem9EMDXFfvkW3XC7xGQ9st/qjwq1fpbRtBdIUX+53UBRbVDeCb7Igf+cDS",
+	"hM5q19WuW1OOglHkk9iiq0Dgvco9O1rK0r2+hJi3YQ7CTUSfupbu73KoAHtlG4Hd5cB9KjzPGCkSC9VJ",
+	"mZIJhCTPpLLYjV4gu6s58+n9Y1AVKo15GJm/eUU6a+r2Opzq7WrHPV3EFa7/FlCkf5fDOjlgJxyETSK8",
+	"TZ95gHcdEmlTtnw+NJ3y8Xh91MutfWxDBAQXF12AkZbKz8K6vm84U2YNy8dqmyPzGOpfUTpgN9LMYbh3",
+	"JcA8n3UL+ER/1jU9FzPfVT3bqWLatqS8Wa5mPT3mUyyvRkGWuKxNBLgX9SCiTxkC6cEeb3en7kBQjpJW",
+	"FlM9O6o38e0Fg3MtluvthJHf5fBZ4R61r3RXyVr9zWKQm9Y/z/cr7BSgHJVKtxUsZePKcA6FeAfZoozI",
+	"jOoC+BmtuxG20SFs/+bgw0us0dz8Ddf1pzVxrBE7Pe08H531Ouf950edgi3ToyJqWvDxRCcLYkcF52HE",
+	"U1ae13Hvtte/7PUue73/455SidQrn9q9tHaODh2BsSabmc0WEYZQA4X1yBH5N/N/0w/KpWZp76EctyG2",
+	"uz+kMPN7mZnzdvg3liaISZ7N4rX7lufs9vcST/5YYO4StKt/zr43LIXMJzxhZEYzVZ9DtWVBcLetGxcE",
+	"b7rZyrTUWD/HHlNiOibmcUXa8PcsyZRVJg82L5lTps06zuR3eEXoECpaGPKy3n7cgiKbZ/O+d5ErMTi3",
+	"ecTXuDBzysH1jb5GRmYpe+AyUwCMraUZKWnbk4ABv3dSsC3WbTdI9vJ52pRkvJz4mnRBjKwn9qErG6KJ",
+	"/RAax4pIsUFV6fXXyWq4MDdIv9JyHbJ8RZb21qP+psIFfGE42y+zunNBMXfTbLsiU64gyAnOuJB5IFlK",
+	"BYlll4SGcENDBQppGHAAksTGnEyvSGi4YkjMfwEad+oHSFuuCoxz1eX3XYmFbWEqgukwGk3gaCN6O1Nm",
+	"VBEVIYzW3Itw/wQkNIKm9y3AGSzZjap2N3t3VQA7/JojdGPOG+eS4gYib/5SrezbaHhzr33P06pUMeJL",
+	"pVYrt2r5Io1HZ2ed573n/c7F0flxp7jhh8fmgADxAG/BbJm85I2jWRSO7pZNBGbNtvIyOr55t40QslaG",
+	"yNXhvP3V13Oxfns2PZSXcin2HM4qRJIwodMFUZoCVI5MyZApHjOVw0e3QajpWIizx5UhdCeg2E1zkmfw",
+	"F14stQfC2/JaDoytudwPmcLpfKYsrIStDlF7zDYvA+RRyybP3/PZ3XIKEu6KJwPaabvMDFT4a3nCKgkB",
+	"JQNEVJlSkVGIXw0QKYFjLDdV9+jreKJqfoB23AR8XkTNYa6MG0tpvN1NUMg9e1PBTvOTho3VLmAZ1+bx",
+	"97BPEf7l6zaqGGpxAirHMiiO/zq2ux+bgsfGn9K2gN3sc8ifYbhvnFZWK+BQlGohYBllmyWhliuCCZ9d",
+	"J8Lk4QAAeGY5XUBCCOW0MhDXAQlz+Te0vgYpWFmMLuBQTFfM8GpqpBAQkqYyZb6QZNVK6CbnMEa9XCUx",
+	"mSuh5nJfedutuQ5rb7vtLH/bKXdVB39+FF3HqwjALMA+aRYWdPdMyYrmsq3Dk0Y6WRCb0hhGqRQhUExY",
+	"Bf0Jl+XVwoqx2UydbvDJmTuW9H7+wMiIsyRWpD3lItOMTGSWkpguyFQKPSFzxu5jujgwt/d/mN+SRUD+",
+	"I6Yc/jW/wh/wMPy1YBSe4YKEuQElXK6jUos7v6XItRaC8ZqM+AcWkxlLuYwx6jcEU/cd1SGkJ5SKQR3A",
+	"uOlQycSshem4u3G9J0+0QmtD87he5ooMVwTqbSGgFnXjVSyLZSelIpZTMqOpRj2Mq8DMBXhQdzN/sy/w",
+	"Fax0E/JxnNd5B7baG8925mNh/HL7ohUs1915df3zNaw2Ma8EhHXHXVIyuVUI6OxkowjSsja2nUl9nyUL",
+	"V1Up/CoqE65khpuVHiwrsV+qAt7KSnGblZ1bKixbV7htC6DD5VptDfXZat99dK21L1hf7a4amfPIaBxs",
+	"tBKT88g2H1/UbXUJtxsvRMsJglyMJOT1zSEhL+bZtBW0JnwMqAC2hmO9VLgUnvgkaFxPGhyOPioXi2cz",
+	"TS5PjvJIOPzt0/u64PGvAsbrc4Vt7x63+xnCdL0A6DVhz24y6wOd3dVRQ9E2gr0XtPLctpW0tn3M1ups",
+	"g6arwBbu3D/m+RKuufU35earOqCRgvH3mhl5Ebrh+bZXoKZv4uxsPJd55kEVfxmXCw1PkICdzUCRHmbx",
+	"mOlH5l+suvy3aK1EaRsHrlUgSLd7+bPFytVWvN27vRt8wc3xUsXPdw6NpQGddqUQtvmWNopiW9jNP1vF",
+	"3MqBX/1uGcLpqxACt7PkU3H3uxzuNY4ScP/94LMtJb3t4yh3cWTXmbGLwa6Kw8y3uKCwpq0LKhy5chQq",
+	"zK7x1G3npTYr+V2eP7xZzUn0gS5VnPQP7UYikb1h1pr68obr60Ca4ezD/Gin9VTm8lKFi8uGxduN0y+9",
+	"vHV1o70I3Y+8r2pe33oem/p4v6E75ilZ9ONV6w1YYcH3ltCAS/vQeGiawz0R3LAc94khnqUPGPvpBYSi",
+	"mWJOAV6kgndSq9Xn868Eo5RkcMrr38UksZrccI+dYM3xB5pkPm5e/+h5t9ftdfuX5ycnx4etDUFPY6YR",
+	"OQKTz0vZbi2dqI4P0aVYMuogcuKWSTK756nkFpfCtuJgBG+K4SDEmIct9unR+YW7BXXukGHob8FSDElE",
+	"BfldDq1qhY+ymPBddapKOuOumsBOyTKPyW/cqcZnnnvpYD5cy6VFXwvBjKdyL3IDnu8nlBzkPRM3kSyz",
+	"Hyhcjx7IotY6jVl9FMxtISXXOOldHBCWFXJxQF1y7eKBHOpTmkKlIZ4HClnpuzl0bynG1TohninwkQWl",
+	"QBYiR4TmjwQWUez67au8nFlz6AoUWG+ICtwyBMk9/5jIl8e64BtjCn8Bgd75cnZL8HxsnHod6P0GPq3d",
+	"Io/r4enrAnSbl8smxe66Wh4Jb5Atvhp7+8HVINicw9jRvzSvOrW38A9ijTjnLKxwoaCVCf6PjNmfdZox",
+	"owGnyfY+yco+oMTiT6eY+YqNADvobvuwcl3r0dordpW1zsmdCPtT7WyNzHtjwcYqBfJ3LAB8YUaC1R9h",
+	"ai+woEXntqEI/CeHJdm6bL395TaHPNvKbQSk0iSQPvQPsUl1uFFzywX8P2cJX2/pNq5xXclzxxaIlliQ",
+	"08KhOsy4gDAbPkQVGfMHrCO6RBtuU4q73OxO3c3l7dcG95Y91WuObd5kPpDAnmW3PutrANedb8ukqslz",
+	"UihQ6x/YnVG0spTZcg4b6TH+4i9XcyjxUnTzdmu0uW3i1HfWaTbJNiufJbNaquvKJkVy6jDDa5KgeRpl",
+	"XN/JGRN3ENFYJ8jxhAFMYUCEJDFLOKTTWARHDBEhHES2bVKd6ndwOUGNAzpoyhmArVKSyrkFMsTBw9AU",
+	"sTkveVFwoicpUxOJyPNrijPtpL2VLu8vc1lXFYMnVMhcZO0dQnBUqg2WN+27zLwFe6Whk2eK2BC0SwyB",
+	"r+B5KC0LPI/NSWiXzLGNmFmDiojszJ9rk6DSQN7b2dDtjn9nT1y9e1wB1l4t16vEBtuT2/hUHwUEmM+m",
+	"OUInpRVoXdbzyu1yjsAz6Ex6q4YKDyYUEL3vzAE66bsUVIBbs45FELSc2ztfhFbQmuP6bpFv1OTrRonw",
+	"CXiMv2MbyzH5DtYlfthJd3hsC35biGo6ZUWxb50uNsr98Ld+e+61jSPZp4eNi5tu4IH2yWfdFi6T1sc6",
+	"UZ99qA637kK1xubLospmddE3Q+Aot40n77LYRou67Zs4CjO3fxgslkFtGSXvnKzdrzpOmlNkiWJKDRee",
+	"Tc8xucbUVuGP+7C5VVnu0xnflg6EJ7Y3MFH42nc3gDFt6YsclQJjg7rVQmjdotaWf8V1hbxzVa2KsCJn",
+	"s+pCwobLDayjEjuhPe7C06/+r1xPENBscy91MbjqJFXeUvlQzieKRXeQ7AFhTlSxsxMH6f/jT9cvOjc/",
+	"Xh+dnpF7tuiSm4mcC8jEXo9MbXus91/XV9KrVsDrL1XA8wBFKhhLOpp1LHy4Ueu0nkGJIAbIX09cNQ+Z",
+	"L2NiZQc71tbD4XyG0npL8kN1O5YM2/BADoF4Rago1TxztddtjQ2I8LBlSFy6sP/4M7WjK+gxwUArwMVX",
+	"IoirDKm59rld4t5WqWRbIZw4Mty057VGxM03ohEsxdHycv12JsCgBNX2UsZIXm+euDwqVY/6snwgqo37",
+	"pQhVpeqAX6qvbdceiz/Yw3JwBcXJVpCzYqxMzAgGm18i6wMRqrh9c8HSuxr9t6YIul9ZEByqcl6aY478",
+	"AnC1CdVmNK5QYYDZoJaXJwui5UCA1mtGgHeBJJkozddi3W6gi0stI5n4jqSaQPIHiVZbL4yw9qn7pjNh",
+	"f9wuQVSO9JymbOXYStxxk+qczTEi1m3jt+ir4YWsU3sGK4wtP0XBEmeuOQ3rBVQY1A8pFdUwjbH5bs1l",
+	"ubPJ0K7F5rfr0rXkD+/jE0IXeSPdVrEoXq2z1HgTWLMxe5FXvX3ePb8YW/nRMeddyl80C3KQSvDexVRj",
+	"Is4uKUMYHIoViS5b8dnFeRyfPD9jfXoyis+GQ3Y+6j/vj/oXw7OzU3reO2ZnLB72WXR2Esfn52fxSZ8e",
+	"nUWji9PoiF6goFrNdd5d0nCT23DfoLSojeBZnRdZz9fW5DVXdt4ObqOtx3pjy3S5ywRvsPbAOsJcO7z9",
+	"nZSnVOyK62I5pK4plg7ijaIs5XpxYwZqwcUZTVl6nelJjVguPASVdjgf67t//fO/w4M84gU8eKHD2oKY",
+	"GjKUUiud0hnWZAyJRWK7fvuqa1VtUFKw43K124Jb/nT7+qYuAKa+biaZT6RirrYV8cTvSnVMxH6x0huI",
+	"O1wNhCetdcmLCYvuodqltS/ZRBcU6kDKsV6YCRWxmtB7VqosO810RhMz/E+fIIl/JGusYziCH+zKIVWS",
+	"OEuhFC/GC2lJUjaVmhF8WnXJW1cuAEQrQ6BUyxQKPJoRDQTUBJSJEdQEw+3BdS42UnVde8QvzoYP1y+v",
+	"Gog2Tss8cLDTaoM3awE4552ZTJKBCN++ubklhw99LGKswoCkTLC5Ww0YUC7F45SxDl+BlT8QA/ESdmma",
+	"aQqQJXZzjaxphjNiIoIywUVhwQDk7BDYRgfCw8IAikugFmqLF0NZBypIJmwdNlvSkqaMRJZGhotKbTpR",
+	"mJnB0od1R6Gubco1UxAUpmnCBgK+SMmYmbGc9C5CnLAr2gVFjMOitmbozbUE4AD+QuFqtUZy6pYOq0Am",
+	"FCblEh1IO/y3HILjICBDBlU9B8IVFYc4MkGiREb3iswZiaWtIA6UdVkAP7rJ25btZqSpIUizSKEfUmGn",
+	"9b9/V1KEpO2qdx9UynXb6txwnhIeMXs98NiQ6YgDwtn1jEYT1jnq9gp4Vu87w+ay6ZSmC/TR5ScK9s9h",
+	"Q5ZPFvjtoFY0BKIWVIrDm96+vul6UbaV04vVj/Mbs9Xr9nEccsYEnfHWZesYvgpaM6onwHYPJ4wmevIH",
+	"yKF15rRr2E9Fjnq9EvKPjJhSRLH0gWF16y75zpUz1TKLJiWKNKNGNsGleGUkoB+Y/hG69kqJwoiOej0b",
+	"cqAZSvJLITGXH5F9ry0yYnv49GkpBuTWm4TRnhP+wLoW/BUxNOpbzod66CrC+/dZ6/K39/62v7U9mNYF",
+	"UwrMymMQEeVMISbwIVT23HQDrDfXr0KZMhpNDHUhP8G5w6TwerAEgXB3Qy5ouhgILFircjPp61c3ty9/",
+	"9ssVGuqc03vWyWawRNnsipz2jgkUSp1zZW+bpV19x2jM7WS/wMaa7hewk6e948/Q389wZ9N4cUVCYMcq",
+	"JIouACYrmpCYzZiImYgK39C+iSxfcAxoSh8Y0SkdjXhUS24P/UM64ygUqUaq+4lpaogMBI0re2MDO8Wi",
+	"6GhrgRpuy2fbyK7XM36LXTwhGbhOQFhuOOVW2Nh92fOFNr148ou3uvaL91gfQNclC8gZUyQE0TQMSOji",
+	"vc3fGPAdXuWlnpIFVllGax6AWPnmsba2uIaKGZEIKvtOqBg76x2az0p2aGAYB12SLwjWJXa+DzSfYTko",
+	"qgglE6om3YG4rjd/o4A9pQsrgDvyGNkC/1U7OAyrOxC34HydFyMYykzEhfyC3yNIFJQNJm3THNYhPri0",
+	"7A1WMi+VO7UFawYCH3umSBvHx6ezhDOV17aCSeJaH6DBkGtb2xaLgVOsykotzjU0R/71z/+PcD0QXExY",
+	"yrXyfntmS+MukC+HyyF2oas7C2GE2ClV9+7yp9jnQNhmgJmPiirpJ71jEtbVZA7reO8L2At3JFp5Zdi/",
+	"yXixwYnzLBtWmIk48dIScOHBpe2+fG/D7Ncf1PLYnLHlU1nTtGHNFW7R3xu3wEHE+QqtYhiBdzocsUBt",
+	"duCKwE1OkJFtyEnM88dbPf9IboWzdZkXrqr1EsdauhIOPzos00/IxxJWF/vwysWRGYEd4s+0t1hKIlak",
+	"jYzA855nqBgFK8pSxR9Ysli+PrA8l0fIM5rSKdMQ9fvbxxagdRgJtpC7c/jVKj35BLrO5Pn+M9xUTURn",
+	"1X5cqmdLlHbyOSkH139jyrE68KELjQCrVe0t+FLEjiQSqEia1xsxXBZQx4HvuTsEFV17Hi2IrLU42JqI",
+	"Iy5oMhClCvKmLWC0VnCGdqVwrQZOO5ZpbPRew5kvAa1QZ8iwIVDg9vat1cDRkwS6tJ2iudLAF0UTczlj",
+	"JfwJfWBkLHVgrVE4ppC0j3o9gHUMre4ZdskbwQbCzv2ZZfo0wSNjrgs6GrEIpXcQt1WXvMi7NmJYyh/s",
+	"maMkZUCURMsxMw8PhBHTjFqvzakTIEDolApFUbJvj1OZzcxkplwfXOECIfCqW/kRExEX4y651mQqlSan",
+	"vR6ZmbYjmiRXpk97SUNssLVxKDpipA3NeSvFFeExm86kOUUHtTeXpZzrwv2z891VdPzVmN19HHeVReYi",
+	"ZzEa4ze8uOz6/ETFYqu7c3/8qzwEazCv4WVvhCtqDwCaxW7UHbsdr9H+k167J/3tnj/9LNd6oft9LFmm",
+	"f3v/qaQMfo+GySkVi9w66XiAOaYeI7dRZ8uM/GNxZj4d0lTzEY0wWqaerX/HooQaIZoK4h4nbXMzB8QS",
+	"H9T+t4k1RPE/kI1by+1BiV1P5Bzc95jiQri+JCGmuBhdKUsTC+Rr81xCl8bTJb86a6NdYhKOjDKuZUrH",
+	"aLb65d3rgeAW+b9IXjAcL3z7CxqBXSrUxzzH5lNIPLNzgFcBrt7BleX26jgcCA6GZ0pmKbPBGKZRUHJc",
+	"AkcCHiyCOhuL7lU2LezgqFpPIFQfRz0QUcpiLN2qQH0zI3X26pqhHiJXD7vkZ6MvGBWDPzC8SetY75sZ",
+	"E9d2zzDbbVneqiPT4hEHAPPqOwjSW/MwGLutJPT+UWwennQhX0tP55JhymYy1V37pZrQo9Oz1mXrYnR+",
+	"FvfO++fnJ9Hz+Oz0gh6NGKW96PSUxr3+KT0ejk5G/eHRsDc8PzqK4v5pfBb1T4e9Ua9He+emLf4Huxsu",
+	"tGG2/aPjk43ZuVlzXOsvpAiV0xobJFJ7/hQ+tSOrPtny+YsnZdVPy3rNtpZYYHkFt+a8G8rTnkPJ8SIn",
+	"YxiGiVbHkLTxNwjQ7wJyCh0mLETJNEdYCQeiTaN7IecJi8eYVmR/RODuLnmVy3KXFTEQsxqsmC5xLVw9",
+	"wQnVA0ETsJRimS4n6pOU6Sy1sV4y5WMj0tvb4IpQEvPRiIEpxjXNFTnpXQxEaFvvoDeOxWGXhKAR3KHw",
+	"rUIAO+CstErPFEmoMv16SoPnMUMZ95IgN5+xVKGuwnJQ+YiRNlWEj1AL0JKEh3mPMK18kaJF5z/ZYiDC",
+	"QdbrHUfF/sJndolfV7A88bfwgAzZSKastMVMxGoDGfrb4OJ5uggmeFgE7E4mcp8G5LcqRcdYYDb3Tlg7",
+	"mUMBgkcd3yykbRucv7Wg/YWF7FUC9m2JkIHa0cX7dQrTT3wDfJXCd8H3tub5eZhBM9P/ST5YfgZCXWGE",
+	"1pIIOccyjJgrDOWg0IjivOOBFTJnhgN6fGUgLJSrC5Oxb+dwbsTBuXXJK2tYxwoPYZc4F2UIAQKkjdzZ",
+	"ixk4KDyXOByOFncpxkbgZUlcx9LyCK0vw9Oe6JCXosTqz7fbWKzfRUeapRiSQpPuX6d236f2HQT7GAUZ",
+	"1n3rM5vI8Qrl+Ho2g3JFYUw1DQnVxKgMJJSjkWI6dIlJnmwix11ybaSilDOjJWbinrRRtoJ3AiulgEsP",
+	"yy5FbKYhVCxiRmQa05kFXXIVRhGijCs6ThlTVoIy53XcwUY7U66mRhIKByKP2sEgAdMwPOOEJGvH7JLX",
+	"cow+4YjOZlj+xU3ksuAwkRmNYAOh00zgkSFT6vIWnNdRxGSUpXrCUvBVQsGWVEKz7dC+CfFTacbCWisi",
+	"rrQZ07ch/CAyP9Z8gfq2ERU4LVjt1mVvY7nltRy/MHTyuQWW13KMq464+I38TI4r3AxIHt78KhXLp2U4",
+	"uGTmvi4kBTz4W/Meq3U0s5+3qL5gSTVUdeQor8zmqhM75WLZWXBJbDRv/k4boPts3IEG1Dx1AFyAizEA",
+	"sZtvZTaeWIw5QXWW0oTcs4UK0J+RN2ZesxxgJNOBmOWBpVqSGZrtsK12+MNLtHpBVOrhR1udMV8DYAoD",
+	"EVZUrxC96ngiuuTdssZ6zxZFoCJ8M5TxgrTNhtMUohPQBeQCTeUI/CQRFVLwiCbk7zdvfj5o0GNzZRpi",
+	"MAPk/lBndKFZYJkt2jJJMXbdecdmUK7Kcjz0aiVKegcIRam87nVAFHdVsUc8VdrGdkL5Sww/xQCQ8qyp",
+	"wC2BSZuL4eiIhNxbxHu26KTMaFvhFUZaFA1AQKBZDOjQhSgjX+dJQobMLLUNtGNxfvH47XPRGSV8PNHh",
+	"QLRBmyNcH5g70NzLbpxGNPWNmcUd5oWmkhurSBNUpIHABgLB0/zrCWRUEjq9u4OPd2CSNjTDdW6mbiYB",
+	"5bkNhTn4KBu4C8C21iZtQ3lvX3duXAAI2h+9/aLKWhaEnHtbNhCwAQCdmMLeO1dkEy3V3YE32XDK9TvL",
+	"FT7bNbj+6Xf2BHqn8z/Z4nEXqF/mporECxUgHRBvjnfWKmrf4Atm5Ju/WobglTMmOmZzO0dHrbxd5Ihl",
+	"eFwsQJRj4978WMRsNpff2ewG9ksUfebLH7u+ju6brn24bp6pKt1C/FpB1RDeJnKqhyrLHsZbDUssDzGH",
+	"cUgzVp9t4p3THdQ05rXhnexyS2tx62CJ/qdZZ7a1z58cHX3DeuSNEeqoL2QBFw6IphAgxTCowzcjby3v",
+	"gbKwiW3I3XNYihMR1sFVGlqQ9dCXhfBCmtB0mjClliOybky3/6OtMH/ZXfZ+Xn6i6b0R6YA2c4KlkPoj",
+	"XLGshsORxVx3AN2oOYQdc5RsvlAHM9EwThpDFO04CTRD2kykMklQSLfGtoAUaf2BczkMhJeRln/rotRs",
+	"4BRJ2e/oqTgIjCRphGIQkbvkZ+lw+MAQa7Rgmta6dCCM3sz0JU60PhDyHxlLF4W/G9W2li8/eImz/drE",
+	"2fqW0Bnjkvz31VxePP5RjYHY3KoN7lwJzr2W/7zAnNhNOBWfcv20TKrY/KYEh2tUkuUIqXh/aQ5wwmyj",
+	"K4I//eTMQzg1zZfTG0PuRRxNoXNbkAhSOlfW9VmE6F8SSl7cvCtrZ6DQDoT55KfhutQCF5R8lUNgGmkT",
+	"Qx1d3HJRWt6Zgbly+jOcbOhvnNKIufrWM6My1B5ZsCW/8IpdbKvebCp6Czb/Qk7KV0plLPbn2HB/Vjbl",
+	"s8TMnxxdfHWehQLD5pkqFUJpvt/wLlpzlNwZQsvIcrb0pY8QpJiLFZEC2SMpLjwboA/wQDaXm4ylRqed",
+	"l45jE1i8Y3jPFuaIjpkwr7GYJDKC/CXQ8cyv4G4ciIRRJ5rayDm0RdlYUQibUxOjTCf8gcV1ufU2pA5z",
+	"hQaiCN97cR2A57MUaOdlexf5Rrb+pRF98dYu1sCailzeFVR/l1kaMULjOGVKeR4NeMgGsnurCLI2eFrs",
+	"K2hOuxiIdqil7EypWHQsO1ChTTkO3zGdLjrXIw3JYAU3wk5SNuJJUstrXiKRPA2Hwca/dhZTd6w+TxzE",
+	"0dcteZfYEO5lgTdhU91zRlDN8KhyoxFPmDr8aP5xWUG1AvdJ7wRZBtdFKgP7YMQJF1QAB3FKF/CTYsxW",
+	"S1pKIv6egxFlO0XTvGS0zKcUyWBgDdRoFuhL5Ov8wMwFYHr3Eod8oQ3At5q289Bbl9ptvdEpo1Pk3RDu",
+	"ahmXK1yB8nsYFN/cLmbOIv6OzdLOd3zMIDDEBXwHkGUqIAeGRhO0Cuavf8fVTCrAYAoPAqKoiIfyAziC",
+	"3SM3ltQ7b2XCo8WleyjEWHJ76SjBRyPn9YgxSj0uhaSDp4KlD+A8TxaEj4gL4gYvNGoVREgyTOVcsdQo",
+	"p2og2n+/efNzQH7+Dv+dJZQLotkHDd2/uPkvu0bRhKaK6X/P9KhzHgZk/AefBQT+o2kakLfffR+Qtz//",
+	"EJC/v335Q0B+ePV9MBC/suFbgOtbWHdZ+8fbn14H5Oa/fgjI/2P++jt9oDewRwH51z//+8CbB1VlxAsZ",
+	"aaY7CjYxbMjZN1Rtl/YJT92/Hf5bg9UUUQlqFLbGc/ZMIS1WrMUeudXjDHo+PFA9LC0gEMjpce8gIKw7",
+	"7pJQTah58N8vEUD2MuyW1M2lgX7+Y/+dnAsIMMaz33zgNwgqA0m1kpsHhpmAIGy+KouxoY/MiUe9Dawf",
+	"8noOCNdqIHJssQWh8YO5oRU6rshLGk0KNx7KgCwmihm60ixZXJIQUXDCYCDCaqVvwHIKrcvvOhdxIR3V",
+	"N35KG3JmPqdEz+XKKLNfHQrzU8hTDXBzn1mwakI+a0jksghERhYu08RfqVyfTXukSYJO4fzsWViqzZK6",
+	"Cgi7+oP/K+VakWwGroE55bqALjAannndgwLz87SoIkpKATe5hge1tZ6AtqdYDJX/bIwBMQcSWUsRC2r6",
+	"w4B2c4opBzUT4I4mMokhRNQB3QCkmA3+7hJ0tQiyHOyhJZnSewtSZFqCnFSAMJsxupSycM8WA+EHbljI",
+	"LJ4kHQvDlS+30ozGZi+snUiRNrXZseGUfkCMUxfQNzWCixwISgybcmquxU7RKQVtHNY01/h46vpCixeK",
+	"LQ7UDqJkLMAHHYgJVeBkYgUndbgFEn2pjGoSUcCUs72X3K5oybvEBlLrWbU756N3UTJKmZpYHxImxYZB",
+	"jhuEEn0ecpLDf0HaRYw8GUG9zJK3S0HBzgNFKG4VzM0qEKq8ZJDxbCjK9JujzFnYERdCiS8sZEbGsjY6",
+	"4joCRvsaz8S2gs4bm3S+zxCGdRiiQUsljM0AaSOnMYBYX0YlbvVbdcCZrZRB/kzEOsgcDnsWBMw/7q3L",
+	"oy3CDRHJ84tcYbbv1QkS9hxZXFrSnkml+DAxaqdgB3+Ku+qkf/qnslisvgtf50B4ELLoUPSYWnH1+QhE",
+	"agW8Wi3EEfK1CiK6X7+j1ltXAmjfmsF8Vb4nfyrrvU+ltf4s52sfTi5Z2a4cLK30fTOqlw1qg8R3C+1l",
+	"CcfZ5UsoWEBa3QbcJn+994DddB1NWWtLeCZ/CF8oM7m0CjUUZyGcvkoOvje8JlkmhSaqrGNzhx8r6Oyf",
+	"xVpbod0txSrv5ae23q4jr2olih2jfj6/9XfPRHOIMf7Nlyb8TEbgcBsuIEdABSRmcYZbg366NqJ+CJlO",
+	"acL/YDGBsNqDLvnZD4mpD3zBETyWmr61iA8z6/XXLW7Pt0CdGExSLYtkJ+DRKVDQ5vRp804aCfQWf19P",
+	"oTCQgLjIbsLjAwvgNZFzhNExr5Lf5VCRmGnMhzNK8yZEbIfxP42Kcdrrydju4jdMxzrf4B0J2cKdrwli",
+	"tBZuv8aTrlxVDnbOFRUMbaxGiOWIwkvvp2AgQgs4GAYkjDnY+OBv7GLKhL7zv7ZVDUPStqJAU5Grgcir",
+	"XCG0CNV3EZ3RiOtF2BTk6JO7xUL6ZsQIr1pHE1qD2zW7192vh3wd2L4hlfkE0APRIGhYnqb3mNvlijeV",
+	"Fe3tifzwY15GaCW06M9F7QWl5cwF8XWdT+jf0R8UYpCRXZkALAN5UG8RuHtgAWwsjmP1IipX/CMOJ92d",
+	"OF3gI0/pPbrBOFogrJ0bzOMsUWw+YSnLNT9MGstmXo7nVT6BOKVGV2ynMtNcMGLOqDt3B6ZZxBme2joT",
+	"defmF4Gv5F6rp75hsKPNnsU6iuibbzXF8No6aQ3RwKd10cBPLHrZHVh9kDFCXMh5Xqrla0wNeDQE7FSa",
+	"Y1F4nYrJ13KCoDXLGlzu9ihNXX0ZUnMM0RUCAXRmZaXoknesg30iCpWriJ8sBiITOU+dUZ6SlHWwBp0y",
+	"GqqHUAX5mteiqPxXIJdjCxBj4crwSIy48PU/sgoBfSC8hrRshj5HtwW6bvKSjRWDItQ7DMicqoFwdmsL",
+	"i57vAVYzbOdQhTV89RDerWHC4UFAZFpgcE2o8nznDsXV7pPT952v76R3EuSJSxSTyRFSwhoOBgIsB7Be",
+	"BaUQurT0KRBWDBfM0DA+m/0NizNcLL8xEG2AQR/JdMjjmIkG8IcvxQy/Fpb0Z+RC1/aMlk5ok6VjSSpB",
+	"SbxJsF6vvN3A+0u0VA2TgIILXFU5GvTeJd8jDktO09ZJW5lG+TBZKxwkuJ+YsdXdnstVGDcHOv/G1Emz",
+	"EeuVSVzwb0WVVJa4qmpjk6sBrcMQJW9Yp4uqgAgcFmNchRwR6z/ukr/LIdbQMptu800d+IpFfEDf/0D8",
+	"Lof2BjYk50rqFc54hPzB25f8LoeAOAEJ7IZHE1cyH/Mk81oJAzGjC0TwtTUzYGjPFOFilmnCRMqhhTwN",
+	"CBPEipJEaCPCqAwzZ9Mt2HMGQkkyoqm5vxDhD4aVHx9QGtxrV0UDiMOUV/APIT4lB8g0cx0IjIAzzdly",
+	"PY2FNgxVfhUxBDtXri2CDXK3kV+BHuV2K9bNZKrNk0dHwXkvODk5fv+pyOzzCtWbl+zXXsX6oGXR5Ypw",
+	"g7OembTdc6iIKSOaTAzxb1tWxOzEF4pGACKoY0uCMJomHKBuEBOlDDFTCVzKjx1cJYZa9w2DYMa4T09d",
+	"08yth+7KQ4UpM5h/ZCz7Sj14W+dfb4lX8MiLA7Lw7Q3QbHGEj4cfzT8r/X8Qg2sY3ZRjrURn6ilS3mtc",
+	"fTtxPfPSU8vKTfR4a7n/N+PK8y54syPgeLBXojM8bbz5h2j6ag7/fIGmsfyOfKbybFw4r23qsvFdZixV",
+	"WKYGblnMtoisbCIkmcqUwZC7A4FtJ6i+O4hmnJ3DbjIfCvTmKwc1DdGZcx6xEipF3U0Mz3+zNOlhedlb",
+	"4k8BM/HYQAjY1A34HNZ/fZyK59rYXc2zLfyl6u3nxOBybqLuuYX/PJLEl1ARC+IszoD7bjNV0ZZIBpoD",
+	"7KBcg4T0beDxkOqcSH1JKIlSKQj7MEuxZgFpj/gDIyPOklgFRjuiSQZyKhckNDL93R9S2CoChsl/YDEJ",
+	"nQfQSyUAFCIYAOQLtWWaG3sPugPxKpcVzUCcxmgjyoFHCjm/MgdmAteJtWFCQvaIp1jPekhjHCkep95A",
+	"hEMau4TrkAg6dWH/8Ngq1Q7X7TFxeDEz9xpuyUcHDmc5GvxTivZuVMCWdakValOhkgk+nhil33a4s4qo",
+	"uVkzjFTX0eQumxl+hNgrhlZMS+SI/Jv5v+kH4YbNTO8BRi8nESNwZqmcscO/sTThAgl+KyUP9+QLBSbm",
+	"JNGs8gSE6rzYcv9PoeDsKaQxZ0QNnKx6oxsBFv9cqcGgGGVZHNUIymqlV7sPXbLHMEePLWwra+KLTy9v",
+	"NhOpv1jfki60knAavI43mCsFvrOJTHLpmlCn6WATzxQR7ENOLFe5zcZ+gfjE92yGyCfOOmhunADvTgAS",
+	"M9epAzT2C65zTSI6ZXDTdcmvzpaKPDUv2awRwOhDcfeZVcqgOiamXrmb8qqovY4WVSZiAA5PwOhJF6pL",
+	"3lIMPOBqIMLDGc0UCwOsKdl86/0CKb77I+8veGXucDl6dxzeaMf+lbaPG6y8vl/MVLkZc3CcVLB5zkX/",
+	"ustaYHWN/MvsmSIFxZI29VfsYKeb7hBk2cb77rUR6y2bANnYZm/CF86ADAYb0g7t5zAoDM9pJnIYfiN4",
+	"22iD0MhqM6gRhnFgi0sSTrlSNvQPZTrzJ5hu70ZZkphPULwJRX+u7I9xSIZswkVM6ECg+4kniY2yagr/",
+	"c5T5Pcz+MdznG9V2zcQ3iZZlZMKVluniz6jzXvsHy85zt1NkLtOVQiPctmEkM6FDOD3KYXcVl6oUjLTz",
+	"gCQEuofrND4IvFLVVrQcCDi6pG04J5xHKMP0O9caioSO2JylhTs157XgklRSCpauOx0/m1k98nDUWZdg",
+	"GUo2pXwj+z3IOubTbArwnOYjF/Zjbmsy6v4YMK4/x1m5SaReFW2bS1IqsOJcYQL8kx8amLqhQyNiNpqN",
+	"1hweoPFmh8HPMr9/mCodC3MDTqnIaEIKxm80roNCKl026i+RvHmU/Wk0rcAuzp8xOgt26rHKPVRvma4g",
+	"uFeO1uiYcoF8mpfNhZ6FEJk5mDsBpDXOS5RAFRRLqYgpMQKMjXem/w1pE579MxEnRs3+SSOYzV4R6vb8",
+	"kVSaiWYSvUHDesWy4KzsaCeweQRtnfLxmKUkRFYZHjgOYR5FrBZDs1Qjgh1ECdsabjMIp7/Kw4yR1mnK",
+	"SCbQmOBqoNci40CyBIK5SjEQ92yByCk5sA/41w6CCkKOM534IDm22A+oE3DftDFSxa++tFTB6ODKIe4g",
+	"DCuka8gpQ5M+S2xJn6OjgWgqP1SLuJyJvRzI4HGxW59BQ9hLnNGUxgwdmWn2DcQYrZ79ba7UMgFlo0T1",
+	"EJb1pf/R0UPvMuG7BAXWJGpmhRZqaAPfujUxRKBaG3WVC3R1Q1FHnmhIeqvNj7XRLLv53mGEX6/fvbZu",
+	"gUbg7w3zaKm6z0sQNVVVUPfLJRrWNXprXvjmggPMyDcwkwBV/FmDAqrxXw7qc30wQJylOZIforeLSq7T",
+	"CtmhqKA3EP5LS+ICXDp1MgOGfxZ2yi1Ehkq9QhLzESCaab9m4XZSAy6LIahvPIQbY+xNG3modlEvf8KS",
+	"RBrKQ69J6xJB5Ty3w906ADpDWQWPQXeMYOmdbXFLJ75Z8C/k/oC93nuktlmar12Kapr514yltLUs9cSV",
+	"5vYVCKGR4zQANVcq2zYKX7+CTSPnqnPAcNWSDC3yYRyQ0Nqx7yz8A1F0oaxvR8g7lz97h1lzgAiBR/pO",
+	"SH2XwzXHgPhQhTCAdKOCrT9TJLSMqIuNhEYUhyQg26oKSYEGfRDAGKRIuGD5CEhYPHGXVyO3X0fmS3Q8",
+	"DUTopNX4LqGapQgHDZVj74Y0upejURPQ+U4c37z01DYb08d3TFOeNCk6yGq+lcANJEwXxO7gFTYm/UOa",
+	"aj6i0QqIn+95wiBWYsq1TZamYlFgf49y+gyITOJ1SD1U3V/nfX6NFGLmu8rxAWUdvhy2iOMExYZQbzk3",
+	"3PV16QrXhXvOXNc6XXQcbHSev4gpBCwuYEOuXY1BmebZDPD4FMtlyhxiPuFiHKKFzXE6Ro0EywFMHsMi",
+	"PmhIlSdti4AjhYd/Q1zw6wFGDOVMesgQVDnMBxh6QNgWbaQolKvAra4t2rergdaYVeFmD1kV5sPjsyq+",
+	"ala5ikn+lVWxMqtiKxHkMJFjtdKXnsgxFj6RI0wxdgXWbeUF5gDfQ/tLiLXPtSsVAR4dqIofytFIMW3u",
+	"blBFw5FMEjn/dyyA7yAqrLjTrsOsPwDFVrA5Vm+Z53KS7XsgeAH5I+JcQfWw7DWg+HAFtmlEsHen1E0N",
+	"EetfSOGCTXGcaiBoyrAKma0gdv32lQ0vbdvtIyeYM2V+ddDuKYOjcIXx7IwDDJP2i6MNxMnRRU29sBVS",
+	"zmuzcbse32CJ8dqpYznrJoMZzSsElyB9MGDgqH/y/OT8+Ozk+ZooggZLFxJHfaCCH6dQ209v835wM+v7",
+	"GdFEsbypoZQJgwyvhqZKAOu1DR75Iz/rrRnxkxZEluNb9qFWunjtjngeJIN70d3N6n3xed2AUCDHCifu",
+	"BCdyvDkLtHW8V3LBGUsVVkjBp7EKOFO2MmvaIJdyi+AAmJ6uADIAHJiLS0TMHThyg3aXPM7YcBqaKEm4",
+	"GENNHCN4SIeZgPmiCK7YEFaEphic2SPYxLdkP8bp/s3szHozcnkfvwXF660ZuZ6kMhtPCpK3+Erl6WxD",
+	"/DpdrCs4Tx2Kxp0DA0GV3BN1UQam0T1c2laKD8slRvJLepjFY6ZRDnfGuRyhT2m6sOaF3L1H3sCdCd4V",
+	"PBuFICyk7sAs6DBh9S5k8+s3K+4GuU4EETJ/ybp2QwklMaNxJ2FaA0aOTD3lcLUUnM0SSWN1+BH/cMa4",
+	"Roi7cKRCoG4m4meK4FsW0AbL+DhPBdbhwwz6mJvdw2CkCeQtCjJlU5kurjDyIwEsRODmrm7dNFOagGkM",
+	"LdSYp9klbwRz3UI+Z/F94oPIGYXU6MUzBjCyRQtBHiilisJsiZOTbTFu73lPI61JJzHjcNaUrQ8Vvr5V",
+	"Molf43CHEoPrvBAnDSlGMSzOA0v5iO9sSH/ak7StYfxpy7jg1gIkqqUOV8eRtEd4V9ExO1hR1KXmZB6i",
+	"yan5kvov3CAboWXxBoe/M+hd8T+Yf8KCHM5CW6Ma/JpwcQ9mIIReHggwx3pQk5eEEhT1rQmMLJUVg/qw",
+	"5JpMuVLWhlW4MnFAoKCmtjh1Gy4xnGgnt4jDzVp8aVqyVU/94zml6T2LV4FYwSDdIcWNeexR/QI1dwtz",
+	"487Vdz/P5bTpEcF9gYAWWFzPkLriWMzZcCLl/WOwMH51TewejgN5d38BYeylUifuxibhLrjqf6XooSPC",
+	"ngS3Lv6ZcQS+QbQMgAXOJBcayTRlEeMP9lKo0D17MKNzir0tlGrITwUE3aYDYZF8bzQVMU1j4g4biaQw",
+	"r0MGYWhH2OGQeOc+QTKHptMZ+D7dt6ZlqrOUhQcoYVpjIVbOhKvAYieHikUp06HpYKJYdPevf/53eHBp",
+	"C12riZyLgQC4RzB9IlQxSaV2EMjkl3evyXwiFSMTCWE9kGwLLmdKEilnRvQN4I7sQMotIA3PUv4AXu84",
+	"TplSFpWDlEE5MpGY37RX6TLNBNaeHIiw4zatQ5NEzju2zbBLrgFOeGb0TRR1G6N87Fo/BswDthhCYHJt",
+	"oVvReG2OcjeHl2y9fwTuRpYmFvVDXR4ewgp07XhMD4d2rbaNv7FL8YUwNGzvv3I9uQGSXIkfCCcNILOR",
+	"sIdM8RiMDY408Wh6BA+N/sUJvXiTMjesZ4YVEeLwo/1rXZmG7+B75WG3BqA+OnNEzIz+mHKmHCas+2pB",
+	"EjlelkKwweK4bieL2vfqhdGTpuH/KXNfcGobbn+w1/Jw5Gc0Zywdyho31ZPs9N5FsGbbG1h3/oTkgxE8",
+	"m9FOo0nsl3evA+J9HaCchIJRqeAMyiE2Fe3KIxrENCFt4PcMsqzRBXqI33SsYAOFpLECBIZFuMpFduwk",
+	"SiSU8NaKRDyNMq7JMGX0HpKuv/PYlMUVQygDcs/YzMJuoo3CjHosXfUlweZmls2AKvui712FFlxRvNeD",
+	"jWSY908geZTW4gsF/25zlP9COYmWr44S1sn2YsRhIQtsZKGwwCbIMZT5T1umNsLVfDxwZ9DJHXmkoQWh",
+	"h/MJrtOBMIqZ6bkoWm/DUnS6sHgomVHEYhbALyJawJOAb9LkPrUUVTCPx5zyb9M2Yee+WG+jKHb/rzNm",
+	"1qXmbBVy8Q6nq3QdroietNV8EKkInw5sjOT3Ms2hfgrczjxqSQpGYro48IX6iKbpgui5HIjcGKEComY0",
+	"MmMxNOmQQpeNFpfQpDWLFMOx1gf3y0DIJA6IkkbrQxMMOPGImnMdTexLKi+6BpZzKwPYJa11+MJ6WTK2",
+	"qugXuqQrS966PD7r9Ta+W2sm4t2wn+FGXa3LF3drwaCLvf6LFzhKrLtulSPLFcxgTe1QCKLELAuL+tVe",
+	"UbmTFIU7g6WyiBCUVBSbUo2F0VApVMzBL9oCkw3VzrgaFKXcZAoYHbb4ma2ZNkJJAAxBdfXVSpXpsOQp",
+	"DH0g3Ngbb/AdC41+XVfxyuqjxQ1cLj36tEduL1b8fHNqSw2uSXV14fSGGvI7TwoGpnTCRCqTBOgFqPXS",
+	"D8HHH5XjVwPRDt++ucFye/ibdbZiqSISsVTzERSULsIjrY70TJEX113yJiXD1FxKC5mlQMBv//PV5UCk",
+	"bMyVtqUAo4SbAfnNCTkn7dD75m7GpjawyvtyxMWYpbOUCw1gfAMBSVE2WjgffF2tQK+Z0JVKbKx2mPvF",
+	"3ZmWc4FpN0uHG3AEvWLFA8H1wVVNNUDX5CyheiTTqWsb466r/YQVc7oZM1Tsx7KIFa8j9HBAplTQcYkb",
+	"wfbFLOKxEVeGC+Q4CiJgDKvRk2qWs/IrRnK9wtXg6g/uLA9M6Ye7KI8sv7MgDCcFgADGgXZY1um3Ansq",
+	"Ksm5W3sFoJEv5BSw9n67cqvQtW2sYOM5Jm3wZYFAe/CVChcXX8YLYEuOxkxorheriiY2lGrep4m41hS8",
+	"W+HOz1OGs5k2i/K2305m5twtde3NSnU0qblaLVa1YUIBCa1lEe+iOo4Vdsl3YIMFeGotZyj326LeNjHv",
+	"aiCq9bC9et7gjD4gUAq7Ko1ibluwVA/cL/Q9XWGXfSyxBcsJ2VSTCZ3NmECveGXA1UQ/rnIbdWMuDTRR",
+	"nzXSgvVqBTmUgM2bDOwP7xsqZz/WkAzpL9safre/XD7Xyc1ggHH5BP+PVkdxy1YzieaLwpcnm61Qf+Mi",
+	"rkrO7WUBOTfx2iNj5UwXB+1JvV3yAyh85uG3L38i7VnKRixNAUbGiyuBdBkfp19lEHOJNcwmLLrHr80S",
+	"qAN7hQ1EqadbvxaqPwNkcmasYH6yqce1yQYo9SNpvvBW7JGX3zaHe9N8GRyqN8iv8hxbCimZmPxd+1MA",
+	"nHzuDAqrm9Ki+vyyirotfygk9g5Ihs1MAkJIi+L0VJNEKqxLcM8WzlSEqRPYKou75CaX/7sNCtrLfAS3",
+	"MIB9Cpz704mqo2wyrZofu9/AtfJKqYxZt0Oj+rYtMaHW3gwPYlWQnHzRSlC1HcZTLsDasGQ66K6wGv6A",
+	"fX/N6goMcRVeSL4wuJDdP2tAcDViV/k8DYkClQxn3tmNEA8/VqxTK2PnzAagoZuBP0tIkkhzY4GSbMgR",
+	"R1NQcF5Y3bd325jjXKsYiJRN5QN63fK8E51SoYw+IcWV05lCZwEDsGFfd9HF0J6pJWs6wqCQNmocRiqz",
+	"e3RQL+w8yHvmEeTjlK51yHzeBmz2xjXM7i0AK28YNvgr15M4pXPxZzwwbnKEIgk0WQmagr6aeWyTeRaO",
+	"3pJhF06BnhiC9m357oQaMuVasWSEEjmMldBECuZsDLZU5GWVnGEsUJvAeZ5U6ZApSYZSTyocIzKLZuT/",
+	"It+rFnrD9LMP68KWhP6ZbpOmmwSW9095f0BAAjgEyg4OS4m76skpsMXV0u9YyhgBIkSJg5e8VebqwGxd",
+	"Vxp1KlOGYdhVGxQzJ0gPBODQDxcWTp60hdQEasCYQzmmXCiNRj33ZpFd6OqPQ4a96RcAZVmi2HzCUhZg",
+	"1rJD5JqBIw2AKsAJZ9NlEQ4DfVQOcdNLegQt7qR3PBAhTrKDqxWHGEFqLiBqDqRgEXqSMZcZU5TXXUKf",
+	"U8n2LGgIwti6bBnlJWH0nsWbO2lw/F+l5m23pmxB+8oDHM2I15zcar7mkNGUpdeZnrh8TftS9eC+k5lm",
+	"itjQAoCrCgjN9IQJDRoz+DGXFemuhxlkF3zJxnzLBMXIC3f6FUvrUtKUjaj2HLDd+hxKVWfKLvmKIGwS",
+	"T743XOVdxxgOUh1/XcvfeQDUeat+hIn9CkJVumWI87r2AFYh44numCsdq21EE6Z0SrVMi2jPZUwcLHVB",
+	"RlzEXj9YX365nxt4GF4H5gdlrFmMjMioshqm1Yba2TItEACL0ns8LSoReP05zP2aPnHnhLRLDtsqR9Uc",
+	"2iL7ECUi8uPt7ds8dbG0LS56qAbby4GUqWLJsphrl6TjtgEeqXn/R0YTi1KRMhpzwZQK8pA8j/qhkmRB",
+	"iDPV+vT+0/8fAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
