@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -345,5 +346,61 @@ func TestWebhooksIsolationAndAudit(t *testing.T) {
 	for _, d := range details {
 		require.NotContains(t, d, "receiver-secret", "the audit log keeps no URL query")
 		require.NotContains(t, d, "whsec_")
+	}
+}
+
+// TestWebhooksSurviveKill9: a gateway killed (SIGKILL) while its deliveries
+// are in flight loses none of them: once its claims run out another
+// replica delivers every event, each try with the event's id and stored
+// bytes.
+func TestWebhooksSurviveKill9(t *testing.T) {
+	t.Setenv("GATEWAY_TEST_ARGS", "-webhooks-allow-private -webhooks-timeout 2s -webhooks-retry-base 50ms "+
+		"-webhooks-retry-max 200ms -webhooks-breaker-threshold 1000")
+	g, procs := harness.StartProcesses(t, 1)
+	org := g.NewOrganization(t, "kill")
+	var hold sync.Mutex
+	holding := true
+	rcv := newHookReceiver(t, func(int, *http.Request) int {
+		hold.Lock()
+		defer hold.Unlock()
+		if holding {
+			return 0 // hangs until the gateway gives up or dies
+		}
+		return http.StatusOK
+	})
+	createWebhook(t, g.Control, org, rcv.srv.URL, apiclient.WorkerRevoked)
+	const events = 5
+	for i := range events {
+		w := g.NewWorker(t, "doomed-"+strconv.Itoa(i), 1, org)
+		res, err := g.Control.RevokeWorkerWithResponse(t.Context(), w.ID, apiclient.RevokeRequest{Reason: "test"})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
+	}
+	harness.WaitFor(t, 30*time.Second, "a delivery in flight", func() bool { return len(rcv.requests()) > 0 })
+	_ = procs[0].Stop(syscall.SIGKILL) // "signal: killed"
+	exited, _ := procs[0].Exited()
+	require.True(t, exited)
+	hold.Lock()
+	holding = false
+	hold.Unlock()
+	g.StartProcess(t)
+
+	harness.WaitFor(t, 60*time.Second, "every event delivered", func() bool {
+		var n int
+		require.NoError(t, g.Pool.QueryRow(t.Context(), `SELECT count(*) FROM webhook_deliveries WHERE state = 'delivered'`).Scan(&n))
+		return n == events
+	})
+	byID := map[string][][]byte{}
+	for _, r := range rcv.requests() {
+		byID[r.id] = append(byID[r.id], r.body)
+	}
+	require.Len(t, byID, events)
+	for id, bodies := range byID {
+		stored, err := g.Store.WebhookEventBody(t.Context(), uuid.MustParse(id))
+		require.NoError(t, err)
+		for _, b := range bodies {
+			require.Equal(t, string(stored), string(b), "event %s: every try sends the stored bytes", id)
+		}
+		require.Contains(t, string(stored), `"type": "worker.revoked"`)
 	}
 }
