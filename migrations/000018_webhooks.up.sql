@@ -21,7 +21,11 @@ CREATE TABLE webhook_targets (
     consecutive_failures       integer NOT NULL DEFAULT 0,
     circuit_open_until         timestamptz NULL,
     created_at                 timestamptz NOT NULL DEFAULT now(),
-    updated_at                 timestamptz NOT NULL DEFAULT now()
+    updated_at                 timestamptz NOT NULL DEFAULT now(),
+    -- A deleted target is kept (disabled, its secret wiped, its deliveries
+    -- gone) so that deleting it again answers as the first time did.
+    deleted_at                 timestamptz NULL,
+    CHECK (deleted_at IS NULL OR NOT enabled)
 );
 CREATE INDEX webhook_targets_org_idx ON webhook_targets (organization_id, created_at DESC, id DESC);
 

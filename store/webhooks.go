@@ -140,7 +140,7 @@ func (s *Store) UpdateWebhookTarget(ctx context.Context, scope Scope, id uuid.UU
 				consecutive_failures = CASE WHEN $6 AND NOT t.enabled THEN 0 ELSE t.consecutive_failures END,
 				circuit_open_until = CASE WHEN $6 AND NOT t.enabled THEN NULL ELSE t.circuit_open_until END,
 				updated_at = now()
-			WHERE t.id = $1 AND `+inScope("t.organization_id", "$2")+`
+			WHERE t.id = $1 AND t.deleted_at IS NULL AND `+inScope("t.organization_id", "$2")+`
 			RETURNING `+webhookTargetColumns, id, scope.arg(), p.URL, p.Description, p.EventTypes, p.Enabled))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNotFound
@@ -153,25 +153,37 @@ func (s *Store) UpdateWebhookTarget(ctx context.Context, scope Scope, id uuid.UU
 	return w, err
 }
 
-// DeleteWebhookTarget deletes a target with its pending deliveries and
-// their log, and returns what it was.
+// DeleteWebhookTarget deletes a target: its deliveries and their log go,
+// its secret is wiped, and only a tombstone stays, so that deleting it again
+// answers the same (DELETE is idempotent) while every other verb answers
+// ErrNotFound.
 func (s *Store) DeleteWebhookTarget(ctx context.Context, scope Scope, id uuid.UUID) (WebhookTarget, error) {
-	w, err := scanWebhookTarget(s.pool.QueryRow(ctx, `
-		DELETE FROM webhook_targets t WHERE t.id = $1 AND `+inScope("t.organization_id", "$2")+`
-		RETURNING `+webhookTargetColumns, id, scope.arg()))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return WebhookTarget{}, ErrNotFound
-	}
-	if err != nil {
-		return WebhookTarget{}, fmt.Errorf("delete webhook target: %w", err)
-	}
-	return w, nil
+	var w WebhookTarget
+	err := s.inTx(ctx, "delete webhook target", func(tx pgx.Tx) error {
+		var err error
+		w, err = scanWebhookTarget(tx.QueryRow(ctx, `
+			UPDATE webhook_targets t SET deleted_at = coalesce(t.deleted_at, now()), enabled = false,
+				secret = '', previous_secret = NULL, previous_secret_expires_at = NULL, updated_at = now()
+			WHERE t.id = $1 AND `+inScope("t.organization_id", "$2")+`
+			RETURNING `+webhookTargetColumns, id, scope.arg()))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return fmt.Errorf("delete webhook target: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM webhook_deliveries WHERE target_id = $1`, id); err != nil {
+			return fmt.Errorf("delete webhook deliveries: %w", err)
+		}
+		return nil
+	})
+	return w, err
 }
 
 // GetWebhookTarget returns a target in scope.
 func (s *Store) GetWebhookTarget(ctx context.Context, scope Scope, id uuid.UUID) (WebhookTarget, error) {
 	w, err := scanWebhookTarget(s.pool.QueryRow(ctx, `SELECT `+webhookTargetColumns+` FROM webhook_targets t
-		WHERE t.id = $1 AND `+inScope("t.organization_id", "$2"), id, scope.arg()))
+		WHERE t.id = $1 AND t.deleted_at IS NULL AND `+inScope("t.organization_id", "$2"), id, scope.arg()))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return WebhookTarget{}, ErrNotFound
 	}
@@ -185,7 +197,7 @@ func (s *Store) GetWebhookTarget(ctx context.Context, scope Scope, id uuid.UUID)
 func (s *Store) ListWebhookTargets(ctx context.Context, scope Scope, org *uuid.UUID, after *Cursor, limit int) ([]WebhookTarget, *Cursor, error) {
 	afterTime, afterID := after.position()
 	rows, err := s.pool.Query(ctx, `SELECT `+webhookTargetColumns+` FROM webhook_targets t
-		WHERE `+inScope("t.organization_id", "$1")+` AND ($2::uuid IS NULL OR t.organization_id = $2)
+		WHERE t.deleted_at IS NULL AND `+inScope("t.organization_id", "$1")+` AND ($2::uuid IS NULL OR t.organization_id = $2)
 			AND ($3::timestamptz IS NULL OR (t.created_at, t.id) < ($3, $4::uuid))
 		ORDER BY t.created_at DESC, t.id DESC LIMIT $5`, scope.arg(), org, afterTime, afterID, limit+1)
 	if err != nil {
@@ -216,7 +228,7 @@ func (s *Store) RotateWebhookSecret(ctx context.Context, scope Scope, id uuid.UU
 	w, err := scanWebhookTarget(s.pool.QueryRow(ctx, `
 		UPDATE webhook_targets t SET secret = $3, previous_secret = t.secret,
 			previous_secret_expires_at = now() + make_interval(secs => $4), updated_at = now()
-		WHERE t.id = $1 AND `+inScope("t.organization_id", "$2")+`
+		WHERE t.id = $1 AND t.deleted_at IS NULL AND `+inScope("t.organization_id", "$2")+`
 		RETURNING `+webhookTargetColumns, id, scope.arg(), secret, overlap.Seconds()))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return WebhookTarget{}, nil, ErrNotFound

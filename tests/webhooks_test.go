@@ -244,7 +244,6 @@ func TestWebhooksTerminalFailureAndRotation(t *testing.T) {
 	require.False(t, verifyStandardWebhook(rot.JSON200.Secret, r.id, r.timestamp, r.body, r.signature))
 }
 
-
 // TestWebhooksRefusePrivateTargets: without -webhooks-allow-private a
 // target on a loopback, link-local or private address is refused when it
 // is created, and a delivery whose host resolves to one (here: a target
@@ -330,6 +329,12 @@ func TestWebhooksIsolationAndAudit(t *testing.T) {
 	del, err = a.DeleteWebhookWithResponse(t.Context(), hookA.Id)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusNoContent, del.StatusCode())
+	del, err = a.DeleteWebhookWithResponse(t.Context(), hookA.Id)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusNoContent, del.StatusCode(), "DELETE is idempotent")
+	get, err = a.GetWebhookWithResponse(t.Context(), hookA.Id)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusNotFound, get.StatusCode())
 
 	var actions []string
 	var details []string
@@ -342,7 +347,7 @@ func TestWebhooksIsolationAndAudit(t *testing.T) {
 		actions, details = append(actions, action), append(details, detail)
 	}
 	require.NoError(t, rows.Err())
-	require.Equal(t, []string{"webhook.create", "webhook.update", "webhook.rotate_secret", "webhook.delete"}, actions)
+	require.Equal(t, []string{"webhook.create", "webhook.update", "webhook.rotate_secret", "webhook.delete", "webhook.delete"}, actions)
 	for _, d := range details {
 		require.NotContains(t, d, "receiver-secret", "the audit log keeps no URL query")
 		require.NotContains(t, d, "whsec_")

@@ -2906,7 +2906,7 @@ type ClientInterface interface {
 
 	// DeleteWebhook Delete a webhook target
 	//
-	// Deletes the target, its pending deliveries and its delivery log.
+	// Deletes the target, its pending deliveries and its delivery log. Deleting it again answers 204 too.
 	//
 	// Corresponds with DELETE /v1/webhooks/{webhook_id} (the `DeleteWebhook` operationId).
 	DeleteWebhook(ctx context.Context, webhookId WebhookID, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -4533,7 +4533,7 @@ func (c *Client) CreateWebhook(ctx context.Context, body CreateWebhookJSONReques
 
 // DeleteWebhook Delete a webhook target
 //
-// Deletes the target, its pending deliveries and its delivery log.
+// Deletes the target, its pending deliveries and its delivery log. Deleting it again answers 204 too.
 //
 // Corresponds with DELETE /v1/webhooks/{webhook_id} (the `DeleteWebhook` operationId).
 func (c *Client) DeleteWebhook(ctx context.Context, webhookId WebhookID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -9161,7 +9161,7 @@ type ClientWithResponsesInterface interface {
 
 	// DeleteWebhookWithResponse Delete a webhook target
 	//
-	// Deletes the target, its pending deliveries and its delivery log.
+	// Deletes the target, its pending deliveries and its delivery log. Deleting it again answers 204 too.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -15299,7 +15299,7 @@ func (c *ClientWithResponses) CreateWebhookWithResponse(ctx context.Context, bod
 
 // DeleteWebhookWithResponse Delete a webhook target
 //
-// Deletes the target, its pending deliveries and its delivery log.
+// Deletes the target, its pending deliveries and its delivery log. Deleting it again answers 204 too.
 //
 // Returns a wrapper object for the known response body format(s).
 //
