@@ -238,7 +238,7 @@ type Server struct {
 	// events computed from time (worker offline, no eligible worker).
 	webhooks     *webhookDeliverer
 	webhookWatch *webhookWatcher
-	polls         pollLimiter
+	polls        pollLimiter
 	// follows shares one log reader per followed attempt and bounds follows.
 	follows *logFollowers
 	handler http.Handler
