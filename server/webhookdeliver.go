@@ -37,6 +37,9 @@ type WebhookConfig struct {
 	Concurrency int
 	// Policy is the retry schedule and the circuit breaker.
 	Policy store.DeliveryPolicy
+	// Retention is how long an ended delivery stays in the log; 0 keeps
+	// it forever. The deliverer prunes at most hourly, when it wakes.
+	Retention time.Duration
 }
 
 // DefaultWebhookConfig: about four hours of retries (10 s doubling to an
@@ -49,6 +52,7 @@ func DefaultWebhookConfig() WebhookConfig {
 		Concurrency: 16,
 		Policy: store.DeliveryPolicy{MaxAttempts: 12, RetryBase: 10 * time.Second, RetryMax: time.Hour,
 			BreakerThreshold: 5, BreakerCooldown: time.Minute},
+		Retention: 30 * 24 * time.Hour,
 	}
 }
 
@@ -121,7 +125,11 @@ type webhookDeliverer struct {
 	kick   chan struct{}
 	// tries and delivered count this replica's tries (tests, metrics).
 	tries, delivered atomic.Int64
+	lastPrune        time.Time
 }
+
+// webhookPruneEvery bounds how often a deliverer prunes the log.
+const webhookPruneEvery = time.Hour
 
 // webhookClaimBatch bounds the deliveries one claim takes.
 const webhookClaimBatch = 32
@@ -154,6 +162,7 @@ func (d *webhookDeliverer) run(ctx context.Context) {
 
 // deliverDue delivers everything due and returns how long to sleep.
 func (d *webhookDeliverer) deliverDue(ctx context.Context) time.Duration {
+	d.prune(ctx)
 	claimed := 0
 	for ctx.Err() == nil {
 		batch, err := d.store.ClaimWebhookDeliveries(ctx, min(webhookClaimBatch, max(d.cfg.Concurrency, 1)), d.cfg.claimFor())
@@ -188,6 +197,26 @@ func (d *webhookDeliverer) deliverDue(ctx context.Context) time.Duration {
 		return jittered(scheduleBusy)
 	}
 	return next
+}
+
+// prune deletes ended deliveries past the retention, at most hourly.
+func (d *webhookDeliverer) prune(ctx context.Context) {
+	if d.cfg.Retention <= 0 || time.Since(d.lastPrune) < webhookPruneEvery {
+		return
+	}
+	d.lastPrune = time.Now()
+	for ctx.Err() == nil {
+		n, err := d.store.PruneWebhookEvents(ctx, d.cfg.Retention, store.DefaultPruneBatch)
+		if err != nil {
+			if ctx.Err() == nil {
+				d.logger.Warn("pruning webhook events failed", "error", err.Error())
+			}
+			return
+		}
+		if n < store.DefaultPruneBatch {
+			return
+		}
+	}
 }
 
 // deliver makes one try and records it. A replica that dies before the

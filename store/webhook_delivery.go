@@ -154,3 +154,20 @@ func (s *Store) NextWebhookDeliveryIn(ctx context.Context) (in time.Duration, ok
 	}
 	return max(seconds(*secs), 0), true, nil
 }
+
+// PruneWebhookEvents deletes up to batch events older than retention
+// whose deliveries have all ended (delivered or failed), with their
+// deliveries: the delivery log is kept for retention.
+func (s *Store) PruneWebhookEvents(ctx context.Context, retention time.Duration, batch int) (int, error) {
+	tag, err := s.pool.Exec(ctx, `
+		DELETE FROM webhook_events e WHERE e.id IN (
+			SELECT o.id FROM webhook_events o
+			WHERE o.created_at < now() - make_interval(secs => $1)
+				AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_id = o.id AND d.state = 'pending')
+			ORDER BY o.created_at
+			LIMIT $2)`, retention.Seconds(), batch)
+	if err != nil {
+		return 0, fmt.Errorf("prune webhook events: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}

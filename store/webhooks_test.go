@@ -332,6 +332,17 @@ func TestWebhookDeliveryRetriesAndBreaker(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, ok, "nothing pending")
 
+	// Past the retention, ended deliveries go with their events; a
+	// pending one keeps its event.
+	createTask(t, s, b.org.ID, store.CreateTaskParams{})
+	complete(t, s, refOf(b.worker.ID, acquireOne(t, s, b.worker.ID)), store.AttemptSucceeded, false)
+	exec(t, b.pool, `UPDATE webhook_events SET created_at = now() - interval '40 days'`)
+	pruned, err := s.PruneWebhookEvents(t.Context(), 30*24*time.Hour, 100)
+	require.NoError(t, err)
+	require.Equal(t, 2, pruned)
+	require.Equal(t, 1, countHookRows(t, b.pool, `SELECT count(*) FROM webhook_deliveries WHERE state = 'pending'`))
+	require.Equal(t, 1, countHookRows(t, b.pool, `SELECT count(*) FROM webhook_events`))
+
 	// Other organizations see none of it.
 	stranger := createOrg(t, s, "stranger")
 	_, _, err = s.ListWebhookDeliveries(t.Context(), store.OrganizationScope(stranger.ID), hook.ID, nil, 10)

@@ -86,6 +86,7 @@ func serveFlags(fs *flagSet, level *slog.LevelVar) *serveConfig {
 	fs.BoolVar(&c.server.Webhooks.Deliver, "webhooks-deliver", c.server.Webhooks.Deliver, "deliver webhooks from this replica (every replica may; deliveries are claimed with SKIP LOCKED); -webhooks-deliver=false leaves delivering to the others")
 	fs.BoolVar(&c.server.Webhooks.AllowPrivate, "webhooks-allow-private", c.server.Webhooks.AllowPrivate, "let webhook targets resolve to loopback, link-local and private addresses (refused by default, at creation and on every dial)")
 	fs.DurationVar(&c.server.Webhooks.Timeout, "webhooks-timeout", c.server.Webhooks.Timeout, "longest webhook delivery try, from dialing to the end of the answer")
+	fs.DurationVar(&c.server.Webhooks.Retention, "webhooks-retention", c.server.Webhooks.Retention, "how long ended webhook deliveries stay in the delivery log (0: forever)")
 	fs.IntVar(&c.server.Webhooks.Concurrency, "webhooks-concurrency", c.server.Webhooks.Concurrency, "webhook tries in flight per replica")
 	fs.IntVar(&c.server.Webhooks.Policy.MaxAttempts, "webhooks-max-attempts", c.server.Webhooks.Policy.MaxAttempts, "tries of one webhook delivery before it is marked failed")
 	fs.DurationVar(&c.server.Webhooks.Policy.RetryBase, "webhooks-retry-base", c.server.Webhooks.Policy.RetryBase, "first webhook retry delay; it doubles per try, with jitter, up to -webhooks-retry-max")
