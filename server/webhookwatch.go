@@ -46,6 +46,9 @@ func (w *webhookWatcher) wake(always bool) {
 
 func (w *webhookWatcher) run(ctx context.Context) {
 	for ctx.Err() == nil {
+		// A target may be created while the pass runs: its notice must
+		// not be dropped, so the pass counts as idle until it decides.
+		w.idle.Store(true)
 		sleep := w.pass(ctx)
 		w.idle.Store(sleep == sleepUntilWoken)
 		timer := time.NewTimer(sleep)
