@@ -409,3 +409,26 @@ func TestWebhooksSurviveKill9(t *testing.T) {
 		require.Contains(t, string(stored), `"type": "worker.revoked"`)
 	}
 }
+
+// TestWebhooksWorkerOffline: the watcher notices a worker that stopped
+// being seen and announces it once, through the same delivery path.
+func TestWebhooksWorkerOffline(t *testing.T) {
+	g := harness.Start(t, harness.Options{Config: func(c *server.Config) {
+		webhookTestConfig(c)
+		c.HeartbeatInterval = 200 * time.Millisecond // online = seen within 600 ms
+	}})
+	org := g.NewOrganization(t, "offline")
+	rcv := newHookReceiver(t, func(int, *http.Request) int { return http.StatusOK })
+	createWebhook(t, g.Control, org, rcv.srv.URL, apiclient.WorkerOffline)
+	w := g.NewWorker(t, "flaky", 1, org)
+	_, err := g.Pool.Exec(t.Context(), `UPDATE workers SET last_seen_at = now() WHERE id = $1`, w.ID) // as a poll would
+	require.NoError(t, err)
+
+	harness.WaitFor(t, 30*time.Second, "worker.offline delivered", func() bool { return len(rcv.requests()) > 0 })
+	r := rcv.requests()[0]
+	require.Contains(t, string(r.body), `"type": "worker.offline"`)
+	require.Contains(t, string(r.body), w.ID.String())
+	var reported int
+	require.NoError(t, g.Pool.QueryRow(t.Context(), `SELECT count(*) FROM webhook_events WHERE event_type = 'worker.offline'`).Scan(&reported))
+	require.Equal(t, 1, reported, "once per transition")
+}
