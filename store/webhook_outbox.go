@@ -16,10 +16,11 @@ import (
 //   - Task completed / failed terminally: the completion statement
 //     (moveTasksSQL, a single completion being a batch of one) and the
 //     sweeper's expiry and deadline statements carry taskWebhookSQL as
-//     CTEs. That is the hot path: with no target, its cost is one probe of
-//     the (empty) webhook_targets_org_idx per task that ended, in the
-//     statement already running — no round trip, no function call, no
-//     cache to keep coherent across replicas.
+//     CTEs. That is the hot path: with no target anywhere its cost is one
+//     read of the empty webhook_targets per statement (per group of
+//     completions), and with targets one probe of webhook_targets_org_idx
+//     per task that ended, in the statement already running — no round
+//     trip, no function call, no per-replica cache to keep coherent.
 //   - Scans, worker revocation and skipped schedule slots, which happen at
 //     most once per scan, worker or slot, are written by triggers
 //     (migration 000018) calling webhook_emit, so every way into those
@@ -39,6 +40,9 @@ func taskWebhookSQL(rel string) string {
 			'error_code', m.last_error_code, 'attempt_count', m.attempt_count) AS data
 	FROM ` + rel + ` m
 	WHERE m.state IN (` + sqlStates(TaskCompleted, TaskFailedTerminal) + `)
+		-- Once per statement (an uncorrelated InitPlan): with no enabled
+		-- target anywhere, no ended task probes further.
+		AND (SELECT EXISTS (SELECT 1 FROM webhook_targets WHERE enabled))
 		AND EXISTS (SELECT 1 FROM webhook_targets w WHERE w.organization_id = m.organization_id AND w.enabled
 			AND w.event_types @> ARRAY['task.' || m.state])
 ), hook_events AS (
