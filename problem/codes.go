@@ -49,6 +49,7 @@ const (
 	ShuttingDown       = "shutting-down"
 	ArtifactsDisabled  = "artifacts-disabled"
 	EnrollmentDisabled = "enrollment-disabled"
+	SecretsDisabled    = "secrets-disabled"
 
 	// The client went away before its answer (nginx's 499); logged, never read.
 	ClientClosedRequest = "client-closed-request"

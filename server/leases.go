@@ -80,7 +80,7 @@ func (h *handlers) AcquireLeases(ctx context.Context, req api.AcquireLeasesReque
 				// the acquisition transaction it ran.
 				h.metrics.wakeLatency.Observe(time.Since(wokenBy.SignalledAt()).Seconds())
 			}
-			return h.leaseAnswer(res), nil
+			return h.leaseAnswer(ctx, workerID, res), nil
 		}
 		if wokenBy != nil {
 			// Woken but nothing to lease (another poll won, or this worker
@@ -128,11 +128,18 @@ func (s *Server) undeliveredReleased(n int, err error) {
 	s.metrics.undelivered.Add(float64(n))
 }
 
-func (h *handlers) leaseAnswer(res store.AcquireResult) api.AcquireLeases200JSONResponse {
-	leases := make([]api.Lease, 0, len(res.Leases))
+func (h *handlers) leaseAnswer(ctx context.Context, workerID uuid.UUID, res store.AcquireResult) api.AcquireLeases200JSONResponse {
 	for _, l := range res.Leases {
-		leases = append(leases, h.toLease(l))
 		h.sweeper.dueWithin(l.LeaseTTL)
+	}
+	granted, secrets := h.resolveSecrets(ctx, workerID, res.Leases)
+	leases := make([]api.Lease, 0, len(granted))
+	for i, l := range granted {
+		lease := h.toLease(l)
+		if secrets[i] != nil {
+			lease.Secrets = &secrets[i]
+		}
+		leases = append(leases, lease)
 	}
 	if !res.Replayed {
 		h.queueVacuum.granted(len(res.Leases))

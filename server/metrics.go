@@ -37,6 +37,7 @@ type metrics struct {
 	conflicts         *prometheus.CounterVec
 	leaseExpiries     prometheus.Counter
 	undelivered       prometheus.Counter
+	secretUnavailable prometheus.Counter
 	uploadBytes       prometheus.Counter
 	sweeperRuns       prometheus.Counter
 	rateLimited       prometheus.Counter
@@ -78,6 +79,10 @@ func newMetrics(s *Server) *metrics {
 			Name: "gateway_idempotency_conflicts_total",
 			Help: "Requests refused because their Idempotency-Key was reused with another request or is still in flight, by problem code.",
 		}, []string{"code"}),
+		secretUnavailable: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gateway_secret_unavailable_attempts_total",
+			Help: "Attempts failed at lease time because a secret they reference could not be given (secret_unavailable).",
+		}),
 		undelivered: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gateway_undelivered_leases_released_total",
 			Help: "Leases granted to a poll that went away before its answer, released at once instead of left to expire.",
@@ -111,7 +116,8 @@ func newMetrics(s *Server) *metrics {
 	}
 	reg.MustRegister(
 		m.leaseAcquisition, m.wakeLatency, m.heartbeats, m.fencingRejections, m.replays, m.conflicts,
-		m.leaseExpiries, m.undelivered, m.uploadBytes, m.sweeperRuns, m.rateLimited, m.httpRequests,
+		m.leaseExpiries, m.undelivered, m.secretUnavailable, m.uploadBytes, m.sweeperRuns, m.rateLimited, m.httpRequests,
+		s.scheduleTimer.lag,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "gateway_waiting_polls",
 			Help: "Long-polls waiting in this replica's hub.",

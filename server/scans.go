@@ -62,7 +62,11 @@ func (h *handlers) ListScans(ctx context.Context, req api.ListScansRequestObject
 	if err != nil {
 		return nil, err
 	}
-	scans, next, err := h.store.ListScans(ctx, scope, req.Params.OrganizationId, after, limit)
+	p := store.ListScansParams{OrganizationID: req.Params.OrganizationId, ScheduleID: req.Params.ScheduleId, After: after, Limit: limit}
+	if req.Params.Trigger != nil {
+		p.Trigger = ptr(store.TriggerKind(*req.Params.Trigger))
+	}
+	scans, next, err := h.store.ListScans(ctx, scope, p)
 	if err != nil {
 		return nil, err
 	}

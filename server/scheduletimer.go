@@ -5,8 +5,11 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/worker-gateway/gateway/store"
 )
@@ -14,12 +17,10 @@ import (
 const (
 	// scheduleFireBatch bounds the schedules one claim fires.
 	scheduleFireBatch = 100
-	// scheduleRecheck is the longest the timer sleeps while a queued slot
-	// (overlap queue_one) waits for its previous run: the run's end sends
-	// no wake-up yet, so the timer looks again this often. Otherwise it
-	// sleeps until the next fire or a wake-up, and an idle gateway sends
-	// the database nothing.
-	scheduleRecheck = 30 * time.Second
+	// scheduleClaimers is how many claims run at once while a backlog of
+	// due slots lasts: one transaction at a time leaves the database
+	// waiting on each statement's round trip.
+	scheduleClaimers = 4
 	// sleepUntilWoken is the sleep when nothing will fire: only a
 	// WakeSchedules notice (or the listener reconnecting) ends it.
 	sleepUntilWoken = time.Duration(math.MaxInt64)
@@ -31,7 +32,9 @@ const (
 
 // scheduleTimer fires due schedules (store.FireDueSchedules). It sleeps
 // until the earliest fire time, as a delay the database computed, and
-// wakes early on a WakeSchedules notice. Every replica runs one: claims
+// wakes early on a WakeSchedules notice: a schedule changed, or the run a
+// queued slot waits for ended (migration 000016). An idle gateway sends
+// the database nothing. Every replica runs one: claims
 // are FOR UPDATE SKIP LOCKED, so a slot fires once whichever replica
 // claims it.
 type scheduleTimer struct {
@@ -41,10 +44,18 @@ type scheduleTimer struct {
 	// fires counts the history entries this replica's claims recorded and
 	// passes the claims it ran (metrics).
 	fires, passes atomic.Int64
+	// lag observes, per slot fired on time, the time from when it was due
+	// to the commit that created its run.
+	lag prometheus.Histogram
 }
 
 func newScheduleTimer(st *store.Store, logger *slog.Logger) *scheduleTimer {
-	return &scheduleTimer{store: st, logger: logger, kick: make(chan struct{}, 1)}
+	return &scheduleTimer{store: st, logger: logger, kick: make(chan struct{}, 1),
+		lag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "gateway_schedule_fire_lag_seconds",
+			Help:    "Time from a slot's fire time (slot plus jitter) to the commit that created its run, per run this replica's timer created on time (not manual runs or queued slots), by this replica's clock.",
+			Buckets: []float64{.005, .01, .025, .05, .075, .1, .15, .2, .3, .4, .5, .75, 1, 1.5, 2, 3, 5, 10, 30, 60},
+		})}
 }
 
 // wake makes the timer read the earliest fire time again.
@@ -71,23 +82,43 @@ func (t *scheduleTimer) run(ctx context.Context) {
 	}
 }
 
-// fireDue fires every due schedule and returns how long to sleep.
+// fireDue fires every due schedule and returns how long to sleep. A claim
+// that comes back full means a backlog (many slots due at once): then
+// scheduleClaimers claim side by side, each in its own transaction on its
+// own connection (SKIP LOCKED keeps them apart), until one comes back
+// short.
 func (t *scheduleTimer) fireDue(ctx context.Context) time.Duration {
-	fired := 0
-	for ctx.Err() == nil {
-		fires, err := t.store.FireDueSchedules(ctx, scheduleFireBatch)
-		if err != nil {
-			if ctx.Err() == nil {
-				t.logger.Warn("firing schedules failed; retrying", "error", err.Error())
-			}
-			return jittered(scheduleRetry)
+	fired, full, err := t.claim(ctx)
+	if err == nil && full {
+		var more atomic.Int64
+		var failed atomic.Pointer[error]
+		var wg sync.WaitGroup
+		for range scheduleClaimers {
+			wg.Go(func() {
+				for ctx.Err() == nil {
+					n, full, err := t.claim(ctx)
+					more.Add(int64(n))
+					if err != nil {
+						failed.Store(&err)
+						return
+					}
+					if !full {
+						return
+					}
+				}
+			})
 		}
-		fired += len(fires)
-		t.passes.Add(1)
-		t.fires.Add(int64(len(fires)))
-		if len(fires) < scheduleFireBatch {
-			break
+		wg.Wait()
+		fired += int(more.Load())
+		if e := failed.Load(); e != nil {
+			err = *e
 		}
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			t.logger.Warn("firing schedules failed; retrying", "error", err.Error())
+		}
+		return jittered(scheduleRetry)
 	}
 	next, ok, err := t.store.NextScheduleFireAt(ctx)
 	if err != nil {
@@ -104,10 +135,25 @@ func (t *scheduleTimer) fireDue(ctx context.Context) time.Duration {
 		}
 		sleep = next.In
 	}
-	if next.QueuedWaiting {
-		sleep = min(sleep, scheduleRecheck)
-	}
 	return sleep
+}
+
+// claim runs one claim of due schedules: how many fires it recorded, and
+// whether the batch was full (more may be due).
+func (t *scheduleTimer) claim(ctx context.Context) (fired int, full bool, err error) {
+	fires, err := t.store.FireDueSchedules(ctx, scheduleFireBatch)
+	if err != nil {
+		return 0, false, err
+	}
+	committed := time.Now()
+	for _, f := range fires {
+		if f.DueAt != nil {
+			t.lag.Observe(max(0, committed.Sub(*f.DueAt).Seconds()))
+		}
+	}
+	t.passes.Add(1)
+	t.fires.Add(int64(len(fires)))
+	return len(fires), len(fires) >= scheduleFireBatch, nil
 }
 
 // jittered spreads retries of several replicas apart.

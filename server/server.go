@@ -20,6 +20,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/worker-gateway/gateway/internal/secretbox"
 	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/server/api"
 	"github.com/worker-gateway/gateway/store"
@@ -113,6 +114,10 @@ type Config struct {
 	// at once; refusals from further addresses are counted per kind under
 	// the source "other".
 	SecurityAuditSources int
+	// Secrets holds the key-encryption keys of stored secrets: the current
+	// one seals, older ones still open during a rotation. Nil: secrets
+	// cannot be created, and a task referencing one fails its attempt.
+	Secrets *secretbox.Keyring
 }
 
 // Limits are the explicit bounds on what one request may ask of the server.
@@ -241,8 +246,10 @@ type Server struct {
 	polls        pollLimiter
 	// follows shares one log reader per followed attempt and bounds follows.
 	follows *logFollowers
-	handler http.Handler
-	metrics *metrics
+	// secretRefs remembers which attempts' logs need redacting.
+	secretRefs secretRefCache
+	handler    http.Handler
+	metrics    *metrics
 	// metricsHandler serves the metrics registry, unauthenticated.
 	metricsHandler http.Handler
 	// securityEvents throttles audit rows for refused requests.

@@ -220,13 +220,14 @@ func (sw *Sweeper) prune(ctx context.Context) {
 		total.Attempts += res.Attempts
 		total.Uploads += res.Uploads
 		total.AuditEvents += res.AuditEvents
+		total.ScheduleFires += res.ScheduleFires
 		if !res.More {
 			sw.lastPrune = time.Now()
 			break
 		}
 	}
-	if total.Tasks+total.Uploads+total.AuditEvents > 0 {
+	if total.Tasks+total.Uploads+total.AuditEvents+total.ScheduleFires > 0 {
 		sw.logger.Info("prune", "tasks", total.Tasks, "attempts", total.Attempts,
-			"uploads", total.Uploads, "audit_events", total.AuditEvents)
+			"uploads", total.Uploads, "audit_events", total.AuditEvents, "schedule_fires", total.ScheduleFires)
 	}
 }

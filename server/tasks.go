@@ -61,6 +61,9 @@ func (h *handlers) CreateTask(ctx context.Context, req api.CreateTaskRequestObje
 			return nil, problem.Wrap(store.ErrInvalid, "retry.max_seconds must not be below retry.base_seconds")
 		}
 	}
+	if b.SecretRefs != nil {
+		p.SecretRefs = *b.SecretRefs
+	}
 	p.Trigger = &store.Trigger{Kind: store.TriggerAPI, TokenID: tokenOf(ctx)}
 	if p.IdempotencyKey, p.RequestSHA256, err = idempotency(req.Params.IdempotencyKey, b); err != nil {
 		return nil, err
@@ -126,6 +129,10 @@ func (h *handlers) ListTasks(ctx context.Context, req api.ListTasksRequestObject
 	if req.Params.TaskType != nil {
 		p.TaskType = ptr(string(*req.Params.TaskType))
 	}
+	if req.Params.Trigger != nil {
+		p.Trigger = ptr(store.TriggerKind(*req.Params.Trigger))
+	}
+	p.ScheduleID = req.Params.ScheduleId
 	tasks, next, err := h.store.ListTasks(ctx, scope, p)
 	if err != nil {
 		return nil, err

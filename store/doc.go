@@ -245,8 +245,13 @@
 //   - Idle cost. A timer (server/scheduletimer.go) sleeps for
 //     NextScheduleFireAt's delay (the database's clock, relative), and
 //     creating, editing, pausing or resuming a schedule sends WakeSchedules
-//     so it reads again. The one recheck is every 30 s at most: a queued
-//     slot becomes due when its run ends, which sends no wake-up yet.
+//     so it reads again; so does the end of the run a queued slot waits for
+//     (triggers on worker_tasks and scans, migration 000016, notify only
+//     for such a run). Nothing polls: an idle gateway sends no query.
+//   - Retention. Prune deletes fires older than the task retention (the
+//     runs they point at are gone by then), never a queued one; versions
+//     are kept, as every run records the version it came from and they
+//     grow only with edits.
 //   - Lock order: a claim locks schedule rows first, then creates; the
 //     previous run's state is read, not locked.
 //
@@ -267,6 +272,20 @@
 // due again (at least once); RecordWebhookDelivery is fenced on the try's
 // attempt number. The circuit breaker is the target row's, so replicas
 // agree. Lock order: a delivery before its target.
+//
+// # Secrets
+//
+// An organization's secrets (secrets.go) are stored sealed: the value under
+// a data key of its own, the data key wrapped by a key-encryption key the
+// gateway holds outside the database (internal/secretbox), both bound to
+// (organization, id, name, version). The store never sees a key-encryption
+// key's bytes other than through the keyring it is handed to seal, and
+// never opens a value: the lease answer does, after the acquisition
+// commits (server/secrets.go), so the lease transaction is unchanged and a
+// task without secret_refs costs no query. SealedSecrets is worker-facing
+// and takes no Scope: the organizations come from the leased tasks.
+// RewrapSecrets (rotate-kek) locks rows in batches; a concurrent replace
+// is waited for and then left out, as it sealed under the current key.
 //
 // # Transitions
 //

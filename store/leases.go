@@ -79,6 +79,9 @@ type TaskSnapshot struct {
 	ExecutionDeadlineIn *time.Duration
 	AttemptDeadlineAt   *time.Time
 	AttemptDeadlineIn   *time.Duration
+	// SecretRefs names the organization's secrets the task needs; the
+	// server resolves them into the lease answer (nil for most tasks).
+	SecretRefs []string
 }
 
 // leaseColumns selects a Lease from attempt a joined with task t, after the
@@ -91,7 +94,8 @@ const leaseColumns = `a.id, a.lease_expires_at,
 	t.id, t.task_type, t.organization_id, t.scan_id, t.scan_job_id, t.payload,
 	a.attempt_number, t.max_attempts,
 	t.execution_deadline_at, extract(epoch FROM t.execution_deadline_at - now())::float8,
-	a.deadline_at, extract(epoch FROM a.deadline_at - now())::float8`
+	a.deadline_at, extract(epoch FROM a.deadline_at - now())::float8,
+	t.secret_refs`
 
 // scanLease reads a row of slot and leaseColumns; the lease's token is the
 // slot-th of tokens.
@@ -106,7 +110,7 @@ func scanLease(row pgx.Row, tokens []string) (Lease, int, error) {
 	)
 	err := row.Scan(&slot, &l.AttemptID, &l.LeaseExpiresAt, &ttl, &leaseSeconds,
 		&l.Task.ID, &l.Task.Type, &l.Task.OrganizationID, &l.Task.ScanID, &l.Task.ScanJobID, &l.Task.Payload,
-		&l.Task.AttemptNumber, &l.Task.MaxAttempts, &execAt, &execIn, &attemptAt, &attemptIn)
+		&l.Task.AttemptNumber, &l.Task.MaxAttempts, &execAt, &execIn, &attemptAt, &attemptIn, &l.Task.SecretRefs)
 	if err != nil {
 		return Lease{}, 0, err
 	}

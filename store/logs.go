@@ -39,6 +39,20 @@ func truncationMarker(limit int64) []byte {
 // stale appends cannot interleave. Past maxBytes the log keeps what fits and
 // one truncation marker; later data is accepted and dropped.
 func (s *Store) AppendLog(ctx context.Context, ref AttemptRef, offset int64, data []byte, maxBytes int64) (LogAppend, error) {
+	return s.AppendRedactedLog(ctx, ref, offset, data, nil, maxBytes)
+}
+
+// AppendRedactedLog is AppendLog for an attempt whose log is redacted
+// (its task has secrets): data advances the worker's offset, keep is what
+// is stored in its place (data with secret values replaced). Stored text
+// then no longer lines up with the worker's offsets, so a retry of
+// accepted data is accepted by its offsets alone, without comparing bytes.
+// A nil keep is AppendLog.
+func (s *Store) AppendRedactedLog(ctx context.Context, ref AttemptRef, offset int64, data, keep []byte, maxBytes int64) (LogAppend, error) {
+	redacted := keep != nil
+	if !redacted {
+		keep = data
+	}
 	var res LogAppend
 	err := s.inTx(ctx, "append log", func(tx pgx.Tx) error {
 		res = LogAppend{}
@@ -53,15 +67,14 @@ func (s *Store) AppendLog(ctx context.Context, ref AttemptRef, offset int64, dat
 			ref.AttemptID, ref.WorkerID, leaseTokenHash(ref.LeaseToken), offset, end).Scan(&stored, &truncated)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
-			return s.logRetryOrMismatch(ctx, tx, ref, offset, data, maxBytes, &res)
+			return s.logRetryOrMismatch(ctx, tx, ref, offset, data, maxBytes, redacted, &res)
 		case err != nil:
 			return fmt.Errorf("advance log: %w", err)
 		}
 		res.NextOffset, res.Truncated = end, truncated
-		if !truncated && len(data) > 0 {
-			keep := data
-			if stored+int64(len(data)) > maxBytes {
-				keep = cutAtRune(data, maxBytes-stored)
+		if keep := keep; !truncated && len(keep) > 0 {
+			if stored+int64(len(keep)) > maxBytes {
+				keep = cutAtRune(keep, maxBytes-stored)
 				res.Truncated = true
 			}
 			if err := insertLogChunk(ctx, tx, ref.AttemptID, stored, keep); err != nil {
@@ -118,7 +131,7 @@ func cutAtRune(b []byte, n int64) []byte {
 // attempt is not this worker's (not found), its lease is gone (lease lost),
 // the chunk repeats accepted data (accepted again), or it does not continue
 // the log (offset error).
-func (s *Store) logRetryOrMismatch(ctx context.Context, tx pgx.Tx, ref AttemptRef, offset int64, data []byte, maxBytes int64, res *LogAppend) error {
+func (s *Store) logRetryOrMismatch(ctx context.Context, tx pgx.Tx, ref AttemptRef, offset int64, data []byte, maxBytes int64, redacted bool, res *LogAppend) error {
 	var (
 		logOffset, stored int64
 		truncated, live   bool
@@ -147,7 +160,7 @@ func (s *Store) logRetryOrMismatch(ctx context.Context, tx pgx.Tx, ref AttemptRe
 	if truncated {
 		kept -= int64(len(truncationMarker(maxBytes)))
 	}
-	if offset < kept {
+	if offset < kept && !redacted {
 		have, err := readLog(ctx, tx, ref.AttemptID, offset, min(end, kept)-offset)
 		if err != nil {
 			return err

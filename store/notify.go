@@ -127,10 +127,29 @@ func ParseWakeup(payload string) (Wakeup, error) {
 const notifySQL = `SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`
 
 // wakeupPayloads encodes wake-ups for notifySQL.
+//
+// Wake-ups of one organization's new tasks are merged into one with their
+// counts summed: PostgreSQL drops a notification identical to one already
+// queued in the transaction, so a hundred "o:<org>:1" would arrive as one
+// and wake one poller for a hundred tasks.
 func wakeupPayloads(wakeups []Wakeup) []string {
-	payloads := make([]string, len(wakeups))
-	for i, w := range wakeups {
-		payloads[i] = w.Payload()
+	payloads := make([]string, 0, len(wakeups))
+	merged := map[uuid.UUID]int{} // organization → its entry in payloads' order
+	counts := []Wakeup{}
+	for _, w := range wakeups {
+		if w.Kind != WakeOrganization {
+			payloads = append(payloads, w.Payload())
+			continue
+		}
+		if i, ok := merged[w.Organization]; ok {
+			counts[i].Count += w.Count
+			continue
+		}
+		merged[w.Organization] = len(counts)
+		counts = append(counts, w)
+	}
+	for _, w := range counts {
+		payloads = append(payloads, w.Payload())
 	}
 	return payloads
 }

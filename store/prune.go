@@ -58,6 +58,8 @@ type PruneResult struct {
 	Uploads int
 	// AuditEvents is the number of audit events deleted.
 	AuditEvents int
+	// ScheduleFires is the number of schedule fire entries deleted.
+	ScheduleFires int
 	// More is true when some statement deleted a full batch, so another call
 	// should follow at once.
 	More bool
@@ -125,10 +127,29 @@ DELETE FROM audit_events WHERE id IN (
 	LIMIT $2
 	FOR UPDATE SKIP LOCKED)`
 
+// pruneScheduleFiresSQL deletes up to $2 schedule fire entries recorded
+// more than $1 seconds ago, oldest first, except a queued one (its slot
+// still waits to run). A fire's id is a UUID version 7 made when it was
+// recorded, so the age test is a range of the primary key: the smallest
+// id of the cutoff's millisecond is the bound, and no other index is
+// needed. A slot pruned here cannot fire again: its schedule moved past it
+// when it fired.
+const pruneScheduleFiresSQL = `
+DELETE FROM schedule_fires WHERE id IN (
+	SELECT id FROM schedule_fires
+	WHERE id < encode(overlay('\x00000000000000000000000000000000'::bytea
+			PLACING substring(int8send((extract(epoch FROM now() - make_interval(secs => $1)) * 1000)::bigint) FROM 3)
+			FROM 1 FOR 6), 'hex')::uuid
+		AND outcome <> 'queued'
+	ORDER BY id
+	LIMIT $2
+	FOR UPDATE SKIP LOCKED)`
+
 // Prune deletes old rows nobody needs any more, at most p.Batch rows per
 // kind: terminal tasks past p.TaskRetention (with their attempts, result
 // batches, logs and upload sessions), expired or failed upload sessions
-// past p.UploadRetention, and audit events past p.AuditRetention. It never
+// past p.UploadRetention, audit events past p.AuditRetention, and schedule
+// fire entries past p.TaskRetention (the runs they name are gone). It never
 // deletes a task that is not terminal, nor one of a pending or running scan.
 // Ages are measured against the database's now().
 //
@@ -152,6 +173,12 @@ func (s *Store) Prune(ctx context.Context, p PruneParams) (PruneResult, error) {
 		}
 		res.Tasks, res.Attempts = tasks, attempts
 		res.More = res.More || tasks >= batch
+		tag, err := s.pool.Exec(ctx, pruneScheduleFiresSQL, p.TaskRetention.Seconds(), batch)
+		if err != nil {
+			return res, fmt.Errorf("prune schedule fires: %w", err)
+		}
+		res.ScheduleFires = int(tag.RowsAffected())
+		res.More = res.More || res.ScheduleFires >= batch
 	}
 	if p.UploadRetention > 0 {
 		tag, err := s.pool.Exec(ctx, pruneUploadsSQL, p.UploadRetention.Seconds(), batch)

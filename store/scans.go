@@ -158,7 +158,7 @@ func getScan(ctx context.Context, ex executor, scope Scope, id uuid.UUID) (Scan,
 	}
 	rows, err := ex.Query(ctx, `
 		SELECT j.id, j.position, j.plugin_name, j.state, j.input, j.error, j.started_at, j.completed_at, t.id
-		FROM scan_jobs j LEFT JOIN worker_tasks t ON t.scan_job_id = j.id
+		FROM scan_jobs j LEFT JOIN worker_tasks t ON t.scan_id = $1 AND t.scan_job_id = j.id
 		WHERE j.scan_id = $1 ORDER BY j.position`, id)
 	if err != nil {
 		return Scan{}, fmt.Errorf("get scan jobs: %w", err)
@@ -202,12 +202,19 @@ func getScan(ctx context.Context, ex executor, scope Scope, id uuid.UUID) (Scan,
 }
 
 // ListScans pages scans, newest first (without their jobs).
-func (s *Store) ListScans(ctx context.Context, scope Scope, org *uuid.UUID, after *Cursor, limit int) ([]Scan, *Cursor, error) {
-	afterTime, afterID := after.position()
+func (s *Store) ListScans(ctx context.Context, scope Scope, p ListScansParams) ([]Scan, *Cursor, error) {
+	org, limit := p.OrganizationID, p.Limit
+	afterTime, afterID := p.After.position()
+	var trigger *string
+	if p.Trigger != nil {
+		kind := string(*p.Trigger)
+		trigger = &kind
+	}
 	rows, err := s.pool.Query(ctx, `SELECT `+scanColumns+` FROM scans s
 		WHERE `+inScope("s.organization_id", "$1")+` AND ($2::uuid IS NULL OR s.organization_id = $2)
 			AND ($3::timestamptz IS NULL OR (s.created_at, s.id) < ($3, $4::uuid))
-		ORDER BY s.created_at DESC, s.id DESC LIMIT $5`, scope.arg(), org, afterTime, afterID, limit+1)
+			AND ($6::text IS NULL OR s.trigger_kind = $6) AND ($7::uuid IS NULL OR s.trigger_schedule_id = $7)
+		ORDER BY s.created_at DESC, s.id DESC LIMIT $5`, scope.arg(), org, afterTime, afterID, limit+1, trigger, p.ScheduleID)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list scans: %w", err)
 	}
@@ -220,6 +227,16 @@ func (s *Store) ListScans(ctx context.Context, scope Scope, org *uuid.UUID, afte
 	}
 	scans, next := page(scans, limit, func(sc Scan) Cursor { return Cursor{Time: sc.CreatedAt, ID: sc.ID} })
 	return scans, next, nil
+}
+
+// ListScansParams filters a page of scans: one organization's, those
+// created this way (Trigger) or by one schedule (ScheduleID).
+type ListScansParams struct {
+	OrganizationID *uuid.UUID
+	Trigger        *TriggerKind
+	ScheduleID     *uuid.UUID
+	After          *Cursor
+	Limit          int
 }
 
 // CancelScan stops a scan: its current task is cancelled (a running one is
@@ -259,7 +276,7 @@ func (s *Store) CancelScan(ctx context.Context, scope Scope, id uuid.UUID) (Scan
 		}
 		if _, err := tx.Exec(ctx, `UPDATE scan_jobs j SET state = 'cancelled', completed_at = now(), updated_at = now()
 			WHERE j.scan_id = $1 AND j.state = 'pending'
-				AND NOT EXISTS (SELECT 1 FROM worker_tasks t WHERE t.scan_job_id = j.id)`, id); err != nil {
+				AND NOT EXISTS (SELECT 1 FROM worker_tasks t WHERE t.scan_id = $1 AND t.scan_job_id = j.id)`, id); err != nil {
 			return fmt.Errorf("cancel scan jobs: %w", err)
 		}
 		scan, err = getScan(ctx, tx, scope, id)

@@ -18,18 +18,37 @@ const runActiveSQL = `(EXISTS (SELECT 1 FROM worker_tasks rt WHERE rt.id = s.las
 		AND rt.state NOT IN ('completed', 'failed_terminal', 'cancelled'))
 	OR EXISTS (SELECT 1 FROM scans rs WHERE rs.id = s.last_scan_id AND rs.state IN ('pending', 'running')))`
 
-// claimSchedulesSQL claims, in one statement, the schedules whose next slot
-// is due at $1 (NULL: the database's now()) or whose queued slot may run,
-// skipping those another replica holds.
+// claimSchedulesSQL claims the schedules whose next slot is due at $1
+// (NULL: the database's now()), earliest first, and those whose queued
+// slot may run (its previous run ended); up to $2 of each, skipping those
+// another replica holds.
+//
+// Each kind is its own locking CTE, so that each walks its own partial
+// index (schedules_due_idx in fire-time order, schedules_queued_idx) and
+// stops at $2 rows: an OR of the two in one WHERE scans every schedule.
+// The columns come from the CTEs, which return the row version they
+// locked: the outer query's snapshot may predate a fire another replica
+// committed meanwhile.
 const claimSchedulesSQL = `
+	WITH n AS (SELECT coalesce($1::timestamptz, now()) AS now),
+	due AS (
+		SELECT s.* FROM schedules s, n
+		WHERE s.enabled AND s.next_fire_at <= n.now
+		ORDER BY s.next_fire_at, s.id
+		LIMIT $2
+		FOR UPDATE OF s SKIP LOCKED
+	), ready AS (
+		SELECT s.* FROM schedules s
+		WHERE s.enabled AND s.queued_slot_at IS NOT NULL AND NOT ` + runActiveSQL + `
+			AND NOT EXISTS (SELECT 1 FROM due WHERE due.id = s.id)
+		LIMIT $2
+		FOR UPDATE OF s SKIP LOCKED
+	), s AS (SELECT * FROM due UNION ALL SELECT * FROM ready)
 	SELECT ` + slotterColumns + `, s.organization_id, s.current_version, s.overlap_policy, s.catch_up_policy,
 		s.next_slot_at, s.next_fire_at, s.queued_slot_at, s.last_task_id, s.last_scan_id,
 		v.definition, ` + runActiveSQL + `, n.now
-	FROM (SELECT coalesce($1::timestamptz, now()) AS now) n, ` + scheduleFrom + `
-	WHERE s.enabled AND (s.next_fire_at <= n.now OR (s.queued_slot_at IS NOT NULL AND NOT ` + runActiveSQL + `))
-	ORDER BY s.next_fire_at NULLS FIRST, s.id
-	LIMIT $2
-	FOR UPDATE OF s SKIP LOCKED`
+	FROM n, s JOIN schedule_versions v ON v.schedule_id = s.id AND v.version = s.current_version
+	ORDER BY s.next_fire_at NULLS FIRST, s.id`
 
 // claimed is a due schedule, locked by the claim.
 type claimed struct {
@@ -106,6 +125,11 @@ func (s *Store) fireDueSchedules(ctx context.Context, at *time.Time, limit int) 
 			wakeups = append(wakeups, c.wakeups...)
 			fires = append(fires, c.fires...)
 		}
+		if len(due) > 0 {
+			if err := advance(ctx, tx, due); err != nil {
+				return err
+			}
+		}
 		return notify(ctx, tx, wakeups...)
 	})
 	if err != nil {
@@ -114,7 +138,8 @@ func (s *Store) fireDueSchedules(ctx context.Context, at *time.Time, limit int) 
 	return fires, nil
 }
 
-// fire applies the schedule's policies at c.now and advances it.
+// fire applies the schedule's policies at c.now and decides how it
+// advances (written for all claimed schedules at once by advance).
 func (c *claimed) fire(ctx context.Context, tx pgx.Tx) error {
 	// A queued slot whose previous run has ended runs first.
 	if c.queued != nil && !c.active {
@@ -128,11 +153,30 @@ func (c *claimed) fire(ctx context.Context, tx pgx.Tx) error {
 			return err
 		}
 	}
-	_, err := tx.Exec(ctx, `UPDATE schedules SET next_slot_at = $2, next_fire_at = $3, queued_slot_at = $4,
-			last_task_id = $5, last_scan_id = $6, last_slot_at = coalesce($7, last_slot_at), updated_at = now()
-		WHERE id = $1`, c.sl.id, c.nextSlot, c.nextFire, c.queued, c.lastTask, c.lastScan, c.lastSlot)
-	if err != nil {
-		return fmt.Errorf("advance schedule: %w", err)
+	return nil
+}
+
+// advanceSchedulesSQL moves every claimed schedule on, in one statement:
+// its next slot and fire time, its queued slot, its latest run and slot.
+const advanceSchedulesSQL = `
+	UPDATE schedules s SET next_slot_at = a.next_slot, next_fire_at = a.next_fire, queued_slot_at = a.queued,
+		last_task_id = a.last_task, last_scan_id = a.last_scan, last_slot_at = coalesce(a.last_slot, s.last_slot_at),
+		updated_at = now()
+	FROM unnest($1::uuid[], $2::timestamptz[], $3::timestamptz[], $4::timestamptz[], $5::uuid[], $6::uuid[], $7::timestamptz[])
+		AS a(id, next_slot, next_fire, queued, last_task, last_scan, last_slot)
+	WHERE s.id = a.id`
+
+// advance writes what the fires of the claimed schedules decided.
+func advance(ctx context.Context, tx pgx.Tx, due []*claimed) error {
+	n := len(due)
+	ids, lastTask, lastScan := make([]uuid.UUID, n), make([]*uuid.UUID, n), make([]*uuid.UUID, n)
+	nextSlot, nextFire, queued, lastSlot := make([]*time.Time, n), make([]*time.Time, n), make([]*time.Time, n), make([]*time.Time, n)
+	for i, c := range due {
+		ids[i], nextSlot[i], nextFire[i], queued[i] = c.sl.id, c.nextSlot, c.nextFire, c.queued
+		lastTask[i], lastScan[i], lastSlot[i] = c.lastTask, c.lastScan, c.lastSlot
+	}
+	if _, err := tx.Exec(ctx, advanceSchedulesSQL, ids, nextSlot, nextFire, queued, lastTask, lastScan, lastSlot); err != nil {
+		return fmt.Errorf("advance schedules: %w", err)
 	}
 	return nil
 }
@@ -209,36 +253,23 @@ func (c *claimed) record(ctx context.Context, tx pgx.Tx, slot time.Time, outcome
 	return nil
 }
 
-// run fires a slot: it claims the key (schedule, slot) — or, for a queued
-// slot, its queued entry — and creates the scan or task only if the claim
-// succeeded, so a slot never creates twice.
+// run fires a slot: it creates the scan or task, then claims the key
+// (schedule, slot) — or, for a queued slot, its queued entry — with it,
+// all within a savepoint. A key already claimed rolls the run back, so a
+// slot never creates twice; a run the database refuses rolls back and its
+// slot is recorded as skipped (error), so that it cannot fail every
+// schedule claimed with it, forever. Creating first and then claiming
+// writes each fire once (its run known) instead of inserting it and then
+// updating it.
 func (c *claimed) run(ctx context.Context, tx pgx.Tx, slot time.Time, queued bool, missed int) error {
-	var fireID uuid.UUID
-	var firedAt time.Time
-	var err error
-	if queued {
-		err = tx.QueryRow(ctx, `UPDATE schedule_fires SET outcome = 'created', version = $3, fired_at = now()
-			WHERE schedule_id = $1 AND slot_at = $2 AND trigger_kind = 'schedule' AND outcome = 'queued'
-			RETURNING id, fired_at`, c.sl.id, slot, c.version).Scan(&fireID, &firedAt)
-	} else {
-		err = tx.QueryRow(ctx, `INSERT INTO schedule_fires (schedule_id, organization_id, version, slot_at, trigger_kind,
-				outcome, missed_slots)
-			VALUES ($1, $2, $3, $4, 'schedule', 'created', $5)
-			ON CONFLICT (schedule_id, slot_at) WHERE trigger_kind = 'schedule' DO NOTHING
-			RETURNING id, fired_at`, c.sl.id, c.org, c.version, slot, missed).Scan(&fireID, &firedAt)
-	}
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil // this slot already fired
-	}
-	if err != nil {
-		return fmt.Errorf("record schedule fire: %w", err)
-	}
 	version := c.version
 	tr := Trigger{Kind: TriggerSchedule, ScheduleID: &c.sl.id, ScheduleVersion: &version, SlotAt: &slot}
-	f := ScheduleFire{ID: fireID, ScheduleID: c.sl.id, Version: c.version, SlotAt: slot, Trigger: TriggerSchedule,
-		Outcome: FireCreated, MissedSlots: missed, FiredAt: firedAt}
-	// A savepoint, so that a run the database refuses skips its slot
-	// instead of failing every schedule claimed with it, forever.
+	f := ScheduleFire{ScheduleID: c.sl.id, Version: c.version, SlotAt: slot, Trigger: TriggerSchedule,
+		Outcome: FireCreated, MissedSlots: missed}
+	if !queued {
+		due := c.sl.fireAt(slot)
+		f.DueAt = &due
+	}
 	sp, err := tx.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("schedule savepoint: %w", err)
@@ -250,13 +281,38 @@ func (c *claimed) run(ctx context.Context, tx pgx.Tx, slot time.Time, queued boo
 		if err := sp.Rollback(ctx); err != nil {
 			return fmt.Errorf("schedule savepoint: %w", err)
 		}
-		if _, err := tx.Exec(ctx, `UPDATE schedule_fires SET outcome = 'skipped', skip_reason = 'error' WHERE id = $1`,
-			fireID); err != nil {
-			return fmt.Errorf("record failed schedule fire: %w", err)
+		if queued {
+			_, err := tx.Exec(ctx, `UPDATE schedule_fires SET outcome = 'skipped', skip_reason = 'error', version = $3
+				WHERE schedule_id = $1 AND slot_at = $2 AND trigger_kind = 'schedule' AND outcome = 'queued'`,
+				c.sl.id, slot, c.version)
+			if err != nil {
+				return fmt.Errorf("record failed schedule fire: %w", err)
+			}
+			return nil
 		}
-		f.Outcome, f.SkipReason, f.TaskID, f.ScanID, f.RunState = FireSkipped, SkipError, nil, nil, ""
-		c.fires = append(c.fires, f)
+		return c.record(ctx, tx, slot, FireSkipped, SkipError, missed)
+	}
+	if queued {
+		err = sp.QueryRow(ctx, `UPDATE schedule_fires SET outcome = 'created', version = $3, fired_at = now(),
+				task_id = $4, scan_id = $5
+			WHERE schedule_id = $1 AND slot_at = $2 AND trigger_kind = 'schedule' AND outcome = 'queued'
+			RETURNING id, fired_at`, c.sl.id, slot, c.version, f.TaskID, f.ScanID).Scan(&f.ID, &f.FiredAt)
+	} else {
+		err = sp.QueryRow(ctx, `INSERT INTO schedule_fires (schedule_id, organization_id, version, slot_at, trigger_kind,
+				outcome, missed_slots, task_id, scan_id)
+			VALUES ($1, $2, $3, $4, 'schedule', 'created', $5, $6, $7)
+			ON CONFLICT (schedule_id, slot_at) WHERE trigger_kind = 'schedule' DO NOTHING
+			RETURNING id, fired_at`, c.sl.id, c.org, c.version, slot, missed, f.TaskID, f.ScanID).Scan(&f.ID, &f.FiredAt)
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		// This slot already fired: its run stays the only one.
+		if err := sp.Rollback(ctx); err != nil {
+			return fmt.Errorf("schedule savepoint: %w", err)
+		}
 		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("record schedule fire: %w", err)
 	}
 	if err := sp.Commit(ctx); err != nil {
 		return fmt.Errorf("schedule savepoint: %w", err)
@@ -281,9 +337,9 @@ func isRefusedData(err error) bool {
 // scheduled runs have none, their key is (schedule, slot).
 type runKey struct{ key, requestSHA256 string }
 
-// createRun creates the definition's scan or task with trigger tr, and
-// records what it created on the fire f (whose row exists). Replayed: the
-// key had already created it, and f's row is left as it was.
+// createRun creates the definition's scan or task with trigger tr and sets
+// f's TaskID or ScanID (and RunState) to it. Replayed: the key had already
+// created it.
 func createRun(ctx context.Context, tx pgx.Tx, org uuid.UUID, def ScheduleDefinition, tr Trigger, key runKey,
 	f *ScheduleFire) (replayed bool, err error) {
 	switch def.Kind {
@@ -314,7 +370,7 @@ func createRun(ctx context.Context, tx pgx.Tx, org uuid.UUID, def ScheduleDefini
 			LeaseDurationSeconds: d.LeaseDurationSeconds, AttemptTimeoutSeconds: d.AttemptTimeoutSeconds,
 			ExecutionTimeout: time.Duration(d.ExecutionTimeoutSeconds) * time.Second,
 			RetryBaseSeconds: d.RetryBaseSeconds, RetryMaxSeconds: d.RetryMaxSeconds, Trigger: &tr,
-			IdempotencyKey: key.key, RequestSHA256: key.requestSHA256})
+			IdempotencyKey: key.key, RequestSHA256: key.requestSHA256, SecretRefs: d.SecretRefs})
 		if err != nil {
 			return false, fmt.Errorf("schedule %s: create task: %w", f.ScheduleID, err)
 		}
@@ -322,14 +378,7 @@ func createRun(ctx context.Context, tx pgx.Tx, org uuid.UUID, def ScheduleDefini
 	default:
 		return false, fmt.Errorf("schedule %s: unknown kind %q", f.ScheduleID, def.Kind)
 	}
-	if replayed {
-		return true, nil
-	}
-	if _, err := tx.Exec(ctx, `UPDATE schedule_fires SET task_id = $2, scan_id = $3 WHERE id = $1`,
-		f.ID, f.TaskID, f.ScanID); err != nil {
-		return false, fmt.Errorf("record schedule run: %w", err)
-	}
-	return false, nil
+	return replayed, nil
 }
 
 // RunScheduleParams is who asks for a manual run, and its creation key.
@@ -363,6 +412,12 @@ func (s *Store) RunScheduleNow(ctx context.Context, scope Scope, id uuid.UUID, p
 		replayed, err = createRun(ctx, tx, sc.OrganizationID, sc.Definition, tr, runKey{p.IdempotencyKey, p.RequestSHA256}, &f)
 		if err != nil {
 			return err
+		}
+		if !replayed {
+			if _, err := tx.Exec(ctx, `UPDATE schedule_fires SET task_id = $2, scan_id = $3 WHERE id = $1`,
+				f.ID, f.TaskID, f.ScanID); err != nil {
+				return fmt.Errorf("record schedule run: %w", err)
+			}
 		}
 		if replayed {
 			// The key made a run before: answer its fire, keep no new one.
@@ -400,21 +455,18 @@ func (s *Store) RunScheduleNow(ctx context.Context, scope Scope, id uuid.UUID, p
 type NextScheduleFire struct {
 	At time.Time
 	In time.Duration
-	// QueuedWaiting: a schedule holds a queued slot (overlap queue_one)
-	// whose previous run is still active. It becomes due when that run
-	// ends, which sends no wake-up, so the timer must look again now and
-	// then — and only then.
-	QueuedWaiting bool
 }
 
 // NextScheduleFireAt is the earliest fire of any enabled schedule, or false
 // when none will fire. A queued slot whose previous run has ended is due
 // now. A schedule change sends WakeSchedules, after which the timer asks
-// again.
+// again; so does the end of a run a queued slot waits for (a trigger of
+// migration 000016). The one end the trigger cannot see — a run ending
+// while the fire that queues its successor has not committed yet — this
+// query sees, because the timer asks it right after that fire commits.
 func (s *Store) NextScheduleFireAt(ctx context.Context) (NextScheduleFire, bool, error) {
 	var at *time.Time
 	var inMicros *int64
-	var queued bool
 	err := s.pool.QueryRow(ctx, `
 		WITH next AS (
 			SELECT least(
@@ -422,14 +474,13 @@ func (s *Store) NextScheduleFireAt(ctx context.Context) (NextScheduleFire, bool,
 				(SELECT now() FROM schedules s WHERE s.enabled AND s.queued_slot_at IS NOT NULL AND NOT `+runActiveSQL+` LIMIT 1)
 			) AS at
 		)
-		SELECT at, (extract(epoch FROM greatest(at - now(), interval '0')) * 1000000)::bigint,
-			EXISTS (SELECT 1 FROM schedules WHERE enabled AND queued_slot_at IS NOT NULL)
-		FROM next`).Scan(&at, &inMicros, &queued)
+		SELECT at, (extract(epoch FROM greatest(at - now(), interval '0')) * 1000000)::bigint
+		FROM next`).Scan(&at, &inMicros)
 	if err != nil {
 		return NextScheduleFire{}, false, fmt.Errorf("next schedule fire: %w", err)
 	}
 	if at == nil || inMicros == nil {
-		return NextScheduleFire{QueuedWaiting: queued}, false, nil
+		return NextScheduleFire{}, false, nil
 	}
-	return NextScheduleFire{At: *at, In: time.Duration(*inMicros) * time.Microsecond, QueuedWaiting: queued}, true, nil
+	return NextScheduleFire{At: *at, In: time.Duration(*inMicros) * time.Microsecond}, true, nil
 }

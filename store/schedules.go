@@ -150,6 +150,7 @@ type ScheduledTask struct {
 	ExecutionTimeoutSeconds int             `json:"execution_timeout_seconds,omitempty"`
 	RetryBaseSeconds        float64         `json:"retry_base_seconds,omitempty"`
 	RetryMaxSeconds         float64         `json:"retry_max_seconds,omitempty"`
+	SecretRefs              []string        `json:"secret_refs,omitempty"`
 }
 
 // ScheduleParams creates a schedule or its next version.
@@ -196,6 +197,9 @@ type ScheduleFire struct {
 	// RunState is the created task's or scan's state now.
 	RunState string
 	FiredAt  time.Time
+	// DueAt is when a slot the timer fired on time was due (slot plus
+	// jitter), for the lag metric; nil for a manual run or a queued slot.
+	DueAt *time.Time
 }
 
 // Fire outcomes and skip reasons.
@@ -361,6 +365,9 @@ func validateDefinition(d ScheduleDefinition) error {
 			return invalid("definition.task.execution_timeout_seconds: must not be negative")
 		case tk.RetryBaseSeconds < 0 || tk.RetryMaxSeconds < tk.RetryBaseSeconds:
 			return invalid("definition.task.retry_max_seconds: must be at least retry_base_seconds, both non-negative")
+		}
+		if err := CheckSecretRefs("definition.task.secret_refs", tk.SecretRefs); err != nil {
+			return err
 		}
 	default:
 		return invalid("definition.kind: must be scan or task")

@@ -477,7 +477,7 @@ func TestMissingOrganization(t *testing.T) {
 	require.ErrorIs(t, err, store.ErrNotFound)
 	text, _ = problem.PublicText(err)
 	require.Equal(t, wantText, text)
-	_, _, err = s.ListScans(ctx, unscoped, &missing, nil, 10)
+	_, _, err = s.ListScans(ctx, unscoped, store.ListScansParams{OrganizationID: &missing, Limit: 10})
 	require.ErrorIs(t, err, store.ErrNotFound)
 	text, _ = problem.PublicText(err)
 	require.Equal(t, wantText, text)
@@ -486,7 +486,7 @@ func TestMissingOrganization(t *testing.T) {
 	tasks, _, err := s.ListTasks(ctx, unscoped, store.ListTasksParams{OrganizationID: &orgC.ID, Limit: 10})
 	require.NoError(t, err)
 	require.Empty(t, tasks)
-	scans, _, err := s.ListScans(ctx, unscoped, &orgC.ID, nil, 10)
+	scans, _, err := s.ListScans(ctx, unscoped, store.ListScansParams{OrganizationID: &orgC.ID, Limit: 10})
 	require.NoError(t, err)
 	require.Empty(t, scans)
 
@@ -505,7 +505,7 @@ func TestMissingOrganization(t *testing.T) {
 		tasks, _, err = s.ListTasks(ctx, scoped, store.ListTasksParams{OrganizationID: &org, Limit: 10})
 		require.NoError(t, err)
 		require.Empty(t, tasks)
-		scans, _, err = s.ListScans(ctx, scoped, &org, nil, 10)
+		scans, _, err = s.ListScans(ctx, scoped, store.ListScansParams{OrganizationID: &org, Limit: 10})
 		require.NoError(t, err)
 		require.Empty(t, scans)
 	}

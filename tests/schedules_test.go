@@ -3,6 +3,7 @@ package tests
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -238,17 +239,48 @@ func TestScheduleBadInput(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, list.StatusCode(), string(list.Body))
 }
 
-// TestScheduleTwoReplicasFireEachSlotOnce: two gateway processes on one
-// database both run the timer; every slot fires once.
-func TestScheduleTwoReplicasFireEachSlotOnce(t *testing.T) {
+// TestScheduleReplicasFireEachSlotOnce: two and three gateway processes on
+// one database all run the timer over 1,000 slots (50 one-second interval
+// schedules, 20 slots each); every slot is accounted for exactly once —
+// fired with one task, or counted as missed on a later fire when a busy
+// machine was late — and none created two tasks.
+func TestScheduleReplicasFireEachSlotOnce(t *testing.T) {
 	t.Parallel()
-	g, _ := harness.StartProcesses(t, 2)
-	org := g.NewOrganization(t, "acme")
-	sc := createSchedule(t, g, everySecondTask(org, "every second"))
-	harness.WaitFor(t, 40*time.Second, "five fires", func() bool {
-		return len(createdFires(scheduleFires(t, g, sc.Id), apiclient.ScheduleFireTriggerSchedule)) >= 5
-	})
-	requireOneTaskPerSlot(t, g, sc.Id)
+	const schedules, slotsEach = 50, 20
+	for _, replicas := range []int{2, 3} {
+		t.Run(fmt.Sprintf("%d replicas", replicas), func(t *testing.T) {
+			t.Parallel()
+			g, _ := harness.StartProcesses(t, replicas)
+			org := g.NewOrganization(t, "acme")
+			// Every schedule starts on the same whole second, a few seconds
+			// ahead, so that the replicas contend for the same slots.
+			start := time.Now().Add(3 * time.Second).Truncate(time.Second)
+			end := start.Add(slotsEach*time.Second - time.Millisecond) // the last slot is start + 19 s
+			ids := make([]uuid.UUID, schedules)
+			for i := range ids {
+				req := everySecondTask(org, fmt.Sprintf("every second %d", i))
+				req.Timing.StartAt, req.Timing.EndAt = &start, &end
+				ids[i] = createSchedule(t, g, req).Id
+			}
+			harness.WaitFor(t, 2*time.Minute, "every schedule past its last slot", func() bool {
+				var ended int
+				require.NoError(t, g.Pool.QueryRow(context.Background(), `SELECT count(*) FROM schedules
+					WHERE id = ANY($1) AND next_slot_at IS NULL`, ids).Scan(&ended))
+				return ended == schedules
+			})
+			var accounted, fired int
+			for _, id := range ids {
+				requireOneTaskPerSlot(t, g, id)
+				var fires, missed int
+				require.NoError(t, g.Pool.QueryRow(context.Background(), `SELECT count(*), coalesce(sum(missed_slots), 0)
+					FROM schedule_fires WHERE schedule_id = $1 AND trigger_kind = 'schedule' AND outcome = 'created'`, id).Scan(&fires, &missed))
+				accounted += fires + missed
+				fired += fires
+			}
+			require.Equal(t, schedules*slotsEach, accounted, "every slot fired or counted missed, once")
+			t.Logf("%d replicas: %d slots, %d fired, %d counted missed on a later fire", replicas, accounted, fired, accounted-fired)
+		})
+	}
 }
 
 // TestAPITaskTrigger: a task created through the API says so, and records
@@ -265,4 +297,59 @@ func TestAPITaskTrigger(t *testing.T) {
 	var token *uuid.UUID
 	require.NoError(t, g.Pool.QueryRow(context.Background(), `SELECT trigger_token_id FROM worker_tasks WHERE id = $1`, id).Scan(&token))
 	require.NotNil(t, token)
+}
+
+// TestListFilteredByTrigger: task and scan lists keep those created by an
+// API call, or by one schedule (a manual run here).
+func TestListFilteredByTrigger(t *testing.T) {
+	t.Parallel()
+	g := harness.Start(t)
+	ctx := context.Background()
+	org := g.NewOrganization(t, "acme")
+	apiTask := g.CreateTask(t, org, harness.TaskSpec{})
+	hourly := "@hourly"
+	taskSchedule := everySecondTask(org, "hourly task")
+	taskSchedule.Timing = apiclient.ScheduleTiming{Cron: &hourly}
+	scanSchedule := apiclient.CreateScheduleRequest{OrganizationId: org, Name: "hourly scan", Timing: apiclient.ScheduleTiming{Cron: &hourly},
+		Definition: apiclient.ScheduleDefinition{Kind: apiclient.ScheduleDefinitionKindScan, Scan: &apiclient.ScheduledScan{
+			Targets: []string{"127.0.0.1"}, Plugins: []apiclient.ScanPlugin{{Name: "echo"}}}}}
+	runNow := func(req apiclient.CreateScheduleRequest) (uuid.UUID, apiclient.ScheduleFire) {
+		sc := createSchedule(t, g, req)
+		res, err := g.Control.RunScheduleWithResponse(ctx, sc.Id, &apiclient.RunScheduleParams{})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusCreated, res.StatusCode(), string(res.Body))
+		return sc.Id, *res.JSON201
+	}
+	taskScheduleID, taskFire := runNow(taskSchedule)
+	scanScheduleID, scanFire := runNow(scanSchedule)
+
+	listTasks := func(p apiclient.ListTasksParams) []uuid.UUID {
+		p.OrganizationId = &org
+		res, err := g.Control.ListTasksWithResponse(ctx, &p)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
+		var ids []uuid.UUID
+		for _, task := range res.JSON200.Items {
+			ids = append(ids, task.Id)
+		}
+		return ids
+	}
+	api, manual := apiclient.TriggerKindApi, apiclient.TriggerKindManual
+	require.Equal(t, []uuid.UUID{apiTask}, listTasks(apiclient.ListTasksParams{Trigger: &api}))
+	require.Equal(t, []uuid.UUID{*taskFire.TaskId}, listTasks(apiclient.ListTasksParams{ScheduleId: &taskScheduleID}))
+	require.Equal(t, []uuid.UUID{*taskFire.TaskId}, listTasks(apiclient.ListTasksParams{Trigger: &manual, ScheduleId: &taskScheduleID}))
+	require.Empty(t, listTasks(apiclient.ListTasksParams{Trigger: &api, ScheduleId: &taskScheduleID}))
+
+	scans, err := g.Control.ListScansWithResponse(ctx, &apiclient.ListScansParams{OrganizationId: &org, Trigger: &manual, ScheduleId: &scanScheduleID})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, scans.StatusCode(), string(scans.Body))
+	require.Len(t, scans.JSON200.Items, 1)
+	require.Equal(t, *scanFire.ScanId, scans.JSON200.Items[0].Id)
+	none, err := g.Control.ListScansWithResponse(ctx, &apiclient.ListScansParams{OrganizationId: &org, Trigger: &api})
+	require.NoError(t, err)
+	require.Empty(t, none.JSON200.Items)
+
+	bad, err := g.Control.ListTasksWithResponse(ctx, &apiclient.ListTasksParams{Trigger: ptr(apiclient.TriggerKind("cron"))})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusBadRequest, bad.StatusCode(), string(bad.Body))
 }

@@ -207,6 +207,9 @@ func (r *runner) newLease(l *apiclient.Lease, sent time.Time) *lease {
 		AttemptNumber:  s.AttemptNumber,
 		MaxAttempts:    s.MaxAttempts,
 	}
+	if l.Secrets != nil {
+		task.Secrets = *l.Secrets
+	}
 	ttl := seconds(l.LeaseTtlSeconds)
 	ls := &lease{
 		rt:        r,

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -116,9 +117,25 @@ type LeasedTask struct {
 	Payload        json.RawMessage
 	AttemptNumber  int
 	MaxAttempts    int
+	// Secrets are the values of the organization's secrets the task
+	// references (its secret_refs), by name; nil when it references none.
+	// Keep them out of results; the gateway redacts them from the log.
+	Secrets map[string]string
 
 	lease *lease
 	sink  TaskSink // set instead of lease by NewDetachedTask
+}
+
+// SecretEnv returns the task's secrets as NAME=value environment entries,
+// sorted by name, for a handler that runs a subprocess: append them to its
+// cmd.Env (secret names have the shape of environment variables).
+func (t *LeasedTask) SecretEnv() []string {
+	env := make([]string, 0, len(t.Secrets))
+	for name, value := range t.Secrets {
+		env = append(env, name+"="+value)
+	}
+	slices.Sort(env)
+	return env
 }
 
 // TaskError is a handler failure with a stable code. Return it (or an error

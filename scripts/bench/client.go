@@ -315,29 +315,13 @@ func (p *producer) warm(ctx context.Context) error {
 }
 
 // waitingPolls reads the gateway's gateway_waiting_polls gauge (long-polls
-// parked in its hub) from GET /metrics. It needs a token without
-// organization scope and the metrics on the main listener (the default);
-// otherwise it returns an error. A scrape also runs the gateway's
-// gateway_tasks query in the database.
+// parked in its hub) from GET /metrics.
 func (p *producer) waitingPolls(ctx context.Context) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.base+"/metrics", nil)
+	text, err := p.metricsText(ctx)
 	if err != nil {
 		return 0, err
 	}
-	req.Header.Set("Authorization", "Bearer "+p.token)
-	res, err := p.client.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer drainClose(res)
-	if err := checkStatus(res, http.StatusOK); err != nil {
-		return 0, err
-	}
-	b, err := io.ReadAll(io.LimitReader(res.Body, 4<<20))
-	if err != nil {
-		return 0, err
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
+	for line := range strings.SplitSeq(text, "\n") {
 		if v, ok := strings.CutPrefix(line, "gateway_waiting_polls "); ok {
 			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 			if err != nil {
@@ -347,6 +331,28 @@ func (p *producer) waitingPolls(ctx context.Context) (int, error) {
 		}
 	}
 	return 0, errors.New("/metrics has no gateway_waiting_polls")
+}
+
+// metricsText scrapes the gateway's GET /metrics. It needs a token without
+// organization scope and the metrics on the main listener (the default);
+// otherwise it returns an error. A scrape also runs the gateway's
+// gateway_tasks query in the database.
+func (p *producer) metricsText(ctx context.Context) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.base+"/metrics", nil)
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Authorization", "Bearer "+p.token)
+	res, err := p.client.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer drainClose(res)
+	if err := checkStatus(res, http.StatusOK); err != nil {
+		return "", err
+	}
+	b, err := io.ReadAll(io.LimitReader(res.Body, 4<<20))
+	return string(b), err
 }
 
 // errorTally counts failed requests by kind ("lease 429", "complete 409",

@@ -68,6 +68,14 @@ Scenarios (-scenario, comma-separated to run several on one stack):
               with -backlog-tasks pending tasks of other organizations and
               -backlog-unmatched older ones of its own that need a capability
               it lacks. Reports p50/p99 of both phases and their ratio.
+  schedules   -schedules interval schedules (every -schedule-period, their
+              slots spread evenly over it; each fire creates a loopback scan)
+              are cloned in SQL. First -idle-window with no slot due
+              (PostgreSQL xact/s must be 0), then -schedule-window of firing:
+              fires/s, the lag from each slot's fire time to the commit that
+              created its scan (p50/p99, from the gateway's
+              gateway_schedule_fire_lag_seconds histogram) and CPU. Verifies
+              in SQL that every slot due fired once, with one scan.
   fairness    -workers (8 unless given) workers serving organizations A and
               B drain A's -fairness-tasks backlog (max_tasks=-batch) while
               -samples (20 unless given) tasks are created for B one at a
@@ -112,7 +120,7 @@ func main() {
 
 func run() int {
 	var (
-		scenarios   = flag.String("scenario", "throughput", "scenarios to run, comma-separated: throughput, latency, results, uploads, idle, backlog, fairness")
+		scenarios   = flag.String("scenario", "throughput", "scenarios to run, comma-separated: throughput, latency, results, uploads, idle, backlog, fairness, schedules")
 		tasks       = flag.Int("tasks", 20000, "throughput: number of tasks")
 		workers     = flag.Int("workers", 32, "number of simulated workers (each its own certificate and worker identity); results uses 16 and fairness 8 unless this is given, backlog always 1")
 		batch       = flag.Int("batch", 1, "throughput, fairness: max_tasks per lease request")
@@ -134,6 +142,9 @@ func run() int {
 		blUnmatched = flag.Int("backlog-unmatched", 100000, "backlog: pending tasks of the measured organization that need a capability no worker has, in the second phase")
 		blSamples   = flag.Int("backlog-samples", 500, "backlog: measured lease cycles per phase")
 		fairTasks   = flag.Int("fairness-tasks", 100000, "fairness: pending tasks of organization A")
+		nSchedules  = flag.Int("schedules", 100000, "schedules: interval schedules, their slots spread evenly over the period")
+		schedPeriod = flag.Duration("schedule-period", time.Minute, "schedules: every schedule's interval (whole seconds)")
+		schedWindow = flag.Duration("schedule-window", 2*time.Minute, "schedules: measured window of firing")
 		timeLimit   = flag.Duration("time-limit", 5*time.Minute, "time limit per scenario (setup included); the scenario stops and fails when it is reached. backlog gets 15m unless this is given (inserting its backlog alone can take minutes)")
 		jsonOut     = flag.Bool("json", false, "print one JSON object per scenario on stdout (the human summary goes to stderr)")
 		cpuProfile  = flag.String("cpuprofile", "", "write a CPU profile of the load generator itself (this process, not the gateway) to this file")
@@ -178,8 +189,8 @@ func run() int {
 
 	list := strings.Split(*scenarios, ",")
 	for _, sc := range list {
-		if !slices.Contains([]string{"throughput", "latency", "results", "uploads", "idle", "backlog", "fairness"}, sc) {
-			warnf("unknown scenario %q (want throughput, latency, results, uploads, idle, backlog or fairness)", sc)
+		if !slices.Contains([]string{"throughput", "latency", "results", "uploads", "idle", "backlog", "fairness", "schedules"}, sc) {
+			warnf("unknown scenario %q (want throughput, latency, results, uploads, idle, backlog, fairness or schedules)", sc)
 			return 2
 		}
 	}
@@ -195,6 +206,10 @@ func run() int {
 	}
 	if *idleWindow <= 0 || *idleWait < 0 || *blTasks < 0 || *blUnmatched < 0 || *blSamples < 1 || *fairTasks < 1 {
 		warnf("flags out of range (idle-window > 0; idle-wait, backlog-tasks, backlog-unmatched ≥ 0; backlog-samples, fairness-tasks ≥ 1)")
+		return 2
+	}
+	if *nSchedules < 1 || *schedPeriod < time.Second || *schedPeriod%time.Second != 0 || *schedWindow <= 0 {
+		warnf("flags out of range (schedules ≥ 1; schedule-period whole seconds ≥ 1s; schedule-window > 0)")
 		return 2
 	}
 	if *compare != "" && (*compare != "river" || !slices.Contains(list, "throughput")) {
@@ -329,6 +344,9 @@ func run() int {
 		if sc == "backlog" && !given["time-limit"] {
 			limit = backlogTimeLimit
 		}
+		if sc == "schedules" && !given["time-limit"] {
+			limit = schedulesTimeLimit
+		}
 		scCtx, scCancel := context.WithTimeout(ctx, limit)
 		var r *Result
 		switch sc {
@@ -348,6 +366,8 @@ func run() int {
 			r, err = runBacklog(scCtx, st, backlogConfig{tasks: *blTasks, unmatched: *blUnmatched, samples: *blSamples}, logf)
 		case "fairness":
 			r, err = runFairness(scCtx, st, fairnessConfig{tasks: *fairTasks, workers: fairWorkers, batch: *batch, samples: fairSamples}, logf)
+		case "schedules":
+			r, err = runSchedules(scCtx, st, schedulesConfig{schedules: *nSchedules, period: *schedPeriod, window: *schedWindow, idle: *idleWindow}, logf)
 		}
 		scCancel()
 		if r == nil {
@@ -494,6 +514,23 @@ type Result struct {
 	FairnessWaitP50       *float64 `json:"fairness_wait_p50_ms,omitempty"`
 	FairnessWaitMax       *float64 `json:"fairness_wait_max_ms,omitempty"`
 
+	// schedules: the firing window (wall_seconds, CPU and xact figures
+	// above are its own; per "task" figures are per fire), then the idle
+	// window before the first slot.
+	Schedules            int      `json:"schedules,omitempty"`
+	PeriodSeconds        float64  `json:"period_seconds,omitempty"`
+	TargetFiresPerSec    *float64 `json:"target_fires_per_sec,omitempty"`
+	InsertSeconds        *float64 `json:"insert_seconds,omitempty"`
+	Fires                int      `json:"fires,omitempty"`
+	FiresPerSec          *float64 `json:"fires_per_sec,omitempty"`
+	LagSamples           int      `json:"lag_samples,omitempty"`
+	LagP50               *float64 `json:"lag_p50_ms,omitempty"`
+	LagP99               *float64 `json:"lag_p99_ms,omitempty"`
+	LagMax               *float64 `json:"lag_max_bucket_ms,omitempty"`
+	IdleDBXactPerSec     *float64 `json:"idle_db_xact_per_sec,omitempty"`
+	IdlePostgresCPUCores *float64 `json:"idle_postgres_cpu_cores,omitempty"`
+	IdleGatewayCPUCores  *float64 `json:"idle_gateway_cpu_cores,omitempty"`
+
 	GatewayCPUCores  *float64 `json:"gateway_cpu_cores,omitempty"`
 	PostgresCPUCores *float64 `json:"postgres_cpu_cores,omitempty"`
 	GatewayRSSMB     *float64 `json:"gateway_rss_mb,omitempty"`
@@ -621,6 +658,18 @@ func (r *Result) printHuman(w io.Writer) {
 		line("load generator", "%s CPU cores (this process; same machine)", f(r.LoadgenCPUCores, ""))
 		line("machine", "%s CPU cores busy in all, %s stolen by the hypervisor", f(r.MachineCPUCores, ""), f(r.StealCPUCores, ""))
 		line("window", "%.2f s; %d polls answered before its end and sent again", r.WallSeconds, r.Repolls)
+	case "schedules":
+		fmt.Fprintf(w, "schedules: %d interval schedules every %g s = %s fires/s due (created in %s s)\n",
+			r.Schedules, r.PeriodSeconds, f(r.TargetFiresPerSec, ""), f(r.InsertSeconds, ""))
+		line("idle", "nothing due: postgres %s xact/s, %s CPU cores; gateway %s CPU cores",
+			f(r.IdleDBXactPerSec, ""), f(r.IdlePostgresCPUCores, ""), f(r.IdleGatewayCPUCores, ""))
+		line("firing", "%s fires/s sustained (%d fires in %.2f s)", f(r.FiresPerSec, ""), r.Fires, r.WallSeconds)
+		line("lag", "slot due → run committed: p50 %s  p99 %s  max ≤ %s  (%d fires, gateway histogram)",
+			f(r.LagP50, " ms"), f(r.LagP99, " ms"), f(r.LagMax, " ms"), r.LagSamples)
+		line("gateway", "%s CPU cores = %s CPU per fire", f(r.GatewayCPUCores, ""), f(r.GatewayCPUMsPerTask, " ms"))
+		line("postgres", "%s CPU cores = %s CPU per fire, %s xact/s; %s checkpoints, %s autovacuum runs",
+			f(r.PostgresCPUCores, ""), f(r.PostgresCPUMsPerTask, " ms"), f(r.DBXactPerSec, ""), n(r.Checkpoints), n(r.AutovacuumRuns))
+		line("machine", "%s CPU cores busy in all, %s stolen by the hypervisor", f(r.MachineCPUCores, ""), f(r.StealCPUCores, ""))
 	case "backlog":
 		fmt.Fprintf(w, "backlog: %d lease cycles per phase, 1 worker; backlog %d tasks of %d other organizations + %d unmatched in its own\n",
 			r.Samples, r.BacklogTasks, backlogOrgs, r.UnmatchedTasks)

@@ -879,6 +879,20 @@ type CreateScheduleRequest struct {
 	Timing ScheduleTiming `json:"timing"`
 }
 
+// CreateSecretRequest defines model for CreateSecretRequest.
+type CreateSecretRequest struct {
+	// Name A letter or underscore, then letters, digits or underscores (an environment variable's shape).
+	Name           SecretName         `json:"name"`
+	OrganizationId openapi_types.UUID `json:"organization_id"`
+
+	// TaskTypes Only tasks of these types receive the secret; absent means every type.
+	TaskTypes *SecretTaskTypes `json:"task_types,omitempty"`
+	Value     *string          `json:"value,omitempty"`
+
+	// WorkerLabels Only workers whose labels include every key=value here receive the secret; absent means every worker.
+	WorkerLabels *SecretWorkerLabels `json:"worker_labels,omitempty"`
+}
+
 // CreateTaskRequest defines model for CreateTaskRequest.
 type CreateTaskRequest struct {
 	AttemptTimeoutSeconds *int `json:"attempt_timeout_seconds,omitempty"`
@@ -901,8 +915,11 @@ type CreateTaskRequest struct {
 	RequiredCapabilities *Capabilities `json:"required_capabilities,omitempty"`
 
 	// Retry Exponential backoff with full jitter between attempts.
-	Retry    *RetryPolicy `json:"retry,omitempty"`
-	TaskType TaskType     `json:"task_type"`
+	Retry *RetryPolicy `json:"retry,omitempty"`
+
+	// SecretRefs Names of the organization's secrets the task receives in its lease (`secrets`). A secret missing or withheld at lease time fails the attempt with error code `secret_unavailable`.
+	SecretRefs *[]SecretName `json:"secret_refs,omitempty"`
+	TaskType   TaskType      `json:"task_type"`
 }
 
 // CreateWebhookRequest defines model for CreateWebhookRequest.
@@ -1043,8 +1060,13 @@ type Lease struct {
 	LeaseToken string `json:"lease_token"`
 
 	// LeaseTtlSeconds Seconds from now until the lease expires.
-	LeaseTtlSeconds float64      `json:"lease_ttl_seconds"`
-	Task            TaskSnapshot `json:"task"`
+	LeaseTtlSeconds float64 `json:"lease_ttl_seconds"`
+
+	// Secrets The values of the secrets the task references (`secret_refs`), by name; absent when it
+	// references none. This is the only place a value ever appears: keep it out of logs
+	// and results (the gateway redacts values a worker writes into its log).
+	Secrets *map[string]string `json:"secrets,omitempty"`
+	Task    TaskSnapshot       `json:"task"`
 }
 
 // LeaseRef defines model for LeaseRef.
@@ -1187,6 +1209,16 @@ type RegisterCertificateRequest struct {
 // RenewRequest defines model for RenewRequest.
 type RenewRequest struct {
 	CsrPem string `json:"csr_pem"`
+}
+
+// ReplaceSecretRequest The whole new state; limits left out are removed.
+type ReplaceSecretRequest struct {
+	// TaskTypes Only tasks of these types receive the secret; absent means every type.
+	TaskTypes *SecretTaskTypes `json:"task_types,omitempty"`
+	Value     *string          `json:"value,omitempty"`
+
+	// WorkerLabels Only workers whose labels include every key=value here receive the secret; absent means every worker.
+	WorkerLabels *SecretWorkerLabels `json:"worker_labels,omitempty"`
 }
 
 // ResultAck defines model for ResultAck.
@@ -1448,8 +1480,39 @@ type ScheduledTask struct {
 	RequiredCapabilities *Capabilities `json:"required_capabilities,omitempty"`
 	RetryBaseSeconds     *float64      `json:"retry_base_seconds,omitempty"`
 	RetryMaxSeconds      *float64      `json:"retry_max_seconds,omitempty"`
-	TaskType             TaskType      `json:"task_type"`
+
+	// SecretRefs Names of the organization's secrets the task receives in its lease (`secrets`). A secret missing or withheld at lease time fails the attempt with error code `secret_unavailable`.
+	SecretRefs *[]SecretName `json:"secret_refs,omitempty"`
+	TaskType   TaskType      `json:"task_type"`
 }
+
+// Secret A secret's metadata; the value is never answered.
+type Secret struct {
+	CreatedAt      time.Time          `json:"created_at"`
+	Id             openapi_types.UUID `json:"id"`
+	Name           string             `json:"name"`
+	OrganizationId openapi_types.UUID `json:"organization_id"`
+	TaskTypes      *[]TaskType        `json:"task_types,omitempty"`
+	UpdatedAt      time.Time          `json:"updated_at"`
+
+	// Version Every replace adds one.
+	Version      int                `json:"version"`
+	WorkerLabels *map[string]string `json:"worker_labels,omitempty"`
+}
+
+// SecretList defines model for SecretList.
+type SecretList struct {
+	Items []Secret `json:"items"`
+}
+
+// SecretName A letter or underscore, then letters, digits or underscores (an environment variable's shape).
+type SecretName = string
+
+// SecretTaskTypes Only tasks of these types receive the secret; absent means every type.
+type SecretTaskTypes = []TaskType
+
+// SecretWorkerLabels Only workers whose labels include every key=value here receive the secret; absent means every worker.
+type SecretWorkerLabels map[string]string
 
 // Severity defines model for Severity.
 type Severity string
@@ -1822,6 +1885,9 @@ type ScanID = openapi_types.UUID
 // ScheduleID defines model for ScheduleID.
 type ScheduleID = openapi_types.UUID
 
+// SecretID defines model for SecretID.
+type SecretID = openapi_types.UUID
+
 // TaskID defines model for TaskID.
 type TaskID = openapi_types.UUID
 
@@ -1927,6 +1993,12 @@ type ListScansParams struct {
 	// OrganizationId Only this organization's scans. For an unscoped token, an organization that does not exist is 404.
 	OrganizationId *openapi_types.UUID `form:"organization_id,omitempty" json:"organization_id,omitempty"`
 
+	// Trigger Only those created this way.
+	Trigger *TriggerKind `form:"trigger,omitempty" json:"trigger,omitempty"`
+
+	// ScheduleId Only those a schedule created (by a slot or a manual run).
+	ScheduleId *openapi_types.UUID `form:"schedule_id,omitempty" json:"schedule_id,omitempty"`
+
 	// Cursor The `next_cursor` of the previous page.
 	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
@@ -1966,12 +2038,24 @@ type RunScheduleParams struct {
 	IdempotencyKey *OptionalIdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
+// ListSecretsParams defines parameters for ListSecrets.
+type ListSecretsParams struct {
+	// OrganizationId Only this organization's secrets. For an unscoped token, an organization that does not exist is 404.
+	OrganizationId *openapi_types.UUID `form:"organization_id,omitempty" json:"organization_id,omitempty"`
+}
+
 // ListTasksParams defines parameters for ListTasks.
 type ListTasksParams struct {
 	// OrganizationId Only this organization's tasks. For an unscoped token, an organization that does not exist is 404.
 	OrganizationId *openapi_types.UUID `form:"organization_id,omitempty" json:"organization_id,omitempty"`
 	State          *TaskState          `form:"state,omitempty" json:"state,omitempty"`
 	TaskType       *TaskType           `form:"task_type,omitempty" json:"task_type,omitempty"`
+
+	// Trigger Only those created this way.
+	Trigger *TriggerKind `form:"trigger,omitempty" json:"trigger,omitempty"`
+
+	// ScheduleId Only those a schedule created (by a slot or a manual run).
+	ScheduleId *openapi_types.UUID `form:"schedule_id,omitempty" json:"schedule_id,omitempty"`
 
 	// Cursor The `next_cursor` of the previous page.
 	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
@@ -2083,6 +2167,12 @@ type CreateScheduleJSONRequestBody = CreateScheduleRequest
 
 // UpdateScheduleJSONRequestBody defines body for UpdateSchedule for application/json ContentType.
 type UpdateScheduleJSONRequestBody = UpdateScheduleRequest
+
+// CreateSecretJSONRequestBody defines body for CreateSecret for application/json ContentType.
+type CreateSecretJSONRequestBody = CreateSecretRequest
+
+// ReplaceSecretJSONRequestBody defines body for ReplaceSecret for application/json ContentType.
+type ReplaceSecretJSONRequestBody = ReplaceSecretRequest
 
 // CreateTaskJSONRequestBody defines body for CreateTask for application/json ContentType.
 type CreateTaskJSONRequestBody = CreateTaskRequest
@@ -2230,6 +2320,21 @@ type ServerInterface interface {
 	// RunSchedule Run a schedule now
 	// (POST /v1/schedules/{schedule_id}/run)
 	RunSchedule(w http.ResponseWriter, r *http.Request, scheduleId ScheduleID, params RunScheduleParams)
+	// ListSecrets List secrets (names and metadata)
+	// (GET /v1/secrets)
+	ListSecrets(w http.ResponseWriter, r *http.Request, params ListSecretsParams)
+	// CreateSecret Create a secret
+	// (POST /v1/secrets)
+	CreateSecret(w http.ResponseWriter, r *http.Request)
+	// DeleteSecret Delete a secret
+	// (DELETE /v1/secrets/{secret_id})
+	DeleteSecret(w http.ResponseWriter, r *http.Request, secretId SecretID)
+	// GetSecret Get a secret's metadata
+	// (GET /v1/secrets/{secret_id})
+	GetSecret(w http.ResponseWriter, r *http.Request, secretId SecretID)
+	// ReplaceSecret Replace a secret's value and limits
+	// (PUT /v1/secrets/{secret_id})
+	ReplaceSecret(w http.ResponseWriter, r *http.Request, secretId SecretID)
 	// ListTasks List tasks
 	// (GET /v1/tasks)
 	ListTasks(w http.ResponseWriter, r *http.Request, params ListTasksParams)
@@ -3341,6 +3446,32 @@ func (siw *ServerInterfaceWrapper) ListScans(w http.ResponseWriter, r *http.Requ
 		return
 	}
 
+	// ------------- Optional query parameter "trigger" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "trigger", r.URL.Query(), &params.Trigger, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "trigger"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "trigger", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "schedule_id" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "schedule_id", r.URL.Query(), &params.ScheduleId, runtime.BindQueryParameterOptions{Type: "string", Format: "uuid"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "schedule_id"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "schedule_id", Err: err})
+		}
+		return
+	}
+
 	// ------------- Optional query parameter "cursor" -------------
 
 	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
@@ -3795,6 +3926,131 @@ func (siw *ServerInterfaceWrapper) RunSchedule(w http.ResponseWriter, r *http.Re
 	handler.ServeHTTP(w, r)
 }
 
+// ListSecrets operation middleware
+func (siw *ServerInterfaceWrapper) ListSecrets(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListSecretsParams
+
+	// ------------- Optional query parameter "organization_id" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "organization_id", r.URL.Query(), &params.OrganizationId, runtime.BindQueryParameterOptions{Type: "string", Format: "uuid"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "organization_id"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "organization_id", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListSecrets(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CreateSecret operation middleware
+func (siw *ServerInterfaceWrapper) CreateSecret(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateSecret(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// DeleteSecret operation middleware
+func (siw *ServerInterfaceWrapper) DeleteSecret(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "secret_id" -------------
+	var secretId SecretID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "secret_id", r.PathValue("secret_id"), &secretId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "secret_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.DeleteSecret(w, r, secretId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetSecret operation middleware
+func (siw *ServerInterfaceWrapper) GetSecret(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "secret_id" -------------
+	var secretId SecretID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "secret_id", r.PathValue("secret_id"), &secretId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "secret_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetSecret(w, r, secretId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ReplaceSecret operation middleware
+func (siw *ServerInterfaceWrapper) ReplaceSecret(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "secret_id" -------------
+	var secretId SecretID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "secret_id", r.PathValue("secret_id"), &secretId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "secret_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ReplaceSecret(w, r, secretId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ListTasks operation middleware
 func (siw *ServerInterfaceWrapper) ListTasks(w http.ResponseWriter, r *http.Request) {
 
@@ -3839,6 +4095,32 @@ func (siw *ServerInterfaceWrapper) ListTasks(w http.ResponseWriter, r *http.Requ
 			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "task_type"})
 		} else {
 			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "task_type", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "trigger" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "trigger", r.URL.Query(), &params.Trigger, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "trigger"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "trigger", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "schedule_id" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "schedule_id", r.URL.Query(), &params.ScheduleId, runtime.BindQueryParameterOptions{Type: "string", Format: "uuid"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "schedule_id"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "schedule_id", Err: err})
 		}
 		return
 	}
@@ -4916,6 +5198,11 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/workers/{worker_id}/grants", wrapper.ListWorkerGrants)
 	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/workers/{worker_id}/grants/{organization_id}", wrapper.RevokeWorkerGrant)
 	m.HandleFunc(http.MethodPut+" "+options.BaseURL+"/v1/workers/{worker_id}/grants/{organization_id}", wrapper.GrantWorker)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/secrets", wrapper.ListSecrets)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/secrets", wrapper.CreateSecret)
+	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/secrets/{secret_id}", wrapper.DeleteSecret)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/secrets/{secret_id}", wrapper.GetSecret)
+	m.HandleFunc(http.MethodPut+" "+options.BaseURL+"/v1/secrets/{secret_id}", wrapper.ReplaceSecret)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/api-tokens", wrapper.ListApiTokens)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/api-tokens", wrapper.CreateApiToken)
 	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/api-tokens/{token_id}", wrapper.RevokeApiToken)
@@ -8381,6 +8668,492 @@ func (response RunScheduledefaultApplicationProblemPlusJSONResponse) VisitRunSch
 	return err
 }
 
+type ListSecretsRequestObject struct {
+	Params ListSecretsParams
+}
+
+type ListSecretsResponseObject interface {
+	VisitListSecretsResponse(w http.ResponseWriter) error
+}
+
+type ListSecrets200JSONResponse SecretList
+
+func (response ListSecrets200JSONResponse) VisitListSecretsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSecrets401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListSecrets401ApplicationProblemPlusJSONResponse) VisitListSecretsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSecrets403ApplicationProblemPlusJSONResponse Problem
+
+func (response ListSecrets403ApplicationProblemPlusJSONResponse) VisitListSecretsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSecrets404ApplicationProblemPlusJSONResponse Problem
+
+func (response ListSecrets404ApplicationProblemPlusJSONResponse) VisitListSecretsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSecretsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListSecretsdefaultApplicationProblemPlusJSONResponse) VisitListSecretsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSecretRequestObject struct {
+	Body *CreateSecretJSONRequestBody
+}
+
+type CreateSecretResponseObject interface {
+	VisitCreateSecretResponse(w http.ResponseWriter) error
+}
+
+type CreateSecret201JSONResponse Secret
+
+func (response CreateSecret201JSONResponse) VisitCreateSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(201)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSecret400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response CreateSecret400ApplicationProblemPlusJSONResponse) VisitCreateSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSecret401ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateSecret401ApplicationProblemPlusJSONResponse) VisitCreateSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSecret403ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateSecret403ApplicationProblemPlusJSONResponse) VisitCreateSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSecret404ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateSecret404ApplicationProblemPlusJSONResponse) VisitCreateSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSecret409ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateSecret409ApplicationProblemPlusJSONResponse) VisitCreateSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSecret503ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateSecret503ApplicationProblemPlusJSONResponse) VisitCreateSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateSecretdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response CreateSecretdefaultApplicationProblemPlusJSONResponse) VisitCreateSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteSecretRequestObject struct {
+	SecretId SecretID `json:"secret_id"`
+}
+
+type DeleteSecretResponseObject interface {
+	VisitDeleteSecretResponse(w http.ResponseWriter) error
+}
+
+type DeleteSecret200JSONResponse Secret
+
+func (response DeleteSecret200JSONResponse) VisitDeleteSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteSecret401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteSecret401ApplicationProblemPlusJSONResponse) VisitDeleteSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteSecret403ApplicationProblemPlusJSONResponse Problem
+
+func (response DeleteSecret403ApplicationProblemPlusJSONResponse) VisitDeleteSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteSecret404ApplicationProblemPlusJSONResponse Problem
+
+func (response DeleteSecret404ApplicationProblemPlusJSONResponse) VisitDeleteSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteSecretdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response DeleteSecretdefaultApplicationProblemPlusJSONResponse) VisitDeleteSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSecretRequestObject struct {
+	SecretId SecretID `json:"secret_id"`
+}
+
+type GetSecretResponseObject interface {
+	VisitGetSecretResponse(w http.ResponseWriter) error
+}
+
+type GetSecret200JSONResponse Secret
+
+func (response GetSecret200JSONResponse) VisitGetSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSecret401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response GetSecret401ApplicationProblemPlusJSONResponse) VisitGetSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSecret403ApplicationProblemPlusJSONResponse Problem
+
+func (response GetSecret403ApplicationProblemPlusJSONResponse) VisitGetSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSecret404ApplicationProblemPlusJSONResponse Problem
+
+func (response GetSecret404ApplicationProblemPlusJSONResponse) VisitGetSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetSecretdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetSecretdefaultApplicationProblemPlusJSONResponse) VisitGetSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReplaceSecretRequestObject struct {
+	SecretId SecretID `json:"secret_id"`
+	Body     *ReplaceSecretJSONRequestBody
+}
+
+type ReplaceSecretResponseObject interface {
+	VisitReplaceSecretResponse(w http.ResponseWriter) error
+}
+
+type ReplaceSecret200JSONResponse Secret
+
+func (response ReplaceSecret200JSONResponse) VisitReplaceSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReplaceSecret400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ReplaceSecret400ApplicationProblemPlusJSONResponse) VisitReplaceSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReplaceSecret401ApplicationProblemPlusJSONResponse Problem
+
+func (response ReplaceSecret401ApplicationProblemPlusJSONResponse) VisitReplaceSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReplaceSecret403ApplicationProblemPlusJSONResponse Problem
+
+func (response ReplaceSecret403ApplicationProblemPlusJSONResponse) VisitReplaceSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReplaceSecret404ApplicationProblemPlusJSONResponse Problem
+
+func (response ReplaceSecret404ApplicationProblemPlusJSONResponse) VisitReplaceSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReplaceSecret503ApplicationProblemPlusJSONResponse Problem
+
+func (response ReplaceSecret503ApplicationProblemPlusJSONResponse) VisitReplaceSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReplaceSecretdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ReplaceSecretdefaultApplicationProblemPlusJSONResponse) VisitReplaceSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListTasksRequestObject struct {
 	Params ListTasksParams
 }
@@ -10834,6 +11607,21 @@ type StrictServerInterface interface {
 	// RunSchedule Run a schedule now
 	// (POST /v1/schedules/{schedule_id}/run)
 	RunSchedule(ctx context.Context, request RunScheduleRequestObject) (RunScheduleResponseObject, error)
+	// ListSecrets List secrets (names and metadata)
+	// (GET /v1/secrets)
+	ListSecrets(ctx context.Context, request ListSecretsRequestObject) (ListSecretsResponseObject, error)
+	// CreateSecret Create a secret
+	// (POST /v1/secrets)
+	CreateSecret(ctx context.Context, request CreateSecretRequestObject) (CreateSecretResponseObject, error)
+	// DeleteSecret Delete a secret
+	// (DELETE /v1/secrets/{secret_id})
+	DeleteSecret(ctx context.Context, request DeleteSecretRequestObject) (DeleteSecretResponseObject, error)
+	// GetSecret Get a secret's metadata
+	// (GET /v1/secrets/{secret_id})
+	GetSecret(ctx context.Context, request GetSecretRequestObject) (GetSecretResponseObject, error)
+	// ReplaceSecret Replace a secret's value and limits
+	// (PUT /v1/secrets/{secret_id})
+	ReplaceSecret(ctx context.Context, request ReplaceSecretRequestObject) (ReplaceSecretResponseObject, error)
 	// ListTasks List tasks
 	// (GET /v1/tasks)
 	ListTasks(ctx context.Context, request ListTasksRequestObject) (ListTasksResponseObject, error)
@@ -12088,6 +12876,148 @@ func (sh *strictHandler) RunSchedule(w http.ResponseWriter, r *http.Request, sch
 	}
 }
 
+// ListSecrets operation middleware
+func (sh *strictHandler) ListSecrets(w http.ResponseWriter, r *http.Request, params ListSecretsParams) {
+	var request ListSecretsRequestObject
+
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListSecrets(ctx, request.(ListSecretsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListSecrets")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListSecretsResponseObject); ok {
+		if err := validResponse.VisitListSecretsResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// CreateSecret operation middleware
+func (sh *strictHandler) CreateSecret(w http.ResponseWriter, r *http.Request) {
+	var request CreateSecretRequestObject
+
+	var body CreateSecretJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.CreateSecret(ctx, request.(CreateSecretRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CreateSecret")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(CreateSecretResponseObject); ok {
+		if err := validResponse.VisitCreateSecretResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// DeleteSecret operation middleware
+func (sh *strictHandler) DeleteSecret(w http.ResponseWriter, r *http.Request, secretId SecretID) {
+	var request DeleteSecretRequestObject
+
+	request.SecretId = secretId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.DeleteSecret(ctx, request.(DeleteSecretRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "DeleteSecret")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(DeleteSecretResponseObject); ok {
+		if err := validResponse.VisitDeleteSecretResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetSecret operation middleware
+func (sh *strictHandler) GetSecret(w http.ResponseWriter, r *http.Request, secretId SecretID) {
+	var request GetSecretRequestObject
+
+	request.SecretId = secretId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetSecret(ctx, request.(GetSecretRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetSecret")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetSecretResponseObject); ok {
+		if err := validResponse.VisitGetSecretResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ReplaceSecret operation middleware
+func (sh *strictHandler) ReplaceSecret(w http.ResponseWriter, r *http.Request, secretId SecretID) {
+	var request ReplaceSecretRequestObject
+
+	request.SecretId = secretId
+
+	var body ReplaceSecretJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ReplaceSecret(ctx, request.(ReplaceSecretRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ReplaceSecret")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ReplaceSecretResponseObject); ok {
+		if err := validResponse.VisitReplaceSecretResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // ListTasks operation middleware
 func (sh *strictHandler) ListTasks(w http.ResponseWriter, r *http.Request, params ListTasksParams) {
 	var request ListTasksRequestObject
@@ -12859,375 +13789,400 @@ func (sh *strictHandler) RevokeWorker(w http.ResponseWriter, r *http.Request, wo
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L2Lktu2ljb6Kiidv8rq+Sm11Df3paZqejtO4j1O7OPuTE79kU8TIiEJaQrQJsCWFZer9kOcZ5gH209y",
-	"CmsBJEiRurXal0z2ropbEonrwsK6futjK5LTmRRMaNW6/Nia0ZROmWYpfLqONH9gb2XCo4X5HDMVpXym",
-	"uRSty9avE6rJhM5mTCiiJdETRuYyvWfpM0UovEqo1mw604qMZEr0hCsi0zEV/A9qGum2ghY3Tf0jY+mi",
-	"FbQEnbLWZQtfbgUtFU3YlGLXI5olunXZiqiIWNIKWkxk09blb8UXcUq5aL0PWnoxM80onXIxbn36FLSu",
-	"cRyvvjNtQZczqidej/j7HY9bQStl/8h4yuLWpU4z5o9iJNMpNYPIMnhyuaMXWapkurxYtxNGQsE+6LsI",
-	"ngiJHMGKzVL2wGWmyIyOWdOC4DulBZnSD6+ZGOtJ6/Ko16sbyvc8YY0THvGEPX62rxlV7FbeM1E/48T8",
-	"TrR5ACZrl5nMqSLjlArNYjLnekLa3NAIExEXY3z+IF+LCaMxS4uhQ6cd7HXV8L0V6h+dB60pF/nns9rZ",
-	"8CnX+XpVtiCBH2tJ8rQXmM741NDjqdmMKRf4qZ/3w4VmY5ZCR29gjWjyKmbTmdRMRIv/ZDUn7Cd6zxQs",
-	"nJklU5ooOjLrSVI2Y1R3ybUmU6k0OTo9JdGEpjQyZ7dx6bwOO6bHJoI6PS0vV91qvfEOciOZ+af98eT2",
-	"zr772HW7IjFLDXvimoxSOS3RJhUxUeY1ETEisumQpXtY543IdKN1v4lo83qriO5hnW+iCYuzFdxD2Qce",
-	"39UtVfeN3Wiq7h/fxS+zRNK4sZMMfn58N7+y4UTK5snM8fc9dAR3bHM/8PNju/lkXlYzKRQDUeBtKocJ",
-	"m5o/Iyk0E8Ao6WyW8AhO9+EMn/jfvysJt0HR1/9K2ah12fq/DgtZ4xB/VYeuXeixfIqviW2StN99/4Jc",
-	"nJw+P8DbghKl6TBhJIxkzMIuLIttEeSWGc8vJfaBTmcJg4GnjGoW38G8j3pHZ51+v3N0cds/vTw+uzw+",
-	"+j/mOMety1avf3E86tOjzjA+Oek8Z6ejzrB31u+cRKfxGXs+Ou9d9L3LmZuBxlkEHKDK8bzWnkcnrPM8",
-	"7tPOBT3td86Gx6MeO4pO4n4P9upB3putGtFEwV7JmVn731p56+8/BebDjKWa47b4U/I2NaaadTSfsuWd",
-	"DVrsw4ynTG31jpnIWqIJWglV+i5TWw4I1/Hj8g9La7nBEGY0ZULfgQxh31mWS5xEQjWxK2iFU8GuiMiS",
-	"BOVV85TKnwDSC8dUszldEBpPuQi75BofGwjBHlhK7OKShGpmJF4qAiJkSiZUkTmPWUpwX4lMCRVST1ha",
-	"EontK0YcwpkEA2FuJKAOIxxRO3gkF0VMrwv7Hc+nE5CUGaGRP7Bk0R0YQal+5X5zSxe0zLyBxHJKzLdk",
-	"KGXCqGgVP261wY6UP7a4ZlO1jifA2b0x75iXbWs0TemihXzJMbXfWjAToJ+8l8A/FMVkCrVADn9nkTZN",
-	"Oz7xmiuYTfls5WPdaNA5z1k7ZGitdjhKMV3hWTHTlCfQ+0Qq7YRRGdHEfDavjXiq9J1iTOyNs8E5Xtui",
-	"MJuf8D9YfPdAk8wMrH/0vNvr9rr9x3BCJzHPWkFrueElHugt0aoN+vvNm5/f5GtdWbSn4INbN768nnvi",
-	"ifhFTWNN3dSdsmVRHl5yjdQMv7rKlXVpPAJ7OY5wlpbOYtDydPANJr76rL4z/X9s0TjmqNC99UZsr/Hy",
-	"JNxOVCQd0xgxvwWEdcddErqzHgYk5DPz35lMtfk3SxPzT2TaHBnZy8g/5trTmqWmsf/3N9r54735T69z",
-	"cdd5/7EXnFx8+l91dJFvf9mY0FuvhPiLVCKDhrXiYzG1MqPH3Cj8sEYiY8KIerkIuzf5qpCTvSZodHzc",
-	"eR6fsA4dnfY6x8OCMS4zntLwNz3kaK1K4C20jdXQQ8V4lr9DhgsUVKIJFWguyg0PR/2T5yfnx2cnzz37",
-	"Q2/Z/uCtaN39vgt/MUuLWsBdyqiV/2uf2qtY4e3gJnqTT7PLzMxXm9wCBaUtXiNL4GZVKdzaFdGOAIdp",
-	"xAVXk63UkIvhkaHu47hzwU5GnSNa0KVhqowqdudL9U2tKk3TdQqQ0lRnyqxcFkWMxbAMThH3xnRO+/3O",
-	"8+FR1DmPj1mnPypG1drL4aqs3MedKD1NZXpnlMRaisSfp0wpOq5/orRZ+xYSlvZt0w7STAguxtvJ4N7e",
-	"b/EO0MKaqxZ36gYf/uRRywaL8IgzzH3KLB/gCvHkM6lZ9NLKrDjYLw2tbHnbO8LzLdFrb9eg5RGk9+ZJ",
-	"r8bMb1ZEpwvDrkomaTucKp+trCCMb8Wc32Q6kqibO2eLzxVGlCOXzO+nGudL3thNTkyuLdgLMFMhPZu9",
-	"WN28M17E8OiMpQqere01i7l++VAjdET2lkWC6SJTN0QTaVllWavVJHzDdq2tQ8JTR9xl2LpnC5Iwau4O",
-	"yx9OjoKWjKIsTdfwY2vBxnENn8f96IiesNPRWe95/xwOQDpmegtOm79ix43LUMOA7TrVcMVipRp/dIKu",
-	"22u3Ora3oKUWSrOpWUQhxWIqM1W7jTspdxVuwoU+O/FFpYte73n/4uLo9OT5Se/ior/uGilt1KbMczdB",
-	"qtjsmqX19rr51wZlr1al8+ZV2rjA7X4tc8hP1l4UteKcPp229oLO6JAnPKftWh6OCkbVCG1Ii2BTV4QS",
-	"c+E8UyR0Hd9FXtshmWZKkyEjkRSacsFiwsEu1w7/Y5D1escsBMdmeYRB60NnLDv2y9+VFN13dP6TvQbM",
-	"+KXhXpr9RMXiHdLI1lcRtMCl2HxrXuTvvDJH9ROcoFf4pnNz2o/9NUYvv/vaDSpNEP0Oy5T1uElcCzXH",
-	"87yXoe62D8yJERtIVChyoBRKk7uUqSzRayf8Dh77G9XRxDNFoT/Tk6aXjeITPp4wpQn20xmaFqqeUC/I",
-	"gygmdBHXYUWuHVVSWUgaGyyMk0uWtDr7/eptK6irRlHbRvFy79SqTBupeVvrVfCC6Q8cT3ZKcbP2tOG9",
-	"U53JlgL/TloSCK72jWpgkQ0XMbMlQ2b2VEEsCTj96JhyERA+Mnx1zpPE8FvTGmdx13d0rOx+GyXFX/U1",
-	"rguq7m/gwSptliKMCq2lsvKlvsoLu4KoC+b2eKLG0/+nOBJuEEe93mMPyKxwf2/kzfbXcYPbqeBKJa17",
-	"mUf/eHv7luAD1hCYUwChiRSGOWdJTCb0gZEhY4JQIAzrvixx59OLCz9SqderjVVqpGE7zNVkCYLDdjfk",
-	"ljvz14Vae6GinUM3h+bZ5p+pUpBeQxzedqF0+7rOS+TmTyhYfdOD+9f5Y3cU06yBiIs7xSIpYlWyQB73",
-	"T4/Per1SqN9Z7T642IZquOYaE9AuyuOjvOyFZH+8jVxfdr0374YfLLjbjuy0kHWjbR7kTUR3HNxOgSpJ",
-	"NuZbKDJmdG/hnaomtnLDzFC5TLlelAyEfshqv0zInX6vV0vLaGAoj3g7z6E/7rzXDUmtxv9sx1Os5aq9",
-	"xYjF3fY3ZkZ2cfaw1buE/XxXvPF5uYDmU/PXhsO8xafXr7U96Lb1wF+R5kU30vBuC+5Yv5HeZaZrmfBZ",
-	"7+R8XbB10IpSrnlEk5KdZq1Y5j8LVsiELvxBlO/T7yQRUtuLdMhGMmV4h0+pWBD7GkYaCzkv6ygyGybM",
-	"v+Pd3VJ7w1txA6L4WJTB/tSsUXl4P9I0JhC/TmShWD1TZD6RCSNpJnBsEDdlJEmQAsKih5jROOGC3VGN",
-	"5qvtht+vGT5e53GWIo2Vxm5Z1LHPo0ybXpOndVs9pR8qTnXXUpnZrSOZ3cIOF4mk8XZ26r1x5lpj5LZE",
-	"Dgr5emFYpwubEeQ0Y2dxXqcY35rnNmHrrs1mzmKDrXfl5t7pKDHl01oXmxcvke8S2oqX4xjYA0SfLraR",
-	"xOxkwAiOa+Tfk+erLsmglQn+j4zZn82odiTgLE1qAlEEmWg9IzKFfxX55d3rij6wfbzQ8o6bvstLt2Ln",
-	"QVfa0QheBE3djbgYs3SWcnQQ+vFTvc4F7Yzefzw7qQ+b8puZoX5bWZBeveRzF0kBHhczT6ruy1yqXzn4",
-	"a/nU/qSKZfWwGpOsiZwL5Wurba6JUVNthAzRknBNzIMiYgddci0Gwm+lA0pCjIHTZEoXxIyfSJEsINxZ",
-	"zkWp1wA6s6sDajHXqyKZl4MKNuFLSE61nMmKPH5jzWQZN+Qc0BkvtPDPkoCwYR6BHVRrPtZ3//rnf9eY",
-	"kP2Rbxz53GxwUCxKmQ6ImsBOi4h1yQ0TMVCNIuF1picytZt/Sf7GaMpSAk6zCEPs0X/WXRsY4owExQxW",
-	"7BsSAEw4Sd6MWpe/bUIwrU9B1TnFRCqTZJonHyyvwhuB5ugrfw1qbVqVpnYIEqosydLgVneyvF6GZF7C",
-	"G5uyXj/xRqXIKFsd87+/vfzh1c/kxct3t6++f/Xi+vYleffy//7l5c0t/DoQ//rnfw8E/P3y5+9WPFcz",
-	"CSBoVk/Q+Sjq2PUanlm3uY+xRNTshxteHa2+zB+v4zErFqGc7dMYYltj7To/O6kxm9etw14SjOoNbst6",
-	"RkWR2IDM/VCvml7qlvt7nlT9gzbpzQXN+IlvkPAWPBVzT9lMprprO9k5+llN6NHpWeuydTaMejHtj06O",
-	"Rhdno+j4+fB8GD9n8VFvSE+fn/XO4iPai+lpFNOjYf/4NHp+fnoyGsbRxfnp8Jwem7b4H+xuuNCGJPpH",
-	"W7tsHuuLKW9FDf3tkhS3Yd97TVVze1LTnL/E+4xk2tzruVkKiJWRSltSGn0+y9K2NB26fQQUweHdPQnr",
-	"R0YTw8LLp3/CIiutU02HVME7962glXClgePCJ5fzaj55njz7sXId5W3WX6Mfm/J4vMGqpZhKGEYm6APl",
-	"CUSFvl+3syv8eK+Uylj8olB3qstC75Z0oYYrft3VXlzp+29x1yvQGRhTJti89MtJ7xiu/MeHudctYZ30",
-	"/OIatTCjbCmngnlvKtKmiUIQFpui+kwFhIuSFqWYzmYH3Q2V2i95sdetenVd3pknCB1hpi1XJJFiTNp6",
-	"bpaBp7FyGCsJHzEzvgbb5VLXjwhK96PQq0sa1O32egmlZinqDqtnWlwT4bhl8CHgrewhsmTCaKqHjOo7",
-	"cyGlDzQptrbf2yaPpeTcbsVnF+dxfPL8jPXpySg+Gw7Z+aj/vD/qXwzPzk7pee+YnbF42GfR2Ukcn5+f",
-	"xSd9enQWjS5OoyN6UTSovREd9/C2bMji2SZCpWyXPn6EFOdZmbmYZbDTebZAa8KSRBauxdZli0UTWTHT",
-	"AkSIYOmdfejTY8WxVdtaf2J1gQwESfcjzcSGJ3P3nJm1ARGlqIcrogrTBKK7kNADHgqJFDb13uHGRDRJ",
-	"uit61ivW5abiIiKZ0DzxFsrOeMNVcnS7NlJN0JmaSL1N5EVNAs3yBFdShR1fHQ+DFd4+q3ZLiq2QwtY4",
-	"URut1Irp7WS6foRjx/CfWnNzxdhvMY4KzyXMR10RkCwiOpu5DFQP6G2UMmZ+oxHXi1KwUn8DE/YslVpG",
-	"Mrl7YKmq88fUqU1ypOc0ZQ3vHNVa3+eU61ov41Gvug4/yjlKEloS8xrYnjHwv0telFZBsfSBpcROmbSP",
-	"Tokyv9nWD0rrUXFh1ofbNdFMU0g8btHGyhHe5eu0I9toIwnfuFDY8sKFiNsXXpJ7xmZAIlyMuyTEBK47",
-	"m93C4vCSKC1nALXlIjYtvEqe6xV2SZhIpfNn0bFwRYTUE8OnpzJlefgvjSI20xj/61ShHEWw2r05qVLp",
-	"2nyjfH5NEZgQaWoESykscw5IRNOUI1WU7oTc5QExmDC2x4lQSzNxzGLvslVVFHIBtnZRH23DWZpIXVL4",
-	"atHic4gLm1zaDXf1FemR+YQJYmhtw4t7oxhz7wiuDdBtIv+l2dWedTm+ns2YiN/lscwe/WIbFbqoXbij",
-	"i+6FTeWSoxFg3BydBi2dZsKoQY6Kl2iq1MPma9KweRssf2mItV5R+A322jxLokkm7jHnC7KICS3v9OPt",
-	"dcUa1Y0nojPA0kwZjSYsviKjLAVIqZhqSrgicSrNfeXJpU25wP7c/X6D0jZsQTovzNpsG5lB9RJ0Z+/k",
-	"/PR5bZBxvlH7Wu9qoIJbDRhWwzRv2Qe9x1wiT8V0N2O+Vrg6kItgLkDbYxd4o6AJ2LqWTpn7u7fBgdsx",
-	"a+hREA3FLFdEqQN8GhMxiy+JkHj1A4nD/R/JKauj8CCnp2U7fvmk7zFV+AnaLDGBNcd4CfkgJ+LyAYeV",
-	"8Va/jrrfzJhA8Mxdc07LjpoCw9l3n8lIM91ROmV0WgktOj1d4YLZCjfVd7ZsE+rzNH6YhiD6Gq9J7bZ4",
-	"1qNHI1yutjdZH+R1NK0R+T6/m20F+N8a55K/ZvtwMpX24Ony1v1uikCVJQQtcHhXcLJYwsccYEHs2czB",
-	"KORolHBRhDY5sIcH5lkpe0HV5PBpMxd3ZRjb4FLUR8idlMCNBUs7LOsAvqCAabj5VYyqEPG0EZm/b8QG",
-	"K1tM60ylNctfp8gUm1GPfeUws5zqmj9fDC1oxVyVYamgX+/bYmOpvnMmmVott9j4TUKdal0c5VEUiFml",
-	"ocO8NiPsfZ/KPE5rV0fwWyZiLsbv8s2pJikvCCX/yFjGYkxU5qrIAojJgukuCdHIfiekvqPxg5mXAvOH",
-	"F4QfWqN+F58NTTvWbWdfVyHJz+KCyBERUjDn28LdqMZhlusskLZ7CnyI+UiMLFX0YX5JEkJTBvOIZAb4",
-	"/JBurTThaM5yJCrkXQ6OllNE7XQBGvIOT2vxaDGjuylXU8iuxG8N1d6NsiSxDvU4S1h8B4C6LZc2PqTR",
-	"vRyNaonbg6queB8sinSOK23BZSqg0lMaTbhgnZTRuIQyXY5pA2wnVIc6YE5yYDWl2gfVdE6kErAvspRM",
-	"WAK62TqQH+fnP+ldBC3NdZLXQSC2a7sKEKV9eXiIy9yxnuBuzB4cPrc69Ib8qQmxqmLpaFgY8/QVCT90",
-	"bNsd84UKScKVdsjE5ivfKw2OFRUMBCy6odRMZTRxSc3tHySejkgKpanQ4MSd0eiejtlAhGOuJ9mwG8lp",
-	"ZY6H7l87lvCgS35mc+hfQbjxkBEagwphZE1NqBiITNwLORc4yiEGIns51hhvXKawoFWZL1wEqeYjGmnV",
-	"yfnxZeu0d3yJm+/mbtQYIYl7migtUzqGyY74OENgK2c8dOnyrcvWSe/islykIDGbsECdyNKvQ5O2qbFB",
-	"a0jjTqRSeL9nV7XwPkMogdEjXY0EsPonRjZjMYFwa0Xu2cLxNWditQ2nTiUoGm9qaJgyeq8IJWmW5Hzr",
-	"+u0raElHk46QujNjqeJoCiym62W3RwnlU2gEjFEEs6mBn83NqgL6dtFIwUo67INFILhsnRxd2B2xERQO",
-	"5ZtMZBIroqVEz4ecMUFmMkkAqHskk0TOVdml33FQZGa8fTvehDOhS6tsV++BJjw2LBZ6t+Kx31pxKRXN",
-	"pTLTjAjGYjPx29c3NR1UmrEEvX5QKRublUrxxhCSFJwZnu9EiVSstM8XF6UG5+Y/dA4nC1LeDMGgqZu0",
-	"Ezkem90XyeIAA8RGCY+0v7mOXNxvlg+zD1xpQ5dWRS1iOjc6Wy+uvdME7LdooNwabHyHC9gaf8GKZxyu",
-	"uiJ2XYP85GUKibsApBvJdMjjmOHiH9u1okkCHqIFkEEMoSkK1LCiRAgXnVHCx5N8eWi+OLAkMM9KTREz",
-	"KKV5khCLnncFGCgL0oYUrc71SLP0oNLRPVt0UmaGDofhCMdYbdmcJ5ievRdjPhoxI5K7UUHZEzQ6wVb0",
-	"LgkVxH1FAJLhyk4/U0BukOaBROGMiHgFeQSx6Y0J/ptxB20ZnVx68FuSY2ubjSXDA+jss2bDWGS0mNwW",
-	"MmV6ImPgQtQcdHsIT/1DmLeDbNA6SeFFkG90ZyQzgS+egJFKZdHEvixTw7VklkaMtGUKrqMa4lCMHRRB",
-	"Hh0tZSehKYR2nPSPy4dmKOMF1hAobhNkdArOoeJ/MOJqFrlKHp1ICp3SSHceuEysAQH3D9vGxyyGiBnS",
-	"1HJZrkgsowzORBv2EmgjfwPOEMqa0hwSFGGZ0uoApDgqaq8z80N+ovIHgpYDyeigGavjKBbOhr3n8AKw",
-	"t4lvJ4TRVmA2wKKSacNXOjHyx4KDpAysUXCi7EPEPNR0oozgXjsdUANqpgMvGBrxwDrxLVhKBLq80yyd",
-	"cnN+wC2aQz6DGmw+ezBHLZtpY+821cFaEY7xUCLY3Nywln/hfspMJ/wBqFFmOqXiHgcNj0y5gHkDvRjK",
-	"M9dgJ2WRTI0qjQRYuXzxzgRjrH0QqlcQd4hKDQHZKncHq0TOYY2XFjcTNNMTJjS3Jk/ky0IGZuBCIqkF",
-	"xewq8a75xqKFeEiR/3iPNG1rJlQ2m8lUs7gzZTGnLibupH966R88bgRKi/NXkwiABYU6MU9ZceHhl65M",
-	"3i/vXtv4AaXMmRF0yuIATpwuxXAWzfnShiU326ZrBGzk+W1kXytxx55Zwvx1VHUtd1dFIayYRQk1lyfw",
-	"EJmSmx+vOxjCXTSqAGQAx+I88nBvwBP25rUnEYZXvO1chk3zsBITiGCuldxY5csA+SVrhTnDpApriH0+",
-	"N+3UPW5/vHIah2AAe2l+QvEnjy5lVrJpffpU6Hk1jgUOWkvEGhDQV8J7FtHc22A05Qrhx+bCD1VMy1/e",
-	"vSIpg0vdsEg6hcA3qEaImrF5cYNEOwz3x/49kOVGXOF3Vuj0Qsp3SSdrSuNtXYzOz+Leef/8/CR6Hp+d",
-	"XtCjEaO0F52e0rjXP6XHw9HJqD88GvaG50dHUdw/jc+i/umwN+r1aO+8RiH+cinDn2oXULD5V5SBt8ck",
-	"uyoM54p0OIxHuI7ul63hgE/TD3bywcKtthUAdMoixh/WIjibu/EO7Gmty6NCuvGdvXmqiK/Cbo+FN0kZ",
-	"hRWoM1Wz2loTUHvE3d+Gwk3npG0kCJkamVSgCfBgRySyLZ3KxSZshJfsrf/mwJP+fuzktK6Bf9ullaXs",
-	"nWLz3z8WstJRwrJXHYxf1Q3faXMrRzbfujqAS+7L9TXA/KVdKe9sMwtAUL7tvNK5TLuhUwF7egdvLSNY",
-	"9ZZ9f/sgjmqO1tK6uVmsWZt9eFVutExZXEFBfCKHZ2mx1+3rUna9peouCYHbhWCWgD8JaOekbX8IiLQl",
-	"eElonQDhQZeEeGrMe0Z9i41UJMVA5K0U74cg9Jg/FHtgKdeLUqPsA9pC7ngcGpE+ZnGGigKYmamIB6LU",
-	"s9FVYLwLlKVZohhp49cHARiKrVDtUByscbqGy29UG+sdG/kRMpuDFu2EyO+tx0aQO/dcxD5jxHk5trYc",
-	"kuUJ0XY71lK1e84XoMuFOnrrZBQYZT0ZFyhJ21Hxyw84UE4TYp1caGoZZUlCfudG5CRDpudwL1t3fXeJ",
-	"DoYQslcT7t5fCd4FSf9rgMem9EMDXFfvkW3XC7xGQ9st/qjwq1fpbRtBdIUX+53UBRbVDeCb7Igf+cDS",
-	"hM5q19WuW1OOglHkk9iiq0Dgvco9O1rK0r2+hJi3YQ7CTUSfupbu73KoAHtlG4Hd5cB9KjzPGCkSC9VJ",
-	"mZIJhCTPpLLYjV4gu6s58+n9Y1AVKo15GJm/eUU6a+r2Opzq7WrHPV3EFa7/FlCkf5fDOjlgJxyETSK8",
-	"TZ95gHcdEmlTtnw+NJ3y8Xh91MutfWxDBAQXF12AkZbKz8K6vm84U2YNy8dqmyPzGOpfUTpgN9LMYbh3",
-	"JcA8n3UL+ER/1jU9FzPfVT3bqWLatqS8Wa5mPT3mUyyvRkGWuKxNBLgX9SCiTxkC6cEeb3en7kBQjpJW",
-	"FlM9O6o38e0Fg3MtluvthJHf5fBZ4R61r3RXyVr9zWKQm9Y/z/cr7BSgHJVKtxUsZePKcA6FeAfZoozI",
-	"jOoC+BmtuxG20SFs/+bgw0us0dz8Ddf1pzVxrBE7Pe08H531Ouf950edgi3ToyJqWvDxRCcLYkcF52HE",
-	"U1ae13Hvtte/7PUue73/455SidQrn9q9tHaODh2BsSabmc0WEYZQA4X1yBH5N/N/0w/KpWZp76EctyG2",
-	"uz+kMPN7mZnzdvg3liaISZ7N4rX7lufs9vcST/5YYO4StKt/zr43LIXMJzxhZEYzVZ9DtWVBcLetGxcE",
-	"b7rZyrTUWD/HHlNiOibmcUXa8PcsyZRVJg82L5lTps06zuR3eEXoECpaGPKy3n7cgiKbZ/O+d5ErMTi3",
-	"ecTXuDBzysH1jb5GRmYpe+AyUwCMraUZKWnbk4ABv3dSsC3WbTdI9vJ52pRkvJz4mnRBjKwn9qErG6KJ",
-	"/RAax4pIsUFV6fXXyWq4MDdIv9JyHbJ8RZb21qP+psIFfGE42y+zunNBMXfTbLsiU64gyAnOuJB5IFlK",
-	"BYlll4SGcENDBQppGHAAksTGnEyvSGi4YkjMfwEad+oHSFuuCoxz1eX3XYmFbWEqgukwGk3gaCN6O1Nm",
-	"VBEVIYzW3Itw/wQkNIKm9y3AGSzZjap2N3t3VQA7/JojdGPOG+eS4gYib/5SrezbaHhzr33P06pUMeJL",
-	"pVYrt2r5Io1HZ2ed573n/c7F0flxp7jhh8fmgADxAG/BbJm85I2jWRSO7pZNBGbNtvIyOr55t40QslaG",
-	"yNXhvP3V13Oxfns2PZSXcin2HM4qRJIwodMFUZoCVI5MyZApHjOVw0e3QajpWIizx5UhdCeg2E1zkmfw",
-	"F14stQfC2/JaDoytudwPmcLpfKYsrIStDlF7zDYvA+RRyybP3/PZ3XIKEu6KJwPaabvMDFT4a3nCKgkB",
-	"JQNEVJlSkVGIXw0QKYFjLDdV9+jreKJqfoB23AR8XkTNYa6MG0tpvN1NUMg9e1PBTvOTho3VLmAZ1+bx",
-	"97BPEf7l6zaqGGpxAirHMiiO/zq2ux+bgsfGn9K2gN3sc8ifYbhvnFZWK+BQlGohYBllmyWhliuCCZ9d",
-	"J8Lk4QAAeGY5XUBCCOW0MhDXAQlz+Te0vgYpWFmMLuBQTFfM8GpqpBAQkqYyZb6QZNVK6CbnMEa9XCUx",
-	"mSuh5nJfedutuQ5rb7vtLH/bKXdVB39+FF3HqwjALMA+aRYWdPdMyYrmsq3Dk0Y6WRCb0hhGqRQhUExY",
-	"Bf0Jl+XVwoqx2UydbvDJmTuW9H7+wMiIsyRWpD3lItOMTGSWkpguyFQKPSFzxu5jujgwt/d/mN+SRUD+",
-	"I6Yc/jW/wh/wMPy1YBSe4YKEuQElXK6jUos7v6XItRaC8ZqM+AcWkxlLuYwx6jcEU/cd1SGkJ5SKQR3A",
-	"uOlQycSshem4u3G9J0+0QmtD87he5ooMVwTqbSGgFnXjVSyLZSelIpZTMqOpRj2Mq8DMBXhQdzN/sy/w",
-	"Fax0E/JxnNd5B7baG8925mNh/HL7ohUs1915df3zNaw2Ma8EhHXHXVIyuVUI6OxkowjSsja2nUl9nyUL",
-	"V1Up/CoqE65khpuVHiwrsV+qAt7KSnGblZ1bKixbV7htC6DD5VptDfXZat99dK21L1hf7a4amfPIaBxs",
-	"tBKT88g2H1/UbXUJtxsvRMsJglyMJOT1zSEhL+bZtBW0JnwMqAC2hmO9VLgUnvgkaFxPGhyOPioXi2cz",
-	"TS5PjvJIOPzt0/u64PGvAsbrc4Vt7x63+xnCdL0A6DVhz24y6wOd3dVRQ9E2gr0XtPLctpW0tn3M1ups",
-	"g6arwBbu3D/m+RKuufU35earOqCRgvH3mhl5Ebrh+bZXoKZv4uxsPJd55kEVfxmXCw1PkICdzUCRHmbx",
-	"mOlH5l+suvy3aK1EaRsHrlUgSLd7+bPFytVWvN27vRt8wc3xUsXPdw6NpQGddqUQtvmWNopiW9jNP1vF",
-	"3MqBX/1uGcLpqxACt7PkU3H3uxzuNY4ScP/94LMtJb3t4yh3cWTXmbGLwa6Kw8y3uKCwpq0LKhy5chQq",
-	"zK7x1G3npTYr+V2eP7xZzUn0gS5VnPQP7UYikb1h1pr68obr60Ca4ezD/Gin9VTm8lKFi8uGxduN0y+9",
-	"vHV1o70I3Y+8r2pe33oem/p4v6E75ilZ9ONV6w1YYcH3ltCAS/vQeGiawz0R3LAc94khnqUPGPvpBYSi",
-	"mWJOAV6kgndSq9Xn868Eo5RkcMrr38UksZrccI+dYM3xB5pkPm5e/+h5t9ftdfuX5ycnx4etDUFPY6YR",
-	"OQKTz0vZbi2dqI4P0aVYMuogcuKWSTK756nkFpfCtuJgBG+K4SDEmIct9unR+YW7BXXukGHob8FSDElE",
-	"BfldDq1qhY+ymPBddapKOuOumsBOyTKPyW/cqcZnnnvpYD5cy6VFXwvBjKdyL3IDnu8nlBzkPRM3kSyz",
-	"Hyhcjx7IotY6jVl9FMxtISXXOOldHBCWFXJxQF1y7eKBHOpTmkKlIZ4HClnpuzl0bynG1TohninwkQWl",
-	"QBYiR4TmjwQWUez67au8nFlz6AoUWG+ICtwyBMk9/5jIl8e64BtjCn8Bgd75cnZL8HxsnHod6P0GPq3d",
-	"Io/r4enrAnSbl8smxe66Wh4Jb5Atvhp7+8HVINicw9jRvzSvOrW38A9ijTjnLKxwoaCVCf6PjNmfdZox",
-	"owGnyfY+yco+oMTiT6eY+YqNADvobvuwcl3r0dordpW1zsmdCPtT7WyNzHtjwcYqBfJ3LAB8YUaC1R9h",
-	"ai+woEXntqEI/CeHJdm6bL395TaHPNvKbQSk0iSQPvQPsUl1uFFzywX8P2cJX2/pNq5xXclzxxaIlliQ",
-	"08KhOsy4gDAbPkQVGfMHrCO6RBtuU4q73OxO3c3l7dcG95Y91WuObd5kPpDAnmW3PutrANedb8ukqslz",
-	"UihQ6x/YnVG0spTZcg4b6TH+4i9XcyjxUnTzdmu0uW3i1HfWaTbJNiufJbNaquvKJkVy6jDDa5KgeRpl",
-	"XN/JGRN3ENFYJ8jxhAFMYUCEJDFLOKTTWARHDBEhHES2bVKd6ndwOUGNAzpoyhmArVKSyrkFMsTBw9AU",
-	"sTkveVFwoicpUxOZxDsqP7updKUb/cvc4FVt4Qm1NBdue4e4HJUShOWd/C4zb8EGaujkmSI2Lu0S4+Ir",
-	"IB9KywLkY3O62iWdbCMO16A3Io/z59okvTTQ/HaGdbvj39ljWO8zVwDAV8sKKwHD9jg3PtVHqQHms2ni",
-	"0ElpBVqX9Qx0u0QkcBc6O9+qocKDCQWY7ztzgE76Li8VMNistxGkL+cLzxehFbTmuL5bJCE1OcB3tQDv",
-	"xnj8bdxY4sm3tS5FxK5Eh8e2NLgFs6ZTVpQF1+lioywRnx62Z2nbuJx9Itm4DOoGvmqfpnba12Ui9Jq5",
-	"KCHg1r4PVp/y7OpuamvFvizKd1b3aDNoj3LbeHovi123cN6+7aSwn/sHyoIk1NZn8s7a2u2t48Y5AZcI",
-	"rNRw4TL1PJ5rbHgVHrsPY16VbT+dVW/p/Hj6QAMjhq99PwZY6Za+yOEuMOioW62w1i2KePnXZFfIO1cu",
-	"q4hXcsawLmSCuKTDOiqxE9rjLjz96v/K9QSR0jZ3fxeDq05S5S2VD+V8olh0B1kkED9FFTs7cbUCfvzp",
-	"+kXn5sfro9Mzcs8WXXIzkXMBKd7rIa9tj/WO8foSfdXSev2l0noeUkkFvElHs47FJTf6otYzqD3EAFLs",
-	"icvxIVtmTKzsYMeifTicz1Czb0kGqW7HksUcHsixFa8IFaViaq6ouy3eAaEjtr6Jy0P2H3+mdlWzHhFl",
-	"tAK1fCU0ucqQmmuf2yWgbpVatxV0iiPDTXtea53cfCMaUVgcLS8XhmcCLFVQxi9ljOSF7IlL0FL1cDLL",
-	"B6LauF/jUFXKGfg1ANt27bGqhD0sB1dQ9WwFOSvGysSMKLP5JbI+wqEKCDgXLL2r0aFrqqv7JQvBUyvn",
-	"pTnmkDKAg5tQbUbjKiAGmGZqeXmyIFoOBGjOZgR4F0iSidJ8LYjuBvq81DKSie+hqolQf5BoDvbiE2uf",
-	"um86E/bH7TJP5UjPacpWjq3EHTcp+9kcfGL9QX6LvipfyDq1Z7DC2PJTFCxx5prTsF5AhUH9kFJRjf8Y",
-	"m+/WXJY72yLtWmx+uy5dS/7wPj4hJpI30m0Vi+LVOmuPN4E1G7MXedXb590Tl7GVHx1z3qWuRrMgBzkK",
-	"712wNmb47JKLhFGnWOroshWfXZzH8cnzM9anJ6P4bDhk56P+8/6ofzE8Ozul571jdsbiYZ9FZydxfH5+",
-	"Fp/06dFZNLo4jY7oBQqq1STq3SUNN7kN9w1qltrQoNUJl/V8bU3CdGXn7eA22nosZLZMl7tM8AaLGqwj",
-	"zLXD299JeUrFrrgulmP1moL0IJApylKuFzdmoBa1nNGUpdeZntSI5cKDZmmH87G++9c//zs8yENpwDUY",
-	"OhAvCNYhQym10imdYbHHkFiIt+u3r7pW1QYlBTsul9EtuOVPt69v6iJr6gtykvlEKuaKZhFP/K6U3URQ",
-	"GSu9gbjD1UB40lqXvJiw6B7KaFr7ks2gQaEOpBzr3plQEasJvWelkrXTTGc0McP/9AnQAUayxjqGI/jB",
-	"rhxSJYmzFGr8YiCSliRlU6kZwadVl7x1dQhAtDIESrVMoXKkGdFAQLFBmRhBTTDcHlznYiNV17VH/Kpv",
-	"+HD98qqBaOO0zAMHO602uMkWAKDemckkGYjw7ZubW3L40MfqyCoMSMoEm7vVgAHlUjxOGQv8FSD8AzEQ",
-	"L2GXppmmgIViN9fImmY4IyYiqD9cVCwMQM4OgW10IO4sDKBqBWqhtioy1IuggmTCFniztTJpykhkaWS4",
-	"qBS9E4VVGix9WNAUCuamXDMF0WaaJmwg4IuUjJkZy0nvIsQJu2pgUB05LIp2ht5cS8gQ4IgUrghsJKdu",
-	"6bC8ZEJhUi6DgrTDf8uxPQ4CMmRQLnQgXLVyCFATJEpkdK/InJFY2tLkQFmXBaKkm7xt2W5GmhqCNIsU",
-	"+rEadlr/+3clRUjariz4QaUOuC37Decp4RGz1wOPDZmOOECnXc9oNGGdo26vwH31vjNsLptOabpAP19+",
-	"omD/HOhk+WSB7w+KUEOEa0GlOLzp7eubrhe+Wzm9WFY5vzFbvW4fxyFnTNAZb122juGroDWjegJs93DC",
-	"aKInf4AcWmdOu4b9VOSo1ytBCsmIKUUUSx8Yls3uku9cnVQts2hSokgzamQTXIpXRgL6gekfoWuvRimM",
-	"6KjXs7EMmqEkvxRrc/kR2ffa6iW2h0+floJLbr1JGO054Q+sa1FlEZyjvuV8qIeu1Lx/n7Uuf3vvb/tb",
-	"24NpXTClwKw8BhFRzhSCDR9CydBNN8B6hP3ylimj0cRQF/ITnDtMCq8HSxCIozfkgqaLgcBKuCo3k75+",
-	"dXP78me/DqKhzjm9Z51sBkuUza7Iae+YQAXWOVf2tlna1XeMxtxO9gtsrOl+ATt52jv+DP39DHc2jRdX",
-	"JAR2rEKi6ALwt6IJidmMiZiJqPAN7ZvI8gXHSKn0gRGd0tGIR7Xk9tA/pDOOQpFqpLqfmKaGyEDQuLI3",
-	"NrBTrLaOthYoDrd8to3sej3jt9jFE5KB6wSE5YZTboWN3Zc9X2jTiye/eKtrv3iPhQd0XRaCnDFFQhBN",
-	"w4CELpDc/I2R5OFVXkMqWWD5ZrTmATqWbx5rawuYqJgRiaBk8ISKsbPeofmsZIcGhnHQJfmCYMFj5/tA",
-	"8xnWmaKKUDKhatIdiOt68zcK2FO6sAK4Iw/DMurs4DCs7kDcgvN1XoxgKDMRF/ILfo/oU1CPmLRNc1jg",
-	"+ODSsjdYybwG79RWwhkIfOyZIm0cH5/OEs5UXjQLJolrfYAGQ65t0VysMk6x3Cu1ANrQHPnXP/8/wvVA",
-	"cDFhKdfK++2Zrbm7QL4cLsfuha6gLcQnYqdU3bvLn2KfA2GbAWY+Ksqvn/SOSVhX7Dms470vYC/ckWjl",
-	"JWf/JuPFBifOs2xYYSbixMt3wIUHl7b78r2N319/UMtjc8aWT2VN08ZLV7hFf2/cAgcR5yu0imEE3ulw",
-	"xAJF34ErAjc5QUa2IScxzx9v9fwjuRXO1qV0uHLZSxxr6Uo4/OhAUj8hH0tYXezDKxeLZgR2iGHT3mIp",
-	"iSCUNjICz3ue+mIUrChLFX9gyWL5+sC6Xx4hz2hKp0xDOPFvH1sAA2Ik2ELuznFdq/TkE+g6k+f7z3BT",
-	"NRGdVftxqZ4tUdrJ56QcXP+NKcfqwIcuNAKsVrW34EsRO5JIoNRpXsjEcFmAMwe+5+4QVHTtebTotNbi",
-	"YIstjrigyUCUStObtoDRWsEZ2pXCtRo47VimsdF7DWe+BBhEnSHDhkCB29u3VgNHTxLo0naK5koDXxRN",
-	"zOWMJfYn9IGRsdSBtUbhmELSPur1AC8ytLpn2CVvBBsIO/dnlunTBI+MuS7oaMQilN5B3FZd8iLv2ohh",
-	"KX+wZ46SlAFREi3HzDw8EEZMM2q9NqdOgAChUyoURcm+PU5lNjOTmXJ9cIULhIiubuVHTERcjLvkWpOp",
-	"VJqc9npkZtqOaJJcmT7tJQ1Bx9bGoeiIkTY0560UV4THbDqT5hQd1N5clnKuC/fPzndX0fFXY3b3AeJV",
-	"FpmLnMVojN/w4rLr8xMVi63uzv3xr/IQrMG8hpe9Ea5aPiBzFrtRd+x2vEb7T3rtnvS3e/70s1zrhe73",
-	"sWSZ/u39p5Iy+D0aJqdULHLrpOMB5ph6jNxGnS0z8o/Fmfl0SFPNRzTCaJl6tv4dixJqhGgqiHuctM3N",
-	"HBBLfMTctTZjhyj+B7Jxa7k9KLHriZyD+x5zZwjXlyTE3BmjK2VpYhGCbQJN6PKDuuRXZ220S0zCkVHG",
-	"tUzpGM1Wv7x7PRDclhQosiIMxwvf/oJGYJdj9TFP3vkUEs/sHOBVgKt3cGW5vToOB4KD4ZmSWcpsMIZp",
-	"FJQclxmSgAeLoM7GonuVTQs7OKrWEwj3x1EPRJSyGGvCKlDfzEidvbpmqIfI1cMu+dnoC0bF4A8Mb9I6",
-	"1vtmxsS13TNMo1uWt+rItHjEIcu8+g6C9NY8DMZuKwm9fxSbhyddyNfS07lkmLKZTHXXfqkm9Oj0rHXZ",
-	"uhidn8W98/75+Un0PD47vaBHI0ZpLzo9pXGvf0qPh6OTUX94NOwNz4+Oorh/Gp9F/dNhb9Tr0d65aYv/",
-	"we6GC22Ybf/o+GRjdm7WHNf6CylC5XzJBonUnj+FT+3Iqk+2fP7iSVn107Jes60lFlhewa0574bytOdQ",
-	"crzIyRiGYaLVMSRt/A3i+bsAyUKHCQtRMs2hW8KBaNPoXsh5wuIxpibZHxERvEte5bLcZUUMxCQIK6ZL",
-	"XAtXqHBC9UDQBCylWP/LifokZTpLbayXTPnYiPT2NrgilMR8NGJginFNc0VOehcDEdrWO+iNY3HYJSFo",
-	"BHcofKsQUBQ4K63SM0USqky/ntLgecxQxr0kyM1nLFWoq7AcrT5ipE0V4SPUArQk4WHeI0wrX6Ro0flP",
-	"thiIcJD1esdRsb/wmV3i1xWQUPwtPCBDNpIpK20xE7HaQIb+Nrh4nl2CqR8WWruTidynAYmzStExVq7N",
-	"vRPWTubgheBRxzcLadsG528taH9hIXuVgH1bImSgdnTxfp3C9BPfAF+l8F3wva15fh5m0Mz0f5IPlp+B",
-	"UFcYobUkQs6xviMmIUOdKTSiOO94YIXMmeGAHl8ZCIsR68Jk7Ns5ThxxOHFd8soa1rF0RNglzkUZQoAA",
-	"aSN39mIGDgrPJQ6Ho8VdirEReFkS17G0PELry/C0JzrkpSix+vPtNhYLg9GRZimGpNCk+9ep3fepfQfB",
-	"PkZBhnXf+swmcrxCOb6ezaAOUhhTTUNCNTEqAwnlaKSYDl1ikiebyHGXXBupKOXMaImZuCdtlK3gncBK",
-	"KeDSw3pOEZtpCBWLmBGZxnRm0Zxc6VLEPuOKjlPGlJWgzHkdd7DRzpSrqZGEwoHIo3YwSMA0DM84Icna",
-	"MbvktRyjTziisxnWlXETuSw4TGRGI9hA6DQTeGTIlLq8Bed1FDEZZamesBR8lVAJJpXQbDu0b0L8VJqx",
-	"sNaKiCttxvRtCD8I+Y/FZKBwbkQFTgtWu3XZ21hueS3HLwydfG6B5bUc46oj4H4jP5PjCjcDkoc3v0rF",
-	"8mkZDi6Zua8LSQEP/ta8x2odzeznLaovWKsNVR05yku+ubLHTrlYdhZcEhvNm7/TBkxAG3egAY5PHQAX",
-	"4GIMCO/mW5mNJxa8TlCdpTQh92yhAvRn5I2Z1ywHGMl0IGZ5YKmWZIZmO2yrHf7wEq1eEJV6+NGWfczX",
-	"AJjCQIQV1StErzqeiC55t6yx3rNFEagI3wxlvCBts+E0hegEdAG5QFM5Aj9JRIUUPKIJ+fvNm58PGvTY",
-	"XJmGGMwAuT8UMF1oFlhmi7ZMUoxdd96xGdTBshwPvVqJkt4BQlEqL6gdEMVdue0RT5W2sZ1QVxPDTzEA",
-	"pDxrKnBLYNLmYjg6IiH3FvGeLTopM9pWeIWRFkUDEBBoFgM6dCHKyNd5kpAhM0ttA+1YnF88fvtcdEYJ",
-	"H090OBBt0OYI1wfmDjT3shunEU19Y2Zxh3mhqeTGKtIEFWkgsIFAVDb/egIZlYRO7+7g4x2YpA3NcJ2b",
-	"qZtJQN1vQ2EOl8oG7gJirrVJ21De29edGxcAgvZHb7+ospYFIefelg0EbABgMqaw984V2URLdXfgTTac",
-	"cv3OcoXPdg2uf/qdPYHe6fxPtnjcBerXz6lC/EJpSYfwmwOptYqiOviCGfnmr5axfeWMiY7Z3M7RUStv",
-	"FzliGXcXKxvloLs3PxYxm811fTa7gf3aR5/58seur6P7pmsfrptnqkq3EL9WUDWEt4mc6qF8swceV8MS",
-	"y0PMYRzSjNVnm3jndAc1jXlteCe73NJaQDxYov9p1plt7fMnR0ffsB55Y4Q66gtZwIUDoikESDEM6vDN",
-	"yFvLe6AsbGIbcvcc1vhE6HZwlYYWvT30ZSG8kCY0nSZMqeWIrBvT7f9oK8xfdpe9n5efaHpvRDqgzZxg",
-	"KaT+CFeFq+FwZDHXHUA3ag5hxxwlmy/UwUw0jJPGEEU7TgLNkDYTqUwSFNKtsS0gRVp/4FwOA+FlpOXf",
-	"uig1GzhFUvY7eioOAiNJGqEYROQu+Vk6LD8wxBotmKa1Lh0IozczfYkTrQ+E/EfG0kXh70a1reXLD17i",
-	"bL82cba+JXTGuCT/fTWXV6V/VGMgNrdqgztXon6v5T8vMCd2E07Fp1w/LZMqNr8pweEalWQ5QireX5oD",
-	"nDDb6IrgTz858xBOTfPl9MaQexFHU+jcFiSClM6VdX0WIfqXhJIXN+/K2hkotANhPvlpuC61wAUlX+Uw",
-	"mkbaxFBHF7dc1Kx3ZmCunP4MJxv6G6c0Yq5w9syoDLVHFmzJL7wqGtuqN5uK3oLNv5CT8pVSGYv9OTbc",
-	"n5VN+Swx8ydHF1+dZ6HAsHmmShVWmu83vIvWHCV3htAyspwtfekjBCnmYkWkQPZIigvPBugDPJDN5SZj",
-	"qdFp56Xj2AQW7xjes4U5omMmzGssJomMIH8JdDzzK7gbByJh1ImmNnIObVE2VhTC5tTEKNMJf2BxXW69",
-	"DanDXKGBKML3XlwH4PksBdp52d5FvpEtrGlEX7y1izWwpiKXdwVl5WWWRozQOE6ZUp5HAx6ygezeKoKs",
-	"DZ4W+wqa0y4Goh1qKTtTKhYdyw5UaFOOw3dMp4vO9UhDMljBjbCTlI14ktTympdIJE/DYbDxr53F1B2r",
-	"zxMHcfR1S94lNoR7WeBN2FT3nBFUMzyq3GjEE6YOP5p/XFZQrcB90jtBlsF1kcrAPhhxwgUVwEGc0gX8",
-	"pBizZZiWkoi/52BE2U7RNC8ZLfMpRTIYWAM1mgX6Evk6PzBzAZjevcQhX2gD8K2m7Tz01qV2W290yugU",
-	"eTeEu1rG5SpioPweBsU3t4uZs4i/Y7O08x0fMwgMcQHfAWSZCsiBodEErYL5699xNZMKMJjCg4AoKuKh",
-	"/ACOYPfIjSX1zluZ8Ghx6R4KMZbcXjpK8NHIeT1ijFKPSyHp4Klg6QM4z5MF4SPigrjBC41aBRGSDFM5",
-	"Vyw1yqkaiPbfb978HJCfv8N/Zwnlgmj2QUP3L27+y65RNKGpYvrfMz3qnIcBGf/BZwGB/2iaBuTtd98H",
-	"5O3PPwTk729f/hCQH159HwzEr2z4FuD6FtZd1v7x9qfXAbn5rx8C8v+Yv/5OH+gN7FFA/vXP/z7w5kFV",
-	"GfFCRprpjoJNDBty9g1V26V9wlP3b4f/1mA1RVSCGoWt8Zw9U0iLFWuxR271OIOeDw9UD0sLCARyetw7",
-	"CAjrjrskVBNqHvz3SwSQvQy7JXVzaaCf/9h/J+cCAozx7Dcf+A2CykBSreTmgWEmIAi9r8pibOgjc+JR",
-	"bwPrh7yeA8K1GogcW2xBaPxgbmiFjivykkaTwo2HMiCLiWKGrjRLFpckRBScMBiIsFpCHLCcQuvyu85F",
-	"XEhH9Y2f0oacmc8p0XO5MsrsV4fC/BTyVAPc3GcWrJqQzxoSuSwCkZGFyzTxVyrXZ9MeaZKgUzg/exaW",
-	"arOkrgLCrv7g/0q5ViSbgWtgTrkuoAuMhmde96DA/DwtqoiSUsBNruFBba0noO0pFkNJQRtjQMyBRNZS",
-	"xIKa/jCg3ZxiykHNBLijiUxiCBF1QDcAKWaDv7sEXS2CLAd7aEmm9N6CFJmWICcVIMxmjC6lLNyzxUD4",
-	"gRsWMosnScfCcOXLrTSjsdkLaydSpE1tdmw4pR8Q49QF9E2N4CIHghLDppyaa7FTdEpBG4c1zTU+nrq+",
-	"0OKFYosDtYMoGQvwQQdiQhU4mVjBSR1ugURfKqOaRBQw5WzvJbcrWvIusYHUelbtzvnoXZSMUqYm1oeE",
-	"SbFhkOMGoUSfh5zk8F+QdhEjT0ZQL7Pk7VJQsPNAEYpbBXOzCoQqLxlkPBuKMv3mKHMWdsSFUOILC5mR",
-	"sayNjriOgNG+xjOxraDzxiad7zOEYR2GaNBSCWMzQNrIaQwg1pdRiVv9Vh1wZitlkD8TsQ4yh8OeBQHz",
-	"j3vr8miLcENE8vwiV5jte3WChD1HFpeWtGdSKT5MjNop2MGf4q466Z/+qSwWq+/C1zkQHoQsOhQ9plZc",
-	"fT4CkVoBr1YLcYR8rYKI7tfvqPXWlQDat2YwX5XvyZ/Keu9Taa0/y/nah5NLVrYrB0srfd+M6mWD2iDx",
-	"3UJ7WcJxdvkSChaQVrcBt8lf7z1gN11HU9baEp7JH8IXykwurUINxVkIp6+Sg+8Nr0mWSaGJKuvY3OHH",
-	"Cjr7Z7HWVmh3S7HKe/mprbfryKtaiWLHqJ/Pb/3dM9EcYox/86UJP5MRONyGC8gRUAGJWZzh1qCfro2o",
-	"H0KmU5rwP1hMIKz2oEt+9kNi6gNfcASPpaZvLeLDzHr9dYvb8y1QJwaTVMsi2Ql4dAoUtDl92ryTRgK9",
-	"xd/XUygMJCAuspvw+MACeE3kHGF0zKvkdzlUJGYa8+GM0rwJEdth/E+jYpz2ejK2u/gN07HON3hHQrZw",
-	"52uCGK2F26/xpCtXlYOdc0UFQxurEWI5ovDS+ykYiNACDoYBCWMONj74G7uYMqHv/K9tVcOQtK0o0FTk",
-	"aiDyKlcILUL1XURnNOJ6ETYFOfrkbrGQvhkxwqvW0YTW4HbN7nX36yFfB7ZvSGU+AfRANAgalqfpPeZ2",
-	"ueJNZUV7eyI//JiXEVoJLfpzUXtBaTlzQXxd5xP6d/QHhRhkZFcmAMtAHtRbBO4eWAAbi+NYvYjKFf+I",
-	"w0l3J04X+MhTeo9uMI4WCGvnBvM4SxSbT1jKcs0Pk8aymZfjeZVPIE6p0RXbqcw0F4yYM+rO3YFpFnGG",
-	"p7bORN25+UXgK7nX6qlvGOxos2exjiL65ltNMby2TlpDNPBpXTTwE4tedgdWH2SMEBdynpdq+RpTAx4N",
-	"ATuV5lgUXqdi8rWcIGjNsgaXuz1KU1dfhtQcQ3SFQACdWVkpuuQd62CfiELlquoni4HIRM5TZ5SnJGUd",
-	"rEGnjIbqIVRBvua1KCr/Fcjl2ALEWLgyPBIjLnz9j6xCQB8IryEtm6HP0W2Brpu8ZGPFoAj1DgMyp2og",
-	"nN3awqLne4DVDNs5VGENXz2Ed2uYcHgQEJkWGFwTqjzfuUNxtfvk9H3n6zvpnQR54hLFZHKElLCGg4EA",
-	"ywGsV0EphC4tfQqEFcMFMzSMz2Z/w+IMF8tvDEQbYNBHMh3yOGaiAfzhSzHDr4Ul/Rm50LU9o6UT2mTp",
-	"WJJKUBJvEqzXK2838P4SLVXDJKDgAldVjga9d8n3iMOS07R10lamUT5M1goHCe4nZmx1t+dyFcbNgc6/",
-	"MXXSbMR6ZRIX/FtRJZUlrqra2ORqQOswRMkb1umiKiACh8UYVyFHxPqPu+Tvcog1tMym23xTB75iER/Q",
-	"9z8Qv8uhvYENybmSeoUzHiF/8PYlv8shIE5AArvh0cSVzMc8ybxWwkDM6AIRfG3NDBjaM0W4mGWaMJFy",
-	"aCFPA8IEsaIkEdqIMCrDzNl0C/acgVCSjGhq7i9E+INh5ccHlAb32lXRAOIw5RX8Q4hPyQEyzVwHAiPg",
-	"THO2XE9joQ1DlV9FDMHOlWuLYIPcbeRXoEe53Yp1M5lq8+TRUXDeC05Ojt9/KjL7vEL15iX7tVexPmhZ",
-	"dLki3OCsZyZt9xwqYsqIJhND/NuWFTE78YWiEYAI6tiSIIymCQeoG8REKUPMVAKX8mMHV4mh1n3DIJgx",
-	"7tNT1zRz66G78lBhygzmHxnLvlIP3tb511viFTzy4oAsfHsDNFsc4ePhR/PPSv8fxOAaRjflWCvRmXqK",
-	"lPcaV99OXM+89NSychM93lru/8248rwL3uwIOB7slegMTxtv/iGavprDP1+gaSy/I5+pPBsXzmubumx8",
-	"lxlLFZapgVsWsy0iK5sISaYyZTDk7kBg2wmq7w6iGWfnsJvMhwK9+cpBTUN05pxHrIRKUXcTw/PfLE16",
-	"WF72lvhTwEw8NhACNnUDPof1Xx+n4rk2dlfzbAt/qXr7OTG4nJuoe27hP48k8SVUxII4izPgvttMVbQl",
-	"koHmADso1yAhfRt4PKQ6J1JfEkqiVArCPsxSrFlA2iP+wMiIsyRWgdGOaJKBnMoFCY1Mf/eHFLaKgGHy",
-	"H1hMQucB9FIJAIUIBgD5Qm2Z5sbeg+5AvMplRTMQpzHaiHLgkULOr8yBmcB1Ym2YkJA94inWsx7SGEeK",
-	"x6k3EOGQxi7hOiSCTl3YPzy2SrXDdXtMHF7MzL2GW/LRgcNZjgb/lKK9GxWwZV1qhdpUqGSCjydG6bcd",
-	"7qwiam7WDCPVdTS5y2aGHyH2iqEV0xI5Iv9m/m/6QbhhM9N7gNHLScQInFkqZ+zwbyxNuECC30rJwz35",
-	"QoGJOUk0qzwBoTovttz/Uyg4ewppzBlRAyer3uhGgMU/V2owKEZZFkc1grJa6dXuQ5fsMczRYwvbypr4",
-	"4tPLm81E6i/Wt6QLrSScBq/jDeZKge9sIpNcuibUaTrYxDNFBPuQE8tVbrOxXyA+8T2bIfKJsw6aGyfA",
-	"uxOAxMx16gCN/YLrXJOIThncdF3yq7OlIk/NSzZrBDD6UNx9ZpUyqI6JqVfuprwqaq+jRZWJGIDDEzB6",
-	"0oXqkrcUAw+4GojwcEYzxcIAa0o233q/QIrv/sj7C16ZO1yO3h2HN9qxf6Xt4wYrr+8XM1VuxhwcJxVs",
-	"nnPRv+6yFlhdI/8ye6ZIQbGkTf0VO9jppjsEWbbxvnttxHrLJkA2ttmb8IUzIIPBhrRD+zkMCsNzmokc",
-	"ht8I3jbaIDSy2gxqhGEc2OKShFOulA39Q5nO/Amm27tRliTmExRvQtGfK/tjHJIhm3AREzoQ6H7iSWKj",
-	"rJrC/xxlfg+zfwz3+Ua1XTPxTaJlGZlwpWW6+DPqvNf+wbLz3O0Umct0pdAIt20YyUzoEE6PcthdxaUq",
-	"BSPtPCAJge7hOo0PAq9UtRUtBwKOLmkbzgnnEcow/c61hiKhIzZnaeFOzXktuCSVlIKl607Hz2ZWjzwc",
-	"ddYlWIaSTSnfyH4Pso75NJsCPKf5yIX9mNuajLo/Bozrz3FWbhKpV0Xb5pKUCqw4V5gA/+SHBqZu6NCI",
-	"mI1mozWHB2i82WHws8zvH6ZKx8LcgFMqMpqQgvEbjeugkEqXjfpLJG8eZX8aTSuwi/NnjM6CnXqscg/V",
-	"W6YrCO6VozU6plwgn+Zlc6FnIURmDuZOAGmN8xIlUAXFUipiSowAY+Od6X9D2oRn/0zEiVGzf9IIZrNX",
-	"hLo9fySVZqKZRG/QsF6xLDgrO9oJbB5BW6d8PGYpCZFVhgeOQ5hHEavF0CzViGAHUcK2htsMwumv8jBj",
-	"pHWaMpIJNCa4Gui1yDiQLIFgrlIMxD1bIHJKDuwD/rWDoIKQ40wnPkiOLfYD6gTcN22MVPGrLy1VMDq4",
-	"cog7CMMK6RpyytCkzxJb0ufoaCCayg/VIi5nYi8HMnhc7NZn0BD2Emc0pTFDR2aafQMxRqtnf5srtUxA",
-	"2ShRPYRlfel/dPTQu0z4LkGBNYmaWaGFGtrAt25NDBGo1kZd5QJd3VDUkScakt5q82NtNMtuvncY4dfr",
-	"d6+tW6AR+HvDPFqq7vMSRE1VFdT9comGdY3emhe+ueAAM/INzCRAFX/WoIBq/JeD+lwfDBBnaY7kh+jt",
-	"opLrtEJ2KCroDYT/0pK4AJdOncyA4Z+FnXILkaFSr5DEfASIZtqvWbid1IDLYgjqGw/hxhh700Yeql3U",
-	"y5+wJJGG8tBr0rpEUDnP7XC3DoDOUFbBY9AdI1h6Z1vc0olvFvwLuT9gr/ceqW2W5muXoppm/jVjKW0t",
-	"Sz1xpbl9BUJo5DgNQM2VyraNwtevYNPIueocMFy1JEOLfBgHJLR27DsL/0AUXSjr2xHyzuXP3mHWHCBC",
-	"4JG+E1Lf5XDNMSA+VCEMIN2oYOvPFAktI+piI6ERxSEJyLaqQlKgQR8EMAYpEi5YPgISFk/c5dXI7deR",
-	"+RIdTwMROmk1vkuoZinCQUPl2Lshje7laNQEdL4TxzcvPbXNxvTxHdOUJ02KDrKabyVwAwnTBbE7eIWN",
-	"Sf+QppqPaLQC4ud7njCIlZhybZOlqVgU2N+jnD4DIpN4HVIPVffXeZ9fI4WY+a5yfEBZhy+HLeI4QbEh",
-	"1FvODXd9XbrCdeGeM9e1ThcdBxud5y9iCgGLC9iQa1djUKZ5NgM8PsVymTKHmE+4GIdoYXOcjlEjwXIA",
-	"k8ewiA8aUuVJ2yLgSOHh3xAX/HqAEUM5kx4yBFUO8wGGHhC2RRspCuUqcKtri/btaqA1ZlW42UNWhfnw",
-	"+KyKr5pVrmKSf2VVrMyq2EoEOUzkWK30pSdyjIVP5AhTjF2BdVt5gTnA99D+EmLtc+1KRYBHB6rih3I0",
-	"UkybuxtU0XAkk0TO/x0L4DuICivutOsw6w9AsRVsjtVb5rmcZPseCF5A/og4V1A9LHsNKD5cgW0aEezd",
-	"KXVTQ8T6F1K4YFMcpxoImjKsQmYriF2/fWXDS9t2+8gJ5kyZXx20e8rgKFxhPDvjAMOk/eJoA3FydFFT",
-	"L2yFlPPabNyuxzdYYrx26ljOuslgRvMKwSVIHwwYOOqfPD85Pz47eb4miqDB0oXEUR+o4Mcp1PbT27wf",
-	"3Mz6fkY0USxvaihlwiDDq6GpEsB6bYNH/sjPemtG/KQFkeX4ln2olS5euyOeB8ngXnR3s3pffF43IBTI",
-	"scKJO8GJHG/OAm0d75VccMZShRVS8GmsAs6UrcyaNsil3CI4AKanK4AMAAfm4hIRcweO3KDdJY8zNpyG",
-	"JkoSLsZQE8cIHtJhJmC+KIIrNoQVoSkGZ/YINvEt2Y9xun8zO7PejFzex29B8XprRq4nqczGk4LkLb5S",
-	"eTrbEL9OF+sKzlOHonHnwEBQJfdEXZSBaXQPl7aV4sNyiZH8kh5m8ZhplMOdcS5H6FOaLqx5IXfvkTdw",
-	"Z4J3Bc9GIQgLqTswCzpMWL0L2fz6zYq7Qa4TQYTMX7Ku3VBCScxo3EmY1oCRI1NPOVwtBWezRNJYHX7E",
-	"P5wxrhHiLhypEKibifiZIviWBbTBMj7OU4F1+DCDPuZm9zAYaQJ5i4JM2VSmiyuM/EgACxG4uatbN82U",
-	"JmAaQws15ml2yRvBXLeQz1l8n/ggckYhNXrxjAGMbNFCkAdKqaIwW+LkZFuM23ve00hr0knMOJw1ZetD",
-	"ha9vlUzi1zjcocTgOi/ESUOKUQyL88BSPuI7G9Kf9iRtaxh/2jIuuLUAiWqpw9VxJO0R3lV0zA5WFHWp",
-	"OZmHaHJqvqT+CzfIRmhZvMHh7wx6V/wP5p+wIIez0NaoBr8mXNyDGQihlwcCzLEe1OQloQRFfWsCI0tl",
-	"xaA+LLkmU66UtWEVrkwcECioqS1O3YZLDCfayS3icLMWX5qWbNVT/3hOaXrP4lUgVjBId0hxYx57VL9A",
-	"zd3C3Lhz9d3PczltekRwXyCgBRbXM6SuOBZzNpxIef8YLIxfXRO7h+NA3t1fQBh7qdSJu7FJuAuu+l8p",
-	"euiIsCfBrYt/ZhyBbxAtA2CBM8mFRjJNWcT4g70UKnTPHszonGJvC6Ua8lMBQbfpQFgk3xtNRUzTmLjD",
-	"RiIpzOuQQRjaEXY4JN65T5DMoel0Br5P961pmeosZeEBSpjWWIiVM+EqsNjJoWJRynRoOpgoFt3965//",
-	"HR5c2kLXaiLnYiAA7hFMnwhVTFKpHQQy+eXdazKfSMXIREJYDyTbgsuZkkTKmRF9A7gjO5ByC0jDs5Q/",
-	"gNc7jlOmlEXlIGVQjkwk5jftVbpMM4G1Jwci7LhN69AkkfOObTPskmuAE54ZfRNF3cYoH7vWjwHzgC2G",
-	"EJhcW+hWNF6bo9zN4SVb7x+Bu5GliUX9UJeHh7ACXTse08OhXatt42/sUnwhDA3b+69cT26AJFfiB8JJ",
-	"A8hsJOwhUzwGY4MjTTyaHsFDo39xQi/epMwN65lhRYQ4/Gj/Wlem4Tv4XnnYrQGoj84cETOjP6acKYcJ",
-	"675akESOuwQaALACbbN7HN74Ue+EaCmXBRXsszjR24mr9r16efWkaYZ/yvQYnNqGFBLstYIc+RktHkvn",
-	"tsaT9SQ7vXcprdk8BwagPyH5YJDPZrTTaDX75d3rgHhfByhKoexUqkmDoorNVrvyiAZhT0gbrgQGidjo",
-	"JT3EbzpW9oFa01gkAiMnXHEjO3YSJRKqfGtFIp5GGddkmDJ6D3nZ33mczEKPIdoBuWdsZpE50YxhRj2W",
-	"rkCTYHMzy2bMlX3R965yDa4oXv3BRmLO+ycQTkpr8YXig7c5yn8BoUTLV0cJDmV7SeOwEBc2MmJY7BPk",
-	"GMr8py1TGwRrPh64M+hEkzwY0eLUw/kE7+pAGN3N9FzUtbeRKzpdWMiUzOhqMQvgFxEt4EmAQGnysFqK",
-	"KpjHY075t2m+sHNfrDdjFLv/1xkz61JztgrReYfTVboOVwRYWgEcwYzw6cCGUX4v0xwNqID2zAObpGAk",
-	"posDX+6PaJouiJ7LgcjtFSogakYjMxZDkw5MdNmucQlNWstJMRxroHC/DIRM4oAoaRRDtNKAn4+oOdfR",
-	"xL6k8rpsYFy3MoBd0lqfMKyXJWOrrX6hS7qy5K3L47Neb+O7tWYi3g37GW7U1ep+cbcWDLrY6794gaPE",
-	"uutWObJcwQzWlBeFOEtMxLDAYO0VxT1JUdszWKqcCHFLRT0q1Vg7DZVCxRxCo61B2VAQjatBUe1NpgDj",
-	"Yeuj2bJqI5QEwFZUV4KtVLwOq6LC0AfCjb3xBt+xFunXdRWvLFBa3MDl6qRPe+T2YujPN6e2GuGabFgX",
-	"cW+oIb/zpGBgbSdMpDJJgF6AWi/9KH38UTl+NRDt8O2bG6zIh79ZfyxWMyIRSzUfQc3pIoLS6kjPFHlx",
-	"3SVvUjJMzaW0kFkKBPz2P19dDkTKxlxpWy0wSrgZkN+ckHPSDr1v7mZsamOvvC9HXIxZOku50IDXNxCQ",
-	"N2UDivPB15UT9JoJXTXFxoKIuevcnWk5F5iZs3S4AWrQq2c8EFwfXNUUDHRNzhKqRzKdurYxNLvaT1ix",
-	"uJsxQ1F/rJxYcUxCDwdkSgUdl7gRbF/MIh4bcWW4QI6jIEjGsBo9qSZCK7+oJNcrvBGuROHO8sCUfriL",
-	"8uDzO4vTcFJgDGCoaIdlnX4rsKeikr+7teMAGvlCfgPrErArtwqA24YTNp5j0gZ3Fwi0B1+pcHHxZRwF",
-	"tippzITmerGqrmJDNed9mohrTcG71fb8PJU6m2mzqID77SRvzt1S196sVEeTmqvVwlkbJhSQ0FoW8S6q",
-	"41hhl3wHNlhAsNZyhnK/rfttc/euBqJaMtsr+Q3+6gMC1bKr0iimvwVLJcP9WuDTFXbZxxJbsJyzTTWZ",
-	"0NmMCXScVwZczQXkKrdRN6bbQBP1iSUtWK9WkKMN2NTKwP7wvqG49mMNyZAhs63hd/vL5XOd3AwGGJdP",
-	"8P9odRS3bDWTaL4ofHmy2Qr1Ny7iquTcXhaQcxOvPTJWznSh0p7U2yU/gMJnHn778ifSnqVsxNIUkGa8",
-	"0BPIqPGh/FUGYZlY5mzConv82iyBOrBX2ECUerr1y6X6M0AmZ8YK5iebnVybj4BSP5LmC2/FHnn5bXO4",
-	"N02pwaF6g/wqz7GlkJKJyd+1PwUGyudOsrC6KS0K1C+rqNvyh0Ji74Bk2MwkIMq0qF9PNUmkwtIF92zh",
-	"TEWYXYGtsrhLbnL5v9ugoL3MR3ALA9inwLk/nag6yibTqvmx+w1cK6+Uyph1OzSqb9sSE2rtzQgiVgXJ",
-	"yRetBFXbYTzlAqwNS6aD7gqr4Q/Y99esrsAQV0GK5AuDC9n9s8YMV4N6lc/TkChQyXDmnd0I8fBjxTq1",
-	"MrzObAAauhn4s4QkiTQ3FijJhhxxNAUF57XXfXu3DUvOtYqBSNlUPqDXLU9N0SkVyugTUlw5nSl0FjDA",
-	"I/Z1F10M7ZlasqYjUgppo8ZhpDK7Rwf1ws6DvGceQT5O6VoH3udtwGZvXMPs3gL28oZhg79yPYlTOhd/",
-	"xgPjJkcokkCTlaAp6KuZxzaZZ+HoLRl24RToiSFo35bvTqghU64VS0YokcNYCU2kYM7GYKtJXlbJGcYC",
-	"5Quc50mVDpmSZCj1pMIxIrNoRv4vUsJq0TlMP/uwLmxJ6J/pNmm6SWB5/5T3BwQkgEOg7OCwlLirnpwC",
-	"W1wt/Y6ljBFDQpQ4eMlbZa4OTOh11VOnMmUYqV21QTFzgvRAAFT9cGER50lbSE2gTIw5lGPKhdJo1HNv",
-	"FgmIrkQ5JOGbfgFzliWKzScsZQEmNjvQrhk40gDLApxwNqMWETPQR+VAOb28SNDiTnrHAxHiJDu4WnGI",
-	"EaTmAqLmQAoWoScZ050xi3ndJfQ5lWzPgoY4ja3LllFeEkbvWby5kwbH/1Vq3nZryha0rzzA0Yx4zcmt",
-	"pnQOGU1Zep3piUvptC9VD+47mWmmiA0tAESrgNBMT5jQoDGDH3NZke56sEJ2wZdszLdMUIy8cKdfsbQu",
-	"a03ZiGrPAdutT7NUdabskq8Iwibx5HvDVd51jOEg1fHXtfydh1Gdt+pHmNivIFSlW0ZBr2sPkBcynuiO",
-	"udKxIEc0YUqnVMu0iPZchs3BahhkxEXs9YMl6Jf7uYGH4XVgflDpmsXIiIwqq2FabSivLdMCJLCozsfT",
-	"oliB15+D5a/pE3dOSLvksK1yVE2zLRIUUSIiP97evs2zG0vb4qKHauC/HI6ZKpYsizkAKfnbAI/UvP8j",
-	"o4kFskgZjblgSgV5SJ5H/VBssiDEmWp9ev/p/w8AAP//",
+	"7L2Lcts4tjb6Kiidvyry/ilZ8i2+1FRtT5Luzkw6yYndu8+/WzkmREIS2hSgIUAr6lSq5iHOM+wHmyc5",
+	"hbUAEqRI3WznNr131XRskyAuay2s67c+tiI5nUnBhFat84+tGU3plGmWwk+XkeZ37K1MeLQwP8dMRSmf",
+	"aS5F67z164RqMqGzGROKaEn0hJG5TG9Z+kQRCq8SqjWbzrQiI5kSPeGKyHRMBf+DmkG6raDFzVD/yFi6",
+	"aAUtQaesdd7Cl1tBS0UTNqX46RHNEt06b0VURCxpBS0msmnr/LfiF3FKuWi9D1p6MTPDKJ1yMW59+hS0",
+	"LnEeL5+bseCTM6on3hfx7zc8bgWtlP0j4ymLW+c6zZg/i5FMp9RMIsvgyeUPPctSJdPlzbqeMBIK9kHf",
+	"RPBESOQIdmyWsjsuM0VmdMyaNgTfKW3IlH54xcRYT1rnB71e3VR+4AlrXPCIJ+z+q33FqGLX8paJ+hUn",
+	"5u9EmwdgsXabyZwqMk6p0Cwmc64npM0NjTARcTHG5/fyvZgwGrO0mDp8tINfXTV9b4f6B6dBa8pF/vNJ",
+	"7Wr4lOt8vypHkMAfa0nyuBeYj/GpocdjcxhTLvCnfv4dLjQbsxQ+9Ab2iCYvYzadSc1EtPg7q+Gwn+kt",
+	"U7BxZpVMaaLoyOwnSdmMUd0ll5pMpdLk4PiYRBOa0sjwbuPWeR/smC82EdTxcXm76nbrjcfIjWTmc/v9",
+	"ye2dffe++3ZBYpYa8cQ1GaVyWqJNKmKizGsiYkRk0yFLH2CfNyLTjfb9KqLN+60i+gD7fBVNWJytkB7K",
+	"PvAAn2JRyprlsoI/3/8z11TdNn5EU3V7/0/8MkskjRs/ksGf7/+ZX9lwImXzYub49wf4EFzlzd+BP9/3",
+	"M5/My2omhWKgcbxN5TBhU/PPSArNBMhjOpslPAIhsj/DJ/7370rCpVN863+lbNQ6b/1f+4VKs49/Vftu",
+	"XPhiWVhcEjskab/74Rk5Ozp+uoeXEiVK02HCSBjJmIVd2BY7IqhHM57ffewDnc4SBhNPGdUsvoF1H/QO",
+	"Tjr9fufg7Lp/fH54cn548N9GasSt81avf3Y46tODzjA+Ouo8ZcejzrB30u8cRcfxCXs6Ou2d9T0dgJuJ",
+	"xlkEgqYqWL3RnkZHrPM07tPOGT3ud06Gh6MeO4iO4n4PzupO3pqjGtFEwVnJmdn731r56O8/BeaHGUs1",
+	"x2Pxl+Qdakw162g+ZcsnG7TYhxlPmdrqHbOQtUQTtBKq9E2mtpwQ7uPH5T8s7eUGU5jRlAl9A6qKfWdZ",
+	"/XGKD9XE7qDVgQW7ICJLElSLzVMqfwJILxxTzeZ0QWg85SLskkt8bCAEu2MpsZtLEqqZUaypCIiQKZlQ",
+	"ReY8ZinBcyUyJVRIPWFpSfO2rxitC1cSDIS5+IA6jA5G7eSRXBQxX13Y3/F8OQFJmdFN+R1LFt2B0cfq",
+	"d+43t3VBy6wbSCynxPxIhlImjIpW8cetDtiR8scW12yq1skE4N0r84552Y5G05QuWiiXnFD7rQUrAfrJ",
+	"vxL4TFEsprA+5PB3FmkztJMTr7iC1ZR5K5/rRpPOZc7aKcNotdNRiumKzIqZpjyBr0+k0k7nlRFNzM/m",
+	"tRFPlb5RjIkHk2zAx2tHFObwE/4Hi2/uaJKZifUPnnZ73V63fx9J6BTzWStoLQ+8JAO9LVp1QH+7evP6",
+	"Tb7XlU17DDm49eDL+/lAMhF/UTNY02fquGzZYoCX3CA106/ucmVfGlngQdgReGmJF4OWZ+pvsPDVvPrO",
+	"fP9ji8YxR7vxrTdje42XF+FOoqLpmMGI+VtAWHfcJaHj9TAgIZ+Z/53JVJv/Zmli/hOZMUdG9zL6j7n2",
+	"tGapGez//Y12/nhv/qfXObvpvP/YC47OPv2vOrrIj7/ss+itt3X8TSqRQcNe8bGYWp3RE24U/rBGI2PC",
+	"qHq5Cvtg+lWhJ3tD0OjwsPM0PmIdOjrudQ6HhWBcFjyl6W/K5OgUS+AtdMHV0EPFR5e/Q4YLVFSiCRXo",
+	"lcr9Gwf9o6dHp4cnR089N0dv2c3h7Wjd/b6LfDFbi1bATcqo1f9rn3pQtcI7wU3sJp9ml4WZbza5DQpK",
+	"R7xGl8DDqlK4dV+iuwKYacQFV5OtzJCz4YGh7sO4c8aORp0DWtClEaqMKnbja/VNoypN03UGkNJUZ8rs",
+	"XBZFjMWwDc4Q9+Z0Svv9ztPhQdQ5jQ9Zpz8qZtV6EOaq7NzHnSg9TWV6Y4zEWorEP0+ZUnRc/0TpsB5a",
+	"SVg6t00/kGZCcDHeTgf3zn6Ld4AW1ly1eFJX+PAnj1o22IR78DD3KbPMwBXiyVdSs+mlnVnB2C8MrWx5",
+	"2zvC8x3ea2/XoOURpPfmUa8mmmB2RKcLI65Knm87naqcrewgzG/Fmt9kOpJom7uYji8VRpSjlMzvp5oY",
+	"Tz7YVU5Mbiw4C3BTIT2bs1g9vHNexPDojKUKnq39ahZz/eKuRumI7C2LBNNFoW6IJtKyKrJWm0n4hv20",
+	"tnEPzxxxl2Hrli1Iwqi5O6x8ODoIWjKKsjRdI4+toxznNXwa96MDesSORye9p/1TYIB0zPQWkjZ/xc4b",
+	"t6FGANt9qpGKxU41/tEpuu6s3e7YrwUttVCaTc0mCikWU5mp2mPcybirSBMu9MmRryqd9XpP+2dnB8dH",
+	"T496Z2f9dddI6aA2FZ67KVLFYddsrXfWzX9tMPZqTTpvXaWDC9zp1wqHnLMexFAr+PTxrLVndEaHPOE5",
+	"bdfKcDQwqk5oQ1oEh7oglJgL54kiofvwTeSNHZJppjQZMhJJoSkXLCYc/HLt8D8HWa93yEKIn5ZnGLQ+",
+	"dMayY3/5u5Ki+47Of7bXgJm/NNJLs5+pWLxDGtn6KoIRuBSbH82z/J2XhlU/AQe9xDddNNX+2F/j9PI/",
+	"X3tApQVi3GGZsu63iEuh5sjPDzLV3c6BOTViA40KVQ7UQmlykzKVJXrtgt/BY3+lOpp4rigMm3ra9LJT",
+	"fMLHE6Y0we90hmaEasDVyyUhigldpI9YlWtHk1QWmsYGG+P0kiWrzv5+9bEV1FVjqG1jeLl3ak2mjcy8",
+	"re0qeMF8DwJPdklxs/W04b1TXcmWCv9OVhIorvaNav6SzUoxqyVDZs5UQcoKBP3omHIRED4ycnXOk8TI",
+	"WzMaZ3HXD3Ss/Pw2Roq/62tCF1TdXsGDVdosJTIVVktl50vfKm/sCqIuhNv9iRq5/7tgCTeJg17vvgwy",
+	"K8LfG0Wz/X3c4HYqpFLJ6l6W0T9dX78l+IB1BOYUQGgihRHOWRKTCb1jZMiYIBQIw4YvS9L5+OzMT4jq",
+	"9WpTohpp2E5zNVmC4rDdDbnlyfx5odZeqOjn0M0ZgHb4J6qUC9iQ7rddxt5DXeclcvMXFKy+6SH86+Kx",
+	"O6pp1kHExY1ikRSxKnkgD/vHhye9Ximj8KT2HFxuQzUrdI0LaBfj8V5R9kKzP9xGry+H3ptPw89J3O1E",
+	"dtrIutk2T/IqojtObqdElSQb8y0MGTO7t/BO1RJbeWBmqlymXC9KDkI/M7ZfJuROv9erpWV0MJRnvF3k",
+	"0J93/tUNSa0m/mznU+zlqrPFxMjdzjdmRndx/rDVp4TfeV688XmlgOZT868Np3mNT6/fa8vodvTA35EV",
+	"mw5Jovfj95WrgPFfmyd33S2jPJrfqs2+ZfT7a3i8IXx+cnx8eLL6YIPWPOWavRHJAn1ORRgkoUOWbDgV",
+	"TAN9hW9sfIDNUXo8MrPA3Q7M3dbG4JKZrr03T3pHp+vS8INWlHLNI5qUXGtrNWn/WXAcJ3ThT6KsAj2X",
+	"REhtdZ8hG8mUodo1pWJB7GuYgy7kvGxWymyYMF8tc+pArVJmNURIvGRRBidSs0fl6f1E05hAZQORhS38",
+	"RJH5RCaMpJnAuUGqm1H+QXELiy/EjMYJF+yGavQ4bjf9fs30UQOLsxSpqjR3e6sc+teKGdMb8rjuqKf0",
+	"QyUPwo1Uvp/WkcxumaKLRNJ4u9DCg12mtf7jbYkcfCjr7RedLmytmFETMXM/ZaMaujOyVLkKKH9TnyiC",
+	"L6rCM5OyiPE7ptDF7QyJdmgfDPe65NK+RaZcKWNTyBQM0QlLYkId/xl2ICPKE1UuRuJ6QsC+I5GMGbED",
+	"32SC3lGe0GGCuU+bqU+lu6KsPlU1pvxW2MTdY66DjZQVN2az8LUlBLvqKN5Blu6k49rAsZcFlBMyRkCW",
+	"s3PYHeRUL7axL+xiILSDe+Rv++kq1S9oZYL/I2P2z/aO3IXHszSpSa8SZKL1zNCi+a8iv7x7VbFyt8+C",
+	"Wz5x8+3y1q04ebjMdwztFKmANyMuxiydpRzD3n5WYK9zRjuj9x9PjuqTAf1hZui1qWxIr16fv4mkgDii",
+	"WSdVt2VB3q/IxrWi/OF05WWnRzXTXhM5F8r3wbS5JlwRl/dFtCRcG0klRcSMQBMD4Y/SAdM3xnIAMqUL",
+	"YuZPpEgWIBPlXJS+GsDH7O6As4frVfn5y6kym8glJKdayWT1QH+wZrKMGypp6IwXvqXPUlazYXWMnVRr",
+	"PtY3//rn/9QERvyZb5zP3+xGwyspIGoCJy0i1iVXTMRANYqEl5meyNQe/jn5K6MpSwmEgiMsHMGocHdt",
+	"upNzfRUrWHFuSACw4CR5M2qd/7YJwbQ+BdWQKxOpTJJpXlKzvAtvBAZZLvw9qPXUVobaIfWtsiVLk1v9",
+	"keX9MiTzAt7YVPT65WQqRUHZ6pj/++uLH1++Js9evLt++cPLZ5fXL8i7F//3Ly+uruGvA/Gvf/7PQMC/",
+	"X7x+vuK5mkUAQbN6gs5nUSeu18jMusO9j3+t5jzc9Opo9UX+eJ2MWbEJ5Rq2xsTxGh/u6clRTTCobh8e",
+	"pGyu3o28bIpVbK0NyNxPYKz5St12/8CTatTblnK6VDC/nBPKOIPHEu4pm8lUd+1Hds7pVxN6cHzSOm+d",
+	"DKNeTPujo4PR2ckoOnw6PB3GT1l80BvS46cnvZP4gPZiehzF9GDYPzyOnp4eH42GcXR2ejw8pYdmLP4H",
+	"uxkutCGJ/sHWgcj7RhjLR1FDf7uUem747QctwHRnUjOcv8UPmZ+3eSx/s8ImqyOVjqQ0+3yVpWNpYrqH",
+	"SJMD5t29tPAnRhMjwsvcP2GR1dappkOq4J3bVtBKuNIgceEnV8ltfvLi0/bHynWUj1l/jX5sqk7zJquW",
+	"MoVhGp7ZX48l42/Fiuj0S6UyFj8rzJ3qttCbJVuo4Ypfd7UXV/rDj7jrFeh8sCkTbF76y1HvEK78+xdv",
+	"1G1hnfb87BKtMGNsKWeCeW8q0qaJQgQjW3j9RAWEi5IVpZjOZnvdDY3aL3mx1+16dV/emScIHWH9OFck",
+	"kWJM2nputoGnce6eS/iImfk1uHeXPn2PUgu/tqK6pUHdaa/XUGq2oo5ZPe/rmrzdLVNqAazoAfKlJoym",
+	"esiovjEXUnpHk+Jo+71tqrNKKRut+OTsNI6Pnp6wPj0axSfDITsd9Z/2R/2z4cnJMT3tHbITFg/7LDo5",
+	"iuPT05P4qE8PTqLR2XF0QM+KAbU3o8Me3pYNtWnb5F2VXfeH99DiPEc8F7MMTjqvgWlNWJLIImDeOm+x",
+	"aCIrblrA1xEsvbEPfbqvOrbqWOs5VhewWgAlMdJMbMiZu1eCrU3zKeXyXBBVuCYQGomEHmpXSKSwgBLO",
+	"Bx/RJOmu+LJesS9XlSgayYTmibdRdsUb7pINK2ylWyxvCARAcxlaE9MYsZSJyFw9oRcqCfcCMkTn3gWh",
+	"Q0jVmk8Ac2MgvJeEFKxLrg0FcBwWXIGzhEaMUPw6bDGhsxmjqTont4zNzJnITJtpJXKsHOYH5KeRtnf9",
+	"kZTFNNLKrYO6WxNiyopwAR5Lc2uM99CxuCRTnQBYm8gq6ExNpN4mMaumvm6ZUlayl51f3WUApLp90f2W",
+	"rF/hqa3R6jbaqRXL2ykGcI8gohHktX77StTEIq0VUXJYj7ogoKJFhp5tgboHNzlKGTN/oxHXi1IuY3+D",
+	"WMAslVpGMrm5Y6mqC2zV2Z9ypOc0ZQ3vHNSGMeaU69qI9kGvug8/yTmqZFoS8xo48bEuqEuelXZBsdRw",
+	"ul0yaR8cE2X+ZkffK+1HJVxen43bRDNNFTN4RBtbmagUrTMz7aCNJHzlMuXLGxciemhoJZ4hES7GXRJi",
+	"feeNLX5jcXhOlJYzAPxzCd0WfSkvBQ27JEyk0vmzGKG5IELqibnwpjJleXUAjSI201ge4GzKHMu0+nnD",
+	"qVLp2nLEfH1NCdqQiG7EuBT2lgtIRNOUI1WULtc8dgQp2jC3++miSytxwuLBldSqTuny7+2m3tsZtrSQ",
+	"OsyI1Tra59C7NtF+GpSeC9JDBcLQ2qYa0CYlKB4Lrs3fbyL/pdXV8rocX85mTMTv8lIHj35xjApd1G7c",
+	"wVn3zFZ6ytEIILAOjoOWTjNh7ElHxUs0VfrC5nvScHgbbH9pirXhZfgbnLV5lkSTTNxiSSiADBBaPun7",
+	"Oz6LPaqbT0RngOibMhpNWHxBRlkKiHMx1dTop3EqzX3lKfhNUAH+2v3vBqVj2IJ0npm92TbFheolAOHe",
+	"0enx09oahPygHmq/qxkfbjdgWg3LvGYf9AOWGnq2ursZ873C3YFSJXMB2i92QTYKmoAtsMRl7t+9DRhu",
+	"x6LCeyG4FKtcUcQC6IpMxCw+J0Li1Q8kDvd/JKesjsKDnJ6WAyJlTn9AJIFHGLMkBNaw8RIwSk7EZQaH",
+	"nfF2v46638yYQGzdXUvSyxGvAknej0PKSDPdUTpldFrJ0To+XhHL2gq92Y9abZMz9TgBrYYam5rwU+2x",
+	"eG64ewPgrnbc2WDuZTStUfk+f7xyBTbomiidv2cPEa0rncHjwVr4nykyfpYA9iBzoAKjxxI+5oAaZHkz",
+	"x6qRo1HCRZEj5rBg7pjn7u0FVZfDp81yBSrT2Aa2pj7V8KgEsS5Y2mFZB+BHBSzDra/inYbUsY3I/H0j",
+	"dGDZ9Vznc67Z/jpDpjiMemg8B6nnTNf8+WJqQSvmqoxaB9/1flscLNU3ziVTa+UWB79JzlhtrKg8iwJQ",
+	"rzR1WNdmhP3QXJknvO0aUX/LRMzF+F1+OFUMgwWh5B8Zy1iMnmWuioqTmCyY7pIQoxU3QuobGt+ZdSlw",
+	"f3gFH6GNjnTx2dCMY+Of9nUVkpwXF0SOwAftHNx4GtWE1nK3F9J2T0EwNp+J0aWKb5i/JAmhKYN1RDKD",
+	"LiGAxqA04ejOciQq5E2OnZhTRO1yATn2Brm1eLRY0c2UqykUX+NvDdXejLIksZkJcZaw+AbwtlsOVWJI",
+	"o1s5GtUSt4dkXwnjWJD5HHbeYk9VMOenNJpwwTopo3EJhL6cHAjQb2gOdcCd5LCsSh1YqtXeSCXgX2Qp",
+	"mbAEbLN1GGAuYeKodxa0NNdJ3o2F2E/bXYB09/P9fdzmjo0pdGN25+D71b435U9NgHYVT0fDxpinL0j4",
+	"oWPH7phfqJAkXGkHXA6FHX58QzERq2AgYNMNpWYqo4nDPGj/KJE7IimUpkJDJGdGo1s6ZgMRjrmeZMNu",
+	"JKeVNe67/9q5hHtd8prN4fsK8raHjNAYTAija2pCxUBk4lbIucBZDjGj24NgKMVX8uq+ynrhIkg1H9FI",
+	"q04uj89bx73Dczx8t3ZjxghJ3NNEaZnSMSx2xMcZ4t4556FD02idt456Z+flVimJOYQF2kSWfh3YvK2c",
+	"D1pDGncilcL7PburRRgfcjKMHek6tYDXPzG6GYsJ5K0rcssWTq45F6sdOHUmQTF400DDlNFbRShJsySX",
+	"W5dvX8JIOpp0hNSdGUsVR1dgsVwP/CJKKJ/CIOCMIgi2APJsbnYVQm7FIIUo6bAPFqDkvHV0cGZPxAbV",
+	"XBMAMpFJrIiWEiMfcsYEmckkARz/kUwSOVfl3IiOQyo08+3b+SacCV3aZbt7dzThUBAFX7fqsT9acSkV",
+	"w6Uy04wIxmKz8OtXVzUfqAxjCXr9pFI2NjuV4o0hJCkkMzzfiRKpWOmcz85KA87N/9A5cBaUVxqCQVc3",
+	"aSdyPDanL5LFHmbajRIeaf9wHbm4v1k5zD5wpQ1dWhO1SI7diLeeXXrcBOK3GKA8Ghx8hws4Gn/Dimdc",
+	"2wVF7L4GOedlCom7wKscyXTI45jh5h/avaJJAhGiBZBBDDk+CsywolERF51RwseTfHtovjmwJbDOSmcj",
+	"MymleZIQC655ARBJC9KGcsDO5UizdK/yoVu26KTMTB2Y4QDnWB3Z8BMsz96LMR9B+Fu7WUHzJXQ6wVH0",
+	"zgkVxP0KK/ou7PIzBeQGQXIkCudExCvII4hNb0yI34w76Mvo5NqDP5IcW99sLBkyoPPPmgNjkbFicl/I",
+	"lOmJjEEKUcPolgmPfSbMx0ExaIOk8CLoN7ozkpnAF4/ASaWyaGJflqmRWjJLI0baMoXQUQ1xKMb2imyZ",
+	"jpayk9AUcmSO+odlphnKeIEtRorbBAWdAj5U/A9GXOc01+inE0mhUxrpzh2XiXUg4Pnh2PiYhRgyU5pa",
+	"KcsViWWUAU+04SyBNvI3gIdQ15SGSVCFZUqrPdDiqKi9zswfco7KH8gzQTZieJfhYa6q0j3qgHg66Avr",
+	"OLIHBrOXJd4i9krynY3wpQqUD7hlMm2EUydGIVvMKmXg0gK2tA8R81ATWxrtv3ZPwJao2RN4wRCaBwiM",
+	"b8F5IJjujWbplBsmhNhqDisPtrT52YNSa9m6J3tBqg72o3HSixLB5uaatkIQiUJmOuF3QNIy0ykVtzhp",
+	"eGTKBawbiM6Qr7lLOymLZGrscaTiyg2OFy94dO2D0CGHOE4sDQS0r9xFrhI5hz1e2txM0ExPmNDc+k1R",
+	"uAsZmIkLifQaFKurZB/nB4tu5iFFIeY90nSsmVDZbCZTzeLOlMWcugzFo/7xuc+93GilFku0piwDm5Z1",
+	"Yp6y4tbEX7qOn7+8e2WTEJQyjCfolMUBsK0uZdQWw/kqiyU3O6YbBBzt+ZVmXyuJ2J7Zwvx1tJftFaGK",
+	"nn4xixJqbmAQRDIlVz9ddjChvhhUAZAJzsWF9eHygSfs9W05EaZXvO3ijk3rsGoX6HFulNzj5cuV/Ka2",
+	"GqGRdIVLxT6f+4fqHrd/vHBmi2AArWv+hDpUnuvLrHrU+vSpMBZrohMcTJ+INXRZWAkhXOTWb4MDl1uV",
+	"H5uby1Rxc39597LIpjPUB2mI0FgVzWvz4gZlj1h8gd/3gNwbscvfWc3VS/Dfpbivqai6dTY6PYl7p/3T",
+	"06PoaXxyfEYPRozSXnR8TONe/5geDkdHo/7wYNgbnh4cRHH/OD6J+sfD3qjXo73TGqv6yxVwf6rdQMHm",
+	"X1E95AOWPFahflcUJ75jkLO5HYTRcoQS8VrMVQki6QKVLkUSNsKMTwo321TeYRi+0i7oO4UnakYhwlyS",
+	"y+h2OZIBub/9YKf4OSgTW2H7W3CTdeD8RiW5AV9o6/ygUCr9QH1eL+W7H7aHOZ2kjMIO1IUZWG0bIWgr",
+	"5dQmI1jMx0nbUKNMjT0h0H27tyPI5JYJAcUhbASF7+3/5pjC/nnslHBQg+y5yyhLJWzF4b+/Lxqxo4Tl",
+	"jAhwXFYPfKfDrTBsfnR12MXcN6dqeq6UTqV8ss0iAPFWt8soyE2JDQNC+KV38NYyOGENMNBDEEe1UHFp",
+	"39wq1uzNQ0TErrRMWVwBuH2kYHVps7e7SN8IZ/11SQjSLgSXEvyTgGeFtO0fAiJtE3cS2gBOuNclIXKN",
+	"ec9YzTFgUYmByEcp3g9B1zT/UOyOpVwvSoOyD+jHuuFxaCypmMUZ2mcQIqAiHojSl42JCPNdoAnDEkDJ",
+	"gl/vBeDkt7aMgzKxgYUaKb9R28N3bORnN20ObrZTsxVvPzbCnbrlIvYFI67LibXldDrPdrHHsV4Bsc/5",
+	"dku5B1NvnWoIs6wn4wJNbTsqfvEBJ8ppQmyAEt1koyxJyO/caPpkyPQc7mWbarGsEw4h3bKmVKG/EuQP",
+	"kC/WABRO6YcGWL/ePceutzOMYbxb7liRE1Glt230/xUZCO+kLgDZ7oNjKu9YmtBZ7b7afWuqL5kwIpPY",
+	"IejdMjZTeVROS1m615eQNTesH7mK6GO3Sf9dDhUAEG2jsLtC0E9F1gBm+cRCdVKmZALp5DOpLCyvV4Tg",
+	"2ol9en8faJHKYB788W9e/+WaluyuBcF2bUEfL1sO938LlOm/yWGdHrATGMgm2fnmm3lyfh3IdBNkRAHY",
+	"mPLxeH3G0rV9bEMYEJfTXuBMlzqLw76+b+Aps4dlttqGZe5D/Su6wuxGmnmHhV0JMC/q3gJm1V91zZeL",
+	"le9qnu3UDHNbUt6szraeHvMllnejIEvc1iYCfBDzIKKPmb7qIdpvd6fuQFCOklb2yT45qPesPghW71rM",
+	"5+sJI7/L4ZMitG1f6a7Stfqb5Y837X9eq1n4KcA4KnXlLETKxk0/HcD8DrpFGWwfzQWIEdtQMRyja57w",
+	"m0OKL4lGc/M3XNef1uQgR+z4uPN0dNLrnPafHnQKsUwPiox3wccTnSyInRXww4inrLyuw951r3/e6533",
+	"ev/tnlKJ1Cuf2llhKYD/I3DWZDNz2CLC9HegsB45IP9h/t98B/VSs7W3fIbvs5s/pDDre5EZftv/K0sT",
+	"bDeRzeK155bXW/cfpBbgvj0XSvjGPp/9YEQKmU94wsiMZqq+/m3zNs7QD8gd66ara7zZyrTU2BrNsikx",
+	"HybmcUXa8O9ZkilrTO5t3g2tTJt1ksn/YI6AYcjLZmrgERSVWJt/exe9EhOrm2d8iRszpxwyDjDEy8gs",
+	"ZXdcZgoA9LU0MyVtywmYrH0jBdti33brtlHmp01JxsMzqCn1xKoIYh+6sOm1+B1C41gRKdh6V/D662Q1",
+	"Zp6bpN9Ev65pSEWX9vaj/qbCDXxmJNsvszq+oFh3a45dAdo8iy2PC1mAp1BBYtkloSHc0FCBQhoGDIck",
+	"sak+0wsSGqkYEvO/AOMy9ZPbrVQFwbnq8nteEmFbuIpgOYxGE2Bt7PLAlJlVREUIszX3Itw/AQmNoun9",
+	"FqAolvxGVb+bvbsqYCt+Oym6seSNc01xA5U3f6lW9210vLnXfuBpVasY8aUu2pVbtXyRxqOTk87T3tN+",
+	"5+zg9LBT3PDDQ8MgQDwgW7DSKe9m5mgWlaObZReB2bOtooxObt5so4Ss1SFyczgff/X1XOzfA7seylu5",
+	"VDcAvAoJPEzodEGUpoAXJVMyZIrHTOUY6m1QajoW5+9+HWYdBxSnaTh5Bv/Ci6WWIbwjr5XAOJqr25Ep",
+	"cOcTZSFBbBeZWjbbvMObRy2bPH/LZzfL5WN4Kp4OaJftqmrQ4K+VCas0BNQMEA1nSkVGIfc4cDBZkLpF",
+	"1S3GOh6pUStAfjeh/xfJiljn5OZSmm93Eyh+z99UiNOc03Cw2g0sYxLd/x72KcK/fN1BFVMtOKDClkHB",
+	"/uvE7sP4FDwx/pi+BfzMQ075M0z3jbPKahUcilotJJujbrOk1HJFsFi361SYPB0AUP+spAtICBm0Vgfi",
+	"OiBhrv+GNtYgBSur0QWUjfkUM7KaGi0ElKSpTJmvJFmzEj6TSxhjXq7SmMyVUHO5r7zt1lyHtbfddp6/",
+	"7Yy7aoA/Z0X34VUEYDbgIWkWNnT3KteK5bJtwJNGOlkQW44aRqkUIVBMWAVsCpf11cKLsdlKnW3wybk7",
+	"lux+fsfIiLMkVqQ95SLTjExklpKYLshUCj0hc8ZuY7rYM7f3f5q/JYuA/GdMOfzX/BX+AQ/DvxaMwjNc",
+	"kDB3oITLzYRqmy9sqXKtxSG9JCP+gcVkxlIuY0y2DsHVfUN1CKUlpaZxezBvOlQyMXthPtzduC+cp1qh",
+	"t6F5Xi9yQ4YrAn35EAyNuvkqlsWyk1IRyymZ0VSjHcZVYNYCMqi7WbzZV/gKUboJ+TjJ66IDW52N5zvz",
+	"cUx+uX7WCpabT728fH2JPc/MKwFh3XGXlFxuFQI6OdoocbdsjW3nUn/IbrSrGtB+FU1nVwrDzbrKlo3Y",
+	"L9Upc2VHyc3aUy71DK9r8LgFSOVyT8eGPo617967J+MX7MN4U83MuWc2Dg5aycm555h/Nn/8DM0fV7d6",
+	"xLnUuqzhL0+gcJTGVFOsGULMaO6K2LFGyGKZ3idrJ+6zg87T0WGvc0qP+p3j4Un0ND5lZyPqYTu9e/Hj",
+	"y6vrd//n5vrN31+8vld8yqtl+K2K1/7+i4SYvkR7nHJJx2ad+nNCW6bWBw0kvICYQcosWvl9ggY1NSO7",
+	"NoTZMf6wVXwBOO9B7C7k7ntYXIWoqhERCYMsUZmSTMQsVZFMGbSUFPZPKiAxHyPCj/eMIm1qLPY7nkqA",
+	"ZCJ3NOVGiBrZPqEzDHr52RGXnf+mnT9u3tt/9DpnN+8/9oL+wdP6JIlqBVJNo8BkYSuN8Y4xwt886u4S",
+	"D5E/jzBOGRUOK8YVDG7NNL7+t8xCNfVKK6h1rV1Xs2gHrzSfSMUIcgThIkqymNm13bLFX1DQTxjWOm+y",
+	"IziwZVB/nt7F5pNWkT/tvDRcjCQAJswB6SDm2bQVtCZ8DHBLthF7vctmqXbgUWBOH7VyCxNIXKK8rb49",
+	"PzrI09Txb5/e11V2fRX4qJ+rpmr3oprPUEPjVSetqUlyi1lfheTsuhqKtuVlvaCVq6IraW171Wx1KWCT",
+	"nWa77z98V56lzjs2GSSPLdUhuBVWWa/ZyiryKr3EsxV9fTZRExv5Mi8LrDa2wO3CqBAg22QzkLzDLB4z",
+	"fc/iyFWW+RajlSht46zyCrb7di9/tkT2wo0RMxoDGT2CGg+JWs3JzMWfbxzMXQPs/0oPyeZH2ugn2SKo",
+	"vYMBspuLpcLwq98tY2N+FR6a7cLsVNz8LocPWuQADZX8zPAtfQzbFznsYhzW2VrFZFcVSeRHXFBY09EF",
+	"FYlcYYWKsGvkuu1MPLOTz3NMlc26omOC0lJPdJ9pN1KJ7A2z1irMB67vVG6m8xA2ql3WY8WyS63Dzhs2",
+	"bzdJv/Ty1v03H0Tpvud9VfP61uvYNAHrG7pjHlNE39+pu4EoLOTeUpuF0jk0Mk1zLQaiRpeLMrD+ovQD",
+	"FmZ41RoYQ5hTgFyrYMDVWvX5+iuZoiUdnPL6d7GCuwa4xRMnWZq0cmyaHJC4f/C02+v2uv3z06Ojw/3W",
+	"hmjyMdOIpoXIMKVS9JZOVMfHPlUsGXUQknrLCtbdi0hzj0vhW3H4zFfFdBC71QNt/XTv4v/dKi52KP/3",
+	"j2ApwTOigvwuh9a0wkdZTPiuNlUFa2BXS2CnStb7gA/s1IU+B0Zw0Gdu5NKmr+1tgVz5IHoD8vcjag7y",
+	"lomrSJbFD42n3MJhADoGtg6IWX2K6nWhJddk0LkkXezX6JJ0IVSJyboOCTNNoYUjz7N4rfbdnFe/gU7+",
+	"d/PoLnm87vn7pI/eN4+tMTHfX1xdVNNO/omCRJ6glG1L5IjQ/JHAQtZevn2ZNx5uzq8NWnRWfxH9AqaA",
+	"S9HYDbfhvuVndX2INkhV2a2gqL5jUF3dTd0B4nZZrItdd8s79A1AYFa3Q7lzbaE2l0129i/Mq8thH2zb",
+	"62JAFfkVtDLB/5Ex+2cLeWf0lK1TjSrngLqOv5xi5SsOAjyou53Dyn2tb6BT8ciszTnaibA/1a7WaMtX",
+	"Frq1rDVu0orUPePbTmdmJtjZHJb2DHuMda7tgVeRdD85eO/WeevtL9c5gOxWAScglSZV9q6/j0Oq/Y2G",
+	"W1L9dmlPWrc1G5mV3tbt2GP9JxyBaInN5i1CvUPgDQizWcFUkTG/wx75S7ThDqXQAszp1Ml677w2uEkt",
+	"V69h23zIfCKB5WW3P0Gr1OK8Zr/r+NsKqWpNvBQKHAJ37MaYaFnKbIetjSwgf/OXG2yVZCmmJnVr7MBt",
+	"ys92toY2yfAp85LZLdV1nSwjOXVtXGqwTXgaZVzfyBkTN1CoUKcC8oQB6HNAhCQxSzgmFkib15aOGTQU",
+	"AAD0zUuU6k9wue6cA9Z6yjFrjpJUzi0sNE4epqaILWW1SzW65yRlaiKTeEezaTdjsHSjf5kbvGpnPKJ9",
+	"56pobmyeYVnslk/yeWbeggPULkHSppufY7lbBbtLaVlgd21OV7skd20k4RosTpRx/lqbtJcGmt/OJW9P",
+	"/Lllw/pouwJc3VpRWKkDsuzc+FQftQZYz6b1wEelHWid1wvQ7eqLIdDoPISrpgoPJhQ6r9wYBjrqO7gJ",
+	"gFa1cUrQvlwUPd+EVtCa4/5uUVvcFDrf1Xe8m+Dxj3FjjSc/1rrKT7sTHR4TvMFtfxE6ZUQKl16WLjYq",
+	"/vTpYXuRtk2w2ieSjTvTbxDl9mlqp3NdJkJvmLNSP4Ha98FfVF5d3U1t/d/nRUf16hlththVHhu597w4",
+	"ddscxfc2FJ53n6Es9lFty0yP19Yeb500zgm4RGClgYtgqxcrXeP9q8jYh3ADVsX24/kDl/jHswcaBDH8",
+	"2o+AgH9v6Rc5ipXNoKw2ve0WfVX9a7Ir5I3rYFpkOjnXVBcKPB2WQB2V2AU94Ck8/u7/yvWkqFnYLHBe",
+	"TK66SNVQ/TCfKBbdQHEoZF5RxU6OXC3KTz9fPutc/XR5cHxCbtmiS64mci4AuWV9AxH7xfqQen3X5Gq3",
+	"4/5St2MPgKyCyaijWcd2eTH2otYzaAfJACn0kTsko1hmTKz8wI59lHE6n6GN8pIOUj2OJR8zPJBDJl8Q",
+	"KkrlSx0VyRmLXT81SDqxLeccvEi52mlXM+se+UkresCsbPSiMqTm2ud2ScVbZdZthYjmyHDTL6/1Tm5+",
+	"EM0FO5aWlwKVjAnwVEFn5ZQxoyamesioJq7uWtWjxC0zxFLdg/eEqjSH8tsyt+3eY48uyyx7F9CIdgU5",
+	"K8bKxIzg8fklsj43oorzOxcsvamxoZf16lIXaYjxynlpjXnVAsDbJ1Sb2bh6iADRI6wsTxZEy4EAy9nM",
+	"AO8CSTJRWq/Fxt/AnpdaRjLxY2Y1ue13Et3BXmZj7VO3TTxh/7gdoIQc6TlN2cq5laTjJp3Ym9NWbDzI",
+	"H9E35Qtdp5YHK4It56JgSTLXcMN6BRUm9WNKRTVzZGx+t+ay3NkXafdi89t16Vryp/fxEaEOvZlua1gU",
+	"r9Z5e7wFrDmYB9FXvXPevToOR/nJCeddupQ1K3JQ3fDepXljbdAuVUyYr4qNI89b8cnZaRwfPT1hfXo0",
+	"ik+GQ3Y66j/tj/pnw5OTY3raO2QnLB72WXRyFMenpyfxUZ8enESjs+PogJ6holrFRtld03CL2/DcoI28",
+	"TSpajaNQL9fW1MtVTt5ObqOjx96yy3S5ywKvsFfROsJcO72H45THNOyK62I5y68pvQ/BA7KU68WVmaht",
+	"RsJoytLLTE9q1HLhIa61w/lY3/zrn/8T7uVJOBAaDB02J6T5kKGUWumUzrD/dkgscuvl25dda2qDkYIf",
+	"LiSgMbQKafnz9aurulyU+h7pti7TtiAlnvpd6YSOWHFWewN1h6uB8LS1Lnk2YdEtdDa3/iVbe4NKHWg5",
+	"NrwzoSJWE3rLUKGx65hmOqOJmf6nTwD6M5I13jGcwY9255AqSZyl5ka3KUxaQltBzQg+rbrkrWsvBKqV",
+	"IVCqZQrNvM2MBgL6P8vEKGqC4fHgPhcHqbpuPOL30MWH67dXDUQbl2Ue2NtptyFMtoC+KJ2ZTJKBCN++",
+	"ubom+3f9fVx+GJCUCTZ3uwETyrV4XDK2Sy566wzEQGDN+zTTFCDO7OEaXdNMZ8RExOJzH5kiAD07BLHR",
+	"gYy1MIBmVGiFolcU20BRQTJh2+VatAuaMhJZGhkuKi2EReGVBk8f9pg3dAYtGRXkqWmasIGAX6RkzMxc",
+	"jnpnIS7Y9VZFyIyij3rorbUE+ASBSOH68kdy6rYOO34nFBblai9IO/yPHLJrLyBDBh3cB8JVOENKlyBR",
+	"IqNbReaMxBII31LWeQEU7RZvR7aHkaaGIM0mhX6uhl3W//5dSRGS9rsfnpGzo+One64FvdJA+aFZdoj8",
+	"lPCI2euBx4ZMRxwQUS9nNJqwzkHXA7nwfmfEXDad0nSBcb6co+D8HJZ0mbMg9kd+ur5+C7mxBZXi9KbX",
+	"r666XuJvhXsv3770kS1avW4f5yFnTNAZb523DuFXUJ4/AbG7P2E00ZM/QA+tBROB81TkoNcrIQXKiClF",
+	"FEvvmIIZd8lz17peyyyalCjSzBrFBJfipdGAfmT6J/i01zYeZnTQ69lcBs1Qk1/KtTn/iOJ7bVMy+4VP",
+	"nz7VdVR1izDWc8LvWNeCxSPmVv3I+VT33yIlle6z1vlv7/1jf2u/YEYXTClwK49BRZQzhT0E9qEB+6YH",
+	"YCPCfrPwlNFoYqgL5QmuHRaF14MlCITHHXJB08XAyBIWWWFmHnr18ur6xWu/q7Shzjm9ZZ1sBluUzS7I",
+	"ce+QQD/7OVf2tlk61XeMxtwu9gscrPn8Ak7yuHf4Gb73Gu5sGi8uSAjiWIVE0QXAakYTErMZEzETUREb",
+	"emgiyzccM6XSO0Z0SkcjHtWS211/n844KkWqkep+tsBBoGhc2BsbxCliB6GvBXq+LvO20V0vZ/waP/GI",
+	"ZOA+AspyA5dbZWP3bc832nzF01+83bW/eI/9hHRd/YKcMUVCUE3DgIQuBd38G3PQw4u8NWSywObO6M0D",
+	"0EvfPdbWFgdZMaMSGRaOJlSMnfcO3Wdl1C1zlntdkm+I4WiVxz7QfYbtI6kilEyomnQH4rLe/Y0K9pQu",
+	"rALuyMOIjDo/OEyrOxDXE2xgnc9gKDMRF/oL/h5BJcXYrLBthpvRlAm9d27FG+zkNFOaDBmhU9vgbiDw",
+	"sSeKtHF+fDpLOFN5L0xYJO71HjoMuSY2OYcISRKKzfOp7YsBw5F//fP/I1wPBBcTlnKLW5Z/Cl5foFwO",
+	"l3P3QgDbkhrzE/GjVN26y5/iNwfCDgPCfAS4AXDfH/UOSQib0mEfIsZi1cEvh3Wy9xmchWOJVt7A/68y",
+	"XmzAcZ5nwyozESdepQRuPIS03S/f24qC9YxanptztnwqW5o2X7oiLfoPJi1wEnG+Q6sERuBxhyOWAk4N",
+	"pMkRCrINJYl5/nCr5+8prXC1rghCW5pYklhLV8L+R4d9/gnlWMLqch9eulw0o7BDDpv2NktJxJa2mRHI",
+	"73nRjDGwoixV/I4li+XrA9t5eoQ8oymdMg3pxL99bAGAiNFgC707h2uv0pNPoOtcnu8/w03VRHTW7Met",
+	"erJEaUefk3Jw/zemHGsD77vUCPBa1d6CL0TsSCKBDuY5RqORstClBOSeu0MsrCPyowWdtx4H20N5xAVN",
+	"BiIFpCAC6D0wFghaqzjDuFK4UQNnHcs0NnavkczngG6sMxTYkChwff3WWuAYSQJb2i7RXGkQi6KJuZzn",
+	"MktiMqF3jIylDqw3CucUkvZBrwcw0KG1PcMueSPYQNi1P7FCnybIMua6oKMRi1B7B3Vbdcmz/NNGDUv5",
+	"neU5Cih7PKJEyzEzDw+EUdOMWa8N1wlQIHRKhaKo2bfHqcxmZjFTrvcucIMQqN3t/IiJiItxl1xqMpVK",
+	"k+Nej8zM2BFNkgvzTXtJQ9Kx9XEoOmKkDcN5O8UV4TGbzqThor3am8tSzmUR/tn57io+/NW43f2+LyqL",
+	"zEXOYnTGb3hx2f35mYrFVnfnw8mv8hSsw7xGlr0RzLmAZugGsqdRx3Y7XqP9R712j/rbPX/8Wa71wvb7",
+	"WPJM//b+U8kY/AEdk1MqFrl30skAw6aeILdZZ8uC/GPBM5/2aar5iEaYLVMv1p+zKKFGiaaCuMdJ29zM",
+	"AbHEB4iLtmKHKP4HinHrud0rieuJnEP4HmtnCNfnJMTaGWMrZWligf9tAU3o6oO65FfnbbRbTMKRMca1",
+	"TOkY3Va/vHs1ENx2CiqqIozEC9/+gk5gV2P1MS/e+RQSz+0c4FWAu7d3YaW9OgwHgoPjmZJZymwyhhkU",
+	"jBxXGZJABIugzcaiW5VNCz84mtYTSPfHWQ9ElLIYW70rMN/MTJ2/umaq+yjVwy55bewFY2LwO4Y3aZ3o",
+	"fTNj4tKeGZbRLetbdWRaPOIwaV4+hyS9NQ+Ds9tqQu/vJebhSZfytfR0rhmmbCZT3bW/VBN6cHzSOm+d",
+	"jU5P4t5p//T0KHoanxyf0YMRo7QXHR/TuNc/pofD0dGoPzwY9oanBwdR3D+OT6L+8bA36vVo79SMxf9g",
+	"N8OFNsK2f3B4tLE4N3uOe/2FDKFyvWSDRmr5T+FTO4rqoy2fP3tUUf24otcca0kElndwa8m7oT69BHUe",
+	"5jqGEZjodQxJG/8G+fxdAHMB4HPUTHPQl3Ag2jS6FXKesHiMpUn2j9joo0te5rrceUUNxCIIq6ZL3AvX",
+	"f3hC9UDQBDyl2NbTqfokZTpLba6XTPnYqPT2NrgglMR8NGLginFDc0WOemcDEdrROxiNY3HYJSFYBDeo",
+	"fKsQ8Bc4K+3SE0USqsx3PaPBi5ihjntOUJrPWKrQVmF5E5qIkTZVhI/QCtCShPv5F2FZ+SZFi87f2WIg",
+	"wkHW6x1GxfnCz+wcf12BF8W/hXtkyEYyZaUjZiJWG+jQ34YUz6tLsPTDdszoZCKPaUDhrFJ0jA3p8+iE",
+	"9ZM5YCJ41MnNQtu2yflbK9pfWMlepWBflwgZqB1DvF+nMv3IN8BXqXwXcm9rmZ+nGTQL/Z/lnZVnoNQV",
+	"TmgtiZBzbNvsmms8ce00XHQ8sErmzEhAT64MhEWXdWky9u0cYY44hLkueWkd69gRKuwSF6IMIUGAtFE6",
+	"ezkDe0XkEqfD0eMuxdgovCyJ60RanqH1ZWTaIzF5KUusnr/dwWK/TzrSLMWUFJp0/+Tah+bad5DsYwxk",
+	"2PeteTaR4xXG8eVsBu0Nw5hqGhKqiTEZSChHI8V06AqTPN1Ejrvk0mhFKWfGSszELWmjbgXvBFZLgZAe",
+	"tmmM2ExDqljEjMo0pjOLf+Q6kiNqGld0nDKmrAZl+HXcwUE7U66mRhMKByLP2sEkATMwPOOUJOvH7JJX",
+	"cowx4YjOZtguzi3kvJAwkZmNYAOh00wgy5ApdXULLuooYjLKUj1hKcQqocFbKmHYdmjfhPypNGNhrRcR",
+	"d9rM6dtQfrBZAPaIg374ERW4LNjt1nlvY73llRw/M3TyuRWWV3KMu45Q/Y3yTI4r0gxIHt78Kg3LxxU4",
+	"uGXmvi40BWT8rWWPtTqaxc9bNF+wBSuaOnKUd3Id2cveGRfLwYJzYrN583fagCZo8w40APmpPZACXIwB",
+	"G978VmbjiYW9E1RnKU3ILVuoAOMZ+WDmNSsBRjIdiFmeWKolmaHbDsdqhz++QK8XZKXuf7TdnPM9AKEw",
+	"EGHF9Aoxqo4c0SXvli3WW7YoEhXhN0MZL0jbHDhNITsBQ0Au0VSOIE4SUSEFj2hC/nb15vVegx2bG9OQ",
+	"gxmg9Ie+5AvNAits0ZdJirnrzjs2g/aWVuJhVCtR0mMgVKUmVKFBHRDFjWlq/jTiqdI2txPaZWP6KSaA",
+	"lFdNBR4JLNpcDAcHJOTeJt6yRSdlxtoKLzDTohgAEgLNZsAHXYoyynWeJGTIzFbbRDsW5xePPz4XnVHC",
+	"xxMdDkQbrDnCNTR9M/eym6dRTX1nZnGHeamp5Moa0gQNaSCwgUBUNv96Ah2VhM7u7uDjHVikTc1wHzdL",
+	"h5ZzgiGFOVwqm7gLWLvWJ21Tea9fda5cAgj6H73zosp6FoSce0c2EHAAgGIIfbMWLhTZREt1d+BVNpxy",
+	"/c5Khc92Da5/+p3lQI87/84W97tA/c47VXBg6BjtsIFzILVW0Y4HXzAz3/zVMiqwnDHRMYfbOTho5eOi",
+	"RCwj9mJPpByu9+qnImezuSPQZjew3zXpM1/++OnL6Lbp2ofr5omq0i3krxVUDeltIqd66B7mgcfViMTy",
+	"FHMYhzRj9dUmHp/uYKYxbwyPs8sjrQXEgy36d/PObOufPzo4+IbtyCuj1FFfyQIpHBBNIUGKYVKH70be",
+	"Wt8DY2ET35C757B1N4K+Q6g0tLjvoa8L4YU0oek0YUotZ2Rdmc/+W3th/vS7PDi//EzTW6PSAW3mBEuh",
+	"9Ee4/l0NzJHFXHcA3ag5hR1rlGy9UAcr0TBPGlMU7TwJDEPaTKQySVBJt862gBRl/YELOQyEV5GW/9Zl",
+	"qdnEKZKy3zFSsRcYTdIoxaAid8lr6bD8sAnvbMZoWhvSgTR6s9IXuND6RMh/ZCxdFPFuNNtavv7gFc72",
+	"awtn60fCYIwr8n+o4RB96r6Dgdrcqk3uXIlDvlb+PMOa2E0kFZ9y/bhCqjj8pgKHSzSS5Qip+OHKHIDD",
+	"7KArkj/94sx94Jrmy+mNIfcij6awuS1IBCnxlQ19Fin654SSZ1fvytYZGLQDYX7yy3BdaYFLSr7IYTSN",
+	"tompji5vGRBeLS4cuoG5cvYzcDZ8b5zSCCxILmMyMyZDLcuCL/mZ139jW/NmU9VbsPkXClK+VCpjsb/G",
+	"hvuzciifJWf+6ODsq4ssFBg2T1SpN0vz/YZ30RpWcjyEnpHlaulzHyFIMZcrIgWKR1JceDZBH+CBbC03",
+	"GUuNQTuvHMcWsHhseMsWhkXHTJjXWEwSGUH9Eth45q8QbhyIhFGnmtrMOfRF2VxRSJtTE2NMJ/yOxXW1",
+	"9TalDmuFBqJI33t2GUDks5Ro51V7F/VGtiWnUX3x1i72wLqKXN3VzOyZzFLsXp4ypbyIBjxkE9m9XQRd",
+	"GyIt9hV0p50NRDvUUnamVCw6Vhyo0JYch++YThedy5GGYrBCGuFHUjbiSVIra14gkTyOhMHBv3YRU8dW",
+	"nycP4uDr1rxLYgjPssCbsKXuuSCoVnhUpdGIJ0ztfzT/cVVBtQr3Ue8IRQbXRSkD+2DUCZdUAIw4pQv4",
+	"k2LMNnBaKiL+gYMTZTtD07xkrMzHVMlgYg3UaDboS9Tr/MjMBWC+7hUO+UobgG81Hee+ty+1x3qlU0an",
+	"KLsh3dUKLtcRA/X3MCh+c72YOY/4OzZLO8/5mEFiiEv4DqDKVEANDI0m6BXMX3/O1UwqwGAK9wKiqIiH",
+	"8gMEgt0jV5bUO29lwqPFuXsoxFxye+kowUcjF/WIMUs9LqWkQ6SCpXcQPE8WhI+IS+KGKDRaFURIMkzl",
+	"XLHUGKdqINp/u3rzOiCvn+N/Zwnlgmj2QcPnn139l92jaEJTxfRfMj3qnIYBGf/BZwGB/9E0Dcjb5z8E",
+	"5O3rHwPyt7cvfgzIjy9/CAbiVzZ8C3B9Cxsua/90/fOrgFz9148B+X/Mv/5G7+gVnFFA/vXP/9nz1kFV",
+	"GfFCRprpjoJDDBtq9g1V2619RK77j/3/aPCaIipBjcHWyGdPFNJixVvskVs9zqAXwwPTw9ICAoEcH/b2",
+	"AsK64y4J1YSaB/9yjgCy52G3ZG4uTfTzs/1zOReQYIy838zwGySVgaZaqc0Dx0xAEHpfldXY0EfmRFZv",
+	"g+iHup49wrUaiBxbbEFofGduaIWBK/KCRpMijIc6IIuJYoauNEsW5yREFJwwGIiw2nwcsJxCG/K7zFVc",
+	"KEf1nZ/SppyZn1Oi53JlltmvDoX5MfSpBri5z6xYNSGfNRRyWQQiowuXaeLPUq7PZj3SJMGgcM57FpZq",
+	"s6KuAsKunvF/pVwrks0gNDCnXBfQBcbCM697UGB+nRZVREkp4CbX8KC23hOw9hSLoQmfzTEghiFRtBS5",
+	"oOZ7mNBuuJhyMDMB7mgikxhSRB3QDUCK2eTvLsFQiyDLyR5akim9tSBFZiSoSQUIsxmjSyULt2wxEH7i",
+	"hoXM4knSsTBc+XYrzWhszsL6iRRpU1sdG07pB8Q4dQl9U6O4yIGgxIgpZ+Za7BSdUrDGYU9zi4+n7lvo",
+	"8UK1xYHaQZaMBfigAzGhCoJMrJCkDrdAYiyVUU0iCphy9uulsCt68s5xgNRGVu3J+ehdlIxSpiY2hoRF",
+	"sWGQ4wahRp+nnOTwX1B2EaNMRlAvs+XtUlKwi0ARikcFa7MGhCpvGVQ8G4oy381R5izsiEuhxBcWMiNj",
+	"WZsdcRmBoH2FPLGtovPGFp0/ZArDOgzRoKUSxmaAtJHTGECsL6MSt/qtOuDMVsqgfiZiHRQO+z0LAuaz",
+	"e+v8YIt0Q0Ty/CJXmP326gIJy0cWl5a0Z1IpPkyM2SnY3ndxVx31j78rj8Xqu/BVDoQHKYsORY+pFVef",
+	"j0CkVsCr1UIcoVyrIKL7/Ttqo3UlgPatBcxXFXvyl7I++lTa68/CXw8R5JKV48rB0kq/b0b1skltUPhu",
+	"ob0s4Ti/fAkFC0ir24Db5O/3A2A3XUZT1toSnsmfwheqTC7tQg3FWQinr1KCPxhekyyTQhNV1om5/Y8V",
+	"dPbP4q2t0O6WapX38mN7b9eRV7UTxY5ZP5/f+/vARLOPOf7Nlyb8mYwg4DZcQI2ACkjM4gyPBuN0bUT9",
+	"EDKd0oT/wWICabV7XfLaT4mpT3zBGdyXmr61jA+z6vXXLR7Pt0CdmExSbYtkF+DRKVDQ5vRp604aCfQa",
+	"/76eQmEiAXGZ3YTHexbAayLnCKNjXiW/y6EiMdNYD2eM5k2I2E7j342Kcdnrydie4jdMxzo/4B0J2cKd",
+	"r0litB5uv8eTrlxVDnbONRUMba5GiO2IwnPvT8FAhBZwMAxIGHPw8cG/8RNTJvSN/2vb1TAkbasKNDW5",
+	"Goi8yxVCi1B9E9EZjbhehE1Jjj65Wyykb0aN8Lp1NKE1uFOzZ939esjXge0bUplPAD0QHYJG5Gl6i7Vd",
+	"rnlT2dDensj3P+ZthFZCi74uei8oLWcuia/rYkJ/wXhQiElGdmcC8AzkSb1F4u6eBbCxOI7Vi6jc8Y84",
+	"nHTHcbrAR57SWwyDcfRAWD83uMdZoth8wlKWW35YNJbNvBrPi3wBcUqNrdhOZaa5YMTwqOO7PTMs4gxP",
+	"bZ+JOr75ReAredTqsW8Y/NBmz2IfRYzNt5pyeG2ftIZs4OO6bOBHVr3sCaxmZMwQF3Ket2r5GksD7g0B",
+	"O5WGLYqoU7H4WkkQtGZZQ8jdstLU9ZchNWyIoRBIoDM7K0WXvGMd/CaiULmu+sliIDKRy9QZ5SlJWQd7",
+	"0CljoXoIVVCveSmKzn8FcjmOADkWrg2PxIwL3/4jqxDQB8IbSMtm6HMMW2DoJm/ZWHEoQr/DgMypGgjn",
+	"t7aw6PkZYDfDdg5VWCNX9+HdGiEc7gVEpgUG14QqL3buUFztOTl738X6jnpHQV64RLGYHCElrONgIMBz",
+	"APtVUAqhS1ufAmHFcMEMjeCz1d+wOcPF8hsD0QYY9JFMhzyOmWgAf/hSwvBrEUnfoxS6tDxa4tAmT8eS",
+	"VoKaeJNivd54u4L3l2ipmiYBDRe4qko0+HqX/IA4LDlN2yBtZRllZrJeOChwPzJzq7s9l7swbg50HjSs",
+	"QiqWt1RDLYgumr6vUz4e503LN7AJ8fm/cxGvmQEtWju5ybSNZCAqkRqrMaZUZDQhaSb2mubnxthhb74l",
+	"U9sQ6XpDG4nxWzGzlWW8qkndFIZBzzlUEJhrxWWcQHYSizHnRI6Ija13yd/kEPuLmUO3tbgOmMaiYWBe",
+	"xED8LodWOzHs6MixSFRAOCTUTMjvcghoHFDcb+4volk6LRD68j4SAzGjC0Q3tv1EYGpPFOFilmnCRMph",
+	"hLxECovninZN6D/DjBWzZvNZ8HUNhJJkRFNztyP6IUwrFy1gULnXLooBEKPKQY4am98Y7w481Kx1IDA7",
+	"0AxnWxk1NiExVPlV5Ffs3NW3SMTIQ2p+d360aazKO5OpNk8eHASnveDo6PD9p0JMek38zUv21143/6Bl",
+	"kfeKVIyTnlm0PXPoFiojmkwM8W/bcsWcxBfK1AAiqBNLgjCaJhxggBAvpgy/U0nqKl9JhlofGiLCzPEh",
+	"o5hNK7fRywsPMacsYP6RsewrjW5uXZu+JZbDPS8OQCiwN0CzNxZ+3P9o/rMyNgr5yUbQTTn2kXRusAIO",
+	"oCYMupPUMy89th3RRI/XVvp/M2FO74I3JwJBGXslOqfcxoe/j27B5tTYZ+g2zO/IJyqvVAZ+bVOHVOCq",
+	"hqnCFj5wy2IlSmR1EyHJVKYMptwdCBw7QdeGg6/G1TlcK/NDgWx94WC4IXN1ziNWQuyou4nh+W+WJj2c",
+	"M3tLfBcQHPdNEoFD3UDOofFzP/PXjbG7CWxH+HrN4G/L1MPt3MTccxv/eTSJL2EiFsRZ8ID73WamovUx",
+	"AM0BrlJuQYKPAWQ8lIEnUp8TSqJUCsI+zFLs50DaI37HyIizJFaBsY5okoGeygUJjU5/84cUtsOCEfIf",
+	"WExCFx31yiwAoQkmALVUbZnmjvC97kC8zHVF8H9Yi9Fm24OMFHJ+YRhmAteJ9e9CsfqIp9jre0hjnCmy",
+	"U28gwiGNXTF6SASdupIIeGyVaYf7dp8cxZiZew2P5KMDzrMSDf5TyoRvNMCWbakVZlNhkgk+nhij335w",
+	"ZxNRc7NnmMWvo8lNNjPyCHFpDK2YkcgB+Q/z/+Y7CMVsVnoLEIM5iRiFM0vljO3/laUJF0jwWxl5eCZf",
+	"KGkzJ4lmkycgVOeNqPvfhYHzQOmeuSBqkGTVG90osLln89OKBChWiDiqEbDWaq/2HLrkAVNAPbGwra6J",
+	"Lz6+vtlMpP5mfUu20ErCaYjIXmEdGcQVJzLJtWtCnaWDQzxRRLAPObFc5D4b+wvEbr5lM0SFcd5Bc+ME",
+	"eHcCyJq5Th3Ys9+MnmsS0SmDm65LfnW+VJSpeTtrjeBOH4q7z+xSBp1DsSzN3ZQXRV969KgyEQOoegJO",
+	"T7pQXfKWYlIGVwMR7s9oplgYYL/N5lvvFyh/fjjy/oJX5g6Xo3fH4Y126F9pD3GDlff3i7kqNxMOTpIK",
+	"Ns+l6J93WQu8rpF/mT1RpKBY0qb+ju3tdNPtgy7beN+9Mmq9FROgG9vKVviFcyCDw4a0Q/tzGBSO5zQT",
+	"eYsCo3jbTIzQ6Goz6J+GOXKLcxJOuVI2LRJ1OvNPcN3ejLIkMT9BYytU/bmyf4xDMmQTLmJCBwLDTzxJ",
+	"bAZaU2qko8wfYPX3kT7fqLVrFr5JJjEjE660TBffo8176TOWXeduXGQu05VKI9y2YSQzoUPgHuVwzYpL",
+	"VQpG2nmyFjYBgOs03gu8Nt5WtRwIYF3SNpIT+BFaVP3OtYYGqiM2Z2kRTs1lLYQklZSCpeu447VZ1T2Z",
+	"o867BNtQ8inlB9nvQUU2n2ZTgC41P3Jhf8x9TcbcHwP+9+fglatE6lWZyLkmpQKrzhUuwO+caWDphg6N",
+	"itnoNlrDPEDjzQGD1zK/f5gqsYW5AYucFSv4jcW1V2ily079JZI3j7LvxtIK7OZ8j5lrcFL3Ne6hs810",
+	"BcG9dLRGx5QLlNO87C70PIQozMHdCQC2cd6+BTrEWEpFvI0R4I+8M9/fkDbh2e+JODGj+DvN7jZnRag7",
+	"83tSaSaaSfQKHesVz4LzsqOfwNZYtG1KIQlRVIZ7TkKYRxHHxtAs1YjuBxnUtr/dDEoNLvIUbKR1mjKS",
+	"CXQmuP7wtahBUEiCQLdSDMQtWyCqTA56BPG1vaCCHuRcJz6AkG2EBOYE3DdtzFTxO1MtdXfau3BoRAhR",
+	"C6UscsrQpc8S2+7o4GAgmloz1aJRZ+JBGDK4X+7WZ7AQHiTPaEpjhoHMNPsGcoxWr/46N2qZgJZaosqE",
+	"ZXvp3zp76F0m/JCgwH5NK0QhNHBo9ka8samnw3I5CWKT0iki6BkrCuzXHEbMmBFQHG+uYCiVV11yCXUT",
+	"DupKJIuGcL2d0s7Benz/Kw3VP6ocgZWvspvs3jzJwXW/R6UA4+q4UtI2Z4ZXn1tzyW1nia050G7DDBTI",
+	"PXYdT+SoSkdGz4rSBbSvbV++uOocHJ90fnz2c+AQeM2dCFF4GGEg5in2mrW1UQUKvLkL7ViGPm/ZYq9L",
+	"/guYCBQB6IXYMQx0ToQkqcw0sy1YsMppIKRgXXKJWgnQdwKtM6E3hLkwuCAhzuMmZSNo7hcx7nDtgWHN",
+	"M0YJgUq3gWjb55VRZvIiMD1hRr12l2ayIA52Xkv79cXMbr+WeZXuHMojEjqEYlbo1ktCW/qFvw1rxMWF",
+	"PYQ8MyDzGzFGUowSHulwRcQfVvAAmETvXvz48ur63f+5uX7z9xev7xV6p+oWGtPkyU+CpTcY/zCXr+ve",
+	"pw6j9FBvi4OEC/5SwXTc7U1D6aTt+BMOe+/7yB3+Kvta1YTuHWcsy8WyorD/0YqNNZXvvuzJYRuhX+iI",
+	"8kTZ2NMHnSMcg0ILwQYSyZjl4ikT9I7yxFiw4bK+8Bw+n/P1loYBvPbodnojGyCWO1Sp2APwUO+/x4sZ",
+	"T2s1uQVNWZ53NocWJOK6jI8hS6QYK6yzROT51ZiHPzL9DVPRvwX12FyR6lKblLlsVVgozwWx6BxFirbt",
+	"q2f1obyblqW6a6dAYSJGje8Q4scPQ0o76ihOZRCH8862akNp/l8qhWE7Uv9eMxk+syrgZT64HUYzwKju",
+	"oNSrVeqBhXPeIEffpipEEKInMzrmonApjHiiAVioFoPMVsXs5haAGX69+fu1ld8am6ttWJdO1W3e5rmp",
+	"c6W1NrYa9Nq88Get/XdUgGFOdYNUFOCY77Xwolpj51rNrC+4iLM07ySB3QNFBWtnRXwmE/wfGfTfHAj/",
+	"paWQDDj26+IyWGJb5IJtEZaBMW/ZwjVEiPkITDNNhjJe7BSZwW0xBPWNl8kjjoEZIy+HnzKl6BgqM1iS",
+	"SEN51jNzjk0NPL3oZl0DBENZhfw9r/p6tvTsmA3/QvoZnPWDV8ObrfnaI1VNK/+asby39lht273h88a3",
+	"co+VRonT0CgMftz/CPy2qrjkV8gbyaXqHHoIaUmGtvNGHJDQ5greWPhRouhC2fxZIW8cftsNuq8BkRRZ",
+	"+kZIfZO3C4sBcbQKoen55W1RfmgFURcHCa0bPh9VhaToRrYXwBykSLhg+QxIWDxxM+UK/Ovu15H5JSb3",
+	"DkTo9J34JqGapdiOLGU6XdwMaXQrR6OmRns7SXzz0mN7Ssw3njNNedJkQqKo+VaKY5AwHVCAg/fcmPT3",
+	"aar5iEYrYrw/8IRBPcqUawvWR8Wi6D03yukzIDKJ1yFFU3V7mX/za6QQs95VQVJoK/rlsG2dJCgOhHrb",
+	"ueGpr4OEuCxSoM11rdNFx7UtyzGiEKaBxQVs7aWVivCSRYyAx6cSYocyb3GYcDEOMYvJSTpGjQbLoZlh",
+	"7v6PaJKQtkVglsLDXyauwHgPq7JyIT1k2NQrzCcYeo3YLNptdCvkPGHxmCkoXXCBTNeDvxG5wq0eYorm",
+	"h/sjV3zVonKVkPwTuWIlcsVWKsh+IsdqZb1CIsfYeFeOEMbNyt+27fzJXMPB0P4lNOQnpHatSiFrdrjQ",
+	"DFDOFYNQOJii4UgmiZz/BWzBHCLVqjvtup6Je2DYCjbH3IV5rifZbw8ELyCnRZwbqF4vRcgNgHa+csqw",
+	"g6LjUrc07Jj4TApX0IvzVANBU4Zd8G0H+8u3L20Jb9seHzlCXBrzV9daMGXACheIGcA4BH6035x/II4O",
+	"zmr61a/Qcl6Zg9uVfZdcVpd26SKbDlna5IeyG1SFlMaijIP+0dOj08OTo6drKjUavIBIHPXFIH4tSO13",
+	"ept/Bw+z/jsjmiiWDzWUMmGAotMwVKnBX+2AB/7MT3prZvyYUvWVHF+zD7XaxSvH4nkhEp5Fd7fMwrPP",
+	"GyCABs1WOXEcnMjx5iIwZSpL9GopOGOpwg69+DQZGuuFQRYzFmbX6qXcomRCYpZ9ANQGZS4uETHHcOQK",
+	"/S55LbeRNDRRknAxhp7MRvGQDpcSMbmwuUdD6Ra6YnBl9xAT35L/GJf7V3My693I5XP8Fgyvt2bmepLK",
+	"bDwpSN7ie5eXsw3x63TRrJD/DBo0dUilNw5wFU1yT9VFHZhGt3BpWy0+LLe4zS/pYRaPmUY93Dnn8g4R",
+	"StOFy/JzKdTkDdyZEHlC3igUYSF1B1aByTh1afrmr9+suhvkNhFUIf2p69oDJZTEjMadhGkNyeAy9YzD",
+	"1VpwNkskjdX+R/yHc8Y1ZmeEIxUCdTMRP1EE37KgwZh+4SIVSqcMMnK1JDE3p4cFXxPAhhJkyqYyXVxg",
+	"dU0CvThAml/9dNk5OD4h00xpgqmn4KFGLKwueSOY+yxm6+a/T/wmBsYgNXbxjEEbo2KEIC9GcyYnVyRx",
+	"evKQjWTK/Oc9i7QGssPMw3lTtmYqfH2rfBIZaaY7uLdlzspDoEMuKBZtV93t66MQRw351TFszh1L+Yjv",
+	"7Eh/XE7a1jH+uG2E8WihJY+ljicKbD9F2iO8q+iY7a1oKlzDmfvocmq+pP4LD8hWwdl+F8PfGXxd8T+Y",
+	"z2FBDhmqrVPN5pKIW3ADYeuvgQB3rNfq5BxzUKSIrQuMLLW1N4N1ySWZcqWsD6sIZeKEwEBN2QiLluES",
+	"w4V2co843KzFL81I4V4OTO7Yc0rTWxavAgqHSTomxYO5L6s+ouez6QYs3I2wu1/v5bQpi+C5QLIPbK7n",
+	"SF3BFnM2nEh5ex+80V/dELunKgG20Z9gow9B8/Y0Nkl3wV3/EwYJAxGWE9y++DzjCHyDbBloyDCTXGhX",
+	"DOAVGlXont2Z2TnDPkE3ABTHBATDpgNhq6WuNBUxTWPimI1EUpjXAaUptDPscAA3cj8BYIam0xnEPt1v",
+	"zchUZykL91DDtM7CiUws1Jvr3WVrEkLzgYli0c2//vk/4d65ucyMQjqRczEQUBcFrk+skiKp1K4FF/nl",
+	"3Stb/DSRkNYDgGaYp04SKWdG9Q3gjuwArBl0upql/A6i3nGcMqUs8ikpA59mIjF/80rJSJoJBYbhQIQd",
+	"d2gdmiRy3rFj5nVWM2NvoqrbmOVj9/o+BVRwxEXBE9z9FYvX4sB18xYerff3KLDK0sQiq6rz/X3Yga6d",
+	"j/nCvt2rbfNv7FZ8odIq+/VfuZ6srbLCzC9s2YaEPWSKx+BscKSJrOkRPAz6pyT08k3K0rBeGFZUiP2P",
+	"9l/riqWwLkZ5/XECMB+dOyJmxn5MuS2kNH+yv1qQRI67BAYAQEhtEVRcv7uD3hHRUjZVThUcvZ26at+r",
+	"11ePmlYYf9dFTZtQSEN1047wtba+fplvayJZj3LSD66lNbvnwAH03VY1bUY7jV6zX969Coj36wBVKa/4",
+	"2vVERlXFIgJdeESDFU2kDVcCA7A7jJLu4286VvfZg36mMABmTrjm2nbuJEqkYljgGfE0yrgmw5TRW8C+",
+	"e+5JMlvEjYiS5Jaxme1+gm4MM+uxdA3CBZubVTbj2j4Ufe+q1+CO4tUfbKTmvH8E5aS0F18oP3gbVv4T",
+	"bDZavjpKkLPbaxr7hbqwkRPD4suixFDmf9oytUmw5sc9x4NONcmTEW0vQOBPiK4OhLHdzJeD3I9mM1d0",
+	"urCwtJmCCu8A/iKiBTwJld9NEVZLUYXwuA+Xf5vuC7v2xXo3RnH6f/KY2Zca3ipU5x24q3QdrkiwtAo4",
+	"Akbj04FNo/xBpjnictE+JU9skoKRmC72fL0/omm6IHouByL3V6iAqBmNzFwMTbqGLct+jXMY0npOiulY",
+	"B4X7y0DIJA6IksYwRC8NxPmImnMdTXJEHcP+MtPoXLc6gN3S2pgw7Jcl4x0Lox/okq5seev88KTX27w2",
+	"enkh3g37GW7U1eZ+cbcWAro46z9lgaPEuut2CY+iRhjYptyNlSRmz7EQw4KvtxVj2OIPEOtSVpfcrPaC",
+	"PI3S5WVA3lLRD1019u5Ho1Ax1wXDois1NOTnyo2KIfw5VcT257eITiPUBMBX5PAnKy7aUkv82E59INzc",
+	"G29wu3vbMv7XdRXDItbfwPYcPgvLPYijPz+c5Q7066thXca9oYb8zpOCgbedMJHKJAF6AWo997P08Y/K",
+	"yauBaIdv31xdE8Nv+Dcbj8WO0SRiqeYjc3isyKAscNOeXXbJm5QMU3MpLWSWAgG//fvL84FI2ZgrzbAS",
+	"IEq4mZA/nJBz0g6939zM2NTmXnm/HHExZuks5UJDT4SBgLopm1CcT97u3/5Hi2kGsfVimLA7EAPRwNQU",
+	"3PEudO54Ws4FVuYsMTe0c8j5WsuB4HrvohQ2LA85S6geyXTqxsbU7Op3worH3czZXDHmgRQshKUv7JEp",
+	"FXRckkZwfDGLeGzUleECJY6CJBkjavSkWgitwMuFCyJcr4hGYOT2HvrAlH64ifLk8xuLYXHkoQFAqmiH",
+	"ZZ1+K7BcUanf3TpwAIN8obiBDQnYnVuFzGbTCRv5mLQh3AUK7dcK1Xb2ZQIFSPc8ZkJzvaiVqmWdwhcT",
+	"jfrFA3Y4yxlnSyUcXnt0R3AjbV7nQuXbKd6cu62uvVmpjiY1V6ttGYbwuqH1LOJdVCexwi55Dj5Y6BKm",
+	"5Qz1fodshbV7FwMRorL2lzilXFikcGdyTljK9kgC12xFG8Xyt4C41zHzM7QZoAoK86Yr/LL3JbZguWab",
+	"ajKhsxkTGDivTLhaC8hV7qNuLLeBIeoLS1qwX60gRxuwpZWB/cP7Bozf+zqSoUJmW8fv9pfL5+LcDCYY",
+	"lzn439ocxSNbLSSaLwpfn2z2Qv2Vi7iqObeXFeTcxWtZxuqZLlXa03q75Ecw+MzDb1/8TNozQPdMAWnG",
+	"Sz2Bihq/XaLKIC0TW8lPWHSLvzZboPbsFTYQpS9BOVDK7rjMVGkFKOTMXMH9ZKuTa+sRUOtH0nzm7dg9",
+	"L79tmHvTkhqcqjfJr5KPLYWUXEz+qf07ovbeOw5kbVMnCp7UmajbyodCY++AZtgsJCDL1B0sooVLhaCK",
+	"t2zhXEVYXYGjsrhLrnL9v9tgoL3IZ3ANE3hIhfPhbKLqLJtcq+aP3W/gWnmpVMZs2KHRfNuWmNBqb0YQ",
+	"sSZITr7oJaj6DuMpF+BtWHIddFd4DX/Eb3/N5gpMcRWkSL4xuJHfbdeFalKv8mUaEgUaGc69sxsh7n+s",
+	"eKdWpteZA0BHN4N4lpAkkebGAiPZkCPOpqDgIM+z8/zdNi05tyoGImVTeYdRt7w0RadUKGNPSHHhbKbQ",
+	"ecCg55Nvu+hiak/UkjcdkVJIGy0Oo5XZM9qrV3bu5C3zCPJ+Rtc68D7vADZ74xJW9xb6W22YNvgr15M4",
+	"pXPxPTKMWxyhSAJNXoKmpK9mGdvkngXWW3LsAhfoiSFo35fvONSQKdeKJSPUyGGuhCZSMOdjEBLae51X",
+	"yRnmAi0iXeRJlZhMSTKUelKRGJHZNKP/FyVhtegc5jsP4V3YktA/023SdJPA9n6X9wckJCxj9TtK3NVO",
+	"TkEsrtZ+x1LGeScrT4KXolXm6sCCXkvvZCpThpnaVR8UMxykBwLaAQ4XtqsfaQupCbTiNUw5plwojU49",
+	"92ZRgMhT17UvRUYDzFmWKDafsJQFWNjsQLtmEEgDLAsIwtmKWkTMwBiVA+X06iLBijvqHQ6E7b7Twd2K",
+	"Q8wgNRcQNQwpWISRZCx3xirmdZfQ5zSyPQ8a4jS2zlvGeEkYvWXxNgD4Zv5fpeVtj6bsQfvKExzNjNdw",
+	"brWkc8hoytLLTE9cSad9qcq472SmmSI2tQAQrQJCMz1hQoPFDHHMZUO668EK2Q1f8jFfM0Ex88Jxv2Jp",
+	"XdWashnVXgC2W19mqepc2aVYEaRNIud701XedYzpINX514383MOozkf1M0zsryBVpVtGiK8bD5AXMp7o",
+	"jrnSselpNGFKp1TLtMj2XIbNwY6jZMRF3G2VQqt137mCh+F1EH5K09ScJAgiY8pqWFY7SiX0Xc1BAoMc",
+	"bJinRUPIJWD32m/iyQlptxyOdbnBW1GgiBoR+en6+m1e3Vg6Fpc9VHPiee+2Uj85FRgTwXaPw/wbYc0D",
+	"vHLMdOpbKkH4xVuo7cxQgzzmINRUcVpZzAHDyacAeKTm/Z8YTSyGRspozAVTKsizAT3Gsw12HA/MVOvT",
+	"+0//fwAAAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

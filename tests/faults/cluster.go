@@ -43,10 +43,19 @@ type cluster struct {
 // startCluster starts the control replica and one replica per environment.
 func startCluster(t *testing.T, envs ...[]string) *cluster {
 	t.Helper()
-	g, procs := harness.StartProcesses(t, 1)
+	return startClusterWith(t, nil, envs...)
+}
+
+// startClusterWith is startCluster with extra flags for the control
+// replica (the others get the default flags and their environment).
+func startClusterWith(t *testing.T, controlArgs []string, envs ...[]string) *cluster {
+	t.Helper()
+	g, procs := harness.StartProcesses(t, 1, controlArgs...)
 	cl := &cluster{t: t, g: g, replicas: []*replica{{name: "control", proc: procs[0]}}}
 	for i, env := range envs {
-		cl.replicas = append(cl.replicas, &replica{name: fmt.Sprintf("chaos-%d", i+1), env: env, proc: g.StartProcess(t, env...)})
+		r := &replica{name: fmt.Sprintf("chaos-%d", i+1), env: env}
+		cl.replicas = append(cl.replicas, r)
+		cl.restart(r)
 	}
 	return cl
 }
@@ -132,9 +141,16 @@ func (cl *cluster) reviveCrashed() {
 	}
 }
 
+// restart starts the replica's process (again) and waits until it is ready
+// or has died once more (an armed replica may crash at a failpoint before
+// it is ready; reviveCrashed starts it again).
 func (cl *cluster) restart(r *replica) {
 	cl.t.Helper()
-	p := cl.g.StartProcess(cl.t, r.env...)
+	p := cl.g.LaunchProcess(cl.t, r.env...)
+	harness.WaitFor(cl.t, time.Minute, "replica "+r.name+" ready or crashed", func() bool {
+		exited, _ := p.Exited()
+		return exited || cl.g.Ready(p)
+	})
 	cl.mu.Lock()
 	r.proc = p
 	cl.mu.Unlock()

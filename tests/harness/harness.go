@@ -27,6 +27,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/worker-gateway/gateway/internal/pki"
+	"github.com/worker-gateway/gateway/internal/secretbox"
 	"github.com/worker-gateway/gateway/server"
 	"github.com/worker-gateway/gateway/server/objectstore"
 	"github.com/worker-gateway/gateway/store"
@@ -87,6 +88,18 @@ func testPKI(t testing.TB) (*pki.CA, tls.Certificate) {
 	return sharedCA, serverTLS
 }
 
+// secretsKeyText is the test gateways' key-encryption key of stored
+// secrets (base64 of 32 bytes); process gateways read it from a file.
+const secretsKeyText = "dGVzdCBrZXktZW5jcnlwdGlvbiBrZXkgb2YgMzIgYiE="
+
+// SecretsKey is the key-encryption key in-process test gateways seal
+// secrets with.
+func SecretsKey(t testing.TB) secretbox.KEK {
+	k, err := secretbox.ParseKEK(secretsKeyText)
+	require.NoError(t, err)
+	return k
+}
+
 // Logger returns a logger for gateways under test: quiet unless
 // GATEWAY_TEST_LOG is set.
 func Logger() *slog.Logger {
@@ -112,6 +125,7 @@ func Start(t testing.TB, opts ...Options) *Gateway {
 	require.NoError(t, err)
 	cfg.Artifacts.Backend = artifacts
 	cfg.Identity.CA, _ = testPKI(t)
+	cfg.Secrets = secretbox.NewKeyring(SecretsKey(t))
 	for _, o := range opts {
 		if o.Config != nil {
 			o.Config(&cfg)

@@ -127,17 +127,39 @@ func (g *Gateway) StartProcess(t testing.TB, env ...string) *Process {
 	return p
 }
 
+// ServeCommand is `gateway serve` over g's database with g's TLS files
+// and extra environment variables, not started: for tests of a replica
+// that must refuse to start.
+func (g *Gateway) ServeCommand(t testing.TB, env ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(Binary(t, "gateway"), "serve", "-database-url", g.DatabaseURL, "-listen", "127.0.0.1:0",
+		"-tls-cert", g.serverFiles[0], "-tls-key", g.serverFiles[1], "-artifacts-dir", filepath.Join(filepath.Dir(g.serverFiles[0]), "artifacts"))
+	cmd.Env = append(os.Environ(), env...)
+	return cmd
+}
+
+// LaunchProcess starts one more gateway process over g's database, like
+// StartProcess, without waiting for it: a process armed to crash may die
+// before it is ready.
+func (g *Gateway) LaunchProcess(t testing.TB, env ...string) *Process {
+	t.Helper()
+	return startProcess(t, g.DatabaseURL, g.serverFiles[0], g.serverFiles[1], nil, env...)
+}
+
+// Ready reports whether a gateway process answers /readyz with 200 now.
+func (g *Gateway) Ready(p *Process) bool {
+	res, err := g.HTTPClient(nil).Get(p.URL + "/readyz")
+	if err != nil {
+		return false
+	}
+	res.Body.Close()
+	return res.StatusCode == 200
+}
+
 // WaitReady waits until a gateway process answers /readyz with 200.
 func (g *Gateway) WaitReady(t testing.TB, p *Process) {
 	t.Helper()
-	WaitFor(t, 20*time.Second, "gateway readiness", func() bool {
-		res, err := g.HTTPClient(nil).Get(p.URL + "/readyz")
-		if err != nil {
-			return false
-		}
-		res.Body.Close()
-		return res.StatusCode == 200
-	})
+	WaitFor(t, 20*time.Second, "gateway readiness", func() bool { return g.Ready(p) })
 }
 
 func writeServerPair(t testing.TB, cert tls.Certificate, certFile, keyFile string) {

@@ -56,6 +56,8 @@ var bearerRoles = map[string]string{
 	"revokeApiToken": roleAdmin, "listAuditEvents": roleAdmin,
 	"createWebhook": roleAdmin, "listWebhooks": roleAdmin, "getWebhook": roleAdmin, "updateWebhook": roleAdmin,
 	"deleteWebhook": roleAdmin, "rotateWebhookSecret": roleAdmin, "listWebhookDeliveries": roleAdmin,
+	"createSecret": roleAdmin, "listSecrets": roleAdmin, "getSecret": roleAdmin,
+	"replaceSecret": roleAdmin, "deleteSecret": roleAdmin,
 
 	"createOrganization": roleUnscopedAdmin,
 }
@@ -199,8 +201,13 @@ func TestPermissionMatrix(t *testing.T) {
 			// else is. Least privileged first, so a change made by an
 			// allowed caller comes after every refusal.
 			ownCombo := make([]choice, len(slots))
+			var ownSecret string
+			require.NoError(t, g.Pool.QueryRow(context.Background(), `SELECT t::text FROM secrets t WHERE id = $1`, a.secret).Scan(&ownSecret))
 			for _, p := range principals {
 				grantToB() // withdrawn by the caller before, if it may
+				// Deleted by the caller before, if it may.
+				_, err := g.Pool.Exec(context.Background(), `INSERT INTO secrets SELECT ($1::text::secrets).* ON CONFLICT (id) DO NOTHING`, ownSecret)
+				require.NoError(t, err)
 				res := call(t, g, o.method, o.path, o.op, slots, ownCombo, a, b, p)
 				label := fmt.Sprintf("%s %s as %s on its own resources", o.method, o.path, p.name)
 				require.Less(t, res.status, 500, "%s: %s", label, res.body)
@@ -512,6 +519,7 @@ func tenantSnapshot(t *testing.T, g *harness.Gateway, tn tenant) string {
 		`SELECT t::text FROM schedule_fires t WHERE organization_id = $1`,
 		`SELECT t::text FROM webhook_targets t WHERE organization_id = $1`,
 		`SELECT t::text FROM webhook_deliveries t WHERE organization_id = $1`,
+		`SELECT t::text FROM secrets t WHERE organization_id = $1`,
 		`SELECT t::text FROM files t WHERE organization_id = $1`,
 		`SELECT t::text FROM worker_artifact_uploads t WHERE organization_id = $1`,
 		`SELECT t::text FROM assets t WHERE organization_id = $1`,

@@ -23,11 +23,12 @@ import (
 // tenant is one organization with one of everything an API operation can
 // name: a worker it owns (with its certificate), a task leased by that
 // worker whose attempt has results, logs and a committed artifact, an open
-// upload session, a scan, a schedule, a webhook target and an API token.
+// upload session, a scan, a schedule, a secret, a webhook target and an
+// API token.
 type tenant struct {
-	org, worker, task, attempt, upload, file, scan, schedule, webhook, token uuid.UUID
-	leaseToken                                                               string
-	workerCert                                                               tls.Certificate
+	org, worker, task, attempt, upload, file, scan, schedule, token, secret, webhook uuid.UUID
+	leaseToken                                                                       string
+	workerCert                                                                       tls.Certificate
 	// uploadBody is what the open upload session expects.
 	uploadBody []byte
 }
@@ -37,7 +38,7 @@ func (tn tenant) ids() map[string]uuid.UUID {
 	return map[string]uuid.UUID{
 		"organization_id": tn.org, "worker_id": tn.worker, "task_id": tn.task, "attempt_id": tn.attempt,
 		"upload_id": tn.upload, "file_id": tn.file, "scan_id": tn.scan, "token_id": tn.token,
-		"schedule_id": tn.schedule, "webhook_id": tn.webhook,
+		"schedule_id": tn.schedule, "secret_id": tn.secret, "webhook_id": tn.webhook,
 	}
 }
 
@@ -114,6 +115,12 @@ func newTenant(t *testing.T, g *harness.Gateway, name string) tenant {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, hook.StatusCode(), string(hook.Body))
 	tn.webhook = hook.JSON201.Id
+	value := "secret value of " + name
+	sec, err := g.Control.CreateSecretWithResponse(ctx, apiclient.CreateSecretRequest{OrganizationId: tn.org,
+		Name: "TENANT_SECRET", Value: &value})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, sec.StatusCode(), string(sec.Body))
+	tn.secret = sec.JSON201.Id
 	return tn
 }
 

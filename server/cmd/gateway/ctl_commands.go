@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
@@ -95,6 +97,12 @@ func ctlCommand(a *cli) *command {
 				leaf("delete", "ID", "delete a webhook target and its deliveries", noFlags(webhooksDelete)),
 				leaf("rotate-secret", "ID", "give a webhook target a new secret (prints it, once)", webhooksRotate),
 				leaf("deliveries", "ID", "a webhook target's delivery log", webhooksDeliveries),
+			),
+			group("secrets", "write-only secrets tasks receive in their leases (values from stdin or a file)",
+				leaf("list", "", "list secrets (names and metadata, never values)", secretsList),
+				leaf("create", "", "create a secret; the value is read from standard input or --from-file", secretsCreate),
+				leaf("replace", "ID|NAME", "give a secret a new value (standard input or --from-file) and limits", secretsReplace),
+				leaf("delete", "ID|NAME", "delete a secret", secretsDelete),
 			),
 			group("files", "stored files (artifacts)",
 				leaf("get", "ID", "show a file's metadata", noFlags(filesGet)),
@@ -520,18 +528,42 @@ func tokensRevoke(ctx context.Context, c *ctl, args []string) error {
 	return c.finish(res.HTTPResponse, res.Body, func(w io.Writer) { writeTokenTable(w, []apiclient.ApiToken{*res.JSON200}) })
 }
 
+// triggerFilter is the --trigger and --schedule filters of task and scan
+// lists.
+type triggerFilter struct{ trigger, schedule *string }
+
+func triggerFlags(fs *flagSet) triggerFilter {
+	return triggerFilter{
+		trigger:  fs.String("trigger", "", "only those created this way: schedule, manual or api"),
+		schedule: fs.String("schedule", "", "only those this schedule created (schedule id)"),
+	}
+}
+
+func (f triggerFilter) params() (*apiclient.TriggerKind, *uuid.UUID, error) {
+	schedule, err := optionalID("schedule", *f.schedule)
+	if err != nil || *f.trigger == "" {
+		return nil, schedule, err
+	}
+	kind := apiclient.TriggerKind(*f.trigger)
+	return &kind, schedule, nil
+}
+
 // Tasks.
 
 func tasksList(fs *flagSet) ctlRun {
 	org := fs.String("org", "", "organization id")
 	state := fs.String("state", "", "pending, leased, running, retry_wait, cancelling, completed, failed_terminal or cancelled")
 	taskType := fs.String("type", "", "task type")
+	tf := triggerFlags(fs)
 	p := pageFlags(fs)
 	return func(ctx context.Context, c *ctl, _ []string) error {
 		params := &apiclient.ListTasksParams{}
 		params.Limit, params.Cursor = p.params()
 		var err error
 		if params.OrganizationId, err = optionalID("organization", *org); err != nil {
+			return err
+		}
+		if params.Trigger, params.ScheduleId, err = tf.params(); err != nil {
 			return err
 		}
 		if *state != "" {
@@ -573,6 +605,7 @@ func tasksCreate(fs *flagSet) ctlRun {
 	priority := fs.Int("priority", 0, "priority (higher first)")
 	maxAttempts := fs.Int("max-attempts", 0, "attempts before the task fails for good (0: the API's default)")
 	key := fs.String("idempotency-key", "", "repeating a creation with the same key returns the same task")
+	secrets := fs.String("secrets", "", "names of the organization's secrets the task receives in its lease, comma-separated")
 	return func(ctx context.Context, c *ctl, _ []string) error {
 		orgID, err := optionalID("organization", *org)
 		if err != nil {
@@ -593,6 +626,13 @@ func tasksCreate(fs *flagSet) ctlRun {
 		}
 		if *maxAttempts > 0 {
 			req.MaxAttempts = maxAttempts
+		}
+		if *secrets != "" {
+			refs := strings.Split(*secrets, ",")
+			for i := range refs {
+				refs[i] = strings.TrimSpace(refs[i])
+			}
+			req.SecretRefs = &refs
 		}
 		params := &apiclient.CreateTaskParams{}
 		if *key != "" {
@@ -722,12 +762,16 @@ func tasksLogs(fs *flagSet) ctlRun {
 
 func scansList(fs *flagSet) ctlRun {
 	org := fs.String("org", "", "organization id")
+	tf := triggerFlags(fs)
 	p := pageFlags(fs)
 	return func(ctx context.Context, c *ctl, _ []string) error {
 		params := &apiclient.ListScansParams{}
 		params.Limit, params.Cursor = p.params()
 		var err error
 		if params.OrganizationId, err = optionalID("organization", *org); err != nil {
+			return err
+		}
+		if params.Trigger, params.ScheduleId, err = tf.params(); err != nil {
 			return err
 		}
 		res, err := c.api.ListScansWithResponse(ctx, params)

@@ -24,6 +24,7 @@ import (
 
 	"github.com/worker-gateway/gateway/internal/pgcluster"
 	"github.com/worker-gateway/gateway/internal/pki"
+	"github.com/worker-gateway/gateway/internal/secretbox"
 	"github.com/worker-gateway/gateway/migrations"
 	"github.com/worker-gateway/gateway/store"
 )
@@ -86,6 +87,11 @@ func runDev(ctx context.Context, c *serveConfig, stateDir, workerBin string, log
 	}
 	if c.caCert == "" {
 		c.caCert, c.caKey = certs.CACert(), certs.CAKey()
+	}
+	if c.secretsKeys.keyFile == "" && os.Getenv("GATEWAY_SECRETS_KEY") == "" {
+		if c.secretsKeys.keyFile, err = ensureDevSecretsKey(filepath.Join(dir, "secrets.key")); err != nil {
+			return err
+		}
 	}
 
 	ln, err := net.Listen("tcp", c.listen)
@@ -262,27 +268,29 @@ func seedDemo(ctx context.Context, databaseURL string, certs devPKI, ports []str
 	if _, _, err := st.CreateScan(ctx, store.EveryOrganization(), scan); err != nil {
 		return demoIDs{}, err
 	}
-	if err := ensureDemoSchedule(ctx, st, pool, orgID); err != nil {
+	if err := ensureDemoSchedule(ctx, st, pool, orgID, ports); err != nil {
 		return demoIDs{}, err
 	}
 	return ids, nil
 }
 
 // demoScheduleName names the demo schedule, found by it on a restart.
-const demoScheduleName = "demo: echo every 5 minutes"
+const demoScheduleName = "demo: loopback scan every minute"
 
-// ensureDemoSchedule creates, once, a schedule whose echo task the
-// reference worker runs every five minutes.
-func ensureDemoSchedule(ctx context.Context, st *store.Store, pool *pgxpool.Pool, org uuid.UUID) error {
+// ensureDemoSchedule creates, once, a schedule that scans loopback (the
+// demo's listening ports) every minute, for the reference worker to run.
+func ensureDemoSchedule(ctx context.Context, st *store.Store, pool *pgxpool.Pool, org uuid.UUID, ports []string) error {
 	var exists bool
 	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM schedules WHERE organization_id = $1 AND name = $2)`,
 		org, demoScheduleName).Scan(&exists); err != nil || exists {
 		return err
 	}
 	_, err := st.CreateSchedule(ctx, store.EveryOrganization(), org, store.ScheduleParams{Name: demoScheduleName,
-		Timing: store.ScheduleTiming{IntervalSeconds: 300},
-		Definition: store.ScheduleDefinition{Kind: store.ScheduleTask, Task: &store.ScheduledTask{TaskType: "scanner_plugin",
-			Payload: []byte(`{"plugin": "echo", "input": {"message": "hello from the demo schedule"}}`)}}})
+		Timing: store.ScheduleTiming{Cron: "* * * * *"},
+		Definition: store.ScheduleDefinition{Kind: store.ScheduleScan, Scan: &store.ScheduledScan{
+			Targets: []string{"127.0.0.1"},
+			Plugins: []store.ScheduledPlugin{{Name: "tcp-connect",
+				Input: []byte(`{"ports": [` + strings.Join(ports, ", ") + `], "timeout_ms": 1000}`)}}}}})
 	return err
 }
 
@@ -378,4 +386,17 @@ func runChildWorker(ctx context.Context, bin string, vars [][2]string, logger *s
 		}
 		logger.Info("reference worker stopped", "status", fmt.Sprint(err))
 	}
+}
+
+// ensureDevSecretsKey makes the development key-encryption key of stored
+// secrets once, kept beside the dev PKI (a production key lives elsewhere).
+func ensureDevSecretsKey(path string) (string, error) {
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	}
+	k, err := secretbox.GenerateKEK()
+	if err != nil {
+		return "", err
+	}
+	return path, os.WriteFile(path, []byte(k.Encode()+"\n"), 0o600)
 }

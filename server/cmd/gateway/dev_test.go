@@ -233,7 +233,7 @@ func TestDevStateDirectory(t *testing.T) {
 	_, _, err = st.RevokeAPIToken(ctx, store.EveryOrganization(), p.TokenID)
 	require.NoError(t, err)
 	var schedules int
-	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM schedules WHERE name = $1`, "demo: echo every 5 minutes").Scan(&schedules))
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM schedules WHERE name = $1`, "demo: loopback scan every minute").Scan(&schedules))
 	require.Equal(t, 1, schedules, "the demo schedule is created once")
 	pool.Close()
 	again.stop(t)

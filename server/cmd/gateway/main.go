@@ -30,6 +30,7 @@ func rootCommand(a *cli) *command {
 		sub: []*command{
 			serveCommand(a),
 			migrateCommand(a),
+			secretsCommand(a),
 			adminCommand(a),
 			ctlCommand(a),
 			devCommand(a),

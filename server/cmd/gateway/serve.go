@@ -36,6 +36,7 @@ type serveConfig struct {
 	artifacts   artifactFlags
 	caCert      string
 	caKey       string
+	secretsKeys *secretsKeyFlags
 }
 
 // artifactFlags choose where artifact bytes live.
@@ -141,6 +142,7 @@ func serveFlags(fs *flagSet, level *slog.LevelVar) *serveConfig {
 	fs.DurationVar(&c.server.Identity.CertificateValidity, "cert-validity", c.server.Identity.CertificateValidity, "lifetime of enrolled certificates")
 	fs.DurationVar(&c.server.Identity.RenewalGrace, "renewal-grace", c.server.Identity.RenewalGrace, "how long a renewed certificate's predecessor keeps working if the new one is not used")
 	fs.DurationVar(&c.server.Identity.EnrollmentTokenTTL, "enrollment-ttl", c.server.Identity.EnrollmentTokenTTL, "how long an enrollment token stays usable")
+	c.secretsKeys = defineSecretsKeyFlags(fs)
 	return c
 }
 
@@ -164,7 +166,8 @@ func (c *serveConfig) s3Credentials() {
 }
 
 const serveLong = `S3 credentials come only from the environment, never from flags (visible in ps):
-S3_ACCESS_KEY_ID and S3_SECRET_ACCESS_KEY.`
+S3_ACCESS_KEY_ID and S3_SECRET_ACCESS_KEY. The secrets key is read from -secrets-key-file or,
+as base64, from $GATEWAY_SECRETS_KEY (see gateway secrets -h).`
 
 func serveCommand(a *cli) *command {
 	return &command{name: "serve", short: "serve one replica (TLS)", long: serveLong,
@@ -220,6 +223,12 @@ func serve(ctx context.Context, c *serveConfig, ln net.Listener, logger *slog.Lo
 		if c.server.Identity.CA, err = pki.LoadCA(c.caCert, c.caKey); err != nil {
 			return fmt.Errorf("load enrollment CA: %w", err)
 		}
+	}
+	if c.server.Secrets, err = c.secretsKeys.keyring(); err != nil {
+		return err
+	}
+	if err := checkSecretsKey(ctx, store.New(pool), c.server.Secrets); err != nil {
+		return err
 	}
 	srv, err := server.New(pool, c.server)
 	if err != nil {

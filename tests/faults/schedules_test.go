@@ -1,0 +1,105 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/worker-gateway/gateway/tests/harness"
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
+)
+
+// fireFailpoints are the places a replica firing schedules may crash: just
+// before and just after the COMMIT of the transaction that claims due
+// schedules, creates their scans and advances them.
+func fireArmed(p string) []string {
+	return []string{"GATEWAY_FAILPOINTS=before-commit:fire-schedules@" + p + ",after-commit:fire-schedules@" + p}
+}
+
+// TestKillWhileFiringSchedules: two replicas fire twenty one-second
+// schedules of scans while each crashes itself (exit 137, as kill -9) at
+// random just before or after the COMMIT of its fire transaction, and is
+// also killed with SIGKILL every second or three; the control replica does
+// not fire (-schedule-timer=false), so every slot is fired by a replica
+// that may die. Then plain replicas take over. Every slot must be
+// accounted for exactly once — one fire and one scan, or counted as missed
+// on a later fire (catch-up once) — and no slot may have two scans.
+func TestKillWhileFiringSchedules(t *testing.T) {
+	faultsFor := 12 * time.Second
+	if scaleOf().Long {
+		faultsFor = 2 * time.Minute
+	}
+	cl := startClusterWith(t, []string{"-schedule-timer=false"}, fireArmed("0.15"), fireArmed("0.15"))
+	g := cl.g
+	org := g.NewOrganization(t, "schedules")
+	start := time.Now().Add(2 * time.Second).Truncate(time.Second)
+	allow, once, oneSecond := apiclient.ScheduleOverlapAllow, apiclient.ScheduleCatchUpOnce, 1
+	ids := make([]uuid.UUID, 20)
+	for i := range ids {
+		res, err := g.Control.CreateScheduleWithResponse(context.Background(), apiclient.CreateScheduleRequest{
+			OrganizationId: org, Name: fmt.Sprintf("every second %d", i),
+			Timing: apiclient.ScheduleTiming{IntervalSeconds: &oneSecond, StartAt: &start, Overlap: &allow, CatchUp: &once},
+			Definition: apiclient.ScheduleDefinition{Kind: apiclient.ScheduleDefinitionKindScan, Scan: &apiclient.ScheduledScan{
+				Targets: []string{"127.0.0.1"}, Plugins: []apiclient.ScanPlugin{{Name: "echo"}}}}})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusCreated, res.StatusCode(), string(res.Body))
+		ids[i] = res.JSON201.Id
+	}
+
+	began := time.Now()
+	nextKill := began.Add(time.Second)
+	for time.Since(began) < faultsFor {
+		if time.Now().After(nextKill) {
+			cl.kill(1 + rand.IntN(2))
+			nextKill = time.Now().Add(time.Duration(1000+rand.IntN(2000)) * time.Millisecond)
+		}
+		cl.reviveCrashed()
+		time.Sleep(20 * time.Millisecond) // the fault loop's pace, not a synchronisation
+	}
+	cl.calmDown()
+	calm := time.Now()
+	harness.WaitFor(t, 2*time.Minute, "every schedule firing again after the faults", func() bool {
+		var behind int
+		require.NoError(t, g.Pool.QueryRow(context.Background(), `SELECT count(*) FROM schedules
+			WHERE id = ANY($1) AND (last_slot_at IS NULL OR last_slot_at < $2)`, ids, calm).Scan(&behind))
+		return behind == 0
+	})
+
+	ctx := context.Background()
+	var slots, fired int
+	for _, id := range ids {
+		// One statement, one snapshot: the slots up to the schedule's
+		// latest handled slot, and the fires that account for them.
+		var due, accounted, created, twoScans, firesWithoutScan, scansWithoutFire int
+		require.NoError(t, g.Pool.QueryRow(ctx, `
+			WITH sc AS (SELECT last_slot_at FROM schedules WHERE id = $1),
+			f AS (SELECT * FROM schedule_fires WHERE schedule_id = $1 AND trigger_kind = 'schedule'
+				AND slot_at <= (SELECT last_slot_at FROM sc)),
+			runs AS (SELECT * FROM scans WHERE trigger_schedule_id = $1 AND trigger_kind = 'schedule'
+				AND trigger_slot_at <= (SELECT last_slot_at FROM sc))
+			SELECT (extract(epoch FROM (SELECT last_slot_at FROM sc) - $2::timestamptz))::int + 1,
+				(SELECT coalesce(sum(1 + missed_slots), 0) FROM f)::int,
+				(SELECT count(*) FROM f WHERE outcome = 'created')::int,
+				(SELECT count(*) FROM (SELECT 1 FROM runs GROUP BY trigger_slot_at HAVING count(*) > 1) d)::int,
+				(SELECT count(*) FROM f WHERE outcome = 'created'
+					AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.id = f.scan_id AND runs.trigger_slot_at = f.slot_at))::int,
+				(SELECT count(*) FROM runs WHERE NOT EXISTS (SELECT 1 FROM f
+					WHERE f.outcome = 'created' AND f.scan_id = runs.id AND f.slot_at = runs.trigger_slot_at))::int`,
+			id, start).Scan(&due, &accounted, &created, &twoScans, &firesWithoutScan, &scansWithoutFire))
+		require.Zero(t, twoScans, "schedule %s: a slot created two scans", id)
+		require.Zero(t, firesWithoutScan, "schedule %s: a created fire has no scan", id)
+		require.Zero(t, scansWithoutFire, "schedule %s: a scan has no fire", id)
+		require.Equal(t, due, accounted, "schedule %s: every slot fired or counted missed, once", id)
+		slots += due
+		fired += created
+	}
+	t.Logf("schedules: %d slots, %d fired, %d counted missed; %d SIGKILLs, %d crashes at a fire COMMIT failpoint",
+		slots, fired, slots-fired, cl.Kills, cl.Crashes)
+	require.Positive(t, cl.Kills)
+}
