@@ -102,6 +102,9 @@
 //     lookups by id are lateral subqueries, which cannot be turned around.
 //   - A connection is warmed when it opens (WarmConnections): the hot
 //     statements prepared and planned, so no request pays for a cold one.
+//     Behind a pooler in transaction mode (PgBouncer) statements are
+//     unnamed instead and planned on every run, still as generic plans;
+//     every plan setting is transaction-local (execmode.go).
 //   - A hot transaction is a few round trips (inPipelinedTx): BEGIN and the
 //     statements that need nothing from each other in one, each statement
 //     that needs an answer from before in its own, and COMMIT with the

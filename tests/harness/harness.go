@@ -50,6 +50,8 @@ type Gateway struct {
 	Control *apiclient.ClientWithResponses
 	// serverFiles are the TLS certificate and key files of process gateways.
 	serverFiles [2]string
+	// database is how process gateways reach PostgreSQL, for StartProcess.
+	database Database
 }
 
 // Options tune a test gateway.
