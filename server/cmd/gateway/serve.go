@@ -37,6 +37,7 @@ type serveConfig struct {
 	caCert      string
 	caKey       string
 	secretsKeys *secretsKeyFlags
+	logFormat   logFormatFlag
 }
 
 // artifactFlags choose where artifact bytes live.
@@ -67,6 +68,7 @@ func serveFlags(fs *flagSet, level *slog.LevelVar) *serveConfig {
 	fs.alias("database-url", "DATABASE_URL")
 	fs.Var(levelFlag{level}, "log-level", "DEBUG, INFO, WARN or ERROR; DEBUG logs every request")
 	fs.alias("log-level", "LOG_LEVEL")
+	fs.Var(&c.logFormat, "log-format", "auto (text when stderr is a terminal, JSON otherwise), json or text")
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8443", "TLS listen address")
 	fs.StringVar(&c.opsListen, "ops-listen", "",
 		"plain-HTTP, unauthenticated listener for /metrics, /healthz and /readyz, e.g. 127.0.0.1:9090; keep it internal. "+
@@ -167,6 +169,7 @@ func serveCommand(a *cli) *command {
 				if c.databaseURL == "" || c.tlsCert == "" || c.tlsKey == "" {
 					return usageError{"serve needs -database-url, -tls-cert and -tls-key"}
 				}
+				a.useLogFormat(&c.logFormat)
 				c.s3Credentials()
 				ln, err := net.Listen("tcp", c.listen)
 				if err != nil {
@@ -188,9 +191,25 @@ func serve(ctx context.Context, c *serveConfig, ln net.Listener, logger *slog.Lo
 	if err != nil {
 		return fmt.Errorf("load TLS key pair: %w", err)
 	}
+	tracer, stopTracing, err := startTracing(ctx, os.Getenv, logger)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// Spans still queued are sent before the process exits.
+		flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := stopTracing(flushCtx); err != nil {
+			logger.Warn("tracing: flush on shutdown", "error", err.Error())
+		}
+	}()
+	c.server.TracerProvider = tracer
 	pool, err := store.OpenPool(ctx, c.databaseURL, func(cfg *pgxpool.Config) {
 		cfg.MaxConns = int32(c.maxConns)
 		store.WarmConnections(cfg)
+		if tracer != nil {
+			cfg.ConnConfig.Tracer = store.NewQueryTracer(tracer)
+		}
 	})
 	if err != nil {
 		return err
