@@ -35,6 +35,7 @@ func rootCommand(a *cli) *command {
 			adminCommand(a),
 			ctlCommand(a),
 			devCommand(a),
+			healthcheckCommand(a),
 			versionCommand(a),
 		},
 	}
