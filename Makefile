@@ -31,7 +31,7 @@ lint:
 ## faults: the long fault scenarios (kill -9 at commit failpoints, stale writers, clock skew with the
 ## history checker; PostgreSQL restarts, latency, resets and partitions); several minutes each
 faults:
-	FAULTS_LONG=1 $(GO) test -race -count=1 -timeout 60m -v ./tests/faults/... ./tests/netfaults/...
+	FAULTS_LONG=1 $(GO) test -race -count=1 -timeout 60m -v ./tests/faults/... ./tests/netfaults/... ./tests/ha/...
 
 ## generate: regenerate the server interface and Go client from openapi.yaml
 generate:

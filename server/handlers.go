@@ -117,6 +117,8 @@ func toTask(t store.Task) api.Task {
 		CreatedAt:             t.CreatedAt,
 		UpdatedAt:             t.UpdatedAt,
 		Trigger:               toTrigger(t.Trigger),
+		LabelSelector:         toAPISelector(t.LabelSelector),
+		PinnedWorkerId:        t.PinnedWorkerID,
 	}
 	if t.PendingReason != "" {
 		out.PendingReason = ptr(api.PendingReason(t.PendingReason))
@@ -158,6 +160,7 @@ func toWorker(w store.Worker) api.Worker {
 		SoftwareVersion:        nonEmpty(w.SoftwareVersion),
 		ProtocolVersion:        nonEmpty(w.ProtocolVersion),
 		Capabilities:           jsonOrEmpty(w.Capabilities),
+		Labels:                 labelsOrEmpty(w.Labels),
 		MaxConcurrentTasks:     w.MaxConcurrentTasks,
 		LastSeenAt:             w.LastSeenAt,
 		Online:                 w.Online,
@@ -166,6 +169,14 @@ func toWorker(w store.Worker) api.Worker {
 		OwnerOrganizationId:    w.OwnerOrganizationID,
 		CreatedAt:              w.CreatedAt,
 	}
+}
+
+// labelsOrEmpty answers a worker without labels with {} rather than null.
+func labelsOrEmpty(labels map[string]string) api.Labels {
+	if labels == nil {
+		return api.Labels{}
+	}
+	return labels
 }
 
 func toAssignment(a store.Assignment) api.Assignment {

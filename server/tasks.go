@@ -24,6 +24,8 @@ func (h *handlers) CreateTask(ctx context.Context, req api.CreateTaskRequestObje
 		OrganizationID:        b.OrganizationId,
 		TaskType:              string(b.TaskType),
 		AttemptTimeoutSeconds: b.AttemptTimeoutSeconds,
+		LabelSelector:         fromAPISelector(b.LabelSelector),
+		PinnedWorkerID:        b.PinnedWorkerId,
 	}
 	if b.Payload != nil {
 		p.Payload = *b.Payload
@@ -158,6 +160,7 @@ func (h *handlers) GetTask(ctx context.Context, req api.GetTaskRequestObject) (a
 		AvailableAt: t.AvailableAt, ExecutionDeadlineAt: t.ExecutionDeadlineAt, LeaseDurationSeconds: t.LeaseDurationSeconds,
 		AttemptTimeoutSeconds: t.AttemptTimeoutSeconds, CancelRequestedAt: t.CancelRequestedAt, CompletedAt: t.CompletedAt,
 		LastErrorCode: t.LastErrorCode, LastError: t.LastError, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt, Trigger: t.Trigger,
+		LabelSelector: t.LabelSelector, PinnedWorkerId: t.PinnedWorkerId,
 		Attempts: mapSlice(attempts, toAttempt),
 	}
 	return out, nil

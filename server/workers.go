@@ -42,7 +42,7 @@ func (h *handlers) CreateWorker(ctx context.Context, req api.CreateWorkerRequest
 		Id: out.Id, Name: out.Name, WorkerType: out.WorkerType, Enabled: out.Enabled, Revoked: out.Revoked,
 		RevokedAt: out.RevokedAt, RevocationReason: out.RevocationReason, CertificateFingerprint: out.CertificateFingerprint,
 		CertificateSubject: out.CertificateSubject, SoftwareVersion: out.SoftwareVersion, ProtocolVersion: out.ProtocolVersion,
-		Capabilities: out.Capabilities, MaxConcurrentTasks: out.MaxConcurrentTasks, LastSeenAt: out.LastSeenAt, Online: out.Online,
+		Capabilities: out.Capabilities, Labels: out.Labels, MaxConcurrentTasks: out.MaxConcurrentTasks, LastSeenAt: out.LastSeenAt, Online: out.Online,
 		ActiveAttempts: out.ActiveAttempts, OrganizationIds: out.OrganizationIds, OwnerOrganizationId: out.OwnerOrganizationId,
 		CreatedAt:       out.CreatedAt,
 		EnrollmentToken: token, EnrollmentTokenExpiresAt: expires,
@@ -100,7 +100,8 @@ func (h *handlers) GetWorker(ctx context.Context, req api.GetWorkerRequestObject
 	return api.GetWorker200JSONResponse(toWorker(w)), nil
 }
 
-// UpdateWorker renames, enables/disables or resizes a worker.
+// UpdateWorker renames, enables/disables, resizes or labels a worker. A
+// label change is audited with the changes asked for (null: removed).
 func (h *handlers) UpdateWorker(ctx context.Context, req api.UpdateWorkerRequestObject) (api.UpdateWorkerResponseObject, error) {
 	scope, err := requirePermission(ctx, permissionAdmin)
 	if err != nil {
@@ -112,12 +113,16 @@ func (h *handlers) UpdateWorker(ctx context.Context, req api.UpdateWorkerRequest
 		MaxConcurrentTasks: req.Body.MaxConcurrentTasks,
 		CancelActive:       req.Params.Active != nil && *req.Params.Active == api.UpdateWorkerParamsActiveCancel,
 	}
+	if req.Body.Labels != nil {
+		p.Labels = *req.Body.Labels
+	}
 	w, err := h.store.UpdateWorker(ctx, scope, req.WorkerId, p, h.onlineWindow())
 	if err != nil {
 		return nil, err
 	}
 	h.identities.forgetWorker(req.WorkerId) // other replicas hear the NOTIFY
-	h.audit(ctx, "worker.update", "worker", w.ID.String(), scope.Organization(), map[string]any{"enabled": p.Enabled, "max_concurrent_tasks": p.MaxConcurrentTasks, "name": p.Name, "cancel_active": p.CancelActive})
+	h.audit(ctx, "worker.update", "worker", w.ID.String(), scope.Organization(), map[string]any{"enabled": p.Enabled, "max_concurrent_tasks": p.MaxConcurrentTasks, "name": p.Name, "cancel_active": p.CancelActive,
+		"labels": p.Labels})
 	return api.UpdateWorker200JSONResponse(toWorker(w)), nil
 }
 

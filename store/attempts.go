@@ -162,10 +162,11 @@ func (s *Store) RenewLeases(ctx context.Context, p RenewParams) ([]LeaseStatus, 
 // old — "online" is judged over tens of seconds, and a poll or heartbeat
 // that writes nothing leaves no dead row version and no index entry behind.
 // It returns the worker's type, capabilities (as advertised now), capacity,
-// enabled and revoked flags, and whether the capabilities changed.
+// enabled and revoked flags, whether the capabilities changed, and its
+// labels.
 const touchWorkerSQL = `
 	WITH before AS (
-		SELECT id, worker_type, capabilities, max_concurrent_tasks, enabled, revoked_at,
+		SELECT id, worker_type, capabilities, max_concurrent_tasks, enabled, revoked_at, labels,
 			last_seen_at, software_version, protocol_version,
 			$2::jsonb IS NOT NULL AND $2::jsonb <> capabilities AS caps_changed
 		FROM workers WHERE id = $1 FOR NO KEY UPDATE
@@ -182,7 +183,8 @@ const touchWorkerSQL = `
 			AND (b.last_seen_at IS NULL OR b.last_seen_at < now() - interval '1 second'
 			OR b.caps_changed OR $3 <> b.software_version OR $4 <> b.protocol_version)
 	)
-	SELECT worker_type, coalesce($2::jsonb, capabilities), max_concurrent_tasks, enabled, revoked_at IS NOT NULL, caps_changed
+	SELECT worker_type, coalesce($2::jsonb, capabilities), max_concurrent_tasks, enabled, revoked_at IS NOT NULL, caps_changed,
+		labels
 	FROM before`
 
 // attemptMissOrLost runs after a fenced write matched nothing, and only

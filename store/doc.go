@@ -70,7 +70,11 @@
 //   - worker_task_queue holds the leasable tasks only, with the columns the
 //     walk orders and filters by. The acquisition walks it per organization
 //     and lease class and deletes what it leases; retries, releases and
-//     redrives insert into it (queue.go has the rule and who keeps it).
+//     redrives insert into it (queue.go has the rule and who keeps it). A
+//     lease class is what decides who may run a task — its type, required
+//     capabilities, label selector and pinned worker (migration 000019) —
+//     so a worker skips a class it cannot run with one index probe, however
+//     many tasks it holds.
 //   - worker_tasks has no index that names a column a state change writes
 //     (state, available_at, counts, timestamps), and leaves half of each
 //     page free, so lease, start and completion are HOT updates: no index
@@ -102,6 +106,9 @@
 //     lookups by id are lateral subqueries, which cannot be turned around.
 //   - A connection is warmed when it opens (WarmConnections): the hot
 //     statements prepared and planned, so no request pays for a cold one.
+//     Behind a pooler in transaction mode (PgBouncer) statements are
+//     unnamed instead and planned on every run, still as generic plans;
+//     every plan setting is transaction-local (execmode.go).
 //   - A hot transaction is a few round trips (inPipelinedTx): BEGIN and the
 //     statements that need nothing from each other in one, each statement
 //     that needs an answer from before in its own, and COMMIT with the

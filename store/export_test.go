@@ -11,3 +11,10 @@ import (
 func (s *Store) FireDueSchedulesAt(ctx context.Context, now time.Time, limit int) ([]ScheduleFire, error) {
 	return s.fireDueSchedules(ctx, &now, limit)
 }
+
+// LeaseCandidatesSQL and GenericPlanSQL let a test explain a poll's walk
+// under the plan settings it runs with.
+var (
+	LeaseCandidatesSQL = leaseCandidatesSQL
+	GenericPlanSQL     = genericPlanSQL
+)

@@ -43,8 +43,9 @@ func (s *Store) RenewLeasesMany(ctx context.Context, ps []RenewParams) []RenewOu
 				caps             []byte
 				maxTasks         int
 				enabled, revoked bool
+				labels           []byte
 			)
-			err := br.QueryRow().Scan(&workerType, &caps, &maxTasks, &enabled, &revoked, &capsChanged[i])
+			err := br.QueryRow().Scan(&workerType, &caps, &maxTasks, &enabled, &revoked, &capsChanged[i], &labels)
 			switch {
 			case errors.Is(err, pgx.ErrNoRows):
 				out[i].Err = ErrNotFound

@@ -79,6 +79,18 @@ func createWorker(t *testing.T, s *store.Store, pool *pgxpool.Pool, o workerOpts
 	return w
 }
 
+// createOldWorker creates a worker by SQL, for the migration tests that
+// run on an older schema than the store's code reads (workers have had
+// these columns from the start).
+func createOldWorker(t *testing.T, pool *pgxpool.Pool, capacity int) store.Worker {
+	t.Helper()
+	var w store.Worker
+	require.NoError(t, pool.QueryRow(t.Context(), `INSERT INTO workers (name, worker_type, max_concurrent_tasks)
+		VALUES ($1, 'scanner', $2) RETURNING id`, uniqueName("worker"), capacity).Scan(&w.ID))
+	w.MaxConcurrentTasks = capacity
+	return w
+}
+
 func assign(t *testing.T, s *store.Store, org, worker uuid.UUID) {
 	t.Helper()
 	_, err := s.AssignWorker(t.Context(), store.EveryOrganization(), org, worker)

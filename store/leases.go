@@ -240,6 +240,7 @@ type acquisition struct {
 	found        bool  // the worker exists, is enabled and not revoked
 	workerType   string
 	capabilities json.RawMessage
+	labels       json.RawMessage
 	maxTasks     int
 	capsChanged  bool
 	active       int
@@ -272,7 +273,7 @@ func (a *acquisition) queue(b *pgx.Batch) {
 func (a *acquisition) read(br pgx.BatchResults) error {
 	a.res, a.err, a.found, a.capsChanged, a.active, a.want, a.workerGranted = AcquireResult{}, nil, false, false, 0, 0, nil
 	var enabled, revoked bool
-	err := br.QueryRow().Scan(&a.workerType, &a.capabilities, &a.maxTasks, &enabled, &revoked, &a.capsChanged)
+	err := br.QueryRow().Scan(&a.workerType, &a.capabilities, &a.maxTasks, &enabled, &revoked, &a.capsChanged, &a.labels)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		a.err = ErrNotFound
@@ -447,14 +448,22 @@ func collectSlottedLeases(rows pgx.Rows, tokens []string) ([]Lease, []int, error
 	return leases, slots, rows.Err()
 }
 
+// candidate is a task a walk found: a task pinned to a worker goes to
+// that worker only.
+type candidate struct {
+	ID             uuid.UUID
+	PinnedWorkerID *uuid.UUID
+}
+
 // grantLeases is the shared part of an acquisition, run once every poll's
 // worker, replay and assignments were read. Each worker's free slots are
 // shared by its polls in the group; polls that could run exactly the same
 // tasks — one worker type, one capability advertisement, one set of
-// organizations — take their candidates in one walk for the sum of their
-// free slots, handed out in the walk's order (priority, organizations in
-// turns, age), one to each poll in turn; then one statement grants them
-// all.
+// labels, one set of organizations — take their candidates in one walk for
+// the sum of their free slots, handed out in the walk's order (priority,
+// organizations in turns, age), one to each poll in turn; then one
+// statement grants them all. A task pinned to one of the group's workers
+// goes to that worker's polls (handOut).
 func grantLeases(ctx context.Context, ex executor, polls []*acquisition) error {
 	type like struct {
 		polls   []*acquisition
@@ -494,7 +503,7 @@ func grantLeases(ctx context.Context, ex executor, polls []*acquisition) error {
 			continue
 		}
 		var key strings.Builder
-		key.WriteString(a.workerType + "\x00" + string(a.capabilities))
+		key.WriteString(a.workerType + "\x00" + string(a.capabilities) + "\x00" + string(a.labels))
 		for _, org := range a.res.OrganizationIDs {
 			key.WriteString("\x00" + org.String())
 		}
@@ -521,36 +530,80 @@ func grantLeases(ctx context.Context, ex executor, polls []*acquisition) error {
 		owners      []*acquisition
 		taken       = map[uuid.UUID]bool{}
 	)
+	give := func(a *acquisition, slot int, id uuid.UUID) {
+		taken[id] = true
+		taskIDs, workerIDs = append(taskIDs, id), append(workerIDs, a.p.WorkerID)
+		requestKeys = append(requestKeys, nullString(a.p.IdempotencyKey))
+		hashes, tokens = append(hashes, a.hashes[slot]), append(tokens, a.tokens[slot])
+		owners = append(owners, a)
+	}
 	for _, key := range keys {
 		g := groups[key]
 		first := g.polls[0]
-		rows, err := ex.Query(ctx, candidatesSQL, first.res.OrganizationIDs, taskTypesFor[first.workerType],
-			string(first.capabilities), g.want, g.workers, taskIDs)
-		if err != nil {
-			return fmt.Errorf("lease candidates: %w", err)
-		}
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
-		if err != nil {
-			return fmt.Errorf("lease candidates: %w", err)
-		}
 		handed := make([]int, len(g.polls))
 		next := 0
-		for _, id := range ids {
-			if taken[id] {
-				// Cannot happen: the walk excludes what earlier groups took.
-				return fmt.Errorf("grant leases: task %s picked twice", id)
+		// pinnable are the group's workers that may still take tasks
+		// pinned to them; dropped the pinned tasks a walk found for a
+		// worker already served in full (this transaction holds their
+		// queue rows, so SKIP LOCKED would not skip them: they are
+		// excluded by id).
+		pinnable, dropped := slices.Clone(g.workers), []uuid.UUID{}
+		for want := g.want; want > 0; {
+			rows, err := ex.Query(ctx, candidatesSQL, first.res.OrganizationIDs, taskTypesFor[first.workerType],
+				string(first.capabilities), want, g.workers, append(slices.Clone(taskIDs), dropped...),
+				string(first.labels), pinnable)
+			if err != nil {
+				return fmt.Errorf("lease candidates: %w", err)
 			}
-			taken[id] = true
-			for handed[next] == g.polls[next].want {
+			cands, err := pgx.CollectRows(rows, pgx.RowToStructByPos[candidate])
+			if err != nil {
+				return fmt.Errorf("lease candidates: %w", err)
+			}
+			var unpinned []uuid.UUID
+			full := false
+			for _, c := range cands {
+				if taken[c.ID] {
+					// Cannot happen: the walk excludes what earlier walks took.
+					return fmt.Errorf("grant leases: task %s picked twice", c.ID)
+				}
+				if c.PinnedWorkerID == nil {
+					unpinned = append(unpinned, c.ID)
+					continue
+				}
+				i := -1
+				for j, a := range g.polls {
+					if a.p.WorkerID == *c.PinnedWorkerID && handed[j] < a.want {
+						i = j
+						break
+					}
+				}
+				if i < 0 {
+					full = true
+					dropped = append(dropped, c.ID)
+					pinnable = slices.DeleteFunc(pinnable, func(w uuid.UUID) bool { return w == *c.PinnedWorkerID })
+					continue
+				}
+				give(g.polls[i], handed[i], c.ID)
+				handed[i]++
+				want--
+			}
+			// The rest in the walk's order, one to each poll in turn.
+			for _, id := range unpinned {
+				for handed[next] == g.polls[next].want {
+					next = (next + 1) % len(g.polls)
+				}
+				give(g.polls[next], handed[next], id)
+				handed[next]++
+				want--
 				next = (next + 1) % len(g.polls)
 			}
-			a := g.polls[next]
-			taskIDs, workerIDs = append(taskIDs, id), append(workerIDs, a.p.WorkerID)
-			requestKeys = append(requestKeys, nullString(a.p.IdempotencyKey))
-			hashes, tokens = append(hashes, a.hashes[handed[next]]), append(tokens, a.tokens[handed[next]])
-			owners = append(owners, a)
-			handed[next]++
-			next = (next + 1) % len(g.polls)
+			// The walk found fewer tasks than wanted, or all it found were
+			// handed out: there is no more to find. Otherwise tasks pinned
+			// to a served worker took places in it: walk again without them
+			// (each walk again leaves out one more worker, so this ends).
+			if !full || len(cands) == 0 {
+				break
+			}
 		}
 	}
 	if len(taskIDs) > 0 {
@@ -580,23 +633,26 @@ func grantLeases(ctx context.Context, ex executor, polls []*acquisition) error {
 // organizationWalkSQL is the candidate walk of one organization (org, an
 // SQL expression) shared by both acquisition statements: it finds the
 // organization's lease classes in the queue (queue.go) with a loose index
-// scan (each class is one task type with one set of required capabilities;
-// one index probe per class), keeps the classes whose type is in types and
-// whose required capabilities caps has, and walks each kept class in
+// scan (each class is one task type with one set of required capabilities,
+// one label selector or none, one pinned worker or none; one index probe
+// per class), keeps the classes whose type is in types, whose required
+// capabilities caps has, whose selector labels satisfy and whose pin, if
+// any, passes pinned (a condition on cls.pinned_worker_id) — a class
+// without selector or pin costs two NULL tests — and walks each kept class in
 // worker_task_queue_walk_idx in priority and age order, up to limit rows,
 // locking the queue rows with SKIP LOCKED so that concurrent acquisitions
 // never wait on each other. Each row carries its turn: its rank by age
 // within its priority, so that organizations can take turns.
-func organizationWalkSQL(org, types, caps, limit, exclude string) string {
+func organizationWalkSQL(org, types, caps, labels, pinned, limit, exclude string) string {
 	return `
 		WITH RECURSIVE classes AS (
-			(SELECT q.lease_class, q.task_type, q.required_capabilities
+			(SELECT q.lease_class, q.task_type, q.required_capabilities, q.label_selector, q.pinned_worker_id
 			FROM worker_task_queue q
 			WHERE q.organization_id = ` + org + `
 			ORDER BY q.lease_class LIMIT 1)
 			UNION ALL
 			(SELECT n.* FROM classes prev CROSS JOIN LATERAL (
-				SELECT q.lease_class, q.task_type, q.required_capabilities
+				SELECT q.lease_class, q.task_type, q.required_capabilities, q.label_selector, q.pinned_worker_id
 				FROM worker_task_queue q
 				WHERE q.organization_id = ` + org + ` AND q.lease_class > prev.lease_class
 				ORDER BY q.lease_class LIMIT 1) n)
@@ -606,7 +662,7 @@ func organizationWalkSQL(org, types, caps, limit, exclude string) string {
 		SELECT locked.*, row_number() OVER (PARTITION BY locked.priority ORDER BY locked.created_at, locked.id) AS turn
 		FROM (
 			SELECT picked.* FROM classes cls CROSS JOIN LATERAL (
-				SELECT q.task_id AS id, q.organization_id, q.priority, q.created_at
+				SELECT q.task_id AS id, q.organization_id, q.priority, q.created_at, q.pinned_worker_id
 				FROM worker_task_queue q
 				WHERE q.organization_id = ` + org + ` AND q.lease_class = cls.lease_class
 					AND q.available_at <= now()
@@ -616,6 +672,8 @@ func organizationWalkSQL(org, types, caps, limit, exclude string) string {
 				FOR UPDATE OF q SKIP LOCKED
 			) picked
 			WHERE cls.task_type = ANY(` + types + `) AND ` + caps + ` @> cls.required_capabilities
+				AND (cls.pinned_worker_id IS NULL OR ` + pinned + `)
+				AND (cls.label_selector IS NULL OR worker_labels_match(` + labels + `, cls.label_selector))
 		) locked`
 }
 
@@ -654,7 +712,7 @@ func takeQueuedSQL(rel, idColumn string) string {
 // worker served least recently goes first: organizations take turns.
 var leaseCandidatesSQL = `
 WITH worker AS (
-	SELECT w.capabilities, ` + taskTypesSQL("w.worker_type") + ` AS task_types,
+	SELECT w.capabilities, w.labels, ` + taskTypesSQL("w.worker_type") + ` AS task_types,
 		least($2, w.max_concurrent_tasks - (SELECT count(*) FROM worker_task_attempts
 			WHERE worker_id = $1 AND status IN (` + activeStatuses + `))) AS want
 	FROM workers w
@@ -665,7 +723,8 @@ WITH worker AS (
 ), candidates AS (
 	SELECT c.id, c.organization_id
 	FROM worker, organization_workers ow
-	CROSS JOIN LATERAL (` + organizationWalkSQL("ow.organization_id", "worker.task_types", "worker.capabilities", "(SELECT greatest(want, 0) FROM worker)", "") + `
+	CROSS JOIN LATERAL (` + organizationWalkSQL("ow.organization_id", "worker.task_types", "worker.capabilities", "worker.labels",
+	"cls.pinned_worker_id = $1", "(SELECT greatest(want, 0) FROM worker)", "") + `
 	) c
 	WHERE ow.worker_id = $1 AND ow.enabled AND ow.revoked_at IS NULL
 	ORDER BY c.priority DESC, c.turn, ow.last_leased_at NULLS FIRST, c.created_at, c.id
@@ -716,8 +775,10 @@ var (
 // candidatesSQL walks the leasable tasks one set of like polls may take:
 // $1 the organizations they serve, $2 the task types their worker type
 // runs, $3 their capabilities, $4 the sum of their free slots, $5 their
-// workers, $6 the tasks earlier groups of the same acquisition took (rows
-// this transaction locked are not skipped by SKIP LOCKED) — per organization
+// workers, $6 the tasks earlier walks of the same acquisition took or left
+// (rows this transaction locked are not skipped by SKIP LOCKED), $7 their
+// labels, $8 those of their workers that may take tasks pinned to them —
+// per organization
 // (organizationWalkSQL), so the cost depends on
 // the organizations served and their number of classes, never on anyone
 // else's backlog. Across organizations, within one priority, the n-th task
@@ -733,9 +794,10 @@ WITH orgs AS MATERIALIZED (
 			WHERE ow.organization_id = o.organization_id AND ow.worker_id = ANY($5::uuid[])) AS served
 	FROM unnest($1::uuid[]) AS o(organization_id)
 )
-SELECT c.id
+SELECT c.id, c.pinned_worker_id
 FROM orgs o
-CROSS JOIN LATERAL (` + organizationWalkSQL("o.organization_id", "$2::text[]", "$3::jsonb", "$4", `
+CROSS JOIN LATERAL (` + organizationWalkSQL("o.organization_id", "$2::text[]", "$3::jsonb", "$7::jsonb",
+	"cls.pinned_worker_id = ANY($8::uuid[])", "$4", `
 					AND q.task_id <> ALL($6::uuid[])`) + `
 ) c
 ORDER BY c.priority DESC, c.turn, o.served NULLS FIRST, c.created_at, c.id

@@ -67,7 +67,7 @@ func TestLeaseTokenMigrationKeepsLiveLeases(t *testing.T) {
 	require.NoError(t, err)
 	old := store.New(oldPool)
 	org := createOrg(t, old, "org-a")
-	worker := createWorker(t, old, oldPool, workerOpts{Capacity: 2})
+	worker := createOldWorker(t, oldPool, 2)
 	assign(t, old, org.ID, worker.ID)
 	// Tasks inserted as that schema's gateway did (its store code is gone).
 	live, done := insertOldTask(t, oldPool, org.ID), insertOldTask(t, oldPool, org.ID)

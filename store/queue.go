@@ -36,7 +36,7 @@ var leasableStates = fromStates(EventLease)
 // is made from this one, so a column added here is copied, checked and
 // resynced everywhere.
 var copiedColumns = []string{"organization_id", "lease_class", "task_type", "required_capabilities",
-	"priority", "created_at", "available_at", "execution_deadline_at"}
+	"priority", "created_at", "available_at", "execution_deadline_at", "label_selector", "pinned_worker_id"}
 
 // prefixed is copiedColumns, each prefixed (an alias and dot), comma-separated.
 func prefixed(prefix string) string {

@@ -35,7 +35,7 @@ func TestTaskQueueMigrationMovesLiveData(t *testing.T) {
 	require.NoError(t, err)
 	old := store.New(oldPool) // only for tables the migration leaves alone
 	org := createOrg(t, old, "org-a")
-	worker := createWorker(t, old, oldPool, workerOpts{Capacity: 4})
+	worker := createOldWorker(t, oldPool, 4)
 	assign(t, old, org.ID, worker.ID)
 
 	// As that schema's gateway left them: inserted, then moved by SQL.

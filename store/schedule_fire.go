@@ -370,6 +370,7 @@ func createRun(ctx context.Context, tx pgx.Tx, org uuid.UUID, def ScheduleDefini
 			LeaseDurationSeconds: d.LeaseDurationSeconds, AttemptTimeoutSeconds: d.AttemptTimeoutSeconds,
 			ExecutionTimeout: time.Duration(d.ExecutionTimeoutSeconds) * time.Second,
 			RetryBaseSeconds: d.RetryBaseSeconds, RetryMaxSeconds: d.RetryMaxSeconds, Trigger: &tr,
+			LabelSelector: d.LabelSelector, PinnedWorkerID: d.PinnedWorkerID,
 			IdempotencyKey: key.key, RequestSHA256: key.requestSHA256, SecretRefs: d.SecretRefs})
 		if err != nil {
 			return false, fmt.Errorf("schedule %s: create task: %w", f.ScheduleID, err)

@@ -151,6 +151,10 @@ type ScheduledTask struct {
 	RetryBaseSeconds        float64         `json:"retry_base_seconds,omitempty"`
 	RetryMaxSeconds         float64         `json:"retry_max_seconds,omitempty"`
 	SecretRefs              []string        `json:"secret_refs,omitempty"`
+	// LabelSelector and PinnedWorkerID pass to every task the schedule
+	// creates (CreateTaskParams).
+	LabelSelector  *LabelSelector `json:"label_selector,omitempty"`
+	PinnedWorkerID *uuid.UUID     `json:"pinned_worker_id,omitempty"`
 }
 
 // ScheduleParams creates a schedule or its next version.
@@ -295,6 +299,22 @@ func compileSchedule(p ScheduleParams) (compiled, error) {
 	}
 	if err := validateDefinition(p.Definition); err != nil {
 		return c, err
+	}
+	if tk := p.Definition.Task; tk != nil && tk.LabelSelector != nil {
+		// Stored canonical, as the tasks it creates will carry it.
+		canonical, err := canonicalSelector("definition.task.label_selector", tk.LabelSelector)
+		if err != nil {
+			return c, err
+		}
+		task := *tk
+		task.LabelSelector = nil
+		if canonical != nil {
+			task.LabelSelector = new(LabelSelector)
+			if err := json.Unmarshal(canonical, task.LabelSelector); err != nil {
+				return c, fmt.Errorf("decode selector: %w", err)
+			}
+		}
+		p.Definition.Task = &task
 	}
 	c.timing, c.definition = t, p.Definition
 	if c.timingJSON, err = json.Marshal(t); err != nil {
@@ -447,6 +467,9 @@ func (s *Store) CreateSchedule(ctx context.Context, scope Scope, org uuid.UUID, 
 	}
 	var sc Schedule
 	err = s.inTx(ctx, "create schedule", func(tx pgx.Tx) error {
+		if err := checkSchedulePin(ctx, tx, org, c.definition); err != nil {
+			return err
+		}
 		now, err := dbNow(ctx, tx)
 		if err != nil {
 			return err
@@ -484,6 +507,17 @@ func (s *Store) CreateSchedule(ctx context.Context, scope Scope, org uuid.UUID, 
 	return sc, nil
 }
 
+// checkSchedulePin refuses a task definition pinned to a worker the
+// schedule's organization cannot see. The worker may stop being visible
+// later: the tasks the schedule then creates wait, explained by
+// pinned_worker_unavailable.
+func checkSchedulePin(ctx context.Context, tx pgx.Tx, org uuid.UUID, d ScheduleDefinition) error {
+	if d.Task == nil {
+		return nil
+	}
+	return checkPinnedWorker(ctx, tx, "definition.task.pinned_worker_id", org, d.Task.PinnedWorkerID)
+}
+
 func nullInt(v int) *int {
 	if v == 0 {
 		return nil
@@ -512,6 +546,9 @@ func (s *Store) UpdateSchedule(ctx context.Context, scope Scope, id uuid.UUID, p
 	err = s.inTx(ctx, "update schedule", func(tx pgx.Tx) error {
 		old, err := readSchedule(ctx, tx, scope, id, true)
 		if err != nil {
+			return err
+		}
+		if err := checkSchedulePin(ctx, tx, old.OrganizationID, c.definition); err != nil {
 			return err
 		}
 		oldTiming, err := json.Marshal(old.Timing)

@@ -537,7 +537,7 @@ func TestScheduleMigrationKeepsExistingRows(t *testing.T) {
 	require.NoError(t, err)
 	old := store.New(oldPool) // only for tables the migration leaves alone
 	org := createOrg(t, old, "org-a")
-	worker := createWorker(t, old, oldPool, workerOpts{Capacity: 2})
+	worker := createOldWorker(t, oldPool, 2)
 	assign(t, old, org.ID, worker.ID)
 	indexes := func(pool *pgxpool.Pool) []string {
 		rows, err := pool.Query(ctx, `SELECT indexdef FROM pg_indexes WHERE tablename = 'worker_tasks' ORDER BY indexname`)

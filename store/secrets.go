@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -431,44 +430,17 @@ func secretAllowedForWorker(limit, workerLabels map[string]string) bool {
 	return true
 }
 
-// WorkerLabels returns a worker's operator-set labels, for secrets limited
-// by a label selector. Labels are stored by another feature, as a jsonb
-// object in workers.labels; until that column exists every worker has no
-// labels, so a secret with a selector is given to nobody. The row is read
-// as jsonb, so this works with or without the column. Asked only when a
-// lease's secret has a selector.
+// WorkerLabels returns a worker's operator-set labels (workers.labels),
+// for secrets limited by a label selector; asked only when a lease's
+// secret has one. A worker that does not exist has none.
 func (s *Store) WorkerLabels(ctx context.Context, workerID uuid.UUID) (map[string]string, error) {
 	labels := map[string]string{}
-	var raw []byte
-	if err := s.pool.QueryRow(ctx, `SELECT to_jsonb(w.*)->'labels' FROM workers w WHERE id = $1`, workerID).Scan(&raw); err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			return labels, nil
-		}
+	err := s.pool.QueryRow(ctx, `SELECT labels FROM workers WHERE id = $1`, workerID).Scan(&labels)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return map[string]string{}, nil
+	}
+	if err != nil {
 		return nil, fmt.Errorf("read worker labels: %w", err)
-	}
-	if len(raw) == 0 || string(raw) == "null" {
-		return labels, nil
-	}
-	// An object {"key": "value"}, or a list of "key=value".
-	var decoded any
-	if err := json.Unmarshal(raw, &decoded); err != nil {
-		return nil, fmt.Errorf("worker labels: %w", err)
-	}
-	switch d := decoded.(type) {
-	case map[string]any:
-		for k, v := range d {
-			if str, ok := v.(string); ok {
-				labels[k] = str
-			}
-		}
-	case []any:
-		for _, item := range d {
-			if str, ok := item.(string); ok {
-				if k, v, ok := strings.Cut(str, "="); ok {
-					labels[k] = v
-				}
-			}
-		}
 	}
 	return labels, nil
 }

@@ -35,6 +35,10 @@ type Task struct {
 	LastError             string
 	CreatedAt             time.Time
 	UpdatedAt             time.Time
+	// LabelSelector, when set, is the labels a worker needs to run the
+	// task; PinnedWorkerID, when set, the one worker that may run it.
+	LabelSelector  *LabelSelector
+	PinnedWorkerID *uuid.UUID
 	// PendingReason is set by GetTask while the task waits to be leased.
 	PendingReason string
 	// Trigger is what created the task; nil for tasks older than triggers.
@@ -45,7 +49,8 @@ const taskColumns = `t.id, t.task_type, t.organization_id, t.scan_id, t.scan_job
 	t.payload, t.required_capabilities, t.attempt_count, t.max_attempts, t.available_at,
 	t.execution_deadline_at, t.lease_duration_seconds, t.attempt_timeout_seconds,
 	t.cancel_requested_at, t.completed_at, t.last_error_code, t.last_error, t.created_at, t.updated_at,
-	t.trigger_kind, t.trigger_schedule_id, t.trigger_schedule_version, t.trigger_slot_at, t.trigger_token_id`
+	t.trigger_kind, t.trigger_schedule_id, t.trigger_schedule_version, t.trigger_slot_at, t.trigger_token_id,
+	t.label_selector, t.pinned_worker_id`
 
 func scanTask(row pgx.Row) (Task, error) {
 	var t Task
@@ -53,7 +58,8 @@ func scanTask(row pgx.Row) (Task, error) {
 	err := row.Scan(append([]any{&t.ID, &t.TaskType, &t.OrganizationID, &t.ScanID, &t.ScanJobID, &t.State, &t.Priority,
 		&t.Payload, &t.RequiredCapabilities, &t.AttemptCount, &t.MaxAttempts, &t.AvailableAt,
 		&t.ExecutionDeadlineAt, &t.LeaseDurationSeconds, &t.AttemptTimeoutSeconds,
-		&t.CancelRequestedAt, &t.CompletedAt, &t.LastErrorCode, &t.LastError, &t.CreatedAt, &t.UpdatedAt}, tr.dest()...)...)
+		&t.CancelRequestedAt, &t.CompletedAt, &t.LastErrorCode, &t.LastError, &t.CreatedAt, &t.UpdatedAt},
+		append(tr.dest(), &t.LabelSelector, &t.PinnedWorkerID)...)...)
 	t.Trigger = tr.trigger()
 	return t, err
 }
@@ -82,6 +88,11 @@ type CreateTaskParams struct {
 	RequestSHA256  string
 	// Trigger is what caused the task; nil is the API.
 	Trigger *Trigger
+	// LabelSelector restricts the task to workers whose labels match it;
+	// PinnedWorkerID to one worker, which the organization must be able to
+	// see. Both may be given: the pinned worker must then match too.
+	LabelSelector  *LabelSelector
+	PinnedWorkerID *uuid.UUID
 	// SecretRefs names secrets of the organization the task receives in
 	// its lease (checked with CheckSecretRefs).
 	SecretRefs []string
@@ -96,6 +107,9 @@ func (s *Store) CreateTask(ctx context.Context, scope Scope, p CreateTaskParams)
 	}
 	err = s.inTx(ctx, "create task", func(tx pgx.Tx) error {
 		task, replayed = Task{}, false
+		if err := checkPinnedWorker(ctx, tx, "pinned_worker_id", p.OrganizationID, p.PinnedWorkerID); err != nil {
+			return err
+		}
 		var err error
 		task, replayed, err = createTask(ctx, tx, p)
 		if errors.Is(err, errOrganizationMissing) {
@@ -142,15 +156,21 @@ func createTask(ctx context.Context, tx pgx.Tx, p CreateTaskParams) (Task, bool,
 		v := p.ExecutionTimeout.Seconds()
 		execTimeout = &v
 	}
+	selector, err := canonicalSelector("label_selector", p.LabelSelector)
+	if err != nil {
+		return Task{}, false, err
+	}
 	tr := p.Trigger.orAPI()
 	row := tx.QueryRow(ctx, `
 		WITH created AS (
 		INSERT INTO worker_tasks AS t (task_type, organization_id, scan_id, scan_job_id, required_capabilities, payload,
 			priority, available_at, execution_deadline_at, max_attempts, lease_duration_seconds,
 			attempt_timeout_seconds, retry_base_seconds, retry_max_seconds, idempotency_key, request_sha256, critical_capabilities,
-			trigger_kind, trigger_schedule_id, trigger_schedule_version, trigger_slot_at, trigger_token_id, secret_refs)
+			trigger_kind, trigger_schedule_id, trigger_schedule_version, trigger_slot_at, trigger_token_id, secret_refs,
+			label_selector, pinned_worker_id)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, now() + make_interval(secs => $8),
-			now() + make_interval(secs => $9::float8), $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)
+			now() + make_interval(secs => $9::float8), $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23,
+			$24, $25)
 		ON CONFLICT (organization_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 		RETURNING *
 		), enqueued AS (
@@ -160,7 +180,8 @@ func createTask(ctx context.Context, tx pgx.Tx, p CreateTaskParams) (Task, bool,
 		p.TaskType, p.OrganizationID, p.ScanID, p.ScanJobID, string(p.RequiredCapabilities), string(p.Payload),
 		p.Priority, p.Delay.Seconds(), execTimeout, p.MaxAttempts, p.LeaseDurationSeconds,
 		p.AttemptTimeoutSeconds, p.RetryBaseSeconds, p.RetryMaxSeconds, nullString(p.IdempotencyKey), p.RequestSHA256,
-		string(p.CriticalCapabilities), tr.Kind, tr.ScheduleID, tr.ScheduleVersion, tr.SlotAt, tr.TokenID, secretRefsArg(p.SecretRefs))
+		string(p.CriticalCapabilities), tr.Kind, tr.ScheduleID, tr.ScheduleVersion, tr.SlotAt, tr.TokenID, secretRefsArg(p.SecretRefs),
+		nullJSON(selector), p.PinnedWorkerID)
 	task, err := scanTask(row)
 	switch {
 	case err == nil:
@@ -236,48 +257,69 @@ func (s *Store) GetTask(ctx context.Context, scope Scope, id uuid.UUID, onlineWi
 }
 
 // pendingReason explains why a queued task is not leased, from the most
-// basic cause to the most transient.
+// basic cause to the most transient. A pinned task looks at its one worker
+// only: while that worker cannot lease (unassigned, disabled, revoked,
+// offline, of another type) the reason is pinned_worker_unavailable.
 func (s *Store) pendingReason(ctx context.Context, t Task, onlineWindow time.Duration) (string, error) {
 	var (
-		due                                         bool
-		assigned, mayRun, online, capable, withRoom int
+		due                                                   bool
+		assigned, mayRun, online, capable, labelled, withRoom int
 	)
+	var selector any
+	if t.LabelSelector != nil {
+		b, err := json.Marshal(t.LabelSelector)
+		if err != nil {
+			return "", fmt.Errorf("pending reason: %w", err)
+		}
+		selector = string(b)
+	}
 	err := s.pool.QueryRow(ctx, `
 		WITH eligible AS (
 			SELECT w.id, w.capabilities, w.max_concurrent_tasks,
-				w.last_seen_at > now() - make_interval(secs => $4) AS online
+				w.last_seen_at > now() - make_interval(secs => $4) AS online,
+				($8::jsonb IS NULL OR worker_labels_match(w.labels, $8::jsonb)) AS labelled
 			FROM organization_workers ow JOIN workers w ON w.id = ow.worker_id
 			WHERE ow.organization_id = $1 AND ow.enabled AND ow.revoked_at IS NULL
 				AND w.enabled AND w.revoked_at IS NULL
 				AND w.worker_type = CASE $2 WHEN 'scanner_plugin' THEN 'scanner' ELSE 'ai' END
+				AND ($7::uuid IS NULL OR w.id = $7)
 		)
 		SELECT (SELECT available_at <= now() FROM worker_tasks WHERE id = $5),
 			count(*),
 			count(*) FILTER (WHERE `+mayRunPluginSQL("capabilities", "$6")+`),
 			count(*) FILTER (WHERE online),
 			count(*) FILTER (WHERE online AND capabilities @> $3::jsonb),
-			count(*) FILTER (WHERE online AND capabilities @> $3::jsonb AND max_concurrent_tasks >
+			count(*) FILTER (WHERE online AND capabilities @> $3::jsonb AND labelled),
+			count(*) FILTER (WHERE online AND capabilities @> $3::jsonb AND labelled AND max_concurrent_tasks >
 				(SELECT count(*) FROM worker_task_attempts a WHERE a.worker_id = eligible.id AND a.status IN (`+activeStatuses+`)))
 		FROM eligible`,
 		t.OrganizationID, t.TaskType, string(t.RequiredCapabilities), onlineWindow.Seconds(), t.ID, taskPlugin(t),
-	).Scan(&due, &assigned, &mayRun, &online, &capable, &withRoom)
+		t.PinnedWorkerID, selector,
+	).Scan(&due, &assigned, &mayRun, &online, &capable, &labelled, &withRoom)
 	if err != nil {
 		return "", fmt.Errorf("pending reason: %w", err)
 	}
+	pinned := t.PinnedWorkerID != nil
 	switch {
 	case !due && t.State == TaskRetryWait:
 		return "retry_backoff", nil
 	case !due:
 		return "scheduled_later", nil
+	case assigned == 0 && pinned:
+		return "pinned_worker_unavailable", nil
 	case assigned == 0:
 		return "no_assigned_worker", nil
 	case mayRun == 0:
 		// Before no_online_worker: a worker coming online would not help.
 		return "plugin_not_advertised", nil
+	case online == 0 && pinned:
+		return "pinned_worker_unavailable", nil
 	case online == 0:
 		return "no_online_worker", nil
 	case capable == 0:
 		return "capability_mismatch", nil
+	case labelled == 0:
+		return "label_mismatch", nil
 	case withRoom == 0:
 		return "capacity_full", nil
 	default:

@@ -35,8 +35,16 @@ var hotStatements = []struct{ planSettings, sql string }{
 // of the wake latency (p99) was made of exactly those. Connections are then
 // opened ahead of need (MinConns = MaxConns), in the pool's background, so
 // the warm-up is not in a request's way either.
+//
+// Only with named statements (QueryExecModeCacheStatement): in any other
+// mode pgx would still run the statements prepared here by name, which a
+// pooler in transaction mode does not keep (see execmode.go), so the
+// connections are only opened ahead of need.
 func WarmConnections(cfg *pgxpool.Config) {
 	cfg.MinConns = cfg.MaxConns
+	if cfg.ConnConfig.DefaultQueryExecMode != pgx.QueryExecModeCacheStatement {
+		return
+	}
 	afterConnect := cfg.AfterConnect
 	cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
 		if afterConnect != nil {

@@ -26,11 +26,13 @@ type Worker struct {
 	SoftwareVersion        string
 	ProtocolVersion        string
 	Capabilities           json.RawMessage
-	MaxConcurrentTasks     int
-	LastSeenAt             *time.Time
-	Online                 bool
-	ActiveAttempts         int
-	OrganizationIDs        []uuid.UUID
+	// Labels are set by operators (LabelSelector); never by the worker.
+	Labels             map[string]string
+	MaxConcurrentTasks int
+	LastSeenAt         *time.Time
+	Online             bool
+	ActiveAttempts     int
+	OrganizationIDs    []uuid.UUID
 	// OwnerOrganizationID is the organization that owns the worker, shown
 	// only to that organization and to unscoped callers.
 	OwnerOrganizationID *uuid.UUID
@@ -44,7 +46,7 @@ type Worker struct {
 // active attempts and, unless it is the owner, no owner.
 var workerColumns = `w.id, w.name, w.worker_type, w.enabled, w.revoked_at, w.revocation_reason,
 	w.certificate_fingerprint, w.certificate_subject, w.software_version, w.protocol_version,
-	w.capabilities, w.max_concurrent_tasks, w.last_seen_at,
+	w.capabilities, w.labels, w.max_concurrent_tasks, w.last_seen_at,
 	coalesce(w.last_seen_at > now() - make_interval(secs => $1::float8), false),
 	(SELECT count(*) FROM worker_task_attempts a WHERE a.worker_id = w.id AND a.status IN ('leased', 'running')
 		AND ` + inScope("a.organization_id", "$2") + `),
@@ -58,7 +60,7 @@ var workerColumns = `w.id, w.name, w.worker_type, w.enabled, w.revoked_at, w.rev
 func workerFields(w *Worker) []any {
 	return []any{&w.ID, &w.Name, &w.WorkerType, &w.Enabled, &w.RevokedAt, &w.RevocationReason,
 		&w.CertificateFingerprint, &w.CertificateSubject, &w.SoftwareVersion, &w.ProtocolVersion,
-		&w.Capabilities, &w.MaxConcurrentTasks, &w.LastSeenAt, &w.Online, &w.ActiveAttempts, &w.OrganizationIDs,
+		&w.Capabilities, &w.Labels, &w.MaxConcurrentTasks, &w.LastSeenAt, &w.Online, &w.ActiveAttempts, &w.OrganizationIDs,
 		&w.OwnerOrganizationID, &w.CreatedAt}
 }
 
@@ -166,6 +168,11 @@ type UpdateWorkerParams struct {
 	Name               *string
 	Enabled            *bool
 	MaxConcurrentTasks *int
+	// Labels changes the worker's labels: a value sets a label, nil
+	// removes it, labels not named stay. Active attempts whose task's
+	// label selector the new labels fail end at once (label_lost), as when
+	// a worker stops advertising a critical capability.
+	Labels map[string]*string
 	// CancelActive, when the worker is being disabled, ends its active
 	// attempts at once (by policy) instead of letting them drain.
 	CancelActive bool
@@ -175,23 +182,53 @@ type UpdateWorkerParams struct {
 // with CancelActive, releases its active attempts in the same transaction.
 // It returns the worker as the scope sees it.
 func (s *Store) UpdateWorker(ctx context.Context, scope Scope, id uuid.UUID, p UpdateWorkerParams, onlineWindow time.Duration) (Worker, error) {
+	if err := validLabelChange(p.Labels); err != nil {
+		return Worker{}, err
+	}
+	var setLabels []byte
+	var removeLabels []string
+	if p.Labels != nil {
+		var err error
+		if setLabels, removeLabels, err = splitLabelChange(p.Labels); err != nil {
+			return Worker{}, err
+		}
+	}
 	var w Worker
 	err := s.inTx(ctx, "update worker", func(tx pgx.Tx) error {
 		if err := authorizeWorkerManagement(ctx, tx, scope, id); err != nil {
 			return err
 		}
-		tag, err := tx.Exec(ctx, `
-			UPDATE workers SET
+		var (
+			labelsChanged bool
+			labels        []byte
+			labelCount    int
+		)
+		err := tx.QueryRow(ctx, `
+			WITH before AS (
+				SELECT id, labels FROM workers WHERE id = $1 FOR NO KEY UPDATE
+			)
+			UPDATE workers w SET
 				name = coalesce($2, name),
 				enabled = coalesce($3, enabled),
 				max_concurrent_tasks = coalesce($4, max_concurrent_tasks),
+				labels = CASE WHEN $5::jsonb IS NULL THEN w.labels ELSE (w.labels || $5::jsonb) - $6::text[] END,
 				updated_at = now()
-			WHERE id = $1`, id, p.Name, p.Enabled, p.MaxConcurrentTasks)
-		if err != nil {
-			return fmt.Errorf("update worker: %w", err)
-		}
-		if tag.RowsAffected() == 0 {
+			FROM before b
+			WHERE w.id = b.id
+			RETURNING w.labels IS DISTINCT FROM b.labels, w.labels, (SELECT count(*) FROM jsonb_object_keys(w.labels))`,
+			id, p.Name, p.Enabled, p.MaxConcurrentTasks, nullJSON(setLabels), removeLabels).Scan(&labelsChanged, &labels, &labelCount)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
 			return ErrNotFound
+		case err != nil:
+			return fmt.Errorf("update worker: %w", err)
+		case labelCount > maxLabelsOnWorker:
+			return invalid("labels: a worker has at most 64 labels")
+		}
+		if labelsChanged {
+			if _, err := releaseAttemptsLackingLabels(ctx, tx, id, labels); err != nil {
+				return err
+			}
 		}
 		if p.Enabled != nil && !*p.Enabled && p.CancelActive {
 			if _, err := releaseAttempts(ctx, tx, id, nil, "worker_disabled"); err != nil {
@@ -347,11 +384,21 @@ func releaseAttemptsLackingCritical(ctx context.Context, tx executor, workerID u
 	return releaseAttemptsWhere(ctx, tx, workerID, releaseFilter{lackingCritical: capabilities}, "capability_lost")
 }
 
+// releaseAttemptsLackingLabels ends, by policy, the worker's active
+// attempts whose task's label selector its new labels fail: a label taken
+// away mid-run is handled exactly like a critical capability the worker
+// stopped advertising (the attempt is superseded, the task goes back to the
+// queue, and the worker's next heartbeat hears the lease is lost).
+func releaseAttemptsLackingLabels(ctx context.Context, tx executor, workerID uuid.UUID, labels []byte) (int, error) {
+	return releaseAttemptsWhere(ctx, tx, workerID, releaseFilter{lackingLabels: labels}, "label_lost")
+}
+
 // releaseFilter narrows which of a worker's active attempts are released;
 // the zero value releases them all.
 type releaseFilter struct {
 	organization    *uuid.UUID  // only this organization's
 	lackingCritical []byte      // only those whose task needs a critical capability this advertisement lacks
+	lackingLabels   []byte      // only those whose task's label selector these labels fail
 	attempts        []uuid.UUID // only these
 }
 
@@ -366,6 +413,9 @@ func releaseAttemptsWhere(ctx context.Context, tx executor, workerID uuid.UUID, 
 				AND ($4::jsonb IS NULL OR EXISTS (SELECT 1 FROM worker_tasks ct
 					WHERE ct.id = a.task_id AND NOT ($4::jsonb @> ct.critical_capabilities)))
 				AND ($5::uuid[] IS NULL OR a.id = ANY($5::uuid[]))
+				AND ($6::jsonb IS NULL OR EXISTS (SELECT 1 FROM worker_tasks lt
+					WHERE lt.id = a.task_id AND lt.label_selector IS NOT NULL
+						AND NOT worker_labels_match($6::jsonb, lt.label_selector)))
 			RETURNING a.task_id
 		), moved AS (
 			UPDATE worker_tasks t SET
@@ -382,7 +432,7 @@ func releaseAttemptsWhere(ctx context.Context, tx executor, workerID uuid.UUID, 
 		), enqueued AS (
 			`+EnqueueSQL("moved")+`
 		)
-		SELECT organization_id, state FROM moved`, workerID, f.organization, reason, nullJSON(f.lackingCritical), f.attempts)
+		SELECT organization_id, state FROM moved`, workerID, f.organization, reason, nullJSON(f.lackingCritical), f.attempts, nullJSON(f.lackingLabels))
 	if err != nil {
 		return 0, fmt.Errorf("release attempts: %w", err)
 	}

@@ -127,7 +127,7 @@ func runBacklog(ctx context.Context, s *Stack, c backlogConfig, logf func(string
 	if len(others) == 0 {
 		v.BacklogWant, v.UnmatchedWant = 0, 0 // never inserted
 	}
-	if v.Tasks, err = verifyTasks(context.WithoutCancel(ctx), s, org, created); err != nil {
+	if v.Tasks, err = verifyTasks(context.WithoutCancel(ctx), s, []uuid.UUID{org}, created); err != nil {
 		return r, fmt.Errorf("verification query: %w", err)
 	}
 	v.ok = v.Tasks.ok && v.Backlog == v.BacklogWant && v.BacklogPending == v.BacklogWant &&

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // fairnessConfig is the fairness scenario: organization A has a large
@@ -115,7 +117,7 @@ func runFairness(ctx context.Context, s *Stack, c fairnessConfig, logf func(stri
 	}
 
 	logf("fairness: inserting %d pending tasks for organization A", c.tasks)
-	if err := insertTasks(ctx, s, orgA, c.tasks); err != nil {
+	if err := insertTasks(ctx, s, []uuid.UUID{orgA}, c.tasks); err != nil {
 		return r, err
 	}
 	// A's tasks still pending at the end are removed (they would stay
@@ -229,10 +231,10 @@ func runFairness(ctx context.Context, s *Stack, c fairnessConfig, logf func(stri
 	if v.APendingLeft, err = removeRest(); err != nil {
 		return r, fmt.Errorf("remove A's remaining tasks: %w", err)
 	}
-	if v.A, err = verifyTasks(context.WithoutCancel(ctx), s, orgA, int(fr.doneA.Load())); err != nil {
+	if v.A, err = verifyTasks(context.WithoutCancel(ctx), s, []uuid.UUID{orgA}, int(fr.doneA.Load())); err != nil {
 		return r, fmt.Errorf("verification query: %w", err)
 	}
-	if v.B, err = verifyTasks(context.WithoutCancel(ctx), s, orgB, created); err != nil {
+	if v.B, err = verifyTasks(context.WithoutCancel(ctx), s, []uuid.UUID{orgB}, created); err != nil {
 		return r, fmt.Errorf("verification query: %w", err)
 	}
 	// A backlog that ran dry would have measured nothing about fairness.

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // idleConfig is the idle scenario: what parked long-polls cost when nothing
@@ -198,7 +200,7 @@ func runIdle(ctx context.Context, s *Stack, c idleConfig, logf func(string, ...a
 
 	v := idleVerification{Polls: c.polls, Empty: r.PollsEmpty, Leases: int(run.leases.Load()), Repolls: r.Repolls}
 	_, v.Errors = run.errors.snapshot()
-	if v.Tasks, err = verifyTasks(context.WithoutCancel(ctx), s, org, 0); err != nil {
+	if v.Tasks, err = verifyTasks(context.WithoutCancel(ctx), s, []uuid.UUID{org}, 0); err != nil {
 		return r, fmt.Errorf("verification query: %w", err)
 	}
 	v.ok = v.Empty == v.Polls && v.Leases == 0 && v.Errors == 0 && v.Tasks.ok

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // latencyConfig is scenario 2.
@@ -158,7 +160,7 @@ func runLatency(ctx context.Context, s *Stack, c latencyConfig, logf func(string
 	r.HTTPErrors, _ = lr.errors.snapshot()
 	r.errorText = lr.errors.String()
 
-	v, err := verifyTasks(context.WithoutCancel(ctx), s, org, created)
+	v, err := verifyTasks(context.WithoutCancel(ctx), s, []uuid.UUID{org}, created)
 	if err != nil {
 		return r, fmt.Errorf("verification query: %w", err)
 	}

@@ -76,6 +76,13 @@ Scenarios (-scenario, comma-separated to run several on one stack):
               created its scan (p50/p99, from the gateway's
               gateway_schedule_fire_lag_seconds histogram) and CPU. Verifies
               in SQL that every slot due fired once, with one scan.
+  replicas    the throughput and latency scenarios once per replica count
+              (-replica-counts, default 1,2,3 gateway processes on one
+              database; workers spread over them round-robin): -replica-tasks
+              tasks over -replica-orgs organizations with -workers (64
+              unless given), then latency with tasks created through the
+              first replica. Reports tasks/s, speed-up, gateway (summed) and
+              PostgreSQL CPU, wake p50/p99 per replica count.
   fairness    -workers (8 unless given) workers serving organizations A and
               B drain A's -fairness-tasks backlog (max_tasks=-batch) while
               -samples (20 unless given) tasks are created for B one at a
@@ -120,7 +127,7 @@ func main() {
 
 func run() int {
 	var (
-		scenarios   = flag.String("scenario", "throughput", "scenarios to run, comma-separated: throughput, latency, results, uploads, idle, backlog, fairness, schedules")
+		scenarios   = flag.String("scenario", "throughput", "scenarios to run, comma-separated: throughput, latency, results, uploads, idle, backlog, fairness, schedules, replicas")
 		tasks       = flag.Int("tasks", 20000, "throughput: number of tasks")
 		workers     = flag.Int("workers", 32, "number of simulated workers (each its own certificate and worker identity); results uses 16 and fairness 8 unless this is given, backlog always 1")
 		batch       = flag.Int("batch", 1, "throughput, fairness: max_tasks per lease request")
@@ -145,6 +152,9 @@ func run() int {
 		nSchedules  = flag.Int("schedules", 100000, "schedules: interval schedules, their slots spread evenly over the period")
 		schedPeriod = flag.Duration("schedule-period", time.Minute, "schedules: every schedule's interval (whole seconds)")
 		schedWindow = flag.Duration("schedule-window", 2*time.Minute, "schedules: measured window of firing")
+		replCounts  = flag.String("replica-counts", "1,2,3", "replicas: gateway replica counts to run, comma-separated")
+		replTasks   = flag.Int("replica-tasks", 1000000, "replicas: tasks per round")
+		replOrgs    = flag.Int("replica-orgs", 4, "replicas: organizations the tasks are spread over")
 		timeLimit   = flag.Duration("time-limit", 5*time.Minute, "time limit per scenario (setup included); the scenario stops and fails when it is reached. backlog gets 15m unless this is given (inserting its backlog alone can take minutes)")
 		jsonOut     = flag.Bool("json", false, "print one JSON object per scenario on stdout (the human summary goes to stderr)")
 		cpuProfile  = flag.String("cpuprofile", "", "write a CPU profile of the load generator itself (this process, not the gateway) to this file")
@@ -189,8 +199,8 @@ func run() int {
 
 	list := strings.Split(*scenarios, ",")
 	for _, sc := range list {
-		if !slices.Contains([]string{"throughput", "latency", "results", "uploads", "idle", "backlog", "fairness", "schedules"}, sc) {
-			warnf("unknown scenario %q (want throughput, latency, results, uploads, idle, backlog, fairness or schedules)", sc)
+		if !slices.Contains([]string{"throughput", "latency", "results", "uploads", "idle", "backlog", "fairness", "schedules", "replicas"}, sc) {
+			warnf("unknown scenario %q (want throughput, latency, results, uploads, idle, backlog, fairness, schedules or replicas)", sc)
 			return 2
 		}
 	}
@@ -206,6 +216,11 @@ func run() int {
 	}
 	if *idleWindow <= 0 || *idleWait < 0 || *blTasks < 0 || *blUnmatched < 0 || *blSamples < 1 || *fairTasks < 1 {
 		warnf("flags out of range (idle-window > 0; idle-wait, backlog-tasks, backlog-unmatched ≥ 0; backlog-samples, fairness-tasks ≥ 1)")
+		return 2
+	}
+	replicaCounts, err := parseCounts(*replCounts)
+	if err != nil {
+		warnf("-replica-counts: %v", err)
 		return 2
 	}
 	if *nSchedules < 1 || *schedPeriod < time.Second || *schedPeriod%time.Second != 0 || *schedWindow <= 0 {
@@ -347,6 +362,9 @@ func run() int {
 		if sc == "schedules" && !given["time-limit"] {
 			limit = schedulesTimeLimit
 		}
+		if sc == "replicas" && !given["time-limit"] {
+			limit = replicasTimeLimit
+		}
 		scCtx, scCancel := context.WithTimeout(ctx, limit)
 		var r *Result
 		switch sc {
@@ -366,6 +384,14 @@ func run() int {
 			r, err = runBacklog(scCtx, st, backlogConfig{tasks: *blTasks, unmatched: *blUnmatched, samples: *blSamples}, logf)
 		case "fairness":
 			r, err = runFairness(scCtx, st, fairnessConfig{tasks: *fairTasks, workers: fairWorkers, batch: *batch, samples: fairSamples}, logf)
+		case "replicas":
+			replWorkers := 64
+			if given["workers"] {
+				replWorkers = *workers
+			}
+			r, err = runReplicas(scCtx, st, replicasConfig{counts: replicaCounts,
+				throughput: throughputConfig{tasks: *replTasks, workers: replWorkers, batch: *batch, wait: *tpWait, completeMany: *completeMny, orgs: *replOrgs},
+				latency:    latencyConfig{polls: *polls, workers: replWorkers, samples: *samples, interval: *interval, wait: *latWait}}, logf)
 		case "schedules":
 			r, err = runSchedules(scCtx, st, schedulesConfig{schedules: *nSchedules, period: *schedPeriod, window: *schedWindow, idle: *idleWindow}, logf)
 		}
@@ -514,6 +540,10 @@ type Result struct {
 	FairnessWaitP50       *float64 `json:"fairness_wait_p50_ms,omitempty"`
 	FairnessWaitMax       *float64 `json:"fairness_wait_max_ms,omitempty"`
 
+	// replicas: one entry per replica count.
+	Orgs          int              `json:"orgs,omitempty"`
+	ReplicaRounds []replicaFigures `json:"replica_rounds,omitempty"`
+
 	// schedules: the firing window (wall_seconds, CPU and xact figures
 	// above are its own; per "task" figures are per fire), then the idle
 	// window before the first slot.
@@ -658,6 +688,8 @@ func (r *Result) printHuman(w io.Writer) {
 		line("load generator", "%s CPU cores (this process; same machine)", f(r.LoadgenCPUCores, ""))
 		line("machine", "%s CPU cores busy in all, %s stolen by the hypervisor", f(r.MachineCPUCores, ""), f(r.StealCPUCores, ""))
 		line("window", "%.2f s; %d polls answered before its end and sent again", r.WallSeconds, r.Repolls)
+	case "replicas":
+		printReplicas(w, r)
 	case "schedules":
 		fmt.Fprintf(w, "schedules: %d interval schedules every %g s = %s fires/s due (created in %s s)\n",
 			r.Schedules, r.PeriodSeconds, f(r.TargetFiresPerSec, ""), f(r.InsertSeconds, ""))

@@ -211,10 +211,15 @@ func (s *Stack) readCPU() usage {
 	if busy, steal, err := machineCPU(); err == nil {
 		u.machineBusy, u.machineSteal, u.haveMachine = busy, steal, true
 	}
-	if pid := s.GatewayPID(); pid > 0 {
-		if cpu, err := processCPU(pid); err == nil {
-			u.gatewayCPU, u.haveGW = cpu, true
+	// Every gateway replica's CPU, summed.
+	for _, pid := range s.gatewayPIDs() {
+		cpu, err := processCPU(pid)
+		if err != nil {
+			u.gatewayCPU, u.haveGW = 0, false
+			break
 		}
+		u.gatewayCPU += cpu
+		u.haveGW = true
 	}
 	if pid := s.PostmasterPID(); pid > 0 {
 		if cpu, err := clusterCPU(pid); err == nil {

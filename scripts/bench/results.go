@@ -281,7 +281,7 @@ func runResults(ctx context.Context, s *Stack, c resultsConfig, logf func(string
 	if err != nil {
 		return r, fmt.Errorf("verification query: %w", err)
 	}
-	if v.Tasks, err = verifyTasks(context.WithoutCancel(ctx), s, org, nWorkers); err != nil {
+	if v.Tasks, err = verifyTasks(context.WithoutCancel(ctx), s, []uuid.UUID{org}, nWorkers); err != nil {
 		return r, fmt.Errorf("verification query: %w", err)
 	}
 	v.ok = v.ok && v.Tasks.ok

@@ -77,6 +77,12 @@ type Stack struct {
 	gateway     *exec.Cmd
 	gatewayDone chan struct{}
 	gatewayLog  string
+	// launch starts one more gateway process (extra replicas).
+	launch func(ctx context.Context, logName string) (*gatewayProc, error)
+	// extras are gateway replicas beyond the first (SetReplicas), on the
+	// same database; workers are spread over all of them.
+	extras     []*gatewayProc
+	nextWorker int
 
 	// External deployment only.
 	certPairs    []tls.Certificate // from -worker-certs, handed out in order
@@ -206,19 +212,40 @@ func (s *Stack) startPrivate(ctx context.Context) error {
 	return s.startGateway(ctx, bin, certFile, keyFile)
 }
 
-// startGateway runs `gateway serve` as a separate process on a free loopback
-// port and waits until /readyz answers 200.
+// gatewayProc is one `gateway serve` process of the private stack.
+type gatewayProc struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	url  string
+	log  string
+}
+
+// startGateway runs the first `gateway serve` process and keeps what is
+// needed to start more (SetReplicas).
 func (s *Stack) startGateway(ctx context.Context, bin, certFile, keyFile string) error {
-	s.gatewayLog = filepath.Join(s.dir, "gateway.log")
-	logFile, err := os.OpenFile(s.gatewayLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	s.launch = func(ctx context.Context, logName string) (*gatewayProc, error) {
+		return s.launchGateway(ctx, bin, certFile, keyFile, filepath.Join(s.dir, logName))
+	}
+	p, err := s.launch(ctx, "gateway.log")
 	if err != nil {
 		return err
+	}
+	s.gateway, s.gatewayDone, s.GatewayURL, s.gatewayLog = p.cmd, p.done, p.url, p.log
+	return nil
+}
+
+// launchGateway runs `gateway serve` as a separate process on a free
+// loopback port and waits until /readyz answers 200.
+func (s *Stack) launchGateway(ctx context.Context, bin, certFile, keyFile, logPath string) (*gatewayProc, error) {
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
 	}
 	defer logFile.Close() // the child keeps its own descriptor
 	for attempt := 1; ; attempt++ {
 		addr, err := freeLoopbackAddr()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		args := []string{"serve",
 			"-database-url", s.DatabaseURL,
@@ -243,45 +270,110 @@ func (s *Stack) startGateway(ctx context.Context, bin, certFile, keyFile string)
 			Pdeathsig: syscall.SIGKILL,
 		}
 		if err := cmd.Start(); err != nil {
-			return fmt.Errorf("start gateway: %w", err)
+			return nil, fmt.Errorf("start gateway: %w", err)
 		}
-		s.gateway, s.gatewayDone = cmd, make(chan struct{})
-		go func() { _ = cmd.Wait(); close(s.gatewayDone) }()
-		s.GatewayURL = "https://" + addr
-		s.cfg.logf("gateway process %d serving %s (extra flags: %q)", cmd.Process.Pid, s.GatewayURL, s.cfg.gatewayArgs)
-		err = s.waitReady(ctx, 30*time.Second)
+		p := &gatewayProc{cmd: cmd, done: make(chan struct{}), url: "https://" + addr, log: logPath}
+		go func() { _ = cmd.Wait(); close(p.done) }()
+		s.cfg.logf("gateway process %d serving %s (extra flags: %q)", cmd.Process.Pid, p.url, s.cfg.gatewayArgs)
+		err = s.waitReady(ctx, p.url, p.done, 30*time.Second)
 		if err == nil {
-			return nil
+			return p, nil
 		}
 		exited := false
 		select {
-		case <-s.gatewayDone:
+		case <-p.done:
 			exited = true
 		default:
 		}
-		logTail := tailFile(s.gatewayLog, 20)
+		logTail := tailFile(logPath, 20)
 		if exited && attempt < 3 && strings.Contains(logTail, "address already in use") {
 			continue // someone took the port between choosing and binding
 		}
-		return fmt.Errorf("%w\ngateway log (%s):\n%s", err, s.gatewayLog, logTail)
+		return nil, fmt.Errorf("%w\ngateway log (%s):\n%s", err, logPath, logTail)
+	}
+}
+
+// SetReplicas runs n gateway processes on the private stack's database:
+// it starts or stops extra replicas beside the first. Workers registered
+// afterwards are spread over all of them, round-robin.
+func (s *Stack) SetReplicas(ctx context.Context, n int) error {
+	if s.launch == nil {
+		return errors.New("replicas need the private stack")
+	}
+	for len(s.extras) > n-1 {
+		last := s.extras[len(s.extras)-1]
+		s.extras = s.extras[:len(s.extras)-1]
+		stopGateway(last.cmd, last.done, s.cfg.logf)
+	}
+	for len(s.extras) < n-1 {
+		p, err := s.launch(ctx, fmt.Sprintf("gateway-%d.log", len(s.extras)+2))
+		if err != nil {
+			return err
+		}
+		s.extras = append(s.extras, p)
+	}
+	s.nextWorker = 0
+	return nil
+}
+
+// GatewayURLs is every replica's address, the first one's first.
+func (s *Stack) GatewayURLs() []string {
+	urls := []string{s.GatewayURL}
+	for _, p := range s.extras {
+		urls = append(urls, p.url)
+	}
+	return urls
+}
+
+// workerBase is the replica the next registered worker talks to.
+func (s *Stack) workerBase() string {
+	urls := s.GatewayURLs()
+	base := urls[s.nextWorker%len(urls)]
+	s.nextWorker++
+	return base
+}
+
+// gatewayPIDs is every replica's process id (the first one's first).
+func (s *Stack) gatewayPIDs() []int {
+	pids := []int{}
+	if pid := s.GatewayPID(); pid > 0 {
+		pids = append(pids, pid)
+	}
+	for _, p := range s.extras {
+		pids = append(pids, p.cmd.Process.Pid)
+	}
+	return pids
+}
+
+// stopGateway stops a gateway process in order (SIGTERM), or kills it
+// after 15 s.
+func stopGateway(cmd *exec.Cmd, done chan struct{}, logf func(string, ...any)) {
+	logf("stopping gateway %d (SIGTERM)", cmd.Process.Pid)
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		logf("gateway did not stop in 15 s; killing it")
+		_ = cmd.Process.Kill()
+		<-done
 	}
 }
 
 // waitReady polls /readyz: database reachable, schema current, LISTEN up.
-func (s *Stack) waitReady(ctx context.Context, timeout time.Duration) error {
+func (s *Stack) waitReady(ctx context.Context, url string, done chan struct{}, timeout time.Duration) error {
 	client := &http.Client{Transport: newTransport(s.roots, nil), Timeout: 2 * time.Second}
 	defer client.CloseIdleConnections()
 	deadline := time.Now().Add(timeout)
 	var last error
 	for time.Now().Before(deadline) {
-		if s.gatewayDone != nil {
+		if done != nil {
 			select {
-			case <-s.gatewayDone:
+			case <-done:
 				return errors.New("gateway exited during start-up")
 			default:
 			}
 		}
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.GatewayURL+"/readyz", nil)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+"/readyz", nil)
 		res, err := client.Do(req)
 		if err == nil {
 			drainClose(res)
@@ -339,7 +431,7 @@ func (s *Stack) attach(ctx context.Context) error {
 		}
 		s.Token, s.tokenCreated = token, &id
 	}
-	return s.waitReady(ctx, 10*time.Second)
+	return s.waitReady(ctx, s.GatewayURL, nil, 10*time.Second)
 }
 
 func (s *Stack) openPool(ctx context.Context) error {
@@ -463,7 +555,7 @@ func (s *Stack) newWorker(ctx context.Context, name string, capacity, minCapacit
 	if err != nil {
 		return nil, err
 	}
-	return newBenchWorker(s.GatewayURL, w.ID, name, s.roots, cert, true), nil
+	return newBenchWorker(s.workerBase(), w.ID, name, s.roots, cert, true), nil
 }
 
 // existingWorker takes the next certificate from -worker-certs.
@@ -543,16 +635,11 @@ func (s *Stack) Close() {
 		if s.Pool != nil {
 			s.Pool.Close()
 		}
+		for _, p := range s.extras {
+			stopGateway(p.cmd, p.done, logf)
+		}
 		if s.gateway != nil {
-			logf("stopping gateway (SIGTERM)")
-			_ = s.gateway.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-s.gatewayDone:
-			case <-time.After(15 * time.Second):
-				logf("gateway did not stop in 15 s; killing it")
-				_ = s.gateway.Process.Kill()
-				<-s.gatewayDone
-			}
+			stopGateway(s.gateway, s.gatewayDone, logf)
 		}
 		if s.cluster != nil {
 			logf("stopping PostgreSQL")

@@ -21,6 +21,9 @@ type throughputConfig struct {
 	// completeMany completes each poll's leases in one
 	// POST /v1/attempts/complete instead of one call per lease.
 	completeMany bool
+	// orgs spreads the tasks round-robin over this many organizations,
+	// every worker serving all of them (0 or 1: one).
+	orgs int
 }
 
 // tpShared is what the simulated workers of one run share.
@@ -53,21 +56,31 @@ type tpWorkerStats struct {
 // once.
 func runThroughput(ctx context.Context, s *Stack, c throughputConfig, logf func(string, ...any)) (*Result, error) {
 	r := &Result{Scenario: "throughput", Tasks: c.tasks, Workers: c.workers, Batch: c.batch, CompleteMany: c.completeMany}
-	org, err := s.NewOrganization(ctx, "throughput")
-	if err != nil {
-		return r, err
+	orgs := make([]uuid.UUID, max(1, c.orgs))
+	for i := range orgs {
+		var err error
+		if orgs[i], err = s.NewOrganization(ctx, "throughput"); err != nil {
+			return r, err
+		}
 	}
 	// Capacity well above the batch: a worker never waits for its own
 	// capacity, only for the gateway. (It completes its leases before it
 	// polls again, so an existing worker only needs room for one batch.)
-	workers, err := s.NewWorkers(ctx, "tp", c.workers, max(1000, 2*c.batch), c.batch, org)
+	workers, err := s.NewWorkers(ctx, "tp", c.workers, max(1000, 2*c.batch), c.batch, orgs[0])
 	if err != nil {
 		return r, err
 	}
-	defer s.ReleaseWorkers(ctx, org, workers)
+	for _, org := range orgs {
+		defer s.ReleaseWorkers(ctx, org, workers)
+	}
+	for _, org := range orgs[1:] {
+		if err := s.AssignWorkers(ctx, org, workers); err != nil {
+			return r, err
+		}
+	}
 
-	logf("throughput: inserting %d no-op tasks in bulk", c.tasks)
-	if err := insertTasks(ctx, s, org, c.tasks); err != nil {
+	logf("throughput: inserting %d no-op tasks in bulk over %d organizations", c.tasks, len(orgs))
+	if err := insertTasks(ctx, s, orgs, c.tasks); err != nil {
 		return r, err
 	}
 	if err := warmAll(ctx, workers); err != nil {
@@ -136,7 +149,7 @@ func runThroughput(ctx context.Context, s *Stack, c throughputConfig, logf func(
 	r.HTTPErrors, _ = sh.errors.snapshot()
 	r.errorText = sh.errors.String()
 
-	v, err := verifyTasks(context.WithoutCancel(ctx), s, org, c.tasks)
+	v, err := verifyTasks(context.WithoutCancel(ctx), s, orgs, c.tasks)
 	if err != nil {
 		return r, fmt.Errorf("verification query: %w", err)
 	}
@@ -237,8 +250,8 @@ func reportProgress(ctx context.Context, done chan<- struct{}, sh *tpShared, log
 // real size, and CHECKPOINT starts the run without a checkpoint's worth of
 // dirty pages from the setup (both need a superuser or table owner; a
 // failure is only logged).
-func insertTasks(ctx context.Context, s *Stack, org uuid.UUID, n int) error {
-	if err := bulkInsertTasks(ctx, s, []uuid.UUID{org}, n, "{}"); err != nil {
+func insertTasks(ctx context.Context, s *Stack, orgs []uuid.UUID, n int) error {
+	if err := bulkInsertTasks(ctx, s, orgs, n, "{}"); err != nil {
 		return err
 	}
 	settleDatabase(ctx, s, "ANALYZE worker_tasks", "ANALYZE worker_task_attempts", "CHECKPOINT")
@@ -281,10 +294,10 @@ func (v verification) String() string {
 		verdict, v.Tasks, v.Completed, v.SucceededAttempts, v.Attempts, v.TasksWithTwoWins, v.TasksWithNoSuccess)
 }
 
-// verifyTasks checks in SQL that each of the organization's tasks is
+// verifyTasks checks in SQL that each of the organizations' tasks is
 // completed and has exactly one succeeded attempt, and that there are want
 // tasks.
-func verifyTasks(ctx context.Context, s *Stack, org uuid.UUID, want int) (verification, error) {
+func verifyTasks(ctx context.Context, s *Stack, orgs []uuid.UUID, want int) (verification, error) {
 	var v verification
 	err := s.Pool.QueryRow(ctx, `
 		WITH per_task AS (
@@ -292,7 +305,7 @@ func verifyTasks(ctx context.Context, s *Stack, org uuid.UUID, want int) (verifi
 				count(a.id) AS attempts,
 				count(a.id) FILTER (WHERE a.status = 'succeeded') AS succeeded
 			FROM worker_tasks t LEFT JOIN worker_task_attempts a ON a.task_id = t.id
-			WHERE t.organization_id = $1
+			WHERE t.organization_id = ANY($1)
 			GROUP BY t.id, t.state
 		)
 		SELECT count(*),
@@ -301,7 +314,7 @@ func verifyTasks(ctx context.Context, s *Stack, org uuid.UUID, want int) (verifi
 			coalesce(sum(attempts), 0),
 			count(*) FILTER (WHERE succeeded > 1),
 			count(*) FILTER (WHERE succeeded = 0)
-		FROM per_task`, org).Scan(&v.Tasks, &v.Completed, &v.SucceededAttempts, &v.Attempts, &v.TasksWithTwoWins, &v.TasksWithNoSuccess)
+		FROM per_task`, orgs).Scan(&v.Tasks, &v.Completed, &v.SucceededAttempts, &v.Attempts, &v.TasksWithTwoWins, &v.TasksWithNoSuccess)
 	if err != nil {
 		return v, err
 	}

@@ -271,7 +271,7 @@ func runUploads(ctx context.Context, s *Stack, c uploadsConfig, logf func(string
 	if err != nil {
 		return r, fmt.Errorf("verification query: %w", err)
 	}
-	if v.Tasks, err = verifyTasks(context.WithoutCancel(ctx), s, org, nWorkers); err != nil {
+	if v.Tasks, err = verifyTasks(context.WithoutCancel(ctx), s, []uuid.UUID{org}, nWorkers); err != nil {
 		return r, fmt.Errorf("verification query: %w", err)
 	}
 	v.ok = v.ok && v.Tasks.ok

@@ -121,6 +121,30 @@ func (e HealthStatus) Valid() bool {
 	}
 }
 
+// Defines values for LabelRequirementOperator.
+const (
+	LabelDoesNotExist LabelRequirementOperator = "DoesNotExist"
+	LabelExists       LabelRequirementOperator = "Exists"
+	LabelIn           LabelRequirementOperator = "In"
+	LabelNotIn        LabelRequirementOperator = "NotIn"
+)
+
+// Valid indicates whether the value is a known member of the LabelRequirementOperator enum.
+func (e LabelRequirementOperator) Valid() bool {
+	switch e {
+	case LabelDoesNotExist:
+		return true
+	case LabelExists:
+		return true
+	case LabelIn:
+		return true
+	case LabelNotIn:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for LeaseState.
 const (
 	Active          LeaseState = "active"
@@ -174,13 +198,15 @@ func (e OrganizationWorkerReason) Valid() bool {
 
 // Defines values for PendingReason.
 const (
-	CapabilityMismatch  PendingReason = "capability_mismatch"
-	CapacityFull        PendingReason = "capacity_full"
-	NoAssignedWorker    PendingReason = "no_assigned_worker"
-	NoOnlineWorker      PendingReason = "no_online_worker"
-	PluginNotAdvertised PendingReason = "plugin_not_advertised"
-	RetryBackoff        PendingReason = "retry_backoff"
-	ScheduledLater      PendingReason = "scheduled_later"
+	CapabilityMismatch      PendingReason = "capability_mismatch"
+	CapacityFull            PendingReason = "capacity_full"
+	LabelMismatch           PendingReason = "label_mismatch"
+	NoAssignedWorker        PendingReason = "no_assigned_worker"
+	NoOnlineWorker          PendingReason = "no_online_worker"
+	PinnedWorkerUnavailable PendingReason = "pinned_worker_unavailable"
+	PluginNotAdvertised     PendingReason = "plugin_not_advertised"
+	RetryBackoff            PendingReason = "retry_backoff"
+	ScheduledLater          PendingReason = "scheduled_later"
 )
 
 // Valid indicates whether the value is a known member of the PendingReason enum.
@@ -190,9 +216,13 @@ func (e PendingReason) Valid() bool {
 		return true
 	case CapacityFull:
 		return true
+	case LabelMismatch:
+		return true
 	case NoAssignedWorker:
 		return true
 	case NoOnlineWorker:
+		return true
+	case PinnedWorkerUnavailable:
 		return true
 	case PluginNotAdvertised:
 		return true
@@ -847,12 +877,23 @@ type CreateTaskRequest struct {
 	DelaySeconds *float64 `json:"delay_seconds,omitempty"`
 
 	// ExecutionTimeoutSeconds Hard limit on the task's whole run from creation (its `execution_deadline_at`).
-	ExecutionTimeoutSeconds *float64           `json:"execution_timeout_seconds,omitempty"`
-	LeaseDurationSeconds    *int               `json:"lease_duration_seconds,omitempty"`
-	MaxAttempts             *int               `json:"max_attempts,omitempty"`
-	OrganizationId          openapi_types.UUID `json:"organization_id"`
-	Payload                 *JSONObject        `json:"payload,omitempty"`
-	Priority                *int               `json:"priority,omitempty"`
+	ExecutionTimeoutSeconds *float64 `json:"execution_timeout_seconds,omitempty"`
+
+	// LabelSelector Which workers' labels a task needs (Kubernetes semantics): every `match_labels` pair must be
+	// present and every expression must hold. `In`: the label is present with one of `values`;
+	// `NotIn`: absent, or present with none of them; `Exists`; `DoesNotExist`. An empty selector
+	// selects every worker. At most 32 terms in all.
+	LabelSelector        *LabelSelector     `json:"label_selector,omitempty"`
+	LeaseDurationSeconds *int               `json:"lease_duration_seconds,omitempty"`
+	MaxAttempts          *int               `json:"max_attempts,omitempty"`
+	OrganizationId       openapi_types.UUID `json:"organization_id"`
+	Payload              *JSONObject        `json:"payload,omitempty"`
+
+	// PinnedWorkerId The one worker that may run the task (and its `label_selector` and capabilities must
+	// still match). It must be a worker the organization sees; while it cannot lease, the
+	// task waits with `pending_reason` `pinned_worker_unavailable`.
+	PinnedWorkerId *openapi_types.UUID `json:"pinned_worker_id,omitempty"`
+	Priority       *int                `json:"priority,omitempty"`
 
 	// RequiredCapabilities A JSON object; a task's `required_capabilities` must be contained in it (`@>`).
 	RequiredCapabilities *Capabilities `json:"required_capabilities,omitempty"`
@@ -902,9 +943,15 @@ type CreatedWorker struct {
 	EnrollmentToken          string             `json:"enrollment_token"`
 	EnrollmentTokenExpiresAt time.Time          `json:"enrollment_token_expires_at"`
 	Id                       openapi_types.UUID `json:"id"`
-	LastSeenAt               *time.Time         `json:"last_seen_at,omitempty"`
-	MaxConcurrentTasks       int                `json:"max_concurrent_tasks"`
-	Name                     string             `json:"name"`
+
+	// Labels A worker's labels, set by operators only (never by the worker itself), so a task's
+	// `label_selector` may stand for authorization. Keys: at most 63 characters matching
+	// `[a-z0-9]([-a-z0-9_./]*[a-z0-9])?`; values: at most 63 characters matching
+	// `([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?`. At most 64 labels.
+	Labels             Labels     `json:"labels"`
+	LastSeenAt         *time.Time `json:"last_seen_at,omitempty"`
+	MaxConcurrentTasks int        `json:"max_concurrent_tasks"`
+	Name               string     `json:"name"`
 
 	// Online Seen within three heartbeat intervals.
 	Online bool `json:"online"`
@@ -979,6 +1026,40 @@ type IssuedCertificate struct {
 
 // JSONObject defines model for JSONObject.
 type JSONObject = json.RawMessage
+
+// LabelChanges Changes to a worker's labels, merged into the labels it has: a string sets a label, `null`
+// removes it, labels not named stay. Active attempts whose task's `label_selector` the new
+// labels fail end at once (`label_lost`), as when a worker stops advertising a critical
+// capability: the task goes back to the queue and the worker's next heartbeat answers the
+// lease `lost`.
+type LabelChanges map[string]*string
+
+// LabelRequirement defines model for LabelRequirement.
+type LabelRequirement struct {
+	Key      string                   `json:"key"`
+	Operator LabelRequirementOperator `json:"operator"`
+
+	// Values One or more for `In` and `NotIn`; none for `Exists` and `DoesNotExist`.
+	Values *[]string `json:"values,omitempty"`
+}
+
+// LabelRequirementOperator defines model for LabelRequirement.Operator.
+type LabelRequirementOperator string
+
+// LabelSelector Which workers' labels a task needs (Kubernetes semantics): every `match_labels` pair must be
+// present and every expression must hold. `In`: the label is present with one of `values`;
+// `NotIn`: absent, or present with none of them; `Exists`; `DoesNotExist`. An empty selector
+// selects every worker. At most 32 terms in all.
+type LabelSelector struct {
+	MatchExpressions *[]LabelRequirement `json:"match_expressions,omitempty"`
+	MatchLabels      *map[string]string  `json:"match_labels,omitempty"`
+}
+
+// Labels A worker's labels, set by operators only (never by the worker itself), so a task's
+// `label_selector` may stand for authorization. Keys: at most 63 characters matching
+// `[a-z0-9]([-a-z0-9_./]*[a-z0-9])?`; values: at most 63 characters matching
+// `([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?`. At most 64 labels.
+type Labels map[string]string
 
 // Lease defines model for Lease.
 type Lease struct {
@@ -1112,7 +1193,7 @@ type OrganizationWorkerList struct {
 	Items []OrganizationWorker `json:"items"`
 }
 
-// PendingReason Why a queued task is not leased yet. `plugin_not_advertised`: the task's `payload.plugin` is in the `plugins` capability of none of the workers assigned to its organization (workers that advertise no `plugins` at all are not counted against it).
+// PendingReason Why a queued task is not leased yet. `plugin_not_advertised`: the task's `payload.plugin` is in the `plugins` capability of none of the workers assigned to its organization (workers that advertise no `plugins` at all are not counted against it). `label_mismatch`: no online worker with the required capabilities has labels that match the task's `label_selector`. `pinned_worker_unavailable`: the task's `pinned_worker_id` names a worker that cannot lease for the task's organization now (unassigned, disabled, revoked, offline, another type).
 type PendingReason string
 
 // Problem RFC 9457 problem details with a stable machine-readable `code`.
@@ -1395,12 +1476,21 @@ type ScheduledScan struct {
 
 // ScheduledTask defines model for ScheduledTask.
 type ScheduledTask struct {
-	AttemptTimeoutSeconds   *int        `json:"attempt_timeout_seconds,omitempty"`
-	ExecutionTimeoutSeconds *int        `json:"execution_timeout_seconds,omitempty"`
-	LeaseDurationSeconds    *int        `json:"lease_duration_seconds,omitempty"`
-	MaxAttempts             *int        `json:"max_attempts,omitempty"`
-	Payload                 *JSONObject `json:"payload,omitempty"`
-	Priority                *int        `json:"priority,omitempty"`
+	AttemptTimeoutSeconds   *int `json:"attempt_timeout_seconds,omitempty"`
+	ExecutionTimeoutSeconds *int `json:"execution_timeout_seconds,omitempty"`
+
+	// LabelSelector Which workers' labels a task needs (Kubernetes semantics): every `match_labels` pair must be
+	// present and every expression must hold. `In`: the label is present with one of `values`;
+	// `NotIn`: absent, or present with none of them; `Exists`; `DoesNotExist`. An empty selector
+	// selects every worker. At most 32 terms in all.
+	LabelSelector        *LabelSelector `json:"label_selector,omitempty"`
+	LeaseDurationSeconds *int           `json:"lease_duration_seconds,omitempty"`
+	MaxAttempts          *int           `json:"max_attempts,omitempty"`
+	Payload              *JSONObject    `json:"payload,omitempty"`
+
+	// PinnedWorkerId Passed to every task the schedule creates, as `label_selector` is.
+	PinnedWorkerId *openapi_types.UUID `json:"pinned_worker_id,omitempty"`
+	Priority       *int                `json:"priority,omitempty"`
 
 	// RequiredCapabilities A JSON object; a task's `required_capabilities` must be contained in it (`@>`).
 	RequiredCapabilities *Capabilities `json:"required_capabilities,omitempty"`
@@ -1464,16 +1554,23 @@ type Task struct {
 	CreatedAt             time.Time          `json:"created_at"`
 	ExecutionDeadlineAt   *time.Time         `json:"execution_deadline_at,omitempty"`
 	Id                    openapi_types.UUID `json:"id"`
-	LastError             *string            `json:"last_error,omitempty"`
-	LastErrorCode         *string            `json:"last_error_code,omitempty"`
-	LeaseDurationSeconds  int                `json:"lease_duration_seconds"`
-	MaxAttempts           int                `json:"max_attempts"`
-	OrganizationId        openapi_types.UUID `json:"organization_id"`
-	Payload               JSONObject         `json:"payload"`
 
-	// PendingReason Why a queued task is not leased yet. `plugin_not_advertised`: the task's `payload.plugin` is in the `plugins` capability of none of the workers assigned to its organization (workers that advertise no `plugins` at all are not counted against it).
-	PendingReason *PendingReason `json:"pending_reason,omitempty"`
-	Priority      int            `json:"priority"`
+	// LabelSelector Which workers' labels a task needs (Kubernetes semantics): every `match_labels` pair must be
+	// present and every expression must hold. `In`: the label is present with one of `values`;
+	// `NotIn`: absent, or present with none of them; `Exists`; `DoesNotExist`. An empty selector
+	// selects every worker. At most 32 terms in all.
+	LabelSelector        *LabelSelector     `json:"label_selector,omitempty"`
+	LastError            *string            `json:"last_error,omitempty"`
+	LastErrorCode        *string            `json:"last_error_code,omitempty"`
+	LeaseDurationSeconds int                `json:"lease_duration_seconds"`
+	MaxAttempts          int                `json:"max_attempts"`
+	OrganizationId       openapi_types.UUID `json:"organization_id"`
+	Payload              JSONObject         `json:"payload"`
+
+	// PendingReason Why a queued task is not leased yet. `plugin_not_advertised`: the task's `payload.plugin` is in the `plugins` capability of none of the workers assigned to its organization (workers that advertise no `plugins` at all are not counted against it). `label_mismatch`: no online worker with the required capabilities has labels that match the task's `label_selector`. `pinned_worker_unavailable`: the task's `pinned_worker_id` names a worker that cannot lease for the task's organization now (unassigned, disabled, revoked, offline, another type).
+	PendingReason  *PendingReason      `json:"pending_reason,omitempty"`
+	PinnedWorkerId *openapi_types.UUID `json:"pinned_worker_id,omitempty"`
+	Priority       int                 `json:"priority"`
 
 	// RequiredCapabilities A JSON object; a task's `required_capabilities` must be contained in it (`@>`).
 	RequiredCapabilities Capabilities        `json:"required_capabilities"`
@@ -1499,16 +1596,23 @@ type TaskDetail struct {
 	CreatedAt             time.Time          `json:"created_at"`
 	ExecutionDeadlineAt   *time.Time         `json:"execution_deadline_at,omitempty"`
 	Id                    openapi_types.UUID `json:"id"`
-	LastError             *string            `json:"last_error,omitempty"`
-	LastErrorCode         *string            `json:"last_error_code,omitempty"`
-	LeaseDurationSeconds  int                `json:"lease_duration_seconds"`
-	MaxAttempts           int                `json:"max_attempts"`
-	OrganizationId        openapi_types.UUID `json:"organization_id"`
-	Payload               JSONObject         `json:"payload"`
 
-	// PendingReason Why a queued task is not leased yet. `plugin_not_advertised`: the task's `payload.plugin` is in the `plugins` capability of none of the workers assigned to its organization (workers that advertise no `plugins` at all are not counted against it).
-	PendingReason *PendingReason `json:"pending_reason,omitempty"`
-	Priority      int            `json:"priority"`
+	// LabelSelector Which workers' labels a task needs (Kubernetes semantics): every `match_labels` pair must be
+	// present and every expression must hold. `In`: the label is present with one of `values`;
+	// `NotIn`: absent, or present with none of them; `Exists`; `DoesNotExist`. An empty selector
+	// selects every worker. At most 32 terms in all.
+	LabelSelector        *LabelSelector     `json:"label_selector,omitempty"`
+	LastError            *string            `json:"last_error,omitempty"`
+	LastErrorCode        *string            `json:"last_error_code,omitempty"`
+	LeaseDurationSeconds int                `json:"lease_duration_seconds"`
+	MaxAttempts          int                `json:"max_attempts"`
+	OrganizationId       openapi_types.UUID `json:"organization_id"`
+	Payload              JSONObject         `json:"payload"`
+
+	// PendingReason Why a queued task is not leased yet. `plugin_not_advertised`: the task's `payload.plugin` is in the `plugins` capability of none of the workers assigned to its organization (workers that advertise no `plugins` at all are not counted against it). `label_mismatch`: no online worker with the required capabilities has labels that match the task's `label_selector`. `pinned_worker_unavailable`: the task's `pinned_worker_id` names a worker that cannot lease for the task's organization now (unassigned, disabled, revoked, offline, another type).
+	PendingReason  *PendingReason      `json:"pending_reason,omitempty"`
+	PinnedWorkerId *openapi_types.UUID `json:"pinned_worker_id,omitempty"`
+	Priority       int                 `json:"priority"`
 
 	// RequiredCapabilities A JSON object; a task's `required_capabilities` must be contained in it (`@>`).
 	RequiredCapabilities Capabilities        `json:"required_capabilities"`
@@ -1598,9 +1702,16 @@ type UpdateScheduleRequest struct {
 
 // UpdateWorkerRequest defines model for UpdateWorkerRequest.
 type UpdateWorkerRequest struct {
-	Enabled            *bool   `json:"enabled,omitempty"`
-	MaxConcurrentTasks *int    `json:"max_concurrent_tasks,omitempty"`
-	Name               *string `json:"name,omitempty"`
+	Enabled *bool `json:"enabled,omitempty"`
+
+	// Labels Changes to a worker's labels, merged into the labels it has: a string sets a label, `null`
+	// removes it, labels not named stay. Active attempts whose task's `label_selector` the new
+	// labels fail end at once (`label_lost`), as when a worker stops advertising a critical
+	// capability: the task goes back to the queue and the worker's next heartbeat answers the
+	// lease `lost`.
+	Labels             *LabelChanges `json:"labels,omitempty"`
+	MaxConcurrentTasks *int          `json:"max_concurrent_tasks,omitempty"`
+	Name               *string       `json:"name,omitempty"`
 }
 
 // UploadSession defines model for UploadSession.
@@ -1630,9 +1741,15 @@ type Worker struct {
 	CreatedAt              time.Time          `json:"created_at"`
 	Enabled                bool               `json:"enabled"`
 	Id                     openapi_types.UUID `json:"id"`
-	LastSeenAt             *time.Time         `json:"last_seen_at,omitempty"`
-	MaxConcurrentTasks     int                `json:"max_concurrent_tasks"`
-	Name                   string             `json:"name"`
+
+	// Labels A worker's labels, set by operators only (never by the worker itself), so a task's
+	// `label_selector` may stand for authorization. Keys: at most 63 characters matching
+	// `[a-z0-9]([-a-z0-9_./]*[a-z0-9])?`; values: at most 63 characters matching
+	// `([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?`. At most 64 labels.
+	Labels             Labels     `json:"labels"`
+	LastSeenAt         *time.Time `json:"last_seen_at,omitempty"`
+	MaxConcurrentTasks int        `json:"max_concurrent_tasks"`
+	Name               string     `json:"name"`
 
 	// Online Seen within three heartbeat intervals.
 	Online bool `json:"online"`
@@ -12460,369 +12577,388 @@ func (sh *strictHandler) RevokeWorker(w http.ResponseWriter, r *http.Request, wo
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L2Lcts4tjb6Kiidvyry/ilZ8i2xXVO1Pel0d2bSSU7s3nP+3coxIRKU0KYADQHaUadSNQ9xnmE/2DzJ",
-	"KawFkCBF6mY7t7lUdSyJxHVhYV2/9bETydlcCia06px97MxpRmdMsww+XUSa37K3MuXRwnyOmYoyPtdc",
-	"is5Z529TqsmUzudMKKIl0VNG7mR2w7InilB4lVCt2WyuFUlkRvSUKyKzCRX8D2oa6XeCDjdN/T1n2aIT",
-	"dASdsc5ZB1/uBB0VTdmMYtcJzVPdOetEVEQs7QQdJvJZ5+y38os4o1x03gcdvZibZpTOuJh0Pn0KOhc4",
-	"jpc/mLagyznVU69H/P2ax52gk7G/5zxjcedMZznzR5HIbEbNIPIcnlzu6HmeKZktL9bVlJFQsA/6OoIn",
-	"QiITWLF5xm65zBWZ0wlrWxB8p7IgM/rhFRMTPe2cHQwGTUP5kaesdcIJT9n9Z/uKUcWu5A0TzTNOze9E",
-	"mwdgsnaZyR1VZJJRoVlM7rieki43NMJExMUEn98r1mLKaMyycujQaQ97XTV8b4WGB8+CzoyL4vNJ42z4",
-	"jOtivWpbkMKPjSR5PAhMZ3xm6PHYbMaMC/w0LPrhQrMJy6CjN7BGNH0Zs9lcaiaixV9Zwwn7hd4wBQtn",
-	"ZsmUJoomZj1JxuaM6j650GQmlSYHx8ckmtKMRubsti6d12HP9NhGUMfH1eVqWq033kFuJTP/tN+f3N7Z",
-	"d++7buckZplhT1yTJJOzCm1SERNlXhMRIyKfjVn2AOu8EZlutO6XEW1fbxXRB1jny2jK4nwF91D2gQfo",
-	"ikUZa+fLCn6+fzdXVN20dqKpurl/F7/OU0nj1k5y+Pn+3fwNbtjWbvACvm83n8zLai6FYiAIvM3kOGUz",
-	"82ckhWYC2CSdz1Mewdnen+MT//t3JeEuKPv6XxlLOmed/2u/lDT28Ve179qFHqtn+ILYJkn33Y/PyenR",
-	"8dM9vCsoUZqOU0bCSMYs7MOy2BZBapnz4kpiH+hsnjIYeMaoZvE1zPtgcHDSGw57B6dXw+Ozw5Ozw4P/",
-	"Noc57px1BsPTw2RID3rj+Oio95QdJ73x4GTYO4qO4xP2NHk2OB16VzM3A43zCM5/nd95rT2NjljvaTyk",
-	"vVN6POydjA+TATuIjuLhAPbqVt6YrUpoqmCv5Nys/W+dovX3nwLzYc4yzXFb/Cl5mxpTzXqaz9jyzgYd",
-	"9mHOM6a2esdMZC3RBJ2UKn2dqy0HhOv4cfmHpbXcYAhzmjGhr0GCsO8sSyVOHqGa2BW0oqlg50TkaYrS",
-	"qnlKFU8A6YUTqtkdXRAaz7gI++QCHxsJwW5ZRuzikpRqZuRdKgIiZEamVJE7HrOM4L4SmREqpJ6yrCIQ",
-	"21eMMIQzCUbC3EdAHUY0onbwSC6KmF4X9jteTCcgGTMiI79l6aI/MmJS88r95pYu6Jh5A4kVlFhsyVjK",
-	"lFHRKX/caoMdKX/scM1mah1PgLN7ad4xL9vWaJbRRQf5kmNqv3VgJkA/RS+BfyjKyZRKgRz/ziJtmnZ8",
-	"4hVXMJvq2SrGutGgC56zdsjQWuNwlGK6xrNipilPofepVNqJojKiqflsXkt4pvS1Ykw8GGeDc7y2RWE2",
-	"P+V/sPj6lqa5Gdjw4Gl/0B/0h/fhhE5enneCznLDSzzQW6JVG/SXyzev3xRrXVu0x+CDWze+vJ4PxBPx",
-	"i4bG2rppOmXLgjy85BppGH59lWvr0noEHuQ4wllaOotBx9PAN5j46rP6zvT/sUPjmKM699Ybsb3Gq5Nw",
-	"O1GTdExjxPwWENaf9EnoznoYkJDPzX/nMtPm3zxLzT+RaTMxspeRf8y1pzXLTGP/72+098d7859B7/S6",
-	"9/7jIDg6/fS/muii2P6qKWGwXgXxF6lCBi1rxSdiZmVGj7lR+GGNRMaEEfUKEfbB5KtSTvaaoNHhYe9p",
-	"fMR6NDke9A7HJWNcZjyV4W96yNFWlcJbaBlroIea6ax4h4wXKKhEUyrQWFSYHQ6GR0+Pnh2eHD31rA+D",
-	"ZeuDt6JN9/su/MUsLWoB1xmjVv5vfOpBxQpvBzfRm3yaXWZmvtrkFiiobPEaWQI3q07h1qqIVgQ4TAkX",
-	"XE23UkNOxweGug/j3ik7SnoHtKRLw1QZVezal+rbWlWaZusUIKWpzpVZuTyKGIthGZx+7I3pGR0Oe0/H",
-	"B1HvWXzIesOkHFXnQQ5XbeU+7kTpWSaza6MkNlIk/jxjStFJ8xOVzXpoIWFp3zbtIMuF4GKynQzu7f0W",
-	"7wAtrLlqcacu8eFPHrVssAj3OMPcp8zqAa4RTzGThkWvrMyKg/3C0MqWt70jPN8OvfZ2DToeQXpvHg0a",
-	"jPxmRXS2MOyqYpC2w6nz2doKwvhWzPlNriOJurlztfhcIaEcuWRxPzW4XorGLgticm3BXoCZCunZ7MXq",
-	"5p3xIoZH5yxT8Gxjr3nM9YvbBqEjsrcsEkwfmbohmkjLOstarSbhG7Zrbd0RnjriLsPODVuQlFFzd1j+",
-	"cHQQdGQU5Vm2hh9b+zWOa/w0HkYH9IgdJyeDp8NncACyCdNbcNriFTtuXIYGBmzXqYErlivV+qMTdN1e",
-	"u9WxvQUdtVCazcwiCikWM5mrxm3cSbmrcRMu9MmRLyqdDgZPh6enB8dHT48Gp6fDdddIZaM2ZZ67CVLl",
-	"ZjcsrbfX7b+2KHuNKp03r8rGBW73G5lDcbIeRFErz+njaWvP6ZyOecoL2m7k4ahg1I3QhrQINnVOKDEX",
-	"zhNFQtfxdeS1HZJZrjQZMxJJoSkXLCYc7HLd8D9H+WBwyEJwa1ZHGHQ+9CayZ7/8XUnRf0fvfrHXgBm/",
-	"NNxLs1+oWLxDGtn6KoIWuBSbb83z4p2X5qh+ghP0Et90Tk77cbjG6OV337hBlQmi32GZsu43iQuh7vA8",
-	"P8hQd9sH5sSIDSQqFDlQCqXpdcZUnuq1E34Hj/2Z6mjqmaLQm+lJ08tG8SmfTJnSBPvpjU0LdT+oF+JB",
-	"FBO6jOqwIteOKqksJY0NFsbJJUtanf1+9baV1NWgqG2jeLl3GlWmjdS8rfUqeMH0B44nO6W4XXva8N6p",
-	"z2RLgX8nLQkEV/tGPazIBouY2ZIxM3uqIJIEnH50QrkICE8MX73jaWr4rWmNs7jvOzpWdr+NkuKv+hrX",
-	"BVU3l/BgnTYr8UWl1lJb+Upf1YVdQdQlc7s/UePp/y6OhBvEwWBw3wMyL93fG3mz/XXc4HYquVJF617m",
-	"0T9fXb0l+IA1BBYUQGgqhWHOeRqTKb1lZMyYIBQIw7ovK9z5+PTUj1MaDBojlVpp2A5zNVmC4LDdDbnl",
-	"zvz7Qm28UNHOodsD82zzT1QlRK8lCm+7QLqHus4r5OZPKFh904P71/ljdxTTrIGIi2vFIiliVbFAHg6P",
-	"D08Gg0qg30njPrjYhnqw5hoT0C7K47287KVkf7iNXF91vbfvhh8quNuO7LSQTaNtH+RlRHcc3E6BKmk+",
-	"4VsoMmZ0b+Gduia2csPMULnMuF5UDIR+wOqwSsi94WDQSMtoYKiOeDvPoT/uotcNSa3B/2zHU67lqr3F",
-	"eMXd9jdmRnZx9rDVu4T9/FC+8Xm5gOYz89eGw7zCp9evtT3otvXAX5EViw6xm/c77ytnAe2/Nk/uulpG",
-	"eDTfqs36MvL9FTze4j4/OT4+PFm9sUHnLuOavRHpAm1OpRskpWOWbjgUDAN9hW9svIHtXnrcMjPB3TbM",
-	"3dZG4ZK5brw3TwZHz9ZFxwedKOOaRzStmNbWStL+s2A4TunCH0RVBPpBEiG1lX3GLJEZQ7FrRsWC2Ncw",
-	"NFzIu6paKfNxynyxzIkDjUKZlRAh8JJFOexIwxpVh/czzWICCQdElrrwE0XupjJlJMsFjg1C3YzwD4Jb",
-	"WPYQMxqnXLBrqtHiuN3whw3DRwkszjOkqsrY7a1y6F8rpk2vyeOmrZ7RD7U4CNdS9X5aRzK7RYouUknj",
-	"7VwLD3aZNtqPtyVysKGs1190trApXEZMxID6jCUNdGd4qXKJSf6iPlEEX1SlZSZjEeO3TKGJ2ykS3dA+",
-	"GO71yYV9i8y4UkankBkoolOWxoS682eOA0koT1U1R4jrKQH9jkQyZsQ2fJ0Lekt5Sscpxj5tJj5V7oqq",
-	"+FSXmIpbYRNzj7kONhJWXJvtzBdZ+o4G/jIg7DrhYsKyecbR+enHhg16p7SXvP94ctQcEuY3M0fdvSbi",
-	"DZqluutICvAmCX1t5lo9zsPaCVl7oB9OYlpWfevx1prIO6F8TbzLNTEquI3+IVoSrg29ShExQ9ZiJPxW",
-	"eqAAxRgUTmZ0Qcz4iRTpAk6GvBOVXgPozK4OqPxcr4rSXg6Y2IQ6kZwa6dNKA35j7WQZt+RT0DkvLQyf",
-	"JbliwxwJO6jO3URf//Mf/9NgHvdHvnFUd7sxBRlTQNQUdlpErE8umYiBahQJL3I9lZnd/DPyZ0YzlhFw",
-	"CEaYPoC+wf7aoBdnAClnsGLfkABgwmn6Jumc/bYJwXQ+BXXHGxOZTNNZkVixvApvBJraz/01aLTX1Zra",
-	"IQCqtiRLg1vdyfJ6GZJ5AW9synr9pCKVIaPs9Mz//vzip5evyfMX765e/vjy+cXVC/Luxf/964vLK/h1",
-	"JP75j/8ZCfj7xesfVjzXMAkgaNZM0MUomtj1Gp7ZtLn3sbI07IcbXhOtvigeb+IxKxahmsnUGj7cYMl7",
-	"dnLU4BJoWocHSZ5qNiYuC+Q1iXsDMvfD2Bp6aVruH3la933ahD4XEOQn9UEyX/BYzD1jc5npvu1k58hu",
-	"NaUHxyeds87JOBrEdJgcHSSnJ0l0+HT8bBw/ZfHBYEyPn54MTuIDOojpcRTTg/Hw8Dh6+uz4KBnH0emz",
-	"4/Ezemja4n+w6/FCG5IYHmztjrqvn6m6FQ30t0vC34Z9P2gantuThub8JX7IKK3NPbqbpbdYGamyJZXR",
-	"F7OsbEvboXuIYCk4vLsnmP3MaGpYePX0T1lkpXWq6ZgqeOemE3RSrjRwXPjk8nnNJ89LaT/WrqOizeZr",
-	"9GNbjpI3WLUULwrD8JS/ZqAPfylW+ChfKpWz+Hmp7tSXhV4v6UItV/y6q7280h++xV2vQGeJy5hgd5Vf",
-	"jgaHcOXfP4S/aQmbpOfnF6iFGWVLORXMe1ORLk0VwsvY9NsnKiBcVLQoxXQ+3+tvqNR+yYu9adXr6/LO",
-	"PEFoglnEXJFUignp6juzDDyLCyNNyhNmxtdi5Fvq+h4B936EfX1Jg6bdXi+hNCxF02H1bHBroje3DKwE",
-	"JJkHiJqZMprpMaP62lxI2S1Ny60dDrbJ0ak47jvxyemzOD56esKG9CiJT8Zj9iwZPh0mw9PxyckxfTY4",
-	"ZCcsHg9ZdHIUx8+encRHQ3pwEiWnx9EBPS0b1N6IDgd4W7ZkKG0TfVM14B7eQ4rzzLFczHPY6SITojNl",
-	"aSpLt2nnrMOiqawZ6wD8RLDs2j706b7i2KptbT6xusQ8AkCBRDOx4cncPR9obbBHJaLjnKjSNIG4NST0",
-	"IJVCIoWFFXCW2IimaX9Fz3rFulzWfCkkF5qn3kLZGW+4Sta4vJVssbwg4AYreGiDZTthGRORuXpCz2Ae",
-	"7gVkjMa9c0LHELBzNwXkhZHwXhJSsD65MhTAsVkwBc5TGjFCsXdYYkLnc0YzdUZuGJubPZG5NsNK5UQ5",
-	"5AeIUiJd7/ojGYtppJWbB3W3JngWFeECLJbm1pjsoWFxiac6BrA2nFHQuZpKvU14TkOW1TKlrDxednxN",
-	"lwGQ6vap11se/dqZ2hpKbKOVWjG9nXwA93AlGUbeaLev5UNYGKzSVwrzUecERLTI0LNNU/awAJOMMfMb",
-	"jbheVCLahhv4AuaZ1DKS6fUty5SNwfD247jJI6Fkou9oxlreOWh0Y9xRrhv9mgeD+jr8LO9QJNOSmNfA",
-	"iI/ZIX3yvLIKimXmpNspk+7BMVHmN9v6XmU9ak7T5pjMNpppy5vALdpYy0ShaJ2aaRttJeFLFy9dXbgQ",
-	"oR1Dy/EMiXAx6ZMQs/yubQoUi8MzorScAxqbC+u1GDxFQmDYJ2EqlS6eRQ/NORFST82FN5MZK2LEaRSx",
-	"ucYgcadTFkCT9e7NSZVKNyalFfNrC9OFcGTDxqWwt1xAIpplHKmicrkWviMI1IWx3U8WXZqJYxYPLqTW",
-	"ZUoXhW0X9d7GsKWJNCEHrJbRPofctYn00yL0nJMBChCG1jaVgDZJRPCO4Noo7jbyX5pd41mXk4v5nIn4",
-	"XRHw7tEvtlGji8aFOzjtn9p8P5kkAIR0cBx0dJYLo086Kl6iqUoPm69Jy+ZtsPyVITa6l+E32GvzLImm",
-	"ubjBxEBINSe0utP3N3yWa9Q0nojOAW41YzSasvicJHkGuGMx1dTIp3EmzX3lCfhtCeP+3P1+g8o2bEE6",
-	"z83abBuMSfUSuuvg6Nnx08ZI9GKjHmq965EebjVgWC3TvGIf9AMmnHm6ursZi7XC1YGEFXMB2h77wBsF",
-	"TUEXWDpl7u/BBgdux9Sye+F4lLNckcoAGHtMxCw+I0Li1Q8kDvd/JGesicKDgp6WHSLVk/6A+eSP0GaF",
-	"Caw5xkvwGAURVw84rIy3+k3U/WbOBAKf7pqYXPV4lTDfvh9SRprpntIZo7NqPgog5rb6sraC1vW9VtvE",
-	"TD2OQ6sl06LB/dS4LZ4Z7t4wqKsNd9aZexHNGkS+z++vXIEQucZL56/ZQ3jrKnvweOAGfjdlxM8SzBpE",
-	"DtTA1FjKJxywY+zZLBBLZJKkXJQxYg4R5JZ55t5BUDc5fNosVqA2jG3AS5pDDY8q+NeCZT2W9wCEUsA0",
-	"3Pxq1mkIHduIzN+3AshVTc9NNueG5W9SZMrNaAZIc8BqTnUtni+HFnRirqrYZdCv9225sVRfO5NMo5Zb",
-	"bvwmMWONvqLqKEpYtcrQYV6bEfZDn8oi4G1Xj/pbJmIuJu+Kzalnsi8IJX/PWc5itCxzVeYdxGTBdJ+E",
-	"6K24FlJf0/jWzEuB+cML+w+td6SPz4amHev/tK+rkBRncUFkAjZoZ+DG3agHtFZLcZCuewqcscVIjCxV",
-	"9mF+SVNCMwbziGQOJRwgJ19pwtGc5UhUyOsCQa+giMbpAn7oNZ7W8tFyRtczrmaQgovfGqq9TvI0tZEJ",
-	"cZ6y+BpQlzsOW2BMoxuZJI3E7eGZ19w4Fmq8AB+3CEQ15PEZjaZcsF7GaFyBIq8GBwIAGKpDPTAnOUSj",
-	"SnmMes4vUgnYF1lGpiwF3WwdEpQLmDganAYdzXValMogtmu7ClOt5+psfx+XuWd9Cv2Y3ToQd7XvDflT",
-	"G6xZzdLRsjDm6XMSfujZtnvmCxWSlCvt4KshvN/3bygmYhWMBCy6odRc5TR1me/dnySejkgKpanQ4MmZ",
-	"0+iGTthIhBOup/m4H8lZbY777l87lnCvT16zO+hfQdz2mBEagwphZE1NqBiJXNwIeSdwlGOM6PYS8Sv+",
-	"lSLHqzZfuAgyzRMaadUr+PFZ53hweIab7+Zu1BghiXuaKC0zOoHJJnySI/qZMx46TIXOWedocHpWrWOR",
-	"mk1YoE5k6ddBjtv86aAzpnEvUhm8P7CrWrrxISbD6JGujAZY/VMjm7GYQNy6Ijds4fiaM7HahjOnEpSN",
-	"tzU0zhi9UYSSLE8LvnXx9iW0pKNpT0jdm7NMcTQFltP1IBCilPIZNALGKIIp98DP7syqgsutbKRkJT32",
-	"wcJUnHWODk7tjlinmoOCJ1OZxopoKdHzIedMkLlMU0BzT2SayjtVjY3oObw6M96hHW/KmdCVVbard0tT",
-	"Dmkx0LsVj/3WykupbC6TuWZEMBabiV+9umzooNaMJej1g8rYxKxUhjeGkKTkzPB8L0qlYpV9Pj2tNHhn",
-	"/kPv4GRBkp0hGDR1k24qJxOz+yJd7GGkXZLySPub68jF/Wb5MPvAlTZ0aVXUMjh2o7P1/MI7TcB+ywaq",
-	"rcHG97iArfEXrHzGge8rYtc1KE5erpC4S9TCRGZjHscMF//QrhVNU/AQLYAMYojxUaCGlVVkuOglKZ9M",
-	"i+WhxeLAksA8a2VnzKCU5mlKLMTiOQDlLEgXksJ6F4lm2V6toxu26GXMDB0OwwGOsd6yOU8wPXsvxjwB",
-	"97d2o4LKOGh0gq0YnBEqiPsK87rO7fRzBeQGTnIkCmdExCvII4hNb0zw30x6aMvoFdKD35KcWNtsLBke",
-	"QGefNRvGIqPFFLaQGdNTGQMXouag20N47B/Coh1kg9ZJCi+CfKN7icwFvngERiqVR1P7sswM15J5FjHS",
-	"lRm4jhqIQzG2V0bL9LSUvZRmECNzNDysHpqxjBdYaKK8TZDRKTiHiv/BiCtr5cq99CIpdEYj3bvlMrUG",
-	"BNw/bBsfs0AzZkgzy2W5IrGMcjgTXdhLoI3iDThDKGtKc0hQhGVKqz2Q4qhovM7MD8WJKh4oIkE2OvAu",
-	"wsNcVZV71MGx9NAW1nNkDwfMXpZ4i9gryTc2Qk81QBcwy+TaMKdejEy2HFXGwKQFx9I+RMxDbcfSSP+N",
-	"awK6RMOawAuG0DxYWHwL9gMhVa81y2bcHELwrRbg4qBLm88eoFbH5j3ZC1L1sCqJ416UCHZnrmnLBJEo",
-	"ZK5TfgskLXOdUXGDg4ZHZlzAvIHoDPmau7SXsUhmRh9HKq7d4HjxgkXXPgh1Uog7iZWGgPaVu8hVKu9g",
-	"jZcWNxc011MmNLd2U2TuQgZm4EIivQbl7GrRx8XGopl5TJGJeY+0bWsuVD6fy0yzuDdjMacuQvFoeHzm",
-	"n15upFKLKNmQloEVpXoxz1h5a+KXrhzjr+9e2SAEpczBE3TG4gCOra5E1JbN+SKLJTfbpmsEDO3FlWZf",
-	"q7DYgVnC4nXUl+0VocqCazGLUmpuYGBEMiOXP1/0MKC+bFQBnAWOxbn14fKBJ+z1bU8iDK982/kd2+Zh",
-	"xS6Q41wrhcXL5yvFTW0lQsPpSpOKfb6wDzU9bn88d2qLYACwan5CGaqI9WVWPOp8+lQqiw3eCQ6qT8Ra",
-	"sPZXAsmWsfXboIEVWuXH9hIjdfTUX9+9LKPpDPVBGCJUvUT12ry4QdojJl9g/x6cdyuC9TsruXoB/rsk",
-	"97UlVXdOk2cn8eDZ8Nmzo+hpfHJ8Sg8SRukgOj6m8WB4TA/HyVEyHB+MB+NnBwdRPDyOT6Lh8XiQDAZ0",
-	"8KxBq/5yCdyfGhdQsLuvKB/yAVMe64CvK5IT3zGI2dwOyGbZQ4moHeaqBJZ0jkKXIilLMOKTws02k7fo",
-	"hq8VjflOQWrasWgwluQiuln2ZEDs7zDYyX8OwsRWCO8W4mIdRLsRSa7BFto5OyiFSt9RX+RL+eaH7cEu",
-	"pxmjsAJNbgbWWEwGigs5sckwFtM56RpqlJnRJwSab/d2hBrcMiCg3ISNANG99d8cWdbfj50CDhrwHXdp",
-	"ZSmFrdz89/fFpHWUsBwRAYbL+obvtLm1A1tsXROCLffVqYbKG5Vdqe5sOwtA1M3tIgoKVWJDhxD29A7e",
-	"Woaoa4CHeQjiqCcqLq2bm8WatXkIj9illhmLazCnj+Ssriz2dhfpG+G0vz4JgduFYFKCPwlYVkjX/hAQ",
-	"aStsk9A6cMK9Pgnx1Jj3jNYcAyKRGImilfL9EGRN84dityzjelFplH1AO9Y1j0OjScUszlE/AxcBFfFI",
-	"VHo2KiKMd4EqDEsBKwm+3gvAyG91GQdlYh0LDVx+o+J371jiRzdtDnG1U8kNbz2WwvObQu1vuIh9xojz",
-	"cmxtOZzO013sdqwXQOxzvt5SrcQzWCcawiibybjE1NqOil98wIFymhLroEQzWZKnKfmdG0mfjJm+g3vZ",
-	"hlosy4RjCLdsSFUYroR6A+SLNTB1M/qhBdxtcM+2m/UMoxjvFjtWxkTU6W0b+X9FBMJlRB+7iPTvcqwA",
-	"mGcbQdYlSH4qvekY/RIL1cuYkimEWc+lsqClXnC+K7b06f19IDdqjXngsL951WkbClY7gPbtiiY+XhQZ",
-	"rv8WGLx/keOm+3EnkIxNotZNn0XQehMEbxuUQglnl/HJZH0kz5V9bEN4DBfrXaLwVuouw7q2nSmzhtVj",
-	"tc2RuQ/1r6iZsRtpFvjzuxJgkey8BQilP+uGnsuZ76q27FQqcFtS3iz/tJkeiylWV6MkS1zWNgJ8ELE5",
-	"oo8Z1unhfW93K+5AUI6SVlYRPjlotjg+CJLpWkTcqykjv8vxk9Lla1/pr5JBhpvFVbetf5HDWOrvoDRU",
-	"ahaWLGXjkogOfnsH2aIKRY5iNPhOrQsVttFBy//mcLQrrNHc/C3X9ac1sbkROz7uPU1OBr1nw6cHvZIt",
-	"04MyElzwyVSnC2JHBech4RmrzutwcDUYng0GZ4PBf7unVCr1yqd2rylfwKJHYMTI52azRYRh4UBhA3JA",
-	"/sP83/Rzy7KUmmfUDdShN8R2/YcUZn4vcnPe9v/MshTB+PN5vHbfijzk4YPEyN8Xkd6LRK6esx8NSyF3",
-	"U54yMqe5as4L27ISvtvWjSvht91sVVpqLRxljykxHRPzuCJd+Hue5soqWXub14qq0mYTZ/I7LJAhDHnZ",
-	"CAbcgjJDafO+d5ErMeC4fcQXuDB3lIMnHl2fjMwzdstlrgBeXEszUtK1JwGDmK+lYFus2261CKrnaVOS",
-	"8fL8G1IgMVuA2IfObdgp9kNoHCsixQbl1NdfJ6ux5Nwg/RLjTSUVarK0tx7NNxUu4HPD2X6dN50Livmo",
-	"ZtsVYHGz2J5xIUtQESpILPskNIQbGipQSMOAbZCmNgRmdk5CwxVDYv4L8CYzP+jbclVgnKsuvx8qLGwL",
-	"EwpMh9FoCkcbMfCZMqOKqAhhtOZehPsnIKERNL1vAaJhyZ5St0fZu6sGQuIX26Ebc964kBQ3EHmLlxpl",
-	"31aDlHvtR57VpYqEL9UYrt2q1Ys0Tk5Oek8HT4e904Nnh73yhh8fmgMCxAO8BTOAilpPjmZROLpeNhGY",
-	"NdvK++b45vU2QshaGaJQh4v2V1/P5fo9sOmhupRL8fRwViGwhQmdLYjSFHCUZEbGTPGYqQJbvAtCTc/i",
-	"392v/qY7AeVumpM8h7/wYmk8EN6WN3JgbM3ls8gMTucTZaEybI2NxmO2ef0rj1o2ef6Gz6+X06pwVzwZ",
-	"0E7bZZugwt/IE1ZJCCgZIErMjIqcQkxu4OCjIKSJqhv0ATxSGUuAwm5DxS+D+DD/x42lMt7+JhD1nr2p",
-	"ZKfFScPGGhewitVz/3vYpwj/8nUbVQ61PAG1YxmUx38d230Ym4LHxh/TtoDdPOSQP8Nw3zitrFHAoSjV",
-	"QhA2yjZLQi1XBJNY+06EKdzkgIZnOV1AQogstTIQ1wEJC/k3BOAiEBirYnQJ8WK6YoZXUyOFgJA0kxnz",
-	"hSSrVkI3BYcx6uUqiclcCQ2X+8rbbs112HjbbWf52065qzu+i6PoOl5FAGYBHpJmYUF3z/6saS7bOgJp",
-	"pNMFsWmaYZRJEQLFhHUgo3BZXi2tGJvN1OkGn5y5Y0nv57eMJJylsSLdGRe5ZmQq84zEdEFmUugpuWPs",
-	"JqaLPXN7/6f5LV0E5D9jyuFf8yv8AQ/DXwtG4RkuSFgYUMJaQdFmKDYmthS51uJzXpCEf2AxmbOMyxiD",
-	"kEMwdV9THULKRaWk1h6Mm46VTM1amI77G1fN8kQrtDa0j+tFochwRaBqGYKEUTdexfJY9jIqYjkjc5pp",
-	"1MO4CsxcgAf1N/PD+gJfyUo3IR/HeZ13YKu98WxnPr7Hr1fPO0vwgoK8vHh9gRWhzCsBYf1Jn1RMbjUC",
-	"OjnaKKC1qo1tZ1J/yFqdq8pzfhUlOVcyw81qblaV2C9VR3Blvb3NivctVVRuKn+3BXjjcsW7lip3je/e",
-	"u2LdF6xSd12PWLlnlAo2WotVuWeb/y6N9xlK460uhIdjaTRZwy9PIKGSxlRTzKVBLGXukrtdufs6EMPW",
-	"UTvxkB30niaHg94zejTsHY9PoqfxM3aaUA/z6N2Ln15eXr37P9dXb/764vW9/FNejP9vdRzz91/ExfQl",
-	"ysZUUx02q2NeENoytT6oI+EF+AwyZlG87+M0aMil2LVQyo7+h638C3DyHkTvwtN9D42rZFUNLCJlED0p",
-	"M5KLmGUqkhmDUovC/qQCEvMJIt94zyjSpUZjv+WZBKgickszbpio4e1TOkenlx8dcdH7b9r74/q9/WPQ",
-	"O71+/3EQDA+eNgdJ1DNzGgropQubgYt3jGH+5lF3l3hI9YWHccaocBgqLpFu60Pjy3/LR6ghj2cFta7V",
-	"6xom7WCH7qZSMYIngnARpXnM7Nxu2OJPyOinDHOAN1kRbNgeUH+c3sXmk1YZV+ysNFwkEoAE7gABIOb5",
-	"rBN0pnwCMES2THWzyWYppv5R4D8fNaMJA0hcALnNSj07OijCt/G3T++bMp6+CtzQz5VrtHuyyWfILfGy",
-	"dtbk6rjJrM/OcXpdA0XbtKtB0ClE0ZW0tr1otjpFrk1Ps7XJH75azVJFGhsMUviWmpDNSq1s0K5llXGV",
-	"XuDZino3m4iJreeySJerF3zA5UKvECC+5HPgvOM8njB9z6TBVZr5Fq1VKG3jqPIa5vl2L3+2QPbGov4P",
-	"LsZDoFZ7MHP587WDf2uBw19pIdl8S1vtJFs4tXdQQHYzsdQO/Op3q5iRX4WFZjs3OxXXv8vxgyY5QKEh",
-	"PzJ8SxvD9kkOuyiHTbpWOdhVSRLFFpcU1rZ1QY0j145Cjdm1nrrtVDyzkj8UWCObVQvHAKWlWuH+od1I",
-	"JLI3zFqtsGi4uYK3Gc5D6Kh2Wo/ly66U1DprWbzdOP3Sy1vXpXwQofue91XD61vPY9MArG/ojnlMFn1/",
-	"o+4GrLDke0vlByr70Hpo2nMxEE25mpSB+ReVD5iY4WVroA/hjgIUWQ0brVGrL+ZfixStyOCUN7+Lmc0N",
-	"gCYeO8mztFNgthRAvcODp/1Bf9Afnj07Ojrc72yIsh4zjShTiJhSSdHu6FT1fExQxdKkh1DNW2aw7p5E",
-	"WlhcStuKwy2+LIeDmKYemOmneyfF75ZxsUNavL8FSwGeERXkdzm2qhU+ymLCd9Wpajn4u2oCO2Wy3icp",
-	"f6fq7AVggIMEcy1XFn1tzQc8lQ8iN+D5fkTJQd4wcRnJKvuh8YxbmAhAjUBI/Zg1h6helVJyQwSdC9LF",
-	"OoYuSBdclRis6xAiswxKG/IiitdK3+1x9RvI5H81j+4Sx+uev0/46H3j2FoD8/3JNXk17eCfKAjkCSrR",
-	"tkQmhBaPBBbK9eLty6Igb3t8bdCh8+aL6FdQBVyIxm7IC/dNP2uqz7NBqMpuCUXNlXSa8m6aNhCXCx0g",
-	"uy3WyqofzfVMaoaAtaEuO63np8bZGiHt0iJpVoWVTSpDNpXEPzUjwULTMLXnWPKpd2X5ZB3Y9JNDW+6c",
-	"dd7+elXgeW7l5zCSVKsEdTvcxybV/kbNLUkcu1SLbFqajbQZb+l2LHn9M7ZAtMTa3xYw3AGiBoTZYFSq",
-	"yITfYsnyJdpwm1JePmZ3mliMt18bMHDYqnX3YtlkMZDAistufYJOpeJ0w3o3ne/mkkn1UkfDpVJHXpZ1",
-	"DXhCR/OehXg1o9N6DrUgGMChPHJ5JMy3ZUys7GDHIko4nM9QQ2lJwK9vx9JFCg8UeEnn5p70x+mK7Fow",
-	"dbCsWbx5l0NVDenaUQS/jxF2BQDsSpRXlSMtNz63i79h1XW1Vdq3I8NNe157F26+Ee1RSZaWlwv1MgF8",
-	"EcoqZYyRorAwccHlqjkVfvlALAV3eE+oGjK0X5Opa9ceAbrtYdk7hyo0K8hZMVYlZkSOK9SW9QagOpjR",
-	"nWDZdYMi2FDt1i8hBYqsvKvMsQjNAGy7lGozGhf0EWCKzBQOIETAyJGAAEszAvhRS5KLynwtMN56O1tD",
-	"3fgGB/6tROHDc980PnXTdibsj9tlzTTUp2+pwLaRZQ5vsXbbnBV6/Rb9JPSygFzjGawxtuIUBUucueE0",
-	"rNXBcew/ZVTUzWMT892ay3Jn85Ndi81v16VryR/ex0fEc/BGuvbpxjp81y1GFG8CazbmISwk/j7vHgKI",
-	"rfzsmPMuEOXtghyEcLx3vmwMgNolVMsWwIaqEWed+OT0WRwfPT1hQ3qUxCfjMXuWDJ8Ok+Hp+OTkmD4b",
-	"HLITFo+HLDo5iuNnz07ioyE9OImS0+PogJ6ig6ueALa7pOEmt+G+QQ05azldnSzSzNfWBAXWdt4ObqOt",
-	"x8Iyy3S5ywQvEah4HWGuHd7DnZRHtCV618WyK6PNh4EZEnnG9eLSDNQikTKasewi19MGsVx4aeXd8G6i",
-	"r//5j/8J9wpLIyiioQMgAVsmGUuplc7oHItvhcTC01y8fdm3Sd2gpGDH1bKGJbf85erVZZPBrblAmg0+",
-	"tfVHiCd+18qgYUK8ld5A3OFqJDxprU+eT1l0A2XNbByqDTBCoQ6kHAvHMqUiVlN6wyolBGe5zmlqhv/p",
-	"E2Q2JrLBXosj+MmuHFIlifMMai6inVZLqCmgGcGnVZ+8ddjCIFoZAqVaZlDJy4xoJKD4k0yNoCYYbg+u",
-	"c7mRqu/aI34BHXy4eXnVSHRxWuaBvZ1WG9I9FlDiqzeXaToS4ds3l1dk/3aI1SpVGJCMCXbnVgMGVEjx",
-	"OGWslVQC647ESGBg/yzXFPK47eYaWdMMJ2EignqQZfpNAHJ2CGyjB2b5MAAkatRCbZVKwICmguTC1sqx",
-	"KT00YySyNDJe1OoHIX6VojNshmGBOShgmHHNFBjjNU3ZSMAXGZkwM5ajwWmIE3aFVTAvqCyiFnpzrWS1",
-	"QpqrcEX5IjlzS4flvlIKk3IBJqQb/keRl7wXkDGD8m0j4cK4wW4tSJTK6EaRO0ZiaUvFAmWdlWhYbvK2",
-	"ZbsZWWYI0ixS6FsG7bT+9+9KipB0XZnWvVpdVluGFc5TyiNmrwceGzJNOMC+XMxpNGW9g75fvbz8zrC5",
-	"fDaj2aJz1vnBO1Gwfw4wq3qyiLxlGRQFBQdgSaU4vNnVq8u+592snV4sc1ncmJ1Bf4jjkHMm6Jx3zjqH",
-	"8BXkIEyB7e5PGU319A+QQxszpmA/FTkYDCpwCDJiShHFsluGZUz75AdXt07LPJpWKNKMGtkEl+KlkYB+",
-	"Yvpn6NqrGQcjOhgMvIL+IJDVLbtnH5F9r0Uktz18+vSpqZyKm4TRnlN+y/oWEQ8Ti5tbLoa670r/+vdZ",
-	"5+y39/62v7U9mNYFUwqiGyYgIsq5QqDEfai+tukGWGQ6v1JYxmg0NdSF/ATnDpPC68ESBGIAjbmg2WIk",
-	"sDIhMjPz0KuXl1cvXvslpQx13tEb1svnsET5/JwcDw4JFLO748reNku7+o7RmNvJfoGNNd0vYCePB4ef",
-	"ob/XcGfTeHFOQmDHKiSKLgA7JJqSmM2ZiJmIXNW8hyeyYsHRLp/dMqIzmiQ8aiS32+E+nXMUilQr1f1i",
-	"syNB0Di3NzbW64YESbS1QMGX5bNtZNeLOb/CLh6RDFwnICy3nHIrbOy+7MVCm148+cVbXfvFewRN1k1B",
-	"GnLOFAlBNA0DEjo/u/kbHe3heVEXIl1gZSe05gGyR6XCurZgT4oZkQiqL06pmDjrHZrPqqnFZi/3+qRY",
-	"EKwdifayiKH5DGtHUEUomVI17Y/ERbP5GwXsGV1YAdyRR2IrOdft4DCs/kiY3o1gVYxgLHMoKm2vcPwe",
-	"kTOgtCPpmuawVuTemWVvsJJFOcOZxEpwI4GPPVGki+Pjs3nKmSoKYcAkca330GDIta0/iFVfKVbOoxb8",
-	"E5oj//zH/0e4HgkupizjNjm76ApeXyBfDpc9RaGrDQjeMOyUqht3+VPscyRsM8DMk7Ic7tHgkIRNdTPD",
-	"Jt77HPbCHYmy0vufZbzY4MR5lg0rzESceOEguPAQMee+fG/DJtYf1OrYnLHlU1XTtPXBatxi+GDcAgcR",
-	"Fyu0imEE3ulwxFLmjAM3OUJGtiEnMc8fbvX8PbkVztZFerjKo0sca+lK2P/oAN4+IR9LWRMa30uoKD/H",
-	"6uaGoKn2FktJBNCyOaV43ovIIKNgRXmm+C1LF8vXB9by8Ah5TjM6Yxqc17997ECWlJFgS7m7wKSr05NP",
-	"oOtMnu8/w03VRnRW7celerJEaUefk3Jw/TemHKsD77uQWLBaNd6CL0TsSCKF8mUFEIXhsgDFCnzP3SEW",
-	"uwLPo0XWsxYHW0Ap4YKmI1Gp8mvaAkZrBWdoVwrXauC0Y5nFRu81nPkMIJx0jgzb/Gg0GquBoycJdGk7",
-	"RXOlgS+KpuZyxmrFU3rLyETqwFqjcEwh6R4MBoB1FVrdM+yTN4KNhJ37E8v0aeoV/k4SFqH0DuK26pPn",
-	"RddGDMv4rT1ztKgGreWEmYdHwohpRq3X5tQJLAGeUaEoSvbdSSbzuZnMjOu9c1wgRKNzK58wEXEx6ZML",
-	"TWZSaXI8GJC5aTuiaXpu+rSXtKstDgIFTRjpQnPeSnFFirrweq/x5rKUc1G6f3a+u8qOvxqzuw9uq/LI",
-	"XOQsRmP8hheXXZ9fqFhsdXc+HP+qDsEazBt42RvhCg8Dqli5G03HbsdrdPio1+7RcLvnjz/LtV7qfh8r",
-	"lunf3n+qKIM/omFyRsWisE46HmCOqcfIbRLxMiP/WJ6ZT/uu4r9qZ+s/YP1tBeY/+zjpmps5IJb4AFbC",
-	"xodhmW7Doa3ldq/CrqfyDtz3tsg212ckxEgtoyvlWWrRDW24Vuii0frkb87aaJeYhIlRxrXM6IS5MuYj",
-	"wVWltv8T5Hjh21/RCOwi+j4WoWKfQuKZnQO8CnD19s4tt1eH4UhwMDxTMs+YDcYwjYKS48qkp+DBwor5",
-	"YC3IZ6UdHFXrqUxjN+qRiDIWY503BeqbGamzVzcMdR+5etgnr42+YFQMfsvwJm1ivW/mTFzYPcOgzWV5",
-	"q4lMy0dc4t3LHyCLb83DYOy2ktD7e7F5eNKFfDVUtbeSYcbmMtN9+6Wa0oPjk4covB10DBlfjxfaMNvh",
-	"weHRxuzcrDmu9RdShKrRuS0SabXI/Y6s+mjL508flVU/Lus121phgdUV3JrzbihPL+G5hYWMYRgmWh1D",
-	"0sXfIPe+DxlrgO6GkmmR2RaORJdGN0LepSyegIhJ7I+IZtonLwtZ7qwmBgJfdGK6xLVwRZamVI8ETcFS",
-	"irVLnKhPMqbzzMZ6yYxPjEhvb4NzQknME6j7r4umuSJHg9ORCG3rPfTGsTjskxA0gmsUvlUISSacVVbp",
-	"iSIpVaZfT2nwPGYo454R5OZFqeUiuBkMZl2qCE9QC9CShPtFjzCtYpGiRe+vbDES4SgfDA6jcn/hMzvD",
-	"r2sYKvhbuEfGLJEZq2wxE7HaQIb+Nrh4ARSBYBAWFrSXi8KnAWHaStEJVt0rvBPWTuayL+FRxzdLadvW",
-	"0dpa0P7CQvYqAfuqQshA7eji/TqF6Ue+Ab5K4bvke1vz/CLMoJ3p/yJvLT8Doa40QmtJhLzD2lQOQfSJ",
-	"wwx13vHACplzwwE9vjISFkLHhcnYt4s0euLS6PvkpTWsI+x12CfORRlCgADpInf2Ygb2Ss8lDoejxV2K",
-	"iRF4WRo3sbQiQuvL8LRHOuSVKLHm8+02Foua0ESzDENSaNr/96l96FP7DoJ9jIIM6771mU3lZIVyfDGf",
-	"Qw0HLNFOqCZGZSChTBLFdOiQgD3ZRE765MJIRRlnRkvMxQ3pomwF7wRWSgGXHtaiiNhcQ6hYxIzINKFz",
-	"m+Tpyq5hajhXdJIxpqwEZc7rpIeN9mZczYwkFI5EEbWDQQKmYXjGCUnWjtknr+QEfcIRnc8RE99N5Kzk",
-	"MJEZjWAjobNc4JEhM+ryFpzXUcQkyTM9ZRn4KgHFPpPQbDe0b0L8VJazsNGKiCttxvRtCD+IiIhA+FD0",
-	"L6ICpwWr3TkbbCy3vJKT54ZOPrfA8kpOcNURj7CVn8lJjZsBycObX6Vi+bgMB5fM3NelpIAHf2veY7WO",
-	"dvbzFtUXrDODqo5MinI1rmSjUy6WnQVnxEbzFu90ATLBxh1oQCtQe8AFuJgAAJ75VuaTqc3tF1TnGU3J",
-	"DVuoAP0ZRWPmNcsBEpmNxLwILNWSzNFsh211w59eoNULolL3P9qSVcUaAFMYibCmeoXoVccT0SfvljXW",
-	"G7YoAxXhm7GMF6RrNpxmEJ2ALiAXaCoT8JNEVEjBI5qSv1y+eb3XoscWyjTEYAbI/aH42kKzwDJbtGWS",
-	"cuy6947NoYaH5Xjo1UqV9A4QilJFMdCAKO5KhSY8U9rGdkJNMAw/xQCQ6qypwC2BSZuL4eCAhNxbxBu2",
-	"6GXMaFvhOUZalA1AQKBZDOjQhSgjX+dpSsbMLLUNtGNxcfH47XPRS1I+mepwJLqgzRGuAdne3MtunEY0",
-	"9Y2Z5R3mhaaSS6tIE1SkgcBGIhf87znzryeQUUno9O4ePt6DSdrQDNe5mTrg6guGFOayoG3gLgAKWZu0",
-	"DeW9etW7dAEgaH/09osqa1kQ8s7bspGADQCoBgAHXzhXZBstNd2Bl/l4xvU7yxU+2zW4/ul39gR6p/Ov",
-	"bHG/C9SHF64jIEFZLAeAVKTtd0rMYXzBjHzzV6vQR3LORM9sbu/goFO0ixyxCkuEwM8FJtHlz2XMZjvs",
-	"8WY3sA8N/Zkvf+z6Irppu/bhunmi6nQL8WslVUN4myioHiDSPaiCBpZYHaLLOjHTbc428c7pDmoa89rw",
-	"Tna1pbXwC7BE/2rWmW3t80cHB9+wHnlphDrqC1nAhQOiKQRIMQzq8M3IW8t7oCxsYhty9xzWJ0NkO3CV",
-	"hhbcLvRlIbyQpjSbpUyp5YisS9Ptv7QV5t92lwc/L7/Q7MaIdECbBcFSSP0RDqS85XDkMdc9dmuG0RrC",
-	"jjlKNl+oh5loGCeNIYp2nASaIV0mMpmmKKRbY1tAyrT+wLkcRsLLSCu+dVFqNnCKZOx39FTsBUaSNEIx",
-	"iMh98lq6ik1YaWg+ZzRrdOlAGL2Z6QucaHMg5N9zli1KfzeqbR1ffvASZ4eNibPNLaEzxiX5P1RzRUXd",
-	"ezUGYnOnMbhzJdjaWv7zHHNiN+FUfMb14zKpcvPbEhwuUEmWCVLxw6U5wAmzja4I/vSTM/fh1LRfTm8M",
-	"uZdxNKXObUEiSOVcWddnGaJ/Rih5fvmuqp2BQjsS5pOfhutSC1xQMtb4kmkM0iaGOrq45bLerjMDc+X0",
-	"ZzjZ0N8koxFzRT/nRmVoPLJgS37ugYxuq95sKnoLdveFnJQvlcpZ7M+x5f6sbcpniZk/Ojj96jwLJYbN",
-	"E1UBoG2/3/AuWnOU3BlCy8hytvSZjxCkmIsVkQLZIykvPBugD/BANpebTKRGp52XjmMTWLxjeMMW5ohO",
-	"mDCvsZikMoL8JdDxzK/gbhyJlFEnmtrIObRF2VhRCJtTU6NMp/yWxU259TakDnOFRqIM33t+EYDnsxJo",
-	"52V7l/lGtu6IEX3x1i7XwJqKXN4VlMSVeYYl2jKmlOfRgIdsILu3iiBrY9V7fAXNaacj0Q21lL0ZFYue",
-	"ZQcqtCnH4Tums0XvItGQDFZyI+wkYwlP00Ze8wKJ5HE4DDb+tbOYpmP1eeIgDr5uybvChnAvS7wJm+pe",
-	"MIJ6hkedGyU8ZWr/o/nHZQU1CtxHgyNkGVyXqQzsgxEnXFABHMQZXcBPijGLUr2URPwjByPKdoqmeclo",
-	"mY8pksHAWqjRLNCXyNf5iWko8w3wvy5xyBfaAHyrbTv3vXVp3NZLnTE6Q94N4a6WcTn8VZTfw6D85mox",
-	"dxbxd2ye9X7gEwaBIS7gO4AsUwE5MDSaolWweP0HruZSAQZTuBcQRUU8lh/AEeweubSk3nsrUx4tztxD",
-	"IcaS20tHCZ4kzusRY5R6XAlJB08Fy27BeZ4uCE+IC+IGLzRqFURIMs7knWKZUU7VSHT/cvnmdUBe/4D/",
-	"zlPKBdHsg4bun1/+l12jaEozxfSfcp30noUBmfzB5wGB/2iaBeTtDz8G5O3rnwLyl7cvfgrITy9/DEbi",
-	"b2z8FuD6FtZd1v356pdXAbn8r58C8v+Yv/5Cb+kl7FFA/vmP/9nz5kFVFfFCRprpnoJNDFty9g1V26V9",
-	"xFP3H/v/0WI1RVSCBoWt9Zw9UUiLNWuxR27NOIOeDw9UD0sLCARyfDjYs5XiQzWl5sE/nY2pYidHZ2G/",
-	"om4uDfTzH/sf5J2AAGM8++0HfoOgMpBUa7l5YJgJCJb8UVUxNvSROfGod4H1Q17PHuFajUSBLbYgNL41",
-	"N7RCxxV5QaNp6cZzxZaJYoauNEsXZyREFJwwGImwXmENsJxC6/K7KERcSEf1jZ/ShpxBwVWi7+TKKLO/",
-	"uaJ6jyFPtcDNfWbBqg35rCWRyyIQGVm4ShP/TuX6bNojTVN0Chdnz8JSbZbUVULYNR/8v1GuFZRilCS8",
-	"o1yX0AVGwzOve1Bgfp4WVURJKeAmxzLz2lpPQNtTLA5cLXpCBTEHEllLGQtq+sOAdnOKKQc1E+COpjKN",
-	"IUTUAd0ApJgN/u4TdLUIshzsoSWZ0RsLUmRagpxUgDCbM7qUsnDDFiPhB25YyCyepj0Lw1Ust9KMxmYv",
-	"rJ1IkS612bHhjH5AjFMX0DczgoscCUoMm3JqrsVO0RkFbRzWtND4eOb6QosXii0O1A6iZCzABx2JKVXg",
-	"ZGIlJ3W4BRJ9qYxqElHAlLO9V9yuaMk7wwYy61m1O+ejd1GSZExNrQ8Jk2LDoMANQom+CDkp4L8g7SJG",
-	"noygXmbJu5WgYOeBIhS3CuZmFQhVXTLIeDYUZfotUOYs7IgLocQXFjInE9kYHXERAaN9hWdiW0HnjU06",
-	"f8gQhnUYokFHpYzNAWmjoDGAWF9GJe4MO03AmZ2MQf5MxHrIHPYHFgTMP+6ds4Mtwg0RyfOLXGG279UJ",
-	"EvYcWVxa0p1Lpfg4NWqnYHvfxV11NDz+riwWq+/CVwUQHoQsOhQ9plZcfT4CkVoBr9YIcYR8rYaI7j3X",
-	"DHpVAWjfmsF8Vb4nfyrrvU+Vtf4s5+shnFyytl0FWFrl+3ZULxvUBonvFtrLEo6zy1dQsIC0+i24Tf56",
-	"PwB200U0Y50t4Zn8IXyhzOTKKjRQnIVw+io5+IPhNckqKbRRZROb2/9YQ2f/LNbaGu1uKVZ5Lz+29XYd",
-	"edUrUewY9fP5rb8PTDT7GOPffmnCzyQBh9t4ATkCKiAxi3PcGvTTdRH1Q8hsRlP+B4sJhNXu9clrPySm",
-	"OfAFR3BfavrWIj7MrNdft7g93wJ1YjBJvSySnYBHp0BBm9OnzTtpJVCsorkBhcJAAuIiuwmP9yyA11Te",
-	"IYyOKgqsFrVVjdK8CRHbYfyrUbFXDXUlGdtd/IbpWBcbvCMhW7jzNUGM1sLt13jStavKwc6xlE/4OLX+",
-	"NwroskqK8Mz7KRiJ0AIOhgEJYw42Pvgbu5gxoa/9r2WSpFywkHStKNBW5GokiipXCC1C9XVE5zTiehG2",
-	"BTn65G6xkL4ZMcKr1tGG1uB2ze51/+shXwe2b0jlbgrogWgQNCxP0xvM7XLFm6qK9vZEvv+xKCO0Elr0",
-	"dVl7QWk5d0F8fecT+hP6g0IMMrIrE4BloAjqLQN39yyAjcVxrF9E1Yp/xOGkuxOnS3zkGb1BNxhHC4S1",
-	"c4N5nKWK3U1ZxgrND5PG8rmX43leTCDOqNEVu5nMNReMmDPqzt2eaRZxhme2zkTTuflV4CuF1+qxbxjs",
-	"aLNnsY4i+uY7bTG8tk5aSzTwcVM08COLXnYHVh9kjBAX8q4o1fI1pgbcGwJ2Js2xKL1O5eQbOUHQmect",
-	"Lnd7lGauvgxpOIboCoEAOrOyUvTJO9bDPhGFap6xWy5zlS5GIhcFT51TnpGM9bAGnTIaqodQBfmaF6Ks",
-	"/Fcil2MLEGPhyvBIjLjw9T+yCgF9JLyGtGyHPke3BbpuipKNNYMi1DsMyB1VI+Hs1hYWvdgDrGbYLaAK",
-	"G/jqPrzbwITDvYDIrMTgmlLl+c4diqvdJ6fvO1/f0eCoUtwXksQBUsIaDkYCLAewXiWlELq09BkQVgwX",
-	"zNgwPpv9DYszXiy/MRJdgEFPZDbmccxEC/jDl2KGXwtL+h650IU9o5UT2mbpWJJKUBJvE6zXK2+X8P4S",
-	"LdXDJKDgAld1jga998mPiMNS0LR10tamUT1M1goHCe5HZmxNt+dyFcbNgc6DlllIxYqSaigF0UVb/zrj",
-	"k4ktDLCRTojP/5WLeM0IaFnayQ2mazgDUanUmI0xoyKnKclysdc2PtfGDmvzLanahkjXK9pIjN+Kmq3s",
-	"waur1G1uGLScQwaBuVZcxAlEJ7EYY05kQqxvvU/+IsdYX8xsus3FdcA0Fg0D4yJG4nc5ttKJOY6OHMtA",
-	"BYRDQsmE/C7HgMYByf3m/iKaZbMSoa+oIzESc7pAdGNbTwSG9kQRLua5JkxkHFooUqQwea4s14T2M4xY",
-	"MXM23YKtaySUJAnNzN2O6IcwrIK1gELlXjsvG0CMKgc5anR+o7w78FAz15HA6EDTnC1l1FqExFDlVxFf",
-	"sXNV3zIQo3Cp+dX5UaexIu9cZto8eXAQPBsER0eH7z+VbNIr4m9esl971fyDjkXeK0MxTgZm0nbPoVqo",
-	"jGg6NcS/bckVsxNfKFIDiKCJLQnCaJZygAFCvJgq/E4tqKt6JRlqfWiICDPGh/Rits3cei/PPcScKoP5",
-	"e87yr9S7uXVu+pZYDve8OAChwN4A7dZY+Lj/0fyz0jcK8cmG0c041pF0ZrASDqDBDboT1zMvPbYe0UaP",
-	"V5b7fzNuTu+CNzsCThl7JTqj3Mabv49mwfbQ2OdoNizuyCeqyFSG89qlDqnAZQ1ThSV84JbFTJTIyiZC",
-	"kpnMGAy5PxLYdoqmDQdfjbNzuFbmQ4lsfe5guCFy9Y5HrILY0XQTw/PfLE16OGf2lvguIDjuGyQCm7oB",
-	"n0Pl537qr2tjdxXYtvD1qsHflqqHy7mJuucW/vNIEl9CRSyJszwD7rvNVEVrYwCaA1ylQoMEGwPweEgD",
-	"T6U+I5REmRSEfZhnWM+BdBN+y0jCWRqrwGhHNM1BTuWChEamv/5DClthwTD5DywmofOOemkWgNAEA4Bc",
-	"qq7MCkP4Xn8kXhayItg/rMZoo+2BRwp5d24OzBSuE2vfhWT1hGdY63tMYxwpHqfBSIRjGrtk9JAIOnMp",
-	"EfDYKtUO1+0+MYoxM/cabslHB5xnORr8U4mEb1XAlnWpFWpTqZIJPpkapd92uLOKqLlZM4zi19H0Op8b",
-	"foS4NIZWTEvkgPyH+b/pB6GYzUxvAGKwIBEjcOaZnLP9P7Ms5QIJfislD/fkCwVtFiTRrvIEhOqiEPXw",
-	"u1BwHijcs2BELZysfqMbAbawbH5aEQDFShZHNQLWWunV7kOfPGAIqMcWtpU18cXHlzfbidRfrG9JF1pJ",
-	"OC0e2UvMIwO/4lSmhXRNqNN0sIknigj2oSCW88JmY79A7OYbNkdUGGcdNDdOgHcngKyZ69SBPfvF6Lkm",
-	"EZ0xuOn65G/Oloo8tShnrRHc6UN595lVyqFyKKaluZvyvKxLjxZVJmIAVU/B6EkXqk/eUgzK4Gokwv05",
-	"zRULA6y32X7r/Qrpzw9H3l/wytzhcvTuOLzRDv0r7SFusOr6fjFT5WbMwXFSwe4KLvrvu6wDVtfIv8ye",
-	"KFJSLOlSf8X2drrp9kGWbb3vXhmx3rIJkI1tZit84QzIYLAh3dB+DoPS8JzloihRYARvG4kRGlltDvXT",
-	"MEZucUbCGVfKhkWiTGf+BNPtdZKnqfkEha1Q9OfK/hiHZMymXMSEjgS6n3ia2gi0ttBIR5k/wuzvw32+",
-	"UW3XTHyTSGJGplxpmS2+R533wj9Ydp67nSJzma4UGuG2DSOZCx3C6VEO16y8VKVgpFsEa2ERALhO473A",
-	"K+NtRcuRgKNLuoZzwnmEElW/c62hgGrC7lhWulMLXgsuSSWlYNm60/HazOqeh6PJugTLULEpFRs5HEBG",
-	"Np/lM4AuNR+5sB8LW5NR9yeA//05zsplKvWqSORCklKBFedKE+B3fmhg6oYOjYjZajZac3iAxtsdBq9l",
-	"cf8wVTkW5gYsY1Ys4zca114plS4b9ZdI3jzKvhtNK7CL8z1GrsFO3Ve5h8o2sxUE99LRGp1QLpBP86q5",
-	"0LMQIjMHcycA2MZF+RaoEGMpFfE2EsAfeWf635A24dnviTgxovg7je42e0Wo2/N7Umku2kn0Eg3rNcuC",
-	"s7KjncDmWHRtSCEJkVWGe45DmEcRx8bQLNWI7gcR1La+3RxSDc6LEGykdZoxkgs0Jrj68I2oQZBIgkC3",
-	"UozEDVsgqkwBegT+tb2ghh7kTCc+gJAthATqBNw3XYxU8StTLVV32jt3aEQIUQupLHLG0KTPUlvu6OBg",
-	"JNpKMzWiUefiQQ5kcL/Yrc+gITxInNGMxgwdmVn+DcQYrZ79VaHUMgEltUT9EFb1pX/p6KF3ufBdggLr",
-	"Na1ghVDAod0a8caGno6r6SSITUpniKBntCjQXwsYMaNGQHK8uYIhVV71yQXkTTioK5EuWtz1dkg7O+vx",
-	"/a/UVf+ofARmvkpvsmvzpADX/R6FAvSr40xJ1+wZXn1uzhWznSW2dke7dTNQIPfYVTyRSZ2OjJwVZQso",
-	"X9u9eHHZOzg+6f30/JfAIfCaOxG88NDCSNxlWGvW5kaVKPDmLrRtGfq8YYu9PvkvOEQgCEAtxJ45QGdE",
-	"SJLJXDNbggWznEZCCtYnFyiVAH2nUDoTakOYC4MLEuI4rjOWQHG/iHGHaw8H1jxjhBDIdBuJrn1eGWGm",
-	"SALTU2bEa3dppgviYOe1tL0v5nb5tSyydO8gPSKlY0hmhWq9JLSpX/ht2MAuzu0mFJEBuV+IMZIiSXmk",
-	"wxUef5jBA2ASvXvx08vLq3f/5/rqzV9fvL6X652qGyhMUwQ/CZZdo//DXL6uep86jLJDvS0OEk74SznT",
-	"cbU3daWTrjufsNl730fs8FdZ16rBde9OxjJfrAoK+x8t21iT+e7zngK2EeqFJpSnyvqePugC4RgEWnA2",
-	"kEjGrGBPuaC3lKdGgw2X5YUfoPviXG+pGMBrj66ntx4DxHKHLBW7AR7q/fd4MeNurSa3oC3K89bG0AJH",
-	"XBfxMWapFBOFeZaIPL8a8/Anpr9hKvqXoB4bK1Kfapswl69yCxWxIBadowzRtnX1rDxUVNOyVHflBCgM",
-	"xGiwHYL/+GFIaUcZxYkM4vCut63YUBn/lwph2I7Uv9dIhs8sCniRD26FUQ0wojsI9WqVeGDhnDeI0beh",
-	"ChG46MmcTrgoTQoJTzUACzVikNmsmN3MAjDCrzd+vzHzW2NxtQ3z0qm6Kco8t1WutNrGVo1emRf+nWv/",
-	"HSVgmF3dIBQFTsz3mnhRz7FzpWbWJ1zEeVZUksDqgaKGtbPCP5ML/vcc6m+OhP/SkksGDPtNfhlMsS1j",
-	"wbZwy0CbN2zhCiLEPAHVTJOxjBc7eWZwWQxBfeNp8ohjYNoo0uFnTCk6gcwMlqbSUJ61zJxhUQNPLrpe",
-	"VwDBUFbJf8/qtp4tLTtmwb+QfAZ7/eDZ8GZpvnZPVdvMv2Ys760tVttWb/i8/q3CYqWR47QUCoOP+x/h",
-	"vK1KLvkbxI0UXPUOaghpSca28kYckNDGCl5b+FGi6ELZ+Fkhrx1+2zWarwGRFI/0tZD6uigXFgPiaB1C",
-	"07PL26T80DKiPjYSWjN80aoKSVmNbC+AMUiRcsGKEZCwfOJ6xhXY193XkfkSg3tHInTyTnydUs0yLEeW",
-	"MZ0trsc0upFJ0lZobyeOb156bEuJ6eMHpilP21RIZDXfSnIMEqYDCnDwnhuT/j7NNE9otMLH+yNPGeSj",
-	"zLi2YH1ULMrac0lBnwGRabwOKZqqm4uiz6+RQsx8VzlJoazol8O2dZyg3BDqLeeGu74OEuKiDIE217XO",
-	"Fj1XtqzAiEKYBhaXsLUXlivCSxYxAh6fSfAdyqLEYcrFJMQoJsfpGDUSLIdihoX5P6JpSroWgVkKD3+Z",
-	"uATjPczKKpj0mGFRr7AYYOgVYrNot9GNkHcpiydMQeqCc2S6GvytyBVu9uBTNB/uj1zxVbPKVUzy38gV",
-	"K5ErthJB9lM5USvzFVI5wcK7MkEYN8t/u7byJ3MFB0P7S2jIT0jtSpVC1Ox4oRmgnCsGrnBQRcNEpqm8",
-	"+xPoggVEqhV3uk01E/dAsRXsDmMX7go5yfY9EryEnBZxoaB6tRQhNgDK+coZwwqK7pS6qWHFxOdSuIRe",
-	"HKcaCZoxrIJvK9hfvH1pU3i7dvvIEeLSmF9dacGMwVE4R8wAxsHxo/3i/CNxdHDaUK9+hZTzymzcrsd3",
-	"yWR1Yacu8tmYZW12KLtAdUhpTMo4GB49PXp2eHL0dE2mRosVEImjORnEzwVp7GeweT+4mc39JDRVrGhq",
-	"LGXKAEWnpalKgb/GBg/8kZ8M1oz4MbnqKzm5Yh8apYtX7ogXiUi4F/3dIgtPP6+DAAo0W+HEneBUTjZn",
-	"gRlTeapXc8E5yxRW6MWnydhoLwyimDExu1Eu5RYlEwKz7AMgNihzcYmIuQNHLtHuUuRyG05DUyUJFxOo",
-	"yWwED+lwKRGTC4t7tKRuoSkGZ3YPNvEt2Y9xun82O7PejFzdx29B8XprRq6nmcwn05LkLb53dTrbEL/O",
-	"Fu0C+S8gQVOHVHrtAFdRJfdEXZSBaXQDl7aV4sNqidvikh7n8YRplMOdca6oEKE0XbgoPxdCTd7AnQme",
-	"JzwbpSAspO7BLDAYpylM3/z6zYq7QaETQRbSv2Vdu6GEkpjRuJcyrSEYXGaecrhaCs7nqaSx2v+Ifzhj",
-	"XGt0RpioEKibifiJIviWBQ3G8AvnqVA6YxCRqyWJudk9TPiaAjaUIDM2k9niHLNrUqjFAdz88ueL3sHx",
-	"CZnlShMMPQULNWJh9ckbwVy3GK1bfJ/6RQyMQmr04jmDMkZlC0GRjOZUTq5I6uTkMUtkxvznPY20AbLD",
-	"jMNZU7Y+VPj6VvEkMtJM93BtqyercIGOuaCYtF03t6/3Qhy1xFfHsDi3LOMJ39mQ/rgnaVvD+OOWEcat",
-	"hZI8ljqeKND9FOkmeFfRCdtbUVS44WTuo8mp/ZL6L9wgmwVn612Mf2fQu+J/MP+EBQVkqLZGNRtLIm7A",
-	"DISlv0YCzLFeqZMzjEGRIrYmMLJU1t401icXZMaVsjas0pWJAwIFNWMJJi3DJYYT7RUWcbhZyy9NS+Fe",
-	"AUzujueMZjcsXgUUDoN0hxQ35r5H9REtn203YGluhNX9ei+nTY8I7gsE+8DieobUFcdiXRk7sKegw8WC",
-	"rHRXFJEjZQ25YKlCF+gnZd0T1VqjxyvhXV5Aqq3wDlejsqqQzCAl2tbhsZkbCUJblOXA75rKWpalb2I7",
-	"9JFwY2/ThXatefdVaTerC+GVik21Ct7XXyT8rticxqpXa6JenGXdUIMtpkSJFKyn+YwRJjKZpkAvQK1n",
-	"vjUef1TOizUS3fDtm0us/IS/Wb6LlSFIxMw5hdqmpaWkzI96ftEnbzIyNmIHWcg8AwJ++9eXZyORsQlX",
-	"2lalilJuBuQ3J+Qd6YbeN9dzNrM6lvdlwsWEZfOMCw3YRyMB/lFrOCwG31S2ymsmdFW7WgtvFVekO9Py",
-	"TqAHbulwA2yTVzfTCLZ75w2FqVyT85RqI7S5ttEEW+8nrEXMmDFD8Wis0FWLloQe9siMCjqpcCPYvphF",
-	"PGYqMO1i9S4Qhg2rMVplNeBJ+cXLuG6PLSpKYe0cFDSjH66jwsh8bWNVj7yoPzAJ9VjeG3YCeypqcTrb",
-	"BujgqL9Q6pUNSLErtyoDy5oNWs8x6aopXA8iYl9rStbpFwlAcdXvYia0EUdW1O9qqRr62MXsd6wh93kq",
-	"wrXTZllp8dsJ0rhzS914sxpto+FqtdCgmEYfWpQWvIuaOFbYJz9AIWNAA9VyjjkPLoMFffTnI1EvzeqV",
-	"liVTlrE9AlVZ69IourmDpdK0fs3ZWTuu6L2JLViOzaKaTOl8zgQmctUGXPf5c0VcoedWtxo00exA6sB6",
-	"dYIiqtCGUAT2h/ctufw73kl2u60nbEuQ0R0ul891cnMYYFw9wf/SmKK4ZauZRPtF4cuT7YaZP3MR1yXn",
-	"7rKAvOfqrdsjY+VMZxL1pN4++QkUPvPw2xe/kO4csngziCgvpXH0nPmwyCoH8wuWjJmy6Aa/NkuAddTB",
-	"5lPp6covPefPAJmcGSsY5W0UUqPfAaV+JM3n3ord8/Lb5nBv6jrDoXqD/CrPsaWQIvDQXDX+rv0rZuff",
-	"25lidVOvGPWyirotfygl9h5Ihu1MAlLfyjrJVJNUKkyevGELZypCLwq2yuI+uSzk/36LgvaiGMEVDOAh",
-	"Bc6H04nqo2xzBJof+9/AtfJSqdzcKuZgtqpv2xITau3tkcJWBanV8a7bDuMZF2BtWDId9FdYDX/Cvr9m",
-	"dQWGuCp0uFgYXMjvFl2pXvhe+TwNiQKVDGfe2Y0Ql4u/r8IcMRuAhm4GVdmFJKk0NxYoyYYcbYH7YqOK",
-	"Ora+vdvGFRVaxUi4Uu8OeY7OGNEZFcroE1KcO50pdBYwwHb0dRddDu2JWrKmY0Q06aLGYaQyu0d7zcLO",
-	"rbxhHkHeT+l68IryFzC7t4Bj2XQoj5qdKnFG78T3eGDc5AhFEmizErSFRLTz2DbzLBy9JcMunAI9NQTt",
-	"2/LdCTVkyrViaYISOYyV0FQK5mwMtjLXWZ2cYSwABe08T6pyyJQkY6mnNY4RmUUz8n/p+m2MwjX9PIR1",
-	"YUtC/0y3SdtNAsv7Xd4fTDdi8jhK3FVPzoAtrpZ+J1LGBWKlx8Er3ipzdWDgjqtEN5MZC/CaqNmgmDlB",
-	"eiQA9ne8sOi9pCukJgC5bw7lhHKhNBr13JtloIEr9wrBdqZfyC1nqWJ3U5axAAOYXHLOHBxpELMKTjgb",
-	"OYORseijcsm3XvwDaHFHg8ORsCh7PVytOAzMq2Y9CCW2ujd4kjGsCaOV1l1Cn1PJ9ixomI/ZOesY5SVl",
-	"9IbF2wDdmPF/lZq33ZqqBe0rR+E2I15zcuuhG2NGM5Zd5HrqQjfsS/WD+07mmiliQwsgcyUgNNdTJjRo",
-	"zODHXFak+176gF3wJRvzFRMUIy/c6VcsczCY1euKayyMXDhg+83YL6rJlF3xFXGmAnvyveEq7zrGcJD6",
-	"+Jta/sHDoiha9SNM7FdFrW8PCaapPYiwzHmqe+ZKR3DzaMqUzqiWVl6GhJql8HhEFicJF3G/U3GtNvVz",
-	"CQ/D68D8oGooi5ERGVVWw7S6UKpUZmUyYFnpiGcl8PMSgEvjLhS4qRUsVxUYsd0it2JMjLAiO14DMnFp",
-	"uHU4Q3CJeJ1bVKSGrB+XvqTKFcxjDvkT/q7AIw3v/8xoauNXM0ZjLphSuBIy1/5hsOB2ji7nqvPp/af/",
-	"PwAA//8=",
+	"7L2Ncts4lj/6Kijdf1Xk+VOy/JnYrq1dTzrdnZl0khu7d+5/W7kmRIIS2hSgIUAr6lSq9iHuM+yDzZPc",
+	"wjkACVKkvmzna2a3ajq2SRAfB+f7/M7HTiSnMymY0Kpz/rEzoxmdMs0y+Oky0vyOvZUpjxbm55ipKOMz",
+	"zaXonHf+NqGaTOhsxoQiWhI9YWQus1uWPVGEwquEas2mM61IIjOiJ1wRmY2p4H9QM0i/E3S4GervOcsW",
+	"naAj6JR1zjv4cifoqGjCphQ/ndA81Z3zTkRFxNJO0GEin3bOfyt/EWeUi877oKMXMzOM0hkX486nT0Hn",
+	"Eufx8gczFnxyRvXE+yL+/YbHnaCTsb/nPGNx51xnOfNnkchsSs0k8hyeXP7Q8zxTMlverOsJI6FgH/RN",
+	"BE+ERCawY7OM3XGZKzKjY9a2IfhOZUOm9MMrJsZ60jk/HAyapvIjT1nrghOesvuv9hWjil3LWyaaV5ya",
+	"vxNtHoDF2m0mc6rIOKNCs5jMuZ6QLjc0wkTExRif3yv2YsJozLJy6vDRHn511fS9HTo4fBZ0plwUP582",
+	"roZPuS72q3YEKfyxkSRPBoH5GJ8aejwxhzHlAn86KL7DhWZjlsGH3sAe0fRlzKYzqZmIFn9lDTfsF3rL",
+	"FGycWSVTmiiamP0kGZsxqvvkUpOpVJocnpyQaEIzGpm727p13gd75ottBHVyUt2upt16413kVjLzb/v9",
+	"ye2dffe++3ZBYpYZ9sQ1STI5rdAmFTFR5jURMSLy6YhlD7DPG5HpRvt+FdH2/VYRfYB9voomLM5XcA9l",
+	"H3iAT7EoY+18WcGf7/+Za6puWz+iqbq9/yd+naWSxq0fyeHP9//M30DCtn4GBfB9P/PJvKxmUigGisDb",
+	"TI5SNjX/jKTQTACbpLNZyiO42/szfOJ//64kyILyW/8rY0nnvPN/7Zeaxj7+Ve27ceGL1Tt8SeyQpPvu",
+	"x+fk7Pjk6R7KCkqUpqOUkTCSMQv7sC12RNBaZrwQSewDnc5SBhPPGNUsvoF1Hw4OT3sHB73Ds+uDk/Oj",
+	"0/Ojw/8ylznunHcGB2dHyQE97I3i4+PeU3aS9EaD04PecXQSn7KnybPB2YEnmrmZaJxHcP/r/M4b7Wl0",
+	"zHpP4wPaO6MnB73T0VEyYIfRcXwwgLO6k7fmqBKaKjgrOTN7/1unGP39p8D8MGOZ5ngs/pK8Q42pZj3N",
+	"p2z5ZIMO+zDjGVNbvWMWspZogk5Klb7J1ZYTwn38uPyHpb3cYAozmjGhb0CDsO8sayVOH6Ga2B20qqlg",
+	"F0TkaYraqnlKFU8A6YVjqtmcLgiNp1yEfXKJjw2FYHcsI3ZzSUo1M/ouFQERMiMTqsicxywjeK5EZoQK",
+	"qScsqyjE9hWjDOFKgqEw8giow6hG1E4eyUUR89WF/R0vlhOQjBmVkd+xdNEfGjWpeed+c1sXdMy6gcQK",
+	"SiyOZCRlyqjolH/c6oAdKX/scM2mah1PgLt7Zd4xL9vRaJbRRQf5kmNqv3VgJUA/xVcC/1KUiymNAjn6",
+	"nUXaDO34xCuuYDXVu1XMdaNJFzxn7ZRhtMbpKMV0jWfFTFOewtcnUmmnisqIpuZn81rCM6VvFGPiwTgb",
+	"3OO1Iwpz+Cn/g8U3dzTNzcQODp/2B/1B/+A+nNDpy7NO0FkeeIkHelu06oD+cvXm9Ztir2ub9hh8cOvB",
+	"l/fzgXgi/qJhsLbPNN2yZUUeXnKDNEy/vsu1fWm9Ag9yHeEuLd3FoONZ4BssfPVdfWe+/7FD45ijOffW",
+	"m7EV49VFuJOoaTpmMGL+FhDWH/dJ6O56GJCQz8z/zmSmzX/zLDX/icyYidG9jP5jxJ7WLDOD/b+/0d4f",
+	"783/DHpnN733HwfB8dmn/9VEF8XxV10Jg/UmiL9JFTJo2Ss+FlOrM3rMjcIf1mhkTBhVr1BhH0y/KvVk",
+	"bwgaHR31nsbHrEeTk0HvaFQyxmXGU5n+ppccfVUpvIWesQZ6qLnOinfIaIGKSjShAp1Fhdvh8OD46fGz",
+	"o9Pjp573YbDsffB2tEm+78JfzNaiFXCTMWr1/8anHlSt8E5wE7vJp9llZuabTW6DgsoRr9El8LDqFG69",
+	"iuhFgMuUcMHVZCsz5Gx0aKj7KO6dseOkd0hLujRMlVHFbnytvm1UpWm2zgBSmupcmZ3Lo4ixGLbB2cfe",
+	"nJ7Rg4Pe09Fh1HsWH7HeQVLOqvMgl6u2cx93ovQsk9mNMRIbKRL/PGVK0XHzE5XDemglYencNv1AlgvB",
+	"xXg7Hdw7+y3eAVpYI2rxpK7w4U8etWywCfe4w9ynzOoFrhFPsZKGTa/szIqL/cLQypbS3hGe74deK12D",
+	"jkeQ3pvHgwYnv9kRnS0Mu6o4pO106ny2toMwvxVrfpPrSKJt7kItPldIKEcuWcinhtBLMdhVQUxuLDgL",
+	"cFMhPZuzWD28c17E8OiMZQqebfxqHnP94q5B6YislEWC6SNTN0QTaVlnWavNJHzDflrbcIRnjjhh2Lll",
+	"C5IyamSH5Q/Hh0FHRlGeZWv4sfVf47xGT+OD6JAes5PkdPD04BlcgGzM9BactnjFzhu3oYEB231q4Irl",
+	"TrX+0Sm67qzd7tivBR21UJpNzSYKKRZTmavGY9zJuKtxEy706bGvKp0NBk8Pzs4OT46fHg/Ozg7WiZHK",
+	"QW3KPHdTpMrDbtha76zb/9pi7DWadN66KgcXuNNvZA7FzXoQQ628p49nrT2nMzriKS9ou5GHo4FRd0Ib",
+	"0iI41AWhxAicJ4qE7sM3kTd2SKa50mTESCSFplywmHDwy3XD/xjmg8ERCyGsWZ1h0PnQG8ue/eXvSor+",
+	"Ozr/xYoBM39puJdmv1CxeIc0srUoghG4FJsfzfPinZfmqn6CG/QS33RBTvvjwRqnl//5xgOqLBDjDsuU",
+	"db9FXAo1x/v8IFPd7RyYUyM20KhQ5UAtlKY3GVN5qtcu+B089meqo4nnisJopqdNLzvFJ3w8YUoT/E5v",
+	"ZEaox0G9FA+imNBlVodVuXY0SWWpaWywMU4vWbLq7O9XH1tJXQ2G2jaGl3un0WTayMzb2q6CF8z3IPBk",
+	"lxS3W08byp36SrZU+HeykkBxtW/U04pssohZLRkxc6YKMkkg6EfHlIuA8MTw1TlPU8NvzWicxX0/0LHy",
+	"89sYKf6urwldUHV7BQ/WabOSX1RaLbWdr3yrurEriLpkbvcnarz938WVcJM4HAzue0FmZfh7o2i2v48b",
+	"SKeSK1Ws7mUe/fP19VuCD1hHYEEBhKZSGOacpzGZ0DtGRowJQoEwbPiywp1Pzs78PKXBoDFTqZWG7TRX",
+	"kyUoDttJyC1P5l8CtVGgop9Dtyfm2eGfqEqKXksW3naJdA8lzivk5i8oWC3pIfzr4rE7qmnWQcTFjWKR",
+	"FLGqeCCPDk6OTgeDSqLfaeM5uNyGerLmGhfQLsbjvaLspWZ/tI1eXw29t5+Gnyq424nstJFNs22f5FVE",
+	"d5zcTokqaT7mWxgyZnZv4Z26JbbywMxUucy4XlQchH7C6kGVkHsHg0EjLaODoTrj7SKH/ryLr25Iag3x",
+	"Zzufci9XnS3mK+52vjEzuovzh60+JfzOD+Ubn5cLaD41/9pwmtf49Pq9thfdjh74O7Ji0yF38373feUq",
+	"YPzX5sldd8soj+a3arNvGf3+Gh5vCZ+fnpwcna4+2KAzz7hmb0S6QJ9TGQZJ6YilG04F00Bf4RsbH2B7",
+	"lB6PzCxwtwNz0toYXDLXjXLzdHD8bF12fNCJMq55RNOKa22tJu0/C47jlC78SVRVoB8kEVJb3WfEEpkx",
+	"VLumVCyIfQ1Tw4WcV81KmY9S5qtlTh1oVMqshgiJlyzK4UQa9qg6vZ9pFhMoOCCytIWfKDKfyJSRLBc4",
+	"N0h1M8o/KG5h+YWY0Tjlgt1QjR7H7aZ/0DB9IM4bxVIW6fUqNxDmlXu40EjjPEOirCzdCqUjXyqZKXkz",
+	"OmmilCn9UEujcCNVxds6itst0XSRShpvF5mYcSFYfFOJei7r5mjHgU0AOapTuoAjL3wiXSpiyBENq4cS",
+	"Qu2Cf23AIT0USvM0JVNjgez1yUtd+Klp+SFWTURVjKkLMp/wFKokIiqKCxOYp4cCpjKnZh6YGztjIuZi",
+	"bJNAQhJWl5sLekd5SkcpC1flpFbs7gfSXRrd9dvyFHBZrTcXdbawFXNGK8f6hYwlDdfciC7l6sD83X+i",
+	"CL6oykPPWMT4HVMYUXB2Wze0D4Z7fXJp3yJTrpQx4WQGRzNhaUyoY3eG+5CE8lRVS7LMGYI5TSIZM2IH",
+	"rh5bJ9hQW62I5qq2WldQCyG8iXfNSN+NdEM3ZrusQwm6YzylzL+7SbgYs2yWcYw1+6l4g94Z7SXvP54e",
+	"N2fg+cPM0FVS06gHzUr0TSQFBO+EvjFrrbK/g9oNWcsAH05BbeBmtfR2TeRcKN/x0eWacEVcshXR0nAc",
+	"86CImCFrMRT+KD2wN2PMwQfuaOZPpEgXcDPkXFS+CvyK2N0BDwvXGzIgy7o2oU4kp0b6tMqXP1g7WcYt",
+	"5St0xkuHzmepZdmwJMVOqjMf65t//Pf/NEQj/JlvnETf7rtCxhQQNYGTFhHrkysGIpFQRcLLXE9kZg//",
+	"nPyZ0YxlBOKvEVZrYCi2vzbHyPmbyhWsODckAFhwmr5JOue/bUIwnU9BPc7JRCbTdFrUsSzvwhuBkY0L",
+	"fw8a3aO1oXbIN6ttydLkVn9keb8MybyANzZlvX4Nl8qQUXZ65v/+/OKnl6/J8xfvrl/++PL55fUL8u7F",
+	"//3ri6tr+OtQ/OO//2co4N8vXv+w4rmGRQBBs2aCLmbRxK7X8Mymw72PU6vhPNz0mmj1RfF4E49ZsQnV",
+	"wrHWbO0Gx+mz0+OGCEzTPjxIrVqz73bZ/qkZOBuQuZ812PCVpu3+kaf1ULOtn3T5V34NJdROBo/F3DM2",
+	"k5nu24/snEivJvTw5LRz3jkdRYOYHiTHh8nZaRIdPR09G8VPWXw4GNGTp6eD0/iQDmJ6EsX0cHRwdBI9",
+	"fXZynIzi6OzZyegZPTJj8T/YzWihDUkcHG4d/btvWK96FA30t0t95YbfftCqR3cmDcP5W/yQSXGbB9A3",
+	"qyayOlLlSCqzL1ZZOZa2S/cQuWlweXev5/uZ0dSw8Ortn7DIautU0xFV8M5tJ+ikXGnguPCTK582P3lB",
+	"YftjTRwVYzaL0Y9tJWHeZNVSei5MwzP+mnFV/K1YERJ+qVTO4ueluVPfFnqzZAu1iPh1or0U6Q8/4q4i",
+	"0Dk+MybYvPKX48ERiPz7V0w0bWGT9vz8Eq0wY2wpZ4J5byrSpalCNB9b7fxEBYSLihWlmM5ne/0Njdov",
+	"Kdibdr2+L+/ME4QmWLTNFUmlGJOunptt4FlcOGlSnjAzvxaf6tKn71Hf4Bc01Lc0aDrt9RpKw1Y0XVbP",
+	"Z7kmWXbLPFZwCj+H2rWV7MoPqBytKlWvnqIdmWhZ+DWfKIJBlYBMWTaGfFyLVIW/NzbjhKpzAJUwwxvK",
+	"VoTinwMSmm+FQ5GxqQTnmw7cm0JqcDzERGm66JN62d58IlXhuF/y1JopCDYfCjtaQnlKjBFr/R6ka19J",
+	"pdLhXmAs2/mEidJlq7ScKULjO7NxCsEBXOxkKApH5+K89CGOJVNkRKNbB9f195zlDLzGFfAuwT5oMmE0",
+	"0yNGtU0iUuj2RSdiCNPqW65Y8PGUjWm06JybXQs6f0hhKIHlvTnDYvUp/eAf9elxA/kBlVikH1c1uoVr",
+	"7hYBgWo0tM6TNWMZtWENJwBfmrW9lhr+++IDVxBr/kEy9Vpq+HlZJJorYN7v3dHM0AZ4S2BBMAr8yw0J",
+	"PxTjwk/VwV2MUTU6AIjMyFRmDBxa4UuBzv8QRg8viJDC/gk/Yf/sf6Hqzm28dI2he+/UmnWiW0A8Kvb0",
+	"fdshX3nBpJUnXE8Q5dHEEqt64q4j5uYTwVisSPev+YhlghlxptiUCs0jtXdu4TJCiITYcGtIZpRnLiIy",
+	"FLOMQSaW2S58nH0wv1NcCnxqItO4D1t+XnISwhVxr4Ir3ey/TEiIRxheDIU9m3NCR+axwJxg5RVh39ET",
+	"Nr0oDu6ifmrkUhDDYhbEsZOhwH85PBBb21SgVh0dEs2yKcQOaJouXVvcj3KdCpxXcJM6miOwTXFD8GI4",
+	"yvytM57lncD8by+l2Zh13n96H3T8HTZfqLOCJfWlYQobqulL/KKaz3S4HHGoT24rOVS9Ev4L3qccoX9q",
+	"I/17fbdeo7Ik6xTTZLQg7swU+sa7iFEDReSF851rxdJkLyBKFuUtQ7EkrqZ0YcSciIGnUN/D2id/ZQsj",
+	"QS2xnR55CGkYdORiPBShBSV43/2tZ+EJ+vvv/+R+u/fv4QVBqtpgrO5vl73/Kscrfrjpv/+T96e9f9/7",
+	"97C8B6fHdouWbgBQ+bml5R3lFqMPUldQyN0bY25ndzQtFdeDwTYF35Us0E58evYsjo+fnrIDepzEp6MR",
+	"e5YcPD1IDs5Gp6cn9NngiJ2yeHTAotPjOH727DQ+PqCHp1FydhId0rNyQO3N6GiAvoCWcvdtUrmr4fyj",
+	"e/iovOA8F7McVIiirLYzYWkqyxw8c9LRRNZCkYCkJ1h2Yx/6dF9n06pjbbZHdAmgCehUiWZiQ7tj9+Ly",
+	"tZnDlfTgC6LKwAuCIJLQw+cMiRRWJrk4c2QE0Iov6xX7clVLzCG50Dz1NsqueMNdsqHzrTwnyxuCPMtZ",
+	"iA1x+4RlTETGsA69dACj048wdHlhNQJU8Lk25kbxklEK+uTaUADHYYGZz1IaMULx67DFhM5mjGbqnNwy",
+	"NjNnInNtppXKsXIwYpDyTrqecU8yFlOjOth1FPYFpKkpNJgg4UCO95BvLrE+xwDW1sYIOlMTqbfJ9W4o",
+	"2V+mlJXXy87vfRvP3h7HZ8urX7tTW+PSbrRTK5a3U4bDPRJlDCNvzEqoKS5WKpeJd7AedUHAARUZeo6r",
+	"6soTc/cZgxyniOtFpTziYINMh1kmtYxkenPHMmUTer3zOGnKt1Ay0XOasZZ3DhuTNOaU68Yst8NBfR9+",
+	"lnN0OGkJ+VSoYgH36JPnlV1QLDM33S6ZdA9PiDJ/s6PvVfajlkLXXODTRjNtRbh4RJsr56AUrXOi20Fb",
+	"SfjKFd9VNy5EnPDQcjxDIlyM+yREyIgbW0/P4vAcvCWYHmdrrmzSWoEuEfatU8M9i34YY0lro3Sise0K",
+	"DmkUsZnGikPnMChQy+ufNzdVNrkL/PW11XxBbZth48Y4tPl3Ec0yjlRREa5FZgw4bPpVFXcXXXRpJY5Z",
+	"PLiSWtcpXUmf3dR7h/qWFtIEQ7VaR/scetcm2k+L0nNBBqhAGFrbVAPapKrVu4JrSwLbyH9pdY13XY4v",
+	"ZzMm4ndF9WTFt2jGqNFF48YdnvXPLHiETBJA1Tw8CTo6y0VESypeoqnKFzbfk5bD22D7K1NsTJ6Dv1ln",
+	"8QdNokkubtELBbhFhFZP+v5h3XKPmuYT0Rlg92eMRhMWX5AkzwDENqaaGv00zqSRV56C34Y+5K/d/25Q",
+	"OYYtSOe52ZttK3uoXmoVMDh+dvK0sayxOKiH2u96HqvbDZhWyzKv2Qf9gOgFnq3uJGPpdoXdgepnIwDt",
+	"F/vAGwVNwRZYumXu34MNLtyOOAX3AoUrV7miLhYAm5mIWXxOhETRDyQO8j+SU9ZE4UFBT8vpHtWb/oDg",
+	"RI8wZoUJrLnGS1hrBRFXLzjsjLf7TdT9ZsYEoujvinJTzecpe8b4WVYy0kz3lM4YnVaLm6H9QmumzlZ9",
+	"GvycnG0ywh8nXaelbLchuabxWDw33L0x9Vc77myq2mU0bVD5Pn821gq48TU5SP6ePUQuUuUMHg8py/9M",
+	"mc+8hNkLeZE1ZF6W8jEHIEJ7Nwv4O5kkKRdlBryDl7tjnrt3ENRdDp82y4SsTWMbJLwiAtRaVHFcaawi",
+	"WNZjeQ/QzQUsya215qmGuNhGJP++FZm46oZu8j83HEWTUVMeTDPyrkPsdWZs8Xw5taATc1UFxYXver8t",
+	"D5nqG+eeabR4SyLYJDu+MSumOosSr7cydVjXZkT+0De0SO3fNXfwLZbSvSsOpx4BXxCKyRsxepm5Kgta",
+	"Y7Jguk9CjFzcCKlvXJYIuEK8etLQRkr6+GxoxrGZXvZ1FZYFhQsiEz9I7WLwtdKdao830nVPQdpZMROj",
+	"V5XfMH9JU0IzBuuIZA69wQDsSWnC9V7f5dBMuYJAYAiqGV7EwmfN9aTo+2S2uVoNabQ6my5gKyt1NKns",
+	"Ry3u2V9VxFjbyVptZwiufeWXWNJqHaUFeymGqOyakHPSzYXb2YC4uxbY3h9xQOydC4pWIoaO9nyXlJA3",
+	"BYZ1cXUa6QIQ/G9wN8tHy6Mvtt3xTf8XrXtkhzC84CbJ09RmtsZ5yuIbaJLScVBgIxrdyiRpZBle+6Fa",
+	"oMx2Bip6BVnA0FqjoCmNJlywXsZoXOkcVC0uAbxeNDh74LBzAKSVbnZ1iB68e+DBZRmZsBSs33XArS7h",
+	"9nhwFnQ012nR2Y7YT9tdmGg9U+f7+7i5PRu16cfszvVcUvvelD+1oRDXfEktG2OeviDhh54du2d+oUKS",
+	"clVkl0B5qB9BUkzEKhgK2HRz/3OV09QBVXV/knhTIimUpkJDrGxGo1s6ZkMRjrme5KN+JKe1Ne67/9q5",
+	"hHt98prN4fsKMhJGjNAYjDSjzWtCxVDk4lbIucBZjrAi0MPNqkSwvKytynpBvGaaJzTSqldIufPOyeDo",
+	"HA/frd2wFCGJe5ooLTM6hsUmfJwjWLFzzzoItM5553hwdl5tO5eaQ1ig1Wnp13UIsnBHQWdE416kMnh/",
+	"YHe1TAOFnF5jqbuudxBXSY32y2ICdY+K3LKFkxbOiW0HzpzRVQ7eNtAoY/TW8LYsTwtpcPn2JYyko0lP",
+	"SN2bsUxxdLaWy/UQy6KU8ikMAu4+MrLcmGJ/SMxWKQcpWUmPfbCocued48MzeyKWzbrOTZCmpYiWEmNL",
+	"csYEmck0heZLiUxTOVfV3Nqeg5c28z2w8005E7qyy3b37mjKIV0Tvm4NEH+0UtSXw2Uy18wmqVFy/eqq",
+	"4QO1YSxBr59UxsZmpzKUw0KSko3D870olYpVzvnsrDLgHBLf5nCzABPDEAwGE0g3leOxOX2RLvawUiNJ",
+	"eaT9w3Xk4v5m+TD7wJU2dGmdAGVx1UZ36/mld5uA/ZYDVEeDg+9xAUfjb1j5jOuVpYjd16C4eblC4i5B",
+	"xhOZjXgcM9z8I7tXNE0hBrcAMoghR1yBoVs2feSil6R8PCm2hxabY3UUrkitS6SZFCI1WET0C8C1XJAu",
+	"gAr0LhPNsr3ah27ZopcxM3W4DIc4x/rI5j7B8qxcjHkCCQbazQoaWaJbD45icE6oIO5XiAtwYZefKyA3",
+	"SENAonBuWhRBHkFsKjEhQjbuobeoV2gW/khybL3fsWR4AZ0H3BwYi4ydWHibpkxPZAxciJqLbi/hiX8J",
+	"i3GQDdowNLwIypDuJTIX+OIx6Joqjyb2ZZkZriXzLGKkKzMIzjUQh2Jsr8xH6mkpbZLkeef44Kh6aUYy",
+	"XmBfuFKaIKNTcA8V/4MR14XWdWfsRVLojEa6d8dlal00eH44Nj5mcSHNlJzOyxWJZZTDnejCWQJtFG/A",
+	"HUJdVApIPzeGAVNa7YEWR0WjODN/KG5U8UCRa7PRhXc5NEZUVeSoQ0/sobex58geLpgVlihFrEjy3bnw",
+	"pRr+Iji+cm2YUy9GJlvOKmPgNIRraR8i5qG2a2nU+MY9AQutYU/gBUNoXhcHfAvOAzsg3GiWTbm5hAju",
+	"4noBgYfC/Ozh33Zs3bwVkKqHTQQd96JEsLkR05YJIlHIXKf8Dkha5jqj4hYnDY9MuYB1A9EZ8jWytJex",
+	"SGaxclRck+AoeMFnbh+EtobE3cTKQED7yglylco57PHS5uaC5nrChObWM43MXUhIoxYS6TUoV1erXisO",
+	"Fh35I4pMzHuk7VhzofLZTGaaxb0pizl1FS7HByfn/u11eDugli6X9WID2F7MM1ZKTfylK8f49d0rm+aB",
+	"6eZQXhLAtdWViqxyOF9lseRmx3SDQCijEGn2tQqLHZgtLF5HL4QVEarsjxyzKKVGAgMjkhm5+vmyhwWZ",
+	"5aAK0OdwLi5xAoQPPGHFt72JML3ybRfZbVuHVbtAj3OjFD5Fn68UktqlOCviOars84XXrelx+8cLZ7YI",
+	"Bv0QzJ9QhypqxZhVjzqfPpXGYkP8h4PpE7GW1lgr+z6UtZnbgPcWVuXH9o6A9UTyX9+9LPMVDfVBoic0",
+	"qUfz2ry4AWwGFu/i973uO60NZ95ZzdUrEN0FHKINlKdzljw7jQfPDp49O46exqcnZ/QwYZQOopMTGg8O",
+	"TujRKDlODkaHo8Ho2eFhFB+cxKfRwclokAwGdPCswar+cgBAnxo3ULD5V4Sn8YCQGfX+DCvALd4xyIrd",
+	"DndyOQaMIHtGVAJLukClS5GUJZhTS0GyTeUdJjrUejx+p5iS7dCRmK1zGd0ux4ogu/og2ClDAZSJrRoy",
+	"WYi0dR2VjEpyAx7mzvlhqVT6qRBFvb3vftgem36SMQo70BS8YY29H6EXqFObDGMxHyddQ40yM/aEQKf4",
+	"3o7I4FumXJSHsFH/Im//N28E4Z/HTikdDXDsu4yyBIFQHv77+7aQcJSwnHMCjsv6ge90uLULWxxdU8MJ",
+	"7ptTDY3yKqdSPdl2FoAg+dvlbBSmxIZhNvzSO3hrGVG6AV7wIYijDnSxtG9uFWv25iHijFdaZiyudSV4",
+	"pHSAymZvJ0jfCGf99UkI3C4ElxL8k4BnhXTtHwIiZzgsCW0AJ9zrkxBvjXnPWM0xIFqKoShGKd8PQdc0",
+	"/1DsjmVcLyqDsg/ox4KwnJYkZnGO9hmECKiIh6LyZWMiwnwXaMKwFLA24dd7ATj5rS3joPBsYKGBy2/U",
+	"q/odS/z8sc0hZXfqkOftx1IBRFMxwy0Xsc8YcV2OrS0nLHq2iz2O9QqIfc63W6qNMwfrVEOYZTMZl5is",
+	"21Hxiw84UU5TYgOU6CZL8jQlv3Oj6ZMR03OQyzaZZVknHEFCa0MxyMFKZGZATluDKj2lH1rAlAf3HLvZ",
+	"zjCG8W7ZeWWmSZ3ettH/V+R1XEX0/vlpqzXM3+UIa+O3UWRdCeqnMvSOOUWxUL2MKZlCIvtMKttjwCt/",
+	"cL1RP72/D2RbbTCvl8NvnVRGNJ1ICzjR2HFv2x7nj5enh/u/RcuMv8hRk3zcCWRtk7oA882iLKCpY0Yb",
+	"FFcJh5zx8Xh9ftS1fWxDeDWXTV82zfBOye5r250ye1i9VttcmftQ/4oWd7uRZtEualcCLMrJtwB991fd",
+	"8OVy5buaLTt19t6WlDer8G2mx2KJ1d0oyRK3tY0AH0RtjuhjJs567Xm2k4o7EJSjJN/RSHt/vLdIGje9",
+	"9x8Hwelhs8fxQZDw1zawuJ4w8rscPSlDvvaV/iod5GCzzPW2/S+qREv7HYyGSovxkqVs3MHcdcvZQbeo",
+	"dg5CNRpipzaECsfoOkH95treVFijkfwt4vrTmuzniJ2c9J4mp4Pes4Onh72SLdPDMtde8PFEpwtiZwX3",
+	"IeEZq67raHA9ODgfDM4Hg/9yT6lU6pVP7aywlF2MInBi5DNz2CLCxHugsAE5JH8y/2++c8eylJpn1C2f",
+	"4fvsxqK4vMjNfdv/M8tS7J2Vz+K151ZUeh88SBXCfRtIefnd1Xv2o2EptkvHjOaqufJuY+mGzQ3dsW66",
+	"ulbJVqWl1j6v9poS82FiHlekC/+epbmyRtbe5q1dq7TZxJn8DxbYGwC6hxkMeARlDdjm395Fr8Q07vYZ",
+	"X+LGzCmHSLxLGp5l7I7LXGFrGAnYgV17EzA1/EYKtsW+7dY6rHqfNiUZD0mhocgUazCIfejCpp3idwiN",
+	"Y0WkYOtdpOvFyWosYjfJ8v41d0Cr6dLefjRLKtzA54az/TpruhcUK37NsSvo5cJie8eFLGFbqCCx7JPQ",
+	"EG5oqEAhDQN6RJp6QHKGK4bE/C8AyEz9DHHLVYFxrhJ+P1RY2FZofVQTRqMJXG1sWcWUmVVERQizNXIR",
+	"5E9AQqNoer8FEIwlf0rdH2VlVw3mxe+NSTfmvHGhKW6g8hYvNeq+rQ4p99qPPKtrFQkoZ6ukalWQxsnp",
+	"ae/p4OlB7+zw2VGvlPCjI3NBgHiAt2CNVdGa1dEsKkc3yy4Cs2dbRd8c37zZRglZq0MU5nAx/mrxXO7f",
+	"A7seqlu5lE8PdxUSW5jQmQXLU0DII6Z4zFTRm6YLSk3P4iffr12+uwHlaZqbPIN/oWBpvBDekTdyYByt",
+	"LEyB2/lEWTAS2xKv8Zpt3q7Wo5ZNnr/ls5vlYjU8FU8HtMt21SZo8DfyhFUaAmoGiMMzpSKnkJMbOIAu",
+	"SGmi6hZjAI/UdR5aqbR1VSqT+LCqys2lMt/+Ji2OPH9TyU6Lm4aDNW5gFQ3p/nLYpwhf+LqDKqda3oDa",
+	"tQzK67+O7T6MT8Fj44/pW8DPPOSUP8N03zirrFHBoajVQhI26jZLSi1XBMuE+06FKcLkgDdoOV1AQsgs",
+	"tToQ1wEJC/03BGgoUBiranQJomM+xQyvpkYLASVpKjPmK0nWrITPFBzGmJerNCYjEhqE+0ppt0YcNkq7",
+	"7Tx/2xl39cB3cRXdh1cRgNmAh6RZ2NDda2prlsu2gUAa6XRRoDpHmXSI23WoqHBZXy29GJut1NkGn5y7",
+	"Y8nu53eMJJylsSLdKRe5ZmQi84zEdEGmUugJmTN2G9PFnpHe/2H+li4C8h8x5fBf81f4BzwM/1owCs9w",
+	"QcLCgRLW+v83g90xsaXKtRYB9ZIk/AOLyYxlXMaYhByCq/uG6hBKLiodcPdg3nSkZGr2wny4v3GTW0+1",
+	"Qm9D+7xeFIYMVwSaDCMMG3XzVSyPZS+jIpZTMqOZRjuMq8CsBXhQf7M4rK/wlax0E/JxnNdFB7Y6G893",
+	"5iOo/Hr9vLME4CjIy8vXl9hR1LwSENYf90nF5VYjIA86eVVCa9Ua286l/pCt9Vd10/8qOuivZIabtciv",
+	"GrFfqu33yvbYm/Xa9kZ7tG7VW6BrLjeobmlK3fjuIzWYfkvBnaSl9apBbVLF7Wk9NFDytYQDz1V/28bN",
+	"X7BZ80098eaeyTY4aC3l5p5j/qtD9GfoEL26HzTOpdHzDn95AnWhNKaaYkkQgm5zV6OOJUAWDPY+yUfx",
+	"ATvsPU2OBr1n9PigdzI6jZ7Gz9hZQj1wrHcvfnp5df3u/9xcv/nri9f3CrN5pQq/1QHv33+RSNmX6J5Y",
+	"rdjYiHpLQlum1geNh7wAJp0xC/d+n9hHQ0nIrv0CdwyjbBUmgZv3IOYj3u57GI4lq2pgESmDJFCZkVzE",
+	"LFORzBh0HBf2TyogMR8jLJL3jCJdKggTdzyTgGNF7mjGDRM1vH1CLZKPn+SBfU1u3pcNTm7efxwEB4dP",
+	"m3M96gVGDW2k0oUtJEYZY5i/edTJEq+lQREonTIqHBSMqwfc+tL4auzyFWooR9qsXU6zedqwaIdJhU3a",
+	"XC84EaV5zOzabtni35DRTxiWMm+yI7b1UmepZ4wn2HzSKtOjnbOJi0QCHsIcgAxink87QWfCxxO4Qtjg",
+	"rdnztFQa8Cg4sY9amIV5MC4P3hbXnh8fFlno+LdP75sKt74KgNnPVTK1e83MZyiR8YqP1pQcucWsLzJy",
+	"5mkDRdvqsUHQKVTRlbS2vWq2utKvzV48GjxSW6Ol1kU2p6UIkTWhuZVW2aDdyirTQ738uRWNkTZRE1vv",
+	"ZVH1V+8MYntoQnALgGvyGXDeUR6Pmb5n7eMqB8MWo1UobePk+Bo4/nYvf7Z8/NIbEzMaAxk9ghp/Xy8N",
+	"VfqmPaW7/PONA8Frabuw0tGzOUW0unu2CO3vYL/s5imq8YvV71bxSFscTd+AV2i7DAUqbn6XowetD4Eu",
+	"WH5S/ZZ+je3rQ3YxSJvsu3Kyq+pLiiMuybLt6IKaFKjdnxqDbb2q25mVZid/KGBaaJq+SUDhXF/XEHxs",
+	"lmGbq2FWqq21RIuBlxfw3i7hIexiu6zHSgOo9Hs7b9m83aTL0stbt4R/EEX/njKy4fWt17Fp7to3JJge",
+	"k0Xf35G8ASss+d5Sb4zKObRemvYyFoT3rtazYOlK5QesafEKXTBuMaeA4laDlWv0JBTrryXZVvR+ypvf",
+	"xaLwBiwYj53kWdop4G4KjOODw6f9QX/QPzh/dnx8tN/ZsAVAzDQCdCHYTKW6vaNT1fPhVBVLkx5CYm9Z",
+	"/Lt7/W3h5Sn9OQ7y+aqcDsLBejiwn+6NJ7BbscoOiAL+ESzlxkZUkN/lyJpz+CiLCd/VjqvBF+xqfexU",
+	"BHwfPIMNtKxldlJgLTg0NTdyZdPXNiTBW/kgegPe70fUHOQtE1eRrLIfGk+5RdgAwA3s8RCz5uze61JL",
+	"bkg+dPnN2GTT5TdDeBTznB24ZpZB301eJEBb7bu9JGEDnfyv5tFdUqDd8/fJvL1vCmBrTYO/uKZIqp38",
+	"EwU5UEElUZnIhNDikcCi4F6+fVl0i25PTQ46dNYsiH4FU8Blt+wGWnHfyr2m5lEbZPnsVovV3OapqWSp",
+	"6QBxuzDosttmrWxDsxkQHfh4nk+oGJethJfb8tTcB2tzi3Y6hU+Ne2RUuysLXVpVcTZpduqe8RX9MzMT",
+	"7J0OS3uOXcx615a71pFkPzl468555+2v1wWA6lYRGaN/tepddwf7OKTa32i4JT1llwaoTVuzkQ3kbd2O",
+	"Xdx/xhGIltjOvugig7sQEGazf6kiY36HXfiXaMMdSimyzOk0MSbvvDZg+3BU66RpOWQxkcAq2W5/gk6l",
+	"iXrDfjdxheYuYPXuXQdL3bu8svYa0oeOZj2LqWtmp/UMmm8wwJ/5XB2/OrY6nOW9OcO2KVj8zJhY+fEd",
+	"+4ThVD9Dm7Alk6F+VEuiGR4owKsujOT15+l6Sltke/DVWfB/V9BWTUzbUam/j1t3BRrvSshdlSOdNz63",
+	"S9RklQDcJiaymZxUy2S76UzXytXND649F8vS/nIfayaAx0KnsYwxUvTdJq4yQDXjGCxfoKWUFu8JVYP1",
+	"9tuUde1ZIbq6vVx7F9BCaAX5K8aqxI+wf4XhtN4FVUeimguW3TSYog3NoP3+YGBKy3lljUVCCgATplSb",
+	"2bhUlwDrmyZwYSHvRw4FpJWaGcAftSS5qKzXohpuENmRWkYy9U2ThrSFO4mKjBd1anzqtu0O2T9uV/Ik",
+	"Ez2nGVs5two33aQzYbt30Krd/og+gkDZU7HxDtYYYcEPiusULLH0hmux1h2Ai/gpo6LuqRub362RwDt7",
+	"wrx44WYie0me+dP7+IioHNtENht7VN60+HO8Baw5mIdw1vjnvHsGJI7ys+PSuwDNt2uHkMHy3sXiMf9r",
+	"l0w12ygeen+cd+LTs2dxfPz0lB3Q4yQ+HY3Ys+Tg6UFycDY6PT2hzwZH7JTFowMWnR7H8bNnp/HxAT08",
+	"jZKzk+iQnmGsrV7Gt7uK4ha34blBJ0DrxF1d8tPM4NbkRNZO3k5uo6PH9kDLdLnLAq8QbnodYa6d3sPd",
+	"lEd0a3pyYzmq0hZOwQKRPON6cWUmavFkGc1YdpnrSYM+LzxwgG44H+ubf/z3/4R7hdMTrNvQwciAW5WM",
+	"pNRKZ3SGLdRCYkGGLt++7NvSfLBu8MPV5pQlt/zl+tVVk++vuc2dzb21XWSIp7fXmtkhrIHfRZWrofDU",
+	"tj55PmHRLTSns2m4Nr8KtTtQdyyozoSKWE3oLas0gpzmOqepmf6nT1CfmsgG1zHO4Ce7c0iVJM4z6JyJ",
+	"LmMtoTOEZgSfVn3y1iFEg45lCJRqmUE/NjOjoYAWXjI1GptgeDy4z+VBqr4bj/htkPDh5u1VQ9HFZZkH",
+	"9nbabah2WUCjtt5MpulQhG/fXF2T/bsD7DmqwoBkTLC52w2YUKHO45Kx41UJjzwUQ4F1DdNcU6jGt4dr",
+	"lE4znYSJCLp6ltVHASjcIbCNHkQIwgDwxNF8tb1GAcmbCpIL2/HIVjTRjJHI0shoUesChShkik5xGIZt",
+	"AqENZcY1UxAX0DRlQwG/yMiYmbkcD85CXLBrj4NlUWUrvNBba6U2GYqVhWutGMmp2zps2pZSWJTLdSHd",
+	"8E9FdfleQEYMmvANhctiBxe6IFEqo1tF5ozE0rZRBso6L4v73OLtyPYwsswQpNmk0Hc32mX979+VFCHp",
+	"uma7e7XuuraZLtynlEfMigceGzJNOID3XM5oNGG9w77f5b/8nWFz+XRKs0XnvPODd6Pg/BzsWfVmEXnH",
+	"MmjtCrHIkkpxetPrV1d9L9Bau73YrLSQmJ1B/wDnIWdM0BnvnHeO4FdQgjEBtrs/YTTVkz9AD20sGIPz",
+	"VORwMKiAWsiIKUUUy+4YNqPtkx9c90Etc9uD2lGkmTWyCS7FS6MB/cT0z/Bpr/MfzOhwMEAwXHAZg0JW",
+	"dxeff0T2vRZX3n7h06dPTU1x3CKMGZ3yO9a3uIZYHt48cjHVfdfA2ZdnnfPf3vvH/tZ+wYwumFKQaDEG",
+	"FVHOFMJd7kMPvU0PwOIL+v3eMkajiaEu5Ce4dlgUigdLEIjkNOKCZouhwP6SyMzMQ69eXl2/eO03BjPU",
+	"Oae3rJfPYIvy2QU5GRwRaEk458pKm6VTfcdozO1iv8DBms8v4CRPBkef4XuvQWbTeHFBQmDHKiSKLgAB",
+	"JpqQmM2YiJmIXO/DhyeyYsPR2Z/dMaIzmiQ8aiS3u4N9OuOoFKlWqvvFFoeConFhJTb2sof6UHS6QNue",
+	"5bttdNfLGb/GTzwiGbiPgLLccsutsrH7thcbbb7i6S/e7tpfvEfoa92ULyJnTJEQVNMwIKEL+Zt/Y8w/",
+	"vCi6e6QL7M+Fbj3AZ/H9ZF1tIbsUMyoR9NDE8KL1goEfrVpZbc5yr0+KDcEOoOg4ixj60bADCFWEkglV",
+	"k/5QXDb7zVHBntKFVcAdeSS2H3fdgQ7T6g+F+bpRrIoZjGQOrcGtCMffI/4JNOgkXTMcdvzcO7fsDXay",
+	"aEo5ldjPbyjwsSeKdHF+fDpLOVNFOxNYJO71HnoOubZdJLF3L8X+h9RCuMJw5B///f8RroeCiwnLuK1N",
+	"Lz4Fry+QL4fL4afQdXiEEBt+lKpbJ/wpfnMo7DDAzJOyqfHx4IiETd1Pwybe+xzOwl2Jsl//n2W82ODG",
+	"eZ4Nq8xEnHiZKbjxkLznfvneZnCsv6jVuTlny6eqpWm7vNW4xcGDcQucRFzs0CqGEXi3wxFLWTIP3OQY",
+	"GdmGnMQ8f7TV8/fkVrhal3Ti+scucawlkbD/0cH0fUI+lrImTMWX2jCMGfaoNwRNtbdZSiIMmi2pxfte",
+	"JCkZAyvKM8XvWLpYFh/YkcUj5BnN6JRpiIj/9rEDRWJGgy317gJZsE5PPoGuc3m+/wySqo3orNmPW/Vk",
+	"idKOPyfl4P5vTDnWBt532bngtWqUgi9E7EgihSZ0BQ6H4bIAqAt8z8kQC92B99HiI1qPg22DlXBB06Go",
+	"9Go2YwGjtYozjCuFGzVw1rHMYmP3Gs58DkBcOkeGbf5oLBprgWNICWxpu0Qj0iAoRVMjnLHn9ITeMTKW",
+	"OrDeKJxTSLqHgwEgloXW9gz75I1gQ2HX/sQyfZp67duThEWovYO6rfrkefFpo4Zl/M7eOVr09NZyzMzD",
+	"Q2HUNGPWa3PrBDZyz6hQFDX77jiT+cwsZsr13gVuEGIKup1PmIi4GPfJpSZTqTQ5GQzIzIwd0TS9MN+0",
+	"Qtp1iAeFgiaMdGE4b6e4IkV3f73XKLks5VyW4Z+dZVf54a/G7e5DFKs8MoKcxeiM31Bw2f35hYrFVrLz",
+	"4fhXdQrWYd7Ay94I1z4asOHK02i6djuK0YNHFbvHB9s9f/JZxHpp+32seKZ/e/+pYgz+iI7JKRWLwjvp",
+	"eIC5ph4jtzXUy4z8Y3lnPu3TTPOERphm08zWf8Au6grcf/Zx0jWSOSCW+ABVwyadYbN1w6Gt53avwq4n",
+	"cg5xfNsqnetzEmL6l7GV8iy1GJU2Byx0KW598jfnbbRbTMLEGONaZnTMXDP6oeAW1NqGC54gxwvf/opO",
+	"YJcm+LHIP/sUEs/tHKAowN3bu7DcXh2FQ8HB8UzJLGM2K8MMCkaOa3afQgSLoM3GoluVT0s/OJrWE5nG",
+	"btZDEWUsxm59Csw3M1Pnr26Y6j5y9bBPXht7wZgY/I6hJG1ivW9mTFzaM8NM0GV9q4lMy0dcDeDLH6Cg",
+	"cM3D4Oy2mtD7e7F5eNLlii09XWiGGZvJTPftL9WEHp6cPkT79KBjyPhmtNCG2R4cHh1vzM7NnuNefyFD",
+	"qJry26KR2vun8KkdWfXxls+fPSqrflzWa461wgKrO7g1591Qn16CswsLHcMwTPQ6hqSLfwPsgD4UzwG4",
+	"HWqmRZFdOBRdGt0KOU9ZPAYVk9g/IiZtn7wsdLnzmhoIfNGp6RL3wrXKmlA9FDQFTyl2oHGqPsmYzjOb",
+	"9CUzPjYqvZUGF4SSmCcJA1eMG5orcjw4G4rQjt7DaByLwz4JwSK4QeVbhVDvwllll54oklJlvusZDV7E",
+	"DHXcc4LcvGiYXWRMg8OsSxXhCVoBWpJwv/giLKvYpGjR+ytbDEU4zAeDo6g8X/iZneOvaxAy+Ldwj4xY",
+	"IjNWOWImYrWBDv1tcPEC6ALBLCy4ay8XRUwDcr+VomPsnVhEJ6yfzBWCwqOOb5batu2GtrWi/YWV7FUK",
+	"9nWFkIHaMcT7dSrTjywBvkrlu+R7W/P8Is2gnen/Iu8sPwOlrnRCa0mEnGOHMQeg+sRBprroeGCVzJnh",
+	"gB5fGQqLIOTSZOzbRUU/cRX9ffLSOtYRvDzsExeiDCFBgHSRO3s5A3tl5BKnw9HjLsXYKLwsjZtYWpGh",
+	"9WV42iNd8kqWWPP9dgeLrWloolmGKSk07f/r1j70rX0HyT7GQIZ93/rOpnK8wji+nM2gEwc22idUE2My",
+	"kFAmiWI6dEDInm4ix31yabSijDNjJebilnRRt4J3AqulQEgPO4pEbKYhVSxiRmUa05mtN3XN87BKnSs6",
+	"zhhTVoMy93Xcw0F7U66mRhMKh6LI2sEkATMwPOOUJOvH7JNXcowx4YjOZtjZwC3kvOQwkZmNYEOhs1zg",
+	"lSFT6goYXNRRxCTJMz1hGcQqoRdBJmHYbmjfhPypLGdhoxcRd9rM6dtQfhAQEtsZQOvGiApcFux253yw",
+	"sd7ySo6fGzr53ArLKznGXUc4xlZ+Jsc1bgYkD29+lYbl4zIc3DIjr0tNAS/+1rzHWh3t7Octmi/YLQhN",
+	"HZkUTYdc401nXCwHC86JzeYt3ukCeoPNO9AAnKD2gAtwMQb8P/NbmY8nFmZAUJ1nNCW3bKECjGcUg5nX",
+	"LAdIZDYUsyKxVEsyQ7cdjtUNf3qBXi/ISt3/aBuPFXsATGEowprpFWJUHW9En7xbtlhv2aJMVITfjGS8",
+	"IF1z4DSD7AQMAblEU5lAnCSiQgoe0ZT85erN670WO7YwpiEHM0DuDy30FpoFltmiL5OUc9e9d2wGnVgs",
+	"x8OoVqqkd4FQlSpaugZEcdfwNeGZ0ja3Ezq7YfopJoBUV00FHgks2giGw0MScm8Tb9milzFjbYUXmGlR",
+	"DgAJgWYz4IMuRRn5Ok9TMmJmq22iHYsLweOPz0UvSfl4osOh6II1R7gGYH8jl908jWrqOzNLGealppIr",
+	"a0gTNKSBwIYiF/zvOfPFE+ioJHR2dw8f78EibWqG+7hZOrQVEAwpzJVW28RdwDayPmmbynv9qnflEkDQ",
+	"/+idF1XWsyDk3DuyoYADANQIwEZfuFBkGy01ycCrfDTl+p3lCp9NDK5/+p29gd7t/Ctb3E+A+ujKdTAm",
+	"aG7msJgKLIBOCbmML5iZb/5qFYVJzpjomcPtHR52inGRI1YRkhD3uoBHuvq5zNlsR33eTAL7yNifWfjj",
+	"py+j2zaxD+LmiarTLeSvlVQN6W2ioHpAiPfwDxpYYnWKrurELLe52sS7pzuYacwbw7vZ1ZHWYjrAFv2z",
+	"eWe29c8fHx5+w3bklVHqqK9kARcOiKaQIMUwqcN3I2+t74GxsIlvyMk57DKHIHsQKg0tzl7o60IokCY0",
+	"m6ZMqeWMrCvz2X9qL8y//C4Pfl9+odmtUemANguCpVD6IxxGe8vlyGOue+zOTKM1hR1rlGy9UA8r0TBP",
+	"GlMU7TwJDEO6TGQyTVFJt862gJT1/YELOQyFV5FW/NZlqdnEKZKx3zFSsRcYTdIoxaAi98lr6RpWYaOl",
+	"2YzRrDGkA2n0ZqUvcKHNiZB/z1m2KOPdaLZ1fP3BK5w9aCycbR4JgzGu2v+hhiv6It9rMFCbO43JnStx",
+	"39byn+dYE7sJp+JTrh+XSZWH31bgcIlGskyQih+uzAFumB10RfKnX5y5D7emXTi9MeRe5tGUNrdFiyCV",
+	"e2VDn2WK/jmh5PnVu6p1BgbtUJif/DJcV1rgkpKxxZlMY9A2MdXR5S2XXZOdG5grZz/DzYbvjTMaMde6",
+	"dWZMhsYrC77k5x7e6bbmzaaqt2DzLxSkfKlUzmJ/jS3ys3YonyVn/vjw7KuLLJRgNk9UBQu3Xb6hLFpz",
+	"ldwdQs/IcrX0uQ8VpJjLFZEC2SMpBZ5N0AecIFvLTcZSY9DOK8exBSzeNbxlC3NFx0yY11hMUhlB/RLY",
+	"eOavEG4cipRRp5razDn0RdlcUUibUxNjTKf8jsVNtfU2pQ5rhYaiTN97fhlA5LOSaOdVe5f1RrbtilF9",
+	"UWqXe2BdRa7uChobyzzDDnUZU8qLaMBDNpHd20XQtSHSYl9Bd9rZUHRDLWVvSsWiZ9mBCm3JcfiO6WzR",
+	"u0w0FIOV3Ag/krGEp2kjr3mBRPI4HAYH/9pZTNO1+jx5EIdft+ZdYUN4liXehC11LxhBvcKjzo0SnjK1",
+	"/9H8x1UFNSrcx4NjZBlcl6UM7INRJ1xSAVzEKV3AnxRjFjB7qYj4Rw5OlO0MTfOSsTIfUyWDibVQo9mg",
+	"L1Gv8xPT0KwdkIhd4ZCvtAEKV9tx7nv70nisVzpjdIq8G9JdLeNyoK6ov4dB+Zvrxcx5xN+xWdb7gY8Z",
+	"JIa4hG9oxGzEDdWaRhP0Chav/8DVTCrAYAr3AqKoiEfyAwSC3SNXltR7b2XKo8W5eyjEXHIrdJTgSeKi",
+	"HjFmqceVlHSIVLDsDoLn6YLwhLgkbohCo1VBhCSjTM4Vy4xxqoai+5erN68D8voH/O8spVwQzT5o+Pzz",
+	"q/+0exRNaKaY/rdcJ71nYUDGf/BZQOB/NM0C8vaHHwPy9vVPAfnL2xc/BeSnlz8GQ/E3NnoLuH0LGy7r",
+	"/nz9y6uAXP3nTwH5f8y//kLv6BWcUUD+8d//s+etg6oq4oWMNNM9BYcYttTsG6q2W/uIt+5P+39q8Zoi",
+	"KkGDwdZ6z54opMWat9gjt2bAQS+GB6aHpQUEAjk5GuzZfv+hmlDz4L+dj6hip8fnYb9ibi5N9PNf+x/k",
+	"XECCMd799gu/QVIZaKq12jxwzAQEuw+pqhob+hCdeNW7wPqhrmePcK2GosAWWxAa3xkJrTBwRV7QaFKG",
+	"8VyvaaKYoSvN0sU5CREFJwyGIqw3mAMsp9CG/C4LFRfKUX3np7QpZ9Bvlui5XJll9jfXU/Ax9KkWuLnP",
+	"rFi1IZ+1FHJZBCKjC1dp4l+lXJ/NeqRpikHh4u5ZWKrNirpKCLvmi/83yrWCTpSShHPKdQldYCw887oH",
+	"BebXaVFFlJQCJDl22dfWewLWnmJx4FrxEyqIuZDIWspcUPM9TGg3t5hyMDMB7mgi0xhSRB3QDUCK2eTv",
+	"PsFQiyDLyR5akim9tSBFZiSoSQUIsxmjSyULt2wxFH7ihoXM4mnaszBcxXYrzWhszsL6iRTpUlsdG07p",
+	"BwQ7dQl9U6O4yKGgxLApZ+Za7BSdUbDGYU8Li49n7lvo8UK1xYHaQZaMBfigQzGhCoJMrOSkDrdAYiyV",
+	"UU0iCphy9uuVsCt68s5xgMxGVu3J+ehdlCQZUxMbQ8Ki2DAocINQoy9STgr4Lyi7iJEnI6iX2fJuJSnY",
+	"RaAIxaOCtVkDQlW3DCqeDUWZ7xYocxZ2xKVQ4gsLmZOxbMyOuIyA0b7CO7GtovPGFp0/ZArDOgzRoKNS",
+	"xmaAtFHQGGCzL8MTdw46TcCZnYxB/UzEesgc9gcWBMy/7p3zwy3SDRHJ84uIMPvt1QUS9h5ZXFrSnUml",
+	"+Cg1Zqdge9+FrDo+OPmuPBarZeGrAggPUhYdih5TK0Sfj0CkVsCrNUIcIV+rQaN7zzWDXlWQ2rdmMF9V",
+	"7MlfyvroU2WvP8v9eoggl6wdVwGWVvl9O6qXTWqDwncL7WUJx/nlKyhYQFr9Ftwmf78fALvpMpqyzpbw",
+	"TP4UvlBlcmUXGijOQjh9lRz8wfCaZJUU2qiyic3tf6yhs38Wb22NdrdUq7yXH9t7u4686i0pdsz6+fze",
+	"3wcmmn3M8W8XmvBnkkDAbbSAGgEVkJjFOR4Nxum6iPohZDalKf+DxQTSavf65LWfEtOc+IIzuC81fWsZ",
+	"H2bV68UtHs+3QJ2YTFLvp2QX4NEpUNDm9GnrTloJFBt6bkChMJGAuMxuwuM9C+A1kXOE0VFFr9eizasx",
+	"mjchYjuNfzYq9hqzriRje4rfMB3r4oB3JGQLd74midF6uP1mT7omqhzsHEv5mI9SG3+jgC6rpAjPvT8F",
+	"QxFawMEwIGHMwccH/8ZPTJnQN/6vZZKkXLCQdK0q0NbtaiiKdlcILUL1TURnNOJ6EbYlOfrkbrGQvhk1",
+	"wuvW0YbW4E7NnnX/6yFfB7ZvSGU+AfRAdAgalqfpLdZ2uS5OVUN7eyLf/1i0EVoJLfq67L2gtJy5JL6+",
+	"iwn9G8aDQkwysjsTgGegSOotE3f3LICNxXGsC6Jqq0DicNLdjdMlPvKU3mIYjKMHwvq5wT3OUsXmE5ax",
+	"wvLDorF85tV4XhQLiDNqbMVuJnPNBSPmjrp7t2eGRZzhqe0z0XRvfhX4ShG1emwJgx/a7FlswIix+U5b",
+	"Dq9tmNaSDXzSlA38yKqXPYHVFxkzxIWcF61avsbSgHtDwE6luRZl1KlcfCMnCDqzvCXkbq/S1PWXIQ3X",
+	"EEMhkEBndlaKPnnHevhNRKGaZeyOy1yli6HIRcFTZ5RnJGM9bEanjIXqIVRBvealKFsAlsjlOALkWLg2",
+	"PBIzLnz7j6xCQB8KbyAt26HPMWyBoZuid2PNoQiNDwMyp2oonN/awqIXZ4BtDbsFVGEDX92HdxuYcLgX",
+	"EJmVGFwTqrzYuUNxtefk7H0X6zseHFc6BkOROEBKWMfBUIDnAParpBRCl7Y+A8KKQcCMDOOz1d+wOaPF",
+	"8htD0QUY9ERmIx7HTLSAP3wpZvi1sKTvkQtd2jtauaFtno4lrQQ18TbFer3xdgXvL9FSPU0CGi5wVedo",
+	"8PU++RFxWAqatkHa2jKql8l64aDA/djMrUl6Lndh3BzoPGhZhVSsaKmGWhBdtH1fZ3w8to0BNrIJ8fm/",
+	"chGvmQEtWzu5yXQNZyAqlRqrMaZU5DQlWS722ubnxthhb74lU9sQ6XpDG4nxWzGzlb14dZO6LQyDnnOo",
+	"IDBixWWcQHYSizHnRCbExtb75C9yhP3FzKHbWlwHTGPRMDAvYih+lyOrnZjr6MixTFRAOCTUTMjvcgRo",
+	"HFDcb+QX0Syblgh9RR+JoZjRBaIb234iMLUninAxyzVhIuMwQlEihcVzZbsm9J9hxopZs/ks+LqGQkmS",
+	"0MzIdkQ/hGkVrAUMKvfaRTkAYlQ5yFFj8xvj3YGHmrUOBWYHmuFsK6PWJiSGKr+K/Iqdu/qWiRhFSM1v",
+	"+Y82jVV5ZzLT5snDw+DZIDg+Pnr/qWST0axnM5fgJfvridaz3iyTI0jbROS9MhXjdGAWbc8cuoXKiKYT",
+	"Q/zbtlwxJ/GFMjWACJrYkiCMZikHGCDEi6nC79SSuqoiyVDrQ0NEmDk+ZBSzbeU2ennhIeZUGczfc5Z/",
+	"pdHNrWvTt8RyuKfgAIQCKwHavbHw4/5H85+VsVHITzaMbsqxj6Rzg5VwAA1h0J24nnnpse2INnq8ttz/",
+	"mwlzegLenAgEZaxIdE65jQ9/H92C7amxz9FtWMjIJ6qoVIb72qUOqcBVDVOFLXxAymIlSmR1EyHJVGYM",
+	"ptwfChw7RdeGg6/G1TlcK/NDiWx94WC4IXN1ziNWQexoksTw/DdLkx7OmZUS3wUEx32TROBQN+BzaPzc",
+	"z/x1Y+xuAtsRvl4z+Nsy9XA7NzH33MZ/Hk3iS5iIJXGWd8D9bjNT0foYgOYAV6mwIMHHADweysBTqc8J",
+	"JVEmBWEfZhn2cyDdhN8xknCWxiow1hFNc9BTuSCh0elv/pDCdlgwTP4Di0nooqNemQUgNMEEoJaqK7PC",
+	"Eb7XH4qXha4I/g9rMdpse+CRQs4vzIWZgDix/l0oVk94hr2+RzTGmeJ1GgxFOKKxK0YPiaBTVxIBj60y",
+	"7XDf7pOjGDMj1/BIPjrgPMvR4D+VTPhWA2zZllphNpUmmeDjiTH67Qd3NhE1N3uGWfw6mtzkM8OPEJfG",
+	"0IoZiRySP5n/N99BKGaz0luAGCxIxCiceSZnbP/PLEu5QILfysjDM/lCSZsFSbSbPAGhumhEffBdGDgP",
+	"lO5ZMKIWTlaX6EaBLTybn1YkQLGSxVGNgLVWe7Xn0CcPmALqsYVtdU188fH1zXYi9TfrW7KFVhJOS0T2",
+	"CuvIIK44kWmhXRPqLB0c4okign0oiOWi8NnYXyB28y2bISqM8w4aiROg7ASQNSNOHdiz34yeaxLRKQNJ",
+	"1yd/c75U5KlFO2uN4E4fStlndimHzqFYluYk5UXZlx49qkzEAKqegtOTLlSfvKWYlMHVUIT7M5orFgbY",
+	"b7Nd6v0K5c8PR95fUGTuIBw9GYcS7cgXaQ8hwar7+8VclZsxB8dJBZsXXPRfsqwDXtfIF2ZPFCkplnSp",
+	"v2N7O0m6fdBlW+XdK6PWWzYBurGtbIVfOAcyOGxIN7Q/h0HpeM5yUbQoMIq3zcQIja42g/5pmCO3OCfh",
+	"lCtl0yJRpzP/BNftTZKnqfkJGluh6s+V/WMckhGbcBETOhQYfuJpajPQ2lIjHWX+CKu/D/f5Rq1ds/BN",
+	"MokZmXClZbb4Hm3eS/9i2XXudouMMF2pNIK0DSOZCx3C7VEO16wUqlIw0i2StbAJAIjTeC/w2nhb1XIo",
+	"4OqSruGccB+hRdXvXGtooJqwOcvKcGrBayEkqaQULFt3O16bVd3zcjR5l2AbKj6l4iAPBlCRzaf5FKBL",
+	"zY9c2B8LX5Mx98eA//057spVKvWqTORCk1KBVedKF+B3fmlg6YYOjYrZ6jZac3mAxtsDBq9lIX+YqlwL",
+	"IwHLnBXL+I3FtVdqpctO/SWSN4+y78bSCuzmfI+Za3BS9zXuobPNdAXBvXS0RseUC+TTvOou9DyEyMzB",
+	"3QkAtnHRvgU6xFhKRbyNBPBH3pnvb0ib8Oz3RJyYUfydZnebsyLUnfk9qTQX7SR6hY71mmfBednRT2Br",
+	"LLo2pZCEyCrDPcchzKOIY2NolmpE94MMatvfbgalBhdFCjbSOs0YyQU6E1x/+EbUICgkQaBbKYbili0Q",
+	"VaYAPYL42l5QQw9yrhMfQMg2QgJzAuRNFzNV/M5US92d9i4cGhFC1EIpi5wydOmz1LY7OjwcirbWTI1o",
+	"1Ll4kAsZ3C936zNYCA+SZzSlMcNAZpZ/AzlGq1d/XRi1TEBLLVG/hFV76Z86e+hdLvyQoMB+TStYITRw",
+	"aPdGvLGpp6NqOQlik9IpIugZKwrs1wJGzJgRUBxvRDCUyqs+uYS6CQd1JdJFS7jeTmnnYD2+/5WG6h+V",
+	"j8DKV9lNdm+eFOC636NSgHF1XCnpmjND0efWXHHbWWJrD7TbMAMFco9dxxOZ1OnI6FlRtoD2td3LF1e9",
+	"w5PT3k/PfwkcAq+RiRCFhxGGYp5hr1lbG1WiwBtZaMcy9HnLFnt98p9wiUARgF6IPXOBzomQJJO5ZrYF",
+	"C1Y5DYUUrE8uUSsB+k6hdSb0hjACgwsS4jxuMpZAc7+IcYdrDxfWPGOUEKh0G4qufV4ZZaYoAtMTZtRr",
+	"JzTTBXGw81rary9mdvu1LKp051AekdIRFLNCt14S2tIv/G3YwC4u7CEUmQG534gxkiJJeaTDFRF/WMED",
+	"YBK9e/HTy6vrd//n5vrNX1+8vlfonapbaExTJD8Jlt1g/MMIX9e9Tx1F2ZHeFgcJF/ylgum425uG0knX",
+	"3U847L3vI3f4q+xr1RC6dzdjmS9WFYX9j5ZtrKl893lPAdsI/UITylNlY08fdIFwDAotBBtIJGNWsKdc",
+	"0DvKU2PBhsv6wg/w+eJeb2kYwGuPbqe3XgPEcocqFXsAHur99yiY8bRWk1vQluV5Z3NogSOuy/gYsVSK",
+	"scI6S0SeX415+BPT3zAV/VNQj80VqS+1TZnLV4WFilwQi85RpmjbvnpWHyq6aVmqu3YKFCZiNPgOIX78",
+	"MKS0o47iVAZxNO9tqzZU5v+lUhi2I/XvNZPhM6sCXuaD22E0A4zqDkq9WqUeWDjnDXL0bapCBCF6MqNj",
+	"LkqXQsJTDcBCjRhktipmN7cAzPDrzd9vrPzW2Fxtw7p0qm6LNs9tnSuttbHVoNfmhX/V2n9HBRjmVDdI",
+	"RYEb870WXtRr7FyrmfUFF3GeFZ0ksHugqGHtrIjP5IL/PYf+m0Phv7QUkgHHflNcBktsy1ywLcIyMOYt",
+	"W7iGCDFPwDTTZCTjxU6RGdwWQ1DfeJk84hiYMYpy+ClTio6hMoOlqTSUZz0z59jUwNOLbtY1QDCUVfLf",
+	"87qvZ0vPjtnwL6SfwVk/eDW82ZqvPVLVtvKvGct7a4/Vtt0bPm98q/BYaeQ4LY3C4Mf9j3DfVhWX/A3y",
+	"RgquOoceQlqSke28EQcktLmCNxZ+lCi6UDZ/Vsgbh992g+5rQCTFK30jpL4p2oXFgDhah9D0/PK2KD+0",
+	"jKiPg4TWDV+MqkJSdiPbC2AOUqRcsGIGJCyfuJlyBf5182twrZe/MRMaCnw5wFFTD6MNHfEEvfP+DHEY",
+	"xVIWaZmFe7BkLspNqDjtMCXBLlcmpPYoj0PoZ1sA4QXEwbUGQ2GBCY3+ZoFb9+zyIrM4l6Ts1Lb4JqWa",
+	"ZdhVLWM6W9yMaHQrk6StX+BOgsu89NgOH/ONH5imPG2zhJFjfis1Pni/HN6BQynd+Abv00zzhEYrQtU/",
+	"8pRBWc2Ua4s5SMWibKGXFEQcEJnG6wCvqbq9LL75NVKIWe+qWC90R/1yEL2OXZQHQr3t3PDU1yFbXJaZ",
+	"3Ebr0Nmi57qvFVBXiDbB4hJ999Iyd3jJAl/A41MJIVBZdGpMuRiHmIzlGDajRhHn0JOxiGJENE1J1wJJ",
+	"S+HBSBNXJ72HxWWFrBkx7E0WFhMMvX5yFrQ3uhVynrJ4zBRUYLh4rG2s1g7A4VYPoVHzw/0BOL5qVrmK",
+	"Sf4LgGMlAMdWmtR+KsdqZdlFKsfYP1gmiEZn+W/XNjBlrm9iaP8C8l9I7TquQvLvaKEZgLUrBhF9sKjD",
+	"RKapnP8bmLQF0qvV2rpNrR/3wD4XbI4pGPNC3bPfHgpeImeLuLCzvZaQkOIAXYnllGEjSHdL3dKw8eNz",
+	"KVxdMs5TDQXNGDbzt434L9++tJXIXXt85BjhdcxfXYfEjMFVuEDoA8YhfuU1BuRqKI4Pzxra7q/Qcl6Z",
+	"g9v1+i553i7t0kU+HbGszZ1mN6iOjI21JYcHx0+Pnx2dHj9dU3DS4sxE4miuafFLWhq/M9j8O3iYzd9J",
+	"aKpYMdRIypQBGFDLUJU+hY0DHvozPx2smfFjctVXcnzNPjRqF6/cFS/qqfAs+rslSJ593jgH9Jm2yom7",
+	"wakcb84CM6byVK/mgjOWKWw0jE+TkTGjGCRjY315o17KLdgn5JfZB0BtUEZwiYi5C0eu0H1UlKQbTkNT",
+	"JQkXY2gtbRQP6eA1EVoMe5S0VKChRwlXdg828S25wXG5fzYns94bXj3Hb8HwemtmrieZzMeTkuQtTHl1",
+	"OdsQv84W7Qr5L6BBUwe4euNwY9Ek91Rd1IFpdAtC22rxYbVTbyGkR3k8Zhr1cOdjLBpdKE0XLlnRZYKT",
+	"NyAzIYCGd6NUhIXUPVgF5hQ1VRuYv36z6m5Q2ERQTPUvXdceKKEkZjTupUxryGmXmWccrtaC81kqaaz2",
+	"P+I/nE+xNckkTFQI1M1E/EQRfMtiH2MWiQu4KJ0xSCzWksTcnB7WrU0A4kqQKZvKbHGBRUIptBQBbn71",
+	"82Xv8OSUTHOlPR+dQkivPnkjmPssJh0Xv0/9XgzGIDV28YxBN6ZyhKCoqXMmJ1ckdXryiCUyY/7znkXa",
+	"gDxi5uG8KVtfKnx9q7QYGWmme7i31ZtVRHJHXFCsPa9HDdYHU45b0sRj2Jw7lvGE7xwPeNybtK1//3G7",
+	"IePRQmchSx1PFNh+inQTlFV0zPZW9EZuuJn76HJqF1L/iQdki/ls247R7wy+rvgfzL9hQYF8qq1TzabE",
+	"iFtwA2EHs6EAd6zXseUcU2mkiK0LjCx15zeD9cklmXKlrA+rjMjihMBAzViCtdcgxHChvdKNbyRr+Usz",
+	"UrhX4Ku76zml2S2LV+GdwyTdJcWDue9VfUTPZ5sELN2NsLtfr3Da9IrguUDOEmyu50hdcS3WdeMDfwqG",
+	"fixWTHdFLzxStsILlhqNgX1Stm9Rra2GvE7kpQBSbf2DuBqWzZFkBpXdtp2QLUBJEKGj7Go+b+rOWXbw",
+	"ie3Uh8LNvc0W2rV131dl3azu51caNtVmfl9/r/N5cTiNzbvWJO84z7qhBtsTihIpWE/zKSNMZDJNgV6A",
+	"Ws99bzz+Ubko1lB0w7dvrrCBFf7N8l1scEEiZu4ptGgtPSVlmdfzyz55k5GRUTvIQuYZEPDbv748H4qM",
+	"jbnStrlWlHIzIX84IeekG3q/uZmxqbWxvF8mXIxZNsu40ADhNBQQH7WOw2LyTd23vGFC13ystX9YISLd",
+	"nZZzgRG4pcsN6FNe+0+j2O5dNPTXckPOUqqN0ubGRhds/TthLfHHzBl6YGOjsVrSJ3xhj0ypoOMKN4Lj",
+	"i1nEY6YCMy42IQNl2LAaY1VW87aU34ON6/YUqaKj1865TVP64SYqnMw3NuX22EteBJdQj+W9g05gb0Ut",
+	"3WjbPCOc9ReqILN5NXbnVhWSWbdB6z0mXTUB8SAi9rVWlp19kTwa18QvZkIbdWRFG7KW5qeP3ZN/x1Z4",
+	"n6exXTttlg0jv50kjbnb6kbJaqyNBtFqEU4RDSC0YDNhQMImfoUyytb4ku6UZWMWn5NQ5Gka2p6KilAj",
+	"qEYs3euTHyAZCABQtZxhmYcr2sF4/nIzWq+ZLpmwjO0R6ENb1/5stDxY6sYblf0ypn0CHUQxvA6TwtoA",
+	"Y7JWFOEnCm1AgolRClHf8FnnyXf4MDaFKpVKh3tBgQTjJoI5Zu0Yrve+EcFyHhzVZEJnMyawaK6m49cT",
+	"E7gqsrRaY38wRHOUqwMn1QmKDE6b5xHYP7xvwU3YUXBamrThui0BXXeQgJ+LveQwwbjKZv6p8VvxyFZz",
+	"snZp5iu97d6jP3NzsavqfXdZi99zve3tlbHKsPPbeqp5n/wEfMk8/PbFL6Q7g4rpDLL3S5MBw3s+BLXK",
+	"wUeE7XkmLLrFX5stwJ714JiqfOnab/PnrwC5q5krsDqbKtUYHEHTBEnzubdj95TQ21zuTeN7OFVvkl/l",
+	"PbYUUmRHGhnnn9o/IxLCvSM+1oD2Gn8v29Hb8ofSrOiB+trOJKDMsOxJTTUxwh5O95YtnD8LQz04Kov7",
+	"5KowUvotVuSLYgbXMIGH1IofznCrz7ItWmn+2P8GxMpLpXIjVczFbLUxtyUmdC20pzNbO6nWM73u4Iyn",
+	"XIBLZMm/0V/h2vwJv/0121QwxVX5zcXG4EZ+t0hWkF9V8TjROlGgeeN8ULsR4nKj/VX4LuYA0BvPoAO+",
+	"kCSVRmKBJW/IEWdTUnDRM9h3ytvkp8KqGArXVt+h/NEpIzqjQhl7QoqL0kaybjqwnnzbRZdTe9Jg9GHL",
+	"ji5aHEYrs2e016zs3Mlb5hHk/YyuB+/efwmrewuYoU2X8rg58hNndC6+xwvjFkcokkCbK6Mtb6Odx7b5",
+	"kOHqLXmf4RboiSFoP+DgbqghU64VSxPUyGGuhKZSMOfcsF3QzuvkDHMB2G0XHlOVS6YkGUk9qXGMyGya",
+	"0f/L+HRjqrD5zkN4F7Yk9M8kTdokCWzvdyk/mG7EP3KUuKudjGV5q7XfsZRxgQ7qcfBKSM2IDswucl3/",
+	"pjJjAYqJmg+KmRukhwJcaKOFRUomXSE1gfYG5lKOKRdKo+/RvVlmQ7jWupARaL4LFY8sVWw+YRkLMMvK",
+	"VRDNINoHibUQKbTpPZi+i4E0V+jsJWmAFXc8OBoKi2jYs0WMYWBeNftBKLGd1CHcjblXmFK1Tgh9TiPb",
+	"86Bh7WvnvGOMl5TRWxZvAypk5v9VWt6uvrTiQfvKEc/NjNfc3Hp+yYjRjGWXuZ64/BL7Uv3ivpO5ZorY",
+	"/AcorwkIzfWECQ0WMwRblw3pvlfjYDd8ycd8zQTF9BB3+xXLHORoVVxxjU2oiyhxvxlnRzW5sisBLc5U",
+	"YG++N13liWPMWanPv2nkHzzcj2JUPw3G/qroq+6h7jSNB2mgOU91z4h0BJKPJkzpjGpp9WWo+lnK4UcU",
+	"d5JwEfc7lfhv03eu4GF4HZgfdGhlMTIiY8pqWFYX2sLKrKxYLLtK8awE2V4Cy2k8hQKjtoKbqwKjtluU",
+	"XEzcEVZlRzEgE1crXIeOhGCM93GLQNVQmuRqrFS5g3nMocjDPxV4pOH9nxlNbZJtxmjMBVMKd0Lm2r8M",
+	"FkjQ0eVMdT69//T/BwAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -40,17 +40,18 @@ type cluster struct {
 	Kills, Crashes int
 }
 
-// startCluster starts the control replica and one replica per environment.
-func startCluster(t *testing.T, envs ...[]string) *cluster {
+// startCluster starts the control replica and one replica per environment,
+// over db (harness.Database{}: a fresh database).
+func startCluster(t *testing.T, db harness.Database, envs ...[]string) *cluster {
 	t.Helper()
-	return startClusterWith(t, nil, envs...)
+	return startClusterWith(t, db, nil, envs...)
 }
 
 // startClusterWith is startCluster with extra flags for the control
 // replica (the others get the default flags and their environment).
-func startClusterWith(t *testing.T, controlArgs []string, envs ...[]string) *cluster {
+func startClusterWith(t *testing.T, db harness.Database, controlArgs []string, envs ...[]string) *cluster {
 	t.Helper()
-	g, procs := harness.StartProcesses(t, 1, controlArgs...)
+	g, procs := harness.StartProcessesOn(t, 1, db, controlArgs...)
 	cl := &cluster{t: t, g: g, replicas: []*replica{{name: "control", proc: procs[0]}}}
 	for i, env := range envs {
 		r := &replica{name: fmt.Sprintf("chaos-%d", i+1), env: env}

@@ -35,7 +35,7 @@ func TestKillWhileFiringSchedules(t *testing.T) {
 	if scaleOf().Long {
 		faultsFor = 2 * time.Minute
 	}
-	cl := startClusterWith(t, []string{"-schedule-timer=false"}, fireArmed("0.15"), fireArmed("0.15"))
+	cl := startClusterWith(t, harness.Database{}, []string{"-schedule-timer=false"}, fireArmed("0.15"), fireArmed("0.15"))
 	g := cl.g
 	org := g.NewOrganization(t, "schedules")
 	start := time.Now().Add(2 * time.Second).Truncate(time.Second)

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/worker-gateway/gateway/tests/harness"
 )
 
 // skews are the clock offsets of the two skewed replicas: well inside the
@@ -21,7 +23,7 @@ var skews = []string{"+20m", "-20m"}
 // clock's now() plus the lease duration (the checker's clock check).
 func TestSkewedReplicaClocks(t *testing.T) {
 	sc := scaleOf()
-	cl := startCluster(t, []string{"GATEWAY_CLOCK_SKEW=" + skews[0]}, []string{"GATEWAY_CLOCK_SKEW=" + skews[1]})
+	cl := startCluster(t, harness.Database{}, []string{"GATEWAY_CLOCK_SKEW=" + skews[0]}, []string{"GATEWAY_CLOCK_SKEW=" + skews[1]})
 	w := newWorkload(t, cl)
 	skewIsLive(t, w)
 	// Abandoned leases expire and failed attempts are retried: both on

@@ -21,7 +21,7 @@ import (
 // accepted (a batch they had sent before is only replayed).
 func TestStaleWriterIsFenced(t *testing.T) {
 	sc := scaleOf()
-	cl := startCluster(t, nil)
+	cl := startCluster(t, harness.Database{}, nil)
 	w := newWorkload(t, cl)
 	w.startRaw(sc.RawClients, Plan{MaxTasks: 2, WaitSeconds: 2, Batches: batches, FailRate: 0.1})
 	w.startRuntimes(1)

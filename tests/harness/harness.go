@@ -50,6 +50,8 @@ type Gateway struct {
 	Control *apiclient.ClientWithResponses
 	// serverFiles are the TLS certificate and key files of process gateways.
 	serverFiles [2]string
+	// database is how process gateways reach PostgreSQL, for StartProcess.
+	database Database
 }
 
 // Options tune a test gateway.
@@ -280,6 +282,10 @@ type TaskSpec struct {
 	Priority             int
 	// Retry, when set, is the task's retry backoff.
 	Retry *apiclient.RetryPolicy
+	// LabelSelector and PinnedWorkerID, when set, restrict which workers
+	// may run the task.
+	LabelSelector  *apiclient.LabelSelector
+	PinnedWorkerID *uuid.UUID
 }
 
 // CreateTask creates a scanner_plugin task through the API.
@@ -305,6 +311,7 @@ func (g *Gateway) CreateTask(t testing.TB, org uuid.UUID, spec TaskSpec) uuid.UU
 		req.Priority = &spec.Priority
 	}
 	req.Retry = spec.Retry
+	req.LabelSelector, req.PinnedWorkerId = spec.LabelSelector, spec.PinnedWorkerID
 	res, err := g.Control.CreateTaskWithResponse(context.Background(), nil, req)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, res.StatusCode(), string(res.Body))

@@ -97,8 +97,36 @@ type Process struct {
 // returns a Gateway (for the control plane and database) and the replicas.
 func StartProcesses(t testing.TB, n int, extraArgs ...string) (*Gateway, []*Process) {
 	t.Helper()
-	dbURL := storetest.NewDatabase(t)
-	pool, err := store.OpenPool(context.Background(), dbURL)
+	return StartProcessesOn(t, n, Database{}, extraArgs...)
+}
+
+// Database is where process gateways keep their data and how they reach it.
+type Database struct {
+	// URL is the migrated database the gateways run their queries on
+	// (-database-url): a direct URL, one through a pooler, a multi-host
+	// URL; "" is a fresh clone of the template (storetest.NewDatabase).
+	URL string
+	// ListenURL, when set, is the gateways' direct connection for LISTEN
+	// (-listen-database-url) and the one the test's own pool (Gateway.Pool)
+	// uses; "" is URL.
+	ListenURL string
+}
+
+func (d Database) direct() string {
+	if d.ListenURL != "" {
+		return d.ListenURL
+	}
+	return d.URL
+}
+
+// StartProcessesOn runs n gateway processes over db and returns a Gateway
+// (for the control plane, with a pool on db's direct URL) and the replicas.
+func StartProcessesOn(t testing.TB, n int, db Database, extraArgs ...string) (*Gateway, []*Process) {
+	t.Helper()
+	if db.URL == "" {
+		db.URL = storetest.NewDatabase(t)
+	}
+	pool, err := store.OpenPool(context.Background(), db.direct())
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	ca, cert := testPKI(t)
@@ -108,10 +136,11 @@ func StartProcesses(t testing.TB, n int, extraArgs ...string) (*Gateway, []*Proc
 
 	var procs []*Process
 	for range n {
-		procs = append(procs, startProcess(t, dbURL, certFile, keyFile, extraArgs))
+		procs = append(procs, startProcess(t, db, certFile, keyFile, extraArgs))
 	}
-	g := newGateway(t, procs[0].URL, dbURL, pool, ca)
+	g := newGateway(t, procs[0].URL, db.direct(), pool, ca)
 	g.serverFiles = [2]string{certFile, keyFile}
+	g.database = db
 	for _, p := range procs {
 		g.WaitReady(t, p)
 	}
@@ -120,10 +149,10 @@ func StartProcesses(t testing.TB, n int, extraArgs ...string) (*Gateway, []*Proc
 
 // StartProcess starts one more gateway process over g's database, with
 // extra environment variables (GATEWAY_FAILPOINTS=…), and waits until it is
-// ready.
+// ready. It reaches the database as the first ones do.
 func (g *Gateway) StartProcess(t testing.TB, env ...string) *Process {
 	t.Helper()
-	p := startProcess(t, g.DatabaseURL, g.serverFiles[0], g.serverFiles[1], nil, env...)
+	p := g.LaunchProcess(t, env...)
 	g.WaitReady(t, p)
 	return p
 }
@@ -132,7 +161,7 @@ func (g *Gateway) StartProcess(t testing.TB, env ...string) *Process {
 // like StartProcess, with its stdout and stderr (its logs) written to out.
 func (g *Gateway) StartProcessLogging(t testing.TB, out io.Writer, env ...string) *Process {
 	t.Helper()
-	p := startProcessTo(t, g.DatabaseURL, g.serverFiles[0], g.serverFiles[1], nil, out, env...)
+	p := startProcessTo(t, g.database, g.serverFiles[0], g.serverFiles[1], nil, out, env...)
 	g.WaitReady(t, p)
 	return p
 }
@@ -153,7 +182,7 @@ func (g *Gateway) ServeCommand(t testing.TB, env ...string) *exec.Cmd {
 // before it is ready.
 func (g *Gateway) LaunchProcess(t testing.TB, env ...string) *Process {
 	t.Helper()
-	return startProcess(t, g.DatabaseURL, g.serverFiles[0], g.serverFiles[1], nil, env...)
+	return startProcess(t, g.database, g.serverFiles[0], g.serverFiles[1], nil, env...)
 }
 
 // Ready reports whether a gateway process answers /readyz with 200 now.
@@ -180,12 +209,12 @@ func writeServerPair(t testing.TB, cert tls.Certificate, certFile, keyFile strin
 	_ = cert
 }
 
-func startProcess(t testing.TB, dbURL, certFile, keyFile string, extraArgs []string, env ...string) *Process {
+func startProcess(t testing.TB, db Database, certFile, keyFile string, extraArgs []string, env ...string) *Process {
 	t.Helper()
-	return startProcessTo(t, dbURL, certFile, keyFile, extraArgs, nil, env...)
+	return startProcessTo(t, db, certFile, keyFile, extraArgs, nil, env...)
 }
 
-func startProcessTo(t testing.TB, dbURL, certFile, keyFile string, extraArgs []string, out io.Writer, env ...string) *Process {
+func startProcessTo(t testing.TB, db Database, certFile, keyFile string, extraArgs []string, out io.Writer, env ...string) *Process {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -196,7 +225,7 @@ func startProcessTo(t testing.TB, dbURL, certFile, keyFile string, extraArgs []s
 		ca, _ := testPKI(t)
 		require.NoError(t, ca.WriteFiles(caCert, caKey))
 	}
-	args := append([]string{"serve", "-database-url", dbURL, "-listen", addr, "-tls-cert", certFile, "-tls-key", keyFile,
+	args := append([]string{"serve", "-database-url", db.URL, "-listen-database-url", db.direct(), "-listen", addr, "-tls-cert", certFile, "-tls-key", keyFile,
 		"-artifacts-dir", filepath.Join(filepath.Dir(certFile), "artifacts"), "-ca-cert", caCert, "-ca-key", caKey}, extraArgs...)
 	// GATEWAY_TEST_ARGS runs every gateway process of the suite with more
 	// flags, e.g. GATEWAY_TEST_ARGS=-lease-group-commit=false make faults.

@@ -114,6 +114,30 @@ func (e HealthStatus) Valid() bool {
 	}
 }
 
+// Defines values for LabelRequirementOperator.
+const (
+	LabelDoesNotExist LabelRequirementOperator = "DoesNotExist"
+	LabelExists       LabelRequirementOperator = "Exists"
+	LabelIn           LabelRequirementOperator = "In"
+	LabelNotIn        LabelRequirementOperator = "NotIn"
+)
+
+// Valid indicates whether the value is a known member of the LabelRequirementOperator enum.
+func (e LabelRequirementOperator) Valid() bool {
+	switch e {
+	case LabelDoesNotExist:
+		return true
+	case LabelExists:
+		return true
+	case LabelIn:
+		return true
+	case LabelNotIn:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for LeaseState.
 const (
 	Active          LeaseState = "active"
@@ -167,13 +191,15 @@ func (e OrganizationWorkerReason) Valid() bool {
 
 // Defines values for PendingReason.
 const (
-	CapabilityMismatch  PendingReason = "capability_mismatch"
-	CapacityFull        PendingReason = "capacity_full"
-	NoAssignedWorker    PendingReason = "no_assigned_worker"
-	NoOnlineWorker      PendingReason = "no_online_worker"
-	PluginNotAdvertised PendingReason = "plugin_not_advertised"
-	RetryBackoff        PendingReason = "retry_backoff"
-	ScheduledLater      PendingReason = "scheduled_later"
+	CapabilityMismatch      PendingReason = "capability_mismatch"
+	CapacityFull            PendingReason = "capacity_full"
+	LabelMismatch           PendingReason = "label_mismatch"
+	NoAssignedWorker        PendingReason = "no_assigned_worker"
+	NoOnlineWorker          PendingReason = "no_online_worker"
+	PinnedWorkerUnavailable PendingReason = "pinned_worker_unavailable"
+	PluginNotAdvertised     PendingReason = "plugin_not_advertised"
+	RetryBackoff            PendingReason = "retry_backoff"
+	ScheduledLater          PendingReason = "scheduled_later"
 )
 
 // Valid indicates whether the value is a known member of the PendingReason enum.
@@ -183,9 +209,13 @@ func (e PendingReason) Valid() bool {
 		return true
 	case CapacityFull:
 		return true
+	case LabelMismatch:
+		return true
 	case NoAssignedWorker:
 		return true
 	case NoOnlineWorker:
+		return true
+	case PinnedWorkerUnavailable:
 		return true
 	case PluginNotAdvertised:
 		return true
@@ -840,12 +870,23 @@ type CreateTaskRequest struct {
 	DelaySeconds *float64 `json:"delay_seconds,omitempty"`
 
 	// ExecutionTimeoutSeconds Hard limit on the task's whole run from creation (its `execution_deadline_at`).
-	ExecutionTimeoutSeconds *float64           `json:"execution_timeout_seconds,omitempty"`
-	LeaseDurationSeconds    *int               `json:"lease_duration_seconds,omitempty"`
-	MaxAttempts             *int               `json:"max_attempts,omitempty"`
-	OrganizationId          openapi_types.UUID `json:"organization_id"`
-	Payload                 *JSONObject        `json:"payload,omitempty"`
-	Priority                *int               `json:"priority,omitempty"`
+	ExecutionTimeoutSeconds *float64 `json:"execution_timeout_seconds,omitempty"`
+
+	// LabelSelector Which workers' labels a task needs (Kubernetes semantics): every `match_labels` pair must be
+	// present and every expression must hold. `In`: the label is present with one of `values`;
+	// `NotIn`: absent, or present with none of them; `Exists`; `DoesNotExist`. An empty selector
+	// selects every worker. At most 32 terms in all.
+	LabelSelector        *LabelSelector     `json:"label_selector,omitempty"`
+	LeaseDurationSeconds *int               `json:"lease_duration_seconds,omitempty"`
+	MaxAttempts          *int               `json:"max_attempts,omitempty"`
+	OrganizationId       openapi_types.UUID `json:"organization_id"`
+	Payload              *JSONObject        `json:"payload,omitempty"`
+
+	// PinnedWorkerId The one worker that may run the task (and its `label_selector` and capabilities must
+	// still match). It must be a worker the organization sees; while it cannot lease, the
+	// task waits with `pending_reason` `pinned_worker_unavailable`.
+	PinnedWorkerId *openapi_types.UUID `json:"pinned_worker_id,omitempty"`
+	Priority       *int                `json:"priority,omitempty"`
 
 	// RequiredCapabilities A JSON object; a task's `required_capabilities` must be contained in it (`@>`).
 	RequiredCapabilities *Capabilities `json:"required_capabilities,omitempty"`
@@ -895,9 +936,15 @@ type CreatedWorker struct {
 	EnrollmentToken          string             `json:"enrollment_token"`
 	EnrollmentTokenExpiresAt time.Time          `json:"enrollment_token_expires_at"`
 	Id                       openapi_types.UUID `json:"id"`
-	LastSeenAt               *time.Time         `json:"last_seen_at,omitempty"`
-	MaxConcurrentTasks       int                `json:"max_concurrent_tasks"`
-	Name                     string             `json:"name"`
+
+	// Labels A worker's labels, set by operators only (never by the worker itself), so a task's
+	// `label_selector` may stand for authorization. Keys: at most 63 characters matching
+	// `[a-z0-9]([-a-z0-9_./]*[a-z0-9])?`; values: at most 63 characters matching
+	// `([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?`. At most 64 labels.
+	Labels             Labels     `json:"labels"`
+	LastSeenAt         *time.Time `json:"last_seen_at,omitempty"`
+	MaxConcurrentTasks int        `json:"max_concurrent_tasks"`
+	Name               string     `json:"name"`
 
 	// Online Seen within three heartbeat intervals.
 	Online bool `json:"online"`
@@ -972,6 +1019,40 @@ type IssuedCertificate struct {
 
 // JSONObject defines model for JSONObject.
 type JSONObject = json.RawMessage
+
+// LabelChanges Changes to a worker's labels, merged into the labels it has: a string sets a label, `null`
+// removes it, labels not named stay. Active attempts whose task's `label_selector` the new
+// labels fail end at once (`label_lost`), as when a worker stops advertising a critical
+// capability: the task goes back to the queue and the worker's next heartbeat answers the
+// lease `lost`.
+type LabelChanges map[string]*string
+
+// LabelRequirement defines model for LabelRequirement.
+type LabelRequirement struct {
+	Key      string                   `json:"key"`
+	Operator LabelRequirementOperator `json:"operator"`
+
+	// Values One or more for `In` and `NotIn`; none for `Exists` and `DoesNotExist`.
+	Values *[]string `json:"values,omitempty"`
+}
+
+// LabelRequirementOperator defines model for LabelRequirement.Operator.
+type LabelRequirementOperator string
+
+// LabelSelector Which workers' labels a task needs (Kubernetes semantics): every `match_labels` pair must be
+// present and every expression must hold. `In`: the label is present with one of `values`;
+// `NotIn`: absent, or present with none of them; `Exists`; `DoesNotExist`. An empty selector
+// selects every worker. At most 32 terms in all.
+type LabelSelector struct {
+	MatchExpressions *[]LabelRequirement `json:"match_expressions,omitempty"`
+	MatchLabels      *map[string]string  `json:"match_labels,omitempty"`
+}
+
+// Labels A worker's labels, set by operators only (never by the worker itself), so a task's
+// `label_selector` may stand for authorization. Keys: at most 63 characters matching
+// `[a-z0-9]([-a-z0-9_./]*[a-z0-9])?`; values: at most 63 characters matching
+// `([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?`. At most 64 labels.
+type Labels map[string]string
 
 // Lease defines model for Lease.
 type Lease struct {
@@ -1105,7 +1186,7 @@ type OrganizationWorkerList struct {
 	Items []OrganizationWorker `json:"items"`
 }
 
-// PendingReason Why a queued task is not leased yet. `plugin_not_advertised`: the task's `payload.plugin` is in the `plugins` capability of none of the workers assigned to its organization (workers that advertise no `plugins` at all are not counted against it).
+// PendingReason Why a queued task is not leased yet. `plugin_not_advertised`: the task's `payload.plugin` is in the `plugins` capability of none of the workers assigned to its organization (workers that advertise no `plugins` at all are not counted against it). `label_mismatch`: no online worker with the required capabilities has labels that match the task's `label_selector`. `pinned_worker_unavailable`: the task's `pinned_worker_id` names a worker that cannot lease for the task's organization now (unassigned, disabled, revoked, offline, another type).
 type PendingReason string
 
 // Problem RFC 9457 problem details with a stable machine-readable `code`.
@@ -1388,12 +1469,21 @@ type ScheduledScan struct {
 
 // ScheduledTask defines model for ScheduledTask.
 type ScheduledTask struct {
-	AttemptTimeoutSeconds   *int        `json:"attempt_timeout_seconds,omitempty"`
-	ExecutionTimeoutSeconds *int        `json:"execution_timeout_seconds,omitempty"`
-	LeaseDurationSeconds    *int        `json:"lease_duration_seconds,omitempty"`
-	MaxAttempts             *int        `json:"max_attempts,omitempty"`
-	Payload                 *JSONObject `json:"payload,omitempty"`
-	Priority                *int        `json:"priority,omitempty"`
+	AttemptTimeoutSeconds   *int `json:"attempt_timeout_seconds,omitempty"`
+	ExecutionTimeoutSeconds *int `json:"execution_timeout_seconds,omitempty"`
+
+	// LabelSelector Which workers' labels a task needs (Kubernetes semantics): every `match_labels` pair must be
+	// present and every expression must hold. `In`: the label is present with one of `values`;
+	// `NotIn`: absent, or present with none of them; `Exists`; `DoesNotExist`. An empty selector
+	// selects every worker. At most 32 terms in all.
+	LabelSelector        *LabelSelector `json:"label_selector,omitempty"`
+	LeaseDurationSeconds *int           `json:"lease_duration_seconds,omitempty"`
+	MaxAttempts          *int           `json:"max_attempts,omitempty"`
+	Payload              *JSONObject    `json:"payload,omitempty"`
+
+	// PinnedWorkerId Passed to every task the schedule creates, as `label_selector` is.
+	PinnedWorkerId *openapi_types.UUID `json:"pinned_worker_id,omitempty"`
+	Priority       *int                `json:"priority,omitempty"`
 
 	// RequiredCapabilities A JSON object; a task's `required_capabilities` must be contained in it (`@>`).
 	RequiredCapabilities *Capabilities `json:"required_capabilities,omitempty"`
@@ -1457,16 +1547,23 @@ type Task struct {
 	CreatedAt             time.Time          `json:"created_at"`
 	ExecutionDeadlineAt   *time.Time         `json:"execution_deadline_at,omitempty"`
 	Id                    openapi_types.UUID `json:"id"`
-	LastError             *string            `json:"last_error,omitempty"`
-	LastErrorCode         *string            `json:"last_error_code,omitempty"`
-	LeaseDurationSeconds  int                `json:"lease_duration_seconds"`
-	MaxAttempts           int                `json:"max_attempts"`
-	OrganizationId        openapi_types.UUID `json:"organization_id"`
-	Payload               JSONObject         `json:"payload"`
 
-	// PendingReason Why a queued task is not leased yet. `plugin_not_advertised`: the task's `payload.plugin` is in the `plugins` capability of none of the workers assigned to its organization (workers that advertise no `plugins` at all are not counted against it).
-	PendingReason *PendingReason `json:"pending_reason,omitempty"`
-	Priority      int            `json:"priority"`
+	// LabelSelector Which workers' labels a task needs (Kubernetes semantics): every `match_labels` pair must be
+	// present and every expression must hold. `In`: the label is present with one of `values`;
+	// `NotIn`: absent, or present with none of them; `Exists`; `DoesNotExist`. An empty selector
+	// selects every worker. At most 32 terms in all.
+	LabelSelector        *LabelSelector     `json:"label_selector,omitempty"`
+	LastError            *string            `json:"last_error,omitempty"`
+	LastErrorCode        *string            `json:"last_error_code,omitempty"`
+	LeaseDurationSeconds int                `json:"lease_duration_seconds"`
+	MaxAttempts          int                `json:"max_attempts"`
+	OrganizationId       openapi_types.UUID `json:"organization_id"`
+	Payload              JSONObject         `json:"payload"`
+
+	// PendingReason Why a queued task is not leased yet. `plugin_not_advertised`: the task's `payload.plugin` is in the `plugins` capability of none of the workers assigned to its organization (workers that advertise no `plugins` at all are not counted against it). `label_mismatch`: no online worker with the required capabilities has labels that match the task's `label_selector`. `pinned_worker_unavailable`: the task's `pinned_worker_id` names a worker that cannot lease for the task's organization now (unassigned, disabled, revoked, offline, another type).
+	PendingReason  *PendingReason      `json:"pending_reason,omitempty"`
+	PinnedWorkerId *openapi_types.UUID `json:"pinned_worker_id,omitempty"`
+	Priority       int                 `json:"priority"`
 
 	// RequiredCapabilities A JSON object; a task's `required_capabilities` must be contained in it (`@>`).
 	RequiredCapabilities Capabilities        `json:"required_capabilities"`
@@ -1492,16 +1589,23 @@ type TaskDetail struct {
 	CreatedAt             time.Time          `json:"created_at"`
 	ExecutionDeadlineAt   *time.Time         `json:"execution_deadline_at,omitempty"`
 	Id                    openapi_types.UUID `json:"id"`
-	LastError             *string            `json:"last_error,omitempty"`
-	LastErrorCode         *string            `json:"last_error_code,omitempty"`
-	LeaseDurationSeconds  int                `json:"lease_duration_seconds"`
-	MaxAttempts           int                `json:"max_attempts"`
-	OrganizationId        openapi_types.UUID `json:"organization_id"`
-	Payload               JSONObject         `json:"payload"`
 
-	// PendingReason Why a queued task is not leased yet. `plugin_not_advertised`: the task's `payload.plugin` is in the `plugins` capability of none of the workers assigned to its organization (workers that advertise no `plugins` at all are not counted against it).
-	PendingReason *PendingReason `json:"pending_reason,omitempty"`
-	Priority      int            `json:"priority"`
+	// LabelSelector Which workers' labels a task needs (Kubernetes semantics): every `match_labels` pair must be
+	// present and every expression must hold. `In`: the label is present with one of `values`;
+	// `NotIn`: absent, or present with none of them; `Exists`; `DoesNotExist`. An empty selector
+	// selects every worker. At most 32 terms in all.
+	LabelSelector        *LabelSelector     `json:"label_selector,omitempty"`
+	LastError            *string            `json:"last_error,omitempty"`
+	LastErrorCode        *string            `json:"last_error_code,omitempty"`
+	LeaseDurationSeconds int                `json:"lease_duration_seconds"`
+	MaxAttempts          int                `json:"max_attempts"`
+	OrganizationId       openapi_types.UUID `json:"organization_id"`
+	Payload              JSONObject         `json:"payload"`
+
+	// PendingReason Why a queued task is not leased yet. `plugin_not_advertised`: the task's `payload.plugin` is in the `plugins` capability of none of the workers assigned to its organization (workers that advertise no `plugins` at all are not counted against it). `label_mismatch`: no online worker with the required capabilities has labels that match the task's `label_selector`. `pinned_worker_unavailable`: the task's `pinned_worker_id` names a worker that cannot lease for the task's organization now (unassigned, disabled, revoked, offline, another type).
+	PendingReason  *PendingReason      `json:"pending_reason,omitempty"`
+	PinnedWorkerId *openapi_types.UUID `json:"pinned_worker_id,omitempty"`
+	Priority       int                 `json:"priority"`
 
 	// RequiredCapabilities A JSON object; a task's `required_capabilities` must be contained in it (`@>`).
 	RequiredCapabilities Capabilities        `json:"required_capabilities"`
@@ -1591,9 +1695,16 @@ type UpdateScheduleRequest struct {
 
 // UpdateWorkerRequest defines model for UpdateWorkerRequest.
 type UpdateWorkerRequest struct {
-	Enabled            *bool   `json:"enabled,omitempty"`
-	MaxConcurrentTasks *int    `json:"max_concurrent_tasks,omitempty"`
-	Name               *string `json:"name,omitempty"`
+	Enabled *bool `json:"enabled,omitempty"`
+
+	// Labels Changes to a worker's labels, merged into the labels it has: a string sets a label, `null`
+	// removes it, labels not named stay. Active attempts whose task's `label_selector` the new
+	// labels fail end at once (`label_lost`), as when a worker stops advertising a critical
+	// capability: the task goes back to the queue and the worker's next heartbeat answers the
+	// lease `lost`.
+	Labels             *LabelChanges `json:"labels,omitempty"`
+	MaxConcurrentTasks *int          `json:"max_concurrent_tasks,omitempty"`
+	Name               *string       `json:"name,omitempty"`
 }
 
 // UploadSession defines model for UploadSession.
@@ -1623,9 +1734,15 @@ type Worker struct {
 	CreatedAt              time.Time          `json:"created_at"`
 	Enabled                bool               `json:"enabled"`
 	Id                     openapi_types.UUID `json:"id"`
-	LastSeenAt             *time.Time         `json:"last_seen_at,omitempty"`
-	MaxConcurrentTasks     int                `json:"max_concurrent_tasks"`
-	Name                   string             `json:"name"`
+
+	// Labels A worker's labels, set by operators only (never by the worker itself), so a task's
+	// `label_selector` may stand for authorization. Keys: at most 63 characters matching
+	// `[a-z0-9]([-a-z0-9_./]*[a-z0-9])?`; values: at most 63 characters matching
+	// `([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?`. At most 64 labels.
+	Labels             Labels     `json:"labels"`
+	LastSeenAt         *time.Time `json:"last_seen_at,omitempty"`
+	MaxConcurrentTasks int        `json:"max_concurrent_tasks"`
+	Name               string     `json:"name"`
 
 	// Online Seen within three heartbeat intervals.
 	Online bool `json:"online"`
@@ -2759,8 +2876,10 @@ type ClientInterface interface {
 	//
 	// While the task waits to be leased, `pending_reason` says why: `no_assigned_worker`,
 	// `plugin_not_advertised` (no assigned worker lists the task's `payload.plugin` in its
-	// `plugins` capability), `no_online_worker`, `capability_mismatch`, `capacity_full`,
-	// `scheduled_later` or `retry_backoff`.
+	// `plugins` capability), `no_online_worker`, `capability_mismatch`, `label_mismatch` (no
+	// online, capable worker's labels match the task's `label_selector`),
+	// `pinned_worker_unavailable` (the worker of `pinned_worker_id` is unassigned, disabled,
+	// revoked or offline), `capacity_full`, `scheduled_later` or `retry_backoff`.
 	//
 	// Corresponds with GET /v1/tasks/{task_id} (the `GetTask` operationId).
 	GetTask(ctx context.Context, taskId TaskID, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2882,9 +3001,10 @@ type ClientInterface interface {
 
 	// UpdateWorkerWithBody Update a worker
 	//
-	// Changes name, `enabled` or `max_concurrent_tasks`. Disabling stops new leases at once;
-	// `active=drain` (the default here) lets active attempts finish, `active=cancel` cancels
-	// them.
+	// Changes name, `enabled`, `max_concurrent_tasks` or `labels` (merged: `null` removes a
+	// label). Disabling stops new leases at once; `active=drain` (the default here) lets active
+	// attempts finish, `active=cancel` cancels them. Removing a label that an active attempt's
+	// task selects ends that attempt at once (`label_lost`), whatever `active` says.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2893,9 +3013,10 @@ type ClientInterface interface {
 
 	// UpdateWorker Update a worker
 	//
-	// Changes name, `enabled` or `max_concurrent_tasks`. Disabling stops new leases at once;
-	// `active=drain` (the default here) lets active attempts finish, `active=cancel` cancels
-	// them.
+	// Changes name, `enabled`, `max_concurrent_tasks` or `labels` (merged: `null` removes a
+	// label). Disabling stops new leases at once; `active=drain` (the default here) lets active
+	// attempts finish, `active=cancel` cancels them. Removing a label that an active attempt's
+	// task selects ends that attempt at once (`label_lost`), whatever `active` says.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -4310,8 +4431,10 @@ func (c *Client) CreateTask(ctx context.Context, params *CreateTaskParams, body 
 //
 // While the task waits to be leased, `pending_reason` says why: `no_assigned_worker`,
 // `plugin_not_advertised` (no assigned worker lists the task's `payload.plugin` in its
-// `plugins` capability), `no_online_worker`, `capability_mismatch`, `capacity_full`,
-// `scheduled_later` or `retry_backoff`.
+// `plugins` capability), `no_online_worker`, `capability_mismatch`, `label_mismatch` (no
+// online, capable worker's labels match the task's `label_selector`),
+// `pinned_worker_unavailable` (the worker of `pinned_worker_id` is unassigned, disabled,
+// revoked or offline), `capacity_full`, `scheduled_later` or `retry_backoff`.
 //
 // Corresponds with GET /v1/tasks/{task_id} (the `GetTask` operationId).
 func (c *Client) GetTask(ctx context.Context, taskId TaskID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4553,9 +4676,10 @@ func (c *Client) GetWorker(ctx context.Context, workerId WorkerID, reqEditors ..
 
 // UpdateWorkerWithBody Update a worker
 //
-// Changes name, `enabled` or `max_concurrent_tasks`. Disabling stops new leases at once;
-// `active=drain` (the default here) lets active attempts finish, `active=cancel` cancels
-// them.
+// Changes name, `enabled`, `max_concurrent_tasks` or `labels` (merged: `null` removes a
+// label). Disabling stops new leases at once; `active=drain` (the default here) lets active
+// attempts finish, `active=cancel` cancels them. Removing a label that an active attempt's
+// task selects ends that attempt at once (`label_lost`), whatever `active` says.
 //
 // Takes any type of body and a specified content type.
 //
@@ -4574,9 +4698,10 @@ func (c *Client) UpdateWorkerWithBody(ctx context.Context, workerId WorkerID, pa
 
 // UpdateWorker Update a worker
 //
-// Changes name, `enabled` or `max_concurrent_tasks`. Disabling stops new leases at once;
-// `active=drain` (the default here) lets active attempts finish, `active=cancel` cancels
-// them.
+// Changes name, `enabled`, `max_concurrent_tasks` or `labels` (merged: `null` removes a
+// label). Disabling stops new leases at once; `active=drain` (the default here) lets active
+// attempts finish, `active=cancel` cancels them. Removing a label that an active attempt's
+// task selects ends that attempt at once (`label_lost`), whatever `active` says.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -8806,8 +8931,10 @@ type ClientWithResponsesInterface interface {
 	//
 	// While the task waits to be leased, `pending_reason` says why: `no_assigned_worker`,
 	// `plugin_not_advertised` (no assigned worker lists the task's `payload.plugin` in its
-	// `plugins` capability), `no_online_worker`, `capability_mismatch`, `capacity_full`,
-	// `scheduled_later` or `retry_backoff`.
+	// `plugins` capability), `no_online_worker`, `capability_mismatch`, `label_mismatch` (no
+	// online, capable worker's labels match the task's `label_selector`),
+	// `pinned_worker_unavailable` (the worker of `pinned_worker_id` is unassigned, disabled,
+	// revoked or offline), `capacity_full`, `scheduled_later` or `retry_backoff`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -8947,9 +9074,10 @@ type ClientWithResponsesInterface interface {
 
 	// UpdateWorkerWithBodyWithResponse Update a worker
 	//
-	// Changes name, `enabled` or `max_concurrent_tasks`. Disabling stops new leases at once;
-	// `active=drain` (the default here) lets active attempts finish, `active=cancel` cancels
-	// them.
+	// Changes name, `enabled`, `max_concurrent_tasks` or `labels` (merged: `null` removes a
+	// label). Disabling stops new leases at once; `active=drain` (the default here) lets active
+	// attempts finish, `active=cancel` cancels them. Removing a label that an active attempt's
+	// task selects ends that attempt at once (`label_lost`), whatever `active` says.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8958,9 +9086,10 @@ type ClientWithResponsesInterface interface {
 
 	// UpdateWorkerWithResponse Update a worker
 	//
-	// Changes name, `enabled` or `max_concurrent_tasks`. Disabling stops new leases at once;
-	// `active=drain` (the default here) lets active attempts finish, `active=cancel` cancels
-	// them.
+	// Changes name, `enabled`, `max_concurrent_tasks` or `labels` (merged: `null` removes a
+	// label). Disabling stops new leases at once; `active=drain` (the default here) lets active
+	// attempts finish, `active=cancel` cancels them. Removing a label that an active attempt's
+	// task selects ends that attempt at once (`label_lost`), whatever `active` says.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -14751,8 +14880,10 @@ func (c *ClientWithResponses) CreateTaskWithResponse(ctx context.Context, params
 //
 // While the task waits to be leased, `pending_reason` says why: `no_assigned_worker`,
 // `plugin_not_advertised` (no assigned worker lists the task's `payload.plugin` in its
-// `plugins` capability), `no_online_worker`, `capability_mismatch`, `capacity_full`,
-// `scheduled_later` or `retry_backoff`.
+// `plugins` capability), `no_online_worker`, `capability_mismatch`, `label_mismatch` (no
+// online, capable worker's labels match the task's `label_selector`),
+// `pinned_worker_unavailable` (the worker of `pinned_worker_id` is unassigned, disabled,
+// revoked or offline), `capacity_full`, `scheduled_later` or `retry_backoff`.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -14964,9 +15095,10 @@ func (c *ClientWithResponses) GetWorkerWithResponse(ctx context.Context, workerI
 
 // UpdateWorkerWithBodyWithResponse Update a worker
 //
-// Changes name, `enabled` or `max_concurrent_tasks`. Disabling stops new leases at once;
-// `active=drain` (the default here) lets active attempts finish, `active=cancel` cancels
-// them.
+// Changes name, `enabled`, `max_concurrent_tasks` or `labels` (merged: `null` removes a
+// label). Disabling stops new leases at once; `active=drain` (the default here) lets active
+// attempts finish, `active=cancel` cancels them. Removing a label that an active attempt's
+// task selects ends that attempt at once (`label_lost`), whatever `active` says.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -14981,9 +15113,10 @@ func (c *ClientWithResponses) UpdateWorkerWithBodyWithResponse(ctx context.Conte
 
 // UpdateWorkerWithResponse Update a worker
 //
-// Changes name, `enabled` or `max_concurrent_tasks`. Disabling stops new leases at once;
-// `active=drain` (the default here) lets active attempts finish, `active=cancel` cancels
-// them.
+// Changes name, `enabled`, `max_concurrent_tasks` or `labels` (merged: `null` removes a
+// label). Disabling stops new leases at once; `active=drain` (the default here) lets active
+// attempts finish, `active=cancel` cancels them. Removing a label that an active attempt's
+// task selects ends that attempt at once (`label_lost`), whatever `active` says.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

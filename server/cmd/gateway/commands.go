@@ -129,7 +129,10 @@ func (a *cli) build(c *command, path string, chain []*flagSet, env func([]*flagS
 			}
 			return usageError{fmt.Sprintf("%s: %v", path, err)}
 		}
-		if len(positional) != len(strings.Fields(c.args)) {
+		// A last argument named NAME... takes one or more.
+		fields := strings.Fields(c.args)
+		variadic := len(fields) > 0 && strings.HasSuffix(fields[len(fields)-1], "...")
+		if len(positional) != len(fields) && (!variadic || len(positional) < len(fields)) {
 			return usageError{fmt.Sprintf("usage: %s", strings.TrimSpace(path+" "+c.args))}
 		}
 		sources := []lookupFunc{osEnv}

@@ -49,6 +49,7 @@ func ctlCommand(a *cli) *command {
 				leaf("get", "ID", "show a worker", noFlags(workersGet)),
 				leaf("create", "", "create a worker; prints its one-time enrollment token", workersCreate),
 				leaf("update", "ID", "enable, disable, rename or resize a worker", workersUpdate),
+				leaf("label", "ID KEY=VALUE...", "set (KEY=VALUE) or remove (KEY-) a worker's labels", noFlags(workersLabel)),
 				leaf("revoke", "ID", "revoke a worker for good", workersRevoke),
 				leaf("certificate", "ID", "register a worker's client certificate", workersCertificate),
 				leaf("enrollment-token", "ID", "issue a new one-time enrollment token", noFlags(workersEnrollmentToken)),
@@ -308,6 +309,25 @@ func workersUpdate(fs *flagSet) ctlRun {
 		}
 		return c.finish(res.HTTPResponse, res.Body, func(w io.Writer) { writeWorkerTable(w, []apiclient.Worker{*res.JSON200}) })
 	}
+}
+
+// workersLabel changes a worker's labels the way kubectl label does:
+// KEY=VALUE sets a label, KEY- removes it, other labels stay.
+func workersLabel(ctx context.Context, c *ctl, args []string) error {
+	id, err := parseID("worker", args[0])
+	if err != nil {
+		return err
+	}
+	changes, err := parseLabelChanges(args[1:])
+	if err != nil {
+		return err
+	}
+	res, err := c.api.UpdateWorkerWithResponse(ctx, id, &apiclient.UpdateWorkerParams{},
+		apiclient.UpdateWorkerRequest{Labels: &changes})
+	if err != nil {
+		return err
+	}
+	return c.finish(res.HTTPResponse, res.Body, func(w io.Writer) { writeFields(w, workerFields(*res.JSON200)) })
 }
 
 func workersRevoke(fs *flagSet) ctlRun {
@@ -596,6 +616,8 @@ func tasksCreate(fs *flagSet) ctlRun {
 	priority := fs.Int("priority", 0, "priority (higher first)")
 	maxAttempts := fs.Int("max-attempts", 0, "attempts before the task fails for good (0: the API's default)")
 	key := fs.String("idempotency-key", "", "repeating a creation with the same key returns the same task")
+	selector := fs.String("selector", "", `label selector the worker's labels must match: kubectl style ("zone=eu,tier in (gpu,tpu),!legacy") or a JSON object as the API takes it, or @FILE`)
+	pin := fs.String("pin", "", "the id of the one worker that may run the task")
 	secrets := fs.String("secrets", "", "names of the organization's secrets the task receives in its lease, comma-separated")
 	return func(ctx context.Context, c *ctl, _ []string) error {
 		orgID, err := optionalID("organization", *org)
@@ -617,6 +639,12 @@ func tasksCreate(fs *flagSet) ctlRun {
 		}
 		if *maxAttempts > 0 {
 			req.MaxAttempts = maxAttempts
+		}
+		if req.LabelSelector, err = parseSelector(*selector); err != nil {
+			return err
+		}
+		if req.PinnedWorkerId, err = optionalID("worker", *pin); err != nil {
+			return err
 		}
 		if *secrets != "" {
 			refs := strings.Split(*secrets, ",")

@@ -145,6 +145,7 @@ func workerFields(wk apiclient.Worker) [][2]string {
 		[2]string{"Active/capacity", fmt.Sprintf("%d/%d", wk.ActiveAttempts, wk.MaxConcurrentTasks)},
 		[2]string{"Organizations", joinIDs(wk.OrganizationIds)},
 		[2]string{"Capabilities", compactJSON(wk.Capabilities)},
+		[2]string{"Labels", labelsText(wk.Labels)},
 		[2]string{"Certificate", str(wk.CertificateSubject)},
 		[2]string{"Fingerprint", str(wk.CertificateFingerprint)},
 		[2]string{"Software", str(wk.SoftwareVersion)},
@@ -236,6 +237,14 @@ func writeTaskDetail(w io.Writer, t apiclient.TaskDetail) {
 	f = append(f,
 		[2]string{"Payload", compactJSON(t.Payload)},
 		[2]string{"Requires", compactJSON(t.RequiredCapabilities)},
+	)
+	if t.LabelSelector != nil {
+		f = append(f, [2]string{"Selector", selectorText(*t.LabelSelector)})
+	}
+	if t.PinnedWorkerId != nil {
+		f = append(f, [2]string{"Pinned to", t.PinnedWorkerId.String()})
+	}
+	f = append(f,
 		[2]string{"Created", fmtTime(t.CreatedAt)},
 		[2]string{"Updated", fmtTime(t.UpdatedAt)},
 		[2]string{"Completed", fmtTimePtr(t.CompletedAt)},

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -25,17 +26,24 @@ import (
 // replica.
 type serveConfig struct {
 	databaseURL string
-	listen      string
-	opsListen   string
-	tlsCert     string
-	tlsKey      string
-	migrate     bool
-	server      server.Config
-	drain       time.Duration
-	maxConns    int
-	artifacts   artifactFlags
-	caCert      string
-	caKey       string
+	// listenDatabaseURL is the direct connection for LISTEN and
+	// migrations, which a pooler in transaction mode cannot carry; "" is
+	// databaseURL.
+	listenDatabaseURL string
+	// execMode is -database-exec-mode (store.ChooseExecMode).
+	execMode  string
+	listen    string
+	opsListen string
+	tlsCert   string
+	tlsKey    string
+	migrate   bool
+	server    server.Config
+	drain     time.Duration
+	maxConns  int
+	artifacts artifactFlags
+	caCert    string
+	caKey     string
+	// secretsKeys are the key-encryption keys of stored secrets.
 	secretsKeys *secretsKeyFlags
 	logFormat   logFormatFlag
 }
@@ -66,6 +74,10 @@ func serveFlags(fs *flagSet, level *slog.LevelVar) *serveConfig {
 	c := &serveConfig{server: server.DefaultConfig()}
 	fs.StringVar(&c.databaseURL, "database-url", "", "PostgreSQL URL")
 	fs.alias("database-url", "DATABASE_URL")
+	fs.StringVar(&c.listenDatabaseURL, "listen-database-url", "",
+		"PostgreSQL URL of a direct connection (not through a pooler in transaction mode) for the replica's LISTEN connection and for -migrate; empty: -database-url")
+	fs.StringVar(&c.execMode, "database-exec-mode", store.ExecModeAuto,
+		"how queries are sent: "+store.ExecModeNames()+"; auto uses named prepared statements on a direct connection and cache_describe (unnamed statements) behind a pooler such as PgBouncer")
 	fs.Var(levelFlag{level}, "log-level", "DEBUG, INFO, WARN or ERROR; DEBUG logs every request")
 	fs.alias("log-level", "LOG_LEVEL")
 	fs.Var(&c.logFormat, "log-format", "auto (text when stderr is a terminal, JSON otherwise), json or text")
@@ -182,8 +194,11 @@ func serveCommand(a *cli) *command {
 
 // serve runs one replica on ln until ctx ends.
 func serve(ctx context.Context, c *serveConfig, ln net.Listener, logger *slog.Logger) error {
+	listenURL := cmp.Or(c.listenDatabaseURL, c.databaseURL)
 	if c.migrate {
-		if err := migrations.Up(ctx, c.databaseURL); err != nil {
+		// golang-migrate holds a session-level advisory lock, which only
+		// a direct connection keeps.
+		if err := migrations.Up(ctx, listenURL); err != nil {
 			return err
 		}
 	}
@@ -204,8 +219,14 @@ func serve(ctx context.Context, c *serveConfig, ln net.Listener, logger *slog.Lo
 		}
 	}()
 	c.server.TracerProvider = tracer
+	mode, err := store.ChooseExecMode(ctx, c.databaseURL, c.execMode)
+	if err != nil {
+		return err
+	}
+	logger.Info("database exec mode", "mode", mode.Mode.String(), "reason", mode.Reason)
 	pool, err := store.OpenPool(ctx, c.databaseURL, func(cfg *pgxpool.Config) {
 		cfg.MaxConns = int32(c.maxConns)
+		cfg.ConnConfig.DefaultQueryExecMode = mode.Mode
 		store.WarmConnections(cfg)
 		if tracer != nil {
 			cfg.ConnConfig.Tracer = store.NewQueryTracer(tracer)
@@ -245,7 +266,7 @@ func serve(ctx context.Context, c *serveConfig, ln net.Listener, logger *slog.Lo
 	}
 	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
-	wg.Go(func() { _ = srv.Run(bgCtx, c.databaseURL) })
+	wg.Go(func() { _ = srv.Run(bgCtx, listenURL) })
 	var ops *http.Server
 	if opsLn != nil {
 		ops = &http.Server{
