@@ -18,5 +18,12 @@ COPY --from=build /out/gateway /out/worker /usr/local/bin/
 COPY --from=build --chown=65532:65532 /out/data/ /var/lib/gateway/
 USER nonroot:nonroot
 EXPOSE 8443
+# The image probes itself: `gateway healthcheck` asks /readyz on loopback
+# (the port from GATEWAY_LISTEN, 8443 by default). The server certificate
+# is the deployment's, unknown here, hence -insecure-skip-verify — allowed
+# for loopback only; compose files that know the CA pass -ca-file instead.
+# Containers of this image that serve nothing (setup, worker) disable it.
+HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 \
+  CMD ["/usr/local/bin/gateway", "healthcheck", "-insecure-skip-verify", "-timeout", "3s"]
 ENTRYPOINT ["/usr/local/bin/gateway"]
 CMD ["serve"]

@@ -34,6 +34,9 @@ func (h *handlers) AcquireLeases(ctx context.Context, req api.AcquireLeasesReque
 		wait = time.Duration(*body.WaitSeconds) * time.Second
 	}
 	wait = min(wait, h.cfg.MaxWait)
+	if wait > 0 {
+		noteLongPoll(ctx)
+	}
 	params := store.AcquireParams{
 		WorkerID:        workerID,
 		MaxTasks:        1,

@@ -70,6 +70,7 @@ func (h *handlers) GetTaskLogs(ctx context.Context, req api.GetTaskLogsRequestOb
 		if p.WaitSeconds != nil {
 			wait = time.Duration(*p.WaitSeconds) * time.Second
 		}
+		noteLongPoll(ctx)
 		lt, err = h.followTaskLog(ctx, scope, req.TaskId, attempt, offset, min(wait, h.cfg.MaxWait))
 	} else {
 		lt, err = h.store.ReadTaskLog(ctx, scope, req.TaskId, attempt, offset, logReadLimit)

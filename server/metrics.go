@@ -42,7 +42,12 @@ type metrics struct {
 	sweeperRuns       prometheus.Counter
 	rateLimited       prometheus.Counter
 	httpRequests      *prometheus.CounterVec
-	routes            *http.ServeMux
+	// Requests and long-polls have histograms of their own: a long-poll
+	// lasts up to -max-wait by design, and in one histogram it would
+	// swamp the p99 of everything else (and need other buckets).
+	requestDuration  *prometheus.HistogramVec
+	longPollDuration *prometheus.HistogramVec
+	routes           *http.ServeMux
 }
 
 // tasksTopOrganizations is how many organizations gateway_tasks names; the
@@ -107,6 +112,16 @@ func newMetrics(s *Server) *metrics {
 			Name: "gateway_http_requests_total",
 			Help: "HTTP requests answered, by route pattern (\"unmatched\" for unknown routes) and status class.",
 		}, []string{"route", "code"}),
+		requestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "gateway_http_request_duration_seconds",
+			Help:    "Duration of HTTP requests other than long-polls, by route pattern.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"route"}),
+		longPollDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "gateway_http_long_poll_duration_seconds",
+			Help:    "Duration of long-polls (POST /v1/leases waiting for work, log follows), by route pattern: up to their wait.",
+			Buckets: []float64{.01, .05, .1, .5, 1, 2.5, 5, 10, 20, 30, 45, 60, 90, 120},
+		}, []string{"route"}),
 	}
 	for _, code := range []string{problem.IdempotencyKeyReused, problem.IdempotencyInFlight} {
 		m.conflicts.WithLabelValues(code)
@@ -117,6 +132,7 @@ func newMetrics(s *Server) *metrics {
 	reg.MustRegister(
 		m.leaseAcquisition, m.wakeLatency, m.heartbeats, m.fencingRejections, m.replays, m.conflicts,
 		m.leaseExpiries, m.undelivered, m.secretUnavailable, m.uploadBytes, m.sweeperRuns, m.rateLimited, m.httpRequests,
+		m.requestDuration, m.longPollDuration, buildInfo(),
 		s.scheduleTimer.lag,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "gateway_waiting_polls",
@@ -156,6 +172,7 @@ func newMetrics(s *Server) *metrics {
 			return 0
 		}),
 		&tasksCollector{pool: s.pool, timeout: 5 * time.Second},
+		poolCollector{s.pool},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -266,9 +283,19 @@ func groupTaskCounts(in []taskCount, top int) []taskCount {
 type requestMetrics struct {
 	mu          sync.Mutex
 	problemCode string
+	longPoll    bool
 }
 
 type requestMetricsKey struct{}
+
+// noteLongPoll marks a request as a long-poll, timed apart from the others.
+func noteLongPoll(ctx context.Context) {
+	if rm, ok := ctx.Value(requestMetricsKey{}).(*requestMetrics); ok {
+		rm.mu.Lock()
+		rm.longPoll = true
+		rm.mu.Unlock()
+	}
+}
 
 // noteProblem records the problem a request was answered with.
 func noteProblem(ctx context.Context, code string) {
@@ -287,22 +314,26 @@ func noteProblem(ctx context.Context, code string) {
 // header).
 func (m *metrics) withMetrics(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		route := "unmatched"
-		if _, pattern := m.routes.Handler(r); pattern != "" {
-			route = pattern
-		}
+		route := m.route(r)
 		rm := &requestMetrics{}
 		r = r.WithContext(context.WithValue(r.Context(), requestMetricsKey{}, rm))
 		rec := &statusRecorder{ResponseWriter: w}
+		start := time.Now()
 		defer func() {
+			elapsed := time.Since(start).Seconds()
 			status := rec.status
 			if status == 0 {
 				status = http.StatusOK
 			}
 			m.httpRequests.WithLabelValues(route, statusClass(status)).Inc()
 			rm.mu.Lock()
-			code := rm.problemCode
+			code, longPoll := rm.problemCode, rm.longPoll
 			rm.mu.Unlock()
+			if longPoll {
+				m.longPollDuration.WithLabelValues(route).Observe(elapsed)
+			} else {
+				m.requestDuration.WithLabelValues(route).Observe(elapsed)
+			}
 			switch code {
 			case problem.LeaseLost:
 				m.fencingRejections.Inc()
@@ -317,6 +348,14 @@ func (m *metrics) withMetrics(next http.Handler) http.Handler {
 		}()
 		next.ServeHTTP(rec, r)
 	})
+}
+
+// route is the request's route pattern, "unmatched" for unknown routes.
+func (m *metrics) route(r *http.Request) string {
+	if _, pattern := m.routes.Handler(r); pattern != "" {
+		return pattern
+	}
+	return "unmatched"
 }
 
 func replayRouteName(pattern string) string {

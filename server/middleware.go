@@ -15,6 +15,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/worker-gateway/gateway/problem"
 )
@@ -49,6 +50,16 @@ func requestContentLengthFrom(ctx context.Context) int64 {
 func requestIDFrom(ctx context.Context) string {
 	id, _ := ctx.Value(requestIDKey{}).(string)
 	return id
+}
+
+// requestIDs are the log attributes that find a request: its request_id,
+// and its trace_id when the request is traced.
+func requestIDs(ctx context.Context) []any {
+	ids := []any{"request_id", requestIDFrom(ctx)}
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		ids = append(ids, "trace_id", sc.TraceID().String())
+	}
+	return ids
 }
 
 func newRequestID() string {
@@ -98,7 +109,7 @@ func (s *Server) withRequestContext(next http.Handler) http.Handler {
 				if err, ok := v.(error); ok && errors.Is(err, http.ErrAbortHandler) {
 					panic(v)
 				}
-				s.logger.Error("panic", "request_id", id, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+				s.logger.Error("panic", append(requestIDs(ctx), "panic", fmt.Sprint(v), "stack", string(debug.Stack()))...)
 				if rec.status == 0 {
 					writeProblem(rec, r, newProblem(http.StatusInternalServerError, problem.Internal, "an internal error occurred"), s.logger)
 				}
@@ -107,8 +118,8 @@ func (s *Server) withRequestContext(next http.Handler) http.Handler {
 			if rec.status >= 500 {
 				level = slog.LevelError
 			}
-			s.logger.Log(ctx, level, "request", "request_id", id, "method", r.Method, "path", r.URL.Path,
-				"status", rec.status, "duration_ms", float64(time.Since(start).Microseconds())/1000)
+			s.logger.Log(ctx, level, "request", append(requestIDs(ctx), "method", r.Method, "path", r.URL.Path,
+				"status", rec.status, "duration_ms", float64(time.Since(start).Microseconds())/1000)...)
 		}()
 		next.ServeHTTP(rec, r)
 	})

@@ -13,6 +13,7 @@ import (
 	"strconv"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/store"
@@ -242,6 +243,9 @@ func writeProblem(w http.ResponseWriter, r *http.Request, p *Problem, logger *sl
 		level = slog.LevelError
 	}
 	attrs := []any{"status", p.Status, "code", p.Code, "request_id", p.RequestID, "method", r.Method, "path", r.URL.Path}
+	if sc := trace.SpanContextFromContext(r.Context()); sc.IsValid() {
+		attrs = append(attrs, "trace_id", sc.TraceID().String())
+	}
 	if p.cause != nil {
 		attrs = append(attrs, "cause", p.cause.Error())
 	}

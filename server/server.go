@@ -19,6 +19,9 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/worker-gateway/gateway/internal/secretbox"
 	"github.com/worker-gateway/gateway/problem"
@@ -28,6 +31,10 @@ import (
 
 // Config is everything a gateway replica needs besides its database.
 type Config struct {
+	// TracerProvider, when set, traces every request (a server span named
+	// by route pattern, continuing an incoming traceparent); nil traces
+	// nothing and costs nothing.
+	TracerProvider trace.TracerProvider
 	// MaxWait caps a long-poll's wait_seconds; DefaultWait applies when the
 	// worker gives none. Both stay under common load-balancer idle timeouts.
 	MaxWait     time.Duration
@@ -384,7 +391,14 @@ func (s *Server) buildHandler() (http.Handler, error) {
 		root.HandleFunc("GET /metrics", s.serveMetricsAuthenticated)
 	}
 	s.metrics.routes = routeMux(strict)
-	return s.metrics.withMetrics(s.withRequestContext(s.bodyLimits(root))), nil
+	h := s.metrics.withMetrics(s.withRequestContext(s.bodyLimits(root)))
+	if s.cfg.TracerProvider != nil {
+		h = otelhttp.NewHandler(h, "http",
+			otelhttp.WithTracerProvider(s.cfg.TracerProvider),
+			otelhttp.WithPropagators(otel.GetTextMapPropagator()),
+			otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return s.metrics.route(r) }))
+	}
+	return h, nil
 }
 
 // registerFormats makes kin-openapi check format: uuid, by RFC 9562 (its

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -156,6 +157,15 @@ func (g *Gateway) StartProcess(t testing.TB, env ...string) *Process {
 	return p
 }
 
+// StartProcessLogging starts one more gateway process over g's database,
+// like StartProcess, with its stdout and stderr (its logs) written to out.
+func (g *Gateway) StartProcessLogging(t testing.TB, out io.Writer, env ...string) *Process {
+	t.Helper()
+	p := startProcessTo(t, g.database, g.serverFiles[0], g.serverFiles[1], nil, out, env...)
+	g.WaitReady(t, p)
+	return p
+}
+
 // ServeCommand is `gateway serve` over g's database with g's TLS files
 // and extra environment variables, not started: for tests of a replica
 // that must refuse to start.
@@ -201,6 +211,11 @@ func writeServerPair(t testing.TB, cert tls.Certificate, certFile, keyFile strin
 
 func startProcess(t testing.TB, db Database, certFile, keyFile string, extraArgs []string, env ...string) *Process {
 	t.Helper()
+	return startProcessTo(t, db, certFile, keyFile, extraArgs, nil, env...)
+}
+
+func startProcessTo(t testing.TB, db Database, certFile, keyFile string, extraArgs []string, out io.Writer, env ...string) *Process {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	addr := ln.Addr().String()
@@ -218,7 +233,10 @@ func startProcess(t testing.TB, db Database, certFile, keyFile string, extraArgs
 	cmd := exec.Command(Binary(t, "gateway"), args...)
 	// Every response of a test gateway is checked against openapi.yaml.
 	cmd.Env = append(append(os.Environ(), "GATEWAY_VALIDATE_RESPONSES=true"), env...)
-	if os.Getenv("GATEWAY_TEST_LOG") != "" {
+	switch {
+	case out != nil:
+		cmd.Stdout, cmd.Stderr = out, out
+	case os.Getenv("GATEWAY_TEST_LOG") != "":
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	}
 	require.NoError(t, cmd.Start())

@@ -45,6 +45,9 @@ type cli struct {
 	stdout, stderr io.Writer
 	level          *slog.LevelVar
 	logger         *slog.Logger
+	// isDefault: the logger is also slog's default (the real process, not
+	// a test's cli).
+	isDefault bool
 	// The command last parsed: its path and usage, for help and errors.
 	path  string
 	usage func() string
@@ -52,7 +55,7 @@ type cli struct {
 
 func newCLI(stdout, stderr io.Writer) *cli {
 	a := &cli{stdout: stdout, stderr: stderr, level: new(slog.LevelVar)}
-	a.logger = slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: a.level}))
+	a.logger = slog.New(newLogHandler(stderr, "auto", a.level))
 	return a
 }
 

@@ -39,6 +39,7 @@ func devCommand(a *cli) *command {
 		d := devFlags(fs, a.level)
 		return func(ctx context.Context, _ []string) error {
 			d.serve.s3Credentials()
+			a.useLogFormat(&d.serve.logFormat)
 			return runDev(ctx, d.serve, d.stateDir, d.workerBin, a.logger)
 		}
 	}}

@@ -15,6 +15,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	a := newCLI(os.Stdout, os.Stderr)
 	slog.SetDefault(a.logger)
+	a.isDefault = true
 	code := a.run(ctx, os.Args[1:])
 	stop()
 	os.Exit(code)
@@ -34,6 +35,7 @@ func rootCommand(a *cli) *command {
 			adminCommand(a),
 			ctlCommand(a),
 			devCommand(a),
+			healthcheckCommand(a),
 			versionCommand(a),
 		},
 	}

@@ -45,6 +45,7 @@ type serveConfig struct {
 	caKey     string
 	// secretsKeys are the key-encryption keys of stored secrets.
 	secretsKeys *secretsKeyFlags
+	logFormat   logFormatFlag
 }
 
 // artifactFlags choose where artifact bytes live.
@@ -79,6 +80,7 @@ func serveFlags(fs *flagSet, level *slog.LevelVar) *serveConfig {
 		"how queries are sent: "+store.ExecModeNames()+"; auto uses named prepared statements on a direct connection and cache_describe (unnamed statements) behind a pooler such as PgBouncer")
 	fs.Var(levelFlag{level}, "log-level", "DEBUG, INFO, WARN or ERROR; DEBUG logs every request")
 	fs.alias("log-level", "LOG_LEVEL")
+	fs.Var(&c.logFormat, "log-format", "auto (text when stderr is a terminal, JSON otherwise), json or text")
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8443", "TLS listen address")
 	fs.StringVar(&c.opsListen, "ops-listen", "",
 		"plain-HTTP, unauthenticated listener for /metrics, /healthz and /readyz, e.g. 127.0.0.1:9090; keep it internal. "+
@@ -189,6 +191,7 @@ func serveCommand(a *cli) *command {
 				if c.databaseURL == "" || c.tlsCert == "" || c.tlsKey == "" {
 					return usageError{"serve needs -database-url, -tls-cert and -tls-key"}
 				}
+				a.useLogFormat(&c.logFormat)
 				c.s3Credentials()
 				ln, err := net.Listen("tcp", c.listen)
 				if err != nil {
@@ -213,6 +216,19 @@ func serve(ctx context.Context, c *serveConfig, ln net.Listener, logger *slog.Lo
 	if err != nil {
 		return fmt.Errorf("load TLS key pair: %w", err)
 	}
+	tracer, stopTracing, err := startTracing(ctx, os.Getenv, logger)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// Spans still queued are sent before the process exits.
+		flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := stopTracing(flushCtx); err != nil {
+			logger.Warn("tracing: flush on shutdown", "error", err.Error())
+		}
+	}()
+	c.server.TracerProvider = tracer
 	mode, err := store.ChooseExecMode(ctx, c.databaseURL, c.execMode)
 	if err != nil {
 		return err
@@ -222,6 +238,9 @@ func serve(ctx context.Context, c *serveConfig, ln net.Listener, logger *slog.Lo
 		cfg.MaxConns = int32(c.maxConns)
 		cfg.ConnConfig.DefaultQueryExecMode = mode.Mode
 		store.WarmConnections(cfg)
+		if tracer != nil {
+			cfg.ConnConfig.Tracer = store.NewQueryTracer(tracer)
+		}
 	})
 	if err != nil {
 		return err
