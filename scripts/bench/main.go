@@ -553,6 +553,7 @@ type Result struct {
 	InsertSeconds        *float64 `json:"insert_seconds,omitempty"`
 	Fires                int      `json:"fires,omitempty"`
 	FiresPerSec          *float64 `json:"fires_per_sec,omitempty"`
+	Claims               int      `json:"claims,omitempty"`
 	LagSamples           int      `json:"lag_samples,omitempty"`
 	LagP50               *float64 `json:"lag_p50_ms,omitempty"`
 	LagP99               *float64 `json:"lag_p99_ms,omitempty"`
@@ -695,7 +696,7 @@ func (r *Result) printHuman(w io.Writer) {
 			r.Schedules, r.PeriodSeconds, f(r.TargetFiresPerSec, ""), f(r.InsertSeconds, ""))
 		line("idle", "nothing due: postgres %s xact/s, %s CPU cores; gateway %s CPU cores",
 			f(r.IdleDBXactPerSec, ""), f(r.IdlePostgresCPUCores, ""), f(r.IdleGatewayCPUCores, ""))
-		line("firing", "%s fires/s sustained (%d fires in %.2f s)", f(r.FiresPerSec, ""), r.Fires, r.WallSeconds)
+		line("firing", "%s fires/s sustained (%d fires in %.2f s, %d claims)", f(r.FiresPerSec, ""), r.Fires, r.WallSeconds, r.Claims)
 		line("lag", "slot due → run committed: p50 %s  p99 %s  max ≤ %s  (%d fires, gateway histogram)",
 			f(r.LagP50, " ms"), f(r.LagP99, " ms"), f(r.LagMax, " ms"), r.LagSamples)
 		line("gateway", "%s CPU cores = %s CPU per fire", f(r.GatewayCPUCores, ""), f(r.GatewayCPUMsPerTask, " ms"))

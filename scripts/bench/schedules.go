@@ -105,6 +105,10 @@ func runSchedules(ctx context.Context, s *Stack, c schedulesConfig, logf func(st
 	if err != nil {
 		return r, err
 	}
+	claimsBefore, err := prod.counter(ctx, "gateway_schedule_claims_total")
+	if err != nil {
+		return r, err
+	}
 	logf("schedules: measuring %s of firing", c.window)
 	if pgStatements > 0 {
 		_, _ = s.Pool.Exec(ctx, `SELECT pg_stat_statements_reset()`)
@@ -112,13 +116,25 @@ func runSchedules(ctx context.Context, s *Stack, c schedulesConfig, logf func(st
 	fireBefore := s.readCPU()
 	s.readXacts(ctx, &fireBefore)
 	windowStart := fireBefore.at
+	var ws *waitSampler
+	if pgWaits {
+		ws = startWaitSampler(ctx, s.Pool, 20*time.Millisecond)
+	}
 	sleepCtx(ctx, c.window)
 	fireAfter := s.readCPU()
+	if ws != nil {
+		r.PGWaits = ws.finish()
+	}
 	windowEnd := fireAfter.at
 	lagAfter, err := prod.histogram(ctx, "gateway_schedule_fire_lag_seconds")
 	if err != nil {
 		return r, err
 	}
+	claimsAfter, err := prod.counter(ctx, "gateway_schedule_claims_total")
+	if err != nil {
+		return r, err
+	}
+	r.Claims = int(claimsAfter - claimsBefore)
 	s.readXacts(ctx, &fireAfter)
 	if pgStatements > 0 {
 		s.printTopStatements(ctx, pgStatements)
@@ -287,6 +303,20 @@ func (p *producer) histogram(ctx context.Context, name string) (histogram, error
 		h.bounds, h.counts = append(h.bounds, b.le), append(h.counts, b.n)
 	}
 	return h, nil
+}
+
+// counter scrapes a counter without labels from the gateway's /metrics.
+func (p *producer) counter(ctx context.Context, name string) (float64, error) {
+	text, err := p.metricsText(ctx)
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.SplitSeq(text, "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	return 0, fmt.Errorf("/metrics has no %s", name)
 }
 
 // minus is the observations made between two scrapes.
