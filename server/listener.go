@@ -62,10 +62,6 @@ func (s *Server) listenOnce(ctx context.Context, databaseURL string) error {
 		if w.Kind == store.WakeSchedules {
 			s.scheduleTimer.wake()
 		}
-		if w.Kind == store.WakeWebhooks {
-			s.webhooks.wake()
-			s.webhookWatch.wake(false)
-		}
 		s.hub.Notify(w)
 	}
 }
@@ -75,8 +71,6 @@ func (s *Server) catchUp(ctx context.Context) error {
 	s.identities.forgetAll()
 	s.hub.WakeAll()
 	s.scheduleTimer.wake()
-	s.webhooks.wake()
-	s.webhookWatch.wake(true)
 	delays, err := s.store.NextLeasableIn(ctx)
 	if err != nil {
 		return err

@@ -42,9 +42,6 @@ const (
 	// WakeSchedules: a schedule of Organization was created or changed:
 	// the schedule timer reads the earliest fire time again.
 	WakeSchedules
-	// WakeWebhooks: a webhook delivery of Organization was queued or a
-	// target changed: the deliverers and the webhook watcher look again.
-	WakeWebhooks
 )
 
 // Wakeup is one decoded notification.
@@ -58,9 +55,8 @@ type Wakeup struct {
 
 // Payload encodes the wake-up: "o:<org>:<count>", "t:<org>:<delay-ms>",
 // "w:<worker>", "v:<worker>" (revoked), "c:<worker>" (a slot freed) or
-// "i:<worker>" (its certificates changed), "s:<org>" (a schedule
-// changed) or "h:<org>" (a webhook delivery queued, or a target changed;
-// migration 000018 sends it from SQL too).
+// "i:<worker>" (its certificates changed) or "s:<org>" (a schedule
+// changed).
 func (w Wakeup) Payload() string {
 	switch w.Kind {
 	case WakeOrganization:
@@ -77,8 +73,6 @@ func (w Wakeup) Payload() string {
 		return "i:" + w.Worker.String()
 	case WakeSchedules:
 		return "s:" + w.Organization.String()
-	case WakeWebhooks:
-		return "h:" + w.Organization.String()
 	}
 	return ""
 }
@@ -117,8 +111,6 @@ func ParseWakeup(payload string) (Wakeup, error) {
 		return Wakeup{Kind: WakeIdentityChanged, Worker: id}, nil
 	case parts[0] == "s" && len(parts) == 2:
 		return Wakeup{Kind: WakeSchedules, Organization: id}, nil
-	case parts[0] == "h" && len(parts) == 2:
-		return Wakeup{Kind: WakeWebhooks, Organization: id}, nil
 	}
 	return Wakeup{}, bad
 }

@@ -21,7 +21,6 @@ func FuzzParseWakeup(f *testing.F) {
 		{Kind: WakeWorkerRevoked, Worker: id},
 		{Kind: WakeCapacity, Worker: id},
 		{Kind: WakeSchedules, Organization: id},
-		{Kind: WakeWebhooks, Organization: id},
 	} {
 		got, err := ParseWakeup(w.Payload())
 		if err != nil || got != w {
@@ -47,7 +46,7 @@ func FuzzParseWakeup(f *testing.F) {
 			}
 			return
 		}
-		if w.Kind < WakeOrganization || w.Kind > WakeWebhooks {
+		if w.Kind < WakeOrganization || w.Kind > WakeSchedules {
 			t.Fatalf("ParseWakeup(%q) = unknown kind %d", payload, w.Kind)
 		}
 		// The number in the payload is the number in the Wakeup.
