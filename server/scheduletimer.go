@@ -84,32 +84,33 @@ func (t *scheduleTimer) run(ctx context.Context) {
 
 // fireDue fires every due schedule and returns how long to sleep. A claim
 // that comes back full means a backlog (many slots due at once): then
-// scheduleClaimers claim side by side, each in its own transaction on its
-// own connection (SKIP LOCKED keeps them apart), until one comes back
-// short.
+// claims run in rounds of scheduleClaimers side by side, each in its own
+// transaction on its own connection (SKIP LOCKED keeps them apart), for as
+// long as any claim of the last round came back full. (A claimer that
+// stopped at its first short batch while another still found full ones
+// left one claimer to drain a growing backlog alone.)
 func (t *scheduleTimer) fireDue(ctx context.Context) time.Duration {
 	fired, full, err := t.claim(ctx)
-	if err == nil && full {
-		var more atomic.Int64
+	for err == nil && full && ctx.Err() == nil {
+		var round atomic.Int64
+		var anyFull atomic.Bool
 		var failed atomic.Pointer[error]
 		var wg sync.WaitGroup
 		for range scheduleClaimers {
 			wg.Go(func() {
-				for ctx.Err() == nil {
-					n, full, err := t.claim(ctx)
-					more.Add(int64(n))
-					if err != nil {
-						failed.Store(&err)
-						return
-					}
-					if !full {
-						return
-					}
+				n, full, err := t.claim(ctx)
+				round.Add(int64(n))
+				if full {
+					anyFull.Store(true)
+				}
+				if err != nil {
+					failed.Store(&err)
 				}
 			})
 		}
 		wg.Wait()
-		fired += int(more.Load())
+		fired += int(round.Load())
+		full = anyFull.Load()
 		if e := failed.Load(); e != nil {
 			err = *e
 		}

@@ -103,6 +103,10 @@ func TestTaskQueueMigrationMovesLiveData(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, store.TaskRetryWait, res.TaskState, "a failed lease from before the upgrade queues its task again")
 	requireQueueFollowsTasks(t, pool)
+	// Its backoff is full jitter, which may be near zero: put it an hour
+	// out so that it is surely not due below.
+	exec(t, pool, `UPDATE worker_tasks SET available_at = now() + interval '1 hour' WHERE id = $1`, runningTask)
+	exec(t, pool, `UPDATE worker_task_queue SET available_at = now() + interval '1 hour' WHERE task_id = $1`, runningTask)
 
 	// The moved tasks lease in their order: priority first; the one
 	// scheduled for later and the fresh retry are not due.

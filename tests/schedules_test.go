@@ -3,7 +3,6 @@ package tests
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -237,50 +236,6 @@ func TestScheduleBadInput(t *testing.T) {
 	list, err := g.Control.ListSchedulesWithResponse(context.Background(), &apiclient.ListSchedulesParams{OrganizationId: &missing})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusNotFound, list.StatusCode(), string(list.Body))
-}
-
-// TestScheduleReplicasFireEachSlotOnce: two and three gateway processes on
-// one database all run the timer over 1,000 slots (50 one-second interval
-// schedules, 20 slots each); every slot is accounted for exactly once —
-// fired with one task, or counted as missed on a later fire when a busy
-// machine was late — and none created two tasks.
-func TestScheduleReplicasFireEachSlotOnce(t *testing.T) {
-	t.Parallel()
-	const schedules, slotsEach = 50, 20
-	for _, replicas := range []int{2, 3} {
-		t.Run(fmt.Sprintf("%d replicas", replicas), func(t *testing.T) {
-			t.Parallel()
-			g, _ := harness.StartProcesses(t, replicas)
-			org := g.NewOrganization(t, "acme")
-			// Every schedule starts on the same whole second, a few seconds
-			// ahead, so that the replicas contend for the same slots.
-			start := time.Now().Add(3 * time.Second).Truncate(time.Second)
-			end := start.Add(slotsEach*time.Second - time.Millisecond) // the last slot is start + 19 s
-			ids := make([]uuid.UUID, schedules)
-			for i := range ids {
-				req := everySecondTask(org, fmt.Sprintf("every second %d", i))
-				req.Timing.StartAt, req.Timing.EndAt = &start, &end
-				ids[i] = createSchedule(t, g, req).Id
-			}
-			harness.WaitFor(t, 2*time.Minute, "every schedule past its last slot", func() bool {
-				var ended int
-				require.NoError(t, g.Pool.QueryRow(context.Background(), `SELECT count(*) FROM schedules
-					WHERE id = ANY($1) AND next_slot_at IS NULL`, ids).Scan(&ended))
-				return ended == schedules
-			})
-			var accounted, fired int
-			for _, id := range ids {
-				requireOneTaskPerSlot(t, g, id)
-				var fires, missed int
-				require.NoError(t, g.Pool.QueryRow(context.Background(), `SELECT count(*), coalesce(sum(missed_slots), 0)
-					FROM schedule_fires WHERE schedule_id = $1 AND trigger_kind = 'schedule' AND outcome = 'created'`, id).Scan(&fires, &missed))
-				accounted += fires + missed
-				fired += fires
-			}
-			require.Equal(t, schedules*slotsEach, accounted, "every slot fired or counted missed, once")
-			t.Logf("%d replicas: %d slots, %d fired, %d counted missed on a later fire", replicas, accounted, fired, accounted-fired)
-		})
-	}
 }
 
 // TestAPITaskTrigger: a task created through the API says so, and records

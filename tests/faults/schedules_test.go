@@ -15,64 +15,33 @@ import (
 	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
-// fireFailpoints are the places a replica firing schedules may crash: just
-// before and just after the COMMIT of the transaction that claims due
-// schedules, creates their scans and advances them.
-func fireArmed(p string) []string {
-	return []string{"GATEWAY_FAILPOINTS=before-commit:fire-schedules@" + p + ",after-commit:fire-schedules@" + p}
-}
-
-// TestKillWhileFiringSchedules: two replicas fire twenty one-second
-// schedules of scans while each crashes itself (exit 137, as kill -9) at
-// random just before or after the COMMIT of its fire transaction, and is
-// also killed with SIGKILL every second or three; the control replica does
-// not fire (-schedule-timer=false), so every slot is fired by a replica
-// that may die. Then plain replicas take over. Every slot must be
-// accounted for exactly once — one fire and one scan, or counted as missed
-// on a later fire (catch-up once) — and no slot may have two scans.
-func TestKillWhileFiringSchedules(t *testing.T) {
-	faultsFor := 12 * time.Second
-	if scaleOf().Long {
-		faultsFor = 2 * time.Minute
-	}
-	cl := startClusterWith(t, harness.Database{}, []string{"-schedule-timer=false"}, fireArmed("0.15"), fireArmed("0.15"))
-	g := cl.g
-	org := g.NewOrganization(t, "schedules")
-	start := time.Now().Add(2 * time.Second).Truncate(time.Second)
+// createSecondlyScans creates n schedules of a loopback scan every second
+// from start (to end, if given), overlap allow, catch-up once.
+func createSecondlyScans(t *testing.T, g *harness.Gateway, org uuid.UUID, n int, start time.Time, end *time.Time) []uuid.UUID {
+	t.Helper()
 	allow, once, oneSecond := apiclient.ScheduleOverlapAllow, apiclient.ScheduleCatchUpOnce, 1
-	ids := make([]uuid.UUID, 20)
+	ids := make([]uuid.UUID, n)
 	for i := range ids {
 		res, err := g.Control.CreateScheduleWithResponse(context.Background(), apiclient.CreateScheduleRequest{
 			OrganizationId: org, Name: fmt.Sprintf("every second %d", i),
-			Timing: apiclient.ScheduleTiming{IntervalSeconds: &oneSecond, StartAt: &start, Overlap: &allow, CatchUp: &once},
+			Timing: apiclient.ScheduleTiming{IntervalSeconds: &oneSecond, StartAt: &start, EndAt: end, Overlap: &allow, CatchUp: &once},
 			Definition: apiclient.ScheduleDefinition{Kind: apiclient.ScheduleDefinitionKindScan, Scan: &apiclient.ScheduledScan{
 				Targets: []string{"127.0.0.1"}, Plugins: []apiclient.ScanPlugin{{Name: "echo"}}}}})
 		require.NoError(t, err)
 		require.Equal(t, http.StatusCreated, res.StatusCode(), string(res.Body))
 		ids[i] = res.JSON201.Id
 	}
+	return ids
+}
 
-	began := time.Now()
-	nextKill := began.Add(time.Second)
-	for time.Since(began) < faultsFor {
-		if time.Now().After(nextKill) {
-			cl.kill(1 + rand.IntN(2))
-			nextKill = time.Now().Add(time.Duration(1000+rand.IntN(2000)) * time.Millisecond)
-		}
-		cl.reviveCrashed()
-		time.Sleep(20 * time.Millisecond) // the fault loop's pace, not a synchronisation
-	}
-	cl.calmDown()
-	calm := time.Now()
-	harness.WaitFor(t, 2*time.Minute, "every schedule firing again after the faults", func() bool {
-		var behind int
-		require.NoError(t, g.Pool.QueryRow(context.Background(), `SELECT count(*) FROM schedules
-			WHERE id = ANY($1) AND (last_slot_at IS NULL OR last_slot_at < $2)`, ids, calm).Scan(&behind))
-		return behind == 0
-	})
-
+// requireEverySlotOnce checks in SQL, per schedule, that every slot from
+// start to its latest handled one is accounted for once (a created fire
+// with its one scan, or counted missed on a later fire) and that no slot
+// has two scans or a scan without its fire. It returns the slots and the
+// fires that created a scan.
+func requireEverySlotOnce(t *testing.T, g *harness.Gateway, ids []uuid.UUID, start time.Time) (slots, fired int) {
+	t.Helper()
 	ctx := context.Background()
-	var slots, fired int
 	for _, id := range ids {
 		// One statement, one snapshot: the slots up to the schedule's
 		// latest handled slot, and the fires that account for them.
@@ -99,7 +68,89 @@ func TestKillWhileFiringSchedules(t *testing.T) {
 		slots += due
 		fired += created
 	}
+	return slots, fired
+}
+
+// fireFailpoints are the places a replica firing schedules may crash: just
+// before and just after the COMMIT of the transaction that claims due
+// schedules, creates their scans and advances them.
+func fireArmed(p string) []string {
+	return []string{"GATEWAY_FAILPOINTS=before-commit:fire-schedules@" + p + ",after-commit:fire-schedules@" + p}
+}
+
+// TestKillWhileFiringSchedules: two replicas fire twenty one-second
+// schedules of scans while each crashes itself (exit 137, as kill -9) at
+// random just before or after the COMMIT of its fire transaction, and is
+// also killed with SIGKILL every second or three; the control replica does
+// not fire (-schedule-timer=false), so every slot is fired by a replica
+// that may die. Then plain replicas take over. Every slot must be
+// accounted for exactly once — one fire and one scan, or counted as missed
+// on a later fire (catch-up once) — and no slot may have two scans.
+func TestKillWhileFiringSchedules(t *testing.T) {
+	faultsFor := 12 * time.Second
+	if scaleOf().Long {
+		faultsFor = 2 * time.Minute
+	}
+	cl := startClusterWith(t, harness.Database{}, []string{"-schedule-timer=false"}, fireArmed("0.15"), fireArmed("0.15"))
+	g := cl.g
+	org := g.NewOrganization(t, "schedules")
+	start := time.Now().Add(2 * time.Second).Truncate(time.Second)
+	ids := createSecondlyScans(t, g, org, 20, start, nil)
+
+	began := time.Now()
+	nextKill := began.Add(time.Second)
+	for time.Since(began) < faultsFor {
+		if time.Now().After(nextKill) {
+			cl.kill(1 + rand.IntN(2))
+			nextKill = time.Now().Add(time.Duration(1000+rand.IntN(2000)) * time.Millisecond)
+		}
+		cl.reviveCrashed()
+		time.Sleep(20 * time.Millisecond) // the fault loop's pace, not a synchronisation
+	}
+	cl.calmDown()
+	calm := time.Now()
+	harness.WaitFor(t, 2*time.Minute, "every schedule firing again after the faults", func() bool {
+		var behind int
+		require.NoError(t, g.Pool.QueryRow(context.Background(), `SELECT count(*) FROM schedules
+			WHERE id = ANY($1) AND (last_slot_at IS NULL OR last_slot_at < $2)`, ids, calm).Scan(&behind))
+		return behind == 0
+	})
+
+	slots, fired := requireEverySlotOnce(t, g, ids, start)
 	t.Logf("schedules: %d slots, %d fired, %d counted missed; %d SIGKILLs, %d crashes at a fire COMMIT failpoint",
 		slots, fired, slots-fired, cl.Kills, cl.Crashes)
 	require.Positive(t, cl.Kills)
+}
+
+// TestScheduleReplicasFireEachSlotOnce: two and three gateway processes on
+// one database all run the timer over the slots of one-second interval
+// schedules (FAULTS_LONG: 1,000 slots, 50 schedules of 20 slots; otherwise
+// 100); every slot is accounted for exactly once — fired with one scan, or
+// counted as missed on a later fire when a busy machine was late — and
+// none created two.
+func TestScheduleReplicasFireEachSlotOnce(t *testing.T) {
+	schedules, slotsEach := 10, 10
+	if scaleOf().Long {
+		schedules, slotsEach = 50, 20
+	}
+	for _, replicas := range []int{2, 3} {
+		t.Run(fmt.Sprintf("%d replicas", replicas), func(t *testing.T) {
+			g, _ := harness.StartProcesses(t, replicas)
+			org := g.NewOrganization(t, "acme")
+			// Every schedule starts on the same whole second, a few seconds
+			// ahead, so that the replicas contend for the same slots.
+			start := time.Now().Add(3 * time.Second).Truncate(time.Second)
+			end := start.Add(time.Duration(slotsEach)*time.Second - time.Millisecond)
+			ids := createSecondlyScans(t, g, org, schedules, start, &end)
+			harness.WaitFor(t, 3*time.Minute, "every schedule past its last slot", func() bool {
+				var ended int
+				require.NoError(t, g.Pool.QueryRow(context.Background(), `SELECT count(*) FROM schedules
+					WHERE id = ANY($1) AND next_slot_at IS NULL`, ids).Scan(&ended))
+				return ended == schedules
+			})
+			slots, fired := requireEverySlotOnce(t, g, ids, start)
+			require.Equal(t, schedules*slotsEach, slots)
+			t.Logf("%d replicas: %d slots, %d fired, %d counted missed on a later fire", replicas, slots, fired, slots-fired)
+		})
+	}
 }

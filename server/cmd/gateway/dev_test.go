@@ -220,7 +220,12 @@ func TestDevStateDirectory(t *testing.T) {
 
 	first.stop(t)
 	require.NoFileExists(t, filepath.Join(state, "postgres", "data", "postmaster.pid"))
-	require.True(t, processGone(postmaster), "PostgreSQL (pid %d) outlived gateway dev", postmaster)
+	// The postmaster removes its pid file just before it exits.
+	gone := processGone(postmaster)
+	for deadline := time.Now().Add(30 * time.Second); !gone && time.Now().Before(deadline); gone = processGone(postmaster) {
+		time.Sleep(20 * time.Millisecond) // polling the condition, not a synchronisation
+	}
+	require.True(t, gone, "PostgreSQL (pid %d) outlived gateway dev", postmaster)
 
 	// The next run keeps the admin token the database still accepts.
 	again, envAgain, _ := startDev(ctx, t, bin, state)
