@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -105,8 +106,9 @@ func TestTaskQueueMigrationMovesLiveData(t *testing.T) {
 	requireQueueFollowsTasks(t, pool)
 	// Its backoff is full jitter, which may be near zero: put it an hour
 	// out so that it is surely not due below.
-	exec(t, pool, `UPDATE worker_tasks SET available_at = now() + interval '1 hour' WHERE id = $1`, runningTask)
-	exec(t, pool, `UPDATE worker_task_queue SET available_at = now() + interval '1 hour' WHERE task_id = $1`, runningTask)
+	anHourOut := time.Now().Add(time.Hour).UTC().Truncate(time.Microsecond)
+	exec(t, pool, `UPDATE worker_tasks SET available_at = $2 WHERE id = $1`, runningTask, anHourOut)
+	exec(t, pool, `UPDATE worker_task_queue SET available_at = $2 WHERE task_id = $1`, runningTask, anHourOut)
 
 	// The moved tasks lease in their order: priority first; the one
 	// scheduled for later and the fresh retry are not due.
