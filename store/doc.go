@@ -262,6 +262,24 @@
 //   - Lock order: a claim locks schedule rows first, then creates; the
 //     previous run's state is read, not locked.
 //
+// # Webhooks
+//
+// Events are written to an outbox (webhook_events, and one
+// webhook_deliveries row per subscribed target) in the transaction of the
+// change they describe, with the exact body every delivery sends, and only
+// when the organization has an enabled target subscribed to the event
+// (webhook_outbox.go). Task completions and the sweeper carry the write as
+// CTEs of their own statements (one index probe per ended task when no
+// target exists); scans, revocations and skipped slots are written by
+// triggers (migration 000018); worker.offline and
+// organization.no_eligible_worker, computed from time, by
+// WatchWebhookConditions, once per transition. Any replica delivers:
+// ClaimWebhookDeliveries takes due rows FOR UPDATE SKIP LOCKED and pushes
+// them past the try's end, so a replica that dies mid-delivery leaves them
+// due again (at least once); RecordWebhookDelivery is fenced on the try's
+// attempt number. The circuit breaker is the target row's, so replicas
+// agree. Lock order: a delivery before its target.
+//
 // # Secrets
 //
 // An organization's secrets (secrets.go) are stored sealed: the value under

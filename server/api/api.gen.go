@@ -556,6 +556,63 @@ func (e UploadSessionMethod) Valid() bool {
 	}
 }
 
+// Defines values for WebhookDeliveryState.
+const (
+	WebhookDeliveryStateDelivered WebhookDeliveryState = "delivered"
+	WebhookDeliveryStateFailed    WebhookDeliveryState = "failed"
+	WebhookDeliveryStatePending   WebhookDeliveryState = "pending"
+)
+
+// Valid indicates whether the value is a known member of the WebhookDeliveryState enum.
+func (e WebhookDeliveryState) Valid() bool {
+	switch e {
+	case WebhookDeliveryStateDelivered:
+		return true
+	case WebhookDeliveryStateFailed:
+		return true
+	case WebhookDeliveryStatePending:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookEventType.
+const (
+	OrganizationNoEligibleWorker WebhookEventType = "organization.no_eligible_worker"
+	ScanCompleted                WebhookEventType = "scan.completed"
+	ScanFailed                   WebhookEventType = "scan.failed"
+	ScheduleFireSkipped          WebhookEventType = "schedule.fire_skipped"
+	TaskCompleted                WebhookEventType = "task.completed"
+	TaskFailedTerminal           WebhookEventType = "task.failed_terminal"
+	WorkerOffline                WebhookEventType = "worker.offline"
+	WorkerRevoked                WebhookEventType = "worker.revoked"
+)
+
+// Valid indicates whether the value is a known member of the WebhookEventType enum.
+func (e WebhookEventType) Valid() bool {
+	switch e {
+	case OrganizationNoEligibleWorker:
+		return true
+	case ScanCompleted:
+		return true
+	case ScanFailed:
+		return true
+	case ScheduleFireSkipped:
+		return true
+	case TaskCompleted:
+		return true
+	case TaskFailedTerminal:
+		return true
+	case WorkerOffline:
+		return true
+	case WorkerRevoked:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for WorkerType.
 const (
 	WorkerTypeAi      WorkerType = "ai"
@@ -904,6 +961,17 @@ type CreateTaskRequest struct {
 	// SecretRefs Names of the organization's secrets the task receives in its lease (`secrets`). A secret missing or withheld at lease time fails the attempt with error code `secret_unavailable`.
 	SecretRefs *[]SecretName `json:"secret_refs,omitempty"`
 	TaskType   TaskType      `json:"task_type"`
+}
+
+// CreateWebhookRequest defines model for CreateWebhookRequest.
+type CreateWebhookRequest struct {
+	Description    *string            `json:"description,omitempty"`
+	Enabled        *bool              `json:"enabled,omitempty"`
+	EventTypes     []WebhookEventType `json:"event_types"`
+	OrganizationId openapi_types.UUID `json:"organization_id"`
+
+	// Url An http or https URL.
+	Url string `json:"url"`
 }
 
 // CreateWorkerRequest defines model for CreateWorkerRequest.
@@ -1290,6 +1358,12 @@ type RetryPolicy struct {
 // RevokeRequest defines model for RevokeRequest.
 type RevokeRequest struct {
 	Reason string `json:"reason"`
+}
+
+// RotateWebhookSecretRequest defines model for RotateWebhookSecretRequest.
+type RotateWebhookSecretRequest struct {
+	// OverlapSeconds How long the old secret keeps signing too.
+	OverlapSeconds *int `json:"overlap_seconds,omitempty"`
 }
 
 // Scan defines model for Scan.
@@ -1700,6 +1774,14 @@ type UpdateScheduleRequest struct {
 	Timing ScheduleTiming `json:"timing"`
 }
 
+// UpdateWebhookRequest defines model for UpdateWebhookRequest.
+type UpdateWebhookRequest struct {
+	Description *string            `json:"description,omitempty"`
+	Enabled     bool               `json:"enabled"`
+	EventTypes  []WebhookEventType `json:"event_types"`
+	Url         string             `json:"url"`
+}
+
 // UpdateWorkerRequest defines model for UpdateWorkerRequest.
 type UpdateWorkerRequest struct {
 	Enabled *bool `json:"enabled,omitempty"`
@@ -1728,6 +1810,90 @@ type UploadSession struct {
 
 // UploadSessionMethod defines model for UploadSession.Method.
 type UploadSessionMethod string
+
+// Webhook defines model for Webhook.
+type Webhook struct {
+	// CircuitOpenUntil While open, no delivery to the target is tried.
+	CircuitOpenUntil *time.Time `json:"circuit_open_until,omitempty"`
+
+	// ConsecutiveFailures Failed tries in a row; the circuit opens at the gateway's threshold.
+	ConsecutiveFailures int                `json:"consecutive_failures"`
+	CreatedAt           time.Time          `json:"created_at"`
+	Description         string             `json:"description"`
+	Enabled             bool               `json:"enabled"`
+	EventTypes          []WebhookEventType `json:"event_types"`
+	Id                  openapi_types.UUID `json:"id"`
+	OrganizationId      openapi_types.UUID `json:"organization_id"`
+
+	// PreviousSecretExpiresAt During a rotation's overlap: when the old secret stops signing.
+	PreviousSecretExpiresAt *time.Time `json:"previous_secret_expires_at,omitempty"`
+	UpdatedAt               time.Time  `json:"updated_at"`
+	Url                     string     `json:"url"`
+}
+
+// WebhookDelivery defines model for WebhookDelivery.
+type WebhookDelivery struct {
+	Attempts    int        `json:"attempts"`
+	CreatedAt   time.Time  `json:"created_at"`
+	DeliveredAt *time.Time `json:"delivered_at,omitempty"`
+
+	// EventId The webhook-id header: the same on every try.
+	EventId        openapi_types.UUID `json:"event_id"`
+	EventType      WebhookEventType   `json:"event_type"`
+	Id             openapi_types.UUID `json:"id"`
+	LastAttemptAt  *time.Time         `json:"last_attempt_at,omitempty"`
+	LastError      *string            `json:"last_error,omitempty"`
+	LastLatencyMs  *int               `json:"last_latency_ms,omitempty"`
+	LastStatusCode *int               `json:"last_status_code,omitempty"`
+
+	// NextAttemptAt While pending: the next try.
+	NextAttemptAt *time.Time `json:"next_attempt_at,omitempty"`
+
+	// State failed: every try failed.
+	State     WebhookDeliveryState `json:"state"`
+	WebhookId openapi_types.UUID   `json:"webhook_id"`
+}
+
+// WebhookDeliveryState failed: every try failed.
+type WebhookDeliveryState string
+
+// WebhookDeliveryList defines model for WebhookDeliveryList.
+type WebhookDeliveryList struct {
+	Items      []WebhookDelivery `json:"items"`
+	NextCursor *string           `json:"next_cursor,omitempty"`
+}
+
+// WebhookEventType defines model for WebhookEventType.
+type WebhookEventType string
+
+// WebhookList defines model for WebhookList.
+type WebhookList struct {
+	Items      []Webhook `json:"items"`
+	NextCursor *string   `json:"next_cursor,omitempty"`
+}
+
+// WebhookWithSecret defines model for WebhookWithSecret.
+type WebhookWithSecret struct {
+	// CircuitOpenUntil While open, no delivery to the target is tried.
+	CircuitOpenUntil *time.Time `json:"circuit_open_until,omitempty"`
+
+	// ConsecutiveFailures Failed tries in a row; the circuit opens at the gateway's threshold.
+	ConsecutiveFailures int                `json:"consecutive_failures"`
+	CreatedAt           time.Time          `json:"created_at"`
+	Description         string             `json:"description"`
+	Enabled             bool               `json:"enabled"`
+	EventTypes          []WebhookEventType `json:"event_types"`
+	Id                  openapi_types.UUID `json:"id"`
+	OrganizationId      openapi_types.UUID `json:"organization_id"`
+
+	// PreviousSecretExpiresAt During a rotation's overlap: when the old secret stops signing.
+	PreviousSecretExpiresAt *time.Time `json:"previous_secret_expires_at,omitempty"`
+
+	// Secret whsec_ and the base64 of the HMAC-SHA256 key. Shown once.
+	Secret    string    `json:"secret"`
+	UpdatedAt time.Time `json:"updated_at"`
+	Url       string    `json:"url"`
+}
 
 // Worker defines model for Worker.
 type Worker struct {
@@ -1844,6 +2010,9 @@ type TaskID = openapi_types.UUID
 
 // UploadID defines model for UploadID.
 type UploadID = openapi_types.UUID
+
+// WebhookID defines model for WebhookID.
+type WebhookID = openapi_types.UUID
 
 // WorkerID defines model for WorkerID.
 type WorkerID = openapi_types.UUID
@@ -2032,6 +2201,23 @@ type ListTaskResultsParams struct {
 	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
 }
 
+// ListWebhooksParams defines parameters for ListWebhooks.
+type ListWebhooksParams struct {
+	// OrganizationId Only this organization's targets. For an unscoped token, an organization that does not exist is 404.
+	OrganizationId *openapi_types.UUID `form:"organization_id,omitempty" json:"organization_id,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
+// ListWebhookDeliveriesParams defines parameters for ListWebhookDeliveries.
+type ListWebhookDeliveriesParams struct {
+	// Cursor The `next_cursor` of the previous page.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
 // ListWorkersParams defines parameters for ListWorkers.
 type ListWorkersParams struct {
 	// Cursor The `next_cursor` of the previous page.
@@ -2107,6 +2293,15 @@ type ReplaceSecretJSONRequestBody = ReplaceSecretRequest
 
 // CreateTaskJSONRequestBody defines body for CreateTask for application/json ContentType.
 type CreateTaskJSONRequestBody = CreateTaskRequest
+
+// CreateWebhookJSONRequestBody defines body for CreateWebhook for application/json ContentType.
+type CreateWebhookJSONRequestBody = CreateWebhookRequest
+
+// UpdateWebhookJSONRequestBody defines body for UpdateWebhook for application/json ContentType.
+type UpdateWebhookJSONRequestBody = UpdateWebhookRequest
+
+// RotateWebhookSecretJSONRequestBody defines body for RotateWebhookSecret for application/json ContentType.
+type RotateWebhookSecretJSONRequestBody = RotateWebhookSecretRequest
 
 // CreateWorkerJSONRequestBody defines body for CreateWorker for application/json ContentType.
 type CreateWorkerJSONRequestBody = CreateWorkerRequest
@@ -2287,6 +2482,27 @@ type ServerInterface interface {
 	// CommitArtifactUpload Commit an uploaded artifact
 	// (POST /v1/uploads/{upload_id}/commit)
 	CommitArtifactUpload(w http.ResponseWriter, r *http.Request, uploadId UploadID)
+	// ListWebhooks List webhook targets
+	// (GET /v1/webhooks)
+	ListWebhooks(w http.ResponseWriter, r *http.Request, params ListWebhooksParams)
+	// CreateWebhook Create a webhook target
+	// (POST /v1/webhooks)
+	CreateWebhook(w http.ResponseWriter, r *http.Request)
+	// DeleteWebhook Delete a webhook target
+	// (DELETE /v1/webhooks/{webhook_id})
+	DeleteWebhook(w http.ResponseWriter, r *http.Request, webhookId WebhookID)
+	// GetWebhook Get a webhook target
+	// (GET /v1/webhooks/{webhook_id})
+	GetWebhook(w http.ResponseWriter, r *http.Request, webhookId WebhookID)
+	// UpdateWebhook Replace a webhook target's definition
+	// (PUT /v1/webhooks/{webhook_id})
+	UpdateWebhook(w http.ResponseWriter, r *http.Request, webhookId WebhookID)
+	// ListWebhookDeliveries A webhook target's delivery log
+	// (GET /v1/webhooks/{webhook_id}/deliveries)
+	ListWebhookDeliveries(w http.ResponseWriter, r *http.Request, webhookId WebhookID, params ListWebhookDeliveriesParams)
+	// RotateWebhookSecret Rotate a webhook target's secret
+	// (POST /v1/webhooks/{webhook_id}/rotate-secret)
+	RotateWebhookSecret(w http.ResponseWriter, r *http.Request, webhookId WebhookID)
 	// ListWorkers List workers
 	// (GET /v1/workers)
 	ListWorkers(w http.ResponseWriter, r *http.Request, params ListWorkersParams)
@@ -4396,6 +4612,238 @@ func (siw *ServerInterfaceWrapper) CommitArtifactUpload(w http.ResponseWriter, r
 	handler.ServeHTTP(w, r)
 }
 
+// ListWebhooks operation middleware
+func (siw *ServerInterfaceWrapper) ListWebhooks(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListWebhooksParams
+
+	// ------------- Optional query parameter "organization_id" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "organization_id", r.URL.Query(), &params.OrganizationId, runtime.BindQueryParameterOptions{Type: "string", Format: "uuid"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "organization_id"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "organization_id", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListWebhooks(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CreateWebhook operation middleware
+func (siw *ServerInterfaceWrapper) CreateWebhook(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateWebhook(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// DeleteWebhook operation middleware
+func (siw *ServerInterfaceWrapper) DeleteWebhook(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "webhook_id" -------------
+	var webhookId WebhookID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "webhook_id", r.PathValue("webhook_id"), &webhookId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "webhook_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.DeleteWebhook(w, r, webhookId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetWebhook operation middleware
+func (siw *ServerInterfaceWrapper) GetWebhook(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "webhook_id" -------------
+	var webhookId WebhookID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "webhook_id", r.PathValue("webhook_id"), &webhookId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "webhook_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetWebhook(w, r, webhookId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// UpdateWebhook operation middleware
+func (siw *ServerInterfaceWrapper) UpdateWebhook(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "webhook_id" -------------
+	var webhookId WebhookID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "webhook_id", r.PathValue("webhook_id"), &webhookId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "webhook_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.UpdateWebhook(w, r, webhookId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListWebhookDeliveries operation middleware
+func (siw *ServerInterfaceWrapper) ListWebhookDeliveries(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "webhook_id" -------------
+	var webhookId WebhookID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "webhook_id", r.PathValue("webhook_id"), &webhookId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "webhook_id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListWebhookDeliveriesParams
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListWebhookDeliveries(w, r, webhookId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// RotateWebhookSecret operation middleware
+func (siw *ServerInterfaceWrapper) RotateWebhookSecret(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "webhook_id" -------------
+	var webhookId WebhookID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "webhook_id", r.PathValue("webhook_id"), &webhookId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "webhook_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.RotateWebhookSecret(w, r, webhookId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ListWorkers operation middleware
 func (siw *ServerInterfaceWrapper) ListWorkers(w http.ResponseWriter, r *http.Request) {
 
@@ -4899,6 +5347,13 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/schedules/{schedule_id}/run", wrapper.RunSchedule)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/schedules/{schedule_id}/fires", wrapper.ListScheduleFires)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/schedules/{schedule_id}/next", wrapper.ListScheduleNext)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/webhooks", wrapper.ListWebhooks)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/webhooks", wrapper.CreateWebhook)
+	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/webhooks/{webhook_id}", wrapper.DeleteWebhook)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/webhooks/{webhook_id}", wrapper.GetWebhook)
+	m.HandleFunc(http.MethodPut+" "+options.BaseURL+"/v1/webhooks/{webhook_id}", wrapper.UpdateWebhook)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/webhooks/{webhook_id}/rotate-secret", wrapper.RotateWebhookSecret)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/webhooks/{webhook_id}/deliveries", wrapper.ListWebhookDeliveries)
 
 	return m
 }
@@ -9668,6 +10123,654 @@ func (response CommitArtifactUploaddefaultApplicationProblemPlusJSONResponse) Vi
 	return err
 }
 
+type ListWebhooksRequestObject struct {
+	Params ListWebhooksParams
+}
+
+type ListWebhooksResponseObject interface {
+	VisitListWebhooksResponse(w http.ResponseWriter) error
+}
+
+type ListWebhooks200JSONResponse WebhookList
+
+func (response ListWebhooks200JSONResponse) VisitListWebhooksResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWebhooks400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListWebhooks400ApplicationProblemPlusJSONResponse) VisitListWebhooksResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWebhooks401ApplicationProblemPlusJSONResponse Problem
+
+func (response ListWebhooks401ApplicationProblemPlusJSONResponse) VisitListWebhooksResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWebhooks403ApplicationProblemPlusJSONResponse Problem
+
+func (response ListWebhooks403ApplicationProblemPlusJSONResponse) VisitListWebhooksResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWebhooks404ApplicationProblemPlusJSONResponse Problem
+
+func (response ListWebhooks404ApplicationProblemPlusJSONResponse) VisitListWebhooksResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWebhooksdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListWebhooksdefaultApplicationProblemPlusJSONResponse) VisitListWebhooksResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateWebhookRequestObject struct {
+	Body *CreateWebhookJSONRequestBody
+}
+
+type CreateWebhookResponseObject interface {
+	VisitCreateWebhookResponse(w http.ResponseWriter) error
+}
+
+type CreateWebhook201JSONResponse WebhookWithSecret
+
+func (response CreateWebhook201JSONResponse) VisitCreateWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(201)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateWebhook400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response CreateWebhook400ApplicationProblemPlusJSONResponse) VisitCreateWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateWebhook401ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateWebhook401ApplicationProblemPlusJSONResponse) VisitCreateWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateWebhook403ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateWebhook403ApplicationProblemPlusJSONResponse) VisitCreateWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateWebhook404ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateWebhook404ApplicationProblemPlusJSONResponse) VisitCreateWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateWebhookdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response CreateWebhookdefaultApplicationProblemPlusJSONResponse) VisitCreateWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteWebhookRequestObject struct {
+	WebhookId WebhookID `json:"webhook_id"`
+}
+
+type DeleteWebhookResponseObject interface {
+	VisitDeleteWebhookResponse(w http.ResponseWriter) error
+}
+
+type DeleteWebhook204Response struct {
+}
+
+func (response DeleteWebhook204Response) VisitDeleteWebhookResponse(w http.ResponseWriter) error {
+	w.WriteHeader(204)
+	return nil
+}
+
+type DeleteWebhook401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteWebhook401ApplicationProblemPlusJSONResponse) VisitDeleteWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteWebhook403ApplicationProblemPlusJSONResponse Problem
+
+func (response DeleteWebhook403ApplicationProblemPlusJSONResponse) VisitDeleteWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteWebhook404ApplicationProblemPlusJSONResponse Problem
+
+func (response DeleteWebhook404ApplicationProblemPlusJSONResponse) VisitDeleteWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteWebhookdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response DeleteWebhookdefaultApplicationProblemPlusJSONResponse) VisitDeleteWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWebhookRequestObject struct {
+	WebhookId WebhookID `json:"webhook_id"`
+}
+
+type GetWebhookResponseObject interface {
+	VisitGetWebhookResponse(w http.ResponseWriter) error
+}
+
+type GetWebhook200JSONResponse Webhook
+
+func (response GetWebhook200JSONResponse) VisitGetWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWebhook401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response GetWebhook401ApplicationProblemPlusJSONResponse) VisitGetWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWebhook403ApplicationProblemPlusJSONResponse Problem
+
+func (response GetWebhook403ApplicationProblemPlusJSONResponse) VisitGetWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWebhook404ApplicationProblemPlusJSONResponse Problem
+
+func (response GetWebhook404ApplicationProblemPlusJSONResponse) VisitGetWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWebhookdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetWebhookdefaultApplicationProblemPlusJSONResponse) VisitGetWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateWebhookRequestObject struct {
+	WebhookId WebhookID `json:"webhook_id"`
+	Body      *UpdateWebhookJSONRequestBody
+}
+
+type UpdateWebhookResponseObject interface {
+	VisitUpdateWebhookResponse(w http.ResponseWriter) error
+}
+
+type UpdateWebhook200JSONResponse Webhook
+
+func (response UpdateWebhook200JSONResponse) VisitUpdateWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateWebhook400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response UpdateWebhook400ApplicationProblemPlusJSONResponse) VisitUpdateWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateWebhook401ApplicationProblemPlusJSONResponse Problem
+
+func (response UpdateWebhook401ApplicationProblemPlusJSONResponse) VisitUpdateWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateWebhook403ApplicationProblemPlusJSONResponse Problem
+
+func (response UpdateWebhook403ApplicationProblemPlusJSONResponse) VisitUpdateWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateWebhook404ApplicationProblemPlusJSONResponse Problem
+
+func (response UpdateWebhook404ApplicationProblemPlusJSONResponse) VisitUpdateWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateWebhookdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response UpdateWebhookdefaultApplicationProblemPlusJSONResponse) VisitUpdateWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWebhookDeliveriesRequestObject struct {
+	WebhookId WebhookID `json:"webhook_id"`
+	Params    ListWebhookDeliveriesParams
+}
+
+type ListWebhookDeliveriesResponseObject interface {
+	VisitListWebhookDeliveriesResponse(w http.ResponseWriter) error
+}
+
+type ListWebhookDeliveries200JSONResponse WebhookDeliveryList
+
+func (response ListWebhookDeliveries200JSONResponse) VisitListWebhookDeliveriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWebhookDeliveries400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListWebhookDeliveries400ApplicationProblemPlusJSONResponse) VisitListWebhookDeliveriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWebhookDeliveries401ApplicationProblemPlusJSONResponse Problem
+
+func (response ListWebhookDeliveries401ApplicationProblemPlusJSONResponse) VisitListWebhookDeliveriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWebhookDeliveries403ApplicationProblemPlusJSONResponse Problem
+
+func (response ListWebhookDeliveries403ApplicationProblemPlusJSONResponse) VisitListWebhookDeliveriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWebhookDeliveries404ApplicationProblemPlusJSONResponse Problem
+
+func (response ListWebhookDeliveries404ApplicationProblemPlusJSONResponse) VisitListWebhookDeliveriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWebhookDeliveriesdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListWebhookDeliveriesdefaultApplicationProblemPlusJSONResponse) VisitListWebhookDeliveriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RotateWebhookSecretRequestObject struct {
+	WebhookId WebhookID `json:"webhook_id"`
+	Body      *RotateWebhookSecretJSONRequestBody
+}
+
+type RotateWebhookSecretResponseObject interface {
+	VisitRotateWebhookSecretResponse(w http.ResponseWriter) error
+}
+
+type RotateWebhookSecret200JSONResponse WebhookWithSecret
+
+func (response RotateWebhookSecret200JSONResponse) VisitRotateWebhookSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RotateWebhookSecret400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response RotateWebhookSecret400ApplicationProblemPlusJSONResponse) VisitRotateWebhookSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RotateWebhookSecret401ApplicationProblemPlusJSONResponse Problem
+
+func (response RotateWebhookSecret401ApplicationProblemPlusJSONResponse) VisitRotateWebhookSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RotateWebhookSecret403ApplicationProblemPlusJSONResponse Problem
+
+func (response RotateWebhookSecret403ApplicationProblemPlusJSONResponse) VisitRotateWebhookSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RotateWebhookSecret404ApplicationProblemPlusJSONResponse Problem
+
+func (response RotateWebhookSecret404ApplicationProblemPlusJSONResponse) VisitRotateWebhookSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RotateWebhookSecretdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response RotateWebhookSecretdefaultApplicationProblemPlusJSONResponse) VisitRotateWebhookSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListWorkersRequestObject struct {
 	Params ListWorkersParams
 }
@@ -10666,6 +11769,27 @@ type StrictServerInterface interface {
 	// CommitArtifactUpload Commit an uploaded artifact
 	// (POST /v1/uploads/{upload_id}/commit)
 	CommitArtifactUpload(ctx context.Context, request CommitArtifactUploadRequestObject) (CommitArtifactUploadResponseObject, error)
+	// ListWebhooks List webhook targets
+	// (GET /v1/webhooks)
+	ListWebhooks(ctx context.Context, request ListWebhooksRequestObject) (ListWebhooksResponseObject, error)
+	// CreateWebhook Create a webhook target
+	// (POST /v1/webhooks)
+	CreateWebhook(ctx context.Context, request CreateWebhookRequestObject) (CreateWebhookResponseObject, error)
+	// DeleteWebhook Delete a webhook target
+	// (DELETE /v1/webhooks/{webhook_id})
+	DeleteWebhook(ctx context.Context, request DeleteWebhookRequestObject) (DeleteWebhookResponseObject, error)
+	// GetWebhook Get a webhook target
+	// (GET /v1/webhooks/{webhook_id})
+	GetWebhook(ctx context.Context, request GetWebhookRequestObject) (GetWebhookResponseObject, error)
+	// UpdateWebhook Replace a webhook target's definition
+	// (PUT /v1/webhooks/{webhook_id})
+	UpdateWebhook(ctx context.Context, request UpdateWebhookRequestObject) (UpdateWebhookResponseObject, error)
+	// ListWebhookDeliveries A webhook target's delivery log
+	// (GET /v1/webhooks/{webhook_id}/deliveries)
+	ListWebhookDeliveries(ctx context.Context, request ListWebhookDeliveriesRequestObject) (ListWebhookDeliveriesResponseObject, error)
+	// RotateWebhookSecret Rotate a webhook target's secret
+	// (POST /v1/webhooks/{webhook_id}/rotate-secret)
+	RotateWebhookSecret(ctx context.Context, request RotateWebhookSecretRequestObject) (RotateWebhookSecretResponseObject, error)
 	// ListWorkers List workers
 	// (GET /v1/workers)
 	ListWorkers(ctx context.Context, request ListWorkersRequestObject) (ListWorkersResponseObject, error)
@@ -12282,6 +13406,211 @@ func (sh *strictHandler) CommitArtifactUpload(w http.ResponseWriter, r *http.Req
 	}
 }
 
+// ListWebhooks operation middleware
+func (sh *strictHandler) ListWebhooks(w http.ResponseWriter, r *http.Request, params ListWebhooksParams) {
+	var request ListWebhooksRequestObject
+
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListWebhooks(ctx, request.(ListWebhooksRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListWebhooks")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListWebhooksResponseObject); ok {
+		if err := validResponse.VisitListWebhooksResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// CreateWebhook operation middleware
+func (sh *strictHandler) CreateWebhook(w http.ResponseWriter, r *http.Request) {
+	var request CreateWebhookRequestObject
+
+	var body CreateWebhookJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.CreateWebhook(ctx, request.(CreateWebhookRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CreateWebhook")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(CreateWebhookResponseObject); ok {
+		if err := validResponse.VisitCreateWebhookResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// DeleteWebhook operation middleware
+func (sh *strictHandler) DeleteWebhook(w http.ResponseWriter, r *http.Request, webhookId WebhookID) {
+	var request DeleteWebhookRequestObject
+
+	request.WebhookId = webhookId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.DeleteWebhook(ctx, request.(DeleteWebhookRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "DeleteWebhook")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(DeleteWebhookResponseObject); ok {
+		if err := validResponse.VisitDeleteWebhookResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetWebhook operation middleware
+func (sh *strictHandler) GetWebhook(w http.ResponseWriter, r *http.Request, webhookId WebhookID) {
+	var request GetWebhookRequestObject
+
+	request.WebhookId = webhookId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetWebhook(ctx, request.(GetWebhookRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetWebhook")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetWebhookResponseObject); ok {
+		if err := validResponse.VisitGetWebhookResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// UpdateWebhook operation middleware
+func (sh *strictHandler) UpdateWebhook(w http.ResponseWriter, r *http.Request, webhookId WebhookID) {
+	var request UpdateWebhookRequestObject
+
+	request.WebhookId = webhookId
+
+	var body UpdateWebhookJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.UpdateWebhook(ctx, request.(UpdateWebhookRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "UpdateWebhook")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(UpdateWebhookResponseObject); ok {
+		if err := validResponse.VisitUpdateWebhookResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListWebhookDeliveries operation middleware
+func (sh *strictHandler) ListWebhookDeliveries(w http.ResponseWriter, r *http.Request, webhookId WebhookID, params ListWebhookDeliveriesParams) {
+	var request ListWebhookDeliveriesRequestObject
+
+	request.WebhookId = webhookId
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListWebhookDeliveries(ctx, request.(ListWebhookDeliveriesRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListWebhookDeliveries")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListWebhookDeliveriesResponseObject); ok {
+		if err := validResponse.VisitListWebhookDeliveriesResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// RotateWebhookSecret operation middleware
+func (sh *strictHandler) RotateWebhookSecret(w http.ResponseWriter, r *http.Request, webhookId WebhookID) {
+	var request RotateWebhookSecretRequestObject
+
+	request.WebhookId = webhookId
+
+	var body RotateWebhookSecretJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		if !errors.Is(err, io.EOF) {
+			sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+			return
+		}
+	} else {
+		request.Body = &body
+	}
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.RotateWebhookSecret(ctx, request.(RotateWebhookSecretRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "RotateWebhookSecret")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(RotateWebhookSecretResponseObject); ok {
+		if err := validResponse.VisitRotateWebhookSecretResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // ListWorkers operation middleware
 func (sh *strictHandler) ListWorkers(w http.ResponseWriter, r *http.Request, params ListWorkersParams) {
 	var request ListWorkersRequestObject
@@ -12577,388 +13906,419 @@ func (sh *strictHandler) RevokeWorker(w http.ResponseWriter, r *http.Request, wo
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L2Ncts4lj/6Kijdf1Xk+VOy/JnYrq1dTzrdnZl0khu7d+5/W7kmRIIS2hSgIUAr6lSq9iHuM+yDzZPc",
-	"wjkACVKkvmzna2a3ajq2SRAfB+f7/M7HTiSnMymY0Kpz/rEzoxmdMs0y+Oky0vyOvZUpjxbm55ipKOMz",
-	"zaXonHf+NqGaTOhsxoQiWhI9YWQus1uWPVGEwquEas2mM61IIjOiJ1wRmY2p4H9QM0i/E3S4GervOcsW",
-	"naAj6JR1zjv4cifoqGjCphQ/ndA81Z3zTkRFxNJO0GEin3bOfyt/EWeUi877oKMXMzOM0hkX486nT0Hn",
-	"Eufx8gczFnxyRvXE+yL+/YbHnaCTsb/nPGNx51xnOfNnkchsSs0k8hyeXP7Q8zxTMlverOsJI6FgH/RN",
-	"BE+ERCawY7OM3XGZKzKjY9a2IfhOZUOm9MMrJsZ60jk/HAyapvIjT1nrghOesvuv9hWjil3LWyaaV5ya",
-	"vxNtHoDF2m0mc6rIOKNCs5jMuZ6QLjc0wkTExRif3yv2YsJozLJy6vDRHn511fS9HTo4fBZ0plwUP582",
-	"roZPuS72q3YEKfyxkSRPBoH5GJ8aejwxhzHlAn86KL7DhWZjlsGH3sAe0fRlzKYzqZmIFn9lDTfsF3rL",
-	"FGycWSVTmiiamP0kGZsxqvvkUpOpVJocnpyQaEIzGpm727p13gd75ottBHVyUt2upt16413kVjLzb/v9",
-	"ye2dffe++3ZBYpYZ9sQ1STI5rdAmFTFR5jURMSLy6YhlD7DPG5HpRvt+FdH2/VYRfYB9voomLM5XcA9l",
-	"H3iAT7EoY+18WcGf7/+Za6puWz+iqbq9/yd+naWSxq0fyeHP9//M30DCtn4GBfB9P/PJvKxmUigGisDb",
-	"TI5SNjX/jKTQTACbpLNZyiO42/szfOJ//64kyILyW/8rY0nnvPN/7Zeaxj7+Ve27ceGL1Tt8SeyQpPvu",
-	"x+fk7Pjk6R7KCkqUpqOUkTCSMQv7sC12RNBaZrwQSewDnc5SBhPPGNUsvoF1Hw4OT3sHB73Ds+uDk/Oj",
-	"0/Ojw/8ylznunHcGB2dHyQE97I3i4+PeU3aS9EaD04PecXQSn7KnybPB2YEnmrmZaJxHcP/r/M4b7Wl0",
-	"zHpP4wPaO6MnB73T0VEyYIfRcXwwgLO6k7fmqBKaKjgrOTN7/1unGP39p8D8MGOZ5ngs/pK8Q42pZj3N",
-	"p2z5ZIMO+zDjGVNbvWMWspZogk5Klb7J1ZYTwn38uPyHpb3cYAozmjGhb0CDsO8sayVOH6Ga2B20qqlg",
-	"F0TkaYraqnlKFU8A6YVjqtmcLgiNp1yEfXKJjw2FYHcsI3ZzSUo1M/ouFQERMiMTqsicxywjeK5EZoQK",
-	"qScsqyjE9hWjDOFKgqEw8giow6hG1E4eyUUR89WF/R0vlhOQjBmVkd+xdNEfGjWpeed+c1sXdMy6gcQK",
-	"SiyOZCRlyqjolH/c6oAdKX/scM2mah1PgLt7Zd4xL9vRaJbRRQf5kmNqv3VgJUA/xVcC/1KUiymNAjn6",
-	"nUXaDO34xCuuYDXVu1XMdaNJFzxn7ZRhtMbpKMV0jWfFTFOewtcnUmmnisqIpuZn81rCM6VvFGPiwTgb",
-	"3OO1Iwpz+Cn/g8U3dzTNzcQODp/2B/1B/+A+nNDpy7NO0FkeeIkHelu06oD+cvXm9Ztir2ub9hh8cOvB",
-	"l/fzgXgi/qJhsLbPNN2yZUUeXnKDNEy/vsu1fWm9Ag9yHeEuLd3FoONZ4BssfPVdfWe+/7FD45ijOffW",
-	"m7EV49VFuJOoaTpmMGL+FhDWH/dJ6O56GJCQz8z/zmSmzX/zLDX/icyYidG9jP5jxJ7WLDOD/b+/0d4f",
-	"783/DHpnN733HwfB8dmn/9VEF8XxV10Jg/UmiL9JFTJo2Ss+FlOrM3rMjcIf1mhkTBhVr1BhH0y/KvVk",
-	"bwgaHR31nsbHrEeTk0HvaFQyxmXGU5n+ppccfVUpvIWesQZ6qLnOinfIaIGKSjShAp1Fhdvh8OD46fGz",
-	"o9Pjp573YbDsffB2tEm+78JfzNaiFXCTMWr1/8anHlSt8E5wE7vJp9llZuabTW6DgsoRr9El8LDqFG69",
-	"iuhFgMuUcMHVZCsz5Gx0aKj7KO6dseOkd0hLujRMlVHFbnytvm1UpWm2zgBSmupcmZ3Lo4ixGLbB2cfe",
-	"nJ7Rg4Pe09Fh1HsWH7HeQVLOqvMgl6u2cx93ovQsk9mNMRIbKRL/PGVK0XHzE5XDemglYencNv1AlgvB",
-	"xXg7Hdw7+y3eAVpYI2rxpK7w4U8etWywCfe4w9ynzOoFrhFPsZKGTa/szIqL/cLQypbS3hGe74deK12D",
-	"jkeQ3pvHgwYnv9kRnS0Mu6o4pO106ny2toMwvxVrfpPrSKJt7kItPldIKEcuWcinhtBLMdhVQUxuLDgL",
-	"cFMhPZuzWD28c17E8OiMZQqebfxqHnP94q5B6YislEWC6SNTN0QTaVlnWavNJHzDflrbcIRnjjhh2Lll",
-	"C5IyamSH5Q/Hh0FHRlGeZWv4sfVf47xGT+OD6JAes5PkdPD04BlcgGzM9BactnjFzhu3oYEB231q4Irl",
-	"TrX+0Sm67qzd7tivBR21UJpNzSYKKRZTmavGY9zJuKtxEy706bGvKp0NBk8Pzs4OT46fHg/Ozg7WiZHK",
-	"QW3KPHdTpMrDbtha76zb/9pi7DWadN66KgcXuNNvZA7FzXoQQ628p49nrT2nMzriKS9ou5GHo4FRd0Ib",
-	"0iI41AWhxAicJ4qE7sM3kTd2SKa50mTESCSFplywmHDwy3XD/xjmg8ERCyGsWZ1h0PnQG8ue/eXvSor+",
-	"Ozr/xYoBM39puJdmv1CxeIc0srUoghG4FJsfzfPinZfmqn6CG/QS33RBTvvjwRqnl//5xgOqLBDjDsuU",
-	"db9FXAo1x/v8IFPd7RyYUyM20KhQ5UAtlKY3GVN5qtcu+B089meqo4nnisJopqdNLzvFJ3w8YUoT/E5v",
-	"ZEaox0G9FA+imNBlVodVuXY0SWWpaWywMU4vWbLq7O9XH1tJXQ2G2jaGl3un0WTayMzb2q6CF8z3IPBk",
-	"lxS3W08byp36SrZU+HeykkBxtW/U04pssohZLRkxc6YKMkkg6EfHlIuA8MTw1TlPU8NvzWicxX0/0LHy",
-	"89sYKf6urwldUHV7BQ/WabOSX1RaLbWdr3yrurEriLpkbvcnarz938WVcJM4HAzue0FmZfh7o2i2v48b",
-	"SKeSK1Ws7mUe/fP19VuCD1hHYEEBhKZSGOacpzGZ0DtGRowJQoEwbPiywp1Pzs78PKXBoDFTqZWG7TRX",
-	"kyUoDttJyC1P5l8CtVGgop9Dtyfm2eGfqEqKXksW3naJdA8lzivk5i8oWC3pIfzr4rE7qmnWQcTFjWKR",
-	"FLGqeCCPDk6OTgeDSqLfaeM5uNyGerLmGhfQLsbjvaLspWZ/tI1eXw29t5+Gnyq424nstJFNs22f5FVE",
-	"d5zcTokqaT7mWxgyZnZv4Z26JbbywMxUucy4XlQchH7C6kGVkHsHg0EjLaODoTrj7SKH/ryLr25Iag3x",
-	"Zzufci9XnS3mK+52vjEzuovzh60+JfzOD+Ubn5cLaD41/9pwmtf49Pq9thfdjh74O7Ji0yF38373feUq",
-	"YPzX5sldd8soj+a3arNvGf3+Gh5vCZ+fnpwcna4+2KAzz7hmb0S6QJ9TGQZJ6YilG04F00Bf4RsbH2B7",
-	"lB6PzCxwtwNz0toYXDLXjXLzdHD8bF12fNCJMq55RNOKa22tJu0/C47jlC78SVRVoB8kEVJb3WfEEpkx",
-	"VLumVCyIfQ1Tw4WcV81KmY9S5qtlTh1oVMqshgiJlyzK4UQa9qg6vZ9pFhMoOCCytIWfKDKfyJSRLBc4",
-	"N0h1M8o/KG5h+YWY0Tjlgt1QjR7H7aZ/0DB9IM4bxVIW6fUqNxDmlXu40EjjPEOirCzdCqUjXyqZKXkz",
-	"OmmilCn9UEujcCNVxds6itst0XSRShpvF5mYcSFYfFOJei7r5mjHgU0AOapTuoAjL3wiXSpiyBENq4cS",
-	"Qu2Cf23AIT0USvM0JVNjgez1yUtd+Klp+SFWTURVjKkLMp/wFKokIiqKCxOYp4cCpjKnZh6YGztjIuZi",
-	"bJNAQhJWl5sLekd5SkcpC1flpFbs7gfSXRrd9dvyFHBZrTcXdbawFXNGK8f6hYwlDdfciC7l6sD83X+i",
-	"CL6oykPPWMT4HVMYUXB2Wze0D4Z7fXJp3yJTrpQx4WQGRzNhaUyoY3eG+5CE8lRVS7LMGYI5TSIZM2IH",
-	"rh5bJ9hQW62I5qq2WldQCyG8iXfNSN+NdEM3ZrusQwm6YzylzL+7SbgYs2yWcYw1+6l4g94Z7SXvP54e",
-	"N2fg+cPM0FVS06gHzUr0TSQFBO+EvjFrrbK/g9oNWcsAH05BbeBmtfR2TeRcKN/x0eWacEVcshXR0nAc",
-	"86CImCFrMRT+KD2wN2PMwQfuaOZPpEgXcDPkXFS+CvyK2N0BDwvXGzIgy7o2oU4kp0b6tMqXP1g7WcYt",
-	"5St0xkuHzmepZdmwJMVOqjMf65t//Pf/NEQj/JlvnETf7rtCxhQQNYGTFhHrkysGIpFQRcLLXE9kZg//",
-	"nPyZ0YxlBOKvEVZrYCi2vzbHyPmbyhWsODckAFhwmr5JOue/bUIwnU9BPc7JRCbTdFrUsSzvwhuBkY0L",
-	"fw8a3aO1oXbIN6ttydLkVn9keb8MybyANzZlvX4Nl8qQUXZ65v/+/OKnl6/J8xfvrl/++PL55fUL8u7F",
-	"//3ri6tr+OtQ/OO//2co4N8vXv+w4rmGRQBBs2aCLmbRxK7X8Mymw72PU6vhPNz0mmj1RfF4E49ZsQnV",
-	"wrHWbO0Gx+mz0+OGCEzTPjxIrVqz73bZ/qkZOBuQuZ812PCVpu3+kaf1ULOtn3T5V34NJdROBo/F3DM2",
-	"k5nu24/snEivJvTw5LRz3jkdRYOYHiTHh8nZaRIdPR09G8VPWXw4GNGTp6eD0/iQDmJ6EsX0cHRwdBI9",
-	"fXZynIzi6OzZyegZPTJj8T/YzWihDUkcHG4d/btvWK96FA30t0t95YbfftCqR3cmDcP5W/yQSXGbB9A3",
-	"qyayOlLlSCqzL1ZZOZa2S/cQuWlweXev5/uZ0dSw8Ortn7DIautU0xFV8M5tJ+ikXGnguPCTK582P3lB",
-	"YftjTRwVYzaL0Y9tJWHeZNVSei5MwzP+mnFV/K1YERJ+qVTO4ueluVPfFnqzZAu1iPh1or0U6Q8/4q4i",
-	"0Dk+MybYvPKX48ERiPz7V0w0bWGT9vz8Eq0wY2wpZ4J5byrSpalCNB9b7fxEBYSLihWlmM5ne/0Njdov",
-	"Kdibdr2+L+/ME4QmWLTNFUmlGJOunptt4FlcOGlSnjAzvxaf6tKn71Hf4Bc01Lc0aDrt9RpKw1Y0XVbP",
-	"Z7kmWXbLPFZwCj+H2rWV7MoPqBytKlWvnqIdmWhZ+DWfKIJBlYBMWTaGfFyLVIW/NzbjhKpzAJUwwxvK",
-	"VoTinwMSmm+FQ5GxqQTnmw7cm0JqcDzERGm66JN62d58IlXhuF/y1JopCDYfCjtaQnlKjBFr/R6ka19J",
-	"pdLhXmAs2/mEidJlq7ScKULjO7NxCsEBXOxkKApH5+K89CGOJVNkRKNbB9f195zlDLzGFfAuwT5oMmE0",
-	"0yNGtU0iUuj2RSdiCNPqW65Y8PGUjWm06JybXQs6f0hhKIHlvTnDYvUp/eAf9elxA/kBlVikH1c1uoVr",
-	"7hYBgWo0tM6TNWMZtWENJwBfmrW9lhr+++IDVxBr/kEy9Vpq+HlZJJorYN7v3dHM0AZ4S2BBMAr8yw0J",
-	"PxTjwk/VwV2MUTU6AIjMyFRmDBxa4UuBzv8QRg8viJDC/gk/Yf/sf6Hqzm28dI2he+/UmnWiW0A8Kvb0",
-	"fdshX3nBpJUnXE8Q5dHEEqt64q4j5uYTwVisSPev+YhlghlxptiUCs0jtXdu4TJCiITYcGtIZpRnLiIy",
-	"FLOMQSaW2S58nH0wv1NcCnxqItO4D1t+XnISwhVxr4Ir3ey/TEiIRxheDIU9m3NCR+axwJxg5RVh39ET",
-	"Nr0oDu6ifmrkUhDDYhbEsZOhwH85PBBb21SgVh0dEs2yKcQOaJouXVvcj3KdCpxXcJM6miOwTXFD8GI4",
-	"yvytM57lncD8by+l2Zh13n96H3T8HTZfqLOCJfWlYQobqulL/KKaz3S4HHGoT24rOVS9Ev4L3qccoX9q",
-	"I/17fbdeo7Ik6xTTZLQg7swU+sa7iFEDReSF851rxdJkLyBKFuUtQ7EkrqZ0YcSciIGnUN/D2id/ZQsj",
-	"QS2xnR55CGkYdORiPBShBSV43/2tZ+EJ+vvv/+R+u/fv4QVBqtpgrO5vl73/Kscrfrjpv/+T96e9f9/7",
-	"97C8B6fHdouWbgBQ+bml5R3lFqMPUldQyN0bY25ndzQtFdeDwTYF35Us0E58evYsjo+fnrIDepzEp6MR",
-	"e5YcPD1IDs5Gp6cn9NngiJ2yeHTAotPjOH727DQ+PqCHp1FydhId0rNyQO3N6GiAvoCWcvdtUrmr4fyj",
-	"e/iovOA8F7McVIiirLYzYWkqyxw8c9LRRNZCkYCkJ1h2Yx/6dF9n06pjbbZHdAmgCehUiWZiQ7tj9+Ly",
-	"tZnDlfTgC6LKwAuCIJLQw+cMiRRWJrk4c2QE0Iov6xX7clVLzCG50Dz1NsqueMNdsqHzrTwnyxuCPMtZ",
-	"iA1x+4RlTETGsA69dACj048wdHlhNQJU8Lk25kbxklEK+uTaUADHYYGZz1IaMULx67DFhM5mjGbqnNwy",
-	"NjNnInNtppXKsXIwYpDyTrqecU8yFlOjOth1FPYFpKkpNJgg4UCO95BvLrE+xwDW1sYIOlMTqbfJ9W4o",
-	"2V+mlJXXy87vfRvP3h7HZ8urX7tTW+PSbrRTK5a3U4bDPRJlDCNvzEqoKS5WKpeJd7AedUHAARUZeo6r",
-	"6soTc/cZgxyniOtFpTziYINMh1kmtYxkenPHMmUTer3zOGnKt1Ay0XOasZZ3DhuTNOaU68Yst8NBfR9+",
-	"lnN0OGkJ+VSoYgH36JPnlV1QLDM33S6ZdA9PiDJ/s6PvVfajlkLXXODTRjNtRbh4RJsr56AUrXOi20Fb",
-	"SfjKFd9VNy5EnPDQcjxDIlyM+yREyIgbW0/P4vAcvCWYHmdrrmzSWoEuEfatU8M9i34YY0lro3Sise0K",
-	"DmkUsZnGikPnMChQy+ufNzdVNrkL/PW11XxBbZth48Y4tPl3Ec0yjlRREa5FZgw4bPpVFXcXXXRpJY5Z",
-	"PLiSWtcpXUmf3dR7h/qWFtIEQ7VaR/scetcm2k+L0nNBBqhAGFrbVAPapKrVu4JrSwLbyH9pdY13XY4v",
-	"ZzMm4ndF9WTFt2jGqNFF48YdnvXPLHiETBJA1Tw8CTo6y0VESypeoqnKFzbfk5bD22D7K1NsTJ6Dv1ln",
-	"8QdNokkubtELBbhFhFZP+v5h3XKPmuYT0Rlg92eMRhMWX5AkzwDENqaaGv00zqSRV56C34Y+5K/d/25Q",
-	"OYYtSOe52ZttK3uoXmoVMDh+dvK0sayxOKiH2u96HqvbDZhWyzKv2Qf9gOgFnq3uJGPpdoXdgepnIwDt",
-	"F/vAGwVNwRZYumXu34MNLtyOOAX3AoUrV7miLhYAm5mIWXxOhETRDyQO8j+SU9ZE4UFBT8vpHtWb/oDg",
-	"RI8wZoUJrLnGS1hrBRFXLzjsjLf7TdT9ZsYEoujvinJTzecpe8b4WVYy0kz3lM4YnVaLm6H9QmumzlZ9",
-	"GvycnG0ywh8nXaelbLchuabxWDw33L0x9Vc77myq2mU0bVD5Pn821gq48TU5SP6ePUQuUuUMHg8py/9M",
-	"mc+8hNkLeZE1ZF6W8jEHIEJ7Nwv4O5kkKRdlBryDl7tjnrt3ENRdDp82y4SsTWMbJLwiAtRaVHFcaawi",
-	"WNZjeQ/QzQUsya215qmGuNhGJP++FZm46oZu8j83HEWTUVMeTDPyrkPsdWZs8Xw5taATc1UFxYXver8t",
-	"D5nqG+eeabR4SyLYJDu+MSumOosSr7cydVjXZkT+0De0SO3fNXfwLZbSvSsOpx4BXxCKyRsxepm5Kgta",
-	"Y7Jguk9CjFzcCKlvXJYIuEK8etLQRkr6+GxoxrGZXvZ1FZYFhQsiEz9I7WLwtdKdao830nVPQdpZMROj",
-	"V5XfMH9JU0IzBuuIZA69wQDsSWnC9V7f5dBMuYJAYAiqGV7EwmfN9aTo+2S2uVoNabQ6my5gKyt1NKns",
-	"Ry3u2V9VxFjbyVptZwiufeWXWNJqHaUFeymGqOyakHPSzYXb2YC4uxbY3h9xQOydC4pWIoaO9nyXlJA3",
-	"BYZ1cXUa6QIQ/G9wN8tHy6Mvtt3xTf8XrXtkhzC84CbJ09RmtsZ5yuIbaJLScVBgIxrdyiRpZBle+6Fa",
-	"oMx2Bip6BVnA0FqjoCmNJlywXsZoXOkcVC0uAbxeNDh74LBzAKSVbnZ1iB68e+DBZRmZsBSs33XArS7h",
-	"9nhwFnQ012nR2Y7YT9tdmGg9U+f7+7i5PRu16cfszvVcUvvelD+1oRDXfEktG2OeviDhh54du2d+oUKS",
-	"clVkl0B5qB9BUkzEKhgK2HRz/3OV09QBVXV/knhTIimUpkJDrGxGo1s6ZkMRjrme5KN+JKe1Ne67/9q5",
-	"hHt98prN4fsKMhJGjNAYjDSjzWtCxVDk4lbIucBZjrAi0MPNqkSwvKytynpBvGaaJzTSqldIufPOyeDo",
-	"HA/frd2wFCGJe5ooLTM6hsUmfJwjWLFzzzoItM5553hwdl5tO5eaQ1ig1Wnp13UIsnBHQWdE416kMnh/",
-	"YHe1TAOFnF5jqbuudxBXSY32y2ICdY+K3LKFkxbOiW0HzpzRVQ7eNtAoY/TW8LYsTwtpcPn2JYyko0lP",
-	"SN2bsUxxdLaWy/UQy6KU8ikMAu4+MrLcmGJ/SMxWKQcpWUmPfbCocued48MzeyKWzbrOTZCmpYiWEmNL",
-	"csYEmck0heZLiUxTOVfV3Nqeg5c28z2w8005E7qyy3b37mjKIV0Tvm4NEH+0UtSXw2Uy18wmqVFy/eqq",
-	"4QO1YSxBr59UxsZmpzKUw0KSko3D870olYpVzvnsrDLgHBLf5nCzABPDEAwGE0g3leOxOX2RLvawUiNJ",
-	"eaT9w3Xk4v5m+TD7wJU2dGmdAGVx1UZ36/mld5uA/ZYDVEeDg+9xAUfjb1j5jOuVpYjd16C4eblC4i5B",
-	"xhOZjXgcM9z8I7tXNE0hBrcAMoghR1yBoVs2feSil6R8PCm2hxabY3UUrkitS6SZFCI1WET0C8C1XJAu",
-	"gAr0LhPNsr3ah27ZopcxM3W4DIc4x/rI5j7B8qxcjHkCCQbazQoaWaJbD45icE6oIO5XiAtwYZefKyA3",
-	"SENAonBuWhRBHkFsKjEhQjbuobeoV2gW/khybL3fsWR4AZ0H3BwYi4ydWHibpkxPZAxciJqLbi/hiX8J",
-	"i3GQDdowNLwIypDuJTIX+OIx6Joqjyb2ZZkZriXzLGKkKzMIzjUQh2Jsr8xH6mkpbZLkeef44Kh6aUYy",
-	"XmBfuFKaIKNTcA8V/4MR14XWdWfsRVLojEa6d8dlal00eH44Nj5mcSHNlJzOyxWJZZTDnejCWQJtFG/A",
-	"HUJdVApIPzeGAVNa7YEWR0WjODN/KG5U8UCRa7PRhXc5NEZUVeSoQ0/sobex58geLpgVlihFrEjy3bnw",
-	"pRr+Iji+cm2YUy9GJlvOKmPgNIRraR8i5qG2a2nU+MY9AQutYU/gBUNoXhcHfAvOAzsg3GiWTbm5hAju",
-	"4noBgYfC/Ozh33Zs3bwVkKqHTQQd96JEsLkR05YJIlHIXKf8Dkha5jqj4hYnDY9MuYB1A9EZ8jWytJex",
-	"SGaxclRck+AoeMFnbh+EtobE3cTKQED7yglylco57PHS5uaC5nrChObWM43MXUhIoxYS6TUoV1erXisO",
-	"Fh35I4pMzHuk7VhzofLZTGaaxb0pizl1FS7HByfn/u11eDugli6X9WID2F7MM1ZKTfylK8f49d0rm+aB",
-	"6eZQXhLAtdWViqxyOF9lseRmx3SDQCijEGn2tQqLHZgtLF5HL4QVEarsjxyzKKVGAgMjkhm5+vmyhwWZ",
-	"5aAK0OdwLi5xAoQPPGHFt72JML3ybRfZbVuHVbtAj3OjFD5Fn68UktqlOCviOars84XXrelx+8cLZ7YI",
-	"Bv0QzJ9QhypqxZhVjzqfPpXGYkP8h4PpE7GW1lgr+z6UtZnbgPcWVuXH9o6A9UTyX9+9LPMVDfVBoic0",
-	"qUfz2ry4AWwGFu/i973uO60NZ95ZzdUrEN0FHKINlKdzljw7jQfPDp49O46exqcnZ/QwYZQOopMTGg8O",
-	"TujRKDlODkaHo8Ho2eFhFB+cxKfRwclokAwGdPCswar+cgBAnxo3ULD5V4Sn8YCQGfX+DCvALd4xyIrd",
-	"DndyOQaMIHtGVAJLukClS5GUJZhTS0GyTeUdJjrUejx+p5iS7dCRmK1zGd0ux4ogu/og2ClDAZSJrRoy",
-	"WYi0dR2VjEpyAx7mzvlhqVT6qRBFvb3vftgem36SMQo70BS8YY29H6EXqFObDGMxHyddQ40yM/aEQKf4",
-	"3o7I4FumXJSHsFH/Im//N28E4Z/HTikdDXDsu4yyBIFQHv77+7aQcJSwnHMCjsv6ge90uLULWxxdU8MJ",
-	"7ptTDY3yKqdSPdl2FoAg+dvlbBSmxIZhNvzSO3hrGVG6AV7wIYijDnSxtG9uFWv25iHijFdaZiyudSV4",
-	"pHSAymZvJ0jfCGf99UkI3C4ElxL8k4BnhXTtHwIiZzgsCW0AJ9zrkxBvjXnPWM0xIFqKoShGKd8PQdc0",
-	"/1DsjmVcLyqDsg/ox4KwnJYkZnGO9hmECKiIh6LyZWMiwnwXaMKwFLA24dd7ATj5rS3joPBsYKGBy2/U",
-	"q/odS/z8sc0hZXfqkOftx1IBRFMxwy0Xsc8YcV2OrS0nLHq2iz2O9QqIfc63W6qNMwfrVEOYZTMZl5is",
-	"21Hxiw84UU5TYgOU6CZL8jQlv3Oj6ZMR03OQyzaZZVknHEFCa0MxyMFKZGZATluDKj2lH1rAlAf3HLvZ",
-	"zjCG8W7ZeWWmSZ3ettH/V+R1XEX0/vlpqzXM3+UIa+O3UWRdCeqnMvSOOUWxUL2MKZlCIvtMKttjwCt/",
-	"cL1RP72/D2RbbTCvl8NvnVRGNJ1ICzjR2HFv2x7nj5enh/u/RcuMv8hRk3zcCWRtk7oA882iLKCpY0Yb",
-	"FFcJh5zx8Xh9ftS1fWxDeDWXTV82zfBOye5r250ye1i9VttcmftQ/4oWd7uRZtEualcCLMrJtwB991fd",
-	"8OVy5buaLTt19t6WlDer8G2mx2KJ1d0oyRK3tY0AH0RtjuhjJs567Xm2k4o7EJSjJN/RSHt/vLdIGje9",
-	"9x8Hwelhs8fxQZDw1zawuJ4w8rscPSlDvvaV/iod5GCzzPW2/S+qREv7HYyGSovxkqVs3MHcdcvZQbeo",
-	"dg5CNRpipzaECsfoOkH95treVFijkfwt4vrTmuzniJ2c9J4mp4Pes4Onh72SLdPDMtde8PFEpwtiZwX3",
-	"IeEZq67raHA9ODgfDM4Hg/9yT6lU6pVP7aywlF2MInBi5DNz2CLCxHugsAE5JH8y/2++c8eylJpn1C2f",
-	"4fvsxqK4vMjNfdv/M8tS7J2Vz+K151ZUeh88SBXCfRtIefnd1Xv2o2EptkvHjOaqufJuY+mGzQ3dsW66",
-	"ulbJVqWl1j6v9poS82FiHlekC/+epbmyRtbe5q1dq7TZxJn8DxbYGwC6hxkMeARlDdjm395Fr8Q07vYZ",
-	"X+LGzCmHSLxLGp5l7I7LXGFrGAnYgV17EzA1/EYKtsW+7dY6rHqfNiUZD0mhocgUazCIfejCpp3idwiN",
-	"Y0WkYOtdpOvFyWosYjfJ8v41d0Cr6dLefjRLKtzA54az/TpruhcUK37NsSvo5cJie8eFLGFbqCCx7JPQ",
-	"EG5oqEAhDQN6RJp6QHKGK4bE/C8AyEz9DHHLVYFxrhJ+P1RY2FZofVQTRqMJXG1sWcWUmVVERQizNXIR",
-	"5E9AQqNoer8FEIwlf0rdH2VlVw3mxe+NSTfmvHGhKW6g8hYvNeq+rQ4p99qPPKtrFQkoZ6ukalWQxsnp",
-	"ae/p4OlB7+zw2VGvlPCjI3NBgHiAt2CNVdGa1dEsKkc3yy4Cs2dbRd8c37zZRglZq0MU5nAx/mrxXO7f",
-	"A7seqlu5lE8PdxUSW5jQmQXLU0DII6Z4zFTRm6YLSk3P4iffr12+uwHlaZqbPIN/oWBpvBDekTdyYByt",
-	"LEyB2/lEWTAS2xKv8Zpt3q7Wo5ZNnr/ls5vlYjU8FU8HtMt21SZo8DfyhFUaAmoGiMMzpSKnkJMbOIAu",
-	"SGmi6hZjAI/UdR5aqbR1VSqT+LCqys2lMt/+Ji2OPH9TyU6Lm4aDNW5gFQ3p/nLYpwhf+LqDKqda3oDa",
-	"tQzK67+O7T6MT8Fj44/pW8DPPOSUP8N03zirrFHBoajVQhI26jZLSi1XBMuE+06FKcLkgDdoOV1AQsgs",
-	"tToQ1wEJC/03BGgoUBiranQJomM+xQyvpkYLASVpKjPmK0nWrITPFBzGmJerNCYjEhqE+0ppt0YcNkq7",
-	"7Tx/2xl39cB3cRXdh1cRgNmAh6RZ2NDda2prlsu2gUAa6XRRoDpHmXSI23WoqHBZXy29GJut1NkGn5y7",
-	"Y8nu53eMJJylsSLdKRe5ZmQi84zEdEGmUugJmTN2G9PFnpHe/2H+li4C8h8x5fBf81f4BzwM/1owCs9w",
-	"QcLCgRLW+v83g90xsaXKtRYB9ZIk/AOLyYxlXMaYhByCq/uG6hBKLiodcPdg3nSkZGr2wny4v3GTW0+1",
-	"Qm9D+7xeFIYMVwSaDCMMG3XzVSyPZS+jIpZTMqOZRjuMq8CsBXhQf7M4rK/wlax0E/JxnNdFB7Y6G893",
-	"5iOo/Hr9vLME4CjIy8vXl9hR1LwSENYf90nF5VYjIA86eVVCa9Ua286l/pCt9Vd10/8qOuivZIabtciv",
-	"GrFfqu33yvbYm/Xa9kZ7tG7VW6BrLjeobmlK3fjuIzWYfkvBnaSl9apBbVLF7Wk9NFDytYQDz1V/28bN",
-	"X7BZ80098eaeyTY4aC3l5p5j/qtD9GfoEL26HzTOpdHzDn95AnWhNKaaYkkQgm5zV6OOJUAWDPY+yUfx",
-	"ATvsPU2OBr1n9PigdzI6jZ7Gz9hZQj1wrHcvfnp5df3u/9xcv/nri9f3CrN5pQq/1QHv33+RSNmX6J5Y",
-	"rdjYiHpLQlum1geNh7wAJp0xC/d+n9hHQ0nIrv0CdwyjbBUmgZv3IOYj3u57GI4lq2pgESmDJFCZkVzE",
-	"LFORzBh0HBf2TyogMR8jLJL3jCJdKggTdzyTgGNF7mjGDRM1vH1CLZKPn+SBfU1u3pcNTm7efxwEB4dP",
-	"m3M96gVGDW2k0oUtJEYZY5i/edTJEq+lQREonTIqHBSMqwfc+tL4auzyFWooR9qsXU6zedqwaIdJhU3a",
-	"XC84EaV5zOzabtni35DRTxiWMm+yI7b1UmepZ4wn2HzSKtOjnbOJi0QCHsIcgAxink87QWfCxxO4Qtjg",
-	"rdnztFQa8Cg4sY9amIV5MC4P3hbXnh8fFlno+LdP75sKt74KgNnPVTK1e83MZyiR8YqP1pQcucWsLzJy",
-	"5mkDRdvqsUHQKVTRlbS2vWq2utKvzV48GjxSW6Ol1kU2p6UIkTWhuZVW2aDdyirTQ738uRWNkTZRE1vv",
-	"ZVH1V+8MYntoQnALgGvyGXDeUR6Pmb5n7eMqB8MWo1UobePk+Bo4/nYvf7Z8/NIbEzMaAxk9ghp/Xy8N",
-	"VfqmPaW7/PONA8Frabuw0tGzOUW0unu2CO3vYL/s5imq8YvV71bxSFscTd+AV2i7DAUqbn6XowetD4Eu",
-	"WH5S/ZZ+je3rQ3YxSJvsu3Kyq+pLiiMuybLt6IKaFKjdnxqDbb2q25mVZid/KGBaaJq+SUDhXF/XEHxs",
-	"lmGbq2FWqq21RIuBlxfw3i7hIexiu6zHSgOo9Hs7b9m83aTL0stbt4R/EEX/njKy4fWt17Fp7to3JJge",
-	"k0Xf35G8ASss+d5Sb4zKObRemvYyFoT3rtazYOlK5QesafEKXTBuMaeA4laDlWv0JBTrryXZVvR+ypvf",
-	"xaLwBiwYj53kWdop4G4KjOODw6f9QX/QPzh/dnx8tN/ZsAVAzDQCdCHYTKW6vaNT1fPhVBVLkx5CYm9Z",
-	"/Lt7/W3h5Sn9OQ7y+aqcDsLBejiwn+6NJ7BbscoOiAL+ESzlxkZUkN/lyJpz+CiLCd/VjqvBF+xqfexU",
-	"BHwfPIMNtKxldlJgLTg0NTdyZdPXNiTBW/kgegPe70fUHOQtE1eRrLIfGk+5RdgAwA3s8RCz5uze61JL",
-	"bkg+dPnN2GTT5TdDeBTznB24ZpZB301eJEBb7bu9JGEDnfyv5tFdUqDd8/fJvL1vCmBrTYO/uKZIqp38",
-	"EwU5UEElUZnIhNDikcCi4F6+fVl0i25PTQ46dNYsiH4FU8Blt+wGWnHfyr2m5lEbZPnsVovV3OapqWSp",
-	"6QBxuzDosttmrWxDsxkQHfh4nk+oGJethJfb8tTcB2tzi3Y6hU+Ne2RUuysLXVpVcTZpduqe8RX9MzMT",
-	"7J0OS3uOXcx615a71pFkPzl468555+2v1wWA6lYRGaN/tepddwf7OKTa32i4JT1llwaoTVuzkQ3kbd2O",
-	"Xdx/xhGIltjOvugig7sQEGazf6kiY36HXfiXaMMdSimyzOk0MSbvvDZg+3BU66RpOWQxkcAq2W5/gk6l",
-	"iXrDfjdxheYuYPXuXQdL3bu8svYa0oeOZj2LqWtmp/UMmm8wwJ/5XB2/OrY6nOW9OcO2KVj8zJhY+fEd",
-	"+4ThVD9Dm7Alk6F+VEuiGR4owKsujOT15+l6Sltke/DVWfB/V9BWTUzbUam/j1t3BRrvSshdlSOdNz63",
-	"S9RklQDcJiaymZxUy2S76UzXytXND649F8vS/nIfayaAx0KnsYwxUvTdJq4yQDXjGCxfoKWUFu8JVYP1",
-	"9tuUde1ZIbq6vVx7F9BCaAX5K8aqxI+wf4XhtN4FVUeimguW3TSYog3NoP3+YGBKy3lljUVCCgATplSb",
-	"2bhUlwDrmyZwYSHvRw4FpJWaGcAftSS5qKzXohpuENmRWkYy9U2ThrSFO4mKjBd1anzqtu0O2T9uV/Ik",
-	"Ez2nGVs5two33aQzYbt30Krd/og+gkDZU7HxDtYYYcEPiusULLH0hmux1h2Ai/gpo6LuqRub362RwDt7",
-	"wrx44WYie0me+dP7+IioHNtENht7VN60+HO8Baw5mIdw1vjnvHsGJI7ys+PSuwDNt2uHkMHy3sXiMf9r",
-	"l0w12ygeen+cd+LTs2dxfPz0lB3Q4yQ+HY3Ys+Tg6UFycDY6PT2hzwZH7JTFowMWnR7H8bNnp/HxAT08",
-	"jZKzk+iQnmGsrV7Gt7uK4ha34blBJ0DrxF1d8tPM4NbkRNZO3k5uo6PH9kDLdLnLAq8QbnodYa6d3sPd",
-	"lEd0a3pyYzmq0hZOwQKRPON6cWUmavFkGc1YdpnrSYM+LzxwgG44H+ubf/z3/4R7hdMTrNvQwciAW5WM",
-	"pNRKZ3SGLdRCYkGGLt++7NvSfLBu8MPV5pQlt/zl+tVVk++vuc2dzb21XWSIp7fXmtkhrIHfRZWrofDU",
-	"tj55PmHRLTSns2m4Nr8KtTtQdyyozoSKWE3oLas0gpzmOqepmf6nT1CfmsgG1zHO4Ce7c0iVJM4z6JyJ",
-	"LmMtoTOEZgSfVn3y1iFEg45lCJRqmUE/NjOjoYAWXjI1GptgeDy4z+VBqr4bj/htkPDh5u1VQ9HFZZkH",
-	"9nbabah2WUCjtt5MpulQhG/fXF2T/bsD7DmqwoBkTLC52w2YUKHO45Kx41UJjzwUQ4F1DdNcU6jGt4dr",
-	"lE4znYSJCLp6ltVHASjcIbCNHkQIwgDwxNF8tb1GAcmbCpIL2/HIVjTRjJHI0shoUesChShkik5xGIZt",
-	"AqENZcY1UxAX0DRlQwG/yMiYmbkcD85CXLBrj4NlUWUrvNBba6U2GYqVhWutGMmp2zps2pZSWJTLdSHd",
-	"8E9FdfleQEYMmvANhctiBxe6IFEqo1tF5ozE0rZRBso6L4v73OLtyPYwsswQpNmk0Hc32mX979+VFCHp",
-	"uma7e7XuuraZLtynlEfMigceGzJNOID3XM5oNGG9w77f5b/8nWFz+XRKs0XnvPODd6Pg/BzsWfVmEXnH",
-	"MmjtCrHIkkpxetPrV1d9L9Bau73YrLSQmJ1B/wDnIWdM0BnvnHeO4FdQgjEBtrs/YTTVkz9AD20sGIPz",
-	"VORwMKiAWsiIKUUUy+4YNqPtkx9c90Etc9uD2lGkmTWyCS7FS6MB/cT0z/Bpr/MfzOhwMEAwXHAZg0JW",
-	"dxeff0T2vRZX3n7h06dPTU1x3CKMGZ3yO9a3uIZYHt48cjHVfdfA2ZdnnfPf3vvH/tZ+wYwumFKQaDEG",
-	"FVHOFMJd7kMPvU0PwOIL+v3eMkajiaEu5Ce4dlgUigdLEIjkNOKCZouhwP6SyMzMQ69eXl2/eO03BjPU",
-	"Oae3rJfPYIvy2QU5GRwRaEk458pKm6VTfcdozO1iv8DBms8v4CRPBkef4XuvQWbTeHFBQmDHKiSKLgAB",
-	"JpqQmM2YiJmIXO/DhyeyYsPR2Z/dMaIzmiQ8aiS3u4N9OuOoFKlWqvvFFoeConFhJTb2sof6UHS6QNue",
-	"5bttdNfLGb/GTzwiGbiPgLLccsutsrH7thcbbb7i6S/e7tpfvEfoa92ULyJnTJEQVNMwIKEL+Zt/Y8w/",
-	"vCi6e6QL7M+Fbj3AZ/H9ZF1tIbsUMyoR9NDE8KL1goEfrVpZbc5yr0+KDcEOoOg4ixj60bADCFWEkglV",
-	"k/5QXDb7zVHBntKFVcAdeSS2H3fdgQ7T6g+F+bpRrIoZjGQOrcGtCMffI/4JNOgkXTMcdvzcO7fsDXay",
-	"aEo5ldjPbyjwsSeKdHF+fDpLOVNFOxNYJO71HnoOubZdJLF3L8X+h9RCuMJw5B///f8RroeCiwnLuK1N",
-	"Lz4Fry+QL4fL4afQdXiEEBt+lKpbJ/wpfnMo7DDAzJOyqfHx4IiETd1Pwybe+xzOwl2Jsl//n2W82ODG",
-	"eZ4Nq8xEnHiZKbjxkLznfvneZnCsv6jVuTlny6eqpWm7vNW4xcGDcQucRFzs0CqGEXi3wxFLWTIP3OQY",
-	"GdmGnMQ8f7TV8/fkVrhal3Ti+scucawlkbD/0cH0fUI+lrImTMWX2jCMGfaoNwRNtbdZSiIMmi2pxfte",
-	"JCkZAyvKM8XvWLpYFh/YkcUj5BnN6JRpiIj/9rEDRWJGgy317gJZsE5PPoGuc3m+/wySqo3orNmPW/Vk",
-	"idKOPyfl4P5vTDnWBt532bngtWqUgi9E7EgihSZ0BQ6H4bIAqAt8z8kQC92B99HiI1qPg22DlXBB06Go",
-	"9Go2YwGjtYozjCuFGzVw1rHMYmP3Gs58DkBcOkeGbf5oLBprgWNICWxpu0Qj0iAoRVMjnLHn9ITeMTKW",
-	"OrDeKJxTSLqHgwEgloXW9gz75I1gQ2HX/sQyfZp67duThEWovYO6rfrkefFpo4Zl/M7eOVr09NZyzMzD",
-	"Q2HUNGPWa3PrBDZyz6hQFDX77jiT+cwsZsr13gVuEGIKup1PmIi4GPfJpSZTqTQ5GQzIzIwd0TS9MN+0",
-	"Qtp1iAeFgiaMdGE4b6e4IkV3f73XKLks5VyW4Z+dZVf54a/G7e5DFKs8MoKcxeiM31Bw2f35hYrFVrLz",
-	"4fhXdQrWYd7Ay94I1z4asOHK02i6djuK0YNHFbvHB9s9f/JZxHpp+32seKZ/e/+pYgz+iI7JKRWLwjvp",
-	"eIC5ph4jtzXUy4z8Y3lnPu3TTPOERphm08zWf8Au6grcf/Zx0jWSOSCW+ABVwyadYbN1w6Gt53avwq4n",
-	"cg5xfNsqnetzEmL6l7GV8iy1GJU2Byx0KW598jfnbbRbTMLEGONaZnTMXDP6oeAW1NqGC54gxwvf/opO",
-	"YJcm+LHIP/sUEs/tHKAowN3bu7DcXh2FQ8HB8UzJLGM2K8MMCkaOa3afQgSLoM3GoluVT0s/OJrWE5nG",
-	"btZDEWUsxm59Csw3M1Pnr26Y6j5y9bBPXht7wZgY/I6hJG1ivW9mTFzaM8NM0GV9q4lMy0dcDeDLH6Cg",
-	"cM3D4Oy2mtD7e7F5eNLlii09XWiGGZvJTPftL9WEHp6cPkT79KBjyPhmtNCG2R4cHh1vzM7NnuNefyFD",
-	"qJry26KR2vun8KkdWfXxls+fPSqrflzWa461wgKrO7g1591Qn16CswsLHcMwTPQ6hqSLfwPsgD4UzwG4",
-	"HWqmRZFdOBRdGt0KOU9ZPAYVk9g/IiZtn7wsdLnzmhoIfNGp6RL3wrXKmlA9FDQFTyl2oHGqPsmYzjOb",
-	"9CUzPjYqvZUGF4SSmCcJA1eMG5orcjw4G4rQjt7DaByLwz4JwSK4QeVbhVDvwllll54oklJlvusZDV7E",
-	"DHXcc4LcvGiYXWRMg8OsSxXhCVoBWpJwv/giLKvYpGjR+ytbDEU4zAeDo6g8X/iZneOvaxAy+Ldwj4xY",
-	"IjNWOWImYrWBDv1tcPEC6ALBLCy4ay8XRUwDcr+VomPsnVhEJ6yfzBWCwqOOb5batu2GtrWi/YWV7FUK",
-	"9nWFkIHaMcT7dSrTjywBvkrlu+R7W/P8Is2gnen/Iu8sPwOlrnRCa0mEnGOHMQeg+sRBprroeGCVzJnh",
-	"gB5fGQqLIOTSZOzbRUU/cRX9ffLSOtYRvDzsExeiDCFBgHSRO3s5A3tl5BKnw9HjLsXYKLwsjZtYWpGh",
-	"9WV42iNd8kqWWPP9dgeLrWloolmGKSk07f/r1j70rX0HyT7GQIZ93/rOpnK8wji+nM2gEwc22idUE2My",
-	"kFAmiWI6dEDInm4ix31yabSijDNjJebilnRRt4J3AqulQEgPO4pEbKYhVSxiRmUa05mtN3XN87BKnSs6",
-	"zhhTVoMy93Xcw0F7U66mRhMKh6LI2sEkATMwPOOUJOvH7JNXcowx4YjOZtjZwC3kvOQwkZmNYEOhs1zg",
-	"lSFT6goYXNRRxCTJMz1hGcQqoRdBJmHYbmjfhPypLGdhoxcRd9rM6dtQfhAQEtsZQOvGiApcFux253yw",
-	"sd7ySo6fGzr53ArLKznGXUc4xlZ+Jsc1bgYkD29+lYbl4zIc3DIjr0tNAS/+1rzHWh3t7Octmi/YLQhN",
-	"HZkUTYdc401nXCwHC86JzeYt3ukCeoPNO9AAnKD2gAtwMQb8P/NbmY8nFmZAUJ1nNCW3bKECjGcUg5nX",
-	"LAdIZDYUsyKxVEsyQ7cdjtUNf3qBXi/ISt3/aBuPFXsATGEowprpFWJUHW9En7xbtlhv2aJMVITfjGS8",
-	"IF1z4DSD7AQMAblEU5lAnCSiQgoe0ZT85erN670WO7YwpiEHM0DuDy30FpoFltmiL5OUc9e9d2wGnVgs",
-	"x8OoVqqkd4FQlSpaugZEcdfwNeGZ0ja3Ezq7YfopJoBUV00FHgks2giGw0MScm8Tb9milzFjbYUXmGlR",
-	"DgAJgWYz4IMuRRn5Ok9TMmJmq22iHYsLweOPz0UvSfl4osOh6II1R7gGYH8jl908jWrqOzNLGealppIr",
-	"a0gTNKSBwIYiF/zvOfPFE+ioJHR2dw8f78EibWqG+7hZOrQVEAwpzJVW28RdwDayPmmbynv9qnflEkDQ",
-	"/+idF1XWsyDk3DuyoYADANQIwEZfuFBkGy01ycCrfDTl+p3lCp9NDK5/+p29gd7t/Ctb3E+A+ujKdTAm",
-	"aG7msJgKLIBOCbmML5iZb/5qFYVJzpjomcPtHR52inGRI1YRkhD3uoBHuvq5zNlsR33eTAL7yNifWfjj",
-	"py+j2zaxD+LmiarTLeSvlVQN6W2ioHpAiPfwDxpYYnWKrurELLe52sS7pzuYacwbw7vZ1ZHWYjrAFv2z",
-	"eWe29c8fHx5+w3bklVHqqK9kARcOiKaQIMUwqcN3I2+t74GxsIlvyMk57DKHIHsQKg0tzl7o60IokCY0",
-	"m6ZMqeWMrCvz2X9qL8y//C4Pfl9+odmtUemANguCpVD6IxxGe8vlyGOue+zOTKM1hR1rlGy9UA8r0TBP",
-	"GlMU7TwJDEO6TGQyTVFJt862gJT1/YELOQyFV5FW/NZlqdnEKZKx3zFSsRcYTdIoxaAi98lr6RpWYaOl",
-	"2YzRrDGkA2n0ZqUvcKHNiZB/z1m2KOPdaLZ1fP3BK5w9aCycbR4JgzGu2v+hhiv6It9rMFCbO43JnStx",
-	"39byn+dYE7sJp+JTrh+XSZWH31bgcIlGskyQih+uzAFumB10RfKnX5y5D7emXTi9MeRe5tGUNrdFiyCV",
-	"e2VDn2WK/jmh5PnVu6p1BgbtUJif/DJcV1rgkpKxxZlMY9A2MdXR5S2XXZOdG5grZz/DzYbvjTMaMde6",
-	"dWZMhsYrC77k5x7e6bbmzaaqt2DzLxSkfKlUzmJ/jS3ys3YonyVn/vjw7KuLLJRgNk9UBQu3Xb6hLFpz",
-	"ldwdQs/IcrX0uQ8VpJjLFZEC2SMpBZ5N0AecIFvLTcZSY9DOK8exBSzeNbxlC3NFx0yY11hMUhlB/RLY",
-	"eOavEG4cipRRp5razDn0RdlcUUibUxNjTKf8jsVNtfU2pQ5rhYaiTN97fhlA5LOSaOdVe5f1RrbtilF9",
-	"UWqXe2BdRa7uChobyzzDDnUZU8qLaMBDNpHd20XQtSHSYl9Bd9rZUHRDLWVvSsWiZ9mBCm3JcfiO6WzR",
-	"u0w0FIOV3Ag/krGEp2kjr3mBRPI4HAYH/9pZTNO1+jx5EIdft+ZdYUN4liXehC11LxhBvcKjzo0SnjK1",
-	"/9H8x1UFNSrcx4NjZBlcl6UM7INRJ1xSAVzEKV3AnxRjFjB7qYj4Rw5OlO0MTfOSsTIfUyWDibVQo9mg",
-	"L1Gv8xPT0KwdkIhd4ZCvtAEKV9tx7nv70nisVzpjdIq8G9JdLeNyoK6ov4dB+Zvrxcx5xN+xWdb7gY8Z",
-	"JIa4hG9oxGzEDdWaRhP0Chav/8DVTCrAYAr3AqKoiEfyAwSC3SNXltR7b2XKo8W5eyjEXHIrdJTgSeKi",
-	"HjFmqceVlHSIVLDsDoLn6YLwhLgkbohCo1VBhCSjTM4Vy4xxqoai+5erN68D8voH/O8spVwQzT5o+Pzz",
-	"q/+0exRNaKaY/rdcJ71nYUDGf/BZQOB/NM0C8vaHHwPy9vVPAfnL2xc/BeSnlz8GQ/E3NnoLuH0LGy7r",
-	"/nz9y6uAXP3nTwH5f8y//kLv6BWcUUD+8d//s+etg6oq4oWMNNM9BYcYttTsG6q2W/uIt+5P+39q8Zoi",
-	"KkGDwdZ6z54opMWat9gjt2bAQS+GB6aHpQUEAjk5GuzZfv+hmlDz4L+dj6hip8fnYb9ibi5N9PNf+x/k",
-	"XECCMd799gu/QVIZaKq12jxwzAQEuw+pqhob+hCdeNW7wPqhrmePcK2GosAWWxAa3xkJrTBwRV7QaFKG",
-	"8VyvaaKYoSvN0sU5CREFJwyGIqw3mAMsp9CG/C4LFRfKUX3np7QpZ9Bvlui5XJll9jfXU/Ax9KkWuLnP",
-	"rFi1IZ+1FHJZBCKjC1dp4l+lXJ/NeqRpikHh4u5ZWKrNirpKCLvmi/83yrWCTpSShHPKdQldYCw887oH",
-	"BebXaVFFlJQCJDl22dfWewLWnmJx4FrxEyqIuZDIWspcUPM9TGg3t5hyMDMB7mgi0xhSRB3QDUCK2eTv",
-	"PsFQiyDLyR5akim9tSBFZiSoSQUIsxmjSyULt2wxFH7ihoXM4mnaszBcxXYrzWhszsL6iRTpUlsdG07p",
-	"BwQ7dQl9U6O4yKGgxLApZ+Za7BSdUbDGYU8Li49n7lvo8UK1xYHaQZaMBfigQzGhCoJMrOSkDrdAYiyV",
-	"UU0iCphy9uuVsCt68s5xgMxGVu3J+ehdlCQZUxMbQ8Ki2DAocINQoy9STgr4Lyi7iJEnI6iX2fJuJSnY",
-	"RaAIxaOCtVkDQlW3DCqeDUWZ7xYocxZ2xKVQ4gsLmZOxbMyOuIyA0b7CO7GtovPGFp0/ZArDOgzRoKNS",
-	"xmaAtFHQGGCzL8MTdw46TcCZnYxB/UzEesgc9gcWBMy/7p3zwy3SDRHJ84uIMPvt1QUS9h5ZXFrSnUml",
-	"+Cg1Zqdge9+FrDo+OPmuPBarZeGrAggPUhYdih5TK0Sfj0CkVsCrNUIcIV+rQaN7zzWDXlWQ2rdmMF9V",
-	"7MlfyvroU2WvP8v9eoggl6wdVwGWVvl9O6qXTWqDwncL7WUJx/nlKyhYQFr9Ftwmf78fALvpMpqyzpbw",
-	"TP4UvlBlcmUXGijOQjh9lRz8wfCaZJUU2qiyic3tf6yhs38Wb22NdrdUq7yXH9t7u4686i0pdsz6+fze",
-	"3wcmmn3M8W8XmvBnkkDAbbSAGgEVkJjFOR4Nxum6iPohZDalKf+DxQTSavf65LWfEtOc+IIzuC81fWsZ",
-	"H2bV68UtHs+3QJ2YTFLvp2QX4NEpUNDm9GnrTloJFBt6bkChMJGAuMxuwuM9C+A1kXOE0VFFr9eizasx",
-	"mjchYjuNfzYq9hqzriRje4rfMB3r4oB3JGQLd74midF6uP1mT7omqhzsHEv5mI9SG3+jgC6rpAjPvT8F",
-	"QxFawMEwIGHMwccH/8ZPTJnQN/6vZZKkXLCQdK0q0NbtaiiKdlcILUL1TURnNOJ6EbYlOfrkbrGQvhk1",
-	"wuvW0YbW4E7NnnX/6yFfB7ZvSGU+AfRAdAgalqfpLdZ2uS5OVUN7eyLf/1i0EVoJLfq67L2gtJy5JL6+",
-	"iwn9G8aDQkwysjsTgGegSOotE3f3LICNxXGsC6Jqq0DicNLdjdMlPvKU3mIYjKMHwvq5wT3OUsXmE5ax",
-	"wvLDorF85tV4XhQLiDNqbMVuJnPNBSPmjrp7t2eGRZzhqe0z0XRvfhX4ShG1emwJgx/a7FlswIix+U5b",
-	"Dq9tmNaSDXzSlA38yKqXPYHVFxkzxIWcF61avsbSgHtDwE6luRZl1KlcfCMnCDqzvCXkbq/S1PWXIQ3X",
-	"EEMhkEBndlaKPnnHevhNRKGaZeyOy1yli6HIRcFTZ5RnJGM9bEanjIXqIVRBvealKFsAlsjlOALkWLg2",
-	"PBIzLnz7j6xCQB8KbyAt26HPMWyBoZuid2PNoQiNDwMyp2oonN/awqIXZ4BtDbsFVGEDX92HdxuYcLgX",
-	"EJmVGFwTqrzYuUNxtefk7H0X6zseHFc6BkOROEBKWMfBUIDnAParpBRCl7Y+A8KKQcCMDOOz1d+wOaPF",
-	"8htD0QUY9ERmIx7HTLSAP3wpZvi1sKTvkQtd2jtauaFtno4lrQQ18TbFer3xdgXvL9FSPU0CGi5wVedo",
-	"8PU++RFxWAqatkHa2jKql8l64aDA/djMrUl6Lndh3BzoPGhZhVSsaKmGWhBdtH1fZ3w8to0BNrIJ8fm/",
-	"chGvmQEtWzu5yXQNZyAqlRqrMaZU5DQlWS722ubnxthhb74lU9sQ6XpDG4nxWzGzlb14dZO6LQyDnnOo",
-	"IDBixWWcQHYSizHnRCbExtb75C9yhP3FzKHbWlwHTGPRMDAvYih+lyOrnZjr6MixTFRAOCTUTMjvcgRo",
-	"HFDcb+QX0Syblgh9RR+JoZjRBaIb234iMLUninAxyzVhIuMwQlEihcVzZbsm9J9hxopZs/ks+LqGQkmS",
-	"0MzIdkQ/hGkVrAUMKvfaRTkAYlQ5yFFj8xvj3YGHmrUOBWYHmuFsK6PWJiSGKr+K/Iqdu/qWiRhFSM1v",
-	"+Y82jVV5ZzLT5snDw+DZIDg+Pnr/qWST0axnM5fgJfvridaz3iyTI0jbROS9MhXjdGAWbc8cuoXKiKYT",
-	"Q/zbtlwxJ/GFMjWACJrYkiCMZikHGCDEi6nC79SSuqoiyVDrQ0NEmDk+ZBSzbeU2ennhIeZUGczfc5Z/",
-	"pdHNrWvTt8RyuKfgAIQCKwHavbHw4/5H85+VsVHITzaMbsqxj6Rzg5VwAA1h0J24nnnpse2INnq8ttz/",
-	"mwlzegLenAgEZaxIdE65jQ9/H92C7amxz9FtWMjIJ6qoVIb72qUOqcBVDVOFLXxAymIlSmR1EyHJVGYM",
-	"ptwfChw7RdeGg6/G1TlcK/NDiWx94WC4IXN1ziNWQexoksTw/DdLkx7OmZUS3wUEx32TROBQN+BzaPzc",
-	"z/x1Y+xuAtsRvl4z+Nsy9XA7NzH33MZ/Hk3iS5iIJXGWd8D9bjNT0foYgOYAV6mwIMHHADweysBTqc8J",
-	"JVEmBWEfZhn2cyDdhN8xknCWxiow1hFNc9BTuSCh0elv/pDCdlgwTP4Di0nooqNemQUgNMEEoJaqK7PC",
-	"Eb7XH4qXha4I/g9rMdpse+CRQs4vzIWZgDix/l0oVk94hr2+RzTGmeJ1GgxFOKKxK0YPiaBTVxIBj60y",
-	"7XDf7pOjGDMj1/BIPjrgPMvR4D+VTPhWA2zZllphNpUmmeDjiTH67Qd3NhE1N3uGWfw6mtzkM8OPEJfG",
-	"0IoZiRySP5n/N99BKGaz0luAGCxIxCiceSZnbP/PLEu5QILfysjDM/lCSZsFSbSbPAGhumhEffBdGDgP",
-	"lO5ZMKIWTlaX6EaBLTybn1YkQLGSxVGNgLVWe7Xn0CcPmALqsYVtdU188fH1zXYi9TfrW7KFVhJOS0T2",
-	"CuvIIK44kWmhXRPqLB0c4okign0oiOWi8NnYXyB28y2bISqM8w4aiROg7ASQNSNOHdiz34yeaxLRKQNJ",
-	"1yd/c75U5KlFO2uN4E4fStlndimHzqFYluYk5UXZlx49qkzEAKqegtOTLlSfvKWYlMHVUIT7M5orFgbY",
-	"b7Nd6v0K5c8PR95fUGTuIBw9GYcS7cgXaQ8hwar7+8VclZsxB8dJBZsXXPRfsqwDXtfIF2ZPFCkplnSp",
-	"v2N7O0m6fdBlW+XdK6PWWzYBurGtbIVfOAcyOGxIN7Q/h0HpeM5yUbQoMIq3zcQIja42g/5pmCO3OCfh",
-	"lCtl0yJRpzP/BNftTZKnqfkJGluh6s+V/WMckhGbcBETOhQYfuJpajPQ2lIjHWX+CKu/D/f5Rq1ds/BN",
-	"MokZmXClZbb4Hm3eS/9i2XXudouMMF2pNIK0DSOZCx3C7VEO16wUqlIw0i2StbAJAIjTeC/w2nhb1XIo",
-	"4OqSruGccB+hRdXvXGtooJqwOcvKcGrBayEkqaQULFt3O16bVd3zcjR5l2AbKj6l4iAPBlCRzaf5FKBL",
-	"zY9c2B8LX5Mx98eA//057spVKvWqTORCk1KBVedKF+B3fmlg6YYOjYrZ6jZac3mAxtsDBq9lIX+YqlwL",
-	"IwHLnBXL+I3FtVdqpctO/SWSN4+y78bSCuzmfI+Za3BS9zXuobPNdAXBvXS0RseUC+TTvOou9DyEyMzB",
-	"3QkAtnHRvgU6xFhKRbyNBPBH3pnvb0ib8Oz3RJyYUfydZnebsyLUnfk9qTQX7SR6hY71mmfBednRT2Br",
-	"LLo2pZCEyCrDPcchzKOIY2NolmpE94MMatvfbgalBhdFCjbSOs0YyQU6E1x/+EbUICgkQaBbKYbili0Q",
-	"VaYAPYL42l5QQw9yrhMfQMg2QgJzAuRNFzNV/M5US92d9i4cGhFC1EIpi5wydOmz1LY7OjwcirbWTI1o",
-	"1Ll4kAsZ3C936zNYCA+SZzSlMcNAZpZ/AzlGq1d/XRi1TEBLLVG/hFV76Z86e+hdLvyQoMB+TStYITRw",
-	"aPdGvLGpp6NqOQlik9IpIugZKwrs1wJGzJgRUBxvRDCUyqs+uYS6CQd1JdJFS7jeTmnnYD2+/5WG6h+V",
-	"j8DKV9lNdm+eFOC636NSgHF1XCnpmjND0efWXHHbWWJrD7TbMAMFco9dxxOZ1OnI6FlRtoD2td3LF1e9",
-	"w5PT3k/PfwkcAq+RiRCFhxGGYp5hr1lbG1WiwBtZaMcy9HnLFnt98p9wiUARgF6IPXOBzomQJJO5ZrYF",
-	"C1Y5DYUUrE8uUSsB+k6hdSb0hjACgwsS4jxuMpZAc7+IcYdrDxfWPGOUEKh0G4qufV4ZZaYoAtMTZtRr",
-	"JzTTBXGw81rary9mdvu1LKp051AekdIRFLNCt14S2tIv/G3YwC4u7CEUmQG534gxkiJJeaTDFRF/WMED",
-	"YBK9e/HTy6vrd//n5vrNX1+8vlfonapbaExTJD8Jlt1g/MMIX9e9Tx1F2ZHeFgcJF/ylgum425uG0knX",
-	"3U847L3vI3f4q+xr1RC6dzdjmS9WFYX9j5ZtrKl893lPAdsI/UITylNlY08fdIFwDAotBBtIJGNWsKdc",
-	"0DvKU2PBhsv6wg/w+eJeb2kYwGuPbqe3XgPEcocqFXsAHur99yiY8bRWk1vQluV5Z3NogSOuy/gYsVSK",
-	"scI6S0SeX415+BPT3zAV/VNQj80VqS+1TZnLV4WFilwQi85RpmjbvnpWHyq6aVmqu3YKFCZiNPgOIX78",
-	"MKS0o47iVAZxNO9tqzZU5v+lUhi2I/XvNZPhM6sCXuaD22E0A4zqDkq9WqUeWDjnDXL0bapCBCF6MqNj",
-	"LkqXQsJTDcBCjRhktipmN7cAzPDrzd9vrPzW2Fxtw7p0qm6LNs9tnSuttbHVoNfmhX/V2n9HBRjmVDdI",
-	"RYEb870WXtRr7FyrmfUFF3GeFZ0ksHugqGHtrIjP5IL/PYf+m0Phv7QUkgHHflNcBktsy1ywLcIyMOYt",
-	"W7iGCDFPwDTTZCTjxU6RGdwWQ1DfeJk84hiYMYpy+ClTio6hMoOlqTSUZz0z59jUwNOLbtY1QDCUVfLf",
-	"87qvZ0vPjtnwL6SfwVk/eDW82ZqvPVLVtvKvGct7a4/Vtt0bPm98q/BYaeQ4LY3C4Mf9j3DfVhWX/A3y",
-	"RgquOoceQlqSke28EQcktLmCNxZ+lCi6UDZ/Vsgbh992g+5rQCTFK30jpL4p2oXFgDhah9D0/PK2KD+0",
-	"jKiPg4TWDV+MqkJSdiPbC2AOUqRcsGIGJCyfuJlyBf5182twrZe/MRMaCnw5wFFTD6MNHfEEvfP+DHEY",
-	"xVIWaZmFe7BkLspNqDjtMCXBLlcmpPYoj0PoZ1sA4QXEwbUGQ2GBCY3+ZoFb9+zyIrM4l6Ts1Lb4JqWa",
-	"ZdhVLWM6W9yMaHQrk6StX+BOgsu89NgOH/ONH5imPG2zhJFjfis1Pni/HN6BQynd+Abv00zzhEYrQtU/",
-	"8pRBWc2Ua4s5SMWibKGXFEQcEJnG6wCvqbq9LL75NVKIWe+qWC90R/1yEL2OXZQHQr3t3PDU1yFbXJaZ",
-	"3Ebr0Nmi57qvFVBXiDbB4hJ999Iyd3jJAl/A41MJIVBZdGpMuRiHmIzlGDajRhHn0JOxiGJENE1J1wJJ",
-	"S+HBSBNXJ72HxWWFrBkx7E0WFhMMvX5yFrQ3uhVynrJ4zBRUYLh4rG2s1g7A4VYPoVHzw/0BOL5qVrmK",
-	"Sf4LgGMlAMdWmtR+KsdqZdlFKsfYP1gmiEZn+W/XNjBlrm9iaP8C8l9I7TquQvLvaKEZgLUrBhF9sKjD",
-	"RKapnP8bmLQF0qvV2rpNrR/3wD4XbI4pGPNC3bPfHgpeImeLuLCzvZaQkOIAXYnllGEjSHdL3dKw8eNz",
-	"KVxdMs5TDQXNGDbzt434L9++tJXIXXt85BjhdcxfXYfEjMFVuEDoA8YhfuU1BuRqKI4Pzxra7q/Qcl6Z",
-	"g9v1+i553i7t0kU+HbGszZ1mN6iOjI21JYcHx0+Pnx2dHj9dU3DS4sxE4miuafFLWhq/M9j8O3iYzd9J",
-	"aKpYMdRIypQBGFDLUJU+hY0DHvozPx2smfFjctVXcnzNPjRqF6/cFS/qqfAs+rslSJ593jgH9Jm2yom7",
-	"wakcb84CM6byVK/mgjOWKWw0jE+TkTGjGCRjY315o17KLdgn5JfZB0BtUEZwiYi5C0eu0H1UlKQbTkNT",
-	"JQkXY2gtbRQP6eA1EVoMe5S0VKChRwlXdg828S25wXG5fzYns94bXj3Hb8HwemtmrieZzMeTkuQtTHl1",
-	"OdsQv84W7Qr5L6BBUwe4euNwY9Ek91Rd1IFpdAtC22rxYbVTbyGkR3k8Zhr1cOdjLBpdKE0XLlnRZYKT",
-	"NyAzIYCGd6NUhIXUPVgF5hQ1VRuYv36z6m5Q2ERQTPUvXdceKKEkZjTupUxryGmXmWccrtaC81kqaaz2",
-	"P+I/nE+xNckkTFQI1M1E/EQRfMtiH2MWiQu4KJ0xSCzWksTcnB7WrU0A4kqQKZvKbHGBRUIptBQBbn71",
-	"82Xv8OSUTHOlPR+dQkivPnkjmPssJh0Xv0/9XgzGIDV28YxBN6ZyhKCoqXMmJ1ckdXryiCUyY/7znkXa",
-	"gDxi5uG8KVtfKnx9q7QYGWmme7i31ZtVRHJHXFCsPa9HDdYHU45b0sRj2Jw7lvGE7xwPeNybtK1//3G7",
-	"IePRQmchSx1PFNh+inQTlFV0zPZW9EZuuJn76HJqF1L/iQdki/ls247R7wy+rvgfzL9hQYF8qq1TzabE",
-	"iFtwA2EHs6EAd6zXseUcU2mkiK0LjCx15zeD9cklmXKlrA+rjMjihMBAzViCtdcgxHChvdKNbyRr+Usz",
-	"UrhX4Ku76zml2S2LV+GdwyTdJcWDue9VfUTPZ5sELN2NsLtfr3Da9IrguUDOEmyu50hdcS3WdeMDfwqG",
-	"fixWTHdFLzxStsILlhqNgX1Stm9Rra2GvE7kpQBSbf2DuBqWzZFkBpXdtp2QLUBJEKGj7Go+b+rOWXbw",
-	"ie3Uh8LNvc0W2rV131dl3azu51caNtVmfl9/r/N5cTiNzbvWJO84z7qhBtsTihIpWE/zKSNMZDJNgV6A",
-	"Ws99bzz+Ubko1lB0w7dvrrCBFf7N8l1scEEiZu4ptGgtPSVlmdfzyz55k5GRUTvIQuYZEPDbv748H4qM",
-	"jbnStrlWlHIzIX84IeekG3q/uZmxqbWxvF8mXIxZNsu40ADhNBQQH7WOw2LyTd23vGFC13ystX9YISLd",
-	"nZZzgRG4pcsN6FNe+0+j2O5dNPTXckPOUqqN0ubGRhds/TthLfHHzBl6YGOjsVrSJ3xhj0ypoOMKN4Lj",
-	"i1nEY6YCMy42IQNl2LAaY1VW87aU34ON6/YUqaKj1865TVP64SYqnMw3NuX22EteBJdQj+W9g05gb0Ut",
-	"3WjbPCOc9ReqILN5NXbnVhWSWbdB6z0mXTUB8SAi9rVWlp19kTwa18QvZkIbdWRFG7KW5qeP3ZN/x1Z4",
-	"n6exXTttlg0jv50kjbnb6kbJaqyNBtFqEU4RDSC0YDNhQMImfoUyytb4ku6UZWMWn5NQ5Gka2p6KilAj",
-	"qEYs3euTHyAZCABQtZxhmYcr2sF4/nIzWq+ZLpmwjO0R6ENb1/5stDxY6sYblf0ypn0CHUQxvA6TwtoA",
-	"Y7JWFOEnCm1AgolRClHf8FnnyXf4MDaFKpVKh3tBgQTjJoI5Zu0Yrve+EcFyHhzVZEJnMyawaK6m49cT",
-	"E7gqsrRaY38wRHOUqwMn1QmKDE6b5xHYP7xvwU3YUXBamrThui0BXXeQgJ+LveQwwbjKZv6p8VvxyFZz",
-	"snZp5iu97d6jP3NzsavqfXdZi99zve3tlbHKsPPbeqp5n/wEfMk8/PbFL6Q7g4rpDLL3S5MBw3s+BLXK",
-	"wUeE7XkmLLrFX5stwJ714JiqfOnab/PnrwC5q5krsDqbKtUYHEHTBEnzubdj95TQ21zuTeN7OFVvkl/l",
-	"PbYUUmRHGhnnn9o/IxLCvSM+1oD2Gn8v29Hb8ofSrOiB+trOJKDMsOxJTTUxwh5O95YtnD8LQz04Kov7",
-	"5KowUvotVuSLYgbXMIGH1IofznCrz7ItWmn+2P8GxMpLpXIjVczFbLUxtyUmdC20pzNbO6nWM73u4Iyn",
-	"XIBLZMm/0V/h2vwJv/0121QwxVX5zcXG4EZ+t0hWkF9V8TjROlGgeeN8ULsR4nKj/VX4LuYA0BvPoAO+",
-	"kCSVRmKBJW/IEWdTUnDRM9h3ytvkp8KqGArXVt+h/NEpIzqjQhl7QoqL0kaybjqwnnzbRZdTe9Jg9GHL",
-	"ji5aHEYrs2e016zs3Mlb5hHk/YyuB+/efwmrewuYoU2X8rg58hNndC6+xwvjFkcokkCbK6Mtb6Odx7b5",
-	"kOHqLXmf4RboiSFoP+DgbqghU64VSxPUyGGuhKZSMOfcsF3QzuvkDHMB2G0XHlOVS6YkGUk9qXGMyGya",
-	"0f/L+HRjqrD5zkN4F7Yk9M8kTdokCWzvdyk/mG7EP3KUuKudjGV5q7XfsZRxgQ7qcfBKSM2IDswucl3/",
-	"pjJjAYqJmg+KmRukhwJcaKOFRUomXSE1gfYG5lKOKRdKo+/RvVlmQ7jWupARaL4LFY8sVWw+YRkLMMvK",
-	"VRDNINoHibUQKbTpPZi+i4E0V+jsJWmAFXc8OBoKi2jYs0WMYWBeNftBKLGd1CHcjblXmFK1Tgh9TiPb",
-	"86Bh7WvnvGOMl5TRWxZvAypk5v9VWt6uvrTiQfvKEc/NjNfc3Hp+yYjRjGWXuZ64/BL7Uv3ivpO5ZorY",
-	"/AcorwkIzfWECQ0WMwRblw3pvlfjYDd8ycd8zQTF9BB3+xXLHORoVVxxjU2oiyhxvxlnRzW5sisBLc5U",
-	"YG++N13liWPMWanPv2nkHzzcj2JUPw3G/qroq+6h7jSNB2mgOU91z4h0BJKPJkzpjGpp9WWo+lnK4UcU",
-	"d5JwEfc7lfhv03eu4GF4HZgfdGhlMTIiY8pqWFYX2sLKrKxYLLtK8awE2V4Cy2k8hQKjtoKbqwKjtluU",
-	"XEzcEVZlRzEgE1crXIeOhGCM93GLQNVQmuRqrFS5g3nMocjDPxV4pOH9nxlNbZJtxmjMBVMKd0Lm2r8M",
-	"FkjQ0eVMdT69//T/BwAA//8=",
+	"7L2Lcts41i76KiidXRV5NiVLvsWX+mtvT5Luzkw6yYndf5/9t3JMiIQktClAQ4BW1KlUzUOcZ/gfbJ7k",
+	"FNYCSJAidbOd2/RMVceSSFwXFtb1Wx9bkZzOpGBCq9b5x9aMpnTKNEvh02Wk+R17KxMeLcznmKko5TPN",
+	"pWidt36dUE0mdDZjQhEtiZ4wMpfpLUufKELhVUK1ZtOZVmQkU6InXBGZjqngf1DTSLcVtLhp6h8ZSxet",
+	"oCXolLXOW/hyK2ipaMKmFLse0SzRrfNWREXEklbQYiKbts5/K76IU8pF633Q0ouZaUbplItx69OnoHWJ",
+	"43j53LQFXc6onng94u83PG4FrZT9I+Mpi1vnOs2YP4qRTKfUDCLL4Mnljp5lqZLp8mJdTxgJBfugbyJ4",
+	"IiRyBCs2S9kdl5kiMzpmTQuC75QWZEo/vGJirCet84Ner24oP/CENU54xBN2/9m+YlSxa3nLRP2ME/M7",
+	"0eYBmKxdZjKnioxTKjSLyZzrCWlzQyNMRFyM8fm9fC0mjMYsLYYOnXaw11XD91aof3AatKZc5J9PamfD",
+	"p1zn61XZggR+rCXJ415gOuNTQ4/HZjOmXOCnft4PF5qNWQodvYE1osnLmE1nUjMRLf7Oak7Yz/SWKVg4",
+	"M0umNFF0ZNaTpGzGqO6SS02mUmlycHxMoglNaWTObuPSeR12TI9NBHV8XF6uutV64x3kRjLzT/v9ye2d",
+	"ffe+63ZBYpYa9sQ1GaVyWqJNKmKizGsiYkRk0yFLH2CdNyLTjdb9KqLN660i+gDrfBVNWJyt4B7KPvAA",
+	"XbEoZc18WcHP9+/mmqrbxk40Vbf37+KXWSJp3NhJBj/fv5tf2XAiZfNk5vj7A3QEV3lzP/Dzfbv5ZF5W",
+	"MykUA4njbSqHCZuaPyMpNBPAj+lslvAImMj+DJ/4n78rCZdO0df/SNmodd76v/YLkWYff1X7rl3oscws",
+	"LoltkrTf/fCMnB0dP93DS4kSpekwYSSMZMzCLiyLbRHEoxnP7z72gU5nCYOBp4xqFt/AvA96Byedfr9z",
+	"cHbdPz4/PDk/PPgvwzXi1nmr1z87HPXpQWcYHx11nrLjUWfYO+l3jqLj+IQ9HZ32zvqeDMDNQOMsAkZT",
+	"Zaxea0+jI9Z5Gvdp54we9zsnw8NRjx1ER3G/B3t1J2/NVo1oomCv5Mys/W+tvPX3nwLzYcZSzXFb/Cl5",
+	"mxpTzTqaT9nyzgYt9mHGU6a2esdMZC3RBK2EKn2TqS0HhOv4cfmHpbXcYAgzmjKhb0BUse8siz9O8KGa",
+	"2BW0MrBgF0RkSYJisXlK5U8A6YVjqtmcLgiNp1yEXXKJjw2EYHcsJXZxSUI1M4I1FQERMiUTqsicxywl",
+	"uK9EpoQKqScsLUne9hUjdeFMgoEwFx9Qh5HBqB08kosipteF/Y7n0wlIyoxsyu9YsugOjDxWv3K/uaUL",
+	"WmbeQGI5JeZbMpQyYVS0ih+32mBHyh9bXLOpWscT4OxemXfMy7Y1mqZ00UK+5Jjaby2YCdBP3kvgH4pi",
+	"MoX2IYe/s0ibph2feMUVzKZ8tvKxbjTonOesHTK0VjscpZiu8KyYacoT6H0ilXYyr4xoYj6b10Y8VfpG",
+	"MSYejLPBOV7bojCbn/A/WHxzR5PMDKx/8LTb6/a6/ftwQieYz1pBa7nhJR7oLdGqDfrb1ZvXb/K1riza",
+	"Y/DBrRtfXs8H4on4RU1jTd3UnbJljQFeco3UDL+6ypV1aTwCD3Ic4SwtncWg5an6G0x89Vl9Z/r/2KJx",
+	"zFFvfOuN2F7j5Um4nahIOqYxYn4LCOuOuyR0Zz0MSMhn5r8zmWrzb5Ym5p/ItDkyspeRf8y1pzVLTWP/",
+	"72+088d7859e5+ym8/5jLzg6+/Q/6ugi3/6yzaK3XtfxF6lEBg1rxcdiamVGj7lR+GGNRMaEEfVyEfbB",
+	"5KtCTvaaoNHhYedpfMQ6dHTc6xwOC8a4zHhKw9/0kKNRLIG30ARXQw8VG13+DhkuUFCJJlSgVSq3bxz0",
+	"j54enR6eHD31zBy9ZTOHt6J19/su/MUsLWoBNymjVv6vfepBxQpvBzfRm3yaXWZmvtrkFigobfEaWQI3",
+	"q0rh1nyJ5go4TCMuuJpspYacDQ8MdR/GnTN2NOoc0IIuDVNlVLEbX6pvalVpmq5TgJSmOlNm5bIoYiyG",
+	"ZXCKuDemU9rvd54OD6LOaXzIOv1RMarWgxyuysp93InS01SmN0ZJrKVI/HnKlKLj+idKm/XQQsLSvm3a",
+	"QZoJwcV4Oxnc2/st3gFaWHPV4k5d4cOfPGrZYBHucYa5T5nlA1whnnwmNYteWpkVB/uFoZUtb3tHeL7B",
+	"e+3tGrQ8gvTePOrVeBPMiuh0YdhVyfJth1Pls5UVhPGtmPObTEcSdXPn0/G5wohy5JL5/VTj48kbu8qJ",
+	"ybUFewFmKqRnsxerm3fGixgenbFUwbO1vWYx1y/uaoSOyN6ySDBdZOqGaCItqyxrtZqEb9iutfV7eOqI",
+	"uwxbt2xBEkbN3WH5w9FB0JJRlKXpGn5sDeU4ruHTuB8d0CN2PDrpPe2fwgFIx0xvwWnzV+y4cRlqGLBd",
+	"pxquWKxU449O0HV77VbH9ha01EJpNjWLKKRYTGWmardxJ+Wuwk240CdHvqh01us97Z+dHRwfPT3qnZ31",
+	"110jpY3alHnuJkgVm12ztN5eN//aoOzVqnTevEobF7jdr2UO+cl6EEWtOKePp609ozM65AnPabuWh6OC",
+	"UTVCG9Ii2NQFocRcOE8UCV3HN5HXdkimmdJkyEgkhaZcsJhwsMu1w/89yHq9QxaC/7Q8wqD1oTOWHfvl",
+	"70qK7js6/9leA2b80nAvzX6mYvEOaWTrqwha4FJsvjXP8ndemqP6CU7QS3zTeVPtx/4ao5fffe0GlSaI",
+	"fodlyrrfJC6FmuN5fpCh7rYPzIkRG0hUKHKgFEqTm5SpLNFrJ/wOHvsr1dHEM0Wh29STppeN4hM+njCl",
+	"CfbTGZoWqg5XL5aEKCZ0ET5iRa4dVVJZSBobLIyTS5a0Ovv96m0rqKtGUdtG8XLv1KpMG6l5W+tV8ILp",
+	"DxxPdkpxs/a04b1TncmWAv9OWhIIrvaNavySjUoxsyVDZvZUQcgKOP3omHIRED4yfHXOk8TwW9MaZ3HX",
+	"d3Ss7H4bJcVf9TWuC6pur+DBKm2WApkKraWy8qW+ygu7gqgL5nZ/osbT/10cCTeIg17vvgdkVri/N/Jm",
+	"++u4we1UcKWS1r3Mo3+6vn5L8AFrCMwpgNBECsOcsyQmE3rHyJAxQSgQhnVflrjz8dmZHxDV69WGRDXS",
+	"sB3marIEwWG7G3LLnfnzQq29UNHOoZsjAG3zT1QpFrAh3G+7iL2Hus5L5OZPKFh904P71/ljdxTTrIGI",
+	"ixvFIiliVbJAHvaPD096vVJE4UntPrjYhmpU6BoT0C7K47287IVkf7iNXF92vTfvhh+TuNuO7LSQdaNt",
+	"HuRVRHcc3E6BKkk25lsoMmZ0b+Gdqia2csPMULlMuV6UDIR+ZGy/TMidfq9XS8toYCiPeDvPoT/uvNcN",
+	"Sa3G/2zHU6zlqr3FwMjd9jdmRnZx9rDVu4T9PC/e+LxcQPOp+WvDYV7j0+vX2h5023rgr8iKRYcg0fud",
+	"95WzgPZfmyd3XS0jPJpv1WZ9Gfn+Gh5vcJ+fHB8fnqze2KA1T7lmb0SyQJtT4QZJ6JAlGw4Fw0Bf4Rsb",
+	"b2Czlx63zExwtw1zt7VRuGSma+/Nk97R6bow/KAVpVzziCYl09paSdp/FgzHCV34gyiLQM8lEVJb2WfI",
+	"RjJlKHZNqVgQ+xrGoAs5L6uVMhsmzBfLnDhQK5RZCRECL1mUwY7UrFF5eD/RNCaQ2UBkoQs/UWQ+kQkj",
+	"aSZwbBDqZoR/ENzCooeY0Tjhgt1QjRbH7Ybfrxk+EOeNYgmL9HqRGwjzyj2cS6RxliJRlqZuL6VD/1Yy",
+	"Q/JGdFxHKVP6oRJG4VoqX2/rKG63QNNFImm8nWdixoVg8U3J67ksm6MeBzoBxKhO6QK2PLeJtKmIIUY0",
+	"LG9KCEkS/rEBg/RAKM2ThEyNBrLXJS91bqemRUesHIiqGFMXZD7hCaRjRFTkByYwTw8EDGVOzTgwNnbG",
+	"RMzF2AaBhCQsTzcT9I7yhA4TFq6KSS3p3Q8ku9Sa67flKWCyWq8u6nRhU/OMVI6JEikb1Rxzc3Upl3Dm",
+	"r/4TRfBFVWx6yiLG75hCj4LT29qhfTDc65JL+xaZcqWMCidT2JoJS2JCHbsz3IeMKE9UOffL7CGo0ySS",
+	"MSO24fK2tYINpdXS1VyWVqsCan4Jb2JdM7fvRrKha7P5rrMZG7uKhN5GlkSA41o/vRd0lRMyOpyWg6HY",
+	"HYSwL7ZR5+xkwJOGa+Qv++kqSTtoZYL/I2P2ZyuS7MITszSpiWYTZKL1zNCi+VeRX969qhgVtg86XN5x",
+	"03d56VbsPDCkHT1pReTlzYiLMUtnKccoAz8Is9c5o53R+48nR/Wxl34zMzSSVRakV68+3URSgNvWzJOq",
+	"2/LF16/wxrVX38OpJjX3WCWxQRM5F8o3ebW5JlwRF2ZHtDR3jXlQRMwwNDEQfisdsDTEmH0B96IZP5Ei",
+	"WQBPlHNR6hVuKmJXB2xrXG949dhLaxO+hORUy5ms2O031kyWcUPiEp3xwpT3WbKYNkxGsoNqzcf65l//",
+	"/O8aP5Q/8o3TJ5qtlnglBURNYKdFxLrkioEwRKgi4WWmJzK1m39O/spoylICnvcI83TQCd9dG13mLI3F",
+	"DFbsGxIATDhJ3oxa579tQjCtT0HVw81EKpNkmmcwLa/CG4E+rQt/DWoN45Wmdog0rCzJ0uBWd7K8XoZk",
+	"XsAbm7JeP3tPpcgoWx3zv7+++PHla/Lsxbvrlz+8fHZ5/YK8e/F///Li6hp+HYh//fO/BwL+fvH6+Yrn",
+	"aiYBBM3qCTofRR27XsMz6zb3PubMmv1ww6uj1Rf543U8ZsUilFMGG+P0a0zmpydHNb63unV4kCzFeqv9",
+	"suZbUW03IHM/XrSml7rl/oEn1SADmznrIu/87FnImg0ei7mnbCZT3bWd7JxCoSb04Pikdd46GUa9mPZH",
+	"Rwejs5NRdPh0eDqMn7L4oDekx09PeifxAe3F9DiK6cGwf3gcPT09PhoN4+js9Hh4Sg9NW/wPdjNcaEMS",
+	"/YOt/b73deiWt6KG/nbJrN2w7wfNd3V7UtOcv8QPGQ65eejEZnlkVkYqbUlp9PksS9vSdOgeIioRDu/u",
+	"mZw/MZoYFl4+/RMWWWmdajqkCt65bQWthCsNHBc+ucR588kLB7AfK9dR3mb9NfqxKRnQG6xaCsyGYXhq",
+	"fz10j78UK4IBXiqVsfhZoe5Ul4XeLOlCDVf8uqu9uNIfvsVdr0Bn8k6ZYPPSL0e9Q7jy758rU7eEddLz",
+	"s0vUwoyypZwK5r2pSJsmCgGjbJ77ExUQLkpalGI6m+11N1Rqv+TFXrfq1XV5Z54gdITp+lyRRIoxaeu5",
+	"WQaexrl5LuEjZsbXYE1f6voemS1+Kkt1SYO63V4vodQsRd1h9azVa8Kkt4xgBnfAM8haXMmufFfa4SqQ",
+	"gvIu2paJlrlF+4ki6E4LyJSlY4jEtmBo+L3RGSdUnQOciGneULYiFH8OSGj6CgciZVMJZlcduDeF1GB4",
+	"iInSdNEl1YTN+USq3GWzZKM3QxBsPhC2tRHlCTFKrLV7kLZ9JZFKh3uB0WznEyYKY73ScqYIje/MwimE",
+	"hXBes4HITdyL88J6PJZMkSGNbh0i3D8yljHwF5Tw4QT7oMmE0VQPGdU2fEyhwR/NxyEMq2u5Ys7HEzam",
+	"0aJ1blYtaP0hhaEElnXmDGEKpvSDv9UnRzXkB1RiwaRcvvAWprlbxJyq0NA6S9aMpdQ6tNwF+NLM7bXU",
+	"8O+LD1xBlMFzydRrqeHz8pVojoB5v3NHU0MbYC2BCUEr8JdrEj7k7cKncuPOu6xqDQBEpmQqUwYGrfCl",
+	"QLdPCK2HF0RIYX/CLuzPfg9lQ37toasN2vB2rV4mugVQrXxN3zdt8pXnRly5w9XQYB5NLLGqJ+44YlYG",
+	"EYzFirT/ng1ZKpi5zhSbUqF5pPbOLVBKCD4w62gPyYzy1PnCBmKWMojBM8uFj7MP5jvFpcCnJjKJu7Dk",
+	"5wUnIVwR9yo4Ucz6yxEJcQvDi4Gwe3NO6NA8FpgdLL0i7Dt6wqYX+cZdVHeNXApiWMyCOHYyEPiXQ4Kx",
+	"WW05MNrhAdEsnYLXiCbJ0rHF9SjmqcB4BSeppTlCGuUnBA+Go8zfWuNZ1grMfzsJTces9f7T+6Dlr7Dp",
+	"ocoKlsSXmiFsKKYv8YtyJNvBsq+pOrit7qHykfBf8LpyhP6pifTv1W81O2nprlNMk+GCuD1TaBtvIzoR",
+	"wAfkxneuFUtGewFRMk9sGoil62pKF+aaEzHwFOpbWLvk72xhblBLbCeHHggfupu5GA9EaOEo3rd/61hg",
+	"iu7++7+4b/f+V3hBkKo2aKv922Xnv4r28g833fd/8X7a+197/ysszsHJkV2ipRMAVH5uaXnHe4vRB8ko",
+	"ye/dG6Nup3c0KQTXfm+bVP9S/G8rPjk7jeOjpyesT49G8clwyE5H/af9Uf9seHJyTE97h+yExcM+i06O",
+	"4vj09CQ+6tODk2h0dhwd0LOiQe2N6LCHtoAGoINtgvjLgRyH97BReWEZXMwyECHyhOrWhCWJLKIvzU5H",
+	"E1lxQgNYo2DpjX3o032NTau2tV4f0QVGK+CSjTQTG+odu8MKrI0ZLwWGXxBVOF4QZ5OEHgRsSKSwd5KL",
+	"MIjMBbSiZ71iXa4qIVkkE5on3kLZGW+4SjZoYivLyfKCIM9yGmJNxMaIpUxERrEOvUAQI9MP0XV5YSUC",
+	"FPC5NupG/pIRCrrk2lAAx2aBmc8SGjFCsXdYYkJnM0ZTdU5uGZuZPZGZNsNK5Fg5ADlIdiBtT7knKYup",
+	"ER3sPHL9AgIUFSpMEGoix3vIN5dYn2MAa7OiBJ2pidTbRPnXgDUsU8rK42XH976JZ2+P4LTl0a+cqa2h",
+	"jzdaqRXT2ynC4R4hUoaR10YlVAQXeysXIZcwH3VBwAAVGXqOy+LKE3P2GYPotojrRSkxpr9BpMMslVpG",
+	"Mrm5Y6mqC9ups67LkZ7TlDW8c1AbpDGnXNfGNx70quvwk5yjwUlLiKRDEQu4R5c8K62CYqk56XbKpH1w",
+	"TJT5zba+V1qPSvBkfWpXE800pV/jFm0unINQtM6IbhttJOErl3ZZXrgQoehDy/EMiXAx7pIQwUJuLJIC",
+	"i8NzsJZgYKTNtrPhijmuSNi1Rg33LNphjCatjdCJyrZLNaVRxGYac02dwSAHxq92b06qrDMX+PNryvaD",
+	"rEbDxo1yaCMvI5qmHKmidLnmkTFgsOmWRdxdZNGlmThm8eBCalWmdMmcdlHv7epbmkgdANlqGe1zyF2b",
+	"SD8NQs8F6aEAYWhtUwlok3xm7wiuTQZtIv+l2dWedTm+nM2YiN/lebMl26Jpo0IXtQt3cNY9s7AhcjQC",
+	"PNWD46Cl00xEtKDiJZoq9bD5mjRs3gbLXxpibfAc/GaNxR80iSaZuEUrFCBWEVre6fu7dYs1qhtPRGdQ",
+	"HiJlNJqw+IKMshTgi2OqqZFP41Sa+8oT8Jtwp/y5+/0GpW3YgnSembXZNoCX6qVqFL2j0+OntQmt+UY9",
+	"1HpX41ndasCwGqZ5zT7oB8St8HR1dzMWZldYHch7Nxeg7bELvFHQBHSBpVPm/u5tcOB2RKi4FxxgMcsV",
+	"GdEA1c1EzOJzIiRe/UDicP9HcsrqKDzI6Wk53KN80h8QluoR2iwxgTXHeAllLyfi8gGHlfFWv46638yY",
+	"wEINu+IbleN5irJEfpSVjDTTHaVTRqeVCPTj4xWROluVAvFjcraJCH+ccJ2GhO2a4JrabfHMcPeuprDa",
+	"cGdD1S6jaY3I9/mjsVYAza+JQfLX7CFikUp78HgYaX43RTzzElozxEVWMJlZwsccICjt2cyBD+VolHBR",
+	"RMA7YME75pl7e0HV5PBps0jIyjC2wUDMPUCNSRVHpdo9gqUdlnUA117AlNxcK5Zq8IttRPLvGzGpy2bo",
+	"OvtzzVbUKTXFxtRjLjusZqfG5s8XQwtaMVdlOGTo1/u22GSqb5x5plbjLYhgk+j42qiY8igKpObS0GFe",
+	"mxH5Q5/QPLR/19jBt5hE+S7fnKoHfEEoBm/EaGXmqkhljsmC6S4J0XNxI6S+cVEiYArxMolD6ynp4rOh",
+	"acdGetnXVVikki6IHPlOaueDr6TulMsIkrZ7CsLO8pEYuarow/ySJISmDOYRyQzKzwHMl9KE672ui6GZ",
+	"cgWOwBBEMzyIuc2a60leWswsczkP1kh1NlzA5tTqaFJaj4rfs7sqfbWykpWs3hBM+8pPrqXlDFoL85M3",
+	"UVo1IeeknQm3sgFxZy2wVV/igNgzF+RFZAwd7fkmKSFvcvTy/OjU0gXUbrjB1SweLbY+X3bHN/0vGtfI",
+	"NmF4wc0oSxIb2RpnCYtvoDxOy4HADWl0K0ejWpbhFZ6qOMpsTai8SpSFiq2UiJrSaMIF66SMxqWaUeXk",
+	"EkBqRoWzAwY7Bz1bKphYBWfCswcWXJaSCUtA+10H2esCbo96Z0FLc53kxROJ7dquAqRLnu/v4+J2rNem",
+	"G7M7V21L7XtD/tSEP12xJTUsjHn6goQfOrbtjvlChSThKo8ugcRg34OkmIhVMBCw6Ob8ZyqjiYMoa/8o",
+	"8aREUihNhQZf2YxGt3TMBiIccz3Jht1ITitz3Hf/2rGEe13yms2hfwURCUNGaAxKmpHmNaFiIDJxK+Rc",
+	"4CiHmBHoIaaVPFhe1FZpvnC9ppqPaKRVJ7/lzlvHvcNz3Hw3d8NShCTuaaK0TOkYJjvi4wxhqp151oHf",
+	"tc5bR72z83Jlw8RswgK1Tku/rjaUBboKWkMadyKVwvs9u6pFGCjE9BpN3RVWBL9KYqRfFhPIe1Tkli3c",
+	"beGM2Lbh1CldReNNDQ1TRm8Nb0uzJL8NLt++hJZ0NOkIqTszliqOxtZiuh5WXZRQPoVGwNxHhpYbUyxB",
+	"itEqRSMFK+mwDxZP8Lx1dHBmd8SyWVezC8K0FNFSom9JzpggM5kkUHZrJJNEzlU5trbjgMXNePt2vAln",
+	"QpdW2a7eHU04hGtC71YB8VsrrvqiuVRmmtkgNUquX13VdFBpxhL0+kGlbGxWKsV7WEhSsHF4vhMlUrHS",
+	"Pp+dlRqcQ+DbHE4WoKEYgkFnAmkncjw2uy+SxR5maowSHml/cx25uN8sH2YfuNKGLq0RoEiu2uhsPbv0",
+	"ThOw36KBcmuw8R0uYGv8BSuecVXSFLHrGuQnL1NI3AW8/EimQx7HDBf/0K4VTRLwwS2ADGKIEVeg6BZ1",
+	"RbnojBI+nuTLQ/PFsTIKV6RSiNQMCjE6LBb+BSCaLkgb4CQ6lyPN0r1KR7ds0UmZGTochgMcY7Vlc55g",
+	"evZejPkIAgy0GxXUSkWzHmxF75xQQdxXiAhxYaefKSA3CENAonBmWryCPILY9MYED9m4g9aiTi5Z+C3J",
+	"sbV+x5LhAXQWcLNhLDJ6Ym5tmjI9kTFwIWoOuj2Ex/4hzNtBNmjd0PAiCEO6M5KZwBePQNZUWTSxL8vU",
+	"cC2ZpREjbZmCc66GOBRje0U8UkdLaYMkz1tH/cPyoRnKeIEVAYvbBBmdgnOo+B+MuELHri5nJ5JCpzTS",
+	"nTsuE2uiwf3DtvExiwhqhuRkXq5ILKMMzkQb9hJoI38DzhDKolJA+LlRDJjSag+kOCpqrzPzQ36i8gfy",
+	"WJuNDryLoTFXVekedbiZHbQ2dhzZwwGzlyXeIvZK8s250FMFeRMMX5k2zKkTI5MtRpUyMBrCsbQPEfNQ",
+	"07E0YnztmoCGVrMm8IIhNK9+B74F+4G1L240S6fcHEKE9XFVoMBCYT57yMctmzdvL0jVwfKRjntRItjc",
+	"XNOWCSJRyEwn/A5IWmY6peIWBw2PTLmAeQPRGfI1d2knZZFMY+WouHKD48ULNnP7IBS0JO4klhoC2lfu",
+	"IleJnMMaLy1uJmimJ0xobi3TyNyFhDBqIZFeg2J2ley1fGPRkD+kyMS8R5q2NRMqm81kqlncmbKYU5fh",
+	"ctQ/PvdPr0NaArF0Oa0Xawx3Yp6y4tbEL106xi/vXtkwDww3h/SSAI6tLmVkFc35IoslN9umawRcGfmV",
+	"Zl8rsdieWcL8dbRC2CtCFSW4YxYl1NzAwIhkSq5+uuxgQmbRqALcQRyLC5yAyweesNe3PYkwvOJt59lt",
+	"mocVu0COc63kNkWfr+Q3tQtxVsQzVNnnc6tb3eP2xwuntggGlTDMTyhD5blizIpHrU+fCmWxxv/DQfWJ",
+	"WENRtJUVP4rczG1gm3Ot8mNzLchqIPkv714W8YqG+iDQc8Jy9dq8uAFsBibvYv9e3aXGUkPvrOTqJYju",
+	"Ag7RBMrTOhudnsS90/7p6VH0ND45PqMHI0ZpLzo+pnGvf0wPh6OjUX94MOwNTw8Oorh/HJ9E/eNhb9Tr",
+	"0d5pjVb95QCAPtUuoGDzrwhP4wEhM6qVOVaAW7xjEBW7HeLosg8Y4RXNVQks6QKFLkUSNsKYWgo321Te",
+	"YaBDpbrnd4om2gwaitE6l9Htsq8Ioqv7wU4RCiBMbFWKy4LjraulZUSSG7Awt84PCqHSD4XI8+1988P2",
+	"VQkmKaOwAnXOG1Zb9ROqwDqxyTAW0zlpG2qUqdEnBBrF93bEhN8y5KLYhI0qV3nrv3kJEH8/dgrpqAHi",
+	"36WVJQiEYvPf37d4iKOE5ZgTMFxWN3ynza0c2Hzr6kqNcF+dqimRWNqV8s42swAsj7BdzEauSmzoZsOe",
+	"3sFby1jiNcCSD0EcVaCLpXVzs1izNg/hZ7zSMmVxpR7FI4UDlBZ7u4v0jXDaX5eEwO1CMCnBnwQsK6Rt",
+	"fwiInGGzJLQOnHCvS0I8NeY9ozXHgGUqBiJvpXg/BFnT/KHYHUu5XpQaZR/QjgVuOS1JzOIM9TNwEVAR",
+	"D0SpZ6MiwngXqMKwBFBW4eu9AIz8VpdxUHjWsVDD5TeqUv6Ojfz4sc3BhHeqjeitx0a4pbdcxD5jxHk5",
+	"trYcsOjpLnY71gsg9jlfbymXTO2tEw1hlPVkXKDxbkfFLz7gQDlNiHVQoplslCUJ+Z0bSZ8MmZ7DvWyD",
+	"WZZlwiEEtNYkg/RXYnIDctoaPPEp/dAAo927Z9v1eoZRjHeLzisiTar0to38vyKu453UBaDvfcoOyDuW",
+	"JnRWu6523ZoyeCaMyCR2CMy3jM1U7pXTUpbu9SUg/A0zdK4iev84vNWS9O9yiBgA2wjsLtX2UxFigLFT",
+	"sVCdlCmZQMD+TCpbRcNL83DVfz+9vw80XaUxr1rJb61ERjSZSAusUVtTctsq/o8Xj4jrv0VRmL/JYZ0c",
+	"sBOY3Cb5D6bPPP2hriZME+RYAfid8vF4fRzYtX1sQxg5lzVQlIXxdsmu6/uGM2XWsHystjky96H+FUUc",
+	"dyPNvCDargSYp81vUdbAn3VNz8XMd1XPdqpdvy0pb5bJXE+P+RTLq1GQJS5rEwE+iHoQ0ccMEPYKUG13",
+	"p+5AUI6SfIMq7fzx3iKG3HTef+wFJwf1ltUHqfWwtkTL9YSR3+XwSeHatq90V8la/c0i9JvWP8+GLewU",
+	"oByViugXLGXjGv2uHtQOskW5NhaqC+Ajtq5i2EZX6+w3V9ipxBrNzd9wXX9aE+UdsePjztPRSa9z2n96",
+	"0CnYMj0ocgoEH090siB2VHAeRjxl5Xkd9q57/fNe77zX+y/3lEqkXvnUzgJLUacrAmNNNjObLSJMMAAK",
+	"65ED8hfzf9MPyqVmaW/5DN9nNxat5kVmztv+X1maYHW4bBav3bc8o73/INkW9y2RVqqP4Z+zHwxLsXVo",
+	"ZjRT9RmGG99uWL7Tbeums2u82cq01FjJ2B5TYjom5nFF2vD3LMmUVSb3Ni9eXKbNOs7kd5hjjAC4IEZq",
+	"4BYUuW6b972LXInh6s0jvsSFmVMOEQcuOHqWsjsuM4XFjyRgJLbtScAQ+Bsp2BbrtltxvPJ52pRkPMSI",
+	"mmRazDUh9qELG16L/RAax4pIwdabgtdfJ6sxl90gi/NXX+OvIkt761F/U+ECPjOc7ZdZ3bmgmNlstl1B",
+	"tSIW2zMuZAFPQwWJZZeEhnBDQwUKaRhQMpLEA8wzXDEk5r8AlDP1I+EtVwXGuerye15iYVuhElJNGI0m",
+	"cLSxKBtTZlQRFSGM1tyLcP8EJDSCpvctgH0s2Y2qdjd7d1XgbPzqr3RjzhvnkuIGIm/+Uq3s22h4c6/9",
+	"wNOqVDEC4WzVrVq+SOPRyUnnae9pv3N2cHrYKW744aE5IEA8wFswlywvPuxoFoWjm2UTgVmzrbyMjm/e",
+	"bCOErJUhcnU4b3/19Vys3wObHspLuZQ3AGcVAniY0KkFBVRAyEOmeMxUXoOnDUJNx+JE76DyeRWk3Qko",
+	"dtOc5Bn8hRdL7YHwtryWA2NrRQIOnM4nyoKu2KKPtcds84LMHrVs8vwtn90sJ+XhrngyoJ22y6pBhb+W",
+	"J6ySEFAyQLyhKRUZhdjjwAGRQegWVbfo69jiit3GNQolY5qqRxXBipg95sZSGm93k1JOnr2pYKf5ScPG",
+	"ahewjPp0/3vYpwj/8nUbVQy1OAGVYxkUx38d230Ym4LHxh/TtoDdPOSQP8Nw3zitrFbAoSjVQrA5yjZL",
+	"Qi1XBNOhu06EycMBAFfRcrqAhBBBa2UgrgMS5vJvaH0NUrCyGF2ABZmumOHV1EghICRNZcp8IcmqldBN",
+	"zmGMerlKYjJXQs3lvvK2W3Md1t5221n+tlPuqg7+/Ci6jlcRgFmAh6RZWNDdc4crmsu2Dk8a6WSRo1dH",
+	"qXTI4lVIrHBZXi2sGJvN1OkGn5y5Y0nv53eMjDhLYkXaUy4yzchEZimJ6YJMpdATMmfsNqaLPXN7/2/z",
+	"W7IIyP+OKYd/za/wBzwMfy0YhWe4IGFuQAmXi1HWFu/aUuRai/R6SUb8A4vJjKVcxhhsHYKp+4bqEFJL",
+	"SjWe92DcdKhkYtbCdNzduIyzJ1qhtaF5XC9yRYYrAmW0EW6OuvEqlsWyk1IRyymZ0VSjHsZVYOYCPKi7",
+	"mb/ZF/gKVroJ+TjO67wDW+2NZzvzkWJ+uX7WCpaLl768fH2JNXPNKwFh3XGXlExuFQLyIKJXBe6WtbHt",
+	"TOq5QXUL14C13a8tx+vXXN66znKdP3C7Qq/VuK41zLDw9rk1WcUYUYn9UoXtVxaA36yavNfao9Vj3wJF",
+	"dLkEe0PZ9dp3H6mE+lsK5iQtrVUNcrBKZk9roYHUtiW8e66625Ym/4LlyG+qAUb3DCrCRiuhRfds888a",
+	"6J+hBvrqiuc4llrLO/zyBPJfaUw1xdQnBBfnLhcfU50s6O19go/iPjvoPB0d9jqn9KjfOR6eRE/jU3Y2",
+	"oh4I2LsXP768un73f26u3/z9xet7udm8lIzfqsD+77+Ip+xLVIksZ6ZsRL0FoS1T64P6Q14Ak06ZhbW/",
+	"j++jJvVl17qIO7pRtnKTwMl7EPURT/c9FMeCVdWwiIRBsKtMSSZilqpIpgwqqwv7kwpIzMcI/+Q9o0ib",
+	"CsLEHU8l4HWRO5pyw0QNb59Qi1jkB3lg/Zab90Uhl5v3H3tB/+BpfaxHNZGqplxWsrAJ03jHGOZvHnV3",
+	"iVe6IXeUThkVDvLG5T1ufWh8MXb5CNWkXW1WFqhePa2ZtMPewmJ0ruadiJIsZnZut2zxH8joJwxTtjdZ",
+	"EVtiqrVUG8e72HzSKsLAnbGJi5EE3Ic5ADbEPJu2gtaEjydwhLCQXb3laSkF4lHwcB81AQ3jYFy8v00i",
+	"Pj86yKPt8bdP7+sS1L4KIN3PlRq2e27QZ0gF8pKs1qRWucmsT6Zy6mkNRdssuV7QykXRlbS2vWi2OqOx",
+	"SV887D1S+aalEk02piV3kdWh1hVaWa9ZyyrCQ734uRUFoDYRExvPZZ7dWK2AYmuFgnMLAHqyGXDeYRaP",
+	"mb5njucqA8MWrZUobePg+EoRgO1e/mzx+IU1JmY0BjJ6BDH+vlYaqvRNc0h38fONA/trKC+x0tCzOUU0",
+	"mnu2cO3voL/sZimq8IvV75ZxVxsMTd+AVWi7CAUqbn6XwwfND4FqX35Q/ZZ2je3zQ3ZRSOv0u2Kwq/JL",
+	"8i0uyLJp64LKLVA5PxUG23hUt1MrzUo+z+FoaJK8GYHAuT6vIfhYf4dtLobZW22tJpo3vDyB93YKD6EX",
+	"22k9VhhAqa7decPi7Xa7LL28den7BxH073lH1ry+9Tw2jV37hi6mx2TR9zckb8AKC763VAOktA+Nh6Y5",
+	"jQVhzMv5LJi6UvqAOS1eogv6LeYU0Ooq8Hm1loR8/pUg25LcT3n9u5j8XoN547GTLE1aOaxPjuXcP3ja",
+	"7XV73f756dHR4X5rw1IHMdMIRIagOqUs/pZOVMeHjVUsGXUQ+nvL5N/d829zK09hz3HQ1lfFcBD21sO7",
+	"/XRv3ITdklV2QE7wt2ApNjaigvwuh1adw0dZTPiuelwFpmFX7WOnJOD74DZsIGUts5McU8KhxrmWS4u+",
+	"tvAKnsoHkRvwfD+i5CBvmbiKZJn90HjKLZIIAItgLYuY1Uf3XhdSck3woYtvxmKiLr4Z3KMY5+xARNMU",
+	"6ovyPADaSt/NKQkbyOR/N4/uEgLtnr9P5O19QwAbcxr8ydV5Uu3gnyiIgQpKgcpEjgjNHwks2u/l25d5",
+	"Vezm0OSgRWf1F9EvoAq46JbdIC/um7lXVyRrgyif3XKx6stZ1aUs1W0gLpeFCdl1tbxN3wA/Z3V9njtX",
+	"s2xz3mRH/8K8uuxqwprSzu9U4V9BKxP8HxmzP1u0QCOnbB2lVdkHlHX86RQzX7ERYFrZbR9WrutmyIdg",
+	"bHs2oWJc1K5ergNVseOsDfLa6Th8ql0jI2NfWazcsqy5SXVd94yvcZ2ZkWCxfpjaMyyb17m2ZFKFLv7k",
+	"8NRb5623v1zniL1bucaAwJoE4Lv+Pjap9jdqbklg3KXibt3SbKSMeku3cWBBBS8IWyBaQu2UomwRrkJA",
+	"mA3DpoqM+R0T3bqq+25TCtnB7E7dDeHt1wb3r+UFaw573mQ+kMByALc+QatUtb9mveu4gmVtVRACKRSY",
+	"Ee7YjVHsspTZonEb6U3+4i/XjCtxYAyi6tZoj9vk++2sQ20Si1Q+S2a1VNcVZ43k1NXNqQGT4WmUcX0j",
+	"Z0zcQGZIneDIEwYo2wERksQs4RgCIW0EXjpmUMEBEOc3zwmr38HlRH8O4PYpx/g+SlI5tzjcOHgYmiI2",
+	"d9hO1Uisk5SpiUziHZWt3VTIkhzwZe79qnbyiFqhS1u6sRGRZbZb3snnmXkLNlC7UE4b33+O+YUVsDSl",
+	"ZQGWtjld7RKGthGHa9BTkcf5c22SeRpofjtDvt3x5/YY1scFKAAyrmWFlcQre5wbn+qj1ADz2TQB+6i0",
+	"Aq3zega6XUI3+DSdXXHVUOHBhEKpmxtzgI76Dt8DsGytSxSkL+fvzxehFbTmuL5bJHM3Ofl3tTjvxnj8",
+	"bdxY4sm3tS7V1q5Eh8cEb3Bb0IVOGZHCBcKli40C43162J6lbQPj4hPJpguxiUPdp6md9nWZCL1mzkoF",
+	"HGrfBytTeXZ1N7W1muNmmXeW9mgziLRy23h6z4tdt9VofBtFYa/3D5QFm6qt/OqdtbXbW8eNcwIuEVip",
+	"4cJF63lY19gMKzz2IYyHVbb9eFbEpfPj6QMNjBi+9v0mYBVc+iKHDbOxntU6zt2iPLB/TXaFvHGFeIuY",
+	"LGfQ6kJGrQNvqKMSO6EH3IXHX/1fuZ4U2RWbuduLwVUnqRryNOYTxaIbyMaFGDGq2MmRy5r56efLZ52r",
+	"ny4Pjk/ILVt0ydVEzgVA5ayv2GJ7rHfE1xcCrxbw7i8V8PYQ3yogmDqadWxZHaMvaj2D+psMoFk/V9Hv",
+	"lgVOY1lnzrByKrJsxsTKzncsFY5D/QyVwpfkk+pWLVmt4YEcv/qCUFFKwuqoSM6gljIUt4MwFlv/z2G9",
+	"lHO2dlXB7hHxtKIgz8qqOypDSq99bpeAwlUq3zbhgptZLtUy2W460rWWzs03rjlNydL+kquUMQFWLyg2",
+	"njJmRM5UDxnVxCXNq3qIv+UDtJTt4T2hKpW9/ErlbbtXWGDNHq69C6givIL8FWNl4kfk//xCWh+dUQVp",
+	"nguW3tTo48syeqlEOHiZ5bw0xzxXA2oTJFSb0bgskAChP+y9kCyIlgMBWrgZAd4rkmSiNF9b2GAD24DU",
+	"MpKJ77Wriei/k2ha9gIya5+6bTpD9sft0EDkSM9pylaOrcRN11zd8Ghz4Iz1SPkt+maBQm6qPYMVRpjz",
+	"g/w4BUssveZYrJd6YXQ/plRUg1jG5rs1N/DOBk4vlHazK3vpPvOH9/ERASu3CfqtUEHxap0JyZvAmo15",
+	"ECHY2+fdkwOxlZ8cl96l1lyzdAjJHe9dmDqmRu2SxIWhs1j+87wVn5ydxvHR0xPWp0ej+GQ4ZKej/tP+",
+	"qH82PDk5pqe9Q3bC4mGfRSdHcXx6ehIf9enBSTQ6O44O6BlKv1WEm91FFDe5DfftlXncxjetRsOoZ3Br",
+	"0gUrO28Ht9HWY4XgZbrcZYJXWHFqHWGuHd7DnZTH1BaLe2M54LAp0hCxE7KU68WVGagtKcNoytLLTE9q",
+	"5Hnh4ea1w/lY3/zrn/8d7uXxQOBvDB3CKkQckaGUWumUzrCKekgs/u7l25ddq7+DdoMdFxzQaG8Ft/z5",
+	"+tVVXVhMfaV7m5ZqC8kST26v1LNHxD8rxoHcw9VAeGJblzybsOgW6tNbo5VNPULpDsQd6zOaUBGrCb1l",
+	"KNnYeUwzndHEDP/TJ4BuGskakxuO4Ee7ckiVJM5Sc7XbaCotoTikZgSfVl3y1hWJAhnLECjVMoWS7GZE",
+	"AwFVvGViJDbBcHtwnYuNVF3XHvErIePD9curBqKN0zIP7O202uB7W0B1m85MJslAhG/fXF2T/bv+Pk4/",
+	"DEjKBJu71YAB5eI8ThmLXhcVkgZiIDDlf5ppCkB1dnON0GmGM2IiYvG5D8wRgMAdAtvoQPBcGEBJMVRf",
+	"0dSKxbyoIJmwRY8t2AdNGYksjQwXlULQojB1g/kQ8tSBzqCwpoKQOU0TNhDwRUrGzIzlqHcW4oRdhVxE",
+	"DCmq4YfeXEuwXeDdFBZTg0Ry6pYO67YnFCbl0kBIO/xLDry2F5Ahgzr8A+ESvCG6TJAokdGtInNGYgmE",
+	"bynrvMC9cZO3LdvNSFNDkGaRQj8AxE7rf/6upAhJ+90Pz8jZ0fHTPRwqNYtiKD800w7xPCU8YvZ64LEh",
+	"0xEHXNvLGY0mrHPQ9TA+vO8Mm8umU5ou0HmYnyjYP4cIXj5Z4FAkP11fv4Uw3YJKcXjT61dXXS8GuXJ6",
+	"L9++9IE9Wr1uH8chZ0zQGW+dtw7hK0AnmADb3Z8wmujJHyCH1mKpwH4qctDrlfAeZcSUIoqld0zBiLvk",
+	"uWTK1vbOokmJIs2okU1wKV4aCehHpn+Crr3i/zCig17PBkhohpL8UgDP+Udk32tLy9kePn36VFcX103C",
+	"qNEJv2NdC/mPyGn1LedD3X+LlFS6z1rnv733t/2t7cG0LphSYKseg4goZworQexDGf1NN8C6mf2S7ymj",
+	"0cRQF/ITnDtMCq8HSxAIcjzkgqaLgeElLLLMzDz06uXV9YvXfm1wQ51zess62QyWKJtdkOPeIZF6wtI5",
+	"V/a2WdrVd4zG3E72C2ys6X4BO3ncO/wM/b2GO5vGiwsSAjtWIVF0AeCo0YTEbMZEzERUOJwemsjyBcfw",
+	"q/SOEZ3S0YhHteR219+nM45CkWqkup8tbhIIGhf2xgZ2itBJaHSByr3LZ9vIrpczfo1dPCIZuE5AWG44",
+	"5VbY2H3Z84U2vXjyi7e69ov3WBVK16VSyBlTJATRNAxI6KLhzd8YDh9e5AU+kwWW6EazHkCX+naytrZo",
+	"1ooZkcgc4QgDPq0VDOxoZdAxs5d7XZIviDnRKneooB0Ni4BSRSiZUDXpDsRlvd0cBewpXVgB3JGHYRl1",
+	"BnQYVncgridYhjwfwVBmIi7kF/weoUHF2MywbZqb0ZQJvXdu2Rus5DRTmgwZoVNbpnAg8LEnirRxfHw6",
+	"SzhTeUVTmCSu9R5aDrkmNuKHCEkSqlEYt9VNoDnyr3/+f4TrgeBiwlJuYdvyruD1BfLlcDkgMASsMakx",
+	"6BE7perWXf4U+xwI2www8xHAJsB9f9Q7JCEsSod9iBiLVQd7Dut47zPYC3ckbPouU/qvMl5scOI8y4YV",
+	"ZiJOvKQNXHjwk7sv39vkhvUHtTw2Z2z5VNY0beh2hVv0H4xb4CDifIVWMYzAOx2OWAo0OeAmR8jINuQk",
+	"5vnDrZ6/J7fC2bp8DG1pYoljLV0J+x8dgv0n5GMJqwuoeOkC3IzADoFx2lssJREh3IZb4HnP83eMghVl",
+	"qeJ3LFksXx9YlNUj5BlN6ZRpiFH+7WML8FOMBFvI3TnofpWefAJdZ/J8/xluqiais2o/LtWTJUo7+pyU",
+	"g+u/MeVYHXjfxVuA1ar2FnwhYkcSCdShzyEqDZeFWjPA99wdYlEt8Tza0gHW4mArYY+4oMlApACURAC8",
+	"CNoCRmsFZ2hXCtdq4LRjmcZG7zWc+RwwqnWGDBuiD66v31oNHF1KoEvbKZorDZxSNDGX81xmSUwm9I6R",
+	"sdSBtUbhmELSPuj1AMw7tLpn2CVvBBsIO/cnlunTBI+MuS7oaMQilN5B3FZd8izv2ohhKb+zZ44CyCCP",
+	"KNFyzMzDA2HENKPWa3PqBAgQOqVCUZTs2+NUZjMzmSnXexe4QAi371Z+xETExbhLLjWZSqXJca9HZqbt",
+	"iCbJhenTXtIQyWxtHIqOGGlDc95KcUV4zKYzaU7RXu3NZSnnsnD/7Hx3FR1/NWZ3v3qPyiJzkbMYjfEb",
+	"Xlx2fX6mYrHV3flw/Ks8BGswr+FlbwRzJqAZmoHsbtQdux2v0f6jXrtH/e2eP/4s13qh+30sWaZ/e/+p",
+	"pAz+gIbJKRWL3DrpeIA5ph4jt6Fsy4z8Y3FmPu3TVPMRjTDMpp6tP2dRQo0QTQVxj5O2uZkDYokPACdt",
+	"GhBR/A9k49Zyu1di1xM5Bz8+JuQQrs9JiAk5RlfK0sSWb7BZOaFLOuqSX5210S4xCUdGGdcypWM0W/3y",
+	"7tVAcFvvqUi1MBwvfPsLGoFd4tbHPCPoU0g8s3OAVwGu3t6F5fbqMBwIDoZnSmYps1EZplFQcly6SQIe",
+	"LII6G4tuVTYt7OCoWk8ghwBHPRBRymIs2K9AfTMjdfbqmqHuI1cPu+S10ReMisHvGN6kdaz3zYyJS7tn",
+	"mJu3LG/VkWnxiIPHefkcIv/WPAzGbisJvb8Xm4cnXazY0tO5ZJiymUx1136pJvTg+KR13jobnZ7EvdP+",
+	"6elR9DQ+OT6jByNGaS86PqZxr39MD4ejo1F/eDDsDU8PDqK4fxyfRP3jYW/U69HeqWmL/8FuhgttmG3/",
+	"4PBoY3Zu1hzX+gspQuUkzAaJ1J4/hU/tyKqPtnz+7FFZ9eOyXrOtJRZYXsGtOe+G8vQS0nuYyxiGYaLV",
+	"MSRt/A2SBLqAKwO47yiZ5vgz4UC0aXQr5Dxh8RjzneyPWK6lS17mstx5RQzEzAorpktcC1dFekL1QNAE",
+	"LKVYnNWJ+iRlOktt0JdM+diI9PY2uCCUxHw0YmCKcU1zRY56ZwMR2tY76I1jcdglIWgENyh8qxCgIDgr",
+	"rdITRRKqTL+e0uB5zFDGPSfIzWcsVairsLyUUMRImyrCR6gFaEnC/bxHmFa+SNGi83e2GIhwkPV6h1Gx",
+	"v/CZnePXFXRV/C3cI0M2kikrbTETsdpAhv42uHiesoL5JLbuSScTuU8DsnGVomMwSBXeCWsncxhJ8Kjj",
+	"m4W0bSP+txa0v7CQvUrAvi4RMlA7uni/TmH6kW+Ar1L4Lvje1jw/DzNoZvo/yzvLz0CoK4zQWhIh51h8",
+	"29UWeeKqiTjveGCFzJnhgB5fGQgLruvCZOzbOdgdcWB3XfLSGtaxrlfYJc5FGUKAAGkjd/ZiBvYKzyUO",
+	"h6PFXYqxEXhZEtextDxC68vwtEc65KUosfrz7TYWq7bSkWYphqTQpPvnqX3oU/sOgn2MggzrvvWZTeR4",
+	"hXJ8OZtBkcowppqGhGpiVAYSytFIMR26bCdPNpHjLrk0UlHKmdESM3FL2ihbwTuBlVLApYfFNiM20xAq",
+	"FjEjMo3pzEIxubryCODGFR2njCkrQZnzOu5go50pV1MjCYUDkUftYJCAaRiecUKStWN2ySs5Rp9wRGcz",
+	"LPrnJnJecJjIjEawgdBpJvDIkCl1CQzO6yhiMspSPWEp+CqhTF8qodl2aN+E+Kk0Y2GtFRFX2ozp2xB+",
+	"sFYCVvozIrSKqMBpwWq3znsbyy2v5PiZoZPPLbC8kmNcdaxU0MjP5LjCzYDk4c2vUrF8XIaDS2bu60JS",
+	"wIO/Ne+xWkcz+3mL6gsW0kVVR47yerwje9k75WLZWXBObDRv/k4bgA1t3IEGTEG1B1yAizFA45tvZTae",
+	"WAQ+QXWW0oTcsoUK0J+RN2ZesxxgJNOBmOWBpVqSGZrtsK12+OMLtHpBVOr+R1uTO18DYAoDEVZUrxC9",
+	"6ngiuuTdssZ6yxZFoCJ8M5TxgrTNhtMUohPQBeQCTeUI/CQRFVLwiCbkb1dvXu816LG5Mg0xmAFyf6gu",
+	"v9AssMwWbZmkGLvuvGMzKFJqOR56tRIlvQOEotSEKlSoA6K4UU3NTyOeKm1jO6HoOYafYgBIedZU4JbA",
+	"pM3FcHBAQu4t4i1bdFJmtK3wAiMtigYgINAsBnToQpSRr/MkIUNmltoG2rE4v3j89rnojBI+nuhwINqg",
+	"zRGuoeaduZfdOI1o6hszizvMC00lV1aRJqhIA4ENBALE+dcTyKgkdHp3Bx/vwCRtaIbr3EwdKu4JhhTm",
+	"wK5s4C7A/lqbtA3lvX7VuXIBIGh/9PaLKmtZEHLubdlAwAYAoCKUDVs4V2QTLdXdgVfZcMr1O8sVPts1",
+	"uP7pd/YEeqfz72xxvwvULzxUxSmGut8OpjhHZ2sV1YjwBTPyzV8tAxTLGRMds7mdg4NW3i5yxDJ4MJaE",
+	"ypGDr34qYjabCyJtdgP7RaM+8+WPXV9Gt03XPlw3T1SVbiF+raBqCG8TOdVD8TQPka6GJZaHmGNDpBmr",
+	"zzbxzukOahrz2vBOdrmltSh7sET/btaZbe3zRwcH37AeeWWEOuoLWcCFA6IpBEgxDOrwzchby3ugLGxi",
+	"G3L3HBZgR/x5cJWGFoI+9GUhvJAmNJ0mTKnliKwr0+2/tRXmT7vLg5+Xn2l6a0Q6oM2cYCmk/ghXvqzh",
+	"cGQx1x2ATGoOYcccJZsv1MFMNIyTxhBFO04CzZA2E6lMEhTSrbEtIEV+f+BcDgPhZaTl37ooNRs4RVL2",
+	"O3oq9gIjSRqhGETkLnktHUAg1iCezRhNa106EEZvZvoCJ1ofCPmPjKWLwt+NalvLlx+8xNl+beJsfUvo",
+	"jHHZ/g/VHEJa3bcxEJtbtcGdKyHR1/KfZ5gTuwmn4lOuH5dJFZvflOBwiUqyHCEVP1yaA5ww2+iK4E8/",
+	"OXMfTk3z5fTGkHsRR1Po3BYtgpTOlXV9FiH654SSZ1fvytoZKLQDYT75abgutcAFJV/k2JxG2sRQRxe3",
+	"DLCxFmwOzcBcOf0ZTjb0N05pBBoklzGZGZWh9siCLfmZVwpkW/VmU9FbsPkXclK+VCpjsT/Hhvuzsimf",
+	"JWb+6ODsq/MsFGA2T1SpTEzz/YZ30Zqj5M4QWkaWs6XPfaggxVysiBTIHklx4dkAfcAJsrncZCw1Ou28",
+	"dBybwOIdw1u2MEd0zIR5jcUkkRHkL4GOZ34Fd+NAJIw60dRGzqEtysaKQticmhhlOuF3LK7LrbchdZgr",
+	"NBBF+N6zywA8n6VAOy/bu8g3shVJjeiLt3axBtZU5PKuZmbNZJZi8faUKeV5NOAhG8jurSLI2uBpsa+g",
+	"Oe1sINqhlrIzpWLRsexAhTblOHzHdLroXI40JIMV3Ag7SdmIJ0ktr3mBRPI4HAYb/9pZTN2x+jxxEAdf",
+	"t+RdYkO4lwXehE11zxlBNcOjyo1GPGFq/6P5x2UF1QrcR70jZBlcF6kM7IMRJ1xQARzEKV3AT4oxW0tq",
+	"KYn4Bw5GlO0UTfOS0TIfUySDgTVQo1mgL5Gv8yMzF4Dp3Usc8oU2QOFq2s59b11qt/VKp4xOkXdDuKtl",
+	"XK7MBsrvYVB8c72YOYv4OzZLO8/5mEFgiAv4DiDLVEAODI0maBXMX3/O1UwqwGAK9wKiqIiH8gM4gt0j",
+	"V5bUO29lwqPFuXsoxFhye+kowUcj5/WIMUo9LoWkg6eCpXfgPE8WhI+IC+IGLzRqFURIMkzlXLHUKKdq",
+	"INp/u3rzOiCvn+O/s4RyQTT7oKH7Z1f/adcomtBUMf0fmR51TsOAjP/gs4DAfzRNA/L2+Q8Befv6x4D8",
+	"7e2LHwPy48sfgoH4lQ3fAm7fwrrL2j9d//wqIFf/+WNA/h/z19/oHb2CPQrIv/7533vePKgqI17ISDPd",
+	"UbCJYUPOvqFqu7SPeOr+sv+XBqspohLUKGyN5+yJQlqsWIs9cqsHHPR8eKB6WFpAIJDjw95eQFh33CWh",
+	"mlDz4H+cIyrtedgtqZtLA/38x/65nAsIMMaz33zgNwgqA0m1kpsHhpmAIJ6/KouxoQ/RiUe9Dawf8nr2",
+	"CNdqIHJssQWh8Z25oRU6rsgLGk0KNx7KgCwmihm60ixZnJMQUXDCYCDCau11wHIKrcvvMhdxIR3VN35K",
+	"G3JmPqdEz+XKKLNfHbTzY8hTDXBzn1mwakI+a0jksghERhYu08SfqVyfTXukSYJO4fzsWViqzZK6Cgi7",
+	"+oP/K+VakWwGroE55bqALjAannndgwLz87SoIkpKATe5hge1tZ6AtqdYDPUAbYwBMQcSWUsRC2r6w4B2",
+	"c4opBzUT4I4mMokhRNQB3QCkmA3+7hJ0tQiyHOyhJZnSWwtSZFqCnFSAMJsxupSycMsWA+EHbljILJ4k",
+	"HQvDlS+30ozGZi+snUiRNrXZseGUfkCwUxfQNzWCixwISgybcmquxU7RKQVtHNY01/h46vpCixeKLQ7U",
+	"DqJkLMAHHYgJVeBkYgUndbgFEn2pjGoSUcCUs72X3K5oyTvHBlLrWbU756N3UTJKmZpYHxImxYZBjhuE",
+	"En0ecpLDf0HaRYw8GUG9zJK3S0HBzgNFKG4VzM0qEKq8ZJDxbCjK9JujzFnYERdCiS8sZEbGsjY64jIC",
+	"RvsKz8S2gs4bm3T+kCEM6zBEg5ZKGJsB0kZOY4DNvgxP3Oq36oAzWymD/JmIdZA57PcsCJh/3FvnB1uE",
+	"GyKS5xe5wmzfqxMk7DmyuLSkPZNK8WFi1E7B9r6Lu+qof/xdWSxW34WvciA8CFl0KHpMrbj6fAQitQJe",
+	"rRbiCPlaBRrdLwpS660rIbVvzWC+Kt+TP5X13qfSWn+W8/UQTi5Z2a4cLK30fTOqlw1qg8R3C+1lCcfZ",
+	"5UsoWEBa3QbcJn+9HwC76TKastaW8Ez+EL5QZnJpFWoozkI4fZUc/MHwmmSZFJqoso7N7X+soLN/Fmtt",
+	"hXa3FKu8lx/beruOvKolKXaM+vn81t8HJpp9jPFvvjThZzICh9twATkCKiAxizPcGvTTtRH1Q8h0ShP+",
+	"B4sJhNXudclrPySmPvAFR3BfavrWIj7MrNdft7g93wJ1YjBJtZ6SnYBHp0BBm9OnzTtpJNBr/H09hcJA",
+	"AuIiuwmP9yyA10TOEUbHvEp+l0NFYqYxH84ozZsQsR3GvxsV47TXk7HdxW+YjnW+wTsSsoU7XxPEaC3c",
+	"frEnXbmqHOycq1QY2liNEOsShefeT8FAhBZwMAxIGHOw8cHf2MWUCX3jf21LJYakbUWBpmpXA5GXu0Jo",
+	"EapvIjqjEdeLsCnI0Sd3i4X0zYgRXrWOJrQGt2t2r7tfD/k6sH1DKvMJoAeiQdCwPE1vMbfLVXEqK9rb",
+	"E/n+x7yM0Epo0ddF7QWl5cwF8XWdT+g/0B8UYpCRXZkALAN5UG8RuLtnAWwsjmP1IiqXCiQOJ92dOF3g",
+	"I0/pLbrBOFogrJ0bzOMsUWw+YSnLNT9MGstmXo7nRT6BOKVGV2ynMtNcMGLOqDt3e6ZZxBme2joTdefm",
+	"F4Gv5F6rx75hsKPNnsUCjOibbzXF8NqCaQ3RwMd10cCPLHrZHVh9kDFCXMh5Xqrla0wNuDcE7FSaY1F4",
+	"nYrJ13KCoDXLGlzu9ihNXX0ZUnMM0RUCAXRmZaXoknesg30iCpUr1Z8sBiITOU+dUZ6SlHWwGJ0yGqqH",
+	"UAX5mpeiKAFYIJdjCxBj4crwSIy48PU/sgoBfSC8hrRshj5HtwW6bvLajRWDIhQ+DMicqoFwdmsLi57v",
+	"AZY1bOdQhTV8dR/erWHC4V5AZFpgcE2o8nznDsXV7pPT952v76h3FOSJSxSTyRFSwhoOBgIsB7BeBaUQ",
+	"urT0KRBWDBfM0DA+m/0NizNcLL8xEG2AQR/JdMjjmIkG8IcvxQy/Fpb0PXKhS3tGSye0ydKxJJWgJN4k",
+	"WK9X3q7g/SVaqoZJQMEFrqocDXrvkh8QhyWnaeukrUyjfJisFQ4S3I/M2Opuz+UqjJsDnQcNs5CK5SXV",
+	"UAqii6b+dcrH47wS+gY6IT7/dy7iNSOgRWknN5i24QxEJVJjNsaUiowmJM3EXtP4XBs7rM23pGobIl2v",
+	"aCMxfitqtrIHr6pSN7lh0HIOGQTmWnERJxCdxGKMOZEjYn3rXfI3OcT6YmbTbS6uA6axaBgYFzEQv8uh",
+	"lU7McXTkWAQqIBwSSibkdzkENA5I7jf3F9EsnRYIfXkdiYGY0QWiG9t6IjC0J4pwMcs0YSLl0EKeIoXJ",
+	"c0W5JrSfYcSKmbPpFmxdA6EkGdHU3O2IfgjDylkLKFTutYuiAcSocpCjRuc3yrsDDzVzHQiMDjTN2VJG",
+	"jUVIDFV+FfEVO1f1LQIxcpeaX/IfdRor8s5kqs2TBwfBaS84Ojp8/6lgk9GsYyOX4CX79UTrWWeWyiGE",
+	"bSLyXhGKcdIzk7Z7DtVCZUSTiSH+bUuumJ34QpEaQAR1bEkQRtOEAwwQ4sWU4XcqQV3lK8lQ60NDRJgx",
+	"PqQXs2nm1nt54SHmlBnMPzKWfaXeza1z07fEcrjnxQEIBfYGaLbGwsf9j+aflb5RiE82jG7KsY6kM4MV",
+	"cAA1btCduJ556bH1iCZ6vLbc/5txc3oXvNkRcMrYK9EZ5Tbe/H00CzaHxj5Ds2F+Rz5ReaYynNc2dUgF",
+	"LmuYKizhA7csZqJEVjYRkkxlymDI3YHAthM0bTj4apydw7UyHwpk6wsHww2Rq3MesRJiR91NDM9/szTp",
+	"4ZzZW+K7gOC4b5AIbOoGfA6Vn/upv66N3VVg28LXqwZ/W6oeLucm6p5b+M8jSXwJFbEgzuIMuO82UxWt",
+	"jQFoDnCVcg0SbAzA4yENPJH6nFASpVIQ9mGWYj0H0h7xO0ZGnCWxCox2RJMM5FQuSGhk+ps/pLAVFgyT",
+	"/8BiEjrvqJdmAQhNMADIpWrLNDeE73UH4mUuK4L9w2qMNtoeeKSQ8wtzYCZwnVj7LiSrj3iKtb6HNMaR",
+	"4nHqDUQ4pLFLRg+JoFOXEgGPrVLtcN3uE6MYM3Ov4ZZ8dMB5lqPBP6VI+EYFbFmXWqE2FSqZ4OOJUfpt",
+	"hzuriJqbNcMofh1NbrKZ4UeIS2NoxbREDshfzP9NPwjFbGZ6CxCDOYkYgTNL5Yzt/5WlCRdI8Fspebgn",
+	"XyhoMyeJZpUnIFTnhaj734WC80DhnjkjauBk1RvdCLC5ZfPTigAoVrA4qhGw1kqvdh+65AFDQD22sK2s",
+	"iS8+vrzZTKT+Yn1LutBKwmnwyF5hHhn4FScyyaVrQp2mg008UUSwDzmxXOQ2G/sFYjffshmiwjjroLlx",
+	"Arw7AWTNXKcO7NkvRs81ieiUwU3XJb86Wyry1LyctUZwpw/F3WdWKYPKoZiW5m7Ki6IuPVpUmYgBVD0B",
+	"oyddqC55SzEog6uBCPdnNFMsDLDeZvOt9wukPz8ceX/BK3OHy9G74/BGO/SvtIe4wcrr+8VMlZsxB8dJ",
+	"BZvnXPTPu6wFVtfIv8yeKFJQLGlTf8X2drrp9kGWbbzvXhmx3rIJkI1tZit84QzIYLAh7dB+DoPC8Jxm",
+	"Ii9RYARvG4kRGlltBvXTMEZucU7CKVfKhkWiTGf+BNPtzShLEvMJCluh6M+V/TEOyZBNuIgJHQh0P/Ek",
+	"sRFoTaGRjjJ/gNnfh/t8o9qumfgmkcSMTLjSMl18jzrvpX+w7Dx3O0XmMl0pNMJtG0YyEzqE06Mcrllx",
+	"qUrBSDsP1sIiAHCdxnuBV8bbipYDAUeXtA3nhPMIJap+51pDAdURm7O0cKfmvBZckkpKwdJ1p+O1mdU9",
+	"D0eddQmWoWRTyjey34OMbD7NpgBdaj5yYT/mtiaj7o8B//tznJWrROpVkci5JKUCK84VJsDv/NDA1A0d",
+	"GhGz0Wy05vAAjTc7DF7L/P5hqnQszA1YxKxYxm80rr1CKl026i+RvHmUfTeaVmAX53uMXIOduq9yD5Vt",
+	"pisI7qWjNTqmXCCf5mVzoWchRGYO5k4AsI3z8i1QIcZSKuJtjAB/5J3pf0PahGe/J+LEiOLvNLrb7BWh",
+	"bs/vSaWZaCbRKzSsVywLzsqOdgKbY9G2IYUkRFYZ7jkOYR5FHBtDs1Qjuh9EUNv6djNINbjIQ7CR1mnK",
+	"SCbQmODqw9eiBkEiCQLdSjEQt2yBqDI56BH41/aCCnqQM534AEK2EBKoE3DftDFSxa9MtVTdae/CoREh",
+	"RC2kssgpQ5M+S2y5o4ODgWgqzVSLRp2JBzmQwf1itz6DhvAgcUZTGjN0ZKbZNxBjtHr217lSywSU1BLV",
+	"Q1jWl/6to4feZcJ3CQqs17SCFUIBh2ZrxBsbejosp5MgNimdIoKe0aJAf81hxIwaAcnx5gqGVHnVJZeQ",
+	"N+GgrkSyaHDX2yHt7KzH979SV/2j8hGY+Sq9ya7Nkxxc93sUCtCvjjMlbbNnePW5OZfMdpbYmh3t1s1A",
+	"gdxjV/FEjqp0ZOSsKF1A+dr25YurzsHxSefHZz8HDoHX3InghYcWBmKeYq1ZmxtVoMCbu9C2Zejzli32",
+	"uuQ/4RCBIAC1EDvmAJ0TIUkqM81sCRbMchoIKViXXKJUAvSdQOlMqA1hLgwuSIjjuEnZCIr7RYw7XHs4",
+	"sOYZI4RApttAtO3zyggzeRKYnjAjXrtLM1kQBzuvpe19MbPLr2WepTuH9IiEDiGZFar1ktCmfuG3YQ27",
+	"uLCbkEcGZH4hxkiKUcIjHa7w+MMMHgCT6N2LH19eXb/7PzfXb/7+4vW9XO9U3UJhmjz4SbD0Bv0f5vJ1",
+	"1fvUYZQe6m1xkHDCX8qZjqu9qSudtN35hM3e+z5ih7/KulY1rnt3Mpb5YllQ2P9o2caazHef9+SwjVAv",
+	"dER5oqzv6YPOEY5BoAVnA4lkzHL2lAl6R3liNNhwWV54Dt3n53pLxQBee3Q9vfEYIJY7ZKnYDfBQ77/H",
+	"ixl3azW5BU1Rnnc2hhY44rqIjyFLpBgrzLNE5PnVmIc/Mv0NU9G/BfXYWJHqVJuEuWyVWyiPBbHoHEWI",
+	"tq2rZ+WhvJqWpbprJ0BhIEaN7RD8xw9DSjvKKE5kEIfzzrZiQ2n8XyqEYTtS/14jGT6zKOBFPrgVRjXA",
+	"iO4g1KtV4oGFc94gRt+GKkTgoiczOuaiMCmMeKIBWKgWg8xmxexmFoARfr3x+7WZ3xqLq22Yl07VbV7m",
+	"ualypdU2tmr02rzwZ679d5SAYXZ1g1AUODHfa+JFNcfOlZpZn3ARZ2leSQKrB4oK1s4K/0wm+D8yqL85",
+	"EP5LSy4ZMOzX+WUwxbaIBdvCLQNt3rKFK4gQ8xGoZpoMZbzYyTODy2II6htPk0ccA9NGng4/ZUrRMWRm",
+	"sCSRhvKsZeYcixp4ctHNugIIhrIK/ntetfVsadkxC/6F5DPY6wfPhjdL87V7qppm/jVjeW9tsdq2esPn",
+	"9W/lFiuNHKehUBh83P8I521VcsmvEDeSc9U51BDSkgxt5Y04IKGNFbyx8KNE0YWy8bNC3jj8ths0XwMi",
+	"KR7pGyH1TV4uLAbE0SqEpmeXt0n5oWVEXWwktGb4vFUVkqIa2V4AY5Ai4YLlIyBh8cTNlCuwr5uvwbRe",
+	"fGMGNBD4coCtJh5GGxriCVrn/RFiM4olLNIyDfdgylwUi1Ay2mFIgp2uHJHKozwOoZ5tDoQXEAfXGgyE",
+	"BSY08psFbt2z04vM5FyQshPb4puEapZiVbWU6XRxM6TRrRyNmuoF7nRxmZce2+Bj+njONOVJkyaMHPNb",
+	"yfHB8+XwDhxK6cYneJ+mmo9otMJV/QNPGKTVTLm2mINULIoSeqOciAMik3gd4DVVt5d5n18jhZj5rvL1",
+	"QnXULwfR69hFsSHUW84Nd30dssVlEcltpA6dLjqu+loOdYVoEywu0HcvLXOHlyzwBTw+leAClXmlxoSL",
+	"cYjBWI5hM2oEcQ41GXMvRkSThLQtkLQUHow0cXnSe5hclt81Q4a1ycJ8gKFXT86C9ka3Qs4TFo+ZggwM",
+	"54+1hdWaATjc7ME1aj7cH4Djq2aVq5jknwAcKwE4tpKk9hM5VivTLhI5xvrBcoRodJb/tm0BU+bqJob2",
+	"F7j/hdSu4ioE/w4XmgFYu2Lg0QeNOhzJJJHz/wCVNkd6tVJbu6704x7o54LNMQRjnot7tu+B4AVytohz",
+	"PdsrCQkhDlCVWE4ZFoJ0p9RNDQs/PpPC5SXjONVA0JRhMX9biP/y7Uubidy220eOEF7H/OoqJKYMjsIF",
+	"Qh8wDv4rrzAgVwNxdHBWU3Z/hZTzymzcrsd3yfJ2aacusumQpU3mNLtAVWRszC056B89PTo9PDl6uibh",
+	"pMGYicRRn9Pip7TU9tPbvB/czPp+RjRRLG9qKGXCAAyooalSncLaBg/8kZ/01oz4MbnqKzm+Zh9qpYtX",
+	"7ojn+VS4F93dAiTPPq+fA+pMW+HEneBEjjdngSlTWaJXc8EZSxUWGsanydCoUQyCsTG/vFYu5RbsE+LL",
+	"7AMgNihzcYmIuQNHrtB8lKekG05DEyUJF2MoLW0ED+ngNRFaDGuUNGSgoUUJZ3YPNvEtmcFxun81O7Pe",
+	"Gl7ex29B8XprRq4nqczGk4LkLUx5eTrbEL9OF80C+c8gQVMHuHrjcGNRJfdEXZSBaXQLl7aV4sNypd78",
+	"kh5m8ZhplMOdjTEvdKE0XbhgRRcJTt7AnQkONDwbhSAspO7ALDCmqC7bwPz6zYq7Qa4TQTLVn7Ku3VBC",
+	"Scxo3EmY1hDTLlNPOVwtBWezRNJY7X/EP5xNsTHIJBypEKibifiJIviWxT7GKBLncFE6ZRBYrCWJudk9",
+	"zFubAMSVIFM2leniApOEEigpAtz86qfLzsHxCZlmSns2OoWQXl3yRjDXLQYd598nfi0Go5AavXjGoBpT",
+	"0UKQ59Q5lZMrkjg5echGMmX+855GWoM8YsbhrClbHyp8fauwGBlppju4tuWTlXtyh1xQzD2veg3WO1OO",
+	"GsLEY1icO5byEd/ZH/C4J2lb+/7jVkPGrYXKQpY6nijQ/RRpj/CuomO2t6I2cs3J3EeTU/Ml9Z+4QTaZ",
+	"z5btGP7OoHfF/2D+CQty5FNtjWo2JEbcghkIK5gNBJhjvYot5xhKI0VsTWBkqTq/aaxLLsmUK2VtWIVH",
+	"FgcECmrKRph7DZcYTrRTmPHNzVp8aVoK93J8dXc8pzS9ZfEqvHMYpDukuDH3PaqPaPlsugELcyOs7td7",
+	"OW16RHBfIGYJFtczpK44FnM2nEh5ex/Y1F9dE7tHXAFE05+YqQ9B83Y3NonawVX/E80JHRH2JLh18c+M",
+	"I/ANgn6grsRMcqFdToOXL1Whe3ZnRucU+wTNAJDjExD0cQ6ETfq60lTENI2JO2wkksK8DmBToR1hhwNG",
+	"k/sEuB+aTmfgbHbfmpapzlIW7qGEaY2FE5lYxDpXgsymVoSmg4li0c2//vnf4d65ucyMQDqRcwFu4QUB",
+	"0ycme5FUaldJjPzy7pXN4ZpIiE4CXDYMtyeJlDMj+gZwR3YAnQ0Kds1SfgfO+zhOmVIWwJWU8VszkZjf",
+	"vIw4kmZCgWI4EGHHbVqHJomcd2ybebrYzOibKOo2BivZtb5PHhhscZG3BXd/ReO1cHbdvBJJ6/098sSy",
+	"NLEAsep8fx9WoGvHY3rYt2u1bRiRXYovlCFme/+V68naZDEMYMPKc0jYQ6Z4DMYGR5p4ND2Ch0b/5IRe",
+	"2EyZG9Yzw4oIsf/R/rUu5wvTe5RX5icA9dGZI2Jm9MeU23xQ85P9akESOe4SaABwLbUFgnFl+w56R0RL",
+	"2ZQAVpzo7cRV+169vHrUNMP4u87N2oRCGpK0dkThtTABy+e2xpP1KDv94FJas3kODEDfbXLWZrTTaDX7",
+	"5d2rgHhfByhKeTnkrrQziioW2OjCIxpMzCJtuBIYYPahl3Qfv+lY2WcPyrJCAxg54YLO7NhJlEjFME81",
+	"4mmUcU2GKaO3AOH33ONkNhcdgTHJLWMzW8QFzRhm1GPp6pwLNjezbIbnfSj63lWuwRXFqz/YSMx5/wjC",
+	"SWktvlCY8zZH+U/M3Gj56igh524vaewX4sJGRgwLk4scQ5n/tGVqY3nNxz13Bp1okgcj2pKGcD7BuzoQ",
+	"RnczPQe5Hc1Gruh0YdF1MwWJ6gH8IqIFPAkJ7E0eVktRBfO4zyn/Ns0Xdu6L9WaMYvf/PGNmXWrOViE6",
+	"73C6StfhigBLK4Aj7jU+Hdgwyh9kmgNHF1Vg8sAmKRiJ6WLPl/sjmqYLoudyIHJ7hQqImtHIjMXQpKs7",
+	"s2zXOIcmreWkGI41ULhfBkImcUCUNIohWmnAz0fUnOtokgMDmeMvM43GdSsD2CWt9QnDelky3jG/+4Eu",
+	"6cqSt84PT3q9zVO8lyfi3bCf4UZdre4Xd2vBoIu9/pMXOEqsu26XYDVqmIGtLd6YEGPWHFNCLIZ8WzGG",
+	"lQoBeC9ldcHNai/IwyhdXAbELRVl3RWU1PcNYB3fHWCUQeU5plH0LvkH5FyoAIIf8ywamQLi6zilAgGF",
+	"DCsYoSQAtiIHo1kx0ZYq+8d26APhxt54g9vV2/bgf11XMUxi/Q1s9+GzHLkHMfTnm7NcSH99Uq+LuDfU",
+	"kN95UjCwthMmUpkkQC9Ared+lD7+qBy/Goh2+PbN1TUx5w1/s/5YLHxNIpZqPjKbx4oIygL+7dlll7xJ",
+	"yTA1l9JCZikQ8Nu/vzwfiJSNudIMMwGihJsB+c0JOSft0PvmZsamNvbK+3LExZils5QLDaUdBgLypmxA",
+	"cT54u377H/NcrU/7XjNhdyAGouFQUzDHO9e5O9NyLjAzZ+lwQ1WK/FxrORBc712U3IblJmcJ1SOZTl3b",
+	"GJpd7SesWNzNmM0VYx5IQUNY6mGPTKmg4xI3gu2LWcRjI64MF8hxFATJGFajJ9V8bgVWLpwQ4XqFNwI9",
+	"t/eQB6b0w02UB5/fWCiOIw/UAEJFOyzr9FuBPRWVNOStHQfQyBfyG1iXgF25VQBzNpyw8RyTNri7QKD9",
+	"WhHnzr6MowDpnsdMaK4XtVy1LFP4bKJRvnjAQm35wdlSCIfXHt0Q3Eib1zlT+XaSN+duqWtvVqqjSc3V",
+	"aiufIUpwaC2LYUDCOn6Fd5TF/iTtKUvHLD4nociSJCQpw8w8ai6qIUv2uuQ52GuhMJqWM9QRHJgX5vld",
+	"kBDluv+IU8qFTUR22umEpWyPJHAjV6Q/m0UX5O9jlGhoo0XhXph2yTszKFQcYVDofaSiIgg/URgbRjBh",
+	"WmE1GHzWRfg73HibWp1IpcO9IEeIdwPB3PMVxuP7nohgOT+eajKhsxkT6N2vyPjVhEWuckN6Y04QNFGf",
+	"/dKCnWoFObKDzf8M7A/vG/CU72vthjSeba3T29+An4u9ZDDAuMxm/q11Ztyy1Zys+Tbzhd5mU9lfuTnY",
+	"ZfG+vSzF53Zoe2SsMOziuT3RvEt+BL5kHn774mfSngGSagqoPl58DKT9+KUpVQaxo1i2f8KiW/zaLIHa",
+	"s/fsQJR6gpyllN1xmanSDJC7mrECq7Mp1LVJE6iaIGk+81bsnjf0Nod707wfHKo3yK/yHFsKKdnB/F37",
+	"d0RIvrezyirQtAA6Wdajt+UPhVrRAfG1mUlAKKzbWERmlwoBLG/ZwtmzMAUEW2Vxl1zlSkq3QYt8kY/g",
+	"GgbwkFLxwylu1VE22X/Nj91v4Fp5qVTGrG+kUcfclpjQtNAMc2L1pJx80ZRRNXDGUy7AJLJk3+iuMG3+",
+	"iH1/zToVDHEV7km+MLiQ322Fi2rksfJ5GhIFqjfOBrUbIe5/rJjQVsYAmg1AazwDp5uQJJHmxgJN3pAj",
+	"jqag4CAPBvSM8jZ2OtcqBgJVwDiv/kOnjOiUCmX0CSkuCh3JmulAe/J1F10M7UmN0oelvNuocRipzO7R",
+	"Xr2wcydvmUeQ91O61gElehuw2RuXMLu3UEtsw9jGX7mexCmdi+/xwLjJEYok0GTKaIpMa+axTTZkOHpL",
+	"1mc4BXpiCNp3OLgTasiUa8WSEUrkMFZCEymYM24ICaXUzqvkDGOBcpzOPaZKh0xJMpR6UuEYkVk0I/8X",
+	"eWu1ECKmn4ewLmxJ6J/pNmm6SWB5v8v7A6ImlusiOErcVU9GuL7V0u9YyjivGuZx8JJLzVwdmHVs6Z1M",
+	"ZcownLxqg2LmBOmBABPacGErKJK2kJpA2WNzKMeUC6XR9ujeLLIkeeoqJKZ40AAJkSWKzScsZQFmXztk",
+	"sRl4+wBwAzyFNu0XYT3QkeYAUL3kTdDijnqHA2ErHXUsuGGIYa7mAqLmQAoWobsbc7Ix1XrdJfQ5lWzP",
+	"goaYmK3zllFeEkZvWbxNsQEz/q9S83a4kyUL2lcehWlGvObkVvNOh4ymLL3M9MTlndqXqgf3ncw0U8TG",
+	"PwDsVkBopidMaNCYwdm6rEh3Pewju+BLNuZrJiiGh7jTr1hal1qnbNi35yXu1ueCqjpTdsmhBbGdePK9",
+	"4SrvOsaYler461p+7uGB5636YTD2K4in6ZbR+OvaA3iIjCe6Y650LDAbTZjSKdUyLUJSl7F9sLorGXER",
+	"d1sl/29dP1fwMLwOzE9pmpqdBEZkVFkN02pHqYQatzmSYZADO/O0KL65BKJf2yfunJB2yWFbl4vpFVmU",
+	"KBGRn66v3+YpmKVtcSFONTue18kr1e5TgVERbKU+DBISVj3AK8cMp758FTh+vInaKhg18GgO500Vu5XF",
+	"HICmfAqAR2re/4nRxAJ9pIzGXDClgjxk0Tt4tpiROwMz1fr0/tP/HwAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
