@@ -28,6 +28,9 @@ CREATE TABLE webhook_targets (
     CHECK (deleted_at IS NULL OR NOT enabled)
 );
 CREATE INDEX webhook_targets_org_idx ON webhook_targets (organization_id, created_at DESC, id DESC);
+-- The hot paths ask "does any enabled target listen?" per statement, with
+-- sequential scans off (store.orderedScansSQL): this index answers that.
+CREATE INDEX webhook_targets_enabled_idx ON webhook_targets (organization_id) WHERE enabled;
 
 -- The outbox: the exact bytes every delivery of the event sends.
 CREATE TABLE webhook_events (
