@@ -271,7 +271,7 @@
 // (webhook_outbox.go). Task completions and the sweeper carry the write as
 // CTEs of their own statements (one index probe per ended task when no
 // target exists); scans, revocations and skipped slots are written by
-// triggers (migration 000018); worker.offline and
+// triggers (migration 000020); worker.offline and
 // organization.no_eligible_worker, computed from time, by
 // WatchWebhookConditions, once per transition. Any replica delivers:
 // ClaimWebhookDeliveries takes due rows FOR UPDATE SKIP LOCKED and pushes

@@ -60,7 +60,7 @@ type Wakeup struct {
 // "w:<worker>", "v:<worker>" (revoked), "c:<worker>" (a slot freed) or
 // "i:<worker>" (its certificates changed), "s:<org>" (a schedule
 // changed) or "h:<org>" (a webhook delivery queued, or a target changed;
-// migration 000018 sends it from SQL too).
+// migration 000020 sends it from SQL too).
 func (w Wakeup) Payload() string {
 	switch w.Kind {
 	case WakeOrganization:

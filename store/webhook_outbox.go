@@ -23,7 +23,7 @@ import (
 //     trip, no function call, no per-replica cache to keep coherent.
 //   - Scans, worker revocation and skipped schedule slots, which happen at
 //     most once per scan, worker or slot, are written by triggers
-//     (migration 000018) calling webhook_emit, so every way into those
+//     (migration 000020) calling webhook_emit, so every way into those
 //     states is covered.
 //   - worker.offline and organization.no_eligible_worker are not stored
 //     states but computed from time, so WatchWebhookConditions notices
