@@ -26,15 +26,19 @@ const runActiveSQL = `(EXISTS (SELECT 1 FROM worker_tasks rt WHERE rt.id = s.las
 // Each kind is its own locking CTE, so that each walks its own partial
 // index (schedules_due_idx in fire-time order, schedules_queued_idx) and
 // stops at $2 rows: an OR of the two in one WHERE scans every schedule.
+// The due bound is written out, not read from n: compared with a joined
+// CTE's column it is a filter, not an index condition, and the walk read
+// every schedule's entry (30,000 for 2 due ones). Ties on next_fire_at
+// come in index order: the index has no id to order them by without a sort.
 // The columns come from the CTEs, which return the row version they
 // locked: the outer query's snapshot may predate a fire another replica
 // committed meanwhile.
 const claimSchedulesSQL = `
 	WITH n AS (SELECT coalesce($1::timestamptz, now()) AS now),
 	due AS (
-		SELECT s.* FROM schedules s, n
-		WHERE s.enabled AND s.next_fire_at <= n.now
-		ORDER BY s.next_fire_at, s.id
+		SELECT s.* FROM schedules s
+		WHERE s.enabled AND s.next_fire_at <= coalesce($1::timestamptz, now())
+		ORDER BY s.next_fire_at
 		LIMIT $2
 		FOR UPDATE OF s SKIP LOCKED
 	), ready AS (
