@@ -14,8 +14,10 @@
 //
 // Usage:
 //   node worker.js --gateway https://host:8443 --cert worker.pem --key worker-key.pem --ca ca.pem
-//     [--slots 1] [--wait 20] [--tasks N] [--drain-timeout 10]
+//     [--slots 1] [--wait 20] [--tasks N] [--capabilities JSON] [--drain-timeout 10]
 // --tasks N exits (status 0) once N leased attempts have been finished.
+// --capabilities adds to what the worker advertises ({"plugins": [...]}),
+// e.g. '{"manual": true}' to take the README's hand-driven tasks.
 // Each line on stdout is a JSON event; lease tokens and secrets never appear.
 // Exit status: 0 done, 1 a fatal refusal (e.g. worker-revoked), 2 bad usage.
 
@@ -427,7 +429,7 @@ function completionFor(a, err) {
 class Worker {
   /**
    * @param {GatewayClient} client
-   * @param {{ slots: number, waitSeconds: number, tasks: number, drainTimeoutMs: number }} cfg
+   * @param {{ slots: number, waitSeconds: number, tasks: number, drainTimeoutMs: number, capabilities: Record<string, unknown> }} cfg
    */
   constructor(client, cfg) {
     this.client = client;
@@ -435,7 +437,7 @@ class Worker {
     /** @type {Map<string, Attempt>} */
     this.held = new Map();
     this.changed = new Notifier(); // a lease taken or released
-    this.capabilities = { plugins: Object.keys(plugins).sort() };
+    this.capabilities = { ...cfg.capabilities, plugins: Object.keys(plugins).sort() };
     /** @type {Set<Promise<void>>} */
     this.running = new Set();
   }
@@ -720,6 +722,7 @@ async function main() {
     slots: { type: "string", default: "1" },
     wait: { type: "string", default: "20" },
     tasks: { type: "string", default: "0" },
+    capabilities: { type: "string", default: "{}" },
     "drain-timeout": { type: "string", default: "10" },
   });
   try {
@@ -728,15 +731,31 @@ async function main() {
     console.error(describe(err));
     return 2;
   }
+  /** @type {unknown} */
+  let capabilities;
+  try {
+    capabilities = JSON.parse(args.capabilities ?? "{}");
+  } catch {
+    capabilities = undefined;
+  }
   const cfg = {
     slots: Number(args.slots),
     waitSeconds: Number(args.wait),
     tasks: Number(args.tasks),
     drainTimeoutMs: Number(args["drain-timeout"]) * 1000,
+    capabilities: /** @type {Record<string, unknown>} */ (capabilities),
   };
-  if (!args.gateway || !args.cert || !args.key || ![cfg.slots, cfg.waitSeconds, cfg.tasks].every(Number.isInteger)) {
+  if (
+    !args.gateway ||
+    !args.cert ||
+    !args.key ||
+    ![cfg.slots, cfg.waitSeconds, cfg.tasks].every(Number.isInteger) ||
+    typeof capabilities !== "object" ||
+    capabilities === null ||
+    Array.isArray(capabilities)
+  ) {
     console.error(
-      "usage: node worker.js --gateway URL --cert FILE --key FILE [--ca FILE] [--slots N] [--wait SECONDS] [--tasks N] [--drain-timeout SECONDS]",
+      "usage: node worker.js --gateway URL --cert FILE --key FILE [--ca FILE] [--slots N] [--wait SECONDS] [--tasks N] [--capabilities JSON-OBJECT] [--drain-timeout SECONDS]",
     );
     return 2;
   }
