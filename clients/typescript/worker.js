@@ -103,11 +103,18 @@ class Notifier {
 }
 
 /**
- * anySignal aborts when any of signals does (AbortSignal.any is Node 20+).
+ * anySignal aborts when any of signals does: AbortSignal.any (Node 20.3 on),
+ * which lets go of its listeners once the signal it returns is collected;
+ * on older Nodes a plain combination, whose listeners stay on the signals
+ * given until they abort.
  *
  * @param {AbortSignal[]} signals
+ * @returns {AbortSignal}
  */
 function anySignal(signals) {
+  if (typeof AbortSignal.any === "function") {
+    return AbortSignal.any(signals);
+  }
   const c = new AbortController();
   for (const s of signals) {
     if (s.aborted) {
@@ -117,6 +124,28 @@ function anySignal(signals) {
     s.addEventListener("abort", () => c.abort(s.reason), { once: true });
   }
   return c.signal;
+}
+
+/**
+ * nap waits until ms pass, wake resolves or signal aborts, whichever comes
+ * first, and leaves no timer or listener behind.
+ *
+ * @param {number} ms Infinity for no timeout
+ * @param {Promise<void>} wake
+ * @param {AbortSignal} signal
+ */
+async function nap(ms, wake, signal) {
+  const done = new AbortController();
+  /** @type {Promise<void>[]} */
+  const waits = [wake, new Promise((resolve) => signal.addEventListener("abort", () => resolve(), { once: true, signal: done.signal }))];
+  if (ms !== Infinity) {
+    waits.push(sleep(ms, done.signal).catch(() => {}));
+  }
+  try {
+    await Promise.race(waits);
+  } finally {
+    done.abort();
+  }
 }
 
 /**
@@ -310,13 +339,8 @@ class Attempt {
    */
   async waitRenewals(n) {
     while (this.renewals < n) {
-      const ended = new Promise((_, reject) => {
-        if (this.signal.aborted) {
-          reject(this.signal.reason);
-        }
-        this.signal.addEventListener("abort", () => reject(this.signal.reason), { once: true });
-      });
-      await Promise.race([this.renewed.promise, ended]);
+      this.signal.throwIfAborted();
+      await nap(Infinity, this.renewed.promise, this.signal);
     }
   }
 
@@ -485,7 +509,7 @@ class Worker {
         free = Math.min(free, this.cfg.tasks - leased);
       }
       if (free <= 0) {
-        await Promise.race([this.changed.promise, sleep(60_000, stop).catch(() => {})]);
+        await nap(Infinity, this.changed.promise, stop);
         continue;
       }
       // One key per poll, reused when the same poll is retried after a
@@ -643,11 +667,7 @@ class Worker {
       }
       const wakeAt = Math.min(Math.max(renewAt, retryAt), expireAt);
       if (wakeAt > now) {
-        const nap = new AbortController();
-        const timer = wakeAt === Infinity ? undefined : sleep(wakeAt - now, nap.signal).catch(() => {});
-        const stopped = new Promise((resolve) => signal.addEventListener("abort", resolve, { once: true }));
-        await Promise.race([this.changed.promise, stopped, ...(timer ? [timer] : [])]);
-        nap.abort();
+        await nap(wakeAt - now, this.changed.promise, signal);
         continue; // recompute: a lease may have come or gone
       }
       try {
