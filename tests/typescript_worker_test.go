@@ -52,11 +52,11 @@ func TestTypeScriptWorkerRunsTheProtocol(t *testing.T) {
 	}
 	// emit waits for a heartbeat to renew its lease, then sends the records
 	// in batches of two: 1 and 2, 3 and 4, then 5.
-	emitTask := g.CreateTask(t, org, harness.TaskSpec{LeaseDurationSeconds: 5,
+	emitTask := g.CreateTask(t, org, harness.TaskSpec{LeaseDurationSeconds: 6,
 		Payload: `{"plugin": "emit", "input": {"heartbeats": 1, "batch_size": 2, "records": [` + strings.Join(records, ",") + `]}}`})
 	failTask := g.CreateTask(t, org, harness.TaskSpec{MaxAttempts: 3,
 		Payload: `{"plugin": "fail", "input": {"code": "target-unreachable", "message": "connection refused", "retryable": false}}`})
-	sleepTask := g.CreateTask(t, org, harness.TaskSpec{LeaseDurationSeconds: 5,
+	sleepTask := g.CreateTask(t, org, harness.TaskSpec{LeaseDurationSeconds: 6,
 		Payload: `{"plugin": "sleep", "input": {"seconds": 600}}`})
 
 	run := startNodeWorker(t, dir, g.URL, files, "--slots", "3", "--wait", "5", "--tasks", "3")
@@ -220,10 +220,10 @@ func (r *nodeRun) events(t *testing.T) []nodeEvent {
 }
 
 // startNodeWorker runs worker.js with the worker's certificate files; it
-// is killed if it runs for more than a minute.
+// is killed if it runs for more than two minutes (a loaded machine starts node slowly).
 func startNodeWorker(t *testing.T, dir, url, files string, args ...string) *nodeRun {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	r := &nodeRun{cancel: cancel, done: make(chan error, 1), exited: make(chan struct{})}
 	r.cmd = exec.CommandContext(ctx, "node", append([]string{"worker.js", "--gateway", url,
 		"--cert", filepath.Join(files, "worker.pem"), "--key", filepath.Join(files, "worker-key.pem"),
@@ -242,6 +242,9 @@ func startNodeWorker(t *testing.T, dir, url, files string, args ...string) *node
 	t.Cleanup(func() {
 		cancel()
 		<-r.exited
+		if t.Failed() {
+			t.Logf("node worker %v:\n%s", args, r.output())
+		}
 	})
 	return r
 }
