@@ -8,6 +8,7 @@
 #   generate         regenerate src/schema.d.ts from openapi.yaml with the pinned openapi-typescript
 #   check-generated  fail when src/schema.d.ts differs from what openapi.yaml produces
 #   check            type-check the client and the Node worker (tsc --noEmit, strict JSDoc types)
+#                    and run the client's own tests (node --test)
 #
 # Without node or npm (not root, or no apt-get) every step says so and is skipped (exit 0): the Go
 # side of the project does not need them, and the TypeScript worker test skips itself likewise.
@@ -58,7 +59,7 @@ check-generated)
 	;;
 check)
 	deps check || exit 0
-	(cd "$dir" && npx --no-install tsc --noEmit -p .)
+	(cd "$dir" && npx --no-install tsc --noEmit -p . && node --test --test-reporter=spec test/*.test.js)
 	;;
 *)
 	echo "usage: $0 deps|generate|check-generated|check" >&2
