@@ -557,8 +557,16 @@ class Worker {
         if (this.held.has(lease.attempt_id)) {
           continue; // a replayed answer for a lease already running
         }
-        leased++;
         const a = new Attempt(this.client, lease, sentAt);
+        if (this.held.size >= this.cfg.slots) {
+          // The gateway granted more than asked: give it back at once
+          // rather than run more tasks than slots.
+          log("lease beyond free slots; releasing it", { attempt_id: a.id, task_id: a.task.id });
+          const p = this.release(a).finally(() => this.running.delete(p));
+          this.running.add(p);
+          continue;
+        }
+        leased++;
         this.held.set(a.id, a);
         log("lease acquired", {
           attempt_id: a.id,
@@ -624,6 +632,20 @@ class Worker {
       clearTimeout(a.deadline);
       this.held.delete(a.id);
       this.changed.notify();
+    }
+  }
+
+  /** @param {Attempt} a an attempt leased beyond the free slots, never started */
+  async release(a) {
+    try {
+      await a.complete({
+        outcome: "cancelled",
+        error: { code: "worker-over-capacity", message: "the worker has no free slot", retryable: true },
+      });
+    } catch (err) {
+      log("completion failed", { attempt_id: a.id, error: describe(err) });
+    } finally {
+      clearTimeout(a.deadline);
     }
   }
 
