@@ -103,6 +103,15 @@ func TestTypeScriptWorkerRunsTheProtocol(t *testing.T) {
 	require.Equal(t, "cancelled", string(cancelled.State))
 	require.Len(t, cancelled.Attempts, 1)
 	require.Equal(t, "cancelled", string(cancelled.Attempts[0].Status))
+	var told, completedCancelled bool
+	for _, e := range run.events(t) {
+		if e.AttemptID == cancelled.Attempts[0].Id.String() {
+			told = told || e.Event == "heartbeat" && e.State == "cancel_requested"
+			completedCancelled = completedCancelled || e.Event == "attempt completed" && e.Outcome == "cancelled"
+		}
+	}
+	require.True(t, told, "no heartbeat answer said cancel_requested:\n%s", run.output())
+	require.True(t, completedCancelled, run.output())
 
 	// The worker's own account, in order for the emitting attempt: a
 	// renewal answered active before the first batch, the batches
