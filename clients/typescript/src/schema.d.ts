@@ -1236,6 +1236,108 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/webhooks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List webhook targets
+         * @description Newest first.
+         */
+        get: operations["listWebhooks"];
+        put?: never;
+        /**
+         * Create a webhook target
+         * @description Creates an endpoint that receives the organization's events of the listed types, signed
+         *     by the Standard Webhooks convention (`webhook-id`, `webhook-timestamp`,
+         *     `webhook-signature`). The answer holds the signing `secret` (`whsec_…`): it is shown
+         *     only here and on rotation. A URL whose host resolves to a loopback, link-local or
+         *     private address is 400 `bad-request` unless the gateway runs with
+         *     `-webhooks-allow-private`. Admin permission.
+         */
+        post: operations["createWebhook"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{webhook_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get a webhook target
+         * @description 404 when it does not exist or the token may not see it. Never holds the secret.
+         */
+        get: operations["getWebhook"];
+        /**
+         * Replace a webhook target's definition
+         * @description The URL, description, event types and whether it is enabled; the secret stays (rotate it
+         *     with `/rotate-secret`). Re-enabling a disabled target closes its circuit breaker.
+         *     Deliveries already queued keep their bytes and go to the new URL.
+         */
+        put: operations["updateWebhook"];
+        post?: never;
+        /**
+         * Delete a webhook target
+         * @description Deletes the target, its pending deliveries and its delivery log. Deleting it again answers 204 too.
+         */
+        delete: operations["deleteWebhook"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{webhook_id}/rotate-secret": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Rotate a webhook target's secret
+         * @description Answers a new secret, once. For `overlap_seconds` (default one day) deliveries carry two
+         *     signatures, space-separated in `webhook-signature`: one by the new secret and one by the
+         *     old, so a receiver can switch secrets without refusing a delivery.
+         */
+        post: operations["rotateWebhookSecret"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{webhook_id}/deliveries": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A webhook target's delivery log
+         * @description Newest first: each event sent (or to be sent) to the target, with its state, the number
+         *     of tries, and the latest try's status code, latency and error.
+         */
+        get: operations["listWebhookDeliveries"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -2280,6 +2382,131 @@ export interface components {
             items: components["schemas"]["Schedule"][];
             next_cursor?: string;
         };
+        /** @enum {string} */
+        WebhookEventType: "task.failed_terminal" | "task.completed" | "scan.completed" | "scan.failed" | "worker.offline" | "worker.revoked" | "organization.no_eligible_worker" | "schedule.fire_skipped";
+        CreateWebhookRequest: {
+            /** Format: uuid */
+            organization_id: string;
+            /** @description An http or https URL. */
+            url: string;
+            description?: string;
+            event_types: components["schemas"]["WebhookEventType"][];
+            /** @default true */
+            enabled: boolean;
+        };
+        UpdateWebhookRequest: {
+            url: string;
+            description?: string;
+            event_types: components["schemas"]["WebhookEventType"][];
+            enabled: boolean;
+        };
+        RotateWebhookSecretRequest: {
+            /**
+             * @description How long the old secret keeps signing too.
+             * @default 86400
+             */
+            overlap_seconds: number;
+        };
+        /**
+         * @example {
+         *       "id": "0193f1a2-ce55-7f60-8172-5d6e7f8091a2",
+         *       "organization_id": "0193f1a2-7c4e-7d1a-9a51-6b3f0e2c4d10",
+         *       "url": "https://hooks.example.com/gateway",
+         *       "description": "",
+         *       "event_types": [
+         *         "task.failed_terminal"
+         *       ],
+         *       "enabled": true,
+         *       "consecutive_failures": 0,
+         *       "created_at": "2026-11-29T15:36:32Z",
+         *       "updated_at": "2026-11-29T15:36:32Z"
+         *     }
+         */
+        Webhook: {
+            /** Format: uuid */
+            id: string;
+            /** Format: uuid */
+            organization_id: string;
+            url: string;
+            description: string;
+            event_types: components["schemas"]["WebhookEventType"][];
+            enabled: boolean;
+            /** @description Failed tries in a row; the circuit opens at the gateway's threshold. */
+            consecutive_failures: number;
+            /**
+             * Format: date-time
+             * @description While open, no delivery to the target is tried.
+             */
+            circuit_open_until?: string;
+            /**
+             * Format: date-time
+             * @description During a rotation's overlap: when the old secret stops signing.
+             */
+            previous_secret_expires_at?: string;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+        };
+        WebhookWithSecret: components["schemas"]["Webhook"] & {
+            /** @description whsec_ and the base64 of the HMAC-SHA256 key. Shown once. */
+            secret: string;
+        };
+        WebhookList: {
+            items: components["schemas"]["Webhook"][];
+            next_cursor?: string;
+        };
+        /**
+         * @example {
+         *       "id": "0193f1a2-df66-7071-9283-6e7f8091a2b3",
+         *       "event_id": "0193f1a2-df66-7071-9283-6e7f8091a2b4",
+         *       "event_type": "task.failed_terminal",
+         *       "webhook_id": "0193f1a2-ce55-7f60-8172-5d6e7f8091a2",
+         *       "state": "delivered",
+         *       "attempts": 2,
+         *       "last_status_code": 200,
+         *       "last_latency_ms": 41,
+         *       "created_at": "2026-11-30T01:00:00Z",
+         *       "last_attempt_at": "2026-11-30T01:00:12Z",
+         *       "delivered_at": "2026-11-30T01:00:12Z"
+         *     }
+         */
+        WebhookDelivery: {
+            /** Format: uuid */
+            id: string;
+            /**
+             * Format: uuid
+             * @description The webhook-id header: the same on every try.
+             */
+            event_id: string;
+            event_type: components["schemas"]["WebhookEventType"];
+            /** Format: uuid */
+            webhook_id: string;
+            /**
+             * @description failed: every try failed.
+             * @enum {string}
+             */
+            state: "pending" | "delivered" | "failed";
+            attempts: number;
+            /**
+             * Format: date-time
+             * @description While pending: the next try.
+             */
+            next_attempt_at?: string;
+            /** Format: date-time */
+            last_attempt_at?: string;
+            last_status_code?: number;
+            last_latency_ms?: number;
+            last_error?: string;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            delivered_at?: string;
+        };
+        WebhookDeliveryList: {
+            items: components["schemas"]["WebhookDelivery"][];
+            next_cursor?: string;
+        };
         /**
          * @example {
          *       "id": "0193f1a2-df66-7071-9283-6e7f8091a2b3",
@@ -2757,6 +2984,7 @@ export interface components {
         FileID: string;
         ScanID: string;
         ScheduleID: string;
+        WebhookID: string;
         SecretID: string;
         /** @description Makes the request safe to repeat; derive it from the attempt and sequence number. At most 255 characters. */
         RequiredIdempotencyKey: string;
@@ -4880,6 +5108,233 @@ export interface operations {
             };
             400: components["responses"]["Problem"];
             401: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+            default: components["responses"]["Problem"];
+        };
+    };
+    listWebhooks: {
+        parameters: {
+            query?: {
+                /** @description Only this organization's targets. For an unscoped token, an organization that does not exist is 404. */
+                organization_id?: string;
+                /** @description The `next_cursor` of the previous page. */
+                cursor?: components["parameters"]["Cursor"];
+                limit?: components["parameters"]["Limit"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of targets. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookList"];
+                };
+            };
+            400: components["responses"]["Problem"];
+            401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+            default: components["responses"]["Problem"];
+        };
+    };
+    createWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "organization_id": "0193f1a2-7c4e-7d1a-9a51-6b3f0e2c4d10",
+                 *       "url": "https://hooks.example.com/gateway",
+                 *       "event_types": [
+                 *         "task.failed_terminal",
+                 *         "scan.completed"
+                 *       ]
+                 *     }
+                 */
+                "application/json": components["schemas"]["CreateWebhookRequest"];
+            };
+        };
+        responses: {
+            /** @description Created; the only answer besides a rotation that holds the secret. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookWithSecret"];
+                };
+            };
+            400: components["responses"]["Problem"];
+            401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+            default: components["responses"]["Problem"];
+        };
+    };
+    getWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                webhook_id: components["parameters"]["WebhookID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The target. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Webhook"];
+                };
+            };
+            401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+            default: components["responses"]["Problem"];
+        };
+    };
+    updateWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                webhook_id: components["parameters"]["WebhookID"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "url": "https://hooks.example.com/gateway",
+                 *       "event_types": [
+                 *         "task.failed_terminal"
+                 *       ],
+                 *       "enabled": true
+                 *     }
+                 */
+                "application/json": components["schemas"]["UpdateWebhookRequest"];
+            };
+        };
+        responses: {
+            /** @description The target. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Webhook"];
+                };
+            };
+            400: components["responses"]["Problem"];
+            401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+            default: components["responses"]["Problem"];
+        };
+    };
+    deleteWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                webhook_id: components["parameters"]["WebhookID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+            default: components["responses"]["Problem"];
+        };
+    };
+    rotateWebhookSecret: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                webhook_id: components["parameters"]["WebhookID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                /**
+                 * @example {
+                 *       "overlap_seconds": 3600
+                 *     }
+                 */
+                "application/json": components["schemas"]["RotateWebhookSecretRequest"];
+            };
+        };
+        responses: {
+            /** @description The target with its new secret. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookWithSecret"];
+                };
+            };
+            400: components["responses"]["Problem"];
+            401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+            default: components["responses"]["Problem"];
+        };
+    };
+    listWebhookDeliveries: {
+        parameters: {
+            query?: {
+                /** @description The `next_cursor` of the previous page. */
+                cursor?: components["parameters"]["Cursor"];
+                limit?: components["parameters"]["Limit"];
+            };
+            header?: never;
+            path: {
+                webhook_id: components["parameters"]["WebhookID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of deliveries. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookDeliveryList"];
+                };
+            };
+            400: components["responses"]["Problem"];
+            401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
             default: components["responses"]["Problem"];
         };
