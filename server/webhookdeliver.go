@@ -173,13 +173,22 @@ func (d *webhookDeliverer) deliverDue(ctx context.Context) time.Duration {
 			return jittered(scheduleRetry)
 		}
 		claimed += len(batch)
+		outcomes := make([]store.DeliveryOutcome, len(batch))
 		var wg sync.WaitGroup
-		for _, c := range batch {
-			wg.Go(func() { d.deliver(ctx, c) })
+		for i, c := range batch {
+			wg.Go(func() { outcomes[i] = d.deliver(ctx, c) })
 		}
 		wg.Wait()
 		if len(batch) == 0 {
 			break
+		}
+		if ctx.Err() != nil {
+			break // shutting down: the claims run out and other tries follow
+		}
+		// One statement for the batch: a record per try, each its own
+		// transaction, queued behind one another on a busy target's row.
+		if err := d.store.RecordWebhookDeliveries(ctx, outcomes, d.cfg.Policy); err != nil {
+			d.logger.Warn("recording webhook deliveries failed", "deliveries", len(outcomes), "error", err.Error())
 		}
 	}
 	next, ok, err := d.store.NextWebhookDeliveryIn(ctx)
@@ -219,10 +228,10 @@ func (d *webhookDeliverer) prune(ctx context.Context) {
 	}
 }
 
-// deliver makes one try and records it. A replica that dies before the
-// record leaves the claim to run out: the delivery is tried again, with the
-// same id and body (at least once).
-func (d *webhookDeliverer) deliver(ctx context.Context, c store.ClaimedDelivery) {
+// deliver makes one try; deliverDue records it with the batch. A replica
+// that dies before the record leaves the claim to run out: the delivery is
+// tried again, with the same id and body (at least once).
+func (d *webhookDeliverer) deliver(ctx context.Context, c store.ClaimedDelivery) store.DeliveryOutcome {
 	d.tries.Add(1)
 	out := store.DeliveryOutcome{DeliveryID: c.ID, Attempt: c.Attempt}
 	start := time.Now()
@@ -240,16 +249,11 @@ func (d *webhookDeliverer) deliver(ctx context.Context, c store.ClaimedDelivery)
 		out.Delivered = true
 		d.delivered.Add(1)
 	}
-	if ctx.Err() != nil {
-		return // shutting down: the claim runs out and another try follows
-	}
-	if err := d.store.RecordWebhookDelivery(ctx, out, d.cfg.Policy); err != nil {
-		d.logger.Warn("recording a webhook delivery failed", "delivery_id", c.ID.String(), "error", err.Error())
-	}
-	if !out.Delivered {
+	if !out.Delivered && ctx.Err() == nil {
 		d.logger.Info("webhook delivery failed", "delivery_id", c.ID.String(), "webhook_id", c.TargetID.String(),
 			"attempt", c.Attempt, "error", out.Error)
 	}
+	return out
 }
 
 // post sends the event and answers the status code.

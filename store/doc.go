@@ -280,7 +280,7 @@
 // WatchWebhookConditions, once per transition. Any replica delivers:
 // ClaimWebhookDeliveries takes due rows FOR UPDATE SKIP LOCKED and pushes
 // them past the try's end, so a replica that dies mid-delivery leaves them
-// due again (at least once); RecordWebhookDelivery is fenced on the try's
+// due again (at least once); RecordWebhookDeliveries is fenced on each try's
 // attempt number. The circuit breaker is the target row's, so replicas
 // agree. Lock order: a delivery before its target.
 //

@@ -95,46 +95,76 @@ type DeliveryOutcome struct {
 	Error      string
 }
 
-// recordDeliverySQL records a try, fenced on the claim's attempt number: a
-// try whose claim ran out and was claimed again records nothing. The
-// delivery is locked before its target (the lock order of the deliverer).
-const recordDeliverySQL = `
-WITH d AS (
+// recordDeliveriesSQL records tries, each fenced on its claim's attempt
+// number: a try whose claim ran out and was claimed again records nothing.
+// Then each target's circuit breaker moves once for the batch: a delivery
+// that got through closes it, else the failures add up. A target already
+// healthy is not written at all, so deliveries to one busy target do not
+// queue on its row. Deliveries are locked before their targets, and
+// targets in id order (two replicas' batches cannot deadlock).
+const recordDeliveriesSQL = `
+WITH o AS (
+	SELECT * FROM unnest($1::uuid[], $2::int[], $3::bool[], $4::int[], $5::int[], $6::text[])
+		AS o(id, attempt, delivered, status_code, latency_ms, error)
+), d AS (
 	UPDATE webhook_deliveries d SET
-		state = CASE WHEN $3 THEN 'delivered' WHEN d.attempts >= $8 THEN 'failed' ELSE 'pending' END,
-		next_attempt_at = CASE WHEN $3 OR d.attempts >= $8 THEN d.next_attempt_at
+		state = CASE WHEN o.delivered THEN 'delivered' WHEN d.attempts >= $8 THEN 'failed' ELSE 'pending' END,
+		next_attempt_at = CASE WHEN o.delivered OR d.attempts >= $8 THEN d.next_attempt_at
 			ELSE now() + make_interval(secs => least($10::float8, $9::float8 * power(2, d.attempts - 1)) * (0.5 + random() / 2)) END,
-		delivered_at = CASE WHEN $3 THEN now() END,
-		last_status_code = $4, last_latency_ms = $5, last_error = $6
-	WHERE d.id = $1 AND d.attempts = $2 AND d.state = 'pending'
-	RETURNING d.target_id
+		delivered_at = CASE WHEN o.delivered THEN now() END,
+		last_status_code = o.status_code, last_latency_ms = o.latency_ms, last_error = o.error
+	FROM o
+	WHERE d.id = o.id AND d.attempts = o.attempt AND d.state = 'pending'
+	RETURNING d.target_id, o.delivered
+), per_target AS (
+	SELECT target_id, bool_or(delivered) AS delivered, count(*) FILTER (WHERE NOT delivered) AS failures
+	FROM d GROUP BY target_id
+), changing AS (
+	SELECT t.id FROM webhook_targets t JOIN per_target p ON p.target_id = t.id
+	WHERE NOT (p.delivered AND t.consecutive_failures = 0 AND t.circuit_open_until IS NULL)
+	ORDER BY t.id
+	FOR UPDATE OF t
 )
 UPDATE webhook_targets t SET
-	consecutive_failures = CASE WHEN $3 THEN 0 ELSE t.consecutive_failures + 1 END,
-	circuit_open_until = CASE WHEN $3 THEN NULL
-		WHEN t.consecutive_failures + 1 >= $7 THEN now() + make_interval(secs => $11)
+	consecutive_failures = CASE WHEN p.delivered THEN 0 ELSE t.consecutive_failures + p.failures END,
+	circuit_open_until = CASE WHEN p.delivered THEN NULL
+		WHEN t.consecutive_failures + p.failures >= $7 THEN now() + make_interval(secs => $11)
 		ELSE t.circuit_open_until END
-FROM d WHERE t.id = d.target_id`
+FROM changing c JOIN per_target p ON p.target_id = c.id
+WHERE t.id = c.id`
 
-// RecordWebhookDelivery records a try's outcome: delivered, retried after a
-// backoff, or failed for good after MaxAttempts; and moves the target's
-// circuit breaker.
-func (s *Store) RecordWebhookDelivery(ctx context.Context, o DeliveryOutcome, p DeliveryPolicy) error {
-	var errText *string
-	if o.Error != "" {
-		e := o.Error
-		if len(e) > 500 {
-			e = e[:500]
-		}
-		errText = &e
+// RecordWebhookDeliveries records tries' outcomes in one statement:
+// delivered, retried after a backoff, or failed for good after
+// MaxAttempts; and moves each target's circuit breaker.
+func (s *Store) RecordWebhookDeliveries(ctx context.Context, outcomes []DeliveryOutcome, p DeliveryPolicy) error {
+	if len(outcomes) == 0 {
+		return nil
 	}
-	latencyMs := int(o.Latency.Milliseconds())
-	_, err := s.pool.Exec(ctx, recordDeliverySQL, o.DeliveryID, o.Attempt, o.Delivered, o.StatusCode, latencyMs, errText,
+	n := len(outcomes)
+	ids, attempts, delivered := make([]uuid.UUID, n), make([]int, n), make([]bool, n)
+	codes, latencies, errTexts := make([]*int, n), make([]int, n), make([]*string, n)
+	for i, o := range outcomes {
+		ids[i], attempts[i], delivered[i], codes[i] = o.DeliveryID, o.Attempt, o.Delivered, o.StatusCode
+		latencies[i] = int(o.Latency.Milliseconds())
+		if o.Error != "" {
+			e := o.Error
+			if len(e) > 500 {
+				e = e[:500]
+			}
+			errTexts[i] = &e
+		}
+	}
+	_, err := s.pool.Exec(ctx, recordDeliveriesSQL, ids, attempts, delivered, codes, latencies, errTexts,
 		p.BreakerThreshold, p.MaxAttempts, p.RetryBase.Seconds(), p.RetryMax.Seconds(), p.BreakerCooldown.Seconds())
 	if err != nil {
-		return fmt.Errorf("record webhook delivery: %w", err)
+		return fmt.Errorf("record webhook deliveries: %w", err)
 	}
 	return nil
+}
+
+// RecordWebhookDelivery records one try (RecordWebhookDeliveries).
+func (s *Store) RecordWebhookDelivery(ctx context.Context, o DeliveryOutcome, p DeliveryPolicy) error {
+	return s.RecordWebhookDeliveries(ctx, []DeliveryOutcome{o}, p)
 }
 
 // NextWebhookDeliveryIn is how long until the earliest pending delivery may

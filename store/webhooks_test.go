@@ -350,3 +350,60 @@ func TestWebhookDeliveryRetriesAndBreaker(t *testing.T) {
 	_, err = s.DeleteWebhookTarget(t.Context(), store.OrganizationScope(stranger.ID), hook.ID)
 	require.ErrorIs(t, err, store.ErrNotFound)
 }
+
+// TestWebhookDeliveriesRecordedInABatch: one statement records a batch of
+// tries; the breaker moves once per target and batch (failures add up, a
+// delivery that got through closes it), and a healthy target's row is not
+// written by a batch of successes.
+func TestWebhookDeliveriesRecordedInABatch(t *testing.T) {
+	s, b := setupStore(t)
+	hook := createHook(t, s, b.org.ID, store.EventTaskCompleted)
+	for range 5 {
+		createTask(t, s, b.org.ID, store.CreateTaskParams{})
+		complete(t, s, refOf(b.worker.ID, acquireOne(t, s, b.worker.ID)), store.AttemptSucceeded, false)
+	}
+	policy := store.DeliveryPolicy{MaxAttempts: 5, RetryBase: time.Hour, RetryMax: time.Hour, BreakerThreshold: 3, BreakerCooldown: time.Hour}
+	targetVersion := func() string {
+		var xmin string
+		require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT xmin::text FROM webhook_targets WHERE id = $1`, hook.ID).Scan(&xmin))
+		return xmin
+	}
+	claim := func(n int) []store.ClaimedDelivery {
+		claimed, err := s.ClaimWebhookDeliveries(t.Context(), n, time.Minute)
+		require.NoError(t, err)
+		require.Len(t, claimed, n)
+		return claimed
+	}
+	outcome := func(c store.ClaimedDelivery, delivered bool) store.DeliveryOutcome {
+		o := store.DeliveryOutcome{DeliveryID: c.ID, Attempt: c.Attempt, Delivered: delivered}
+		if !delivered {
+			o.Error = "HTTP 502"
+		}
+		return o
+	}
+
+	// Two failures in one batch: both count.
+	failed := claim(2)
+	require.NoError(t, s.RecordWebhookDeliveries(t.Context(), []store.DeliveryOutcome{outcome(failed[0], false), outcome(failed[1], false)}, policy))
+	got, err := s.GetWebhookTarget(t.Context(), store.EveryOrganization(), hook.ID)
+	require.NoError(t, err)
+	require.Equal(t, 2, got.ConsecutiveFailures)
+	require.Nil(t, got.CircuitOpenUntil)
+
+	// A batch with a failure and a success: the target answered, so the
+	// circuit stays closed and the count starts again.
+	mixed := claim(2)
+	require.NoError(t, s.RecordWebhookDeliveries(t.Context(), []store.DeliveryOutcome{outcome(mixed[0], false), outcome(mixed[1], true)}, policy))
+	got, err = s.GetWebhookTarget(t.Context(), store.EveryOrganization(), hook.ID)
+	require.NoError(t, err)
+	require.Zero(t, got.ConsecutiveFailures)
+	require.Nil(t, got.CircuitOpenUntil)
+	require.Equal(t, 1, countHookRows(t, b.pool, `SELECT count(*) FROM webhook_deliveries WHERE state = 'delivered'`))
+
+	// Successes to a healthy target leave its row alone.
+	before := targetVersion()
+	require.NoError(t, s.RecordWebhookDeliveries(t.Context(), []store.DeliveryOutcome{outcome(claim(1)[0], true)}, policy))
+	require.Equal(t, before, targetVersion(), "a healthy target is not rewritten")
+	require.Equal(t, 2, countHookRows(t, b.pool, `SELECT count(*) FROM webhook_deliveries WHERE state = 'delivered'`))
+	require.Equal(t, 3, countHookRows(t, b.pool, `SELECT count(*) FROM webhook_deliveries WHERE state = 'pending'`))
+}
