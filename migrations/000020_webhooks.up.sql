@@ -63,15 +63,18 @@ CREATE TABLE webhook_deliveries (
 CREATE INDEX webhook_deliveries_due_idx ON webhook_deliveries (next_attempt_at) WHERE state = 'pending';
 CREATE INDEX webhook_deliveries_target_idx ON webhook_deliveries (target_id, created_at DESC, id DESC);
 
--- A new delivery wakes the deliverers (store.WakeWebhooks). NOTIFY folds
--- identical payloads within a transaction: one notice per organization.
+-- New deliveries wake the deliverers (store.WakeWebhooks): one notice per
+-- organization and statement, not one call per row (a completion group
+-- writes hundreds of deliveries in one statement).
 CREATE FUNCTION webhook_delivery_notify() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pg_notify('worker_gateway_wakeup', 'h:' || NEW.organization_id::text);
+    PERFORM pg_notify('worker_gateway_wakeup', 'h:' || o.organization_id::text)
+    FROM (SELECT DISTINCT organization_id FROM new_deliveries) o;
     RETURN NULL;
 END $$;
 CREATE TRIGGER webhook_deliveries_notify AFTER INSERT ON webhook_deliveries
-    FOR EACH ROW EXECUTE FUNCTION webhook_delivery_notify();
+    REFERENCING NEW TABLE AS new_deliveries
+    FOR EACH STATEMENT EXECUTE FUNCTION webhook_delivery_notify();
 
 -- webhook_body is an event's body, made once when the event is written:
 -- {"id","type","timestamp","organization_id","data"} (Standard Webhooks'
