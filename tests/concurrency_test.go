@@ -3,16 +3,12 @@ package tests
 import (
 	"context"
 	"net/http"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/worker-gateway/gateway/tests/harness"
-	"github.com/worker-gateway/gateway/workerclient"
 	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
@@ -33,64 +29,7 @@ func TestAcquisitionPerPollCompletesEveryTaskExactlyOnce(t *testing.T) {
 
 func manyWorkersOnTwoReplicas(t *testing.T, tasks int, gatewayArgs ...string) {
 	g, procs := harness.StartProcesses(t, 2, gatewayArgs...)
-	org := g.NewOrganization(t, "acme")
-	const workers = 20
-
-	var (
-		runs      sync.Map // task id → *atomic.Int32
-		completed atomic.Int32
-	)
-	for i := range workers {
-		w := g.NewWorker(t, "w"+uuid.NewString()[:8], 4, org)
-		replica := procs[i%len(procs)]
-		w.Runtime(t, 4, func(_ context.Context, lt *workerclient.LeasedTask) error {
-			n, _ := runs.LoadOrStore(lt.ID, new(atomic.Int32))
-			n.(*atomic.Int32).Add(1)
-			completed.Add(1)
-			return nil
-		}, func(c *workerclient.Config) { c.GatewayURL = replica.URL; c.WaitSeconds = 2 })
-	}
-
-	// Producers create the tasks through both replicas while workers run.
-	var wg sync.WaitGroup
-	var created sync.Map
-	for p := range 8 {
-		wg.Go(func() {
-			for i := p; i < tasks; i += 8 {
-				created.Store(g.CreateTask(t, org, harness.TaskSpec{}), true)
-			}
-		})
-	}
-	wg.Wait()
-	harness.WaitFor(t, 3*time.Minute, "every task completed", func() bool {
-		var n int
-		require.NoError(t, g.Pool.QueryRow(context.Background(),
-			`SELECT count(*) FROM worker_tasks WHERE state = 'completed'`).Scan(&n))
-		return n == tasks
-	})
-
-	var createdCount int
-	created.Range(func(id, _ any) bool {
-		createdCount++
-		n, ok := runs.Load(id)
-		require.True(t, ok, "task %s never ran", id)
-		require.Equal(t, int32(1), n.(*atomic.Int32).Load(), "task %s ran more than once", id)
-		return true
-	})
-	require.Equal(t, tasks, createdCount)
-
-	var succeeded, other, doubleActive int
-	require.NoError(t, g.Pool.QueryRow(context.Background(), `
-		SELECT count(*) FILTER (WHERE status = 'succeeded'), count(*) FILTER (WHERE status <> 'succeeded')
-		FROM worker_task_attempts`).Scan(&succeeded, &other))
-	require.Equal(t, tasks, succeeded, "exactly one successful attempt per task")
-	require.Zero(t, other, "no attempt was lost, expired or superseded")
-	// No two attempts of one task ever overlapped in time.
-	require.NoError(t, g.Pool.QueryRow(context.Background(), `
-		SELECT count(*) FROM worker_task_attempts a JOIN worker_task_attempts b
-			ON a.task_id = b.task_id AND a.id < b.id
-			AND tstzrange(a.started_at, a.finished_at) && tstzrange(b.started_at, b.finished_at)`).Scan(&doubleActive))
-	require.Zero(t, doubleActive)
+	harness.RunEveryTaskOnce(t, g, procs, g.NewOrganization(t, "acme"), 20, tasks)
 }
 
 // TestWakeUpsCrossReplicas: a poll waiting on one replica is woken by a task

@@ -3,8 +3,6 @@ package ha
 import (
 	"context"
 	"net/http"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,7 +12,6 @@ import (
 
 	"github.com/worker-gateway/gateway/internal/pgbouncer"
 	"github.com/worker-gateway/gateway/tests/harness"
-	"github.com/worker-gateway/gateway/workerclient"
 	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
@@ -36,49 +33,8 @@ func TestTwoReplicasThroughPgBouncer(t *testing.T) {
 		tasks = 2000
 	}
 
-	var runs sync.Map // task id → *atomic.Int32
-	var stops []func()
-	for i := range 10 {
-		w := g.NewWorker(t, "w"+uuid.NewString()[:8], 4, org)
-		replica := procs[i%len(procs)]
-		stops = append(stops, w.Runtime(t, 4, func(_ context.Context, lt *workerclient.LeasedTask) error {
-			n, _ := runs.LoadOrStore(lt.ID, new(atomic.Int32))
-			n.(*atomic.Int32).Add(1)
-			return nil
-		}, func(c *workerclient.Config) { c.GatewayURL = replica.URL; c.WaitSeconds = 2 }))
-	}
 	began := time.Now()
-	var wg sync.WaitGroup
-	var created sync.Map
-	for p := range 8 {
-		wg.Go(func() {
-			for i := p; i < tasks; i += 8 {
-				created.Store(g.CreateTask(t, org, harness.TaskSpec{}), true)
-			}
-		})
-	}
-	wg.Wait()
-	harness.WaitFor(t, 3*time.Minute, "every task completed", func() bool {
-		var n int
-		require.NoError(t, g.Pool.QueryRow(context.Background(),
-			`SELECT count(*) FROM worker_tasks WHERE state = 'completed'`).Scan(&n))
-		return n == tasks
-	})
-	var createdCount int
-	created.Range(func(id, _ any) bool {
-		createdCount++
-		n, ok := runs.Load(id)
-		require.True(t, ok, "task %s never ran", id)
-		require.Equal(t, int32(1), n.(*atomic.Int32).Load(), "task %s ran more than once", id)
-		return true
-	})
-	require.Equal(t, tasks, createdCount)
-	var succeeded, other int
-	require.NoError(t, g.Pool.QueryRow(context.Background(), `
-		SELECT count(*) FILTER (WHERE status = 'succeeded'), count(*) FILTER (WHERE status <> 'succeeded')
-		FROM worker_task_attempts`).Scan(&succeeded, &other))
-	require.Equal(t, tasks, succeeded, "exactly one successful attempt per task")
-	require.Zero(t, other, "no attempt was lost, expired or superseded")
+	stops := harness.RunEveryTaskOnce(t, g, procs, org, 10, tasks)
 	t.Logf("%d tasks through PgBouncer in %s", tasks, time.Since(began).Round(time.Millisecond))
 
 	for _, stop := range stops {
