@@ -46,19 +46,18 @@ func TestScheduledScansMatchCreatedScans(t *testing.T) {
 		OrganizationID: b.org.ID, Targets: p.Definition.Scan.Targets, Plugins: plugins, Priority: p.Definition.Scan.Priority})
 	require.NoError(t, err)
 
-	// Everything but ids, times and the trigger.
+	// Whole rows, but for ids, times and the trigger: a column createScan
+	// (or advance_scan) starts to fill must be filled here too.
 	shape := func(scan uuid.UUID) string {
 		var out string
 		require.NoError(t, b.pool.QueryRow(t.Context(), `
 			SELECT jsonb_build_object(
-				'scan', (SELECT jsonb_build_object('org', organization_id, 'state', state, 'targets', targets,
-					'priority', priority, 'sha', request_sha256, 'key', idempotency_key) FROM scans WHERE id = $1),
-				'jobs', (SELECT jsonb_agg(jsonb_build_object('org', organization_id, 'position', position,
-					'plugin', plugin_name, 'state', state, 'input', input, 'timeout', timeout_seconds,
-					'caps', required_capabilities) ORDER BY position) FROM scan_jobs WHERE scan_id = $1),
-				'tasks', (SELECT jsonb_agg(jsonb_build_object('org', t.organization_id, 'type', t.task_type,
-					'state', t.state, 'payload', t.payload, 'caps', t.required_capabilities, 'priority', t.priority,
-					'timeout', t.attempt_timeout_seconds, 'queued', q.task_id IS NOT NULL, 'job', j.position))
+				'scan', (SELECT to_jsonb(s) - '{id,created_at,updated_at,trigger_kind,trigger_schedule_id,trigger_schedule_version,trigger_slot_at}'::text[]
+					FROM scans s WHERE id = $1),
+				'jobs', (SELECT jsonb_agg(to_jsonb(j) - '{id,scan_id,created_at,updated_at}'::text[] ORDER BY j.position)
+					FROM scan_jobs j WHERE scan_id = $1),
+				'tasks', (SELECT jsonb_agg((to_jsonb(t) - '{id,scan_id,scan_job_id,created_at,updated_at,available_at,trigger_kind,trigger_schedule_id,trigger_schedule_version,trigger_slot_at}'::text[])
+						|| jsonb_build_object('queued', q.task_id IS NOT NULL, 'job', j.position))
 					FROM worker_tasks t JOIN scan_jobs j ON j.id = t.scan_job_id
 					LEFT JOIN worker_task_queue q ON q.task_id = t.id WHERE t.scan_id = $1))::text`, scan).Scan(&out))
 		return out
