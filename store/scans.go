@@ -23,8 +23,11 @@ type ScanPlugin struct {
 type CreateScanParams struct {
 	OrganizationID uuid.UUID
 	Targets        []string
-	Plugins        []ScanPlugin
-	Priority       int
+	// AssetTargets are assets of the organization the scan also targets
+	// (their values join Targets in the jobs' payloads).
+	AssetTargets []uuid.UUID
+	Plugins      []ScanPlugin
+	Priority     int
 	IdempotencyKey string
 	RequestSHA256  string
 	// Trigger is what caused the scan; nil is the API.
@@ -37,6 +40,7 @@ type Scan struct {
 	OrganizationID uuid.UUID
 	State          string
 	Targets        []string
+	AssetTargets   []uuid.UUID
 	CreatedAt      time.Time
 	CompletedAt    *time.Time
 	Jobs           []ScanJob
@@ -87,14 +91,17 @@ func (s *Store) CreateScan(ctx context.Context, scope Scope, p CreateScanParams)
 func createScan(ctx context.Context, tx pgx.Tx, p CreateScanParams) (uuid.UUID, bool, error) {
 	var id uuid.UUID
 	targets, _ := json.Marshal(p.Targets)
+	assetTargets, _ := json.Marshal(uuidsOrEmpty(p.AssetTargets))
 	tr := p.Trigger.orAPI()
 	err := tx.QueryRow(ctx, `
 		INSERT INTO scans (organization_id, targets, priority, idempotency_key, request_sha256,
-			trigger_kind, trigger_schedule_id, trigger_schedule_version, trigger_slot_at, trigger_token_id)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+			trigger_kind, trigger_schedule_id, trigger_schedule_version, trigger_slot_at, trigger_token_id,
+			asset_targets, scope_key)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
 		ON CONFLICT (organization_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 		RETURNING id`, p.OrganizationID, string(targets), p.Priority, nullString(p.IdempotencyKey), p.RequestSHA256,
-		tr.Kind, tr.ScheduleID, tr.ScheduleVersion, tr.SlotAt, tr.TokenID).Scan(&id)
+		tr.Kind, tr.ScheduleID, tr.ScheduleVersion, tr.SlotAt, tr.TokenID,
+		string(assetTargets), scanScopeKey(p)).Scan(&id)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		id, err = creationReplay(ctx, tx, "scans", p.OrganizationID, p.IdempotencyKey, p.RequestSHA256)
@@ -103,6 +110,9 @@ func createScan(ctx context.Context, tx pgx.Tx, p CreateScanParams) (uuid.UUID, 
 		return uuid.Nil, false, errOrganizationMissing
 	case err != nil:
 		return uuid.Nil, false, fmt.Errorf("insert scan: %w", err)
+	}
+	if err := checkScanScope(ctx, tx, p); err != nil {
+		return uuid.Nil, false, err
 	}
 	for i, plugin := range p.Plugins {
 		input := plugin.Input
@@ -131,18 +141,21 @@ func (s *Store) GetScan(ctx context.Context, scope Scope, id uuid.UUID) (Scan, e
 	return getScan(ctx, s.pool, scope, id)
 }
 
-var scanColumns = `s.id, s.organization_id, s.state, s.targets, s.created_at, s.completed_at, ` + triggerColumns("s")
+var scanColumns = `s.id, s.organization_id, s.state, s.targets, s.asset_targets, s.created_at, s.completed_at, ` + triggerColumns("s")
 
 func scanScan(row pgx.Row) (Scan, error) {
 	var sc Scan
-	var targets json.RawMessage
+	var targets, assetTargets json.RawMessage
 	var tr triggerRow
-	if err := row.Scan(append([]any{&sc.ID, &sc.OrganizationID, &sc.State, &targets, &sc.CreatedAt, &sc.CompletedAt}, tr.dest()...)...); err != nil {
+	if err := row.Scan(append([]any{&sc.ID, &sc.OrganizationID, &sc.State, &targets, &assetTargets, &sc.CreatedAt, &sc.CompletedAt}, tr.dest()...)...); err != nil {
 		return Scan{}, err
 	}
 	sc.Trigger = tr.trigger()
 	if err := json.Unmarshal(targets, &sc.Targets); err != nil {
 		return Scan{}, fmt.Errorf("scan targets: %w", err)
+	}
+	if err := json.Unmarshal(assetTargets, &sc.AssetTargets); err != nil {
+		return Scan{}, fmt.Errorf("scan asset targets: %w", err)
 	}
 	return sc, nil
 }

@@ -459,6 +459,9 @@ func (s *Store) CancelTask(ctx context.Context, scope Scope, id uuid.UUID) (Task
 func (s *Store) RetryTask(ctx context.Context, scope Scope, id uuid.UUID) (Task, error) {
 	var task Task
 	err := s.inTx(ctx, "retry task", func(tx pgx.Tx) error {
+		if err := reopenScanForRedrive(ctx, tx, scope, id); err != nil {
+			return err
+		}
 		var err error
 		task, err = scanTask(tx.QueryRow(ctx, `
 			WITH redriven AS (

@@ -1,0 +1,243 @@
+package store
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/worker-gateway/gateway/problem"
+)
+
+// Asset history. Ingestion records what each scan observed of each asset
+// (scan_assets.details, merged over the scan's batches). When a scan
+// completes, record_scan_history (migration 000022) snapshots that into
+// asset_scan_snapshots and compares it with the latest earlier completed
+// scan of the same scope key, writing asset_scan_changes — in the
+// transaction that completes the scan, keyed (scan, asset, kind) with ON
+// CONFLICT DO NOTHING, so a retried batch, a second attempt or a scan
+// completed again never adds a change twice. The first scan of a scope key
+// is the baseline and has no changes. exposure_changes is the
+// organization's timeline of them all.
+
+// Change kinds.
+const (
+	ChangeAssetAppeared      = "asset_appeared"
+	ChangeAssetDisappeared   = "asset_disappeared"
+	ChangePortOpened         = "port_opened"
+	ChangePortClosed         = "port_closed"
+	ChangeCertificateChanged = "certificate_changed"
+	ChangeHTTPStatusChanged  = "http_status_changed"
+)
+
+// ChangeKinds lists every change kind.
+var ChangeKinds = []string{ChangeAssetAppeared, ChangeAssetDisappeared, ChangePortOpened, ChangePortClosed,
+	ChangeCertificateChanged, ChangeHTTPStatusChanged}
+
+// scanScopeKey says which scans are compared: those with the same targets,
+// asset targets and plugins (in order). A scan with other plugins observes
+// other things, and comparing it would report everything the other did
+// not look for as gone.
+func scanScopeKey(p CreateScanParams) string {
+	targets := make([]string, len(p.Targets))
+	for i, t := range p.Targets {
+		targets[i] = strings.ToLower(strings.TrimSpace(t))
+	}
+	slices.Sort(targets)
+	targets = slices.Compact(targets)
+	assets := make([]string, len(p.AssetTargets))
+	for i, a := range p.AssetTargets {
+		assets[i] = a.String()
+	}
+	slices.Sort(assets)
+	assets = slices.Compact(assets)
+	plugins := make([]string, len(p.Plugins))
+	for i, pl := range p.Plugins {
+		plugins[i] = pl.Name
+	}
+	b, _ := json.Marshal([]any{targets, assets, plugins})
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:16])
+}
+
+func uuidsOrEmpty(ids []uuid.UUID) []uuid.UUID {
+	if ids == nil {
+		return []uuid.UUID{}
+	}
+	return ids
+}
+
+// checkScanScope refuses a scan whose targets or asset targets lie outside
+// its organization's scan scope, or that names assets the organization does
+// not have.
+func checkScanScope(ctx context.Context, tx pgx.Tx, p CreateScanParams) error {
+	ts, err := loadTargetScope(ctx, tx, p.OrganizationID)
+	if err != nil {
+		return err
+	}
+	targets := slices.Clone(p.Targets)
+	if len(p.AssetTargets) > 0 {
+		rows, err := tx.Query(ctx, `SELECT id, value FROM assets WHERE organization_id = $1 AND id = ANY($2)`,
+			p.OrganizationID, p.AssetTargets)
+		if err != nil {
+			return fmt.Errorf("read asset targets: %w", err)
+		}
+		values := map[uuid.UUID]string{}
+		var id uuid.UUID
+		var value string
+		if _, err := pgx.ForEachRow(rows, []any{&id, &value}, func() error { values[id] = value; return nil }); err != nil {
+			return fmt.Errorf("read asset targets: %w", err)
+		}
+		for _, a := range p.AssetTargets {
+			v, ok := values[a]
+			if !ok {
+				return problem.Wrap(ErrInvalid, problem.Text("asset_targets: the organization has no asset "+a.String()))
+			}
+			targets = append(targets, v)
+		}
+	}
+	if out := ts.outOfScope(targets); len(out) > 0 {
+		return &OutOfScopeError{Targets: out}
+	}
+	return nil
+}
+
+// AssetChange is one change between two completed scans.
+type AssetChange struct {
+	ID             uuid.UUID
+	OrganizationID uuid.UUID
+	ScanID         uuid.UUID
+	PreviousScanID *uuid.UUID
+	AssetID        *uuid.UUID
+	AssetType      string
+	AssetValue     string
+	Kind           string
+	Before         json.RawMessage
+	After          json.RawMessage
+	DetectedAt     time.Time
+}
+
+// ChangeFilter narrows a page of changes: by kinds, and to those detected
+// at or after Since and before Until.
+type ChangeFilter struct {
+	Kinds []string
+	Since *time.Time
+	Until *time.Time
+	After *Cursor
+	Limit int
+}
+
+func (f ChangeFilter) check() error {
+	for _, k := range f.Kinds {
+		if !slices.Contains(ChangeKinds, k) {
+			return problem.Wrap(ErrInvalid, problem.Text("unknown change kind "+k))
+		}
+	}
+	return nil
+}
+
+// ListScanChanges pages a scan's changes against the scan before it, newest
+// first.
+func (s *Store) ListScanChanges(ctx context.Context, scope Scope, scanID uuid.UUID, f ChangeFilter) ([]AssetChange, *Cursor, error) {
+	if err := f.check(); err != nil {
+		return nil, nil, err
+	}
+	var exists bool
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM scans s WHERE s.id = $1 AND `+inScope("s.organization_id", "$2")+`)`,
+		scanID, scope.arg()).Scan(&exists); err != nil {
+		return nil, nil, fmt.Errorf("list scan changes: %w", err)
+	}
+	if !exists {
+		return nil, nil, ErrNotFound
+	}
+	return s.listChanges(ctx, "c.scan_id = $1", scanID, f)
+}
+
+// ListExposureChanges pages an organization's exposure-change timeline,
+// newest first.
+func (s *Store) ListExposureChanges(ctx context.Context, scope Scope, org uuid.UUID, f ChangeFilter) ([]AssetChange, *Cursor, error) {
+	if err := f.check(); err != nil {
+		return nil, nil, err
+	}
+	if _, err := s.GetOrganization(ctx, scope, org); err != nil {
+		return nil, nil, err
+	}
+	return s.listChanges(ctx, "c.organization_id = $1", org, f)
+}
+
+func (s *Store) listChanges(ctx context.Context, where string, key uuid.UUID, f ChangeFilter) ([]AssetChange, *Cursor, error) {
+	afterTime, afterID := f.After.position()
+	var kinds []string
+	if len(f.Kinds) > 0 {
+		kinds = f.Kinds
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT c.id, c.organization_id, c.scan_id, c.previous_scan_id, c.asset_id, c.asset_type, c.asset_value,
+			c.kind, c.before, c.after, c.detected_at
+		FROM exposure_changes c
+		WHERE `+where+` AND ($2::text[] IS NULL OR c.kind = ANY($2))
+			AND ($3::timestamptz IS NULL OR c.detected_at >= $3) AND ($4::timestamptz IS NULL OR c.detected_at < $4)
+			AND ($5::timestamptz IS NULL OR (c.detected_at, c.id) < ($5, $6::uuid))
+		ORDER BY c.detected_at DESC, c.id DESC LIMIT $7`, key, kinds, f.Since, f.Until, afterTime, afterID, f.Limit+1)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list changes: %w", err)
+	}
+	changes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AssetChange, error) {
+		var c AssetChange
+		err := r.Scan(&c.ID, &c.OrganizationID, &c.ScanID, &c.PreviousScanID, &c.AssetID, &c.AssetType, &c.AssetValue,
+			&c.Kind, &c.Before, &c.After, &c.DetectedAt)
+		return c, err
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("list changes: %w", err)
+	}
+	changes, next := page(changes, f.Limit, func(c AssetChange) Cursor { return Cursor{Time: c.DetectedAt, ID: c.ID} })
+	return changes, next, nil
+}
+
+// reopenScanForRedrive prepares a redrive of task, a job of a scan: the
+// scan runs one job at a time, so a redrive while another of its jobs is in
+// flight is ErrScanBusy; a finished scan (completed or failed) is reopened,
+// and completes again — its history recomputed — once the job has ended. A
+// cancelled scan stays cancelled (ErrScanFinished). The task row is locked
+// first, then the scan's, the order of a completion.
+func reopenScanForRedrive(ctx context.Context, tx pgx.Tx, scope Scope, taskID uuid.UUID) error {
+	var scanID *uuid.UUID
+	var retryable bool
+	err := tx.QueryRow(ctx, `SELECT t.scan_id, t.state IN (`+fromStates(EventRedrive)+`) FROM worker_tasks t
+		WHERE t.id = $1 AND `+inScope("t.organization_id", "$2")+` FOR UPDATE`, taskID, scope.arg()).Scan(&scanID, &retryable)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return ErrNotFound
+	case err != nil:
+		return fmt.Errorf("lock task: %w", err)
+	case scanID == nil || !retryable:
+		return nil
+	}
+	var state string
+	var busy bool
+	if err := tx.QueryRow(ctx, `SELECT s.state, EXISTS (SELECT 1 FROM worker_tasks t WHERE t.scan_id = s.id AND t.id <> $2
+			AND t.scan_job_id IS NOT NULL AND t.state NOT IN ('completed', 'failed_terminal', 'cancelled'))
+		FROM scans s WHERE s.id = $1 FOR UPDATE OF s`, *scanID, taskID).Scan(&state, &busy); err != nil {
+		return fmt.Errorf("lock scan: %w", err)
+	}
+	switch {
+	case state == "cancelled":
+		return problem.Wrap(ErrScanFinished, "the task's scan was cancelled; a cancelled scan is not reopened")
+	case busy:
+		return ErrScanBusy
+	case state == "completed" || state == "failed":
+		if _, err := tx.Exec(ctx, `UPDATE scans SET state = 'running', completed_at = NULL, updated_at = now() WHERE id = $1`, *scanID); err != nil {
+			return fmt.Errorf("reopen scan: %w", err)
+		}
+	}
+	return nil
+}
