@@ -55,6 +55,9 @@ type ScanJob struct {
 	PluginName  string
 	State       string
 	Input       json.RawMessage
+	// Output is the job's summary once it ended: records by kind and the
+	// artifacts its attempts committed.
+	Output      json.RawMessage
 	Error       string
 	StartedAt   *time.Time
 	CompletedAt *time.Time
@@ -170,7 +173,7 @@ func getScan(ctx context.Context, ex executor, scope Scope, id uuid.UUID) (Scan,
 		return Scan{}, fmt.Errorf("get scan: %w", err)
 	}
 	rows, err := ex.Query(ctx, `
-		SELECT j.id, j.position, j.plugin_name, j.state, j.input, j.error, j.started_at, j.completed_at, t.id
+		SELECT j.id, j.position, j.plugin_name, j.state, j.input, j.output, j.error, j.started_at, j.completed_at, t.id
 		FROM scan_jobs j LEFT JOIN worker_tasks t ON t.scan_id = $1 AND t.scan_job_id = j.id
 		WHERE j.scan_id = $1 ORDER BY j.position`, id)
 	if err != nil {
@@ -180,7 +183,7 @@ func getScan(ctx context.Context, ex executor, scope Scope, id uuid.UUID) (Scan,
 	sc.Jobs, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (ScanJob, error) {
 		var j ScanJob
 		var taskID *uuid.UUID
-		err := r.Scan(&j.ID, &j.Position, &j.PluginName, &j.State, &j.Input, &j.Error, &j.StartedAt, &j.CompletedAt, &taskID)
+		err := r.Scan(&j.ID, &j.Position, &j.PluginName, &j.State, &j.Input, &j.Output, &j.Error, &j.StartedAt, &j.CompletedAt, &taskID)
 		if taskID != nil {
 			taskIDs = append(taskIDs, *taskID)
 			j.Task = &Task{ID: *taskID}
@@ -350,26 +353,49 @@ type Threat struct {
 	Details        json.RawMessage
 	Detections     int
 	CreatedAt      time.Time
+	// ExclusionID is the active exclusion that hides the threat, if any.
+	ExclusionID   *uuid.UUID
+	Vulnerability *Vulnerability
 }
 
-// ListThreats pages an organization's threats, newest first.
-func (s *Store) ListThreats(ctx context.Context, scope Scope, org uuid.UUID, after *Cursor, limit int) ([]Threat, *Cursor, error) {
+// ListThreats pages an organization's threats, newest first. Threats an
+// active exclusion matches are left out unless includeExcluded.
+func (s *Store) ListThreats(ctx context.Context, scope Scope, org uuid.UUID, includeExcluded bool, after *Cursor, limit int) ([]Threat, *Cursor, error) {
 	if _, err := s.GetOrganization(ctx, scope, org); err != nil {
 		return nil, nil, err
 	}
 	afterTime, afterID := after.position()
 	rows, err := s.pool.Query(ctx, `
 		SELECT th.id, th.organization_id, a.type, a.value, th.external_id, th.title, th.severity, th.details,
-			(SELECT count(*) FROM threat_detections d WHERE d.threat_id = th.id), th.created_at
+			(SELECT count(*) FROM threat_detections d WHERE d.threat_id = th.id), th.created_at, x.e,
+			v.threat_id IS NOT NULL, v.cve_ids, v.cvss_vector, v.cvss_score::float8, v.cwe_ids, v.reference_urls, v.remediation
 		FROM threats th JOIN assets a ON a.id = th.asset_id
+		CROSS JOIN LATERAL (SELECT threat_exclusion_for(th.organization_id, th.asset_id, a.normalized_value,
+			th.external_id, th.title, th.severity) AS e) x
+		LEFT JOIN vulnerability_details v ON v.threat_id = th.id
 		WHERE th.organization_id = $1 AND ($2::timestamptz IS NULL OR (th.created_at, th.id) < ($2, $3::uuid))
-		ORDER BY th.created_at DESC, th.id DESC LIMIT $4`, org, afterTime, afterID, limit+1)
+			AND ($5 OR x.e IS NULL)
+		ORDER BY th.created_at DESC, th.id DESC LIMIT $4`, org, afterTime, afterID, limit+1, includeExcluded)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list threats: %w", err)
 	}
 	threats, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Threat, error) {
 		var t Threat
-		err := r.Scan(&t.ID, &t.OrganizationID, &t.AssetType, &t.AssetValue, &t.ExternalID, &t.Title, &t.Severity, &t.Details, &t.Detections, &t.CreatedAt)
+		var hasVuln bool
+		var cves, cwes, refs []string
+		var vector, remediation *string
+		var score *float64
+		err := r.Scan(&t.ID, &t.OrganizationID, &t.AssetType, &t.AssetValue, &t.ExternalID, &t.Title, &t.Severity, &t.Details,
+			&t.Detections, &t.CreatedAt, &t.ExclusionID, &hasVuln, &cves, &vector, &score, &cwes, &refs, &remediation)
+		if hasVuln {
+			t.Vulnerability = &Vulnerability{CVEIDs: cves, CVSSScore: score, CWEIDs: cwes, References: refs}
+			if vector != nil {
+				t.Vulnerability.CVSSVector = *vector
+			}
+			if remediation != nil {
+				t.Vulnerability.Remediation = *remediation
+			}
+		}
 		return t, err
 	})
 	if err != nil {
