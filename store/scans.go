@@ -25,9 +25,9 @@ type CreateScanParams struct {
 	Targets        []string
 	// AssetTargets are assets of the organization the scan also targets
 	// (their values join Targets in the jobs' payloads).
-	AssetTargets []uuid.UUID
-	Plugins      []ScanPlugin
-	Priority     int
+	AssetTargets   []uuid.UUID
+	Plugins        []ScanPlugin
+	Priority       int
 	IdempotencyKey string
 	RequestSHA256  string
 	// Trigger is what caused the scan; nil is the API.
@@ -50,11 +50,11 @@ type Scan struct {
 
 // ScanJob is one plugin execution of a scan, with its task once created.
 type ScanJob struct {
-	ID          uuid.UUID
-	Position    int
-	PluginName  string
-	State       string
-	Input       json.RawMessage
+	ID         uuid.UUID
+	Position   int
+	PluginName string
+	State      string
+	Input      json.RawMessage
 	// Output is the job's summary once it ended: records by kind and the
 	// artifacts its attempts committed.
 	Output      json.RawMessage
