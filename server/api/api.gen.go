@@ -103,6 +103,60 @@ func (e AuditEventActorType) Valid() bool {
 	}
 }
 
+// Defines values for ChangeKind.
+const (
+	AssetAppeared      ChangeKind = "asset_appeared"
+	AssetDisappeared   ChangeKind = "asset_disappeared"
+	CertificateChanged ChangeKind = "certificate_changed"
+	HttpStatusChanged  ChangeKind = "http_status_changed"
+	PortClosed         ChangeKind = "port_closed"
+	PortOpened         ChangeKind = "port_opened"
+)
+
+// Valid indicates whether the value is a known member of the ChangeKind enum.
+func (e ChangeKind) Valid() bool {
+	switch e {
+	case AssetAppeared:
+		return true
+	case AssetDisappeared:
+		return true
+	case CertificateChanged:
+		return true
+	case HttpStatusChanged:
+		return true
+	case PortClosed:
+		return true
+	case PortOpened:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for EdgeRelation.
+const (
+	Covers     EdgeRelation = "covers"
+	HasPort    EdgeRelation = "has_port"
+	ResolvesTo EdgeRelation = "resolves_to"
+	ServedBy   EdgeRelation = "served_by"
+)
+
+// Valid indicates whether the value is a known member of the EdgeRelation enum.
+func (e EdgeRelation) Valid() bool {
+	switch e {
+	case Covers:
+		return true
+	case HasPort:
+		return true
+	case ResolvesTo:
+		return true
+	case ServedBy:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for HealthStatus.
 const (
 	Ok          HealthStatus = "ok"
@@ -254,6 +308,7 @@ func (e ResultAckStatus) Valid() bool {
 const (
 	ResultRecordKindAsset  ResultRecordKind = "asset"
 	ResultRecordKindData   ResultRecordKind = "data"
+	ResultRecordKindEdge   ResultRecordKind = "edge"
 	ResultRecordKindThreat ResultRecordKind = "threat"
 )
 
@@ -263,6 +318,8 @@ func (e ResultRecordKind) Valid() bool {
 	case ResultRecordKindAsset:
 		return true
 	case ResultRecordKindData:
+		return true
+	case ResultRecordKindEdge:
 		return true
 	case ResultRecordKindThreat:
 		return true
@@ -412,6 +469,30 @@ func (e ScheduleOverlap) Valid() bool {
 	case ScheduleOverlapQueueOne:
 		return true
 	case ScheduleOverlapSkip:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ScopeTargetKind.
+const (
+	Cidr      ScopeTargetKind = "cidr"
+	Domain    ScopeTargetKind = "domain"
+	Ip        ScopeTargetKind = "ip"
+	UrlPrefix ScopeTargetKind = "url_prefix"
+)
+
+// Valid indicates whether the value is a known member of the ScopeTargetKind enum.
+func (e ScopeTargetKind) Valid() bool {
+	switch e {
+	case Cidr:
+		return true
+	case Domain:
+		return true
+	case Ip:
+		return true
+	case UrlPrefix:
 		return true
 	default:
 		return false
@@ -681,6 +762,26 @@ type Asset struct {
 	Value           string             `json:"value"`
 }
 
+// AssetChange defines model for AssetChange.
+type AssetChange struct {
+	After          *JSONObject         `json:"after,omitempty"`
+	Asset          AssetRef            `json:"asset"`
+	AssetId        *openapi_types.UUID `json:"asset_id,omitempty"`
+	Before         *JSONObject         `json:"before,omitempty"`
+	DetectedAt     time.Time           `json:"detected_at"`
+	Id             openapi_types.UUID  `json:"id"`
+	Kind           ChangeKind          `json:"kind"`
+	OrganizationId openapi_types.UUID  `json:"organization_id"`
+	PreviousScanId *openapi_types.UUID `json:"previous_scan_id,omitempty"`
+	ScanId         openapi_types.UUID  `json:"scan_id"`
+}
+
+// AssetChangeList defines model for AssetChangeList.
+type AssetChangeList struct {
+	Items      []AssetChange `json:"items"`
+	NextCursor *string       `json:"next_cursor,omitempty"`
+}
+
 // AssetList defines model for AssetList.
 type AssetList struct {
 	Items      []Asset `json:"items"`
@@ -762,6 +863,9 @@ type AuditEventList struct {
 // Capabilities A JSON object; a task's `required_capabilities` must be contained in it (`@>`).
 type Capabilities = json.RawMessage
 
+// ChangeKind defines model for ChangeKind.
+type ChangeKind string
+
 // CompleteManyRequest defines model for CompleteManyRequest.
 type CompleteManyRequest struct {
 	Completions []CompletionItem `json:"completions"`
@@ -835,10 +939,14 @@ type CreateOrganizationRequest struct {
 
 // CreateScanRequest defines model for CreateScanRequest.
 type CreateScanRequest struct {
-	OrganizationId openapi_types.UUID `json:"organization_id"`
-	Plugins        []ScanPlugin       `json:"plugins"`
-	Priority       *int               `json:"priority,omitempty"`
-	Targets        []string           `json:"targets"`
+	// AssetTargets Assets of the organization to scan as well; their values join the targets.
+	AssetTargets   *[]openapi_types.UUID `json:"asset_targets,omitempty"`
+	OrganizationId openapi_types.UUID    `json:"organization_id"`
+	Plugins        []ScanPlugin          `json:"plugins"`
+	Priority       *int                  `json:"priority,omitempty"`
+
+	// Targets Free targets; with `asset_targets`, at least one target in all. All must be in the organization's scan scope when it has one.
+	Targets []string `json:"targets"`
 }
 
 // CreateScheduleRequest defines model for CreateScheduleRequest.
@@ -850,6 +958,15 @@ type CreateScheduleRequest struct {
 
 	// Timing Exactly one of `cron` and `interval_seconds`.
 	Timing ScheduleTiming `json:"timing"`
+}
+
+// CreateScopeTargetRequest defines model for CreateScopeTargetRequest.
+type CreateScopeTargetRequest struct {
+	// IncludeSubdomains domain only: every name under it too.
+	IncludeSubdomains *bool           `json:"include_subdomains,omitempty"`
+	Kind              ScopeTargetKind `json:"kind"`
+	Note              *string         `json:"note,omitempty"`
+	Value             string          `json:"value"`
 }
 
 // CreateSecretRequest defines model for CreateSecretRequest.
@@ -904,6 +1021,17 @@ type CreateTaskRequest struct {
 	// SecretRefs Names of the organization's secrets the task receives in its lease (`secrets`). A secret missing or withheld at lease time fails the attempt with error code `secret_unavailable`.
 	SecretRefs *[]SecretName `json:"secret_refs,omitempty"`
 	TaskType   TaskType      `json:"task_type"`
+}
+
+// CreateThreatExclusionRequest At least one of asset_id, asset_pattern, external_id, title_pattern and severity.
+type CreateThreatExclusionRequest struct {
+	AssetId      *openapi_types.UUID `json:"asset_id,omitempty"`
+	AssetPattern *string             `json:"asset_pattern,omitempty"`
+	ExpiresAt    *time.Time          `json:"expires_at,omitempty"`
+	ExternalId   *string             `json:"external_id,omitempty"`
+	Reason       string              `json:"reason"`
+	Severity     *Severity           `json:"severity,omitempty"`
+	TitlePattern *string             `json:"title_pattern,omitempty"`
 }
 
 // CreateWorkerRequest defines model for CreateWorkerRequest.
@@ -970,6 +1098,9 @@ type CreatedWorker struct {
 	SoftwareVersion     *string             `json:"software_version,omitempty"`
 	WorkerType          WorkerType          `json:"worker_type"`
 }
+
+// EdgeRelation defines model for EdgeRelation.
+type EdgeRelation string
 
 // EnrollRequest defines model for EnrollRequest.
 type EnrollRequest struct {
@@ -1202,12 +1333,15 @@ type Problem struct {
 	// with its usual status (Go: the constants of package
 	// `github.com/worker-gateway/gateway/problem`). New codes may be added: treat an
 	// unknown code by its HTTP status.
-	Code      string  `json:"code"`
-	Detail    *string `json:"detail,omitempty"`
-	Instance  *string `json:"instance,omitempty"`
-	RequestId *string `json:"request_id,omitempty"`
-	Status    int     `json:"status"`
-	Title     string  `json:"title"`
+	Code     string  `json:"code"`
+	Detail   *string `json:"detail,omitempty"`
+	Instance *string `json:"instance,omitempty"`
+
+	// OutOfScopeTargets With `target-out-of-scope`: the scan's targets outside scope.
+	OutOfScopeTargets *[]string `json:"out_of_scope_targets,omitempty"`
+	RequestId         *string   `json:"request_id,omitempty"`
+	Status            int       `json:"status"`
+	Title             string    `json:"title"`
 
 	// Type A URI reference naming the problem type.
 	Type string `json:"type"`
@@ -1237,9 +1371,15 @@ type ReplaceSecretRequest struct {
 // ResultAck defines model for ResultAck.
 type ResultAck struct {
 	// Assets Asset records ingested (new or seen again).
-	Assets         *int               `json:"assets,omitempty"`
-	AttemptId      openapi_types.UUID `json:"attempt_id"`
-	BatchId        openapi_types.UUID `json:"batch_id"`
+	Assets    *int               `json:"assets,omitempty"`
+	AttemptId openapi_types.UUID `json:"attempt_id"`
+	BatchId   openapi_types.UUID `json:"batch_id"`
+
+	// Edges Edge records ingested.
+	Edges *int `json:"edges,omitempty"`
+
+	// OutOfScope Records about something outside the organization's scan scope: kept, flagged, not ingested.
+	OutOfScope     *int               `json:"out_of_scope,omitempty"`
 	ReceivedAt     time.Time          `json:"received_at"`
 	RecordCount    int                `json:"record_count"`
 	SequenceNumber int                `json:"sequence_number"`
@@ -1265,17 +1405,26 @@ type ResultBatchList struct {
 	NextCursor *string             `json:"next_cursor,omitempty"`
 }
 
-// ResultRecord One record. `asset`: an asset found (`asset`, optional `details`). `threat`: a finding on
-// an asset (`asset`, `title`, `severity`, optional `external_id` to deduplicate by and
-// `details`). `data`: anything else (`data`), stored for producers.
+// ResultRecord One record. `asset`: an asset found (`asset`, optional `details`; a url's `status` and
+// `certificate` are compared between scans). `threat`: a finding on an asset (`asset`,
+// `title`, `severity`, optional `external_id` to deduplicate by, `details` and
+// `vulnerability`). `edge`: a relation from `asset` to `target` (`relation`: hostname
+// `resolves_to` ip, ip `has_port` port, url `served_by` port, certificate `covers`
+// hostname). `data`: anything else (`data`), stored for producers. Stored records about
+// something outside the organization's scan scope carry `out_of_scope: true` (set by the
+// gateway; ignored in requests).
 type ResultRecord struct {
-	Asset      *AssetRef        `json:"asset,omitempty"`
-	Data       *JSONObject      `json:"data,omitempty"`
-	Details    *JSONObject      `json:"details,omitempty"`
-	ExternalId *string          `json:"external_id,omitempty"`
-	Kind       ResultRecordKind `json:"kind"`
-	Severity   *Severity        `json:"severity,omitempty"`
-	Title      *string          `json:"title,omitempty"`
+	Asset         *AssetRef        `json:"asset,omitempty"`
+	Data          *JSONObject      `json:"data,omitempty"`
+	Details       *JSONObject      `json:"details,omitempty"`
+	ExternalId    *string          `json:"external_id,omitempty"`
+	Kind          ResultRecordKind `json:"kind"`
+	OutOfScope    *bool            `json:"out_of_scope,omitempty"`
+	Relation      *EdgeRelation    `json:"relation,omitempty"`
+	Severity      *Severity        `json:"severity,omitempty"`
+	Target        *AssetRef        `json:"target,omitempty"`
+	Title         *string          `json:"title,omitempty"`
+	Vulnerability *Vulnerability   `json:"vulnerability,omitempty"`
 }
 
 // ResultRecordKind defines model for ResultRecord.Kind.
@@ -1294,13 +1443,14 @@ type RevokeRequest struct {
 
 // Scan defines model for Scan.
 type Scan struct {
-	CompletedAt    *time.Time         `json:"completed_at,omitempty"`
-	CreatedAt      time.Time          `json:"created_at"`
-	Id             openapi_types.UUID `json:"id"`
-	Jobs           []ScanJob          `json:"jobs"`
-	OrganizationId openapi_types.UUID `json:"organization_id"`
-	State          ScanState          `json:"state"`
-	Targets        []string           `json:"targets"`
+	AssetTargets   *[]openapi_types.UUID `json:"asset_targets,omitempty"`
+	CompletedAt    *time.Time            `json:"completed_at,omitempty"`
+	CreatedAt      time.Time             `json:"created_at"`
+	Id             openapi_types.UUID    `json:"id"`
+	Jobs           []ScanJob             `json:"jobs"`
+	OrganizationId openapi_types.UUID    `json:"organization_id"`
+	State          ScanState             `json:"state"`
+	Targets        []string              `json:"targets"`
 
 	// Trigger What created a task or scan. A scan's tasks carry their scan's trigger.
 	Trigger *Trigger `json:"trigger,omitempty"`
@@ -1312,11 +1462,14 @@ type ScanJob struct {
 	Error       *string            `json:"error,omitempty"`
 	Id          openapi_types.UUID `json:"id"`
 	Input       JSONObject         `json:"input"`
-	PluginName  string             `json:"plugin_name"`
-	Position    int                `json:"position"`
-	StartedAt   *time.Time         `json:"started_at,omitempty"`
-	State       ScanState          `json:"state"`
-	Task        *Task              `json:"task,omitempty"`
+
+	// Output Once the job ended: `records` (counts by kind, and `out_of_scope`) and `artifact_ids`.
+	Output     *JSONObject `json:"output,omitempty"`
+	PluginName string      `json:"plugin_name"`
+	Position   int         `json:"position"`
+	StartedAt  *time.Time  `json:"started_at,omitempty"`
+	State      ScanState   `json:"state"`
+	Task       *Task       `json:"task,omitempty"`
 }
 
 // ScanList defines model for ScanList.
@@ -1502,6 +1655,30 @@ type ScheduledTask struct {
 	TaskType   TaskType      `json:"task_type"`
 }
 
+// ScopeTarget defines model for ScopeTarget.
+type ScopeTarget struct {
+	CreatedAt         time.Time          `json:"created_at"`
+	Id                openapi_types.UUID `json:"id"`
+	IncludeSubdomains bool               `json:"include_subdomains"`
+	Kind              ScopeTargetKind    `json:"kind"`
+	Note              *string            `json:"note,omitempty"`
+	OrganizationId    openapi_types.UUID `json:"organization_id"`
+
+	// Value The canonical form.
+	Value string `json:"value"`
+}
+
+// ScopeTargetKind defines model for ScopeTargetKind.
+type ScopeTargetKind string
+
+// ScopeTargetList defines model for ScopeTargetList.
+type ScopeTargetList struct {
+	// Enforced Whether the organization's scans are held to its scope.
+	Enforced   bool          `json:"enforced"`
+	Items      []ScopeTarget `json:"items"`
+	NextCursor *string       `json:"next_cursor,omitempty"`
+}
+
 // Secret A secret's metadata; the value is never answered.
 type Secret struct {
 	CreatedAt      time.Time          `json:"created_at"`
@@ -1661,12 +1838,40 @@ type Threat struct {
 	Details   *JSONObject `json:"details,omitempty"`
 
 	// Detections Scan jobs that detected it.
-	Detections     int                `json:"detections"`
-	ExternalId     *string            `json:"external_id,omitempty"`
-	Id             openapi_types.UUID `json:"id"`
-	OrganizationId openapi_types.UUID `json:"organization_id"`
-	Severity       Severity           `json:"severity"`
-	Title          string             `json:"title"`
+	Detections int `json:"detections"`
+
+	// Excluded An active exclusion matches it (listed only with include_excluded=true).
+	Excluded       *bool               `json:"excluded,omitempty"`
+	ExclusionId    *openapi_types.UUID `json:"exclusion_id,omitempty"`
+	ExternalId     *string             `json:"external_id,omitempty"`
+	Id             openapi_types.UUID  `json:"id"`
+	OrganizationId openapi_types.UUID  `json:"organization_id"`
+	Severity       Severity            `json:"severity"`
+	Title          string              `json:"title"`
+	Vulnerability  *Vulnerability      `json:"vulnerability,omitempty"`
+}
+
+// ThreatExclusion defines model for ThreatExclusion.
+type ThreatExclusion struct {
+	AssetId      *openapi_types.UUID `json:"asset_id,omitempty"`
+	AssetPattern *string             `json:"asset_pattern,omitempty"`
+	CreatedAt    time.Time           `json:"created_at"`
+
+	// CreatedBy The API token that created it.
+	CreatedBy      *openapi_types.UUID `json:"created_by,omitempty"`
+	ExpiresAt      *time.Time          `json:"expires_at,omitempty"`
+	ExternalId     *string             `json:"external_id,omitempty"`
+	Id             openapi_types.UUID  `json:"id"`
+	OrganizationId openapi_types.UUID  `json:"organization_id"`
+	Reason         string              `json:"reason"`
+	Severity       *Severity           `json:"severity,omitempty"`
+	TitlePattern   *string             `json:"title_pattern,omitempty"`
+}
+
+// ThreatExclusionList defines model for ThreatExclusionList.
+type ThreatExclusionList struct {
+	Items      []ThreatExclusion `json:"items"`
+	NextCursor *string           `json:"next_cursor,omitempty"`
 }
 
 // ThreatList defines model for ThreatList.
@@ -1728,6 +1933,16 @@ type UploadSession struct {
 
 // UploadSessionMethod defines model for UploadSession.Method.
 type UploadSessionMethod string
+
+// Vulnerability defines model for Vulnerability.
+type Vulnerability struct {
+	CveIds      *[]string `json:"cve_ids,omitempty"`
+	CvssScore   *float64  `json:"cvss_score,omitempty"`
+	CvssVector  *string   `json:"cvss_vector,omitempty"`
+	CweIds      *[]string `json:"cwe_ids,omitempty"`
+	References  *[]string `json:"references,omitempty"`
+	Remediation *string   `json:"remediation,omitempty"`
+}
 
 // Worker defines model for Worker.
 type Worker struct {
@@ -1809,6 +2024,9 @@ type ActivePolicy string
 // AttemptID defines model for AttemptID.
 type AttemptID = openapi_types.UUID
 
+// ChangeKinds defines model for ChangeKinds.
+type ChangeKinds = []ChangeKind
+
 // Cursor defines model for Cursor.
 type Cursor = string
 
@@ -1839,8 +2057,14 @@ type ScheduleID = openapi_types.UUID
 // SecretID defines model for SecretID.
 type SecretID = openapi_types.UUID
 
+// Since defines model for Since.
+type Since = time.Time
+
 // TaskID defines model for TaskID.
 type TaskID = openapi_types.UUID
+
+// Until defines model for Until.
+type Until = time.Time
 
 // UploadID defines model for UploadID.
 type UploadID = openapi_types.UUID
@@ -1919,8 +2143,40 @@ type ListAssetsParams struct {
 	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
 }
 
+// ListExposureChangesParams defines parameters for ListExposureChanges.
+type ListExposureChangesParams struct {
+	// Kind Only changes of these kinds (repeat the parameter for several).
+	Kind *ChangeKinds `form:"kind,omitempty" json:"kind,omitempty"`
+
+	// Since Only changes detected at or after this time.
+	Since *Since `form:"since,omitempty" json:"since,omitempty"`
+
+	// Until Only changes detected before this time.
+	Until *Until `form:"until,omitempty" json:"until,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
+// ListScopeTargetsParams defines parameters for ListScopeTargets.
+type ListScopeTargetsParams struct {
+	// Cursor The `next_cursor` of the previous page.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
+// ListThreatExclusionsParams defines parameters for ListThreatExclusions.
+type ListThreatExclusionsParams struct {
+	// Cursor The `next_cursor` of the previous page.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
 // ListThreatsParams defines parameters for ListThreats.
 type ListThreatsParams struct {
+	IncludeExcluded *bool `form:"include_excluded,omitempty" json:"include_excluded,omitempty"`
+
 	// Cursor The `next_cursor` of the previous page.
 	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
@@ -1956,6 +2212,22 @@ type ListScansParams struct {
 type CreateScanParams struct {
 	// IdempotencyKey Makes the request safe to repeat. At most 255 characters.
 	IdempotencyKey *OptionalIdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// ListScanChangesParams defines parameters for ListScanChanges.
+type ListScanChangesParams struct {
+	// Kind Only changes of these kinds (repeat the parameter for several).
+	Kind *ChangeKinds `form:"kind,omitempty" json:"kind,omitempty"`
+
+	// Since Only changes detected at or after this time.
+	Since *Since `form:"since,omitempty" json:"since,omitempty"`
+
+	// Until Only changes detected before this time.
+	Until *Until `form:"until,omitempty" json:"until,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
 }
 
 // ListSchedulesParams defines parameters for ListSchedules.
@@ -2090,6 +2362,12 @@ type AcquireLeasesJSONRequestBody = LeaseRequest
 // CreateOrganizationJSONRequestBody defines body for CreateOrganization for application/json ContentType.
 type CreateOrganizationJSONRequestBody = CreateOrganizationRequest
 
+// AddScopeTargetJSONRequestBody defines body for AddScopeTarget for application/json ContentType.
+type AddScopeTargetJSONRequestBody = CreateScopeTargetRequest
+
+// CreateThreatExclusionJSONRequestBody defines body for CreateThreatExclusion for application/json ContentType.
+type CreateThreatExclusionJSONRequestBody = CreateThreatExclusionRequest
+
 // CreateScanJSONRequestBody defines body for CreateScan for application/json ContentType.
 type CreateScanJSONRequestBody = CreateScanRequest
 
@@ -2191,6 +2469,27 @@ type ServerInterface interface {
 	// ListAssets List an organization's assets
 	// (GET /v1/organizations/{organization_id}/assets)
 	ListAssets(w http.ResponseWriter, r *http.Request, organizationId OrganizationID, params ListAssetsParams)
+	// ListExposureChanges An organization's exposure-change timeline
+	// (GET /v1/organizations/{organization_id}/exposure-changes)
+	ListExposureChanges(w http.ResponseWriter, r *http.Request, organizationId OrganizationID, params ListExposureChangesParams)
+	// ListScopeTargets List an organization's scan scope
+	// (GET /v1/organizations/{organization_id}/scope)
+	ListScopeTargets(w http.ResponseWriter, r *http.Request, organizationId OrganizationID, params ListScopeTargetsParams)
+	// AddScopeTarget Approve a target for an organization's scans
+	// (POST /v1/organizations/{organization_id}/scope)
+	AddScopeTarget(w http.ResponseWriter, r *http.Request, organizationId OrganizationID)
+	// RemoveScopeTarget Remove an entry from an organization's scan scope
+	// (DELETE /v1/organizations/{organization_id}/scope/{scope_target_id})
+	RemoveScopeTarget(w http.ResponseWriter, r *http.Request, organizationId OrganizationID, scopeTargetId openapi_types.UUID)
+	// ListThreatExclusions List an organization's threat exclusions
+	// (GET /v1/organizations/{organization_id}/threat-exclusions)
+	ListThreatExclusions(w http.ResponseWriter, r *http.Request, organizationId OrganizationID, params ListThreatExclusionsParams)
+	// CreateThreatExclusion Suppress threats
+	// (POST /v1/organizations/{organization_id}/threat-exclusions)
+	CreateThreatExclusion(w http.ResponseWriter, r *http.Request, organizationId OrganizationID)
+	// DeleteThreatExclusion Delete a threat exclusion
+	// (DELETE /v1/organizations/{organization_id}/threat-exclusions/{exclusion_id})
+	DeleteThreatExclusion(w http.ResponseWriter, r *http.Request, organizationId OrganizationID, exclusionId openapi_types.UUID)
 	// ListThreats List an organization's threats
 	// (GET /v1/organizations/{organization_id}/threats)
 	ListThreats(w http.ResponseWriter, r *http.Request, organizationId OrganizationID, params ListThreatsParams)
@@ -2215,6 +2514,9 @@ type ServerInterface interface {
 	// CancelScan Cancel a scan
 	// (POST /v1/scans/{scan_id}/cancel)
 	CancelScan(w http.ResponseWriter, r *http.Request, scanId ScanID)
+	// ListScanChanges What changed since the previous scan
+	// (GET /v1/scans/{scan_id}/changes)
+	ListScanChanges(w http.ResponseWriter, r *http.Request, scanId ScanID, params ListScanChangesParams)
 	// ListSchedules List schedules
 	// (GET /v1/schedules)
 	ListSchedules(w http.ResponseWriter, r *http.Request, params ListSchedulesParams)
@@ -3145,6 +3447,332 @@ func (siw *ServerInterfaceWrapper) ListAssets(w http.ResponseWriter, r *http.Req
 	handler.ServeHTTP(w, r)
 }
 
+// ListExposureChanges operation middleware
+func (siw *ServerInterfaceWrapper) ListExposureChanges(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "organization_id" -------------
+	var organizationId OrganizationID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "organization_id", r.PathValue("organization_id"), &organizationId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "organization_id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListExposureChangesParams
+
+	// ------------- Optional query parameter "kind" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "kind", r.URL.Query(), &params.Kind, runtime.BindQueryParameterOptions{Type: "array", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "kind"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "kind", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "since" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "since", r.URL.Query(), &params.Since, runtime.BindQueryParameterOptions{Type: "string", Format: "date-time"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "since"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "since", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "until" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "until", r.URL.Query(), &params.Until, runtime.BindQueryParameterOptions{Type: "string", Format: "date-time"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "until"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "until", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListExposureChanges(w, r, organizationId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListScopeTargets operation middleware
+func (siw *ServerInterfaceWrapper) ListScopeTargets(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "organization_id" -------------
+	var organizationId OrganizationID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "organization_id", r.PathValue("organization_id"), &organizationId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "organization_id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListScopeTargetsParams
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListScopeTargets(w, r, organizationId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// AddScopeTarget operation middleware
+func (siw *ServerInterfaceWrapper) AddScopeTarget(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "organization_id" -------------
+	var organizationId OrganizationID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "organization_id", r.PathValue("organization_id"), &organizationId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "organization_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.AddScopeTarget(w, r, organizationId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// RemoveScopeTarget operation middleware
+func (siw *ServerInterfaceWrapper) RemoveScopeTarget(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "organization_id" -------------
+	var organizationId OrganizationID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "organization_id", r.PathValue("organization_id"), &organizationId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "organization_id", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "scope_target_id" -------------
+	var scopeTargetId openapi_types.UUID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "scope_target_id", r.PathValue("scope_target_id"), &scopeTargetId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "scope_target_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.RemoveScopeTarget(w, r, organizationId, scopeTargetId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListThreatExclusions operation middleware
+func (siw *ServerInterfaceWrapper) ListThreatExclusions(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "organization_id" -------------
+	var organizationId OrganizationID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "organization_id", r.PathValue("organization_id"), &organizationId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "organization_id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListThreatExclusionsParams
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListThreatExclusions(w, r, organizationId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CreateThreatExclusion operation middleware
+func (siw *ServerInterfaceWrapper) CreateThreatExclusion(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "organization_id" -------------
+	var organizationId OrganizationID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "organization_id", r.PathValue("organization_id"), &organizationId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "organization_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateThreatExclusion(w, r, organizationId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// DeleteThreatExclusion operation middleware
+func (siw *ServerInterfaceWrapper) DeleteThreatExclusion(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "organization_id" -------------
+	var organizationId OrganizationID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "organization_id", r.PathValue("organization_id"), &organizationId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "organization_id", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "exclusion_id" -------------
+	var exclusionId openapi_types.UUID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "exclusion_id", r.PathValue("exclusion_id"), &exclusionId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "exclusion_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.DeleteThreatExclusion(w, r, organizationId, exclusionId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ListThreats operation middleware
 func (siw *ServerInterfaceWrapper) ListThreats(w http.ResponseWriter, r *http.Request) {
 
@@ -3162,6 +3790,19 @@ func (siw *ServerInterfaceWrapper) ListThreats(w http.ResponseWriter, r *http.Re
 
 	// Parameter object where we will unmarshal all parameters from the context
 	var params ListThreatsParams
+
+	// ------------- Optional query parameter "include_excluded" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "include_excluded", r.URL.Query(), &params.IncludeExcluded, runtime.BindQueryParameterOptions{Type: "boolean", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "include_excluded"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "include_excluded", Err: err})
+		}
+		return
+	}
 
 	// ------------- Optional query parameter "cursor" -------------
 
@@ -3494,6 +4135,100 @@ func (siw *ServerInterfaceWrapper) CancelScan(w http.ResponseWriter, r *http.Req
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.CancelScan(w, r, scanId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListScanChanges operation middleware
+func (siw *ServerInterfaceWrapper) ListScanChanges(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "scan_id" -------------
+	var scanId ScanID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "scan_id", r.PathValue("scan_id"), &scanId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "scan_id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListScanChangesParams
+
+	// ------------- Optional query parameter "kind" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "kind", r.URL.Query(), &params.Kind, runtime.BindQueryParameterOptions{Type: "array", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "kind"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "kind", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "since" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "since", r.URL.Query(), &params.Since, runtime.BindQueryParameterOptions{Type: "string", Format: "date-time"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "since"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "since", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "until" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "until", r.URL.Query(), &params.Until, runtime.BindQueryParameterOptions{Type: "string", Format: "date-time"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "until"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "until", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListScanChanges(w, r, scanId, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -4854,6 +5589,13 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/organizations/{organization_id}", wrapper.GetOrganization)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/organizations/{organization_id}/assets", wrapper.ListAssets)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/organizations/{organization_id}/threats", wrapper.ListThreats)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/organizations/{organization_id}/scope", wrapper.ListScopeTargets)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/organizations/{organization_id}/scope", wrapper.AddScopeTarget)
+	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/organizations/{organization_id}/scope/{scope_target_id}", wrapper.RemoveScopeTarget)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/organizations/{organization_id}/exposure-changes", wrapper.ListExposureChanges)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/organizations/{organization_id}/threat-exclusions", wrapper.ListThreatExclusions)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/organizations/{organization_id}/threat-exclusions", wrapper.CreateThreatExclusion)
+	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/organizations/{organization_id}/threat-exclusions/{exclusion_id}", wrapper.DeleteThreatExclusion)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/organizations/{organization_id}/workers", wrapper.ListOrganizationWorkers)
 	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/organizations/{organization_id}/workers/{worker_id}", wrapper.UnassignWorker)
 	m.HandleFunc(http.MethodPut+" "+options.BaseURL+"/v1/organizations/{organization_id}/workers/{worker_id}", wrapper.AssignWorker)
@@ -4889,6 +5631,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/scans", wrapper.ListScans)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/scans", wrapper.CreateScan)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/scans/{scan_id}", wrapper.GetScan)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/scans/{scan_id}/changes", wrapper.ListScanChanges)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/scans/{scan_id}/cancel", wrapper.CancelScan)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/schedules", wrapper.ListSchedules)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/schedules", wrapper.CreateSchedule)
@@ -6862,6 +7605,608 @@ func (response ListAssetsdefaultApplicationProblemPlusJSONResponse) VisitListAss
 	return err
 }
 
+type ListExposureChangesRequestObject struct {
+	OrganizationId OrganizationID `json:"organization_id"`
+	Params         ListExposureChangesParams
+}
+
+type ListExposureChangesResponseObject interface {
+	VisitListExposureChangesResponse(w http.ResponseWriter) error
+}
+
+type ListExposureChanges200JSONResponse AssetChangeList
+
+func (response ListExposureChanges200JSONResponse) VisitListExposureChangesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListExposureChanges400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListExposureChanges400ApplicationProblemPlusJSONResponse) VisitListExposureChangesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListExposureChanges401ApplicationProblemPlusJSONResponse Problem
+
+func (response ListExposureChanges401ApplicationProblemPlusJSONResponse) VisitListExposureChangesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListExposureChanges404ApplicationProblemPlusJSONResponse Problem
+
+func (response ListExposureChanges404ApplicationProblemPlusJSONResponse) VisitListExposureChangesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListExposureChangesdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListExposureChangesdefaultApplicationProblemPlusJSONResponse) VisitListExposureChangesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListScopeTargetsRequestObject struct {
+	OrganizationId OrganizationID `json:"organization_id"`
+	Params         ListScopeTargetsParams
+}
+
+type ListScopeTargetsResponseObject interface {
+	VisitListScopeTargetsResponse(w http.ResponseWriter) error
+}
+
+type ListScopeTargets200JSONResponse ScopeTargetList
+
+func (response ListScopeTargets200JSONResponse) VisitListScopeTargetsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListScopeTargets401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListScopeTargets401ApplicationProblemPlusJSONResponse) VisitListScopeTargetsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListScopeTargets404ApplicationProblemPlusJSONResponse Problem
+
+func (response ListScopeTargets404ApplicationProblemPlusJSONResponse) VisitListScopeTargetsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListScopeTargetsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListScopeTargetsdefaultApplicationProblemPlusJSONResponse) VisitListScopeTargetsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AddScopeTargetRequestObject struct {
+	OrganizationId OrganizationID `json:"organization_id"`
+	Body           *AddScopeTargetJSONRequestBody
+}
+
+type AddScopeTargetResponseObject interface {
+	VisitAddScopeTargetResponse(w http.ResponseWriter) error
+}
+
+type AddScopeTarget200JSONResponse ScopeTarget
+
+func (response AddScopeTarget200JSONResponse) VisitAddScopeTargetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AddScopeTarget201JSONResponse ScopeTarget
+
+func (response AddScopeTarget201JSONResponse) VisitAddScopeTargetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(201)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AddScopeTarget400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response AddScopeTarget400ApplicationProblemPlusJSONResponse) VisitAddScopeTargetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AddScopeTarget401ApplicationProblemPlusJSONResponse Problem
+
+func (response AddScopeTarget401ApplicationProblemPlusJSONResponse) VisitAddScopeTargetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AddScopeTarget403ApplicationProblemPlusJSONResponse Problem
+
+func (response AddScopeTarget403ApplicationProblemPlusJSONResponse) VisitAddScopeTargetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AddScopeTarget404ApplicationProblemPlusJSONResponse Problem
+
+func (response AddScopeTarget404ApplicationProblemPlusJSONResponse) VisitAddScopeTargetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AddScopeTargetdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response AddScopeTargetdefaultApplicationProblemPlusJSONResponse) VisitAddScopeTargetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RemoveScopeTargetRequestObject struct {
+	OrganizationId OrganizationID     `json:"organization_id"`
+	ScopeTargetId  openapi_types.UUID `json:"scope_target_id"`
+}
+
+type RemoveScopeTargetResponseObject interface {
+	VisitRemoveScopeTargetResponse(w http.ResponseWriter) error
+}
+
+type RemoveScopeTarget200JSONResponse ScopeTarget
+
+func (response RemoveScopeTarget200JSONResponse) VisitRemoveScopeTargetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RemoveScopeTarget401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response RemoveScopeTarget401ApplicationProblemPlusJSONResponse) VisitRemoveScopeTargetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RemoveScopeTarget403ApplicationProblemPlusJSONResponse Problem
+
+func (response RemoveScopeTarget403ApplicationProblemPlusJSONResponse) VisitRemoveScopeTargetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RemoveScopeTarget404ApplicationProblemPlusJSONResponse Problem
+
+func (response RemoveScopeTarget404ApplicationProblemPlusJSONResponse) VisitRemoveScopeTargetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RemoveScopeTargetdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response RemoveScopeTargetdefaultApplicationProblemPlusJSONResponse) VisitRemoveScopeTargetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListThreatExclusionsRequestObject struct {
+	OrganizationId OrganizationID `json:"organization_id"`
+	Params         ListThreatExclusionsParams
+}
+
+type ListThreatExclusionsResponseObject interface {
+	VisitListThreatExclusionsResponse(w http.ResponseWriter) error
+}
+
+type ListThreatExclusions200JSONResponse ThreatExclusionList
+
+func (response ListThreatExclusions200JSONResponse) VisitListThreatExclusionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListThreatExclusions401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListThreatExclusions401ApplicationProblemPlusJSONResponse) VisitListThreatExclusionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListThreatExclusions404ApplicationProblemPlusJSONResponse Problem
+
+func (response ListThreatExclusions404ApplicationProblemPlusJSONResponse) VisitListThreatExclusionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListThreatExclusionsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListThreatExclusionsdefaultApplicationProblemPlusJSONResponse) VisitListThreatExclusionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateThreatExclusionRequestObject struct {
+	OrganizationId OrganizationID `json:"organization_id"`
+	Body           *CreateThreatExclusionJSONRequestBody
+}
+
+type CreateThreatExclusionResponseObject interface {
+	VisitCreateThreatExclusionResponse(w http.ResponseWriter) error
+}
+
+type CreateThreatExclusion201JSONResponse ThreatExclusion
+
+func (response CreateThreatExclusion201JSONResponse) VisitCreateThreatExclusionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(201)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateThreatExclusion400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response CreateThreatExclusion400ApplicationProblemPlusJSONResponse) VisitCreateThreatExclusionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateThreatExclusion401ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateThreatExclusion401ApplicationProblemPlusJSONResponse) VisitCreateThreatExclusionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateThreatExclusion403ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateThreatExclusion403ApplicationProblemPlusJSONResponse) VisitCreateThreatExclusionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateThreatExclusion404ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateThreatExclusion404ApplicationProblemPlusJSONResponse) VisitCreateThreatExclusionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateThreatExclusiondefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response CreateThreatExclusiondefaultApplicationProblemPlusJSONResponse) VisitCreateThreatExclusionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteThreatExclusionRequestObject struct {
+	OrganizationId OrganizationID     `json:"organization_id"`
+	ExclusionId    openapi_types.UUID `json:"exclusion_id"`
+}
+
+type DeleteThreatExclusionResponseObject interface {
+	VisitDeleteThreatExclusionResponse(w http.ResponseWriter) error
+}
+
+type DeleteThreatExclusion200JSONResponse ThreatExclusion
+
+func (response DeleteThreatExclusion200JSONResponse) VisitDeleteThreatExclusionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteThreatExclusion401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteThreatExclusion401ApplicationProblemPlusJSONResponse) VisitDeleteThreatExclusionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteThreatExclusion403ApplicationProblemPlusJSONResponse Problem
+
+func (response DeleteThreatExclusion403ApplicationProblemPlusJSONResponse) VisitDeleteThreatExclusionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteThreatExclusion404ApplicationProblemPlusJSONResponse Problem
+
+func (response DeleteThreatExclusion404ApplicationProblemPlusJSONResponse) VisitDeleteThreatExclusionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteThreatExclusiondefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response DeleteThreatExclusiondefaultApplicationProblemPlusJSONResponse) VisitDeleteThreatExclusionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListThreatsRequestObject struct {
 	OrganizationId OrganizationID `json:"organization_id"`
 	Params         ListThreatsParams
@@ -7516,6 +8861,90 @@ type CancelScandefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response CancelScandefaultApplicationProblemPlusJSONResponse) VisitCancelScanResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListScanChangesRequestObject struct {
+	ScanId ScanID `json:"scan_id"`
+	Params ListScanChangesParams
+}
+
+type ListScanChangesResponseObject interface {
+	VisitListScanChangesResponse(w http.ResponseWriter) error
+}
+
+type ListScanChanges200JSONResponse AssetChangeList
+
+func (response ListScanChanges200JSONResponse) VisitListScanChangesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListScanChanges400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListScanChanges400ApplicationProblemPlusJSONResponse) VisitListScanChangesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListScanChanges401ApplicationProblemPlusJSONResponse Problem
+
+func (response ListScanChanges401ApplicationProblemPlusJSONResponse) VisitListScanChangesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListScanChanges404ApplicationProblemPlusJSONResponse Problem
+
+func (response ListScanChanges404ApplicationProblemPlusJSONResponse) VisitListScanChangesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListScanChangesdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListScanChangesdefaultApplicationProblemPlusJSONResponse) VisitListScanChangesResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -10570,6 +11999,27 @@ type StrictServerInterface interface {
 	// ListAssets List an organization's assets
 	// (GET /v1/organizations/{organization_id}/assets)
 	ListAssets(ctx context.Context, request ListAssetsRequestObject) (ListAssetsResponseObject, error)
+	// ListExposureChanges An organization's exposure-change timeline
+	// (GET /v1/organizations/{organization_id}/exposure-changes)
+	ListExposureChanges(ctx context.Context, request ListExposureChangesRequestObject) (ListExposureChangesResponseObject, error)
+	// ListScopeTargets List an organization's scan scope
+	// (GET /v1/organizations/{organization_id}/scope)
+	ListScopeTargets(ctx context.Context, request ListScopeTargetsRequestObject) (ListScopeTargetsResponseObject, error)
+	// AddScopeTarget Approve a target for an organization's scans
+	// (POST /v1/organizations/{organization_id}/scope)
+	AddScopeTarget(ctx context.Context, request AddScopeTargetRequestObject) (AddScopeTargetResponseObject, error)
+	// RemoveScopeTarget Remove an entry from an organization's scan scope
+	// (DELETE /v1/organizations/{organization_id}/scope/{scope_target_id})
+	RemoveScopeTarget(ctx context.Context, request RemoveScopeTargetRequestObject) (RemoveScopeTargetResponseObject, error)
+	// ListThreatExclusions List an organization's threat exclusions
+	// (GET /v1/organizations/{organization_id}/threat-exclusions)
+	ListThreatExclusions(ctx context.Context, request ListThreatExclusionsRequestObject) (ListThreatExclusionsResponseObject, error)
+	// CreateThreatExclusion Suppress threats
+	// (POST /v1/organizations/{organization_id}/threat-exclusions)
+	CreateThreatExclusion(ctx context.Context, request CreateThreatExclusionRequestObject) (CreateThreatExclusionResponseObject, error)
+	// DeleteThreatExclusion Delete a threat exclusion
+	// (DELETE /v1/organizations/{organization_id}/threat-exclusions/{exclusion_id})
+	DeleteThreatExclusion(ctx context.Context, request DeleteThreatExclusionRequestObject) (DeleteThreatExclusionResponseObject, error)
 	// ListThreats List an organization's threats
 	// (GET /v1/organizations/{organization_id}/threats)
 	ListThreats(ctx context.Context, request ListThreatsRequestObject) (ListThreatsResponseObject, error)
@@ -10594,6 +12044,9 @@ type StrictServerInterface interface {
 	// CancelScan Cancel a scan
 	// (POST /v1/scans/{scan_id}/cancel)
 	CancelScan(ctx context.Context, request CancelScanRequestObject) (CancelScanResponseObject, error)
+	// ListScanChanges What changed since the previous scan
+	// (GET /v1/scans/{scan_id}/changes)
+	ListScanChanges(ctx context.Context, request ListScanChangesRequestObject) (ListScanChangesResponseObject, error)
 	// ListSchedules List schedules
 	// (GET /v1/schedules)
 	ListSchedules(ctx context.Context, request ListSchedulesRequestObject) (ListSchedulesResponseObject, error)
@@ -11401,6 +12854,207 @@ func (sh *strictHandler) ListAssets(w http.ResponseWriter, r *http.Request, orga
 	}
 }
 
+// ListExposureChanges operation middleware
+func (sh *strictHandler) ListExposureChanges(w http.ResponseWriter, r *http.Request, organizationId OrganizationID, params ListExposureChangesParams) {
+	var request ListExposureChangesRequestObject
+
+	request.OrganizationId = organizationId
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListExposureChanges(ctx, request.(ListExposureChangesRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListExposureChanges")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListExposureChangesResponseObject); ok {
+		if err := validResponse.VisitListExposureChangesResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListScopeTargets operation middleware
+func (sh *strictHandler) ListScopeTargets(w http.ResponseWriter, r *http.Request, organizationId OrganizationID, params ListScopeTargetsParams) {
+	var request ListScopeTargetsRequestObject
+
+	request.OrganizationId = organizationId
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListScopeTargets(ctx, request.(ListScopeTargetsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListScopeTargets")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListScopeTargetsResponseObject); ok {
+		if err := validResponse.VisitListScopeTargetsResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// AddScopeTarget operation middleware
+func (sh *strictHandler) AddScopeTarget(w http.ResponseWriter, r *http.Request, organizationId OrganizationID) {
+	var request AddScopeTargetRequestObject
+
+	request.OrganizationId = organizationId
+
+	var body AddScopeTargetJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.AddScopeTarget(ctx, request.(AddScopeTargetRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "AddScopeTarget")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(AddScopeTargetResponseObject); ok {
+		if err := validResponse.VisitAddScopeTargetResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// RemoveScopeTarget operation middleware
+func (sh *strictHandler) RemoveScopeTarget(w http.ResponseWriter, r *http.Request, organizationId OrganizationID, scopeTargetId openapi_types.UUID) {
+	var request RemoveScopeTargetRequestObject
+
+	request.OrganizationId = organizationId
+	request.ScopeTargetId = scopeTargetId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.RemoveScopeTarget(ctx, request.(RemoveScopeTargetRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "RemoveScopeTarget")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(RemoveScopeTargetResponseObject); ok {
+		if err := validResponse.VisitRemoveScopeTargetResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListThreatExclusions operation middleware
+func (sh *strictHandler) ListThreatExclusions(w http.ResponseWriter, r *http.Request, organizationId OrganizationID, params ListThreatExclusionsParams) {
+	var request ListThreatExclusionsRequestObject
+
+	request.OrganizationId = organizationId
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListThreatExclusions(ctx, request.(ListThreatExclusionsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListThreatExclusions")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListThreatExclusionsResponseObject); ok {
+		if err := validResponse.VisitListThreatExclusionsResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// CreateThreatExclusion operation middleware
+func (sh *strictHandler) CreateThreatExclusion(w http.ResponseWriter, r *http.Request, organizationId OrganizationID) {
+	var request CreateThreatExclusionRequestObject
+
+	request.OrganizationId = organizationId
+
+	var body CreateThreatExclusionJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.CreateThreatExclusion(ctx, request.(CreateThreatExclusionRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CreateThreatExclusion")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(CreateThreatExclusionResponseObject); ok {
+		if err := validResponse.VisitCreateThreatExclusionResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// DeleteThreatExclusion operation middleware
+func (sh *strictHandler) DeleteThreatExclusion(w http.ResponseWriter, r *http.Request, organizationId OrganizationID, exclusionId openapi_types.UUID) {
+	var request DeleteThreatExclusionRequestObject
+
+	request.OrganizationId = organizationId
+	request.ExclusionId = exclusionId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.DeleteThreatExclusion(ctx, request.(DeleteThreatExclusionRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "DeleteThreatExclusion")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(DeleteThreatExclusionResponseObject); ok {
+		if err := validResponse.VisitDeleteThreatExclusionResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // ListThreats operation middleware
 func (sh *strictHandler) ListThreats(w http.ResponseWriter, r *http.Request, organizationId OrganizationID, params ListThreatsParams) {
 	var request ListThreatsRequestObject
@@ -11613,6 +13267,33 @@ func (sh *strictHandler) CancelScan(w http.ResponseWriter, r *http.Request, scan
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(CancelScanResponseObject); ok {
 		if err := validResponse.VisitCancelScanResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListScanChanges operation middleware
+func (sh *strictHandler) ListScanChanges(w http.ResponseWriter, r *http.Request, scanId ScanID, params ListScanChangesParams) {
+	var request ListScanChangesRequestObject
+
+	request.ScanId = scanId
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListScanChanges(ctx, request.(ListScanChangesRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListScanChanges")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListScanChangesResponseObject); ok {
+		if err := validResponse.VisitListScanChangesResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {
@@ -12577,388 +14258,441 @@ func (sh *strictHandler) RevokeWorker(w http.ResponseWriter, r *http.Request, wo
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L2Ncts4lj/6Kijdf1Xk+VOy/JnYrq1dTzrdnZl0khu7d+5/W7kmRIIS2hSgIUAr6lSq9iHuM+yDzZPc",
-	"wjkACVKkvmzna2a3ajq2SRAfB+f7/M7HTiSnMymY0Kpz/rEzoxmdMs0y+Oky0vyOvZUpjxbm55ipKOMz",
-	"zaXonHf+NqGaTOhsxoQiWhI9YWQus1uWPVGEwquEas2mM61IIjOiJ1wRmY2p4H9QM0i/E3S4GervOcsW",
-	"naAj6JR1zjv4cifoqGjCphQ/ndA81Z3zTkRFxNJO0GEin3bOfyt/EWeUi877oKMXMzOM0hkX486nT0Hn",
-	"Eufx8gczFnxyRvXE+yL+/YbHnaCTsb/nPGNx51xnOfNnkchsSs0k8hyeXP7Q8zxTMlverOsJI6FgH/RN",
-	"BE+ERCawY7OM3XGZKzKjY9a2IfhOZUOm9MMrJsZ60jk/HAyapvIjT1nrghOesvuv9hWjil3LWyaaV5ya",
-	"vxNtHoDF2m0mc6rIOKNCs5jMuZ6QLjc0wkTExRif3yv2YsJozLJy6vDRHn511fS9HTo4fBZ0plwUP582",
-	"roZPuS72q3YEKfyxkSRPBoH5GJ8aejwxhzHlAn86KL7DhWZjlsGH3sAe0fRlzKYzqZmIFn9lDTfsF3rL",
-	"FGycWSVTmiiamP0kGZsxqvvkUpOpVJocnpyQaEIzGpm727p13gd75ottBHVyUt2upt16413kVjLzb/v9",
-	"ye2dffe++3ZBYpYZ9sQ1STI5rdAmFTFR5jURMSLy6YhlD7DPG5HpRvt+FdH2/VYRfYB9voomLM5XcA9l",
-	"H3iAT7EoY+18WcGf7/+Za6puWz+iqbq9/yd+naWSxq0fyeHP9//M30DCtn4GBfB9P/PJvKxmUigGisDb",
-	"TI5SNjX/jKTQTACbpLNZyiO42/szfOJ//64kyILyW/8rY0nnvPN/7Zeaxj7+Ve27ceGL1Tt8SeyQpPvu",
-	"x+fk7Pjk6R7KCkqUpqOUkTCSMQv7sC12RNBaZrwQSewDnc5SBhPPGNUsvoF1Hw4OT3sHB73Ds+uDk/Oj",
-	"0/Ojw/8ylznunHcGB2dHyQE97I3i4+PeU3aS9EaD04PecXQSn7KnybPB2YEnmrmZaJxHcP/r/M4b7Wl0",
-	"zHpP4wPaO6MnB73T0VEyYIfRcXwwgLO6k7fmqBKaKjgrOTN7/1unGP39p8D8MGOZ5ngs/pK8Q42pZj3N",
-	"p2z5ZIMO+zDjGVNbvWMWspZogk5Klb7J1ZYTwn38uPyHpb3cYAozmjGhb0CDsO8sayVOH6Ga2B20qqlg",
-	"F0TkaYraqnlKFU8A6YVjqtmcLgiNp1yEfXKJjw2FYHcsI3ZzSUo1M/ouFQERMiMTqsicxywjeK5EZoQK",
-	"qScsqyjE9hWjDOFKgqEw8giow6hG1E4eyUUR89WF/R0vlhOQjBmVkd+xdNEfGjWpeed+c1sXdMy6gcQK",
-	"SiyOZCRlyqjolH/c6oAdKX/scM2mah1PgLt7Zd4xL9vRaJbRRQf5kmNqv3VgJUA/xVcC/1KUiymNAjn6",
-	"nUXaDO34xCuuYDXVu1XMdaNJFzxn7ZRhtMbpKMV0jWfFTFOewtcnUmmnisqIpuZn81rCM6VvFGPiwTgb",
-	"3OO1Iwpz+Cn/g8U3dzTNzcQODp/2B/1B/+A+nNDpy7NO0FkeeIkHelu06oD+cvXm9Ztir2ub9hh8cOvB",
-	"l/fzgXgi/qJhsLbPNN2yZUUeXnKDNEy/vsu1fWm9Ag9yHeEuLd3FoONZ4BssfPVdfWe+/7FD45ijOffW",
-	"m7EV49VFuJOoaTpmMGL+FhDWH/dJ6O56GJCQz8z/zmSmzX/zLDX/icyYidG9jP5jxJ7WLDOD/b+/0d4f",
-	"783/DHpnN733HwfB8dmn/9VEF8XxV10Jg/UmiL9JFTJo2Ss+FlOrM3rMjcIf1mhkTBhVr1BhH0y/KvVk",
-	"bwgaHR31nsbHrEeTk0HvaFQyxmXGU5n+ppccfVUpvIWesQZ6qLnOinfIaIGKSjShAp1Fhdvh8OD46fGz",
-	"o9Pjp573YbDsffB2tEm+78JfzNaiFXCTMWr1/8anHlSt8E5wE7vJp9llZuabTW6DgsoRr9El8LDqFG69",
-	"iuhFgMuUcMHVZCsz5Gx0aKj7KO6dseOkd0hLujRMlVHFbnytvm1UpWm2zgBSmupcmZ3Lo4ixGLbB2cfe",
-	"nJ7Rg4Pe09Fh1HsWH7HeQVLOqvMgl6u2cx93ovQsk9mNMRIbKRL/PGVK0XHzE5XDemglYencNv1AlgvB",
-	"xXg7Hdw7+y3eAVpYI2rxpK7w4U8etWywCfe4w9ynzOoFrhFPsZKGTa/szIqL/cLQypbS3hGe74deK12D",
-	"jkeQ3pvHgwYnv9kRnS0Mu6o4pO106ny2toMwvxVrfpPrSKJt7kItPldIKEcuWcinhtBLMdhVQUxuLDgL",
-	"cFMhPZuzWD28c17E8OiMZQqebfxqHnP94q5B6YislEWC6SNTN0QTaVlnWavNJHzDflrbcIRnjjhh2Lll",
-	"C5IyamSH5Q/Hh0FHRlGeZWv4sfVf47xGT+OD6JAes5PkdPD04BlcgGzM9BactnjFzhu3oYEB231q4Irl",
-	"TrX+0Sm67qzd7tivBR21UJpNzSYKKRZTmavGY9zJuKtxEy706bGvKp0NBk8Pzs4OT46fHg/Ozg7WiZHK",
-	"QW3KPHdTpMrDbtha76zb/9pi7DWadN66KgcXuNNvZA7FzXoQQ628p49nrT2nMzriKS9ou5GHo4FRd0Ib",
-	"0iI41AWhxAicJ4qE7sM3kTd2SKa50mTESCSFplywmHDwy3XD/xjmg8ERCyGsWZ1h0PnQG8ue/eXvSor+",
-	"Ozr/xYoBM39puJdmv1CxeIc0srUoghG4FJsfzfPinZfmqn6CG/QS33RBTvvjwRqnl//5xgOqLBDjDsuU",
-	"db9FXAo1x/v8IFPd7RyYUyM20KhQ5UAtlKY3GVN5qtcu+B089meqo4nnisJopqdNLzvFJ3w8YUoT/E5v",
-	"ZEaox0G9FA+imNBlVodVuXY0SWWpaWywMU4vWbLq7O9XH1tJXQ2G2jaGl3un0WTayMzb2q6CF8z3IPBk",
-	"lxS3W08byp36SrZU+HeykkBxtW/U04pssohZLRkxc6YKMkkg6EfHlIuA8MTw1TlPU8NvzWicxX0/0LHy",
-	"89sYKf6urwldUHV7BQ/WabOSX1RaLbWdr3yrurEriLpkbvcnarz938WVcJM4HAzue0FmZfh7o2i2v48b",
-	"SKeSK1Ws7mUe/fP19VuCD1hHYEEBhKZSGOacpzGZ0DtGRowJQoEwbPiywp1Pzs78PKXBoDFTqZWG7TRX",
-	"kyUoDttJyC1P5l8CtVGgop9Dtyfm2eGfqEqKXksW3naJdA8lzivk5i8oWC3pIfzr4rE7qmnWQcTFjWKR",
-	"FLGqeCCPDk6OTgeDSqLfaeM5uNyGerLmGhfQLsbjvaLspWZ/tI1eXw29t5+Gnyq424nstJFNs22f5FVE",
-	"d5zcTokqaT7mWxgyZnZv4Z26JbbywMxUucy4XlQchH7C6kGVkHsHg0EjLaODoTrj7SKH/ryLr25Iag3x",
-	"Zzufci9XnS3mK+52vjEzuovzh60+JfzOD+Ubn5cLaD41/9pwmtf49Pq9thfdjh74O7Ji0yF38373feUq",
-	"YPzX5sldd8soj+a3arNvGf3+Gh5vCZ+fnpwcna4+2KAzz7hmb0S6QJ9TGQZJ6YilG04F00Bf4RsbH2B7",
-	"lB6PzCxwtwNz0toYXDLXjXLzdHD8bF12fNCJMq55RNOKa22tJu0/C47jlC78SVRVoB8kEVJb3WfEEpkx",
-	"VLumVCyIfQ1Tw4WcV81KmY9S5qtlTh1oVMqshgiJlyzK4UQa9qg6vZ9pFhMoOCCytIWfKDKfyJSRLBc4",
-	"N0h1M8o/KG5h+YWY0Tjlgt1QjR7H7aZ/0DB9IM4bxVIW6fUqNxDmlXu40EjjPEOirCzdCqUjXyqZKXkz",
-	"OmmilCn9UEujcCNVxds6itst0XSRShpvF5mYcSFYfFOJei7r5mjHgU0AOapTuoAjL3wiXSpiyBENq4cS",
-	"Qu2Cf23AIT0USvM0JVNjgez1yUtd+Klp+SFWTURVjKkLMp/wFKokIiqKCxOYp4cCpjKnZh6YGztjIuZi",
-	"bJNAQhJWl5sLekd5SkcpC1flpFbs7gfSXRrd9dvyFHBZrTcXdbawFXNGK8f6hYwlDdfciC7l6sD83X+i",
-	"CL6oykPPWMT4HVMYUXB2Wze0D4Z7fXJp3yJTrpQx4WQGRzNhaUyoY3eG+5CE8lRVS7LMGYI5TSIZM2IH",
-	"rh5bJ9hQW62I5qq2WldQCyG8iXfNSN+NdEM3ZrusQwm6YzylzL+7SbgYs2yWcYw1+6l4g94Z7SXvP54e",
-	"N2fg+cPM0FVS06gHzUr0TSQFBO+EvjFrrbK/g9oNWcsAH05BbeBmtfR2TeRcKN/x0eWacEVcshXR0nAc",
-	"86CImCFrMRT+KD2wN2PMwQfuaOZPpEgXcDPkXFS+CvyK2N0BDwvXGzIgy7o2oU4kp0b6tMqXP1g7WcYt",
-	"5St0xkuHzmepZdmwJMVOqjMf65t//Pf/NEQj/JlvnETf7rtCxhQQNYGTFhHrkysGIpFQRcLLXE9kZg//",
-	"nPyZ0YxlBOKvEVZrYCi2vzbHyPmbyhWsODckAFhwmr5JOue/bUIwnU9BPc7JRCbTdFrUsSzvwhuBkY0L",
-	"fw8a3aO1oXbIN6ttydLkVn9keb8MybyANzZlvX4Nl8qQUXZ65v/+/OKnl6/J8xfvrl/++PL55fUL8u7F",
-	"//3ri6tr+OtQ/OO//2co4N8vXv+w4rmGRQBBs2aCLmbRxK7X8Mymw72PU6vhPNz0mmj1RfF4E49ZsQnV",
-	"wrHWbO0Gx+mz0+OGCEzTPjxIrVqz73bZ/qkZOBuQuZ812PCVpu3+kaf1ULOtn3T5V34NJdROBo/F3DM2",
-	"k5nu24/snEivJvTw5LRz3jkdRYOYHiTHh8nZaRIdPR09G8VPWXw4GNGTp6eD0/iQDmJ6EsX0cHRwdBI9",
-	"fXZynIzi6OzZyegZPTJj8T/YzWihDUkcHG4d/btvWK96FA30t0t95YbfftCqR3cmDcP5W/yQSXGbB9A3",
-	"qyayOlLlSCqzL1ZZOZa2S/cQuWlweXev5/uZ0dSw8Ortn7DIautU0xFV8M5tJ+ikXGnguPCTK582P3lB",
-	"YftjTRwVYzaL0Y9tJWHeZNVSei5MwzP+mnFV/K1YERJ+qVTO4ueluVPfFnqzZAu1iPh1or0U6Q8/4q4i",
-	"0Dk+MybYvPKX48ERiPz7V0w0bWGT9vz8Eq0wY2wpZ4J5byrSpalCNB9b7fxEBYSLihWlmM5ne/0Njdov",
-	"Kdibdr2+L+/ME4QmWLTNFUmlGJOunptt4FlcOGlSnjAzvxaf6tKn71Hf4Bc01Lc0aDrt9RpKw1Y0XVbP",
-	"Z7kmWXbLPFZwCj+H2rWV7MoPqBytKlWvnqIdmWhZ+DWfKIJBlYBMWTaGfFyLVIW/NzbjhKpzAJUwwxvK",
-	"VoTinwMSmm+FQ5GxqQTnmw7cm0JqcDzERGm66JN62d58IlXhuF/y1JopCDYfCjtaQnlKjBFr/R6ka19J",
-	"pdLhXmAs2/mEidJlq7ScKULjO7NxCsEBXOxkKApH5+K89CGOJVNkRKNbB9f195zlDLzGFfAuwT5oMmE0",
-	"0yNGtU0iUuj2RSdiCNPqW65Y8PGUjWm06JybXQs6f0hhKIHlvTnDYvUp/eAf9elxA/kBlVikH1c1uoVr",
-	"7hYBgWo0tM6TNWMZtWENJwBfmrW9lhr+++IDVxBr/kEy9Vpq+HlZJJorYN7v3dHM0AZ4S2BBMAr8yw0J",
-	"PxTjwk/VwV2MUTU6AIjMyFRmDBxa4UuBzv8QRg8viJDC/gk/Yf/sf6Hqzm28dI2he+/UmnWiW0A8Kvb0",
-	"fdshX3nBpJUnXE8Q5dHEEqt64q4j5uYTwVisSPev+YhlghlxptiUCs0jtXdu4TJCiITYcGtIZpRnLiIy",
-	"FLOMQSaW2S58nH0wv1NcCnxqItO4D1t+XnISwhVxr4Ir3ey/TEiIRxheDIU9m3NCR+axwJxg5RVh39ET",
-	"Nr0oDu6ifmrkUhDDYhbEsZOhwH85PBBb21SgVh0dEs2yKcQOaJouXVvcj3KdCpxXcJM6miOwTXFD8GI4",
-	"yvytM57lncD8by+l2Zh13n96H3T8HTZfqLOCJfWlYQobqulL/KKaz3S4HHGoT24rOVS9Ev4L3qccoX9q",
-	"I/17fbdeo7Ik6xTTZLQg7swU+sa7iFEDReSF851rxdJkLyBKFuUtQ7EkrqZ0YcSciIGnUN/D2id/ZQsj",
-	"QS2xnR55CGkYdORiPBShBSV43/2tZ+EJ+vvv/+R+u/fv4QVBqtpgrO5vl73/Kscrfrjpv/+T96e9f9/7",
-	"97C8B6fHdouWbgBQ+bml5R3lFqMPUldQyN0bY25ndzQtFdeDwTYF35Us0E58evYsjo+fnrIDepzEp6MR",
-	"e5YcPD1IDs5Gp6cn9NngiJ2yeHTAotPjOH727DQ+PqCHp1FydhId0rNyQO3N6GiAvoCWcvdtUrmr4fyj",
-	"e/iovOA8F7McVIiirLYzYWkqyxw8c9LRRNZCkYCkJ1h2Yx/6dF9n06pjbbZHdAmgCehUiWZiQ7tj9+Ly",
-	"tZnDlfTgC6LKwAuCIJLQw+cMiRRWJrk4c2QE0Iov6xX7clVLzCG50Dz1NsqueMNdsqHzrTwnyxuCPMtZ",
-	"iA1x+4RlTETGsA69dACj048wdHlhNQJU8Lk25kbxklEK+uTaUADHYYGZz1IaMULx67DFhM5mjGbqnNwy",
-	"NjNnInNtppXKsXIwYpDyTrqecU8yFlOjOth1FPYFpKkpNJgg4UCO95BvLrE+xwDW1sYIOlMTqbfJ9W4o",
-	"2V+mlJXXy87vfRvP3h7HZ8urX7tTW+PSbrRTK5a3U4bDPRJlDCNvzEqoKS5WKpeJd7AedUHAARUZeo6r",
-	"6soTc/cZgxyniOtFpTziYINMh1kmtYxkenPHMmUTer3zOGnKt1Ay0XOasZZ3DhuTNOaU68Yst8NBfR9+",
-	"lnN0OGkJ+VSoYgH36JPnlV1QLDM33S6ZdA9PiDJ/s6PvVfajlkLXXODTRjNtRbh4RJsr56AUrXOi20Fb",
-	"SfjKFd9VNy5EnPDQcjxDIlyM+yREyIgbW0/P4vAcvCWYHmdrrmzSWoEuEfatU8M9i34YY0lro3Sise0K",
-	"DmkUsZnGikPnMChQy+ufNzdVNrkL/PW11XxBbZth48Y4tPl3Ec0yjlRREa5FZgw4bPpVFXcXXXRpJY5Z",
-	"PLiSWtcpXUmf3dR7h/qWFtIEQ7VaR/scetcm2k+L0nNBBqhAGFrbVAPapKrVu4JrSwLbyH9pdY13XY4v",
-	"ZzMm4ndF9WTFt2jGqNFF48YdnvXPLHiETBJA1Tw8CTo6y0VESypeoqnKFzbfk5bD22D7K1NsTJ6Dv1ln",
-	"8QdNokkubtELBbhFhFZP+v5h3XKPmuYT0Rlg92eMRhMWX5AkzwDENqaaGv00zqSRV56C34Y+5K/d/25Q",
-	"OYYtSOe52ZttK3uoXmoVMDh+dvK0sayxOKiH2u96HqvbDZhWyzKv2Qf9gOgFnq3uJGPpdoXdgepnIwDt",
-	"F/vAGwVNwRZYumXu34MNLtyOOAX3AoUrV7miLhYAm5mIWXxOhETRDyQO8j+SU9ZE4UFBT8vpHtWb/oDg",
-	"RI8wZoUJrLnGS1hrBRFXLzjsjLf7TdT9ZsYEoujvinJTzecpe8b4WVYy0kz3lM4YnVaLm6H9QmumzlZ9",
-	"GvycnG0ywh8nXaelbLchuabxWDw33L0x9Vc77myq2mU0bVD5Pn821gq48TU5SP6ePUQuUuUMHg8py/9M",
-	"mc+8hNkLeZE1ZF6W8jEHIEJ7Nwv4O5kkKRdlBryDl7tjnrt3ENRdDp82y4SsTWMbJLwiAtRaVHFcaawi",
-	"WNZjeQ/QzQUsya215qmGuNhGJP++FZm46oZu8j83HEWTUVMeTDPyrkPsdWZs8Xw5taATc1UFxYXver8t",
-	"D5nqG+eeabR4SyLYJDu+MSumOosSr7cydVjXZkT+0De0SO3fNXfwLZbSvSsOpx4BXxCKyRsxepm5Kgta",
-	"Y7Jguk9CjFzcCKlvXJYIuEK8etLQRkr6+GxoxrGZXvZ1FZYFhQsiEz9I7WLwtdKdao830nVPQdpZMROj",
-	"V5XfMH9JU0IzBuuIZA69wQDsSWnC9V7f5dBMuYJAYAiqGV7EwmfN9aTo+2S2uVoNabQ6my5gKyt1NKns",
-	"Ry3u2V9VxFjbyVptZwiufeWXWNJqHaUFeymGqOyakHPSzYXb2YC4uxbY3h9xQOydC4pWIoaO9nyXlJA3",
-	"BYZ1cXUa6QIQ/G9wN8tHy6Mvtt3xTf8XrXtkhzC84CbJ09RmtsZ5yuIbaJLScVBgIxrdyiRpZBle+6Fa",
-	"oMx2Bip6BVnA0FqjoCmNJlywXsZoXOkcVC0uAbxeNDh74LBzAKSVbnZ1iB68e+DBZRmZsBSs33XArS7h",
-	"9nhwFnQ012nR2Y7YT9tdmGg9U+f7+7i5PRu16cfszvVcUvvelD+1oRDXfEktG2OeviDhh54du2d+oUKS",
-	"clVkl0B5qB9BUkzEKhgK2HRz/3OV09QBVXV/knhTIimUpkJDrGxGo1s6ZkMRjrme5KN+JKe1Ne67/9q5",
-	"hHt98prN4fsKMhJGjNAYjDSjzWtCxVDk4lbIucBZjrAi0MPNqkSwvKytynpBvGaaJzTSqldIufPOyeDo",
-	"HA/frd2wFCGJe5ooLTM6hsUmfJwjWLFzzzoItM5553hwdl5tO5eaQ1ig1Wnp13UIsnBHQWdE416kMnh/",
-	"YHe1TAOFnF5jqbuudxBXSY32y2ICdY+K3LKFkxbOiW0HzpzRVQ7eNtAoY/TW8LYsTwtpcPn2JYyko0lP",
-	"SN2bsUxxdLaWy/UQy6KU8ikMAu4+MrLcmGJ/SMxWKQcpWUmPfbCocued48MzeyKWzbrOTZCmpYiWEmNL",
-	"csYEmck0heZLiUxTOVfV3Nqeg5c28z2w8005E7qyy3b37mjKIV0Tvm4NEH+0UtSXw2Uy18wmqVFy/eqq",
-	"4QO1YSxBr59UxsZmpzKUw0KSko3D870olYpVzvnsrDLgHBLf5nCzABPDEAwGE0g3leOxOX2RLvawUiNJ",
-	"eaT9w3Xk4v5m+TD7wJU2dGmdAGVx1UZ36/mld5uA/ZYDVEeDg+9xAUfjb1j5jOuVpYjd16C4eblC4i5B",
-	"xhOZjXgcM9z8I7tXNE0hBrcAMoghR1yBoVs2feSil6R8PCm2hxabY3UUrkitS6SZFCI1WET0C8C1XJAu",
-	"gAr0LhPNsr3ah27ZopcxM3W4DIc4x/rI5j7B8qxcjHkCCQbazQoaWaJbD45icE6oIO5XiAtwYZefKyA3",
-	"SENAonBuWhRBHkFsKjEhQjbuobeoV2gW/khybL3fsWR4AZ0H3BwYi4ydWHibpkxPZAxciJqLbi/hiX8J",
-	"i3GQDdowNLwIypDuJTIX+OIx6Joqjyb2ZZkZriXzLGKkKzMIzjUQh2Jsr8xH6mkpbZLkeef44Kh6aUYy",
-	"XmBfuFKaIKNTcA8V/4MR14XWdWfsRVLojEa6d8dlal00eH44Nj5mcSHNlJzOyxWJZZTDnejCWQJtFG/A",
-	"HUJdVApIPzeGAVNa7YEWR0WjODN/KG5U8UCRa7PRhXc5NEZUVeSoQ0/sobex58geLpgVlihFrEjy3bnw",
-	"pRr+Iji+cm2YUy9GJlvOKmPgNIRraR8i5qG2a2nU+MY9AQutYU/gBUNoXhcHfAvOAzsg3GiWTbm5hAju",
-	"4noBgYfC/Ozh33Zs3bwVkKqHTQQd96JEsLkR05YJIlHIXKf8Dkha5jqj4hYnDY9MuYB1A9EZ8jWytJex",
-	"SGaxclRck+AoeMFnbh+EtobE3cTKQED7yglylco57PHS5uaC5nrChObWM43MXUhIoxYS6TUoV1erXisO",
-	"Fh35I4pMzHuk7VhzofLZTGaaxb0pizl1FS7HByfn/u11eDugli6X9WID2F7MM1ZKTfylK8f49d0rm+aB",
-	"6eZQXhLAtdWViqxyOF9lseRmx3SDQCijEGn2tQqLHZgtLF5HL4QVEarsjxyzKKVGAgMjkhm5+vmyhwWZ",
-	"5aAK0OdwLi5xAoQPPGHFt72JML3ybRfZbVuHVbtAj3OjFD5Fn68UktqlOCviOars84XXrelx+8cLZ7YI",
-	"Bv0QzJ9QhypqxZhVjzqfPpXGYkP8h4PpE7GW1lgr+z6UtZnbgPcWVuXH9o6A9UTyX9+9LPMVDfVBoic0",
-	"qUfz2ry4AWwGFu/i973uO60NZ95ZzdUrEN0FHKINlKdzljw7jQfPDp49O46exqcnZ/QwYZQOopMTGg8O",
-	"TujRKDlODkaHo8Ho2eFhFB+cxKfRwclokAwGdPCswar+cgBAnxo3ULD5V4Sn8YCQGfX+DCvALd4xyIrd",
-	"DndyOQaMIHtGVAJLukClS5GUJZhTS0GyTeUdJjrUejx+p5iS7dCRmK1zGd0ux4ogu/og2ClDAZSJrRoy",
-	"WYi0dR2VjEpyAx7mzvlhqVT6qRBFvb3vftgem36SMQo70BS8YY29H6EXqFObDGMxHyddQ40yM/aEQKf4",
-	"3o7I4FumXJSHsFH/Im//N28E4Z/HTikdDXDsu4yyBIFQHv77+7aQcJSwnHMCjsv6ge90uLULWxxdU8MJ",
-	"7ptTDY3yKqdSPdl2FoAg+dvlbBSmxIZhNvzSO3hrGVG6AV7wIYijDnSxtG9uFWv25iHijFdaZiyudSV4",
-	"pHSAymZvJ0jfCGf99UkI3C4ElxL8k4BnhXTtHwIiZzgsCW0AJ9zrkxBvjXnPWM0xIFqKoShGKd8PQdc0",
-	"/1DsjmVcLyqDsg/ox4KwnJYkZnGO9hmECKiIh6LyZWMiwnwXaMKwFLA24dd7ATj5rS3joPBsYKGBy2/U",
-	"q/odS/z8sc0hZXfqkOftx1IBRFMxwy0Xsc8YcV2OrS0nLHq2iz2O9QqIfc63W6qNMwfrVEOYZTMZl5is",
-	"21Hxiw84UU5TYgOU6CZL8jQlv3Oj6ZMR03OQyzaZZVknHEFCa0MxyMFKZGZATluDKj2lH1rAlAf3HLvZ",
-	"zjCG8W7ZeWWmSZ3ettH/V+R1XEX0/vlpqzXM3+UIa+O3UWRdCeqnMvSOOUWxUL2MKZlCIvtMKttjwCt/",
-	"cL1RP72/D2RbbTCvl8NvnVRGNJ1ICzjR2HFv2x7nj5enh/u/RcuMv8hRk3zcCWRtk7oA882iLKCpY0Yb",
-	"FFcJh5zx8Xh9ftS1fWxDeDWXTV82zfBOye5r250ye1i9VttcmftQ/4oWd7uRZtEualcCLMrJtwB991fd",
-	"8OVy5buaLTt19t6WlDer8G2mx2KJ1d0oyRK3tY0AH0RtjuhjJs567Xm2k4o7EJSjJN/RSHt/vLdIGje9",
-	"9x8Hwelhs8fxQZDw1zawuJ4w8rscPSlDvvaV/iod5GCzzPW2/S+qREv7HYyGSovxkqVs3MHcdcvZQbeo",
-	"dg5CNRpipzaECsfoOkH95treVFijkfwt4vrTmuzniJ2c9J4mp4Pes4Onh72SLdPDMtde8PFEpwtiZwX3",
-	"IeEZq67raHA9ODgfDM4Hg/9yT6lU6pVP7aywlF2MInBi5DNz2CLCxHugsAE5JH8y/2++c8eylJpn1C2f",
-	"4fvsxqK4vMjNfdv/M8tS7J2Vz+K151ZUeh88SBXCfRtIefnd1Xv2o2EptkvHjOaqufJuY+mGzQ3dsW66",
-	"ulbJVqWl1j6v9poS82FiHlekC/+epbmyRtbe5q1dq7TZxJn8DxbYGwC6hxkMeARlDdjm395Fr8Q07vYZ",
-	"X+LGzCmHSLxLGp5l7I7LXGFrGAnYgV17EzA1/EYKtsW+7dY6rHqfNiUZD0mhocgUazCIfejCpp3idwiN",
-	"Y0WkYOtdpOvFyWosYjfJ8v41d0Cr6dLefjRLKtzA54az/TpruhcUK37NsSvo5cJie8eFLGFbqCCx7JPQ",
-	"EG5oqEAhDQN6RJp6QHKGK4bE/C8AyEz9DHHLVYFxrhJ+P1RY2FZofVQTRqMJXG1sWcWUmVVERQizNXIR",
-	"5E9AQqNoer8FEIwlf0rdH2VlVw3mxe+NSTfmvHGhKW6g8hYvNeq+rQ4p99qPPKtrFQkoZ6ukalWQxsnp",
-	"ae/p4OlB7+zw2VGvlPCjI3NBgHiAt2CNVdGa1dEsKkc3yy4Cs2dbRd8c37zZRglZq0MU5nAx/mrxXO7f",
-	"A7seqlu5lE8PdxUSW5jQmQXLU0DII6Z4zFTRm6YLSk3P4iffr12+uwHlaZqbPIN/oWBpvBDekTdyYByt",
-	"LEyB2/lEWTAS2xKv8Zpt3q7Wo5ZNnr/ls5vlYjU8FU8HtMt21SZo8DfyhFUaAmoGiMMzpSKnkJMbOIAu",
-	"SGmi6hZjAI/UdR5aqbR1VSqT+LCqys2lMt/+Ji2OPH9TyU6Lm4aDNW5gFQ3p/nLYpwhf+LqDKqda3oDa",
-	"tQzK67+O7T6MT8Fj44/pW8DPPOSUP8N03zirrFHBoajVQhI26jZLSi1XBMuE+06FKcLkgDdoOV1AQsgs",
-	"tToQ1wEJC/03BGgoUBiranQJomM+xQyvpkYLASVpKjPmK0nWrITPFBzGmJerNCYjEhqE+0ppt0YcNkq7",
-	"7Tx/2xl39cB3cRXdh1cRgNmAh6RZ2NDda2prlsu2gUAa6XRRoDpHmXSI23WoqHBZXy29GJut1NkGn5y7",
-	"Y8nu53eMJJylsSLdKRe5ZmQi84zEdEGmUugJmTN2G9PFnpHe/2H+li4C8h8x5fBf81f4BzwM/1owCs9w",
-	"QcLCgRLW+v83g90xsaXKtRYB9ZIk/AOLyYxlXMaYhByCq/uG6hBKLiodcPdg3nSkZGr2wny4v3GTW0+1",
-	"Qm9D+7xeFIYMVwSaDCMMG3XzVSyPZS+jIpZTMqOZRjuMq8CsBXhQf7M4rK/wlax0E/JxnNdFB7Y6G893",
-	"5iOo/Hr9vLME4CjIy8vXl9hR1LwSENYf90nF5VYjIA86eVVCa9Ua286l/pCt9Vd10/8qOuivZIabtciv",
-	"GrFfqu33yvbYm/Xa9kZ7tG7VW6BrLjeobmlK3fjuIzWYfkvBnaSl9apBbVLF7Wk9NFDytYQDz1V/28bN",
-	"X7BZ80098eaeyTY4aC3l5p5j/qtD9GfoEL26HzTOpdHzDn95AnWhNKaaYkkQgm5zV6OOJUAWDPY+yUfx",
-	"ATvsPU2OBr1n9PigdzI6jZ7Gz9hZQj1wrHcvfnp5df3u/9xcv/nri9f3CrN5pQq/1QHv33+RSNmX6J5Y",
-	"rdjYiHpLQlum1geNh7wAJp0xC/d+n9hHQ0nIrv0CdwyjbBUmgZv3IOYj3u57GI4lq2pgESmDJFCZkVzE",
-	"LFORzBh0HBf2TyogMR8jLJL3jCJdKggTdzyTgGNF7mjGDRM1vH1CLZKPn+SBfU1u3pcNTm7efxwEB4dP",
-	"m3M96gVGDW2k0oUtJEYZY5i/edTJEq+lQREonTIqHBSMqwfc+tL4auzyFWooR9qsXU6zedqwaIdJhU3a",
-	"XC84EaV5zOzabtni35DRTxiWMm+yI7b1UmepZ4wn2HzSKtOjnbOJi0QCHsIcgAxink87QWfCxxO4Qtjg",
-	"rdnztFQa8Cg4sY9amIV5MC4P3hbXnh8fFlno+LdP75sKt74KgNnPVTK1e83MZyiR8YqP1pQcucWsLzJy",
-	"5mkDRdvqsUHQKVTRlbS2vWq2utKvzV48GjxSW6Ol1kU2p6UIkTWhuZVW2aDdyirTQ738uRWNkTZRE1vv",
-	"ZVH1V+8MYntoQnALgGvyGXDeUR6Pmb5n7eMqB8MWo1UobePk+Bo4/nYvf7Z8/NIbEzMaAxk9ghp/Xy8N",
-	"VfqmPaW7/PONA8Frabuw0tGzOUW0unu2CO3vYL/s5imq8YvV71bxSFscTd+AV2i7DAUqbn6XowetD4Eu",
-	"WH5S/ZZ+je3rQ3YxSJvsu3Kyq+pLiiMuybLt6IKaFKjdnxqDbb2q25mVZid/KGBaaJq+SUDhXF/XEHxs",
-	"lmGbq2FWqq21RIuBlxfw3i7hIexiu6zHSgOo9Hs7b9m83aTL0stbt4R/EEX/njKy4fWt17Fp7to3JJge",
-	"k0Xf35G8ASss+d5Sb4zKObRemvYyFoT3rtazYOlK5QesafEKXTBuMaeA4laDlWv0JBTrryXZVvR+ypvf",
-	"xaLwBiwYj53kWdop4G4KjOODw6f9QX/QPzh/dnx8tN/ZsAVAzDQCdCHYTKW6vaNT1fPhVBVLkx5CYm9Z",
-	"/Lt7/W3h5Sn9OQ7y+aqcDsLBejiwn+6NJ7BbscoOiAL+ESzlxkZUkN/lyJpz+CiLCd/VjqvBF+xqfexU",
-	"BHwfPIMNtKxldlJgLTg0NTdyZdPXNiTBW/kgegPe70fUHOQtE1eRrLIfGk+5RdgAwA3s8RCz5uze61JL",
-	"bkg+dPnN2GTT5TdDeBTznB24ZpZB301eJEBb7bu9JGEDnfyv5tFdUqDd8/fJvL1vCmBrTYO/uKZIqp38",
-	"EwU5UEElUZnIhNDikcCi4F6+fVl0i25PTQ46dNYsiH4FU8Blt+wGWnHfyr2m5lEbZPnsVovV3OapqWSp",
-	"6QBxuzDosttmrWxDsxkQHfh4nk+oGJethJfb8tTcB2tzi3Y6hU+Ne2RUuysLXVpVcTZpduqe8RX9MzMT",
-	"7J0OS3uOXcx615a71pFkPzl468555+2v1wWA6lYRGaN/tepddwf7OKTa32i4JT1llwaoTVuzkQ3kbd2O",
-	"Xdx/xhGIltjOvugig7sQEGazf6kiY36HXfiXaMMdSimyzOk0MSbvvDZg+3BU66RpOWQxkcAq2W5/gk6l",
-	"iXrDfjdxheYuYPXuXQdL3bu8svYa0oeOZj2LqWtmp/UMmm8wwJ/5XB2/OrY6nOW9OcO2KVj8zJhY+fEd",
-	"+4ThVD9Dm7Alk6F+VEuiGR4owKsujOT15+l6Sltke/DVWfB/V9BWTUzbUam/j1t3BRrvSshdlSOdNz63",
-	"S9RklQDcJiaymZxUy2S76UzXytXND649F8vS/nIfayaAx0KnsYwxUvTdJq4yQDXjGCxfoKWUFu8JVYP1",
-	"9tuUde1ZIbq6vVx7F9BCaAX5K8aqxI+wf4XhtN4FVUeimguW3TSYog3NoP3+YGBKy3lljUVCCgATplSb",
-	"2bhUlwDrmyZwYSHvRw4FpJWaGcAftSS5qKzXohpuENmRWkYy9U2ThrSFO4mKjBd1anzqtu0O2T9uV/Ik",
-	"Ez2nGVs5two33aQzYbt30Krd/og+gkDZU7HxDtYYYcEPiusULLH0hmux1h2Ai/gpo6LuqRub362RwDt7",
-	"wrx44WYie0me+dP7+IioHNtENht7VN60+HO8Baw5mIdw1vjnvHsGJI7ys+PSuwDNt2uHkMHy3sXiMf9r",
-	"l0w12ygeen+cd+LTs2dxfPz0lB3Q4yQ+HY3Ys+Tg6UFycDY6PT2hzwZH7JTFowMWnR7H8bNnp/HxAT08",
-	"jZKzk+iQnmGsrV7Gt7uK4ha34blBJ0DrxF1d8tPM4NbkRNZO3k5uo6PH9kDLdLnLAq8QbnodYa6d3sPd",
-	"lEd0a3pyYzmq0hZOwQKRPON6cWUmavFkGc1YdpnrSYM+LzxwgG44H+ubf/z3/4R7hdMTrNvQwciAW5WM",
-	"pNRKZ3SGLdRCYkGGLt++7NvSfLBu8MPV5pQlt/zl+tVVk++vuc2dzb21XWSIp7fXmtkhrIHfRZWrofDU",
-	"tj55PmHRLTSns2m4Nr8KtTtQdyyozoSKWE3oLas0gpzmOqepmf6nT1CfmsgG1zHO4Ce7c0iVJM4z6JyJ",
-	"LmMtoTOEZgSfVn3y1iFEg45lCJRqmUE/NjOjoYAWXjI1GptgeDy4z+VBqr4bj/htkPDh5u1VQ9HFZZkH",
-	"9nbabah2WUCjtt5MpulQhG/fXF2T/bsD7DmqwoBkTLC52w2YUKHO45Kx41UJjzwUQ4F1DdNcU6jGt4dr",
-	"lE4znYSJCLp6ltVHASjcIbCNHkQIwgDwxNF8tb1GAcmbCpIL2/HIVjTRjJHI0shoUesChShkik5xGIZt",
-	"AqENZcY1UxAX0DRlQwG/yMiYmbkcD85CXLBrj4NlUWUrvNBba6U2GYqVhWutGMmp2zps2pZSWJTLdSHd",
-	"8E9FdfleQEYMmvANhctiBxe6IFEqo1tF5ozE0rZRBso6L4v73OLtyPYwsswQpNmk0Hc32mX979+VFCHp",
-	"uma7e7XuuraZLtynlEfMigceGzJNOID3XM5oNGG9w77f5b/8nWFz+XRKs0XnvPODd6Pg/BzsWfVmEXnH",
-	"MmjtCrHIkkpxetPrV1d9L9Bau73YrLSQmJ1B/wDnIWdM0BnvnHeO4FdQgjEBtrs/YTTVkz9AD20sGIPz",
-	"VORwMKiAWsiIKUUUy+4YNqPtkx9c90Etc9uD2lGkmTWyCS7FS6MB/cT0z/Bpr/MfzOhwMEAwXHAZg0JW",
-	"dxeff0T2vRZX3n7h06dPTU1x3CKMGZ3yO9a3uIZYHt48cjHVfdfA2ZdnnfPf3vvH/tZ+wYwumFKQaDEG",
-	"FVHOFMJd7kMPvU0PwOIL+v3eMkajiaEu5Ce4dlgUigdLEIjkNOKCZouhwP6SyMzMQ69eXl2/eO03BjPU",
-	"Oae3rJfPYIvy2QU5GRwRaEk458pKm6VTfcdozO1iv8DBms8v4CRPBkef4XuvQWbTeHFBQmDHKiSKLgAB",
-	"JpqQmM2YiJmIXO/DhyeyYsPR2Z/dMaIzmiQ8aiS3u4N9OuOoFKlWqvvFFoeConFhJTb2sof6UHS6QNue",
-	"5bttdNfLGb/GTzwiGbiPgLLccsutsrH7thcbbb7i6S/e7tpfvEfoa92ULyJnTJEQVNMwIKEL+Zt/Y8w/",
-	"vCi6e6QL7M+Fbj3AZ/H9ZF1tIbsUMyoR9NDE8KL1goEfrVpZbc5yr0+KDcEOoOg4ixj60bADCFWEkglV",
-	"k/5QXDb7zVHBntKFVcAdeSS2H3fdgQ7T6g+F+bpRrIoZjGQOrcGtCMffI/4JNOgkXTMcdvzcO7fsDXay",
-	"aEo5ldjPbyjwsSeKdHF+fDpLOVNFOxNYJO71HnoOubZdJLF3L8X+h9RCuMJw5B///f8RroeCiwnLuK1N",
-	"Lz4Fry+QL4fL4afQdXiEEBt+lKpbJ/wpfnMo7DDAzJOyqfHx4IiETd1Pwybe+xzOwl2Jsl//n2W82ODG",
-	"eZ4Nq8xEnHiZKbjxkLznfvneZnCsv6jVuTlny6eqpWm7vNW4xcGDcQucRFzs0CqGEXi3wxFLWTIP3OQY",
-	"GdmGnMQ8f7TV8/fkVrhal3Ti+scucawlkbD/0cH0fUI+lrImTMWX2jCMGfaoNwRNtbdZSiIMmi2pxfte",
-	"JCkZAyvKM8XvWLpYFh/YkcUj5BnN6JRpiIj/9rEDRWJGgy317gJZsE5PPoGuc3m+/wySqo3orNmPW/Vk",
-	"idKOPyfl4P5vTDnWBt532bngtWqUgi9E7EgihSZ0BQ6H4bIAqAt8z8kQC92B99HiI1qPg22DlXBB06Go",
-	"9Go2YwGjtYozjCuFGzVw1rHMYmP3Gs58DkBcOkeGbf5oLBprgWNICWxpu0Qj0iAoRVMjnLHn9ITeMTKW",
-	"OrDeKJxTSLqHgwEgloXW9gz75I1gQ2HX/sQyfZp67duThEWovYO6rfrkefFpo4Zl/M7eOVr09NZyzMzD",
-	"Q2HUNGPWa3PrBDZyz6hQFDX77jiT+cwsZsr13gVuEGIKup1PmIi4GPfJpSZTqTQ5GQzIzIwd0TS9MN+0",
-	"Qtp1iAeFgiaMdGE4b6e4IkV3f73XKLks5VyW4Z+dZVf54a/G7e5DFKs8MoKcxeiM31Bw2f35hYrFVrLz",
-	"4fhXdQrWYd7Ay94I1z4asOHK02i6djuK0YNHFbvHB9s9f/JZxHpp+32seKZ/e/+pYgz+iI7JKRWLwjvp",
-	"eIC5ph4jtzXUy4z8Y3lnPu3TTPOERphm08zWf8Au6grcf/Zx0jWSOSCW+ABVwyadYbN1w6Gt53avwq4n",
-	"cg5xfNsqnetzEmL6l7GV8iy1GJU2Byx0KW598jfnbbRbTMLEGONaZnTMXDP6oeAW1NqGC54gxwvf/opO",
-	"YJcm+LHIP/sUEs/tHKAowN3bu7DcXh2FQ8HB8UzJLGM2K8MMCkaOa3afQgSLoM3GoluVT0s/OJrWE5nG",
-	"btZDEWUsxm59Csw3M1Pnr26Y6j5y9bBPXht7wZgY/I6hJG1ivW9mTFzaM8NM0GV9q4lMy0dcDeDLH6Cg",
-	"cM3D4Oy2mtD7e7F5eNLlii09XWiGGZvJTPftL9WEHp6cPkT79KBjyPhmtNCG2R4cHh1vzM7NnuNefyFD",
-	"qJry26KR2vun8KkdWfXxls+fPSqrflzWa461wgKrO7g1591Qn16CswsLHcMwTPQ6hqSLfwPsgD4UzwG4",
-	"HWqmRZFdOBRdGt0KOU9ZPAYVk9g/IiZtn7wsdLnzmhoIfNGp6RL3wrXKmlA9FDQFTyl2oHGqPsmYzjOb",
-	"9CUzPjYqvZUGF4SSmCcJA1eMG5orcjw4G4rQjt7DaByLwz4JwSK4QeVbhVDvwllll54oklJlvusZDV7E",
-	"DHXcc4LcvGiYXWRMg8OsSxXhCVoBWpJwv/giLKvYpGjR+ytbDEU4zAeDo6g8X/iZneOvaxAy+Ldwj4xY",
-	"IjNWOWImYrWBDv1tcPEC6ALBLCy4ay8XRUwDcr+VomPsnVhEJ6yfzBWCwqOOb5batu2GtrWi/YWV7FUK",
-	"9nWFkIHaMcT7dSrTjywBvkrlu+R7W/P8Is2gnen/Iu8sPwOlrnRCa0mEnGOHMQeg+sRBprroeGCVzJnh",
-	"gB5fGQqLIOTSZOzbRUU/cRX9ffLSOtYRvDzsExeiDCFBgHSRO3s5A3tl5BKnw9HjLsXYKLwsjZtYWpGh",
-	"9WV42iNd8kqWWPP9dgeLrWloolmGKSk07f/r1j70rX0HyT7GQIZ93/rOpnK8wji+nM2gEwc22idUE2My",
-	"kFAmiWI6dEDInm4ix31yabSijDNjJebilnRRt4J3AqulQEgPO4pEbKYhVSxiRmUa05mtN3XN87BKnSs6",
-	"zhhTVoMy93Xcw0F7U66mRhMKh6LI2sEkATMwPOOUJOvH7JNXcowx4YjOZtjZwC3kvOQwkZmNYEOhs1zg",
-	"lSFT6goYXNRRxCTJMz1hGcQqoRdBJmHYbmjfhPypLGdhoxcRd9rM6dtQfhAQEtsZQOvGiApcFux253yw",
-	"sd7ySo6fGzr53ArLKznGXUc4xlZ+Jsc1bgYkD29+lYbl4zIc3DIjr0tNAS/+1rzHWh3t7Octmi/YLQhN",
-	"HZkUTYdc401nXCwHC86JzeYt3ukCeoPNO9AAnKD2gAtwMQb8P/NbmY8nFmZAUJ1nNCW3bKECjGcUg5nX",
-	"LAdIZDYUsyKxVEsyQ7cdjtUNf3qBXi/ISt3/aBuPFXsATGEowprpFWJUHW9En7xbtlhv2aJMVITfjGS8",
-	"IF1z4DSD7AQMAblEU5lAnCSiQgoe0ZT85erN670WO7YwpiEHM0DuDy30FpoFltmiL5OUc9e9d2wGnVgs",
-	"x8OoVqqkd4FQlSpaugZEcdfwNeGZ0ja3Ezq7YfopJoBUV00FHgks2giGw0MScm8Tb9milzFjbYUXmGlR",
-	"DgAJgWYz4IMuRRn5Ok9TMmJmq22iHYsLweOPz0UvSfl4osOh6II1R7gGYH8jl908jWrqOzNLGealppIr",
-	"a0gTNKSBwIYiF/zvOfPFE+ioJHR2dw8f78EibWqG+7hZOrQVEAwpzJVW28RdwDayPmmbynv9qnflEkDQ",
-	"/+idF1XWsyDk3DuyoYADANQIwEZfuFBkGy01ycCrfDTl+p3lCp9NDK5/+p29gd7t/Ctb3E+A+ujKdTAm",
-	"aG7msJgKLIBOCbmML5iZb/5qFYVJzpjomcPtHR52inGRI1YRkhD3uoBHuvq5zNlsR33eTAL7yNifWfjj",
-	"py+j2zaxD+LmiarTLeSvlVQN6W2ioHpAiPfwDxpYYnWKrurELLe52sS7pzuYacwbw7vZ1ZHWYjrAFv2z",
-	"eWe29c8fHx5+w3bklVHqqK9kARcOiKaQIMUwqcN3I2+t74GxsIlvyMk57DKHIHsQKg0tzl7o60IokCY0",
-	"m6ZMqeWMrCvz2X9qL8y//C4Pfl9+odmtUemANguCpVD6IxxGe8vlyGOue+zOTKM1hR1rlGy9UA8r0TBP",
-	"GlMU7TwJDEO6TGQyTVFJt862gJT1/YELOQyFV5FW/NZlqdnEKZKx3zFSsRcYTdIoxaAi98lr6RpWYaOl",
-	"2YzRrDGkA2n0ZqUvcKHNiZB/z1m2KOPdaLZ1fP3BK5w9aCycbR4JgzGu2v+hhiv6It9rMFCbO43JnStx",
-	"39byn+dYE7sJp+JTrh+XSZWH31bgcIlGskyQih+uzAFumB10RfKnX5y5D7emXTi9MeRe5tGUNrdFiyCV",
-	"e2VDn2WK/jmh5PnVu6p1BgbtUJif/DJcV1rgkpKxxZlMY9A2MdXR5S2XXZOdG5grZz/DzYbvjTMaMde6",
-	"dWZMhsYrC77k5x7e6bbmzaaqt2DzLxSkfKlUzmJ/jS3ys3YonyVn/vjw7KuLLJRgNk9UBQu3Xb6hLFpz",
-	"ldwdQs/IcrX0uQ8VpJjLFZEC2SMpBZ5N0AecIFvLTcZSY9DOK8exBSzeNbxlC3NFx0yY11hMUhlB/RLY",
-	"eOavEG4cipRRp5razDn0RdlcUUibUxNjTKf8jsVNtfU2pQ5rhYaiTN97fhlA5LOSaOdVe5f1RrbtilF9",
-	"UWqXe2BdRa7uChobyzzDDnUZU8qLaMBDNpHd20XQtSHSYl9Bd9rZUHRDLWVvSsWiZ9mBCm3JcfiO6WzR",
-	"u0w0FIOV3Ag/krGEp2kjr3mBRPI4HAYH/9pZTNO1+jx5EIdft+ZdYUN4liXehC11LxhBvcKjzo0SnjK1",
-	"/9H8x1UFNSrcx4NjZBlcl6UM7INRJ1xSAVzEKV3AnxRjFjB7qYj4Rw5OlO0MTfOSsTIfUyWDibVQo9mg",
-	"L1Gv8xPT0KwdkIhd4ZCvtAEKV9tx7nv70nisVzpjdIq8G9JdLeNyoK6ov4dB+Zvrxcx5xN+xWdb7gY8Z",
-	"JIa4hG9oxGzEDdWaRhP0Chav/8DVTCrAYAr3AqKoiEfyAwSC3SNXltR7b2XKo8W5eyjEXHIrdJTgSeKi",
-	"HjFmqceVlHSIVLDsDoLn6YLwhLgkbohCo1VBhCSjTM4Vy4xxqoai+5erN68D8voH/O8spVwQzT5o+Pzz",
-	"q/+0exRNaKaY/rdcJ71nYUDGf/BZQOB/NM0C8vaHHwPy9vVPAfnL2xc/BeSnlz8GQ/E3NnoLuH0LGy7r",
-	"/nz9y6uAXP3nTwH5f8y//kLv6BWcUUD+8d//s+etg6oq4oWMNNM9BYcYttTsG6q2W/uIt+5P+39q8Zoi",
-	"KkGDwdZ6z54opMWat9gjt2bAQS+GB6aHpQUEAjk5GuzZfv+hmlDz4L+dj6hip8fnYb9ibi5N9PNf+x/k",
-	"XECCMd799gu/QVIZaKq12jxwzAQEuw+pqhob+hCdeNW7wPqhrmePcK2GosAWWxAa3xkJrTBwRV7QaFKG",
-	"8VyvaaKYoSvN0sU5CREFJwyGIqw3mAMsp9CG/C4LFRfKUX3np7QpZ9Bvlui5XJll9jfXU/Ax9KkWuLnP",
-	"rFi1IZ+1FHJZBCKjC1dp4l+lXJ/NeqRpikHh4u5ZWKrNirpKCLvmi/83yrWCTpSShHPKdQldYCw887oH",
-	"BebXaVFFlJQCJDl22dfWewLWnmJx4FrxEyqIuZDIWspcUPM9TGg3t5hyMDMB7mgi0xhSRB3QDUCK2eTv",
-	"PsFQiyDLyR5akim9tSBFZiSoSQUIsxmjSyULt2wxFH7ihoXM4mnaszBcxXYrzWhszsL6iRTpUlsdG07p",
-	"BwQ7dQl9U6O4yKGgxLApZ+Za7BSdUbDGYU8Li49n7lvo8UK1xYHaQZaMBfigQzGhCoJMrOSkDrdAYiyV",
-	"UU0iCphy9uuVsCt68s5xgMxGVu3J+ehdlCQZUxMbQ8Ki2DAocINQoy9STgr4Lyi7iJEnI6iX2fJuJSnY",
-	"RaAIxaOCtVkDQlW3DCqeDUWZ7xYocxZ2xKVQ4gsLmZOxbMyOuIyA0b7CO7GtovPGFp0/ZArDOgzRoKNS",
-	"xmaAtFHQGGCzL8MTdw46TcCZnYxB/UzEesgc9gcWBMy/7p3zwy3SDRHJ84uIMPvt1QUS9h5ZXFrSnUml",
-	"+Cg1Zqdge9+FrDo+OPmuPBarZeGrAggPUhYdih5TK0Sfj0CkVsCrNUIcIV+rQaN7zzWDXlWQ2rdmMF9V",
-	"7MlfyvroU2WvP8v9eoggl6wdVwGWVvl9O6qXTWqDwncL7WUJx/nlKyhYQFr9Ftwmf78fALvpMpqyzpbw",
-	"TP4UvlBlcmUXGijOQjh9lRz8wfCaZJUU2qiyic3tf6yhs38Wb22NdrdUq7yXH9t7u4686i0pdsz6+fze",
-	"3wcmmn3M8W8XmvBnkkDAbbSAGgEVkJjFOR4Nxum6iPohZDalKf+DxQTSavf65LWfEtOc+IIzuC81fWsZ",
-	"H2bV68UtHs+3QJ2YTFLvp2QX4NEpUNDm9GnrTloJFBt6bkChMJGAuMxuwuM9C+A1kXOE0VFFr9eizasx",
-	"mjchYjuNfzYq9hqzriRje4rfMB3r4oB3JGQLd74midF6uP1mT7omqhzsHEv5mI9SG3+jgC6rpAjPvT8F",
-	"QxFawMEwIGHMwccH/8ZPTJnQN/6vZZKkXLCQdK0q0NbtaiiKdlcILUL1TURnNOJ6EbYlOfrkbrGQvhk1",
-	"wuvW0YbW4E7NnnX/6yFfB7ZvSGU+AfRAdAgalqfpLdZ2uS5OVUN7eyLf/1i0EVoJLfq67L2gtJy5JL6+",
-	"iwn9G8aDQkwysjsTgGegSOotE3f3LICNxXGsC6Jqq0DicNLdjdMlPvKU3mIYjKMHwvq5wT3OUsXmE5ax",
-	"wvLDorF85tV4XhQLiDNqbMVuJnPNBSPmjrp7t2eGRZzhqe0z0XRvfhX4ShG1emwJgx/a7FlswIix+U5b",
-	"Dq9tmNaSDXzSlA38yKqXPYHVFxkzxIWcF61avsbSgHtDwE6luRZl1KlcfCMnCDqzvCXkbq/S1PWXIQ3X",
-	"EEMhkEBndlaKPnnHevhNRKGaZeyOy1yli6HIRcFTZ5RnJGM9bEanjIXqIVRBvealKFsAlsjlOALkWLg2",
-	"PBIzLnz7j6xCQB8KbyAt26HPMWyBoZuid2PNoQiNDwMyp2oonN/awqIXZ4BtDbsFVGEDX92HdxuYcLgX",
-	"EJmVGFwTqrzYuUNxtefk7H0X6zseHFc6BkOROEBKWMfBUIDnAParpBRCl7Y+A8KKQcCMDOOz1d+wOaPF",
-	"8htD0QUY9ERmIx7HTLSAP3wpZvi1sKTvkQtd2jtauaFtno4lrQQ18TbFer3xdgXvL9FSPU0CGi5wVedo",
-	"8PU++RFxWAqatkHa2jKql8l64aDA/djMrUl6Lndh3BzoPGhZhVSsaKmGWhBdtH1fZ3w8to0BNrIJ8fm/",
-	"chGvmQEtWzu5yXQNZyAqlRqrMaZU5DQlWS722ubnxthhb74lU9sQ6XpDG4nxWzGzlb14dZO6LQyDnnOo",
-	"IDBixWWcQHYSizHnRCbExtb75C9yhP3FzKHbWlwHTGPRMDAvYih+lyOrnZjr6MixTFRAOCTUTMjvcgRo",
-	"HFDcb+QX0Syblgh9RR+JoZjRBaIb234iMLUninAxyzVhIuMwQlEihcVzZbsm9J9hxopZs/ks+LqGQkmS",
-	"0MzIdkQ/hGkVrAUMKvfaRTkAYlQ5yFFj8xvj3YGHmrUOBWYHmuFsK6PWJiSGKr+K/Iqdu/qWiRhFSM1v",
-	"+Y82jVV5ZzLT5snDw+DZIDg+Pnr/qWST0axnM5fgJfvridaz3iyTI0jbROS9MhXjdGAWbc8cuoXKiKYT",
-	"Q/zbtlwxJ/GFMjWACJrYkiCMZikHGCDEi6nC79SSuqoiyVDrQ0NEmDk+ZBSzbeU2ennhIeZUGczfc5Z/",
-	"pdHNrWvTt8RyuKfgAIQCKwHavbHw4/5H85+VsVHITzaMbsqxj6Rzg5VwAA1h0J24nnnpse2INnq8ttz/",
-	"mwlzegLenAgEZaxIdE65jQ9/H92C7amxz9FtWMjIJ6qoVIb72qUOqcBVDVOFLXxAymIlSmR1EyHJVGYM",
-	"ptwfChw7RdeGg6/G1TlcK/NDiWx94WC4IXN1ziNWQexoksTw/DdLkx7OmZUS3wUEx32TROBQN+BzaPzc",
-	"z/x1Y+xuAtsRvl4z+Nsy9XA7NzH33MZ/Hk3iS5iIJXGWd8D9bjNT0foYgOYAV6mwIMHHADweysBTqc8J",
-	"JVEmBWEfZhn2cyDdhN8xknCWxiow1hFNc9BTuSCh0elv/pDCdlgwTP4Di0nooqNemQUgNMEEoJaqK7PC",
-	"Eb7XH4qXha4I/g9rMdpse+CRQs4vzIWZgDix/l0oVk94hr2+RzTGmeJ1GgxFOKKxK0YPiaBTVxIBj60y",
-	"7XDf7pOjGDMj1/BIPjrgPMvR4D+VTPhWA2zZllphNpUmmeDjiTH67Qd3NhE1N3uGWfw6mtzkM8OPEJfG",
-	"0IoZiRySP5n/N99BKGaz0luAGCxIxCiceSZnbP/PLEu5QILfysjDM/lCSZsFSbSbPAGhumhEffBdGDgP",
-	"lO5ZMKIWTlaX6EaBLTybn1YkQLGSxVGNgLVWe7Xn0CcPmALqsYVtdU188fH1zXYi9TfrW7KFVhJOS0T2",
-	"CuvIIK44kWmhXRPqLB0c4okign0oiOWi8NnYXyB28y2bISqM8w4aiROg7ASQNSNOHdiz34yeaxLRKQNJ",
-	"1yd/c75U5KlFO2uN4E4fStlndimHzqFYluYk5UXZlx49qkzEAKqegtOTLlSfvKWYlMHVUIT7M5orFgbY",
-	"b7Nd6v0K5c8PR95fUGTuIBw9GYcS7cgXaQ8hwar7+8VclZsxB8dJBZsXXPRfsqwDXtfIF2ZPFCkplnSp",
-	"v2N7O0m6fdBlW+XdK6PWWzYBurGtbIVfOAcyOGxIN7Q/h0HpeM5yUbQoMIq3zcQIja42g/5pmCO3OCfh",
-	"lCtl0yJRpzP/BNftTZKnqfkJGluh6s+V/WMckhGbcBETOhQYfuJpajPQ2lIjHWX+CKu/D/f5Rq1ds/BN",
-	"MokZmXClZbb4Hm3eS/9i2XXudouMMF2pNIK0DSOZCx3C7VEO16wUqlIw0i2StbAJAIjTeC/w2nhb1XIo",
-	"4OqSruGccB+hRdXvXGtooJqwOcvKcGrBayEkqaQULFt3O16bVd3zcjR5l2AbKj6l4iAPBlCRzaf5FKBL",
-	"zY9c2B8LX5Mx98eA//057spVKvWqTORCk1KBVedKF+B3fmlg6YYOjYrZ6jZac3mAxtsDBq9lIX+YqlwL",
-	"IwHLnBXL+I3FtVdqpctO/SWSN4+y78bSCuzmfI+Za3BS9zXuobPNdAXBvXS0RseUC+TTvOou9DyEyMzB",
-	"3QkAtnHRvgU6xFhKRbyNBPBH3pnvb0ib8Oz3RJyYUfydZnebsyLUnfk9qTQX7SR6hY71mmfBednRT2Br",
-	"LLo2pZCEyCrDPcchzKOIY2NolmpE94MMatvfbgalBhdFCjbSOs0YyQU6E1x/+EbUICgkQaBbKYbili0Q",
-	"VaYAPYL42l5QQw9yrhMfQMg2QgJzAuRNFzNV/M5US92d9i4cGhFC1EIpi5wydOmz1LY7OjwcirbWTI1o",
-	"1Ll4kAsZ3C936zNYCA+SZzSlMcNAZpZ/AzlGq1d/XRi1TEBLLVG/hFV76Z86e+hdLvyQoMB+TStYITRw",
-	"aPdGvLGpp6NqOQlik9IpIugZKwrs1wJGzJgRUBxvRDCUyqs+uYS6CQd1JdJFS7jeTmnnYD2+/5WG6h+V",
-	"j8DKV9lNdm+eFOC636NSgHF1XCnpmjND0efWXHHbWWJrD7TbMAMFco9dxxOZ1OnI6FlRtoD2td3LF1e9",
-	"w5PT3k/PfwkcAq+RiRCFhxGGYp5hr1lbG1WiwBtZaMcy9HnLFnt98p9wiUARgF6IPXOBzomQJJO5ZrYF",
-	"C1Y5DYUUrE8uUSsB+k6hdSb0hjACgwsS4jxuMpZAc7+IcYdrDxfWPGOUEKh0G4qufV4ZZaYoAtMTZtRr",
-	"JzTTBXGw81rary9mdvu1LKp051AekdIRFLNCt14S2tIv/G3YwC4u7CEUmQG534gxkiJJeaTDFRF/WMED",
-	"YBK9e/HTy6vrd//n5vrNX1+8vlfonapbaExTJD8Jlt1g/MMIX9e9Tx1F2ZHeFgcJF/ylgum425uG0knX",
-	"3U847L3vI3f4q+xr1RC6dzdjmS9WFYX9j5ZtrKl893lPAdsI/UITylNlY08fdIFwDAotBBtIJGNWsKdc",
-	"0DvKU2PBhsv6wg/w+eJeb2kYwGuPbqe3XgPEcocqFXsAHur99yiY8bRWk1vQluV5Z3NogSOuy/gYsVSK",
-	"scI6S0SeX415+BPT3zAV/VNQj80VqS+1TZnLV4WFilwQi85RpmjbvnpWHyq6aVmqu3YKFCZiNPgOIX78",
-	"MKS0o47iVAZxNO9tqzZU5v+lUhi2I/XvNZPhM6sCXuaD22E0A4zqDkq9WqUeWDjnDXL0bapCBCF6MqNj",
-	"LkqXQsJTDcBCjRhktipmN7cAzPDrzd9vrPzW2Fxtw7p0qm6LNs9tnSuttbHVoNfmhX/V2n9HBRjmVDdI",
-	"RYEb870WXtRr7FyrmfUFF3GeFZ0ksHugqGHtrIjP5IL/PYf+m0Phv7QUkgHHflNcBktsy1ywLcIyMOYt",
-	"W7iGCDFPwDTTZCTjxU6RGdwWQ1DfeJk84hiYMYpy+ClTio6hMoOlqTSUZz0z59jUwNOLbtY1QDCUVfLf",
-	"87qvZ0vPjtnwL6SfwVk/eDW82ZqvPVLVtvKvGct7a4/Vtt0bPm98q/BYaeQ4LY3C4Mf9j3DfVhWX/A3y",
-	"RgquOoceQlqSke28EQcktLmCNxZ+lCi6UDZ/Vsgbh992g+5rQCTFK30jpL4p2oXFgDhah9D0/PK2KD+0",
-	"jKiPg4TWDV+MqkJSdiPbC2AOUqRcsGIGJCyfuJlyBf5182twrZe/MRMaCnw5wFFTD6MNHfEEvfP+DHEY",
-	"xVIWaZmFe7BkLspNqDjtMCXBLlcmpPYoj0PoZ1sA4QXEwbUGQ2GBCY3+ZoFb9+zyIrM4l6Ts1Lb4JqWa",
-	"ZdhVLWM6W9yMaHQrk6StX+BOgsu89NgOH/ONH5imPG2zhJFjfis1Pni/HN6BQynd+Abv00zzhEYrQtU/",
-	"8pRBWc2Ua4s5SMWibKGXFEQcEJnG6wCvqbq9LL75NVKIWe+qWC90R/1yEL2OXZQHQr3t3PDU1yFbXJaZ",
-	"3Ebr0Nmi57qvFVBXiDbB4hJ999Iyd3jJAl/A41MJIVBZdGpMuRiHmIzlGDajRhHn0JOxiGJENE1J1wJJ",
-	"S+HBSBNXJ72HxWWFrBkx7E0WFhMMvX5yFrQ3uhVynrJ4zBRUYLh4rG2s1g7A4VYPoVHzw/0BOL5qVrmK",
-	"Sf4LgGMlAMdWmtR+KsdqZdlFKsfYP1gmiEZn+W/XNjBlrm9iaP8C8l9I7TquQvLvaKEZgLUrBhF9sKjD",
-	"RKapnP8bmLQF0qvV2rpNrR/3wD4XbI4pGPNC3bPfHgpeImeLuLCzvZaQkOIAXYnllGEjSHdL3dKw8eNz",
-	"KVxdMs5TDQXNGDbzt434L9++tJXIXXt85BjhdcxfXYfEjMFVuEDoA8YhfuU1BuRqKI4Pzxra7q/Qcl6Z",
-	"g9v1+i553i7t0kU+HbGszZ1mN6iOjI21JYcHx0+Pnx2dHj9dU3DS4sxE4miuafFLWhq/M9j8O3iYzd9J",
-	"aKpYMdRIypQBGFDLUJU+hY0DHvozPx2smfFjctVXcnzNPjRqF6/cFS/qqfAs+rslSJ593jgH9Jm2yom7",
-	"wakcb84CM6byVK/mgjOWKWw0jE+TkTGjGCRjY315o17KLdgn5JfZB0BtUEZwiYi5C0eu0H1UlKQbTkNT",
-	"JQkXY2gtbRQP6eA1EVoMe5S0VKChRwlXdg828S25wXG5fzYns94bXj3Hb8HwemtmrieZzMeTkuQtTHl1",
-	"OdsQv84W7Qr5L6BBUwe4euNwY9Ek91Rd1IFpdAtC22rxYbVTbyGkR3k8Zhr1cOdjLBpdKE0XLlnRZYKT",
-	"NyAzIYCGd6NUhIXUPVgF5hQ1VRuYv36z6m5Q2ERQTPUvXdceKKEkZjTupUxryGmXmWccrtaC81kqaaz2",
-	"P+I/nE+xNckkTFQI1M1E/EQRfMtiH2MWiQu4KJ0xSCzWksTcnB7WrU0A4kqQKZvKbHGBRUIptBQBbn71",
-	"82Xv8OSUTHOlPR+dQkivPnkjmPssJh0Xv0/9XgzGIDV28YxBN6ZyhKCoqXMmJ1ckdXryiCUyY/7znkXa",
-	"gDxi5uG8KVtfKnx9q7QYGWmme7i31ZtVRHJHXFCsPa9HDdYHU45b0sRj2Jw7lvGE7xwPeNybtK1//3G7",
-	"IePRQmchSx1PFNh+inQTlFV0zPZW9EZuuJn76HJqF1L/iQdki/ls247R7wy+rvgfzL9hQYF8qq1TzabE",
-	"iFtwA2EHs6EAd6zXseUcU2mkiK0LjCx15zeD9cklmXKlrA+rjMjihMBAzViCtdcgxHChvdKNbyRr+Usz",
-	"UrhX4Ku76zml2S2LV+GdwyTdJcWDue9VfUTPZ5sELN2NsLtfr3Da9IrguUDOEmyu50hdcS3WdeMDfwqG",
-	"fixWTHdFLzxStsILlhqNgX1Stm9Rra2GvE7kpQBSbf2DuBqWzZFkBpXdtp2QLUBJEKGj7Go+b+rOWXbw",
-	"ie3Uh8LNvc0W2rV131dl3azu51caNtVmfl9/r/N5cTiNzbvWJO84z7qhBtsTihIpWE/zKSNMZDJNgV6A",
-	"Ws99bzz+Ubko1lB0w7dvrrCBFf7N8l1scEEiZu4ptGgtPSVlmdfzyz55k5GRUTvIQuYZEPDbv748H4qM",
-	"jbnStrlWlHIzIX84IeekG3q/uZmxqbWxvF8mXIxZNsu40ADhNBQQH7WOw2LyTd23vGFC13ystX9YISLd",
-	"nZZzgRG4pcsN6FNe+0+j2O5dNPTXckPOUqqN0ubGRhds/TthLfHHzBl6YGOjsVrSJ3xhj0ypoOMKN4Lj",
-	"i1nEY6YCMy42IQNl2LAaY1VW87aU34ON6/YUqaKj1865TVP64SYqnMw3NuX22EteBJdQj+W9g05gb0Ut",
-	"3WjbPCOc9ReqILN5NXbnVhWSWbdB6z0mXTUB8SAi9rVWlp19kTwa18QvZkIbdWRFG7KW5qeP3ZN/x1Z4",
-	"n6exXTttlg0jv50kjbnb6kbJaqyNBtFqEU4RDSC0YDNhQMImfoUyytb4ku6UZWMWn5NQ5Gka2p6KilAj",
-	"qEYs3euTHyAZCABQtZxhmYcr2sF4/nIzWq+ZLpmwjO0R6ENb1/5stDxY6sYblf0ypn0CHUQxvA6TwtoA",
-	"Y7JWFOEnCm1AgolRClHf8FnnyXf4MDaFKpVKh3tBgQTjJoI5Zu0Yrve+EcFyHhzVZEJnMyawaK6m49cT",
-	"E7gqsrRaY38wRHOUqwMn1QmKDE6b5xHYP7xvwU3YUXBamrThui0BXXeQgJ+LveQwwbjKZv6p8VvxyFZz",
-	"snZp5iu97d6jP3NzsavqfXdZi99zve3tlbHKsPPbeqp5n/wEfMk8/PbFL6Q7g4rpDLL3S5MBw3s+BLXK",
-	"wUeE7XkmLLrFX5stwJ714JiqfOnab/PnrwC5q5krsDqbKtUYHEHTBEnzubdj95TQ21zuTeN7OFVvkl/l",
-	"PbYUUmRHGhnnn9o/IxLCvSM+1oD2Gn8v29Hb8ofSrOiB+trOJKDMsOxJTTUxwh5O95YtnD8LQz04Kov7",
-	"5KowUvotVuSLYgbXMIGH1IofznCrz7ItWmn+2P8GxMpLpXIjVczFbLUxtyUmdC20pzNbO6nWM73u4Iyn",
-	"XIBLZMm/0V/h2vwJv/0121QwxVX5zcXG4EZ+t0hWkF9V8TjROlGgeeN8ULsR4nKj/VX4LuYA0BvPoAO+",
-	"kCSVRmKBJW/IEWdTUnDRM9h3ytvkp8KqGArXVt+h/NEpIzqjQhl7QoqL0kaybjqwnnzbRZdTe9Jg9GHL",
-	"ji5aHEYrs2e016zs3Mlb5hHk/YyuB+/efwmrewuYoU2X8rg58hNndC6+xwvjFkcokkCbK6Mtb6Odx7b5",
-	"kOHqLXmf4RboiSFoP+DgbqghU64VSxPUyGGuhKZSMOfcsF3QzuvkDHMB2G0XHlOVS6YkGUk9qXGMyGya",
-	"0f/L+HRjqrD5zkN4F7Yk9M8kTdokCWzvdyk/mG7EP3KUuKudjGV5q7XfsZRxgQ7qcfBKSM2IDswucl3/",
-	"pjJjAYqJmg+KmRukhwJcaKOFRUomXSE1gfYG5lKOKRdKo+/RvVlmQ7jWupARaL4LFY8sVWw+YRkLMMvK",
-	"VRDNINoHibUQKbTpPZi+i4E0V+jsJWmAFXc8OBoKi2jYs0WMYWBeNftBKLGd1CHcjblXmFK1Tgh9TiPb",
-	"86Bh7WvnvGOMl5TRWxZvAypk5v9VWt6uvrTiQfvKEc/NjNfc3Hp+yYjRjGWXuZ64/BL7Uv3ivpO5ZorY",
-	"/AcorwkIzfWECQ0WMwRblw3pvlfjYDd8ycd8zQTF9BB3+xXLHORoVVxxjU2oiyhxvxlnRzW5sisBLc5U",
-	"YG++N13liWPMWanPv2nkHzzcj2JUPw3G/qroq+6h7jSNB2mgOU91z4h0BJKPJkzpjGpp9WWo+lnK4UcU",
-	"d5JwEfc7lfhv03eu4GF4HZgfdGhlMTIiY8pqWFYX2sLKrKxYLLtK8awE2V4Cy2k8hQKjtoKbqwKjtluU",
-	"XEzcEVZlRzEgE1crXIeOhGCM93GLQNVQmuRqrFS5g3nMocjDPxV4pOH9nxlNbZJtxmjMBVMKd0Lm2r8M",
-	"FkjQ0eVMdT69//T/BwAA//8=",
+	"7L2Lctu4ljb6Kiidvypy/5Qs+RZfamrGO53uzu50khO7d59/WjkiREIS2hSgTYB21KlUzUOcZ5gHmyc5",
+	"hbUAEqRI3Wzntvufv3bHNgnistbCun7rQyuSs7kUTGjVOv/QmtOUzphmKfx0GWl+y97IhEcL83PMVJTy",
+	"ueZStM5bv02pJlM6nzOhiJZETxm5k+kNS58oQuFVQrVms7lWZCxToqdcEZlOqOB/UjNItxW0uBnqnxlL",
+	"F62gJeiMtc5b+HIraKloymYUPz2mWaJb562IioglraDFRDZrnf9e/CJOKRetd0FLL+ZmGKVTLiatjx+D",
+	"1iXO48X3Ziz45JzqqfdF/PuQx62glbJ/ZjxlcetcpxnzZzGW6YyaSWQZPLn8oWdTKibsZy5itbxjr0Wy",
+	"IBE8oYgcmx1TjNyYh0k7ZXNGNexifgqwbYrdspQme2a32Pt5ImPmZla3eWa40tZxzWYwmf+VsnHrvPV/",
+	"7Rdnvo+Pqf1i3q2PQWtG37/At07yRdI0pQvzR6UXifmF2Qzz87MsVTJdXu31lJFQsPd6GMEToV0ymafs",
+	"lstMkTmdsCYawHdKC5nR9y+ZmOhp6/yg16vb/R94whrPeMwTdv8DfsmoYtfyhon6FSfm70SbB2CxlrLI",
+	"HVVkklKhWUzuuJ6SNjdswUTExQSf38v3YspozNJi6vDRDn511fS9HeofnAatGRf5zye1q+EzrvP9qhxB",
+	"An+s5cLjHhAJnxkWPDaHMeMCf+rn3+FCswlL4UOvYY9o8iJms7nUTESLn1mNUPmF3jAFG2dWyZQmio7N",
+	"fhLkjy651GQmlSYHx8eGl1IaGXHVuHXeBzvmi00EdXxc3q663Xrtya5GMvMF3P3J7a199777dkFilhqJ",
+	"zDUZp3JWok0qYqLMayJiRGSzEUsfYJ83ItON9v0qos37rSL6APt8FU1ZnK2QHso+8ACfYlHKmq8iBX9+",
+	"gM9wEbE1d1DMNIuMRKKayJTQsblz4JrWfNYomhWMXDubmGrWMe/WTumaqpvGdWuqbu6/6l+F5smmqx6x",
+	"sUzZ+gVnMOgOC/51nkgaNy45gz/ff9G/gdbV+BlUyu77mY/mZTWXQjHQJt6kcpSwmflnJIVmAu4ROp8n",
+	"PALhtz/HJ/73H0rCZVl8a5Um4saFL5ZP8ZLYIUn77Q/PyNnR8dM9vEwpUZqOEkbCSMYs7MK22BFBk53z",
+	"/M5m7+lsngBrRCmjmsVDWPdB7+Ck0+93Ds6u+8fnhyfnhwf/aQgibp23ev2zw3GfHnRG8dFR5yk7HndG",
+	"vZN+5yg6jk/Y0/Fp76zv6S7cTDTOIhCQ1QvBG+1pdMQ6T+M+7ZzR437nZHQ47rGD6Cju9+CsbuWNOaox",
+	"TRSclZybvf+9lY/+7mNgfpizVHM8Fn9Jm9EpaJU8ZWqrd8xC1hJN0Eqo0sNMbTkh3McPy39Y2ssNpjCn",
+	"KRN6CCqWfWdZbXMKG9XE7qA1VwS7ICJLErRgzFMqfwJIL5xQze7ogtB4xkXYJZf42EAIo7gTu7kkoShc",
+	"qQiIkCmZUkXueMxSgucKAlhIPWVpyUiyrxhtEVcSDIS5sIE6jO5I7eSRXBQxX13Y3/F8OQFJmdGp+S1L",
+	"Ft2B0SPrd+53t3VBy6wbSCynxPxIRlImjIpW8cetDtiR8obWCfDulXnHvFw2SD76Qu33FqwE6Cf/SuAz",
+	"RbGYwlCUoz9YpM3QTk685ApWU+atfK4bTTqXOWunDKPVTkcppisyK2aa8gS+PpVKO11dRjQxP5vXxjxV",
+	"eqgYEw8m2YCP144ozOEn/E8WD29pkpmJ9Q+ednvdXrd/H0noDIp5K2gtD7wkA70tWnVAf796/ep1vteV",
+	"TXsMObj14Mv7+UAyEX9RM1jTZ+q4bNnSgZfcIDXTr+5yZV8aWQC9ExVGAG21df7hY9Cijk/s63OZ6jpS",
+	"OT89OjpsgV6BKuCD8Qd4XfDDQzlngsX3oXfnIRk648Z785T2+52no4Oocxofsk5/fEAPRzgbEHlLL5yN",
+	"Dsz3DuPOGTsad4rHn46XWcdt6haMk2/+SmFoHnrLxvkLm1Iq6ujbzah0ug/MyHjQ2zjTdtJZlghgg5c2",
+	"f3Yzbi4sazziwPkW/f1dw7MPcpF6IuDjsj/SczFuILhW37UPNt3HnqhhJcOucczRsfbGm7G1F8qLcCK/",
+	"YlKZwYj5W0BYd9IloVMqwoCEfG7+1wg1898sTcx/IjPm2Bh5xtAy+rXWLDWD/b+/086f78z/9Dpnw867",
+	"D73g6Ozj/6qj1fyeKTt1e+udQf4mle6bhr3iEzGzxql/ecAf1lwATBibMreVH8yQKwxybwgaHR52nsZH",
+	"rEPHx71OIaRPezVi2p/+phIOAyUJvIVhmRp6qMRt8nfIaIEWEXpRzMHnDuCD/tHTo9PDk6Onnh+4t+wH",
+	"9na0zpDYRVCarUV3wzBl1Doaap96UPvFO8Fthe2ynPX9M26DgtIRrzFa8LCqFG5DWujPBWYac8HVdCut",
+	"Z5XyELQg2DH03QdNoypN03X6ltJUZ8rsXBZFjMWwDc4tuLEG9ADMVdm5DztReprKdBhBsK6GIvHPM6YU",
+	"ndQ/UTqsh7ZGls5t0w+kmRBcTLYz9r2z3+IdoIU1Vy2e1BU+/NGjlg024R48zH3KLDNwhXjyldRsemln",
+	"VjD2c0MrW972jvD8iODa2zVoeQTpvXnUqwm3mh3R6cKIq1Jo0E6nKmcrOwjzW7Hm15mOJDoBXZzflwpj",
+	"ylFK5vdTTdw/H+wqJyY3FpwF+MORns1ZrB7eeUlBMc7mLFXwbO1Xs5jr57c1Skdkb1kkmC4KdUM0kZZV",
+	"kbXa3sQ37Ke1DQx7fg93GbZu2IIkjJq7w8qHo4OgJaMoS9M18thGEnFeo6dxPzqgR+x4fNJ72j8FBkgn",
+	"1pDbTNLmr9h54zbUCGC7TzVSsdipxj86Rdedtdsd+7WgpRZKs5nZRCHFYiYzVXuMO3mRKtKEC31y5KtK",
+	"Z73e0/7Z2cHx0dOj3tlZf901UjqoTYXnbopUcdg1W+uddfNfG7xKtdamt67SwQXu9GuFQ85ZD2KoFXz6",
+	"eNbaMzqnI57wnLZrZTgaGNVolyEtgkNdEErMhfNEkdB9eBh5Y4dklilNRoxEUmjKBYsJhwBAO/yPQdbr",
+	"HbIQEkzKMwxa7zsT2bG//ENJ0X1L736x10ApocnnKXTh0Pmc0ZTlHoJhzJX3u7IzDH6KEoly1zMih2hR",
+	"mN9OtZ4P8cLMf1vHms+kEama/ULF4i0S7tb3I4zApdicXp7l77ww8qOUJ+VyYOyP/TUuf//ztVRTWiBG",
+	"XZfJ/X6LuBTqDoXMg0x1t3NgTrfZQM1DPQhVY5oMU6ayRK9d8Ft47G9UR1PPEY/JLp6KvxwSnPLJlClN",
+	"8DudkRmhmibjJT0SxYQu8hytHrijnSwL9WeDjXHK0pKpaX+/+tgK6qqxHrexBt07tXbcRrbn1sYevGC+",
+	"B2F3u6S42aTb8DKsrmRLK2Qn0w20aftGNdHW5hKa1ZIRM2eqINEQUh7ohHIRED42wv6OJ4m5BMxonMVd",
+	"P8y78vPbWE7+rq8J3FJ1cwUPVmmzlHFbmFKVnS99q7yxK4i6EG73J2rk/m+CJdwkDnq9+zLIvEj+2SiX",
+	"x9/HDW6nQiqVXAHLMvqn6+s3BB+w3smcAghNpDDCOUtiMqW3jIwYE4QCYdjkjZJ0Pj4789NYe73aRNZG",
+	"GrbTXE2WoDhsd0NueTJ/Xai1Fyo6X3Rz3rYd/okqZXA3JGlvl2f9UNd5idz8BQWrb3pIfnHZKDuqadZr",
+	"xcVQsUja6ob8HA77x4cnvV4pD/yk9hxcZlc1l3+NX2oXi/ZeOUaFZn+4jV5fTjxqPg0/k3y3E9lpI+tm",
+	"2zzJq4juODm0BtEroBqCjq4CppLsJomKqCBUkTuWJBfmCZ4SiPAp8ofkThOCoSFh1x3uWoIozrTvOzRz",
+	"i3+nQH2STfgW5pfZ0zfwTtV+XElmZoO5TLlelHytfhVGv8x+ndIaPQ5sPJUfUpZv7IXNbSwdZBgQqkE8",
+	"amKuVvw14eaqTbrkMklyH4Q9Jn9Hnyg8WeANcjfF7MQphRzL0kFuFxJed65rw29uQ4rDXMUSWAWwG1vE",
+	"zKh8zre5mkzwO98Xb3xa4an5zPxrw2le49Pr99rKRzt64O/Iqk2Xc3YNp7TbvnMRJVnMhiobxXJGLb9W",
+	"IxZlbsAHiRTJ4tym1JrJk0zELDWUq6X03GlePHmTDCFvSS5NSEhdPdzj2rDLw6RO2FSe5tQJu/dQjXK/",
+	"K2rlRsD4r8yTu1KqsXfMb9Vm3zIm6TU83rCXJ8fHhyerNzNo3aVcs9ciWaDvtggnJnTEkg2ngnUbL/GN",
+	"jZln3ZGZBe54bVsFU/MZk5muVfVOeken6+r9glaUcs0jmpRc1GuNP/9ZCMAkdOFPosyh30sipLbqul/K",
+	"M6NiQexrWOwm5F3ZEyKzUcJ8S8JpsLV2hDVqoFKCRRmcSM0elaf3E01jAiWURBbumyeK3E1lwkiaCZwb",
+	"5KYb1QdsjbD4QsxonHDBhlSj53676fdrpg/EOVQsYZFebyUCYV65h3MjKs5SJMrS0q0sPfRVEjMlb0bH",
+	"dZQyo+8r6UhupLJus47idqsMWSSSxttF+OZcCBYPS9kDy+Ykuh7AjIWikhldwJHnbrw2FTEUdYTlQwmh",
+	"GtNnG1CqBkJpbhQsYzTvdckLnetatPhQRZlWjBlNbsoTqPuMqMgZJjBPDwRM5Y6aeaDCN2ci5mJik6lC",
+	"EpaXmwl6S3lCRwkLVxWRlFxFD6S41oa9tpUp4GVd7+HQ6cLCHhhDEisyUzauYXNzddWaMkbfhRdVcegp",
+	"ixi/ZQojc87V0A7tg+Fel1zat8iMK8XFhMgUjmbKktip3wyqFcmY8kSVi8zNGYIHiEQyZsQOXD42X9Xe",
+	"/GoumypV6yS/hDdxCJvbdyO93I254q6bmv88fx8lmdrClK6Yo75RI8fE5acH9l82wTUg7L35L03gb5rr",
+	"hLm/2RLqW2YoHZJia+zhTYMP/kd3sYd2yevyllanhK75YpF6ue1c3Z6tJ0b7HNgm3s4vJzltqQjbuTfT",
+	"GGppO4aZvTD3mIsJS+cpx7wgP2261zmjnfG7DydH9dnS/jBz9CBXNrpXbxcPIykg0UIYK17dlK/YfkUK",
+	"r71kH84ArbkxKzWPmsg7oXx/cJtrwhVxibFES3OrmQdFxIzoFAPhj9IBV0OMhZlwA4MFZ0w6kL7yTpS+",
+	"CncisbsDjmeuN7zk7PW4iQREcqqVgVbB9wdrJsu4oaaZznnh5/4kBc4b1inbSbXuJnr4P//13zVBWn/m",
+	"G1dWNrv08fILiJrCSYuIdckVA7WLUEXCy0xPZWoP/5z8jdGUpQRyZSIs4cW0me7afFDnhi9WsOLckABg",
+	"wUnyetw6/30Tgml9DKrpH0ykMklmeXFzHewBSvwLfw9qxX9lqB1ygytbsjS51R9Z3i9DMs/jCXvLEupc",
+	"Zi79KGVKJrdMDbVsBa0pVUNb8adYesvi4WjRClqRvGVpfWrfc5jJpiLdBwxQKQrgVsf8v789//HFK/Ls",
+	"+dvrFz+8eHZ5/Zy8ff5///r86hr+OhD/81//PRDw7+evvl/xXM3mAKOwekbJZ1F3DaxTDmqI5j4xhJpz",
+	"dtOr44Hn+eN1smvFJpTVmsaKnZo41enJUU3Au24fHkiTqguVLdvuFeN8A/bxM8drvlK33T/wpJrZY8E6",
+	"XA6uD9gBQB3BY10aKTNM2rUf2bmYSk3pwfFJ67x1Mop6Me2Pjw7GZyfj6PDp6HQUP2XxQW9Ej5+e9E7i",
+	"A9qL6XEU04NR//A4enp6fDQexdHZ6fHolB6asfifbDhaaEMS/YOtky3um0VRPooa+tsFzGPDbz8oxIY7",
+	"k5rh/C1+yMTozfOVNit2tbpX6UhKs89XWTqWJqZ7iPxkYN7dwSN+YjQxIrzM/VMWWSuAajqiCt65aQWt",
+	"hCsNEhd+clg95icvB8f+WLmO8jHrr9EPTfgD3mTVUokGTMNzXNQDO/pbsSID54VSGYufFWZUdVvocMnG",
+	"arji113txZX+8CPuegU6p33KBLsr/eWodwhX/v2r5uq2sE4rf3aJ1p0x4pQz7bw3FWnTRCGcqIXWeaIC",
+	"F1F21pliOpvvdTc0lj/nxV6369V9eWue8OHXEikmpK3vzDbwNM4djAkfMzO/hnjA0qfvUePmF7VVtzSo",
+	"O+31GkrNVtQxq+dvX1MwsWUtAwQ0sKBhpbjyg4GHq3CRyqdoRyZa5j75J4pgQDAgM5ZOoCbDQuXi720O",
+	"xDkgmJnhCaTGUPxzQELzrXAgUjaT4DjWgXtTSA0OjZgoTRddUi3dvptKlQedlqIMZgqC3Q2EHW1MeUKM",
+	"cWz9KaRtX0mk0uFeABk5UyaKcIPScq4IjW/NxilEonJxv4HInfSL88L/PZFMkRGNbhxe8D8zljFwnpbQ",
+	"gwV7r8mU0VSPGNU2Z1NhyAId4CFMq2ulYi7HEzah0aJ1bnYtaP0phaEElnXuGCIjzeh7/6hPjmrID6jE",
+	"4m465IAtXH43CM9ZoaF1HrI5S6kNybkL8IVZ2yup4b/P33MFOSrfS6ZeSQ0/L1+JhgXM+51bmhraAC8M",
+	"LAhGgX+5IeGHfFz4qTy4i4/XIhkzIlMykykDR1n4QmDgKoTRwwsipLB/wk/YP/tfCJuyfgqmq83y8U6t",
+	"Xie6AfzRfE/fNR3ylRcI3SJe8NuUR1NLrOqJY0eszyKCsViR9s/ZiKWCmetMsRkVmkdqzyWShBDFs6kC",
+	"IZlTnrpo3kDMUwaJr2a78HH23vxOcSnwqalM4i5s+XkhSQhXxL0KYSAbzAjxCMOLgbBnc07oyDwWmBMs",
+	"vSLsO3rKZhf5wV1UT41cCmJEzII4cTIQ+C8HPmfrW3MM2cMDolk6Uy5XrMq2uB/FOhU4xYCTWpojimLO",
+	"IcgYjjJ/b03mWSsw/9tJaDphrXcf3wUtf4fNF6qiYEl9qZnChmr6krwop48eLEfLqpPb6h4qs4T/gvcp",
+	"R+gfm0j/Xt+t1iku3XWKaTJaEHdmCn3ubQREBCCR3KnPtWLJeC8gSuYljgOxdF3N6MJccyIGmUJ9z22X",
+	"/MwW5ga1xHZy6OEVY8Cci8lAhBaY5l37946FqOnuv/vO/Xbv38MLm2e6wVjt3y87/1mMl/8w7L77zvvT",
+	"3r/v/XtY8MHJkd2iJQ4AKj+3tLzjvcXog5Rx5ffu0Jjb6S1NCsW139sG9KOUdN+KT85O4/jo6Qnr06Nx",
+	"fDIasdNx/2l/3D8bnZwc09PeITth8ajPopOjOD49PYmP+vTgJBqfHUcH9KwYUHszOuyhL6AB8mSbyply",
+	"KsrhffDbisQSLuYZqBA5tEJrypJEFsnD5qSjqayE0QF9S7B0aB/6eF9n06pjrbdHdAFnD1CoY83EhnbH",
+	"7gAjaws1StUYF0QVAR2EJCehh5YfEinsneRyJCJzAa34sl6xL1eVpDICyNDeRtkVb7hLNu1jK8/J8obY",
+	"3HhrIdbknIxZykRkDOvQS2UxOv0IQ6IXViNwWdnG3MhfMkpBl1wbCuA4LAjzeUIjRih+HbaYYOm3Oic3",
+	"jM3NmchMm2klcqIcZi1UGJG2Z9yTlMXUqA52Hbl9ASmWCg0mSJaRkz2Um0uizwmAtaWIgs7VVOptSmtq",
+	"YFuWKWUle9n5vWuS2dtjuW3J+hWe2rpLxEY7tWJ5O2VO3CPJywjy2myHpbwfuJWLpFFYj7og4ICKDD3H",
+	"ZXXlieF9xiA/L7KpPk2JbLUZFPNUahnJZHjLUsWXcmaO6/I4lBzrO5qyhncOapM/7ijXtRmaB73qPvwk",
+	"79DhpCXkAqKKBdKjS56VdgHiqymxSybtg2OizN/s6Hul/aikf9bXUzbRTBPmAR7R5so5KEXrnOh20EYS",
+	"vnK1zuWNC7FRUWglniERLiZdEiJs0NBiqrA4PAdvCaZ22hJXm3CZIwyFXevUcM+iH8ZY0toonWhsu/pu",
+	"GkVsrrHAOwflcG2Tqp83nCrr3AX++ppKbKGU2IhxYxza3NGIpilHqihdrnnGDThsumUVdxdddGklTlg8",
+	"uJJa1SldBbXd1HuH+pYWUgdFuFpH+xR61ybaT4PSc0F6qEAYWttUA9oERMBjwbUV2E3kv7S6Wl6Xk8v5",
+	"nIn4bV6sXvItmjEqdFG7cQdn3TMLICTHY0BHPjgOWjrNREQLKl6iqdIXNt+ThsPbYPtLU6xNyoO/WWfx",
+	"e02iaSZu0AsF2HWElk/6/mHdYo/q5hPROXTSShmNpiy+IOMshY4JMdXU6KdxKs19VVeZVU2289bufzco",
+	"HcMWpPPM7M22FYFULzXu6h2dHj+trSLPD+qh9ruag+12A6bVsMxr9l4/IFiMZ6u7m7Fwu8LuANiEuQDt",
+	"F7sgGwVNwBZY4jL3794GDLcjLMy9gEGLVa6AIYC6WCZiFp8TIfHqBxKH+z+SM1Zfe+joaTndo8zpDwhQ",
+	"9whjloTAGjZewtvMibjM4LAz3u7XUffrORPYsmlXULFyPk/RtNLPspKRZrqjdMrorIwlAc3QGjN1tuqa",
+	"5ufkbJNp/jjpOg0oCTXJNbXH4rnh7t3AabXjzqaqXUazGpXv02djrehtsyYHyd+zh8hFKp3B46El+p8p",
+	"8qSXcNshL7KCzs4SPuEARmt5M4dAleNxwkWRWe8gRm+Z5+7tBVWXw8fNMiEr09gGDTWPADUWaxyV2hwK",
+	"lnZY1oFWOgKW5NZa8VRDXGwjkn/XiE5fdkPX+Z9rjqLOqCkOph593ZUOOTM2f76YWtCKuSoDo8N3vd8W",
+	"h0z10Llnai3eggg2ybqvzYopz6LAbC9NvbGsaJnIH5pD85KBXXMH32AZ6Nv8cKoR8AWhmLwRo5eZq6IY",
+	"OyYLprskxMjFUEg9dFki4ArxaqFDGynp4rOhGcdmetnXVVgUwy6IHPtBaheDr5QElZtMk7Z7CtLO8pkY",
+	"var4hvlLkhCaMlhHJDPo1AvYekoTrve6LodmxhUEAkNQzZARc58119O8C6vZ5nIlr9HqbLqArQrW0bS0",
+	"H5W4Z3dVAW5lJyt1ySG49pVfHkzLNcAWWysforRrQt6RdibczgbE8VpgG83FAbE8F+R96wwd7fkuKSGH",
+	"eR+DnHVq6QLaRQ1xN4tHi6PPt93JTf8XjXtkhzCyYDjOEtfEM84SFg+hI1/LIS+OaHQjx+NakeH1uqwE",
+	"ymwbyrwxpQWNrnSlnNFoygXrpIzGpTaV5eISwGxHg7MDDjsHQl3qLV1FREPeAw8uS8mUJWD9rgPvdgm3",
+	"R70zW1Hp+kwT+2m7C1Ot5+p8fx83t2OjNt2Y3boGn2rfm/LHJiT6ii+pYWPM0xckfN+xY3fML1RIEq7y",
+	"7BIobfYjSIqJWAUDAZtu+D9TGU0cLmD7R4mcEkmhNBWIPDWn0Q2dsIEIJ1xPs1E3krPKGvfdf+1cwr0u",
+	"ecXu4PsKMhJGjNAYjDSjzWtCxUBk4kbIO4GzHGGloQdTWIpgeVlbpfXC9ZpqPqaRVp38ljtvHfcOz/Hw",
+	"3dqNSBGSuKeJ0jKlE1jsmE8yi85s3bMOcbJ13jrqnZ2Xm0An5hAWaHVa+nXtKC26XNAa0bgTqRTe79ld",
+	"LdJAIafXWOquBzXEVRKj/bKYQD2lIjds4W4L58S2A6fO6CoGbxpolDJ6Y2RbmiX5bXD55gWMpKNpR0jd",
+	"mbNUcXS2Fsv1ACKjhPIZDALuPjKy0phit3bMVikGKURJh723IJ7nraODM3siVsy6NqGQpqWIlhJjS3LO",
+	"BJnLJIFOn2OZJPJOlXNrO67FgJlv38434Uzo0i7b3bulCYd0zbx/cWW04qovhktlpplNUqPk+uVVzQcq",
+	"w1iCXj+plE3MTqV4DwtJCjEOz3cQ/ds/57Oz0oB3kPh2B5wFeC6GYDCYQNqJnEzM6YtksYeVGuOER9o/",
+	"XEcu7m9WDrP3XGlDl9YJUBRXbcRbzy49bgLxWwxQHg0OvsMFHI2/YcUzrjGrInZfg5zzMoXEXTSaGMt0",
+	"xOOY4eYf2r2iSQIxuAWQQQw54goM3aIFOxedccIn03x7aL45VkfhilR6tptJIcqI7YpxATDCC9IGQIzO",
+	"5VizdK/yoRu26KTMTB2Y4QDnWB3Z8BMsz96LMR9DgoF2s4LO2+jWg6PonRMqiPsVYlpc2OVnCsgN0hCQ",
+	"KJybFq8gjyA2vTEhQjbpoLeok2sW/khyYr3fsWTIgM4Dbg4M++Hl3qYZ01MZgxSihtEtEx77TJiPg2LQ",
+	"hqHhRVCGdGcsM4EvHoGuqbJoal+WqZFaMksjRtoyRTy+ZeJQjO0V+UgdLaVNkjxvHfUPy0wzkvECmxAX",
+	"twkKOgV8qPifDAGNWkUr8E4khU5ppDu3XLpCXTw/HBsfszC8ZkpO5+WKxDLKgCfacJZAG/kbwEOoi0oB",
+	"6efGMGBKqz3bm7AzytQip297V/0hR3kqTESFNSiQFy6MRmZ+mWYCYAfhaXNvO/EJw9bdkghKaRk1fyBP",
+	"4dlIjrjUHHMDlq5nh4HbQSdmx3GTvy68nOzKfC8xfKmCogv+tEwbmdeJUXYXs0oZ+CKB2+1DxDzUxO2I",
+	"j9iRme7IMUZ43RUNu2LxE0nCmdEUFLfaWTP4YxtqzaA/hcz0UI6H8HuHM7lnM2ZqDwKszZqDgBcM03hd",
+	"ifAtoC3s6DPULJ1xI1AQZMn1tgNvi/nZg05vWWwBe9mrDnbfdpKYEsHujMphBToSuMx0wm+BPWWmUypu",
+	"cNLwyIwL2GxgIMOKRi/opCySaawcR1a0EVQiwP9vH4R+4MRJldJAwMfKKSUqkXdwsEsnmgma6SkTmlsv",
+	"O15UQkJKuJDIe0GxukolXk5NGJQYURTI3iNNtJQJlc3nMtUs7sxYzKmr1jnqH5/7ksjhXoGKvVyinIGX",
+	"vhPzlBUaAP7SlZb8+valTVnB1HkolQlABOlSdVkxnK9+WXKzY7pBICyTX8/2tdJ10TNbmL+OHhV73dm8",
+	"QSxjixJqtAkQqjIlVz9ddrC4tBhUAQInzsUlgcBFCk9YVcSyP0yveNtFqZvWYVVI0EndKLl/1Bdmudbh",
+	"0rUV8Zxu9vncg1j3uP3jhTPBBIP+PuZPqA/mdW/Mqnrgp3KGb00si4MZFzWUL9cIlBoHFuTe1Ei2sBD3",
+	"T1Qu2pxYg0dKVStNla25Y3xNX6Wi7nUbHPrcYv/Q3Nq7mqT/69sXRS6o4QZIop2y3HVhXtwA6gQLo/H7",
+	"Xne7xoZub61V4BXf7gK80QSk1Dobn57EvdP+6elR9DQ+OT6jB2NGaS86PqZxr39MD0fjo3F/dDDqjU4P",
+	"DqK4fxyfRP3jUW/c69HeaY3H4vOBNn2s3UDB7r4grJIHhCOpthpaARzylkHG8XZ4tMvxdQTfNFc3iMgL",
+	"VGgVSdgY85Up3LQzeYtJJJUeyt8o1mwzpCxmQl1GN8txOBCs/WCn7A9QbrZqeGihE9d1LDQq0hC8963z",
+	"g0Kz9tNMciwD37WzfZsVQB40O/CxFu2vCfY+V+OMYAEtuG2oUabGVhMYcNjbscnFluksxSFs0lckntQV",
+	"gj6PJ2xpSbs3vcqv7rqaFPwIHRk2VdJYyoCPuYnJcU5u2FwHZJzQycSpgfecbokiN+/y5FPoTglENb1W",
+	"dhllCXCjYId39+0P5XhjOcMJ3OQPQi8VEZYTc103Ke5b2TWteUunUj7ZZqGIHXC2yxDKjb0Ng7r4JST9",
+	"5VYHNUCsD0EcVViVpX1zq1izNw8R1b7SMmVxpeXQIyWflDZ7O9XitXBSsGubZoTgwIR/EvDjkbb9Q0Dk",
+	"HIcloQ0XhheEkixNnigSIlFCufxAhJ4SGYJuYvYILMcR03fmxjBCTu11SYhcZ75LxhzC90SKYhL55wci",
+	"BO09DEjo4FdLk/KwYENjK8csztACZ2S0CIpZ2zneZolgqY3ThmYq5rII0ZeBPkG0fO0MzJjW9gpJO3TP",
+	"hOdkKpU2dvpAhB7EX0j4PCB8TkKH9BcS87+B2TKzBov5537rhyVCRAEMB8KNbeYXU03hgBZ4h7AEYJjh",
+	"13sBxNCsee0QLFWXICnmwgvuoYHY8iKC0okFCf277pwYtS4kbVs2DTAX1jlxQfhEwHe5cP4RZcvgarSO",
+	"tciZ5qG3bOznim4Ofb5TR+Q1yMJLl8dNXavZXOFqoSaynKNc7wFoyjkqICVXLaQEP7krWDHQ+Tbnkpv2",
+	"S7DGy61AfM5b941/lB6u7QdSLxULMPTthOLz9zgFThNisyvQxz/OkoT8wY0pnYsxl4m3bHSNIBu/ppKt",
+	"v7IlAsA+rmnnMKPvG7oY9O45dr0hfytvdiyHrEXYPn5ArOuriN4/uXa1CfeHHCGwxzaWoquf/1jkDWFC",
+	"ZCxUx14S0F1a2cZKXu2Wa+7/8d198CYrg3kdtH5vJTKiyVRatJw1TdA271RWVXDyNp5b2RqPmK+MR7lF",
+	"z7O/y1HdwnYCm9ykPsp8My+PqjuDtXuuUz6ZrM8TvbaPbQgz6aqKiqZj3inZfW1iT7OHZQ7dhvvuw0gr",
+	"OivvRpp5l9JdCTCH1dhcEZGZ3u6dZSU/Qu3uDzlyxTmhVQdD0gbrEaqhzV0aIN6Vr4yEe/g7F10f8liF",
+	"3Vb1QGo2pTiUXW39dNsT2oXLNgNhqGeVfInl3Sg4Bk+8iTcexNaM6GPWNnitH7dtX7c1rTtK8uMVtPPn",
+	"Owt2NOy8+9ALTg7qAxcP0mhnbX+sa2SkJ0VWjn2lu0rT6m9WXNS0/3khf+H0Aku5FXj3eyHtghbmDeRF",
+	"xUmDd8w1QtxBgyo3hUTrB/JQbDoKHKPrMvq766pXktpGv2lQSj6uKVCJ2PFx5+n4pNc57T896BQ3Bj0o",
+	"yqEEn0x1siB2VsAPY56y8roOe9e9/nmvd97r/ad7SiVSr3xqZ7WsaFAZgecvm5vDFhHWRgGF9cgB+c78",
+	"n/nOLUsTap5RN3yO77OhBdp6nhl+2/8bSxPsy5rN47XnloNx9B+kUOy+vUG9EpxKW1cjUmwTsDnNVH1x",
+	"9MYXL7b7dse66eoab7YyLS3XmTAsBrFsSsyHiXlckTb8e55kypqSFUzcldMp0WadZPI/mMMjSacAuBqC",
+	"okx382/vovJipU3zjC9xY+4ohwQjV9cxT9ktl5nCznMS4F3blhOwemcoBdti33brClvmp01JxgO7qcEB",
+	"wDI5Yh+6sJUB+B1C4zjvKrxaXVp/nayGi3eTLPivvrltRc339qP+psINfGYk26/zOr6gCMpgjl1BqzgW",
+	"Wx4XskDWooLEsktCQ7ihy3qMMCGWJomH9WmkYkjM/wLG18wv4rFSFQTnqsvv+5II2wpQlWrCaDQF1saO",
+	"mEyZWUVUhDBbcy/C/ROQ0Cia3m8Bp2jJa1R1I9q7q4LE5XeLpxtL3jjXFDdQefOXanXfRrebe+0Hnla1",
+	"ijEoZ6tu1fJFGo9PTjpPe0/7nbOD08NOccOPDg2DAPGAbMEyWFftce5oFpWj4bIjxOzZVkF8JzeH2ygh",
+	"a3WI3FLPx199PRf798BekfJWLpU8Aa9Cvh4TOrV4pgoIecQUj5nK25K1QanpWIj73WLpeIgFBxSnaTh5",
+	"Dv/Ci6WWIbwjr5XAOFpRO+hy5hAvynbcrWWzjR09PrVs8vwNnw+X64nxVDwd0C7bFQSiL6JWJqzSEFAz",
+	"QKi0GRUZhbKJIO9sf0cVoeoG40hbXLHbxNmhi1ZTQ70iNxkLX91cSvPtbtLdznOFFeI05zQcrHYDy4B1",
+	"97+HfYrwL193UMVUCw6osGVQsP86sfswPgVPjD+mbwE/85BT/gTTfe2ssloFh6JWC3UyqNssKbVcEURy",
+	"6DoVJs8tAUhYK+kCEkLCvNWBuA5ImOu/IaD3YT1ISY0ucM7Mp5iR1dDmFZSkmUyZryRZsxI+k0sYY16u",
+	"0pjMlVBzua+87dZch7W33Xaev+2Mu2q2SM6K7sOrCMBswEPSLGzo7rAHFctl23AnjXSyyIH3o1S6pghV",
+	"NL9wWV8tvBibrdTZBh+du2PJ7ue3jIw5S2JF2jMuMs3IVGYpiemCzKTQU3LH2E1MF3vm9v4P87dkEZD/",
+	"iCmH/5q/wj/gYfjXglF4hgsS5g6UsFtBMaoNVTOxpcq1FqT6koz5exaTOUu5jG2GCbi6h1SHUBVXarC/",
+	"B/OmIyUTsxfmw92Ne+h7qhV6G5rn9Tw3ZLgiMUvoApEyqZuvYlksOykVsZyROU012mFcBWYtIIO6m0Wb",
+	"fYWvEKWbkI+TvC46sNXZeL4zH+Tq1+tnSzGTS0FeXL66xIbl5pWAsO6kS0outwoBeej2q/Liy9bYdi71",
+	"3KG6RWjA+u7X9kL3G95v3eS+LlS5bU/tcpLgGmFYBCLdnqwSjGjE7gZWXRMRyLfHNShbzXnsPYsy8MGs",
+	"GquGj2u3ugy1slGXj7xhTI65GWcpeoVqZ3KyfhblpgNliln3rtdmYPPQUBUnZlmAvaHgTtLSetWg5LLk",
+	"9rQeGqjKXWrVwdVGRsW92ORBQlQO96WcXnTPlCIctJJYdM8xPdT+5dN6BSg/tjC4mne43AwAMpuhJhrL",
+	"XihkPtoHw70uubRvEVuBaJSDO66nU5YA2oTtCGHk+RigbvyCZIRbMAY14p+4hgM+bFGpfm594YpZ33qh",
+	"63XOWB+Brm2+XoxQLwDlnF3nuXyPmCXFRZRkMRuqbBTLGYVbyspVGxyMeJzeJ3RmC5Fa/YOn3Z75v/3T",
+	"Twp2WLfCujRN58JdfTHn5/KzefwjICc8XGfbvGirDotYSMEjmhAzSnfXxrOwSveh2s1ZC/ZY3QTPT4Nj",
+	"mHGNdWopJ0uT4TxlY/6+wTrNh6u3zZgYyzSqCzb+NmUIBFafA60ghR0kiUVqyytqawKSW1qABYM+jOMi",
+	"KNZZu+kgnWpjcfCXJwDmQWOqKdY+Y6cU7oCFsNbZIvjfR5zEfXbQeTo+7HVO6VG/czw6iZ7Gp+xsTD1E",
+	"07fPf3xxdf32/wyvX//8/NW9Au9eDeTv1S5F7z5L7PxztLwul4JuRKLF1bNMnw8aIX0OalvKbI+e+0RD",
+	"a2pNd23yvGNgdavAKXDegziUkLvv4UoqlJcaEZEwSH6XKclEzFIVyZQFRkoI+ycVkJhPEMvSe0aRNhWE",
+	"iVueSgAfJbc05UatMhJ2Si38op/2hc3ohu+KrnTDdx96Qf/gaX32V7Vyuab3Z7KwiCmodRp10DzqtEuv",
+	"D1WeOjFjRvpbe2JRAVHYlGl8w3aZhWrqnDfrcVjvsKpZtAMSxc66roEvXth2bTds8W8o6KcMMVs22RHb",
+	"L7O11OjPU3V90irKUNw9z8VYAojVHaBPxTybtYLWlE+mwELYlbf+tl+qsHsUcP9HrfjGzDhX0GRRRM6P",
+	"DnIlEv/28V1dRfgX0RVgq1rse1Qe7156+gkqTb0a3jWVu24x62t1ncOqhqJtEXYvaOXG6Upa2141Ww0h",
+	"0ORBOuw9Ui/KpX6TNsstD5rXQfAWfppes9+lSBj3MmpXdLPcRE1s5Mu8eL7azs02PodwN6ANZnOQvKMs",
+	"njB9T1CFVS7HLUYrUdrGlTyVjkbbvfzJiocK/2zMaAxk9Ahq/H39tlTpYXP9SfHnoUMubuiVtdL1uzlF",
+	"NDqAt0j22cF+2c13XJEXq98tg8g3uJ6/Aj/xdjlLVAz/kKMHLWaD1qV+mc2Wns7ti9l2MUjr7LtisquK",
+	"4fIjLsiy6eiCyi1Q4Z+KgG1k1e3MSrOT3+d4dDRJXo9B4Vxf6RR8qL/DNlfD7K221hLNB15ewDu7hIew",
+	"i+2yHisxqNSk97xh83a7XZZe5mLLbnkPoujf846seX3rdWyazfoVXUyPKaLvH1raQBQWcm+poVnpHBqZ",
+	"prmwDXuylCvcsJit9ANWuXmlbxjJvKMAV1vBz631JOTrr6Tdl/R+yuvfRXSPGpA5T5xkaeKFr1xjChfG",
+	"6p+fHh0d7rc27NsUM41IpIhiV4IpaelEdXwMfMWScQf7mGwZztsddyD38hT+HNen46qYDmL4e+D9H+8N",
+	"DLNb+doO0DD+ESxly0dUkD/kyJpz+CiLCd/VjmPvwU9XE7S6FDaJlMAzAJALgL6QkJ+jVRcY5S5G54b8",
+	"N51m6Hit6X7lhtwYaK+Ml7OrlbQTssIu+DaNQLQPCE7TECvIoYEcGK2bV4m01oZPUfY8dwe1Q3z/ixMe",
+	"uUMn76Dw7LJBMmzs5oSH88jCh4dxGbh3RouNihhc1QnXG+UY7dII+zPyX2FWPxxrrjixzZjMTmpbLnoQ",
+	"Y6PCmI9od8CXHm7OjzlVww1XDtwsR0mLZ9xiwgFeHR5czOoLm64Ld0BN3YVjMoo5Y7a0CzLDHCw6tktI",
+	"UwCr43ntl3UzNFdjbuB8cGk8W1d/uefvU3R03+qHxnJOf3F1KSN28k8UpH8HpRotIsfQuAQfCWyPFiMZ",
+	"I5okpSKUpaqsoEXn9Rr3r+DzcIm9u6GS3Re0oK618QYJzruVodc3Ia6r1q47QNwujC7vtlkrm6RuBuUN",
+	"zuxnUyom6Jmsbxpb8ZOuTave6RQ+1u6RsWGvbDOKshrlX8XNahQ+43s0zsxMpiDKYGnPsMd259pK12pv",
+	"kI+u+VLrvPXm1+u8JcZWoWdjaDYamLf9fRxS7W803JLatZtWsrw1Gzl7vK3bOHGnLJ1+whGIltBosehx",
+	"irsQEGYLn6giE37LhGcIFbThDqW4sszp1Akm77w2EPtwVOtu02LIfCKB9Sa4/Skpi7X7XScV/lG1cbbp",
+	"Fn/LsFWzp1l4iTvP/vG883uvc/buw9FH94+gPmWnVPBRgx54q9QQ0ofW5KL31yWiw0i3edxtbQ5NdLd6",
+	"ib+5JfaDk52Wljc0WVMxs/240J3Iw1zzkVg369tR37+82ne8v9R33EN7qmDz6WjesR10DOVqPYe2oQzA",
+	"Jz9Vr/KWBU1iWeeOYcNXxARiTKz8+I4dznGqn6DB+ZJ1XD2qJbUNnUbugQujlfnzxI5CsevJZ/EBwY3k",
+	"cB7KOdI7erbuE9tc0etmZUMblSGdP5QfYKVytE1iwGY6lFom201nulbn2vzgmhOSLe0vOUUZE3D/Qo/0",
+	"lDEyZTTVI0Y1cQWzqt4PucxAS3md3hOq0sTLb7DetmeFTTQsc+1dQPPjFeSvGCsTP4KY7w6KK+8ES4c1",
+	"fpZlL1Kpszk4kuRdaY15ViZgvidUm9m4fE+E8lRTYFhIfpUDARUOZgbwRy1JJkrrtY2eN0hvkFpGMvHN",
+	"1hrH0K1EJXe4wkeUy7l6zHP443ZIAHKs72jKVs6tJE1Xsx7eiM0hMmuS+SP6wFpufQ08WBGEuTzI2SlY",
+	"Euk1bLHWz4WL+DGlohqumpjfrbmBd/boekkzm13ZS/eZP70PjwhWt016T4UKilfrPJHeAtYczEM48vxz",
+	"3r0MAEf5yUnpXdq4NWuHkMb5ziWkYRL0LunamCSDnT7PW/HJ2WkcHz09YX16NI5PRiN2Ou4/7Y/7Z6OT",
+	"k2N62jtkJywe9Vl0chTHp6cn8VGfHpxE47Pj6ICeYcJJFd1idxXFLW7Dc3tpHreRzNWV8PUCbo1RUzl5",
+	"O7mNjh4bGy/T5S4LvMLWResIc+30Ho5THtHl7d0by6kFTTkFWDedpVwvrsxEbTMJRlOWXmZ6WhsHLsJN",
+	"7fBuoof/81//He7lDnHwfIQOXRFc7mQkpVY6pXNs/h4Si715+eZF1yJWgXWDHy4koLHeCmn5y/XLqzq/",
+	"cH2DfluAYnvGEk9vr7ThR7Qvq8aB3sPVQHhqW5c8m7LoBqLbthbFJhmjdgfqjsWanFIRqym9YajZ2HXM",
+	"Mp3RxEz/40eo7R3LmrACzuBHu3NIlSTOUnO123CCltB3UTOCT6sueeOa74COZQiUaplCJ3lskgPNx2Vi",
+	"NDbB8Hhwn4uDVF03HvGbHuPD9durBqKNyzIP7O2021DyuYAW8525TJKBCN+8vrom+7f9fVx+GJCUCXbn",
+	"dgMmlKvzuGTsb130RhmIgcDivlmmKYBU2cM1SqeZzpiJiMXnflF+AAp3CGKjA9GjMIC2UGi+Yr8pbOVE",
+	"BcmE7W9sC/2h55SlEexN5PV8RnBeRWc4DIOKNKAz6FmpIGakacIGAn6REminGx71zkJcsGs+i2gBRRP/",
+	"0FtrCbIHMHyErZ4lkZy5rcN28wmFRbmET9IOv8tBl/YCMmIRzZSZjqUJCK8IEiUyulHkjpFYAuFbyjov",
+	"MC/c4u3I9jDS1BCk2aTQd0XbZf3vP5QUIWm//eEZOTs6frqHU6VmUwzlh2bZIfJTwiNmrwceGzIdc8C0",
+	"vJzTaMo6B12vmtf7nRFz2WxG00XrvPW9x1Fwfg4NuMxZRN6ylPx0ff0GEnIKKsXpza5fXnW9bKMK916+",
+	"eeGX8LZ63T7OQ86ZoHPeOm8dwq+gDnEKYnd/ymiip3+CHlpbNQ3nqchBr1fCepMRU4pAiy8FM+6S7yVT",
+	"to13Fk1LFGlmjWKCS/HCaEA/Mv0TfBrsB7yBYUYHvR62r4BwAihk1VDC+QcU32u7ZNkvfPz4sa7lrFuE",
+	"MaMTfsu6Fu4bUZPqR86nuv8GKal0n7XOf3/nH/sb+wUzumBKQbbhBFREOVeIAr8PHfM3PQALu+13d08Z",
+	"jaaGugJbuG/WDovC68ESBAKcjrig6WJgZAmLrDAzD718cXX9/JXfBtxQ5x29YZ1sDluUzS/Ice+QSD1l",
+	"6R1X9rZZOtW3jMbcLvYzHKz5/AJO8rh3+Am+9wrubBovLkgI4liFRNEFACNGUxKzORMxE9GCYKbmwxNZ",
+	"vuEYCEpvGdEpHY95VEtut/19OueoFKlGqvvFIiSAonFhb2wQpwiSgE4XaIq7zNtGd72c82v8xCOSgfsI",
+	"KMsNXG6Vjd23Pd9o8xVPf/F21/7iHXaE0XVJk3LOFAlBNQ0DErp0EPNvzAcJL/JOj8kCu1+jWw9gC30/",
+	"WVtbJFvFjEpkWDjC0LP1goEfrQzyYc5yr0vyDTEc7RxnEUM/GrZRpIpQMqVq2h2Iy3q/OSrYM7qwCrgj",
+	"DyMy6hzoMK3uQJivG8Uqn8FIZiIu9Bf8PcICigmkeJrh5jRlQu+dF7gkiswypcmIETqT2C1/IPCxJ4q0",
+	"cX58Nk84U3mnSFgk7vUeeg65JjacSIQkCdWojNvOBjAc+Z//+v8I1wPBxZSl3EI25Z+C1xcol8Pl0GQI",
+	"qCJSY/gVP0rVjbv8KX5zIOwwIMzHUCAJ9/1R75CEsCkd9j5iLFYd/HJYJ3ufwVk4lrCFOkzpv8l4sQHH",
+	"eZ4Nq8xEnHhZS7jxkMHufvnOZvesZ9Ty3Jyz5WPZ0rQ91CvSov9g0gInEec7tEpgBB53OGIpcGNAmhyh",
+	"INtQkpjnD7d6/p7SClfrEpK0pYklibV0Jex/cOjVH1GOJawOavyFNgJjrsDOMQRNtbdZSiI6sMWVQH7P",
+	"E9iMgRVlqeK3LFksXx/YjtEj5DlN6YxpyJb4/UMLKqWNBlvo3TngdpWefAJd5/J89wluqiais2Y/btWT",
+	"JUo7+pSUg/u/MeVYG3jflaiA16r2FnwuYkcSNnXfwdMZKQt9JjCN394hFtEO+dHChluPg22JPOaCJgOR",
+	"AiQCAZgCGAsErVWcYVwp3KiBs45lGhu710jm86K7M0cJbywaa4FjSAlsabtEc6VBUIom5nK+k1kSkym9",
+	"ZWQidWC9UTinkLQPej0A8g2t7Rl2yWvBBsKu/YkV+jRBljHXBR2PWYTaO6jbqkue5Z82aljKby3PUYAT",
+	"4hElWk4A42sgjJpmzHptuE6AAqFTKhRFzb49SWU2N4uZcb13gRuEUNtu58dMRFxMuuRSk5lUmhz3emRu",
+	"xo5oklyYb9pLWgPgGvo4FB0z0obhvJ3iivCYzebScNFe7c1lKeeyCP/sfHcVH/5i3O5+5w6VReYiZzE6",
+	"4ze8uOz+/ELFYqu78+HkV3kK1mFeI8teC+ZcQHN0A9nTqGO7Ha/R/qNeu0f97Z4//iTXemH7fSh5pn9/",
+	"97FkDP6AjskZFYvcO+lkgGFTT5BbIJFlQf6h4JmP+64npmoW69+zKKFGiaaCuMdJ29zMAbHEB9BSNiGR",
+	"KP4ninHrud0rieupvIM4PqYGEq7PSYipgcZWytLEQrfb/MDQpT92yW/O22i3mIRjY4xrmdIJuq1+ffty",
+	"ILjt9WLDBU9Q4oVvfkUnsEsh/ZDnJn4Mied2DvAqwN3bu7DSXh2GA8HB8UzJPGU2K8MMCkaOmaWZQQIR",
+	"LII2G4tuVDYr/OBoWk9lErtZD0SUshhbdSsw38xMnb+6Zqr7KNXDLnll7AVjYvBbhjdpneh9PWfi0p4Z",
+	"Zgkv61t1ZFo84grhX3wPVfVrHgZnt9WE3t1LzMOTLlds6elcM0zZXKa6a3+ppvTg+KR13jobn57EvdP+",
+	"6elR9DQ+OT6jB2NGaS86PqZxr39MD0fjo3F/dDDqjU4PDqK4fxyfRP3jUW/c69HeqRmL/8mGo4U2wrZ/",
+	"cHi0sTg3e457/ZkMoXI6eINGavlP4VM7iuqjLZ8/e1RR/bii1xxrSQSWd3BrybuhPr2E8hzmOoYRmOh1",
+	"DEkb/wYAOl2oIAfMZ9RM80rzcCDaNLoR8i5h8QRUTGL/iK0auuRFrsudV9RAkItOTZe4F66D7JTqgaAJ",
+	"eEqxMaNT9UnKdJbapC+Z8olR6e1tcEEoifkYUol1PjRX5Kh3NhChHb2D0TgWh10SgkUwROVbhVALxVlp",
+	"l54oklBlvusZDV7EDHXcc4LSfM5ShbYKy9uIRIy0qSJ8jFaAliTcz78Iy8o3KVp0fmaLgQgHWa93GBXn",
+	"Cz+zc/x1BUcN/xbukREby5SVjpiJWG2gQ38dUjxHe0JEJ9vzoJOJPKYBdQFK0Ql2O8+jE9ZP5tAQ4FEn",
+	"Nwtt2zYJ3lrR/sxK9ioF+7pEyEDtGOL9MpXpR74Bvkjlu5B7W8v8PM2gWej/Im+tPAOlrnBCa0mEvMPG",
+	"u66vwBPXScBFxwOrZM6NBPTkykBYGD2XJmPfzmFtiIO16ZIX1rGOPX3CLnEhyhASBEgbpbOXM7BXRC5x",
+	"Ohw97lJMjMLLkrhOpOUZWp9Hpj0Sk5eyxOr52x0sdmykY81STEmhSfcvrn1orn0LyT7GQIZ935pnEzlZ",
+	"YRxfzufQoC6MqaYhoZoYk4GEcjxWTIeuP4inm8hJl1warSjlzFiJmbghbdSt4J3AaikQ0sNGexGbIxBK",
+	"xIzKNKFzW4vsekojVAtXdJIypqwGZfh10sFBOzOuAFolHIg8aweTBMzA8IxTkqwfs0teygnGhCM6n2PD",
+	"L7eQ80LCRGY2gg2ETjOBLENm1BUwuKijiMk4S6FHAcSduSJxKmHYdmjfhPypNGNhrRcRd9rM6etQfhAV",
+	"Gbt8QUfziApcFux267y3sd7yUk6eGTr51ArLSznBXUdM4kZ5JicVaQYkD29+kYbl4woc3DJzXxeaAjL+",
+	"1rLHWh3N4ucNmi/YRBNNHTnOe3G6fvTOuFgOFpwTm82bv9MGvBmbd6ABVEPtgRTgYgIguOa3MptMLQSF",
+	"oDpLaUJu2EIFGM/IBzOvWQkwlulAzPPEUi3JHN12OFY7/PE5er0gK3X/g+3Hm+8BCIWBCCumV4hRdeSI",
+	"Lnm7bLHesEWRqAi/Gcl4QdrmwGkK2QkYAnKJpnIMcZKizczfr16/2muwY3NjGnIwA5T+0Fl6oVlghS36",
+	"Mkkxd915y+bQoNBKPIxqJUp6DISq1JQqNKgDorgxTc2fxjxV2uZ2QsNjTD/FBJDyqqnAI4FFm4vh4ICE",
+	"3NvEG7bopMxYW+EFZloUA0BCoNkM+KBLUUa5zpOEjJjZaptox+L84vHH56IzTvhkqsOBaIM1R7iGflfm",
+	"XnbzNKqp78ws7jAvNZVcWUOaoCENBDYQmeD/zJh/PYGOSkJnd3fw8Q4s0qZmuI+bpUO3LcGQwlzZvU3c",
+	"BYA/65O2qbzXLztXLgEE/Y/eeVFlPQtC3nlHNhBwAIAoAg1CFi4U2URLdXfgVTaacf3WSoVPdg2uf/qt",
+	"5UCPO39mi/tdoH6LgSoiIXRVqvbT6hfNq+wLZuabv1pGE5NzJjrmcDsHB618XJSIZZhAbP6QYwRe/VTk",
+	"bDa3PtjsBvbbQ3ziyx8/fRndNF37cN08UVW6hfy1gqohvU3kVA9ofR42Ro1ILE/RVZ2Y5dZXm3h8uoOZ",
+	"xrwxPM4uj7QW7wO26F/NO7Otf/7o4OArtiOvjFJHfSULpHBANIUEKYZJHb4beWt9D4yFTXxD7p7D5suI",
+	"NAuh0tCCzYa+LoQX0pSms4QptZyRdWU++y/thfnL7/Lg/PILTW+MSge0mRMshdIf4RqVNDBHFnPdYbdm",
+	"Go0p7FijZOuFOliJhnnSmKJo50lgGNJmIpVJgkq6dbYFpKjvD1zIYSC8irT8ty5LzSZOkZT9gZGKvcBo",
+	"kkYpBhW5S15J18cVuw3O54ymtSEdSKM3K32OC61PhPxnxtJFEe9Gs63l6w9lkJyaG7J+JAzGuGr/hxoO",
+	"+wvcdzBQm1u1yZ0rMQHXyp9nWBO7iaTiM64fV0gVh99U4HCJRrIcIxU/XJkDcJgddEXyp1+cuQ9c03w5",
+	"vTbkXuTRFDa3RYsgJb6yoc8iRf+cUPLs6m3ZOgODdiDMT34ZristcEnJ2OdTJjFom5jq6PKWM6F5An93",
+	"bmCunP0MnA3fm6Q0AguSy5jMjclQy7LgS37mgX5va95sqnoLdveZgpQvlMpY7K+x4f6sHMonyZk/Ojj7",
+	"4iILBZjNE1UChG++3/AuWsNKjofQM7JcLX3uQwUp5nJFpEDxSIoLzyboA06QreUmE6kxaOeV49gCFo8N",
+	"b9jCsOiECfMai0kiI6hfAhvP/BXCjQORMOpUU5s5h74omysKaXNqaozphN+yuK623qbUYa3QQBTpe88u",
+	"A4h8lhLtvGrvot7I9h4zqi/e2sUeWFeRq7uamz2TWYptWlOmlBfRgIdsIru3i6BrQ6TFvoLutLOBaIda",
+	"ys6MikXHigMV2pLj8C3T6aJzOdZQDFZII/xIysY8SWplzXMkkseRMDj4ly5i6tjq0+RBHHzZmndJDOFZ",
+	"FngTttQ9FwTVCo+qNBrzhKn9D+Y/riqoVuE+6h2hyOC6KGVg74064ZIKgBFndAF/UoxZvPilIuIfODhR",
+	"tjM0zUvGynxMlQwm1kCNZoM+R73Oj8xcAObrXuGQr7QBClfTce57+1J7rFc6ZXSGshvSXa3gcoC/qL+H",
+	"QfGb68XcecTfsnna+Z5PGCSGuITvAKpMBdTA0GiKXsH89e+5mksFGEzhXkAUFfFIvodAsHvkypJ6541M",
+	"eLQ4dw+FmEtuLx0l+Hjsoh4xZqnHpZR0iFSw9NZ1EeFj4pK4IQqNVgURkoxSeadYaoxTNRDtv1+9fhWQ",
+	"V9/jf+cJ5YJo9l7D559d/cPuUTSlqWL63zI97pyGAZn8yecBgf/RNA3Im+9/CMibVz8G5O9vnv8YkB9f",
+	"/BAMxG9s9AZw+xY2XNb+6fqXlwG5+sePAfl/zL/+Tm/pFZxRQP7nv/57z1sHVWXECxlppjsKDjFsqNk3",
+	"VG239hG57rv97xq8pohKUGOwNfLZE4W0WPEWe+RWDzjoxfDA9LC0gEAgx4e9vYCw7qRLQjWl5sF/Ox9R",
+	"xU6OzsNuydxcmuinZ/vv5Z2ABGPk/WaG3yCpDDTVSm0eOGYCgi34VFmNDX2ITmT1Noh+qOvZI1yrgcix",
+	"xRaExrfmhlYYuCLPaTQtwnioA7KYKGboSrNkcU5CRMEJg4EIq11WAcsptCG/y1zFhXJU3/kpbcoZABsT",
+	"fSdXZpn95hrrPoY+1QA394kVqybks4ZCLotAZHThMk38Vcr1yaxHmiQYFM55z8JSbVbUVUDY1TP+b5Rr",
+	"Be2YJQnvKNcFdIGx8MzrHhSYX6dFFVFSCrjJNTyorfcErD3FYmiIYXMMiGFIFC1FLqj5Hia0Gy6mHMxM",
+	"gDuayiSGFFEHdAOQYjb5u0sw1CLIcrKHlmRGbyxIkRkJalIBwmzO6FLJwg1bDISfuGEhs3iSdCwMV77d",
+	"SjMam7OwfiJF2tRWx4Yz+h7BTl1C38woLnIgKDFiypm5FjtFpxSscdjT3OLjqfsWerxQbXGgdpAlYwE+",
+	"6EBMqYIgEyskqcMtkBhLZVSTiAKmnP16KeyKnrxzHCC1kVV7cj56FyXjlKmpjSFhUWwY5LhBrgWUTTnJ",
+	"4b+g7CJGmYygXmbL26WkYBeBIhSPCvu4oQGhylsGFc+Gosx3c5Q5CzviUijxhYXMyETWZkdcRiBoXyJP",
+	"bKvovLZF5w+ZwrAOQzRoqYSxOSBt5DQG2OzL8MStfqsOOLOA4u+gcNjvWRAwn91b5wdbpBsikudnucLs",
+	"t1cXSFg+sri0pD2XSvFRYsxOwfa+ibvqqH/8TXksVt+FL3MgPEhZdCh6TK24+nwEIrUCXq0W4gjlWgUa",
+	"3XuuHvSqhNS+tYD5omJP/lLWR59Ke/1J+Oshglyyclw5WFrp982oXjapDQrfLbSXJRznly+hYAFpdRtw",
+	"m/z9fgDspstoxlpbwjP5U/hMlcmlXaihOAvh9EVK8AfDa5JlUmiiyjoxt/+hgs7+Sby1FdrdUq3yXn5s",
+	"7+068qq2pNgx6+fTe38fmGj2Mce/+dKEP5MxBNxGC6gRUAGJWZzh0WCcro2oH0KmM5rwP1lMIK12r0te",
+	"+Skx9YkvOIP7UtPXlvFhVr3+usXj+RqoE5NJqv2U7AI8OgUK2pw+2fu5VFnKOhb4cl0SGKZ9WXpl+o4x",
+	"QSIz7ygDIz9vr4+k7ExK9AaYaxsD2lh4h5lMKsBVEPsjmKbWfltK+rrODWQzvusbKjEAAc7SEVUs4QJz",
+	"06YUnB92cU25Yc/tJri+k5+AV+BLP3NjMG7w+BVkaW3w4K9C8+TrZFbckvUs687y02gun5THL5fYu8Ke",
+	"gA9vO/3syPDK9VWu5XKA7bRsqKttpbgidD5P5S3C6ZoPV9kzZGIs04jFUC0GrV4wwaXSOQuzOyxME0Re",
+	"kImZ0OnC4dMa+QFKEwW0woWdWZf8kMpZUSw1EPAWkSIoRIGbh0XR1HRR/A61NZd1oh1e7AwWhpjAQtoq",
+	"UoA0T+Qdi/eapAdAEl/jpv2rXbPe2tdzbnHEnH3Ndy7cPMhHy2zYZOK+cS3XiiYf4A9pU2FhoNcZvHtd",
+	"chnHYCMj1UJDCyhkcLTtvPFLE5Zzdg5MRoVt9uG4vG24079+sQRVSIAZSggXBVMd9XoktNAyMtMdOUYv",
+	"TxhAPMJ+fWbeCWWmh3I8hL8P7dDo7h4IV7Sat6iAuAGhI8jAEws9hTrBTCseO7XBTOqGzV3tPE+xPiQg",
+	"44ROJiweiNInrWcdJcyIIeApKnsErt1zEsZyRrnIEZ24iJIshsaP+BczX5li8admgoTfda1/oBvJWbgX",
+	"kJDPw4CEEY9Ti6k3nKdszN+HpP3r25eKZCJmKeH6orAMI2hNAW73qVTayDGWjPFwASdKoPEIlS5wzi6s",
+	"wi0u1UGvV+uUj2OPHR/GfNzRd2JL+My+tIKWkJpB8Z6cj2h0U1MU2Ns/3dbH4i31MznQ/c1uMIEtnzq0",
+	"rvcQ+wXJ95C+njUTuYzjL9TR86nVK1ReCLWizmomdeJd3VPB2v/gC751EOANd4MtMgfxV9Zg6qC+jfry",
+	"kPwf1OKDV5b1xcKEb8ycVu/rfoP0jjRR6AuQVr2lOrMh0WOxdoe9j5JMrQwT+Q6rgLhOXJAFYC/guN6P",
+	"dQ2feF584V9M1a6sf4NCpnyrvmJdGwnLW8sWKvelUat9UZqPQgChiSlzFeAHPJMwgj5uYPBqsD2Ve/wc",
+	"1TbQIwNCySSRI+LUOVQvn6glLy1ph9+FYL+mmQhI+O8h5htNaUojzdJgICKqWIcLxYTimt+yvcDCRiFM",
+	"AuHx8ucABQGfcwgJXQL+H6/WKxgImDuq5im23UsZSdgYYEANneR4MJsxuQpJG1p6OMyVMN/WIY9Dh9rv",
+	"tGn4Y8zif0O8qQurvMdMYw6Sg67hSWLBbFgcDITV6glVxI3Q3KqlwhqfVfUFKhjOIVNS2C6Y6nx//7tu",
+	"JNO5MyD2v2sFLdfmxnVTftrpnXR6/ete7xz+/3+2qkgZOlEdr0KjYyyHDpbzwE2MjbOhATvQzbPLbdXq",
+	"ylZ+puhl9UC/sgDmJxadV9l8DlVSlkEf8Brf/+Az90oldknaOnnDNZly7C6Pfc4ufO7n2lnwoOO6H5Z1",
+	"gO/huw/N6vVarr/oL1bF3YBJypcentw3qeoicRTXOfMI5F68oFa4ypG818ZurbrgXeZ79pI0HAENJkAF",
+	"/0OO1EAga7AY80ltdihPyW2WCJa6MoCYacoTVYn/EjenovdtvhFWEWCV+z8TiZEcDdd1k8v7Ohc0D8N9",
+	"FVCC6mRKBSM5pdhG8pblRlImjIqvD5sA93K9Om/p8avX5e9xPVl/8ZoYta1iocrWOds6Zn80p6SyhE/4",
+	"KLE1dhQ6SCopwnPvT8FAhLapWBiQMOaQxw//xk/MmNBD/9dyPE64YCFp23Qf9OqD4zplrGiBPRCgqd3S",
+	"RGH7AKqHEZ3TiOtFI+/5PGT7nXw1qUI431VNRvNTs2fd/XLI10UrDKncTaFDGAppI7w1vUH8RkwsrybT",
+	"bk/k+x/wH+vUrldFf3Wl5dwBdXRd3de/Yc1XiHkXdmcCcH3mwD0FOM+ebVJhe7VVk03wTsnbIbleyI7j",
+	"dNEDdUZvsNSNY5axrWWBEhiWKHY3ZSnLg10IDJnNPRzXi3wBcYpRmlRmmgtGDI86vtszw2KsemZ7ydfx",
+	"za8CX8kr0x7bc4Qf2uzZS1gm1t82XonWtmtA/DmuQ/x55IwNewKrGRlRoIS8c30Zv2U/a1FZViy+VhIE",
+	"rXnWkHxhWWlGF64YaZkNsdwJvLlmZ6Xokresg9/ETjPzlN1ymalkMRCZyGXqnPKUpKzDhOFDY3v5XWgA",
+	"k/VSkEwsdSfGEcCHZScImMuLco4nWdXl2Oif+UBaNrc3xsAtlme5r1WLBsybKiB3VA2Eq02xrY/zM5B3",
+	"gqWknbcjq5Gr+/BujRAO9zDy6yJ3U6q8+ljXqdGek8vpdfV8R72jIAcnpAgYjbDxNgQ8EBAJhP0qKMXI",
+	"vsrWu5wUc8GMjOCzCM+wOaPF8hsD0YZWx2OZjngcM9EA8P65hOGXIpK+RSl0aXm0xKFN2cxLWglq4psE",
+	"bboNSVC0LiRTLYWGpupc1YZcu+QHjMfmNG0LMSvLKDOTzbSH7JQjM7e627PC361tXDhBwyqkYq4Ns9WC",
+	"6KLp+zrlk4lt/r2RTYjP/8xFvGYGlJh34iwpJtM2koGoRGpEXJtRkdGEpJnYa5qfG2OHvfm6stWo2CRN",
+	"jX5FIbOmbIWmoBj6zVWeDGarygGBgMVYVy7HLv+6S/4uRwAkSsyhW7xd13zCIt5j7fNA/CFHVjsx7OjI",
+	"sShGxpYnqJmQP+QIsrMBwNvcX0SzdFZ04cp7xQ/EnC6wgynmpOLUnijCxTzThImUwwg5DKKfR54H5mxV",
+	"ulmz+Sx47QZCSTKmqbnbscMZTCsXLWBQudcuigGwD02e6g5pYkWDQLPWgcBYohkOf98cvTJU+UXUUFel",
+	"pNfm+Wl0xDpP4z7tnNHjfudkdDjusYPoKO73zNTzYuu8bC4WqpMyJZNbZm0aq/LOZarNkwcHwWkvODo6",
+	"NKTqxGQ071h0AnjJ/nqq9bwzT+UIEhSwu1ZRbn3SM4u2Z244AJDzpob4322dU0bFZ0smo7Ue/EtBGE0T",
+	"Dq0+sCdEucVGBbihfCUZan1oGPiPD569RlcF+C68rhhlAfPPjGXfSABwW7z2+wYMNU21vQGavbHw4/4H",
+	"85+V9Y+AQWQE3YynqUxV7gYrIL9rSh13knrmpce2I5ro8dpK/6+mlNG74M2J/GEu8iKeVPVTrj78fXQL",
+	"NsPfPEO3YX5HPlE5GjHwa5s6NHKHDEzVja0j0XKOaHOR1U2EJDOZMphydyBw7ARdG65FLa7O9a4xPxTd",
+	"ay9cq11Ie7njESuh8tfdxPD8V0uTXi8je0t8EzD79y0Eh0PdVs7tr6uENJtunyluWRsGhvwGB25raFnn",
+	"13e5MnK5MHIg8spIskFh5Hmh1lJtwe8RYzvmyv0YEFC3AI1Y4F+jRAKilA84DgP/dH39xgKVMTsqrjLu",
+	"kmdyNs+0q5xyPD4Qbk0qAM//ed5sceRizdgfQIq4iBpYIKLY6PyurM3wqAtmDwT6GRrLrajYtVDT8epf",
+	"BZp/FWjuIlF+87jCaxKXG7XrBA16We7nZ3Nj7O5rsyN8uf62r8unhNu5iV/Jbfw3yBnWF1UQZ8ED7neb",
+	"+aSsMxNoztY2Wk0WnJmgTAKmfCL1ublBUikIew8JkIZY22N+y8iYsyRWwUCwW5pkYBBzQULNZ2z4pxQs",
+	"3MPhxvw9i0no0jA8zEZo9wQTAGDWtkzziNtedyBe5EYpOFqta8pC94EyJuTdhWEYyL12gSRAvh/zlEE8",
+	"aURjnKktrhyIcERjh2wfEkFnrqITHlvlQ8J9uw/gUcyMAo1HkpfwWYkG/ynB6jV6epadNiv8M4XvR/DJ",
+	"VCcLJ0J39kVpbvYMIQF1NB1mcyOPsMmNoRUzEjkg35n/M9/Bvs5mpTfQrzAnEWPZZqmcs/2/sTThAgl+",
+	"K28SnslnyqHOSaLZtxIQqonFNyT9v1KpC+yoXBA1SLLqjW7MhzyE8nGl6ZCLOKqx+601k+05dMkD4kl5",
+	"YmFbRRlffHzDtplI/c36mpwuKwmnIfXjCkFpIYFhKpPcjCfUuVRwiCfGfHqfE8tFbl3aX6i8Tt6W2mMY",
+	"wtw4Ad6dYJGZ69QV4ZvhnQzgmkTG/jQ3XZf85ow9lKme0Qudot4Xd1/k7EOKGLfuprxA2P07bhNZ5kxA",
+	"jTu8ByWtXfKGYvYXVwMR7s9pplgYAGHT5lvvV8BSfzjy/oxX5g6Xo3fH4Y126F9pD3GDlff3s8VENhMO",
+	"TpIKdpdL0b/ushaEdyL/MnuiSEGxpE39Hdvb6abbB1228b57iS4wYHfQjS1MNvzCRarAM0zaof3ZVRCC",
+	"MzMTLogAirdN+QqNrjZncUjamIy7OCfhjCtl869RpzP/hBjRcJwlifmJpalMUfXnyv4xDsmITbmICR0I",
+	"jHPzJLGprs0+KNyCH2D195E+X6m1axa+SckCI1OutEwX3yRcl89Ydp27cZG5TFcqjXDbhpHMhA6Be5Rr",
+	"klZcqlIw0s6zQu+mPGEErtN4L0C2A76yqiV4WZkibcDaMvw4TzJF/uBas3TvgozZHUt9f6+VtZD7oKQU",
+	"LF3HHa/Mqu7JHHXeJdiG+pqgfg/g3fksm0EfVPMjF/bH3NdkzP0JNBP/FLxylUi9quQh16RUYNW5wgX4",
+	"jTMNLN3QIQDbqd2YB2i8OTL5Sub3D1MltjA3YJEcZwW/sbj2Cq10OXq4RPLmUfbNWFqB3ZxvMUUWTuq+",
+	"xr35SjZbQXAvHK1BMBDlNC+7Cz0PIQpzcHdCN9zYkijXRtdxlIoxszE0M3lrvr8hbcKz3xJxYunCN1pG",
+	"Ys6KUHfm96TSTDST6BU61iueBedlRz+BLeZq29xlEqKoDPechDCPYlMcQ7NUY6tAKNVABZzMoabpIq/1",
+	"QFqnKSOZyGPLv9kM1OUWRBAPx665UgzEDVsgnnDeQQnia3tBpRWRc5343YiQ99CcgPumjSlxAxHWJMSd",
+	"Ew+sBJrvwnqhZk7OGLr0WYJN144ODgYi5N7kb9iikzLzSm0R59tMPAhDBvdLEv0EFsKDJDTOaMwwkJlm",
+	"X0Ey4+rVX+dGrQWeFVUmLNtL/9Jpim8z4YcEhbxbIwpZlK4C239tc9xH5bo1BAqlM2zHZ6wosF/znmTG",
+	"jACkfXMFA6KT6pLLArLVYp7Um0J2SjsH6/H9LzRU/6hyBFa+ym6ye/Mk79T7LSoFGFfHlZI2opFBfbVd",
+	"c8ltZ4mtOdBuwwwUyD224wKIvqjgIzARpYs5lBNdPr/qHByfdH589kvg2vmaOxGi8DDCQNyldD4vijCL",
+	"lvLmLrRjGfq8YYu9LvkHMBEoAncp16xjGOicCElSmWlGMEEMyykHQgrWJZeolQB9J1xZ5QWQwbkgIc5j",
+	"mLKxCknKIsZdk3yEYOPYCg9KageibZ9XRpnJq031lBn12l2ayYK4HvZa2q8v5nb7tczhABBOOaEjqJoH",
+	"kBUS2hpT/G1YIy4u7CHkmQGgYbh01kiKccIjHa6I+MMKHqDB0dvnP764un77f4bXr39+/upeoXeqboaw",
+	"Ry75SbB0iPEPc/k61F91GKWHemvAX1jw5wqm425vGkonbcefcNh730aRQu9LbHxXE7p3nLEsF8uKwv4H",
+	"KzbWIZt5sifvAYnIZZQnysae3uu8XTIotBBsIJGMWS6eMkFvKU+MBRs2AZzlfL2lYQCvPbqd3sgG2Bje",
+	"5jfDU14L/W8acWwFuQVNWZ4OwxMk4rqMjxFLpJgoLOjGNvarGyj+yPRXTEX/EtRjc0WqS21S5rJVYaE8",
+	"F8TCABW1IDa73upDqDGxO0d1106BwkSMGt8hxI8fhpR21FGcyiAO7zrbqg2l+X+uFIbtSP1bzWT4xKqA",
+	"l/ngdhjNAKO6g1KvVqkHtjf0RgDmcNVHEKInczrhonApjHmiAcGsFkHRlt/t5haAGX65+fu1EBOaarY5",
+	"AAZVN1fwRuOAubWx1aDX5oW/QD2+oQIMc6obpKIAx3yrhRfVYl78eZOCizhLAZMPLJyafigr4zOZ4P/M",
+	"GJmztNzdbSkkA479urgM1vIXuWBbhGVgzBu2sBAmJOZjMM00Gcl4sVNkxkKgU3XzleNxIGCKGSPH3Zgx",
+	"pegEKjNYkkhDedYzc95i0RR+4fQiACEFpGGO/FrksOKzhrIK+Xte9fVsizlP1c1n0s/grB8cdsNszZce",
+	"qWpa+beEq3/UP/yS41u5x0qjxKlKb18d3f8A/LaquOQ3yBvJpeodBRwOSUYMLcM4IKHNFRxanGOi6ELZ",
+	"/Fkhhw4ocojua4A+RpYeCqmHNL5lqeYKEm+FrGL1en55i/4RWkHUxUFC64bPR1UhySXNYi+AOUiRcMHy",
+	"GZCweGI44wr86+bX4FovfmMmNBD4coCjJh4YJDrisY9LaYY4jGIJi7RMwz1YMhfFJpScdpiSYJcrx6Ty",
+	"KMe2pwXiZkAcLnQwEBYB1ehvFiF6zy4vMotzScpObYuHCdUsDQFbKmU6XQxHNLqR43Ht3fUj0ztdXOal",
+	"x3b4mG98D4j1TZYwSsyvpcYH+csBqzhgg405eJ+mmo9ptCJU/QNPGJTVzLi24KZULHIHs82tNgMGRCbx",
+	"mqJxs/+X+Te/RAox610V6x3zom76M2CBO3FRHAj1tnPDU18HoXNZZHKnAKSx6BgZDjq0w9RDWBvzfQfz",
+	"fWmFO7xkEXbg8ZmEEKgciLBAwwkxGcsJbEZtX1EpiihGRJMEe6LadIgcr564Ouk9LC7L7xpssKpImE8w",
+	"LFLHHTp4dCPkXcLiCVNQgeHisa5XVSPSj1s9hEbND/dH+vmiReUqIfkX0s9KpJ+tNKn9RE5Ww/wkckK0",
+	"4Qk5RthLK3/bHr4P0Hlo/wL3v5CaTPgtE3uY/DtaaAZdIRSDiD5Y1OFYJom8wz4rOaS01dra2dxobqH5",
+	"Kcck2AP7XLA7TMG4y9U9+21sVm4h+kWc29kU6zVsKWkKHKLkjAFqZc6lbmlMxKpLnknh6pJxnmogaMrI",
+	"SGYiZjHkfly+eWErkdv2+MgR4niZv9oUEJIyYIULhD5gHOJX8EHI74Cyz6ODM9uQ4y2IvUtD46u0nJfm",
+	"4HZl3yXP26VdushmI5Y2udPsBlUh+LG25KB/9PTo9PDk6OmagpMGZyYSR31Ni1/SUvud3ubfwcPcup9O",
+	"3VA+bdYPeODP/KS3ZsaPKVVfysk1e1+rXbx0LJ7XU+FZdHdLkDz7tHEOGhfKiePgRE42F4EpU1miV0vB",
+	"OUsVdK4m+HSO7iXHtmVmrV7KLaow5JfZB7Blvbm4RMQcw5ErdB/lJelG0tBEScLFhCkEb9HSAZ4hhiE2",
+	"Q2rqTwUeJVzZPcTE1+QGx+X+zZzMem94+Ry/BsPrjZm5nqYym0wLkrf9EMrL2Yb4dbpoVsh/AQ2aOmTn",
+	"oQOoRpPcU3VRB6bRDVzaVosPnWMaIRHyS3qUxROmUQ93PsYcGw9aINpkRZcJTl7DnQkBNOSNQhEWUndg",
+	"FZhTNBCXgMRqOK6ClJkyOWfCQ8Fuc51jEtpapQABSSzMg+FGhHUILKa1edcMb3SEvQurgbicFPvdfHyu",
+	"zELGCZ9MtTExSlCdo0wtwsBCqNGBwClmArtlmKEomF18xi4ILdZUGEAr4D9riy7MJn21Wn+Qm4ZwTn+p",
+	"/PZACSUxo3EnYVozC39ZkMhqYyCbJ5LGav8D/sO5VhtzbcKxCoHJmYifKIJvWWhOTKZxcSelUwb51VqS",
+	"mJvTw/K9KSB9CTJjM5kuLrBWKoEWTnCpXf102Tk4PiGzTGnPVakQ2axLXgvmPou51/nvE7/3jeFTqomF",
+	"/PRGCPLSQmd5c0USZy6M2FimzH/eM8xrAFjMPJxTaWumwte3yg6SkWa6g3tb5qw8oD3igmIJfjV4sj6m",
+	"dNSQLR/D5tyylI/5zmGRx+WkbcMcu3GebRYHp4uE9sv1y6vW+e/vzBkWjIlHC53cLHU8UWACK9Ie45VN",
+	"J2xvqRnNSs7cR89b8139Dzwge7/ZNkmjPxh8XfE/mc9hQY40ra1v0WYGiRvwhmHHyIEAr7TXIescM4qk",
+	"iK0nsBTLhrigGaxLLsmMK2VdeUVgGicEdnrKxliCDvcXLrRTRDOMglH80owU7uX9LBx7zmh6w+JV/SVg",
+	"ko5J8WDuy6qP6ABuugELryvs7pd7OW3KIngukLoFm+v5k1ewxbrup+BWwgiYhcxpr+g9SorWo8FSY0cw",
+	"04p2WaqxtRv6fxRz2GW2JqahXxtXg6IZnUyhwN22b7N1OGMEKoF6nLoOcaXeeti0FaY+EG7uTSbhrq1S",
+	"vygjb3X/1MK+KzdPfdwg/kMEWO7yw6ltlrgmh8kFGAw12B581NgRHWM+ECZSmSRAL0Ct535QAv+oXDBv",
+	"INrhm9dX2DAQ/2blLuKv+6jphcOoqHZ7dtklr1MyMmoHWcgsBQJ+8/OL84FI2YQrbZsZRgk3E/KHE/KO",
+	"tEPvN8M5+//Ju77etm0g/lUIv9QGFG3D8rL0qVuLbg8DijWPKWrGukRCZMoQqWXF0O9e3B9KlEQ6tROk",
+	"afpqW9KZ4vH+/e53Wwk1gw+vKnMN7a6tjCMmqwtDZWLJn/bCx6YdBrdZ+2GPyXmNvYn0Ot3cGi5EzpSb",
+	"SLiCccvo2K5eRuYZ+lvuau3QafP35kz09DnrCf4JZUZzIIMdJ9hXesJKbbXR16PTiF5fAZuqAJvhfXno",
+	"IznDeNRg8DqGr9lw5mXl0kixfoLi0RCvrf7v46bPtX8U5PFpgOGkzNgJdCe/LDLRignq6lC4FUv9jRrp",
+	"BF4kK7evn06yJ0k9VktbknkwG3iqDXa/fRM4kR+aWoBx6I7sGfuYGDYd9S8ekJf2yNGjjzNINL03hwG9",
+	"3w9W5dYvddSyYrQRMa2SAWRShLVw7qwztY6dV2yjpNVZLbfQXkNxptamq+u1zLC1SqOhuoR6lavXhIki",
+	"HljX7LjbxfcuMaxhPvw7GF6uSmhhpWju99T7k6RnNpt+vhnmE21zRRObGWVAQskQFTNxhF9YjgEV48Ms",
+	"k9/xb31Bw9PkCJKsbqxbr7KeEMcLwlC7NJXtvTUim8MBtVOl3nHWt5n5+FN8RmV7sFqyBEq3iBf7FvSm",
+	"FlkPZBW4SyZffEjQRxxpOGVPStXyQF7bIyzgYx0vHQlYjI+ZH5rGll/Z/pMsbc1CpzedPfq9QsUeu/fL",
+	"uRe/ksyQVxlxhn3eNnDNc/WWziX88bs3f6vljhrHW2piGEIGrnKGTNy2oxwRj0MrYXPDH+MS2JXY2Qsz",
+	"etJ5OIEm/Ad8uqKsdNQJYixaHOHQhLfmH8GK3dNCH6LcX1vmZFEDIZ+kHssO6UGiaOPCt/YjEkLcu+Ij",
+	"AbQecN3zOPrQ82EIK07IfU0fEtRt2U9XJyKaxnK/7g188vksLvXwXaHI1fs+SMkTUeSbXoJzEuAhveKH",
+	"C9ymUqaqlfhl/h2Ylb+s7dCqoGImY8xDNxOnFtKobomT+u3LqYxpgrPYVoZSIrP8Rr4ntfmWn/2UYyoS",
+	"cR/Mu18YXshnS+hFMLNRxklPNwWHNz4HddxG/On/SQptL80NvgDOxgOGS8o0qm7QYlEkj9uRpRl2cD+j",
+	"PUzKCwakjyouDIeARU92SBMuW20sxhONeTnESJKmo+gpjF3cINqLSNDHk0uWHHGgVybvaBV3dv5tbiDY",
+	"kPcLuu7qCw1ewNdd8Yr+3TuiTo0p5Wm88lO0+tY8R4Xxf05p3gKpVEYKt5E+Y1M5ZFK9WfaZtMCVuKHD",
+	"goPXUNymlbNQX7FHTrIqXTcGfHJDhsGdTbczyULs4748ZkdKZht12bhycmJscNHQ/x/q01HEND7nIbIL",
+	"B270R7ImKUtCy/ss7Qe4KA2U34nHxsncnbjf+71umqInSQ1O8FFJDU0Ho4v88MNt0wJDC6c5KKC5wBeG",
+	"UmiXn4QwWi1N4xRNeYBhpDLlHv2VAxrCjzInYCQ+lxo/obZwW0ILGaOsfCPVjqp9hC+mSqHAexjFzIU0",
+	"3+8dgDQoijv9+dcLI8SOJ9LLuc7wUlwPpVEhDWy43M3YK4ZU3WWEHjPIDjJo3AK8OFtg8FKDvoHiEG4l",
+	"lP9JRt6+zXaUQXvixO8o8R2aO8WXXIJuoX3VudLjS+SiqeL+03QOrBL8A3UZZUp3rgTjKGKmYus8kM6D",
+	"Vg9Z8FmO+RyMZniI134LrWdeHZsrRgAHVeI8TjdkY6nsUUGrApuJ5s+GmIeYlan8sTu/DuhP+ruGMBj5",
+	"iPA0+Zh8KHY/goF2Ve1O0KQzn/6mBOta7Rrxl6n5adbKwGT26qoyRb4Y1X9jz3lPP6bL6fCjQbVQ8EGE",
+	"oayjv7Wk6bhNOzRuDsO1qnbgGp9xBkXfQk/VO6IPthm67UIWzMAdIy47mwECbkcZNKkYEzxciLgiHVq+",
+	"1cwOK9gVFfW6hG+FfhK5/k/QtYBsW9BFZcBaXommc6EyCJ+i35c7u/j84fOXAAAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
