@@ -407,3 +407,42 @@ func TestAssetEdgesAndVulnerabilitiesAreIdempotent(t *testing.T) {
 	require.Equal(t, 1, vulns)
 	require.Equal(t, 2, assets)
 }
+
+func TestScanAssetTargets(t *testing.T) {
+	s, b := setupStore(t)
+	ctx := t.Context()
+	every := store.EveryOrganization()
+	createScan1(t, s, b.org.ID, []string{"127.0.0.1"}, "dns-resolve")
+	runJob(t, s, b, store.AttemptSucceeded, asset("hostname", "svc.example.com", ""), asset("ip", "127.0.0.1", ""))
+	assets, _, err := s.ListAssets(ctx, every, b.org.ID, nil, 10)
+	require.NoError(t, err)
+	ids := map[string]uuid.UUID{}
+	for _, a := range assets {
+		ids[a.Value] = a.ID
+	}
+
+	scan, _, err := s.CreateScan(ctx, every, store.CreateScanParams{OrganizationID: b.org.ID, Targets: []string{"10.0.0.1"},
+		AssetTargets: []uuid.UUID{ids["svc.example.com"]}, Plugins: []store.ScanPlugin{{Name: "echo"}}})
+	require.NoError(t, err)
+	require.Equal(t, []uuid.UUID{ids["svc.example.com"]}, scan.AssetTargets)
+	l := acquireOne(t, s, b.worker.ID)
+	var payload struct {
+		Targets []string `json:"targets"`
+	}
+	require.NoError(t, json.Unmarshal(l.Task.Payload, &payload))
+	require.Equal(t, []string{"10.0.0.1", "svc.example.com"}, payload.Targets, "an asset target's value joins the targets")
+	complete(t, s, refOf(b.worker.ID, l), store.AttemptSucceeded, false)
+
+	other := createOrg(t, s, "other")
+	_, _, err = s.CreateScan(ctx, every, store.CreateScanParams{OrganizationID: other.ID, AssetTargets: []uuid.UUID{ids["127.0.0.1"]},
+		Plugins: []store.ScanPlugin{{Name: "echo"}}})
+	require.ErrorIs(t, err, store.ErrInvalid, "another organization's asset is no target")
+
+	_, _, err = s.AddScopeTarget(ctx, every, b.org.ID, store.ScopeTargetParams{Kind: store.ScopeCIDR, Value: "127.0.0.0/8"})
+	require.NoError(t, err)
+	_, _, err = s.CreateScan(ctx, every, store.CreateScanParams{OrganizationID: b.org.ID,
+		AssetTargets: []uuid.UUID{ids["127.0.0.1"], ids["svc.example.com"]}, Plugins: []store.ScanPlugin{{Name: "echo"}}})
+	var oos *store.OutOfScopeError
+	require.ErrorAs(t, err, &oos)
+	require.Equal(t, []string{"svc.example.com"}, oos.Targets, "asset targets are held to scope too")
+}
