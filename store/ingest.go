@@ -63,9 +63,6 @@ func threatKey(r ResultRecord) string {
 
 type assetKey struct{ typ, normalized string }
 
-// Edge relations (asset_edges).
-var edgeRelations = []string{"resolves_to", "has_port", "served_by", "covers"}
-
 // Vulnerability is what a threat record says of a vulnerability
 // (vulnerability_details).
 type Vulnerability struct {
