@@ -273,11 +273,14 @@ func seedDemo(ctx context.Context, databaseURL string, certs devPKI, ports []str
 		}
 	}
 	// The demo organization may scan loopback only (localhost resolves to
-	// 127.0.0.1 and ::1).
+	// 127.0.0.1 and ::1); the demo workers and the README's examples report
+	// names under the reserved .example and .internal domains.
 	for _, t := range []store.ScopeTargetParams{
 		{Kind: store.ScopeCIDR, Value: "127.0.0.0/8", Note: "loopback"},
 		{Kind: store.ScopeIP, Value: "::1", Note: "loopback"},
 		{Kind: store.ScopeDomain, Value: "localhost", Note: "loopback"},
+		{Kind: store.ScopeDomain, Value: "example", IncludeSubdomains: true, Note: "names the demo workers report (RFC 2606)"},
+		{Kind: store.ScopeDomain, Value: "internal", IncludeSubdomains: true, Note: "private-use names the README's examples report"},
 	} {
 		if _, _, err := st.AddScopeTarget(ctx, store.EveryOrganization(), orgID, t); err != nil {
 			return demoIDs{}, err
