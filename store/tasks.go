@@ -455,7 +455,9 @@ func (s *Store) CancelTask(ctx context.Context, scope Scope, id uuid.UUID) (Task
 }
 
 // RetryTask (redrive) moves a dead-lettered or cancelled task back to
-// pending with a fresh attempt budget.
+// pending with a fresh attempt budget. A job of a scan is redriven only
+// while no other job of its scan is in flight, and reopens its scan when
+// the scan had finished (reopenScanForRedrive).
 func (s *Store) RetryTask(ctx context.Context, scope Scope, id uuid.UUID) (Task, error) {
 	var task Task
 	err := s.inTx(ctx, "retry task", func(tx pgx.Tx) error {
