@@ -446,3 +446,23 @@ func TestScanAssetTargets(t *testing.T) {
 	require.ErrorAs(t, err, &oos)
 	require.Equal(t, []string{"svc.example.com"}, oos.Targets, "asset targets are held to scope too")
 }
+
+// A scheduled scan whose targets left the scope is skipped (error): it
+// does not block the schedules claimed with it, and does not fire again.
+func TestScheduledScanOutOfScopeIsSkipped(t *testing.T) {
+	s, b := setupStore(t)
+	_, _, err := s.AddScopeTarget(t.Context(), store.EveryOrganization(), b.org.ID, store.ScopeTargetParams{Kind: store.ScopeDomain, Value: "in.example"})
+	require.NoError(t, err)
+	t0 := scheduleOrigin()
+	out := minutely(t0, store.OverlapAllow, store.CatchUpOnce)
+	out.Definition = store.ScheduleDefinition{Kind: store.ScheduleScan, Scan: &store.ScheduledScan{
+		Targets: []string{"out.example"}, Plugins: []store.ScheduledPlugin{{Name: "echo"}}}}
+	bad := createSchedule(t, s, b.org.ID, out)
+	good := createSchedule(t, s, b.org.ID, minutely(t0, store.OverlapAllow, store.CatchUpOnce))
+
+	fireAt(t, s, t0.Add(time.Second))
+	require.Equal(t, []string{"0s skipped/error"}, summaries(t0, history(t, s, bad.ID)))
+	require.Equal(t, []string{"0s created"}, summaries(t0, history(t, s, good.ID)))
+	_, _, err = s.RunScheduleNow(t.Context(), store.EveryOrganization(), bad.ID, store.RunScheduleParams{})
+	require.ErrorIs(t, err, store.ErrOutOfScope, "a manual run is refused as the API refuses the scan")
+}

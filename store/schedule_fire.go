@@ -326,11 +326,13 @@ func (c *claimed) run(ctx context.Context, tx pgx.Tx, slot time.Time, queued boo
 }
 
 // isRefusedData: the database refused the run's data (a data exception or
-// an integrity constraint, SQLSTATE classes 22 and 23), which repeating
+// an integrity constraint, SQLSTATE classes 22 and 23), or its scan's
+// targets lie outside its organization's scan scope, which repeating
 // cannot change.
 func isRefusedData(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "22") || strings.HasPrefix(pgErr.Code, "23"))
+	return errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "22") || strings.HasPrefix(pgErr.Code, "23")) ||
+		errors.Is(err, ErrOutOfScope)
 }
 
 // runKey is a manual run's creation key (see Idempotency in doc.go);
