@@ -96,6 +96,9 @@ BEGIN
         WHERE sa.scan_id = p_scan
     ON CONFLICT (scan_id, asset_id) DO UPDATE SET details = EXCLUDED.details;
     UPDATE scans SET history_recorded_at = now() WHERE id = p_scan;
+    IF s.scope_key = '' THEN
+        RETURN; -- created before scope keys: compared with nothing
+    END IF;
 
     SELECT p.id INTO prev FROM scans p
     WHERE p.organization_id = s.organization_id AND p.scope_key = s.scope_key
