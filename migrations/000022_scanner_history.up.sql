@@ -267,6 +267,7 @@ CREATE TABLE vulnerability_details (
 -- The asset graph: hostname resolves_to ip, ip (or hostname) has_port port,
 -- url served_by port, certificate covers hostname.
 CREATE TABLE asset_edges (
+    id              uuid NOT NULL DEFAULT gateway_uuid_v7() UNIQUE,
     organization_id uuid NOT NULL REFERENCES organizations(id) ON DELETE CASCADE,
     from_asset_id   uuid NOT NULL REFERENCES assets(id) ON DELETE CASCADE,
     relation        text NOT NULL CHECK (relation IN ('resolves_to', 'has_port', 'served_by', 'covers')),
@@ -276,7 +277,7 @@ CREATE TABLE asset_edges (
     PRIMARY KEY (from_asset_id, relation, to_asset_id)
 );
 CREATE INDEX asset_edges_to_idx ON asset_edges (to_asset_id);
-CREATE INDEX asset_edges_org_idx ON asset_edges (organization_id, first_seen_at DESC);
+CREATE INDEX asset_edges_org_idx ON asset_edges (organization_id, first_seen_at DESC, id DESC);
 
 -- 4. Scan job summaries.
 --

@@ -240,3 +240,22 @@ func jsonOrNil(raw json.RawMessage) *api.JSONObject {
 	}
 	return ptr(api.JSONObject(raw))
 }
+
+// ListAssetEdges pages an organization's asset graph.
+func (h *handlers) ListAssetEdges(ctx context.Context, req api.ListAssetEdgesRequestObject) (api.ListAssetEdgesResponseObject, error) {
+	scope, after, limit, err := readPage(ctx, req.Params.Cursor, req.Params.Limit)
+	if err != nil {
+		return nil, err
+	}
+	edges, next, err := h.store.ListAssetEdges(ctx, scope, req.OrganizationId, req.Params.AssetId, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	return api.ListAssetEdges200JSONResponse{Items: mapSlice(edges, toAssetEdge), NextCursor: encodeCursor(next)}, nil
+}
+
+func toAssetEdge(e store.AssetEdge) api.AssetEdge {
+	return api.AssetEdge{Id: e.ID, OrganizationId: e.OrganizationID, Relation: api.EdgeRelation(e.Relation),
+		From: api.EdgeEnd{Id: e.From.ID, Type: e.From.Type, Value: e.From.Value},
+		To:   api.EdgeEnd{Id: e.To.ID, Type: e.To.Type, Value: e.To.Value}, FirstSeenAt: e.FirstSeenAt, LastSeenAt: e.LastSeenAt}
+}

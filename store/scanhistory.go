@@ -241,3 +241,48 @@ func reopenScanForRedrive(ctx context.Context, tx pgx.Tx, scope Scope, taskID uu
 	}
 	return nil
 }
+
+// AssetEdge is a relation between two of an organization's assets.
+type AssetEdge struct {
+	ID             uuid.UUID
+	OrganizationID uuid.UUID
+	From, To       AssetRef
+	Relation       string
+	FirstSeenAt    time.Time
+	LastSeenAt     time.Time
+}
+
+// AssetRef names an asset.
+type AssetRef struct {
+	ID          uuid.UUID
+	Type, Value string
+}
+
+// ListAssetEdges pages an organization's asset graph, newest first: every
+// edge, or those from or to one asset.
+func (s *Store) ListAssetEdges(ctx context.Context, scope Scope, org uuid.UUID, asset *uuid.UUID, after *Cursor, limit int) ([]AssetEdge, *Cursor, error) {
+	if _, err := s.GetOrganization(ctx, scope, org); err != nil {
+		return nil, nil, err
+	}
+	afterTime, afterID := after.position()
+	rows, err := s.pool.Query(ctx, `
+		SELECT e.id, e.organization_id, f.id, f.type, f.value, e.relation, t.id, t.type, t.value, e.first_seen_at, e.last_seen_at
+		FROM asset_edges e JOIN assets f ON f.id = e.from_asset_id JOIN assets t ON t.id = e.to_asset_id
+		WHERE e.organization_id = $1 AND ($2::uuid IS NULL OR e.from_asset_id = $2 OR e.to_asset_id = $2)
+			AND ($3::timestamptz IS NULL OR (e.first_seen_at, e.id) < ($3, $4::uuid))
+		ORDER BY e.first_seen_at DESC, e.id DESC LIMIT $5`, org, asset, afterTime, afterID, limit+1)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list asset edges: %w", err)
+	}
+	edges, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AssetEdge, error) {
+		var e AssetEdge
+		err := r.Scan(&e.ID, &e.OrganizationID, &e.From.ID, &e.From.Type, &e.From.Value, &e.Relation,
+			&e.To.ID, &e.To.Type, &e.To.Value, &e.FirstSeenAt, &e.LastSeenAt)
+		return e, err
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("list asset edges: %w", err)
+	}
+	edges, next := page(edges, limit, func(e AssetEdge) Cursor { return Cursor{Time: e.FirstSeenAt, ID: e.ID} })
+	return edges, next, nil
+}

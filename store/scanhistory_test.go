@@ -406,6 +406,18 @@ func TestAssetEdgesAndVulnerabilitiesAreIdempotent(t *testing.T) {
 	require.Equal(t, 1, edges)
 	require.Equal(t, 1, vulns)
 	require.Equal(t, 2, assets)
+
+	list, _, err := s.ListAssetEdges(ctx, store.OrganizationScope(b.org.ID), b.org.ID, nil, nil, 10)
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	e := list[0]
+	require.Equal(t, "hostname resolves_to ip:127.0.0.1", e.From.Type+" "+e.Relation+" "+e.To.Type+":"+e.To.Value)
+	byAsset, _, err := s.ListAssetEdges(ctx, store.EveryOrganization(), b.org.ID, &e.To.ID, nil, 10)
+	require.NoError(t, err)
+	require.Len(t, byAsset, 1)
+	other := createOrg(t, s, "other")
+	_, _, err = s.ListAssetEdges(ctx, store.OrganizationScope(other.ID), b.org.ID, nil, nil, 10)
+	require.ErrorIs(t, err, store.ErrNotFound)
 }
 
 func TestScanAssetTargets(t *testing.T) {

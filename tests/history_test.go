@@ -186,9 +186,20 @@ func TestScanChangesAfterTwoScans(t *testing.T) {
 	require.NoError(t, g.Pool.QueryRow(ctx, `SELECT count(*) FROM threat_detections WHERE threat_id = $1 AND excluded`, excluded.Id).Scan(&flagged))
 	require.Equal(t, 1, flagged, "the detection after the exclusion is flagged")
 
-	var edges int
-	require.NoError(t, g.Pool.QueryRow(ctx, `SELECT count(*) FROM asset_edges WHERE organization_id = $1 AND relation = 'has_port'`, org).Scan(&edges))
-	require.Equal(t, 2, edges, "127.0.0.1 has both ports, each edge once")
+	edges, err := scopedClient(t, g, org, "reader").ListAssetEdgesWithResponse(ctx, org, nil)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, edges.StatusCode(), string(edges.Body))
+	hasPort := map[string]int{}
+	for _, e := range edges.JSON200.Items {
+		if e.Relation == apiclient.HasPort {
+			hasPort[e.From.Value+" "+e.To.Value]++
+		}
+	}
+	require.Equal(t, map[string]int{"127.0.0.1 " + net.JoinHostPort("127.0.0.1", openPort): 1, "127.0.0.1 " + latePortAsset: 1}, hasPort,
+		"127.0.0.1 has both ports, each edge once")
+	hiddenEdges, err := stranger.ListAssetEdgesWithResponse(ctx, org, nil)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusNotFound, hiddenEdges.StatusCode())
 }
 
 func waitScan(t *testing.T, g *harness.Gateway, id uuid.UUID) *apiclient.Scan {

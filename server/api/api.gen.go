@@ -782,6 +782,23 @@ type AssetChangeList struct {
 	NextCursor *string       `json:"next_cursor,omitempty"`
 }
 
+// AssetEdge defines model for AssetEdge.
+type AssetEdge struct {
+	FirstSeenAt    time.Time          `json:"first_seen_at"`
+	From           EdgeEnd            `json:"from"`
+	Id             openapi_types.UUID `json:"id"`
+	LastSeenAt     time.Time          `json:"last_seen_at"`
+	OrganizationId openapi_types.UUID `json:"organization_id"`
+	Relation       EdgeRelation       `json:"relation"`
+	To             EdgeEnd            `json:"to"`
+}
+
+// AssetEdgeList defines model for AssetEdgeList.
+type AssetEdgeList struct {
+	Items      []AssetEdge `json:"items"`
+	NextCursor *string     `json:"next_cursor,omitempty"`
+}
+
 // AssetList defines model for AssetList.
 type AssetList struct {
 	Items      []Asset `json:"items"`
@@ -1097,6 +1114,13 @@ type CreatedWorker struct {
 	RevokedAt           *time.Time          `json:"revoked_at,omitempty"`
 	SoftwareVersion     *string             `json:"software_version,omitempty"`
 	WorkerType          WorkerType          `json:"worker_type"`
+}
+
+// EdgeEnd defines model for EdgeEnd.
+type EdgeEnd struct {
+	Id    openapi_types.UUID `json:"id"`
+	Type  string             `json:"type"`
+	Value string             `json:"value"`
 }
 
 // EdgeRelation defines model for EdgeRelation.
@@ -2136,6 +2160,15 @@ type ListOrganizationsParams struct {
 	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
 }
 
+// ListAssetEdgesParams defines parameters for ListAssetEdges.
+type ListAssetEdgesParams struct {
+	AssetId *openapi_types.UUID `form:"asset_id,omitempty" json:"asset_id,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
 // ListAssetsParams defines parameters for ListAssets.
 type ListAssetsParams struct {
 	// Cursor The `next_cursor` of the previous page.
@@ -2466,6 +2499,9 @@ type ServerInterface interface {
 	// GetOrganization Get an organization
 	// (GET /v1/organizations/{organization_id})
 	GetOrganization(w http.ResponseWriter, r *http.Request, organizationId OrganizationID)
+	// ListAssetEdges An organization's asset graph
+	// (GET /v1/organizations/{organization_id}/asset-edges)
+	ListAssetEdges(w http.ResponseWriter, r *http.Request, organizationId OrganizationID, params ListAssetEdgesParams)
 	// ListAssets List an organization's assets
 	// (GET /v1/organizations/{organization_id}/assets)
 	ListAssets(w http.ResponseWriter, r *http.Request, organizationId OrganizationID, params ListAssetsParams)
@@ -3383,6 +3419,74 @@ func (siw *ServerInterfaceWrapper) GetOrganization(w http.ResponseWriter, r *htt
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.GetOrganization(w, r, organizationId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListAssetEdges operation middleware
+func (siw *ServerInterfaceWrapper) ListAssetEdges(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "organization_id" -------------
+	var organizationId OrganizationID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "organization_id", r.PathValue("organization_id"), &organizationId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "organization_id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListAssetEdgesParams
+
+	// ------------- Optional query parameter "asset_id" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "asset_id", r.URL.Query(), &params.AssetId, runtime.BindQueryParameterOptions{Type: "string", Format: "uuid"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "asset_id"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "asset_id", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListAssetEdges(w, r, organizationId, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -5593,6 +5697,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/organizations/{organization_id}/scope", wrapper.AddScopeTarget)
 	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/organizations/{organization_id}/scope/{scope_target_id}", wrapper.RemoveScopeTarget)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/organizations/{organization_id}/exposure-changes", wrapper.ListExposureChanges)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/organizations/{organization_id}/asset-edges", wrapper.ListAssetEdges)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/organizations/{organization_id}/threat-exclusions", wrapper.ListThreatExclusions)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/organizations/{organization_id}/threat-exclusions", wrapper.CreateThreatExclusion)
 	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/organizations/{organization_id}/threat-exclusions/{exclusion_id}", wrapper.DeleteThreatExclusion)
@@ -7524,6 +7629,76 @@ type GetOrganizationdefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response GetOrganizationdefaultApplicationProblemPlusJSONResponse) VisitGetOrganizationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAssetEdgesRequestObject struct {
+	OrganizationId OrganizationID `json:"organization_id"`
+	Params         ListAssetEdgesParams
+}
+
+type ListAssetEdgesResponseObject interface {
+	VisitListAssetEdgesResponse(w http.ResponseWriter) error
+}
+
+type ListAssetEdges200JSONResponse AssetEdgeList
+
+func (response ListAssetEdges200JSONResponse) VisitListAssetEdgesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAssetEdges401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListAssetEdges401ApplicationProblemPlusJSONResponse) VisitListAssetEdgesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAssetEdges404ApplicationProblemPlusJSONResponse Problem
+
+func (response ListAssetEdges404ApplicationProblemPlusJSONResponse) VisitListAssetEdgesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAssetEdgesdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListAssetEdgesdefaultApplicationProblemPlusJSONResponse) VisitListAssetEdgesResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -11996,6 +12171,9 @@ type StrictServerInterface interface {
 	// GetOrganization Get an organization
 	// (GET /v1/organizations/{organization_id})
 	GetOrganization(ctx context.Context, request GetOrganizationRequestObject) (GetOrganizationResponseObject, error)
+	// ListAssetEdges An organization's asset graph
+	// (GET /v1/organizations/{organization_id}/asset-edges)
+	ListAssetEdges(ctx context.Context, request ListAssetEdgesRequestObject) (ListAssetEdgesResponseObject, error)
 	// ListAssets List an organization's assets
 	// (GET /v1/organizations/{organization_id}/assets)
 	ListAssets(ctx context.Context, request ListAssetsRequestObject) (ListAssetsResponseObject, error)
@@ -12820,6 +12998,33 @@ func (sh *strictHandler) GetOrganization(w http.ResponseWriter, r *http.Request,
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(GetOrganizationResponseObject); ok {
 		if err := validResponse.VisitGetOrganizationResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListAssetEdges operation middleware
+func (sh *strictHandler) ListAssetEdges(w http.ResponseWriter, r *http.Request, organizationId OrganizationID, params ListAssetEdgesParams) {
+	var request ListAssetEdgesRequestObject
+
+	request.OrganizationId = organizationId
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListAssetEdges(ctx, request.(ListAssetEdgesRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListAssetEdges")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListAssetEdgesResponseObject); ok {
+		if err := validResponse.VisitListAssetEdgesResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {
@@ -14284,415 +14489,420 @@ var swaggerSpec = []string{
 	"TXsMObj14Mv7+UAyEX9RM1jTZ+q4bNnSgZfcIDXTr+5yZV8aWQC9ExVGAG21df7hY9Cijk/s63OZ6jpS",
 	"OT89OjpsgV6BKuCD8Qd4XfDDQzlngsX3oXfnIRk648Z785T2+52no4Oocxofsk5/fEAPRzgbEHlLL5yN",
 	"Dsz3DuPOGTsad4rHn46XWcdt6haMk2/+SmFoHnrLxvkLm1Iq6ujbzah0ug/MyHjQ2zjTdtJZlghgg5c2",
-	"f3Yzbi4sazziwPkW/f1dw7MPcpF6IuDjsj/SczFuILhW37UPNt3HnqhhJcOucczRsfbGm7G1F8qLcCK/",
-	"YlKZwYj5W0BYd9IloVMqwoCEfG7+1wg1898sTcx/IjPm2Bh5xtAy+rXWLDWD/b+/086f78z/9Dpnw867",
-	"D73g6Ozj/6qj1fyeKTt1e+udQf4mle6bhr3iEzGzxql/ecAf1lwATBibMreVH8yQKwxybwgaHR52nsZH",
-	"rEPHx71OIaRPezVi2p/+phIOAyUJvIVhmRp6qMRt8nfIaIEWEXpRzMHnDuCD/tHTo9PDk6Onnh+4t+wH",
-	"9na0zpDYRVCarUV3wzBl1Doaap96UPvFO8Fthe2ynPX9M26DgtIRrzFa8LCqFG5DWujPBWYac8HVdCut",
-	"Z5XyELQg2DH03QdNoypN03X6ltJUZ8rsXBZFjMWwDc4tuLEG9ADMVdm5DztReprKdBhBsK6GIvHPM6YU",
-	"ndQ/UTqsh7ZGls5t0w+kmRBcTLYz9r2z3+IdoIU1Vy2e1BU+/NGjlg024R48zH3KLDNwhXjyldRsemln",
-	"VjD2c0MrW972jvD8iODa2zVoeQTpvXnUqwm3mh3R6cKIq1Jo0E6nKmcrOwjzW7Hm15mOJDoBXZzflwpj",
-	"ylFK5vdTTdw/H+wqJyY3FpwF+MORns1ZrB7eeUlBMc7mLFXwbO1Xs5jr57c1Skdkb1kkmC4KdUM0kZZV",
-	"kbXa3sQ37Ke1DQx7fg93GbZu2IIkjJq7w8qHo4OgJaMoS9M18thGEnFeo6dxPzqgR+x4fNJ72j8FBkgn",
-	"1pDbTNLmr9h54zbUCGC7TzVSsdipxj86Rdedtdsd+7WgpRZKs5nZRCHFYiYzVXuMO3mRKtKEC31y5KtK",
-	"Z73e0/7Z2cHx0dOj3tlZf901UjqoTYXnbopUcdg1W+uddfNfG7xKtdamt67SwQXu9GuFQ85ZD2KoFXz6",
-	"eNbaMzqnI57wnLZrZTgaGNVolyEtgkNdEErMhfNEkdB9eBh5Y4dklilNRoxEUmjKBYsJhwBAO/yPQdbr",
-	"HbIQEkzKMwxa7zsT2bG//ENJ0X1L736x10ApocnnKXTh0Pmc0ZTlHoJhzJX3u7IzDH6KEoly1zMih2hR",
-	"mN9OtZ4P8cLMf1vHms+kEama/ULF4i0S7tb3I4zApdicXp7l77ww8qOUJ+VyYOyP/TUuf//ztVRTWiBG",
-	"XZfJ/X6LuBTqDoXMg0x1t3NgTrfZQM1DPQhVY5oMU6ayRK9d8Ft47G9UR1PPEY/JLp6KvxwSnPLJlClN",
-	"8DudkRmhmibjJT0SxYQu8hytHrijnSwL9WeDjXHK0pKpaX+/+tgK6qqxHrexBt07tXbcRrbn1sYevGC+",
-	"B2F3u6S42aTb8DKsrmRLK2Qn0w20aftGNdHW5hKa1ZIRM2eqINEQUh7ohHIRED42wv6OJ4m5BMxonMVd",
-	"P8y78vPbWE7+rq8J3FJ1cwUPVmmzlHFbmFKVnS99q7yxK4i6EG73J2rk/m+CJdwkDnq9+zLIvEj+2SiX",
-	"x9/HDW6nQiqVXAHLMvqn6+s3BB+w3smcAghNpDDCOUtiMqW3jIwYE4QCYdjkjZJ0Pj4789NYe73aRNZG",
-	"GrbTXE2WoDhsd0NueTJ/Xai1Fyo6X3Rz3rYd/okqZXA3JGlvl2f9UNd5idz8BQWrb3pIfnHZKDuqadZr",
-	"xcVQsUja6ob8HA77x4cnvV4pD/yk9hxcZlc1l3+NX2oXi/ZeOUaFZn+4jV5fTjxqPg0/k3y3E9lpI+tm",
-	"2zzJq4juODm0BtEroBqCjq4CppLsJomKqCBUkTuWJBfmCZ4SiPAp8ofkThOCoSFh1x3uWoIozrTvOzRz",
-	"i3+nQH2STfgW5pfZ0zfwTtV+XElmZoO5TLlelHytfhVGv8x+ndIaPQ5sPJUfUpZv7IXNbSwdZBgQqkE8",
-	"amKuVvw14eaqTbrkMklyH4Q9Jn9Hnyg8WeANcjfF7MQphRzL0kFuFxJed65rw29uQ4rDXMUSWAWwG1vE",
-	"zKh8zre5mkzwO98Xb3xa4an5zPxrw2le49Pr99rKRzt64O/Iqk2Xc3YNp7TbvnMRJVnMhiobxXJGLb9W",
-	"IxZlbsAHiRTJ4tym1JrJk0zELDWUq6X03GlePHmTDCFvSS5NSEhdPdzj2rDLw6RO2FSe5tQJu/dQjXK/",
-	"K2rlRsD4r8yTu1KqsXfMb9Vm3zIm6TU83rCXJ8fHhyerNzNo3aVcs9ciWaDvtggnJnTEkg2ngnUbL/GN",
-	"jZln3ZGZBe54bVsFU/MZk5muVfVOeken6+r9glaUcs0jmpRc1GuNP/9ZCMAkdOFPosyh30sipLbqul/K",
-	"M6NiQexrWOwm5F3ZEyKzUcJ8S8JpsLV2hDVqoFKCRRmcSM0elaf3E01jAiWURBbumyeK3E1lwkiaCZwb",
-	"5KYb1QdsjbD4QsxonHDBhlSj53676fdrpg/EOVQsYZFebyUCYV65h3MjKs5SJMrS0q0sPfRVEjMlb0bH",
-	"dZQyo+8r6UhupLJus47idqsMWSSSxttF+OZcCBYPS9kDy+Ykuh7AjIWikhldwJHnbrw2FTEUdYTlQwmh",
-	"GtNnG1CqBkJpbhQsYzTvdckLnetatPhQRZlWjBlNbsoTqPuMqMgZJjBPDwRM5Y6aeaDCN2ci5mJik6lC",
-	"EpaXmwl6S3lCRwkLVxWRlFxFD6S41oa9tpUp4GVd7+HQ6cLCHhhDEisyUzauYXNzddWaMkbfhRdVcegp",
-	"ixi/ZQojc87V0A7tg+Fel1zat8iMK8XFhMgUjmbKktip3wyqFcmY8kSVi8zNGYIHiEQyZsQOXD42X9Xe",
-	"/GoumypV6yS/hDdxCJvbdyO93I254q6bmv88fx8lmdrClK6Yo75RI8fE5acH9l82wTUg7L35L03gb5rr",
-	"hLm/2RLqW2YoHZJia+zhTYMP/kd3sYd2yevyllanhK75YpF6ue1c3Z6tJ0b7HNgm3s4vJzltqQjbuTfT",
-	"GGppO4aZvTD3mIsJS+cpx7wgP2261zmjnfG7DydH9dnS/jBz9CBXNrpXbxcPIykg0UIYK17dlK/YfkUK",
-	"r71kH84ArbkxKzWPmsg7oXx/cJtrwhVxibFES3OrmQdFxIzoFAPhj9IBV0OMhZlwA4MFZ0w6kL7yTpS+",
-	"CncisbsDjmeuN7zk7PW4iQREcqqVgVbB9wdrJsu4oaaZznnh5/4kBc4b1inbSbXuJnr4P//13zVBWn/m",
-	"G1dWNrv08fILiJrCSYuIdckVA7WLUEXCy0xPZWoP/5z8jdGUpQRyZSIs4cW0me7afFDnhi9WsOLckABg",
-	"wUnyetw6/30Tgml9DKrpH0ykMklmeXFzHewBSvwLfw9qxX9lqB1ygytbsjS51R9Z3i9DMs/jCXvLEupc",
-	"Zi79KGVKJrdMDbVsBa0pVUNb8adYesvi4WjRClqRvGVpfWrfc5jJpiLdBwxQKQrgVsf8v789//HFK/Ls",
-	"+dvrFz+8eHZ5/Zy8ff5///r86hr+OhD/81//PRDw7+evvl/xXM3mAKOwekbJZ1F3DaxTDmqI5j4xhJpz",
-	"dtOr44Hn+eN1smvFJpTVmsaKnZo41enJUU3Au24fHkiTqguVLdvuFeN8A/bxM8drvlK33T/wpJrZY8E6",
-	"XA6uD9gBQB3BY10aKTNM2rUf2bmYSk3pwfFJ67x1Mop6Me2Pjw7GZyfj6PDp6HQUP2XxQW9Ej5+e9E7i",
-	"A9qL6XEU04NR//A4enp6fDQexdHZ6fHolB6asfifbDhaaEMS/YOtky3um0VRPooa+tsFzGPDbz8oxIY7",
-	"k5rh/C1+yMTozfOVNit2tbpX6UhKs89XWTqWJqZ7iPxkYN7dwSN+YjQxIrzM/VMWWSuAajqiCt65aQWt",
-	"hCsNEhd+clg95icvB8f+WLmO8jHrr9EPTfgD3mTVUokGTMNzXNQDO/pbsSID54VSGYufFWZUdVvocMnG",
-	"arji113txZX+8CPuegU6p33KBLsr/eWodwhX/v2r5uq2sE4rf3aJ1p0x4pQz7bw3FWnTRCGcqIXWeaIC",
-	"F1F21pliOpvvdTc0lj/nxV6369V9eWue8OHXEikmpK3vzDbwNM4djAkfMzO/hnjA0qfvUePmF7VVtzSo",
-	"O+31GkrNVtQxq+dvX1MwsWUtAwQ0sKBhpbjyg4GHq3CRyqdoRyZa5j75J4pgQDAgM5ZOoCbDQuXi720O",
-	"xDkgmJnhCaTGUPxzQELzrXAgUjaT4DjWgXtTSA0OjZgoTRddUi3dvptKlQedlqIMZgqC3Q2EHW1MeUKM",
-	"cWz9KaRtX0mk0uFeABk5UyaKcIPScq4IjW/NxilEonJxv4HInfSL88L/PZFMkRGNbhxe8D8zljFwnpbQ",
-	"gwV7r8mU0VSPGNU2Z1NhyAId4CFMq2ulYi7HEzah0aJ1bnYtaP0phaEElnXuGCIjzeh7/6hPjmrID6jE",
-	"4m465IAtXH43CM9ZoaF1HrI5S6kNybkL8IVZ2yup4b/P33MFOSrfS6ZeSQ0/L1+JhgXM+51bmhraAC8M",
-	"LAhGgX+5IeGHfFz4qTy4i4/XIhkzIlMykykDR1n4QmDgKoTRwwsipLB/wk/YP/tfCJuyfgqmq83y8U6t",
-	"Xie6AfzRfE/fNR3ylRcI3SJe8NuUR1NLrOqJY0eszyKCsViR9s/ZiKWCmetMsRkVmkdqzyWShBDFs6kC",
-	"IZlTnrpo3kDMUwaJr2a78HH23vxOcSnwqalM4i5s+XkhSQhXxL0KYSAbzAjxCMOLgbBnc07oyDwWmBMs",
-	"vSLsO3rKZhf5wV1UT41cCmJEzII4cTIQ+C8HPmfrW3MM2cMDolk6Uy5XrMq2uB/FOhU4xYCTWpojimLO",
-	"IcgYjjJ/b03mWSsw/9tJaDphrXcf3wUtf4fNF6qiYEl9qZnChmr6krwop48eLEfLqpPb6h4qs4T/gvcp",
-	"R+gfm0j/Xt+t1iku3XWKaTJaEHdmCn3ubQREBCCR3KnPtWLJeC8gSuYljgOxdF3N6MJccyIGmUJ9z22X",
-	"/MwW5ga1xHZy6OEVY8Cci8lAhBaY5l37946FqOnuv/vO/Xbv38MLm2e6wVjt3y87/1mMl/8w7L77zvvT",
-	"3r/v/XtY8MHJkd2iJQ4AKj+3tLzjvcXog5Rx5ffu0Jjb6S1NCsW139sG9KOUdN+KT85O4/jo6Qnr06Nx",
-	"fDIasdNx/2l/3D8bnZwc09PeITth8ajPopOjOD49PYmP+vTgJBqfHUcH9KwYUHszOuyhL6AB8mSbyply",
-	"KsrhffDbisQSLuYZqBA5tEJrypJEFsnD5qSjqayE0QF9S7B0aB/6eF9n06pjrbdHdAFnD1CoY83EhnbH",
-	"7gAjaws1StUYF0QVAR2EJCehh5YfEinsneRyJCJzAa34sl6xL1eVpDICyNDeRtkVb7hLNu1jK8/J8obY",
-	"3HhrIdbknIxZykRkDOvQS2UxOv0IQ6IXViNwWdnG3MhfMkpBl1wbCuA4LAjzeUIjRih+HbaYYOm3Oic3",
-	"jM3NmchMm2klcqIcZi1UGJG2Z9yTlMXUqA52Hbl9ASmWCg0mSJaRkz2Um0uizwmAtaWIgs7VVOptSmtq",
-	"YFuWKWUle9n5vWuS2dtjuW3J+hWe2rpLxEY7tWJ5O2VO3CPJywjy2myHpbwfuJWLpFFYj7og4ICKDD3H",
-	"ZXXlieF9xiA/L7KpPk2JbLUZFPNUahnJZHjLUsWXcmaO6/I4lBzrO5qyhncOapM/7ijXtRmaB73qPvwk",
-	"79DhpCXkAqKKBdKjS56VdgHiqymxSybtg2OizN/s6Hul/aikf9bXUzbRTBPmAR7R5so5KEXrnOh20EYS",
-	"vnK1zuWNC7FRUWglniERLiZdEiJs0NBiqrA4PAdvCaZ22hJXm3CZIwyFXevUcM+iH8ZY0toonWhsu/pu",
-	"GkVsrrHAOwflcG2Tqp83nCrr3AX++ppKbKGU2IhxYxza3NGIpilHqihdrnnGDThsumUVdxdddGklTlg8",
-	"uJJa1SldBbXd1HuH+pYWUgdFuFpH+xR61ybaT4PSc0F6qEAYWttUA9oERMBjwbUV2E3kv7S6Wl6Xk8v5",
-	"nIn4bV6sXvItmjEqdFG7cQdn3TMLICTHY0BHPjgOWjrNREQLKl6iqdIXNt+ThsPbYPtLU6xNyoO/WWfx",
-	"e02iaSZu0AsF2HWElk/6/mHdYo/q5hPROXTSShmNpiy+IOMshY4JMdXU6KdxKs19VVeZVU2289bufzco",
-	"HcMWpPPM7M22FYFULzXu6h2dHj+trSLPD+qh9ruag+12A6bVsMxr9l4/IFiMZ6u7m7Fwu8LuANiEuQDt",
-	"F7sgGwVNwBZY4jL3794GDLcjLMy9gEGLVa6AIYC6WCZiFp8TIfHqBxKH+z+SM1Zfe+joaTndo8zpDwhQ",
-	"9whjloTAGjZewtvMibjM4LAz3u7XUffrORPYsmlXULFyPk/RtNLPspKRZrqjdMrorIwlAc3QGjN1tuqa",
-	"5ufkbJNp/jjpOg0oCTXJNbXH4rnh7t3AabXjzqaqXUazGpXv02djrehtsyYHyd+zh8hFKp3B46El+p8p",
-	"8qSXcNshL7KCzs4SPuEARmt5M4dAleNxwkWRWe8gRm+Z5+7tBVWXw8fNMiEr09gGDTWPADUWaxyV2hwK",
-	"lnZY1oFWOgKW5NZa8VRDXGwjkn/XiE5fdkPX+Z9rjqLOqCkOph593ZUOOTM2f76YWtCKuSoDo8N3vd8W",
-	"h0z10Llnai3eggg2ybqvzYopz6LAbC9NvbGsaJnIH5pD85KBXXMH32AZ6Nv8cKoR8AWhmLwRo5eZq6IY",
-	"OyYLprskxMjFUEg9dFki4ArxaqFDGynp4rOhGcdmetnXVVgUwy6IHPtBaheDr5QElZtMk7Z7CtLO8pkY",
-	"var4hvlLkhCaMlhHJDPo1AvYekoTrve6LodmxhUEAkNQzZARc58119O8C6vZ5nIlr9HqbLqArQrW0bS0",
-	"H5W4Z3dVAW5lJyt1ySG49pVfHkzLNcAWWysforRrQt6RdibczgbE8VpgG83FAbE8F+R96wwd7fkuKSGH",
-	"eR+DnHVq6QLaRQ1xN4tHi6PPt93JTf8XjXtkhzCyYDjOEtfEM84SFg+hI1/LIS+OaHQjx+NakeH1uqwE",
-	"ymwbyrwxpQWNrnSlnNFoygXrpIzGpTaV5eISwGxHg7MDDjsHQl3qLV1FREPeAw8uS8mUJWD9rgPvdgm3",
-	"R70zW1Hp+kwT+2m7C1Ot5+p8fx83t2OjNt2Y3boGn2rfm/LHJiT6ii+pYWPM0xckfN+xY3fML1RIEq7y",
-	"7BIobfYjSIqJWAUDAZtu+D9TGU0cLmD7R4mcEkmhNBWIPDWn0Q2dsIEIJ1xPs1E3krPKGvfdf+1cwr0u",
-	"ecXu4PsKMhJGjNAYjDSjzWtCxUBk4kbIO4GzHGGloQdTWIpgeVlbpfXC9ZpqPqaRVp38ljtvHfcOz/Hw",
-	"3dqNSBGSuKeJ0jKlE1jsmE8yi85s3bMOcbJ13jrqnZ2Xm0An5hAWaHVa+nXtKC26XNAa0bgTqRTe79ld",
-	"LdJAIafXWOquBzXEVRKj/bKYQD2lIjds4W4L58S2A6fO6CoGbxpolDJ6Y2RbmiX5bXD55gWMpKNpR0jd",
-	"mbNUcXS2Fsv1ACKjhPIZDALuPjKy0phit3bMVikGKURJh723IJ7nraODM3siVsy6NqGQpqWIlhJjS3LO",
-	"BJnLJIFOn2OZJPJOlXNrO67FgJlv38434Uzo0i7b3bulCYd0zbx/cWW04qovhktlpplNUqPk+uVVzQcq",
-	"w1iCXj+plE3MTqV4DwtJCjEOz3cQ/ds/57Oz0oB3kPh2B5wFeC6GYDCYQNqJnEzM6YtksYeVGuOER9o/",
-	"XEcu7m9WDrP3XGlDl9YJUBRXbcRbzy49bgLxWwxQHg0OvsMFHI2/YcUzrjGrInZfg5zzMoXEXTSaGMt0",
-	"xOOY4eYf2r2iSQIxuAWQQQw54goM3aIFOxedccIn03x7aL45VkfhilR6tptJIcqI7YpxATDCC9IGQIzO",
-	"5VizdK/yoRu26KTMTB2Y4QDnWB3Z8BMsz96LMR9DgoF2s4LO2+jWg6PonRMqiPsVYlpc2OVnCsgN0hCQ",
-	"KJybFq8gjyA2vTEhQjbpoLeok2sW/khyYr3fsWTIgM4Dbg4M++Hl3qYZ01MZgxSihtEtEx77TJiPg2LQ",
-	"hqHhRVCGdGcsM4EvHoGuqbJoal+WqZFaMksjRtoyRTy+ZeJQjO0V+UgdLaVNkjxvHfUPy0wzkvECmxAX",
-	"twkKOgV8qPifDAGNWkUr8E4khU5ppDu3XLpCXTw/HBsfszC8ZkpO5+WKxDLKgCfacJZAG/kbwEOoi0oB",
-	"6efGMGBKqz3bm7AzytQip297V/0hR3kqTESFNSiQFy6MRmZ+mWYCYAfhaXNvO/EJw9bdkghKaRk1fyBP",
-	"4dlIjrjUHHMDlq5nh4HbQSdmx3GTvy68nOzKfC8xfKmCogv+tEwbmdeJUXYXs0oZ+CKB2+1DxDzUxO2I",
-	"j9iRme7IMUZ43RUNu2LxE0nCmdEUFLfaWTP4YxtqzaA/hcz0UI6H8HuHM7lnM2ZqDwKszZqDgBcM03hd",
-	"ifAtoC3s6DPULJ1xI1AQZMn1tgNvi/nZg05vWWwBe9mrDnbfdpKYEsHujMphBToSuMx0wm+BPWWmUypu",
-	"cNLwyIwL2GxgIMOKRi/opCySaawcR1a0EVQiwP9vH4R+4MRJldJAwMfKKSUqkXdwsEsnmgma6SkTmlsv",
-	"O15UQkJKuJDIe0GxukolXk5NGJQYURTI3iNNtJQJlc3nMtUs7sxYzKmr1jnqH5/7ksjhXoGKvVyinIGX",
-	"vhPzlBUaAP7SlZb8+valTVnB1HkolQlABOlSdVkxnK9+WXKzY7pBICyTX8/2tdJ10TNbmL+OHhV73dm8",
-	"QSxjixJqtAkQqjIlVz9ddrC4tBhUAQInzsUlgcBFCk9YVcSyP0yveNtFqZvWYVVI0EndKLl/1Bdmudbh",
-	"0rUV8Zxu9vncg1j3uP3jhTPBBIP+PuZPqA/mdW/Mqnrgp3KGb00si4MZFzWUL9cIlBoHFuTe1Ei2sBD3",
-	"T1Qu2pxYg0dKVStNla25Y3xNX6Wi7nUbHPrcYv/Q3Nq7mqT/69sXRS6o4QZIop2y3HVhXtwA6gQLo/H7",
-	"Xne7xoZub61V4BXf7gK80QSk1Dobn57EvdP+6elR9DQ+OT6jB2NGaS86PqZxr39MD0fjo3F/dDDqjU4P",
-	"DqK4fxyfRP3jUW/c69HeaY3H4vOBNn2s3UDB7r4grJIHhCOpthpaARzylkHG8XZ4tMvxdQTfNFc3iMgL",
-	"VGgVSdgY85Up3LQzeYtJJJUeyt8o1mwzpCxmQl1GN8txOBCs/WCn7A9QbrZqeGihE9d1LDQq0hC8963z",
-	"g0Kz9tNMciwD37WzfZsVQB40O/CxFu2vCfY+V+OMYAEtuG2oUabGVhMYcNjbscnFluksxSFs0lckntQV",
-	"gj6PJ2xpSbs3vcqv7rqaFPwIHRk2VdJYyoCPuYnJcU5u2FwHZJzQycSpgfecbokiN+/y5FPoTglENb1W",
-	"dhllCXCjYId39+0P5XhjOcMJ3OQPQi8VEZYTc103Ke5b2TWteUunUj7ZZqGIHXC2yxDKjb0Ng7r4JST9",
-	"5VYHNUCsD0EcVViVpX1zq1izNw8R1b7SMmVxpeXQIyWflDZ7O9XitXBSsGubZoTgwIR/EvDjkbb9Q0Dk",
-	"HIcloQ0XhheEkixNnigSIlFCufxAhJ4SGYJuYvYILMcR03fmxjBCTu11SYhcZ75LxhzC90SKYhL55wci",
-	"BO09DEjo4FdLk/KwYENjK8csztACZ2S0CIpZ2zneZolgqY3ThmYq5rII0ZeBPkG0fO0MzJjW9gpJO3TP",
-	"hOdkKpU2dvpAhB7EX0j4PCB8TkKH9BcS87+B2TKzBov5537rhyVCRAEMB8KNbeYXU03hgBZ4h7AEYJjh",
-	"13sBxNCsee0QLFWXICnmwgvuoYHY8iKC0okFCf277pwYtS4kbVs2DTAX1jlxQfhEwHe5cP4RZcvgarSO",
-	"tciZ5qG3bOznim4Ofb5TR+Q1yMJLl8dNXavZXOFqoSaynKNc7wFoyjkqICVXLaQEP7krWDHQ+Tbnkpv2",
-	"S7DGy61AfM5b941/lB6u7QdSLxULMPTthOLz9zgFThNisyvQxz/OkoT8wY0pnYsxl4m3bHSNIBu/ppKt",
-	"v7IlAsA+rmnnMKPvG7oY9O45dr0hfytvdiyHrEXYPn5ArOuriN4/uXa1CfeHHCGwxzaWoquf/1jkDWFC",
-	"ZCxUx14S0F1a2cZKXu2Wa+7/8d198CYrg3kdtH5vJTKiyVRatJw1TdA271RWVXDyNp5b2RqPmK+MR7lF",
-	"z7O/y1HdwnYCm9ykPsp8My+PqjuDtXuuUz6ZrM8TvbaPbQgz6aqKiqZj3inZfW1iT7OHZQ7dhvvuw0gr",
-	"OivvRpp5l9JdCTCH1dhcEZGZ3u6dZSU/Qu3uDzlyxTmhVQdD0gbrEaqhzV0aIN6Vr4yEe/g7F10f8liF",
-	"3Vb1QGo2pTiUXW39dNsT2oXLNgNhqGeVfInl3Sg4Bk+8iTcexNaM6GPWNnitH7dtX7c1rTtK8uMVtPPn",
-	"Owt2NOy8+9ALTg7qAxcP0mhnbX+sa2SkJ0VWjn2lu0rT6m9WXNS0/3khf+H0Aku5FXj3eyHtghbmDeRF",
-	"xUmDd8w1QtxBgyo3hUTrB/JQbDoKHKPrMvq766pXktpGv2lQSj6uKVCJ2PFx5+n4pNc57T896BQ3Bj0o",
-	"yqEEn0x1siB2VsAPY56y8roOe9e9/nmvd97r/ad7SiVSr3xqZ7WsaFAZgecvm5vDFhHWRgGF9cgB+c78",
-	"n/nOLUsTap5RN3yO77OhBdp6nhl+2/8bSxPsy5rN47XnloNx9B+kUOy+vUG9EpxKW1cjUmwTsDnNVH1x",
-	"9MYXL7b7dse66eoab7YyLS3XmTAsBrFsSsyHiXlckTb8e55kypqSFUzcldMp0WadZPI/mMMjSacAuBqC",
-	"okx382/vovJipU3zjC9xY+4ohwQjV9cxT9ktl5nCznMS4F3blhOwemcoBdti33brClvmp01JxgO7qcEB",
-	"wDI5Yh+6sJUB+B1C4zjvKrxaXVp/nayGi3eTLPivvrltRc339qP+psINfGYk26/zOr6gCMpgjl1BqzgW",
-	"Wx4XskDWooLEsktCQ7ihy3qMMCGWJomH9WmkYkjM/wLG18wv4rFSFQTnqsvv+5II2wpQlWrCaDQF1saO",
-	"mEyZWUVUhDBbcy/C/ROQ0Cia3m8Bp2jJa1R1I9q7q4LE5XeLpxtL3jjXFDdQefOXanXfRrebe+0Hnla1",
-	"ijEoZ6tu1fJFGo9PTjpPe0/7nbOD08NOccOPDg2DAPGAbMEyWFftce5oFpWj4bIjxOzZVkF8JzeH2ygh",
-	"a3WI3FLPx199PRf798BekfJWLpU8Aa9Cvh4TOrV4pgoIecQUj5nK25K1QanpWIj73WLpeIgFBxSnaTh5",
-	"Dv/Ci6WWIbwjr5XAOFpRO+hy5hAvynbcrWWzjR09PrVs8vwNnw+X64nxVDwd0C7bFQSiL6JWJqzSEFAz",
-	"QKi0GRUZhbKJIO9sf0cVoeoG40hbXLHbxNmhi1ZTQ70iNxkLX91cSvPtbtLdznOFFeI05zQcrHYDy4B1",
-	"97+HfYrwL193UMVUCw6osGVQsP86sfswPgVPjD+mbwE/85BT/gTTfe2ssloFh6JWC3UyqNssKbVcEURy",
-	"6DoVJs8tAUhYK+kCEkLCvNWBuA5ImOu/IaD3YT1ISY0ucM7Mp5iR1dDmFZSkmUyZryRZsxI+k0sYY16u",
-	"0pjMlVBzua+87dZch7W33Xaev+2Mu2q2SM6K7sOrCMBswEPSLGzo7rAHFctl23AnjXSyyIH3o1S6pghV",
-	"NL9wWV8tvBibrdTZBh+du2PJ7ue3jIw5S2JF2jMuMs3IVGYpiemCzKTQU3LH2E1MF3vm9v4P87dkEZD/",
-	"iCmH/5q/wj/gYfjXglF4hgsS5g6UsFtBMaoNVTOxpcq1FqT6koz5exaTOUu5jG2GCbi6h1SHUBVXarC/",
-	"B/OmIyUTsxfmw92Ne+h7qhV6G5rn9Tw3ZLgiMUvoApEyqZuvYlksOykVsZyROU012mFcBWYtIIO6m0Wb",
-	"fYWvEKWbkI+TvC46sNXZeL4zH+Tq1+tnSzGTS0FeXL66xIbl5pWAsO6kS0outwoBeej2q/Liy9bYdi71",
-	"3KG6RWjA+u7X9kL3G95v3eS+LlS5bU/tcpLgGmFYBCLdnqwSjGjE7gZWXRMRyLfHNShbzXnsPYsy8MGs",
-	"GquGj2u3ugy1slGXj7xhTI65GWcpeoVqZ3KyfhblpgNliln3rtdmYPPQUBUnZlmAvaHgTtLSetWg5LLk",
-	"9rQeGqjKXWrVwdVGRsW92ORBQlQO96WcXnTPlCIctJJYdM8xPdT+5dN6BSg/tjC4mne43AwAMpuhJhrL",
-	"XihkPtoHw70uubRvEVuBaJSDO66nU5YA2oTtCGHk+RigbvyCZIRbMAY14p+4hgM+bFGpfm594YpZ33qh",
-	"63XOWB+Brm2+XoxQLwDlnF3nuXyPmCXFRZRkMRuqbBTLGYVbyspVGxyMeJzeJ3RmC5Fa/YOn3Z75v/3T",
-	"Twp2WLfCujRN58JdfTHn5/KzefwjICc8XGfbvGirDotYSMEjmhAzSnfXxrOwSveh2s1ZC/ZY3QTPT4Nj",
-	"mHGNdWopJ0uT4TxlY/6+wTrNh6u3zZgYyzSqCzb+NmUIBFafA60ghR0kiUVqyytqawKSW1qABYM+jOMi",
-	"KNZZu+kgnWpjcfCXJwDmQWOqKdY+Y6cU7oCFsNbZIvjfR5zEfXbQeTo+7HVO6VG/czw6iZ7Gp+xsTD1E",
-	"07fPf3xxdf32/wyvX//8/NW9Au9eDeTv1S5F7z5L7PxztLwul4JuRKLF1bNMnw8aIX0OalvKbI+e+0RD",
-	"a2pNd23yvGNgdavAKXDegziUkLvv4UoqlJcaEZEwSH6XKclEzFIVyZQFRkoI+ycVkJhPEMvSe0aRNhWE",
-	"iVueSgAfJbc05UatMhJ2Si38op/2hc3ohu+KrnTDdx96Qf/gaX32V7Vyuab3Z7KwiCmodRp10DzqtEuv",
-	"D1WeOjFjRvpbe2JRAVHYlGl8w3aZhWrqnDfrcVjvsKpZtAMSxc66roEvXth2bTds8W8o6KcMMVs22RHb",
-	"L7O11OjPU3V90irKUNw9z8VYAojVHaBPxTybtYLWlE+mwELYlbf+tl+qsHsUcP9HrfjGzDhX0GRRRM6P",
-	"DnIlEv/28V1dRfgX0RVgq1rse1Qe7156+gkqTb0a3jWVu24x62t1ncOqhqJtEXYvaOXG6Upa2141Ww0h",
-	"0ORBOuw9Ui/KpX6TNsstD5rXQfAWfppes9+lSBj3MmpXdLPcRE1s5Mu8eL7azs02PodwN6ANZnOQvKMs",
-	"njB9T1CFVS7HLUYrUdrGlTyVjkbbvfzJiocK/2zMaAxk9Ahq/H39tlTpYXP9SfHnoUMubuiVtdL1uzlF",
-	"NDqAt0j22cF+2c13XJEXq98tg8g3uJ6/Aj/xdjlLVAz/kKMHLWaD1qV+mc2Wns7ti9l2MUjr7LtisquK",
-	"4fIjLsiy6eiCyi1Q4Z+KgG1k1e3MSrOT3+d4dDRJXo9B4Vxf6RR8qL/DNlfD7K221hLNB15ewDu7hIew",
-	"i+2yHisxqNSk97xh83a7XZZe5mLLbnkPoujf846seX3rdWyazfoVXUyPKaLvH1raQBQWcm+poVnpHBqZ",
-	"prmwDXuylCvcsJit9ANWuXmlbxjJvKMAV1vBz631JOTrr6Tdl/R+yuvfRXSPGpA5T5xkaeKFr1xjChfG",
-	"6p+fHh0d7rc27NsUM41IpIhiV4IpaelEdXwMfMWScQf7mGwZztsddyD38hT+HNen46qYDmL4e+D9H+8N",
-	"DLNb+doO0DD+ESxly0dUkD/kyJpz+CiLCd/VjmPvwU9XE7S6FDaJlMAzAJALgL6QkJ+jVRcY5S5G54b8",
-	"N51m6Hit6X7lhtwYaK+Ml7OrlbQTssIu+DaNQLQPCE7TECvIoYEcGK2bV4m01oZPUfY8dwe1Q3z/ixMe",
-	"uUMn76Dw7LJBMmzs5oSH88jCh4dxGbh3RouNihhc1QnXG+UY7dII+zPyX2FWPxxrrjixzZjMTmpbLnoQ",
-	"Y6PCmI9od8CXHm7OjzlVww1XDtwsR0mLZ9xiwgFeHR5czOoLm64Ld0BN3YVjMoo5Y7a0CzLDHCw6tktI",
-	"UwCr43ntl3UzNFdjbuB8cGk8W1d/uefvU3R03+qHxnJOf3F1KSN28k8UpH8HpRotIsfQuAQfCWyPFiMZ",
-	"I5okpSKUpaqsoEXn9Rr3r+DzcIm9u6GS3Re0oK618QYJzruVodc3Ia6r1q47QNwujC7vtlkrm6RuBuUN",
-	"zuxnUyom6Jmsbxpb8ZOuTave6RQ+1u6RsWGvbDOKshrlX8XNahQ+43s0zsxMpiDKYGnPsMd259pK12pv",
-	"kI+u+VLrvPXm1+u8JcZWoWdjaDYamLf9fRxS7W803JLatZtWsrw1Gzl7vK3bOHGnLJ1+whGIltBosehx",
-	"irsQEGYLn6giE37LhGcIFbThDqW4sszp1Akm77w2EPtwVOtu02LIfCKB9Sa4/Skpi7X7XScV/lG1cbbp",
-	"Fn/LsFWzp1l4iTvP/vG883uvc/buw9FH94+gPmWnVPBRgx54q9QQ0ofW5KL31yWiw0i3edxtbQ5NdLd6",
-	"ib+5JfaDk52Wljc0WVMxs/240J3Iw1zzkVg369tR37+82ne8v9R33EN7qmDz6WjesR10DOVqPYe2oQzA",
-	"Jz9Vr/KWBU1iWeeOYcNXxARiTKz8+I4dznGqn6DB+ZJ1XD2qJbUNnUbugQujlfnzxI5CsevJZ/EBwY3k",
-	"cB7KOdI7erbuE9tc0etmZUMblSGdP5QfYKVytE1iwGY6lFom201nulbn2vzgmhOSLe0vOUUZE3D/Qo/0",
-	"lDEyZTTVI0Y1cQWzqt4PucxAS3md3hOq0sTLb7DetmeFTTQsc+1dQPPjFeSvGCsTP4KY7w6KK+8ES4c1",
-	"fpZlL1Kpszk4kuRdaY15ViZgvidUm9m4fE+E8lRTYFhIfpUDARUOZgbwRy1JJkrrtY2eN0hvkFpGMvHN",
-	"1hrH0K1EJXe4wkeUy7l6zHP443ZIAHKs72jKVs6tJE1Xsx7eiM0hMmuS+SP6wFpufQ08WBGEuTzI2SlY",
-	"Euk1bLHWz4WL+DGlohqumpjfrbmBd/boekkzm13ZS/eZP70PjwhWt016T4UKilfrPJHeAtYczEM48vxz",
-	"3r0MAEf5yUnpXdq4NWuHkMb5ziWkYRL0LunamCSDnT7PW/HJ2WkcHz09YX16NI5PRiN2Ou4/7Y/7Z6OT",
-	"k2N62jtkJywe9Vl0chTHp6cn8VGfHpxE47Pj6ICeYcJJFd1idxXFLW7Dc3tpHreRzNWV8PUCbo1RUzl5",
-	"O7mNjh4bGy/T5S4LvMLWResIc+30Ho5THtHl7d0by6kFTTkFWDedpVwvrsxEbTMJRlOWXmZ6WhsHLsJN",
-	"7fBuoof/81//He7lDnHwfIQOXRFc7mQkpVY6pXNs/h4Si715+eZF1yJWgXWDHy4koLHeCmn5y/XLqzq/",
-	"cH2DfluAYnvGEk9vr7ThR7Qvq8aB3sPVQHhqW5c8m7LoBqLbthbFJhmjdgfqjsWanFIRqym9YajZ2HXM",
-	"Mp3RxEz/40eo7R3LmrACzuBHu3NIlSTOUnO123CCltB3UTOCT6sueeOa74COZQiUaplCJ3lskgPNx2Vi",
-	"NDbB8Hhwn4uDVF03HvGbHuPD9durBqKNyzIP7O2021DyuYAW8525TJKBCN+8vrom+7f9fVx+GJCUCXbn",
-	"dgMmlKvzuGTsb130RhmIgcDivlmmKYBU2cM1SqeZzpiJiMXnflF+AAp3CGKjA9GjMIC2UGi+Yr8pbOVE",
-	"BcmE7W9sC/2h55SlEexN5PV8RnBeRWc4DIOKNKAz6FmpIGakacIGAn6REminGx71zkJcsGs+i2gBRRP/",
-	"0FtrCbIHMHyErZ4lkZy5rcN28wmFRbmET9IOv8tBl/YCMmIRzZSZjqUJCK8IEiUyulHkjpFYAuFbyjov",
-	"MC/c4u3I9jDS1BCk2aTQd0XbZf3vP5QUIWm//eEZOTs6frqHU6VmUwzlh2bZIfJTwiNmrwceGzIdc8C0",
-	"vJzTaMo6B12vmtf7nRFz2WxG00XrvPW9x1Fwfg4NuMxZRN6ylPx0ff0GEnIKKsXpza5fXnW9bKMK916+",
-	"eeGX8LZ63T7OQ86ZoHPeOm8dwq+gDnEKYnd/ymiip3+CHlpbNQ3nqchBr1fCepMRU4pAiy8FM+6S7yVT",
-	"to13Fk1LFGlmjWKCS/HCaEA/Mv0TfBrsB7yBYUYHvR62r4BwAihk1VDC+QcU32u7ZNkvfPz4sa7lrFuE",
-	"MaMTfsu6Fu4bUZPqR86nuv8GKal0n7XOf3/nH/sb+wUzumBKQbbhBFREOVeIAr8PHfM3PQALu+13d08Z",
-	"jaaGugJbuG/WDovC68ESBAKcjrig6WJgZAmLrDAzD718cXX9/JXfBtxQ5x29YZ1sDluUzS/Ice+QSD1l",
-	"6R1X9rZZOtW3jMbcLvYzHKz5/AJO8rh3+Am+9wrubBovLkgI4liFRNEFACNGUxKzORMxE9GCYKbmwxNZ",
-	"vuEYCEpvGdEpHY95VEtut/19OueoFKlGqvvFIiSAonFhb2wQpwiSgE4XaIq7zNtGd72c82v8xCOSgfsI",
-	"KMsNXG6Vjd23Pd9o8xVPf/F21/7iHXaE0XVJk3LOFAlBNQ0DErp0EPNvzAcJL/JOj8kCu1+jWw9gC30/",
-	"WVtbJFvFjEpkWDjC0LP1goEfrQzyYc5yr0vyDTEc7RxnEUM/GrZRpIpQMqVq2h2Iy3q/OSrYM7qwCrgj",
-	"DyMy6hzoMK3uQJivG8Uqn8FIZiIu9Bf8PcICigmkeJrh5jRlQu+dF7gkiswypcmIETqT2C1/IPCxJ4q0",
-	"cX58Nk84U3mnSFgk7vUeeg65JjacSIQkCdWojNvOBjAc+Z//+v8I1wPBxZSl3EI25Z+C1xcol8Pl0GQI",
-	"qCJSY/gVP0rVjbv8KX5zIOwwIMzHUCAJ9/1R75CEsCkd9j5iLFYd/HJYJ3ufwVk4lrCFOkzpv8l4sQHH",
-	"eZ4Nq8xEnHhZS7jxkMHufvnOZvesZ9Ty3Jyz5WPZ0rQ91CvSov9g0gInEec7tEpgBB53OGIpcGNAmhyh",
-	"INtQkpjnD7d6/p7SClfrEpK0pYklibV0Jex/cOjVH1GOJawOavyFNgJjrsDOMQRNtbdZSiI6sMWVQH7P",
-	"E9iMgRVlqeK3LFksXx/YjtEj5DlN6YxpyJb4/UMLKqWNBlvo3TngdpWefAJd5/J89wluqiais2Y/btWT",
-	"JUo7+pSUg/u/MeVYG3jflaiA16r2FnwuYkcSNnXfwdMZKQt9JjCN394hFtEO+dHChluPg22JPOaCJgOR",
-	"AiQCAZgCGAsErVWcYVwp3KiBs45lGhu710jm86K7M0cJbywaa4FjSAlsabtEc6VBUIom5nK+k1kSkym9",
-	"ZWQidWC9UTinkLQPej0A8g2t7Rl2yWvBBsKu/YkV+jRBljHXBR2PWYTaO6jbqkue5Z82aljKby3PUYAT",
-	"4hElWk4A42sgjJpmzHptuE6AAqFTKhRFzb49SWU2N4uZcb13gRuEUNtu58dMRFxMuuRSk5lUmhz3emRu",
-	"xo5oklyYb9pLWgPgGvo4FB0z0obhvJ3iivCYzebScNFe7c1lKeeyCP/sfHcVH/5i3O5+5w6VReYiZzE6",
-	"4ze8uOz+/ELFYqu78+HkV3kK1mFeI8teC+ZcQHN0A9nTqGO7Ha/R/qNeu0f97Z4//iTXemH7fSh5pn9/",
-	"97FkDP6AjskZFYvcO+lkgGFTT5BbIJFlQf6h4JmP+64npmoW69+zKKFGiaaCuMdJ29zMAbHEB9BSNiGR",
-	"KP4ninHrud0rieupvIM4PqYGEq7PSYipgcZWytLEQrfb/MDQpT92yW/O22i3mIRjY4xrmdIJuq1+ffty",
-	"ILjt9WLDBU9Q4oVvfkUnsEsh/ZDnJn4Mied2DvAqwN3bu7DSXh2GA8HB8UzJPGU2K8MMCkaOmaWZQQIR",
-	"LII2G4tuVDYr/OBoWk9lErtZD0SUshhbdSsw38xMnb+6Zqr7KNXDLnll7AVjYvBbhjdpneh9PWfi0p4Z",
-	"Zgkv61t1ZFo84grhX3wPVfVrHgZnt9WE3t1LzMOTLlds6elcM0zZXKa6a3+ppvTg+KR13jobn57EvdP+",
-	"6elR9DQ+OT6jB2NGaS86PqZxr39MD0fjo3F/dDDqjU4PDqK4fxyfRP3jUW/c69HeqRmL/8mGo4U2wrZ/",
-	"cHi0sTg3e457/ZkMoXI6eINGavlP4VM7iuqjLZ8/e1RR/bii1xxrSQSWd3BrybuhPr2E8hzmOoYRmOh1",
-	"DEkb/wYAOl2oIAfMZ9RM80rzcCDaNLoR8i5h8QRUTGL/iK0auuRFrsudV9RAkItOTZe4F66D7JTqgaAJ",
-	"eEqxMaNT9UnKdJbapC+Z8olR6e1tcEEoifkYUol1PjRX5Kh3NhChHb2D0TgWh10SgkUwROVbhVALxVlp",
-	"l54oklBlvusZDV7EDHXcc4LSfM5ShbYKy9uIRIy0qSJ8jFaAliTcz78Iy8o3KVp0fmaLgQgHWa93GBXn",
-	"Cz+zc/x1BUcN/xbukREby5SVjpiJWG2gQ38dUjxHe0JEJ9vzoJOJPKYBdQFK0Ql2O8+jE9ZP5tAQ4FEn",
-	"Nwtt2zYJ3lrR/sxK9ioF+7pEyEDtGOL9MpXpR74Bvkjlu5B7W8v8PM2gWej/Im+tPAOlrnBCa0mEvMPG",
-	"u66vwBPXScBFxwOrZM6NBPTkykBYGD2XJmPfzmFtiIO16ZIX1rGOPX3CLnEhyhASBEgbpbOXM7BXRC5x",
-	"Ohw97lJMjMLLkrhOpOUZWp9Hpj0Sk5eyxOr52x0sdmykY81STEmhSfcvrn1orn0LyT7GQIZ935pnEzlZ",
-	"YRxfzufQoC6MqaYhoZoYk4GEcjxWTIeuP4inm8hJl1warSjlzFiJmbghbdSt4J3AaikQ0sNGexGbIxBK",
-	"xIzKNKFzW4vsekojVAtXdJIypqwGZfh10sFBOzOuAFolHIg8aweTBMzA8IxTkqwfs0teygnGhCM6n2PD",
-	"L7eQ80LCRGY2gg2ETjOBLENm1BUwuKijiMk4S6FHAcSduSJxKmHYdmjfhPypNGNhrRcRd9rM6etQfhAV",
-	"Gbt8QUfziApcFux267y3sd7yUk6eGTr51ArLSznBXUdM4kZ5JicVaQYkD29+kYbl4woc3DJzXxeaAjL+",
-	"1rLHWh3N4ucNmi/YRBNNHTnOe3G6fvTOuFgOFpwTm82bv9MGvBmbd6ABVEPtgRTgYgIguOa3MptMLQSF",
-	"oDpLaUJu2EIFGM/IBzOvWQkwlulAzPPEUi3JHN12OFY7/PE5er0gK3X/g+3Hm+8BCIWBCCumV4hRdeSI",
-	"Lnm7bLHesEWRqAi/Gcl4QdrmwGkK2QkYAnKJpnIMcZKizczfr16/2muwY3NjGnIwA5T+0Fl6oVlghS36",
-	"Mkkxd915y+bQoNBKPIxqJUp6DISq1JQqNKgDorgxTc2fxjxV2uZ2QsNjTD/FBJDyqqnAI4FFm4vh4ICE",
-	"3NvEG7bopMxYW+EFZloUA0BCoNkM+KBLUUa5zpOEjJjZaptox+L84vHH56IzTvhkqsOBaIM1R7iGflfm",
-	"XnbzNKqp78ws7jAvNZVcWUOaoCENBDYQmeD/zJh/PYGOSkJnd3fw8Q4s0qZmuI+bpUO3LcGQwlzZvU3c",
-	"BYA/65O2qbzXLztXLgEE/Y/eeVFlPQtC3nlHNhBwAIAoAg1CFi4U2URLdXfgVTaacf3WSoVPdg2uf/qt",
-	"5UCPO39mi/tdoH6LgSoiIXRVqvbT6hfNq+wLZuabv1pGE5NzJjrmcDsHB618XJSIZZhAbP6QYwRe/VTk",
-	"bDa3PtjsBvbbQ3ziyx8/fRndNF37cN08UVW6hfy1gqohvU3kVA9ofR42Ro1ILE/RVZ2Y5dZXm3h8uoOZ",
-	"xrwxPM4uj7QW7wO26F/NO7Otf/7o4OArtiOvjFJHfSULpHBANIUEKYZJHb4beWt9D4yFTXxD7p7D5suI",
-	"NAuh0tCCzYa+LoQX0pSms4QptZyRdWU++y/thfnL7/Lg/PILTW+MSge0mRMshdIf4RqVNDBHFnPdYbdm",
-	"Go0p7FijZOuFOliJhnnSmKJo50lgGNJmIpVJgkq6dbYFpKjvD1zIYSC8irT8ty5LzSZOkZT9gZGKvcBo",
-	"kkYpBhW5S15J18cVuw3O54ymtSEdSKM3K32OC61PhPxnxtJFEe9Gs63l6w9lkJyaG7J+JAzGuGr/hxoO",
-	"+wvcdzBQm1u1yZ0rMQHXyp9nWBO7iaTiM64fV0gVh99U4HCJRrIcIxU/XJkDcJgddEXyp1+cuQ9c03w5",
-	"vTbkXuTRFDa3RYsgJb6yoc8iRf+cUPLs6m3ZOgODdiDMT34ZristcEnJ2OdTJjFom5jq6PKWM6F5An93",
-	"bmCunP0MnA3fm6Q0AguSy5jMjclQy7LgS37mgX5va95sqnoLdveZgpQvlMpY7K+x4f6sHMonyZk/Ojj7",
-	"4iILBZjNE1UChG++3/AuWsNKjofQM7JcLX3uQwUp5nJFpEDxSIoLzyboA06QreUmE6kxaOeV49gCFo8N",
-	"b9jCsOiECfMai0kiI6hfAhvP/BXCjQORMOpUU5s5h74omysKaXNqaozphN+yuK623qbUYa3QQBTpe88u",
-	"A4h8lhLtvGrvot7I9h4zqi/e2sUeWFeRq7uamz2TWYptWlOmlBfRgIdsIru3i6BrQ6TFvoLutLOBaIda",
-	"ys6MikXHigMV2pLj8C3T6aJzOdZQDFZII/xIysY8SWplzXMkkseRMDj4ly5i6tjq0+RBHHzZmndJDOFZ",
-	"FngTttQ9FwTVCo+qNBrzhKn9D+Y/riqoVuE+6h2hyOC6KGVg74064ZIKgBFndAF/UoxZvPilIuIfODhR",
-	"tjM0zUvGynxMlQwm1kCNZoM+R73Oj8xcAObrXuGQr7QBClfTce57+1J7rFc6ZXSGshvSXa3gcoC/qL+H",
-	"QfGb68XcecTfsnna+Z5PGCSGuITvAKpMBdTA0GiKXsH89e+5mksFGEzhXkAUFfFIvodAsHvkypJ6541M",
-	"eLQ4dw+FmEtuLx0l+Hjsoh4xZqnHpZR0iFSw9NZ1EeFj4pK4IQqNVgURkoxSeadYaoxTNRDtv1+9fhWQ",
-	"V9/jf+cJ5YJo9l7D559d/cPuUTSlqWL63zI97pyGAZn8yecBgf/RNA3Im+9/CMibVz8G5O9vnv8YkB9f",
-	"/BAMxG9s9AZw+xY2XNb+6fqXlwG5+sePAfl/zL/+Tm/pFZxRQP7nv/57z1sHVWXECxlppjsKDjFsqNk3",
-	"VG239hG57rv97xq8pohKUGOwNfLZE4W0WPEWe+RWDzjoxfDA9LC0gEAgx4e9vYCw7qRLQjWl5sF/Ox9R",
-	"xU6OzsNuydxcmuinZ/vv5Z2ABGPk/WaG3yCpDDTVSm0eOGYCgi34VFmNDX2ITmT1Noh+qOvZI1yrgcix",
-	"xRaExrfmhlYYuCLPaTQtwnioA7KYKGboSrNkcU5CRMEJg4EIq11WAcsptCG/y1zFhXJU3/kpbcoZABsT",
-	"fSdXZpn95hrrPoY+1QA394kVqybks4ZCLotAZHThMk38Vcr1yaxHmiQYFM55z8JSbVbUVUDY1TP+b5Rr",
-	"Be2YJQnvKNcFdIGx8MzrHhSYX6dFFVFSCrjJNTyorfcErD3FYmiIYXMMiGFIFC1FLqj5Hia0Gy6mHMxM",
-	"gDuayiSGFFEHdAOQYjb5u0sw1CLIcrKHlmRGbyxIkRkJalIBwmzO6FLJwg1bDISfuGEhs3iSdCwMV77d",
-	"SjMam7OwfiJF2tRWx4Yz+h7BTl1C38woLnIgKDFiypm5FjtFpxSscdjT3OLjqfsWerxQbXGgdpAlYwE+",
-	"6EBMqYIgEyskqcMtkBhLZVSTiAKmnP16KeyKnrxzHCC1kVV7cj56FyXjlKmpjSFhUWwY5LhBrgWUTTnJ",
-	"4b+g7CJGmYygXmbL26WkYBeBIhSPCvu4oQGhylsGFc+Gosx3c5Q5CzviUijxhYXMyETWZkdcRiBoXyJP",
-	"bKvovLZF5w+ZwrAOQzRoqYSxOSBt5DQG2OzL8MStfqsOOLOA4u+gcNjvWRAwn91b5wdbpBsikudnucLs",
-	"t1cXSFg+sri0pD2XSvFRYsxOwfa+ibvqqH/8TXksVt+FL3MgPEhZdCh6TK24+nwEIrUCXq0W4gjlWgUa",
-	"3XuuHvSqhNS+tYD5omJP/lLWR59Ke/1J+Oshglyyclw5WFrp982oXjapDQrfLbSXJRznly+hYAFpdRtw",
-	"m/z9fgDspstoxlpbwjP5U/hMlcmlXaihOAvh9EVK8AfDa5JlUmiiyjoxt/+hgs7+Sby1FdrdUq3yXn5s",
-	"7+068qq2pNgx6+fTe38fmGj2Mce/+dKEP5MxBNxGC6gRUAGJWZzh0WCcro2oH0KmM5rwP1lMIK12r0te",
-	"+Skx9YkvOIP7UtPXlvFhVr3+usXj+RqoE5NJqv2U7AI8OgUK2pw+2fu5VFnKOhb4cl0SGKZ9WXpl+o4x",
-	"QSIz7ygDIz9vr4+k7ExK9AaYaxsD2lh4h5lMKsBVEPsjmKbWfltK+rrODWQzvusbKjEAAc7SEVUs4QJz",
-	"06YUnB92cU25Yc/tJri+k5+AV+BLP3NjMG7w+BVkaW3w4K9C8+TrZFbckvUs687y02gun5THL5fYu8Ke",
-	"gA9vO/3syPDK9VWu5XKA7bRsqKttpbgidD5P5S3C6ZoPV9kzZGIs04jFUC0GrV4wwaXSOQuzOyxME0Re",
-	"kImZ0OnC4dMa+QFKEwW0woWdWZf8kMpZUSw1EPAWkSIoRIGbh0XR1HRR/A61NZd1oh1e7AwWhpjAQtoq",
-	"UoA0T+Qdi/eapAdAEl/jpv2rXbPe2tdzbnHEnH3Ndy7cPMhHy2zYZOK+cS3XiiYf4A9pU2FhoNcZvHtd",
-	"chnHYCMj1UJDCyhkcLTtvPFLE5Zzdg5MRoVt9uG4vG24079+sQRVSIAZSggXBVMd9XoktNAyMtMdOUYv",
-	"TxhAPMJ+fWbeCWWmh3I8hL8P7dDo7h4IV7Sat6iAuAGhI8jAEws9hTrBTCseO7XBTOqGzV3tPE+xPiQg",
-	"44ROJiweiNInrWcdJcyIIeApKnsErt1zEsZyRrnIEZ24iJIshsaP+BczX5li8admgoTfda1/oBvJWbgX",
-	"kJDPw4CEEY9Ti6k3nKdszN+HpP3r25eKZCJmKeH6orAMI2hNAW73qVTayDGWjPFwASdKoPEIlS5wzi6s",
-	"wi0u1UGvV+uUj2OPHR/GfNzRd2JL+My+tIKWkJpB8Z6cj2h0U1MU2Ns/3dbH4i31MznQ/c1uMIEtnzq0",
-	"rvcQ+wXJ95C+njUTuYzjL9TR86nVK1ReCLWizmomdeJd3VPB2v/gC751EOANd4MtMgfxV9Zg6qC+jfry",
-	"kPwf1OKDV5b1xcKEb8ycVu/rfoP0jjRR6AuQVr2lOrMh0WOxdoe9j5JMrQwT+Q6rgLhOXJAFYC/guN6P",
-	"dQ2feF584V9M1a6sf4NCpnyrvmJdGwnLW8sWKvelUat9UZqPQgChiSlzFeAHPJMwgj5uYPBqsD2Ve/wc",
-	"1TbQIwNCySSRI+LUOVQvn6glLy1ph9+FYL+mmQhI+O8h5htNaUojzdJgICKqWIcLxYTimt+yvcDCRiFM",
-	"AuHx8ucABQGfcwgJXQL+H6/WKxgImDuq5im23UsZSdgYYEANneR4MJsxuQpJG1p6OMyVMN/WIY9Dh9rv",
-	"tGn4Y8zif0O8qQurvMdMYw6Sg67hSWLBbFgcDITV6glVxI3Q3KqlwhqfVfUFKhjOIVNS2C6Y6nx//7tu",
-	"JNO5MyD2v2sFLdfmxnVTftrpnXR6/ete7xz+/3+2qkgZOlEdr0KjYyyHDpbzwE2MjbOhATvQzbPLbdXq",
-	"ylZ+puhl9UC/sgDmJxadV9l8DlVSlkEf8Brf/+Az90oldknaOnnDNZly7C6Pfc4ufO7n2lnwoOO6H5Z1",
-	"gO/huw/N6vVarr/oL1bF3YBJypcentw3qeoicRTXOfMI5F68oFa4ypG818ZurbrgXeZ79pI0HAENJkAF",
-	"/0OO1EAga7AY80ltdihPyW2WCJa6MoCYacoTVYn/EjenovdtvhFWEWCV+z8TiZEcDdd1k8v7Ohc0D8N9",
-	"FVCC6mRKBSM5pdhG8pblRlImjIqvD5sA93K9Om/p8avX5e9xPVl/8ZoYta1iocrWOds6Zn80p6SyhE/4",
-	"KLE1dhQ6SCopwnPvT8FAhLapWBiQMOaQxw//xk/MmNBD/9dyPE64YCFp23Qf9OqD4zplrGiBPRCgqd3S",
-	"RGH7AKqHEZ3TiOtFI+/5PGT7nXw1qUI431VNRvNTs2fd/XLI10UrDKncTaFDGAppI7w1vUH8RkwsrybT",
-	"bk/k+x/wH+vUrldFf3Wl5dwBdXRd3de/Yc1XiHkXdmcCcH3mwD0FOM+ebVJhe7VVk03wTsnbIbleyI7j",
-	"dNEDdUZvsNSNY5axrWWBEhiWKHY3ZSnLg10IDJnNPRzXi3wBcYpRmlRmmgtGDI86vtszw2KsemZ7ydfx",
-	"za8CX8kr0x7bc4Qf2uzZS1gm1t82XonWtmtA/DmuQ/x55IwNewKrGRlRoIS8c30Zv2U/a1FZViy+VhIE",
-	"rXnWkHxhWWlGF64YaZkNsdwJvLlmZ6Xokresg9/ETjPzlN1ymalkMRCZyGXqnPKUpKzDhOFDY3v5XWgA",
-	"k/VSkEwsdSfGEcCHZScImMuLco4nWdXl2Oif+UBaNrc3xsAtlme5r1WLBsybKiB3VA2Eq02xrY/zM5B3",
-	"gqWknbcjq5Gr+/BujRAO9zDy6yJ3U6q8+ljXqdGek8vpdfV8R72jIAcnpAgYjbDxNgQ8EBAJhP0qKMXI",
-	"vsrWu5wUc8GMjOCzCM+wOaPF8hsD0YZWx2OZjngcM9EA8P65hOGXIpK+RSl0aXm0xKFN2cxLWglq4psE",
-	"bboNSVC0LiRTLYWGpupc1YZcu+QHjMfmNG0LMSvLKDOTzbSH7JQjM7e627PC361tXDhBwyqkYq4Ns9WC",
-	"6KLp+zrlk4lt/r2RTYjP/8xFvGYGlJh34iwpJtM2koGoRGpEXJtRkdGEpJnYa5qfG2OHvfm6stWo2CRN",
-	"jX5FIbOmbIWmoBj6zVWeDGarygGBgMVYVy7HLv+6S/4uRwAkSsyhW7xd13zCIt5j7fNA/CFHVjsx7OjI",
-	"sShGxpYnqJmQP+QIsrMBwNvcX0SzdFZ04cp7xQ/EnC6wgynmpOLUnijCxTzThImUwwg5DKKfR54H5mxV",
-	"ulmz+Sx47QZCSTKmqbnbscMZTCsXLWBQudcuigGwD02e6g5pYkWDQLPWgcBYohkOf98cvTJU+UXUUFel",
-	"pNfm+Wl0xDpP4z7tnNHjfudkdDjusYPoKO73zNTzYuu8bC4WqpMyJZNbZm0aq/LOZarNkwcHwWkvODo6",
-	"NKTqxGQ071h0AnjJ/nqq9bwzT+UIEhSwu1ZRbn3SM4u2Z244AJDzpob4322dU0bFZ0smo7Ue/EtBGE0T",
-	"Dq0+sCdEucVGBbihfCUZan1oGPiPD569RlcF+C68rhhlAfPPjGXfSABwW7z2+wYMNU21vQGavbHw4/4H",
-	"85+V9Y+AQWQE3YynqUxV7gYrIL9rSh13knrmpce2I5ro8dpK/6+mlNG74M2J/GEu8iKeVPVTrj78fXQL",
-	"NsPfPEO3YX5HPlE5GjHwa5s6NHKHDEzVja0j0XKOaHOR1U2EJDOZMphydyBw7ARdG65FLa7O9a4xPxTd",
-	"ay9cq11Ie7njESuh8tfdxPD8V0uTXi8je0t8EzD79y0Eh0PdVs7tr6uENJtunyluWRsGhvwGB25raFnn",
-	"13e5MnK5MHIg8spIskFh5Hmh1lJtwe8RYzvmyv0YEFC3AI1Y4F+jRAKilA84DgP/dH39xgKVMTsqrjLu",
-	"kmdyNs+0q5xyPD4Qbk0qAM//ed5sceRizdgfQIq4iBpYIKLY6PyurM3wqAtmDwT6GRrLrajYtVDT8epf",
-	"BZp/FWjuIlF+87jCaxKXG7XrBA16We7nZ3Nj7O5rsyN8uf62r8unhNu5iV/Jbfw3yBnWF1UQZ8ED7neb",
-	"+aSsMxNoztY2Wk0WnJmgTAKmfCL1ublBUikIew8JkIZY22N+y8iYsyRWwUCwW5pkYBBzQULNZ2z4pxQs",
-	"3MPhxvw9i0no0jA8zEZo9wQTAGDWtkzziNtedyBe5EYpOFqta8pC94EyJuTdhWEYyL12gSRAvh/zlEE8",
-	"aURjnKktrhyIcERjh2wfEkFnrqITHlvlQ8J9uw/gUcyMAo1HkpfwWYkG/ynB6jV6epadNiv8M4XvR/DJ",
-	"VCcLJ0J39kVpbvYMIQF1NB1mcyOPsMmNoRUzEjkg35n/M9/Bvs5mpTfQrzAnEWPZZqmcs/2/sTThAgl+",
-	"K28SnslnyqHOSaLZtxIQqonFNyT9v1KpC+yoXBA1SLLqjW7MhzyE8nGl6ZCLOKqx+601k+05dMkD4kl5",
-	"YmFbRRlffHzDtplI/c36mpwuKwmnIfXjCkFpIYFhKpPcjCfUuVRwiCfGfHqfE8tFbl3aX6i8Tt6W2mMY",
-	"wtw4Ad6dYJGZ69QV4ZvhnQzgmkTG/jQ3XZf85ow9lKme0Qudot4Xd1/k7EOKGLfuprxA2P07bhNZ5kxA",
-	"jTu8ByWtXfKGYvYXVwMR7s9pplgYAGHT5lvvV8BSfzjy/oxX5g6Xo3fH4Y126F9pD3GDlff3s8VENhMO",
-	"TpIKdpdL0b/ushaEdyL/MnuiSEGxpE39Hdvb6abbB1228b57iS4wYHfQjS1MNvzCRarAM0zaof3ZVRCC",
-	"MzMTLogAirdN+QqNrjZncUjamIy7OCfhjCtl869RpzP/hBjRcJwlifmJpalMUfXnyv4xDsmITbmICR0I",
-	"jHPzJLGprs0+KNyCH2D195E+X6m1axa+SckCI1OutEwX3yRcl89Ydp27cZG5TFcqjXDbhpHMhA6Be5Rr",
-	"klZcqlIw0s6zQu+mPGEErtN4L0C2A76yqiV4WZkibcDaMvw4TzJF/uBas3TvgozZHUt9f6+VtZD7oKQU",
-	"LF3HHa/Mqu7JHHXeJdiG+pqgfg/g3fksm0EfVPMjF/bH3NdkzP0JNBP/FLxylUi9quQh16RUYNW5wgX4",
-	"jTMNLN3QIQDbqd2YB2i8OTL5Sub3D1MltjA3YJEcZwW/sbj2Cq10OXq4RPLmUfbNWFqB3ZxvMUUWTuq+",
-	"xr35SjZbQXAvHK1BMBDlNC+7Cz0PIQpzcHdCN9zYkijXRtdxlIoxszE0M3lrvr8hbcKz3xJxYunCN1pG",
-	"Ys6KUHfm96TSTDST6BU61iueBedlRz+BLeZq29xlEqKoDPechDCPYlMcQ7NUY6tAKNVABZzMoabpIq/1",
-	"QFqnKSOZyGPLv9kM1OUWRBAPx665UgzEDVsgnnDeQQnia3tBpRWRc5343YiQ99CcgPumjSlxAxHWJMSd",
-	"Ew+sBJrvwnqhZk7OGLr0WYJN144ODgYi5N7kb9iikzLzSm0R59tMPAhDBvdLEv0EFsKDJDTOaMwwkJlm",
-	"X0Ey4+rVX+dGrQWeFVUmLNtL/9Jpim8z4YcEhbxbIwpZlK4C239tc9xH5bo1BAqlM2zHZ6wosF/znmTG",
-	"jACkfXMFA6KT6pLLArLVYp7Um0J2SjsH6/H9LzRU/6hyBFa+ym6ye/Mk79T7LSoFGFfHlZI2opFBfbVd",
-	"c8ltZ4mtOdBuwwwUyD224wKIvqjgIzARpYs5lBNdPr/qHByfdH589kvg2vmaOxGi8DDCQNyldD4vijCL",
-	"lvLmLrRjGfq8YYu9LvkHMBEoAncp16xjGOicCElSmWlGMEEMyykHQgrWJZeolQB9J1xZ5QWQwbkgIc5j",
-	"mLKxCknKIsZdk3yEYOPYCg9KageibZ9XRpnJq031lBn12l2ayYK4HvZa2q8v5nb7tczhABBOOaEjqJoH",
-	"kBUS2hpT/G1YIy4u7CHkmQGgYbh01kiKccIjHa6I+MMKHqDB0dvnP764un77f4bXr39+/upeoXeqboaw",
-	"Ry75SbB0iPEPc/k61F91GKWHemvAX1jw5wqm425vGkonbcefcNh730aRQu9LbHxXE7p3nLEsF8uKwv4H",
-	"KzbWIZt5sifvAYnIZZQnysae3uu8XTIotBBsIJGMWS6eMkFvKU+MBRs2AZzlfL2lYQCvPbqd3sgG2Bje",
-	"5jfDU14L/W8acWwFuQVNWZ4OwxMk4rqMjxFLpJgoLOjGNvarGyj+yPRXTEX/EtRjc0WqS21S5rJVYaE8",
-	"F8TCABW1IDa73upDqDGxO0d1106BwkSMGt8hxI8fhpR21FGcyiAO7zrbqg2l+X+uFIbtSP1bzWT4xKqA",
-	"l/ngdhjNAKO6g1KvVqkHtjf0RgDmcNVHEKInczrhonApjHmiAcGsFkHRlt/t5haAGX65+fu1EBOaarY5",
-	"AAZVN1fwRuOAubWx1aDX5oW/QD2+oQIMc6obpKIAx3yrhRfVYl78eZOCizhLAZMPLJyafigr4zOZ4P/M",
-	"GJmztNzdbSkkA479urgM1vIXuWBbhGVgzBu2sBAmJOZjMM00Gcl4sVNkxkKgU3XzleNxIGCKGSPH3Zgx",
-	"pegEKjNYkkhDedYzc95i0RR+4fQiACEFpGGO/FrksOKzhrIK+Xte9fVsizlP1c1n0s/grB8cdsNszZce",
-	"qWpa+beEq3/UP/yS41u5x0qjxKlKb18d3f8A/LaquOQ3yBvJpeodBRwOSUYMLcM4IKHNFRxanGOi6ELZ",
-	"/Fkhhw4ocojua4A+RpYeCqmHNL5lqeYKEm+FrGL1en55i/4RWkHUxUFC64bPR1UhySXNYi+AOUiRcMHy",
-	"GZCweGI44wr86+bX4FovfmMmNBD4coCjJh4YJDrisY9LaYY4jGIJi7RMwz1YMhfFJpScdpiSYJcrx6Ty",
-	"KMe2pwXiZkAcLnQwEBYB1ehvFiF6zy4vMotzScpObYuHCdUsDQFbKmU6XQxHNLqR43Ht3fUj0ztdXOal",
-	"x3b4mG98D4j1TZYwSsyvpcYH+csBqzhgg405eJ+mmo9ptCJU/QNPGJTVzLi24KZULHIHs82tNgMGRCbx",
-	"mqJxs/+X+Te/RAox610V6x3zom76M2CBO3FRHAj1tnPDU18HoXNZZHKnAKSx6BgZDjq0w9RDWBvzfQfz",
-	"fWmFO7xkEXbg8ZmEEKgciLBAwwkxGcsJbEZtX1EpiihGRJMEe6LadIgcr564Ouk9LC7L7xpssKpImE8w",
-	"LFLHHTp4dCPkXcLiCVNQgeHisa5XVSPSj1s9hEbND/dH+vmiReUqIfkX0s9KpJ+tNKn9RE5Ww/wkckK0",
-	"4Qk5RthLK3/bHr4P0Hlo/wL3v5CaTPgtE3uY/DtaaAZdIRSDiD5Y1OFYJom8wz4rOaS01dra2dxobqH5",
-	"Kcck2AP7XLA7TMG4y9U9+21sVm4h+kWc29kU6zVsKWkKHKLkjAFqZc6lbmlMxKpLnknh6pJxnmogaMrI",
-	"SGYiZjHkfly+eWErkdv2+MgR4niZv9oUEJIyYIULhD5gHOJX8EHI74Cyz6ODM9uQ4y2IvUtD46u0nJfm",
-	"4HZl3yXP26VdushmI5Y2udPsBlUh+LG25KB/9PTo9PDk6OmagpMGZyYSR31Ni1/SUvud3ubfwcPcup9O",
-	"3VA+bdYPeODP/KS3ZsaPKVVfysk1e1+rXbx0LJ7XU+FZdHdLkDz7tHEOGhfKiePgRE42F4EpU1miV0vB",
-	"OUsVdK4m+HSO7iXHtmVmrV7KLaow5JfZB7Blvbm4RMQcw5ErdB/lJelG0tBEScLFhCkEb9HSAZ4hhiE2",
-	"Q2rqTwUeJVzZPcTE1+QGx+X+zZzMem94+Ry/BsPrjZm5nqYym0wLkrf9EMrL2Yb4dbpoVsh/AQ2aOmTn",
-	"oQOoRpPcU3VRB6bRDVzaVosPnWMaIRHyS3qUxROmUQ93PsYcGw9aINpkRZcJTl7DnQkBNOSNQhEWUndg",
-	"FZhTNBCXgMRqOK6ClJkyOWfCQ8Fuc51jEtpapQABSSzMg+FGhHUILKa1edcMb3SEvQurgbicFPvdfHyu",
-	"zELGCZ9MtTExSlCdo0wtwsBCqNGBwClmArtlmKEomF18xi4ILdZUGEAr4D9riy7MJn21Wn+Qm4ZwTn+p",
-	"/PZACSUxo3EnYVozC39ZkMhqYyCbJ5LGav8D/sO5VhtzbcKxCoHJmYifKIJvWWhOTKZxcSelUwb51VqS",
-	"mJvTw/K9KSB9CTJjM5kuLrBWKoEWTnCpXf102Tk4PiGzTGnPVakQ2axLXgvmPou51/nvE7/3jeFTqomF",
-	"/PRGCPLSQmd5c0USZy6M2FimzH/eM8xrAFjMPJxTaWumwte3yg6SkWa6g3tb5qw8oD3igmIJfjV4sj6m",
-	"dNSQLR/D5tyylI/5zmGRx+WkbcMcu3GebRYHp4uE9sv1y6vW+e/vzBkWjIlHC53cLHU8UWACK9Ie45VN",
-	"J2xvqRnNSs7cR89b8139Dzwge7/ZNkmjPxh8XfE/mc9hQY40ra1v0WYGiRvwhmHHyIEAr7TXIescM4qk",
-	"iK0nsBTLhrigGaxLLsmMK2VdeUVgGicEdnrKxliCDvcXLrRTRDOMglH80owU7uX9LBx7zmh6w+JV/SVg",
-	"ko5J8WDuy6qP6ABuugELryvs7pd7OW3KIngukLoFm+v5k1ewxbrup+BWwgiYhcxpr+g9SorWo8FSY0cw",
-	"04p2WaqxtRv6fxRz2GW2JqahXxtXg6IZnUyhwN22b7N1OGMEKoF6nLoOcaXeeti0FaY+EG7uTSbhrq1S",
-	"vygjb3X/1MK+KzdPfdwg/kMEWO7yw6ltlrgmh8kFGAw12B581NgRHWM+ECZSmSRAL0Ct535QAv+oXDBv",
-	"INrhm9dX2DAQ/2blLuKv+6jphcOoqHZ7dtklr1MyMmoHWcgsBQJ+8/OL84FI2YQrbZsZRgk3E/KHE/KO",
-	"tEPvN8M5+//Ju77etm0g/lUIv9QGFG3D8rL0qVuLbg8DijWPKWrGukRCZMoQqWXF0O9e3B9KlEQ6tROk",
-	"afpqW9KZ4vH+/e53Wwk1gw+vKnMN7a6tjCMmqwtDZWLJn/bCx6YdBrdZ+2GPyXmNvYn0Ot3cGi5EzpSb",
-	"SLiCccvo2K5eRuYZ+lvuau3QafP35kz09DnrCf4JZUZzIIMdJ9hXesJKbbXR16PTiF5fAZuqAJvhfXno",
-	"IznDeNRg8DqGr9lw5mXl0kixfoLi0RCvrf7v46bPtX8U5PFpgOGkzNgJdCe/LDLRignq6lC4FUv9jRrp",
-	"BF4kK7evn06yJ0k9VktbknkwG3iqDXa/fRM4kR+aWoBx6I7sGfuYGDYd9S8ekJf2yNGjjzNINL03hwG9",
-	"3w9W5dYvddSyYrQRMa2SAWRShLVw7qwztY6dV2yjpNVZLbfQXkNxptamq+u1zLC1SqOhuoR6lavXhIki",
-	"HljX7LjbxfcuMaxhPvw7GF6uSmhhpWju99T7k6RnNpt+vhnmE21zRRObGWVAQskQFTNxhF9YjgEV48Ms",
-	"k9/xb31Bw9PkCJKsbqxbr7KeEMcLwlC7NJXtvTUim8MBtVOl3nHWt5n5+FN8RmV7sFqyBEq3iBf7FvSm",
-	"FlkPZBW4SyZffEjQRxxpOGVPStXyQF7bIyzgYx0vHQlYjI+ZH5rGll/Z/pMsbc1CpzedPfq9QsUeu/fL",
-	"uRe/ksyQVxlxhn3eNnDNc/WWziX88bs3f6vljhrHW2piGEIGrnKGTNy2oxwRj0MrYXPDH+MS2JXY2Qsz",
-	"etJ5OIEm/Ad8uqKsdNQJYixaHOHQhLfmH8GK3dNCH6LcX1vmZFEDIZ+kHssO6UGiaOPCt/YjEkLcu+Ij",
-	"AbQecN3zOPrQ82EIK07IfU0fEtRt2U9XJyKaxnK/7g188vksLvXwXaHI1fs+SMkTUeSbXoJzEuAhveKH",
-	"C9ymUqaqlfhl/h2Ylb+s7dCqoGImY8xDNxOnFtKobomT+u3LqYxpgrPYVoZSIrP8Rr4ntfmWn/2UYyoS",
-	"cR/Mu18YXshnS+hFMLNRxklPNwWHNz4HddxG/On/SQptL80NvgDOxgOGS8o0qm7QYlEkj9uRpRl2cD+j",
-	"PUzKCwakjyouDIeARU92SBMuW20sxhONeTnESJKmo+gpjF3cINqLSNDHk0uWHHGgVybvaBV3dv5tbiDY",
-	"kPcLuu7qCw1ewNdd8Yr+3TuiTo0p5Wm88lO0+tY8R4Xxf05p3gKpVEYKt5E+Y1M5ZFK9WfaZtMCVuKHD",
-	"goPXUNymlbNQX7FHTrIqXTcGfHJDhsGdTbczyULs4748ZkdKZht12bhycmJscNHQ/x/q01HEND7nIbIL",
-	"B270R7ImKUtCy/ss7Qe4KA2U34nHxsncnbjf+71umqInSQ1O8FFJDU0Ho4v88MNt0wJDC6c5KKC5wBeG",
-	"UmiXn4QwWi1N4xRNeYBhpDLlHv2VAxrCjzInYCQ+lxo/obZwW0ILGaOsfCPVjqp9hC+mSqHAexjFzIU0",
-	"3+8dgDQoijv9+dcLI8SOJ9LLuc7wUlwPpVEhDWy43M3YK4ZU3WWEHjPIDjJo3AK8OFtg8FKDvoHiEG4l",
-	"lP9JRt6+zXaUQXvixO8o8R2aO8WXXIJuoX3VudLjS+SiqeL+03QOrBL8A3UZZUp3rgTjKGKmYus8kM6D",
-	"Vg9Z8FmO+RyMZniI134LrWdeHZsrRgAHVeI8TjdkY6nsUUGrApuJ5s+GmIeYlan8sTu/DuhP+ruGMBj5",
-	"iPA0+Zh8KHY/goF2Ve1O0KQzn/6mBOta7Rrxl6n5adbKwGT26qoyRb4Y1X9jz3lPP6bL6fCjQbVQ8EGE",
-	"oayjv7Wk6bhNOzRuDsO1qnbgGp9xBkXfQk/VO6IPthm67UIWzMAdIy47mwECbkcZNKkYEzxciLgiHVq+",
-	"1cwOK9gVFfW6hG+FfhK5/k/QtYBsW9BFZcBaXommc6EyCJ+i35c7u/j84fOXAAAA//8=",
+	"f3Yzbi4sazziwPkW/f1dw7MPcpF6IuDjsj/SczFuILhW37XP4yUxs+FlOk4l2EKb814+h/waLyRW6Tp/",
+	"+Hv6HiZJQq3WnDIlk1umhlqapcjlxa+WVGvu9CXJtOP97M5lFYGZU3+OzPqo1/kukqDY8fVreOue/egO",
+	"ZKNVbyYNYCO9+cAndr3QzbcfTDQA0z6yYHiwyT72RM0da+7xOObocX/jzdg6EsqLcLpgxddiBiPmbwFh",
+	"3UmXhE5MhQEJ+dz8r9F2zH+zNDH/icyYYx5RzcKu0WKo1iw1g/2/v9POn+/M//Q6Z8POuw+94Ojs4/+q",
+	"o/dcAS1He3rrvcT+JpUU0Ya94hMxs14rX6uEP6zRDJmgo6Rwoj2Yh6fw1HlD0OjwsPM0PmIdOj7udYob",
+	"5LRXo7/5099ULmEENYG3MF5bQw+VgG7+Dhkt0FWC7lVz8Hlk6KB/9PTo9PDk6KkXIOotB4i8Ha3zMOwm",
+	"N28l+iGHKaPWA1n71IM6NrwT3FYLWxa5vuPWbVBQOuI13gw8rCqF21g3BnqAmcZccDXdyhxardlAFHTo",
+	"+xWbRlWapusMMaWpzpTZuSyKGIthG1y8YGOF4wGYq7JzH3ai9DSV6TCCKH4NReKfZ0wpOql/onRYD+2m",
+	"WDq3TT+QZkJwMdnOC+id/RbvAC2suWrxpK7w4Y8etWywCffgYe5TZpmBK8STr6Rm00s7s4Kxnxta2fK2",
+	"d4TnpwqsvV2DlkeQ3ptHvZo8DLMjOl0YcVXKGbDTqcrZyg7C/Fas+XWmI4nRAZcA5EuFMeUoJfP7qSYh",
+	"KB/sKicmNxacBQTKkJ7NWawe3oVPwGLO5ixV8GztV7OY6+e3NUpHZG9ZJJguCnVDNJGWVZG12gDEN+yn",
+	"tc0Y8Ryi7jJs3bAFSRg1d4eVD0cHQUtGUZama+SxTTHAeY2exv3ogB6x4/FJ72n/FBggnVgPz2aSNn/F",
+	"zhu3oUYAR84UWtrbYqca/+gUXXfWbnfs14KWWijNjJFDhRSLmcxU7THu5F6uSBMu9MmRryqd9XpP+2dn",
+	"B8dHT496Z2f9dddI6aAe1wAtDrtma72zbv5rg7u51vD01lU6uMCdfq1wyDnrQQy1gk8fz1p7Rud0xBOe",
+	"03atDEcDoxoGN6RFcKgLQom5cJ4oEroPDyNv7JDMMqXJiJFICk25YDHhEBlsh/8xyHq9QxZC5ll5hkHr",
+	"fWciO/aXfygpum/p3S/2GihlOvo8hb5dOp8zmrLcdTiMufJ+V/aSw09RIlHuekbkEC0K89up1vMhXpj5",
+	"b+tY85k0IlWzX6hYvEXC3fp+hBG4FJvTy7P8nRdGfpQSKF1ynP2xvyYW6H++lmpKC8R0jGVyv98iLoW6",
+	"QyHzIFPd7RyY0202UPNQD0LVmCbDlKks0WsX/BYe+xvV0dRz6WEWnKfiL+cKTPlkypQm+J3OyIxQzZ/z",
+	"sqGJYkIXCdBWD9zRTpaF+rPBxjhlacnUtL9ffWwFddVYj9tYg+6dWjtuI9tza2MPXjDfg3wcu6S42aTb",
+	"8DKsrmRLK2Qn0w20aftGNQPfJhmb1ZIRM2eqIAMZcqHohHIRED42wv6OJ4m5BMxonMVdP/9j5ee3sZz8",
+	"XV+T0UHVzRU8WKXNUip+YUpVdr70rfLGriDqQrjdn6iR+78JlnCTOOj17ssg8yIrcKMkP38fN7idCqlU",
+	"cgUsy+ifrq/fEHzAeidzCiA0kcII5yyJyZTeMjJiTBAKhGGzukrS+fjszM9v7/VqM9wbadhOczVZguKw",
+	"3Q255cn8daHWXqjofNHNBR12+CeqVNrRUL2xXQHGQ13nJXLzFxSsvukhK86lqe2oplmvFRdDxSJpy57y",
+	"czjsHx+e9HqlApGT2nNwKZ/VIp81fqldLNp7JR8Wmv3hNnp9OSOx+TT8EpPdTmSnjaybbfMkryK64+TQ",
+	"GkSvgGoIOrrSuEoWrCQqooJQRe5YklyYJ3hKIMKnyB+SO00IhoZMfne4awmiONO+79DMLf6dMniSbMK3",
+	"ML/Mnr6Bd6r240oyMxvMZcr1ouRr9cuz+mX265TW6HFg46n8kLJ8Yy9s0nPpIMOAUA3iURNzteKvCTdX",
+	"bdIll0mS+yDsMfk7+kThyQJvkLsppi1PKSRflw5yu5DwunNdG35zG1Ic5iqWwPKg3dgiZkbl2yTNw33n",
+	"++KNTys8NZ+Zf204zWt8ev1eW/loRw/8HVm16XLOruGUdtt3LqIki9lQZaNYzqjl12rEoswN+CCRIlmc",
+	"21x7M3mSiZilhnK1lJ47zYsnb5I66C3J5Q8KqauHe1wbdnmY1Amb49ecOmH3HsrU7ndFrdwIGP+VeXJX",
+	"SjX2jvmt2uxbxiS9hscb9vLk+PjwZPVmBq27lGv2WiQL9N0W4cSEjliy4VSwoOslvrEx86w7MrPAHa9t",
+	"q2BqPmMy07Wq3knv6HRdIXDQilKueUSTkot6rfHnPwsBmIQu/EmUOfR7SYTUVl33a/xmVCyIfQ2rYIW8",
+	"K3tCZDZKmG9JOA221o6wRg2UULEogxOp2aPy9H6iaUygtprIwn3zRJG7qUwYSTOBc4OiFaP6gK0RFl+I",
+	"GY0TLtiQavTcbzf9fs30gTiHiiUs0uutRCDMK/dwbkTFWYpEWVq6laWHvkpipuTN6LiOUmb0fSUdyY1U",
+	"1m3WUdxuJWOLRNJ4uwjfnAvB4mEpe2DZnETXA5ixUG02ows48tyN16YihmqvsHwoIZRp+2wDStVAKM2N",
+	"gmWM5r0ueaFzXYsWH6oo04oxo8lNeQIF4REVOcME5umBgKncUTMPVPjmTMRcTGwyVUjC8nIzQW8pT+go",
+	"YeGq6rKSq+iBFNfasNe2MgW8rOs9HDpdWDwUY0hiqXbKxjVsbq6uWlPG6LvwoioOPWUR47dMYWTOuRra",
+	"oX0w3OuSS/sWmXGluJgQmcLRTFkSO/WbQRkzGVOeqDL6hDlD8ACRSMaM2IHLx+ar2ptfzWVTpWqd5Jfw",
+	"Jg5hc/tupJe7MVfcdVPzn+fvoyRTW5jSFXPUN2rkmLjClcD+yya4BoS9N/+lCfxNc50w9zeLrXDLDKVD",
+	"UmyNPbxp8MH/6C720C55Xd7S6pTQNV8sUi+3navbs/XEaJ8D28Tb+eUkpy0VYTv3ZhpDLW3HMLMX5h5z",
+	"MWHpPOWYF+SnTfc6Z7Qzfvfh5Kg+W9ofZo4e5MpG9+rt4mEkBSRaCGPFq5vyFduvSOG1l+zDGaA1N2al",
+	"GFoTeSeU7w9uc024Ii4xlmhpbjXzoIiYEZ1iIPxROuBqiLFiG25gsOCMSQfSV96J0lfhTiR2d8DxzPWG",
+	"l5y9HjeRgEhOtTLQKvj+YM1kGTeAHdA5L/zcnwT5YEMAAzup1t1ED//nv/67Jkjrz3zjkutmlz5efgFR",
+	"UzhpEbEuuWKgdhGqSHiZ6alM7eGfk78xmrKUQK5MhLX9mDbTXZsP6tzwxQpWnBsSACw4SV6PW+e/b0Iw",
+	"rY9BNf2DiVQmySxHPajDQ0GJf+HvQa34rwy1Q25wZUuWJrf6I8v7ZUjG1S4tJ3p9wvrntUUmpZosL0mq",
+	"XDo3pWpoC5YVS29ZPBwtWkErkrcsrU9AfA77tenF4+OdqBSviVbH/L+/Pf/xxSvy7Pnb6xc/vHh2ef2c",
+	"vH3+f//6/Ooa/joQ//Nf/z0Q8O/nr75f8VzNEQI7s3p2zmdRd1mtU2FqSPs+kY4aanTTqz3R/PE6Cbti",
+	"E8rKV2NdUU007fTkqCYsX7cPD6Tv1QX0lj0MFRfCBkzu57fXfKVuu3/gSTX/yGINuUxhH28IcIaCx7ra",
+	"UmaYtGs/snPJl5rSg+OT1nnrZBT1YtofHx2Mz07G0eHT0ekofsrig96IHj896Z3EB7QX0+Mopgej/uFx",
+	"9PT0+Gg8iqOz0+PRKT00Y/E/2XC00IYk+gdbp4TcN9ejfBQ19LcLFtGG335QhCB3JjXD+Vv8kOnbm2dV",
+	"bVadazXE0pGUZp+vsnQsTUz3EFnUwLy7Y9/8xGhiRHiZ+6cssrYK1XREFbxz0wpaCVcaJC785KDGzE9e",
+	"ppD9sXId5WPWX6MfmtQHb7JqqZAEpuG5V+pxaf2tWJEn9EKpjMXPCmOvui10uGQJNlzx66724kp/+BF3",
+	"vQJdaCFlgt2V/nLUO4Qr//61fXVbWGc7PLtEG9SYmsoZoN6birRpohAN2SKDPVGBi3s7G1Ixnc33uhua",
+	"9J/zYq/b9eq+vDVP+OiRiRQT0tZ3Zht4Gudu0ISPmZlfQ9Ri6dP3qMTzS++qWxrUnfZ6DaVmK+qY1YsK",
+	"rCnr2LLiAsIuWHaxUlz5IcvDVbBu5VO0IxMt88jBE0UwbBmQGUsnUDlikb7x9zZT4xwAGM3wBBJ4KP45",
+	"IKH5VjgQKZtJcG/rwL0ppAa3S0yUposuqRaY302lykNjS7EQMwXB7gbCjjamPCHGhLdeH9K2ryRS6XAv",
+	"gLyhKRNFUERpOVeExrdm4xQC6bno5EDkoYTFeeGln0imyIhGNw7u/J8Zyxi4eEvg54K912TKaKpHjGqb",
+	"WaowsIJu+hCm1bVSMZfjCZvQaNE6N7sWtP6UwlACyzp3DJFgZvS9f9QnRzXkB1RiYYMdvsEWjskbRBeu",
+	"0NA6P96cpdQGDt0F+MKs7ZXU8N/n77mCTJrvJVOvpIafl69EwwLm/c4tTQ1tgK8IFgSjwL/ckPBDPi78",
+	"VB7cWfO1QOyMyJTMZMrAnRe+EBheC2H08IIIKeyf8BP2z/4XwqbcpILpanORvFOr14luAD4539N3TYd8",
+	"5YVrt4hq/Dbl0dQSq3ri2BGryIhgLFak/XM2Yqlg5jpTbEaF5pHac+kuIcQabUJDSOaUpy7mOBDzlEF6",
+	"rtkufJy9N79TXAp8aiqTuAtbfl5IEsIVca9CsMqGXEI8wvBiIOzZnBM6Mo8F5gRLrwj7jp6y2UV+cBfV",
+	"UyOXghgRsyBOnAwE/sthZ9oq3BwC+/CAaJbOlMtoq7It7kexTgWuO+CkluYIAptzCDKGo8zfW5N51grM",
+	"/3YSmk5Y693Hd0HL32HzhaooWFJfaqawoZq+JC/KSa4HyzG96uS2uofKLOG/4H3KEfrHJtK/13er1ZRL",
+	"d51imowWxJ2ZwshAG/FcAe4kDz1wrVgy3guIknkh5kAsXVczujDXnIhBplDfv9wlP7OFuUEtsZ0cenDr",
+	"GNbnYjIQoYXPedf+vWOBdLr7775zv9379/DCZsNuMFb798vOfxbj5T8Mu+++8/609+97/x4WfHByZLdo",
+	"iQOAys8tLe94bzH6IMVm+b07NOZ2ekuTQnHt97aBJimVBrTik7PTOD56esL69Ggcn4xG7HTcf9of989G",
+	"JyfH9LR3yE5YPOqz6OQojk9PT+KjPj04icZnx9EBPSsG1N6MDnvoC2gAZtmmvqecMHN4H/jJIv2Fi3kG",
+	"KkQOANGasiSRRYqzOeloKivBfgAPFCwd2oc+3tfZtOpY6+0RXXTjACTnsWZiQ7tjdxiUteUkpZqRC6KK",
+	"sBN2VCCh1+wjJFLYO8llckTmAlrxZb1iX64qqW8EgO29jbIr3nCXbHLKVp6T5Q2xGfzWQqzJjBmzlInI",
+	"GNahl3BjdPoRBm4vrEbgcseNuZG/ZJSCLrk2FMBxWBDm84RGjFD8OmwxwQJ1dU5uGJubM5GZNtNK5EQ5",
+	"yG2ogyJtz7gnKYupUR3sOnL7AhJBFRpMkNIjJ3soN5dEnxMAawsmBZ2rqdTbFADVgMssU8pK9rLze9ck",
+	"s7dHnNuS9Ss8tXWTm412asXydsrvuEcqmhHktTkZS9lJcCsXqa2wHnVBwAEVGXqOy+rKE8P7jEEWYWQT",
+	"kprS7WrzPOap1DKSyfCWpYovZfYc12WbKDnWdzRlDe8c1Kao3FGua/NID3rVffhJ3qHDSUvIWEQVC6RH",
+	"lzwr7QLEV1Nil0zaB8dEmb/Z0fdK+1FJUq2v+myimSZkBjyizZVzUIrWOdHtoI0kfOUqsssbF2KftdBK",
+	"PEMiXEy6JERwo6FFfmFxeA7eEkxAtYW4Ni00x0EKu9ap4Z5FP4yxpLVROtHYdlXoNIrYXGMZeg4d4rq+",
+	"VT9vOFXWuQv89TUVAkPBsxHjxji0Ga4RTVOOVFG6XPO8IHDYdMsq7i666NJKnLB4cCW1qlO6Om+7qfcO",
+	"9S0tpA4wcbWO9in0rk20nwal54L0UIEwtLapBrQJ1IHHgmvrxJvIf2l1tbwuJ5fzORPx27ykvuRbNGNU",
+	"6KJ24w7OumcW5kiOxwDufnActHSaiYgWVLxEU6UvbL4nDYe3wfaXplibOgh/s87i95pE00zcoBcKEPYI",
+	"LZ/0/cO6xR7VzSeic2gEmDIaTVl8QcZZCg1fYqqp0U/jVJr7qq5+rJoS6K3d/25QOoYtSOeZ2Ztt6xap",
+	"Xuo72Ds6PX5aW+ueH9RD7Xc1U9ztBkyrYZnX7L1+QEgbz1Z3N2PhdoXdAUgMcwHaL3ZBNgqagC2wxGXu",
+	"370NGG5H8Jp7wZcWq1wBlgDVu0zELD4nQuLVDyQO938kZ6y+QtLR03K6R5nTHxBG7xHGLAmBNWy8hAqa",
+	"E3GZwWFnvN2vo+7Xcyaw49yu0GflfJ6i566fZSUjzXRH6ZTRWRnxAno5NmbqbNX00c/J2SYf/nHSdRqw",
+	"HGqSa2qPxXPD3bv/3GrHnU1Vu4xmNSrfp8/GWtGaa00Okr9nD5GLVDqDx8N09D9TZHMvoctDXmQFQ54l",
+	"fMIBMtfyZg7UKsfjhIsi/98Bod4yz93bC6ouh4+bZUJWprENZmseAWosKTkqdWkVLO2wrAOdwAQsya21",
+	"4qmGuNhGJP+uEUO/7Iau8z/XHEWdUVMcTD1GvCtwcmZs/nwxtaAVc1WGb4fver8tDpnqoXPP1Fq8BRFs",
+	"UhtQmxVTnkWBLF+aemPx0zKRPzSH5oUNu+YOvsFi1bf54VQj4AtCMXkjRi8zV0XJeEwWTHdJiJGLoZB6",
+	"6LJEwBXiVWyHNlLSxWdDM47N9LKvq7Ao2V0QOfaD1C4GXylcKvfIJ233FKSd5TMxelXxDfOXJCE0ZbCO",
+	"SGbQaBwQAJUmXO91XQ7NjCsIBIagmiEj5j5rrqd5E2mzzeV6Y6PV2XQBW7uso2lpPypxz+6qMuHKTlaq",
+	"p0Nw7Su/iJmWK5UtAlg+RGnXhLwj7Uy4nQ2I47XA9smMA2J5Lsjbbho62vNdUkIO824LOevU0gV0uxvi",
+	"bhaPFkefb7uTm/4vGvfIDmFkwXCcJa4HcZwlLB5CQ9GWw4cc0ehGjse1IsNr1VsJlNkuunlfXQttXWmq",
+	"O6PRlAvWSRmNS112y8UlgCyPBmcHHHYOKrvUGr+K24a8Bx5clpIpS8D6XQcx7hJuj3pntu7Ttckn9tOu",
+	"uZbWc3W+v4+b27FRm27Mbl1/YrXvTfljE15+xZfUsDHm6QsSvu/YsTvmFyokCVd5dgkUYPsRJMVErIKB",
+	"gE03/J+pjCYOvbD9o0ROiaRQmgrEx5rT6IZO2ECEE66n2agbyVlljfvuv3Yu4V6XvGJ38H0FGQkjRmgM",
+	"RprR5jWhYiAycSPkncBZjrAe0gNTLEWwvKyt0nrhek01H9NIq05+y523jnuH53j4bu1GpAhJ3NNEaZnS",
+	"CSx2zCeZxZC27lmHi9k6bx31zs7LPewTcwgLtDot/bpuuhYDL2iNaNyJVArv9+yuFmmgkNNrLHXXQh/i",
+	"KonRfllMoOpTkRu2cLeFc2LbgVNndBWDNw00Shm9MbItzZL8Nrh88wJG0tG0I6TuzFmqODpbi+V6MJZR",
+	"QvkMBgF3HxlZaUw1+JgwW6UYpBAlHfbeQo2et44OzuyJWDHruhxDmpYiWkqMLck5E2QukwQaFY9lksg7",
+	"Vc6t7bhGCGa+fTvfhDOhS7tsd++WJhzSNfP265XRiqu+GC6VmWY2SY2S65dXNR+oDGMJev2kUjYxO5Xi",
+	"PSwkKcQ4PN9BjHL/nM/OSgPeQeLbHXAWoM4YgsFgAmkncjIxpy+SxR5WaowTHmn/cB25uL9ZOczec6UN",
+	"XVonQFFctRFvPbv0uAnEbzFAeTQ4+A4XcDT+hhXPuL7Sith9DXLOyxQSd9EOYyzTEY9jhpt/aPeKJgnE",
+	"4BZABjHkiCswdNlsLjUT0aLDRWec8Mk03x6ab47VUbgiL7wXfka2RCwU27vjAsCOF6QNsB2dy7Fm6V7l",
+	"Qzds0UmZmTowwwHOsTqy4SdYnr0XYz6GBAPtZmVGtW49OIreOaGCuF8h8saFXX6mgNwgDQGJwrlp8Qry",
+	"CGLTGxMiZJMOeos6uWbhjyQn1vsdS4YM6Dzg5sCwnWfubZoxPZUxSCFqGN0y4bHPhPk4KAZtGBpeBGVI",
+	"d8YyE/jiEeiaKoum9mWZGqklszRipC1TRA1cJg7F2F6Rj9TRUtokyfPWUf+wzDQjGS+wh3pxm6CgU8CH",
+	"iv/JEHYJwZshQNuJpNApjXTnlsu8teVxIb/xMQsWbKbkdF6uSCyjDHiiDWcJtJG/ATyEuqgUkH5uDAOm",
+	"tNqzrVU7o0wtcvq2d9UfcpSnwkRUWIMCeeHCaGTml2kmABwRnjb3thOfMGzdLYnQmZZR8wfyFJ6N5IhL",
+	"zTE3YOl6dki9HXRidhw3+evCy8muzPcSw5cqWL/gT8u0kXmdGGV3MauUgS8SuN0+RMxDTdyOKI4dmemO",
+	"HGOE113RsCsW5ZEknBlNQXGrnTVDVLah1gy6aMhMD+V4CL93aJh7NmOm9iDA2qw5CHjBMI3XOwnfAtrC",
+	"vkNDzdIZNwIFoaBcBz7wtpifPYD3lkVAsJe96sxpCtUAKIkpEezOqBxWoCOBy0wn/BbYU2Y6peIGJw2P",
+	"zLiAzQYGMqxo9IJOyiKZxspxZEUbQSUC/P/2QaOgQBY1SJXSQMDHyiklKpF3cLBLJ5oJmukpE5pbLzte",
+	"VEJCSriQyHtBsbpKJV5OTRiUGFEUyN4jTbSUCZXN5zLVLO7MWMypq9Y56h+f+5LIoXOBir1copyBl74T",
+	"85QVGgD+0pWW/Pr2pU1ZwdR5KJUJQATpUnVZMZyvfllys2O6QSAsk1/P9rXSddEzW5i/jh4Ve93ZvEEs",
+	"Y4sSarQJEKoyJVc/XXawuLQYVAFOKM7FJYHARQpPWFXEsj9Mr3jbRamb1mFVSNBJ3Si5f9QXZrnW4dK1",
+	"FfGcbvb53INY97j944UzwQSDLkTmT6gP5nVvzKp64Kdyhm9NLIuDGRc1lC/XCJQaBxbk3tRItrAQ909U",
+	"LtqcWINHSlUrTZWtuWN8Tfenou51G7T83GL/0IzMUU3S//XtiyIX1HADJNFOWe66MC9uAMiChdH4fa8H",
+	"X2PbubfWKvCKb3cB3miCe2qdjU9P4t5p//T0KHoanxyf0YMxo7QXHR/TuNc/poej8dG4PzoY9UanBwdR",
+	"3D+OT6L+8ag37vVo77TGY/H5oKU+1m6gYHdfEFbJA8KRVBsirQAOecsg43g71Nzl+DpChJqrG0TkBSq0",
+	"iiRsjPnKFG7ambzFJJJKp+dvFBG3GYEHM6Euo5vlOBwI1n6wU/YHKDdbtWW0AI/r+ioaFWkI3vvW+UGh",
+	"WftpJjmWge/a2b4ZDOAjmh34WItJ2ATOn6txRrCAFtw21ChTY6sJDDjs7diKY8t0luIQNul+Ek/qCkGf",
+	"xxO2tKTdW3PlV3ddTQp+hI4MmyppLGVA8dzE5DgnN2yuAzJO6GTi1MB7TrdEkZv3ovIpdKcEopqOMLuM",
+	"sgS4UbDDu/t2sXK8sZzhBG7yB6GXigjLibmu5xX3reyaBsKlUymfbLNQxD4922UI5cbehkFd/BKS/nJD",
+	"hhq42IcgjiqsytK+uVWs2ZuHiGpfaZmyuNIY6ZGST0qbvZ1q8Vo4Kdi1rT1CcGDCPwn48Ujb/iEgco7D",
+	"ktCGC8MLQkmWJk8UCZEooVx+IEJPiQxBNzF7BJbjiOk7c2MYIaf2uiRErjPfJWMO4XsiRTGJ/PMDEYL2",
+	"HgYkdCCxpUl5iLWhsZVjFmdogTMyWgTFrO0cb7NEsNTGaUMzFXNZhOjLQJ8gWr52BmZMa3uFpB26Z8Jz",
+	"MpVKGzt9IEIP4i8kfB4QPiehQ/oLifnfwGyZWYPF/HO/9cMSIaIAhgPhxjbzi6mmcEALvENYAmDR8Ou9",
+	"AGJo1rx2OJuqS5AUc+EF99BAbHkRQenEgoT+XXdOjFoXkrYtmwaYC+ucuCB8IuC7XDj/iLJlcDVax1p8",
+	"T/PQWzb2c0U3B2jfqW/zGvzjpcvjpq4hbq5wtVATWc5RrvcANOUcFZCSqxZSgp/cFVIZ6Hybc8lN+yXw",
+	"5WWwTZ/z1n3jH6WHa7uW1EvFArJ9O6H4/D1OgdOE2OwK9PGPsyQhf3BjSudizGXiLRtdI8jGr6lk669s",
+	"3ACwj2uaTszo+4ZeC717jl1vyN/Kmx3LIWtxwI8fEJH7KqL3T65dbcL9IUcI7LGNpejq5z8WeUOYEBkL",
+	"1bGXBPTAVrb9k1e7ZcOYrY/v7oM3WRnM6/P1eyuREU2m0qLlrGnVtnk/taqCkzcb3crWeMR8ZTzKLTqz",
+	"/V2O6ha2E9jkJvVR5pt5eVTdGazdc53yyWR9nui1fWxDmElXVVS0RvNOye5rE3uaPSxz6Dbcdx9GWtH/",
+	"eTfSzHup7kqAOazG5oqIzPR27ywr+RFqd3/IkSvOCa06GJI2WI9QDW3u0gDxrnxlJNzD37no+pDHKuy2",
+	"qgdSsynFoexq66fbntAuXLYZCEM9q+RLLO9GwTF44k288SC2ZkQfs7bBa1C5bZO9rWndUZIfr6CdP99Z",
+	"sKNh592HXnByUB+4eJB2QGu7eF0jIz0psnLsK91VmlZ/s+Kipv3PC/kLpxdYyq3Au98LaRe0MG8gLypO",
+	"Grxjrl3jDhpUuXUlWj+Qh2LTUeAYXS/U313vv5LUNvpNg1LycU2BSsSOjztPxye9zmn/6UGnuDHoQVEO",
+	"JfhkqpMFsbMCfhjzlJXXddi77vXPe73zXu8/3VMqkXrlUzurZUUbzQg8f9ncHLaIsDYKKKxHDsh35v/M",
+	"d25ZmlDzjLrhc3yfDS3Q1vPM8Nv+31iaYPfYbB6vPbccjKP/IIVi9+1g6pXgVJrPGpFiW5XNaabqi6M3",
+	"vnixKbk71k1X13izlWlpuc6EYTGIZVNiPkzM44q04d/zJFPWlKxg4q6cTok26yST/8EcHkk6BcDVEBRl",
+	"upt/exeVFyttmmd8iRtzRzkkGLm6jnnKbrnMFPbHkwDv2racgNU7QynYFvu2W+/aMj9tSjIe2E0NDgCW",
+	"yRH70IWtDMDvEBrHee/j1erS+utkNVy8m2TBf/UteCtqvrcf9TcVbuAzI9l+ndfxBUVQBnPsChrasdjy",
+	"uJAFshYVJJZdEhrCDV3WY4QJsTRJPKxPIxVDYv4XML5mfhGPlaogOFddft+XRNhWgKpUE0ajKbA29u1k",
+	"yswqoiKE2Zp7Ee6fgIRG0fR+CzhFS16jqhvR3l0VJC6/pz3dWPLGuaa4gcqbv1Sr+za63dxrP/C0qlWM",
+	"QTlbdauWL9J4fHLSedp72u+cHZwedoobfnRoGASIB2QLlsG6ao9zR7OoHA2XHSFmz7YK4ju5OdxGCVmr",
+	"Q+SWej7+6uu52L8H9oqUt3Kp5Al4FfL1mNCpxTNVQMgjpnjMVN48rQ1KTcdC3O8WS8dDLDigOE3DyXP4",
+	"F14stQzhHXmtBMbRitpBlzOHeFG2L3Atm23s6PGpZZPnb/h8uFxPjKfi6YB22a4gEH0RtTJhlYaAmgFC",
+	"pc2oyCiUTQR5//07qghVNxhH2uKK3SbODr2+mtr+FbnJWPjq5lKab3eTHnyeK6wQpzmn4WC1G1gGrLv/",
+	"PexThH/5uoMqplpwQIUtg4L914ndh/EpeGL8MX0L+JmHnPInmO5rZ5XVKjgUtVqok0HdZkmp5YogkkPX",
+	"qTB5bglAwlpJF5AQEuatDsR1QMJc/w0BvQ/rQUpqdIFzZj7FjKyGZrSgJM1kynwlyZqV8JlcwhjzcpXG",
+	"ZK6Emst95W235jqsve228/xtZ9xVs0VyVnQfXkUAZgMekmZhQ3eHPahYLtuGO2mkk0UOvB+l0jVFqKL5",
+	"hcv6auHF2Gylzjb46NwdS3Y/v2VkzFkSK9KecZFpRqYyS0lMF2QmhZ6SO8ZuYrrYM7f3f5i/JYuA/EdM",
+	"OfzX/BX+AQ/DvxaMwjNckDB3oITdCopRbaiaiS1VrrUg1ZdkzN+zmMxZymVsM0zA1T2kOoSqOPgdaCpc",
+	"ij2YNx0pmZi9MB/ubtzp31Ot0NvQPK/nuSHDFYlZQheIlEndfBXLYtlJqYjljMxpqtEO4yowawEZ1N0s",
+	"2uwrfIUo3YR8nOR10YGtzsbznfkgV79eP1uKmVwK8uLy1SW2VTevBIR1J11ScrlVCMhDt1+VF1+2xrZz",
+	"qecO1S1CA9Z3v7Zju9+Wf+tW/HWhym07f5eTBNcIwyIQ6fZklWBEI3Y3sOqaiEC+Pa5B2WrOY+9ZlIEP",
+	"ZtVYNXxcu9VlqJWNunzkDWNyzM04S9ErVDuTk/WzKDcdKFPMune9NgObh4aqODHLAuwNBXeSltarBiWX",
+	"Jben9dBAVe5Sqw6uNjIq7sUmDxKicrgv5fSie6YU4aCVxKJ7jumh9i+f1itA+bGFwdW8w+VmAJDZDDXR",
+	"WPZCIfPRPhjudcmlfYvYCkSjHNxxPZ2yBNAmbEcII8/HAHXjFyQj3IIxqBH/xDUc8GGLSvVz6wtXzPrW",
+	"C12vc8b6CHRti/hihHoBKOfsOs/le8QsKS6iJIvZUGWjWM4o3FJWrtrgYMTj9D6hM1uI1OofPO32zP/t",
+	"n35SsMO6FdalaToX7uqLOT+Xn83jHwE54eE62+ZFW3VYxEIKHtGEmFG6uzaehVW6D9Vuzlqwx+omeH4a",
+	"HMOMa6xTSzlZmgznKRvz9w3WaT5cvW3GxFimUV2w8bcpQyCw+hxoBSnsIEksUlteUVsTkNzSAiwY9GEc",
+	"F0GxztpNB+lUG4uDvzwBMA8aU02x9hk7pXAHLIS1zhbB/z7iJO6zg87T8WGvc0qP+p3j0Un0ND5lZ2Pq",
+	"IZq+ff7ji6vrt/9neP365+ev7hV492ogf692KXr3WWLnn6PldbkUdCMSLa6eZfp80Ajpc1DbUmZ79Nwn",
+	"GlpTa7prk+cdA6tbBU6B8x7EoYTcfQ9XUqG81IiIhEHyu0xJJmKWqkimLDBSQtg/qYDEfIJYlt4zirSp",
+	"IEzc8lQC+Ci5pSk3apWRsFNq4Rf9tC9sRjd8V3SlG7770Av6B0/rs7+qlcs1vT+ThUVMQa3TqIPmUadd",
+	"en2o8tSJGTPS39oTiwqIwqZM4xu2yyxUU+e8WY/DeodVzaIdkCh21nUNfPHCtmu7YYt/Q0E/ZYjZssmO",
+	"2H6ZraVGf56q65NWUYbi7nkuxhJArO4AfSrm2awVtKZ8MgUWwq689bf9UoXdo4D7P2rFN2bGuYImiyJy",
+	"fnSQK5H4t4/v6irCv4iuAFvVYt+j8nj30tNPUGnq1fCuqdx1i1lfq+scVjUUbYuwe0ErN05X0tr2qtlq",
+	"CIEmD9Jh75F6US71m7RZbnnQvA6Ct/DT9Jr9LkXCuJdRu6Kb5SZqYiNf5sXz1XZutvE5hLsBbTCbg+Qd",
+	"ZfGE6XuCKqxyOW4xWonSNq7kqXQ02u7lT1Y8VPhnY0ZjIKNHUOPv67elSg+b60+KPw8dcnFDr6yVrt/N",
+	"KaLRAbxFss8O9stuvuOKvFj9bhlEvsH1/BX4ibfLWaJi+IccPWgxG7Qu9ctstvR0bl/MtotBWmffFZNd",
+	"VQyXH3FBlk1HF1RugQr/VARsI6tuZ1aanfw+x6OjSfJ6DArn+kqn4EP9Hba5GmZvtbWWaD7w8gLe2SU8",
+	"hF1sl/VYiUGlJr3nDZu32+2y9DIXW3bLexBF/553ZM3rW69j02zWr+hiekwRff/Q0gaisJB7Sw3NSufQ",
+	"yDTNhW3Yk6Vc4YbFbKUfsMrNK33DSOYdBbjaCn5urSchX38l7b6k91Ne/y6ie9SAzHniJEsTL3zlGlO4",
+	"MFb//PTo6HC/tWHfpphpRCJFFLsSTElLJ6rjY+Arlow72Mdky3De7rgDuZen8Oe4Ph1XxXQQw98D7/94",
+	"b2CY3crXdoCG8Y9gKVs+ooL8IUfWnMNHWUz4rnYcew9+upqg1aWwSaQEngGAXAD0hYT8HK26wCh3MTo3",
+	"5L/pNEPHa033KzfkxkB7ZbycXa2knZAVdsG3aQSifUBwmoZYQQ4N5MBo3bxKpLU2fIqy57k7qB3i+1+c",
+	"8MgdOnkHhWeXDZJhYzcnPJxHFj48jMvAvTNabFTE4KpOuN4ox2iXRtifkf8Ks/rhWHPFiW3GZHZS23LR",
+	"gxgbFcZ8RLsDvvRwc37MqRpuuHLgZjlKWjzjFhMO8Orw4GJWX9h0XbgDauouHJNRzBmzpV2QGeZg0bFd",
+	"QpoCWB3Pa7+sm6G5GnMD54NL49m6+ss9f5+io/tWPzSWc/qLq0sZsZN/oiD9OyjVaBE5hsYl+Ehge7QY",
+	"yRjRJCkVoSxVZQUtOq/XuH8Fn4dL7N0Nley+oAV1rY03SHDerQy9vglxXbV23QHidmF0ebfNWtkkdTMo",
+	"b3BmP5tSMUHPZH3T2IqfdG1a9U6n8LF2j4wNe2WbUZTVKP8qblaj8Bnfo3FmZjIFUQZLe4Y9tjvXVrpW",
+	"e4N8dM2XWuetN79e5y0xtgo9G0Oz0cC87e/jkGp/o+GW1K7dtJLlrdnI2eNt3caJO2Xp9BOOQLSERotF",
+	"j1PchYAwW/hEFZnwWyY8Q6igDXcoxZVlTqdOMHnntYHYh6Nad5sWQ+YTCaw3we1PSVms3e86qfCPqo2z",
+	"Tbf4W4atmj3NwkvcefaP553fe52zdx+OPrp/BPUpO6WCjxr0wFulhpA+tCYXvb8uER1Gus3jbmtzaKK7",
+	"1Uv8zS2xH5zstLS8ocmaipntx4XuRB7mmo/Eulnfjvr+5dW+4/2lvuMe2lMFm09H847toGMoV+s5tA1l",
+	"AD75qXqVtyxoEss6dwwbviImEGNi5cd37HCOU/0EDc6XrOPqUS2pbeg0cg9cGK3Mnyd2FIpdTz6LDwhu",
+	"JIfzUM6R3tGzdZ/Y5opeNysb2qgM6fyh/AArlaNtEgM206HUMtluOtO1OtfmB9eckGxpf8kpypiA+xd6",
+	"pKeMkSmjqR4xqokrmFX1fshlBlrK6/SeUJUmXn6D9bY9K2yiYZlr7wKaH68gf8VYmfgRxHx3UFx5J1g6",
+	"rPGzLHuRSp3NwZEk70przLMyAfM9odrMxuV7IpSnmgLDQvKrHAiocDAzgD9qSTJRWq9t9LxBeoPUMpKJ",
+	"b7bWOIZuJSq5wxU+olzO1WOewx+3QwKQY31HU7ZybiVpupr18EZsDpFZk8wf0QfWcutr4MGKIMzlQc5O",
+	"wZJIr2GLtX4uXMSPKRXVcNXE/G7NDbyzR9dLmtnsyl66z/zpfXhEsLpt0nsqVFC8WueJ9Baw5mAewpHn",
+	"n/PuZQA4yk9OSu/Sxq1ZO4Q0zncuIQ2ToHdJ18YkGez0ed6KT85O4/jo6Qnr06NxfDIasdNx/2l/3D8b",
+	"nZwc09PeITth8ajPopOjOD49PYmP+vTgJBqfHUcH9AwTTqroFrurKG5xG57bS/O4jWSuroSvF3BrjJrK",
+	"ydvJbXT02Nh4mS53WeAVti5aR5hrp/dwnPKILm/v3lhOLWjKKcC66SzlenFlJmqbSTCasvQy09PaOHAR",
+	"bmqHdxM9/J//+u9wL3eIg+cjdOiK4HInIym10imdY/P3kFjszcs3L7oWsQqsG/xwIQGN9VZIy1+uX17V",
+	"+YXrG/TbAhTbM5Z4enulDT+ifVk1DvQergbCU9u65NmURTcQ3ba1KDbJGLU7UHcs1uSUilhN6Q1Dzcau",
+	"Y5bpjCZm+h8/Qm3vWNaEFXAGP9qdQ6okcZaaq92GE7SEvouaEXxadckb13wHdCxDoFTLFDrJY5McaD4u",
+	"E6OxCYbHg/tcHKTquvGI3/QYH67fXjUQbVyWeWBvp92Gks8FtJjvzGWSDET45vXVNdm/7e/j8sOApEyw",
+	"O7cbMKFcncclY3/rojfKQAwEFvfNMk0BpMoerlE6zXTGTEQsPveL8gNQuEMQGx2IHoUBtIVC8xX7TWEr",
+	"JypIJmx/Y1voDz2nLI1gbyKv5zOC8yo6w2EYVKQBnUHPSgUxI00TNhDwi5RAO93wqHcW4oJd81lECyia",
+	"+IfeWkuQPYDhI2z1LInkzG0dtptPKCzKJXySdvhdDrq0F5ARi2imzHQsTUB4RZAokdGNIneMxBII31LW",
+	"eYF54RZvR7aHkaaGIM0mhb4r2i7rf/+hpAhJ++0Pz8jZ0fHTPZwqNZtiKD80yw6RnxIeMXs98NiQ6ZgD",
+	"puXlnEZT1jnoetW83u+MmMtmM5ouWuet7z2OgvNzaMBlziLylqXkp+vrN5CQU1ApTm92/fKq62UbVbj3",
+	"8s0Lv4S31ev2cR5yzgSd89Z56xB+BXWIUxC7+1NGEz39E/TQ2qppOE9FDnq9EtabjJhSBFp8KZhxl3wv",
+	"mbJtvLNoWqJIM2sUE1yKF0YD+pHpn+DTYD/gDQwzOuj1sH0FhBNAIauGEs4/oPhe2yXLfuHjx491LWfd",
+	"IowZnfBb1rVw34iaVD9yPtX9N0hJpfusdf77O//Y39gvmNEFUwqyDSegIsq5QhT4feiYv+kBWNhtv7t7",
+	"ymg0NdQV2MJ9s3ZYFF4PliAQ4HTEBU0XAyNLWGSFmXno5Yur6+ev/Dbghjrv6A3rZHPYomx+QY57h0Tq",
+	"KUvvuLK3zdKpvmU05naxn+FgzecXcJLHvcNP8L1XcGfTeHFBQhDHKiSKLgAYMZqSmM2ZiJmIFgQzNR+e",
+	"yPINx0BQesuITul4zKNacrvt79M5R6VINVLdLxYhARSNC3tjgzhFkAR0ukBT3GXeNrrr5Zxf4ycekQzc",
+	"R0BZbuByq2zsvu35RpuvePqLt7v2F++wI4yuS5qUc6ZICKppGJDQpYOYf2M+SHiRd3pMFtj9Gt16AFvo",
+	"+8na2iLZKmZUIsPCEYaerRcM/GhlkA9zlntdkm+I4WjnOIsY+tGwjSJVhJIpVdPuQFzW+81RwZ7RhVXA",
+	"HXkYkVHnQIdpdQfCfN0oVvkMRjITcaG/4O8RFlBMIMXTDDenKRN677zAJVFklilNRozQmcRu+QOBjz1R",
+	"pI3z47N5wpnKO0XCInGv99BzyDWx4UQiJEmoRmXcdjaA4cj//Nf/R7geCC6mLOUWsin/FLy+QLkcLocm",
+	"Q0AVkRrDr/hRqm7c5U/xmwNhhwFhPoYCSbjvj3qHJIRN6bD3EWOx6uCXwzrZ+wzOwrGELdRhSv9NxosN",
+	"OM7zbFhlJuLEy1rCjYcMdvfLdza7Zz2jlufmnC0fy5am7aFekRb9B5MWOIk436FVAiPwuMMRS4EbA9Lk",
+	"CAXZhpLEPH+41fP3lFa4WpeQpC1NLEmspSth/4NDr/6IcixhdVDjL7QRGHMFdo4haKq9zVIS0YEtrgTy",
+	"e57AZgysKEsVv2XJYvn6wHaMHiHPaUpnTEO2xO8fWlApbTTYQu/OAber9OQT6DqX57tPcFM1EZ01+3Gr",
+	"nixR2tGnpBzc/40px9rA+65EBbxWtbfgcxE7krCp+w6ezkhZ6DOBafz2DrGIdsiPFjbcehxsS+QxFzQZ",
+	"iBQgEQjAFMBYIGit4gzjSuFGDZx1LNPY2L1GMp8X3Z05Snhj0VgLHENKYEvbJZorDYJSNDGX853MkphM",
+	"6S0jE6kD643COYWkfdDrAZBvaG3PsEteCzYQdu1PrNCnCbKMuS7oeMwi1N5B3VZd8iz/tFHDUn5reY4C",
+	"nBCPKNFyAhhfA2HUNGPWa8N1AhQInVKhKGr27Ukqs7lZzIzrvQvcIITadjs/ZiLiYtIll5rMpNLkuNcj",
+	"czN2RJPkwnzTXtIaANfQx6HomJE2DOftFFeEx2w2l4aL9mpvLks5l0X4Z+e7q/jwF+N29zt3qCwyFzmL",
+	"0Rm/4cVl9+cXKhZb3Z0PJ7/KU7AO8xpZ9low5wKaoxvInkYd2+14jfYf9do96m/3/PEnudYL2+9DyTP9",
+	"+7uPJWPwB3RMzqhY5N5JJwMMm3qC3AKJLAvyDwXPfNx3PTFVs1j/nkUJNUo0FcQ9TtrmZg6IJT6AlrIJ",
+	"iUTxP1GMW8/tXklcT+UdxPExNZBwfU5CTA00tlKWJha63eYHhi79sUt+c95Gu8UkHBtjXMuUTtBt9evb",
+	"lwPBba8XGy54ghIvfPMrOoFdCumHPDfxY0g8t3OAVwHu3t6FlfbqMBwIDo5nSuYps1kZZlAwcswszQwS",
+	"iGARtNlYdKOyWeEHR9N6KpPYzXogopTF2KpbgflmZur81TVT3UepHnbJK2MvGBOD3zK8SetE7+s5E5f2",
+	"zDBLeFnfqiPT4hFXCP/ie6iqX/MwOLutJvTuXmIennS5YktP55phyuYy1V37SzWlB8cnrfPW2fj0JO6d",
+	"9k9Pj6Kn8cnxGT0YM0p70fExjXv9Y3o4Gh+N+6ODUW90enAQxf3j+CTqH496416P9k7NWPxPNhwttBG2",
+	"/YPDo43Fudlz3OvPZAiV08EbNFLLfwqf2lFUH235/NmjiurHFb3mWEsisLyDW0veDfXpJZTnMNcxjMBE",
+	"r2NI2vg3ANDpQgU5YD6jZppXmocD0abRjZB3CYsnoGIS+0ds1dAlL3Jd7ryiBoJcdGq6xL1wHWSnVA8E",
+	"TcBTio0ZnapPUqaz1CZ9yZRPjEpvb4MLQknMx5BKrPOhuSJHvbOBCO3oHYzGsTjskhAsgiEq3yqEWijO",
+	"Srv0RJGEKvNdz2jwImao454TlOZzliq0VVjeRiRipE0V4WO0ArQk4X7+RVhWvknRovMzWwxEOMh6vcOo",
+	"OF/4mZ3jrys4avi3cI+M2FimrHTETMRqAx3665DiOdoTIjrZngedTOQxDagLUIpOsNt5Hp2wfjKHhgCP",
+	"OrlZaNu2SfDWivZnVrJXKdjXJUIGascQ75epTD/yDfBFKt+F3Nta5udpBs1C/xd5a+UZKHWFE1pLIuQd",
+	"Nt51fQWeuE4CLjoeWCVzbiSgJ1cGwsLouTQZ+3YOa0McrE2XvLCOdezpE3aJC1GGkCBA2iidvZyBvSJy",
+	"idPh6HGXYmIUXpbEdSItz9D6PDLtkZi8lCVWz9/uYLFjIx1rlmJKCk26f3HtQ3PtW0j2MQYy7PvWPJvI",
+	"yQrj+HI+hwZ1YUw1DQnVxJgMJJTjsWI6dP1BPN1ETrrk0mhFKWfGSszEDWmjbgXvBFZLgZAeNtqL2ByB",
+	"UCJmVKYJndtaZNdTGqFauKKTlDFlNSjDr5MODtqZcQXQKuFA5Fk7mCRgBoZnnJJk/Zhd8lJOMCYc0fkc",
+	"G365hZwXEiYysxFsIHSaCWQZMqOugMFFHUVMxlkKPQog7swViVMJw7ZD+ybkT6UZC2u9iLjTZk5fh/KD",
+	"qMjY5Qs6mkdU4LJgt1vnvY31lpdy8szQyadWWF7KCe46YhI3yjM5qUgzIHl484s0LB9X4OCWmfu60BSQ",
+	"8beWPdbqaBY/b9B8wSaaaOrIcd6L0/Wjd8bFcrDgnNhs3vydNuDN2LwDDaAaag+kABcTAME1v5XZZGoh",
+	"KATVWUoTcsMWKsB4Rj6Yec1KgLFMB2KeJ5ZqSebotsOx2uGPz9HrBVmp+x9sP958D0AoDERYMb1CjKoj",
+	"R3TJ22WL9YYtikRF+M1IxgvSNgdOU8hOwBCQSzSVY4iTFG1m/n71+tVegx2bG9OQgxmg9IfO0gvNAits",
+	"0ZdJirnrzls2hwaFVuJhVCtR0mMgVKWmVKFBHRDFjWlq/jTmqdI2txMaHmP6KSaAlFdNBR4JLNpcDAcH",
+	"JOTeJt6wRSdlxtoKLzDTohgAEgLNZsAHXYoyynWeJGTEzFbbRDsW5xePPz4XnXHCJ1MdDkQbrDnCNfS7",
+	"Mveym6dRTX1nZnGHeamp5Moa0gQNaSCwgcgE/2fG/OsJdFQSOru7g493YJE2NcN93Cwdum0JhhTmyu5t",
+	"4i4A/FmftE3lvX7ZuXIJIOh/9M6LKutZEPLOO7KBgAMARBFoELJwocgmWqq7A6+y0Yzrt1YqfLJrcP3T",
+	"by0Hetz5M1vc7wL1WwxUEQmhq1K1n1a/aF5lXzAz3/zVMpqYnDPRMYfbOTho5eOiRCzDBGLzhxwj8Oqn",
+	"ImezufXBZjew3x7iE1/++OnL6Kbp2ofr5omq0i3krxVUDeltIqd6QOvzsDFqRGJ5iq7qxCy3vtrE49Md",
+	"zDTmjeFxdnmktXgfsEX/at6Zbf3zRwcHX7EdeWWUOuorWSCFA6IpJEgxTOrw3chb63tgLGziG3L3HDZf",
+	"RqRZCJWGFmw29HUhvJCmNJ0lTKnljKwr89l/aS/MX36XB+eXX2h6Y1Q6oM2cYCmU/gjXqKSBObKY6w67",
+	"NdNoTGHHGiVbL9TBSjTMk8YURTtPAsOQNhOpTBJU0q2zLSBFfX/gQg4D4VWk5b91WWo2cYqk7A+MVOwF",
+	"RpM0SjGoyF3ySro+rthtcD5nNK0N6UAavVnpc1xofSLkPzOWLop4N5ptLV9/KIPk1NyQ9SNhMMZV+z/U",
+	"cNhf4L6Dgdrcqk3uXIkJuFb+PMOa2E0kFZ9x/bhCqjj8pgKHSzSS5Rip+OHKHIDD7KArkj/94sx94Jrm",
+	"y+m1Ifcij6awuS1aBCnxlQ19Fin654SSZ1dvy9YZGLQDYX7yy3BdaYFLSsY+nzKJQdvEVEeXt5wJzRP4",
+	"u3MDc+XsZ+Bs+N4kpRFYkFzGZG5MhlqWBV/yMw/0e1vzZlPVW7C7zxSkfKFUxmJ/jQ33Z+VQPknO/NHB",
+	"2RcXWSjAbJ6oEiB88/2Gd9EaVnI8hJ6R5Wrpcx8qSDGXKyIFikdSXHg2QR9wgmwtN5lIjUE7rxzHFrB4",
+	"bHjDFoZFJ0yY11hMEhlB/RLYeOavEG4ciIRRp5razDn0RdlcUUibU1NjTCf8lsV1tfU2pQ5rhQaiSN97",
+	"dhlA5LOUaOdVexf1Rrb3mFF98dYu9sC6ilzd1dzsmcxSbNOaMqW8iAY8ZBPZvV0EXRsiLfYVdKedDUQ7",
+	"1FJ2ZlQsOlYcqNCWHIdvmU4XncuxhmKwQhrhR1I25klSK2ueI5E8joTBwb90EVPHVp8mD+Lgy9a8S2II",
+	"z7LAm7Cl7rkgqFZ4VKXRmCdM7X8w/3FVQbUK91HvCEUG10UpA3tv1AmXVACMOKML+JNizOLFLxUR/8DB",
+	"ibKdoWleMlbmY6pkMLEGajQb9DnqdX5k5gIwX/cKh3ylDVC4mo5z39uX2mO90imjM5TdkO5qBZcD/EX9",
+	"PQyK31wv5s4j/pbN0873fMIgMcQlfAdQZSqgBoZGU/QK5q9/z9VcKsBgCvcCoqiIR/I9BILdI1eW1Dtv",
+	"ZMKjxbl7KMRccnvpKMHHYxf1iDFLPS6lpEOkgqW3rosIHxOXxA1RaLQqiJBklMo7xVJjnKqBaP/96vWr",
+	"gLz6Hv87TygXRLP3Gj7/7Oofdo+iKU0V0/+W6XHnNAzI5E8+Dwj8j6ZpQN58/0NA3rz6MSB/f/P8x4D8",
+	"+OKHYCB+Y6M3gNu3sOGy9k/Xv7wMyNU/fgzI/2P+9Xd6S6/gjALyP//133veOqgqI17ISDPdUXCIYUPN",
+	"vqFqu7WPyHXf7X/X4DVFVIIag62Rz54opMWKt9gjt3rAQS+GB6aHpQUEAjk+7O0FhHUnXRKqKTUP/tv5",
+	"iCp2cnQedkvm5tJEPz3bfy/vBCQYI+83M/wGSWWgqVZq88AxExBswafKamzoQ3Qiq7dB9ENdzx7hWg1E",
+	"ji22IDS+NTe0wsAVeU6jaRHGQx2QxUQxQ1eaJYtzEiIKThgMRFjtsgpYTqEN+V3mKi6Uo/rOT2lTzgDY",
+	"mOg7uTLL7DfXWPcx9KkGuLlPrFg1IZ81FHJZBCKjC5dp4q9Srk9mPdIkwaBwznsWlmqzoq4Cwq6e8X+j",
+	"XCtoxyxJeEe5LqALjIVnXvegwPw6LaqIklLATa7hQW29J2DtKRZDQwybY0AMQ6JoKXJBzfcwod1wMeVg",
+	"ZgLc0VQmMaSIOqAbgBSzyd9dgqEWQZaTPbQkM3pjQYrMSFCTChBmc0aXShZu2GIg/MQNC5nFk6RjYbjy",
+	"7Vaa0dichfUTKdKmtjo2nNH3CHbqEvpmRnGRA0GJEVPOzLXYKTqlYI3DnuYWH0/dt9DjhWqLA7WDLBkL",
+	"8EEHYkoVBJlYIUkdboHEWCqjmkQUMOXs10thV/TkneMAqY2s2pPz0bsoGadMTW0MCYtiwyDHDXItoGzK",
+	"SQ7/BWUXMcpkBPUyW94uJQW7CBSheFTYxw0NCFXeMqh4NhRlvpujzFnYEZdCiS8sZEYmsjY74jICQfsS",
+	"eWJbRee1LTp/yBSGdRiiQUsljM0BaSOnMcBmX4YnbvVbdcCZBRR/B4XDfs+CgPns3jo/2CLdEJE8P8sV",
+	"Zr+9ukDC8pHFpSXtuVSKjxJjdgq2903cVUf942/KY7H6LnyZA+FByqJD0WNqxdXnIxCpFfBqtRBHKNcq",
+	"0Ojec/WgVyWk9q0FzBcVe/KXsj76VNrrT8JfDxHkkpXjysHSSr9vRvWySW1Q+G6hvSzhOL98CQULSKvb",
+	"gNvk7/cDYDddRjPW2hKeyZ/CZ6pMLu1CDcVZCKcvUoI/GF6TLJNCE1XWibn9DxV09k/ira3Q7pZqlffy",
+	"Y3tv15FXtSXFjlk/n977+8BEsw85sR0WT1jzzfmWJbYlyYjpO8aMKaiYtn2hVUSFstnPRgWbSqWNbAJg",
+	"JJncMjXUMiR8HhA+J+GUqqF5NBwI85+AZGlCQnRpDkeLkOBv/XhgGMlbAABxQ+8FDuspYuWsG0TpGIjQ",
+	"NdYNAweVKBXDwJ0hemnDd+apxowc88fnsDP3JfWG5Ja8++824GVfW2qL28UNMlvMXn8NnHhZbRuFhGTM",
+	"kPnU40lgjS15cYUCi0w3huD3aIGMF5CYxRkeDsbM24jAIwwZJfxPFhNIcd/rkld+elozyT8IuX91JLqe",
+	"PPF4vgb6xMSueiJVu9Mnez+XKktZx4LQrkvIxBRMS6/25ojMvKMMHG4O9yS2d4h176BnzqjQmFyCRbCY",
+	"VagCy2r2R3ATWV/KUgLmde6sMuO7Hr4Sg4EQuBhRxRIuME90SsERaRfXdCs8t5vgesB+Al6BL/3MRaw2",
+	"efwKMiY3ePBXoXnydTIrbsl6lnVn+WmsiM98B1XYE3o12K5bOzK8cj3Oa7kcIHQtG+pqizeuCJ3PU3mL",
+	"0Nbmw1X2DJkYyzRiMVRuQtslTDardLFDVc1CpkEUFJmYCZ0uHFa0kR9gwFBADl3YmXXJD0blywsXBwLe",
+	"IlIEhShw87CItpouit+h5eQywLTDbp7BwhCfW0hb0Q3tBRJ5x+K9JukB8ODXuGn/atest/b1nFscMWdf",
+	"850LNw/y0TIbNrmb3rj2h0XDHTBi2lRYSPZ1zqe9LrmMY/BXIdVCcxkoKnK07SJjSxOWc3YOTEaFbbzj",
+	"uLxtuNO/frEcXEiA/EoIFwVTHfV6JLQwTzLTHTlGj2sYQGzQfn1m3gllpodyPIS/D+3QGHoaCFdAnreL",
+	"gRgeoSPIhhULPYWa3UwrHju1wUzqhs0djgVPsVYrIOOETiYsHojSJ22UCyXMiCH4MCp7BK7dcxLGcka5",
+	"yNHVuIiSLIYmrPgXM1+ZYiG2ZoKE33Wtr64byVm4F5CQz8OAhBGPU4tvOZynbMzfh6T969uXimQiZinh",
+	"+qLw0oDhiyEwY/saOcaSMR4uYLYJdORA1RmcswtxcosRd9Dr1QbI4thjx4dx5ezox7TltGZfjGUsNYNC",
+	"Wjkf0eimpkC3t3+6rb/TW+pnCmb5m93gjrJ86pDz3kMeBki+h/S7rpnIZRx/oU7XT61eofJCqBV1VjOp",
+	"E+/qngrW/gdf8K2D42+4GyzgA4i/sgZTB7tv1JeH5P+gFqu/sqwvFrJ/Y+a0el/3G6R3pIlCXwBP6Zbq",
+	"zIZEj8AJHfY+SjK1MmTrO6wC4rriQUaOvYDjej/WNXziefGFfzFVu7L+DVyv+VZ9xbo2Epa3li1U7kuj",
+	"VvuiNB+FAFoaU+YqwA94JmEEPRXB4NVgeyr3+DmqbaBHBoSSSSJHxKlzqF4+UUteWtIOvwvBfk0zEZDw",
+	"30PM/ZvSlEaapcFARFSxDheKCcU1v2V7gYVwQ8gSwuPlzwEiCT7n0Eq6BPw/Xt1lMBAwd1TNU2yBmTKS",
+	"sDFA8ho6ybGZNmNyFZI2tNdx+Edhvq0Ymylr0/DHmMX/hthvF1Z5j5nGfEAHI8WTxAJLsTgYCKvVE6qI",
+	"G6G5bVKFNT6r6ovxnzlkLQvbkVad7+9/141kOncGxP53raDlWk65zuZPO72TTq9/3eudw///z1YVtUYn",
+	"quNF0TrGcuhgaR3cxNjEvsWFpZtnl9uq1ZWt/EyZBNUD/cqSCT6x6LzK5nOoWLQM+oDX+P4Hn7lXKrFL",
+	"0tbJG67JlMfQkgt7Dl743M+1s+BBx3U/LOsA38N3H5rV67Vcf9FfrIq7AZOULz08uW9S1UXiKK5z5hHI",
+	"vXhBrXCVI3mvjd1adcG7zPfsJWk4Apq9gAr+hxypgUDWYDFmQ9hMbZ6S2ywRLHUlOTHTlCeqEv8lbk5F",
+	"H+p8I6wiwCr3fyYSIzkarusml/d1LmgeJYeiOplSLkVOKRBdyFluJGXCqPj6kilwL9er85Yev3pd/h7X",
+	"k/UXr4lR24oyqizmgMUU8EdzSipL+ISPElvvSqGbq5IiPPf+FAxEaBv8hQEJYw41NfBv/MSMCT30fy3H",
+	"44QLFpK2Tb1Drz44rlPGinb0AwGa2i1NFLbyoHoY0TmNuF408p7PQ7b30FeTtofzXdXwNz81e9bdL4d8",
+	"XbTCkMrdFLr1oZA2wlvTG8RSxSKPamL79kS+/wH/sU7tesXuXMWE0nLuQHO6rgbz37D+MsS8C7szAbg+",
+	"cxCtAihrzzaMsX0Tq8kmeKfkrclcX3LHcbroRzyjN1h2yjHj39aVQTkaSxS7m7KU5cEuBGnN5h6m8kW+",
+	"gDjFKE0qM80FI4ZHHd/tmWExVj0j2Emmjm9+FfhKXiX62J4j/NBmz17CMrEWvvFKtLZdA/rWcR361iNn",
+	"bNgTWM3IiMgm5J3rkfot+1mLKs9i8bWSIGjNs4bkC8tKM7pwhYHLbIilh+DNNTsrRZe8ZR38JnZ9mqfs",
+	"lstMJYuByEQuU+eUpyRlHSYMHxrby+8IBfjIl4JkYqlTOI4APiw7QcA/X5TzrcmqjuNG/8wH0rK51TgG",
+	"brFU0n2tWsBj3lQBuaNqIFydmG1Dnp+BvBMsJe28NWCNXN2Hd2uEcLiHkV8XuZtS5dWqu66p9pxcfr2r",
+	"rT3qHQU5UChF8HZs4WBDwAMBkUDYr4JSjOyrbL3LSTEXzMgIPou2DpszWiy/MRBtaDs+lumIxzETDc0W",
+	"Ppcw/FJE0rcohS4tj5Y4tKmyYEkrQU18k6BNtyEJitaFZKqwBJC1z1VtyLVLfsB4bE7Ttii6sowyM9mq",
+	"F8hOOTJzq7s9K/y9bW5+7SqkYq4lutWC6KLp+zrlk4ltxL+RTYjP/8xFvGYGlJh34iwpJtM2koGoRGpE",
+	"P5xRkdGEpJnYa5qfG+Mbr1swRLpJmhr9ikJmTdkKTUEx9JurPBnMIjwAGgiLEeNBjl3+dZf8XY4A1JeY",
+	"Q7fY164RjO0+gTgEA/GHHFntxLCjI8cCGADbD6FmQv6QI8jOBjB9c38RzdJZ0REP1QDI6J7TBXYTxpxU",
+	"nNoTRbiYZ5owkXIYIYck9fPI88CcRYgwazafBa/dQChJxjQ1dzt2G4Rp5aIFDCr32kUxAPaEylPdIU2s",
+	"aNZp1joQGEs0w+Hvm6NXhiq/CDyDqpT0Wq4/jY5Y52ncp50zetzvnIwOxz12EB3F/Z6Zeg58kJewxkJ1",
+	"bK2YtWmsyjuXqTZPHhwEp73g6OjQkKoTk9G8Y5FC4CX766nW8848lSNIUMBOdwX0wUnPLNqeueEAQLGc",
+	"GuJ/t3VOGRWfLZmM1nrwLwVhNE04tN3B/izldjcVEJXylWSo9aFbMnx88Ow1uirAd+F1qCkLmH9mLPtG",
+	"AoDb9k64b8BQ01TbG6DZGws/7n8w/1lZiwx4YEbQzXiaylTlbrACfr+m7HgnqWdeemw7ooker630/2rK",
+	"ir0L3pzIH+YiL+JJVT/l6sPfR7dgMxTVM3Qb5nfkE5UjgwO/tqnrDOBQuqm6sXUkWs4R+TGyuomQZCZT",
+	"BlPuDgSOnaBrw7WLxtW5PlLmh6KT9IVrew1pL3c8YqUOGXU3MTz/1dKk11fM3hLfRMuL+4IywKFuK+f2",
+	"11VCmk23zxS3rA0DQ36DA5o2tKzz67tcGblcGDkQeWUk2aAw8rxUsI+NKBDvPubK/RhA5b0CZHCBf40S",
+	"CehuPvg/DPzT9fUbCxrI7Ki4yrhLnsnZPNOucsrx+EC4NakAPP/neePTkYs1Y68OKeIiamBBwWKj87uy",
+	"NsOjLpg9EOhnaCy3omLXQk3Hq38VaP5VoLmLRPnN4wqvYWNu1K4TNOhluZ+fzY2xu6/NjvDl+tu+Lp8S",
+	"bucmfiW38d8gZ1hfVEGcBQ+4323mk7LOTIShwdpGq8mCMxOUSejvkEh9bm6QVArC3kMCpCHW9pjfMjLm",
+	"LIlVMBDsliYZGMRckFDzGRv+KQUL93C4MX/PYhK6NAwPPxVar8EEACS5LdM84rbXHYgXuVEKjlbrmrIw",
+	"mqCMCXl3YRgGcq9dIAm6UIx5yiCeNKIxztQWVw5EOKKx6zIREkFnrqITHlvlQ8J9uw/4WMyMAo1Hkpfw",
+	"WYkG/ylBXDZ6epadNiv8M4XvR/DJVCcLJ0J39kVpbvYM4Tl1NB1mcyOPsOGUoRUzEjkg35n/M9/BHutm",
+	"pTfQOzQnEWPZZqmcs/2/sTThAgl+K28SnslnyqHOSaLZtxIQqonFGiX9v1KpCxy3XBA1SLLqjW7MhzyE",
+	"8nGl6ZCLOKqxE7U1k+05dMkDYrt5YmFbRRlffHzDtplI/c36mpwuKwmnIfXjCgGiIYFhKpPcjCfUuVRw",
+	"iCfGfHqfE8tFbl3aX6i8Tt6W2mMYwtw4Ad6dYJGZ69QV4ZvhnQzgmkTG/jQ3XZf85ow9lKme0Qtd294X",
+	"d1/k7EOKeNPuprzAFhh33CayzJmAGnd4D0pau+QNxewvrgYi3J/TTLEwAMKmzbfer9DX4OHI+zNemTtc",
+	"jt4dhzfaoX+lPcQNVt7fzxYT2Uw4OEkq2F0uRf+6y1oQ3on8y+yJIgXFkjb1d2xvp5tuH3TZxvvuJbrA",
+	"gN1BN7aQ9fALF6kCzzBph/ZnV0EIzsxMuCACKN425Ss0utqcxSFpYzLu4pyEM66Uzb9Gnc78E2JEw3GW",
+	"JOYnlqYyRdWfK/vHOCQjNuUiJnQgMM7Nk8Smujb7oHALfoDV30f6fKXWrln4JiULjEy50jJdfJNwXT5j",
+	"2XXuxkXmMl2pNMJtG0YyEzoE7lGuYWFxqUrBSDvPCr2b8oQRuE5jh60KfGVVS/CyMkXagLVl+HGeZIr8",
+	"wbVm6d4FGbM7lvr+XitrIfdBSSlYuo47XplV3ZM56rxLsA31NUH9HrRa4LNsBj2JzY9c2B9zX5Mx9yfQ",
+	"2P9T8MpVIvWqkodck1KBVecKF+A3zjSwdEOHAGyndmMeoPHmyOQrmd8/TJXYwtyARXKcFfzG4tortNLl",
+	"6OESyZtH2TdjaQV2c77FFFk4qfsa9+Yr2WwFwb1wtAbBQJTTvOwu9DyEKMzB3QmdqWNLolwbXcdRKsbM",
+	"xtBY6K35/oa0Cc9+S8SJpQvfaBmJOStC3Znfk0oz0UyiV+hYr3gWnJcd/QS2mKttc5dJiKIy3HMSwjyK",
+	"DaoMzVKNbTuhVAMVcDKHmqaLvNYDaZ2mjGQijy3/ZjNQl9uBQTwcO1hLMRA3bIF4wnk3M4iv7QWVtmDO",
+	"deJ3BkPeQ3MC7ps2psQNRFiTEHdOPLASaIQN64WaOTlj6NJnCTZAPDo4GIiQe5O/YYtOyswrtUWcbzPx",
+	"IAwZ3C9J9BNYCA+S0DijMcNAZpp9BcmMq1d/nRu1FnhWVJmwbC/9S6cpvs2EHxIU8m6NKGRRugps/7XN",
+	"cR+V69YQKJTOsDWmsaLAfs37AxozApD2zRUMiE6qSy4LyFaLeVJvCtkp7Rysx/e/0FD9o8oRWPkqu8nu",
+	"zZO8a/a3qBRgXB1XStqIRgb11XbNJbedJbbmQLsNM1Ag99iOCyD6ooKPwESULuZQTnT5/KpzcHzS+fHZ",
+	"L4FrrW3uRIjCwwgDcZfS+bwowrR9L58o82DHjmXo84Yt9rrkH8BEoAjcpVyzjmGgcyIkSWWmGcEEMSyn",
+	"HAgpWJdcolYC9J1wZZUXQAbngoQ4j2HKxiokKYsYv7XhFIRg49iWEkpqB6Jtn1dGmcmrTfWUGfXaXZrJ",
+	"giR8xrVFkICvL+Z2+7XM4QAQTjmhI6iaB5AVEtoaU/xtWCMuLuwh5JkBoGG4dNZIinHCIx2uiPjDCh6g",
+	"2djb5z++uLp++3+G169/fv7qXqF3qm6GsEcu+UmwdIjxD3P5OtRfdRilh3prwF9Y8OcKpuNubxpKJ23H",
+	"n3DYe99GkULvS2xCWRO6d5yxLBfLisL+Bys21iGbebIn78eKyGWUJ8rGnt7rvHU5KLQQbCCRjFkunjJB",
+	"bylPjAUbNgGc5Xy9pWEArz26nd7IBtcALmLzm+GpJ+qbvphzxLEV5BY0ZXk6DE+QiOsyPkYskWKisKAb",
+	"4ulrmpn+yPRXTEX/EtRjc0WqS21S5rJVYaE8F8TCABW1IDa73upDqDGxO0d1106BwkSMGt8hxI8fhpR2",
+	"1FGcyiAO7zrbqg2l+X+uFIbtSP1bzWT4xKqAl/ngdhjNAKO6g1KvVqkHtk/7RgDmcNVHEKInczrhonAp",
+	"jHmiAcGsFkHRlt/t5haAGX65+fu1EBOaarY5AAZVN1fwRuOAubWx1aDX5oW/QD2+oQIMc6obpKIAx3yr",
+	"hRfVYl78eZOCizhLAZMPLJyafigr4zOZ4P/MGJmztNzdbSkkA479urgM1vIXuWBbhGVgzBu2sBAmJOZj",
+	"MM00Gcl4sVNkxkKgU3XzleNxIGCKGSPH3ZgxpegEKjNYkkhDedYzc95i0RR+4fQiACEFpGGO/FrksOKz",
+	"hrIK+Xte9fVsizlP1c1n0s/grB8cdsNszZceqWpa+beEq3/UP/yS41u5x0qjxKlKb18d3f8A/LaquOQ3",
+	"yBvJpeodBRwOSUYMLcM4IKHNFRxanGOi6ELZ/Fkhhw4ocojua4A+RpYeCqmHNL5lqeYKEm+FrGL1en55",
+	"i/4RWkHUxUFC64bPR1UhySXNYi+AOUiRcMHyGZCweGI44wr86+bX4FovfmMmNBD4coCjJh4YJDrisY9L",
+	"aYY4jGIJi7RMwz1YMhfFJpScdpiSYJcrx6TyKMe2pwXiZkAcLnQwEBYB1ehvFiF6zy4vMotzScpObYuH",
+	"CdUsDQFbKmU6XQxHNLqR43Ht3fUj0ztdXOalx3b4mG98D4j1TZYwSsyvpcYH+csBqzhgg405eJ+mmo9p",
+	"tCJU/QNPGJTVzLi24KZULHIHs82tNgMGRCbxmqJxs/+X+Te/RAox610V6x3zom76M2CBO3FRHAj1tnPD",
+	"U18HoXNZZHKnAKSx6BgZDjq0w9RDWBvzfQfzfWmFO7xkEXbg8ZmEEKgciLBAwwkxGcsJbEZtX1EpiihG",
+	"RJMEe6LadIgcr564Ouk9LC7L7xpssKpImE8wLFLHHTp4dCPkXcLiCVNQgeHisa5XVSPSj1s9hEbND/dH",
+	"+vmiReUqIfkX0s9KpJ+tNKn9RE5Ww/wkckK04Qk5RthLK3/bHr4P0Hlo/wL3v5CaTPgtE3uY/DtaaAZd",
+	"IRSDiD5Y1OFYJom8wz4rOaS01dra2dxobqH5Kcck2AP7XLA7TMG4y9U9+21sVm4h+kWc29kU6zVsKWkK",
+	"HKLkjAFqZc6lbmlMxKpLnknh6pJxnmogaMrISGYiZjHkfly+eWErkdv2+MgR4niZv9oUEJIyYIULhD5g",
+	"HOJX8EHI74Cyz6ODM9uQ4y2IvUtD46u0nJfm4HZl3yXP26VdushmI5Y2udPsBlUh+LG25KB/9PTo9PDk",
+	"6OmagpMGZyYSR31Ni1/SUvud3ubfwcPcup9O3VA+bdYPeODP/KS3ZsaPKVVfysk1e1+rXbx0LJ7XU+FZ",
+	"dHdLkDz7tHEOGhfKiePgRE42F4EpU1miV0vBOUsVdK4m+HSO7iXHtmVmrV7KLaow5JfZB7Blvbm4RMQc",
+	"w5ErdB/lJelG0tBEScLFhCkEb9HSAZ4hhiE2Q2rqTwUeJVzZPcTE1+QGx+X+zZzMem94+Ry/BsPrjZm5",
+	"nqYym0wLkrf9EMrL2Yb4dbpoVsh/AQ2aOmTnoQOoRpPcU3VRB6bRDVzaVosPnWMaIRHyS3qUxROmUQ93",
+	"PsYcGw9aINpkRZcJTl7DnQkBNOSNQhEWUndgFZhTNBCXgMRqOK6ClJkyOWfCQ8Fuc51jEtpapQABSSzM",
+	"g+FGhHUILKa1edcMb3SEvQurgbicFPvdfHyuzELGCZ9MtTExSlCdo0wtwsBCqNGBwClmArtlmKEomF18",
+	"xi4ILdZUGEAr4D9riy7MJn21Wn+Qm4ZwTn+p/PZACSUxo3EnYVozC39ZkMhqYyCbJ5LGav8D/sO5Vhtz",
+	"bcKxCoHJmYifKIJvWWhOTKZxcSelUwb51VqSmJvTw/K9KSB9CTJjM5kuLrBWKoEWTnCpXf102Tk4PiGz",
+	"TGnPVakQ2axLXgvmPou51/nvE7/3jeFTqomF/PRGCPLSQmd5c0USZy6M2FimzH/eM8xrAFjMPJxTaWum",
+	"wte3yg6SkWa6g3tb5qw8oD3igmIJfjV4sj6mdNSQLR/D5tyylI/5zmGRx+WkbcMcu3GebRYHp4uE9sv1",
+	"y6vW+e/vzBkWjIlHC53cLHU8UWACK9Ie45VNJ2xvqRnNSs7cR89b8139Dzwge7/ZNkmjPxh8XfE/mc9h",
+	"QY40ra1v0WYGiRvwhmHHyIEAr7TXIescM4qkiK0nsBTLhrigGaxLLsmMK2VdeUVgGicEdnrKxv8/edfX",
+	"27YNxL8K4ZfagKxtWF+WPmVt0RXD0GDJo4tIsZhYiEwaojQvGPrdh/tDkZJIJ3bS1E1fbUs6Uzzev9/d",
+	"j1rQ0X7RH527agY4GO5DuFM26/gsrHqu8/pWFrv4JVBIq6T0Yh6rql8xARyzgC7riqt7vMbpoSpC7wWh",
+	"W7i4Xj55h1rcx36KaSWqgPHInOkO7lHhqEeTEbEjhmmOLstEqd0o/2OknV3GPTERvrbSLBwZna6xwZ3p",
+	"27gP55oGlWA/ToghrsetR6StKPpCWdljIeGhVKlHFeTt5k918V2fPPXrFvGfosCy7V5OkCzxHgyTLTDA",
+	"bmAOvhziiDmED0KqWlcV7hfcrSd+UYK+NLaYt1DT7OzTOREG0nd87tL8dX9quksYuW63t6ep+FSLK3A7",
+	"xJ1ua9zAZ39+PFmoWt6UpmEyw2VVgkD+7ZTeimnmfXK5kWsONb0Pr0t1I+tNXaoGJ1ktFJaJOX/aCR9i",
+	"O/Ruk1myxyhfY2cirU7rraJC5Ei5cQiXR7cMju3sTYDP0N5yU+UNOG323pSJHj4nG+CfQGYwB0zsOMC+",
+	"4hNmYp2r/KZ3GuHrK+SyLKRJ4L5E+ojOMBw1ELz24WvG57wsmzhSrGNQPBjitc7/vVx2ufZLRh6/9jCc",
+	"mBmby3b+yyRhrRigrvaFW5HU36iRjuFFvHK7+uk4exLVYzE1KzQPaimPtcHut28CJ7KkqYVUDbgjO2gf",
+	"I2TTQf/iCefSHkg9+jxEovG96Qh6vx+sytYuddCyQrQRMK2cAaShCBnP3MkSkYXOK7JR3OospmtZ38ji",
+	"RGSqraqMOWyNyMFQXclqlop3iInCObCN3lC3i+1dIljDmPzbIy8XK1nLmUDe76H3x0nPZMR+vnT8ROtU",
+	"IGMzoQxQKCZRUQNH+JWhGFAQPszQ8Dv6rS1o2DE5jCSrtGmyWdINxLGCENQuPsr20RqRjOGAeSNW+Yay",
+	"vnrk4w/xGaXpwGrREijeIlzsm+CbmiQdkJXhLgl/8TkyPuJAw8l7kquWe861PcACPtfx0qKARf+Y+aHH",
+	"2NIr232Sxa2Z7/TGs0e/l6DYffd+OvbiZ5wZsirDzrDN23queSo+4LkEPz57/5eYbrBxvMYmBhcyUJXT",
+	"n8RtWswRER3aSi5v6WNYAjNjO7tQvSdd+Aw0/j+g0xVkxaOOEWPB4giFJrQ133or9kgLvY9yP7TMSaJ6",
+	"Qh6lHvMO6UCiYOP8t/YjDoR4dMWHA+jc4brHcfS+54MLK+bovsYPCey27NjVcRCNNtSveyvvbD6LSj10",
+	"V1mk4rwLUtJIFPm+k+ACBXhKr/jpArehlLFqJXyZfgdm5aMxLVgVUMxojLnvZqLUQhzVzXFSt30plTFM",
+	"cBbrUmFKZJTfSHekNj/Qs485pkIRd8G8u4WhhXyxA70QZtbLOOXDTUHhjc1BHbYRf/pvkELbOeYGXgBl",
+	"4yWES0JpUWmwWBjJw3YkadwO7jja/aQ8Y0C6qGKhKAQsumGHyHBZ58pAPKHVGxcjcZoOoyc/dmmcaK8C",
+	"QR8xl0wp4gCvjN/RLOzs/KNvpbchHxd03dcX6r2Ah11xiv/uDEenhpTydbjyU9T5Vr1EhbF/TuS0BWKp",
+	"jBhuI37GxnLIqHqj7DNqQbOCDe0XHKyGwjYtGyOra/LIUVaRV1pJm9xgMriT4XZGWXD6uC2PmZ6SGS2u",
+	"dLManBhLWDTw/119OoiYhuc8RXZhz43+TNYkZklweV+k/ZBNcAyU3YmHxsnUnbjb+73RuuiGpHoneK+k",
+	"BqaD0EWW/HCta0nQwmEOSiIv8EJhCu3qjgdGi6nSjUCWB+kolTH3aK90aAhLZY7ASHguNn7KysjtStYy",
+	"IZSVbaTaYLUP8cVYKWR4D6GYqZBm+709kAZGca9//nWheLDjnHs5swQuhfUQOSikkksqdxP2iiBV9xmh",
+	"5wyyvQwatQBPTiYQvFQyv5XFPrOVQP6jjLxtm20vg3bkg99B4ns0d4gvuZJ5LevTtllZfAlfNFTcv3Xb",
+	"SCMY/4BdRonI22YlVYMRMxZbx4F06rV68IKPcswXUuUED7Hab2RtJ6/2zRUhgL0qcRoeN2RCqexeQauU",
+	"JmHNH5GY+5iVofyhO7/zxp90d/VhMPwR4mnS/vCh0P0QBtqWVTMHk07z9JcraZo6bzT7y9j8NGploGH2",
+	"4rpURTrp1X9DzznHH+PlePghUa0s6CCCULbBvzVFdlxdu8ZNR65V1m7W+GhmUPAtdKN6e+ODTQJuOw8L",
+	"JuCOYpedzAACt4MTNLEY4z2cB3EFOrRsq5lxK9gWJfa6+G8FfxK4/g+ZVwyyrWVelEoaQyuh28ZXBp6n",
+	"aPflxky+fP7yfwAAAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -43,7 +43,7 @@ var bearerRoles = map[string]string{
 	"getFileContent": roleReader, "listScans": roleReader, "getScan": roleReader,
 	"listSchedules": roleReader, "getSchedule": roleReader, "listScheduleFires": roleReader,
 	"listScheduleNext": roleReader, "listScopeTargets": roleReader, "listScanChanges": roleReader,
-	"listExposureChanges": roleReader, "listThreatExclusions": roleReader,
+	"listExposureChanges": roleReader, "listThreatExclusions": roleReader, "listAssetEdges": roleReader,
 
 	"createTask": roleProducer, "cancelTask": roleProducer, "retryTask": roleProducer,
 	"createScan": roleProducer, "cancelScan": roleProducer,

@@ -775,6 +775,23 @@ type AssetChangeList struct {
 	NextCursor *string       `json:"next_cursor,omitempty"`
 }
 
+// AssetEdge defines model for AssetEdge.
+type AssetEdge struct {
+	FirstSeenAt    time.Time          `json:"first_seen_at"`
+	From           EdgeEnd            `json:"from"`
+	Id             openapi_types.UUID `json:"id"`
+	LastSeenAt     time.Time          `json:"last_seen_at"`
+	OrganizationId openapi_types.UUID `json:"organization_id"`
+	Relation       EdgeRelation       `json:"relation"`
+	To             EdgeEnd            `json:"to"`
+}
+
+// AssetEdgeList defines model for AssetEdgeList.
+type AssetEdgeList struct {
+	Items      []AssetEdge `json:"items"`
+	NextCursor *string     `json:"next_cursor,omitempty"`
+}
+
 // AssetList defines model for AssetList.
 type AssetList struct {
 	Items      []Asset `json:"items"`
@@ -1090,6 +1107,13 @@ type CreatedWorker struct {
 	RevokedAt           *time.Time          `json:"revoked_at,omitempty"`
 	SoftwareVersion     *string             `json:"software_version,omitempty"`
 	WorkerType          WorkerType          `json:"worker_type"`
+}
+
+// EdgeEnd defines model for EdgeEnd.
+type EdgeEnd struct {
+	Id    openapi_types.UUID `json:"id"`
+	Type  string             `json:"type"`
+	Value string             `json:"value"`
 }
 
 // EdgeRelation defines model for EdgeRelation.
@@ -2129,6 +2153,15 @@ type ListOrganizationsParams struct {
 	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
 }
 
+// ListAssetEdgesParams defines parameters for ListAssetEdges.
+type ListAssetEdgesParams struct {
+	AssetId *openapi_types.UUID `form:"asset_id,omitempty" json:"asset_id,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
 // ListAssetsParams defines parameters for ListAssets.
 type ListAssetsParams struct {
 	// Cursor The `next_cursor` of the previous page.
@@ -2853,6 +2886,15 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/organizations/{organization_id} (the `GetOrganization` operationId).
 	GetOrganization(ctx context.Context, organizationId OrganizationID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListAssetEdges An organization's asset graph
+	//
+	// Relations between assets that scans reported (hostname `resolves_to` ip, ip `has_port`
+	// port, url `served_by` port, certificate `covers` hostname), each once, newest first; with
+	// `asset_id`, only those from or to that asset.
+	//
+	// Corresponds with GET /v1/organizations/{organization_id}/asset-edges (the `ListAssetEdges` operationId).
+	ListAssetEdges(ctx context.Context, organizationId OrganizationID, params *ListAssetEdgesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListAssets List an organization's assets
 	//
@@ -4203,6 +4245,25 @@ func (c *Client) CreateOrganization(ctx context.Context, body CreateOrganization
 // Corresponds with GET /v1/organizations/{organization_id} (the `GetOrganization` operationId).
 func (c *Client) GetOrganization(ctx context.Context, organizationId OrganizationID, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetOrganizationRequest(c.Server, organizationId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListAssetEdges An organization's asset graph
+//
+// Relations between assets that scans reported (hostname `resolves_to` ip, ip `has_port`
+// port, url `served_by` port, certificate `covers` hostname), each once, newest first; with
+// `asset_id`, only those from or to that asset.
+//
+// Corresponds with GET /v1/organizations/{organization_id}/asset-edges (the `ListAssetEdges` operationId).
+func (c *Client) ListAssetEdges(ctx context.Context, organizationId OrganizationID, params *ListAssetEdgesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListAssetEdgesRequest(c.Server, organizationId, params)
 	if err != nil {
 		return nil, err
 	}
@@ -6507,6 +6568,91 @@ func NewGetOrganizationRequest(server string, organizationId OrganizationID) (*h
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListAssetEdgesRequest constructs an http.Request for the ListAssetEdges method
+func NewListAssetEdgesRequest(server string, organizationId OrganizationID, params *ListAssetEdgesParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "organization_id", organizationId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/organizations/%s/asset-edges", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.AssetId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "asset_id", *params.AssetId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "uuid"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
@@ -9751,6 +9897,17 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/organizations/{organization_id} (the `GetOrganization` operationId).
 	GetOrganizationWithResponse(ctx context.Context, organizationId OrganizationID, reqEditors ...RequestEditorFn) (*GetOrganizationResponse, error)
 
+	// ListAssetEdgesWithResponse An organization's asset graph
+	//
+	// Relations between assets that scans reported (hostname `resolves_to` ip, ip `has_port`
+	// port, url `served_by` port, certificate `covers` hostname), each once, newest first; with
+	// `asset_id`, only those from or to that asset.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/organizations/{organization_id}/asset-edges (the `ListAssetEdges` operationId).
+	ListAssetEdgesWithResponse(ctx context.Context, organizationId OrganizationID, params *ListAssetEdgesParams, reqEditors ...RequestEditorFn) (*ListAssetEdgesResponse, error)
+
 	// ListAssetsWithResponse List an organization's assets
 	//
 	// Assets found by scans, deduplicated by (type, normalized value). Newest first.
@@ -12002,6 +12159,68 @@ func (r GetOrganizationResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetOrganizationResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListAssetEdgesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *AssetEdgeList
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListAssetEdgesResponse) GetJSON200() *AssetEdgeList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListAssetEdgesResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListAssetEdgesResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListAssetEdgesResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListAssetEdgesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListAssetEdgesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListAssetEdgesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListAssetEdgesResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -16199,6 +16418,23 @@ func (c *ClientWithResponses) GetOrganizationWithResponse(ctx context.Context, o
 	return ParseGetOrganizationResponse(rsp)
 }
 
+// ListAssetEdgesWithResponse An organization's asset graph
+//
+// Relations between assets that scans reported (hostname `resolves_to` ip, ip `has_port`
+// port, url `served_by` port, certificate `covers` hostname), each once, newest first; with
+// `asset_id`, only those from or to that asset.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/organizations/{organization_id}/asset-edges (the `ListAssetEdges` operationId).
+func (c *ClientWithResponses) ListAssetEdgesWithResponse(ctx context.Context, organizationId OrganizationID, params *ListAssetEdgesParams, reqEditors ...RequestEditorFn) (*ListAssetEdgesResponse, error) {
+	rsp, err := c.ListAssetEdges(ctx, organizationId, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListAssetEdgesResponse(rsp)
+}
+
 // ListAssetsWithResponse List an organization's assets
 //
 // Assets found by scans, deduplicated by (type, normalized value). Newest first.
@@ -18496,6 +18732,53 @@ func ParseGetOrganizationResponse(rsp *http.Response) (*GetOrganizationResponse,
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
 		var dest Organization
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListAssetEdgesResponse parses an HTTP response from a ListAssetEdgesWithResponse call
+func ParseListAssetEdgesResponse(rsp *http.Response) (*ListAssetEdgesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListAssetEdgesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest AssetEdgeList
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}

@@ -44,6 +44,7 @@ func ctlCommand(a *cli) *command {
 				leaf("assets", "ORG", "the assets scans found for an organization", orgsAssets),
 				leaf("threats", "ORG", "the threats scans found for an organization", orgsThreats),
 				leaf("exposure-changes", "ORG", "an organization's exposure-change timeline", orgsExposureChanges),
+				leaf("asset-edges", "ORG", "an organization's asset graph (hostname resolves_to ip, ip has_port port, …)", orgsAssetEdges),
 			),
 			group("scope", "the targets an organization is approved to scan (changes: platform operators only)",
 				leaf("list", "ORG", "an organization's scan scope", scopeList),

@@ -302,3 +302,32 @@ func writeExclusionTable(w io.Writer, list []apiclient.ThreatExclusion) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+func orgsAssetEdges(fs *flagSet) ctlRun {
+	p := pageFlags(fs)
+	asset := fs.String("asset", "", "only the edges from or to this asset (id)")
+	return func(ctx context.Context, c *ctl, args []string) error {
+		org, err := parseID("organization", args[0])
+		if err != nil {
+			return err
+		}
+		params := &apiclient.ListAssetEdgesParams{}
+		params.Limit, params.Cursor = p.params()
+		if params.AssetId, err = optionalID("asset", *asset); err != nil {
+			return err
+		}
+		res, err := c.api.ListAssetEdgesWithResponse(ctx, org, params)
+		if err != nil {
+			return err
+		}
+		return c.finish(res.HTTPResponse, res.Body, func(w io.Writer) {
+			tw := newTable(w)
+			row(tw, "FROM", "RELATION", "TO", "FIRST SEEN", "LAST SEEN")
+			for _, e := range res.JSON200.Items {
+				row(tw, e.From.Type+":"+e.From.Value, string(e.Relation), e.To.Type+":"+e.To.Value, fmtTime(e.FirstSeenAt), fmtTime(e.LastSeenAt))
+			}
+			tw.Flush()
+			c.morePages(res.JSON200.NextCursor)
+		})
+	}
+}

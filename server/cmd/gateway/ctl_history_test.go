@@ -50,6 +50,7 @@ func TestCtlScopeAndExclusions(t *testing.T) {
 
 	require.Contains(t, ok("orgs", "exposure-changes", org, "--kind", "port_opened"), "DETECTED")
 	require.Contains(t, ok("orgs", "threats", org, "--include-excluded"), "SEVERITY")
+	require.Contains(t, ok("orgs", "asset-edges", org), "RELATION")
 	var scans apiclient.ScanList
 	require.NoError(t, json.Unmarshal([]byte(ok("scans", "list", "--org", org, "--json")), &scans))
 	require.Contains(t, ok("scans", "changes", scans.Items[0].Id.String(), "--since", "2020-01-01T00:00:00Z"), "DETECTED")
