@@ -104,6 +104,20 @@ func TestScanScope(t *testing.T) {
 	require.ErrorAs(t, err, &oos)
 	require.Equal(t, outside, oos.Targets)
 
+	// What plugin inputs and scanner tasks name is held to the scope too.
+	_, _, err = s.CreateScan(ctx, every, store.CreateScanParams{OrganizationID: b.org.ID, Targets: []string{"example.com"},
+		Plugins: []store.ScanPlugin{{Name: "tcp-connect", Input: json.RawMessage(`{"addresses": ["10.1.0.1:22", "10.9.0.1:22"]}`)},
+			{Name: "http-probe", Input: json.RawMessage(`{"urls": ["https://evil.net/"]}`)}}})
+	require.ErrorAs(t, err, &oos)
+	require.Equal(t, []string{"10.9.0.1:22", "https://evil.net/"}, oos.Targets)
+	_, _, err = s.CreateTask(ctx, every, store.CreateTaskParams{OrganizationID: b.org.ID, TaskType: "scanner_plugin",
+		Payload: json.RawMessage(`{"plugin": "tcp-connect", "targets": ["example.com", "evil.net"], "input": {"host": "exact.org"}}`)})
+	require.ErrorAs(t, err, &oos)
+	require.Equal(t, []string{"evil.net"}, oos.Targets)
+	createTask(t, s, b.org.ID, store.CreateTaskParams{TaskType: "scanner_plugin",
+		Payload: json.RawMessage(`{"plugin": "tcp-connect", "targets": ["example.com"], "input": {"ports": [22]}}`)})
+	createTask(t, s, b.org.ID, store.CreateTaskParams{TaskType: "ai", Payload: json.RawMessage(`{"targets": ["evil.net"]}`)})
+
 	// Removing every entry does not open the scope: nothing may be scanned.
 	for _, e := range entries {
 		_, err := s.RemoveScopeTarget(ctx, store.OrganizationScope(other.ID), b.org.ID, e.ID)

@@ -160,6 +160,9 @@ func createTask(ctx context.Context, tx pgx.Tx, p CreateTaskParams) (Task, bool,
 	if err != nil {
 		return Task{}, false, err
 	}
+	if err := checkTaskScope(ctx, tx, p); err != nil {
+		return Task{}, false, err
+	}
 	tr := p.Trigger.orAPI()
 	row := tx.QueryRow(ctx, `
 		WITH created AS (

@@ -955,7 +955,7 @@ type CreateScanRequest struct {
 	Plugins        []ScanPlugin          `json:"plugins"`
 	Priority       *int                  `json:"priority,omitempty"`
 
-	// Targets Free targets; with `asset_targets`, at least one target in all. All must be in the organization's scan scope when it has one.
+	// Targets Free targets; with `asset_targets`, at least one target in all. All must be in the organization's scan scope when it has one, and so must what plugin inputs name (`urls`, `addresses`, `targets`, `hosts`, `host`, `target`).
 	Targets []string `json:"targets"`
 }
 
@@ -3284,7 +3284,9 @@ type ClientInterface interface {
 	// Creates a durable task for an organization. With an `Idempotency-Key` (unique per
 	// organization), repeating the same request returns the task it created (header
 	// `Idempotent-Replayed: true`); the same key with a different body is 422
-	// `idempotency-key-reused`.
+	// `idempotency-key-reused`. A `scanner_plugin` task whose payload names targets (`targets`,
+	// or `urls`, `addresses`, `targets`, `hosts`, `host`, `target` in its `input`) outside the
+	// organization's scan scope is 400 `target-out-of-scope`.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3296,7 +3298,9 @@ type ClientInterface interface {
 	// Creates a durable task for an organization. With an `Idempotency-Key` (unique per
 	// organization), repeating the same request returns the task it created (header
 	// `Idempotent-Replayed: true`); the same key with a different body is 422
-	// `idempotency-key-reused`.
+	// `idempotency-key-reused`. A `scanner_plugin` task whose payload names targets (`targets`,
+	// or `urls`, `addresses`, `targets`, `hosts`, `host`, `target` in its `input`) outside the
+	// organization's scan scope is 400 `target-out-of-scope`.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -5052,7 +5056,9 @@ func (c *Client) ListTasks(ctx context.Context, params *ListTasksParams, reqEdit
 // Creates a durable task for an organization. With an `Idempotency-Key` (unique per
 // organization), repeating the same request returns the task it created (header
 // `Idempotent-Replayed: true`); the same key with a different body is 422
-// `idempotency-key-reused`.
+// `idempotency-key-reused`. A `scanner_plugin` task whose payload names targets (`targets`,
+// or `urls`, `addresses`, `targets`, `hosts`, `host`, `target` in its `input`) outside the
+// organization's scan scope is 400 `target-out-of-scope`.
 //
 // Takes any type of body and a specified content type.
 //
@@ -5074,7 +5080,9 @@ func (c *Client) CreateTaskWithBody(ctx context.Context, params *CreateTaskParam
 // Creates a durable task for an organization. With an `Idempotency-Key` (unique per
 // organization), repeating the same request returns the task it created (header
 // `Idempotent-Replayed: true`); the same key with a different body is 422
-// `idempotency-key-reused`.
+// `idempotency-key-reused`. A `scanner_plugin` task whose payload names targets (`targets`,
+// or `urls`, `addresses`, `targets`, `hosts`, `host`, `target` in its `input`) outside the
+// organization's scan scope is 400 `target-out-of-scope`.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -10346,7 +10354,9 @@ type ClientWithResponsesInterface interface {
 	// Creates a durable task for an organization. With an `Idempotency-Key` (unique per
 	// organization), repeating the same request returns the task it created (header
 	// `Idempotent-Replayed: true`); the same key with a different body is 422
-	// `idempotency-key-reused`.
+	// `idempotency-key-reused`. A `scanner_plugin` task whose payload names targets (`targets`,
+	// or `urls`, `addresses`, `targets`, `hosts`, `host`, `target` in its `input`) outside the
+	// organization's scan scope is 400 `target-out-of-scope`.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -10358,7 +10368,9 @@ type ClientWithResponsesInterface interface {
 	// Creates a durable task for an organization. With an `Idempotency-Key` (unique per
 	// organization), repeating the same request returns the task it created (header
 	// `Idempotent-Replayed: true`); the same key with a different body is 422
-	// `idempotency-key-reused`.
+	// `idempotency-key-reused`. A `scanner_plugin` task whose payload names targets (`targets`,
+	// or `urls`, `addresses`, `targets`, `hosts`, `host`, `target` in its `input`) outside the
+	// organization's scan scope is 400 `target-out-of-scope`.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -17107,7 +17119,9 @@ func (c *ClientWithResponses) ListTasksWithResponse(ctx context.Context, params 
 // Creates a durable task for an organization. With an `Idempotency-Key` (unique per
 // organization), repeating the same request returns the task it created (header
 // `Idempotent-Replayed: true`); the same key with a different body is 422
-// `idempotency-key-reused`.
+// `idempotency-key-reused`. A `scanner_plugin` task whose payload names targets (`targets`,
+// or `urls`, `addresses`, `targets`, `hosts`, `host`, `target` in its `input`) outside the
+// organization's scan scope is 400 `target-out-of-scope`.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -17125,7 +17139,9 @@ func (c *ClientWithResponses) CreateTaskWithBodyWithResponse(ctx context.Context
 // Creates a durable task for an organization. With an `Idempotency-Key` (unique per
 // organization), repeating the same request returns the task it created (header
 // `Idempotent-Replayed: true`); the same key with a different body is 422
-// `idempotency-key-reused`.
+// `idempotency-key-reused`. A `scanner_plugin` task whose payload names targets (`targets`,
+// or `urls`, `addresses`, `targets`, `hosts`, `host`, `target` in its `input`) outside the
+// organization's scan scope is 400 `target-out-of-scope`.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
