@@ -31,6 +31,8 @@ const (
 	TaskFinished         = "task-finished"
 	TaskNotRetryable     = "task-not-retryable"
 	ScanFinished         = "scan-finished"
+	ScanBusy             = "scan-busy"
+	TargetOutOfScope     = "target-out-of-scope"
 	BatchNotPersisted    = "batch-not-persisted"
 	SequenceNumberUsed   = "sequence-number-used"
 	LogOffsetMismatch    = "log-offset-mismatch"

@@ -31,6 +31,9 @@ type Problem struct {
 	RequestID string       `json:"request_id,omitempty"`
 	// ExpectedOffset is where a log chunk must start (log-offset-mismatch).
 	ExpectedOffset *int64 `json:"expected_offset,omitempty"`
+	// OutOfScopeTargets are a scan's targets outside its organization's
+	// scan scope (target-out-of-scope).
+	OutOfScopeTargets []string `json:"out_of_scope_targets,omitempty"`
 	// RetryAfter, when set, becomes the Retry-After header (seconds).
 	RetryAfter int `json:"-"`
 	// closeConnection sends Connection: close with the answer.
@@ -97,6 +100,8 @@ var sentinelAnswers = map[error]sentinelAnswer{
 	store.ErrUnpersistedBatch:    {status: http.StatusConflict, code: problem.BatchNotPersisted, detail: "a result batch the completion claims was never persisted"},
 	store.ErrSequenceUsed:        {status: http.StatusConflict, code: problem.SequenceNumberUsed, detail: "another batch of this attempt already has this sequence number"},
 	store.ErrScanFinished:        {status: http.StatusConflict, code: problem.ScanFinished, detail: "the scan already finished"},
+	store.ErrScanBusy:            {status: http.StatusConflict, code: problem.ScanBusy, detail: "another job of the scan is in flight; a scan runs one job at a time"},
+	store.ErrOutOfScope:          {status: http.StatusBadRequest, code: problem.TargetOutOfScope, detail: "scan targets lie outside the organization's scan scope"},
 	store.ErrUploadTooLarge:      {status: http.StatusRequestEntityTooLarge, code: problem.PayloadTooLarge, detail: "the artifact exceeds the size limit"},
 	store.ErrUploadExpired:       {status: http.StatusConflict, code: problem.UploadExpired, detail: "the upload session has expired"},
 	store.ErrUploadState:         {status: http.StatusConflict, code: problem.UploadState, detail: "the upload session is not open for this (already uploaded, committed, failed or expired)"},
@@ -153,6 +158,10 @@ func problemFor(err error) *Problem {
 	var p *Problem
 	if errors.As(err, &p) {
 		return p
+	}
+	var outOfScope *store.OutOfScopeError
+	if errors.As(err, &outOfScope) {
+		return outOfScopeProblem(err, outOfScope)
 	}
 	var maxBytes *http.MaxBytesError
 	if errors.As(err, &maxBytes) {

@@ -42,6 +42,11 @@ func (h *handlers) acceptResultBatch(ctx context.Context, ref store.AttemptRef, 
 	if err != nil {
 		return store.BatchResult{}, err
 	}
+	// out_of_scope is the gateway's flag (set in the stored payload when a
+	// record is outside scope), never the worker's.
+	for i := range b.Records {
+		b.Records[i].OutOfScope = nil
+	}
 	payload, err := json.Marshal(b.Records)
 	if err != nil {
 		return store.BatchResult{}, err
@@ -68,6 +73,8 @@ func renderAck(info store.BatchInfo) ([]byte, error) {
 		RecordCount:    info.RecordCount,
 		Assets:         ptr(info.Assets),
 		Threats:        ptr(info.Threats),
+		Edges:          ptr(info.Edges),
+		OutOfScope:     ptr(info.OutOfScope),
 		ReceivedAt:     info.ReceivedAt,
 	})
 	if err != nil {
@@ -123,7 +130,14 @@ func toStoreRecords(in []api.ResultRecord) ([]store.ResultRecord, error) {
 				if r.Severity != nil {
 					rec.Severity = string(*r.Severity)
 				}
+				rec.Vulnerability = fromVulnerability(r.Vulnerability)
 			}
+		case api.ResultRecordKindEdge:
+			if r.Asset == nil || r.Target == nil || r.Relation == nil {
+				return nil, bad("edge records need asset, target and relation")
+			}
+			rec.AssetType, rec.AssetValue = r.Asset.Type, r.Asset.Value
+			rec.TargetType, rec.TargetValue, rec.Relation = r.Target.Type, r.Target.Value, string(*r.Relation)
 		case api.ResultRecordKindData:
 			if r.Data == nil {
 				return nil, bad("data records need data")

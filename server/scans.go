@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 
+	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/server/api"
 	"github.com/worker-gateway/gateway/store"
 )
@@ -15,6 +16,12 @@ func (h *handlers) CreateScan(ctx context.Context, req api.CreateScanRequestObje
 	}
 	b := req.Body
 	p := store.CreateScanParams{OrganizationID: b.OrganizationId, Targets: b.Targets}
+	if b.AssetTargets != nil {
+		p.AssetTargets = *b.AssetTargets
+	}
+	if len(p.Targets)+len(p.AssetTargets) == 0 {
+		return nil, problem.Wrap(store.ErrInvalid, "a scan needs at least one target or asset target")
+	}
 	if b.Priority != nil {
 		p.Priority = *b.Priority
 	}
@@ -106,7 +113,8 @@ func (h *handlers) ListThreats(ctx context.Context, req api.ListThreatsRequestOb
 	if err != nil {
 		return nil, err
 	}
-	threats, next, err := h.store.ListThreats(ctx, scope, req.OrganizationId, after, limit)
+	includeExcluded := req.Params.IncludeExcluded != nil && *req.Params.IncludeExcluded
+	threats, next, err := h.store.ListThreats(ctx, scope, req.OrganizationId, includeExcluded, after, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -118,6 +126,9 @@ func toScan(s store.Scan) api.Scan {
 		Id: s.ID, OrganizationId: s.OrganizationID, State: api.ScanState(s.State), Targets: s.Targets,
 		CreatedAt: s.CreatedAt, CompletedAt: s.CompletedAt, Jobs: []api.ScanJob{}, Trigger: toTrigger(s.Trigger),
 	}
+	if len(s.AssetTargets) > 0 {
+		out.AssetTargets = &s.AssetTargets
+	}
 	if out.Targets == nil {
 		out.Targets = []string{}
 	}
@@ -125,6 +136,9 @@ func toScan(s store.Scan) api.Scan {
 		job := api.ScanJob{
 			Id: j.ID, Position: j.Position, PluginName: j.PluginName, State: api.ScanState(j.State),
 			Input: jsonOrEmpty(j.Input), Error: nonEmpty(j.Error), StartedAt: j.StartedAt, CompletedAt: j.CompletedAt,
+		}
+		if string(j.Output) != "{}" {
+			job.Output = jsonOrNil(j.Output)
 		}
 		if j.Task != nil {
 			job.Task = ptr(toTask(*j.Task))
@@ -142,9 +156,14 @@ func toAsset(a store.Asset) api.Asset {
 }
 
 func toThreat(t store.Threat) api.Threat {
-	return api.Threat{
+	out := api.Threat{
 		Id: t.ID, OrganizationId: t.OrganizationID, Asset: api.AssetRef{Type: t.AssetType, Value: t.AssetValue},
 		ExternalId: nonEmpty(t.ExternalID), Title: t.Title, Severity: api.Severity(t.Severity),
 		Details: ptr(api.JSONObject(jsonOrEmpty(t.Details))), Detections: t.Detections, CreatedAt: t.CreatedAt,
+		ExclusionId: t.ExclusionID, Vulnerability: toVulnerability(t.Vulnerability),
 	}
+	if t.ExclusionID != nil {
+		out.Excluded = ptr(true)
+	}
+	return out
 }

@@ -214,6 +214,12 @@
 // Enrollment follows the same rule: a repeat with a used, unexpired token
 // and the same public key gets the same certificate back (Enroll).
 //
+// What a batch ingests is idempotent by natural keys (assets, threats,
+// edges, vulnerability details, detections per job), so a second attempt of
+// a job sending its records again changes no count. Asset history is
+// computed once per scan completion, in its transaction, keyed (scan,
+// asset, kind) (scanhistory.go).
+//
 // # Schedules
 //
 // A schedule (schedules.go, schedule_fire.go) creates a scan or a task per

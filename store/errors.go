@@ -29,6 +29,13 @@ var (
 	ErrIdempotencyInFlight  = errors.New("a request with this idempotency key is still being processed")
 	ErrSequenceUsed         = errors.New("sequence number already used by another batch of this attempt")
 	ErrScanFinished         = errors.New("scan already finished")
+	// ErrScanBusy refuses redriving a job of a scan while another of its
+	// jobs is in flight: a scan runs one job at a time.
+	ErrScanBusy = errors.New("another job of the scan is in flight")
+	// ErrOutOfScope refuses a scan naming targets outside its
+	// organization's scan scope; the error is an *OutOfScopeError listing
+	// them.
+	ErrOutOfScope = errors.New("scan targets outside the organization's scope")
 	// ErrForbidden is an operation on something the caller may see but not
 	// change: a worker assigned to its organization but owned by another,
 	// or an assignment an unscoped admin removed.
@@ -78,6 +85,8 @@ var sentinels = []struct {
 	{"ErrIdempotencyInFlight", ErrIdempotencyInFlight},
 	{"ErrSequenceUsed", ErrSequenceUsed},
 	{"ErrScanFinished", ErrScanFinished},
+	{"ErrScanBusy", ErrScanBusy},
+	{"ErrOutOfScope", ErrOutOfScope},
 	{"ErrForbidden", ErrForbidden},
 	{"ErrUnpersistedBatch", ErrUnpersistedBatch},
 	{"ErrEnrollmentToken", ErrEnrollmentToken},

@@ -21,6 +21,12 @@ type ResultRecord struct {
 	ExternalID string
 	Title      string
 	Severity   string
+	// Edge records relate the asset to a target asset.
+	Relation    string
+	TargetType  string
+	TargetValue string
+	// Vulnerability is a threat's vulnerability details, if any.
+	Vulnerability *Vulnerability
 }
 
 // BatchInfo is what an acknowledgement says about a persisted batch.
@@ -32,7 +38,11 @@ type BatchInfo struct {
 	RecordCount    int
 	Assets         int
 	Threats        int
-	ReceivedAt     time.Time
+	Edges          int
+	// OutOfScope counts the records about something outside the
+	// organization's scan scope: kept in the batch, flagged, not ingested.
+	OutOfScope int
+	ReceivedAt time.Time
 }
 
 // AcceptBatchParams is one result batch from a worker.
@@ -73,17 +83,20 @@ func (s *Store) AcceptResultBatch(ctx context.Context, p AcceptBatchParams) (Bat
 	err := s.inTx(ctx, "accept result batch", func(tx pgx.Tx) error {
 		res = BatchResult{}
 		var target ingestTarget
+		var scopeEnforced *bool
+		var scopeEntries []string
 		err := tx.QueryRow(ctx, `
-			SELECT t.id, t.organization_id, t.scan_id, t.scan_job_id
+			SELECT t.id, t.organization_id, t.scan_id, t.scan_job_id, `+scopeEntriesSQL("t.organization_id")+`
 			FROM worker_task_attempts a JOIN worker_tasks t ON t.id = a.task_id
 			WHERE a.id = $1 AND a.worker_id = $2`, p.AttemptID, p.WorkerID,
-		).Scan(&target.taskID, &target.organizationID, &target.scanID, &target.scanJobID)
+		).Scan(&target.taskID, &target.organizationID, &target.scanID, &target.scanJobID, &scopeEnforced, &scopeEntries)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNotFound
 		}
 		if err != nil {
 			return fmt.Errorf("find attempt: %w", err)
 		}
+		target.scope = newTargetScope(scopeEnforced != nil && *scopeEnforced, scopeEntries)
 
 		var locked bool
 		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock(hashtextextended($1::text || ':' || $2, 0))`,
@@ -122,20 +135,30 @@ func (s *Store) AcceptResultBatch(ctx context.Context, p AcceptBatchParams) (Bat
 type ingestTarget struct {
 	taskID, organizationID uuid.UUID
 	scanID, scanJobID      *uuid.UUID
+	scope                  targetScope
 }
 
 func insertBatch(ctx context.Context, tx pgx.Tx, p AcceptBatchParams, target ingestTarget) ([]byte, error) {
 	info := BatchInfo{TaskID: target.taskID, AttemptID: p.AttemptID, SequenceNumber: p.SequenceNumber, RecordCount: len(p.Records)}
+	skip := target.scope.outOfScopeRecords(p.Records)
+	payload := p.Payload
+	if skip != nil {
+		var err error
+		if payload, err = flagOutOfScope(payload, skip); err != nil {
+			return nil, err
+		}
+	}
 	err := tx.QueryRow(ctx, `
 		INSERT INTO worker_result_batches
-			(task_id, attempt_id, sequence_number, idempotency_key, payload_sha256, record_count, payload)
-		SELECT a.task_id, a.id, $4, $5, $6, $7, $8
+			(task_id, attempt_id, sequence_number, idempotency_key, payload_sha256, record_count, payload, record_kinds)
+		SELECT a.task_id, a.id, $4, $5, $6, $7, $8, $9
 		FROM worker_task_attempts a
 		WHERE `+leaseHeld("a", "$1", "$2", "$3")+`
 		FOR SHARE OF a
 		ON CONFLICT DO NOTHING
 		RETURNING id, received_at`,
-		p.AttemptID, p.WorkerID, leaseTokenHash(p.LeaseToken), p.SequenceNumber, p.IdempotencyKey, p.PayloadSHA256, len(p.Records), string(p.Payload),
+		p.AttemptID, p.WorkerID, leaseTokenHash(p.LeaseToken), p.SequenceNumber, p.IdempotencyKey, p.PayloadSHA256, len(p.Records), string(payload),
+		recordKinds(target, p.Records, skip),
 	).Scan(&info.BatchID, &info.ReceivedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// The key is new (checked under its lock), so either the lease is
@@ -148,9 +171,11 @@ func insertBatch(ctx context.Context, tx pgx.Tx, p AcceptBatchParams, target ing
 	if err != nil {
 		return nil, fmt.Errorf("insert batch: %w", err)
 	}
-	if info.Assets, info.Threats, err = ingest(ctx, tx, target, p.Records); err != nil {
+	n, err := ingest(ctx, tx, target, p.Records, skip)
+	if err != nil {
 		return nil, err
 	}
+	info.Assets, info.Threats, info.Edges, info.OutOfScope = n.assets, n.threats, n.edges, n.outOfScope
 	ack, err := p.Ack(info)
 	if err != nil {
 		return nil, fmt.Errorf("render acknowledgement: %w", err)
@@ -233,4 +258,41 @@ func (s *Store) ListTaskResults(ctx context.Context, scope Scope, taskID uuid.UU
 	}
 	batches, next := page(batches, limit, func(b StoredBatch) Cursor { return Cursor{Time: b.ReceivedAt, ID: b.BatchID} })
 	return batches, next, nil
+}
+
+// recordKinds counts a scan job's batch's records by kind, and those out of
+// scope, for the job's summary (scan_job_output); nil for other tasks.
+func recordKinds(target ingestTarget, records []ResultRecord, skip []bool) *string {
+	if target.scanJobID == nil {
+		return nil
+	}
+	counts := map[string]int{}
+	for i, r := range records {
+		counts[r.Kind]++
+		if skip != nil && skip[i] {
+			counts["out_of_scope"]++
+		}
+	}
+	b, _ := json.Marshal(counts)
+	s := string(b)
+	return &s
+}
+
+// flagOutOfScope marks the records skip names "out_of_scope": true in a
+// batch's stored payload (a JSON array of records).
+func flagOutOfScope(payload json.RawMessage, skip []bool) (json.RawMessage, error) {
+	var recs []map[string]json.RawMessage
+	if err := json.Unmarshal(payload, &recs); err != nil || len(recs) != len(skip) {
+		return nil, fmt.Errorf("flag out-of-scope records: payload does not match the records")
+	}
+	for i, out := range skip {
+		if out {
+			recs[i]["out_of_scope"] = json.RawMessage(`true`)
+		}
+	}
+	b, err := json.Marshal(recs)
+	if err != nil {
+		return nil, fmt.Errorf("flag out-of-scope records: %w", err)
+	}
+	return b, nil
 }

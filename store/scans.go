@@ -23,6 +23,9 @@ type ScanPlugin struct {
 type CreateScanParams struct {
 	OrganizationID uuid.UUID
 	Targets        []string
+	// AssetTargets are assets of the organization the scan also targets
+	// (their values join Targets in the jobs' payloads).
+	AssetTargets   []uuid.UUID
 	Plugins        []ScanPlugin
 	Priority       int
 	IdempotencyKey string
@@ -37,6 +40,7 @@ type Scan struct {
 	OrganizationID uuid.UUID
 	State          string
 	Targets        []string
+	AssetTargets   []uuid.UUID
 	CreatedAt      time.Time
 	CompletedAt    *time.Time
 	Jobs           []ScanJob
@@ -46,11 +50,14 @@ type Scan struct {
 
 // ScanJob is one plugin execution of a scan, with its task once created.
 type ScanJob struct {
-	ID          uuid.UUID
-	Position    int
-	PluginName  string
-	State       string
-	Input       json.RawMessage
+	ID         uuid.UUID
+	Position   int
+	PluginName string
+	State      string
+	Input      json.RawMessage
+	// Output is the job's summary once it ended: records by kind and the
+	// artifacts its attempts committed.
+	Output      json.RawMessage
 	Error       string
 	StartedAt   *time.Time
 	CompletedAt *time.Time
@@ -87,14 +94,17 @@ func (s *Store) CreateScan(ctx context.Context, scope Scope, p CreateScanParams)
 func createScan(ctx context.Context, tx pgx.Tx, p CreateScanParams) (uuid.UUID, bool, error) {
 	var id uuid.UUID
 	targets, _ := json.Marshal(p.Targets)
+	assetTargets, _ := json.Marshal(uuidsOrEmpty(p.AssetTargets))
 	tr := p.Trigger.orAPI()
 	err := tx.QueryRow(ctx, `
 		INSERT INTO scans (organization_id, targets, priority, idempotency_key, request_sha256,
-			trigger_kind, trigger_schedule_id, trigger_schedule_version, trigger_slot_at, trigger_token_id)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+			trigger_kind, trigger_schedule_id, trigger_schedule_version, trigger_slot_at, trigger_token_id,
+			asset_targets, scope_key)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
 		ON CONFLICT (organization_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 		RETURNING id`, p.OrganizationID, string(targets), p.Priority, nullString(p.IdempotencyKey), p.RequestSHA256,
-		tr.Kind, tr.ScheduleID, tr.ScheduleVersion, tr.SlotAt, tr.TokenID).Scan(&id)
+		tr.Kind, tr.ScheduleID, tr.ScheduleVersion, tr.SlotAt, tr.TokenID,
+		string(assetTargets), scanScopeKey(p)).Scan(&id)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		id, err = creationReplay(ctx, tx, "scans", p.OrganizationID, p.IdempotencyKey, p.RequestSHA256)
@@ -103,6 +113,9 @@ func createScan(ctx context.Context, tx pgx.Tx, p CreateScanParams) (uuid.UUID, 
 		return uuid.Nil, false, errOrganizationMissing
 	case err != nil:
 		return uuid.Nil, false, fmt.Errorf("insert scan: %w", err)
+	}
+	if err := checkScanScope(ctx, tx, p); err != nil {
+		return uuid.Nil, false, err
 	}
 	for i, plugin := range p.Plugins {
 		input := plugin.Input
@@ -131,18 +144,21 @@ func (s *Store) GetScan(ctx context.Context, scope Scope, id uuid.UUID) (Scan, e
 	return getScan(ctx, s.pool, scope, id)
 }
 
-var scanColumns = `s.id, s.organization_id, s.state, s.targets, s.created_at, s.completed_at, ` + triggerColumns("s")
+var scanColumns = `s.id, s.organization_id, s.state, s.targets, s.asset_targets, s.created_at, s.completed_at, ` + triggerColumns("s")
 
 func scanScan(row pgx.Row) (Scan, error) {
 	var sc Scan
-	var targets json.RawMessage
+	var targets, assetTargets json.RawMessage
 	var tr triggerRow
-	if err := row.Scan(append([]any{&sc.ID, &sc.OrganizationID, &sc.State, &targets, &sc.CreatedAt, &sc.CompletedAt}, tr.dest()...)...); err != nil {
+	if err := row.Scan(append([]any{&sc.ID, &sc.OrganizationID, &sc.State, &targets, &assetTargets, &sc.CreatedAt, &sc.CompletedAt}, tr.dest()...)...); err != nil {
 		return Scan{}, err
 	}
 	sc.Trigger = tr.trigger()
 	if err := json.Unmarshal(targets, &sc.Targets); err != nil {
 		return Scan{}, fmt.Errorf("scan targets: %w", err)
+	}
+	if err := json.Unmarshal(assetTargets, &sc.AssetTargets); err != nil {
+		return Scan{}, fmt.Errorf("scan asset targets: %w", err)
 	}
 	return sc, nil
 }
@@ -157,7 +173,7 @@ func getScan(ctx context.Context, ex executor, scope Scope, id uuid.UUID) (Scan,
 		return Scan{}, fmt.Errorf("get scan: %w", err)
 	}
 	rows, err := ex.Query(ctx, `
-		SELECT j.id, j.position, j.plugin_name, j.state, j.input, j.error, j.started_at, j.completed_at, t.id
+		SELECT j.id, j.position, j.plugin_name, j.state, j.input, j.output, j.error, j.started_at, j.completed_at, t.id
 		FROM scan_jobs j LEFT JOIN worker_tasks t ON t.scan_id = $1 AND t.scan_job_id = j.id
 		WHERE j.scan_id = $1 ORDER BY j.position`, id)
 	if err != nil {
@@ -167,7 +183,7 @@ func getScan(ctx context.Context, ex executor, scope Scope, id uuid.UUID) (Scan,
 	sc.Jobs, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (ScanJob, error) {
 		var j ScanJob
 		var taskID *uuid.UUID
-		err := r.Scan(&j.ID, &j.Position, &j.PluginName, &j.State, &j.Input, &j.Error, &j.StartedAt, &j.CompletedAt, &taskID)
+		err := r.Scan(&j.ID, &j.Position, &j.PluginName, &j.State, &j.Input, &j.Output, &j.Error, &j.StartedAt, &j.CompletedAt, &taskID)
 		if taskID != nil {
 			taskIDs = append(taskIDs, *taskID)
 			j.Task = &Task{ID: *taskID}
@@ -337,26 +353,49 @@ type Threat struct {
 	Details        json.RawMessage
 	Detections     int
 	CreatedAt      time.Time
+	// ExclusionID is the active exclusion that hides the threat, if any.
+	ExclusionID   *uuid.UUID
+	Vulnerability *Vulnerability
 }
 
-// ListThreats pages an organization's threats, newest first.
-func (s *Store) ListThreats(ctx context.Context, scope Scope, org uuid.UUID, after *Cursor, limit int) ([]Threat, *Cursor, error) {
+// ListThreats pages an organization's threats, newest first. Threats an
+// active exclusion matches are left out unless includeExcluded.
+func (s *Store) ListThreats(ctx context.Context, scope Scope, org uuid.UUID, includeExcluded bool, after *Cursor, limit int) ([]Threat, *Cursor, error) {
 	if _, err := s.GetOrganization(ctx, scope, org); err != nil {
 		return nil, nil, err
 	}
 	afterTime, afterID := after.position()
 	rows, err := s.pool.Query(ctx, `
 		SELECT th.id, th.organization_id, a.type, a.value, th.external_id, th.title, th.severity, th.details,
-			(SELECT count(*) FROM threat_detections d WHERE d.threat_id = th.id), th.created_at
+			(SELECT count(*) FROM threat_detections d WHERE d.threat_id = th.id), th.created_at, x.e,
+			v.threat_id IS NOT NULL, v.cve_ids, v.cvss_vector, v.cvss_score::float8, v.cwe_ids, v.reference_urls, v.remediation
 		FROM threats th JOIN assets a ON a.id = th.asset_id
+		CROSS JOIN LATERAL (SELECT threat_exclusion_for(th.organization_id, th.asset_id, a.normalized_value,
+			th.external_id, th.title, th.severity) AS e) x
+		LEFT JOIN vulnerability_details v ON v.threat_id = th.id
 		WHERE th.organization_id = $1 AND ($2::timestamptz IS NULL OR (th.created_at, th.id) < ($2, $3::uuid))
-		ORDER BY th.created_at DESC, th.id DESC LIMIT $4`, org, afterTime, afterID, limit+1)
+			AND ($5 OR x.e IS NULL)
+		ORDER BY th.created_at DESC, th.id DESC LIMIT $4`, org, afterTime, afterID, limit+1, includeExcluded)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list threats: %w", err)
 	}
 	threats, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Threat, error) {
 		var t Threat
-		err := r.Scan(&t.ID, &t.OrganizationID, &t.AssetType, &t.AssetValue, &t.ExternalID, &t.Title, &t.Severity, &t.Details, &t.Detections, &t.CreatedAt)
+		var hasVuln bool
+		var cves, cwes, refs []string
+		var vector, remediation *string
+		var score *float64
+		err := r.Scan(&t.ID, &t.OrganizationID, &t.AssetType, &t.AssetValue, &t.ExternalID, &t.Title, &t.Severity, &t.Details,
+			&t.Detections, &t.CreatedAt, &t.ExclusionID, &hasVuln, &cves, &vector, &score, &cwes, &refs, &remediation)
+		if hasVuln {
+			t.Vulnerability = &Vulnerability{CVEIDs: cves, CVSSScore: score, CWEIDs: cwes, References: refs}
+			if vector != nil {
+				t.Vulnerability.CVSSVector = *vector
+			}
+			if remediation != nil {
+				t.Vulnerability.Remediation = *remediation
+			}
+		}
 		return t, err
 	})
 	if err != nil {

@@ -349,11 +349,13 @@ func (c *claimed) ranOn(f ScheduleFire) {
 }
 
 // isRefusedData: the database refused the run's data (a data exception or
-// an integrity constraint, SQLSTATE classes 22 and 23), which repeating
+// an integrity constraint, SQLSTATE classes 22 and 23), or its scan's
+// targets lie outside its organization's scan scope, which repeating
 // cannot change.
 func isRefusedData(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "22") || strings.HasPrefix(pgErr.Code, "23"))
+	return errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "22") || strings.HasPrefix(pgErr.Code, "23")) ||
+		errors.Is(err, ErrOutOfScope)
 }
 
 // runKey is a manual run's creation key (see Idempotency in doc.go);
@@ -370,14 +372,8 @@ func createRun(ctx context.Context, tx pgx.Tx, org uuid.UUID, def ScheduleDefini
 		if def.Scan == nil {
 			return false, fmt.Errorf("schedule %s: scan definition missing", f.ScheduleID)
 		}
-		plugins := make([]ScanPlugin, len(def.Scan.Plugins))
-		for i, p := range def.Scan.Plugins {
-			plugins[i] = ScanPlugin(p)
-		}
 		var id uuid.UUID
-		id, replayed, err = createScan(ctx, tx, CreateScanParams{OrganizationID: org, Targets: def.Scan.Targets,
-			Plugins: plugins, Priority: def.Scan.Priority, Trigger: &tr,
-			IdempotencyKey: key.key, RequestSHA256: key.requestSHA256})
+		id, replayed, err = createScan(ctx, tx, scheduledScanParams(org, def.Scan, &tr, key))
 		if err != nil {
 			return false, fmt.Errorf("schedule %s: create scan: %w", f.ScheduleID, err)
 		}
@@ -403,6 +399,16 @@ func createRun(ctx context.Context, tx pgx.Tx, org uuid.UUID, def ScheduleDefini
 		return false, fmt.Errorf("schedule %s: unknown kind %q", f.ScheduleID, def.Kind)
 	}
 	return replayed, nil
+}
+
+// scheduledScanParams is the scan a scheduled scan definition creates.
+func scheduledScanParams(org uuid.UUID, scan *ScheduledScan, tr *Trigger, key runKey) CreateScanParams {
+	plugins := make([]ScanPlugin, len(scan.Plugins))
+	for i, p := range scan.Plugins {
+		plugins[i] = ScanPlugin(p)
+	}
+	return CreateScanParams{OrganizationID: org, Targets: scan.Targets, Plugins: plugins, Priority: scan.Priority,
+		Trigger: tr, IdempotencyKey: key.key, RequestSHA256: key.requestSHA256}
 }
 
 // RunScheduleParams is who asks for a manual run, and its creation key.

@@ -32,14 +32,13 @@ var errFireOneByOne = errors.New("schedule fires need the one-by-one path")
 type fireBatch struct {
 	scans []batchedScan
 	fires []batchedFire
+	// scopes is each organization's scan scope, read once per claim.
+	scopes map[uuid.UUID]targetScope
 }
 
 type batchedScan struct {
-	id, org    uuid.UUID
-	scan       *ScheduledScan
-	scheduleID uuid.UUID
-	version    int
-	slot       time.Time
+	id uuid.UUID
+	CreateScanParams
 }
 
 // batchedFire is a fire row to insert; index is its entry in c.fires,
@@ -125,17 +124,20 @@ func (b *fireBatch) run(ctx context.Context, tx pgx.Tx, c *claimed, slot time.Ti
 	due := c.sl.fireAt(slot)
 	f := ScheduleFire{ScheduleID: c.sl.id, Version: c.version, SlotAt: slot, Trigger: TriggerSchedule,
 		Outcome: FireCreated, MissedSlots: missed, DueAt: &due}
+	tr := Trigger{Kind: TriggerSchedule, ScheduleID: &c.sl.id, ScheduleVersion: &version, SlotAt: &slot}
 	switch {
 	case c.def.Kind == ScheduleScan && c.def.Scan != nil:
+		p := scheduledScanParams(c.org, c.def.Scan, &tr, runKey{})
+		if err := b.checkScope(ctx, tx, p); err != nil {
+			return err // out of scope: one by one records the slot as skipped
+		}
 		id, err := uuid.NewV7()
 		if err != nil {
 			return fmt.Errorf("scan id: %w", err)
 		}
-		b.scans = append(b.scans, batchedScan{id: id, org: c.org, scan: c.def.Scan, scheduleID: c.sl.id,
-			version: version, slot: slot})
+		b.scans = append(b.scans, batchedScan{id: id, CreateScanParams: p})
 		f.ScanID, f.RunState = &id, "pending"
 	default:
-		tr := Trigger{Kind: TriggerSchedule, ScheduleID: &c.sl.id, ScheduleVersion: &version, SlotAt: &slot}
 		if _, err := createRun(ctx, tx, c.org, c.def, tr, runKey{}, &f); err != nil {
 			return err
 		}
@@ -144,6 +146,22 @@ func (b *fireBatch) run(ctx context.Context, tx pgx.Tx, c *claimed, slot time.Ti
 	c.fires = append(c.fires, f)
 	c.ranOn(f)
 	return nil
+}
+
+// checkScope holds a scan to its organization's scope, as createScan does.
+func (b *fireBatch) checkScope(ctx context.Context, tx pgx.Tx, p CreateScanParams) error {
+	ts, ok := b.scopes[p.OrganizationID]
+	if !ok {
+		var err error
+		if ts, err = loadTargetScope(ctx, tx, p.OrganizationID); err != nil {
+			return err
+		}
+		if b.scopes == nil {
+			b.scopes = map[uuid.UUID]targetScope{}
+		}
+		b.scopes[p.OrganizationID] = ts
+	}
+	return checkScanScopeIn(ctx, tx, ts, p)
 }
 
 // record is claimed.record for the batch.
@@ -158,10 +176,10 @@ func (b *fireBatch) record(c *claimed, slot time.Time, outcome, reason string, m
 const createScansSQL = `
 WITH scan AS (
 	INSERT INTO scans (id, organization_id, targets, priority, trigger_kind,
-		trigger_schedule_id, trigger_schedule_version, trigger_slot_at)
-	SELECT id, organization_id, targets, priority, 'schedule', schedule_id, schedule_version, slot_at
-	FROM unnest($1::uuid[], $2::uuid[], $3::jsonb[], $4::int[], $5::uuid[], $6::int[], $7::timestamptz[])
-		AS i(id, organization_id, targets, priority, schedule_id, schedule_version, slot_at)
+		trigger_schedule_id, trigger_schedule_version, trigger_slot_at, asset_targets, scope_key)
+	SELECT id, organization_id, targets, priority, 'schedule', schedule_id, schedule_version, slot_at, '[]', scope_key
+	FROM unnest($1::uuid[], $2::uuid[], $3::jsonb[], $4::int[], $5::uuid[], $6::int[], $7::timestamptz[], $15::text[])
+		AS i(id, organization_id, targets, priority, schedule_id, schedule_version, slot_at, scope_key)
 )
 INSERT INTO scan_jobs (scan_id, organization_id, position, plugin_name, input, timeout_seconds, required_capabilities)
 SELECT * FROM unnest($8::uuid[], $9::uuid[], $10::int[], $11::text[], $12::jsonb[], $13::int[], $14::jsonb[])`
@@ -242,6 +260,7 @@ func (b *fireBatch) createScans(ctx context.Context, tx pgx.Tx) error {
 	n := len(b.scans)
 	ids, orgs, targets := make([]uuid.UUID, n), make([]uuid.UUID, n), make([]string, n)
 	priorities, schedules, versions, slots := make([]int, n), make([]uuid.UUID, n), make([]int, n), make([]time.Time, n)
+	scopeKeys := make([]string, n)
 	var (
 		jobScans, jobOrgs     []uuid.UUID
 		positions             []int
@@ -249,20 +268,21 @@ func (b *fireBatch) createScans(ctx context.Context, tx pgx.Tx) error {
 		names, inputs, capses []string
 	)
 	for i, s := range b.scans {
-		t, err := json.Marshal(s.scan.Targets)
+		t, err := json.Marshal(s.Targets)
 		if err != nil {
 			return fmt.Errorf("scan targets: %w", err)
 		}
-		ids[i], orgs[i], targets[i], priorities[i] = s.id, s.org, string(t), s.scan.Priority
-		schedules[i], versions[i], slots[i] = s.scheduleID, s.version, s.slot
-		for pos, p := range s.scan.Plugins {
-			jobScans, jobOrgs = append(jobScans, s.id), append(jobOrgs, s.org)
+		ids[i], orgs[i], targets[i], priorities[i] = s.id, s.OrganizationID, string(t), s.Priority
+		schedules[i], versions[i], slots[i] = *s.Trigger.ScheduleID, *s.Trigger.ScheduleVersion, *s.Trigger.SlotAt
+		scopeKeys[i] = scanScopeKey(s.CreateScanParams)
+		for pos, p := range s.Plugins {
+			jobScans, jobOrgs = append(jobScans, s.id), append(jobOrgs, s.OrganizationID)
 			positions, names, timeouts = append(positions, pos), append(names, p.Name), append(timeouts, p.TimeoutSeconds)
 			inputs, capses = append(inputs, jsonOrEmpty(p.Input)), append(capses, jsonOrEmpty(p.RequiredCapabilities))
 		}
 	}
 	if _, err := tx.Exec(ctx, createScansSQL, ids, orgs, targets, priorities, schedules, versions, slots,
-		jobScans, jobOrgs, positions, names, inputs, timeouts, capses); err != nil {
+		jobScans, jobOrgs, positions, names, inputs, timeouts, capses, scopeKeys); err != nil {
 		return fmt.Errorf("create scheduled scans: %w", err)
 	}
 	if _, err := tx.Exec(ctx, `SELECT advance_scan(id) FROM unnest($1::uuid[]) AS id`, ids); err != nil {

@@ -160,6 +160,9 @@ func createTask(ctx context.Context, tx pgx.Tx, p CreateTaskParams) (Task, bool,
 	if err != nil {
 		return Task{}, false, err
 	}
+	if err := checkTaskScope(ctx, tx, p); err != nil {
+		return Task{}, false, err
+	}
 	tr := p.Trigger.orAPI()
 	row := tx.QueryRow(ctx, `
 		WITH created AS (
@@ -455,10 +458,15 @@ func (s *Store) CancelTask(ctx context.Context, scope Scope, id uuid.UUID) (Task
 }
 
 // RetryTask (redrive) moves a dead-lettered or cancelled task back to
-// pending with a fresh attempt budget.
+// pending with a fresh attempt budget. A job of a scan is redriven only
+// while no other job of its scan is in flight, and reopens its scan when
+// the scan had finished (reopenScanForRedrive).
 func (s *Store) RetryTask(ctx context.Context, scope Scope, id uuid.UUID) (Task, error) {
 	var task Task
 	err := s.inTx(ctx, "retry task", func(tx pgx.Tx) error {
+		if err := reopenScanForRedrive(ctx, tx, scope, id); err != nil {
+			return err
+		}
 		var err error
 		task, err = scanTask(tx.QueryRow(ctx, `
 			WITH redriven AS (

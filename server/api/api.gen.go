@@ -103,6 +103,60 @@ func (e AuditEventActorType) Valid() bool {
 	}
 }
 
+// Defines values for ChangeKind.
+const (
+	AssetAppeared      ChangeKind = "asset_appeared"
+	AssetDisappeared   ChangeKind = "asset_disappeared"
+	CertificateChanged ChangeKind = "certificate_changed"
+	HttpStatusChanged  ChangeKind = "http_status_changed"
+	PortClosed         ChangeKind = "port_closed"
+	PortOpened         ChangeKind = "port_opened"
+)
+
+// Valid indicates whether the value is a known member of the ChangeKind enum.
+func (e ChangeKind) Valid() bool {
+	switch e {
+	case AssetAppeared:
+		return true
+	case AssetDisappeared:
+		return true
+	case CertificateChanged:
+		return true
+	case HttpStatusChanged:
+		return true
+	case PortClosed:
+		return true
+	case PortOpened:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for EdgeRelation.
+const (
+	Covers     EdgeRelation = "covers"
+	HasPort    EdgeRelation = "has_port"
+	ResolvesTo EdgeRelation = "resolves_to"
+	ServedBy   EdgeRelation = "served_by"
+)
+
+// Valid indicates whether the value is a known member of the EdgeRelation enum.
+func (e EdgeRelation) Valid() bool {
+	switch e {
+	case Covers:
+		return true
+	case HasPort:
+		return true
+	case ResolvesTo:
+		return true
+	case ServedBy:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for HealthStatus.
 const (
 	Ok          HealthStatus = "ok"
@@ -254,6 +308,7 @@ func (e ResultAckStatus) Valid() bool {
 const (
 	ResultRecordKindAsset  ResultRecordKind = "asset"
 	ResultRecordKindData   ResultRecordKind = "data"
+	ResultRecordKindEdge   ResultRecordKind = "edge"
 	ResultRecordKindThreat ResultRecordKind = "threat"
 )
 
@@ -263,6 +318,8 @@ func (e ResultRecordKind) Valid() bool {
 	case ResultRecordKindAsset:
 		return true
 	case ResultRecordKindData:
+		return true
+	case ResultRecordKindEdge:
 		return true
 	case ResultRecordKindThreat:
 		return true
@@ -412,6 +469,30 @@ func (e ScheduleOverlap) Valid() bool {
 	case ScheduleOverlapQueueOne:
 		return true
 	case ScheduleOverlapSkip:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ScopeTargetKind.
+const (
+	Cidr      ScopeTargetKind = "cidr"
+	Domain    ScopeTargetKind = "domain"
+	Ip        ScopeTargetKind = "ip"
+	UrlPrefix ScopeTargetKind = "url_prefix"
+)
+
+// Valid indicates whether the value is a known member of the ScopeTargetKind enum.
+func (e ScopeTargetKind) Valid() bool {
+	switch e {
+	case Cidr:
+		return true
+	case Domain:
+		return true
+	case Ip:
+		return true
+	case UrlPrefix:
 		return true
 	default:
 		return false
@@ -738,6 +819,43 @@ type Asset struct {
 	Value           string             `json:"value"`
 }
 
+// AssetChange defines model for AssetChange.
+type AssetChange struct {
+	After          *JSONObject         `json:"after,omitempty"`
+	Asset          AssetRef            `json:"asset"`
+	AssetId        *openapi_types.UUID `json:"asset_id,omitempty"`
+	Before         *JSONObject         `json:"before,omitempty"`
+	DetectedAt     time.Time           `json:"detected_at"`
+	Id             openapi_types.UUID  `json:"id"`
+	Kind           ChangeKind          `json:"kind"`
+	OrganizationId openapi_types.UUID  `json:"organization_id"`
+	PreviousScanId *openapi_types.UUID `json:"previous_scan_id,omitempty"`
+	ScanId         openapi_types.UUID  `json:"scan_id"`
+}
+
+// AssetChangeList defines model for AssetChangeList.
+type AssetChangeList struct {
+	Items      []AssetChange `json:"items"`
+	NextCursor *string       `json:"next_cursor,omitempty"`
+}
+
+// AssetEdge defines model for AssetEdge.
+type AssetEdge struct {
+	FirstSeenAt    time.Time          `json:"first_seen_at"`
+	From           EdgeEnd            `json:"from"`
+	Id             openapi_types.UUID `json:"id"`
+	LastSeenAt     time.Time          `json:"last_seen_at"`
+	OrganizationId openapi_types.UUID `json:"organization_id"`
+	Relation       EdgeRelation       `json:"relation"`
+	To             EdgeEnd            `json:"to"`
+}
+
+// AssetEdgeList defines model for AssetEdgeList.
+type AssetEdgeList struct {
+	Items      []AssetEdge `json:"items"`
+	NextCursor *string     `json:"next_cursor,omitempty"`
+}
+
 // AssetList defines model for AssetList.
 type AssetList struct {
 	Items      []Asset `json:"items"`
@@ -819,6 +937,9 @@ type AuditEventList struct {
 // Capabilities A JSON object; a task's `required_capabilities` must be contained in it (`@>`).
 type Capabilities = json.RawMessage
 
+// ChangeKind defines model for ChangeKind.
+type ChangeKind string
+
 // CompleteManyRequest defines model for CompleteManyRequest.
 type CompleteManyRequest struct {
 	Completions []CompletionItem `json:"completions"`
@@ -892,10 +1013,14 @@ type CreateOrganizationRequest struct {
 
 // CreateScanRequest defines model for CreateScanRequest.
 type CreateScanRequest struct {
-	OrganizationId openapi_types.UUID `json:"organization_id"`
-	Plugins        []ScanPlugin       `json:"plugins"`
-	Priority       *int               `json:"priority,omitempty"`
-	Targets        []string           `json:"targets"`
+	// AssetTargets Assets of the organization to scan as well; their values join the targets.
+	AssetTargets   *[]openapi_types.UUID `json:"asset_targets,omitempty"`
+	OrganizationId openapi_types.UUID    `json:"organization_id"`
+	Plugins        []ScanPlugin          `json:"plugins"`
+	Priority       *int                  `json:"priority,omitempty"`
+
+	// Targets Free targets; with `asset_targets`, at least one target in all. All must be in the organization's scan scope when it has one, and so must what plugin inputs name (`urls`, `addresses`, `targets`, `hosts`, `host`, `target`).
+	Targets []string `json:"targets"`
 }
 
 // CreateScheduleRequest defines model for CreateScheduleRequest.
@@ -907,6 +1032,15 @@ type CreateScheduleRequest struct {
 
 	// Timing Exactly one of `cron` and `interval_seconds`.
 	Timing ScheduleTiming `json:"timing"`
+}
+
+// CreateScopeTargetRequest defines model for CreateScopeTargetRequest.
+type CreateScopeTargetRequest struct {
+	// IncludeSubdomains domain only: every name under it too.
+	IncludeSubdomains *bool           `json:"include_subdomains,omitempty"`
+	Kind              ScopeTargetKind `json:"kind"`
+	Note              *string         `json:"note,omitempty"`
+	Value             string          `json:"value"`
 }
 
 // CreateSecretRequest defines model for CreateSecretRequest.
@@ -961,6 +1095,17 @@ type CreateTaskRequest struct {
 	// SecretRefs Names of the organization's secrets the task receives in its lease (`secrets`). A secret missing or withheld at lease time fails the attempt with error code `secret_unavailable`.
 	SecretRefs *[]SecretName `json:"secret_refs,omitempty"`
 	TaskType   TaskType      `json:"task_type"`
+}
+
+// CreateThreatExclusionRequest At least one of asset_id, asset_pattern, external_id, title_pattern and severity.
+type CreateThreatExclusionRequest struct {
+	AssetId      *openapi_types.UUID `json:"asset_id,omitempty"`
+	AssetPattern *string             `json:"asset_pattern,omitempty"`
+	ExpiresAt    *time.Time          `json:"expires_at,omitempty"`
+	ExternalId   *string             `json:"external_id,omitempty"`
+	Reason       string              `json:"reason"`
+	Severity     *Severity           `json:"severity,omitempty"`
+	TitlePattern *string             `json:"title_pattern,omitempty"`
 }
 
 // CreateWebhookRequest defines model for CreateWebhookRequest.
@@ -1038,6 +1183,16 @@ type CreatedWorker struct {
 	SoftwareVersion     *string             `json:"software_version,omitempty"`
 	WorkerType          WorkerType          `json:"worker_type"`
 }
+
+// EdgeEnd defines model for EdgeEnd.
+type EdgeEnd struct {
+	Id    openapi_types.UUID `json:"id"`
+	Type  string             `json:"type"`
+	Value string             `json:"value"`
+}
+
+// EdgeRelation defines model for EdgeRelation.
+type EdgeRelation string
 
 // EnrollRequest defines model for EnrollRequest.
 type EnrollRequest struct {
@@ -1270,12 +1425,15 @@ type Problem struct {
 	// with its usual status (Go: the constants of package
 	// `github.com/worker-gateway/gateway/problem`). New codes may be added: treat an
 	// unknown code by its HTTP status.
-	Code      string  `json:"code"`
-	Detail    *string `json:"detail,omitempty"`
-	Instance  *string `json:"instance,omitempty"`
-	RequestId *string `json:"request_id,omitempty"`
-	Status    int     `json:"status"`
-	Title     string  `json:"title"`
+	Code     string  `json:"code"`
+	Detail   *string `json:"detail,omitempty"`
+	Instance *string `json:"instance,omitempty"`
+
+	// OutOfScopeTargets With `target-out-of-scope`: the scan's targets outside scope.
+	OutOfScopeTargets *[]string `json:"out_of_scope_targets,omitempty"`
+	RequestId         *string   `json:"request_id,omitempty"`
+	Status            int       `json:"status"`
+	Title             string    `json:"title"`
 
 	// Type A URI reference naming the problem type.
 	Type string `json:"type"`
@@ -1305,9 +1463,15 @@ type ReplaceSecretRequest struct {
 // ResultAck defines model for ResultAck.
 type ResultAck struct {
 	// Assets Asset records ingested (new or seen again).
-	Assets         *int               `json:"assets,omitempty"`
-	AttemptId      openapi_types.UUID `json:"attempt_id"`
-	BatchId        openapi_types.UUID `json:"batch_id"`
+	Assets    *int               `json:"assets,omitempty"`
+	AttemptId openapi_types.UUID `json:"attempt_id"`
+	BatchId   openapi_types.UUID `json:"batch_id"`
+
+	// Edges Edge records ingested.
+	Edges *int `json:"edges,omitempty"`
+
+	// OutOfScope Records about something outside the organization's scan scope: kept, flagged, not ingested.
+	OutOfScope     *int               `json:"out_of_scope,omitempty"`
 	ReceivedAt     time.Time          `json:"received_at"`
 	RecordCount    int                `json:"record_count"`
 	SequenceNumber int                `json:"sequence_number"`
@@ -1333,17 +1497,26 @@ type ResultBatchList struct {
 	NextCursor *string             `json:"next_cursor,omitempty"`
 }
 
-// ResultRecord One record. `asset`: an asset found (`asset`, optional `details`). `threat`: a finding on
-// an asset (`asset`, `title`, `severity`, optional `external_id` to deduplicate by and
-// `details`). `data`: anything else (`data`), stored for producers.
+// ResultRecord One record. `asset`: an asset found (`asset`, optional `details`; a url's `status` and
+// `certificate` are compared between scans). `threat`: a finding on an asset (`asset`,
+// `title`, `severity`, optional `external_id` to deduplicate by, `details` and
+// `vulnerability`). `edge`: a relation from `asset` to `target` (`relation`: hostname
+// `resolves_to` ip, ip `has_port` port, url `served_by` port, certificate `covers`
+// hostname). `data`: anything else (`data`), stored for producers. Stored records about
+// something outside the organization's scan scope carry `out_of_scope: true` (set by the
+// gateway; ignored in requests).
 type ResultRecord struct {
-	Asset      *AssetRef        `json:"asset,omitempty"`
-	Data       *JSONObject      `json:"data,omitempty"`
-	Details    *JSONObject      `json:"details,omitempty"`
-	ExternalId *string          `json:"external_id,omitempty"`
-	Kind       ResultRecordKind `json:"kind"`
-	Severity   *Severity        `json:"severity,omitempty"`
-	Title      *string          `json:"title,omitempty"`
+	Asset         *AssetRef        `json:"asset,omitempty"`
+	Data          *JSONObject      `json:"data,omitempty"`
+	Details       *JSONObject      `json:"details,omitempty"`
+	ExternalId    *string          `json:"external_id,omitempty"`
+	Kind          ResultRecordKind `json:"kind"`
+	OutOfScope    *bool            `json:"out_of_scope,omitempty"`
+	Relation      *EdgeRelation    `json:"relation,omitempty"`
+	Severity      *Severity        `json:"severity,omitempty"`
+	Target        *AssetRef        `json:"target,omitempty"`
+	Title         *string          `json:"title,omitempty"`
+	Vulnerability *Vulnerability   `json:"vulnerability,omitempty"`
 }
 
 // ResultRecordKind defines model for ResultRecord.Kind.
@@ -1368,13 +1541,14 @@ type RotateWebhookSecretRequest struct {
 
 // Scan defines model for Scan.
 type Scan struct {
-	CompletedAt    *time.Time         `json:"completed_at,omitempty"`
-	CreatedAt      time.Time          `json:"created_at"`
-	Id             openapi_types.UUID `json:"id"`
-	Jobs           []ScanJob          `json:"jobs"`
-	OrganizationId openapi_types.UUID `json:"organization_id"`
-	State          ScanState          `json:"state"`
-	Targets        []string           `json:"targets"`
+	AssetTargets   *[]openapi_types.UUID `json:"asset_targets,omitempty"`
+	CompletedAt    *time.Time            `json:"completed_at,omitempty"`
+	CreatedAt      time.Time             `json:"created_at"`
+	Id             openapi_types.UUID    `json:"id"`
+	Jobs           []ScanJob             `json:"jobs"`
+	OrganizationId openapi_types.UUID    `json:"organization_id"`
+	State          ScanState             `json:"state"`
+	Targets        []string              `json:"targets"`
 
 	// Trigger What created a task or scan. A scan's tasks carry their scan's trigger.
 	Trigger *Trigger `json:"trigger,omitempty"`
@@ -1386,11 +1560,14 @@ type ScanJob struct {
 	Error       *string            `json:"error,omitempty"`
 	Id          openapi_types.UUID `json:"id"`
 	Input       JSONObject         `json:"input"`
-	PluginName  string             `json:"plugin_name"`
-	Position    int                `json:"position"`
-	StartedAt   *time.Time         `json:"started_at,omitempty"`
-	State       ScanState          `json:"state"`
-	Task        *Task              `json:"task,omitempty"`
+
+	// Output Once the job ended: `records` (counts by kind, and `out_of_scope`) and `artifact_ids`.
+	Output     *JSONObject `json:"output,omitempty"`
+	PluginName string      `json:"plugin_name"`
+	Position   int         `json:"position"`
+	StartedAt  *time.Time  `json:"started_at,omitempty"`
+	State      ScanState   `json:"state"`
+	Task       *Task       `json:"task,omitempty"`
 }
 
 // ScanList defines model for ScanList.
@@ -1576,6 +1753,30 @@ type ScheduledTask struct {
 	TaskType   TaskType      `json:"task_type"`
 }
 
+// ScopeTarget defines model for ScopeTarget.
+type ScopeTarget struct {
+	CreatedAt         time.Time          `json:"created_at"`
+	Id                openapi_types.UUID `json:"id"`
+	IncludeSubdomains bool               `json:"include_subdomains"`
+	Kind              ScopeTargetKind    `json:"kind"`
+	Note              *string            `json:"note,omitempty"`
+	OrganizationId    openapi_types.UUID `json:"organization_id"`
+
+	// Value The canonical form.
+	Value string `json:"value"`
+}
+
+// ScopeTargetKind defines model for ScopeTargetKind.
+type ScopeTargetKind string
+
+// ScopeTargetList defines model for ScopeTargetList.
+type ScopeTargetList struct {
+	// Enforced Whether the organization's scans are held to its scope.
+	Enforced   bool          `json:"enforced"`
+	Items      []ScopeTarget `json:"items"`
+	NextCursor *string       `json:"next_cursor,omitempty"`
+}
+
 // Secret A secret's metadata; the value is never answered.
 type Secret struct {
 	CreatedAt      time.Time          `json:"created_at"`
@@ -1735,12 +1936,40 @@ type Threat struct {
 	Details   *JSONObject `json:"details,omitempty"`
 
 	// Detections Scan jobs that detected it.
-	Detections     int                `json:"detections"`
-	ExternalId     *string            `json:"external_id,omitempty"`
-	Id             openapi_types.UUID `json:"id"`
-	OrganizationId openapi_types.UUID `json:"organization_id"`
-	Severity       Severity           `json:"severity"`
-	Title          string             `json:"title"`
+	Detections int `json:"detections"`
+
+	// Excluded An active exclusion matches it (listed only with include_excluded=true).
+	Excluded       *bool               `json:"excluded,omitempty"`
+	ExclusionId    *openapi_types.UUID `json:"exclusion_id,omitempty"`
+	ExternalId     *string             `json:"external_id,omitempty"`
+	Id             openapi_types.UUID  `json:"id"`
+	OrganizationId openapi_types.UUID  `json:"organization_id"`
+	Severity       Severity            `json:"severity"`
+	Title          string              `json:"title"`
+	Vulnerability  *Vulnerability      `json:"vulnerability,omitempty"`
+}
+
+// ThreatExclusion defines model for ThreatExclusion.
+type ThreatExclusion struct {
+	AssetId      *openapi_types.UUID `json:"asset_id,omitempty"`
+	AssetPattern *string             `json:"asset_pattern,omitempty"`
+	CreatedAt    time.Time           `json:"created_at"`
+
+	// CreatedBy The API token that created it.
+	CreatedBy      *openapi_types.UUID `json:"created_by,omitempty"`
+	ExpiresAt      *time.Time          `json:"expires_at,omitempty"`
+	ExternalId     *string             `json:"external_id,omitempty"`
+	Id             openapi_types.UUID  `json:"id"`
+	OrganizationId openapi_types.UUID  `json:"organization_id"`
+	Reason         string              `json:"reason"`
+	Severity       *Severity           `json:"severity,omitempty"`
+	TitlePattern   *string             `json:"title_pattern,omitempty"`
+}
+
+// ThreatExclusionList defines model for ThreatExclusionList.
+type ThreatExclusionList struct {
+	Items      []ThreatExclusion `json:"items"`
+	NextCursor *string           `json:"next_cursor,omitempty"`
 }
 
 // ThreatList defines model for ThreatList.
@@ -1810,6 +2039,16 @@ type UploadSession struct {
 
 // UploadSessionMethod defines model for UploadSession.Method.
 type UploadSessionMethod string
+
+// Vulnerability defines model for Vulnerability.
+type Vulnerability struct {
+	CveIds      *[]string `json:"cve_ids,omitempty"`
+	CvssScore   *float64  `json:"cvss_score,omitempty"`
+	CvssVector  *string   `json:"cvss_vector,omitempty"`
+	CweIds      *[]string `json:"cwe_ids,omitempty"`
+	References  *[]string `json:"references,omitempty"`
+	Remediation *string   `json:"remediation,omitempty"`
+}
 
 // Webhook defines model for Webhook.
 type Webhook struct {
@@ -1975,6 +2214,9 @@ type ActivePolicy string
 // AttemptID defines model for AttemptID.
 type AttemptID = openapi_types.UUID
 
+// ChangeKinds defines model for ChangeKinds.
+type ChangeKinds = []ChangeKind
+
 // Cursor defines model for Cursor.
 type Cursor = string
 
@@ -2005,8 +2247,14 @@ type ScheduleID = openapi_types.UUID
 // SecretID defines model for SecretID.
 type SecretID = openapi_types.UUID
 
+// Since defines model for Since.
+type Since = time.Time
+
 // TaskID defines model for TaskID.
 type TaskID = openapi_types.UUID
+
+// Until defines model for Until.
+type Until = time.Time
 
 // UploadID defines model for UploadID.
 type UploadID = openapi_types.UUID
@@ -2081,6 +2329,15 @@ type ListOrganizationsParams struct {
 	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
 }
 
+// ListAssetEdgesParams defines parameters for ListAssetEdges.
+type ListAssetEdgesParams struct {
+	AssetId *openapi_types.UUID `form:"asset_id,omitempty" json:"asset_id,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
 // ListAssetsParams defines parameters for ListAssets.
 type ListAssetsParams struct {
 	// Cursor The `next_cursor` of the previous page.
@@ -2088,8 +2345,40 @@ type ListAssetsParams struct {
 	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
 }
 
+// ListExposureChangesParams defines parameters for ListExposureChanges.
+type ListExposureChangesParams struct {
+	// Kind Only changes of these kinds (repeat the parameter for several).
+	Kind *ChangeKinds `form:"kind,omitempty" json:"kind,omitempty"`
+
+	// Since Only changes detected at or after this time.
+	Since *Since `form:"since,omitempty" json:"since,omitempty"`
+
+	// Until Only changes detected before this time.
+	Until *Until `form:"until,omitempty" json:"until,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
+// ListScopeTargetsParams defines parameters for ListScopeTargets.
+type ListScopeTargetsParams struct {
+	// Cursor The `next_cursor` of the previous page.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
+// ListThreatExclusionsParams defines parameters for ListThreatExclusions.
+type ListThreatExclusionsParams struct {
+	// Cursor The `next_cursor` of the previous page.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
 // ListThreatsParams defines parameters for ListThreats.
 type ListThreatsParams struct {
+	IncludeExcluded *bool `form:"include_excluded,omitempty" json:"include_excluded,omitempty"`
+
 	// Cursor The `next_cursor` of the previous page.
 	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
@@ -2125,6 +2414,22 @@ type ListScansParams struct {
 type CreateScanParams struct {
 	// IdempotencyKey Makes the request safe to repeat. At most 255 characters.
 	IdempotencyKey *OptionalIdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// ListScanChangesParams defines parameters for ListScanChanges.
+type ListScanChangesParams struct {
+	// Kind Only changes of these kinds (repeat the parameter for several).
+	Kind *ChangeKinds `form:"kind,omitempty" json:"kind,omitempty"`
+
+	// Since Only changes detected at or after this time.
+	Since *Since `form:"since,omitempty" json:"since,omitempty"`
+
+	// Until Only changes detected before this time.
+	Until *Until `form:"until,omitempty" json:"until,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
 }
 
 // ListSchedulesParams defines parameters for ListSchedules.
@@ -2276,6 +2581,12 @@ type AcquireLeasesJSONRequestBody = LeaseRequest
 // CreateOrganizationJSONRequestBody defines body for CreateOrganization for application/json ContentType.
 type CreateOrganizationJSONRequestBody = CreateOrganizationRequest
 
+// AddScopeTargetJSONRequestBody defines body for AddScopeTarget for application/json ContentType.
+type AddScopeTargetJSONRequestBody = CreateScopeTargetRequest
+
+// CreateThreatExclusionJSONRequestBody defines body for CreateThreatExclusion for application/json ContentType.
+type CreateThreatExclusionJSONRequestBody = CreateThreatExclusionRequest
+
 // CreateScanJSONRequestBody defines body for CreateScan for application/json ContentType.
 type CreateScanJSONRequestBody = CreateScanRequest
 
@@ -2383,9 +2694,33 @@ type ServerInterface interface {
 	// GetOrganization Get an organization
 	// (GET /v1/organizations/{organization_id})
 	GetOrganization(w http.ResponseWriter, r *http.Request, organizationId OrganizationID)
+	// ListAssetEdges An organization's asset graph
+	// (GET /v1/organizations/{organization_id}/asset-edges)
+	ListAssetEdges(w http.ResponseWriter, r *http.Request, organizationId OrganizationID, params ListAssetEdgesParams)
 	// ListAssets List an organization's assets
 	// (GET /v1/organizations/{organization_id}/assets)
 	ListAssets(w http.ResponseWriter, r *http.Request, organizationId OrganizationID, params ListAssetsParams)
+	// ListExposureChanges An organization's exposure-change timeline
+	// (GET /v1/organizations/{organization_id}/exposure-changes)
+	ListExposureChanges(w http.ResponseWriter, r *http.Request, organizationId OrganizationID, params ListExposureChangesParams)
+	// ListScopeTargets List an organization's scan scope
+	// (GET /v1/organizations/{organization_id}/scope)
+	ListScopeTargets(w http.ResponseWriter, r *http.Request, organizationId OrganizationID, params ListScopeTargetsParams)
+	// AddScopeTarget Approve a target for an organization's scans
+	// (POST /v1/organizations/{organization_id}/scope)
+	AddScopeTarget(w http.ResponseWriter, r *http.Request, organizationId OrganizationID)
+	// RemoveScopeTarget Remove an entry from an organization's scan scope
+	// (DELETE /v1/organizations/{organization_id}/scope/{scope_target_id})
+	RemoveScopeTarget(w http.ResponseWriter, r *http.Request, organizationId OrganizationID, scopeTargetId openapi_types.UUID)
+	// ListThreatExclusions List an organization's threat exclusions
+	// (GET /v1/organizations/{organization_id}/threat-exclusions)
+	ListThreatExclusions(w http.ResponseWriter, r *http.Request, organizationId OrganizationID, params ListThreatExclusionsParams)
+	// CreateThreatExclusion Suppress threats
+	// (POST /v1/organizations/{organization_id}/threat-exclusions)
+	CreateThreatExclusion(w http.ResponseWriter, r *http.Request, organizationId OrganizationID)
+	// DeleteThreatExclusion Delete a threat exclusion
+	// (DELETE /v1/organizations/{organization_id}/threat-exclusions/{exclusion_id})
+	DeleteThreatExclusion(w http.ResponseWriter, r *http.Request, organizationId OrganizationID, exclusionId openapi_types.UUID)
 	// ListThreats List an organization's threats
 	// (GET /v1/organizations/{organization_id}/threats)
 	ListThreats(w http.ResponseWriter, r *http.Request, organizationId OrganizationID, params ListThreatsParams)
@@ -2410,6 +2745,9 @@ type ServerInterface interface {
 	// CancelScan Cancel a scan
 	// (POST /v1/scans/{scan_id}/cancel)
 	CancelScan(w http.ResponseWriter, r *http.Request, scanId ScanID)
+	// ListScanChanges What changed since the previous scan
+	// (GET /v1/scans/{scan_id}/changes)
+	ListScanChanges(w http.ResponseWriter, r *http.Request, scanId ScanID, params ListScanChangesParams)
 	// ListSchedules List schedules
 	// (GET /v1/schedules)
 	ListSchedules(w http.ResponseWriter, r *http.Request, params ListSchedulesParams)
@@ -3306,6 +3644,74 @@ func (siw *ServerInterfaceWrapper) GetOrganization(w http.ResponseWriter, r *htt
 	handler.ServeHTTP(w, r)
 }
 
+// ListAssetEdges operation middleware
+func (siw *ServerInterfaceWrapper) ListAssetEdges(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "organization_id" -------------
+	var organizationId OrganizationID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "organization_id", r.PathValue("organization_id"), &organizationId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "organization_id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListAssetEdgesParams
+
+	// ------------- Optional query parameter "asset_id" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "asset_id", r.URL.Query(), &params.AssetId, runtime.BindQueryParameterOptions{Type: "string", Format: "uuid"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "asset_id"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "asset_id", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListAssetEdges(w, r, organizationId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ListAssets operation middleware
 func (siw *ServerInterfaceWrapper) ListAssets(w http.ResponseWriter, r *http.Request) {
 
@@ -3361,6 +3767,332 @@ func (siw *ServerInterfaceWrapper) ListAssets(w http.ResponseWriter, r *http.Req
 	handler.ServeHTTP(w, r)
 }
 
+// ListExposureChanges operation middleware
+func (siw *ServerInterfaceWrapper) ListExposureChanges(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "organization_id" -------------
+	var organizationId OrganizationID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "organization_id", r.PathValue("organization_id"), &organizationId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "organization_id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListExposureChangesParams
+
+	// ------------- Optional query parameter "kind" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "kind", r.URL.Query(), &params.Kind, runtime.BindQueryParameterOptions{Type: "array", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "kind"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "kind", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "since" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "since", r.URL.Query(), &params.Since, runtime.BindQueryParameterOptions{Type: "string", Format: "date-time"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "since"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "since", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "until" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "until", r.URL.Query(), &params.Until, runtime.BindQueryParameterOptions{Type: "string", Format: "date-time"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "until"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "until", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListExposureChanges(w, r, organizationId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListScopeTargets operation middleware
+func (siw *ServerInterfaceWrapper) ListScopeTargets(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "organization_id" -------------
+	var organizationId OrganizationID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "organization_id", r.PathValue("organization_id"), &organizationId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "organization_id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListScopeTargetsParams
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListScopeTargets(w, r, organizationId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// AddScopeTarget operation middleware
+func (siw *ServerInterfaceWrapper) AddScopeTarget(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "organization_id" -------------
+	var organizationId OrganizationID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "organization_id", r.PathValue("organization_id"), &organizationId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "organization_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.AddScopeTarget(w, r, organizationId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// RemoveScopeTarget operation middleware
+func (siw *ServerInterfaceWrapper) RemoveScopeTarget(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "organization_id" -------------
+	var organizationId OrganizationID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "organization_id", r.PathValue("organization_id"), &organizationId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "organization_id", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "scope_target_id" -------------
+	var scopeTargetId openapi_types.UUID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "scope_target_id", r.PathValue("scope_target_id"), &scopeTargetId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "scope_target_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.RemoveScopeTarget(w, r, organizationId, scopeTargetId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListThreatExclusions operation middleware
+func (siw *ServerInterfaceWrapper) ListThreatExclusions(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "organization_id" -------------
+	var organizationId OrganizationID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "organization_id", r.PathValue("organization_id"), &organizationId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "organization_id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListThreatExclusionsParams
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListThreatExclusions(w, r, organizationId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CreateThreatExclusion operation middleware
+func (siw *ServerInterfaceWrapper) CreateThreatExclusion(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "organization_id" -------------
+	var organizationId OrganizationID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "organization_id", r.PathValue("organization_id"), &organizationId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "organization_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateThreatExclusion(w, r, organizationId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// DeleteThreatExclusion operation middleware
+func (siw *ServerInterfaceWrapper) DeleteThreatExclusion(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "organization_id" -------------
+	var organizationId OrganizationID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "organization_id", r.PathValue("organization_id"), &organizationId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "organization_id", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "exclusion_id" -------------
+	var exclusionId openapi_types.UUID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "exclusion_id", r.PathValue("exclusion_id"), &exclusionId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "exclusion_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.DeleteThreatExclusion(w, r, organizationId, exclusionId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ListThreats operation middleware
 func (siw *ServerInterfaceWrapper) ListThreats(w http.ResponseWriter, r *http.Request) {
 
@@ -3378,6 +4110,19 @@ func (siw *ServerInterfaceWrapper) ListThreats(w http.ResponseWriter, r *http.Re
 
 	// Parameter object where we will unmarshal all parameters from the context
 	var params ListThreatsParams
+
+	// ------------- Optional query parameter "include_excluded" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "include_excluded", r.URL.Query(), &params.IncludeExcluded, runtime.BindQueryParameterOptions{Type: "boolean", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "include_excluded"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "include_excluded", Err: err})
+		}
+		return
+	}
 
 	// ------------- Optional query parameter "cursor" -------------
 
@@ -3710,6 +4455,100 @@ func (siw *ServerInterfaceWrapper) CancelScan(w http.ResponseWriter, r *http.Req
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.CancelScan(w, r, scanId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListScanChanges operation middleware
+func (siw *ServerInterfaceWrapper) ListScanChanges(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "scan_id" -------------
+	var scanId ScanID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "scan_id", r.PathValue("scan_id"), &scanId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "scan_id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListScanChangesParams
+
+	// ------------- Optional query parameter "kind" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "kind", r.URL.Query(), &params.Kind, runtime.BindQueryParameterOptions{Type: "array", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "kind"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "kind", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "since" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "since", r.URL.Query(), &params.Since, runtime.BindQueryParameterOptions{Type: "string", Format: "date-time"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "since"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "since", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "until" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "until", r.URL.Query(), &params.Until, runtime.BindQueryParameterOptions{Type: "string", Format: "date-time"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "until"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "until", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListScanChanges(w, r, scanId, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -5302,6 +6141,14 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/organizations/{organization_id}", wrapper.GetOrganization)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/organizations/{organization_id}/assets", wrapper.ListAssets)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/organizations/{organization_id}/threats", wrapper.ListThreats)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/organizations/{organization_id}/scope", wrapper.ListScopeTargets)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/organizations/{organization_id}/scope", wrapper.AddScopeTarget)
+	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/organizations/{organization_id}/scope/{scope_target_id}", wrapper.RemoveScopeTarget)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/organizations/{organization_id}/exposure-changes", wrapper.ListExposureChanges)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/organizations/{organization_id}/asset-edges", wrapper.ListAssetEdges)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/organizations/{organization_id}/threat-exclusions", wrapper.ListThreatExclusions)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/organizations/{organization_id}/threat-exclusions", wrapper.CreateThreatExclusion)
+	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/organizations/{organization_id}/threat-exclusions/{exclusion_id}", wrapper.DeleteThreatExclusion)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/organizations/{organization_id}/workers", wrapper.ListOrganizationWorkers)
 	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/organizations/{organization_id}/workers/{worker_id}", wrapper.UnassignWorker)
 	m.HandleFunc(http.MethodPut+" "+options.BaseURL+"/v1/organizations/{organization_id}/workers/{worker_id}", wrapper.AssignWorker)
@@ -5337,6 +6184,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/scans", wrapper.ListScans)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/scans", wrapper.CreateScan)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/scans/{scan_id}", wrapper.GetScan)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/scans/{scan_id}/changes", wrapper.ListScanChanges)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/scans/{scan_id}/cancel", wrapper.CancelScan)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/schedules", wrapper.ListSchedules)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/schedules", wrapper.CreateSchedule)
@@ -7247,6 +8095,76 @@ func (response GetOrganizationdefaultApplicationProblemPlusJSONResponse) VisitGe
 	return err
 }
 
+type ListAssetEdgesRequestObject struct {
+	OrganizationId OrganizationID `json:"organization_id"`
+	Params         ListAssetEdgesParams
+}
+
+type ListAssetEdgesResponseObject interface {
+	VisitListAssetEdgesResponse(w http.ResponseWriter) error
+}
+
+type ListAssetEdges200JSONResponse AssetEdgeList
+
+func (response ListAssetEdges200JSONResponse) VisitListAssetEdgesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAssetEdges401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListAssetEdges401ApplicationProblemPlusJSONResponse) VisitListAssetEdgesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAssetEdges404ApplicationProblemPlusJSONResponse Problem
+
+func (response ListAssetEdges404ApplicationProblemPlusJSONResponse) VisitListAssetEdgesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAssetEdgesdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListAssetEdgesdefaultApplicationProblemPlusJSONResponse) VisitListAssetEdgesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListAssetsRequestObject struct {
 	OrganizationId OrganizationID `json:"organization_id"`
 	Params         ListAssetsParams
@@ -7306,6 +8224,608 @@ type ListAssetsdefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response ListAssetsdefaultApplicationProblemPlusJSONResponse) VisitListAssetsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListExposureChangesRequestObject struct {
+	OrganizationId OrganizationID `json:"organization_id"`
+	Params         ListExposureChangesParams
+}
+
+type ListExposureChangesResponseObject interface {
+	VisitListExposureChangesResponse(w http.ResponseWriter) error
+}
+
+type ListExposureChanges200JSONResponse AssetChangeList
+
+func (response ListExposureChanges200JSONResponse) VisitListExposureChangesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListExposureChanges400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListExposureChanges400ApplicationProblemPlusJSONResponse) VisitListExposureChangesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListExposureChanges401ApplicationProblemPlusJSONResponse Problem
+
+func (response ListExposureChanges401ApplicationProblemPlusJSONResponse) VisitListExposureChangesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListExposureChanges404ApplicationProblemPlusJSONResponse Problem
+
+func (response ListExposureChanges404ApplicationProblemPlusJSONResponse) VisitListExposureChangesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListExposureChangesdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListExposureChangesdefaultApplicationProblemPlusJSONResponse) VisitListExposureChangesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListScopeTargetsRequestObject struct {
+	OrganizationId OrganizationID `json:"organization_id"`
+	Params         ListScopeTargetsParams
+}
+
+type ListScopeTargetsResponseObject interface {
+	VisitListScopeTargetsResponse(w http.ResponseWriter) error
+}
+
+type ListScopeTargets200JSONResponse ScopeTargetList
+
+func (response ListScopeTargets200JSONResponse) VisitListScopeTargetsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListScopeTargets401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListScopeTargets401ApplicationProblemPlusJSONResponse) VisitListScopeTargetsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListScopeTargets404ApplicationProblemPlusJSONResponse Problem
+
+func (response ListScopeTargets404ApplicationProblemPlusJSONResponse) VisitListScopeTargetsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListScopeTargetsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListScopeTargetsdefaultApplicationProblemPlusJSONResponse) VisitListScopeTargetsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AddScopeTargetRequestObject struct {
+	OrganizationId OrganizationID `json:"organization_id"`
+	Body           *AddScopeTargetJSONRequestBody
+}
+
+type AddScopeTargetResponseObject interface {
+	VisitAddScopeTargetResponse(w http.ResponseWriter) error
+}
+
+type AddScopeTarget200JSONResponse ScopeTarget
+
+func (response AddScopeTarget200JSONResponse) VisitAddScopeTargetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AddScopeTarget201JSONResponse ScopeTarget
+
+func (response AddScopeTarget201JSONResponse) VisitAddScopeTargetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(201)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AddScopeTarget400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response AddScopeTarget400ApplicationProblemPlusJSONResponse) VisitAddScopeTargetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AddScopeTarget401ApplicationProblemPlusJSONResponse Problem
+
+func (response AddScopeTarget401ApplicationProblemPlusJSONResponse) VisitAddScopeTargetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AddScopeTarget403ApplicationProblemPlusJSONResponse Problem
+
+func (response AddScopeTarget403ApplicationProblemPlusJSONResponse) VisitAddScopeTargetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AddScopeTarget404ApplicationProblemPlusJSONResponse Problem
+
+func (response AddScopeTarget404ApplicationProblemPlusJSONResponse) VisitAddScopeTargetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AddScopeTargetdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response AddScopeTargetdefaultApplicationProblemPlusJSONResponse) VisitAddScopeTargetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RemoveScopeTargetRequestObject struct {
+	OrganizationId OrganizationID     `json:"organization_id"`
+	ScopeTargetId  openapi_types.UUID `json:"scope_target_id"`
+}
+
+type RemoveScopeTargetResponseObject interface {
+	VisitRemoveScopeTargetResponse(w http.ResponseWriter) error
+}
+
+type RemoveScopeTarget200JSONResponse ScopeTarget
+
+func (response RemoveScopeTarget200JSONResponse) VisitRemoveScopeTargetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RemoveScopeTarget401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response RemoveScopeTarget401ApplicationProblemPlusJSONResponse) VisitRemoveScopeTargetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RemoveScopeTarget403ApplicationProblemPlusJSONResponse Problem
+
+func (response RemoveScopeTarget403ApplicationProblemPlusJSONResponse) VisitRemoveScopeTargetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RemoveScopeTarget404ApplicationProblemPlusJSONResponse Problem
+
+func (response RemoveScopeTarget404ApplicationProblemPlusJSONResponse) VisitRemoveScopeTargetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RemoveScopeTargetdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response RemoveScopeTargetdefaultApplicationProblemPlusJSONResponse) VisitRemoveScopeTargetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListThreatExclusionsRequestObject struct {
+	OrganizationId OrganizationID `json:"organization_id"`
+	Params         ListThreatExclusionsParams
+}
+
+type ListThreatExclusionsResponseObject interface {
+	VisitListThreatExclusionsResponse(w http.ResponseWriter) error
+}
+
+type ListThreatExclusions200JSONResponse ThreatExclusionList
+
+func (response ListThreatExclusions200JSONResponse) VisitListThreatExclusionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListThreatExclusions401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListThreatExclusions401ApplicationProblemPlusJSONResponse) VisitListThreatExclusionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListThreatExclusions404ApplicationProblemPlusJSONResponse Problem
+
+func (response ListThreatExclusions404ApplicationProblemPlusJSONResponse) VisitListThreatExclusionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListThreatExclusionsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListThreatExclusionsdefaultApplicationProblemPlusJSONResponse) VisitListThreatExclusionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateThreatExclusionRequestObject struct {
+	OrganizationId OrganizationID `json:"organization_id"`
+	Body           *CreateThreatExclusionJSONRequestBody
+}
+
+type CreateThreatExclusionResponseObject interface {
+	VisitCreateThreatExclusionResponse(w http.ResponseWriter) error
+}
+
+type CreateThreatExclusion201JSONResponse ThreatExclusion
+
+func (response CreateThreatExclusion201JSONResponse) VisitCreateThreatExclusionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(201)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateThreatExclusion400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response CreateThreatExclusion400ApplicationProblemPlusJSONResponse) VisitCreateThreatExclusionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateThreatExclusion401ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateThreatExclusion401ApplicationProblemPlusJSONResponse) VisitCreateThreatExclusionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateThreatExclusion403ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateThreatExclusion403ApplicationProblemPlusJSONResponse) VisitCreateThreatExclusionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateThreatExclusion404ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateThreatExclusion404ApplicationProblemPlusJSONResponse) VisitCreateThreatExclusionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateThreatExclusiondefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response CreateThreatExclusiondefaultApplicationProblemPlusJSONResponse) VisitCreateThreatExclusionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteThreatExclusionRequestObject struct {
+	OrganizationId OrganizationID     `json:"organization_id"`
+	ExclusionId    openapi_types.UUID `json:"exclusion_id"`
+}
+
+type DeleteThreatExclusionResponseObject interface {
+	VisitDeleteThreatExclusionResponse(w http.ResponseWriter) error
+}
+
+type DeleteThreatExclusion200JSONResponse ThreatExclusion
+
+func (response DeleteThreatExclusion200JSONResponse) VisitDeleteThreatExclusionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteThreatExclusion401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteThreatExclusion401ApplicationProblemPlusJSONResponse) VisitDeleteThreatExclusionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteThreatExclusion403ApplicationProblemPlusJSONResponse Problem
+
+func (response DeleteThreatExclusion403ApplicationProblemPlusJSONResponse) VisitDeleteThreatExclusionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteThreatExclusion404ApplicationProblemPlusJSONResponse Problem
+
+func (response DeleteThreatExclusion404ApplicationProblemPlusJSONResponse) VisitDeleteThreatExclusionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteThreatExclusiondefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response DeleteThreatExclusiondefaultApplicationProblemPlusJSONResponse) VisitDeleteThreatExclusionResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -7971,6 +9491,90 @@ type CancelScandefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response CancelScandefaultApplicationProblemPlusJSONResponse) VisitCancelScanResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListScanChangesRequestObject struct {
+	ScanId ScanID `json:"scan_id"`
+	Params ListScanChangesParams
+}
+
+type ListScanChangesResponseObject interface {
+	VisitListScanChangesResponse(w http.ResponseWriter) error
+}
+
+type ListScanChanges200JSONResponse AssetChangeList
+
+func (response ListScanChanges200JSONResponse) VisitListScanChangesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListScanChanges400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListScanChanges400ApplicationProblemPlusJSONResponse) VisitListScanChangesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListScanChanges401ApplicationProblemPlusJSONResponse Problem
+
+func (response ListScanChanges401ApplicationProblemPlusJSONResponse) VisitListScanChangesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListScanChanges404ApplicationProblemPlusJSONResponse Problem
+
+func (response ListScanChanges404ApplicationProblemPlusJSONResponse) VisitListScanChangesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListScanChangesdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListScanChangesdefaultApplicationProblemPlusJSONResponse) VisitListScanChangesResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -11670,9 +13274,33 @@ type StrictServerInterface interface {
 	// GetOrganization Get an organization
 	// (GET /v1/organizations/{organization_id})
 	GetOrganization(ctx context.Context, request GetOrganizationRequestObject) (GetOrganizationResponseObject, error)
+	// ListAssetEdges An organization's asset graph
+	// (GET /v1/organizations/{organization_id}/asset-edges)
+	ListAssetEdges(ctx context.Context, request ListAssetEdgesRequestObject) (ListAssetEdgesResponseObject, error)
 	// ListAssets List an organization's assets
 	// (GET /v1/organizations/{organization_id}/assets)
 	ListAssets(ctx context.Context, request ListAssetsRequestObject) (ListAssetsResponseObject, error)
+	// ListExposureChanges An organization's exposure-change timeline
+	// (GET /v1/organizations/{organization_id}/exposure-changes)
+	ListExposureChanges(ctx context.Context, request ListExposureChangesRequestObject) (ListExposureChangesResponseObject, error)
+	// ListScopeTargets List an organization's scan scope
+	// (GET /v1/organizations/{organization_id}/scope)
+	ListScopeTargets(ctx context.Context, request ListScopeTargetsRequestObject) (ListScopeTargetsResponseObject, error)
+	// AddScopeTarget Approve a target for an organization's scans
+	// (POST /v1/organizations/{organization_id}/scope)
+	AddScopeTarget(ctx context.Context, request AddScopeTargetRequestObject) (AddScopeTargetResponseObject, error)
+	// RemoveScopeTarget Remove an entry from an organization's scan scope
+	// (DELETE /v1/organizations/{organization_id}/scope/{scope_target_id})
+	RemoveScopeTarget(ctx context.Context, request RemoveScopeTargetRequestObject) (RemoveScopeTargetResponseObject, error)
+	// ListThreatExclusions List an organization's threat exclusions
+	// (GET /v1/organizations/{organization_id}/threat-exclusions)
+	ListThreatExclusions(ctx context.Context, request ListThreatExclusionsRequestObject) (ListThreatExclusionsResponseObject, error)
+	// CreateThreatExclusion Suppress threats
+	// (POST /v1/organizations/{organization_id}/threat-exclusions)
+	CreateThreatExclusion(ctx context.Context, request CreateThreatExclusionRequestObject) (CreateThreatExclusionResponseObject, error)
+	// DeleteThreatExclusion Delete a threat exclusion
+	// (DELETE /v1/organizations/{organization_id}/threat-exclusions/{exclusion_id})
+	DeleteThreatExclusion(ctx context.Context, request DeleteThreatExclusionRequestObject) (DeleteThreatExclusionResponseObject, error)
 	// ListThreats List an organization's threats
 	// (GET /v1/organizations/{organization_id}/threats)
 	ListThreats(ctx context.Context, request ListThreatsRequestObject) (ListThreatsResponseObject, error)
@@ -11697,6 +13325,9 @@ type StrictServerInterface interface {
 	// CancelScan Cancel a scan
 	// (POST /v1/scans/{scan_id}/cancel)
 	CancelScan(ctx context.Context, request CancelScanRequestObject) (CancelScanResponseObject, error)
+	// ListScanChanges What changed since the previous scan
+	// (GET /v1/scans/{scan_id}/changes)
+	ListScanChanges(ctx context.Context, request ListScanChangesRequestObject) (ListScanChangesResponseObject, error)
 	// ListSchedules List schedules
 	// (GET /v1/schedules)
 	ListSchedules(ctx context.Context, request ListSchedulesRequestObject) (ListSchedulesResponseObject, error)
@@ -12498,6 +14129,33 @@ func (sh *strictHandler) GetOrganization(w http.ResponseWriter, r *http.Request,
 	}
 }
 
+// ListAssetEdges operation middleware
+func (sh *strictHandler) ListAssetEdges(w http.ResponseWriter, r *http.Request, organizationId OrganizationID, params ListAssetEdgesParams) {
+	var request ListAssetEdgesRequestObject
+
+	request.OrganizationId = organizationId
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListAssetEdges(ctx, request.(ListAssetEdgesRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListAssetEdges")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListAssetEdgesResponseObject); ok {
+		if err := validResponse.VisitListAssetEdgesResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // ListAssets operation middleware
 func (sh *strictHandler) ListAssets(w http.ResponseWriter, r *http.Request, organizationId OrganizationID, params ListAssetsParams) {
 	var request ListAssetsRequestObject
@@ -12518,6 +14176,207 @@ func (sh *strictHandler) ListAssets(w http.ResponseWriter, r *http.Request, orga
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(ListAssetsResponseObject); ok {
 		if err := validResponse.VisitListAssetsResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListExposureChanges operation middleware
+func (sh *strictHandler) ListExposureChanges(w http.ResponseWriter, r *http.Request, organizationId OrganizationID, params ListExposureChangesParams) {
+	var request ListExposureChangesRequestObject
+
+	request.OrganizationId = organizationId
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListExposureChanges(ctx, request.(ListExposureChangesRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListExposureChanges")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListExposureChangesResponseObject); ok {
+		if err := validResponse.VisitListExposureChangesResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListScopeTargets operation middleware
+func (sh *strictHandler) ListScopeTargets(w http.ResponseWriter, r *http.Request, organizationId OrganizationID, params ListScopeTargetsParams) {
+	var request ListScopeTargetsRequestObject
+
+	request.OrganizationId = organizationId
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListScopeTargets(ctx, request.(ListScopeTargetsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListScopeTargets")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListScopeTargetsResponseObject); ok {
+		if err := validResponse.VisitListScopeTargetsResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// AddScopeTarget operation middleware
+func (sh *strictHandler) AddScopeTarget(w http.ResponseWriter, r *http.Request, organizationId OrganizationID) {
+	var request AddScopeTargetRequestObject
+
+	request.OrganizationId = organizationId
+
+	var body AddScopeTargetJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.AddScopeTarget(ctx, request.(AddScopeTargetRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "AddScopeTarget")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(AddScopeTargetResponseObject); ok {
+		if err := validResponse.VisitAddScopeTargetResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// RemoveScopeTarget operation middleware
+func (sh *strictHandler) RemoveScopeTarget(w http.ResponseWriter, r *http.Request, organizationId OrganizationID, scopeTargetId openapi_types.UUID) {
+	var request RemoveScopeTargetRequestObject
+
+	request.OrganizationId = organizationId
+	request.ScopeTargetId = scopeTargetId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.RemoveScopeTarget(ctx, request.(RemoveScopeTargetRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "RemoveScopeTarget")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(RemoveScopeTargetResponseObject); ok {
+		if err := validResponse.VisitRemoveScopeTargetResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListThreatExclusions operation middleware
+func (sh *strictHandler) ListThreatExclusions(w http.ResponseWriter, r *http.Request, organizationId OrganizationID, params ListThreatExclusionsParams) {
+	var request ListThreatExclusionsRequestObject
+
+	request.OrganizationId = organizationId
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListThreatExclusions(ctx, request.(ListThreatExclusionsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListThreatExclusions")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListThreatExclusionsResponseObject); ok {
+		if err := validResponse.VisitListThreatExclusionsResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// CreateThreatExclusion operation middleware
+func (sh *strictHandler) CreateThreatExclusion(w http.ResponseWriter, r *http.Request, organizationId OrganizationID) {
+	var request CreateThreatExclusionRequestObject
+
+	request.OrganizationId = organizationId
+
+	var body CreateThreatExclusionJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.CreateThreatExclusion(ctx, request.(CreateThreatExclusionRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CreateThreatExclusion")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(CreateThreatExclusionResponseObject); ok {
+		if err := validResponse.VisitCreateThreatExclusionResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// DeleteThreatExclusion operation middleware
+func (sh *strictHandler) DeleteThreatExclusion(w http.ResponseWriter, r *http.Request, organizationId OrganizationID, exclusionId openapi_types.UUID) {
+	var request DeleteThreatExclusionRequestObject
+
+	request.OrganizationId = organizationId
+	request.ExclusionId = exclusionId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.DeleteThreatExclusion(ctx, request.(DeleteThreatExclusionRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "DeleteThreatExclusion")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(DeleteThreatExclusionResponseObject); ok {
+		if err := validResponse.VisitDeleteThreatExclusionResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {
@@ -12737,6 +14596,33 @@ func (sh *strictHandler) CancelScan(w http.ResponseWriter, r *http.Request, scan
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(CancelScanResponseObject); ok {
 		if err := validResponse.VisitCancelScanResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListScanChanges operation middleware
+func (sh *strictHandler) ListScanChanges(w http.ResponseWriter, r *http.Request, scanId ScanID, params ListScanChangesParams) {
+	var request ListScanChangesRequestObject
+
+	request.ScanId = scanId
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListScanChanges(ctx, request.(ListScanChangesRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListScanChanges")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListScanChangesResponseObject); ok {
+		if err := validResponse.VisitListScanChangesResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {
@@ -13906,419 +15792,479 @@ func (sh *strictHandler) RevokeWorker(w http.ResponseWriter, r *http.Request, wo
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L2Lcts41i76KiidXRV5NiVLvsWX+mtvT5Luzkw6yYndf5/9t3JMiIQktClAQ4BW1KlUzUOcZ/gfbJ7k",
-	"FNYCSJAidbOd2/RMVceSSFwXFtb1Wx9bkZzOpGBCq9b5x9aMpnTKNEvh02Wk+R17KxMeLcznmKko5TPN",
-	"pWidt36dUE0mdDZjQhEtiZ4wMpfpLUufKELhVUK1ZtOZVmQkU6InXBGZjqngf1DTSLcVtLhp6h8ZSxet",
-	"oCXolLXOW/hyK2ipaMKmFLse0SzRrfNWREXEklbQYiKbts5/K76IU8pF633Q0ouZaUbplItx69OnoHWJ",
-	"43j53LQFXc6onng94u83PG4FrZT9I+Mpi1vnOs2YP4qRTKfUDCLL4Mnljp5lqZLp8mJdTxgJBfugbyJ4",
-	"IiRyBCs2S9kdl5kiMzpmTQuC75QWZEo/vGJirCet84Ner24oP/CENU54xBN2/9m+YlSxa3nLRP2ME/M7",
-	"0eYBmKxdZjKnioxTKjSLyZzrCWlzQyNMRFyM8fm9fC0mjMYsLYYOnXaw11XD91aof3AatKZc5J9PamfD",
-	"p1zn61XZggR+rCXJ415gOuNTQ4/HZjOmXOCnft4PF5qNWQodvYE1osnLmE1nUjMRLf7Oak7Yz/SWKVg4",
-	"M0umNFF0ZNaTpGzGqO6SS02mUmlycHxMoglNaWTObuPSeR12TI9NBHV8XF6uutV64x3kRjLzT/v9ye2d",
-	"ffe+63ZBYpYa9sQ1GaVyWqJNKmKizGsiYkRk0yFLH2CdNyLTjdb9KqLN660i+gDrfBVNWJyt4B7KPvAA",
-	"XbEoZc18WcHP9+/mmqrbxk40Vbf37+KXWSJp3NhJBj/fv5tf2XAiZfNk5vj7A3QEV3lzP/Dzfbv5ZF5W",
-	"MykUA4njbSqHCZuaPyMpNBPAj+lslvAImMj+DJ/4n78rCZdO0df/SNmodd76v/YLkWYff1X7rl3oscws",
-	"LoltkrTf/fCMnB0dP93DS4kSpekwYSSMZMzCLiyLbRHEoxnP7z72gU5nCYOBp4xqFt/AvA96Byedfr9z",
-	"cHbdPz4/PDk/PPgvwzXi1nmr1z87HPXpQWcYHx11nrLjUWfYO+l3jqLj+IQ9HZ32zvqeDMDNQOMsAkZT",
-	"Zaxea0+jI9Z5Gvdp54we9zsnw8NRjx1ER3G/B3t1J2/NVo1oomCv5Mys/W+tvPX3nwLzYcZSzXFb/Cl5",
-	"mxpTzTqaT9nyzgYt9mHGU6a2esdMZC3RBK2EKn2TqS0HhOv4cfmHpbXcYAgzmjKhb0BUse8siz9O8KGa",
-	"2BW0MrBgF0RkSYJisXlK5U8A6YVjqtmcLgiNp1yEXXKJjw2EYHcsJXZxSUI1M4I1FQERMiUTqsicxywl",
-	"uK9EpoQKqScsLUne9hUjdeFMgoEwFx9Qh5HBqB08kosipteF/Y7n0wlIyoxsyu9YsugOjDxWv3K/uaUL",
-	"WmbeQGI5JeZbMpQyYVS0ih+32mBHyh9bXLOpWscT4OxemXfMy7Y1mqZ00UK+5Jjaby2YCdBP3kvgH4pi",
-	"MoX2IYe/s0ibph2feMUVzKZ8tvKxbjTonOesHTK0VjscpZiu8KyYacoT6H0ilXYyr4xoYj6b10Y8VfpG",
-	"MSYejLPBOV7bojCbn/A/WHxzR5PMDKx/8LTb6/a6/ftwQieYz1pBa7nhJR7oLdGqDfrb1ZvXb/K1riza",
-	"Y/DBrRtfXs8H4on4RU1jTd3UnbJljQFeco3UDL+6ypV1aTwCD3Ic4SwtncWg5an6G0x89Vl9Z/r/2KJx",
-	"zFFvfOuN2F7j5Um4nahIOqYxYn4LCOuOuyR0Zz0MSMhn5r8zmWrzb5Ym5p/ItDkyspeRf8y1pzVLTWP/",
-	"72+088d7859e5+ym8/5jLzg6+/Q/6ugi3/6yzaK3XtfxF6lEBg1rxcdiamVGj7lR+GGNRMaEEfVyEfbB",
-	"5KtCTvaaoNHhYedpfMQ6dHTc6xwOC8a4zHhKw9/0kKNRLIG30ARXQw8VG13+DhkuUFCJJlSgVSq3bxz0",
-	"j54enR6eHD31zBy9ZTOHt6J19/su/MUsLWoBNymjVv6vfepBxQpvBzfRm3yaXWZmvtrkFigobfEaWQI3",
-	"q0rh1nyJ5go4TCMuuJpspYacDQ8MdR/GnTN2NOoc0IIuDVNlVLEbX6pvalVpmq5TgJSmOlNm5bIoYiyG",
-	"ZXCKuDemU9rvd54OD6LOaXzIOv1RMarWgxyuysp93InS01SmN0ZJrKVI/HnKlKLj+idKm/XQQsLSvm3a",
-	"QZoJwcV4Oxnc2/st3gFaWHPV4k5d4cOfPGrZYBHucYa5T5nlA1whnnwmNYteWpkVB/uFoZUtb3tHeL7B",
-	"e+3tGrQ8gvTePOrVeBPMiuh0YdhVyfJth1Pls5UVhPGtmPObTEcSdXPn0/G5wohy5JL5/VTj48kbu8qJ",
-	"ybUFewFmKqRnsxerm3fGixgenbFUwbO1vWYx1y/uaoSOyN6ySDBdZOqGaCItqyxrtZqEb9iutfV7eOqI",
-	"uwxbt2xBEkbN3WH5w9FB0JJRlKXpGn5sDeU4ruHTuB8d0CN2PDrpPe2fwgFIx0xvwWnzV+y4cRlqGLBd",
-	"pxquWKxU449O0HV77VbH9ha01EJpNjWLKKRYTGWmardxJ+Wuwk240CdHvqh01us97Z+dHRwfPT3qnZ31",
-	"110jpY3alHnuJkgVm12ztN5eN//aoOzVqnTevEobF7jdr2UO+cl6EEWtOKePp609ozM65AnPabuWh6OC",
-	"UTVCG9Ii2NQFocRcOE8UCV3HN5HXdkimmdJkyEgkhaZcsJhwsMu1w/89yHq9QxaC/7Q8wqD1oTOWHfvl",
-	"70qK7js6/9leA2b80nAvzX6mYvEOaWTrqwha4FJsvjXP8ndemqP6CU7QS3zTeVPtx/4ao5fffe0GlSaI",
-	"fodlyrrfJC6FmuN5fpCh7rYPzIkRG0hUKHKgFEqTm5SpLNFrJ/wOHvsr1dHEM0Wh29STppeN4hM+njCl",
-	"CfbTGZoWqg5XL5aEKCZ0ET5iRa4dVVJZSBobLIyTS5a0Ovv96m0rqKtGUdtG8XLv1KpMG6l5W+tV8ILp",
-	"DxxPdkpxs/a04b1TncmWAv9OWhIIrvaNavySjUoxsyVDZvZUQcgKOP3omHIRED4yfHXOk8TwW9MaZ3HX",
-	"d3Ss7H4bJcVf9TWuC6pur+DBKm2WApkKraWy8qW+ygu7gqgL5nZ/osbT/10cCTeIg17vvgdkVri/N/Jm",
-	"++u4we1UcKWS1r3Mo3+6vn5L8AFrCMwpgNBECsOcsyQmE3rHyJAxQSgQhnVflrjz8dmZHxDV69WGRDXS",
-	"sB3marIEwWG7G3LLnfnzQq29UNHOoZsjAG3zT1QpFrAh3G+7iL2Hus5L5OZPKFh904P71/ljdxTTrIGI",
-	"ixvFIiliVbJAHvaPD096vVJE4UntPrjYhmpU6BoT0C7K47287IVkf7iNXF92vTfvhh+TuNuO7LSQdaNt",
-	"HuRVRHcc3E6BKkk25lsoMmZ0b+Gdqia2csPMULlMuV6UDIR+ZGy/TMidfq9XS8toYCiPeDvPoT/uvNcN",
-	"Sa3G/2zHU6zlqr3FwMjd9jdmRnZx9rDVu4T9PC/e+LxcQPOp+WvDYV7j0+vX2h5023rgr8iKRYcg0fud",
-	"95WzgPZfmyd3XS0jPJpv1WZ9Gfn+Gh5vcJ+fHB8fnqze2KA1T7lmb0SyQJtT4QZJ6JAlGw4Fw0Bf4Rsb",
-	"b2Czlx63zExwtw1zt7VRuGSma+/Nk97R6bow/KAVpVzziCYl09paSdp/FgzHCV34gyiLQM8lEVJb2WfI",
-	"RjJlKHZNqVgQ+xrGoAs5L6uVMhsmzBfLnDhQK5RZCRECL1mUwY7UrFF5eD/RNCaQ2UBkoQs/UWQ+kQkj",
-	"aSZwbBDqZoR/ENzCooeY0Tjhgt1QjRbH7Ybfrxk+EOeNYgmL9HqRGwjzyj2cS6RxliJRlqZuL6VD/1Yy",
-	"Q/JGdFxHKVP6oRJG4VoqX2/rKG63QNNFImm8nWdixoVg8U3J67ksm6MeBzoBxKhO6QK2PLeJtKmIIUY0",
-	"LG9KCEkS/rEBg/RAKM2ThEyNBrLXJS91bqemRUesHIiqGFMXZD7hCaRjRFTkByYwTw8EDGVOzTgwNnbG",
-	"RMzF2AaBhCQsTzcT9I7yhA4TFq6KSS3p3Q8ku9Sa67flKWCyWq8u6nRhU/OMVI6JEikb1Rxzc3Upl3Dm",
-	"r/4TRfBFVWx6yiLG75hCj4LT29qhfTDc65JL+xaZcqWMCidT2JoJS2JCHbsz3IeMKE9UOffL7CGo0ySS",
-	"MSO24fK2tYINpdXS1VyWVqsCan4Jb2JdM7fvRrKha7P5rrMZG7uKhN5GlkSA41o/vRd0lRMyOpyWg6HY",
-	"HYSwL7ZR5+xkwJOGa+Qv++kqSTtoZYL/I2P2ZyuS7MITszSpiWYTZKL1zNCi+VeRX969qhgVtg86XN5x",
-	"03d56VbsPDCkHT1pReTlzYiLMUtnKccoAz8Is9c5o53R+48nR/Wxl34zMzSSVRakV68+3URSgNvWzJOq",
-	"2/LF16/wxrVX38OpJjX3WCWxQRM5F8o3ebW5JlwRF2ZHtDR3jXlQRMwwNDEQfisdsDTEmH0B96IZP5Ei",
-	"WQBPlHNR6hVuKmJXB2xrXG949dhLaxO+hORUy5ms2O031kyWcUPiEp3xwpT3WbKYNkxGsoNqzcf65l//",
-	"/O8aP5Q/8o3TJ5qtlnglBURNYKdFxLrkioEwRKgi4WWmJzK1m39O/spoylICnvcI83TQCd9dG13mLI3F",
-	"DFbsGxIATDhJ3oxa579tQjCtT0HVw81EKpNkmmcwLa/CG4E+rQt/DWoN45Wmdog0rCzJ0uBWd7K8XoZk",
-	"XsAbm7JeP3tPpcgoWx3zv7+++PHla/Lsxbvrlz+8fHZ5/YK8e/F///Li6hp+HYh//fO/BwL+fvH6+Yrn",
-	"aiYBBM3qCTofRR27XsMz6zb3PubMmv1ww6uj1Rf543U8ZsUilFMGG+P0a0zmpydHNb63unV4kCzFeqv9",
-	"suZbUW03IHM/XrSml7rl/oEn1SADmznrIu/87FnImg0ei7mnbCZT3bWd7JxCoSb04Pikdd46GUa9mPZH",
-	"Rwejs5NRdPh0eDqMn7L4oDekx09PeifxAe3F9DiK6cGwf3gcPT09PhoN4+js9Hh4Sg9NW/wPdjNcaEMS",
-	"/YOt/b73deiWt6KG/nbJrN2w7wfNd3V7UtOcv8QPGQ65eejEZnlkVkYqbUlp9PksS9vSdOgeIioRDu/u",
-	"mZw/MZoYFl4+/RMWWWmdajqkCt65bQWthCsNHBc+ucR588kLB7AfK9dR3mb9NfqxKRnQG6xaCsyGYXhq",
-	"fz10j78UK4IBXiqVsfhZoe5Ul4XeLOlCDVf8uqu9uNIfvsVdr0Bn8k6ZYPPSL0e9Q7jy758rU7eEddLz",
-	"s0vUwoyypZwK5r2pSJsmCgGjbJ77ExUQLkpalGI6m+11N1Rqv+TFXrfq1XV5Z54gdITp+lyRRIoxaeu5",
-	"WQaexrl5LuEjZsbXYE1f6voemS1+Kkt1SYO63V4vodQsRd1h9azVa8Kkt4xgBnfAM8haXMmufFfa4SqQ",
-	"gvIu2paJlrlF+4ki6E4LyJSlY4jEtmBo+L3RGSdUnQOciGneULYiFH8OSGj6CgciZVMJZlcduDeF1GB4",
-	"iInSdNEl1YTN+USq3GWzZKM3QxBsPhC2tRHlCTFKrLV7kLZ9JZFKh3uB0WznEyYKY73ScqYIje/MwimE",
-	"hXBes4HITdyL88J6PJZMkSGNbh0i3D8yljHwF5Tw4QT7oMmE0VQPGdU2fEyhwR/NxyEMq2u5Ys7HEzam",
-	"0aJ1blYtaP0hhaEElnXmDGEKpvSDv9UnRzXkB1RiwaRcvvAWprlbxJyq0NA6S9aMpdQ6tNwF+NLM7bXU",
-	"8O+LD1xBlMFzydRrqeHz8pVojoB5v3NHU0MbYC2BCUEr8JdrEj7k7cKncuPOu6xqDQBEpmQqUwYGrfCl",
-	"QLdPCK2HF0RIYX/CLuzPfg9lQ37toasN2vB2rV4mugVQrXxN3zdt8pXnRly5w9XQYB5NLLGqJ+44YlYG",
-	"EYzFirT/ng1ZKpi5zhSbUqF5pPbOLVBKCD4w62gPyYzy1PnCBmKWMojBM8uFj7MP5jvFpcCnJjKJu7Dk",
-	"5wUnIVwR9yo4Ucz6yxEJcQvDi4Gwe3NO6NA8FpgdLL0i7Dt6wqYX+cZdVHeNXApiWMyCOHYyEPiXQ4Kx",
-	"WW05MNrhAdEsnYLXiCbJ0rHF9SjmqcB4BSeppTlCGuUnBA+Go8zfWuNZ1grMfzsJTces9f7T+6Dlr7Dp",
-	"ocoKlsSXmiFsKKYv8YtyJNvBsq+pOrit7qHykfBf8LpyhP6pifTv1W81O2nprlNMk+GCuD1TaBtvIzoR",
-	"wAfkxneuFUtGewFRMk9sGoil62pKF+aaEzHwFOpbWLvk72xhblBLbCeHHggfupu5GA9EaOEo3rd/61hg",
-	"iu7++7+4b/f+V3hBkKo2aKv922Xnv4r28g833fd/8X7a+197/ysszsHJkV2ipRMAVH5uaXnHe4vRB8ko",
-	"ye/dG6Nup3c0KQTXfm+bVP9S/G8rPjk7jeOjpyesT49G8clwyE5H/af9Uf9seHJyTE97h+yExcM+i06O",
-	"4vj09CQ+6tODk2h0dhwd0LOiQe2N6LCHtoAGoINtgvjLgRyH97BReWEZXMwyECHyhOrWhCWJLKIvzU5H",
-	"E1lxQgNYo2DpjX3o032NTau2tV4f0QVGK+CSjTQTG+odu8MKrI0ZLwWGXxBVOF4QZ5OEHgRsSKSwd5KL",
-	"MIjMBbSiZ71iXa4qIVkkE5on3kLZGW+4SjZoYivLyfKCIM9yGmJNxMaIpUxERrEOvUAQI9MP0XV5YSUC",
-	"FPC5NupG/pIRCrrk2lAAx2aBmc8SGjFCsXdYYkJnM0ZTdU5uGZuZPZGZNsNK5Fg5ADlIdiBtT7knKYup",
-	"ER3sPHL9AgIUFSpMEGoix3vIN5dYn2MAa7OiBJ2pidTbRPnXgDUsU8rK42XH976JZ2+P4LTl0a+cqa2h",
-	"jzdaqRXT2ynC4R4hUoaR10YlVAQXeysXIZcwH3VBwAAVGXqOy+LKE3P2GYPotojrRSkxpr9BpMMslVpG",
-	"Mrm5Y6mqC9ups67LkZ7TlDW8c1AbpDGnXNfGNx70quvwk5yjwUlLiKRDEQu4R5c8K62CYqk56XbKpH1w",
-	"TJT5zba+V1qPSvBkfWpXE800pV/jFm0unINQtM6IbhttJOErl3ZZXrgQoehDy/EMiXAx7pIQwUJuLJIC",
-	"i8NzsJZgYKTNtrPhijmuSNi1Rg33LNphjCatjdCJyrZLNaVRxGYac02dwSAHxq92b06qrDMX+PNryvaD",
-	"rEbDxo1yaCMvI5qmHKmidLnmkTFgsOmWRdxdZNGlmThm8eBCalWmdMmcdlHv7epbmkgdANlqGe1zyF2b",
-	"SD8NQs8F6aEAYWhtUwlok3xm7wiuTQZtIv+l2dWedTm+nM2YiN/lebMl26Jpo0IXtQt3cNY9s7AhcjQC",
-	"PNWD46Cl00xEtKDiJZoq9bD5mjRs3gbLXxpibfAc/GaNxR80iSaZuEUrFCBWEVre6fu7dYs1qhtPRGdQ",
-	"HiJlNJqw+IKMshTgi2OqqZFP41Sa+8oT8Jtwp/y5+/0GpW3YgnSembXZNoCX6qVqFL2j0+OntQmt+UY9",
-	"1HpX41ndasCwGqZ5zT7oB8St8HR1dzMWZldYHch7Nxeg7bELvFHQBHSBpVPm/u5tcOB2RKi4FxxgMcsV",
-	"GdEA1c1EzOJzIiRe/UDicP9HcsrqKDzI6Wk53KN80h8QluoR2iwxgTXHeAllLyfi8gGHlfFWv46638yY",
-	"wEINu+IbleN5irJEfpSVjDTTHaVTRqeVCPTj4xWROluVAvFjcraJCH+ccJ2GhO2a4JrabfHMcPeuprDa",
-	"cGdD1S6jaY3I9/mjsVYAza+JQfLX7CFikUp78HgYaX43RTzzElozxEVWMJlZwsccICjt2cyBD+VolHBR",
-	"RMA7YME75pl7e0HV5PBps0jIyjC2wUDMPUCNSRVHpdo9gqUdlnUA117AlNxcK5Zq8IttRPLvGzGpy2bo",
-	"OvtzzVbUKTXFxtRjLjusZqfG5s8XQwtaMVdlOGTo1/u22GSqb5x5plbjLYhgk+j42qiY8igKpObS0GFe",
-	"mxH5Q5/QPLR/19jBt5hE+S7fnKoHfEEoBm/EaGXmqkhljsmC6S4J0XNxI6S+cVEiYArxMolD6ynp4rOh",
-	"acdGetnXVVikki6IHPlOaueDr6TulMsIkrZ7CsLO8pEYuarow/ySJISmDOYRyQzKzwHMl9KE672ui6GZ",
-	"cgWOwBBEMzyIuc2a60leWswsczkP1kh1NlzA5tTqaFJaj4rfs7sqfbWykpWs3hBM+8pPrqXlDFoL85M3",
-	"UVo1IeeknQm3sgFxZy2wVV/igNgzF+RFZAwd7fkmKSFvcvTy/OjU0gXUbrjB1SweLbY+X3bHN/0vGtfI",
-	"NmF4wc0oSxIb2RpnCYtvoDxOy4HADWl0K0ejWpbhFZ6qOMpsTai8SpSFiq2UiJrSaMIF66SMxqWaUeXk",
-	"EkBqRoWzAwY7Bz1bKphYBWfCswcWXJaSCUtA+10H2esCbo96Z0FLc53kxROJ7dquAqRLnu/v4+J2rNem",
-	"G7M7V21L7XtD/tSEP12xJTUsjHn6goQfOrbtjvlChSThKo8ugcRg34OkmIhVMBCw6Ob8ZyqjiYMoa/8o",
-	"8aREUihNhQZf2YxGt3TMBiIccz3Jht1ITitz3Hf/2rGEe13yms2hfwURCUNGaAxKmpHmNaFiIDJxK+Rc",
-	"4CiHmBHoIaaVPFhe1FZpvnC9ppqPaKRVJ7/lzlvHvcNz3Hw3d8NShCTuaaK0TOkYJjvi4wxhqp151oHf",
-	"tc5bR72z83Jlw8RswgK1Tku/rjaUBboKWkMadyKVwvs9u6pFGCjE9BpN3RVWBL9KYqRfFhPIe1Tkli3c",
-	"beGM2Lbh1CldReNNDQ1TRm8Nb0uzJL8NLt++hJZ0NOkIqTszliqOxtZiuh5WXZRQPoVGwNxHhpYbUyxB",
-	"itEqRSMFK+mwDxZP8Lx1dHBmd8SyWVezC8K0FNFSom9JzpggM5kkUHZrJJNEzlU5trbjgMXNePt2vAln",
-	"QpdW2a7eHU04hGtC71YB8VsrrvqiuVRmmtkgNUquX13VdFBpxhL0+kGlbGxWKsV7WEhSsHF4vhMlUrHS",
-	"Pp+dlRqcQ+DbHE4WoKEYgkFnAmkncjw2uy+SxR5maowSHml/cx25uN8sH2YfuNKGLq0RoEiu2uhsPbv0",
-	"ThOw36KBcmuw8R0uYGv8BSuecVXSFLHrGuQnL1NI3AW8/EimQx7HDBf/0K4VTRLwwS2ADGKIEVeg6BZ1",
-	"RbnojBI+nuTLQ/PFsTIKV6RSiNQMCjE6LBb+BSCaLkgb4CQ6lyPN0r1KR7ds0UmZGTochgMcY7Vlc55g",
-	"evZejPkIAgy0GxXUSkWzHmxF75xQQdxXiAhxYaefKSA3CENAonBmWryCPILY9MYED9m4g9aiTi5Z+C3J",
-	"sbV+x5LhAXQWcLNhLDJ6Ym5tmjI9kTFwIWoOuj2Ex/4hzNtBNmjd0PAiCEO6M5KZwBePQNZUWTSxL8vU",
-	"cC2ZpREjbZmCc66GOBRje0U8UkdLaYMkz1tH/cPyoRnKeIEVAYvbBBmdgnOo+B+MuELHri5nJ5JCpzTS",
-	"nTsuE2uiwf3DtvExiwhqhuRkXq5ILKMMzkQb9hJoI38DzhDKolJA+LlRDJjSag+kOCpqrzPzQ36i8gfy",
-	"WJuNDryLoTFXVekedbiZHbQ2dhzZwwGzlyXeIvZK8s250FMFeRMMX5k2zKkTI5MtRpUyMBrCsbQPEfNQ",
-	"07E0YnztmoCGVrMm8IIhNK9+B74F+4G1L240S6fcHEKE9XFVoMBCYT57yMctmzdvL0jVwfKRjntRItjc",
-	"XNOWCSJRyEwn/A5IWmY6peIWBw2PTLmAeQPRGfI1d2knZZFMY+WouHKD48ULNnP7IBS0JO4klhoC2lfu",
-	"IleJnMMaLy1uJmimJ0xobi3TyNyFhDBqIZFeg2J2ley1fGPRkD+kyMS8R5q2NRMqm81kqlncmbKYU5fh",
-	"ctQ/PvdPr0NaArF0Oa0Xawx3Yp6y4tbEL106xi/vXtkwDww3h/SSAI6tLmVkFc35IoslN9umawRcGfmV",
-	"Zl8rsdieWcL8dbRC2CtCFSW4YxYl1NzAwIhkSq5+uuxgQmbRqALcQRyLC5yAyweesNe3PYkwvOJt59lt",
-	"mocVu0COc63kNkWfr+Q3tQtxVsQzVNnnc6tb3eP2xwuntggGlTDMTyhD5blizIpHrU+fCmWxxv/DQfWJ",
-	"WENRtJUVP4rczG1gm3Ot8mNzLchqIPkv714W8YqG+iDQc8Jy9dq8uAFsBibvYv9e3aXGUkPvrOTqJYju",
-	"Ag7RBMrTOhudnsS90/7p6VH0ND45PqMHI0ZpLzo+pnGvf0wPh6OjUX94MOwNTw8Oorh/HJ9E/eNhb9Tr",
-	"0d5pjVb95QCAPtUuoGDzrwhP4wEhM6qVOVaAW7xjEBW7HeLosg8Y4RXNVQks6QKFLkUSNsKYWgo321Te",
-	"YaBDpbrnd4om2gwaitE6l9Htsq8Ioqv7wU4RCiBMbFWKy4LjraulZUSSG7Awt84PCqHSD4XI8+1988P2",
-	"VQkmKaOwAnXOG1Zb9ROqwDqxyTAW0zlpG2qUqdEnBBrF93bEhN8y5KLYhI0qV3nrv3kJEH8/dgrpqAHi",
-	"36WVJQiEYvPf37d4iKOE5ZgTMFxWN3ynza0c2Hzr6kqNcF+dqimRWNqV8s42swAsj7BdzEauSmzoZsOe",
-	"3sFby1jiNcCSD0EcVaCLpXVzs1izNg/hZ7zSMmVxpR7FI4UDlBZ7u4v0jXDaX5eEwO1CMCnBnwQsK6Rt",
-	"fwiInGGzJLQOnHCvS0I8NeY9ozXHgGUqBiJvpXg/BFnT/KHYHUu5XpQaZR/QjgVuOS1JzOIM9TNwEVAR",
-	"D0SpZ6MiwngXqMKwBFBW4eu9AIz8VpdxUHjWsVDD5TeqUv6Ojfz4sc3BhHeqjeitx0a4pbdcxD5jxHk5",
-	"trYcsOjpLnY71gsg9jlfbymXTO2tEw1hlPVkXKDxbkfFLz7gQDlNiHVQoplslCUJ+Z0bSZ8MmZ7DvWyD",
-	"WZZlwiEEtNYkg/RXYnIDctoaPPEp/dAAo927Z9v1eoZRjHeLzisiTar0to38vyKu453UBaDvfcoOyDuW",
-	"JnRWu6523ZoyeCaMyCR2CMy3jM1U7pXTUpbu9SUg/A0zdK4iev84vNWS9O9yiBgA2wjsLtX2UxFigLFT",
-	"sVCdlCmZQMD+TCpbRcNL83DVfz+9vw80XaUxr1rJb61ERjSZSAusUVtTctsq/o8Xj4jrv0VRmL/JYZ0c",
-	"sBOY3Cb5D6bPPP2hriZME+RYAfid8vF4fRzYtX1sQxg5lzVQlIXxdsmu6/uGM2XWsHystjky96H+FUUc",
-	"dyPNvCDargSYp81vUdbAn3VNz8XMd1XPdqpdvy0pb5bJXE+P+RTLq1GQJS5rEwE+iHoQ0ccMEPYKUG13",
-	"p+5AUI6SfIMq7fzx3iKG3HTef+wFJwf1ltUHqfWwtkTL9YSR3+XwSeHatq90V8la/c0i9JvWP8+GLewU",
-	"oByViugXLGXjGv2uHtQOskW5NhaqC+Ajtq5i2EZX6+w3V9ipxBrNzd9wXX9aE+UdsePjztPRSa9z2n96",
-	"0CnYMj0ocgoEH090siB2VHAeRjxl5Xkd9q57/fNe77zX+y/3lEqkXvnUzgJLUacrAmNNNjObLSJMMAAK",
-	"65ED8hfzf9MPyqVmaW/5DN9nNxat5kVmztv+X1maYHW4bBav3bc8o73/INkW9y2RVqqP4Z+zHwxLsXVo",
-	"ZjRT9RmGG99uWL7Tbeums2u82cq01FjJ2B5TYjom5nFF2vD3LMmUVSb3Ni9eXKbNOs7kd5hjjAC4IEZq",
-	"4BYUuW6b972LXInh6s0jvsSFmVMOEQcuOHqWsjsuM4XFjyRgJLbtScAQ+Bsp2BbrtltxvPJ52pRkPMSI",
-	"mmRazDUh9qELG16L/RAax4pIwdabgtdfJ6sxl90gi/NXX+OvIkt761F/U+ECPjOc7ZdZ3bmgmNlstl1B",
-	"tSIW2zMuZAFPQwWJZZeEhnBDQwUKaRhQMpLEA8wzXDEk5r8AlDP1I+EtVwXGuerye15iYVuhElJNGI0m",
-	"cLSxKBtTZlQRFSGM1tyLcP8EJDSCpvctgH0s2Y2qdjd7d1XgbPzqr3RjzhvnkuIGIm/+Uq3s22h4c6/9",
-	"wNOqVDEC4WzVrVq+SOPRyUnnae9pv3N2cHrYKW744aE5IEA8wFswlywvPuxoFoWjm2UTgVmzrbyMjm/e",
-	"bCOErJUhcnU4b3/19Vys3wObHspLuZQ3AGcVAniY0KkFBVRAyEOmeMxUXoOnDUJNx+JE76DyeRWk3Qko",
-	"dtOc5Bn8hRdL7YHwtryWA2NrRQIOnM4nyoKu2KKPtcds84LMHrVs8vwtn90sJ+XhrngyoJ22y6pBhb+W",
-	"J6ySEFAyQLyhKRUZhdjjwAGRQegWVbfo69jiit3GNQolY5qqRxXBipg95sZSGm93k1JOnr2pYKf5ScPG",
-	"ahewjPp0/3vYpwj/8nUbVQy1OAGVYxkUx38d230Ym4LHxh/TtoDdPOSQP8Nw3zitrFbAoSjVQrA5yjZL",
-	"Qi1XBNOhu06EycMBAFfRcrqAhBBBa2UgrgMS5vJvaH0NUrCyGF2ABZmumOHV1EghICRNZcp8IcmqldBN",
-	"zmGMerlKYjJXQs3lvvK2W3Md1t5221n+tlPuqg7+/Ci6jlcRgFmAh6RZWNDdc4crmsu2Dk8a6WSRo1dH",
-	"qXTI4lVIrHBZXi2sGJvN1OkGn5y5Y0nv53eMjDhLYkXaUy4yzchEZimJ6YJMpdATMmfsNqaLPXN7/2/z",
-	"W7IIyP+OKYd/za/wBzwMfy0YhWe4IGFuQAmXi1HWFu/aUuRai/R6SUb8A4vJjKVcxhhsHYKp+4bqEFJL",
-	"SjWe92DcdKhkYtbCdNzduIyzJ1qhtaF5XC9yRYYrAmW0EW6OuvEqlsWyk1IRyymZ0VSjHsZVYOYCPKi7",
-	"mb/ZF/gKVroJ+TjO67wDW+2NZzvzkWJ+uX7WCpaLl768fH2JNXPNKwFh3XGXlExuFQLyIKJXBe6WtbHt",
-	"TOq5QXUL14C13a8tx+vXXN66znKdP3C7Qq/VuK41zLDw9rk1WcUYUYn9UoXtVxaA36yavNfao9Vj3wJF",
-	"dLkEe0PZ9dp3H6mE+lsK5iQtrVUNcrBKZk9roYHUtiW8e66625Ym/4LlyG+qAUb3DCrCRiuhRfds888a",
-	"6J+hBvrqiuc4llrLO/zyBPJfaUw1xdQnBBfnLhcfU50s6O19go/iPjvoPB0d9jqn9KjfOR6eRE/jU3Y2",
-	"oh4I2LsXP768un73f26u3/z9xet7udm8lIzfqsD+77+Ip+xLVIksZ6ZsRL0FoS1T64P6Q14Ak06ZhbW/",
-	"j++jJvVl17qIO7pRtnKTwMl7EPURT/c9FMeCVdWwiIRBsKtMSSZilqpIpgwqqwv7kwpIzMcI/+Q9o0ib",
-	"CsLEHU8l4HWRO5pyw0QNb59Qi1jkB3lg/Zab90Uhl5v3H3tB/+BpfaxHNZGqplxWsrAJ03jHGOZvHnV3",
-	"iVe6IXeUThkVDvLG5T1ufWh8MXb5CNWkXW1WFqhePa2ZtMPewmJ0ruadiJIsZnZut2zxH8joJwxTtjdZ",
-	"EVtiqrVUG8e72HzSKsLAnbGJi5EE3Ic5ADbEPJu2gtaEjydwhLCQXb3laSkF4lHwcB81AQ3jYFy8v00i",
-	"Pj86yKPt8bdP7+sS1L4KIN3PlRq2e27QZ0gF8pKs1qRWucmsT6Zy6mkNRdssuV7QykXRlbS2vWi2OqOx",
-	"SV887D1S+aalEk02piV3kdWh1hVaWa9ZyyrCQ734uRUFoDYRExvPZZ7dWK2AYmuFgnMLAHqyGXDeYRaP",
-	"mb5njucqA8MWrZUobePg+EoRgO1e/mzx+IU1JmY0BjJ6BDH+vlYaqvRNc0h38fONA/trKC+x0tCzOUU0",
-	"mnu2cO3voL/sZimq8IvV75ZxVxsMTd+AVWi7CAUqbn6XwwfND4FqX35Q/ZZ2je3zQ3ZRSOv0u2Kwq/JL",
-	"8i0uyLJp64LKLVA5PxUG23hUt1MrzUo+z+FoaJK8GYHAuT6vIfhYf4dtLobZW22tJpo3vDyB93YKD6EX",
-	"22k9VhhAqa7decPi7Xa7LL28den7BxH073lH1ry+9Tw2jV37hi6mx2TR9zckb8AKC763VAOktA+Nh6Y5",
-	"jQVhzMv5LJi6UvqAOS1eogv6LeYU0Ooq8Hm1loR8/pUg25LcT3n9u5j8XoN547GTLE1aOaxPjuXcP3ja",
-	"7XV73f756dHR4X5rw1IHMdMIRIagOqUs/pZOVMeHjVUsGXUQ+nvL5N/d829zK09hz3HQ1lfFcBD21sO7",
-	"/XRv3ITdklV2QE7wt2ApNjaigvwuh1adw0dZTPiuelwFpmFX7WOnJOD74DZsIGUts5McU8KhxrmWS4u+",
-	"tvAKnsoHkRvwfD+i5CBvmbiKZJn90HjKLZIIAItgLYuY1Uf3XhdSck3woYtvxmKiLr4Z3KMY5+xARNMU",
-	"6ovyPADaSt/NKQkbyOR/N4/uEgLtnr9P5O19QwAbcxr8ydV5Uu3gnyiIgQpKgcpEjgjNHwks2u/l25d5",
-	"Vezm0OSgRWf1F9EvoAq46JbdIC/um7lXVyRrgyif3XKx6stZ1aUs1W0gLpeFCdl1tbxN3wA/Z3V9njtX",
-	"s2xz3mRH/8K8uuxqwprSzu9U4V9BKxP8HxmzP1u0QCOnbB2lVdkHlHX86RQzX7ERYFrZbR9WrutmyIdg",
-	"bHs2oWJc1K5ergNVseOsDfLa6Th8ql0jI2NfWazcsqy5SXVd94yvcZ2ZkWCxfpjaMyyb17m2ZFKFLv7k",
-	"8NRb5623v1zniL1bucaAwJoE4Lv+Pjap9jdqbklg3KXibt3SbKSMeku3cWBBBS8IWyBaQu2UomwRrkJA",
-	"mA3DpoqM+R0T3bqq+25TCtnB7E7dDeHt1wb3r+UFaw573mQ+kMByALc+QatUtb9mveu4gmVtVRACKRSY",
-	"Ee7YjVHsspTZonEb6U3+4i/XjCtxYAyi6tZoj9vk++2sQ20Si1Q+S2a1VNcVZ43k1NXNqQGT4WmUcX0j",
-	"Z0zcQGZIneDIEwYo2wERksQs4RgCIW0EXjpmUMEBEOc3zwmr38HlRH8O4PYpx/g+SlI5tzjcOHgYmiI2",
-	"d9hO1Uisk5SpiUziHZWt3VTIkhzwZe79qnbyiFqhS1u6sRGRZbZb3snnmXkLNlC7UE4b33+O+YUVsDSl",
-	"ZQGWtjld7RKGthGHa9BTkcf5c22SeRpofjtDvt3x5/YY1scFKAAyrmWFlcQre5wbn+qj1ADz2TQB+6i0",
-	"Aq3zega6XUI3+DSdXXHVUOHBhEKpmxtzgI76Dt8DsGytSxSkL+fvzxehFbTmuL5bJHM3Ofl3tTjvxnj8",
-	"bdxY4sm3tS7V1q5Eh8cEb3Bb0IVOGZHCBcKli40C43162J6lbQPj4hPJpguxiUPdp6md9nWZCL1mzkoF",
-	"HGrfBytTeXZ1N7W1muNmmXeW9mgziLRy23h6z4tdt9VofBtFYa/3D5QFm6qt/OqdtbXbW8eNcwIuEVip",
-	"4cJF63lY19gMKzz2IYyHVbb9eFbEpfPj6QMNjBi+9v0mYBVc+iKHDbOxntU6zt2iPLB/TXaFvHGFeIuY",
-	"LGfQ6kJGrQNvqKMSO6EH3IXHX/1fuZ4U2RWbuduLwVUnqRryNOYTxaIbyMaFGDGq2MmRy5r56efLZ52r",
-	"ny4Pjk/ILVt0ydVEzgVA5ayv2GJ7rHfE1xcCrxbw7i8V8PYQ3yogmDqadWxZHaMvaj2D+psMoFk/V9Hv",
-	"lgVOY1lnzrByKrJsxsTKzncsFY5D/QyVwpfkk+pWLVmt4YEcv/qCUFFKwuqoSM6gljIUt4MwFlv/z2G9",
-	"lHO2dlXB7hHxtKIgz8qqOypDSq99bpeAwlUq3zbhgptZLtUy2W460rWWzs03rjlNydL+kquUMQFWLyg2",
-	"njJmRM5UDxnVxCXNq3qIv+UDtJTt4T2hKpW9/ErlbbtXWGDNHq69C6givIL8FWNl4kfk//xCWh+dUQVp",
-	"nguW3tTo48syeqlEOHiZ5bw0xzxXA2oTJFSb0bgskAChP+y9kCyIlgMBWrgZAd4rkmSiNF9b2GAD24DU",
-	"MpKJ77Wriei/k2ha9gIya5+6bTpD9sft0EDkSM9pylaOrcRN11zd8Ghz4Iz1SPkt+maBQm6qPYMVRpjz",
-	"g/w4BUssveZYrJd6YXQ/plRUg1jG5rs1N/DOBk4vlHazK3vpPvOH9/ERASu3CfqtUEHxap0JyZvAmo15",
-	"ECHY2+fdkwOxlZ8cl96l1lyzdAjJHe9dmDqmRu2SxIWhs1j+87wVn5ydxvHR0xPWp0ej+GQ4ZKej/tP+",
-	"qH82PDk5pqe9Q3bC4mGfRSdHcXx6ehIf9enBSTQ6O44O6BlKv1WEm91FFDe5DfftlXncxjetRsOoZ3Br",
-	"0gUrO28Ht9HWY4XgZbrcZYJXWHFqHWGuHd7DnZTH1BaLe2M54LAp0hCxE7KU68WVGagtKcNoytLLTE9q",
-	"5Hnh4ea1w/lY3/zrn/8d7uXxQOBvDB3CKkQckaGUWumUzrCKekgs/u7l25ddq7+DdoMdFxzQaG8Ft/z5",
-	"+tVVXVhMfaV7m5ZqC8kST26v1LNHxD8rxoHcw9VAeGJblzybsOgW6tNbo5VNPULpDsQd6zOaUBGrCb1l",
-	"KNnYeUwzndHEDP/TJ4BuGskakxuO4Ee7ckiVJM5Sc7XbaCotoTikZgSfVl3y1hWJAhnLECjVMoWS7GZE",
-	"AwFVvGViJDbBcHtwnYuNVF3XHvErIePD9curBqKN0zIP7O202uB7W0B1m85MJslAhG/fXF2T/bv+Pk4/",
-	"DEjKBJu71YAB5eI8ThmLXhcVkgZiIDDlf5ppCkB1dnON0GmGM2IiYvG5D8wRgMAdAtvoQPBcGEBJMVRf",
-	"0dSKxbyoIJmwRY8t2AdNGYksjQwXlULQojB1g/kQ8tSBzqCwpoKQOU0TNhDwRUrGzIzlqHcW4oRdhVxE",
-	"DCmq4YfeXEuwXeDdFBZTg0Ry6pYO67YnFCbl0kBIO/xLDry2F5Ahgzr8A+ESvCG6TJAokdGtInNGYgmE",
-	"bynrvMC9cZO3LdvNSFNDkGaRQj8AxE7rf/6upAhJ+90Pz8jZ0fHTPRwqNYtiKD800w7xPCU8YvZ64LEh",
-	"0xEHXNvLGY0mrHPQ9TA+vO8Mm8umU5ou0HmYnyjYP4cIXj5Z4FAkP11fv4Uw3YJKcXjT61dXXS8GuXJ6",
-	"L9++9IE9Wr1uH8chZ0zQGW+dtw7hK0AnmADb3Z8wmujJHyCH1mKpwH4qctDrlfAeZcSUIoqld0zBiLvk",
-	"uWTK1vbOokmJIs2okU1wKV4aCehHpn+Crr3i/zCig17PBkhohpL8UgDP+Udk32tLy9kePn36VFcX103C",
-	"qNEJv2NdC/mPyGn1LedD3X+LlFS6z1rnv733t/2t7cG0LphSYKseg4goZworQexDGf1NN8C6mf2S7ymj",
-	"0cRQF/ITnDtMCq8HSxAIcjzkgqaLgeElLLLMzDz06uXV9YvXfm1wQ51zess62QyWKJtdkOPeIZF6wtI5",
-	"V/a2WdrVd4zG3E72C2ys6X4BO3ncO/wM/b2GO5vGiwsSAjtWIVF0AeCo0YTEbMZEzERUOJwemsjyBcfw",
-	"q/SOEZ3S0YhHteR219+nM45CkWqkup8tbhIIGhf2xgZ2itBJaHSByr3LZ9vIrpczfo1dPCIZuE5AWG44",
-	"5VbY2H3Z84U2vXjyi7e69ov3WBVK16VSyBlTJATRNAxI6KLhzd8YDh9e5AU+kwWW6EazHkCX+naytrZo",
-	"1ooZkcgc4QgDPq0VDOxoZdAxs5d7XZIviDnRKneooB0Ni4BSRSiZUDXpDsRlvd0cBewpXVgB3JGHYRl1",
-	"BnQYVncgridYhjwfwVBmIi7kF/weoUHF2MywbZqb0ZQJvXdu2Rus5DRTmgwZoVNbpnAg8LEnirRxfHw6",
-	"SzhTeUVTmCSu9R5aDrkmNuKHCEkSqlEYt9VNoDnyr3/+f4TrgeBiwlJuYdvyruD1BfLlcDkgMASsMakx",
-	"6BE7perWXf4U+xwI2www8xHAJsB9f9Q7JCEsSod9iBiLVQd7Dut47zPYC3ckbPouU/qvMl5scOI8y4YV",
-	"ZiJOvKQNXHjwk7sv39vkhvUHtTw2Z2z5VNY0beh2hVv0H4xb4CDifIVWMYzAOx2OWAo0OeAmR8jINuQk",
-	"5vnDrZ6/J7fC2bp8DG1pYoljLV0J+x8dgv0n5GMJqwuoeOkC3IzADoFx2lssJREh3IZb4HnP83eMghVl",
-	"qeJ3LFksXx9YlNUj5BlN6ZRpiFH+7WML8FOMBFvI3TnofpWefAJdZ/J8/xluqiais2o/LtWTJUo7+pyU",
-	"g+u/MeVYHXjfxVuA1ar2FnwhYkcSCdShzyEqDZeFWjPA99wdYlEt8Tza0gHW4mArYY+4oMlApACURAC8",
-	"CNoCRmsFZ2hXCtdq4LRjmcZG7zWc+RwwqnWGDBuiD66v31oNHF1KoEvbKZorDZxSNDGX81xmSUwm9I6R",
-	"sdSBtUbhmELSPuj1AMw7tLpn2CVvBBsIO/cnlunTBI+MuS7oaMQilN5B3FZd8izv2ohhKb+zZ44CyCCP",
-	"KNFyzMzDA2HENKPWa3PqBAgQOqVCUZTs2+NUZjMzmSnXexe4QAi371Z+xETExbhLLjWZSqXJca9HZqbt",
-	"iCbJhenTXtIQyWxtHIqOGGlDc95KcUV4zKYzaU7RXu3NZSnnsnD/7Hx3FR1/NWZ3v3qPyiJzkbMYjfEb",
-	"Xlx2fX6mYrHV3flw/Ks8BGswr+FlbwRzJqAZmoHsbtQdux2v0f6jXrtH/e2eP/4s13qh+30sWaZ/e/+p",
-	"pAz+gIbJKRWL3DrpeIA5ph4jt6Fsy4z8Y3FmPu3TVPMRjTDMpp6tP2dRQo0QTQVxj5O2uZkDYokPACdt",
-	"GhBR/A9k49Zyu1di1xM5Bz8+JuQQrs9JiAk5RlfK0sSWb7BZOaFLOuqSX5210S4xCUdGGdcypWM0W/3y",
-	"7tVAcFvvqUi1MBwvfPsLGoFd4tbHPCPoU0g8s3OAVwGu3t6F5fbqMBwIDoZnSmYps1EZplFQcly6SQIe",
-	"LII6G4tuVTYt7OCoWk8ghwBHPRBRymIs2K9AfTMjdfbqmqHuI1cPu+S10ReMisHvGN6kdaz3zYyJS7tn",
-	"mJu3LG/VkWnxiIPHefkcIv/WPAzGbisJvb8Xm4cnXazY0tO5ZJiymUx1136pJvTg+KR13jobnZ7EvdP+",
-	"6elR9DQ+OT6jByNGaS86PqZxr39MD4ejo1F/eDDsDU8PDqK4fxyfRP3jYW/U69HeqWmL/8FuhgttmG3/",
-	"4PBoY3Zu1hzX+gspQuUkzAaJ1J4/hU/tyKqPtnz+7FFZ9eOyXrOtJRZYXsGtOe+G8vQS0nuYyxiGYaLV",
-	"MSRt/A2SBLqAKwO47yiZ5vgz4UC0aXQr5Dxh8RjzneyPWK6lS17mstx5RQzEzAorpktcC1dFekL1QNAE",
-	"LKVYnNWJ+iRlOktt0JdM+diI9PY2uCCUxHw0YmCKcU1zRY56ZwMR2tY76I1jcdglIWgENyh8qxCgIDgr",
-	"rdITRRKqTL+e0uB5zFDGPSfIzWcsVairsLyUUMRImyrCR6gFaEnC/bxHmFa+SNGi83e2GIhwkPV6h1Gx",
-	"v/CZnePXFXRV/C3cI0M2kikrbTETsdpAhv42uHiesoL5JLbuSScTuU8DsnGVomMwSBXeCWsncxhJ8Kjj",
-	"m4W0bSP+txa0v7CQvUrAvi4RMlA7uni/TmH6kW+Ar1L4Lvje1jw/DzNoZvo/yzvLz0CoK4zQWhIh51h8",
-	"29UWeeKqiTjveGCFzJnhgB5fGQgLruvCZOzbOdgdcWB3XfLSGtaxrlfYJc5FGUKAAGkjd/ZiBvYKzyUO",
-	"h6PFXYqxEXhZEtextDxC68vwtEc65KUosfrz7TYWq7bSkWYphqTQpPvnqX3oU/sOgn2MggzrvvWZTeR4",
-	"hXJ8OZtBkcowppqGhGpiVAYSytFIMR26bCdPNpHjLrk0UlHKmdESM3FL2ihbwTuBlVLApYfFNiM20xAq",
-	"FjEjMo3pzEIxubryCODGFR2njCkrQZnzOu5go50pV1MjCYUDkUftYJCAaRiecUKStWN2ySs5Rp9wRGcz",
-	"LPrnJnJecJjIjEawgdBpJvDIkCl1CQzO6yhiMspSPWEp+CqhTF8qodl2aN+E+Kk0Y2GtFRFX2ozp2xB+",
-	"sFYCVvozIrSKqMBpwWq3znsbyy2v5PiZoZPPLbC8kmNcdaxU0MjP5LjCzYDk4c2vUrF8XIaDS2bu60JS",
-	"wIO/Ne+xWkcz+3mL6gsW0kVVR47yerwje9k75WLZWXBObDRv/k4bgA1t3IEGTEG1B1yAizFA45tvZTae",
-	"WAQ+QXWW0oTcsoUK0J+RN2ZesxxgJNOBmOWBpVqSGZrtsK12+OMLtHpBVOr+R1uTO18DYAoDEVZUrxC9",
-	"6ngiuuTdssZ6yxZFoCJ8M5TxgrTNhtMUohPQBeQCTeUI/CQRFVLwiCbkb1dvXu816LG5Mg0xmAFyf6gu",
-	"v9AssMwWbZmkGLvuvGMzKFJqOR56tRIlvQOEotSEKlSoA6K4UU3NTyOeKm1jO6HoOYafYgBIedZU4JbA",
-	"pM3FcHBAQu4t4i1bdFJmtK3wAiMtigYgINAsBnToQpSRr/MkIUNmltoG2rE4v3j89rnojBI+nuhwINqg",
-	"zRGuoeaduZfdOI1o6hszizvMC00lV1aRJqhIA4ENBALE+dcTyKgkdHp3Bx/vwCRtaIbr3EwdKu4JhhTm",
-	"wK5s4C7A/lqbtA3lvX7VuXIBIGh/9PaLKmtZEHLubdlAwAYAoCKUDVs4V2QTLdXdgVfZcMr1O8sVPts1",
-	"uP7pd/YEeqfz72xxvwvULzxUxSmGut8OpjhHZ2sV1YjwBTPyzV8tAxTLGRMds7mdg4NW3i5yxDJ4MJaE",
-	"ypGDr34qYjabCyJtdgP7RaM+8+WPXV9Gt03XPlw3T1SVbiF+raBqCG8TOdVD8TQPka6GJZaHmGNDpBmr",
-	"zzbxzukOahrz2vBOdrmltSh7sET/btaZbe3zRwcH37AeeWWEOuoLWcCFA6IpBEgxDOrwzchby3ugLGxi",
-	"G3L3HBZgR/x5cJWGFoI+9GUhvJAmNJ0mTKnliKwr0+2/tRXmT7vLg5+Xn2l6a0Q6oM2cYCmk/ghXvqzh",
-	"cGQx1x2ATGoOYcccJZsv1MFMNIyTxhBFO04CzZA2E6lMEhTSrbEtIEV+f+BcDgPhZaTl37ooNRs4RVL2",
-	"O3oq9gIjSRqhGETkLnktHUAg1iCezRhNa106EEZvZvoCJ1ofCPmPjKWLwt+NalvLlx+8xNl+beJsfUvo",
-	"jHHZ/g/VHEJa3bcxEJtbtcGdKyHR1/KfZ5gTuwmn4lOuH5dJFZvflOBwiUqyHCEVP1yaA5ww2+iK4E8/",
-	"OXMfTk3z5fTGkHsRR1Po3BYtgpTOlXV9FiH654SSZ1fvytoZKLQDYT75abgutcAFJV/k2JxG2sRQRxe3",
-	"DLCxFmwOzcBcOf0ZTjb0N05pBBoklzGZGZWh9siCLfmZVwpkW/VmU9FbsPkXclK+VCpjsT/Hhvuzsimf",
-	"JWb+6ODsq/MsFGA2T1SpTEzz/YZ30Zqj5M4QWkaWs6XPfaggxVysiBTIHklx4dkAfcAJsrncZCw1Ou28",
-	"dBybwOIdw1u2MEd0zIR5jcUkkRHkL4GOZ34Fd+NAJIw60dRGzqEtysaKQticmhhlOuF3LK7LrbchdZgr",
-	"NBBF+N6zywA8n6VAOy/bu8g3shVJjeiLt3axBtZU5PKuZmbNZJZi8faUKeV5NOAhG8jurSLI2uBpsa+g",
-	"Oe1sINqhlrIzpWLRsexAhTblOHzHdLroXI40JIMV3Ag7SdmIJ0ktr3mBRPI4HAYb/9pZTN2x+jxxEAdf",
-	"t+RdYkO4lwXehE11zxlBNcOjyo1GPGFq/6P5x2UF1QrcR70jZBlcF6kM7IMRJ1xQARzEKV3AT4oxW0tq",
-	"KYn4Bw5GlO0UTfOS0TIfUySDgTVQo1mgL5Gv8yMzF4Dp3Usc8oU2QOFq2s59b11qt/VKp4xOkXdDuKtl",
-	"XK7MBsrvYVB8c72YOYv4OzZLO8/5mEFgiAv4DiDLVEAODI0maBXMX3/O1UwqwGAK9wKiqIiH8gM4gt0j",
-	"V5bUO29lwqPFuXsoxFhye+kowUcj5/WIMUo9LoWkg6eCpXfgPE8WhI+IC+IGLzRqFURIMkzlXLHUKKdq",
-	"INp/u3rzOiCvn+O/s4RyQTT7oKH7Z1f/adcomtBUMf0fmR51TsOAjP/gs4DAfzRNA/L2+Q8Befv6x4D8",
-	"7e2LHwPy48sfgoH4lQ3fAm7fwrrL2j9d//wqIFf/+WNA/h/z19/oHb2CPQrIv/7533vePKgqI17ISDPd",
-	"UbCJYUPOvqFqu7SPeOr+sv+XBqspohLUKGyN5+yJQlqsWIs9cqsHHPR8eKB6WFpAIJDjw95eQFh33CWh",
-	"mlDz4H+cIyrtedgtqZtLA/38x/65nAsIMMaz33zgNwgqA0m1kpsHhpmAIJ6/KouxoQ/RiUe9Dawf8nr2",
-	"CNdqIHJssQWh8Z25oRU6rsgLGk0KNx7KgCwmihm60ixZnJMQUXDCYCDCau11wHIKrcvvMhdxIR3VN35K",
-	"G3JmPqdEz+XKKLNfHbTzY8hTDXBzn1mwakI+a0jksghERhYu08SfqVyfTXukSYJO4fzsWViqzZK6Cgi7",
-	"+oP/K+VakWwGroE55bqALjAannndgwLz87SoIkpKATe5hge1tZ6AtqdYDPUAbYwBMQcSWUsRC2r6w4B2",
-	"c4opBzUT4I4mMokhRNQB3QCkmA3+7hJ0tQiyHOyhJZnSWwtSZFqCnFSAMJsxupSycMsWA+EHbljILJ4k",
-	"HQvDlS+30ozGZi+snUiRNrXZseGUfkCwUxfQNzWCixwISgybcmquxU7RKQVtHNY01/h46vpCixeKLQ7U",
-	"DqJkLMAHHYgJVeBkYgUndbgFEn2pjGoSUcCUs72X3K5oyTvHBlLrWbU756N3UTJKmZpYHxImxYZBjhuE",
-	"En0ecpLDf0HaRYw8GUG9zJK3S0HBzgNFKG4VzM0qEKq8ZJDxbCjK9JujzFnYERdCiS8sZEbGsjY64jIC",
-	"RvsKz8S2gs4bm3T+kCEM6zBEg5ZKGJsB0kZOY4DNvgxP3Oq36oAzWymD/JmIdZA57PcsCJh/3FvnB1uE",
-	"GyKS5xe5wmzfqxMk7DmyuLSkPZNK8WFi1E7B9r6Lu+qof/xdWSxW34WvciA8CFl0KHpMrbj6fAQitQJe",
-	"rRbiCPlaBRrdLwpS660rIbVvzWC+Kt+TP5X13qfSWn+W8/UQTi5Z2a4cLK30fTOqlw1qg8R3C+1lCcfZ",
-	"5UsoWEBa3QbcJn+9HwC76TKastaW8Ez+EL5QZnJpFWoozkI4fZUc/MHwmmSZFJqoso7N7X+soLN/Fmtt",
-	"hXa3FKu8lx/beruOvKolKXaM+vn81t8HJpp9jPFvvjThZzICh9twATkCKiAxizPcGvTTtRH1Q8h0ShP+",
-	"B4sJhNXudclrPySmPvAFR3BfavrWIj7MrNdft7g93wJ1YjBJtZ6SnYBHp0BBm9OnzTtpJNBr/H09hcJA",
-	"AuIiuwmP9yyA10TOEUbHvEp+l0NFYqYxH84ozZsQsR3GvxsV47TXk7HdxW+YjnW+wTsSsoU7XxPEaC3c",
-	"frEnXbmqHOycq1QY2liNEOsShefeT8FAhBZwMAxIGHOw8cHf2MWUCX3jf21LJYakbUWBpmpXA5GXu0Jo",
-	"EapvIjqjEdeLsCnI0Sd3i4X0zYgRXrWOJrQGt2t2r7tfD/k6sH1DKvMJoAeiQdCwPE1vMbfLVXEqK9rb",
-	"E/n+x7yM0Epo0ddF7QWl5cwF8XWdT+g/0B8UYpCRXZkALAN5UG8RuLtnAWwsjmP1IiqXCiQOJ92dOF3g",
-	"I0/pLbrBOFogrJ0bzOMsUWw+YSnLNT9MGstmXo7nRT6BOKVGV2ynMtNcMGLOqDt3e6ZZxBme2joTdefm",
-	"F4Gv5F6rx75hsKPNnsUCjOibbzXF8NqCaQ3RwMd10cCPLHrZHVh9kDFCXMh5Xqrla0wNuDcE7FSaY1F4",
-	"nYrJ13KCoDXLGlzu9ihNXX0ZUnMM0RUCAXRmZaXoknesg30iCpUr1Z8sBiITOU+dUZ6SlHWwGJ0yGqqH",
-	"UAX5mpeiKAFYIJdjCxBj4crwSIy48PU/sgoBfSC8hrRshj5HtwW6bvLajRWDIhQ+DMicqoFwdmsLi57v",
-	"AZY1bOdQhTV8dR/erWHC4V5AZFpgcE2o8nznDsXV7pPT952v76h3FOSJSxSTyRFSwhoOBgIsB7BeBaUQ",
-	"urT0KRBWDBfM0DA+m/0NizNcLL8xEG2AQR/JdMjjmIkG8IcvxQy/Fpb0PXKhS3tGSye0ydKxJJWgJN4k",
-	"WK9X3q7g/SVaqoZJQMEFrqocDXrvkh8QhyWnaeukrUyjfJisFQ4S3I/M2Opuz+UqjJsDnQcNs5CK5SXV",
-	"UAqii6b+dcrH47wS+gY6IT7/dy7iNSOgRWknN5i24QxEJVJjNsaUiowmJM3EXtP4XBs7rM23pGobIl2v",
-	"aCMxfitqtrIHr6pSN7lh0HIOGQTmWnERJxCdxGKMOZEjYn3rXfI3OcT6YmbTbS6uA6axaBgYFzEQv8uh",
-	"lU7McXTkWAQqIBwSSibkdzkENA5I7jf3F9EsnRYIfXkdiYGY0QWiG9t6IjC0J4pwMcs0YSLl0EKeIoXJ",
-	"c0W5JrSfYcSKmbPpFmxdA6EkGdHU3O2IfgjDylkLKFTutYuiAcSocpCjRuc3yrsDDzVzHQiMDjTN2VJG",
-	"jUVIDFV+FfEVO1f1LQIxcpeaX/IfdRor8s5kqs2TBwfBaS84Ojp8/6lgk9GsYyOX4CX79UTrWWeWyiGE",
-	"bSLyXhGKcdIzk7Z7DtVCZUSTiSH+bUuumJ34QpEaQAR1bEkQRtOEAwwQ4sWU4XcqQV3lK8lQ60NDRJgx",
-	"PqQXs2nm1nt54SHmlBnMPzKWfaXeza1z07fEcrjnxQEIBfYGaLbGwsf9j+aflb5RiE82jG7KsY6kM4MV",
-	"cAA1btCduJ556bH1iCZ6vLbc/5txc3oXvNkRcMrYK9EZ5Tbe/H00CzaHxj5Ds2F+Rz5ReaYynNc2dUgF",
-	"LmuYKizhA7csZqJEVjYRkkxlymDI3YHAthM0bTj4apydw7UyHwpk6wsHww2Rq3MesRJiR91NDM9/szTp",
-	"4ZzZW+K7gOC4b5AIbOoGfA6Vn/upv66N3VVg28LXqwZ/W6oeLucm6p5b+M8jSXwJFbEgzuIMuO82UxWt",
-	"jQFoDnCVcg0SbAzA4yENPJH6nFASpVIQ9mGWYj0H0h7xO0ZGnCWxCox2RJMM5FQuSGhk+ps/pLAVFgyT",
-	"/8BiEjrvqJdmAQhNMADIpWrLNDeE73UH4mUuK4L9w2qMNtoeeKSQ8wtzYCZwnVj7LiSrj3iKtb6HNMaR",
-	"4nHqDUQ4pLFLRg+JoFOXEgGPrVLtcN3uE6MYM3Ov4ZZ8dMB5lqPBP6VI+EYFbFmXWqE2FSqZ4OOJUfpt",
-	"hzuriJqbNcMofh1NbrKZ4UeIS2NoxbREDshfzP9NPwjFbGZ6CxCDOYkYgTNL5Yzt/5WlCRdI8Fspebgn",
-	"XyhoMyeJZpUnIFTnhaj734WC80DhnjkjauBk1RvdCLC5ZfPTigAoVrA4qhGw1kqvdh+65AFDQD22sK2s",
-	"iS8+vrzZTKT+Yn1LutBKwmnwyF5hHhn4FScyyaVrQp2mg008UUSwDzmxXOQ2G/sFYjffshmiwjjroLlx",
-	"Arw7AWTNXKcO7NkvRs81ieiUwU3XJb86Wyry1LyctUZwpw/F3WdWKYPKoZiW5m7Ki6IuPVpUmYgBVD0B",
-	"oyddqC55SzEog6uBCPdnNFMsDLDeZvOt9wukPz8ceX/BK3OHy9G74/BGO/SvtIe4wcrr+8VMlZsxB8dJ",
-	"BZvnXPTPu6wFVtfIv8yeKFJQLGlTf8X2drrp9kGWbbzvXhmx3rIJkI1tZit84QzIYLAh7dB+DoPC8Jxm",
-	"Ii9RYARvG4kRGlltBvXTMEZucU7CKVfKhkWiTGf+BNPtzShLEvMJCluh6M+V/TEOyZBNuIgJHQh0P/Ek",
-	"sRFoTaGRjjJ/gNnfh/t8o9qumfgmkcSMTLjSMl18jzrvpX+w7Dx3O0XmMl0pNMJtG0YyEzqE06Mcrllx",
-	"qUrBSDsP1sIiAHCdxnuBV8bbipYDAUeXtA3nhPMIJap+51pDAdURm7O0cKfmvBZckkpKwdJ1p+O1mdU9",
-	"D0eddQmWoWRTyjey34OMbD7NpgBdaj5yYT/mtiaj7o8B//tznJWrROpVkci5JKUCK84VJsDv/NDA1A0d",
-	"GhGz0Wy05vAAjTc7DF7L/P5hqnQszA1YxKxYxm80rr1CKl026i+RvHmUfTeaVmAX53uMXIOduq9yD5Vt",
-	"pisI7qWjNTqmXCCf5mVzoWchRGYO5k4AsI3z8i1QIcZSKuJtjAB/5J3pf0PahGe/J+LEiOLvNLrb7BWh",
-	"bs/vSaWZaCbRKzSsVywLzsqOdgKbY9G2IYUkRFYZ7jkOYR5FHBtDs1Qjuh9EUNv6djNINbjIQ7CR1mnK",
-	"SCbQmODqw9eiBkEiCQLdSjEQt2yBqDI56BH41/aCCnqQM534AEK2EBKoE3DftDFSxa9MtVTdae/CoREh",
-	"RC2kssgpQ5M+S2y5o4ODgWgqzVSLRp2JBzmQwf1itz6DhvAgcUZTGjN0ZKbZNxBjtHr217lSywSU1BLV",
-	"Q1jWl/6to4feZcJ3CQqs17SCFUIBh2ZrxBsbejosp5MgNimdIoKe0aJAf81hxIwaAcnx5gqGVHnVJZeQ",
-	"N+GgrkSyaHDX2yHt7KzH979SV/2j8hGY+Sq9ya7Nkxxc93sUCtCvjjMlbbNnePW5OZfMdpbYmh3t1s1A",
-	"gdxjV/FEjqp0ZOSsKF1A+dr25YurzsHxSefHZz8HDoHX3InghYcWBmKeYq1ZmxtVoMCbu9C2Zejzli32",
-	"uuQ/4RCBIAC1EDvmAJ0TIUkqM81sCRbMchoIKViXXKJUAvSdQOlMqA1hLgwuSIjjuEnZCIr7RYw7XHs4",
-	"sOYZI4RApttAtO3zyggzeRKYnjAjXrtLM1kQBzuvpe19MbPLr2WepTuH9IiEDiGZFar1ktCmfuG3YQ27",
-	"uLCbkEcGZH4hxkiKUcIjHa7w+MMMHgCT6N2LH19eXb/7PzfXb/7+4vW9XO9U3UJhmjz4SbD0Bv0f5vJ1",
-	"1fvUYZQe6m1xkHDCX8qZjqu9qSudtN35hM3e+z5ih7/KulY1rnt3Mpb5YllQ2P9o2caazHef9+SwjVAv",
-	"dER5oqzv6YPOEY5BoAVnA4lkzHL2lAl6R3liNNhwWV54Dt3n53pLxQBee3Q9vfEYIJY7ZKnYDfBQ77/H",
-	"ixl3azW5BU1Rnnc2hhY44rqIjyFLpBgrzLNE5PnVmIc/Mv0NU9G/BfXYWJHqVJuEuWyVWyiPBbHoHEWI",
-	"tq2rZ+WhvJqWpbprJ0BhIEaN7RD8xw9DSjvKKE5kEIfzzrZiQ2n8XyqEYTtS/14jGT6zKOBFPrgVRjXA",
-	"iO4g1KtV4oGFc94gRt+GKkTgoiczOuaiMCmMeKIBWKgWg8xmxexmFoARfr3x+7WZ3xqLq22Yl07VbV7m",
-	"ualypdU2tmr02rzwZ679d5SAYXZ1g1AUODHfa+JFNcfOlZpZn3ARZ2leSQKrB4oK1s4K/0wm+D8yqL85",
-	"EP5LSy4ZMOzX+WUwxbaIBdvCLQNt3rKFK4gQ8xGoZpoMZbzYyTODy2II6htPk0ccA9NGng4/ZUrRMWRm",
-	"sCSRhvKsZeYcixp4ctHNugIIhrIK/ntetfVsadkxC/6F5DPY6wfPhjdL87V7qppm/jVjeW9tsdq2esPn",
-	"9W/lFiuNHKehUBh83P8I521VcsmvEDeSc9U51BDSkgxt5Y04IKGNFbyx8KNE0YWy8bNC3jj8ths0XwMi",
-	"KR7pGyH1TV4uLAbE0SqEpmeXt0n5oWVEXWwktGb4vFUVkqIa2V4AY5Ai4YLlIyBh8cTNlCuwr5uvwbRe",
-	"fGMGNBD4coCtJh5GGxriCVrn/RFiM4olLNIyDfdgylwUi1Ay2mFIgp2uHJHKozwOoZ5tDoQXEAfXGgyE",
-	"BSY08psFbt2z04vM5FyQshPb4puEapZiVbWU6XRxM6TRrRyNmuoF7nRxmZce2+Bj+njONOVJkyaMHPNb",
-	"yfHB8+XwDhxK6cYneJ+mmo9otMJV/QNPGKTVTLm2mINULIoSeqOciAMik3gd4DVVt5d5n18jhZj5rvL1",
-	"QnXULwfR69hFsSHUW84Nd30dssVlEcltpA6dLjqu+loOdYVoEywu0HcvLXOHlyzwBTw+leAClXmlxoSL",
-	"cYjBWI5hM2oEcQ41GXMvRkSThLQtkLQUHow0cXnSe5hclt81Q4a1ycJ8gKFXT86C9ka3Qs4TFo+ZggwM",
-	"54+1hdWaATjc7ME1aj7cH4Djq2aVq5jknwAcKwE4tpKk9hM5VivTLhI5xvrBcoRodJb/tm0BU+bqJob2",
-	"F7j/hdSu4ioE/w4XmgFYu2Lg0QeNOhzJJJHz/wCVNkd6tVJbu6704x7o54LNMQRjnot7tu+B4AVytohz",
-	"PdsrCQkhDlCVWE4ZFoJ0p9RNDQs/PpPC5SXjONVA0JRhMX9biP/y7Uubidy220eOEF7H/OoqJKYMjsIF",
-	"Qh8wDv4rrzAgVwNxdHBWU3Z/hZTzymzcrsd3yfJ2aacusumQpU3mNLtAVWRszC056B89PTo9PDl6uibh",
-	"pMGYicRRn9Pip7TU9tPbvB/czPp+RjRRLG9qKGXCAAyooalSncLaBg/8kZ/01oz4MbnqKzm+Zh9qpYtX",
-	"7ojn+VS4F93dAiTPPq+fA+pMW+HEneBEjjdngSlTWaJXc8EZSxUWGsanydCoUQyCsTG/vFYu5RbsE+LL",
-	"7AMgNihzcYmIuQNHrtB8lKekG05DEyUJF2MoLW0ED+ngNRFaDGuUNGSgoUUJZ3YPNvEtmcFxun81O7Pe",
-	"Gl7ex29B8XprRq4nqczGk4LkLUx5eTrbEL9OF80C+c8gQVMHuHrjcGNRJfdEXZSBaXQLl7aV4sNypd78",
-	"kh5m8ZhplMOdjTEvdKE0XbhgRRcJTt7AnQkONDwbhSAspO7ALDCmqC7bwPz6zYq7Qa4TQTLVn7Ku3VBC",
-	"Scxo3EmY1hDTLlNPOVwtBWezRNJY7X/EP5xNsTHIJBypEKibifiJIviWxT7GKBLncFE6ZRBYrCWJudk9",
-	"zFubAMSVIFM2leniApOEEigpAtz86qfLzsHxCZlmSns2OoWQXl3yRjDXLQYd598nfi0Go5AavXjGoBpT",
-	"0UKQ59Q5lZMrkjg5echGMmX+855GWoM8YsbhrClbHyp8fauwGBlppju4tuWTlXtyh1xQzD2veg3WO1OO",
-	"GsLEY1icO5byEd/ZH/C4J2lb+/7jVkPGrYXKQpY6nijQ/RRpj/CuomO2t6I2cs3J3EeTU/Ml9Z+4QTaZ",
-	"z5btGP7OoHfF/2D+CQty5FNtjWo2JEbcghkIK5gNBJhjvYot5xhKI0VsTWBkqTq/aaxLLsmUK2VtWIVH",
-	"FgcECmrKRph7DZcYTrRTmPHNzVp8aVoK93J8dXc8pzS9ZfEqvHMYpDukuDH3PaqPaPlsugELcyOs7td7",
-	"OW16RHBfIGYJFtczpK44FnM2nEh5ex/Y1F9dE7tHXAFE05+YqQ9B83Y3NonawVX/E80JHRH2JLh18c+M",
-	"I/ANgn6grsRMcqFdToOXL1Whe3ZnRucU+wTNAJDjExD0cQ6ETfq60lTENI2JO2wkksK8DmBToR1hhwNG",
-	"k/sEuB+aTmfgbHbfmpapzlIW7qGEaY2FE5lYxDpXgsymVoSmg4li0c2//vnf4d65ucyMQDqRcwFu4QUB",
-	"0ycme5FUaldJjPzy7pXN4ZpIiE4CXDYMtyeJlDMj+gZwR3YAnQ0Kds1SfgfO+zhOmVIWwJWU8VszkZjf",
-	"vIw4kmZCgWI4EGHHbVqHJomcd2ybebrYzOibKOo2BivZtb5PHhhscZG3BXd/ReO1cHbdvBJJ6/098sSy",
-	"NLEAsep8fx9WoGvHY3rYt2u1bRiRXYovlCFme/+V68naZDEMYMPKc0jYQ6Z4DMYGR5p4ND2Ch0b/5IRe",
-	"2EyZG9Yzw4oIsf/R/rUu5wvTe5RX5icA9dGZI2Jm9MeU23xQ85P9akESOe4SaABwLbUFgnFl+w56R0RL",
-	"2ZQAVpzo7cRV+169vHrUNMP4u87N2oRCGpK0dkThtTABy+e2xpP1KDv94FJas3kODEDfbXLWZrTTaDX7",
-	"5d2rgHhfByhKeTnkrrQziioW2OjCIxpMzCJtuBIYYPahl3Qfv+lY2WcPyrJCAxg54YLO7NhJlEjFME81",
-	"4mmUcU2GKaO3AOH33ONkNhcdgTHJLWMzW8QFzRhm1GPp6pwLNjezbIbnfSj63lWuwRXFqz/YSMx5/wjC",
-	"SWktvlCY8zZH+U/M3Gj56igh524vaewX4sJGRgwLk4scQ5n/tGVqY3nNxz13Bp1okgcj2pKGcD7BuzoQ",
-	"RnczPQe5Hc1Gruh0YdF1MwWJ6gH8IqIFPAkJ7E0eVktRBfO4zyn/Ns0Xdu6L9WaMYvf/PGNmXWrOViE6",
-	"73C6StfhigBLK4Aj7jU+Hdgwyh9kmgNHF1Vg8sAmKRiJ6WLPl/sjmqYLoudyIHJ7hQqImtHIjMXQpKs7",
-	"s2zXOIcmreWkGI41ULhfBkImcUCUNIohWmnAz0fUnOtokgMDmeMvM43GdSsD2CWt9QnDelky3jG/+4Eu",
-	"6cqSt84PT3q9zVO8lyfi3bCf4UZdre4Xd2vBoIu9/pMXOEqsu26XYDVqmIGtLd6YEGPWHFNCLIZ8WzGG",
-	"lQoBeC9ldcHNai/IwyhdXAbELRVl3RWU1PcNYB3fHWCUQeU5plH0LvkH5FyoAIIf8ywamQLi6zilAgGF",
-	"DCsYoSQAtiIHo1kx0ZYq+8d26APhxt54g9vV2/bgf11XMUxi/Q1s9+GzHLkHMfTnm7NcSH99Uq+LuDfU",
-	"kN95UjCwthMmUpkkQC9Ared+lD7+qBy/Goh2+PbN1TUx5w1/s/5YLHxNIpZqPjKbx4oIygL+7dlll7xJ",
-	"yTA1l9JCZikQ8Nu/vzwfiJSNudIMMwGihJsB+c0JOSft0PvmZsamNvbK+3LExZils5QLDaUdBgLypmxA",
-	"cT54u377H/NcrU/7XjNhdyAGouFQUzDHO9e5O9NyLjAzZ+lwQ1WK/FxrORBc712U3IblJmcJ1SOZTl3b",
-	"GJpd7SesWNzNmM0VYx5IQUNY6mGPTKmg4xI3gu2LWcRjI64MF8hxFATJGFajJ9V8bgVWLpwQ4XqFNwI9",
-	"t/eQB6b0w02UB5/fWCiOIw/UAEJFOyzr9FuBPRWVNOStHQfQyBfyG1iXgF25VQBzNpyw8RyTNri7QKD9",
-	"WhHnzr6MowDpnsdMaK4XtVy1LFP4bKJRvnjAQm35wdlSCIfXHt0Q3Eib1zlT+XaSN+duqWtvVqqjSc3V",
-	"aiufIUpwaC2LYUDCOn6Fd5TF/iTtKUvHLD4nociSJCQpw8w8ai6qIUv2uuQ52GuhMJqWM9QRHJgX5vld",
-	"kBDluv+IU8qFTUR22umEpWyPJHAjV6Q/m0UX5O9jlGhoo0XhXph2yTszKFQcYVDofaSiIgg/URgbRjBh",
-	"WmE1GHzWRfg73HibWp1IpcO9IEeIdwPB3PMVxuP7nohgOT+eajKhsxkT6N2vyPjVhEWuckN6Y04QNFGf",
-	"/dKCnWoFObKDzf8M7A/vG/CU72vthjSeba3T29+An4u9ZDDAuMxm/q11Ztyy1Zys+Tbzhd5mU9lfuTnY",
-	"ZfG+vSzF53Zoe2SsMOziuT3RvEt+BL5kHn774mfSngGSagqoPl58DKT9+KUpVQaxo1i2f8KiW/zaLIHa",
-	"s/fsQJR6gpyllN1xmanSDJC7mrECq7Mp1LVJE6iaIGk+81bsnjf0Nod707wfHKo3yK/yHFsKKdnB/F37",
-	"d0RIvrezyirQtAA6Wdajt+UPhVrRAfG1mUlAKKzbWERmlwoBLG/ZwtmzMAUEW2Vxl1zlSkq3QYt8kY/g",
-	"GgbwkFLxwylu1VE22X/Nj91v4Fp5qVTGrG+kUcfclpjQtNAMc2L1pJx80ZRRNXDGUy7AJLJk3+iuMG3+",
-	"iH1/zToVDHEV7km+MLiQ322Fi2rksfJ5GhIFqjfOBrUbIe5/rJjQVsYAmg1AazwDp5uQJJHmxgJN3pAj",
-	"jqag4CAPBvSM8jZ2OtcqBgJVwDiv/kOnjOiUCmX0CSkuCh3JmulAe/J1F10M7UmN0oelvNuocRipzO7R",
-	"Xr2wcydvmUeQ91O61gElehuw2RuXMLu3UEtsw9jGX7mexCmdi+/xwLjJEYok0GTKaIpMa+axTTZkOHpL",
-	"1mc4BXpiCNp3OLgTasiUa8WSEUrkMFZCEymYM24ICaXUzqvkDGOBcpzOPaZKh0xJMpR6UuEYkVk0I/8X",
-	"eWu1ECKmn4ewLmxJ6J/pNmm6SWB5v8v7A6ImlusiOErcVU9GuL7V0u9YyjivGuZx8JJLzVwdmHVs6Z1M",
-	"ZcownLxqg2LmBOmBABPacGErKJK2kJpA2WNzKMeUC6XR9ujeLLIkeeoqJKZ40AAJkSWKzScsZQFmXztk",
-	"sRl4+wBwAzyFNu0XYT3QkeYAUL3kTdDijnqHA2ErHXUsuGGIYa7mAqLmQAoWobsbc7Ix1XrdJfQ5lWzP",
-	"goaYmK3zllFeEkZvWbxNsQEz/q9S83a4kyUL2lcehWlGvObkVvNOh4ymLL3M9MTlndqXqgf3ncw0U8TG",
-	"PwDsVkBopidMaNCYwdm6rEh3Pewju+BLNuZrJiiGh7jTr1hal1qnbNi35yXu1ueCqjpTdsmhBbGdePK9",
-	"4SrvOsaYler461p+7uGB5636YTD2K4in6ZbR+OvaA3iIjCe6Y650LDAbTZjSKdUyLUJSl7F9sLorGXER",
-	"d1sl/29dP1fwMLwOzE9pmpqdBEZkVFkN02pHqYQatzmSYZADO/O0KL65BKJf2yfunJB2yWFbl4vpFVmU",
-	"KBGRn66v3+YpmKVtcSFONTue18kr1e5TgVERbKU+DBISVj3AK8cMp758FTh+vInaKhg18GgO500Vu5XF",
-	"HICmfAqAR2re/4nRxAJ9pIzGXDClgjxk0Tt4tpiROwMz1fr0/tP/HwAA//8=",
+	"7L2LcttGmjD6Kl08f5Wl+UGK1M261Nau1nESTzKxj6Vszr+hD9EEmmRHYDcH3ZDMuFy1D3GeYR9sn+RU",
+	"f1830AABEqQk32Z2tmKRBPr63a8fOpGcL6RgQqvOxYfOgqZ0zjRL4dNVpPkdeyMTHi3N55ipKOULzaXo",
+	"XHR+m1FNZnSxYEIRLYmeMXIv01uWPlOEwquEas3mC63IRKZEz7giMp1Swf+kZpBeJ+hwM9TfM5YuO0FH",
+	"0DnrXHTw5U7QUdGMzSlOPaFZojsXnYiKiCWdoMNENu9c/F58EaeUi867oKOXCzOM0ikX087Hj0HnCtfx",
+	"6jszFky5oHrmzYi/j3jcCTop+3vGUxZ3LnSaMX8VE5nOqVlElsGTqxO9mFExZT9xEavVE3stkiWJ4AlF",
+	"5MScmGLk1jxM9lK2YFTDKea3AMem2B1LabJvTou9XyQyZm5ldYdnhisdHddsDov5XymbdC46/9dBcecH",
+	"+Jg6KNbd+Rh05vT9K3zrNN8kTVO6ND8qvUzMF+YwzOcXWapkurrbmxkjoWDv9SiCJ0K7ZbJI2R2XmSIL",
+	"OmVNMIDvlDYyp+9/ZmKqZ52Lw36/7vS/5wlrvOMJT9jDL/hnRhW7kbdM1O84Mb8TbR6AzVrIIvdUkWlK",
+	"hWYxued6Rva4QQsmIi6m+Px+fhYzRmOWFkuHSbs467rleyc0ODwLOnMu8s+ntbvhc67z86pcQQI/1mLh",
+	"SR+AhM8NCp6Yy5hzgZ8G+TxcaDZlKUz0Gs6IJq9iNl9IzUS0/InVEJW/0Vum4ODMLpnSRNGJOU+C+NEj",
+	"V5rMpdLk8OTE4FJKI0OuGo/Om7BrZmwCqJOT8nHVndZrj3Y1gplP4B4Obm/tuw89t0sSs9RQZK7JJJXz",
+	"EmxSERNlXhMRIyKbj1n6COfcCkxbnft1RJvPW0X0Ec75OpqxOFtDPZR94BGmYlHKmlmRgp8fYRouIraB",
+	"B8VMs8hQJKqJTAmdGJ4DbFrzeSNpVjBy7WpiqlnXvFu7pBuqbhv3ram6ffiufxWaJ213PWYTmbLNG85g",
+	"0B02/OsikTRu3HIGPz9807+x8UzK5qO9x98fYSIQ75rngZ8fOs1H87JaSKEYiC1vUjlO2Nz8GUmhmQCG",
+	"RReLhEdAZQ8W+MT//kNJ4MrFXOtEHjcuzFgGlytihyR7b79/Qc6PT57vI9emRGk6ThgJIxmzsAfHYkcE",
+	"kXnBc+GAvafzRQI4GKWMahaPYN+H/cPT7mDQPTy/GZxcHJ1eHB3+p4G8uHPR6Q/OjyYDetgdx8fH3efs",
+	"ZNId908H3ePoJD5lzydn/fOBJyRxs9A4i4ASVzmPN9rz6Jh1n8cD2j2nJ4Pu6fho0meH0XE86MNd3clb",
+	"c1UTmii4K7kwZ/97Jx/93cfAfFiwVHO8Fn9L7RACxFeeMrXVO2YjG4Em6CRU6VGmtlwQnuOH1R9WzrLF",
+	"EhY0ZUKPQJaz76zKh04ypJrYE7R6kWCXRGRJgqqSeUrlTwDohVOq2T1dEhrPuQh75AofGwphNARiD5ck",
+	"FKk4FQERMiUzqsg9j1lK8F6B0gupZywtaWP2FSOW4k6CoTCSAUCHEVKpXTyCiyJm1qX9jufbCUjKjPDO",
+	"71iy7A2NwFp/cr+7ows6Zt8AYjkk5lcyljJhVHSKH7e6YAfKLdUgwN1r8455uaz5fPSJ2u8d2AnATz5L",
+	"4CNFsZlCI5XjP1ikzdCOTvzMFeymjFv5WlstOqc5G5cMo9UuRymmKzQrZpryBGafSaWdUiAjmpjP5rUJ",
+	"T5UeKcbEo1E2wOONIwpz+Qn/k8WjO5pkZmGDw+e9fq/fGzyEEjrNZdEJOqsDr9BA74jWXdBfr1//8jo/",
+	"68qhPQUd3Hrw1fN8JJqIX9QM1jRNHZatqlTwkhukZvnVU66cSyMKoBmkggggFncuPnwMOtThiX19IVNd",
+	"ByoXZ8fHRx2QK1DWfDT8APMOTjySCyZY/BB4d6aYkdOivDfP6GDQfT4+jLpn8RHrDiaH9GiMqwGSt/LC",
+	"+fjQzHcUd8/Z8aRbPP58soo67lC3QJz88NcSQ/PQWzbJX2gLqagMbLei0u0+MiLjRW9jtdtJZlkBgBYv",
+	"tX+2HTYXKjxeceCMmP75bsDZR2GkHgn4uGr49GyZLQjXel77Ml4hMy2Z6SSVoAu1x718DTkbLyhWiZ0/",
+	"Pp9+gEqSUCs1p0zJ5I6pkZZmK3J18+sp1QaevkKZduTP7l7WAZi59ZeIrE/KznehBMWJb97DW/fsR3ch",
+	"rXbdjhrAQXrrgSl2Zehm7kcjDYC0T0wYHm2xT71Qw2MNH49jjqb9N96KrSGhvAknC1ZsLWYwYn4LCOtN",
+	"eyR0ZCoMSMgX5r9G2jH/Zmli/onMmBMeUc3CnpFiqNYsNYP9v7/T7p/vzH/63fNR992HfnB8/vF/1cF7",
+	"LoCW3Ur9zeZo/5BKgmjDWfGpmFurlS9Vwg8bJEMm6DgpjGiPZuEpLHXeEDQ6Ouo+j49Zl05O+t2Cg5z1",
+	"a+Q3f/lt6RK6ahN4Cx3DNfBQ8Rzn75DxEk0laMc1F5+7oA4Hx8+Pz45Oj597nqj+qifKO9E6C8NudPNO",
+	"oh1ylDJqLZC1Tz2qYcO7wW2lsFWS6xtu3QEFpSveYM3Ay6pCuHWqo0cJkGnCBVezrdSh9ZINuFtHvl2x",
+	"aVSlabpJEVOa6kyZk8uiiLEYjsE5JloLHI+AXJWT+7ATpKepTEcRhAvUQCT+PGdK0Wn9E6XLemwzxcq9",
+	"tZ0gzYTgYrqdFdC7+y3eAVjYwGrxpq7x4Y8etLQ4hAfgMPchs4zAFeDJd1Jz6KWTWYPYLw2sbMntHeD5",
+	"MQkbuWvQ8QDSe/O4XxPwYU5Ep0tDrkrBCXY5VTpbOUFY35o9v850JNE74CKNfKowoRypZM6faiKP8sGu",
+	"c2ByY8FdgKMM4dncxfrhnfsENOZswVIFz9bOmsVcv7yrEToiy2URYHpI1A3QRFpWSdZ6BRDfsFNrG5ri",
+	"GUQdM+zcsiVJGDW8w9KH48OgI6MoS9MN9NjGMuC6xs/jQXRIj9nJ5LT/fHAGCJBOrYWnHaXNX7HrxmOo",
+	"IcCRU4VWzrY4qcYfnaDr7tqdjp0t6Kil0swoOVRIsZzLTNVe407m5Qo14UKfHvui0nm//3xwfn54cvz8",
+	"uH9+PtjERkoX9bQKaHHZNUfr3XXzrw3m5lrF09tX6eICd/u1xCHHrEdR1Ao8fTpt7QVd0DFPeA7btTQc",
+	"FYyqG9yAFsGhLgklhuE8UyR0E48ib+yQzDOlyZiRSApNuWAx4eAZ3Av/bZj1+0cshBC38gqDzvvuVHbt",
+	"l38oKXpv6f3fLBsohVT6OIW2XbpYMJqy3HQ4irnyvitbyeFTlEiku54SOUKNwnw703oxQoaZf1uHmi+k",
+	"Iama/Y2K5VsE3K35I4zApWgPLy/yd14Z+lGK1HRRePbjYIMv0J++FmpKG8RwjFVwf9gmroS6RyLzKEvd",
+	"7R6Yk21aiHkoB6FoTJNRylSW6I0bfguP/TvV0cwz6WG4nSfir8YKzPh0xpQmOE93bEaoBup5YddEMaGL",
+	"SGsrB+6oJ8tC/GlxME5YWlE17ffrr62ArhrtcRtt0L1Tq8e10j23VvbgBTMfxOPYLcXNKl1LZljdyZZa",
+	"yE6qG0jT9o1qqL+NZja7JWNm7lRBqDPEQtEp5SIgfGKI/T1PEsMEzGicxT0//mPt9NtoTv6pb4jooOr2",
+	"Gh6swmYp5r9QpSonX5qrfLBrgLogbg8HasT+bwIl3CIO+/2HIsiiiApsFeTnn2ML7lRQpZIpYJVG/3hz",
+	"84bgA9Y6mUMAoYkUhjhnSUxm9I6RMWOCUAAMG9VVos4n5+d+IH2/XxtK3wjDdpnrwRIEh+045JY380+G",
+	"WstQ0fiimzNH7PDPVCmHpCFNZLtMj8di5yVw8zcUrOf0EBXnwtR2FNOs1YqLkWKRtPlV+T0cDU6OTvv9",
+	"UibKae09uJDPajbRBrvULhrtg4IPC8n+aBu5vhyR2Hwbfi7Lbjey00HWrbZ5kdcR3XFxqA2iVUA1OB1d",
+	"Dl4lClYSFVFBqCL3LEkuzRM8JeDhU+QPyZ0kBENDyoC73I0AUdzpwDdo5hr/ThE8STblW6hf5kzfwDtV",
+	"/XEtmJkD5jLlelmytfp5YIMy+nVLe/QwsPFWvk9ZfrCXNui5dJFhQKgG8qiJYa34NeGG1SY9cpUkuQ3C",
+	"XpN/os8U3izgBrmfYdjyjELwdYBZUBIHuJ9RTfBkCReLTCtiQJXshVmamGWENI5TphSDD8XywHmd/1H8",
+	"hpaP/IK28zlvApyN/j134gW0rMM5THTaDe9iZmTKNnEkbp7vijc+LXXWfG7+arnMG3x681lbAmxHD/wT",
+	"WXfocsFu4JZ2O3cuoiSL2Uhl41jOqSUIVZdIGd3wQSJFsrywwfwA5JmIWWpQQ0vp2es8h3Wb2ERvSy5A",
+	"UUhdvdyTWr/O48Rm2CDC5tgMe/aQcPcwHrj2IGD8X8yTu0KqUajMt6rdXEbnvYHHG87y9OTk6HT9YQad",
+	"+5Rr9lokSzQOF/7KhI5Z0nIpmDH2M77RGnk2XZnZ4I5ygZVgNZ8zmelaWfK0f3y2KaU56EQp1zyiSckG",
+	"vlG79J8FD09Cl/4iyhj6nSRCaqsP+NmKcyqWxL6G+bxC3pdNLTIbJ8xXVZyIXKuoWK0JcrRYlMGN1JxR",
+	"eXk/0jQmkCVOZGEfeqbI/UwmjKSZwLVBVoyRrUCZCYsZYkbjhAs2opZBbrf8Qc3yAThHiiUs0pvVUADM",
+	"a/dwrqXFWYpAWdq6paVHvsxjluSt6KQOUub0fSXeyY1UFp42QdxuOWnLRNJ4OxfiggvB4lEpPGFVX0Xb",
+	"BujJkM42p0u48txOuGckKrjx8qWEIGr5aANC11AozY0EZ7Ty/R55pXNhjhYTVaR1xZgRFWc8gdT2iIoc",
+	"YQLz9FDAUu6pWQdKlAsmYi6mNlorJGF5u5mgd5QndJywcF36WskW9UiSca1fbVuaAmbczSYUnS5tZRej",
+	"qWLSecomNWhuWFetrmQEanhRFZeesojxO6bQ9edsGXuhfTDc75Er+xaZc6W4mBKZwtXMWBI7+Z5BQjaZ",
+	"UJ6och0Nc4dgYiKRjBmxA5evzRe127Pmsi5UVX9yJtzG4my4byu53I25htfNzD8v30dJprbQ1Sv6rq81",
+	"yQlxmTGB/ctG0AaEvTf/0gR+01wnzP1mq0TcMQPpEHVbo3C39W74k+6iD+0SOOZtrU4I3TBjEdu57Vrd",
+	"mW0GRvsc6Cbeya9GUW0pCNu1N8OYLSCwq8rnQVoL4d6LwM2JJUYfrCoa7A4yqpfbmNHsZiCsAvHQR+2z",
+	"dVaOoJMJ/veM2Z+t2LsL383SmioUV4LMtF4Yemf+VeTXtz9XjLnbazmrVMXMXT66NTcPTG/HCAYvgmLC",
+	"xZSli5RjyJkfkd/vntPu5N2H0+P6QHx/mAU6JyoH0q+3iIwiKSCGx+yTqtuycDWo8N+N4tXjmR5qZKVK",
+	"nr0m8l4o39WwxzXhiriYa6KlkWfMgyJihmmKofBH6YIVK8ZiACB7ge5ulHngu/JelGYFaYjY0wGfBtct",
+	"xRsrGLXhfQhOtdzPqnb+YM1gGTfU0aALXrhQPklRjZa1MeyiOvdTPfqf//rvGv+/v/LW2fzN3iIUewKi",
+	"ZnDTImI9cs1A4CZUkfAq0zOZ2su/IP/OaMpSAmFYEZaNwIis3sZQY+fhKXaw5t4QAGDDSfJ60rn4vQ3A",
+	"dD4G1cgiJlKZJPO8oEZdTR/k9Zf+GdQy/spQO4SdV45kZXHrJ1k9LwMyLi1uNYbwE6bWb8xfKqX7efF3",
+	"5azMGVUjmwuvWHrH4tHYcNNI3rG0Prb1JZxXW8bjl9JRKbKJTtf837+//OHVL+TFy7c3r75/9eLq5iV5",
+	"+/L//vXl9Q38OhT/81//PRTw98tfvlvzXM0VAjqzenTOV1HHrDYJrzWg/RAnWg00uuXV3mj+eB2FXXMI",
+	"ZbG7MWWtxlF7dnpcE/FRdw6PJOnX+YpXbUsV41ELJPdTJ2pmqTvu73lSDW2zZaxcELpfygpKWAVPxdpS",
+	"ZpC0ZyfZOZtQzejhyWnnonM6jvoxHUyODyfnp5Po6Pn4bBw/Z/Fhf0xPnp/2T+ND2o/pSRTTw/Hg6CR6",
+	"fnZyPBnH0fnZyfiMHpmx+J9sNF5qAxKDw62jjR4aRlS+ihr426XMVcu5H7X4lLuTmuH8I37MzID2AXvt",
+	"Er+thFi6ktLq812WrqUJ6R4jQB+Qd/eySj8ymhgSXsb+GYusrkI1HVMF79x2gk7ClQaKC59cFTvzyQtC",
+	"sx8r7Cgfs56NfmgSH7zFqpUcJViGZ1irr63sH8WaELRXSmUsflEoe9VjoaMVTbCBxW9i7QVLf/wRd2WB",
+	"zqmUMsHuS78c94+A5T88bbTuCOt0hxdXqIMaVVM5BdR7U5E9miis6G2Lzj1TgQupcDqkYjpb7PdaqvSf",
+	"k7HXnXr1XN6aJ/wKqIkUU7Kn780x8DTODeAJnzCzvgZ/1crUD0jy9LM6q0ca1N32Zgml5ijqkNXzB23I",
+	"GNoymQccbpjRs5Zc+c7qo3UVA8u3aEcmWuY+o2eKoMM6IHOWTiEpyVarx+9tENAF1PY0wxOIDaP4c0BC",
+	"M1c4FCmbS3Bs6MC9KaQGs0tMlKbLHqnWLrifSZU7RVe8YGYJgt0PhR1tQnlCjApvrT5kz76SSKXD/QBC",
+	"0mZMFO4wpeVCERrfmYNTWKPR+aWHInciLS8K/8xUMkXGNLp1Jfv/nrGMgXG/VMBfsPeazBhN9ZhRbYOW",
+	"FbrU0EETwrJ6lirmdDxhUxotOxfm1ILOn1IYSGBZ955hkaE5fe9f9elxDfgBlNjS1650xhaGyVuskF2B",
+	"oU12vAVLqXUZOwb4yuztF6nh35fvuYIYqu8kU79IDZ9XWaJBAfN+946mBjbAVgQbglHgLzckfMjHhU/l",
+	"wZ02X9tMgBGZkrlMGZjzwlcCHashjB5eEiGF/QmnsD/7M4RNUWkF0tVGoXm3Vi8T3UIJ8PxM3zVd8rXn",
+	"qN/Cn/XbjEczC6zqmUNHTFAkgrFYkb2fsjFLBTPsTLE5FZpHat8FOoXgZbahLCFZUJ46b/NQLFIGkd/m",
+	"uPBx9t58p7gU+NRMJnEPjvyioCSEK+JeBTeldbaFeIXh5VDYu7kgdGweC8wNll4R9h09Y/PL/OIuq7dG",
+	"rgQxJGZJHDkZCvzLlWW1Cd55GfejQ6JZOlcuWLKKtngexT4VmO4AkzqaY33hHEMQMRxk/t6ZLrJOYP7b",
+	"TWg6ZZ13H98FHf+EzQxVUrAivtQsoaWYvkIvyvHTh6ve3OrituJDZZTwX/CmcoD+sQn0HzRvNVF3hdcp",
+	"psl4SdydKfQM7GGpYKikk7seuFYsmewHRMk8x3coVtjVnC4NmxMx0BTq25d75Ce2NBzUAtvpkdcyAAM6",
+	"uJgORWgrM73b+71razT1Dt79xX27/6/hpQ20bjHW3u9X3f8sxss/jHrv/uL9tP+v+/8aFnhwemyPaAUD",
+	"AMovLCzvyLcYfZQ8xpzvjoy6nd7RpBBcB/1tqt6Usk468en5WRwfPz9lA3o8iU/HY3Y2GTwfTAbn49PT",
+	"E3rWP2KnLB4PWHR6HMdnZ6fx8YAenkaT85PokJ4XA2pvRUd9tAU01PzZJnWsHCp19JDKpkXgEwRwA1K5",
+	"2iKdGUsSWUTPm5uOZrIS5gF1KQVLR/ahjw81Nq271np9RBcdZaBI+EQz0VLv2L3CzsZMpVI60iVRhdsJ",
+	"u4KQ0GtYExIpLE9yMTyRYUBrZtZrzuW6EvRIoDmDd1B2xy1PyYYlbWU5WT0QmxxiNcSamKgJS5mIjGId",
+	"eqFWRqYfo+P20koELi3BqBv5S0Yo6JEbAwEchwVivkhoxAjF2eGICdY+UBfklrGFuROZabOsRE6Vq+YO",
+	"KXZkz1PuScpiakQHu49cv4AQYIUKEwRzyek+0s0V0ucIwMZcXEEXaib1NrllNXWLViFlLXrZ9b1rotnb",
+	"FzPcEvUrOLV1o6ZWJ7VmezvFdzwgCNEQ8tqYjJW4NODKRVAz7EddEjBARQae47K48szgPmMQPxrZULSm",
+	"QMvaOI9FKrWMZDK6Y6mqC1qqs67Lib6nKWt457A2ROWecl0bQXzYr57Dj/IeDU5aQqwqilhAPXrkRekU",
+	"wL+aErtlsnd4QpT5zY6+XzqPSnhyfUJxE8w0Ff3AK2ovnINQtMmIbgdtBOFrl+xfPrgQewWGluIZEOFi",
+	"2iMh1s0a2aJCLA4vwFqCocc2x9sGBOcltsKeNWq4Z9EOYzRpbYROVLZdgQMaRWyhscJBXpXGdS6sTm8w",
+	"VdaZC/z9NeWYQy69IeNGObSxzRFNU45QUWKueVwQGGx6ZRF3F1l0ZSeOWDy6kFqVKV0JAXuoD3b1rWyk",
+	"rhbnehntU8hdbaSfBqHnkvRRgDCw1lYCalNFw0PBjSUImsB/ZXe1uC6nV4sFE/HbvFpDybZoxqjARe3B",
+	"HZ73zm0FLTmZQN+Aw5Ogo9NMRLSA4hWYKs3Q/kwaLq/F8ZeWWBs6CL9ZY/F7TaJZJm7RCgXFGwkt3/TD",
+	"3brFGdWtJ6ILaGaZMhrNWHxJJlkKvYRiqqmRT+NUGn5VlzlYDQn09u7PG5SuYQvQeWHOZtvwZapXemf2",
+	"j89OnteWUcgv6rHOuxrN604DltWwzRv2Xj9itSRPV3ecsTC7wulAtRXDAO2MPaCNgiagC6xgmfu73wLh",
+	"dqyL9KDKuMUu19ThgMRwJmIWXxAhkfUDiAP/j+Sc1efGOnhaDfcoY/ojVmh8gjFLRGADGq8UnM2BuIzg",
+	"cDLe6ddB9+sFE9g1cdeqeuV4nqJvtB9lJSPNdFfplNF5Jf7+5GRNpM5WjUv9mJxt4uGfJlynoUxITXBN",
+	"7bV4ZrgHtzZcb7izoWpX0bxG5Pv00Vhrur5tiEHyz+wxYpFKd/B05UL9aYpo7pXGBRAXWWlPwBI+5VCN",
+	"2eJmXgNYTiYJF0X8v6uxe8c8c28/qJocPraLhKwsY5tywLkHqDGl5LjUaViwtMuyLjSZE7Alt9eKpRr8",
+	"Yq1A/l1je4ayGbrO/lxzFXVKTXEx9e0HXGqbU2Pz54ulBZ2Yq3JnAJjX+7a4ZKpHzjxTq/EWQNAmN6A2",
+	"Kqa8iqJpQWnpjWlvq0D+2BiaJzbsGjv4BtOU3+aXU/WALwnF4I0YrcxcFcUCYrJkukdC9FyMhNQjFyUC",
+	"phAvVz+0npIePhuacWykl31dhUWy9pLIie+kdj74SuKSKmc87bmnIOwsX4mRq4o5zC9JQmjKYB+RzKBZ",
+	"PhSXVJpwvd9zMTRzrsARGIJohoiY26y5nuWN0M0xlzPNjVRnwwVs1rqOZqXzqPg9e+sSxCsnWcmbD8G0",
+	"r/z0dVrOUbfF5fIhSqcm5D3Zy4Q72YA4XAtsC9Y4IBbngryjq4Gjfd8kJeQob+SRo04tXEAjxRGeZvFo",
+	"cfX5sTu66X/ReEZ2CEMLRpMscX204yxh8Qh61XZc6dExjW7lZFJLMrwu0BVHmW3QnLdstlXTK/2a5zSa",
+	"ccG6KaNxqYFzObkEmhagwtkFg52rwm6VA//WipKAiHtgwWUpmbEEtN9N1etdwO1x/9xm/HYu0BhI7NSu",
+	"b5vWC3VxcICH27Vem17M7lzra3XgLfljUyuGii2p4WDM05ckfN+1Y3fNFyokCVd5dAmk3vseJMVErIKh",
+	"gEM3+J+pjCauMObeDxIxJZJCaSqw9NqCRrd0yoYinHI9y8a9SM4rezxw/9q1hPs98gu7h/kVRCSMGaEx",
+	"KGlGmteEiqHIxK2Q9wJXOcZ8SK9OZ8mD5UVtlfYL7DXVfEIjrbo5l7vonPSPLvDy3d4NSRGSuKeJ0jKl",
+	"U9jshE8zW57cmmddydXORee4f35Rqm1AE3MJS9Q6Lfy6Rs22vGLQGdO4G6kU3u/bUy3CQCGm12jqFvgI",
+	"+FUSI/2ymEDWpyK3bOm4hTNi24FTp3QVgzcNNE4ZvTW0Lc2SnBtcvXkFI+lo1hVSdxcsVRyNrcV2vQqp",
+	"UUL5HAYBcx8ZW2pMNdiYMFqlGKQgJV323laxvegcH57bG7Fk1jXQhjAtRbSU6FuSCybIQiYJ9MCeyCSR",
+	"96ocW9t1PTbMegd2vQlnQpdO2Z7eHU04hGvC7FYB8UcrWH0xXCozzWyQGiU3P1/XTFAZxgL05kWlbGpO",
+	"KkU+LCQpyDg838Xy9/49n5+XBryHwLd7wCyoN2QABp0JZC+R06m5fZEs9zFTY5LwSPuX68DF/WbpMHvP",
+	"lTZwaY0ARXJVK9x6ceVhE5DfYoDyaHDxXS7gavwDK55xLcsVseca5JiXKQTuotPKRKZjHscMD//InhVN",
+	"EvDBLQEMYogRV6DosvlCaiaiZZeL7iTh01l+PDQ/HCujcEVeeS/8hGiJVXBsW5hLqKO9JHtQsKV7NdEs",
+	"3a9MdMuW3ZSZpQMyHOIaqyMbfILtWb4Y8wkEGGi3KjOqNevBVfQvCBXEfYU1Vy7t9jMF4AZhCAgUzkyL",
+	"LMgDiLYcEzxk0y5ai7q5ZOGPJKfW+h1LhgjoLODmwrBTbG5tmjM9kzFQIWoQ3SLhiY+E+ThIBq0bGl4E",
+	"YUh3JzIT+OIxyJoqi2b2ZZkaqiWzNGJkT6ZYkHIVOBRj+0U8UldLaYMkLzrHg6My0oxlvMT2/AU3QUKn",
+	"AA8V/5NhwS2sCw4O2m4khU5ppLt3XOZdU08K+o2P2TrUZklO5uWKxDLKACf24C4BNvI3AIdQFpUCws+N",
+	"YsCUVvu2a293nKllDt+WV/0hx3koTESFVSgQFy6NRGa+TDMBdTfhacO3HfmEYeu4JFZltYiaP5CH8LSi",
+	"Iy40x3DAEnt2RaC7aMTsOmzy94XMye7MtxLDTJUy0mBPy7Shed0YaXexqpSBLRKw3T5EzENN2I71O7sy",
+	"0105QQ+vY9FwKra+J0k4M5KC4lY6a65+uge5ZtCgRWZ6JCcj+N4VWt23ETO1FwHaZs1FwAsGaby2XPgW",
+	"wBa2tBppls65IShYBMw1dwRri/ns9Q7o2AoIltmr7oKmkA2AlJgSwe6NyGEJOgK4zHTC7wA9ZaZTKm5x",
+	"0fDInAs4bEAgg4pGLuimLJJprBxGVqQRFCLA/m8fNAIKRFEDVSkNBHisnFCiEnkPF7tyo5mgmZ4xobm1",
+	"siOjEhJCwoVE3AuK3VUy8XJoQqfEmCJB9h5pgqVMqGyxkKlmcXfOYk5dts7x4OTCp0SuLhuI2KspyhlY",
+	"6bsxT1khAeCXLrXk17c/25AVDJ2HVJkASJAuZZcVw/nilwU3O6YbBNwyOXu2r5XYRd8cYf46WlQsu7Nx",
+	"g5jGFiXUSBNAVGVKrn+86mJyaTGoggqxuBYXBAKMFJ6woohFf1he8bbzUjftw4qQIJO6UXL7qE/McqnD",
+	"hWsr4hnd7PO5BbHucfvjpVPBBIMGV+YnlAfzvDdmRT2wUznFt8aXxUGNixrSl2sISo0BC2JvaihbWJD7",
+	"ZyonbY6swSOlrJWmzNbcML6hsViR97pNI4ZcY//QXJmjGqT/69tXRSyowQYIop2x3HRhXmxRkAUTo3F+",
+	"r71jY0fDt1Yr8JJvdym80VTuqXM+OTuN+2eDs7Pj6Hl8enJODyeM0n50ckLj/uCEHo0nx5PB+HDcH58d",
+	"Hkbx4CQ+jQYn4/6k36f9sxqLxecrLfWx9gAFu/+CapU8YjmSaq+tNYVD3jKION6uXvKqfx2LwxrWDSTy",
+	"EgVaRRI2wXhlCpx2Lu8wiKTSRPwbrYXcXIEHI6GuottVPxwQ1kGwU/QHCDdbdfy0pT03tew0ItIIrPed",
+	"i8NCsvbDTPJaBr5pZ/s+Q1AZ05zAx9pqlE19H3IxzhAWkIL3DDTK1OhqAh0O+zt2edkynKW4hDaNdeJp",
+	"XSLoy3jKVra0e9e3nHXX5aTgJHRs0FRJoylD/dY2KscFuWULHZBJQqdTJwY+cLkliGzf5syH0J0CiGqa",
+	"De0yykrBjQId3j20QZrDjdUIJzCTPwq8VEhYDsx17dS4r2XX9KYu3Ur5ZpuJIraA2i5CKFf2Wjp1cSYE",
+	"/dVWHDWFgh8DOKplVVbOze1iw9k8hlf7WsuUxZWeW08UfFI67O1Ei9fCUcGe7RoTggET/iRgxyN79oeA",
+	"yAUOS0LrLgwvCSVZmjxTJESghHT5oQg9ITIE2cScEWiOY6bvDccwRE7t90iIWGfmJRMO7nsiRbGIfPqh",
+	"CEF6DwMSuvLApUV5tYpDoyvHLM5QA2dkvAyKVds13mWJYKn104ZmKYZZhGjLQJsgar52BWZM15mG7IXu",
+	"mfCCzKTSRk8fitAr8RcSvggIX5DQVfoLiflvYI7M7MHW/HPf+m6JEKsAhkPhxjbri6mmcEFL5CEsgTLh",
+	"8PV+AD40q167OpuqRxAUc+IFfGgotmREkDqxJKHP6y6IEetCsmfTpqHMhTVOXBI+FTAvF84+omwaXI3U",
+	"sbG+p3noLZv4saLtS/Pv1BJ8Q+XrFeZxW9drORe4OiiJrMYo11sAmmKOipKS6zZSKj+5azFtgPNt7iVX",
+	"7VfKbq8W2/Qxb9Mc/1F6uLZfTT1VLIr1b0cUX77HJXCaEBtdgTb+SZYk5A9uVOmcjLlIvFWlawzR+DWZ",
+	"bIO1LTug7OOGdiNz+r6hy0b/gWPXK/J38nbHdMjaCvAnj1iL/a3URS32h3QlMvQ2oYvac7Xn1pR+aAhn",
+	"ErsGDbeMLVQeUmDbQTX3yWmZXngd0YcHEa9XVf+QYyxgso1G7OoEfCziozDwMxaqa5khtJFXtsGZl6Nm",
+	"3bWdj+8eUlezMpjXKu/3TiIjmsykrQq0odth+5aEVUEu79e7lU71hHHZeJVbNDf8qxzXbWynoppt8sDM",
+	"nHkaWN0dbDxznfLpdHM87I19rGU5TZc9VTT/827Jnuu7BvQ0Z1jG0G2w7yGItKaF+m6gmbcj3hUA8/Ih",
+	"7QUument3llVZiKUYv+QY5eEFFqxNyR7oCVD1reRGbB1ZUmeDffxOxdFMOKxCnud6oXUHEpxKbvaNNJt",
+	"b2gXLGtXbKIeVfItlk+jwBi88SbceBSdOqJPmcPh9Xjdto3k1rDuIMn3y9Dun+9sUadR992HfnB6WO+g",
+	"eZSGVxv71N0gIj0roo/sK711EuWgXRJV0/nnBQsK4x5YBDqBx98Lahd0MD4iT55OGqyAriHpDhJUuTkr",
+	"ankQb2PDbuAaXTvh3113yxLVNvJNg1DycUMiTsROTrrPJ6f97tng+WG34Bj0sEj7Enw608mS2FUBPkx4",
+	"ysr7Ourf9AcX/f5Fv/+f7imVSL32qZ3FsqJRbAQWzmxhLltEmAMGENYnh+Qv5n9mHpS+zdHe8gW+z0a2",
+	"oNjLzODbwb+zNMEGzNki3nhvedGRwaMkxD20R2+pgVOpf7MhKbYZ34Jmqj4JvDXjxb7+7lrb7q6Rs5Vh",
+	"aTWfhmHSi0VTYiYm5nFF9uDvRZIpqzJXav+uXU4JNusokz9hXgZKOgHA5UoU6cjt595F5MWMouYVX+HB",
+	"3FMOgVQuf2WRsjsuM4UdICWUsd2zmIBZSiMp2Bbntlt35jI+tQUZr6hPTb0DTAck9qFLmwGB8xAaxxDG",
+	"uNl/spmdrC+L7xZZ4F99k+mKmO+dRz2nwgN8YSjbr4s6vKBYfMJcu4KWjSy2OC5kUUGMChLLHgkN4IYu",
+	"ujPCwF+aJF5NU0MVQ2L+C7XM5n6ykqWqQDjXMb/vSiRsq8KxVBNGoxmgNnamZcqsKqIihNUavgj8B5q3",
+	"q1vvW6jHtGIdq5pLLe+qVBzz5F3LatsAdpxLii1E3vylWtm30bzoXvuep1WpYgLC2TquWmak8eT0tPu8",
+	"/3zQPT88O+oWHH58ZBAEgAdoC6b7uqyWCwezKByNVg0h5sy2ClZwdHO0jRCyUYbINfV8/PXsuTi/R7aK",
+	"lI9yJbULcBXiEpnQqa3bqgCQx0zxmKm8SdweCDVdW8p/t5gBvMQCA4rbNJi8gL+QsdQihHfltRQYRyty",
+	"JF1sINbFsp2va9GstaHHh5Y2z9/yxWg1bxpvxZMB7bZd4iPaImppwjoJASUDLAk3pyKjkB4SuFqREJFK",
+	"1S36y7ZgsdvEE0BPs6b2hkUMNib4urWU1ttr02vQM4UV5DTHNBys9gDLhfkezod9iPCZr7uoYqkFBlTQ",
+	"MijQfxPZfRybgkfGn9K2gNM85pI/wXJfO62sVsChKNVCPhDKNitCLVcEK1b0nAiTx9BA6VtL6QISQmKA",
+	"lYG4DkiYy7+h9ahIwcpidFHPzUzFDK2GdssgJM1lynwhyaqVME1OYYx6uU5iMiyhhrmv5XYb2GEtt9vO",
+	"8redcleNislR0U28DgDMATwmzMKB7l7eoaK5bOvWpZFOlnmDgSiVrvlDtWphuCqvFlaMdjt1usFHZ+5Y",
+	"0fv5HSMTzpJYkb05F5lmZCazlMR0SeZS6Bm5Z+w2pst9w73/zfyWLAPybzHl8K/5Ff6Ah+GvJaPwDBck",
+	"zA0o4Wq35Nr+iluKXBuLcV+RCX/PYrJgKZexjaQBU/eI6hCy/+A7kFS4FPuwbjpWMjFnYSYul2UdnByd",
+	"tihVi9aG5nW9zBUZrkjMErrEiqDUrVexLJbdlIpYzsmCphr1MK4CsxegQb12XnVf4CtIaRvwcZTXeQe2",
+	"uhvPduYX8/r15sWKz+RKkFdXv1zBaRPzSkBYb9ojJZNbBYC8Kv7r4v/L2th2JvXcoLqFa8Da7kvRhic1",
+	"oYaLlEsXDdNUA7lbClwpte9bdVVu29u+HAy5gRgWjkh3JusIIyqxuxXlrvEINEct1GIee8+iDGww68aq",
+	"wePaoy6XlGnVzSRvjJPXFo2zFK1CtSs53byKcnOFMsRsetdrp9DeNVSth7NKwN5QMCdpaa1qkFpaMnta",
+	"Cw1kH6+0JOGqlVLxIDR5FBeVq29TDqN6YOgUDloJoHrgmF53gtXb+gWqGdkE6Gp85WrTA4jghtxvTO+h",
+	"EOFpHwz3e+TKxRnZTEsjHNxzPZuxBKpq2M4Xhp5PoKSPn3iNZSWMQo11XlxjBb88UylPcHOCjtnfZqLr",
+	"dQjZ7IGubYVfjFBPAOWC3eQxi08YJcVFlGQxG6lsHMs5BS5l6ap1DkY8Th/iOrMJV53B4fNe3/zv4OyT",
+	"FnWs22FdOKoz4a5nzPm9/GQe/wgVIh6vg2+enFZXc1lIwSOaEDNKb9cGu7BLN1Ht4Wwsalk9BM9Og2OY",
+	"cY12aiEnS5PRImUT/r5BO82Hq9fNmJjINKpzNv42Y1jwrD7WW0GoPlASW5EuzxyucUhuqQEWCPo4houg",
+	"2GftoQN1qvXFwS/PoGgJjammmOONHWG4K6CEOd22U8FDyEk8YIfd55OjfveMHg+6J+PT6Hl8xs4n1Kvc",
+	"+vblD6+ub97+n9HN659e/vIgx7uX6/l7tRvTu8/iO/8crb3LKa+tQLRgPavw+age0pcgtqXM9iJ6iDe0",
+	"Jqd212bWOzpWt3KcAuY9ikEJsfsBpqRCeKkhEQmDIH+ZkkzELFWRTFlgqISwP6mAxHyKNTu9ZxTZo4Iw",
+	"ccdTCUVWyR1NuRGrDIWdUVtm0g/7wqZ7o3dF973Ruw/9YHD4vD76q5qhXdPjNFnayjAodRpx0DzqpEuv",
+	"31YeOjFnhvpbfWJZKRbRFml8xXYVhWryudv1cqw3WNVs2hVMxQ7CrlExMmy7t1u2/Bck9DOGtWnanIjt",
+	"C9pZaWjoibo+aBXpNo7PczGRUKzrHqpsxTybd4LOjE9ngELYfbie269kEj5JE4MnzWzHyDiXuGWrpVwc",
+	"H+ZCJP728V1d5vsX0f1gq5zzB2RY755i+wkyar1c5Q0Zym4zm3OSncGqBqJtsnk/6OTK6VpY2140W18q",
+	"ocmCdNR/op6bK301bZRb7jSvKzVc2Gn6zXaXImDci6hd07WzjZjYiJd5kYBq2zrb4B3c3VBVMVsA5R1n",
+	"8ZTpBxaPWGdy3GK0EqS1zuSpdG7a7uVPljxU2GdjRmMAoycQ4x9qt6VKj5rzT4qfR65Cc0NPsLWm3/YQ",
+	"0WgA3iLYZwf9ZTfbcYVerH+3XCy/wfT8FdiJt4tZomL0hxw/ajIbtGj102y2tHRun8y2i0Jap98Vi12X",
+	"DJdfcQGWTVcXVLhABX8qBLYRVbdTK81JfpfX3aNJ8noCAufmTKfgQz0Pay+GWa62URPNB17dwDu7hcfQ",
+	"i+22niowqNSM+KLh8HbjLisvc7FlV8BHEfQfyCNrXt96H22jWb8ixvSUJPrhrqUWpLCgeyuN20r30Ig0",
+	"zYlt2HumnOGGyWylD5jl5qW+oSfznkJZ3kqd4FpLQr7/Sth9Se6nvP5drGJSU0zPIydZmnjuK9eAw7mx",
+	"Bhdnx8dHB52W/aliprHiKlbrK5Vj6ehEdf1a/4olky72a9nSnbd73YHcylPYc1w/kutiOdirwGtS8PHB",
+	"BXB2S1/boQSOfwUr0fIRFeQPObbqHD7KYsJ31ePYe7DT1TitroQNIiXwDBQChsLFEJCfV+UuarE7H50b",
+	"8l90mqHhtabLlxuydUHBcl2gXbWknSor7FLHp7Hg7iMW4WnwFeQlkFzRXbeuEmhtdJ8i7XnpLmoH//4X",
+	"Rzxyg07eKeLFVQNlaG3mhIdzz8KHxzEZuHfGy1ZJDC7rhOtWMUa7NPz+jPhXqNWPh5prbqwdktlFbYtF",
+	"j6JsVBDzCfUOmOnx1vyUSzXYcO2KuOXV4OI5t7XvoC4fXlzM6hObbgpzQE3ehUMyijFjNrULIsNc+Xds",
+	"C5GmUJSP57lf1szQnI3Zwvjgwni2zv5yzz8k6eih2Q+N6Zz+5upCRuzinykI/w5KOVpETqBBCz4S2F40",
+	"hjJGNElKSSgrWVlBhy7qJe5fwebhAnt3q2n20KIFdS2cWwQ475aGXt9suS5bu+4C8bhsHbhdT8u79BYV",
+	"H9d3j71zHbXb0ya7+pfm1VWf+hmcu3OwV+hX0MkE/3vG7M+23rpRyLYOUK/cAyp1/naKna+5CLAh73YP",
+	"a8+1Xe148Cq8mFExRRNxfZfiisF6Y3z7TujwsfaMEknja9v9pCzP+jJRszyLz/impXOzkhnwFNjaC2zq",
+	"3r2xYFJtRvPRdfvqXHTe/HqT92DZKgYAAKxJ078bHOCQ6qDVcCvy727i4erRtLK6eUfXOoKqUhASRyBa",
+	"QmfPoqkunkJAmM1Ao4pM+R0TnkZawIa7lEJ2MLdTxyG8+2rBfy0t2IDs+ZD5QgJLAdz5lKT22vOuowr/",
+	"UVU2t6AH0R3D3uAeGfUiqF78x8vu7/3u+bsPxx/dH0F97FQp86amjOOdUiOI49qQFDDYlBEAI93lDtCN",
+	"wUzR/fot/ua2OAhOd9pa3kFnQ+rS9uNCO6wanjlo3SjGsr2qXi+FAlv6HRtNKE+ylNl2962Mhz5irna7",
+	"L3FnzC3o1ZhQtymDsbMtoE1AbpnOmtNSPXtW0ADYtQRbDdflaZRxPZILJkaQMF2nVPCEQU+tgAhJYpZw",
+	"jAOUNjElnTLoPQn95dqXSqi/wdX6Vxxa2aUc014oSeW97bqFi4elKWJL6titGm1mljI1k8mujTB2s6OW",
+	"ZMTPIxNWkfAJTR4um39kE4XKLLl8k99l5i24QO2yCmza6wWW3ahUSlZaFpWS28PVLrHYrbhfg4UF+Z+/",
+	"1yZ5uAHmt/Nm2xv/zqJhfXCcgjZBtaSwUo/AonPjUwOUKGE/besSHZdOoHNRT0C3q3MEgT3OubZuqfBg",
+	"QqFJ78gg0PHAlb2DFhQ2LggYrQt6yw+hE3Tu8Xy3qHHUFOm2q9t1N8LjX2NraTi/1jrjrT2JLo8JSne2",
+	"iSCdMyKFiwZPl+1suR48bE/Stqlu6ANJ24NoE1Xmw9RO97oKhN4w56X2iLXvgwWyvLs6Tm1dx3hZ5p2V",
+	"O2pXObg8NmLvRXHrtvesb78qnNY+QtkarHUqio9rG6+3jhrnAFwCsNLARZySF2a0wRheobGPYViuku2n",
+	"szCv4I+nKzYQYvjaDx4Ai/HKF3k1XZvwICeThAtWfOE6ppbZZE/IEUv4lI8TLzDZGTt7UGjG1TSrgxK7",
+	"oUe8hac//d+4nhUphu1izorFVTepGpIV72eKRSMoUgOB0lSx02OXTP7j365edK9/vDo8OSW3bNkj1zN5",
+	"L6CC5OZsVztjfTQaWu+qkgf44L2Qo0HQqYZtFoWQK2XrdbTo2ia6nQAUme4ilWMGfRlauXDXVUmm0dFR",
+	"93l8zLp0ctLvFrkuZ/2ObzK09YRZ1r1nShckmzGxdvJ68+Fxnr1po2i6LOuCWxhC9N1SKwIlHE4r1fCd",
+	"uTHbodgaRmxobjlov0Y+qV7VikcD4yncA5eEilI+MDYVjl1bfls6HyIsXAnEcvrwrirYA8J+17S7XdvT",
+	"VmUI6Y/lIl+r8m0TM9/Oqq1WwbbtSjdawdtfXHOuroX9lXghxgRYRLkAxZ0ZkTPVY0Y1cbWkVH2IzioC",
+	"raQ8ek+oSh9vqmwglpZkz94V9tG0yLVvoH8o1oC/YqwM/NjHbPd+MfJesHRUo4+vyuj+QxhjIe9Le8wT",
+	"FqHtW0K1WY1LhcQuF8ryhWRJtBwK0MLNCpCvSJKJ0n4Vbq+FbUBqGcnE9+jWxEzcSXQ7jNaET+R0rr7t",
+	"Gfy4XZE8OdH3NGVr11aiphtYNzzaHD1qvZX+iL5ZoJCbanGwQghzepCjU7BC0mvQYrPUC6v7IaWiGsk5",
+	"Nd9t4MA7Gzi9fJJ2LHuFn/nL+/CEddy3yXypQEHxap0JydvAhot5FCHYu+fdM+RxlB8dld6lk3uzdAgZ",
+	"ju9crhbmB++SyYz5IxCBZgDi9Pwsjo+fn7IBPZ7Ep+MxO5sMng8mg/Px6ekJPesfsVMWjwcsOj2O47Oz",
+	"0/h4QA9Po8n5SXRIz1H6rRZ+3F1EcZtreW8/m8dtkO/6InH1BG6Dm6ly83Zxra5eLaRQbBUud9ngNXYv",
+	"3gSYG5f3eJjylNpiwTdWo+6bwu2xpFiWcr28Ngu1/SQZTVl6lelZbYh0EYm5F95P9eh//uu/w/08Vgx8",
+	"0aFrPADRaGQspVY6pYsuvBcS25bi6s2rntXfQbvBiQsKaLS3glr+7ebn67qQKYh7T7iRTPzGtlib4frH",
+	"q65RWz253chqKZtypVmaF8K2YhzIPVwNhSe29ciLGYtuIfDbGq1s/i1KdyDuWJ/RjIpYzegtQ8nG7mOe",
+	"6YwmZvkfP0LZq4msMbnhCn6wJ4dQSeIsNazdRtppSVI2l5oRfFr1yBvXfxdkLAOgVMtUkUwx7JMbSaFT",
+	"mRiJTTC8Hjzn4iJVz41HaKZnTGh7hObh+uNVQ7GH2zIP7O902uB7W0Jry+5CJslQhG9eX9+Qg7vBAW4/",
+	"DEjKBLt3pwELysV53PKEC65mRXvUoRgKrHszzzSF+s32co3QaZYzYSJi8YVfry4AgTsEstGFwMowgM7Q",
+	"qL6iqRW7OVNBMoHeqdjWwIO20xZGsD0xiammY/MbF4WpG8yHUKwF4Ow+5ZopCKfUNGFDAV+kZMrMWo77",
+	"5yFueJHKccLmtpAeTNlNpNKht9dSNVvwbgpbWIpEcu6ODkpYQ7/eO0ZcLiTZC/+S1yPeD8iYRTRTZjkW",
+	"JiDyUJAokdGtIveMxBIA30LWRVEO0m3ejmwvI00NQJpDCv3gILut//2HkiIke2+/f0HOj0+e7+NSqTkU",
+	"A/mh2XaI+JTwiFn2wGMDphMO7R6uFjSase5hzyt05X1nyFw2n9N0ic7DHKPg/lyjnDJmgUOR/Hhz8wZy",
+	"VQooxeXNb36+7nmJOBXsvXrzyq9u1en3BrgOuWCCLnjnonMEX0GJnhmQ3YMZo4me/QlyaG1BMbhPRQ77",
+	"/VIZdBkxpQh0+Vaw4h75TjIFd6RlFs1KEGlWjWSCS/HKSEA/MP0jTA36A3JgWNFhv28DJDRDSX4luOvi",
+	"A5LvjY2y7QxAAGu6LNlNGDU64XesZzthYUHh+pHzpR68QUgq8bPOxe/v/Gt/Y2cwowumFNiqpyAiyoXC",
+	"BmkHKaPxsu0FWDdzgemG0NFoZqArsDXtzN5hU8geLEBg748xFzRdDg0tYZElZuahn19d37z8hVgjJvSG",
+	"lym5p7esmy3giLLFJTnpHxGpZyy958pym5VbfctozO1mP8PFmumXcJMn/aNPMN8vwLNpvLwkIZBjFRJF",
+	"l9AzIJqRmC2YiJmICofTYwNZfuAYmpfeMaJTOpnwqBbc7gYHdMFRKFKNUPc3WzwQBI1Ly7GBnGL9QDS6",
+	"0CnF+tllKDCy69WC3+AUTwgGbhIQlhuw3Aobux97ftBmFk9+8U7XfvEOm6XqunxCuWCKhCCahgEJXaaE",
+	"+RtTJcJLIheodyZLkvA512jWg4r+vp1sT9smL4oZkcigcITBwNYKBna0cv1Lc5f7PZIfiMFolTtU0I4G",
+	"pbgIVYSSGVWz3lBc1dvNUcCe06UVwB14GJJRZ0CHZfWG4gY8uvfFCsYyE3Ehv+D3WDFfTCH70Qy3oCkT",
+	"ev+iKNmpyDxTmowZoXPbo3wo8LFniuzh+vh8kXCmiDtq2CSe9T5aDrkmNuKHCEkSqlEYt03/YDjyP//1",
+	"/xGuh4KLGUu5rWacTwWvL5Euh6vBoiEU3JQaA2JxUqpuHfOnOOdQ2GGAmE+gdhDw++P+EQnhULrsfcRY",
+	"rLo4c1hHe1/AXTiUsDUsmNL/LuNlC4zzLBtWmIk48RJ68ODBT+6+fGcTXzYjanltztjysaxp2rD+CrUY",
+	"PBq1wEXE+QmtIxiBhx0OWIqSqkBNjpGQtaQk5vmjrZ5/ILXC3bpcHW1hYoVirbCEgw+usdNHpGMJqwuo",
+	"eOUC3IzADoFx2jssJbFxjg23QHzPc7uMghVlqeJ3LFmuso+3oAJ7gLygKZ0zDfHrv3/oQBExI8EWcnfe",
+	"i6oKTz6AbjJ5vvsEnKoJ6Kzaj0f1bAXSjj8l5OD5t4YcqwMfuHgLsFrVcsGXInYgYbPaXeV2Q2WhBSNm",
+	"uFseYou9Iz7ajlrW4oCM0ujhNBmKFKoFEqjgB2MBobWCM4wrhRs1cNqxTGOj9xrKfAGtW3SGBBuiD25u",
+	"3lgNHF1KoEvbLRqWBk4pmhjmfC+zJCYzesfIVOrAWqNwTSHZO+z3ocdNaHXPsEdeCzYUdu/PLNGnCaKM",
+	"YRd0MmERSu8gbqseeZFPbcSwlN9ZnKNQaZdHlGg5hfLXQ2HENKPWa4N1AgQInVKhKEr2e9NUZguzmTnX",
+	"+5d4QNiFyp38hImIi2mPXGkyl0qTk36fLMzYEU2SSzOnZdIQyWxtHIpOGNmD4byT4orwmM0X0mDRfi3n",
+	"spBzVbh/duZdxcRfjNndb2qpssgwchajMb4l47Ln8zcqllvxzsejX+UlWIN5DS17LZgzAS3QDGRvow7t",
+	"dmSjgydlu8eD7Z4/+SRsvdD9PpQs07+/+1hSBr9Hw+ScimVunXQ0wKCpR8htKNsqIf9Q4MzHA5pqPqER",
+	"htnUk/XvWJRQI0RTQdzjZM9w5oBY4IOqyzZFjCj+J5Jxa7ndL5HrmbwHPz4maxGuL0iIyVpGV8rSxHY1",
+	"sxlboUtI65HfnLXRHjEJJ0YZ1zKlUzRb/fr256Hgtg1qkWphKF745lc0Arukvg95ttjHkHhm5wBZAZ7e",
+	"/qWl9uooHAoOhmdKFimzURlmUFByXLpJAh4sgjobi25VNi/s4KhazyCHAFc9FFHKwOhIEwXqm1mps1fX",
+	"LPUAqXrYI78YfcGoGPyOISetI72vF0xc2TvDvM1VeasOTItHXI24V99B5N+Gh8HYbSWhdw8i8/CkixVb",
+	"eTqXDFO2kKnu2S/VjB6enHYuOueTs9O4fzY4OzuOnsenJ+f0cMIo7UcnJzTuD07o0XhyPBmMD8f98dnh",
+	"YRQPTuLTaHAy7k/6fdo/M2PxP9lovNSG2A4Oj45bk3Nz5njWn0kRKifoNkikFv8UPrUjqT7e8vnzJyXV",
+	"T0t6zbWWSGD5BLemvC3l6ZUGSGEuYxiCiVbHkOzhb5Ak0IPiatAOCSXTvAhbOBR7NLoV8j5h8RTzneyP",
+	"2MWwR17lstxFRQzEzAorpks8C7swPaN6KGgCllLCwOhjRX2SMp2lNuhLpnxqRHrLDS4JJTGfQHKnzofm",
+	"ihz3z4citKN30RvH4rBHQtAIRih8qxDKhHBWOqVniiRUmXk9pcHzmKGMe0GQmi9YqlBXYXmHzYiRPaoI",
+	"n6AWoCUJD/IZYVv5IUXL7k9sORThMOv3j6LifuEzu8CvKyXG8bdwn4zZRKasdMVMxKqFDP11UPE8ZQXz",
+	"SWw7wG4mcp8GZGorRadgkCq8E9ZO5goFwqOObhbSto3431rQ/sxC9joB+6YEyADt6OL9MoXpJ+YAX6Tw",
+	"XdC9rWl+HmbQTPT/Ju8sPQOhrjBCa0mEvCeLJCta7j1zTfacdzywQubCUECPrgyFrTDvwmTs23nFV+Iq",
+	"vvbIK2tYx3a3YY84F2UIAQJkD6mzFzOwX3gucTkcLe5STI3Ay5K4jqTlEVqfh6Y9EZKXosTq8dtdLOA1",
+	"oRPNUgxJoUnvn1j72Fj7FoJ9jIIM5741ziZyukY5vlosoHd7GFNNQ0I1MSoDCeVkopgOXbaTJ5vIaY9c",
+	"Gako5cxoiZm4JXsoW8E7gZVSwKWHPegjtsAaoREzItOULmyZLpugbquYckWnKWPKSlAGX6ddHLQ75wqq",
+	"joZDkUftYJCAGRiecUKStWP2yM9yij7hiC4W2AvbbeSioDCRWY1gQ6HTTCDKkDl1CQzO6yhiMslSaN8H",
+	"fmeuSJxKGHYvtG9C/FSasbDWiognbdb0dQg/2DAIG2AbEVpFVOC24LQ7F/3WcsvPcvrCwMmnFlh+llM8",
+	"dWzX00jP5LRCzQDk4c0vUrF8WoKDR2b4dSEpIOJvTXus1tFMft6g+gIt+KyqIyfENjACJ7SvXKw6Cy6I",
+	"jebN39mDUqw27kBDvUm1D1SAiyn0hzHfymw6s9UZBdVZShNyy5YqQH9GPph5zVKAiUyHYpEHlmpJFmi2",
+	"w7H2wh9eotULolIPPkBFc+8MgCgMRVhRvUL0qiNG9MjbVY31li2LQEX4ZizjJdkzF05TiE5AF5ALNJUT",
+	"8JMUHVj/ev36l/0GPTZXpiEGM0Dqb87d/BFYYou2TFKsXXffsgX07rcUD71aiZIeAqEoNaMKFeqAKG5U",
+	"U/PThKdK29hOck9d+CkGgJR3TQVeCWzaMIbDQxJy7xBv2bKbMqNthZcYaVEMAAGB5jBgQheijHSdJwkZ",
+	"M3PUNtCOxTnj8cfnojtJ+HSmw6HYA22OcA2toA1fdus0oqlvzCx4mBeaSq6tIk1QkQYAGwosHuizJ5BR",
+	"Sej07i4+3oVN2tAMN7nZOjSiFgwhzBVCs4G7UPve2qRtKO/Nz91rFwCC9kfvvqiylgUh770rGwq4ACi2",
+	"Cb0zl84V2QRLdTzwOhvPuX5rqcInY4Obn35rMdDDzp/Y8mEM1O++Vy3WDw2Hq62mB0VfZ/uCWXn7V8uF",
+	"tuWCia653O7hYScfFyliuYI+9kXMy+df/1jEbDZ3BWzHgf3OiZ+Y+ePUV9FtE9sHdvNMVeEW4tcKqIbw",
+	"NpFDPRSy96oV1pDE8hLz2hBpxuqzTTw83UFNY94YHmaXR9pYgRGO6B/NOrOtff748PAr1iOvjVBHfSEL",
+	"qHBANIUAKYZBHb4ZeWt5D5SFNrYhx+cmqZxbHhmDqzS0fVhCXxZChjSj6TxhSq1GZF2baf+hrTD/tLs8",
+	"Or78jaa3RqQD2MwBlkLqj3A9PBuQI4u57kLJpOYQdsxRsvlCXcxEwzhpDFG06yQwDNljIpVJgkK6NbYF",
+	"pMjvD5zLYSi8jLT8WxelZgOnSMr+QE/FfmAkSSMUg4jcI79IVyAQG/EvFoymtS4dCKM3O32JG60PhPx7",
+	"xtJl4e9Gta3jyw/lsqU1HLJ+JHTGuGz/xxoOS1o9dDAQmzu1wZ1ry+VvpD8vMCe2DaXic66flkgVl9+U",
+	"4HCFSrKcIBQ/XpoDYJgddE3wp5+ceQBY08ycXhtwL+JoCp3bVosgJbyyrs8iRP+CUPLi+m1ZOwOFdijM",
+	"Jz8N16UWuKDky7w2p5E2MdTRxS1D2VhbbA7NwFw5/RkwG+abpjQCDZLLmCyMylCLsmBLfuH1w9pWvWkr",
+	"egt2/5mclK+Uyljs77GBf1Yu5ZPEzB8fnn9xnoWimM0zVeqV1szfkBdtQCWHQ2gZWc2WvvBLBSnmYkWk",
+	"QPJICoZnA/ShTpDN5SZTqdFp56Xj2AQWDw1v2dKg6JQJ8xqLSSIjyF8CHc/8Cu7GoUgYdaKpjZxDW5SN",
+	"FYWwOTUzynTC71hcl1tvQ+owV2goivC9F1cBeD5LgXZetneRb2TbchvRF7l2cQbWVOTyrhbmzGSWRozQ",
+	"OE6ZUp5HAx6ygezeKYKsDZ4W+wqa086HYi/UUnbnVCy7lhyo0KYch2+ZTpfdq4mGZLCCGuEkKZvwJKml",
+	"NS8RSJ6GwuDgXzqJqUOrTxMHcfhlS94lMoR3WdSbsKnuOSGoZnhUqdGEJ0wdfDD/uKygWoH7uH+MJIPr",
+	"IpWBvTfihAsqAESc0yX8pBizrdRWkoi/52BE2U7RNC8ZLfMpRTJYWAM0mgP6HPk6PzDDAMzsXuKQL7RB",
+	"Fa6m6zzwzqX2Wq91yugcaTeEu1rC5VqwoPweBsU3N8uFs4i/ZYu0+x2fMggMcQHfAWSZCsiBodEMrYL5",
+	"699xtZAKajCF+wFRVMRj+R4cwe6Rawvq3Tcy4dHywj0UYiy5ZTpK8MnEeT1ijFKPSyHp4Klg6Z1rsMkn",
+	"xAVxgxcatQoiJBmn8l6x1Cinaij2/nr9+peA/PId/rtIKBdEs/capn9x/R/2jKIZTRXT/5LpSfcsDMj0",
+	"T74ICPxH0zQgb777PiBvfvkhIH998/KHgPzw6vtgKH5j4zdQt29p3WV7P9787eeAXP/HDwH5f8xff6V3",
+	"9BruKCD/81//ve/tg6pyxQsZaaa7Ci4xbMjZN1Btj/YJse4vB39psJpiVYIaha0Rz54phMWKtdgDt/qC",
+	"g54PD1QPCwtYCOTkqL8fENab9kioZtQ8+C8XWJX2IuyV1M2VhX56tP9O3gsIMEbcb0b4FkFlIKlWcvPA",
+	"MBMQrOevymJs6JfoRFTfA9IPeT37hGs1FHltsSWh8Z3h0AodV+QljWaFGw9lQBYTxQxcaZYsL0iIVXDC",
+	"YChsePLIyjkshlpOoXX5XeUiLqSj+sZPaUPOoNUM0fdybZTZb66081PIUw3l5j6xYNVU+awhkctWIDKy",
+	"cBkm/pnK9cm0R5ok6BTOcc+WpWqX1FWUsKtH/N8o14pkC3AN3FOui9IFRsMzr3ulwPw8LaqIklIAJ9fw",
+	"oLbWE9D2FIuhV6SNMSAGIZG0FLGgZj4MaDdYTDmomVDuaCaTGEJEXaEbKClmg797BF0tgqwGe2hJ5vTW",
+	"FikyI0FOKpQwWzC6krJwy5ZD4Qdu2JJZPEm6tgxXftxKMxqbu7B2IkX2qM2ODef0PRY7dQF9cyO4yKGg",
+	"xJApp+ba2ik6paCNw5nmGh9P3Vxo8UKxxRW1gygZW+CDDsWMKnAysYKSuroFEn2pjGoSUagpZ2cvuV3R",
+	"kneBA6TWs2pvzq/eRckkZWpmfUiYFBsGed0g1x3Zhpzk5b8g7SJGmoxFvcyR75WCgp0HilC8KmxxjgqE",
+	"Kh8ZZDwbiDLz5lXmbNkRF0KJLyxlRqayNjriKgJC+zPixLaCzmubdP6YIQybaogGHZUwtoBKGzmMQW32",
+	"1fLEnUGnrnBm0Ryti8ThoG+LgPno3rk43CLcECt5fhYWZudenyBh8cjWpSV7C6kUHydG7RRs/5vgVceD",
+	"k2/KYrGeF/6cF8KDkEVXRY+pNazPr0Ck1pRXqy1xhHStUhrdbwpS660rVWrfmsB8Ub4nfyubvU+ls/4k",
+	"+PUYTi5Zua68WFrp++aqXjaoDRLfbWkvCzjOLl+qggWg1Wuo2+Sf9yPUbrqK5qyzZXkmfwmfKTO5dAo1",
+	"EGdLOH2RFPzR6jXJMig0QWUdmTv4UKnO/kmstRXY3VKs8l5+auvtJvCqtqTYMern01t/HxloDiAmtsvi",
+	"KWvmnG9ZYluSjJm+Z8yogopBhTyqIW1A2ehnI4LNpNKGNkFhJJncMTXSMiR8ERC+IOGMqpF5NBwK809A",
+	"sjQhIZo0R+NlSPBb3x8YRvIOCoC4ofcDV+spYuWoG6zSMRQhrHDE4zBwpRKlYui4M0AvrfvOPNUYkWN+",
+	"fAkn81BQbwhucYvsbFO87GsLbXGn2CKyxZz114CJV9W2UQhIRg1ZzDycBNTYEhfXCLCIdBNwfo+XiHgB",
+	"iVmc4eWgz3wPK/AIA0YJ/5PFBELc93vkFz88rRnkHwXcvzoQ3QyeeD1fA3xiYFc9kKrd4ZO9X0iVpaxr",
+	"i9BuCsjEEEwLr5ZzeI2FSd630fIQa95By5wRoTG4BJNgMapQBRbV7EcwE1lbykoA5k1urDLjo3EVx+UK",
+	"HRdjqljCBcaJzigYIu3mmrjCS3sIL+wZfAJcgZl+4iJWbR6/hojJFg/+Cm3Uv0pkxSPZjLLuLj+NFvGZ",
+	"eVAFPaFXg+26tSPCA7I0YvlN3lTfpa95KjBXhC4WqbzD0tZm4ip6hkxMZBqxGDI3oe0SBptVutihqGZL",
+	"poEXFJGYCZ0uXa1oQz9AgaFQOXRpV9Yj3xuRL09cHAp4i0gRFKTArcNWtNV0WXyHmpOLANOudvMcNob1",
+	"uYW0Gd3QXiCR9yzeb6IeUB78Bg/tH43NenvfjLnFFXP2NfNc4DyIR6to2GRueuPaHxYNd0CJ2aPClmTf",
+	"ZHza75GrOAZ7FUItNJeBpCIH284ztrJguWAXgGRU2MY7Dsv3DHb67BfTwYWEkl8J4aJAquN+n4S2zJPM",
+	"dFdO0OIaBuAbtLPPzTuhzPRITkbw+8gOja6noXAJ5Hm7GPDhETqGaFix1DPI2c204rETG8yibtnC1bHg",
+	"KeZqBWSS0OmUxUNRmtJ6uZDCjBkWH0ZhjwDbvSBhLOeUi7y6GhdRksXQhBV/MeuVKSZiayZI+JeetdX1",
+	"IjkP9wMS8kUYkDDicWrrW44WKZvw9yHZ+/Xtz4pkImYp4fqysNKA4osuMKP7GjrGkgleLtRsE2jIgawz",
+	"uGfn4uS2Rtxhv1/rIItjDx0fx5Szox3TptOaczGasdQMEmnlYkyj25oE3f7B2bb2Tm+rn8mZ5R92gznK",
+	"4qmrnPce4jCA8j2m3XXDQq7i+As1un5q8QqFF0ItqbOSSR15Vw8UsA4++IRvUzn+Bt5gCz4A+StLMHVl",
+	"94348pj4H9TW6q9s64st2d8aOa3c1/sG4R1hopAXwFK6pTjTEuixcEKXvY+STK112foGq4C4rngQkWMZ",
+	"cFxvx7qBKV4WM/yDidqV/bcwveZH9RXL2ghY3l62ELmvjFjtk9J8FALV0pgyrAAn8FTCCHoqgsKrQfdU",
+	"7vELFNtAjgwIJdNEjokT51C8fKZWrLRkL/xLCPprmomAhP8aYuzfjKY00iwNhiKiinW5UEworvkd2w9s",
+	"CTcsWUJ4vDodVCTB51y1kh4B+4+XdxkMBawdRfMUW2CmjCRsAiV5DZzktZnaIbkKyR6013H1j8L8WNE3",
+	"U5am4ceYxf+Ctd8urfAeM43xgK6MFE8SW1iKxcFQWKmeUEXcCM1tkyqo8VlFX/T/LCBqWdiOtOri4OAv",
+	"vUimC6dAHPylE3RcyynX2fx5t3/a7Q9u+v0L+P//7FSr1uhEdT0vWtdoDl1MrQNOjE3sO1xYuHlxta1Y",
+	"XTnKzxRJUL3QryyY4BOTzutssYCMRYugj8jGDz74yL1WiF2hto7ecE1mPIaWXNhz8NLHfq6dBg8yrvuw",
+	"KgN8B/M+NqrXS7n+pr9YEbcFkpSZHt7cNynqInAU7Jx5APIgXFBrTOUI3ht9t1Zc8Jj5vmWSBiOg2QuI",
+	"4H/IsRoKRA0WYzSEjdTmKbnLEsFSl5ITM015oir+X+LWVPShzg/CCgKswv8zkRjK0cCum0zeNzmheZIY",
+	"iupiSrEUOaSAdyFHubGUCaPi6wumwLPcLM5bePzqZfkHsCdrL97go7YZZVTZmgO2poA/mhNSWcKnfJzY",
+	"fFcK3VyVFOGF91MwFKFt8BcGJIw55NTA3zjFnAk98r+Wk0nCBQvJng29Q6s+GK5Txop29EMBktodTRS2",
+	"8qB6FNEFjbheNuKej0O299BXE7aH613X8De/NXvXvS8HfJ23woDK/Qy69SGRNsRb01uspYpJHtXA9u2B",
+	"/OAD/rFJ7PqF3buMCaXlwhXN6bkczH/B/MsQ4y7syQRg+syLaBWFsvZtwxjbN7EabII8JW9N5vqSO4zT",
+	"RT/iOb3FtFOOEf82rwzS0Vii2P2MpSx3dmGR1mzh1VS+zDcQp+ilSWWmuWDE4KjDu30zLPqq5wQ7ydTh",
+	"za8CX8mzRJ/acoQTtXv2CraJufCNLNHqdg3Vt07qqm89ccSGvYH1iIwV2YS8dz1Sv2U7a5HlWWy+lhIE",
+	"nUXWEHxhUWlOly4xcBUNMfUQrLnmZKXokbesi3Ni16dFyu64zFSyHIpM5DR1QXlKUtZlwuCh0b38jlBQ",
+	"H/lKkEysdArHEcCGZRcI9c+X5Xhrsq7juJE/84G0bG41jo5bTJV0s1UTeMybKiD3VA2FyxOzbcjzO5D3",
+	"gqVkL28NWENXD+DdGiIc7qPn13nuZlR5uequa6q9Jxdf73Jrj/vHQV4olGLxdmzhYF3AQwGeQDivAlIM",
+	"7ascvYtJMQxmbAifrbYOhzNerr4xFHvQdnwi0zGPYyYami18LmL4pZCkb5EKXVkcLWFoU2bBilSCkngb",
+	"p02vIQiK1rlkqmUJIGqfq1qXa498j/7YHKZtUnRlG2VkslkvEJ1ybNZWxz0r+L1tbH7tLqRiriW6lYLo",
+	"sml+nfLp1Dbib6UT4vM/cRFvWAEl5p04S4rF7BnKQFQiNVY/nFOR0YSkmdhvWp8b4xvPWzBA2iZMjX5F",
+	"LrOmaIUmpxjazVUeDGYrPEA1EBZjjQc5cfHXPfJXOYaivsRcuq197RrB2O4TWIdgKP6QYyudGHR04FgU",
+	"BsD2QyiZkD/kGKKzoZi+4V9Es3RedMRDMQAiuhd0id2EMSYVl/ZMES4WmSZMpBxGyEuS+nHkuWPOVogw",
+	"ezbTgtVuKJQkE5oa3o7dBmFZOWkBhcq9dlkMgD2h8lB3CBMrmnWavQ4F+hLNcPh9s/fKQOUXUc+gSiW9",
+	"luvPo2PWfR4PaPecngy6p+OjSZ8dRsfxoG+Wnhc+yFNYY6G6NlfM6jRW5F3IVJsnDw+Ds35wfHxkQNWR",
+	"yWjRtZVC4CX79UzrRXeRyjEEKGCnu6L0wWnfbNreucEAqGI5M8D/buuYMio+WzAZrbXgXwnCaJpwaLuD",
+	"/VnK7W4qRVTKLMlA62O3ZPj46NFrdJ2D79LrUFMmMH/PWPaNOAC37Z3wUIehpqm2HKDZGgsfDz6Yf9bm",
+	"IkM9MEPo5jxNZapyM1hRfr8m7Xgnqmdeemo9ogkebyz1/2rSij0Gb27kD8PIC39S1U65/vIP0CzYXIrq",
+	"BZoNcx75TOWVwQFf96jrDOCqdFN1a/NItFxg5cfIyiZCkrlMGSy5NxQ4doKmDdcuGnfn+kiZD0Un6UvX",
+	"9hrCXu55xEodMuo4MTz/1cKk11fMcolvouXFQ4sywKVuS+cONmVCmkO3zxRc1rqBIb7BFZo2sKxz9l3O",
+	"jFxNjByKPDOStEiMvCgl7GMjCqx3H3PlPgaQea+gMrjAX6NEQnU3v/g/DPzjzc0bWzSQ2VFxl3GPvJDz",
+	"RaZd5pTD8aFwe1IBWP4v8sanY+drxl4dUsSF18AWBYuNzO/S2gyOOmf2UKCdoTHdiopdEzUdrv4zQfOf",
+	"CZq7UJTfPKzwGjbmSu0mQoNWlofZ2dwYu9va7Ahfrr3t67Ip4XG2sSu5g/8GMcPaogrgLHDAfdfOJmWN",
+	"mViGBnMbrSQLxkwQJqG/QyL1heEgqRSEvYcASAOsexN+x8iEsyRWwVCwO5pkoBBzQULN52z0pxQs3Mfh",
+	"Jvw9i0nowjC8+qnQeg0WAEWS92Sae9z2e0PxKldKwdBqTVO2jCYIY0LeXxqEgdhr50iCLhQTnjLwJ41p",
+	"jCu1yZVDEY5p7LpMhETQucvohMfW2ZDw3B5SfCxmRoDGK8lT+CxFg39KJS4bLT2rRps19pnC9iP4dKaT",
+	"pSOhO9uiNDdnhuU5dTQbZQtDj7DhlIEVMxI5JH8x/zPzYI91s9Nb6B2ag4jRbLNULtjBv7M04QIBfitr",
+	"Et7JZ4qhzkGi2bYSEKqJrTVKBv8MpS7quOWEqIGSVTm6UR9yF8rHtapDTuKoxk7UVk2299Ajj1jbzSML",
+	"2wrK+OLTK7bNQOof1tdkdFkLOA2hH9dYIBoCGGYyydV4Qp1JBYd4ZtSn9zmwXObapf1C5XnyNtUe3RCG",
+	"4wTIO0EjM+zUJeGb4R0N4JpERv80nK5HfnPKHtJUT+mFrm3vC94XOf2QYr1pxykvsQXGPbeBLAsmIMcd",
+	"3oOU1h55QzH6i6uhCA8WNFMsDACwaTPX+xX6GjweeH9GlrkDc/R4HHK0I5+lPQYHK5/vZ/OJtCMOjpIK",
+	"dp9T0X/ysg64dyKfmT1TpIBYskf9E9vfidMdgCzbyO9+RhMYoDvIxrZkPXzhPFVgGSZ7of3sMgjBmJkJ",
+	"50QAwduGfIVGVluwOCR7GIy7vCDhnCtl469RpjN/go9oNMmSxHxiaSpTFP25sj/GIRmzGRcxoUOBfm6e",
+	"JDbUtdkGhUfwPez+IdTnK9V2zcbbpCwwMuNKy3T5TZbr8hHL7nM3LDLMdK3QCNw2jGQmdAjYo1zDwoKp",
+	"SsHIXh4Vej/jCSPATmNXWxXwyoqWYGVliuxBrS2Dj4skU+QPrjVL9y/JhN2z1Lf3WloLsQ9KSsHSTdjx",
+	"i9nVA5GjzroEx1CfEzToQ6sFPs/m0JPYfOTCfsxtTUbdn0Jj/0+BK9eJ1OtSHnJJSgVWnCtMgN840sDW",
+	"DRxCYTu1G/IAjDd7Jn+ROf9hqoQWhgMWwXGW8BuNa7+QSle9hysgbx5l34ymFdjD+RZDZOGmHqrcm1my",
+	"+RqAe+VgDZyBSKd52VzoWQiRmIO5EzpTxxZEuTayjoNU9JlNoLHQWzN/S9iEZ78l4MTUhW80jcTcFaHu",
+	"zh8IpZloBtFrNKxXLAvOyo52ApvMtWdjl0mIpDLcdxTCPIoNqgzMUo1tOyFVAwVwsoCcpss81wNhnaaM",
+	"ZCL3Lf9mI1BX24GBPxw7WEsxFLdsifWE825m4F/bDyptwZzpxO8MhriH6gTwmz0MiRuKsCYg7oJ4xUqg",
+	"ETbsF3Lm5JyhSZ8l2ADx+PBwKELuLf6WLbspM6/UJnG+zcSjIGTwsCDRT6AhPEpA45zGDB2ZafYVBDOu",
+	"3/1NrtTawrOiioRlfekfOkzxbSZ8l6CQ9xtIIYvSdcX2X9sY93E5bw0LhdI5tsY0WhTor3l/QKNGQKV9",
+	"w4KhopPqkauiZKuteVKvCtkl7eysx/e/UFf9k9IR2Pk6vcmezbO8a/a3KBSgXx13SvawGhnkV9s9l8x2",
+	"FtiaHe3WzUAB3GM7LhTRF5X6CExE6XIB6URXL6+7hyen3R9e/C1wrbUNTwQvPIwwFPcpXSyKJEzb9/KZ",
+	"Mg927VgGPm/Zcr9H/gOQCASB+5Rr1jUIdEGEJKnMNCMYIIbplEMhBeuRK5RKAL4TrqzwApXBuSAhrmOU",
+	"sokKScoixu+sOwVLsHFsSwkptUOxZ59XRpjJs031jBnx2jHNZEkSPufaVpCA2ZcLe/xa5uUAsJxyQseQ",
+	"NQ9FVkhoc0zx27CGXFzaS8gjA0DCcOGskRSThEc6XOPxhx08QrOxty9/eHV98/b/jG5e//Tylwe53qm6",
+	"HcEZueAnwdIR+j8M83VVf9VRlB7prQv+woY/lzMdT7utK53sOfyEy97/NpIU+l9iE8oa173DjFW6WBYU",
+	"Dj5YsrGpsplHe/J+rFi5jPJEWd/Te523LgeBFpwNJJIxy8lTJugd5YnRYMOmAmc5Xm+pGMBrT66nN6LB",
+	"DRQXsfHN8NQz9U0z5rzi2BpwC5qiPF0NT6CImyI+xiyRYqowoRv86Ruamf7A9FcMRf8Q0GNjRapbbRLm",
+	"snVuoTwWxJYBKnJBbHS9lYdQYmL3DupunACFgRg1tkPwHz8OKO0ooziRQRzdd7cVG0rr/1whDNuB+rca",
+	"yfCJRQEv8sGdMKoBRnQHoV6tEw9sn/ZWBcyB1UfgoicLOuWiMClMeKKhglltBUWbfrebWQBW+OXG79eW",
+	"mNBUs/YFMKi6vYY3GgfMtY2tBr0xL/yzqMc3lIBhbrVFKApgzLeaeFFN5sXPbRIu4iyFmnyg4dT0Q1nr",
+	"n8kE/3vGyIKl5e5uKy4ZMOzX+WUwl7+IBdvCLQNj3rKlLWFCYj4B1UyTsYyXmz0z5ArThgsbRYjLQYOO",
+	"KzqCJre8W1aYt7IyW4aWTwpKgcZxypRi8KFodxXOpCr+KH4LnUUqhMIY4X7e7QqCaxs7dKztwrWmQD5V",
+	"t195iRG8DjNGXkpkzpSiU0g2YUkiDTJZY9NFh0Uz+MKJelBXFYoncyRBRVguPmuQpWApF1Xz1bZl9Km6",
+	"/UwiJ9z1o1cSMUfzpTvfmnb+LbUKOB4cfckuu9wIp5HiVBmSL2EffAB8W5cv8xuEwuSM4p5CaRFJxgyV",
+	"3TggoQ1/HNnSzUTRpbIhwUKOXO3LEVrkoZozovRISD2i8R1LNVcQSyxktfyw52qwBU1CS4h6jmUgHc9H",
+	"VSHJKc1yP4A1SJFwwfIVkLB4YjTnClwG5mvwFhTfmAUNBb4c4KiJV98SfQvYmqa0QhxGsYRFWqbhPmyZ",
+	"i+IQSnZIjLKw25UTUnmUYyfXoohoQFyp62AobFFXI5Laotf7dnuR2ZyLu3aSaDxKqGZpCOWyUqbT5WhM",
+	"o1s5mdTyrh+Y3olxmZee2oZl5vgOivA3KfdIMb+WtCXEL1crxtVqaI3BBzTVfEKjNd7373nCIFNozrWt",
+	"10rFMreZ23BxM2BAZBJvyIM353+Vz/klQojZ7zr39YQXqeCfoby5IxfFhVDvOFve+qaqQFdFcHoKtUGW",
+	"XUPDQS1wZQKxUo+Z31Uuv7LEHV6yRYPg8bkEr64cirAo8BNifJkj2IzaVqlSFI6ZiCYJtnm1ER55CX7i",
+	"Ur/3MV8u5zXYM1aRMF9gWETDu4Ln0a2Q9wmLp0z9/+xd3W4bN/Z/FcI3kYCRnKb+p//a2Av3Y9tiXcSI",
+	"3e3FKshQGkqa9YgUSE5UbRBgn2YfbJ9kwXMOOZzRjCxZTmKnvgliScPhxzk8378DRSU+xOzbb3WCF/nV",
+	"Q7TX/XE4eNGDviq3XZJP4EVbwYv20qSOCzXbjlxUqBmzjifUFJE86f7tRZBFQOcpfQPyXyrLZvk7IfuY",
+	"zzxeWwGNLoyAJAVwEqRTVRRqha1jAko2aW29cuk0t9T9FWAW+uBykGKFWSWroO7Ru7H/OnUdkFlwHXAs",
+	"QaHqWA0cYtRCABBn4FK/NCEzM2TfK+lLrXGeZiS5FmysSpmJDNJZzi9/oeLqHh0fO0FoMvctZbUwLYAV",
+	"zhDNQeQQkoMXQsoKVLKevPiWeoy8hmvv3NH4Ni3nwh3cXdl3w5l4TkuX5WIsdJeHkDao2VUAy2VefHXy",
+	"zcn/f/3y5Jtbamg6/LNIHO1lOnGVTut7nu/+HjzMvVsEtQ0V02b7gC/imb98fsuMP+ateqFm1+KPVu3i",
+	"wrN4KBHDsxjeLefz208buuFZpZx4Di7UbPcrUAtTFnb7LbgU2kAzboa/DoBlakpdQFv10pyAkiFljn6A",
+	"Xfid4JIT4RmOXaH7KFTZu5uGF0axXM6EQTwaqzyGG8IyYn+nrpZb4FHClR1wTTwmzz4u9zt3Mrc7+Ovn",
+	"+BgMr0s3czvXqpzNK5KnFg/15exD/FavuxXyX0GD5h6s+q3H3EaTPFJ1UQfmkxsQ2qTFp97XjigPQUiP",
+	"y2wmLOrh3scY4P6gqyN5u31yO3sFMhNigsgblSIslR3AKjBNaiTPAVzWcVwD/FMLtRQyAvbu5TbALFL5",
+	"VYIYK4Rc4bgRkSoSgul2z7rhnY7QPyMNxKfZ0HvD+LlxC5kW+WxunYlRQx8dl2adJoQKx0cSp1hKbADi",
+	"huJgduULccZ4tabKANqCaNpaR+I26dFq/UkwDeGcnlR+OlDGWSZ4NiiEtYIQPSsS2W4MlMtC8cwcv8f/",
+	"eNdqZ/pQOjUpMLmQ2TPD8CmKdWF+kA+lGasFpIxbxbLcnR5WJM4BvEyyhVgovT7D8q8CulKBULv6+Xzw",
+	"4v9eskVpbOSqNAjWNmSvpPCvxXTy8HkRt/NxfMotIxTTaIQkVEt6yzs3rPDmwlhMlRbx7yPDvAVTxs3D",
+	"O5X2Zip8fK+EJzWxwg5wb+ucFWL041xyRBVoBk9ujymddBQAZLA574TOp/mdwyIfl5P2DXPcjfOo/x2c",
+	"LhLar9cXV0en/3jjzrBiTDxaaE5H1PHMgAlsWG+KIpvPRH+jv85WzjxGz1u3rP47HhDJN+r8NP6ngLeb",
+	"/F8i5rAkgGdb8i1SspO8AW8YNsEcSfBKR02/TjFJSsmMPIG18DzEBd1gQ3bOFrkx5MqrYu04IbDTtZhi",
+	"VT3IL1zooIpmQLQ8fOhGSvuhRYdnzwXXNyLb1jIDJumZFA/mUFb9iA7gLglYeV1hdx+ucNqVRfBcIBsN",
+	"NjfyJ29hi5UYz5W6OQQQ93c/xN1z6SBZ4wkN9z5onk5jl3ws3PUnnC6MxxAn+H2JecYT+A7pXNCaaKly",
+	"aX21SlQJ16B78c7Nzts3BXpDoHrLGTEzKbKRpHK+K8tlxnXGPLOxiZLucYARS2mGgxzQt/xfgOhi+WIJ",
+	"MXf/qRuZ21KLtI8aJvlM56ogLELfxZKKZlL3grkRk7f//fd/0v4p2V1mrlYSouNrBh5gLONjWlnfjJL9",
+	"9vqCkrnmCvLOAHEPCylYodTSqb4JyMgB4O5Bz8elzt9BDgNmdIWMqxoyL7VNj2od0dRz9vFIpgN/aANe",
+	"FGo1oDFDIeDSmd2o6nbmbNFeH1LhB0dcVeSB7G8Y/gRUOAzdCY7eHFABWOqCoH/N6fEx7MCQ5uPecEx7",
+	"tW82FW3FZ6r9o7f/ntv5rWWAmJqIzUuRsMfC5Bn4XDxpImtGBA+DPt2EUfZQ/TZsvwwbKsTxe/rfbdV8",
+	"WLhlok5x6CPy7ohMOPtR51Tp676ij9asULMhgwEAsdQSxI/v/Pri+QmzSnWV9lUcvZ+6Ss+166snXSvM",
+	"vuiqu10opKP87o74ygQAscm3LQG9j3LS966ldbvnwAH0xZbd7UY7nV6z315fJCz6OEFVKkIHWM0F+I9R",
+	"VSHIqrOIaLDkjvVAJAhAY8Rg8TF+MiDdpw+dvWEATCDxuXc0d+zmgxXIk1xPytyysRb8BsAZf4huMkIZ",
+	"QMhTdiPEkvqAoRvDzXqmyEsAAfnfXl90Ay/fF33fVa/BHUXRn+yk5rz5CMpJbS8+U7b3Pqz8hIY82RQd",
+	"NUzk/TWN40pd2MmJQQDIeGMY909PaUppdn/2PQ961STkZFJXXOBPCDKPpLPd3JuT4EejBB6r14SbXBqA",
+	"IEjgGzlZwy8BmqAr0EwUVV0eh3D543Rf0NrXt7sxqtN/4jG3Ly28VanOd+CumjjckmdKCjgimuOvE8om",
+	"/avSARK86u8T8ruUFCzj636s90+41mtmV2okg7/CJMws+cTNxdGk7yi06dc4hSHJc1JNhxwU/puRVEWW",
+	"MKOcYYheGojzMbPK7WQeIJ8c+6vSonOddADa0taYMOwXkfEdK/fvSUg3tvzo9OuXz5/vXry/uZBIwn4C",
+	"ibrd3K9ka3VBV2f9dBd4SmwTtxuAKS2XAWJrddcFuT3HyhjqDtAzQmCzW4BU1KItx9v0k5BN6tNTIH0L",
+	"i1sWbmFDdl53+A/icIAzBk0UmEbVuxYfUCtpEsgBDcVESgOW70xziVBR7iqYoiYAviIPkNpw0VbTgkdw",
+	"6iPp594pwWn39mX8hyWKYRG3S2A6h0/Ccvfi6A+HUw+K7Vau7QsPHDUEmaekAG87E1KrogB6AWo9jYsV",
+	"8Evj76uR7KWXr66umeM3/I7isdhqNm4QWyWSVsB+358P2SvNxtoJpbUqNRDw5d9+OR1JLWa5sQILIiZF",
+	"7iYUDyfVivXS6JO3S7GgFLTow2kuZ0IvdS6hQFqPJJSPUV51mDzt3/H7ULL24TgaJh2O5Eh2MDUHd7wP",
+	"nXueViuJBUobzA39RgJfWzWSue2f1cKG9SGXBbdTpRd+bMxQb74nbXjc3ZydiHE/0GAhbLyhzxZc8lnt",
+	"NoLjy8Qkz5y6Ml7jjWMgScZdNXberNQ34OXCBbHcbolGYOT2AH1gwf94Owk5+G8JZOUkgquAjNmBKAdf",
+	"HSXEFY1q7L0DBzDIZ4obUEiAdm4bdCBlVXbyMetBuAsU2oeKJfjt5wkUIN3nmZA2t+vWW7WuU8TXRKd+",
+	"cY8t+ALj7KmEw2Mf3RHcSZvX4VJ5PDWsK7/VrZKV28m8RbRSZjDiP6fkWUwTlrbdVyijCNWV9RZCz0R2",
+	"ylJZFkXKtMACRe4E1VgU/SH7Afy10PLOqiXaCB6mDcsdz1iKet1fMs1zSfXY3jqdCy36rACJ3ND+KBk6",
+	"Cc9jlmhK2aIgFxZD9tpNCg1HmBT1i5cNRfiZwdwwhnXjBvv84G99oYPvCEAV5oUyNu0nAfvfTwRL8Lc4",
+	"jw/liGQTJoBbNudLzAZXGzp+s24zN8GR3lkaBUO0FwEdwUkdJQHggspgE/riTQdS9qHebqhm2tc7vb8E",
+	"/FTXSwkTzOrXzJ/aZsYj236TdUuzWOntdpV9lzvGrqv3vU0tPvihiWVIGfb53JFqPmQ/wb3kfnz546+s",
+	"twSMXA14TVF+DFQ/xU1HTQm5o6C0TuZicoMfuy0wfZKzI1l703XcbD9eAd6ubq5w1VEleWvRBJomSJrf",
+	"Rzt2oITeh7l3LX/CqUaTfJB8TBRS84PFp/ZnxL4+OFhFBjSv8F427eh974fKrBiA+tp9SUAqrD9YxNxX",
+	"BqFJb8Ta+7OwBARHFdmQXQUjZdhhRf4YZnANE7hPrfj+DLfmLLv8v+7L4SMQK78YUwqKjXTamPsSE7oW",
+	"utFeyE4K5IuujKaDM1vkElwiG/6N4RbX5k/47odsU8EUt8G/hI3Bjfxie5c0M49NfKchUaB5431QdyPE",
+	"4/cNF9rWHEB3AOiNFxB0k4oVykkssOQdOeJsKgpOQjJg5JSn3OlgVYwkmoBZ6OvEF4JZzaVx9oSSZ5WN",
+	"RG46sJ5i28VWU3vWYvRhk/YeWhxOK6Mz6rcrO+/UjYgI8jCj6za8yOgAdnviHFZ3CV3idsxt/D2380zz",
+	"lfwSGcYvjnEkgS5XRldmWvcd2+VDBtbb8D4DF9i5I+g44OA51JFpbo0opqiRw1wZL5QU3rkhFTTJO22S",
+	"M8wFGq368JipMZlRbKzsvHFjTNymOf2/qltrRVJx77kP78KehP6JpEmXJIHt/SLlB2RNbHa88JR4VzsZ",
+	"UQu3a78zpbLQDy66wWshNSc6sOqY6J0tlBaYTt70QQnHQXYkwYU2XlNvTNaTyjJoaO2YcsZzaSz6Hv2T",
+	"VZVkrn3vS42MBoCQojBiNRdaJFh97QHWlhDtA9wRiBRS2S+im2AgzePARsWbYMWdPP96JKmH1YAwHlNM",
+	"c3UCiDuGlGKC4W6sycZS69uE0Kc0siMPGkKDHp0eOeOlEPxGZPu0kXDzf5CWt4ffrHnQHngWppvxLZzb",
+	"rDsdC66FPi/t3Ned0kNNxn2tSisMo/wHQB9LGC/tXEgLFjMEWzcN6WEEAUUbvuFjvhaSY3qI534jdFtp",
+	"naG07yhKPGyvBTVtruxaQAtyO5Hzo+maSBxjzkpz/m0j/xAhvYdR4zQY+gjyaYb1Pgtt4wE8RJkXduBE",
+	"OrYOnsyFsZpbpauU1E2II+zby6a5zIZHtfhv23uu4MfwOFx+xnLtThIuImfKWlhWb6IVdC8OgI5JwLfO",
+	"ddVWdaM9Qus78eSkoi2HY91sk1hVUaJGxH6+vr4MJZi1Y/EpTi0nHjog1roymsSZCNSDEZOEJJkHKHIA",
+	"PKa1MRkEfqKFUn+TFpQ4D3dnqtMqsxzwtmIKgJ+0PP+z4AUBfWjBs1wKY5KQshgxHrWp8jywNEcf3nz4",
+	"XwAAAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

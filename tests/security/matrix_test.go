@@ -42,7 +42,8 @@ var bearerRoles = map[string]string{
 	"listTaskArtifacts": roleReader, "getTaskLogs": roleReader, "getFile": roleReader,
 	"getFileContent": roleReader, "listScans": roleReader, "getScan": roleReader,
 	"listSchedules": roleReader, "getSchedule": roleReader, "listScheduleFires": roleReader,
-	"listScheduleNext": roleReader,
+	"listScheduleNext": roleReader, "listScopeTargets": roleReader, "listScanChanges": roleReader,
+	"listExposureChanges": roleReader, "listThreatExclusions": roleReader, "listAssetEdges": roleReader,
 
 	"createTask": roleProducer, "cancelTask": roleProducer, "retryTask": roleProducer,
 	"createScan": roleProducer, "cancelScan": roleProducer,
@@ -58,8 +59,9 @@ var bearerRoles = map[string]string{
 	"deleteWebhook": roleAdmin, "rotateWebhookSecret": roleAdmin, "listWebhookDeliveries": roleAdmin,
 	"createSecret": roleAdmin, "listSecrets": roleAdmin, "getSecret": roleAdmin,
 	"replaceSecret": roleAdmin, "deleteSecret": roleAdmin,
+	"createThreatExclusion": roleAdmin, "deleteThreatExclusion": roleAdmin,
 
-	"createOrganization": roleUnscopedAdmin,
+	"createOrganization": roleUnscopedAdmin, "addScopeTarget": roleUnscopedAdmin, "removeScopeTarget": roleUnscopedAdmin,
 }
 
 // granteeOperations name a second organization on purpose: the owner of a
@@ -201,13 +203,22 @@ func TestPermissionMatrix(t *testing.T) {
 			// else is. Least privileged first, so a change made by an
 			// allowed caller comes after every refusal.
 			ownCombo := make([]choice, len(slots))
-			var ownSecret string
-			require.NoError(t, g.Pool.QueryRow(context.Background(), `SELECT t::text FROM secrets t WHERE id = $1`, a.secret).Scan(&ownSecret))
+			// Rows a caller may delete, put back before the next caller.
+			deletable := []struct {
+				table string
+				id    uuid.UUID
+				row   string
+			}{{table: "secrets", id: a.secret}, {table: "scope_targets", id: a.scopeTarget}, {table: "threat_exclusions", id: a.exclusion}}
+			for i, d := range deletable {
+				require.NoError(t, g.Pool.QueryRow(context.Background(), `SELECT t::text FROM `+d.table+` t WHERE id = $1`, d.id).Scan(&deletable[i].row))
+			}
 			for _, p := range principals {
 				grantToB() // withdrawn by the caller before, if it may
 				// Deleted by the caller before, if it may.
-				_, err := g.Pool.Exec(context.Background(), `INSERT INTO secrets SELECT ($1::text::secrets).* ON CONFLICT (id) DO NOTHING`, ownSecret)
-				require.NoError(t, err)
+				for _, d := range deletable {
+					_, err := g.Pool.Exec(context.Background(), `INSERT INTO `+d.table+` SELECT ($1::text::`+d.table+`).* ON CONFLICT (id) DO NOTHING`, d.row)
+					require.NoError(t, err)
+				}
 				res := call(t, g, o.method, o.path, o.op, slots, ownCombo, a, b, p)
 				label := fmt.Sprintf("%s %s as %s on its own resources", o.method, o.path, p.name)
 				require.Less(t, res.status, 500, "%s: %s", label, res.body)

@@ -23,10 +23,11 @@ import (
 // tenant is one organization with one of everything an API operation can
 // name: a worker it owns (with its certificate), a task leased by that
 // worker whose attempt has results, logs and a committed artifact, an open
-// upload session, a scan, a schedule, a secret, a webhook target and an
-// API token.
+// upload session, a scan, a schedule, a secret, a webhook target, an API
+// token, a scope entry and a threat exclusion.
 type tenant struct {
 	org, worker, task, attempt, upload, file, scan, schedule, token, secret, webhook uuid.UUID
+	scopeTarget, exclusion                                                           uuid.UUID
 	leaseToken                                                                       string
 	workerCert                                                                       tls.Certificate
 	// uploadBody is what the open upload session expects.
@@ -39,6 +40,7 @@ func (tn tenant) ids() map[string]uuid.UUID {
 		"organization_id": tn.org, "worker_id": tn.worker, "task_id": tn.task, "attempt_id": tn.attempt,
 		"upload_id": tn.upload, "file_id": tn.file, "scan_id": tn.scan, "token_id": tn.token,
 		"schedule_id": tn.schedule, "secret_id": tn.secret, "webhook_id": tn.webhook,
+		"scope_target_id": tn.scopeTarget, "exclusion_id": tn.exclusion,
 	}
 }
 
@@ -121,6 +123,20 @@ func newTenant(t *testing.T, g *harness.Gateway, name string) tenant {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, sec.StatusCode(), string(sec.Body))
 	tn.secret = sec.JSON201.Id
+
+	// The scope covers the tenant's targets and the spec's examples'.
+	localhost, err := g.Control.AddScopeTargetWithResponse(ctx, tn.org, apiclient.CreateScopeTargetRequest{Kind: "domain", Value: "localhost"})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, localhost.StatusCode(), string(localhost.Body))
+	scope, err := g.Control.AddScopeTargetWithResponse(ctx, tn.org, apiclient.CreateScopeTargetRequest{Kind: "domain", Value: "*.example"})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, scope.StatusCode(), string(scope.Body))
+	tn.scopeTarget = scope.JSON201.Id
+	excl, err := g.Control.CreateThreatExclusionWithResponse(ctx, tn.org, apiclient.CreateThreatExclusionRequest{
+		Severity: ptr(apiclient.Info), Reason: "noise of " + name})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, excl.StatusCode(), string(excl.Body))
+	tn.exclusion = excl.JSON201.Id
 	return tn
 }
 

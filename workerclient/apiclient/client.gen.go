@@ -96,6 +96,60 @@ func (e AuditEventActorType) Valid() bool {
 	}
 }
 
+// Defines values for ChangeKind.
+const (
+	AssetAppeared      ChangeKind = "asset_appeared"
+	AssetDisappeared   ChangeKind = "asset_disappeared"
+	CertificateChanged ChangeKind = "certificate_changed"
+	HttpStatusChanged  ChangeKind = "http_status_changed"
+	PortClosed         ChangeKind = "port_closed"
+	PortOpened         ChangeKind = "port_opened"
+)
+
+// Valid indicates whether the value is a known member of the ChangeKind enum.
+func (e ChangeKind) Valid() bool {
+	switch e {
+	case AssetAppeared:
+		return true
+	case AssetDisappeared:
+		return true
+	case CertificateChanged:
+		return true
+	case HttpStatusChanged:
+		return true
+	case PortClosed:
+		return true
+	case PortOpened:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for EdgeRelation.
+const (
+	Covers     EdgeRelation = "covers"
+	HasPort    EdgeRelation = "has_port"
+	ResolvesTo EdgeRelation = "resolves_to"
+	ServedBy   EdgeRelation = "served_by"
+)
+
+// Valid indicates whether the value is a known member of the EdgeRelation enum.
+func (e EdgeRelation) Valid() bool {
+	switch e {
+	case Covers:
+		return true
+	case HasPort:
+		return true
+	case ResolvesTo:
+		return true
+	case ServedBy:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for HealthStatus.
 const (
 	Ok          HealthStatus = "ok"
@@ -247,6 +301,7 @@ func (e ResultAckStatus) Valid() bool {
 const (
 	ResultRecordKindAsset  ResultRecordKind = "asset"
 	ResultRecordKindData   ResultRecordKind = "data"
+	ResultRecordKindEdge   ResultRecordKind = "edge"
 	ResultRecordKindThreat ResultRecordKind = "threat"
 )
 
@@ -256,6 +311,8 @@ func (e ResultRecordKind) Valid() bool {
 	case ResultRecordKindAsset:
 		return true
 	case ResultRecordKindData:
+		return true
+	case ResultRecordKindEdge:
 		return true
 	case ResultRecordKindThreat:
 		return true
@@ -405,6 +462,30 @@ func (e ScheduleOverlap) Valid() bool {
 	case ScheduleOverlapQueueOne:
 		return true
 	case ScheduleOverlapSkip:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ScopeTargetKind.
+const (
+	Cidr      ScopeTargetKind = "cidr"
+	Domain    ScopeTargetKind = "domain"
+	Ip        ScopeTargetKind = "ip"
+	UrlPrefix ScopeTargetKind = "url_prefix"
+)
+
+// Valid indicates whether the value is a known member of the ScopeTargetKind enum.
+func (e ScopeTargetKind) Valid() bool {
+	switch e {
+	case Cidr:
+		return true
+	case Domain:
+		return true
+	case Ip:
+		return true
+	case UrlPrefix:
 		return true
 	default:
 		return false
@@ -731,6 +812,43 @@ type Asset struct {
 	Value           string             `json:"value"`
 }
 
+// AssetChange defines model for AssetChange.
+type AssetChange struct {
+	After          *JSONObject         `json:"after,omitempty"`
+	Asset          AssetRef            `json:"asset"`
+	AssetId        *openapi_types.UUID `json:"asset_id,omitempty"`
+	Before         *JSONObject         `json:"before,omitempty"`
+	DetectedAt     time.Time           `json:"detected_at"`
+	Id             openapi_types.UUID  `json:"id"`
+	Kind           ChangeKind          `json:"kind"`
+	OrganizationId openapi_types.UUID  `json:"organization_id"`
+	PreviousScanId *openapi_types.UUID `json:"previous_scan_id,omitempty"`
+	ScanId         openapi_types.UUID  `json:"scan_id"`
+}
+
+// AssetChangeList defines model for AssetChangeList.
+type AssetChangeList struct {
+	Items      []AssetChange `json:"items"`
+	NextCursor *string       `json:"next_cursor,omitempty"`
+}
+
+// AssetEdge defines model for AssetEdge.
+type AssetEdge struct {
+	FirstSeenAt    time.Time          `json:"first_seen_at"`
+	From           EdgeEnd            `json:"from"`
+	Id             openapi_types.UUID `json:"id"`
+	LastSeenAt     time.Time          `json:"last_seen_at"`
+	OrganizationId openapi_types.UUID `json:"organization_id"`
+	Relation       EdgeRelation       `json:"relation"`
+	To             EdgeEnd            `json:"to"`
+}
+
+// AssetEdgeList defines model for AssetEdgeList.
+type AssetEdgeList struct {
+	Items      []AssetEdge `json:"items"`
+	NextCursor *string     `json:"next_cursor,omitempty"`
+}
+
 // AssetList defines model for AssetList.
 type AssetList struct {
 	Items      []Asset `json:"items"`
@@ -812,6 +930,9 @@ type AuditEventList struct {
 // Capabilities A JSON object; a task's `required_capabilities` must be contained in it (`@>`).
 type Capabilities = json.RawMessage
 
+// ChangeKind defines model for ChangeKind.
+type ChangeKind string
+
 // CompleteManyRequest defines model for CompleteManyRequest.
 type CompleteManyRequest struct {
 	Completions []CompletionItem `json:"completions"`
@@ -885,10 +1006,14 @@ type CreateOrganizationRequest struct {
 
 // CreateScanRequest defines model for CreateScanRequest.
 type CreateScanRequest struct {
-	OrganizationId openapi_types.UUID `json:"organization_id"`
-	Plugins        []ScanPlugin       `json:"plugins"`
-	Priority       *int               `json:"priority,omitempty"`
-	Targets        []string           `json:"targets"`
+	// AssetTargets Assets of the organization to scan as well; their values join the targets.
+	AssetTargets   *[]openapi_types.UUID `json:"asset_targets,omitempty"`
+	OrganizationId openapi_types.UUID    `json:"organization_id"`
+	Plugins        []ScanPlugin          `json:"plugins"`
+	Priority       *int                  `json:"priority,omitempty"`
+
+	// Targets Free targets; with `asset_targets`, at least one target in all. All must be in the organization's scan scope when it has one, and so must what plugin inputs name (`urls`, `addresses`, `targets`, `hosts`, `host`, `target`).
+	Targets []string `json:"targets"`
 }
 
 // CreateScheduleRequest defines model for CreateScheduleRequest.
@@ -900,6 +1025,15 @@ type CreateScheduleRequest struct {
 
 	// Timing Exactly one of `cron` and `interval_seconds`.
 	Timing ScheduleTiming `json:"timing"`
+}
+
+// CreateScopeTargetRequest defines model for CreateScopeTargetRequest.
+type CreateScopeTargetRequest struct {
+	// IncludeSubdomains domain only: every name under it too.
+	IncludeSubdomains *bool           `json:"include_subdomains,omitempty"`
+	Kind              ScopeTargetKind `json:"kind"`
+	Note              *string         `json:"note,omitempty"`
+	Value             string          `json:"value"`
 }
 
 // CreateSecretRequest defines model for CreateSecretRequest.
@@ -954,6 +1088,17 @@ type CreateTaskRequest struct {
 	// SecretRefs Names of the organization's secrets the task receives in its lease (`secrets`). A secret missing or withheld at lease time fails the attempt with error code `secret_unavailable`.
 	SecretRefs *[]SecretName `json:"secret_refs,omitempty"`
 	TaskType   TaskType      `json:"task_type"`
+}
+
+// CreateThreatExclusionRequest At least one of asset_id, asset_pattern, external_id, title_pattern and severity.
+type CreateThreatExclusionRequest struct {
+	AssetId      *openapi_types.UUID `json:"asset_id,omitempty"`
+	AssetPattern *string             `json:"asset_pattern,omitempty"`
+	ExpiresAt    *time.Time          `json:"expires_at,omitempty"`
+	ExternalId   *string             `json:"external_id,omitempty"`
+	Reason       string              `json:"reason"`
+	Severity     *Severity           `json:"severity,omitempty"`
+	TitlePattern *string             `json:"title_pattern,omitempty"`
 }
 
 // CreateWebhookRequest defines model for CreateWebhookRequest.
@@ -1031,6 +1176,16 @@ type CreatedWorker struct {
 	SoftwareVersion     *string             `json:"software_version,omitempty"`
 	WorkerType          WorkerType          `json:"worker_type"`
 }
+
+// EdgeEnd defines model for EdgeEnd.
+type EdgeEnd struct {
+	Id    openapi_types.UUID `json:"id"`
+	Type  string             `json:"type"`
+	Value string             `json:"value"`
+}
+
+// EdgeRelation defines model for EdgeRelation.
+type EdgeRelation string
 
 // EnrollRequest defines model for EnrollRequest.
 type EnrollRequest struct {
@@ -1263,12 +1418,15 @@ type Problem struct {
 	// with its usual status (Go: the constants of package
 	// `github.com/worker-gateway/gateway/problem`). New codes may be added: treat an
 	// unknown code by its HTTP status.
-	Code      string  `json:"code"`
-	Detail    *string `json:"detail,omitempty"`
-	Instance  *string `json:"instance,omitempty"`
-	RequestId *string `json:"request_id,omitempty"`
-	Status    int     `json:"status"`
-	Title     string  `json:"title"`
+	Code     string  `json:"code"`
+	Detail   *string `json:"detail,omitempty"`
+	Instance *string `json:"instance,omitempty"`
+
+	// OutOfScopeTargets With `target-out-of-scope`: the scan's targets outside scope.
+	OutOfScopeTargets *[]string `json:"out_of_scope_targets,omitempty"`
+	RequestId         *string   `json:"request_id,omitempty"`
+	Status            int       `json:"status"`
+	Title             string    `json:"title"`
 
 	// Type A URI reference naming the problem type.
 	Type string `json:"type"`
@@ -1298,9 +1456,15 @@ type ReplaceSecretRequest struct {
 // ResultAck defines model for ResultAck.
 type ResultAck struct {
 	// Assets Asset records ingested (new or seen again).
-	Assets         *int               `json:"assets,omitempty"`
-	AttemptId      openapi_types.UUID `json:"attempt_id"`
-	BatchId        openapi_types.UUID `json:"batch_id"`
+	Assets    *int               `json:"assets,omitempty"`
+	AttemptId openapi_types.UUID `json:"attempt_id"`
+	BatchId   openapi_types.UUID `json:"batch_id"`
+
+	// Edges Edge records ingested.
+	Edges *int `json:"edges,omitempty"`
+
+	// OutOfScope Records about something outside the organization's scan scope: kept, flagged, not ingested.
+	OutOfScope     *int               `json:"out_of_scope,omitempty"`
 	ReceivedAt     time.Time          `json:"received_at"`
 	RecordCount    int                `json:"record_count"`
 	SequenceNumber int                `json:"sequence_number"`
@@ -1326,17 +1490,26 @@ type ResultBatchList struct {
 	NextCursor *string             `json:"next_cursor,omitempty"`
 }
 
-// ResultRecord One record. `asset`: an asset found (`asset`, optional `details`). `threat`: a finding on
-// an asset (`asset`, `title`, `severity`, optional `external_id` to deduplicate by and
-// `details`). `data`: anything else (`data`), stored for producers.
+// ResultRecord One record. `asset`: an asset found (`asset`, optional `details`; a url's `status` and
+// `certificate` are compared between scans). `threat`: a finding on an asset (`asset`,
+// `title`, `severity`, optional `external_id` to deduplicate by, `details` and
+// `vulnerability`). `edge`: a relation from `asset` to `target` (`relation`: hostname
+// `resolves_to` ip, ip `has_port` port, url `served_by` port, certificate `covers`
+// hostname). `data`: anything else (`data`), stored for producers. Stored records about
+// something outside the organization's scan scope carry `out_of_scope: true` (set by the
+// gateway; ignored in requests).
 type ResultRecord struct {
-	Asset      *AssetRef        `json:"asset,omitempty"`
-	Data       *JSONObject      `json:"data,omitempty"`
-	Details    *JSONObject      `json:"details,omitempty"`
-	ExternalId *string          `json:"external_id,omitempty"`
-	Kind       ResultRecordKind `json:"kind"`
-	Severity   *Severity        `json:"severity,omitempty"`
-	Title      *string          `json:"title,omitempty"`
+	Asset         *AssetRef        `json:"asset,omitempty"`
+	Data          *JSONObject      `json:"data,omitempty"`
+	Details       *JSONObject      `json:"details,omitempty"`
+	ExternalId    *string          `json:"external_id,omitempty"`
+	Kind          ResultRecordKind `json:"kind"`
+	OutOfScope    *bool            `json:"out_of_scope,omitempty"`
+	Relation      *EdgeRelation    `json:"relation,omitempty"`
+	Severity      *Severity        `json:"severity,omitempty"`
+	Target        *AssetRef        `json:"target,omitempty"`
+	Title         *string          `json:"title,omitempty"`
+	Vulnerability *Vulnerability   `json:"vulnerability,omitempty"`
 }
 
 // ResultRecordKind defines model for ResultRecord.Kind.
@@ -1361,13 +1534,14 @@ type RotateWebhookSecretRequest struct {
 
 // Scan defines model for Scan.
 type Scan struct {
-	CompletedAt    *time.Time         `json:"completed_at,omitempty"`
-	CreatedAt      time.Time          `json:"created_at"`
-	Id             openapi_types.UUID `json:"id"`
-	Jobs           []ScanJob          `json:"jobs"`
-	OrganizationId openapi_types.UUID `json:"organization_id"`
-	State          ScanState          `json:"state"`
-	Targets        []string           `json:"targets"`
+	AssetTargets   *[]openapi_types.UUID `json:"asset_targets,omitempty"`
+	CompletedAt    *time.Time            `json:"completed_at,omitempty"`
+	CreatedAt      time.Time             `json:"created_at"`
+	Id             openapi_types.UUID    `json:"id"`
+	Jobs           []ScanJob             `json:"jobs"`
+	OrganizationId openapi_types.UUID    `json:"organization_id"`
+	State          ScanState             `json:"state"`
+	Targets        []string              `json:"targets"`
 
 	// Trigger What created a task or scan. A scan's tasks carry their scan's trigger.
 	Trigger *Trigger `json:"trigger,omitempty"`
@@ -1379,11 +1553,14 @@ type ScanJob struct {
 	Error       *string            `json:"error,omitempty"`
 	Id          openapi_types.UUID `json:"id"`
 	Input       JSONObject         `json:"input"`
-	PluginName  string             `json:"plugin_name"`
-	Position    int                `json:"position"`
-	StartedAt   *time.Time         `json:"started_at,omitempty"`
-	State       ScanState          `json:"state"`
-	Task        *Task              `json:"task,omitempty"`
+
+	// Output Once the job ended: `records` (counts by kind, and `out_of_scope`) and `artifact_ids`.
+	Output     *JSONObject `json:"output,omitempty"`
+	PluginName string      `json:"plugin_name"`
+	Position   int         `json:"position"`
+	StartedAt  *time.Time  `json:"started_at,omitempty"`
+	State      ScanState   `json:"state"`
+	Task       *Task       `json:"task,omitempty"`
 }
 
 // ScanList defines model for ScanList.
@@ -1569,6 +1746,30 @@ type ScheduledTask struct {
 	TaskType   TaskType      `json:"task_type"`
 }
 
+// ScopeTarget defines model for ScopeTarget.
+type ScopeTarget struct {
+	CreatedAt         time.Time          `json:"created_at"`
+	Id                openapi_types.UUID `json:"id"`
+	IncludeSubdomains bool               `json:"include_subdomains"`
+	Kind              ScopeTargetKind    `json:"kind"`
+	Note              *string            `json:"note,omitempty"`
+	OrganizationId    openapi_types.UUID `json:"organization_id"`
+
+	// Value The canonical form.
+	Value string `json:"value"`
+}
+
+// ScopeTargetKind defines model for ScopeTargetKind.
+type ScopeTargetKind string
+
+// ScopeTargetList defines model for ScopeTargetList.
+type ScopeTargetList struct {
+	// Enforced Whether the organization's scans are held to its scope.
+	Enforced   bool          `json:"enforced"`
+	Items      []ScopeTarget `json:"items"`
+	NextCursor *string       `json:"next_cursor,omitempty"`
+}
+
 // Secret A secret's metadata; the value is never answered.
 type Secret struct {
 	CreatedAt      time.Time          `json:"created_at"`
@@ -1728,12 +1929,40 @@ type Threat struct {
 	Details   *JSONObject `json:"details,omitempty"`
 
 	// Detections Scan jobs that detected it.
-	Detections     int                `json:"detections"`
-	ExternalId     *string            `json:"external_id,omitempty"`
-	Id             openapi_types.UUID `json:"id"`
-	OrganizationId openapi_types.UUID `json:"organization_id"`
-	Severity       Severity           `json:"severity"`
-	Title          string             `json:"title"`
+	Detections int `json:"detections"`
+
+	// Excluded An active exclusion matches it (listed only with include_excluded=true).
+	Excluded       *bool               `json:"excluded,omitempty"`
+	ExclusionId    *openapi_types.UUID `json:"exclusion_id,omitempty"`
+	ExternalId     *string             `json:"external_id,omitempty"`
+	Id             openapi_types.UUID  `json:"id"`
+	OrganizationId openapi_types.UUID  `json:"organization_id"`
+	Severity       Severity            `json:"severity"`
+	Title          string              `json:"title"`
+	Vulnerability  *Vulnerability      `json:"vulnerability,omitempty"`
+}
+
+// ThreatExclusion defines model for ThreatExclusion.
+type ThreatExclusion struct {
+	AssetId      *openapi_types.UUID `json:"asset_id,omitempty"`
+	AssetPattern *string             `json:"asset_pattern,omitempty"`
+	CreatedAt    time.Time           `json:"created_at"`
+
+	// CreatedBy The API token that created it.
+	CreatedBy      *openapi_types.UUID `json:"created_by,omitempty"`
+	ExpiresAt      *time.Time          `json:"expires_at,omitempty"`
+	ExternalId     *string             `json:"external_id,omitempty"`
+	Id             openapi_types.UUID  `json:"id"`
+	OrganizationId openapi_types.UUID  `json:"organization_id"`
+	Reason         string              `json:"reason"`
+	Severity       *Severity           `json:"severity,omitempty"`
+	TitlePattern   *string             `json:"title_pattern,omitempty"`
+}
+
+// ThreatExclusionList defines model for ThreatExclusionList.
+type ThreatExclusionList struct {
+	Items      []ThreatExclusion `json:"items"`
+	NextCursor *string           `json:"next_cursor,omitempty"`
 }
 
 // ThreatList defines model for ThreatList.
@@ -1803,6 +2032,16 @@ type UploadSession struct {
 
 // UploadSessionMethod defines model for UploadSession.Method.
 type UploadSessionMethod string
+
+// Vulnerability defines model for Vulnerability.
+type Vulnerability struct {
+	CveIds      *[]string `json:"cve_ids,omitempty"`
+	CvssScore   *float64  `json:"cvss_score,omitempty"`
+	CvssVector  *string   `json:"cvss_vector,omitempty"`
+	CweIds      *[]string `json:"cwe_ids,omitempty"`
+	References  *[]string `json:"references,omitempty"`
+	Remediation *string   `json:"remediation,omitempty"`
+}
 
 // Webhook defines model for Webhook.
 type Webhook struct {
@@ -1968,6 +2207,9 @@ type ActivePolicy string
 // AttemptID defines model for AttemptID.
 type AttemptID = openapi_types.UUID
 
+// ChangeKinds defines model for ChangeKinds.
+type ChangeKinds = []ChangeKind
+
 // Cursor defines model for Cursor.
 type Cursor = string
 
@@ -1998,8 +2240,14 @@ type ScheduleID = openapi_types.UUID
 // SecretID defines model for SecretID.
 type SecretID = openapi_types.UUID
 
+// Since defines model for Since.
+type Since = time.Time
+
 // TaskID defines model for TaskID.
 type TaskID = openapi_types.UUID
+
+// Until defines model for Until.
+type Until = time.Time
 
 // UploadID defines model for UploadID.
 type UploadID = openapi_types.UUID
@@ -2074,6 +2322,15 @@ type ListOrganizationsParams struct {
 	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
 }
 
+// ListAssetEdgesParams defines parameters for ListAssetEdges.
+type ListAssetEdgesParams struct {
+	AssetId *openapi_types.UUID `form:"asset_id,omitempty" json:"asset_id,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
 // ListAssetsParams defines parameters for ListAssets.
 type ListAssetsParams struct {
 	// Cursor The `next_cursor` of the previous page.
@@ -2081,8 +2338,40 @@ type ListAssetsParams struct {
 	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
 }
 
+// ListExposureChangesParams defines parameters for ListExposureChanges.
+type ListExposureChangesParams struct {
+	// Kind Only changes of these kinds (repeat the parameter for several).
+	Kind *ChangeKinds `form:"kind,omitempty" json:"kind,omitempty"`
+
+	// Since Only changes detected at or after this time.
+	Since *Since `form:"since,omitempty" json:"since,omitempty"`
+
+	// Until Only changes detected before this time.
+	Until *Until `form:"until,omitempty" json:"until,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
+// ListScopeTargetsParams defines parameters for ListScopeTargets.
+type ListScopeTargetsParams struct {
+	// Cursor The `next_cursor` of the previous page.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
+// ListThreatExclusionsParams defines parameters for ListThreatExclusions.
+type ListThreatExclusionsParams struct {
+	// Cursor The `next_cursor` of the previous page.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
 // ListThreatsParams defines parameters for ListThreats.
 type ListThreatsParams struct {
+	IncludeExcluded *bool `form:"include_excluded,omitempty" json:"include_excluded,omitempty"`
+
 	// Cursor The `next_cursor` of the previous page.
 	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
@@ -2118,6 +2407,22 @@ type ListScansParams struct {
 type CreateScanParams struct {
 	// IdempotencyKey Makes the request safe to repeat. At most 255 characters.
 	IdempotencyKey *OptionalIdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// ListScanChangesParams defines parameters for ListScanChanges.
+type ListScanChangesParams struct {
+	// Kind Only changes of these kinds (repeat the parameter for several).
+	Kind *ChangeKinds `form:"kind,omitempty" json:"kind,omitempty"`
+
+	// Since Only changes detected at or after this time.
+	Since *Since `form:"since,omitempty" json:"since,omitempty"`
+
+	// Until Only changes detected before this time.
+	Until *Until `form:"until,omitempty" json:"until,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
 }
 
 // ListSchedulesParams defines parameters for ListSchedules.
@@ -2268,6 +2573,12 @@ type AcquireLeasesJSONRequestBody = LeaseRequest
 
 // CreateOrganizationJSONRequestBody defines body for CreateOrganization for application/json ContentType.
 type CreateOrganizationJSONRequestBody = CreateOrganizationRequest
+
+// AddScopeTargetJSONRequestBody defines body for AddScopeTarget for application/json ContentType.
+type AddScopeTargetJSONRequestBody = CreateScopeTargetRequest
+
+// CreateThreatExclusionJSONRequestBody defines body for CreateThreatExclusion for application/json ContentType.
+type CreateThreatExclusionJSONRequestBody = CreateThreatExclusionRequest
 
 // CreateScanJSONRequestBody defines body for CreateScan for application/json ContentType.
 type CreateScanJSONRequestBody = CreateScanRequest
@@ -2771,6 +3082,15 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/organizations/{organization_id} (the `GetOrganization` operationId).
 	GetOrganization(ctx context.Context, organizationId OrganizationID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListAssetEdges An organization's asset graph
+	//
+	// Relations between assets that scans reported (hostname `resolves_to` ip, ip `has_port`
+	// port, url `served_by` port, certificate `covers` hostname), each once, newest first; with
+	// `asset_id`, only those from or to that asset.
+	//
+	// Corresponds with GET /v1/organizations/{organization_id}/asset-edges (the `ListAssetEdges` operationId).
+	ListAssetEdges(ctx context.Context, organizationId OrganizationID, params *ListAssetEdgesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListAssets List an organization's assets
 	//
 	// Assets found by scans, deduplicated by (type, normalized value). Newest first.
@@ -2778,9 +3098,109 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/organizations/{organization_id}/assets (the `ListAssets` operationId).
 	ListAssets(ctx context.Context, organizationId OrganizationID, params *ListAssetsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListExposureChanges An organization's exposure-change timeline
+	//
+	// Every change found between consecutive completed scans of the same scope (the same
+	// targets, asset targets and plugins), newest first. The first scan of a scope is its
+	// baseline and has no changes.
+	//
+	// Corresponds with GET /v1/organizations/{organization_id}/exposure-changes (the `ListExposureChanges` operationId).
+	ListExposureChanges(ctx context.Context, organizationId OrganizationID, params *ListExposureChangesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListScopeTargets List an organization's scan scope
+	//
+	// The targets the organization is approved to scan, newest first. `enforced` is false for an
+	// organization that never had a scope entry: its scans may name any target. From its first
+	// entry on, scope is enforced, and stays enforced when every entry is removed (then no scan
+	// is allowed).
+	//
+	// Corresponds with GET /v1/organizations/{organization_id}/scope (the `ListScopeTargets` operationId).
+	ListScopeTargets(ctx context.Context, organizationId OrganizationID, params *ListScopeTargetsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AddScopeTargetWithBody Approve a target for an organization's scans
+	//
+	// Platform operators only (an admin token without organization scope). Adds an entry and
+	// starts enforcing the organization's scope: a scan whose targets (or asset targets) are not
+	// all in scope is 400 `target-out-of-scope`, listing them in `out_of_scope_targets`, and
+	// records workers return about anything outside scope are kept in their batch, flagged
+	// `out_of_scope`, and never become assets. Kinds: `domain` (with `include_subdomains`, or
+	// written `*.example.com`), `ip`, `cidr`, `url_prefix` (URLs under it; does not cover the
+	// host itself). Adding an existing entry returns it with 200.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/organizations/{organization_id}/scope (the `AddScopeTarget` operationId).
+	AddScopeTargetWithBody(ctx context.Context, organizationId OrganizationID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AddScopeTarget Approve a target for an organization's scans
+	//
+	// Platform operators only (an admin token without organization scope). Adds an entry and
+	// starts enforcing the organization's scope: a scan whose targets (or asset targets) are not
+	// all in scope is 400 `target-out-of-scope`, listing them in `out_of_scope_targets`, and
+	// records workers return about anything outside scope are kept in their batch, flagged
+	// `out_of_scope`, and never become assets. Kinds: `domain` (with `include_subdomains`, or
+	// written `*.example.com`), `ip`, `cidr`, `url_prefix` (URLs under it; does not cover the
+	// host itself). Adding an existing entry returns it with 200.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/organizations/{organization_id}/scope (the `AddScopeTarget` operationId).
+	AddScopeTarget(ctx context.Context, organizationId OrganizationID, body AddScopeTargetJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RemoveScopeTarget Remove an entry from an organization's scan scope
+	//
+	// Platform operators only. The scope stays enforced.
+	//
+	// Corresponds with DELETE /v1/organizations/{organization_id}/scope/{scope_target_id} (the `RemoveScopeTarget` operationId).
+	RemoveScopeTarget(ctx context.Context, organizationId OrganizationID, scopeTargetId openapi_types.UUID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListThreatExclusions List an organization's threat exclusions
+	//
+	// Newest first, expired ones included.
+	//
+	// Corresponds with GET /v1/organizations/{organization_id}/threat-exclusions (the `ListThreatExclusions` operationId).
+	ListThreatExclusions(ctx context.Context, organizationId OrganizationID, params *ListThreatExclusionsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateThreatExclusionWithBody Suppress threats
+	//
+	// Admins only. The exclusion matches a threat when every criterion it names matches: the
+	// asset, a glob over the asset's normalized value (`*` any run, `?` one character,
+	// case-insensitive), the external id, a glob over the title, the severity. Until it expires,
+	// matching threats are left out of `GET /v1/organizations/{organization_id}/threats` (shown,
+	// with `exclusion_id`, with `include_excluded=true`); their detections are still recorded,
+	// flagged as excluded.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/organizations/{organization_id}/threat-exclusions (the `CreateThreatExclusion` operationId).
+	CreateThreatExclusionWithBody(ctx context.Context, organizationId OrganizationID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateThreatExclusion Suppress threats
+	//
+	// Admins only. The exclusion matches a threat when every criterion it names matches: the
+	// asset, a glob over the asset's normalized value (`*` any run, `?` one character,
+	// case-insensitive), the external id, a glob over the title, the severity. Until it expires,
+	// matching threats are left out of `GET /v1/organizations/{organization_id}/threats` (shown,
+	// with `exclusion_id`, with `include_excluded=true`); their detections are still recorded,
+	// flagged as excluded.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/organizations/{organization_id}/threat-exclusions (the `CreateThreatExclusion` operationId).
+	CreateThreatExclusion(ctx context.Context, organizationId OrganizationID, body CreateThreatExclusionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteThreatExclusion Delete a threat exclusion
+	//
+	// Admins only. The threats it hid show again; detections it flagged stay flagged.
+	//
+	// Corresponds with DELETE /v1/organizations/{organization_id}/threat-exclusions/{exclusion_id} (the `DeleteThreatExclusion` operationId).
+	DeleteThreatExclusion(ctx context.Context, organizationId OrganizationID, exclusionId openapi_types.UUID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListThreats List an organization's threats
 	//
-	// Threats found by scans, deduplicated by (asset, external id), with how many scan jobs detected each. Newest first.
+	// Threats found by scans, deduplicated by (asset, external id), with how many scan jobs
+	// detected each and their vulnerability details. Newest first. Threats an active exclusion
+	// matches are left out unless `include_excluded=true`.
 	//
 	// Corresponds with GET /v1/organizations/{organization_id}/threats (the `ListThreats` operationId).
 	ListThreats(ctx context.Context, organizationId OrganizationID, params *ListThreatsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2866,6 +3286,17 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/scans/{scan_id}/cancel (the `CancelScan` operationId).
 	CancelScan(ctx context.Context, scanId ScanID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListScanChanges What changed since the previous scan
+	//
+	// The changes this scan found against the latest earlier completed scan of the same scope
+	// (the same targets, asset targets and plugins): assets that appeared or disappeared, ports
+	// opened or closed, certificates and HTTP statuses that changed. Computed when the scan
+	// completes, once: retried batches and second attempts never add a change twice. Newest
+	// first.
+	//
+	// Corresponds with GET /v1/scans/{scan_id}/changes (the `ListScanChanges` operationId).
+	ListScanChanges(ctx context.Context, scanId ScanID, params *ListScanChangesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListSchedules List schedules
 	//
@@ -3048,7 +3479,9 @@ type ClientInterface interface {
 	// Creates a durable task for an organization. With an `Idempotency-Key` (unique per
 	// organization), repeating the same request returns the task it created (header
 	// `Idempotent-Replayed: true`); the same key with a different body is 422
-	// `idempotency-key-reused`.
+	// `idempotency-key-reused`. A `scanner_plugin` task whose payload names targets (`targets`,
+	// or `urls`, `addresses`, `targets`, `hosts`, `host`, `target` in its `input`) outside the
+	// organization's scan scope is 400 `target-out-of-scope`.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3060,7 +3493,9 @@ type ClientInterface interface {
 	// Creates a durable task for an organization. With an `Idempotency-Key` (unique per
 	// organization), repeating the same request returns the task it created (header
 	// `Idempotent-Replayed: true`); the same key with a different body is 422
-	// `idempotency-key-reused`.
+	// `idempotency-key-reused`. A `scanner_plugin` task whose payload names targets (`targets`,
+	// or `urls`, `addresses`, `targets`, `hosts`, `host`, `target` in its `input`) outside the
+	// organization's scan scope is 400 `target-out-of-scope`.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -3119,6 +3554,9 @@ type ClientInterface interface {
 	//
 	// Moves a `failed_terminal` or `cancelled` task back to `pending` with a fresh attempt
 	// budget; its earlier attempts stay in its history. Other states are 409 `task-not-retryable`.
+	// A job of a finished scan reopens the scan (it completes again, its changes recomputed, when
+	// the job ends); while another job of the scan is in flight it is 409 `scan-busy`, since a
+	// scan runs one job at a time; a job of a cancelled scan is 409 `scan-finished`.
 	//
 	// Corresponds with POST /v1/tasks/{task_id}/retry (the `RetryTask` operationId).
 	RetryTask(ctx context.Context, taskId TaskID, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -4117,6 +4555,25 @@ func (c *Client) GetOrganization(ctx context.Context, organizationId Organizatio
 	return c.Client.Do(req)
 }
 
+// ListAssetEdges An organization's asset graph
+//
+// Relations between assets that scans reported (hostname `resolves_to` ip, ip `has_port`
+// port, url `served_by` port, certificate `covers` hostname), each once, newest first; with
+// `asset_id`, only those from or to that asset.
+//
+// Corresponds with GET /v1/organizations/{organization_id}/asset-edges (the `ListAssetEdges` operationId).
+func (c *Client) ListAssetEdges(ctx context.Context, organizationId OrganizationID, params *ListAssetEdgesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListAssetEdgesRequest(c.Server, organizationId, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ListAssets List an organization's assets
 //
 // Assets found by scans, deduplicated by (type, normalized value). Newest first.
@@ -4134,9 +4591,199 @@ func (c *Client) ListAssets(ctx context.Context, organizationId OrganizationID, 
 	return c.Client.Do(req)
 }
 
+// ListExposureChanges An organization's exposure-change timeline
+//
+// Every change found between consecutive completed scans of the same scope (the same
+// targets, asset targets and plugins), newest first. The first scan of a scope is its
+// baseline and has no changes.
+//
+// Corresponds with GET /v1/organizations/{organization_id}/exposure-changes (the `ListExposureChanges` operationId).
+func (c *Client) ListExposureChanges(ctx context.Context, organizationId OrganizationID, params *ListExposureChangesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListExposureChangesRequest(c.Server, organizationId, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListScopeTargets List an organization's scan scope
+//
+// The targets the organization is approved to scan, newest first. `enforced` is false for an
+// organization that never had a scope entry: its scans may name any target. From its first
+// entry on, scope is enforced, and stays enforced when every entry is removed (then no scan
+// is allowed).
+//
+// Corresponds with GET /v1/organizations/{organization_id}/scope (the `ListScopeTargets` operationId).
+func (c *Client) ListScopeTargets(ctx context.Context, organizationId OrganizationID, params *ListScopeTargetsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListScopeTargetsRequest(c.Server, organizationId, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AddScopeTargetWithBody Approve a target for an organization's scans
+//
+// Platform operators only (an admin token without organization scope). Adds an entry and
+// starts enforcing the organization's scope: a scan whose targets (or asset targets) are not
+// all in scope is 400 `target-out-of-scope`, listing them in `out_of_scope_targets`, and
+// records workers return about anything outside scope are kept in their batch, flagged
+// `out_of_scope`, and never become assets. Kinds: `domain` (with `include_subdomains`, or
+// written `*.example.com`), `ip`, `cidr`, `url_prefix` (URLs under it; does not cover the
+// host itself). Adding an existing entry returns it with 200.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/organizations/{organization_id}/scope (the `AddScopeTarget` operationId).
+func (c *Client) AddScopeTargetWithBody(ctx context.Context, organizationId OrganizationID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAddScopeTargetRequestWithBody(c.Server, organizationId, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AddScopeTarget Approve a target for an organization's scans
+//
+// Platform operators only (an admin token without organization scope). Adds an entry and
+// starts enforcing the organization's scope: a scan whose targets (or asset targets) are not
+// all in scope is 400 `target-out-of-scope`, listing them in `out_of_scope_targets`, and
+// records workers return about anything outside scope are kept in their batch, flagged
+// `out_of_scope`, and never become assets. Kinds: `domain` (with `include_subdomains`, or
+// written `*.example.com`), `ip`, `cidr`, `url_prefix` (URLs under it; does not cover the
+// host itself). Adding an existing entry returns it with 200.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/organizations/{organization_id}/scope (the `AddScopeTarget` operationId).
+func (c *Client) AddScopeTarget(ctx context.Context, organizationId OrganizationID, body AddScopeTargetJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAddScopeTargetRequest(c.Server, organizationId, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RemoveScopeTarget Remove an entry from an organization's scan scope
+//
+// Platform operators only. The scope stays enforced.
+//
+// Corresponds with DELETE /v1/organizations/{organization_id}/scope/{scope_target_id} (the `RemoveScopeTarget` operationId).
+func (c *Client) RemoveScopeTarget(ctx context.Context, organizationId OrganizationID, scopeTargetId openapi_types.UUID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRemoveScopeTargetRequest(c.Server, organizationId, scopeTargetId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListThreatExclusions List an organization's threat exclusions
+//
+// Newest first, expired ones included.
+//
+// Corresponds with GET /v1/organizations/{organization_id}/threat-exclusions (the `ListThreatExclusions` operationId).
+func (c *Client) ListThreatExclusions(ctx context.Context, organizationId OrganizationID, params *ListThreatExclusionsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListThreatExclusionsRequest(c.Server, organizationId, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateThreatExclusionWithBody Suppress threats
+//
+// Admins only. The exclusion matches a threat when every criterion it names matches: the
+// asset, a glob over the asset's normalized value (`*` any run, `?` one character,
+// case-insensitive), the external id, a glob over the title, the severity. Until it expires,
+// matching threats are left out of `GET /v1/organizations/{organization_id}/threats` (shown,
+// with `exclusion_id`, with `include_excluded=true`); their detections are still recorded,
+// flagged as excluded.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/organizations/{organization_id}/threat-exclusions (the `CreateThreatExclusion` operationId).
+func (c *Client) CreateThreatExclusionWithBody(ctx context.Context, organizationId OrganizationID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateThreatExclusionRequestWithBody(c.Server, organizationId, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateThreatExclusion Suppress threats
+//
+// Admins only. The exclusion matches a threat when every criterion it names matches: the
+// asset, a glob over the asset's normalized value (`*` any run, `?` one character,
+// case-insensitive), the external id, a glob over the title, the severity. Until it expires,
+// matching threats are left out of `GET /v1/organizations/{organization_id}/threats` (shown,
+// with `exclusion_id`, with `include_excluded=true`); their detections are still recorded,
+// flagged as excluded.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/organizations/{organization_id}/threat-exclusions (the `CreateThreatExclusion` operationId).
+func (c *Client) CreateThreatExclusion(ctx context.Context, organizationId OrganizationID, body CreateThreatExclusionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateThreatExclusionRequest(c.Server, organizationId, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteThreatExclusion Delete a threat exclusion
+//
+// Admins only. The threats it hid show again; detections it flagged stay flagged.
+//
+// Corresponds with DELETE /v1/organizations/{organization_id}/threat-exclusions/{exclusion_id} (the `DeleteThreatExclusion` operationId).
+func (c *Client) DeleteThreatExclusion(ctx context.Context, organizationId OrganizationID, exclusionId openapi_types.UUID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteThreatExclusionRequest(c.Server, organizationId, exclusionId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ListThreats List an organization's threats
 //
-// Threats found by scans, deduplicated by (asset, external id), with how many scan jobs detected each. Newest first.
+// Threats found by scans, deduplicated by (asset, external id), with how many scan jobs
+// detected each and their vulnerability details. Newest first. Threats an active exclusion
+// matches are left out unless `include_excluded=true`.
 //
 // Corresponds with GET /v1/organizations/{organization_id}/threats (the `ListThreats` operationId).
 func (c *Client) ListThreats(ctx context.Context, organizationId OrganizationID, params *ListThreatsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4303,6 +4950,27 @@ func (c *Client) GetScan(ctx context.Context, scanId ScanID, reqEditors ...Reque
 // Corresponds with POST /v1/scans/{scan_id}/cancel (the `CancelScan` operationId).
 func (c *Client) CancelScan(ctx context.Context, scanId ScanID, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewCancelScanRequest(c.Server, scanId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListScanChanges What changed since the previous scan
+//
+// The changes this scan found against the latest earlier completed scan of the same scope
+// (the same targets, asset targets and plugins): assets that appeared or disappeared, ports
+// opened or closed, certificates and HTTP statuses that changed. Computed when the scan
+// completes, once: retried batches and second attempts never add a change twice. Newest
+// first.
+//
+// Corresponds with GET /v1/scans/{scan_id}/changes (the `ListScanChanges` operationId).
+func (c *Client) ListScanChanges(ctx context.Context, scanId ScanID, params *ListScanChangesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListScanChangesRequest(c.Server, scanId, params)
 	if err != nil {
 		return nil, err
 	}
@@ -4684,7 +5352,9 @@ func (c *Client) ListTasks(ctx context.Context, params *ListTasksParams, reqEdit
 // Creates a durable task for an organization. With an `Idempotency-Key` (unique per
 // organization), repeating the same request returns the task it created (header
 // `Idempotent-Replayed: true`); the same key with a different body is 422
-// `idempotency-key-reused`.
+// `idempotency-key-reused`. A `scanner_plugin` task whose payload names targets (`targets`,
+// or `urls`, `addresses`, `targets`, `hosts`, `host`, `target` in its `input`) outside the
+// organization's scan scope is 400 `target-out-of-scope`.
 //
 // Takes any type of body and a specified content type.
 //
@@ -4706,7 +5376,9 @@ func (c *Client) CreateTaskWithBody(ctx context.Context, params *CreateTaskParam
 // Creates a durable task for an organization. With an `Idempotency-Key` (unique per
 // organization), repeating the same request returns the task it created (header
 // `Idempotent-Replayed: true`); the same key with a different body is 422
-// `idempotency-key-reused`.
+// `idempotency-key-reused`. A `scanner_plugin` task whose payload names targets (`targets`,
+// or `urls`, `addresses`, `targets`, `hosts`, `host`, `target` in its `input`) outside the
+// organization's scan scope is 400 `target-out-of-scope`.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -4825,6 +5497,9 @@ func (c *Client) ListTaskResults(ctx context.Context, taskId TaskID, params *Lis
 //
 // Moves a `failed_terminal` or `cancelled` task back to `pending` with a fresh attempt
 // budget; its earlier attempts stay in its history. Other states are 409 `task-not-retryable`.
+// A job of a finished scan reopens the scan (it completes again, its changes recomputed, when
+// the job ends); while another job of the scan is in flight it is 409 `scan-busy`, since a
+// scan runs one job at a time; a job of a cancelled scan is 409 `scan-finished`.
 //
 // Corresponds with POST /v1/tasks/{task_id}/retry (the `RetryTask` operationId).
 func (c *Client) RetryTask(ctx context.Context, taskId TaskID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -6408,6 +7083,91 @@ func NewGetOrganizationRequest(server string, organizationId OrganizationID) (*h
 	return req, nil
 }
 
+// NewListAssetEdgesRequest constructs an http.Request for the ListAssetEdges method
+func NewListAssetEdgesRequest(server string, organizationId OrganizationID, params *ListAssetEdgesParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "organization_id", organizationId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/organizations/%s/asset-edges", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.AssetId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "asset_id", *params.AssetId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "uuid"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListAssetsRequest constructs an http.Request for the ListAssets method
 func NewListAssetsRequest(server string, organizationId OrganizationID, params *ListAssetsParams) (*http.Request, error) {
 	var err error
@@ -6481,6 +7241,437 @@ func NewListAssetsRequest(server string, organizationId OrganizationID, params *
 	return req, nil
 }
 
+// NewListExposureChangesRequest constructs an http.Request for the ListExposureChanges method
+func NewListExposureChangesRequest(server string, organizationId OrganizationID, params *ListExposureChangesParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "organization_id", organizationId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/organizations/%s/exposure-changes", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Kind != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "kind", *params.Kind, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "array", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Since != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "since", *params.Since, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "date-time"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Until != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "until", *params.Until, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "date-time"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListScopeTargetsRequest constructs an http.Request for the ListScopeTargets method
+func NewListScopeTargetsRequest(server string, organizationId OrganizationID, params *ListScopeTargetsParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "organization_id", organizationId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/organizations/%s/scope", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewAddScopeTargetRequest calls the generic AddScopeTarget builder with application/json body
+func NewAddScopeTargetRequest(server string, organizationId OrganizationID, body AddScopeTargetJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewAddScopeTargetRequestWithBody(server, organizationId, "application/json", bodyReader)
+}
+
+// NewAddScopeTargetRequestWithBody constructs an http.Request for the AddScopeTarget method, with any body, and a specified content type
+func NewAddScopeTargetRequestWithBody(server string, organizationId OrganizationID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "organization_id", organizationId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/organizations/%s/scope", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewRemoveScopeTargetRequest constructs an http.Request for the RemoveScopeTarget method
+func NewRemoveScopeTargetRequest(server string, organizationId OrganizationID, scopeTargetId openapi_types.UUID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "organization_id", organizationId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "scope_target_id", scopeTargetId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/organizations/%s/scope/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListThreatExclusionsRequest constructs an http.Request for the ListThreatExclusions method
+func NewListThreatExclusionsRequest(server string, organizationId OrganizationID, params *ListThreatExclusionsParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "organization_id", organizationId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/organizations/%s/threat-exclusions", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCreateThreatExclusionRequest calls the generic CreateThreatExclusion builder with application/json body
+func NewCreateThreatExclusionRequest(server string, organizationId OrganizationID, body CreateThreatExclusionJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateThreatExclusionRequestWithBody(server, organizationId, "application/json", bodyReader)
+}
+
+// NewCreateThreatExclusionRequestWithBody constructs an http.Request for the CreateThreatExclusion method, with any body, and a specified content type
+func NewCreateThreatExclusionRequestWithBody(server string, organizationId OrganizationID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "organization_id", organizationId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/organizations/%s/threat-exclusions", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewDeleteThreatExclusionRequest constructs an http.Request for the DeleteThreatExclusion method
+func NewDeleteThreatExclusionRequest(server string, organizationId OrganizationID, exclusionId openapi_types.UUID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "organization_id", organizationId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "exclusion_id", exclusionId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/organizations/%s/threat-exclusions/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListThreatsRequest constructs an http.Request for the ListThreats method
 func NewListThreatsRequest(server string, organizationId OrganizationID, params *ListThreatsParams) (*http.Request, error) {
 	var err error
@@ -6515,6 +7706,18 @@ func NewListThreatsRequest(server string, organizationId OrganizationID, params 
 		// styled parameters, preserving literal commas as delimiters
 		// per the OpenAPI spec (e.g. "color=blue,black,brown").
 		var rawQueryFragments []string
+
+		if params.IncludeExcluded != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "include_excluded", *params.IncludeExcluded, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
 
 		if params.Cursor != nil {
 
@@ -6927,6 +8130,115 @@ func NewCancelScanRequest(server string, scanId ScanID) (*http.Request, error) {
 	}
 
 	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListScanChangesRequest constructs an http.Request for the ListScanChanges method
+func NewListScanChangesRequest(server string, scanId ScanID, params *ListScanChangesParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "scan_id", scanId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/scans/%s/changes", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Kind != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "kind", *params.Kind, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "array", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Since != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "since", *params.Since, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "date-time"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Until != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "until", *params.Until, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "date-time"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -9443,6 +10755,17 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/organizations/{organization_id} (the `GetOrganization` operationId).
 	GetOrganizationWithResponse(ctx context.Context, organizationId OrganizationID, reqEditors ...RequestEditorFn) (*GetOrganizationResponse, error)
 
+	// ListAssetEdgesWithResponse An organization's asset graph
+	//
+	// Relations between assets that scans reported (hostname `resolves_to` ip, ip `has_port`
+	// port, url `served_by` port, certificate `covers` hostname), each once, newest first; with
+	// `asset_id`, only those from or to that asset.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/organizations/{organization_id}/asset-edges (the `ListAssetEdges` operationId).
+	ListAssetEdgesWithResponse(ctx context.Context, organizationId OrganizationID, params *ListAssetEdgesParams, reqEditors ...RequestEditorFn) (*ListAssetEdgesResponse, error)
+
 	// ListAssetsWithResponse List an organization's assets
 	//
 	// Assets found by scans, deduplicated by (type, normalized value). Newest first.
@@ -9452,9 +10775,119 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/organizations/{organization_id}/assets (the `ListAssets` operationId).
 	ListAssetsWithResponse(ctx context.Context, organizationId OrganizationID, params *ListAssetsParams, reqEditors ...RequestEditorFn) (*ListAssetsResponse, error)
 
+	// ListExposureChangesWithResponse An organization's exposure-change timeline
+	//
+	// Every change found between consecutive completed scans of the same scope (the same
+	// targets, asset targets and plugins), newest first. The first scan of a scope is its
+	// baseline and has no changes.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/organizations/{organization_id}/exposure-changes (the `ListExposureChanges` operationId).
+	ListExposureChangesWithResponse(ctx context.Context, organizationId OrganizationID, params *ListExposureChangesParams, reqEditors ...RequestEditorFn) (*ListExposureChangesResponse, error)
+
+	// ListScopeTargetsWithResponse List an organization's scan scope
+	//
+	// The targets the organization is approved to scan, newest first. `enforced` is false for an
+	// organization that never had a scope entry: its scans may name any target. From its first
+	// entry on, scope is enforced, and stays enforced when every entry is removed (then no scan
+	// is allowed).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/organizations/{organization_id}/scope (the `ListScopeTargets` operationId).
+	ListScopeTargetsWithResponse(ctx context.Context, organizationId OrganizationID, params *ListScopeTargetsParams, reqEditors ...RequestEditorFn) (*ListScopeTargetsResponse, error)
+
+	// AddScopeTargetWithBodyWithResponse Approve a target for an organization's scans
+	//
+	// Platform operators only (an admin token without organization scope). Adds an entry and
+	// starts enforcing the organization's scope: a scan whose targets (or asset targets) are not
+	// all in scope is 400 `target-out-of-scope`, listing them in `out_of_scope_targets`, and
+	// records workers return about anything outside scope are kept in their batch, flagged
+	// `out_of_scope`, and never become assets. Kinds: `domain` (with `include_subdomains`, or
+	// written `*.example.com`), `ip`, `cidr`, `url_prefix` (URLs under it; does not cover the
+	// host itself). Adding an existing entry returns it with 200.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/organizations/{organization_id}/scope (the `AddScopeTarget` operationId).
+	AddScopeTargetWithBodyWithResponse(ctx context.Context, organizationId OrganizationID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AddScopeTargetResponse, error)
+
+	// AddScopeTargetWithResponse Approve a target for an organization's scans
+	//
+	// Platform operators only (an admin token without organization scope). Adds an entry and
+	// starts enforcing the organization's scope: a scan whose targets (or asset targets) are not
+	// all in scope is 400 `target-out-of-scope`, listing them in `out_of_scope_targets`, and
+	// records workers return about anything outside scope are kept in their batch, flagged
+	// `out_of_scope`, and never become assets. Kinds: `domain` (with `include_subdomains`, or
+	// written `*.example.com`), `ip`, `cidr`, `url_prefix` (URLs under it; does not cover the
+	// host itself). Adding an existing entry returns it with 200.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/organizations/{organization_id}/scope (the `AddScopeTarget` operationId).
+	AddScopeTargetWithResponse(ctx context.Context, organizationId OrganizationID, body AddScopeTargetJSONRequestBody, reqEditors ...RequestEditorFn) (*AddScopeTargetResponse, error)
+
+	// RemoveScopeTargetWithResponse Remove an entry from an organization's scan scope
+	//
+	// Platform operators only. The scope stays enforced.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/organizations/{organization_id}/scope/{scope_target_id} (the `RemoveScopeTarget` operationId).
+	RemoveScopeTargetWithResponse(ctx context.Context, organizationId OrganizationID, scopeTargetId openapi_types.UUID, reqEditors ...RequestEditorFn) (*RemoveScopeTargetResponse, error)
+
+	// ListThreatExclusionsWithResponse List an organization's threat exclusions
+	//
+	// Newest first, expired ones included.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/organizations/{organization_id}/threat-exclusions (the `ListThreatExclusions` operationId).
+	ListThreatExclusionsWithResponse(ctx context.Context, organizationId OrganizationID, params *ListThreatExclusionsParams, reqEditors ...RequestEditorFn) (*ListThreatExclusionsResponse, error)
+
+	// CreateThreatExclusionWithBodyWithResponse Suppress threats
+	//
+	// Admins only. The exclusion matches a threat when every criterion it names matches: the
+	// asset, a glob over the asset's normalized value (`*` any run, `?` one character,
+	// case-insensitive), the external id, a glob over the title, the severity. Until it expires,
+	// matching threats are left out of `GET /v1/organizations/{organization_id}/threats` (shown,
+	// with `exclusion_id`, with `include_excluded=true`); their detections are still recorded,
+	// flagged as excluded.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/organizations/{organization_id}/threat-exclusions (the `CreateThreatExclusion` operationId).
+	CreateThreatExclusionWithBodyWithResponse(ctx context.Context, organizationId OrganizationID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateThreatExclusionResponse, error)
+
+	// CreateThreatExclusionWithResponse Suppress threats
+	//
+	// Admins only. The exclusion matches a threat when every criterion it names matches: the
+	// asset, a glob over the asset's normalized value (`*` any run, `?` one character,
+	// case-insensitive), the external id, a glob over the title, the severity. Until it expires,
+	// matching threats are left out of `GET /v1/organizations/{organization_id}/threats` (shown,
+	// with `exclusion_id`, with `include_excluded=true`); their detections are still recorded,
+	// flagged as excluded.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/organizations/{organization_id}/threat-exclusions (the `CreateThreatExclusion` operationId).
+	CreateThreatExclusionWithResponse(ctx context.Context, organizationId OrganizationID, body CreateThreatExclusionJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateThreatExclusionResponse, error)
+
+	// DeleteThreatExclusionWithResponse Delete a threat exclusion
+	//
+	// Admins only. The threats it hid show again; detections it flagged stay flagged.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/organizations/{organization_id}/threat-exclusions/{exclusion_id} (the `DeleteThreatExclusion` operationId).
+	DeleteThreatExclusionWithResponse(ctx context.Context, organizationId OrganizationID, exclusionId openapi_types.UUID, reqEditors ...RequestEditorFn) (*DeleteThreatExclusionResponse, error)
+
 	// ListThreatsWithResponse List an organization's threats
 	//
-	// Threats found by scans, deduplicated by (asset, external id), with how many scan jobs detected each. Newest first.
+	// Threats found by scans, deduplicated by (asset, external id), with how many scan jobs
+	// detected each and their vulnerability details. Newest first. Threats an active exclusion
+	// matches are left out unless `include_excluded=true`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -9554,6 +10987,19 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/scans/{scan_id}/cancel (the `CancelScan` operationId).
 	CancelScanWithResponse(ctx context.Context, scanId ScanID, reqEditors ...RequestEditorFn) (*CancelScanResponse, error)
+
+	// ListScanChangesWithResponse What changed since the previous scan
+	//
+	// The changes this scan found against the latest earlier completed scan of the same scope
+	// (the same targets, asset targets and plugins): assets that appeared or disappeared, ports
+	// opened or closed, certificates and HTTP statuses that changed. Computed when the scan
+	// completes, once: retried batches and second attempts never add a change twice. Newest
+	// first.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/scans/{scan_id}/changes (the `ListScanChanges` operationId).
+	ListScanChangesWithResponse(ctx context.Context, scanId ScanID, params *ListScanChangesParams, reqEditors ...RequestEditorFn) (*ListScanChangesResponse, error)
 
 	// ListSchedulesWithResponse List schedules
 	//
@@ -9758,7 +11204,9 @@ type ClientWithResponsesInterface interface {
 	// Creates a durable task for an organization. With an `Idempotency-Key` (unique per
 	// organization), repeating the same request returns the task it created (header
 	// `Idempotent-Replayed: true`); the same key with a different body is 422
-	// `idempotency-key-reused`.
+	// `idempotency-key-reused`. A `scanner_plugin` task whose payload names targets (`targets`,
+	// or `urls`, `addresses`, `targets`, `hosts`, `host`, `target` in its `input`) outside the
+	// organization's scan scope is 400 `target-out-of-scope`.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -9770,7 +11218,9 @@ type ClientWithResponsesInterface interface {
 	// Creates a durable task for an organization. With an `Idempotency-Key` (unique per
 	// organization), repeating the same request returns the task it created (header
 	// `Idempotent-Replayed: true`); the same key with a different body is 422
-	// `idempotency-key-reused`.
+	// `idempotency-key-reused`. A `scanner_plugin` task whose payload names targets (`targets`,
+	// or `urls`, `addresses`, `targets`, `hosts`, `host`, `target` in its `input`) outside the
+	// organization's scan scope is 400 `target-out-of-scope`.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -9839,6 +11289,9 @@ type ClientWithResponsesInterface interface {
 	//
 	// Moves a `failed_terminal` or `cancelled` task back to `pending` with a fresh attempt
 	// budget; its earlier attempts stay in its history. Other states are 409 `task-not-retryable`.
+	// A job of a finished scan reopens the scan (it completes again, its changes recomputed, when
+	// the job ends); while another job of the scan is in flight it is 409 `scan-busy`, since a
+	// scan runs one job at a time; a job of a cancelled scan is 409 `scan-finished`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -11683,6 +13136,68 @@ func (r GetOrganizationResponse) ContentType() string {
 	return ""
 }
 
+type ListAssetEdgesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *AssetEdgeList
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListAssetEdgesResponse) GetJSON200() *AssetEdgeList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListAssetEdgesResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListAssetEdgesResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListAssetEdgesResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListAssetEdgesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListAssetEdgesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListAssetEdgesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListAssetEdgesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ListAssetsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -11739,6 +13254,496 @@ func (r ListAssetsResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ListAssetsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListExposureChangesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *AssetChangeList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListExposureChangesResponse) GetJSON200() *AssetChangeList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListExposureChangesResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListExposureChangesResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListExposureChangesResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListExposureChangesResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListExposureChangesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListExposureChangesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListExposureChangesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListExposureChangesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListScopeTargetsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ScopeTargetList
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListScopeTargetsResponse) GetJSON200() *ScopeTargetList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListScopeTargetsResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListScopeTargetsResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListScopeTargetsResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListScopeTargetsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListScopeTargetsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListScopeTargetsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListScopeTargetsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type AddScopeTargetResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ScopeTarget
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *ScopeTarget
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r AddScopeTargetResponse) GetJSON200() *ScopeTarget {
+	return r.JSON200
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r AddScopeTargetResponse) GetJSON201() *ScopeTarget {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r AddScopeTargetResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r AddScopeTargetResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r AddScopeTargetResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r AddScopeTargetResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r AddScopeTargetResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r AddScopeTargetResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r AddScopeTargetResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r AddScopeTargetResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r AddScopeTargetResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type RemoveScopeTargetResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ScopeTarget
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RemoveScopeTargetResponse) GetJSON200() *ScopeTarget {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RemoveScopeTargetResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RemoveScopeTargetResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r RemoveScopeTargetResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r RemoveScopeTargetResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r RemoveScopeTargetResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RemoveScopeTargetResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RemoveScopeTargetResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RemoveScopeTargetResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListThreatExclusionsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ThreatExclusionList
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListThreatExclusionsResponse) GetJSON200() *ThreatExclusionList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListThreatExclusionsResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListThreatExclusionsResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListThreatExclusionsResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListThreatExclusionsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListThreatExclusionsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListThreatExclusionsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListThreatExclusionsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type CreateThreatExclusionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *ThreatExclusion
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreateThreatExclusionResponse) GetJSON201() *ThreatExclusion {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CreateThreatExclusionResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CreateThreatExclusionResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CreateThreatExclusionResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r CreateThreatExclusionResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r CreateThreatExclusionResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateThreatExclusionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateThreatExclusionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateThreatExclusionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateThreatExclusionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type DeleteThreatExclusionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ThreatExclusion
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r DeleteThreatExclusionResponse) GetJSON200() *ThreatExclusion {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r DeleteThreatExclusionResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r DeleteThreatExclusionResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r DeleteThreatExclusionResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r DeleteThreatExclusionResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteThreatExclusionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteThreatExclusionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteThreatExclusionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteThreatExclusionResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -12291,6 +14296,75 @@ func (r CancelScanResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r CancelScanResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListScanChangesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *AssetChangeList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListScanChangesResponse) GetJSON200() *AssetChangeList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListScanChangesResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListScanChangesResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListScanChangesResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListScanChangesResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListScanChangesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListScanChangesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListScanChangesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListScanChangesResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -15826,6 +17900,23 @@ func (c *ClientWithResponses) GetOrganizationWithResponse(ctx context.Context, o
 	return ParseGetOrganizationResponse(rsp)
 }
 
+// ListAssetEdgesWithResponse An organization's asset graph
+//
+// Relations between assets that scans reported (hostname `resolves_to` ip, ip `has_port`
+// port, url `served_by` port, certificate `covers` hostname), each once, newest first; with
+// `asset_id`, only those from or to that asset.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/organizations/{organization_id}/asset-edges (the `ListAssetEdges` operationId).
+func (c *ClientWithResponses) ListAssetEdgesWithResponse(ctx context.Context, organizationId OrganizationID, params *ListAssetEdgesParams, reqEditors ...RequestEditorFn) (*ListAssetEdgesResponse, error) {
+	rsp, err := c.ListAssetEdges(ctx, organizationId, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListAssetEdgesResponse(rsp)
+}
+
 // ListAssetsWithResponse List an organization's assets
 //
 // Assets found by scans, deduplicated by (type, normalized value). Newest first.
@@ -15841,9 +17932,173 @@ func (c *ClientWithResponses) ListAssetsWithResponse(ctx context.Context, organi
 	return ParseListAssetsResponse(rsp)
 }
 
+// ListExposureChangesWithResponse An organization's exposure-change timeline
+//
+// Every change found between consecutive completed scans of the same scope (the same
+// targets, asset targets and plugins), newest first. The first scan of a scope is its
+// baseline and has no changes.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/organizations/{organization_id}/exposure-changes (the `ListExposureChanges` operationId).
+func (c *ClientWithResponses) ListExposureChangesWithResponse(ctx context.Context, organizationId OrganizationID, params *ListExposureChangesParams, reqEditors ...RequestEditorFn) (*ListExposureChangesResponse, error) {
+	rsp, err := c.ListExposureChanges(ctx, organizationId, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListExposureChangesResponse(rsp)
+}
+
+// ListScopeTargetsWithResponse List an organization's scan scope
+//
+// The targets the organization is approved to scan, newest first. `enforced` is false for an
+// organization that never had a scope entry: its scans may name any target. From its first
+// entry on, scope is enforced, and stays enforced when every entry is removed (then no scan
+// is allowed).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/organizations/{organization_id}/scope (the `ListScopeTargets` operationId).
+func (c *ClientWithResponses) ListScopeTargetsWithResponse(ctx context.Context, organizationId OrganizationID, params *ListScopeTargetsParams, reqEditors ...RequestEditorFn) (*ListScopeTargetsResponse, error) {
+	rsp, err := c.ListScopeTargets(ctx, organizationId, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListScopeTargetsResponse(rsp)
+}
+
+// AddScopeTargetWithBodyWithResponse Approve a target for an organization's scans
+//
+// Platform operators only (an admin token without organization scope). Adds an entry and
+// starts enforcing the organization's scope: a scan whose targets (or asset targets) are not
+// all in scope is 400 `target-out-of-scope`, listing them in `out_of_scope_targets`, and
+// records workers return about anything outside scope are kept in their batch, flagged
+// `out_of_scope`, and never become assets. Kinds: `domain` (with `include_subdomains`, or
+// written `*.example.com`), `ip`, `cidr`, `url_prefix` (URLs under it; does not cover the
+// host itself). Adding an existing entry returns it with 200.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/organizations/{organization_id}/scope (the `AddScopeTarget` operationId).
+func (c *ClientWithResponses) AddScopeTargetWithBodyWithResponse(ctx context.Context, organizationId OrganizationID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AddScopeTargetResponse, error) {
+	rsp, err := c.AddScopeTargetWithBody(ctx, organizationId, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAddScopeTargetResponse(rsp)
+}
+
+// AddScopeTargetWithResponse Approve a target for an organization's scans
+//
+// Platform operators only (an admin token without organization scope). Adds an entry and
+// starts enforcing the organization's scope: a scan whose targets (or asset targets) are not
+// all in scope is 400 `target-out-of-scope`, listing them in `out_of_scope_targets`, and
+// records workers return about anything outside scope are kept in their batch, flagged
+// `out_of_scope`, and never become assets. Kinds: `domain` (with `include_subdomains`, or
+// written `*.example.com`), `ip`, `cidr`, `url_prefix` (URLs under it; does not cover the
+// host itself). Adding an existing entry returns it with 200.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/organizations/{organization_id}/scope (the `AddScopeTarget` operationId).
+func (c *ClientWithResponses) AddScopeTargetWithResponse(ctx context.Context, organizationId OrganizationID, body AddScopeTargetJSONRequestBody, reqEditors ...RequestEditorFn) (*AddScopeTargetResponse, error) {
+	rsp, err := c.AddScopeTarget(ctx, organizationId, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAddScopeTargetResponse(rsp)
+}
+
+// RemoveScopeTargetWithResponse Remove an entry from an organization's scan scope
+//
+// Platform operators only. The scope stays enforced.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/organizations/{organization_id}/scope/{scope_target_id} (the `RemoveScopeTarget` operationId).
+func (c *ClientWithResponses) RemoveScopeTargetWithResponse(ctx context.Context, organizationId OrganizationID, scopeTargetId openapi_types.UUID, reqEditors ...RequestEditorFn) (*RemoveScopeTargetResponse, error) {
+	rsp, err := c.RemoveScopeTarget(ctx, organizationId, scopeTargetId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRemoveScopeTargetResponse(rsp)
+}
+
+// ListThreatExclusionsWithResponse List an organization's threat exclusions
+//
+// Newest first, expired ones included.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/organizations/{organization_id}/threat-exclusions (the `ListThreatExclusions` operationId).
+func (c *ClientWithResponses) ListThreatExclusionsWithResponse(ctx context.Context, organizationId OrganizationID, params *ListThreatExclusionsParams, reqEditors ...RequestEditorFn) (*ListThreatExclusionsResponse, error) {
+	rsp, err := c.ListThreatExclusions(ctx, organizationId, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListThreatExclusionsResponse(rsp)
+}
+
+// CreateThreatExclusionWithBodyWithResponse Suppress threats
+//
+// Admins only. The exclusion matches a threat when every criterion it names matches: the
+// asset, a glob over the asset's normalized value (`*` any run, `?` one character,
+// case-insensitive), the external id, a glob over the title, the severity. Until it expires,
+// matching threats are left out of `GET /v1/organizations/{organization_id}/threats` (shown,
+// with `exclusion_id`, with `include_excluded=true`); their detections are still recorded,
+// flagged as excluded.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/organizations/{organization_id}/threat-exclusions (the `CreateThreatExclusion` operationId).
+func (c *ClientWithResponses) CreateThreatExclusionWithBodyWithResponse(ctx context.Context, organizationId OrganizationID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateThreatExclusionResponse, error) {
+	rsp, err := c.CreateThreatExclusionWithBody(ctx, organizationId, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateThreatExclusionResponse(rsp)
+}
+
+// CreateThreatExclusionWithResponse Suppress threats
+//
+// Admins only. The exclusion matches a threat when every criterion it names matches: the
+// asset, a glob over the asset's normalized value (`*` any run, `?` one character,
+// case-insensitive), the external id, a glob over the title, the severity. Until it expires,
+// matching threats are left out of `GET /v1/organizations/{organization_id}/threats` (shown,
+// with `exclusion_id`, with `include_excluded=true`); their detections are still recorded,
+// flagged as excluded.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/organizations/{organization_id}/threat-exclusions (the `CreateThreatExclusion` operationId).
+func (c *ClientWithResponses) CreateThreatExclusionWithResponse(ctx context.Context, organizationId OrganizationID, body CreateThreatExclusionJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateThreatExclusionResponse, error) {
+	rsp, err := c.CreateThreatExclusion(ctx, organizationId, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateThreatExclusionResponse(rsp)
+}
+
+// DeleteThreatExclusionWithResponse Delete a threat exclusion
+//
+// Admins only. The threats it hid show again; detections it flagged stay flagged.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/organizations/{organization_id}/threat-exclusions/{exclusion_id} (the `DeleteThreatExclusion` operationId).
+func (c *ClientWithResponses) DeleteThreatExclusionWithResponse(ctx context.Context, organizationId OrganizationID, exclusionId openapi_types.UUID, reqEditors ...RequestEditorFn) (*DeleteThreatExclusionResponse, error) {
+	rsp, err := c.DeleteThreatExclusion(ctx, organizationId, exclusionId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteThreatExclusionResponse(rsp)
+}
+
 // ListThreatsWithResponse List an organization's threats
 //
-// Threats found by scans, deduplicated by (asset, external id), with how many scan jobs detected each. Newest first.
+// Threats found by scans, deduplicated by (asset, external id), with how many scan jobs
+// detected each and their vulnerability details. Newest first. Threats an active exclusion
+// matches are left out unless `include_excluded=true`.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -15996,6 +18251,25 @@ func (c *ClientWithResponses) CancelScanWithResponse(ctx context.Context, scanId
 		return nil, err
 	}
 	return ParseCancelScanResponse(rsp)
+}
+
+// ListScanChangesWithResponse What changed since the previous scan
+//
+// The changes this scan found against the latest earlier completed scan of the same scope
+// (the same targets, asset targets and plugins): assets that appeared or disappeared, ports
+// opened or closed, certificates and HTTP statuses that changed. Computed when the scan
+// completes, once: retried batches and second attempts never add a change twice. Newest
+// first.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/scans/{scan_id}/changes (the `ListScanChanges` operationId).
+func (c *ClientWithResponses) ListScanChangesWithResponse(ctx context.Context, scanId ScanID, params *ListScanChangesParams, reqEditors ...RequestEditorFn) (*ListScanChangesResponse, error) {
+	rsp, err := c.ListScanChanges(ctx, scanId, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListScanChangesResponse(rsp)
 }
 
 // ListSchedulesWithResponse List schedules
@@ -16315,7 +18589,9 @@ func (c *ClientWithResponses) ListTasksWithResponse(ctx context.Context, params 
 // Creates a durable task for an organization. With an `Idempotency-Key` (unique per
 // organization), repeating the same request returns the task it created (header
 // `Idempotent-Replayed: true`); the same key with a different body is 422
-// `idempotency-key-reused`.
+// `idempotency-key-reused`. A `scanner_plugin` task whose payload names targets (`targets`,
+// or `urls`, `addresses`, `targets`, `hosts`, `host`, `target` in its `input`) outside the
+// organization's scan scope is 400 `target-out-of-scope`.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -16333,7 +18609,9 @@ func (c *ClientWithResponses) CreateTaskWithBodyWithResponse(ctx context.Context
 // Creates a durable task for an organization. With an `Idempotency-Key` (unique per
 // organization), repeating the same request returns the task it created (header
 // `Idempotent-Replayed: true`); the same key with a different body is 422
-// `idempotency-key-reused`.
+// `idempotency-key-reused`. A `scanner_plugin` task whose payload names targets (`targets`,
+// or `urls`, `addresses`, `targets`, `hosts`, `host`, `target` in its `input`) outside the
+// organization's scan scope is 400 `target-out-of-scope`.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -16438,6 +18716,9 @@ func (c *ClientWithResponses) ListTaskResultsWithResponse(ctx context.Context, t
 //
 // Moves a `failed_terminal` or `cancelled` task back to `pending` with a fresh attempt
 // budget; its earlier attempts stay in its history. Other states are 409 `task-not-retryable`.
+// A job of a finished scan reopens the scan (it completes again, its changes recomputed, when
+// the job ends); while another job of the scan is in flight it is 409 `scan-busy`, since a
+// scan runs one job at a time; a job of a cancelled scan is 409 `scan-finished`.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -18137,6 +20418,53 @@ func ParseGetOrganizationResponse(rsp *http.Response) (*GetOrganizationResponse,
 	return response, nil
 }
 
+// ParseListAssetEdgesResponse parses an HTTP response from a ListAssetEdgesWithResponse call
+func ParseListAssetEdgesResponse(rsp *http.Response) (*ListAssetEdgesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListAssetEdgesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest AssetEdgeList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseListAssetsResponse parses an HTTP response from a ListAssetsWithResponse call
 func ParseListAssetsResponse(rsp *http.Response) (*ListAssetsResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -18164,6 +20492,391 @@ func ParseListAssetsResponse(rsp *http.Response) (*ListAssetsResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListExposureChangesResponse parses an HTTP response from a ListExposureChangesWithResponse call
+func ParseListExposureChangesResponse(rsp *http.Response) (*ListExposureChangesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListExposureChangesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest AssetChangeList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListScopeTargetsResponse parses an HTTP response from a ListScopeTargetsWithResponse call
+func ParseListScopeTargetsResponse(rsp *http.Response) (*ListScopeTargetsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListScopeTargetsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ScopeTargetList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseAddScopeTargetResponse parses an HTTP response from a AddScopeTargetWithResponse call
+func ParseAddScopeTargetResponse(rsp *http.Response) (*AddScopeTargetResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &AddScopeTargetResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ScopeTarget
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest ScopeTarget
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseRemoveScopeTargetResponse parses an HTTP response from a RemoveScopeTargetWithResponse call
+func ParseRemoveScopeTargetResponse(rsp *http.Response) (*RemoveScopeTargetResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RemoveScopeTargetResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ScopeTarget
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListThreatExclusionsResponse parses an HTTP response from a ListThreatExclusionsWithResponse call
+func ParseListThreatExclusionsResponse(rsp *http.Response) (*ListThreatExclusionsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListThreatExclusionsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ThreatExclusionList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseCreateThreatExclusionResponse parses an HTTP response from a CreateThreatExclusionWithResponse call
+func ParseCreateThreatExclusionResponse(rsp *http.Response) (*CreateThreatExclusionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateThreatExclusionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest ThreatExclusion
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseDeleteThreatExclusionResponse parses an HTTP response from a DeleteThreatExclusionWithResponse call
+func ParseDeleteThreatExclusionResponse(rsp *http.Response) (*DeleteThreatExclusionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteThreatExclusionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ThreatExclusion
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest Problem
@@ -18609,6 +21322,60 @@ func ParseCancelScanResponse(rsp *http.Response) (*CancelScanResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListScanChangesResponse parses an HTTP response from a ListScanChangesWithResponse call
+func ParseListScanChangesResponse(rsp *http.Response) (*ListScanChangesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListScanChangesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest AssetChangeList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Problem

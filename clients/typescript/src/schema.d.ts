@@ -431,12 +431,160 @@ export interface paths {
         };
         /**
          * List an organization's threats
-         * @description Threats found by scans, deduplicated by (asset, external id), with how many scan jobs detected each. Newest first.
+         * @description Threats found by scans, deduplicated by (asset, external id), with how many scan jobs
+         *     detected each and their vulnerability details. Newest first. Threats an active exclusion
+         *     matches are left out unless `include_excluded=true`.
          */
         get: operations["listThreats"];
         put?: never;
         post?: never;
         delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/organizations/{organization_id}/scope": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List an organization's scan scope
+         * @description The targets the organization is approved to scan, newest first. `enforced` is false for an
+         *     organization that never had a scope entry: its scans may name any target. From its first
+         *     entry on, scope is enforced, and stays enforced when every entry is removed (then no scan
+         *     is allowed).
+         */
+        get: operations["listScopeTargets"];
+        put?: never;
+        /**
+         * Approve a target for an organization's scans
+         * @description Platform operators only (an admin token without organization scope). Adds an entry and
+         *     starts enforcing the organization's scope: a scan whose targets (or asset targets) are not
+         *     all in scope is 400 `target-out-of-scope`, listing them in `out_of_scope_targets`, and
+         *     records workers return about anything outside scope are kept in their batch, flagged
+         *     `out_of_scope`, and never become assets. Kinds: `domain` (with `include_subdomains`, or
+         *     written `*.example.com`), `ip`, `cidr`, `url_prefix` (URLs under it; does not cover the
+         *     host itself). Adding an existing entry returns it with 200.
+         */
+        post: operations["addScopeTarget"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/organizations/{organization_id}/scope/{scope_target_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Remove an entry from an organization's scan scope
+         * @description Platform operators only. The scope stays enforced.
+         */
+        delete: operations["removeScopeTarget"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/organizations/{organization_id}/exposure-changes": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * An organization's exposure-change timeline
+         * @description Every change found between consecutive completed scans of the same scope (the same
+         *     targets, asset targets and plugins), newest first. The first scan of a scope is its
+         *     baseline and has no changes.
+         */
+        get: operations["listExposureChanges"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/organizations/{organization_id}/asset-edges": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * An organization's asset graph
+         * @description Relations between assets that scans reported (hostname `resolves_to` ip, ip `has_port`
+         *     port, url `served_by` port, certificate `covers` hostname), each once, newest first; with
+         *     `asset_id`, only those from or to that asset.
+         */
+        get: operations["listAssetEdges"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/organizations/{organization_id}/threat-exclusions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List an organization's threat exclusions
+         * @description Newest first, expired ones included.
+         */
+        get: operations["listThreatExclusions"];
+        put?: never;
+        /**
+         * Suppress threats
+         * @description Admins only. The exclusion matches a threat when every criterion it names matches: the
+         *     asset, a glob over the asset's normalized value (`*` any run, `?` one character,
+         *     case-insensitive), the external id, a glob over the title, the severity. Until it expires,
+         *     matching threats are left out of `GET /v1/organizations/{organization_id}/threats` (shown,
+         *     with `exclusion_id`, with `include_excluded=true`); their detections are still recorded,
+         *     flagged as excluded.
+         */
+        post: operations["createThreatExclusion"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/organizations/{organization_id}/threat-exclusions/{exclusion_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Delete a threat exclusion
+         * @description Admins only. The threats it hid show again; detections it flagged stay flagged.
+         */
+        delete: operations["deleteThreatExclusion"];
         options?: never;
         head?: never;
         patch?: never;
@@ -819,7 +967,9 @@ export interface paths {
          * @description Creates a durable task for an organization. With an `Idempotency-Key` (unique per
          *     organization), repeating the same request returns the task it created (header
          *     `Idempotent-Replayed: true`); the same key with a different body is 422
-         *     `idempotency-key-reused`.
+         *     `idempotency-key-reused`. A `scanner_plugin` task whose payload names targets (`targets`,
+         *     or `urls`, `addresses`, `targets`, `hosts`, `host`, `target` in its `input`) outside the
+         *     organization's scan scope is 400 `target-out-of-scope`.
          */
         post: operations["createTask"];
         delete?: never;
@@ -889,6 +1039,9 @@ export interface paths {
          * Retry a dead-lettered or cancelled task
          * @description Moves a `failed_terminal` or `cancelled` task back to `pending` with a fresh attempt
          *     budget; its earlier attempts stay in its history. Other states are 409 `task-not-retryable`.
+         *     A job of a finished scan reopens the scan (it completes again, its changes recomputed, when
+         *     the job ends); while another job of the scan is in flight it is 409 `scan-busy`, since a
+         *     scan runs one job at a time; a job of a cancelled scan is 409 `scan-finished`.
          */
         post: operations["retryTask"];
         delete?: never;
@@ -1046,6 +1199,30 @@ export interface paths {
          * @description Each job mirrors its task's state.
          */
         get: operations["getScan"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/scans/{scan_id}/changes": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * What changed since the previous scan
+         * @description The changes this scan found against the latest earlier completed scan of the same scope
+         *     (the same targets, asset targets and plugins): assets that appeared or disappeared, ports
+         *     opened or closed, certificates and HTTP statuses that changed. Computed when the scan
+         *     completes, once: retried batches and second attempts never add a change twice. Newest
+         *     first.
+         */
+        get: operations["listScanChanges"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1368,6 +1545,8 @@ export interface components {
              */
             code: string;
             request_id?: string;
+            /** @description With `target-out-of-scope`: the scan's targets outside scope. */
+            out_of_scope_targets?: string[];
         };
         /**
          * @example {
@@ -2021,14 +2200,23 @@ export interface components {
         /** @enum {string} */
         Severity: "info" | "low" | "medium" | "high" | "critical";
         /**
-         * @description One record. `asset`: an asset found (`asset`, optional `details`). `threat`: a finding on
-         *     an asset (`asset`, `title`, `severity`, optional `external_id` to deduplicate by and
-         *     `details`). `data`: anything else (`data`), stored for producers.
+         * @description One record. `asset`: an asset found (`asset`, optional `details`; a url's `status` and
+         *     `certificate` are compared between scans). `threat`: a finding on an asset (`asset`,
+         *     `title`, `severity`, optional `external_id` to deduplicate by, `details` and
+         *     `vulnerability`). `edge`: a relation from `asset` to `target` (`relation`: hostname
+         *     `resolves_to` ip, ip `has_port` port, url `served_by` port, certificate `covers`
+         *     hostname). `data`: anything else (`data`), stored for producers. Stored records about
+         *     something outside the organization's scan scope carry `out_of_scope: true` (set by the
+         *     gateway; ignored in requests).
          */
         ResultRecord: {
             /** @enum {string} */
-            kind: "asset" | "threat" | "data";
+            kind: "asset" | "threat" | "edge" | "data";
             asset?: components["schemas"]["AssetRef"];
+            target?: components["schemas"]["AssetRef"];
+            relation?: components["schemas"]["EdgeRelation"];
+            vulnerability?: components["schemas"]["Vulnerability"];
+            out_of_scope?: boolean;
             details?: components["schemas"]["JSONObject"];
             external_id?: string;
             title?: string;
@@ -2067,6 +2255,10 @@ export interface components {
             assets?: number;
             /** @description Threat records ingested. */
             threats?: number;
+            /** @description Edge records ingested. */
+            edges?: number;
+            /** @description Records about something outside the organization's scan scope: kept, flagged, not ingested. */
+            out_of_scope?: number;
             /** Format: date-time */
             received_at: string;
         };
@@ -2114,7 +2306,10 @@ export interface components {
         CreateScanRequest: {
             /** Format: uuid */
             organization_id: string;
+            /** @description Free targets; with `asset_targets`, at least one target in all. All must be in the organization's scan scope when it has one, and so must what plugin inputs name (`urls`, `addresses`, `targets`, `hosts`, `host`, `target`). */
             targets: string[];
+            /** @description Assets of the organization to scan as well; their values join the targets. */
+            asset_targets?: string[];
             plugins: components["schemas"]["ScanPlugin"][];
             /** @default 0 */
             priority: number;
@@ -2135,6 +2330,8 @@ export interface components {
             plugin_name: string;
             state: components["schemas"]["ScanState"];
             input: components["schemas"]["JSONObject"];
+            /** @description Once the job ended: `records` (counts by kind, and `out_of_scope`) and `artifact_ids`. */
+            output?: components["schemas"]["JSONObject"];
             error?: string;
             task?: components["schemas"]["Task"];
             /** Format: date-time */
@@ -2169,6 +2366,7 @@ export interface components {
             organization_id: string;
             state: components["schemas"]["ScanState"];
             targets: string[];
+            asset_targets?: string[];
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */
@@ -2634,9 +2832,194 @@ export interface components {
             detections: number;
             /** Format: date-time */
             created_at: string;
+            /** @description An active exclusion matches it (listed only with include_excluded=true). */
+            excluded?: boolean;
+            /** Format: uuid */
+            exclusion_id?: string;
+            vulnerability?: components["schemas"]["Vulnerability"];
         };
         ThreatList: {
             items: components["schemas"]["Threat"][];
+            next_cursor?: string;
+        };
+        /** @enum {string} */
+        EdgeRelation: "resolves_to" | "has_port" | "served_by" | "covers";
+        /**
+         * @example {
+         *       "id": "0193f1a2-bd44-7e5f-b061-4c5d6e7f8091",
+         *       "organization_id": "0193f1a2-7c4e-7d1a-9a51-6b3f0e2c4d10",
+         *       "from": {
+         *         "id": "0193f1a2-9b22-7c3d-9e4f-2a3b4c5d6e7f",
+         *         "type": "hostname",
+         *         "value": "localhost"
+         *       },
+         *       "relation": "resolves_to",
+         *       "to": {
+         *         "id": "0193f1a2-8a11-7b2c-8d3e-1f2a3b4c5d6e",
+         *         "type": "ip",
+         *         "value": "127.0.0.1"
+         *       },
+         *       "first_seen_at": "2026-11-29T15:36:32Z",
+         *       "last_seen_at": "2026-11-29T15:36:32Z"
+         *     }
+         */
+        AssetEdge: {
+            /** Format: uuid */
+            id: string;
+            /** Format: uuid */
+            organization_id: string;
+            from: components["schemas"]["EdgeEnd"];
+            relation: components["schemas"]["EdgeRelation"];
+            to: components["schemas"]["EdgeEnd"];
+            /** Format: date-time */
+            first_seen_at: string;
+            /** Format: date-time */
+            last_seen_at: string;
+        };
+        EdgeEnd: {
+            /** Format: uuid */
+            id: string;
+            type: string;
+            value: string;
+        };
+        AssetEdgeList: {
+            items: components["schemas"]["AssetEdge"][];
+            next_cursor?: string;
+        };
+        Vulnerability: {
+            cve_ids?: string[];
+            cvss_vector?: string;
+            /** Format: double */
+            cvss_score?: number;
+            cwe_ids?: string[];
+            references?: string[];
+            remediation?: string;
+        };
+        /** @enum {string} */
+        ScopeTargetKind: "domain" | "ip" | "cidr" | "url_prefix";
+        CreateScopeTargetRequest: {
+            kind: components["schemas"]["ScopeTargetKind"];
+            value: string;
+            /**
+             * @description domain only: every name under it too.
+             * @default false
+             */
+            include_subdomains: boolean;
+            note?: string;
+        };
+        /**
+         * @example {
+         *       "id": "0193f1a2-bd44-7e5f-b061-4c5d6e7f8091",
+         *       "organization_id": "0193f1a2-7c4e-7d1a-9a51-6b3f0e2c4d10",
+         *       "kind": "cidr",
+         *       "value": "127.0.0.0/8",
+         *       "include_subdomains": false,
+         *       "created_at": "2026-11-29T15:36:32Z"
+         *     }
+         */
+        ScopeTarget: {
+            /** Format: uuid */
+            id: string;
+            /** Format: uuid */
+            organization_id: string;
+            kind: components["schemas"]["ScopeTargetKind"];
+            /** @description The canonical form. */
+            value: string;
+            include_subdomains: boolean;
+            note?: string;
+            /** Format: date-time */
+            created_at: string;
+        };
+        ScopeTargetList: {
+            /** @description Whether the organization's scans are held to its scope. */
+            enforced: boolean;
+            items: components["schemas"]["ScopeTarget"][];
+            next_cursor?: string;
+        };
+        /** @enum {string} */
+        ChangeKind: "asset_appeared" | "asset_disappeared" | "port_opened" | "port_closed" | "certificate_changed" | "http_status_changed";
+        /**
+         * @example {
+         *       "id": "0193f1a2-bd44-7e5f-b061-4c5d6e7f8091",
+         *       "organization_id": "0193f1a2-7c4e-7d1a-9a51-6b3f0e2c4d10",
+         *       "scan_id": "0193f1a2-9b22-7c3d-9e4f-2a3b4c5d6e7f",
+         *       "previous_scan_id": "0193f1a2-8a11-7b2c-8d3e-1f2a3b4c5d6e",
+         *       "asset": {
+         *         "type": "port",
+         *         "value": "127.0.0.1:8443"
+         *       },
+         *       "kind": "port_opened",
+         *       "after": {},
+         *       "detected_at": "2026-11-29T15:36:32Z"
+         *     }
+         */
+        AssetChange: {
+            /** Format: uuid */
+            id: string;
+            /** Format: uuid */
+            organization_id: string;
+            /** Format: uuid */
+            scan_id: string;
+            /** Format: uuid */
+            previous_scan_id?: string;
+            /** Format: uuid */
+            asset_id?: string;
+            asset: components["schemas"]["AssetRef"];
+            kind: components["schemas"]["ChangeKind"];
+            before?: components["schemas"]["JSONObject"];
+            after?: components["schemas"]["JSONObject"];
+            /** Format: date-time */
+            detected_at: string;
+        };
+        AssetChangeList: {
+            items: components["schemas"]["AssetChange"][];
+            next_cursor?: string;
+        };
+        /** @description At least one of asset_id, asset_pattern, external_id, title_pattern and severity. */
+        CreateThreatExclusionRequest: {
+            /** Format: uuid */
+            asset_id?: string;
+            asset_pattern?: string;
+            external_id?: string;
+            title_pattern?: string;
+            severity?: components["schemas"]["Severity"];
+            reason: string;
+            /** Format: date-time */
+            expires_at?: string;
+        };
+        /**
+         * @example {
+         *       "id": "0193f1a2-bd44-7e5f-b061-4c5d6e7f8091",
+         *       "organization_id": "0193f1a2-7c4e-7d1a-9a51-6b3f0e2c4d10",
+         *       "external_id": "tls-certificate-self-signed",
+         *       "reason": "internal CA",
+         *       "created_at": "2026-11-29T15:36:32Z"
+         *     }
+         */
+        ThreatExclusion: {
+            /** Format: uuid */
+            id: string;
+            /** Format: uuid */
+            organization_id: string;
+            /** Format: uuid */
+            asset_id?: string;
+            asset_pattern?: string;
+            external_id?: string;
+            title_pattern?: string;
+            severity?: components["schemas"]["Severity"];
+            reason: string;
+            /** Format: date-time */
+            expires_at?: string;
+            /**
+             * Format: uuid
+             * @description The API token that created it.
+             */
+            created_by?: string;
+            /** Format: date-time */
+            created_at: string;
+        };
+        ThreatExclusionList: {
+            items: components["schemas"]["ThreatExclusion"][];
             next_cursor?: string;
         };
         OpenUploadRequest: {
@@ -2997,6 +3380,12 @@ export interface components {
         /** @description The `next_cursor` of the previous page. */
         Cursor: string;
         Limit: number;
+        /** @description Only changes of these kinds (repeat the parameter for several). */
+        ChangeKinds: components["schemas"]["ChangeKind"][];
+        /** @description Only changes detected at or after this time. */
+        Since: string;
+        /** @description Only changes detected before this time. */
+        Until: string;
     };
     requestBodies: never;
     headers: never;
@@ -3659,6 +4048,7 @@ export interface operations {
     listThreats: {
         parameters: {
             query?: {
+                include_excluded?: boolean;
                 /** @description The `next_cursor` of the previous page. */
                 cursor?: components["parameters"]["Cursor"];
                 limit?: components["parameters"]["Limit"];
@@ -3681,6 +4071,270 @@ export interface operations {
                 };
             };
             401: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+            default: components["responses"]["Problem"];
+        };
+    };
+    listScopeTargets: {
+        parameters: {
+            query?: {
+                /** @description The `next_cursor` of the previous page. */
+                cursor?: components["parameters"]["Cursor"];
+                limit?: components["parameters"]["Limit"];
+            };
+            header?: never;
+            path: {
+                organization_id: components["parameters"]["OrganizationID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of scope entries. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ScopeTargetList"];
+                };
+            };
+            401: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+            default: components["responses"]["Problem"];
+        };
+    };
+    addScopeTarget: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                organization_id: components["parameters"]["OrganizationID"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "kind": "cidr",
+                 *       "value": "127.0.0.0/8",
+                 *       "note": "loopback"
+                 *     }
+                 */
+                "application/json": components["schemas"]["CreateScopeTargetRequest"];
+            };
+        };
+        responses: {
+            /** @description The entry already existed. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ScopeTarget"];
+                };
+            };
+            /** @description Added. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ScopeTarget"];
+                };
+            };
+            400: components["responses"]["Problem"];
+            401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+            default: components["responses"]["Problem"];
+        };
+    };
+    removeScopeTarget: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                organization_id: components["parameters"]["OrganizationID"];
+                scope_target_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The entry removed. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ScopeTarget"];
+                };
+            };
+            401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+            default: components["responses"]["Problem"];
+        };
+    };
+    listExposureChanges: {
+        parameters: {
+            query?: {
+                /** @description Only changes of these kinds (repeat the parameter for several). */
+                kind?: components["parameters"]["ChangeKinds"];
+                /** @description Only changes detected at or after this time. */
+                since?: components["parameters"]["Since"];
+                /** @description Only changes detected before this time. */
+                until?: components["parameters"]["Until"];
+                /** @description The `next_cursor` of the previous page. */
+                cursor?: components["parameters"]["Cursor"];
+                limit?: components["parameters"]["Limit"];
+            };
+            header?: never;
+            path: {
+                organization_id: components["parameters"]["OrganizationID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of changes. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AssetChangeList"];
+                };
+            };
+            400: components["responses"]["Problem"];
+            401: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+            default: components["responses"]["Problem"];
+        };
+    };
+    listAssetEdges: {
+        parameters: {
+            query?: {
+                asset_id?: string;
+                /** @description The `next_cursor` of the previous page. */
+                cursor?: components["parameters"]["Cursor"];
+                limit?: components["parameters"]["Limit"];
+            };
+            header?: never;
+            path: {
+                organization_id: components["parameters"]["OrganizationID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of edges. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AssetEdgeList"];
+                };
+            };
+            401: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+            default: components["responses"]["Problem"];
+        };
+    };
+    listThreatExclusions: {
+        parameters: {
+            query?: {
+                /** @description The `next_cursor` of the previous page. */
+                cursor?: components["parameters"]["Cursor"];
+                limit?: components["parameters"]["Limit"];
+            };
+            header?: never;
+            path: {
+                organization_id: components["parameters"]["OrganizationID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of exclusions. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ThreatExclusionList"];
+                };
+            };
+            401: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+            default: components["responses"]["Problem"];
+        };
+    };
+    createThreatExclusion: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                organization_id: components["parameters"]["OrganizationID"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "external_id": "tls-certificate-self-signed",
+                 *       "asset_pattern": "https://*.corp.example/*",
+                 *       "reason": "internal CA",
+                 *       "expires_at": "2027-06-01T00:00:00Z"
+                 *     }
+                 */
+                "application/json": components["schemas"]["CreateThreatExclusionRequest"];
+            };
+        };
+        responses: {
+            /** @description Created. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ThreatExclusion"];
+                };
+            };
+            400: components["responses"]["Problem"];
+            401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+            default: components["responses"]["Problem"];
+        };
+    };
+    deleteThreatExclusion: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                organization_id: components["parameters"]["OrganizationID"];
+                exclusion_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The exclusion deleted. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ThreatExclusion"];
+                };
+            };
+            401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
             default: components["responses"]["Problem"];
         };
@@ -4765,6 +5419,42 @@ export interface operations {
                     "application/json": components["schemas"]["Scan"];
                 };
             };
+            401: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+            default: components["responses"]["Problem"];
+        };
+    };
+    listScanChanges: {
+        parameters: {
+            query?: {
+                /** @description Only changes of these kinds (repeat the parameter for several). */
+                kind?: components["parameters"]["ChangeKinds"];
+                /** @description Only changes detected at or after this time. */
+                since?: components["parameters"]["Since"];
+                /** @description Only changes detected before this time. */
+                until?: components["parameters"]["Until"];
+                /** @description The `next_cursor` of the previous page. */
+                cursor?: components["parameters"]["Cursor"];
+                limit?: components["parameters"]["Limit"];
+            };
+            header?: never;
+            path: {
+                scan_id: components["parameters"]["ScanID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of changes. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AssetChangeList"];
+                };
+            };
+            400: components["responses"]["Problem"];
             401: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
             default: components["responses"]["Problem"];

@@ -43,6 +43,18 @@ func ctlCommand(a *cli) *command {
 				leaf("workers", "ORG", "the workers an organization may use, with whether each is eligible and why", noFlags(orgsWorkers)),
 				leaf("assets", "ORG", "the assets scans found for an organization", orgsAssets),
 				leaf("threats", "ORG", "the threats scans found for an organization", orgsThreats),
+				leaf("exposure-changes", "ORG", "an organization's exposure-change timeline", orgsExposureChanges),
+				leaf("asset-edges", "ORG", "an organization's asset graph (hostname resolves_to ip, ip has_port port, …)", orgsAssetEdges),
+			),
+			group("scope", "the targets an organization is approved to scan (changes: platform operators only)",
+				leaf("list", "ORG", "an organization's scan scope", scopeList),
+				leaf("add", "ORG", "approve a target; starts enforcing the organization's scope", scopeAdd),
+				leaf("remove", "ORG ID", "remove a scope entry (the scope stays enforced)", noFlags(scopeRemove)),
+			),
+			group("exclusions", "threat exclusions: suppress known or accepted findings",
+				leaf("list", "ORG", "an organization's threat exclusions", exclusionsList),
+				leaf("create", "ORG", "create a threat exclusion", exclusionsCreate),
+				leaf("delete", "ORG ID", "delete a threat exclusion", noFlags(exclusionsDelete)),
 			),
 			group("workers", "workers",
 				leaf("list", "", "list workers", workersList),
@@ -79,6 +91,7 @@ func ctlCommand(a *cli) *command {
 				leaf("get", "ID", "show a scan with its jobs", noFlags(scansGet)),
 				leaf("create", "", "create a scan", scansCreate),
 				leaf("cancel", "ID", "cancel a scan", noFlags(scansCancel)),
+				leaf("changes", "ID", "what a scan found changed since the previous scan of its scope", scansChanges),
 			),
 			group("schedules", "scans and tasks on a timetable",
 				leaf("list", "", "list schedules", schedulesList),
@@ -193,13 +206,14 @@ func orgsAssets(fs *flagSet) ctlRun {
 
 func orgsThreats(fs *flagSet) ctlRun {
 	p := pageFlags(fs)
+	excluded := fs.Bool("include-excluded", false, "also the threats an active exclusion hides")
 	return func(ctx context.Context, c *ctl, args []string) error {
 		id, err := parseID("organization", args[0])
 		if err != nil {
 			return err
 		}
 		l, cur := p.params()
-		res, err := c.api.ListThreatsWithResponse(ctx, id, &apiclient.ListThreatsParams{Limit: l, Cursor: cur})
+		res, err := c.api.ListThreatsWithResponse(ctx, id, &apiclient.ListThreatsParams{Limit: l, Cursor: cur, IncludeExcluded: excluded})
 		if err != nil {
 			return err
 		}
@@ -827,7 +841,8 @@ func scansGet(ctx context.Context, c *ctl, args []string) error {
 
 func scansCreate(fs *flagSet) ctlRun {
 	org := fs.String("org", "", "organization id (required)")
-	targets := fs.String("targets", "", "comma-separated hosts, addresses or URLs (required)")
+	targets := fs.String("targets", "", "comma-separated hosts, addresses or URLs (this or --asset-targets required)")
+	assetTargets := fs.String("asset-targets", "", "comma-separated ids of the organization's assets to scan as well")
 	plugins := fs.String("plugins", "", "comma-separated plugin names, each run with its default input")
 	pluginsJSON := fs.String("plugins-json", "", "the plugins as the API takes them: a JSON array, or @FILE")
 	priority := fs.Int("priority", 0, "priority of the scan's tasks")
@@ -837,10 +852,24 @@ func scansCreate(fs *flagSet) ctlRun {
 		if err != nil {
 			return err
 		}
-		if orgID == nil || *targets == "" || (*plugins == "") == (*pluginsJSON == "") {
-			return usageError{"scans create needs --org, --targets and --plugins or --plugins-json"}
+		if orgID == nil || *targets == "" && *assetTargets == "" || (*plugins == "") == (*pluginsJSON == "") {
+			return usageError{"scans create needs --org, --targets or --asset-targets, and --plugins or --plugins-json"}
 		}
 		req := apiclient.CreateScanRequest{OrganizationId: *orgID, Targets: splitList(*targets)}
+		if req.Targets == nil {
+			req.Targets = []string{}
+		}
+		if *assetTargets != "" {
+			var ids []uuid.UUID
+			for _, a := range splitList(*assetTargets) {
+				id, err := parseID("asset", a)
+				if err != nil {
+					return err
+				}
+				ids = append(ids, id)
+			}
+			req.AssetTargets = &ids
+		}
 		for _, name := range splitList(*plugins) {
 			req.Plugins = append(req.Plugins, apiclient.ScanPlugin{Name: name})
 		}

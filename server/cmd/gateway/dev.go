@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -109,7 +110,11 @@ func runDev(ctx context.Context, c *serveConfig, stateDir, workerBin string, log
 	}
 	defer stopTarget()
 	envFile := filepath.Join(dir, "env")
-	demo, err := seedDemo(ctx, c.databaseURL, certs, []string{portOf(targetAddr), portOf(ln.Addr().String())}, previousToken(envFile))
+	latePort, err := freeLoopbackPort()
+	if err != nil {
+		return err
+	}
+	demo, err := seedDemo(ctx, c.databaseURL, certs, []string{portOf(targetAddr), portOf(ln.Addr().String()), latePort}, previousToken(envFile))
 	if err != nil {
 		return err
 	}
@@ -142,6 +147,7 @@ func runDev(ctx context.Context, c *serveConfig, stateDir, workerBin string, log
 	if workerBin != "" {
 		wg.Go(func() { runChildWorker(serveCtx, workerBin, vars, logger) })
 	}
+	wg.Go(func() { demoRescan(serveCtx, c.databaseURL, demo, latePort, logger) })
 	fmt.Fprint(os.Stderr, devBanner(gatewayURL, envFile, certs.CACert(), workerBin != ""))
 
 	select {
@@ -188,7 +194,12 @@ func isDuplicateDatabase(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.DuplicateDatabase
 }
 
-type demoIDs struct{ organization, worker, manualWorker, token string }
+type demoIDs struct {
+	organization, worker, manualWorker, token string
+	// scan is the demo scan seeded, firstScan the one created by this run.
+	scan      store.CreateScanParams
+	firstScan uuid.UUID
+}
 
 // ensureWorker finds the worker registered with a certificate, or creates
 // it, and assigns it to the organization.
@@ -261,18 +272,97 @@ func seedDemo(ctx context.Context, databaseURL string, certs devPKI, ports []str
 			return demoIDs{}, err
 		}
 	}
-	scan := store.CreateScanParams{OrganizationID: orgID, Targets: []string{"localhost"}, Plugins: []store.ScanPlugin{
+	// The demo organization may scan loopback only (localhost resolves to
+	// 127.0.0.1 and ::1); the demo workers and the README's examples report
+	// names under the reserved .example and .internal domains.
+	for _, t := range []store.ScopeTargetParams{
+		{Kind: store.ScopeCIDR, Value: "127.0.0.0/8", Note: "loopback"},
+		{Kind: store.ScopeIP, Value: "::1", Note: "loopback"},
+		{Kind: store.ScopeDomain, Value: "localhost", Note: "loopback"},
+		{Kind: store.ScopeDomain, Value: "example", IncludeSubdomains: true, Note: "names the demo workers report (RFC 2606)"},
+		{Kind: store.ScopeDomain, Value: "internal", IncludeSubdomains: true, Note: "private-use names the README's examples report"},
+	} {
+		if _, _, err := st.AddScopeTarget(ctx, store.EveryOrganization(), orgID, t); err != nil {
+			return demoIDs{}, err
+		}
+	}
+	ids.scan = store.CreateScanParams{OrganizationID: orgID, Targets: []string{"localhost"}, Plugins: []store.ScanPlugin{
 		{Name: "dns-resolve"},
 		{Name: "tcp-connect", Input: []byte(`{"ports": [` + strings.Join(ports, ", ") + `], "timeout_ms": 1000}`)},
 		{Name: "http-probe"},
 	}}
-	if _, _, err := st.CreateScan(ctx, store.EveryOrganization(), scan); err != nil {
+	first, _, err := st.CreateScan(ctx, store.EveryOrganization(), ids.scan)
+	if err != nil {
 		return demoIDs{}, err
 	}
+	ids.firstScan = first.ID
 	if err := ensureDemoSchedule(ctx, st, pool, orgID, ports); err != nil {
 		return demoIDs{}, err
 	}
 	return ids, nil
+}
+
+// freeLoopbackPort is a loopback port nothing listens on (yet): the demo
+// opens it between its two scans.
+func freeLoopbackPort() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	port := portOf(ln.Addr().String())
+	return port, ln.Close()
+}
+
+// demoRescan shows what changed between two scans: once the demo scan has
+// finished, it opens latePort (a small HTTP server) and scans loopback
+// again with the same definition. The second scan's changes
+// (`gateway ctl scans changes ID`) show the port opened, and its URL
+// appeared.
+func demoRescan(ctx context.Context, databaseURL string, demo demoIDs, latePort string, logger *slog.Logger) {
+	log := logger.With("component", "demo")
+	pool, err := store.OpenPool(ctx, databaseURL)
+	if err != nil {
+		log.Warn("demo rescan: no database", "error", err)
+		return
+	}
+	defer pool.Close()
+	st := store.New(pool)
+	// The reference worker runs the first scan; a demo may poll for it.
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		scan, err := st.GetScan(ctx, store.EveryOrganization(), demo.firstScan)
+		if err != nil {
+			log.Warn("demo rescan: first scan unreadable", "error", err)
+			return
+		}
+		if scan.State == "completed" || scan.State == "failed" || scan.State == "cancelled" {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", latePort))
+	if err != nil {
+		log.Warn("demo rescan: the late port is taken", "port", latePort, "error", err)
+		return
+	}
+	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprint(w, "<!doctype html><title>opened between scans</title>")
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	defer func() { _ = srv.Close() }()
+	second, _, err := st.CreateScan(ctx, store.EveryOrganization(), demo.scan)
+	if err != nil {
+		log.Warn("demo rescan: second scan refused", "error", err)
+		return
+	}
+	log.Info("demo: port opened between two scans of loopback; see what changed with `gateway ctl scans changes "+second.ID.String()+"`",
+		"port", latePort, "first_scan", demo.firstScan, "second_scan", second.ID)
+	<-ctx.Done()
 }
 
 // demoScheduleName names the demo schedule, found by it on a restart.

@@ -14,7 +14,7 @@ import (
 
 // dns-resolve: resolves the hostnames among the targets and the scan's
 // hostname assets, and reports each as a hostname asset with one ip asset per
-// address. Targets that are IP addresses are reported as ip assets directly.
+// address, each related to it by a resolves_to edge. Targets that are IP addresses are reported as ip assets directly.
 // A name that does not resolve is logged, not an error.
 //
 // Input: {"timeout_ms": 5000} (per lookup).
@@ -108,7 +108,8 @@ func dnsResolve(ctx context.Context, c *Call, resolver ipResolver) error {
 		}
 		recs := []apiclient.ResultRecord{assetRecord("hostname", name, map[string]any{"addresses": addresses})}
 		for _, a := range addresses {
-			recs = append(recs, assetRecord("ip", a, map[string]any{"hostname": name}))
+			recs = append(recs, assetRecord("ip", a, map[string]any{"hostname": name}),
+				edgeRecord("hostname", name, apiclient.ResolvesTo, "ip", a))
 		}
 		resolved.Add(1)
 		return c.Emit(ctx, recs...)

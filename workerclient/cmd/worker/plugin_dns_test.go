@@ -106,6 +106,12 @@ func TestDNSResolveTargetsAndHostnameAssets(t *testing.T) {
 		{Kind: "asset", Type: "ip", Value: "2001:db8::1", Details: map[string]any{"hostname": "a.test"}},
 		{Kind: "asset", Type: "ip", Value: "::1"},
 	}, records(rec))
+	assert.Equal(t, []string{
+		"hostname:a.test resolves_to ip:192.0.2.10",
+		"hostname:a.test resolves_to ip:192.0.2.11",
+		"hostname:a.test resolves_to ip:2001:db8::1",
+		"hostname:b.test resolves_to ip:198.51.100.7",
+	}, edges(rec))
 }
 
 func TestDNSResolveTimesOutPerLookupAndHonoursItsContext(t *testing.T) {

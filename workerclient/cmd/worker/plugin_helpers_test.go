@@ -58,10 +58,15 @@ type record struct {
 }
 
 // records returns what rec kept, flattened, by kind, type, value and
-// external id.
+// external id: the assets and threats, without the certificate a url's
+// details name or the certificate assets (see certificates), and without
+// edges (see edges).
 func records(rec *workerclienttest.Recorder) []record {
 	var rs []record
 	for _, rr := range rec.Records() {
+		if rr.Kind == "edge" || rr.Asset != nil && rr.Asset.Type == "certificate" {
+			continue
+		}
 		r := record{Kind: string(rr.Kind)}
 		if rr.Asset != nil {
 			r.Type, r.Value = rr.Asset.Type, rr.Asset.Value
@@ -76,6 +81,7 @@ func records(rec *workerclienttest.Recorder) []record {
 			if err := json.Unmarshal(*rr.Details, &r.Details); err != nil {
 				panic(err)
 			}
+			delete(r.Details, "certificate")
 		}
 		rs = append(rs, r)
 	}
@@ -84,4 +90,17 @@ func records(rec *workerclienttest.Recorder) []record {
 			b.Kind+"\x00"+b.Type+"\x00"+b.Value+"\x00"+b.ExternalID)
 	})
 	return rs
+}
+
+// edges returns the edge records rec kept, as "type:value relation
+// type:value", sorted.
+func edges(rec *workerclienttest.Recorder) []string {
+	var es []string
+	for _, rr := range rec.Records() {
+		if rr.Kind == "edge" {
+			es = append(es, rr.Asset.Type+":"+rr.Asset.Value+" "+string(*rr.Relation)+" "+rr.Target.Type+":"+rr.Target.Value)
+		}
+	}
+	slices.Sort(es)
+	return es
 }

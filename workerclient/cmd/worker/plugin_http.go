@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
 	"fmt"
 	"html"
 	"io"
@@ -25,9 +27,12 @@ import (
 )
 
 // http-probe: GETs each URL and reports it as a url asset with its status,
-// Server header and HTML title. For https it inspects the server's leaf
-// certificate, without trusting it, and reports a threat on the url asset
-// when the certificate is expired, self-signed or expires within 14 days.
+// Server header and HTML title, served_by its port asset. For https it
+// inspects the server's leaf certificate, without trusting it: the url's
+// details name it (the gateway compares them between scans), it is reported
+// as a certificate asset that covers each of its DNS names, and a threat
+// with vulnerability details is reported on the url asset when the
+// certificate is expired, self-signed or expires within 14 days.
 //
 // The URLs are input.urls when given; otherwise the scan's targets that are
 // http(s) URLs and one per port asset: https for ports 443 and 8443, http for
@@ -215,14 +220,40 @@ func probeURL(ctx context.Context, client *http.Client, u string, now time.Time)
 		details["final_url"] = final
 	}
 	asset := apiclient.AssetRef{Type: "url", Value: u}
-	recs := []apiclient.ResultRecord{assetRecord(asset.Type, asset.Value, details)}
 	mu.Lock()
 	cert := leaf
 	mu.Unlock()
+	var certRecs []apiclient.ResultRecord
 	if strings.HasPrefix(u, "https:") && cert != nil {
-		recs = append(recs, certificateThreats(asset, cert, now)...)
+		sum := sha256.Sum256(cert.Raw)
+		fingerprint := "sha256:" + hex.EncodeToString(sum[:])
+		details["certificate"] = map[string]any{
+			"sha256":    fingerprint,
+			"subject":   cert.Subject.String(),
+			"issuer":    cert.Issuer.String(),
+			"not_after": cert.NotAfter.UTC().Format(time.RFC3339),
+		}
+		certRecs = append(certRecs, assetRecord("certificate", fingerprint, map[string]any{
+			"subject": cert.Subject.String(), "issuer": cert.Issuer.String(),
+			"not_after": cert.NotAfter.UTC().Format(time.RFC3339), "dns_names": cert.DNSNames,
+		}))
+		for _, name := range cert.DNSNames {
+			// A wildcard name is no hostname asset; it is in dns_names.
+			if name, ok := hostname(name); ok {
+				certRecs = append(certRecs, edgeRecord("certificate", fingerprint, apiclient.Covers, "hostname", name))
+			}
+		}
+		certRecs = append(certRecs, certificateThreats(asset, cert, now)...)
 	}
-	return recs, nil
+	recs := []apiclient.ResultRecord{assetRecord(asset.Type, asset.Value, details)}
+	if pu, err := url.Parse(u); err == nil && pu.Hostname() != "" {
+		port := pu.Port()
+		if port == "" {
+			port = map[string]string{"http": "80", "https": "443"}[pu.Scheme]
+		}
+		recs = append(recs, edgeRecord("url", u, apiclient.ServedBy, "port", net.JoinHostPort(pu.Hostname(), port)))
+	}
+	return append(recs, certRecs...), nil
 }
 
 var titlePattern = regexp.MustCompile(`(?is)<title[^>]*>(.*?)</title`)
@@ -254,17 +285,28 @@ func certificateThreats(asset apiclient.AssetRef, cert *x509.Certificate, now ti
 	var recs []apiclient.ResultRecord
 	switch left := cert.NotAfter.Sub(now); {
 	case left < 0:
-		recs = append(recs, threatRecord(asset, "tls-certificate-expired", "TLS certificate expired",
-			apiclient.High, details))
+		recs = append(recs, withVulnerability(threatRecord(asset, "tls-certificate-expired", "TLS certificate expired",
+			apiclient.High, details), "CWE-298", "Renew the certificate and install it on the server."))
 	case left < certExpiryWarning:
-		recs = append(recs, threatRecord(asset, "tls-certificate-expiring", "TLS certificate expires within 14 days",
-			apiclient.Medium, details))
+		recs = append(recs, withVulnerability(threatRecord(asset, "tls-certificate-expiring", "TLS certificate expires within 14 days",
+			apiclient.Medium, details), "CWE-298", "Renew the certificate before it expires."))
 	}
 	if isSelfSigned(cert) {
-		recs = append(recs, threatRecord(asset, "tls-certificate-self-signed", "Self-signed TLS certificate",
-			apiclient.Medium, details))
+		recs = append(recs, withVulnerability(threatRecord(asset, "tls-certificate-self-signed", "Self-signed TLS certificate",
+			apiclient.Medium, details), "CWE-295", "Serve a certificate issued by a certificate authority clients trust."))
 	}
 	return recs
+}
+
+// withVulnerability adds vulnerability details (a CWE and a remediation) to
+// a threat record.
+func withVulnerability(r apiclient.ResultRecord, cwe, remediation string) apiclient.ResultRecord {
+	r.Vulnerability = &apiclient.Vulnerability{
+		CweIds:      &[]string{cwe},
+		References:  &[]string{"https://cwe.mitre.org/data/definitions/" + strings.TrimPrefix(cwe, "CWE-") + ".html"},
+		Remediation: &remediation,
+	}
+	return r
 }
 
 func isSelfSigned(cert *x509.Certificate) bool {

@@ -4,14 +4,18 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -127,6 +131,35 @@ func TestHTTPProbeSelfSignedTLSServer(t *testing.T) {
 			"issuer":    leaf.Issuer.String(),
 		},
 	}, rs[1])
+
+	// The url names its certificate (compared between scans), the
+	// certificate is an asset covering its DNS names, and the finding
+	// carries vulnerability details.
+	sum := sha256.Sum256(leaf.Raw)
+	fingerprint := "sha256:" + hex.EncodeToString(sum[:])
+	var certDetails map[string]any
+	for _, r := range rec.Records() {
+		switch {
+		case r.Asset != nil && r.Asset.Type == "url" && r.Kind == "asset":
+			var d map[string]any
+			require.NoError(t, json.Unmarshal(*r.Details, &d))
+			certDetails = d["certificate"].(map[string]any)
+		case r.Kind == "threat":
+			require.NotNil(t, r.Vulnerability)
+			assert.Equal(t, []string{"CWE-295"}, *r.Vulnerability.CweIds)
+			assert.NotEmpty(t, *r.Vulnerability.Remediation)
+		}
+	}
+	assert.Equal(t, fingerprint, certDetails["sha256"])
+	host := srv.Listener.Addr().String()
+	want := []string{"url:" + srv.URL + "/ served_by port:" + host}
+	for _, name := range leaf.DNSNames {
+		if !strings.HasPrefix(name, "*.") { // a wildcard names no hostname asset
+			want = append(want, "certificate:"+fingerprint+" covers hostname:"+name)
+		}
+	}
+	slices.Sort(want)
+	assert.Equal(t, want, edges(rec))
 }
 
 func TestHTTPProbeExpiredCertificate(t *testing.T) {

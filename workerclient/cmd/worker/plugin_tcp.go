@@ -10,11 +10,12 @@ import (
 	"time"
 
 	"github.com/worker-gateway/gateway/workerclient"
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 // tcp-connect: connects to every port of every host, and to every explicit
 // address, and reports each that accepts a TCP connection as a port asset
-// "host:port". The hosts are the scan's ip assets, or its targets when it has
+// "host:port", related to its host by a has_port edge. The hosts are the scan's ip assets, or its targets when it has
 // none.
 //
 // Input: {"ports": [22, 80, 443, 8080, 8443], "timeout_ms": 1000,
@@ -75,7 +76,8 @@ func tcpConnectPlugin(ctx context.Context, c *Call) error {
 		}
 		_ = conn.Close()
 		open.Add(1)
-		return c.Emit(ctx, assetRecord("port", p.address(), map[string]any{"host": p.host, "port": p.port}))
+		return c.Emit(ctx, assetRecord("port", p.address(), map[string]any{"host": p.host, "port": p.port}),
+			edgeRecord(hostType(p.host), p.host, apiclient.HasPort, "port", p.address()))
 	})
 	c.Printf("tcp-connect: %d of %d addresses accept connections", open.Load(), len(probes))
 	return err

@@ -51,6 +51,7 @@ func TestTCPConnectReportsOpenPortsOfIPAssets(t *testing.T) {
 		[]Asset{{Type: "ip", Value: "127.0.0.1"}, {Type: "hostname", Value: "localhost"}})
 	require.NoError(t, tcpConnectPlugin(t.Context(), c))
 	assert.Equal(t, []record{portRecord("127.0.0.1", open)}, records(rec))
+	assert.Equal(t, []string{fmt.Sprintf("ip:127.0.0.1 has_port port:127.0.0.1:%d", open)}, edges(rec))
 }
 
 func TestTCPConnectFallsBackToTargets(t *testing.T) {

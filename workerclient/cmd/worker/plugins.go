@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strings"
@@ -221,6 +222,25 @@ func threatRecord(asset apiclient.AssetRef, externalID, title string, severity a
 		Severity:   &severity,
 		Details:    jsonObject(details),
 	}
+}
+
+// edgeRecord relates asset from to asset to (see the contract's
+// EdgeRelation).
+func edgeRecord(fromType, fromValue string, relation apiclient.EdgeRelation, toType, toValue string) apiclient.ResultRecord {
+	return apiclient.ResultRecord{
+		Kind:     apiclient.ResultRecordKindEdge,
+		Asset:    &apiclient.AssetRef{Type: fromType, Value: fromValue},
+		Target:   &apiclient.AssetRef{Type: toType, Value: toValue},
+		Relation: &relation,
+	}
+}
+
+// hostType is the asset type of a host: ip for an address, else hostname.
+func hostType(host string) string {
+	if _, err := netip.ParseAddr(host); err == nil {
+		return "ip"
+	}
+	return "hostname"
 }
 
 // jsonObject encodes details, nil for none. The plugins put only strings,

@@ -38,13 +38,13 @@ func TestScannerJobLogsAndUploadsItsReport(t *testing.T) {
 	assert.Equal(t, "tcp-connect", r.Plugin)
 	assert.Equal(t, c.Task.ID, r.TaskID)
 	assert.Equal(t, c.Task.AttemptID, r.AttemptID)
-	assert.Equal(t, 1, r.Records)
-	assert.Equal(t, map[string]int{"asset": 1}, r.ByKind)
-	assert.Equal(t, map[string]map[string]int{"asset": {"port": 1}}, r.ByType)
+	assert.Equal(t, 2, r.Records)
+	assert.Equal(t, map[string]int{"asset": 1, "edge": 1}, r.ByKind)
+	assert.Equal(t, map[string]map[string]int{"asset": {"port": 1}, "edge": {"ip": 1}}, r.ByType)
 	assert.Empty(t, r.Severities)
 	assert.Equal(t, "tcp-connect: connecting to 1 addresses (timeout 1s)\n"+
 		"tcp-connect: 1 of 1 addresses accept connections\n"+
-		"tcp-connect done: 1 records emitted\n", rec.Log())
+		"tcp-connect done: 2 records emitted\n", rec.Log())
 }
 
 func TestReportCountsWhatWasDeliveredByKindAndType(t *testing.T) {

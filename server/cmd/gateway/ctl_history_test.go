@@ -1,0 +1,65 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/worker-gateway/gateway/tests/harness"
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
+)
+
+// Scope entries, threat exclusions and change lists through gateway ctl.
+func TestCtlScopeAndExclusions(t *testing.T) {
+	g := harness.Start(t)
+	dir := t.TempDir()
+	caFile := filepath.Join(dir, "ca.pem")
+	require.NoError(t, os.WriteFile(caFile, g.CA.CertPEM, 0o600))
+	unsetEnv(t, "GATEWAY_URL", "GATEWAY_TOKEN", "GATEWAY_CA", "CA_CERT", "GATEWAY_ENV", "GATEWAY_JSON")
+	run := func(args ...string) (string, string, int) {
+		t.Helper()
+		return runCLI(t, append([]string{"ctl", "--url", g.URL, "--token", g.AdminToken, "--ca", caFile}, args...)...)
+	}
+	ok := func(args ...string) string {
+		t.Helper()
+		out, errOut, code := run(args...)
+		require.Equal(t, 0, code, "ctl %v: %s", args, errOut)
+		return out
+	}
+	org := g.NewOrganization(t, "acme").String()
+
+	require.Contains(t, ok("scope", "list", org), "scope not enforced")
+	require.Regexp(t, `domain\s+example\.com\s+true`, ok("scope", "add", org, "--kind", "domain", "--value", "*.example.com", "--note", "ours"))
+	list := ok("scope", "list", org)
+	require.NotContains(t, list, "not enforced")
+	require.Regexp(t, `domain\s+example\.com\s+true\s+ours`, list)
+
+	_, errOut, code := run("scans", "create", "--org", org, "--targets", "www.example.com,evil.test", "--plugins", "echo")
+	require.NotEqual(t, 0, code)
+	require.Contains(t, errOut, "target-out-of-scope")
+	ok("scans", "create", "--org", org, "--targets", "www.example.com", "--plugins", "echo")
+
+	out := ok("exclusions", "create", org, "--external-id", "weak-tls", "--asset-pattern", "*.example.com", "--reason", "accepted risk", "--expires", "2030-01-01T00:00:00Z")
+	require.Regexp(t, `asset~\*\.example\.com external_id=weak-tls\s+accepted risk\s+2030-01-01`, out)
+	require.Contains(t, ok("exclusions", "list", org), "accepted risk")
+	_, errOut, code = run("exclusions", "create", org, "--external-id", "x")
+	require.Equal(t, 2, code, errOut)
+
+	require.Contains(t, ok("orgs", "exposure-changes", org, "--kind", "port_opened"), "DETECTED")
+	require.Contains(t, ok("orgs", "threats", org, "--include-excluded"), "SEVERITY")
+	require.Contains(t, ok("orgs", "asset-edges", org), "RELATION")
+	var scans apiclient.ScanList
+	require.NoError(t, json.Unmarshal([]byte(ok("scans", "list", "--org", org, "--json")), &scans))
+	require.Contains(t, ok("scans", "changes", scans.Items[0].Id.String(), "--since", "2020-01-01T00:00:00Z"), "DETECTED")
+
+	var exclusions apiclient.ThreatExclusionList
+	require.NoError(t, json.Unmarshal([]byte(ok("exclusions", "list", org, "--json")), &exclusions))
+	require.Contains(t, ok("exclusions", "delete", org, exclusions.Items[0].Id.String()), "accepted risk")
+	var scope apiclient.ScopeTargetList
+	require.NoError(t, json.Unmarshal([]byte(ok("scope", "list", org, "--json")), &scope))
+	require.Contains(t, ok("scope", "remove", org, scope.Items[0].Id.String()), "example.com")
+	require.NotContains(t, ok("scope", "list", org), "example.com")
+}

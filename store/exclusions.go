@@ -1,0 +1,145 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/worker-gateway/gateway/problem"
+)
+
+// A threat exclusion suppresses the threats it matches: every criterion it
+// names must match — the asset, a glob over the asset's normalized value,
+// the external id, a glob over the title, the severity (globs: * any run, ?
+// one character, case-insensitive). Until it expires, the threats it
+// matches are hidden from the threat list (shown, flagged, on request), and
+// detections are still recorded, flagged with the exclusion that matched
+// them (threat_exclusion_for, migration 000022).
+
+// ThreatExclusion is one suppression rule.
+type ThreatExclusion struct {
+	ID             uuid.UUID
+	OrganizationID uuid.UUID
+	AssetID        *uuid.UUID
+	AssetPattern   *string
+	ExternalID     *string
+	TitlePattern   *string
+	Severity       *string
+	Reason         string
+	ExpiresAt      *time.Time
+	CreatedBy      *uuid.UUID
+	CreatedAt      time.Time
+}
+
+// ThreatExclusionParams is a new exclusion; at least one criterion.
+type ThreatExclusionParams struct {
+	AssetID      *uuid.UUID
+	AssetPattern *string
+	ExternalID   *string
+	TitlePattern *string
+	Severity     *string
+	Reason       string
+	ExpiresAt    *time.Time
+	// TokenID is the API token that creates it (its creator).
+	TokenID *uuid.UUID
+}
+
+var severities = []string{"info", "low", "medium", "high", "critical"}
+
+func (p ThreatExclusionParams) check() error {
+	bad := func(why problem.Text) error { return problem.Wrap(ErrInvalid, why) }
+	for _, s := range []*string{p.AssetPattern, p.ExternalID, p.TitlePattern} {
+		if s != nil && *s == "" {
+			return bad("an exclusion's patterns and external id must not be empty")
+		}
+	}
+	switch {
+	case p.AssetID == nil && p.AssetPattern == nil && p.ExternalID == nil && p.TitlePattern == nil && p.Severity == nil:
+		return bad("an exclusion needs at least one of asset_id, asset_pattern, external_id, title_pattern and severity")
+	case strings.TrimSpace(p.Reason) == "":
+		return bad("an exclusion needs a reason")
+	case p.Severity != nil && !slices.Contains(severities, *p.Severity):
+		return bad("severity must be info, low, medium, high or critical")
+	}
+	return nil
+}
+
+const exclusionColumns = `e.id, e.organization_id, e.asset_id, e.asset_pattern, e.external_id, e.title_pattern, e.severity,
+	e.reason, e.expires_at, e.created_by_token_id, e.created_at`
+
+func scanExclusion(r pgx.Row) (ThreatExclusion, error) {
+	var e ThreatExclusion
+	err := r.Scan(&e.ID, &e.OrganizationID, &e.AssetID, &e.AssetPattern, &e.ExternalID, &e.TitlePattern, &e.Severity,
+		&e.Reason, &e.ExpiresAt, &e.CreatedBy, &e.CreatedAt)
+	return e, err
+}
+
+// CreateThreatExclusion adds an exclusion to an organization. Its asset,
+// when named, must be the organization's.
+func (s *Store) CreateThreatExclusion(ctx context.Context, scope Scope, org uuid.UUID, p ThreatExclusionParams) (ThreatExclusion, error) {
+	if !scope.Allows(org) {
+		return ThreatExclusion{}, ErrNotFound
+	}
+	if err := p.check(); err != nil {
+		return ThreatExclusion{}, err
+	}
+	e, err := scanExclusion(s.pool.QueryRow(ctx, `
+		INSERT INTO threat_exclusions AS e (organization_id, asset_id, asset_pattern, external_id, title_pattern, severity,
+			reason, expires_at, created_by_token_id)
+		SELECT o.id, $2, $3, $4, $5, $6, $7, $8, $9 FROM organizations o
+		WHERE o.id = $1 AND ($2::uuid IS NULL OR EXISTS (SELECT 1 FROM assets a WHERE a.id = $2 AND a.organization_id = o.id))
+		RETURNING `+exclusionColumns,
+		org, p.AssetID, p.AssetPattern, p.ExternalID, p.TitlePattern, p.Severity, p.Reason, p.ExpiresAt, p.TokenID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		if _, err := s.GetOrganization(ctx, scope, org); err != nil {
+			return ThreatExclusion{}, err
+		}
+		return ThreatExclusion{}, problem.Wrap(ErrInvalid, "asset_id: the organization has no such asset")
+	}
+	if err != nil {
+		return ThreatExclusion{}, fmt.Errorf("create threat exclusion: %w", err)
+	}
+	return e, nil
+}
+
+// ListThreatExclusions pages an organization's exclusions, newest first,
+// expired ones included.
+func (s *Store) ListThreatExclusions(ctx context.Context, scope Scope, org uuid.UUID, after *Cursor, limit int) ([]ThreatExclusion, *Cursor, error) {
+	if _, err := s.GetOrganization(ctx, scope, org); err != nil {
+		return nil, nil, err
+	}
+	afterTime, afterID := after.position()
+	rows, err := s.pool.Query(ctx, `SELECT `+exclusionColumns+` FROM threat_exclusions e
+		WHERE e.organization_id = $1 AND ($2::timestamptz IS NULL OR (e.created_at, e.id) < ($2, $3::uuid))
+		ORDER BY e.created_at DESC, e.id DESC LIMIT $4`, org, afterTime, afterID, limit+1)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list threat exclusions: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ThreatExclusion, error) { return scanExclusion(r) })
+	if err != nil {
+		return nil, nil, fmt.Errorf("list threat exclusions: %w", err)
+	}
+	list, next := page(list, limit, func(e ThreatExclusion) Cursor { return Cursor{Time: e.CreatedAt, ID: e.ID} })
+	return list, next, nil
+}
+
+// DeleteThreatExclusion removes an exclusion: the threats it hid show
+// again; detections it flagged stay flagged.
+func (s *Store) DeleteThreatExclusion(ctx context.Context, scope Scope, org, id uuid.UUID) (ThreatExclusion, error) {
+	e, err := scanExclusion(s.pool.QueryRow(ctx, `DELETE FROM threat_exclusions e
+		WHERE e.id = $1 AND e.organization_id = $2 AND `+inScope("e.organization_id", "$3")+`
+		RETURNING `+exclusionColumns, id, org, scope.arg()))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ThreatExclusion{}, ErrNotFound
+	}
+	if err != nil {
+		return ThreatExclusion{}, fmt.Errorf("delete threat exclusion: %w", err)
+	}
+	return e, nil
+}

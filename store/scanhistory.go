@@ -1,0 +1,364 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/worker-gateway/gateway/problem"
+)
+
+// Asset history. Ingestion records what each scan observed of each asset
+// (scan_assets.details, merged over the scan's batches). When a scan
+// completes, record_scan_history (migration 000022) snapshots that into
+// asset_scan_snapshots and compares it with the latest earlier completed
+// scan of the same scope key, writing asset_scan_changes — in the
+// transaction that completes the scan, keyed (scan, asset, kind) with ON
+// CONFLICT DO NOTHING, so a retried batch, a second attempt or a scan
+// completed again never adds a change twice. The first scan of a scope key
+// is the baseline and has no changes. exposure_changes is the
+// organization's timeline of them all.
+
+// Change kinds.
+const (
+	ChangeAssetAppeared      = "asset_appeared"
+	ChangeAssetDisappeared   = "asset_disappeared"
+	ChangePortOpened         = "port_opened"
+	ChangePortClosed         = "port_closed"
+	ChangeCertificateChanged = "certificate_changed"
+	ChangeHTTPStatusChanged  = "http_status_changed"
+)
+
+// ChangeKinds lists every change kind.
+var ChangeKinds = []string{ChangeAssetAppeared, ChangeAssetDisappeared, ChangePortOpened, ChangePortClosed,
+	ChangeCertificateChanged, ChangeHTTPStatusChanged}
+
+// scanScopeKey says which scans are compared: those with the same targets,
+// asset targets and plugins (in order). A scan with other plugins observes
+// other things, and comparing it would report everything the other did
+// not look for as gone.
+func scanScopeKey(p CreateScanParams) string {
+	targets := make([]string, len(p.Targets))
+	for i, t := range p.Targets {
+		targets[i] = strings.ToLower(strings.TrimSpace(t))
+	}
+	slices.Sort(targets)
+	targets = slices.Compact(targets)
+	assets := make([]string, len(p.AssetTargets))
+	for i, a := range p.AssetTargets {
+		assets[i] = a.String()
+	}
+	slices.Sort(assets)
+	assets = slices.Compact(assets)
+	plugins := make([]string, len(p.Plugins))
+	for i, pl := range p.Plugins {
+		plugins[i] = pl.Name
+	}
+	b, _ := json.Marshal([]any{targets, assets, plugins})
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:16])
+}
+
+func uuidsOrEmpty(ids []uuid.UUID) []uuid.UUID {
+	if ids == nil {
+		return []uuid.UUID{}
+	}
+	return ids
+}
+
+// checkScanScope refuses a scan whose targets or asset targets lie outside
+// its organization's scan scope, or that names assets the organization does
+// not have.
+func checkScanScope(ctx context.Context, tx pgx.Tx, p CreateScanParams) error {
+	ts, err := loadTargetScope(ctx, tx, p.OrganizationID)
+	if err != nil {
+		return err
+	}
+	return checkScanScopeIn(ctx, tx, ts, p)
+}
+
+// checkScanScopeIn is checkScanScope with the organization's scope already
+// read (schedule fires check a claim's scans against one read per
+// organization).
+func checkScanScopeIn(ctx context.Context, tx pgx.Tx, ts targetScope, p CreateScanParams) error {
+	targets := slices.Clone(p.Targets)
+	if len(p.AssetTargets) > 0 {
+		rows, err := tx.Query(ctx, `SELECT id, value FROM assets WHERE organization_id = $1 AND id = ANY($2)`,
+			p.OrganizationID, p.AssetTargets)
+		if err != nil {
+			return fmt.Errorf("read asset targets: %w", err)
+		}
+		values := map[uuid.UUID]string{}
+		var id uuid.UUID
+		var value string
+		if _, err := pgx.ForEachRow(rows, []any{&id, &value}, func() error { values[id] = value; return nil }); err != nil {
+			return fmt.Errorf("read asset targets: %w", err)
+		}
+		for _, a := range p.AssetTargets {
+			v, ok := values[a]
+			if !ok {
+				return problem.Wrap(ErrInvalid, problem.Text("asset_targets: the organization has no asset "+a.String()))
+			}
+			targets = append(targets, v)
+		}
+	}
+	for _, plugin := range p.Plugins {
+		targets = append(targets, inputTargets(plugin.Input)...)
+	}
+	if out := ts.outOfScope(targets); len(out) > 0 {
+		return &OutOfScopeError{Targets: slices.Compact(out)}
+	}
+	return nil
+}
+
+// targetKeys are the keys of a plugin input that name what it scans: the
+// reference plugins' urls (http-probe) and addresses (tcp-connect), and
+// the usual targets, hosts, host and target.
+var targetKeys = []string{"urls", "addresses", "targets", "hosts", "host", "target"}
+
+// inputTargets lists what a plugin input names under targetKeys (a string
+// or an array of strings); nothing when it is not a JSON object.
+func inputTargets(input json.RawMessage) []string {
+	if len(input) == 0 || !slices.ContainsFunc(targetKeys, func(k string) bool { return bytes.Contains(input, []byte(`"`+k+`"`)) }) {
+		return nil
+	}
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(input, &obj) != nil {
+		return nil
+	}
+	var out []string
+	for _, k := range targetKeys {
+		raw, ok := obj[k]
+		if !ok {
+			continue
+		}
+		var one string
+		var many []string
+		switch {
+		case json.Unmarshal(raw, &one) == nil:
+			out = append(out, one)
+		case json.Unmarshal(raw, &many) == nil:
+			out = append(out, many...)
+		}
+	}
+	return out
+}
+
+// checkTaskScope refuses a scanner_plugin task whose payload names targets
+// (its targets, or its input's targetKeys) outside its organization's scan
+// scope: a task is no way around the scope a scan is held to.
+func checkTaskScope(ctx context.Context, tx pgx.Tx, p CreateTaskParams) error {
+	if p.TaskType != "scanner_plugin" {
+		return nil
+	}
+	var payload struct {
+		Targets json.RawMessage `json:"targets"`
+		Input   json.RawMessage `json:"input"`
+	}
+	if !slices.ContainsFunc(targetKeys, func(k string) bool { return bytes.Contains(p.Payload, []byte(`"`+k+`"`)) }) ||
+		json.Unmarshal(p.Payload, &payload) != nil {
+		return nil
+	}
+	named := inputTargets(payload.Input)
+	if len(payload.Targets) > 0 {
+		named = append(named, inputTargets(json.RawMessage(`{"targets": `+string(payload.Targets)+`}`))...)
+	}
+	if len(named) == 0 {
+		return nil
+	}
+	ts, err := loadTargetScope(ctx, tx, p.OrganizationID)
+	if err != nil {
+		return err
+	}
+	if out := ts.outOfScope(named); len(out) > 0 {
+		return &OutOfScopeError{Targets: slices.Compact(out)}
+	}
+	return nil
+}
+
+// AssetChange is one change between two completed scans.
+type AssetChange struct {
+	ID             uuid.UUID
+	OrganizationID uuid.UUID
+	ScanID         uuid.UUID
+	PreviousScanID *uuid.UUID
+	AssetID        *uuid.UUID
+	AssetType      string
+	AssetValue     string
+	Kind           string
+	Before         json.RawMessage
+	After          json.RawMessage
+	DetectedAt     time.Time
+}
+
+// ChangeFilter narrows a page of changes: by kinds, and to those detected
+// at or after Since and before Until.
+type ChangeFilter struct {
+	Kinds []string
+	Since *time.Time
+	Until *time.Time
+	After *Cursor
+	Limit int
+}
+
+func (f ChangeFilter) check() error {
+	for _, k := range f.Kinds {
+		if !slices.Contains(ChangeKinds, k) {
+			return problem.Wrap(ErrInvalid, problem.Text("unknown change kind "+k))
+		}
+	}
+	return nil
+}
+
+// ListScanChanges pages a scan's changes against the scan before it, newest
+// first.
+func (s *Store) ListScanChanges(ctx context.Context, scope Scope, scanID uuid.UUID, f ChangeFilter) ([]AssetChange, *Cursor, error) {
+	if err := f.check(); err != nil {
+		return nil, nil, err
+	}
+	var exists bool
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM scans s WHERE s.id = $1 AND `+inScope("s.organization_id", "$2")+`)`,
+		scanID, scope.arg()).Scan(&exists); err != nil {
+		return nil, nil, fmt.Errorf("list scan changes: %w", err)
+	}
+	if !exists {
+		return nil, nil, ErrNotFound
+	}
+	return s.listChanges(ctx, "c.scan_id = $1", scanID, f)
+}
+
+// ListExposureChanges pages an organization's exposure-change timeline,
+// newest first.
+func (s *Store) ListExposureChanges(ctx context.Context, scope Scope, org uuid.UUID, f ChangeFilter) ([]AssetChange, *Cursor, error) {
+	if err := f.check(); err != nil {
+		return nil, nil, err
+	}
+	if _, err := s.GetOrganization(ctx, scope, org); err != nil {
+		return nil, nil, err
+	}
+	return s.listChanges(ctx, "c.organization_id = $1", org, f)
+}
+
+func (s *Store) listChanges(ctx context.Context, where string, key uuid.UUID, f ChangeFilter) ([]AssetChange, *Cursor, error) {
+	afterTime, afterID := f.After.position()
+	var kinds []string
+	if len(f.Kinds) > 0 {
+		kinds = f.Kinds
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT c.id, c.organization_id, c.scan_id, c.previous_scan_id, c.asset_id, c.asset_type, c.asset_value,
+			c.kind, c.before, c.after, c.detected_at
+		FROM exposure_changes c
+		WHERE `+where+` AND ($2::text[] IS NULL OR c.kind = ANY($2))
+			AND ($3::timestamptz IS NULL OR c.detected_at >= $3) AND ($4::timestamptz IS NULL OR c.detected_at < $4)
+			AND ($5::timestamptz IS NULL OR (c.detected_at, c.id) < ($5, $6::uuid))
+		ORDER BY c.detected_at DESC, c.id DESC LIMIT $7`, key, kinds, f.Since, f.Until, afterTime, afterID, f.Limit+1)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list changes: %w", err)
+	}
+	changes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AssetChange, error) {
+		var c AssetChange
+		err := r.Scan(&c.ID, &c.OrganizationID, &c.ScanID, &c.PreviousScanID, &c.AssetID, &c.AssetType, &c.AssetValue,
+			&c.Kind, &c.Before, &c.After, &c.DetectedAt)
+		return c, err
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("list changes: %w", err)
+	}
+	changes, next := page(changes, f.Limit, func(c AssetChange) Cursor { return Cursor{Time: c.DetectedAt, ID: c.ID} })
+	return changes, next, nil
+}
+
+// reopenScanForRedrive prepares a redrive of task, a job of a scan: the
+// scan runs one job at a time, so a redrive while another of its jobs is in
+// flight is ErrScanBusy; a finished scan (completed or failed) is reopened,
+// and completes again — its history recomputed — once the job has ended. A
+// cancelled scan stays cancelled (ErrScanFinished). The task row is locked
+// first, then the scan's, the order of a completion.
+func reopenScanForRedrive(ctx context.Context, tx pgx.Tx, scope Scope, taskID uuid.UUID) error {
+	var scanID *uuid.UUID
+	var retryable bool
+	err := tx.QueryRow(ctx, `SELECT t.scan_id, t.state IN (`+fromStates(EventRedrive)+`) FROM worker_tasks t
+		WHERE t.id = $1 AND `+inScope("t.organization_id", "$2")+` FOR UPDATE`, taskID, scope.arg()).Scan(&scanID, &retryable)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return ErrNotFound
+	case err != nil:
+		return fmt.Errorf("lock task: %w", err)
+	case scanID == nil || !retryable:
+		return nil
+	}
+	var state string
+	var busy bool
+	if err := tx.QueryRow(ctx, `SELECT s.state, EXISTS (SELECT 1 FROM worker_tasks t WHERE t.scan_id = s.id AND t.id <> $2
+			AND t.scan_job_id IS NOT NULL AND t.state NOT IN ('completed', 'failed_terminal', 'cancelled'))
+		FROM scans s WHERE s.id = $1 FOR UPDATE OF s`, *scanID, taskID).Scan(&state, &busy); err != nil {
+		return fmt.Errorf("lock scan: %w", err)
+	}
+	switch {
+	case state == "cancelled":
+		return problem.Wrap(ErrScanFinished, "the task's scan was cancelled; a cancelled scan is not reopened")
+	case busy:
+		return ErrScanBusy
+	case state == "completed" || state == "failed":
+		if _, err := tx.Exec(ctx, `UPDATE scans SET state = 'running', completed_at = NULL, updated_at = now() WHERE id = $1`, *scanID); err != nil {
+			return fmt.Errorf("reopen scan: %w", err)
+		}
+	}
+	return nil
+}
+
+// AssetEdge is a relation between two of an organization's assets.
+type AssetEdge struct {
+	ID             uuid.UUID
+	OrganizationID uuid.UUID
+	From, To       AssetRef
+	Relation       string
+	FirstSeenAt    time.Time
+	LastSeenAt     time.Time
+}
+
+// AssetRef names an asset.
+type AssetRef struct {
+	ID          uuid.UUID
+	Type, Value string
+}
+
+// ListAssetEdges pages an organization's asset graph, newest first: every
+// edge, or those from or to one asset.
+func (s *Store) ListAssetEdges(ctx context.Context, scope Scope, org uuid.UUID, asset *uuid.UUID, after *Cursor, limit int) ([]AssetEdge, *Cursor, error) {
+	if _, err := s.GetOrganization(ctx, scope, org); err != nil {
+		return nil, nil, err
+	}
+	afterTime, afterID := after.position()
+	rows, err := s.pool.Query(ctx, `
+		SELECT e.id, e.organization_id, f.id, f.type, f.value, e.relation, t.id, t.type, t.value, e.first_seen_at, e.last_seen_at
+		FROM asset_edges e JOIN assets f ON f.id = e.from_asset_id JOIN assets t ON t.id = e.to_asset_id
+		WHERE e.organization_id = $1 AND ($2::uuid IS NULL OR e.from_asset_id = $2 OR e.to_asset_id = $2)
+			AND ($3::timestamptz IS NULL OR (e.first_seen_at, e.id) < ($3, $4::uuid))
+		ORDER BY e.first_seen_at DESC, e.id DESC LIMIT $5`, org, asset, afterTime, afterID, limit+1)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list asset edges: %w", err)
+	}
+	edges, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AssetEdge, error) {
+		var e AssetEdge
+		err := r.Scan(&e.ID, &e.OrganizationID, &e.From.ID, &e.From.Type, &e.From.Value, &e.Relation,
+			&e.To.ID, &e.To.Type, &e.To.Value, &e.FirstSeenAt, &e.LastSeenAt)
+		return e, err
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("list asset edges: %w", err)
+	}
+	edges, next := page(edges, limit, func(e AssetEdge) Cursor { return Cursor{Time: e.FirstSeenAt, ID: e.ID} })
+	return edges, next, nil
+}

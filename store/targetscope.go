@@ -1,0 +1,365 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/worker-gateway/gateway/problem"
+)
+
+// An organization's scan scope is the list of targets it is approved to
+// scan (not to be confused with Scope, the tenant a caller acts for). It is
+// enforced from the organization's first entry on, and stays enforced when
+// every entry is removed: then nothing may be scanned. An organization that
+// never had an entry scans freely, as before scopes existed.
+//
+// Entry kinds:
+//   - domain: a DNS name, and with IncludeSubdomains every name under it
+//     ("*.example.com" is example.com with subdomains);
+//   - ip and cidr: an address, or every address of a prefix;
+//   - url_prefix: URLs that start with it (at a path boundary).
+//
+// A scan target is in scope when its host is (a URL's host, a host:port's
+// host, a hostname, an address; a CIDR target when an entry contains the
+// whole prefix), or, for a URL, when a url_prefix entry covers it. A
+// url_prefix entry covers URLs only: it does not let the host itself be
+// port-scanned.
+
+// Scope target kinds.
+const (
+	ScopeDomain    = "domain"
+	ScopeIP        = "ip"
+	ScopeCIDR      = "cidr"
+	ScopeURLPrefix = "url_prefix"
+)
+
+// OutOfScopeError lists the targets of a scan that lie outside scope.
+type OutOfScopeError struct{ Targets []string }
+
+func (e *OutOfScopeError) Error() string {
+	return fmt.Sprintf("%v: %s", ErrOutOfScope, strings.Join(e.Targets, ", "))
+}
+
+// Is makes errors.Is(err, ErrOutOfScope) hold.
+func (e *OutOfScopeError) Is(target error) bool { return target == ErrOutOfScope }
+
+// ScopeTarget is one entry of an organization's scan scope.
+type ScopeTarget struct {
+	ID                uuid.UUID
+	OrganizationID    uuid.UUID
+	Kind              string
+	Value             string
+	IncludeSubdomains bool
+	Note              string
+	CreatedAt         time.Time
+}
+
+// ScopeTargetParams is a new scope entry.
+type ScopeTargetParams struct {
+	Kind              string
+	Value             string
+	IncludeSubdomains bool
+	Note              string
+	// TokenID is the API token that adds it (audit).
+	TokenID *uuid.UUID
+}
+
+// ParseScopeTarget checks an entry and returns its canonical value and
+// whether it includes subdomains ("*.example.com" does).
+func ParseScopeTarget(kind, value string, includeSubdomains bool) (string, bool, error) {
+	value = strings.TrimSpace(value)
+	bad := func(why string) (string, bool, error) {
+		return "", false, problem.Wrap(ErrInvalid, problem.Text(fmt.Sprintf("scope %s %q: %s", kind, value, why)))
+	}
+	switch kind {
+	case ScopeDomain:
+		if rest, ok := strings.CutPrefix(value, "*."); ok {
+			value, includeSubdomains = rest, true
+		}
+		name, ok := dnsName(value)
+		if !ok {
+			return bad("not a DNS name")
+		}
+		return name, includeSubdomains, nil
+	case ScopeIP:
+		addr, err := netip.ParseAddr(value)
+		if err != nil || addr.Zone() != "" {
+			return bad("not an IP address")
+		}
+		return addr.Unmap().String(), false, nil
+	case ScopeCIDR:
+		p, err := netip.ParsePrefix(value)
+		if err != nil {
+			return bad("not a CIDR prefix")
+		}
+		return p.Masked().String(), false, nil
+	case ScopeURLPrefix:
+		u, err := url.Parse(value)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return bad("not an http or https URL")
+		}
+		return NormalizeAssetValue("url", value), false, nil
+	}
+	return bad("kind must be domain, ip, cidr or url_prefix")
+}
+
+// dnsName is value as a DNS name (lower case, no trailing dot).
+func dnsName(value string) (string, bool) {
+	name := strings.TrimSuffix(strings.ToLower(value), ".")
+	if name == "" || len(name) > 253 {
+		return "", false
+	}
+	for label := range strings.SplitSeq(name, ".") {
+		if label == "" || len(label) > 63 {
+			return "", false
+		}
+		for _, r := range label {
+			if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+				return "", false
+			}
+		}
+	}
+	return name, true
+}
+
+// targetScope decides what is in an organization's scan scope.
+type targetScope struct {
+	enforced    bool
+	domains     []domainRule
+	prefixes    []netip.Prefix
+	urlPrefixes []string
+}
+
+type domainRule struct {
+	name       string
+	subdomains bool
+}
+
+// newTargetScope builds the scope from its entries, as scopeEntriesSQL
+// encodes them ("kind|t|value", t for subdomains).
+func newTargetScope(enforced bool, entries []string) targetScope {
+	ts := targetScope{enforced: enforced}
+	for _, e := range entries {
+		kind, rest, _ := strings.Cut(e, "|")
+		sub, value, _ := strings.Cut(rest, "|")
+		switch kind {
+		case ScopeDomain:
+			ts.domains = append(ts.domains, domainRule{name: value, subdomains: sub == "t"})
+		case ScopeIP:
+			if a, err := netip.ParseAddr(value); err == nil {
+				ts.prefixes = append(ts.prefixes, netip.PrefixFrom(a, a.BitLen()))
+			}
+		case ScopeCIDR:
+			if p, err := netip.ParsePrefix(value); err == nil {
+				ts.prefixes = append(ts.prefixes, p)
+			}
+		case ScopeURLPrefix:
+			ts.urlPrefixes = append(ts.urlPrefixes, value)
+		}
+	}
+	return ts
+}
+
+// scopeEntriesSQL selects an organization's scope as (enforced, entries)
+// for newTargetScope; entries only when enforced. org is an SQL expression.
+func scopeEntriesSQL(org string) string {
+	return `(SELECT o.scope_enforced FROM organizations o WHERE o.id = ` + org + `),
+		CASE WHEN (SELECT o.scope_enforced FROM organizations o WHERE o.id = ` + org + `) THEN
+			ARRAY(SELECT st.kind || '|' || CASE WHEN st.include_subdomains THEN 't' ELSE 'f' END || '|' || st.value
+				FROM scope_targets st WHERE st.organization_id = ` + org + `) END`
+}
+
+func loadTargetScope(ctx context.Context, ex executor, org uuid.UUID) (targetScope, error) {
+	var enforced *bool
+	var entries []string
+	if err := ex.QueryRow(ctx, `SELECT `+scopeEntriesSQL("$1"), org).Scan(&enforced, &entries); err != nil {
+		return targetScope{}, fmt.Errorf("read scan scope: %w", err)
+	}
+	return newTargetScope(enforced != nil && *enforced, entries), nil
+}
+
+func (ts targetScope) allowsAddr(a netip.Addr) bool {
+	a = a.WithZone("").Unmap()
+	return slices.ContainsFunc(ts.prefixes, func(p netip.Prefix) bool { return p.Contains(a) })
+}
+
+// allowsHost: a hostname or an address in scope.
+func (ts targetScope) allowsHost(host string) bool {
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if a, err := netip.ParseAddr(host); err == nil {
+		return ts.allowsAddr(a)
+	}
+	name, ok := dnsName(host)
+	if !ok {
+		return false
+	}
+	return slices.ContainsFunc(ts.domains, func(d domainRule) bool {
+		return name == d.name || d.subdomains && strings.HasSuffix(name, "."+d.name)
+	})
+}
+
+// allowsURL: a url_prefix covers the URL, or its host is in scope.
+func (ts targetScope) allowsURL(raw string) bool {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return false
+	}
+	norm := NormalizeAssetValue("url", raw)
+	for _, p := range ts.urlPrefixes {
+		if norm == p || strings.HasPrefix(norm, p) && (strings.HasSuffix(p, "/") || strings.ContainsRune("/?#", rune(norm[len(p)]))) {
+			return true
+		}
+	}
+	return ts.allowsHost(u.Hostname())
+}
+
+// allowsTarget: a scan target (hostname, address, CIDR, host:port, URL) in
+// scope. Everything is when the scope is not enforced.
+func (ts targetScope) allowsTarget(t string) bool {
+	if !ts.enforced {
+		return true
+	}
+	t = strings.TrimSpace(t)
+	if strings.Contains(t, "://") {
+		return ts.allowsURL(t)
+	}
+	if p, err := netip.ParsePrefix(t); err == nil {
+		return slices.ContainsFunc(ts.prefixes, func(e netip.Prefix) bool {
+			return e.Bits() <= p.Bits() && e.Contains(p.Addr().Unmap())
+		})
+	}
+	if host, _, err := net.SplitHostPort(t); err == nil {
+		return ts.allowsHost(host)
+	}
+	return ts.allowsHost(t)
+}
+
+// allowsAsset: an asset a worker reports in scope. Asset types without a
+// network location (a certificate, anything not a hostname, domain, ip,
+// port or url) are in scope: they are found on something in scope.
+func (ts targetScope) allowsAsset(typ, value string) bool {
+	if !ts.enforced {
+		return true
+	}
+	switch typ {
+	case "hostname", "domain", "ip":
+		return ts.allowsHost(value)
+	case "port":
+		host, _, err := net.SplitHostPort(value)
+		return err == nil && ts.allowsHost(host)
+	case "url":
+		return ts.allowsURL(value)
+	}
+	return true
+}
+
+// outOfScope lists the targets outside scope; nil when all are in.
+func (ts targetScope) outOfScope(targets []string) []string {
+	var out []string
+	for _, t := range targets {
+		if !ts.allowsTarget(t) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+var scopeTargetColumns = `id, organization_id, kind, value, include_subdomains, note, created_at`
+
+func scanScopeTarget(r pgx.Row) (ScopeTarget, error) {
+	var t ScopeTarget
+	err := r.Scan(&t.ID, &t.OrganizationID, &t.Kind, &t.Value, &t.IncludeSubdomains, &t.Note, &t.CreatedAt)
+	return t, err
+}
+
+// AddScopeTarget adds an entry to an organization's scan scope, and starts
+// enforcing it. Adding an entry that exists returns it (created false).
+func (s *Store) AddScopeTarget(ctx context.Context, scope Scope, org uuid.UUID, p ScopeTargetParams) (ScopeTarget, bool, error) {
+	if !scope.Allows(org) {
+		return ScopeTarget{}, false, ErrNotFound
+	}
+	value, sub, err := ParseScopeTarget(p.Kind, p.Value, p.IncludeSubdomains)
+	if err != nil {
+		return ScopeTarget{}, false, err
+	}
+	var t ScopeTarget
+	created := true
+	err = s.inTx(ctx, "add scope target", func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE organizations SET scope_enforced = true WHERE id = $1`, org)
+		if err != nil {
+			return fmt.Errorf("enforce scope: %w", err)
+		}
+		if tag.RowsAffected() == 0 {
+			return missingOrganization(scope, org)
+		}
+		t, err = scanScopeTarget(tx.QueryRow(ctx, `
+			INSERT INTO scope_targets (organization_id, kind, value, include_subdomains, note, created_by_token_id)
+			VALUES ($1, $2, $3, $4, $5, $6)
+			ON CONFLICT (organization_id, kind, value, include_subdomains) DO NOTHING
+			RETURNING `+scopeTargetColumns, org, p.Kind, value, sub, p.Note, p.TokenID))
+		if errors.Is(err, pgx.ErrNoRows) {
+			created = false
+			t, err = scanScopeTarget(tx.QueryRow(ctx, `SELECT `+scopeTargetColumns+` FROM scope_targets
+				WHERE organization_id = $1 AND kind = $2 AND value = $3 AND include_subdomains = $4`, org, p.Kind, value, sub))
+		}
+		if err != nil {
+			return fmt.Errorf("add scope target: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return ScopeTarget{}, false, err
+	}
+	return t, created, nil
+}
+
+// ListScopeTargets pages an organization's scope entries, newest first, and
+// says whether its scope is enforced.
+func (s *Store) ListScopeTargets(ctx context.Context, scope Scope, org uuid.UUID, after *Cursor, limit int) ([]ScopeTarget, bool, *Cursor, error) {
+	var enforced bool
+	err := s.pool.QueryRow(ctx, `SELECT scope_enforced FROM organizations o WHERE o.id = $1 AND `+inScope("o.id", "$2"),
+		org, scope.arg()).Scan(&enforced)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, false, nil, missingOrganization(scope, org)
+	}
+	if err != nil {
+		return nil, false, nil, fmt.Errorf("list scope targets: %w", err)
+	}
+	afterTime, afterID := after.position()
+	rows, err := s.pool.Query(ctx, `SELECT `+scopeTargetColumns+` FROM scope_targets
+		WHERE organization_id = $1 AND ($2::timestamptz IS NULL OR (created_at, id) < ($2, $3::uuid))
+		ORDER BY created_at DESC, id DESC LIMIT $4`, org, afterTime, afterID, limit+1)
+	if err != nil {
+		return nil, false, nil, fmt.Errorf("list scope targets: %w", err)
+	}
+	targets, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ScopeTarget, error) { return scanScopeTarget(r) })
+	if err != nil {
+		return nil, false, nil, fmt.Errorf("list scope targets: %w", err)
+	}
+	targets, next := page(targets, limit, func(t ScopeTarget) Cursor { return Cursor{Time: t.CreatedAt, ID: t.ID} })
+	return targets, enforced, next, nil
+}
+
+// RemoveScopeTarget removes an entry; the scope stays enforced.
+func (s *Store) RemoveScopeTarget(ctx context.Context, scope Scope, org, id uuid.UUID) (ScopeTarget, error) {
+	t, err := scanScopeTarget(s.pool.QueryRow(ctx, `DELETE FROM scope_targets
+		WHERE id = $1 AND organization_id = $2 AND `+inScope("organization_id", "$3")+`
+		RETURNING `+scopeTargetColumns, id, org, scope.arg()))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ScopeTarget{}, ErrNotFound
+	}
+	if err != nil {
+		return ScopeTarget{}, fmt.Errorf("remove scope target: %w", err)
+	}
+	return t, nil
+}
