@@ -984,6 +984,16 @@ type EnrollmentToken struct {
 	ExpiresInSeconds float64   `json:"expires_in_seconds"`
 }
 
+// FailureSummary defines model for FailureSummary.
+type FailureSummary struct {
+	// Count Attempts leased within the window that failed or expired.
+	Count int `json:"count"`
+
+	// Recent The latest of them (at most 10), newest first.
+	Recent        []RecentFailure `json:"recent"`
+	WindowSeconds int             `json:"window_seconds"`
+}
+
 // File defines model for File.
 type File struct {
 	AttemptId      *openapi_types.UUID `json:"attempt_id,omitempty"`
@@ -1080,6 +1090,16 @@ type Lease struct {
 	// and results (the gateway redacts values a worker writes into its log).
 	Secrets *map[string]string `json:"secrets,omitempty"`
 	Task    TaskSnapshot       `json:"task"`
+}
+
+// LeaseRate defines model for LeaseRate.
+type LeaseRate struct {
+	// Count Leases granted within the window.
+	Count int `json:"count"`
+
+	// PerSecond count / window_seconds.
+	PerSecond     float64 `json:"per_second"`
+	WindowSeconds int     `json:"window_seconds"`
 }
 
 // LeaseRef defines model for LeaseRef.
@@ -1211,6 +1231,26 @@ type Problem struct {
 
 	// Type A URI reference naming the problem type.
 	Type string `json:"type"`
+}
+
+// QueueDepth defines model for QueueDepth.
+type QueueDepth struct {
+	Count          int                `json:"count"`
+	OrganizationId openapi_types.UUID `json:"organization_id"`
+	State          TaskState          `json:"state"`
+}
+
+// RecentFailure defines model for RecentFailure.
+type RecentFailure struct {
+	AttemptId      openapi_types.UUID `json:"attempt_id"`
+	AttemptNumber  int                `json:"attempt_number"`
+	ErrorCode      *string            `json:"error_code,omitempty"`
+	ErrorMessage   *string            `json:"error_message,omitempty"`
+	FinishedAt     *time.Time         `json:"finished_at,omitempty"`
+	OrganizationId openapi_types.UUID `json:"organization_id"`
+	Status         AttemptStatus      `json:"status"`
+	TaskId         openapi_types.UUID `json:"task_id"`
+	TaskType       TaskType           `json:"task_type"`
 }
 
 // RegisterCertificateRequest defines model for RegisterCertificateRequest.
@@ -1533,6 +1573,16 @@ type SecretWorkerLabels map[string]string
 // Severity defines model for Severity.
 type Severity string
 
+// Stats defines model for Stats.
+type Stats struct {
+	Failures FailureSummary `json:"failures"`
+	Leases   LeaseRate      `json:"leases"`
+
+	// Queue Unfinished tasks by organization and state; pairs with no task are left out.
+	Queue   []QueueDepth   `json:"queue"`
+	Workers WorkerCapacity `json:"workers"`
+}
+
 // StoredResultBatch defines model for StoredResultBatch.
 type StoredResultBatch struct {
 	AttemptId      openapi_types.UUID `json:"attempt_id"`
@@ -1769,6 +1819,21 @@ type Worker struct {
 	WorkerType          WorkerType          `json:"worker_type"`
 }
 
+// WorkerCapacity defines model for WorkerCapacity.
+type WorkerCapacity struct {
+	// ActiveAttempts Leases held now.
+	ActiveAttempts int `json:"active_attempts"`
+
+	// Capacity The online workers' summed max_concurrent_tasks.
+	Capacity int `json:"capacity"`
+
+	// Online Enabled, unrevoked workers seen within three heartbeat intervals.
+	Online int `json:"online"`
+
+	// Total Unrevoked workers.
+	Total int `json:"total"`
+}
+
 // WorkerGrant defines model for WorkerGrant.
 type WorkerGrant struct {
 	GrantedAt      time.Time          `json:"granted_at"`
@@ -1990,6 +2055,12 @@ type RunScheduleParams struct {
 type ListSecretsParams struct {
 	// OrganizationId Only this organization's secrets. For an unscoped token, an organization that does not exist is 404.
 	OrganizationId *openapi_types.UUID `form:"organization_id,omitempty" json:"organization_id,omitempty"`
+}
+
+// GetStatsParams defines parameters for GetStats.
+type GetStatsParams struct {
+	LeaseWindowSeconds   *int `form:"lease_window_seconds,omitempty" json:"lease_window_seconds,omitempty"`
+	FailureWindowSeconds *int `form:"failure_window_seconds,omitempty" json:"failure_window_seconds,omitempty"`
 }
 
 // ListTasksParams defines parameters for ListTasks.
@@ -2257,6 +2328,9 @@ type ServerInterface interface {
 	// ReplaceSecret Replace a secret's value and limits
 	// (PUT /v1/secrets/{secret_id})
 	ReplaceSecret(w http.ResponseWriter, r *http.Request, secretId SecretID)
+	// GetStats The operators' overview
+	// (GET /v1/stats)
+	GetStats(w http.ResponseWriter, r *http.Request, params GetStatsParams)
 	// ListTasks List tasks
 	// (GET /v1/tasks)
 	ListTasks(w http.ResponseWriter, r *http.Request, params ListTasksParams)
@@ -3952,6 +4026,52 @@ func (siw *ServerInterfaceWrapper) ReplaceSecret(w http.ResponseWriter, r *http.
 	handler.ServeHTTP(w, r)
 }
 
+// GetStats operation middleware
+func (siw *ServerInterfaceWrapper) GetStats(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetStatsParams
+
+	// ------------- Optional query parameter "lease_window_seconds" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "lease_window_seconds", r.URL.Query(), &params.LeaseWindowSeconds, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "lease_window_seconds"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "lease_window_seconds", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "failure_window_seconds" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "failure_window_seconds", r.URL.Query(), &params.FailureWindowSeconds, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "failure_window_seconds"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "failure_window_seconds", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetStats(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ListTasks operation middleware
 func (siw *ServerInterfaceWrapper) ListTasks(w http.ResponseWriter, r *http.Request) {
 
@@ -4876,6 +4996,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/api-tokens", wrapper.CreateApiToken)
 	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/api-tokens/{token_id}", wrapper.RevokeApiToken)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/audit-events", wrapper.ListAuditEvents)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/stats", wrapper.GetStats)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/tasks", wrapper.ListTasks)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/tasks", wrapper.CreateTask)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/tasks/{task_id}", wrapper.GetTask)
@@ -8816,6 +8937,45 @@ func (response ReplaceSecretdefaultApplicationProblemPlusJSONResponse) VisitRepl
 	return err
 }
 
+type GetStatsRequestObject struct {
+	Params GetStatsParams
+}
+
+type GetStatsResponseObject interface {
+	VisitGetStatsResponse(w http.ResponseWriter) error
+}
+
+type GetStats200JSONResponse Stats
+
+func (response GetStats200JSONResponse) VisitGetStatsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetStatsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetStatsdefaultApplicationProblemPlusJSONResponse) VisitGetStatsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListTasksRequestObject struct {
 	Params ListTasksParams
 }
@@ -10636,6 +10796,9 @@ type StrictServerInterface interface {
 	// ReplaceSecret Replace a secret's value and limits
 	// (PUT /v1/secrets/{secret_id})
 	ReplaceSecret(ctx context.Context, request ReplaceSecretRequestObject) (ReplaceSecretResponseObject, error)
+	// GetStats The operators' overview
+	// (GET /v1/stats)
+	GetStats(ctx context.Context, request GetStatsRequestObject) (GetStatsResponseObject, error)
 	// ListTasks List tasks
 	// (GET /v1/tasks)
 	ListTasks(ctx context.Context, request ListTasksRequestObject) (ListTasksResponseObject, error)
@@ -12011,6 +12174,32 @@ func (sh *strictHandler) ReplaceSecret(w http.ResponseWriter, r *http.Request, s
 	}
 }
 
+// GetStats operation middleware
+func (sh *strictHandler) GetStats(w http.ResponseWriter, r *http.Request, params GetStatsParams) {
+	var request GetStatsRequestObject
+
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetStats(ctx, request.(GetStatsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetStats")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetStatsResponseObject); ok {
+		if err := validResponse.VisitGetStatsResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // ListTasks operation middleware
 func (sh *strictHandler) ListTasks(w http.ResponseWriter, r *http.Request, params ListTasksParams) {
 	var request ListTasksRequestObject
@@ -12577,388 +12766,403 @@ func (sh *strictHandler) RevokeWorker(w http.ResponseWriter, r *http.Request, wo
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L2Ncts4lj/6Kijdf1Xk+VOy/JnYrq1dTzrdnZl0khu7d+5/W7kmRIIS2hSgIUAr6lSq9iHuM+yDzZPc",
-	"wjkACVKkvmzna2a3ajq2SRAfB+f7/M7HTiSnMymY0Kpz/rEzoxmdMs0y+Oky0vyOvZUpjxbm55ipKOMz",
-	"zaXonHf+NqGaTOhsxoQiWhI9YWQus1uWPVGEwquEas2mM61IIjOiJ1wRmY2p4H9QM0i/E3S4GervOcsW",
-	"naAj6JR1zjv4cifoqGjCphQ/ndA81Z3zTkRFxNJO0GEin3bOfyt/EWeUi877oKMXMzOM0hkX486nT0Hn",
-	"Eufx8gczFnxyRvXE+yL+/YbHnaCTsb/nPGNx51xnOfNnkchsSs0k8hyeXP7Q8zxTMlverOsJI6FgH/RN",
-	"BE+ERCawY7OM3XGZKzKjY9a2IfhOZUOm9MMrJsZ60jk/HAyapvIjT1nrghOesvuv9hWjil3LWyaaV5ya",
-	"vxNtHoDF2m0mc6rIOKNCs5jMuZ6QLjc0wkTExRif3yv2YsJozLJy6vDRHn511fS9HTo4fBZ0plwUP582",
-	"roZPuS72q3YEKfyxkSRPBoH5GJ8aejwxhzHlAn86KL7DhWZjlsGH3sAe0fRlzKYzqZmIFn9lDTfsF3rL",
-	"FGycWSVTmiiamP0kGZsxqvvkUpOpVJocnpyQaEIzGpm727p13gd75ottBHVyUt2upt16413kVjLzb/v9",
-	"ye2dffe++3ZBYpYZ9sQ1STI5rdAmFTFR5jURMSLy6YhlD7DPG5HpRvt+FdH2/VYRfYB9voomLM5XcA9l",
-	"H3iAT7EoY+18WcGf7/+Za6puWz+iqbq9/yd+naWSxq0fyeHP9//M30DCtn4GBfB9P/PJvKxmUigGisDb",
-	"TI5SNjX/jKTQTACbpLNZyiO42/szfOJ//64kyILyW/8rY0nnvPN/7Zeaxj7+Ve27ceGL1Tt8SeyQpPvu",
-	"x+fk7Pjk6R7KCkqUpqOUkTCSMQv7sC12RNBaZrwQSewDnc5SBhPPGNUsvoF1Hw4OT3sHB73Ds+uDk/Oj",
-	"0/Ojw/8ylznunHcGB2dHyQE97I3i4+PeU3aS9EaD04PecXQSn7KnybPB2YEnmrmZaJxHcP/r/M4b7Wl0",
-	"zHpP4wPaO6MnB73T0VEyYIfRcXwwgLO6k7fmqBKaKjgrOTN7/1unGP39p8D8MGOZ5ngs/pK8Q42pZj3N",
-	"p2z5ZIMO+zDjGVNbvWMWspZogk5Klb7J1ZYTwn38uPyHpb3cYAozmjGhb0CDsO8sayVOH6Ga2B20qqlg",
-	"F0TkaYraqnlKFU8A6YVjqtmcLgiNp1yEfXKJjw2FYHcsI3ZzSUo1M/ouFQERMiMTqsicxywjeK5EZoQK",
-	"qScsqyjE9hWjDOFKgqEw8giow6hG1E4eyUUR89WF/R0vlhOQjBmVkd+xdNEfGjWpeed+c1sXdMy6gcQK",
-	"SiyOZCRlyqjolH/c6oAdKX/scM2mah1PgLt7Zd4xL9vRaJbRRQf5kmNqv3VgJUA/xVcC/1KUiymNAjn6",
-	"nUXaDO34xCuuYDXVu1XMdaNJFzxn7ZRhtMbpKMV0jWfFTFOewtcnUmmnisqIpuZn81rCM6VvFGPiwTgb",
-	"3OO1Iwpz+Cn/g8U3dzTNzcQODp/2B/1B/+A+nNDpy7NO0FkeeIkHelu06oD+cvXm9Ztir2ub9hh8cOvB",
-	"l/fzgXgi/qJhsLbPNN2yZUUeXnKDNEy/vsu1fWm9Ag9yHeEuLd3FoONZ4BssfPVdfWe+/7FD45ijOffW",
-	"m7EV49VFuJOoaTpmMGL+FhDWH/dJ6O56GJCQz8z/zmSmzX/zLDX/icyYidG9jP5jxJ7WLDOD/b+/0d4f",
-	"783/DHpnN733HwfB8dmn/9VEF8XxV10Jg/UmiL9JFTJo2Ss+FlOrM3rMjcIf1mhkTBhVr1BhH0y/KvVk",
-	"bwgaHR31nsbHrEeTk0HvaFQyxmXGU5n+ppccfVUpvIWesQZ6qLnOinfIaIGKSjShAp1Fhdvh8OD46fGz",
-	"o9Pjp573YbDsffB2tEm+78JfzNaiFXCTMWr1/8anHlSt8E5wE7vJp9llZuabTW6DgsoRr9El8LDqFG69",
-	"iuhFgMuUcMHVZCsz5Gx0aKj7KO6dseOkd0hLujRMlVHFbnytvm1UpWm2zgBSmupcmZ3Lo4ixGLbB2cfe",
-	"nJ7Rg4Pe09Fh1HsWH7HeQVLOqvMgl6u2cx93ovQsk9mNMRIbKRL/PGVK0XHzE5XDemglYencNv1AlgvB",
-	"xXg7Hdw7+y3eAVpYI2rxpK7w4U8etWywCfe4w9ynzOoFrhFPsZKGTa/szIqL/cLQypbS3hGe74deK12D",
-	"jkeQ3pvHgwYnv9kRnS0Mu6o4pO106ny2toMwvxVrfpPrSKJt7kItPldIKEcuWcinhtBLMdhVQUxuLDgL",
-	"cFMhPZuzWD28c17E8OiMZQqebfxqHnP94q5B6YislEWC6SNTN0QTaVlnWavNJHzDflrbcIRnjjhh2Lll",
-	"C5IyamSH5Q/Hh0FHRlGeZWv4sfVf47xGT+OD6JAes5PkdPD04BlcgGzM9BactnjFzhu3oYEB231q4Irl",
-	"TrX+0Sm67qzd7tivBR21UJpNzSYKKRZTmavGY9zJuKtxEy706bGvKp0NBk8Pzs4OT46fHg/Ozg7WiZHK",
-	"QW3KPHdTpMrDbtha76zb/9pi7DWadN66KgcXuNNvZA7FzXoQQ628p49nrT2nMzriKS9ou5GHo4FRd0Ib",
-	"0iI41AWhxAicJ4qE7sM3kTd2SKa50mTESCSFplywmHDwy3XD/xjmg8ERCyGsWZ1h0PnQG8ue/eXvSor+",
-	"Ozr/xYoBM39puJdmv1CxeIc0srUoghG4FJsfzfPinZfmqn6CG/QS33RBTvvjwRqnl//5xgOqLBDjDsuU",
-	"db9FXAo1x/v8IFPd7RyYUyM20KhQ5UAtlKY3GVN5qtcu+B089meqo4nnisJopqdNLzvFJ3w8YUoT/E5v",
-	"ZEaox0G9FA+imNBlVodVuXY0SWWpaWywMU4vWbLq7O9XH1tJXQ2G2jaGl3un0WTayMzb2q6CF8z3IPBk",
-	"lxS3W08byp36SrZU+HeykkBxtW/U04pssohZLRkxc6YKMkkg6EfHlIuA8MTw1TlPU8NvzWicxX0/0LHy",
-	"89sYKf6urwldUHV7BQ/WabOSX1RaLbWdr3yrurEriLpkbvcnarz938WVcJM4HAzue0FmZfh7o2i2v48b",
-	"SKeSK1Ws7mUe/fP19VuCD1hHYEEBhKZSGOacpzGZ0DtGRowJQoEwbPiywp1Pzs78PKXBoDFTqZWG7TRX",
-	"kyUoDttJyC1P5l8CtVGgop9Dtyfm2eGfqEqKXksW3naJdA8lzivk5i8oWC3pIfzr4rE7qmnWQcTFjWKR",
-	"FLGqeCCPDk6OTgeDSqLfaeM5uNyGerLmGhfQLsbjvaLspWZ/tI1eXw29t5+Gnyq424nstJFNs22f5FVE",
-	"d5zcTokqaT7mWxgyZnZv4Z26JbbywMxUucy4XlQchH7C6kGVkHsHg0EjLaODoTrj7SKH/ryLr25Iag3x",
-	"Zzufci9XnS3mK+52vjEzuovzh60+JfzOD+Ubn5cLaD41/9pwmtf49Pq9thfdjh74O7Ji0yF38373feUq",
-	"YPzX5sldd8soj+a3arNvGf3+Gh5vCZ+fnpwcna4+2KAzz7hmb0S6QJ9TGQZJ6YilG04F00Bf4RsbH2B7",
-	"lB6PzCxwtwNz0toYXDLXjXLzdHD8bF12fNCJMq55RNOKa22tJu0/C47jlC78SVRVoB8kEVJb3WfEEpkx",
-	"VLumVCyIfQ1Tw4WcV81KmY9S5qtlTh1oVMqshgiJlyzK4UQa9qg6vZ9pFhMoOCCytIWfKDKfyJSRLBc4",
-	"N0h1M8o/KG5h+YWY0Tjlgt1QjR7H7aZ/0DB9IM4bxVIW6fUqNxDmlXu40EjjPEOirCzdCqUjXyqZKXkz",
-	"OmmilCn9UEujcCNVxds6itst0XSRShpvF5mYcSFYfFOJei7r5mjHgU0AOapTuoAjL3wiXSpiyBENq4cS",
-	"Qu2Cf23AIT0USvM0JVNjgez1yUtd+Klp+SFWTURVjKkLMp/wFKokIiqKCxOYp4cCpjKnZh6YGztjIuZi",
-	"bJNAQhJWl5sLekd5SkcpC1flpFbs7gfSXRrd9dvyFHBZrTcXdbawFXNGK8f6hYwlDdfciC7l6sD83X+i",
-	"CL6oykPPWMT4HVMYUXB2Wze0D4Z7fXJp3yJTrpQx4WQGRzNhaUyoY3eG+5CE8lRVS7LMGYI5TSIZM2IH",
-	"rh5bJ9hQW62I5qq2WldQCyG8iXfNSN+NdEM3ZrusQwm6YzylzL+7SbgYs2yWcYw1+6l4g94Z7SXvP54e",
-	"N2fg+cPM0FVS06gHzUr0TSQFBO+EvjFrrbK/g9oNWcsAH05BbeBmtfR2TeRcKN/x0eWacEVcshXR0nAc",
-	"86CImCFrMRT+KD2wN2PMwQfuaOZPpEgXcDPkXFS+CvyK2N0BDwvXGzIgy7o2oU4kp0b6tMqXP1g7WcYt",
-	"5St0xkuHzmepZdmwJMVOqjMf65t//Pf/NEQj/JlvnETf7rtCxhQQNYGTFhHrkysGIpFQRcLLXE9kZg//",
-	"nPyZ0YxlBOKvEVZrYCi2vzbHyPmbyhWsODckAFhwmr5JOue/bUIwnU9BPc7JRCbTdFrUsSzvwhuBkY0L",
-	"fw8a3aO1oXbIN6ttydLkVn9keb8MybyANzZlvX4Nl8qQUXZ65v/+/OKnl6/J8xfvrl/++PL55fUL8u7F",
-	"//3ri6tr+OtQ/OO//2co4N8vXv+w4rmGRQBBs2aCLmbRxK7X8Mymw72PU6vhPNz0mmj1RfF4E49ZsQnV",
-	"wrHWbO0Gx+mz0+OGCEzTPjxIrVqz73bZ/qkZOBuQuZ812PCVpu3+kaf1ULOtn3T5V34NJdROBo/F3DM2",
-	"k5nu24/snEivJvTw5LRz3jkdRYOYHiTHh8nZaRIdPR09G8VPWXw4GNGTp6eD0/iQDmJ6EsX0cHRwdBI9",
-	"fXZynIzi6OzZyegZPTJj8T/YzWihDUkcHG4d/btvWK96FA30t0t95YbfftCqR3cmDcP5W/yQSXGbB9A3",
-	"qyayOlLlSCqzL1ZZOZa2S/cQuWlweXev5/uZ0dSw8Ortn7DIautU0xFV8M5tJ+ikXGnguPCTK582P3lB",
-	"YftjTRwVYzaL0Y9tJWHeZNVSei5MwzP+mnFV/K1YERJ+qVTO4ueluVPfFnqzZAu1iPh1or0U6Q8/4q4i",
-	"0Dk+MybYvPKX48ERiPz7V0w0bWGT9vz8Eq0wY2wpZ4J5byrSpalCNB9b7fxEBYSLihWlmM5ne/0Njdov",
-	"Kdibdr2+L+/ME4QmWLTNFUmlGJOunptt4FlcOGlSnjAzvxaf6tKn71Hf4Bc01Lc0aDrt9RpKw1Y0XVbP",
-	"Z7kmWXbLPFZwCj+H2rWV7MoPqBytKlWvnqIdmWhZ+DWfKIJBlYBMWTaGfFyLVIW/NzbjhKpzAJUwwxvK",
-	"VoTinwMSmm+FQ5GxqQTnmw7cm0JqcDzERGm66JN62d58IlXhuF/y1JopCDYfCjtaQnlKjBFr/R6ka19J",
-	"pdLhXmAs2/mEidJlq7ScKULjO7NxCsEBXOxkKApH5+K89CGOJVNkRKNbB9f195zlDLzGFfAuwT5oMmE0",
-	"0yNGtU0iUuj2RSdiCNPqW65Y8PGUjWm06JybXQs6f0hhKIHlvTnDYvUp/eAf9elxA/kBlVikH1c1uoVr",
-	"7hYBgWo0tM6TNWMZtWENJwBfmrW9lhr+++IDVxBr/kEy9Vpq+HlZJJorYN7v3dHM0AZ4S2BBMAr8yw0J",
-	"PxTjwk/VwV2MUTU6AIjMyFRmDBxa4UuBzv8QRg8viJDC/gk/Yf/sf6Hqzm28dI2he+/UmnWiW0A8Kvb0",
-	"fdshX3nBpJUnXE8Q5dHEEqt64q4j5uYTwVisSPev+YhlghlxptiUCs0jtXdu4TJCiITYcGtIZpRnLiIy",
-	"FLOMQSaW2S58nH0wv1NcCnxqItO4D1t+XnISwhVxr4Ir3ey/TEiIRxheDIU9m3NCR+axwJxg5RVh39ET",
-	"Nr0oDu6ifmrkUhDDYhbEsZOhwH85PBBb21SgVh0dEs2yKcQOaJouXVvcj3KdCpxXcJM6miOwTXFD8GI4",
-	"yvytM57lncD8by+l2Zh13n96H3T8HTZfqLOCJfWlYQobqulL/KKaz3S4HHGoT24rOVS9Ev4L3qccoX9q",
-	"I/17fbdeo7Ik6xTTZLQg7swU+sa7iFEDReSF851rxdJkLyBKFuUtQ7EkrqZ0YcSciIGnUN/D2id/ZQsj",
-	"QS2xnR55CGkYdORiPBShBSV43/2tZ+EJ+vvv/+R+u/fv4QVBqtpgrO5vl73/Kscrfrjpv/+T96e9f9/7",
-	"97C8B6fHdouWbgBQ+bml5R3lFqMPUldQyN0bY25ndzQtFdeDwTYF35Us0E58evYsjo+fnrIDepzEp6MR",
-	"e5YcPD1IDs5Gp6cn9NngiJ2yeHTAotPjOH727DQ+PqCHp1FydhId0rNyQO3N6GiAvoCWcvdtUrmr4fyj",
-	"e/iovOA8F7McVIiirLYzYWkqyxw8c9LRRNZCkYCkJ1h2Yx/6dF9n06pjbbZHdAmgCehUiWZiQ7tj9+Ly",
-	"tZnDlfTgC6LKwAuCIJLQw+cMiRRWJrk4c2QE0Iov6xX7clVLzCG50Dz1NsqueMNdsqHzrTwnyxuCPMtZ",
-	"iA1x+4RlTETGsA69dACj048wdHlhNQJU8Lk25kbxklEK+uTaUADHYYGZz1IaMULx67DFhM5mjGbqnNwy",
-	"NjNnInNtppXKsXIwYpDyTrqecU8yFlOjOth1FPYFpKkpNJgg4UCO95BvLrE+xwDW1sYIOlMTqbfJ9W4o",
-	"2V+mlJXXy87vfRvP3h7HZ8urX7tTW+PSbrRTK5a3U4bDPRJlDCNvzEqoKS5WKpeJd7AedUHAARUZeo6r",
-	"6soTc/cZgxyniOtFpTziYINMh1kmtYxkenPHMmUTer3zOGnKt1Ay0XOasZZ3DhuTNOaU68Yst8NBfR9+",
-	"lnN0OGkJ+VSoYgH36JPnlV1QLDM33S6ZdA9PiDJ/s6PvVfajlkLXXODTRjNtRbh4RJsr56AUrXOi20Fb",
-	"SfjKFd9VNy5EnPDQcjxDIlyM+yREyIgbW0/P4vAcvCWYHmdrrmzSWoEuEfatU8M9i34YY0lro3Sise0K",
-	"DmkUsZnGikPnMChQy+ufNzdVNrkL/PW11XxBbZth48Y4tPl3Ec0yjlRREa5FZgw4bPpVFXcXXXRpJY5Z",
-	"PLiSWtcpXUmf3dR7h/qWFtIEQ7VaR/scetcm2k+L0nNBBqhAGFrbVAPapKrVu4JrSwLbyH9pdY13XY4v",
-	"ZzMm4ndF9WTFt2jGqNFF48YdnvXPLHiETBJA1Tw8CTo6y0VESypeoqnKFzbfk5bD22D7K1NsTJ6Dv1ln",
-	"8QdNokkubtELBbhFhFZP+v5h3XKPmuYT0Rlg92eMRhMWX5AkzwDENqaaGv00zqSRV56C34Y+5K/d/25Q",
-	"OYYtSOe52ZttK3uoXmoVMDh+dvK0sayxOKiH2u96HqvbDZhWyzKv2Qf9gOgFnq3uJGPpdoXdgepnIwDt",
-	"F/vAGwVNwRZYumXu34MNLtyOOAX3AoUrV7miLhYAm5mIWXxOhETRDyQO8j+SU9ZE4UFBT8vpHtWb/oDg",
-	"RI8wZoUJrLnGS1hrBRFXLzjsjLf7TdT9ZsYEoujvinJTzecpe8b4WVYy0kz3lM4YnVaLm6H9QmumzlZ9",
-	"GvycnG0ywh8nXaelbLchuabxWDw33L0x9Vc77myq2mU0bVD5Pn821gq48TU5SP6ePUQuUuUMHg8py/9M",
-	"mc+8hNkLeZE1ZF6W8jEHIEJ7Nwv4O5kkKRdlBryDl7tjnrt3ENRdDp82y4SsTWMbJLwiAtRaVHFcaawi",
-	"WNZjeQ/QzQUsya215qmGuNhGJP++FZm46oZu8j83HEWTUVMeTDPyrkPsdWZs8Xw5taATc1UFxYXver8t",
-	"D5nqG+eeabR4SyLYJDu+MSumOosSr7cydVjXZkT+0De0SO3fNXfwLZbSvSsOpx4BXxCKyRsxepm5Kgta",
-	"Y7Jguk9CjFzcCKlvXJYIuEK8etLQRkr6+GxoxrGZXvZ1FZYFhQsiEz9I7WLwtdKdao830nVPQdpZMROj",
-	"V5XfMH9JU0IzBuuIZA69wQDsSWnC9V7f5dBMuYJAYAiqGV7EwmfN9aTo+2S2uVoNabQ6my5gKyt1NKns",
-	"Ry3u2V9VxFjbyVptZwiufeWXWNJqHaUFeymGqOyakHPSzYXb2YC4uxbY3h9xQOydC4pWIoaO9nyXlJA3",
-	"BYZ1cXUa6QIQ/G9wN8tHy6Mvtt3xTf8XrXtkhzC84CbJ09RmtsZ5yuIbaJLScVBgIxrdyiRpZBle+6Fa",
-	"oMx2Bip6BVnA0FqjoCmNJlywXsZoXOkcVC0uAbxeNDh74LBzAKSVbnZ1iB68e+DBZRmZsBSs33XArS7h",
-	"9nhwFnQ012nR2Y7YT9tdmGg9U+f7+7i5PRu16cfszvVcUvvelD+1oRDXfEktG2OeviDhh54du2d+oUKS",
-	"clVkl0B5qB9BUkzEKhgK2HRz/3OV09QBVXV/knhTIimUpkJDrGxGo1s6ZkMRjrme5KN+JKe1Ne67/9q5",
-	"hHt98prN4fsKMhJGjNAYjDSjzWtCxVDk4lbIucBZjrAi0MPNqkSwvKytynpBvGaaJzTSqldIufPOyeDo",
-	"HA/frd2wFCGJe5ooLTM6hsUmfJwjWLFzzzoItM5553hwdl5tO5eaQ1ig1Wnp13UIsnBHQWdE416kMnh/",
-	"YHe1TAOFnF5jqbuudxBXSY32y2ICdY+K3LKFkxbOiW0HzpzRVQ7eNtAoY/TW8LYsTwtpcPn2JYyko0lP",
-	"SN2bsUxxdLaWy/UQy6KU8ikMAu4+MrLcmGJ/SMxWKQcpWUmPfbCocued48MzeyKWzbrOTZCmpYiWEmNL",
-	"csYEmck0heZLiUxTOVfV3Nqeg5c28z2w8005E7qyy3b37mjKIV0Tvm4NEH+0UtSXw2Uy18wmqVFy/eqq",
-	"4QO1YSxBr59UxsZmpzKUw0KSko3D870olYpVzvnsrDLgHBLf5nCzABPDEAwGE0g3leOxOX2RLvawUiNJ",
-	"eaT9w3Xk4v5m+TD7wJU2dGmdAGVx1UZ36/mld5uA/ZYDVEeDg+9xAUfjb1j5jOuVpYjd16C4eblC4i5B",
-	"xhOZjXgcM9z8I7tXNE0hBrcAMoghR1yBoVs2feSil6R8PCm2hxabY3UUrkitS6SZFCI1WET0C8C1XJAu",
-	"gAr0LhPNsr3ah27ZopcxM3W4DIc4x/rI5j7B8qxcjHkCCQbazQoaWaJbD45icE6oIO5XiAtwYZefKyA3",
-	"SENAonBuWhRBHkFsKjEhQjbuobeoV2gW/khybL3fsWR4AZ0H3BwYi4ydWHibpkxPZAxciJqLbi/hiX8J",
-	"i3GQDdowNLwIypDuJTIX+OIx6Joqjyb2ZZkZriXzLGKkKzMIzjUQh2Jsr8xH6mkpbZLkeef44Kh6aUYy",
-	"XmBfuFKaIKNTcA8V/4MR14XWdWfsRVLojEa6d8dlal00eH44Nj5mcSHNlJzOyxWJZZTDnejCWQJtFG/A",
-	"HUJdVApIPzeGAVNa7YEWR0WjODN/KG5U8UCRa7PRhXc5NEZUVeSoQ0/sobex58geLpgVlihFrEjy3bnw",
-	"pRr+Iji+cm2YUy9GJlvOKmPgNIRraR8i5qG2a2nU+MY9AQutYU/gBUNoXhcHfAvOAzsg3GiWTbm5hAju",
-	"4noBgYfC/Ozh33Zs3bwVkKqHTQQd96JEsLkR05YJIlHIXKf8Dkha5jqj4hYnDY9MuYB1A9EZ8jWytJex",
-	"SGaxclRck+AoeMFnbh+EtobE3cTKQED7yglylco57PHS5uaC5nrChObWM43MXUhIoxYS6TUoV1erXisO",
-	"Fh35I4pMzHuk7VhzofLZTGaaxb0pizl1FS7HByfn/u11eDugli6X9WID2F7MM1ZKTfylK8f49d0rm+aB",
-	"6eZQXhLAtdWViqxyOF9lseRmx3SDQCijEGn2tQqLHZgtLF5HL4QVEarsjxyzKKVGAgMjkhm5+vmyhwWZ",
-	"5aAK0OdwLi5xAoQPPGHFt72JML3ybRfZbVuHVbtAj3OjFD5Fn68UktqlOCviOars84XXrelx+8cLZ7YI",
-	"Bv0QzJ9QhypqxZhVjzqfPpXGYkP8h4PpE7GW1lgr+z6UtZnbgPcWVuXH9o6A9UTyX9+9LPMVDfVBoic0",
-	"qUfz2ry4AWwGFu/i973uO60NZ95ZzdUrEN0FHKINlKdzljw7jQfPDp49O46exqcnZ/QwYZQOopMTGg8O",
-	"TujRKDlODkaHo8Ho2eFhFB+cxKfRwclokAwGdPCswar+cgBAnxo3ULD5V4Sn8YCQGfX+DCvALd4xyIrd",
-	"DndyOQaMIHtGVAJLukClS5GUJZhTS0GyTeUdJjrUejx+p5iS7dCRmK1zGd0ux4ogu/og2ClDAZSJrRoy",
-	"WYi0dR2VjEpyAx7mzvlhqVT6qRBFvb3vftgem36SMQo70BS8YY29H6EXqFObDGMxHyddQ40yM/aEQKf4",
-	"3o7I4FumXJSHsFH/Im//N28E4Z/HTikdDXDsu4yyBIFQHv77+7aQcJSwnHMCjsv6ge90uLULWxxdU8MJ",
-	"7ptTDY3yKqdSPdl2FoAg+dvlbBSmxIZhNvzSO3hrGVG6AV7wIYijDnSxtG9uFWv25iHijFdaZiyudSV4",
-	"pHSAymZvJ0jfCGf99UkI3C4ElxL8k4BnhXTtHwIiZzgsCW0AJ9zrkxBvjXnPWM0xIFqKoShGKd8PQdc0",
-	"/1DsjmVcLyqDsg/ox4KwnJYkZnGO9hmECKiIh6LyZWMiwnwXaMKwFLA24dd7ATj5rS3joPBsYKGBy2/U",
-	"q/odS/z8sc0hZXfqkOftx1IBRFMxwy0Xsc8YcV2OrS0nLHq2iz2O9QqIfc63W6qNMwfrVEOYZTMZl5is",
-	"21Hxiw84UU5TYgOU6CZL8jQlv3Oj6ZMR03OQyzaZZVknHEFCa0MxyMFKZGZATluDKj2lH1rAlAf3HLvZ",
-	"zjCG8W7ZeWWmSZ3ettH/V+R1XEX0/vlpqzXM3+UIa+O3UWRdCeqnMvSOOUWxUL2MKZlCIvtMKttjwCt/",
-	"cL1RP72/D2RbbTCvl8NvnVRGNJ1ICzjR2HFv2x7nj5enh/u/RcuMv8hRk3zcCWRtk7oA882iLKCpY0Yb",
-	"FFcJh5zx8Xh9ftS1fWxDeDWXTV82zfBOye5r250ye1i9VttcmftQ/4oWd7uRZtEualcCLMrJtwB991fd",
-	"8OVy5buaLTt19t6WlDer8G2mx2KJ1d0oyRK3tY0AH0RtjuhjJs567Xm2k4o7EJSjJN/RSHt/vLdIGje9",
-	"9x8Hwelhs8fxQZDw1zawuJ4w8rscPSlDvvaV/iod5GCzzPW2/S+qREv7HYyGSovxkqVs3MHcdcvZQbeo",
-	"dg5CNRpipzaECsfoOkH95treVFijkfwt4vrTmuzniJ2c9J4mp4Pes4Onh72SLdPDMtde8PFEpwtiZwX3",
-	"IeEZq67raHA9ODgfDM4Hg/9yT6lU6pVP7aywlF2MInBi5DNz2CLCxHugsAE5JH8y/2++c8eylJpn1C2f",
-	"4fvsxqK4vMjNfdv/M8tS7J2Vz+K151ZUeh88SBXCfRtIefnd1Xv2o2EptkvHjOaqufJuY+mGzQ3dsW66",
-	"ulbJVqWl1j6v9poS82FiHlekC/+epbmyRtbe5q1dq7TZxJn8DxbYGwC6hxkMeARlDdjm395Fr8Q07vYZ",
-	"X+LGzCmHSLxLGp5l7I7LXGFrGAnYgV17EzA1/EYKtsW+7dY6rHqfNiUZD0mhocgUazCIfejCpp3idwiN",
-	"Y0WkYOtdpOvFyWosYjfJ8v41d0Cr6dLefjRLKtzA54az/TpruhcUK37NsSvo5cJie8eFLGFbqCCx7JPQ",
-	"EG5oqEAhDQN6RJp6QHKGK4bE/C8AyEz9DHHLVYFxrhJ+P1RY2FZofVQTRqMJXG1sWcWUmVVERQizNXIR",
-	"5E9AQqNoer8FEIwlf0rdH2VlVw3mxe+NSTfmvHGhKW6g8hYvNeq+rQ4p99qPPKtrFQkoZ6ukalWQxsnp",
-	"ae/p4OlB7+zw2VGvlPCjI3NBgHiAt2CNVdGa1dEsKkc3yy4Cs2dbRd8c37zZRglZq0MU5nAx/mrxXO7f",
-	"A7seqlu5lE8PdxUSW5jQmQXLU0DII6Z4zFTRm6YLSk3P4iffr12+uwHlaZqbPIN/oWBpvBDekTdyYByt",
-	"LEyB2/lEWTAS2xKv8Zpt3q7Wo5ZNnr/ls5vlYjU8FU8HtMt21SZo8DfyhFUaAmoGiMMzpSKnkJMbOIAu",
-	"SGmi6hZjAI/UdR5aqbR1VSqT+LCqys2lMt/+Ji2OPH9TyU6Lm4aDNW5gFQ3p/nLYpwhf+LqDKqda3oDa",
-	"tQzK67+O7T6MT8Fj44/pW8DPPOSUP8N03zirrFHBoajVQhI26jZLSi1XBMuE+06FKcLkgDdoOV1AQsgs",
-	"tToQ1wEJC/03BGgoUBiranQJomM+xQyvpkYLASVpKjPmK0nWrITPFBzGmJerNCYjEhqE+0ppt0YcNkq7",
-	"7Tx/2xl39cB3cRXdh1cRgNmAh6RZ2NDda2prlsu2gUAa6XRRoDpHmXSI23WoqHBZXy29GJut1NkGn5y7",
-	"Y8nu53eMJJylsSLdKRe5ZmQi84zEdEGmUugJmTN2G9PFnpHe/2H+li4C8h8x5fBf81f4BzwM/1owCs9w",
-	"QcLCgRLW+v83g90xsaXKtRYB9ZIk/AOLyYxlXMaYhByCq/uG6hBKLiodcPdg3nSkZGr2wny4v3GTW0+1",
-	"Qm9D+7xeFIYMVwSaDCMMG3XzVSyPZS+jIpZTMqOZRjuMq8CsBXhQf7M4rK/wlax0E/JxnNdFB7Y6G893",
-	"5iOo/Hr9vLME4CjIy8vXl9hR1LwSENYf90nF5VYjIA86eVVCa9Ua286l/pCt9Vd10/8qOuivZIabtciv",
-	"GrFfqu33yvbYm/Xa9kZ7tG7VW6BrLjeobmlK3fjuIzWYfkvBnaSl9apBbVLF7Wk9NFDytYQDz1V/28bN",
-	"X7BZ80098eaeyTY4aC3l5p5j/qtD9GfoEL26HzTOpdHzDn95AnWhNKaaYkkQgm5zV6OOJUAWDPY+yUfx",
-	"ATvsPU2OBr1n9PigdzI6jZ7Gz9hZQj1wrHcvfnp5df3u/9xcv/nri9f3CrN5pQq/1QHv33+RSNmX6J5Y",
-	"rdjYiHpLQlum1geNh7wAJp0xC/d+n9hHQ0nIrv0CdwyjbBUmgZv3IOYj3u57GI4lq2pgESmDJFCZkVzE",
-	"LFORzBh0HBf2TyogMR8jLJL3jCJdKggTdzyTgGNF7mjGDRM1vH1CLZKPn+SBfU1u3pcNTm7efxwEB4dP",
-	"m3M96gVGDW2k0oUtJEYZY5i/edTJEq+lQREonTIqHBSMqwfc+tL4auzyFWooR9qsXU6zedqwaIdJhU3a",
-	"XC84EaV5zOzabtni35DRTxiWMm+yI7b1UmepZ4wn2HzSKtOjnbOJi0QCHsIcgAxink87QWfCxxO4Qtjg",
-	"rdnztFQa8Cg4sY9amIV5MC4P3hbXnh8fFlno+LdP75sKt74KgNnPVTK1e83MZyiR8YqP1pQcucWsLzJy",
-	"5mkDRdvqsUHQKVTRlbS2vWq2utKvzV48GjxSW6Ol1kU2p6UIkTWhuZVW2aDdyirTQ738uRWNkTZRE1vv",
-	"ZVH1V+8MYntoQnALgGvyGXDeUR6Pmb5n7eMqB8MWo1UobePk+Bo4/nYvf7Z8/NIbEzMaAxk9ghp/Xy8N",
-	"VfqmPaW7/PONA8Frabuw0tGzOUW0unu2CO3vYL/s5imq8YvV71bxSFscTd+AV2i7DAUqbn6XowetD4Eu",
-	"WH5S/ZZ+je3rQ3YxSJvsu3Kyq+pLiiMuybLt6IKaFKjdnxqDbb2q25mVZid/KGBaaJq+SUDhXF/XEHxs",
-	"lmGbq2FWqq21RIuBlxfw3i7hIexiu6zHSgOo9Hs7b9m83aTL0stbt4R/EEX/njKy4fWt17Fp7to3JJge",
-	"k0Xf35G8ASss+d5Sb4zKObRemvYyFoT3rtazYOlK5QesafEKXTBuMaeA4laDlWv0JBTrryXZVvR+ypvf",
-	"xaLwBiwYj53kWdop4G4KjOODw6f9QX/QPzh/dnx8tN/ZsAVAzDQCdCHYTKW6vaNT1fPhVBVLkx5CYm9Z",
-	"/Lt7/W3h5Sn9OQ7y+aqcDsLBejiwn+6NJ7BbscoOiAL+ESzlxkZUkN/lyJpz+CiLCd/VjqvBF+xqfexU",
-	"BHwfPIMNtKxldlJgLTg0NTdyZdPXNiTBW/kgegPe70fUHOQtE1eRrLIfGk+5RdgAwA3s8RCz5uze61JL",
-	"bkg+dPnN2GTT5TdDeBTznB24ZpZB301eJEBb7bu9JGEDnfyv5tFdUqDd8/fJvL1vCmBrTYO/uKZIqp38",
-	"EwU5UEElUZnIhNDikcCi4F6+fVl0i25PTQ46dNYsiH4FU8Blt+wGWnHfyr2m5lEbZPnsVovV3OapqWSp",
-	"6QBxuzDosttmrWxDsxkQHfh4nk+oGJethJfb8tTcB2tzi3Y6hU+Ne2RUuysLXVpVcTZpduqe8RX9MzMT",
-	"7J0OS3uOXcx615a71pFkPzl468555+2v1wWA6lYRGaN/tepddwf7OKTa32i4JT1llwaoTVuzkQ3kbd2O",
-	"Xdx/xhGIltjOvugig7sQEGazf6kiY36HXfiXaMMdSimyzOk0MSbvvDZg+3BU66RpOWQxkcAq2W5/gk6l",
-	"iXrDfjdxheYuYPXuXQdL3bu8svYa0oeOZj2LqWtmp/UMmm8wwJ/5XB2/OrY6nOW9OcO2KVj8zJhY+fEd",
-	"+4ThVD9Dm7Alk6F+VEuiGR4owKsujOT15+l6Sltke/DVWfB/V9BWTUzbUam/j1t3BRrvSshdlSOdNz63",
-	"S9RklQDcJiaymZxUy2S76UzXytXND649F8vS/nIfayaAx0KnsYwxUvTdJq4yQDXjGCxfoKWUFu8JVYP1",
-	"9tuUde1ZIbq6vVx7F9BCaAX5K8aqxI+wf4XhtN4FVUeimguW3TSYog3NoP3+YGBKy3lljUVCCgATplSb",
-	"2bhUlwDrmyZwYSHvRw4FpJWaGcAftSS5qKzXohpuENmRWkYy9U2ThrSFO4mKjBd1anzqtu0O2T9uV/Ik",
-	"Ez2nGVs5two33aQzYbt30Krd/og+gkDZU7HxDtYYYcEPiusULLH0hmux1h2Ai/gpo6LuqRub362RwDt7",
-	"wrx44WYie0me+dP7+IioHNtENht7VN60+HO8Baw5mIdw1vjnvHsGJI7ys+PSuwDNt2uHkMHy3sXiMf9r",
-	"l0w12ygeen+cd+LTs2dxfPz0lB3Q4yQ+HY3Ys+Tg6UFycDY6PT2hzwZH7JTFowMWnR7H8bNnp/HxAT08",
-	"jZKzk+iQnmGsrV7Gt7uK4ha34blBJ0DrxF1d8tPM4NbkRNZO3k5uo6PH9kDLdLnLAq8QbnodYa6d3sPd",
-	"lEd0a3pyYzmq0hZOwQKRPON6cWUmavFkGc1YdpnrSYM+LzxwgG44H+ubf/z3/4R7hdMTrNvQwciAW5WM",
-	"pNRKZ3SGLdRCYkGGLt++7NvSfLBu8MPV5pQlt/zl+tVVk++vuc2dzb21XWSIp7fXmtkhrIHfRZWrofDU",
-	"tj55PmHRLTSns2m4Nr8KtTtQdyyozoSKWE3oLas0gpzmOqepmf6nT1CfmsgG1zHO4Ce7c0iVJM4z6JyJ",
-	"LmMtoTOEZgSfVn3y1iFEg45lCJRqmUE/NjOjoYAWXjI1GptgeDy4z+VBqr4bj/htkPDh5u1VQ9HFZZkH",
-	"9nbabah2WUCjtt5MpulQhG/fXF2T/bsD7DmqwoBkTLC52w2YUKHO45Kx41UJjzwUQ4F1DdNcU6jGt4dr",
-	"lE4znYSJCLp6ltVHASjcIbCNHkQIwgDwxNF8tb1GAcmbCpIL2/HIVjTRjJHI0shoUesChShkik5xGIZt",
-	"AqENZcY1UxAX0DRlQwG/yMiYmbkcD85CXLBrj4NlUWUrvNBba6U2GYqVhWutGMmp2zps2pZSWJTLdSHd",
-	"8E9FdfleQEYMmvANhctiBxe6IFEqo1tF5ozE0rZRBso6L4v73OLtyPYwsswQpNmk0Hc32mX979+VFCHp",
-	"uma7e7XuuraZLtynlEfMigceGzJNOID3XM5oNGG9w77f5b/8nWFz+XRKs0XnvPODd6Pg/BzsWfVmEXnH",
-	"MmjtCrHIkkpxetPrV1d9L9Bau73YrLSQmJ1B/wDnIWdM0BnvnHeO4FdQgjEBtrs/YTTVkz9AD20sGIPz",
-	"VORwMKiAWsiIKUUUy+4YNqPtkx9c90Etc9uD2lGkmTWyCS7FS6MB/cT0z/Bpr/MfzOhwMEAwXHAZg0JW",
-	"dxeff0T2vRZX3n7h06dPTU1x3CKMGZ3yO9a3uIZYHt48cjHVfdfA2ZdnnfPf3vvH/tZ+wYwumFKQaDEG",
-	"FVHOFMJd7kMPvU0PwOIL+v3eMkajiaEu5Ce4dlgUigdLEIjkNOKCZouhwP6SyMzMQ69eXl2/eO03BjPU",
-	"Oae3rJfPYIvy2QU5GRwRaEk458pKm6VTfcdozO1iv8DBms8v4CRPBkef4XuvQWbTeHFBQmDHKiSKLgAB",
-	"JpqQmM2YiJmIXO/DhyeyYsPR2Z/dMaIzmiQ8aiS3u4N9OuOoFKlWqvvFFoeConFhJTb2sof6UHS6QNue",
-	"5bttdNfLGb/GTzwiGbiPgLLccsutsrH7thcbbb7i6S/e7tpfvEfoa92ULyJnTJEQVNMwIKEL+Zt/Y8w/",
-	"vCi6e6QL7M+Fbj3AZ/H9ZF1tIbsUMyoR9NDE8KL1goEfrVpZbc5yr0+KDcEOoOg4ixj60bADCFWEkglV",
-	"k/5QXDb7zVHBntKFVcAdeSS2H3fdgQ7T6g+F+bpRrIoZjGQOrcGtCMffI/4JNOgkXTMcdvzcO7fsDXay",
-	"aEo5ldjPbyjwsSeKdHF+fDpLOVNFOxNYJO71HnoOubZdJLF3L8X+h9RCuMJw5B///f8RroeCiwnLuK1N",
-	"Lz4Fry+QL4fL4afQdXiEEBt+lKpbJ/wpfnMo7DDAzJOyqfHx4IiETd1Pwybe+xzOwl2Jsl//n2W82ODG",
-	"eZ4Nq8xEnHiZKbjxkLznfvneZnCsv6jVuTlny6eqpWm7vNW4xcGDcQucRFzs0CqGEXi3wxFLWTIP3OQY",
-	"GdmGnMQ8f7TV8/fkVrhal3Ti+scucawlkbD/0cH0fUI+lrImTMWX2jCMGfaoNwRNtbdZSiIMmi2pxfte",
-	"JCkZAyvKM8XvWLpYFh/YkcUj5BnN6JRpiIj/9rEDRWJGgy317gJZsE5PPoGuc3m+/wySqo3orNmPW/Vk",
-	"idKOPyfl4P5vTDnWBt532bngtWqUgi9E7EgihSZ0BQ6H4bIAqAt8z8kQC92B99HiI1qPg22DlXBB06Go",
-	"9Go2YwGjtYozjCuFGzVw1rHMYmP3Gs58DkBcOkeGbf5oLBprgWNICWxpu0Qj0iAoRVMjnLHn9ITeMTKW",
-	"OrDeKJxTSLqHgwEgloXW9gz75I1gQ2HX/sQyfZp67duThEWovYO6rfrkefFpo4Zl/M7eOVr09NZyzMzD",
-	"Q2HUNGPWa3PrBDZyz6hQFDX77jiT+cwsZsr13gVuEGIKup1PmIi4GPfJpSZTqTQ5GQzIzIwd0TS9MN+0",
-	"Qtp1iAeFgiaMdGE4b6e4IkV3f73XKLks5VyW4Z+dZVf54a/G7e5DFKs8MoKcxeiM31Bw2f35hYrFVrLz",
-	"4fhXdQrWYd7Ay94I1z4asOHK02i6djuK0YNHFbvHB9s9f/JZxHpp+32seKZ/e/+pYgz+iI7JKRWLwjvp",
-	"eIC5ph4jtzXUy4z8Y3lnPu3TTPOERphm08zWf8Au6grcf/Zx0jWSOSCW+ABVwyadYbN1w6Gt53avwq4n",
-	"cg5xfNsqnetzEmL6l7GV8iy1GJU2Byx0KW598jfnbbRbTMLEGONaZnTMXDP6oeAW1NqGC54gxwvf/opO",
-	"YJcm+LHIP/sUEs/tHKAowN3bu7DcXh2FQ8HB8UzJLGM2K8MMCkaOa3afQgSLoM3GoluVT0s/OJrWE5nG",
-	"btZDEWUsxm59Csw3M1Pnr26Y6j5y9bBPXht7wZgY/I6hJG1ivW9mTFzaM8NM0GV9q4lMy0dcDeDLH6Cg",
-	"cM3D4Oy2mtD7e7F5eNLlii09XWiGGZvJTPftL9WEHp6cPkT79KBjyPhmtNCG2R4cHh1vzM7NnuNefyFD",
-	"qJry26KR2vun8KkdWfXxls+fPSqrflzWa461wgKrO7g1591Qn16CswsLHcMwTPQ6hqSLfwPsgD4UzwG4",
-	"HWqmRZFdOBRdGt0KOU9ZPAYVk9g/IiZtn7wsdLnzmhoIfNGp6RL3wrXKmlA9FDQFTyl2oHGqPsmYzjOb",
-	"9CUzPjYqvZUGF4SSmCcJA1eMG5orcjw4G4rQjt7DaByLwz4JwSK4QeVbhVDvwllll54oklJlvusZDV7E",
-	"DHXcc4LcvGiYXWRMg8OsSxXhCVoBWpJwv/giLKvYpGjR+ytbDEU4zAeDo6g8X/iZneOvaxAy+Ldwj4xY",
-	"IjNWOWImYrWBDv1tcPEC6ALBLCy4ay8XRUwDcr+VomPsnVhEJ6yfzBWCwqOOb5batu2GtrWi/YWV7FUK",
-	"9nWFkIHaMcT7dSrTjywBvkrlu+R7W/P8Is2gnen/Iu8sPwOlrnRCa0mEnGOHMQeg+sRBprroeGCVzJnh",
-	"gB5fGQqLIOTSZOzbRUU/cRX9ffLSOtYRvDzsExeiDCFBgHSRO3s5A3tl5BKnw9HjLsXYKLwsjZtYWpGh",
-	"9WV42iNd8kqWWPP9dgeLrWloolmGKSk07f/r1j70rX0HyT7GQIZ93/rOpnK8wji+nM2gEwc22idUE2My",
-	"kFAmiWI6dEDInm4ix31yabSijDNjJebilnRRt4J3AqulQEgPO4pEbKYhVSxiRmUa05mtN3XN87BKnSs6",
-	"zhhTVoMy93Xcw0F7U66mRhMKh6LI2sEkATMwPOOUJOvH7JNXcowx4YjOZtjZwC3kvOQwkZmNYEOhs1zg",
-	"lSFT6goYXNRRxCTJMz1hGcQqoRdBJmHYbmjfhPypLGdhoxcRd9rM6dtQfhAQEtsZQOvGiApcFux253yw",
-	"sd7ySo6fGzr53ArLKznGXUc4xlZ+Jsc1bgYkD29+lYbl4zIc3DIjr0tNAS/+1rzHWh3t7Octmi/YLQhN",
-	"HZkUTYdc401nXCwHC86JzeYt3ukCeoPNO9AAnKD2gAtwMQb8P/NbmY8nFmZAUJ1nNCW3bKECjGcUg5nX",
-	"LAdIZDYUsyKxVEsyQ7cdjtUNf3qBXi/ISt3/aBuPFXsATGEowprpFWJUHW9En7xbtlhv2aJMVITfjGS8",
-	"IF1z4DSD7AQMAblEU5lAnCSiQgoe0ZT85erN670WO7YwpiEHM0DuDy30FpoFltmiL5OUc9e9d2wGnVgs",
-	"x8OoVqqkd4FQlSpaugZEcdfwNeGZ0ja3Ezq7YfopJoBUV00FHgks2giGw0MScm8Tb9milzFjbYUXmGlR",
-	"DgAJgWYz4IMuRRn5Ok9TMmJmq22iHYsLweOPz0UvSfl4osOh6II1R7gGYH8jl908jWrqOzNLGealppIr",
-	"a0gTNKSBwIYiF/zvOfPFE+ioJHR2dw8f78EibWqG+7hZOrQVEAwpzJVW28RdwDayPmmbynv9qnflEkDQ",
-	"/+idF1XWsyDk3DuyoYADANQIwEZfuFBkGy01ycCrfDTl+p3lCp9NDK5/+p29gd7t/Ctb3E+A+ujKdTAm",
-	"aG7msJgKLIBOCbmML5iZb/5qFYVJzpjomcPtHR52inGRI1YRkhD3uoBHuvq5zNlsR33eTAL7yNifWfjj",
-	"py+j2zaxD+LmiarTLeSvlVQN6W2ioHpAiPfwDxpYYnWKrurELLe52sS7pzuYacwbw7vZ1ZHWYjrAFv2z",
-	"eWe29c8fHx5+w3bklVHqqK9kARcOiKaQIMUwqcN3I2+t74GxsIlvyMk57DKHIHsQKg0tzl7o60IokCY0",
-	"m6ZMqeWMrCvz2X9qL8y//C4Pfl9+odmtUemANguCpVD6IxxGe8vlyGOue+zOTKM1hR1rlGy9UA8r0TBP",
-	"GlMU7TwJDEO6TGQyTVFJt862gJT1/YELOQyFV5FW/NZlqdnEKZKx3zFSsRcYTdIoxaAi98lr6RpWYaOl",
-	"2YzRrDGkA2n0ZqUvcKHNiZB/z1m2KOPdaLZ1fP3BK5w9aCycbR4JgzGu2v+hhiv6It9rMFCbO43JnStx",
-	"39byn+dYE7sJp+JTrh+XSZWH31bgcIlGskyQih+uzAFumB10RfKnX5y5D7emXTi9MeRe5tGUNrdFiyCV",
-	"e2VDn2WK/jmh5PnVu6p1BgbtUJif/DJcV1rgkpKxxZlMY9A2MdXR5S2XXZOdG5grZz/DzYbvjTMaMde6",
-	"dWZMhsYrC77k5x7e6bbmzaaqt2DzLxSkfKlUzmJ/jS3ys3YonyVn/vjw7KuLLJRgNk9UBQu3Xb6hLFpz",
-	"ldwdQs/IcrX0uQ8VpJjLFZEC2SMpBZ5N0AecIFvLTcZSY9DOK8exBSzeNbxlC3NFx0yY11hMUhlB/RLY",
-	"eOavEG4cipRRp5razDn0RdlcUUibUxNjTKf8jsVNtfU2pQ5rhYaiTN97fhlA5LOSaOdVe5f1RrbtilF9",
-	"UWqXe2BdRa7uChobyzzDDnUZU8qLaMBDNpHd20XQtSHSYl9Bd9rZUHRDLWVvSsWiZ9mBCm3JcfiO6WzR",
-	"u0w0FIOV3Ag/krGEp2kjr3mBRPI4HAYH/9pZTNO1+jx5EIdft+ZdYUN4liXehC11LxhBvcKjzo0SnjK1",
-	"/9H8x1UFNSrcx4NjZBlcl6UM7INRJ1xSAVzEKV3AnxRjFjB7qYj4Rw5OlO0MTfOSsTIfUyWDibVQo9mg",
-	"L1Gv8xPT0KwdkIhd4ZCvtAEKV9tx7nv70nisVzpjdIq8G9JdLeNyoK6ov4dB+Zvrxcx5xN+xWdb7gY8Z",
-	"JIa4hG9oxGzEDdWaRhP0Chav/8DVTCrAYAr3AqKoiEfyAwSC3SNXltR7b2XKo8W5eyjEXHIrdJTgSeKi",
-	"HjFmqceVlHSIVLDsDoLn6YLwhLgkbohCo1VBhCSjTM4Vy4xxqoai+5erN68D8voH/O8spVwQzT5o+Pzz",
-	"q/+0exRNaKaY/rdcJ71nYUDGf/BZQOB/NM0C8vaHHwPy9vVPAfnL2xc/BeSnlz8GQ/E3NnoLuH0LGy7r",
-	"/nz9y6uAXP3nTwH5f8y//kLv6BWcUUD+8d//s+etg6oq4oWMNNM9BYcYttTsG6q2W/uIt+5P+39q8Zoi",
-	"KkGDwdZ6z54opMWat9gjt2bAQS+GB6aHpQUEAjk5GuzZfv+hmlDz4L+dj6hip8fnYb9ibi5N9PNf+x/k",
-	"XECCMd799gu/QVIZaKq12jxwzAQEuw+pqhob+hCdeNW7wPqhrmePcK2GosAWWxAa3xkJrTBwRV7QaFKG",
-	"8VyvaaKYoSvN0sU5CREFJwyGIqw3mAMsp9CG/C4LFRfKUX3np7QpZ9Bvlui5XJll9jfXU/Ax9KkWuLnP",
-	"rFi1IZ+1FHJZBCKjC1dp4l+lXJ/NeqRpikHh4u5ZWKrNirpKCLvmi/83yrWCTpSShHPKdQldYCw887oH",
-	"BebXaVFFlJQCJDl22dfWewLWnmJx4FrxEyqIuZDIWspcUPM9TGg3t5hyMDMB7mgi0xhSRB3QDUCK2eTv",
-	"PsFQiyDLyR5akim9tSBFZiSoSQUIsxmjSyULt2wxFH7ihoXM4mnaszBcxXYrzWhszsL6iRTpUlsdG07p",
-	"BwQ7dQl9U6O4yKGgxLApZ+Za7BSdUbDGYU8Li49n7lvo8UK1xYHaQZaMBfigQzGhCoJMrOSkDrdAYiyV",
-	"UU0iCphy9uuVsCt68s5xgMxGVu3J+ehdlCQZUxMbQ8Ki2DAocINQoy9STgr4Lyi7iJEnI6iX2fJuJSnY",
-	"RaAIxaOCtVkDQlW3DCqeDUWZ7xYocxZ2xKVQ4gsLmZOxbMyOuIyA0b7CO7GtovPGFp0/ZArDOgzRoKNS",
-	"xmaAtFHQGGCzL8MTdw46TcCZnYxB/UzEesgc9gcWBMy/7p3zwy3SDRHJ84uIMPvt1QUS9h5ZXFrSnUml",
-	"+Cg1Zqdge9+FrDo+OPmuPBarZeGrAggPUhYdih5TK0Sfj0CkVsCrNUIcIV+rQaN7zzWDXlWQ2rdmMF9V",
-	"7MlfyvroU2WvP8v9eoggl6wdVwGWVvl9O6qXTWqDwncL7WUJx/nlKyhYQFr9Ftwmf78fALvpMpqyzpbw",
-	"TP4UvlBlcmUXGijOQjh9lRz8wfCaZJUU2qiyic3tf6yhs38Wb22NdrdUq7yXH9t7u4686i0pdsz6+fze",
-	"3wcmmn3M8W8XmvBnkkDAbbSAGgEVkJjFOR4Nxum6iPohZDalKf+DxQTSavf65LWfEtOc+IIzuC81fWsZ",
-	"H2bV68UtHs+3QJ2YTFLvp2QX4NEpUNDm9GnrTloJFBt6bkChMJGAuMxuwuM9C+A1kXOE0VFFr9eizasx",
-	"mjchYjuNfzYq9hqzriRje4rfMB3r4oB3JGQLd74midF6uP1mT7omqhzsHEv5mI9SG3+jgC6rpAjPvT8F",
-	"QxFawMEwIGHMwccH/8ZPTJnQN/6vZZKkXLCQdK0q0NbtaiiKdlcILUL1TURnNOJ6EbYlOfrkbrGQvhk1",
-	"wuvW0YbW4E7NnnX/6yFfB7ZvSGU+AfRAdAgalqfpLdZ2uS5OVUN7eyLf/1i0EVoJLfq67L2gtJy5JL6+",
-	"iwn9G8aDQkwysjsTgGegSOotE3f3LICNxXGsC6Jqq0DicNLdjdMlPvKU3mIYjKMHwvq5wT3OUsXmE5ax",
-	"wvLDorF85tV4XhQLiDNqbMVuJnPNBSPmjrp7t2eGRZzhqe0z0XRvfhX4ShG1emwJgx/a7FlswIix+U5b",
-	"Dq9tmNaSDXzSlA38yKqXPYHVFxkzxIWcF61avsbSgHtDwE6luRZl1KlcfCMnCDqzvCXkbq/S1PWXIQ3X",
-	"EEMhkEBndlaKPnnHevhNRKGaZeyOy1yli6HIRcFTZ5RnJGM9bEanjIXqIVRBvealKFsAlsjlOALkWLg2",
-	"PBIzLnz7j6xCQB8KbyAt26HPMWyBoZuid2PNoQiNDwMyp2oonN/awqIXZ4BtDbsFVGEDX92HdxuYcLgX",
-	"EJmVGFwTqrzYuUNxtefk7H0X6zseHFc6BkOROEBKWMfBUIDnAParpBRCl7Y+A8KKQcCMDOOz1d+wOaPF",
-	"8htD0QUY9ERmIx7HTLSAP3wpZvi1sKTvkQtd2jtauaFtno4lrQQ18TbFer3xdgXvL9FSPU0CGi5wVedo",
-	"8PU++RFxWAqatkHa2jKql8l64aDA/djMrUl6Lndh3BzoPGhZhVSsaKmGWhBdtH1fZ3w8to0BNrIJ8fm/",
-	"chGvmQEtWzu5yXQNZyAqlRqrMaZU5DQlWS722ubnxthhb74lU9sQ6XpDG4nxWzGzlb14dZO6LQyDnnOo",
-	"IDBixWWcQHYSizHnRCbExtb75C9yhP3FzKHbWlwHTGPRMDAvYih+lyOrnZjr6MixTFRAOCTUTMjvcgRo",
-	"HFDcb+QX0Syblgh9RR+JoZjRBaIb234iMLUninAxyzVhIuMwQlEihcVzZbsm9J9hxopZs/ks+LqGQkmS",
-	"0MzIdkQ/hGkVrAUMKvfaRTkAYlQ5yFFj8xvj3YGHmrUOBWYHmuFsK6PWJiSGKr+K/Iqdu/qWiRhFSM1v",
-	"+Y82jVV5ZzLT5snDw+DZIDg+Pnr/qWST0axnM5fgJfvridaz3iyTI0jbROS9MhXjdGAWbc8cuoXKiKYT",
-	"Q/zbtlwxJ/GFMjWACJrYkiCMZikHGCDEi6nC79SSuqoiyVDrQ0NEmDk+ZBSzbeU2ennhIeZUGczfc5Z/",
-	"pdHNrWvTt8RyuKfgAIQCKwHavbHw4/5H85+VsVHITzaMbsqxj6Rzg5VwAA1h0J24nnnpse2INnq8ttz/",
-	"mwlzegLenAgEZaxIdE65jQ9/H92C7amxz9FtWMjIJ6qoVIb72qUOqcBVDVOFLXxAymIlSmR1EyHJVGYM",
-	"ptwfChw7RdeGg6/G1TlcK/NDiWx94WC4IXN1ziNWQexoksTw/DdLkx7OmZUS3wUEx32TROBQN+BzaPzc",
-	"z/x1Y+xuAtsRvl4z+Nsy9XA7NzH33MZ/Hk3iS5iIJXGWd8D9bjNT0foYgOYAV6mwIMHHADweysBTqc8J",
-	"JVEmBWEfZhn2cyDdhN8xknCWxiow1hFNc9BTuSCh0elv/pDCdlgwTP4Di0nooqNemQUgNMEEoJaqK7PC",
-	"Eb7XH4qXha4I/g9rMdpse+CRQs4vzIWZgDix/l0oVk94hr2+RzTGmeJ1GgxFOKKxK0YPiaBTVxIBj60y",
-	"7XDf7pOjGDMj1/BIPjrgPMvR4D+VTPhWA2zZllphNpUmmeDjiTH67Qd3NhE1N3uGWfw6mtzkM8OPEJfG",
-	"0IoZiRySP5n/N99BKGaz0luAGCxIxCiceSZnbP/PLEu5QILfysjDM/lCSZsFSbSbPAGhumhEffBdGDgP",
-	"lO5ZMKIWTlaX6EaBLTybn1YkQLGSxVGNgLVWe7Xn0CcPmALqsYVtdU188fH1zXYi9TfrW7KFVhJOS0T2",
-	"CuvIIK44kWmhXRPqLB0c4okign0oiOWi8NnYXyB28y2bISqM8w4aiROg7ASQNSNOHdiz34yeaxLRKQNJ",
-	"1yd/c75U5KlFO2uN4E4fStlndimHzqFYluYk5UXZlx49qkzEAKqegtOTLlSfvKWYlMHVUIT7M5orFgbY",
-	"b7Nd6v0K5c8PR95fUGTuIBw9GYcS7cgXaQ8hwar7+8VclZsxB8dJBZsXXPRfsqwDXtfIF2ZPFCkplnSp",
-	"v2N7O0m6fdBlW+XdK6PWWzYBurGtbIVfOAcyOGxIN7Q/h0HpeM5yUbQoMIq3zcQIja42g/5pmCO3OCfh",
-	"lCtl0yJRpzP/BNftTZKnqfkJGluh6s+V/WMckhGbcBETOhQYfuJpajPQ2lIjHWX+CKu/D/f5Rq1ds/BN",
-	"MokZmXClZbb4Hm3eS/9i2XXudouMMF2pNIK0DSOZCx3C7VEO16wUqlIw0i2StbAJAIjTeC/w2nhb1XIo",
-	"4OqSruGccB+hRdXvXGtooJqwOcvKcGrBayEkqaQULFt3O16bVd3zcjR5l2AbKj6l4iAPBlCRzaf5FKBL",
-	"zY9c2B8LX5Mx98eA//057spVKvWqTORCk1KBVedKF+B3fmlg6YYOjYrZ6jZac3mAxtsDBq9lIX+YqlwL",
-	"IwHLnBXL+I3FtVdqpctO/SWSN4+y78bSCuzmfI+Za3BS9zXuobPNdAXBvXS0RseUC+TTvOou9DyEyMzB",
-	"3QkAtnHRvgU6xFhKRbyNBPBH3pnvb0ib8Oz3RJyYUfydZnebsyLUnfk9qTQX7SR6hY71mmfBednRT2Br",
-	"LLo2pZCEyCrDPcchzKOIY2NolmpE94MMatvfbgalBhdFCjbSOs0YyQU6E1x/+EbUICgkQaBbKYbili0Q",
-	"VaYAPYL42l5QQw9yrhMfQMg2QgJzAuRNFzNV/M5US92d9i4cGhFC1EIpi5wydOmz1LY7OjwcirbWTI1o",
-	"1Ll4kAsZ3C936zNYCA+SZzSlMcNAZpZ/AzlGq1d/XRi1TEBLLVG/hFV76Z86e+hdLvyQoMB+TStYITRw",
-	"aPdGvLGpp6NqOQlik9IpIugZKwrs1wJGzJgRUBxvRDCUyqs+uYS6CQd1JdJFS7jeTmnnYD2+/5WG6h+V",
-	"j8DKV9lNdm+eFOC636NSgHF1XCnpmjND0efWXHHbWWJrD7TbMAMFco9dxxOZ1OnI6FlRtoD2td3LF1e9",
-	"w5PT3k/PfwkcAq+RiRCFhxGGYp5hr1lbG1WiwBtZaMcy9HnLFnt98p9wiUARgF6IPXOBzomQJJO5ZrYF",
-	"C1Y5DYUUrE8uUSsB+k6hdSb0hjACgwsS4jxuMpZAc7+IcYdrDxfWPGOUEKh0G4qufV4ZZaYoAtMTZtRr",
-	"JzTTBXGw81rary9mdvu1LKp051AekdIRFLNCt14S2tIv/G3YwC4u7CEUmQG534gxkiJJeaTDFRF/WMED",
-	"YBK9e/HTy6vrd//n5vrNX1+8vlfonapbaExTJD8Jlt1g/MMIX9e9Tx1F2ZHeFgcJF/ylgum425uG0knX",
-	"3U847L3vI3f4q+xr1RC6dzdjmS9WFYX9j5ZtrKl893lPAdsI/UITylNlY08fdIFwDAotBBtIJGNWsKdc",
-	"0DvKU2PBhsv6wg/w+eJeb2kYwGuPbqe3XgPEcocqFXsAHur99yiY8bRWk1vQluV5Z3NogSOuy/gYsVSK",
-	"scI6S0SeX415+BPT3zAV/VNQj80VqS+1TZnLV4WFilwQi85RpmjbvnpWHyq6aVmqu3YKFCZiNPgOIX78",
-	"MKS0o47iVAZxNO9tqzZU5v+lUhi2I/XvNZPhM6sCXuaD22E0A4zqDkq9WqUeWDjnDXL0bapCBCF6MqNj",
-	"LkqXQsJTDcBCjRhktipmN7cAzPDrzd9vrPzW2Fxtw7p0qm6LNs9tnSuttbHVoNfmhX/V2n9HBRjmVDdI",
-	"RYEb870WXtRr7FyrmfUFF3GeFZ0ksHugqGHtrIjP5IL/PYf+m0Phv7QUkgHHflNcBktsy1ywLcIyMOYt",
-	"W7iGCDFPwDTTZCTjxU6RGdwWQ1DfeJk84hiYMYpy+ClTio6hMoOlqTSUZz0z59jUwNOLbtY1QDCUVfLf",
-	"87qvZ0vPjtnwL6SfwVk/eDW82ZqvPVLVtvKvGct7a4/Vtt0bPm98q/BYaeQ4LY3C4Mf9j3DfVhWX/A3y",
-	"RgquOoceQlqSke28EQcktLmCNxZ+lCi6UDZ/Vsgbh992g+5rQCTFK30jpL4p2oXFgDhah9D0/PK2KD+0",
-	"jKiPg4TWDV+MqkJSdiPbC2AOUqRcsGIGJCyfuJlyBf5182twrZe/MRMaCnw5wFFTD6MNHfEEvfP+DHEY",
-	"xVIWaZmFe7BkLspNqDjtMCXBLlcmpPYoj0PoZ1sA4QXEwbUGQ2GBCY3+ZoFb9+zyIrM4l6Ts1Lb4JqWa",
-	"ZdhVLWM6W9yMaHQrk6StX+BOgsu89NgOH/ONH5imPG2zhJFjfis1Pni/HN6BQynd+Abv00zzhEYrQtU/",
-	"8pRBWc2Ua4s5SMWibKGXFEQcEJnG6wCvqbq9LL75NVKIWe+qWC90R/1yEL2OXZQHQr3t3PDU1yFbXJaZ",
-	"3Ebr0Nmi57qvFVBXiDbB4hJ999Iyd3jJAl/A41MJIVBZdGpMuRiHmIzlGDajRhHn0JOxiGJENE1J1wJJ",
-	"S+HBSBNXJ72HxWWFrBkx7E0WFhMMvX5yFrQ3uhVynrJ4zBRUYLh4rG2s1g7A4VYPoVHzw/0BOL5qVrmK",
-	"Sf4LgGMlAMdWmtR+KsdqZdlFKsfYP1gmiEZn+W/XNjBlrm9iaP8C8l9I7TquQvLvaKEZgLUrBhF9sKjD",
-	"RKapnP8bmLQF0qvV2rpNrR/3wD4XbI4pGPNC3bPfHgpeImeLuLCzvZaQkOIAXYnllGEjSHdL3dKw8eNz",
-	"KVxdMs5TDQXNGDbzt434L9++tJXIXXt85BjhdcxfXYfEjMFVuEDoA8YhfuU1BuRqKI4Pzxra7q/Qcl6Z",
-	"g9v1+i553i7t0kU+HbGszZ1mN6iOjI21JYcHx0+Pnx2dHj9dU3DS4sxE4miuafFLWhq/M9j8O3iYzd9J",
-	"aKpYMdRIypQBGFDLUJU+hY0DHvozPx2smfFjctVXcnzNPjRqF6/cFS/qqfAs+rslSJ593jgH9Jm2yom7",
-	"wakcb84CM6byVK/mgjOWKWw0jE+TkTGjGCRjY315o17KLdgn5JfZB0BtUEZwiYi5C0eu0H1UlKQbTkNT",
-	"JQkXY2gtbRQP6eA1EVoMe5S0VKChRwlXdg828S25wXG5fzYns94bXj3Hb8HwemtmrieZzMeTkuQtTHl1",
-	"OdsQv84W7Qr5L6BBUwe4euNwY9Ek91Rd1IFpdAtC22rxYbVTbyGkR3k8Zhr1cOdjLBpdKE0XLlnRZYKT",
-	"NyAzIYCGd6NUhIXUPVgF5hQ1VRuYv36z6m5Q2ERQTPUvXdceKKEkZjTupUxryGmXmWccrtaC81kqaaz2",
-	"P+I/nE+xNckkTFQI1M1E/EQRfMtiH2MWiQu4KJ0xSCzWksTcnB7WrU0A4kqQKZvKbHGBRUIptBQBbn71",
-	"82Xv8OSUTHOlPR+dQkivPnkjmPssJh0Xv0/9XgzGIDV28YxBN6ZyhKCoqXMmJ1ckdXryiCUyY/7znkXa",
-	"gDxi5uG8KVtfKnx9q7QYGWmme7i31ZtVRHJHXFCsPa9HDdYHU45b0sRj2Jw7lvGE7xwPeNybtK1//3G7",
-	"IePRQmchSx1PFNh+inQTlFV0zPZW9EZuuJn76HJqF1L/iQdki/ls247R7wy+rvgfzL9hQYF8qq1TzabE",
-	"iFtwA2EHs6EAd6zXseUcU2mkiK0LjCx15zeD9cklmXKlrA+rjMjihMBAzViCtdcgxHChvdKNbyRr+Usz",
-	"UrhX4Ku76zml2S2LV+GdwyTdJcWDue9VfUTPZ5sELN2NsLtfr3Da9IrguUDOEmyu50hdcS3WdeMDfwqG",
-	"fixWTHdFLzxStsILlhqNgX1Stm9Rra2GvE7kpQBSbf2DuBqWzZFkBpXdtp2QLUBJEKGj7Go+b+rOWXbw",
-	"ie3Uh8LNvc0W2rV131dl3azu51caNtVmfl9/r/N5cTiNzbvWJO84z7qhBtsTihIpWE/zKSNMZDJNgV6A",
-	"Ws99bzz+Ubko1lB0w7dvrrCBFf7N8l1scEEiZu4ptGgtPSVlmdfzyz55k5GRUTvIQuYZEPDbv748H4qM",
-	"jbnStrlWlHIzIX84IeekG3q/uZmxqbWxvF8mXIxZNsu40ADhNBQQH7WOw2LyTd23vGFC13ystX9YISLd",
-	"nZZzgRG4pcsN6FNe+0+j2O5dNPTXckPOUqqN0ubGRhds/TthLfHHzBl6YGOjsVrSJ3xhj0ypoOMKN4Lj",
-	"i1nEY6YCMy42IQNl2LAaY1VW87aU34ON6/YUqaKj1865TVP64SYqnMw3NuX22EteBJdQj+W9g05gb0Ut",
-	"3WjbPCOc9ReqILN5NXbnVhWSWbdB6z0mXTUB8SAi9rVWlp19kTwa18QvZkIbdWRFG7KW5qeP3ZN/x1Z4",
-	"n6exXTttlg0jv50kjbnb6kbJaqyNBtFqEU4RDSC0YDNhQMImfoUyytb4ku6UZWMWn5NQ5Gka2p6KilAj",
-	"qEYs3euTHyAZCABQtZxhmYcr2sF4/nIzWq+ZLpmwjO0R6ENb1/5stDxY6sYblf0ypn0CHUQxvA6TwtoA",
-	"Y7JWFOEnCm1AgolRClHf8FnnyXf4MDaFKpVKh3tBgQTjJoI5Zu0Yrve+EcFyHhzVZEJnMyawaK6m49cT",
-	"E7gqsrRaY38wRHOUqwMn1QmKDE6b5xHYP7xvwU3YUXBamrThui0BXXeQgJ+LveQwwbjKZv6p8VvxyFZz",
-	"snZp5iu97d6jP3NzsavqfXdZi99zve3tlbHKsPPbeqp5n/wEfMk8/PbFL6Q7g4rpDLL3S5MBw3s+BLXK",
-	"wUeE7XkmLLrFX5stwJ714JiqfOnab/PnrwC5q5krsDqbKtUYHEHTBEnzubdj95TQ21zuTeN7OFVvkl/l",
-	"PbYUUmRHGhnnn9o/IxLCvSM+1oD2Gn8v29Hb8ofSrOiB+trOJKDMsOxJTTUxwh5O95YtnD8LQz04Kov7",
-	"5KowUvotVuSLYgbXMIGH1IofznCrz7ItWmn+2P8GxMpLpXIjVczFbLUxtyUmdC20pzNbO6nWM73u4Iyn",
-	"XIBLZMm/0V/h2vwJv/0121QwxVX5zcXG4EZ+t0hWkF9V8TjROlGgeeN8ULsR4nKj/VX4LuYA0BvPoAO+",
-	"kCSVRmKBJW/IEWdTUnDRM9h3ytvkp8KqGArXVt+h/NEpIzqjQhl7QoqL0kaybjqwnnzbRZdTe9Jg9GHL",
-	"ji5aHEYrs2e016zs3Mlb5hHk/YyuB+/efwmrewuYoU2X8rg58hNndC6+xwvjFkcokkCbK6Mtb6Odx7b5",
-	"kOHqLXmf4RboiSFoP+DgbqghU64VSxPUyGGuhKZSMOfcsF3QzuvkDHMB2G0XHlOVS6YkGUk9qXGMyGya",
-	"0f/L+HRjqrD5zkN4F7Yk9M8kTdokCWzvdyk/mG7EP3KUuKudjGV5q7XfsZRxgQ7qcfBKSM2IDswucl3/",
-	"pjJjAYqJmg+KmRukhwJcaKOFRUomXSE1gfYG5lKOKRdKo+/RvVlmQ7jWupARaL4LFY8sVWw+YRkLMMvK",
-	"VRDNINoHibUQKbTpPZi+i4E0V+jsJWmAFXc8OBoKi2jYs0WMYWBeNftBKLGd1CHcjblXmFK1Tgh9TiPb",
-	"86Bh7WvnvGOMl5TRWxZvAypk5v9VWt6uvrTiQfvKEc/NjNfc3Hp+yYjRjGWXuZ64/BL7Uv3ivpO5ZorY",
-	"/AcorwkIzfWECQ0WMwRblw3pvlfjYDd8ycd8zQTF9BB3+xXLHORoVVxxjU2oiyhxvxlnRzW5sisBLc5U",
-	"YG++N13liWPMWanPv2nkHzzcj2JUPw3G/qroq+6h7jSNB2mgOU91z4h0BJKPJkzpjGpp9WWo+lnK4UcU",
-	"d5JwEfc7lfhv03eu4GF4HZgfdGhlMTIiY8pqWFYX2sLKrKxYLLtK8awE2V4Cy2k8hQKjtoKbqwKjtluU",
-	"XEzcEVZlRzEgE1crXIeOhGCM93GLQNVQmuRqrFS5g3nMocjDPxV4pOH9nxlNbZJtxmjMBVMKd0Lm2r8M",
-	"FkjQ0eVMdT69//T/BwAA//8=",
+	"7L2Lcts4tjb6Kiidvyry/JQs+RZfatfeniTdnel0kh2795x/t3JMiIQktClAQ4BW1KlUzUOcZ9gPNk/y",
+	"F9YCSJAidbOd21yqOpZE4rqwsK7f+tiK5HQmBRNatc4/tmY0pVOmWQqfLiPN79hbmfBoYT7HTEUpn2ku",
+	"Reu89dcJ1WRCZzMmFNGS6Akjc5nesvSJIhReJVRrNp1pRUYyJXrCFZHpmAr+BzWNdFtBi5um/paxdNEK",
+	"WoJOWeu8hS+3gpaKJmxKsesRzRLdOm9FVEQsaQUtJrJp6/y34os4pVy03gctvZiZZpROuRi3Pn0KWpc4",
+	"jpfPTVvQ5Yzqidcj/n7D41bQStnfMp6yuHWu04z5oxjJdErNILIMnlzu6FmWKpkuL9b1hJFQsA/6JoIn",
+	"QiJHsGKzlN1xmSkyo2PWtCD4TmlBpvTDKybGetI6P+j16obyA09Y44RHPGH3n+0rRhW7lrdM1M84Mb8T",
+	"bR6AydplJnOqyDilQrOYzLmekDY3NMJExMUYn9/L12LCaMzSYujQaQd7XTV8b4X6B6dBa8pF/vmkdjZ8",
+	"ynW+XpUtSODHWpI87gWmMz419HhsNmPKBX7q5/1wodmYpdDRG1gjmryM2XQmNRPR4mdWc8J+obdMwcKZ",
+	"WTKliaIjs54kZTNGdZdcajKVSpOD42MSTWhKI3N2G5fO67BjemwiqOPj8nLVrdYb7yA3kpl/2u9Pbu/s",
+	"u/ddtwsSs9SwJ67JKJXTEm1SERNlXhMRIyKbDln6AOu8EZlutO5XEW1ebxXRB1jnq2jC4mwF91D2gQfo",
+	"ikUpa+bLCn6+fzfXVN02dqKpur1/F7/OEknjxk4y+Pn+3fwVbtjGbvACvm83n8zLaiaFYiAIvE3lMGFT",
+	"82ckhWYC2CSdzRIewdnen+ET//t3JeEuKPr6Xykbtc5b/89+IWns469q37ULPZbP8CWxTZL2ux+ekbOj",
+	"46d7eFdQojQdJoyEkYxZ2IVlsS2C1DLj+ZXEPtDpLGEw8JRRzeIbmPdB7+Ck0+93Ds6u+8fnhyfnhwf/",
+	"bQ5z3Dpv9fpnh6M+PegM46OjzlN2POoMeyf9zlF0HJ+wp6PT3lnfu5q5GWicRXD+q/zOa+1pdMQ6T+M+",
+	"7ZzR437nZHg46rGD6Cju92Cv7uSt2aoRTRTslZyZtf+tlbf+/lNgPsxYqjluiz8lb1NjqllH8ylb3tmg",
+	"xT7MeMrUVu+YiawlmqCVUKVvMrXlgHAdPy7/sLSWGwxhRlMm9A1IEPadZanEySNUE7uCVjQV7IKILElQ",
+	"WjVPqfwJIL1wTDWb0wWh8ZSLsEsu8bGBEOyOpcQuLkmoZkbepSIgQqZkQhWZ85ilBPeVyJRQIfWEpSWB",
+	"2L5ihCGcSTAQ5j4C6jCiEbWDR3JRxPS6sN/xfDoBSZkRGfkdSxbdgRGT6lfuN7d0QcvMG0gsp8R8S4ZS",
+	"JoyKVvHjVhvsSPlji2s2Vet4ApzdK/OOedm2RtOULlrIlxxT+60FMwH6yXsJ/ENRTKZQCuTwdxZp07Tj",
+	"E6+4gtmUz1Y+1o0GnfOctUOG1mqHoxTTFZ4VM015Ar1PpNJOFJURTcxn89qIp0rfKMbEg3E2OMdrWxRm",
+	"8xP+B4tv7miSmYH1D552e91et38fTujk5VkraC03vMQDvSVatUF/uXrz+k2+1pVFeww+uHXjy+v5QDwR",
+	"v6hprKmbulO2LMjDS66RmuFXV7myLo1H4EGOI5ylpbMYtDwNfIOJrz6r70z/H1s0jjmqc2+9EdtrvDwJ",
+	"txMVScc0RsxvAWHdcZeE7qyHAQn5zPx3JlNt/s3SxPwTmTZHRvYy8o+59rRmqWns//uNdv54b/7T65zd",
+	"dN5/7AVHZ5/+Vx1d5NtfNiX01qsg/iKVyKBhrfhYTK3M6DE3Cj+skciYMKJeLsI+mHxVyMleEzQ6POw8",
+	"jY9Yh46Oe53DYcEYlxlPafibHnK0VSXwFlrGauihYjrL3yHDBQoq0YQKNBblZoeD/tHTo9PDk6OnnvWh",
+	"t2x98Fa07n7fhb+YpUUt4CZl1Mr/tU89qFjh7eAmepNPs8vMzFeb3AIFpS1eI0vgZlUp3FoV0YoAh2nE",
+	"BVeTrdSQs+GBoe7DuHPGjkadA1rQpWGqjCp240v1Ta0qTdN1CpDSVGfKrFwWRYzFsAxOP/bGdEr7/c7T",
+	"4UHUOY0PWac/KkbVepDDVVm5jztReprK9MYoibUUiT9PmVJ0XP9EabMeWkhY2rdNO0gzIbgYbyeDe3u/",
+	"xTtAC2uuWtypK3z4k0ctGyzCPc4w9ymzfIArxJPPpGbRSyuz4mC/MLSy5W3vCM+3Q6+9XYOWR5Dem0e9",
+	"GiO/WRGdLgy7Khmk7XCqfLaygjC+FXN+k+lIom7uXC0+VxhRjlwyv59qXC95Y1c5Mbm2YC/ATIX0bPZi",
+	"dfPOeBHDozOWKni2ttcs5vrFXY3QEdlbFgmmi0zdEE2kZZVlrVaT8A3btbbuCE8dcZdh65YtSMKouTss",
+	"fzg6CFoyirI0XcOPrf0axzV8GvejA3rEjkcnvaf9UzgA6ZjpLTht/oodNy5DDQO261TDFYuVavzRCbpu",
+	"r93q2N6ClloozaZmEYUUi6nMVO027qTcVbgJF/rkyBeVznq9p/2zs4Pjo6dHvbOz/rprpLRRmzLP3QSp",
+	"YrNrltbb6+ZfG5S9WpXOm1dp4wK3+7XMIT9ZD6KoFef08bS1Z3RGhzzhOW3X8nBUMKpGaENaBJu6IJSY",
+	"C+eJIqHr+Cby2g7JNFOaDBmJpNCUCxYTDna5dvgfg6zXO2QhuDXLIwxaHzpj2bFf/q6k6L6j81/sNWDG",
+	"Lw330uwXKhbvkEa2voqgBS7F5lvzLH/npTmqn+AEvcQ3nZPTfuyvMXr53dduUGmC6HdYpqz7TeJSqDme",
+	"5wcZ6m77wJwYsYFEhSIHSqE0uUmZyhK9dsLv4LE/Ux1NPFMUejM9aXrZKD7h4wlTmmA/naFpoeoH9UI8",
+	"iGJCF1EdVuTaUSWVhaSxwcI4uWRJq7Pfr962grpqFLVtFC/3Tq3KtJGat7VeBS+Y/sDxZKcUN2tPG947",
+	"1ZlsKfDvpCWB4GrfqIYV2WARM1syZGZPFUSSgNOPjikXAeEjw1fnPEkMvzWtcRZ3fUfHyu63UVL8VV/j",
+	"uqDq9goerNJmKb6o0FoqK1/qq7ywK4i6YG73J2o8/d/FkXCDOOj17ntAZoX7eyNvtr+OG9xOBVcqad3L",
+	"PPqn6+u3BB+whsCcAghNpDDMOUtiMqF3jAwZE4QCYVj3ZYk7H5+d+XFKvV5tpFIjDdthriZLEBy2uyG3",
+	"3Jl/Xai1FyraOXRzYJ5t/okqheg1ROFtF0j3UNd5idz8CQWrb3pw/zp/7I5imjUQcXGjWCRFrEoWyMP+",
+	"8eFJr1cK9Dup3QcX21AN1lxjAtpFebyXl72Q7A+3kevLrvfm3fBDBXfbkZ0Wsm60zYO8iuiOg9spUCXJ",
+	"xnwLRcaM7i28U9XEVm6YGSqXKdeLkoHQD1jtlwm50+/1amkZDQzlEW/nOfTHnfe6IanV+J/teIq1XLW3",
+	"GK+42/7GzMguzh62epewn+fFG5+XC2g+NX9tOMxrfHr9WtuDblsP/BVZsegQu3m/875yFtD+a/Pkrqtl",
+	"hEfzrdqsLyPfX8PjDe7zk+Pjw5PVGxu05inX7I1IFmhzKtwgCR2yZMOhYBjoK3xj4w1s9tLjlpkJ7rZh",
+	"7rY2CpfMdO29edI7Ol0XHR+0opRrHtGkZFpbK0n7z4LhOKELfxBlEei5JEJqK/sM2UimDMWuKRULYl/D",
+	"0HAh52W1UmbDhPlimRMHaoUyKyFC4CWLMtiRmjUqD+8nmsYEEg6ILHThJ4rMJzJhJM0Ejg1C3YzwD4Jb",
+	"WPQQMxonXLAbqtHiuN3w+zXDB+K8USxhkV4vcgNhXrmHc4k0zlIkytLU7aV06N9KZkjeiI7rKGVKP1TC",
+	"KFxL5ettHcXtFmi6SCSNt/NMzLgQLL4peT2XZXPU40AngBjVKV3Aluc2kTYVMcSIhuVNCSF3wT82YJAe",
+	"CKV5kpCp0UD2uuSlzu3UtOiIlQNRFWPqgswnPIEsiYiK/MAE5umBgKHMqRkHxsbOmIi5GNsgkJCE5elm",
+	"gt5RntBhwsJVMaklvfuBZJdac/22PAVMVuvVRZ0ubMackcoxfyFlo5pjbq4u5fLA/NV/ogi+qIpNT1nE",
+	"+B1T6FFwels7tA+Ge11yad8iU66UUeFkClszYUlMqGN3hvuQEeWJKqdkmT0EdZpEMmbENlzetlawobRa",
+	"uprL0mpVQM0v4U2sa+b23Ug2dG0233V4g+7oTyni725GXIxZOks5+pr9ULxe54x2Ru8/nhzVR+D5zczQ",
+	"VFKRqHv1QvRNJAU474S+MXMts79+5YSsZYAPJ6DWcLNKeLsmci6Ub/hoc024Ii7YimhpOI55UETMkLUY",
+	"CL+VDuibMcbgA3c04ydSJAs4GXIuSr0CvyJ2dcDCwvWGDMiyrk2oE8mplj6t8OU31kyWcUP6Cp3xwqDz",
+	"WXJZNkxJsYNqzcf65h9//58ab4Q/8o2D6JttV8iYAqImsNMiYl1yxeBKJFSR8DLTE5nazT8nf2Y0ZSkB",
+	"/2uE2Rroiu2ujTFy9qZiBiv2DQkAJpwkb0at8982IZjWp6Dq52QilUkyzfNYllfhjUDPxoW/BrXm0UpT",
+	"O8SbVZZkaXCrO1leL0MyL+CNTVmvn8OlUmSUrY75359f/PjyNXn24t31yx9ePru8fkHevfjPX19cXcOv",
+	"A/GPv//PQMDfL14/X/FczSSAoFk9QeejqGPXa3hm3ebex6hVsx9ueHW0+iJ/vI7HrFiEcuJYY7R2jeH0",
+	"9OSoxgNTtw4PkqtWb7td1n8qCs4GZO5HDdb0UrfcP1CeZCm7yqZTirJjNaQhEzUu0EsX+o0xciCbcVQA",
+	"5lzEco4XKYbIGSnPxsWBsX6lY8BIkXU9QrI+1UxpK49OSZvanOd+by8ggs3Nj5DSsbEY+A56s4tQF+CD",
+	"sykZC1Znzvt7VHk5sKuZT7J2Q3hS9f3bhFYXEOcntUIya/BYt23KZjLVXdvJzpkNakIPjk9a562TYdSL",
+	"aX90dDA6OxlFh0+Hp8P4KYsPekN6/PSkdxIf0F5Mj6OYHgz7h8fR09Pjo9Ewjs5Oj4en9NC0xf9gN8OF",
+	"NtTZP9jaHXtfP2t5K2oYwi4Jrxv2/aBpqG5Paprzl/ghoxQ3j2jYLL3LCq2lLSmNPp9laVuaDt1DBAvC",
+	"4d09wfInRhNzp5ZP/4RFVn2img6pgnduW0Er4UrDFQifXD67+eR56e3HClfP26yXaz425eh5g1VL8dIw",
+	"DE8brwe68ZdihY/+pVIZi58V+md1WejNknLaIHOtk7UKGevhW9xVJnGW6JQJNi/9ctQ7BBns/iksdUtY",
+	"d+0+u8Tb3Gi/yunE3puKtGmiEF7Jpp8/UQGx8oBTaxXT2Wyvu6GV4UtKWnWrXl2Xd+YJQkeYRc8VSaQY",
+	"k7aem2XgaZxbzRI+YmZ8DUbupa7vkXDiZ5hUlzSo2+31ImPNUtQdVs+IvCZ6ecvAYrDSP4NkwpXsyvdw",
+	"Ha7CDijvom2ZaJkbmp8ogl6ugExZOoYAaQsdht8bJX5C1TmgfJjmDWUrQvHngISmr3AgUjaVYA3VgXtT",
+	"SA2WoJgoTRddUs2jnE+kyj0pS6ZzMwTB5gNhWzPCNWEidoYo0ravJFLpcC8g1LTIRGFDV1rOFKHxnVk4",
+	"hWgNzpk1ELnleXFeGHXHkikypNGtw0/7W8YyBmb8EpqaYB80mTCa6iGj2kZ1KbTDo1U3hGF1LVfM+XjC",
+	"xjRatM7NqgWtP6QwlMCyjhHmrS3R3+qToxryAyqx0EsujXcLW+ktIjRVaGidaXHGUmr9TO4CfGnm9lpq",
+	"+PfFB67A+f9cMvVaavi8fCWaI2De79zR1NAGmK9gQtAK/OWahA95u/Cp3Lhz+qpai4zRw6YyZWBhDF8K",
+	"9MaE0Hp4QYQU9ifswv7s91C2r9ceutpYCm/X6mWiW4Cgytf0fdMmX3nevZU7XI3Y5dHEEqt64o4jJksQ",
+	"wVisSPvnbMhSwcx1ptiUCs0jtXdu8UtCcE1Z/3dIZpSnzkU1ELOUQWicWS58nH0w3ykuBT41kUnchSU/",
+	"LzgJ4Yq4V8G3YdZfjkiIWxheDITdm3NCh+axwOxg6RVh3zH68EW+cRfVXSOXghgWsyCOnQwE/uUAWmyy",
+	"WQ4jdnhANEun4MyhSbJ0bHE9inkqsCbCSWppjkhD+QnBg+Eo87fWeJa1AvPfTkLTMWu9//Q+aPkrbHqo",
+	"soIl8aVmCBuK6Uv8ohxgdrBsBqgObqt7qHwk/Be8rhyhf2oi/Xv1W00aWrrrFNNkuCBuzxQ6K9oIGgRZ",
+	"/bk3hGvFktFeQJTM840GYum6mtKFueZEDDyF+ibvLvmZLcwNaont5NCDrEMvMBfjgQgtSsT79m8dixfR",
+	"3X//J/ft3r+HFwSpaoO22r9ddv67aC//cNN9/yfvp71/3/v3sDgHJ0d2iZZOAFD5uaXlHe8tRh8k0SO/",
+	"d2+Mup3e0aQQXPu9bTLwS2G5rfjk7DSOj56esD49GsUnwyE7HfWf9kf9s+HJyTE97R2yExYP+yw6OYrj",
+	"09OT+KhPD06i0dlxdEDPiga1N6LDHtoCGvAHtomtL8dXHN7DRuVFS3Axy0CEyPOcWxOWJLIIijQ7HU1k",
+	"xTcM0IaCpTf2oU/3NTat2tZ6fUQXiKYAFzbSTGyod+ye7b82lLsUr31BVOEJQ1RKEnqAqSGRwt5JzvEf",
+	"mQtoRc96xbpcVSKlSCY0T7yFsjPecJVsLMNWlpPlBUGe5TTEmkCKEUuZiIxiHXrxGUamH6Iv+cJKBCjg",
+	"c23UjfwlIxR0ybWhAI7NAjOfJTRihGLvsMSEzmaMpuqc3DI2M3siMzCvJ3KsHK4b5CCQtqfck5TF1IgO",
+	"dh65fgFxgwoVJogAkeM95JtLrM8xgLXJSoLO1ETqbYLvazAUlill5fGy43vfxLPfWXvURr4SeKOMJlxy",
+	"laz3icxYaoe23Dp0SvZJ2dfQEFG3KvrvcTwd3tCbV3NrmKotGWmFQ20Nu7wR3a2Y3k4BPPeIAzPXYm3Q",
+	"TdWJhzJOEVcK81EXBMx5keEOcVn4e2I4KWMQwhdxvShl//Q3COSZpVLLSCY3dyxVNl7d24/junAiJUd6",
+	"TlPW8M5BbQzSnHJdG8R50Kuuw09yjuY7LSFcEAVW4MVd8qy0Coqlhm/aKZP2wTFR5jfb+l5pPSoRovX5",
+	"a00005Rjjlu0uaoDIuY6l4RttJGEr1xuaXnhQoTBD+39YUiEi3GXhIiIcmPhIlgcnoPtCaM/bUqhjcnM",
+	"wVPCrjURuWfRqnVBhDQMc4ymC5dPS6OIzTQ6lJ35JQflr3ZvTqqsM77482tKaYTUTXMpGlXbhpdGNE05",
+	"UkVJVMkDv8D81S0rDLtI9kszccziwUX+qoTuMlbtot7bcbo0kTqUtdUS7+eQYjeRJRtEyAvSQ3HM0Nqm",
+	"8uQmSdveEVyb8dpE/kuzqz3rcnw5mzERv8uTg0uWWtNGhS5qF+7grHtmsVHkaASgsQfHQUunmYhoQcVL",
+	"NFXqYfM1adi8DZa/NMTa2FD4zZreP2gSTTJxizY9gOUitLzT93eSF2tUN56IzqA0RcpoNGHxBRllKWA0",
+	"x1RTI+3HqTT3lacuNYFr+XP3+w1K27AF6Twza7Nt4hrVS5Uwekenx09rs3bzjXqo9a6GabvVgGE1TPOa",
+	"fdAPCM7hWT7czVgYsWF1ILnfXIC2xy7wRkET0KyWTpn7u7fBgdsRhuNemIfFLFekfQMeORMxi8+JkHj1",
+	"A4nD/R/JKauj8CCnp+XgmfJJf0DsrUdos8QE1hzjJSjBnIjLBxxWxlv9Oup+M2MCi0TsCuJUjo4qSiL5",
+	"MWsy0kx3lE4ZnZZz96G6SGPc01ZlSPwIp20SHh4n+KkhK70mVKl2Wzyj5r1LRqw2g9rAv8toWiPyff7Y",
+	"thVo+msiuvw1e4jIrtIePB4QnN9NEa6/BEkNYb8V4GmW8DEHnE17NnN0RzkaJVwUCR4OPfGOecbzXlA1",
+	"OXzaLK60MoxtgB5zf1pjztBRqW6QYGmHZR0A7xcwJTfXit0fvIwbkfz7RuDtslG/zppfsxV1Sk2xMfXA",
+	"0g6Q2qmx+fPF0IJWzFUZ8xn69b4tNpnqG2eeqdV4CyLYJPmjNsaoPIoCjro0dJjXZkT+0Cc0z1zZNRLz",
+	"LWaKvss3pxpPsCAUQ2FitNlzVeRrx2TBdJeE6Ae6EVLfuJgbMIV46dKh9Tt18dnQtGONw/Z1FRb5sgsi",
+	"R77L30U0VDLTyiUMSds9BUF8+UiMXFX0YX5JEkJTBvMA8y2LEctMacL1XtdFJE25ArdqCKIZHsTcA8D1",
+	"JC9rZpa5nOxrpDobfGETh3U0Ka1HxYvcXZWjW1nJSupyCI4S5WcQ03KasMUyypsorZqQc9LOhFvZgLiz",
+	"FtjSNnFA7JkL8ko5ho72fJOUkDc5RHt+dGrpAgpU3OBqFo8WW58vu+Ob/heNa2SbMLzgZpQliY0TjrOE",
+	"xTdQA6jlkO6GNLqVo1Ety/Cqa1XcjrbwVV4Ky+LhVupgTWk04YJ1UkbjUmGscu4UwFGjwtkBg53D1y0V",
+	"a6wiUOHZAwsuS8mEJaD9rsMlduHLR72zoKW5TvLCjcR2bVdhovVMne/v4+J2rA+sG7M7V1JM7XtD/tQE",
+	"sl2xJTUsjHn6goQfOrbtjvlChSThKo/Vgexn3x+nmIhVMBCw6Ob8ZyqjicNha/8o8aREUihNhQbP44xG",
+	"t3TMBiIccz3Jht1ITitz3Hf/2rGEe13yms2hfwXxHUNGaAxKmpHmNaFiIDJxK+Rc4CiHmPDqwcKV/IFe",
+	"DFxpvnC9ppqPaKRVJ7/lzlvHvcNz3Hw3d8NShCTuaaK0TOkYJjvi4wyxuJ151iH8tc5bR72z83JVxcRs",
+	"wgK1Tku/rgCWRfMKWkMadyKVwvs9u6pFUC1ESBtN3RV1BL9KYqRfzIIya3HLFu62cEZs23DqlK6i8aaG",
+	"himjt4a3pVmS3waXb19CSzqadITUnRlLFUdjazFdD5AvSiifQiNg7iNDy40plj/F2J+ikYKVdNgHC5p4",
+	"3jo6OLM7YtmsK0wGQW+KaCnRtyRnTJCZTBKoLTaSSSLnqhyp3HHo6Wa8fTvehDOhS6tsV++OJhyCX6F3",
+	"q4D4rRVXfdFcKjPNbMgfJdevrmo6qDRjCXr9oFI2NiuV4j0sJCnYODzfiRKpWGmfz85KDc4hjHAOJwsg",
+	"XwzBoDOBtBM5HpvdF8liD/NeRgmPtL+5jlzcb5YPsw9caUOX1ghQ5A5udLaeXXqnCdhv0UC5Ndj4Dhew",
+	"Nf6CFc+4UnCK2HUN8pOXqVKuINpVhzyOGS7+oV0rmiTgg1sAGcQQca9A0S1qmnLRGSV8PMmXh+aLY2UU",
+	"rkilCKoZFAKRWMD/C4BtXZA2YGZ0LkeapXuVjm7ZopMyM3Q4DAc4xmrL5jxlKucrJOYjCNfQblRQpxXN",
+	"erAVvXNCBXFfIezFhZ1+poDcIKgDicKZafEK8ghi0xsTPGTjDlqLOrlk4bckx9b6HUuGB9BZwM2Gscjo",
+	"ibm1acr0RMbAhag56PYQHvuHMG8H2aB1Q8OLIAzpzkhmAl88AllTZdHEvixTw7VklkaMtGUKzrka4lCM",
+	"7RXRXR0tpQ05PW8d9Q/Lh2Yo4wWWPSxuE2R0Cs6h4n8w4oosu+KjnUgKndJId+64TKyJBvcP28bHLOyp",
+	"GZKTebkisYwyOBNt2EugjfwNOEMoi0oBwfxGMWBKqz2Q4qiovc7MD/mJyh/II5c2OvAuIslcVaV71IGD",
+	"dtDa2HFkDwfMXpZ4i9gryTfnQk8VeFEwfGXaMKdOjEy2GFXKwGgIx9I+RMxDTcfSiPG1awIaWs2awAuG",
+	"0LwiJfgW7AdmL99olk65OYSIXeRKXYGFwnz24J1bFhbCXpCqgzUyHfeiRLC5uaYtE0SikJlO+B2QtMx0",
+	"SsUtDhoemXIB8waiM+Rr7tJOyiKZxspRceUGx4sXbOb2QajaSdxJLDUEtK/cRa4SOYc1XlrcTNBMT5jQ",
+	"3FqmkbkLCUHpQiK9BsXsKrmA+caiIX9IkYl5jzRtayZUNpvJVLO4M2Uxpy5f6Kh/fO6fXgcnBWLpcpI0",
+	"1jfuxDxlxa2JX7rkll/fvbJhHhi8D8k6ARxbXcpvK5rzRRZLbrZN1wi4MvIrzb5WYrE9s4T562iFsFeE",
+	"Ksp/xyxKqLmBgRHJlFz9dNnB9NaiUQXgijgWFzgBlw88Ya9vexJheMXbzrPbNA8rdoEc51rJbYo+X8lv",
+	"ahcwrohnqLLP51a3usftjxdObREMyn2Yn1CGyjPvmBWPWp8+Fcpijf+Hg+oTsYbKbyvLmhSZrttgU+da",
+	"5cfmgpfVsPxf370soj8N9UHY7ITl6rV5cQNUGEyFxv694lKN9ZT+M2MZe85mmHzcENW4xg+2SxL6/SDr",
+	"l1PC8wgIGHPdTMuAD0uTvbdD9Gup8bbrdjxyObX7Q6ktlyZoqv6ad9Vcb62eQlCL81LPd8EBasJfa52N",
+	"Tk/i3mn/9PQoehqfHJ/RgxGjtBcdH9O41z+mh8PR0ag/PBj2hqcHB1HcP45Pov7xsDfq9WjvtMbC9OWw",
+	"3j7VLqBg868IOukB0ZGqpXhW4Bi9YxBvvx3E8HI8BOKpGrEReNsFKiCKJGyE0foUpLypvMOgn0o53+8U",
+	"PrgZJRgj1y6j22W/KeRt9IOdonVAsN6q9p5Fw1xXPM+I5zf2ij0oFCw/LChH8vBNcduXIZmkjMIK1Dky",
+	"WW2ZXyj77FQIw1hM56RtqFGmRrcW6CDa27EIxJa3bbEJG5Wq89Z/85o//n7sFN5UU3ljl1aWwFWKzX9/",
+	"32pBjhKW46/AiF/d8J02t3Jg860Lmi7w6rp5YmtpV8o728wCsB7KdvFLuVr9cVP0MNPTO3hruXhADZLs",
+	"QxBHFUJnad3cLNaszUP43K+0TFlcKUDzSKExpcXe7iJ9I5wlpEtC4HYhmFfhTwJWRtK2PwREzrBZElpn",
+	"ZrjXJSGeGvMeGXEIDiBSDETeSvF+CHqX+UOxO5ZyvSg1yj6gTRdc1FqSmMUZ2irAXUZFPBClnmOqKYx3",
+	"geo8SwBWGb7eC8DhZfV6h3pqnWw1XH6tcG8eesdGfizl5ujhOxVD9dZjKRmoLrHnlmMaXJ71oWwEM2zQ",
+	"cvCup9/Y7VgvgNjnfB2+XCO5t040hFHWk3EBv70dFb/4gAPlNCHWWY8m41GWJOR3biR9MmR6DveyDexa",
+	"lgmHENxdkxjVXwnCDyCZa1IIp/RDA25+755t1+sZd/J2x+y6IuqqSm/byP8rYpyuInr/WM3VEubvcoio",
+	"G9sIsi65/VMRhoLxdbFQnZQpmUBSx0wqW07GSwVyZbA/vb8PGGSlMa9sz2+tREY0mUgLZVNbXHVLie4R",
+	"Y1Zx/beojvQXOay7Hx/Ncmb6zFNk6oojNYH8Fcj3KR+P18cKXtvHNgRudFa6oj6St0t2XZvOlFnD8rHa",
+	"5sjch/pXVDPdjTTzyoC7EmAOVLFFfQ9/1jU9FzPfVW1Jt12GXUh5M+yAenrMp1hejYIscVmbCPBBxOaI",
+	"PmYQuVeJbbtbcQeCcpTkGxpp54/3FqPnpvP+Yy84Oai3OD5I0ZO1tYquJ4z8LodPivAH+0p3lQzS3yyL",
+	"o2n984zpQn8HpcHoZ/nNV7CUoIXO5jx7M2lQ9F1htB1ki3KROBSjIY7AhhPANrqif7+5Cmcl1mhu/obr",
+	"+tOaTICIHR93no5Oep3T/tODTsGW6UGRdyL4eKKTBbGjgvMw4ikrz+uwd93rn/d6573ef7unVCL1yqd2",
+	"FliKgnURGDGymdlsEWESClBYjxyQP5n/m37uWJpQ84y65TN8n91YfKgXmTlv+39maYJlErNZvHbfctSD",
+	"/oNk5Ny3VqCX61A+Zz8YlmILMs1opuqzUDe+3bCOrdvWTWfXeLOVaamxpLc9psR0TMzjirTh71mSKatk",
+	"7W1exbtMm3Wcye8wR/UBOE+M5sEtKPIhN+97F7kSUxqaR3yJCzOnHKJSXAD9LGV3XGYKq4BJQCVt25OA",
+	"aRI3UrAt1m23KpHl87QpyXioIjUJ15iPROxDFzYEG/shNI4VkYKtN5Guv05Wo5y7QRbnr77YZUWW9taj",
+	"/qbCBXxmONuvs7pzQTH73Wy7grJdLLZnXMgCEIoKEssuCQ3hhoYKFNIwIKkkiQdRabhiSMx/AZpq6mdL",
+	"WK4KjHPV5fe8xMK2wgGlmjAaTeBoY3VCpsyoIipCGK25F+H+CUhoBE3vWwCEWbKnVO1R9u6qAEj5ZZDp",
+	"xpw3ziXFDUTe/KVa2bfRIOVe+4GnValiBMLZqlu1fJHGo5OTztPe037n7OD0sFPc8MNDQJ8yxAO8BfMN",
+	"8yrcjmZROLpZNhGYNdvK++b45s02QshaGSJXh/P2V1/Pxfo9sOmhvJRLuSVwViHIiwmdWhhOBYQ8ZIrH",
+	"TOVlyNog1HQsMvsOKp9XSt2dgGI3zUmewV94sdQeCG/LazkwtlYkacHpfKIsMI+tflp7zDavTO5RyybP",
+	"3/LZzXLiJu6KJwPaabvMK1T4a3nCKgkBJQPEpJpSkVGITw8c9B+E91F1iz6ALa7YbVyGUDWrqYBeEdCK",
+	"GYZuLKXxdjepZufZmwp2mp80bKx2AcvIYPe/h32K8C9ft1HFUIsTUDmWQXH817Hdh7EpeGz8MW0L2M1D",
+	"DvkzDPeN08pqBRyKUi0kJKBssyTUckUwZb7rRJjcTQ5IppbTBSSEKGsrA3EdkDCXf0OASQOBsSxGF4BS",
+	"pitmeDU1UggISVOZMl9IsmoldJNzGKNerpKYzJVQc7mvvO3WXIe1t912lr/tlLuq4zs/iq7jVQRgFuAh",
+	"aRYWdPf88ormsq0jkEY6WeR48VEqHZZ/FTYtXJZXCyvGZjN1usEnZ+5Y0vv5HSMjzpJYkfaUi0wzMpFZ",
+	"SmK6IFMp9ITMGbuN6WLP3N7/YX5LFgH5j5hy+Nf8Cn/Aw/DXglF4hgsS5gaUsFuBi6n1DzOxpci1Flv5",
+	"koz4BxaTGUu5jDEgPwRT9w3VIaQflYqd78G46VDJxKyF6bi7cT1zT7RCa0PzuF7kigxXBOrJIyQhdeNV",
+	"LItlJ6UillMyo6ktncdVYOYCPKi7mR/WF/gKVroJ+TjO67wDW+2NZzvz0YR+vX7WWgIzFeTl5etLLB5t",
+	"XgkI6467pGRyqxCQB8q+KqC1rI1tZ1LPDapbuAas7X5tXWq/+PjWBcfr/IGVaNi1EEvleKc1zLDw9rk1",
+	"WcUYUYndDRW4xiOQL4+rq7X65LEPLMrABrOqrZpzXLvUZUyLjYpT5HVOcnDDOEvRKlQ7kpP1oyhj5Zcp",
+	"Zi0AdYGOv4WvsQLIsczA3lIwJ2lprWqQp1cye1oLDaQ/LlWY4Kq7bY3+L1iX/6YaeHPPYBtstBJyc882",
+	"PbD55d16DXAqNrHTN1QaXXwZwx6CNCFplbs6sTmcPQS2Xdq3iE1bM8LBnOvJhCWQ1m8LGRh+PgJMET+h",
+	"FPPajUKNQBMOJ9/Hh9m4CixGnJv5rWe6D5TB0lhjHcdSa3mHX55AjjSNqaaYHodw/tzhNWA6nAVGvk/w",
+	"UdxnB52no8Ne55Qe9TvHw5PoaXzKzkbUA4p79+LHl1fX7/7PzfWbn1+8vpebzUtV+K1aSuP9F/GUfYm6",
+	"rOWMjY2otyC0ZWp9UH/IC2DSKbOFJO7j+6hJCdm1EumObpSt3CRw8h5EfcTTfQ/FsWBVNSwiYRAEKlOS",
+	"iZilKpIpCwyXEPYnFZCYjxEizHtGkTYVhIk7nkrAdCN3NOWGiRrePqEW1coP8sCKSTfvi9JJN+8/9oL+",
+	"wdP6WI9qglFNgbpkYZPq8Y4xzN886u4Sr1hK7iidMiocLJLLjd360Phi7PIRqklH2qwQV716WjNph8+G",
+	"5R9dlUkRJVnM7Nxu2eLfkNFPGKb1b7Iitqhba6kalXex+aRVhEc7YxMXIwnYIHMA9Yh5Nm0FrQkfT+AI",
+	"YenIesuTtjkmFSMRZt6ur6RcrkvvxODN6h28s4FiYBtbprRfhUuptfQ2XJSx38D4hul2M8pT5WrtWSCJ",
+	"lOXpdxvTm5dhXVdlHilgM0zGZw7csco1cLpFa/maBcWy1/KUpSyOR4G3ftQcOgxZcikLFhPg/OggTxjA",
+	"3z69r8ux+ypwsT9Xdtvu6U2fIZvJyxNbkx3mJrM+H8xZEmoo2ib69YJWrjWspLXtpejVSZlNqv1h75Fq",
+	"2y3Vr7PhR7k3sw6EslCge80KcRHJ64U6rqiOt4lE33guGyptXbpCyuCHBLytbAaX5DCLx0zfM011lS1o",
+	"i9ZKlLZxHkOlpsd2L3+21InCcBYzGgMZPYLGdV+DGlX6pjn6vvi5GbVjA5vc5hTRaJnbIgpjB1VzN6Ne",
+	"hV+sfrcMo9xgE/wGDHjbBZNQcfO7HD4WCM5OJqjtU3l2sR3UqeI+DEtzKlC+xQVZNm1dULkFKuenwmAb",
+	"j+p2FgCzks9zdCmaJG9GIHCuT0EJGiCGNhfD7K221miQN7w8gfd2Cg9hwrDTeqyIjVLRz0Z8pp1ul6WX",
+	"udiyXtSDCPr3vCNrXt96HpuGGX5DF9Njsuj72/w3YIUF31tCqyrtQ+Ohac44wqoE5dQjzDIqfcD0Iy8n",
+	"CV1McwrgkxU0zFqjTz7/Sjx0Se6nvP5dzN+vge3x2EmWJq0cmSiHZu8fPO32ur1u//z06Ohwv7Vh5ZKY",
+	"acQVRFygEhBBSyeq46NAK5aMOojkv2We9u6p0rlBrjC9OaT6q2I4iGLtwVd/ujf0w255RTuAP/hbsBTG",
+	"HFFBfpdDq87hoywmfFc9roI0sav2sVO+9n2gJzaQspbZSQ6L4UAgXculRV9bRwlP5YPIDXi+H1FykLdM",
+	"XEWyzH5oPOUWDAWwUbA0TczqA7GvCym5Jk7UhaJjbWAXig6ebAxJd5jAaQrlgnkeq26l7+bskQ1k8p/N",
+	"o7tEq7vn7xMkfd9ozcb0E39ydU5vO/gnCsLVglJMOZEjQvNHAgveffn2JcCAl4Jml6LIgxad1V9Ev4Iq",
+	"4AKRdsMXuW+SZV3Nuw0CsnZLm6uvTleXXVa3gbhc6JrYbbFWVs/aDDMQbDzPJlSMiwroy9XEKuaDtWFg",
+	"O+3Cp9o1MqLdlUVcLos4m9Rods/4gv6ZGckEWBlM7RkWX+xcW+5aBcD+5FD5W+ett79e57jPW3lkjPzV",
+	"KHfd9fexSbW/UXNLcsoudZvrlmYjHchbuo1DDyp147EFoiVU4CmKX+EqBITZQG2qyJjfMeElKhW04Tal",
+	"uLLM7tQxJm+/NmD7sFXrbtOiyXwggRWy3foE/rbUrncdV6gvXlgtOthfKjroIRBUQFl0NOtYKHAzOq1n",
+	"UDOIAVTQ5ypU2LKJ/CzrzBlWe8I8dcbEys53LG+IQ/0M1Q2XVIbqVi1dzfBAjjN2YW5ef5yuFL4tyAG2",
+	"OluzxOUelmMIdxTq72PWXQGcvBIdWWVI57XP7eI1WXUBbuMT2eyeVMtku+lI196rm29cc9icpf3l8vtM",
+	"AI+FAokpY2TCaKqHjGrikjhUPeTE8gFaij7ynlCVagR+dcW23SssCmEP194FVD5bQf6KsTLxI0Jjrjit",
+	"N0FVQcPmgqU3NapoTQ17P7QFVGk5L80xjx0CDMmEajMaF5UUYDTMBA4shGjJgYAIYDMC+FFLkonSfC0A",
+	"5QaeHallJBNfNakJW7iTKMh4Xqfap26bzpD9cbvsNDnSc5qylWMrcdNNgnearYNW7PZb9MEeilKwtWew",
+	"wghzfpAfp2CJpdcci7XmgEoE0rJ9ft21AfFZCmpOudTt9fzd9VVD2371UfWEqGw6ZTGpW6L1XTUxnhfu",
+	"yGfC7kIesqc25UlrCr5LTZO6QLVKf+taqhbIcFuP7XuLuUwNzbv9Y0pF1S47Nt+tkbd2tnt63uHNBLQl",
+	"6cUf3mNWzNjGj11bSLmpeIU3gTUb8xCmOX+fdw9NxlZ+cvS/SwWIZl0A4pXee2Ggv+0Wl4jeYCxQdd6K",
+	"T85O4/jo6Qnr06NRfDIcstNR/2l/1D8bnpwc09PeITth8bDPopOjOD49PYmP+vTgJBqdHUcH9Aw9q9X8",
+	"2t0F0iLGdaN9w2BXNNmvzsWrv87WBCtXdt4ObqOtxxp2y3S5ywS9SjOrCHPt8B7upDyiEduTEpZ9aE3O",
+	"M8zcylKuF1dmoBbomdGUpZcZFnVaypYtUDva4Xysb/7x9/8J93ITN9gyQofvBEZ0MpRSK53SGdb5DIlF",
+	"/7p8+7JrMTNAl8WOyxWUC275y/WrqzpLb30tVhsUb0udEU9Lq1RcRbwRv9Q3VwPhCeld8mzColuooGrj",
+	"4200HcryINxatKsJFbGa0FtWqlY8zXRGEzP8T58gcXwkaxwFOIIf7cohVZI4S6G8MzoItISSLZqRv9p7",
+	"nbx10O0gURsCpVqmUDTUjGggoM6kTIx8bgQesz24zsVGqq5rj/i1+vDh+uVVA9HGaZkH9nZabUhDW0A1",
+	"0c5MJslAhG/fXF2T/bs+FsZWYUBSJtjcrQYMKBeUcMoYkl/glg/EQGDC0TTTFGAy7OYaFcMMZ8REBKWn",
+	"i7TAANSrENhGB/xBYQBA/2issAWxAWKfCpIJW5bPphrSlJHI0shwUSlViPCAik6xGYa1bKFWcso1U+AF",
+	"0jRhAwFfpGTMzFiOemchTtjVcMN8xaJea+jNtQQaACgCwtX/jeTULR1WFk0oTMpFNpF2+Kcc9mEvIEMG",
+	"lWIHwsmq4DARJEpkdKvInJFY2lr/QFnnRdatm7xt2W5GmhqCNIsU+sZlO63//buSIiRtVxF+r1IC3lZ8",
+	"h/OU8IjZ64HHhkxHHFC1Lmc0mrDOQdfLMPS+M2zO5oOct557Jwr2z+ERlk8WkXcshfrj4HkuqBSHN71+",
+	"ddX13OqV04sVtfMbs9Xr9nEccsYEnfHWeesQvoLcqAmw3f0Jo4me/AFyaG0mJ+ynIge9XgltRkZMGY0i",
+	"vWNYMb1LnrsSuVpm0aREkWbUyCa4FC+NBPQj0z9B1155WhjRQa+HKNXgIACBrOocOP+I7HttwQfbw6dP",
+	"n+qqVblJcEVowu9Y1wKOIm5Dfcv5UPffIiWV7rPW+W/v/W1/a3swrQumFITVjEFElDOFOLT7UOh10w2w",
+	"wJ9+UdKU0WhiqAv5Cc4dJoXXgyUIhFgbckHTxUBgEWRkZuahVy+vrl+89qtXGuqc01vWyWawRNnsghz3",
+	"DgnUzZ1zZW+bpV19x2jM7WS/wMaa7hewk8e9w8/Q32u4s2m8uCAhsGMVEkUXAM0UTUjMZkzETESuQO/D",
+	"E1m+4OjaSe8Y0SkdjXhUS253/X064ygUqUaq+8VmbYOgcWFvbGCnmLiNJjaop7V8to3sejnj19jFI5KB",
+	"6wSE5YZTboWN3Zc9X2jTiye/eKtrv3iPmPS6LjpIzpgiIYimYUBCF+Bh/sYIj/AiL7uTLLBwHhpxATjJ",
+	"t4q2tcXSU8yIRFDoGZ3J1uYJVtMy5IHZy70uyRcEy1SjmTRiNocQSvNQRSiZUDXpDsRlvZcEBewpXVgB",
+	"3JGHYRl17hIYVncgTO9GsMpHMJSZiAv5Bb9HYCKoIk3apjksS713btkbrGReOXkqsejsQOBjTxRp4/j4",
+	"dJZwpvI6QzBJXOs9tBNzbUsdY4F5ikV6qcVWhubIP/7+/xOuB4KLCUu5BY3Iu4LXF8iXw2VnY+jKEIND",
+	"FTul6tZd/hT7HAjbDDDzUVF5/6h3SMK6Et1hHe99BnvhjkQrLxT8ZxkvNjhxnmXDCjMRJ14cEi48hGq6",
+	"L9/beJ31B7U8Nmds+VTWNG35xQq36D8Yt8BBxPkKrWIYgXc6HLEUWBbATY6QkW3ISczzh1s9f09uhbN1",
+	"IUauyPkSx1q6EvY/OvzMT8jHElYHdvpSG4YxU6DnGIKm2lssJRGf0Oa643nPQ9KMghVlqeJ3LFksXx9Y",
+	"Kskj5BlN6ZRpiH/47WMLUgKNBFvI3TnkZ5WefAJdZ/J8/xluqiaic6ZzmMiTJUo7+pyUg+u/MeVYHXjf",
+	"xWKD1ar2FnwhYkcSCVSHzAFyDJcFpGvge+4OsZg6eB4tcKm1ONj6dCMuaDIQKeT+EsjHhbaA0VrBGdqV",
+	"wrUaOO1YprHRew1nPgeEPJ0hwzY/Go3GauDoQARd2k7RXGnggqSJBH9OlsRkQu8YGUsdWGsUjikk7YNe",
+	"D6AEQ6t7hl3yRrCBsHN/Ypk+TfDImOuCjkYsQukdxG3VJc/yro0YlvI7e+YoQJzwiBItx8w8PBBGTDNq",
+	"vTanToAAoVMqFEXJvj1OZTYzk5lyvXeBC4Rgn27lR0xEXIy75FKTqVSaHPd6ZGbajmiSXJg+7SUNNe+t",
+	"jUPRESNtaM5bKa4Ij9l0Js0p2qu9uSzlXBbOvp3vrqLjr8bs7mOHqywyFzmL0Ri/4cVl1+cXKhZb3Z0P",
+	"x7/KQ7AG8xpe9kYwZwKaoRnI7kbdsdvxGu0/6rV71N/u+ePPcq0Xut/HkmX6t/efSsrgD2iYnFKxyK2T",
+	"jgeYY+oxcpsxv8zIPxZn5tM+TTUf0ciio9Sy9ecsSqgRoqkg7nHSNjdzQCzxAdyNDTEkiv+BbNxabvdK",
+	"7Hoi5xC1gcF+hOtzEmKwn9GVsjSx4LE24i90AY1d8ldnbbRLTMKRUca1TOkYzVa/vns1ENyizVt3wRPk",
+	"eOHbX9EI7IJCP+bRhp9C4pmdA7wKcPX2Liy3V4fhQHAwPFMyS5mNwTGNgpJjRmlGkIAHi6DOxqJblU0L",
+	"Oziq1hOZxG7UAxGlLMYymgrUNzNSZ6+uGeo+cvWwS14bfcGoGPyO4U1ax3rfzJi4tHuGcb/L8lYdmRaP",
+	"uIzPl88hfXTNw2DstpLQ+3uxeXjSRQYuPZ1LhimbyVR37ZdqQg+OT1rnrbPR6UncO+2fnh5FT+OT4zN6",
+	"MGKU9qLjYxr3+sf0cDg6GvWHB8Pe8PTgIIr7x/FJ1D8e9ka9Hu2dmrb4H+xmuNCG2fYPDo82ZudmzXGt",
+	"v5AiVA7wbpBI7flT+NSOrPpoy+fPHpVVPy7rNdtaYoHlFdya824oTy/hTIa5jGEYJlodQ9LG3wApogup",
+	"koA6iZJpnlIZDkSbRrdCzhMWj0HEJPZHBIvukpe5LHdeEQOBLzoxXeJauBp2E6oHgiZgKcXSUE7UJynT",
+	"WWpD/GTKx0akt7fBBaEk5qMRA1OMa5orctQ7G4jQtt5xAFlhl4SgEdyg8K1CyG7irLRKTxRJqDL9ekqD",
+	"5zFDGfecIDfPK9nn8fFgMGtTRfgItQAtSbif9wjTyhcpWnR+ZouBCAdZr3cYFfsLn9k5fl0BDMLfwj0y",
+	"ZCOZstIWMxGrDWTob4OL57AmCF1iUZc7mch9GhDprxQdY1HT3Dth7WQu7RcedXyzkLZtmcKtBe0vLGSv",
+	"ErCvS4QM1I4u3q9TmH7kG+CrFL4Lvrc1z8/DDJqZ/i/yzvIzEOoKI7SWRMg5lv5zyMZPHJax844HVsic",
+	"GQ7o8ZWBsHhRLkzGvp3jNxCH39AlL61hHasKhF3iXJQhBAiQNnJnL2Zgr/Bc4nA4WtylGBuBlyVxHUvL",
+	"I7S+DE97pENeihKrP99uY7FmFB1plmJICk26/zq1D31q30Gwj1GQYd23PrOJHK9Qji9nMyiRE8ZU05BQ",
+	"TYzKQEI5GimmQ4dQ7skmctwll0YqSjkzWmImbkkbZSt4J7BSCrj0sNRPxGYaQsUiZkSmMZ3Z7GJX1RIx",
+	"Cbii45QxZSUoc17HHWy0M+VqaiShcCDyqB0MEjANwzNOSLJ2zC55JcfoE47obIYlR9xEzgsOE5nRCDYQ",
+	"Os0EHhkypS5dxXkdRUxGWaonLAVfJRQJSSU02w7tmxA/lWYsrLUi4kqbMX0bwg/Cf2KdEaipGlGB04LV",
+	"bp33NpZbXsnxM0Mnn1tgeSXHuOoIvtnIz+S4ws2A5OHNr1KxfFyGg0tm7utCUsCDvzXvsVpHM/t5i+oL",
+	"lvFCVUeO8mpgriKuUy6WnQXnxEbz5u+0AavDxh1ogMlQe8AFuBgD2qP5VmbjiQWVEFRnKU3ILVuoAP0Z",
+	"eWPmNcsBRjIdiFkeWKolmaHZDttqhz++QKsXRKXuf7QVAfM1AKYwEGFF9QrRq44nokveLWust2xRBCrC",
+	"N0MZL0jbbDhNIToBXUAu0FSOwE8SUSEFj2hC/nL15vVegx6bK9MQgxkg94falgvNAsts0ZZJirHrzjs2",
+	"gxJJluOhVytR0jtAKErltZYDorirxDziqdI2thNKLmL4KQaAlGdNBW4JTNpcDAcHJOTeIt6yRSdlRtsK",
+	"LzDSomgAAgLNYkCHLkQZ+TpPEjJkZqltoB2L84vHb5+Lzijh44kOB6IN2hzhGipumHvZjdOIpr4xs7jD",
+	"vNBUcmUVaYKKNBDYQGSC/y1j/vUEMioJnd7dwcc7MEkbmuE6N1OHeh+CIYW5RHobuAtIVtYmbUN5r191",
+	"rlwACNofvf2iyloWhJx7WzYQsAGAEQJFCxbOFdlES3V34FU2nHL9znKFz3YNrn/6nT2B3un8mS3ud4H6",
+	"WNpV6C2oOuiQt3Lkh1YBsI0vmJFv/moZc0vOmOiYze0cHLTydpEjlvGwEJA+B8O6+qmI2WzG+N7sBvZx",
+	"0D/z5Y9dX0a3Tdc+XDdPVJVuIX6toGoIbxM51UPpBg/tooYllofosk7MdOuzTbxzuoOaxrw2vJNdbmkt",
+	"ggcs0T+bdWZb+/zRwcE3rEdeGaGO+kIWcOGAaAoBUgyDOnwz8tbyHigLm9iG3D2H5R8RUhFcpaFFVQx9",
+	"WQgvpAlNpwlTajki68p0+09thfmX3eXBz8svNL01Ih3QZk6wFFJ/hEPkbzgcWcx1h92ZYTSGsGOOks0X",
+	"6mAmGsZJY4iiHSeBZkibiVQmCQrp1tgWkALNIXAuh4HwMtLyb12Umg2cIin7HT0Ve4GRJI1QDCJyl7yW",
+	"rpIcVkCbzRhNa106EEZvZvoCJ1ofCPm3jKWLwt+NalvLlx+8xNl+beJsfUvojHHYDg/VXF6w/F6Ngdjc",
+	"qg3uXInyt5b/PMOc2E04FZ9y/bhMqtj8pgSHS1SS5Qip+OHSHOCE2UZXBH/6yZn7cGqaL6c3htyLOJpC",
+	"57bAF6R0rqzrswjRPyeUPLt6V9bOQKEdCPPJT8N1qQUuKBlrD8okBmkTQx1d3HJRztyZgbly+jOcbOhv",
+	"nNKIuZrKM6My1B5ZsCU/89Btt1VvNhW9BZt/ISflS6UyFvtzbLg/K5vyWWLmjw7OvjrPQgFd9ESVkI+b",
+	"7ze8i9YcJXeG0DKynC197gNDKeZiRaRA9kiKC88G6AMqlM3lJmOp0WnnpePYBBbvGN6yhTmiYybMaywm",
+	"iYwgfwl0PPMruBsHImHUiaY2cg5tUTZWFMLm1MQo0wm/Y3Fdbr0NqcNcoYEowveeXQbg+SwF2nnZ3kW+",
+	"kS2yY0RfvLWLNbCmIpd3BRXHZZZi6ciUKeV5NOAhG8jurSLI2uBpsa+gOe1sINqhlrIzpWLRsexAhTbl",
+	"OHzHdLroXI40JIMV3Ag7SdmIJ0ktr3mBRPI4HAYb/9pZTN2x+jxxEAdft+RdYkO4lwXehE11zxlBNcOj",
+	"yo1GPGFq/6P5x2UF1QrcR70jZBlcF6kM7IMRJ1xQARzEKV3AT4oxC4++lET8AwcjynaKpnnJaJmPKZLB",
+	"wBqo0SzQl8jX+ZGZC8D07iUO+UIbYK41bee+ty6123qlU0anyLsh3NUyLgfhi/J7GBTfXC9mziL+js3S",
+	"znM+ZhAY4gK+oUK6uW6o1jSaoFUwf/05VzOpAIMp3AuIoiIeyg/gCHaPXFlS77yVCY8W5+6hEGPJ7aWj",
+	"BB+NnNcjxij1uBSSDp4Klt6B8zxZED4iLogbvNCoVRAhyTCVc8VSo5yqgWj/5erN64C8fo7/zhLKBdHs",
+	"g4bun139l12jaEJTxfS/ZXrUOQ0DMv6DzwIC/9E0Dcjb5z8E5O3rHwPyl7cvfgzIjy9/CAbir2z4FlAa",
+	"F9Zd1v7p+pdXAbn6rx8D8v+av/5C7+gV7FFA/vH3/9nz5kFVGfFCRprpjoJNDBty9g1V26V9xFP3p/0/",
+	"NVhNEZWgRmFrPGdPFNJixVrskVs9BJ/nwwPVw9ICAoEcH/b2AsK64y4J1YSaB//tfEgVOzk6D7sldXNp",
+	"oJ//2D+XcwEBxnj2mw/8BkFlIKlWcvPAMBMQrDWlymJs6AOy4lFvA+uHvJ49wrUaiBxbbEFofGduaIWO",
+	"K/KCRpPCjeeKwBPFDF1plizOSYgoOGEwEGG1nCBgOYXW5XeZi7iQjuobP6UNOYNC0ETP5coos7+6CpKP",
+	"IU81wM19ZsGqCfmsIZHLIhAZWbhME/9K5fps2iNNEnQK52fPwlJtltRVQNjVH/y/Uq4V1B2VJJxTrgvo",
+	"AqPhmdc9KDA/T4sqoqQUcJNreFBb6wloe4rFUOLCxhgQcyCRtRSxoKY/DGg3p5hyUDMB7mgikxhCRB3Q",
+	"DUCK2eDvLkFXiyDLwR5akim9tSBFpiXISQUIsxmjSykLt2wxEH7ghoXM4knSsTBc+XIrzWhs9sLaiRRp",
+	"U5sdG07pB8RtdQF9UyO4yIGgxLApp+Za7BSdUtDGYU1zjY+nri+0eKHY4kDtIErGAnzQgZhQBU4mVnBS",
+	"h1sg0ZfKqCYRBUw523vJ7YqWvHNsILWeVbtzPnoXJaOUqYn1IWFSbBjkuEEo0echJzn8F6RdxMiTEdTL",
+	"LHm7FBTsPFCE4lbB3KwCocpLBhnPhqJMvznKnIUdcSGU+MJCZmQsa6MjLiNgtK9cnfHtBJ03Nun8IUMY",
+	"1mGIBi2VMDYDpI2cxgCJfxmMutVv1QFntlIG+TMR6yBz2O9ZEDD/uLfOD7YIN0Qkzy9yhdm+VydI2HNk",
+	"cWlJeyaV4sPEqJ2C7X0Xd9VR//i7slisvgtf5UB4ELLoUPSYWnH1+QhEagW8Wi3EEfK1ChC+91w96FUJ",
+	"l39rBvNV+Z78qaz3PpXW+rOcr4dwcsnKduVgaaXvm1G9bFAbJL5baC9LOM4uX0LBAtLqNuA2+ev9ANhN",
+	"l9GUtbaEZ/KH8IUyk0urUENxFsLpq+TgD4bXJMuk0ESVdWxu/2MFnf2zWGsrtLulWOW9/NjW23XkVS1A",
+	"smPUz+e3/j4w0exjjH/zpQk/kxE43IYLyBFQAYlZnOHWoJ+ujagfQqZTmvA/WEwgrHavS177ITH1gS84",
+	"gvtS07cW8WFmvf66xe35FqgTg0mq1bPsBDw6BQranD5t3kkjgWL51g0oFAYSEBfZTXi8ZwG8JnKOMDoq",
+	"r+ybF/U1SvMmRGyH8c9GxV4Z3pVkbHfxG6ZjnW/wjoRs4c7XBDFaC7df2ktXrioHO8cSPubDxPrfKKDL",
+	"KinCc++nYCBCCzgYBiSMOdj44G/sYsqEvvG/lqNRwgULSduKAk11hAYiLySE0CJU37g6PmFTkKNP7hYL",
+	"6ZsRI7xqHU1oDW7X8rJIXw35OrB9QyrzCaAHokHQsDxNbzG3y9XsKiva2xP5/se8jNBKaNHXRe0FpeXM",
+	"BfF1nU/o39AfFGKQkV2ZACwDeVBvEbi7ZwFsLI5j9SIqF4YkDifdnThd4CNP6S26wThaIKydG8zjLFFs",
+	"PmEpyzU/TBrLZl6O50U+gTilRldspzLTXDBizqg7d3umWcQZnto6E3Xn5leBr+Req8e+YbCjzZ7Fcpvo",
+	"m281xfDa8ngN0cDHddHAjyx62R1YfZAxQlzIeV6q5WtMDbg3BOxUmmNReJ2KyddygqA1yxpc7vYoTV19",
+	"GVJzDNEVAgF0ZmWl6JJ3rIN9IgrVLGV3XGYqWQxEJnKeOqM8JSnrYOlBZTRUD6EK8jUvRVHwsUAuxxYg",
+	"xsKV4ZEYceHrf2QVAvpAeA1p2Qx9jm4LdN3klTorBkUocxmQOVUD4ezWFhY93wMsYtnOoQpr+Oo+vFvD",
+	"hMO9gMi0wOCaUOX5zh2Kq90np+87X99R76hUHxqSxAFSwhoOBgIsB7BeBaUQurT0KRBWDBfM0DA+m/0N",
+	"izNcLL8xEG2AQR/JdMjjmIkG8IcvxQy/Fpb0PXKhS3tGSye0ydKxJJWgJN4kWK9X3q7g/SVaqoZJQMEF",
+	"rqocDXrvkh8QhyWnaeukrUyjfJisFQ4S3I/M2Opuz+UqjJsDnQcNs5CK5SXVUAqii6b+dcrHY1sYYCOd",
+	"EJ//mYt4zQhoUdrJDaZtOANRidSYjTGlIqMJSTOx1zQ+18YOa/MtqdqGSNcr2kiM34qarezBq6rUTW4Y",
+	"tJxDBoG5VlzECUQnsRhjTuSIWN96l/xFDrG+mNl0m4vrgGksGgbGRQzE73JopRNzHB05FoEKCIeEkgn5",
+	"XQ4BjQOS+839RTRLpwVCX15HYiBmdIHoxraeCAztiSJczDJNmEg5tJCnSGHyXFGuCe1nGLFi5my6BVvX",
+	"QChJRjQ1dzuiH8KwctYCCpV77aJoADGqHOSo0fmN8u7AQ81cBwKjA01ztpRRYxESQ5VfRXzFzlV9i0CM",
+	"3KUWC9VJmZLJHbM6jRV5ZzLV5smDg+C0FxwdHb7/VLDJaNaxkUvwkv16ovWsM0vlEMI2EXmvCMU46ZlJ",
+	"2z2HaqEyosnEEP+2JVfMTnyhSA0ggjq2JAijacIBBgjxYsrwO5WgrvKVZKj1oSEizBgf0ovZNHPrvbzw",
+	"EHPKDOZvGcu+Uu/m1rnpW2I53PPiAIQCewM0W2Ph4/5H889K3yjEJxtGN+VYR9KZwQo4gBo36E5cz7z0",
+	"2HpEEz1eW+7/zbg5vQve7Ag4ZeyV6IxyG2/+PpoFm0Njn6HZML8jn6g8UxnOa5s6pAKXNUwVlvCBWxYz",
+	"USIrmwhJpjJlMOTuQGDbCZo2HHw1zs7hWpkPBbL1hYPhhsjVOY9YCbGj7iaG579ZmvRwzuwt8V1AcNw3",
+	"SAQ2dQM+h8rP/dRf18buKrBt4etVg78tVQ+XcxN1zy3855EkvoSKWBBncQbcd5upitbGADQHuEq5Bgk2",
+	"BuDxkAaeSH1OKIlSKQj7MEuxngNpj/gdIyPOklgFRjuiSQZyKhckNDL9zR9S2AoLhsl/YDEJnXfUS7MA",
+	"hCYYAORStWWaG8L3ugPxMpcVwf5hNUYbbQ88Usj5hTkwE7hOrH0XktVHPMVa30Ma40jxOPUGIhzS2CWj",
+	"h0TQqUuJgMdWqXa4bveJUYyZuddwSz464DzL0eCfUiR8owK2rEutUJsKlUzw8cQo/bbDnVVEzc2aYRS/",
+	"jiY32czwI8SlMbRiWiIH5E/m/6YfhGI2M70FiMGcRIzAmaVyxvb/zNKECyT4rZQ83JMvFLSZk0SzyhMQ",
+	"qvNC1P3vQsF5oHDPnBE1cLLqjW4E2Nyy+WlFABQrWBzVCFhrpVe7D13ygCGgHlvYVtbEFx9f3mwmUn+x",
+	"viVdaCXhNHhkrzCPDPyKE5nk0jWhTtPBJp4oItiHnFgucpuN/QKxm2/ZDFFhnHXQ3DgB3p0AsmauUwf2",
+	"7Bej55pEdMrgpuuSvzpbKvLUvJy1RnCnD8XdZ1Ypg8qhmJbmbsqLoi49WlSZiAFUPQGjJ12oLnlLMSiD",
+	"q4EI92c0UywMsN5m8633K6Q/Pxx5f8Erc4fL0bvj8EY79K+0h7jByuv7xUyVmzEHx0kFm+dc9F93WQus",
+	"rpF/mT1RpKBY0qb+iu3tdNPtgyzbeN+9MmK9ZRMgG9vMVvjCGZDBYEPaof0cBoXhOc1EXqLACN42EiM0",
+	"stoM6qdhjNzinIRTrpQNi0SZzvwJptubUZYk5hMUtkLRnyv7YxySIZtwERM6EOh+4kliI9CaQiMdZf4A",
+	"s78P9/lGtV0z8U0iiRmZcKVluvgedd5L/2DZee52isxlulJohNs2jGQmdAinRzlcs+JSlYKRdh6shUUA",
+	"4DqN9wKvjLcVLQcCji5pG84J5xFKVP3OtYYCqiM2Z2nhTs15LbgklZSCpetOx2szq3sejjrrEixDyaaU",
+	"b2S/BxnZfJpNAbrUfOTCfsxtTUbdHwP+9+c4K1eJ1KsikXNJSgVWnCtMgN/5oYGpGzo0Imaj2WjN4QEa",
+	"b3YYvJb5/cNU6ViYG7CIWbGM32hce4VUumzUXyJ58yj7bjStwC7O9xi5Bjt1X+UeKttMVxDcS0drdEy5",
+	"QD7Ny+ZCz0KIzBzMnQBgG+flW6BCjKVUxNsYAf7IO9P/hrQJz35PxIkRxd9pdLfZK0Ldnt+TSjPRTKJX",
+	"aFivWBaclR3tBDbHom1DCkmIrDLccxzCPIo4NoZmqUZ0P4igtvXtZpBqcJGHYCOt05SRTKAxwdWHr0UN",
+	"gkQSBLqVYiBu2QJRZXLQI/Cv7QUV9CBnOvEBhGwhJFAn4L5pY6SKX5lqqbrT3oVDI0KIWkhlkVOGJn2W",
+	"2HJHBwcD0VSaqRaNOhMPciCD+8VufQYN4UHijKY0ZujITLNvIMZo9eyvc6WWCSipJaqHsKwv/VNHD73L",
+	"hO8SFFivaQUrhAIOzdaINzb0dFhOJ0FsUjpFBD2jRYH+msOIGTUCkuPNFQyp8qpLLiFvwkFdiWTR4K63",
+	"Q9rZWY/vf6Wu+kflIzDzVXqTXZsnObju9ygUoF8dZ0raZs/w6nNzLpntLLE1O9qtm4ECuceu4okcVenI",
+	"yFlRuoDyte3LF1edg+OTzo/PfgkcAq+5E8ELDy0MxDzFWrM2N6pAgTd3oW3L0OctW+x1yX/BIQJBAGoh",
+	"dswBOidCklRmmtkSLJjlNBBSsC65RKkE6DuB0plQG8JcGFyQEMdxk7IRFPeLGHe49nBgzTNGCIFMt4Fo",
+	"2+eVEWbyJDA9YUa8dpdmsiAOdl5L2/tiZpdfyzxLdw7pEQkdQjIrVOsloU39wm/DGnZxYTchjwzI/EKM",
+	"kRSjhEc6XOHxhxk8ACbRuxc/vry6fvd/bq7f/Pzi9b1c71TdQmGaPPhJsPQG/R/m8nXV+9RhlB7qbXGQ",
+	"cMJfypmOq72pK5203fmEzd77PmKHv8q6VjWue3cylvliWVDY/2jZxprMd5/35LCNUC90RHmirO/pg84R",
+	"jkGgBWcDiWTMcvaUCXpHeWI02HBZXngO3efnekvFAF57dD298RggljtkqdgN8FDvv8eLGXdrNbkFTVGe",
+	"dzaGFjjiuoiPIUukGCvMs0Tk+dWYhz8y/Q1T0T8F9dhYkepUm4S5bJVbKI8FsegcRYi2ratn5aG8mpal",
+	"umsnQGEgRo3tEPzHD0NKO8ooTmQQh/POtmJDafxfKoRhO1L/XiMZPrMo4EU+uBVGNcCI7iDUq5XigV4F",
+	"YvafGcvMXTfTk1pLAkYrtDORJ5CgwRIEwcCDjoCvuGDoJ1AakHB4ShwwU1CUJy9Ak7krnqC0A/+ecxHL",
+	"eRG6nGejOvQcI7gMhM07lakFMo8JnUowmYL+gvU+S82bN7J0qYNK6UyA8lgD1rsMq2EUrrYbqVsPriGo",
+	"UTG2dzEQS+YObAsj2sp4IO/QJBiQWSrjLHLgSQBVoaDNiCYJ4Wa011hgREkwt8k7lt5xNiftcD/j+7ZS",
+	"Tejw3SONWcIqJGoi59hC7YWr6aa1QOt2rd6bfeJ7sw9P1nqzG/zl9ftY3+VZz+/z9OToy7rQYVWbIEHt",
+	"1j1EdU1ozxbZU0/ypn0uAUPJeYSFfN8gj8eGM0UQxkNmdMxFwSxGPNEAPlaLU2gz53YzHcIIv94cn1p0",
+	"CI0FGDfErqDqNi8F31Td1loktmr02rzwLzyO7yhJy+zqBuFqcGK+1+Ssah6uK0e1PikrztK82gxWGBWV",
+	"+3eFDzcT/G8Z1OgdCP+lJbctOP/qfLeYhl/Ei27huoU2b9nCFU2J+QjMN5oMZbzYyXuLy2II6huH0kCs",
+	"E9NGDpkxZUrRMWRvsSSRhvKs9fYcC594utPNuiIphrIK/ntetQdvaf01C/6FdDjY6wdHzDBL87V7s5tm",
+	"/jXj/W9t1d62wsvn9YHnVm2NHKehmCB83P8I521VAtpfIbYs56pzqDOmJRk6DTAgoY0nvrEQxUTRhbIx",
+	"9kLeOIzHG1TaALUYj/SNkPomLykYAypxFWbX891Z4I7QMqIuNhJaV13eqgpJUbFwL4AxoN6cj4CExRM3",
+	"U67AB2e+Bvdb8Y0Z0EDgywG2mng4juisI+jB80eIzSiWsEjLNNyDKXNRLELJsI9hS3a6ckQqj/I4hJrX",
+	"OVhmQBykczAQFrzUyG8W3HnPTi8yk3OJDE5si28SqlmKlRdTptPFzZBGt3I0aqoputPFZV56bKOw6eM5",
+	"05QnTfoecsxvJQ8Qz5fDRHG2mI1P8D5NNR/RaIUh6geeMEi9m3JtcUmpWBRlNkc5EQdEJvE6UHyqbi/z",
+	"Pr9GCjHzXRUPAhWUvxyMt2MXxYZQbzk33PV16DeXRbaHkTp0uui4Co05HB4i0pj+HUL3pTPvyTQHx4HH",
+	"pxLCJGRezTXhYhxiwKZj2IwaQZxD3dbc0wnmtLYFm5fCg5onDkthDxNQ87tmyLB+YZgPMPRqTlpg7+hW",
+	"yHnC4jFTkKXlYjaszbIZpMfNHsInzIf7g/R81axyFZP8F0jPSpCerSSp/USO1crUrESOsca4HCFipeW/",
+	"bVvkmLnaqqH9Be5/IbWrygwJAsOFZlDQQTGI+gGNOhzJJJHzfwOVNkeDtlJbu6487B7o54LNMUxrnot7",
+	"tu+B4AW6vohzPdsrGwthUFC5XE4ZFot1p9RNDYvDPpPCYRfgONVA0JSRocxEzGKID7t8+9La7tt2+8gR",
+	"mtjNr87KnjI4ChcIj8I4+Li94qFcDcTRwZmtpfEO2N6lofFVUs4rs3G7Ht8ly9ulnbrIpkOWNpnT7AJV",
+	"0fPReH7QP3p6dHp4cvR0NzM+Eke92d432tf209vCXQCbWd/PiCaK5U0NpUwYAIY1NFWqZVrb4IE/8pPe",
+	"mhE/Jld9JcfX7EOtdPHKHfE85xL3ortbEPXZ5/WFQi16K5y4E5zI8eYsMGUqS/RqLjhjqcJi5Pg0GRo1",
+	"ikHCBnrsauVSbgGBIQbVPgBigzIXl4iYO3DkCs1HOWyF4TQ0UZJwMYby80bwkA6CFz2LWMeoIUsVLUo4",
+	"s3uwiW/JDI7T/bPZmfXW8PI+fguK11szcj1JZTaeFCRvSxmUp7MN8et00SyQ/wISNHWgzDcOWxpVck/U",
+	"RRmYRrdwaVspPixX884v6WEWj5lGOdzZGHN3vtJ04QKaXbYIeQN3JjjQ8GwUgrCQugOzwLjDuowk8+s3",
+	"K+4GuU4EgRT/knXthhJKYkbjTsK0hrwXmXrK4WopOJslksZq/yP+4WyKjYFo4UiFQN1MxE8UwbcsPjpG",
+	"mjmHi9Ipg+QDLUnMze5hbusEYPAEmbKpTBcXmEiYQNkh4OZXP112Do5PyDRT2rPRKYT965I3grluMTEh",
+	"/z7x67UYhdToxTMGFduKFoI879apnFyRxMnJQzaSKfOf9zTSGnQiMw5nTdn6UOHrW4XOyUgz3cG1LZ+s",
+	"3JM75IIiPkXVa7DemXLUkEoSw+LcsZSP+M7+gMc9Sdva9x+3YjpuLVQfs9TxRIHup0h7hHcVHbO9FfXT",
+	"a07mPpqcmi+p/8INsgm/trTP8HcGvSv+B/NPWJCjI2trVLNhc+IWzEBY5XAgwBzrVXU6x3A7KWJrAis5",
+	"ccEhZhrrkksy5UpZG1bhkcUBgYKashHiM8AlhhPtFGZ8c7MWX5qWbNiWfzynNL1l8aqaCDBId0hxY+57",
+	"VB/R8tl0AxbmRljdr/dy2vSI4L5AzBIsrmdIXXEs1lXsBHuKjbe0EZor6mWSolxmsFSMEPSTosSTaixH",
+	"5gUtlqMca2uMcTUoCqjJFNAfbNSnTVIbIYoPxE7WVTUr1YPDAEgY+kC4sTfpQruW9/yqtJvVNT8LxaZc",
+	"8PNxvdcP4VmY55tTW+BvTfCOs6wbarB14yiRgnU0nzLCRCqTBOgFqPXct8bjj8p5sQaiHb59c4VF7vA3",
+	"y3exCA6JmDmnUMa5sJQUqaDPLrvkTUqGRuwgC5mlQMBvf355PhApG3OlbQG+KOFmQH5zQs5JO/S+uZmx",
+	"qdWxvC9HXIxZOku50ADzNhDgH7WGw3zwdRX6vGZCV6CwscZgfkXmkdxzgR64pcMNQc5eiWAj2O5d1NTg",
+	"c03OEqqN0ObaRhNstZ+wEvgT2shmW4ywEvQJPeyRKRV0XOJGsH0xi3jMVGDaxUKFIAwbVmO0ynLclvLr",
+	"NNaHQyPx5VX/do5tmtIPN1FuZL6xIbdHXvAimIQ6LOv0W4E9FZVwo23jjHDUXyjL1MbV2JVblWxqzQaN",
+	"55i01QSuBxGxrzX79OyLxNG4Qp8xE9qIIytKFTYUSK6VLx4QtHnHcpmfp/hlM20WRWW/nSCNuVvq2pvV",
+	"aBs1V6tFQUbEkNACUoUBCev4Fd5RFgeAtKcsHbP4nIQiS5LQ1l1VhJqLasiSvS55DsFAAJKs5QxTwVxi",
+	"H/rzlwtWewW3yYSlbI9Areqq9Ge95cFSxe6oqKkz7RKoMozudRgU5gYYlbUkCD9RqAMSDIxSiAyJzzpL",
+	"vsOQsiFUiVQ63AtytCg3EIwxa8Z5vveJCJbj4KgmEzqbMYGJtRUZvxqYwFUepdXo+4Mm6r1cLdipVpBH",
+	"cNo4j8D+8L4BW2XHi9PSpHXXbQn6vMMN+LnYSwYDjMts5p8a4xm3bDUna77NfKG32Xr0Z24Odlm8by9L",
+	"8XvWMuSOjBWGnd3WE8275EfgS+bhty9+Ie0ZoCqkEL1fqAzo3vNh6lUGNiIs4TVh0S1+bZZA7dl7diBK",
+	"PV37pUD9GSB3NWMFVmdDpWqdI6iaIGk+81bsnjf0Nod7U/8eDtUb5Fd5ji2F5NGR5o7zd+2fES3l3h4f",
+	"q0DTIqB5WY/elj8UakUHxNdmJgFphkXdeqqJuexhd2/Zwtmz0NWDrbK4S65yJaXboEW+yEdwDQN4SKn4",
+	"4RS36iibvJXmx+43cK28VCozt4o5mI065rbEhKaF5nBmqyfl5IumjKqBM55yASaRJftGd4Vp80fs+2vW",
+	"qWCIq+Kb84XBhfxu0e4gvqpkcaJVokD1xtmgdiPE/Y8VE9pKDCizAWiNZ0ZdIkKSRJobCzR5Q444moKC",
+	"87rivlHeBj/lWsVAoAqYIy+An0ynVCijT0hxUehI1kwH2pOvu+hiaE9qlD4s69NGjcNIZXaP9uqFnTt5",
+	"yzyCvJ/StS4h0tuAzd64hNm9BVzhukN5VO/5iVM6F9/jgXGTIxRJoMmU0RS30cxjm2zIcPSWrM9wCvTE",
+	"ELTvcHAn1JAp14olI5TIYayEJlLkACe2UuJ5lZxhLADN79xjqnTIlCRDqScVjhGZRTPyf+Gfrg0VNv08",
+	"hHVhS0L/TLdJ000Cy/td3h9M12KkOUrcVU/GtLzV0u9YyjhHEPY4eMmlZq4OjC5ylUGnMmUBXhMVGxQz",
+	"J0gPBJjQhguLpk7aQmoCJVDMoUToILQ9ujeLaAhXfhsiAk2/kPHIEsXmE5ayAKOsXAbRDLx9EFgLnkIb",
+	"3oPhu+hIc4nOXpAGaHFHvcOBsKinHZvEGAbmVbMehJoDKViE7m6MvcKQqnWX0OdUsj0LGua+ts5bRnlJ",
+	"GL1l8TbAY2b8X6Xm7fJLSxa0r7wqghnxmpNbjS8ZMpqy9DLTExdfYl+qHtx3MtNMERv/AOk1AaGZnjCh",
+	"QWMGZ+uyIt31chzsgi/ZmK+ZoBge4k6/YqmDJS5fV1xjofrcS9ytx9lRdabskkOLMxXYk+8NV3nXMcas",
+	"VMdf1/JzD/cjb9UPg7FfQTxNt4y6U9cehIFmPNEdc6VjsYlowpQG2KWgAC5biuHHSg9kxEXcbZX8v3X9",
+	"XMHD8DowP6jizGJkREaV1TCtNpSOlmmRsVhUnuNpAcS/BJZTuws5jnUJW1sFRmy3SNoYuCOsyI7XgBy5",
+	"XOEqvCw4Y7zOLUpdTWqSy7FSxQpmMYckD39X4JGa939iNLFBtimjMRdMKVwJmWn/MFiwUUeXs6Y9rgHS",
+	"MvOEcnumZRfX4NxaAsP0spT5dImAW5/ef/q/AQAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -977,6 +977,16 @@ type EnrollmentToken struct {
 	ExpiresInSeconds float64   `json:"expires_in_seconds"`
 }
 
+// FailureSummary defines model for FailureSummary.
+type FailureSummary struct {
+	// Count Attempts leased within the window that failed or expired.
+	Count int `json:"count"`
+
+	// Recent The latest of them (at most 10), newest first.
+	Recent        []RecentFailure `json:"recent"`
+	WindowSeconds int             `json:"window_seconds"`
+}
+
 // File defines model for File.
 type File struct {
 	AttemptId      *openapi_types.UUID `json:"attempt_id,omitempty"`
@@ -1073,6 +1083,16 @@ type Lease struct {
 	// and results (the gateway redacts values a worker writes into its log).
 	Secrets *map[string]string `json:"secrets,omitempty"`
 	Task    TaskSnapshot       `json:"task"`
+}
+
+// LeaseRate defines model for LeaseRate.
+type LeaseRate struct {
+	// Count Leases granted within the window.
+	Count int `json:"count"`
+
+	// PerSecond count / window_seconds.
+	PerSecond     float64 `json:"per_second"`
+	WindowSeconds int     `json:"window_seconds"`
 }
 
 // LeaseRef defines model for LeaseRef.
@@ -1204,6 +1224,26 @@ type Problem struct {
 
 	// Type A URI reference naming the problem type.
 	Type string `json:"type"`
+}
+
+// QueueDepth defines model for QueueDepth.
+type QueueDepth struct {
+	Count          int                `json:"count"`
+	OrganizationId openapi_types.UUID `json:"organization_id"`
+	State          TaskState          `json:"state"`
+}
+
+// RecentFailure defines model for RecentFailure.
+type RecentFailure struct {
+	AttemptId      openapi_types.UUID `json:"attempt_id"`
+	AttemptNumber  int                `json:"attempt_number"`
+	ErrorCode      *string            `json:"error_code,omitempty"`
+	ErrorMessage   *string            `json:"error_message,omitempty"`
+	FinishedAt     *time.Time         `json:"finished_at,omitempty"`
+	OrganizationId openapi_types.UUID `json:"organization_id"`
+	Status         AttemptStatus      `json:"status"`
+	TaskId         openapi_types.UUID `json:"task_id"`
+	TaskType       TaskType           `json:"task_type"`
 }
 
 // RegisterCertificateRequest defines model for RegisterCertificateRequest.
@@ -1526,6 +1566,16 @@ type SecretWorkerLabels map[string]string
 // Severity defines model for Severity.
 type Severity string
 
+// Stats defines model for Stats.
+type Stats struct {
+	Failures FailureSummary `json:"failures"`
+	Leases   LeaseRate      `json:"leases"`
+
+	// Queue Unfinished tasks by organization and state; pairs with no task are left out.
+	Queue   []QueueDepth   `json:"queue"`
+	Workers WorkerCapacity `json:"workers"`
+}
+
 // StoredResultBatch defines model for StoredResultBatch.
 type StoredResultBatch struct {
 	AttemptId      openapi_types.UUID `json:"attempt_id"`
@@ -1762,6 +1812,21 @@ type Worker struct {
 	WorkerType          WorkerType          `json:"worker_type"`
 }
 
+// WorkerCapacity defines model for WorkerCapacity.
+type WorkerCapacity struct {
+	// ActiveAttempts Leases held now.
+	ActiveAttempts int `json:"active_attempts"`
+
+	// Capacity The online workers' summed max_concurrent_tasks.
+	Capacity int `json:"capacity"`
+
+	// Online Enabled, unrevoked workers seen within three heartbeat intervals.
+	Online int `json:"online"`
+
+	// Total Unrevoked workers.
+	Total int `json:"total"`
+}
+
 // WorkerGrant defines model for WorkerGrant.
 type WorkerGrant struct {
 	GrantedAt      time.Time          `json:"granted_at"`
@@ -1983,6 +2048,12 @@ type RunScheduleParams struct {
 type ListSecretsParams struct {
 	// OrganizationId Only this organization's secrets. For an unscoped token, an organization that does not exist is 404.
 	OrganizationId *openapi_types.UUID `form:"organization_id,omitempty" json:"organization_id,omitempty"`
+}
+
+// GetStatsParams defines parameters for GetStats.
+type GetStatsParams struct {
+	LeaseWindowSeconds   *int `form:"lease_window_seconds,omitempty" json:"lease_window_seconds,omitempty"`
+	FailureWindowSeconds *int `form:"failure_window_seconds,omitempty" json:"failure_window_seconds,omitempty"`
 }
 
 // ListTasksParams defines parameters for ListTasks.
@@ -2840,6 +2911,18 @@ type ClientInterface interface {
 	//
 	// Corresponds with PUT /v1/secrets/{secret_id} (the `ReplaceSecret` operationId).
 	ReplaceSecret(ctx context.Context, secretId SecretID, body ReplaceSecretJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetStats The operators' overview
+	//
+	// Queue depth by organization and state (unfinished tasks only), the workers online against
+	// their capacity, the leases granted in the last `lease_window_seconds` and the attempts that
+	// failed or expired among those leased in the last `failure_window_seconds`, newest first.
+	// An organization-scoped token sees its organization only (and the workers it may see);
+	// an unscoped token sees every organization. Readers, producers and admins may call it.
+	// The console's overview (`/ui/`) and `gateway ctl stats` show it.
+	//
+	// Corresponds with GET /v1/stats (the `GetStats` operationId).
+	GetStats(ctx context.Context, params *GetStatsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListTasks List tasks
 	//
@@ -4356,6 +4439,28 @@ func (c *Client) ReplaceSecretWithBody(ctx context.Context, secretId SecretID, c
 // Corresponds with PUT /v1/secrets/{secret_id} (the `ReplaceSecret` operationId).
 func (c *Client) ReplaceSecret(ctx context.Context, secretId SecretID, body ReplaceSecretJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewReplaceSecretRequest(c.Server, secretId, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetStats The operators' overview
+//
+// Queue depth by organization and state (unfinished tasks only), the workers online against
+// their capacity, the leases granted in the last `lease_window_seconds` and the attempts that
+// failed or expired among those leased in the last `failure_window_seconds`, newest first.
+// An organization-scoped token sees its organization only (and the workers it may see);
+// an unscoped token sees every organization. Readers, producers and admins may call it.
+// The console's overview (`/ui/`) and `gateway ctl stats` show it.
+//
+// Corresponds with GET /v1/stats (the `GetStats` operationId).
+func (c *Client) GetStats(ctx context.Context, params *GetStatsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetStatsRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -7096,6 +7201,72 @@ func NewReplaceSecretRequestWithBody(server string, secretId SecretID, contentTy
 	return req, nil
 }
 
+// NewGetStatsRequest constructs an http.Request for the GetStats method
+func NewGetStatsRequest(server string, params *GetStatsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/stats")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.LeaseWindowSeconds != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "lease_window_seconds", *params.LeaseWindowSeconds, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.FailureWindowSeconds != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "failure_window_seconds", *params.FailureWindowSeconds, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListTasksRequest constructs an http.Request for the ListTasks method
 func NewListTasksRequest(server string, params *ListTasksParams) (*http.Request, error) {
 	var err error
@@ -8893,6 +9064,20 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with PUT /v1/secrets/{secret_id} (the `ReplaceSecret` operationId).
 	ReplaceSecretWithResponse(ctx context.Context, secretId SecretID, body ReplaceSecretJSONRequestBody, reqEditors ...RequestEditorFn) (*ReplaceSecretResponse, error)
+
+	// GetStatsWithResponse The operators' overview
+	//
+	// Queue depth by organization and state (unfinished tasks only), the workers online against
+	// their capacity, the leases granted in the last `lease_window_seconds` and the attempts that
+	// failed or expired among those leased in the last `failure_window_seconds`, newest first.
+	// An organization-scoped token sees its organization only (and the workers it may see);
+	// an unscoped token sees every organization. Readers, producers and admins may call it.
+	// The console's overview (`/ui/`) and `gateway ctl stats` show it.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/stats (the `GetStats` operationId).
+	GetStatsWithResponse(ctx context.Context, params *GetStatsParams, reqEditors ...RequestEditorFn) (*GetStatsResponse, error)
 
 	// ListTasksWithResponse List tasks
 	//
@@ -12367,6 +12552,54 @@ func (r ReplaceSecretResponse) ContentType() string {
 	return ""
 }
 
+type GetStatsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Stats
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetStatsResponse) GetJSON200() *Stats {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetStatsResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetStatsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetStatsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetStatsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetStatsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ListTasksResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -14823,6 +15056,26 @@ func (c *ClientWithResponses) ReplaceSecretWithResponse(ctx context.Context, sec
 		return nil, err
 	}
 	return ParseReplaceSecretResponse(rsp)
+}
+
+// GetStatsWithResponse The operators' overview
+//
+// Queue depth by organization and state (unfinished tasks only), the workers online against
+// their capacity, the leases granted in the last `lease_window_seconds` and the attempts that
+// failed or expired among those leased in the last `failure_window_seconds`, newest first.
+// An organization-scoped token sees its organization only (and the workers it may see);
+// an unscoped token sees every organization. Readers, producers and admins may call it.
+// The console's overview (`/ui/`) and `gateway ctl stats` show it.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/stats (the `GetStats` operationId).
+func (c *ClientWithResponses) GetStatsWithResponse(ctx context.Context, params *GetStatsParams, reqEditors ...RequestEditorFn) (*GetStatsResponse, error) {
+	rsp, err := c.GetStats(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetStatsResponse(rsp)
 }
 
 // ListTasksWithResponse List tasks
@@ -17795,6 +18048,39 @@ func ParseReplaceSecretResponse(rsp *http.Response) (*ReplaceSecretResponse, err
 			return nil, err
 		}
 		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetStatsResponse parses an HTTP response from a GetStatsWithResponse call
+func ParseGetStatsResponse(rsp *http.Response) (*GetStatsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetStatsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Stats
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Problem

@@ -103,6 +103,7 @@ func ctlCommand(a *cli) *command {
 			group("audit", "the audit log",
 				leaf("list", "", "list audit events, newest first", auditList),
 			),
+			leaf("stats", "", "the overview: queue depth by organization and state, workers online, leases per second, recent failures", stats),
 			leaf("ready", "", "whether the gateway is ready (/readyz: database, schema, LISTEN)", noFlags(ready)),
 		},
 	}
