@@ -926,11 +926,14 @@ type CreatedWorker struct {
 	ActiveAttempts int `json:"active_attempts"`
 
 	// Capabilities A JSON object; a task's `required_capabilities` must be contained in it (`@>`).
-	Capabilities           Capabilities `json:"capabilities"`
-	CertificateFingerprint *string      `json:"certificate_fingerprint,omitempty"`
-	CertificateSubject     *string      `json:"certificate_subject,omitempty"`
-	CreatedAt              time.Time    `json:"created_at"`
-	Enabled                bool         `json:"enabled"`
+	Capabilities Capabilities `json:"capabilities"`
+
+	// CertificateExpiresAt When the worker's current certificate expires.
+	CertificateExpiresAt   *time.Time `json:"certificate_expires_at,omitempty"`
+	CertificateFingerprint *string    `json:"certificate_fingerprint,omitempty"`
+	CertificateSubject     *string    `json:"certificate_subject,omitempty"`
+	CreatedAt              time.Time  `json:"created_at"`
+	Enabled                bool       `json:"enabled"`
 
 	// EnrollmentToken One-time; shown once.
 	EnrollmentToken          string             `json:"enrollment_token"`
@@ -1778,7 +1781,10 @@ type Worker struct {
 	ActiveAttempts int `json:"active_attempts"`
 
 	// Capabilities A JSON object; a task's `required_capabilities` must be contained in it (`@>`).
-	Capabilities           Capabilities       `json:"capabilities"`
+	Capabilities Capabilities `json:"capabilities"`
+
+	// CertificateExpiresAt When the worker's current certificate expires.
+	CertificateExpiresAt   *time.Time         `json:"certificate_expires_at,omitempty"`
 	CertificateFingerprint *string            `json:"certificate_fingerprint,omitempty"`
 	CertificateSubject     *string            `json:"certificate_subject,omitempty"`
 	CreatedAt              time.Time          `json:"created_at"`
