@@ -2079,6 +2079,9 @@ type ListTasksParams struct {
 	// Trigger Only those created this way.
 	Trigger *TriggerKind `form:"trigger,omitempty" json:"trigger,omitempty"`
 
+	// ScanId Only this scan's tasks.
+	ScanId *openapi_types.UUID `form:"scan_id,omitempty" json:"scan_id,omitempty"`
+
 	// ScheduleId Only those a schedule created (by a slot or a manual run).
 	ScheduleId *openapi_types.UUID `form:"schedule_id,omitempty" json:"schedule_id,omitempty"`
 
@@ -4135,6 +4138,19 @@ func (siw *ServerInterfaceWrapper) ListTasks(w http.ResponseWriter, r *http.Requ
 			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "trigger"})
 		} else {
 			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "trigger", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "scan_id" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "scan_id", r.URL.Query(), &params.ScanId, runtime.BindQueryParameterOptions{Type: "string", Format: "uuid"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "scan_id"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "scan_id", Err: err})
 		}
 		return
 	}
@@ -13115,60 +13131,61 @@ var swaggerSpec = []string{
 	"eawB612G1TAKV9uN1K0H1xDUqBjbuxiIJXMHtoURbWU8kHdoEgzILJVxFjnwJICqUNBmRJOEcDPaayww",
 	"oiSY2+QdS+84m5N2uJ/xfVupJnT47pHGLGEVEjWRc2yh9sLVdNNaoHW7Vu/NPvG92Ycna73ZDf7y+n2s",
 	"7/Ks5/d5enL0ZV3osKpNkKB26x6iuia0Z4vsqSd50z6XgKHkPMJCvm+Qx2PDmSII4yEzOuaiYBYjnmgA",
-	"H6vFKbSZc7uZDmGEX2+OTy06hMYCjBtiV1B1m5eCb6puay0SWzV6bV74Fx7Hd5SkZXZ1g3A1ODHfa3JW",
-	"NQ/XlaNan5QVZ2lebQYrjIrK/bvCh5sJ/rcMavQOhP/SktsWnH91vltMwy/iRbdw3UKbt2zhiqbEfATm",
-	"G02GMl7s5L3FZTEE9Y1DaSDWiWkjh8yYMqXoGLK3WJJIQ3nWenuOhU883elmXZEUQ1kF/z2v2oO3tP6a",
-	"Bf9COhzs9YMjZpil+dq92U0z/5rx/re2am9b4eXz+sBzq7ZGjtNQTBA+7n+E87YqAe2vEFuWc9U51BnT",
-	"kgydBhiQ0MYT31iIYqLoQtkYeyFvHMbjDSptgFqMR/pGSH2TlxSMAZW4CrPr+e4scEdoGVEXGwmtqy5v",
-	"VYWkqFi4F8AYUG/OR0DC4ombKVfggzNfg/ut+MYMaCDw5QBbTTwcR3TWEfTg+SPEZhRLWKRlGu7BlLko",
-	"FqFk2MewJTtdOSKVR3kcQs3rHCwzIA7SORgIC15q5DcL7rxnpxeZyblEBie2xTcJ1SzFyosp0+niZkij",
-	"WzkaNdUU3eniMi89tlHY9PGcacqTJn0POea3kgeI58thojhbzMYneJ+mmo9otMIQ9QNPGKTeTbm2uKRU",
-	"LIoym6OciAMik3gdKD5Vt5d5n18jhZj5rooHgQrKXw7G27GLYkOot5wb7vo69JvLItvDSB06XXRchcYc",
-	"Dg8RaUz/DqH70pn3ZJqD48DjUwlhEjKv5ppwMQ4xYNMxbEaNIM6hbmvu6QRzWtuCzUvhQc0Th6Wwhwmo",
-	"+V0zZFi/MMwHGHo1Jy2wd3Qr5Dxh8ZgpyNJyMRvWZtkM0uNmD+ET5sP9QXq+ala5ikn+C6RnJUjPVpLU",
-	"fiLHamVqViLHWGNcjhCx0vLfti1yzFxt1dD+Ave/kNpVZYYEgeFCMyjooBhE/YBGHY5kksj5v4FKm6NB",
-	"W6mtXVcedg/0c8HmGKY1z8U92/dA8AJdX8S5nu2VjYUwKKhcLqcMi8W6U+qmhsVhn0nhsAtwnGogaMrI",
-	"UGYiZjHEh12+fWlt9227feQITezmV2dlTxkchQuER2EcfNxe8VCuBuLo4MzW0ngHbO/S0PgqKeeV2bhd",
-	"j++S5e3STl1k0yFLm8xpdoGq6PloPD/oHz09Oj08OXq6mxkfiaPebO8b7Wv76W3hLoDNrO9nRBPF8qaG",
-	"UiYMAMMamirVMq1t8MAf+UlvzYgfk6u+kuNr9qFWunjljniec4l70d0tiPrs8/pCoRa9FU7cCU7keHMW",
-	"mDKVJXo1F5yxVGExcnyaDI0axSBhAz12tXIpt4DAEINqHwCxQZmLS0TMHThyheajHLbCcBqaKEm4GEP5",
-	"eSN4SAfBi55FrGPUkKWKFiWc2T3YxLdkBsfp/tnszHpreHkfvwXF660ZuZ6kMhtPCpK3pQzK09mG+HW6",
-	"aBbIfwEJmjpQ5huHLY0quSfqogxMo1u4tK0UH5areeeX9DCLx0yjHO5sjLk7X2m6cAHNLluEvIE7Exxo",
-	"eDYKQVhI3YFZYNxhXUaS+fWbFXeDXCeCQIp/ybp2QwklMaNxJ2FaQ96LTD3lcLUUnM0SSWO1/xH/cDbF",
-	"xkC0cKRCoG4m4ieK4FsWHx0jzZzDRemUQfKBliTmZvcwt3UCMHiCTNlUposLTCRMoOwQcPOrny47B8cn",
-	"ZJop7dnoFML+dckbwVy3mJiQf5/49VqMQmr04hmDim1FC0Ged+tUTq5I4uTkIRvJlPnPexppDTqRGYez",
-	"pmx9qPD1rULnZKSZ7uDalk9W7skdckERn6LqNVjvTDlqSCWJYXHuWMpHfGd/wOOepG3t+49bMR23FqqP",
-	"Wep4okD3U6Q9wruKjtneivrpNSdzH01OzZfUf+EG2YRfW9pn+DuD3hX/g/knLMjRkbU1qtmwOXELZiCs",
-	"cjgQYI71qjqdY7idFLE1gZWcuOAQM411ySWZcqWsDavwyOKAQEFN2QjxGeASw4l2CjO+uVmLL01LNmzL",
-	"P55Tmt6yeFVNBBikO6S4Mfc9qo9o+Wy6AQtzI6zu13s5bXpEcF8gZgkW1zOkrjgW6yp2gj3FxlvaCM0V",
-	"9TJJUS4zWCpGCPpJUeJJNZYj84IWy1GOtTXGuBoUBdRkCugPNurTJqmNEMUHYifrqpqV6sFhACQMfSDc",
-	"2Jt0oV3Le35V2s3qmp+FYlMu+Pm43uuH8CzM882pLfC3JnjHWdYNNdi6cZRIwTqaTxlhIpVJAvQC1Hru",
-	"W+PxR+W8WAPRDt++ucIid/ib5btYBIdEzJxTKONcWEqKVNBnl13yJiVDI3aQhcxSIOC3P788H4iUjbnS",
-	"tgBflHAzIL85IeekHXrf3MzY1OpY3pcjLsYsnaVcaIB5Gwjwj1rDYT74ugp9XjOhK1DYWGMwvyLzSO65",
-	"QA/c0uGGIGevRLARbPcuamrwuSZnCdVGaHNtowm22k9YCfwJbWSzLUZYCfqEHvbIlAo6LnEj2L6YRTxm",
-	"KjDtYqFCEIYNqzFaZTluS/l1GuvDoZH48qp/O8c2TemHmyg3Mt/YkNsjL3gRTEIdlnX6rcCeikq40bZx",
-	"RjjqL5RlauNq7MqtSja1ZoPGc0zaagLXg4jY15p9evZF4mhcoc+YCW3EkRWlChsKJNfKFw8I2rxjuczP",
-	"U/yymTaLorLfTpDG3C117c1qtI2aq9WiICNiSGgBqcKAhHX8Cu8oiwNA2lOWjll8TkKRJUlo664qQs1F",
-	"NWTJXpc8h2AgAEnWcoapYC6xD/35ywWrvYLbZMJStkegVnVV+rPe8mCpYndU1NSZdglUGUb3OgwKcwOM",
-	"yloShJ8o1AEJBkYpRIbEZ50l32FI2RCqRCod7gU5WpQbCMaYNeM83/tEBMtxcFSTCZ3NmMDE2oqMXw1M",
-	"4CqP0mr0/UET9V6uFuxUK8gjOG2cR2B/eN+ArbLjxWlp0rrrtgR93uEG/FzsJYMBxmU280+N8YxbtpqT",
-	"Nd9mvtDbbD36MzcHuyzet5el+D1rGXJHxgrDzm7rieZd8iPwJfPw2xe/kPYMUBVSiN4vVAZ07/kw9SoD",
-	"GxGW8Jqw6Ba/Nkug9uw9OxClnq79UqD+DJC7mrECq7OhUrXOEVRNkDSfeSt2zxt6m8O9qX8Ph+oN8qs8",
-	"x5ZC8uhIc8f5u/bPiJZyb4+PVaBpEdC8rEdvyx8KtaID4mszk4A0w6JuPdXEXPawu7ds4exZ6OrBVlnc",
-	"JVe5ktJt0CJf5CO4hgE8pFT8cIpbdZRN3krzY/cbuFZeKpWZW8UczEYdc1tiQtNCcziz1ZNy8kVTRtXA",
-	"GU+5AJPIkn2ju8K0+SP2/TXrVDDEVfHN+cLgQn63aHcQX1WyONEqUaB642xQuxHi/seKCW0lBpTZALTG",
-	"M6MuESFJIs2NBZq8IUccTUHBeV1x3yhvg59yrWIgUAXMkRfAT6ZTKpTRJ6S4KHQka6YD7cnXXXQxtCc1",
-	"Sh+W9WmjxmGkMrtHe/XCzp28ZR5B3k/pWpcQ6W3AZm9cwuzeAq5w3aE8qvf8xCmdi+/xwLjJEYok0GTK",
-	"aIrbaOaxTTZkOHpL1mc4BXpiCNp3OLgTasiUa8WSEUrkMFZCEylygBNbKfG8Ss4wFoDmd+4xVTpkSpKh",
-	"1JMKx4jMohn5v/BP14YKm34ewrqwJaF/ptuk6SaB5f0u7w+mazHSHCXuqidjWt5q6XcsZZwjCHscvORS",
-	"M1cHRhe5yqBTmbIAr4mKDYqZE6QHAkxow4VFUydtITWBEijmUCJ0ENoe3ZtFNIQrvw0RgaZfyHhkiWLz",
-	"CUtZgFFWLoNoBt4+CKwFT6EN78HwXXSkuURnL0gDtLij3uFAWNTTjk1iDAPzqlkPQs2BFCxCdzfGXmFI",
-	"1bpL6HMq2Z4FDXNfW+cto7wkjN6yeBvgMTP+r1LzdvmlJQvaV14VwYx4zcmtxpcMGU1ZepnpiYsvsS9V",
-	"D+47mWmmiI1/gPSagNBMT5jQoDGDs3VZke56OQ52wZdszNdMUAwPcadfsdTBEpevK66xUH3uJe7W4+yo",
-	"OlN2yaHFmQrsyfeGq7zrGGNWquOva/m5h/uRt+qHwdivIJ6mW0bdqWsPwkAznuiOudKx2EQ0YUoD7FJQ",
-	"AJctxfBjpQcy4iLutkr+37p+ruBheB2YH1RxZjEyIqPKaphWG0pHy7TIWCwqz/G0AOJfAsup3YUcx7qE",
-	"ra0CI7ZbJG0M3BFWZMdrQI5crnAVXhacMV7nFqWuJjXJ5VipYgWzmEOSh78r8EjN+z8xmtgg25TRmAum",
-	"FK6EzLR/GCzYqKPLWdMe1wBpmXlCuT3TsotrcG4tgWF6Wcp8ukTArU/vP/3fAAAA//8=",
+	"H6vFKbSZc7uZDmGEX2+OTy06hMYCjBtiV1B1m5eCb6puay0SWzV6bV74mvE4bMJ1vsmNYBv0QUFI/gUB",
+	"sg3aJlW3G0TI4f59p/lg1dRfVwFrfR5YnKV5gRssaioqV/4Kt3Em+N8yKAs8EP5LS55i8DfWuYsx878I",
+	"Ud3CWwxt3rKFq9MS8xFYjDQZynixk8MYl8UQ1DeO3oHwKqaNHKVjypSiY0gYY0kiDeVZg/E51lrx1LWb",
+	"dXVZDGUVLP+8aoLe0uBsFvwLqY2w1w8O0mGW5mt3oDfN/GsuMbC1IX3bojKf1+2eG9I1cpyG+oXwcf8j",
+	"nLdVOW9/hXC2nKvOobSZlmTolM6AhDaE+caiIhNFF8qG9Qt542Alb1BPBKBkPNI3QuqbvIphDEDIVWRf",
+	"z11osUJCy4i62EhovYN5qyokRZHEvQDGgKp6PgISFk/cTLkCt5/5Gjx+xTdmQAOBLwfYauJBR6J/kKDT",
+	"0B8hNqNYwiIt03APpsxFsQglXwJGStnpyhGpPMrjEMps5/icAXEo0sFAWLxUI79ZPOk9O73ITM7lTjix",
+	"Lb5JqGYpFntMmU4XN0Ma3crRqKmM6U4Xl3npse3Qpo/nTFOeNKmYyDG/ldRDPF8OhsWZfzY+wfs01XxE",
+	"oxW2rx94wiDbb8q1hUKlYlFU9hzlRBwQmcTrcPipur3M+/waKcTMd1UIChRt/nLI4Y5dFBtCveXccNfX",
+	"Ae5cFgkmRurQ6aLjikLmCHwIgmP6d6Dgl86iKNMcjwcen0qIzJB5AdmEi3GIMaKOYTNqBHEOpWJz5ypY",
+	"8NoW314KD92eOPiGPcx5ze+aIcOSiWE+wNArc2mxxKNbIecJi8dMQWKYCxOxZtJmXCA3e4jYMB/ujwv0",
+	"VbPKVUzyX7hAK3GBtpKk9hM5ViuzwRI5xrLmcoQgmZb/tm1dZebKuYb2F7j/hdSuEDTkJAwXmkENCcUg",
+	"0Ag06nAkk0TO/w1U2hyA2kpt7bqKtHugnws2x8iweS7u2b4HgheA/iLO9WyvUi1EXkGxdDllWJ/WnVI3",
+	"NaxH+0wKB5eA41QDQVNGhjITMYshJO3y7UvrLmjb7SNHaNU3vzrDfsrgKFwgIgvj4Fb36pVyNRBHB2e2",
+	"fMc7YHuXhsZXSTmvzMbtenyXLG+Xduoimw5Z2mROswtUBexHe/1B/+jp0enhydHT3TwHSBz1ngLfT1Db",
+	"T28LDwVsZn0/I5ooljc1lDJhgFHW0FSpfGptgwf+yE96a0b8mFz1lRxfsw+10sUrd8TzNE/ci+5ucdtn",
+	"n9f9CuXvrXDiTnAix5uzwJSpLNGrueCMpQrrn+PTZGjUKAY5IugkrJVLucUghrBX+wCIDcpcXCJi7sCR",
+	"KzQf5UgZhtPQREnCxRgq3hvBQzrUX3RmYumkhsRYtCjhzO7BJr4lMzhO989mZ9Zbw8v7+C0oXm/NyPUk",
+	"ldl4UpC8rZ5Qns42xK/TRbNA/gtI0NThQN84OGtUyT1RF2VgGt3CpW2l+LBcQDy/pIdZPGYa5XBnY8wj",
+	"CJSmCxdD7RJUyBu4M8Fnh2ejEISF1B2YBYY61iVBmV+/WXE3yHUiiN34l6xrN5RQEjMadxKmNaTayNRT",
+	"DldLwdkskTRW+x/xD2dTbIx9C0cqBOpmIn6iCL5lIdkxuM05XJROGeQ7aElibnYP02kngLwnyJRNZbq4",
+	"wNzFBCodATe/+umyc3B8QqaZ0p6NTiHSYJe8Ecx1i7kQ+feJXyLGKKRGL54xKBJXtBDkqb5O5eSKJE5O",
+	"HrKRTJn/vKeR1gAimXE4a8rWhwpf3ypaT0aa6Q6ubflk5Z7cIRcUITGqXoP1zpSjhuyVGBbnjqV8xHf2",
+	"BzzuSdrWvv+4Rdpxa6HgmaWOJwp0P0XaI7yr6JjtrSjZXnMy99Hk1HxJ/RdukM0xttWEhr8z6F3xP5h/",
+	"woIckFlbo5qN1BO3YAbCwooDAeZYr5DUOUb4SRFbE1jJiQsOMdNYl1ySKVfK2rAKjywOCBTUlI0QEgIu",
+	"MZxopzDjm5u1+NK0ZCPF/OM5pekti1eVYYBBukOKG3Pfo/qIls+mG7AwN8Lqfr2X06ZHBPcFwqRgcT1D",
+	"6opjsa5IKNhTbIinDQpdUaKTFBU6g6X6h6CfFFWlVGMFNC9OshxYWVvWjKtBUbNNpgA4YQNNbV7cCIGD",
+	"IFyzrpBaqQQdxlzC0AfCjb1JF9q1ouhXpd2sLjNaKDblGqOP671+CM/CPN+c2pqCa4J3nGXdUIMtVUeJ",
+	"FKyj+ZQRJlKZJEAvQK3nvjUef1TOizUQ7fDtmyusq4e/Wb6LdXdIxMw5hcrRhaWkyD59dtklb1IyNGIH",
+	"WcgsBQJ++/PL84FI2ZgrbWv+RQk3A/KbE3JO2qH3zc2MTa2O5X054mLM0lnKhQZkuYEA/6g1HOaDrysK",
+	"6DUTupqIjWUN8ysyDx6fC/TALR1uiKv2qhIbwXbvoqbsn2tyllBthDbXNppgq/2ElcCf0AZT2/qHlThT",
+	"6GGPTKmg4xI3gu2LWcRjpgLTLtZGBGHYsBqjVZbjtpRfGrI+AhuJLy80uHNs05R+uIlyI/ONjfI9KoVU",
+	"CpZ2WNbptwJ7KirhRtvGGeGov1Biq42rsSu3Kr/Vmg0azzFpqwlcDyJiX2vC69kXiaNxtUVjJrQRR1ZU",
+	"R2yoyVwrXzwgTvSOFTo/T73NZtos6th+O0Eac7fUtTer0TZqrlYLvIwgJaHFwAoDEtbxK7yjLPQAaU9Z",
+	"OmbxOQlFliShLfWqCDUX1ZAle13yHIKBAJdZyxlmn7lcQvTnL9fI9mp8kwlL2R6B8thV6c96y4OlIuFR",
+	"UcZn2iVQ2Bjd6zAoTEcwKmtJEH6iUAckGBilEIwSn3WWfAdbZUOoEql0uBfkAFVuIBhj1gwtfe8TESzH",
+	"wVFNJnQ2YwJzeSsyfjUwgas8SqvR9wdN1Hu5WrBTrSCP4LRxHoH94X0DnMuOF6elSeuu2xJneocb8HOx",
+	"lwwGGJfZzD81rDRu2WpO1nyb+UJvs/Xoz9wc7LJ4316W4vesZcgdGSsMO7utJ5p3yY/Al8zDb1/8Qtoz",
+	"AHJIIXq/UBnQvecj46sMbERYNWzColv82iyB2rP37ECUerr2q4/6M0DuasYKrM6GStU6R1A1QdJ85q3Y",
+	"PW/obQ73pv49HKo3yK/yHFsKyaMjzR3n79o/I0DLvT0+VoGmRUDzsh69LX8o1IoOiK/NTAIyG4tS+VQT",
+	"c9nD7t6yhbNnoasHW2Vxl1zlSkq3QYt8kY/gGgbwkFLxwylu1VE2eSvNj91v4Fp5qVRmbhVzMBt1zG2J",
+	"CU0LzeHMVk/KyRdNGVUDZzzlAkwiS/aN7grT5o/Y99esU8EQV8U35wuDC/ndAuxBfFXJ4kSrRIHqjbNB",
+	"7UaI+x8rJrSVsFNmA9Aaz4y6RIQkiTQ3FmjyhhxxNAUF56XMfaO8DX7KtYqBQBUwB3sAP5lOqVBGn5Di",
+	"otCRrJkOtCdfd9HF0J7UKH1YSaiNGoeRyuwe7dULO3fylnkEeT+la11CpLcBm71xCbN7C1DGdYfyqN7z",
+	"E6d0Lr7HA+MmRyiSQJMpoyluo5nHNtmQ4egtWZ/hFOiJIWjf4eBOqCFTrhVLRiiRw1gJTaTIMVVsccbz",
+	"KjnDWKAagHOPqdIhU5IMpZ5UOEZkFs3I/4V/ujZU2PTzENaFLQn9M90mTTcJLO93eX8wXQvL5ihxVz0Z",
+	"0/JWS79jKeMctNjj4CWXmrk6MLrIFSOdypQFeE1UbFDMnCA9EGBCGy4sgDtpC6kJVF0xhxLRitD26N4s",
+	"oiFcxW+ICDT9QsYjSxSbT1jKAoyychlEM/D2QWAteApteA+G76IjzSU6e0EaoMUd9Q4HwgKtdmwSYxiY",
+	"V816EGoOpGARursx9gpDqtZdQp9TyfYsaJj72jpvGeUlYfSWxdtgnZnxf5Wat8svLVnQvvJCDGbEa05u",
+	"Nb5kyGjK0stMT1x8iX2penDfyUwzRWz8A6TXBIRmesKEBo0ZnK3LinTXy3GwC75kY75mgmJ4iDv9iqUO",
+	"Cbl8XXGNtfFzL3G3HtpH1ZmySw4tzlRgT743XOVdxxizUh1/XcvPPdyPvFU/DMZ+BfE03TLQT117EAaa",
+	"8UR3zJWO9S2iCVMakJ6CAittKYYfi0uQERdxtwypU9fPFTwMrwPzg8LRLEZGZFRZDdNqQ7VqmRYZi0Wx",
+	"O54W2P9LYDm1u5BDZ5fgvFVgxHYL3o2BO8KK7HgNyJHLFa4i2oIzxuvcAuPVpCa5HCtVrGAWc0jy8HcF",
+	"Hql5/ydGExtkmzIac8GUwpWQmfYPg8U3dXQ5a9rjGuwuM0+o8GdadnENzq0lMEwvS5lPl4jx9en9p/8b",
+	"AAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

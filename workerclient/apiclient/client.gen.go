@@ -2072,6 +2072,9 @@ type ListTasksParams struct {
 	// Trigger Only those created this way.
 	Trigger *TriggerKind `form:"trigger,omitempty" json:"trigger,omitempty"`
 
+	// ScanId Only this scan's tasks.
+	ScanId *openapi_types.UUID `form:"scan_id,omitempty" json:"scan_id,omitempty"`
+
 	// ScheduleId Only those a schedule created (by a slot or a manual run).
 	ScheduleId *openapi_types.UUID `form:"schedule_id,omitempty" json:"schedule_id,omitempty"`
 
@@ -7340,6 +7343,18 @@ func NewListTasksRequest(server string, params *ListTasksParams) (*http.Request,
 		if params.Trigger != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "trigger", *params.Trigger, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.ScanId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "scan_id", *params.ScanId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "uuid"}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {

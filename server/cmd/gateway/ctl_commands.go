@@ -566,6 +566,7 @@ func tasksList(fs *flagSet) ctlRun {
 	org := fs.String("org", "", "organization id")
 	state := fs.String("state", "", "pending, leased, running, retry_wait, cancelling, completed, failed_terminal or cancelled")
 	taskType := fs.String("type", "", "task type")
+	scan := fs.String("scan", "", "scan id: only this scan's tasks")
 	tf := triggerFlags(fs)
 	p := pageFlags(fs)
 	return func(ctx context.Context, c *ctl, _ []string) error {
@@ -573,6 +574,9 @@ func tasksList(fs *flagSet) ctlRun {
 		params.Limit, params.Cursor = p.params()
 		var err error
 		if params.OrganizationId, err = optionalID("organization", *org); err != nil {
+			return err
+		}
+		if params.ScanId, err = optionalID("scan", *scan); err != nil {
 			return err
 		}
 		if params.Trigger, params.ScheduleId, err = tf.params(); err != nil {
