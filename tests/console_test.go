@@ -54,7 +54,9 @@ func (u *consoleUser) do(method, path string, form url.Values) (*http.Response, 
 	return res, string(b)
 }
 
-func (u *consoleUser) get(path string) (*http.Response, string) { return u.do(http.MethodGet, path, nil) }
+func (u *consoleUser) get(path string) (*http.Response, string) {
+	return u.do(http.MethodGet, path, nil)
+}
 
 var csrfField = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
 
@@ -334,4 +336,107 @@ func TestStats(t *testing.T) {
 	require.Equal(t, 0, res.JSON200.Workers.Total)
 	require.Equal(t, 0, res.JSON200.Leases.Count)
 	require.Equal(t, 0, res.JSON200.Failures.Count)
+}
+
+// TestConsolePages walks every page as an operator and uses each action:
+// the live log piece, disable and enable, a new enrollment token shown
+// once, pause, resume and run of a schedule, the redrive of failed tasks
+// after a confirmation page; each change is in the audit log.
+func TestConsolePages(t *testing.T) {
+	t.Parallel()
+	g := harness.Start(t)
+	ctx := context.Background()
+	org := g.NewOrganization(t, "acme")
+	w := g.NewWorker(t, "scanner-1", 2, org)
+	failing := g.CreateTask(t, org, harness.TaskSpec{MaxAttempts: 1})
+	lease, err := w.Client.AcquireLeasesWithResponse(ctx, nil, apiclient.LeaseRequest{MaxTasks: ptr(1), WaitSeconds: ptr(0)})
+	require.NoError(t, err)
+	require.Len(t, lease.JSON200.Leases, 1)
+	l := lease.JSON200.Leases[0]
+	appended, err := w.Client.AppendLogsWithResponse(ctx, l.AttemptId, &apiclient.AppendLogsParams{LeaseToken: l.LeaseToken},
+		apiclient.LogChunk{Offset: 0, Data: "scanning <host>\n"})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, appended.StatusCode(), string(appended.Body))
+	sc := createSchedule(t, g, everySecondTask(org, "nightly"))
+	scan := createScan(t, g, org, []string{"127.0.0.1"}, `[{"name": "echo"}]`)
+
+	u := newConsoleUser(t, g)
+	u.mustSignIn(g.AdminToken)
+	mustGet := func(path string, want ...string) string {
+		t.Helper()
+		res, page := u.get(path)
+		require.Equal(t, http.StatusOK, res.StatusCode, "%s: %s", path, page)
+		for _, s := range want {
+			require.Contains(t, page, s, path)
+		}
+		return page
+	}
+	post := func(path, from string, form url.Values) *http.Response {
+		t.Helper()
+		if form == nil {
+			form = url.Values{}
+		}
+		form.Set("csrf", csrfOf(t, from))
+		res, page := u.do(http.MethodPost, path, form)
+		require.Equal(t, http.StatusSeeOther, res.StatusCode, "%s: %s", path, page)
+		return res
+	}
+
+	mustGet("/ui/", "Workers online", "acme")
+	mustGet("/ui/overview/stats", `id="stats"`, `hx-trigger="every 5s"`)
+	mustGet("/ui/tasks", failing.String())
+	// The log, escaped, and the piece htmx polls for while the attempt runs.
+	mustGet("/ui/tasks/"+failing.String(), "scanning &lt;host&gt;", "Following the log")
+	piece := mustGet("/ui/tasks/"+failing.String()+"/log?attempt=1&offset=9", `hx-swap-oob="beforeend:#log-text"`, "&lt;host&gt;", "offset=16")
+	require.NotContains(t, piece, "scanning")
+	done, err := w.Client.CompleteAttemptWithResponse(ctx, l.AttemptId, &apiclient.CompleteAttemptParams{LeaseToken: l.LeaseToken},
+		apiclient.CompleteRequest{Outcome: apiclient.AttemptOutcomeFailed, Error: &apiclient.AttemptError{Code: "boom", Retryable: ptr(false)}})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, done.StatusCode(), string(done.Body))
+	mustGet("/ui/tasks/"+failing.String()+"/log?attempt=1&offset=16", "the log is complete")
+	mustGet("/ui/", "boom")
+
+	// Workers: eligibility in words, disable and enable, a new enrollment
+	// token shown once (and never cached).
+	page := mustGet("/ui/workers/"+w.ID.String(), "Eligibility by organization", "acme")
+	post("/ui/workers/"+w.ID.String()+"/disable", page, nil)
+	page = mustGet("/ui/workers/"+w.ID.String()+"?notice=disabled", "The worker is disabled", "Not eligible: the worker is disabled.")
+	post("/ui/workers/"+w.ID.String()+"/enable", page, nil)
+	page = mustGet("/ui/workers/"+w.ID.String(), `id="disable-worker"`)
+	res, page := u.do(http.MethodPost, "/ui/workers/"+w.ID.String()+"/enrollment-token", url.Values{"csrf": {csrfOf(t, page)}})
+	require.Equal(t, http.StatusOK, res.StatusCode, page)
+	require.Equal(t, "no-store", res.Header.Get("Cache-Control"))
+	token := regexp.MustCompile(`id="enrollment-token" readonly value="([^"]+)"`).FindStringSubmatch(page)
+	require.NotNil(t, token, page)
+	_, again := u.get("/ui/workers/" + w.ID.String())
+	require.NotContains(t, again, token[1], "the enrollment token is shown once")
+	mustGet("/ui/workers", "scanner-1")
+
+	mustGet("/ui/organizations", "acme")
+	mustGet("/ui/organizations/"+org.String(), "scanner-1")
+	mustGet("/ui/scans", scan.Id.String()[:8])
+	mustGet("/ui/scans/"+scan.Id.String(), "echo", "jobs done")
+
+	// Schedules: next fires, pause, resume, run now.
+	page = mustGet("/ui/schedules/"+sc.Id.String(), "nightly", `id="next-fires"`)
+	post("/ui/schedules/"+sc.Id.String()+"/pause", page, nil)
+	page = mustGet("/ui/schedules/"+sc.Id.String(), `id="resume-schedule"`)
+	post("/ui/schedules/"+sc.Id.String()+"/resume", page, nil)
+	page = mustGet("/ui/schedules/"+sc.Id.String(), `id="pause-schedule"`)
+	post("/ui/schedules/"+sc.Id.String()+"/run", page, nil)
+	mustGet("/ui/schedules", "nightly")
+
+	// Redrive: the failed tasks, after a confirmation page.
+	page = mustGet("/ui/tasks?state=failed_terminal", `id="redrive-link"`)
+	confirm := mustGet("/ui/tasks/redrive?state=failed_terminal", "will be queued again", failing.String())
+	require.Equal(t, apiclient.TaskStateFailedTerminal, g.Task(t, failing).State, "the confirmation page changed nothing")
+	form := url.Values{"task": {failing.String()}}
+	post("/ui/tasks/redrive", confirm, form)
+	require.Equal(t, apiclient.TaskStatePending, g.Task(t, failing).State)
+	_ = page
+
+	// Every change is audited as the session's token.
+	audit := mustGet("/ui/audit", "console.sign_in", "worker.update", "schedule.pause", "schedule.resume", "task.retry")
+	require.NotContains(t, audit, token[1])
+	mustGet("/ui/audit?action=schedule.pause", "schedule.pause")
 }
