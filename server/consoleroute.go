@@ -33,6 +33,9 @@ func (s *Server) consoleHandler(h *handlers) (http.Handler, error) {
 		Audit: func(ctx context.Context, action string, details map[string]any) {
 			s.audit(ctx, action, "api_token", authTokenID(ctx), nil, details)
 		},
+		SignInRefused: func(r *http.Request) {
+			s.security(r.Context(), actionTokenRefused, "anonymous", "", map[string]any{"path": r.URL.Path})
+		},
 		SessionTTL:   s.cfg.ConsoleSessionTTL,
 		RefreshEvery: s.cfg.ConsoleRefresh,
 		Logger:       s.logger,

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
@@ -124,6 +125,12 @@ func TestConsoleSessions(t *testing.T) {
 	res = u.signIn("wgt_not-a-real-token")
 	require.Equal(t, http.StatusUnauthorized, res.StatusCode)
 	require.False(t, u.signedIn())
+	harness.WaitFor(t, 10*time.Second, "the refused sign-in in the audit log", func() bool {
+		var n int
+		require.NoError(t, g.Pool.QueryRow(context.Background(),
+			`SELECT count(*) FROM audit_events WHERE action = 'security.token_refused' AND details->>'path' = '/ui/signin'`).Scan(&n))
+		return n == 1
+	})
 
 	// The session cookie's attributes.
 	res = u.signIn(g.AdminToken)

@@ -46,6 +46,9 @@ type Config struct {
 	Problem func(err error) (status int, detail string)
 	// Audit records a console event (sign-in, sign-out) as ctx's principal.
 	Audit func(ctx context.Context, action string, details map[string]any)
+	// SignInRefused records a refused sign-in (an unknown, revoked or
+	// expired token), as the API records a refused bearer token.
+	SignInRefused func(r *http.Request)
 	// SessionTTL bounds a session (never past its token's expiry).
 	SessionTTL time.Duration
 	// RefreshEvery is how often the overview and a live log refresh.

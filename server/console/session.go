@@ -152,6 +152,9 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 	}
 	secret, cs, err := c.cfg.Sessions.CreateConsoleSession(r.Context(), token, c.cfg.SessionTTL)
 	if errors.Is(err, store.ErrNotFound) {
+		if c.cfg.SignInRefused != nil {
+			c.cfg.SignInRefused(r)
+		}
 		c.renderSignIn(w, r, http.StatusUnauthorized, "The API token is unknown, revoked or expired.")
 		return
 	}
