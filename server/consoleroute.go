@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 
+	"github.com/google/uuid"
+
 	"github.com/worker-gateway/gateway/server/console"
 	"github.com/worker-gateway/gateway/store"
 )
@@ -31,7 +33,13 @@ func (s *Server) consoleHandler(h *handlers) (http.Handler, error) {
 			return p.Status, string(p.Detail)
 		},
 		Audit: func(ctx context.Context, action string, details map[string]any) {
-			s.audit(ctx, action, "api_token", authTokenID(ctx), nil, details)
+			// An organization's token's sign-ins are that organization's
+			// events (its own audit listing shows them).
+			var org *uuid.UUID
+			if p := authFrom(ctx).principal; p != nil {
+				org = p.OrganizationID
+			}
+			s.audit(ctx, action, "api_token", authTokenID(ctx), org, details)
 		},
 		SignInRefused: func(r *http.Request) {
 			s.security(r.Context(), actionTokenRefused, "anonymous", "", map[string]any{"path": r.URL.Path})

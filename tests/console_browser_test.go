@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 	"github.com/stretchr/testify/require"
@@ -113,31 +115,56 @@ func TestConsoleInChromium(t *testing.T) {
 			requests.add(e.Request.URL)
 		}
 	}))
+	// Each step has its own deadline (derived from the browser's context
+	// once it runs), so a step that cannot finish fails fast and says which.
+	step := func() (context.Context, context.CancelFunc) { return context.WithTimeout(bctx, 45*time.Second) }
 	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
-		require.NoError(t, chromedp.Do(bctx, steps...), what)
+		sctx, cancel := step()
+		defer cancel()
+		require.NoError(t, chromedp.Do(sctx, steps...), what)
 	}
+	// Every page records what its Content-Security-Policy blocked (a
+	// script the browser injects is not subject to the policy), kept across
+	// pages in the tab's session storage.
+	do("watch for policy violations", chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := cdp.Call(ctx, tg, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: `
+			document.addEventListener("securitypolicyviolation", e => {
+				const seen = JSON.parse(sessionStorage.getItem("csp-violations") || "[]");
+				seen.push(e.violatedDirective + " " + e.blockedURI);
+				sessionStorage.setItem("csp-violations", JSON.stringify(seen));
+			});`})
+		return err
+	}))
 	text := func(id string) string {
 		t.Helper()
-		v, err := chromedp.Run(bctx, chromedp.Text(chromedp.ID(id)))
+		sctx, cancel := step()
+		defer cancel()
+		v, err := chromedp.Run(sctx, chromedp.Text(chromedp.ID(id)))
 		require.NoError(t, err, "read #%s", id)
 		return v
 	}
 	location := func() string {
 		t.Helper()
-		v, err := chromedp.Run(bctx, chromedp.Location())
+		sctx, cancel := step()
+		defer cancel()
+		v, err := chromedp.Run(sctx, chromedp.Location())
 		require.NoError(t, err)
 		return v
 	}
 	shot := func(name string) {
 		t.Helper()
-		png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
+		sctx, cancel := step()
+		defer cancel()
+		png, err := chromedp.Run(sctx, chromedp.FullScreenshot(100))
 		require.NoError(t, err, "screenshot %s", name)
 		require.NoError(t, os.WriteFile(filepath.Join(artifacts, name+".png"), png, 0o644))
 	}
 	activeID := func() string {
 		t.Helper()
-		v, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.activeElement ? document.activeElement.id : ""`))
+		sctx, cancel := step()
+		defer cancel()
+		v, err := chromedp.Run(sctx, chromedp.Evaluate[string](`document.activeElement ? document.activeElement.id : ""`))
 		require.NoError(t, err)
 		return v
 	}
@@ -173,13 +200,15 @@ func TestConsoleInChromium(t *testing.T) {
 	})
 
 	// Filter tasks by organization and state.
-	do("filter tasks",
+	do("choose filters",
 		chromedp.Navigate(g.URL+"/ui/tasks"),
 		chromedp.WaitVisible(chromedp.ID("apply-filter")),
 		chromedp.SetValue(chromedp.ID("f-org"), acme.String()),
-		chromedp.SetValue(chromedp.ID("f-state"), "pending"),
-		chromedp.Click(chromedp.ID("apply-filter")),
-		chromedp.WaitVisible(chromedp.ID("tasks")))
+		chromedp.SetValue(chromedp.ID("f-state"), "pending"))
+	do("apply them", chromedp.Click(chromedp.ID("apply-filter")))
+	// The unfiltered list has a #tasks table too: wait for the new page.
+	harness.WaitFor(t, 30*time.Second, "the filtered list", func() bool { return strings.Contains(location(), "state=pending") })
+	do("wait for the list", chromedp.WaitVisible(chromedp.ID("tasks")))
 	shot("3-tasks-filtered")
 	listed, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#tasks tr[data-task]")].map(r => r.dataset.task)`))
 	require.NoError(t, err)
@@ -217,6 +246,11 @@ func TestConsoleInChromium(t *testing.T) {
 	w, err := g.Control.GetWorkerWithResponse(context.Background(), worker.ID)
 	require.NoError(t, err)
 	require.True(t, w.JSON200.Revoked)
+
+	// Nothing was blocked: the pages need nothing the policy refuses.
+	violations, err := chromedp.Run(bctx, chromedp.Evaluate[string](`sessionStorage.getItem("csp-violations") || ""`))
+	require.NoError(t, err)
+	require.Empty(t, violations, "Content-Security-Policy violations")
 
 	// Every request went to the gateway.
 	all := requests.all()

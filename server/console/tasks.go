@@ -20,6 +20,9 @@ var (
 	triggerKinds = []api.TriggerKind{api.TriggerKindApi, api.TriggerKindSchedule, api.TriggerKindManual}
 )
 
+// htmxStopPolling is the status that makes htmx stop polling an element.
+const htmxStopPolling = 286
+
 // pageSize is the console's page of a list; redriveMax the most tasks one
 // redrive takes.
 const (
@@ -228,8 +231,9 @@ func (c *Console) taskLog(w http.ResponseWriter, r *http.Request, s *session) {
 	}
 	v := c.readLog(r, id, attempt, int64(offset))
 	if v.Missing {
-		// Gone (pruned, or another organization's): stop polling.
-		w.WriteHeader(http.StatusNoContent)
+		// Gone (pruned, or another organization's): 286 tells htmx to
+		// stop polling.
+		w.WriteHeader(htmxStopPolling)
 		return
 	}
 	c.fragment(w, r, "task", "log", s, taskData{Log: v})
