@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/worker-gateway/gateway/store"
 	"github.com/worker-gateway/gateway/tests/harness"
 	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
@@ -177,6 +178,13 @@ func TestConsoleSessions(t *testing.T) {
 	_, err = g.Pool.Exec(context.Background(), `UPDATE console_sessions SET expires_at = now() - interval '1 second'`)
 	require.NoError(t, err)
 	require.False(t, u.signedIn())
+	// Pruning deletes ended sessions.
+	pruned, err := g.Store.Prune(context.Background(), store.PruneParams{})
+	require.NoError(t, err)
+	require.Equal(t, 1, pruned.ConsoleSessions)
+	var left int
+	require.NoError(t, g.Pool.QueryRow(context.Background(), `SELECT count(*) FROM console_sessions`).Scan(&left))
+	require.Zero(t, left)
 
 	// A session never outlives its token.
 	short := 120
