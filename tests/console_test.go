@@ -186,6 +186,13 @@ func TestConsoleSessions(t *testing.T) {
 	require.NoError(t, g.Pool.QueryRow(context.Background(), `SELECT count(*) FROM console_sessions`).Scan(&left))
 	require.Zero(t, left)
 
+	// Signing in again replaces the browser's session.
+	u.mustSignIn(g.AdminToken)
+	u.mustSignIn(g.AdminToken)
+	var live int
+	require.NoError(t, g.Pool.QueryRow(context.Background(), `SELECT count(*) FROM console_sessions WHERE expires_at > now()`).Scan(&live))
+	require.Equal(t, 1, live)
+
 	// A session never outlives its token.
 	short := 120
 	token, tokenID := newToken(t, g, "short-lived", nil, &short, "reader")

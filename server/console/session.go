@@ -162,6 +162,12 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, err)
 		return
 	}
+	// A session this browser had is replaced, not left behind.
+	if old, err := r.Cookie(sessionCookie); err == nil && strings.HasPrefix(old.Value, store.ConsoleSessionPrefix) {
+		if err := c.cfg.Sessions.DeleteConsoleSession(r.Context(), old.Value); err != nil {
+			c.cfg.Logger.Warn("console: delete the replaced session", "error", err.Error())
+		}
+	}
 	http.SetCookie(w, &http.Cookie{Name: signInCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode})
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: secret, Path: "/", Expires: cs.ExpiresAt,
 		MaxAge: max(int(time.Until(cs.ExpiresAt).Seconds()), 1), HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode})

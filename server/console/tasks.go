@@ -196,7 +196,12 @@ func (c *Console) task(w http.ResponseWriter, r *http.Request, s *session) {
 		d.MoreResults = res.NextCursor != nil && *res.NextCursor != ""
 	}
 	if len(t.Attempts) > 0 {
-		d.Log = c.readLog(r, id, t.Attempts[len(t.Attempts)-1].AttemptNumber, 0)
+		// The latest attempt's log, or the one the attempts table links to.
+		attempt := t.Attempts[len(t.Attempts)-1].AttemptNumber
+		if n, err := strconv.Atoi(r.URL.Query().Get("attempt")); err == nil && n >= 1 && n <= attempt {
+			attempt = n
+		}
+		d.Log = c.readLog(r, id, attempt, 0)
 	}
 	c.render(w, r, http.StatusOK, "task", s, "Task "+id.String()[:8], d)
 }
