@@ -4,7 +4,7 @@ STATE_DIR ?= .dev
 GO ?= go
 BIN := $(STATE_DIR)/bin
 
-.PHONY: run test generate check-generated check-spec fuzz-short build vet lint faults
+.PHONY: run test generate check-generated check-spec fuzz-short build vet lint faults ts-deps check-ts
 
 ## run: start a complete system (private PostgreSQL, migrations, dev PKI, demo data, gateway, reference worker)
 run: build
@@ -15,7 +15,7 @@ build:
 	$(GO) build -o $(BIN)/worker ./workerclient/cmd/worker
 
 ## test: every test, against a real PostgreSQL, real TLS and real HTTP
-test: check-generated check-spec vet lint
+test: check-generated check-spec vet lint check-ts
 	$(GO) test -race -count=1 -timeout 20m ./...
 	$(MAKE) fuzz-short
 
@@ -33,9 +33,11 @@ lint:
 faults:
 	FAULTS_LONG=1 $(GO) test -race -count=1 -timeout 60m -v ./tests/faults/... ./tests/netfaults/... ./tests/ha/...
 
-## generate: regenerate the server interface and Go client from openapi.yaml
+## generate: regenerate the server interface and Go client, and the TypeScript types
+## (clients/typescript/src/schema.d.ts), from openapi.yaml
 generate:
 	$(GO) generate ./server/api ./workerclient/apiclient
+	scripts/ts-client.sh generate
 
 ## check-generated: fail when generated code differs from what openapi.yaml produces
 check-generated:
@@ -45,6 +47,17 @@ check-generated:
 	if ! cmp -s server/api/api.gen.go $$tmp/api.gen.go || ! cmp -s workerclient/apiclient/client.gen.go $$tmp/client.gen.go; then \
 		echo "generated code is stale: run 'make generate' and commit the result"; \
 		git --no-pager diff --stat -- server/api workerclient/apiclient; exit 1; fi
+	@scripts/ts-client.sh check-generated
+
+## ts-deps: node and npm (installed from Debian when missing and root), then `npm ci` for
+## clients/typescript when node_modules is missing or stale; skipped, saying so, without node
+ts-deps:
+	@scripts/ts-client.sh deps
+
+## check-ts: type-check the TypeScript client and the Node reference worker (tsc --noEmit) — also
+## installs what the Node worker test (tests/typescript_worker_test.go) runs
+check-ts: ts-deps
+	@scripts/ts-client.sh check
 
 ## check-spec: fail when openapi.yaml breaks the contract of the latest released version (tag v*)
 check-spec:

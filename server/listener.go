@@ -62,6 +62,10 @@ func (s *Server) listenOnce(ctx context.Context, databaseURL string) error {
 		if w.Kind == store.WakeSchedules {
 			s.scheduleTimer.wake()
 		}
+		if w.Kind == store.WakeWebhooks {
+			s.webhooks.wake()
+			s.webhookWatch.wake(false)
+		}
 		s.hub.Notify(w)
 	}
 }
@@ -71,6 +75,8 @@ func (s *Server) catchUp(ctx context.Context) error {
 	s.identities.forgetAll()
 	s.hub.WakeAll()
 	s.scheduleTimer.wake()
+	s.webhooks.wake()
+	s.webhookWatch.wake(true)
 	delays, err := s.store.NextLeasableIn(ctx)
 	if err != nil {
 		return err

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
@@ -45,4 +46,40 @@ func TestScheduleTimerSleepsUntilTheNextFire(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, fires, 1)
 	require.Equal(t, store.FireCreated, fires[0].Outcome)
+}
+
+// TestScheduleTimerDrainsABacklogInRounds: more due schedules than one
+// claim takes are all fired by one pass, in rounds of claims side by side,
+// each slot once; the timer then sleeps at least scheduleGather.
+func TestScheduleTimerDrainsABacklogInRounds(t *testing.T) {
+	ctx := context.Background()
+	pool := storetest.NewPool(t)
+	st := store.New(pool)
+	timer := newScheduleTimer(st, slog.New(slog.DiscardHandler))
+	org, err := st.CreateOrganization(ctx, store.EveryOrganization(), "acme")
+	require.NoError(t, err)
+	const schedules = 4*scheduleFireBatch + scheduleFireBatch/2
+	for i := range schedules {
+		_, err := st.CreateSchedule(ctx, store.EveryOrganization(), org.ID, store.ScheduleParams{
+			Name:   fmt.Sprintf("hourly %d", i),
+			Timing: store.ScheduleTiming{IntervalSeconds: 3600, Overlap: store.OverlapAllow},
+			Definition: store.ScheduleDefinition{Kind: store.ScheduleScan, Scan: &store.ScheduledScan{
+				Targets: []string{"127.0.0.1"}, Plugins: []store.ScheduledPlugin{{Name: "tcp-connect"}}}}})
+		require.NoError(t, err)
+	}
+	_, err = pool.Exec(ctx, `UPDATE schedules SET next_slot_at = now() - interval '1 second',
+		next_fire_at = now() - interval '1 second'`)
+	require.NoError(t, err)
+
+	sleep := timer.fireDue(ctx)
+	require.GreaterOrEqual(t, sleep, scheduleGather)
+	require.Equal(t, int64(schedules), timer.fires.Load(), "every due slot fired in one pass")
+	require.Greater(t, timer.passes.Load(), int64(schedules/scheduleFireBatch), "in more claims than full ones: rounds ran")
+	var scans, onceEach int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT trigger_schedule_id) FROM scans`).Scan(&scans, &onceEach))
+	require.Equal(t, schedules, scans)
+	require.Equal(t, schedules, onceEach, "one scan per schedule")
+	var due int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM schedules WHERE next_fire_at <= now()`).Scan(&due))
+	require.Zero(t, due)
 }

@@ -64,6 +64,8 @@ type Config struct {
 	// ScheduleTimer fires due schedules on this replica (scheduleTimer).
 	// Every replica may run it; off, this replica fires none.
 	ScheduleTimer bool
+	// Webhooks is how this replica delivers webhooks (webhookdeliver.go).
+	Webhooks WebhookConfig
 	// IdentityCacheTTL bounds how long a replica trusts what it looked up
 	// about a worker certificate (see identityCache); 0 looks it up on
 	// every request.
@@ -200,6 +202,7 @@ func DefaultConfig() Config {
 		GroupCommitWriters:   2,
 		LeaseGroupCommit:     true,
 		ScheduleTimer:        true,
+		Webhooks:             DefaultWebhookConfig(),
 		IdentityCacheTTL:     time.Minute,
 		PruneInterval:        10 * time.Minute,
 		TaskRetention:        store.DefaultTaskRetention,
@@ -250,7 +253,11 @@ type Server struct {
 	queueVacuum *queueVacuum
 	// scheduleTimer fires due schedules.
 	scheduleTimer *scheduleTimer
-	polls         pollLimiter
+	// webhooks delivers webhook deliveries; webhookWatch notices the
+	// events computed from time (worker offline, no eligible worker).
+	webhooks     *webhookDeliverer
+	webhookWatch *webhookWatcher
+	polls        pollLimiter
 	// follows shares one log reader per followed attempt and bounds follows.
 	follows *logFollowers
 	// secretRefs remembers which attempts' logs need redacting.
@@ -302,6 +309,8 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 	s.sweeper = newSweeper(s.store, cfg, cfg.Logger)
 	s.queueVacuum = newQueueVacuum(s.store, cfg.QueueVacuumEvery, cfg.Logger)
 	s.scheduleTimer = newScheduleTimer(s.store, cfg.Logger)
+	s.webhooks = newWebhookDeliverer(s.store, cfg.Webhooks, cfg.Logger)
+	s.webhookWatch = newWebhookWatcher(s.store, s.onlineWindow, cfg.Logger)
 	s.metrics = newMetrics(s)
 	s.sweeper.metrics = s.metrics
 	s.metricsHandler = s.metrics.handler(s)
@@ -440,6 +449,10 @@ func (s *Server) Run(ctx context.Context, databaseURL string) error {
 	wg.Go(func() { s.queueVacuum.run(ctx) })
 	if s.cfg.ScheduleTimer {
 		wg.Go(func() { s.scheduleTimer.run(ctx) })
+	}
+	if s.cfg.Webhooks.Deliver {
+		wg.Go(func() { s.webhooks.run(ctx) })
+		wg.Go(func() { s.webhookWatch.run(ctx) })
 	}
 	wg.Go(func() { s.securityEvents.run(ctx) })
 	<-ctx.Done()

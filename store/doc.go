@@ -227,14 +227,18 @@
 //   - Claiming. FireDueSchedules locks due schedules in one statement
 //     (next_fire_at passed, or a queued slot whose run ended; FOR UPDATE
 //     SKIP LOCKED, so replicas share the work) and, in the same
-//     transaction, records each slot in schedule_fires, creates its run
-//     through createTask or createScan, and advances next_fire_at. A crash
-//     before COMMIT leaves the slot due, and it fires later; after COMMIT
-//     the schedule has moved on. The idempotency key is (schedule, slot),
-//     unique in schedule_fires: the fire row is inserted first and the run
-//     is created only if it was, so a slot never creates two runs even if
-//     the schedule were put back to it. Slots are decided on the database's
-//     now(); tests pass a time instead (FireDueSchedulesAt).
+//     transaction, creates each slot's run, records the slot in
+//     schedule_fires with it, and advances next_fire_at. A crash before
+//     COMMIT leaves the slot due, and it fires later; after COMMIT the
+//     schedule has moved on. The idempotency key is (schedule, slot),
+//     unique in schedule_fires: a run whose fire row conflicts is rolled
+//     back, so a slot never creates two runs even if the schedule were put
+//     back to it. A claim's fires are written in a batch (a few set-based
+//     statements for all its scans, jobs and fire rows,
+//     schedule_fire_batch.go); a conflict or a refused run sends the claim
+//     back to one slot at a time (createTask / createScan in a savepoint
+//     each), which has the answer to each. Slots are decided on the
+//     database's now(); tests pass a time instead (FireDueSchedulesAt).
 //   - Policies. Overlap (the latest run still active): skip records the
 //     slot as skipped; allow runs it; queue_one keeps one slot queued until
 //     the run ends and skips more. Catch-up (several slots due at once after
@@ -261,6 +265,24 @@
 //     grow only with edits.
 //   - Lock order: a claim locks schedule rows first, then creates; the
 //     previous run's state is read, not locked.
+//
+// # Webhooks
+//
+// Events are written to an outbox (webhook_events, and one
+// webhook_deliveries row per subscribed target) in the transaction of the
+// change they describe, with the exact body every delivery sends, and only
+// when the organization has an enabled target subscribed to the event
+// (webhook_outbox.go). Task completions and the sweeper carry the write as
+// CTEs of their own statements (one index probe per ended task when no
+// target exists); scans, revocations and skipped slots are written by
+// triggers (migration 000020); worker.offline and
+// organization.no_eligible_worker, computed from time, by
+// WatchWebhookConditions, once per transition. Any replica delivers:
+// ClaimWebhookDeliveries takes due rows FOR UPDATE SKIP LOCKED and pushes
+// them past the try's end, so a replica that dies mid-delivery leaves them
+// due again (at least once); RecordWebhookDeliveries is fenced on each try's
+// attempt number. The circuit breaker is the target row's, so replicas
+// agree. Lock order: a delivery before its target.
 //
 // # Secrets
 //

@@ -364,9 +364,16 @@ func (a *acquisition) result() (AcquireResult, error) {
 // chose a bitmap scan and a sort, which read a whole class of the queue,
 // 100,000 entries for 32 rows, and the sweeper's earliest expiry read every
 // finished attempt's entry again on every pass.
+//
+// JIT compilation is off in these transactions too: a scan the settings
+// disable still gets planned where no index fits (a small table's
+// filter), at a cost of 10^10, and a plan that dear passes jit_above_cost
+// and spends most of a second compiling a statement that runs in a
+// millisecond (every completion did, once webhook_targets joined it).
 const orderedScansSQL = `SELECT ` + orderedScans
 
-const orderedScans = `set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)`
+const orderedScans = `set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
+	set_config('jit', 'off', true)`
 
 // genericPlanSQL is orderedScansSQL for the acquisition, which also plans
 // its statements once per connection instead of on every poll: planning

@@ -42,6 +42,9 @@ const (
 	// WakeSchedules: a schedule of Organization was created or changed:
 	// the schedule timer reads the earliest fire time again.
 	WakeSchedules
+	// WakeWebhooks: a webhook delivery of Organization was queued or a
+	// target changed: the deliverers and the webhook watcher look again.
+	WakeWebhooks
 )
 
 // Wakeup is one decoded notification.
@@ -55,8 +58,9 @@ type Wakeup struct {
 
 // Payload encodes the wake-up: "o:<org>:<count>", "t:<org>:<delay-ms>",
 // "w:<worker>", "v:<worker>" (revoked), "c:<worker>" (a slot freed) or
-// "i:<worker>" (its certificates changed) or "s:<org>" (a schedule
-// changed).
+// "i:<worker>" (its certificates changed), "s:<org>" (a schedule
+// changed) or "h:<org>" (a webhook delivery queued, or a target changed;
+// migration 000020 sends it from SQL too).
 func (w Wakeup) Payload() string {
 	switch w.Kind {
 	case WakeOrganization:
@@ -73,6 +77,8 @@ func (w Wakeup) Payload() string {
 		return "i:" + w.Worker.String()
 	case WakeSchedules:
 		return "s:" + w.Organization.String()
+	case WakeWebhooks:
+		return "h:" + w.Organization.String()
 	}
 	return ""
 }
@@ -111,6 +117,8 @@ func ParseWakeup(payload string) (Wakeup, error) {
 		return Wakeup{Kind: WakeIdentityChanged, Worker: id}, nil
 	case parts[0] == "s" && len(parts) == 2:
 		return Wakeup{Kind: WakeSchedules, Organization: id}, nil
+	case parts[0] == "h" && len(parts) == 2:
+		return Wakeup{Kind: WakeWebhooks, Organization: id}, nil
 	}
 	return Wakeup{}, bad
 }

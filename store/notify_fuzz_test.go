@@ -21,6 +21,7 @@ func FuzzParseWakeup(f *testing.F) {
 		{Kind: WakeWorkerRevoked, Worker: id},
 		{Kind: WakeCapacity, Worker: id},
 		{Kind: WakeSchedules, Organization: id},
+		{Kind: WakeWebhooks, Organization: id},
 	} {
 		got, err := ParseWakeup(w.Payload())
 		if err != nil || got != w {
@@ -46,7 +47,7 @@ func FuzzParseWakeup(f *testing.F) {
 			}
 			return
 		}
-		if w.Kind < WakeOrganization || w.Kind > WakeSchedules {
+		if w.Kind < WakeOrganization || w.Kind > WakeWebhooks {
 			t.Fatalf("ParseWakeup(%q) = unknown kind %d", payload, w.Kind)
 		}
 		// The number in the payload is the number in the Wakeup.

@@ -26,15 +26,19 @@ const runActiveSQL = `(EXISTS (SELECT 1 FROM worker_tasks rt WHERE rt.id = s.las
 // Each kind is its own locking CTE, so that each walks its own partial
 // index (schedules_due_idx in fire-time order, schedules_queued_idx) and
 // stops at $2 rows: an OR of the two in one WHERE scans every schedule.
+// The due bound is written out, not read from n: compared with a joined
+// CTE's column it is a filter, not an index condition, and the walk read
+// every schedule's entry (30,000 for 2 due ones). Ties on next_fire_at
+// come in index order: the index has no id to order them by without a sort.
 // The columns come from the CTEs, which return the row version they
 // locked: the outer query's snapshot may predate a fire another replica
 // committed meanwhile.
 const claimSchedulesSQL = `
 	WITH n AS (SELECT coalesce($1::timestamptz, now()) AS now),
 	due AS (
-		SELECT s.* FROM schedules s, n
-		WHERE s.enabled AND s.next_fire_at <= n.now
-		ORDER BY s.next_fire_at, s.id
+		SELECT s.* FROM schedules s
+		WHERE s.enabled AND s.next_fire_at <= coalesce($1::timestamptz, now())
+		ORDER BY s.next_fire_at
 		LIMIT $2
 		FOR UPDATE OF s SKIP LOCKED
 	), ready AS (
@@ -68,6 +72,7 @@ type claimed struct {
 	lastSlot *time.Time // the latest slot handled, if any
 	wakeups  []Wakeup
 	fires    []ScheduleFire
+	batch    *fireBatch // while the fast path decides (schedule_fire_batch.go)
 }
 
 // FireDueSchedules claims up to limit due schedules and fires them, each in
@@ -86,6 +91,13 @@ func (s *Store) fireDueSchedules(ctx context.Context, at *time.Time, limit int) 
 	var fires []ScheduleFire
 	err := s.inTx(ctx, "fire schedules", func(tx pgx.Tx) error {
 		fires = nil
+		// Generic plans, made once per connection: the claim and the
+		// statements of advance_scan were planned again on every call
+		// (their custom plans looked cheaper), and planning cost more than
+		// running them.
+		if _, err := tx.Exec(ctx, genericPlanSQL); err != nil {
+			return fmt.Errorf("claim schedules: %w", err)
+		}
 		rows, err := tx.Query(ctx, claimSchedulesSQL, at, limit)
 		if err != nil {
 			return fmt.Errorf("claim schedules: %w", err)
@@ -117,14 +129,11 @@ func (s *Store) fireDueSchedules(ctx context.Context, at *time.Time, limit int) 
 		if err != nil {
 			return fmt.Errorf("claim schedules: %w", err)
 		}
-		var wakeups []Wakeup
-		for _, c := range due {
-			if err := c.fire(ctx, tx); err != nil {
-				return err
-			}
-			wakeups = append(wakeups, c.wakeups...)
-			fires = append(fires, c.fires...)
+		wakeups, fired, err := fireClaimed(ctx, tx, due)
+		if err != nil {
+			return err
 		}
+		fires = fired
 		if len(due) > 0 {
 			if err := advance(ctx, tx, due); err != nil {
 				return err
@@ -235,6 +244,10 @@ func (c *claimed) fireDue(ctx context.Context, tx pgx.Tx) error {
 // record writes a fire that creates nothing. A slot already recorded is
 // left as it is: the key (schedule, slot) makes a repeat harmless.
 func (c *claimed) record(ctx context.Context, tx pgx.Tx, slot time.Time, outcome, reason string, missed int) error {
+	if c.batch != nil {
+		c.batch.record(c, slot, outcome, reason, missed)
+		return nil
+	}
 	var id uuid.UUID
 	var firedAt time.Time
 	err := tx.QueryRow(ctx, `INSERT INTO schedule_fires (schedule_id, organization_id, version, slot_at, trigger_kind,
@@ -262,6 +275,9 @@ func (c *claimed) record(ctx context.Context, tx pgx.Tx, slot time.Time, outcome
 // writes each fire once (its run known) instead of inserting it and then
 // updating it.
 func (c *claimed) run(ctx context.Context, tx pgx.Tx, slot time.Time, queued bool, missed int) error {
+	if c.batch != nil {
+		return c.batch.run(ctx, tx, c, slot, queued, missed)
+	}
 	version := c.version
 	tr := Trigger{Kind: TriggerSchedule, ScheduleID: &c.sl.id, ScheduleVersion: &version, SlotAt: &slot}
 	f := ScheduleFire{ScheduleID: c.sl.id, Version: c.version, SlotAt: slot, Trigger: TriggerSchedule,
@@ -317,12 +333,19 @@ func (c *claimed) run(ctx context.Context, tx pgx.Tx, slot time.Time, queued boo
 	if err := sp.Commit(ctx); err != nil {
 		return fmt.Errorf("schedule savepoint: %w", err)
 	}
-	c.lastTask, c.lastScan, c.active = f.TaskID, f.ScanID, true
-	if f.TaskID != nil {
-		c.wakeups = append(c.wakeups, Wakeup{Kind: WakeOrganization, Organization: c.org, Count: 1})
-	}
 	c.fires = append(c.fires, f)
+	c.ranOn(f)
 	return nil
+}
+
+// ranOn notes the run fire f created: it is the schedule's latest run, and
+// its task (a scan's first task) wakes a poller of the organization. The
+// wake-ups of a claim are summed per organization (wakeupPayloads):
+// advance_scan's own notice for each scan is the same text each time, and
+// PostgreSQL delivers it once per transaction.
+func (c *claimed) ranOn(f ScheduleFire) {
+	c.lastTask, c.lastScan, c.active = f.TaskID, f.ScanID, true
+	c.wakeups = append(c.wakeups, Wakeup{Kind: WakeOrganization, Organization: c.org, Count: 1})
 }
 
 // isRefusedData: the database refused the run's data (a data exception or

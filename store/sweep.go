@@ -34,6 +34,7 @@ const lostAttemptNextState = `CASE
 // expireSQL ends up to $1 active attempts whose lease has expired (attempts
 // past their deadline fail with a timeout code) and moves their tasks on.
 // SKIP LOCKED lets every replica sweep at once without waiting or double work.
+// A task failed terminally writes its webhook event here (taskWebhookSQL).
 var expireSQL = `
 WITH ended AS (
 	UPDATE worker_task_attempts a SET
@@ -62,10 +63,10 @@ WITH ended AS (
 		updated_at = now()
 	FROM ended e
 	WHERE t.id = e.task_id AND t.state IN (` + sqlStates(TaskLeased, TaskRunning, TaskCancelling) + `)
-	RETURNING ` + queueSourceColumns("t") + `
+	RETURNING ` + queueSourceColumns("t") + `, ` + taskWebhookReturning("t") + `
 ), enqueued AS (
 	` + EnqueueSQL("moved") + `
-)
+)` + taskWebhookSQL("moved") + `
 SELECT e.worker_id, m.organization_id, m.state, extract(epoch FROM m.available_at - now())::float8
 FROM ended e LEFT JOIN moved m ON m.id = e.task_id`
 
@@ -79,14 +80,17 @@ WITH due AS (
 	ORDER BY q.execution_deadline_at
 	LIMIT $1
 	FOR UPDATE SKIP LOCKED
-), ` + takeQueuedSQL("due", "id") + `
-UPDATE worker_tasks t SET
-	state = '` + string(TaskTransitions[EventFailTerminal].To) + `',
-	last_error_code = 'execution_deadline_exceeded',
-	last_error = 'execution deadline passed before the task finished',
-	completed_at = now(), updated_at = now()
-FROM taken k
-WHERE t.id = k.id`
+), ` + takeQueuedSQL("due", "id") + `, dead AS (
+	UPDATE worker_tasks t SET
+		state = '` + string(TaskTransitions[EventFailTerminal].To) + `',
+		last_error_code = 'execution_deadline_exceeded',
+		last_error = 'execution deadline passed before the task finished',
+		completed_at = now(), updated_at = now()
+	FROM taken k
+	WHERE t.id = k.id
+	RETURNING t.id, t.organization_id, t.task_type, t.state, ` + taskWebhookReturning("t") + `
+)` + taskWebhookSQL("dead") + `
+SELECT count(*) FROM dead`
 
 const nextDueSQL = `
 SELECT extract(epoch FROM least(
@@ -132,11 +136,9 @@ func (s *Store) SweepExpired(ctx context.Context, limit int) (SweepResult, error
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("expire leases: %w", err)
 		}
-		tag, err := tx.Exec(ctx, deadlineSQL, limit)
-		if err != nil {
+		if err := tx.QueryRow(ctx, deadlineSQL, limit).Scan(&res.DeadlinedTasks); err != nil {
 			return fmt.Errorf("dead-letter past deadline: %w", err)
 		}
-		res.DeadlinedTasks = int(tag.RowsAffected())
 		res.More = res.ExpiredAttempts >= limit || res.DeadlinedTasks >= limit
 		var dueIn *float64
 		if err := tx.QueryRow(ctx, nextDueSQL).Scan(&dueIn); err != nil {

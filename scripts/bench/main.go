@@ -159,6 +159,7 @@ func run() int {
 		jsonOut     = flag.Bool("json", false, "print one JSON object per scenario on stdout (the human summary goes to stderr)")
 		cpuProfile  = flag.String("cpuprofile", "", "write a CPU profile of the load generator itself (this process, not the gateway) to this file")
 		gatewayBin  = flag.String("gateway-bin", "", "private stack: run this prebuilt gateway binary instead of building ./server/cmd/gateway (its migrations must match this checkout's)")
+		webhooks    = flag.Bool("webhooks", false, "throughput: subscribe every organization to task.completed, delivered to a receiver in this process (the gateway runs with -webhooks-allow-private); reports the deliveries and waits for them all")
 		gatewayArgs = flag.String("gateway-args", "", "extra flags for 'gateway serve' in the private stack, space-separated (e.g. \"-db-max-conns 40\")")
 		keep        = flag.Bool("keep", false, "keep the private stack's temp dir (gateway.log, PostgreSQL log and data) after exit")
 		verbose     = flag.Bool("v", false, "log progress (bring-up, scenario phases)")
@@ -298,7 +299,7 @@ func run() int {
 		gatewayURL: *gatewayURL, databaseURL: *databaseURL, caFile: *caFile, token: *token,
 		workerCertDir: *workerCerts, gatewayPID: *gatewayPID, postgresData: *postgresData, allowRemote: *allowRemote,
 		gatewayBin:     *gatewayBin,
-		gatewayArgs:    strings.Fields(*gatewayArgs),
+		gatewayArgs:    append(strings.Fields(*gatewayArgs), webhookGatewayArgs(*webhooks)...),
 		pollsPerWorker: max(8, pollsPerWorker+1),
 		maxPolls:       max(20000, openPolls+*workers),
 		maxWait:        maxWait,
@@ -369,7 +370,7 @@ func run() int {
 		var r *Result
 		switch sc {
 		case "throughput":
-			r, err = runThroughput(scCtx, st, throughputConfig{tasks: *tasks, workers: *workers, batch: *batch, wait: *tpWait, completeMany: *completeMny}, logf)
+			r, err = runThroughput(scCtx, st, throughputConfig{tasks: *tasks, workers: *workers, batch: *batch, wait: *tpWait, completeMany: *completeMny, webhooks: *webhooks}, logf)
 		case "latency":
 			r, err = runLatency(scCtx, st, latencyConfig{polls: *polls, workers: *workers, samples: *samples, interval: *interval, wait: *latWait}, logf)
 		case "results":
@@ -579,11 +580,16 @@ type Result struct {
 	// -compare river (compare.go).
 	*compareFigures
 
-	Verified     bool           `json:"verified"`
-	Verification fmt.Stringer   `json:"verification"`
-	HTTPErrors   map[string]int `json:"http_errors,omitempty"`
-	PGWaits      []waitShare    `json:"pg_waits,omitempty"`
-	Error        string         `json:"error,omitempty"`
+	// Webhook*: -webhooks, every completion's event as the receiver saw it.
+	WebhookEvents       *int           `json:"webhook_events,omitempty"`
+	WebhookDeliveries   *int           `json:"webhook_deliveries,omitempty"`
+	WebhookMismatched   *int           `json:"webhook_mismatched,omitempty"`
+	WebhookDrainSeconds *float64       `json:"webhook_drain_seconds,omitempty"`
+	Verified            bool           `json:"verified"`
+	Verification        fmt.Stringer   `json:"verification"`
+	HTTPErrors          map[string]int `json:"http_errors,omitempty"`
+	PGWaits             []waitShare    `json:"pg_waits,omitempty"`
+	Error               string         `json:"error,omitempty"`
 
 	errorText string
 }
@@ -638,6 +644,10 @@ func (r *Result) printHuman(w io.Writer) {
 		line("throughput", "%s tasks/s (%.2f s from first poll to last completion)", f(r.TasksPerSec, ""), r.WallSeconds)
 		line("lease call", "p50 %s  p99 %s  (%d calls that got leases, %d empty)", f(r.LeaseP50, " ms"), f(r.LeaseP99, " ms"), r.LeaseCalls, r.EmptyPolls)
 		line("complete call", "p50 %s  p99 %s", f(r.CompleteP50, " ms"), f(r.CompleteP99, " ms"))
+		if r.WebhookEvents != nil {
+			line("webhooks", "%d task.completed events received (%d deliveries, %d retries with other bytes); the last %s after the last completion",
+				*r.WebhookEvents, *r.WebhookDeliveries, *r.WebhookMismatched, f(r.WebhookDrainSeconds, " s"))
+		}
 	case "latency":
 		fmt.Fprintf(w, "latency: %d idle polls over %d workers, %d samples\n", r.Polls, r.Workers, r.Samples)
 		line("wake latency", "p50 %s  p90 %s  p99 %s  max %s  (%d samples received, %d early)",
@@ -761,4 +771,12 @@ func (r *Result) printHuman(w io.Writer) {
 	if r.Error != "" {
 		line("ERROR", "%s", r.Error)
 	}
+}
+
+// webhookGatewayArgs lets the gateway post to the bench's loopback receiver.
+func webhookGatewayArgs(webhooks bool) []string {
+	if webhooks {
+		return []string{"-webhooks-allow-private"}
+	}
+	return nil
 }

@@ -282,6 +282,9 @@ func (s *Stack) beginWindow(ctx context.Context) usage {
 	if pgStatements > 0 {
 		_, _ = s.Pool.Exec(ctx, `SELECT pg_stat_statements_reset()`)
 		_, _ = s.Pool.Exec(ctx, `SELECT pg_stat_reset()`) // this database's table and index counters
+		// The resets' own transactions reach the counters up to a second
+		// later: let them land before the opening reading.
+		sleepCtx(ctx, statSettle)
 	}
 	u := s.readCPU()
 	s.readXacts(ctx, &u)

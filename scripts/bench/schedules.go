@@ -60,8 +60,8 @@ func runSchedules(ctx context.Context, s *Stack, c schedulesConfig, logf func(st
 	defer prod.close()
 
 	// The first slot comes after the idle phase: its two statistics settles
-	// and its window, and room to insert.
-	lead := c.idle + 2*statSettle + 20*time.Second
+	// and its window (a third settle with -pg-statements), and room to insert.
+	lead := c.idle + 3*statSettle + 20*time.Second
 	var base time.Time
 	if err := s.Pool.QueryRow(ctx, `SELECT now() + make_interval(secs => $1)`, lead.Seconds()).Scan(&base); err != nil {
 		return r, err
@@ -219,8 +219,14 @@ func insertSchedules(ctx context.Context, s *Stack, org uuid.UUID, c schedulesCo
 			return fmt.Errorf("clone schedules: %w", err)
 		}
 	}
-	_, err = s.Pool.Exec(ctx, `ANALYZE schedules; ANALYZE schedule_versions`)
-	return err
+	// VACUUM as well as ANALYZE: otherwise autovacuum visits the freshly
+	// inserted tables during the idle window, and its transactions count.
+	for _, table := range []string{"schedules", "schedule_versions"} {
+		if _, err := s.Pool.Exec(ctx, `VACUUM (ANALYZE) `+table); err != nil {
+			return fmt.Errorf("vacuum %s: %w", table, err)
+		}
+	}
+	return nil
 }
 
 // schedulesVerification is the database's view of the slots due up to the

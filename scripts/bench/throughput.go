@@ -24,6 +24,9 @@ type throughputConfig struct {
 	// orgs spreads the tasks round-robin over this many organizations,
 	// every worker serving all of them (0 or 1: one).
 	orgs int
+	// webhooks subscribes every organization to task.completed, delivered
+	// to a receiver in this process (webhooks.go).
+	webhooks bool
 }
 
 // tpShared is what the simulated workers of one run share.
@@ -75,6 +78,17 @@ func runThroughput(ctx context.Context, s *Stack, c throughputConfig, logf func(
 	}
 	for _, org := range orgs[1:] {
 		if err := s.AssignWorkers(ctx, org, workers); err != nil {
+			return r, err
+		}
+	}
+
+	var hooks *webhookReceiver
+	if c.webhooks {
+		if hooks, err = startWebhookReceiver(); err != nil {
+			return r, err
+		}
+		defer hooks.close()
+		if err := hooks.subscribe(ctx, s, orgs); err != nil {
 			return r, err
 		}
 	}
@@ -155,6 +169,14 @@ func runThroughput(ctx context.Context, s *Stack, c throughputConfig, logf func(
 	}
 	r.Verification = v
 	r.Verified = v.ok && r.ClientDuplicates == 0 && int(done) == c.tasks
+	if hooks != nil {
+		logf("throughput: waiting for the webhook deliveries of %d completions", done)
+		last, all := hooks.waitFor(ctx, int(done))
+		events, deliveries, mismatched := hooks.counts()
+		r.WebhookEvents, r.WebhookDeliveries, r.WebhookMismatched = &events, &deliveries, &mismatched
+		r.WebhookDrainSeconds = ptr(round(max(0, last.Sub(end).Seconds()), 2))
+		r.Verified = r.Verified && all && mismatched == 0
+	}
 	if ctx.Err() != nil {
 		return r, fmt.Errorf("%s after %d of %d tasks", stopReason(ctx), done, c.tasks)
 	}

@@ -556,6 +556,63 @@ func (e UploadSessionMethod) Valid() bool {
 	}
 }
 
+// Defines values for WebhookDeliveryState.
+const (
+	WebhookDeliveryStateDelivered WebhookDeliveryState = "delivered"
+	WebhookDeliveryStateFailed    WebhookDeliveryState = "failed"
+	WebhookDeliveryStatePending   WebhookDeliveryState = "pending"
+)
+
+// Valid indicates whether the value is a known member of the WebhookDeliveryState enum.
+func (e WebhookDeliveryState) Valid() bool {
+	switch e {
+	case WebhookDeliveryStateDelivered:
+		return true
+	case WebhookDeliveryStateFailed:
+		return true
+	case WebhookDeliveryStatePending:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookEventType.
+const (
+	OrganizationNoEligibleWorker WebhookEventType = "organization.no_eligible_worker"
+	ScanCompleted                WebhookEventType = "scan.completed"
+	ScanFailed                   WebhookEventType = "scan.failed"
+	ScheduleFireSkipped          WebhookEventType = "schedule.fire_skipped"
+	TaskCompleted                WebhookEventType = "task.completed"
+	TaskFailedTerminal           WebhookEventType = "task.failed_terminal"
+	WorkerOffline                WebhookEventType = "worker.offline"
+	WorkerRevoked                WebhookEventType = "worker.revoked"
+)
+
+// Valid indicates whether the value is a known member of the WebhookEventType enum.
+func (e WebhookEventType) Valid() bool {
+	switch e {
+	case OrganizationNoEligibleWorker:
+		return true
+	case ScanCompleted:
+		return true
+	case ScanFailed:
+		return true
+	case ScheduleFireSkipped:
+		return true
+	case TaskCompleted:
+		return true
+	case TaskFailedTerminal:
+		return true
+	case WorkerOffline:
+		return true
+	case WorkerRevoked:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for WorkerType.
 const (
 	WorkerTypeAi      WorkerType = "ai"
@@ -904,6 +961,17 @@ type CreateTaskRequest struct {
 	// SecretRefs Names of the organization's secrets the task receives in its lease (`secrets`). A secret missing or withheld at lease time fails the attempt with error code `secret_unavailable`.
 	SecretRefs *[]SecretName `json:"secret_refs,omitempty"`
 	TaskType   TaskType      `json:"task_type"`
+}
+
+// CreateWebhookRequest defines model for CreateWebhookRequest.
+type CreateWebhookRequest struct {
+	Description    *string            `json:"description,omitempty"`
+	Enabled        *bool              `json:"enabled,omitempty"`
+	EventTypes     []WebhookEventType `json:"event_types"`
+	OrganizationId openapi_types.UUID `json:"organization_id"`
+
+	// Url An http or https URL.
+	Url string `json:"url"`
 }
 
 // CreateWorkerRequest defines model for CreateWorkerRequest.
@@ -1335,6 +1403,12 @@ type RevokeRequest struct {
 	Reason string `json:"reason"`
 }
 
+// RotateWebhookSecretRequest defines model for RotateWebhookSecretRequest.
+type RotateWebhookSecretRequest struct {
+	// OverlapSeconds How long the old secret keeps signing too.
+	OverlapSeconds *int `json:"overlap_seconds,omitempty"`
+}
+
 // Scan defines model for Scan.
 type Scan struct {
 	CompletedAt    *time.Time         `json:"completed_at,omitempty"`
@@ -1753,6 +1827,14 @@ type UpdateScheduleRequest struct {
 	Timing ScheduleTiming `json:"timing"`
 }
 
+// UpdateWebhookRequest defines model for UpdateWebhookRequest.
+type UpdateWebhookRequest struct {
+	Description *string            `json:"description,omitempty"`
+	Enabled     bool               `json:"enabled"`
+	EventTypes  []WebhookEventType `json:"event_types"`
+	Url         string             `json:"url"`
+}
+
 // UpdateWorkerRequest defines model for UpdateWorkerRequest.
 type UpdateWorkerRequest struct {
 	Enabled *bool `json:"enabled,omitempty"`
@@ -1781,6 +1863,90 @@ type UploadSession struct {
 
 // UploadSessionMethod defines model for UploadSession.Method.
 type UploadSessionMethod string
+
+// Webhook defines model for Webhook.
+type Webhook struct {
+	// CircuitOpenUntil While open, no delivery to the target is tried.
+	CircuitOpenUntil *time.Time `json:"circuit_open_until,omitempty"`
+
+	// ConsecutiveFailures Failed tries in a row; the circuit opens at the gateway's threshold.
+	ConsecutiveFailures int                `json:"consecutive_failures"`
+	CreatedAt           time.Time          `json:"created_at"`
+	Description         string             `json:"description"`
+	Enabled             bool               `json:"enabled"`
+	EventTypes          []WebhookEventType `json:"event_types"`
+	Id                  openapi_types.UUID `json:"id"`
+	OrganizationId      openapi_types.UUID `json:"organization_id"`
+
+	// PreviousSecretExpiresAt During a rotation's overlap: when the old secret stops signing.
+	PreviousSecretExpiresAt *time.Time `json:"previous_secret_expires_at,omitempty"`
+	UpdatedAt               time.Time  `json:"updated_at"`
+	Url                     string     `json:"url"`
+}
+
+// WebhookDelivery defines model for WebhookDelivery.
+type WebhookDelivery struct {
+	Attempts    int        `json:"attempts"`
+	CreatedAt   time.Time  `json:"created_at"`
+	DeliveredAt *time.Time `json:"delivered_at,omitempty"`
+
+	// EventId The webhook-id header: the same on every try.
+	EventId        openapi_types.UUID `json:"event_id"`
+	EventType      WebhookEventType   `json:"event_type"`
+	Id             openapi_types.UUID `json:"id"`
+	LastAttemptAt  *time.Time         `json:"last_attempt_at,omitempty"`
+	LastError      *string            `json:"last_error,omitempty"`
+	LastLatencyMs  *int               `json:"last_latency_ms,omitempty"`
+	LastStatusCode *int               `json:"last_status_code,omitempty"`
+
+	// NextAttemptAt While pending: the next try.
+	NextAttemptAt *time.Time `json:"next_attempt_at,omitempty"`
+
+	// State failed: every try failed.
+	State     WebhookDeliveryState `json:"state"`
+	WebhookId openapi_types.UUID   `json:"webhook_id"`
+}
+
+// WebhookDeliveryState failed: every try failed.
+type WebhookDeliveryState string
+
+// WebhookDeliveryList defines model for WebhookDeliveryList.
+type WebhookDeliveryList struct {
+	Items      []WebhookDelivery `json:"items"`
+	NextCursor *string           `json:"next_cursor,omitempty"`
+}
+
+// WebhookEventType defines model for WebhookEventType.
+type WebhookEventType string
+
+// WebhookList defines model for WebhookList.
+type WebhookList struct {
+	Items      []Webhook `json:"items"`
+	NextCursor *string   `json:"next_cursor,omitempty"`
+}
+
+// WebhookWithSecret defines model for WebhookWithSecret.
+type WebhookWithSecret struct {
+	// CircuitOpenUntil While open, no delivery to the target is tried.
+	CircuitOpenUntil *time.Time `json:"circuit_open_until,omitempty"`
+
+	// ConsecutiveFailures Failed tries in a row; the circuit opens at the gateway's threshold.
+	ConsecutiveFailures int                `json:"consecutive_failures"`
+	CreatedAt           time.Time          `json:"created_at"`
+	Description         string             `json:"description"`
+	Enabled             bool               `json:"enabled"`
+	EventTypes          []WebhookEventType `json:"event_types"`
+	Id                  openapi_types.UUID `json:"id"`
+	OrganizationId      openapi_types.UUID `json:"organization_id"`
+
+	// PreviousSecretExpiresAt During a rotation's overlap: when the old secret stops signing.
+	PreviousSecretExpiresAt *time.Time `json:"previous_secret_expires_at,omitempty"`
+
+	// Secret whsec_ and the base64 of the HMAC-SHA256 key. Shown once.
+	Secret    string    `json:"secret"`
+	UpdatedAt time.Time `json:"updated_at"`
+	Url       string    `json:"url"`
+}
 
 // Worker defines model for Worker.
 type Worker struct {
@@ -1915,6 +2081,9 @@ type TaskID = openapi_types.UUID
 
 // UploadID defines model for UploadID.
 type UploadID = openapi_types.UUID
+
+// WebhookID defines model for WebhookID.
+type WebhookID = openapi_types.UUID
 
 // WorkerID defines model for WorkerID.
 type WorkerID = openapi_types.UUID
@@ -2112,6 +2281,23 @@ type ListTaskResultsParams struct {
 	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
 }
 
+// ListWebhooksParams defines parameters for ListWebhooks.
+type ListWebhooksParams struct {
+	// OrganizationId Only this organization's targets. For an unscoped token, an organization that does not exist is 404.
+	OrganizationId *openapi_types.UUID `form:"organization_id,omitempty" json:"organization_id,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
+// ListWebhookDeliveriesParams defines parameters for ListWebhookDeliveries.
+type ListWebhookDeliveriesParams struct {
+	// Cursor The `next_cursor` of the previous page.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+	Limit  *Limit  `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
 // ListWorkersParams defines parameters for ListWorkers.
 type ListWorkersParams struct {
 	// Cursor The `next_cursor` of the previous page.
@@ -2187,6 +2373,15 @@ type ReplaceSecretJSONRequestBody = ReplaceSecretRequest
 
 // CreateTaskJSONRequestBody defines body for CreateTask for application/json ContentType.
 type CreateTaskJSONRequestBody = CreateTaskRequest
+
+// CreateWebhookJSONRequestBody defines body for CreateWebhook for application/json ContentType.
+type CreateWebhookJSONRequestBody = CreateWebhookRequest
+
+// UpdateWebhookJSONRequestBody defines body for UpdateWebhook for application/json ContentType.
+type UpdateWebhookJSONRequestBody = UpdateWebhookRequest
+
+// RotateWebhookSecretJSONRequestBody defines body for RotateWebhookSecret for application/json ContentType.
+type RotateWebhookSecretJSONRequestBody = RotateWebhookSecretRequest
 
 // CreateWorkerJSONRequestBody defines body for CreateWorker for application/json ContentType.
 type CreateWorkerJSONRequestBody = CreateWorkerRequest
@@ -2370,6 +2565,27 @@ type ServerInterface interface {
 	// CommitArtifactUpload Commit an uploaded artifact
 	// (POST /v1/uploads/{upload_id}/commit)
 	CommitArtifactUpload(w http.ResponseWriter, r *http.Request, uploadId UploadID)
+	// ListWebhooks List webhook targets
+	// (GET /v1/webhooks)
+	ListWebhooks(w http.ResponseWriter, r *http.Request, params ListWebhooksParams)
+	// CreateWebhook Create a webhook target
+	// (POST /v1/webhooks)
+	CreateWebhook(w http.ResponseWriter, r *http.Request)
+	// DeleteWebhook Delete a webhook target
+	// (DELETE /v1/webhooks/{webhook_id})
+	DeleteWebhook(w http.ResponseWriter, r *http.Request, webhookId WebhookID)
+	// GetWebhook Get a webhook target
+	// (GET /v1/webhooks/{webhook_id})
+	GetWebhook(w http.ResponseWriter, r *http.Request, webhookId WebhookID)
+	// UpdateWebhook Replace a webhook target's definition
+	// (PUT /v1/webhooks/{webhook_id})
+	UpdateWebhook(w http.ResponseWriter, r *http.Request, webhookId WebhookID)
+	// ListWebhookDeliveries A webhook target's delivery log
+	// (GET /v1/webhooks/{webhook_id}/deliveries)
+	ListWebhookDeliveries(w http.ResponseWriter, r *http.Request, webhookId WebhookID, params ListWebhookDeliveriesParams)
+	// RotateWebhookSecret Rotate a webhook target's secret
+	// (POST /v1/webhooks/{webhook_id}/rotate-secret)
+	RotateWebhookSecret(w http.ResponseWriter, r *http.Request, webhookId WebhookID)
 	// ListWorkers List workers
 	// (GET /v1/workers)
 	ListWorkers(w http.ResponseWriter, r *http.Request, params ListWorkersParams)
@@ -4538,6 +4754,238 @@ func (siw *ServerInterfaceWrapper) CommitArtifactUpload(w http.ResponseWriter, r
 	handler.ServeHTTP(w, r)
 }
 
+// ListWebhooks operation middleware
+func (siw *ServerInterfaceWrapper) ListWebhooks(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListWebhooksParams
+
+	// ------------- Optional query parameter "organization_id" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "organization_id", r.URL.Query(), &params.OrganizationId, runtime.BindQueryParameterOptions{Type: "string", Format: "uuid"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "organization_id"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "organization_id", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListWebhooks(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CreateWebhook operation middleware
+func (siw *ServerInterfaceWrapper) CreateWebhook(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateWebhook(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// DeleteWebhook operation middleware
+func (siw *ServerInterfaceWrapper) DeleteWebhook(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "webhook_id" -------------
+	var webhookId WebhookID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "webhook_id", r.PathValue("webhook_id"), &webhookId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "webhook_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.DeleteWebhook(w, r, webhookId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetWebhook operation middleware
+func (siw *ServerInterfaceWrapper) GetWebhook(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "webhook_id" -------------
+	var webhookId WebhookID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "webhook_id", r.PathValue("webhook_id"), &webhookId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "webhook_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetWebhook(w, r, webhookId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// UpdateWebhook operation middleware
+func (siw *ServerInterfaceWrapper) UpdateWebhook(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "webhook_id" -------------
+	var webhookId WebhookID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "webhook_id", r.PathValue("webhook_id"), &webhookId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "webhook_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.UpdateWebhook(w, r, webhookId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListWebhookDeliveries operation middleware
+func (siw *ServerInterfaceWrapper) ListWebhookDeliveries(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "webhook_id" -------------
+	var webhookId WebhookID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "webhook_id", r.PathValue("webhook_id"), &webhookId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "webhook_id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListWebhookDeliveriesParams
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListWebhookDeliveries(w, r, webhookId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// RotateWebhookSecret operation middleware
+func (siw *ServerInterfaceWrapper) RotateWebhookSecret(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "webhook_id" -------------
+	var webhookId WebhookID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "webhook_id", r.PathValue("webhook_id"), &webhookId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "webhook_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.RotateWebhookSecret(w, r, webhookId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ListWorkers operation middleware
 func (siw *ServerInterfaceWrapper) ListWorkers(w http.ResponseWriter, r *http.Request) {
 
@@ -5042,6 +5490,13 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/schedules/{schedule_id}/run", wrapper.RunSchedule)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/schedules/{schedule_id}/fires", wrapper.ListScheduleFires)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/schedules/{schedule_id}/next", wrapper.ListScheduleNext)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/webhooks", wrapper.ListWebhooks)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/webhooks", wrapper.CreateWebhook)
+	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/webhooks/{webhook_id}", wrapper.DeleteWebhook)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/webhooks/{webhook_id}", wrapper.GetWebhook)
+	m.HandleFunc(http.MethodPut+" "+options.BaseURL+"/v1/webhooks/{webhook_id}", wrapper.UpdateWebhook)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/webhooks/{webhook_id}/rotate-secret", wrapper.RotateWebhookSecret)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/webhooks/{webhook_id}/deliveries", wrapper.ListWebhookDeliveries)
 
 	return m
 }
@@ -9850,6 +10305,654 @@ func (response CommitArtifactUploaddefaultApplicationProblemPlusJSONResponse) Vi
 	return err
 }
 
+type ListWebhooksRequestObject struct {
+	Params ListWebhooksParams
+}
+
+type ListWebhooksResponseObject interface {
+	VisitListWebhooksResponse(w http.ResponseWriter) error
+}
+
+type ListWebhooks200JSONResponse WebhookList
+
+func (response ListWebhooks200JSONResponse) VisitListWebhooksResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWebhooks400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListWebhooks400ApplicationProblemPlusJSONResponse) VisitListWebhooksResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWebhooks401ApplicationProblemPlusJSONResponse Problem
+
+func (response ListWebhooks401ApplicationProblemPlusJSONResponse) VisitListWebhooksResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWebhooks403ApplicationProblemPlusJSONResponse Problem
+
+func (response ListWebhooks403ApplicationProblemPlusJSONResponse) VisitListWebhooksResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWebhooks404ApplicationProblemPlusJSONResponse Problem
+
+func (response ListWebhooks404ApplicationProblemPlusJSONResponse) VisitListWebhooksResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWebhooksdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListWebhooksdefaultApplicationProblemPlusJSONResponse) VisitListWebhooksResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateWebhookRequestObject struct {
+	Body *CreateWebhookJSONRequestBody
+}
+
+type CreateWebhookResponseObject interface {
+	VisitCreateWebhookResponse(w http.ResponseWriter) error
+}
+
+type CreateWebhook201JSONResponse WebhookWithSecret
+
+func (response CreateWebhook201JSONResponse) VisitCreateWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(201)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateWebhook400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response CreateWebhook400ApplicationProblemPlusJSONResponse) VisitCreateWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateWebhook401ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateWebhook401ApplicationProblemPlusJSONResponse) VisitCreateWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateWebhook403ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateWebhook403ApplicationProblemPlusJSONResponse) VisitCreateWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateWebhook404ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateWebhook404ApplicationProblemPlusJSONResponse) VisitCreateWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateWebhookdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response CreateWebhookdefaultApplicationProblemPlusJSONResponse) VisitCreateWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteWebhookRequestObject struct {
+	WebhookId WebhookID `json:"webhook_id"`
+}
+
+type DeleteWebhookResponseObject interface {
+	VisitDeleteWebhookResponse(w http.ResponseWriter) error
+}
+
+type DeleteWebhook204Response struct {
+}
+
+func (response DeleteWebhook204Response) VisitDeleteWebhookResponse(w http.ResponseWriter) error {
+	w.WriteHeader(204)
+	return nil
+}
+
+type DeleteWebhook401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteWebhook401ApplicationProblemPlusJSONResponse) VisitDeleteWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteWebhook403ApplicationProblemPlusJSONResponse Problem
+
+func (response DeleteWebhook403ApplicationProblemPlusJSONResponse) VisitDeleteWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteWebhook404ApplicationProblemPlusJSONResponse Problem
+
+func (response DeleteWebhook404ApplicationProblemPlusJSONResponse) VisitDeleteWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteWebhookdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response DeleteWebhookdefaultApplicationProblemPlusJSONResponse) VisitDeleteWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWebhookRequestObject struct {
+	WebhookId WebhookID `json:"webhook_id"`
+}
+
+type GetWebhookResponseObject interface {
+	VisitGetWebhookResponse(w http.ResponseWriter) error
+}
+
+type GetWebhook200JSONResponse Webhook
+
+func (response GetWebhook200JSONResponse) VisitGetWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWebhook401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response GetWebhook401ApplicationProblemPlusJSONResponse) VisitGetWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWebhook403ApplicationProblemPlusJSONResponse Problem
+
+func (response GetWebhook403ApplicationProblemPlusJSONResponse) VisitGetWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWebhook404ApplicationProblemPlusJSONResponse Problem
+
+func (response GetWebhook404ApplicationProblemPlusJSONResponse) VisitGetWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWebhookdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetWebhookdefaultApplicationProblemPlusJSONResponse) VisitGetWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateWebhookRequestObject struct {
+	WebhookId WebhookID `json:"webhook_id"`
+	Body      *UpdateWebhookJSONRequestBody
+}
+
+type UpdateWebhookResponseObject interface {
+	VisitUpdateWebhookResponse(w http.ResponseWriter) error
+}
+
+type UpdateWebhook200JSONResponse Webhook
+
+func (response UpdateWebhook200JSONResponse) VisitUpdateWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateWebhook400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response UpdateWebhook400ApplicationProblemPlusJSONResponse) VisitUpdateWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateWebhook401ApplicationProblemPlusJSONResponse Problem
+
+func (response UpdateWebhook401ApplicationProblemPlusJSONResponse) VisitUpdateWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateWebhook403ApplicationProblemPlusJSONResponse Problem
+
+func (response UpdateWebhook403ApplicationProblemPlusJSONResponse) VisitUpdateWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateWebhook404ApplicationProblemPlusJSONResponse Problem
+
+func (response UpdateWebhook404ApplicationProblemPlusJSONResponse) VisitUpdateWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateWebhookdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response UpdateWebhookdefaultApplicationProblemPlusJSONResponse) VisitUpdateWebhookResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWebhookDeliveriesRequestObject struct {
+	WebhookId WebhookID `json:"webhook_id"`
+	Params    ListWebhookDeliveriesParams
+}
+
+type ListWebhookDeliveriesResponseObject interface {
+	VisitListWebhookDeliveriesResponse(w http.ResponseWriter) error
+}
+
+type ListWebhookDeliveries200JSONResponse WebhookDeliveryList
+
+func (response ListWebhookDeliveries200JSONResponse) VisitListWebhookDeliveriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWebhookDeliveries400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response ListWebhookDeliveries400ApplicationProblemPlusJSONResponse) VisitListWebhookDeliveriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWebhookDeliveries401ApplicationProblemPlusJSONResponse Problem
+
+func (response ListWebhookDeliveries401ApplicationProblemPlusJSONResponse) VisitListWebhookDeliveriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWebhookDeliveries403ApplicationProblemPlusJSONResponse Problem
+
+func (response ListWebhookDeliveries403ApplicationProblemPlusJSONResponse) VisitListWebhookDeliveriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWebhookDeliveries404ApplicationProblemPlusJSONResponse Problem
+
+func (response ListWebhookDeliveries404ApplicationProblemPlusJSONResponse) VisitListWebhookDeliveriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWebhookDeliveriesdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListWebhookDeliveriesdefaultApplicationProblemPlusJSONResponse) VisitListWebhookDeliveriesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RotateWebhookSecretRequestObject struct {
+	WebhookId WebhookID `json:"webhook_id"`
+	Body      *RotateWebhookSecretJSONRequestBody
+}
+
+type RotateWebhookSecretResponseObject interface {
+	VisitRotateWebhookSecretResponse(w http.ResponseWriter) error
+}
+
+type RotateWebhookSecret200JSONResponse WebhookWithSecret
+
+func (response RotateWebhookSecret200JSONResponse) VisitRotateWebhookSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RotateWebhookSecret400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response RotateWebhookSecret400ApplicationProblemPlusJSONResponse) VisitRotateWebhookSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RotateWebhookSecret401ApplicationProblemPlusJSONResponse Problem
+
+func (response RotateWebhookSecret401ApplicationProblemPlusJSONResponse) VisitRotateWebhookSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RotateWebhookSecret403ApplicationProblemPlusJSONResponse Problem
+
+func (response RotateWebhookSecret403ApplicationProblemPlusJSONResponse) VisitRotateWebhookSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RotateWebhookSecret404ApplicationProblemPlusJSONResponse Problem
+
+func (response RotateWebhookSecret404ApplicationProblemPlusJSONResponse) VisitRotateWebhookSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RotateWebhookSecretdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response RotateWebhookSecretdefaultApplicationProblemPlusJSONResponse) VisitRotateWebhookSecretResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListWorkersRequestObject struct {
 	Params ListWorkersParams
 }
@@ -10851,6 +11954,27 @@ type StrictServerInterface interface {
 	// CommitArtifactUpload Commit an uploaded artifact
 	// (POST /v1/uploads/{upload_id}/commit)
 	CommitArtifactUpload(ctx context.Context, request CommitArtifactUploadRequestObject) (CommitArtifactUploadResponseObject, error)
+	// ListWebhooks List webhook targets
+	// (GET /v1/webhooks)
+	ListWebhooks(ctx context.Context, request ListWebhooksRequestObject) (ListWebhooksResponseObject, error)
+	// CreateWebhook Create a webhook target
+	// (POST /v1/webhooks)
+	CreateWebhook(ctx context.Context, request CreateWebhookRequestObject) (CreateWebhookResponseObject, error)
+	// DeleteWebhook Delete a webhook target
+	// (DELETE /v1/webhooks/{webhook_id})
+	DeleteWebhook(ctx context.Context, request DeleteWebhookRequestObject) (DeleteWebhookResponseObject, error)
+	// GetWebhook Get a webhook target
+	// (GET /v1/webhooks/{webhook_id})
+	GetWebhook(ctx context.Context, request GetWebhookRequestObject) (GetWebhookResponseObject, error)
+	// UpdateWebhook Replace a webhook target's definition
+	// (PUT /v1/webhooks/{webhook_id})
+	UpdateWebhook(ctx context.Context, request UpdateWebhookRequestObject) (UpdateWebhookResponseObject, error)
+	// ListWebhookDeliveries A webhook target's delivery log
+	// (GET /v1/webhooks/{webhook_id}/deliveries)
+	ListWebhookDeliveries(ctx context.Context, request ListWebhookDeliveriesRequestObject) (ListWebhookDeliveriesResponseObject, error)
+	// RotateWebhookSecret Rotate a webhook target's secret
+	// (POST /v1/webhooks/{webhook_id}/rotate-secret)
+	RotateWebhookSecret(ctx context.Context, request RotateWebhookSecretRequestObject) (RotateWebhookSecretResponseObject, error)
 	// ListWorkers List workers
 	// (GET /v1/workers)
 	ListWorkers(ctx context.Context, request ListWorkersRequestObject) (ListWorkersResponseObject, error)
@@ -12493,6 +13617,211 @@ func (sh *strictHandler) CommitArtifactUpload(w http.ResponseWriter, r *http.Req
 	}
 }
 
+// ListWebhooks operation middleware
+func (sh *strictHandler) ListWebhooks(w http.ResponseWriter, r *http.Request, params ListWebhooksParams) {
+	var request ListWebhooksRequestObject
+
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListWebhooks(ctx, request.(ListWebhooksRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListWebhooks")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListWebhooksResponseObject); ok {
+		if err := validResponse.VisitListWebhooksResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// CreateWebhook operation middleware
+func (sh *strictHandler) CreateWebhook(w http.ResponseWriter, r *http.Request) {
+	var request CreateWebhookRequestObject
+
+	var body CreateWebhookJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.CreateWebhook(ctx, request.(CreateWebhookRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CreateWebhook")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(CreateWebhookResponseObject); ok {
+		if err := validResponse.VisitCreateWebhookResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// DeleteWebhook operation middleware
+func (sh *strictHandler) DeleteWebhook(w http.ResponseWriter, r *http.Request, webhookId WebhookID) {
+	var request DeleteWebhookRequestObject
+
+	request.WebhookId = webhookId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.DeleteWebhook(ctx, request.(DeleteWebhookRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "DeleteWebhook")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(DeleteWebhookResponseObject); ok {
+		if err := validResponse.VisitDeleteWebhookResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetWebhook operation middleware
+func (sh *strictHandler) GetWebhook(w http.ResponseWriter, r *http.Request, webhookId WebhookID) {
+	var request GetWebhookRequestObject
+
+	request.WebhookId = webhookId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetWebhook(ctx, request.(GetWebhookRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetWebhook")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetWebhookResponseObject); ok {
+		if err := validResponse.VisitGetWebhookResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// UpdateWebhook operation middleware
+func (sh *strictHandler) UpdateWebhook(w http.ResponseWriter, r *http.Request, webhookId WebhookID) {
+	var request UpdateWebhookRequestObject
+
+	request.WebhookId = webhookId
+
+	var body UpdateWebhookJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.UpdateWebhook(ctx, request.(UpdateWebhookRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "UpdateWebhook")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(UpdateWebhookResponseObject); ok {
+		if err := validResponse.VisitUpdateWebhookResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListWebhookDeliveries operation middleware
+func (sh *strictHandler) ListWebhookDeliveries(w http.ResponseWriter, r *http.Request, webhookId WebhookID, params ListWebhookDeliveriesParams) {
+	var request ListWebhookDeliveriesRequestObject
+
+	request.WebhookId = webhookId
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListWebhookDeliveries(ctx, request.(ListWebhookDeliveriesRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListWebhookDeliveries")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListWebhookDeliveriesResponseObject); ok {
+		if err := validResponse.VisitListWebhookDeliveriesResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// RotateWebhookSecret operation middleware
+func (sh *strictHandler) RotateWebhookSecret(w http.ResponseWriter, r *http.Request, webhookId WebhookID) {
+	var request RotateWebhookSecretRequestObject
+
+	request.WebhookId = webhookId
+
+	var body RotateWebhookSecretJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		if !errors.Is(err, io.EOF) {
+			sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+			return
+		}
+	} else {
+		request.Body = &body
+	}
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.RotateWebhookSecret(ctx, request.(RotateWebhookSecretRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "RotateWebhookSecret")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(RotateWebhookSecretResponseObject); ok {
+		if err := validResponse.VisitRotateWebhookSecretResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // ListWorkers operation middleware
 func (sh *strictHandler) ListWorkers(w http.ResponseWriter, r *http.Request, params ListWorkersParams) {
 	var request ListWorkersRequestObject
@@ -12788,406 +14117,437 @@ func (sh *strictHandler) RevokeWorker(w http.ResponseWriter, r *http.Request, wo
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L2Lctu4ljb6Kiidvyry/ilZsmXHl5qa8U6nu7N3d5KJ3bPPP60cEyIhCW0K0CZAK+pUquYhzjPMg82T",
-	"/IW1ABKkSN1s59L7UtWxJBLXhYV1/dbHViRncymY0Kp18bE1pymdMc1S+HQVaX7P3sqER0vzOWYqSvlc",
-	"cylaF62/TakmUzqfM6GIlkRPGVnI9I6lzxSh8CqhWrPZXCsylinRU66ITCdU8N+paaTbClrcNPX3jKXL",
-	"VtASdMZaFy18uRW0VDRlM4pdj2mW6NZFK6IiYkkraDGRzVoXvxZfxCnlovU+aOnl3DSjdMrFpPXpU9C6",
-	"wnG8+s60BV3OqZ56PeLvtzxuBa2U/T3jKYtbFzrNmD+KsUxn1Awiy+DJ1Y5eZKmS6epi3UwZCQX7oG8j",
-	"eCIkcgwrNk/ZPZeZInM6YU0Lgu+UFmRGP/zExERPWxdHvV7dUL7nCWuc8Jgn7OGz/YlRxW7kHRP1M07M",
-	"70SbB2CydpnJgioySanQLCYLrqekzQ2NMBFxMcHnD/K1mDIas7QYOnTawV7XDd9bof7RWdCacZF/Pq2d",
-	"DZ9xna9XZQsS+LGWJE96gemMzww9npjNmHGBn/p5P1xoNmEpdPQG1ogmr2I2m0vNRLT8K6s5YT/TO6Zg",
-	"4cwsmdJE0bFZT5KyOaO6S640mUmlydHJCYmmNKWRObuNS+d12DE9NhHUyUl5uepW6413kBvJzD/tDye3",
-	"d/bdh67bJYlZatgT12ScylmJNqmIiTKviYgRkc1GLH2Edd6KTLda9+uINq+3iugjrPN1NGVxtoZ7KPvA",
-	"I3TFopQ182UFPz+8mxuq7ho70VTdPbyLX+aJpHFjJxn8/PBu/gY3bGM3eAE/tJtP5mU1l0IxEATepnKU",
-	"sJn5M5JCMwFsks7nCY/gbB/O8Yn//ZuScBcUff2vlI1bF63/57CQNA7xV3Xo2oUey2f4itgmSfvd9y/I",
-	"+eDk+QHeFZQoTUcJI2EkYxZ2YVlsiyC1zHl+JbEPdDZPGAw8ZVSz+BbmfdQ7Ou30+52j85v+ycXx6cXx",
-	"0X+awxy3Llq9/vnxuE+POqN4MOg8Zyfjzqh32u8MopP4lD0fn/XO+97VzM1A4yyC81/ld15rz6MB6zyP",
-	"+7RzTk/6ndPR8bjHjqJB3O/BXt3LO7NVY5oo2Cs5N2v/aytv/f2nwHyYs1Rz3BZ/St6mxlSzjuYztrqz",
-	"QYt9mPOUqZ3eMRPZSDRBK6FK32ZqxwHhOn5c/WFlLbcYwpymTOhbkCDsO6tSiZNHqCZ2Ba1oKtglEVmS",
-	"oLRqnlL5E0B64YRqtqBLQuMZF2GXXOFjQyHYPUuJXVySUM2MvEtFQIRMyZQqsuAxSwnuK5EpoULqKUtL",
-	"ArF9xQhDOJNgKMx9BNRhRCNqB4/koojpdWm/4/l0ApIyIzLye5Ysu0MjJtWv3K9u6YKWmTeQWE6J+ZaM",
-	"pEwYFa3ix5022JHyxxbXbKY28QQ4u9fmHfOybY2mKV22kC85pvZrC2YC9JP3EviHophMoRTI0W8s0qZp",
-	"xyd+4gpmUz5b+Vi3GnTOczYOGVqrHY5STFd4Vsw05Qn0PpVKO1FURjQxn81rY54qfasYE4/G2eAcb2xR",
-	"mM1P+O8svr2nSWYG1j963u11e93+Qzihk5fnraC12vAKD/SWaN0G/eX6zes3+VpXFu0p+ODOja+u5yPx",
-	"RPyiprGmbupO2aogDy+5RmqGX13lyro0HoFHOY5wllbOYtDyNPAtJr7+rL4z/X9s0TjmqM699UZsr/Hy",
-	"JNxOVCQd0xgxvwWEdSddErqzHgYk5HPz37lMtfk3SxPzT2TaHBvZy8g/5trTmqWmsf/vV9r5/b35T69z",
-	"ftt5/7EXDM4//a86usi3v2xK6G1WQfxFKpFBw1rxiZhZmdFjbhR+2CCRMWFEvVyEfTT5qpCTvSZodHzc",
-	"eR4PWIeOT3qd41HBGFcZT2n42x5ytFUl8BZaxmrooWI6y98hoyUKKtGUCjQW5WaHo/7g+eDs+HTw3LM+",
-	"9FatD96K1t3v+/AXs7SoBdymjFr5v/apRxUrvB3cRm/yaXaVmflqk1ugoLTFG2QJ3KwqhVurIloR4DCN",
-	"ueBqupMacj46MtR9HHfO2WDcOaIFXRqmyqhit75U39Sq0jTdpAApTXWmzMplUcRYDMvg9GNvTGe03+88",
-	"Hx1FnbP4mHX642JUrUc5XJWV+7gXpaepTG+NklhLkfjzjClFJ/VPlDbrsYWElX3btoM0E4KLyW4yuLf3",
-	"O7wDtLDhqsWdusaHP3nUssUiPOAMc58yywe4Qjz5TGoWvbQyaw72S0MrO972jvB8O/TG2zVoeQTpvTno",
-	"1Rj5zYrodGnYVckgbYdT5bOVFYTxrZnzm0xHEnVz52rxucKYcuSS+f1U43rJG7vOicm1BXsBZiqkZ7MX",
-	"65t3xosYHp2zVMGztb1mMdcv72uEjsjeskgwXWTqhmgiLassa72ahG/YrrV1R3jqiLsMW3dsSRJGzd1h",
-	"+cPgKGjJKMrSdAM/tvZrHNfoedyPjuiAnYxPe8/7Z3AA0gnTO3Da/BU7blyGGgZs16mGKxYr1fijE3Td",
-	"XrvVsb0FLbVUms3MIgopljOZqdpt3Eu5q3ATLvTpwBeVznu95/3z86OTwfNB7/y8v+kaKW3UtsxzP0Gq",
-	"2OyapfX2uvnXBmWvVqXz5lXauMDtfi1zyE/WoyhqxTl9Om3tBZ3TEU94Ttu1PBwVjKoR2pAWwaYuCSXm",
-	"wnmmSOg6vo28tkMyy5QmI0YiKTTlgsWEg12uHf7bMOv1jlkIbs3yCIPWh85EduyXvykpuu/o4md7DZjx",
-	"S8O9NPuZiuU7pJGdryJogUux/da8yN95ZY7qJzhBr/BN5+S0H/sbjF5+97UbVJog+h1WKethk7gSaoHn",
-	"+VGGut8+MCdGbCFRociBUihNblOmskRvnPA7eOzPVEdTzxSF3kxPml41ik/5ZMqUJthPZ2RaqPpBvRAP",
-	"opjQRVSHFbn2VEllIWlssTBOLlnR6uz367etoK4aRW0Xxcu9U6sybaXm7axXwQumP3A82SnFzdrTlvdO",
-	"dSY7Cvx7aUkguNo3qmFFNljEzJaMmNlTBZEk4PSjE8pFQPjY8NUFTxLDb01rnMVd39GxtvtdlBR/1Te4",
-	"Lqi6u4YHq7RZii8qtJbKypf6Ki/sGqIumNvDiRpP/x/iSLhBHPV6Dz0g88L9vZU321/HLW6ngiuVtO5V",
-	"Hv3jzc1bgg9YQ2BOAYQmUhjmnCUxmdJ7RkaMCUKBMKz7ssSdT87P/TilXq82UqmRhu0w15MlCA673ZA7",
-	"7sw/L9TaCxXtHLo5MM82/0yVQvQaovB2C6R7rOu8RG7+hIL1Nz24f50/dk8xzRqIuLhVLJIiViUL5HH/",
-	"5Pi01ysF+p3W7oOLbagGa24wAe2jPD7Iy15I9se7yPVl13vzbvihgvvtyF4LWTfa5kFeR3TPwe0VqJJk",
-	"E76DImNG9xbeqWpiazfMDJXLlOtlyUDoB6z2y4Tc6fd6tbSMBobyiHfzHPrjznvdktRq/M92PMVarttb",
-	"jFfcb39jZmQXZw9bv0vYz3fFG5+XC2g+M39tOcwbfHrzWtuDblsP/BVZs+gQu/mw8752FtD+a/Pkvqtl",
-	"hEfzrdquLyPf38DjDe7z05OT49P1Gxu0FinX7I1IlmhzKtwgCR2xZMuhYBjoT/jG1hvY7KXHLTMT3G/D",
-	"3G1tFC6Z6dp787Q3ONsUHR+0opRrHtGkZFrbKEn7z4LhOKFLfxBlEeg7SYTUVvYZsbFMGYpdMyqWxL6G",
-	"oeFCLspqpcxGCfPFMicO1AplVkKEwEsWZbAjNWtUHt6PNI0JJBwQWejCzxRZTGXCSJoJHBuEuhnhHwS3",
-	"sOghZjROuGC3VKPFcbfh92uGD8R5q1jCIr1Z5AbCvHYP5xJpnKVIlKWp20vp2L+VzJC8EZ3UUcqMfqiE",
-	"UbiWytfbJorbL9B0mUga7+aZmHMhWHxb8nquyuaox4FOADGqM7qELc9tIm0qYogRDcubEkLugn9swCA9",
-	"FErzJCEzo4EcdMkrndupadERKweiKsbUJVlMeQJZEhEV+YEJzNNDAUNZUDMOjI2dMxFzMbFBICEJy9PN",
-	"BL2nPKGjhIXrYlJLevcjyS615vpdeQqYrDarizpd2ow5I5Vj/kLKxjXH3FxdyuWB+av/TBF8URWbnrKI",
-	"8Xum0KPg9LZ2aB8MD7rkyr5FZlwpo8LJFLZmypKYUMfuDPchY8oTVU7JMnsI6jSJZMyIbbi8ba1gS2m1",
-	"dDWXpdWqgJpfwttY18ztu5Vs6NpsvuvwBt3Tn1LE392OuZiwdJ5y9DX7oXi9zjntjN9/PB3UR+D5zczR",
-	"VFKRqHv1QvRtJAU474S+NXMts79+5YRsZICPJ6DWcLNKeLsmciGUb/hoc024Ii7YimhpOI55UETMkLUY",
-	"Cr+VDuibMcbgA3c04ydSJEs4GXIhSr0CvyJ2dcDCwvWWDMiyrm2oE8mplj6t8OU31kyWcUP6Cp3zwqDz",
-	"WXJZtkxJsYNqLSb69n/+679rvBH+yLcOom+2XSFjCoiawk6LiHXJNYMrkVBFwqtMT2VqN/+C/JnRlKUE",
-	"/K8RZmugK7a7McbI2ZuKGazZNyQAmHCSvBm3Ln7dhmBan4Kqn5OJVCbJLM9jWV2FNwI9G5f+GtSaRytN",
-	"7RFvVlmSlcGt72R1vQzJvIQ3tmW9fg6XSpFRtjrmf39++cOr1+TFy3c3r75/9eLq5iV59/Lff3l5fQO/",
-	"DsX//Nd/DwX8/fL1d2ueq5kEEDSrJ+h8FHXsegPPrNvchxi1avbDDa+OVl/mj9fxmDWLUE4ca4zWrjGc",
-	"np0OajwwdevwKLlq9bbbVf2nouBsQeZ+1GBNL3XL/T3lSZay62w2oyg7VkMaMlHjAr1yod8YIweyGUcF",
-	"YMFFLBd4kWKInJHybFwcGOvXOgaMFFnXIyTrU82UtvLojLSpzXnu9w4CItjC/AgpHVuLge+gN7sIdQE+",
-	"OJuSsWB95ry/R5WXA7ua+SRrN4QnVd+/TWh1AXF+UiskswZPddumbC5T3bWd7J3ZoKb06OS0ddE6HUW9",
-	"mPbHg6Px+ek4On4+OhvFz1l81BvRk+envdP4iPZiehLF9GjUPz6Jnp+dDMajODo/Oxmd0WPTFv+d3Y6W",
-	"2lBn/2hnd+xD/azlrahhCPskvG7Z96Omobo9qWnOX+LHjFLcPqJhu/QuK7SWtqQ0+nyWpW1pOnSPESwI",
-	"h3f/BMsfGU3MnVo+/VMWWfWJajqiCt65awWthCsNVyB8cvns5pPnpbcfK1w9b7NervnYlKPnDVatxEvD",
-	"MDxtvB7oxl+KNT76V0plLH5R6J/VZaG3K8ppg8y1SdYqZKzHb3FfmcRZolMm2KL0y6B3DDLYw1NY6paw",
-	"7tp9cYW3udF+ldOJvTcVadNEIbySTT9/pgJi5QGn1iqms/lBd0srw5eUtOpWvbou78wThI4xi54rkkgx",
-	"IW29MMvA0zi3miV8zMz4GozcK10/IOHEzzCpLmlQt9ubRcaapag7rJ4ReUP08o6BxWClfwHJhGvZle/h",
-	"Ol6HHVDeRdsy0TI3ND9TBL1cAZmxdAIB0hY6DL83SvyUqgtA+TDNG8pWhOLPAQlNX+FQpGwmwRqqA/em",
-	"kBosQTFRmi67pJpHuZhKlXtSVkznZgiCLYbCtmaEa8JE7AxRpG1fSaTS4UFAqGmRicKGrrScK0Lje7Nw",
-	"CtEanDNrKHLL8/KiMOpOJFNkRKM7h5/294xlDMz4JTQ1wT5oMmU01SNGtY3qUmiHR6tuCMPqWq6Y8/GE",
-	"TWi0bF2YVQtav0thKIFlHSPMW1uiv9WngxryAyqx0EsujXcHW+kdIjRVaGiTaXHOUmr9TO4CfGXm9lpq",
-	"+PflB67A+f+dZOq11PB59Uo0R8C837mnqaENMF/BhKAV+Ms1CR/yduFTuXHn9FW1Fhmjh81kysDCGL4S",
-	"6I0JofXwkggp7E/Yhf3Z76FsX689dLWxFN6u1ctEdwBBla/p+6ZNvva8e2t3uBqxy6OpJVb1zB1HTJYg",
-	"grFYkfZfsxFLBTPXmWIzKjSP1MGFxS8JwTVl/d8hmVOeOhfVUMxTBqFxZrnwcfbBfKe4FPjUVCZxF5b8",
-	"ouAkhCviXgXfhll/OSYhbmF4ORR2by4IHZnHArODpVeEfcfow5f5xl1Wd41cCWJYzJI4djIU+JcDaLHJ",
-	"ZjmM2PER0SydgTOHJsnKscX1KOapwJoIJ6mlOSIN5ScED4ajzF9bk3nWCsx/OwlNJ6z1/tP7oOWvsOmh",
-	"ygpWxJeaIWwppq/wi3KA2dGqGaA6uJ3uofKR8F/wunKE/qmJ9B/UbzVpaOWuU0yT0ZK4PVPorGgjaBBk",
-	"9efeEK4VS8YHAVEyzzcaipXrakaX5poTMfAU6pu8u+SvbGluUEtsp8ceZB16gbmYDEVoUSLet3/tWLyI",
-	"7uH7P7lvD/41vCRIVVu01f71qvOfRXv5h9vu+z95Px3868G/hsU5OB3YJVo5AUDlF5aW97y3GH2URI/8",
-	"3r016nZ6T5NCcO33dsnAL4XltuLT87M4Hjw/ZX06GMenoxE7G/ef98f989Hp6Qk96x2zUxaP+iw6HcTx",
-	"2dlpPOjTo9NofH4SHdHzokHtjei4h7aABvyBXWLry/EVxw+wUXnRElzMMxAh8jzn1pQliSyCIs1OR1NZ",
-	"8Q0DtKFg6a196NNDjU3rtrVeH9EFoinAhY01E1vqHftn+28M5S7Fa18SVXjCEJWShB5gakiksHeSc/xH",
-	"5gJa07Nesy7XlUgpkgnNE2+h7Iy3XCUby7CT5WR1QZBnOQ2xJpBizFImIqNYh158hpHpR+hLvrQSAQr4",
-	"XBt1I3/JCAVdcmMogGOzwMznCY0Yodg7LDGh8zmjqbogd4zNzZ7IDMzriZwoh+sGOQik7Sn3JGUxNaKD",
-	"nUeuX0DcoEKFCSJA5OQA+eYK63MMYGOykqBzNZV6l+D7GgyFVUpZe7zs+N438ex31h61la8E3iijCZdc",
-	"JZt9InOW2qGttg6dkkNS9jU0RNSti/57Gk+HN/Tm1dwZpmpHRlrhUDvDLm9Fd2umt1cAzwPiwMy1WBt0",
-	"U3XioYxTxJXCfNQlAXNeZLhDXBb+nhlOyhiE8EVcL0vZP/0tAnnmqdQyksntPUuVjVf39uOkLpxIybFe",
-	"0JQ1vHNUG4O0oFzXBnEe9arr8KNcoPlOSwgXRIEVeHGXvCitgmKp4Zt2yqR9dEKU+c22flBaj0qEaH3+",
-	"WhPNNOWY4xZtr+qAiLnJJWEbbSTha5dbWl64EGHwQ3t/GBLhYtIlISKi3Fq4CBaHF2B7wuhPm1JoYzJz",
-	"8JSwa01E7lm0al0SIQ3DnKDpwuXT0ihic40OZWd+yUH5q92bkyrrjC/+/JpSGiF101yKRtW24aURTVOO",
-	"VFESVfLALzB/dcsKwz6S/cpMHLN4dJG/KqG7jFW7qA92nK5MpA5lbb3E+zmk2G1kyQYR8pL0UBwztLat",
-	"PLlN0rZ3BDdmvDaR/8rsas+6nFzN50zE7/Lk4JKl1rRRoYvahTs6755bbBQ5HgNo7NFJ0NJpJiJaUPEK",
-	"TZV62H5NGjZvi+UvDbE2NhR+s6b3D5pE00zcoU0PYLkILe/0w53kxRrVjSeicyhNkTIaTVl8ScZZChjN",
-	"MdXUSPtxKs195alLTeBa/tz9foPSNuxAOi/M2uyauEb1SiWM3uDs5Hlt1m6+UY+13tUwbbcaMKyGad6w",
-	"D/oRwTk8y4e7GQsjNqwOJPebC9D22AXeKGgCmtXKKXN/97Y4cHvCcDwI87CY5Zq0b8AjZyJm8QUREq9+",
-	"IHG4/yM5Y3UUHuT0tBo8Uz7pj4i99QRtlpjAhmO8AiWYE3H5gMPKeKtfR91v5kxgkYh9QZzK0VFFSSQ/",
-	"Zk1GmumO0imjs3LuPlQXaYx72qkMiR/htEvCw9MEPzVkpdeEKtVui2fUfHDJiPVmUBv4dxXNakS+zx/b",
-	"tgZNf0NEl79mjxHZVdqDpwOC87spwvVXIKkh7LcCPM0SPuGAs2nPZo7uKMfjhIsiwcOhJ94zz3jeC6om",
-	"h0/bxZVWhrEL0GPuT2vMGRqU6gYJlnZY1gHwfgFTcnOt2P3By7gVyb9vBN4uG/XrrPk1W1Gn1BQbUw8s",
-	"7QCpnRqbP18MLWjFXJUxn6Ff79tik6m+deaZWo23IIJtkj9qY4zKoyjgqEtDh3ltR+SPfULzzJV9IzHf",
-	"Yqbou3xzqvEES0IxFCZGmz1XRb52TJZMd0mIfqBbIfWti7kBU4iXLh1av1MXnw1NO9Y4bF9XYZEvuyRy",
-	"7Lv8XURDJTOtXMKQtN1TEMSXj8TIVUUf5pckITRlMA8w37IYscyUJlwfdF1E0owrcKuGIJrhQcw9AFxP",
-	"87JmZpnLyb5GqrPBFzZxWEfT0npUvMjddTm6lZWspC6H4ChRfgYxLacJWyyjvInSqgm5IO1MuJUNiDtr",
-	"gS1tEwfEnrkgr5Rj6OjAN0kJeZtDtOdHp5YuoEDFLa5m8Wix9fmyO77pf9G4RrYJwwtux1mS2DjhOEtY",
-	"fAs1gFoO6W5Eozs5HteyDK+6VsXtaAtf5aWwLB5upQ7WjEZTLlgnZTQuFcYq504BHDUqnB0w2Dl83VKx",
-	"xioCFZ49sOCylExZAtrvJlxiF7486J0HLc11khduJLZruwpTrefq4vAQF7djfWDdmN27kmLq0BvypyaQ",
-	"7YotqWFhzNOXJPzQsW13zBcqJAlXeawOZD/7/jjFRKyCoYBFN+c/UxlNHA5b+weJJyWSQmkqNHge5zS6",
-	"oxM2FOGE62k26kZyVpnjofvXjiU86JLXbAH9K4jvGDFCY1DSjDSvCRVDkYk7IRcCRznChFcPFq7kD/Ri",
-	"4Erzhes11XxMI606+S130TrpHV/g5ru5G5YiJHFPE6VlSicw2TGfZIjF7cyzDuGvddEa9M4vylUVE7MJ",
-	"S9Q6Lf26AlgWzStojWjciVQK7/fsqhZBtRAhbTR1V9QR/CqJkX4xC8qsxR1butvCGbFtw6lTuorGmxoa",
-	"pYzeGd6WZkl+G1y9fQUt6WjaEVJ35ixVHI2txXQ9QL4ooXwGjYC5j4wsN6ZY/hRjf4pGClbSYR8saOJF",
-	"a3B0bnfEsllXmAyC3hTRUqJvSc6ZIHOZJFBbbCyTRC5UOVK549DTzXj7drwJZ0KXVtmu3j1NOAS/Qu9W",
-	"AfFbK676orlUZprZkD9Kbn66rumg0owl6M2DStnErFSK97CQpGDj8HwnSqRipX0+Py81uIAwwgWcLIB8",
-	"MQSDzgTSTuRkYnZfJMsDzHsZJzzS/uY6cnG/WT7MPnClDV1aI0CRO7jV2Xpx5Z0mYL9FA+XWYOM7XMDW",
-	"+AtWPONKwSli1zXIT16mSrmCaFcd8ThmuPjHdq1okoAPbglkEEPEvQJFt6hpykVnnPDJNF8emi+OlVG4",
-	"IpUiqGZQCERiAf8vAbZ1SdqAmdG5GmuWHlQ6umPLTsrM0OEwHOEYqy2b85SpnK+QmI8hXEO7UUGdVjTr",
-	"wVb0LggVxH2FsBeXdvqZAnKDoA4kCmemxSvII4htb0zwkE06aC3q5JKF35KcWOt3LBkeQGcBNxvGIqMn",
-	"5tamGdNTGQMXouag20N44h/CvB1kg9YNDS+CMKQ7Y5kJfHEAsqbKoql9WaaGa8ksjRhpyxScczXEoRg7",
-	"KKK7OlpKG3J60Rr0j8uHZiTjJZY9LG4TZHQKzqHivzPiiiy74qOdSAqd0kh37rlMrIkG9w/bxscs7KkZ",
-	"kpN5uSKxjDI4E23YS6CN/A04QyiLSgHB/EYxYEqrA5DiqKi9zswP+YnKH8gjl7Y68C4iyVxVpXvUgYN2",
-	"0NrYcWQPB8xelniL2CvJN+dCTxV4UTB8Zdowp06MTLYYVcrAaAjH0j5EzENNx9KI8bVrAhpazZrAC4bQ",
-	"vCIl+BbsB2Yv32qWzrg5hIhd5EpdgYXCfPbgnVsWFsJekKqDNTId96JEsIW5pi0TRKKQmU74PZC0zHRK",
-	"xR0OGh6ZcQHzBqIz5Gvu0k7KIpnGylFx5QbHixds5vZBqNpJ3EksNQS0r9xFrhK5gDVeWdxM0ExPmdDc",
-	"WqaRuQsJQelCIr0GxewquYD5xqIhf0SRiXmPNG1rJlQ2n8tUs7gzYzGnLl9o0D+58E+vg5MCsXQ1SRrr",
-	"G3dinrLi1sQvXXLLL+9+smEeGLwPyToBHFtdym8rmvNFFktutk3XCLgy8ivNvlZisT2zhPnraIWwV4Qq",
-	"yn/HLEqouYGBEcmUXP941cH01qJRBeCKOBYXOAGXDzxhr297EmF4xdvOs9s0Dyt2gRznWsltij5fyW9q",
-	"FzCuiGeoss/nVre6x+2Pl05tEQzKfZifUIbKM++YFY9anz4VymKN/4eD6hOxhspva8uaFJmuu2BT51rl",
-	"x+aCl9Ww/F/evSqiPw31QdjslOXqtXlxC1QYTIXG/r3iUo31lP49Yxn7js0x+bghqnGDH2yfJPSHQdav",
-	"poTnERAw5rqZlgEfVib7YIfo11Ljbd/teOJyag+HUlstTdBU/TXvqrneWj2FoBbnpZ7vgwPUhL/WOh+f",
-	"nca9s/7Z2SB6Hp+enNOjMaO0F52c0LjXP6HHo/Fg3B8djXqjs6OjKO6fxKdR/2TUG/d6tHdWY2H6clhv",
-	"n2oXULDFVwSd9IjoSNVSPGtwjN4xiLffDWJ4NR4C8VSN2Ai87RIVEEUSNsZofQpS3kzeY9BPpZzvHxQ+",
-	"uBklGCPXrqK7Vb8p5G30g72idUCw3qn2nkXD3FQ8z4jnt/aKPSoULD8sKEfy8E1xu5chmaaMwgrUOTJZ",
-	"bZlfKPvsVAjDWEznpG2oUaZGtxboIDrYswjEjrdtsQlblarz1n/7mj/+fuwV3lRTeWOfVlbAVYrNf//Q",
-	"akGOElbjr8CIX93wvTa3cmDzrQuaLvDqunlia2lXyjvbzAKwHspu8Uu5Wv1xW/Qw09M7eGu1eEANkuxj",
-	"EEcVQmdl3dwsNqzNY/jcr7VMWVwpQPNEoTGlxd7tIn0jnCWkS0LgdiGYV+FPAlZG0rY/BETOsVkSWmdm",
-	"eNAlIZ4a8x4ZcwgOIFIMRd5K8X4Iepf5Q7F7lnK9LDXKPqBNF1zUWpKYxRnaKsBdRkU8FKWeY6opjHeJ",
-	"6jxLAFYZvj4IwOFl9XqHemqdbDVcfqNwbx56x8Z+LOX26OF7FUP11mMlGaguseeOYxpcnvWhbAQzbNBq",
-	"8K6n39jt2CyA2Od8Hb5cI7m3STSEUdaTcQG/vRsVv/yAA+U0IdZZjybjcZYk5DduJH0yYnoB97IN7FqV",
-	"CUcQ3F2TGNVfC8IPIJkbUghn9EMDbn7vgW3X6xn38m7P7Loi6qpKb7vI/2tinK4j+vBYzfUS5m9yhKgb",
-	"uwiyLrn9UxGGgvF1sVCdlCmZQFLHXCpbTsZLBXJlsD+9fwgYZKUxr2zPr61ERjSZSgtlU1tcdUeJ7glj",
-	"VnH9d6iO9Bc5qrsfn8xyZvrMU2TqiiM1gfwVyPcpn0w2xwre2Me2BG50VrqiPpK3S3Zdm86UWcPysdrl",
-	"yDyE+tdUM92PNPPKgPsSYA5UsUN9D3/WNT0XM99XbUl3XYZ9SHk77IB6esynWF6NgixxWZsI8FHE5og+",
-	"ZRC5V4ltt1txD4JylOQbGmnn9/cWo+e28/5jLzg9qrc4PkrRk421im6mjPwmR8+K8Af7SnedDNLfLouj",
-	"af3zjOlCfwelwehn+c1XsJSghc7mPHszaVD0XWG0PWSLcpE4FKMhjsCGE8A2uqJ/v7oKZyXWaG7+huv6",
-	"04ZMgIidnHSej097nbP+86NOwZbpUZF3IvhkqpMlsaOC8zDmKSvP67h30+tf9HoXvd5/uqdUIvXap/YW",
-	"WIqCdREYMbK52WwRYRIKUFiPHJE/mf+bfu5ZmlDzjLrjc3yf3Vp8qJeZOW+Hf2ZpgmUSs3m8cd9y1IP+",
-	"o2TkPLRWoJfrUD5n3xuWYgsyzWmm6rNQt77dsI6t29ZtZ9d4s5VpqbGktz2mxHRMzOOKtOHveZIpq2Qd",
-	"bF/Fu0ybdZzJ7zBH9QE4T4zmwS0o8iG373sfuRJTGppHfIULs6AcolJcAP08ZfdcZgqrgElAJW3bk4Bp",
-	"ErdSsB3Wbb8qkeXztC3JeKgiNQnXmI9E7EOXNgQb+yE0jhWRgm02kW6+TtajnLtBFuevvthlRZb21qP+",
-	"psIFfGE42y/zunNBMfvdbLuCsl0stmdcyAIQigoSyy4JDeGGhgoU0jAgqSSJB1FpuGJIzH8BmmrmZ0tY",
-	"rgqMc93l912Jhe2EA0o1YTSawtHG6oRMmVFFVIQwWnMvwv0TkNAImt63AAizYk+p2qPs3VUBkPLLINOt",
-	"OW+cS4pbiLz5S7Wyb6NByr32PU+rUsUYhLN1t2r5Io3Hp6ed573n/c750dlxp7jhR8eAPmWIB3gL5hvm",
-	"VbgdzaJwdLtqIjBrtpP3zfHN212EkI0yRK4O5+2vv56L9Xtk00N5KVdyS+CsQpAXEzq1MJwKCHnEFI+Z",
-	"ysuQtUGo6Vhk9j1UPq+UujsBxW6akzyHv/BiqT0Q3pbXcmBsrUjSgtP5TFlgHlv9tPaYbV+Z3KOWbZ6/",
-	"4/Pb1cRN3BVPBrTTdplXqPDX8oR1EgJKBohJNaMioxCfHjjoPwjvo+oOfQA7XLG7uAyhalZTAb0ioBUz",
-	"DN1YSuPtblPNzrM3Few0P2nYWO0ClpHBHn4P+xThX75uo4qhFiegciyD4vhvYruPY1Pw2PhT2hawm8cc",
-	"8mcY7hunldUKOBSlWkhIQNlmRajlimDKfNeJMLmbHJBMLacLSAhR1lYG4jogYS7/hgCTBgJjWYwuAKVM",
-	"V8zwamqkEBCSZjJlvpBk1UroJucwRr1cJzGZK6Hmcl972224Dmtvu90sf7spd1XHd34UXcfrCMAswGPS",
-	"LCzo/vnlFc1lV0cgjXSyzPHio1Q6LP8qbFq4Kq8WVoztZup0g0/O3LGi9/N7RsacJbEi7RkXmWZkKrOU",
-	"xHRJZlLoKVkwdhfT5YG5vf/N/JYsA/JvMeXwr/kV/oCH4a8lo/AMFyTMDShhtwIXU+sfZmJHkWsjtvIV",
-	"GfMPLCZzlnIZY0B+CKbuW6pDSD8qFTs/gHHTkZKJWQvTcXfreuaeaIXWhuZxvcwVGa4I1JNHSELqxqtY",
-	"FstOSkUsZ2ROU1s6j6vAzAV4UHc7P6wv8BWsdBvycZzXeQd22hvPduajCf1y86K1AmYqyKur11dYPNq8",
-	"EhDWnXRJyeRWISAPlH1dQGtZG9vNpJ4bVHdwDVjb/ca61H7x8Z0Ljtf5AyvRsBshlsrxThuYYeHtc2uy",
-	"jjGiErsfKnCNRyBfHldXa/3JYx9YlIENZl1bNee4dqnLmBZbFafI65zk4IZxlqJVqHYkp5tHUcbKL1PM",
-	"RgDqAh1/B19jBZBjlYG9pWBO0tJa1SBPr2T2tBYaSH9cqTDBVXfXGv1fsC7/bTXw5oHBNthoJeTmgW16",
-	"YPOru/Ua4FRsYqdvqDS6+CqGPQRpQtIqd3Viczh7CGy7sm8Rm7ZmhIMF19MpSyCt3xYyMPx8DJgifkIp",
-	"5rUbhRqBJhxOvo8Ps3UVWIw4N/PbzHQfKYOlscY6jqXW8g6/PIMcaRpTTTE9DuH8ucNrwHQ4C4z8kOCj",
-	"uM+OOs/Hx73OGR30Oyej0+h5fMbOx9QDinv38odX1zfv/s/tzZu/vnz9IDebl6rwa7WUxvsv4in7EnVZ",
-	"yxkbW1FvQWir1Pqo/pCXwKRTZgtJPMT3UZMSsm8l0j3dKDu5SeDkPYr6iKf7AYpjwapqWETCIAhUpiQT",
-	"MUtVJFMWGC4h7E8qIDGfIESY94wibSoIE/c8lYDpRu5pyg0TNbx9Si2qlR/kgRWTbt8XpZNu33/sBf2j",
-	"5/WxHtUEo5oCdcnSJtXjHWOYv3nU3SVesZTcUTpjVDhYJJcbu/Oh8cXY1SNUk460XSGuevW0ZtIOnw3L",
-	"P7oqkyJKspjZud2x5b8go58yTOvfZkVsUbfWSjUq72LzSasIj3bGJi7GErBBFgDqEfNs1gpaUz6ZwhHC",
-	"0pH1lidtc0x8kxOm3fppxf2i4vuvTUDKrL/OrVTNwT0up9y6+KDWSqptC4UVo5WQmCM4h00mryTdNt03",
-	"DwqChZSuPOqnJp8r7q1zVq0rPPV+tZrLea/nVAl/+c975eoy/e7J6runPRcZAJvkdu7oEaKAXVTUpyBv",
-	"d/CIwcWwEni6akFPBwWmlZ2QhRU9Dlpaapq0LgarwJ8+Ga+tBo7PXWezGU2XrdL6b8S2f2eDHe26V7nl",
-	"L8JRqOWZo2UZvxAMyJgyOqc8Va5epAVDSVmeQro1z/RQAmpEDW+dN+OKvnCrXr35cLpFa/maBcWy196L",
-	"K5lITwLR/qR5oBh259JuLCu6GBzlSS/4myHq1TzRrwLb/XNlaO6fovcZMvK8XMcNGY5uMptzGp01rIai",
-	"LdvsBa1c811La7trgusTi5vMU8e9J6rPuFKD0V4iuUe+Dki1MAL1mo06n1YvprUX7TZaaeO5bKgWd+WK",
-	"gYMvHTDjsjkIeqMsnjD9wFTrdfbMHVorUdrWuTiVujS7vfzZ0n8K42/MaAxk9ARWg4cahanSt80ZJMXP",
-	"zcgzW9iVt6eIRuvyDpFEe5hL9jNMV/jF+nfLUOANdu1vwAi9W0AUFbe/ydFTATntZUbdPR1tH/tXnTnJ",
-	"hxJqTmfLt7ggy6atCyq3QOX8VBhs41HdzYplVvK7HCGNJsmbMQicm9OoggaYrO3FMHurbTR85Q2vTuC9",
-	"ncJjmOHstJ4q6qhUuLYRY2yv22XlZS52rHn2KIL+A+/Imtd3nse2obLf0MX0lCz64X6rLVhhwfdWENdK",
-	"+9B4aJqz5rCyRjl9DjPlSh8whc7Lq0M36YICgGoF0bXWcJnPvxLTX5L7Ka9/FzEoaqCnPHaSpUkrR9fK",
-	"ywv0j553e91et39xNhgcH7a2rL4TM43YmIhtVQLTaOlEdXwkc8WScQerUeyINbC/RS43KhfmY1dt4boY",
-	"DiKxexDsnx4MX7JfbtweACb+FqyE4kdUkN/kyKpz+CiLCd9Xj6ugpeyrfeyFOfAQ+JQtpKxVdpJDuzgg",
-	"U9dyadE31gLDU/kocgOe7yeUHOQdE9eRLLMfGs+4BfQBfB8srxSz+mSCm0JKrol1dukUWN/apVNANAam",
-	"VThc6zSFktc8z7ew0ndzBtQWMvlfzaP7ZFy45x8S6P/QiOPGFCp/cnWBG3bwzxSEXAalvAgix4TmjwQW",
-	"gP7q7SuAsi8Ffq9kQgQtOq+/iH4BVcAF0+2HkfPQROG6uo1bBBXul/pZX2GxLkOybgNxudA1sd9ira0A",
-	"tx3uJdh4XkypmBRV/Fcr4lXMBxtDGffahU+1a2REu2uLGl4WcbapM+6e8QX9czOSKbAymNoLLCDaubHc",
-	"tQri/slVlmhdtN7+cpNjl+/kkTHyV6Pcdd8/xCbV4VbNrcgp+9Qer1uarXQgb+m2Dp8pc6cfsQWiJVSR",
-	"Kgq44SoEhNlkA6rIhN8z4SXbFbThNqW4sszu1DEmb7+2YPuwVZtu06LJfCCBFbLd+gT+ttSudx1XqC/A",
-	"WfUh91cKZ3ooGhVgIR3NOxbO3oxO6znUvWIAd/W5im22LBgFyzoLhhXLEGuBMbG28z1LdOJQP0OFzhWV",
-	"obpVK1czPJBj5V2am9cfZ0cZSSx2RWXAVmfr7rj82XIc7J5C/UPMuj5qd5n3NCBc4OI9Uzm0gV/Fyraw",
-	"fRbpGuzxtc+qDI9Z7XP7OG3W3b+7uGS2u6bV6qnZdqQbr/Xt6aY58tQevRV1lDEBLB5qjKaMkSmjqR4x",
-	"qonLg1L1qC2r53clgM97QlUKevgFStt2r7Cuij3bB5dQPHDN6VOMlc8egpzmettmC1gVd28hWHpbowmv",
-	"ZjiXImtAk5eL0hzz8DuAYU2oNqNxgX0BBuNMgV9AlKMcCgiiNyOAH7UkmSjN12K4buFYklpGMvE1o5qo",
-	"iXuJcpTn9Kp96q7pDNkfd0vwlGO9oClbO7YSM98mdqjZOGmlfr9FHy+lqKZcewYrfDjnB/lxClZulJpj",
-	"sdEaUQmAWnUPbLq1IDxMQdk2h36w+XpxfdXQtl/AVz0jKpvNWEzqlmhzV02M56U78pmwu5BHvaptedL6",
-	"nm243mqcXKW/TS1Va8y4rcf2vcVcpYbm3f4hpaJqFp6Y754qwNRzTm8nH64IT/7wnrLozC5u9Npa5E31",
-	"X7wJbNiYx7AM+vu8f3Q/tvKjo/99iqg0qyIQLvXei0L9db+wSHRGY423i1Z8en4Wx4Pnp6xPB+P4dDRi",
-	"Z+P+8/64fz46PT2hZ71jdsriUZ9Fp4M4Pjs7jQd9enQajc9PoiN6jo7daor6/vJwEWK71b5hrC16DNan",
-	"s9ZfZxvi/Ss7bwe31dZjGchVutxngl6xpnWEuXF4j3dSntCG7kkJqy68Jt8dJj9mKdfLazNQi5XOaMrS",
-	"qwzroq0knBfAN+1wMdG3//Nf/x0e5BZ2MKWEDiINbPhkJKVWOqVzLJUbEgugd/X2VdfCzoAqjR2Xi5AX",
-	"3PLnm5+u6wzN9eWMbV6JrRZIPC2tUrQYIXv8avlcDYUnpHfJiymL7qAIsU0xscF8KMuDcGsB46ZUxGpK",
-	"71ip4Pcs0xlNzPA/fQLshbGsUVVxBD/YlUOqJHGWQoV09E9oCVWPNCN/s/c6eeuqH4BEbQiUaplC3V0z",
-	"oqGAUq0yMfK5EXjM9uA6Fxupuq494pe7xIfrl1cNRRunZR442Gu1IZNzCQV5O3OZJEMRvn1zfUMO7/tY",
-	"W16FAUmZYAu3GjCgXFDCKWNGQAH9PxRDgTl7s0xTQJqxm2tUDDOcMRMRVG8vMmsDUK9CYBsdcEeFAdTK",
-	"QFuJrSkPVSqoIJmwlS1tti5NGYksjYyWlWqfaH9QdIbNMCwHDeXGU66ZAieUpgkbCvgiJRNmxjLonYc4",
-	"YVcGEVN+i5LHoTfXEu4GAHEIV0I7kjO3dFicN6EwKRdYRdrhn3LklIOAjBgUWx4KJ6uCv0aQKJHRnSIL",
-	"RmIJhG8p66JIXHeTty3bzUhTQ5BmkULftm2n9b9/U1KEpP3u+xfkfHDy/MBVi1YaKD800w7xPCU8YvZ6",
-	"4LEh0zEHYLqrOY2mrHPU9ZJ0ve8Mm7PpKBet77wTBfvnID3LJ4vIe5ZCCX9wfBdUisOb3fx03fW8+pXT",
-	"i0Xp8xuz1ev2cRxyzgSd89ZF6xi+gvTCKbDdwymjiZ7+DnJobTI07KciR71eCbBJRkwZjSK9ZwpG3CXf",
-	"uSrTWmbRtESRZtTIJrgUr4wE9APTP0LXXoVnGNFRr4dZU+CfAIGs6pu4+Ijse2PNFNvDp0+f6gq+uUlw",
-	"RWjC71nXYvYi9El9y/lQD98iJZXus9bFr+/9bX9rezCtC6YURPVMQESUc4VQzodQK3nbDbCWRb+ub8po",
-	"NDXUhfwE5w6TwuvBEgSiFI64oOlyKLCOODIz89BPr65vXr72C8Aa6lzQO9bJ5rBE2fySnPSOCZSeXnBl",
-	"b5uVXX3HaMztZL/Axprul7CTJ73jz9Dfa7izaby8JCGwYxUSRZeAbhZNSczmTMRMRK7G9eMTWb7g6FlK",
-	"7xnRKR2PeVRLbvf9QzrnKBSpRqr72QIfgKBxaW9sYKeIfYAmNihJt3q2jex6Nec32MUTkoHrBITlhlNu",
-	"hY39lz1faNOLJ794q2u/eI9lHXRdcJKcM0VCEE3DgIQuvsT8jQEm4WVeuSpZYu1JNOIC9phvFW1rC0ep",
-	"mBGJoFY6+rKtzROspmXUELOXB12SLwhWekczacRsCiNUt6KKUDKlatodiqt6Jw0K2DO6tAK4Iw/DMuq8",
-	"NTCs7lCY3o1glY9gJDMRF/ILfo/YXlCInbRNc1jZ/eDCsjdYybz4+Exi3eahwMeeKdLG8fHZPOFM5aW6",
-	"YJK41gdoJ+baeWGIkCShWOeaWnhyaI78z3/9/4TroeBiylJucVfyruD1JfLlcNXXGbpK3uDPxU6punOX",
-	"P8U+h8I2A8x8DIlIcN8PesckrKtyH9bx3hewF+5ItPJa23+W8XKLE+dZNqwwE3HihUHhwkOkqPvyvQ0X",
-	"2nxQy2NzxpZPZU3TVjCtcIv+o3ELHEScr9A6hhF4p8MRSwEHA9xkgIxsS05inj/e6fkHciucrYtw0pYm",
-	"VjjWypVw+NFB0H5CPpawOrzgV9owjLkCPccQNNXeYimJEJ8WLgLPex4RZxSsKEsVv2fJcvX6wGpjHiHP",
-	"aUpnTEP4xa8fW5CRaCTYQu7OUXOr9OQT6CaT5/vPcFM1EZ0zncNEnq1Q2uBzUg6u/9aUY3XgQxcKDlar",
-	"2lvwpYgdSSRQYDXHmDJcFsDige+5O8TCUuF5tNi/1uJgSzyOuaDJUKSQekwgHRjaAkZrBWdoVwrXauC0",
-	"Y5nGRu81nPkCQCZ1hgzb/Gg0GquBowMRdGk7RXOlgQuSJhL8OVkSkym9Z2QidWCtUTimkLSPej1A4wyt",
-	"7hl2yRvBhsLO/Zll+jTBIwPYGOMxi1B6B3FbdcmLvGsjhqX83p45CihBPKJEywkzDw+FEdOMWq/NqRMg",
-	"QOiUCkVRsm9PUpnNzWRmXB9c4gIhXq5b+TETEReTLrnSZCaVJie9HpmbtiOaJJemT3tJmzE6G4eiY0ba",
-	"0Jy3UlwRHrPZXJpTdFB7c1nKuSqcfXvfXUXHX43Z3YffV1lkLnIWozF+y4vLrs/PVCx3ujsfj3+Vh2AN",
-	"5jW87I1gzgQ0RzOQ3Y26Y7fnNdp/0mt30N/t+ZPPcq0Xut/HkmX61/efSsrg92iYnFGxzK2TjgeYY+ox",
-	"cpuwv8rIPxZn5tMhTTUf0wi94/Vs/TsWJdQI0VQQ9zhpm5s5IJb4ADHKRjgSxX9HNm4ttwcldj2VC4ja",
-	"wFhDwvUFCTHW0OhKWZpY/GUbcBi6eMou+ZuzNtolJuHYKONapnSCZqtf3v00FNwWbLDugmfI8cK3v6AR",
-	"2MWkfsyDHT+FxDM7B3gV4OodXFpur47DoeBgeKZknjIbg2MaBSXHjNKMIAEPFkGdjUV3KpsVdnBUracy",
-	"id2ohyJKWYyVaBWob2akzl5dM9RD5Ophl7w2+oJRMfg9w5u0jvW+mTNxZfcMw45X5a06Mi0ecQmnr76D",
-	"7NUND4Ox20pC7x/E5uFJF5i48nQuGaZsLlPdtV+qKT06OW1dtM7HZ6dx76x/djaInsenJ+f0aMwo7UUn",
-	"JzTu9U/o8Wg8GPdHR6Pe6OzoKIr7J/Fp1D8Z9ca9Hu2dmbb47+x2tNSG2faPjgdbs3Oz5rjWX0gRKseX",
-	"N0ik9vwpfGpPVj3Y8fnzJ2XVT8t6zbaWWGB5BXfmvFvK0ytQrWEuYxiGiVbHkLTxNwCq6EKmJgC3omSa",
-	"Z3SGQ9Gm0Z2Qi4TFExAxif0R8da75FUuy11UxEDgi05Ml7gWrgzklOqhoAlYSrG6mhP1Scp0ltoQP5ny",
-	"iRHp7W1wSSiJ+XjMwBTjmuaKDHrnQxHa1jsOnyvskhA0glsUvlUIyVWclVbpmSIJVaZfT2nwPGYo414Q",
-	"5OZzlirUVVheCyBipE0V4WPUArQk4WHeI0wrX6Ro2fkrWw5FOMx6veOo2F/4zC7w6wpeEf4WHpARG8uU",
-	"lbaYiVhtIUN/G1w8R1VxAIIAEdjJRO7TgEQDhyLoeSesncxlHcOjjm8W0rbF/NtZ0P7CQvY6AfumRMhA",
-	"7eji/TqF6Se+Ab5K4bvgezvz/DzMoJnp/yzvLT8Doa4wQmtJhFxg9UwHDv7MwYE773hghcy54YAeXxkK",
-	"C1flwmTs2zl8BHHwEV3yyhrWsTBH2CXORRlCgABpI3f2YgYOCs8lDoejxV2KiRF4WRLXsbQ8QuvL8LQn",
-	"OuSlKLH68+02Fsuu0bFmKYak0KT7z1P72Kf2HQT7GAUZ1n3nM5vIyRrl+Go+hypTYUw1DQnVxKgMJJTj",
-	"sWI6dCD/nmwiJ11yZaSilDOjJWbijrRRtoJ3AiulgEsPq2VFbK4hVCxiRmSa0LlNbnaFYRESgSs6SRlT",
-	"VoIy53XSwUY7M65mRhIKhyKP2sEgAdMwPOOEJGvH7JKf5AR9whGdz7Fqj5vIRcFhIjMawYZCp5nAI0Nm",
-	"1KWrOK+jiMk4S/WUpeCrhDo7qYRm26F9E+Kn0oyFtVZEXGkzpm9D+EH0USzVA2WJIypwWrDarYve1nLL",
-	"T3LywtDJ5xZYfpITXHXE/mzkZ3JS4WZA8vDmV6lYPi3DwSUz93UhKeDB35n3WK2jmf28RfUFK+GhqiPH",
-	"eUE9V1TaKRerzoILYqN583faABVi4w40oHSoA+ACXEwAbNJ8K7PJ1GJaCKqzlCbkji1VgP6MvDHzmuUA",
-	"Y5kOxTwPLNWSzNFsh221wx9eotULolIPP1oY73wNgCkMRVhRvUL0quOJ6JJ3qxrrHVsWgYrwzUjGS9I2",
-	"G05TiE5AF5ALNJVj8JNEVEjBI5qQv1y/eX3QoMfmyjTEYAbI/aE87FKzwDJbtGWSYuy6847NocqY5Xjo",
-	"1UqU9A4QilJ5ufKAKO6KmY95qrSN7YSqpRh+igEg5VlTgVsCkzYXw9ERCbm3iHds2UmZ0bbCS4y0KBqA",
-	"gECzGNChC1FGvs6ThIyYWWobaMfi/OLx2+eiM074ZKrDoWiDNke4hqI15l524zSiqW/MLO4wLzSVXFtF",
-	"mqAiDQQ2FJngf8+Yfz2BjEpCp3d38PEOTNKGZrjOzdShZI5gSGEuj98G7gKQlrVJ21Dem5861y4ABO2P",
-	"3n5RZS0LQi68LRsK2ACAKIG6H0vnimyipbo78Dobzbh+Z7nCZ7sGNz/9zp5A73T+lS0fdoH6UN5V5C8o",
-	"3OmAv3LgiVaB740vmJFv/2oZ8kvOmeiYze0cHbXydpEjluG4sKZDjsV1/WMRs9kMMb7dDezDsH/myx+7",
-	"vorumq59uG6eqSrdQvxaQdUQ3iZyqofqJx7YRg1LLA/RZZ2Y6dZnm3jndA81jXlteCe73NJGABFYon80",
-	"68yu9vnB0dE3rEdeG6GO+kIWcOGAaAoBUgyDOnwz8s7yHigL29iG3D2HFVQR0RFcpaEFdQx9WQgvpClN",
-	"ZwlTajUi69p0+w9thfmn3eXRz8vPNL0zIh3QZk6wFFJ/hCsI0HA4spjrDrs3w2gMYcccJZsv1MFMNIyT",
-	"xhBFO04CzZA2E6lMEhTSrbEtIAWaQ+BcDkPhZaTl37ooNRs4RVL2G3oqDgIjSRqhGETkLnktXTFGLCI4",
-	"nzOa1rp0IIzezPQlTrQ+EPLvGUuXhb8b1baWLz94ibP92sTZ+pbQGeOwHR6rubzm/4MaA7G5VRvcuRZk",
-	"cCP/eYE5sdtwKj7j+mmZVLH5TQkOV6gkyzFS8eOlOcAJs42uCf70kzMP4dQ0X05vDLkXcTSFzl2DjhQ4",
-	"12cRon9BKHlx/a6snYFCOxTmk5+G61ILXFAylu+USQzSJoY6urjlTGiewO/ODMyV05/hZEN/k5RGzJUl",
-	"nxuVofbIgi35hQeuu6t6s63oLdjiCzkpXymVsdifY8P9WdmUzxIzPzg6/+o8C2UksBJtNN1veBdtOEru",
-	"DKFlZDVb+sIHhlLMxYpIgeyRFBeeDdAHVCiby00mUqPTzkvHsQks3jG8Y0tzRCdMmNdYTBIZQf4S6Hjm",
-	"V3A3DkXCqBNNbeQc2qJsrCiEzampUaYTfs/iutx6G1KHuUJDUYTvvbgKwPNZCrTzsr2LfCNb48eIvnhr",
-	"F2tgTUUu7wqK9sssxeqrKVPK82jAQzaQ3VtFkLXB02JfQXPa+VC0Qy1lZ0bFsmPZgQptynH4jul02bka",
-	"a0gGK7gRdpKyMU+SWl7zEonkaTgMNv61s5i6Y/V54iCOvm7Ju8SGcC8LvAmb6p4zgmqGR5UbjXnC1OFH",
-	"84/LCqoVuAe9AbIMrotUBvbBiBMuqAAO4owu4SfFmEVnX0ki/p6DEWU3RdO8ZLTMpxTJYGAN1GgW6Evk",
-	"6/zAzAVgevcSh3yhDTDXmrbz0FuX2m291imjM+TdEO5qGZdDEEb5PQyKb26Wc2cRf8fmaec7PmEQGOIC",
-	"vgPIMhWQA0OjKVoF89e/42ouFWAwhQcBUVTEI/kBHMHukWtL6p23MuHR8sI9FGIsub10lODjsfN6xBil",
-	"HpdC0sFTwdJ7cJ4nS8LHxAVxgxcatQoiJBmlcqFYapRTNRTtv1y/eR2Q19/hv/OEckE0+6Ch+xfX/2HX",
-	"KJrSVDH9L5ked87CgEx+5/OAwH80TQPy9rvvA/L29Q8B+cvblz8E5IdX3wdD8Tc2egsojUvrLmv/ePPz",
-	"TwG5/o8fAvL/mr/+Qu/pNexRQP7nv/77wJsHVWXECxlppjsKNjFsyNk3VG2X9glP3Z8O/9RgNUVUghqF",
-	"rfGcPVNIixVrsUdu9RB8ng8PVA9LCwgEcnLcOwgI6066JFRTah78l4sRVex0cBF2S+rmykA//7H/Ti4E",
-	"BBjj2W8+8FsElYGkWsnNA8NMQLDUlSqLsaEPyIpHvQ2sH/J6DgjXaihybLElofG9uaEVOq7ISxpNCzce",
-	"yoAsJooZutIsWV6QEFFwwmAowmo1Q8ByCq3L7yoXcSEd1Td+ShtyBrXUiV7ItVFmf3MFLJ9CnmqAm/vM",
-	"glUT8llDIpdFIDKycJkm/pnK9dm0R5ok6BTOz56FpdouqauAsKs/+H+jXCsoeypJuKBcF9AFRsMzr3tQ",
-	"YH6eFlVESSngJtfwoLbWE9D2FIuhwoaNMSDmQCJrKWJBTX8Y0G5OMeWgZgLc0VQmMYSIOqAbgBSzwd9d",
-	"gq4WQVaDPbQkM3pnQYpMS5CTChBmc0ZXUhbu2HIo/MANC5nFk6RjYbjy5Vaa0djshbUTKdKmNjs2nNEP",
-	"iNvqAvpmRnCRQ0GJYVNOzbXYKTqloI3DmuYaH09dX2jxQrHFgdpBlIwF+KBDMaUKnEys4KQOt0CiL5VR",
-	"TSIqilL75WACtORdYAOp9azanfPRuygZp0xNrQ8Jk2LDIMcNQok+DznJ4b8g7SJGnoygXmbJ26WgYOeB",
-	"IhS3CuZmFQhVXjLIeDYUZfrNUeYs7IgLocQXljIjE1kbHXEVAaP9yZU5303QeWOTzh8zhGEThmjQUglj",
-	"c0DayGkMCgGsglG3+q064MxWyiB/JmIdZA6HPQsC5h/31sXRDuGGiOT5Ra4w2/f6BAl7jiwuLWnPpVJ8",
-	"lBi1U7CDP8RdNeif/KEsFuvvwp9yIDwIWXQoekytufp8BCK1Bl6tFuII+VoFCN97rh70qoTLvzOD+ap8",
-	"T/5UNnufSmv9Wc7XYzi5ZGW7crC00vfNqF42qA0S3y20lyUcZ5cvoWABaXUbcJv89X4E7KaraMZaO8Iz",
-	"+UP4QpnJpVWooTgL4fRVcvBHw2uSZVJooso6Nnf4sYLO/lmstRXa3VGs8l5+auvtJvKqFiDZM+rn81t/",
-	"H5loDjHGv/nShJ/JGBxuoyXkCKiAxCzOcGvQT9dG1A8h0xlN+O8sJhBWe9Alr/2QmPrAFxzBQ6npW4v4",
-	"MLPefN3i9nwL1InBJNXiXXYCHp0CBW1PnzbvpJFAsXrsFhQKAwmIi+wmPD6wAF5TuUAYHZUXFs5rChul",
-	"eRsitsP4R6NirwrwWjK2u/gN07HON3hPQrZw5xuCGK2F2y/tpStXlYOdYwmf8FFi/W8U0GWVFOGF91Mw",
-	"FKEFHAwDEsYcbHzwN3YxY0Lf+l/L8TjhgoWkbUWBpjpCQ5EXEkJoEapvXR2fsCnI0Sd3i4X0zYgRXrWO",
-	"JrQGt2t5WaSvhnwd2L4hlcUU0APRIGhYnqZ3mNvlanaVFe3difzwY15GaC206Oui9oLScu6C+LrOJ/Qv",
-	"6A8KMcjIrkwAloE8qLcI3D2wADYWx7F6EZXrUhKHk+5OnC7wkWf0Dt1gHC0Q1s4N5nGWKLaYspTlmh8m",
-	"jWVzL8fzMp9AnFKjK7ZTmWkuGDFn1J27A9Ms4gzPbJ2JunPzi8BXcq/VU98w2NF2z2K1T/TNt5pieG15",
-	"vIZo4JO6aOAnFr3sDqw/yBghLuQiL9XyNaYGPBgCdibNsSi8TsXkazlB0JpnDS53e5Rmrr4MqTmG6AqB",
-	"ADqzslJ0yTvWwT4RhWqesnsuM5UshyITOU+dU56SlHWw9KAyGqqHUAX5mleiKPhYIJdjCxBj4crwSIy4",
-	"8PU/sg4BfSi8hrRshj5HtwW6bvJKnRWDIpS5DMiCqqFwdmsLi57vARaxbOdQhTV89RDerWHC4UFAZFpg",
-	"cE2p8nznDsXV7pPT952vb9AblMpTQ5I4QEpYw8FQgOUA1qugFEJXlj4FworhghkZxmezv2FxRsvVN4ai",
-	"DTDoY5mOeBwz0QD+8KWY4dfCkv6IXOjKntHSCW2ydKxIJSiJNwnWm5W3a3h/hZaqYRJQcIGrKkeD3rvk",
-	"e8RhyWnaOmkr0ygfJmuFgwT3gRlb3e25WoVxe6DzoGEWUrG8pBpKQXTZ1L9O+WRiCwNspRPi83/lIt4w",
-	"AlqUdnKDaRvOQFQiNWZjzKjIaELSTBw0jc+1scfafEuqtiHSzYo2EuO3omYre/CqKnWTGwYt55BBYK4V",
-	"F3EC0UksxpgTOSbWt94lf5EjrC9mNt3m4jpgGouGgXERQ/GbHFnpxBxHR45FoALCIaFkQn6TI0DjgOR+",
-	"c38RzdJZgdCX15EYijldIrqxrScCQ3umCBfzTBMmUg4t5ClSmDxXlGtC+xlGrJg5m27B1jUUSpIxTc3d",
-	"juiHMKyctYBC5V67LBpAjCoHOWp0fqO8O/BQM9ehwOhA05wtZdRYhMRQ5VcRX7F3Vd8iECN3qcVCdVKm",
-	"ZHLPrE5jRd65TLV58ugoOOsFg8Hx+08Fm4zmHRu5BC/Zr6dazzvzVI4gbBOR94pQjNOembTdc6gWKiOa",
-	"TA3x71pyxezEF4rUACKoY0uCMJomHGCAEC+mDL9TCeoqX0mGWh8bIsKM8TG9mE0zt97LSw8xp8xg/p6x",
-	"7Cv1bu6cm74jlsMDLw5AKLA3QLM1Fj4efjT/rPWNQnyyYXQzjnUknRmsgAOocYPuxfXMS0+tRzTR443l",
-	"/t+Mm9O74M2OgFPGXonOKLf15h+iWbA5NPYFmg3zO/KZyjOV4by2qUMqcFnDVGEJH7hlMRMlsrKJkGQm",
-	"UwZD7g4Ftp2gacPBV+PsHK6V+VAgW186GG6IXF3wiJUQO+puYnj+m6VJD+fM3hJ/CAiOhwaJwKZuwedQ",
-	"+XmY+uva2F8Fti18vWrwt6Xq4XJuo+65hf88ksSXUBEL4izOgPtuO1XR2hiA5gBXKdcgwcYAPB7SwBOp",
-	"LwglUSoFYR/mKdZzIO0xv2dkzFkSq8BoRzTJQE7lgoRGpr/9XQpbYcEw+Q8sJqHzjnppFoDQBAOAXKq2",
-	"THND+EF3KF7lsiLYP6zGaKPtgUcKubg0B2YK14m170Ky+pinWOt7RGMcKR6n3lCEIxq7ZPSQCDpzKRHw",
-	"2DrVDtftITGKMTP3Gm7JRwecZzka/FOKhG9UwFZ1qTVqU6GSCT6ZGqXfdri3iqi5WTOM4tfR9DabG36E",
-	"uDSGVkxL5Ij8yfzf9INQzGamdwAxmJOIETizVM7Z4Z9ZmnCBBL+Tkod78oWCNnOSaFZ5AkJ1Xoi6/4dQ",
-	"cB4p3DNnRA2crHqjGwE2t2x+WhMAxQoWRzUC1lrp1e5DlzxiCKjHFnaVNfHFp5c3m4nUX6xvSRdaSzgN",
-	"HtlrzCMDv+JUJrl0TajTdLCJZ4oI9iEnlsvcZmO/QOzmOzZHVBhnHTQ3ToB3J4CsmevUgT37xei5JhGd",
-	"MbjpuuRvzpaKPDUvZ60R3OlDcfeZVcqgciimpbmb8rKoS48WVSZiAFVPwOhJl6pL3lIMyuBqKMLDOc0U",
-	"CwOst9l86/0C6c+PR95f8Mrc43L07ji80Y79K+0xbrDy+n4xU+V2zMFxUsEWORf9513WAqtr5F9mzxQp",
-	"KJa0qb9iB3vddIcgyzbedz8Zsd6yCZCNbWYrfOEMyGCwIe3Qfg6DwvCcZiIvUWAEbxuJERpZbQ710zBG",
-	"bnlBwhlXyoZFokxn/gTT7e04SxLzCQpboejPlf0xDsmITbmICR0KdD/xJLERaE2hkY4yv4fZP4T7fKPa",
-	"rpn4NpHEjEy50jJd/hF13iv/YNl57neKzGW6VmiE2zaMZCZ0CKdHOVyz4lKVgpF2HqyFRQDgOo0PAq+M",
-	"txUthwKOLmkbzgnnEUpU/ca1hgKqY7ZgaeFOzXktuCSVlIKlm07HazOrBx6OOusSLEPJppRvZL8HGdl8",
-	"ls0AutR85MJ+zG1NRt2fAP735zgr14nU6yKRc0lKBVacK0yAf/BDA1M3dGhEzEaz0YbDAzTe7DB4LfP7",
-	"h6nSsTA3YBGzYhm/0bgOCql01ai/QvLmUfaH0bQCuzh/xMg12KmHKvdQ2Wa2huBeOVqjE8oF8mleNhd6",
-	"FkJk5mDuBADbOC/fAhViLKUi3sYY8Efemf63pE149o9EnBhR/AeN7jZ7Rajb8wdSaSaaSfQaDesVy4Kz",
-	"sqOdwOZYtG1IIQmRVYYHjkOYRxHHxtAs1YjuBxHUtr7dHFINLvMQbKR1mjKSCTQmuPrwtahBkEiCQLdS",
-	"DMUdWyKqTA56BP61g6CCHuRMJz6AkC2EBOoE3DdtjFTxK1OtVHc6uHRoRAhRC6kscsbQpM8SW+7o6Ggo",
-	"mkoz1aJRZ+JRDmTwsNitz6AhPEqc0YzGDB2ZafYNxBitn/1NrtQyASW1RPUQlvWlf+jooXeZ8F2CAus1",
-	"rWGFUMCh2RrxxoaejsrpJIhNSmeIoGe0KNBfcxgxo0ZAcry5giFVXnXJFeRNOKgrkSwb3PV2SHs76/H9",
-	"r9RV/6R8BGa+Tm+ya/MsB9f9IwoF6FfHmZK22TO8+tycS2Y7S2zNjnbrZqBA7rGreCLHVToyclaULqF8",
-	"bfvq5XXn6OS088OLnwOHwGvuRPDCQwtDsUix1qzNjSpQ4M1daNsy9HnHlgdd8h9wiEAQgFqIHXOALoiQ",
-	"JJWZZrYEC2Y5DYUUrEuuUCoB+k6gdCbUhjAXBhckxHHcpmwMxf0ixh2uPRxY84wRQiDTbSja9nllhJk8",
-	"CUxPmRGv3aWZLImDndfS9r6c2+XXMs/SXUB6REJHkMwK1XpJaFO/8Nuwhl1c2k3IIwMyvxBjJMU44ZEO",
-	"13j8YQaPgEn07uUPr65v3v2f25s3f335+kGud6ruoDBNHvwkWHqL/g9z+brqfeo4So/1rjhIOOEv5UzH",
-	"1d7WlU7a7nzCZh/8MWKHv8q6VjWue3cyVvliWVA4/GjZxobMd5/35LCNUC90THmirO/pg84RjkGgBWcD",
-	"iWTMcvaUCXpPeWI02HBVXvgOus/P9Y6KAbz25Hp64zFALHfIUrEb4KHe/xEvZtyt9eQWNEV53tsYWuCI",
-	"myI+RiyRYqIwzxKR59djHv7A9DdMRf8Q1GNjRapTbRLmsnVuoTwWxKJzFCHatq6elYfyalqW6m6cAIWB",
-	"GDW2Q/AfPw4p7SmjOJFBHC86u4oNpfF/qRCG3Uj9jxrJ8JlFAS/ywa0wqgFGdAehXq0VD/Q6ELN/z1hm",
-	"7rq5ntZaEjBaoZ2JPIEEDZYgCAYedAR8xQVDP4HSgITDU+KAmYKiPHkBmsxd8QSlHfj3gotYLorQ5Twb",
-	"1aHnGMFlKGzeqUwtkHlM6EyCyRT0F6z3WWrevJGlKx1USmcClMcGsN5VWA2jcLXdSN16cA1BjYqxg8uh",
-	"WDF3YFsY0VbGA3mHJsGAzFMZZ5EDTwKoCgVtRjRJCDejvcECI0qCuU3es/SeswVph4cZP7SVakKH7x5p",
-	"zBJWIVFTucAWai9cTbetBVq3a/Xe7FPfm318utGb3eAvr9/H+i7Pe36fZ6eDL+tCh1VtggS1W/cY1TWh",
-	"PVtkTz3Lm/a5BAwl5xEW8n2LPB4bzhRBGA+Z0wkXBbMY80QD+FgtTqHNnNvPdAgj/HpzfGrRITQWYNwS",
-	"u4Kqu7wUfFN1W2uR2KnRG/PC14zHYROu801uBNugjwpC8k8IkF3QNqm62yJCDvfvD5oPVk39dRWwNueB",
-	"xVmaF7jBoqaicuWvcRtngv89g7LAQ+G/tOIpBn9jnbsYM/+LENUdvMXQ5h1bujotMR+DxUiTkYyXezmM",
-	"cVkMQX3j6B0Ir2LayFE6ZkwpOoGEMZYk0lCeNRhfYK0VT1273VSXxVBWwfIvqiboHQ3OZsG/kNoIe/3o",
-	"IB1mab52B3rTzL/mEgM7G9J3LSrzed3uuSFdI8dpqF8IHw8/wnlbl/P2Nwhny7nqAkqbaUlGTukMSGhD",
-	"mG8tKjJRdKlsWL+Qtw5W8hb1RABKxiN9K6S+zasYxgCEXEX29dyFFisktIyoi42E1juYt6pCUhRJPAhg",
-	"DKiq5yMgYfHE7YwrcPuZr8HjV3xjBjQU+HKArSYedCT6Bwk6Df0RYjOKJSzSMg0PYMpcFItQ8iVgpJSd",
-	"rhyTyqM8DqHMdo7PGRCHIh0MhcVLNfKbxZM+sNOLzORc7oQT2+LbhGqWYrHHlOl0eTui0Z0cj5vKmO51",
-	"cZmXntoObfr4jmnKkyYVEznmt5J6iOfLwbA488/WJ/iQppqPabTG9vU9Txhk+824tlCoVCyLyp7jnIgD",
-	"IpN4Ew4/VXdXeZ9fI4WY+a4LQYGizV8OOdyxi2JDqLecW+76JsCdqyLBxEgdOl12XFHIHIEPQXBM/w4U",
-	"/MpZFGWa4/HA4zMJkRkyLyCbcDEJMUbUMWxGjSDOoVRs7lwFC17b4ttL4aHbEwffcIA5r/ldM2JYMjHM",
-	"Bxh6ZS4tlnh0J+QiYfGEKUgMc2Ei1kzajAvkZg8RG+bDw3GBvmpWuY5J/hMXaC0u0E6S1GEiJ2ptNlgi",
-	"J1jWXI4RJNPy37atq8xcOdfQ/gL3v5DaFYKGnITRUjOoIaEYBBqBRh2OZZLIxb+ASpsDUFuprV1XkfYA",
-	"9HPBFhgZtsjFPdv3UPAC0F/EuZ7tVaqFyCsoli5nDOvTulPqpob1aF9I4eAScJxqKGjKyEhmImYxhKRd",
-	"vX1l3QVtu31kgFZ986sz7KcMjsIlIrIwDm51r14pV0MxODq35TveAdu7MjS+Tsr5yWzcvsd3xfJ2Zacu",
-	"stmIpU3mNLtAVcB+tNcf9QfPB2fHp4Pn+3kOkDjqPQW+n6C2n94OHgrYzPp+xjRRLG9qJGXCAKOsoalS",
-	"+dTaBo/8kZ/2Noz4KbnqT3Jywz7UShc/uSOep3niXnT3i9s+/7zuVyh/b4UTd4ITOdmeBaZMZYlezwXn",
-	"LFVY/xyfJiOjRjHIEUEnYa1cyi0GMYS92gdAbFDm4hIRcweOXKP5KEfKMJyGJkoSLiZQ8d4IHtKh/qIz",
-	"E0snNSTGokUJZ/YANvEtmcFxun82O7PZGl7ex29B8XprRq6nqcwm04LkbfWE8nR2IX6dLpsF8p9BgqYO",
-	"B/rWwVmjSu6JuigD0+gOLm0rxYflAuL5JT3K4gnTKIc7G2MeQaA0XboYapegQt7AnQk+OzwbhSAspO7A",
-	"LDDUsS4Jyvz6zYq7Qa4TQezGP2Vdu6GEkpjRuJMwrSHVRqaecrheCs7miaSxOvyIfzibYmPsWzhWIVA3",
-	"E/EzRfAtC8mOwW3O4aJ0yiDfQUsSc7N7mE47BeQ9QWZsJtPlJeYuJlDpCLj59Y9XnaOTUzLLlPZsdAqR",
-	"BrvkjWCuW8yFyL9P/BIxRiE1evGcQZG4ooUgT/V1KidXJHFy8oiNZcr85z2NtAYQyYzDWVN2PlT4+k7R",
-	"ejLSTHdwbcsnK/fkjrigCIlR9RpsdqYMGrJXYlice5byMd/bH/C0J2lX+/7TFmnHrYWCZ5Y6ninQ/RRp",
-	"j/GuohN2sKZke83JPESTU/Ml9R+4QTbH2FYTGv3GoHfFf2f+CQtyQGZtjWo2Uk/cgRkICysOBZhjvUJS",
-	"FxjhJ0VsTWAlJy44xExjXXJFZlwpa8MqPLI4IFBQUzZGSAi4xHCincKMb27W4kvTko0U84/njKZ3LF5X",
-	"hgEG6Q4pbsxDj+oTWj6bbsDC3Air+/VeTtseEdwXCJOCxfUMqWuOxaYioWBPsSGeNih0TYlOUlToDFbq",
-	"H4J+UlSVUo0V0Lw4yXJgZW1ZM66GRc02mQLghA00tXlxYwQOgnDNukJqpRJ0GHMJQx8KN/YmXWjfiqJf",
-	"lXazvsxoodiUa4w+rff6MTwLi3xzamsKbgjecZZ1Qw22VB0lUrCO5jNGmEhlkgC9ALVe+NZ4/FE5L9ZQ",
-	"tMO3b66xrh7+Zvku1t0hETPnFCpHF5aSIvv0xVWXvEnJyIgdZCmzFAj47V9fXQxFyiZcaVvzL0q4GZDf",
-	"nJAL0g69b27nbGZ1LO/LMRcTls5TLjQgyw0F+Eet4TAffF1RQK+Z0NVEbCxrmF+RefD4QqAHbuVwQ1y1",
-	"V5XYCLYHlzVl/1yT84RqI7S5ttEEW+0nrAT+hDaY2tY/rMSZQg8HZEYFnZS4EWxfzCIeMxWYdrE2IgjD",
-	"htUYrbIct6X80pD1EdhIfHmhwb1jm2b0w22UG5lvbZTvoBRSKVjaYVmn3wrsqaiEG+0aZ4Sj/kKJrTau",
-	"xq7cuvxWazZoPMekraZwPYiIfa0Jr+dfJI7G1RaNmdBGHFlTHbGhJnOtfPGIONF7Vuj8PPU2m2mzqGP7",
-	"7QRpLNxS196sRtuouVot8DKClIQWAysMSFjHr/COstADpD1j6YTFFyQUWZKEttSrItRcVCOWHHTJdxAM",
-	"BLjMWs4x+8zlEqI/f7VGtlfjm0xZyg4IlMeuSn/WWx6sFAmPijI+sy6BwsboXodBYTqCUVlLgvAzhTog",
-	"wcAohWCU+Kyz5DvYKhtClUilw4MgB6hyA8EYs2Zo6QefiGA1Do5qMqXzOROYy1uR8auBCVzlUVqNvj9o",
-	"ot7L1YKdagV5BKeN8wjsD+8b4Fz2vDgtTVp33Y4403vcgJ+LvWQwwLjMZv6hYaVxy9ZzsubbzBd6m61H",
-	"f+bmYJfF+/aqFH9gLUPuyFhh2NltPdG8S34AvmQefvvyZ9KeA5BDCtH7hcqA7j0fGV9lYCPCqmFTFt3h",
-	"12YJ1IG9Z4ei1NONX33UnwFyVzNWYHU2VKrWOYKqCZLmC2/FHnhD73K4t/Xv4VC9QX6V59hSSB4dae44",
-	"f9f+EQFaHuzxsQo0LQKaV/XoXflDoVZ0QHxtZhKQ2ViUyqeamMsedveOLZ09C1092CqLu+Q6V1K6DVrk",
-	"y3wENzCAx5SKH09xq46yyVtpfux+A9fKK6Uyc6uYg9moY+5KTGhaaA5ntnpSTr5oyqgaOOMZF2ASWbFv",
-	"dNeYNn/Avr9mnQqGuC6+OV8YXMg/LMAexFeVLE60ShSo3jgb1H6EePixYkJbCztlNgCt8cyoS0RIkkhz",
-	"Y4Emb8gRR1NQcF7K3DfK2+CnXKsYClQBc7AH8JPplApl9AkpLgsdyZrpQHvydRddDO1ZjdKHlYTaqHEY",
-	"qczu0UG9sHMv75hHkA9TujYlRHobsN0bVzC7twBlXHcoB/WenzilC/FHPDBucoQiCTSZMpriNpp5bJMN",
-	"GY7eivUZToGeGoL2HQ7uhBoy5VqxZIwSOYyV0ESKHFPFFme8qJIzjAWqATj3mCodMiXJSOpphWNEZtGM",
-	"/F/4p2tDhU0/j2Fd2JHQP9Nt0nSTwPL+Ie8Ppmth2Rwl7qsnY1reeul3ImWcgxZ7HLzkUjNXB0YXuWKk",
-	"M5myAK+Jig2KmROkhwJMaKOlBXAnbSE1gaor5lAiWhHaHt2bRTSEq/gNEYGmX8h4ZIliiylLWYBRVi6D",
-	"aA7ePgisBU+hDe/B8F10pLlEZy9IA7S4Qe94KCzQascmMYaBedWsB6HmQAoWobsbY68wpGrTJfQ5lWzP",
-	"goa5r62LllFeEkbvWLwL1pkZ/1epebv80pIF7SsvxGBGvOHkVuNLRoymLL3K9NTFl9iXqgf3ncw0U8TG",
-	"P0B6TUBopqdMaNCYwdm6qkh3vRwHu+ArNuYbJiiGh7jTr1jqkJDL1xXXWBs/9xJ366F9VJ0pu+TQ4kwF",
-	"9uR7w1XedYwxK9Xx17X8nYf7kbfqh8HYryCeplsG+qlrD8JAM57ojrnSsb5FNGVKA9JTUGClrcTwY3EJ",
-	"MuYi7pYhder6uYaH4XVgflA4msXIiIwqq2FabahWLdMiY7EodsfTAvt/BSyndhdy6OwSnLcKjNhuwbsx",
-	"cEdYkR2vATl2ucJVRFtwxnidW2C8mtQkl2OlihXMYg5JHv6uwCM17//IaGKDbFNGYy6YUrgSMtP+YbD4",
-	"po4u5017XIPdZeYJFf5Myy6uwbm1BIbpZSnz6RIxvj69//R/AwAA//8=",
+	"7P2Lcts4ti+MvwpK/1MVeQ4lS77Fl9p1jied7s5MOsmx3bv/Z7fymRAJSWhTgIYArahTqZqH+J5hP9g8",
+	"yVdYCyBBitTNdi49PVPVsSQS14WFdf2tj61ITmdSMKFV6/xja0ZTOmWapfDpMtL8nr2TCY8W5nPMVJTy",
+	"meZStM5bv0yoJhM6mzGhiJZETxiZy/SOpc8UofAqoVqz6UwrMpIp0ROuiEzHVPDfqWmk2wpa3DT1j4yl",
+	"i1bQEnTKWuctfLkVtFQ0YVOKXY9olujWeSuiImJJK2gxkU1b578WX8Qp5aL1Pmjpxcw0o3TKxbj16VPQ",
+	"usRxvPrOtAVdzqieeD3i77c8bgWtlP0j4ymLW+c6zZg/ipFMp9QMIsvgyeWOXmSpkunyYt1MGAkF+6Bv",
+	"I3giJHIEKzZL2T2XmSIzOmZNC4LvlBZkSj+8ZmKsJ63zg16vbijf84Q1TnjEE/bw2b5mVLEbecdE/YwT",
+	"8zvR5gGYrF1mMqeKjFMqNIvJnOsJaXNDI0xEXIzx+b18LSaMxiwthg6ddrDXVcP3Vqh/cBq0plzkn09q",
+	"Z8OnXOfrVdmCBH6sJcnjXmA641NDj8dmM6Zc4Kd+3g8Xmo1ZCh29hTWiyauYTWdSMxEt/s5qTthP9I4p",
+	"WDgzS6Y0UXRk1pOkbMao7pJLTaZSaXJwfEyiCU1pZM5u49J5HXZMj00EdXxcXq661XrrHeRGMvNP+8PJ",
+	"7cq++9B1uyAxSw174pqMUjkt0SYVMVHmNRExIrLpkKWPsM4bkelG634d0eb1VhF9hHW+jiYszlZwD2Uf",
+	"eISuWJSyZr6s4OeHd3ND1V1jJ5qqu4d38fMskTRu7CSDnx/ezS9sOJGyeTJz/P0ROoKrvLkf+Pmh3Xwy",
+	"L6uZFIqBxPEulcOETc2fkRSaCeDHdDZLeARMZH+GT/zP35SES6fo63+kbNQ6b/3/9guRZh9/VfuuXeix",
+	"zCwuiW2StK++f0HOjo6f7+GlRInSdJgwEkYyZmEXlsW2COLRjOd3H/tAp7OEwcBTRjWLb2HeB72Dk06/",
+	"3zk4u+kfnx+enB8e/JfhGnHrvNXrnx2O+vSgM4yPjjrP2fGoM+yd9DtH0XF8wp6PTntnfU8G4GagcRYB",
+	"o6kyVq+159ER6zyP+7RzRo/7nZPh4ajHDqKjuN+DvbqXd2arRjRRsFdyZtb+11be+vtPgfkwY6nmuC3+",
+	"lLxNjalmHc2nbHlngxb7MOMpU1u9YyaylmiCVkKVvs3UlgPCdfy4/MPSWm4whBlNmdC3IKrYd5bFHyf4",
+	"UE3sCloZWLALIrIkQbHYPKXyJ4D0wjHVbE4XhMZTLsIuucTHBkKwe5YSu7gkoZoZwZqKgAiZkglVZM5j",
+	"lhLcVyJTQoXUE5aWJG/7ipG6cCbBQJiLD6jDyGDUDh7JRRHT68J+x/PpBCRlRjbl9yxZdAdGHqtfuV/d",
+	"0gUtM28gsZwS8y0ZSpkwKlrFj1ttsCPljy2u2VSt4wlwdq/NO+Zl2xpNU7poIV9yTO3XFswE6CfvJfAP",
+	"RTGZQvuQw99YpE3Tjk+85gpmUz5b+Vg3GnTOc9YOGVqrHY5STFd4Vsw05Qn0PpFKO5lXRjQxn81rI54q",
+	"fasYE4/G2eAcr21RmM1P+O8svr2nSWYG1j943u11e93+QzihE8xnraC13PASD/SWaNUG/e367Zu3+VpX",
+	"Fu0p+ODWjS+v5yPxRPyiprGmbupO2bLGAC+5RmqGX13lyro0HoFHOY5wlpbOYtDyVP0NJr76rF6Z/j+2",
+	"aBxz1BvfeSO213h5Em4nKpKOaYyY3wLCuuMuCd1ZDwMS8pn570ym2vybpYn5JzJtjozsZeQfc+1pzVLT",
+	"2P/zK+38/t78p9c5u+28/9gLjs4+/Y86usi3v2yz6K3XdfxFKpFBw1rxsZhamdFjbhR+WCORMWFEvVyE",
+	"fTT5qpCTvSZodHjYeR4fsQ4dHfc6h8OCMS4zntLwNz3kaBRL4C00wdXQQ8VGl79DhgsUVKIJFWiVyu0b",
+	"B/2j50enhydHzz0zR2/ZzOGtaN39vgt/MUuLWsBtyqiV/2ufelSxwtvBTfQmn2aXmZmvNrkFCkpbvEaW",
+	"wM2qUrg1X6K5Ag7TiAuuJlupIWfDA0Pdh3HnjB2NOge0oEvDVBlV7NaX6ptaVZqm6xQgpanOlFm5LIoY",
+	"i2EZnCLujemU9vud58ODqHMaH7JOf1SMqvUoh6uych93ovQ0lemtURJrKRJ/njKl6Lj+idJmPbaQsLRv",
+	"m3aQZkJwMd5OBvf2fot3gBbWXLW4U9f48CePWjZYhAecYe5TZvkAV4gnn0nNopdWZsXBfmloZcvb3hGe",
+	"b/Bee7sGLY8gvTePejXeBLMiOl0YdlWyfNvhVPlsZQVhfCvm/DbTkUTd3Pl0fK4wohy5ZH4/1fh48sau",
+	"c2JybcFegJkK6dnsxermnfEihkdnLFXwbG2vWcz1y/saoSOytywSTBeZuiGaSMsqy1qtJuEbtmtt/R6e",
+	"OuIuw9YdW5CEUXN3WP5wdBC0ZBRlabqGH1tDOY5r+DzuRwf0iB2PTnrP+6dwANIx01tw2vwVO25chhoG",
+	"bNephisWK9X4oxN03V671bG9BS21UJpNzSIKKRZTmanabdxJuatwEy70yZEvKp31es/7Z2cHx0fPj3pn",
+	"Z/1110hpozZlnrsJUsVm1yytt9fNvzYoe7UqnTev0sYFbvdrmUN+sh5FUSvO6dNpay/ojA55wnParuXh",
+	"qGBUjdCGtAg2dUEoMRfOM0VC1/Ft5LUdkmmmNBkyEkmhKRcsJhzscu3wfw+yXu+QheA/LY8waH3ojGXH",
+	"fvmbkqJ7Rec/2WvAjF8a7qXZT1QsrpBGtr6KoAUuxeZb8yJ/55U5qp/gBL3CN5031X7srzF6+d3XblBp",
+	"guh3WKash03iUqg5nudHGepu+8CcGLGBRIUiB0qhNLlNmcoSvXbCV/DYX6mOJp4pCt2mnjS9bBSf8PGE",
+	"KU2wn87QtFB1uHqxJEQxoYvwESty7aiSykLS2GBhnFyypNXZ71dvW0FdNYraNoqXe6dWZdpIzdtar4IX",
+	"TH/geLJTipu1pw3vnepMthT4d9KSQHC1b1Tjl2xUipktGTKzpwpCVsDpR8eUi4DwkeGrc54kht+a1jiL",
+	"u76jY2X32ygp/qqvcV1QdXcND1ZpsxTIVGgtlZUv9VVe2BVEXTC3hxM1nv4/xJFwgzjo9R56QGaF+3sj",
+	"b7a/jhvcTgVXKmndyzz6x5ubdwQfsIbAnAIITaQwzDlLYjKh94wMGROEAmFY92WJOx+fnfkBUb1ebUhU",
+	"Iw3bYa4mSxActrsht9yZPy/U2gsV7Ry6OQLQNv9MlWIBG8L9tovYe6zrvERu/oSC1Tc9uH+dP3ZHMc0a",
+	"iLi4VSySIlYlC+Rh//jwpNcrRRSe1O6Di22oRoWuMQHtojw+yMteSPaH28j1Zdd78274MYm77chOC1k3",
+	"2uZBXkd0x8HtFKiSZGO+hSJjRvcO3qlqYis3zAyVy5TrRclA6EfG9suE3On3erW0jAaG8oi38xz64857",
+	"3ZDUavzPdjzFWq7aWwyM3G1/Y2ZkF2cPW71L2M93xRuflwtoPjV/bTjMG3x6/Vrbg25bD/wVWbHoECT6",
+	"sPO+chbQ/hvz5K6rZYRH863arC8j39/A4w3u85Pj48OT1RsbtOYp1+ytSBZocyrcIAkdsmTDoWAY6Gt8",
+	"Y+MNbPbS45aZCe62Ye62NgqXzHTtvXnSOzpdF4YftKKUax7RpGRaWytJ+8+C4TihC38QZRHoO0mE1Fb2",
+	"GbKRTBmKXVMqFsS+hjHoQs7LaqXMhgnzxTInDtQKZVZChMBLFmWwIzVrVB7ejzSNCWQ2EFnows8UmU9k",
+	"wkiaCRwbhLoZ4R8Et7DoIWY0Trhgt1SjxXG74fdrhg/EeatYwiK9XuQGwrx2D+cSaZylSJSlqdtL6dC/",
+	"lcyQvBEd11HKlH6ohFG4lsrX2zqK2y3QdJFIGm/nmZhxIVh8W/J6LsvmqMeBTgAxqlO6gC3PbSJtKmKI",
+	"EQ3LmxJCkoR/bMAgPRBK8yQhU6OB7HXJK53bqWnRESsHoirG1AWZT3gC6RgRFfmBCczTAwFDmVMzDoyN",
+	"nTERczG2QSAhCcvTzQS9pzyhw4SFq2JSS3r3I8kuteb6bXkKmKzWq4s6XdjUPCOVY6JEykY1x9xcXcol",
+	"nPmr/0wRfFEVm56yiPF7ptCj4PS2dmgfDPe65NK+RaZcKaPCyRS2ZsKSmFDH7gz3ISPKE1XO/TJ7COo0",
+	"iWTMiG24vG2tYENptXQ1l6XVqoCaX8KbWNfM7buRbOjabL7rbMbGriKht5ElEeC41k/vBV3lhIwOp+Vg",
+	"KHYPIeyLbdQ5OxnwpOEa+ct+ukrSDlqZ4P/ImP3ZiiS78MQsTWqi2QSZaD0ztGj+VeTnq9cVo8L2QYfL",
+	"O276Li/dip0HhrSjJ62IvLwdcTFm6SzlGGXgB2H2Ome0M3r/8eSoPvbSb2aGRrLKgvTq1afbSApw25p5",
+	"UnVXvvj6Fd649up7PNWk5h6rJDZoIudC+SavNteEK+LC7IiW5q4xD4qIGYYmBsJvpQOWhhizL+BeNOMn",
+	"UiQL4IlyLkq9wk1F7OqAbY3rDa8ee2ltwpeQnGo5kxW7/caayTJuSFyiM16Y8j5LFtOGyUh2UK35WN/+",
+	"65//XeOH8ke+cfpEs9USr6SAqAnstIhYl1wzEIYIVSS8zPREpnbzz8lfGU1ZSsDzHmGeDjrhu2ujy5yl",
+	"sZjBin1DAoAJJ8nbUev8100IpvUpqHq4mUhlkkzzDKblVXgr0Kd14a9BrWG80tQOkYaVJVka3OpOltfL",
+	"kMxLeGNT1utn76kUGWWrY/7315c/vHpDXry8unn1/asXlzcvydXL//Pzy+sb+HUg/vXP/x4I+Pvlm+9W",
+	"PFczCSBoVk/Q+Sjq2PUanlm3uQ8xZ9bshxteHa2+zB+v4zErFqGcMtgYp19jMj89OarxvdWtw6NkKdZb",
+	"7Zc134pquwGZ+/GiNb3ULff3lCdZyq6z6ZSi1lANZslEjfP70gX9Y3QkSOUcVb85F7Gc40WKwZFGprIR",
+	"kSBRrXQJGf2hrkfAg6CaKW01kSlpU5tW3+/tBUSwufkRknk2VgCuoDe7CHWhXTibkploNTiDv0eVlwO7",
+	"mvkkazeEJ9WoD5vK7EIh/XRmSGMOnuq2TdlMprprO9k5p0VN6MHxSeu8dTKMejHtj44ORmcno+jw+fB0",
+	"GD9n8UFvSI+fn/RO4gPai+lxFNODYf/wOHp+enw0GsbR2enx8JQemrb47+x2uNCGOvsHWzviH+phL29F",
+	"DUPYJdV5w74fNQHZ7UlNc/4SP2Z86uaxLJsl9lmhtbQlpdHnsyxtS9Ohe4wwUTi8u6fW/shoYu7U8umf",
+	"sMiqT1TTIVXwzl0raCVcabgC4ZNDMjCfvPgM+7HC1fM26+Waj03Zmd5g1VKkPAzDs8PUYyn5S7EiOuOV",
+	"UhmLXxT6Z3VZ6O2Sctogc62TtQoZ6/Fb3FUmcT6IlAk2L/1y1DsEGezhyUt1S1h37b64xNvcaL/K6cTe",
+	"m4q0aaIQwcsCDzxTAbHygFNrFdPZbK+7oZXhS0padateXZcr8wShI8RP4IokUoxJW8/NMvA0zu2lCR8x",
+	"M74G98ZS1w9INfJzi6pLGtTt9nqRsWYp6g6r5z5YE7e+ZUg5+GdeQBrpSnbl+zYPV6FGlHfRtky0zF0M",
+	"zxRB/2ZApiwdQ2i8RafD740SP6HqHPBdTPOGshWh+HNAQtNXOBApm0qwg+vAvSmkBktQTJSmiy6pZtDO",
+	"J1LlPrQlp4kZgmDzgbCtGeGaMBE7QxRp21cSqXS4FxBqWmSi8J4oLWeK0PjeLJxCnA7nxhyI3OewOC/M",
+	"+WPJFBnS6M5B9P0jYxkDB04JsE+wD5pMGE31kFFt4/kUemDQnh/CsLqWK+Z8PGFjGi1a52bVgtbvUhhK",
+	"YFnHCPPWluhv9clRDfkBlVh0L5fAvYWt9A5BwCo0tM60OGMptR5GdwG+MnN7IzX8+/IDVxD28Z1k6o3U",
+	"8Hn5SjRHwLzfuaepoQ0wX8GEoBX4yzUJH/J24VO5cefuV7UWGaOHTWXKwMIYvhLohwuh9fCCCCnsT9iF",
+	"/dnvoexZqT10tVE03q7Vy0R3gHKWr+n7pk2+9vy6K3e4GqvNo4klVvXMHUdMkyGCsViR9t+zIUsFM9eZ",
+	"YlMqNI/U3rlFrgnBKWkjH0Iyozx1zsmBmKUMgiLNcuHj7IP5TnEp8KmJTOIuLPl5wUkIV8S9Cl4ts/5y",
+	"RELcwvBiIOzenBM6NI8FZgdLrwj7jtGHL/KNu6juGrkUxLCYBXHsZCDwLwfNY9MMc6S6wwOiWToFNx5N",
+	"kqVji+tRzFOBNRFOUktzxJjKTwgeDEeZv7bGs6wVmP92EpqOWev9p/dBy19h00OVFSyJLzVD2FBMX+IX",
+	"5dDCg2UzQHVwW91D5SPhv+B15Qj9UxPpP6jfarrY0l2nmCbDBXF7ptBZ0Ua4KMBzyL0hXCuWjPYComSe",
+	"aTYQS9fVlC7MNSdi4CnUN3l3yd/ZwtyglthODj1URPT/czEeiNDig7xv/9qxSCHd/fd/cd/u/a/wgiBV",
+	"bdBW+9fLzn8V7eUfbrvv/+L9tPe/9v5XWJyDkyO7REsnAKj83NLyjvcWo4+S4pPfu7dG3U7vaVIIrv3e",
+	"NtgLpYDsVnxydhrHR89PWJ8ejeKT4ZCdjvrP+6P+2fDk5Jie9g7ZCYuHfRadHMXx6elJfNSnByfR6Ow4",
+	"OqBnRYPaG9FhD20BDcgT22RVlCNrDh9go/LiZLiYZSBC5BnurQlLElmEw5qdjiayEhUA6JmCpbf2oU8P",
+	"NTat2tZ6fUQXoLkAFDfSTGyod+yO87A2iL8UqX9BVOEJQ+BTEnqYvCGRwt5JLuQjMhfQip71inW5rsTI",
+	"kUxonngLZWe84SrZKJatLCfLC4I8y2mINSE0I5YyERnFOvQic4xMP0Rf8oWVCFDA59qoG/lLRijokhtD",
+	"ARybBWY+S2jECMXeYYkJnc0YTdU5uWNsZvZEZmBeT+RYOUQ/yD4hbU+5JymLqREd7Dxy/QIiRhUqTBD7",
+	"I8d7yDeXWJ9jAGvT1ASdqYnU26Rd1KBnLFPKyuNlx/e+iWdfWXvURr4SeKMMWF1ylaz3icxYaoe23Dp0",
+	"SvZJ2dfQEEu5Ku7zaTwd3tCbV3NrgLItGWmFQ22N7L0R3a2Y3k4BPA+IADTXYm3QTdWJhzJOEVEM81EX",
+	"BMx5keEOcVn4e2Y4KWMQvBlxvSjlffU3COSZpVLLSCa39yxVdVFpdb4KOdJzmrKGdw5qY5DmlOva8N2D",
+	"XnUdfpRzNN9pCYGiKLACL+6SF6VVUCw1fNNOmbQPjokyv9nW90rrUYkNrs9cbKKZJnQB3KLNVR0QMde5",
+	"JGyjjSR87bKKywsXYqWF0N4fhkS4GHdJiFg4txYohMXhOdieMO7XJpPaaNwcNifsWhORexatWhdESMMw",
+	"x2i6cJnUNIrYTKND2Zlf8roP1e7NSZV1xhd/fk3JrJC0ay5Fo2rbwOKIpilHqiiJKnngF5i/umWFYRfJ",
+	"fmkmjlk8ushfldBdrrJd1Ac7TpcmUoevt1ri/RxS7CayZIMIeUF6KI4ZWttUntwkXd87gmtznZvIf2l2",
+	"tWddji9nMybiqzwtvGSpNW1U6KJ24Q7OumcWFUeORgAXfHActHSaiYgWVLxEU6UeNl+Ths3bYPlLQ6yN",
+	"DYXfrOn9gybRJBN3aNMDQDZCyzv9cCd5sUZ144noDKqfpIxGExZfkFGWAjp3TDU10n6cSnNfeepSE6ya",
+	"P3e/36C0DVuQzguzNtvGp1O9VGyld3R6/Lw2XzvfqMda72q4tlsNGFbDNG/YB/2IsCye5cPdjIURG1YH",
+	"YB3MBWh77AJvFDQBzWrplLm/exscuB0BWB6EdlnMckXCPyDRMxGz+JwIiVc/kDjc/5GcsjoKD3J6Wg6e",
+	"KZ/0R0Rde4I2S0xgzTFeApHMibh8wGFlvNWvo+63MyawDsmu8F3l6Kii6pYfsyYjzXRH6ZTRaSXB4vh4",
+	"RdzTVpVu/AinbRIenib4qQGPoCZUqXZbPKPmg4uFrDaD2sC/y2haI/J9/ti2FXUU1kR0+Wv2GJFdpT14",
+	"OghAv5siXH8JjBzCfiuQ4yzhYw4Iq/Zs5riecjRKuCgSPBxu5j3zjOe9oGpy+LRZXGllGNtAfOb+tMac",
+	"oaNSaSrB0g7LOlC2QcCU3Fwrdn/wMm5E8u8bIdfLRv06a37NVtQpNcXG1EOKOyhyp8bmzxdDC1oxV2W0",
+	"b+jX+7bYZKpvnXmmVuMtiGCT5I/aGKPyKAog8tLQYV6bEfljn9A8c2XXSMx3mCN8lW9ONZ5gQSiGwsRo",
+	"s+eqyNSPyYLpLgnRD3QrpL51MTdgCvES5UPrd+ris6FpxxqH7esqLDKlF0SOfJe/i2ioZKaVq2SStnsK",
+	"gvjykRi5qujD/JIkhKYM5gHmWxYjip3ShOu9rotImnIFbtUQRDM8iLkHgOtJXjnPLHM5zdtIdTb4wqaM",
+	"62hSWo+KF7m7Kju7spKVpPUQHCXKzx2n5QRxi2KVN1FaNSHnpJ0Jt7IBcWctsEWN4oDYMxfkNZIMHe35",
+	"Jikhb3Nw/vzo1NIFlCa5xdUsHi22Pl92xzf9LxrXyDZheMHtKEsSGyccZwmLb6H6U8thHA5pdCdHo1qW",
+	"4dVVq7gdbcmzvAiaRUKuVECb0mjCBeukjMalkmjl3CkAIkeFswMGO4esXKoHWsUew7MHFlyWkglLQPtd",
+	"h0jtwpePemdBS3Od5LVBie3argJkA5/v7+PidqwPrBuze1dMTu17Q/7UBK9esSU1LIx5+oKEHzq27Y75",
+	"QoUk4SqP1YG8d98fp5iIVTAQsOjm/Gcqo4lD4Gv/IPGkRFIoTYUGz+OMRnd0zAYiHHM9yYbdSE4rc9x3",
+	"/9qxhHtd8obNoX8F8R1DRmgMSpqR5jWhYiAycSfkXOAoh5jw6gEClvyBXgxcab5wvaaaj2ikVSe/5c5b",
+	"x73Dc9x8N3fDUoQk7mmitEzpGCY74uMMUdidedZhO7bOW0e9s/Ny4c7EbMICtU5Lv670mcVxC1pDGnci",
+	"lcL7PbuqRVAtREgbTd3VDQW/SmKkX8yCMmtxxxbutnBGbNtw6pSuovGmhoYpo3eGt6VZkt8Gl+9eQUs6",
+	"mnSE1J0ZSxVHY2sxXQ+KMUoon0IjYO4jQ8uNKVbYxdifopGClXTYBwuXed46OjizO2LZrCtJB0Fvimgp",
+	"0bckZ0yQmUwSqCo3kkki56ocqdxxuPlmvH073oQzoUurbFfvniYcgl+hd6uA+K0VV33RXCozzWzIHyU3",
+	"r69rOqg0Ywl6/aBSNjYrleI9LCQp2Dg834kSqVhpn8/OSg3OIYxwDicLwH4MwaAzgbQTOR6b3RfJYg/z",
+	"XkYJj7S/uY5c3G+WD7MPXGlDl9YIUOQObnS2Xlx6pwnYb9FAuTXY+A4XsDX+ghXPuCKAith1DfKTl6lS",
+	"riDaVYc8jhku/qFdK5ok4INbABnEEHGvQNEtyuZy0RklfDzJl4fmi2NlFK5Ipc6uGRRC0NhSDxcA2Lsg",
+	"bUBL6VyONEv3Kh3dsUUnZWbocBgOcIzVls15ylTOV0jMRxCuod2ooBQwmvVgK3rnhArivkLAkws7/UwB",
+	"uUFQBxKFM9PiFeQRxKY3JnjIxh20FnVyycJvSY6t9TuWDA+gs4CbDWOR0RNza9OU6YmMgQtRc9DtITz2",
+	"D2HeDrJB64aGF0EY0p2RzAS+eASypsqiiX1ZpoZrySyNGGnLFJxzNcShGNsrors6WkobcnreOuoflg/N",
+	"UMYLLHhZ3CbI6BScQ8V/Z8TV8XZlZzuRFDqlke7cc5lYEw3uH7aNj1nAWzMkJ/NyRWIZZXAm2rCXQBv5",
+	"G3CGUBaVAoL5jWLAlFZ7IMVRUXudmR/yE5U/kEcubXTgXUSSuapK96iDhe2gtbHjyB4OmL0s8RaxV5Jv",
+	"zoWeKsCyYPjKtGFOnRiZbDGqlIHREI6lfYiYh5qOpRHja9cENLSaNYEXDKF55WnwLdgPzF6+1SydcnMI",
+	"EbXKFTkDC4X57AF7tywshL0gVQerozruRYlgc3NNWyaIRCEznfB7IGmZ6ZSKOxw0PDLlAuYNRGfI19yl",
+	"nZRFMo2Vo+LKDY4XL9jM7YNQr5W4k1hqCGhfuYtcJXIOa7y0uJmgmZ4wobm1TCNzFxKC0oVEeg2K2VVy",
+	"AfONRUP+kCIT8x5p2tZMqGw2k6lmcWfKYk5dvtBR//jcP70OSAzE0uUkaSyh3Yl5yopbE790yS0/X722",
+	"YR4YvA/JOgEcW13Kbyua80UWS262TdcIuDLyK82+VmKxPbOE+etohbBXhCoqzMcsSqi5gYERyZRc/3jZ",
+	"wfTWolEFsJo4Fhc4AZcPPGGvb3sSYXjF286z2zQPK3aBHOdayW2KPl/Jb2oXMK6IZ6iyz+dWt7rH7Y8X",
+	"Tm0RDAq9mJ9Qhsoz75gVj1qfPhXKYo3/h4PqE7GGmn8rC9oUma7boJLnWuXH5lKn1bD8n69eFdGfhvog",
+	"bHbCcvXavLgBKgymQmP/Xlmxxkpa/ydjGfuOzTD5uCGqcY0fbJck9IcVK1hOCc8jIGDMdTMtAz4sTfbB",
+	"DtGvpbrfrtvxxIX0Hg6it1yUoqnub95Vc6W9egpBLc5LPd8FB6gJf611Njo9iXun/dPTo+h5fHJ8Rg9G",
+	"jNJedHxM417/mB4OR0ej/vBg2BueHhxEcf84Pon6x8PeqNejvdMaC9OXw3r7VLuAgs2/IuikR0RHqhZh",
+	"WoFjdMUg3n47cOnleAhE0jViI/C2C1RAFEnYCKP1KUh5U3mPQT+VQs5/UODoZnxojFy7jO6W/aaQt9EP",
+	"dorWAcF6q6qLFgd1XdlEI57f2iv2oFCw/LCgHMnDN8VtX4BmkjIKK1DnyGS1BZ6h4LdTIQxjMZ2TtqFG",
+	"mRrdWqCDaG/H8h9b3rbFJmxUpNBb/82rPfn7sVN4U03NlV1aWQJXKTb//UPrRDlKWI6/AiN+dcN32tzK",
+	"gc23Lmi6wKvr5omtpV0p72wzC8BKONvFL+Vq9cdN0cNMT1fw1nLZiBoM4ccgjiqEztK6uVmsWZvH8Llf",
+	"a5myuFJ66IlCY0qLvd1F+lY4S0iXhMDtQjCvwp8ErIykbX8IiJxhsyS0zsxwr0tCPDXmPTLiEBxApBiI",
+	"vJXi/RD0LvOHYvcs5XpRapR9QJsuuKi1JDGLM7RVgLuMinggSj3HVFMY7wLVeZYAoDZ8vReAw8vq9Q71",
+	"1DrZarj8WuHePHTFRn4s5ea48TuVwfXWYyOI6juOaXB51oeyEcywQcvBu55+Y7djvQBin/N1+HJ17N46",
+	"0RBGWU/GBfD6dlT88gMOlNOEWGc9moxHWZKQ37iR9MmQ6Tncyzawa1kmHEJwd01iVH9l+QUAyVyTQjil",
+	"HxoqJvQe2Ha9nnEv73bMriuirqr0to38vyLG6UrqArv9IRVm5D1LEzqrXVe7bk3ZbBNGZBI7sP07xmYq",
+	"91BrKUv3+lLNkw2z1a4j+vCY1NWS9G9yiOgi2wjsLon/UxFug3GEsVCdlCmZQPLKTCpbMMlLeXKF3j+9",
+	"fwjoZaUxrzDVr61ERjSZSAvZU1s+eEvJ9Qljc3H9t6j/9Tc5rJMDnsxCaPrMU4Hqyn81gRkWtR1SPh6v",
+	"j4m8sY9tCFDprJFFBTBvl+y6vm84U2YNy8dqmyPzEOpfUa93N9LMa1/uSoA5IMcWFWz8Wdf0XMx8V/Us",
+	"3XYZdiHlzTAS6ukxn2J5NQqyxGVtIsBHUQ8i+pTB8l6twe3u1B0IylGSb1Clnd/fWyyi2877j73g5KDe",
+	"svooZX3WVuO6mTDymxw+K8I87CvdVbJWf7Nslab1zzPDCzsFKEdGD81vvoKlBC10qudZqkmDQcOV/ttB",
+	"tiiXQUR1AeIlbNgEbKMra/mrq+FXYo3m5m+4rj+tyXiI2PFx5/nopNc57T8/6BRsmR4U+TWCjyc6WRA7",
+	"KjgPI56y8rwOeze9/nmvd97r/Zd7SiVSr3xqZ4GlKMkYgbEmm5nNFhEm2wCF9cgB+Yv5v+kH5VKztHd8",
+	"hu+zW4uD9TIz523/ryxNsBBoNovX7luO7tB/lMyjh1bDLJVC8s/Z94al2JJjM5qp+mzbjW83rNTstnXT",
+	"2TXebGVaaixab48pMR0T87gibfh7lmTKKpN7m9epL9NmHWfyO8zRiwC2FKOWcAuKvM/N+95FrsTUjeYR",
+	"X+LCzCmH6BuXKDBL2T2XmcI6dxLQV9v2JGA6yK0UbIt1260Oavk8bUoyHnpKTWI55l0R+9CFDTXHfgiN",
+	"Y0WkYOtNweuvk9Vo7m6QxfmrL+dakaW99ai/qXABXxjO9vOs7lxQzPI3266gMB2L7RkXsgC+ooLEsktC",
+	"Q7ihoQKFNAyIMUniQXEarhgS81+A4Jr6WSGWqwLjXHX5fVdiYVvhnVJNGI0mcLSx/iZTZlQRFSGM1tyL",
+	"cP8EJDSCpvctAN8s2Y2qdjd7d1WAsvxC33RjzhvnkuIGIm/+Uq3s22h4c699z9OqVDEC4WzVrVq+SOPR",
+	"yUnnee95v3N2cHrYKW744SGgbBniAd6CeZV5nXlHsygc3S6bCMyabeVldHzzdhshZK0MkavDefurr+di",
+	"/R7Z9FBeyqUcGjirEMzGhE4t3KgCQh4yxWOm8nJrbRBqOhaBfgeVL9/E4gQUu2lO8gz+woul9kB4W17L",
+	"gbG1IhkNTuczZQGIbH3f2mO2ee19j1o2ef6Oz26XE1RxVzwZ0E7bZZihwl/LE1ZJCCgZIPbWlIqMQhx+",
+	"4CAOIYyRqjv0dWxxxW7jGoXqYE2FAovAXcykdGMpjbe7SdU+z95UsNP8pGFjtQtYRkB7+D3sU4R/+bqN",
+	"KoZanIDKsQyK47+O7T6OTcFj409pW8BuHnPIn2G4b51WVivgUJRqIfECZZsloZYrgtAAXSfC5OEAgNhq",
+	"OV1AQogmtzIQ1wEJc/k3tL4GKVhZjC6As0xXzPBqaqQQEJKmMmW+kGTVSugm5zBGvVwlMZkroeZyX3nb",
+	"rbkOa2+77Sx/2yl3VQd/fhRdx6sIwCzAY9IsLOjuefQVzWVbhyeNdLLIcfGjVLqaBVV4uHBZXi2sGJvN",
+	"1OkGn5y5Y0nv5/eMjDhLYkXaUy4yzchEZimJ6YJMpdATMmfsLqaLPXN7/2/zW7IIyP+OKYd/za/wBzwM",
+	"fy0YhWe4IGFuQAmX6w7X1mncUuRaiyF9SUb8A4vJjKVcxph4EIKp+5bqENKsSuX892DcdKhkYtbCdNzd",
+	"uGK/J1qhtaF5XC9zRYYrErOELhB6kbrxKpbFspNSEcspmdHUlgjkKjBzAR7U3czf7At8BSvdhHwc53Xe",
+	"ga32xrOd+ahJP9+8aAXLdapfXb65xPLo5pWAsO64S0omtwoBeeDzqwJ3y9rYdib13KC6hWvA2u7XVl73",
+	"y+tvXVK/zh+4XU3valzXGmZYePvcmqxijKjE7oZ+XOMRaPbn15489oFFGdhgVrVVc45rl7qM3bFREY68",
+	"nksO4hhnKVqFakdysn4U5ZoAZYpZC7RdVAHYwtdYAR5ZZmDvKJiTtLRWNchHLJk9rYUG0jyXKmlwtZFS",
+	"8aBj8iguKgckUg4wemBQETZaCS16YJseqP7ybr0B2BibwOobKo0uvozVD8GokJzLXT3cHLYfAvguXQSO",
+	"Tc8zwsGc68mEJQBfYAs2GH4+AuwUP3EW8/eNQo2AGq4egI+Ds3G1W4xDMvNbz3QfKVOnsZY8jqXW8g6/",
+	"PINccBpTTTENEMsWcIdLgWl/FgD6IcFHcZ8ddJ6PDnudU3rU7xwPT6Ln8Sk7G1EPEO/q5Q+vrm+u/u/t",
+	"zdu/v3zzIDebl5Lxa7VkyPsv4in7EvVny5kpG1FvQWjL1Pqo/pCXwKRTZgtmPMT3UZP6smvF1R3dKFu5",
+	"SeDkPYr6iKf7AYpjwapqWETCINhVpiQTMUtVJFMWGC4h7E8qIDEfIxSa94wibSoIE/c8lYBdR+5pyg0T",
+	"Nbx9Qi16lx/kgZWhbt8XJaJu33/sBf2D5/WxHtVEqppCfMnCggfgHWOYv3nU3SVeUZjcUTplVDj4J5cD",
+	"vPWh8cXY5SNUk3a1WcGxevW0ZtIOhw7LXLpqmiJKspjZud2xxX8go58whC/YZEVs8brWUtUt72LzSasI",
+	"A3fGJi5GEjBQ5gBeEvNs2gpaEz6ewBHCEpn1lidtc2l8kxOmF/vp0/2isv2vTYDRrL/KrVTNNT4spxa7",
+	"+KDWUkpxC4UVo5WQmCMIiU2aryQXN903DwqChdS1POqnJm8t7q1yVq0qsPV+uWrNWa/nVAl/+c965So6",
+	"/e7x8rsnPRcZAJvkdu7gEaKAXVTUpyBv9+gRg4thJfB01YK7HhXYXXZCFj71MGhpqWnSOj9aBjj1yXhl",
+	"1XN87jqbTmm6aJXWfy2G/5UNdrTrXuWWPwtHoZZnDhdlnEYwIGNq7IzyVLm6mBb0JWV5quzGPNNDQ6gR",
+	"Nbx1Xo+f+sKtevXmw+kWreVrFhTLXnsvLmVcPQkU/ZPmu2LYnUsvsqzo/OggT+7B3wxRL+fDfhUY9p8r",
+	"E3X3VMTPkHno5XSuyeR0k1mfu+msYTUUbdlmL2jlmu9KWtteE1ydQN1knjrsPVEdyqVak/YSyT3ydYCx",
+	"hRGo12zU+bR8Ma28aDfRShvPZUNVvEtX9Bx86YCNl81A0Btm8ZjpB6aUr7JnbtFaidI2zsWp1N/Z7uXP",
+	"lv5TGH9jRmMgoyewGjzUKEyVvm3OICl+bkbY2cCuvDlFNFqXt4gk2sFcspthusIvVr9bhjxvsGt/A0bo",
+	"7QKiqLj9TQ6fCrBqJzPq9ulou9i/6sxJPmRSczpbvsUFWTZtXVC5BSrnp8JgG4/qdlYss5Lf5UhwNEne",
+	"jkDgXJ9GFTTAgW0uhtlbba3hK294eQLv7RQewwxnp/VUUUelAr2NWGo73S5LL3OxZW23RxH0H3hH1ry+",
+	"9Tw2DZX9hi6mp2TRD/dbbcAKC763hCxX2ofGQ9OcNYcVRMrpc5gpV/qAKXReXh26SecUgGIryLW1hst8",
+	"/pWY/pLcT3n9u4i1UQOx5bGTLE1aOYpYXkahf/C82+v2uv3z06Ojw/3WhlWGYqYRAxQxvEqgIS2dqI6P",
+	"2K5YMupg1Y0tsQZ2t8jlRuXCfOyqSlwXw0HEeQ9q/tODYVp2y43bAajF34KlUPyICvKbHFp1Dh9lMeG7",
+	"6nEVVJhdtY+dMAceAhOzgZS1zE5yCBsH2OpaLi362ppneCofRW7A8/2EkoO8Y+I6kmX2Q+Mpt8BFgGOE",
+	"ZaRiVp9McFNIyTWxzi6dAut4u3QKiMbAtAqH352mUNqb5/kWVvpuzoDaQCb/u3l0l4wL9/xDAv0fGnHc",
+	"mELlT64ucMMO/pmCkMuglBdB5IjQ/JHAAu1fvnsFkP2lwO+lTIigRWf1F9HPoAq4YLrdEHYemihcV59y",
+	"g6DC3VI/6ytJ1mVI1m0gLpdFJdp1tbxN3wCua3VpvHtXLnRz3mRH/9K8uuzZPoV1d27uCv8KWpng/8iY",
+	"/dmCkxo5Zeug0Mo+oKzjT6eY+YqNANPKbvuwcl03A1oFY9uLCRVjtJzUl2Cs2HHWxpTudBw+1a6RkbGv",
+	"LUx9WdbcpLC9e8bXuM7MSCZwp8DUXmDF2s6NJZNq1YBPrpRJ67z17uebHCx/K9cYEFiTAHzf38cm1f5G",
+	"zS0JjLsUu69bmo2UUW/pNo5jqsCTYQtESyhbVlQMxFUICLNZH1SRMb9nwst6LGjDbUohO5jdqbshvP3a",
+	"4P61vGDNYc+bzAcSWA7g1ifwt6V2veu4gmVtVcwTKRSYEe7ZbeGS722qN/mLv1yutcSBMWazW6M9bpNe",
+	"vLMOtUnoY/ksmdVSXVcXPZJTV7KuBruKp1HG9a2cMXELiWh1giNPGBS4CIiQJGYJx4grSbwYGg4i4jYI",
+	"FfU7uIwrwqGuTMoxnJiSVM5tCQwcPAxNEQtVYKdqJNZJytREJvGOytZuKmRJDvgy935VO3lCrdBlSd7a",
+	"AOwy2y3v5HeZeQs2ULvIcZtOdI7pzBVsRqVlgc24OV3tEvW6EYdr0FORx/lzbZJ5Gmh+O0O+3fHv7DGs",
+	"jwtQgJteyworeZ72ODc+1UepAeazKd7DUWkFWuf1DHQ7/AjwaTq74qqhwoMJhSpzt+YAHfUdnBDE3VmX",
+	"KEhfzt+fL0IraM1xfbfAjmhy8u9qcd6N8fjbuLHEk29rXWa/XYkOjwne4LaWGp0yIoWLu00XG+Xh+PSw",
+	"PUvbBjXKJ5JNF2ITh7pPUzvt6zIRes2clWon1b4PVqby7Opuams1x80y7yzt0WaIjOW28fSeF7tuC8H5",
+	"NorCXu8fKBvlWlt03Ttra7e3jhvnBFwisFLDhYvW87CusRlWeOxjGA+rbPvprIhL58fTBxoYMXzt+03A",
+	"Krj0RR6vbEPLi+r69ouiMr9/TXaFvHU18IuYLGfQ6kICv8OKqaMSO6FH3IWnX/1fuJ4UyVybuduLwVUn",
+	"qRrSwuYTxaJbiPaFGDGq2MmRS9L78afLF53rHy8Pjk/IHVt0yfVEzgUgc60vlmZ7rHfEo4WmKnlUw6v7",
+	"XqH2aj70rxXMXR3NOraindEXtZ5B6WsGSNCbaHQr0SdpdHjYeR4fsQ4dHfc6RZjvaa/lm4UsTiPLOnOG",
+	"RcuRZTMmVnZebyI6yvPkrAOxw7IOuNNsmDkOtSJQwuJspBq+NztmywVaY5iNSirHK9bIJ9WtWrJawwM5",
+	"XP4FoaIUX95RkZyx2NWVhTAWW3rXQUuVU0R3VcEeEPHkF+5apZbk4I+4eM9UjvrnF7K2LWyh3TaXH1v5",
+	"rMrwoNU+t0s84yqNc5toxc0Mp2r51Gw60rWG1s3ppjkp0x69JU8tYwKMblyA3YAZiTfVQ0Y1cRAhqh7Q",
+	"dPn8LuW2eU+oSk1PqqwLXEvStnuFpVXt2d4zh28gVpw+xVj57GGdk/w+XB8cUoWknwuW3taYA5ZVhFLS",
+	"CTi55bw0xzwzDSqxJFSb0bictwDzVOy1lCyIlgMBRgAzArzWJMlEab62jMsGpgmpZSQT32lYk1BwL9Gy",
+	"7cWD1j5113SG7I/bYR/JkZ7TlK0cW4mZb5JW0xy3Yx1ifou+VaIQ22rPYIUP5/wgP07B0o1ScyzWC93l",
+	"3KDlyLl1txZkTimo3O6AAddfL66vGtqGyTlafUZUNp2ymNQt0fqumhjPS3fkM2F3IU8IVZvypNU920y2",
+	"5RSySn/rWqqWmXVbj+17i7lMDc27/UNKRTViamy+e6rcSy9uezP5cEl48of3lHVnt4kwr+xN8WqdvdKb",
+	"wJqNeRSNy9vn3RPfsZUfHf3vUke1WRWBTKL3XoLmr7tlDGKcNpZ5P2/FJ2encXz0/IT16dEoPhkO2emo",
+	"/7w/6p8NT06O6WnvkJ2weNhn0clRHJ+ensRHfXpwEo3OjqMDeoaqVhW9bXd5uMg+3WjfMA0Vg+lWIz3V",
+	"X2drUuErO28Ht9HWq5kUqqZK9S4T9Oo1ryLMtcN7vJPylKaJQkpYjm5tCmtFXKAs5XpxbQZqy6UxmrL0",
+	"MsPS6EtYbAUmbDucj/Xtv/753+FeHnwGzu3QoYdDeBsZSqmVTumsA++FxGLLX7571bXGIlClseOCA060",
+	"nhXc8qeb19d1MVgQX5rwqlKHkAvXP152Do5PiKelYbV9rHido9laoR2kXK4GwhPSu+TFhEXmMs3t4jbP",
+	"DWV5EG6tg3JCRawm9I6hHGvnMc10RhMz/E+fAJZwJGtUVRzBD3blkCpJnKVGhrChe1pC4WPNyC/2Xifv",
+	"XAFEkKgNgVItU0UyBRgSAxFJoVOZGPncCDxme3Cdi41UXdceoZmeMKHtEpqH65dXDUQbp2Ue2NtptcHR",
+	"u4DKbZ2ZTJKBCN+9vb4h+/f9fZx+GJCUCTZ3qwEDygUlnDImyxfV/wZiIBDOZpppCiCsdnONimGGM2Ii",
+	"YvG5DzoVgHoVAtvoQKRmGEC5TLSVoF0fC1VSQTKBFoPYAlnRlJHI0sgQQitJTDUdmt+4KPwqYKsGDBag",
+	"MygarSA+U9OEDQR8kZIxM2M56p2FOOFZKocJm1o0LOiyk0ilQ2+uJUhKcKULi3hBIjl1Swc4tCyhMCmX",
+	"c0Ta4V9yUNG9gAxZRDNlhmNpAkIZBYkSGd0pMmcklkD4lrLOC0w3N3nbst2MNDUEaRYp9KON7LT+529K",
+	"ipC0r75/Qc6Ojp/v4VCpWRRD+aGZdojnKeERs9cDjw2Zjjhgtl/OaDRhnYOuh1/lfWfYnEVqAE91fqJg",
+	"/1y1i/LJAu81+fHm5h3EhBdUisOb3ry+7noB75XTe/nulQ9a1ep1+zgOOWOCznjrvHUIXwHyzgTY7v6E",
+	"0URPfgc5tBYnDPZTkYNer4RlLCOmjEaR3jMFI+6S7yRTsEdaZtGkRJFm1MgmuBSvjAT0A9M/QtegLeIN",
+	"DCM66PVsNI5mKMkvRYudf0T2vbZsqu0BGGBNqRQ7Ca4ITfg969pyNogKWt9yPtT9d0hJpfusdf7re3/b",
+	"39keTOuCKQWOkTGIiHKmsMrRfspovNh0A6xlsTjphtHRaGKoC/kJzh0mhdeDJQgE8B9yQdPFwPASFllm",
+	"Zh56/er65uUbYi3m5nFDnXN6xzrZDJYom12Q494hkXrC0jlX9rZZ2tUrRmNuJ/sFNtZ0v4CdPO4dfob+",
+	"3sCdTePFBQmBHauQKLoA4O9oQmI2YyJmIiq8m49NZPmCY6xfes+ITuloxKNacrvv79MZR6FINVLdTxYT",
+	"EASNC3tjAztFWEA0sUFV+uWzbWTXyxm/wS6ekAxcJyAsN5xyK2zsvuz5QptePPnFW137xXuseKjr8nbk",
+	"jCkSgmgaBiR0qRfmb8y9CC/y4tXJgiR8yjUacQGW27eKtrWt1KCYEYnMEY4wutjaPMFqWgbUNHu51yX5",
+	"gpgTrXLvnUX3gQLXVBFKJlRNugNxWe+kQQF7ShdWAHfkYVhGnbcGhtUdiBsIH5gXIxjKTMSF/ILfI+y1",
+	"GJsZtk1zM5oyoffOLXuDlZxmSpMhI3RqS/AOBD72TJE2jo9PZwlnKq/WDZPEtd5DOzHXzgtDhCQJ1SiM",
+	"28pd0Bz51z//X8L1QHAxYSm3kKR5V/D6AvlyuBx9GgKOptQYYYudUnXnLn+KfQ6EbQaY+QgwOuC+P+od",
+	"khAWpcM+RIzFqoM9h3W89wXshTsSNlecKf1XGS82OHGeZcMKMxEnXoYQLjwEZbgv39tMmvUHtTw2Z2z5",
+	"VNY0bZ5AhVv0H41b4CDifIVWMYzAOx2OWAqkVOAmR8jINuQk5vnDrZ5/ILfC2brkH21pYoljLV0J+x9d",
+	"dZZPyMcSVhe988pFUxqBHaIwtbdYSmL1Cxvbg+c9TxYzClaUpYrfs2SxfH1gwXGPkGc0pVOmISD+148t",
+	"AOsxEmwhd+cFZar05BPoOpPn+89wUzURnTOdw0SeLVHa0eekHFz/jSnH6sD7LrgHrFa1t+BLETuSSIxu",
+	"Hufwy4bLQh014HvuDrGIzXgebVkca3HAi9Lo4TQZiBRQuQggZUFbwGit4AztSuFaDZx2LNPY6L2GM59D",
+	"/QWdIcOGUJebm3dWA0cHIujSdormSgMXJE0k+HOyJCYTes/IWOrAWqNwTCFpH/R6UKgitLpn2CVvBRsI",
+	"O/dnlunTBI8MwEaORixC6R3EbdUlL/KujRiW8nt75igA6PKIEi3HzDw8EEZMM2q9NqdOgAChUyoURcm+",
+	"PU5lNjOTmXK9d4ELhKVk3MqPmIi4GHfJpSZTqTQ57vXIzLQd0SS5MH3aSxrC5q2NQ9ERI21ozlsprgiP",
+	"2XQmzSnaq725LOVcFs6+ne+uouOvxuzuV6ZTWWQuchajMX7Di8uuz09ULLa6Ox+Pf5WHYA3mNbzsrWDO",
+	"BDRDM5Ddjbpjt+M12n/Sa/eov93zx5/lWi90v48ly/Sv7z+VlMHv0TA5pWKRWycdDzDH1GPkNm5ymZF/",
+	"LM7Mp32aaj6iEXrH69n6dyxKqBGiqSDucdI2N3NALPEBmLLNOSOK/45s3Fpu90rseiLnELWB2V+E63MS",
+	"YvaX0ZWyNLGliWwKWOgy3LrkF2dttEtMwpFRxrVM6RjNVj9fvR4IbmsZFnk9huOF735GI7DLEvyYp599",
+	"Colndg7wKsDV27uw3F4dhgPBwfBMySxlNgbHNApKjsttSsCDRVBnY9GdyqaFHRxV6wkkrOCoByJKGRgd",
+	"aaJAfTMjdfbqmqHuI1cPu+SN0ReMisHvGd6kdaz37YyJS7tnmAi6LG/VkWnxiMNievUdhJmueRiM3VYS",
+	"ev8gNg9PusDEpadzyTBlM5nqrv1STejB8UnrvHU2Oj2Je6f909Oj6Hl8cnxGD0aM0l50fEzjXv+YHg5H",
+	"R6P+8GDYG54eHERx/zg+ifrHw96o16O9U9MW/53dDhfaMNv+weHRxuzcrDmu9RdShMoZvw0SqT1/Cp/a",
+	"kVUfbfn82ZOy6qdlvWZbSyywvIJbc94N5emlKiZhLmMYholWx5C08TfISOkCiBHUNEHJNAc7CgeiTaM7",
+	"IecJi8eYXGd/xFJkXfIql+XOK2IgpvFYMV3iWtiB6QnVA0ETsJRi4XEn6pOU6Sy1IX4y5WMj0tvb4IJQ",
+	"EvPRiIEpxjXNFTnqnQ1EaFvvOOjqsEtC0AhuUfhWIeCOcFZapWeKJFSZfj2lwfOYoYx7TpCbz1iqUFdh",
+	"eZm8iJE2VYSPUAvQkoT7eY8wrXyRokXn72wxEOEg6/UOo2J/4TM7x68rUL74W7hHhmwkU1baYiZitYEM",
+	"/W1w8Tw/ymHrQ+ZvJxO5TwNSvx3AvuedsHYyB8gFjzq+WUjbNr1ka0H7CwvZqwTsmxIhA7Wji/frFKaf",
+	"+Ab4KoXvgu9tzfPzMINmpv+TvLf8DIS6wgitJRFyTmZJVtTNeuYqZTnveGCFzJnhgB5fGQiL5OzCZOzb",
+	"ObIicciKXfLKGtaxZmXYJc5FGUKAAGkjd/ZiBvYKzyUOh6PFXYqxEXhZEtextDxC68vwtCc65KUosfrz",
+	"7TYWK5LTkWYphqTQpPvnqX3sU3sFwT5GQYZ13/rMJnK8Qjm+nM2gAHMYU01DQjUxKgMJ5WikmA5dap0n",
+	"m8hxl1waqSjlzGiJmbgjbZSt4J3ASing0sNC0hGbaQgVi5gRmcZ0ZnG/LBqCRQvkio5TxpSVoMx5HXew",
+	"0c6Uq6mRhMKByKN2MEjANAzPOCHJ2jG75LUco084orMZFrR1EzkvOExkRiPYQOg0E3hkyJS6dBXndRQx",
+	"GWWpnrAUfJVQgjaV0Gw7tG9C/FSasbDWiogrbcb0bQg/WJgDq9gaEVpFVOC0YLVb572N5ZbXcvzC0Mnn",
+	"FlheyzGuOpbFaORnclzhZkDy8OZXqVg+LcPBJTP3dSEp4MHfmvdYraOZ/bxD9QWLxKOqI0d5rfmRveyd",
+	"crHsLDgnNpo3f6cNKJo27kADgKXaAy7AxRjqMJhvZTaeWLhHQXWW0oTcsYUK0J+RN2ZesxxgJNOBmOWB",
+	"pVqSGZrtsK12+MNLtHpBVOr+R1vhKl8DYAoDEVZUrxC96ngiuuRqWWO9Y4siUBG+Gcp4Qdpmw2kK0Qno",
+	"AnKBpnIEfpKICil4RBPyt+u3b/Ya9NhcmYYYzAC5v1l380dgmS3aMkkxdt25YjMowG05Hnq1EiW9A4Si",
+	"1IQqVKgDorhRTc1PI54qbWM7yZy68FMMACnPmgrcEpi0uRgODkjIvUW8Y4tOyoy2FV5gpEXRAAQEmsWA",
+	"Dl2IMvJ1niRkyMxS20A7FucXj98+F51RwscTHQ5EG7Q5wjXUczX3shunEU19Y2Zxh3mhqeTaKtIEFWkg",
+	"sIFANEL/egIZlYRO7+7g4x2YpA3NcJ2bqUM1WcGQwhyymg3cBYxpa5O2obw3rzvXLgAE7Y/eflFlLQtC",
+	"zr0tGwjYAEDvhJKYC+eKbKKlujvwOhtOub6yXOGzXYPrn76yJ9A7nX9ni4ddoH6VqyooNp95mNg5FGCr",
+	"KH2FL5iRb/5qGQ1bzpjomM3tHBy08naRI5aRqrHcYQ5Tff1jEbPZXH1rsxvYr1D2mS9/7Poyumu69uG6",
+	"eaaqdAvxawVVQ3ibyKkeCoN68Ic1LLE8xByIJM1YfbaJd053UNOY14Z3ssstrYV0hCX6d7PObGufPzo4",
+	"+Ib1yGsj1FFfyAIuHBBNIUCKYVCHb0beWt4DZWET25C750apnNo7MgZXaWjrHYS+LIQX0oSm04QptRyR",
+	"dW26/be2wvxpd3n08/ITTe+MSAe0mRMshdQf4WrlNRyOLOa6A/hczSHsmKNk84U6mImGcdIYomjHSaAZ",
+	"0mYilUmCQro1tgWkQHMInMthILyMtPxbF6VmA6dIyn5DT8VeYCRJIxSDiNwlb6RDo8T6+rMZo2mtSwfC",
+	"6M1MX+JE6wMh/5GxdFH4u1Fta/nyg5c4269NnK1vCZ0xDtvhsZpD/LSHNgZic6s2uHMl/v5a/vMCc2I3",
+	"4VR8yvXTMqli85sSHC5RSZYjpOLHS3OAE2YbXRH86Sdn7sOpab6c3hpyL+JoCp27Bh0pcK7PIkT/nFDy",
+	"4vqqrJ2BQjsQ5pOfhutSC1xQ8kUOBGukTQx1dHHLgFFskQ3RDMyV05/hZEN/45RGoEFyGZOZURlqjyzY",
+	"kl94dWe2VW82Fb0Fm38hJ+UrpTIW+3NsuD8rm/JZYuaPDs6+Os9CGQmsRBtN9xveRWuOkjtDaBlZzpY+",
+	"94GhFHOxIlIgeyTFhWcD9AEVyuZyk7HU6LTz0nFsAot3DO/YwhzRMRPmNRaTREaQvwQ6nvkV3I0DkTDq",
+	"RFMbOYe2KBsrCmFzamKU6YTfs7gut96G1GGu0EAU4XsvLgPwfJYC7bxs7yLfyJa/NaIv3trFGlhTkcu7",
+	"mpk1k1kaMULjOGVKeR4NeMgGsnurCLI2eFrsK2hOOxuIdqil7EypWHQsO1ChTTkOr5hOF53LkYZksIIb",
+	"YScpG/EkqeU1L5FInobDYONfO4upO1afJw7i4OuWvEtsCPeywJuwqe45I6hmeFS50YgnTO1/NP+4rKBa",
+	"gfuod4Qsg+silYF9MOKECyqAgzilC/hJMWYLly0lEX/PwYiynaJpXjJa5lOKZDCwBmo0C/Ql8nV+YOYC",
+	"ML17iUO+0AaYa03bue+tS+22XuuU0Snybgh3tYzL1XRB+T0Mim9uFjNnEb9is7TzHR8zCAxxAd8BZJkK",
+	"yIGh0QStgvnr33E1kwowmMK9gCgq4qH8AI5g98i1JfXOO5nwaHHuHgoxltxeOkrw0ch5PWKMUo9LIeng",
+	"qWDpPTjPkwXhI+KCuMELjVoFEZIMUzlXLDXKqRqI9t+u374JyJvv8N9ZQrkgmn3Q0P2L6/+0axRNaKqY",
+	"/o9MjzqnYUDGv/NZQOA/mqYBeffd9wF59+aHgPzt3csfAvLDq++DgfiFDd8BSuPCusvaP9789Dog1//5",
+	"Q0D+/+avv9F7eg17FJB//fO/97x5UFVGvJCRZrqjYBPDhpx9Q9V2aZ/w1P1l/y8NVlNEJahR2BrP2TOF",
+	"tFixFnvkVg/B5/nwQPWwtIBAIMeHvb2AsO64S0I1oebB/zhHCOTzsFtSN5cG+vmP/XdyLiDAGM9+84Hf",
+	"IKgMJNVKbh4YZgKCxSNUWYwNfUBWPOptYP2Q17NHuFYDkWOLLQiN780NrdBxRV7SaFK48VAGZDFRzNCV",
+	"ZsninISIghMGAxFWC/0DllNoXX6XuYgL6ai+8VPakDPzOSV6LldGmf3icMSfQp5qgJv7zIJVE/JZQyKX",
+	"RSAysnCZJv5M5fps2iNNEnQK52fPwlJtltRVQNjVH/xfKNeKZDNwDcwp1wV0gdHwzOseFJifp0UVUVIK",
+	"uMk1PKit9QS0PcViKD5pYwyIOZDIWopYUNMfBrSbU0w5qJkAdzSRSQwhog7oBiDFbPB3l6CrRZDlYA8t",
+	"yZTeWZAi0xLkpAKE2YzRpZSFO7YYCD9ww0Jm8STpWBiufLmVZjQ2e2HtRIq0qc2ODaf0A+K2uoC+qRFc",
+	"5EBQYtiUU3MtdopOKWjjsKa5xsdT1xdavFBscaB2ECVjAT7oQEyoAicTKzipwy2Q6EtlVJOIAqac7b3k",
+	"dkVL3jk2kFrPqt05H72LklHK1MT6kDApNgxy3CCU6POQkxz+C9IuYuTJCOpllrxdCgp2HihCcatgblaB",
+	"UOUlg4xnQ1Gm3xxlzsKOuBBKfGEhMzKWtdERlxEwWkT13VrQeWuTzh8zhGEdhmjQUgljM0DayGkMCgEs",
+	"g1G3+q064MxWyiB/JmIdZA77PQsC5h/31vnBFuGGiOT5Ra4w2/fqBAl7jiwuLWnPpFJ8mBi1U7C9P8Rd",
+	"ddQ//kNZLFbfha9zIDwIWXQoekytuPp8BCK1Al6tFuII+VoFCN+vQFPrrSvh8m/NYL4q35M/lfXep9Ja",
+	"f5bz9RhOLlnZrhwsrfR9M6qXDWqDxHcL7WUJx9nlSyhYQFrdBtwmf70fAbvpMpqy1pbwTP4QvlBmcmkV",
+	"aijOQjh9lRz80fCaZJkUmqiyjs3tf6ygs38Wa22FdrcUq7yXn9p6u468qgVIdoz6+fzW30cmmn2M8W++",
+	"NOFnMgKH23ABOQIqIDGLM9wa9NO1EfVDyHRKE/47iwmE1e51yRs/JKY+8AVH8FBq+tYiPsys11+3uD3f",
+	"AnViMEm1eJedgEenQEGb06fNO2kk0Bv8fT2FwkAC4iK7CY/3LIDXRM4RRse8Sn6TQ0VipjEfzijNmxCx",
+	"Hca/GxXjtNeTsd3Fb5iOdb7BOxKyhTtfE8RoLdx+aS9duaoc7JwrixnaWI0Qq1CF595PwUCEFnAwDEgY",
+	"c7Dxwd/YxZQJfet/betyhqRtRYGmOkIDkRcSQmgRqm9dHZ+wKcjRJ3eLhfTNiBFetY4mtAa3a3lZpK+G",
+	"fB3YviGV+QTQA9EgaFiepneY2+VqdpUV7e2JfP9jXkZoJbTom6L2gtJy5oL4us4n9B/oDwoxyMiuTACW",
+	"gTyotwjc3bMANhbHsXoRletSEoeT7k6cLvCRp/QO3WAcLRDWzg3mcZYoNp+wlOWaHyaNZTMvx/Min0Cc",
+	"UqMrtlOZaS4YMWfUnbs90yziDE9tnYm6c/OzwFdyr9VT3zDY0WbPYrVP9M23mmJ4bXm8hmjg47po4CcW",
+	"vewOrD7IGCEu5Dwv1fI1pgY8GAJ2Ks2xKLxOxeRrOUHQmmUNLnd7lKauvgypOYboCoEAOrOyUnTJFetg",
+	"n4hCNUvZPZeZShYDkYmcp84oT0nKOlh6UBkN1UOognzNS1EUfCyQy7EFiLFwZXgkRlz4+h9ZhYA+EF5D",
+	"WjZDn6PbAl03eaXOikERylwGZE7VQDi7tYVFz/cAi1i2c6jCGr66D+/WMOFwLyAyLTC4JlR5vnOH4mr3",
+	"yen7ztd31DsK8sQlisnkCClhDQcDAZYDWK+CUghdWvoUCCuGC2ZoGJ/N/obFGS6W3xiINsCgj2Q65HHM",
+	"RAP4w5dihl8LS/ojcqFLe0ZLJ7TJ0rEklaAk3iRYr1feruH9JVqqhklAwQWuqhwNeu+S7xGHJadp66St",
+	"TKN8mKwVDhLcj8zY6m7P5SqMmwOdBw2zkIrlJdVQCqKLpv51ysfjvOz+BjohPv93LuI1I6BFaSc3mLbh",
+	"DEQlUmM2xpSKjCYkzcRe0/hcGzuszbekahsiXa9oIzF+K2q2sgevqlI3uWHQcg4ZBOZacREnEJ3EYow5",
+	"kSNifetd8jc5xPpiZtNtLq4DprFoGBgXMRC/yaGVTsxxdORYBCogHBJKJuQ3OQQ0DkjuN/cX0SydFgh9",
+	"eR2JgZjRBaIb23oiMLRninAxyzRhIuXQQp4ihclzRbkmtJ9hxIqZs+kWbF0DoSQZ0dTc7Yh+CMPKWQso",
+	"VO61i6IBxKhykKNG5zfKuwMPNXMdCIwONM3ZUkaNRUgMVX4V8RU7V/UtAjFyl1osVCdlSib3zOo0VuSd",
+	"yVSbJw8OgtNecHR0+P5TwSajWcdGLsFL9uuJ1rPOLJVDCNtE5L0iFOOkZyZt9xyqhcqIJhND/NuWXDE7",
+	"8YUiNYAI6tiSIIymCQcYIMSLKcPvVIK6yleSodbHhogwY3xML2bTzK338sJDzCkzmH9kLPtKvZtb56Zv",
+	"ieXwwIsDEArsDdBsjYWP+x/NPyt9oxCfbBjdlGMdSWcGK+AAatygO3E989JT6xFN9Hhjuf834+b0Lniz",
+	"I+CUsVeiM8ptvPn7aBZsDo19gWbD/I58pvJMZTivbeqQClzWMFVYwgduWcxEiaxsIiSZypTBkLsDgW0n",
+	"aNpw8NU4O4drZT4UyNYXDoYbIlfnPGIlxI66mxie/2Zp0sM5s7fEHwKC46FBIrCpG/A5VH4epv66NnZX",
+	"gW0LX68a/G2pericm6h7buE/jyTxJVTEgjiLM+C+20xVtDYGoDnAVco1SLAxAI+HNPBE6nNCSZRKQdiH",
+	"WYr1HEh7xO8ZGXGWxCow2hFNMpBTuSChkelvf5fCVlgwTP4Di0novKNemgUgNMEAIJeqLdPcEL7XHYhX",
+	"uawI9g+rMdpoe+CRQs4vzIGZwHVi7buQrD7iKdb6HtIYR4rHqTcQ4ZDGLhk9JIJOXUoEPLZKtcN1e0iM",
+	"YszMvYZb8tEB51mOBv+UIuEbFbBlXWqF2lSoZIKPJ0bptx3urCJqbtYMo/h1NLnNZoYfIS6NoRXTEjkg",
+	"fzH/N/0gFLOZ6R1ADOYkYgTOLJUztv9XliZcIMFvpeThnnyhoM2cJJpVnoBQnRei7v8hFJxHCvfMGVED",
+	"J6ve6EaAzS2bn1YEQLGCxVGNgLVWerX70CWPGALqsYVtZU188enlzWYi9RfrW9KFVhJOg0f2GvPIwK84",
+	"kUkuXRPqNB1s4pkign3IieUit9nYLxC7+Y7NEBXGWQfNjRPg3Qkga+Y6dWDPfjF6rklEpwxuui75xdlS",
+	"kafm5aw1gjt9KO4+s0oZVA7FtDR3U14UdenRospEDKDqCRg96UJ1yTuKQRlcDUS4P6OZYmGA9Tabb72f",
+	"If358cj7C16ZO1yO3h2HN9qhf6U9xg1WXt8vZqrcjDk4TirYPOeif95lLbC6Rv5l9kyRgmJJm/ortrfT",
+	"TbcPsmzjfffaiPWWTYBsbDNb4QtnQAaDDWmH9nMYFIbnNBN5iQIjeNtIjNDIajOon4YxcotzEk65UjYs",
+	"EmU68yeYbm9HWZKYT1DYCkV/ruyPcUiGbMJFTOhAoPuJJ4mNQGsKjXSU+T3M/iHc5xvVds3EN4kkZmTC",
+	"lZbp4o+o8176B8vOc7dTZC7TlUIj3LZhJDOhQzg9yuGaFZeqFIy082AtLAIA12m8F3hlvK1oORBwdEnb",
+	"cE44j1Ci6jeuNRRQHbE5Swt3as5rwSWppBQsXXc63phZPfBw1FmXYBlKNqV8I/s9yMjm02wK0KXmIxf2",
+	"Y25rMur+GPC/P8dZuU6kXhWJnEtSKrDiXGEC/IMfGpi6oUMjYjaajdYcHqDxZofBG5nfP0yVjoW5AYuY",
+	"Fcv4jca1V0ily0b9JZI3j7I/jKYV2MX5I0auwU49VLmHyjbTFQT3ytEaHVMukE/zsrnQsxAiMwdzJwDY",
+	"xnn5FqgQYykV8TZGgD9yZfrfkDbh2T8ScWJE8R80utvsFaFuzx9IpZloJtFrNKxXLAvOyo52Aptj0bYh",
+	"hSREVhnuOQ5hHkUcG0OzVCO6H0RQ2/p2M0g1uMhDsJHWacpIJtCY4OrD16IGQSIJAt1KMRB3bIGoMjno",
+	"EfjX9oIKepAznfgAQrYQEqgTcN+0MVLFr0y1VN1p78KhESFELaSyyClDkz5LbLmjg4OBaCrNVItGnYlH",
+	"OZDBw2K3PoOG8ChxRlMaM3Rkptk3EGO0evY3uVLLBJTUEtVDWNaX/q2jh64y4bsEBdZrWsEKoYBDszXi",
+	"rQ09HZbTSRCblE4RQc9oUaC/5jBiRo2A5HhzBUOqvOqSS8ibcFBXIlk0uOvtkHZ21uP7X6mr/kn5CMx8",
+	"ld5k1+ZZDq77RxQK0K+OMyVts2d49bk5l8x2ltiaHe3WzUCB3GNX8USOqnRk5KwoXUD52vbly+vOwfFJ",
+	"54cXPwUOgdfcieCFhxYGYp5irVmbG1WgwJu70LZl6POOLfa65D/hEIEgALUQO+YAnRMhSSozzWwJFsxy",
+	"GggpWJdcolQC9J1A6UyoDWEuDC5IiOO4TdkIivtFjDtceziw5hkjhECm20C07fPKCDN5EpieMCNeu0sz",
+	"WRAHO6+l7X0xs8uvZZ6lO4f0iIQOIZkVqvWS0KZ+4bdhDbu4sJuQRwZkfiHGSIpRwiMdrvD4wwweAZPo",
+	"6uUPr65vrv7v7c3bv7988yDXO1V3UJgmD34SLL1F/4e5fF31PnUYpYd6WxwknPCXcqbjam/qSidtdz5h",
+	"s/f+GLHDX2VdqxrXvTsZy3yxLCjsf7RsY03mu897cthGqBc6ojxR1vf0QecIxyDQgrOBRDJmOXvKBL2n",
+	"PDEabLgsL3wH3efnekvFAF57cj298RggljtkqdgN8FDv/4gXM+7WanILmqI8720MLXDEdREfQ5ZIMVaY",
+	"Z4nI86sxD39g+humon8L6rGxItWpNglz2Sq3UB4LYtE5ihBtW1fPykN5NS1LdTdOgMJAjBrbIfiPH4eU",
+	"dpRRnMggDuedbcWG0vi/VAjDdqT+R41k+MyigBf54FYY1QAjuoNQr1aKB3oViNn/yVhm7rqZntRaEjBa",
+	"oZ2JPIEEDZYgCAYedAR8xQVDP4HSgITDU+KAmYKiPHkBmsxd8QSlHfj3nItYzovQ5Twb1aHnGMFlIGze",
+	"qUwtkHlM6FSCyRT0F6z3WWrevJGlSx1USmcClMcasN5lWA2jcLXdSN16cA1BjYqxvYuBWDJ3YFsY0VbG",
+	"A7lCk2BAZqmMs8iBJwFUhYI2I5okhJvR3mCBESXB3CbvWXrP2Zy0w/2M79tKNaHDd480ZgmrkKiJnGML",
+	"tReuppvWAq3btXpv9onvzT48WevNbvCX1+9jfZdnPb/P05OjL+tCh1VtggS1W/cY1TWhPVtkTz3Lm/a5",
+	"BAwl5xEW8n2DPB4bzhRBGA+Z0TEXBbMY8UQD+FgtTqHNnNvNdAgj/HpzfGrRITQWYNwQu4Kqu7wUfFN1",
+	"W2uR2KrRG/PC14zHYROu801uBNugjwpC8icEyDZom1TdbRAhh/v3B80Hq6b+ugpY6/PA4izNC9xgUVNR",
+	"ufJXuI0zwf+RQVnggfBfWvIUg7+xzl2Mmf9FiOoW3mJo844tXJ2WmI/AYqTJUMaLnRzGuCyGoL5x9A6E",
+	"VzFt5CgdU6YUHUPCGEsSaSjPGozPsdaKp67drqvLYiirYPnnVRP0lgZns+BfSG2EvX50kA6zNF+7A71p",
+	"5l9ziYGtDenbFpX5vG733JCukeM01C+Ej/sf4bytynn7BcLZcq46h9JmWpKhUzoDEtoQ5luLikwUXSgb",
+	"1i/krYOVvEU9EYCS8UjfCqlv8yqGMQAhV5F9PXehxQoJLSPqYiOh9Q7mraqQFEUS9wIYA6rq+QhIWDxx",
+	"O+UK3H7ma/D4Fd+YAQ0Evhxgq4kHHYn+QYJOQ3+E2IxiCYu0TMM9mDIXxSKUfAkYKWWnK0ek8iiPQyiz",
+	"neNzBsShSAcDYfFSjfxm8aT37PQiMzmXO+HEtvg2oZqlWOwxZTpd3A5pdCdHo6YypjtdXOalp7ZDmz6+",
+	"Y5rypEnFRI75raQe4vlyMCzO/LPxCd6nqeYjGq2wfX3PEwbZflOuLRQqFYuisucoJ+KAyCReh8NP1d1l",
+	"3ufXSCFmvqtCUKBo85dDDnfsotgQ6i3nhru+DnDnskgwMVKHThcdVxQyR+BDEBzTvwMFv3QWRZnmeDzw",
+	"+FRCZIbMC8gmXIxDjBF1DJtRI4hzKBWbO1fBgte2+PZSeOj2xME37GHOa37XDBmWTAzzAYZemUuLJR7d",
+	"CTlPWDxmChLDXJiINZM24wK52UPEhvnwcFygr5pVrmKSf+ICrcQF2kqS2k/kWK3MBkvkGMuayxGCZFr+",
+	"27Z1lZkr5xraX+D+F1K7QtCQkzBcaAY1JBSDQCPQqMORTBI5/w9QaXMAaiu1tesq0u6Bfi7YHCPD5rm4",
+	"Z/seCF4A+os417O9SrUQeQXF0uWUYX1ad0rd1LAe7QspHFwCjlMNBE0ZGcpMxCyGkLTLd6+su6Btt48c",
+	"oVXf/OoM+ymDo3CBiCyMg1vdq1fK1UAcHZzZ8h1XwPYuDY2vknJem43b9fguWd4u7dRFNh2ytMmcZheo",
+	"CtiP9vqD/tHzo9PDk6Pnu3kOkDjqPQW+n6C2n94WHgrYzPp+RjRRLG9qKGXCAKOsoalS+dTaBg/8kZ/0",
+	"1oz4Kbnqazm+YR9qpYvX7ojnaZ64F93d4rbPPq/7FcrfW+HEneBEjjdngSlTWaJXc8EZSxXWP8enydCo",
+	"UQxyRNBJWCuXcotBDGGv9gEQG5S5uETE3IEj12g+ypEyDKehiZKEizFUvDeCh3Sov+jMxNJJDYmxaFHC",
+	"mT2ATXxLZnCc7l/Nzqy3hpf38VtQvN6ZketJKrPxpCB5Wz2hPJ1tiF+ni2aB/CeQoKnDgb51cNaoknui",
+	"LsrANLqDS9tK8WG5gHh+SQ+zeMw0yuHOxphHEChNFy6G2iWokLdwZ4LPDs9GIQgLqTswCwx1rEuCMr9+",
+	"s+JukOtEELvxp6xrN5RQEjMadxKmNaTayNRTDldLwdkskTRW+x/xD2dTbIx9C0cqBOpmIn6mCL5lIdkx",
+	"uM05XJROGeQ7aElibnYP02kngLwnyJRNZbq4wNzFBCodATe//vGyc3B8QqaZ0p6NTiHSYJe8Fcx1i7kQ",
+	"+feJXyLGKKRGL54xKBJXtBDkqb5O5eSKJE5OHrKRTJn/vKeR1gAimXE4a8rWhwpf3ypaT0aa6Q6ubflk",
+	"5Z7cIRcUITGqXoP1zpSjhuyVGBbnnqV8xHf2BzztSdrWvv+0Rdpxa6HgmaWOZwp0P0XaI7yr6JjtrSjZ",
+	"XnMy99Hk1HxJ/SdukM0xttWEhr8x6F3x35l/woIckFlbo5qN1BN3YAbCwooDAeZYr5DUOUb4SRFbE1jJ",
+	"iQsOMdNYl1ySKVfK2rAKjywOCBTUlI0QEgIuMZxopzDjm5u1+NK0ZCPF/OM5pekdi1eVYYBBukOKG/PQ",
+	"o/qEls+mG7AwN8Lqfr2X06ZHBPcFwqRgcT1D6opjMWfDiZR3D0Fz/sU1sXuQFyDH/Qnl/Bg0b3djk6gd",
+	"XPU/QebQEWFPglsX/8w4At8g6AfK3cwkF9qlWnlpnBW6Z/dmdE6xT9AMAKmHAUEf50DYXNRrTUVM05i4",
+	"w0YiKczrgIEX2hF2OEDHuU8AR6TpdAbOZvetaZnqLGXhHkqY1lg4kYkF0nSVEW3GV2g6mCgW3f7rn/8d",
+	"7p2by8wIpBM5F+AWXhAwfWIOKkmldgUOyc9Xr21q6URCdBLARWIWEEmknBnRN4A7sgOgkVBHcJbye3De",
+	"x3HKlLK40qQMK52JxPzmJeqSNBMKFMOBCDtu0zo0SeS8Y9vMs1hnRt9EUbcxWMmu9UPSU2GLi3RSuPsr",
+	"Gq9F2ezmBZJa7x+QvpqlicWtVuf7+7ACXTse08O+Xattw4jsUnyhxFXb+y9cT9bmsGIAGxbERMIeMsVj",
+	"MDY40sSj6RE8NPonJ/TCZsrcsJ4ZVkSI/Y/2r3WpqJh1qLzqYwGoj84cETOjP6bcpqmbn+xXC5LIcZdA",
+	"AwC3qy0+lasmetA7IlrKprzU4kRvJ67a9+rl1aOmGcZ/6JTRTSikIXd0R3Bwi16yfG5rPFlPstOPLqU1",
+	"m+fAAPSHzRndjHYarWY/X70OiPd1gKKUB23hKs6jqGLx1i48osF8UdKGK4EBlCh6Sffxm46VffagWjQ0",
+	"gJETLujMjp1EiVQ2OSziaZRxTYYpo3eALPqdx8ksRAbi9ZI7xma2thSaMcyox9JaCcAT/fPV62bU8Mei",
+	"713lGlxRvPqDjcSc908gnJTW4guFOW9zlP+E8o6Wr44SoPf2ksZ+IS5sZMSw6N3IMZT5T1umNpbXfNxz",
+	"Z9CJJnkwoq20CucTvKsDYXQ303OQ29Fs5IpOFxb0O1OAnxHALyJawJOAq9HkYbUUVTCPh5zyb9N8Yee+",
+	"WG/GKHb/zzNm1qXmbBWi8w6nq3QdrgiwtAI4wvHj04ENo/xepjmefZHhnQc2ScFITBd7vtwf0TRdED2X",
+	"A5HbK1RA1IxGZiyGJl05rGW7xjk0aS0nxXCsgcL9MhAyiQOipFEM0UoDfj6i5lxHkxyvzBx/mWk0rlsZ",
+	"wC5prU8Y1suS8Y6wE490SVeWHLOvN0eeWJ6Id8N+hht1tbpf3K0Fgy72+k9e4Cix7rpdQvupYQaIZtCc",
+	"EGPW3EI/WLAIxRgWUAX8hZTVBTervSAPo3RxGRC3hFkdUzOxLlmPxVAGXKjiMsyFCiD4Mc+ikSkAUVsA",
+	"CouXN0JJAGxFDt23YqIthoVYDDD0gXBjb7zB7epte/C/rqsYJrH+Brb78FmO3KMY+vPNKTvFNkvqdRH3",
+	"hhryO08KBtZ2wkQqkwToBaj13I/Sxx+V41cD0Q7fvb2+Iea84W/WH4v1+EnEUs1HZvNYEUFZoFK+uOyS",
+	"tykZpuZSWsgsBQJ+9/dX5wORsjFXmmEmQJRwMyC/OSHnpB1639zO2NTGXnlfjrgYs3SWcqGh4sxAQN6U",
+	"DSjOB2/Xb/9jnqv1ad9rJuwORCPACsCb5K7zHFRmLjAzZ+lwA95Kfq61HAiu9y5KbsNyk7OE6pFMp65t",
+	"DM2u9hNWLO6hBVkxD6SgISz1sEemVNBxiRvB9sUs4rERV4YL5DgKgmQMq9GTaj43IrvghBqQWawJHj23",
+	"D5AHpvTDbZQHn99a9I+jEtSCYGmHZZ1+K7CnopKGvLXjABr5Qn4D6xKwK7cK99KGEzaeY9IGdxcItF8r",
+	"EObZl3EUIN3zmAnN9aKWq5ZlCp9NNMoXj1g/Mj84Wwrh8NqTG4IbafMmZyrfTvLm3C117c1KdTSpuVpt",
+	"QUYELw+tZTEMSFjHr/COspDEpD1l6ZjF5yQUWZKEJGWYmUfNRTVkyV6XfAf2WqjXqOUMdQSHMYh5fhck",
+	"RLnuP+KUcmETkZ12OmEp2yMJ3MgV6c9m0QX5+xglGtpoUbgXpl1yZQaFiiMMCr2PVFQE4WcKY8MIJkwr",
+	"LFKFz7oIf1fOwqZWJ1LpcC/IC1e4gWDu+Qrj8UNPRLCcH081mdDZjAn07ldk/GrCIle5Ib0xJwiaqM9+",
+	"acFOtYIc2cHmfwb2h/cNMO8PtXZDGs+21untb8DPxV4yGGBcZjP/1jozbtlqTtZ8m/lCb7Op7K/cHOyy",
+	"eN9eluJzO7Q9MlYYdvHcnmjeJT8AXzIPv3v5E2nPAOA5BVQfLz4G0n78irkqg9jR/4+8q9mJGwbCrxJx",
+	"KUhLWqk90RNqq9IbKiv1spVqNkMT7WIj2wGhinev5seOkzgLCwht6RU2ydiesf3Nzzd0aV3WsFzxn3EK",
+	"3IGcswvd+xLVLFm4bkzreiPg3RVlpa1OSqizRRMMTVg1PyUz9sQTehvjfmjdD4uaCLmTdiwa0vODpav2",
+	"PxK3PzlYJQBadUQnYxy97f7QwYpDur5ObxKUChsWlhtGGMe8uiu4Df4sLgHht0JVFmcRpJQTKPJLlGBO",
+	"Ajznrfj5gNtQyin/L/6z/AeOlW/OtSCxkUmMua0ysWthmuZEcFJUX3ZlDB2c1WWjySUy8m+UG1ybX/nb",
+	"u4ypSMRNvCdxYngiX23jnWHmsUv3NFYKhjfBB/U4RXz7Z+BC25gDiAvA3nigoJs2xdrgiUVIHtWRpek0",
+	"eBaTAROnvOROR1Sx0AwBIwk01c94q7RDPGH0xw4jiZuO0FOKXXwn2psM6CM6l2KfEQfeymSNDvKXnWuz",
+	"gkQhnwa67iNKTBbgYU8c0+hOqcXhA3MbfzS+rqy60a/RYMLgCsUqMOXKmMpMm95jp3zIZHoj7zNZga9R",
+	"odOAQ7BQVNPGO1hf8I2cZC3U2ujIta4NdXg8GqozyUJdgkN4zPWMzJni3Ph6sGMscdLw/t/VrWUpRPA7",
+	"z+Fd2FLRX+g0mTpJaHpf5flBWRPjdi1BEx+Lk5mub/Pt97cxVWxmmOzgvZAaHh1cdSz6XlwaC5xOPvRB",
+	"AVqQX2hyoZ3fSmPXYl8bX1A3djRK7mLAvsfwZFcl2djQuNWyoRETIqwd3NRgYcbV14FZ7IqifUS4QZFC",
+	"KftlWg8OpAUC1KR4k1Dch3fvF1oasB0KueEvTnPFA0ihQWpYcriba7K51Pq+Q+glQXbiQWNOzL2jPQQv",
+	"a1ArqLbpgYLy7yTyDryTPQ/ajmdhosT3WO6w7vQclAV73Po61J3KQ0PD/W5aD66Q/Aei3ZoVqvU1aE+I",
+	"mYKtYyBdJtxHMuEjH/MctOL0kGD9DmyutM5J2ncSJS7ztaAu58ruBbQot1NamnTiuuQ45pyVofy5N39O",
+	"+MDjW9M0GPkT5dOU/QYAufcRPUTbrP0hHunc93pZg/PUAaJLSR1z+3DT6eKi0VXZp9rPfeeMfkyP0+bn",
+	"vLK4krQRIZT1NKz9pTXUejsyGc4isXNju57AIxL97Dd55bSRKadlHff47Koo+UZUnMznp7EEs7csIcUp",
+	"s+KxfWevpaibIUSQBqKcJKQFHvCRg+Lku+pR4CcZqDTnydCjBZ43161WWzVENJVqAP0k8/wJqLUQfVhQ",
+	"VaPBuVlMWUwMT3qsBRu4mtKnTP8QHCdVLeCbQw5FCKFppgpoLaSTzX1G7n7e/Q0AAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -54,6 +54,8 @@ var bearerRoles = map[string]string{
 	"createEnrollmentToken": roleAdmin, "listWorkerGrants": roleAdmin, "grantWorker": roleAdmin,
 	"revokeWorkerGrant": roleAdmin, "createApiToken": roleAdmin, "listApiTokens": roleAdmin,
 	"revokeApiToken": roleAdmin, "listAuditEvents": roleAdmin,
+	"createWebhook": roleAdmin, "listWebhooks": roleAdmin, "getWebhook": roleAdmin, "updateWebhook": roleAdmin,
+	"deleteWebhook": roleAdmin, "rotateWebhookSecret": roleAdmin, "listWebhookDeliveries": roleAdmin,
 	"createSecret": roleAdmin, "listSecrets": roleAdmin, "getSecret": roleAdmin,
 	"replaceSecret": roleAdmin, "deleteSecret": roleAdmin,
 
@@ -515,6 +517,8 @@ func tenantSnapshot(t *testing.T, g *harness.Gateway, tn tenant) string {
 		`SELECT t::text FROM schedules t WHERE organization_id = $1`,
 		`SELECT t::text FROM schedule_versions t JOIN schedules s ON s.id = t.schedule_id WHERE s.organization_id = $1`,
 		`SELECT t::text FROM schedule_fires t WHERE organization_id = $1`,
+		`SELECT t::text FROM webhook_targets t WHERE organization_id = $1`,
+		`SELECT t::text FROM webhook_deliveries t WHERE organization_id = $1`,
 		`SELECT t::text FROM secrets t WHERE organization_id = $1`,
 		`SELECT t::text FROM files t WHERE organization_id = $1`,
 		`SELECT t::text FROM worker_artifact_uploads t WHERE organization_id = $1`,

@@ -23,11 +23,12 @@ import (
 // tenant is one organization with one of everything an API operation can
 // name: a worker it owns (with its certificate), a task leased by that
 // worker whose attempt has results, logs and a committed artifact, an open
-// upload session, a scan, a schedule, a secret and an API token.
+// upload session, a scan, a schedule, a secret, a webhook target and an
+// API token.
 type tenant struct {
-	org, worker, task, attempt, upload, file, scan, schedule, token, secret uuid.UUID
-	leaseToken                                                              string
-	workerCert                                                              tls.Certificate
+	org, worker, task, attempt, upload, file, scan, schedule, token, secret, webhook uuid.UUID
+	leaseToken                                                                       string
+	workerCert                                                                       tls.Certificate
 	// uploadBody is what the open upload session expects.
 	uploadBody []byte
 }
@@ -37,7 +38,7 @@ func (tn tenant) ids() map[string]uuid.UUID {
 	return map[string]uuid.UUID{
 		"organization_id": tn.org, "worker_id": tn.worker, "task_id": tn.task, "attempt_id": tn.attempt,
 		"upload_id": tn.upload, "file_id": tn.file, "scan_id": tn.scan, "token_id": tn.token,
-		"schedule_id": tn.schedule, "secret_id": tn.secret,
+		"schedule_id": tn.schedule, "secret_id": tn.secret, "webhook_id": tn.webhook,
 	}
 }
 
@@ -107,6 +108,13 @@ func newTenant(t *testing.T, g *harness.Gateway, name string) tenant {
 	require.Equal(t, http.StatusCreated, sched.StatusCode(), string(sched.Body))
 	tn.schedule = sched.JSON201.Id
 
+	// A documentation address (no DNS, not private), for an event that
+	// does not happen while the matrix runs.
+	hook, err := g.Control.CreateWebhookWithResponse(ctx, apiclient.CreateWebhookRequest{OrganizationId: tn.org,
+		Url: "http://192.0.2.1/" + name, EventTypes: []apiclient.WebhookEventType{apiclient.ScheduleFireSkipped}})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, hook.StatusCode(), string(hook.Body))
+	tn.webhook = hook.JSON201.Id
 	value := "secret value of " + name
 	sec, err := g.Control.CreateSecretWithResponse(ctx, apiclient.CreateSecretRequest{OrganizationId: tn.org,
 		Name: "TENANT_SECRET", Value: &value})

@@ -19,6 +19,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/worker-gateway/gateway/server"
 	"github.com/worker-gateway/gateway/store/storetest"
 	"github.com/worker-gateway/gateway/tests/harness"
 	"github.com/worker-gateway/gateway/workerclient"
@@ -447,4 +448,36 @@ func TestCtlSchedules(t *testing.T) {
 	require.Regexp(t, `manual\s+1\s+created\s+-\s+scan `, ok("schedules", "run", id, "--idempotency-key", "k1"))
 	require.Contains(t, ok("schedules", "fires", id), "manual")
 	require.Regexp(t, id+`\s+nightly\s+1\s+true`, ok("schedules", "resume", id))
+}
+
+func TestCtlWebhooks(t *testing.T) {
+	g := harness.Start(t, harness.Options{Config: func(c *server.Config) { c.Webhooks.AllowPrivate = true }})
+	dir := t.TempDir()
+	caFile := filepath.Join(dir, "ca.pem")
+	require.NoError(t, os.WriteFile(caFile, g.CA.CertPEM, 0o600))
+	unsetEnv(t, "GATEWAY_URL", "GATEWAY_TOKEN", "GATEWAY_CA", "CA_CERT", "GATEWAY_ENV", "GATEWAY_JSON")
+	ok := func(args ...string) string {
+		t.Helper()
+		out, errOut, code := runCLI(t, append([]string{"ctl", "--url", g.URL, "--token", g.AdminToken, "--ca", caFile}, args...)...)
+		require.Equal(t, 0, code, "ctl %v: %s", args, errOut)
+		return out
+	}
+	org := g.NewOrganization(t, "hooked").String()
+
+	created := ok("webhooks", "create", "--org", org, "--endpoint", "http://127.0.0.1:9/hook", "--events", "task.failed_terminal, scan.completed")
+	require.Regexp(t, `Secret:\s+whsec_\S+`, created)
+	var list apiclient.WebhookList
+	require.NoError(t, json.Unmarshal([]byte(ok("webhooks", "list", "--org", org, "--json")), &list))
+	require.Len(t, list.Items, 1)
+	id := list.Items[0].Id.String()
+	require.Regexp(t, id+`\s+http://127.0.0.1:9/hook\s+task.failed_terminal,scan.completed\s+true`, ok("webhooks", "list", "--org", org))
+	require.NotContains(t, ok("webhooks", "get", id), "whsec_")
+	require.Regexp(t, `Enabled:\s+false`, ok("webhooks", "update", id, "--enabled", "false", "--events", "worker.revoked"))
+	require.Regexp(t, `Events:\s+worker.revoked`, ok("webhooks", "get", id))
+	require.Regexp(t, `Secret:\s+whsec_\S+`, ok("webhooks", "rotate-secret", id, "--overlap", "60"))
+	require.Contains(t, ok("webhooks", "deliveries", id), "EVENT")
+	ok("webhooks", "delete", id)
+	_, errOut, code := runCLI(t, "ctl", "--url", g.URL, "--token", g.AdminToken, "--ca", caFile, "webhooks", "get", id)
+	require.NotEqual(t, 0, code)
+	require.Contains(t, errOut, "not-found")
 }

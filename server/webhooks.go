@@ -1,0 +1,279 @@
+package server
+
+import (
+	"context"
+	"encoding/base64"
+	"net"
+	"net/netip"
+	"net/url"
+	"time"
+
+	"github.com/worker-gateway/gateway/problem"
+	"github.com/worker-gateway/gateway/server/api"
+	"github.com/worker-gateway/gateway/store"
+)
+
+// defaultSecretOverlap is how long a rotated-out secret keeps signing when
+// the request names no overlap.
+const defaultSecretOverlap = 24 * time.Hour
+
+// Webhook targets are an organization's configuration with a secret in it:
+// every route takes the admin permission.
+
+// CreateWebhook creates a target and answers its secret, once.
+func (h *handlers) CreateWebhook(ctx context.Context, req api.CreateWebhookRequestObject) (api.CreateWebhookResponseObject, error) {
+	scope, err := requirePermission(ctx, permissionAdmin)
+	if err != nil {
+		return nil, err
+	}
+	b := req.Body
+	if !scope.Allows(b.OrganizationId) {
+		return nil, store.ErrNotFound
+	}
+	if err := h.checkWebhookURL(ctx, b.Url); err != nil {
+		return nil, err
+	}
+	p := store.WebhookTargetParams{URL: b.Url, Description: deref(b.Description), EventTypes: eventTypes(b.EventTypes), Enabled: true}
+	if b.Enabled != nil {
+		p.Enabled = *b.Enabled
+	}
+	w, secret, err := h.store.CreateWebhookTarget(ctx, scope, b.OrganizationId, p)
+	if err != nil {
+		return nil, err
+	}
+	h.audit(ctx, "webhook.create", "webhook", w.ID.String(), &w.OrganizationID,
+		map[string]any{"url": redactedURL(w.URL), "event_types": w.EventTypes, "enabled": w.Enabled})
+	return api.CreateWebhook201JSONResponse(withSecret(w, secret)), nil
+}
+
+// UpdateWebhook replaces a target's definition.
+func (h *handlers) UpdateWebhook(ctx context.Context, req api.UpdateWebhookRequestObject) (api.UpdateWebhookResponseObject, error) {
+	scope, err := requirePermission(ctx, permissionAdmin)
+	if err != nil {
+		return nil, err
+	}
+	b := req.Body
+	// Another organization's target is 404 before its URL is judged.
+	if _, err := h.store.GetWebhookTarget(ctx, scope, req.WebhookId); err != nil {
+		return nil, err
+	}
+	if err := h.checkWebhookURL(ctx, b.Url); err != nil {
+		return nil, err
+	}
+	w, err := h.store.UpdateWebhookTarget(ctx, scope, req.WebhookId, store.WebhookTargetParams{
+		URL: b.Url, Description: deref(b.Description), EventTypes: eventTypes(b.EventTypes), Enabled: b.Enabled})
+	if err != nil {
+		return nil, err
+	}
+	h.audit(ctx, "webhook.update", "webhook", w.ID.String(), &w.OrganizationID,
+		map[string]any{"url": redactedURL(w.URL), "event_types": w.EventTypes, "enabled": w.Enabled})
+	return api.UpdateWebhook200JSONResponse(toWebhook(w)), nil
+}
+
+// DeleteWebhook deletes a target and its deliveries.
+func (h *handlers) DeleteWebhook(ctx context.Context, req api.DeleteWebhookRequestObject) (api.DeleteWebhookResponseObject, error) {
+	scope, err := requirePermission(ctx, permissionAdmin)
+	if err != nil {
+		return nil, err
+	}
+	w, err := h.store.DeleteWebhookTarget(ctx, scope, req.WebhookId)
+	if err != nil {
+		return nil, err
+	}
+	h.audit(ctx, "webhook.delete", "webhook", w.ID.String(), &w.OrganizationID, map[string]any{"url": redactedURL(w.URL)})
+	return api.DeleteWebhook204Response{}, nil
+}
+
+// GetWebhook returns a target, without its secret.
+func (h *handlers) GetWebhook(ctx context.Context, req api.GetWebhookRequestObject) (api.GetWebhookResponseObject, error) {
+	scope, err := requirePermission(ctx, permissionAdmin)
+	if err != nil {
+		return nil, err
+	}
+	w, err := h.store.GetWebhookTarget(ctx, scope, req.WebhookId)
+	if err != nil {
+		return nil, err
+	}
+	return api.GetWebhook200JSONResponse(toWebhook(w)), nil
+}
+
+// ListWebhooks pages targets.
+func (h *handlers) ListWebhooks(ctx context.Context, req api.ListWebhooksRequestObject) (api.ListWebhooksResponseObject, error) {
+	scope, err := requirePermission(ctx, permissionAdmin)
+	if err != nil {
+		return nil, err
+	}
+	after, limit, err := pageParams(req.Params.Cursor, req.Params.Limit)
+	if err != nil {
+		return nil, err
+	}
+	list, next, err := h.store.ListWebhookTargets(ctx, scope, req.Params.OrganizationId, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	items := make([]api.Webhook, 0, len(list))
+	for _, w := range list {
+		items = append(items, toWebhook(w))
+	}
+	return api.ListWebhooks200JSONResponse{Items: items, NextCursor: encodeCursor(next)}, nil
+}
+
+// RotateWebhookSecret gives a target a new secret, answered once; the old
+// one keeps signing during the overlap.
+func (h *handlers) RotateWebhookSecret(ctx context.Context, req api.RotateWebhookSecretRequestObject) (api.RotateWebhookSecretResponseObject, error) {
+	scope, err := requirePermission(ctx, permissionAdmin)
+	if err != nil {
+		return nil, err
+	}
+	overlap := defaultSecretOverlap
+	if req.Body != nil && req.Body.OverlapSeconds != nil {
+		overlap = time.Duration(*req.Body.OverlapSeconds) * time.Second
+	}
+	w, secret, err := h.store.RotateWebhookSecret(ctx, scope, req.WebhookId, overlap)
+	if err != nil {
+		return nil, err
+	}
+	h.audit(ctx, "webhook.rotate_secret", "webhook", w.ID.String(), &w.OrganizationID,
+		map[string]any{"overlap_seconds": int(overlap.Seconds())})
+	return api.RotateWebhookSecret200JSONResponse(withSecret(w, secret)), nil
+}
+
+// ListWebhookDeliveries pages a target's delivery log.
+func (h *handlers) ListWebhookDeliveries(ctx context.Context, req api.ListWebhookDeliveriesRequestObject) (api.ListWebhookDeliveriesResponseObject, error) {
+	scope, err := requirePermission(ctx, permissionAdmin)
+	if err != nil {
+		return nil, err
+	}
+	after, limit, err := pageParams(req.Params.Cursor, req.Params.Limit)
+	if err != nil {
+		return nil, err
+	}
+	list, next, err := h.store.ListWebhookDeliveries(ctx, scope, req.WebhookId, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	items := make([]api.WebhookDelivery, 0, len(list))
+	for _, d := range list {
+		out := api.WebhookDelivery{Id: d.ID, EventId: d.EventID, EventType: api.WebhookEventType(d.EventType), WebhookId: d.TargetID,
+			State: api.WebhookDeliveryState(d.State), Attempts: d.Attempts, NextAttemptAt: d.NextAttemptAt,
+			LastAttemptAt: d.LastAttemptAt, LastStatusCode: d.LastStatusCode, LastError: d.LastError,
+			CreatedAt: d.CreatedAt, DeliveredAt: d.DeliveredAt}
+		if d.LastLatency != nil {
+			ms := int(d.LastLatency.Milliseconds())
+			out.LastLatencyMs = &ms
+		}
+		items = append(items, out)
+	}
+	return api.ListWebhookDeliveries200JSONResponse{Items: items, NextCursor: encodeCursor(next)}, nil
+}
+
+func eventTypes(in []api.WebhookEventType) []string {
+	out := make([]string, len(in))
+	for i, t := range in {
+		out[i] = string(t)
+	}
+	return out
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func toWebhook(w store.WebhookTarget) api.Webhook {
+	types := make([]api.WebhookEventType, len(w.EventTypes))
+	for i, t := range w.EventTypes {
+		types[i] = api.WebhookEventType(t)
+	}
+	return api.Webhook{Id: w.ID, OrganizationId: w.OrganizationID, Url: w.URL, Description: w.Description,
+		EventTypes: types, Enabled: w.Enabled, ConsecutiveFailures: w.ConsecutiveFailures,
+		CircuitOpenUntil: w.CircuitOpenUntil, PreviousSecretExpiresAt: w.PreviousSecretExpiresAt,
+		CreatedAt: w.CreatedAt, UpdatedAt: w.UpdatedAt}
+}
+
+func withSecret(w store.WebhookTarget, secret []byte) api.WebhookWithSecret {
+	o := toWebhook(w)
+	return api.WebhookWithSecret{Id: o.Id, OrganizationId: o.OrganizationId, Url: o.Url, Description: o.Description,
+		EventTypes: o.EventTypes, Enabled: o.Enabled, ConsecutiveFailures: o.ConsecutiveFailures,
+		CircuitOpenUntil: o.CircuitOpenUntil, PreviousSecretExpiresAt: o.PreviousSecretExpiresAt,
+		CreatedAt: o.CreatedAt, UpdatedAt: o.UpdatedAt, Secret: encodeWebhookSecret(secret)}
+}
+
+// encodeWebhookSecret is the Standard Webhooks form of a secret.
+func encodeWebhookSecret(secret []byte) string {
+	return "whsec_" + base64.StdEncoding.EncodeToString(secret)
+}
+
+// redactedURL is a target URL for the audit log: without its query and
+// user info, which may carry a receiver's token.
+func redactedURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	u.User, u.RawQuery, u.Fragment = nil, "", ""
+	return u.String()
+}
+
+// checkWebhookURL refuses a target URL that is not http(s) or whose host
+// resolves to an address deliveries may not reach (webhookAddressAllowed).
+// Deliveries check the address they dial again (see webhookDialer): DNS
+// may answer differently then.
+func (h *handlers) checkWebhookURL(ctx context.Context, raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
+		return problem.Wrap(store.ErrInvalid, "url must be an absolute http or https URL")
+	}
+	if h.cfg.Webhooks.AllowPrivate {
+		return nil
+	}
+	host := u.Hostname()
+	var addrs []netip.Addr
+	if ip, err := netip.ParseAddr(host); err == nil {
+		addrs = []netip.Addr{ip}
+	} else {
+		lookupCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		addrs, err = net.DefaultResolver.LookupNetIP(lookupCtx, "ip", host)
+		if err != nil || len(addrs) == 0 {
+			return problem.Wrap(store.ErrInvalid, "url: the host does not resolve")
+		}
+	}
+	for _, a := range addrs {
+		if !webhookAddressAllowed(a) {
+			return problem.Wrap(store.ErrInvalid,
+				"url: the host resolves to a loopback, link-local or private address, which the gateway does not deliver to")
+		}
+	}
+	return nil
+}
+
+// webhookAddressAllowed is false for the addresses a webhook must not
+// reach unless the operator allows private targets: loopback, link-local,
+// private and shared (CGNAT) ranges, unspecified, multicast, and the
+// IPv4-mapped forms of all of these.
+func webhookAddressAllowed(a netip.Addr) bool {
+	a = a.Unmap()
+	switch {
+	case !a.IsValid(), a.IsLoopback(), a.IsLinkLocalUnicast(), a.IsLinkLocalMulticast(), a.IsInterfaceLocalMulticast(),
+		a.IsMulticast(), a.IsPrivate(), a.IsUnspecified():
+		return false
+	}
+	for _, p := range refusedPrefixes {
+		if p.Contains(a) {
+			return false
+		}
+	}
+	return true
+}
+
+// refusedPrefixes are the ranges netip has no predicate for.
+var refusedPrefixes = []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/8"),     // "this network"
+	netip.MustParsePrefix("100.64.0.0/10"), // shared address space (CGNAT)
+	netip.MustParsePrefix("192.0.0.0/24"),  // IETF protocol assignments
+	netip.MustParsePrefix("198.18.0.0/15"), // benchmarking
+	netip.MustParsePrefix("64:ff9b::/96"),  // NAT64, which can reach IPv4 private ranges
+}

@@ -1,0 +1,83 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/worker-gateway/gateway/store"
+)
+
+// webhookWatchSlack is added to the computed time a worker goes offline:
+// the pass must run after that instant, not at it.
+const webhookWatchSlack = 250 * time.Millisecond
+
+// webhookWatcher runs store.WatchWebhookConditions: it notices workers
+// going offline and organizations left without an eligible worker, states
+// computed from time that no write announces. While no target subscribes
+// to either event it sleeps until a target changes (WakeWebhooks); while
+// one does, it runs when the next seen worker would go offline, and at
+// least once per online window (a starved organization is noticed within
+// that).
+type webhookWatcher struct {
+	store  *store.Store
+	logger *slog.Logger
+	window func() time.Duration
+	kick   chan struct{}
+	// idle is true while it sleeps for lack of subscribers: only then does
+	// a WakeWebhooks notice (sent for every new delivery too) wake it.
+	idle atomic.Bool
+}
+
+func newWebhookWatcher(st *store.Store, window func() time.Duration, logger *slog.Logger) *webhookWatcher {
+	return &webhookWatcher{store: st, logger: logger, window: window, kick: make(chan struct{}, 1)}
+}
+
+func (w *webhookWatcher) wake(always bool) {
+	if !always && !w.idle.Load() {
+		return
+	}
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (w *webhookWatcher) run(ctx context.Context) {
+	for ctx.Err() == nil {
+		// A target may be created while the pass runs: its notice must
+		// not be dropped, so the pass counts as idle until it decides.
+		w.idle.Store(true)
+		sleep := w.pass(ctx)
+		w.idle.Store(sleep == sleepUntilWoken)
+		timer := time.NewTimer(sleep)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-w.kick:
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
+}
+
+func (w *webhookWatcher) pass(ctx context.Context) time.Duration {
+	window := w.window()
+	res, err := w.store.WatchWebhookConditions(ctx, window)
+	if err != nil {
+		if ctx.Err() == nil {
+			w.logger.Warn("watching webhook conditions failed; retrying", "error", err.Error())
+		}
+		return jittered(scheduleRetry)
+	}
+	if !res.Subscribed {
+		return sleepUntilWoken
+	}
+	sleep := window
+	if res.NextIn != nil {
+		sleep = min(sleep, max(*res.NextIn, 0)+webhookWatchSlack)
+	}
+	return sleep
+}

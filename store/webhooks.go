@@ -1,0 +1,309 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/worker-gateway/gateway/problem"
+)
+
+// The event types a webhook target may subscribe to.
+const (
+	EventTaskCompleted       = "task.completed"
+	EventTaskFailedTerminal  = "task.failed_terminal"
+	EventScanCompleted       = "scan.completed"
+	EventScanFailed          = "scan.failed"
+	EventWorkerOffline       = "worker.offline"
+	EventWorkerRevoked       = "worker.revoked"
+	EventOrgNoEligibleWorker = "organization.no_eligible_worker"
+	EventScheduleFireSkipped = "schedule.fire_skipped"
+)
+
+// WebhookEventTypes lists every event type, in the contract's order.
+var WebhookEventTypes = []string{EventTaskFailedTerminal, EventTaskCompleted, EventScanCompleted, EventScanFailed,
+	EventWorkerOffline, EventWorkerRevoked, EventOrgNoEligibleWorker, EventScheduleFireSkipped}
+
+// webhookSecretBytes is the length of a signing secret.
+const webhookSecretBytes = 32
+
+// WebhookTarget is an organization's webhook endpoint. Its secret is never
+// part of it: only CreateWebhookTarget and RotateWebhookSecret return one.
+type WebhookTarget struct {
+	ID             uuid.UUID
+	OrganizationID uuid.UUID
+	URL            string
+	Description    string
+	EventTypes     []string
+	Enabled        bool
+	// PreviousSecretExpiresAt is the end of a rotation's overlap, while
+	// deliveries are signed with the old secret too.
+	PreviousSecretExpiresAt *time.Time
+	ConsecutiveFailures     int
+	CircuitOpenUntil        *time.Time
+	CreatedAt, UpdatedAt    time.Time
+}
+
+// WebhookTargetParams is a target's definition.
+type WebhookTargetParams struct {
+	URL         string
+	Description string
+	EventTypes  []string
+	Enabled     bool
+}
+
+func (p WebhookTargetParams) validate() error {
+	if p.URL == "" {
+		return invalid("url is required")
+	}
+	if len(p.EventTypes) == 0 {
+		return invalid("event_types must name at least one event type")
+	}
+	for _, t := range p.EventTypes {
+		if !slices.Contains(WebhookEventTypes, t) {
+			return invalid(problem.Text("event_types: unknown event type " + t))
+		}
+	}
+	return nil
+}
+
+const webhookTargetColumns = `t.id, t.organization_id, t.url, t.description, t.event_types, t.enabled,
+	CASE WHEN t.previous_secret_expires_at > now() THEN t.previous_secret_expires_at END,
+	t.consecutive_failures, CASE WHEN t.circuit_open_until > now() THEN t.circuit_open_until END,
+	t.created_at, t.updated_at`
+
+func scanWebhookTarget(row pgx.Row) (WebhookTarget, error) {
+	var w WebhookTarget
+	err := row.Scan(&w.ID, &w.OrganizationID, &w.URL, &w.Description, &w.EventTypes, &w.Enabled,
+		&w.PreviousSecretExpiresAt, &w.ConsecutiveFailures, &w.CircuitOpenUntil, &w.CreatedAt, &w.UpdatedAt)
+	return w, err
+}
+
+func newWebhookSecret() ([]byte, error) {
+	secret := make([]byte, webhookSecretBytes)
+	if _, err := rand.Read(secret); err != nil {
+		return nil, fmt.Errorf("webhook secret: %w", err)
+	}
+	return secret, nil
+}
+
+// CreateWebhookTarget creates a target for an organization in scope and
+// returns it with its signing secret, which is never answered again.
+func (s *Store) CreateWebhookTarget(ctx context.Context, scope Scope, org uuid.UUID, p WebhookTargetParams) (WebhookTarget, []byte, error) {
+	if !scope.Allows(org) {
+		return WebhookTarget{}, nil, ErrNotFound
+	}
+	if err := p.validate(); err != nil {
+		return WebhookTarget{}, nil, err
+	}
+	secret, err := newWebhookSecret()
+	if err != nil {
+		return WebhookTarget{}, nil, err
+	}
+	var w WebhookTarget
+	err = s.inTx(ctx, "create webhook target", func(tx pgx.Tx) error {
+		w, err = scanWebhookTarget(tx.QueryRow(ctx, `
+			INSERT INTO webhook_targets AS t (organization_id, url, description, event_types, enabled, secret)
+			VALUES ($1, $2, $3, $4, $5, $6)
+			RETURNING `+webhookTargetColumns, org, p.URL, p.Description, p.EventTypes, p.Enabled, secret))
+		if isForeignKeyViolation(err) {
+			return missingOrganization(scope, org)
+		}
+		if err != nil {
+			return fmt.Errorf("insert webhook target: %w", err)
+		}
+		return notify(ctx, tx, Wakeup{Kind: WakeWebhooks, Organization: org})
+	})
+	if err != nil {
+		return WebhookTarget{}, nil, err
+	}
+	return w, secret, nil
+}
+
+// UpdateWebhookTarget replaces a target's definition; its secret stays.
+func (s *Store) UpdateWebhookTarget(ctx context.Context, scope Scope, id uuid.UUID, p WebhookTargetParams) (WebhookTarget, error) {
+	if err := p.validate(); err != nil {
+		return WebhookTarget{}, err
+	}
+	var w WebhookTarget
+	err := s.inTx(ctx, "update webhook target", func(tx pgx.Tx) error {
+		var err error
+		w, err = scanWebhookTarget(tx.QueryRow(ctx, `
+			UPDATE webhook_targets t SET url = $3, description = $4, event_types = $5, enabled = $6,
+				-- Re-enabling closes the circuit: the operator says the endpoint is back.
+				consecutive_failures = CASE WHEN $6 AND NOT t.enabled THEN 0 ELSE t.consecutive_failures END,
+				circuit_open_until = CASE WHEN $6 AND NOT t.enabled THEN NULL ELSE t.circuit_open_until END,
+				updated_at = now()
+			WHERE t.id = $1 AND t.deleted_at IS NULL AND `+inScope("t.organization_id", "$2")+`
+			RETURNING `+webhookTargetColumns, id, scope.arg(), p.URL, p.Description, p.EventTypes, p.Enabled))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return fmt.Errorf("update webhook target: %w", err)
+		}
+		return notify(ctx, tx, Wakeup{Kind: WakeWebhooks, Organization: w.OrganizationID})
+	})
+	return w, err
+}
+
+// DeleteWebhookTarget deletes a target: its deliveries and their log go,
+// its secret is wiped, and only a tombstone stays, so that deleting it again
+// answers the same (DELETE is idempotent) while every other verb answers
+// ErrNotFound.
+func (s *Store) DeleteWebhookTarget(ctx context.Context, scope Scope, id uuid.UUID) (WebhookTarget, error) {
+	var w WebhookTarget
+	err := s.inTx(ctx, "delete webhook target", func(tx pgx.Tx) error {
+		var err error
+		w, err = scanWebhookTarget(tx.QueryRow(ctx, `
+			UPDATE webhook_targets t SET deleted_at = coalesce(t.deleted_at, now()), enabled = false,
+				secret = '', previous_secret = NULL, previous_secret_expires_at = NULL, updated_at = now()
+			WHERE t.id = $1 AND `+inScope("t.organization_id", "$2")+`
+			RETURNING `+webhookTargetColumns, id, scope.arg()))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return fmt.Errorf("delete webhook target: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM webhook_deliveries WHERE target_id = $1`, id); err != nil {
+			return fmt.Errorf("delete webhook deliveries: %w", err)
+		}
+		return nil
+	})
+	return w, err
+}
+
+// GetWebhookTarget returns a target in scope.
+func (s *Store) GetWebhookTarget(ctx context.Context, scope Scope, id uuid.UUID) (WebhookTarget, error) {
+	w, err := scanWebhookTarget(s.pool.QueryRow(ctx, `SELECT `+webhookTargetColumns+` FROM webhook_targets t
+		WHERE t.id = $1 AND t.deleted_at IS NULL AND `+inScope("t.organization_id", "$2"), id, scope.arg()))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return WebhookTarget{}, ErrNotFound
+	}
+	if err != nil {
+		return WebhookTarget{}, fmt.Errorf("get webhook target: %w", err)
+	}
+	return w, nil
+}
+
+// ListWebhookTargets pages the targets in scope, newest first.
+func (s *Store) ListWebhookTargets(ctx context.Context, scope Scope, org *uuid.UUID, after *Cursor, limit int) ([]WebhookTarget, *Cursor, error) {
+	afterTime, afterID := after.position()
+	rows, err := s.pool.Query(ctx, `SELECT `+webhookTargetColumns+` FROM webhook_targets t
+		WHERE t.deleted_at IS NULL AND `+inScope("t.organization_id", "$1")+` AND ($2::uuid IS NULL OR t.organization_id = $2)
+			AND ($3::timestamptz IS NULL OR (t.created_at, t.id) < ($3, $4::uuid))
+		ORDER BY t.created_at DESC, t.id DESC LIMIT $5`, scope.arg(), org, afterTime, afterID, limit+1)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list webhook targets: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (WebhookTarget, error) { return scanWebhookTarget(r) })
+	if err != nil {
+		return nil, nil, fmt.Errorf("list webhook targets: %w", err)
+	}
+	if err := checkListedOrganization(ctx, s.pool, scope, org, len(list) == 0); err != nil {
+		return nil, nil, err
+	}
+	list, next := page(list, limit, func(w WebhookTarget) Cursor { return Cursor{Time: w.CreatedAt, ID: w.ID} })
+	return list, next, nil
+}
+
+// RotateWebhookSecret gives a target a new secret and returns it. The old
+// one keeps signing, beside the new, for overlap (0: it stops at once), so
+// receivers can switch without missing a delivery.
+func (s *Store) RotateWebhookSecret(ctx context.Context, scope Scope, id uuid.UUID, overlap time.Duration) (WebhookTarget, []byte, error) {
+	if overlap < 0 {
+		return WebhookTarget{}, nil, invalid("overlap must not be negative")
+	}
+	secret, err := newWebhookSecret()
+	if err != nil {
+		return WebhookTarget{}, nil, err
+	}
+	w, err := scanWebhookTarget(s.pool.QueryRow(ctx, `
+		UPDATE webhook_targets t SET secret = $3, previous_secret = t.secret,
+			previous_secret_expires_at = now() + make_interval(secs => $4), updated_at = now()
+		WHERE t.id = $1 AND t.deleted_at IS NULL AND `+inScope("t.organization_id", "$2")+`
+		RETURNING `+webhookTargetColumns, id, scope.arg(), secret, overlap.Seconds()))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return WebhookTarget{}, nil, ErrNotFound
+	}
+	if err != nil {
+		return WebhookTarget{}, nil, fmt.Errorf("rotate webhook secret: %w", err)
+	}
+	return w, secret, nil
+}
+
+// Delivery states.
+const (
+	DeliveryPending   = "pending"
+	DeliveryDelivered = "delivered"
+	DeliveryFailed    = "failed"
+)
+
+// WebhookDelivery is one event's delivery to one target, with the result
+// of its latest try: the delivery log.
+type WebhookDelivery struct {
+	ID             uuid.UUID
+	EventID        uuid.UUID
+	EventType      string
+	TargetID       uuid.UUID
+	State          string
+	Attempts       int
+	NextAttemptAt  *time.Time
+	LastAttemptAt  *time.Time
+	LastStatusCode *int
+	LastLatency    *time.Duration
+	LastError      *string
+	CreatedAt      time.Time
+	DeliveredAt    *time.Time
+}
+
+// ListWebhookDeliveries pages a target's deliveries, newest first.
+func (s *Store) ListWebhookDeliveries(ctx context.Context, scope Scope, targetID uuid.UUID, after *Cursor, limit int) ([]WebhookDelivery, *Cursor, error) {
+	if _, err := s.GetWebhookTarget(ctx, scope, targetID); err != nil {
+		return nil, nil, err
+	}
+	afterTime, afterID := after.position()
+	rows, err := s.pool.Query(ctx, `
+		SELECT d.id, d.event_id, e.event_type, d.target_id, d.state, d.attempts,
+			CASE WHEN d.state = 'pending' THEN d.next_attempt_at END, d.last_attempt_at,
+			d.last_status_code, d.last_latency_ms, d.last_error, d.created_at, d.delivered_at
+		FROM webhook_deliveries d JOIN webhook_events e ON e.id = d.event_id
+		WHERE d.target_id = $1 AND ($2::timestamptz IS NULL OR (d.created_at, d.id) < ($2, $3::uuid))
+		ORDER BY d.created_at DESC, d.id DESC LIMIT $4`, targetID, afterTime, afterID, limit+1)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list webhook deliveries: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (WebhookDelivery, error) {
+		var d WebhookDelivery
+		var latencyMs *int
+		err := r.Scan(&d.ID, &d.EventID, &d.EventType, &d.TargetID, &d.State, &d.Attempts, &d.NextAttemptAt,
+			&d.LastAttemptAt, &d.LastStatusCode, &latencyMs, &d.LastError, &d.CreatedAt, &d.DeliveredAt)
+		if latencyMs != nil {
+			l := time.Duration(*latencyMs) * time.Millisecond
+			d.LastLatency = &l
+		}
+		return d, err
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("list webhook deliveries: %w", err)
+	}
+	list, next := page(list, limit, func(d WebhookDelivery) Cursor { return Cursor{Time: d.CreatedAt, ID: d.ID} })
+	return list, next, nil
+}
+
+// WebhookEventBody returns an event's stored body (tests and tools).
+func (s *Store) WebhookEventBody(ctx context.Context, eventID uuid.UUID) ([]byte, error) {
+	var body []byte
+	err := s.pool.QueryRow(ctx, `SELECT body FROM webhook_events WHERE id = $1`, eventID).Scan(&body)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	return body, err
+}
