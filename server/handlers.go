@@ -157,6 +157,7 @@ func toWorker(w store.Worker) api.Worker {
 		RevocationReason:       nonEmpty(w.RevocationReason),
 		CertificateFingerprint: nonEmpty(w.CertificateFingerprint),
 		CertificateSubject:     nonEmpty(w.CertificateSubject),
+		CertificateExpiresAt:   w.CertificateExpiresAt,
 		SoftwareVersion:        nonEmpty(w.SoftwareVersion),
 		ProtocolVersion:        nonEmpty(w.ProtocolVersion),
 		Capabilities:           jsonOrEmpty(w.Capabilities),

@@ -26,6 +26,7 @@ import (
 	"github.com/worker-gateway/gateway/internal/secretbox"
 	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/server/api"
+	"github.com/worker-gateway/gateway/server/console"
 	"github.com/worker-gateway/gateway/store"
 )
 
@@ -121,6 +122,12 @@ type Config struct {
 	// at once; refusals from further addresses are counted per kind under
 	// the source "other".
 	SecurityAuditSources int
+	// ConsoleSessionTTL bounds a console session (/ui); 0 is
+	// console.DefaultSessionTTL. A session never outlives its API token.
+	ConsoleSessionTTL time.Duration
+	// ConsoleRefresh is how often the console's overview refreshes itself;
+	// 0 is five seconds.
+	ConsoleRefresh time.Duration
 	// Secrets holds the key-encryption keys of stored secrets: the current
 	// one seals, older ones still open during a rotation. Nil: secrets
 	// cannot be created, and a task referencing one fails its attempt.
@@ -341,7 +348,8 @@ func (s *Server) buildHandler() (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	strict := api.NewStrictHandlerWithOptions(&handlers{s}, nil, api.StrictHTTPServerOptions{
+	impl := &handlers{s}
+	strict := api.NewStrictHandlerWithOptions(impl, nil, api.StrictHTTPServerOptions{
 		RequestErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
 			writeProblem(w, r, withCause(newProblem(http.StatusBadRequest, problem.BadRequest, "the request body could not be decoded"), err), s.logger)
 		},
@@ -386,6 +394,12 @@ func (s *Server) buildHandler() (http.Handler, error) {
 		http.Redirect(w, r, docsPath, http.StatusFound)
 	})
 	root.Handle("/", apiHandler)
+	ui, err := s.consoleHandler(impl)
+	if err != nil {
+		return nil, err
+	}
+	root.Handle(console.Prefix, ui)
+	root.Handle(console.Prefix+"/", ui)
 	root.Handle("PUT /v1/uploads/{upload_id}", uploads)
 	if s.cfg.MetricsOnMain {
 		root.HandleFunc("GET /metrics", s.serveMetricsAuthenticated)

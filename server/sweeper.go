@@ -221,13 +221,15 @@ func (sw *Sweeper) prune(ctx context.Context) {
 		total.Uploads += res.Uploads
 		total.AuditEvents += res.AuditEvents
 		total.ScheduleFires += res.ScheduleFires
+		total.ConsoleSessions += res.ConsoleSessions
 		if !res.More {
 			sw.lastPrune = time.Now()
 			break
 		}
 	}
-	if total.Tasks+total.Uploads+total.AuditEvents+total.ScheduleFires > 0 {
+	if total.Tasks+total.Uploads+total.AuditEvents+total.ScheduleFires+total.ConsoleSessions > 0 {
 		sw.logger.Info("prune", "tasks", total.Tasks, "attempts", total.Attempts,
-			"uploads", total.Uploads, "audit_events", total.AuditEvents, "schedule_fires", total.ScheduleFires)
+			"uploads", total.Uploads, "audit_events", total.AuditEvents, "schedule_fires", total.ScheduleFires,
+			"console_sessions", total.ConsoleSessions)
 	}
 }

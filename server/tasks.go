@@ -135,6 +135,7 @@ func (h *handlers) ListTasks(ctx context.Context, req api.ListTasksRequestObject
 		p.Trigger = ptr(store.TriggerKind(*req.Params.Trigger))
 	}
 	p.ScheduleID = req.Params.ScheduleId
+	p.ScanID = req.Params.ScanId
 	tasks, next, err := h.store.ListTasks(ctx, scope, p)
 	if err != nil {
 		return nil, err

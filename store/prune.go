@@ -60,6 +60,8 @@ type PruneResult struct {
 	AuditEvents int
 	// ScheduleFires is the number of schedule fire entries deleted.
 	ScheduleFires int
+	// ConsoleSessions is the number of ended console sessions deleted.
+	ConsoleSessions int
 	// More is true when some statement deleted a full batch, so another call
 	// should follow at once.
 	More bool
@@ -127,6 +129,11 @@ DELETE FROM audit_events WHERE id IN (
 	LIMIT $2
 	FOR UPDATE SKIP LOCKED)`
 
+// pruneConsoleSessionsSQL deletes up to $1 expired console sessions.
+const pruneConsoleSessionsSQL = `
+DELETE FROM console_sessions WHERE secret_hash IN (
+	SELECT secret_hash FROM console_sessions WHERE expires_at <= now() LIMIT $1 FOR UPDATE SKIP LOCKED)`
+
 // pruneScheduleFiresSQL deletes up to $2 schedule fire entries recorded
 // more than $1 seconds ago, oldest first, except a queued one (its slot
 // still waits to run). A fire's id is a UUID version 7 made when it was
@@ -188,6 +195,14 @@ func (s *Store) Prune(ctx context.Context, p PruneParams) (PruneResult, error) {
 		res.Uploads = int(tag.RowsAffected())
 		res.More = res.More || res.Uploads >= batch
 	}
+	// Ended console sessions open nothing (every lookup checks the expiry);
+	// they are deleted so the table holds only the live ones.
+	tag, err := s.pool.Exec(ctx, pruneConsoleSessionsSQL, batch)
+	if err != nil {
+		return res, fmt.Errorf("prune console sessions: %w", err)
+	}
+	res.ConsoleSessions = int(tag.RowsAffected())
+	res.More = res.More || res.ConsoleSessions >= batch
 	if p.AuditRetention > 0 {
 		tag, err := s.pool.Exec(ctx, pruneAuditSQL, p.AuditRetention.Seconds(), batch)
 		if err != nil {

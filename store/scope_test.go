@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -36,6 +37,10 @@ func TestScopeIsolatesEveryRead(t *testing.T) {
 		require.NoError(t, err)
 		_, err = s.GetAPIToken(ctx, sc, tokenID)
 		require.NoError(t, err)
+		st, err := s.Stats(ctx, sc, store.StatsParams{OnlineWindow: onlineWindow, LeaseWindow: time.Minute, FailureWindow: time.Minute})
+		require.NoError(t, err)
+		require.Equal(t, []store.QueueDepth{{OrganizationID: b.org.ID, State: task.State, Count: 1}}, st.Queue)
+		require.Equal(t, 1, st.WorkersTotal)
 	}
 	for name, sc := range hidden {
 		t.Run(name, func(t *testing.T) {
@@ -72,6 +77,10 @@ func TestScopeIsolatesEveryRead(t *testing.T) {
 			require.ErrorIs(t, err, store.ErrNotFound)
 			_, err = s.CreateOrganization(ctx, sc, uniqueName("x"))
 			require.ErrorIs(t, err, store.ErrForbidden)
+			st, err := s.Stats(ctx, sc, store.StatsParams{OnlineWindow: onlineWindow, LeaseWindow: time.Minute, FailureWindow: time.Minute})
+			require.NoError(t, err)
+			require.Empty(t, st.Queue)
+			require.Zero(t, st.WorkersTotal)
 		})
 	}
 	// The task was never touched by the hidden scopes.

@@ -365,8 +365,10 @@ type ListTasksParams struct {
 	// creation order stops when the page is full.
 	Trigger    *TriggerKind
 	ScheduleID *uuid.UUID
-	After      *Cursor
-	Limit      int
+	// ScanID keeps one scan's tasks (worker_tasks_scan_idx).
+	ScanID *uuid.UUID
+	After  *Cursor
+	Limit  int
 }
 
 // ListTasks returns one page of tasks and the cursor of the next page.
@@ -387,6 +389,9 @@ func (s *Store) ListTasks(ctx context.Context, scope Scope, p ListTasksParams) (
 	}
 	if p.ScheduleID != nil {
 		q = q.Where(sq.Eq{"t.trigger_schedule_id": *p.ScheduleID})
+	}
+	if p.ScanID != nil {
+		q = q.Where(sq.Eq{"t.scan_id": *p.ScanID})
 	}
 	if p.After != nil {
 		q = q.Where("(t.created_at, t.id) < (?, ?)", p.After.Time, p.After.ID)

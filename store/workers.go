@@ -23,9 +23,12 @@ type Worker struct {
 	RevocationReason       string
 	CertificateFingerprint string
 	CertificateSubject     string
-	SoftwareVersion        string
-	ProtocolVersion        string
-	Capabilities           json.RawMessage
+	// CertificateExpiresAt is the current certificate's expiry (nil when
+	// none was issued by enrollment or renewal).
+	CertificateExpiresAt *time.Time
+	SoftwareVersion      string
+	ProtocolVersion      string
+	Capabilities         json.RawMessage
 	// Labels are set by operators (LabelSelector); never by the worker.
 	Labels             map[string]string
 	MaxConcurrentTasks int
@@ -45,7 +48,7 @@ type Worker struct {
 // by several organizations shows each only its own assignment, its own
 // active attempts and, unless it is the owner, no owner.
 var workerColumns = `w.id, w.name, w.worker_type, w.enabled, w.revoked_at, w.revocation_reason,
-	w.certificate_fingerprint, w.certificate_subject, w.software_version, w.protocol_version,
+	w.certificate_fingerprint, w.certificate_subject, w.certificate_expires_at, w.software_version, w.protocol_version,
 	w.capabilities, w.labels, w.max_concurrent_tasks, w.last_seen_at,
 	coalesce(w.last_seen_at > now() - make_interval(secs => $1::float8), false),
 	(SELECT count(*) FROM worker_task_attempts a WHERE a.worker_id = w.id AND a.status IN ('leased', 'running')
@@ -59,7 +62,7 @@ var workerColumns = `w.id, w.name, w.worker_type, w.enabled, w.revoked_at, w.rev
 // workerFields are the scan targets of workerColumns, in order.
 func workerFields(w *Worker) []any {
 	return []any{&w.ID, &w.Name, &w.WorkerType, &w.Enabled, &w.RevokedAt, &w.RevocationReason,
-		&w.CertificateFingerprint, &w.CertificateSubject, &w.SoftwareVersion, &w.ProtocolVersion,
+		&w.CertificateFingerprint, &w.CertificateSubject, &w.CertificateExpiresAt, &w.SoftwareVersion, &w.ProtocolVersion,
 		&w.Capabilities, &w.Labels, &w.MaxConcurrentTasks, &w.LastSeenAt, &w.Online, &w.ActiveAttempts, &w.OrganizationIDs,
 		&w.OwnerOrganizationID, &w.CreatedAt}
 }

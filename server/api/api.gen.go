@@ -1146,11 +1146,14 @@ type CreatedWorker struct {
 	ActiveAttempts int `json:"active_attempts"`
 
 	// Capabilities A JSON object; a task's `required_capabilities` must be contained in it (`@>`).
-	Capabilities           Capabilities `json:"capabilities"`
-	CertificateFingerprint *string      `json:"certificate_fingerprint,omitempty"`
-	CertificateSubject     *string      `json:"certificate_subject,omitempty"`
-	CreatedAt              time.Time    `json:"created_at"`
-	Enabled                bool         `json:"enabled"`
+	Capabilities Capabilities `json:"capabilities"`
+
+	// CertificateExpiresAt When the worker's current certificate expires.
+	CertificateExpiresAt   *time.Time `json:"certificate_expires_at,omitempty"`
+	CertificateFingerprint *string    `json:"certificate_fingerprint,omitempty"`
+	CertificateSubject     *string    `json:"certificate_subject,omitempty"`
+	CreatedAt              time.Time  `json:"created_at"`
+	Enabled                bool       `json:"enabled"`
 
 	// EnrollmentToken One-time; shown once.
 	EnrollmentToken          string             `json:"enrollment_token"`
@@ -1205,6 +1208,16 @@ type EnrollmentToken struct {
 	EnrollmentToken  string    `json:"enrollment_token"`
 	ExpiresAt        time.Time `json:"expires_at"`
 	ExpiresInSeconds float64   `json:"expires_in_seconds"`
+}
+
+// FailureSummary defines model for FailureSummary.
+type FailureSummary struct {
+	// Count Attempts leased within the window that failed or expired.
+	Count int `json:"count"`
+
+	// Recent The latest of them (at most 10), newest first.
+	Recent        []RecentFailure `json:"recent"`
+	WindowSeconds int             `json:"window_seconds"`
 }
 
 // File defines model for File.
@@ -1303,6 +1316,16 @@ type Lease struct {
 	// and results (the gateway redacts values a worker writes into its log).
 	Secrets *map[string]string `json:"secrets,omitempty"`
 	Task    TaskSnapshot       `json:"task"`
+}
+
+// LeaseRate defines model for LeaseRate.
+type LeaseRate struct {
+	// Count Leases granted within the window.
+	Count int `json:"count"`
+
+	// PerSecond count / window_seconds.
+	PerSecond     float64 `json:"per_second"`
+	WindowSeconds int     `json:"window_seconds"`
 }
 
 // LeaseRef defines model for LeaseRef.
@@ -1437,6 +1460,26 @@ type Problem struct {
 
 	// Type A URI reference naming the problem type.
 	Type string `json:"type"`
+}
+
+// QueueDepth defines model for QueueDepth.
+type QueueDepth struct {
+	Count          int                `json:"count"`
+	OrganizationId openapi_types.UUID `json:"organization_id"`
+	State          TaskState          `json:"state"`
+}
+
+// RecentFailure defines model for RecentFailure.
+type RecentFailure struct {
+	AttemptId      openapi_types.UUID `json:"attempt_id"`
+	AttemptNumber  int                `json:"attempt_number"`
+	ErrorCode      *string            `json:"error_code,omitempty"`
+	ErrorMessage   *string            `json:"error_message,omitempty"`
+	FinishedAt     *time.Time         `json:"finished_at,omitempty"`
+	OrganizationId openapi_types.UUID `json:"organization_id"`
+	Status         AttemptStatus      `json:"status"`
+	TaskId         openapi_types.UUID `json:"task_id"`
+	TaskType       TaskType           `json:"task_type"`
 }
 
 // RegisterCertificateRequest defines model for RegisterCertificateRequest.
@@ -1808,6 +1851,16 @@ type SecretWorkerLabels map[string]string
 // Severity defines model for Severity.
 type Severity string
 
+// Stats defines model for Stats.
+type Stats struct {
+	Failures FailureSummary `json:"failures"`
+	Leases   LeaseRate      `json:"leases"`
+
+	// Queue Unfinished tasks by organization and state; pairs with no task are left out.
+	Queue   []QueueDepth   `json:"queue"`
+	Workers WorkerCapacity `json:"workers"`
+}
+
 // StoredResultBatch defines model for StoredResultBatch.
 type StoredResultBatch struct {
 	AttemptId      openapi_types.UUID `json:"attempt_id"`
@@ -2140,7 +2193,10 @@ type Worker struct {
 	ActiveAttempts int `json:"active_attempts"`
 
 	// Capabilities A JSON object; a task's `required_capabilities` must be contained in it (`@>`).
-	Capabilities           Capabilities       `json:"capabilities"`
+	Capabilities Capabilities `json:"capabilities"`
+
+	// CertificateExpiresAt When the worker's current certificate expires.
+	CertificateExpiresAt   *time.Time         `json:"certificate_expires_at,omitempty"`
 	CertificateFingerprint *string            `json:"certificate_fingerprint,omitempty"`
 	CertificateSubject     *string            `json:"certificate_subject,omitempty"`
 	CreatedAt              time.Time          `json:"created_at"`
@@ -2172,6 +2228,21 @@ type Worker struct {
 	RevokedAt           *time.Time          `json:"revoked_at,omitempty"`
 	SoftwareVersion     *string             `json:"software_version,omitempty"`
 	WorkerType          WorkerType          `json:"worker_type"`
+}
+
+// WorkerCapacity defines model for WorkerCapacity.
+type WorkerCapacity struct {
+	// ActiveAttempts Leases held now.
+	ActiveAttempts int `json:"active_attempts"`
+
+	// Capacity The online workers' summed max_concurrent_tasks.
+	Capacity int `json:"capacity"`
+
+	// Online Enabled, unrevoked workers seen within three heartbeat intervals.
+	Online int `json:"online"`
+
+	// Total Unrevoked workers.
+	Total int `json:"total"`
 }
 
 // WorkerGrant defines model for WorkerGrant.
@@ -2466,6 +2537,12 @@ type ListSecretsParams struct {
 	OrganizationId *openapi_types.UUID `form:"organization_id,omitempty" json:"organization_id,omitempty"`
 }
 
+// GetStatsParams defines parameters for GetStats.
+type GetStatsParams struct {
+	LeaseWindowSeconds   *int `form:"lease_window_seconds,omitempty" json:"lease_window_seconds,omitempty"`
+	FailureWindowSeconds *int `form:"failure_window_seconds,omitempty" json:"failure_window_seconds,omitempty"`
+}
+
 // ListTasksParams defines parameters for ListTasks.
 type ListTasksParams struct {
 	// OrganizationId Only this organization's tasks. For an unscoped token, an organization that does not exist is 404.
@@ -2475,6 +2552,9 @@ type ListTasksParams struct {
 
 	// Trigger Only those created this way.
 	Trigger *TriggerKind `form:"trigger,omitempty" json:"trigger,omitempty"`
+
+	// ScanId Only this scan's tasks.
+	ScanId *openapi_types.UUID `form:"scan_id,omitempty" json:"scan_id,omitempty"`
 
 	// ScheduleId Only those a schedule created (by a slot or a manual run).
 	ScheduleId *openapi_types.UUID `form:"schedule_id,omitempty" json:"schedule_id,omitempty"`
@@ -2790,6 +2870,9 @@ type ServerInterface interface {
 	// ReplaceSecret Replace a secret's value and limits
 	// (PUT /v1/secrets/{secret_id})
 	ReplaceSecret(w http.ResponseWriter, r *http.Request, secretId SecretID)
+	// GetStats The operators' overview
+	// (GET /v1/stats)
+	GetStats(w http.ResponseWriter, r *http.Request, params GetStatsParams)
 	// ListTasks List tasks
 	// (GET /v1/tasks)
 	ListTasks(w http.ResponseWriter, r *http.Request, params ListTasksParams)
@@ -5007,6 +5090,52 @@ func (siw *ServerInterfaceWrapper) ReplaceSecret(w http.ResponseWriter, r *http.
 	handler.ServeHTTP(w, r)
 }
 
+// GetStats operation middleware
+func (siw *ServerInterfaceWrapper) GetStats(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetStatsParams
+
+	// ------------- Optional query parameter "lease_window_seconds" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "lease_window_seconds", r.URL.Query(), &params.LeaseWindowSeconds, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "lease_window_seconds"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "lease_window_seconds", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "failure_window_seconds" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "failure_window_seconds", r.URL.Query(), &params.FailureWindowSeconds, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "failure_window_seconds"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "failure_window_seconds", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetStats(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ListTasks operation middleware
 func (siw *ServerInterfaceWrapper) ListTasks(w http.ResponseWriter, r *http.Request) {
 
@@ -5064,6 +5193,19 @@ func (siw *ServerInterfaceWrapper) ListTasks(w http.ResponseWriter, r *http.Requ
 			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "trigger"})
 		} else {
 			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "trigger", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "scan_id" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "scan_id", r.URL.Query(), &params.ScanId, runtime.BindQueryParameterOptions{Type: "string", Format: "uuid"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "scan_id"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "scan_id", Err: err})
 		}
 		return
 	}
@@ -6171,6 +6313,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/api-tokens", wrapper.CreateApiToken)
 	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/api-tokens/{token_id}", wrapper.RevokeApiToken)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/audit-events", wrapper.ListAuditEvents)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/stats", wrapper.GetStats)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/tasks", wrapper.ListTasks)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/tasks", wrapper.CreateTask)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/tasks/{task_id}", wrapper.GetTask)
@@ -10875,6 +11018,45 @@ func (response ReplaceSecretdefaultApplicationProblemPlusJSONResponse) VisitRepl
 	return err
 }
 
+type GetStatsRequestObject struct {
+	Params GetStatsParams
+}
+
+type GetStatsResponseObject interface {
+	VisitGetStatsResponse(w http.ResponseWriter) error
+}
+
+type GetStats200JSONResponse Stats
+
+func (response GetStats200JSONResponse) VisitGetStatsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetStatsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetStatsdefaultApplicationProblemPlusJSONResponse) VisitGetStatsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListTasksRequestObject struct {
 	Params ListTasksParams
 }
@@ -13370,6 +13552,9 @@ type StrictServerInterface interface {
 	// ReplaceSecret Replace a secret's value and limits
 	// (PUT /v1/secrets/{secret_id})
 	ReplaceSecret(ctx context.Context, request ReplaceSecretRequestObject) (ReplaceSecretResponseObject, error)
+	// GetStats The operators' overview
+	// (GET /v1/stats)
+	GetStats(ctx context.Context, request GetStatsRequestObject) (GetStatsResponseObject, error)
 	// ListTasks List tasks
 	// (GET /v1/tasks)
 	ListTasks(ctx context.Context, request ListTasksRequestObject) (ListTasksResponseObject, error)
@@ -15021,6 +15206,32 @@ func (sh *strictHandler) ReplaceSecret(w http.ResponseWriter, r *http.Request, s
 	}
 }
 
+// GetStats operation middleware
+func (sh *strictHandler) GetStats(w http.ResponseWriter, r *http.Request, params GetStatsParams) {
+	var request GetStatsRequestObject
+
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetStats(ctx, request.(GetStatsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetStats")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetStatsResponseObject); ok {
+		if err := validResponse.VisitGetStatsResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // ListTasks operation middleware
 func (sh *strictHandler) ListTasks(w http.ResponseWriter, r *http.Request, params ListTasksParams) {
 	var request ListTasksRequestObject
@@ -15792,479 +16003,492 @@ func (sh *strictHandler) RevokeWorker(w http.ResponseWriter, r *http.Request, wo
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L2LcttGmjD6Kl08f5Wl+UGK1M261Nau1nESTzKxj6Vszr+hD9EEmmRHYDcH3ZDMuFy1D3GeYR9sn+RU",
-	"f1830AABEqQk32Z2tmKRBPr63a8fOpGcL6RgQqvOxYfOgqZ0zjRL4dNVpPkdeyMTHi3N55ipKOULzaXo",
-	"XHR+m1FNZnSxYEIRLYmeMXIv01uWPlOEwquEas3mC63IRKZEz7giMp1Swf+kZpBeJ+hwM9TfM5YuO0FH",
-	"0DnrXHTw5U7QUdGMzSlOPaFZojsXnYiKiCWdoMNENu9c/F58EaeUi867oKOXCzOM0ikX087Hj0HnCtfx",
-	"6jszFky5oHrmzYi/j3jcCTop+3vGUxZ3LnSaMX8VE5nOqVlElsGTqxO9mFExZT9xEavVE3stkiWJ4AlF",
-	"5MScmGLk1jxM9lK2YFTDKea3AMem2B1LabJvTou9XyQyZm5ldYdnhisdHddsDov5XymbdC46/9dBcecH",
-	"+Jg6KNbd+Rh05vT9K3zrNN8kTVO6ND8qvUzMF+YwzOcXWapkurrbmxkjoWDv9SiCJ0K7ZbJI2R2XmSIL",
-	"OmVNMIDvlDYyp+9/ZmKqZ52Lw36/7vS/5wlrvOMJT9jDL/hnRhW7kbdM1O84Mb8TbR6AzVrIIvdUkWlK",
-	"hWYxued6Rva4QQsmIi6m+Px+fhYzRmOWFkuHSbs467rleyc0ODwLOnMu8s+ntbvhc67z86pcQQI/1mLh",
-	"SR+AhM8NCp6Yy5hzgZ8G+TxcaDZlKUz0Gs6IJq9iNl9IzUS0/InVEJW/0Vum4ODMLpnSRNGJOU+C+NEj",
-	"V5rMpdLk8OTE4FJKI0OuGo/Om7BrZmwCqJOT8nHVndZrj3Y1gplP4B4Obm/tuw89t0sSs9RQZK7JJJXz",
-	"EmxSERNlXhMRIyKbj1n6COfcCkxbnft1RJvPW0X0Ec75OpqxOFtDPZR94BGmYlHKmlmRgp8fYRouIraB",
-	"B8VMs8hQJKqJTAmdGJ4DbFrzeSNpVjBy7WpiqlnXvFu7pBuqbhv3ram6ffiufxWaJ213PWYTmbLNG85g",
-	"0B02/OsikTRu3HIGPz9807+x8UzK5qO9x98fYSIQ75rngZ8fOs1H87JaSKEYiC1vUjlO2Nz8GUmhmQCG",
-	"RReLhEdAZQ8W+MT//kNJ4MrFXOtEHjcuzFgGlytihyR7b79/Qc6PT57vI9emRGk6ThgJIxmzsAfHYkcE",
-	"kXnBc+GAvafzRQI4GKWMahaPYN+H/cPT7mDQPTy/GZxcHJ1eHB3+p4G8uHPR6Q/OjyYDetgdx8fH3efs",
-	"ZNId908H3ePoJD5lzydn/fOBJyRxs9A4i4ASVzmPN9rz6Jh1n8cD2j2nJ4Pu6fho0meH0XE86MNd3clb",
-	"c1UTmii4K7kwZ/97Jx/93cfAfFiwVHO8Fn9L7RACxFeeMrXVO2YjG4Em6CRU6VGmtlwQnuOH1R9WzrLF",
-	"EhY0ZUKPQJaz76zKh04ypJrYE7R6kWCXRGRJgqqSeUrlTwDohVOq2T1dEhrPuQh75AofGwphNARiD5ck",
-	"FKk4FQERMiUzqsg9j1lK8F6B0gupZywtaWP2FSOW4k6CoTCSAUCHEVKpXTyCiyJm1qX9jufbCUjKjPDO",
-	"71iy7A2NwFp/cr+7ows6Zt8AYjkk5lcyljJhVHSKH7e6YAfKLdUgwN1r8455uaz5fPSJ2u8d2AnATz5L",
-	"4CNFsZlCI5XjP1ikzdCOTvzMFeymjFv5WlstOqc5G5cMo9UuRymmKzQrZpryBGafSaWdUiAjmpjP5rUJ",
-	"T5UeKcbEo1E2wOONIwpz+Qn/k8WjO5pkZmGDw+e9fq/fGzyEEjrNZdEJOqsDr9BA74jWXdBfr1//8jo/",
-	"68qhPQUd3Hrw1fN8JJqIX9QM1jRNHZatqlTwkhukZvnVU66cSyMKoBmkggggFncuPnwMOtThiX19IVNd",
-	"ByoXZ8fHRx2QK1DWfDT8APMOTjySCyZY/BB4d6aYkdOivDfP6GDQfT4+jLpn8RHrDiaH9GiMqwGSt/LC",
-	"+fjQzHcUd8/Z8aRbPP58soo67lC3QJz88NcSQ/PQWzbJX2gLqagMbLei0u0+MiLjRW9jtdtJZlkBgBYv",
-	"tX+2HTYXKjxeceCMmP75bsDZR2GkHgn4uGr49GyZLQjXel77Ml4hMy2Z6SSVoAu1x718DTkbLyhWiZ0/",
-	"Pp9+gEqSUCs1p0zJ5I6pkZZmK3J18+sp1QaevkKZduTP7l7WAZi59ZeIrE/KznehBMWJb97DW/fsR3ch",
-	"rXbdjhrAQXrrgSl2Zehm7kcjDYC0T0wYHm2xT71Qw2MNH49jjqb9N96KrSGhvAknC1ZsLWYwYn4LCOtN",
-	"eyR0ZCoMSMgX5r9G2jH/Zmli/onMmBMeUc3CnpFiqNYsNYP9v7/T7p/vzH/63fNR992HfnB8/vF/1cF7",
-	"LoCW3Ur9zeZo/5BKgmjDWfGpmFurlS9Vwg8bJEMm6DgpjGiPZuEpLHXeEDQ6Ouo+j49Zl05O+t2Cg5z1",
-	"a+Q3f/lt6RK6ahN4Cx3DNfBQ8Rzn75DxEk0laMc1F5+7oA4Hx8+Pz45Oj597nqj+qifKO9E6C8NudPNO",
-	"oh1ylDJqLZC1Tz2qYcO7wW2lsFWS6xtu3QEFpSveYM3Ay6pCuHWqo0cJkGnCBVezrdSh9ZINuFtHvl2x",
-	"aVSlabpJEVOa6kyZk8uiiLEYjsE5JloLHI+AXJWT+7ATpKepTEcRhAvUQCT+PGdK0Wn9E6XLemwzxcq9",
-	"tZ0gzYTgYrqdFdC7+y3eAVjYwGrxpq7x4Y8etLQ4hAfgMPchs4zAFeDJd1Jz6KWTWYPYLw2sbMntHeD5",
-	"MQkbuWvQ8QDSe/O4XxPwYU5Ep0tDrkrBCXY5VTpbOUFY35o9v850JNE74CKNfKowoRypZM6faiKP8sGu",
-	"c2ByY8FdgKMM4dncxfrhnfsENOZswVIFz9bOmsVcv7yrEToiy2URYHpI1A3QRFpWSdZ6BRDfsFNrG5ri",
-	"GUQdM+zcsiVJGDW8w9KH48OgI6MoS9MN9NjGMuC6xs/jQXRIj9nJ5LT/fHAGCJBOrYWnHaXNX7HrxmOo",
-	"IcCRU4VWzrY4qcYfnaDr7tqdjp0t6Kil0swoOVRIsZzLTNVe407m5Qo14UKfHvui0nm//3xwfn54cvz8",
-	"uH9+PtjERkoX9bQKaHHZNUfr3XXzrw3m5lrF09tX6eICd/u1xCHHrEdR1Ao8fTpt7QVd0DFPeA7btTQc",
-	"FYyqG9yAFsGhLgklhuE8UyR0E48ib+yQzDOlyZiRSApNuWAx4eAZ3Av/bZj1+0cshBC38gqDzvvuVHbt",
-	"l38oKXpv6f3fLBsohVT6OIW2XbpYMJqy3HQ4irnyvitbyeFTlEiku54SOUKNwnw703oxQoaZf1uHmi+k",
-	"Iama/Y2K5VsE3K35I4zApWgPLy/yd14Z+lGK1HRRePbjYIMv0J++FmpKG8RwjFVwf9gmroS6RyLzKEvd",
-	"7R6Yk21aiHkoB6FoTJNRylSW6I0bfguP/TvV0cwz6WG4nSfir8YKzPh0xpQmOE93bEaoBup5YddEMaGL",
-	"SGsrB+6oJ8tC/GlxME5YWlE17ffrr62ArhrtcRtt0L1Tq8e10j23VvbgBTMfxOPYLcXNKl1LZljdyZZa",
-	"yE6qG0jT9o1qqL+NZja7JWNm7lRBqDPEQtEp5SIgfGKI/T1PEsMEzGicxT0//mPt9NtoTv6pb4jooOr2",
-	"Gh6swmYp5r9QpSonX5qrfLBrgLogbg8HasT+bwIl3CIO+/2HIsiiiApsFeTnn2ML7lRQpZIpYJVG/3hz",
-	"84bgA9Y6mUMAoYkUhjhnSUxm9I6RMWOCUAAMG9VVos4n5+d+IH2/XxtK3wjDdpnrwRIEh+045JY380+G",
-	"WstQ0fiimzNH7PDPVCmHpCFNZLtMj8di5yVw8zcUrOf0EBXnwtR2FNOs1YqLkWKRtPlV+T0cDU6OTvv9",
-	"UibKae09uJDPajbRBrvULhrtg4IPC8n+aBu5vhyR2Hwbfi7Lbjey00HWrbZ5kdcR3XFxqA2iVUA1OB1d",
-	"Dl4lClYSFVFBqCL3LEkuzRM8JeDhU+QPyZ0kBENDyoC73I0AUdzpwDdo5hr/ThE8STblW6hf5kzfwDtV",
-	"/XEtmJkD5jLlelmytfp5YIMy+nVLe/QwsPFWvk9ZfrCXNui5dJFhQKgG8qiJYa34NeGG1SY9cpUkuQ3C",
-	"XpN/os8U3izgBrmfYdjyjELwdYBZUBIHuJ9RTfBkCReLTCtiQJXshVmamGWENI5TphSDD8XywHmd/1H8",
-	"hpaP/IK28zlvApyN/j134gW0rMM5THTaDe9iZmTKNnEkbp7vijc+LXXWfG7+arnMG3x681lbAmxHD/wT",
-	"WXfocsFu4JZ2O3cuoiSL2Uhl41jOqSUIVZdIGd3wQSJFsrywwfwA5JmIWWpQQ0vp2es8h3Wb2ERvSy5A",
-	"UUhdvdyTWr/O48Rm2CDC5tgMe/aQcPcwHrj2IGD8X8yTu0KqUajMt6rdXEbnvYHHG87y9OTk6HT9YQad",
-	"+5Rr9lokSzQOF/7KhI5Z0nIpmDH2M77RGnk2XZnZ4I5ygZVgNZ8zmelaWfK0f3y2KaU56EQp1zyiSckG",
-	"vlG79J8FD09Cl/4iyhj6nSRCaqsP+NmKcyqWxL6G+bxC3pdNLTIbJ8xXVZyIXKuoWK0JcrRYlMGN1JxR",
-	"eXk/0jQmkCVOZGEfeqbI/UwmjKSZwLVBVoyRrUCZCYsZYkbjhAs2opZBbrf8Qc3yAThHiiUs0pvVUADM",
-	"a/dwrqXFWYpAWdq6paVHvsxjluSt6KQOUub0fSXeyY1UFp42QdxuOWnLRNJ4OxfiggvB4lEpPGFVX0Xb",
-	"BujJkM42p0u48txOuGckKrjx8qWEIGr5aANC11AozY0EZ7Ty/R55pXNhjhYTVaR1xZgRFWc8gdT2iIoc",
-	"YQLz9FDAUu6pWQdKlAsmYi6mNlorJGF5u5mgd5QndJywcF36WskW9UiSca1fbVuaAmbczSYUnS5tZRej",
-	"qWLSecomNWhuWFetrmQEanhRFZeesojxO6bQ9edsGXuhfTDc75Er+xaZc6W4mBKZwtXMWBI7+Z5BQjaZ",
-	"UJ6och0Nc4dgYiKRjBmxA5evzRe127Pmsi5UVX9yJtzG4my4byu53I25htfNzD8v30dJprbQ1Sv6rq81",
-	"yQlxmTGB/ctG0AaEvTf/0gR+01wnzP1mq0TcMQPpEHVbo3C39W74k+6iD+0SOOZtrU4I3TBjEdu57Vrd",
-	"mW0GRvsc6Cbeya9GUW0pCNu1N8OYLSCwq8rnQVoL4d6LwM2JJUYfrCoa7A4yqpfbmNHsZiCsAvHQR+2z",
-	"dVaOoJMJ/veM2Z+t2LsL383SmioUV4LMtF4Yemf+VeTXtz9XjLnbazmrVMXMXT66NTcPTG/HCAYvgmLC",
-	"xZSli5RjyJkfkd/vntPu5N2H0+P6QHx/mAU6JyoH0q+3iIwiKSCGx+yTqtuycDWo8N+N4tXjmR5qZKVK",
-	"nr0m8l4o39WwxzXhiriYa6KlkWfMgyJihmmKofBH6YIVK8ZiACB7ge5ulHngu/JelGYFaYjY0wGfBtct",
-	"xRsrGLXhfQhOtdzPqnb+YM1gGTfU0aALXrhQPklRjZa1MeyiOvdTPfqf//rvGv+/v/LW2fzN3iIUewKi",
-	"ZnDTImI9cs1A4CZUkfAq0zOZ2su/IP/OaMpSAmFYEZaNwIis3sZQY+fhKXaw5t4QAGDDSfJ60rn4vQ3A",
-	"dD4G1cgiJlKZJPO8oEZdTR/k9Zf+GdQy/spQO4SdV45kZXHrJ1k9LwMyLi1uNYbwE6bWb8xfKqX7efF3",
-	"5azMGVUjmwuvWHrH4tHYcNNI3rG0Prb1JZxXW8bjl9JRKbKJTtf837+//OHVL+TFy7c3r75/9eLq5iV5",
-	"+/L//vXl9Q38OhT/81//PRTw98tfvlvzXM0VAjqzenTOV1HHrDYJrzWg/RAnWg00uuXV3mj+eB2FXXMI",
-	"ZbG7MWWtxlF7dnpcE/FRdw6PJOnX+YpXbUsV41ELJPdTJ2pmqTvu73lSDW2zZaxcELpfygpKWAVPxdpS",
-	"ZpC0ZyfZOZtQzejhyWnnonM6jvoxHUyODyfnp5Po6Pn4bBw/Z/Fhf0xPnp/2T+ND2o/pSRTTw/Hg6CR6",
-	"fnZyPBnH0fnZyfiMHpmx+J9sNF5qAxKDw62jjR4aRlS+ihr426XMVcu5H7X4lLuTmuH8I37MzID2AXvt",
-	"Er+thFi6ktLq812WrqUJ6R4jQB+Qd/eySj8ymhgSXsb+GYusrkI1HVMF79x2gk7ClQaKC59cFTvzyQtC",
-	"sx8r7Cgfs56NfmgSH7zFqpUcJViGZ1irr63sH8WaELRXSmUsflEoe9VjoaMVTbCBxW9i7QVLf/wRd2WB",
-	"zqmUMsHuS78c94+A5T88bbTuCOt0hxdXqIMaVVM5BdR7U5E9miis6G2Lzj1TgQupcDqkYjpb7PdaqvSf",
-	"k7HXnXr1XN6aJ/wKqIkUU7Kn780x8DTODeAJnzCzvgZ/1crUD0jy9LM6q0ca1N32Zgml5ijqkNXzB23I",
-	"GNoymQccbpjRs5Zc+c7qo3UVA8u3aEcmWuY+o2eKoMM6IHOWTiEpyVarx+9tENAF1PY0wxOIDaP4c0BC",
-	"M1c4FCmbS3Bs6MC9KaQGs0tMlKbLHqnWLrifSZU7RVe8YGYJgt0PhR1tQnlCjApvrT5kz76SSKXD/QBC",
-	"0mZMFO4wpeVCERrfmYNTWKPR+aWHInciLS8K/8xUMkXGNLp1Jfv/nrGMgXG/VMBfsPeazBhN9ZhRbYOW",
-	"FbrU0EETwrJ6lirmdDxhUxotOxfm1ILOn1IYSGBZ955hkaE5fe9f9elxDfgBlNjS1650xhaGyVuskF2B",
-	"oU12vAVLqXUZOwb4yuztF6nh35fvuYIYqu8kU79IDZ9XWaJBAfN+946mBjbAVgQbglHgLzckfMjHhU/l",
-	"wZ02X9tMgBGZkrlMGZjzwlcCHashjB5eEiGF/QmnsD/7M4RNUWkF0tVGoXm3Vi8T3UIJ8PxM3zVd8rXn",
-	"qN/Cn/XbjEczC6zqmUNHTFAkgrFYkb2fsjFLBTPsTLE5FZpHat8FOoXgZbahLCFZUJ46b/NQLFIGkd/m",
-	"uPBx9t58p7gU+NRMJnEPjvyioCSEK+JeBTeldbaFeIXh5VDYu7kgdGweC8wNll4R9h09Y/PL/OIuq7dG",
-	"rgQxJGZJHDkZCvzLlWW1Cd55GfejQ6JZOlcuWLKKtngexT4VmO4AkzqaY33hHEMQMRxk/t6ZLrJOYP7b",
-	"TWg6ZZ13H98FHf+EzQxVUrAivtQsoaWYvkIvyvHTh6ve3OrituJDZZTwX/CmcoD+sQn0HzRvNVF3hdcp",
-	"psl4SdydKfQM7GGpYKikk7seuFYsmewHRMk8x3coVtjVnC4NmxMx0BTq25d75Ce2NBzUAtvpkdcyAAM6",
-	"uJgORWgrM73b+71razT1Dt79xX27/6/hpQ20bjHW3u9X3f8sxss/jHrv/uL9tP+v+/8aFnhwemyPaAUD",
-	"AMovLCzvyLcYfZQ8xpzvjoy6nd7RpBBcB/1tqt6Usk468en5WRwfPz9lA3o8iU/HY3Y2GTwfTAbn49PT",
-	"E3rWP2KnLB4PWHR6HMdnZ6fx8YAenkaT85PokJ4XA2pvRUd9tAU01PzZJnWsHCp19JDKpkXgEwRwA1K5",
-	"2iKdGUsSWUTPm5uOZrIS5gF1KQVLR/ahjw81Nq271np9RBcdZaBI+EQz0VLv2L3CzsZMpVI60iVRhdsJ",
-	"u4KQ0GtYExIpLE9yMTyRYUBrZtZrzuW6EvRIoDmDd1B2xy1PyYYlbWU5WT0QmxxiNcSamKgJS5mIjGId",
-	"eqFWRqYfo+P20koELi3BqBv5S0Yo6JEbAwEchwVivkhoxAjF2eGICdY+UBfklrGFuROZabOsRE6Vq+YO",
-	"KXZkz1PuScpiakQHu49cv4AQYIUKEwRzyek+0s0V0ucIwMZcXEEXaib1NrllNXWLViFlLXrZ9b1rotnb",
-	"FzPcEvUrOLV1o6ZWJ7VmezvFdzwgCNEQ8tqYjJW4NODKRVAz7EddEjBARQae47K48szgPmMQPxrZULSm",
-	"QMvaOI9FKrWMZDK6Y6mqC1qqs67Lib6nKWt457A2ROWecl0bQXzYr57Dj/IeDU5aQqwqilhAPXrkRekU",
-	"wL+aErtlsnd4QpT5zY6+XzqPSnhyfUJxE8w0Ff3AK2ovnINQtMmIbgdtBOFrl+xfPrgQewWGluIZEOFi",
-	"2iMh1s0a2aJCLA4vwFqCocc2x9sGBOcltsKeNWq4Z9EOYzRpbYROVLZdgQMaRWyhscJBXpXGdS6sTm8w",
-	"VdaZC/z9NeWYQy69IeNGObSxzRFNU45QUWKueVwQGGx6ZRF3F1l0ZSeOWDy6kFqVKV0JAXuoD3b1rWyk",
-	"rhbnehntU8hdbaSfBqHnkvRRgDCw1lYCalNFw0PBjSUImsB/ZXe1uC6nV4sFE/HbvFpDybZoxqjARe3B",
-	"HZ73zm0FLTmZQN+Aw5Ogo9NMRLSA4hWYKs3Q/kwaLq/F8ZeWWBs6CL9ZY/F7TaJZJm7RCgXFGwkt3/TD",
-	"3brFGdWtJ6ILaGaZMhrNWHxJJlkKvYRiqqmRT+NUGn5VlzlYDQn09u7PG5SuYQvQeWHOZtvwZapXemf2",
-	"j89OnteWUcgv6rHOuxrN604DltWwzRv2Xj9itSRPV3ecsTC7wulAtRXDAO2MPaCNgiagC6xgmfu73wLh",
-	"dqyL9KDKuMUu19ThgMRwJmIWXxAhkfUDiAP/j+Sc1efGOnhaDfcoY/ojVmh8gjFLRGADGq8UnM2BuIzg",
-	"cDLe6ddB9+sFE9g1cdeqeuV4nqJvtB9lJSPNdFfplNF5Jf7+5GRNpM5WjUv9mJxt4uGfJlynoUxITXBN",
-	"7bV4ZrgHtzZcb7izoWpX0bxG5Pv00Vhrur5tiEHyz+wxYpFKd/B05UL9aYpo7pXGBRAXWWlPwBI+5VCN",
-	"2eJmXgNYTiYJF0X8v6uxe8c8c28/qJocPraLhKwsY5tywLkHqDGl5LjUaViwtMuyLjSZE7Alt9eKpRr8",
-	"Yq1A/l1je4ayGbrO/lxzFXVKTXEx9e0HXGqbU2Pz54ulBZ2Yq3JnAJjX+7a4ZKpHzjxTq/EWQNAmN6A2",
-	"Kqa8iqJpQWnpjWlvq0D+2BiaJzbsGjv4BtOU3+aXU/WALwnF4I0YrcxcFcUCYrJkukdC9FyMhNQjFyUC",
-	"phAvVz+0npIePhuacWykl31dhUWy9pLIie+kdj74SuKSKmc87bmnIOwsX4mRq4o5zC9JQmjKYB+RzKBZ",
-	"PhSXVJpwvd9zMTRzrsARGIJohoiY26y5nuWN0M0xlzPNjVRnwwVs1rqOZqXzqPg9e+sSxCsnWcmbD8G0",
-	"r/z0dVrOUbfF5fIhSqcm5D3Zy4Q72YA4XAtsC9Y4IBbngryjq4Gjfd8kJeQob+SRo04tXEAjxRGeZvFo",
-	"cfX5sTu66X/ReEZ2CEMLRpMscX204yxh8Qh61XZc6dExjW7lZFJLMrwu0BVHmW3QnLdstlXTK/2a5zSa",
-	"ccG6KaNxqYFzObkEmhagwtkFg52rwm6VA//WipKAiHtgwWUpmbEEtN9N1etdwO1x/9xm/HYu0BhI7NSu",
-	"b5vWC3VxcICH27Vem17M7lzra3XgLfljUyuGii2p4WDM05ckfN+1Y3fNFyokCVd5dAmk3vseJMVErIKh",
-	"gEM3+J+pjCauMObeDxIxJZJCaSqw9NqCRrd0yoYinHI9y8a9SM4rezxw/9q1hPs98gu7h/kVRCSMGaEx",
-	"KGlGmteEiqHIxK2Q9wJXOcZ8SK9OZ8mD5UVtlfYL7DXVfEIjrbo5l7vonPSPLvDy3d4NSRGSuKeJ0jKl",
-	"U9jshE8zW57cmmddydXORee4f35Rqm1AE3MJS9Q6Lfy6Rs22vGLQGdO4G6kU3u/bUy3CQCGm12jqFvgI",
-	"+FUSI/2ymEDWpyK3bOm4hTNi24FTp3QVgzcNNE4ZvTW0Lc2SnBtcvXkFI+lo1hVSdxcsVRyNrcV2vQqp",
-	"UUL5HAYBcx8ZW2pMNdiYMFqlGKQgJV323laxvegcH57bG7Fk1jXQhjAtRbSU6FuSCybIQiYJ9MCeyCSR",
-	"96ocW9t1PTbMegd2vQlnQpdO2Z7eHU04hGvC7FYB8UcrWH0xXCozzWyQGiU3P1/XTFAZxgL05kWlbGpO",
-	"KkU+LCQpyDg838Xy9/49n5+XBryHwLd7wCyoN2QABp0JZC+R06m5fZEs9zFTY5LwSPuX68DF/WbpMHvP",
-	"lTZwaY0ARXJVK9x6ceVhE5DfYoDyaHDxXS7gavwDK55xLcsVseca5JiXKQTuotPKRKZjHscMD//InhVN",
-	"EvDBLQEMYogRV6DosvlCaiaiZZeL7iTh01l+PDQ/HCujcEVeeS/8hGiJVXBsW5hLqKO9JHtQsKV7NdEs",
-	"3a9MdMuW3ZSZpQMyHOIaqyMbfILtWb4Y8wkEGGi3KjOqNevBVfQvCBXEfYU1Vy7t9jMF4AZhCAgUzkyL",
-	"LMgDiLYcEzxk0y5ai7q5ZOGPJKfW+h1LhgjoLODmwrBTbG5tmjM9kzFQIWoQ3SLhiY+E+ThIBq0bGl4E",
-	"YUh3JzIT+OIxyJoqi2b2ZZkaqiWzNGJkT6ZYkHIVOBRj+0U8UldLaYMkLzrHg6My0oxlvMT2/AU3QUKn",
-	"AA8V/5NhwS2sCw4O2m4khU5ppLt3XOZdU08K+o2P2TrUZklO5uWKxDLKACf24C4BNvI3AIdQFpUCws+N",
-	"YsCUVvu2a293nKllDt+WV/0hx3koTESFVSgQFy6NRGa+TDMBdTfhacO3HfmEYeu4JFZltYiaP5CH8LSi",
-	"Iy40x3DAEnt2RaC7aMTsOmzy94XMye7MtxLDTJUy0mBPy7Shed0YaXexqpSBLRKw3T5EzENN2I71O7sy",
-	"0105QQ+vY9FwKra+J0k4M5KC4lY6a65+uge5ZtCgRWZ6JCcj+N4VWt23ETO1FwHaZs1FwAsGaby2XPgW",
-	"wBa2tBppls65IShYBMw1dwRri/ns9Q7o2AoIltmr7oKmkA2AlJgSwe6NyGEJOgK4zHTC7wA9ZaZTKm5x",
-	"0fDInAs4bEAgg4pGLuimLJJprBxGVqQRFCLA/m8fNAIKRFEDVSkNBHisnFCiEnkPF7tyo5mgmZ4xobm1",
-	"siOjEhJCwoVE3AuK3VUy8XJoQqfEmCJB9h5pgqVMqGyxkKlmcXfOYk5dts7x4OTCp0SuLhuI2KspyhlY",
-	"6bsxT1khAeCXLrXk17c/25AVDJ2HVJkASJAuZZcVw/nilwU3O6YbBNwyOXu2r5XYRd8cYf46WlQsu7Nx",
-	"g5jGFiXUSBNAVGVKrn+86mJyaTGoggqxuBYXBAKMFJ6woohFf1he8bbzUjftw4qQIJO6UXL7qE/McqnD",
-	"hWsr4hnd7PO5BbHucfvjpVPBBIMGV+YnlAfzvDdmRT2wUznFt8aXxUGNixrSl2sISo0BC2JvaihbWJD7",
-	"ZyonbY6swSOlrJWmzNbcML6hsViR97pNI4ZcY//QXJmjGqT/69tXRSyowQYIop2x3HRhXmxRkAUTo3F+",
-	"r71jY0fDt1Yr8JJvdym80VTuqXM+OTuN+2eDs7Pj6Hl8enJODyeM0n50ckLj/uCEHo0nx5PB+HDcH58d",
-	"Hkbx4CQ+jQYn4/6k36f9sxqLxecrLfWx9gAFu/+CapU8YjmSaq+tNYVD3jKION6uXvKqfx2LwxrWDSTy",
-	"EgVaRRI2wXhlCpx2Lu8wiKTSRPwbrYXcXIEHI6GuottVPxwQ1kGwU/QHCDdbdfy0pT03tew0ItIIrPed",
-	"i8NCsvbDTPJaBr5pZ/s+Q1AZ05zAx9pqlE19H3IxzhAWkIL3DDTK1OhqAh0O+zt2edkynKW4hDaNdeJp",
-	"XSLoy3jKVra0e9e3nHXX5aTgJHRs0FRJoylD/dY2KscFuWULHZBJQqdTJwY+cLkliGzf5syH0J0CiGqa",
-	"De0yykrBjQId3j20QZrDjdUIJzCTPwq8VEhYDsx17dS4r2XX9KYu3Ur5ZpuJIraA2i5CKFf2Wjp1cSYE",
-	"/dVWHDWFgh8DOKplVVbOze1iw9k8hlf7WsuUxZWeW08UfFI67O1Ei9fCUcGe7RoTggET/iRgxyN79oeA",
-	"yAUOS0LrLgwvCSVZmjxTJESghHT5oQg9ITIE2cScEWiOY6bvDccwRE7t90iIWGfmJRMO7nsiRbGIfPqh",
-	"CEF6DwMSuvLApUV5tYpDoyvHLM5QA2dkvAyKVds13mWJYKn104ZmKYZZhGjLQJsgar52BWZM15mG7IXu",
-	"mfCCzKTSRk8fitAr8RcSvggIX5DQVfoLiflvYI7M7MHW/HPf+m6JEKsAhkPhxjbri6mmcEFL5CEsgTLh",
-	"8PV+AD40q167OpuqRxAUc+IFfGgotmREkDqxJKHP6y6IEetCsmfTpqHMhTVOXBI+FTAvF84+omwaXI3U",
-	"sbG+p3noLZv4saLtS/Pv1BJ8Q+XrFeZxW9drORe4OiiJrMYo11sAmmKOipKS6zZSKj+5azFtgPNt7iVX",
-	"7VfKbq8W2/Qxb9Mc/1F6uLZfTT1VLIr1b0cUX77HJXCaEBtdgTb+SZYk5A9uVOmcjLlIvFWlawzR+DWZ",
-	"bIO1LTug7OOGdiNz+r6hy0b/gWPXK/J38nbHdMjaCvAnj1iL/a3URS32h3QlMvQ2oYvac7Xn1pR+aAhn",
-	"ErsGDbeMLVQeUmDbQTX3yWmZXngd0YcHEa9XVf+QYyxgso1G7OoEfCziozDwMxaqa5khtJFXtsGZl6Nm",
-	"3bWdj+8eUlezMpjXKu/3TiIjmsykrQq0odth+5aEVUEu79e7lU71hHHZeJVbNDf8qxzXbWynoppt8sDM",
-	"nHkaWN0dbDxznfLpdHM87I19rGU5TZc9VTT/827Jnuu7BvQ0Z1jG0G2w7yGItKaF+m6gmbcj3hUA8/Ih",
-	"7QUument3llVZiKUYv+QY5eEFFqxNyR7oCVD1reRGbB1ZUmeDffxOxdFMOKxCnud6oXUHEpxKbvaNNJt",
-	"b2gXLGtXbKIeVfItlk+jwBi88SbceBSdOqJPmcPh9Xjdto3k1rDuIMn3y9Dun+9sUadR992HfnB6WO+g",
-	"eZSGVxv71N0gIj0roo/sK711EuWgXRJV0/nnBQsK4x5YBDqBx98Lahd0MD4iT55OGqyAriHpDhJUuTkr",
-	"ankQb2PDbuAaXTvh3113yxLVNvJNg1DycUMiTsROTrrPJ6f97tng+WG34Bj0sEj7Enw608mS2FUBPkx4",
-	"ysr7Ourf9AcX/f5Fv/+f7imVSL32qZ3FsqJRbAQWzmxhLltEmAMGENYnh+Qv5n9mHpS+zdHe8gW+z0a2",
-	"oNjLzODbwb+zNMEGzNki3nhvedGRwaMkxD20R2+pgVOpf7MhKbYZ34Jmqj4JvDXjxb7+7lrb7q6Rs5Vh",
-	"aTWfhmHSi0VTYiYm5nFF9uDvRZIpqzJXav+uXU4JNusokz9hXgZKOgHA5UoU6cjt595F5MWMouYVX+HB",
-	"3FMOgVQuf2WRsjsuM4UdICWUsd2zmIBZSiMp2Bbntlt35jI+tQUZr6hPTb0DTAck9qFLmwGB8xAaxxDG",
-	"uNl/spmdrC+L7xZZ4F99k+mKmO+dRz2nwgN8YSjbr4s6vKBYfMJcu4KWjSy2OC5kUUGMChLLHgkN4IYu",
-	"ujPCwF+aJF5NU0MVQ2L+C7XM5n6ykqWqQDjXMb/vSiRsq8KxVBNGoxmgNnamZcqsKqIihNUavgj8B5q3",
-	"q1vvW6jHtGIdq5pLLe+qVBzz5F3LatsAdpxLii1E3vylWtm30bzoXvuep1WpYgLC2TquWmak8eT0tPu8",
-	"/3zQPT88O+oWHH58ZBAEgAdoC6b7uqyWCwezKByNVg0h5sy2ClZwdHO0jRCyUYbINfV8/PXsuTi/R7aK",
-	"lI9yJbULcBXiEpnQqa3bqgCQx0zxmKm8SdweCDVdW8p/t5gBvMQCA4rbNJi8gL+QsdQihHfltRQYRyty",
-	"JF1sINbFsp2va9GstaHHh5Y2z9/yxWg1bxpvxZMB7bZd4iPaImppwjoJASUDLAk3pyKjkB4SuFqREJFK",
-	"1S36y7ZgsdvEE0BPs6b2hkUMNib4urWU1ttr02vQM4UV5DTHNBys9gDLhfkezod9iPCZr7uoYqkFBlTQ",
-	"MijQfxPZfRybgkfGn9K2gNM85pI/wXJfO62sVsChKNVCPhDKNitCLVcEK1b0nAiTx9BA6VtL6QISQmKA",
-	"lYG4DkiYy7+h9ahIwcpidFHPzUzFDK2GdssgJM1lynwhyaqVME1OYYx6uU5iMiyhhrmv5XYb2GEtt9vO",
-	"8redcleNislR0U28DgDMATwmzMKB7l7eoaK5bOvWpZFOlnmDgSiVrvlDtWphuCqvFlaMdjt1usFHZ+5Y",
-	"0fv5HSMTzpJYkb05F5lmZCazlMR0SeZS6Bm5Z+w2pst9w73/zfyWLAPybzHl8K/5Ff6Ah+GvJaPwDBck",
-	"zA0o4Wq35Nr+iluKXBuLcV+RCX/PYrJgKZexjaQBU/eI6hCy/+A7kFS4FPuwbjpWMjFnYSYul2UdnByd",
-	"tihVi9aG5nW9zBUZrkjMErrEiqDUrVexLJbdlIpYzsmCphr1MK4CsxegQb12XnVf4CtIaRvwcZTXeQe2",
-	"uhvPduYX8/r15sWKz+RKkFdXv1zBaRPzSkBYb9ojJZNbBYC8Kv7r4v/L2th2JvXcoLqFa8Da7kvRhic1",
-	"oYaLlEsXDdNUA7lbClwpte9bdVVu29u+HAy5gRgWjkh3JusIIyqxuxXlrvEINEct1GIee8+iDGww68aq",
-	"wePaoy6XlGnVzSRvjJPXFo2zFK1CtSs53byKcnOFMsRsetdrp9DeNVSth7NKwN5QMCdpaa1qkFpaMnta",
-	"Cw1kH6+0JOGqlVLxIDR5FBeVq29TDqN6YOgUDloJoHrgmF53gtXb+gWqGdkE6Gp85WrTA4jghtxvTO+h",
-	"EOFpHwz3e+TKxRnZTEsjHNxzPZuxBKpq2M4Xhp5PoKSPn3iNZSWMQo11XlxjBb88UylPcHOCjtnfZqLr",
-	"dQjZ7IGubYVfjFBPAOWC3eQxi08YJcVFlGQxG6lsHMs5BS5l6ap1DkY8Th/iOrMJV53B4fNe3/zv4OyT",
-	"FnWs22FdOKoz4a5nzPm9/GQe/wgVIh6vg2+enFZXc1lIwSOaEDNKb9cGu7BLN1Ht4Wwsalk9BM9Og2OY",
-	"cY12aiEnS5PRImUT/r5BO82Hq9fNmJjINKpzNv42Y1jwrD7WW0GoPlASW5EuzxyucUhuqQEWCPo4houg",
-	"2GftoQN1qvXFwS/PoGgJjammmOONHWG4K6CEOd22U8FDyEk8YIfd55OjfveMHg+6J+PT6Hl8xs4n1Kvc",
-	"+vblD6+ub97+n9HN659e/vIgx7uX6/l7tRvTu8/iO/8crb3LKa+tQLRgPavw+age0pcgtqXM9iJ6iDe0",
-	"Jqd212bWOzpWt3KcAuY9ikEJsfsBpqRCeKkhEQmDIH+ZkkzELFWRTFlgqISwP6mAxHyKNTu9ZxTZo4Iw",
-	"ccdTCUVWyR1NuRGrDIWdUVtm0g/7wqZ7o3dF973Ruw/9YHD4vD76q5qhXdPjNFnayjAodRpx0DzqpEuv",
-	"31YeOjFnhvpbfWJZKRbRFml8xXYVhWryudv1cqw3WNVs2hVMxQ7CrlExMmy7t1u2/Bck9DOGtWnanIjt",
-	"C9pZaWjoibo+aBXpNo7PczGRUKzrHqpsxTybd4LOjE9ngELYfbie269kEj5JE4MnzWzHyDiXuGWrpVwc",
-	"H+ZCJP728V1d5vsX0f1gq5zzB2RY755i+wkyar1c5Q0Zym4zm3OSncGqBqJtsnk/6OTK6VpY2140W18q",
-	"ocmCdNR/op6bK301bZRb7jSvKzVc2Gn6zXaXImDci6hd07WzjZjYiJd5kYBq2zrb4B3c3VBVMVsA5R1n",
-	"8ZTpBxaPWGdy3GK0EqS1zuSpdG7a7uVPljxU2GdjRmMAoycQ4x9qt6VKj5rzT4qfR65Cc0NPsLWm3/YQ",
-	"0WgA3iLYZwf9ZTfbcYVerH+3XCy/wfT8FdiJt4tZomL0hxw/ajIbtGj102y2tHRun8y2i0Jap98Vi12X",
-	"DJdfcQGWTVcXVLhABX8qBLYRVbdTK81JfpfX3aNJ8noCAufmTKfgQz0Pay+GWa62URPNB17dwDu7hcfQ",
-	"i+22niowqNSM+KLh8HbjLisvc7FlV8BHEfQfyCNrXt96H22jWb8ixvSUJPrhrqUWpLCgeyuN20r30Ig0",
-	"zYlt2HumnOGGyWylD5jl5qW+oSfznkJZ3kqd4FpLQr7/Sth9Se6nvP5drGJSU0zPIydZmnjuK9eAw7mx",
-	"Bhdnx8dHB52W/aliprHiKlbrK5Vj6ehEdf1a/4olky72a9nSnbd73YHcylPYc1w/kutiOdirwGtS8PHB",
-	"BXB2S1/boQSOfwUr0fIRFeQPObbqHD7KYsJ31ePYe7DT1TitroQNIiXwDBQChsLFEJCfV+UuarE7H50b",
-	"8l90mqHhtabLlxuydUHBcl2gXbWknSor7FLHp7Hg7iMW4WnwFeQlkFzRXbeuEmhtdJ8i7XnpLmoH//4X",
-	"Rzxyg07eKeLFVQNlaG3mhIdzz8KHxzEZuHfGy1ZJDC7rhOtWMUa7NPz+jPhXqNWPh5prbqwdktlFbYtF",
-	"j6JsVBDzCfUOmOnx1vyUSzXYcO2KuOXV4OI5t7XvoC4fXlzM6hObbgpzQE3ehUMyijFjNrULIsNc+Xds",
-	"C5GmUJSP57lf1szQnI3Zwvjgwni2zv5yzz8k6eih2Q+N6Zz+5upCRuzinykI/w5KOVpETqBBCz4S2F40",
-	"hjJGNElKSSgrWVlBhy7qJe5fwebhAnt3q2n20KIFdS2cWwQ475aGXt9suS5bu+4C8bhsHbhdT8u79BYV",
-	"H9d3j71zHbXb0ya7+pfm1VWf+hmcu3OwV+hX0MkE/3vG7M+23rpRyLYOUK/cAyp1/naKna+5CLAh73YP",
-	"a8+1Xe148Cq8mFExRRNxfZfiisF6Y3z7TujwsfaMEknja9v9pCzP+jJRszyLz/impXOzkhnwFNjaC2zq",
-	"3r2xYFJtRvPRdfvqXHTe/HqT92DZKgYAAKxJ078bHOCQ6qDVcCvy727i4erRtLK6eUfXOoKqUhASRyBa",
-	"QmfPoqkunkJAmM1Ao4pM+R0TnkZawIa7lEJ2MLdTxyG8+2rBfy0t2IDs+ZD5QgJLAdz5lKT22vOuowr/",
-	"UVU2t6AH0R3D3uAeGfUiqF78x8vu7/3u+bsPxx/dH0F97FQp86amjOOdUiOI49qQFDDYlBEAI93lDtCN",
-	"wUzR/fot/ua2OAhOd9pa3kFnQ+rS9uNCO6wanjlo3SjGsr2qXi+FAlv6HRtNKE+ylNl2962Mhz5irna7",
-	"L3FnzC3o1ZhQtymDsbMtoE1AbpnOmtNSPXtW0ADYtQRbDdflaZRxPZILJkaQMF2nVPCEQU+tgAhJYpZw",
-	"jAOUNjElnTLoPQn95dqXSqi/wdX6Vxxa2aUc014oSeW97bqFi4elKWJL6titGm1mljI1k8mujTB2s6OW",
-	"ZMTPIxNWkfAJTR4um39kE4XKLLl8k99l5i24QO2yCmza6wWW3ahUSlZaFpWS28PVLrHYrbhfg4UF+Z+/",
-	"1yZ5uAHmt/Nm2xv/zqJhfXCcgjZBtaSwUo/AonPjUwOUKGE/besSHZdOoHNRT0C3q3MEgT3OubZuqfBg",
-	"QqFJ78gg0PHAlb2DFhQ2LggYrQt6yw+hE3Tu8Xy3qHHUFOm2q9t1N8LjX2NraTi/1jrjrT2JLo8JSne2",
-	"iSCdMyKFiwZPl+1suR48bE/Stqlu6ANJ24NoE1Xmw9RO97oKhN4w56X2iLXvgwWyvLs6Tm1dx3hZ5p2V",
-	"O2pXObg8NmLvRXHrtvesb78qnNY+QtkarHUqio9rG6+3jhrnAFwCsNLARZySF2a0wRheobGPYViuku2n",
-	"szCv4I+nKzYQYvjaDx4Ai/HKF3k1XZvwICeThAtWfOE6ppbZZE/IEUv4lI8TLzDZGTt7UGjG1TSrgxK7",
-	"oUe8hac//d+4nhUphu1izorFVTepGpIV72eKRSMoUgOB0lSx02OXTP7j365edK9/vDo8OSW3bNkj1zN5",
-	"L6CC5OZsVztjfTQaWu+qkgf44L2Qo0HQqYZtFoWQK2XrdbTo2ia6nQAUme4ilWMGfRlauXDXVUmm0dFR",
-	"93l8zLp0ctLvFrkuZ/2ObzK09YRZ1r1nShckmzGxdvJ68+Fxnr1po2i6LOuCWxhC9N1SKwIlHE4r1fCd",
-	"uTHbodgaRmxobjlov0Y+qV7VikcD4yncA5eEilI+MDYVjl1bfls6HyIsXAnEcvrwrirYA8J+17S7XdvT",
-	"VmUI6Y/lIl+r8m0TM9/Oqq1WwbbtSjdawdtfXHOuroX9lXghxgRYRLkAxZ0ZkTPVY0Y1cbWkVH2IzioC",
-	"raQ8ek+oSh9vqmwglpZkz94V9tG0yLVvoH8o1oC/YqwM/NjHbPd+MfJesHRUo4+vyuj+QxhjIe9Le8wT",
-	"FqHtW0K1WY1LhcQuF8ryhWRJtBwK0MLNCpCvSJKJ0n4Vbq+FbUBqGcnE9+jWxEzcSXQ7jNaET+R0rr7t",
-	"Gfy4XZE8OdH3NGVr11aiphtYNzzaHD1qvZX+iL5ZoJCbanGwQghzepCjU7BC0mvQYrPUC6v7IaWiGsk5",
-	"Nd9t4MA7Gzi9fJJ2LHuFn/nL+/CEddy3yXypQEHxap0JydvAhot5FCHYu+fdM+RxlB8dld6lk3uzdAgZ",
-	"ju9crhbmB++SyYz5IxCBZgDi9Pwsjo+fn7IBPZ7Ep+MxO5sMng8mg/Px6ekJPesfsVMWjwcsOj2O47Oz",
-	"0/h4QA9Po8n5SXRIz1H6rRZ+3F1EcZtreW8/m8dtkO/6InH1BG6Dm6ly83Zxra5eLaRQbBUud9ngNXYv",
-	"3gSYG5f3eJjylNpiwTdWo+6bwu2xpFiWcr28Ngu1/SQZTVl6lelZbYh0EYm5F95P9eh//uu/w/08Vgx8",
-	"0aFrPADRaGQspVY6pYsuvBcS25bi6s2rntXfQbvBiQsKaLS3glr+7ebn67qQKYh7T7iRTPzGtlib4frH",
-	"q65RWz253chqKZtypVmaF8K2YhzIPVwNhSe29ciLGYtuIfDbGq1s/i1KdyDuWJ/RjIpYzegtQ8nG7mOe",
-	"6YwmZvkfP0LZq4msMbnhCn6wJ4dQSeIsNazdRtppSVI2l5oRfFr1yBvXfxdkLAOgVMtUkUwx7JMbSaFT",
-	"mRiJTTC8Hjzn4iJVz41HaKZnTGh7hObh+uNVQ7GH2zIP7O902uB7W0Jry+5CJslQhG9eX9+Qg7vBAW4/",
-	"DEjKBLt3pwELysV53PKEC65mRXvUoRgKrHszzzSF+s32co3QaZYzYSJi8YVfry4AgTsEstGFwMowgM7Q",
-	"qL6iqRW7OVNBMoHeqdjWwIO20xZGsD0xiammY/MbF4WpG8yHUKwF4Ow+5ZopCKfUNGFDAV+kZMrMWo77",
-	"5yFueJHKccLmtpAeTNlNpNKht9dSNVvwbgpbWIpEcu6ODkpYQ7/eO0ZcLiTZC/+S1yPeD8iYRTRTZjkW",
-	"JiDyUJAokdGtIveMxBIA30LWRVEO0m3ejmwvI00NQJpDCv3gILut//2HkiIke2+/f0HOj0+e7+NSqTkU",
-	"A/mh2XaI+JTwiFn2wGMDphMO7R6uFjSase5hzyt05X1nyFw2n9N0ic7DHKPg/lyjnDJmgUOR/Hhz8wZy",
-	"VQooxeXNb36+7nmJOBXsvXrzyq9u1en3BrgOuWCCLnjnonMEX0GJnhmQ3YMZo4me/QlyaG1BMbhPRQ77",
-	"/VIZdBkxpQh0+Vaw4h75TjIFd6RlFs1KEGlWjWSCS/HKSEA/MP0jTA36A3JgWNFhv28DJDRDSX4luOvi",
-	"A5LvjY2y7QxAAGu6LNlNGDU64XesZzthYUHh+pHzpR68QUgq8bPOxe/v/Gt/Y2cwowumFNiqpyAiyoXC",
-	"BmkHKaPxsu0FWDdzgemG0NFoZqArsDXtzN5hU8geLEBg748xFzRdDg0tYZElZuahn19d37z8hVgjJvSG",
-	"lym5p7esmy3giLLFJTnpHxGpZyy958pym5VbfctozO1mP8PFmumXcJMn/aNPMN8vwLNpvLwkIZBjFRJF",
-	"l9AzIJqRmC2YiJmICofTYwNZfuAYmpfeMaJTOpnwqBbc7gYHdMFRKFKNUPc3WzwQBI1Ly7GBnGL9QDS6",
-	"0CnF+tllKDCy69WC3+AUTwgGbhIQlhuw3Aobux97ftBmFk9+8U7XfvEOm6XqunxCuWCKhCCahgEJXaaE",
-	"+RtTJcJLIheodyZLkvA512jWg4r+vp1sT9smL4oZkcigcITBwNYKBna0cv1Lc5f7PZIfiMFolTtU0I4G",
-	"pbgIVYSSGVWz3lBc1dvNUcCe06UVwB14GJJRZ0CHZfWG4gY8uvfFCsYyE3Ehv+D3WDFfTCH70Qy3oCkT",
-	"ev+iKNmpyDxTmowZoXPbo3wo8LFniuzh+vh8kXCmiDtq2CSe9T5aDrkmNuKHCEkSqlEYt03/YDjyP//1",
-	"/xGuh4KLGUu5rWacTwWvL5Euh6vBoiEU3JQaA2JxUqpuHfOnOOdQ2GGAmE+gdhDw++P+EQnhULrsfcRY",
-	"rLo4c1hHe1/AXTiUsDUsmNL/LuNlC4zzLBtWmIk48RJ68ODBT+6+fGcTXzYjanltztjysaxp2rD+CrUY",
-	"PBq1wEXE+QmtIxiBhx0OWIqSqkBNjpGQtaQk5vmjrZ5/ILXC3bpcHW1hYoVirbCEgw+usdNHpGMJqwuo",
-	"eOUC3IzADoFx2jssJbFxjg23QHzPc7uMghVlqeJ3LFmuso+3oAJ7gLygKZ0zDfHrv3/oQBExI8EWcnfe",
-	"i6oKTz6AbjJ5vvsEnKoJ6Kzaj0f1bAXSjj8l5OD5t4YcqwMfuHgLsFrVcsGXInYgYbPaXeV2Q2WhBSNm",
-	"uFseYou9Iz7ajlrW4oCM0ujhNBmKFKoFEqjgB2MBobWCM4wrhRs1cNqxTGOj9xrKfAGtW3SGBBuiD25u",
-	"3lgNHF1KoEvbLRqWBk4pmhjmfC+zJCYzesfIVOrAWqNwTSHZO+z3ocdNaHXPsEdeCzYUdu/PLNGnCaKM",
-	"YRd0MmERSu8gbqseeZFPbcSwlN9ZnKNQaZdHlGg5hfLXQ2HENKPWa4N1AgQInVKhKEr2e9NUZguzmTnX",
-	"+5d4QNiFyp38hImIi2mPXGkyl0qTk36fLMzYEU2SSzOnZdIQyWxtHIpOGNmD4byT4orwmM0X0mDRfi3n",
-	"spBzVbh/duZdxcRfjNndb2qpssgwchajMb4l47Ln8zcqllvxzsejX+UlWIN5DS17LZgzAS3QDGRvow7t",
-	"dmSjgydlu8eD7Z4/+SRsvdD9PpQs07+/+1hSBr9Hw+ScimVunXQ0wKCpR8htKNsqIf9Q4MzHA5pqPqER",
-	"htnUk/XvWJRQI0RTQdzjZM9w5oBY4IOqyzZFjCj+J5Jxa7ndL5HrmbwHPz4maxGuL0iIyVpGV8rSxHY1",
-	"sxlboUtI65HfnLXRHjEJJ0YZ1zKlUzRb/fr256Hgtg1qkWphKF745lc0Arukvg95ttjHkHhm5wBZAZ7e",
-	"/qWl9uooHAoOhmdKFimzURlmUFByXLpJAh4sgjobi25VNi/s4KhazyCHAFc9FFHKwOhIEwXqm1mps1fX",
-	"LPUAqXrYI78YfcGoGPyOISetI72vF0xc2TvDvM1VeasOTItHXI24V99B5N+Gh8HYbSWhdw8i8/CkixVb",
-	"eTqXDFO2kKnu2S/VjB6enHYuOueTs9O4fzY4OzuOnsenJ+f0cMIo7UcnJzTuD07o0XhyPBmMD8f98dnh",
-	"YRQPTuLTaHAy7k/6fdo/M2PxP9lovNSG2A4Oj45bk3Nz5njWn0kRKifoNkikFv8UPrUjqT7e8vnzJyXV",
-	"T0t6zbWWSGD5BLemvC3l6ZUGSGEuYxiCiVbHkOzhb5Ak0IPiatAOCSXTvAhbOBR7NLoV8j5h8RTzneyP",
-	"2MWwR17lstxFRQzEzAorpks8C7swPaN6KGgCllLCwOhjRX2SMp2lNuhLpnxqRHrLDS4JJTGfQHKnzofm",
-	"ihz3z4citKN30RvH4rBHQtAIRih8qxDKhHBWOqVniiRUmXk9pcHzmKGMe0GQmi9YqlBXYXmHzYiRPaoI",
-	"n6AWoCUJD/IZYVv5IUXL7k9sORThMOv3j6LifuEzu8CvKyXG8bdwn4zZRKasdMVMxKqFDP11UPE8ZQXz",
-	"SWw7wG4mcp8GZGorRadgkCq8E9ZO5goFwqOObhbSto3431rQ/sxC9joB+6YEyADt6OL9MoXpJ+YAX6Tw",
-	"XdC9rWl+HmbQTPT/Ju8sPQOhrjBCa0mEvCeLJCta7j1zTfacdzywQubCUECPrgyFrTDvwmTs23nFV+Iq",
-	"vvbIK2tYx3a3YY84F2UIAQJkD6mzFzOwX3gucTkcLe5STI3Ay5K4jqTlEVqfh6Y9EZKXosTq8dtdLOA1",
-	"oRPNUgxJoUnvn1j72Fj7FoJ9jIIM5741ziZyukY5vlosoHd7GFNNQ0I1MSoDCeVkopgOXbaTJ5vIaY9c",
-	"Gako5cxoiZm4JXsoW8E7gZVSwKWHPegjtsAaoREzItOULmyZLpugbquYckWnKWPKSlAGX6ddHLQ75wqq",
-	"joZDkUftYJCAGRiecUKStWP2yM9yij7hiC4W2AvbbeSioDCRWY1gQ6HTTCDKkDl1CQzO6yhiMslSaN8H",
-	"fmeuSJxKGHYvtG9C/FSasbDWiognbdb0dQg/2DAIG2AbEVpFVOC24LQ7F/3WcsvPcvrCwMmnFlh+llM8",
-	"dWzX00jP5LRCzQDk4c0vUrF8WoKDR2b4dSEpIOJvTXus1tFMft6g+gIt+KyqIyfENjACJ7SvXKw6Cy6I",
-	"jebN39mDUqw27kBDvUm1D1SAiyn0hzHfymw6s9UZBdVZShNyy5YqQH9GPph5zVKAiUyHYpEHlmpJFmi2",
-	"w7H2wh9eotULolIPPkBFc+8MgCgMRVhRvUL0qiNG9MjbVY31li2LQEX4ZizjJdkzF05TiE5AF5ALNJUT",
-	"8JMUHVj/ev36l/0GPTZXpiEGM0Dqb87d/BFYYou2TFKsXXffsgX07rcUD71aiZIeAqEoNaMKFeqAKG5U",
-	"U/PThKdK29hOck9d+CkGgJR3TQVeCWzaMIbDQxJy7xBv2bKbMqNthZcYaVEMAAGB5jBgQheijHSdJwkZ",
-	"M3PUNtCOxTnj8cfnojtJ+HSmw6HYA22OcA2toA1fdus0oqlvzCx4mBeaSq6tIk1QkQYAGwosHuizJ5BR",
-	"Sej07i4+3oVN2tAMN7nZOjSiFgwhzBVCs4G7UPve2qRtKO/Nz91rFwCC9kfvvqiylgUh770rGwq4ACi2",
-	"Cb0zl84V2QRLdTzwOhvPuX5rqcInY4Obn35rMdDDzp/Y8mEM1O++Vy3WDw2Hq62mB0VfZ/uCWXn7V8uF",
-	"tuWCia653O7hYScfFyliuYI+9kXMy+df/1jEbDZ3BWzHgf3OiZ+Y+ePUV9FtE9sHdvNMVeEW4tcKqIbw",
-	"NpFDPRSy96oV1pDE8hLz2hBpxuqzTTw83UFNY94YHmaXR9pYgRGO6B/NOrOtff748PAr1iOvjVBHfSEL",
-	"qHBANIUAKYZBHb4ZeWt5D5SFNrYhx+cmqZxbHhmDqzS0fVhCXxZChjSj6TxhSq1GZF2baf+hrTD/tLs8",
-	"Or78jaa3RqQD2MwBlkLqj3A9PBuQI4u57kLJpOYQdsxRsvlCXcxEwzhpDFG06yQwDNljIpVJgkK6NbYF",
-	"pMjvD5zLYSi8jLT8WxelZgOnSMr+QE/FfmAkSSMUg4jcI79IVyAQG/EvFoymtS4dCKM3O32JG60PhPx7",
-	"xtJl4e9Gta3jyw/lsqU1HLJ+JHTGuGz/xxoOS1o9dDAQmzu1wZ1ry+VvpD8vMCe2DaXic66flkgVl9+U",
-	"4HCFSrKcIBQ/XpoDYJgddE3wp5+ceQBY08ycXhtwL+JoCp3bVosgJbyyrs8iRP+CUPLi+m1ZOwOFdijM",
-	"Jz8N16UWuKDky7w2p5E2MdTRxS1D2VhbbA7NwFw5/RkwG+abpjQCDZLLmCyMylCLsmBLfuH1w9pWvWkr",
-	"egt2/5mclK+Uyljs77GBf1Yu5ZPEzB8fnn9xnoWimM0zVeqV1szfkBdtQCWHQ2gZWc2WvvBLBSnmYkWk",
-	"QPJICoZnA/ShTpDN5SZTqdFp56Xj2AQWDw1v2dKg6JQJ8xqLSSIjyF8CHc/8Cu7GoUgYdaKpjZxDW5SN",
-	"FYWwOTUzynTC71hcl1tvQ+owV2goivC9F1cBeD5LgXZetneRb2TbchvRF7l2cQbWVOTyrhbmzGSWRozQ",
-	"OE6ZUp5HAx6ygezeKYKsDZ4W+wqa086HYi/UUnbnVCy7lhyo0KYch2+ZTpfdq4mGZLCCGuEkKZvwJKml",
-	"NS8RSJ6GwuDgXzqJqUOrTxMHcfhlS94lMoR3WdSbsKnuOSGoZnhUqdGEJ0wdfDD/uKygWoH7uH+MJIPr",
-	"IpWBvTfihAsqAESc0yX8pBizrdRWkoi/52BE2U7RNC8ZLfMpRTJYWAM0mgP6HPk6PzDDAMzsXuKQL7RB",
-	"Fa6m6zzwzqX2Wq91yugcaTeEu1rC5VqwoPweBsU3N8uFs4i/ZYu0+x2fMggMcQHfAWSZCsiBodEMrYL5",
-	"699xtZAKajCF+wFRVMRj+R4cwe6Rawvq3Tcy4dHywj0UYiy5ZTpK8MnEeT1ijFKPSyHp4Klg6Z1rsMkn",
-	"xAVxgxcatQoiJBmn8l6x1Cinaij2/nr9+peA/PId/rtIKBdEs/capn9x/R/2jKIZTRXT/5LpSfcsDMj0",
-	"T74ICPxH0zQgb777PiBvfvkhIH998/KHgPzw6vtgKH5j4zdQt29p3WV7P9787eeAXP/HDwH5f8xff6V3",
-	"9BruKCD/81//ve/tg6pyxQsZaaa7Ci4xbMjZN1Btj/YJse4vB39psJpiVYIaha0Rz54phMWKtdgDt/qC",
-	"g54PD1QPCwtYCOTkqL8fENab9kioZtQ8+C8XWJX2IuyV1M2VhX56tP9O3gsIMEbcb0b4FkFlIKlWcvPA",
-	"MBMQrOevymJs6JfoRFTfA9IPeT37hGs1FHltsSWh8Z3h0AodV+QljWaFGw9lQBYTxQxcaZYsL0iIVXDC",
-	"YChsePLIyjkshlpOoXX5XeUiLqSj+sZPaUPOoNUM0fdybZTZb66081PIUw3l5j6xYNVU+awhkctWIDKy",
-	"cBkm/pnK9cm0R5ok6BTOcc+WpWqX1FWUsKtH/N8o14pkC3AN3FOui9IFRsMzr3ulwPw8LaqIklIAJ9fw",
-	"oLbWE9D2FIuhV6SNMSAGIZG0FLGgZj4MaDdYTDmomVDuaCaTGEJEXaEbKClmg797BF0tgqwGe2hJ5vTW",
-	"FikyI0FOKpQwWzC6krJwy5ZD4Qdu2JJZPEm6tgxXftxKMxqbu7B2IkX2qM2ODef0PRY7dQF9cyO4yKGg",
-	"xJApp+ba2ik6paCNw5nmGh9P3Vxo8UKxxRW1gygZW+CDDsWMKnAysYKSuroFEn2pjGoSUagpZ2cvuV3R",
-	"kneBA6TWs2pvzq/eRckkZWpmfUiYFBsGed0g1x3Zhpzk5b8g7SJGmoxFvcyR75WCgp0HilC8KmxxjgqE",
-	"Kh8ZZDwbiDLz5lXmbNkRF0KJLyxlRqayNjriKgJC+zPixLaCzmubdP6YIQybaogGHZUwtoBKGzmMQW32",
-	"1fLEnUGnrnBm0Ryti8ThoG+LgPno3rk43CLcECt5fhYWZudenyBh8cjWpSV7C6kUHydG7RRs/5vgVceD",
-	"k2/KYrGeF/6cF8KDkEVXRY+pNazPr0Ck1pRXqy1xhHStUhrdbwpS660rVWrfmsB8Ub4nfyubvU+ls/4k",
-	"+PUYTi5Zua68WFrp++aqXjaoDRLfbWkvCzjOLl+qggWg1Wuo2+Sf9yPUbrqK5qyzZXkmfwmfKTO5dAo1",
-	"EGdLOH2RFPzR6jXJMig0QWUdmTv4UKnO/kmstRXY3VKs8l5+auvtJvCqtqTYMern01t/HxloDiAmtsvi",
-	"KWvmnG9ZYluSjJm+Z8yogopBhTyqIW1A2ehnI4LNpNKGNkFhJJncMTXSMiR8ERC+IOGMqpF5NBwK809A",
-	"sjQhIZo0R+NlSPBb3x8YRvIOCoC4ofcDV+spYuWoG6zSMRQhrHDE4zBwpRKlYui4M0AvrfvOPNUYkWN+",
-	"fAkn81BQbwhucYvsbFO87GsLbXGn2CKyxZz114CJV9W2UQhIRg1ZzDycBNTYEhfXCLCIdBNwfo+XiHgB",
-	"iVmc4eWgz3wPK/AIA0YJ/5PFBELc93vkFz88rRnkHwXcvzoQ3QyeeD1fA3xiYFc9kKrd4ZO9X0iVpaxr",
-	"i9BuCsjEEEwLr5ZzeI2FSd630fIQa95By5wRoTG4BJNgMapQBRbV7EcwE1lbykoA5k1urDLjo3EVx+UK",
-	"HRdjqljCBcaJzigYIu3mmrjCS3sIL+wZfAJcgZl+4iJWbR6/hojJFg/+Cm3Uv0pkxSPZjLLuLj+NFvGZ",
-	"eVAFPaFXg+26tSPCA7I0YvlN3lTfpa95KjBXhC4WqbzD0tZm4ip6hkxMZBqxGDI3oe0SBptVutihqGZL",
-	"poEXFJGYCZ0uXa1oQz9AgaFQOXRpV9Yj3xuRL09cHAp4i0gRFKTArcNWtNV0WXyHmpOLANOudvMcNob1",
-	"uYW0Gd3QXiCR9yzeb6IeUB78Bg/tH43NenvfjLnFFXP2NfNc4DyIR6to2GRueuPaHxYNd0CJ2aPClmTf",
-	"ZHza75GrOAZ7FUItNJeBpCIH284ztrJguWAXgGRU2MY7Dsv3DHb67BfTwYWEkl8J4aJAquN+n4S2zJPM",
-	"dFdO0OIaBuAbtLPPzTuhzPRITkbw+8gOja6noXAJ5Hm7GPDhETqGaFix1DPI2c204rETG8yibtnC1bHg",
-	"KeZqBWSS0OmUxUNRmtJ6uZDCjBkWH0ZhjwDbvSBhLOeUi7y6GhdRksXQhBV/MeuVKSZiayZI+JeetdX1",
-	"IjkP9wMS8kUYkDDicWrrW44WKZvw9yHZ+/Xtz4pkImYp4fqysNKA4osuMKP7GjrGkgleLtRsE2jIgawz",
-	"uGfn4uS2Rtxhv1/rIItjDx0fx5Szox3TptOaczGasdQMEmnlYkyj25oE3f7B2bb2Tm+rn8mZ5R92gznK",
-	"4qmrnPce4jCA8j2m3XXDQq7i+As1un5q8QqFF0ItqbOSSR15Vw8UsA4++IRvUzn+Bt5gCz4A+StLMHVl",
-	"94348pj4H9TW6q9s64st2d8aOa3c1/sG4R1hopAXwFK6pTjTEuixcEKXvY+STK112foGq4C4rngQkWMZ",
-	"cFxvx7qBKV4WM/yDidqV/bcwveZH9RXL2ghY3l62ELmvjFjtk9J8FALV0pgyrAAn8FTCCHoqgsKrQfdU",
-	"7vELFNtAjgwIJdNEjokT51C8fKZWrLRkL/xLCPprmomAhP8aYuzfjKY00iwNhiKiinW5UEworvkd2w9s",
-	"CTcsWUJ4vDodVCTB51y1kh4B+4+XdxkMBawdRfMUW2CmjCRsAiV5DZzktZnaIbkKyR6013H1j8L8WNE3",
-	"U5am4ceYxf+Ctd8urfAeM43xgK6MFE8SW1iKxcFQWKmeUEXcCM1tkyqo8VlFX/T/LCBqWdiOtOri4OAv",
-	"vUimC6dAHPylE3RcyynX2fx5t3/a7Q9u+v0L+P//7FSr1uhEdT0vWtdoDl1MrQNOjE3sO1xYuHlxta1Y",
-	"XTnKzxRJUL3QryyY4BOTzutssYCMRYugj8jGDz74yL1WiF2hto7ecE1mPIaWXNhz8NLHfq6dBg8yrvuw",
-	"KgN8B/M+NqrXS7n+pr9YEbcFkpSZHt7cNynqInAU7Jx5APIgXFBrTOUI3ht9t1Zc8Jj5vmWSBiOg2QuI",
-	"4H/IsRoKRA0WYzSEjdTmKbnLEsFSl5ITM015oir+X+LWVPShzg/CCgKswv8zkRjK0cCum0zeNzmheZIY",
-	"iupiSrEUOaSAdyFHubGUCaPi6wumwLPcLM5bePzqZfkHsCdrL97go7YZZVTZmgO2poA/mhNSWcKnfJzY",
-	"fFcK3VyVFOGF91MwFKFt8BcGJIw55NTA3zjFnAk98r+Wk0nCBQvJng29Q6s+GK5Txop29EMBktodTRS2",
-	"8qB6FNEFjbheNuKej0O299BXE7aH613X8De/NXvXvS8HfJ23woDK/Qy69SGRNsRb01uspYpJHtXA9u2B",
-	"/OAD/rFJ7PqF3buMCaXlwhXN6bkczH/B/MsQ4y7syQRg+syLaBWFsvZtwxjbN7EabII8JW9N5vqSO4zT",
-	"RT/iOb3FtFOOEf82rwzS0Vii2P2MpSx3dmGR1mzh1VS+zDcQp+ilSWWmuWDE4KjDu30zLPqq5wQ7ydTh",
-	"za8CX8mzRJ/acoQTtXv2CraJufCNLNHqdg3Vt07qqm89ccSGvYH1iIwV2YS8dz1Sv2U7a5HlWWy+lhIE",
-	"nUXWEHxhUWlOly4xcBUNMfUQrLnmZKXokbesi3Ni16dFyu64zFSyHIpM5DR1QXlKUtZlwuCh0b38jlBQ",
-	"H/lKkEysdArHEcCGZRcI9c+X5Xhrsq7juJE/84G0bG41jo5bTJV0s1UTeMybKiD3VA2FyxOzbcjzO5D3",
-	"gqVkL28NWENXD+DdGiIc7qPn13nuZlR5uequa6q9Jxdf73Jrj/vHQV4olGLxdmzhYF3AQwGeQDivAlIM",
-	"7ascvYtJMQxmbAifrbYOhzNerr4xFHvQdnwi0zGPYyYami18LmL4pZCkb5EKXVkcLWFoU2bBilSCkngb",
-	"p02vIQiK1rlkqmUJIGqfq1qXa498j/7YHKZtUnRlG2VkslkvEJ1ybNZWxz0r+L1tbH7tLqRiriW6lYLo",
-	"sml+nfLp1Dbib6UT4vM/cRFvWAEl5p04S4rF7BnKQFQiNVY/nFOR0YSkmdhvWp8b4xvPWzBA2iZMjX5F",
-	"LrOmaIUmpxjazVUeDGYrPEA1EBZjjQc5cfHXPfJXOYaivsRcuq197RrB2O4TWIdgKP6QYyudGHR04FgU",
-	"BsD2QyiZkD/kGKKzoZi+4V9Es3RedMRDMQAiuhd0id2EMSYVl/ZMES4WmSZMpBxGyEuS+nHkuWPOVogw",
-	"ezbTgtVuKJQkE5oa3o7dBmFZOWkBhcq9dlkMgD2h8lB3CBMrmnWavQ4F+hLNcPh9s/fKQOUXUc+gSiW9",
-	"luvPo2PWfR4PaPecngy6p+OjSZ8dRsfxoG+Wnhc+yFNYY6G6NlfM6jRW5F3IVJsnDw+Ds35wfHxkQNWR",
-	"yWjRtZVC4CX79UzrRXeRyjEEKGCnu6L0wWnfbNreucEAqGI5M8D/buuYMio+WzAZrbXgXwnCaJpwaLuD",
-	"/VnK7W4qRVTKLMlA62O3ZPj46NFrdJ2D79LrUFMmMH/PWPaNOAC37Z3wUIehpqm2HKDZGgsfDz6Yf9bm",
-	"IkM9MEPo5jxNZapyM1hRfr8m7Xgnqmdeemo9ogkebyz1/2rSij0Gb27kD8PIC39S1U65/vIP0CzYXIrq",
-	"BZoNcx75TOWVwQFf96jrDOCqdFN1a/NItFxg5cfIyiZCkrlMGSy5NxQ4doKmDdcuGnfn+kiZD0Un6UvX",
-	"9hrCXu55xEodMuo4MTz/1cKk11fMcolvouXFQ4sywKVuS+cONmVCmkO3zxRc1rqBIb7BFZo2sKxz9l3O",
-	"jFxNjByKPDOStEiMvCgl7GMjCqx3H3PlPgaQea+gMrjAX6NEQnU3v/g/DPzjzc0bWzSQ2VFxl3GPvJDz",
-	"RaZd5pTD8aFwe1IBWP4v8sanY+drxl4dUsSF18AWBYuNzO/S2gyOOmf2UKCdoTHdiopdEzUdrv4zQfOf",
-	"CZq7UJTfPKzwGjbmSu0mQoNWlofZ2dwYu9va7Ahfrr3t67Ip4XG2sSu5g/8GMcPaogrgLHDAfdfOJmWN",
-	"mViGBnMbrSQLxkwQJqG/QyL1heEgqRSEvYcASAOsexN+x8iEsyRWwVCwO5pkoBBzQULN52z0pxQs3Mfh",
-	"Jvw9i0nowjC8+qnQeg0WAEWS92Sae9z2e0PxKldKwdBqTVO2jCYIY0LeXxqEgdhr50iCLhQTnjLwJ41p",
-	"jCu1yZVDEY5p7LpMhETQucvohMfW2ZDw3B5SfCxmRoDGK8lT+CxFg39KJS4bLT2rRps19pnC9iP4dKaT",
-	"pSOhO9uiNDdnhuU5dTQbZQtDj7DhlIEVMxI5JH8x/zPzYI91s9Nb6B2ag4jRbLNULtjBv7M04QIBfitr",
-	"Et7JZ4qhzkGi2bYSEKqJrTVKBv8MpS7quOWEqIGSVTm6UR9yF8rHtapDTuKoxk7UVk2299Ajj1jbzSML",
-	"2wrK+OLTK7bNQOof1tdkdFkLOA2hH9dYIBoCGGYyydV4Qp1JBYd4ZtSn9zmwXObapf1C5XnyNtUe3RCG",
-	"4wTIO0EjM+zUJeGb4R0N4JpERv80nK5HfnPKHtJUT+mFrm3vC94XOf2QYr1pxykvsQXGPbeBLAsmIMcd",
-	"3oOU1h55QzH6i6uhCA8WNFMsDACwaTPX+xX6GjweeH9GlrkDc/R4HHK0I5+lPQYHK5/vZ/OJtCMOjpIK",
-	"dp9T0X/ysg64dyKfmT1TpIBYskf9E9vfidMdgCzbyO9+RhMYoDvIxrZkPXzhPFVgGSZ7of3sMgjBmJkJ",
-	"50QAwduGfIVGVluwOCR7GIy7vCDhnCtl469RpjN/go9oNMmSxHxiaSpTFP25sj/GIRmzGRcxoUOBfm6e",
-	"JDbUtdkGhUfwPez+IdTnK9V2zcbbpCwwMuNKy3T5TZbr8hHL7nM3LDLMdK3QCNw2jGQmdAjYo1zDwoKp",
-	"SsHIXh4Vej/jCSPATmNXWxXwyoqWYGVliuxBrS2Dj4skU+QPrjVL9y/JhN2z1Lf3WloLsQ9KSsHSTdjx",
-	"i9nVA5GjzroEx1CfEzToQ6sFPs/m0JPYfOTCfsxtTUbdn0Jj/0+BK9eJ1OtSHnJJSgVWnCtMgN840sDW",
-	"DRxCYTu1G/IAjDd7Jn+ROf9hqoQWhgMWwXGW8BuNa7+QSle9hysgbx5l34ymFdjD+RZDZOGmHqrcm1my",
-	"+RqAe+VgDZyBSKd52VzoWQiRmIO5EzpTxxZEuTayjoNU9JlNoLHQWzN/S9iEZ78l4MTUhW80jcTcFaHu",
-	"zh8IpZloBtFrNKxXLAvOyo52ApvMtWdjl0mIpDLcdxTCPIoNqgzMUo1tOyFVAwVwsoCcpss81wNhnaaM",
-	"ZCL3Lf9mI1BX24GBPxw7WEsxFLdsifWE825m4F/bDyptwZzpxO8MhriH6gTwmz0MiRuKsCYg7oJ4xUqg",
-	"ETbsF3Lm5JyhSZ8l2ADx+PBwKELuLf6WLbspM6/UJnG+zcSjIGTwsCDRT6AhPEpA45zGDB2ZafYVBDOu",
-	"3/1NrtTawrOiioRlfekfOkzxbSZ8l6CQ9xtIIYvSdcX2X9sY93E5bw0LhdI5tsY0WhTor3l/QKNGQKV9",
-	"w4KhopPqkauiZKuteVKvCtkl7eysx/e/UFf9k9IR2Pk6vcmezbO8a/a3KBSgXx13SvawGhnkV9s9l8x2",
-	"FtiaHe3WzUAB3GM7LhTRF5X6CExE6XIB6URXL6+7hyen3R9e/C1wrbUNTwQvPIwwFPcpXSyKJEzb9/KZ",
-	"Mg927VgGPm/Zcr9H/gOQCASB+5Rr1jUIdEGEJKnMNCMYIIbplEMhBeuRK5RKAL4TrqzwApXBuSAhrmOU",
-	"sokKScoixu+sOwVLsHFsSwkptUOxZ59XRpjJs031jBnx2jHNZEkSPufaVpCA2ZcLe/xa5uUAsJxyQseQ",
-	"NQ9FVkhoc0zx27CGXFzaS8gjA0DCcOGskRSThEc6XOPxhx08QrOxty9/eHV98/b/jG5e//Tylwe53qm6",
-	"HcEZueAnwdIR+j8M83VVf9VRlB7prQv+woY/lzMdT7utK53sOfyEy97/NpIU+l9iE8oa173DjFW6WBYU",
-	"Dj5YsrGpsplHe/J+rFi5jPJEWd/Te523LgeBFpwNJJIxy8lTJugd5YnRYMOmAmc5Xm+pGMBrT66nN6LB",
-	"DRQXsfHN8NQz9U0z5rzi2BpwC5qiPF0NT6CImyI+xiyRYqowoRv86Ruamf7A9FcMRf8Q0GNjRapbbRLm",
-	"snVuoTwWxJYBKnJBbHS9lYdQYmL3DupunACFgRg1tkPwHz8OKO0ooziRQRzdd7cVG0rr/1whDNuB+rca",
-	"yfCJRQEv8sGdMKoBRnQHoV6tEw9sn/ZWBcyB1UfgoicLOuWiMClMeKKhglltBUWbfrebWQBW+OXG79eW",
-	"mNBUs/YFMKi6vYY3GgfMtY2tBr0xL/yzqMc3lIBhbrVFKApgzLeaeFFN5sXPbRIu4iyFmnyg4dT0Q1nr",
-	"n8kE/3vGyIKl5e5uKy4ZMOzX+WUwl7+IBdvCLQNj3rKlLWFCYj4B1UyTsYyXmz0z5ArThgsbRYjLQYOO",
-	"KzqCJre8W1aYt7IyW4aWTwpKgcZxypRi8KFodxXOpCr+KH4LnUUqhMIY4X7e7QqCaxs7dKztwrWmQD5V",
-	"t195iRG8DjNGXkpkzpSiU0g2YUkiDTJZY9NFh0Uz+MKJelBXFYoncyRBRVguPmuQpWApF1Xz1bZl9Km6",
-	"/UwiJ9z1o1cSMUfzpTvfmnb+LbUKOB4cfckuu9wIp5HiVBmSL2EffAB8W5cv8xuEwuSM4p5CaRFJxgyV",
-	"3TggoQ1/HNnSzUTRpbIhwUKOXO3LEVrkoZozovRISD2i8R1LNVcQSyxktfyw52qwBU1CS4h6jmUgHc9H",
-	"VSHJKc1yP4A1SJFwwfIVkLB4YjTnClwG5mvwFhTfmAUNBb4c4KiJV98SfQvYmqa0QhxGsYRFWqbhPmyZ",
-	"i+IQSnZIjLKw25UTUnmUYyfXoohoQFyp62AobFFXI5Laotf7dnuR2ZyLu3aSaDxKqGZpCOWyUqbT5WhM",
-	"o1s5mdTyrh+Y3olxmZee2oZl5vgOivA3KfdIMb+WtCXEL1crxtVqaI3BBzTVfEKjNd7373nCIFNozrWt",
-	"10rFMreZ23BxM2BAZBJvyIM353+Vz/klQojZ7zr39YQXqeCfoby5IxfFhVDvOFve+qaqQFdFcHoKtUGW",
-	"XUPDQS1wZQKxUo+Z31Uuv7LEHV6yRYPg8bkEr64cirAo8BNifJkj2IzaVqlSFI6ZiCYJtnm1ER55CX7i",
-	"Ur/3MV8u5zXYM1aRMF9gWETDu4Ln0a2Q9wmLp0z9/+xd3W4bN/Z/FcI3kYCRnKb+p//a2Av3Y9tiXcSI",
-	"3e3FKshQGkqa9YgUSE5UbRBgn2YfbJ9kwXMOOZzRjCxZTmKnvgliScPhxzk8378DRSU+xOzbb3WCF/nV",
-	"Q7TX/XE4eNGDviq3XZJP4EVbwYv20qSOCzXbjlxUqBmzjifUFJE86f7tRZBFQOcpfQPyXyrLZvk7IfuY",
-	"zzxeWwGNLoyAJAVwEqRTVRRqha1jAko2aW29cuk0t9T9FWAW+uBykGKFWSWroO7Ru7H/OnUdkFlwHXAs",
-	"QaHqWA0cYtRCABBn4FK/NCEzM2TfK+lLrXGeZiS5FmysSpmJDNJZzi9/oeLqHh0fO0FoMvctZbUwLYAV",
-	"zhDNQeQQkoMXQsoKVLKevPiWeoy8hmvv3NH4Ni3nwh3cXdl3w5l4TkuX5WIsdJeHkDao2VUAy2VefHXy",
-	"zcn/f/3y5Jtbamg6/LNIHO1lOnGVTut7nu/+HjzMvVsEtQ0V02b7gC/imb98fsuMP+ateqFm1+KPVu3i",
-	"wrN4KBHDsxjeLefz208buuFZpZx4Di7UbPcrUAtTFnb7LbgU2kAzboa/DoBlakpdQFv10pyAkiFljn6A",
-	"Xfid4JIT4RmOXaH7KFTZu5uGF0axXM6EQTwaqzyGG8IyYn+nrpZb4FHClR1wTTwmzz4u9zt3Mrc7+Ovn",
-	"+BgMr0s3czvXqpzNK5KnFg/15exD/FavuxXyX0GD5h6s+q3H3EaTPFJ1UQfmkxsQ2qTFp97XjigPQUiP",
-	"y2wmLOrh3scY4P6gqyN5u31yO3sFMhNigsgblSIslR3AKjBNaiTPAVzWcVwD/FMLtRQyAvbu5TbALFL5",
-	"VYIYK4Rc4bgRkSoSgul2z7rhnY7QPyMNxKfZ0HvD+LlxC5kW+WxunYlRQx8dl2adJoQKx0cSp1hKbADi",
-	"huJgduULccZ4tabKANqCaNpaR+I26dFq/UkwDeGcnlR+OlDGWSZ4NiiEtYIQPSsS2W4MlMtC8cwcv8f/",
-	"eNdqZ/pQOjUpMLmQ2TPD8CmKdWF+kA+lGasFpIxbxbLcnR5WJM4BvEyyhVgovT7D8q8CulKBULv6+Xzw",
-	"4v9eskVpbOSqNAjWNmSvpPCvxXTy8HkRt/NxfMotIxTTaIQkVEt6yzs3rPDmwlhMlRbx7yPDvAVTxs3D",
-	"O5X2Zip8fK+EJzWxwg5wb+ucFWL041xyRBVoBk9ujymddBQAZLA574TOp/mdwyIfl5P2DXPcjfOo/x2c",
-	"LhLar9cXV0en/3jjzrBiTDxaaE5H1PHMgAlsWG+KIpvPRH+jv85WzjxGz1u3rP47HhDJN+r8NP6ngLeb",
-	"/F8i5rAkgGdb8i1SspO8AW8YNsEcSfBKR02/TjFJSsmMPIG18DzEBd1gQ3bOFrkx5MqrYu04IbDTtZhi",
-	"VT3IL1zooIpmQLQ8fOhGSvuhRYdnzwXXNyLb1jIDJumZFA/mUFb9iA7gLglYeV1hdx+ucNqVRfBcIBsN",
-	"NjfyJ29hi5UYz5W6OQQQ93c/xN1z6SBZ4wkN9z5onk5jl3ws3PUnnC6MxxAn+H2JecYT+A7pXNCaaKly",
-	"aX21SlQJ16B78c7Nzts3BXpDoHrLGTEzKbKRpHK+K8tlxnXGPLOxiZLucYARS2mGgxzQt/xfgOhi+WIJ",
-	"MXf/qRuZ21KLtI8aJvlM56ogLELfxZKKZlL3grkRk7f//fd/0v4p2V1mrlYSouNrBh5gLONjWlnfjJL9",
-	"9vqCkrnmCvLOAHEPCylYodTSqb4JyMgB4O5Bz8elzt9BDgNmdIWMqxoyL7VNj2od0dRz9vFIpgN/aANe",
-	"FGo1oDFDIeDSmd2o6nbmbNFeH1LhB0dcVeSB7G8Y/gRUOAzdCY7eHFABWOqCoH/N6fEx7MCQ5uPecEx7",
-	"tW82FW3FZ6r9o7f/ntv5rWWAmJqIzUuRsMfC5Bn4XDxpImtGBA+DPt2EUfZQ/TZsvwwbKsTxe/rfbdV8",
-	"WLhlok5x6CPy7ohMOPtR51Tp676ij9asULMhgwEAsdQSxI/v/Pri+QmzSnWV9lUcvZ+6Ss+166snXSvM",
-	"vuiqu10opKP87o74ygQAscm3LQG9j3LS966ldbvnwAH0xZbd7UY7nV6z315fJCz6OEFVKkIHWM0F+I9R",
-	"VSHIqrOIaLDkjvVAJAhAY8Rg8TF+MiDdpw+dvWEATCDxuXc0d+zmgxXIk1xPytyysRb8BsAZf4huMkIZ",
-	"QMhTdiPEkvqAoRvDzXqmyEsAAfnfXl90Ay/fF33fVa/BHUXRn+yk5rz5CMpJbS8+U7b3Pqz8hIY82RQd",
-	"NUzk/TWN40pd2MmJQQDIeGMY909PaUppdn/2PQ961STkZFJXXOBPCDKPpLPd3JuT4EejBB6r14SbXBqA",
-	"IEjgGzlZwy8BmqAr0EwUVV0eh3D543Rf0NrXt7sxqtN/4jG3Ly28VanOd+CumjjckmdKCjgimuOvE8om",
-	"/avSARK86u8T8ruUFCzj636s90+41mtmV2okg7/CJMws+cTNxdGk7yi06dc4hSHJc1JNhxwU/puRVEWW",
-	"MKOcYYheGojzMbPK7WQeIJ8c+6vSonOddADa0taYMOwXkfEdK/fvSUg3tvzo9OuXz5/vXry/uZBIwn4C",
-	"ibrd3K9ka3VBV2f9dBd4SmwTtxuAKS2XAWJrddcFuT3HyhjqDtAzQmCzW4BU1KItx9v0k5BN6tNTIH0L",
-	"i1sWbmFDdl53+A/icIAzBk0UmEbVuxYfUCtpEsgBDcVESgOW70xziVBR7iqYoiYAviIPkNpw0VbTgkdw",
-	"6iPp594pwWn39mX8hyWKYRG3S2A6h0/Ccvfi6A+HUw+K7Vau7QsPHDUEmaekAG87E1KrogB6AWo9jYsV",
-	"8Evj76uR7KWXr66umeM3/I7isdhqNm4QWyWSVsB+358P2SvNxtoJpbUqNRDw5d9+OR1JLWa5sQILIiZF",
-	"7iYUDyfVivXS6JO3S7GgFLTow2kuZ0IvdS6hQFqPJJSPUV51mDzt3/H7ULL24TgaJh2O5Eh2MDUHd7wP",
-	"nXueViuJBUobzA39RgJfWzWSue2f1cKG9SGXBbdTpRd+bMxQb74nbXjc3ZydiHE/0GAhbLyhzxZc8lnt",
-	"NoLjy8Qkz5y6Ml7jjWMgScZdNXberNQ34OXCBbHcbolGYOT2AH1gwf94Owk5+G8JZOUkgquAjNmBKAdf",
-	"HSXEFY1q7L0DBzDIZ4obUEiAdm4bdCBlVXbyMetBuAsU2oeKJfjt5wkUIN3nmZA2t+vWW7WuU8TXRKd+",
-	"cY8t+ALj7KmEw2Mf3RHcSZvX4VJ5PDWsK7/VrZKV28m8RbRSZjDiP6fkWUwTlrbdVyijCNWV9RZCz0R2",
-	"ylJZFkXKtMACRe4E1VgU/SH7Afy10PLOqiXaCB6mDcsdz1iKet1fMs1zSfXY3jqdCy36rACJ3ND+KBk6",
-	"Cc9jlmhK2aIgFxZD9tpNCg1HmBT1i5cNRfiZwdwwhnXjBvv84G99oYPvCEAV5oUyNu0nAfvfTwRL8Lc4",
-	"jw/liGQTJoBbNudLzAZXGzp+s24zN8GR3lkaBUO0FwEdwUkdJQHggspgE/riTQdS9qHebqhm2tc7vb8E",
-	"/FTXSwkTzOrXzJ/aZsYj236TdUuzWOntdpV9lzvGrqv3vU0tPvihiWVIGfb53JFqPmQ/wb3kfnz546+s",
-	"twSMXA14TVF+DFQ/xU1HTQm5o6C0TuZicoMfuy0wfZKzI1l703XcbD9eAd6ubq5w1VEleWvRBJomSJrf",
-	"Rzt2oITeh7l3LX/CqUaTfJB8TBRS84PFp/ZnxL4+OFhFBjSv8F427eh974fKrBiA+tp9SUAqrD9YxNxX",
-	"BqFJb8Ta+7OwBARHFdmQXQUjZdhhRf4YZnANE7hPrfj+DLfmLLv8v+7L4SMQK78YUwqKjXTamPsSE7oW",
-	"utFeyE4K5IuujKaDM1vkElwiG/6N4RbX5k/47odsU8EUt8G/hI3Bjfxie5c0M49NfKchUaB5431QdyPE",
-	"4/cNF9rWHEB3AOiNFxB0k4oVykkssOQdOeJsKgpOQjJg5JSn3OlgVYwkmoBZ6OvEF4JZzaVx9oSSZ5WN",
-	"RG46sJ5i28VWU3vWYvRhk/YeWhxOK6Mz6rcrO+/UjYgI8jCj6za8yOgAdnviHFZ3CV3idsxt/D2380zz",
-	"lfwSGcYvjnEkgS5XRldmWvcd2+VDBtbb8D4DF9i5I+g44OA51JFpbo0opqiRw1wZL5QU3rkhFTTJO22S",
-	"M8wFGq368JipMZlRbKzsvHFjTNymOf2/qltrRVJx77kP78KehP6JpEmXJIHt/SLlB2RNbHa88JR4VzsZ",
-	"UQu3a78zpbLQDy66wWshNSc6sOqY6J0tlBaYTt70QQnHQXYkwYU2XlNvTNaTyjJoaO2YcsZzaSz6Hv2T",
-	"VZVkrn3vS42MBoCQojBiNRdaJFh97QHWlhDtA9wRiBRS2S+im2AgzePARsWbYMWdPP96JKmH1YAwHlNM",
-	"c3UCiDuGlGKC4W6sycZS69uE0Kc0siMPGkKDHp0eOeOlEPxGZPu0kXDzf5CWt4ffrHnQHngWppvxLZzb",
-	"rDsdC66FPi/t3Ned0kNNxn2tSisMo/wHQB9LGC/tXEgLFjMEWzcN6WEEAUUbvuFjvhaSY3qI534jdFtp",
-	"naG07yhKPGyvBTVtruxaQAtyO5Hzo+maSBxjzkpz/m0j/xAhvYdR4zQY+gjyaYb1Pgtt4wE8RJkXduBE",
-	"OrYOnsyFsZpbpauU1E2II+zby6a5zIZHtfhv23uu4MfwOFx+xnLtThIuImfKWlhWb6IVdC8OgI5JwLfO",
-	"ddVWdaM9Qus78eSkoi2HY91sk1hVUaJGxH6+vr4MJZi1Y/EpTi0nHjog1roymsSZCNSDEZOEJJkHKHIA",
-	"PKa1MRkEfqKFUn+TFpQ4D3dnqtMqsxzwtmIKgJ+0PP+z4AUBfWjBs1wKY5KQshgxHrWp8jywNEcf3nz4",
-	"XwAAAP//",
+	"7L2LcttIkij6KxW8J8LSHJAi9bIeMbGrcbu7Pd1jey319D3b9BWKQJGsFliFQRUksx2O2I+437Aftl9y",
+	"ojKrgAII8CXKbvfMzkZbJIF6ZGVm5Ts/diI5S6VgQqvOxcdOSjM6Y5pl8Okq0vyevZUJj+bmc8xUlPFU",
+	"cyk6F52fp1STKU1TJhTRkugpIw8yu2PZM0UovEqo1myWakXGMiN6yhWR2YQK/hs1g/Q6QYebof6Rs2ze",
+	"CTqCzljnooMvd4KOiqZsRnHqMc0T3bnoRFRELOkEHSbyWefil/KLOKNcdN4HHT1PzTBKZ1xMOp8+BZ0r",
+	"XMerb8xYMGVK9dSbEX+/5XEn6GTsHznPWNy50FnO/FWMZTajZhF5Dk8uTvRiSsWE/cBFrBYh9kYkcxLB",
+	"E4rIsYGYYuTOPEz2MpYyqgGKxSkA2BS7ZxlN9g202Ic0kTFzK2sCnhmuAjqu2QwW878yNu5cdP6fg/LM",
+	"D/AxdVCuu/Mp6Mzoh1f41mmxSZpldG5+VHqemC8MMMznF3mmZLa425spI6FgH/RtBE+Edsskzdg9l7ki",
+	"KZ2wNhzAdyobmdEPPzIx0dPOxWG/3wT9b3nCWs94zBP2+AP+kVHFbuQdE807TszvRJsHYLMWs8gDVWSS",
+	"UaFZTB64npI9bsiCiYiLCT6/X8BiymjMsnLpMGkXZ122fA9Cg8OzoDPjovh82rgbPuO6gFftCBL4sZEK",
+	"T/qAJHxmSPDEHMaMC/w0KObhQrMJy2CiNwAjmryK2SyVmolo/gNrYCp/o3dMAeDMLpnSRNGxgSdB+uiR",
+	"K01mUmlyeHJiaCmjkWFXraDzJuyaGdsQ6uSkCq4maL3xeFcrmvkM7vHo9s6++1i4XZKYZYYjc03GmZxV",
+	"cJOKmCjzmogYEflsxLIdwHktNF0L7tcRbYe3iugO4HwdTVmcL+Eeyj6wg6lYlLH2q0jBzzuYhouIrbiD",
+	"YqZZZDgS1URmhI7NnQPXtOazVtasYOTG1cRUs655t3FJN1Tdte5bU3X3+F3/JDRP1t31iI1lxlZvOIdB",
+	"t9jwT2kiady65Rx+fvymf2ajqZTtoH3A33cwEYh37fPAz4+d5pN5WaVSKAZiy9tMjhI2M39GUmgm4MKi",
+	"aZrwCLjsQYpP/O9flYRbuZxrmcjjxoUZq+hyReyQZO/dty/I+fHJ8328tSlRmo4SRsJIxizsAVjsiCAy",
+	"p7wQDtgHOksToMEoY1Sz+Bb2fdg/PO0OBt3D85vBycXR6cXR4X8azIs7F53+4PxoPKCH3VF8fNx9zk7G",
+	"3VH/dNA9jk7iU/Z8fNY/H3hCEjcLjfMIOHH95vFGex4ds+7zeEC75/Rk0D0dHY377DA6jgd9OKt7eWeO",
+	"akwTBWclUwP7XzrF6O8/BeZDyjLN8Vj8La1HECC+8oypjd4xG1mJNEEnoUrf5mrDBSEcPy7+sADLNZaQ",
+	"0owJfQuynH1nUT50kiHVxELQ6kWCXRKRJwmqSuYpVTwBqBdOqGYPdE5oPOMi7JErfGwohNEQiAUuSShy",
+	"cSoCImRGplSRBx6zjOC5AqcXUk9ZVtHG7CtGLMWdBENhJAPADiOkUrt4RBdFzKxz+x0vthOQjBnhnd+z",
+	"ZN4bGoG1GXK/ONAFHbNvQLECE4sjGUmZMCo65Y8bHbBD5TXVIKDda/OOebmq+XzymdovHdgJ4E8xS+AT",
+	"RbmZUiOVo19ZpM3Qjk/8yBXspkpbxVrXWnTBc1YuGUZrXI5STNd4Vsw05QnMPpVKO6VARjQxn81rY54p",
+	"fasYEzvjbEDHK0cU5vAT/huLb+9pkpuFDQ6f9/q9fm/wGE7oNJe0E3QWB17ggR6Ilh3QX6/fvH5TwLoG",
+	"tKfggxsPvgjPHfFE/KJhsLZpmqhsUaWCl9wgDcuvQ7kGl1YSQDNIjRBALO5cfPwUdKijE/t6KjPdhCoX",
+	"Z8fHRx2QK1DW3Bl9gHkHJ76VKRMsfgy+O1PMrdOivDfP6GDQfT46jLpn8RHrDsaH9GiEqwGWt/DC+ejQ",
+	"zHcUd8/Z8bhbPv58vEg6DqgbEE4B/KXM0Dz0jo2LF9bFVFQGNltR5XR3TMh40JtY7baSWRYQYI2X1n92",
+	"PWouVXg84sAZMX34rqDZnVykHgv4tGj49GyZazCu5Xfty3iBzax5mY4zCbrQ+rRXrKG4xkuOVbnOd39P",
+	"P0IlSaiVmjOmZHLP1K2WZitycfPLOdWKO32BM215P7tzWYZg5tRfIrE+6XW+DScoIb56D+/cs5/cgay1",
+	"6/W4AQDSWw9Mse2FbubeGWsAon1ixrCzxT71Qs0da+7xOOZo2n/rrdgaEqqbcLJgzdZiBiPmt4Cw3qRH",
+	"QsemwoCEPDX/NdKO+TfPEvNPZMYc84hqFvaMFEO1ZpkZ7P/7hXZ/e2/+0++e33bff+wHx+ef/lcTvhcC",
+	"aNWt1F9tjvaBVBFEW2DFJ2JmrVa+VAk/rJAMmaCjpDSi7czCU1rqvCFodHTUfR4fsy4dn/S75Q1y1m+Q",
+	"3/zlr8uX0FWbwFvoGG7Ah5rnuHiHjOZoKkE7rjn4wgV1ODh+fnx2dHr83PNE9Rc9UR5EmywM2/HNe4l2",
+	"yNuMUWuBbHxqp4YN7wQ3lcIWWa5vuHUACipHvMKagYdVx3DrVEePEhDTmAuuphupQ8slG3C33vp2xbZR",
+	"labZKkVMaapzZSCXRxFjMYDBOSbWFjh2QFw1yH3cCtOzTGa3EYQLNGAk/jxjStFJ8xOVw9q1mWLh3Nad",
+	"IMuF4GKymRXQO/sN3gFcWHHV4kld48OfPGxZAwiPoGHuY2aVgGvIU+ykAegVyCwh7JcGVza87R3i+TEJ",
+	"K2/XoOMhpPfmcb8h4MNARGdzw64qwQl2OXU+W4MgrG/Jnt/kOpLoHXCRRj5XGFOOXLK4nxoij4rBrgtk",
+	"cmPBWYCjDPHZnMXy4Z37BDTmPGWZgmcbZ81jrl/eNwgdkb1lEWF6yNQN0kRa1lnWcgUQ37BTaxua4hlE",
+	"3WXYuWNzkjBq7g7LH44Pg46MojzLVvBjG8uA6xo9jwfRIT1mJ+PT/vPBGRBANrEWnvU4bfGKXTeCoYEB",
+	"R04VWoBtCanWH52g687aQcfOFnTUXGlmlBwqpJjPZK4aj3Er83KNm3ChT499Uem8338+OD8/PDl+ftw/",
+	"Px+sukYqB/W0Cmh52A2g9c66/dcWc3Oj4untq3JwgTv9RuZQUNZOFLWSTp9OW3tBUzriCS9wu5GHo4JR",
+	"d4Mb1CI41CWhxFw4zxQJ3cS3kTd2SGa50mTESCSFplywmHDwDO6F/z7M+/0jFkKIW3WFQedDdyK79stf",
+	"lRS9d/Thb/YaqIRU+jSFtl2apoxmrDAd3sZced9VreTwKUok8l1PibxFjcJ8O9U6vcULs/i2iTRfSMNS",
+	"NfsbFfN3iLgb348wApdifXx5UbzzyvCPSqSmi8KzHwcrfIH+9I1YU9kghmMsovvjNnEl1AMymZ0sdbtz",
+	"YE62WUPMQzkIRWOa3GZM5YleueF38NhfqI6mnkkPw+08EX8xVmDKJ1OmNMF5uiMzQj1Qzwu7JooJXUZa",
+	"WzlwSz1ZluLPGoBxwtKCqmm/X35sJXY1aI+baIPunUY9bi3dc2NlD14w80E8jt1S3K7SrXkZ1neyoRay",
+	"leoG0rR9ox7qb6OZzW7JiJkzVRDqDLFQdEK5CAgfG2b/wJPEXAJmNM7inh//sXT6TTQnH+orIjqouruG",
+	"B+u4WYn5L1WpGuQrc1UBuwSpS+b2eKRG6v9DkIRbxGG//1gCScuowLWC/Hw4rnE7lVypYgpY5NHf39y8",
+	"JfiAtU4WGEBoIoVhznkSkym9Z2TEmCAUEMNGdVW488n5uR9I3+83htK34rBd5nK0BMFhsxtyw5P514Xa",
+	"eKGi8UW3Z47Y4Z+pSg5JS5rIZpkeu7rOK+jmbyhYftNDVJwLU9tSTLNWKy5uFYukza8qzuFocHJ02u9X",
+	"MlFOG8/BhXzWs4lW2KW20WgfFXxYSvZHm8j11YjE9tPwc1m2O5GtANm02vZFXkd0y8WhNohWAdXidHQ5",
+	"eLUoWElURAWhijywJLk0T/CMgIdPkV8ld5IQDA0pA+5wVyJEeaYD36BZaPxbRfAk+YRvoH4ZmL6Fd+r6",
+	"41I0MwDmMuN6XrG1+nlggyr5dSt79Ciw9VS+zVgB2Esb9Fw5yDAgVAN71MRcrfg14eaqTXrkKkkKG4Q9",
+	"Jh+izxSeLNAGeZhi2PKUQvB1gFlQEgd4mFJNELKEizTXihhUJXthniVmGSGN44wpxeBDuTxwXhd/lL+h",
+	"5aM4oM18zqsQZ6V/z0G8xJZlNIeJTtvRXcyMTLlOHImb55vyjc/LnTWfmb/WXOYNPr0a1pYB29EDHyLL",
+	"gC5TdgOntB3cuYiSPGa3Kh/FckYtQ6i7RKrkhg8SKZL5hQ3mByTPRcwyQxpaSs9e5zms14lN9LbkAhSF",
+	"1PXDPWn06+wmNsMGEbbHZljYQ8Ld4+7ApYCA8V+bJ7fFVKNQmW/VenMZnfcGHm+B5enJydHpcmAGnYeM",
+	"a/ZGJHM0Dpf+yoSOWLLmUjBj7Ed8Y23iWXVkZoNbygVWgtV8xmSuG2XJ0/7x2aqU5qATZVzziCYVG/hK",
+	"7dJ/Fjw8CZ37i6hS6DeSCKmtPuBnK86omBP7GubzCvlQNbXIfJQwX1VxInKjomK1JsjRYlEOJ9IAo+ry",
+	"vqdZTCBLnMjSPvRMkYepTBjJcoFrg6wYI1uBMhOWM8SMxgkX7JbaC3Kz5Q8alg/IeatYwiK9Wg0FxLx2",
+	"DxdaWpxniJSVrVteeuTLPGZJ3opOmjBlRj/U4p3cSFXhaRXGbZeTNk8kjTdzIaZcCBbfVsITFvVVtG2A",
+	"ngzpbDM6hyMv7IR7RqKCE68eSgiilk82IHQNhdLcSHBGK9/vkVe6EOZoOVFNWleMGVFxyhNIbY+oKAgm",
+	"ME8PBSzlgZp1oESZMhFzMbHRWiEJq9vNBb2nPKGjhIXL0tcqtqgdScaNfrVNeQqYcVebUHQ2t5VdjKaK",
+	"SecZGzeQubm6GnUlI1DDi6o89IxFjN8zha4/Z8vYC+2D4X6PXNm3yIwrxcWEyAyOZsqS2Mn3DBKyyZjy",
+	"RFXraJgzBBMTiWTMiB24emy+qL3+1VzVherqT3EJr2NxNrfvWnK5G3PJXTc1/7z8ECW52kBXr+m7vtYk",
+	"x8RlxgT2LxtBGxD2wfxLE/hNc50w95utEnHPDKZD1G2Dwr2ud8OfdBt9aJvAMW9rTULoihnL2M5N1+pg",
+	"thoZ7XOgm3iQX4yi2lAQtmtvxzFbQGBblc/DtDWEey8Ct2CWGH2wqGiwe8ionm9iRrObgbAKpEOftM+W",
+	"WTmCTi74P3Jmf7Zi7zb3bp41VKG4EmSqdWr4nflXkZ/e/Vgz5m6u5SxyFTN3FXRLTh4uvS0jGLwIijEX",
+	"E5alGceQMz8iv989p93x+4+nx82B+P4wKTonagDpN1tEbiMpIIbH7JOqu6pwNajdvyvFq92ZHhpkpVqe",
+	"vSbyQSjf1bDHNeGKuJhroqWRZ8yDImLm0hRD4Y/SBStWjMUAQPYC3d0o83DvygdRmRWkIWKhAz4NrtcU",
+	"b6xgtM7dh+jUePtZ1c4frB0t45Y6GjTlpQvlsxTVWLM2hl1U52Gib//nv/67wf/vr3ztbP52bxGKPQFR",
+	"UzhpEbEeuWYgcBOqSHiV66nM7OFfkL8wmrGMQBhWhGUjMCKrtzLU2Hl4yh0sOTdEANhwkrwZdy5+WQdh",
+	"Op+CemQRE5lMkllRUKOppg/e9Zc+DBov/tpQW4Sd10CysLjlkyzCy6CMS4tbjCH8jKn1K/OXKul+Xvxd",
+	"NStzStWtzYVXLLtn8e3I3KaRvGdZc2zrS4DXuhePX0pHZXhNdLrm//7y8rtXr8mLl+9uXn376sXVzUvy",
+	"7uV//PTy+gZ+HYr/+a//Hgr4++Xrb5Y813CEQM6smZyLVTRdVquE1wbUfowTrQEb3fIaT7R4vInDLgFC",
+	"VexuTVlrcNSenR43RHw0wWFHkn6Tr3jRtlQzHq1B5H7qRMMsTeD+lvIkz9h1PptR1MvrIZS5aAi5unL5",
+	"b5goAHqv9Wk9cBHLBxQjME/ASJQ2OQDkyaWBCEZDb5oRqldSzYyWCLr+jOxRWwRw0N8PiGAP5kdIxF1b",
+	"xX4Hs1kgNEU5424qhtjlpST9M6q9HFhoFptsPBCe1GMNbV0xlxXg1xaDmmLBU8kaGTNcs2cn2Tq9U03p",
+	"4clp56JzOor6MR2Mjw/H56fj6Oj56GwUP2fxYX9ET56f9k/jQ9qP6UkU08PR4Ogken52cjwexdH52cno",
+	"jB6Zsfhv7HY01wY7B4cbh389Nq6rehQNDGGbumNrzr3TamDuTBqG80G8y1SN9SMo18vEtyJ75Ugqqy92",
+	"WTmWNqLbRcYEEO/2da6+ZzQxd2qV+qcsssoj1XREFbxz1wk6CVcarkD45MoKmk9eVKD9WOPqxZjNcs3H",
+	"NnnOW6xaSBqDZXiWzuZi1z4olsQEvlIqZ/GLUvuug4XeLqjmLTLXKlmrlLF2P+K2Monz8mVMsIfKL8f9",
+	"I5DBHp/H2wTCpmv3xRXe5kb3V84i4L2pyB5NFJZYt1UAn6nAxbg4pV4xnaf7vTVtLF9S0mqCeh0u78wT",
+	"fknaRIoJ2dMPBgw8iwuPRMLHzKyvxYG4MPUjsm79NNs6SIOm014tMjaAoolYPQfdihSuDbOrwAOKKVZL",
+	"2ZUfPXC0rIRj9RTtyETLwon3TBGMIAjIjGUTyBKz7QPwexuVdQHFVs3wBIL1KP4ckNDMFQ5FxmYSPE06",
+	"cG8KqcEOFhOl6bxH6sUkHqZSFV7qBbekWYJgD0NhRzPCNWEidmY4smdfSaTS4X4AMYJTJkr/pNIyVYTG",
+	"9wZwCotmukCBoSi8evOL0mE2kUyREY3uXA+Ff+QsZ+BtqXRUEOyDJlNGMz1iVNsocoU+TvSYhbCsnuWK",
+	"BR9P2IRG886FgVrQ+U0Kgwks7xph3lpS/aM+PW5AP8ASW4vc1TLZwFJ8hyXLazi0yrCasoxaH767AF+Z",
+	"vb2WGv59+YErCGr7RjL1Wmr4vHglGhIw73fvaWZwA4x3sCEYBf5yQ8KHYlz4VB3cmVcauzswo4fNZMbA",
+	"vhq+EujpDmH08JIIKexPOIX92Z8hbAsTLImuMSzQO7VmmegOarIXMH3fdsjXXuTEBg7Gn6c8mlpkVc8c",
+	"OWLGKBGMxYrs/ZCPWCaYuc4Um1GheaT2XeRZCG5/G1sUkpTyzLn/hyLNGITiG3Dh4+yD+U5xKfCpqUzi",
+	"HoD8ouQkhCviXgW/sfV+hniE4eVQ2LO5IHRkHgvMCVZeEfYdow9fFgd3WT81ciWIYTFz4tjJUOBfrk6u",
+	"zbgv6uofHRLNsply0at1skV4lPtUYEsFSupojgWfCwpBwnCY+UtnkuadwPy3m9BswjrvP70POj6EzQx1",
+	"VrAgvjQsYU0xfYFfVAPaDxfNAPXFbXQPVUnCf8GbyiH6pzbUf9S89czphbtOMU1Gc+LOTKGrZg9rN0Np",
+	"o8IXxLViyXg/IEoWSddDsXBdzejcXHMiBp5CfYN/j/zA5uYGtch2euT1cMAIGy4mQxHaUlnv937p2qJZ",
+	"vYP3f3Lf7v9beGkj39cYa++Xq+5/luMVH2577//k/bT/b/v/FpZ0cHpsQbRAAYDlFxaXt7y3GN1JYmlx",
+	"794adTu7p0kpuA76m5QhqqQBdeLT87M4Pn5+ygb0eByfjkbsbDx4PhgPzkenpyf0rH/ETlk8GrDo9DiO",
+	"z85O4+MBPTyNxucn0SE9LwfU3oqO+mgLaCnCtEkuXzV27egxpWbLSDSIqAeicsVeOlOWJLJMZzAnHU1l",
+	"Le4GCoUKlt3ahz491ti07Fib9RFdtviBqu1jzcSaesf2JY9Wpo5V8sMuiSr9gNimhYReB6GQSGHvJBdU",
+	"FZkLaMnMeglcrmtRqAS6ZXiAsjteE0o2Tmwjy8kiQGy2jtUQG4LUxixjIjKKdejFvhmZfoSe9EsrEbg8",
+	"EaNuFC8ZoaBHbgwGcBwWmHma0IgRirMDiAkWo1AX5I6x1JyJzMG8nsiJcuX1IeeR7HnKPclYTI3oYPdR",
+	"6BcQk61QYYLoOjnZR765wPocA1iZHC1oqqZSb5Ls11BIahFTlpKXXd/7Np79ztqj1vKVwBvV9loVV8lq",
+	"n0jKMru0xdFhUnJAqr6GlmjlZZHVT+Pp8JbeDs2Na3VuyEhrHGrjPmRr4d2S7W0VvvSIGFtzLTaGHC2E",
+	"XYKMU8bsw37UJQFzXmS4Q1wV/p4ZTsoYhEdHNtKyLY64MYwpzaSWkUxu71mmmmLymnwVcqwfaMZa3jls",
+	"jMB6oFw3Bsgf9utw+F4+oPlOSwjFRoEVeHGPvKhAAcIHMmK3TPYOT4gyv9nR9yvwqEXfN+fLt+FMW00b",
+	"PKL1VR0QMVe5JOygrSh87WpZVAEXYivM0N4fBkW4mPRIiGXhbm3NLBaHF2B7wsh6W8LAxrsXFeTCnjUR",
+	"uWfRqnVJhDQMc4KmC1e/g0YRSzU6lIuiS64xZ316Q6myyfji76+thAKUijCXolG1beh+RLOMI1ZURJUi",
+	"7A3MX72qwrCNZL+wE8csdi7y1yV0VyHDAvXRjtOFjTSVml0u8X4OKXYdWbJFhLwkfRTHDK6tK0+uUyTG",
+	"I8GVFTba0H9hd420LidXacpE/K4oRlKx1JoxanjRCLjD8965LRAnx2Noi3F4EnR0louIlli8gFOVGdaH",
+	"ScvhrQH+yhIbI2PhN2t6/6BJNM3FHdr0oDYpodWTfryTvIRR03oimkKv1ozRaMriSzLOM2iVFVNNjbQf",
+	"Z9LcV02JsfWIV2/v/rxB5Rg2QJ0XBjabRudTvdAatn98dvK8sUpIcVC7gnc9WN1BA5bVss0b9kHvsBiY",
+	"Z/lwN2NpxAboQDEhcwHaGXvAGwVNQLNaoDL3d38Ngtuy7NejCj+Xu1xSZgbqHjARs/iCCIlXP6A43P+R",
+	"nLHm1G+HT4vBM1VK32EB0icYs8IEVpDxQj3lAomrBA6Q8aDfhN1vUiawKei2RSOr0VFlW3Q/Zk1Gmumu",
+	"0hmjs1p6ycnJkrinjfry+hFOm6R7PE3wU0sVnIZQpcZj8Yyaj+7cudwMagP/rqJZg8j3+WPbljQ1XBHR",
+	"5cNsF5FdlTN4umq4/jRlssJCXw4I+61132AJn3AoNm5psyhxLcfjhIsyvcWVkL5nnvG8H9RNDp/Wiyut",
+	"LWOTateFP601Y+q40khbsKzL8i70UBSwJbfXmt0fvIxrofz71u4jVaN+kzW/4SialJryYJq7a7jMTafG",
+	"Fs+XSws6MVfVxhcwr/dtechU3zrzTKPGWyLBOqkvjTFG1VWUPTkqS2/N6lxE8l1TaJG3s20k5lvMwn9X",
+	"HE49nmBOKIbCxGiz56qshRGTOdM9EqIf6FZIfetibsAU4pWiCK3fqYfPhmYcaxy2r6uwrEUwJ3Lsu/xd",
+	"REMtL09VE/r23FMQxFesxMhV5RzmlyQhNGOwDzDfshhrpypNuN7vuYikGVfgVg1BNENCLDwAXE+LPv8G",
+	"zNVCCkaqs8EXtiiDjqYVeNS8yL1l9Q9qkKyVhQjBUaL86gy0WoLB1k4shqhATcgHspcLB9mAOFoLbIfh",
+	"OCCW5oKiYbHBo33fJCXkbdGnpiCdRryAPqG3CM3y0fLoC7A7vul/0QojO4ThBbfjPHFt4uM8YfEttGLu",
+	"uMq6IxrdyfG4kWV4Tc5rbkfbf7zoSG6bAtTakc9oNOWCdTNG40p/8mruFPTkQIWzCwY712TA5X94p1ZW",
+	"vETaAwsuy8iUJaD9rmrO4MKXj/vnNqHduWqIndq1JdQ6VRcHBwjcrvWB9WJ27zq7qwNvyZ/aOo3UbEkt",
+	"gDFPX5LwQ9eO3TVfqJAkXBWxOlBZwvfHKSZiFQwFAN3Qf65ymri6r3vfSaSUSAqlqcDKgimN7uiEDUU4",
+	"4Xqaj3qRnNX2eOD+tWsJ93vkNXuA+RXEd4wYoTEoaUaa14SKocjFnZAPAlc5wnRfrwxtxR/oxcBV9gvX",
+	"a6b5mEZadYtb7qJz0j+6wMN3ezcsRUjiniZKy4xOYLNjPslt9X1rnnUVhTsXneP++UWldAdNzCHMUeu0",
+	"+Ov6kNvqoUFnRONupDJ4v2+hWgbVQoS00dQt8hHwqyRG+sUsKAOLOzZ3t4UzYtuBM6d0lYO3DTTKGL0z",
+	"vC3Lk+I2uHr7CkbS0bQrpO6mLFMcja3ldr0CwFFC+QwGAXMfGVluTDXYmDD2pxykZCVd9sEWab7oHB+e",
+	"2xOxbNb1h4egN0W0lOhbkikTJJVJAi3exzJJ5IOqRip3XQsZs96BXW/CmdAVKFvo3dOEQ/ArzG4VEH+0",
+	"8qovh8tkrpkN+aPk5sfrhglqw1iEXr2ojE0MpDK8h4UkJRuH57vY3cE/5/PzyoAPEEb4AJQF5bQMwqAz",
+	"gewlcjIxpy+S+T7mvYwTHmn/cB26uN8sH2YfuNIGL60RoMwdXIu2Xlx51ATstxygOhocfJcLOBofYOUz",
+	"riO/IhauQUF5uarkCqJddcTjmCHwjyysaJKAD24OaBBDxL0CRZfNUqmZiOZdLrrjhE+mBXhoARwro3BF",
+	"Xnkv/IBkiUWebNejSygTPyd7UI+oezXWLNuvTXTH5t2MmaUDMRziGusjG3rKVcFXSMzHEK6h3arMqNas",
+	"B0fRvyBUEPcVlhS6tNvPFaAbBHUgUjgzLV5BHkKse2OCh2zSRWtRt5As/JHkxFq/Y8mQAJ0F3BwYNkIu",
+	"rE0zpqcyBi5EDaFbIjzxibAYB9mgdUPDiyAM6e5Y5gJfPAZZU+XR1L4sM8O1ZJ5FjOzJDOutLiKHYmy/",
+	"jO7qailtyOlF53hwVCWakYznZlwqytsEGZ0COlT8N4b15LDsPThou5EUOqOR7t5zWTQFPin5Nz5my6yb",
+	"JTmZlysSyygHmtiDswTcKN4AGkJZVAoI5jeKAVNa7dum1N1RruYFftu76lc5KgKLIiqsQoG0cGkkMvNl",
+	"lgsoKwtPm3vbsU8YtumWxKLDllCLB4qAqLX4iAt0Mjdg5Xp2Nc67aMTsOmry94WXk92ZbyWGmWpV0sGe",
+	"lmvD87ox8u5yVRkDWyRQu32ImIfaqB3L03ZlrrtyjB5ed0UDVGz5WpJwZiQFxa101l7cdw8y96D/kMz1",
+	"rRzfwveujvC+jT9qPAjQNhsOAl4wRON1ncO3ALcwE/tWs2zGDUPBGneudylYW8xnrzVGxxb4sJe96qY0",
+	"g9wK5MSUCPZgRA7L0BHBZa4Tfg/kKXOdUXGHi4ZHZlwAsIGADCkauaCbsUhmsXIUWZNGUIgA+7990Ago",
+	"EJMOXKUyENCxckKJSuQDHOzCieaC5nrKhObWyo4XlZAQYC8k0l5Q7q6W11hgEzolRhQZsvdIGy7lQuVp",
+	"KjPN4u6MxZy63KfjwcmFz4lc2UEQsRcTvnOw0ndjnrFSAsAvXaLOT+9+tCErmIgAiUcBsCBdydUrh/PF",
+	"L4tudkw3CLhliuvZvla5LvoGhMXraFGx152NwsSkwCihRpoApiozcv39VRdTdctBFRRAxrW4IBC4SOEJ",
+	"K4pY8ofllW87L3XbPqwICTKpG6Wwj/rMrJA6XPC7Ip7RzT5fWBCbHrc/XjoVTDDo32Z+QnmwyCJkVtQD",
+	"O5VTfBt8WRzUuKglGbyBoTQYsCD2poGzhSW7f6YK1ubYGjxSyQFqyxMuDOMr+uaVWcSb9BkpNPaP7YVn",
+	"6ikPP717VUbWGmqAkOQpK0wX5sU16g1hmjnO73UvbW3Y+R85y9k3LMXE7paI0RU+xm0S/B/Xfmgx3b6I",
+	"LoE1N+20WkxjYbOPdjb/XpoIb3scT9yv9/ElQBfbTLWUXiinam/o24whqCF7af3b1Fhqq+zXOR+fncb9",
+	"s8HZ2XH0PD49OaeHY0ZpPzo5oXF/cEKPRuPj8WB0OOqPzg4Po3hwEp9Gg5NRf9zv0/5Zg/Xuy1UR/NQI",
+	"QMEefkdlqXZYeareVnFJjah3DHIZNiuNvxhrgnXAjRgLvO0SlTtFEjbGTAgKUudM3mNAVXWnf9Sy9+3F",
+	"1jAq8Cq6W/RJg5AxCLaKhAJBf6PmzraK86ruzEZduLVX7GGpZfohV0WVFN/MuXlLOSiCbCDwqbHwcFuL",
+	"n0KlMYwFNMI9g40yIwpasU0oF/tbNvTa8LYtD2GdHmrxpCnF/GU8YQtb2r7BZyHGNmW74SR0ZMhUyRlD",
+	"7WAt9fuC3LFUB2Sc0MnEqUSPXG4FI9fvaOlj6FbBdA195bYZZaGUT0kO7x/bC9PRxmK0H7iMdoIvNRZW",
+	"IHPQJtLU4eYJ8pVTqZ5sO1PEbn+bRcsVho+P69aqMzMh6i92XWqoCb8L5KgXbFqAm9vFCtjsIsLjWsuM",
+	"xbX2ik8UiFUB9maixRvhuGDPNggLwZgPfxKwaZM9+0NAZIrDktC6zsNLQkmeJc8UCREpoRDHUISeEBmC",
+	"bGJgBFaUEdMP5sYwTE7t90iIVGfmJWMOoSxEinIRxfRDEYImGwYkdJXgK4vyytKHREsSszhHaxQjo3lQ",
+	"rtqu8T5PBMtszEJolmIuixDtemgfRyuQXYEZ0zUhI3uheya8IFOptKAzNhShV801JDwNCE9J6Iq6hsT8",
+	"NzAgM3uw5V3dt76LLsSCr+FQuLHN+mKqKRzQHO8QlkBHCPh6PwB/sjU1uZLKqkcQFQvmBffQUGx4EUEa",
+	"0ZyE/l13QYxYF5I9W5ABCuhYQ90l4RMB83LhbIXKJtg2SB0rlU3z0Ds29uOm1+/CYs99s5dWNDlYuDzu",
+	"mtrqFwJXByWRxXj9ZmtYW/xdWT142UYqlYa37ZsAeL7JuRRmroUOC4t1lX3KWzXH3ysPN7Yma+aKZV+W",
+	"zZjiyw+4BE4TYiON0N81zpOE/MqNKl2wMReVuqh0jSAzpSGrc7C0OxNU+F2R/zyjH1oaKvUfOXazIn8v",
+	"77ZMDW5s9nGyw7Yb76Qu2248pgGd4bcJTRvhauHWloprGGcSu148d4ylqgivsZ3/2luirZlqex3RxwfU",
+	"L1dVf5UjLI20iUbsKpB8KmMFMQg6FqprL0NDGlLZXpZevqYNXeh8ev+Yir21wbyuqL90EhnRZCptvbEV",
+	"jW3X7z5bF+SK1uwb6VRPmKOAR7lBH9u/ylHTxp7Mmm/mLFIim85gJcx1xieT1bHhN/axNQv1Os9B2efV",
+	"OyUL1/ct5GlgWKXQTajvMYRU4F9TSOc2qFl0nt8WAYvCROsLXDLXm72zqMxEKMX+KkcuIS+0Ym9I9kBL",
+	"hgoIRmbALsUVeTbcx+9cRM0tj1XY69QPpAEo5aFsa9PINj2hbahsvTI2zaRSbLEKjZJi8MTbaGMnOnVE",
+	"nzKfyWvnvWnH4I1x3WGS75eh3d/e23Jxt933H/vB6WGzg2YnvQ1XtiS9QUJ6Vkbi2Vd6yyTKwXoJhW3w",
+	"L4p3lMY9sAh0Au9+L7ld0MFYoaKQQNJiBXS9p7eQoKp9uFHLg9gzG4IGx+g6x//iGhlXuLaRb1qEkk8r",
+	"ktIidnLSfT4+7XfPBs8Pu+WNQQ/LFEjBJ1OdzIldFdDDmGesuq+j/k1/cNHvX/T7/+meUonUS5/aWiwr",
+	"e4JHYOHMU3PYIsJ8SMCwPjkkfzL/M/Og9G1Ae8dTfJ/d2lKFL3NDbwd/YVmCvfbzNF55bkUBnsFOkkMf",
+	"24690quv0qrfsBTbdzWluWouiLD2xZtQ5R3rurtrvdmquLSYW8YwAcySKTETE/O4Invwd5rkyqrMtari",
+	"S5dTwc0mzuRPWBSYk04AcHlDZWr++nNvI/Jidl37iq8QMA+UQ1Chy+VKM3bPZa6w2a+EAtl7lhIwY+9W",
+	"CrYB3LZrxF+lp3VRxitw1VD7A1NjiX3o0mYD4TyExjGE9K72n6y+TpY33HCLLOmvAFKFpGtivgeP5psK",
+	"AfjCcLaf0ia6oFiIxRy7gu68LLY0LmRZm5AKEsseCQ3ihi7SOcIgeJokXrVkwxVDYv4LVRJnfuKe5arA",
+	"OJddft9UWNhGJampJoxGUyBtbELOlFlVREUIqzX3Itw/AQmNoOl9C7XJFqxjdXOpvbtqtQw9eddetesg",
+	"dlxIimuIvMVLjbJvq3nRvfYtz+pSxRiEs2W3avUijcenp93n/eeD7vnh2VG3vOFHR1AI0SAP8BZMfXcZ",
+	"XhcOZ1E4ul00hBiYbRSs4Pjm7SZCyEoZotDUi/GXX88l/HZsFamCciHNEWgVYnSZ0JmtCK0AkUdM8Zip",
+	"oh/oHgg1XdskZLuYATzEkgLK0zSUnMJfeLE0EoR35I0cGEcr84VdnCzWiBNYy7ORzNY29PjYss7zdzy9",
+	"XawhgKfiyYB22y4JGG0RjTxhmYSAkgGWR5xRkVNIlQpcFVqIzqbqDv1lG1yxm8QTQPvKtk62ZT4CJru7",
+	"tVTW21unraxnCivZaUFpOFgjAKtFKh9/D/sY4V++7qDKpZYUUCPLoCT/VWx3NzYFj40/pW0Bp9nlkj/D",
+	"ct84raxRwKEo1UJuHMo2C0ItVwSrt/ScCFPE0EBRbcvpAhJCkoyVgbgOSFjIv6H1qEjBqmJ0WdvQTMUM",
+	"r4bO+iAkzWTGfCHJqpUwTcFhjHq5TGIyV0LD5b70tltxHTbedptZ/jZT7upRMQUpuomXIYABwC5xFgC6",
+	"famTmuayqVuXRjqZF61Loky6tjL1Cp7horxaWjHW26nTDT45c8eC3s/vGRlzlsSK7M24yDUjU5lnJKZz",
+	"MpNCT8kDY3cxne+b2/vfzW/JPCD/HlMO/5pf4Q94GP6aMwrPcEHCwoASLjbGb2ylu6HItbLM/xUZ8w8s",
+	"JinLuIxtJA2Yum+pDiETFr4DSYVLsQ/rpiMlEwMLM3G1RPHg5Oh0jbLNaG1oX9fLQpHhisQsoXOsjkvd",
+	"ehXLY9nNqIjljKQ0s11cuQrMXoAH9dbzqvsCX8lK10Efx3mdd2Cjs/FsZ35hu59uXiz4TK4EeXX1+gqg",
+	"TcwrAWG9SY9UTG41BPL6gyyL/69qY5uZ1AuD6gauAWu7r0QbnjSEGqYZly4apq0eeLcSuFJpDLroqqwl",
+	"D6ys9lcNhlzBDEtHpIPJMsaISux2BeobPALtUQuNlMc+sCgHG8yysRrouBHU1fJKa/VJKlpuFXV24zxD",
+	"q1DjSk5Xr6LatqWKMSt7IZSNWtZ3DdVrQy0ysLcUzElaWqsapFlXzJ7WQgOZ+AvNjrhaS6l4FJnsxEXl",
+	"aj1Vw6geGTqFg9YCqB45ptf3ZPG0XkNlL1sMoB5fudhOBSK4oQ4Cdy3Li84qKtzvkSsXZ2Szjo1w8MD1",
+	"dMoSqDBje+oYfj6G8lZ+EQIssWIUaqx55Fq2+KXK1m5IjtFWZn+rme6OEv5ghGYGKFN2U8QsPmGUFBdR",
+	"ksfsVuWjWM4o3FKWr1rnYMTj7DGuM5tw1RkcPu/1zf8Ozj5rgdOmHTaFozoT7vKLuTiXH8zjn6Bayu56",
+	"gxfJaU31x4UUPKIJMaP0tm3dDbt0EzUCZ2WB1zoQPDsNjmHGNdqpxZw8S27TjI35hxbttBiuWTdjYiyz",
+	"qMnZ+POUYfG/5lhvBaH6wElsdcYii77BIbmhBlgS6G4MF0G5z0agA3dq9MXBL8+ggA+NqaZY7wB7TXFX",
+	"TAzrG9iuHY9hJ/GAHXafj4/63TN6POiejE6j5/EZOx9Tr4rxu5ffvbq+efd/bm/e/PDy9aMc716u5y/1",
+	"Pm/vv4jv/HGFlbdjDNWU17VQtLx6FvFzpx7SlyC2Zcx2OXuMN7Qhp3bbNvlbOlY3cpwC5e3EoITU/QhT",
+	"Uim8NLCIhEGQv8xILmKWqUhmLDBcQtifVEBiPsH6td4ziuxRQZi455mEgsPknmbciFWGw06pLbnqh31h",
+	"O8/b92Vfz9v3H/vB4PB5c/RXPUO7oXtyMrdVklDqNOKgedRJl14nvyJ0YsYM97f6xLxWOGVdovEV20US",
+	"asjnXq9LbLPBqmHTrngw9iZ3LdDxwrZ7u2PzPyOjnzKs07QORGzH4c5Cq1RP1PVRq0y3cfc8F2MJhese",
+	"oOJczPNZJ+hM+WQKJIR9zZtve21TUn0jNNYt8euyDDD90/z5S1uXDzZY5miuFzE5qtYscRGDnYVaJR1U",
+	"X8zVTmKOleNsdaBa1ZK2++ZRwf+QE1/EATYkxMf9Ze7rZV1R3y+2Gjzv951xwQf/eb/a+nDQO1l897Tv",
+	"YoXgkNzJHe4g+8HFSX4KinGPd5hUAZBA6mqsyH9cFly1G7I174+CjpaaJp2L48Wq9D4aL+MxtkzPdT6b",
+	"0WzeqcB/ZeOldzb82cK9zi1/Eg5DLc8czavFtcGlhDU3Usoz5ZqZ2+p2GStqcKzNM70ySw2ihgfn1UXv",
+	"Xzio128+3G45WgGzoAR74724kLj8JP2DnrSQBgbiujxRy4oujg8LnRV/M0i9WGjjd9F4aKMSF48o6LB9",
+	"Rv9nSOD3SiOsKIjgNrO6BIKzjzdgtGWb/aBT2MKW4trmmuDyyixtBuuj/hM1D19oEG4vkSJGp6nKf2kW",
+	"7rebeT8tXkxLL9p1tNJWumxpZWzrk9nuDVDQOE9B0Bvl8YTpR9aqWebh2GC0CqatnThYa5q42cufLVex",
+	"dAfFjMaARk9gNXism4gqfdue7lb+3F66bw1P0/oY0epv2iC2cAtzyXauqhq/WP5utU9Ni6frK3BLbRYi",
+	"ScXtr3L0VJUwt3KsbJ47u439q8mc5NdibM+9LY64RMu2owtqt0CNfmoMtpVUN7NiGUh+U5S8pUnyZgwC",
+	"5+rEyqClzuj6Ypi91VYavoqBFzfw3m5hF2Y4u62nikMETBc0VVOp24u0bnW7LLzMxYYNeXci6D/yjmx4",
+	"feN9rBs8/xVdTE/Joh/vyV6DFZZ8b6FkbeUcWommPY8W275VE2oxd7byAZNqvUxbDJx4oFARv1aiv9Fw",
+	"Wey/luVTkfspb34XiyY11O702EmeJZ633PW+cl7zwcXZ8fHRQWfN1pAx01jsHIuDVqo/dXSiun6bHcWS",
+	"cRdbpW0YPbC9Ra4wKpfmY9cK7LpcDrYJ8voDfXp0va3tsmW3qLjlH8FCck5EBflVjqw6h4+ymPBt9Tj2",
+	"AdwCDT7yK2Fj1gk8AzX4oWcA5P8UDTHKNiguJMAN+Wed5ejnaWiw6YZcu35ptQzZtlrSVoVctikb1lrr",
+	"foc1v1pck0XFNVfv3q2rglorozWQ97x0B7VFONHvjnkUBp2iSdOLqxbOsLaZEx4uHJkfd2MycO+M5mvl",
+	"TLkkN+QCa9BSyjOmNpSwvhj9lWr17khzyYmtR2R2UZtS0U6UjRphPqHeATPtbs1PuVRDDdeuZmRRfDKe",
+	"cVtqE8qA4sHFrDmP8qY0BzSkeTkio+jxspmkEIjqOq9gR6YsgxqgvEg1tWaG9uTvNYwPLmpw42RT9/xj",
+	"chwfm2zVmj3ub64pQs0u/pmCbJOgkhJK5Bh6o+EjgW0DZzhjRJOkkvO2kAQadGjaLHH/BDYPl0ewXQnF",
+	"x9ZIcQFg9diPFfkU21W9aCpL1FwcoukAEVy27OS20PIOfY0Cs8sbt99DJ/qN4t3s6l+aVxdDeM4A7i6e",
+	"p8a/gk4u+D9yZn+27R2MQrZxPkztHFCp87dT7nzJQYANebtzWArX9VpVgFfhxZSKCZqIjY4eSWGroNwC",
+	"g1wwWK9Mp9mKHD41wiiRNL62jceq8qwvE7XLs/iMb1o6NyuZwp0CW3shhWZCd28smtT7wH1yjTY7F523",
+	"P90U7c82igEABGvT9O8HBzikOlhruAX5dzvxcBE0a1ndPNCtHbBZqz+LIxAtoal22c8eoRAQZhNeqSIT",
+	"fs+Ep5GWuOEOpZQdzOk03RDeea1x/1pesILYiyGLhQSWAzj4VKT2Rng3cYW/15XNDfhBdG+EjCob9QI2",
+	"X/z9ZfeXfvf8/cfjT+6PoDlUs5Lo11A19l6pWwgbXZGDNFiVgAQj3RcO0JWxk9HD8i3+7LY4CE632lrR",
+	"vG5FpuTm40InyoY7c7B2Xyp77dX1eikU2NLv2W0Zl9Zf13joE2ZnoaZf5XbGVKZegwl1k6o7W9sC1on/",
+	"r/JZAy3Vs7CC3vuuG+didgDPopzrW5kycQv1GZqUCp4waGcZECFJzBKOYceSeIGkHNSHTQq3NZ/gYrk9",
+	"Dl1kM45ZdpRk8sE2vMTFw9IUsRW87FaNNjPNmJrKZNu+O9vZUSsy4peRCetE+IQmD1c85NbmJVav5OpJ",
+	"fpObt+AAtUtisln2F1jlp1aYXWlZFmZfH6+2Sf1Y6/ZrsbDg/efvtU0ebsH5zbzZ9sS/sWTYHBynoCtZ",
+	"IyuslT+x5Nz61AAlStjPumXQjisQ6Fw0M9DNyqpBYI9zri1bKjyYUOiPf2sI6HjgqmxC8LmNC4KL1gW9",
+	"FUDoBJ0HhO8GJdXaIt22dbtux3j8Y1xbGi6Otcl4ayHR5TFB6c7276UzRqRwySfZfD1brocPm7O0TYqp",
+	"+kiyLiDWiSrzcWqrc11EQm+Y80pn4sb3wQJZ3V3TTW1dx3hY5p2FM1qvUHl1bKTei/LUbdt3335VOq19",
+	"grKpHk0qik9rK4+3iRsXCFxBsMrAZZySF2a0whhe47G7MCzX2fbTWZgX6MfTFVsYMXztBw+AxXjhiyJp",
+	"x+ZXyfEYskaKL1yz8uo12RPyliV8wkeJF5jsjJ09qGvlSig2YYnd0A5P4emh/zPX0zKjeb2Ys3Jx9U2q",
+	"ltzoh6li0S2kvECgNFXs9NjVrvj+b1cvutffXx2enJI7Nu+R66l8EFCwdnVyvZ2xORoNrXd1yaOeYzTA",
+	"HCM/bLOsu17rkqGjtGv713cCUGS6aSZHDNrArOXCXVaUnUZHR93n8THr0vFJv1vmupz1O77J0JYvZ3n3",
+	"gSldsmzGxNLJm82Hx0WyuI2i6bK8C25hm2uFS60JlACctVTD9+bEkN6cYcSG5laD9hvkk/pRLXg0MJ7C",
+	"PXBJqKgkWWE//xgcGCwjtlMHRFi4iqvVagXbqmCPCPv122IvU0uKmugIvGeqKIbt9/ezI2yg3bY39176",
+	"rMqR0HbloV+qcW4Ssr+eUV0tUs26K11phF8fb9orE1jSWwhXYkyAQZYLsBswI/FmesSoJq5ynmqOEFqk",
+	"34UEb+8J5aEaVNtUNg5MS7Jnzwq7Blva3jfENxRLqE8xVqU97Nq4fXcs+SBYdttgDlhUESqZlxDiIR8q",
+	"eyzSs6HJZUK1WY1L/MaePspeS8mcaDkUYAQwK8BrTZJcVParcHtrmCaklpFMfIdyQ8jGvUSvx+2S6I2C",
+	"zTY3eYQfNysJKsf6gWZs6doqzHyd3NL24FXrLPVH9K0SpdjWSIM1Plzwg4KcgoUbpYEsVgvd1QTZxfDx",
+	"VbcWpA8rLIdj62Wvvl7cXA24DZtzuPqMqHw2YzFpAtHqqdoYz0tH8rmwp1BURVDr8qTlM9t07sU86tp8",
+	"q0aq4VVx9Di+B8xFbGg/7e8yKuphwxPz3VMVIPCSl9aTDxeEJ395H5+wR8kmaVa1sylfbbJXehtYcTA7",
+	"0bi8c96++guO8r3D/3UDB3x/UbsqAum0770qBb9slzaPyUoQ7mgQ4vT8LI6Pn5+yAT0ex6ejETsbD54P",
+	"xoPz0enpCT3rH7FTFo8GLDo9juOzs9P4eEAPT6Px+Ul0SM9R1aoXNd5eHi5LMKx1bliLASPKlxdAbb7O",
+	"Vvg0aydvF7fW0atUCsUW8XKbDV5jPZJViLlyebujlKc0TZRSwmKKR1tuB5bLzDOu59dmobZXMqMZy65y",
+	"PW2Mxy/DfvfCh4m+/Z//+u9wvwhMhMCH0DXVgdBHMpJSK53RtAvvhcS2XLp6+6pnjUWgSuPEJQecap2W",
+	"3PJvNz9eN8XnQZJFwutKHdYduv7+qnt4cko8Lc1I5hmbcKVZVjR5sEI7SLlcDYUnpPfIiymL7iDLwFpI",
+	"bbI3yvIg3FoH5ZSKWE3pHUM51u5jluucJmb5nz5BScexbFBVcQXfWcghVpI4z4wMYcM6tSQZm0nNyM/2",
+	"XidvXW95kKgNglItM0VyxbAHfCSFzmRi5HMj8JjjQTiXB6l6bjxCcz1lQlsQmoebwauGYg+3ZR7Y3wra",
+	"4OidQ9vmbiqTZCjCt2+ub8jB/eAAtx8GJGOCPThowIIKQQm3jBVjytbfQzEUWNNtlmsKvQns4RoVwyxn",
+	"zETE4gu/FmsA6lUIbKMLUbyh0V9c7gna9c10Q0EFyQVaDGJb35VmjEQWR7D1PomppiPzGxelXwVs1VCI",
+	"DPDsIeOaKYjd1TRhQwFfZGTCzFqO++chbjjN5ChhM1skFqbsJlLp0NtrpVI7uNKFLftEIjlzoIP2DNCL",
+	"/p4Rl3hL9sI/FbX29wMyYhHNlVmOxQkIcxUkSmR0p8gDI7EExLeYdVGWOnabtyPbw8gyg5AGSKEfiWa3",
+	"9b9/VVKEZO/dty/I+fHJ831cKjVAMZgfmm2HSE8Jj5i9Hnhs0HTMoZXRVUqjKese9rwijt53hs3ZckXg",
+	"qS4oCs7PNYGrUhZ4r8n3NzdvITGqxFJc3uzmx+uel/VVo96rt6/8yo2dfm+A65ApEzTlnYvOEXwF5eem",
+	"wHYPpowmevobyKGNxTLhPBU57PcrLT5kxJTRKLJ7pmDFPfKNZArOSMs8mlYw0qwa2QSX4pWRgL5j+nuY",
+	"GrRFvIFhRYf9vo3G0Qwl+YVIwouPyL7pqgvQzgAMsKGDoN0EV4Qm/J71bJdHLJbfPHKx1IO3iEmV+6xz",
+	"8ct7/9jf2hnM6IIpBY6RCYiIMlXY/PMgYzSer3sA1rJYUrphdDSaGuwKbL1Ws3fYFF4PFiGwr9WIC5rN",
+	"h4aXsMgyM/PQj6+ub16+JtZibh432PlA71g3TwFEeXpJTvpHROopyx64srfNwqm+YzTmdrNf4GDN9HM4",
+	"yZP+0WeY7zXc2TSeX5IQ2LEKiaJz6IcTTUnMUiZiJqLSu7lrJCsAjnGg2T0jOqPjMY8a0e1+cEBTjkKR",
+	"asW6v9nCuCBoXNobG9gp1sZFExudUOwNUcUCI7tepfwGp3hCNHCTgLDcQuVW2Nge7AWgzSye/OJB137x",
+	"HhuB66bkVZkyRUIQTcOAhC4tx/yNeTnhJZEp6p3JnCR8xjUacaFbjW8V3dO2gZliRiQyJBxh5Lm1eYLV",
+	"tFrb2Zzlfo8UADEUrQrvnS1xJ410QRWhZErVtDcUV81OGhSwZ3RuBXCHHoZlNHlrYFm9obiB8IGHcgUj",
+	"mYu4lF/we+wGIyaQamuGS2nGhN6/KMtRKzLLlSYjRuhMignKnPjYM0X2cH18liacKeJADZtEWO+jnZhr",
+	"54UhQpKEahTGbUNbGI78z3/9/4TroeBiyjJuK/UXU8Hrc+TL4WJkcgjFpKXG6GuclKo7d/lTnHMo7DDA",
+	"zMdQqAru++P+EQkBKF32IWIsVl2cOWzivS/gLBxJ2IIpTOm/yHi+BsV5lg0rzESceNljCHgIynBfvrdZ",
+	"VqsJtbo2Z2z5VNU0bQ5JjVsMdsYtcBFxAaFlDCPwqMMhS1kuHLjJMTKyNTmJef5oo+cfya1wty4xTFuc",
+	"WOBYC1fCwUfXtPAT8rGENUXvvHLRlEZghyhM7QFLSWwKZ2N7kN6LREKjYEV5pvg9S+aL18c7UIE9RE5p",
+	"RmdMQ7LELx87ULHOSLCl3F30Wazjk4+gq0ye7z/DTdWGdM50Dht5toBpx58TcxD+a2OO1YEPXHAPWK0a",
+	"b8GXInYoYUsouK4khstCe2Esp2DvENvIBOnRdou0Fge8KI0eTpOhyKA0JYFykTAWMForOMO4UrhRA6cd",
+	"yyw2eq/hzBfQlkznyLAh1OXm5q3VwNGBCLq03aK50sAFSRMJ/pw8icmU3jMykTqw1ihcU0j2Dvt96N8W",
+	"Wt0z7JE3gg2F3fszy/RpgiQDtZPHYxah9A7ituqRF8XURgzL+L2lOQpV5HlEiZYTaO0wFEZMM2q9NlQn",
+	"QIDQGRWKomS/N8lknprNzLjev0QAYYdFB/kxExEXkx650mQmlSYn/T5JzdgRTZJLM6e9pCFs3to4FB0z",
+	"sgfDeZDiivCYzVJpqGi/8eaymHNVOvu2vrvKiX83Zne/YbPKI3ORsxiN8WteXBY+f6NivtHduTv+VV2C",
+	"NZg38LI3gjkTUIpmIHsaTWS35TU6eNJr93iw2fMnn+VaL3W/jxXL9C/vP1WUwW/RMDmjYl5YJx0PMGTq",
+	"MXIbN7nIyD+WNPPpgGaaj2mE3vFmtv4NixJqhGgqiHuc7JmbOSAW+aCjgM1HJIr/hmzcWm73K+x6Kh8g",
+	"agMzAwnXFyTEzECjK+VZYjt22vTA0GU/9sjPztpoQUzCsVHGtczoBM1WP737cSi4bfFd5vUYjhe+/QmN",
+	"wC6D9GORmvgpJJ7ZOcCrAKG3f2m5vToKh4KD4ZmSNGM2BscMCkqOy21KwINFUGdj0Z3KZ6UdHFXrKSSs",
+	"4KqHIsoYGB1pokB9Myt19uqGpR4gVw975LXRF4yKwe8Z3qRNrPdNysSVPTNMEl6Ut5rQtHzEFSR89Q2E",
+	"ma54GIzdVhJ6/yg2D0+6wMSFpwvJMGOpzHTPfqmm9PDktHPROR+fncb9s8HZ2XH0PD49OaeHY0ZpPzo5",
+	"oXF/cEKPRuPj8WB0OOqPzg4Po3hwEp9Gg5NRf9zv0/6ZGYv/xm5Hc22Y7eDw6Hhtdm5gjrD+QopQNRu8",
+	"RSK19KfwqS1Z9fGGz58/Kat+WtZrjrXCAqsQ3JjzrilPLzT3CwsZwzBMtDqGZA9/g4yUHlTyg1Z/KJkW",
+	"Ff/Codij0Z2QDwmLJ5hcZ3/EDr098qqQ5S5qYiCm8VgxXSIs7ML0lOqhoAlYSgkDo48V9UnGdJ7ZED+Z",
+	"8YkR6e1tcEkoifkYMol1MTRX5Lh/PhShHb3r+jeEPRKCRnCLwrcKoSYNZxUoPVMkocrM6ykNnscMZdwL",
+	"gtw8ZZlCXYUV3aMjRvaoInyMWoCWJDwoZoRtFUCK5t0f2HwowmHe7x9F5fnCZ3aBX9fq2eNv4T4ZsbHM",
+	"WOWImYjVGjL018HFi/wo12AGMn+7uSh8GlAWwHWZ8bwT1k7mqlLCo45vltK2TS/ZWND+wkL2MgH7poLI",
+	"gO3o4v19CtNPfAP8LoXvku9tzPOLMIN2pv83eW/5GQh1pRFaSyLkA0mTvGwn+8w1kHXe8cAKmanhgB5f",
+	"GQrbzsCFydi3i/LCxJUX7pFX1rCOrdzDHnEuyhACBMgecmcvZmC/9Fzicjha3KWYGIGXJXETSysitL4M",
+	"T3siIq9EiTXTtztYoGtCx5plGJJCk96/qHbXVPsOgn2Mggxw35hmEzlZohxfpam5skkYU01DQjUxKgMJ",
+	"5XismA5dap0nm8hJj1wZqSjjzGiJubgjeyhbwTuBlVLApQcKZxSxFAvSRsyITBOa2ppwthqCLZnLFZ1k",
+	"jCkrQRl6nXRx0O6MKyhxGw5FEbWDQQJmYHjGCUnWjtkjP8oJ+oQjmqYsBouP3chFyWEisxrBhkJnuUCS",
+	"ITPq0lWc11HEZJxn0JoW/M5ckTiTMOxeaN+E+KksZ2GjFREhbdb0dQg/2J2qA0zUiNAqogK3BdDuXPTX",
+	"llt+lJMXBk8+t8Dyo5wg1LE3VCs/k5MaNwOUhzd/l4rl0zIcBJm5r0tJAQl/Y95jtY529vMW1RdoL2tV",
+	"HTkmtlsWOKF95WLRWXBBbDRv8c4e1P21cQcaipuqfeACXEygGZH5VuaTqS0FKqjOM5qQOzZXAfozisHM",
+	"a5YDjGU2FGkRWKolSdFsh2Pthd+9RKsXRKUefLRtHgsYAFMYirCmeoXoVUeK6JF3ixrrHZuXgYrwzUjG",
+	"c7JnDpxmEJ2ALiAXaCrH4Ccpu4v/9frN6/0WPbZQpiEGM0Dub+Bu/ggss0VbJinXrrvvWJrQecHx0KuV",
+	"KOkREIpSU6pQoQ6I4kY1NT+Neaa0je0kD9SFn2IASHXXVOCRwKbNxXB4SELuAfGOzbsZM9pWeImRFuUA",
+	"EBBogAETuhBl5Os8SciIGVDbQDsWFxePPz4X3XHCJ1MdDsUeaHOE631zB5p72a3TiKa+MbO8w7zQVHJt",
+	"FWmCijQg2FBgpUr/egIZlYRO7+7i413YpA3NcJObrZtNSMEQw1zVPRu4C40WrE3ahvLe/Ni9dgEgaH/0",
+	"zosqa1kQ8sE7sqGAA4DKrtAXeu5ckW241HQHXuejGdfvLFf4bNfg6qffWQr0qPMHNn/cBeq3eqx3hoBm",
+	"+q4xRFEmslP2f8QXzMrXf7Va1V2mTHTN4XYPDzvFuMgRq+0asOdv0avh+vsyZrO9BeV6N7DfpvMzX/44",
+	"9VV013btw3XzTNXxFuLXSqyG8DZRYD10TfBKYzawxOoSi0IkWc6as008Ot1CTWPeGB5lV0daWe4TQPTP",
+	"Zp3Z1D5/fHj4FeuR10aoo76QBVw4IJpCgBTDoA7fjLyxvAfKwjq2IXfPjTM5s3dkDK7S0Db9CX1ZCC+k",
+	"Kc1mCVNqMSLr2kz7T22F+ZfdZef08jea3RmRDnCzQFgKqT/CNYxtIY485roL9bnaQ9gxR8nmC3UxEw3j",
+	"pDFE0a6TwDBkj4lMJgkK6dbYFpCymkPgXA5D4WWkFd+6KDUbOEUy9it6KvYDI0kaoRhE5B55LV01SjDE",
+	"Gi2YZo0uHQijNzt9iRttDoT8R86yeenvRrWt48sP1Rq5DTdk80jojHG1HXY1HNZPe+xgIDZ3GoM7l/Zm",
+	"WMl/XmBO7Dqcis+4flomVR5+W4LDFSrJcoxYvLs0B6AwO+iS4E8/OfMAqKb9cnpj0L2Moyl17obqSIFz",
+	"fZYh+heEkhfX76raGSi0Q2E++Wm4LrXABSVfFoVgjbSJoY4ubhlqFNvKhmgG5srpz0DZMN8koxFokFzG",
+	"JDUqQyPJgi35hdd8bVP1Zl3RW7CHL+SkfKVUzmJ/jy33Z+1QPkvM/PHh+e/Os1CtBFbBjbb7De+iFaTk",
+	"aAgtI4vZ0hd+YSjFXKyIFMgeSXnh2QB9qAplc7nJRGp02nnpODaBxSPDOzY3JDphwrzGYpLICPKXQMcz",
+	"v4K7cSgSRp1oaiPn0BZlY0UhbE5NjTKd8HsWN+XW25A6zBUaijJ878VVAJ7PSqCdl+1d5hvZHvBG9MVb",
+	"u4SBNRW5vKvUwEzmWcQIjeOMKeV5NOAhG8juQRFkbfC02FfQnHY+FHuhlrI7o2LetexAhTblOHzHdDbv",
+	"Xo01JIOV3AgnydiYJ0kjr3mJSPI0HAYH/72zmCay+jxxEIe/b8m7wobwLMt6EzbVvWAE9QyPOjca84Sp",
+	"g4/mH5cV1ChwH/ePkWVwXaYysA9GnHBBBUCIMzqHnxRjtm/fQhLxtxyMKJspmuYlo2U+pUgGC2vBRgOg",
+	"L5Gv8x0zF4CZ3Usc8oU2qLnWdpwHHlwaj/VaZ4zOkHdDuKtlXK7fD8rvYVB+czNPnUX8HUuz7jd8wiAw",
+	"xAV8B5BlKiAHhkZTtAoWr3/DVSoV1GAK9wOiqIhH8gM4gt0j1xbVu29lwqP5hXsoxFhye+kowcdj5/WI",
+	"MUo9roSkg6eCZfeumysfExfEDV5o1CqIkGSUyQfFMqOcqqHY++v1m9cBef0N/psmlAui2QcN07+4/ruF",
+	"UTSlmWL6z7ked8/CgEx+42lA4D+aZgF5+823AXn7+ruA/PXty+8C8t2rb4Oh+JmN3kKVxrl1l+19f/O3",
+	"HwNy/ffvAvL/mr/+Su/pNZxRQP7nv/5739sHVdWKFzLSTHcVHGLYkrNvsNqC9gmp7k8Hf2qxmmJVggaF",
+	"rZXOninExZq12EO35hJ8ng8PVA+LC1gI5OSovx8Q1pv0SKim1Dz45wssgXwR9irq5sJCPz/ZfyMfBAQY",
+	"I+23E/waQWUgqdZy88AwExBsHqGqYmzoF2RFUt8D1g95PfuEazUURW2xOaHxvbmhFTquyEsaTUs3HsqA",
+	"LCaKGbzSLJlfkBCr4ITBUNjw5Fsr57AYajmF1uV3VYi4kI7qGz+lDTmDvkZEP8ilUWY/uzriTyFPtZSb",
+	"+8yCVVvls5ZELluByMjCVZz4VyrXZ9MeaZKgU7igPVuWar2krrKEXTPh/0y5ViRPwTXwQLkuSxcYDc+8",
+	"7pUC8/O0qCJKSgE3uYYHtbWegLanWAyNSW2MATEEiayljAU182FAu6FiykHNhHJHU5nEECLqCt1ASTEb",
+	"/N0j6GoRZDHYQ0syo3e2SJEZCXJSoYRZyuhCysIdmw+FH7hhS2bxJOnaMlwFuJVmNDZnYe1EiuxRmx0b",
+	"zugHrNvqAvpmRnCRQ0GJYVNOzbW1U3RGQRsHmBYaH8/cXGjxQrHFFbWDKBlb4IMOxZQqcDKxkpO6ugUS",
+	"famMahJRqClnZ6+4XdGSd4EDZNazak/Or95FyThjamp9SJgUGwZF3SDXituGnBTlvyDtIkaejEW9DMj3",
+	"KkHBzgNFKB4V9tNHBUJVQQYZzwajzLxFlTlbdsSFUOILc5mTiWyMjriKgNFiVd+NBZ03Nul8lyEMq2qI",
+	"Bh2VMJZCpY0Cx6ARwGIx6s6g01Q4s+zE10XmcNC3RcB8cu9cHG4QboiVPL/IFWbnXp4gYenI1qUle6lU",
+	"io8So3YKtv+HuKuOByd/KIvF8rvwx6IQHoQsuip6TC25+vwKRGpJebXGEkfI12qF8P0ONI3eukpd/o0Z",
+	"zO/K9+RvZbX3qQLrz0Jfu3ByydpxFcXSKt+3V/WyQW2Q+G5Le1nEcXb5ShUsQK1eS90mH947qN10Fc1Y",
+	"Z8PyTP4SvlBmcgUKDRhnSzj9Ljn4zuo1ySoqtGFlE5s7+Firzv5ZrLU13N1QrPJefmrr7Sr0qjcg2TLq",
+	"5/Nbf3eMNAcQE9tl8YS135zvWGIb0IyYfmDMqIKKQYU8qiFtQNnoZyOCTaXShjdBYSSZ3DN1q2VIeBoQ",
+	"npJwStWteTQcCvNPQPIsISGaNG9H85Dgt74/MIzkPRQAcUPvB67WU8SqUTdYpWMoQljhLY/DwJVKlIqh",
+	"484gvbTuO/NUa0SO+fElQOaxqN4S3OIW2dmkeNnXFtrioLhGZIuB9ddAiVf1HmWISEYNSaceTQJpbEiL",
+	"SwRYJLoxOL9HcyS8gMQszvFw0Ge+hxV4hEGjhP/GYgIh7vs98toPT2tH+Z2g+1eHoqvRE4/na8BPDOxq",
+	"RlK1PX6yD6lUeca6tgjtqoBMDMG0+GpvDq+LNSmahNo7xJp30DJnRGgMLsEkWIwqVIElNfsRzETWlrIQ",
+	"gHlTGKvM+GhcxXG5QsfFiCoGnZrMMFMKhki7ubZb4aUFwgsLg89AKzDTD1zEap3HryFico0Hf4Ke/V8l",
+	"sSJIVpOsO8vPo0V84TuoRp7Qq8E12tqO4IFYWqkcSuhaMtT1hn5cEZqmmbzH0tZm4jp5hkyMZRaxGDI3",
+	"oe0SBpvVehaiqGZLpoEXFImYCZ3NXa1owz9AgaFQOXRuV9Yj3xqRr0hcHAp4i0gRlKzArcNWtNV0Xn6H",
+	"mpOLANOudvMMNob1uYW0Gd3QXiCRDyzeb+MeUB78BoH2z3bNentfTbnlEXP2Nd+5cPMgHS2SYZu56a1r",
+	"dlk23AElZo8KW5J9lfFpv0eu4hjsVYi10FwGkoocbjvP2MKCZcougMiosI13HJXvGer0r19MBxcSSn4l",
+	"hIuSqI77fRLaMk8y1105RotrGIBv0M4+M++EMte3cnwLv9/aodH1NBQugbxoFwM+PEJHEA0r5noKObu5",
+	"Vjx2YoNZ1B1LXR0LnmGuVkDGCZ1MWDwUlSmtlws5zIhh8WEU9ghcuxckjOWMclFUV+MiSvIYWu7iL2a9",
+	"MsNEbM0ECf/Us7a6XiRn4X5AQp6GAQkjHme2vuVtmrEx/xCSvZ/e/ahILmKWEa4vSysNKL7oAjO6r+Fj",
+	"LBnj4ULNNoGGHMg6g3N2Lk5ua8Qd9vuNDrI49shxN6acLe2YNp3WwMVoxlIzSKSV6YhGdw0Juv2Ds03t",
+	"nd5Wv5Azywd2iznK0qmrnPcB4jCA8+3S7rpiIVdx/Ds1un5u8QqFF0Itq7OSSRN7V48UsA4++oxvVTn+",
+	"lrvBFnwA9leVYJrK7hvxZZf0HzTW6q9t63dbsn9t4rRyX+8PiO+IE6W8AJbSDcWZNZEeCyd02YcoydVS",
+	"l61vsAqI64oHETn2Ao6b7Vg3MMXLcoZ/MlG7tv81TK8FqL5iWRsRy9vLBiL3lRGrfVZajEKgWhpT5irA",
+	"CTyVMIKeiqDwatA9lXv8AsU2kCMDQskkkSPixDkUL5+pBSst2Qv/FIL+muUiIOG/hRj7N6UZjTTLgqGI",
+	"qGJdLhQTimt+z/YDW8INS5YQHi9OBxVJ8DlXraRHwP7j5V0GQwFrR9E8wxaYGSMJG0NJXoMnRW2m9Yhc",
+	"hWQP2uu4+kdhAVb0zVSlafgxZvGfsfbbpRXeY6YxHtCVkeJJYgtLsTgYCivVE6qIG6G9bVKNNL6o6Iv+",
+	"nxSiloXtSKsuDg7+1ItkljoF4uBPnaDjWk65zubPu/3Tbn9w0+9fwP//Z6detUYnqut50bpGc+hiah3c",
+	"xBTWA03aAW9eXG0qVtdA+YUiCeoH+pUFE3xm1nmdpylkLFoC3eE1fvDRJ+6lQuwCt3X8hmsy5TG05MKe",
+	"g5c+9XPtNHiQcd2HRRngG5h316TeLOX6m/7dirhrEEn10sOT+0OKuogc5XXOPAR5FC2oJaZyRO+Vvlsr",
+	"LniX+b69JA1FQLMXEMF/lSM1FEgaLMZoCBupzTNynyeCZS4lJ2aa8kTV/L/EransQ10AwgoCrHb/5yIx",
+	"nKPlum4zed8UjOZJYijqi6nEUhSYAt6FguRGUiaMiq8vmAJhuVqct/j41cvyj7ierL14hY/aZpRRZWsO",
+	"2JoC/mhOSGUJn/BRYvNdKXRzVVKEF95PwVCEtsFfGJAw5pBTA3/jFDMm9K3/tRyPEy5YSPZs6B1a9cFw",
+	"nTFWtqMfCpDU7mmisJUH1bcRTWnE9byV9nwasr2HvpqwPVzvsoa/xanZs+79ftDXeSsMqjxMoVsfMmnD",
+	"vDW9w1qqmORRD2zfHMkPPuIfq8Su1+zBZUwoLVNXNKfncjD/jPmXIcZdWMgEYPosimiVhbL2bcMY2zex",
+	"HmyCd0rRmsz1JXcUp8t+xDN6h2mnHCP+bV4ZpKOxRLGHKctY4ezCIq156tVUviw2EGfopclkrrlgxNCo",
+	"o7t9Myz6qmcEO8k00c1PAl8pskSf2nKEE6337BVsE3PhW69Eq9u1VN86aaq+9cQRG/YElhMyVmQT8sH1",
+	"SP0j21nLLM9y842cIOikeUvwhSWlGZ27xMBFMsTUQ7DmGshK0SPvWBfnxK5PacbuucxVMh+KXBQ8NaU8",
+	"IxnrMmHo0OhefkcoqI98JUguFjqF4whgw7ILhPrn82q8NVnWcdzIn8VAWra3GkfHLaZKutnqCTzmTRWQ",
+	"B6qGwuWJ2TbkxRnIB8Eysle0BmzgqwfwbgMTDvfR8+s8d1OqvFx11zXVnpOLr3e5tcf946AoFEqxeDu2",
+	"cLAu4KEATyDAq8QUw/tqoHcxKeaCGRnGZ6utA3BG88U3hmIP2o6PZTbiccxES7OFL8UMfy8s6Y/Iha4s",
+	"jVYotC2zYEEqQUl8HadNryUIija5ZOplCSBqn6tGl2uPfIv+2AKnbVJ0bRtVYrJZLxCdcmzW1nR71uh7",
+	"09j8xl1IxVxLdCsF0Xnb/Drjk4ltxL+WTojP/8BFvGIFlJh34jwpF7NnOANRidRY/XBGRU4TkuViv219",
+	"bow/eN6CQdJ1wtToV+Qya4tWaHOKod1cFcFgtsIDVANhMdZ4kGMXf90jf5UjKOpLzKHb2teuEYztPoF1",
+	"CIbiVzmy0okhR4eOZWEAbD+Ekgn5VY4gOhuK6Zv7i2iWzcqOeCgGQER3SufYTRhjUnFpzxThIs01YSLj",
+	"MEJRktSPIy8cc7ZChNmzmRasdkOhJBnTzNzt2G0QllWwFlCo3GuX5QDYE6oIdYcwsbJZp9nrUKAv0QyH",
+	"37d7rwxW/i7qGdS5pNdy/Xl0zLrP4wHtntOTQfd0dDTus8PoOB70zdKLwgdFCmssVNfmilmdxoq8qcy0",
+	"efLwMDjrB8fHRwZVHZuM0q6tFAIv2a+nWqfdNJMjCFDATndl6YPTvtm0PXNDAVDFcmqQ//3GMWVUfLFg",
+	"Mtpowb8ShNEs4dB2B/uzVNvd1IqoVK8kg627bsnwaefRa3SZg+/S61BTZTD/yFn+B3EAbto74bEOQ00z",
+	"bW+AdmssfDz4aP5ZmosM9cAMo5vxLJOZKsxgZfn9hrTjrbieeemp9Yg2fLyx3P+rSSv2LnhzIr+ai7z0",
+	"J9XtlMsP/wDNgu2lqF6g2bC4I5+pojI40OsedZ0BXJVuqu5sHomWKVZ+jKxsIiSZyYzBkntDgWMnaNpw",
+	"7aJxd66PlPlQdpK+dG2vIezlgUes0iGj6SaG579anPT6itlb4g/R8uKxRRngUDflcwerMiEN0O0z5S1r",
+	"3cAQ3+AKTRtc1sX1Xc2MXEyMHIoiM5KskRh5UUnYx0YUWO8+5sp9DCDzXkFlcIG/RomE6m5+8X8Y+Pub",
+	"m7e2aCCzo+Iu4x55IWdprl3mlKPxoXB7UgFY/i+Kxqcj52vGXh1SxKXXwBYFi43M79LaDI06Z/ZQoJ2h",
+	"Nd2Kim0TNR2t/itB818JmttwlJ89qvAaNhZK7SpGg1aWx9nZ3Bjb29rsCL9fe9vXZVNCcK5jV3KA/wNS",
+	"hrVFlchZ0oD7bj2blDVmYhkazG20kiwYM0GYhP4OidQX5gbJpCDsAwRAGmTdG/N7RsacJbEKhoLd0yQH",
+	"hZgLEmo+Y7e/ScHCfRxuzD+wmIQuDMOrnwqt12ABUCR5T2aFx22/NxSvCqUUDK3WNGXLaIIwJuTDpSEY",
+	"iL12jiToQjHmGQN/0ojGuFKbXDkU4YjGrstESASduYxOeGyZDQnh9pjiYzEzAjQeSZHCZzka/FMpcdlq",
+	"6Vk02iyxz5S2H8EnU53MHQvd2haluYEZlufU0fQ2Tw0/woZTBlfMSOSQ/Mn8z8yDPdbNTu+gd2iBIkaz",
+	"zTOZsoO/sCzhAhF+I2sSnskXiqEuUKLdthIQqomtNUoG/wqlLuu4FYyohZPVb3SjPhQulE9LVYeCxVGN",
+	"naitmmzPoUd2WNvNYwubCsr44tMrtu1I6gPrazK6LEWcltCPaywQDQEMU5kUajyhzqSCQzwz6tOHAlku",
+	"C+3SfqGKPHmbao9uCHPjBHh3gkZmrlOXhG+GdzyAaxIZ/dPcdD3ys1P2kKd6Si90bftQ3n2R0w8p1pt2",
+	"N+UltsB44DaQJWUCctzhPUhp7ZG3FKO/uBqK8CCluWJhAIhN22+9n6Cvwe7Q+wtemVtcjt4dhzfakX+l",
+	"7eIGq8L3i/lE1mMOjpMK9lBw0X/dZR1w70T+ZfZMkRJjyR71Iba/1U13ALJs6333I5rAgNxBNrYl6+EL",
+	"56kCyzDZC+1nl0EIxsxcOCcCCN425Cs0slrK4pDsYTDu/IKEM66Ujb9Gmc78CT6i23GeJOYTyzKZoejP",
+	"lf0xDsmITbmICR0K9HPzJLGhru02KATBt7D7x3Cfr1TbNRtfJ2WBkSlXWmbzP2S5Lp+w7D63oyJzmS4V",
+	"GuG2DSOZCx0C9SjXsLC8VKVgZK+ICn2Y8oQRuE5jV1sV6MqKlmBlZYrsQa0tQ49pkivyK9eaZfuXZMwe",
+	"WObbey2vhdgHJaVg2SrqeG129UjiaLIuARiac4IGfWi1wGf5DHoSm49c2I+Frcmo+xNo7P85aOU6kXpZ",
+	"ykMhSanAinOlCfAPTjSwdYOHUNhObUc8gOPtnsnXsrh/mKqQhbkBy+A4y/iNxrVfSqWL3sMFlDePsj+M",
+	"phVY4PwRQ2ThpB6r3JtZ8tkShHvlcA2cgcinedVc6FkIkZmDuRM6U8cWRbk2so7DVPSZjaGx0Dsz/5q4",
+	"Cc/+kZATUxf+oGkk5qwIdWf+SCzNRTuKXqNhvWZZcFZ2tBPYZK49G7tMQmSV4b7jEOZRbFBlcJZqbNsJ",
+	"qRoogJMUcpoui1wPxHWaMZKLwrf8s41AXWwHBv5w7GAtxVDcsTnWEy66mYF/bT+otQVzphO/MxjSHqoT",
+	"cN/sYUjcUIQNAXEXxCtWAo2wYb+QMydnDE36LMEGiMeHh0MRcm/xd2zezZh5pTGJ810udkKQweOCRD+D",
+	"hrCTgMYZjRk6MrP8KwhmXL77m0KptYVnRZ0Iq/rSP3WY4rtc+C5BIR9WsEIWZcuK7b+xMe6jat4aFgql",
+	"M2yNabQo0F+L/oBGjYBK++YKhopOqkeuypKttuZJsypkl7S1sx7f/5266p+Uj8DOl+lNFjbPiq7Zf0Sh",
+	"AP3quFOyh9XIIL/a7rlitrPI1u5ot24GCuge23GhiL6o1UdgIsrmKaQTXb287h6enHa/e/G3wLXWNnci",
+	"eOFhhKF4yGialkmYtu/lM2Ue7NqxDH7esfl+j/wdiAgEgYeMa9Y1BHRBhCSZzDUjGCCG6ZRDIQXrkSuU",
+	"SgC/E66s8AKVwbkgIa7jNmNjFZKMRYzfW3cKlmDj2JYSUmqHYs8+r4wwU2Sb6ikz4rW7NJM5SfiMa1tB",
+	"Amafpxb8WhblALCcckJHkDUPRVZIaHNM8duwgV1c2kMoIgNAwnDhrJEU44RHOlzi8Ycd7KDZ2LuX3726",
+	"vnn3f25v3vzw8vWjXO9U3d0CjFzwk2DZLfo/zOXrqv6qoyg70hsX/IUNfylnOkJ7XVc62XP0CYe9/8dI",
+	"Uuj/HptQNrjuHWUs8sWqoHDw0bKNVZXNPN5T9GPFymWUJ8r6nj7oonU5CLTgbCCRjFnBnnJB7ylPjAYb",
+	"thU4K+h6Q8UAXntyPb2VDG6guIiNb4annqk/9MVcVBxbgm5BW5Snq+EJHHFVxMeIJVJMFCZ0gz99RTPT",
+	"75j+irHonwJ7bKxIfattwly+zC1UxILYMkBlLoiNrrfyEEpM7MFh3Y0ToDAQo8F2CP7j3aDSljKKExnE",
+	"0UN3U7Ghsv4vFcKwGar/USMZPrMo4EU+OAijGmBEdxDq1VLxQC+r+/gfOcvNXZfqaaMlAaMV9nJRZKqh",
+	"wRIEwcCrUQNfQaMyTBqCkls8I64CHD5b64ZuDUYJVdp19X/gIpYPZehykfbuEm6M4DIUNsFdZkXRdTqT",
+	"YDIF/cUMVRvevJFnCxPUej5BzaAVXbgX6/fY1jdxBR5cQ1CjYmz/cigWzB04Fka0VQsPvUOTYEDSTMZ5",
+	"5Kq0USxJa8aMoJeNWS2kb0mhJJjb5D3L7jl7IHvhQc4PQkxEDK0CSyKN5QhUiPVreWNakrlwdWM9zCaL",
+	"S9OpNXuzT31v9tHpSm92i7+8+Rybpzzv+3OenR5/WRc6QLWt1689ut4OOAaM55pvPCuG9rkELKXgEZg+",
+	"u16TA1AHov/L3tUtt3Ej61dB6cZk1ZByHJ3kRKpzocT5q+OUXZZyfHHo0oAckJzlEOACGDNcV6r2afbB",
+	"9km20N3AYIYzFCnJtqToxmWRHAz++r/7a0jjYSs+y2XFLKZ5YQHlsBVllUp0b+Y6hBne3xqfVhgaxzr3",
+	"B8nhZnEBT3QOGDwSBw166R64z8A/VHMaDrkT1YffKdrRE9bQIbC+3Cz2yJDD83uk9WBNjAH8e586sKzU",
+	"ABUKjpeWNk07w8alzP9eCrYSut50citSDPHGtnAxQoxUKaoHRIthzIXYELISy/IpeIwsG6tsc33AmJ0j",
+	"mkHlOk1xOuhn9lhIGAkITfzS0GHPLRk60RlAKM4yLYwR8EfVhS+dK1P9p/ou9Y7yFPB60n5owgc5/52N",
+	"g3Y2B9zRt4ObxQNHPsLjcGMEhKOlMIbPoAZOFIVyxEQ+8NMjMZnDB94CBbhnwHTPkQVV1QL4W0cslRQ7",
+	"bXrVD+3uwc3iC1nCcNZ3DnDktua+5wR0rfwxdTA5+err+5xJEGIDFjlOUyDFSv3xR6C3XWV87yBDLwiK",
+	"NQfEI8XG3o5OWEpZ2VeEKM8M3xiqVJDqykPyXqHpCyDzSNJXUtkrnn0Q2uYGShykaqKiRxFQwllKiREN",
+	"vchAPh5GNSkLnGbTT2AO6H0IM2Bp9YurZW4gkuk+hiBm9Ymb0EjiwwmOWkSwuxjyxI5ZtRniMEYUYmKV",
+	"Tvuw5FxWm1ALj2DyFy1XTVnjpzk2mK6wjRPmEfiTkSSsaaeSEhZ/n5Y3cYvz5SBeE82uCm6FTgHFTwur",
+	"N1djPlmo6TTtsPZvJLjcQ5/ate7e8RJ6g3RZzcgxH0o1JdKXh7DyHq29KfiYa5tP+WSHO++nvBBQwLjM",
+	"LcFIc7kJoTyqYnEDJkwV2TXwHG7/z8M77+MNcevdlVUzzSuEii/QdcGzi+pAeLSde576dWBl51XNjAbI",
+	"os3A8XAwCzx6KQKIuff7hgrn3knqHiIsM/j5UkGyiRrJtMIdSzHt1TNswamDs5JVvBickj3qDaJk1BmE",
+	"eUSKPpbxBlmDrawNS8ME06pIx/dhmCykWhcimwkDtW4+88V3BezEVPOrhyQU98ftMdXuNavcxSSfMNV2",
+	"YqodpEkdF2q2G1CtUDNmHU2oKQIME//tRUhqcM9T+gbkv1SWzfIPQvaxzGK8sQL67xgBuVPgJEinqijU",
+	"GjtaBfB+0tp65cppbqn7K0Q4+uBykGKNyW7roO7Ru0cyr5qhyCy4DjhWxlHRvgYKMWopAB84UKlfmpCZ",
+	"GbIflPQIEDhPM5JcCzZWpcxEBll2529+pQhIj46PnWCgwn3rYxVaACmcIciMyCFTAF4ImXRQYH/y4jtq",
+	"ffQW2N65u+O7tJxX7uBuSr5bzsRzWrosl2OhuzyEtEHNZicYgnjx1cm3J//99Tcn394sGIKXoz34EYc+",
+	"Wt/z/ICgCxzmwZ3L2oaK72b7gC/imX/z/JoZf0qu+krNLsUfrdrFK0/ioXIVz2J4s1T07z5vRJlnlXLi",
+	"KbhQs/1ZoBamLOxuLrgS2uTGaT3464CjqKYU92zVS3PCb4dMXvoBqA3GCS45EZ7g2AW6jwL4h+M0vDCK",
+	"5XImDAaYrfLQkhifxbZzXZ0AwaOEK7sFm3hInn1c7vfuZK538NfP8SEYXm/czO1cq3I2r648dZ6pL+eQ",
+	"y2/1plsh/w00aO4x9K98KwA0ySNVF3VgPlmA0CYtPvW+dgSfCUJ6XGYzYVEP9z7GkBQBzWbJ2+1rbthr",
+	"kJkQhkTaqBRhqewAVoHZmyN5DpjXjuIamMRaqJWQUb+BXm4D+itVhSYI/USAOo4aEUAnoe4B7lk3vNMR",
+	"+mekgfjsP3pvGD83biHTIp/NrTMxaqDI49Js0oTAKvlI4hRLiX2J3FAczK58Kc4Yr9ZUGUA7gJZby9vc",
+	"Jj1YrT8JpiGc05PKTwfKOMsEzwaFsFYQ0HB1RXYbA+WqUDwzxx/xP9612pnVmE5NCkQuZPbMMHyKYl2Y",
+	"tuhDacZqAZUsVrEsd6eHhdJzwFSUbCmWSm/OsCq1gGZ5INQufjkfvPivb9iyNDZyVRrEkByy11L412KV",
+	"S/i8iLuMOTrllhG4cjRCEoq4veWdG1Z4c2EspkqL+PeRYd4CdeXm4Z1KBxMVPn5QHqaaWGEHuLd1ygox",
+	"+nEuOYKdNIMn18eUTjrqkjLYnA9C59P8xmGRT0tJh4Y5bkZ51JYTThcv2m+Xry6OTv//vTvDijDxaKFn",
+	"Jt2OZwZMYMN6UxTZfCb6W22/dlLmMXreumX1/+EBkXyjhnTjvwl4u8n/IWIKSwKmvyXfIuVgygV4w7A3",
+	"70iCVzrqRXiKuZtKZuQJrIXnIS7oBhuyc7bMjSFXXhVrxwmBna7FFME+QH7hQgdVNAOi5eFDNxLlAMbk",
+	"ueR6IbJdnXxgkp5I8WBuS6qf0AHcJQErryvs7v0VTvuSCJ4LJMDB5kb+5B1ksRbjuVKL2+B0v/ND3Dx9",
+	"D5I1nkC67+LO02nsk4+Fu/4EH4jxGKIEvy8xzfgLvkc6F3RMW6lcWl9EFxXoNu69+OBm5+2bAr0hUFTq",
+	"jJiZFNlIUpXxheUy4zpjntjYREn3OKAbpjTDQQ6ggP4vAJqyfLmCmLv/1I3MbalF2kcNk3ymc1UQRKpv",
+	"rku1fKl7wdyIydW///mvtH9KdpeZq7WE6PiGgQcYq4uZVtb3yGW/v31FyVxzBXlnAASK9V2sUGrlVN8E",
+	"ZOQA4EChFe1K5x8ghwEzukLGVQ0wvJSF+y4qwUZTz9nHI5kO/KENeFGo9YDGDPXJK2d2o6rbmbNFe32b",
+	"wmM44qpQGGR/w/An/NRhaJpy9P4WhcmlLgiR3JweH8MODGk+7g3HtFeHZlPRVnyhkmR6+7vczq+tTsbU",
+	"ROypjBd7LEyegc/FX00kzejCw6BPnDDKHqpzw3Zm2FAhjj/S/64rMsZ6UhM1sEQfkXdHZMLZjzonAAL3",
+	"FX20YYWaDRkMAEDKlpDHfEPqF89PmFWqq+K4oujD1FV6rl1fPelaYfaoi4H3uSEdVcE3hH0nXJptum0J",
+	"6H2Sk75zLa3bPQcOoEdbDbzf3en0mv3+9lXCoo8TVKUi0JL1XID/GFUVQtI7iy4NVgKzHogEASCxGCw+",
+	"xk8GpPv0h+ytGMAAmEDic+9o7thkDMv+JrmelLllYy34AjBjX0acjMBPEImZLYRYUXtCdGO4Wc8UeQkg",
+	"IP/721fdePB3db9vqtfgjqLoT/ZSc95/AuWkthdfKNv7EFJ+AmmfbIuOGlT74ZrGcaUu7OXEIFx25BjG",
+	"/dNzQgdSmt2ffU+DXjUJOZnUrBvoE4LMI+lsN/fmJPjRKIHH6g3BuZcGkFES+EZONvBLQEzpCjTTjaqY",
+	"x22o/GG6L2jtm+vdGNXpP9GY25cW2qpU5xtQV00c7sgzJQUcGy3grxPKJv1J6dCpoKrdD/ldSgqW8U0/",
+	"1vsnXOsNs2s1ksFfYRJmVnzi5uLupG90tu3XOIUhyXNSTYccFP6bkVRFljCjnGGIXhqI8zGzzu1kHpDo",
+	"HPmr0qJznXQA2tLWmDDsF13jGwKK3JGQbmw51tXvjymyvZBIwn4Gibrb3K9ka8Wgq7N+4gX+JraJ2y0c",
+	"pxZmgDgV3XVBbs8J1INgQIwQ2IMbkDW0aMvxNv0kZJP69BRI38LilqVb2JBdj7JRh9JoIm6spUkgBzQU",
+	"EykNEOMELUJIiFPUBMBX5HGbGy7aalqIsgFTH0k/904JTrt3KOHfL1EMi7heAtM5fBaSuxNHfzicelBs",
+	"v3JtX3jgbkOQeUoK8LYzIbUqCrgvcFtP42IF/NJ4fjWSvfTN64tL5ugNv6N4LHbAjvtWV4mkFd7oD+dD",
+	"9lqzsXZCaaNKDRf4zf/+ejqSWsxyYwUWREyK3E0oHk6qNeul0SdXK7GkFLTow2kuZ0KvdC6hQFqPJJSP",
+	"UV51mDzt3/HHULL253E0TDocyU7oHACuCaHzABe0lligtEXcgKQT6Nqqkcxt/6wWNqwPuSq4nSq99GNj",
+	"hnrzPWnD454SfI77gQYLYesNfbbkks9q3AiOLxOTPHPqyniDHMdAkoxjNXberNRHzB5cUAfmDrngMXJ7",
+	"C31gyf+4moQc/CvCdTmpgWhIoQeiHHx1lBBVNKqxDw4cwCBfKG5AIQHauV2IppRV2UnHrAfhLlBo7yvE",
+	"6XdfJlCA9z7PhLS53bRy1bpOEbOJTv3iDjuDBsI5UAmHxz65I7jzbl4GpvJwaljXfqtbJSu3k3mLaKXM",
+	"YISlT8mzmCYsbeNXKKMIbJr1lkLPRHbKUlkWRcq0wAJF7gTVWBT9IXsJ/lroxGnVCm0Ejx6J5Y5nLEW9",
+	"7n8yzXNJ9djeOp0LLfqsAInc0P4oGToJz2OWaErZoiAXlkP21k0KDUeYFEYfuWwows8M5oYxrBs32H4M",
+	"f+sLHXyjEqowL5SxaT8JLUn8RLAEf4fz+LYUkWzDBHDL5nyF2eBqS8dv1m3mJjjSO0ujYIj2IqAjOKmj",
+	"JABcUBlsQl+87wDwv623G6qZDvVOHy4BPxd7KWGCWZ3N/KVtZjyy3ZysW5rFSm+3q+z73BF2Xb3vbWvx",
+	"wQ9NJEPKsM/njlTzIfsZ+JL78Zsff2O9FUB3a8BrivJjoPop7oVsSsgdBaV1MheTBX7stsD0Sc6OZO1N",
+	"ULqlxYdclaa2AuSubq7A6qiSvLVoAk0TvJo/RDt2Swl9CHHvW/6EU40meS/pmG5IzQ8Wn9pfEZL/1sEq",
+	"MqB5hfeybUcfyh8qs2IA6ms3k4BUWH+w2ApEGURMXoiN92dhCQiOKrIhuwhGyrDDivwxzOASJnCXWvHd",
+	"GW7NWXb5f92XwwcgVn41phQUG+m0MQ+9TOha6EZ7ITspXF90ZTQdnNkyl+AS2fJvDHe4Nn/Gd99nmwqm",
+	"uAv+JWwMbuSjbanUzDw2MU/DS4HmjfdB3ewiHn9suNB25gC6A0BvvICgm1SsUE5igSXvriPOprrBSUgG",
+	"jJzylDsdrIqRRBMwwHtD/YzVXBpnTyh5VtlI5KYD6ym2XWw1tWctRh+g2rAeWhxOK6Mz6rcrOx/UQkQX",
+	"8nZG13V4kdEB7PfEOazuDTSv3DO38V1u55nma/kYCcYvjnG8Al2ujK7MtG4e2+VDBtLb8j4DFdi5u9Bx",
+	"wMFTqLumuTWimKJGDnNlvFAyoOhLBb07T5vXGeYC/Z99eMzUiMwoNlZ23uAYE7dpTv+v6tZakVTce+7C",
+	"u3DgRf9M0qRLksD2Pkr5AVkT2414/E28qZ2MqIW7td+ZUlloUxlx8FpIzYkOrDqm+86WSgtMJ2/6oISj",
+	"IDuS4EIbb6hlL+tJZRn02XdEif0p0Pfon6yqJHPtW/JqJDQAhBSFEeu50CLB6msPsLaCaB/gjkCkkMp+",
+	"Ed0EA2keBzYq3gQr7uT51yNJrfUGhPGYYpqrE0DcEaQUEwx3Y002llpfJ4Q+p5EdedAQGvTo9MgZL4Xg",
+	"C5Ed0t3Gzf9eWt4efrPmQbvnWZhuxtdQbrPudCy4Fvq8tHNfd0oPNQn3rSqtMIzyHwB9LGG8tHMhLVjM",
+	"EGzdNqSHEQQUbfiWj/lSSI7pIZ76jdBtpXWG0r6jKPGwvRbUtLmyawEtyO2kZjXVdE0kjjFnpTn/tpFf",
+	"RkjvYdQ4DYY+gnyaYb21Q9t4AA9R5oUdOJGOHc0nc2Es9PaoUlK3IY6wnTib5jIb1psotL3nAn4MjwPz",
+	"M5Zrd5LAiJwpa2FZvYlW0FQ9ADomAd8611W35632CK3vxJOTirYcjnW7e2tVRYkaEfvl8vJNKMGsHYtP",
+	"cWo58dCYtdYs1iTORKDWsJgkJMk8QJED4DGt/RIh8BMtlNoutaDEebg7U51WmeWAtxXfAPhJy/O/CF4Q",
+	"0IcWPMulMCYJKYsR4VH3PE8Dq6771NIZxq0TqhbcyD6HwofQJEIFlFrEm40dZP58/+d/AgAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

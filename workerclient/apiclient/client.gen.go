@@ -1139,11 +1139,14 @@ type CreatedWorker struct {
 	ActiveAttempts int `json:"active_attempts"`
 
 	// Capabilities A JSON object; a task's `required_capabilities` must be contained in it (`@>`).
-	Capabilities           Capabilities `json:"capabilities"`
-	CertificateFingerprint *string      `json:"certificate_fingerprint,omitempty"`
-	CertificateSubject     *string      `json:"certificate_subject,omitempty"`
-	CreatedAt              time.Time    `json:"created_at"`
-	Enabled                bool         `json:"enabled"`
+	Capabilities Capabilities `json:"capabilities"`
+
+	// CertificateExpiresAt When the worker's current certificate expires.
+	CertificateExpiresAt   *time.Time `json:"certificate_expires_at,omitempty"`
+	CertificateFingerprint *string    `json:"certificate_fingerprint,omitempty"`
+	CertificateSubject     *string    `json:"certificate_subject,omitempty"`
+	CreatedAt              time.Time  `json:"created_at"`
+	Enabled                bool       `json:"enabled"`
 
 	// EnrollmentToken One-time; shown once.
 	EnrollmentToken          string             `json:"enrollment_token"`
@@ -1198,6 +1201,16 @@ type EnrollmentToken struct {
 	EnrollmentToken  string    `json:"enrollment_token"`
 	ExpiresAt        time.Time `json:"expires_at"`
 	ExpiresInSeconds float64   `json:"expires_in_seconds"`
+}
+
+// FailureSummary defines model for FailureSummary.
+type FailureSummary struct {
+	// Count Attempts leased within the window that failed or expired.
+	Count int `json:"count"`
+
+	// Recent The latest of them (at most 10), newest first.
+	Recent        []RecentFailure `json:"recent"`
+	WindowSeconds int             `json:"window_seconds"`
 }
 
 // File defines model for File.
@@ -1296,6 +1309,16 @@ type Lease struct {
 	// and results (the gateway redacts values a worker writes into its log).
 	Secrets *map[string]string `json:"secrets,omitempty"`
 	Task    TaskSnapshot       `json:"task"`
+}
+
+// LeaseRate defines model for LeaseRate.
+type LeaseRate struct {
+	// Count Leases granted within the window.
+	Count int `json:"count"`
+
+	// PerSecond count / window_seconds.
+	PerSecond     float64 `json:"per_second"`
+	WindowSeconds int     `json:"window_seconds"`
 }
 
 // LeaseRef defines model for LeaseRef.
@@ -1430,6 +1453,26 @@ type Problem struct {
 
 	// Type A URI reference naming the problem type.
 	Type string `json:"type"`
+}
+
+// QueueDepth defines model for QueueDepth.
+type QueueDepth struct {
+	Count          int                `json:"count"`
+	OrganizationId openapi_types.UUID `json:"organization_id"`
+	State          TaskState          `json:"state"`
+}
+
+// RecentFailure defines model for RecentFailure.
+type RecentFailure struct {
+	AttemptId      openapi_types.UUID `json:"attempt_id"`
+	AttemptNumber  int                `json:"attempt_number"`
+	ErrorCode      *string            `json:"error_code,omitempty"`
+	ErrorMessage   *string            `json:"error_message,omitempty"`
+	FinishedAt     *time.Time         `json:"finished_at,omitempty"`
+	OrganizationId openapi_types.UUID `json:"organization_id"`
+	Status         AttemptStatus      `json:"status"`
+	TaskId         openapi_types.UUID `json:"task_id"`
+	TaskType       TaskType           `json:"task_type"`
 }
 
 // RegisterCertificateRequest defines model for RegisterCertificateRequest.
@@ -1801,6 +1844,16 @@ type SecretWorkerLabels map[string]string
 // Severity defines model for Severity.
 type Severity string
 
+// Stats defines model for Stats.
+type Stats struct {
+	Failures FailureSummary `json:"failures"`
+	Leases   LeaseRate      `json:"leases"`
+
+	// Queue Unfinished tasks by organization and state; pairs with no task are left out.
+	Queue   []QueueDepth   `json:"queue"`
+	Workers WorkerCapacity `json:"workers"`
+}
+
 // StoredResultBatch defines model for StoredResultBatch.
 type StoredResultBatch struct {
 	AttemptId      openapi_types.UUID `json:"attempt_id"`
@@ -2133,7 +2186,10 @@ type Worker struct {
 	ActiveAttempts int `json:"active_attempts"`
 
 	// Capabilities A JSON object; a task's `required_capabilities` must be contained in it (`@>`).
-	Capabilities           Capabilities       `json:"capabilities"`
+	Capabilities Capabilities `json:"capabilities"`
+
+	// CertificateExpiresAt When the worker's current certificate expires.
+	CertificateExpiresAt   *time.Time         `json:"certificate_expires_at,omitempty"`
 	CertificateFingerprint *string            `json:"certificate_fingerprint,omitempty"`
 	CertificateSubject     *string            `json:"certificate_subject,omitempty"`
 	CreatedAt              time.Time          `json:"created_at"`
@@ -2165,6 +2221,21 @@ type Worker struct {
 	RevokedAt           *time.Time          `json:"revoked_at,omitempty"`
 	SoftwareVersion     *string             `json:"software_version,omitempty"`
 	WorkerType          WorkerType          `json:"worker_type"`
+}
+
+// WorkerCapacity defines model for WorkerCapacity.
+type WorkerCapacity struct {
+	// ActiveAttempts Leases held now.
+	ActiveAttempts int `json:"active_attempts"`
+
+	// Capacity The online workers' summed max_concurrent_tasks.
+	Capacity int `json:"capacity"`
+
+	// Online Enabled, unrevoked workers seen within three heartbeat intervals.
+	Online int `json:"online"`
+
+	// Total Unrevoked workers.
+	Total int `json:"total"`
 }
 
 // WorkerGrant defines model for WorkerGrant.
@@ -2459,6 +2530,12 @@ type ListSecretsParams struct {
 	OrganizationId *openapi_types.UUID `form:"organization_id,omitempty" json:"organization_id,omitempty"`
 }
 
+// GetStatsParams defines parameters for GetStats.
+type GetStatsParams struct {
+	LeaseWindowSeconds   *int `form:"lease_window_seconds,omitempty" json:"lease_window_seconds,omitempty"`
+	FailureWindowSeconds *int `form:"failure_window_seconds,omitempty" json:"failure_window_seconds,omitempty"`
+}
+
 // ListTasksParams defines parameters for ListTasks.
 type ListTasksParams struct {
 	// OrganizationId Only this organization's tasks. For an unscoped token, an organization that does not exist is 404.
@@ -2468,6 +2545,9 @@ type ListTasksParams struct {
 
 	// Trigger Only those created this way.
 	Trigger *TriggerKind `form:"trigger,omitempty" json:"trigger,omitempty"`
+
+	// ScanId Only this scan's tasks.
+	ScanId *openapi_types.UUID `form:"scan_id,omitempty" json:"scan_id,omitempty"`
 
 	// ScheduleId Only those a schedule created (by a slot or a manual run).
 	ScheduleId *openapi_types.UUID `form:"schedule_id,omitempty" json:"schedule_id,omitempty"`
@@ -3466,6 +3546,18 @@ type ClientInterface interface {
 	//
 	// Corresponds with PUT /v1/secrets/{secret_id} (the `ReplaceSecret` operationId).
 	ReplaceSecret(ctx context.Context, secretId SecretID, body ReplaceSecretJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetStats The operators' overview
+	//
+	// Queue depth by organization and state (unfinished tasks only), the workers online against
+	// their capacity, the leases granted in the last `lease_window_seconds` and the attempts that
+	// failed or expired among those leased in the last `failure_window_seconds`, newest first.
+	// An organization-scoped token sees its organization only (and the workers it may see);
+	// an unscoped token sees every organization. Readers, producers and admins may call it.
+	// The console's overview (`/ui/`) and `gateway ctl stats` show it.
+	//
+	// Corresponds with GET /v1/stats (the `GetStats` operationId).
+	GetStats(ctx context.Context, params *GetStatsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListTasks List tasks
 	//
@@ -5320,6 +5412,28 @@ func (c *Client) ReplaceSecretWithBody(ctx context.Context, secretId SecretID, c
 // Corresponds with PUT /v1/secrets/{secret_id} (the `ReplaceSecret` operationId).
 func (c *Client) ReplaceSecret(ctx context.Context, secretId SecretID, body ReplaceSecretJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewReplaceSecretRequest(c.Server, secretId, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetStats The operators' overview
+//
+// Queue depth by organization and state (unfinished tasks only), the workers online against
+// their capacity, the leases granted in the last `lease_window_seconds` and the attempts that
+// failed or expired among those leased in the last `failure_window_seconds`, newest first.
+// An organization-scoped token sees its organization only (and the workers it may see);
+// an unscoped token sees every organization. Readers, producers and admins may call it.
+// The console's overview (`/ui/`) and `gateway ctl stats` show it.
+//
+// Corresponds with GET /v1/stats (the `GetStats` operationId).
+func (c *Client) GetStats(ctx context.Context, params *GetStatsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetStatsRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -8905,6 +9019,72 @@ func NewReplaceSecretRequestWithBody(server string, secretId SecretID, contentTy
 	return req, nil
 }
 
+// NewGetStatsRequest constructs an http.Request for the GetStats method
+func NewGetStatsRequest(server string, params *GetStatsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/stats")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.LeaseWindowSeconds != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "lease_window_seconds", *params.LeaseWindowSeconds, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.FailureWindowSeconds != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "failure_window_seconds", *params.FailureWindowSeconds, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListTasksRequest constructs an http.Request for the ListTasks method
 func NewListTasksRequest(server string, params *ListTasksParams) (*http.Request, error) {
 	var err error
@@ -8972,6 +9152,18 @@ func NewListTasksRequest(server string, params *ListTasksParams) (*http.Request,
 		if params.Trigger != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "trigger", *params.Trigger, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.ScanId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "scan_id", *params.ScanId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "uuid"}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -11189,6 +11381,20 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with PUT /v1/secrets/{secret_id} (the `ReplaceSecret` operationId).
 	ReplaceSecretWithResponse(ctx context.Context, secretId SecretID, body ReplaceSecretJSONRequestBody, reqEditors ...RequestEditorFn) (*ReplaceSecretResponse, error)
+
+	// GetStatsWithResponse The operators' overview
+	//
+	// Queue depth by organization and state (unfinished tasks only), the workers online against
+	// their capacity, the leases granted in the last `lease_window_seconds` and the attempts that
+	// failed or expired among those leased in the last `failure_window_seconds`, newest first.
+	// An organization-scoped token sees its organization only (and the workers it may see);
+	// an unscoped token sees every organization. Readers, producers and admins may call it.
+	// The console's overview (`/ui/`) and `gateway ctl stats` show it.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/stats (the `GetStats` operationId).
+	GetStatsWithResponse(ctx context.Context, params *GetStatsParams, reqEditors ...RequestEditorFn) (*GetStatsResponse, error)
 
 	// ListTasksWithResponse List tasks
 	//
@@ -15400,6 +15606,54 @@ func (r ReplaceSecretResponse) ContentType() string {
 	return ""
 }
 
+type GetStatsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Stats
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetStatsResponse) GetJSON200() *Stats {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetStatsResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetStatsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetStatsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetStatsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetStatsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ListTasksResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -18567,6 +18821,26 @@ func (c *ClientWithResponses) ReplaceSecretWithResponse(ctx context.Context, sec
 		return nil, err
 	}
 	return ParseReplaceSecretResponse(rsp)
+}
+
+// GetStatsWithResponse The operators' overview
+//
+// Queue depth by organization and state (unfinished tasks only), the workers online against
+// their capacity, the leases granted in the last `lease_window_seconds` and the attempts that
+// failed or expired among those leased in the last `failure_window_seconds`, newest first.
+// An organization-scoped token sees its organization only (and the workers it may see);
+// an unscoped token sees every organization. Readers, producers and admins may call it.
+// The console's overview (`/ui/`) and `gateway ctl stats` show it.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/stats (the `GetStats` operationId).
+func (c *ClientWithResponses) GetStatsWithResponse(ctx context.Context, params *GetStatsParams, reqEditors ...RequestEditorFn) (*GetStatsResponse, error) {
+	rsp, err := c.GetStats(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetStatsResponse(rsp)
 }
 
 // ListTasksWithResponse List tasks
@@ -22201,6 +22475,39 @@ func ParseReplaceSecretResponse(rsp *http.Response) (*ReplaceSecretResponse, err
 			return nil, err
 		}
 		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetStatsResponse parses an HTTP response from a GetStatsWithResponse call
+func ParseGetStatsResponse(rsp *http.Response) (*GetStatsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetStatsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Stats
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Problem

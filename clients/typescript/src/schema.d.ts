@@ -949,6 +949,31 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/stats": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The operators' overview
+         * @description Queue depth by organization and state (unfinished tasks only), the workers online against
+         *     their capacity, the leases granted in the last `lease_window_seconds` and the attempts that
+         *     failed or expired among those leased in the last `failure_window_seconds`, newest first.
+         *     An organization-scoped token sees its organization only (and the workers it may see);
+         *     an unscoped token sees every organization. Readers, producers and admins may call it.
+         *     The console's overview (`/ui/`) and `gateway ctl stats` show it.
+         */
+        get: operations["getStats"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/tasks": {
         parameters: {
             query?: never;
@@ -1960,6 +1985,11 @@ export interface components {
             revocation_reason?: string;
             certificate_fingerprint?: string;
             certificate_subject?: string;
+            /**
+             * Format: date-time
+             * @description When the worker's current certificate expires.
+             */
+            certificate_expires_at?: string;
             software_version?: string;
             protocol_version?: string;
             capabilities: components["schemas"]["Capabilities"];
@@ -3335,6 +3365,105 @@ export interface components {
             organization_id?: string;
             request_id?: string;
             details?: components["schemas"]["JSONObject"];
+        };
+        /**
+         * @example {
+         *       "queue": [
+         *         {
+         *           "organization_id": "0193f1a2-7c4e-7d1a-9a51-6b3f0e2c4d10",
+         *           "state": "pending",
+         *           "count": 12
+         *         },
+         *         {
+         *           "organization_id": "0193f1a2-7c4e-7d1a-9a51-6b3f0e2c4d10",
+         *           "state": "running",
+         *           "count": 4
+         *         }
+         *       ],
+         *       "workers": {
+         *         "online": 3,
+         *         "total": 4,
+         *         "capacity": 12,
+         *         "active_attempts": 4
+         *       },
+         *       "leases": {
+         *         "window_seconds": 60,
+         *         "count": 90,
+         *         "per_second": 1.5
+         *       },
+         *       "failures": {
+         *         "window_seconds": 900,
+         *         "count": 1,
+         *         "recent": [
+         *           {
+         *             "task_id": "0193f1a2-d055-7f60-8172-5d6e7f8091a2",
+         *             "attempt_id": "0193f1a2-e166-7071-9283-6e7f8091a2b3",
+         *             "organization_id": "0193f1a2-7c4e-7d1a-9a51-6b3f0e2c4d10",
+         *             "task_type": "scanner_plugin",
+         *             "attempt_number": 3,
+         *             "status": "failed",
+         *             "error_code": "timeout",
+         *             "error_message": "the target did not answer",
+         *             "finished_at": "2026-11-29T15:36:32Z"
+         *           }
+         *         ]
+         *       }
+         *     }
+         */
+        Stats: {
+            /** @description Unfinished tasks by organization and state; pairs with no task are left out. */
+            queue: components["schemas"]["QueueDepth"][];
+            workers: components["schemas"]["WorkerCapacity"];
+            leases: components["schemas"]["LeaseRate"];
+            failures: components["schemas"]["FailureSummary"];
+        };
+        QueueDepth: {
+            /** Format: uuid */
+            organization_id: string;
+            state: components["schemas"]["TaskState"];
+            count: number;
+        };
+        WorkerCapacity: {
+            /** @description Enabled, unrevoked workers seen within three heartbeat intervals. */
+            online: number;
+            /** @description Unrevoked workers. */
+            total: number;
+            /** @description The online workers' summed max_concurrent_tasks. */
+            capacity: number;
+            /** @description Leases held now. */
+            active_attempts: number;
+        };
+        LeaseRate: {
+            window_seconds: number;
+            /** @description Leases granted within the window. */
+            count: number;
+            /**
+             * Format: double
+             * @description count / window_seconds.
+             */
+            per_second: number;
+        };
+        FailureSummary: {
+            window_seconds: number;
+            /** @description Attempts leased within the window that failed or expired. */
+            count: number;
+            /** @description The latest of them (at most 10), newest first. */
+            recent: components["schemas"]["RecentFailure"][];
+        };
+        RecentFailure: {
+            /** Format: uuid */
+            task_id: string;
+            /** Format: uuid */
+            attempt_id: string;
+            /** Format: uuid */
+            organization_id: string;
+            task_type: components["schemas"]["TaskType"];
+            attempt_number: number;
+            status: components["schemas"]["AttemptStatus"];
+            error_code?: string;
+            error_message?: string;
+            /** Format: date-time */
+            finished_at?: string;
         };
         AuditEventList: {
             items: components["schemas"]["AuditEvent"][];
@@ -4986,6 +5115,30 @@ export interface operations {
             default: components["responses"]["Problem"];
         };
     };
+    getStats: {
+        parameters: {
+            query?: {
+                lease_window_seconds?: number;
+                failure_window_seconds?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The overview. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Stats"];
+                };
+            };
+            default: components["responses"]["Problem"];
+        };
+    };
     listTasks: {
         parameters: {
             query?: {
@@ -4995,6 +5148,8 @@ export interface operations {
                 task_type?: components["schemas"]["TaskType"];
                 /** @description Only those created this way. */
                 trigger?: components["schemas"]["TriggerKind"];
+                /** @description Only this scan's tasks. */
+                scan_id?: string;
                 /** @description Only those a schedule created (by a slot or a manual run). */
                 schedule_id?: string;
                 /** @description The `next_cursor` of the previous page. */

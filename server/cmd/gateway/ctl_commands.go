@@ -125,6 +125,7 @@ func ctlCommand(a *cli) *command {
 			group("audit", "the audit log",
 				leaf("list", "", "list audit events, newest first", auditList),
 			),
+			leaf("stats", "", "the overview: queue depth by organization and state, workers online, leases per second, recent failures", stats),
 			leaf("ready", "", "whether the gateway is ready (/readyz: database, schema, LISTEN)", noFlags(ready)),
 		},
 	}
@@ -588,6 +589,7 @@ func tasksList(fs *flagSet) ctlRun {
 	org := fs.String("org", "", "organization id")
 	state := fs.String("state", "", "pending, leased, running, retry_wait, cancelling, completed, failed_terminal or cancelled")
 	taskType := fs.String("type", "", "task type")
+	scan := fs.String("scan", "", "scan id: only this scan's tasks")
 	tf := triggerFlags(fs)
 	p := pageFlags(fs)
 	return func(ctx context.Context, c *ctl, _ []string) error {
@@ -595,6 +597,9 @@ func tasksList(fs *flagSet) ctlRun {
 		params.Limit, params.Cursor = p.params()
 		var err error
 		if params.OrganizationId, err = optionalID("organization", *org); err != nil {
+			return err
+		}
+		if params.ScanId, err = optionalID("scan", *scan); err != nil {
 			return err
 		}
 		if params.Trigger, params.ScheduleId, err = tf.params(); err != nil {

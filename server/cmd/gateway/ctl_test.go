@@ -304,6 +304,12 @@ func TestCtlEndToEnd(t *testing.T) {
 	require.NotEmpty(t, events.Items)
 	require.Contains(t, ok("audit", "list", "--limit", "3"), "ACTION")
 
+	// The overview.
+	require.Regexp(t, `Workers online:\s+\d+ of \d+`, ok("stats"))
+	var st apiclient.Stats
+	decode(ok("stats", "--lease-window", "30", "--json"), &st)
+	require.Equal(t, 30, st.Leases.WindowSeconds)
+
 	// A task run by a worker: its log (followed), results and artifact.
 	runs := g.NewOrganization(t, "Runs")
 	runner := g.NewWorker(t, "runner", 1, runs)

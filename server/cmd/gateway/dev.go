@@ -175,6 +175,8 @@ func devBanner(gatewayURL, envFile, caFile string, worker bool) string {
 	fmt.Fprintf(&b, `
 
 Next steps:
+  Console:                %[1]s/ui/
+      Sign in with the admin token (GATEWAY_TOKEN in %[3]s).
   API docs (Swagger UI):  %[1]s/docs/
       The certificate is from the dev CA %[2]s: import it into your browser's
       certificate authorities, or use curl --cacert %[2]s %[1]s/readyz

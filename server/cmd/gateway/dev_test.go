@@ -216,6 +216,7 @@ func TestDevStateDirectory(t *testing.T) {
 	require.Contains(t, []int{http.StatusFound, http.StatusTemporaryRedirect}, res.StatusCode)
 	require.Equal(t, "/docs/", res.Header.Get("Location"))
 	require.Contains(t, first.out.String(), env["GATEWAY_URL"]+"/docs/", "the banner names the docs")
+	require.Contains(t, first.out.String(), env["GATEWAY_URL"]+"/ui/", "the banner names the console")
 	require.NotContains(t, first.out.String(), env["GATEWAY_TOKEN"], "no secret in the output")
 
 	first.stop(t)

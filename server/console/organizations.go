@@ -1,0 +1,109 @@
+package console
+
+import (
+	"net/http"
+
+	"github.com/google/uuid"
+
+	"github.com/worker-gateway/gateway/server/api"
+)
+
+type organizationsData struct {
+	Organizations []api.Organization
+	NextPage      string
+}
+
+func (c *Console) organizations(w http.ResponseWriter, r *http.Request, s *session) {
+	limit := pageSize
+	params := api.ListOrganizationsParams{Limit: &limit}
+	if cur := r.URL.Query().Get("cursor"); cur != "" {
+		params.Cursor = &cur
+	}
+	list, err := answer[api.ListOrganizations200JSONResponse](c.cfg.API.ListOrganizations(r.Context(), api.ListOrganizationsRequestObject{Params: params}))
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	d := organizationsData{Organizations: list.Items}
+	if list.NextCursor != nil && *list.NextCursor != "" {
+		d.NextPage = Prefix + "/organizations?cursor=" + *list.NextCursor
+	}
+	c.render(w, r, http.StatusOK, "organizations", s, "Organizations", d)
+}
+
+type organizationData struct {
+	Organization api.Organization
+	Workers      []api.OrganizationWorker
+	Assets       []api.Asset
+	Threats      []api.Threat
+}
+
+// organization shows an organization's workers (its assignments, each
+// with whether it can take the organization's tasks and why), and the
+// latest assets and threats its scans found.
+func (c *Console) organization(w http.ResponseWriter, r *http.Request, s *session) {
+	id, ok := c.pathID(w, r, "id")
+	if !ok {
+		return
+	}
+	ctx := r.Context()
+	org, err := answer[api.GetOrganization200JSONResponse](c.cfg.API.GetOrganization(ctx, api.GetOrganizationRequestObject{OrganizationId: id}))
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	d := organizationData{Organization: api.Organization(org)}
+	if list, err := answer[api.ListOrganizationWorkers200JSONResponse](c.cfg.API.ListOrganizationWorkers(ctx,
+		api.ListOrganizationWorkersRequestObject{OrganizationId: id})); err == nil {
+		d.Workers = list.Items
+	}
+	limit := 20
+	if list, err := answer[api.ListAssets200JSONResponse](c.cfg.API.ListAssets(ctx,
+		api.ListAssetsRequestObject{OrganizationId: id, Params: api.ListAssetsParams{Limit: &limit}})); err == nil {
+		d.Assets = list.Items
+	}
+	if list, err := answer[api.ListThreats200JSONResponse](c.cfg.API.ListThreats(ctx,
+		api.ListThreatsRequestObject{OrganizationId: id, Params: api.ListThreatsParams{Limit: &limit}})); err == nil {
+		d.Threats = list.Items
+	}
+	c.render(w, r, http.StatusOK, "organization", s, "Organization "+org.Name, d)
+}
+
+// assignWorker assigns the worker the form names to the organization.
+func (c *Console) assignWorker(w http.ResponseWriter, r *http.Request, _ *session) {
+	id, ok := c.pathID(w, r, "id")
+	if !ok {
+		return
+	}
+	worker, err := uuid.Parse(r.PostFormValue("worker_id"))
+	if err != nil {
+		c.errorPage(w, r, http.StatusBadRequest, "The worker id is not valid.")
+		return
+	}
+	if _, err := answer[api.AssignWorker200JSONResponse](c.cfg.API.AssignWorker(r.Context(),
+		api.AssignWorkerRequestObject{OrganizationId: id, WorkerId: worker})); err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	seeOther(w, r, Prefix+"/organizations/"+id.String(), "assigned")
+}
+
+// unassignWorker ends an assignment; the worker's active attempts for the
+// organization drain.
+func (c *Console) unassignWorker(w http.ResponseWriter, r *http.Request, _ *session) {
+	id, ok := c.pathID(w, r, "id")
+	if !ok {
+		return
+	}
+	worker, ok := c.pathID(w, r, "worker")
+	if !ok {
+		return
+	}
+	drain := api.UnassignWorkerParamsActiveDrain
+	if _, err := answer[api.UnassignWorker200JSONResponse](c.cfg.API.UnassignWorker(r.Context(),
+		api.UnassignWorkerRequestObject{OrganizationId: id, WorkerId: worker, Params: api.UnassignWorkerParams{Active: &drain}})); err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	seeOther(w, r, Prefix+"/organizations/"+id.String(), "unassigned")
+}

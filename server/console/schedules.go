@@ -1,0 +1,111 @@
+package console
+
+import (
+	"net/http"
+
+	"github.com/google/uuid"
+
+	"github.com/worker-gateway/gateway/server/api"
+)
+
+type schedulesData struct {
+	Schedules []api.Schedule
+	NextPage  string
+	Names     map[uuid.UUID]string
+}
+
+func (c *Console) schedules(w http.ResponseWriter, r *http.Request, s *session) {
+	limit := pageSize
+	params := api.ListSchedulesParams{Limit: &limit}
+	if cur := r.URL.Query().Get("cursor"); cur != "" {
+		params.Cursor = &cur
+	}
+	list, err := answer[api.ListSchedules200JSONResponse](c.cfg.API.ListSchedules(r.Context(), api.ListSchedulesRequestObject{Params: params}))
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	d := schedulesData{Schedules: list.Items, Names: c.organizationNames(r)}
+	if list.NextCursor != nil && *list.NextCursor != "" {
+		d.NextPage = Prefix + "/schedules?cursor=" + *list.NextCursor
+	}
+	c.render(w, r, http.StatusOK, "schedules", s, "Schedules", d)
+}
+
+type scheduleData struct {
+	Schedule api.Schedule
+	Next     []api.ScheduleSlot
+	Fires    []api.ScheduleFire
+}
+
+// schedule shows a schedule, its next fires and its latest history.
+func (c *Console) schedule(w http.ResponseWriter, r *http.Request, s *session) {
+	id, ok := c.pathID(w, r, "id")
+	if !ok {
+		return
+	}
+	ctx := r.Context()
+	sc, err := answer[api.GetSchedule200JSONResponse](c.cfg.API.GetSchedule(ctx, api.GetScheduleRequestObject{ScheduleId: id}))
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	d := scheduleData{Schedule: api.Schedule(sc)}
+	count := 5
+	if next, err := answer[api.ListScheduleNext200JSONResponse](c.cfg.API.ListScheduleNext(ctx,
+		api.ListScheduleNextRequestObject{ScheduleId: id, Params: api.ListScheduleNextParams{Count: &count}})); err == nil {
+		d.Next = next.Items
+	}
+	limit := 20
+	if fires, err := answer[api.ListScheduleFires200JSONResponse](c.cfg.API.ListScheduleFires(ctx,
+		api.ListScheduleFiresRequestObject{ScheduleId: id, Params: api.ListScheduleFiresParams{Limit: &limit}})); err == nil {
+		d.Fires = fires.Items
+	}
+	c.render(w, r, http.StatusOK, "schedule", s, "Schedule "+sc.Name, d)
+}
+
+func (c *Console) pauseSchedule(w http.ResponseWriter, r *http.Request, _ *session) {
+	id, ok := c.pathID(w, r, "id")
+	if !ok {
+		return
+	}
+	if _, err := answer[api.PauseSchedule200JSONResponse](c.cfg.API.PauseSchedule(r.Context(), api.PauseScheduleRequestObject{ScheduleId: id})); err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	seeOther(w, r, Prefix+"/schedules/"+id.String(), "paused")
+}
+
+func (c *Console) resumeSchedule(w http.ResponseWriter, r *http.Request, _ *session) {
+	id, ok := c.pathID(w, r, "id")
+	if !ok {
+		return
+	}
+	if _, err := answer[api.ResumeSchedule200JSONResponse](c.cfg.API.ResumeSchedule(r.Context(), api.ResumeScheduleRequestObject{ScheduleId: id})); err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	seeOther(w, r, Prefix+"/schedules/"+id.String(), "resumed")
+}
+
+// runSchedule runs a schedule now (a manual fire, as the API's run). The
+// form's CSRF token doubles as nothing else: a repeated post runs again,
+// as a second click would.
+func (c *Console) runSchedule(w http.ResponseWriter, r *http.Request, _ *session) {
+	id, ok := c.pathID(w, r, "id")
+	if !ok {
+		return
+	}
+	resp, err := c.cfg.API.RunSchedule(r.Context(), api.RunScheduleRequestObject{ScheduleId: id})
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	switch resp.(type) {
+	case api.RunSchedule200JSONResponse, api.RunSchedule201JSONResponse:
+	default:
+		c.fail(w, r, errUnexpected)
+		return
+	}
+	seeOther(w, r, Prefix+"/schedules/"+id.String(), "run")
+}

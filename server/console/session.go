@@ -1,0 +1,187 @@
+package console
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"errors"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/worker-gateway/gateway/store"
+)
+
+// Cookies. The __Host- prefix makes browsers insist on Secure, Path=/ and no
+// Domain, so no other host or path can set or shadow them.
+const (
+	sessionCookie = "__Host-wg-console"
+	// signInCookie carries the sign-in form's CSRF token (double submit):
+	// there is no session yet to derive one from.
+	signInCookie = "__Host-wg-console-signin"
+	csrfField    = "csrf"
+)
+
+// session is a signed-in user, as a handler sees it.
+type session struct {
+	secret    string
+	principal store.Principal
+	expiresAt time.Time
+}
+
+// csrfToken is the session's CSRF token: an HMAC of a constant keyed with the
+// session's secret, so it needs no storage, differs per session, and cannot
+// be computed by a page that cannot read the HttpOnly cookie.
+func (s *session) csrfToken() string {
+	m := hmac.New(sha256.New, []byte(s.secret))
+	m.Write([]byte("worker-gateway console csrf"))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// Who describes the signed-in token for the header: its organization
+// scope and permissions.
+func (s *session) Who() string {
+	scope := "all organizations"
+	if org := s.principal.OrganizationID; org != nil {
+		scope = "organization " + org.String()
+	}
+	return scope + " · " + strings.Join(s.principal.Permissions, ", ")
+}
+
+type sessionHandler func(w http.ResponseWriter, r *http.Request, s *session)
+
+// authed resolves the session cookie, refuses a state-changing request
+// without the session's CSRF token (403), and runs next as the session's
+// token. Without a live session, a page is sent to the sign-in form.
+func (c *Console) authed(next sessionHandler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-store")
+		var s *session
+		if ck, err := r.Cookie(sessionCookie); err == nil && strings.HasPrefix(ck.Value, store.ConsoleSessionPrefix) {
+			cs, err := c.cfg.Sessions.ConsoleSessionBySecret(r.Context(), ck.Value)
+			switch {
+			case errors.Is(err, store.ErrNotFound):
+			case err != nil:
+				c.fail(w, r, err)
+				return
+			default:
+				s = &session{secret: ck.Value, principal: cs.Principal, expiresAt: cs.ExpiresAt}
+			}
+		}
+		if s == nil {
+			c.toSignIn(w, r)
+			return
+		}
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			want := s.csrfToken()
+			got := r.PostFormValue(csrfField)
+			if subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 {
+				c.errorPage(w, r, http.StatusForbidden, "The form's security token is missing or wrong. Reload the page and try again.")
+				return
+			}
+		}
+		next(w, r.WithContext(c.cfg.AsPrincipal(r.Context(), s.principal)), s)
+	})
+}
+
+// toSignIn sends a request without a session to the sign-in form, coming
+// back to the page afterwards. htmx requests are told to load the form as a
+// whole page; a form post without a session is refused.
+func (c *Console) toSignIn(w http.ResponseWriter, r *http.Request) {
+	target := Prefix + "/signin"
+	if r.Method == http.MethodGet && r.Header.Get("HX-Request") == "" {
+		target += "?next=" + url.QueryEscape(r.URL.RequestURI())
+	}
+	switch {
+	case r.Header.Get("HX-Request") != "":
+		w.Header().Set("HX-Redirect", target)
+		w.WriteHeader(http.StatusUnauthorized)
+	case r.Method != http.MethodGet && r.Method != http.MethodHead:
+		c.errorPage(w, r, http.StatusForbidden, "You are not signed in (or your session ended). Sign in and try again.")
+	default:
+		http.Redirect(w, r, target, http.StatusSeeOther)
+	}
+}
+
+// safeNext keeps a post-sign-in redirect on the console.
+func safeNext(next string) string {
+	if !strings.HasPrefix(next, Prefix+"/") || strings.HasPrefix(next, "//") || strings.Contains(next, "\\") {
+		return Prefix + "/"
+	}
+	return next
+}
+
+type signInData struct {
+	CSRF  string
+	Next  string
+	Error string
+}
+
+func (c *Console) signInForm(w http.ResponseWriter, r *http.Request) {
+	c.renderSignIn(w, r, http.StatusOK, "")
+}
+
+func (c *Console) renderSignIn(w http.ResponseWriter, r *http.Request, status int, problem string) {
+	w.Header().Set("Cache-Control", "no-store")
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	token := base64.RawURLEncoding.EncodeToString(b)
+	http.SetCookie(w, &http.Cookie{Name: signInCookie, Value: token, Path: "/", MaxAge: 3600,
+		HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode})
+	c.render(w, r, status, "signin", nil, "Sign in", signInData{CSRF: token, Next: safeNext(r.FormValue("next")), Error: problem})
+}
+
+// signIn exchanges an API token for a session cookie.
+func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "no-store")
+	ck, err := r.Cookie(signInCookie)
+	if err != nil || subtle.ConstantTimeCompare([]byte(ck.Value), []byte(r.PostFormValue(csrfField))) != 1 || ck.Value == "" {
+		c.errorPage(w, r, http.StatusForbidden, "The sign-in form's security token is missing or wrong. Reload the sign-in page and try again.")
+		return
+	}
+	token := strings.TrimSpace(r.PostFormValue("token"))
+	if !strings.HasPrefix(token, store.APITokenPrefix) {
+		c.renderSignIn(w, r, http.StatusUnauthorized, "That is not an API token (they begin with "+store.APITokenPrefix+").")
+		return
+	}
+	secret, cs, err := c.cfg.Sessions.CreateConsoleSession(r.Context(), token, c.cfg.SessionTTL)
+	if errors.Is(err, store.ErrNotFound) {
+		if c.cfg.SignInRefused != nil {
+			c.cfg.SignInRefused(r)
+		}
+		c.renderSignIn(w, r, http.StatusUnauthorized, "The API token is unknown, revoked or expired.")
+		return
+	}
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	// A session this browser had is replaced, not left behind.
+	if old, err := r.Cookie(sessionCookie); err == nil && strings.HasPrefix(old.Value, store.ConsoleSessionPrefix) {
+		if err := c.cfg.Sessions.DeleteConsoleSession(r.Context(), old.Value); err != nil {
+			c.cfg.Logger.Warn("console: delete the replaced session", "error", err.Error())
+		}
+	}
+	http.SetCookie(w, &http.Cookie{Name: signInCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode})
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: secret, Path: "/", Expires: cs.ExpiresAt,
+		MaxAge: max(int(time.Until(cs.ExpiresAt).Seconds()), 1), HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode})
+	c.cfg.Audit(c.cfg.AsPrincipal(r.Context(), cs.Principal), "console.sign_in", map[string]any{"expires_at": cs.ExpiresAt.UTC()})
+	http.Redirect(w, r, safeNext(r.PostFormValue("next")), http.StatusSeeOther)
+}
+
+// signOut deletes the session.
+func (c *Console) signOut(w http.ResponseWriter, r *http.Request, s *session) {
+	if err := c.cfg.Sessions.DeleteConsoleSession(r.Context(), s.secret); err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode})
+	c.cfg.Audit(r.Context(), "console.sign_out", nil)
+	http.Redirect(w, r, Prefix+"/signin", http.StatusSeeOther)
+}
