@@ -40,7 +40,7 @@ func TestScopeIsolatesEveryRead(t *testing.T) {
 		st, err := s.Stats(ctx, sc, store.StatsParams{OnlineWindow: onlineWindow, LeaseWindow: time.Minute, FailureWindow: time.Minute})
 		require.NoError(t, err)
 		require.Equal(t, []store.QueueDepth{{OrganizationID: b.org.ID, State: task.State, Count: 1}}, st.Queue)
-		require.Equal(t, 1, st.WorkersTotal)
+		require.EqualValues(t, 1, st.WorkersTotal)
 	}
 	for name, sc := range hidden {
 		t.Run(name, func(t *testing.T) {

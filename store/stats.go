@@ -17,19 +17,19 @@ type Stats struct {
 	// online window; WorkersTotal every unrevoked one. Capacity is the sum
 	// of the online workers' max_concurrent_tasks; ActiveAttempts the leases
 	// held now (by any worker, online or not).
-	WorkersOnline  int
-	WorkersTotal   int
-	Capacity       int
-	ActiveAttempts int
+	WorkersOnline  int64
+	WorkersTotal   int64
+	Capacity       int64
+	ActiveAttempts int64
 	// LeaseWindow is the window leases are counted over; Leases how many
 	// were granted in it.
 	LeaseWindow time.Duration
-	Leases      int
+	Leases      int64
 	// FailureWindow is the window failures are counted over; Failures how
 	// many attempts leased in it failed or expired; RecentFailures the
 	// latest few of them.
 	FailureWindow  time.Duration
-	Failures       int
+	Failures       int64
 	RecentFailures []RecentFailure
 }
 
@@ -37,7 +37,7 @@ type Stats struct {
 type QueueDepth struct {
 	OrganizationID uuid.UUID
 	State          TaskState
-	Count          int
+	Count          int64
 }
 
 // RecentFailure is one failed or expired attempt.

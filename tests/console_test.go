@@ -318,21 +318,21 @@ func TestStats(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
 	st := res.JSON200
-	depth := map[string]int{}
+	depth := map[string]int64{}
 	for _, q := range st.Queue {
 		depth[q.OrganizationId.String()+"/"+string(q.State)] += q.Count
 	}
-	require.Equal(t, map[string]int{
+	require.Equal(t, map[string]int64{
 		a.String() + "/pending": 2, a.String() + "/leased": 1, b.String() + "/pending": 1,
 	}, depth)
-	require.Equal(t, 1, st.Workers.Online)
-	require.Equal(t, 1, st.Workers.Total)
-	require.Equal(t, 4, st.Workers.Capacity)
-	require.Equal(t, 1, st.Workers.ActiveAttempts)
-	require.Equal(t, 1, st.Leases.Count)
+	require.EqualValues(t, 1, st.Workers.Online)
+	require.EqualValues(t, 1, st.Workers.Total)
+	require.EqualValues(t, 4, st.Workers.Capacity)
+	require.EqualValues(t, 1, st.Workers.ActiveAttempts)
+	require.EqualValues(t, 1, st.Leases.Count)
 	require.Equal(t, 60, st.Leases.WindowSeconds)
 	require.InDelta(t, 1.0/60, st.Leases.PerSecond, 1e-9)
-	require.Equal(t, 0, st.Failures.Count)
+	require.EqualValues(t, 0, st.Failures.Count)
 
 	// The lease fails for good: a recent failure.
 	attempt := lease.JSON200.Leases[0]

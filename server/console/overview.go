@@ -20,8 +20,8 @@ type overviewData struct {
 type queueRow struct {
 	OrganizationID uuid.UUID
 	Name           string
-	Counts         []int
-	Total          int
+	Counts         []int64
+	Total          int64
 }
 
 // queueStates are the unfinished states, in the order a task goes through
@@ -57,7 +57,7 @@ func (c *Console) overviewData(r *http.Request) (overviewData, error) {
 	for _, q := range st.Queue {
 		row := rows[q.OrganizationId]
 		if row == nil {
-			row = &queueRow{OrganizationID: q.OrganizationId, Name: names[q.OrganizationId], Counts: make([]int, len(queueStates))}
+			row = &queueRow{OrganizationID: q.OrganizationId, Name: names[q.OrganizationId], Counts: make([]int64, len(queueStates))}
 			rows[q.OrganizationId] = row
 		}
 		for i, state := range queueStates {

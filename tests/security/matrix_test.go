@@ -44,6 +44,7 @@ var bearerRoles = map[string]string{
 	"listSchedules": roleReader, "getSchedule": roleReader, "listScheduleFires": roleReader,
 	"listScheduleNext": roleReader, "listScopeTargets": roleReader, "listScanChanges": roleReader,
 	"listExposureChanges": roleReader, "listThreatExclusions": roleReader, "listAssetEdges": roleReader,
+	"getStats": roleReader,
 
 	"createTask": roleProducer, "cancelTask": roleProducer, "retryTask": roleProducer,
 	"createScan": roleProducer, "cancelScan": roleProducer,

@@ -1206,7 +1206,7 @@ type EnrollmentToken struct {
 // FailureSummary defines model for FailureSummary.
 type FailureSummary struct {
 	// Count Attempts leased within the window that failed or expired.
-	Count int `json:"count"`
+	Count int64 `json:"count"`
 
 	// Recent The latest of them (at most 10), newest first.
 	Recent        []RecentFailure `json:"recent"`
@@ -1314,7 +1314,7 @@ type Lease struct {
 // LeaseRate defines model for LeaseRate.
 type LeaseRate struct {
 	// Count Leases granted within the window.
-	Count int `json:"count"`
+	Count int64 `json:"count"`
 
 	// PerSecond count / window_seconds.
 	PerSecond     float64 `json:"per_second"`
@@ -1457,7 +1457,7 @@ type Problem struct {
 
 // QueueDepth defines model for QueueDepth.
 type QueueDepth struct {
-	Count          int                `json:"count"`
+	Count          int64              `json:"count"`
 	OrganizationId openapi_types.UUID `json:"organization_id"`
 	State          TaskState          `json:"state"`
 }
@@ -2226,16 +2226,16 @@ type Worker struct {
 // WorkerCapacity defines model for WorkerCapacity.
 type WorkerCapacity struct {
 	// ActiveAttempts Leases held now.
-	ActiveAttempts int `json:"active_attempts"`
+	ActiveAttempts int64 `json:"active_attempts"`
 
 	// Capacity The online workers' summed max_concurrent_tasks.
-	Capacity int `json:"capacity"`
+	Capacity int64 `json:"capacity"`
 
 	// Online Enabled, unrevoked workers seen within three heartbeat intervals.
-	Online int `json:"online"`
+	Online int64 `json:"online"`
 
 	// Total Unrevoked workers.
-	Total int `json:"total"`
+	Total int64 `json:"total"`
 }
 
 // WorkerGrant defines model for WorkerGrant.

@@ -3421,21 +3421,37 @@ export interface components {
             /** Format: uuid */
             organization_id: string;
             state: components["schemas"]["TaskState"];
+            /** Format: int64 */
             count: number;
         };
         WorkerCapacity: {
-            /** @description Enabled, unrevoked workers seen within three heartbeat intervals. */
+            /**
+             * Format: int64
+             * @description Enabled, unrevoked workers seen within three heartbeat intervals.
+             */
             online: number;
-            /** @description Unrevoked workers. */
+            /**
+             * Format: int64
+             * @description Unrevoked workers.
+             */
             total: number;
-            /** @description The online workers' summed max_concurrent_tasks. */
+            /**
+             * Format: int64
+             * @description The online workers' summed max_concurrent_tasks.
+             */
             capacity: number;
-            /** @description Leases held now. */
+            /**
+             * Format: int64
+             * @description Leases held now.
+             */
             active_attempts: number;
         };
         LeaseRate: {
             window_seconds: number;
-            /** @description Leases granted within the window. */
+            /**
+             * Format: int64
+             * @description Leases granted within the window.
+             */
             count: number;
             /**
              * Format: double
@@ -3445,7 +3461,10 @@ export interface components {
         };
         FailureSummary: {
             window_seconds: number;
-            /** @description Attempts leased within the window that failed or expired. */
+            /**
+             * Format: int64
+             * @description Attempts leased within the window that failed or expired.
+             */
             count: number;
             /** @description The latest of them (at most 10), newest first. */
             recent: components["schemas"]["RecentFailure"][];
