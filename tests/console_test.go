@@ -343,7 +343,7 @@ func TestStats(t *testing.T) {
 	require.Equal(t, http.StatusOK, done.StatusCode(), string(done.Body))
 	res, err = g.Control.GetStatsWithResponse(ctx, &apiclient.GetStatsParams{})
 	require.NoError(t, err)
-	require.Equal(t, 1, res.JSON200.Failures.Count)
+	require.EqualValues(t, 1, res.JSON200.Failures.Count)
 	require.Len(t, res.JSON200.Failures.Recent, 1)
 	require.Equal(t, attempt.Task.Id, res.JSON200.Failures.Recent[0].TaskId)
 	require.Equal(t, "boom", *res.JSON200.Failures.Recent[0].ErrorCode)
@@ -355,9 +355,9 @@ func TestStats(t *testing.T) {
 	require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
 	require.Len(t, res.JSON200.Queue, 1)
 	require.Equal(t, b, res.JSON200.Queue[0].OrganizationId)
-	require.Equal(t, 0, res.JSON200.Workers.Total)
-	require.Equal(t, 0, res.JSON200.Leases.Count)
-	require.Equal(t, 0, res.JSON200.Failures.Count)
+	require.EqualValues(t, 0, res.JSON200.Workers.Total)
+	require.EqualValues(t, 0, res.JSON200.Leases.Count)
+	require.EqualValues(t, 0, res.JSON200.Failures.Count)
 }
 
 // TestConsolePages walks every page as an operator and uses each action:

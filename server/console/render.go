@@ -248,7 +248,7 @@ var funcs = template.FuncMap{
 	},
 	"pendingReason": pendingReasonText,
 	"eligibility":   eligibilityText,
-	"pct": func(n, of int) int {
+	"pct": func(n, of int64) int64 {
 		if of <= 0 {
 			return 0
 		}
