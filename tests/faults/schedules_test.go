@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/worker-gateway/gateway/tests/harness"
@@ -35,7 +37,8 @@ func createSecondlyScans(t *testing.T, g *harness.Gateway, org uuid.UUID, n int,
 }
 
 // requireEverySlotOnce checks in SQL, per schedule, that every slot from
-// start to its latest handled one is accounted for once (a created fire
+// start (or its first slot, if it was created later) to its latest handled
+// one is accounted for once (a created fire
 // with its one scan, or counted missed on a later fire) and that no slot
 // has two scans or a scan without its fire. It returns the slots and the
 // fires that created a scan.
@@ -47,12 +50,16 @@ func requireEverySlotOnce(t *testing.T, g *harness.Gateway, ids []uuid.UUID, sta
 		// latest handled slot, and the fires that account for them.
 		var due, accounted, created, twoScans, firesWithoutScan, scansWithoutFire int
 		require.NoError(t, g.Pool.QueryRow(ctx, `
-			WITH sc AS (SELECT last_slot_at FROM schedules WHERE id = $1),
+			WITH sc AS (
+				-- A schedule created after start (a slow machine) begins at
+				-- the first slot after its creation.
+				SELECT last_slot_at, greatest($2::timestamptz, date_trunc('second', created_at) + interval '1 second') AS first_slot
+				FROM schedules WHERE id = $1),
 			f AS (SELECT * FROM schedule_fires WHERE schedule_id = $1 AND trigger_kind = 'schedule'
 				AND slot_at <= (SELECT last_slot_at FROM sc)),
 			runs AS (SELECT * FROM scans WHERE trigger_schedule_id = $1 AND trigger_kind = 'schedule'
 				AND trigger_slot_at <= (SELECT last_slot_at FROM sc))
-			SELECT (extract(epoch FROM (SELECT last_slot_at FROM sc) - $2::timestamptz))::int + 1,
+			SELECT (extract(epoch FROM (SELECT last_slot_at - first_slot FROM sc)))::int + 1,
 				(SELECT coalesce(sum(1 + missed_slots), 0) FROM f)::int,
 				(SELECT count(*) FROM f WHERE outcome = 'created')::int,
 				(SELECT count(*) FROM (SELECT 1 FROM runs GROUP BY trigger_slot_at HAVING count(*) > 1) d)::int,
@@ -64,6 +71,9 @@ func requireEverySlotOnce(t *testing.T, g *harness.Gateway, ids []uuid.UUID, sta
 		require.Zero(t, twoScans, "schedule %s: a slot created two scans", id)
 		require.Zero(t, firesWithoutScan, "schedule %s: a created fire has no scan", id)
 		require.Zero(t, scansWithoutFire, "schedule %s: a scan has no fire", id)
+		if due != accounted {
+			t.Logf("schedule %s: its fires (slot - start, outcome, missed):\n%s", id, fireList(t, g, id, start))
+		}
 		require.Equal(t, due, accounted, "schedule %s: every slot fired or counted missed, once", id)
 		slots += due
 		fired += created
@@ -149,8 +159,29 @@ func TestScheduleReplicasFireEachSlotOnce(t *testing.T) {
 				return ended == schedules
 			})
 			slots, fired := requireEverySlotOnce(t, g, ids, start)
-			require.Equal(t, schedules*slotsEach, slots)
+			// All of them unless creating the schedules outlasted the lead
+			// (their first slots then came after their creation).
+			require.LessOrEqual(t, slots, schedules*slotsEach)
+			require.Positive(t, slots)
 			t.Logf("%d replicas: %d slots, %d fired, %d counted missed on a later fire", replicas, slots, fired, slots-fired)
 		})
 	}
+}
+
+// fireList renders a schedule's fires for a failure message.
+func fireList(t *testing.T, g *harness.Gateway, id uuid.UUID, start time.Time) string {
+	rows, err := g.Pool.Query(context.Background(), `SELECT extract(epoch FROM slot_at - $2::timestamptz)::text,
+			outcome, skip_reason, missed_slots, fired_at::text, (scan_id IS NOT NULL)
+		FROM schedule_fires WHERE schedule_id = $1 ORDER BY slot_at`, id, start)
+	require.NoError(t, err)
+	var b strings.Builder
+	var at, outcome, reason, firedAt string
+	var missed int
+	var scan bool
+	_, err = pgx.ForEachRow(rows, []any{&at, &outcome, &reason, &missed, &firedAt, &scan}, func() error {
+		fmt.Fprintf(&b, "  %s s: %s %s missed=%d fired_at=%s scan=%t\n", at, outcome, reason, missed, firedAt, scan)
+		return nil
+	})
+	require.NoError(t, err)
+	return b.String()
 }
