@@ -108,6 +108,12 @@ func (g *fakeGateway) runtime(cfg Config) *Worker {
 
 // enqueue makes a task with this payload leasable and returns its lease.
 func (g *fakeGateway) enqueue(payload string, edit ...func(*apiclient.Lease)) apiclient.Lease {
+	return g.enqueueAs("active", payload, edit...)
+}
+
+// enqueueAs enqueues a lease already in state s when the runtime first
+// sees it (setting the state after enqueue races with the runtime's poll).
+func (g *fakeGateway) enqueueAs(s apiclient.LeaseState, payload string, edit ...func(*apiclient.Lease)) apiclient.Lease {
 	l := apiclient.Lease{
 		AttemptId:                uuid.New(),
 		LeaseToken:               "tok-" + uuid.NewString(),
@@ -126,7 +132,7 @@ func (g *fakeGateway) enqueue(payload string, edit ...func(*apiclient.Lease)) ap
 	g.queue = append(g.queue, l)
 	g.tokens[l.AttemptId] = l.LeaseToken
 	g.intervals[l.AttemptId] = l.HeartbeatIntervalSeconds
-	g.state[l.AttemptId] = "active"
+	g.state[l.AttemptId] = s
 	close(g.wake)
 	g.wake = make(chan struct{})
 	return l
@@ -574,8 +580,7 @@ func TestCancelRequestedAtStartSkipsTheHandler(t *testing.T) {
 			return nil
 		}})
 		stop := runInBackground(t.Context(), w)
-		l := g.enqueue(`{}`)
-		g.setState(l.AttemptId, "cancel_requested")
+		l := g.enqueueAs("cancel_requested", `{}`)
 		waitFor(t, time.Minute, func() bool { return len(g.completionsOf(l.AttemptId)) == 1 })
 		require.NoError(t, stop())
 		assert.False(t, called)
@@ -595,8 +600,7 @@ func TestLostLeaseIsNotCompleted(t *testing.T) {
 		stop := runInBackground(t.Context(), w)
 
 		// Lost at start: the handler never runs.
-		atStart := g.enqueue(`{}`)
-		g.setState(atStart.AttemptId, "lost")
+		atStart := g.enqueueAs("lost", `{}`)
 		// Lost while running: the next heartbeat says so.
 		running := g.enqueue(`{}`)
 		time.Sleep(time.Second)
