@@ -14,9 +14,11 @@ build:
 	$(GO) build -tags devstack -o $(BIN)/gateway ./server/cmd/gateway
 	$(GO) build -o $(BIN)/worker ./workerclient/cmd/worker
 
-## test: every test, against a real PostgreSQL, real TLS and real HTTP
+## test: every test, against a real PostgreSQL, real TLS and real HTTP. Most tests wait on
+## gateways, timers and long-polls rather than compute, so four run at once per package
+## (-parallel; the default is one per core).
 test: check-generated check-spec vet lint check-ts
-	$(GO) test -race -count=1 -timeout 20m ./...
+	$(GO) test -race -count=1 -parallel 4 -timeout 20m ./...
 	$(MAKE) fuzz-short
 
 vet:
