@@ -134,6 +134,7 @@ func webhookDeliveries(t *testing.T, g *harness.Gateway, id uuid.UUID) []apiclie
 // carries the same event id and the same bytes, signed as the spec says,
 // and the delivery log tells the story.
 func TestWebhooksDeliverSignedEvents(t *testing.T) {
+	t.Parallel()
 	g := harness.Start(t, harness.Options{Config: webhookTestConfig})
 	org := g.NewOrganization(t, "hooks")
 	rcv := newHookReceiver(t, func(n int, _ *http.Request) int {
@@ -201,6 +202,7 @@ func TestWebhooksDeliverSignedEvents(t *testing.T) {
 // task.failed_terminal; after a rotation with an overlap every delivery is
 // signed with both secrets, and only the new one is answered.
 func TestWebhooksTerminalFailureAndRotation(t *testing.T) {
+	t.Parallel()
 	g := harness.Start(t, harness.Options{Config: webhookTestConfig})
 	org := g.NewOrganization(t, "rotation")
 	rcv := newHookReceiver(t, func(int, *http.Request) int { return http.StatusOK })
@@ -250,6 +252,7 @@ func TestWebhooksTerminalFailureAndRotation(t *testing.T) {
 // whose URL was changed in the database behind the API's back, as DNS
 // rebinding would) is refused when dialing.
 func TestWebhooksRefusePrivateTargets(t *testing.T) {
+	t.Parallel()
 	g := harness.Start(t)
 	org := g.NewOrganization(t, "ssrf")
 	for _, url := range []string{"http://127.0.0.1:9/", "http://localhost:9/", "http://10.1.2.3/", "http://169.254.169.254/latest/meta-data",
@@ -283,6 +286,7 @@ func TestWebhooksRefusePrivateTargets(t *testing.T) {
 // TestWebhooksIsolationAndAudit: another organization's target is 404 on
 // every route, and every change to a target is audited.
 func TestWebhooksIsolationAndAudit(t *testing.T) {
+	t.Parallel()
 	g := harness.Start(t, harness.Options{Config: webhookTestConfig})
 	orgA, orgB := g.NewOrganization(t, "a"), g.NewOrganization(t, "b")
 	tokenA, _, err := g.Store.CreateAPIToken(t.Context(), store.EveryOrganization(),
@@ -413,6 +417,7 @@ func TestWebhooksSurviveKill9(t *testing.T) {
 // TestWebhooksWorkerOffline: the watcher notices a worker that stopped
 // being seen and announces it once, through the same delivery path.
 func TestWebhooksWorkerOffline(t *testing.T) {
+	t.Parallel()
 	g := harness.Start(t, harness.Options{Config: func(c *server.Config) {
 		webhookTestConfig(c)
 		c.HeartbeatInterval = 200 * time.Millisecond // online = seen within 600 ms
