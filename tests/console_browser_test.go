@@ -136,13 +136,20 @@ func TestConsoleInChromium(t *testing.T) {
 			});`})
 		return err
 	}))
+	// text reads an element's text. The overview swaps its fragment in
+	// every second, so the node found may be replaced before it is read
+	// ("No node with given id found"): read again until the step's deadline.
 	text := func(id string) string {
 		t.Helper()
 		sctx, cancel := step()
 		defer cancel()
-		v, err := chromedp.Run(sctx, chromedp.Text(chromedp.ID(id)))
-		require.NoError(t, err, "read #%s", id)
-		return v
+		for {
+			v, err := chromedp.Run(sctx, chromedp.Text(chromedp.ID(id)))
+			if err == nil || sctx.Err() != nil || !strings.Contains(err.Error(), "No node with given id") {
+				require.NoError(t, err, "read #%s", id)
+				return v
+			}
+		}
 	}
 	location := func() string {
 		t.Helper()
