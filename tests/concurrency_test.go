@@ -16,7 +16,7 @@ import (
 // against two gateway processes sharing one database and 2,000 tasks.
 func TestManyWorkersOnTwoReplicasCompleteEveryTaskExactlyOnce(t *testing.T) {
 	t.Parallel()
-	manyWorkersOnTwoReplicas(t, 2000)
+	manyWorkersOnTwoReplicas(t, 1000)
 }
 
 // TestAcquisitionPerPollCompletesEveryTaskExactlyOnce: the same with every
