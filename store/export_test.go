@@ -18,3 +18,10 @@ var (
 	LeaseCandidatesSQL = leaseCandidatesSQL
 	GenericPlanSQL     = genericPlanSQL
 )
+
+// LockAssignmentsSQL and ReplayLeasesSQL let a test explain the other
+// statements of a poll that read the worker's live attempts.
+var (
+	LockAssignmentsSQL = lockAssignmentsSQL
+	ReplayLeasesSQL    = replayLeasesSQL
+)

@@ -396,7 +396,7 @@ const byIDPlanSQL = genericPlanSQL + `,
 // have waited for on that lock.
 var lockAssignmentsSQL = `
 	SELECT ow.organization_id,
-		(SELECT count(*) FROM worker_task_attempts WHERE worker_id = $1 AND status IN (` + activeStatuses + `))
+		(SELECT count(*) FROM worker_task_attempts a WHERE ` + workerLiveAttempts("a", "$1") + `)
 	FROM organization_workers ow
 	JOIN workers w ON w.id = ow.worker_id AND w.enabled AND w.revoked_at IS NULL
 	WHERE ow.worker_id = $1 AND ow.enabled AND ow.revoked_at IS NULL
@@ -415,9 +415,8 @@ var replayLeasesSQL = `
 WITH replay AS (
 	SELECT a.id, row_number() OVER (ORDER BY a.created_at, a.id) AS slot
 	FROM worker_task_attempts a
-	WHERE a.worker_id = $1 AND a.lease_request_key = $2
-		-- The plain status test lets the index of live attempts find them.
-		AND a.status IN (` + activeStatuses + `) AND ` + leaseLive("a") + `
+	WHERE ` + workerLiveAttempts("a", "$1") + ` AND a.lease_request_key = $2
+		AND ` + leaseLive("a") + `
 		AND EXISTS (SELECT 1 FROM workers w WHERE w.id = $1 AND w.revoked_at IS NULL)
 ), rotated AS (
 	UPDATE worker_task_attempts a SET lease_token_hash = ($3::bytea[])[r.slot]
@@ -720,13 +719,13 @@ func takeQueuedSQL(rel, idColumn string) string {
 var leaseCandidatesSQL = `
 WITH worker AS (
 	SELECT w.capabilities, w.labels, ` + taskTypesSQL("w.worker_type") + ` AS task_types,
-		least($2, w.max_concurrent_tasks - (SELECT count(*) FROM worker_task_attempts
-			WHERE worker_id = $1 AND status IN (` + activeStatuses + `))) AS want
+		least($2, w.max_concurrent_tasks - (SELECT count(*) FROM worker_task_attempts a
+			WHERE ` + workerLiveAttempts("a", "$1") + `)) AS want
 	FROM workers w
 	WHERE w.id = $1 AND w.enabled AND w.revoked_at IS NULL
 		AND NOT EXISTS (SELECT 1 FROM worker_task_attempts r
-			WHERE r.worker_id = $1 AND r.lease_request_key = $3
-				AND r.status IN (` + activeStatuses + `) AND ` + leaseLive("r") + `)
+			WHERE ` + workerLiveAttempts("r", "$1") + ` AND r.lease_request_key = $3
+				AND ` + leaseLive("r") + `)
 ), candidates AS (
 	SELECT c.id, c.organization_id
 	FROM worker, organization_workers ow

@@ -294,7 +294,7 @@ func (s *Store) pendingReason(ctx context.Context, t Task, onlineWindow time.Dur
 			count(*) FILTER (WHERE online AND capabilities @> $3::jsonb),
 			count(*) FILTER (WHERE online AND capabilities @> $3::jsonb AND labelled),
 			count(*) FILTER (WHERE online AND capabilities @> $3::jsonb AND labelled AND max_concurrent_tasks >
-				(SELECT count(*) FROM worker_task_attempts a WHERE a.worker_id = eligible.id AND a.status IN (`+activeStatuses+`)))
+				(SELECT count(*) FROM worker_task_attempts a WHERE `+workerLiveAttempts("a", "eligible.id")+`))
 		FROM eligible`,
 		t.OrganizationID, t.TaskType, string(t.RequiredCapabilities), onlineWindow.Seconds(), t.ID, taskPlugin(t),
 		t.PinnedWorkerID, selector,

@@ -124,3 +124,16 @@ func fromStates(e TaskEvent) string { return sqlStates(TaskTransitions[e].From..
 
 // activeStatuses is the SQL list of active attempt statuses.
 var activeStatuses = sqlStates(ActiveAttemptStatuses...)
+
+// workerLiveAttempts is how a statement finds one worker's live attempts:
+// worker_id and finished_at IS NULL, which only the worker's index of live
+// attempts (worker_task_attempts_worker_unfinished_idx) can serve. An
+// attempt is live exactly while finished_at is NULL (a CHECK constraint
+// holds every row to it); the status would do as well, but would let the
+// planner pick another index of live attempts whenever statistics say none
+// is live, and read every worker's live leases on each poll (migration
+// 000025 tells the story). attempt is the attempt row's SQL name, worker
+// the worker id's SQL expression.
+func workerLiveAttempts(attempt, worker string) string {
+	return attempt + `.worker_id = ` + worker + ` AND ` + attempt + `.finished_at IS NULL`
+}

@@ -51,7 +51,7 @@ var workerColumns = `w.id, w.name, w.worker_type, w.enabled, w.revoked_at, w.rev
 	w.certificate_fingerprint, w.certificate_subject, w.certificate_expires_at, w.software_version, w.protocol_version,
 	w.capabilities, w.labels, w.max_concurrent_tasks, w.last_seen_at,
 	coalesce(w.last_seen_at > now() - make_interval(secs => $1::float8), false),
-	(SELECT count(*) FROM worker_task_attempts a WHERE a.worker_id = w.id AND a.status IN ('leased', 'running')
+	(SELECT count(*) FROM worker_task_attempts a WHERE ` + workerLiveAttempts("a", "w.id") + `
 		AND ` + inScope("a.organization_id", "$2") + `),
 	array(SELECT ow.organization_id FROM organization_workers ow
 		WHERE ow.worker_id = w.id AND ow.enabled AND ow.revoked_at IS NULL
@@ -411,7 +411,7 @@ func releaseAttemptsWhere(ctx context.Context, tx executor, workerID uuid.UUID, 
 			UPDATE worker_task_attempts a SET
 				status = '`+string(AttemptSuperseded)+`', finished_at = now(), updated_at = now(),
 				error_code = $3, error_message = 'attempt ended by policy'
-			WHERE a.worker_id = $1 AND a.status IN (`+activeStatuses+`)
+			WHERE `+workerLiveAttempts("a", "$1")+`
 				AND ($2::uuid IS NULL OR a.organization_id = $2)
 				AND ($4::jsonb IS NULL OR EXISTS (SELECT 1 FROM worker_tasks ct
 					WHERE ct.id = a.task_id AND NOT ($4::jsonb @> ct.critical_capabilities)))
@@ -486,7 +486,7 @@ func (s *Store) OrganizationWorkers(ctx context.Context, scope Scope, org uuid.U
 	// eligibility is judged on all its active attempts (busy), even where
 	// the worker's ActiveAttempts shows only the caller's.
 	rows, err := s.pool.Query(ctx, `SELECT `+workerColumns+`, ow.enabled,
-			(SELECT count(*) FROM worker_task_attempts a WHERE a.worker_id = w.id AND a.status IN (`+activeStatuses+`))
+			(SELECT count(*) FROM worker_task_attempts a WHERE `+workerLiveAttempts("a", "w.id")+`)
 		FROM organization_workers ow JOIN workers w ON w.id = ow.worker_id
 		WHERE ow.organization_id = $3 AND ow.revoked_at IS NULL
 		ORDER BY w.name, w.id`, onlineWindow.Seconds(), scope.arg(), org)

@@ -80,7 +80,9 @@ Scenarios (-scenario, comma-separated to run several on one stack):
               (-replica-counts, default 1,2,3 gateway processes on one
               database; workers spread over them round-robin): -replica-tasks
               tasks over -replica-orgs organizations with -workers (64
-              unless given), then latency with tasks created through the
+              unless given) leasing -batch (32 unless given) per poll and
+              completing them in one call (-complete-many, on unless
+              given), then latency with tasks created through the
               first replica. Reports tasks/s, speed-up, gateway (summed) and
               PostgreSQL CPU, wake p50/p99 per replica count.
   fairness    -workers (8 unless given) workers serving organizations A and
@@ -386,12 +388,21 @@ func run() int {
 		case "fairness":
 			r, err = runFairness(scCtx, st, fairnessConfig{tasks: *fairTasks, workers: fairWorkers, batch: *batch, samples: fairSamples}, logf)
 		case "replicas":
-			replWorkers := 64
+			// Workers poll as the Go worker runtime does (32 leases a poll,
+			// completed in one call) unless told otherwise: a million tasks
+			// one lease per poll measure the per-call cost, not replicas.
+			replWorkers, replBatch, replCompleteMany := 64, 32, true
 			if given["workers"] {
 				replWorkers = *workers
 			}
+			if given["batch"] {
+				replBatch = *batch
+			}
+			if given["complete-many"] {
+				replCompleteMany = *completeMny
+			}
 			r, err = runReplicas(scCtx, st, replicasConfig{counts: replicaCounts,
-				throughput: throughputConfig{tasks: *replTasks, workers: replWorkers, batch: *batch, wait: *tpWait, completeMany: *completeMny, orgs: *replOrgs},
+				throughput: throughputConfig{tasks: *replTasks, workers: replWorkers, batch: replBatch, wait: *tpWait, completeMany: replCompleteMany, orgs: *replOrgs},
 				latency:    latencyConfig{polls: *polls, workers: replWorkers, samples: *samples, interval: *interval, wait: *latWait}}, logf)
 		case "schedules":
 			r, err = runSchedules(scCtx, st, schedulesConfig{schedules: *nSchedules, period: *schedPeriod, window: *schedWindow, idle: *idleWindow}, logf)
