@@ -2,6 +2,7 @@ package server
 
 import (
 	"container/heap"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,19 +20,25 @@ import (
 // The hub wakes only as many waiters as could win the announced tasks: an
 // organization's notice of n new tasks wakes waiters serving it, in arrival
 // order, until their free slots add up to n. A woken waiter that then leases
-// nothing passes the notice on to the next one (Forward), so a waiter that
-// cannot take the task (say, missing a capability) never strands it.
+// nothing, while a due task is still queued, passes the notice on to the
+// next one (Forward), so a waiter that cannot take the task (say, missing a
+// capability) never strands it. A notice passed on visits each worker once:
+// a task no waiting worker can take ends the chain instead of cycling
+// through the waiters until their polls end.
 //
 // Missed wake-ups are impossible by construction: a poll reads the hub's
 // sequence number before its acquisition transaction, and registering with
 // that number wakes it at once if a notice for its organizations or worker
 // arrived in between.
 type Hub struct {
-	mu        sync.Mutex
-	seq       uint64
-	byOrg     map[uuid.UUID][]*Waiter
-	byWorker  map[uuid.UUID][]*Waiter
-	orgSeq    map[uuid.UUID]uint64
+	mu       sync.Mutex
+	seq      uint64
+	byOrg    map[uuid.UUID][]*Waiter
+	byWorker map[uuid.UUID][]*Waiter
+	orgSeq   map[uuid.UUID]uint64
+	// turns holds, per organization, the workers its current notice has
+	// woken (reset by each new notice), so passing it on skips them.
+	turns     map[uuid.UUID]map[uuid.UUID]struct{}
 	workerSeq map[uuid.UUID]uint64
 	// capacitySeq is per worker, for notices that only concern its polls
 	// waiting for a free slot.
@@ -72,6 +79,7 @@ func NewHub() *Hub {
 		byOrg:       map[uuid.UUID][]*Waiter{},
 		byWorker:    map[uuid.UUID][]*Waiter{},
 		orgSeq:      map[uuid.UUID]uint64{},
+		turns:       map[uuid.UUID]map[uuid.UUID]struct{}{},
 		workerSeq:   map[uuid.UUID]uint64{},
 		capacitySeq: map[uuid.UUID]uint64{},
 		closed:      make(chan struct{}),
@@ -189,17 +197,34 @@ func (h *Hub) WakeOrganization(org uuid.UUID, count int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.seq++
-	h.orgSeq[org] = h.seq
+	h.newNoticeLocked(org)
 	h.wakeOrgLocked(org, max(count, 1), h.seq)
 }
 
+// newNoticeLocked starts organization org's notice h.seq.
+func (h *Hub) newNoticeLocked(org uuid.UUID) {
+	h.orgSeq[org] = h.seq
+	delete(h.turns, org)
+}
+
+// wakeOrgLocked wakes waiters of org whose worker has not had a turn at
+// notice seq yet, in arrival order, until their free slots cover count.
 func (h *Hub) wakeOrgLocked(org uuid.UUID, count int, seq uint64) {
+	turns := h.turns[org]
+	if turns == nil {
+		turns = map[uuid.UUID]struct{}{}
+		h.turns[org] = turns
+	}
 	for count > 0 {
-		list := h.byOrg[org]
-		if len(list) == 0 {
+		i := slices.IndexFunc(h.byOrg[org], func(w *Waiter) bool {
+			_, had := turns[w.worker]
+			return !had
+		})
+		if i < 0 {
 			return
 		}
-		w := list[0]
+		w := h.byOrg[org][i]
+		turns[w.worker] = struct{}{}
 		w.woken = seq
 		count -= w.slots
 		h.signal(w)
@@ -207,7 +232,9 @@ func (h *Hub) wakeOrgLocked(org uuid.UUID, count int, seq uint64) {
 }
 
 // Forward passes a notice on after the waiter it woke leased nothing: the
-// next waiter of each of its organizations gets a turn.
+// next waiter of each of its organizations whose worker has not had a turn
+// at it gets one. Call it only while a due task is still queued: if another
+// poll took the task, there is nothing to pass on.
 func (h *Hub) Forward(w *Waiter) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -301,7 +328,7 @@ func (h *Hub) fireTimers() {
 	for len(h.timers) > 0 && !h.timers[0].at.After(now) {
 		e := heap.Pop(&h.timers).(timerEntry)
 		h.seq++
-		h.orgSeq[e.org] = h.seq
+		h.newNoticeLocked(e.org)
 		h.wakeOrgLocked(e.org, 1, h.seq)
 	}
 	h.armLocked()

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -34,6 +35,42 @@ func TestHubWakesOnlyAsManyWaitersAsTasks(t *testing.T) {
 	h.Forward(ws[0])
 	require.True(t, signalled(ws[2]))
 	require.False(t, signalled(ws[3]))
+}
+
+// TestHubNoticePassedOnVisitsEachWorkerOnce: when no waiting worker can
+// take a notice's task, passing it on ends after every worker had a turn,
+// even as the ones that tried wait again; a new notice starts afresh.
+func TestHubNoticePassedOnVisitsEachWorkerOnce(t *testing.T) {
+	h := NewHub()
+	org := uuid.New()
+	var waiting []*Waiter
+	for range 3 {
+		waiting = append(waiting, h.Register(uuid.New(), []uuid.UUID{org}, 1, h.Seq()))
+	}
+	h.WakeOrganization(org, 1)
+	turns := map[uuid.UUID]int{}
+	for range 10 {
+		woken := slices.DeleteFunc(slices.Clone(waiting), func(w *Waiter) bool { return !signalled(w) })
+		if len(woken) == 0 {
+			break
+		}
+		require.Len(t, woken, 1)
+		w := woken[0]
+		turns[w.worker]++
+		// It leased nothing, passes the notice on and waits again.
+		seq := h.Seq()
+		h.Forward(w)
+		waiting = append(waiting, h.Register(w.worker, []uuid.UUID{org}, 1, seq))
+	}
+	require.Len(t, turns, 3)
+	for worker, n := range turns {
+		require.Equal(t, 1, n, "worker %s tried the notice once, and then the chain ended", worker)
+	}
+	require.Equal(t, 3, h.Waiting())
+
+	h.WakeOrganization(org, 1)
+	woken := slices.DeleteFunc(slices.Clone(waiting), func(w *Waiter) bool { return !signalled(w) })
+	require.Len(t, woken, 1, "a new notice wakes a waiter again")
 }
 
 func TestHubSlotsCountTowardsTheTasks(t *testing.T) {

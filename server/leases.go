@@ -85,10 +85,12 @@ func (h *handlers) AcquireLeases(ctx context.Context, req api.AcquireLeasesReque
 			}
 			return h.leaseAnswer(ctx, workerID, res), nil
 		}
-		if wokenBy != nil {
-			// Woken but nothing to lease (another poll won, or this worker
-			// cannot take the task): pass the notice on.
+		if wokenBy != nil && h.dueTaskStillQueued(ctx, res.OrganizationIDs) {
+			// Woken but nothing to lease, and a due task is still queued:
+			// this worker cannot take it, the next one may. (If none is,
+			// another poll — here or on another replica — took it.)
 			h.hub.Forward(wokenBy)
+			h.metrics.wakeupsPassedOn.Inc()
 		}
 		// Only the first pass needs to persist the advertisement.
 		params.Capabilities, params.SoftwareVersion, params.ProtocolVersion = nil, nil, nil
@@ -112,6 +114,13 @@ func (h *handlers) AcquireLeases(ctx context.Context, req api.AcquireLeasesReque
 		}
 		return api.AcquireLeases200JSONResponse{Leases: []api.Lease{}}, nil
 	}
+}
+
+// dueTaskStillQueued reports whether orgs have a due task queued; when it
+// cannot tell, it says yes, so a notice is passed on rather than dropped.
+func (h *handlers) dueTaskStillQueued(ctx context.Context, orgs []uuid.UUID) bool {
+	queued, err := h.store.DueTaskQueued(ctx, orgs)
+	return queued || err != nil
 }
 
 // releaseUndelivered releases leases granted to a poll that is gone.

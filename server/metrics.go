@@ -31,6 +31,7 @@ type metrics struct {
 
 	leaseAcquisition  prometheus.Histogram
 	wakeLatency       prometheus.Histogram
+	wakeupsPassedOn   prometheus.Counter
 	heartbeats        prometheus.Counter
 	fencingRejections prometheus.Counter
 	replays           *prometheus.CounterVec
@@ -67,6 +68,10 @@ func newMetrics(s *Server) *metrics {
 			Name:    "gateway_wake_latency_seconds",
 			Help:    "Approximate wake-up latency: from the hub signalling a waiting poll to that poll answering with leases.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}),
+		wakeupsPassedOn: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gateway_wakeups_passed_on_total",
+			Help: "Wake-ups a woken poll passed on to the next waiting worker: it leased nothing while a due task was still queued (one it cannot take).",
 		}),
 		heartbeats: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gateway_heartbeats_total",
@@ -130,7 +135,7 @@ func newMetrics(s *Server) *metrics {
 		m.replays.WithLabelValues(route)
 	}
 	reg.MustRegister(
-		m.leaseAcquisition, m.wakeLatency, m.heartbeats, m.fencingRejections, m.replays, m.conflicts,
+		m.leaseAcquisition, m.wakeLatency, m.wakeupsPassedOn, m.heartbeats, m.fencingRejections, m.replays, m.conflicts,
 		m.leaseExpiries, m.undelivered, m.secretUnavailable, m.uploadBytes, m.sweeperRuns, m.rateLimited, m.httpRequests,
 		m.requestDuration, m.longPollDuration, buildInfo(),
 		s.scheduleTimer.lag,

@@ -104,6 +104,34 @@ func TestAWokenPollThatCannotTakeTheTaskPassesItOn(t *testing.T) {
 	require.Len(t, leases, 1, "the GPU worker got the task well before its 25 s wait ended")
 	require.Equal(t, task, leases[0].Task.Id)
 	<-plainDone
+	require.GreaterOrEqual(t, scrape(t, g, g.AdminToken)["gateway_wakeups_passed_on_total"], 1.0)
+}
+
+// TestAWokenPollWhoseTaskWasTakenPassesNothingOn: a poll woken for a task
+// another poll took first (on this replica or another) leases nothing and
+// waits again without waking the next waiter: passing the notice on would
+// wake poll after poll for a task that is gone.
+func TestAWokenPollWhoseTaskWasTakenPassesNothingOn(t *testing.T) {
+	t.Parallel()
+	g := harness.Start(t)
+	org := g.NewOrganization(t, "acme")
+	const pollers = 3
+	for i := range pollers {
+		w := g.NewWorker(t, "w"+string(rune('a'+i)), 1, org)
+		go func() { _, _ = w.Client.AcquireLeasesWithResponse(context.Background(), nil, apiclient.LeaseRequest{WaitSeconds: ptr(20)}) }()
+	}
+	harness.WaitFor(t, 10*time.Second, "all polls waiting", func() bool { return g.Server.Hub().Waiting() == pollers })
+	before := scrape(t, g, g.AdminToken)["gateway_lease_acquisition_seconds_count"]
+
+	// The notice of a task that is already gone.
+	g.Server.Hub().WakeOrganization(org, 1)
+	harness.WaitFor(t, 10*time.Second, "the woken poll waiting again", func() bool {
+		return g.Server.Hub().Waiting() == pollers && scrape(t, g, g.AdminToken)["gateway_lease_acquisition_seconds_count"] == before+1
+	})
+	// It registered again after deciding not to pass the notice on.
+	m := scrape(t, g, g.AdminToken)
+	require.Zero(t, m["gateway_wakeups_passed_on_total"])
+	require.Equal(t, before+1, m["gateway_lease_acquisition_seconds_count"], "one woken poll looked; nobody else was woken")
 }
 
 func TestLeaseIdempotencyKeyReturnsTheSameLeases(t *testing.T) {
