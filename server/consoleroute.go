@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/server/console"
 	"github.com/worker-gateway/gateway/store"
 )
@@ -31,6 +32,12 @@ func (s *Server) consoleHandler(h *handlers) (http.Handler, error) {
 		Problem: func(err error) (int, string) {
 			p := problemFor(err)
 			return p.Status, string(p.Detail)
+		},
+		WriteProblem: func(w http.ResponseWriter, r *http.Request, err error) {
+			writeProblem(w, r, problemFor(err), s.logger)
+		},
+		NotSignedIn: func(detail problem.Text) error {
+			return newProblem(http.StatusUnauthorized, problem.Unauthenticated, detail)
 		},
 		Audit: func(ctx context.Context, action string, details map[string]any) {
 			// An organization's token's sign-ins are that organization's

@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -39,6 +40,12 @@ func newConsoleUser(t *testing.T, g *harness.Gateway) *consoleUser {
 // do sends a request and returns the answer with its body read.
 func (u *consoleUser) do(method, path string, form url.Values) (*http.Response, string) {
 	u.t.Helper()
+	return u.doWith(method, path, form, nil)
+}
+
+// doWith is do with extra request headers (HX-Request, as htmx sends).
+func (u *consoleUser) doWith(method, path string, form url.Values, header http.Header) (*http.Response, string) {
+	u.t.Helper()
 	var body io.Reader
 	if form != nil {
 		body = strings.NewReader(form.Encode())
@@ -47,6 +54,9 @@ func (u *consoleUser) do(method, path string, form url.Values) (*http.Response, 
 	require.NoError(u.t, err)
 	if form != nil {
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	for k, v := range header {
+		req.Header[k] = v
 	}
 	res, err := u.client.Do(req)
 	require.NoError(u.t, err)
@@ -73,10 +83,16 @@ func csrfOf(t *testing.T, page string) string {
 // signIn signs in with token and returns the sign-in answer (a redirect).
 func (u *consoleUser) signIn(token string) *http.Response {
 	u.t.Helper()
+	res, _ := u.signInAnswer(token)
+	return res
+}
+
+// signInAnswer signs in with token and returns the answer and its body.
+func (u *consoleUser) signInAnswer(token string) (*http.Response, string) {
+	u.t.Helper()
 	res, page := u.get("/ui/signin")
 	require.Equal(u.t, http.StatusOK, res.StatusCode)
-	res, _ = u.do(http.MethodPost, "/ui/signin", url.Values{"csrf": {csrfOf(u.t, page)}, "token": {token}, "next": {"/ui/"}})
-	return res
+	return u.do(http.MethodPost, "/ui/signin", url.Values{"csrf": {csrfOf(u.t, page)}, "token": {token}, "next": {"/ui/"}})
 }
 
 // mustSignIn signs in and checks it worked.
@@ -98,6 +114,28 @@ func (u *consoleUser) signedIn() bool {
 	}
 	require.Equal(u.t, http.StatusOK, res.StatusCode)
 	return true
+}
+
+// requireConsoleProblem checks an answer is application/problem+json with status
+// and code, as every error leaving the gateway is, and returns its detail.
+func requireConsoleProblem(t *testing.T, res *http.Response, body string, status int, code string) string {
+	t.Helper()
+	require.Equal(t, status, res.StatusCode, body)
+	require.Equal(t, "application/problem+json", res.Header.Get("Content-Type"), body)
+	var p struct {
+		Type   string `json:"type"`
+		Title  string `json:"title"`
+		Status int    `json:"status"`
+		Detail string `json:"detail"`
+		Code   string `json:"code"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &p), body)
+	require.Equal(t, status, p.Status, body)
+	require.Equal(t, code, p.Code, body)
+	require.Equal(t, "https://worker-gateway.dev/problems/"+code, p.Type, body)
+	require.NotEmpty(t, p.Title, body)
+	require.NotEmpty(t, p.Detail, body)
+	return p.Detail
 }
 
 func newToken(t *testing.T, g *harness.Gateway, name string, org *uuid.UUID, expiresIn *int, scopes ...apiclient.TokenScope) (string, uuid.UUID) {
@@ -122,9 +160,9 @@ func TestConsoleSessions(t *testing.T) {
 	require.Equal(t, http.StatusSeeOther, res.StatusCode)
 	require.Equal(t, "/ui/signin?next="+url.QueryEscape("/ui/tasks?state=pending"), res.Header.Get("Location"))
 
-	// A wrong token is refused on the form.
-	res = u.signIn("wgt_not-a-real-token")
-	require.Equal(t, http.StatusUnauthorized, res.StatusCode)
+	// A wrong token is refused (problem+json; the page's script shows it).
+	res, body := u.signInAnswer("wgt_not-a-real-token")
+	requireConsoleProblem(t, res, body, http.StatusUnauthorized, "unauthenticated")
 	require.False(t, u.signedIn())
 	harness.WaitFor(t, 10*time.Second, "the refused sign-in in the audit log", func() bool {
 		var n int
@@ -178,6 +216,11 @@ func TestConsoleSessions(t *testing.T) {
 	_, err = g.Pool.Exec(context.Background(), `UPDATE console_sessions SET expires_at = now() - interval '1 second'`)
 	require.NoError(t, err)
 	require.False(t, u.signedIn())
+	// An htmx request (the overview's refresh) is answered 401 as a
+	// problem, and told to load the sign-in page.
+	res, body = u.doWith(http.MethodGet, "/ui/overview/stats", nil, http.Header{"Hx-Request": {"true"}})
+	requireConsoleProblem(t, res, body, http.StatusUnauthorized, "unauthenticated")
+	require.Equal(t, "/ui/signin", res.Header.Get("HX-Redirect"))
 	// Pruning deletes ended sessions.
 	pruned, err := g.Store.Prune(context.Background(), store.PruneParams{})
 	require.NoError(t, err)
@@ -223,8 +266,8 @@ func TestConsoleCSRF(t *testing.T) {
 
 	// Sign-in without the form's token.
 	u := newConsoleUser(t, g)
-	res, _ := u.do(http.MethodPost, "/ui/signin", url.Values{"token": {g.AdminToken}})
-	require.Equal(t, http.StatusForbidden, res.StatusCode)
+	res, body := u.do(http.MethodPost, "/ui/signin", url.Values{"token": {g.AdminToken}})
+	require.Contains(t, requireConsoleProblem(t, res, body, http.StatusForbidden, "forbidden"), "security token")
 	require.False(t, u.signedIn())
 
 	u.mustSignIn(g.AdminToken)
@@ -239,9 +282,8 @@ func TestConsoleCSRF(t *testing.T) {
 		"another session's":    {"csrf": {csrfOf(t, otherPage)}},
 		"a sign-in form token": {"csrf": {"x"}},
 	} {
-		res, page := u.do(http.MethodPost, cancel, form)
-		require.Equal(t, http.StatusForbidden, res.StatusCode, "CSRF token %s: %s", name, page)
-		require.Contains(t, page, "security token")
+		res, body := u.do(http.MethodPost, cancel, form)
+		require.Contains(t, requireConsoleProblem(t, res, body, http.StatusForbidden, "forbidden"), "security token", "CSRF token %s", name)
 	}
 	require.Equal(t, apiclient.TaskStatePending, g.Task(t, task).State, "a refused post changed the task")
 
@@ -274,9 +316,9 @@ func TestConsoleOrganizationScope(t *testing.T) {
 		"/ui/organizations/" + theirs.String(),
 		"/ui/workers/" + theirWorker.ID.String(),
 	} {
-		res, page := u.get(path)
-		require.Equal(t, http.StatusNotFound, res.StatusCode, "%s: %s", path, page)
-		require.NotContains(t, page, theirTask.String())
+		res, body := u.get(path)
+		requireConsoleProblem(t, res, body, http.StatusNotFound, "not-found")
+		require.NotContains(t, body, theirTask.String(), path)
 	}
 	// Lists show this organization's objects only (a filter naming another
 	// organization finds nothing, as the API's does for a scoped token).
@@ -292,7 +334,7 @@ func TestConsoleOrganizationScope(t *testing.T) {
 	// A reader's cancel is refused as the API refuses it.
 	_, page = u.get("/ui/tasks/" + myTask.String())
 	res, page = u.do(http.MethodPost, "/ui/tasks/"+myTask.String()+"/cancel", url.Values{"csrf": {csrfOf(t, page)}})
-	require.Equal(t, http.StatusForbidden, res.StatusCode, page)
+	requireConsoleProblem(t, res, page, http.StatusForbidden, "forbidden")
 	require.Equal(t, apiclient.TaskStatePending, g.Task(t, myTask).State)
 }
 
@@ -405,6 +447,15 @@ func TestConsolePages(t *testing.T) {
 	}
 
 	mustGet("/ui/", "Workers online", "acme")
+	// Errors are problems, as the API's: an unknown page, a bad filter.
+	res, body := u.get("/ui/no-such-page")
+	requireConsoleProblem(t, res, body, http.StatusNotFound, "not-found")
+	res, body = u.get("/ui/tasks/" + uuid.NewString())
+	requireConsoleProblem(t, res, body, http.StatusNotFound, "not-found")
+	for _, filter := range []string{"state=bogus", "organization_id=not-an-id", "task_type=x", "trigger=y"} {
+		res, body = u.get("/ui/tasks?" + filter)
+		requireConsoleProblem(t, res, body, http.StatusBadRequest, "bad-request")
+	}
 	mustGet("/ui/overview/stats", `id="stats"`, `hx-trigger="every 5s"`)
 	mustGet("/ui/tasks", failing.String())
 	// The log, escaped, and the piece htmx polls for while the attempt runs.
@@ -425,7 +476,7 @@ func TestConsolePages(t *testing.T) {
 	page = mustGet("/ui/workers/"+w.ID.String()+"?notice=disabled", "The worker is disabled", "Not eligible: the worker is disabled.")
 	post("/ui/workers/"+w.ID.String()+"/enable", page, nil)
 	page = mustGet("/ui/workers/"+w.ID.String(), `id="disable-worker"`)
-	res, page := u.do(http.MethodPost, "/ui/workers/"+w.ID.String()+"/enrollment-token", url.Values{"csrf": {csrfOf(t, page)}})
+	res, page = u.do(http.MethodPost, "/ui/workers/"+w.ID.String()+"/enrollment-token", url.Values{"csrf": {csrfOf(t, page)}})
 	require.Equal(t, http.StatusOK, res.StatusCode, page)
 	require.Equal(t, "no-store", res.Header.Get("Cache-Control"))
 	token := regexp.MustCompile(`id="enrollment-token" readonly value="([^"]+)"`).FindStringSubmatch(page)

@@ -5,6 +5,7 @@ import (
 	"net/url"
 
 	"github.com/worker-gateway/gateway/server/api"
+	"github.com/worker-gateway/gateway/store"
 )
 
 type auditData struct {
@@ -19,7 +20,7 @@ func (c *Console) audit(w http.ResponseWriter, r *http.Request, s *session) {
 	q := r.URL.Query()
 	d := auditData{Action: q.Get("action"), Target: q.Get("target_id")}
 	if len(d.Action) > 100 || len(d.Target) > 100 {
-		c.errorPage(w, r, http.StatusBadRequest, "A filter is longer than 100 characters.")
+		c.refuse(w, r, store.ErrInvalid, "A filter is longer than 100 characters.")
 		return
 	}
 	limit := pageSize

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/server/api"
 	"github.com/worker-gateway/gateway/store"
 )
@@ -44,6 +45,13 @@ type Config struct {
 	// Problem is how the API answers an error a handler returned: its
 	// status and a detail safe to show.
 	Problem func(err error) (status int, detail string)
+	// WriteProblem answers err as the API answers it: an
+	// application/problem+json body with the status and code of the API's
+	// error table, logged as the API logs a refusal.
+	WriteProblem func(w http.ResponseWriter, r *http.Request, err error)
+	// NotSignedIn is the error WriteProblem answers as 401 unauthenticated,
+	// for an htmx request or a form post whose session has ended.
+	NotSignedIn func(detail problem.Text) error
 	// Audit records a console event (sign-in, sign-out) as ctx's principal.
 	Audit func(ctx context.Context, action string, details map[string]any)
 	// SignInRefused records a refused sign-in (an unknown, revoked or
@@ -149,6 +157,6 @@ func (c *Console) routes() {
 	m.Handle("GET "+Prefix+"/audit", c.authed(c.audit))
 
 	m.HandleFunc(Prefix+"/", func(w http.ResponseWriter, r *http.Request) {
-		c.errorPage(w, r, http.StatusNotFound, "There is no such page.")
+		c.refuse(w, r, store.ErrNotFound, "There is no such page.")
 	})
 }

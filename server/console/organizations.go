@@ -6,6 +6,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/worker-gateway/gateway/server/api"
+	"github.com/worker-gateway/gateway/store"
 )
 
 type organizationsData struct {
@@ -77,7 +78,7 @@ func (c *Console) assignWorker(w http.ResponseWriter, r *http.Request, _ *sessio
 	}
 	worker, err := uuid.Parse(r.PostFormValue("worker_id"))
 	if err != nil {
-		c.errorPage(w, r, http.StatusBadRequest, "The worker id is not valid.")
+		c.refuse(w, r, store.ErrInvalid, "The worker id is not valid.")
 		return
 	}
 	if _, err := answer[api.AssignWorker200JSONResponse](c.cfg.API.AssignWorker(r.Context(),

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/worker-gateway/gateway/server/api"
+	"github.com/worker-gateway/gateway/store"
 )
 
 // The values a filter may take, as the contract lists them: anything else
@@ -122,7 +123,7 @@ func (c *Console) tasks(w http.ResponseWriter, r *http.Request, s *session) {
 	f := filterFrom(r)
 	params, err := f.params()
 	if err != nil {
-		c.errorPage(w, r, http.StatusBadRequest, "A filter value is not valid: organizations, scans and schedules are ids; states, types and triggers are chosen from the lists.")
+		c.refuse(w, r, store.ErrInvalid, "A filter value is not valid: organizations, scans and schedules are ids; states, types and triggers are chosen from the lists.")
 		return
 	}
 	limit := pageSize
@@ -231,7 +232,7 @@ func (c *Console) taskLog(w http.ResponseWriter, r *http.Request, s *session) {
 	attempt, err1 := strconv.Atoi(r.URL.Query().Get("attempt"))
 	offset, err2 := strconv.Atoi(r.URL.Query().Get("offset"))
 	if err1 != nil || err2 != nil || attempt < 1 || offset < 0 {
-		c.errorPage(w, r, http.StatusBadRequest, "attempt and offset must be numbers")
+		c.refuse(w, r, store.ErrInvalid, "attempt and offset must be numbers")
 		return
 	}
 	v := c.readLog(r, id, attempt, int64(offset))
@@ -287,12 +288,12 @@ type redriveOutcome struct {
 func (c *Console) redriveConfirm(w http.ResponseWriter, r *http.Request, s *session) {
 	f := filterFrom(r)
 	if f.State != string(api.TaskStateFailedTerminal) && f.State != string(api.TaskStateCancelled) {
-		c.errorPage(w, r, http.StatusBadRequest, "Redrive takes failed or cancelled tasks: filter the task list by one of those states first.")
+		c.refuse(w, r, store.ErrInvalid, "Redrive takes failed or cancelled tasks: filter the task list by one of those states first.")
 		return
 	}
 	params, err := f.params()
 	if err != nil {
-		c.errorPage(w, r, http.StatusBadRequest, "A filter value is not valid.")
+		c.refuse(w, r, store.ErrInvalid, "A filter value is not valid.")
 		return
 	}
 	limit := redriveMax
@@ -310,12 +311,12 @@ func (c *Console) redriveConfirm(w http.ResponseWriter, r *http.Request, s *sess
 // API's retry (same permission, scope and audit event).
 func (c *Console) redrive(w http.ResponseWriter, r *http.Request, s *session) {
 	if err := r.ParseForm(); err != nil {
-		c.errorPage(w, r, http.StatusBadRequest, "The form could not be read.")
+		c.refuse(w, r, store.ErrInvalid, "The form could not be read.")
 		return
 	}
 	ids := r.PostForm["task"]
 	if len(ids) == 0 || len(ids) > redriveMax {
-		c.errorPage(w, r, http.StatusBadRequest, "Choose between 1 and 200 tasks to redrive.")
+		c.refuse(w, r, store.ErrInvalid, "Choose between 1 and 200 tasks to redrive.")
 		return
 	}
 	var outcomes []redriveOutcome
@@ -323,7 +324,7 @@ func (c *Console) redrive(w http.ResponseWriter, r *http.Request, s *session) {
 	for _, raw := range ids {
 		id, err := uuid.Parse(raw)
 		if err != nil {
-			c.errorPage(w, r, http.StatusBadRequest, "A task id is not valid.")
+			c.refuse(w, r, store.ErrInvalid, "A task id is not valid.")
 			return
 		}
 		o := redriveOutcome{TaskID: id}
