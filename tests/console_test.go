@@ -331,10 +331,53 @@ func TestConsoleOrganizationScope(t *testing.T) {
 	require.Contains(t, page, mine.String())
 	require.NotContains(t, page, theirs.String())
 
-	// A reader's cancel is refused as the API refuses it.
+	// A reader sees no action it may not perform: the only form that
+	// posts is the sign-out.
+	myWorker := g.NewWorker(t, "my-worker", 1, mine)
+	mySchedule := createSchedule(t, g, everySecondTask(mine, "nightly"))
+	myFailed := g.CreateTask(t, mine, harness.TaskSpec{})
+	cancelled, err := g.Control.CancelTaskWithResponse(context.Background(), myFailed)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, cancelled.StatusCode(), string(cancelled.Body))
+	postForm := regexp.MustCompile(`<form[^>]*method="post"[^>]*action="([^"]+)"`)
+	for _, path := range []string{
+		"/ui/tasks/" + myTask.String(),
+		"/ui/tasks/" + myFailed.String(),
+		"/ui/tasks?state=cancelled",
+		"/ui/workers/" + myWorker.ID.String(),
+		"/ui/organizations/" + mine.String(),
+		"/ui/schedules/" + mySchedule.Id.String(),
+	} {
+		res, page := u.get(path)
+		require.Equal(t, http.StatusOK, res.StatusCode, "%s: %s", path, page)
+		var actions []string
+		for _, m := range postForm.FindAllStringSubmatch(page, -1) {
+			actions = append(actions, m[1])
+		}
+		require.Equal(t, []string{"/ui/signout"}, actions, path)
+		require.NotContains(t, page, "redrive-link", path)
+		require.NotContains(t, page, "revoke-worker", path)
+	}
+	// The confirmation pages of actions it may not take are refused too.
+	for _, path := range []string{"/ui/tasks/redrive?state=cancelled", "/ui/workers/" + myWorker.ID.String() + "/revoke"} {
+		res, body := u.get(path)
+		requireConsoleProblem(t, res, body, http.StatusForbidden, "forbidden")
+	}
+
+	// A reader's posts are refused as the API refuses them.
 	_, page = u.get("/ui/tasks/" + myTask.String())
-	res, page = u.do(http.MethodPost, "/ui/tasks/"+myTask.String()+"/cancel", url.Values{"csrf": {csrfOf(t, page)}})
-	requireConsoleProblem(t, res, page, http.StatusForbidden, "forbidden")
+	csrf := url.Values{"csrf": {csrfOf(t, page)}}
+	for _, path := range []string{
+		"/ui/tasks/" + myTask.String() + "/cancel",
+		"/ui/tasks/" + myFailed.String() + "/retry",
+		"/ui/workers/" + myWorker.ID.String() + "/disable",
+		"/ui/workers/" + myWorker.ID.String() + "/enrollment-token",
+		"/ui/schedules/" + mySchedule.Id.String() + "/pause",
+		"/ui/organizations/" + mine.String() + "/workers/" + myWorker.ID.String() + "/unassign",
+	} {
+		res, body := u.do(http.MethodPost, path, csrf)
+		requireConsoleProblem(t, res, body, http.StatusForbidden, "forbidden")
+	}
 	require.Equal(t, apiclient.TaskStatePending, g.Task(t, myTask).State)
 }
 

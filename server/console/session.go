@@ -9,6 +9,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -49,6 +50,27 @@ func (s *session) Who() string {
 		scope = "organization " + org.String()
 	}
 	return scope + " · " + strings.Join(s.principal.Permissions, ", ")
+}
+
+// The token permissions the API's handlers require (server/auth.go): admin
+// may do everything, producer manages tasks and schedules, reader reads.
+// A page offers an action only to a session whose token may perform it;
+// the handler behind it still checks.
+const (
+	permissionAdmin    = "admin"
+	permissionProducer = "producer"
+)
+
+// MayManageTasks reports whether the token may cancel, retry and redrive
+// tasks and pause, resume and run schedules (admin or producer).
+func (s *session) MayManageTasks() bool {
+	return s != nil && (slices.Contains(s.principal.Permissions, permissionAdmin) || slices.Contains(s.principal.Permissions, permissionProducer))
+}
+
+// MayManageWorkers reports whether the token may disable, enable and revoke
+// workers, issue enrollment tokens and change assignments (admin).
+func (s *session) MayManageWorkers() bool {
+	return s != nil && slices.Contains(s.principal.Permissions, permissionAdmin)
 }
 
 type sessionHandler func(w http.ResponseWriter, r *http.Request, s *session)

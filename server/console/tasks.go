@@ -286,6 +286,10 @@ type redriveOutcome struct {
 // redriveConfirm lists the failed (or cancelled) tasks a filter selects and
 // asks before queueing them all again.
 func (c *Console) redriveConfirm(w http.ResponseWriter, r *http.Request, s *session) {
+	if !s.MayManageTasks() {
+		c.refuse(w, r, store.ErrForbidden, "Your API token may not retry tasks (it needs the producer or admin permission).")
+		return
+	}
 	f := filterFrom(r)
 	if f.State != string(api.TaskStateFailedTerminal) && f.State != string(api.TaskStateCancelled) {
 		c.refuse(w, r, store.ErrInvalid, "Redrive takes failed or cancelled tasks: filter the task list by one of those states first.")

@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/worker-gateway/gateway/server/api"
+	"github.com/worker-gateway/gateway/store"
 )
 
 type workersData struct {
@@ -43,7 +44,6 @@ type workerData struct {
 	EnrollmentToken *api.EnrollmentToken
 	// RevokeForm asks for a reason before revoking.
 	RevokeForm  bool
-	RevokeError string
 }
 
 // eligibility is whether the worker can take one organization's tasks.
@@ -123,6 +123,10 @@ func (c *Console) setWorkerEnabled(w http.ResponseWriter, r *http.Request, enabl
 }
 
 func (c *Console) revokeWorkerForm(w http.ResponseWriter, r *http.Request, s *session) {
+	if !s.MayManageWorkers() {
+		c.refuse(w, r, store.ErrForbidden, "Your API token may not revoke workers (it needs the admin permission).")
+		return
+	}
 	d, ok := c.loadWorker(w, r)
 	if !ok {
 		return
@@ -139,12 +143,7 @@ func (c *Console) revokeWorker(w http.ResponseWriter, r *http.Request, s *sessio
 	}
 	reason := strings.TrimSpace(r.PostFormValue("reason"))
 	if reason == "" || utf8.RuneCountInString(reason) > 500 {
-		d, ok := c.loadWorker(w, r)
-		if !ok {
-			return
-		}
-		d.RevokeForm, d.RevokeError = true, "Give a reason (at most 500 characters): it is recorded with the revocation."
-		c.render(w, r, http.StatusUnprocessableEntity, "worker", s, "Revoke worker "+d.Worker.Name, d)
+		c.refuse(w, r, store.ErrInvalid, "Give a reason (at most 500 characters): it is recorded with the revocation.")
 		return
 	}
 	_, err := answer[api.RevokeWorker200JSONResponse](c.cfg.API.RevokeWorker(r.Context(), api.RevokeWorkerRequestObject{
