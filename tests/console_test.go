@@ -495,10 +495,15 @@ func TestConsolePages(t *testing.T) {
 	requireConsoleProblem(t, res, body, http.StatusNotFound, "not-found")
 	res, body = u.get("/ui/tasks/" + uuid.NewString())
 	requireConsoleProblem(t, res, body, http.StatusNotFound, "not-found")
-	for _, filter := range []string{"state=bogus", "organization_id=not-an-id", "task_type=x", "trigger=y"} {
+	// The contract checks a filter, as for the API: the detail names the
+	// parameter, as the API's validator does.
+	for param, filter := range map[string]string{"state": "state=bogus", "organization_id": "organization_id=not-an-id",
+		"task_type": "task_type=x", "trigger": "trigger=y", "scan_id": "scan_id=1"} {
 		res, body = u.get("/ui/tasks?" + filter)
-		requireConsoleProblem(t, res, body, http.StatusBadRequest, "bad-request")
+		require.Contains(t, requireConsoleProblem(t, res, body, http.StatusBadRequest, "bad-request"), param)
 	}
+	res, body = u.get("/ui/audit?action=" + strings.Repeat("x", 300))
+	requireConsoleProblem(t, res, body, http.StatusBadRequest, "bad-request")
 	mustGet("/ui/overview/stats", `id="stats"`, `hx-trigger="every 5s"`)
 	mustGet("/ui/tasks", failing.String())
 	// The log, escaped, and the piece htmx polls for while the attempt runs.
@@ -527,6 +532,9 @@ func TestConsolePages(t *testing.T) {
 	_, again := u.get("/ui/workers/" + w.ID.String())
 	require.NotContains(t, again, token[1], "the enrollment token is shown once")
 	mustGet("/ui/workers", "scanner-1")
+	// A revocation needs a reason, as the API's body does.
+	res, body = u.do(http.MethodPost, "/ui/workers/"+w.ID.String()+"/revoke", url.Values{"csrf": {csrfOf(t, page)}, "reason": {" "}})
+	require.Contains(t, requireConsoleProblem(t, res, body, http.StatusBadRequest, "bad-request"), "reason")
 
 	mustGet("/ui/organizations", "acme")
 	mustGet("/ui/organizations/"+org.String(), "scanner-1")

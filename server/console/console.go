@@ -15,6 +15,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/worker-gateway/gateway/problem"
@@ -37,6 +38,14 @@ type Config struct {
 	// API is the gateway's implementation of the contract: the console
 	// calls it as the signed-in token.
 	API api.StrictServerInterface
+	// BindQuery checks query as the query of the API's GET path, as the
+	// API's request validator does (an error is its 400 problem), and binds
+	// it into params, a generated *api.…Params. Pages never check filters
+	// themselves: the contract does, once.
+	BindQuery func(path string, query url.Values, params any) error
+	// CheckBody checks body (a generated request body) as the body of the
+	// API's method and path, as the API's request validator does.
+	CheckBody func(method, path string, body any) error
 	// Sessions stores sessions.
 	Sessions Sessions
 	// AsPrincipal returns ctx acting as p, as a bearer token's request

@@ -15,10 +15,10 @@ type organizationsData struct {
 }
 
 func (c *Console) organizations(w http.ResponseWriter, r *http.Request, s *session) {
-	limit := pageSize
-	params := api.ListOrganizationsParams{Limit: &limit}
-	if cur := r.URL.Query().Get("cursor"); cur != "" {
-		params.Cursor = &cur
+	var params api.ListOrganizationsParams
+	if err := c.cfg.BindQuery("/v1/organizations", pageQuery(r), &params); err != nil {
+		c.fail(w, r, err)
+		return
 	}
 	list, err := answer[api.ListOrganizations200JSONResponse](c.cfg.API.ListOrganizations(r.Context(), api.ListOrganizationsRequestObject{Params: params}))
 	if err != nil {

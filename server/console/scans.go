@@ -15,10 +15,10 @@ type scansData struct {
 }
 
 func (c *Console) scans(w http.ResponseWriter, r *http.Request, s *session) {
-	limit := pageSize
-	params := api.ListScansParams{Limit: &limit}
-	if cur := r.URL.Query().Get("cursor"); cur != "" {
-		params.Cursor = &cur
+	var params api.ListScansParams
+	if err := c.cfg.BindQuery("/v1/scans", pageQuery(r), &params); err != nil {
+		c.fail(w, r, err)
+		return
 	}
 	list, err := answer[api.ListScans200JSONResponse](c.cfg.API.ListScans(r.Context(), api.ListScansRequestObject{Params: params}))
 	if err != nil {

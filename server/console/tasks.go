@@ -1,10 +1,8 @@
 package console
 
 import (
-	"errors"
 	"net/http"
 	"net/url"
-	"slices"
 	"strconv"
 
 	"github.com/google/uuid"
@@ -13,8 +11,9 @@ import (
 	"github.com/worker-gateway/gateway/store"
 )
 
-// The values a filter may take, as the contract lists them: anything else
-// is refused before the handler sees it (the API's validator would).
+// The choices the filter form offers (the contract's enums). They only
+// fill the form: what a query may hold is checked by the contract
+// (Config.BindQuery), as the API checks it.
 var (
 	taskStates   = []api.TaskState{api.TaskStatePending, api.TaskStateRetryWait, api.TaskStateLeased, api.TaskStateRunning, api.TaskStateCancelling, api.TaskStateCompleted, api.TaskStateFailedTerminal, api.TaskStateCancelled}
 	taskTypes    = []api.TaskType{api.TaskTypeScannerPlugin, api.TaskTypeAi}
@@ -41,53 +40,17 @@ type taskFilter struct {
 	Trigger      string
 }
 
-// errBadFilter is a filter value the contract would refuse.
-var errBadFilter = errors.New("bad filter")
-
-func (f taskFilter) params() (api.ListTasksParams, error) {
+// params reads the filter, a page of limit tasks from cursor, as the API
+// reads GET /v1/tasks (the same validation, the same 400 problem).
+func (c *Console) taskParams(f taskFilter, limit int, cursor string) (api.ListTasksParams, error) {
 	var p api.ListTasksParams
-	optionalID := func(s string) (*uuid.UUID, error) {
-		if s == "" {
-			return nil, nil
-		}
-		id, err := uuid.Parse(s)
-		if err != nil {
-			return nil, errBadFilter
-		}
-		return &id, nil
+	q := f.query()
+	q.Set("limit", strconv.Itoa(limit))
+	if cursor != "" {
+		q.Set("cursor", cursor)
 	}
-	var err error
-	if p.OrganizationId, err = optionalID(f.Organization); err != nil {
-		return p, err
-	}
-	if p.ScanId, err = optionalID(f.Scan); err != nil {
-		return p, err
-	}
-	if p.ScheduleId, err = optionalID(f.Schedule); err != nil {
-		return p, err
-	}
-	if f.State != "" {
-		s := api.TaskState(f.State)
-		if !slices.Contains(taskStates, s) {
-			return p, errBadFilter
-		}
-		p.State = &s
-	}
-	if f.Type != "" {
-		t := api.TaskType(f.Type)
-		if !slices.Contains(taskTypes, t) {
-			return p, errBadFilter
-		}
-		p.TaskType = &t
-	}
-	if f.Trigger != "" {
-		t := api.TriggerKind(f.Trigger)
-		if !slices.Contains(triggerKinds, t) {
-			return p, errBadFilter
-		}
-		p.Trigger = &t
-	}
-	return p, nil
+	err := c.cfg.BindQuery("/v1/tasks", q, &p)
+	return p, err
 }
 
 // query is the filter as URL parameters (for paging and redrive links).
@@ -121,15 +84,10 @@ type tasksData struct {
 
 func (c *Console) tasks(w http.ResponseWriter, r *http.Request, s *session) {
 	f := filterFrom(r)
-	params, err := f.params()
+	params, err := c.taskParams(f, pageSize, r.URL.Query().Get("cursor"))
 	if err != nil {
-		c.refuse(w, r, store.ErrInvalid, "A filter value is not valid: organizations, scans and schedules are ids; states, types and triggers are chosen from the lists.")
+		c.fail(w, r, err)
 		return
-	}
-	limit := pageSize
-	params.Limit = &limit
-	if cur := r.URL.Query().Get("cursor"); cur != "" {
-		params.Cursor = &cur
 	}
 	list, err := answer[api.ListTasks200JSONResponse](c.cfg.API.ListTasks(r.Context(), api.ListTasksRequestObject{Params: params}))
 	if err != nil {
@@ -229,12 +187,18 @@ func (c *Console) taskLog(w http.ResponseWriter, r *http.Request, s *session) {
 	if !ok {
 		return
 	}
-	attempt, err1 := strconv.Atoi(r.URL.Query().Get("attempt"))
-	offset, err2 := strconv.Atoi(r.URL.Query().Get("offset"))
-	if err1 != nil || err2 != nil || attempt < 1 || offset < 0 {
-		c.refuse(w, r, store.ErrInvalid, "attempt and offset must be numbers")
+	// Only the attempt and the offset: the piece never waits (the page polls).
+	q := r.URL.Query()
+	var params api.GetTaskLogsParams
+	if err := c.cfg.BindQuery("/v1/tasks/"+id.String()+"/logs", url.Values{"attempt": q["attempt"], "offset": q["offset"]}, &params); err != nil {
+		c.fail(w, r, err)
 		return
 	}
+	if params.Attempt == nil || params.Offset == nil {
+		c.refuse(w, r, store.ErrInvalid, "The log piece needs its attempt and offset.")
+		return
+	}
+	attempt, offset := *params.Attempt, *params.Offset
 	v := c.readLog(r, id, attempt, int64(offset))
 	if v.Missing {
 		// Gone (pruned, or another organization's): 286 tells htmx to
@@ -295,13 +259,11 @@ func (c *Console) redriveConfirm(w http.ResponseWriter, r *http.Request, s *sess
 		c.refuse(w, r, store.ErrInvalid, "Redrive takes failed or cancelled tasks: filter the task list by one of those states first.")
 		return
 	}
-	params, err := f.params()
+	params, err := c.taskParams(f, redriveMax, "")
 	if err != nil {
-		c.refuse(w, r, store.ErrInvalid, "A filter value is not valid.")
+		c.fail(w, r, err)
 		return
 	}
-	limit := redriveMax
-	params.Limit = &limit
 	list, err := answer[api.ListTasks200JSONResponse](c.cfg.API.ListTasks(r.Context(), api.ListTasksRequestObject{Params: params}))
 	if err != nil {
 		c.fail(w, r, err)
