@@ -564,3 +564,63 @@ func TestConsolePages(t *testing.T) {
 	require.NotContains(t, audit, token[1])
 	mustGet("/ui/audit?action=schedule.pause", "schedule.pause")
 }
+
+// TestConsoleScanChanges: after two scans of the same scope, the second
+// finding another host, the scan page lists the second scan's changes and
+// the organization's timeline lists them too, filtered by kind.
+func TestConsoleScanChanges(t *testing.T) {
+	t.Parallel()
+	g := harness.Start(t)
+	org := g.NewOrganization(t, "acme")
+	w := g.NewWorker(t, "scanner-1", 1, org)
+	s := resultSender{t: t, w: w, base: g.URL}
+	scanFinding := func(host string) uuid.UUID {
+		t.Helper()
+		scan := createScan(t, g, org, []string{"localhost"}, `[{"name": "probe"}]`)
+		l := lease(t, w, 1, 5)[0]
+		require.Equal(t, http.StatusOK, s.send(l, l.AttemptId.String()+":1", scannerBatch(1, host)).status)
+		completeAs(t, w, l, "succeeded", nil)
+		require.Equal(t, apiclient.ScanState("completed"), waitScan(t, g, scan.Id).State)
+		return scan.Id
+	}
+	first := scanFinding("old.example")
+	second := scanFinding("new.example")
+
+	u := newConsoleUser(t, g)
+	u.mustSignIn(g.AdminToken)
+	res, page := u.get("/ui/scans/" + first.String())
+	require.Equal(t, http.StatusOK, res.StatusCode, page)
+	require.Contains(t, page, "No changes.", "the first scan is the baseline")
+	res, page = u.get("/ui/scans/" + second.String())
+	require.Equal(t, http.StatusOK, res.StatusCode, page)
+	require.Contains(t, page, `id="changes-h"`)
+	require.Regexp(t, `Asset appeared</td><td>hostname <code>new.example</code>`, page)
+	require.Regexp(t, `Asset disappeared</td><td>hostname <code>old.example</code>`, page)
+
+	timeline := "/ui/organizations/" + org.String() + "/changes"
+	res, page = u.get(timeline)
+	require.Equal(t, http.StatusOK, res.StatusCode, page)
+	require.Contains(t, page, "new.example")
+	require.Contains(t, page, "old.example")
+	res, page = u.get(timeline + "?kind=asset_appeared")
+	require.Equal(t, http.StatusOK, res.StatusCode, page)
+	require.Contains(t, page, "new.example")
+	require.NotContains(t, page, "old.example")
+	require.Contains(t, page, `value="asset_appeared" id="kind-asset_appeared" checked`)
+	res, page = u.get(timeline + "?kind=asset_appeared&kind=asset_disappeared")
+	require.Equal(t, http.StatusOK, res.StatusCode, page)
+	require.Contains(t, page, "new.example")
+	require.Contains(t, page, "old.example")
+	res, body := u.get(timeline + "?kind=exploded")
+	require.Contains(t, requireConsoleProblem(t, res, body, http.StatusBadRequest, "bad-request"), "kind")
+
+	// Another organization's token finds neither page.
+	other := g.NewOrganization(t, "other")
+	token, _ := newToken(t, g, "other-reader", &other, nil, "reader")
+	them := newConsoleUser(t, g)
+	them.mustSignIn(token)
+	for _, path := range []string{timeline, "/ui/scans/" + second.String()} {
+		res, body := them.get(path)
+		requireConsoleProblem(t, res, body, http.StatusNotFound, "not-found")
+	}
+}

@@ -151,6 +151,7 @@ func (c *Console) routes() {
 
 	m.Handle("GET "+Prefix+"/organizations", c.authed(c.organizations))
 	m.Handle("GET "+Prefix+"/organizations/{id}", c.authed(c.organization))
+	m.Handle("GET "+Prefix+"/organizations/{id}/changes", c.authed(c.exposureChanges))
 	m.Handle("POST "+Prefix+"/organizations/{id}/assign", c.authed(c.assignWorker))
 	m.Handle("POST "+Prefix+"/organizations/{id}/workers/{worker}/unassign", c.authed(c.unassignWorker))
 

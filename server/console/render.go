@@ -47,10 +47,10 @@ func parsePages() (*pages, error) {
 	p := &pages{sets: map[string]*template.Template{}}
 	for _, file := range names {
 		name := strings.TrimSuffix(strings.TrimPrefix(file, "templates/"), ".html")
-		if name == "layout" {
+		if name == "layout" || name == "partials" {
 			continue
 		}
-		t, err := template.New(name).Funcs(funcs).ParseFS(templateFiles, "templates/layout.html", file)
+		t, err := template.New(name).Funcs(funcs).ParseFS(templateFiles, "templates/layout.html", "templates/partials.html", file)
 		if err != nil {
 			return nil, fmt.Errorf("console template %s: %w", name, err)
 		}
@@ -246,6 +246,7 @@ var funcs = template.FuncMap{
 	},
 	"pendingReason": pendingReasonText,
 	"eligibility":   eligibilityText,
+	"changeKind":    changeKindText,
 	"pct": func(n, of int64) int64 {
 		if of <= 0 {
 			return 0
