@@ -537,7 +537,15 @@ func TestConsolePages(t *testing.T) {
 	require.Contains(t, requireConsoleProblem(t, res, body, http.StatusBadRequest, "bad-request"), "reason")
 
 	mustGet("/ui/organizations", "acme")
-	mustGet("/ui/organizations/"+org.String(), "scanner-1")
+	// Assignment by choice: the form offers the workers not assigned yet,
+	// by name and id.
+	spare := g.NewWorker(t, "spare-1", 1)
+	page = mustGet("/ui/organizations/"+org.String(), "scanner-1", `<select id="assign-worker" name="worker_id" required>`)
+	require.Contains(t, page, `<option value="`+spare.ID.String()+`">spare-1 (`+spare.ID.String()+`)</option>`)
+	require.NotContains(t, page, `<option value="`+w.ID.String()+`"`, "scanner-1 is assigned already")
+	post("/ui/organizations/"+org.String()+"/assign", page, url.Values{"worker_id": {spare.ID.String()}})
+	page = mustGet("/ui/organizations/"+org.String()+"?notice=assigned", "The worker is assigned", `<a href="/ui/workers/`+spare.ID.String()+`">spare-1</a>`)
+	require.NotContains(t, page, `<option value="`+spare.ID.String()+`"`)
 	mustGet("/ui/scans", scan.Id.String()[:8])
 	mustGet("/ui/scans/"+scan.Id.String(), "echo", "jobs done")
 

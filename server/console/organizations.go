@@ -2,6 +2,8 @@ package console
 
 import (
 	"net/http"
+	"slices"
+	"strings"
 
 	"github.com/google/uuid"
 
@@ -37,7 +39,15 @@ type organizationData struct {
 	Workers      []api.OrganizationWorker
 	Assets       []api.Asset
 	Threats      []api.Threat
+	// Assignable are the workers the assign form offers: not revoked and
+	// not assigned here yet (the first assignableMax of them, by name).
+	Assignable     []api.Worker
+	MoreAssignable bool
 }
+
+// assignableMax bounds the assign form's list of workers (the API's
+// largest page).
+const assignableMax = 500
 
 // organization shows an organization's workers (its assignments, each
 // with whether it can take the organization's tasks and why), and the
@@ -58,6 +68,9 @@ func (c *Console) organization(w http.ResponseWriter, r *http.Request, s *sessio
 		api.ListOrganizationWorkersRequestObject{OrganizationId: id})); err == nil {
 		d.Workers = list.Items
 	}
+	if s.MayManageWorkers() {
+		d.Assignable, d.MoreAssignable = c.assignableWorkers(r, d.Workers)
+	}
 	limit := 20
 	if list, err := answer[api.ListAssets200JSONResponse](c.cfg.API.ListAssets(ctx,
 		api.ListAssetsRequestObject{OrganizationId: id, Params: api.ListAssetsParams{Limit: &limit}})); err == nil {
@@ -68,6 +81,29 @@ func (c *Console) organization(w http.ResponseWriter, r *http.Request, s *sessio
 		d.Threats = list.Items
 	}
 	c.render(w, r, http.StatusOK, "organization", s, "Organization "+org.Name, d)
+}
+
+// assignableWorkers lists the workers an operator may assign to the
+// organization: every worker it sees but the revoked and those assigned
+// already.
+func (c *Console) assignableWorkers(r *http.Request, assigned []api.OrganizationWorker) ([]api.Worker, bool) {
+	limit := assignableMax
+	list, err := answer[api.ListWorkers200JSONResponse](c.cfg.API.ListWorkers(r.Context(), api.ListWorkersRequestObject{Params: api.ListWorkersParams{Limit: &limit}}))
+	if err != nil {
+		return nil, false
+	}
+	here := map[uuid.UUID]bool{}
+	for _, ow := range assigned {
+		here[ow.Worker.Id] = true
+	}
+	var out []api.Worker
+	for _, wk := range list.Items {
+		if !wk.Revoked && !here[wk.Id] {
+			out = append(out, wk)
+		}
+	}
+	slices.SortFunc(out, func(a, b api.Worker) int { return strings.Compare(a.Name, b.Name) })
+	return out, list.NextCursor != nil && *list.NextCursor != ""
 }
 
 // assignWorker assigns the worker the form names to the organization.
