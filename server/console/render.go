@@ -247,6 +247,7 @@ var funcs = template.FuncMap{
 	"pendingReason": pendingReasonText,
 	"eligibility":   eligibilityText,
 	"changeKind":    changeKindText,
+	"jobsDone":      jobsDone,
 	"pct": func(n, of int64) int64 {
 		if of <= 0 {
 			return 0

@@ -33,6 +33,17 @@ func (c *Console) scans(w http.ResponseWriter, r *http.Request, s *session) {
 	c.render(w, r, http.StatusOK, "scans", s, "Scans", d)
 }
 
+// jobsDone counts a scan's jobs that have ended (its progress).
+func jobsDone(jobs []api.ScanJob) int {
+	n := 0
+	for _, j := range jobs {
+		if j.State == api.ScanStateCompleted || j.State == api.ScanStateFailed || j.State == api.ScanStateCancelled {
+			n++
+		}
+	}
+	return n
+}
+
 type scanData struct {
 	Scan    api.Scan
 	Done    int
@@ -73,11 +84,7 @@ func (c *Console) scan(w http.ResponseWriter, r *http.Request, s *session) {
 	if changes.NextCursor != nil && *changes.NextCursor != "" {
 		d.ChangesNext = Prefix + "/scans/" + id.String() + "?" + url.Values{"cursor": {*changes.NextCursor}}.Encode() + "#changes-h"
 	}
-	for _, j := range sc.Jobs {
-		if j.State == api.ScanStateCompleted || j.State == api.ScanStateFailed || j.State == api.ScanStateCancelled {
-			d.Done++
-		}
-	}
+	d.Done = jobsDone(sc.Jobs)
 	limit := 20
 	if list, err := answer[api.ListThreats200JSONResponse](c.cfg.API.ListThreats(ctx,
 		api.ListThreatsRequestObject{OrganizationId: sc.OrganizationId, Params: api.ListThreatsParams{Limit: &limit}})); err == nil {
