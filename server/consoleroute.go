@@ -12,9 +12,8 @@ import (
 
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
-	"github.com/oapi-codegen/runtime"
-
 	"github.com/google/uuid"
+	"github.com/oapi-codegen/runtime"
 
 	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/server/console"
@@ -147,7 +146,9 @@ func bindQueryParams(query url.Values, params any) error {
 		if name == "" {
 			continue
 		}
-		if err := runtime.BindQueryParameter("form", true, false, name, query, v.Field(i).Addr().Interface()); err != nil {
+		// Every query parameter of the contract is exploded form style, so a
+		// comma is never a delimiter and url.Values loses nothing.
+		if err := runtime.BindQueryParameterWithOptions("form", true, false, name, query, v.Field(i).Addr().Interface(), runtime.BindQueryParameterOptions{}); err != nil {
 			return problem.Wrap(store.ErrInvalid, problem.Text("invalid parameter "+name))
 		}
 	}

@@ -21,7 +21,7 @@
     strong.textContent = title;
     r.appendChild(strong);
     if (detail) {
-      r.appendChild(document.createTextNode(" " + detail));
+      r.appendChild(document.createTextNode(": " + detail));
     }
     if (code) {
       r.appendChild(document.createTextNode(" "));
