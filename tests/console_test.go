@@ -495,6 +495,15 @@ func TestConsolePages(t *testing.T) {
 	requireConsoleProblem(t, res, body, http.StatusNotFound, "not-found")
 	res, body = u.get("/ui/tasks/" + uuid.NewString())
 	requireConsoleProblem(t, res, body, http.StatusNotFound, "not-found")
+	for _, path := range []string{"/ui/assets/", "/ui/assets/nope.js"} {
+		res, body = u.get(path)
+		requireConsoleProblem(t, res, body, http.StatusNotFound, "not-found")
+	}
+	res, body = u.do(http.MethodDelete, "/ui/tasks", nil)
+	require.Equal(t, "application/problem+json", res.Header.Get("Content-Type"), body)
+	res, _ = u.get("/ui/assets/console.js")
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Contains(t, res.Header.Get("Content-Type"), "javascript")
 	// The contract checks a filter, as for the API: the detail names the
 	// parameter, as the API's validator does.
 	for param, filter := range map[string]string{"state": "state=bogus", "organization_id": "organization_id=not-an-id",

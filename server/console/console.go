@@ -124,7 +124,7 @@ func (c *Console) routes() {
 	m.HandleFunc("GET "+Prefix, func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, Prefix+"/", http.StatusFound)
 	})
-	m.Handle("GET "+Prefix+"/assets/", http.StripPrefix(Prefix+"/assets/", assetHandler()))
+	m.Handle("GET "+Prefix+"/assets/", http.StripPrefix(Prefix+"/assets/", c.assetHandler()))
 	m.HandleFunc("GET "+Prefix+"/signin", c.signInForm)
 	m.HandleFunc("POST "+Prefix+"/signin", c.signIn)
 	m.Handle("POST "+Prefix+"/signout", c.authed(c.signOut))

@@ -23,14 +23,19 @@ var templateFiles embed.FS
 //go:embed assets
 var assetFiles embed.FS
 
-// assetHandler serves the embedded stylesheet and scripts.
-func assetHandler() http.Handler {
+// assetHandler serves the embedded stylesheet and scripts; anything else
+// under assets/ (a directory, a missing file) is a not-found problem.
+func (c *Console) assetHandler() http.Handler {
 	sub, err := fs.Sub(assetFiles, "assets")
 	if err != nil {
 		panic(err) // the embed directive guarantees the directory
 	}
 	files := http.FileServerFS(sub)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if st, err := fs.Stat(sub, strings.TrimPrefix(r.URL.Path, "/")); err != nil || !st.Mode().IsRegular() {
+			c.refuse(w, r, store.ErrNotFound, "There is no such file.")
+			return
+		}
 		w.Header().Set("Cache-Control", "public, max-age=3600")
 		files.ServeHTTP(w, r)
 	})
