@@ -48,9 +48,22 @@
     return { title: String(xhr.status) + " " + (xhr.statusText || "error"), detail: "", code: "" };
   }
 
+  // failedSource is the id of the element whose request failed last: when
+  // it succeeds again (a refresh that recovered), the error goes away.
+  var failedSource = null;
+
   document.addEventListener("htmx:responseError", function (e) {
     var p = problemOf(e.detail.xhr);
+    failedSource = e.detail.elt && e.detail.elt.id ? e.detail.elt.id : null;
     show(p.title, p.detail, p.code);
+  });
+  document.addEventListener("htmx:afterRequest", function (e) {
+    var r = region();
+    if (r && failedSource && e.detail.successful && e.detail.elt && e.detail.elt.id === failedSource) {
+      failedSource = null;
+      r.hidden = true;
+      r.textContent = "";
+    }
   });
   document.addEventListener("htmx:sendError", function () {
     show("The gateway could not be reached.", "Check the connection and try again.", "");
