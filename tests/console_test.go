@@ -218,9 +218,12 @@ func TestConsoleSessions(t *testing.T) {
 	require.False(t, u.signedIn())
 	// An htmx request (the overview's refresh) is answered 401 as a
 	// problem, and told to load the sign-in page.
-	res, body = u.doWith(http.MethodGet, "/ui/overview/stats", nil, http.Header{"Hx-Request": {"true"}})
+	res, body = u.doWith(http.MethodGet, "/ui/overview/stats", nil, http.Header{"Hx-Request": {"true"}, "Hx-Current-Url": {g.URL + "/ui/?x=1"}})
 	requireConsoleProblem(t, res, body, http.StatusUnauthorized, "unauthenticated")
-	require.Equal(t, "/ui/signin", res.Header.Get("HX-Redirect"))
+	require.Equal(t, "/ui/signin?next="+url.QueryEscape("/ui/?x=1"), res.Header.Get("HX-Redirect"))
+	// A form post whose session ended is refused the same way.
+	res, body = u.do(http.MethodPost, "/ui/signout", url.Values{"csrf": {"x"}})
+	requireConsoleProblem(t, res, body, http.StatusUnauthorized, "unauthenticated")
 	// Pruning deletes ended sessions.
 	pruned, err := g.Store.Prune(context.Background(), store.PruneParams{})
 	require.NoError(t, err)

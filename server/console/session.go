@@ -120,7 +120,12 @@ func (c *Console) toSignIn(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if isHTMX {
-		w.Header().Set("HX-Redirect", Prefix+"/signin")
+		// Back to the page the request came from, after signing in.
+		target := Prefix + "/signin"
+		if cur, err := url.Parse(r.Header.Get("HX-Current-URL")); err == nil && cur.Path != "" {
+			target += "?next=" + url.QueryEscape(safeNext(cur.RequestURI()))
+		}
+		w.Header().Set("HX-Redirect", target)
 	}
 	c.fail(w, r, c.cfg.NotSignedIn("You are not signed in, or your session ended: sign in again."))
 }
