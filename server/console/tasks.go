@@ -40,7 +40,7 @@ type taskFilter struct {
 	Trigger      string
 }
 
-// params reads the filter, a page of limit tasks from cursor, as the API
+// taskParams reads the filter, a page of limit tasks from cursor, as the API
 // reads GET /v1/tasks (the same validation, the same 400 problem).
 func (c *Console) taskParams(f taskFilter, limit int, cursor string) (api.ListTasksParams, error) {
 	var p api.ListTasksParams
