@@ -347,6 +347,7 @@ func TestConsoleOrganizationScope(t *testing.T) {
 		"/ui/tasks/" + myTask.String(),
 		"/ui/tasks/" + myFailed.String(),
 		"/ui/tasks?state=cancelled",
+		"/ui/tasks?state=pending",
 		"/ui/workers/" + myWorker.ID.String(),
 		"/ui/organizations/" + mine.String(),
 		"/ui/schedules/" + mySchedule.Id.String(),
@@ -359,10 +360,11 @@ func TestConsoleOrganizationScope(t *testing.T) {
 		}
 		require.Equal(t, []string{"/ui/signout"}, actions, path)
 		require.NotContains(t, page, "redrive-link", path)
+		require.NotContains(t, page, "bulk-cancel-link", path)
 		require.NotContains(t, page, "revoke-worker", path)
 	}
 	// The confirmation pages of actions it may not take are refused too.
-	for _, path := range []string{"/ui/tasks/redrive?state=cancelled", "/ui/workers/" + myWorker.ID.String() + "/revoke"} {
+	for _, path := range []string{"/ui/tasks/redrive?state=cancelled", "/ui/tasks/cancel?state=pending", "/ui/workers/" + myWorker.ID.String() + "/revoke"} {
 		res, body := u.get(path)
 		requireConsoleProblem(t, res, body, http.StatusForbidden, "forbidden")
 	}
@@ -579,8 +581,26 @@ func TestConsolePages(t *testing.T) {
 	require.Equal(t, apiclient.TaskStatePending, g.Task(t, failing).State)
 	_ = page
 
+	// Bulk cancel: the pending tasks of the organization, after a
+	// confirmation page; a task that finished meanwhile is reported.
+	second := g.CreateTask(t, org, harness.TaskSpec{})
+	filter := "state=pending&organization_id=" + org.String()
+	mustGet("/ui/tasks?"+filter, `id="bulk-cancel-link"`)
+	confirm = mustGet("/ui/tasks/cancel?"+filter, "will be cancelled", failing.String(), second.String(), `id="confirm-cancel"`)
+	require.Equal(t, apiclient.TaskStatePending, g.Task(t, second).State, "the confirmation page changed nothing")
+	post("/ui/tasks/cancel", confirm, url.Values{"task": {failing.String(), second.String()}})
+	require.Equal(t, apiclient.TaskStateCancelled, g.Task(t, failing).State)
+	require.Equal(t, apiclient.TaskStateCancelled, g.Task(t, second).State)
+	// A task that cannot be changed is reported with the API's detail.
+	res, body = u.do(http.MethodPost, "/ui/tasks/cancel", url.Values{"csrf": {csrfOf(t, confirm)}, "task": {second.String(), uuid.NewString()}})
+	require.Equal(t, http.StatusOK, res.StatusCode, body)
+	require.Contains(t, body, `id="bulk-outcomes"`)
+	require.Contains(t, body, "no such resource")
+	res, body = u.get("/ui/tasks/cancel?state=completed")
+	requireConsoleProblem(t, res, body, http.StatusBadRequest, "bad-request")
+
 	// Every change is audited as the session's token.
-	audit := mustGet("/ui/audit", "console.sign_in", "worker.update", "schedule.pause", "schedule.resume", "task.retry")
+	audit := mustGet("/ui/audit", "console.sign_in", "worker.update", "schedule.pause", "schedule.resume", "task.retry", "task.cancel")
 	require.NotContains(t, audit, token[1])
 	mustGet("/ui/audit?action=schedule.pause", "schedule.pause")
 }

@@ -133,8 +133,10 @@ func (c *Console) routes() {
 	m.Handle("GET "+Prefix+"/overview/stats", c.authed(c.overviewStats))
 
 	m.Handle("GET "+Prefix+"/tasks", c.authed(c.tasks))
-	m.Handle("GET "+Prefix+"/tasks/redrive", c.authed(c.redriveConfirm))
-	m.Handle("POST "+Prefix+"/tasks/redrive", c.authed(c.redrive))
+	for _, a := range []bulkAction{redriveAction, bulkCancelAction} {
+		m.Handle("GET "+Prefix+"/tasks/"+a.Path, c.authed(c.bulkConfirm(a)))
+		m.Handle("POST "+Prefix+"/tasks/"+a.Path, c.authed(c.bulkApply(a)))
+	}
 	m.Handle("GET "+Prefix+"/tasks/{id}", c.authed(c.task))
 	m.Handle("GET "+Prefix+"/tasks/{id}/log", c.authed(c.taskLog))
 	m.Handle("POST "+Prefix+"/tasks/{id}/cancel", c.authed(c.cancelTask))

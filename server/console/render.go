@@ -110,19 +110,20 @@ func (c *Console) renderTemplate(w http.ResponseWriter, r *http.Request, status 
 // notices are the messages an action's redirect may show, by key, so no
 // text from a URL reaches a page.
 var notices = map[string]string{
-	"cancelled":   "Cancellation requested.",
-	"retried":     "The task is queued again.",
-	"enabled":     "The worker is enabled.",
-	"disabled":    "The worker is disabled: it gets no new leases.",
-	"revoked":     "The worker is revoked.",
-	"assigned":    "The worker is assigned.",
-	"unassigned":  "The worker is unassigned.",
-	"paused":      "The schedule is paused.",
-	"resumed":     "The schedule is resumed.",
-	"run":         "The schedule ran.",
-	"redriven":    "The tasks are queued again.",
-	"signed_out":  "You are signed out.",
-	"not_retried": "Some tasks could not be queued again; see the list.",
+	"cancelled":      "Cancellation requested.",
+	"retried":        "The task is queued again.",
+	"enabled":        "The worker is enabled.",
+	"disabled":       "The worker is disabled: it gets no new leases.",
+	"revoked":        "The worker is revoked.",
+	"assigned":       "The worker is assigned.",
+	"unassigned":     "The worker is unassigned.",
+	"paused":         "The schedule is paused.",
+	"resumed":        "The schedule is resumed.",
+	"run":            "The schedule ran.",
+	"redriven":       "The tasks are queued again.",
+	"bulk_cancelled": "Cancellation of the tasks is requested.",
+	"signed_out":     "You are signed out.",
+	"not_retried":    "Some tasks could not be queued again; see the list.",
 }
 
 // refuse answers a request the console itself turns down, as the API

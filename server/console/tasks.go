@@ -1,12 +1,17 @@
 package console
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/google/uuid"
 
+	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/server/api"
 	"github.com/worker-gateway/gateway/store"
 )
@@ -23,11 +28,11 @@ var (
 // htmxStopPolling is the status that makes htmx stop polling an element.
 const htmxStopPolling = 286
 
-// pageSize is the console's page of a list; redriveMax the most tasks one
-// redrive takes.
+// pageSize is the console's page of a list; bulkMax the most tasks one
+// bulk action (redrive, cancel) takes.
 const (
-	pageSize   = 50
-	redriveMax = 200
+	pageSize = 50
+	bulkMax  = 200
 )
 
 // taskFilter is the task list's query, as the form sends it.
@@ -76,6 +81,7 @@ type tasksData struct {
 	Tasks         []api.Task
 	NextPage      string
 	RedriveLink   string
+	CancelLink    string
 	Organizations []api.Organization
 	States        []api.TaskState
 	Types         []api.TaskType
@@ -100,9 +106,8 @@ func (c *Console) tasks(w http.ResponseWriter, r *http.Request, s *session) {
 		q.Set("cursor", *list.NextCursor)
 		d.NextPage = Prefix + "/tasks?" + q.Encode()
 	}
-	if f.State == string(api.TaskStateFailedTerminal) || f.State == string(api.TaskStateCancelled) {
-		d.RedriveLink = Prefix + "/tasks/redrive?" + f.query().Encode()
-	}
+	d.RedriveLink = redriveAction.link(f)
+	d.CancelLink = bulkCancelAction.link(f)
 	c.render(w, r, http.StatusOK, "tasks", s, "Tasks", d)
 }
 
@@ -233,78 +238,134 @@ func (c *Console) retryTask(w http.ResponseWriter, r *http.Request, _ *session) 
 	seeOther(w, r, Prefix+"/tasks/"+id.String(), "retried")
 }
 
-type redriveData struct {
+// bulkAction is an action on many tasks at once, taken after a
+// confirmation page lists the tasks a filter selects: redrive (each a retry)
+// or cancel (each a cancellation). Each task goes through the API's own
+// handler: the same permission, scope and audit event as one at a time.
+type bulkAction struct {
+	// Path is the action's confirmation page and form, under /ui/tasks/.
+	Path string
+	// Title heads the pages; Verb says what happens to each task; Button
+	// labels the confirmation.
+	Title, Verb, Button string
+	// States are the task states a filter must name: the action applies
+	// to tasks in them.
+	States []api.TaskState
+	// Notice is the key of the notice shown when every task was done.
+	Notice string
+	apply  func(c *Console, ctx context.Context, id uuid.UUID) error
+}
+
+var (
+	redriveAction = bulkAction{Path: "redrive", Title: "Redrive tasks", Button: "Redrive",
+		Verb:   "will be queued again, each as a retry (a fresh attempt budget)",
+		States: []api.TaskState{api.TaskStateFailedTerminal, api.TaskStateCancelled}, Notice: "redriven",
+		apply: func(c *Console, ctx context.Context, id uuid.UUID) error {
+			_, err := answer[api.RetryTask200JSONResponse](c.cfg.API.RetryTask(ctx, api.RetryTaskRequestObject{TaskId: id}))
+			return err
+		}}
+	bulkCancelAction = bulkAction{Path: "cancel", Title: "Cancel tasks", Button: "Cancel",
+		Verb:   "will be cancelled (a running attempt is asked to stop and is cancelled once it does)",
+		States: []api.TaskState{api.TaskStatePending, api.TaskStateRetryWait, api.TaskStateLeased, api.TaskStateRunning}, Notice: "bulk_cancelled",
+		apply: func(c *Console, ctx context.Context, id uuid.UUID) error {
+			_, err := answer[api.CancelTask200JSONResponse](c.cfg.API.CancelTask(ctx, api.CancelTaskRequestObject{TaskId: id}))
+			return err
+		}}
+)
+
+// link is the action's confirmation page for the filter, or "" when the
+// filter's state is not one the action takes.
+func (a bulkAction) link(f taskFilter) string {
+	if !slices.Contains(a.States, api.TaskState(f.State)) {
+		return ""
+	}
+	return Prefix + "/tasks/" + a.Path + "?" + f.query().Encode()
+}
+
+type bulkData struct {
+	Action bulkAction
 	Filter taskFilter
 	Tasks  []api.Task
 	More   bool
 	Back   string
-	// Outcomes, after a redrive: each task and what became of it.
-	Outcomes []redriveOutcome
+	// Outcomes, after the action: each task and what became of it.
+	Outcomes []bulkOutcome
 }
 
-type redriveOutcome struct {
+type bulkOutcome struct {
 	TaskID uuid.UUID
 	Error  string
 }
 
-// redriveConfirm lists the failed (or cancelled) tasks a filter selects and
-// asks before queueing them all again.
-func (c *Console) redriveConfirm(w http.ResponseWriter, r *http.Request, s *session) {
-	if !s.MayManageTasks() {
-		c.refuse(w, r, store.ErrForbidden, "Your API token may not retry tasks (it needs the producer or admin permission).")
-		return
-	}
-	f := filterFrom(r)
-	if f.State != string(api.TaskStateFailedTerminal) && f.State != string(api.TaskStateCancelled) {
-		c.refuse(w, r, store.ErrInvalid, "Redrive takes failed or cancelled tasks: filter the task list by one of those states first.")
-		return
-	}
-	params, err := c.taskParams(f, redriveMax, "")
-	if err != nil {
-		c.fail(w, r, err)
-		return
-	}
-	list, err := answer[api.ListTasks200JSONResponse](c.cfg.API.ListTasks(r.Context(), api.ListTasksRequestObject{Params: params}))
-	if err != nil {
-		c.fail(w, r, err)
-		return
-	}
-	c.render(w, r, http.StatusOK, "redrive", s, "Redrive tasks", redriveData{Filter: f, Tasks: list.Items,
-		More: list.NextCursor != nil && *list.NextCursor != "", Back: Prefix + "/tasks?" + f.query().Encode()})
-}
-
-// redrive retries every task the confirmation page listed, each as the
-// API's retry (same permission, scope and audit event).
-func (c *Console) redrive(w http.ResponseWriter, r *http.Request, s *session) {
-	if err := r.ParseForm(); err != nil {
-		c.refuse(w, r, store.ErrInvalid, "The form could not be read.")
-		return
-	}
-	ids := r.PostForm["task"]
-	if len(ids) == 0 || len(ids) > redriveMax {
-		c.refuse(w, r, store.ErrInvalid, "Choose between 1 and 200 tasks to redrive.")
-		return
-	}
-	var outcomes []redriveOutcome
-	failed := false
-	for _, raw := range ids {
-		id, err := uuid.Parse(raw)
-		if err != nil {
-			c.refuse(w, r, store.ErrInvalid, "A task id is not valid.")
+// bulkConfirm lists the tasks a filter selects for the action and asks
+// before applying it to them all.
+func (c *Console) bulkConfirm(a bulkAction) sessionHandler {
+	return func(w http.ResponseWriter, r *http.Request, s *session) {
+		if !s.MayManageTasks() {
+			c.refuse(w, r, store.ErrForbidden, "Your API token may not change tasks (it needs the producer or admin permission).")
 			return
 		}
-		o := redriveOutcome{TaskID: id}
-		if _, err := answer[api.RetryTask200JSONResponse](c.cfg.API.RetryTask(r.Context(), api.RetryTaskRequestObject{TaskId: id})); err != nil {
-			_, o.Error = c.cfg.Problem(err)
-			failed = true
+		f := filterFrom(r)
+		if a.link(f) == "" {
+			c.refuse(w, r, store.ErrInvalid, problem.Text(a.Title+" takes tasks in one of these states: "+joinStates(a.States)+". Filter the task list by one of them first."))
+			return
 		}
-		outcomes = append(outcomes, o)
+		params, err := c.taskParams(f, bulkMax, "")
+		if err != nil {
+			c.fail(w, r, err)
+			return
+		}
+		list, err := answer[api.ListTasks200JSONResponse](c.cfg.API.ListTasks(r.Context(), api.ListTasksRequestObject{Params: params}))
+		if err != nil {
+			c.fail(w, r, err)
+			return
+		}
+		c.render(w, r, http.StatusOK, "bulk", s, a.Title, bulkData{Action: a, Filter: f, Tasks: list.Items,
+			More: list.NextCursor != nil && *list.NextCursor != "", Back: Prefix + "/tasks?" + f.query().Encode()})
 	}
-	if !failed {
-		seeOther(w, r, Prefix+"/tasks", "redriven")
-		return
+}
+
+// bulkApply applies the action to every task the confirmation page listed.
+func (c *Console) bulkApply(a bulkAction) sessionHandler {
+	return func(w http.ResponseWriter, r *http.Request, s *session) {
+		if err := r.ParseForm(); err != nil {
+			c.refuse(w, r, store.ErrInvalid, "The form could not be read.")
+			return
+		}
+		ids := r.PostForm["task"]
+		if len(ids) == 0 || len(ids) > bulkMax {
+			c.refuse(w, r, store.ErrInvalid, problem.Text(fmt.Sprintf("Choose between 1 and %d tasks.", bulkMax)))
+			return
+		}
+		var outcomes []bulkOutcome
+		failed := false
+		for _, raw := range ids {
+			id, err := uuid.Parse(raw)
+			if err != nil {
+				c.refuse(w, r, store.ErrInvalid, "A task id is not valid.")
+				return
+			}
+			o := bulkOutcome{TaskID: id}
+			if err := a.apply(c, r.Context(), id); err != nil {
+				_, o.Error = c.cfg.Problem(err)
+				failed = true
+			}
+			outcomes = append(outcomes, o)
+		}
+		if !failed {
+			seeOther(w, r, Prefix+"/tasks", a.Notice)
+			return
+		}
+		c.render(w, r, http.StatusOK, "bulk", s, a.Title, bulkData{Action: a, Outcomes: outcomes, Back: Prefix + "/tasks"})
 	}
-	c.render(w, r, http.StatusOK, "redrive", s, "Redrive tasks", redriveData{Outcomes: outcomes, Back: Prefix + "/tasks"})
+}
+
+func joinStates(states []api.TaskState) string {
+	out := make([]string, len(states))
+	for i, st := range states {
+		out[i] = string(st)
+	}
+	return strings.Join(out, ", ")
 }
 
 // downloadFile streams an artifact as the API's download does.
