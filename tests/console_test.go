@@ -561,7 +561,9 @@ func TestConsolePages(t *testing.T) {
 	page = mustGet("/ui/organizations/"+org.String()+"?notice=assigned", "The worker is assigned", `<a href="/ui/workers/`+spare.ID.String()+`">spare-1</a>`)
 	require.NotContains(t, page, `<option value="`+spare.ID.String()+`"`)
 	mustGet("/ui/scans", scan.Id.String()[:8])
-	mustGet("/ui/scans/"+scan.Id.String(), "echo", "jobs done")
+	// A running scan's progress refreshes itself.
+	mustGet("/ui/scans/"+scan.Id.String(), "echo", "jobs done", `hx-get="/ui/scans/`+scan.Id.String()+`/progress"`)
+	mustGet("/ui/scans/"+scan.Id.String()+"/progress", `id="scan-progress"`, "echo", "0 of 1 jobs done")
 
 	// Schedules: next fires, pause, resume, run now.
 	page = mustGet("/ui/schedules/"+sc.Id.String(), "nightly", `id="next-fires"`)
@@ -631,6 +633,7 @@ func TestConsoleScanChanges(t *testing.T) {
 	res, page := u.get("/ui/scans/" + first.String())
 	require.Equal(t, http.StatusOK, res.StatusCode, page)
 	require.Contains(t, page, "No changes.", "the first scan is the baseline")
+	require.NotContains(t, page, `hx-get="/ui/scans/`, "a finished scan's page does not refresh")
 	res, page = u.get("/ui/scans/" + second.String())
 	require.Equal(t, http.StatusOK, res.StatusCode, page)
 	require.Contains(t, page, `id="changes-h"`)

@@ -159,6 +159,7 @@ func (c *Console) routes() {
 
 	m.Handle("GET "+Prefix+"/scans", c.authed(c.scans))
 	m.Handle("GET "+Prefix+"/scans/{id}", c.authed(c.scan))
+	m.Handle("GET "+Prefix+"/scans/{id}/progress", c.authed(c.scanProgress))
 
 	m.Handle("GET "+Prefix+"/schedules", c.authed(c.schedules))
 	m.Handle("GET "+Prefix+"/schedules/{id}", c.authed(c.schedule))

@@ -97,6 +97,21 @@ func (c *Console) scan(w http.ResponseWriter, r *http.Request, s *session) {
 	c.render(w, r, http.StatusOK, "scan", s, "Scan "+id.String()[:8], d)
 }
 
+// scanProgress is the scan page's progress section alone: htmx polls it
+// while the scan runs (the section stops polling once the scan ended).
+func (c *Console) scanProgress(w http.ResponseWriter, r *http.Request, s *session) {
+	id, ok := c.pathID(w, r, "id")
+	if !ok {
+		return
+	}
+	sc, err := answer[api.GetScan200JSONResponse](c.cfg.API.GetScan(r.Context(), api.GetScanRequestObject{ScanId: id}))
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	c.fragment(w, r, "scan", "progress", s, scanData{Scan: api.Scan(sc), Done: jobsDone(sc.Jobs)})
+}
+
 type changesData struct {
 	Organization api.Organization
 	Kinds        []api.ChangeKind
