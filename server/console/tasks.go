@@ -83,9 +83,11 @@ type tasksData struct {
 	RedriveLink   string
 	CancelLink    string
 	Organizations []api.Organization
-	States        []api.TaskState
-	Types         []api.TaskType
-	Triggers      []api.TriggerKind
+	// Names are the organizations' names by id, for the list.
+	Names    map[uuid.UUID]string
+	States   []api.TaskState
+	Types    []api.TaskType
+	Triggers []api.TriggerKind
 }
 
 func (c *Console) tasks(w http.ResponseWriter, r *http.Request, s *session) {
@@ -100,7 +102,11 @@ func (c *Console) tasks(w http.ResponseWriter, r *http.Request, s *session) {
 		c.fail(w, r, err)
 		return
 	}
-	d := tasksData{Filter: f, Tasks: list.Items, Organizations: c.organizationList(r), States: taskStates, Types: taskTypes, Triggers: triggerKinds}
+	d := tasksData{Filter: f, Tasks: list.Items, Organizations: c.organizationList(r), States: taskStates, Types: taskTypes, Triggers: triggerKinds,
+		Names: map[uuid.UUID]string{}}
+	for _, o := range d.Organizations {
+		d.Names[o.Id] = o.Name
+	}
 	if list.NextCursor != nil && *list.NextCursor != "" {
 		q := f.query()
 		q.Set("cursor", *list.NextCursor)
