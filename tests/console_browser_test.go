@@ -242,16 +242,30 @@ func TestConsoleInChromium(t *testing.T) {
 	shot("5-cancelled")
 	require.Equal(t, apiclient.TaskStateCancelled, g.Task(t, toCancel).State)
 
+	// A refused action shows its problem in the page's error region:
+	// retrying a task that was retried meanwhile is a 409.
+	do("open a cancelled task", chromedp.Navigate(g.URL+"/ui/tasks/"+done.String()), chromedp.WaitVisible(chromedp.ID("retry-task")))
+	retried, err := g.Control.RetryTaskWithResponse(context.Background(), done)
+	require.NoError(t, err)
+	require.Equal(t, 200, retried.StatusCode(), string(retried.Body))
+	do("retry it again", chromedp.Click(chromedp.ID("retry-task")), chromedp.WaitVisible(chromedp.ID("console-error")))
+	refusal := text("console-error")
+	require.Contains(t, refusal, "Conflict")
+	require.Contains(t, refusal, "only failed_terminal and cancelled tasks can be retried")
+	require.Contains(t, refusal, "task-not-retryable")
+	require.Contains(t, location(), "/ui/tasks/"+done.String(), "the page stays")
+	shot("6-refused")
+
 	// Revoke a worker, with a reason.
 	do("open the revoke form",
 		chromedp.Navigate(g.URL+"/ui/workers/"+worker.ID.String()),
 		chromedp.Click(chromedp.ID("revoke-worker")),
 		chromedp.WaitVisible(chromedp.ID("reason")),
 		chromedp.SendKeys(chromedp.ID("reason"), "key leaked"))
-	shot("6-revoke-form")
+	shot("7-revoke-form")
 	do("revoke", chromedp.Click(chromedp.ID("confirm-revoke")), chromedp.WaitVisible(chromedp.ID("revocation")))
 	require.Contains(t, text("revocation"), "key leaked")
-	shot("7-revoked")
+	shot("8-revoked")
 	w, err := g.Control.GetWorkerWithResponse(context.Background(), worker.ID)
 	require.NoError(t, err)
 	require.True(t, w.JSON200.Revoked)
@@ -268,7 +282,8 @@ func TestConsoleInChromium(t *testing.T) {
 		require.True(t, strings.HasPrefix(u, g.URL+"/"), "the browser requested %s (not the gateway %s)", u, g.URL)
 	}
 	require.Positive(t, requests.count("/ui/assets/htmx.min.js"), "htmx was not loaded")
+	require.Positive(t, requests.count("/ui/assets/console.js"), "the console's script was not loaded")
 	entries, err := os.ReadDir(artifacts)
 	require.NoError(t, err)
-	require.Len(t, entries, 7)
+	require.Len(t, entries, 8)
 }

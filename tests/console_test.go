@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -39,6 +40,12 @@ func newConsoleUser(t *testing.T, g *harness.Gateway) *consoleUser {
 // do sends a request and returns the answer with its body read.
 func (u *consoleUser) do(method, path string, form url.Values) (*http.Response, string) {
 	u.t.Helper()
+	return u.doWith(method, path, form, nil)
+}
+
+// doWith is do with extra request headers (HX-Request, as htmx sends).
+func (u *consoleUser) doWith(method, path string, form url.Values, header http.Header) (*http.Response, string) {
+	u.t.Helper()
 	var body io.Reader
 	if form != nil {
 		body = strings.NewReader(form.Encode())
@@ -47,6 +54,9 @@ func (u *consoleUser) do(method, path string, form url.Values) (*http.Response, 
 	require.NoError(u.t, err)
 	if form != nil {
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	for k, v := range header {
+		req.Header[k] = v
 	}
 	res, err := u.client.Do(req)
 	require.NoError(u.t, err)
@@ -73,10 +83,16 @@ func csrfOf(t *testing.T, page string) string {
 // signIn signs in with token and returns the sign-in answer (a redirect).
 func (u *consoleUser) signIn(token string) *http.Response {
 	u.t.Helper()
+	res, _ := u.signInAnswer(token)
+	return res
+}
+
+// signInAnswer signs in with token and returns the answer and its body.
+func (u *consoleUser) signInAnswer(token string) (*http.Response, string) {
+	u.t.Helper()
 	res, page := u.get("/ui/signin")
 	require.Equal(u.t, http.StatusOK, res.StatusCode)
-	res, _ = u.do(http.MethodPost, "/ui/signin", url.Values{"csrf": {csrfOf(u.t, page)}, "token": {token}, "next": {"/ui/"}})
-	return res
+	return u.do(http.MethodPost, "/ui/signin", url.Values{"csrf": {csrfOf(u.t, page)}, "token": {token}, "next": {"/ui/"}})
 }
 
 // mustSignIn signs in and checks it worked.
@@ -98,6 +114,28 @@ func (u *consoleUser) signedIn() bool {
 	}
 	require.Equal(u.t, http.StatusOK, res.StatusCode)
 	return true
+}
+
+// requireConsoleProblem checks an answer is application/problem+json with status
+// and code, as every error leaving the gateway is, and returns its detail.
+func requireConsoleProblem(t *testing.T, res *http.Response, body string, status int, code string) string {
+	t.Helper()
+	require.Equal(t, status, res.StatusCode, body)
+	require.Equal(t, "application/problem+json", res.Header.Get("Content-Type"), body)
+	var p struct {
+		Type   string `json:"type"`
+		Title  string `json:"title"`
+		Status int    `json:"status"`
+		Detail string `json:"detail"`
+		Code   string `json:"code"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &p), body)
+	require.Equal(t, status, p.Status, body)
+	require.Equal(t, code, p.Code, body)
+	require.Equal(t, "https://worker-gateway.dev/problems/"+code, p.Type, body)
+	require.NotEmpty(t, p.Title, body)
+	require.NotEmpty(t, p.Detail, body)
+	return p.Detail
 }
 
 func newToken(t *testing.T, g *harness.Gateway, name string, org *uuid.UUID, expiresIn *int, scopes ...apiclient.TokenScope) (string, uuid.UUID) {
@@ -122,9 +160,9 @@ func TestConsoleSessions(t *testing.T) {
 	require.Equal(t, http.StatusSeeOther, res.StatusCode)
 	require.Equal(t, "/ui/signin?next="+url.QueryEscape("/ui/tasks?state=pending"), res.Header.Get("Location"))
 
-	// A wrong token is refused on the form.
-	res = u.signIn("wgt_not-a-real-token")
-	require.Equal(t, http.StatusUnauthorized, res.StatusCode)
+	// A wrong token is refused (problem+json; the page's script shows it).
+	res, body := u.signInAnswer("wgt_not-a-real-token")
+	requireConsoleProblem(t, res, body, http.StatusUnauthorized, "unauthenticated")
 	require.False(t, u.signedIn())
 	harness.WaitFor(t, 10*time.Second, "the refused sign-in in the audit log", func() bool {
 		var n int
@@ -178,6 +216,14 @@ func TestConsoleSessions(t *testing.T) {
 	_, err = g.Pool.Exec(context.Background(), `UPDATE console_sessions SET expires_at = now() - interval '1 second'`)
 	require.NoError(t, err)
 	require.False(t, u.signedIn())
+	// An htmx request (the overview's refresh) is answered 401 as a
+	// problem, and told to load the sign-in page.
+	res, body = u.doWith(http.MethodGet, "/ui/overview/stats", nil, http.Header{"Hx-Request": {"true"}, "Hx-Current-Url": {g.URL + "/ui/?x=1"}})
+	requireConsoleProblem(t, res, body, http.StatusUnauthorized, "unauthenticated")
+	require.Equal(t, "/ui/signin?next="+url.QueryEscape("/ui/?x=1"), res.Header.Get("HX-Redirect"))
+	// A form post whose session ended is refused the same way.
+	res, body = u.do(http.MethodPost, "/ui/signout", url.Values{"csrf": {"x"}})
+	requireConsoleProblem(t, res, body, http.StatusUnauthorized, "unauthenticated")
 	// Pruning deletes ended sessions.
 	pruned, err := g.Store.Prune(context.Background(), store.PruneParams{})
 	require.NoError(t, err)
@@ -223,8 +269,8 @@ func TestConsoleCSRF(t *testing.T) {
 
 	// Sign-in without the form's token.
 	u := newConsoleUser(t, g)
-	res, _ := u.do(http.MethodPost, "/ui/signin", url.Values{"token": {g.AdminToken}})
-	require.Equal(t, http.StatusForbidden, res.StatusCode)
+	res, body := u.do(http.MethodPost, "/ui/signin", url.Values{"token": {g.AdminToken}})
+	require.Contains(t, requireConsoleProblem(t, res, body, http.StatusForbidden, "forbidden"), "security token")
 	require.False(t, u.signedIn())
 
 	u.mustSignIn(g.AdminToken)
@@ -239,9 +285,8 @@ func TestConsoleCSRF(t *testing.T) {
 		"another session's":    {"csrf": {csrfOf(t, otherPage)}},
 		"a sign-in form token": {"csrf": {"x"}},
 	} {
-		res, page := u.do(http.MethodPost, cancel, form)
-		require.Equal(t, http.StatusForbidden, res.StatusCode, "CSRF token %s: %s", name, page)
-		require.Contains(t, page, "security token")
+		res, body := u.do(http.MethodPost, cancel, form)
+		require.Contains(t, requireConsoleProblem(t, res, body, http.StatusForbidden, "forbidden"), "security token", "CSRF token %s", name)
 	}
 	require.Equal(t, apiclient.TaskStatePending, g.Task(t, task).State, "a refused post changed the task")
 
@@ -274,9 +319,9 @@ func TestConsoleOrganizationScope(t *testing.T) {
 		"/ui/organizations/" + theirs.String(),
 		"/ui/workers/" + theirWorker.ID.String(),
 	} {
-		res, page := u.get(path)
-		require.Equal(t, http.StatusNotFound, res.StatusCode, "%s: %s", path, page)
-		require.NotContains(t, page, theirTask.String())
+		res, body := u.get(path)
+		requireConsoleProblem(t, res, body, http.StatusNotFound, "not-found")
+		require.NotContains(t, body, theirTask.String(), path)
 	}
 	// Lists show this organization's objects only (a filter naming another
 	// organization finds nothing, as the API's does for a scoped token).
@@ -289,10 +334,55 @@ func TestConsoleOrganizationScope(t *testing.T) {
 	require.Contains(t, page, mine.String())
 	require.NotContains(t, page, theirs.String())
 
-	// A reader's cancel is refused as the API refuses it.
+	// A reader sees no action it may not perform: the only form that
+	// posts is the sign-out.
+	myWorker := g.NewWorker(t, "my-worker", 1, mine)
+	mySchedule := createSchedule(t, g, everySecondTask(mine, "nightly"))
+	myFailed := g.CreateTask(t, mine, harness.TaskSpec{})
+	cancelled, err := g.Control.CancelTaskWithResponse(context.Background(), myFailed)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, cancelled.StatusCode(), string(cancelled.Body))
+	postForm := regexp.MustCompile(`<form[^>]*method="post"[^>]*action="([^"]+)"`)
+	for _, path := range []string{
+		"/ui/tasks/" + myTask.String(),
+		"/ui/tasks/" + myFailed.String(),
+		"/ui/tasks?state=cancelled",
+		"/ui/tasks?state=pending",
+		"/ui/workers/" + myWorker.ID.String(),
+		"/ui/organizations/" + mine.String(),
+		"/ui/schedules/" + mySchedule.Id.String(),
+	} {
+		res, page := u.get(path)
+		require.Equal(t, http.StatusOK, res.StatusCode, "%s: %s", path, page)
+		var actions []string
+		for _, m := range postForm.FindAllStringSubmatch(page, -1) {
+			actions = append(actions, m[1])
+		}
+		require.Equal(t, []string{"/ui/signout"}, actions, path)
+		require.NotContains(t, page, "redrive-link", path)
+		require.NotContains(t, page, "bulk-cancel-link", path)
+		require.NotContains(t, page, "revoke-worker", path)
+	}
+	// The confirmation pages of actions it may not take are refused too.
+	for _, path := range []string{"/ui/tasks/redrive?state=cancelled", "/ui/tasks/cancel?state=pending", "/ui/workers/" + myWorker.ID.String() + "/revoke"} {
+		res, body := u.get(path)
+		requireConsoleProblem(t, res, body, http.StatusForbidden, "forbidden")
+	}
+
+	// A reader's posts are refused as the API refuses them.
 	_, page = u.get("/ui/tasks/" + myTask.String())
-	res, page = u.do(http.MethodPost, "/ui/tasks/"+myTask.String()+"/cancel", url.Values{"csrf": {csrfOf(t, page)}})
-	require.Equal(t, http.StatusForbidden, res.StatusCode, page)
+	csrf := url.Values{"csrf": {csrfOf(t, page)}}
+	for _, path := range []string{
+		"/ui/tasks/" + myTask.String() + "/cancel",
+		"/ui/tasks/" + myFailed.String() + "/retry",
+		"/ui/workers/" + myWorker.ID.String() + "/disable",
+		"/ui/workers/" + myWorker.ID.String() + "/enrollment-token",
+		"/ui/schedules/" + mySchedule.Id.String() + "/pause",
+		"/ui/organizations/" + mine.String() + "/workers/" + myWorker.ID.String() + "/unassign",
+	} {
+		res, body := u.do(http.MethodPost, path, csrf)
+		requireConsoleProblem(t, res, body, http.StatusForbidden, "forbidden")
+	}
 	require.Equal(t, apiclient.TaskStatePending, g.Task(t, myTask).State)
 }
 
@@ -405,6 +495,29 @@ func TestConsolePages(t *testing.T) {
 	}
 
 	mustGet("/ui/", "Workers online", "acme")
+	// Errors are problems, as the API's: an unknown page, a bad filter.
+	res, body := u.get("/ui/no-such-page")
+	requireConsoleProblem(t, res, body, http.StatusNotFound, "not-found")
+	res, body = u.get("/ui/tasks/" + uuid.NewString())
+	requireConsoleProblem(t, res, body, http.StatusNotFound, "not-found")
+	for _, path := range []string{"/ui/assets/", "/ui/assets/nope.js"} {
+		res, body = u.get(path)
+		requireConsoleProblem(t, res, body, http.StatusNotFound, "not-found")
+	}
+	res, body = u.do(http.MethodDelete, "/ui/tasks", nil)
+	require.Equal(t, "application/problem+json", res.Header.Get("Content-Type"), body)
+	res, _ = u.get("/ui/assets/console.js")
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Contains(t, res.Header.Get("Content-Type"), "javascript")
+	// The contract checks a filter, as for the API: the detail names the
+	// parameter, as the API's validator does.
+	for param, filter := range map[string]string{"state": "state=bogus", "organization_id": "organization_id=not-an-id",
+		"task_type": "task_type=x", "trigger": "trigger=y", "scan_id": "scan_id=1"} {
+		res, body = u.get("/ui/tasks?" + filter)
+		require.Contains(t, requireConsoleProblem(t, res, body, http.StatusBadRequest, "bad-request"), param)
+	}
+	res, body = u.get("/ui/audit?action=" + strings.Repeat("x", 300))
+	requireConsoleProblem(t, res, body, http.StatusBadRequest, "bad-request")
 	mustGet("/ui/overview/stats", `id="stats"`, `hx-trigger="every 5s"`)
 	mustGet("/ui/tasks", failing.String())
 	// The log, escaped, and the piece htmx polls for while the attempt runs.
@@ -425,7 +538,7 @@ func TestConsolePages(t *testing.T) {
 	page = mustGet("/ui/workers/"+w.ID.String()+"?notice=disabled", "The worker is disabled", "Not eligible: the worker is disabled.")
 	post("/ui/workers/"+w.ID.String()+"/enable", page, nil)
 	page = mustGet("/ui/workers/"+w.ID.String(), `id="disable-worker"`)
-	res, page := u.do(http.MethodPost, "/ui/workers/"+w.ID.String()+"/enrollment-token", url.Values{"csrf": {csrfOf(t, page)}})
+	res, page = u.do(http.MethodPost, "/ui/workers/"+w.ID.String()+"/enrollment-token", url.Values{"csrf": {csrfOf(t, page)}})
 	require.Equal(t, http.StatusOK, res.StatusCode, page)
 	require.Equal(t, "no-store", res.Header.Get("Cache-Control"))
 	token := regexp.MustCompile(`id="enrollment-token" readonly value="([^"]+)"`).FindStringSubmatch(page)
@@ -433,11 +546,24 @@ func TestConsolePages(t *testing.T) {
 	_, again := u.get("/ui/workers/" + w.ID.String())
 	require.NotContains(t, again, token[1], "the enrollment token is shown once")
 	mustGet("/ui/workers", "scanner-1")
+	// A revocation needs a reason, as the API's body does.
+	res, body = u.do(http.MethodPost, "/ui/workers/"+w.ID.String()+"/revoke", url.Values{"csrf": {csrfOf(t, page)}, "reason": {" "}})
+	require.Contains(t, requireConsoleProblem(t, res, body, http.StatusBadRequest, "bad-request"), "reason")
 
 	mustGet("/ui/organizations", "acme")
-	mustGet("/ui/organizations/"+org.String(), "scanner-1")
+	// Assignment by choice: the form offers the workers not assigned yet,
+	// by name and id.
+	spare := g.NewWorker(t, "spare-1", 1)
+	page = mustGet("/ui/organizations/"+org.String(), "scanner-1", `<select id="assign-worker" name="worker_id" required>`)
+	require.Contains(t, page, `<option value="`+spare.ID.String()+`">spare-1 (`+spare.ID.String()+`)</option>`)
+	require.NotContains(t, page, `<option value="`+w.ID.String()+`"`, "scanner-1 is assigned already")
+	post("/ui/organizations/"+org.String()+"/assign", page, url.Values{"worker_id": {spare.ID.String()}})
+	page = mustGet("/ui/organizations/"+org.String()+"?notice=assigned", "The worker is assigned", `<a href="/ui/workers/`+spare.ID.String()+`">spare-1</a>`)
+	require.NotContains(t, page, `<option value="`+spare.ID.String()+`"`)
 	mustGet("/ui/scans", scan.Id.String()[:8])
-	mustGet("/ui/scans/"+scan.Id.String(), "echo", "jobs done")
+	// A running scan's progress refreshes itself.
+	mustGet("/ui/scans/"+scan.Id.String(), "echo", "jobs done", `hx-get="/ui/scans/`+scan.Id.String()+`/progress"`)
+	mustGet("/ui/scans/"+scan.Id.String()+"/progress", `id="scan-progress"`, "echo", "0 of 1 jobs done")
 
 	// Schedules: next fires, pause, resume, run now.
 	page = mustGet("/ui/schedules/"+sc.Id.String(), "nightly", `id="next-fires"`)
@@ -457,8 +583,87 @@ func TestConsolePages(t *testing.T) {
 	require.Equal(t, apiclient.TaskStatePending, g.Task(t, failing).State)
 	_ = page
 
+	// Bulk cancel: the pending tasks of the organization, after a
+	// confirmation page; a task that finished meanwhile is reported.
+	second := g.CreateTask(t, org, harness.TaskSpec{})
+	filter := "state=pending&organization_id=" + org.String()
+	mustGet("/ui/tasks?"+filter, `id="bulk-cancel-link"`)
+	confirm = mustGet("/ui/tasks/cancel?"+filter, "will be cancelled", failing.String(), second.String(), `id="confirm-cancel"`)
+	require.Equal(t, apiclient.TaskStatePending, g.Task(t, second).State, "the confirmation page changed nothing")
+	post("/ui/tasks/cancel", confirm, url.Values{"task": {failing.String(), second.String()}})
+	require.Equal(t, apiclient.TaskStateCancelled, g.Task(t, failing).State)
+	require.Equal(t, apiclient.TaskStateCancelled, g.Task(t, second).State)
+	// A task that cannot be changed is reported with the API's detail.
+	res, body = u.do(http.MethodPost, "/ui/tasks/cancel", url.Values{"csrf": {csrfOf(t, confirm)}, "task": {second.String(), uuid.NewString()}})
+	require.Equal(t, http.StatusOK, res.StatusCode, body)
+	require.Contains(t, body, `id="bulk-outcomes"`)
+	require.Contains(t, body, "no such resource")
+	res, body = u.get("/ui/tasks/cancel?state=completed")
+	requireConsoleProblem(t, res, body, http.StatusBadRequest, "bad-request")
+
 	// Every change is audited as the session's token.
-	audit := mustGet("/ui/audit", "console.sign_in", "worker.update", "schedule.pause", "schedule.resume", "task.retry")
+	audit := mustGet("/ui/audit", "console.sign_in", "worker.update", "schedule.pause", "schedule.resume", "task.retry", "task.cancel")
 	require.NotContains(t, audit, token[1])
 	mustGet("/ui/audit?action=schedule.pause", "schedule.pause")
+}
+
+// TestConsoleScanChanges: after two scans of the same scope, the second
+// finding another host, the scan page lists the second scan's changes and
+// the organization's timeline lists them too, filtered by kind.
+func TestConsoleScanChanges(t *testing.T) {
+	t.Parallel()
+	g := harness.Start(t)
+	org := g.NewOrganization(t, "acme")
+	w := g.NewWorker(t, "scanner-1", 1, org)
+	s := resultSender{t: t, w: w, base: g.URL}
+	scanFinding := func(host string) uuid.UUID {
+		t.Helper()
+		scan := createScan(t, g, org, []string{"localhost"}, `[{"name": "probe"}]`)
+		l := lease(t, w, 1, 5)[0]
+		require.Equal(t, http.StatusOK, s.send(l, l.AttemptId.String()+":1", scannerBatch(1, host)).status)
+		completeAs(t, w, l, "succeeded", nil)
+		require.Equal(t, apiclient.ScanState("completed"), waitScan(t, g, scan.Id).State)
+		return scan.Id
+	}
+	first := scanFinding("old.example")
+	second := scanFinding("new.example")
+
+	u := newConsoleUser(t, g)
+	u.mustSignIn(g.AdminToken)
+	res, page := u.get("/ui/scans/" + first.String())
+	require.Equal(t, http.StatusOK, res.StatusCode, page)
+	require.Contains(t, page, "No changes.", "the first scan is the baseline")
+	require.NotContains(t, page, `hx-get="/ui/scans/`, "a finished scan's page does not refresh")
+	res, page = u.get("/ui/scans/" + second.String())
+	require.Equal(t, http.StatusOK, res.StatusCode, page)
+	require.Contains(t, page, `id="changes-h"`)
+	require.Regexp(t, `Asset appeared</td><td>hostname <code>new.example</code>`, page)
+	require.Regexp(t, `Asset disappeared</td><td>hostname <code>old.example</code>`, page)
+
+	timeline := "/ui/organizations/" + org.String() + "/changes"
+	res, page = u.get(timeline)
+	require.Equal(t, http.StatusOK, res.StatusCode, page)
+	require.Contains(t, page, "new.example")
+	require.Contains(t, page, "old.example")
+	res, page = u.get(timeline + "?kind=asset_appeared")
+	require.Equal(t, http.StatusOK, res.StatusCode, page)
+	require.Contains(t, page, "new.example")
+	require.NotContains(t, page, "old.example")
+	require.Contains(t, page, `value="asset_appeared" id="kind-asset_appeared" checked`)
+	res, page = u.get(timeline + "?kind=asset_appeared&kind=asset_disappeared")
+	require.Equal(t, http.StatusOK, res.StatusCode, page)
+	require.Contains(t, page, "new.example")
+	require.Contains(t, page, "old.example")
+	res, body := u.get(timeline + "?kind=exploded")
+	require.Contains(t, requireConsoleProblem(t, res, body, http.StatusBadRequest, "bad-request"), "kind")
+
+	// Another organization's token finds neither page.
+	other := g.NewOrganization(t, "other")
+	token, _ := newToken(t, g, "other-reader", &other, nil, "reader")
+	them := newConsoleUser(t, g)
+	them.mustSignIn(token)
+	for _, path := range []string{timeline, "/ui/scans/" + second.String()} {
+		res, body := them.get(path)
+		requireConsoleProblem(t, res, body, http.StatusNotFound, "not-found")
+	}
 }

@@ -18,20 +18,10 @@ type auditData struct {
 func (c *Console) audit(w http.ResponseWriter, r *http.Request, s *session) {
 	q := r.URL.Query()
 	d := auditData{Action: q.Get("action"), Target: q.Get("target_id")}
-	if len(d.Action) > 100 || len(d.Target) > 100 {
-		c.errorPage(w, r, http.StatusBadRequest, "A filter is longer than 100 characters.")
+	var params api.ListAuditEventsParams
+	if err := c.cfg.BindQuery("/v1/audit-events", pageQuery(r, "action", "target_id"), &params); err != nil {
+		c.fail(w, r, err)
 		return
-	}
-	limit := pageSize
-	params := api.ListAuditEventsParams{Limit: &limit}
-	if d.Action != "" {
-		params.Action = &d.Action
-	}
-	if d.Target != "" {
-		params.TargetId = &d.Target
-	}
-	if cur := q.Get("cursor"); cur != "" {
-		params.Cursor = &cur
 	}
 	list, err := answer[api.ListAuditEvents200JSONResponse](c.cfg.API.ListAuditEvents(r.Context(), api.ListAuditEventsRequestObject{Params: params}))
 	if err != nil {

@@ -15,8 +15,10 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"time"
 
+	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/server/api"
 	"github.com/worker-gateway/gateway/store"
 )
@@ -36,6 +38,14 @@ type Config struct {
 	// API is the gateway's implementation of the contract: the console
 	// calls it as the signed-in token.
 	API api.StrictServerInterface
+	// BindQuery checks query as the query of the API's GET path, as the
+	// API's request validator does (an error is its 400 problem), and binds
+	// it into params, a generated *api.…Params. Pages never check filters
+	// themselves: the contract does, once.
+	BindQuery func(path string, query url.Values, params any) error
+	// CheckBody checks body (a generated request body) as the body of the
+	// API's method and path, as the API's request validator does.
+	CheckBody func(method, path string, body any) error
 	// Sessions stores sessions.
 	Sessions Sessions
 	// AsPrincipal returns ctx acting as p, as a bearer token's request
@@ -44,6 +54,13 @@ type Config struct {
 	// Problem is how the API answers an error a handler returned: its
 	// status and a detail safe to show.
 	Problem func(err error) (status int, detail string)
+	// WriteProblem answers err as the API answers it: an
+	// application/problem+json body with the status and code of the API's
+	// error table, logged as the API logs a refusal.
+	WriteProblem func(w http.ResponseWriter, r *http.Request, err error)
+	// NotSignedIn is the error WriteProblem answers as 401 unauthenticated,
+	// for an htmx request or a form post whose session has ended.
+	NotSignedIn func(detail problem.Text) error
 	// Audit records a console event (sign-in, sign-out) as ctx's principal.
 	Audit func(ctx context.Context, action string, details map[string]any)
 	// SignInRefused records a refused sign-in (an unknown, revoked or
@@ -107,7 +124,7 @@ func (c *Console) routes() {
 	m.HandleFunc("GET "+Prefix, func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, Prefix+"/", http.StatusFound)
 	})
-	m.Handle("GET "+Prefix+"/assets/", http.StripPrefix(Prefix+"/assets/", assetHandler()))
+	m.Handle("GET "+Prefix+"/assets/", http.StripPrefix(Prefix+"/assets/", c.assetHandler()))
 	m.HandleFunc("GET "+Prefix+"/signin", c.signInForm)
 	m.HandleFunc("POST "+Prefix+"/signin", c.signIn)
 	m.Handle("POST "+Prefix+"/signout", c.authed(c.signOut))
@@ -116,8 +133,10 @@ func (c *Console) routes() {
 	m.Handle("GET "+Prefix+"/overview/stats", c.authed(c.overviewStats))
 
 	m.Handle("GET "+Prefix+"/tasks", c.authed(c.tasks))
-	m.Handle("GET "+Prefix+"/tasks/redrive", c.authed(c.redriveConfirm))
-	m.Handle("POST "+Prefix+"/tasks/redrive", c.authed(c.redrive))
+	for _, a := range []bulkAction{redriveAction, bulkCancelAction} {
+		m.Handle("GET "+Prefix+"/tasks/"+a.Path, c.authed(c.bulkConfirm(a)))
+		m.Handle("POST "+Prefix+"/tasks/"+a.Path, c.authed(c.bulkApply(a)))
+	}
 	m.Handle("GET "+Prefix+"/tasks/{id}", c.authed(c.task))
 	m.Handle("GET "+Prefix+"/tasks/{id}/log", c.authed(c.taskLog))
 	m.Handle("POST "+Prefix+"/tasks/{id}/cancel", c.authed(c.cancelTask))
@@ -134,11 +153,13 @@ func (c *Console) routes() {
 
 	m.Handle("GET "+Prefix+"/organizations", c.authed(c.organizations))
 	m.Handle("GET "+Prefix+"/organizations/{id}", c.authed(c.organization))
+	m.Handle("GET "+Prefix+"/organizations/{id}/changes", c.authed(c.exposureChanges))
 	m.Handle("POST "+Prefix+"/organizations/{id}/assign", c.authed(c.assignWorker))
 	m.Handle("POST "+Prefix+"/organizations/{id}/workers/{worker}/unassign", c.authed(c.unassignWorker))
 
 	m.Handle("GET "+Prefix+"/scans", c.authed(c.scans))
 	m.Handle("GET "+Prefix+"/scans/{id}", c.authed(c.scan))
+	m.Handle("GET "+Prefix+"/scans/{id}/progress", c.authed(c.scanProgress))
 
 	m.Handle("GET "+Prefix+"/schedules", c.authed(c.schedules))
 	m.Handle("GET "+Prefix+"/schedules/{id}", c.authed(c.schedule))
@@ -149,6 +170,6 @@ func (c *Console) routes() {
 	m.Handle("GET "+Prefix+"/audit", c.authed(c.audit))
 
 	m.HandleFunc(Prefix+"/", func(w http.ResponseWriter, r *http.Request) {
-		c.errorPage(w, r, http.StatusNotFound, "There is no such page.")
+		c.refuse(w, r, store.ErrNotFound, "There is no such page.")
 	})
 }

@@ -2,10 +2,13 @@ package console
 
 import (
 	"net/http"
+	"slices"
+	"strings"
 
 	"github.com/google/uuid"
 
 	"github.com/worker-gateway/gateway/server/api"
+	"github.com/worker-gateway/gateway/store"
 )
 
 type organizationsData struct {
@@ -14,10 +17,10 @@ type organizationsData struct {
 }
 
 func (c *Console) organizations(w http.ResponseWriter, r *http.Request, s *session) {
-	limit := pageSize
-	params := api.ListOrganizationsParams{Limit: &limit}
-	if cur := r.URL.Query().Get("cursor"); cur != "" {
-		params.Cursor = &cur
+	var params api.ListOrganizationsParams
+	if err := c.cfg.BindQuery("/v1/organizations", pageQuery(r), &params); err != nil {
+		c.fail(w, r, err)
+		return
 	}
 	list, err := answer[api.ListOrganizations200JSONResponse](c.cfg.API.ListOrganizations(r.Context(), api.ListOrganizationsRequestObject{Params: params}))
 	if err != nil {
@@ -36,7 +39,15 @@ type organizationData struct {
 	Workers      []api.OrganizationWorker
 	Assets       []api.Asset
 	Threats      []api.Threat
+	// Assignable are the workers the assign form offers: not revoked and
+	// not assigned here yet (the first assignableMax of them, by name).
+	Assignable     []api.Worker
+	MoreAssignable bool
 }
+
+// assignableMax bounds the assign form's list of workers (the API's
+// largest page).
+const assignableMax = 500
 
 // organization shows an organization's workers (its assignments, each
 // with whether it can take the organization's tasks and why), and the
@@ -57,6 +68,9 @@ func (c *Console) organization(w http.ResponseWriter, r *http.Request, s *sessio
 		api.ListOrganizationWorkersRequestObject{OrganizationId: id})); err == nil {
 		d.Workers = list.Items
 	}
+	if s.MayManageWorkers() {
+		d.Assignable, d.MoreAssignable = c.assignableWorkers(r, d.Workers)
+	}
 	limit := 20
 	if list, err := answer[api.ListAssets200JSONResponse](c.cfg.API.ListAssets(ctx,
 		api.ListAssetsRequestObject{OrganizationId: id, Params: api.ListAssetsParams{Limit: &limit}})); err == nil {
@@ -69,6 +83,29 @@ func (c *Console) organization(w http.ResponseWriter, r *http.Request, s *sessio
 	c.render(w, r, http.StatusOK, "organization", s, "Organization "+org.Name, d)
 }
 
+// assignableWorkers lists the workers an operator may assign to the
+// organization: every worker it sees but the revoked and those assigned
+// already.
+func (c *Console) assignableWorkers(r *http.Request, assigned []api.OrganizationWorker) ([]api.Worker, bool) {
+	limit := assignableMax
+	list, err := answer[api.ListWorkers200JSONResponse](c.cfg.API.ListWorkers(r.Context(), api.ListWorkersRequestObject{Params: api.ListWorkersParams{Limit: &limit}}))
+	if err != nil {
+		return nil, false
+	}
+	here := map[uuid.UUID]bool{}
+	for _, ow := range assigned {
+		here[ow.Worker.Id] = true
+	}
+	var out []api.Worker
+	for _, wk := range list.Items {
+		if !wk.Revoked && !here[wk.Id] {
+			out = append(out, wk)
+		}
+	}
+	slices.SortFunc(out, func(a, b api.Worker) int { return strings.Compare(a.Name, b.Name) })
+	return out, list.NextCursor != nil && *list.NextCursor != ""
+}
+
 // assignWorker assigns the worker the form names to the organization.
 func (c *Console) assignWorker(w http.ResponseWriter, r *http.Request, _ *session) {
 	id, ok := c.pathID(w, r, "id")
@@ -77,7 +114,7 @@ func (c *Console) assignWorker(w http.ResponseWriter, r *http.Request, _ *sessio
 	}
 	worker, err := uuid.Parse(r.PostFormValue("worker_id"))
 	if err != nil {
-		c.errorPage(w, r, http.StatusBadRequest, "The worker id is not valid.")
+		c.refuse(w, r, store.ErrInvalid, "The worker id is not valid.")
 		return
 	}
 	if _, err := answer[api.AssignWorker200JSONResponse](c.cfg.API.AssignWorker(r.Context(),

@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/worker-gateway/gateway/problem"
+	"github.com/worker-gateway/gateway/store"
 )
 
 //go:embed templates/*.html
@@ -20,14 +23,19 @@ var templateFiles embed.FS
 //go:embed assets
 var assetFiles embed.FS
 
-// assetHandler serves the embedded stylesheet and scripts.
-func assetHandler() http.Handler {
+// assetHandler serves the embedded stylesheet and scripts; anything else
+// under assets/ (a directory, a missing file) is a not-found problem.
+func (c *Console) assetHandler() http.Handler {
 	sub, err := fs.Sub(assetFiles, "assets")
 	if err != nil {
 		panic(err) // the embed directive guarantees the directory
 	}
 	files := http.FileServerFS(sub)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if st, err := fs.Stat(sub, strings.TrimPrefix(r.URL.Path, "/")); err != nil || !st.Mode().IsRegular() {
+			c.refuse(w, r, store.ErrNotFound, "There is no such file.")
+			return
+		}
 		w.Header().Set("Cache-Control", "public, max-age=3600")
 		files.ServeHTTP(w, r)
 	})
@@ -44,10 +52,10 @@ func parsePages() (*pages, error) {
 	p := &pages{sets: map[string]*template.Template{}}
 	for _, file := range names {
 		name := strings.TrimSuffix(strings.TrimPrefix(file, "templates/"), ".html")
-		if name == "layout" {
+		if name == "layout" || name == "partials" {
 			continue
 		}
-		t, err := template.New(name).Funcs(funcs).ParseFS(templateFiles, "templates/layout.html", file)
+		t, err := template.New(name).Funcs(funcs).ParseFS(templateFiles, "templates/layout.html", "templates/partials.html", file)
 		if err != nil {
 			return nil, fmt.Errorf("console template %s: %w", name, err)
 		}
@@ -87,13 +95,11 @@ func (c *Console) renderTemplate(w http.ResponseWriter, r *http.Request, status 
 	}
 	var buf bytes.Buffer
 	if t == nil {
-		c.cfg.Logger.Error("console: no such template", "page", page)
-		http.Error(w, "internal error", http.StatusInternalServerError)
+		c.fail(w, r, fmt.Errorf("console: no template %q", page))
 		return
 	}
 	if err := t.ExecuteTemplate(&buf, name, v); err != nil {
-		c.cfg.Logger.Error("console: render", "page", page, "template", name, "error", err.Error())
-		http.Error(w, "internal error", http.StatusInternalServerError)
+		c.fail(w, r, fmt.Errorf("console: render %s/%s: %w", page, name, err))
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
@@ -104,44 +110,35 @@ func (c *Console) renderTemplate(w http.ResponseWriter, r *http.Request, status 
 // notices are the messages an action's redirect may show, by key, so no
 // text from a URL reaches a page.
 var notices = map[string]string{
-	"cancelled":   "Cancellation requested.",
-	"retried":     "The task is queued again.",
-	"enabled":     "The worker is enabled.",
-	"disabled":    "The worker is disabled: it gets no new leases.",
-	"revoked":     "The worker is revoked.",
-	"assigned":    "The worker is assigned.",
-	"unassigned":  "The worker is unassigned.",
-	"paused":      "The schedule is paused.",
-	"resumed":     "The schedule is resumed.",
-	"run":         "The schedule ran.",
-	"redriven":    "The tasks are queued again.",
-	"signed_out":  "You are signed out.",
-	"not_retried": "Some tasks could not be queued again; see the list.",
+	"cancelled":      "Cancellation requested.",
+	"retried":        "The task is queued again.",
+	"enabled":        "The worker is enabled.",
+	"disabled":       "The worker is disabled: it gets no new leases.",
+	"revoked":        "The worker is revoked.",
+	"assigned":       "The worker is assigned.",
+	"unassigned":     "The worker is unassigned.",
+	"paused":         "The schedule is paused.",
+	"resumed":        "The schedule is resumed.",
+	"run":            "The schedule ran.",
+	"redriven":       "The tasks are queued again.",
+	"bulk_cancelled": "Cancellation of the tasks is requested.",
+	"signed_out":     "You are signed out.",
+	"not_retried":    "Some tasks could not be queued again; see the list.",
 }
 
-type errorData struct {
-	Status  int
-	Message string
+// refuse answers a request the console itself turns down, as the API
+// would: the sentinel decides the status and code (the API's one table,
+// server/problem.go), detail is what the user reads.
+func (c *Console) refuse(w http.ResponseWriter, r *http.Request, sentinel error, detail problem.Text) {
+	c.fail(w, r, problem.Wrap(sentinel, detail))
 }
 
-// errorPage answers an error as an HTML page with the same status (the API
-// answers problem+json; a browser gets a page it can show).
-func (c *Console) errorPage(w http.ResponseWriter, r *http.Request, status int, message string) {
-	w.Header().Set("Cache-Control", "no-store")
-	c.render(w, r, status, "error", nil, http.StatusText(status), errorData{Status: status, Message: message})
-}
-
-// fail answers an error a handler or the store returned, with the status
-// and detail the API would give it.
+// fail answers an error a handler or the store returned exactly as the API
+// does: application/problem+json with the same status, code and detail.
+// A page's script (assets/console.js) shows an htmx request's problem in
+// the page's error region.
 func (c *Console) fail(w http.ResponseWriter, r *http.Request, err error) {
-	status, detail := c.cfg.Problem(err)
-	if status >= 500 {
-		c.cfg.Logger.Error("console", "path", r.URL.Path, "error", err.Error())
-	}
-	if detail == "" {
-		detail = http.StatusText(status)
-	}
-	c.errorPage(w, r, status, detail)
+	c.cfg.WriteProblem(w, r, err)
 }
 
 // pathID parses a {name} path segment; a malformed one is a 404, as an
@@ -149,16 +146,23 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, err error) {
 func (c *Console) pathID(w http.ResponseWriter, r *http.Request, name string) (uuid.UUID, bool) {
 	id, err := uuid.Parse(r.PathValue(name))
 	if err != nil {
-		c.errorPage(w, r, http.StatusNotFound, "There is no such object.")
+		c.refuse(w, r, store.ErrNotFound, "There is no such object.")
 		return uuid.Nil, false
 	}
 	return id, true
 }
 
-// seeOther redirects after an action (post/redirect/get).
+// seeOther redirects after an action (post/redirect/get). A form htmx
+// submitted is told to load the page whole (HX-Redirect), so the address
+// bar shows it and its notice.
 func seeOther(w http.ResponseWriter, r *http.Request, path, notice string) {
 	if notice != "" {
 		path += "?notice=" + notice
+	}
+	if r.Header.Get("HX-Request") != "" {
+		w.Header().Set("HX-Redirect", path)
+		w.WriteHeader(http.StatusNoContent)
+		return
 	}
 	http.Redirect(w, r, path, http.StatusSeeOther)
 }
@@ -248,6 +252,8 @@ var funcs = template.FuncMap{
 	},
 	"pendingReason": pendingReasonText,
 	"eligibility":   eligibilityText,
+	"changeKind":    changeKindText,
+	"jobsDone":      jobsDone,
 	"pct": func(n, of int64) int64 {
 		if of <= 0 {
 			return 0

@@ -15,10 +15,10 @@ type schedulesData struct {
 }
 
 func (c *Console) schedules(w http.ResponseWriter, r *http.Request, s *session) {
-	limit := pageSize
-	params := api.ListSchedulesParams{Limit: &limit}
-	if cur := r.URL.Query().Get("cursor"); cur != "" {
-		params.Cursor = &cur
+	var params api.ListSchedulesParams
+	if err := c.cfg.BindQuery("/v1/schedules", pageQuery(r), &params); err != nil {
+		c.fail(w, r, err)
+		return
 	}
 	list, err := answer[api.ListSchedules200JSONResponse](c.cfg.API.ListSchedules(r.Context(), api.ListSchedulesRequestObject{Params: params}))
 	if err != nil {

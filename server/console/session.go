@@ -9,6 +9,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -51,6 +52,27 @@ func (s *session) Who() string {
 	return scope + " · " + strings.Join(s.principal.Permissions, ", ")
 }
 
+// The token permissions the API's handlers require (server/auth.go): admin
+// may do everything, producer manages tasks and schedules, reader reads.
+// A page offers an action only to a session whose token may perform it;
+// the handler behind it still checks.
+const (
+	permissionAdmin    = "admin"
+	permissionProducer = "producer"
+)
+
+// MayManageTasks reports whether the token may cancel, retry and redrive
+// tasks and pause, resume and run schedules (admin or producer).
+func (s *session) MayManageTasks() bool {
+	return s != nil && (slices.Contains(s.principal.Permissions, permissionAdmin) || slices.Contains(s.principal.Permissions, permissionProducer))
+}
+
+// MayManageWorkers reports whether the token may disable, enable and revoke
+// workers, issue enrollment tokens and change assignments (admin).
+func (s *session) MayManageWorkers() bool {
+	return s != nil && slices.Contains(s.principal.Permissions, permissionAdmin)
+}
+
 type sessionHandler func(w http.ResponseWriter, r *http.Request, s *session)
 
 // authed resolves the session cookie, refuses a state-changing request
@@ -79,7 +101,7 @@ func (c *Console) authed(next sessionHandler) http.Handler {
 			want := s.csrfToken()
 			got := r.PostFormValue(csrfField)
 			if subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 {
-				c.errorPage(w, r, http.StatusForbidden, "The form's security token is missing or wrong. Reload the page and try again.")
+				c.refuse(w, r, store.ErrForbidden, "The form's security token is missing or wrong. Reload the page and try again.")
 				return
 			}
 		}
@@ -87,23 +109,25 @@ func (c *Console) authed(next sessionHandler) http.Handler {
 	})
 }
 
-// toSignIn sends a request without a session to the sign-in form, coming
-// back to the page afterwards. htmx requests are told to load the form as a
-// whole page; a form post without a session is refused.
+// toSignIn sends a page request without a session to the sign-in form,
+// coming back to the page afterwards (a redirect, not an error). An htmx
+// request or a form post is answered 401 unauthenticated (problem+json); an
+// htmx request is also told to load the sign-in form as a whole page.
 func (c *Console) toSignIn(w http.ResponseWriter, r *http.Request) {
-	target := Prefix + "/signin"
-	if r.Method == http.MethodGet && r.Header.Get("HX-Request") == "" {
-		target += "?next=" + url.QueryEscape(r.URL.RequestURI())
+	isHTMX := r.Header.Get("HX-Request") != ""
+	if (r.Method == http.MethodGet || r.Method == http.MethodHead) && !isHTMX {
+		http.Redirect(w, r, Prefix+"/signin?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+		return
 	}
-	switch {
-	case r.Header.Get("HX-Request") != "":
+	if isHTMX {
+		// Back to the page the request came from, after signing in.
+		target := Prefix + "/signin"
+		if cur, err := url.Parse(r.Header.Get("HX-Current-URL")); err == nil && cur.Path != "" {
+			target += "?next=" + url.QueryEscape(safeNext(cur.RequestURI()))
+		}
 		w.Header().Set("HX-Redirect", target)
-		w.WriteHeader(http.StatusUnauthorized)
-	case r.Method != http.MethodGet && r.Method != http.MethodHead:
-		c.errorPage(w, r, http.StatusForbidden, "You are not signed in (or your session ended). Sign in and try again.")
-	default:
-		http.Redirect(w, r, target, http.StatusSeeOther)
 	}
+	c.fail(w, r, c.cfg.NotSignedIn("You are not signed in, or your session ended: sign in again."))
 }
 
 // safeNext keeps a post-sign-in redirect on the console.
@@ -115,16 +139,11 @@ func safeNext(next string) string {
 }
 
 type signInData struct {
-	CSRF  string
-	Next  string
-	Error string
+	CSRF string
+	Next string
 }
 
 func (c *Console) signInForm(w http.ResponseWriter, r *http.Request) {
-	c.renderSignIn(w, r, http.StatusOK, "")
-}
-
-func (c *Console) renderSignIn(w http.ResponseWriter, r *http.Request, status int, problem string) {
 	w.Header().Set("Cache-Control", "no-store")
 	b := make([]byte, 32)
 	if _, err := rand.Read(b); err != nil {
@@ -134,7 +153,7 @@ func (c *Console) renderSignIn(w http.ResponseWriter, r *http.Request, status in
 	token := base64.RawURLEncoding.EncodeToString(b)
 	http.SetCookie(w, &http.Cookie{Name: signInCookie, Value: token, Path: "/", MaxAge: 3600,
 		HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode})
-	c.render(w, r, status, "signin", nil, "Sign in", signInData{CSRF: token, Next: safeNext(r.FormValue("next")), Error: problem})
+	c.render(w, r, http.StatusOK, "signin", nil, "Sign in", signInData{CSRF: token, Next: safeNext(r.FormValue("next"))})
 }
 
 // signIn exchanges an API token for a session cookie.
@@ -142,12 +161,12 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	ck, err := r.Cookie(signInCookie)
 	if err != nil || subtle.ConstantTimeCompare([]byte(ck.Value), []byte(r.PostFormValue(csrfField))) != 1 || ck.Value == "" {
-		c.errorPage(w, r, http.StatusForbidden, "The sign-in form's security token is missing or wrong. Reload the sign-in page and try again.")
+		c.refuse(w, r, store.ErrForbidden, "The sign-in form's security token is missing or wrong. Reload the sign-in page and try again.")
 		return
 	}
 	token := strings.TrimSpace(r.PostFormValue("token"))
 	if !strings.HasPrefix(token, store.APITokenPrefix) {
-		c.renderSignIn(w, r, http.StatusUnauthorized, "That is not an API token (they begin with "+store.APITokenPrefix+").")
+		c.fail(w, r, c.cfg.NotSignedIn("That is not an API token (they begin with "+store.APITokenPrefix+")."))
 		return
 	}
 	secret, cs, err := c.cfg.Sessions.CreateConsoleSession(r.Context(), token, c.cfg.SessionTTL)
@@ -155,7 +174,7 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 		if c.cfg.SignInRefused != nil {
 			c.cfg.SignInRefused(r)
 		}
-		c.renderSignIn(w, r, http.StatusUnauthorized, "The API token is unknown, revoked or expired.")
+		c.fail(w, r, c.cfg.NotSignedIn("The API token is unknown, revoked or expired."))
 		return
 	}
 	if err != nil {
@@ -172,7 +191,7 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: secret, Path: "/", Expires: cs.ExpiresAt,
 		MaxAge: max(int(time.Until(cs.ExpiresAt).Seconds()), 1), HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode})
 	c.cfg.Audit(c.cfg.AsPrincipal(r.Context(), cs.Principal), "console.sign_in", map[string]any{"expires_at": cs.ExpiresAt.UTC()})
-	http.Redirect(w, r, safeNext(r.PostFormValue("next")), http.StatusSeeOther)
+	seeOther(w, r, safeNext(r.PostFormValue("next")), "")
 }
 
 // signOut deletes the session.
@@ -183,5 +202,5 @@ func (c *Console) signOut(w http.ResponseWriter, r *http.Request, s *session) {
 	}
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode})
 	c.cfg.Audit(r.Context(), "console.sign_out", nil)
-	http.Redirect(w, r, Prefix+"/signin", http.StatusSeeOther)
+	seeOther(w, r, Prefix+"/signin", "")
 }

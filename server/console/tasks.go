@@ -1,19 +1,24 @@
 package console
 
 import (
-	"errors"
+	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/google/uuid"
 
+	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/server/api"
+	"github.com/worker-gateway/gateway/store"
 )
 
-// The values a filter may take, as the contract lists them: anything else
-// is refused before the handler sees it (the API's validator would).
+// The choices the filter form offers (the contract's enums). They only
+// fill the form: what a query may hold is checked by the contract
+// (Config.BindQuery), as the API checks it.
 var (
 	taskStates   = []api.TaskState{api.TaskStatePending, api.TaskStateRetryWait, api.TaskStateLeased, api.TaskStateRunning, api.TaskStateCancelling, api.TaskStateCompleted, api.TaskStateFailedTerminal, api.TaskStateCancelled}
 	taskTypes    = []api.TaskType{api.TaskTypeScannerPlugin, api.TaskTypeAi}
@@ -23,11 +28,11 @@ var (
 // htmxStopPolling is the status that makes htmx stop polling an element.
 const htmxStopPolling = 286
 
-// pageSize is the console's page of a list; redriveMax the most tasks one
-// redrive takes.
+// pageSize is the console's page of a list; bulkMax the most tasks one
+// bulk action (redrive, cancel) takes.
 const (
-	pageSize   = 50
-	redriveMax = 200
+	pageSize = 50
+	bulkMax  = 200
 )
 
 // taskFilter is the task list's query, as the form sends it.
@@ -40,53 +45,17 @@ type taskFilter struct {
 	Trigger      string
 }
 
-// errBadFilter is a filter value the contract would refuse.
-var errBadFilter = errors.New("bad filter")
-
-func (f taskFilter) params() (api.ListTasksParams, error) {
+// taskParams reads the filter, a page of limit tasks from cursor, as the API
+// reads GET /v1/tasks (the same validation, the same 400 problem).
+func (c *Console) taskParams(f taskFilter, limit int, cursor string) (api.ListTasksParams, error) {
 	var p api.ListTasksParams
-	optionalID := func(s string) (*uuid.UUID, error) {
-		if s == "" {
-			return nil, nil
-		}
-		id, err := uuid.Parse(s)
-		if err != nil {
-			return nil, errBadFilter
-		}
-		return &id, nil
+	q := f.query()
+	q.Set("limit", strconv.Itoa(limit))
+	if cursor != "" {
+		q.Set("cursor", cursor)
 	}
-	var err error
-	if p.OrganizationId, err = optionalID(f.Organization); err != nil {
-		return p, err
-	}
-	if p.ScanId, err = optionalID(f.Scan); err != nil {
-		return p, err
-	}
-	if p.ScheduleId, err = optionalID(f.Schedule); err != nil {
-		return p, err
-	}
-	if f.State != "" {
-		s := api.TaskState(f.State)
-		if !slices.Contains(taskStates, s) {
-			return p, errBadFilter
-		}
-		p.State = &s
-	}
-	if f.Type != "" {
-		t := api.TaskType(f.Type)
-		if !slices.Contains(taskTypes, t) {
-			return p, errBadFilter
-		}
-		p.TaskType = &t
-	}
-	if f.Trigger != "" {
-		t := api.TriggerKind(f.Trigger)
-		if !slices.Contains(triggerKinds, t) {
-			return p, errBadFilter
-		}
-		p.Trigger = &t
-	}
-	return p, nil
+	err := c.cfg.BindQuery("/v1/tasks", q, &p)
+	return p, err
 }
 
 // query is the filter as URL parameters (for paging and redrive links).
@@ -112,38 +81,39 @@ type tasksData struct {
 	Tasks         []api.Task
 	NextPage      string
 	RedriveLink   string
+	CancelLink    string
 	Organizations []api.Organization
-	States        []api.TaskState
-	Types         []api.TaskType
-	Triggers      []api.TriggerKind
+	// Names are the organizations' names by id, for the list.
+	Names    map[uuid.UUID]string
+	States   []api.TaskState
+	Types    []api.TaskType
+	Triggers []api.TriggerKind
 }
 
 func (c *Console) tasks(w http.ResponseWriter, r *http.Request, s *session) {
 	f := filterFrom(r)
-	params, err := f.params()
+	params, err := c.taskParams(f, pageSize, r.URL.Query().Get("cursor"))
 	if err != nil {
-		c.errorPage(w, r, http.StatusBadRequest, "A filter value is not valid: organizations, scans and schedules are ids; states, types and triggers are chosen from the lists.")
+		c.fail(w, r, err)
 		return
-	}
-	limit := pageSize
-	params.Limit = &limit
-	if cur := r.URL.Query().Get("cursor"); cur != "" {
-		params.Cursor = &cur
 	}
 	list, err := answer[api.ListTasks200JSONResponse](c.cfg.API.ListTasks(r.Context(), api.ListTasksRequestObject{Params: params}))
 	if err != nil {
 		c.fail(w, r, err)
 		return
 	}
-	d := tasksData{Filter: f, Tasks: list.Items, Organizations: c.organizationList(r), States: taskStates, Types: taskTypes, Triggers: triggerKinds}
+	d := tasksData{Filter: f, Tasks: list.Items, Organizations: c.organizationList(r), States: taskStates, Types: taskTypes, Triggers: triggerKinds,
+		Names: map[uuid.UUID]string{}}
+	for _, o := range d.Organizations {
+		d.Names[o.Id] = o.Name
+	}
 	if list.NextCursor != nil && *list.NextCursor != "" {
 		q := f.query()
 		q.Set("cursor", *list.NextCursor)
 		d.NextPage = Prefix + "/tasks?" + q.Encode()
 	}
-	if f.State == string(api.TaskStateFailedTerminal) || f.State == string(api.TaskStateCancelled) {
-		d.RedriveLink = Prefix + "/tasks/redrive?" + f.query().Encode()
-	}
+	d.RedriveLink = redriveAction.link(f)
+	d.CancelLink = bulkCancelAction.link(f)
 	c.render(w, r, http.StatusOK, "tasks", s, "Tasks", d)
 }
 
@@ -228,12 +198,18 @@ func (c *Console) taskLog(w http.ResponseWriter, r *http.Request, s *session) {
 	if !ok {
 		return
 	}
-	attempt, err1 := strconv.Atoi(r.URL.Query().Get("attempt"))
-	offset, err2 := strconv.Atoi(r.URL.Query().Get("offset"))
-	if err1 != nil || err2 != nil || attempt < 1 || offset < 0 {
-		c.errorPage(w, r, http.StatusBadRequest, "attempt and offset must be numbers")
+	// Only the attempt and the offset: the piece never waits (the page polls).
+	q := r.URL.Query()
+	var params api.GetTaskLogsParams
+	if err := c.cfg.BindQuery("/v1/tasks/"+id.String()+"/logs", url.Values{"attempt": q["attempt"], "offset": q["offset"]}, &params); err != nil {
+		c.fail(w, r, err)
 		return
 	}
+	if params.Attempt == nil || params.Offset == nil {
+		c.refuse(w, r, store.ErrInvalid, "The log piece needs its attempt and offset.")
+		return
+	}
+	attempt, offset := *params.Attempt, *params.Offset
 	v := c.readLog(r, id, attempt, int64(offset))
 	if v.Missing {
 		// Gone (pruned, or another organization's): 286 tells htmx to
@@ -268,76 +244,134 @@ func (c *Console) retryTask(w http.ResponseWriter, r *http.Request, _ *session) 
 	seeOther(w, r, Prefix+"/tasks/"+id.String(), "retried")
 }
 
-type redriveData struct {
+// bulkAction is an action on many tasks at once, taken after a
+// confirmation page lists the tasks a filter selects: redrive (each a retry)
+// or cancel (each a cancellation). Each task goes through the API's own
+// handler: the same permission, scope and audit event as one at a time.
+type bulkAction struct {
+	// Path is the action's confirmation page and form, under /ui/tasks/.
+	Path string
+	// Title heads the pages; Verb says what happens to each task; Button
+	// labels the confirmation.
+	Title, Verb, Button string
+	// States are the task states a filter must name: the action applies
+	// to tasks in them.
+	States []api.TaskState
+	// Notice is the key of the notice shown when every task was done.
+	Notice string
+	apply  func(c *Console, ctx context.Context, id uuid.UUID) error
+}
+
+var (
+	redriveAction = bulkAction{Path: "redrive", Title: "Redrive tasks", Button: "Redrive",
+		Verb:   "will be queued again, each as a retry (a fresh attempt budget)",
+		States: []api.TaskState{api.TaskStateFailedTerminal, api.TaskStateCancelled}, Notice: "redriven",
+		apply: func(c *Console, ctx context.Context, id uuid.UUID) error {
+			_, err := answer[api.RetryTask200JSONResponse](c.cfg.API.RetryTask(ctx, api.RetryTaskRequestObject{TaskId: id}))
+			return err
+		}}
+	bulkCancelAction = bulkAction{Path: "cancel", Title: "Cancel tasks", Button: "Cancel",
+		Verb:   "will be cancelled (a running attempt is asked to stop and is cancelled once it does)",
+		States: []api.TaskState{api.TaskStatePending, api.TaskStateRetryWait, api.TaskStateLeased, api.TaskStateRunning}, Notice: "bulk_cancelled",
+		apply: func(c *Console, ctx context.Context, id uuid.UUID) error {
+			_, err := answer[api.CancelTask200JSONResponse](c.cfg.API.CancelTask(ctx, api.CancelTaskRequestObject{TaskId: id}))
+			return err
+		}}
+)
+
+// link is the action's confirmation page for the filter, or "" when the
+// filter's state is not one the action takes.
+func (a bulkAction) link(f taskFilter) string {
+	if !slices.Contains(a.States, api.TaskState(f.State)) {
+		return ""
+	}
+	return Prefix + "/tasks/" + a.Path + "?" + f.query().Encode()
+}
+
+type bulkData struct {
+	Action bulkAction
 	Filter taskFilter
 	Tasks  []api.Task
 	More   bool
 	Back   string
-	// Outcomes, after a redrive: each task and what became of it.
-	Outcomes []redriveOutcome
+	// Outcomes, after the action: each task and what became of it.
+	Outcomes []bulkOutcome
 }
 
-type redriveOutcome struct {
+type bulkOutcome struct {
 	TaskID uuid.UUID
 	Error  string
 }
 
-// redriveConfirm lists the failed (or cancelled) tasks a filter selects and
-// asks before queueing them all again.
-func (c *Console) redriveConfirm(w http.ResponseWriter, r *http.Request, s *session) {
-	f := filterFrom(r)
-	if f.State != string(api.TaskStateFailedTerminal) && f.State != string(api.TaskStateCancelled) {
-		c.errorPage(w, r, http.StatusBadRequest, "Redrive takes failed or cancelled tasks: filter the task list by one of those states first.")
-		return
-	}
-	params, err := f.params()
-	if err != nil {
-		c.errorPage(w, r, http.StatusBadRequest, "A filter value is not valid.")
-		return
-	}
-	limit := redriveMax
-	params.Limit = &limit
-	list, err := answer[api.ListTasks200JSONResponse](c.cfg.API.ListTasks(r.Context(), api.ListTasksRequestObject{Params: params}))
-	if err != nil {
-		c.fail(w, r, err)
-		return
-	}
-	c.render(w, r, http.StatusOK, "redrive", s, "Redrive tasks", redriveData{Filter: f, Tasks: list.Items,
-		More: list.NextCursor != nil && *list.NextCursor != "", Back: Prefix + "/tasks?" + f.query().Encode()})
-}
-
-// redrive retries every task the confirmation page listed, each as the
-// API's retry (same permission, scope and audit event).
-func (c *Console) redrive(w http.ResponseWriter, r *http.Request, s *session) {
-	if err := r.ParseForm(); err != nil {
-		c.errorPage(w, r, http.StatusBadRequest, "The form could not be read.")
-		return
-	}
-	ids := r.PostForm["task"]
-	if len(ids) == 0 || len(ids) > redriveMax {
-		c.errorPage(w, r, http.StatusBadRequest, "Choose between 1 and 200 tasks to redrive.")
-		return
-	}
-	var outcomes []redriveOutcome
-	failed := false
-	for _, raw := range ids {
-		id, err := uuid.Parse(raw)
-		if err != nil {
-			c.errorPage(w, r, http.StatusBadRequest, "A task id is not valid.")
+// bulkConfirm lists the tasks a filter selects for the action and asks
+// before applying it to them all.
+func (c *Console) bulkConfirm(a bulkAction) sessionHandler {
+	return func(w http.ResponseWriter, r *http.Request, s *session) {
+		if !s.MayManageTasks() {
+			c.refuse(w, r, store.ErrForbidden, "Your API token may not change tasks (it needs the producer or admin permission).")
 			return
 		}
-		o := redriveOutcome{TaskID: id}
-		if _, err := answer[api.RetryTask200JSONResponse](c.cfg.API.RetryTask(r.Context(), api.RetryTaskRequestObject{TaskId: id})); err != nil {
-			_, o.Error = c.cfg.Problem(err)
-			failed = true
+		f := filterFrom(r)
+		if a.link(f) == "" {
+			c.refuse(w, r, store.ErrInvalid, problem.Text(a.Title+" takes tasks in one of these states: "+joinStates(a.States)+". Filter the task list by one of them first."))
+			return
 		}
-		outcomes = append(outcomes, o)
+		params, err := c.taskParams(f, bulkMax, "")
+		if err != nil {
+			c.fail(w, r, err)
+			return
+		}
+		list, err := answer[api.ListTasks200JSONResponse](c.cfg.API.ListTasks(r.Context(), api.ListTasksRequestObject{Params: params}))
+		if err != nil {
+			c.fail(w, r, err)
+			return
+		}
+		c.render(w, r, http.StatusOK, "bulk", s, a.Title, bulkData{Action: a, Filter: f, Tasks: list.Items,
+			More: list.NextCursor != nil && *list.NextCursor != "", Back: Prefix + "/tasks?" + f.query().Encode()})
 	}
-	if !failed {
-		seeOther(w, r, Prefix+"/tasks", "redriven")
-		return
+}
+
+// bulkApply applies the action to every task the confirmation page listed.
+func (c *Console) bulkApply(a bulkAction) sessionHandler {
+	return func(w http.ResponseWriter, r *http.Request, s *session) {
+		if err := r.ParseForm(); err != nil {
+			c.refuse(w, r, store.ErrInvalid, "The form could not be read.")
+			return
+		}
+		ids := r.PostForm["task"]
+		if len(ids) == 0 || len(ids) > bulkMax {
+			c.refuse(w, r, store.ErrInvalid, problem.Text(fmt.Sprintf("Choose between 1 and %d tasks.", bulkMax)))
+			return
+		}
+		var outcomes []bulkOutcome
+		failed := false
+		for _, raw := range ids {
+			id, err := uuid.Parse(raw)
+			if err != nil {
+				c.refuse(w, r, store.ErrInvalid, "A task id is not valid.")
+				return
+			}
+			o := bulkOutcome{TaskID: id}
+			if err := a.apply(c, r.Context(), id); err != nil {
+				_, o.Error = c.cfg.Problem(err)
+				failed = true
+			}
+			outcomes = append(outcomes, o)
+		}
+		if !failed {
+			seeOther(w, r, Prefix+"/tasks", a.Notice)
+			return
+		}
+		c.render(w, r, http.StatusOK, "bulk", s, a.Title, bulkData{Action: a, Outcomes: outcomes, Back: Prefix + "/tasks"})
 	}
-	c.render(w, r, http.StatusOK, "redrive", s, "Redrive tasks", redriveData{Outcomes: outcomes, Back: Prefix + "/tasks"})
+}
+
+func joinStates(states []api.TaskState) string {
+	out := make([]string, len(states))
+	for i, st := range states {
+		out[i] = string(st)
+	}
+	return strings.Join(out, ", ")
 }
 
 // downloadFile streams an artifact as the API's download does.

@@ -50,3 +50,27 @@ func eligibilityText(r api.OrganizationWorkerReason) string {
 	}
 	return string(r)
 }
+
+// changeKinds are the contract's exposure change kinds, in the order the
+// filter offers them.
+var changeKinds = []api.ChangeKind{api.AssetAppeared, api.AssetDisappeared, api.PortOpened, api.PortClosed,
+	api.CertificateChanged, api.HttpStatusChanged}
+
+// changeKindText names an exposure change kind in words.
+func changeKindText(k api.ChangeKind) string {
+	switch k {
+	case api.AssetAppeared:
+		return "Asset appeared"
+	case api.AssetDisappeared:
+		return "Asset disappeared"
+	case api.PortOpened:
+		return "Port opened"
+	case api.PortClosed:
+		return "Port closed"
+	case api.CertificateChanged:
+		return "Certificate changed"
+	case api.HttpStatusChanged:
+		return "HTTP status changed"
+	}
+	return string(k)
+}

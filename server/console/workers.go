@@ -3,11 +3,11 @@ package console
 import (
 	"net/http"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 
 	"github.com/worker-gateway/gateway/server/api"
+	"github.com/worker-gateway/gateway/store"
 )
 
 type workersData struct {
@@ -17,10 +17,10 @@ type workersData struct {
 }
 
 func (c *Console) workers(w http.ResponseWriter, r *http.Request, s *session) {
-	limit := pageSize
-	params := api.ListWorkersParams{Limit: &limit}
-	if cur := r.URL.Query().Get("cursor"); cur != "" {
-		params.Cursor = &cur
+	var params api.ListWorkersParams
+	if err := c.cfg.BindQuery("/v1/workers", pageQuery(r), &params); err != nil {
+		c.fail(w, r, err)
+		return
 	}
 	list, err := answer[api.ListWorkers200JSONResponse](c.cfg.API.ListWorkers(r.Context(), api.ListWorkersRequestObject{Params: params}))
 	if err != nil {
@@ -42,8 +42,7 @@ type workerData struct {
 	// EnrollmentToken is shown once, right after it was issued.
 	EnrollmentToken *api.EnrollmentToken
 	// RevokeForm asks for a reason before revoking.
-	RevokeForm  bool
-	RevokeError string
+	RevokeForm bool
 }
 
 // eligibility is whether the worker can take one organization's tasks.
@@ -123,6 +122,10 @@ func (c *Console) setWorkerEnabled(w http.ResponseWriter, r *http.Request, enabl
 }
 
 func (c *Console) revokeWorkerForm(w http.ResponseWriter, r *http.Request, s *session) {
+	if !s.MayManageWorkers() {
+		c.refuse(w, r, store.ErrForbidden, "Your API token may not revoke workers (it needs the admin permission).")
+		return
+	}
 	d, ok := c.loadWorker(w, r)
 	if !ok {
 		return
@@ -137,18 +140,13 @@ func (c *Console) revokeWorker(w http.ResponseWriter, r *http.Request, s *sessio
 	if !ok {
 		return
 	}
-	reason := strings.TrimSpace(r.PostFormValue("reason"))
-	if reason == "" || utf8.RuneCountInString(reason) > 500 {
-		d, ok := c.loadWorker(w, r)
-		if !ok {
-			return
-		}
-		d.RevokeForm, d.RevokeError = true, "Give a reason (at most 500 characters): it is recorded with the revocation."
-		c.render(w, r, http.StatusUnprocessableEntity, "worker", s, "Revoke worker "+d.Worker.Name, d)
+	body := api.RevokeRequest{Reason: strings.TrimSpace(r.PostFormValue("reason"))}
+	if err := c.cfg.CheckBody(http.MethodPost, "/v1/workers/"+id.String()+"/revoke", body); err != nil {
+		c.fail(w, r, err)
 		return
 	}
 	_, err := answer[api.RevokeWorker200JSONResponse](c.cfg.API.RevokeWorker(r.Context(), api.RevokeWorkerRequestObject{
-		WorkerId: id, Body: &api.RevokeRequest{Reason: reason}}))
+		WorkerId: id, Body: &body}))
 	if err != nil {
 		c.fail(w, r, err)
 		return
