@@ -20,14 +20,20 @@ import (
 
 // Asset history. Ingestion records what each scan observed of each asset
 // (scan_assets.details, merged over the scan's batches). When a scan
-// completes, record_scan_history (migration 000022) snapshots that into
-// asset_scan_snapshots and compares it with the latest earlier completed
-// scan of the same scope key, writing asset_scan_changes — in the
-// transaction that completes the scan, keyed (scan, asset, kind) with ON
-// CONFLICT DO NOTHING, so a retried batch, a second attempt or a scan
-// completed again never adds a change twice. The first scan of a scope key
-// is the baseline and has no changes. exposure_changes is the
-// organization's timeline of them all.
+// completes, record_scan_history (migration 000023) snapshots that into
+// asset_scan_snapshots and, when every job of the scan completed, compares
+// it with the latest earlier-created such scan of the same scope key
+// (compare_scan_history), writing asset_scan_changes — in the transaction
+// that completes the scan, keyed (scan, asset, kind), so a retried batch, a
+// second attempt or a scan completed again never adds a change twice. It
+// then compares the next scan of the scope key again, whose earlier scan
+// may now be this one (scans can complete out of order), and it holds a
+// per-scope-key advisory lock so two scans completing at once see each
+// other. A scan with a failed or cancelled job saw only part of its scope:
+// it is neither compared nor compared with, until a redrive completes it.
+// The first scan of a scope key is the baseline and has no changes (no
+// flood of "appeared"). exposure_changes is the organization's timeline of
+// them all.
 
 // Change kinds.
 const (
@@ -43,10 +49,12 @@ const (
 var ChangeKinds = []string{ChangeAssetAppeared, ChangeAssetDisappeared, ChangePortOpened, ChangePortClosed,
 	ChangeCertificateChanged, ChangeHTTPStatusChanged}
 
-// scanScopeKey says which scans are compared: those with the same targets,
-// asset targets and plugins (in order). A scan with other plugins observes
-// other things, and comparing it would report everything the other did
-// not look for as gone.
+// scanScopeKey says which scans are compared: those with the same targets
+// (a set: order, case and repeats aside), asset targets (a set of ids) and
+// plugins with their inputs (in order: each job gets the assets the jobs
+// before it found). A scan with other plugins, or a plugin with another
+// input (other ports, other paths), observes other things, and comparing it
+// would report everything the other did not look for as gone.
 func scanScopeKey(p CreateScanParams) string {
 	targets := make([]string, len(p.Targets))
 	for i, t := range p.Targets {
@@ -60,13 +68,26 @@ func scanScopeKey(p CreateScanParams) string {
 	}
 	slices.Sort(assets)
 	assets = slices.Compact(assets)
-	plugins := make([]string, len(p.Plugins))
+	plugins := make([]any, len(p.Plugins))
 	for i, pl := range p.Plugins {
-		plugins[i] = pl.Name
+		plugins[i] = []any{pl.Name, canonicalInput(pl.Input)}
 	}
 	b, _ := json.Marshal([]any{targets, assets, plugins})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:16])
+}
+
+// canonicalInput is a plugin input as a value that marshals the same
+// whatever its key order and spacing; no input is the empty object, as the
+// job stores it.
+func canonicalInput(input json.RawMessage) any {
+	var v any
+	dec := json.NewDecoder(bytes.NewReader(input))
+	dec.UseNumber()
+	if len(bytes.TrimSpace(input)) == 0 || dec.Decode(&v) != nil || v == nil {
+		return map[string]any{}
+	}
+	return v
 }
 
 func uuidsOrEmpty(ids []uuid.UUID) []uuid.UUID {
