@@ -142,58 +142,15 @@ func checkScanScopeIn(ctx context.Context, tx pgx.Tx, ts targetScope, p CreateSc
 	return nil
 }
 
-// targetKeys are the keys of a plugin input that name what it scans: the
-// reference plugins' urls (http-probe) and addresses (tcp-connect), and
-// the usual targets, hosts, host and target.
-var targetKeys = []string{"urls", "addresses", "targets", "hosts", "host", "target"}
-
-// inputTargets lists what a plugin input names under targetKeys (a string
-// or an array of strings); nothing when it is not a JSON object.
-func inputTargets(input json.RawMessage) []string {
-	if len(input) == 0 || !slices.ContainsFunc(targetKeys, func(k string) bool { return bytes.Contains(input, []byte(`"`+k+`"`)) }) {
-		return nil
-	}
-	var obj map[string]json.RawMessage
-	if json.Unmarshal(input, &obj) != nil {
-		return nil
-	}
-	var out []string
-	for _, k := range targetKeys {
-		raw, ok := obj[k]
-		if !ok {
-			continue
-		}
-		var one string
-		var many []string
-		switch {
-		case json.Unmarshal(raw, &one) == nil:
-			out = append(out, one)
-		case json.Unmarshal(raw, &many) == nil:
-			out = append(out, many...)
-		}
-	}
-	return out
-}
-
 // checkTaskScope refuses a scanner_plugin task whose payload names targets
-// (its targets, or its input's targetKeys) outside its organization's scan
-// scope: a task is no way around the scope a scan is held to.
+// outside its organization's scan scope (payloadTargets: its targets, its
+// input, the assets it carries): a task is no way around the scope a scan
+// is held to.
 func checkTaskScope(ctx context.Context, tx pgx.Tx, p CreateTaskParams) error {
 	if p.TaskType != "scanner_plugin" {
 		return nil
 	}
-	var payload struct {
-		Targets json.RawMessage `json:"targets"`
-		Input   json.RawMessage `json:"input"`
-	}
-	if !slices.ContainsFunc(targetKeys, func(k string) bool { return bytes.Contains(p.Payload, []byte(`"`+k+`"`)) }) ||
-		json.Unmarshal(p.Payload, &payload) != nil {
-		return nil
-	}
-	named := inputTargets(payload.Input)
-	if len(payload.Targets) > 0 {
-		named = append(named, inputTargets(json.RawMessage(`{"targets": `+string(payload.Targets)+`}`))...)
-	}
+	named := inputTargets(p.Payload)
 	if len(named) == 0 {
 		return nil
 	}
