@@ -277,11 +277,17 @@ func reopenScanForRedrive(ctx context.Context, tx pgx.Tx, scope Scope, taskID uu
 		return nil
 	}
 	var state string
-	var busy bool
-	if err := tx.QueryRow(ctx, `SELECT s.state, EXISTS (SELECT 1 FROM worker_tasks t WHERE t.scan_id = s.id AND t.id <> $2
-			AND t.scan_job_id IS NOT NULL AND t.state NOT IN ('completed', 'failed_terminal', 'cancelled'))
-		FROM scans s WHERE s.id = $1 FOR UPDATE OF s`, *scanID, taskID).Scan(&state, &busy); err != nil {
+	if err := tx.QueryRow(ctx, `SELECT s.state FROM scans s WHERE s.id = $1 FOR UPDATE`, *scanID).Scan(&state); err != nil {
 		return fmt.Errorf("lock scan: %w", err)
+	}
+	// Read in a statement of its own, after the scan's lock is held: one
+	// begun before waiting for it would not see the job a redrive that
+	// held it has just put back in flight.
+	var busy bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM worker_tasks t WHERE t.scan_id = $1 AND t.id <> $2
+			AND t.scan_job_id IS NOT NULL AND t.state NOT IN ('completed', 'failed_terminal', 'cancelled'))`,
+		*scanID, taskID).Scan(&busy); err != nil {
+		return fmt.Errorf("read the scan's jobs: %w", err)
 	}
 	switch {
 	case state == "cancelled":

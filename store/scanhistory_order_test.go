@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"errors"
 	"slices"
 	"sync"
 	"testing"
@@ -223,4 +224,61 @@ func TestScopeKeyHoldsPluginInputs(t *testing.T) {
 	changes, prev := changeSet(t, s, same.ID)
 	require.Equal(t, []string{"port_closed 127.0.0.1:443"}, changes)
 	require.Equal(t, first.ID, *prev, "compared with the scan of the same ports, not the one of port 22 only")
+}
+
+// TestConcurrentRedrivesOfOneScan: two failed jobs of a finished scan
+// redriven at once (both waiting on the scan while another transaction
+// holds it) — one reopens the scan, the other is refused as busy: a scan
+// runs one job at a time.
+func TestConcurrentRedrivesOfOneScan(t *testing.T) {
+	t.Parallel()
+	s, b := setupStore(t)
+	ctx := withTimeout(t, 30*time.Second)
+	scan := createScan1(t, s, b.org.ID, []string{"127.0.0.1"}, "fail", "fail-too", "tcp-connect")
+	first := runJob(t, s, b, store.AttemptFailed)
+	second := runJob(t, s, b, store.AttemptFailed)
+	runJob(t, s, b, store.AttemptSucceeded, ports("22")...)
+	require.Equal(t, "completed", scanState(t, s, scan.ID))
+
+	op, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = op.Rollback(ctx) }()
+	_, err = op.Exec(ctx, `SELECT 1 FROM scans WHERE id = $1 FOR UPDATE`, scan.ID)
+	require.NoError(t, err)
+
+	results := make(chan error, 2)
+	var wg sync.WaitGroup
+	for _, task := range []uuid.UUID{first.Task.ID, second.Task.ID} {
+		wg.Go(func() {
+			_, err := s.RetryTask(ctx, store.EveryOrganization(), task)
+			results <- err
+		})
+	}
+	t.Cleanup(wg.Wait)
+	// Until both wait for the scan's lock: the first behind this
+	// transaction, the second behind the first (the test's database is its
+	// own).
+	for waiting := 0; waiting < 2; {
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND cardinality(pg_blocking_pids(pid)) > 0`).Scan(&waiting))
+	}
+	require.NoError(t, op.Commit(ctx))
+
+	var ok, busy int
+	for range 2 {
+		switch err := <-results; {
+		case err == nil:
+			ok++
+		case errors.Is(err, store.ErrScanBusy):
+			busy++
+		default:
+			require.NoError(t, err)
+		}
+	}
+	require.Equal(t, 1, ok)
+	require.Equal(t, 1, busy)
+	var inFlight int
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM worker_tasks WHERE scan_id = $1
+		AND state NOT IN ('completed', 'failed_terminal', 'cancelled')`, scan.ID).Scan(&inFlight))
+	require.Equal(t, 1, inFlight, "one job at a time")
 }
