@@ -278,9 +278,11 @@ func (ts targetScope) allowsTarget(t string) bool {
 	return ts.allowsHost(t)
 }
 
-// allowsAsset: an asset a worker reports in scope. Asset types without a
-// network location (a certificate, anything not a hostname, domain, ip,
-// port or url) are in scope: they are found on something in scope.
+// allowsAsset: an asset a worker reports in scope. An asset of another
+// type is held to the scope when its value reads as a network location (a
+// "service" evil.example:443, a "cidr"); one without (a certificate's
+// fingerprint, a technology, an e-mail address) is in scope: it is found on
+// something in scope.
 func (ts targetScope) allowsAsset(typ, value string) bool {
 	if !ts.enforced {
 		return true
@@ -293,6 +295,9 @@ func (ts targetScope) allowsAsset(typ, value string) bool {
 		return err == nil && ts.allowsHost(host)
 	case "url":
 		return ts.allowsURL(value)
+	}
+	if t, ok := networkLocation(value); ok {
+		return ts.allowsTarget(t)
 	}
 	return true
 }

@@ -103,3 +103,28 @@ func TestPluginInputsCannotSmuggleTargets(t *testing.T) {
 	require.ErrorAs(t, err, &oos)
 	require.Equal(t, []string{"11.1.1.1"}, oos.Targets)
 }
+
+// TestOutOfScopeAssetsOfOtherTypes: an asset of a type the gateway does not
+// know is held to the scope when its value reads as a network location; a
+// certificate's fingerprint or a technology is not one.
+func TestOutOfScopeAssetsOfOtherTypes(t *testing.T) {
+	t.Parallel()
+	s, b := setupStore(t)
+	_, _, err := s.AddScopeTarget(t.Context(), store.EveryOrganization(), b.org.ID, store.ScopeTargetParams{Kind: store.ScopeCIDR, Value: "127.0.0.0/8"})
+	require.NoError(t, err)
+	createScan1(t, s, b.org.ID, []string{"127.0.0.1"}, "custom")
+	l := acquireOne(t, s, b.worker.ID)
+	info := sendBatch(t, s, refOf(b.worker.ID, l), 1, "k1",
+		asset("service", "127.0.0.1:443", ""),
+		asset("service", "evil.example:443", ""),
+		asset("cidr", "10.0.0.0/8", ""),
+		asset("certificate", "sha256:aa", ""),
+		asset("technology", "nginx/1.18", ""),
+	)
+	require.Equal(t, 3, info.Assets)
+	require.Equal(t, 2, info.OutOfScope)
+	var outside int
+	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT count(*) FROM assets WHERE organization_id = $1
+		AND normalized_value IN ('evil.example:443', '10.0.0.0/8')`, b.org.ID).Scan(&outside))
+	require.Zero(t, outside, "never an asset of the organization")
+}
