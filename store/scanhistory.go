@@ -50,31 +50,53 @@ var ChangeKinds = []string{ChangeAssetAppeared, ChangeAssetDisappeared, ChangePo
 	ChangeCertificateChanged, ChangeHTTPStatusChanged}
 
 // scanScopeKey says which scans are compared: those with the same targets
-// (a set: order, case and repeats aside), asset targets (a set of ids) and
-// plugins with their inputs (in order: each job gets the assets the jobs
-// before it found). A scan with other plugins, or a plugin with another
-// input (other ports, other paths), observes other things, and comparing it
-// would report everything the other did not look for as gone.
-func scanScopeKey(p CreateScanParams) string {
-	targets := make([]string, len(p.Targets))
-	for i, t := range p.Targets {
-		targets[i] = strings.ToLower(strings.TrimSpace(t))
+// (a set: order, case and repeats aside; an asset target counts as its
+// value, assetValues[id], since the jobs get it as one) and plugins with
+// their inputs (in order: each job gets the assets the jobs before it
+// found). A scan with other plugins, or a plugin with another input (other
+// ports, other paths), observes other things, and comparing it would
+// report everything the other did not look for as gone.
+func scanScopeKey(p CreateScanParams, assetValues map[uuid.UUID]string) string {
+	targets := make([]string, 0, len(p.Targets)+len(p.AssetTargets))
+	for _, t := range p.Targets {
+		targets = append(targets, strings.ToLower(strings.TrimSpace(t)))
+	}
+	for _, a := range p.AssetTargets {
+		v, ok := assetValues[a]
+		if !ok {
+			v = "asset:" + a.String() // refused by checkScanScope anyway
+		}
+		targets = append(targets, strings.ToLower(v))
 	}
 	slices.Sort(targets)
 	targets = slices.Compact(targets)
-	assets := make([]string, len(p.AssetTargets))
-	for i, a := range p.AssetTargets {
-		assets[i] = a.String()
-	}
-	slices.Sort(assets)
-	assets = slices.Compact(assets)
 	plugins := make([]any, len(p.Plugins))
 	for i, pl := range p.Plugins {
 		plugins[i] = []any{pl.Name, canonicalInput(pl.Input)}
 	}
-	b, _ := json.Marshal([]any{targets, assets, plugins})
+	b, _ := json.Marshal([]any{targets, plugins})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:16])
+}
+
+// readAssetTargets is the values of a scan's asset targets the
+// organization has, by id.
+func readAssetTargets(ctx context.Context, tx pgx.Tx, p CreateScanParams) (map[uuid.UUID]string, error) {
+	values := map[uuid.UUID]string{}
+	if len(p.AssetTargets) == 0 {
+		return values, nil
+	}
+	rows, err := tx.Query(ctx, `SELECT id, value FROM assets WHERE organization_id = $1 AND id = ANY($2)`,
+		p.OrganizationID, p.AssetTargets)
+	if err != nil {
+		return nil, fmt.Errorf("read asset targets: %w", err)
+	}
+	var id uuid.UUID
+	var value string
+	if _, err := pgx.ForEachRow(rows, []any{&id, &value}, func() error { values[id] = value; return nil }); err != nil {
+		return nil, fmt.Errorf("read asset targets: %w", err)
+	}
+	return values, nil
 }
 
 // canonicalInput is a plugin input as a value that marshals the same
@@ -99,39 +121,26 @@ func uuidsOrEmpty(ids []uuid.UUID) []uuid.UUID {
 
 // checkScanScope refuses a scan whose targets or asset targets lie outside
 // its organization's scan scope, or that names assets the organization does
-// not have.
-func checkScanScope(ctx context.Context, tx pgx.Tx, p CreateScanParams) error {
+// not have (assetValues: readAssetTargets).
+func checkScanScope(ctx context.Context, tx pgx.Tx, p CreateScanParams, assetValues map[uuid.UUID]string) error {
 	ts, err := loadTargetScope(ctx, tx, p.OrganizationID)
 	if err != nil {
 		return err
 	}
-	return checkScanScopeIn(ctx, tx, ts, p)
+	return checkScanScopeIn(ts, p, assetValues)
 }
 
 // checkScanScopeIn is checkScanScope with the organization's scope already
 // read (schedule fires check a claim's scans against one read per
 // organization).
-func checkScanScopeIn(ctx context.Context, tx pgx.Tx, ts targetScope, p CreateScanParams) error {
+func checkScanScopeIn(ts targetScope, p CreateScanParams, assetValues map[uuid.UUID]string) error {
 	targets := slices.Clone(p.Targets)
-	if len(p.AssetTargets) > 0 {
-		rows, err := tx.Query(ctx, `SELECT id, value FROM assets WHERE organization_id = $1 AND id = ANY($2)`,
-			p.OrganizationID, p.AssetTargets)
-		if err != nil {
-			return fmt.Errorf("read asset targets: %w", err)
+	for _, a := range p.AssetTargets {
+		v, ok := assetValues[a]
+		if !ok {
+			return problem.Wrap(ErrInvalid, problem.Text("asset_targets: the organization has no asset "+a.String()))
 		}
-		values := map[uuid.UUID]string{}
-		var id uuid.UUID
-		var value string
-		if _, err := pgx.ForEachRow(rows, []any{&id, &value}, func() error { values[id] = value; return nil }); err != nil {
-			return fmt.Errorf("read asset targets: %w", err)
-		}
-		for _, a := range p.AssetTargets {
-			v, ok := values[a]
-			if !ok {
-				return problem.Wrap(ErrInvalid, problem.Text("asset_targets: the organization has no asset "+a.String()))
-			}
-			targets = append(targets, v)
-		}
+		targets = append(targets, v)
 	}
 	for _, plugin := range p.Plugins {
 		targets = append(targets, inputTargets(plugin.Input)...)

@@ -282,3 +282,30 @@ func TestConcurrentRedrivesOfOneScan(t *testing.T) {
 		AND state NOT IN ('completed', 'failed_terminal', 'cancelled')`, scan.ID).Scan(&inFlight))
 	require.Equal(t, 1, inFlight, "one job at a time")
 }
+
+// TestAssetTargetComparesAsItsValue: a scan naming an asset as its target
+// scans what a scan naming the asset's value does (the jobs get the same
+// targets), so the two are compared.
+func TestAssetTargetComparesAsItsValue(t *testing.T) {
+	t.Parallel()
+	s, b := setupStore(t)
+	first := createScan1(t, s, b.org.ID, []string{"127.0.0.1"}, "tcp-connect")
+	runJob(t, s, b, store.AttemptSucceeded, ports("22")...)
+	assets, _, err := s.ListAssets(t.Context(), store.EveryOrganization(), b.org.ID, nil, 10)
+	require.NoError(t, err)
+	var ip uuid.UUID
+	for _, a := range assets {
+		if a.Type == "ip" {
+			ip = a.ID
+		}
+	}
+	require.NotEqual(t, uuid.Nil, ip)
+
+	second, _, err := s.CreateScan(t.Context(), store.EveryOrganization(), store.CreateScanParams{OrganizationID: b.org.ID,
+		AssetTargets: []uuid.UUID{ip}, Plugins: []store.ScanPlugin{{Name: "tcp-connect"}}})
+	require.NoError(t, err)
+	runJob(t, s, b, store.AttemptSucceeded, ports("22", "80")...)
+	changes, prev := changeSet(t, s, second.ID)
+	require.Equal(t, []string{"port_opened 127.0.0.1:80"}, changes)
+	require.Equal(t, first.ID, *prev)
+}
