@@ -119,4 +119,13 @@ BEGIN
 END;
 $$;
 
+-- Scans recorded under 000022 that had a job not completed are partial:
+-- no longer a scan to compare with, and without changes of their own.
+DELETE FROM asset_scan_changes c USING scans s
+WHERE c.scan_id = s.id AND s.history_recorded_at IS NOT NULL
+    AND EXISTS (SELECT 1 FROM scan_jobs j WHERE j.scan_id = s.id AND j.state <> 'completed');
+UPDATE scans s SET history_recorded_at = NULL
+WHERE s.history_recorded_at IS NOT NULL
+    AND EXISTS (SELECT 1 FROM scan_jobs j WHERE j.scan_id = s.id AND j.state <> 'completed');
+
 COMMIT;
