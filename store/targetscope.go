@@ -411,8 +411,8 @@ var targetKeys = []string{"urls", "addresses", "targets", "hosts", "host", "targ
 
 // inputTargets lists what a plugin input (or a scanner_plugin task's whole
 // payload) names as targets, at any depth: every string under targetKeys,
-// and under any other key every string that reads as a network location
-// (networkLocation). Which keys a plugin reads is the worker's business, so
+// and under any other key every string — and every key — that reads as a
+// network location (networkLocation). Which keys a plugin reads is the worker's business, so
 // the gateway cannot rely on names alone: a target under "domain",
 // "endpoint" or "upstream" is held to the scope as one under "targets".
 // Nothing when the input is not JSON.
@@ -441,6 +441,10 @@ func inputTargets(input json.RawMessage) []string {
 		case map[string]any:
 			keys := slices.Sorted(maps.Keys(v))
 			for _, k := range keys {
+				// A key can name a target too ({"ports_by_host": {"a.example": [443]}}).
+				if t, ok := networkLocation(k); ok {
+					out = append(out, t)
+				}
 				walk(v[k], named || slices.Contains(targetKeys, strings.ToLower(k)))
 			}
 		}

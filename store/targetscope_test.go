@@ -79,14 +79,15 @@ func TestPluginInputsCannotSmuggleTargets(t *testing.T) {
 
 	var oos *store.OutOfScopeError
 	for input, named := range map[string][]string{
-		`{"domain": "evil.com"}`:                              {"evil.com"},
-		`{"config": {"upstream": "https://evil.com/x"}}`:      {"https://evil.com/x"},
-		`{"list": ["10.1.1.1:22", "11.1.1.1:22"]}`:            {"11.1.1.1:22"},
-		`{"endpoint": "evil.com/admin"}`:                      {"evil.com"},
-		`{"resolver": "8.8.8.8", "zone": "A.com."}`:           {"8.8.8.8"},
-		`{"net": "::ffff:11.0.0.0/104"}`:                      {"::ffff:11.0.0.0/104"},
-		`{"Host": "intranet"}`:                                {"intranet"},
-		`{"probe": {"via": [{"address": "localhost:8080"}]}}`: {"localhost:8080"},
+		`{"domain": "evil.com"}`:                                {"evil.com"},
+		`{"config": {"upstream": "https://evil.com/x"}}`:        {"https://evil.com/x"},
+		`{"list": ["10.1.1.1:22", "11.1.1.1:22"]}`:              {"11.1.1.1:22"},
+		`{"endpoint": "evil.com/admin"}`:                        {"evil.com"},
+		`{"resolver": "8.8.8.8", "zone": "A.com."}`:             {"8.8.8.8"},
+		`{"net": "::ffff:11.0.0.0/104"}`:                        {"::ffff:11.0.0.0/104"},
+		`{"Host": "intranet"}`:                                  {"intranet"},
+		`{"probe": {"via": [{"address": "localhost:8080"}]}}`:   {"localhost:8080"},
+		`{"ports_by_host": {"evil.com": [443], "a.com": [80]}}`: {"evil.com"},
 	} {
 		err := scanWith(input)
 		require.ErrorAs(t, err, &oos, input)
