@@ -10,8 +10,9 @@ import (
 	"github.com/worker-gateway/gateway/store"
 )
 
-// TestScheduleWhoseTargetLeftScopeIsRefused: schedules fire scans (on the
-// batched path) and scanner tasks while their targets are in scope; once an
+// TestScheduleWhoseTargetLeftScopeIsRefused: a schedule out of scope is
+// refused when created or edited; schedules fire scans (on the batched
+// path) and scanner tasks while their targets are in scope; once an
 // operator removes the entry that covered one schedule's target, its next
 // slot is skipped (error) and creates nothing, while the others still fire.
 func TestScheduleWhoseTargetLeftScopeIsRefused(t *testing.T) {
@@ -36,6 +37,19 @@ func TestScheduleWhoseTargetLeftScopeIsRefused(t *testing.T) {
 	taskOf := minutely(t0, store.OverlapAllow, store.CatchUpOnce)
 	taskOf.Definition = taskDefinition(`{"plugin": "tcp-connect", "input": {"host": "leaving.example"}}`)
 	leavingTask := createSchedule(t, s, b.org.ID, taskOf)
+
+	// A schedule out of scope is refused when created or edited, as its
+	// scan or task would be.
+	var oos *store.OutOfScopeError
+	_, err = s.CreateSchedule(ctx, every, b.org.ID, scanOf("elsewhere.example"))
+	require.ErrorAs(t, err, &oos)
+	require.Equal(t, []string{"elsewhere.example"}, oos.Targets)
+	elsewhere := minutely(t0, store.OverlapAllow, store.CatchUpOnce)
+	elsewhere.Definition = taskDefinition(`{"plugin": "tcp-connect", "input": {"addresses": ["elsewhere.example:22"]}}`)
+	_, err = s.CreateSchedule(ctx, every, b.org.ID, elsewhere)
+	require.ErrorIs(t, err, store.ErrOutOfScope)
+	_, err = s.UpdateSchedule(ctx, every, stayingScan.ID, scanOf("elsewhere.example"))
+	require.ErrorIs(t, err, store.ErrOutOfScope)
 
 	fireAt(t, s, t0.Add(time.Second))
 	for _, id := range []uuid.UUID{leavingScan.ID, stayingScan.ID, leavingTask.ID} {
