@@ -57,7 +57,11 @@
 // tasks, against that order, and so never wait for a task: they take it
 // with SKIP LOCKED and leave a held one to its holder (queue.go).
 // Schedule rows come before all of these: a claim or a manual run locks
-// the schedule, then creates its task or scan (see Schedules).
+// the schedule, then creates its task or scan (see Schedules). Recording a
+// scan's history takes, after the scan's row, a transaction-scoped
+// advisory lock of class 1800 per (organization, scope key) — nothing
+// else takes one of that class — and then writes only history rows (see
+// Scan history).
 //
 // # Shape
 //
@@ -217,8 +221,9 @@
 // What a batch ingests is idempotent by natural keys (assets, threats,
 // edges, vulnerability details, detections per job), so a second attempt of
 // a job sending its records again changes no count. Asset history is
-// computed once per scan completion, in its transaction, keyed (scan,
-// asset, kind) (scanhistory.go).
+// computed at each scan completion, in its transaction, keyed (scan,
+// asset, kind) (scanhistory.go): a scan completed again after a redrive
+// updates its changes in place.
 //
 // # Schedules
 //
@@ -271,6 +276,24 @@
 //     grow only with edits.
 //   - Lock order: a claim locks schedule rows first, then creates; the
 //     previous run's state is read, not locked.
+//
+// # Scan history
+//
+// Where the database functions of scans are defined now (a later migration
+// replaces a function whole, so the latest is the one that runs):
+//   - advance_scan: migration 000022, restating 000016's (the one schedules
+//     needed: trigger columns copied to each job's task) with asset targets
+//     joining the targets and record_scan_history called on completion;
+//   - mirror_task_state_to_scan_job: migration 000022, restating 000002's
+//     with the job's summary (scan_job_output) written when its task ends;
+//   - record_scan_history and compare_scan_history: migration 000023 (which
+//     scans compare: every job completed, creation order, the next scan
+//     compared again, one scope key at a time; see scanhistory.go);
+//   - scan_job_output, threat_exclusion_for, gateway_glob_like: 000022.
+//
+// A redrive of a scan's job (RetryTask, reopenScanForRedrive) locks the
+// task, then the scan, and only then reads whether another job of the scan
+// is in flight, so two redrives at once put one job back, not two.
 //
 // # Webhooks
 //

@@ -20,14 +20,20 @@ import (
 
 // Asset history. Ingestion records what each scan observed of each asset
 // (scan_assets.details, merged over the scan's batches). When a scan
-// completes, record_scan_history (migration 000022) snapshots that into
-// asset_scan_snapshots and compares it with the latest earlier completed
-// scan of the same scope key, writing asset_scan_changes — in the
-// transaction that completes the scan, keyed (scan, asset, kind) with ON
-// CONFLICT DO NOTHING, so a retried batch, a second attempt or a scan
-// completed again never adds a change twice. The first scan of a scope key
-// is the baseline and has no changes. exposure_changes is the
-// organization's timeline of them all.
+// completes, record_scan_history (migration 000023) snapshots that into
+// asset_scan_snapshots and, when every job of the scan completed, compares
+// it with the latest earlier-created such scan of the same scope key
+// (compare_scan_history), writing asset_scan_changes — in the transaction
+// that completes the scan, keyed (scan, asset, kind), so a retried batch, a
+// second attempt or a scan completed again never adds a change twice. It
+// then compares the next scan of the scope key again, whose earlier scan
+// may now be this one (scans can complete out of order), and it holds a
+// per-scope-key advisory lock so two scans completing at once see each
+// other. A scan with a failed or cancelled job saw only part of its scope:
+// it is neither compared nor compared with, until a redrive completes it.
+// The first scan of a scope key is the baseline and has no changes (no
+// flood of "appeared"). exposure_changes is the organization's timeline of
+// them all.
 
 // Change kinds.
 const (
@@ -43,30 +49,67 @@ const (
 var ChangeKinds = []string{ChangeAssetAppeared, ChangeAssetDisappeared, ChangePortOpened, ChangePortClosed,
 	ChangeCertificateChanged, ChangeHTTPStatusChanged}
 
-// scanScopeKey says which scans are compared: those with the same targets,
-// asset targets and plugins (in order). A scan with other plugins observes
-// other things, and comparing it would report everything the other did
-// not look for as gone.
-func scanScopeKey(p CreateScanParams) string {
-	targets := make([]string, len(p.Targets))
-	for i, t := range p.Targets {
-		targets[i] = strings.ToLower(strings.TrimSpace(t))
+// scanScopeKey says which scans are compared: those with the same targets
+// (a set: order, case and repeats aside; an asset target counts as its
+// value, assetValues[id], since the jobs get it as one) and plugins with
+// their inputs (in order: each job gets the assets the jobs before it
+// found). A scan with other plugins, or a plugin with another input (other
+// ports, other paths), observes other things, and comparing it would
+// report everything the other did not look for as gone.
+func scanScopeKey(p CreateScanParams, assetValues map[uuid.UUID]string) string {
+	targets := make([]string, 0, len(p.Targets)+len(p.AssetTargets))
+	for _, t := range p.Targets {
+		targets = append(targets, strings.ToLower(strings.TrimSpace(t)))
+	}
+	for _, a := range p.AssetTargets {
+		v, ok := assetValues[a]
+		if !ok {
+			v = "asset:" + a.String() // refused by checkScanScope anyway
+		}
+		targets = append(targets, strings.ToLower(v))
 	}
 	slices.Sort(targets)
 	targets = slices.Compact(targets)
-	assets := make([]string, len(p.AssetTargets))
-	for i, a := range p.AssetTargets {
-		assets[i] = a.String()
-	}
-	slices.Sort(assets)
-	assets = slices.Compact(assets)
-	plugins := make([]string, len(p.Plugins))
+	plugins := make([]any, len(p.Plugins))
 	for i, pl := range p.Plugins {
-		plugins[i] = pl.Name
+		plugins[i] = []any{pl.Name, canonicalInput(pl.Input)}
 	}
-	b, _ := json.Marshal([]any{targets, assets, plugins})
+	b, _ := json.Marshal([]any{targets, plugins})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:16])
+}
+
+// readAssetTargets is the values of a scan's asset targets the
+// organization has, by id.
+func readAssetTargets(ctx context.Context, tx pgx.Tx, p CreateScanParams) (map[uuid.UUID]string, error) {
+	values := map[uuid.UUID]string{}
+	if len(p.AssetTargets) == 0 {
+		return values, nil
+	}
+	rows, err := tx.Query(ctx, `SELECT id, value FROM assets WHERE organization_id = $1 AND id = ANY($2)`,
+		p.OrganizationID, p.AssetTargets)
+	if err != nil {
+		return nil, fmt.Errorf("read asset targets: %w", err)
+	}
+	var id uuid.UUID
+	var value string
+	if _, err := pgx.ForEachRow(rows, []any{&id, &value}, func() error { values[id] = value; return nil }); err != nil {
+		return nil, fmt.Errorf("read asset targets: %w", err)
+	}
+	return values, nil
+}
+
+// canonicalInput is a plugin input as a value that marshals the same
+// whatever its key order and spacing; no input is the empty object, as the
+// job stores it.
+func canonicalInput(input json.RawMessage) any {
+	var v any
+	dec := json.NewDecoder(bytes.NewReader(input))
+	dec.UseNumber()
+	if len(bytes.TrimSpace(input)) == 0 || dec.Decode(&v) != nil || v == nil {
+		return map[string]any{}
+	}
+	return v
 }
 
 func uuidsOrEmpty(ids []uuid.UUID) []uuid.UUID {
@@ -78,39 +121,26 @@ func uuidsOrEmpty(ids []uuid.UUID) []uuid.UUID {
 
 // checkScanScope refuses a scan whose targets or asset targets lie outside
 // its organization's scan scope, or that names assets the organization does
-// not have.
-func checkScanScope(ctx context.Context, tx pgx.Tx, p CreateScanParams) error {
+// not have (assetValues: readAssetTargets).
+func checkScanScope(ctx context.Context, tx pgx.Tx, p CreateScanParams, assetValues map[uuid.UUID]string) error {
 	ts, err := loadTargetScope(ctx, tx, p.OrganizationID)
 	if err != nil {
 		return err
 	}
-	return checkScanScopeIn(ctx, tx, ts, p)
+	return checkScanScopeIn(ts, p, assetValues)
 }
 
 // checkScanScopeIn is checkScanScope with the organization's scope already
 // read (schedule fires check a claim's scans against one read per
 // organization).
-func checkScanScopeIn(ctx context.Context, tx pgx.Tx, ts targetScope, p CreateScanParams) error {
+func checkScanScopeIn(ts targetScope, p CreateScanParams, assetValues map[uuid.UUID]string) error {
 	targets := slices.Clone(p.Targets)
-	if len(p.AssetTargets) > 0 {
-		rows, err := tx.Query(ctx, `SELECT id, value FROM assets WHERE organization_id = $1 AND id = ANY($2)`,
-			p.OrganizationID, p.AssetTargets)
-		if err != nil {
-			return fmt.Errorf("read asset targets: %w", err)
+	for _, a := range p.AssetTargets {
+		v, ok := assetValues[a]
+		if !ok {
+			return problem.Wrap(ErrInvalid, problem.Text("asset_targets: the organization has no asset "+a.String()))
 		}
-		values := map[uuid.UUID]string{}
-		var id uuid.UUID
-		var value string
-		if _, err := pgx.ForEachRow(rows, []any{&id, &value}, func() error { values[id] = value; return nil }); err != nil {
-			return fmt.Errorf("read asset targets: %w", err)
-		}
-		for _, a := range p.AssetTargets {
-			v, ok := values[a]
-			if !ok {
-				return problem.Wrap(ErrInvalid, problem.Text("asset_targets: the organization has no asset "+a.String()))
-			}
-			targets = append(targets, v)
-		}
+		targets = append(targets, v)
 	}
 	for _, plugin := range p.Plugins {
 		targets = append(targets, inputTargets(plugin.Input)...)
@@ -121,58 +151,15 @@ func checkScanScopeIn(ctx context.Context, tx pgx.Tx, ts targetScope, p CreateSc
 	return nil
 }
 
-// targetKeys are the keys of a plugin input that name what it scans: the
-// reference plugins' urls (http-probe) and addresses (tcp-connect), and
-// the usual targets, hosts, host and target.
-var targetKeys = []string{"urls", "addresses", "targets", "hosts", "host", "target"}
-
-// inputTargets lists what a plugin input names under targetKeys (a string
-// or an array of strings); nothing when it is not a JSON object.
-func inputTargets(input json.RawMessage) []string {
-	if len(input) == 0 || !slices.ContainsFunc(targetKeys, func(k string) bool { return bytes.Contains(input, []byte(`"`+k+`"`)) }) {
-		return nil
-	}
-	var obj map[string]json.RawMessage
-	if json.Unmarshal(input, &obj) != nil {
-		return nil
-	}
-	var out []string
-	for _, k := range targetKeys {
-		raw, ok := obj[k]
-		if !ok {
-			continue
-		}
-		var one string
-		var many []string
-		switch {
-		case json.Unmarshal(raw, &one) == nil:
-			out = append(out, one)
-		case json.Unmarshal(raw, &many) == nil:
-			out = append(out, many...)
-		}
-	}
-	return out
-}
-
 // checkTaskScope refuses a scanner_plugin task whose payload names targets
-// (its targets, or its input's targetKeys) outside its organization's scan
-// scope: a task is no way around the scope a scan is held to.
+// outside its organization's scan scope (payloadTargets: its targets, its
+// input, the assets it carries): a task is no way around the scope a scan
+// is held to.
 func checkTaskScope(ctx context.Context, tx pgx.Tx, p CreateTaskParams) error {
 	if p.TaskType != "scanner_plugin" {
 		return nil
 	}
-	var payload struct {
-		Targets json.RawMessage `json:"targets"`
-		Input   json.RawMessage `json:"input"`
-	}
-	if !slices.ContainsFunc(targetKeys, func(k string) bool { return bytes.Contains(p.Payload, []byte(`"`+k+`"`)) }) ||
-		json.Unmarshal(p.Payload, &payload) != nil {
-		return nil
-	}
-	named := inputTargets(payload.Input)
-	if len(payload.Targets) > 0 {
-		named = append(named, inputTargets(json.RawMessage(`{"targets": `+string(payload.Targets)+`}`))...)
-	}
+	named := inputTargets(p.Payload)
 	if len(named) == 0 {
 		return nil
 	}
@@ -299,11 +286,17 @@ func reopenScanForRedrive(ctx context.Context, tx pgx.Tx, scope Scope, taskID uu
 		return nil
 	}
 	var state string
-	var busy bool
-	if err := tx.QueryRow(ctx, `SELECT s.state, EXISTS (SELECT 1 FROM worker_tasks t WHERE t.scan_id = s.id AND t.id <> $2
-			AND t.scan_job_id IS NOT NULL AND t.state NOT IN ('completed', 'failed_terminal', 'cancelled'))
-		FROM scans s WHERE s.id = $1 FOR UPDATE OF s`, *scanID, taskID).Scan(&state, &busy); err != nil {
+	if err := tx.QueryRow(ctx, `SELECT s.state FROM scans s WHERE s.id = $1 FOR UPDATE`, *scanID).Scan(&state); err != nil {
 		return fmt.Errorf("lock scan: %w", err)
+	}
+	// Read in a statement of its own, after the scan's lock is held: one
+	// begun before waiting for it would not see the job a redrive that
+	// held it has just put back in flight.
+	var busy bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM worker_tasks t WHERE t.scan_id = $1 AND t.id <> $2
+			AND t.scan_job_id IS NOT NULL AND t.state NOT IN ('completed', 'failed_terminal', 'cancelled'))`,
+		*scanID, taskID).Scan(&busy); err != nil {
+		return fmt.Errorf("read the scan's jobs: %w", err)
 	}
 	switch {
 	case state == "cancelled":

@@ -477,14 +477,15 @@ func TestScanAssetTargets(t *testing.T) {
 // does not block the schedules claimed with it, and does not fire again.
 func TestScheduledScanOutOfScopeIsSkipped(t *testing.T) {
 	s, b := setupStore(t)
-	_, _, err := s.AddScopeTarget(t.Context(), store.EveryOrganization(), b.org.ID, store.ScopeTargetParams{Kind: store.ScopeDomain, Value: "in.example"})
-	require.NoError(t, err)
 	t0 := scheduleOrigin()
 	out := minutely(t0, store.OverlapAllow, store.CatchUpOnce)
 	out.Definition = store.ScheduleDefinition{Kind: store.ScheduleScan, Scan: &store.ScheduledScan{
 		Targets: []string{"out.example"}, Plugins: []store.ScheduledPlugin{{Name: "echo"}}}}
+	// Created before the organization had a scope: out of it since.
 	bad := createSchedule(t, s, b.org.ID, out)
 	good := createSchedule(t, s, b.org.ID, minutely(t0, store.OverlapAllow, store.CatchUpOnce))
+	_, _, err := s.AddScopeTarget(t.Context(), store.EveryOrganization(), b.org.ID, store.ScopeTargetParams{Kind: store.ScopeDomain, Value: "in.example"})
+	require.NoError(t, err)
 
 	fireAt(t, s, t0.Add(time.Second))
 	require.Equal(t, []string{"0s skipped/error"}, summaries(t0, history(t, s, bad.ID)))

@@ -93,10 +93,14 @@ func (s *Store) CreateScan(ctx context.Context, scope Scope, p CreateScanParams)
 // scan's id.
 func createScan(ctx context.Context, tx pgx.Tx, p CreateScanParams) (uuid.UUID, bool, error) {
 	var id uuid.UUID
+	assetValues, err := readAssetTargets(ctx, tx, p)
+	if err != nil {
+		return uuid.Nil, false, err
+	}
 	targets, _ := json.Marshal(p.Targets)
 	assetTargets, _ := json.Marshal(uuidsOrEmpty(p.AssetTargets))
 	tr := p.Trigger.orAPI()
-	err := tx.QueryRow(ctx, `
+	err = tx.QueryRow(ctx, `
 		INSERT INTO scans (organization_id, targets, priority, idempotency_key, request_sha256,
 			trigger_kind, trigger_schedule_id, trigger_schedule_version, trigger_slot_at, trigger_token_id,
 			asset_targets, scope_key)
@@ -104,7 +108,7 @@ func createScan(ctx context.Context, tx pgx.Tx, p CreateScanParams) (uuid.UUID, 
 		ON CONFLICT (organization_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 		RETURNING id`, p.OrganizationID, string(targets), p.Priority, nullString(p.IdempotencyKey), p.RequestSHA256,
 		tr.Kind, tr.ScheduleID, tr.ScheduleVersion, tr.SlotAt, tr.TokenID,
-		string(assetTargets), scanScopeKey(p)).Scan(&id)
+		string(assetTargets), scanScopeKey(p, assetValues)).Scan(&id)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		id, err = creationReplay(ctx, tx, "scans", p.OrganizationID, p.IdempotencyKey, p.RequestSHA256)
@@ -114,7 +118,7 @@ func createScan(ctx context.Context, tx pgx.Tx, p CreateScanParams) (uuid.UUID, 
 	case err != nil:
 		return uuid.Nil, false, fmt.Errorf("insert scan: %w", err)
 	}
-	if err := checkScanScope(ctx, tx, p); err != nil {
+	if err := checkScanScope(ctx, tx, p, assetValues); err != nil {
 		return uuid.Nil, false, err
 	}
 	for i, plugin := range p.Plugins {

@@ -161,7 +161,7 @@ func (b *fireBatch) checkScope(ctx context.Context, tx pgx.Tx, p CreateScanParam
 		}
 		b.scopes[p.OrganizationID] = ts
 	}
-	return checkScanScopeIn(ctx, tx, ts, p)
+	return checkScanScopeIn(ts, p, nil) // a scheduled scan names no assets
 }
 
 // record is claimed.record for the batch.
@@ -274,7 +274,7 @@ func (b *fireBatch) createScans(ctx context.Context, tx pgx.Tx) error {
 		}
 		ids[i], orgs[i], targets[i], priorities[i] = s.id, s.OrganizationID, string(t), s.Priority
 		schedules[i], versions[i], slots[i] = *s.Trigger.ScheduleID, *s.Trigger.ScheduleVersion, *s.Trigger.SlotAt
-		scopeKeys[i] = scanScopeKey(s.CreateScanParams)
+		scopeKeys[i] = scanScopeKey(s.CreateScanParams, nil)
 		for pos, p := range s.Plugins {
 			jobScans, jobOrgs = append(jobScans, s.id), append(jobOrgs, s.OrganizationID)
 			positions, names, timeouts = append(positions, pos), append(names, p.Name), append(timeouts, p.TimeoutSeconds)

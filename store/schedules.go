@@ -470,6 +470,9 @@ func (s *Store) CreateSchedule(ctx context.Context, scope Scope, org uuid.UUID, 
 		if err := checkSchedulePin(ctx, tx, org, c.definition); err != nil {
 			return err
 		}
+		if err := checkScheduleScope(ctx, tx, org, c.definition); err != nil {
+			return err
+		}
 		now, err := dbNow(ctx, tx)
 		if err != nil {
 			return err
@@ -518,6 +521,20 @@ func checkSchedulePin(ctx context.Context, tx pgx.Tx, org uuid.UUID, d ScheduleD
 	return checkPinnedWorker(ctx, tx, "definition.task.pinned_worker_id", org, d.Task.PinnedWorkerID)
 }
 
+// checkScheduleScope refuses a definition whose scan or scanner task names
+// targets outside the organization's scan scope, as creating that scan or
+// task would be refused. The scope may change later: a slot whose run is
+// out of scope by then is skipped (error).
+func checkScheduleScope(ctx context.Context, tx pgx.Tx, org uuid.UUID, d ScheduleDefinition) error {
+	switch {
+	case d.Scan != nil:
+		return checkScanScope(ctx, tx, scheduledScanParams(org, d.Scan, nil, runKey{}), nil)
+	case d.Task != nil:
+		return checkTaskScope(ctx, tx, CreateTaskParams{OrganizationID: org, TaskType: d.Task.TaskType, Payload: d.Task.Payload})
+	}
+	return nil
+}
+
 func nullInt(v int) *int {
 	if v == 0 {
 		return nil
@@ -549,6 +566,9 @@ func (s *Store) UpdateSchedule(ctx context.Context, scope Scope, id uuid.UUID, p
 			return err
 		}
 		if err := checkSchedulePin(ctx, tx, old.OrganizationID, c.definition); err != nil {
+			return err
+		}
+		if err := checkScheduleScope(ctx, tx, old.OrganizationID, c.definition); err != nil {
 			return err
 		}
 		oldTiming, err := json.Marshal(old.Timing)

@@ -1,18 +1,23 @@
 package store
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"golang.org/x/net/idna"
 
 	"github.com/worker-gateway/gateway/problem"
 )
@@ -33,7 +38,10 @@ import (
 // host, a hostname, an address; a CIDR target when an entry contains the
 // whole prefix), or, for a URL, when a url_prefix entry covers it. A
 // url_prefix entry covers URLs only: it does not let the host itself be
-// port-scanned.
+// port-scanned; nor does it cover a URL whose path has "." or ".."
+// segments. Names compare lower case, without a trailing dot, in their
+// ASCII (xn--) form; IPv4-mapped IPv6 addresses and prefixes as IPv4. What
+// plugin inputs name is found by inputTargets.
 
 // Scope target kinds.
 const (
@@ -99,10 +107,10 @@ func ParseScopeTarget(kind, value string, includeSubdomains bool) (string, bool,
 		return addr.Unmap().String(), false, nil
 	case ScopeCIDR:
 		p, err := netip.ParsePrefix(value)
-		if err != nil {
+		if err != nil || p.Addr().Zone() != "" {
 			return bad("not a CIDR prefix")
 		}
-		return p.Masked().String(), false, nil
+		return unmapPrefix(p).String(), false, nil
 	case ScopeURLPrefix:
 		u, err := url.Parse(value)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -113,9 +121,18 @@ func ParseScopeTarget(kind, value string, includeSubdomains bool) (string, bool,
 	return bad("kind must be domain, ip, cidr or url_prefix")
 }
 
-// dnsName is value as a DNS name (lower case, no trailing dot).
+// dnsName is value as a DNS name (lower case, no trailing dot; an
+// internationalized name in its ASCII "xn--" form, so both spellings match
+// the same entry).
 func dnsName(value string) (string, bool) {
 	name := strings.TrimSuffix(strings.ToLower(value), ".")
+	if strings.ContainsFunc(name, func(r rune) bool { return r >= 0x80 }) {
+		ascii, err := idna.Lookup.ToASCII(name)
+		if err != nil {
+			return "", false
+		}
+		name = ascii
+	}
 	if name == "" || len(name) > 253 {
 		return "", false
 	}
@@ -188,6 +205,17 @@ func loadTargetScope(ctx context.Context, ex executor, org uuid.UUID) (targetSco
 	return newTargetScope(enforced != nil && *enforced, entries), nil
 }
 
+// unmapPrefix is p masked, and an IPv4-mapped IPv6 prefix no wider than
+// the mapped space as the IPv4 prefix it is (::ffff:10.0.0.0/104 is
+// 10.0.0.0/8), so its bits compare with IPv4 entries'.
+func unmapPrefix(p netip.Prefix) netip.Prefix {
+	p = p.Masked()
+	if p.Addr().Is4In6() && p.Bits() >= 96 {
+		return netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+	}
+	return p
+}
+
 func (ts targetScope) allowsAddr(a netip.Addr) bool {
 	a = a.WithZone("").Unmap()
 	return slices.ContainsFunc(ts.prefixes, func(p netip.Prefix) bool { return p.Contains(a) })
@@ -215,7 +243,12 @@ func (ts targetScope) allowsURL(raw string) bool {
 		return false
 	}
 	norm := NormalizeAssetValue("url", raw)
-	for _, p := range ts.urlPrefixes {
+	// "/app/../admin" starts with "/app/" but is /admin on the server.
+	prefixes := ts.urlPrefixes
+	if slices.ContainsFunc(strings.Split(u.Path, "/"), func(seg string) bool { return seg == "." || seg == ".." }) {
+		prefixes = nil
+	}
+	for _, p := range prefixes {
 		if norm == p || strings.HasPrefix(norm, p) && (strings.HasSuffix(p, "/") || strings.ContainsRune("/?#", rune(norm[len(p)]))) {
 			return true
 		}
@@ -234,8 +267,9 @@ func (ts targetScope) allowsTarget(t string) bool {
 		return ts.allowsURL(t)
 	}
 	if p, err := netip.ParsePrefix(t); err == nil {
+		p = unmapPrefix(p)
 		return slices.ContainsFunc(ts.prefixes, func(e netip.Prefix) bool {
-			return e.Bits() <= p.Bits() && e.Contains(p.Addr().Unmap())
+			return e.Bits() <= p.Bits() && e.Contains(p.Addr())
 		})
 	}
 	if host, _, err := net.SplitHostPort(t); err == nil {
@@ -244,9 +278,11 @@ func (ts targetScope) allowsTarget(t string) bool {
 	return ts.allowsHost(t)
 }
 
-// allowsAsset: an asset a worker reports in scope. Asset types without a
-// network location (a certificate, anything not a hostname, domain, ip,
-// port or url) are in scope: they are found on something in scope.
+// allowsAsset: an asset a worker reports in scope. An asset of another
+// type is held to the scope when its value reads as a network location (a
+// "service" evil.example:443, a "cidr"); one without (a certificate's
+// fingerprint, a technology, an e-mail address) is in scope: it is found on
+// something in scope.
 func (ts targetScope) allowsAsset(typ, value string) bool {
 	if !ts.enforced {
 		return true
@@ -259,6 +295,9 @@ func (ts targetScope) allowsAsset(typ, value string) bool {
 		return err == nil && ts.allowsHost(host)
 	case "url":
 		return ts.allowsURL(value)
+	}
+	if t, ok := networkLocation(value); ok {
+		return ts.allowsTarget(t)
 	}
 	return true
 }
@@ -362,4 +401,106 @@ func (s *Store) RemoveScopeTarget(ctx context.Context, scope Scope, org, id uuid
 		return ScopeTarget{}, fmt.Errorf("remove scope target: %w", err)
 	}
 	return t, nil
+}
+
+// targetKeys are the keys of a plugin input whose every string names
+// something to scan, a bare name too: the reference plugins' urls
+// (http-probe) and addresses (tcp-connect), and the usual targets, hosts,
+// host and target.
+var targetKeys = []string{"urls", "addresses", "targets", "hosts", "host", "target"}
+
+// inputTargets lists what a plugin input (or a scanner_plugin task's whole
+// payload) names as targets, at any depth: every string under targetKeys,
+// and under any other key every string — and every key — that reads as a
+// network location (networkLocation). Which keys a plugin reads is the worker's business, so
+// the gateway cannot rely on names alone: a target under "domain",
+// "endpoint" or "upstream" is held to the scope as one under "targets".
+// Nothing when the input is not JSON.
+func inputTargets(input json.RawMessage) []string {
+	if len(bytes.TrimSpace(input)) == 0 {
+		return nil
+	}
+	var v any
+	if json.Unmarshal(input, &v) != nil {
+		return nil
+	}
+	var out []string
+	var walk func(v any, named bool)
+	walk = func(v any, named bool) {
+		switch v := v.(type) {
+		case string:
+			if named {
+				out = append(out, v)
+			} else if t, ok := networkLocation(v); ok {
+				out = append(out, t)
+			}
+		case []any:
+			for _, e := range v {
+				walk(e, named)
+			}
+		case map[string]any:
+			keys := slices.Sorted(maps.Keys(v))
+			for _, k := range keys {
+				// A key can name a target too ({"ports_by_host": {"a.example": [443]}}).
+				if t, ok := networkLocation(k); ok {
+					out = append(out, t)
+				}
+				walk(v[k], named || slices.Contains(targetKeys, strings.ToLower(k)))
+			}
+		}
+	}
+	walk(v, false)
+	return out
+}
+
+// networkLocation says whether a string of a plugin input, under a key not
+// known to name targets, reads as something a scanner could reach, and
+// returns what to check: a URL (scheme://host), an IP address or prefix,
+// host:port, "localhost", a DNS name of two labels or more whose last label
+// starts with a letter (a TLD never is all digits: "1.2" or "5.0" is a
+// version), or one of these followed by a path ("example.com/admin": its
+// host). A single-label word ("fast", "common") is not one — put it under
+// a target key to have it checked — and neither is a string with spaces. A
+// file name such as "words.txt" reads as a DNS name and is held to the
+// scope; "./words.txt" or "lists/words.txt" is not.
+func networkLocation(s string) (string, bool) {
+	s = strings.TrimSpace(s)
+	if s == "" || strings.ContainsAny(s, " \t\n\r") {
+		return "", false
+	}
+	if strings.Contains(s, "://") {
+		u, err := url.Parse(s)
+		return s, err != nil || u.Host != ""
+	}
+	if _, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(s, "["), "]")); err == nil {
+		return s, true
+	}
+	if _, err := netip.ParsePrefix(s); err == nil {
+		return s, true
+	}
+	host, _, _ := strings.Cut(s, "/")
+	if h, port, err := net.SplitHostPort(host); err == nil {
+		if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+			return "", false
+		}
+		if _, ok := networkLocation(h); !ok {
+			return "", false
+		}
+		return host, true
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return host, true
+	}
+	name, ok := dnsName(host)
+	if !ok {
+		return "", false
+	}
+	if name == "localhost" {
+		return host, true
+	}
+	i := strings.LastIndexByte(name, '.')
+	if i < 0 || name[i+1] < 'a' || name[i+1] > 'z' {
+		return "", false
+	}
+	return host, true
 }

@@ -3390,7 +3390,9 @@ type ClientInterface interface {
 	// Creates a schedule that starts a scan or a task per slot: a cron expression (five fields,
 	// evaluated in `time_zone`) or a fixed `interval_seconds` from `start_at` (or from now).
 	// Its first slot is the first after now; nothing already past fires. A bad field is 400
-	// `bad-request` naming the field.
+	// `bad-request` naming the field; a scan or `scanner_plugin` task naming targets outside
+	// the organization's scan scope is 400 `target-out-of-scope`, as creating it would be (a
+	// slot whose run has left the scope since is skipped, outcome `error`).
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3402,7 +3404,9 @@ type ClientInterface interface {
 	// Creates a schedule that starts a scan or a task per slot: a cron expression (five fields,
 	// evaluated in `time_zone`) or a fixed `interval_seconds` from `start_at` (or from now).
 	// Its first slot is the first after now; nothing already past fires. A bad field is 400
-	// `bad-request` naming the field.
+	// `bad-request` naming the field; a scan or `scanner_plugin` task naming targets outside
+	// the organization's scan scope is 400 `target-out-of-scope`, as creating it would be (a
+	// slot whose run has left the scope since is skipped, outcome `error`).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -3421,7 +3425,8 @@ type ClientInterface interface {
 	// Stores the whole request as the schedule's next version; earlier versions are kept, and
 	// every fire, task and scan records the version it came from. When the timing changes the
 	// next slot is computed afresh from now; otherwise the pending slot stays. Pausing is
-	// `/pause`, not a field.
+	// `/pause`, not a field. A definition outside the organization's scan scope is 400
+	// `target-out-of-scope`, as at creation.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3433,7 +3438,8 @@ type ClientInterface interface {
 	// Stores the whole request as the schedule's next version; earlier versions are kept, and
 	// every fire, task and scan records the version it came from. When the timing changes the
 	// next slot is computed afresh from now; otherwise the pending slot stays. Pausing is
-	// `/pause`, not a field.
+	// `/pause`, not a field. A definition outside the organization's scan scope is 400
+	// `target-out-of-scope`, as at creation.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -3571,9 +3577,11 @@ type ClientInterface interface {
 	// Creates a durable task for an organization. With an `Idempotency-Key` (unique per
 	// organization), repeating the same request returns the task it created (header
 	// `Idempotent-Replayed: true`); the same key with a different body is 422
-	// `idempotency-key-reused`. A `scanner_plugin` task whose payload names targets (`targets`,
-	// or `urls`, `addresses`, `targets`, `hosts`, `host`, `target` in its `input`) outside the
-	// organization's scan scope is 400 `target-out-of-scope`.
+	// `idempotency-key-reused`. A `scanner_plugin` task whose payload names targets outside the
+	// organization's scan scope is 400 `target-out-of-scope`: every string under `urls`,
+	// `addresses`, `targets`, `hosts`, `host` or `target`, and every other string or object key,
+	// at any depth, that reads as a network location (a URL, an IP address or prefix,
+	// `host:port`, `localhost`, a dotted name whose last label starts with a letter).
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3585,9 +3593,11 @@ type ClientInterface interface {
 	// Creates a durable task for an organization. With an `Idempotency-Key` (unique per
 	// organization), repeating the same request returns the task it created (header
 	// `Idempotent-Replayed: true`); the same key with a different body is 422
-	// `idempotency-key-reused`. A `scanner_plugin` task whose payload names targets (`targets`,
-	// or `urls`, `addresses`, `targets`, `hosts`, `host`, `target` in its `input`) outside the
-	// organization's scan scope is 400 `target-out-of-scope`.
+	// `idempotency-key-reused`. A `scanner_plugin` task whose payload names targets outside the
+	// organization's scan scope is 400 `target-out-of-scope`: every string under `urls`,
+	// `addresses`, `targets`, `hosts`, `host` or `target`, and every other string or object key,
+	// at any depth, that reads as a network location (a URL, an IP address or prefix,
+	// `host:port`, `localhost`, a dotted name whose last label starts with a letter).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -5095,7 +5105,9 @@ func (c *Client) ListSchedules(ctx context.Context, params *ListSchedulesParams,
 // Creates a schedule that starts a scan or a task per slot: a cron expression (five fields,
 // evaluated in `time_zone`) or a fixed `interval_seconds` from `start_at` (or from now).
 // Its first slot is the first after now; nothing already past fires. A bad field is 400
-// `bad-request` naming the field.
+// `bad-request` naming the field; a scan or `scanner_plugin` task naming targets outside
+// the organization's scan scope is 400 `target-out-of-scope`, as creating it would be (a
+// slot whose run has left the scope since is skipped, outcome `error`).
 //
 // Takes any type of body and a specified content type.
 //
@@ -5117,7 +5129,9 @@ func (c *Client) CreateScheduleWithBody(ctx context.Context, contentType string,
 // Creates a schedule that starts a scan or a task per slot: a cron expression (five fields,
 // evaluated in `time_zone`) or a fixed `interval_seconds` from `start_at` (or from now).
 // Its first slot is the first after now; nothing already past fires. A bad field is 400
-// `bad-request` naming the field.
+// `bad-request` naming the field; a scan or `scanner_plugin` task naming targets outside
+// the organization's scan scope is 400 `target-out-of-scope`, as creating it would be (a
+// slot whose run has left the scope since is skipped, outcome `error`).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -5156,7 +5170,8 @@ func (c *Client) GetSchedule(ctx context.Context, scheduleId ScheduleID, reqEdit
 // Stores the whole request as the schedule's next version; earlier versions are kept, and
 // every fire, task and scan records the version it came from. When the timing changes the
 // next slot is computed afresh from now; otherwise the pending slot stays. Pausing is
-// `/pause`, not a field.
+// `/pause`, not a field. A definition outside the organization's scan scope is 400
+// `target-out-of-scope`, as at creation.
 //
 // Takes any type of body and a specified content type.
 //
@@ -5178,7 +5193,8 @@ func (c *Client) UpdateScheduleWithBody(ctx context.Context, scheduleId Schedule
 // Stores the whole request as the schedule's next version; earlier versions are kept, and
 // every fire, task and scan records the version it came from. When the timing changes the
 // next slot is computed afresh from now; otherwise the pending slot stays. Pausing is
-// `/pause`, not a field.
+// `/pause`, not a field. A definition outside the organization's scan scope is 400
+// `target-out-of-scope`, as at creation.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -5466,9 +5482,11 @@ func (c *Client) ListTasks(ctx context.Context, params *ListTasksParams, reqEdit
 // Creates a durable task for an organization. With an `Idempotency-Key` (unique per
 // organization), repeating the same request returns the task it created (header
 // `Idempotent-Replayed: true`); the same key with a different body is 422
-// `idempotency-key-reused`. A `scanner_plugin` task whose payload names targets (`targets`,
-// or `urls`, `addresses`, `targets`, `hosts`, `host`, `target` in its `input`) outside the
-// organization's scan scope is 400 `target-out-of-scope`.
+// `idempotency-key-reused`. A `scanner_plugin` task whose payload names targets outside the
+// organization's scan scope is 400 `target-out-of-scope`: every string under `urls`,
+// `addresses`, `targets`, `hosts`, `host` or `target`, and every other string or object key,
+// at any depth, that reads as a network location (a URL, an IP address or prefix,
+// `host:port`, `localhost`, a dotted name whose last label starts with a letter).
 //
 // Takes any type of body and a specified content type.
 //
@@ -5490,9 +5508,11 @@ func (c *Client) CreateTaskWithBody(ctx context.Context, params *CreateTaskParam
 // Creates a durable task for an organization. With an `Idempotency-Key` (unique per
 // organization), repeating the same request returns the task it created (header
 // `Idempotent-Replayed: true`); the same key with a different body is 422
-// `idempotency-key-reused`. A `scanner_plugin` task whose payload names targets (`targets`,
-// or `urls`, `addresses`, `targets`, `hosts`, `host`, `target` in its `input`) outside the
-// organization's scan scope is 400 `target-out-of-scope`.
+// `idempotency-key-reused`. A `scanner_plugin` task whose payload names targets outside the
+// organization's scan scope is 400 `target-out-of-scope`: every string under `urls`,
+// `addresses`, `targets`, `hosts`, `host` or `target`, and every other string or object key,
+// at any depth, that reads as a network location (a URL, an IP address or prefix,
+// `host:port`, `localhost`, a dotted name whose last label starts with a letter).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -11207,7 +11227,9 @@ type ClientWithResponsesInterface interface {
 	// Creates a schedule that starts a scan or a task per slot: a cron expression (five fields,
 	// evaluated in `time_zone`) or a fixed `interval_seconds` from `start_at` (or from now).
 	// Its first slot is the first after now; nothing already past fires. A bad field is 400
-	// `bad-request` naming the field.
+	// `bad-request` naming the field; a scan or `scanner_plugin` task naming targets outside
+	// the organization's scan scope is 400 `target-out-of-scope`, as creating it would be (a
+	// slot whose run has left the scope since is skipped, outcome `error`).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -11219,7 +11241,9 @@ type ClientWithResponsesInterface interface {
 	// Creates a schedule that starts a scan or a task per slot: a cron expression (five fields,
 	// evaluated in `time_zone`) or a fixed `interval_seconds` from `start_at` (or from now).
 	// Its first slot is the first after now; nothing already past fires. A bad field is 400
-	// `bad-request` naming the field.
+	// `bad-request` naming the field; a scan or `scanner_plugin` task naming targets outside
+	// the organization's scan scope is 400 `target-out-of-scope`, as creating it would be (a
+	// slot whose run has left the scope since is skipped, outcome `error`).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -11240,7 +11264,8 @@ type ClientWithResponsesInterface interface {
 	// Stores the whole request as the schedule's next version; earlier versions are kept, and
 	// every fire, task and scan records the version it came from. When the timing changes the
 	// next slot is computed afresh from now; otherwise the pending slot stays. Pausing is
-	// `/pause`, not a field.
+	// `/pause`, not a field. A definition outside the organization's scan scope is 400
+	// `target-out-of-scope`, as at creation.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -11252,7 +11277,8 @@ type ClientWithResponsesInterface interface {
 	// Stores the whole request as the schedule's next version; earlier versions are kept, and
 	// every fire, task and scan records the version it came from. When the timing changes the
 	// next slot is computed afresh from now; otherwise the pending slot stays. Pausing is
-	// `/pause`, not a field.
+	// `/pause`, not a field. A definition outside the organization's scan scope is 400
+	// `target-out-of-scope`, as at creation.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -11410,9 +11436,11 @@ type ClientWithResponsesInterface interface {
 	// Creates a durable task for an organization. With an `Idempotency-Key` (unique per
 	// organization), repeating the same request returns the task it created (header
 	// `Idempotent-Replayed: true`); the same key with a different body is 422
-	// `idempotency-key-reused`. A `scanner_plugin` task whose payload names targets (`targets`,
-	// or `urls`, `addresses`, `targets`, `hosts`, `host`, `target` in its `input`) outside the
-	// organization's scan scope is 400 `target-out-of-scope`.
+	// `idempotency-key-reused`. A `scanner_plugin` task whose payload names targets outside the
+	// organization's scan scope is 400 `target-out-of-scope`: every string under `urls`,
+	// `addresses`, `targets`, `hosts`, `host` or `target`, and every other string or object key,
+	// at any depth, that reads as a network location (a URL, an IP address or prefix,
+	// `host:port`, `localhost`, a dotted name whose last label starts with a letter).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -11424,9 +11452,11 @@ type ClientWithResponsesInterface interface {
 	// Creates a durable task for an organization. With an `Idempotency-Key` (unique per
 	// organization), repeating the same request returns the task it created (header
 	// `Idempotent-Replayed: true`); the same key with a different body is 422
-	// `idempotency-key-reused`. A `scanner_plugin` task whose payload names targets (`targets`,
-	// or `urls`, `addresses`, `targets`, `hosts`, `host`, `target` in its `input`) outside the
-	// organization's scan scope is 400 `target-out-of-scope`.
+	// `idempotency-key-reused`. A `scanner_plugin` task whose payload names targets outside the
+	// organization's scan scope is 400 `target-out-of-scope`: every string under `urls`,
+	// `addresses`, `targets`, `hosts`, `host` or `target`, and every other string or object key,
+	// at any depth, that reads as a network location (a URL, an IP address or prefix,
+	// `host:port`, `localhost`, a dotted name whose last label starts with a letter).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -18546,7 +18576,9 @@ func (c *ClientWithResponses) ListSchedulesWithResponse(ctx context.Context, par
 // Creates a schedule that starts a scan or a task per slot: a cron expression (five fields,
 // evaluated in `time_zone`) or a fixed `interval_seconds` from `start_at` (or from now).
 // Its first slot is the first after now; nothing already past fires. A bad field is 400
-// `bad-request` naming the field.
+// `bad-request` naming the field; a scan or `scanner_plugin` task naming targets outside
+// the organization's scan scope is 400 `target-out-of-scope`, as creating it would be (a
+// slot whose run has left the scope since is skipped, outcome `error`).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -18564,7 +18596,9 @@ func (c *ClientWithResponses) CreateScheduleWithBodyWithResponse(ctx context.Con
 // Creates a schedule that starts a scan or a task per slot: a cron expression (five fields,
 // evaluated in `time_zone`) or a fixed `interval_seconds` from `start_at` (or from now).
 // Its first slot is the first after now; nothing already past fires. A bad field is 400
-// `bad-request` naming the field.
+// `bad-request` naming the field; a scan or `scanner_plugin` task naming targets outside
+// the organization's scan scope is 400 `target-out-of-scope`, as creating it would be (a
+// slot whose run has left the scope since is skipped, outcome `error`).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -18597,7 +18631,8 @@ func (c *ClientWithResponses) GetScheduleWithResponse(ctx context.Context, sched
 // Stores the whole request as the schedule's next version; earlier versions are kept, and
 // every fire, task and scan records the version it came from. When the timing changes the
 // next slot is computed afresh from now; otherwise the pending slot stays. Pausing is
-// `/pause`, not a field.
+// `/pause`, not a field. A definition outside the organization's scan scope is 400
+// `target-out-of-scope`, as at creation.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -18615,7 +18650,8 @@ func (c *ClientWithResponses) UpdateScheduleWithBodyWithResponse(ctx context.Con
 // Stores the whole request as the schedule's next version; earlier versions are kept, and
 // every fire, task and scan records the version it came from. When the timing changes the
 // next slot is computed afresh from now; otherwise the pending slot stays. Pausing is
-// `/pause`, not a field.
+// `/pause`, not a field. A definition outside the organization's scan scope is 400
+// `target-out-of-scope`, as at creation.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -18863,9 +18899,11 @@ func (c *ClientWithResponses) ListTasksWithResponse(ctx context.Context, params 
 // Creates a durable task for an organization. With an `Idempotency-Key` (unique per
 // organization), repeating the same request returns the task it created (header
 // `Idempotent-Replayed: true`); the same key with a different body is 422
-// `idempotency-key-reused`. A `scanner_plugin` task whose payload names targets (`targets`,
-// or `urls`, `addresses`, `targets`, `hosts`, `host`, `target` in its `input`) outside the
-// organization's scan scope is 400 `target-out-of-scope`.
+// `idempotency-key-reused`. A `scanner_plugin` task whose payload names targets outside the
+// organization's scan scope is 400 `target-out-of-scope`: every string under `urls`,
+// `addresses`, `targets`, `hosts`, `host` or `target`, and every other string or object key,
+// at any depth, that reads as a network location (a URL, an IP address or prefix,
+// `host:port`, `localhost`, a dotted name whose last label starts with a letter).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -18883,9 +18921,11 @@ func (c *ClientWithResponses) CreateTaskWithBodyWithResponse(ctx context.Context
 // Creates a durable task for an organization. With an `Idempotency-Key` (unique per
 // organization), repeating the same request returns the task it created (header
 // `Idempotent-Replayed: true`); the same key with a different body is 422
-// `idempotency-key-reused`. A `scanner_plugin` task whose payload names targets (`targets`,
-// or `urls`, `addresses`, `targets`, `hosts`, `host`, `target` in its `input`) outside the
-// organization's scan scope is 400 `target-out-of-scope`.
+// `idempotency-key-reused`. A `scanner_plugin` task whose payload names targets outside the
+// organization's scan scope is 400 `target-out-of-scope`: every string under `urls`,
+// `addresses`, `targets`, `hosts`, `host` or `target`, and every other string or object key,
+// at any depth, that reads as a network location (a URL, an IP address or prefix,
+// `host:port`, `localhost`, a dotted name whose last label starts with a letter).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

@@ -992,9 +992,11 @@ export interface paths {
          * @description Creates a durable task for an organization. With an `Idempotency-Key` (unique per
          *     organization), repeating the same request returns the task it created (header
          *     `Idempotent-Replayed: true`); the same key with a different body is 422
-         *     `idempotency-key-reused`. A `scanner_plugin` task whose payload names targets (`targets`,
-         *     or `urls`, `addresses`, `targets`, `hosts`, `host`, `target` in its `input`) outside the
-         *     organization's scan scope is 400 `target-out-of-scope`.
+         *     `idempotency-key-reused`. A `scanner_plugin` task whose payload names targets outside the
+         *     organization's scan scope is 400 `target-out-of-scope`: every string under `urls`,
+         *     `addresses`, `targets`, `hosts`, `host` or `target`, and every other string or object key,
+         *     at any depth, that reads as a network location (a URL, an IP address or prefix,
+         *     `host:port`, `localhost`, a dotted name whose last label starts with a letter).
          */
         post: operations["createTask"];
         delete?: never;
@@ -1295,7 +1297,9 @@ export interface paths {
          * @description Creates a schedule that starts a scan or a task per slot: a cron expression (five fields,
          *     evaluated in `time_zone`) or a fixed `interval_seconds` from `start_at` (or from now).
          *     Its first slot is the first after now; nothing already past fires. A bad field is 400
-         *     `bad-request` naming the field.
+         *     `bad-request` naming the field; a scan or `scanner_plugin` task naming targets outside
+         *     the organization's scan scope is 400 `target-out-of-scope`, as creating it would be (a
+         *     slot whose run has left the scope since is skipped, outcome `error`).
          */
         post: operations["createSchedule"];
         delete?: never;
@@ -1321,7 +1325,8 @@ export interface paths {
          * @description Stores the whole request as the schedule's next version; earlier versions are kept, and
          *     every fire, task and scan records the version it came from. When the timing changes the
          *     next slot is computed afresh from now; otherwise the pending slot stays. Pausing is
-         *     `/pause`, not a field.
+         *     `/pause`, not a field. A definition outside the organization's scan scope is 400
+         *     `target-out-of-scope`, as at creation.
          */
         put: operations["updateSchedule"];
         post?: never;

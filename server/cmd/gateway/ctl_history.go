@@ -7,15 +7,27 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 // Scan scope, asset history and threat exclusions.
 
+// parseOrgAndID reads a command's arguments: the organization's id, then,
+// unless what is empty, the id of its object named what.
+func parseOrgAndID(args []string, what string) (org, id uuid.UUID, err error) {
+	if org, err = parseID("organization", args[0]); err != nil || what == "" {
+		return org, uuid.UUID{}, err
+	}
+	id, err = parseID(what, args[1])
+	return org, id, err
+}
+
 func scopeList(fs *flagSet) ctlRun {
 	p := pageFlags(fs)
 	return func(ctx context.Context, c *ctl, args []string) error {
-		org, err := parseID("organization", args[0])
+		org, _, err := parseOrgAndID(args, "")
 		if err != nil {
 			return err
 		}
@@ -40,7 +52,7 @@ func scopeAdd(fs *flagSet) ctlRun {
 	sub := fs.Bool("include-subdomains", false, "domain: every name under it too")
 	note := fs.String("note", "", "why it is approved")
 	return func(ctx context.Context, c *ctl, args []string) error {
-		org, err := parseID("organization", args[0])
+		org, _, err := parseOrgAndID(args, "")
 		if err != nil {
 			return err
 		}
@@ -66,11 +78,7 @@ func scopeAdd(fs *flagSet) ctlRun {
 }
 
 func scopeRemove(ctx context.Context, c *ctl, args []string) error {
-	org, err := parseID("organization", args[0])
-	if err != nil {
-		return err
-	}
-	id, err := parseID("scope entry", args[1])
+	org, id, err := parseOrgAndID(args, "scope entry")
 	if err != nil {
 		return err
 	}
@@ -162,7 +170,7 @@ func scansChanges(fs *flagSet) ctlRun {
 func orgsExposureChanges(fs *flagSet) ctlRun {
 	f := newChangeFlags(fs)
 	return func(ctx context.Context, c *ctl, args []string) error {
-		org, err := parseID("organization", args[0])
+		org, _, err := parseOrgAndID(args, "")
 		if err != nil {
 			return err
 		}
@@ -199,7 +207,7 @@ func writeChangeTable(w io.Writer, changes []apiclient.AssetChange) {
 func exclusionsList(fs *flagSet) ctlRun {
 	p := pageFlags(fs)
 	return func(ctx context.Context, c *ctl, args []string) error {
-		org, err := parseID("organization", args[0])
+		org, _, err := parseOrgAndID(args, "")
 		if err != nil {
 			return err
 		}
@@ -224,7 +232,7 @@ func exclusionsCreate(fs *flagSet) ctlRun {
 	reason := fs.String("reason", "", "why (required)")
 	expires := fs.String("expires", "", "when it stops applying (RFC 3339); default never")
 	return func(ctx context.Context, c *ctl, args []string) error {
-		org, err := parseID("organization", args[0])
+		org, _, err := parseOrgAndID(args, "")
 		if err != nil {
 			return err
 		}
@@ -261,11 +269,7 @@ func exclusionsCreate(fs *flagSet) ctlRun {
 }
 
 func exclusionsDelete(ctx context.Context, c *ctl, args []string) error {
-	org, err := parseID("organization", args[0])
-	if err != nil {
-		return err
-	}
-	id, err := parseID("exclusion", args[1])
+	org, id, err := parseOrgAndID(args, "exclusion")
 	if err != nil {
 		return err
 	}
@@ -307,7 +311,7 @@ func orgsAssetEdges(fs *flagSet) ctlRun {
 	p := pageFlags(fs)
 	asset := fs.String("asset", "", "only the edges from or to this asset (id)")
 	return func(ctx context.Context, c *ctl, args []string) error {
-		org, err := parseID("organization", args[0])
+		org, _, err := parseOrgAndID(args, "")
 		if err != nil {
 			return err
 		}

@@ -55,6 +55,19 @@ func TestCtlScopeAndExclusions(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(ok("scans", "list", "--org", org, "--json")), &scans))
 	require.Contains(t, ok("scans", "changes", scans.Items[0].Id.String(), "--since", "2020-01-01T00:00:00Z"), "DETECTED")
 
+	// The organization's id comes first, the object's second; either
+	// malformed is a usage error naming which.
+	for args, want := range map[[3]string]string{
+		{"scope", "remove", "nope"}:      `bad organization id "nope"`,
+		{"scope", "remove", org}:         `bad scope entry id "x"`,
+		{"exclusions", "delete", org}:    `bad exclusion id "x"`,
+		{"exclusions", "delete", "nope"}: `bad organization id "nope"`,
+	} {
+		_, errOut, code := run(args[0], args[1], args[2], "x")
+		require.Equal(t, 2, code, errOut)
+		require.Contains(t, errOut, want)
+	}
+
 	var exclusions apiclient.ThreatExclusionList
 	require.NoError(t, json.Unmarshal([]byte(ok("exclusions", "list", org, "--json")), &exclusions))
 	require.Contains(t, ok("exclusions", "delete", org, exclusions.Items[0].Id.String()), "accepted risk")
