@@ -132,7 +132,7 @@ var activeStatuses = sqlStates(ActiveAttemptStatuses...)
 // holds every row to it); the status would do as well, but would let the
 // planner pick another index of live attempts whenever statistics say none
 // is live, and read every worker's live leases on each poll (migration
-// 000025 tells the story). attempt is the attempt row's SQL name, worker
+// 000024 tells the story). attempt is the attempt row's SQL name, worker
 // the worker id's SQL expression.
 func workerLiveAttempts(attempt, worker string) string {
 	return attempt + `.worker_id = ` + worker + ` AND ` + attempt + `.finished_at IS NULL`

@@ -30,6 +30,9 @@ type replicaFigures struct {
 	WakeP50          *float64 `json:"wake_p50_ms"`
 	WakeP99          *float64 `json:"wake_p99_ms"`
 	Verified         bool     `json:"verified"`
+	// PGWaits is where PostgreSQL's backends were during the throughput
+	// round (-pg-waits): what it waits on where it saturates.
+	PGWaits []waitShare `json:"pg_waits,omitempty"`
 }
 
 // replicasVerification is every round's verification.
@@ -65,7 +68,7 @@ func runReplicas(ctx context.Context, s *Stack, c replicasConfig, logf func(stri
 		}
 		f := replicaFigures{Replicas: n, TasksPerSec: tp.TasksPerSec, GatewayCPUCores: tp.GatewayCPUCores,
 			PostgresCPUCores: tp.PostgresCPUCores, PostgresMsTask: tp.PostgresCPUMsPerTask, MachineCPUCores: tp.MachineCPUCores,
-			WakeP50: lat.WakeP50, WakeP99: lat.WakeP99, Verified: tp.Verified && lat.Verified}
+			WakeP50: lat.WakeP50, WakeP99: lat.WakeP99, Verified: tp.Verified && lat.Verified, PGWaits: tp.PGWaits}
 		if len(r.ReplicaRounds) > 0 && r.ReplicaRounds[0].TasksPerSec != nil && f.TasksPerSec != nil {
 			f.Speedup = ptr(round(*f.TasksPerSec / *r.ReplicaRounds[0].TasksPerSec, 2))
 		}
@@ -91,6 +94,16 @@ func printReplicas(w io.Writer, r *Result) {
 	for _, x := range r.ReplicaRounds {
 		fmt.Fprintf(w, "  %-9d %-11s %-8s %-13s %-14s %-15s %-14s %-10s %-10s\n", x.Replicas, f(x.TasksPerSec), f(x.Speedup),
 			f(x.GatewayCPUCores), f(x.PostgresCPUCores), f(x.PostgresMsTask), f(x.MachineCPUCores), f(x.WakeP50)+" ms", f(x.WakeP99)+" ms")
+	}
+	for _, x := range r.ReplicaRounds {
+		if len(x.PGWaits) == 0 {
+			continue
+		}
+		var parts []string
+		for _, s := range x.PGWaits[:min(8, len(x.PGWaits))] {
+			parts = append(parts, fmt.Sprintf("%s %.2f", s.Event, s.Backends))
+		}
+		fmt.Fprintf(w, "  pg backends, %d replicas (average per sample): %s\n", x.Replicas, strings.Join(parts, ", "))
 	}
 }
 
