@@ -118,7 +118,9 @@ func TestAWokenPollWhoseTaskWasTakenPassesNothingOn(t *testing.T) {
 	const pollers = 3
 	for i := range pollers {
 		w := g.NewWorker(t, "w"+string(rune('a'+i)), 1, org)
-		go func() { _, _ = w.Client.AcquireLeasesWithResponse(context.Background(), nil, apiclient.LeaseRequest{WaitSeconds: ptr(20)}) }()
+		go func() {
+			_, _ = w.Client.AcquireLeasesWithResponse(context.Background(), nil, apiclient.LeaseRequest{WaitSeconds: ptr(20)})
+		}()
 	}
 	harness.WaitFor(t, 10*time.Second, "all polls waiting", func() bool { return g.Server.Hub().Waiting() == pollers })
 	before := scrape(t, g, g.AdminToken)["gateway_lease_acquisition_seconds_count"]
