@@ -18,7 +18,7 @@ build:
 ## gateways, timers and long-polls rather than compute, so four run at once per package
 ## (-parallel; the default is one per core).
 test: check-generated check-spec vet lint check-ts
-	$(GO) test -race -count=1 -parallel 4 -timeout 20m ./...
+	$(GO) test -race -count=1 -p 3 -parallel 4 -timeout 20m ./...
 	$(MAKE) fuzz-short
 
 vet:
