@@ -45,6 +45,16 @@ type taskFilter struct {
 	Trigger      string
 }
 
+// listTasks is one page (limit tasks from cursor) of the tasks filter f
+// keeps, as the API lists them.
+func (c *Console) listTasks(r *http.Request, f taskFilter, limit int, cursor string) (api.ListTasks200JSONResponse, error) {
+	params, err := c.taskParams(f, limit, cursor)
+	if err != nil {
+		return api.ListTasks200JSONResponse{}, err
+	}
+	return answer[api.ListTasks200JSONResponse](c.cfg.API.ListTasks(r.Context(), api.ListTasksRequestObject{Params: params}))
+}
+
 // taskParams reads the filter, a page of limit tasks from cursor, as the API
 // reads GET /v1/tasks (the same validation, the same 400 problem).
 func (c *Console) taskParams(f taskFilter, limit int, cursor string) (api.ListTasksParams, error) {
@@ -92,12 +102,7 @@ type tasksData struct {
 
 func (c *Console) tasks(w http.ResponseWriter, r *http.Request, s *session) {
 	f := filterFrom(r)
-	params, err := c.taskParams(f, pageSize, r.URL.Query().Get("cursor"))
-	if err != nil {
-		c.fail(w, r, err)
-		return
-	}
-	list, err := answer[api.ListTasks200JSONResponse](c.cfg.API.ListTasks(r.Context(), api.ListTasksRequestObject{Params: params}))
+	list, err := c.listTasks(r, f, pageSize, r.URL.Query().Get("cursor"))
 	if err != nil {
 		c.fail(w, r, err)
 		return
@@ -316,12 +321,7 @@ func (c *Console) bulkConfirm(a bulkAction) sessionHandler {
 			c.refuse(w, r, store.ErrInvalid, problem.Text(a.Title+" takes tasks in one of these states: "+joinStates(a.States)+". Filter the task list by one of them first."))
 			return
 		}
-		params, err := c.taskParams(f, bulkMax, "")
-		if err != nil {
-			c.fail(w, r, err)
-			return
-		}
-		list, err := answer[api.ListTasks200JSONResponse](c.cfg.API.ListTasks(r.Context(), api.ListTasksRequestObject{Params: params}))
+		list, err := c.listTasks(r, f, bulkMax, "")
 		if err != nil {
 			c.fail(w, r, err)
 			return
