@@ -107,18 +107,7 @@ func TestPartialScanIsNotCompared(t *testing.T) {
 func TestScansCompareInCreationOrder(t *testing.T) {
 	t.Parallel()
 	s, b := setupStore(t)
-	targets := []string{"127.0.0.1"}
-	first := createScan1(t, s, b.org.ID, targets, "tcp-connect")
-	runJob(t, s, b, store.AttemptSucceeded, ports("22")...)
-
-	second := createScan1(t, s, b.org.ID, targets, "tcp-connect")
-	third := createScan1(t, s, b.org.ID, targets, "tcp-connect")
-	leases := map[uuid.UUID]store.Lease{}
-	for _, l := range acquire(t, s, b.worker.ID, 2).Leases {
-		leases[*l.Task.ScanID] = l
-	}
-	require.Len(t, leases, 2)
-	thirdRef, secondRef := refOf(b.worker.ID, leases[third.ID]), refOf(b.worker.ID, leases[second.ID])
+	first, second, third, secondRef, thirdRef := threeScansOfOneScope(t, s, b)
 	sendBatch(t, s, thirdRef, 1, uuid.NewString(), ports("22", "80", "443")...)
 	complete(t, s, thirdRef, store.AttemptSucceeded, false)
 	changes, prev := changeSet(t, s, third.ID)
@@ -143,18 +132,7 @@ func TestConcurrentCompletionsOfOneScope(t *testing.T) {
 	t.Parallel()
 	s, b := setupStore(t)
 	ctx := withTimeout(t, 30*time.Second)
-	targets := []string{"127.0.0.1"}
-	first := createScan1(t, s, b.org.ID, targets, "tcp-connect")
-	runJob(t, s, b, store.AttemptSucceeded, ports("22")...)
-
-	second := createScan1(t, s, b.org.ID, targets, "tcp-connect")
-	third := createScan1(t, s, b.org.ID, targets, "tcp-connect")
-	leases := map[uuid.UUID]store.Lease{}
-	for _, l := range acquire(t, s, b.worker.ID, 2).Leases {
-		leases[*l.Task.ScanID] = l
-	}
-	require.Len(t, leases, 2)
-	secondRef, thirdRef := refOf(b.worker.ID, leases[second.ID]), refOf(b.worker.ID, leases[third.ID])
+	first, second, third, secondRef, thirdRef := threeScansOfOneScope(t, s, b)
 	sendBatch(t, s, secondRef, 1, uuid.NewString(), ports("22", "80")...)
 	sendBatch(t, s, thirdRef, 1, uuid.NewString(), ports("22", "80", "443")...)
 
@@ -308,4 +286,23 @@ func TestAssetTargetComparesAsItsValue(t *testing.T) {
 	changes, prev := changeSet(t, s, second.ID)
 	require.Equal(t, []string{"port_opened 127.0.0.1:80"}, changes)
 	require.Equal(t, first.ID, *prev)
+}
+
+// threeScansOfOneScope creates three port scans of one scope: the first run
+// to completion with port 22 open (the baseline), the second and third
+// created after it, each with its job leased and not yet completed.
+func threeScansOfOneScope(t *testing.T, s *store.Store, b *testBundle) (first, second, third store.Scan, secondRef, thirdRef store.AttemptRef) {
+	t.Helper()
+	targets := []string{"127.0.0.1"}
+	first = createScan1(t, s, b.org.ID, targets, "tcp-connect")
+	runJob(t, s, b, store.AttemptSucceeded, ports("22")...)
+
+	second = createScan1(t, s, b.org.ID, targets, "tcp-connect")
+	third = createScan1(t, s, b.org.ID, targets, "tcp-connect")
+	leases := map[uuid.UUID]store.Lease{}
+	for _, l := range acquire(t, s, b.worker.ID, 2).Leases {
+		leases[*l.Task.ScanID] = l
+	}
+	require.Len(t, leases, 2)
+	return first, second, third, refOf(b.worker.ID, leases[second.ID]), refOf(b.worker.ID, leases[third.ID])
 }
