@@ -2,6 +2,8 @@
 # (Docker is not available on the machines this project is developed on; the
 # file is kept simple and conventional.)
 FROM golang:1.26 AS build
+# go.mod requires go 1.27.3: the base image's go fetches it through the module proxy.
+ENV GOTOOLCHAIN=go1.27.3
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download

@@ -1,5 +1,9 @@
 # Worker Gateway — the two front-door commands are `make run` and `make test`.
 
+# The approved toolchain (go.mod says go 1.27.3): the go command fetches it through the module
+# proxy. Exported, so every go command make starts, tests' own included, uses it.
+export GOTOOLCHAIN := go1.27.3
+
 STATE_DIR ?= .dev
 GO ?= go
 BIN := $(STATE_DIR)/bin
