@@ -12,12 +12,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/worker-gateway/gateway/store"
@@ -31,6 +29,9 @@ type WebhookConfig struct {
 	// AllowPrivate lets targets resolve to loopback, link-local and private
 	// addresses (a gateway flag; tests turn it on).
 	AllowPrivate bool
+	// Resolver resolves targets' host names, at creation and on every
+	// dial; nil is the system's (net.DefaultResolver). Tests set their own.
+	Resolver WebhookResolver
 	// Timeout bounds one try, from dialing to the end of the answer.
 	Timeout time.Duration
 	// Concurrency bounds a replica's tries in flight.
@@ -60,27 +61,6 @@ func DefaultWebhookConfig() WebhookConfig {
 // try can last, so only a replica that died lets it go early.
 func (c WebhookConfig) claimFor() time.Duration { return 2*c.Timeout + 5*time.Second }
 
-// errPrivateAddress refuses a dial to an address webhooks may not reach.
-var errPrivateAddress = errors.New("webhook target resolves to a loopback, link-local or private address")
-
-// webhookDialer dials only addresses webhookAddressAllowed accepts (unless
-// private targets are allowed). The check runs on the address actually
-// dialed, after DNS, so a name that resolved to a public address when the
-// target was created and to a private one now (DNS rebinding) is refused.
-func webhookDialer(cfg WebhookConfig) *net.Dialer {
-	d := &net.Dialer{Timeout: cfg.Timeout}
-	if !cfg.AllowPrivate {
-		d.Control = func(_, address string, _ syscall.RawConn) error {
-			ap, err := netip.ParseAddrPort(address)
-			if err != nil || !webhookAddressAllowed(ap.Addr()) {
-				return errPrivateAddress
-			}
-			return nil
-		}
-	}
-	return d
-}
-
 // newWebhookClient is the HTTP client of deliveries: no proxy (it would
 // dial for us), no redirects followed, every phase under the timeout.
 func newWebhookClient(cfg WebhookConfig) *http.Client {
@@ -88,7 +68,7 @@ func newWebhookClient(cfg WebhookConfig) *http.Client {
 		Timeout: cfg.Timeout,
 		Transport: &http.Transport{
 			Proxy:                 nil,
-			DialContext:           webhookDialer(cfg).DialContext,
+			DialContext:           newWebhookDialer(cfg).DialContext,
 			TLSHandshakeTimeout:   cfg.Timeout,
 			ResponseHeaderTimeout: cfg.Timeout,
 			MaxIdleConnsPerHost:   4,
@@ -273,8 +253,8 @@ func (d *webhookDeliverer) post(ctx context.Context, c store.ClaimedDelivery) (i
 	req.Header.Set("webhook-signature", signWebhook(id, ts, c.Body, c.Secrets))
 	resp, err := d.client.Do(req)
 	if err != nil {
-		if errors.Is(err, errPrivateAddress) {
-			return 0, errPrivateAddress
+		if errors.Is(err, errUndeliverableHost) {
+			return 0, errUndeliverableHost
 		}
 		return 0, errors.New(deliveryErrorText(err))
 	}
