@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/worker-gateway/gateway/internal/secretbox"
 	"github.com/worker-gateway/gateway/store"
 )
 
@@ -98,11 +99,14 @@ func signWebhook(id string, timestamp int64, body []byte, secrets [][]byte) stri
 // notice — sent by the trigger on every new delivery — so an idle gateway
 // sends the database nothing.
 type webhookDeliverer struct {
-	store  *store.Store
-	cfg    WebhookConfig
-	client *http.Client
-	logger *slog.Logger
-	kick   chan struct{}
+	store *store.Store
+	cfg   WebhookConfig
+	// keyring opens the signing secrets (nil: only rows not sealed yet
+	// can be signed).
+	keyring *secretbox.Keyring
+	client  *http.Client
+	logger  *slog.Logger
+	kick    chan struct{}
 	// tries and delivered count this replica's tries (tests, metrics).
 	tries, delivered atomic.Int64
 	lastPrune        time.Time
@@ -114,8 +118,28 @@ const webhookPruneEvery = time.Hour
 // webhookClaimBatch bounds the deliveries one claim takes.
 const webhookClaimBatch = 32
 
-func newWebhookDeliverer(st *store.Store, cfg WebhookConfig, logger *slog.Logger) *webhookDeliverer {
-	return &webhookDeliverer{store: st, cfg: cfg, client: newWebhookClient(cfg), logger: logger, kick: make(chan struct{}, 1)}
+func newWebhookDeliverer(st *store.Store, cfg WebhookConfig, keyring *secretbox.Keyring, logger *slog.Logger) *webhookDeliverer {
+	return &webhookDeliverer{store: st, cfg: cfg, keyring: keyring, client: newWebhookClient(cfg), logger: logger, kick: make(chan struct{}, 1)}
+}
+
+// errSecretUnavailable is a try not made because its signing secret does
+// not open: the gateway lacks the key-encryption key that sealed it.
+var errSecretUnavailable = errors.New("the signing secret could not be opened with this gateway's secrets key")
+
+// signingKeys opens a delivery's signing secrets, the current one first.
+func (d *webhookDeliverer) signingKeys(c store.ClaimedDelivery) ([][]byte, error) {
+	keys := make([][]byte, 0, len(c.Secrets))
+	for _, s := range c.Secrets {
+		k, err := store.OpenWebhookSecret(d.keyring, s)
+		if err != nil {
+			return nil, errSecretUnavailable
+		}
+		keys = append(keys, k)
+	}
+	if len(keys) == 0 {
+		return nil, errSecretUnavailable
+	}
+	return keys, nil
 }
 
 func (d *webhookDeliverer) wake() {
@@ -238,6 +262,10 @@ func (d *webhookDeliverer) deliver(ctx context.Context, c store.ClaimedDelivery)
 
 // post sends the event and answers the status code.
 func (d *webhookDeliverer) post(ctx context.Context, c store.ClaimedDelivery) (int, error) {
+	keys, err := d.signingKeys(c)
+	if err != nil {
+		return 0, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.URL, bytes.NewReader(c.Body))
@@ -250,7 +278,7 @@ func (d *webhookDeliverer) post(ctx context.Context, c store.ClaimedDelivery) (i
 	req.Header.Set("User-Agent", "worker-gateway-webhooks/1")
 	req.Header.Set("webhook-id", id)
 	req.Header.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
-	req.Header.Set("webhook-signature", signWebhook(id, ts, c.Body, c.Secrets))
+	req.Header.Set("webhook-signature", signWebhook(id, ts, c.Body, keys))
 	resp, err := d.client.Do(req)
 	if err != nil {
 		if errors.Is(err, errUndeliverableHost) {

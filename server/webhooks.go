@@ -31,11 +31,16 @@ func (h *handlers) CreateWebhook(ctx context.Context, req api.CreateWebhookReque
 	if err := h.checkWebhookURL(ctx, b.Url); err != nil {
 		return nil, err
 	}
+	// The signing secret is stored sealed: no key, no target.
+	keyring, err := h.secretsKeyring()
+	if err != nil {
+		return nil, err
+	}
 	p := store.WebhookTargetParams{URL: b.Url, Description: deref(b.Description), EventTypes: eventTypes(b.EventTypes), Enabled: true}
 	if b.Enabled != nil {
 		p.Enabled = *b.Enabled
 	}
-	w, secret, err := h.store.CreateWebhookTarget(ctx, scope, b.OrganizationId, p)
+	w, secret, err := h.store.CreateWebhookTarget(ctx, scope, keyring, b.OrganizationId, p)
 	if err != nil {
 		return nil, err
 	}
@@ -123,11 +128,15 @@ func (h *handlers) RotateWebhookSecret(ctx context.Context, req api.RotateWebhoo
 	if err != nil {
 		return nil, err
 	}
+	keyring, err := h.secretsKeyring()
+	if err != nil {
+		return nil, err
+	}
 	overlap := defaultSecretOverlap
 	if req.Body != nil && req.Body.OverlapSeconds != nil {
 		overlap = time.Duration(*req.Body.OverlapSeconds) * time.Second
 	}
-	w, secret, err := h.store.RotateWebhookSecret(ctx, scope, req.WebhookId, overlap)
+	w, secret, err := h.store.RotateWebhookSecret(ctx, scope, keyring, req.WebhookId, overlap)
 	if err != nil {
 		return nil, err
 	}
