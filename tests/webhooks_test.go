@@ -365,6 +365,8 @@ func TestWebhooksIsolationAndAudit(t *testing.T) {
 func TestWebhooksSurviveKill9(t *testing.T) {
 	t.Setenv("GATEWAY_TEST_ARGS", "-webhooks-allow-private -webhooks-timeout 2s -webhooks-retry-base 50ms "+
 		"-webhooks-retry-max 200ms -webhooks-breaker-threshold 1000")
+	// Signing secrets are sealed: the gateways need the secrets key.
+	t.Setenv("GATEWAY_SECRETS_KEY", harness.SecretsKey(t).Encode())
 	g, procs := harness.StartProcesses(t, 1)
 	org := g.NewOrganization(t, "kill")
 	var hold sync.Mutex
