@@ -10,6 +10,10 @@
 -- `gateway secrets rotate-kek` when a key is configured), in resumable
 -- batches, after which secret and previous_secret are NULL on every row.
 -- Until then deliveries read the plaintext, so old rows keep working.
+-- A replica of an older release signs with the plaintext column only: once
+-- a row is sealed, its deliveries are refused by receivers and retried, so
+-- older replicas stop delivering before new ones start with the key (README,
+-- Upgrading).
 
 BEGIN;
 
