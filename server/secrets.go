@@ -394,7 +394,8 @@ func (e *WrongSecretsKeyError) Error() string {
 }
 
 // CheckSecretsKey is the start-up check: for every key-encryption key the
-// stored secrets name, one of its data keys must open under the keyring.
+// stored secrets (task secrets and webhook signing secrets) name, one of
+// its data keys must open under the keyring.
 // A gateway without keys passes only while no secret is stored.
 func CheckSecretsKey(ctx context.Context, st *store.Store, keyring *secretbox.Keyring) error {
 	sample, err := st.SecretKeySample(ctx)
@@ -402,12 +403,28 @@ func CheckSecretsKey(ctx context.Context, st *store.Store, keyring *secretbox.Ke
 		return err
 	}
 	for _, s := range sample {
-		if !keyring.Has(s.Sealed.KEKID) {
-			return &WrongSecretsKeyError{KEKID: s.Sealed.KEKID, Unknown: true}
+		if err := checkUnwrap(keyring, s.Sealed, s.AAD()); err != nil {
+			return err
 		}
-		if err := keyring.CheckUnwrap(s.Sealed, s.AAD()); err != nil {
-			return &WrongSecretsKeyError{KEKID: s.Sealed.KEKID}
+	}
+	hooks, err := st.WebhookSecretKeySample(ctx)
+	if err != nil {
+		return err
+	}
+	for _, s := range hooks {
+		if err := checkUnwrap(keyring, s.Sealed, s.AAD); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+func checkUnwrap(keyring *secretbox.Keyring, s secretbox.Sealed, aad []byte) error {
+	if !keyring.Has(s.KEKID) {
+		return &WrongSecretsKeyError{KEKID: s.KEKID, Unknown: true}
+	}
+	if err := keyring.CheckUnwrap(s, aad); err != nil {
+		return &WrongSecretsKeyError{KEKID: s.KEKID}
 	}
 	return nil
 }

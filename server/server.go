@@ -309,7 +309,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 	s.sweeper = newSweeper(s.store, cfg, cfg.Logger)
 	s.queueVacuum = newQueueVacuum(s.store, cfg.QueueVacuumEvery, cfg.Logger)
 	s.scheduleTimer = newScheduleTimer(s.store, cfg.Logger)
-	s.webhooks = newWebhookDeliverer(s.store, cfg.Webhooks, cfg.Logger)
+	s.webhooks = newWebhookDeliverer(s.store, cfg.Webhooks, cfg.Secrets, cfg.Logger)
 	s.webhookWatch = newWebhookWatcher(s.store, s.onlineWindow, cfg.Logger)
 	s.metrics = newMetrics(s)
 	s.sweeper.metrics = s.metrics
@@ -455,6 +455,7 @@ func (s *Server) Run(ctx context.Context, databaseURL string) error {
 		wg.Go(func() { s.webhookWatch.run(ctx) })
 	}
 	wg.Go(func() { s.securityEvents.run(ctx) })
+	wg.Go(func() { sealWebhookSecrets(ctx, s.store, s.cfg.Secrets, s.logger) })
 	<-ctx.Done()
 	s.hub.Close()
 	wg.Wait()

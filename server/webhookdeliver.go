@@ -12,14 +12,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
+	"github.com/worker-gateway/gateway/internal/secretbox"
 	"github.com/worker-gateway/gateway/store"
 )
 
@@ -31,6 +30,9 @@ type WebhookConfig struct {
 	// AllowPrivate lets targets resolve to loopback, link-local and private
 	// addresses (a gateway flag; tests turn it on).
 	AllowPrivate bool
+	// Resolver resolves targets' host names, at creation and on every
+	// dial; nil is the system's (net.DefaultResolver). Tests set their own.
+	Resolver WebhookResolver
 	// Timeout bounds one try, from dialing to the end of the answer.
 	Timeout time.Duration
 	// Concurrency bounds a replica's tries in flight.
@@ -60,27 +62,6 @@ func DefaultWebhookConfig() WebhookConfig {
 // try can last, so only a replica that died lets it go early.
 func (c WebhookConfig) claimFor() time.Duration { return 2*c.Timeout + 5*time.Second }
 
-// errPrivateAddress refuses a dial to an address webhooks may not reach.
-var errPrivateAddress = errors.New("webhook target resolves to a loopback, link-local or private address")
-
-// webhookDialer dials only addresses webhookAddressAllowed accepts (unless
-// private targets are allowed). The check runs on the address actually
-// dialed, after DNS, so a name that resolved to a public address when the
-// target was created and to a private one now (DNS rebinding) is refused.
-func webhookDialer(cfg WebhookConfig) *net.Dialer {
-	d := &net.Dialer{Timeout: cfg.Timeout}
-	if !cfg.AllowPrivate {
-		d.Control = func(_, address string, _ syscall.RawConn) error {
-			ap, err := netip.ParseAddrPort(address)
-			if err != nil || !webhookAddressAllowed(ap.Addr()) {
-				return errPrivateAddress
-			}
-			return nil
-		}
-	}
-	return d
-}
-
 // newWebhookClient is the HTTP client of deliveries: no proxy (it would
 // dial for us), no redirects followed, every phase under the timeout.
 func newWebhookClient(cfg WebhookConfig) *http.Client {
@@ -88,7 +69,7 @@ func newWebhookClient(cfg WebhookConfig) *http.Client {
 		Timeout: cfg.Timeout,
 		Transport: &http.Transport{
 			Proxy:                 nil,
-			DialContext:           webhookDialer(cfg).DialContext,
+			DialContext:           newWebhookDialer(cfg).DialContext,
 			TLSHandshakeTimeout:   cfg.Timeout,
 			ResponseHeaderTimeout: cfg.Timeout,
 			MaxIdleConnsPerHost:   4,
@@ -118,11 +99,14 @@ func signWebhook(id string, timestamp int64, body []byte, secrets [][]byte) stri
 // notice — sent by the trigger on every new delivery — so an idle gateway
 // sends the database nothing.
 type webhookDeliverer struct {
-	store  *store.Store
-	cfg    WebhookConfig
-	client *http.Client
-	logger *slog.Logger
-	kick   chan struct{}
+	store *store.Store
+	cfg   WebhookConfig
+	// keyring opens the signing secrets (nil: only rows not sealed yet
+	// can be signed).
+	keyring *secretbox.Keyring
+	client  *http.Client
+	logger  *slog.Logger
+	kick    chan struct{}
 	// tries and delivered count this replica's tries (tests, metrics).
 	tries, delivered atomic.Int64
 	lastPrune        time.Time
@@ -134,8 +118,28 @@ const webhookPruneEvery = time.Hour
 // webhookClaimBatch bounds the deliveries one claim takes.
 const webhookClaimBatch = 32
 
-func newWebhookDeliverer(st *store.Store, cfg WebhookConfig, logger *slog.Logger) *webhookDeliverer {
-	return &webhookDeliverer{store: st, cfg: cfg, client: newWebhookClient(cfg), logger: logger, kick: make(chan struct{}, 1)}
+func newWebhookDeliverer(st *store.Store, cfg WebhookConfig, keyring *secretbox.Keyring, logger *slog.Logger) *webhookDeliverer {
+	return &webhookDeliverer{store: st, cfg: cfg, keyring: keyring, client: newWebhookClient(cfg), logger: logger, kick: make(chan struct{}, 1)}
+}
+
+// errSecretUnavailable is a try not made because its signing secret does
+// not open: the gateway lacks the key-encryption key that sealed it.
+var errSecretUnavailable = errors.New("the signing secret could not be opened with this gateway's secrets key")
+
+// signingKeys opens a delivery's signing secrets, the current one first.
+func (d *webhookDeliverer) signingKeys(c store.ClaimedDelivery) ([][]byte, error) {
+	keys := make([][]byte, 0, len(c.Secrets))
+	for _, s := range c.Secrets {
+		k, err := store.OpenWebhookSecret(d.keyring, s)
+		if err != nil {
+			return nil, errSecretUnavailable
+		}
+		keys = append(keys, k)
+	}
+	if len(keys) == 0 {
+		return nil, errSecretUnavailable
+	}
+	return keys, nil
 }
 
 func (d *webhookDeliverer) wake() {
@@ -258,6 +262,10 @@ func (d *webhookDeliverer) deliver(ctx context.Context, c store.ClaimedDelivery)
 
 // post sends the event and answers the status code.
 func (d *webhookDeliverer) post(ctx context.Context, c store.ClaimedDelivery) (int, error) {
+	keys, err := d.signingKeys(c)
+	if err != nil {
+		return 0, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.URL, bytes.NewReader(c.Body))
@@ -270,11 +278,11 @@ func (d *webhookDeliverer) post(ctx context.Context, c store.ClaimedDelivery) (i
 	req.Header.Set("User-Agent", "worker-gateway-webhooks/1")
 	req.Header.Set("webhook-id", id)
 	req.Header.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
-	req.Header.Set("webhook-signature", signWebhook(id, ts, c.Body, c.Secrets))
+	req.Header.Set("webhook-signature", signWebhook(id, ts, c.Body, keys))
 	resp, err := d.client.Do(req)
 	if err != nil {
-		if errors.Is(err, errPrivateAddress) {
-			return 0, errPrivateAddress
+		if errors.Is(err, errUndeliverableHost) {
+			return 0, errUndeliverableHost
 		}
 		return 0, errors.New(deliveryErrorText(err))
 	}

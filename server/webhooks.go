@@ -3,8 +3,6 @@ package server
 import (
 	"context"
 	"encoding/base64"
-	"net"
-	"net/netip"
 	"net/url"
 	"time"
 
@@ -33,11 +31,16 @@ func (h *handlers) CreateWebhook(ctx context.Context, req api.CreateWebhookReque
 	if err := h.checkWebhookURL(ctx, b.Url); err != nil {
 		return nil, err
 	}
+	// The signing secret is stored sealed: no key, no target.
+	keyring, err := h.secretsKeyring()
+	if err != nil {
+		return nil, err
+	}
 	p := store.WebhookTargetParams{URL: b.Url, Description: deref(b.Description), EventTypes: eventTypes(b.EventTypes), Enabled: true}
 	if b.Enabled != nil {
 		p.Enabled = *b.Enabled
 	}
-	w, secret, err := h.store.CreateWebhookTarget(ctx, scope, b.OrganizationId, p)
+	w, secret, err := h.store.CreateWebhookTarget(ctx, scope, keyring, b.OrganizationId, p)
 	if err != nil {
 		return nil, err
 	}
@@ -125,11 +128,15 @@ func (h *handlers) RotateWebhookSecret(ctx context.Context, req api.RotateWebhoo
 	if err != nil {
 		return nil, err
 	}
+	keyring, err := h.secretsKeyring()
+	if err != nil {
+		return nil, err
+	}
 	overlap := defaultSecretOverlap
 	if req.Body != nil && req.Body.OverlapSeconds != nil {
 		overlap = time.Duration(*req.Body.OverlapSeconds) * time.Second
 	}
-	w, secret, err := h.store.RotateWebhookSecret(ctx, scope, req.WebhookId, overlap)
+	w, secret, err := h.store.RotateWebhookSecret(ctx, scope, keyring, req.WebhookId, overlap)
 	if err != nil {
 		return nil, err
 	}
@@ -218,62 +225,19 @@ func redactedURL(raw string) string {
 }
 
 // checkWebhookURL refuses a target URL that is not http(s) or whose host
-// resolves to an address deliveries may not reach (webhookAddressAllowed).
-// Deliveries check the address they dial again (see webhookDialer): DNS
-// may answer differently then.
+// the gateway does not deliver to (webhookHostAddrs): one answer whether
+// the name does not resolve or resolves to a refused address. Deliveries
+// take the same decision on every dial (webhookDialer): DNS may answer
+// differently then.
 func (h *handlers) checkWebhookURL(ctx context.Context, raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
 		return problem.Wrap(store.ErrInvalid, "url must be an absolute http or https URL")
 	}
-	if h.cfg.Webhooks.AllowPrivate {
-		return nil
-	}
-	host := u.Hostname()
-	var addrs []netip.Addr
-	if ip, err := netip.ParseAddr(host); err == nil {
-		addrs = []netip.Addr{ip}
-	} else {
-		lookupCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		addrs, err = net.DefaultResolver.LookupNetIP(lookupCtx, "ip", host)
-		if err != nil || len(addrs) == 0 {
-			return problem.Wrap(store.ErrInvalid, "url: the host does not resolve")
-		}
-	}
-	for _, a := range addrs {
-		if !webhookAddressAllowed(a) {
-			return problem.Wrap(store.ErrInvalid,
-				"url: the host resolves to a loopback, link-local or private address, which the gateway does not deliver to")
-		}
+	lookupCtx, cancel := context.WithTimeout(ctx, webhookLookupTimeout)
+	defer cancel()
+	if _, err := webhookHostAddrs(lookupCtx, h.cfg.Webhooks.Resolver, u.Hostname(), h.cfg.Webhooks.AllowPrivate); err != nil {
+		return problem.Wrap(store.ErrInvalid, problem.Text("url: "+errUndeliverableHost.Error()))
 	}
 	return nil
-}
-
-// webhookAddressAllowed is false for the addresses a webhook must not
-// reach unless the operator allows private targets: loopback, link-local,
-// private and shared (CGNAT) ranges, unspecified, multicast, and the
-// IPv4-mapped forms of all of these.
-func webhookAddressAllowed(a netip.Addr) bool {
-	a = a.Unmap()
-	switch {
-	case !a.IsValid(), a.IsLoopback(), a.IsLinkLocalUnicast(), a.IsLinkLocalMulticast(), a.IsInterfaceLocalMulticast(),
-		a.IsMulticast(), a.IsPrivate(), a.IsUnspecified():
-		return false
-	}
-	for _, p := range refusedPrefixes {
-		if p.Contains(a) {
-			return false
-		}
-	}
-	return true
-}
-
-// refusedPrefixes are the ranges netip has no predicate for.
-var refusedPrefixes = []netip.Prefix{
-	netip.MustParsePrefix("0.0.0.0/8"),     // "this network"
-	netip.MustParsePrefix("100.64.0.0/10"), // shared address space (CGNAT)
-	netip.MustParsePrefix("192.0.0.0/24"),  // IETF protocol assignments
-	netip.MustParsePrefix("198.18.0.0/15"), // benchmarking
-	netip.MustParsePrefix("64:ff9b::/96"),  // NAT64, which can reach IPv4 private ranges
 }

@@ -327,6 +327,15 @@
 // RewrapSecrets (rotate-kek) locks rows in batches; a concurrent replace
 // is waited for and then left out, as it sealed under the current key.
 //
+// Webhook signing secrets (webhook_secrets.go) are sealed the same way,
+// bound to (organization, target): creation and rotation seal, deletion
+// wipes, and the delivery opens them after its claim (server), never the
+// store. Rows written in plaintext before migration 000027 are read as
+// they are until SealWebhookSecrets — run by every replica at start-up
+// with a key, by migrate up and by rotate-kek; batched, FOR UPDATE SKIP
+// LOCKED, resumable — seals them and sets the plaintext columns to NULL.
+// RewrapWebhookSecrets re-wraps them with the task secrets.
+//
 // # Transitions
 //
 // The task and attempt state machines are the tables in transitions.go. SQL

@@ -20,8 +20,10 @@ type ClaimedDelivery struct {
 	// Attempt is this try's number, from 1; the fence of its record.
 	Attempt int
 	// Body is the event's stored bytes, identical on every try.
-	Body    []byte
-	Secrets [][]byte
+	Body []byte
+	// Secrets sign the try, the current one first: sealed, or in
+	// plaintext on a row not sealed yet (OpenWebhookSecret opens either).
+	Secrets []WebhookSecret
 }
 
 // claimDeliveriesSQL claims up to $1 due deliveries whose target is enabled
@@ -43,8 +45,8 @@ UPDATE webhook_deliveries d SET attempts = d.attempts + 1, last_attempt_at = now
 	next_attempt_at = now() + make_interval(secs => $2)
 FROM due, webhook_events e, webhook_targets t
 WHERE d.id = due.id AND e.id = d.event_id AND t.id = d.target_id
-RETURNING d.id, d.event_id, e.event_type, t.id, t.url, d.attempts, e.body, t.secret,
-	CASE WHEN t.previous_secret_expires_at > now() THEN t.previous_secret END`
+RETURNING d.id, d.event_id, e.event_type, t.id, t.organization_id, t.url, d.attempts, e.body,
+	coalesce(t.previous_secret_expires_at > now(), false), ` + webhookSecretColumnsSQL
 
 // ClaimWebhookDeliveries claims up to limit due deliveries for claimFor
 // (which must outlast a try). Any replica may call it at any time.
@@ -55,15 +57,23 @@ func (s *Store) ClaimWebhookDeliveries(ctx context.Context, limit int, claimFor 
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ClaimedDelivery, error) {
 		var (
-			c                ClaimedDelivery
-			secret, previous []byte
+			c           ClaimedDelivery
+			org         uuid.UUID
+			overlapping bool
+			cols        webhookSecretColumns
 		)
-		err := r.Scan(&c.ID, &c.EventID, &c.EventType, &c.TargetID, &c.URL, &c.Attempt, &c.Body, &secret, &previous)
-		c.Secrets = [][]byte{secret}
-		if previous != nil {
-			c.Secrets = append(c.Secrets, previous)
+		if err := r.Scan(append([]any{&c.ID, &c.EventID, &c.EventType, &c.TargetID, &org, &c.URL, &c.Attempt, &c.Body, &overlapping},
+			cols.dest()...)...); err != nil {
+			return c, err
 		}
-		return c, err
+		current, previous := cols.secrets(org, c.TargetID)
+		if current != nil {
+			c.Secrets = append(c.Secrets, *current)
+		}
+		if previous != nil && overlapping {
+			c.Secrets = append(c.Secrets, *previous)
+		}
+		return c, nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim webhook deliveries: %w", err)

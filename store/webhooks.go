@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"slices"
@@ -11,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/worker-gateway/gateway/internal/secretbox"
 	"github.com/worker-gateway/gateway/problem"
 )
 
@@ -29,9 +29,6 @@ const (
 // WebhookEventTypes lists every event type, in the contract's order.
 var WebhookEventTypes = []string{EventTaskFailedTerminal, EventTaskCompleted, EventScanCompleted, EventScanFailed,
 	EventWorkerOffline, EventWorkerRevoked, EventOrgNoEligibleWorker, EventScheduleFireSkipped}
-
-// webhookSecretBytes is the length of a signing secret.
-const webhookSecretBytes = 32
 
 // WebhookTarget is an organization's webhook endpoint. Its secret is never
 // part of it: only CreateWebhookTarget and RotateWebhookSecret return one.
@@ -85,33 +82,36 @@ func scanWebhookTarget(row pgx.Row) (WebhookTarget, error) {
 	return w, err
 }
 
-func newWebhookSecret() ([]byte, error) {
-	secret := make([]byte, webhookSecretBytes)
-	if _, err := rand.Read(secret); err != nil {
-		return nil, fmt.Errorf("webhook secret: %w", err)
-	}
-	return secret, nil
-}
-
 // CreateWebhookTarget creates a target for an organization in scope and
-// returns it with its signing secret, which is never answered again.
-func (s *Store) CreateWebhookTarget(ctx context.Context, scope Scope, org uuid.UUID, p WebhookTargetParams) (WebhookTarget, []byte, error) {
+// returns it with its signing secret, which is never answered again. The
+// secret is stored sealed under the keyring's current key (without a
+// keyring nothing is created).
+func (s *Store) CreateWebhookTarget(ctx context.Context, scope Scope, keyring *secretbox.Keyring, org uuid.UUID, p WebhookTargetParams) (WebhookTarget, []byte, error) {
 	if !scope.Allows(org) {
 		return WebhookTarget{}, nil, ErrNotFound
 	}
 	if err := p.validate(); err != nil {
 		return WebhookTarget{}, nil, err
 	}
-	secret, err := newWebhookSecret()
+	if err := requireKeyring(keyring); err != nil {
+		return WebhookTarget{}, nil, err
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return WebhookTarget{}, nil, err
+	}
+	secret, sealed, err := newSealedWebhookSecret(keyring, org, id)
 	if err != nil {
 		return WebhookTarget{}, nil, err
 	}
 	var w WebhookTarget
 	err = s.inTx(ctx, "create webhook target", func(tx pgx.Tx) error {
 		w, err = scanWebhookTarget(tx.QueryRow(ctx, `
-			INSERT INTO webhook_targets AS t (organization_id, url, description, event_types, enabled, secret)
-			VALUES ($1, $2, $3, $4, $5, $6)
-			RETURNING `+webhookTargetColumns, org, p.URL, p.Description, p.EventTypes, p.Enabled, secret))
+			INSERT INTO webhook_targets AS t (id, organization_id, url, description, event_types, enabled,
+				secret_ciphertext, secret_wrapped_key, secret_kek_id)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+			RETURNING `+webhookTargetColumns, id, org, p.URL, p.Description, p.EventTypes, p.Enabled,
+			sealed.Ciphertext, sealed.WrappedKey, sealed.KEKID))
 		if isForeignKeyViolation(err) {
 			return missingOrganization(scope, org)
 		}
@@ -163,7 +163,10 @@ func (s *Store) DeleteWebhookTarget(ctx context.Context, scope Scope, id uuid.UU
 		var err error
 		w, err = scanWebhookTarget(tx.QueryRow(ctx, `
 			UPDATE webhook_targets t SET deleted_at = coalesce(t.deleted_at, now()), enabled = false,
-				secret = '', previous_secret = NULL, previous_secret_expires_at = NULL, updated_at = now()
+				secret = NULL, previous_secret = NULL, previous_secret_expires_at = NULL,
+				secret_ciphertext = NULL, secret_wrapped_key = NULL, secret_kek_id = NULL,
+				previous_secret_ciphertext = NULL, previous_secret_wrapped_key = NULL, previous_secret_kek_id = NULL,
+				updated_at = now()
 			WHERE t.id = $1 AND `+inScope("t.organization_id", "$2")+`
 			RETURNING `+webhookTargetColumns, id, scope.arg()))
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -216,25 +219,58 @@ func (s *Store) ListWebhookTargets(ctx context.Context, scope Scope, org *uuid.U
 
 // RotateWebhookSecret gives a target a new secret and returns it. The old
 // one keeps signing, beside the new, for overlap (0: it stops at once), so
-// receivers can switch without missing a delivery.
-func (s *Store) RotateWebhookSecret(ctx context.Context, scope Scope, id uuid.UUID, overlap time.Duration) (WebhookTarget, []byte, error) {
+// receivers can switch without missing a delivery. Both are stored sealed:
+// the old one moves to the previous seal as it is, or is sealed now if it
+// was still plaintext.
+func (s *Store) RotateWebhookSecret(ctx context.Context, scope Scope, keyring *secretbox.Keyring, id uuid.UUID, overlap time.Duration) (WebhookTarget, []byte, error) {
 	if overlap < 0 {
 		return WebhookTarget{}, nil, invalid("overlap must not be negative")
 	}
-	secret, err := newWebhookSecret()
-	if err != nil {
+	if err := requireKeyring(keyring); err != nil {
 		return WebhookTarget{}, nil, err
 	}
-	w, err := scanWebhookTarget(s.pool.QueryRow(ctx, `
-		UPDATE webhook_targets t SET secret = $3, previous_secret = t.secret,
-			previous_secret_expires_at = now() + make_interval(secs => $4), updated_at = now()
-		WHERE t.id = $1 AND t.deleted_at IS NULL AND `+inScope("t.organization_id", "$2")+`
-		RETURNING `+webhookTargetColumns, id, scope.arg(), secret, overlap.Seconds()))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return WebhookTarget{}, nil, ErrNotFound
-	}
+	var (
+		w      WebhookTarget
+		secret []byte
+	)
+	err := s.inTx(ctx, "rotate webhook secret", func(tx pgx.Tx) error {
+		var (
+			org  uuid.UUID
+			cols webhookSecretColumns
+		)
+		err := tx.QueryRow(ctx, `SELECT t.organization_id, `+webhookSecretColumnsSQL+` FROM webhook_targets t
+			WHERE t.id = $1 AND t.deleted_at IS NULL AND `+inScope("t.organization_id", "$2")+` FOR UPDATE`,
+			id, scope.arg()).Scan(append([]any{&org}, cols.dest()...)...)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return fmt.Errorf("lock webhook target: %w", err)
+		}
+		current, _ := cols.secrets(org, id)
+		previous, err := sealWebhookSecret(keyring, current, org, id)
+		if err != nil {
+			return err
+		}
+		var sealed secretbox.Sealed
+		if secret, sealed, err = newSealedWebhookSecret(keyring, org, id); err != nil {
+			return err
+		}
+		pct, pwk, pkek := sealedArgs(previous)
+		w, err = scanWebhookTarget(tx.QueryRow(ctx, `
+			UPDATE webhook_targets t SET secret = NULL, previous_secret = NULL,
+				secret_ciphertext = $2, secret_wrapped_key = $3, secret_kek_id = $4,
+				previous_secret_ciphertext = $5, previous_secret_wrapped_key = $6, previous_secret_kek_id = $7,
+				previous_secret_expires_at = now() + make_interval(secs => $8), updated_at = now()
+			WHERE t.id = $1
+			RETURNING `+webhookTargetColumns, id, sealed.Ciphertext, sealed.WrappedKey, sealed.KEKID, pct, pwk, pkek, overlap.Seconds()))
+		if err != nil {
+			return fmt.Errorf("rotate webhook secret: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
-		return WebhookTarget{}, nil, fmt.Errorf("rotate webhook secret: %w", err)
+		return WebhookTarget{}, nil, err
 	}
 	return w, secret, nil
 }

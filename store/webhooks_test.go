@@ -14,7 +14,7 @@ import (
 
 func createHook(t *testing.T, s *store.Store, org uuid.UUID, types ...string) store.WebhookTarget {
 	t.Helper()
-	w, secret, err := s.CreateWebhookTarget(t.Context(), store.OrganizationScope(org), org,
+	w, secret, err := s.CreateWebhookTarget(t.Context(), store.OrganizationScope(org), hookKeyring, org,
 		store.WebhookTargetParams{URL: "http://127.0.0.1:9/hook", EventTypes: types, Enabled: true})
 	require.NoError(t, err)
 	require.Len(t, secret, 32)

@@ -267,7 +267,7 @@ func TestWebhooksRefusePrivateTargets(t *testing.T) {
 	// A public literal address passes creation; the dial-time check then
 	// stops the delivery to the loopback receiver it is pointed at.
 	rcv := newHookReceiver(t, func(int, *http.Request) int { return http.StatusOK })
-	hook := createWebhook(t, g.Control, org, "http://192.0.2.10/hook", apiclient.WorkerRevoked)
+	hook := createWebhook(t, g.Control, org, "http://9.9.9.9/hook", apiclient.WorkerRevoked)
 	_, err := g.Pool.Exec(t.Context(), `UPDATE webhook_targets SET url = $2 WHERE id = $1`, hook.Id, rcv.srv.URL)
 	require.NoError(t, err)
 	w := g.NewWorker(t, "revoked", 1, org)
@@ -279,7 +279,7 @@ func TestWebhooksRefusePrivateTargets(t *testing.T) {
 		return len(d) == 1 && d[0].LastError != nil
 	})
 	d := webhookDeliveries(t, g, hook.Id)[0]
-	require.Contains(t, *d.LastError, "private address")
+	require.Contains(t, *d.LastError, "does not resolve to a public address")
 	require.Empty(t, rcv.requests(), "nothing reached the loopback receiver")
 }
 
@@ -365,6 +365,8 @@ func TestWebhooksIsolationAndAudit(t *testing.T) {
 func TestWebhooksSurviveKill9(t *testing.T) {
 	t.Setenv("GATEWAY_TEST_ARGS", "-webhooks-allow-private -webhooks-timeout 2s -webhooks-retry-base 50ms "+
 		"-webhooks-retry-max 200ms -webhooks-breaker-threshold 1000")
+	// Signing secrets are sealed: the gateways need the secrets key.
+	t.Setenv("GATEWAY_SECRETS_KEY", harness.SecretsKey(t).Encode())
 	g, procs := harness.StartProcesses(t, 1)
 	org := g.NewOrganization(t, "kill")
 	var hold sync.Mutex

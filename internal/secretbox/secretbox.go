@@ -248,3 +248,15 @@ func AAD(organization, secret [16]byte, name string, version int) []byte {
 	b = append(b, fmt.Sprintf("%d:%s:%d", len(name), name, version)...)
 	return b
 }
+
+// WebhookAAD is the associated data binding a webhook target's signing
+// secret to its organization and target. Its label differs from AAD's, so
+// a task secret's seal never opens as a webhook secret's, nor the reverse.
+// It names no slot: a rotation moves the current seal to the previous one
+// unchanged.
+func WebhookAAD(organization, target [16]byte) []byte {
+	b := make([]byte, 0, 64)
+	b = append(b, "worker-gateway webhook signing secret v1\x00"...)
+	b = append(b, organization[:]...)
+	return append(b, target[:]...)
+}

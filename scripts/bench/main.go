@@ -297,11 +297,16 @@ func run() int {
 	}()
 
 	pollsPerWorker := (openPolls + *workers - 1) / *workers
+	hookArgs, err := webhookGatewayArgs(*webhooks)
+	if err != nil {
+		warnf("%v", err)
+		return 1
+	}
 	st, err := bringUp(ctx, stackConfig{
 		gatewayURL: *gatewayURL, databaseURL: *databaseURL, caFile: *caFile, token: *token,
 		workerCertDir: *workerCerts, gatewayPID: *gatewayPID, postgresData: *postgresData, allowRemote: *allowRemote,
 		gatewayBin:     *gatewayBin,
-		gatewayArgs:    append(strings.Fields(*gatewayArgs), webhookGatewayArgs(*webhooks)...),
+		gatewayArgs:    append(strings.Fields(*gatewayArgs), hookArgs...),
 		pollsPerWorker: max(8, pollsPerWorker+1),
 		maxPolls:       max(20000, openPolls+*workers),
 		maxWait:        maxWait,
@@ -784,10 +789,24 @@ func (r *Result) printHuman(w io.Writer) {
 	}
 }
 
-// webhookGatewayArgs lets the gateway post to the bench's loopback receiver.
-func webhookGatewayArgs(webhooks bool) []string {
-	if webhooks {
-		return []string{"-webhooks-allow-private"}
+// webhookGatewayArgs lets the gateway post to the bench's loopback
+// receiver, and gives it the key that seals the receivers' signing secrets
+// (benchSecretsKey) in a file.
+func webhookGatewayArgs(webhooks bool) ([]string, error) {
+	if !webhooks {
+		return nil, nil
 	}
-	return nil
+	kek, err := benchSecretsKey()
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.CreateTemp("", "bench-secrets-*.key")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if _, err := f.WriteString(kek.Encode()); err != nil {
+		return nil, err
+	}
+	return []string{"-webhooks-allow-private", "-secrets-key-file", f.Name()}, nil
 }

@@ -7,11 +7,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/worker-gateway/gateway/internal/secretbox"
 	"github.com/worker-gateway/gateway/store"
 )
 
@@ -67,11 +69,27 @@ func (r *webhookReceiver) receive(w http.ResponseWriter, req *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// benchSecretsKey is the key-encryption key of the bench's webhook
+// secrets: $GATEWAY_SECRETS_KEY (a gateway the bench did not start must
+// hold it), else a key made for this run and given to the gateways the
+// bench starts.
+var benchSecretsKey = sync.OnceValues(func() (secretbox.KEK, error) {
+	if v := os.Getenv("GATEWAY_SECRETS_KEY"); v != "" {
+		return secretbox.ParseKEK(v)
+	}
+	return secretbox.GenerateKEK()
+})
+
 // subscribe creates each organization's target.
 func (r *webhookReceiver) subscribe(ctx context.Context, s *Stack, orgs []uuid.UUID) error {
 	st := store.New(s.Pool)
+	kek, err := benchSecretsKey()
+	if err != nil {
+		return err
+	}
+	keyring := secretbox.NewKeyring(kek)
 	for _, org := range orgs {
-		if _, _, err := st.CreateWebhookTarget(ctx, store.EveryOrganization(), org, store.WebhookTargetParams{
+		if _, _, err := st.CreateWebhookTarget(ctx, store.EveryOrganization(), keyring, org, store.WebhookTargetParams{
 			URL: r.url, Description: "bench receiver", EventTypes: []string{"task.completed"}, Enabled: true}); err != nil {
 			return fmt.Errorf("create webhook target: %w", err)
 		}

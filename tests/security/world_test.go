@@ -110,10 +110,10 @@ func newTenant(t *testing.T, g *harness.Gateway, name string) tenant {
 	require.Equal(t, http.StatusCreated, sched.StatusCode(), string(sched.Body))
 	tn.schedule = sched.JSON201.Id
 
-	// A documentation address (no DNS, not private), for an event that
-	// does not happen while the matrix runs.
+	// A public address literal (no DNS; documentation ranges are refused),
+	// for an event that does not happen while the matrix runs.
 	hook, err := g.Control.CreateWebhookWithResponse(ctx, apiclient.CreateWebhookRequest{OrganizationId: tn.org,
-		Url: "http://192.0.2.1/" + name, EventTypes: []apiclient.WebhookEventType{apiclient.ScheduleFireSkipped}})
+		Url: "http://9.9.9.9/" + name, EventTypes: []apiclient.WebhookEventType{apiclient.ScheduleFireSkipped}})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, hook.StatusCode(), string(hook.Body))
 	tn.webhook = hook.JSON201.Id

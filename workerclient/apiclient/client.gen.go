@@ -3695,8 +3695,11 @@ type ClientInterface interface {
 	// Creates an endpoint that receives the organization's events of the listed types, signed
 	// by the Standard Webhooks convention (`webhook-id`, `webhook-timestamp`,
 	// `webhook-signature`). The answer holds the signing `secret` (`whsec_…`): it is shown
-	// only here and on rotation. A URL whose host resolves to a loopback, link-local or
-	// private address is 400 `bad-request` unless the gateway runs with
+	// only here and on rotation, and stored sealed under the gateway's secrets key (without
+	// one, 503 `secrets-disabled`). A URL whose host is not a globally reachable unicast
+	// address, or does not resolve only to such addresses, is 400 `bad-request`, with one
+	// answer whether the name did not resolve or resolved to a refused address; loopback,
+	// private and link-local addresses are allowed only when the gateway runs with
 	// `-webhooks-allow-private`. Admin permission.
 	//
 	// Takes any type of body and a specified content type.
@@ -3709,8 +3712,11 @@ type ClientInterface interface {
 	// Creates an endpoint that receives the organization's events of the listed types, signed
 	// by the Standard Webhooks convention (`webhook-id`, `webhook-timestamp`,
 	// `webhook-signature`). The answer holds the signing `secret` (`whsec_…`): it is shown
-	// only here and on rotation. A URL whose host resolves to a loopback, link-local or
-	// private address is 400 `bad-request` unless the gateway runs with
+	// only here and on rotation, and stored sealed under the gateway's secrets key (without
+	// one, 503 `secrets-disabled`). A URL whose host is not a globally reachable unicast
+	// address, or does not resolve only to such addresses, is 400 `bad-request`, with one
+	// answer whether the name did not resolve or resolved to a refused address; loopback,
+	// private and link-local addresses are allowed only when the gateway runs with
 	// `-webhooks-allow-private`. Admin permission.
 	//
 	// Takes a body of the `application/json` content type.
@@ -5710,8 +5716,11 @@ func (c *Client) ListWebhooks(ctx context.Context, params *ListWebhooksParams, r
 // Creates an endpoint that receives the organization's events of the listed types, signed
 // by the Standard Webhooks convention (`webhook-id`, `webhook-timestamp`,
 // `webhook-signature`). The answer holds the signing `secret` (`whsec_…`): it is shown
-// only here and on rotation. A URL whose host resolves to a loopback, link-local or
-// private address is 400 `bad-request` unless the gateway runs with
+// only here and on rotation, and stored sealed under the gateway's secrets key (without
+// one, 503 `secrets-disabled`). A URL whose host is not a globally reachable unicast
+// address, or does not resolve only to such addresses, is 400 `bad-request`, with one
+// answer whether the name did not resolve or resolved to a refused address; loopback,
+// private and link-local addresses are allowed only when the gateway runs with
 // `-webhooks-allow-private`. Admin permission.
 //
 // Takes any type of body and a specified content type.
@@ -5734,8 +5743,11 @@ func (c *Client) CreateWebhookWithBody(ctx context.Context, contentType string, 
 // Creates an endpoint that receives the organization's events of the listed types, signed
 // by the Standard Webhooks convention (`webhook-id`, `webhook-timestamp`,
 // `webhook-signature`). The answer holds the signing `secret` (`whsec_…`): it is shown
-// only here and on rotation. A URL whose host resolves to a loopback, link-local or
-// private address is 400 `bad-request` unless the gateway runs with
+// only here and on rotation, and stored sealed under the gateway's secrets key (without
+// one, 503 `secrets-disabled`). A URL whose host is not a globally reachable unicast
+// address, or does not resolve only to such addresses, is 400 `bad-request`, with one
+// answer whether the name did not resolve or resolved to a refused address; loopback,
+// private and link-local addresses are allowed only when the gateway runs with
 // `-webhooks-allow-private`. Admin permission.
 //
 // Takes a body of the `application/json` content type.
@@ -11570,8 +11582,11 @@ type ClientWithResponsesInterface interface {
 	// Creates an endpoint that receives the organization's events of the listed types, signed
 	// by the Standard Webhooks convention (`webhook-id`, `webhook-timestamp`,
 	// `webhook-signature`). The answer holds the signing `secret` (`whsec_…`): it is shown
-	// only here and on rotation. A URL whose host resolves to a loopback, link-local or
-	// private address is 400 `bad-request` unless the gateway runs with
+	// only here and on rotation, and stored sealed under the gateway's secrets key (without
+	// one, 503 `secrets-disabled`). A URL whose host is not a globally reachable unicast
+	// address, or does not resolve only to such addresses, is 400 `bad-request`, with one
+	// answer whether the name did not resolve or resolved to a refused address; loopback,
+	// private and link-local addresses are allowed only when the gateway runs with
 	// `-webhooks-allow-private`. Admin permission.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
@@ -11584,8 +11599,11 @@ type ClientWithResponsesInterface interface {
 	// Creates an endpoint that receives the organization's events of the listed types, signed
 	// by the Standard Webhooks convention (`webhook-id`, `webhook-timestamp`,
 	// `webhook-signature`). The answer holds the signing `secret` (`whsec_…`): it is shown
-	// only here and on rotation. A URL whose host resolves to a loopback, link-local or
-	// private address is 400 `bad-request` unless the gateway runs with
+	// only here and on rotation, and stored sealed under the gateway's secrets key (without
+	// one, 503 `secrets-disabled`). A URL whose host is not a globally reachable unicast
+	// address, or does not resolve only to such addresses, is 400 `bad-request`, with one
+	// answer whether the name did not resolve or resolved to a refused address; loopback,
+	// private and link-local addresses are allowed only when the gateway runs with
 	// `-webhooks-allow-private`. Admin permission.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
@@ -16470,6 +16488,8 @@ type CreateWebhookResponse struct {
 	ApplicationproblemJSON403 *Problem
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Problem
 }
@@ -16497,6 +16517,11 @@ func (r CreateWebhookResponse) GetApplicationproblemJSON403() *Problem {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r CreateWebhookResponse) GetApplicationproblemJSON404() *Problem {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r CreateWebhookResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
 }
 
 // GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
@@ -16829,6 +16854,8 @@ type RotateWebhookSecretResponse struct {
 	ApplicationproblemJSON403 *Problem
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Problem
 }
@@ -16856,6 +16883,11 @@ func (r RotateWebhookSecretResponse) GetApplicationproblemJSON403() *Problem {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r RotateWebhookSecretResponse) GetApplicationproblemJSON404() *Problem {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r RotateWebhookSecretResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
 }
 
 // GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
@@ -19099,8 +19131,11 @@ func (c *ClientWithResponses) ListWebhooksWithResponse(ctx context.Context, para
 // Creates an endpoint that receives the organization's events of the listed types, signed
 // by the Standard Webhooks convention (`webhook-id`, `webhook-timestamp`,
 // `webhook-signature`). The answer holds the signing `secret` (`whsec_…`): it is shown
-// only here and on rotation. A URL whose host resolves to a loopback, link-local or
-// private address is 400 `bad-request` unless the gateway runs with
+// only here and on rotation, and stored sealed under the gateway's secrets key (without
+// one, 503 `secrets-disabled`). A URL whose host is not a globally reachable unicast
+// address, or does not resolve only to such addresses, is 400 `bad-request`, with one
+// answer whether the name did not resolve or resolved to a refused address; loopback,
+// private and link-local addresses are allowed only when the gateway runs with
 // `-webhooks-allow-private`. Admin permission.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
@@ -19119,8 +19154,11 @@ func (c *ClientWithResponses) CreateWebhookWithBodyWithResponse(ctx context.Cont
 // Creates an endpoint that receives the organization's events of the listed types, signed
 // by the Standard Webhooks convention (`webhook-id`, `webhook-timestamp`,
 // `webhook-signature`). The answer holds the signing `secret` (`whsec_…`): it is shown
-// only here and on rotation. A URL whose host resolves to a loopback, link-local or
-// private address is 400 `bad-request` unless the gateway runs with
+// only here and on rotation, and stored sealed under the gateway's secrets key (without
+// one, 503 `secrets-disabled`). A URL whose host is not a globally reachable unicast
+// address, or does not resolve only to such addresses, is 400 `bad-request`, with one
+// answer whether the name did not resolve or resolved to a refused address; loopback,
+// private and link-local addresses are allowed only when the gateway runs with
 // `-webhooks-allow-private`. Admin permission.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
@@ -23227,6 +23265,13 @@ func ParseCreateWebhookResponse(rsp *http.Response) (*CreateWebhookResponse, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -23513,6 +23558,13 @@ func ParseRotateWebhookSecretResponse(rsp *http.Response) (*RotateWebhookSecretR
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Problem

@@ -19,6 +19,10 @@ func devFlags(fs *flagSet, level *slog.LevelVar) *devConfig {
 	fs.StringVar(&d.workerBin, "worker-bin", "", "reference worker binary to start (empty: none)")
 	fs.alias("worker-bin", "WORKER_BIN")
 	d.serve = serveFlags(fs, level)
+	// A development system's receivers run beside it, on loopback: its
+	// webhook targets may be private (-webhooks-allow-private=false turns
+	// that off). A served gateway delivers to public addresses only.
+	d.serve.server.Webhooks.AllowPrivate = true
 	return d
 }
 

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/worker-gateway/gateway/internal/secretbox"
 	"github.com/worker-gateway/gateway/migrations"
+	"github.com/worker-gateway/gateway/store"
 )
 
 func migrateCommand(a *cli) *command {
@@ -21,14 +23,24 @@ func migrateCommand(a *cli) *command {
 		return nil
 	}
 	return &command{name: "migrate", short: "apply or inspect the database schema migrations", sub: []*command{
-		{name: "up", short: "apply the embedded migrations", setup: func(fs *flagSet) execFunc {
+		{name: "up", short: "apply the embedded migrations (and, given the secrets key, seal webhook secrets stored in plaintext)", setup: func(fs *flagSet) execFunc {
 			url := databaseURL(fs)
+			keys := defineSecretsKeyFlags(fs)
 			return func(ctx context.Context, _ []string) error {
 				if err := need(*url); err != nil {
 					return err
 				}
+				keyring, err := keys.keyring()
+				if err != nil {
+					return err
+				}
 				if err := migrations.Up(ctx, *url); err != nil {
 					return err
+				}
+				if keyring != nil {
+					if err := sealWebhookSecrets(ctx, *url, keyring, a); err != nil {
+						return err
+					}
 				}
 				v, _, err := migrations.Version(*url)
 				if err != nil {
@@ -54,4 +66,23 @@ func migrateCommand(a *cli) *command {
 			}
 		}},
 	}}
+}
+
+// sealWebhookSecrets runs the step migration 000027 leaves to the gateway,
+// which holds the key: webhook signing secrets still in plaintext are
+// sealed (serve does the same at start-up).
+func sealWebhookSecrets(ctx context.Context, url string, keyring *secretbox.Keyring, a *cli) error {
+	pool, err := store.OpenPool(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	n, err := store.New(pool).SealWebhookSecrets(ctx, keyring, 100)
+	if err != nil {
+		return fmt.Errorf("seal webhook secrets: %w (after %d sealed; run again to resume)", err, n)
+	}
+	if n > 0 {
+		fmt.Fprintf(a.stdout, "sealed the webhook signing secrets of %d targets under %s\n", n, keyring.CurrentID())
+	}
+	return nil
 }

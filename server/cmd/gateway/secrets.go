@@ -63,15 +63,17 @@ func readKEK(file, envName string) (secretbox.KEK, bool, error) {
 	return secretbox.KEK{}, false, nil
 }
 
-const secretsLong = `Secrets are sealed with AES-256-GCM under a data key per secret, wrapped by a
-key-encryption key (KEK) read from -secrets-key-file or $GATEWAY_SECRETS_KEY (base64).
+const secretsLong = `Secrets — task secrets and webhook signing secrets — are sealed with AES-256-GCM
+under a data key per secret, wrapped by a key-encryption key (KEK) read from -secrets-key-file
+or $GATEWAY_SECRETS_KEY (base64).
 
 Rotating the KEK, with the gateway serving throughout:
   1. gateway secrets generate-key > new.key
   2. restart every replica with -secrets-key-file new.key -secrets-old-key-file old.key
      (new secrets are sealed with the new key; both keys open)
   3. gateway secrets rotate-kek -database-url … -secrets-key-file new.key -secrets-old-key-file old.key
-     (re-wraps every data key under the new key; values are not re-encrypted)
+     (re-wraps every data key under the new key; values are not re-encrypted; webhook
+     signing secrets still in plaintext, from before the gateway sealed them, are sealed)
   4. restart every replica with -secrets-key-file new.key alone, and destroy old.key.
 A replica refuses to start when a stored data key was wrapped by a key it does not hold.`
 
@@ -108,16 +110,28 @@ func secretsCommand(a *cli) *command {
 				}
 				defer pool.Close()
 				st := store.New(pool)
-				n, err := st.RewrapSecrets(ctx, keyring, 100)
-				details, _ := json.Marshal(map[string]any{"rewrapped": n, "kek_id": keyring.CurrentID()})
+				// Webhook signing secrets still in plaintext are sealed
+				// first, under the new key, then every data key not
+				// wrapped by it is re-wrapped.
+				sealed, err := st.SealWebhookSecrets(ctx, keyring, 100)
+				n, hooks := 0, 0
+				if err == nil {
+					n, err = st.RewrapSecrets(ctx, keyring, 100)
+				}
+				if err == nil {
+					hooks, err = st.RewrapWebhookSecrets(ctx, keyring, 100)
+				}
+				details, _ := json.Marshal(map[string]any{"rewrapped": n, "webhook_secrets_rewrapped": hooks,
+					"webhook_secrets_sealed": sealed, "kek_id": keyring.CurrentID()})
 				if auditErr := st.RecordAudit(context.WithoutCancel(ctx), store.AuditEvent{ActorType: "system", ActorID: "gateway secrets rotate-kek",
 					Action: "secret.rotate_kek", TargetType: "secret", Details: details}); auditErr != nil {
 					a.logger.Error("audit event not recorded", "action", "secret.rotate_kek", "error", auditErr.Error())
 				}
 				if err != nil {
-					return fmt.Errorf("rotate-kek: %w (after %d re-wrapped)", err, n)
+					return fmt.Errorf("rotate-kek: %w (after %d re-wrapped, %d webhook secrets re-wrapped, %d sealed)", err, n, hooks, sealed)
 				}
 				fmt.Fprintf(a.stdout, "re-wrapped %d data keys under %s\n", n, keyring.CurrentID())
+				fmt.Fprintf(a.stdout, "re-wrapped %d webhook signing secrets; sealed %d webhook targets' plaintext secrets\n", hooks, sealed)
 				return nil
 			}
 		}},
