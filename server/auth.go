@@ -170,4 +170,3 @@ func (s *Server) authenticateBearer(ctx context.Context, r *http.Request) (store
 	}
 	return p, nil
 }
-
