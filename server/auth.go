@@ -5,7 +5,6 @@ import (
 	"crypto/subtle"
 	"errors"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
@@ -34,6 +33,9 @@ type authState struct {
 	principal *store.Principal
 	// fingerprint is the client certificate the worker authenticated with.
 	fingerprint string
+	// scope is the tenant scope the operation's permission was decided for
+	// (authenticate, authorizeOperation); nil until then.
+	scope *store.Scope
 }
 
 type authKey struct{}
@@ -51,6 +53,16 @@ func authFrom(ctx context.Context) *authState {
 	return st
 }
 
+// scopeFrom is the tenant scope decided for the caller of the operation a
+// handler serves, when its permission in the contract was checked. Without
+// a decision it is the zero Scope, which sees and changes nothing.
+func scopeFrom(ctx context.Context) store.Scope {
+	if sc := authFrom(ctx).scope; sc != nil {
+		return *sc
+	}
+	return store.Scope{}
+}
+
 // workerFrom returns the authenticated worker; handlers of worker routes
 // run only after authenticate succeeded.
 func workerFrom(ctx context.Context) uuid.UUID {
@@ -60,11 +72,15 @@ func workerFrom(ctx context.Context) uuid.UUID {
 	return uuid.Nil
 }
 
-// authenticate checks one security scheme for one request. It runs on every
-// request, so a revoked worker is refused even on a connection (or resumed
-// TLS session) that was authenticated before its revocation.
+// authenticate checks one security scheme for one request, then the
+// permission the route's operation names in the contract (x-permission):
+// the one place a route's permission is enforced, before any byte of the
+// body is read. It runs on every request, so a revoked worker is refused
+// even on a connection (or resumed TLS session) that was authenticated
+// before its revocation.
 func (s *Server) authenticate(ctx context.Context, input *openapi3filter.AuthenticationInput) error {
 	r := input.RequestValidationInput.Request
+	permission := operationPermission(input.RequestValidationInput.Route.Operation)
 	st := authFrom(r.Context())
 	switch input.SecuritySchemeName {
 	case schemeWorkerMTLS:
@@ -76,6 +92,9 @@ func (s *Server) authenticate(ctx context.Context, input *openapi3filter.Authent
 			s.metrics.rateLimited.Inc()
 			return rateLimited(wait)
 		}
+		if permission != permissionWorker {
+			return newProblem(http.StatusForbidden, problem.Forbidden, "a worker certificate does not grant this route")
+		}
 		st.worker, st.fingerprint = &id, fingerprintOf(r)
 		return nil
 	case schemeBearer:
@@ -84,6 +103,11 @@ func (s *Server) authenticate(ctx context.Context, input *openapi3filter.Authent
 			return err
 		}
 		st.principal = &p
+		scope, err := authorize(&p, permission)
+		if err != nil {
+			return err
+		}
+		st.scope = &scope
 		return nil
 	}
 	return newProblem(http.StatusUnauthorized, problem.Unauthenticated, "unsupported security scheme")
@@ -145,41 +169,4 @@ func (s *Server) authenticateBearer(ctx context.Context, r *http.Request) (store
 		return store.Principal{}, problemFor(err)
 	}
 	return p, nil
-}
-
-// Permissions of API tokens (the API calls them "scopes"; in this code
-// "scope" names only the tenant a call acts for, store.Scope). admin may
-// do everything; producer creates and manages tasks; reader only reads.
-const (
-	permissionAdmin    = "admin"
-	permissionProducer = "producer"
-	permissionReader   = "reader"
-)
-
-// requirePermission checks that the caller holds one of the permissions
-// (admin always qualifies) and returns the tenant scope its data access is
-// limited to.
-func requirePermission(ctx context.Context, permissions ...string) (store.Scope, error) {
-	p := authFrom(ctx).principal
-	if p == nil {
-		return store.Scope{}, newProblem(http.StatusUnauthorized, problem.Unauthenticated, "this route needs a bearer API token")
-	}
-	if slices.Contains(p.Permissions, permissionAdmin) || slices.ContainsFunc(permissions, func(s string) bool { return slices.Contains(p.Permissions, s) }) {
-		return store.ScopeOf(p.OrganizationID), nil
-	}
-	return store.Scope{}, newProblem(http.StatusForbidden, problem.Forbidden, "the API token lacks the permission this route needs")
-}
-
-// requireGlobalAdmin is for operations on shared objects (organizations,
-// worker identities) that an organization-scoped token may not perform.
-func requireGlobalAdmin(ctx context.Context) (store.Scope, error) {
-	scope, err := requirePermission(ctx, permissionAdmin)
-	if err != nil {
-		return store.Scope{}, err
-	}
-	p := authFrom(ctx).principal
-	if !slices.Contains(p.Permissions, permissionAdmin) || !scope.IsEveryOrganization() {
-		return store.Scope{}, newProblem(http.StatusForbidden, problem.Forbidden, "this route needs an admin token without organization scope")
-	}
-	return scope, nil
 }

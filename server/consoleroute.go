@@ -16,6 +16,7 @@ import (
 	"github.com/oapi-codegen/runtime"
 
 	"github.com/worker-gateway/gateway/problem"
+	"github.com/worker-gateway/gateway/server/api"
 	"github.com/worker-gateway/gateway/server/console"
 	"github.com/worker-gateway/gateway/store"
 )
@@ -23,14 +24,21 @@ import (
 // consoleHandler builds the operators' console (/ui) over this replica's
 // own handlers: a page acts as its session's API token exactly as a bearer
 // request would after authentication, so the console enforces the API's
-// permissions, organization scope and audit events.
+// permissions (each call through authorizeOperation), organization scope
+// and audit events.
 func (s *Server) consoleHandler(h *handlers) (http.Handler, error) {
 	bindQuery, checkBody, err := s.consoleChecks()
 	if err != nil {
 		return nil, err
 	}
+	spec, err := loadSpec()
+	if err != nil {
+		return nil, err
+	}
 	return console.New(console.Config{
-		API:       h,
+		// Every call a page makes is decided by the operation's permission
+		// in the contract, as an HTTP request for it is at authentication.
+		API:       api.NewGuardedStrictServer(h, authorizeOperation(spec)),
 		BindQuery: bindQuery,
 		CheckBody: checkBody,
 		Sessions:  s.store,

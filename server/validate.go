@@ -20,8 +20,9 @@ import (
 // keeps a refusal cheap:
 //
 //  1. the route (404, 405);
-//  2. authentication by the security scheme the route declares, from the
-//     headers and the TLS state alone — no byte of the body is read;
+//  2. authentication by the security scheme the route declares, and the
+//     permission its operation names (x-permission), from the headers and
+//     the TLS state alone — no byte of the body is read;
 //  3. the body, read within its limit and checked as strict JSON;
 //  4. parameters and body against the schema.
 //
@@ -37,6 +38,7 @@ func (s *Server) requestValidator(streamedBody bool) (func(http.Handler) http.Ha
 	if err != nil {
 		return nil, err
 	}
+	secret := secretAnswers(spec)
 	authenticate := &openapi3filter.Options{AuthenticationFunc: s.authenticate}
 	schema := &openapi3filter.Options{
 		// Step 2 authenticated the request already.
@@ -50,7 +52,9 @@ func (s *Server) requestValidator(streamedBody bool) (func(http.Handler) http.Ha
 				s.refuseUnread(w, r, s.validationProblem(err))
 				return
 			}
-			markSecretAnswer(w, route.Operation.OperationID)
+			if secret[route.Operation.OperationID] {
+				w.Header().Set("Cache-Control", "no-store")
+			}
 			// kin-openapi reads the whole body before it calls the
 			// authentication function (in case it wants the body): give it a
 			// request without one.

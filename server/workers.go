@@ -13,10 +13,7 @@ import (
 // CreateWorker creates a worker identity, optionally with its certificate.
 // An organization-scoped admin creates workers its organization owns.
 func (h *handlers) CreateWorker(ctx context.Context, req api.CreateWorkerRequestObject) (api.CreateWorkerResponseObject, error) {
-	scope, err := requirePermission(ctx, permissionAdmin)
-	if err != nil {
-		return nil, err
-	}
+	scope := scopeFrom(ctx)
 	b := req.Body
 	fingerprint, subject, err := certificateIdentity(b.CertificatePem, b.CertificateFingerprint, false)
 	if err != nil {
@@ -89,10 +86,7 @@ func (h *handlers) ListWorkers(ctx context.Context, req api.ListWorkersRequestOb
 
 // GetWorker returns one worker.
 func (h *handlers) GetWorker(ctx context.Context, req api.GetWorkerRequestObject) (api.GetWorkerResponseObject, error) {
-	scope, err := requirePermission(ctx, permissionReader, permissionProducer)
-	if err != nil {
-		return nil, err
-	}
+	scope := scopeFrom(ctx)
 	w, err := h.store.GetWorker(ctx, scope, req.WorkerId, h.onlineWindow())
 	if err != nil {
 		return nil, err
@@ -103,10 +97,7 @@ func (h *handlers) GetWorker(ctx context.Context, req api.GetWorkerRequestObject
 // UpdateWorker renames, enables/disables, resizes or labels a worker. A
 // label change is audited with the changes asked for (null: removed).
 func (h *handlers) UpdateWorker(ctx context.Context, req api.UpdateWorkerRequestObject) (api.UpdateWorkerResponseObject, error) {
-	scope, err := requirePermission(ctx, permissionAdmin)
-	if err != nil {
-		return nil, err
-	}
+	scope := scopeFrom(ctx)
 	p := store.UpdateWorkerParams{
 		Name:               req.Body.Name,
 		Enabled:            req.Body.Enabled,
@@ -128,10 +119,7 @@ func (h *handlers) UpdateWorker(ctx context.Context, req api.UpdateWorkerRequest
 
 // RegisterWorkerCertificate binds a (bring-your-own) certificate.
 func (h *handlers) RegisterWorkerCertificate(ctx context.Context, req api.RegisterWorkerCertificateRequestObject) (api.RegisterWorkerCertificateResponseObject, error) {
-	scope, err := requirePermission(ctx, permissionAdmin)
-	if err != nil {
-		return nil, err
-	}
+	scope := scopeFrom(ctx)
 	fingerprint, subject, err := certificateIdentity(req.Body.CertificatePem, req.Body.CertificateFingerprint, true)
 	if err != nil {
 		return nil, err
@@ -147,10 +135,7 @@ func (h *handlers) RegisterWorkerCertificate(ctx context.Context, req api.Regist
 
 // AssignWorker lets a worker serve an organization.
 func (h *handlers) AssignWorker(ctx context.Context, req api.AssignWorkerRequestObject) (api.AssignWorkerResponseObject, error) {
-	scope, err := requirePermission(ctx, permissionAdmin)
-	if err != nil {
-		return nil, err
-	}
+	scope := scopeFrom(ctx)
 	a, err := h.store.AssignWorker(ctx, scope, req.OrganizationId, req.WorkerId)
 	if err != nil {
 		return nil, err
@@ -162,10 +147,7 @@ func (h *handlers) AssignWorker(ctx context.Context, req api.AssignWorkerRequest
 // UnassignWorker removes an assignment, cancelling (default) or draining the
 // worker's active attempts for that organization.
 func (h *handlers) UnassignWorker(ctx context.Context, req api.UnassignWorkerRequestObject) (api.UnassignWorkerResponseObject, error) {
-	scope, err := requirePermission(ctx, permissionAdmin)
-	if err != nil {
-		return nil, err
-	}
+	scope := scopeFrom(ctx)
 	cancelActive := req.Params.Active == nil || *req.Params.Active == api.UnassignWorkerParamsActiveCancel
 	reason := ""
 	if req.Params.Reason != nil {
@@ -182,10 +164,7 @@ func (h *handlers) UnassignWorker(ctx context.Context, req api.UnassignWorkerReq
 
 // GrantWorker lets another organization assign a worker.
 func (h *handlers) GrantWorker(ctx context.Context, req api.GrantWorkerRequestObject) (api.GrantWorkerResponseObject, error) {
-	scope, err := requirePermission(ctx, permissionAdmin)
-	if err != nil {
-		return nil, err
-	}
+	scope := scopeFrom(ctx)
 	g, err := h.store.GrantWorker(ctx, scope, req.WorkerId, req.OrganizationId)
 	if err != nil {
 		return nil, err
@@ -196,10 +175,7 @@ func (h *handlers) GrantWorker(ctx context.Context, req api.GrantWorkerRequestOb
 
 // RevokeWorkerGrant withdraws a grant and the grantee's assignment.
 func (h *handlers) RevokeWorkerGrant(ctx context.Context, req api.RevokeWorkerGrantRequestObject) (api.RevokeWorkerGrantResponseObject, error) {
-	scope, err := requirePermission(ctx, permissionAdmin)
-	if err != nil {
-		return nil, err
-	}
+	scope := scopeFrom(ctx)
 	cancelActive := req.Params.Active == nil || *req.Params.Active == api.RevokeWorkerGrantParamsActiveCancel
 	if err := h.store.RevokeWorkerGrant(ctx, scope, req.WorkerId, req.OrganizationId, cancelActive); err != nil {
 		return nil, err
@@ -211,10 +187,7 @@ func (h *handlers) RevokeWorkerGrant(ctx context.Context, req api.RevokeWorkerGr
 
 // ListWorkerGrants lists the organizations a worker's owner lets assign it.
 func (h *handlers) ListWorkerGrants(ctx context.Context, req api.ListWorkerGrantsRequestObject) (api.ListWorkerGrantsResponseObject, error) {
-	scope, err := requirePermission(ctx, permissionAdmin)
-	if err != nil {
-		return nil, err
-	}
+	scope := scopeFrom(ctx)
 	grants, err := h.store.WorkerGrants(ctx, scope, req.WorkerId)
 	if err != nil {
 		return nil, err

@@ -131,7 +131,9 @@
 // every organization (an unscoped admin token: the platform operator). In
 // this package "scope" means only that tenant; what an API token may do
 // (admin, producer, reader — the API's "scopes") is its permissions, checked
-// by the server before it calls in.
+// by the server before it calls in: each operation's x-permission in
+// openapi.yaml, decided once at authentication, which also decides the
+// Scope passed here.
 //
 //   - Every method that reads or writes an organization's data takes the
 //     Scope as a required argument, the way openfga's storage takes its

@@ -52,10 +52,11 @@ func (s *session) Who() string {
 	return scope + " · " + strings.Join(s.principal.Permissions, ", ")
 }
 
-// The token permissions the API's handlers require (server/auth.go): admin
-// may do everything, producer manages tasks and schedules, reader reads.
-// A page offers an action only to a session whose token may perform it;
-// the handler behind it still checks.
+// The token permissions the API's operations require (x-permission in
+// openapi.yaml): admin may do everything, producer manages tasks and
+// schedules, reader reads. A page offers an action only to a session whose
+// token may perform it; every call it makes is still decided by the
+// contract (Config.API is guarded).
 const (
 	permissionAdmin    = "admin"
 	permissionProducer = "producer"

@@ -227,13 +227,11 @@ func TestUploadURLIgnoresForgedHost(t *testing.T) {
 	}
 }
 
-// secretFields name the properties whose value is a secret; an operation
-// whose success answer holds one must be walked below.
-var secretFields = map[string]bool{"token": true, "lease_token": true, "enrollment_token": true}
-
-// TestSecretAnswersAreNeverStored walks every operation whose answer
-// carries a secret (tokens, lease tokens, enrollment and renewal
-// certificates, upload sessions) and checks the answer forbids caching.
+// TestSecretAnswersAreNeverStored calls every operation of the contract
+// whose answer can carry a field marked x-secret (tokens, lease tokens and
+// task secrets, enrollment and renewal certificates, upload sessions,
+// webhook signing secrets) and checks the answer forbids caching. An
+// operation the contract marks that is not called here fails the test.
 func TestSecretAnswersAreNeverStored(t *testing.T) {
 	t.Parallel()
 	g := harness.Start(t)
@@ -282,29 +280,46 @@ func TestSecretAnswersAreNeverStored(t *testing.T) {
 	answers["AcquireLeases"] = leases.HTTPResponse
 	answers["OpenArtifactUpload"] = headersOpenUpload(t, w.Client, l, "a.json", "application/json", []byte("{}")).HTTPResponse
 
+	// A webhook's signing secret, at creation and at rotation.
+	org := g.NewOrganization(t, "headers-webhook")
+	hook, err := g.Control.CreateWebhookWithResponse(ctx, apiclient.CreateWebhookRequest{OrganizationId: org,
+		Url: "http://9.9.9.9/headers", EventTypes: []apiclient.WebhookEventType{apiclient.ScheduleFireSkipped}})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, hook.StatusCode(), string(hook.Body))
+	answers["CreateWebhook"] = hook.HTTPResponse
+	rotated, err := g.Control.RotateWebhookSecretWithResponse(ctx, hook.JSON201.Id, apiclient.RotateWebhookSecretRequest{})
+	require.NoError(t, err)
+	answers["RotateWebhookSecret"] = rotated.HTTPResponse
+
 	for op, res := range answers {
 		require.Less(t, res.StatusCode, 300, op)
 		require.Equal(t, "no-store", res.Header.Get("Cache-Control"), "%s %d %v", op, res.StatusCode, res.Header)
 	}
 
-	// Every operation of the contract whose success answer holds a secret
-	// field is among those walked.
+	// Every operation of the contract whose answer holds a field marked
+	// x-secret is among those called.
 	spec, err := api.GetSpec()
 	require.NoError(t, err)
+	marked := map[string]bool{}
 	for path, item := range spec.Paths.Map() {
 		for method, op := range item.Operations() {
-			for status, ref := range op.Responses.Map() {
-				if !strings.HasPrefix(status, "2") || ref.Value == nil {
+			for _, ref := range op.Responses.Map() {
+				if ref.Value == nil {
 					continue
 				}
 				for _, media := range ref.Value.Content {
 					if media.Schema != nil && holdsSecret(media.Schema, map[*openapi3.Schema]bool{}) {
 						require.Contains(t, answers, op.OperationID,
-							"%s %s answers a secret: add its operation to server.secretAnswers and walk it here", method, path)
+							"%s %s answers a field marked x-secret: call it here", method, path)
+						marked[op.OperationID] = true
 					}
 				}
 			}
 		}
+	}
+	// And nothing is called here that the contract does not mark.
+	for op := range answers {
+		require.True(t, marked[op], "%s answers no field marked x-secret", op)
 	}
 }
 
@@ -314,13 +329,15 @@ func holdsSecret(ref *openapi3.SchemaRef, seen map[*openapi3.Schema]bool) bool {
 		return false
 	}
 	seen[s] = true
-	for name, prop := range s.Properties {
-		if secretFields[name] || holdsSecret(prop, seen) {
+	for _, prop := range s.Properties {
+		if isSecret(prop) || holdsSecret(prop, seen) {
 			return true
 		}
 	}
-	if s.Items != nil && holdsSecret(s.Items, seen) {
-		return true
+	for _, sub := range []*openapi3.SchemaRef{s.Items, s.AdditionalProperties.Schema} {
+		if sub != nil && holdsSecret(sub, seen) {
+			return true
+		}
 	}
 	for _, group := range []openapi3.SchemaRefs{s.AllOf, s.OneOf, s.AnyOf} {
 		for _, sub := range group {
@@ -330,4 +347,14 @@ func holdsSecret(ref *openapi3.SchemaRef, seen map[*openapi3.Schema]bool) bool {
 		}
 	}
 	return false
+}
+
+// isSecret reports whether a property is marked x-secret: true, beside its
+// $ref or in its schema.
+func isSecret(ref *openapi3.SchemaRef) bool {
+	if v, ok := ref.Extensions["x-secret"].(bool); ok {
+		return v
+	}
+	v, _ := ref.Value.Extensions["x-secret"].(bool)
+	return v
 }
