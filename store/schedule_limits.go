@@ -33,14 +33,14 @@ var DefaultScheduleLimits = ScheduleLimits{MinInterval: time.Minute, Quota: 1000
 func (s *Store) SetScheduleLimits(l ScheduleLimits) { s.scheduleLimits = l }
 
 // checkMinInterval refuses a schedule whose slots may come closer together
-// than min: an interval shorter than min, or a cron expression two of
+// than least: an interval shorter than it, or a cron expression two of
 // whose consecutive slots are (cronMinGap).
-func checkMinInterval(c compiled, min time.Duration) error {
+func checkMinInterval(c compiled, least time.Duration) error {
 	gap := c.slots.interval
 	if c.slots.spec != nil {
 		gap = cronMinGap(c.slots.spec)
 	}
-	if gap >= min {
+	if gap >= least {
 		return nil
 	}
 	field := "interval_seconds"
@@ -48,7 +48,7 @@ func checkMinInterval(c compiled, min time.Duration) error {
 		field = "cron"
 	}
 	return problem.Wrap(ErrScheduleTooFrequent, problem.Text(fmt.Sprintf(
-		"%s: two slots would be %s apart; this gateway's minimum between slots is %s", field, gap, min)))
+		"%s: two slots would be %s apart; this gateway's minimum between slots is %s", field, gap, least)))
 }
 
 // starBit marks a cron field given as "*" (robfig/cron's own flag).
