@@ -6,6 +6,7 @@ package problem
 const (
 	// Requests the gateway refuses as malformed or unsupported.
 	BadRequest           = "bad-request"
+	ScheduleTooFrequent  = "schedule-interval-too-short"
 	BadCSR               = "bad-csr"
 	MethodNotAllowed     = "method-not-allowed"
 	NotFound             = "not-found"
@@ -23,6 +24,7 @@ const (
 	WorkerDisabled         = "worker-disabled"
 	EnrollmentTokenInvalid = "enrollment-token-invalid"
 	TokenExceedsParent     = "token-exceeds-parent"
+	QuotaExceeded          = "quota-exceeded"
 
 	// Conflicts with the state of a task, an attempt or an upload.
 	Conflict             = "conflict"
@@ -32,6 +34,7 @@ const (
 	TaskNotRetryable     = "task-not-retryable"
 	ScanFinished         = "scan-finished"
 	ScanBusy             = "scan-busy"
+	ScheduleRunning      = "schedule-run-in-progress"
 	TargetOutOfScope     = "target-out-of-scope"
 	BatchNotPersisted    = "batch-not-persisted"
 	SequenceNumberUsed   = "sequence-number-used"

@@ -109,6 +109,12 @@ var sentinelAnswers = map[error]sentinelAnswer{
 	store.ErrUploadMissing:       {status: http.StatusConflict, code: problem.UploadMissing, detail: "nothing was uploaded for this session"},
 	store.ErrEnrollmentToken:     {status: http.StatusUnauthorized, code: problem.EnrollmentTokenInvalid, detail: "the enrollment token is unknown, already used or expired"},
 	store.ErrParentTokenInactive: {status: http.StatusUnauthorized, code: problem.Unauthenticated, detail: "the API token is unknown, revoked or expired"},
+	store.ErrScheduleTooFrequent: {status: http.StatusBadRequest, code: problem.ScheduleTooFrequent,
+		detail: "the schedule would fire more often than this gateway allows"},
+	store.ErrQuotaExceeded: {status: http.StatusForbidden, code: problem.QuotaExceeded,
+		detail: "the organization has reached its quota"},
+	store.ErrScheduleRunInProgress: {status: http.StatusConflict, code: problem.ScheduleRunning,
+		detail: "the schedule's previous run is still active and its overlap policy is not allow"},
 	store.ErrBatcherClosed: {status: http.StatusServiceUnavailable, code: problem.ShuttingDown,
 		detail: "this gateway replica is shutting down; retry", retryAfter: 1},
 	// The client went away before its answer: nobody reads this one, and

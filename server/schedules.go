@@ -52,6 +52,17 @@ func (h *handlers) UpdateSchedule(ctx context.Context, req api.UpdateScheduleReq
 	return api.UpdateSchedule200JSONResponse(out), nil
 }
 
+// DeleteSchedule deletes a schedule: it stops firing when the deletion
+// commits, and its runs stay.
+func (h *handlers) DeleteSchedule(ctx context.Context, req api.DeleteScheduleRequestObject) (api.DeleteScheduleResponseObject, error) {
+	sc, err := h.store.DeleteSchedule(ctx, scopeFrom(ctx), req.ScheduleId)
+	if err != nil {
+		return nil, err
+	}
+	h.audit(ctx, "schedule.delete", "schedule", sc.ID.String(), &sc.OrganizationID, map[string]any{"version": sc.Version})
+	return api.DeleteSchedule204Response{}, nil
+}
+
 // GetSchedule returns a schedule at its current version.
 func (h *handlers) GetSchedule(ctx context.Context, req api.GetScheduleRequestObject) (api.GetScheduleResponseObject, error) {
 	scope := scopeFrom(ctx)

@@ -21,6 +21,7 @@ func TestScheduleTimerSleepsUntilTheNextFire(t *testing.T) {
 	ctx := context.Background()
 	pool := storetest.NewPool(t)
 	st := store.New(pool)
+	st.SetScheduleLimits(store.ScheduleLimits{MinInterval: time.Second, Quota: store.DefaultScheduleLimits.Quota})
 	timer := newScheduleTimer(st, slog.New(slog.DiscardHandler))
 	require.Equal(t, sleepUntilWoken, timer.fireDue(ctx), "nothing scheduled: sleep until a wake-up")
 

@@ -64,6 +64,11 @@ type Config struct {
 	// ScheduleTimer fires due schedules on this replica (scheduleTimer).
 	// Every replica may run it; off, this replica fires none.
 	ScheduleTimer bool
+	// ScheduleMinInterval is the shortest gap allowed between two slots of
+	// a schedule, and ScheduleQuota how many schedules an organization may
+	// have unless its own max_schedules says otherwise (store.ScheduleLimits).
+	ScheduleMinInterval time.Duration
+	ScheduleQuota       int
 	// Webhooks is how this replica delivers webhooks (webhookdeliver.go).
 	Webhooks WebhookConfig
 	// IdentityCacheTTL bounds how long a replica trusts what it looked up
@@ -202,6 +207,8 @@ func DefaultConfig() Config {
 		GroupCommitWriters:   2,
 		LeaseGroupCommit:     true,
 		ScheduleTimer:        true,
+		ScheduleMinInterval:  store.DefaultScheduleLimits.MinInterval,
+		ScheduleQuota:        store.DefaultScheduleLimits.Quota,
 		Webhooks:             DefaultWebhookConfig(),
 		IdentityCacheTTL:     time.Minute,
 		PruneInterval:        10 * time.Minute,
@@ -289,6 +296,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.ScheduleMinInterval < 0 || cfg.ScheduleQuota < 0 {
+		return nil, errors.New("schedule minimum interval and quota must not be negative")
+	}
 	s := &Server{cfg: cfg, store: store.New(pool), pool: pool, logger: cfg.Logger}
 	s.hub = NewHub()
 	s.follows = newLogFollowers(s.store, cfg.Logger)
@@ -308,6 +318,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 	s.heartbeats = store.NewHeartbeatBatcher(s.store, max(cfg.GroupCommitWriters, 1), groupMax, groupTimeout)
 	s.sweeper = newSweeper(s.store, cfg, cfg.Logger)
 	s.queueVacuum = newQueueVacuum(s.store, cfg.QueueVacuumEvery, cfg.Logger)
+	s.store.SetScheduleLimits(store.ScheduleLimits{MinInterval: cfg.ScheduleMinInterval, Quota: cfg.ScheduleQuota})
 	s.scheduleTimer = newScheduleTimer(s.store, cfg.Logger)
 	s.webhooks = newWebhookDeliverer(s.store, cfg.Webhooks, cfg.Secrets, cfg.Logger)
 	s.webhookWatch = newWebhookWatcher(s.store, s.onlineWindow, cfg.Logger)

@@ -277,7 +277,23 @@
 //     are kept, as every run records the version it came from and they
 //     grow only with edits.
 //   - Lock order: a claim locks schedule rows first, then creates; the
-//     previous run's state is read, not locked.
+//     previous run's state is read, not locked. Creating a schedule locks
+//     its organization's row first (FOR NO KEY UPDATE, which foreign-key
+//     checks do not wait for).
+//   - Limits (schedule_limits.go). Every version's timing passes one check,
+//     compileLimited: no two consecutive slots closer than the store's
+//     minimum (an interval, or a cron's closest slots, computed from its
+//     fields). An organization has at most its quota of schedules
+//     (organizations.max_schedules, else the store's default): a create
+//     locks the organization's row, then counts in a statement of its own,
+//     which sees every create that held the lock before.
+//   - Deletion. DeleteSchedule keeps the row (its versions name what its
+//     kept runs came from) and marks it deleted_at under the row lock, with
+//     enabled off and no next slot: a claim holding the row commits its
+//     fire first, a claim after it finds nothing due, and readSchedule — the
+//     one read every verb goes through — answers ErrNotFound. A manual run
+//     (RunScheduleNow) keeps the overlap policy: while the latest run is
+//     active and the policy is not allow, it is ErrScheduleRunInProgress.
 //
 // # Scan history
 //

@@ -49,6 +49,15 @@ var (
 	// ErrParentTokenInactive: the minting token was revoked or expired
 	// after it authenticated the request.
 	ErrParentTokenInactive = errors.New("the minting token is revoked or expired")
+	// ErrScheduleTooFrequent refuses a schedule whose slots would come
+	// closer together than the gateway's minimum (ScheduleLimits).
+	ErrScheduleTooFrequent = errors.New("schedule fires more often than the minimum interval")
+	// ErrQuotaExceeded refuses creating past an organization's quota.
+	ErrQuotaExceeded = errors.New("organization quota exceeded")
+	// ErrScheduleRunInProgress refuses a manual run of a schedule whose
+	// previous run is still active while its overlap policy forbids
+	// overlapping runs.
+	ErrScheduleRunInProgress = errors.New("the schedule's previous run is still active")
 	// ErrBatcherClosed is returned for a request submitted to a batcher
 	// after Close.
 	ErrBatcherClosed = groupcommit.ErrClosed
@@ -92,6 +101,9 @@ var sentinels = []struct {
 	{"ErrEnrollmentToken", ErrEnrollmentToken},
 	{"ErrParentTokenInactive", ErrParentTokenInactive},
 	{"ErrBatcherClosed", ErrBatcherClosed},
+	{"ErrScheduleTooFrequent", ErrScheduleTooFrequent},
+	{"ErrQuotaExceeded", ErrQuotaExceeded},
+	{"ErrScheduleRunInProgress", ErrScheduleRunInProgress},
 	{"ErrUploadTooLarge", ErrUploadTooLarge},
 	{"ErrUploadExpired", ErrUploadExpired},
 	{"ErrUploadState", ErrUploadState},

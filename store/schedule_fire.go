@@ -421,14 +421,23 @@ type RunScheduleParams struct {
 }
 
 // RunScheduleNow fires a schedule at once (a manual trigger), paused or
-// not and whatever its overlap policy; its slot is the database's now(),
-// and the schedule's own slots are unchanged. Replayed is true when the
-// idempotency key already made this run.
+// not; its slot is the database's now(), and the schedule's own slots are
+// unchanged. Replayed is true when the idempotency key already made this
+// run. While the schedule's latest run is still active and its overlap
+// policy is not allow, a new run is ErrScheduleRunInProgress: the policy
+// says runs of the schedule never overlap, whoever starts them.
 func (s *Store) RunScheduleNow(ctx context.Context, scope Scope, id uuid.UUID, p RunScheduleParams) (f ScheduleFire, replayed bool, err error) {
 	err = s.inTx(ctx, "run schedule", func(tx pgx.Tx) error {
 		sc, err := readSchedule(ctx, tx, scope, id, true)
 		if err != nil {
 			return err
+		}
+		// Read after the lock, in a statement of its own: it sees the run
+		// of a fire or manual run that held the lock before.
+		var active bool
+		if err := tx.QueryRow(ctx, `SELECT s.overlap_policy <> 'allow' AND `+runActiveSQL+` FROM schedules s WHERE s.id = $1`,
+			id).Scan(&active); err != nil {
+			return fmt.Errorf("read schedule's latest run: %w", err)
 		}
 		f = ScheduleFire{ScheduleID: id, Version: sc.Version, Trigger: TriggerManual, TokenID: p.TokenID, Outcome: FireCreated}
 		if err := tx.QueryRow(ctx, `INSERT INTO schedule_fires (schedule_id, organization_id, version, slot_at,
@@ -442,6 +451,11 @@ func (s *Store) RunScheduleNow(ctx context.Context, scope Scope, id uuid.UUID, p
 		replayed, err = createRun(ctx, tx, sc.OrganizationID, sc.Definition, tr, runKey{p.IdempotencyKey, p.RequestSHA256}, &f)
 		if err != nil {
 			return err
+		}
+		if !replayed && active {
+			// Checked after creating, so that a repeat of an earlier run's
+			// key is answered as before; returning rolls the run back.
+			return ErrScheduleRunInProgress
 		}
 		if !replayed {
 			if _, err := tx.Exec(ctx, `UPDATE schedule_fires SET task_id = $2, scan_id = $3 WHERE id = $1`,

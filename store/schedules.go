@@ -419,8 +419,11 @@ func scanSchedule(row pgx.Row) (Schedule, error) {
 	return sc, nil
 }
 
+// readSchedule reads a schedule the scope may see and that is not deleted
+// (a deleted one is ErrNotFound to every verb), locking its row if asked.
 func readSchedule(ctx context.Context, ex executor, scope Scope, id uuid.UUID, lock bool) (Schedule, error) {
-	q := `SELECT ` + scheduleColumns + ` FROM ` + scheduleFrom + ` WHERE s.id = $1 AND ` + inScope("s.organization_id", "$2")
+	q := `SELECT ` + scheduleColumns + ` FROM ` + scheduleFrom + ` WHERE s.id = $1 AND s.deleted_at IS NULL AND ` +
+		inScope("s.organization_id", "$2")
 	if lock {
 		q += ` FOR UPDATE OF s`
 	}
@@ -455,18 +458,32 @@ func (sl slotter) nextFire(after time.Time) (slot, fire *time.Time) {
 	return &s, &f
 }
 
+// compileLimited is compileSchedule with the store's minimum interval: the
+// one check of it, for a schedule's first version and every later one.
+func (s *Store) compileLimited(p ScheduleParams) (compiled, error) {
+	c, err := compileSchedule(p)
+	if err != nil {
+		return c, err
+	}
+	return c, checkMinInterval(c, s.scheduleLimits.MinInterval)
+}
+
 // CreateSchedule creates a schedule of org at version 1. Its first slot is
-// the first after now (or at start_at); nothing already past fires.
+// the first after now (or at start_at); nothing already past fires. An
+// organization that has its quota of schedules is ErrQuotaExceeded.
 func (s *Store) CreateSchedule(ctx context.Context, scope Scope, org uuid.UUID, p ScheduleParams) (Schedule, error) {
 	if !scope.Allows(org) {
 		return Schedule{}, ErrNotFound
 	}
-	c, err := compileSchedule(p)
+	c, err := s.compileLimited(p)
 	if err != nil {
 		return Schedule{}, err
 	}
 	var sc Schedule
 	err = s.inTx(ctx, "create schedule", func(tx pgx.Tx) error {
+		if err := lockScheduleQuota(ctx, tx, scope, org, s.scheduleLimits.Quota); err != nil {
+			return err
+		}
 		if err := checkSchedulePin(ctx, tx, org, c.definition); err != nil {
 			return err
 		}
@@ -555,7 +572,7 @@ func insertVersion(ctx context.Context, tx pgx.Tx, id uuid.UUID, version int, c 
 // never changed. When the timing changes, the next slot is computed afresh
 // from now; otherwise the pending slot stays.
 func (s *Store) UpdateSchedule(ctx context.Context, scope Scope, id uuid.UUID, p ScheduleParams) (Schedule, error) {
-	c, err := compileSchedule(p)
+	c, err := s.compileLimited(p)
 	if err != nil {
 		return Schedule{}, err
 	}
@@ -668,6 +685,34 @@ func (s *Store) setScheduleEnabled(ctx context.Context, scope Scope, id uuid.UUI
 	return sc, nil
 }
 
+// DeleteSchedule deletes a schedule: from its COMMIT on it never fires
+// again and every verb answers ErrNotFound for it. The row stays (its
+// versions name what its kept runs came from) but is disabled and has no
+// next slot, so no claim can take it; a claim already holding it commits
+// its fire first, since the delete waits for the row. A slot queued behind
+// a run is dropped; runs already created go on.
+func (s *Store) DeleteSchedule(ctx context.Context, scope Scope, id uuid.UUID) (Schedule, error) {
+	var sc Schedule
+	err := s.inTx(ctx, "delete schedule", func(tx pgx.Tx) error {
+		var err error
+		if sc, err = readSchedule(ctx, tx, scope, id, true); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE schedules SET deleted_at = now(), enabled = false, next_slot_at = NULL,
+			next_fire_at = NULL, queued_slot_at = NULL, updated_at = now() WHERE id = $1`, id); err != nil {
+			return fmt.Errorf("delete schedule: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM schedule_fires WHERE schedule_id = $1 AND outcome = 'queued'`, id); err != nil {
+			return fmt.Errorf("drop queued slot: %w", err)
+		}
+		return notify(ctx, tx, Wakeup{Kind: WakeSchedules, Organization: sc.OrganizationID})
+	})
+	if err != nil {
+		return Schedule{}, err
+	}
+	return sc, nil
+}
+
 // slotterColumns are what a slotter is built from (slotterFrom).
 const slotterColumns = `s.id, s.cron_expr, s.interval_seconds, s.interval_anchor, s.time_zone, s.jitter_seconds, s.start_at, s.end_at`
 
@@ -717,7 +762,7 @@ func (s *Store) GetSchedule(ctx context.Context, scope Scope, id uuid.UUID) (Sch
 func (s *Store) ListSchedules(ctx context.Context, scope Scope, org *uuid.UUID, after *Cursor, limit int) ([]Schedule, *Cursor, error) {
 	afterTime, afterID := after.position()
 	rows, err := s.pool.Query(ctx, `SELECT `+scheduleColumns+` FROM `+scheduleFrom+`
-		WHERE `+inScope("s.organization_id", "$1")+` AND ($2::uuid IS NULL OR s.organization_id = $2)
+		WHERE `+inScope("s.organization_id", "$1")+` AND s.deleted_at IS NULL AND ($2::uuid IS NULL OR s.organization_id = $2)
 			AND ($3::timestamptz IS NULL OR (s.created_at, s.id) < ($3, $4::uuid))
 		ORDER BY s.created_at DESC, s.id DESC LIMIT $5`, scope.arg(), org, afterTime, afterID, limit+1)
 	if err != nil {

@@ -19,13 +19,14 @@ import (
 
 // Store runs the gateway's domain verbs against PostgreSQL.
 type Store struct {
-	pool     *pgxpool.Pool
-	logReads logReadCounts
+	pool           *pgxpool.Pool
+	logReads       logReadCounts
+	scheduleLimits ScheduleLimits
 }
 
 // New wraps a pool. The pool's lifetime belongs to the caller.
 func New(pool *pgxpool.Pool) *Store {
-	return &Store{pool: pool}
+	return &Store{pool: pool, scheduleLimits: DefaultScheduleLimits}
 }
 
 // Pool exposes the pool for health checks and tests.

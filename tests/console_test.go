@@ -573,10 +573,19 @@ func TestConsolePages(t *testing.T) {
 	page = mustGet("/ui/schedules/"+sc.Id.String(), `id="pause-schedule"`)
 	post("/ui/schedules/"+sc.Id.String()+"/run", page, nil)
 	mustGet("/ui/schedules", "nightly")
+	// Delete: after a confirmation page, which changes nothing itself.
+	page = mustGet("/ui/schedules/"+sc.Id.String(), `id="delete-schedule"`)
+	confirm := mustGet("/ui/schedules/"+sc.Id.String()+"/delete", `id="confirm-delete-schedule"`)
+	mustGet("/ui/schedules", "nightly")
+	post("/ui/schedules/"+sc.Id.String()+"/delete", confirm, nil)
+	res, body = u.get("/ui/schedules/" + sc.Id.String())
+	requireConsoleProblem(t, res, body, http.StatusNotFound, "not-found")
+	require.NotContains(t, mustGet("/ui/schedules"), "nightly")
+	_ = page
 
 	// Redrive: the failed tasks, after a confirmation page.
 	page = mustGet("/ui/tasks?state=failed_terminal", `id="redrive-link"`)
-	confirm := mustGet("/ui/tasks/redrive?state=failed_terminal", "will be queued again", failing.String())
+	confirm = mustGet("/ui/tasks/redrive?state=failed_terminal", "will be queued again", failing.String())
 	require.Equal(t, apiclient.TaskStateFailedTerminal, g.Task(t, failing).State, "the confirmation page changed nothing")
 	form := url.Values{"task": {failing.String()}}
 	post("/ui/tasks/redrive", confirm, form)
@@ -602,7 +611,8 @@ func TestConsolePages(t *testing.T) {
 	requireConsoleProblem(t, res, body, http.StatusBadRequest, "bad-request")
 
 	// Every change is audited as the session's token.
-	audit := mustGet("/ui/audit", "console.sign_in", "worker.update", "schedule.pause", "schedule.resume", "task.retry", "task.cancel")
+	audit := mustGet("/ui/audit", "console.sign_in", "worker.update", "schedule.pause", "schedule.resume", "schedule.delete",
+		"task.retry", "task.cancel")
 	require.NotContains(t, audit, token[1])
 	mustGet("/ui/audit?action=schedule.pause", "schedule.pause")
 }

@@ -181,6 +181,8 @@ func runSchedules(ctx context.Context, s *Stack, c schedulesConfig, logf func(st
 // spread evenly over the period.
 func insertSchedules(ctx context.Context, s *Stack, org uuid.UUID, c schedulesConfig, base time.Time) error {
 	far := base.Add(24 * time.Hour)
+	// The bench's period may be shorter than a gateway allows by default.
+	s.Store.SetScheduleLimits(store.ScheduleLimits{MinInterval: c.period, Quota: store.DefaultScheduleLimits.Quota})
 	tpl, err := s.Store.CreateSchedule(ctx, store.EveryOrganization(), org, store.ScheduleParams{
 		Name: "bench template",
 		Timing: store.ScheduleTiming{IntervalSeconds: int(c.period.Seconds()), StartAt: &far,

@@ -1743,11 +1743,11 @@ type ScheduleTiming struct {
 	// CatchUp What the slots missed while no gateway ran do. `once` runs once for all of them; `skip` skips them.
 	CatchUp *ScheduleCatchUp `json:"catch_up,omitempty"`
 
-	// Cron Five fields (minute hour day month weekday) or @hourly, @daily, @weekly, @monthly, @yearly, in `time_zone`.
+	// Cron Five fields (minute hour day month weekday) or @hourly, @daily, @weekly, @monthly, @yearly, in `time_zone`. No two consecutive slots may be closer than the gateway's minimum interval (`-schedule-min-interval`, 60 s by default), else 400 `schedule-interval-too-short`.
 	Cron  *string    `json:"cron,omitempty"`
 	EndAt *time.Time `json:"end_at,omitempty"`
 
-	// IntervalSeconds A fixed period from `start_at` (or from creation), in absolute time.
+	// IntervalSeconds A fixed period from `start_at` (or from creation), in absolute time. At least the gateway's minimum interval (`-schedule-min-interval`, 60 s by default), else 400 `schedule-interval-too-short`.
 	IntervalSeconds *int `json:"interval_seconds,omitempty"`
 
 	// JitterSeconds Each fire is delayed by a fixed pseudo-random part of this, per slot.
@@ -2834,6 +2834,9 @@ type ServerInterface interface {
 	// CreateSchedule Create a schedule
 	// (POST /v1/schedules)
 	CreateSchedule(w http.ResponseWriter, r *http.Request)
+	// DeleteSchedule Delete a schedule
+	// (DELETE /v1/schedules/{schedule_id})
+	DeleteSchedule(w http.ResponseWriter, r *http.Request, scheduleId ScheduleID)
 	// GetSchedule Get a schedule
 	// (GET /v1/schedules/{schedule_id})
 	GetSchedule(w http.ResponseWriter, r *http.Request, scheduleId ScheduleID)
@@ -4714,6 +4717,32 @@ func (siw *ServerInterfaceWrapper) CreateSchedule(w http.ResponseWriter, r *http
 	handler.ServeHTTP(w, r)
 }
 
+// DeleteSchedule operation middleware
+func (siw *ServerInterfaceWrapper) DeleteSchedule(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "schedule_id" -------------
+	var scheduleId ScheduleID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "schedule_id", r.PathValue("schedule_id"), &scheduleId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "schedule_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.DeleteSchedule(w, r, scheduleId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // GetSchedule operation middleware
 func (siw *ServerInterfaceWrapper) GetSchedule(w http.ResponseWriter, r *http.Request) {
 
@@ -6331,6 +6360,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/scans/{scan_id}/cancel", wrapper.CancelScan)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/schedules", wrapper.ListSchedules)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/schedules", wrapper.CreateSchedule)
+	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/schedules/{schedule_id}", wrapper.DeleteSchedule)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/schedules/{schedule_id}", wrapper.GetSchedule)
 	m.HandleFunc(http.MethodPut+" "+options.BaseURL+"/v1/schedules/{schedule_id}", wrapper.UpdateSchedule)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/schedules/{schedule_id}/pause", wrapper.PauseSchedule)
@@ -9909,6 +9939,83 @@ func (response CreateScheduledefaultApplicationProblemPlusJSONResponse) VisitCre
 	return err
 }
 
+type DeleteScheduleRequestObject struct {
+	ScheduleId ScheduleID `json:"schedule_id"`
+}
+
+type DeleteScheduleResponseObject interface {
+	VisitDeleteScheduleResponse(w http.ResponseWriter) error
+}
+
+type DeleteSchedule204Response struct {
+}
+
+func (response DeleteSchedule204Response) VisitDeleteScheduleResponse(w http.ResponseWriter) error {
+	w.WriteHeader(204)
+	return nil
+}
+
+type DeleteSchedule401ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteSchedule401ApplicationProblemPlusJSONResponse) VisitDeleteScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteSchedule403ApplicationProblemPlusJSONResponse Problem
+
+func (response DeleteSchedule403ApplicationProblemPlusJSONResponse) VisitDeleteScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteSchedule404ApplicationProblemPlusJSONResponse Problem
+
+func (response DeleteSchedule404ApplicationProblemPlusJSONResponse) VisitDeleteScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteScheduledefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response DeleteScheduledefaultApplicationProblemPlusJSONResponse) VisitDeleteScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetScheduleRequestObject struct {
 	ScheduleId ScheduleID `json:"schedule_id"`
 }
@@ -10497,6 +10604,20 @@ func (response RunSchedule404ApplicationProblemPlusJSONResponse) VisitRunSchedul
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RunSchedule409ApplicationProblemPlusJSONResponse Problem
+
+func (response RunSchedule409ApplicationProblemPlusJSONResponse) VisitRunScheduleResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -13544,6 +13665,9 @@ type StrictServerInterface interface {
 	// CreateSchedule Create a schedule
 	// (POST /v1/schedules)
 	CreateSchedule(ctx context.Context, request CreateScheduleRequestObject) (CreateScheduleResponseObject, error)
+	// DeleteSchedule Delete a schedule
+	// (DELETE /v1/schedules/{schedule_id})
+	DeleteSchedule(ctx context.Context, request DeleteScheduleRequestObject) (DeleteScheduleResponseObject, error)
 	// GetSchedule Get a schedule
 	// (GET /v1/schedules/{schedule_id})
 	GetSchedule(ctx context.Context, request GetScheduleRequestObject) (GetScheduleResponseObject, error)
@@ -14900,6 +15024,32 @@ func (sh *strictHandler) CreateSchedule(w http.ResponseWriter, r *http.Request) 
 	}
 }
 
+// DeleteSchedule operation middleware
+func (sh *strictHandler) DeleteSchedule(w http.ResponseWriter, r *http.Request, scheduleId ScheduleID) {
+	var request DeleteScheduleRequestObject
+
+	request.ScheduleId = scheduleId
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.DeleteSchedule(ctx, request.(DeleteScheduleRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "DeleteSchedule")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(DeleteScheduleResponseObject); ok {
+		if err := validResponse.VisitDeleteScheduleResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // GetSchedule operation middleware
 func (sh *strictHandler) GetSchedule(w http.ResponseWriter, r *http.Request, scheduleId ScheduleID) {
 	var request GetScheduleRequestObject
@@ -16166,365 +16316,376 @@ var swaggerSpec = []string{
 	"1ciIbL/W0Z2YdzMBQ0diOKIx1lsGesp1wVdYnIww/sO4UUGr1qyHW9G/YFwy9xUBL13a6ecajxtGidCh",
 	"cGZauoK8A7HujQkNqHGXrEXdQrLwW1Jja/2OlSACdBZw2DAqF11Ym6bCTFSMXIgDoVsiPPWJsGiH2CCN",
 	"kF5EYch0RyqX9OIJypo6jyb2ZZUB11J5BpH2KiNU2sXDoYXYL8PHukYpG9N60Tk5PK4SzVDFc2iXy/I2",
-	"IUankQ7BXEOoe1QcAB20XbB5ZTwy3ftEFaWTT0v+TY9ZMHoYkpN5wVivohxpYg/3Es9G8QbSEMmigCLC",
-	"STEQ2uh9W7q7O8z1vDjf9q76uxoWkUoAuksKBdEClBLCL7NcalwyeBrubcc+sdmmWxJfc4RaPFBEWK3F",
-	"R+yzeANWrmeHBN8lI2Y312Xnbl50OdmZ+VZi7KmGJQ9tTnIDPK8bE+8uR5UJtEUitduHGDzURu0E4ttV",
-	"uemqEXl43RWNq0K/a5YmAiQFnVjprB0CeQ+TCbFKE+A8qtEtfu/QlvdtAFPjRsAPTRuBLwDReLX56C08",
-	"W5RdfmtENk2AoRASoKvwCi9jxVevgEjHop7Yy153ZzzDbA7ixByyX0DksAydDrjKTQpJNAqFpozLOxo0",
-	"PjJNJC42EhCQIsgF3UxEKou1o8iaNEJCBNr/7YMgoEjmuEqlIaRj7YQSnaoH3NiFHc0lxDsLyCHgppQP",
-	"pMIIfqmI9oJydrVUy+I0CebSROlCKx5pO0u51PlspjIj4u5UxAl32VYnh6cXPidy4IwoYi/moOdope/G",
-	"SSZKCYC+dKlBv739Cf/VNtMBU50CZEGmkj5YNueLX/a42TZdI0Bw5fVsX6tcF31YwuJ1sqjY686GdeKy",
-	"iSjlIE0gU1UZu/7xqkvZw2WjGmGiaSwuCAQvUnzCiiKW/HF45dvOS902DytCokzqWinsoz4zK6QOF12v",
-	"C0NA+XxhQWx63P546VQwKbDKHfxE8mCRtyisqId2Kqf4NviyElTjopb89AaG0mDAwtibBs4Wluz+mS5Y",
-	"m2Nr+EglyagtdbkwjK+oLlgmNm9SjaXQ2D+0g+vUcyp+e/u6DNUFaoDjBHN1pgszp7mtVXic+g/KGq+t",
-	"ZU3/Ty5y8Z2YUa55S8jpDv2R2+ATPK6gU71LLxIF59e0KlWAkIWFeWLH9OGXU7d52/164hLJj0ddXazs",
-	"1QItUXbVXkO5+QiRuu3BFmwDStUGptg5H704i/svDl+8OImex2en5/xoJDjvR6enPO4fnvLj4ehkdDg8",
-	"GvaHL46OovjwND6LDk+H/VG/z/svGkyBnw+48WPjAkrx8AXheO0QqqteyXIJqNZbgZkWm1UjWAxcIeh1",
-	"kImR+V2SpqhZKkaUp8FRhIUs9HgRxfdbrTTQjk5HIYZX0d2igxsllsNgq7Aq1Bo2qqdtgbNXFcQG3ePW",
-	"3tdHpcrqx285ttzxbaabV/FD3GlYgY+NWM9tVZUK/QgYC6qXe3AaVcY0Vr8DT97+ljXUNryOy01Y42ER",
-	"j5sS4gG9cGFK29dULWTiptw86oQPgUy1mgpSNdbS5SH0fWYCNkr5eOz0q0cOt3Ii1y8i6p/QrSLzGkr5",
-	"bdPKAlRRSQ7vHlt+1NHGYugg/LCb81JjYcVhDtpEmvq6eVpBZVeqO9vOFKnA4mahd4UV5cO6AH3QEx39",
-	"xUJXDTD8uzgctZVdXDc3ixVrs4twkWujMhHXKlo+UVRXZbE3Ey0AF4RWpWdrsoXoGcA/GRrI2Z79IWBq",
-	"Rs2y0PrhQzD55lkKARJ0KBE2ZCBDT4gMUTaBNUKTzFCYB7gxgMlpCPsgqoN+weAYI2+U5SCK7gcyRLUY",
-	"qq858P3KoLxKACEYoWIR52TaAk9xUI7ajvE+T6XIbAAEeJ9DuCxCMhKSsZ1MSnYE0Kar+8b2QvdMeMEm",
-	"ShvJp+Du9uBvQ5bMApbMWOhQcEMG/w1gyVhY4OG6b31/X0gIueFAurZhfDE3HDdoTneISLEIB34NkAx4",
-	"6NDi5FCsdY/RUWSZfw8N5IYXEeYkzVno33Xgls9FyPYsfATi/1ir3yVLxhL7TaQzPGqb/tsgdaxUNuEh",
-	"SOT0grDXL3xj932zl1bUlVi4PFzxtCJdTNvUBzzeHZJEFoP/m01rbcF8JdzysolUoJm3LVWB53yTfSls",
-	"ZgtFLRaBqH3KW9XHv1cebqwG18wVy1I4mzHFV+9pCAlPmQ1bIucZhDixvyfGiKxgYy7EdVHpGmKaS0OK",
-	"6OHSglgIibwiwxqiWZtrWPUf2XazIg8m5u1i9hvrq5zusNLJW2XKSiePqfkH/Dbls8Z1tevWltcLjDON",
-	"XfmjOyFmuojVscUW26vQrZm3C/VdHx2dv1xV/bsaEpDTJhqxw0v5WAYeUkR1LHXXXoZAGkrb8qFe8qeN",
-	"g+gAANT2iMS1xrxCtH90UhXxdKIsOtqKWsLrF/ytC3JFNfyNdKonTHigrdygdPC/qWHTxJ7M3A99FvmV",
-	"TXuwcs1NlozHqwPNb+xjawIRO9dCWVrX2yW7ru9ayBPWsEqhm1DfYwipOH9N8aHbHM2i2P+2B9DNZgOB",
-	"S+Vms3cWlZmIpFgIO7HZfaEVe0O2h1oywimAzECFoSvybLhP37nwHMj0CHud+oY0LEq5KdvaNLJNd2gb",
-	"KlsPVKeZVIopVlejpBja8Tba2IlOHfGnTI7yKqhvWqR547PuTpLvl+Hdf76z4Ha33Xcf+sHZUbODZifl",
-	"JFdWgb0hQnpWhvXZV3rLJMrD9bIT29a/QAIpjXtoEegE3v1ecrugQ4FHBSpB2mIFdOW+t5CgqqXPScvD",
-	"QDYbz4bb6Ir1//Gh08C1P74rL5SaUPJxRYZbJE5Pu89HZ/3ui8PnR93yxuBHZT6lhOi7dM7sqJAeRkkm",
-	"qvM67t/0Dy/6/Yt+/z/cUzpVZulTW4tlZRn2CC2c+Qw2W0aUXIknrM+O2F/gf53ASd+wtHfJjN4XtxZY",
-	"8VUO9HbwV5GlCXKAfBav3LcCzedwJ5mmj62AXymP6NPZ98BSbKnbGc91M7rC2hdvyrW3revOrvVmq56l",
-	"xUQ1QdlklkwhKA5ruQBYHf49S3NtVeYaKPrS4VTOZhNn8jss4O+UEwBcElKZ579+39uIvJSq1z7iK1oY",
-	"QH+CQbvEsFkm7hOVa6qvrGCkbM9SAqX/3SopNli3kujWOaA39HSNntY9Mh5a1uL22DxbZh+6tKlF1A8k",
-	"9WB88Gr/yerrZHlBETfIkv6KRaqQdE3M99aj+aaiBXwJnO23WRNdcEJ1gW3XWBBZxJbGpSqRE7lkseqx",
-	"EA5u6MKmI4qoh3zJEtsZuGLI4L+I4Tj1swAtV4Ufl15+31VY2EYA2twwwaMJkjbVfQdAohAunBBHC/ci",
-	"3j8BmMj1nfctfFy0jtXNpfbuqiErlpNwV+06BzsuJMU1RN7ipUbZt9W86F77PsnqUgUsUrz0Vq1epPHo",
-	"7Kz7vP/8sHt+9OK4W97ww2MgEDw8yFsoj96li124M0vC0e2iIQTWbKNgBcc3bzcRQlbKEIWmXrS//Hou",
-	"12/HVpHqUi7kTCKtYsCvkBBdjfjVGg/yUOgkFroowbqHQk3XFkHZLmaANrGkgHI3gZJn+BddLI0E4W15",
-	"Iwem1srkYxd0i+9A/nGv00Jmaxt6/NOyzvN3yex2EZCAdsWTAe20XUYx2SIaecIyCYEkA8JanHIJGatZ",
-	"LgOHkYuh3lzfkb9sgyt2k3gCrPfZVjy4TG6gzHk3lsp4eysr+TbWky1tYyV/LUiPWm9c0SoE5uMvZv+I",
-	"+Lex27lyqCVJ1Og0KPnBKj68GyND2d6TGhuom10O+RMM91enpjVKPJzEXMy8I2FnQcqFLEHEhuk5maYI",
-	"qkFMcMv6AhZiCo4VihITsLAQiEPrYlFSVOXqEjkRuhLAvMGgR1LTVGXCl5qsnondFCxHSbFUhII7ouG2",
-	"X3r9rbgfG6+/zUyBm2l7tU0vSdF1vOwAwALs8szigm4PpFJTZTb18/IIzCau8gqYJWzZmzo+aLgowJZm",
-	"jfVm6pSFj87+sWAIgMy2USIgI21vmsjcCDZRecZiPmdTJc2EPQhxF/P5Plzn/xt+S+cB+98xT/Bf+BX/",
-	"wIfxr7ng+EwiWVhYVMJeDRet0Ucv5IYy2MoqBVdslLwXMZuJLFGxDa1B2/cth4galdF3KLokSu7juPlQ",
-	"qxTWAjquAiAfngIG8kpQaDI/tI/rVaHZQPqVSPmcsHe5G68Weay6GZexmrIZz2wt20QHMBfkQb313Oy+",
-	"BFiy0nWOj+O8zl2w0d54xjQfNu+3m5cLTpQryV5f/XKFq83glYCJ3rjHKja42gE6O1no8+MSYo2dL3sD",
-	"G3thYd3AV2CN+ZXww9OG2MNZligXHtOGNt6tRLJUKqEu+i5r2QQrsQSr0ZErmGHpmXRrsowxkla7Hfx9",
-	"g4ugPYyhkfLEexHl0OvSthrouHGpq+BNa5V5KiqGFSi+cZ6RmahxJGerR1GtOlM9Mave9erMrO8rqiNP",
-	"LTKwNxztS0ZZMxsmcVfsoNZkg3n+C7WaEr1ay3gsmezEZ+WQpKpxVY+MpaJGaxFVj2zTK9OyuFu/IG6Y",
-	"hRqoB1wuVn/BkG5EWUhckfeiEIyGqNUr+xazOc0gHEC42kSkiF9DryA/HyF4lg9x8IAALqBhE6KSbbgC",
-	"hLZ2WXYKv4L5rWC6jTrrblICsYVmjqhm4qaIanzCOKpERmkei1udD2M15XhtWUZr3YdREmePca7ZlKzO",
-	"4dHzXh/+d/Dik+KpNs2wKWDVGXmX39TFvvwNHv+I4Cy7q45epK81wZ1LJaEeKphdpr1ti5fjLF1HjYuz",
-	"Ek+2vgie4YbagHZnncCdnDxLb2eZGCXvW9TVorlmZU3IkcqiJnfk7xNBWIPN0eAag/mRtVgwyCJpf3H7",
-	"N1UJSwLdjSUjKOfZuOiWAzV46/CXZ4gXxGNuOMEr4A4juAPVy0I4BVsk5DHsJD4UR93no+N+9wU/Oeye",
-	"Ds+i5/ELcT7iHmjy21c/vL6+eft/b29+/durXx7lmveyQf+o161791m864/Dcd6OMVSTYtc6ouXVs3g+",
-	"d+pDfYVyXCZslbbH+Esbsm7XLla3WJ10G9frRq5VpLydWJiwpcfYlkpppoFFpALTAFTGchmLTEcqEwFw",
-	"CWl/0oDpOia4XO8ZKLAPtsn7JFOIb8zueZaAnAUcdsItwqsfGEblSW/flXVKbyE87PDoeXN8WD2Hu6Ea",
-	"dDq3oEwkhoJ8CI86cdOrRFgEV0wFcH+rYMxrOC3rEo2v6S6SUEPG93pVb5stWA2TdljFVHzd1XinC9vO",
-	"7U7M/4UY/URkYt0VsRWUOwulX0/7jUerTMhx93wiRwpx8sAaPRVxkk87QWeSjCdIQlS4vfm2NzZp1bdK",
-	"E/SJDwNzSAmi8OcfbUVFxOEyV3QdB+W4imriYgo7C2gmHdJn4GpncUJAdXR7dmq4Jm33zaPSAzBrvogU",
-	"bEiZj/vLHNzLqry+Wyx3eN7vO2uDv/zn/Wr5xcPe6eK7Z30XTYSb5HbuaAf5ES6S8mNQtHuyw7QLXAmi",
-	"rsYCACclvqudkIXYPw46Rhmedi5OFkHw/WO8jMdYpJ/rfDrl2bxTWf+VdZ7e2gBpu+51bvmbdCfU8kyo",
-	"lO0tG/mYCJVjxpNMu+LsFkwvEwVKx9o800N1ahA1vHVejbH/0q16/eaj6ZatFWsWlMveeC8upDY/Sbmi",
-	"J4XaoFBdl0lqWdHFyVGhs9JvcKgXoTi+iDpHG4FgPALyYfuc/0+Q4u+BJ6yATHCTWQ2S4AzmDSfass1+",
-	"0CmMY0vP2uaa4HLsljYLNhRUfJJi6AsFz+0lUkTxNBUVKO3E/Xa778fFi2npRbuOVtpKly2lly2CmS0W",
-	"gfjJ+QwFvWEej4V5JJrNMpfHBq1VTtraqYW1Go2bvfzJshlL/1AseIzH6AmsBo/1G3FtbtsT4sqf28H9",
-	"1nA9rX8iWh1Q6zexjblkO99VjV8sf7daFqfF9fUV+Kk2C6Lk8vbvavhUYJpbOVY2z67dxv7VZE4qB7ss",
-	"O7fY4vJYtm1dULsFavRTY7CtpLqZFQtW8rsCYZen6a8jFDhXp14GLVCl64th9lZbafgqGl6cwDs7hV2Y",
-	"4ey0niowEU+65DM9UaYd53Wr22Xh5URuWP93J4L+I+/Ihtc3nse64fVf0cX0lCz68Z7sNVhhyfcWQG0r",
-	"+9BKNO2ZtlRlrppyS9m1lQ/4iJ+LS5EUEIxbJOYWFQEaDZfF/Gt5QBW5nyfN7xKsUgO6p8dO8iz1vOWu",
-	"1Jbzmh9evDg5OT7orFmJMhaGsNUJPrSCD9Uxqe76VX20SEddqsy2YfTA9ha5wqhcmo9d5bHrcjhUlagc",
-	"aufjoxG5tsun3QKTy9+ChfQdwCoDfA5S5+hREbNkWz1OvEe3QIOP/EraIHaGzyDkP5YowAyhov5GWXXF",
-	"hQS4Jv/FZDn5eRad5kWT67KbGlDZtlrSVlAv2wCLtULr7xAVrMU1WWCyOXh9N67K0VoZrUG855XbqC3C",
-	"ib445lEYdIqaUC+vWjjD2mZOfLhwZH7YjcnAvTOcr5VVZR+3XGANWpolmdAbSlifjf5KtXp3pLlkx9Yj",
-	"MjuoTaloJ8pGtcmn1Duwp92N+SmHCtRwHamqnMXjaWLBOBEolDYuFs2ZljelOaAh78sRGSePl801xchU",
-	"V+iFCkABhKiZiKRIRrVmhvb08DWMDy5qcON0VPf8Y5IeH5t91Zpf7k+uKULNDh6CRlJlgkrSKER18OKR",
-	"wFadA84I9esqSXALWaFBh8+aJe7f0ObhEgu2A1l8LIqKCwCrx36sSLDYDhejCbioGT6iaQNpuSww5bar",
-	"5W36GhC0y+vE32Ph+43i3ezoX8GriyE8L3Dd7YfDhRDvXCb/yIX92RaAAIVs4wSZ2j6QUudPp5z5ko1A",
-	"G/J2+7B0XdcrZoFehZcTLsdkIgYdPVLS4qTcIoNcMFivzK/Zihw+Nq4RGBOubZ2zqjzry0Tt8iw945uW",
-	"zmEkE7xTcGovlTRCmu6NPSb1snMfXV3PzkXnzW83RbW1jWIA8IC1afr3hwfUpD5Yq7kF+Xc78XBxaday",
-	"unlLt3bAZg2hllpgRmEN77J8Pq1CwITNgOWajZN7IXudhrPhNqWUHWB3mm4Ib7/WuH8tL2hHM0CeUSf+",
-	"ootiYIHlCG69KlJ84/o3cYl/ryufG/CH6B6Ejipb9QI4X/77qy5UXXr34eSj+yNoDt2sZAI24Mzea32L",
-	"YaQrkpQOV2UoYUv3hUN0ZSxl9LB8ir+7KR4GZ1tNraidtyKVcvN2sRBmwx16uHYlK3sN1vV8JTXa1u/F",
-	"bRmn1l/XmOgTamcBBbByW1NqU6/BpLoJTs/WtoF18gGqfBdWS/fsWmHpf1cMdDFbIMmiPDG3aibkLQI4",
-	"NCkZSSqwmmbApIIU7YTCkBXzAksTVCc2gXpr3sFFgL4Ei9hmCaXhcZapB1tvkwaPQ9PMYn7ZqYJ2M8mE",
-	"hhKzW1ogt7OrVmTGzyMj1onwCU0gDl3k1iYuVq/o6k5+l8NbuIHGJTXZNPwLwgWqQblro0oo9zXPVVNu",
-	"4za5IY3X45omGLoQ/cm3CcwtRLCZu9sege8sXTZHz2ksbNbIG2uAKZa+W586PPqPYj7rIqmdVFagc9HM",
-	"UTdDZsPIH+d9WzZUfDDlWK//Fijq5NB+SdHpNnAIb14XFVcsQifoPND6boDK1hYKt61fdjtO5G/jum+V",
-	"29pk3bUr0U1iRuKerSfMp4Ip6bJTsvl6xl7vPGzO4zbBY/UPyboLsU7YmX+mttrXxUPoNXN+fr7qfTRR",
-	"VmfXdHVb3zJtFryzsEfrYZ1X2ybqvSh33Zah9w1cpVfbJyh6rlGH8Wlt5fY2cePiAFcOWKXhMpDJi0Na",
-	"YS2v8dhdWJ5rTT6hCXqBfjxlsoUR49d+dAGalBe+KLJ6bAKWGo0wraT4whVPr16TPaluRZqME4j7KiKX",
-	"nTW0h0hYDoWx6ZTYCe1wF55+9aEoe5nyvF5QWjm4+iR1S/L0w0SL6BZzYjCSmmtxduLQLn78+epl9/rH",
-	"q6PTM8iz67HrCaBpKhmJ3lJBqskUYH9rDl8jc19dEqknJR1SUpIf51lCudcKb5ho1rX19TsBajpdKO0u",
-	"sLLMWj7fZTjvPDo+7j6PT0SXj0773TI55kW/49sYLSK6yLsPQpuShQshl3bebG88KbLLbdhNV+Rd9CPb",
-	"5Cwaak3AxMVZS3d8F3Qc/TnLiY3lrUb5N8gr9a1acIHgA0X5rUvwcPjj7CIuQYweD5ExW/wDQzIciGsV",
-	"3mBbHe0RccJ+pe1leksBs06L90wX+NpeC8y2sIH6214vfOmzOidC25VLf6lKukmM/3pWeL1INeuOdKXV",
-	"fv1z0w5lYElvIb5JCIkW3ESiYUGABJyZoeCGOew93RxStEi/Cxnh3hPaO2qI16lt4JhRbM/uFRUitrS9",
-	"D8Q3kEuoTwtRpT0qBLl9wS31ADGCDfaCRZXBf4hiQtRDZY5FPjfWzUy5gdHY3zSVCdL2moK0eTWQ8C6O",
-	"AH80iuWyMl9N01vDdqGMilTqe6AXHoJFJjfJ7ZJwj4LNNteNxB83OupajcwDz8TSsVWY+TrJqO3Rrta7",
-	"6rfoWylKMa6RBmt8uOAHBTkFCzdKA1msFsKrGbWL8earbi3MN9aEn2MhuIvtSKQ5O/EvofN+//nh+fnR",
-	"6cnzk/75+eE6V5EbVwMd4EK4c/2M6Xw6FTFrWs7dDquNob1yrCSXdnfd4Jhel9ftbpQ2B30x+bs2tl32",
-	"WqOD4qjSWLwNXTy97afzh4zLelz0GL57KoQFLztrPXl2Qdjzh/fhCcu0bJJHVtub8tUme6s3gRUbsxON",
-	"sWzuEfA21MqPjq7WjYzwHWDtqhPmC7/zYBj+2A4XAF+/xXhOOBBn5y/i+OT5mTjkJ6P4bDgUL0aHzw9H",
-	"h+fDs7NT/qJ/LM5EPDwU0dlJHL94cRafHPKjs2h0fhod8XNSDeswztvL7yXGxFr7RmATYrTgtWyqh99w",
-	"/a5w0tZ23g5ura3XMyW1WDyX20zwmgBXVh3MlcPbHaU8pWmllGoWc1jaklcIIDSHqFsIOZvSzIaCZyK7",
-	"ys2kMeGgjGveCx/G5va///O/wv0i8hIjO0JXVwhjO9lQKaNNxmddfC9kturU1ZvXPWvsQtWfOi45IJg2",
-	"Sm75881P1w0DoiySNKkroQSsdP3jVRdsPJ5WCZpEJsaJNiIr6lxQFySVJ3ogPaWix15ORHSHaRTWwmuz",
-	"2Un3QGHcelwnXMZ6wu8Eyd12HtPc5DyF4X/8iJiVI9WgWtMIfrArR6eSQfrnMBU2btUolompMoL9bmUA",
-	"9saV10cNAA4oNyrTLNeCyuBHSppMpaBPSEHbQ+tcbqTuufYYz81ESGOXEB5uXl49kHs0LXhgf6vVRs/1",
-	"HCtXd2cqTQcyfPPr9Q2D6CiafhiwTEjx4FYDB1QIYDRlgsQpq58P5EASaN00NxyrMdjNBZUIhjMSMgJr",
-	"vYc+G6A6GCLb6GKYcgj6lkuuIb8EdDeQXLJckoUjpnEhsE5kz8gQ44pZzA0HiyNLZOkXgmYEIq3hOXvI",
-	"EiM0BicbnoqBxC8yNhYwlpP+eUgTBuNeKqYWFhe77KZKm9CbawWbHjqFwSOYDIvU1C0djIRK998L5jKL",
-	"2V74l6K6wH7AhiLiuYbh2DOBcbySRamK7jR7ECxWePDtyboowZ3d5G3LdjPAc0RonaEfamen9b8g5C5k",
-	"e2+/f8nOT06f79NQOSwKnPwQpu1Plc44DFwifrHBInwZYg4rLKgjhYgxQCJ83y1/CS9YOMuHaRKFbE8q",
-	"4Fgx1dbfDwYypNmGbI97xq2Fc78feMzLskHUuMt+//s///9Q7Bd8guFA7vFUK1KzhnMWuiB3W90B+WNo",
-	"qXA/8H+nF+0T+4H7C/ofyHCcqiFPu/Z9APKrtIVrqHJTtTngQBGnGYs7sCnP7kQ8kKEzb18wk+UiRFuL",
-	"izxAgi3XiiVa52SCMRNhzQzO82VPHOW7gCWGAu2VRKxSNG3Q/fCSRxPRfekOkFRdbVSG2wyyVhIJKwUk",
-	"2O0oERnw+hm+dtTzwEi97+A2s7BbGGFRME4kU1fusMpAMeqC/Xhz8wYT/EpmRAOd3vx03fOyF2tM+urN",
-	"ax+BtNPvHdI41ExIPks6F51j/AphFCd4ux5MBE/N5J/w97gR9BUXUbOjfr9Su0ZFQsMiZvdC44h77Dsl",
-	"NJKiUXk0qTAeGHVBKa/jzkXnB2F+xK7RiEGCFo7oqN+3UWRGkMK2EBF78YFuab5KzrE94D3XUCvTTgLO",
-	"F7j6eraeKVWBaG65GOrBG2IYFbGlc/HHO3/b39geoHUptEb/3Rg1ATVDyclnCZ2LDnEEbPMAiHa+7sYI",
-	"WVlvuud4NIFTF1g8YlgTnCxJB/agUGW3YSJ5Nh/AVSIie5fBQz+9vr559QuzDh54HE7tA78T3XyGS5fP",
-	"Ltlp/5gpMxHZQ6KtsLGw228FjxO7CJ9hw6H7Oe7waf/4E/T3C4psPJ5fshBvYx0yzedYACqasFjMhIyF",
-	"jErn/K4PX7HgFOec3QtmMj4aJdFGx/D+8IDPEpKVdetp/NkCQqP8eWmvELxlCROaLMV8zKlISvV0gEpz",
-	"NUtuqIsnPB6uE+iwjStYGXT77Sg2AHrxxFpv1e0XiwuPt6atnG+acrnVTOjy8i0v6KC45C+ZmpGVIp2z",
-	"NJkmhu5HrObk3797xlb80wIEaKD4iBIxrEUffQJVqHPY4v0eK9YJL9LCV20RHxXIohwu7QnXk95AXjW7",
-	"IEkdm/K5VdfcqQEO0+SLxGH1BvIGg2UeyhEMVS7jUtql77FNuGYh8xyam/FMSLN/UaKzazbNtWFDwfhU",
-	"yTFpKPTYM8AjxvEl01maCM3cUuMkaa33yQuSGOdjZFKxlBsSOmwFaGwOxbDEDGQiJyJLjPZ+e6bp9Tmx",
-	"8XAxMB9FILhYMRmBOuX6zskQnPocSNsM8v4R4rah2HDSP2YhLkpXvI+EiHWXeg6bWPVL3AtHKRY/SGjz",
-	"VxXP1yBEzw5mZaIoYV4yJS08hiC5L999DNak3+rYnGnuY9UuYVOqakzkcGdMhAYRFyu0jI8EHnW4w1Ki",
-	"5yOTOen323psYDDw/PFGzz+SidFsXZ6ksWdiXUa2cIEcfHDFPz8Se0tFUwjbaxdjDMoPxiYbbw21olqK",
-	"NsCN2ECRbgtaOliwknuRzhcvm7doR/HO94xnfCoMphT98aGT4AXIUTC1J9gNuVM/Zv65XWU3f/cJ7rW2",
-	"s+h8NTiRZwsH8ORTHiha/8ceKGtfOXCBbzCa5jvzlYzdSbH4I/Zl5MlYvZuwSOyNY8sCEfXa2qvWmkXX",
-	"Kth4eDqQGeK6MsRaxbbgIW6lcmxXSddq4CwvKotFRnz8Aov8mZzYO4aB3dy8sdadgSzsNHaKqDILaRhP",
-	"Ffor8zRmE34v2BjynEmTpTGFbO+o38dqiKG1a4Q99qsUA2nn/sxeETwlSkLg8dFIRKQaoCyve+xl0TXI",
-	"cllyb0mRYwmGJOLMqDHWRRlIkPXAZGSAGCWKGybjUnNSG/bGmcpnMJlpYvYvaYGoXqlb+ZGQEeQTsCvD",
-	"pkobdtrvsxm0DXr9JfRpr3Sn66P4wUeC7WFz3kolmiWxmM6UgTu/8Z6jh8VV6fje+qYrO/5iXDp+PXSd",
-	"R3Dti5gcPWtec3Z9fuZyvtFNuzu2Vh0CddLE4n6Vwhl7ZmRitLvRRHZbXrqHT3pJnxxu9vzpJxECSsXy",
-	"Q8Xr8ce7jxVN83syek+5nBeWb8cDgEw9/k7NNPB3+8MCg/9Q0tLHAw6WTx4Z3c7uvxNRyjOh0eRsH2d7",
-	"cJEHzB5KLNNhk3yZTv5J7N16C/YrbHyiHjCyidJrWWIuWEjptaBx5VlqLac2xzZ0KcU99ruzcNulZ+EI",
-	"LABGZXxMNrTf3v40kImtrF8mxwEnDN/8Ro4Hl5b9ocjv/Rgyz9UR0BVBi7d/aW8BfRwOZGLIcDrLhI1T",
-	"g0ZRVXLm0hS9pow0PzBR5NPS90J6+wSzvmjUA1kaXjUqgZKVPpKGoR4Qtw977Be0RXM0hNEN28SSf50J",
-	"eWX3jDLvF8WzpuNbPuJQPl9/h6HZKx5GB4sVnN49iv3jky54d+HpQpDMxExlpme/1BN+dHrWueicj16c",
-	"xf0Xhy9enETP47PTc340Epz3o9NTHvcPT/nxcHQyOhweDfvDF0dHUXx4Gp9Fh6fD/qjf5/0X0FbyT3E7",
-	"nBsBnvOj45O12TysOa31Z1KnqhALLQKspT9NT23Jwk82fP78SVn407Jk2NYKC6yu4M448pry90JpzbCQ",
-	"SYCRkgk0ZHv0G2Z39RA2EwttkiRbwGuiHyu6k+ohFfGYMlftj1Qfu8deF7LfRU1spJQ4K9YrWiM7MDB4",
-	"DSRP0WzLBJqUrGrAMmHyzIbHqiwZgwpgb4lLxlmcjDBN3xRNJ5qd9M8HMrStd12xlLDHQtQgbklY1yEC",
-	"QCWiskrPNEu5NoyesUqG570lmRhsWdDTTGSadBtR1G6PBNvjmiUj0hqMYuFB0SNOq1ikaN79m5gPZDjI",
-	"+/3jqNxf/Cwu6Ota8Qj6LdxnQzFSmahssZCxXkPm/jq4e5Fr6Ko5YVp9N5eFg6UTdMqSTp6rxFrhHAQs",
-	"Pur4aSmd0+HvbCyYf2ahfJlAflM5yHjaKdzgyxS+n/hm+CKF9ZLv7ewuKEJh2i+Dn9W95XMoBJamb6Mg",
-	"7pvN0rws8vzMlXV2ERyBFUpnwBk9fjOQtqaIi4awbxcY38xhfPfYa2vOB9tLBqKp86OGGMTC9ohre3Et",
-	"+6V7lYaTkJ1fyTEIyCKNm1hdEUX4eXjdExF/JZKxme7dxiK9Mz4yIqOwKZ72/qTmXVPzW1hZVLRx3XdG",
-	"y6kaL1Gyr2YzuOJZCEbkECyCoHqwUI1GWpjQpbV6sowCsx6DazARoG3m8o7tkSyG7wRWqkEHIyquUSRm",
-	"hBYdCRCxxnxmARstNInFs040H2dCaCtxAR2Pu9Rod5poxJ8OB7KIOKMIB2gYn3FClbWT9thPakyO64jP",
-	"wEs5E5mbyEXJeSIYDRhUTZZLIiUKYMLUMOcDhYDAPMO60TAx+CnOFDa7F9o3RWzjnBqtlLTSMKavQ1ii",
-	"0nEdZK4gcmsMvIJp4Wp3Lvpryzk/qfFLOCefWsD5SY1p1alwWyufU+Mal8Mjj29+kQrq0zIiWjK4x7ms",
-	"Ev7OeJLVXtrZ0htSg7AmtFWZ1IjZEnfoKveVlEUnxQWzEerFO3tca2FsdIRBRGK9j9whkWOBGpeZZCof",
-	"Tyx+r+Qmz3gKWfw6ID9K0Ri8ZjnDCMImZ0WwtFFsRmZBamsv/OEVWdUw0vrgg63NWqwBMouBDGsqXEi+",
-	"f6KUHnu7qPneiXkZfIvfDFU8Z3twEHiGMRTkenLB02qE/pmISyWh0i6DwMT9Fn24UMrFVEgT0K0A6w5/",
-	"BJYJk62UlWM33bdilvJ5wQnJmwYBpyVhkeg14ZoU84DpREakdY6STBsbr8weuAuppjCV6qy5pC3BScOF",
-	"cXTEwsRbxDsx72YCtLbwkuJBygYw+hEWAzt0YffE75M0ZUMBS22jCkVcXEh++4nsjtJkPDFgxECtkCUG",
-	"g2DhHnfjBFHWN5aWd5sXbs2urULOSCHHAzaQBC/rX1so07LQ6e9deryLk7QBJK5zmDpMQklBJ8xBZdpg",
-	"dBD9hLV50zc3Nz91r12YCtk3vf3i2loopHrwtmwgcQPUyHoS+Zwly89S0914nQ+niXlrucInux5XP/3W",
-	"UqBHnX8T88ddrH591no5l2TmVXMpsF07ZdFWegFGvv6r1VIMaiZkFza3e3TUKdoljlitsUKFuosCK9c/",
-	"loGo7XVj17uZ/dq6n1gooK6vors2cQCvm2e6fm7ZXuVUYxCeLE49ljrx8GwbWGJ1iAU4UJaL5gwqj063",
-	"UOuE14ZH2dWWVmL0fvy4lfjzdeuFm9r/T46OvmK98xqEPe4LWciFA2Y4xmsJCibxzdE7kwNRuVjHxmRf",
-	"YqNMTe3dGaOLNrQVvEJfRqKLasKzaSq0Xgwcu4Zu/0dbc/603+ycjn7m2R3jtMxlZBrXzJ7QbYgmjxPT",
-	"RYy99nh9Sl6zOXNdysak6G+KsLTjZ9gMwNtkKk1JqLfGvICVCCyBc3UMpJedVnzroulsgBfLxN/JQ7If",
-	"gOQptCGRusd+US7RCw29oE3zrNGVhDkDMNNXNNHmOM5/5CKbl/53UvM6vrxRBb5uuFGbWyInkMNj2VVz",
-	"SbyLxlDM7jTGpi4twLKSL72kvPB1OFgyTczTMq9y89uyOa5IqVYjOsW7y+lACrONbh676lEI9CfFQ/td",
-	"9itQQRnuU6ruDUBngfPElvkIF4yzl9dvq0oe6sUDCZ+8t4s8ChdqfVmAPispbKSmi8ZGPHL83VmfE+3U",
-	"cCR47G+c8QgV0UTFYDnVopGS0YT9shzJxoGY60rwUjx8Jp/pa8xS9efYct3WNuWTJAicHJ1/cQ6NKqhf",
-	"5Wxseh3S1bWCxBxtkeFlMdH6whsRBvhZa4UkbsrK+9GmIyDwm4U/gABt8iF6OUk2i8cjT7C/JIaNhYTX",
-	"IJ1fRZjEhSok/Irez4FMBXcSrg38I1OXDYGldOkJ6OpgQYobpsNsRCAlTA1kGX348ipAR2wlTtADSCiT",
-	"rpDO8xlI0HTJl2tgLVEu+WwGa6byLBKMx3EmtPYcKfiQjc/3VhFFdnTw2FfIWnc+kHuhUaoLsaZdyyZ0",
-	"aLP0w7dgUOtejQxmxJVcijrJxChJ00Ye9Ap7fiLOQ41/6aynidw+TbjG0ZctwFfYE+1lCdFi0SEKRlDP",
-	"Z2nlUrUU21GSCn3wAf5xuVGNcvtJ/4RYSWLKzA3xHqQSF/uABApZlfCTFsLW+FxIyP4+QdvNZnosvPT6",
-	"u6eV7HBgLacUFuhzZC39IOBigN699Clf9kO4xcVttrUjW7b5wFuvxu2+NpngU+L1GN3rECvovS6pB2FQ",
-	"fgOYS9ZA/1bMsu53yVhgXIuLbw8wNVdiKhCPJmSkLF7/LtEzpRHmDGA+NJfxUL0XsffItSWN7huVJtH8",
-	"wj0UUui8vaS0hJBI64SJKSg/rkTgEwhHdu8qQicj5mLW0VlOSguTig0z9aBFBjoxIP2ABypgv3xH/85S",
-	"nkhmxHuD3b+8/ne7RtGEZ1qYf8nNqPsiDNj4n8ksYPgfw7OAvfnu+4C9+eWHgP3bm1c/BOyH198HA/m7",
-	"GL5B4Na59d7t/Xjz808Bu/73HwL2/4W//o3f82vco4D993/+1743D66roDIqMsJ0NW5i2IKLAKfdLu0T",
-	"UuNfDv7SYsQl5IcGfbCV/p5pOos147V33JqRNj2XIqow9iwQ1s7pcX8/YKI37rFQTzg8+C8XhJJ+EfYq",
-	"2uzCQD89O/hOPUiMpyaesDkjWCNWDiXhWuoi2okCRnVndFVMDn3sZmIBe3hVYNrTPkvAj13A+gEa2j3c",
-	"9Jr8a+wVZNAV3kaSJUXMtIDzZkQ6v2AhAVCFAFBEAde3Vl4CuyrEaFvP5FUhKmMSr2+LVTaSDj5nzDyo",
-	"pcFzv7sSBE8hl7UgPX5iAa0NdLAlz82Cf4FMXT0Tf2a6fTLtFDJP0Xdd0J5FhHtczluJKtnMEH7nidEs",
-	"n6EH44EnpsSHAA0SXvfQ+fw0Nq6ZVuB3RPAfeNBYqw1qkxriKZQTZiUDQiWWU4a+Qn8U1w/UzRNUYxGa",
-	"ClLEMCLWgQ8NZBkDD1EKOBC2GKtiFJvyOwsoBS1hKi+iCs4EX8jcuIMUBT/uxKLYJWnatch4xTZoIzhE",
-	"+Dn7FETy2KTiEJCdcYlcnOIUBB01kJwB+3JqtMWtMRlHbR/XtNAok8z1RZY2EnMcziQG+VgUFT6QgIIC",
-	"XYmSwzpwCEWuYEEIZVIVvVe8xvi0vqAGMusYtjvnA+pxNsqEnrDQyyUOgwLLyZX/txEzrivKPomJVxPO",
-	"Hiz5XiUG2jnKGKetwrlZRURXlwwTxUVM/RbAjzSHIjKUXpirHIwjjYGPETJgAgbfWDD61ebq7zICYxWs",
-	"b9DRqRAzhDMpzhjWElnEs+8cdpqwbMtqn13iDQd9C9jmkzvA3K4fRUngup/larN9L88TsXRkoaLZ3kxp",
-	"nQxTUF8hCOlbuMNODk+/KYvI8jvypwK0ECMuHeKh0FtciT78k14ChdeIL0X8rlZjw3uuGYisUvJjY8bz",
-	"RbnI/KmsdpJV1vqT0N0ufHGqtl3uhFW/b9fHglbtC7kk4gisC2baawHT8vdhB4BaV9FUdDbEzPKH8JkS",
-	"vSur0HASaaDxF8nxdwaipapHYd3T6gPsNjPHgw+18gufxIZcO9kbCmney09tU151+OoVkbYMdfr0Numt",
-	"j1TNILXiMB1g4HAXwlrb7+G3ghLwNRsK8yCEZJQ+QY48HXGpbYg4CHoTpQ1wNBbaYoL61qiQgX02mbFw",
-	"wvUtPBoOJPwTsDxLWUiG1tvhPGT0re/VDCNIDdMhc03vB6QzEXScH2pEUCmQng8jvE0AhsCiXiotyP2o",
-	"MnKAgtYDT7WGIcGPr3BlHksCLRE9bpCdTQDnvrZ4HreKa4TzwFp/DRR6VS+mSAcJlJ3ZxKNVJI0d0egS",
-	"MRl/ZiN07Q/nRJABi0Wc06ZRRMAewSNJOF5p8k8RM8wP2AcUHy9Wr50UdkIGX93RXX1saXu+hnNLUW7N",
-	"h1fv/tyK9zOl80x0Lf7wqqhVfMqdY3vTeOX6WVEN2d45auTZC7E8wl6Jo0KhlzqwpGk/ovHKWngWolRv",
-	"ChMatE+mYGo30eRmATMolpWDZiBpTSo77NZg1ld2EV7SY5+ChrCnvyUy1us8fo1hpWs8+BtYSb9OIqYl",
-	"WU3Kbi8/ja7yme+sGnliURdXkW+3jACJqJX6byaiIE9Tr2AKPsvZLFP3hHYOA6qTbSjkSGUR+CohXJWn",
-	"mpJT60VaSeSz+Hfo4yXiFtJkcwcfDnwFFSSO8LBzO7Ie+x5ExyJLdCDxLaZkYFtJNHPjsGjGhs/L70gz",
-	"c/FwxsF5T3FiBNkulU2rhzmnqXoQ8X4bV0HE+BtatP9p17I399UUXW5xIr7mOxpvJKKj9cmzzQj2xlX9",
-	"LSt5oZIEFX4IHX+d+j5xjFY0Os1YtQozuNyZd/69hYmombhA4uPSVvRy1L8HVOtf15STLxXit6Xghy2I",
-	"7aTfZyE91lW56aoR2YfDAD2ctvcpvBOq3Nyq0S3+fmubJgfaQNoE3KIWK3kiGR/CxLmcmwk0pXKjk9iJ",
-	"GTCoOzFzICNJRglzARulfDzGYkd+l9SV5TxDQcjTJDQyvKYvWBirKcciSxTklMgozWOsPU6/aFuTyUEx",
-	"h3/pWQtiL1JTLN2UzCBgLErizIKY3s4yMUreh2zvt7c/gZczFhlLzGVpHULFmhx5oFsDfxPpiDYXps0l",
-	"GZDgb9pn56hNLODfUb/f6OaLY49Md2NC2tK6anOaYV06QUcqIzCbWc2GPLpryJLuH7zY1ArrTfUzueT8",
-	"xW4xg1k6dTCI7zHKBDniLq3BKwZyFcdfqCn4U4tjJNQwblmdlVia2P46mtk2hmQSyw4++GxxVQGHlpvD",
-	"YnIgc6zKPU2FGkDo2SV3CBqrO9Sm9cUWeVibdK202PsGqYHORClNoJ32kULQViRByBdQTyfN9VLntG80",
-	"C5gr1YkxSfbyjpttaTfYxauyh/9h4ntt/muYhYul+orldzpY3lx2IMZfwdH2GXDROkN4PKEZdx176meE",
-	"BWBdFVOsbmofvyBREGXTADI9UzVkTkQkkfWZXrAgQ2nXEHXlLJcBC/81pGjJCc94ZEQWQHiyFt1EaiF1",
-	"Aqa8/cBi9hEWDUvixe4QaoaeczA0PYY2KC8TNhhIHDuJ+xnV680ES8UIMZvh/BSgW+sRvw7ZHlZ3csBW",
-	"YbGs5E+qSuj4YyzifyGwv0urEMTCUKSkwwcDJCnSNUQcDKTVFBjXzLXQXrWrRjKfVZwmn9UM47ylLZ+t",
-	"Lw4O/tKLVDZzSsnBXzpBx+7RLd6sR/2j593+Wbd/eNPvX+D//0enDkdkUt31PH9d0Ea6lNSI9zfH8XQS",
-	"ac/Ny6tNRfXaUn6mmIn6hn5lYROfmKVe57MZ5opaAl2DdT7y1j/44NP8Uol4gQk7NpQYNkliLBRHBTIv",
-	"faaQGGcsQIHZfVgUGb7DfnfNAZpFZn/SX6y8vAbtVO9C2rlvUm6mw1He8sI7IE9BInqJEZ9O/UovtBUu",
-	"vKt/316pQChYawheZX9XQz2QRDEipngPG/GeZOw+T6XIXMpTLAxPoHbNLzV/nhUIihL7xfoMZCEh+dJC",
-	"LlPgMy2Xe5sx/qZgS08SJVIfTCVapDhA6PcoKHGoVCq4/PrCRWgtVysF9jx+9RrBE7jdrSV7hbedngKh",
-	"njAjLCaE35oTdUWajBMo2GKxLUISxMIL7yfIHbTlKMH6HCeYs4R/UxdTqKTkf61GI/A2hmzPBiOSvwFN",
-	"6pkQrEilhOq6RmT3PNVUMYabW0jaiBIzb6VJn7Zs6auvJpCRxrusmHWxa3ave1/OsbYjwqPyMMEiksS8",
-	"gakbyAvDMsmYRFNPHNjd4T/4QH+skt5+EQ8uU0UbNXMgST2XE/svlA8bUmSJXbEAjbUFllqJl7Zv6xXZ",
-	"Mp+1lbF3UFFJz9Xod5RoymLbkD+n7VWHS0VZYZgGKFItHiYiE4V7jrB985kH0X1ZTCDOyK+UqdwkUrBM",
-	"0OEBetyHZsnrPmVUyKiJnn6T9EqRtfvU9irqaL1nr3CahFnQeoVazbEFhO20CYTtiWNS7A4sJ3AC5gPc",
-	"Hstav2Xbb5l1W05+LQ5RFtfPW6JLLIVBXIfN01ykTsoERcMzLDikuL4VXRoK1SKbZeI+UblO54DGXbDg",
-	"GU8ylomukECeoNn5dcoQbftKslwuVMenFtBwZgeIKPvzasA6W1ZlfyC9hoxqL69PHmis/+8WeiFvCt7U",
-	"ASCtD6RL27Ol94utUQ8SsDOKQpYN7PYA323gzeE+ubCdC3LCtQcp4Gr/2n1yCQou1fmkfxIUsLOcSgFQ",
-	"oRDry4Yy+QlI/VfSO0CMLyy9C7qB+2gI/NBi9+PiDOeLbwzkHpbaH6lsmMSxkC0lPT4Xj/xSONW3yJyu",
-	"LI1WKLQtNWMli7IyDMn56ziWei3BX7zJbVQHlcCsh0Q3upR77HuVVY66TV2vza5KYzabCKNvTmBsTXdt",
-	"jew3zW1onIXSgkD2RExzeuDztv5NlozHIqv0u1TjpOchEGfFCDiDd+I8LQezBwyD6VQZwsaccgmYnlku",
-	"99vG59r4xvM+4JCuE57HvyK33rrRGKscd2Tb10UQnMXnQIwXQH6BvtTIxan32L+pISJHMzgMFnjdVSey",
-	"pU8IRWIg/66GVpgBMnXHtIR1oJpYJMiAjQ2j2LGSA1x3zMA0irKOJDVg5PuMz6lUNsXo0tCeaZbIWW6Y",
-	"kFmCLRRAtn68feE8pHdxzhNubYUDqRUb8QxEASqZicMqWA6qZe61y7IBKlRWpARgeFxZcRbmOpDk74Tm",
-	"6Pt2Dxuc1i8CjaLOPS86/cPz49EhP+o+j05E93l8yLvn/PSwezY8HvXFUXQSH/Zh6AVsRZFQHEvdtTl4",
-	"VjOyEvJMZQaePDoKXvSDk5NjwLawL5lo1rU4L/iS/RrcfN1ZpoYYekFlGUvgirM+TNruOVAGYpxOlDYI",
-	"m7FZLB2Xny2Ijje6E64kEzxLE6z5hCOr1VqqQeBUryo4rbuuB/Jx51F7fJkT8tIrj1RlMP/IRf6NOCk3",
-	"LdzxWKem4ZmxN8AaV4orKlYVIiF4jy/PCkf8N2CB0yTLVKYL81tZ/aEhAXwrfggvPbVC0nZSb+y98NUk",
-	"eHtXP+wIuLs8/1bdPrqma6B2KA7IHNkOPfYSfy+v5We6QKBHCt/jrmCFQ4Pn+s5m4hg1I2TQyEozUrGp",
-	"ygROpTeQ1HZKthNXJZ1m7cqewYeygPoli8pXzEMSiUrhlqa7G5//as+qVwbP3ivfRCWWx4Jq4KbujjMe",
-	"rMo+he2wz5Q3tnVkY+CGgzSHU24KUaCajbqYjDqQRTYqWyMZ9aICqkAVUqjiAjjN7McA0RE0YtBL+jVK",
-	"FeL8+eUnsOEfb27eWFhJYVulWcY9BsXec+Oy0hz1D6Sbkw7QF3FRVPYdOm85FZFRMi79GBYeLgb9waUS",
-	"AvU6d/xAki2jNZWNy22TYx0V/5kU+2dS7Da85nePKrzKo4WCvCYLWriFycLzOBufa2N7O59t4cu19X1d",
-	"9ixaznVsWm7hv0GKsXaw8nCWtOG+e5w9jFqhs2jzSa2sjAZWFEux8kiqDKSRRpmCJEUMEIVDvDcCJ/so",
-	"EWkM0eECQtRRGYdEUJNMxe0/lRThPjU3SgAEP3QBJh7yLtYWxAEg7DakpjrnILh/XhcKMQzEmcXoGxLr",
-	"pHq4BELC2HTn88L6KKMkE+j6GvKYRmoTWgcyHPLY1T8JmeRTl0WLj116SxHamta3JECEtDLuDStg2LTV",
-	"xnCEMplmRTot136BG/ag8hTwOdgeH0icPCXxZjlZ9TCYzpTpYMhVQaq6S2YzRCTODabAhiLLVNbsTHO2",
-	"IDoNjwHXiwUoGHTQimRQy9fxnwrka6vtbNEMtsTiVVrTJNSETufuItnaumcS2FecOUhit/msc9Gx1TeB",
-	"AqAldsT+Av+Dfu5FlnJ4Blad3qeDDxaBPFMzcfBXkaXWKbWZfY725DNFzrvul1irAsYNs9i77PDPAPoS",
-	"p7Bgr2vy7QbVyj588MH9udT4RJouPQi7kpjSwGB3qMd2iFvoMYxNFQl68elNAu3H11+sr8mMtdGR8kSB",
-	"vLEwDkKsY8zJRKWFYYRx+tI1DWlo4n1xiC4Lrdx+oQuMBgvzQK4guHkDuilRk4Ur0AFAQPP2bTiJEejt",
-	"cOP32O9OSSYu7BkLsN7i+1IGiJxezQmx3UkMl1R05iGxsUczIRFfAd/DhOkee8Mpjg/A+8ODGc81XL5w",
-	"4Dnd/iAxlLdZAUmxztU+kO13O2hAeL0r2Rj8hzVJdkdYn/Ea3+LC9u5dumWP/Wt2F7dqdX0/m+drPbbk",
-	"eDiUX3D8+8/7tYNOvMi/YJ9pn1T3uL9i+zu+fQ9Qn2i9g38isyWyGtRPbMEJ/MJ5KtHOz/ZC+9lluaJp",
-	"OpfOVYTKj40QDK08HwJqEBgSoZAQDN5G95MECn+ij/B2lKdpGBRCP1ztibY/xiEbikkCRsWBpDgHSJel",
-	"COZ2uyEtwfc4+8fwpa/UEgETXydRRrBJoo3K5t8krJ1PcnaeG4oiK6gLLvilAi48AJEouTQhUpV2ZU7L",
-	"i15JwfaK4OKHSZIKhld87LCMkd6sGIwWcyhuA7wW6XSWQrhOYozI9i/ZSECVFc92b7kzxsRopaTIVlHN",
-	"LzCrRxJNk0UQl6E5Q+2wjwVUkmk+hQ8QdD9NpP1Y2AcTacQYt+VT0NB1qsyyRJtCutOBFTFLs+03Tkw4",
-	"dTiHCAypd0tUePbb/dK/qOK+ErpCLmzPD7K0FwVojfulBL3oO14gBXhUfDPaYmAX51uMwMadejrTBfSf",
-	"T5ccxdfuFKIrmDh7UjX+evZeYv9ovMbK+LE9vGA35dqdYfKYjrDA2Fvof81Ti89+S8eWcma+0bQm2CvG",
-	"3Z4/2fnNZfvhvSYHSs1y4lwIZAexaYd7Nm6ehcReIVvHDl1lZIZAMZ8bKgQMNGCFfDbD7LvLIv2IqIBn",
-	"guWyiDn43UY5LxYMxDgJZ4MYyDsxJ2zvot4hDBjguquFA51pyK8dSFRJKgveXXsUdjmQYUPQ5QXzQHuw",
-	"FD/OF7M71VSQ60akVDr15OhoIMPEG/ydgFr18EpjGvLbXO6EVIPHBSJ/Ai1kJ0GzU47GrAQj3b/8gNnl",
-	"s78pFGcL9izrRFjVyf5Hh8K+zaXv+pXqYWsmKaJsWamMX22GxbCaZIlMBhSYwJV6Re25qC0KygrWyYBr",
-	"GzHPwH1bAiVb+J9mhcsOaeswDnr/Cw3ieFIOgzNfpp3ZtXlWVO7/FgUJirigmbI9wuuD8+rmXDEn0mNL",
-	"k6SVbve7cKSC2HaHFTBkDRJEyCibzzD37erVNdRz7/7w8ufAVfeHSxTDM7AFwKvmsxlRnClL6T7T8GDX",
-	"tgXH9k7M93vs35G2UHIAoGvRBbq6YFKxTOVGMIo0pJTggVRSgE8ExRg89mmirbQD08CIDxrHbSZGOmSZ",
-	"iERyb/1LSMfwDEgtmBY+kHv2eQ3ST5ExbSYCJHV3y6ZQQ3maGAuagr3PZ3ZXjCoQMCgsIuVDBIRAvCEW",
-	"0o+39G3YwEUu7SYUISMokriI6UjJUZpEJlwSNIEz2EE9wrevfnh9ffP2/97e/Pq3V788KnqB67tbXCMX",
-	"RVcGrsBZdRDc+jjKjs3G6Ns44c8Vj0CrvW40AttzZIubvf9tZM70v8S6tg3RD44y1maXVbHi4IPlJqsg",
-	"AT2WVFR+Jsg/nqTaetDeGxdCTYIxOkZYpGJRcK1c8nuepKAjh23IgAW5b6hg4GtPbglopY4bhNOx8fP4",
-	"1DP9TV/jBVTf5qcwaAsidlC5yD9XBdIMRarkWBOEAYYjrKiaDPE0X+/h+h9xqGwITn2qG0qE+TLHVhFh",
-	"Y2Gyypwlm+thhSr8Cr3cdBhvnBRG4S0Ntkz0me/mhG0p6Di5Qx4/dDeVPSrj/1xhG5tRwLcavfGJ5Qkv",
-	"2sOtMOkSIP+jZqC3kTHMMnjV/wNhEiwWMzNpNF5oDM/Yy2WRaEnWUxQyAw/DCb/CCoaU2Yah4UnGHKAi",
-	"PWtp3aFAWetVyrVhIf52+5DIWD2U8fIFzoPLCgPpZyAtooPKigoJfKrQfou6ETRVax7eyLOFDmpF3xBT",
-	"qwkWi0JFtRC6Ad/K1riKK+uRGIws1ULsXw7kgoWF2qLwwcp9yd6SfTJgzgxFGiAnQGhoM8KiVTBazDFU",
-	"Uiu0/YHd/D4RD2wvPMiTg5DyaEOrHLPIEP6GDgk9OmnMnYPr2TTCzjYZeZp2rdlNf+a76Y/PVrrpWwIB",
-	"mvexucvzvt/ni7OTzxsbgKvawlTd1vV2wEiwPVdH51nRtM88DG9kHTUvO9L6mpVKUNeIMJ4JrJyJLJnI",
-	"KEkNgok2ghzbjPTtrJg4wi83Ea2pSWSp66NIcX13jW+0NlhYQTZq9GY+s21+ochYNmG62ORW2Cu+Uziw",
-	"P8G4NkHV5vpujVBB2r9vNGmxDqlBnx+TrBjnGSLyQktN9duW+rxzmfwjF2wGvmn/pQU3NzpLm3zd2G1S",
-	"xvBu4OrGNsFUT9BjLE5GaKYybKji+WpvN7tqyT8km7cDCyNnRS0ZkdImtktGvLCCGNGhrWgJpS41ApDz",
-	"OM6E1gLExbCs8xlOlC7/CDF7kn61lTmpUbKJ2KZVxtTw7yIysEzBQHIsBkoSeOBMezzWmEHBpDAgTrLU",
-	"AkFDlNpvb3+C1tnrN8yOCxqlkpwwWBjLxUxlMIiwSEYI0ZOijBG0fIUXQRtyJbikWLtzqcCY0CW1g7i+",
-	"+8qRzeg0dS48BLOp0JqPMSNTpKlCaiV3wkVHRBP8wunhCBaPlSIS4qxlngg9CxBl5eV8UXdQbFphiOu7",
-	"z2QPwL3eOYAZLM2XHo/RNvNvqYrSyeHxlxzFUbhZDHGcVffsQvAGPnjwASlxWVLp7xhRWdyADxwRzRQb",
-	"OoNCwEIbd39rK1Uwzefa5qhIdeuwu2/JBoB3BxH7rVTmlsf3IjOJxuQWqerVFjw3s8VRCy2L6rm7kLzK",
-	"Ras6ZAUPAnMMjIHMMMUIWFg+cTtNNLqL4Wtk+uU3MKCBpJcDajX18LnxaVvPrzJCakaLVEQG8m9wyoks",
-	"F6HibKKQPDtdKKFXfTShUvslCHrAXGWPYCAtVj1eoVTjY99ODwxMRSKQE73j25QbkdG1nAmTzW+hMrMa",
-	"jcIWs8dWVxq89NQeCejjO6xF1GY+IF76teT2En05iDpn2ttAhm6m7AOemWTEoyX2zu+TVGA67TQxFoce",
-	"xC87BJfXBA0GTKXxCjAd2Jeros8v8eTAfJdFOo2SEk/mM1R5cWyk3BDuLecjT8MqkMKrMosqY8ggusDz",
-	"Ezm2KpB2wIEiduHMoKFY67LKCgxDfHyqMAJIDWRY4g2GFLzsGLzgtsa9kqW3Hq25e7ZGkZJehSLm8GP2",
-	"Kdm8uJuo2L9mricHTewZoBmP7qR6SEU8FqghFOFIrsZpK5aimz1GBsGHx2MpftGsdRlT/RNLcSmW4o5k",
-	"soNUjZcDKaZqzAxQixohjTiOvechKCIFhPYXlCSkMmyc3Au5Twk2w7kRWCFMCwx1QztKOFJpqh6oFl9R",
-	"L8TKf3v5jBnFQvhUOI320SojxQPFJj4UgqPteyCTsiyTjAvrCqcsSgs6kSHtaDUViDFe0K+bmpCxBkhF",
-	"6ZBNaJx6IHkm2BBwJEWMQZFXb15bp9Ke3Vh2Qr4f+NW5fzKBRHJJYFEigSFQhxj4iAARJ0fntjjbW2SI",
-	"V3D6l8lLP8HGbUvYC3bYKzt1mU+HImszrtoFqpddIq/O0eHJ85MXx2cnz7fzL9HhaPYn9YMV/fQ38GPh",
-	"Zm5cc7GpKf9sNjd45I/8rL9ixE/Jb39S4xtIEW5guT85Ei+ynGkvetulGpx/Wt89j0txxlFwqsaPF2My",
-	"ofPULOeOM5HpRBsRM3q6wFVVI2uEbJRwE1sbAr51D6CgoeGqk5FwhMiuyXRVgNrwTDCeasUSORaafPlG",
-	"OahZcoVTIc222qZozaKZPYJ9fE3OEpruX2FnVvtMqvv4Nah2b2DkZpKpfDwpScEWwapOZxdEYbJ5u2j/",
-	"M8ri3NXtuHXlR8gY4AnNJE3z6A4veasPhM4ITmBLxaU+zOOxMCTRO7un/VFTtW0b9e9ysNiv1vRPjp1M",
-	"eCK1VKaLs6Ao3IG8QjR9NfIlcQskpWZCejVO9hJToETb/OEA+3UAUplwgFGBrVgC70LzQsZ6/9JKLC5c",
-	"0/ZbtJ9omMgoBcgilpgqrPow1/MwsPCLgNSIQ8wllU6DpjgqdslUQMpBMadSlVoC1d6Y7giL9NXqD0Gh",
-	"ZOI+/ak82A0Fb5TgcZf8TBZyvDgi26oV+QzMpfrgA/3hzL2tkaghZO8A+QsZP9OM3rKORQo1dX5LbTKB",
-	"KUxGgU3yLrDJ9hNEWZVsKqYqm19S/nKKBUDxGrz+8Qpymdg018Yzn2pCle2xX6Vw3VJ6U/F96pdIBArm",
-	"hll4dq+FoAACcNp9olnqFI+hGKlM+M97yn8DJBuMwxm0NiY3en2j2FkVGWG6tLZVmisCJYaJ5AS9U3f1",
-	"rPaAnbQkpMW4OPciS0bJ1k6cp6WxTZ0y29GkLTWMu0sH7eebn647F3+8+/jOJ1naWqwDbE/HM43KtGZ7",
-	"I7rk+VjsL9QsbKBZ+8MSij0ga2D77f7vtHH2RqQNJac6CBzJP4VPeUFRR8RYe6eNp5V3aImj+uQDiRZ0",
-	"r8DqBeOuIgGNpxIjgd5NaAwMgjg5MiOWAQ80ILQEZGJEEDN449FEu6XnRWX+l9CSDdz0yXbKM/B9LKk3",
-	"hoN0xEsb9lgSfkKjdNudWVqCcXW/3OtsXdKhfcHoRFxcz8a9Bbk8iOFEqbvHVAD43TWxfcwlBsD8Cf+/",
-	"C1qwu7FOEB2t+p+wmOQ7spTg1sWnJXfAN85WL0LwsAzkTCXSuJAsL8G7Rg7iHgbtFKiUzDBwKnXAyIs9",
-	"kDZL/dpwGfMsZo4GWaQkvI6hXaEdeDdBpEv3CVHSDJ/OMJzAfQstc5NnItwnQdUacScqtZjDrsC4TfoM",
-	"oYOJFtHtf//nf4X7F1axg0QAiY7/OUOTNGWns0wZm5jPZewuWS04SOcUHldNu6dOMP2efFkqN9CsCNgp",
-	"FLm2v3edPx+GfQWxbDYQbaKIKxAu8ThVQ0yIxwqi8ALLZRJxyCuxQW9oMy+4isXitXn1iuk8mrjwONgI",
-	"F/znl0GwMetKioG0q/cwEYVVHKPk4iSutp+5P1ET4MXdbvu6ZKlSM9AogoGcZck9N6W80cVovHJY1oqW",
-	"qoeFUqqFzR4UaxjmQIZdd7C7+E7XNl8k+5cnvT1qzx68x2Tx43kvs+5RbqqZWSx2cq8oZQWkuHWcXp6l",
-	"tkKCvjg4wBXo2fFADwd2rTaNp7NL8Zny+23v4IBamepPsbV4QOw5HQqdxGjhcnRKfMqjfmz0zzS8R8Sb",
-	"VW+YjS6YmrR28MH+tSrDn5K5tVfpmAx7zoYUC1Dts8SCgsBP9qs5OBt6DBuwBVUIWJBOjGZH/RNmlGpL",
-	"9y8Zw2Yag32vWWU4aZth/E1n4j/i4LSk5G9ZysIiSy1yhQZn7pMcgJ3Lye2mVjTZfbOp+I86Uq3mT0wl",
-	"8L4OSJj1YIecQETCooXVvPTOEqXhsz28hwRiTFP8wAF907XS5z7ktXaxAYo2coKgnRLVm6Tk2ijJojwx",
-	"bJgJfoeQ0995fM/CFxHAO7sTYmZr25I9CkY9VtasgzEav739qb0Axa6O/bbCFK0oyRvBWrLVuyeQiCpr",
-	"8ZmSDDah8D+rQkSLF02lNsTOxJWDUuZYy+hkq0AQI9HwHyhxR2H08HHfkaaTb4o4YHSTEk4AhR0MJCjV",
-	"0HNQ2ENtqJfJ5rZ4RK4R2yjAX2Q0xydFlqlWqHp70Eqe8hji/zrNTXbu89Vmp3L3/yQ9WJcGkivl790R",
-	"XeXyXBLCbIV7qgNDTwc2UBmss65cSomnUQQIKilYzOf7vk4R8SybM/OgBrKwL+mA6RmPYCxwVF3Fy0U7",
-	"1AU2aS1d5XCsQcn9MpAqjQOmyXaCVjV0/DL9kIBz1NmRrAmJ7CtWYrAr3RgkgOtlT/eW2D87utJrS05Y",
-	"F+vD/yxOxLuPP8H9u9wiUd7EJd8u9/pPc8MWtzkJzg2X+QKg2/o8hSBo2jPdyO6JeD0W4UcLIZnNQTCT",
-	"TDRlIQBUuotqdmFPGC5I6VpTmG+PrQbQqaLk1MF0HiTaawdFEhgGR/MCNcgCqI5IzkCrmMOHr1nmy2Hh",
-	"KzT0gXRjb5UP7Optyj++rIseJ7H6frf78Ekodydun2Jzqq7TxyEuuJQZOCXFlaqkQOcLEzJTaYrnCE/x",
-	"hXeC7Y/asUPA+n3z6/UNAzqk36w3H7EKOIsEeH9hU0UZ6Fz6UV5e9divGRsiWMBc5Rke7Dd/e30xkJkY",
-	"J9oISuWJ0gQG5DcnFSA/ed/czsTUhjx6X44SORbZLEukwXppA4mJkjbuvxi8XdeDD0Vy5scDrxmI1WtF",
-	"y0J2VAReOFpXD5JS7haIHsGzCnqHHKrE7F9WnMvVJmcpN+AJdm1TBkW9n7DmcwgtYhY8kKFestDDPpty",
-	"yccVLoXbF4soiYUOoF3kRBpDr4AFmUkdbINgumhCLTBb1gmBHTzGHTPl72+jIkfk1kI2nVTwcaTIuiLv",
-	"HnYCSy01RIKNXSfYyGfynFinyO8uMKIdINlG8bbSMdtD7yfKy18qYvL553F90LlPYiENBLmsw20bRRCf",
-	"e7SKIzss1FzQ04aiP7725Dbs1iN7U/CaryeJ+8Et9UYXMYS8NdzENnCdamWE1ioKURBN7I2uNAt1D8jn",
-	"2VjEgMAACAAsE5SJy+FeG4p0v8e+Q1sz3KjaqBlpLA52lvJ6L1lI4uG/xBkHpAXMK3S68kRkYp+leIHX",
-	"hEgbqx8U71MQc2iDmfEamYLte6ruSY3FQZG7lsuaPP1MUyAiI0AFTZUX6VmXn+PqKlnohVRpA1UFXAUl",
-	"NxDCplhi+H4spQSL+BnggeYzSlZQC6pCPUE50YUToDXTD5tozmnr4E51ggIThla8E9gf3rVUFXmspR6T",
-	"8za1rG9+YX4qtpPjAOMq+/kfbeSjLduMw628/HzRud2e99dExnUlYW9RFyhs6JaSrEjtcg08Ab/HfkB2",
-	"BQ+/efUz25th4YAM+KUfZ4S5fH7Fep0TShmIvtFERHf0NayM3rfX8kBWesJExEzcJyrXlRkQ04WxIge0",
-	"SAqNqT6k4NCJfemt2CMv9E1oft1kPhqqN8gvkrztCakY6/xd+59YJ+TR/jerhvMSH2lRG98R2yh1li4K",
-	"we2843tVjsiWLcKYShuUaY1olLVErUL1xOtCA+q1qKivihHc4AB2KVvvTiusj7LNdg0/9r6CS+i11rmw",
-	"fp1WBXZHZ4zMGe2YSVYJKw47mU/qxlboJmBNNpXeEjPrD9T3l6yw4RCXgSgVC0ML+c0Wi6sHv2vG64eC",
-	"dCRn99rp+Tz4ULPmLY2khH3B94RA96JUDMrUiIxpIfCU0iDLgx0UIZWe30CNvCfQK0HqZVFcABPBTMal",
-	"Bl0F6pkU+pe1GLKHml5kyqE9a1AoERqK7ZE2A6Kd3br9ZokJMPG8c/o4hW4VfKu3Aeu9cYWze4N1fNeM",
-	"EAXnVJzxB/kt0pGbHOQ42O1am0KWBPK1c+Q2KzcS6oJ9HInDTOCc+y4RR89wehOjRToiaR+nwHiqZFHa",
-	"QyqsbnxRP+U4Fqyq7xx7ukJ7WrGhMpMaf4lgLaXx8zIbsYign10YNDY8/5/o7mm7d3B5v8nbBsNGFmuJ",
-	"uZO4Y9WcgEWXS9ZjpeKiiq/H7yu+QLhokA4cGbCpygSF8NetYQIIC1OkIoyNoVrnAMNqWKRyrI9ja+mQ",
-	"FdS9WSYHJ5mrZZ4R/WGilEi1eJiITAQERuAwDWfopuSZSxWzWfAED0QeQAfi7OUso+J40j+G1DOcZJdW",
-	"C4yz4l7AejAOdCoFroeDKCDkgVVX1qfU6z1bHqH3di46oBilgt+JeJMCXTD+L1LZt1tTteV94bGsMOLt",
-	"CLqehT0UPBPZVW4mLgvbtlWn57cqN0IzWkuNaH8B47mZCGlgW8h5vKjS9zzINbsPC0bwGyE5hcE4pqBF",
-	"1pQ5qm1Mvef17jVnQOsmW3vFQYcRsrbeVjlc7V3eFJtTH39Ty995xSeKVv1wH/sVxg31qlVomtpDEJU8",
-	"SU03kQT9o7JoIrTB8kRlYO8idBg+jQ6WuFet99LUzzU+jK8jT8RyBphXadGIDE5rL8qURDhUB60aFJj1",
-	"SVZWz1+o5NLYJ+2cVHbJcVsXi1uXScIkP7Efb27eFBnGlW1xEV4NO17Ura7U0tYB6Bm2cjb+ikBsRbE1",
-	"HE5z3Vj0THkTpfaaUBkdvKQudyuPE8S3808APtLw/o+CpxYOJxM8TiSm77oIT4/wbLlQRwOztvPUUNwK",
-	"5okpIdCyiwlxPj5JwBl5JvzFpiJYH999/H8HAA==",
+	"IUankQ7BXEOoe52g849cGV7hg+54VqRId7SBkrh1shO31oJxahebYtzxw8y6frtgTct4ZLr3iSqKMp+W",
+	"NwM9ZmHuYbJOmgY3gIpypLY9PCV46oo3kDppfIBPwknlENrofVsUvDvM9bygHHsL/l0NixgogPMlVYWo",
+	"DIoU4ZdZLjVuBjwNEoFjzNhs0/2Lr7l1Kh4o5dSucwXi7umJyio3pHsMMNFSZbRdD7ivGfJbuI7GAmdg",
+	"JlxWE6eYtdqxvW7R3zSRRZ/7/kCyHH4ASWWcCa2rkyhG4Sq7w1KUHIXb5BKLzAfoCimfwX2YRKU8AGeg",
+	"U4StrcWc7bMoVlRkHgev3yXLcNexKH9L6ca3m+qb3rGnGkA/tDnJDVwk3ZguxHJUmUADL07YPsTgoTYW",
+	"SsjIXZWbrhqR29ztKh4I+l2zNBEgfukkFgvUVcWV3sMMTSx9BeCZanSL3zsI630bFdZ4BuGHpjOILwAn",
+	"8goe0ltIVpSyf2tENk2ASxO8oiubCy9jGV2vKkvHQslYzqG7M55higzxDw4pRSDH2VuSzrLKTQqHR6Ek",
+	"mnF5R4PGR6aJxMVGrgQUAjymm4lIZbF2bK4m4pFkhk4V+yCRhmPVlYaQOWon6elUPeDGLuxoLiGIXEBi",
+	"Bjel0CUVpkVIRWwnKGdXy18tTpNgLveWpITikbazlEudz2YqMyLuTkWccJfCdnJ4euGzd4d4iXrLYmJ/",
+	"jq6PbpxkohSr6EuXb/Xb25/wX23TRzB/LEDiNZWczLI5X6a1x8226RoBgitlHvta5Q7uwxIWr5OZysoQ",
+	"NlYWl01EKQcRDW8qlbHrH6+6lJJdNqoRe5vG4iJrUDrBJ6x8Z8kfh1e+7Vz/bfOwXAwFfddKYXT2mVlx",
+	"V7qUBV1YV8rnC7Ns0+P2x0un10qBpQPhJxKyi2RQYeVnNP45a0KDgzBB3ThqSfpvYCgNVkEMaGrgbGF5",
+	"0z3TBWtzbA0fqWRuteWDF96GFSUby2zxTUrcFGaQD+2IRfVEld/evi7jn4Ea4DjBXJ09yMxpbmtVc6f+",
+	"g7Jwbmut2P+Ti1x8J2aUwN8Sx7tDJ+82oA+Pq5JV79IL78H5Na1KFXVlYWGe2Nt/+OUUw952v5647vTj",
+	"oWwXy6W14HWUXbUXpm4+QmTD8LAgtkH6akOo7JyPXpzF/ReHL16cRM/js9NzfjQSnPej01Me9w9P+fFw",
+	"dDI6HB4N+8MXR0dRfHgan0WHp8P+qN/n/RcN9tXPh4b5sXEBpXj4gsDRdoh/Vi8PugSp7K3A9JXNSjws",
+	"RgMRnj3IxMj8Lkn91iwVI0p+4SjCQmp/vAiN/K2Wb2iH/KO4zavobjFqACWWw2CrWDXUGjYqUm7RyFdV",
+	"GQfd49be10elyuoHxTm23PEN0ZuXRkQwb1iBj40A2m2lqgr9CBgLqpd7cBpVxjSWFAT36P6Whek2vI7L",
+	"TVjjYRGPm1AGABJyYUrbF6otZOKmhEfqhA+BTLWaClI11tLlIZ9gZgI2Svl47PSrRw63ciLXr8zqn9Ct",
+	"wh0b6iNu08oC/lNJDu8eW9PV0cZiPCb8sJvzUmNhxWEO2kSa+rp5WkFlV6o7284UqWrlZvGMhRXlw7qo",
+	"h9ATHf3F6mENtQ12cThqK7u4bm4WK9ZmFzE410ZlIq6VCX2iULnKYm8mWgDYCq1Kzxa6C9Hdgn8y9Dqw",
+	"PftDwNSMmmWhDW4IwdqdZylEndChRCyWgQw9ITJE2QTWCE0yQ2Ee4MYAJqchloaoDvoFg2OMvFGWgyi6",
+	"H8gQ1WIoaecqGlQG5ZVXCMEIFYs4J9MWuN+DctR2jPd5KkVmo0rApR/CZRGSkZD8DGRSsiOANl0xPbYX",
+	"umfCCzZR2kg+hRgCD1M4ZMksYMmMhQ5aOGTw3wCWjIUFyLD71neihgQ7HA6kaxvGF3PDcYPmdIeIFCub",
+	"4NeAc4GHDi1ODhpc9xgdRZb599BAbngRYaLXnIX+XQexDrkI2Z7F5EBQJWv1u2TJWGK/iXSGR21zqhuk",
+	"jpXKJjwE2bFeZPv61YTsvm/20opiHQuXh6tIV+TgaZtPgse7Q5LIYkZFs2mtLUKyxLBeNpEK3vW29T/w",
+	"nG+yL4XNbKFSyCK6t095q/r498rDjSX2mrliWV9oM6b46j0NIeEps7Fg5DeEuDH298QYkRVszMUNLypd",
+	"Q8wdasi7PVxaZQxxplekrUOIcHNhsP4j225W5MHEvF0iRGPRmtMdlo95q0xZPuYxhRStI7JxXe26tSVL",
+	"A+NMY1dT6k6ImS4CoGwFy/bSfmsmQ0PR3EenPCxXVf+uhoSOtYlG7EBoPpbRnBSmHkvdtZchkIbStiar",
+	"l1Frg0s6gKq1PcxzrTGvuu8fnVRFPJ0oCzm3okDz+lWU64KcyyXaTKd6wiwS2soN6jH/mxo2TezJzP3Q",
+	"Z5G02rQHK9fcZMl4vDp6/8Y+tia6s3MtlPWKvV2y6/quhTxhDasUugn1PYaQivPXFHS7zdFEb0Szd3C9",
+	"Q+Bms4HApXKz2TuLykxEUixE3NiUydCKvSHbQy0ZMSpAZqBq2xV5Ntyn71zME6TPhL1OfUMaFqXclG1t",
+	"GtmmO7QNla2HVNRMKsUUq6tRUgzteBtt7ESnjvhTZpx5Zek3rXy98Vl3J8n3y/DuP99ZxMDb7rsP/eDs",
+	"qNlBs5ManStL694QIT0rYyXtK71lEuXheimfbetfwKuUxj20CHQC734vuV3QocCjAuohbbECuhrqW0hQ",
+	"1XrypOVhDJ8N5cNttDXtQXhq4Nof35UXSk0o+bgibTASp6fd56OzfvfF4fOjbnlj8KMySVVC4GE6Z3ZU",
+	"SA+jJBPVeR33b/qHF/3+Rb//H+4pCBRc+tTWYllZ2z5CC2c+g82WEWWs4gnrsyP2F/hfJ3DSNyztXTKj",
+	"98WtRat8lQO9HfxVZGmCHCCfxSv3rYBIOtxJ+m71GKxTr/+78o16zUmfzr4HlmLrB894rpshK9a+eFOu",
+	"vW1dd3atN1v1LC1m/wkKI7VkioGnUCAHEADx71maa6sy15Dmlw6ncjabOJPfYYEpqJwA4IJQS/CE9fve",
+	"RuSl/Mf2EV/RwgCkFgzaZdtVAmSNgpGyPRcQi23eKik2WLeS6NY5oDf0dI2e1j0yHgTZ4vbY5GVmH7q0",
+	"+VrUD2RKYWj0av/J6utkeZUWN8iS/opFqpB0Tcz31qP5pqIFfAmc7bdZE11wgsqhQGwINhSxpXGpSjhK",
+	"LlmseiyEgxu6iPGI0hQgCbUEzAauGDL4LwJjTv3USstV4cell993FRa2ESo5N0zwaIKkTcX0AeUphAsn",
+	"xNHCvYj3TwAmcn3nfQsfF61jdXOpvbtqcJXlJNxVu87BjgtJcQ2Rt3ipUfZtNS+6175PsrpUAYsUL71V",
+	"qxdpPDo76z7vPz/snh+9OO6WN/zwGAgEDw/yFgIncDl4F+7MknB0u2gIgTXbKFjB8c3bTYSQlTJEoakX",
+	"7S+/nsv127FVpLqUC4moSKsY8CskRFcjKLjGgzwUOomFLura7qFQ07WVZbaLGaBNLCmg3E2g5Bn+RRdL",
+	"I0F4W97Igam1MqPbBd3iO5DU3eu0kNnahh7/tKzz/F0yu11EeaBd8WRAO22Xpk22iEaesExCIMmAACyn",
+	"XEIacJbLwAEPY6g313fkL9vgit0kngCLqLZVZC6TGwiOwI2lMt7eyvLIjUV6S9tYyV8L0qPWG1e0iiv6",
+	"+IvZPyL+bex2rhxqSRI1Og1KfrCKD+/GyFC296TGBupml0P+BMP91alpjRIPJzEX0xlJ2FmQchNtE8B6",
+	"TqYpgmoQaN2yvoCFmIJjhaLEBCwsBOLQuliUFFW5uoSjhK4EMG8w6JHUNFWZ8KUmq2e6TLOi9aUiFNwR",
+	"Dbf90utvxf3YeP1tZgrcTNurbXpJiq7jZQcAFmCXZxYXdHt0mpoqs6mfl0dgNnHlbMAsYWsJ1UFXw0UB",
+	"tjRrrDdTpyx8dPaPBUMAZLaNEgEZaXvTROZGsInKMxbzOZsqaSbsQYi7mM/34Tr/3/BbOg/Y/455gv/C",
+	"r/gHPox/zQXHZxLJwsKiEvbYL4pBSTjAwRBRjgmZVlUhLAuXL9qeJupWiO2FzQmjYcDO+lVM6IACViCL",
+	"K1yS1Br2amB4jTEEQm4oI64sTXHFRsl7EbOZyBIV29AftM3fcoj4URl9h6JVouQ+risfapXCXkHHWI8l",
+	"FVybz7dsFnL78BRQt1fCkJNtpn1RXhVqH+SmiZTPCe2Zu8XSIo9VN+MyVlM245mtnpzoABYSj1VvvRgE",
+	"Xzwu75l1aMtdS86XstHB8CyNPlDjbzcvFzxMV5K9vvrlCreawSsBE71xj1UMlLXTe3ay0OfHJZwsdo7+",
+	"DRwQhfl5A0eK9XRUYjNPGwIzZ1miXOxQG759txLmU6m9u+jYraVarESvrIaOrrgpSretW5Nltwap/NsV",
+	"XGjwn7THeDRSnniPrFfJpW010HHjUlfhwtYqLFbUqCtwo+M8Ixta40jOVo+iWueoemJWvetVNlrfkVbH",
+	"OltkYG84Gt+MsjZIzHCvGImtPQvxHxaqgyV6tQr2WDLZiUPPYZdVg84eGWhGjdbCzR7ZplcYaHG3fkGk",
+	"OovDUI9GXaw3hPHuiL5ByVAc42HtgxDSe2XfYjbhGyQniOWbiBQRk+gV5OcjhGvz8R8eEDIIzA+E4WUb",
+	"rkDvVdKVV6czwfxWMN1GhX43+ZLYQjNHVDNxU4R8PmGQWSKjNI/Frc6HsZpyvLYso7W+1SiJs8d4Hm2+",
+	"Wufw6HmvD/87ePFJEXybZtgUzess4Mtv6mJf/gaPf0Q4oN3V4y9y+5oA9qWSUIEXbFLT3rbl8nGWrqPG",
+	"xVmJYFxfBM+qRW1Au7NO4E5OnqW3s0yMkvctunzRXLMmK+RIZVGTr/b3iYPPaQyV15jpgKzFwo8WiAaL",
+	"27+pvlwS6G7MPEE5z8ZFtxyowZWJvzxDhCoec8MJewJ3GJEvqEIbYk3YsjSPYSfxoTjqPh8d97sv+Mlh",
+	"93R4Fj2PX4jzEfdgut+++uH19c3b/3t78+vfXv3yqLgFL1X2j3qlxHefJfTgccjh2zGGasbwWke0vHoW",
+	"z+dOHcyvUI7LhK0L+BhnckNK8trlERfr4W7jl97I74yUtxPzG7b0GMNbKc00sIhUYI6EylguY5HpSGUi",
+	"AC4h7U8aUITHBNDsPaPZHgfD7X2SKUTUZvc8S0DOAg474RZT2I+ao4K4t+/Kyri3EDt3ePS8OXiunuDe",
+	"UH88nVvEqgKfDgnBiZte7csi8mQqgPtbBWNeA7FZl2h8TXeRhBrS4ders9xsPmuYtEPHpnL/Fp3aXth2",
+	"bndi/i/E6CciE+uuiK3Z3VkoNnzabzxaZbaSu+cTOVKIzAim+qmIk3zaCTqTZDxBEkoMCCrNt72xGb2+",
+	"yZ5wYXyMnEPKnoU//2grYyMOl/np6yAxx1XIFxdw2VmAeumQPgNXO4sTAjCk27NTA31pu28elTuBkAJF",
+	"GGUDnkDcX+b9X1ZX+N1igc3zft9ZG/zlP+9XC34e9k4X3z3ru1Ar3CS3c0c7SB5xYaYfg6Ldkx3mpOBK",
+	"EHU1lpw4KRGF7YRsUYfjoGOU4Wnn4mSx7IJ/jJfxGAuDdJ1Ppzybdyrrv7Ky2FsbPW7Xvc4tf5PuhFqe",
+	"CbXZK7if4IAjyJIZTzKLwyuVRRrMRAFhsjbP9CCvGkQNb51XV3V46Va9fvPRdMvWijULymVvvBcX8r6f",
+	"pEDWk+KQUByzS7O1rOji5KjQWek3ONSLOCVfRGWtjRBCHoGHsT0gwifAP/CQJVbgSbjJrEaQcAbzhhNt",
+	"2WY/6BTGsaVnbXNNcDmwTZsFG0p4Pkn5/YUS+/YSKUKcmspYlHbifrvd9+PixbT0ol1HK22ly5Zi3xbe",
+	"zZYnQcTufIaC3jCPx8I8Eupnmctjg9YqJ23tvMtaVdDNXv5kqZ6lfygWPMZj9ARWg8f6jbg2t+3ZguXP",
+	"7ciHa7ie1j8RrQ6o9ZvYxlyyne+qxi+Wv1stxNTi+voK/FSbRZhyeft3NXwqpNGtHCubpx5vY/9qMieV",
+	"g12WulxscXks27YuqN0CNfqpMdhWUt3MigUr+V0BP8zT9NcRCpyr81KDFhzX9cUwe6utNHwVDS9O4J2d",
+	"wi7McHZaTxW1iSdd8pmeKNMOgrvV7bLwciI3rDi9E0H/kXdkw+sbz2Pd3IOv6GJ6Shb9eE/2Gqyw5HsL",
+	"iL+VfWglmvY0ZKprWM1HptTjygd8xE9UpkgKiFQuspaLcgmNhsti/rUkqYrcz5PmdwlzqgH61GMneZZ6",
+	"3nJX3M15zQ8vXpycHB901qx9GgtDwPOErVoBz+qYVHf9OlJapKMu1QLcMHpge4tcYVQuzceu1t11ORyq",
+	"g1UOtfPx0XBl2yUbbwFY5m/BQm4TALkBeAmpc/SoiFmyrR4n3qNboMFHfiVdiRd8BushYP0GTJ8qipOU",
+	"1XhcSIBr8l9MlpOfZ9FpXjS5LrupobhtqyVthYOzDepaa92BHUKmtbgmC8A6V3vAjatytFZGaxDveeU2",
+	"aotwoi+OeRQGnaIK2curFs6wtpkTHy4cmR92YzJw7wzna6Wc2cctF1iDlmZJJvSGEtZno79Srd4daS7Z",
+	"sfWIzA5qUyraibJRbfIp9Q7saXdjfsqhAjVcR6oqZ/F4mlikUkRRpY2LRXMa6k1pDmhIinNExsnjZRNx",
+	"MTLVVcGh6liAr2omIikyda2ZoT13fg3jg4sa3DhX1z3/mIzQx6amtSbf+5NrilCrVsILKhm1ENXBi0cC",
+	"W+cQOCNUTKxkCC6kzAYdPmuWuH9Dm4dLLNgOgfKxEDMuAKwe+7EiwWI70JAmVKdmbI2mDaTlsqid266W",
+	"t+lr4PN6ADwNcuW9kGbDeDc7+lfw6mIIzwtcd/vhcCHEO5fJP3Jhf7bVMUAh2zhBprYPpNT50ylnvmQj",
+	"0Ia83T4sXdf1Kn2gV+HlhMsxmYhBR4+UtCAyt8ggFwzWK/NrtiKHj41rBMaEa1sErirP+jJRuzxLz/im",
+	"pXMYyQTvFJzaSyWNkKZ7Y49JvSbfR1dJtnPRefPbTVGKbqMYADxgbZr+/eEBNakP1mpuQf7dTjxcXJq1",
+	"rG7e0q0dsFmD76UWmFFYNd4VQ3a1/AImbHow12yc3AvZ6zScDbcppewAu9N0Q3j7tcb9a3lBO9QD8ow6",
+	"8RddFAMLLEdw61WR4hvXv4lL/Htd+dyAP0T3IHRU2aoXwPny3191oSTVuw8nH90fQXPoZiUTsAGE917r",
+	"WwwjXZGkdLgqQwlbui8coitjKaOH5VP83U3xMDjbampFYcEVqZSbt4tVQhvu0MO1y3zZa7Cu55eZ5bdl",
+	"nFp/XWOiT6idBYjEym1NqU29BpPqJiBGW9sG1skHqPJdWC3ds2vVi9T0wFVKXcwWSLIoT8ytmgl5i+gW",
+	"TUpGkgosNRowqSBFO6EwZMW8wNIE1YlNcPCad3ARvTDBCr9ZQml4nGXqwRYjpcHj0DTj9Yx4M8mEhvq7",
+	"W1ogt7OrVmTGzyMj1onwCU0gDnrl1iYuVq/o6k5+l8NbuIHGJTXZNPwLAk2q4dxro0qc+zXPVVNu4za5",
+	"IY3X45omGLoQ/cm3CcwtRLCZu9sege8sXTZHz2ms+tbIG2toMpa+W586PPqPYj7rwsydVFagc9HMUTeD",
+	"rcPIH+d9WzZUfDDlRshofgsUdXJov6TodBs4hDevi4orFqETdB5ofTeArGsLhdvWL7sdJ/K3cd23ym1t",
+	"su7alegmMSNxzxZb5lPBlHTZKdl8PWOvdx4253GbgNX6h2TdhVgn7Mw/U1vt6+Ih9Jo5Pz9f9T6aKKuz",
+	"a7q6rW+ZNgveWdij9YDgq20T9V6Uu25r9PsGrtKr7RMUPdeow/i0tnJ7m7hxcYArB6zScBnI5MUhrbCW",
+	"13jsLizPtSaf0AS9QD+eMtnCiPFrP7oATcoLXxRZPTYBS41GmFZSfOEqy1evyZ5UtyJNxgnEfRWRy84a",
+	"2kOYMAdR2XRK7IR2uAtPv/pQsb5MeV4vKK0cXH2SuiV5+mGiRXSLOTEYSc21ODtxaBc//nz1snv949XR",
+	"6Rnk2fXY9QSgRpWMRG+pINVkCrC/NYevkbmvLonUk5IOKSnJj/Msce5rVUlMNOtGSkoqywGaThfq3gss",
+	"u7OWz3cZCD6Pjo+7z+MT0eWj0363TI550e/4NkYLFy/y7oPQpmThQsilnTfbG0+K7HIbdtMVeRf9yDY5",
+	"i4ZaEzBxcdbSHd8FHUd/znJiY3mrUf4N8kp9qxZcIPhAUZvsEjwc/ji7iEsQo8dDZMxWRsGQDIdwW4U3",
+	"2FZHe0ScsF+GfJneUmDQ0+I90wX4uNcCsy1soP62F1Nf+qzOidB25dJfqpJuEuO/nhVeL1LNuiNdabVf",
+	"/9y0QxlY0luIbxJCogU3kWhYECABZ2YouCkg93RzSNEi/S5khHtPaO+oIZiptoFjRrE9u1dUpdnS9j4Q",
+	"30AuoT4tRJX2qErm9tXI1APECDbYCxZVBv8higlRD5U5FvncWFQ05QZGY3/TVENJ22sK0ubVQMK7OAL8",
+	"0SiWy8p8NU1vDduFMipSqe+BXngIFpncJLdLwj0KNttcVBN/3OioazUyDzwTS8dWYebrJKO2R7ta76rf",
+	"om+lKMW4Rhqs8eGCHxTkFCzcKA1ksVoIr2bULsabr7q1MN9YE36OxScvtiOR5uzEv4TO+/3nh+fnR6cn",
+	"z0/65+eH61xFblwNdIAL4c71M6bz6VTErGk5dzusNob2yrGSXNrddYNjel1et7tR2hz0xeTv2th22WuN",
+	"DoqjSmPxNnTx9Lafzh8yLutx0WP47qkQFrzsrPXk2QVhzx/ehyesYbNJHlltb8pXm+yt3gRWbMxONMay",
+	"uUfA21ArPzq6WjcywneAtatOmC/8zoNh+GM7XAB8/RbjOeFAnJ2/iOOT52fikJ+M4rPhULwYHT4/HB2e",
+	"D8/OTvmL/rE4E/HwUERnJ3H84sVZfHLIj86i0flpdMTPSTWsY1xvL7+XGBNr7RuBTYjRgteywW3ZdP2u",
+	"cNLWdt4Obq2t1zMltVg8l9tM8JoAV1YdzJXD2x2lPKVppZRqFnNY2pJXCCA0h6hbCDmb0syGgmciu8rN",
+	"pDHhoIxr3gsfxub2v//zv8L9IvISIztCV3QJYzvZUCmjTcZnXXwvZLYk19Wb1z1r7ELVnzouOSCYNkpu",
+	"+fPNT9cNA6IskjSpK6EErHT941UXbDyeVgmaRCbGiTYiK4qAUBcklSd6ID2losdeTkR0h2kU1sJrs9lJ",
+	"90Bh3HpcJ1zGesLvBMnddh7T3OQ8heF//IiYlSPVoFrTCH6wK0enkkH65zAVNm7VKJaJqTKC/W5lAPbG",
+	"Rs1S9QU4oNyoTLNcI1LUQEZKmkyloE9IQdtD61xupO659hjPzURIY5cQHm5eXj2QezQteGB/q9VGz/Uc",
+	"y3p3ZypNBzJ88+v1DYPoKJp+GLBMSPHgVgMHVAhgNGWCxClLww/kQBJo3TQ3HEtV2M0FlQiGMxIyAmu9",
+	"hz4boDoYItvoYphyCPqWS64hvwR0N5BcslyShSOmcSGwTmTPyBDjilnMDQeLI0tk6ReCZgQireE5e8gS",
+	"IzQGJxueioHELzI2FjCWk/55SBMG414qphYWF7vspkqb0JtrBRgfOoXBI5gMi9TULR2MJBMpx0m5zGK2",
+	"F/6lKL2wH7ChiHiuYTj2TGAcr4QyBdGdZg+CxQoPvj1ZFyW4s5u8bdluBniOCK0z9EPt7LT+F4TchWzv",
+	"7fcv2fnJ6fN9GiqHRYGTH8K0/anSGYeBS8QvNlihMEPMYYXVhqQQMQZIhO+75S/hBQtn+TBNopDtSQUc",
+	"K4ajztP9YCBDmm3I9rhn3Fo49/uBx7wsG0SNu+z3v//z/w+VkMEnGA7kHk+1IjVrOGehC3K3pS+QP4aW",
+	"CvcD/3d60T6xH7i/oP+BDMepGvK0a98HIL9KW7iGKjdVmwMOFHGasfIFm/LsTsQDGTrz9gUzWS5CtLW4",
+	"yAMk2HKtWKJ1TiYYMxHWzOA8X/bEUb4LWGIo0F5JxCpF0wbdDy95NBHdl+4ASdXVRmW4zSBrJZGwUkCC",
+	"3Y4SkQGvn+FrRz0PjNT7Dm4zC7uFERYF40QydbUgqwwUoy7Yjzc3bzDBr2RGNNDpzU/XPS97scakr968",
+	"9hFIO/3eIY1DzYTks6Rz0TnGrxBGcYK368FE8NRM/gl/jxtBX3ERNTvq9yuFfVQkNCxidi80jrjHvlNC",
+	"IykalUeTCuOBUReU8jruXHR+EOZH7BqNGCRo4YiO+n0bRWYEKWwLEbEXH+iW5qvkHNsD3nMNhUTtJOB8",
+	"gauvZ4u9UhWI5paLoR68IYZREVs6F3+887f9je0BWpdCa/TfjVETUDOUnHyW0LnoEEfANg+AaOfrboyQ",
+	"lfWme45HEzh1gcUjhjXByZJ0YA8Klb0bJpJn8wFcJSKydxk89NPr65tXvzDr4IHH4dQ+8DvRzWe4dPns",
+	"kp32j5kyE5E9JNoKGwu7/VbwOLGL8Bk2HLqf4w6f9o8/QX+/oMjG4/klC/E21iHTfI7VsaIJi8VMyFjI",
+	"qHTO7/rwFQtOcc7ZvWAm46NREm10DO8PD/gsIVlZt57Gny0gNMqfl/YKwVuWMKHJUszHnIqkVE8HqDRX",
+	"s+SGunjC4+E6gQ7buIKVQbffjmIDoBdPrPVW3X6xuPB4a0LXM6VNUy63mgldXr7lBR0Ul/wlUzOyUqRz",
+	"libTxND9iKWu/Pt3z9hyiFqAAA0UH1EihrXoo0+gCnUOW7zfY8U64UVa+Kot4qMCWZTDpT3hetIbyKtm",
+	"FySpY1B2itQ1d2qAwzT5InFYvYG8wWCZh3IEQ5XLuJR26XtsE65ZyDyH5mY8E9LsX5To7JpNc23YUDA+",
+	"VXJMGgo99gzwiHF8yXSWJkIzt9Q4SVrrffKCJMb5GJlULOXGL59FzaEYlpiBTOREZInR3m/PNL0+JzYe",
+	"LgbmowgEFysmI1CnXN85GYJTnwNpm0HeP0LcNhQbTvrHLMRF6Yr3kRCx7lLPYROrfol74SjF4gcJbf6q",
+	"4vkahOjZwaxMFCXMS6akhccQJPflu4/BmvRbHZszzX2s2iVsSlWNiRzujInQIOJihZbxkcCjDndYSvR8",
+	"ZDIn/X5bjw0MBp4/3uj5RzIxmq3LkzT2TKzLyBYukIMPrjLqR2JvqWgKYXvtYoxB+cHYZOOtoVZUaNIG",
+	"uBEbKNJtQUsHC1ZyL9L54mXzFu0o3vme8YxPhcGUoj8+dBK8ADkKpvYEuyF36sfMP7er7ObvPsG91nYW",
+	"na8GJ/Js4QCefMoDRev/2ANl7SsHLvANRtN8Z76SsTspFn/Evow8GUubExaJvXFsWSCiXluY1lqz6FoF",
+	"Gw9PBzJDXFeGWKvYFjzErVSO7SrpWg2c5UVlsciIj19ghUGTE3vHMLCbmzfWujOQhZ3GThFVZiEN46lC",
+	"f2WexmzC7wUbQ54zabI0ppDtHfX7WCoytHaNsMd+lWIg7dyf2SuCp0RJCDw+GomIVAOU5XWPvSy6Blku",
+	"S+4tKXIswZBEnBk1xrooAwmyHpiMDBCjRHHDZFxqTmrD3jhT+QwmM03M/iUtEBVzdSs/EjKCfAIopDhV",
+	"2rDTfp/NoG3Q6y+hT3ulO10fxQ8+EmwPm/NWKtEsicV0pgzc+Y33HD0srkrH99Y3XdnxF+PS8YvF6zyC",
+	"a1/E5OhZ85qz6/Mzl/ONbtrdsbXqEKiTJhb3qxTO2DMjE6PdjSay2/LSPXzSS/rkcLPnTz+JEFAqlh8q",
+	"Xo8/3n2saJrfk9F7yuW8sHw7HgBk6vF3aqaBv9sfFhj8h5KWPh5wsHzyyOh2dv+diFKeCY0mZ/s424OL",
+	"PGD2UGKZDpvky3TyT2Lv1luwX2HjE/WAkU2UXssSc8FCSq8FjSvPUms5tTm2oUsp7rHfnYXbLj0LR2AB",
+	"MCrjY7Kh/fb2p4FEzp9oLzkOOGH45jdyPLi07A9Ffu/HkHmujoCuCFq8/Ut7C+jjcCATQ4bTWSZsnBo0",
+	"iqqSM5em6DVlpPmBiSKflr4X0tsnmPVFox7I0vCqUQmUrPSRNAz1gLg9FB1GWzRHQxjdsE0s+deZkFd2",
+	"zyjzflE8azq+5SMO5fP1dxiaveJhdLBYwendo9g/PumCdxeeLgTJTMxUZnr2Sz3hR6dnnYvO+ejFWdx/",
+	"cfjixUn0PD47PedHI8F5Pzo95XH/8JQfD0cno8Ph0bA/fHF0FMWHp/FZdHg67I/6fd5/AW0l/xS3w7kR",
+	"4Dk/Oj5Zm83DmtNafyZ1qgqx0CLAWvrT9NSWLPxkw+fPn5SFPy1Lhm2tsMDqCu6MI68pfy+U1gwLmQQY",
+	"KZlAQ7ZHv2F2Vw9hM7HQJkmyBbwm+rGiO6keUhGPKXPV/kjFuXvsdSH7XdTERkqJs2K9ojWyAwOD10Dy",
+	"FM22TKBJyaoGLBMmz2x4rMqSMagA9pa4ZJzFyQjT9E3RdKLZSf98IEPbetcVSwl7LEQN4paEdR0iAFQi",
+	"Kqv0TLOUa8PoGatkeN5bkonBlgU9zUSmSbcRRWH7SLA9rlkyIq3BKBYeFD3itIpFiubdv4n5QIaDvN8/",
+	"jsr9xc/igr6uFY+g38J9NhQjlYnKFgsZ6zVk7q+Duxe5hq6aE6bVd3NZOFg6Qacs6eS5SqwVzkHA4qOO",
+	"n5bSOR3+zsaC+WcWypcJ5DeVg4ynncINvkzh+4lvhi9SWC/53s7ugiIUpv0y+FndWz6HQmBp+jYK4r7Z",
+	"LM3LIs/PXFlnF8ERWKF0BpzR4zcDaWuKuGgI+3aB8c0cxnePvbbmfLC9ZCCaOj9qiEEsbI+4thfXsl+6",
+	"V2k4Cdn5lRyDgCzSuInVFVGEn4fXPRHxVyIZm+nebSzSO+MjIzIKm+Jp709q3jU1v4WVRUUb131ntJyq",
+	"8RIl+2o2gyuehWBEDsEiCKoHC9VopIUJXVqrJ8soMOsxuAYTAdpmLu/YHsli+E5gpRp0MKLiGkViRmjR",
+	"kQARa8xnFrDRQpNYPOtE83EmhLYSF9DxuEuNdqeJRvzpcCCLiDOKcICG8RknVFk7aY/9pMbkuI74DLyU",
+	"M5G5iVyUnCeC0YBB1WS5JFKiACZMDXM+UAgIzDOsGw0Tg5/iTGGze6F9U8Q2zqnRSkkrDWP6OoQlKh3X",
+	"QeYKIrfGwCuYFq5256K/tpzzkxq/hHPyqQWcn9SYVp0Kt7XyOTWucTk88vjmF6mgPi0joiWDe5zLKuHv",
+	"jCdZ7aWdLb0hNQhrQluVSY2YLXGHrnJfSVl0UlwwG6FevLPHtRbGRkcYRCTW+8gdEjkWqHGZSaby8cTi",
+	"90pu8oynkMWvA/KjFI3Ba5YzjCBsclYESxvFZmQWpLb2wh9ekVUNI60PPtjarMUaILMYyLCmwoXk+ydK",
+	"6bG3i5rvnZiXwbf4zVDFc7YHB4FnGENBricXPK1G6J+JuFQSKu0yCEzcb9GHC6VcTIU0Ad0KsO7wR2CZ",
+	"MNlKWTl2030rZimfF5yQvGkQcFoSFoleE65JMQ+YTmREWucoybSx8crsgbuQagpTqc6aS9oSnDRcGEdH",
+	"LEy8RbwT824mQGsLLykepGwAox9hMbBDF3ZP/D5JUzYUsNQ2qlDExYXkt5/I7ihNxhMDRgzUClliMAgW",
+	"7nE3ThBlfWNpebd54dbs2irkjBRyPGADSfCy/rWFMi0Lnf7epce7OEkbQOI6h6nDJJQUdMIcVKYNRgfR",
+	"T1ibN31zc/NT99qFqZB909svrq2FQqoHb8sGEjdAjawnkc9ZsvwsNd2N1/lwmpi3lit8sutx9dNvLQV6",
+	"1Pk3MX/cxerXZ62Xc0lmXjWXAtu1UxZtpRdg5Ou/Wi3FoGZCdmFzu0dHnaJd4ojVGitUqLsosHL9YxmI",
+	"2l43dr2b2a+t+4mFAur6KrprEwfwunmm6+eW7VVONQbhyeLUY6kTD8+2gSVWh1iAA2W5aM6g8uh0C7VO",
+	"eG14lF1taSVG78ePW4k/X7deuKn9/+To6CvWO69B2OO+kIVcOGCGY7yWoGAS3xy9MzkQlYt1bEz2JTbK",
+	"1NTenTG6aENbwSv0ZSS6qCY8m6ZC68XAsWvo9n+0NedP+83O6ehnnt0xTstcRqZxzewJ3YZo8jgxXcTY",
+	"a4/Xp+Q1mzPXpWxMiv6mCEs7fobNALxNptKUhHprzAtYicASOFfHQHrZacW3LprOBnixTPydPCT7AUie",
+	"QhsSqXvsF+USvdDQC9o0zxpdSZgzADN9RRNtjuP8Ry6yeel/JzWv48sbVeDrhhu1uSVyAjk8ll01l8S7",
+	"aAzF7E5jbOrSAiwr+dJLygtfh4Ml08Q8LfMqN78tm+OKlGo1olO8u5wOpDDb6Oaxqx6FQH9SPLTfZb8C",
+	"FZThPqXq3gB0FjhPbJmPcME4e3n9tqrkoV48kPDJe7vIo3Ch1pcF6LOSwkZqumhsxCPH3531OdFODUeC",
+	"x/7GGY9QEU1UDJZTLRopGU3YL8uRbByIua4EL8XDZ/KZvsYsVX+OLddtbVM+SYLAydH5F+fQqIL6Vc7G",
+	"ptchXV0rSMzRFhleFhOtL7wRYYCftVZI4qasvB9tOgICv1n4AwjQJh+il5Nks3g88gT7S2LYWEh4DdL5",
+	"VYRJXKhCwq/o/RzIVHAn4drAPzJ12RBYSpeegK4OFqS4YTrMRgRSwtRAltGHL68CdMRW4gQ9gIQy6Qrp",
+	"PJ+BBE2XfLkG1hLlks9msGYqzyLBeBxnQmvPkYIP2fh8bxVRZEcHj32FrHXnA7kXGqW6EGvatWxChzZL",
+	"P3wLBrXu1chgRlzJpaiTTIySNG3kQa+w5yfiPNT4l856msjt04RrHH3ZAnyFPdFelhAtFh2iYAT1fJZW",
+	"LlVLsR0lqdAHH+AflxvVKLef9E+IlSSmzNwQ70EqcbEPSKCQVQk/aSFsjc+FhOzvE7TdbKbHwkuvv3ta",
+	"yQ4H1nJKYYE+R9bSDwIuBujdS5/yZT+EW1zcZls7smWbD7z1atzua5MJPiVej9G9DrGC3uuSehAG5TeA",
+	"uWQN9G/FLOt+l4wFxrW4+PYAU3MlpgLxaEJGyuL17xI9UxphzgDmQ3MZD9V7EXuPXFvS6L5RaRLNL9xD",
+	"IYXO20tKSwiJtE6YmILy40oEPoFwZPeuInQyYi5mHZ3lpLQwqdgwUw9aZKATA9IPeKAC9st39O8s5Ylk",
+	"Rrw32P3L63+3axRNeKaF+ZfcjLovwoCN/5nMAob/MTwL2Jvvvg/Ym19+CNi/vXn1Q8B+eP19MJC/i+Eb",
+	"BG6dW+/d3o83P/8UsOt//yFg/1/469/4Pb/GPQrYf//nf+178+C6CiqjIiNMV+Mmhi24CHDa7dI+ITX+",
+	"5eAvLUZcQn5o0Adb6e+ZprNYM157x60ZadNzKaIKY88CYe2cHvf3AyZ64x4L9YTDg/9yQSjpF2Gvos0u",
+	"DPTTs4Pv1IPEeGriCZszgjVi5VASrqUuop0oYFR3RlfF5NDHbiYWsIdXBaY97bME/NgFrB+god3DTa/J",
+	"v8ZeQQZd4W0kWVLETAs4b0ak8wsWEgBVCABFFHB9a+UlsKtCjLb1TF4VojIm8fq2WGUj6eBzxsyDWho8",
+	"97srQfAUclkL0uMnFtDaQAdb8tws+BfI1NUz8Wem2yfTTiHzFH3XBe1ZRLjH5byVqJLNDOF3nhjN8hl6",
+	"MB54Ykp8CNAg4XUPnc9PY+OaaQV+RwT/gQeNtdqgNqkhnkI5YVYyIFRiOWXoK/RHcf1A3TxBNRahqSBF",
+	"DCNiHfjQQJYx8BClgANhi7EqRrEpv7OAUtASpvIiquBM8IXMjTtIUfDjTiyKXZKmXYuMV2yDNoJDhJ+z",
+	"T0Ekj00qDgHZGZfIxSlOQdBRA8kZsC+nRlvcGpNx1PZxTQuNMslcX2RpIzHH4UxikI9FUeEDCSgo0JUo",
+	"OawDh1DkChaEUCZV0XvFa4xP6wtqILOOYbtzPqAeZ6NM6AkLvVziMCiwnFz5fxsx47qi7JOYeDXh7MGS",
+	"71VioJ2jjHHaKpybVUR0dckwUVzE1G8B/EhzKCJD6YW5ysE40hj4GCEDJmDwjQWjX22u/i4jMFbB+gYd",
+	"nQoxQziT4oxhLZFFPPvOYacJy7as9tkl3nDQt4BtPrkDzO36UZQErvtZrjbb9/I8EUtHFiqa7c2U1skw",
+	"BfUVgpC+hTvs5PD0m7KILL8jfypACzHi0iEeCr3FlejDP+klUHiN+FLE72o1NrznmoHIKiU/NmY8X5SL",
+	"zJ/KaidZZa0/Cd3twhenatvlTlj1+3Z9LGjVvpBLIo7AumCmvRYwLX8fdgCodRVNRWdDzCx/CJ8p0buy",
+	"Cg0nkQYaf5Ecf2cgWqp6FNY9rT7AbjNzPPhQK7/wSWzItZO9oZDmvfzUNuVVh69eEWnLUKdPb5Pe+kjV",
+	"DFIrDtMBBg53Iay1/R5+KygBX7OhMA9CSEbpE+TI0xGX2oaIg6A3UdoAR2OhLSaob40KGdhnkxkLJ1zf",
+	"wqPhQMI/AcuzlIVkaL0dzkNG3/pezTCC1DAdMtf0fkA6E0HH+aFGBJUC6fkwwtsEYAgs6qXSgtyPKiMH",
+	"KGg98FRrGBL8+ApX5rEk0BLR4wbZ2QRw7muL53GruEY4D6z110ChV/ViinSQQNmZTTxaRdLYEY0uEZPx",
+	"ZzZC1/5wTgQZsFjEOW0aRQTsETyShOOVJv8UMcP8gH1A8fFi9dpJYSdk8NUd3dXHlrbnazi3FOXWfHj1",
+	"7s+teD9TOs9E1+IPr4paxafcObY3jVeunxXVkO2do0aevRDLI+yVOCoUeqkDS5r2IxqvrIVnIUr1pjCh",
+	"QftkCqZ2E01uFjCDYlk5aAaS1qSyw24NZn1lF+ElPfYpaAh7+lsiY73O49cYVrrGg7+BlfTrJGJaktWk",
+	"7Pby0+gqn/nOqpEnFnVxFfl2ywiQiFqp/2YiCvI09Qqm4LOczTJ1T2jnMKA62YZCjlQWga8SwlV5qik5",
+	"tV6klUQ+i3+HPl4ibiFNNnfw4cBXUEHiCA87tyPrse9BdCyyRAcS32JKBraVRDM3DotmbPi8/I40MxcP",
+	"Zxyc9xQnRpDtUtm0ephzmqoHEe+3cRVEjL+hRfufdi17c19N0eUWJ+JrvqPxRiI6Wp8824xgb1zV37KS",
+	"FypJUOGH0PHXqe8Tx2hFo9OMVaswg8udeeffW5iImokLJD4ubUUvR/17QLX+dU05+VIhflsKftiC2E76",
+	"fRbSY12Vm64akX04DNDDaXufwjuhys2tGt3i77e2aXKgDaRNwC1qsZInkvEhTJzLuZlAUyo3OomdmAGD",
+	"uhMzBzKSZJQwF7BRysdjLHbkd0ldWc4zFIQ8TUIjw2v6goWxmnIsskRBTomM0jzG2uP0i7Y1mRwUc/iX",
+	"nrUg9iI1xdJNyQwCxqIkziyI6e0sE6Pkfcj2fnv7E3g5Y5GxxFyW1iFUrMmRB7o18DeRjmhzYdpckgEJ",
+	"/qZ9do7axAL+HfX7jW6+OPbIdDcmpC2tqzanGdalE3SkMgKzmdVsyKO7hizp/sGLTa2w3lQ/k0vOX+wW",
+	"M5ilUweD+B6jTJAj7tIavGIgV3H8hZqCP7U4RkIN45bVWYmlie2vo5ltY0gmsezgg88WVxVwaLk5LCYH",
+	"Mseq3NNUqAGEnl1yh6CxukNtWl9skYe1SddKi71vkBroTJTSBNppHykEbUUShHwB9XTSXC91TvtGs4C5",
+	"Up0Yk2Qv77jZlnaDXbwqe/gfJr7X5r+GWbhYqq9YfqeD5c1lB2L8FRxtnwEXrTOExxOacdexp35GWADW",
+	"VTHF6qb28QsSBVE2DSDTM1VD5kREElmf6QULMpR2DVFXznIZsPBfQ4qWnPCMR0ZkAYQna9FNpBZSJ2DK",
+	"2w8sZh9h0bAkXuwOoWboOQdD02Nog/IyYYOBxLGTuJ9Rvd5MsFSMELMZzk8BurUe8euQ7WF1JwdsFRbL",
+	"Sv6kqoSOP8Yi/hcC+7u0CkEsDEVKOnwwQJIiXUPEwUBaTYFxzVwL7VW7aiTzWcVp8lnNMM5b2vLZ+uLg",
+	"4C+9SGUzp5Qc/KUTdOwe3eLNetQ/et7tn3X7hzf9/gX+/3906nBEJtVdz/PXBW2kS0mNeH9zHE8nkfbc",
+	"vLzaVFSvLeVnipmob+hXFjbxiVnqdT6bYa6oJdA1WOcjb/2DDz7NL5WIF5iwY0OJYZMkxkJxVCDz0mcK",
+	"iXHGAhSY3YdFkeE77HfXHKBZZPYn/cXKy2vQTvUupJ37JuVmOhzlLS+8A/IUJKKXGPHp1K/0Qlvhwrv6",
+	"9+2VCoSCtYbgVfZ3NdQDSRQjYor3sBHvScbu81SKzKU8xcLwBGrX/FLz51mBoCixX6zPQBYSki8t5DIF",
+	"PtNyubcZ428KtvQkUSL1wVSiRYoDhH6PghKHSqWCy68vXITWcrVSYM/jV68RPIHb3VqyV3jb6SkQ6gkz",
+	"wmJC+K05UVekyTiBgi0W2yIkQSy88H6C3EFbjhKsz3GCOUv4N3UxhUpK/tdqNAJvY8j2bDAi+RvQpJ4J",
+	"wYpUSqiua0R2z1NNFWO4uYWkjSgx81aa9GnLlr76agIZabzLilkXu2b3uvflHGs7IjwqDxMsIknMG5i6",
+	"gbwwLJOMSTT1xIHdHf6DD/THKuntF/HgMlW0UTMHktRzObH/QvmwIUWW2BUL0FhbYKmVeGn7tl6RLfNZ",
+	"Wxl7BxWV9FyNfkeJpiy2Dflz2l51uFSUFYZpgCLV4mEiMlG45wjbN595EN2XxQTijPxKmcpNIgXLBB0e",
+	"oMd9aJa87lNGhYya6Ok3Sa8UWbtPba+ijtZ79gqnSZgFrVeo1RxbQNhOm0DYnjgmxe7AcgInYD7A7bGs",
+	"9Vu2/ZZZt+Xk1+IQZXH9vCW6xFIYxHXYPM1F6qRMUDQ8w4JDiutb0aWhUC2yWSbuE5XrdA5o3AULnvEk",
+	"Y5noCgnkCZqdX6cM0bavJMvlQnV8agENZ3aAiLI/rwass2VV9gfSa8io9vL65IHG+v9uoRfypuBNHQDS",
+	"+kC6tD1ber/YGvUgATujKGTZwG4P8N0G3hzukwvbuSAnXHuQAq72r90nl6DgUp1P+idBATvLqRQAFQqx",
+	"vmwok5+A1H8lvQPE+MLSu6AbuI+GwA8tdj8uznC++MZA7mGp/ZHKhkkcC9lS0uNz8cgvhVN9i8zpytJo",
+	"hULbUjNWsigrw5Ccv45jqdcS/MWb3EZ1UAnMekh0o0u5x75XWeWo29T12uyqNGaziTD65gTG1nTX1sh+",
+	"09yGxlkoLQhkT8Q0pwc+b+vfZMl4LLJKv0s1TnoeAnFWjIAzeCfO03Iwe8AwmE6VIWzMKZeA6Znlcr9t",
+	"fK6NbzzvAw7pOuF5/Cty660bjbHKcUe2fV0EwVl8DsR4AeQX6EuNXJx6j/2bGiJyNIPDYIHXXXUiW/qE",
+	"UCQG8u9qaIUZIFN3TEtYB6qJRYIM2Ngwih0rOcB1xwxMoyjrSFIDRr7P+JxKZVOMLg3tmWaJnOWGCZkl",
+	"2EIBZOvH2xfOQ3oX5zzh1lY4kFqxEc9AFKCSmTisguWgWuZeuywboEJlRUoAhseVFWdhrgNJ/k5ojr5v",
+	"97DBaf0i0Cjq3POi0z88Px4d8qPu8+hEdJ/Hh7x7zk8Pu2fD41FfHEUn8WEfhl7AVhQJxbHUXZuDZzUj",
+	"KyHPVGbgyaOj4EU/ODk5BmwL+5KJZl2L84Iv2a/BzdedZWqIoRdUlrEErjjrw6TtngNlIMbpRGmDsBmb",
+	"xdJx+dmC6HijO+FKMsGzNMGaTziyWq2lGgRO9aqC07rreiAfdx61x5c5IS+98khVBvOPXOTfiJNy08Id",
+	"j3VqGp4ZewOscaW4omJVIRKC9/jyrHDEfwMWOE2yTGW6ML+V1R8aEsC34ofw0lMrJG0n9cbeC19Ngrd3",
+	"9cOOgLvL82/V7aNrugZqh+KAzJHt0GMv8ffyWn6mCwR6pPA97gpWODR4ru9sJo5RM0IGjaw0IxWbqkzg",
+	"VHoDSW2nZDtxVdJp1q7sGXwoC6hfsqh8xTwkkagUbmm6u/H5r/asemXw7L3yTVRieSyoBm7q7jjjwars",
+	"U9gO+0x5Y1tHNgZuOEhzOOWmEAWq2aiLyagDWWSjsjWSUS8qoApUIYUqLoDTzH4MEB1BIwa9pF+jVCHO",
+	"n19+Ahv+8ebmjYWVFLZVmmXcY1DsPTcuK81R/0C6OekAfREXRWXfofOWUxEZJePSj2Hh4WLQH1wqIVCv",
+	"c8cPJNkyWlPZuNw2OdZR8Z9JsX8mxW7Da373qMKrPFooyGuyoIVbmCw8j7PxuTa2t/PZFr5cW9/XZc+i",
+	"5VzHpuUW/hukGGsHKw9nSRvuu8fZw6gVOos2n9TKymhgRbEUK4+kykAaaZQpSFLEAFE4xHsjcLKPEpHG",
+	"EB0uIEQdlXFIBDXJVNz+U0kR7lNzowRA8EMXYOIh72JtQRwAwm5DaqpzDoL753WhEMNAnFmMviGxTqqH",
+	"SyAkjE13Pi+sjzJKMoGuryGPaaQ2oXUgwyGPXf2TkEk+dVm0+NiltxShrWl9SwJESCvj3rAChk1bbQxH",
+	"KJNpVqTTcu0XuGEPKk8Bn4Pt8YHEyVMSb5aTVQ+D6UyZDoZcFaSqu2Q2Q0Ti3GAKbCiyTGW25PV1qowm",
+	"YSZjRo0pcMRMOIknZSWbaSKTaT5le2HXHZbuNJFdt4VhwM76TGPBa3vWKYsYZ1i84h7vGqW6WFUnvEBM",
+	"wMWjMBSpesDSPiqzB24gvRNnHhSQPa2Cj1eicU5uvRY8uejnnHD0fduaOgNJtVYrbKQy1X/kyvAwYIf9",
+	"fh+8lUVIisqavNrqQe5fDmSxf0oKUtJwy49ZiO1B5LMQsYjDHvtOOKHWdR8rmyucN9drdnY7ev4xQIix",
+	"AGWQmEKRuGvvYPynAs/baudcNFkusU6Wlk8J9bvTubv0t7bEmgRoEGcOUvNtPutcdGylVDg80BI7Yn+B",
+	"/0E/9yJLOTwDFELvE5MC602eqZk4+KvIUutA3MyWSnvymbIcXPdLLIsB44ZZnGR2+GeyQ4kpWRDgmnds",
+	"gxpsHz744P5cFQ1Hhgl61tZ4GCUgrpV6Ir4KmxWp6TQxWIoQ7rPihiOUAYBLt08MZFG/MEDw5+Jah2vS",
+	"AqsgAIpyqqgdAcmezCibuFawHUJuSHQlzQu8ZtoiLSiWKjlGJT3HumWeGl/jkMgAe+xtjkkZllXarIyg",
+	"sPMnGbN+ZXfFulJvY8WUvHROYLKHs6GYJBgqC5cioPHHmYLLz7JXfF9TvUmsweOm3KOdaQ4wwVd9Prup",
+	"rkwvNlu9ThZPw3f/A/ImtiayoN2WVJxfjoAahUXVsrke2yFQ6xOdhv4nuQP8xfqa7PYbHRlP98kbK4Fh",
+	"TQkMspuotLAEM05fuqYh71a8Lw7RZWGGtF/oApTG4toQywTWHJBqgKY7kPkd4g00b9+GkxiBoRJUnB77",
+	"3XF7EmU86ygWmH1fKj2RMyRyKlHhVKRLqrL1kNhgy5mQCCiD7wFr1T32hlPgMvDH8GDGcw3aBhx4TuoO",
+	"qEilSFhg8KyjywxkmzKDbNnOiyT7Zv3C6QG2tWWKQ2ALsJCUDTooNFk2xBAKA5aFISEJXdxpVK/X7kIj",
+	"1/8Na0Ltjs4/o2i+hRDuydIkOR/7ovMuJOXq+n62yIP1uKS7UrxD86fMDCHks5RH/n3+TPucY4/7K7a/",
+	"Y4n6AO05rbben8hthJwP7UO24A9+4aRNkhT3Qvs5LCVP+MG56tH4ZCO0Q2tPCQG1DRw5UMgNBm+zq0ir",
+	"hD9RJr0d5SnYRpzRBSSNRNsf47CQWAeS4swAroAySNr9NrQE3+PsH8OXvlJLMEx8nURFwSaJNiqbf5Ow",
+	"oj7J2XluKBmtoC6QN5b6buEBiATMpQmtzc2WmS7lDiUF2yuSOx4mSSoYShyxw5JHerNSOXoswfAGvBbp",
+	"dJZCuGRijMj2L9lIQJUrz3dquTPGJGqlpMhWUc0vMKtHEk2TRwaXoTlD+LCPBaxAKIEPkPRkZZTOxWHh",
+	"n0mkEWPclk9BQ2D2XZboWAibOrASb+k2+8aJCaeOphUQc/RuiQrPfntc0C+quK+ErpAL2/OD3O1FAUrs",
+	"finQL8buLJACPCq+GeU1sIvzLZpKcKeezhwJ/efTJUfxtTuFaMMjzp5UnW+ev43YPzoPZxxkIXt4wW/F",
+	"tTvDFLEywgKPb6H/NU8tPvstHVvKWfxG00phrxh3e/5k5zeX7Yf3mizdNUOOc+GSWcamfe85+3JI7BWy",
+	"Je3QFRxuc+myO8nrSgafXBYxXbCzVupnM0yHtiVcRyrzWLZmRqkLSxbVgQ2kDXFDXcR9H7PifaqJ7ukG",
+	"VJDe6RqoUIBaQkWjSe8AZ3tADmhn2irDP61NJcvBfwu+unEmtA6tEZ9c52Uay6XFo0Bw9NCWjbed99jv",
+	"NotmsSAtmmMK48ydmFPpiKKcLuwHVIOo1KUdSDdcvzYtcR1SyfBu3qOwfhY2xPRfMMKEC8DWI2nJYSW4",
+	"sX4Bu4qXrg4uw+2G/dJqKmj6IqXK3SdHRyxMvKndiXk3E/BGIwjG21zuhFEFj0uD+QQ62E5SNqYcLYsJ",
+	"5ll9+ekay2d/U5gNbKkBWWdBVY306443/sSJG29z6QcqSfWw9ZUiomxZYadfbT7gsAoJQNyRT6k4vJKC",
+	"bA1FJWxQ7bCqEwg5iNAJwUYlrL8Fq2tWT+2Qtg46pPe/0JDDJ+VIOPNluqxdm2dsKgyPueHfothF8YE0",
+	"U7ZH6LJwXt2cK8ZXemwppIfS7U4zjlQQ2+6wXpOsAVgJGWXzGTrZr15dd49Oz7o/vPwZwGZhMHjnYjAh",
+	"tgDVFfhsRhRX9QrBZWvbsjLEfo/9O9IWymFQlkF0ga4umFQsU7kRjOLiCcBiIJWEEDAS+vDYY8AC9gPT",
+	"wPhEGsdtJkY6ZJmIRHJvnYNIx/AMCIEIYjKQe/Z5DSJGge9hJgL0Gncrp3MXXIYQX9j7fGZ3xagCr4nC",
+	"11I+RPgiRMdjIf14S9+GDVzk0m5CGf4BEowT8CIlR2kSmXBJ2BjOYAfVc9+++uH19c3b/3t78+vfXv3y",
+	"qPgtru9ucY1czHcZZgln1RWM0MdRdmw2rhWBE/5cEVm02uvGY7E9R7a42fvfRp5n/0uswt4Q/+UoY212",
+	"WRUrDj5YbrIKwNZjSZkYiUzISBBALU9Sbf2N741L+CFBGt1ILFKxKLhWLvk9T1KwKIRtOLYFuW+okOBr",
+	"T243aaWOGxf5Vtw2ECnwDV/jZYDUxqcwaEt5ccDuyD9XRUFBaIYcawLcwViSFTX+IRjq6z1c/yMOlY2f",
+	"qk91Q4kwX+YGLMKjLKhjmWFrMxOtUIVfYUwAHcYbJ4VRbFKD5RcjDHZzwrYUdJzcIY8fupvKHpXxf64g",
+	"l80o4FuNdfnE8oQXG+NWmHQJkP9RM9DbyBhmGRj4/wHLL4vFzEwajRcag1n2clnAApAxFoXMwEMcxK+w",
+	"3i4FcKMdOcmYg/+lZy2tO8xCa+1KuTYsxN9uHxIZq4cypadAJXI5zCD9DKTFH1JZUc+HTxWag1E3gqZq",
+	"zcMbebbQQa1EKSJANoE4UpyvFkI3oDHaioxxZT0Sg2HBWgjI61mwsFBbNly+AiP5luyZAXNmKNIAOZUv",
+	"gDYjLLEIo8WMeCW1QlshWNjvE/HA9sKDPDkICfUhtMoxiwyhRemQah0kjUlCcD2bRpD0JiNP0641BzWc",
+	"+UENx2crgxpawiaa97G5y/O+3+eLs5PPG0mBq9rCVN3W9XbASLA9V/XtWdG0zzwMb2QdtZgEpPU162qh",
+	"rhFh9BdYORNZMpFRkhqEvm6E5Lf4KdtZMXGEX27adFOTyFLXxzzk+u4a32htsLCCbNTozXxm2/xCcRwt",
+	"vEexya0gjXyn4JV/QkduUgOC67s1Aitp/77RFPs6ABR9fkxqfZxniB8PLTVVG13qQc9l8o9csJnIqjXV",
+	"615zcq42ec6x26SMeLaO84Fc5jm/LNsEUz0BZbI4GaGZyrChiufWOT6Qrd5xdtWSLU82bwdtSc6KWuo8",
+	"hQJslzp/YQUxokObGQmFmTWWy+BxnAmtBYiLYVmVOpwoXf5BoRT0q01foUbJJmKbVhlTw7+LyMAyBQPJ",
+	"sXQ1SeCBM+3xWGOiCpPCgDjJUlu2AGL6fnv7E95sr98wOy5olApIw2BhLBczynYJi9SNED0pyhhBy1d4",
+	"EbQhV4LL9bQ7lwqMoF1S6Y7ru68ch5NOU+fCw9ucCq35GHPSRZoqpFZyJ1x0RDTBL5wejqVNsK5RQpy1",
+	"zKqhZwFQs7ycL+oOik3r4XF995nsAbjXO4fbhKX50uM32mb+LdX8Ozk8/pKjOAo3iyGOs+qeXQjewAcP",
+	"PiAlLsPf/L0ItKMrhyP+pmJDZ1AIWGizFG5tXSWmoYI2ZfRIdesqTdySDQDvDiL2W6nMLY/vRWYSjalA",
+	"UtVrA3luZov6GVoW1XN3IXmVi1Z1yAoeBOYYGAOZYYoRsLB84naaaHQXw9fI9MtvYEADSS8H1GrqVZPA",
+	"p2312coIqRktUhEZyFbCKSeyXISKs4kC/Ox0oeBr9dEkxsjEsmRHwFwdqmAgbWUVvEKpItW+nR4YmIq0",
+	"qSIa8jblRmR0LWfCZPPbIY/u1GgUtpg9trrS4KWn9khAH99h5bw28wHx0q8lMZvoywGqOtPeBjJ0M2Uf",
+	"8MwkIx4tsXd+n6RCW7wLWzUFxC87BJcFBg0GTKXxCug32Jeros8v8eTAfJdFOo2SEv3sM9Qkc2yk3BDu",
+	"LecjT8MqSN2rMucsY8ggusDzEzm2KpB2MLcidsHfoKFY67LKCsRdfHyqMAJIDWRYouOGFAvuGLzgGVWU",
+	"VbL01qM1d89W1FPSq6dXpLbvE1JAcTcNRaSmQjPXkwPS9wzQjEd3Uj2kIh4L1BCKcCRXkbsV+dfNHiOD",
+	"4MPjkX+/aNa6jKn+ify7FPl3RzLZQarGy2F/UzVmBqhFjZBGHMfe8/B+kQJC+wtKElIZNk7uhdyndKTh",
+	"3AisZ6kFhrqhHSUcKUhToMqxRXUrK//t5TOQAUP4VDiN9tEqA+5OdH+WGRq274EsMgbQDuCsK5xyTi1i",
+	"CGG7aTUViAlX0K+bmpCxBgBg6WBpaJx6IHkm2BBQj0WMQZFXb15bp9Ke3Vh2Qr4f+NW5fzKBRHJJ0IYi",
+	"sbh9rnIXonucHJ3b1I23yBCv4PQvk5d+go3blrAX7LBXduqErddmXLULVC8SSF6do8OT5ycvjs9Onm/n",
+	"X6LD0exP6gcr+umv3w9t5sYVgpua8s9mc4NH/sjP+itG/JT89ic1voGE6gaW+5Mj8SInnPait12NiPNP",
+	"67vncSnOOApO1fjxYkwmdJ6a5dxxJjKdaJCf6OkCBVyNrBGyUcJNbCUj+NY9gIKGhqtORsIRIrsm01WB",
+	"SMQRR04rlsix0OTLN8oBo5MrnMo+t1XiRmsWzewR7ONrcpbQdP8KO7PaZ1Ldx69BtXsDIzeTTOXjSUkK",
+	"tmRjdTq7IAqTzdtF+59RFueuytStK5ZFxgBPaCZpmkd3eMlbfSB0RnBCyiou9WEej4XN7nR2T/ujxnA0",
+	"F/XvcrbYr9b0T46dTHgitVSmi7OgKNyBvMLaL2rkS+IWBUzNhPQqcu2Bc8bh/1PATYD9OvSvTDi0r8DW",
+	"14J3oXkhY71/aSUWF65p+y3aTzRMZJQCwBMoK5UiIMNcz8PAggUDrjAOMZdU6BOa4oZwuwSkHBRzKlWp",
+	"JYVFGtMjYZG+Wv0hKJRM3Kc/lQe7oeCNEjzukp/JFsgojsi2akU+A3OpPvhAfzhzb2skagjZO0D+QsbP",
+	"NKO3rGORQk2d31KbTGAKk1Fgk7wLLDTBBDHBJZuKqcrmlwNJajaUq8Zr8PrHK8hlYtNcG898qgmRusd+",
+	"lcJ1S+lNxfepX9DXJiPbYiJeC0EBm+C0+0Sz1CkeFs/Ve95T/hsA7GAczqC1MbnR6xvFzqrICNOlta3S",
+	"XBEoMUwkJ6CiuqtntQfspCUhLcbFuRdZMkq2duI8cars4aeIPbWF8XF36aD9fPPTdefij3cf3/kkS1uL",
+	"Vevt6XimUZnWbG9Elzwfi/2FCrsNNGt/WEKxB2QNbL/d/502zt6ItKHkVAeBI/mn8CkvKKpeGWvvtPG0",
+	"8g4tcUZR4ABa0L1y4BeMu/o5NJ5KjAR6N6ExMAji5MiMWAY80IDQEpCJEQHy4I1HE+2WnheV+V9CSzZw",
+	"0yfbKc/A97GkOiYO0hEvbdhjSfgJjdJtd2ZpCcbV/XKvs3VJh/YFoxNxcT0b9xbk8iCGE6XuHlOv5nfX",
+	"xPYxlxgA82exml3Qgt2NdYLoaNX/BBEl35GlBLcuPi25A75xtnoRgodFi2cqkcaFZHkJ3jVyEPcwaKdA",
+	"pWSGgVOpA0Ze7IG0WerXhsuYZzFzNMgiJeF1DO0K7cC7CeKCuk+IKWf4dIbhBO5baJmbPAMEehRUrRGX",
+	"gISgM3gCbiWb9BlCBxMtotv//s//CvcvrGIHiQASHf9zhiZpyk5nmTI2MZ/L2F2yWnCQzik8rpp274AE",
+	"IPgPfVkqN9CsCNgpVC+xv3edPx+GfQWxbDYQbaKIKxCo9DhVQ0yIx3rX8ALLZRJxyCuxQW9oMy+4ikUu",
+	"tnn1iuk8mrjwONgIF/znF+2xMetKioG0q/cwEYVVHKPk4iSutp+5P1ET4MXdbvu6ZKlSM9AogoGcZck9",
+	"N6W80cVovHJY1oqWqoeFwt+FzR4UaxjmQIZdd7C7+E7XNl8k+5cnvT1qzx68x2Tx43kvs+5RbqqZWSzS",
+	"dK8ovAikuHWcXp6ltkaMvjg4wBXo2fFADwd2rTaNp7NL8Zny+23v4IBamepPsbV4QOw5HQqdxGjhcnRK",
+	"fMqjfmz0zzS8R8SbVW+YjS6YmrR28MH+tSrDn5K5tVeXnwx7zoYUC1Dts8SCgsBP9qs5OBv8oiXGwjDS",
+	"idHsCOuzqLZ0/5IxbKYx2Pf+LFXiZeI/4uC0pORvWYfEIkstcoUGZ+6THICdy8ntplY02X2zqfiPOlKt",
+	"5k9MJfC+JvhD48EOOYGIhEULQnrpnSVKw2d7eA8JROSm+IED+qZrpc99yGvtYgMUbeQEQTslKihIybVR",
+	"kkV5YtgwE/wOAbq/8/iehS+y9ZvuhJjZsk9kj7KVnsisgzEav739qb1cx66O/bbCFK0oyRvBWrLVuyeQ",
+	"iCpr8ZmSDDah8D9raESLF02lksbOxJWDUuZYy+hka2YQI9HwHyjISmH08HHfkaaTb4o4YHSTEk4AhR0M",
+	"JCjV0HNQ2ENtqJfJ5rbURq4R2yjAX2Q0xydFlqlWYH970Eqe8hji/zrNTXbu89Vmp3L3/yQ9WJcGkivl",
+	"790RXeXyXBLCbIV7qppDTwc2UBmssw7wucTTKAIElRQs5vN9X6eIeJbNmXlQA1nYl8CKNeMRjAWOqqvP",
+	"vGiHusAmraWrHI41KLlfBlKlccA02U7QqoaOX6YfEnCOOjuSNSGRfcVKDHalG4MEcL3s6d4S+2dHV3pt",
+	"yQnrYn34n8WJePfxJ7h/l1skypu45NvlXv9pbtjiNifBueEyXwB0W5+nEARNe6Yb2T0Rr8ci/GghJLM5",
+	"CGaSiaYsBEBed1HNLuwJwwUpXWsK812ond0AoFNFyamD6TxItNcOiiQwDI7mBWqQBVAdkZyBVjELt1+3",
+	"zJfDwldo6APpxt4qH9jV25R/fFkXPU5i9f1u9+GTUO5O3D7F5lRdp49DXHApM3BKiitVSYHOFyZkptIU",
+	"zxGe4gs/zYZ+1I4dAtbvm1+vbxjQIf1mvfmIVcBZJMD7C5sqykDn0o/y8qrHfs3YEMEC5irP8GC/+dvr",
+	"i4HMxDjRRlAqT5QmMCC/OakA+cn75nYmpjbk0ftylMixyGZZIg1Wl6NiEpmN+y8Gb9f14EORnPnxwGsG",
+	"YvVa0bKQHRWBF47W1YOklLsFokfwrILeIYcqMfuXFedytclZyg14gl3blEFR7yes+RxCi5gFD2Solyz0",
+	"sM+mXPJxhUvh9sUiSmKQhoZz4kQaQ6+ABZlJHWyDYLpoQi0wW9YJgR08xh0z5e9voyJH5NZCNp1U8HGk",
+	"yLoi7x52AkstNUSCjV0n2Mhn8pxYp8jvLjCiHSDZRvG20jHbQ+8nystfKmLy+edxfdC5T2IhDQS5rMNt",
+	"G0UQn3u0iiM7rLJd0NOGoj++9uQ27NYje1Pwmq8nifvBLfVGFzGEvDXcxDZwnWplhNYqClEQTeyNrjQL",
+	"dQ/I59lYxIDAAAgALBOUicvhXhuKdL/HvkNbM9yo2qgZaSwOdpbyei9ZSOLhv8QZB6QFzCt0uvJEZGKf",
+	"pXiB14RIG6sfFO9TEHNog5nxGpmC7Xuq7kmNxUGRu5bLmjwNlZ1giowAFTTVqaRnXX6Oq0JloRdSpQ1U",
+	"FXiYcIPeHjsQwqZYYvh+LKUEi/gZ4IHmM0pWUAuqQj1BOdGFE6A10w+baM5p6+BOdYICE4ZWvBPYH961",
+	"VBV5rKUek/M2taxvfmF+KraT4wDjKvv5H23koy3bjMOtvPx80bndnvfXRMZ1JWFvURcobOiWkqxI7XIN",
+	"PAG/x35AdgUPv3n1M9ubZWIksgz4pR9nhLl8LrkPftA5oZSB6BtNRHRHX8PK6H17LQ9kpSdMRMzEfaJy",
+	"XZkBMV0YK3JAi6TQmOpDCg6d2Jfeij3yQt+E5tdN5qOheoP8IsnbnpCKsc7ftf+JdUIe7X+zajgv8ZEW",
+	"tfEdsY1SZ+miENzOO75X5Yhs2SKMqbRBmdaIRllL1CrUorwuNKBei4r6qhjBDQ5gl7L17rTC+ijbbNfw",
+	"Y+8ruIRea50L69dpVWB3dMbInNGOmWSVsOKwk/mkbmyFbgLWZFPpLTGz/kB9f8kKGw5xGYhSsTC0kN9s",
+	"sbh68LtmvH4oSEdydq+dns+DDzVr3tJIStgXfE8IdC9KxaBMjcjQeqAyN8jyYAdFSKXnN1Aj7wn0SpB6",
+	"WRQXwEQwk3GpQVeBeiaF/mUthuyhpheZcmjPGhRKhIZie6TNgGhnt26/WWICTDzvnD5OoVsF3+ptwHpv",
+	"XOHs3mCR4zUjRME5FWf8QX6LdOQmBzkOdrvWppAlgXztHLnNyo2EumAfR+IwEzjnvkvE0TOc3sRokY5I",
+	"2scpMJ4qWZT2sLWgL+qnHMeCBamdY09XaE8rNlTglazwlwjWUho/L7MRiwj62YVBY8Pz/4nunrZ7B5f3",
+	"m7xtMGxksZaYO4k7Vs0JWHS5ZD1WKi6q+Hr8vuILhIuGkvAtGbCpygSF8NetYQIIC1OkIoyNsYXg96Qy",
+	"LFI51sextXTICureLJODk8yVRs+I/jBRSqRaPExEJgICI3CYhjN0U/LMpYrZLHiCByIPoFf23eU1oeJ4",
+	"0j+G1DOcZJdWC4yzWCsddgXoVApcDwdRQMgDq66sT6nXe7Y8Qu/tXHRAMUoFvxPxJgW6YPxfpLJvt6Zq",
+	"y/vCY1lhxNsRdD0Leyh4JrKr3ExcFrZtq07Pb1VuhGa0lhrR/gLGczMR0sC2kPN4UaXveZBrdh8WjOA3",
+	"QnIKg3FMQYusKXNU25h6z+vda86A1k229oqDDiNkbb2tcrjau7wpNqc+/qaWv/OKTxSt+uE+9iuMG+pV",
+	"q9A0tYcgKnmSmi4IABEmh0cToQ2WJyoDexehw/BpdLDEvWq9l6Z+rvFhfB15IpYzwLxKi0ZkcFp7UQZM",
+	"KiuhVYMCsz7Jymr7C5VcGvuknZPKLjlu62Jx6zJJmOQn9uPNzZsiw7iyLS7Cq2HHi7rVlVraGhI4XOVs",
+	"/BWB2Ipiazic5rqx6JnyJkrtNaEyOnhJXe5WHieIb+efAHyk4f0fBU8tHE4meJxITN91EZ4e4dlyoY4G",
+	"Zm3nqaG4FcwTU0KgZRcT4nx8koAz8kz4i01FsD6++/j/DgA=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -356,6 +356,14 @@ func (g *guardedStrictServer) CreateSchedule(ctx context.Context, request Create
 	return g.next.CreateSchedule(ctx, request)
 }
 
+func (g *guardedStrictServer) DeleteSchedule(ctx context.Context, request DeleteScheduleRequestObject) (DeleteScheduleResponseObject, error) {
+	ctx, err := g.guard(ctx, "DeleteSchedule")
+	if err != nil {
+		return nil, err
+	}
+	return g.next.DeleteSchedule(ctx, request)
+}
+
 func (g *guardedStrictServer) GetSchedule(ctx context.Context, request GetScheduleRequestObject) (GetScheduleResponseObject, error) {
 	ctx, err := g.guard(ctx, "GetSchedule")
 	if err != nil {

@@ -166,6 +166,8 @@ func (c *Console) routes() {
 	m.Handle("POST "+Prefix+"/schedules/{id}/pause", c.authed(c.pauseSchedule))
 	m.Handle("POST "+Prefix+"/schedules/{id}/resume", c.authed(c.resumeSchedule))
 	m.Handle("POST "+Prefix+"/schedules/{id}/run", c.authed(c.runSchedule))
+	m.Handle("GET "+Prefix+"/schedules/{id}/delete", c.authed(c.deleteScheduleForm))
+	m.Handle("POST "+Prefix+"/schedules/{id}/delete", c.authed(c.deleteSchedule))
 
 	m.Handle("GET "+Prefix+"/audit", c.authed(c.audit))
 

@@ -120,6 +120,7 @@ var notices = map[string]string{
 	"paused":         "The schedule is paused.",
 	"resumed":        "The schedule is resumed.",
 	"run":            "The schedule ran.",
+	"deleted":        "The schedule is deleted: it fires no more; its runs stay.",
 	"redriven":       "The tasks are queued again.",
 	"bulk_cancelled": "Cancellation of the tasks is requested.",
 	"signed_out":     "You are signed out.",

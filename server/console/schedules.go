@@ -36,19 +36,58 @@ type scheduleData struct {
 	Schedule api.Schedule
 	Next     []api.ScheduleSlot
 	Fires    []api.ScheduleFire
+	// DeleteForm asks to confirm the deletion.
+	DeleteForm bool
 }
 
 // schedule shows a schedule, its next fires and its latest history.
 func (c *Console) schedule(w http.ResponseWriter, r *http.Request, s *session) {
+	d, ok := c.loadSchedule(w, r)
+	if !ok {
+		return
+	}
+	c.render(w, r, http.StatusOK, "schedule", s, "Schedule "+d.Schedule.Name, d)
+}
+
+// deleteScheduleForm shows the schedule with the deletion to confirm.
+func (c *Console) deleteScheduleForm(w http.ResponseWriter, r *http.Request, s *session) {
+	d, ok := c.loadSchedule(w, r)
+	if !ok {
+		return
+	}
+	d.DeleteForm = true
+	c.render(w, r, http.StatusOK, "schedule", s, "Delete schedule "+d.Schedule.Name, d)
+}
+
+// deleteSchedule deletes a schedule once the form confirmed it.
+func (c *Console) deleteSchedule(w http.ResponseWriter, r *http.Request, _ *session) {
 	id, ok := c.pathID(w, r, "id")
 	if !ok {
 		return
+	}
+	resp, err := c.cfg.API.DeleteSchedule(r.Context(), api.DeleteScheduleRequestObject{ScheduleId: id})
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	if _, ok := resp.(api.DeleteSchedule204Response); !ok {
+		c.fail(w, r, errUnexpected)
+		return
+	}
+	seeOther(w, r, Prefix+"/schedules", "deleted")
+}
+
+// loadSchedule reads a schedule, its next fires and its latest history.
+func (c *Console) loadSchedule(w http.ResponseWriter, r *http.Request) (scheduleData, bool) {
+	id, ok := c.pathID(w, r, "id")
+	if !ok {
+		return scheduleData{}, false
 	}
 	ctx := r.Context()
 	sc, err := answer[api.GetSchedule200JSONResponse](c.cfg.API.GetSchedule(ctx, api.GetScheduleRequestObject{ScheduleId: id}))
 	if err != nil {
 		c.fail(w, r, err)
-		return
+		return scheduleData{}, false
 	}
 	d := scheduleData{Schedule: api.Schedule(sc)}
 	count := 5
@@ -61,7 +100,7 @@ func (c *Console) schedule(w http.ResponseWriter, r *http.Request, s *session) {
 		api.ListScheduleFiresRequestObject{ScheduleId: id, Params: api.ListScheduleFiresParams{Limit: &limit}})); err == nil {
 		d.Fires = fires.Items
 	}
-	c.render(w, r, http.StatusOK, "schedule", s, "Schedule "+sc.Name, d)
+	return d, true
 }
 
 func (c *Console) pauseSchedule(w http.ResponseWriter, r *http.Request, _ *session) {

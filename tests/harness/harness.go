@@ -128,6 +128,8 @@ func Start(t testing.TB, opts ...Options) *Gateway {
 	cfg.Artifacts.Backend = artifacts
 	cfg.Identity.CA, _ = testPKI(t)
 	cfg.Secrets = secretbox.NewKeyring(SecretsKey(t))
+	// Tests fire schedules every second; the minimum's own tests set it.
+	cfg.ScheduleMinInterval = time.Second
 	for _, o := range opts {
 		if o.Config != nil {
 			o.Config(&cfg)

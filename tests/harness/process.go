@@ -226,7 +226,9 @@ func startProcessTo(t testing.TB, db Database, certFile, keyFile string, extraAr
 		require.NoError(t, ca.WriteFiles(caCert, caKey))
 	}
 	args := append([]string{"serve", "-database-url", db.URL, "-listen-database-url", db.direct(), "-listen", addr, "-tls-cert", certFile, "-tls-key", keyFile,
-		"-artifacts-dir", filepath.Join(filepath.Dir(certFile), "artifacts"), "-ca-cert", caCert, "-ca-key", caKey}, extraArgs...)
+		"-artifacts-dir", filepath.Join(filepath.Dir(certFile), "artifacts"), "-ca-cert", caCert, "-ca-key", caKey,
+		// Tests fire schedules every second; the minimum's own tests set it.
+		"-schedule-min-interval", "1s"}, extraArgs...)
 	// GATEWAY_TEST_ARGS runs every gateway process of the suite with more
 	// flags, e.g. GATEWAY_TEST_ARGS=-lease-group-commit=false make faults.
 	args = append(args, strings.Fields(os.Getenv("GATEWAY_TEST_ARGS"))...)

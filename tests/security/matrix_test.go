@@ -189,6 +189,9 @@ func TestPermissionMatrix(t *testing.T) {
 					_, err := g.Pool.Exec(context.Background(), `INSERT INTO `+d.table+` SELECT ($1::text::`+d.table+`).* ON CONFLICT (id) DO NOTHING`, d.row)
 					require.NoError(t, err)
 				}
+				// A schedule's deletion keeps its row (soft delete).
+				_, err := g.Pool.Exec(context.Background(), `UPDATE schedules SET deleted_at = NULL WHERE id = $1`, a.schedule)
+				require.NoError(t, err)
 				res := call(t, g, o.method, o.path, o.op, slots, ownCombo, a, b, p)
 				label := fmt.Sprintf("%s %s as %s on its own resources", o.method, o.path, p.name)
 				require.Less(t, res.status, 500, "%s: %s", label, res.body)

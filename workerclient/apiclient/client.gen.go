@@ -1736,11 +1736,11 @@ type ScheduleTiming struct {
 	// CatchUp What the slots missed while no gateway ran do. `once` runs once for all of them; `skip` skips them.
 	CatchUp *ScheduleCatchUp `json:"catch_up,omitempty"`
 
-	// Cron Five fields (minute hour day month weekday) or @hourly, @daily, @weekly, @monthly, @yearly, in `time_zone`.
+	// Cron Five fields (minute hour day month weekday) or @hourly, @daily, @weekly, @monthly, @yearly, in `time_zone`. No two consecutive slots may be closer than the gateway's minimum interval (`-schedule-min-interval`, 60 s by default), else 400 `schedule-interval-too-short`.
 	Cron  *string    `json:"cron,omitempty"`
 	EndAt *time.Time `json:"end_at,omitempty"`
 
-	// IntervalSeconds A fixed period from `start_at` (or from creation), in absolute time.
+	// IntervalSeconds A fixed period from `start_at` (or from creation), in absolute time. At least the gateway's minimum interval (`-schedule-min-interval`, 60 s by default), else 400 `schedule-interval-too-short`.
 	IntervalSeconds *int `json:"interval_seconds,omitempty"`
 
 	// JitterSeconds Each fire is delayed by a fixed pseudo-random part of this, per slot.
@@ -3394,6 +3394,12 @@ type ClientInterface interface {
 	// the organization's scan scope is 400 `target-out-of-scope`, as creating it would be (a
 	// slot whose run has left the scope since is skipped, outcome `error`).
 	//
+	// Slots closer together than the gateway's minimum (`-schedule-min-interval`, 60 s by
+	// default) are 400 `schedule-interval-too-short`: an `interval_seconds` below it, or a cron
+	// expression two of whose consecutive slots would be. An organization may have a limited
+	// number of schedules (`-schedule-quota`, 1000 by default, or the organization's own);
+	// creating one more is 403 `quota-exceeded`. Deleted schedules do not count.
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/schedules (the `CreateSchedule` operationId).
@@ -3408,10 +3414,27 @@ type ClientInterface interface {
 	// the organization's scan scope is 400 `target-out-of-scope`, as creating it would be (a
 	// slot whose run has left the scope since is skipped, outcome `error`).
 	//
+	// Slots closer together than the gateway's minimum (`-schedule-min-interval`, 60 s by
+	// default) are 400 `schedule-interval-too-short`: an `interval_seconds` below it, or a cron
+	// expression two of whose consecutive slots would be. An organization may have a limited
+	// number of schedules (`-schedule-quota`, 1000 by default, or the organization's own);
+	// creating one more is 403 `quota-exceeded`. Deleted schedules do not count.
+	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /v1/schedules (the `CreateSchedule` operationId).
 	CreateSchedule(ctx context.Context, body CreateScheduleJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteSchedule Delete a schedule
+	//
+	// The schedule stops firing when the deletion commits: a fire already under way commits
+	// before it, none starts after. From then on the schedule is 404 to every operation and
+	// is left out of lists, and no longer counts against the organization's quota. Runs it
+	// created stay, with their trigger naming it, and go on; a slot queued behind a run is
+	// dropped. Deleting is audited (`schedule.delete`).
+	//
+	// Corresponds with DELETE /v1/schedules/{schedule_id} (the `DeleteSchedule` operationId).
+	DeleteSchedule(ctx context.Context, scheduleId ScheduleID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetSchedule Get a schedule
 	//
@@ -3426,7 +3449,9 @@ type ClientInterface interface {
 	// every fire, task and scan records the version it came from. When the timing changes the
 	// next slot is computed afresh from now; otherwise the pending slot stays. Pausing is
 	// `/pause`, not a field. A definition outside the organization's scan scope is 400
-	// `target-out-of-scope`, as at creation.
+	// `target-out-of-scope`, and a timing below the gateway's minimum interval 400
+	// `schedule-interval-too-short`, as at creation (the minimum in force now applies to every
+	// new version).
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3439,7 +3464,9 @@ type ClientInterface interface {
 	// every fire, task and scan records the version it came from. When the timing changes the
 	// next slot is computed afresh from now; otherwise the pending slot stays. Pausing is
 	// `/pause`, not a field. A definition outside the organization's scan scope is 400
-	// `target-out-of-scope`, as at creation.
+	// `target-out-of-scope`, and a timing below the gateway's minimum interval 400
+	// `schedule-interval-too-short`, as at creation (the minimum in force now applies to every
+	// new version).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -3479,11 +3506,13 @@ type ClientInterface interface {
 
 	// RunSchedule Run a schedule now
 	//
-	// Starts the schedule's scan or task at once (trigger `manual`), paused or not and whatever
-	// its overlap policy; its own slots are unchanged. With an `Idempotency-Key` (the creation
-	// keys of tasks and scans), repeating the request returns the first run's fire (header
-	// `Idempotent-Replayed: true`); the key used for something else is 422
-	// `idempotency-key-reused`.
+	// Starts the schedule's scan or task at once (trigger `manual`), paused or not; its own
+	// slots are unchanged. The overlap policy holds for manual runs too: while the schedule's
+	// latest run (scheduled or manual) is still active and `overlap` is `skip` or `queue_one`,
+	// the request is 409 `schedule-run-in-progress` and nothing is created; with `allow` runs
+	// overlap. With an `Idempotency-Key` (the creation keys of tasks and scans), repeating the
+	// request returns the first run's fire (header `Idempotent-Replayed: true`), even while
+	// that run is active; the key used for something else is 422 `idempotency-key-reused`.
 	//
 	// Corresponds with POST /v1/schedules/{schedule_id}/run (the `RunSchedule` operationId).
 	RunSchedule(ctx context.Context, scheduleId ScheduleID, params *RunScheduleParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -5115,6 +5144,12 @@ func (c *Client) ListSchedules(ctx context.Context, params *ListSchedulesParams,
 // the organization's scan scope is 400 `target-out-of-scope`, as creating it would be (a
 // slot whose run has left the scope since is skipped, outcome `error`).
 //
+// Slots closer together than the gateway's minimum (`-schedule-min-interval`, 60 s by
+// default) are 400 `schedule-interval-too-short`: an `interval_seconds` below it, or a cron
+// expression two of whose consecutive slots would be. An organization may have a limited
+// number of schedules (`-schedule-quota`, 1000 by default, or the organization's own);
+// creating one more is 403 `quota-exceeded`. Deleted schedules do not count.
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /v1/schedules (the `CreateSchedule` operationId).
@@ -5139,11 +5174,38 @@ func (c *Client) CreateScheduleWithBody(ctx context.Context, contentType string,
 // the organization's scan scope is 400 `target-out-of-scope`, as creating it would be (a
 // slot whose run has left the scope since is skipped, outcome `error`).
 //
+// Slots closer together than the gateway's minimum (`-schedule-min-interval`, 60 s by
+// default) are 400 `schedule-interval-too-short`: an `interval_seconds` below it, or a cron
+// expression two of whose consecutive slots would be. An organization may have a limited
+// number of schedules (`-schedule-quota`, 1000 by default, or the organization's own);
+// creating one more is 403 `quota-exceeded`. Deleted schedules do not count.
+//
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /v1/schedules (the `CreateSchedule` operationId).
 func (c *Client) CreateSchedule(ctx context.Context, body CreateScheduleJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewCreateScheduleRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteSchedule Delete a schedule
+//
+// The schedule stops firing when the deletion commits: a fire already under way commits
+// before it, none starts after. From then on the schedule is 404 to every operation and
+// is left out of lists, and no longer counts against the organization's quota. Runs it
+// created stay, with their trigger naming it, and go on; a slot queued behind a run is
+// dropped. Deleting is audited (`schedule.delete`).
+//
+// Corresponds with DELETE /v1/schedules/{schedule_id} (the `DeleteSchedule` operationId).
+func (c *Client) DeleteSchedule(ctx context.Context, scheduleId ScheduleID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteScheduleRequest(c.Server, scheduleId)
 	if err != nil {
 		return nil, err
 	}
@@ -5177,7 +5239,9 @@ func (c *Client) GetSchedule(ctx context.Context, scheduleId ScheduleID, reqEdit
 // every fire, task and scan records the version it came from. When the timing changes the
 // next slot is computed afresh from now; otherwise the pending slot stays. Pausing is
 // `/pause`, not a field. A definition outside the organization's scan scope is 400
-// `target-out-of-scope`, as at creation.
+// `target-out-of-scope`, and a timing below the gateway's minimum interval 400
+// `schedule-interval-too-short`, as at creation (the minimum in force now applies to every
+// new version).
 //
 // Takes any type of body and a specified content type.
 //
@@ -5200,7 +5264,9 @@ func (c *Client) UpdateScheduleWithBody(ctx context.Context, scheduleId Schedule
 // every fire, task and scan records the version it came from. When the timing changes the
 // next slot is computed afresh from now; otherwise the pending slot stays. Pausing is
 // `/pause`, not a field. A definition outside the organization's scan scope is 400
-// `target-out-of-scope`, as at creation.
+// `target-out-of-scope`, and a timing below the gateway's minimum interval 400
+// `schedule-interval-too-short`, as at creation (the minimum in force now applies to every
+// new version).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -5290,11 +5356,13 @@ func (c *Client) ResumeSchedule(ctx context.Context, scheduleId ScheduleID, reqE
 
 // RunSchedule Run a schedule now
 //
-// Starts the schedule's scan or task at once (trigger `manual`), paused or not and whatever
-// its overlap policy; its own slots are unchanged. With an `Idempotency-Key` (the creation
-// keys of tasks and scans), repeating the request returns the first run's fire (header
-// `Idempotent-Replayed: true`); the key used for something else is 422
-// `idempotency-key-reused`.
+// Starts the schedule's scan or task at once (trigger `manual`), paused or not; its own
+// slots are unchanged. The overlap policy holds for manual runs too: while the schedule's
+// latest run (scheduled or manual) is still active and `overlap` is `skip` or `queue_one`,
+// the request is 409 `schedule-run-in-progress` and nothing is created; with `allow` runs
+// overlap. With an `Idempotency-Key` (the creation keys of tasks and scans), repeating the
+// request returns the first run's fire (header `Idempotent-Replayed: true`), even while
+// that run is active; the key used for something else is 422 `idempotency-key-reused`.
 //
 // Corresponds with POST /v1/schedules/{schedule_id}/run (the `RunSchedule` operationId).
 func (c *Client) RunSchedule(ctx context.Context, scheduleId ScheduleID, params *RunScheduleParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -8510,6 +8578,40 @@ func NewCreateScheduleRequestWithBody(server string, contentType string, body io
 	return req, nil
 }
 
+// NewDeleteScheduleRequest constructs an http.Request for the DeleteSchedule method
+func NewDeleteScheduleRequest(server string, scheduleId ScheduleID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "schedule_id", scheduleId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/schedules/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewGetScheduleRequest constructs an http.Request for the GetSchedule method
 func NewGetScheduleRequest(server string, scheduleId ScheduleID) (*http.Request, error) {
 	var err error
@@ -11243,6 +11345,12 @@ type ClientWithResponsesInterface interface {
 	// the organization's scan scope is 400 `target-out-of-scope`, as creating it would be (a
 	// slot whose run has left the scope since is skipped, outcome `error`).
 	//
+	// Slots closer together than the gateway's minimum (`-schedule-min-interval`, 60 s by
+	// default) are 400 `schedule-interval-too-short`: an `interval_seconds` below it, or a cron
+	// expression two of whose consecutive slots would be. An organization may have a limited
+	// number of schedules (`-schedule-quota`, 1000 by default, or the organization's own);
+	// creating one more is 403 `quota-exceeded`. Deleted schedules do not count.
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/schedules (the `CreateSchedule` operationId).
@@ -11257,10 +11365,29 @@ type ClientWithResponsesInterface interface {
 	// the organization's scan scope is 400 `target-out-of-scope`, as creating it would be (a
 	// slot whose run has left the scope since is skipped, outcome `error`).
 	//
+	// Slots closer together than the gateway's minimum (`-schedule-min-interval`, 60 s by
+	// default) are 400 `schedule-interval-too-short`: an `interval_seconds` below it, or a cron
+	// expression two of whose consecutive slots would be. An organization may have a limited
+	// number of schedules (`-schedule-quota`, 1000 by default, or the organization's own);
+	// creating one more is 403 `quota-exceeded`. Deleted schedules do not count.
+	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/schedules (the `CreateSchedule` operationId).
 	CreateScheduleWithResponse(ctx context.Context, body CreateScheduleJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateScheduleResponse, error)
+
+	// DeleteScheduleWithResponse Delete a schedule
+	//
+	// The schedule stops firing when the deletion commits: a fire already under way commits
+	// before it, none starts after. From then on the schedule is 404 to every operation and
+	// is left out of lists, and no longer counts against the organization's quota. Runs it
+	// created stay, with their trigger naming it, and go on; a slot queued behind a run is
+	// dropped. Deleting is audited (`schedule.delete`).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/schedules/{schedule_id} (the `DeleteSchedule` operationId).
+	DeleteScheduleWithResponse(ctx context.Context, scheduleId ScheduleID, reqEditors ...RequestEditorFn) (*DeleteScheduleResponse, error)
 
 	// GetScheduleWithResponse Get a schedule
 	//
@@ -11277,7 +11404,9 @@ type ClientWithResponsesInterface interface {
 	// every fire, task and scan records the version it came from. When the timing changes the
 	// next slot is computed afresh from now; otherwise the pending slot stays. Pausing is
 	// `/pause`, not a field. A definition outside the organization's scan scope is 400
-	// `target-out-of-scope`, as at creation.
+	// `target-out-of-scope`, and a timing below the gateway's minimum interval 400
+	// `schedule-interval-too-short`, as at creation (the minimum in force now applies to every
+	// new version).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -11290,7 +11419,9 @@ type ClientWithResponsesInterface interface {
 	// every fire, task and scan records the version it came from. When the timing changes the
 	// next slot is computed afresh from now; otherwise the pending slot stays. Pausing is
 	// `/pause`, not a field. A definition outside the organization's scan scope is 400
-	// `target-out-of-scope`, as at creation.
+	// `target-out-of-scope`, and a timing below the gateway's minimum interval 400
+	// `schedule-interval-too-short`, as at creation (the minimum in force now applies to every
+	// new version).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -11338,11 +11469,13 @@ type ClientWithResponsesInterface interface {
 
 	// RunScheduleWithResponse Run a schedule now
 	//
-	// Starts the schedule's scan or task at once (trigger `manual`), paused or not and whatever
-	// its overlap policy; its own slots are unchanged. With an `Idempotency-Key` (the creation
-	// keys of tasks and scans), repeating the request returns the first run's fire (header
-	// `Idempotent-Replayed: true`); the key used for something else is 422
-	// `idempotency-key-reused`.
+	// Starts the schedule's scan or task at once (trigger `manual`), paused or not; its own
+	// slots are unchanged. The overlap policy holds for manual runs too: while the schedule's
+	// latest run (scheduled or manual) is still active and `overlap` is `skip` or `queue_one`,
+	// the request is 409 `schedule-run-in-progress` and nothing is created; with `allow` runs
+	// overlap. With an `Idempotency-Key` (the creation keys of tasks and scans), repeating the
+	// request returns the first run's fire (header `Idempotent-Replayed: true`), even while
+	// that run is active; the key used for something else is 422 `idempotency-key-reused`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -14770,6 +14903,68 @@ func (r CreateScheduleResponse) ContentType() string {
 	return ""
 }
 
+type DeleteScheduleResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r DeleteScheduleResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r DeleteScheduleResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r DeleteScheduleResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r DeleteScheduleResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteScheduleResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteScheduleResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteScheduleResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteScheduleResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type GetScheduleResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -15202,6 +15397,8 @@ type RunScheduleResponse struct {
 	ApplicationproblemJSON403 *Problem
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Problem
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
@@ -15233,6 +15430,11 @@ func (r RunScheduleResponse) GetApplicationproblemJSON403() *Problem {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r RunScheduleResponse) GetApplicationproblemJSON404() *Problem {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r RunScheduleResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -18612,6 +18814,12 @@ func (c *ClientWithResponses) ListSchedulesWithResponse(ctx context.Context, par
 // the organization's scan scope is 400 `target-out-of-scope`, as creating it would be (a
 // slot whose run has left the scope since is skipped, outcome `error`).
 //
+// Slots closer together than the gateway's minimum (`-schedule-min-interval`, 60 s by
+// default) are 400 `schedule-interval-too-short`: an `interval_seconds` below it, or a cron
+// expression two of whose consecutive slots would be. An organization may have a limited
+// number of schedules (`-schedule-quota`, 1000 by default, or the organization's own);
+// creating one more is 403 `quota-exceeded`. Deleted schedules do not count.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/schedules (the `CreateSchedule` operationId).
@@ -18632,6 +18840,12 @@ func (c *ClientWithResponses) CreateScheduleWithBodyWithResponse(ctx context.Con
 // the organization's scan scope is 400 `target-out-of-scope`, as creating it would be (a
 // slot whose run has left the scope since is skipped, outcome `error`).
 //
+// Slots closer together than the gateway's minimum (`-schedule-min-interval`, 60 s by
+// default) are 400 `schedule-interval-too-short`: an `interval_seconds` below it, or a cron
+// expression two of whose consecutive slots would be. An organization may have a limited
+// number of schedules (`-schedule-quota`, 1000 by default, or the organization's own);
+// creating one more is 403 `quota-exceeded`. Deleted schedules do not count.
+//
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/schedules (the `CreateSchedule` operationId).
@@ -18641,6 +18855,25 @@ func (c *ClientWithResponses) CreateScheduleWithResponse(ctx context.Context, bo
 		return nil, err
 	}
 	return ParseCreateScheduleResponse(rsp)
+}
+
+// DeleteScheduleWithResponse Delete a schedule
+//
+// The schedule stops firing when the deletion commits: a fire already under way commits
+// before it, none starts after. From then on the schedule is 404 to every operation and
+// is left out of lists, and no longer counts against the organization's quota. Runs it
+// created stay, with their trigger naming it, and go on; a slot queued behind a run is
+// dropped. Deleting is audited (`schedule.delete`).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/schedules/{schedule_id} (the `DeleteSchedule` operationId).
+func (c *ClientWithResponses) DeleteScheduleWithResponse(ctx context.Context, scheduleId ScheduleID, reqEditors ...RequestEditorFn) (*DeleteScheduleResponse, error) {
+	rsp, err := c.DeleteSchedule(ctx, scheduleId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteScheduleResponse(rsp)
 }
 
 // GetScheduleWithResponse Get a schedule
@@ -18664,7 +18897,9 @@ func (c *ClientWithResponses) GetScheduleWithResponse(ctx context.Context, sched
 // every fire, task and scan records the version it came from. When the timing changes the
 // next slot is computed afresh from now; otherwise the pending slot stays. Pausing is
 // `/pause`, not a field. A definition outside the organization's scan scope is 400
-// `target-out-of-scope`, as at creation.
+// `target-out-of-scope`, and a timing below the gateway's minimum interval 400
+// `schedule-interval-too-short`, as at creation (the minimum in force now applies to every
+// new version).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -18683,7 +18918,9 @@ func (c *ClientWithResponses) UpdateScheduleWithBodyWithResponse(ctx context.Con
 // every fire, task and scan records the version it came from. When the timing changes the
 // next slot is computed afresh from now; otherwise the pending slot stays. Pausing is
 // `/pause`, not a field. A definition outside the organization's scan scope is 400
-// `target-out-of-scope`, as at creation.
+// `target-out-of-scope`, and a timing below the gateway's minimum interval 400
+// `schedule-interval-too-short`, as at creation (the minimum in force now applies to every
+// new version).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -18761,11 +18998,13 @@ func (c *ClientWithResponses) ResumeScheduleWithResponse(ctx context.Context, sc
 
 // RunScheduleWithResponse Run a schedule now
 //
-// Starts the schedule's scan or task at once (trigger `manual`), paused or not and whatever
-// its overlap policy; its own slots are unchanged. With an `Idempotency-Key` (the creation
-// keys of tasks and scans), repeating the request returns the first run's fire (header
-// `Idempotent-Replayed: true`); the key used for something else is 422
-// `idempotency-key-reused`.
+// Starts the schedule's scan or task at once (trigger `manual`), paused or not; its own
+// slots are unchanged. The overlap policy holds for manual runs too: while the schedule's
+// latest run (scheduled or manual) is still active and `overlap` is `skip` or `queue_one`,
+// the request is 409 `schedule-run-in-progress` and nothing is created; with `allow` runs
+// overlap. With an `Idempotency-Key` (the creation keys of tasks and scans), repeating the
+// request returns the first run's fire (header `Idempotent-Replayed: true`), even while
+// that run is active; the key used for something else is 422 `idempotency-key-reused`.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -21856,6 +22095,56 @@ func ParseCreateScheduleResponse(rsp *http.Response) (*CreateScheduleResponse, e
 	return response, nil
 }
 
+// ParseDeleteScheduleResponse parses an HTTP response from a DeleteScheduleWithResponse call
+func ParseDeleteScheduleResponse(rsp *http.Response) (*DeleteScheduleResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteScheduleResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseGetScheduleResponse parses an HTTP response from a GetScheduleWithResponse call
 func ParseGetScheduleResponse(rsp *http.Response) (*GetScheduleResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -22228,6 +22517,13 @@ func ParseRunScheduleResponse(rsp *http.Response) (*RunScheduleResponse, error) 
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Problem

@@ -100,6 +100,7 @@ func ctlCommand(a *cli) *command {
 				leaf("pause", "ID", "stop a schedule firing", noFlags(schedulesPause)),
 				leaf("resume", "ID", "let a paused schedule fire again", noFlags(schedulesResume)),
 				leaf("run", "ID", "run a schedule now", schedulesRun),
+				leaf("delete", "ID", "delete a schedule (it stops firing; its runs stay)", noFlags(schedulesDelete)),
 				leaf("fires", "ID", "a schedule's history", schedulesFires),
 				leaf("next", "ID", "a schedule's next fire times", schedulesNext),
 			),

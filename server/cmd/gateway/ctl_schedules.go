@@ -120,6 +120,18 @@ func schedulesResume(ctx context.Context, c *ctl, args []string) error {
 	return c.finish(res.HTTPResponse, res.Body, func(w io.Writer) { writeScheduleTable(w, []apiclient.Schedule{*res.JSON200}) })
 }
 
+func schedulesDelete(ctx context.Context, c *ctl, args []string) error {
+	id, err := parseID("schedule", args[0])
+	if err != nil {
+		return err
+	}
+	res, err := c.api.DeleteScheduleWithResponse(ctx, id)
+	if err != nil {
+		return err
+	}
+	return c.finish(res.HTTPResponse, res.Body, func(w io.Writer) { fmt.Fprintln(w, "deleted", id) })
+}
+
 func schedulesRun(fs *flagSet) ctlRun {
 	key := fs.String("idempotency-key", "", "repeating a run with the same key returns the same run")
 	return func(ctx context.Context, c *ctl, args []string) error {

@@ -448,6 +448,8 @@ func TestCtlSchedules(t *testing.T) {
 	require.Regexp(t, `manual\s+1\s+created\s+-\s+scan `, ok("schedules", "run", id, "--idempotency-key", "k1"))
 	require.Contains(t, ok("schedules", "fires", id), "manual")
 	require.Regexp(t, id+`\s+nightly\s+1\s+true`, ok("schedules", "resume", id))
+	require.Equal(t, "deleted "+id+"\n", ok("schedules", "delete", id))
+	require.NotContains(t, ok("schedules", "list", "--org", org), id)
 }
 
 func TestCtlWebhooks(t *testing.T) {

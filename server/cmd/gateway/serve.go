@@ -97,6 +97,8 @@ func serveFlags(fs *flagSet, level *slog.LevelVar) *serveConfig {
 	fs.DurationVar(&c.server.HeartbeatInterval, "heartbeat-interval", c.server.HeartbeatInterval, "longest heartbeat interval told to workers; online = seen within 3 intervals")
 	fs.DurationVar(&c.server.SweepIdleInterval, "sweep-idle-interval", c.server.SweepIdleInterval, "lease sweep interval when no expiry is known to be due sooner")
 	fs.DurationVar(&c.server.SweepDormantInterval, "sweep-dormant-interval", c.server.SweepDormantInterval, "sweep interval while nothing in the database can expire (an idle gateway sends no query meanwhile; this replica's own lease grants wake it)")
+	fs.DurationVar(&c.server.ScheduleMinInterval, "schedule-min-interval", c.server.ScheduleMinInterval, "shortest gap allowed between two slots of a schedule (interval, or a cron's closest slots), on create and edit")
+	fs.IntVar(&c.server.ScheduleQuota, "schedule-quota", c.server.ScheduleQuota, "schedules an organization may have, unless its organizations.max_schedules says otherwise")
 	fs.BoolVar(&c.server.ScheduleTimer, "schedule-timer", c.server.ScheduleTimer, "fire due schedules on this replica (every replica may; claims never overlap); -schedule-timer=false leaves firing to the others")
 	fs.BoolVar(&c.server.Webhooks.Deliver, "webhooks-deliver", c.server.Webhooks.Deliver, "deliver webhooks from this replica (every replica may; deliveries are claimed with SKIP LOCKED); -webhooks-deliver=false leaves delivering to the others")
 	fs.BoolVar(&c.server.Webhooks.AllowPrivate, "webhooks-allow-private", c.server.Webhooks.AllowPrivate, "let webhook targets resolve to loopback, link-local and private addresses (refused by default, at creation and on every dial)")
