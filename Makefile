@@ -21,7 +21,7 @@ build:
 ## test: every test, against a real PostgreSQL, real TLS and real HTTP. Most tests wait on
 ## gateways, timers and long-polls rather than compute, so four run at once per package
 ## (-parallel; the default is one per core).
-test: check-generated check-spec vet lint check-ts
+test: check-generated check-spec vet lint vulncheck check-ts
 	$(GO) test -race -count=1 -p 3 -parallel 4 -timeout 20m ./...
 	$(MAKE) fuzz-short
 
@@ -33,6 +33,16 @@ vet:
 lint:
 	$(GO) -C tools/lint build -o $(abspath $(BIN))/golangci-lint github.com/golangci/golangci-lint/v2/cmd/golangci-lint
 	$(BIN)/golangci-lint run ./...
+
+## vulncheck: govulncheck, the version pinned in tools/vulncheck/go.mod, against a vulnerability database
+## built from the golang.org/x/vulndb module the Go module proxy serves (VULNDB, default latest; cached
+## per version in $(STATE_DIR)/vulndb); fails when the code can reach a known vulnerability
+.PHONY: vulncheck
+VULNDB ?= latest
+vulncheck:
+	$(GO) -C tools/vulncheck build -o $(abspath $(BIN))/govulncheck golang.org/x/vuln/cmd/govulncheck
+	db=$$($(GO) -C tools/vulncheck run ./vulndb -cache $(abspath $(STATE_DIR))/vulndb -version $(VULNDB)) && \
+	$(BIN)/govulncheck -db file://$$db ./...
 
 ## faults: the long fault scenarios (kill -9 at commit failpoints, stale writers, clock skew with the
 ## history checker; PostgreSQL restarts, latency, resets and partitions); several minutes each

@@ -43,14 +43,18 @@ func (s *Store) AssignWorker(ctx context.Context, scope Scope, org, worker uuid.
 	}
 	var a Assignment
 	err := s.inTx(ctx, "assign worker", func(tx pgx.Tx) error {
-		// $3 is the caller's scope. The grant is read FOR SHARE so that its
-		// revocation waits for this assignment and then removes it.
+		if err := lockWorkerAccess(ctx, tx, worker); err != nil {
+			return err
+		}
+		// $3 is the caller's scope. The grant and the assignment the
+		// caller may already have are read after the lock, as the last
+		// withdrawal or removal left them.
 		var err error
 		a, err = scanAssignment(tx.QueryRow(ctx, `
 			INSERT INTO organization_workers (organization_id, worker_id)
 			SELECT $1, $2 WHERE $3::uuid IS NULL
 				OR EXISTS (SELECT 1 FROM workers w WHERE w.id = $2 AND w.owner_organization_id = $1)
-				OR EXISTS (SELECT 1 FROM worker_grants g WHERE g.worker_id = $2 AND g.organization_id = $1 FOR SHARE)
+				OR EXISTS (SELECT 1 FROM worker_grants g WHERE g.worker_id = $2 AND g.organization_id = $1)
 				OR EXISTS (SELECT 1 FROM organization_workers ow
 					WHERE ow.worker_id = $2 AND ow.organization_id = $1 AND ow.revoked_at IS NULL)
 			ON CONFLICT (organization_id, worker_id) DO UPDATE SET
@@ -101,6 +105,9 @@ func (s *Store) UnassignWorker(ctx context.Context, scope Scope, org, worker uui
 	}
 	var a Assignment
 	err := s.inTx(ctx, "unassign worker", func(tx pgx.Tx) error {
+		if err := lockWorkerAccess(ctx, tx, worker); err != nil {
+			return err
+		}
 		var err error
 		// An unscoped admin's removal is final for organization admins.
 		a, err = scanAssignment(tx.QueryRow(ctx, `

@@ -49,7 +49,9 @@
 // Statements that touch attempts and tasks lock attempts first (complete,
 // expire, release), statements that touch only tasks lock only tasks
 // (cancel, retry), and a statement that also touches the workers row does
-// so first (acquire, heartbeats, disabling a worker). Acquisition
+// so first (acquire, heartbeats, disabling a worker, and assigning,
+// unassigning and withdrawing a grant, which take it whatever they go on to
+// change: see Isolation). Acquisition
 // serialises per worker on the workers row, then takes the worker's
 // assignment rows FOR SHARE so that an unassignment and an acquisition can
 // never interleave. The two statements that start from the queue — the
@@ -176,8 +178,13 @@
 //     granted it by the owner, or already has it. A grant alone leases
 //     nothing: both the owner (by granting) and the grantee (by assigning)
 //     consent. Withdrawing a grant removes the grantee's assignment in the
-//     same transaction; the assignment takes the grant FOR SHARE, so the two
-//     cannot interleave.
+//     same transaction.
+//   - Every change of which organizations a worker serves (assigning,
+//     unassigning, withdrawing a grant) first takes the worker's row
+//     (lockWorkerAccess) and decides in a later statement, on what the last
+//     such change committed: an assignment can never revive one that a
+//     withdrawal it raced had just removed. Every path — API, console, ctl,
+//     gateway admin and dev — assigns through AssignWorker.
 //   - An assignment an unscoped admin removed can be restored only by an
 //     unscoped admin, whatever grants exist.
 //

@@ -80,16 +80,41 @@ func (s *Store) GrantWorker(ctx context.Context, scope Scope, worker, org uuid.U
 	return g, nil
 }
 
+// lockWorkerAccess takes the worker's row before a change of which
+// organizations it serves — assigning, unassigning, withdrawing a grant —
+// so that these run one at a time per worker, each after the last has
+// committed. Every such change decides in a statement after this one: under
+// READ COMMITTED a statement reads rows as they stood when it began, so a
+// decision read before the lock was had (an "already assigned" seen just
+// before a withdrawal committed) would revive what the withdrawal removed.
+// The workers row comes first in the lock order (doc.go), as acquisition
+// takes it. FOR NO KEY UPDATE leaves foreign-key checks free.
+func lockWorkerAccess(ctx context.Context, tx pgx.Tx, worker uuid.UUID) error {
+	var id uuid.UUID
+	err := tx.QueryRow(ctx, `SELECT id FROM workers WHERE id = $1 FOR NO KEY UPDATE`, worker).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ErrNotFound
+	}
+	if err != nil {
+		return fmt.Errorf("lock worker: %w", err)
+	}
+	return nil
+}
+
 // RevokeWorkerGrant withdraws a grant and, in the same transaction, removes
 // the grantee's assignment of the worker (cancelling or draining its active
 // attempts there): a grant withdrawn must not leave the worker serving the
-// grantee. Deleting the grant row first waits for any assignment still
-// holding it FOR SHARE, so none can slip in behind the removal.
+// grantee. It holds the worker's row (lockWorkerAccess), so an assignment
+// either committed before it, and is removed here, or decides after it,
+// and finds no grant.
 func (s *Store) RevokeWorkerGrant(ctx context.Context, scope Scope, worker, org uuid.UUID, cancelActive bool) error {
 	if err := authorizeWorkerManagement(ctx, s.pool, scope, worker); err != nil {
 		return err
 	}
 	return s.inTx(ctx, "revoke worker grant", func(tx pgx.Tx) error {
+		if err := lockWorkerAccess(ctx, tx, worker); err != nil {
+			return err
+		}
 		tag, err := tx.Exec(ctx, `DELETE FROM worker_grants WHERE worker_id = $1 AND organization_id = $2`, worker, org)
 		if err != nil {
 			return fmt.Errorf("revoke grant: %w", err)
