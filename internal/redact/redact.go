@@ -59,7 +59,8 @@ func New(secrets []Secret) *Redactor {
 		if len(s.Value) < MinValue {
 			continue
 		}
-		for form, text := range spellings(s.Value) {
+		for _, sp := range spellings(s.Value) {
+			form, text := sp.form, sp.text
 			if seen[text] {
 				continue
 			}
@@ -87,12 +88,18 @@ func (r *Redactor) Empty() bool { return r == nil || len(r.patterns) == 0 }
 // Marker is what stands in for a value of the secret name.
 func Marker(name string) string { return "[REDACTED:" + name + "]" }
 
-// spellings are the forms a value takes in text, by form name.
-func spellings(v string) map[string]string {
-	out := map[string]string{"plain": v}
+// spelling is one form a value takes in text.
+type spelling struct{ form, text string }
+
+// spellings are the forms a value takes in text, always in the same order:
+// a form's name is part of a log's carry, so the redactor of the next
+// chunk must name a text shared by two forms (base64 without + or / is
+// also base64url) as this one did.
+func spellings(v string) []spelling {
+	out := []spelling{{"plain", v}}
 	add := func(form, text string) {
 		if text != "" && text != v {
-			out[form] = text
+			out = append(out, spelling{form, text})
 		}
 	}
 	add("json", jsonEscaped(v, true))

@@ -55,7 +55,8 @@ func TestChunkSplit(t *testing.T) {
 		text := "log line " + enc + " done\n"
 		for cut := 0; cut <= len(text); cut++ {
 			first, carry := r.Chunk("", []byte(text[:cut]))
-			second, carry := r.Chunk(carry, []byte(text[cut:]))
+			// Each chunk is redacted by a redactor built for its request.
+			second, carry := secrets().Chunk(carry, []byte(text[cut:]))
 			require.Empty(t, carry, "%s cut at %d", name, cut)
 			stored := string(first) + string(second)
 			require.NotContains(t, stored, enc, "%s cut at %d", name, cut)
