@@ -98,7 +98,7 @@ var (
 // that reference the secret.
 type redactionRound struct {
 	g                *harness.Gateway
-	w                workerCaller
+	leaser, w        workerCaller
 	text             string // the value in this round's spelling, with text around it
 	enc              string
 	tasks            []uuid.UUID
@@ -158,7 +158,11 @@ func TestWorkerTextRedacted(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, scope.StatusCode(), string(scope.Body))
 	reader := scopedToken(t, g, org, "reader")
-	w := workerCaller{g: g, http: g.HTTPClient(&cert)}
+	leaser := workerCaller{g: g, http: g.HTTPClient(&cert)}
+	// Every other round writes to a second replica, which did not hand out
+	// the leases and so knows nothing of their tasks' secrets.
+	other := g.StartReplica(t)
+	writers := []workerCaller{leaser, {g: other, http: other.HTTPClient(&cert)}}
 
 	var tasks, files []uuid.UUID
 	encodings := valueEncodings()
@@ -167,8 +171,8 @@ func TestWorkerTextRedacted(t *testing.T) {
 		names = append(names, name)
 	}
 	sort.Strings(names)
-	for _, name := range names {
-		r := &redactionRound{g: g, w: w, enc: encodings[name], text: "echo " + encodings[name] + " end"}
+	for i, name := range names {
+		r := &redactionRound{g: g, leaser: leaser, w: writers[i%2], enc: encodings[name], text: "echo " + encodings[name] + " end"}
 		r.lease(t, org)
 		for _, d := range workerWrites {
 			d.drive(t, r, ops[d.op])
@@ -212,7 +216,7 @@ func (r *redactionRound) lease(t *testing.T, org uuid.UUID) {
 				Secrets    map[string]string `json:"secrets"`
 			} `json:"leases"`
 		}
-		r.w.mustJSON(t, "POST", "/v1/leases", "", map[string]any{"max_tasks": 2 - len(r.attempts), "wait_seconds": 10}, http.StatusOK, &leases)
+		r.leaser.mustJSON(t, "POST", "/v1/leases", "", map[string]any{"max_tasks": 2 - len(r.attempts), "wait_seconds": 10}, http.StatusOK, &leases)
 		for _, l := range leases.Leases {
 			require.Equal(t, redactedValue, l.Secrets[redactedName], "the lease carries the secret")
 			r.attempts, r.tokens = append(r.attempts, l.AttemptID), append(r.tokens, l.LeaseToken)
