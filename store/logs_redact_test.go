@@ -20,7 +20,9 @@ func TestAppendRedactedLogAcrossChunks(t *testing.T) {
 	ref := refOf(b.worker.ID, l)
 	const value = "a-secret-Value-42"
 	// A redactor per chunk, as each request builds its own.
-	redactor := func() store.LogRedactor { return redact.New([]redact.Secret{{Name: "A_SECRET", Version: 1, Value: value}}) }
+	redactor := func() store.LogRedactor {
+		return redact.New([]redact.Secret{{Name: "A_SECRET", Version: 1, Value: value}})
+	}
 	const limit = 1 << 20
 
 	chunks := []string{"login ", "a-secr", "et-Val", "ue-42 ok\n", "a-se", "cond line\n"}
