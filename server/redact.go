@@ -144,7 +144,7 @@ func (s *Server) redactWorkerText(h *handlers) api.StrictMiddlewareFunc {
 
 // checkWorkerTextRules refuses a contract with a worker operation that has a
 // request body and no rule.
-func checkWorkerTextRules() error {
+func checkWorkerTextRules(rules map[string]workerTextRule) error {
 	spec, err := api.GetSpec()
 	if err != nil {
 		return err
@@ -157,7 +157,7 @@ func checkWorkerTextRules() error {
 			}
 			for _, req := range *op.Security {
 				if _, worker := req["workerMTLS"]; worker {
-					if _, ok := workerTextRules[op.OperationID]; !ok {
+					if _, ok := rules[op.OperationID]; !ok {
 						missing = append(missing, op.OperationID)
 					}
 				}

@@ -349,7 +349,7 @@ func (s *Server) buildHandler() (http.Handler, error) {
 		return nil, err
 	}
 	impl := &handlers{s}
-	if err := checkWorkerTextRules(); err != nil {
+	if err := checkWorkerTextRules(workerTextRules); err != nil {
 		return nil, err
 	}
 	strict := api.NewStrictHandlerWithOptions(impl, []api.StrictMiddlewareFunc{s.redactWorkerText(impl)}, api.StrictHTTPServerOptions{
