@@ -1,7 +1,8 @@
 // Package redact removes secret values from text a worker sends, before the
-// gateway stores it: the value as it is, JSON-escaped (as any common
-// encoder writes it) and base64-encoded (standard and URL-safe, whole or
-// inside a longer encoded text), each replaced by [REDACTED:NAME].
+// gateway stores it: the value as it is, JSON-escaped (as common encoders
+// write it), percent-encoded (in a URL's query or path) and base64-encoded
+// (standard and URL-safe, whole or inside a longer encoded text), each
+// replaced by [REDACTED:NAME].
 package redact
 
 import (
@@ -9,6 +10,8 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"net/url"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -104,7 +107,12 @@ func spellings(v string) []spelling {
 	}
 	add("json", jsonEscaped(v, true))
 	add("json-nohtml", jsonEscaped(v, false))
+	add("json-slash", strings.ReplaceAll(jsonEscaped(v, false), "/", `\/`)) // PHP's json_encode
 	add("json-ascii", asciiJSONEscaped(v))
+	add("json-ascii-upper", upperEscapes(asciiJSONEscaped(v)))
+	// In a URL: a query value or a path segment.
+	add("url-query", url.QueryEscape(v))
+	add("url-path", url.PathEscape(v))
 	for _, enc := range []struct {
 		name string
 		enc  *base64.Encoding
@@ -122,6 +130,14 @@ func spellings(v string) []spelling {
 		}
 	}
 	return out
+}
+
+var unicodeEscape = regexp.MustCompile(`\\u[0-9a-f]{4}`)
+
+// upperEscapes writes the \uXXXX escapes of s in upper case, as some
+// encoders do.
+func upperEscapes(s string) string {
+	return unicodeEscape.ReplaceAllStringFunc(s, func(e string) string { return e[:2] + strings.ToUpper(e[2:]) })
 }
 
 // jsonEscaped is v inside a JSON string as encoding/json writes it.

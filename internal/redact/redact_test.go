@@ -3,6 +3,7 @@ package redact
 import (
 	"encoding/base64"
 	"encoding/json"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -22,6 +23,9 @@ func encodings() map[string]string {
 		"plain":      value,
 		"json":       string(esc[1 : len(esc)-1]),
 		"json-ascii": `a-secr\"et\\Val\u00fce-42`,
+		"json-upper": `a-secr\"et\\Val\u00FCe-42`,
+		"url-query":  url.QueryEscape(value),
+		"url-path":   url.PathEscape(value),
 		"b64":        base64.StdEncoding.EncodeToString([]byte(value)),
 		"b64url":     base64.URLEncoding.EncodeToString([]byte(value)),
 		"b64-inside": base64.StdEncoding.EncodeToString([]byte("user:" + value)),

@@ -47,6 +47,7 @@ func valueEncodings() map[string]string {
 		"base64url":  base64.URLEncoding.EncodeToString([]byte(redactedValue)),
 		"json":       string(esc[1 : len(esc)-1]),
 		"json-ascii": `pa\"ss\\w\u00f6rd-7Qx`,
+		"url-query":  url.QueryEscape(redactedValue),
 	}
 }
 
