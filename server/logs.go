@@ -18,18 +18,9 @@ import (
 // AppendLogs appends a chunk to an attempt's log, idempotently by offset.
 func (h *handlers) AppendLogs(ctx context.Context, req api.AppendLogsRequestObject) (api.AppendLogsResponseObject, error) {
 	ref := store.AttemptRef{WorkerID: workerFrom(ctx), AttemptID: req.AttemptId, LeaseToken: req.Params.LeaseToken}
-	data := []byte(req.Body.Data)
-	values, err := h.logSecrets(ctx, ref)
-	if err != nil {
-		return nil, err
-	}
-	var res store.LogAppend
-	if len(values) == 0 {
-		res, err = h.store.AppendLog(ctx, ref, req.Body.Offset, data, h.cfg.Limits.LogBytesPerAttempt)
-	} else {
-		keep, consumed := redactLog(data, values)
-		res, err = h.store.AppendRedactedLog(ctx, ref, req.Body.Offset, data[:consumed], keep, h.cfg.Limits.LogBytesPerAttempt)
-	}
+	// The redaction step (redact.go) chose the redactor of the attempt's
+	// secrets, if its task has any; the store applies it chunk by chunk.
+	res, err := h.store.AppendRedactedLog(ctx, ref, req.Body.Offset, []byte(req.Body.Data), logRedactorFrom(ctx), h.cfg.Limits.LogBytesPerAttempt)
 	var offsetErr *store.LogOffsetError
 	if errors.As(err, &offsetErr) {
 		p := newProblem(http.StatusConflict, problem.LogOffsetMismatch,

@@ -1,13 +1,10 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/http"
 	"slices"
-	"sort"
-	"sync"
 
 	"github.com/google/uuid"
 
@@ -21,8 +18,8 @@ import (
 // and list them (metadata only), producers reference them by name in
 // tasks, and a value leaves the gateway in one place only — the lease
 // answer of a task that references it, to the worker that leased it
-// (resolveSecrets). Values a worker echoes into its log are redacted before
-// they are stored (redactLog).
+// (resolveSecrets). Values a worker echoes into anything it sends are
+// redacted before they are stored (redact.go).
 
 // SecretUnavailable is the error code of an attempt whose secrets could
 // not be given: missing, withheld by a limit, or not decryptable — which
@@ -147,6 +144,7 @@ func (h *handlers) DeleteSecret(ctx context.Context, req api.DeleteSecretRequest
 // secret but not what went wrong with it. Returns the leases to deliver
 // and their secrets, index for index.
 func (h *handlers) resolveSecrets(ctx context.Context, workerID uuid.UUID, leases []store.Lease) ([]store.Lease, []map[string]string) {
+	h.secretRefs.leased(leases) // what the attempts' writes are redacted against
 	var refs []store.SecretRef
 	for _, l := range leases {
 		for _, name := range l.Task.SecretRefs {
@@ -238,127 +236,6 @@ func (h *handlers) resolveSecrets(ctx context.Context, workerID uuid.UUID, lease
 		h.metrics.secretUnavailable.Inc()
 	}
 	return out, secrets
-}
-
-// secretRefCache remembers, per attempt, the secret references of its task
-// (they never change), so the log ingest of an attempt without secrets
-// costs one query per attempt, not per chunk. Values are not cached.
-type secretRefCache struct {
-	mu      sync.Mutex
-	entries map[uuid.UUID]attemptSecrets
-}
-
-type attemptSecrets struct {
-	org  uuid.UUID
-	refs []string
-}
-
-// secretRefCacheMax bounds the cache; past it, it starts afresh.
-const secretRefCacheMax = 100_000
-
-func (c *secretRefCache) get(attempt uuid.UUID) (attemptSecrets, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.entries[attempt]
-	return e, ok
-}
-
-func (c *secretRefCache) put(attempt uuid.UUID, e attemptSecrets) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.entries == nil || len(c.entries) >= secretRefCacheMax {
-		c.entries = map[uuid.UUID]attemptSecrets{}
-	}
-	c.entries[attempt] = e
-}
-
-// logSecrets returns the values to redact from an attempt's log: those of
-// the secrets its task references, by name. Nil for most attempts.
-func (h *handlers) logSecrets(ctx context.Context, ref store.AttemptRef) (map[string]string, error) {
-	e, ok := h.secretRefs.get(ref.AttemptID)
-	if !ok {
-		org, refs, err := h.store.AttemptSecretRefs(ctx, ref)
-		if err != nil {
-			return nil, err
-		}
-		if org == uuid.Nil {
-			return nil, nil // not this worker's live lease: the append says which
-		}
-		e = attemptSecrets{org: org, refs: refs}
-		h.secretRefs.put(ref.AttemptID, e)
-	}
-	if len(e.refs) == 0 || h.cfg.Secrets == nil {
-		return nil, nil
-	}
-	refs := mapSlice(e.refs, func(n string) store.SecretRef { return store.SecretRef{OrganizationID: e.org, Name: n} })
-	sealed, err := h.store.SealedSecrets(ctx, refs)
-	if err != nil {
-		return nil, err
-	}
-	values := map[string]string{}
-	for _, s := range sealed {
-		if v, err := h.cfg.Secrets.Open(s.Sealed, s.AAD()); err == nil {
-			values[s.Name] = string(v)
-		}
-	}
-	return values, nil
-}
-
-// minRedacted is the shortest value redacted: shorter ones would mask
-// ordinary text everywhere.
-const minRedacted = 4
-
-// redactLog replaces every value in a log chunk with [REDACTED:name] and
-// reports how much of the chunk it consumed. A value may arrive split
-// across two chunks: when the chunk ends with the beginning of a value,
-// that tail is not consumed (the answer's next_offset stops before it) and
-// the worker sends it again with what follows, so the value is seen whole.
-// A chunk that is nothing but such a beginning is consumed (redacted when
-// it is minRedacted bytes or more), so a log never stalls on it.
-func redactLog(data []byte, values map[string]string) (stored []byte, consumed int) {
-	names := make([]string, 0, len(values))
-	for name, v := range values {
-		if len(v) >= minRedacted {
-			names = append(names, name)
-		}
-	}
-	if len(names) == 0 {
-		return data, len(data)
-	}
-	// Longest first, so a value containing another is replaced whole.
-	sort.Slice(names, func(i, j int) bool {
-		if len(values[names[i]]) != len(values[names[j]]) {
-			return len(values[names[i]]) > len(values[names[j]])
-		}
-		return names[i] < names[j]
-	})
-	consumed = len(data)
-	holdName := ""
-	for _, name := range names {
-		v := values[name]
-		for n := min(len(v)-1, len(data)); n > 0; n-- {
-			if bytes.HasSuffix(data, []byte(v[:n])) {
-				if at := len(data) - n; at < consumed {
-					consumed, holdName = at, name
-				}
-				break
-			}
-		}
-	}
-	if consumed == 0 {
-		// Nothing but the beginning of a value: the worker has sent all it
-		// has, and holding it back again would stall the log. Consumed,
-		// and redacted unless too short to tell from ordinary text.
-		if len(data) < minRedacted {
-			return data, len(data)
-		}
-		return []byte("[REDACTED:" + holdName + "]"), len(data)
-	}
-	b := append([]byte(nil), data[:consumed]...)
-	for _, name := range names {
-		b = bytes.ReplaceAll(b, []byte(values[name]), []byte("[REDACTED:"+name+"]"))
-	}
-	return b, consumed
 }
 
 // WrongSecretsKeyError is a start-up with key-encryption keys that do not

@@ -267,8 +267,8 @@ type Server struct {
 	polls        pollLimiter
 	// follows shares one log reader per followed attempt and bounds follows.
 	follows *logFollowers
-	// secretRefs remembers which attempts' logs need redacting.
-	secretRefs secretRefCache
+	// secretRefs remembers which attempts' writes need redacting.
+	secretRefs attemptSecretsCache
 	handler    http.Handler
 	metrics    *metrics
 	// metricsHandler serves the metrics registry, unauthenticated.
@@ -368,7 +368,10 @@ func (s *Server) buildHandler() (http.Handler, error) {
 		return nil, err
 	}
 	impl := &handlers{s}
-	strict := api.NewStrictHandlerWithOptions(impl, nil, api.StrictHTTPServerOptions{
+	if err := checkWorkerTextRules(workerTextRules); err != nil {
+		return nil, err
+	}
+	strict := api.NewStrictHandlerWithOptions(impl, []api.StrictMiddlewareFunc{s.redactWorkerText(impl)}, api.StrictHTTPServerOptions{
 		RequestErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
 			writeProblem(w, r, withCause(newProblem(http.StatusBadRequest, problem.BadRequest, "the request body could not be decoded"), err), s.logger)
 		},

@@ -127,6 +127,17 @@
 //     default): one group's statements cost about the same for 30 attempts
 //     as for 100, and concurrent groups contend for the same pages.
 //
+// # Worker text
+//
+// Text a worker sends reaches the store already redacted of its task's
+// secrets (the server's one redaction step, server/redact.go), with one
+// exception: a log is redacted here, chunk by chunk inside the append's
+// transaction (AppendRedactedLog), since a value cut by a chunk's end is
+// seen whole only with what the previous chunk held back. The attempt's
+// row keeps that as log_redact_carry — which spelling of which secret and
+// how many of its bytes, never the bytes — and the fenced append that
+// reads it moves it on, so two appends cannot start from one carry.
+//
 // # Isolation
 //
 // A control-plane caller acts for a Scope (scope.go): one organization, or

@@ -42,29 +42,39 @@ func (s *Store) AppendLog(ctx context.Context, ref AttemptRef, offset int64, dat
 	return s.AppendRedactedLog(ctx, ref, offset, data, nil, maxBytes)
 }
 
-// AppendRedactedLog is AppendLog for an attempt whose log is redacted
-// (its task has secrets): data advances the worker's offset, keep is what
-// is stored in its place (data with secret values replaced). Stored text
+// LogRedactor redacts a log chunk by chunk (redact.Redactor.Chunk): the
+// text to store for data, given the carry the previous chunk left (what it
+// held back: the beginning of a secret's spelling whose rest may follow),
+// and the carry to keep for the next chunk. A carry names the held bytes,
+// never holds them.
+type LogRedactor interface {
+	Chunk(carry string, data []byte) (keep []byte, next string)
+}
+
+// AppendRedactedLog is AppendLog for an attempt whose log is redacted (its
+// task has secrets): data advances the worker's offset in full, and what
+// is stored in its place is redactor's text, computed in the transaction
+// from the carry the attempt's row keeps (log_redact_carry), which the
+// same transaction moves on — so a value cut by a chunk's end is redacted
+// whole, and two appends cannot both start from one carry. Stored text
 // then no longer lines up with the worker's offsets, so a retry of
 // accepted data is accepted by its offsets alone, without comparing bytes.
-// A nil keep is AppendLog.
-func (s *Store) AppendRedactedLog(ctx context.Context, ref AttemptRef, offset int64, data, keep []byte, maxBytes int64) (LogAppend, error) {
-	redacted := keep != nil
-	if !redacted {
-		keep = data
-	}
+// A nil redactor is AppendLog.
+func (s *Store) AppendRedactedLog(ctx context.Context, ref AttemptRef, offset int64, data []byte, redactor LogRedactor, maxBytes int64) (LogAppend, error) {
+	redacted := redactor != nil
 	var res LogAppend
 	err := s.inTx(ctx, "append log", func(tx pgx.Tx) error {
 		res = LogAppend{}
 		end := offset + int64(len(data))
 		var stored int64
 		var truncated bool
+		var carry *string
 		err := tx.QueryRow(ctx, `
 			UPDATE worker_task_attempts SET log_offset = $5
 			WHERE `+leaseHeld("worker_task_attempts", "$1", "$2", "$3")+`
 				AND log_offset = $4
-			RETURNING log_stored, log_truncated`,
-			ref.AttemptID, ref.WorkerID, leaseTokenHash(ref.LeaseToken), offset, end).Scan(&stored, &truncated)
+			RETURNING log_stored, log_truncated, log_redact_carry`,
+			ref.AttemptID, ref.WorkerID, leaseTokenHash(ref.LeaseToken), offset, end).Scan(&stored, &truncated, &carry)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			return s.logRetryOrMismatch(ctx, tx, ref, offset, data, maxBytes, redacted, &res)
@@ -72,10 +82,17 @@ func (s *Store) AppendRedactedLog(ctx context.Context, ref AttemptRef, offset in
 			return fmt.Errorf("advance log: %w", err)
 		}
 		res.NextOffset, res.Truncated = end, truncated
-		if keep := keep; !truncated && len(keep) > 0 {
+		keep, oldCarry, newCarry := data, "", ""
+		if carry != nil {
+			oldCarry = *carry
+		}
+		if redacted && !truncated {
+			keep, newCarry = redactor.Chunk(oldCarry, data)
+		}
+		if !truncated && (len(keep) > 0 || newCarry != oldCarry) {
 			if stored+int64(len(keep)) > maxBytes {
 				keep = cutAtRune(keep, maxBytes-stored)
-				res.Truncated = true
+				res.Truncated, newCarry = true, ""
 			}
 			if err := insertLogChunk(ctx, tx, ref.AttemptID, stored, keep); err != nil {
 				return err
@@ -88,8 +105,8 @@ func (s *Store) AppendRedactedLog(ctx context.Context, ref AttemptRef, offset in
 				}
 				stored += int64(len(marker))
 			}
-			if _, err := tx.Exec(ctx, `UPDATE worker_task_attempts SET log_stored = $2, log_truncated = $3 WHERE id = $1`,
-				ref.AttemptID, stored, res.Truncated); err != nil {
+			if _, err := tx.Exec(ctx, `UPDATE worker_task_attempts SET log_stored = $2, log_truncated = $3, log_redact_carry = $4 WHERE id = $1`,
+				ref.AttemptID, stored, res.Truncated, nullIfEmpty(newCarry)); err != nil {
 				return fmt.Errorf("record log size: %w", err)
 			}
 		}
@@ -100,6 +117,13 @@ func (s *Store) AppendRedactedLog(ctx context.Context, ref AttemptRef, offset in
 		return LogAppend{}, err
 	}
 	return res, nil
+}
+
+func nullIfEmpty(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
 }
 
 func insertLogChunk(ctx context.Context, tx pgx.Tx, attempt uuid.UUID, at int64, data []byte) error {

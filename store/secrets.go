@@ -329,27 +329,54 @@ func collectSealed(rows pgx.Rows) ([]SealedSecret, error) {
 	return out, rows.Err()
 }
 
-// AttemptSecretRefs returns the secret references of the task of an
-// attempt the worker holds (fenced like any lease write's read: the worker,
-// the token, a live lease), with its organization; none for a task without
-// references. The log ingest uses it to know which values to redact.
-func (s *Store) AttemptSecretRefs(ctx context.Context, ref AttemptRef) (uuid.UUID, []string, error) {
-	var (
-		org  uuid.UUID
-		refs []string
-	)
-	err := s.pool.QueryRow(ctx, `
-		SELECT t.organization_id, t.secret_refs FROM worker_task_attempts a JOIN worker_tasks t ON t.id = a.task_id
-		WHERE `+leaseHeld("a", "$1", "$2", "$3"),
-		ref.AttemptID, ref.WorkerID, leaseTokenHash(ref.LeaseToken)).Scan(&org, &refs)
-	if errors.Is(err, pgx.ErrNoRows) {
-		// The append itself decides between not found and lease lost.
-		return uuid.Nil, nil, nil
+// AttemptSecrets is what a worker's text on an attempt is redacted
+// against: the names of the secrets its task references, in its
+// organization.
+type AttemptSecrets struct {
+	OrganizationID uuid.UUID
+	Refs           []string
+}
+
+// AttemptsSecretRefs returns, in one statement, the secret references of
+// the tasks of the worker's attempts named by refs (the worker's own, under
+// the token it was given), by attempt id, with no references for a task
+// without any. The lease need not be live: a repeated result batch is
+// answered after its lease ended, and must be redacted as its first try
+// was to be recognised. An attempt not the worker's is absent: the write
+// itself then answers not found.
+func (s *Store) AttemptsSecretRefs(ctx context.Context, refs []AttemptRef) (map[uuid.UUID]AttemptSecrets, error) {
+	out := map[uuid.UUID]AttemptSecrets{}
+	if len(refs) == 0 {
+		return out, nil
 	}
+	ids, workers := make([]uuid.UUID, len(refs)), make([]uuid.UUID, len(refs))
+	for i, r := range refs {
+		ids[i], workers[i] = r.AttemptID, r.WorkerID
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT a.id, t.organization_id, t.secret_refs
+		FROM unnest($1::uuid[], $2::uuid[], $3::bytea[]) AS r(id, worker_id, token_hash)
+		JOIN worker_task_attempts a ON a.id = r.id AND (a.worker_id = r.worker_id AND a.lease_token_hash = r.token_hash) IS TRUE
+		JOIN worker_tasks t ON t.id = a.task_id`,
+		ids, workers, leaseTokenHashes(refs))
 	if err != nil {
-		return uuid.Nil, nil, fmt.Errorf("read secret references: %w", err)
+		return nil, fmt.Errorf("read secret references: %w", err)
 	}
-	return org, refs, nil
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			id uuid.UUID
+			as AttemptSecrets
+		)
+		if err := rows.Scan(&id, &as.OrganizationID, &as.Refs); err != nil {
+			return nil, fmt.Errorf("read secret references: %w", err)
+		}
+		out[id] = as
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read secret references: %w", err)
+	}
+	return out, nil
 }
 
 // SecretKeySample is one stored secret per key-encryption key, for the

@@ -119,7 +119,9 @@ type LeasedTask struct {
 	MaxAttempts    int
 	// Secrets are the values of the organization's secrets the task
 	// references (its secret_refs), by name; nil when it references none.
-	// Keep them out of results; the gateway redacts them from the log.
+	// Keep them out of what the task sends; the gateway redacts them from
+	// everything it stores of the attempt (log, results, errors, artifact
+	// names) as a safety net.
 	Secrets map[string]string
 
 	lease *lease

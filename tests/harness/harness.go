@@ -156,6 +156,38 @@ func Start(t testing.TB, opts ...Options) *Gateway {
 	return g
 }
 
+// StartReplica runs one more in-process gateway over g's database: a second
+// replica, sharing nothing with g but PostgreSQL (artifacts are stored
+// apart). The answer is g as seen through the replica.
+func (g *Gateway) StartReplica(t testing.TB) *Gateway {
+	t.Helper()
+	cfg := server.DefaultConfig()
+	cfg.Logger = Logger()
+	cfg.ValidateResponses = true
+	artifacts, err := objectstore.NewFS(t.TempDir())
+	require.NoError(t, err)
+	cfg.Artifacts.Backend = artifacts
+	cfg.Identity.CA, _ = testPKI(t)
+	cfg.Secrets = secretbox.NewKeyring(SecretsKey(t))
+	srv, err := server.New(g.Pool, cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	_, cert := testPKI(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = srv.Run(ctx, g.DatabaseURL) })
+	wg.Go(func() { _ = srv.Serve(ctx, ln, server.TLSConfig(cert), 5*time.Second) })
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+	})
+	replica := *g
+	replica.URL, replica.Server = "https://"+ln.Addr().String(), srv
+	WaitFor(t, 10*time.Second, "LISTEN connection", func() bool { return srv.ListenerReady() })
+	return &replica
+}
+
 func newGateway(t testing.TB, url, dbURL string, pool *pgxpool.Pool, ca *pki.CA) *Gateway {
 	st := store.New(pool)
 	token, _, err := st.CreateAPIToken(context.Background(), store.EveryOrganization(), store.CreateAPITokenParams{Name: "test admin", Permissions: []string{"admin"}})
