@@ -48,7 +48,7 @@ func uniqueName(prefix string) string {
 
 func createOrg(t *testing.T, s *store.Store, name string) store.Organization {
 	t.Helper()
-	o, err := s.CreateOrganization(t.Context(), store.EveryOrganization(), uniqueName(name))
+	o, err := s.CreateOrganization(t.Context(), store.EveryOrganization(), uniqueName(name), store.ScopePolicyUnrestricted)
 	require.NoError(t, err)
 	return o
 }

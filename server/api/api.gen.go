@@ -475,6 +475,24 @@ func (e ScheduleOverlap) Valid() bool {
 	}
 }
 
+// Defines values for ScopePolicy.
+const (
+	AllowList    ScopePolicy = "allow_list"
+	Unrestricted ScopePolicy = "unrestricted"
+)
+
+// Valid indicates whether the value is a known member of the ScopePolicy enum.
+func (e ScopePolicy) Valid() bool {
+	switch e {
+	case AllowList:
+		return true
+	case Unrestricted:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ScopeTargetKind.
 const (
 	Cidr      ScopeTargetKind = "cidr"
@@ -1009,6 +1027,9 @@ type CreateApiTokenRequest struct {
 // CreateOrganizationRequest defines model for CreateOrganizationRequest.
 type CreateOrganizationRequest struct {
 	Name string `json:"name"`
+
+	// ScopePolicy Defaults to `allow_list`.
+	ScopePolicy *ScopePolicy `json:"scope_policy,omitempty"`
 }
 
 // CreateScanRequest defines model for CreateScanRequest.
@@ -1415,6 +1436,10 @@ type Organization struct {
 	CreatedAt time.Time          `json:"created_at"`
 	Id        openapi_types.UUID `json:"id"`
 	Name      string             `json:"name"`
+
+	// ScopePolicy What the organization's scans and scanner tasks may target. `allow_list`: only targets
+	// its scope entries approve (with none, nothing); `unrestricted`: any target.
+	ScopePolicy ScopePolicy `json:"scope_policy"`
 }
 
 // OrganizationList defines model for OrganizationList.
@@ -1796,6 +1821,10 @@ type ScheduledTask struct {
 	TaskType   TaskType      `json:"task_type"`
 }
 
+// ScopePolicy What the organization's scans and scanner tasks may target. `allow_list`: only targets
+// its scope entries approve (with none, nothing); `unrestricted`: any target.
+type ScopePolicy string
+
 // ScopeTarget defines model for ScopeTarget.
 type ScopeTarget struct {
 	CreatedAt         time.Time          `json:"created_at"`
@@ -2045,6 +2074,13 @@ type Trigger struct {
 
 // TriggerKind A schedule's slot, a manual run of a schedule, or an API call.
 type TriggerKind string
+
+// UpdateOrganizationRequest defines model for UpdateOrganizationRequest.
+type UpdateOrganizationRequest struct {
+	// ScopePolicy What the organization's scans and scanner tasks may target. `allow_list`: only targets
+	// its scope entries approve (with none, nothing); `unrestricted`: any target.
+	ScopePolicy ScopePolicy `json:"scope_policy"`
+}
 
 // UpdateScheduleRequest defines model for UpdateScheduleRequest.
 type UpdateScheduleRequest struct {
@@ -2661,6 +2697,9 @@ type AcquireLeasesJSONRequestBody = LeaseRequest
 // CreateOrganizationJSONRequestBody defines body for CreateOrganization for application/json ContentType.
 type CreateOrganizationJSONRequestBody = CreateOrganizationRequest
 
+// UpdateOrganizationJSONRequestBody defines body for UpdateOrganization for application/json ContentType.
+type UpdateOrganizationJSONRequestBody = UpdateOrganizationRequest
+
 // AddScopeTargetJSONRequestBody defines body for AddScopeTarget for application/json ContentType.
 type AddScopeTargetJSONRequestBody = CreateScopeTargetRequest
 
@@ -2774,6 +2813,9 @@ type ServerInterface interface {
 	// GetOrganization Get an organization
 	// (GET /v1/organizations/{organization_id})
 	GetOrganization(w http.ResponseWriter, r *http.Request, organizationId OrganizationID)
+	// UpdateOrganization Update an organization
+	// (PATCH /v1/organizations/{organization_id})
+	UpdateOrganization(w http.ResponseWriter, r *http.Request, organizationId OrganizationID)
 	// ListAssetEdges An organization's asset graph
 	// (GET /v1/organizations/{organization_id}/asset-edges)
 	ListAssetEdges(w http.ResponseWriter, r *http.Request, organizationId OrganizationID, params ListAssetEdgesParams)
@@ -3718,6 +3760,32 @@ func (siw *ServerInterfaceWrapper) GetOrganization(w http.ResponseWriter, r *htt
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.GetOrganization(w, r, organizationId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// UpdateOrganization operation middleware
+func (siw *ServerInterfaceWrapper) UpdateOrganization(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "organization_id" -------------
+	var organizationId OrganizationID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "organization_id", r.PathValue("organization_id"), &organizationId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "organization_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.UpdateOrganization(w, r, organizationId)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -6281,6 +6349,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/organizations", wrapper.ListOrganizations)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/organizations", wrapper.CreateOrganization)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/organizations/{organization_id}", wrapper.GetOrganization)
+	m.HandleFunc(http.MethodPatch+" "+options.BaseURL+"/v1/organizations/{organization_id}", wrapper.UpdateOrganization)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/organizations/{organization_id}/assets", wrapper.ListAssets)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/organizations/{organization_id}/threats", wrapper.ListThreats)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/organizations/{organization_id}/scope", wrapper.ListScopeTargets)
@@ -8227,6 +8296,104 @@ type GetOrganizationdefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response GetOrganizationdefaultApplicationProblemPlusJSONResponse) VisitGetOrganizationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateOrganizationRequestObject struct {
+	OrganizationId OrganizationID `json:"organization_id"`
+	Body           *UpdateOrganizationJSONRequestBody
+}
+
+type UpdateOrganizationResponseObject interface {
+	VisitUpdateOrganizationResponse(w http.ResponseWriter) error
+}
+
+type UpdateOrganization200JSONResponse Organization
+
+func (response UpdateOrganization200JSONResponse) VisitUpdateOrganizationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateOrganization400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response UpdateOrganization400ApplicationProblemPlusJSONResponse) VisitUpdateOrganizationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateOrganization401ApplicationProblemPlusJSONResponse Problem
+
+func (response UpdateOrganization401ApplicationProblemPlusJSONResponse) VisitUpdateOrganizationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateOrganization403ApplicationProblemPlusJSONResponse Problem
+
+func (response UpdateOrganization403ApplicationProblemPlusJSONResponse) VisitUpdateOrganizationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateOrganization404ApplicationProblemPlusJSONResponse Problem
+
+func (response UpdateOrganization404ApplicationProblemPlusJSONResponse) VisitUpdateOrganizationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateOrganizationdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response UpdateOrganizationdefaultApplicationProblemPlusJSONResponse) VisitUpdateOrganizationResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -13456,6 +13623,9 @@ type StrictServerInterface interface {
 	// GetOrganization Get an organization
 	// (GET /v1/organizations/{organization_id})
 	GetOrganization(ctx context.Context, request GetOrganizationRequestObject) (GetOrganizationResponseObject, error)
+	// UpdateOrganization Update an organization
+	// (PATCH /v1/organizations/{organization_id})
+	UpdateOrganization(ctx context.Context, request UpdateOrganizationRequestObject) (UpdateOrganizationResponseObject, error)
 	// ListAssetEdges An organization's asset graph
 	// (GET /v1/organizations/{organization_id}/asset-edges)
 	ListAssetEdges(ctx context.Context, request ListAssetEdgesRequestObject) (ListAssetEdgesResponseObject, error)
@@ -14307,6 +14477,39 @@ func (sh *strictHandler) GetOrganization(w http.ResponseWriter, r *http.Request,
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(GetOrganizationResponseObject); ok {
 		if err := validResponse.VisitGetOrganizationResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// UpdateOrganization operation middleware
+func (sh *strictHandler) UpdateOrganization(w http.ResponseWriter, r *http.Request, organizationId OrganizationID) {
+	var request UpdateOrganizationRequestObject
+
+	request.OrganizationId = organizationId
+
+	var body UpdateOrganizationJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.UpdateOrganization(ctx, request.(UpdateOrganizationRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "UpdateOrganization")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(UpdateOrganizationResponseObject); ok {
+		if err := validResponse.VisitUpdateOrganizationResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {
@@ -16003,496 +16206,504 @@ func (sh *strictHandler) RevokeWorker(w http.ResponseWriter, r *http.Request, wo
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7P2LcttGmjAM30oX/7fK0rwgRepkHWprX63jJJ5kEq+lbP53Q39EE2iSHYHdGHRDMuNy1V7Edw17YXsl",
-	"X/XzdAMNEOBJlJ1kZmcrFkmgj8/5+LETyXkqBRNada4+dlKa0TnTLINPN5HmD+ytTHi0MJ9jpqKMp5pL",
-	"0bnq/DyjmsxomjKhiJZEzxh5lNk9y14oQuFVQrVm81QrMpEZ0TOuiMymVPDfqBmk1wk63Az195xli07Q",
-	"EXTOOlcdfLkTdFQ0Y3OKU09onujOVSeiImJJJ+gwkc87V7+UX8QZ5aLzPujoRWqGUTrjYtr59Cno3OA6",
-	"3nxlxoIpU6pn3oz4+4jHnaCTsb/nPGNx50pnOfNXMZHZnJpF5Dk8uTzRqxkVU/YdF7FaPrEfRbIgETyh",
-	"iJyYE1OM3JuHyUHGUkY1nGJxC3Bsij2wjCaH5rTYhzSRMXMrazo8M1zl6Lhmc1jM/8rYpHPV+f8dlXd+",
-	"hI+po3LdnU9BZ04/vMG3zotN0iyjC/Oj0ovEfGEOw3x+lWdKZsu7vZsxEgr2QY8ieCK0WyZpxh64zBVJ",
-	"6ZS1wQC+U9nInH74nompnnWujvv9ptP/mies9Y4nPGFPv+DvGVXsTt4z0bzjxPxOtHkANmshizxSRaYZ",
-	"FZrF5JHrGTngBi2YiLiY4vOHxVnMGI1ZVi4dJu3irKuW753Q4Pgi6My5KD6fN+6Gz7kuzqt2BQn82IiF",
-	"Z30AEj43KHhmLmPOBX4aFPNwodmUZTDRj3BGNHkTs3kqNRPR4jvWQFT+Ru+ZgoMzu2RKE0Un5jwJ4keP",
-	"3Ggyl0qT47Mzg0sZjQy5aj06b8KumbENoM7OqsfVdFo/erSrFcx8Avd0cHtn333quV2TmGWGInNNJpmc",
-	"V2CTipgo85qIGBH5fMyyPZzzRmC60bnfRrT9vFVE93DOt9GMxfkK6qHsA3uYikUZa2dFCn7ewzRcRGwN",
-	"D4qZZpGhSFQTmRE6MTwH2LTm81bSrGDkxtXEVLOuebdxSXdU3bfuW1N1//Rd/yQ0Tzbd9ZhNZMbWbziH",
-	"QXfY8E9pImncuuUcfn76pn9m45mU7Uf7iL/vYSIQ79rngZ+fOs0n87JKpVAMxJa3mRwnbG7+jKTQTADD",
-	"omma8Aio7FGKT/zvX5UErlzOtUrkcePCjFVwuSF2SHLw7utX5PL07OUhcm1KlKbjhJEwkjELe3AsdkQQ",
-	"mVNeCAfsA52nCeBglDGqWTyCfR/3j8+7g0H3+PJucHZ1cn51cvyfBvLizlWnP7g8mQzocXccn552X7Kz",
-	"SXfcPx90T6Oz+Jy9nFz0LweekMTNQuM8Akpc5zzeaC+jU9Z9GQ9o95KeDbrn45NJnx1Hp/GgD3f1IO/N",
-	"VU1oouCuZGrO/pdOMfr7T4H5kLJMc7wWf0ubIQSIrzxjaqt3zEbWAk3QSajSo1xtuSA8x4/LPyyd5QZL",
-	"SGnGhB6BLGffWZYPnWRINbEnaPUiwa6JyJMEVSXzlCqeANALp1SzR7ogNJ5zEfbIDT42FMJoCMQeLkko",
-	"UnEqAiJkRmZUkUces4zgvQKlF1LPWFbRxuwrRizFnQRDYSQDgA4jpFK7eAQXRcysC/sdL7YTkIwZ4Z0/",
-	"sGTRGxqBtfnkfnFHF3TMvgHECkgsrmQsZcKo6JQ/bnXBDpQ3VIMAd2/NO+blqubzySdqv3RgJwA/xSyB",
-	"jxTlZkqNVI5/ZZE2Qzs68T1XsJsqbhVr3WjRBc1Zu2QYrXE5SjFdo1kx05QnMPtMKu2UAhnRxHw2r014",
-	"pvRIMSb2RtkAj9eOKMzlJ/w3Fo8eaJKbhQ2OX/b6vX5v8BRK6DSXtBN0lgdeooHeEa26oL/e/vjDj8VZ",
-	"1w7tOejg1oMvn+eeaCJ+0TBY2zRNWLasUsFLbpCG5ddPuXYurSiAZpAaIoBY3Ln6+CnoUIcn9vVUZroJ",
-	"VK4uTk9POiBXoKy5N/wA8w5OPJIpEyx+Crw7U8zIaVHemxd0MOi+HB9H3Yv4hHUHk2N6MsbVAMlbeuFy",
-	"fGzmO4m7l+x00i0ffzlZRh13qFsgTnH4K4mheegdmxQvbAqpqAxst6LK7e4ZkfGit7Ha7SSzLAHABi9t",
-	"/uxm2Fyq8HjFgTNi+ue7Bmf3wkg9EvBp2fDp2TI3IFyree3reInMbMhMJ5kEXWhz3CvWULDxkmJV2Pn+",
-	"+fQTVJKEWqk5Y0omD0yNtDRbkcubX02p1vD0Jcq0I39297IKwMytv0ZkfVZ2vgslKE98/R7euWc/uQvZ",
-	"aNebUQM4SG89MMWuDN3MvTfSAEj7zIRhb4t97oUaHmv4eBxzNO2/9VZsDQnVTThZsGZrMYMR81tAWG/a",
-	"I6EjU2FAQp6a/xppx/ybZ4n5JzJjTnhENQt7RoqhWrPMDPb//EK7v703/+l3L0fd9x/7wenlp//VBO+F",
-	"AFp1K/XXm6P9Q6oIoi1nxadibq1WvlQJP6yRDJmg46Q0ou3NwlNa6rwhaHRy0n0Zn7IunZz1uyUHueg3",
-	"yG/+8jelS+iqTeAtdAw3wEPNc1y8Q8YLNJWgHddcfOGCOh6cvjy9ODk/fel5ovrLnijvRJssDLvRzQeJ",
-	"dshRxqi1QDY+tVfDhneD20phyyTXN9y6AwoqV7zGmoGXVYdw61RHjxIg04QLrmZbqUOrJRtwt458u2Lb",
-	"qErTbJ0ipjTVuTInl0cRYzEcg3NMbCxw7AG5aif3cSdIzzKZjSIIF2iASPx5zpSi0+YnKpe1bzPF0r1t",
-	"OkGWC8HFdDsroHf3W7wDsLCG1eJN3eLDnzxo2eAQnoDD3IfMKgLXgKfYScOhV05mBWK/NrCyJbd3gOfH",
-	"JKzlrkHHA0jvzdN+Q8CHORGdLQy5qgQn2OXU6WztBGF9K/b8Y64jid4BF2nkU4UJ5UglC/7UEHlUDHZb",
-	"AJMbC+4CHGUIz+YuVg/v3CegMecpyxQ82zhrHnP9+qFB6Igsl0WA6SFRN0ATaVknWasVQHzDTq1taIpn",
-	"EHXMsHPPFiRh1PAOSx9Oj4OOjKI8y9bQYxvLgOsav4wH0TE9ZWeT8/7LwQUgQDa1Fp7NKG3xil03HkMD",
-	"AY6cKrR0tuVJtf7oBF131+507GxBRy2UZkbJoUKKxVzmqvEadzIv16gJF/r81BeVLvv9l4PLy+Oz05en",
-	"/cvLwTo2Urmo51VAy8tuOFrvrtt/bTE3Nyqe3r4qFxe4228kDgVm7UVRK/H0+bS1VzSlY57wArYbaTgq",
-	"GHU3uAEtgkNdE0oMw3mhSOgmHkXe2CGZ50qTMSORFJpywWLCwTN4EP6fYd7vn7AQQtyqKww6H7pT2bVf",
-	"/qqk6L2jj3+zbKASUunjFNp2aZoymrHCdDiKufK+q1rJ4VOUSKS7nhI5Qo3CfDvTOh0hwyy+bULNV9KQ",
-	"VM3+RsXiHQLu1vwRRuBSbA4vr4p33hj6UYnUdFF49uNgjS/Qn74RaiobxHCMZXB/2iZuhHpEIrOXpe52",
-	"D8zJNhuIeSgHoWhMk1HGVJ7otRt+B4/9G9XRzDPpYbidJ+IvxwrM+HTGlCY4T3dsRqgH6nlh10QxoctI",
-	"aysH7qgny1L82eBgnLC0pGra71dfWwldDdrjNtqge6dRj9tI99xa2YMXzHwQj2O3FLerdBsyw/pOttRC",
-	"dlLdQJq2b9RD/W00s9ktGTNzpwpCnSEWik4pFwHhE0PsH3mSGCZgRuMs7vnxHyun30Zz8k99TUQHVfe3",
-	"8GAdNisx/6UqVTv5ylzVg10B1CVxezpQI/b/KVDCLeK4338qgqRlVOBGQX7+OW7AnUqqVDEFLNPob+/u",
-	"3hJ8wFonCwggNJHCEOc8icmMPjAyZkwQCoBho7oq1Pns8tIPpO/3G0PpW2HYLnM1WILgsB2H3PJm/slQ",
-	"GxkqGl90e+aIHf6FquSQtKSJbJfpsS92XgE3f0PBak4PUXEuTG1HMc1arbgYKRZJm19V3MPJ4OzkvN+v",
-	"ZKKcN96DC/msZxOtsUvtotE+KfiwlOxPtpHrqxGJ7bfh57LsdiM7HWTTatsXeRvRHReH2iBaBVSL09Hl",
-	"4NWiYCVRERWEKvLIkuTaPMEzAh4+RX6V3ElCMDSkDLjLXQsQ5Z0OfINmofHvFMGT5FO+hfplzvQtvFPX",
-	"H1eCmTlgLjOuFxVbq58HNqiiX7eyRw8DW2/l64wVB3ttg54rFxkGhGogj5oY1opfE25YbdIjN0lS2CDs",
-	"Nfkn+kLhzQJukMcZhi3PKARfB5gFJXGAxxnVBE+WcJHmWhEDquQgzLPELCOkcZwxpRh8KJcHzuvij/I3",
-	"tHwUF7Sdz3kd4Kz177kTL6FlFc5hotNueBczI1NuEkfi5vmqfOPzUmfN5+avDZd5h0+vP2tLgO3ogX8i",
-	"qw5dpuwObmm3c+ciSvKYjVQ+juWcWoJQd4lU0Q0fJFIkiysbzA9AnouYZQY1tJSevc5zWG8Sm+htyQUo",
-	"Cqnrl3vW6NfZT2yGDSJsj82wZw8Jd0/jgSsPAsb/wTy5K6Qahcp8qzaby+i8d/B4y1men52dnK8+zKDz",
-	"mHHNfhTJAo3Dpb8yoWOWbLgUzBj7Ht/YGHnWXZnZ4I5ygZVgNZ8zmetGWfK8f3qxLqU56EQZ1zyiScUG",
-	"vla79J8FD09CF/4iqhj6lSRCaqsP+NmKcyoWxL6G+bxCPlZNLTIfJ8xXVZyI3KioWK0JcrRYlMONNJxR",
-	"dXnf0iwmkCVOZGkfeqHI40wmjGS5wLVBVoyRrUCZCcsZYkbjhAs2opZBbrf8QcPyAThHiiUs0uvVUADM",
-	"W/dwoaXFeYZAWdm6paUnvsxjluSt6KwJUub0Qy3eyY1UFZ7WQdxuOWmLRNJ4OxdiyoVg8agSnrCsr6Jt",
-	"A/RkSGeb0wVceWEnPDASFdx49VJCELV8tAGhayiU5kaCM1r5YY+80YUwR8uJatK6YsyIijOeQGp7REWB",
-	"MIF5eihgKY/UrAMlypSJmIupjdYKSVjdbi7oA+UJHScsXJW+VrFF7UkybvSrbUtTwIy73oSis4Wt7GI0",
-	"VUw6z9ikAc0N62rUlYxADS+q8tIzFjH+wBS6/pwt4yC0D4aHPXJj3yJzrhQXUyIzuJoZS2In3zNIyCYT",
-	"yhNVraNh7hBMTCSSMSN24Oq1+aL25qy5qgvV1Z+CCW9icTbcdyO53I25gtfNzD+vP0RJrrbQ1Wv6rq81",
-	"yQlxmTGB/ctG0AaEfTD/0gR+01wnzP1mq0Q8MAPpEHXboHBv6t3wJ91FH9olcMzbWpMQumbGMrZz27W6",
-	"M1sPjPY50E28k1+OotpSELZrb4cxW0BgV5XPg7QNhHsvArcglhh9sKxosAfIqF5sY0azm4GwCsRDH7Uv",
-	"Vlk5gk4u+N9zZn+2Yu8ufDfPGqpQ3Agy0zo19M78q8hP776vGXO313KWqYqZu3p0K24emN6OEQxeBMWE",
-	"iynL0oxjyJkfkd/vXtLu5P3H89PmQHx/mBSdE7UD6TdbREaRFBDDY/ZJ1X1VuBrU+O9a8Wp/pocGWamW",
-	"Z6+JfBTKdzUccE24Ii7mmmhp5BnzoIiYYZpiKPxRumDFirEYAMheoLsbZR74rnwUlVlBGiL2dMCnwfWG",
-	"4o0VjDbhfQhOjdzPqnb+YO1gGbfU0aApL10on6Woxoa1MeyiOo9TPfqf//rvBv+/v/KNs/nbvUUo9gRE",
-	"zeCmRcR65JaBwE2oIuFNrmcys5d/Rf6N0YxlBMKwIiwbgRFZvbWhxs7DU+5gxb0hAMCGk+THSefql00A",
-	"pvMpqEcWMZHJJJkXBTWaavogr7/2z6CR8deG2iHsvHYkS4tbPcnyeRmQcWlxyzGEnzG1fm3+UiXdz4u/",
-	"q2Zlzqga2Vx4xbIHFo/GhptG8oFlzbGtr+G8NmU8fikdlSGb6HTN//3b62/e/EBevX539+brN69u7l6T",
-	"d6///afXt3fw61D8z3/991DA369/+GrFcw1XCOjMmtG5WEUTs1onvDaA9lOcaA3Q6JbXeKPF400UdsUh",
-	"VMXu1pS1BkftxflpQ8RH0znsSdJv8hUv25ZqxqMNkNxPnWiYpem4v6Y8yTN2m8/nFPXyeghlLhpCrm5c",
-	"/hsmCoDea31aj1zE8hHFCMwTMBKlTQ6oWNGeHPxttPmm1UGlS6qZ0SjBLjAnB9QWDBz0DwMi2KP5EZJ2",
-	"N1bH38Fs9sCaIqJx541G28ZAjMHaAJraiIG9jmLnjTfKk3qwoi1M5tIK/OJkUJQseC5hJWOG7PbsJDvn",
-	"h6oZPT4771x1zsdRP6aDyenx5PJ8Ep28HF+M45csPu6P6dnL8/55fEz7MT2LYno8HpycRS8vzk4n4zi6",
-	"vDgbX9ATMxb/jY3GC23Ae3C8dfzYUwPDqlfRQFF2KVy24dx7LSfm7qRhOP+I95nrsXkI5map/Fbmr1xJ",
-	"ZfXFLivX0oZ0+0i5AOTdvVDWt4wmhilXsX/GIqt9Uk3HVME7952gk3ClgYfCJ1eX0HzywgrtxxpbKMZs",
-	"Fow+tgmE3mLVUtYZLMMzlTZXy/aPYkVQ4Rulcha/KtX3+rHQ0ZJu3yK0rRPWSiFt/yPuKtQ4N2HGBHus",
-	"/HLaPwEh7umJwE1H2MSLX92gOKD4VChnUvDeVOSAJgprtNsygi9U4IJknFVAMZ2nh70NjTRfUlRrOvX6",
-	"ubwzT/g1bRMppuRAP5pj4FlcuDQSPmFmfS0eyKWpn5C26+fp1o80aLrt9TJnw1E0Iavn4VuTA7Zleha4",
-	"UDFHayW58sMPTlbVgKzeoh2ZaFl4AV8ogiEIAZmzbAppZrb/AH5vw7quoFqrGZ5AtB/FnwMSmrnCocjY",
-	"XIKrSgfuTSE1GNJiojRd9Ei9GsXjTKrCzb3k1zRLEOxxKOxoRjonTMTOjkcO7CuJVDo8DCDIcMZE6eBU",
-	"WqaK0PjBHJzCqpsu0mAoCrfg4qr0uE0lU2RMo3vXhOHvOcsZuGsqLRkE+6DJjNFMjxnVNgxdoZMUXW4h",
-	"LKtnqWJBxxM2pdGic2VOLej8JoWBBJZ3jYRvTbH+VZ+fNoAfQIktZu6KoWxhar7Hmuc1GFpnmU1ZRm0Q",
-	"gGOAb8zefpAa/n39gSuIivtKMvWD1PB5mSUaFDDvdx9oZmADrH+wIRgF/nJDwodiXPhUHdzZZxrbQzCj",
-	"yM1lxsBAG74R6CoPYfTwmggp7E84hf3ZnyFsizMska4xrtC7tWaZ6B6Kuhdn+r7tkm+90IstPJQ/z3g0",
-	"s8CqXjh0xJRTIhiLFTn4Lh+zTDDDzhSbU6F5pA5d6FoIcQM2OCkkKeWZix8YijRjEMtvjgsfZx/Md4pL",
-	"gU/NZBL34MivSkpCuCLuVXA8W/dpiFcYXg+FvZsrQsfmscDcYOUVYd8xSvJ1cXHX9VsjN4IYErMgjpwM",
-	"Bf7lCu3alP2iMP/JMdEsmysX/lpHWzyPcp8KjLGASR3NsWJ0gSGIGA4yf+lM07wTmP92E5pNWef9p/dB",
-	"xz9hM0OdFCyJLw1L2FBMX6IX1Yj442XbQH1xW/GhKkr4L3hTOUD/1Ab6T5q3nnq9xOsU02S8IO7OFPp6",
-	"DrD4M9RGKpxJXCuWTA4DomSRtT0US+xqTheGzYkYaAr1PQY98h1bGA5qge38xGsCgSE6XEyHIrS1tt4f",
-	"/NK1Vbd6R+//4r49/Nfw2obObzDWwS833f8sxys+jHrv/+L9dPivh/8alnhwfmqPaAkDAMqvLCzvyLcY",
-	"3UtmasF3R0bdzh5oUgqug/42dYwqeUSd+PzyIo5PX56zAT2dxOfjMbuYDF4OJoPL8fn5Gb3on7BzFo8H",
-	"LDo/jeOLi/P4dECPz6PJ5Vl0TC/LAbW3opM+2gJaqjhtkwxYDX47eUqt2jKUDULyAalctZjOjCWJLPMh",
-	"zE1HM1kL3IFKo4JlI/vQp6cam1Zda7M+osseQVD2faKZ2FDv2L1m0trcs0qC2TVRpSMR+7yQ0GtBFBIp",
-	"LE9yUVmRYUArZtYrzuW2FsZKoN2Gd1B2xxuekg0028pysnwgNt3HaogNUW4TljERGcU69ILnjEw/Rlf8",
-	"tZUIXKKJUTeKl4xQ0CN3BgI4DgvEPE1oxAjF2eGICVazUFfknrHU3InMweaeyKly9fkhaZIceMo9yVhM",
-	"jehg91HoFxDUrVBhgvA8OT1EurlE+hwBWJtdLWiqZlJvky3YUIlqGVJWopdd3/s2mv3O2qM2crbAG9X+",
-	"XBVfy36dKinL7DaWVwILJEek6pdoCY1eFcb9GV0l3n7ar2PraqFbUuIaidu6E9pGgLtiezsFUD0hytfw",
-	"1cagp6XATxCSyqwB2I+6JmAPjAx5iavS4wtDihmDAO3Ixnq2RTI3BlKlmdQyksnogWWqKSqwydkhJ/qR",
-	"ZqzlnePGGLBHynVjiP5xv34O38pHtP9pCcHgKPECMe+RV5VTgACGjNgtk4PjM6LMb3b0w8p51OL/mzP2",
-	"22CmraoOXtHmuhLIqOt8GnbQVhC+ddU0qgcXYjPO0DIgAyJcTHskxMJ0I1u1i8XhFRivMLbfFlGwEfdF",
-	"DbuwZ21M7lk0i10TIQ3FnaLtw1UQoVHEUo0u7aLsk2sNWp/eYKpsst74+2sr4gDFKgxXNbq6TR6IaJZx",
-	"hIqKrFME3oH9rFfVOHZRDZZ24ojF3nWGuojvanTYQ32y53VpI03FbleLzJ9DDN5EGG2RQa9JH+U5A2ub",
-	"CqSblKnxUHBtjY828F/aXSOuy+lNmjIRvyvKoVRMvWaMGlw0HtzxZe/SlqiTkwk05jg+Czo6y0VESyhe",
-	"gqnKDJufScvlbXD8lSU2xubCb9Z2/0GTaJaLezQKQnVUQvV+5T/vjJrWE9EUusVmjEYzFl+TSZ5Bs66Y",
-	"amrUhTiThl81pebWY269vfvzBpVr2AJ0Xpmz2TY/gOql5rT904uzl411SoqL2td518Pl3WnAslq2ecc+",
-	"6D2WI/NMJ44zllZwOB0oZ2QYoJ2xB7RR0ARUsyUsc3/3N0C4HQuPPan0dLnLFYVuoPICEzGLr4iQyPoB",
-	"xIH/R3LOmpPPHTwtR99UMX2PJVCfYcwKEViDxksVnQsgriI4nIx3+k3Q/WPKBLYl3bVsZTW8qmzM7ge9",
-	"yUgz3VU6Y3ReS3A5O1sROLVVZ2A/RGqbhJPniZ5qqcPTEOvUeC2eVfTJvUNX21Ft5OBNNG8Q+T5/cNyK",
-	"toprQsL8M9tHaFjlDp6vHq8/TZkusdQZBAKPa/0/WMKnHMqdW9wsimzLySThokywcUWsH5hnfe8HdZPD",
-	"p80CU2vL2KbeduGQa83ZOq208hYs67K8C10cBWzJ7bXmOAA35UYg/761/0nVK9DkDmi4iialpryY5v4e",
-	"LnfUqbHF8+XSgk7MVbX1BszrfVteMtUjZ55p1HhLINgk+aYxSKm6irIrSGXprXmly0C+bwwtMod2DeV8",
-	"i3UA3hWXUw9IWBCKsTQxGv25KqtxxGTBdI+E6EgaCalHLmgHTCFeMYzQOq56+GxoxrHWZfu6CstqCAsi",
-	"J37MgAuJqGUGqmpK4YF7CqIAi5UYuaqcw/ySJIRmDPYB5lsWY/VWpQnXhz0X0jTnCvyyIYhmiIiFC4Hr",
-	"GazMHXO1lIOR6mz0hi0LoaNZ5TxqbujeqgoMtZOsFaYIwdOi/PoQtFoEwlZvLIaonJqQj+QgF+5kA+Jw",
-	"LbA9juOAWJwLipbJBo4OfZOUkKOiU06BOo1wAZ1KR3ia5aPl1RfH7uim/0XrGdkhDC0YTfLENaqP84TF",
-	"I2gG3XG1fcc0upeTSSPJ8Nqs1/yWtgN60RPdtiWoNUSf02jGBetmjMaVDunV7C3oCoIKZxcMdq7Ngcsq",
-	"8W6trLmJuAcWXJaRGUtA+13XHsLFP5/2L21KvfP1EDu1a4yodaqujo7wcLvWidaL2YPrLa+OvCV/aut1",
-	"UrMltRyMefqahB+6duyu+UKFJOGqCPaB2ha+Q08xEatgKODQDf7nKqeJqzx78I1ETImkUJoKrG2Y0uie",
-	"TtlQhFOuZ/m4F8l5bY9H7l+7lvCwR35gjzC/ggCRMSM0BiXNSPOaUDEUubgX8lHgKseYcOwVwq04FL0g",
-	"usp+gb1mmk9opFW34HJXnbP+yRVevtu7ISlCEvc0UVpmdAqbnfBpbuv/W/Osq2ncueqc9i+vKsVDaGIu",
-	"YYFap4Vf1wnd1i8NOmMadyOVwft9e6plVC6EWBtN3QIfAb9KYqRfzMMyZ3HPFo5bOCO2HThzSlc5eNtA",
-	"44zRe0PbsjwpuMHN2zcwko5mXSF1N2WZ4mhsLbfrlSCOEsrnMAiY+8jYUmOqwcaEwUPlICUp6bIPtkz0",
-	"Vef0+NLeiCWzrkM9RM0poqVE35JMmSCpTBJoMj+RSSIfVTXUueua2Jj1Dux6E86ErpyyPb0HmnCInoXZ",
-	"rQLij1ay+nK4TOaa2ZhBSu6+v22YoDaMBej1i8rY1JxUhnxYSFKScXi+i/0l/Hu+vKwM+AhxiI+AWVDQ",
-	"ywAMOhPIQSKnU3P7IlkcYuLMJOGR9i/XgYv7zdJh9oErbeDSGgHK7MWNcOvVjYdNQH7LAaqjwcV3uYCr",
-	"8Q+sfMYCB1fEnmtQYF6uKtmKaFcd8zhmePgn9qxokoAPbgFgEEPIvgJFl81TqZmIFl0uupOET2fF8dDi",
-	"cKyMwhV5473wHaIllpmyfZeuoVD9ghxARaTuzUSz7LA20T1bdDNmlg7IcIxrrI9s8ClXBV0hMZ9AvId2",
-	"qzKjWrMeXEX/ilBB3FdY1Ojabj9XAG4QFYJA4cy0yII8gNiUY4KHbNpFa1G3kCz8keTUWr9jyRABnQXc",
-	"XBi2Yi6sTXOmZzIGKkQNolskPPORsBgHyaB1Q8OLIAzp7kTmAl88BVlT5dHMviwzQ7VknkWMHMgMK74u",
-	"A4di7LAMD+tqKW3M6lXndHBSRZqxjBdmXCpKboKETgEeKv4bw4p2WHgfHLTdSAqd0Uh3H7gs2hKflfQb",
-	"H7OF3s2SnMzLFYlllANOHMBdAmwUbwAOoSwqBWQDGMWAKa0ObVvs7jhXiwK+La/6VY6LyKSICqtQIC5c",
-	"G4nMfJnlAgrbwtOGbzvyCcM2cUkse2wRtXigiKjaiI64SCnDASvs2VVZ76IRs+uwyd8XMie7M99KDDPV",
-	"6rSDPS3XhuZ1Y6Td5aoyBrZIwHb7EDEPtWE7Fsjtylx35QQ9vI5Fw6nYArok4cxICopb6ay9vPABpP5B",
-	"BySZ65GcjOB7V8n40AYwNV4EaJsNFwEvGKTx+t7hWwBbmAs+0iybc0NQsMqe654K1hbz2WvO0bElRiyz",
-	"V92UZpCcgZSYEsEejchhCToCuMx1wh8APWWuMyrucdHwyJwLOGxAIIOKRi7oZiySWawcRtakERQiwP5v",
-	"HzQCCgS1A1WpDAR4rJxQohL5CBe7dKO5oLmeMaG5tbIjoxISIvSFRNwLyt3VEiMLaEKnxJgiQfYeaYOl",
-	"XKg8TWWmWdyds5hTlzx1Oji78imRK3wIIvZyxngOVvpuzDNWSgD4pcv0+end9zZkBTMZIHMpABKkK8l+",
-	"5XC++GXBzY7pBgG3TMGe7WsVdtE3R1i8jhYVy+5sGCdmFUYJNdIEEFWZkdtvb7qY61sOqqAEM67FBYEA",
-	"I4UnrChi0R+WV77tvNRt+7AiJMikbpTCPuoTs0LqcNHzinhGN/t8YUFsetz+eO1UMMGgg5z5CeXBIg2R",
-	"WVEP7FRO8W3wZXFQ46KWbPIGgtJgwILYmwbKFpbk/oUqSJsja/BIJYmoLdG4MIyv6dxXpiFv0+mk0Ng/",
-	"tpe+qedM/PTuTRmaa7ABYppnrDBdmBc3qHiEeeo4v9c/tbVl6L/nLGdfsRQzw1tCTvfoj9ylmsDTmiUt",
-	"5/YXkSiwv6ZTqZbzWDqYZ3ZMD34/PZF3va9nbj/89Iqmy12zWgpBlFO19yduBiFUt70iA7uUjGorVNi5",
-	"nFycx/2LwcXFafQyPj+7pMcTRmk/OjujcX9wRk/Gk9PJYHw87o8vjo+jeHAWn0eDs3F/0u/T/kWDKfDL",
-	"FUX81HiAgj3+jqps7bGQVr1L5IqSV+8YZFZsV+l/OXAFy5obmRiI3zVqiookbIJ5GRRE2Ll8wOis6k7/",
-	"rFX822vHYYjhTXS/7OAGiWUQ7BRWBVrDVr2qbVHqdc2mje4xsvz6uFRZ/fitomaLbzPdvkMe1HQ2J/Cp",
-	"sY5yW8eiQj8yhAXUywMDjTIjCjrLTSkXhzv2J9uSHZeXsElLuHjalPD+Op6ypS3t3q+0kImbcu9wEjo2",
-	"aKrknKGqsZEuf0XuWaoDMknodOr0qycutwKRmzfo9CF0p8i8hjZ5u4yyVFioRIf3T23t6XBjOXQQ/E97",
-	"gZcaCSuAOWgTaern5mkFlVup3mw7UcTmhduF3hVWlI+bltMzMyHoLzeRaihxvw/gqJePWjo3t4s1Z7OP",
-	"cJFbLTMW17pFPlNUV+WwtxMtfhSOCvZsv7MQPAPwJwEDOTmwPwREpjgsCa0fPrwmlORZ8kKREIESyoIM",
-	"RegJkSHIJuaMwCQzZvrRcAxD5NRhj4SIdWZeMuEQF0OkKBdRTD8UIajFYUBCV9i+siivyn5ItCQxi3M0",
-	"bTEyXgTlqu0aH/JEsMwGQIRmKYZZhGgkRGM7mpTsCsyYrqcaOQjdM+EVmUmlBZ2zoQi94rQh4WlAeEpC",
-	"V6M2JOa/gTkyswdbrdZ96/v7QqxfGw6FG9usL6aawgUtkIewBBpcwNeHATinrd3KVYhWPYKgWBAv4END",
-	"sSUjgpykBQl9XndFjFgXkgNbHgLK+Vir3zXhUwHzcuEMj8qm+zZIHWuVTfPQOzbxg7A3bypj7327l9b0",
-	"bFhiHq4xWZEupmzqA4B3ByWR5eD/ZtNaWzBfWQx51UYqhZN3bQMBcL7NvRQ2s6WGEctlon3MWzfHf1Qe",
-	"buy01kwVyzYz2xHF1x9wCZwmxIYtofNskicJ+ZUbVbogYy7EdVnpGkOaS0OK6GBlsykoWLwmw3pOP7T0",
-	"h+o/cexmRf5B3u+YZ9zYu+Rsj11E3klddhF5Sj89Q28Tmjaeqz23trxeQziT2LUWumcsVUWsjm1k2N7h",
-	"bcO83duIPj06f7Wq+qscY6GmbTRiVw/lUxl4iBHVsVBdywwNakhlW3N6yZ82DqLz6f1T6gfXBvOavP7S",
-	"SWREk5m01c/W9OndvJluXZArOs1vpVM9Y8IDXuUWbXn/KsdNG3s2c7+Zs8ivbLqDtWeuMz6drg80v7OP",
-	"bVg22LkWyra13i3Zc33fgp7mDKsYug32PQWRCvhrig/dBTSLRvq7AmBRJmlzgUvmert3lpWZCKXYX+XY",
-	"ZfeFVuwNyQFoyVBOwcgM2HS5Is+Gh/idC88Z8ViFvU79QhoOpbyUXW0a2bY3tAuWbVZUpxlVii1WT6PE",
-	"GLzxNtzYi04d0edMjvK6k2/bAHlrWHeQ5PtlaPe397Z43aj7/mM/OD9udtDspVXj2g6rd4hIL8qwPvtK",
-	"b5VEOdgsO7Ht/ItKIKVxDywCncDj7yW1CzoYeFRUJUharICulfYOElS1rThqeRDIZuPZ4BpdI/xfXF/m",
-	"CtU28k2LUPJpTYZbxM7Oui8n5/3uxeDlcbfkGPS4zKcUfDrTyYLYVQE+THjGqvs66d/1B1f9/lW//5/u",
-	"KZVIvfKpncWyssV5BBbOPDWXLSJMrgQI65Nj8hfzPzMPSt/maO95iu+zkS2c+Do3+Hb0byxLOFCAPI3X",
-	"3ltRzWewl0zTp3aXr7Qe9PHsa0NSbBvZlOaqubrCxow3ocq71k1318rZqrC0nKjGMJvMoikxExPzuCIH",
-	"8Hea5MqqzLUa5yuXU4HNJsrkT1iUu5NOAHBJSGWe/+Zz7yLyYqpe+4pv8GAeKYcIRZcYlmbsgctcYe9i",
-	"CeW6DywmYPrfSAq2xbmVSLcJgN7h0zV82hRkvGpZDYVEMM+W2IeubWoRzkNoHEN88Hr/yXp2srr9h1tk",
-	"iX/FIVVQuibme+fRzKnwAF8ZyvZT2oQXFKu6mGtX0GyYxRbHhSwrJVJBYtkjoQHc0IVNRxhRT5PEq91s",
-	"qGJIzH+hZuPczwK0VBUI5yrm91WFhG1VIJtqwmg0A9TGnupMmVVFVISwWsMXgf8EJDSCpvctFDpbso7V",
-	"zaWWd9UqK3ryrmW1mwB2XEiKG4i8xUuNsm+redG99jXP6lLFBISzVVy1ykjjyfl592X/5aB7eXxx0i05",
-	"/PgESi0a4AHagnn0Ll3sysEsCkejZUOIObOtghUc3RxtI4SslSEKTb0YfzV7Ls9vz1aR6lEu5UwCrkLA",
-	"LxM6s/WpFQDymCkeM1W0Nz0AoaZrW5bsFjOAl1hiQHmbBpNT+AsZSyNCeFfeSIFxtDL52AXdYsE5gZVF",
-	"G9FsY0OPDy2bPH/P09FyQQK8FU8GtNt2GcVoi2ikCaskBJQMsNbinIqcQt5V4GriQqg3VffoL9uCxW4T",
-	"TwDdONsa85bJDZg579ZSWW9vky65nimsJKcFpuFgjQdYrXj5dD7sQ4TPfN1FlUstMaCGlkGJ/uvI7n5s",
-	"Ch4Zf07bAk6zzyV/huX+6LSyRgGHolQLiXYo2ywJtVwRLAXTcyJMEUMDJb4tpQtICBk3VgbiOiBhIf+G",
-	"1qMiBauK0WWhRDMVM7SaGikEhKS5zJgvJFm1EqYpKIxRL1dJTIYlNDD3ldxuDTts5HbbWf62U+7qUTEF",
-	"KrqJVwGAOYB9wiwc6O51U2qay7ZuXRrpZFE0Uoky6Zrc1MuBhsvyamnF2GynTjf45MwdS3o/f2BkwlkS",
-	"K3Iw5yLXjMxknpGYLshcCj0jj4zdx3RxaLj3/zG/JYuA/J+YcvjX/Ap/wMPw14JReIYLEhYGlHC5z39j",
-	"Z+AtRa61TQduyIR/YDFJWcZlbCNpwNQ9ojqEtFr4DiQVLsUhrJuOlUzMWZiJq/WOB2cn5xvUgEZrQ/u6",
-	"XheKDFckZgldYKld6tarWB7LbkZFLOckpZltNMtVYPYCNKi3mVfdF/hKUroJ+DjK67wDW92NZzvzq+T9",
-	"dPdqyWdyI8ibmx9u4LSJeSUgrDftkYrJrQZAXreSVfH/VW1sO5N6YVDdwjVgbfeVaMOzhlDDNOPSRcO0",
-	"FRfvVgJXKm1Kl12VteSBtaUDq8GQa4hh6Yh0Z7KKMKISu1u1+waPQHvUQnOK0wcW5WCDWTVWAx43HnW1",
-	"VtNGXZuKBmBF0d44z9Aq1LiS8/WrqDaRqULM2m4LZduYzV1D9UJTywTsLQVzkpbWqgY52xWzp7XQQFr/",
-	"UuslrjZSKp6EJntxUbnCUdUwqieGTuGgtQCqJ47pdWFZvq0foEyYrSxQj69cbu4CEdxQVIG7DuxFnxcV",
-	"HvbIjYszsinMRjh45Ho2YwmUq7Edfgw9n0CtLL+iAdZrMQo1FlByDWT8umcb90zHaCuzv/VEd08JfzBC",
-	"MwGUKbsrYhafMUqKiyjJYzZS+TiWcwpcytJV6xyMeJw9xXVmE646g+OXvb7539HFZ62W2rTDpnBUZ8Jd",
-	"zZiLe/nOPP4JSq/sr1N5kZzWVMxcSMEjmhAzSm/XRuKwSzdR4+GsrRZbPwTPToNjmHGNdmohJ8+SUZqx",
-	"Cf/Qop0WwzXrZkxMZBY1ORt/njGsJNgc660gVB8oiS31WKTkNzgkt9QASwTdj+EiKPfZeOhAnRp9cfDL",
-	"C6gGRGOqKRZPwM5X3FUmw2IJtgXIU8hJPGDH3ZeTk373gp4Oumfj8+hlfMEuJ9Qrifzu9Tdvbu/e/d/R",
-	"3Y/fvf7hSY53L9fzl3rXufdfxHf+tCrNuxGGasrrRiBasp5l+Nyrh/Q1iG0Zsz3XnuINbcip3bVp/46O",
-	"1a0cp4B5ezEoIXY/wZRUCi8NJCJhEOQvM5KLmGUqkhkLDJUQ9icVkJhPsRiu94wiB1QQJh54JqF6MXmg",
-	"GTdilaGwM2rrt/phX9hcdPS+7DI6ev+xHwyOXzZHf9UztBt6OScLW3IJpU4jDppHnXTp9RUsQifmzFB/",
-	"q08salVYNkUaX7FdRqGGfO7NetY2G6waNu0qEWOndNeQHRm23ds9W/wLEvoZw6JPm5yI7X/cWWrc6om6",
-	"PmiV6TaOz3MxkVAF7xHK18U8n3eCzoxPZ4BC2GW9mdtrm5LqG6GxsIlf5GWA6Z/mz1/aWoawwSpHc73K",
-	"yUm1ZomLGOws1SrpoPpiWDuJOZahs6WGalVL2vjNk4L/ISe+iANsSIiP+6vc16t6tL5fbmZ42e8744J/",
-	"/Jf9anPFQe9s+d3zvosVgktyN3e8h+wHFyf5KSjGPd1jUgWcBGJXY3n/07J6q92QLaB/EnS01DTpXJ0u",
-	"l7j3wXgVjbF1fG7z+Zxmi07l/Nd2cXpnw5/tudep5U/CQailmeNFtVI3uJSw5kZKeaZca3VbKi9jRQ2O",
-	"jWmmV7OpQdTwznl9Bf1X7tTrnA+3W45WnFlQHnsjX1xKXH6WZkTPWkgDA3FdnqglRVenx4XOir8ZoF4u",
-	"tPG76GK0VYmLJxR02D2j/zMk8HulEdYURHCbWV8CwdnHGyDaks1+0ClsYSthbXtNcHVlljaD9Un/mVqZ",
-	"L7Urt0ykiNFpahlQmoX77WbeT8uMaSWj3UQrbcXLlsbKtj6ZbQUB1ZHzFAS9cR5PmX5irZpVHo4tRqtA",
-	"2saJg7UOjNu9/NlyFUt3UMxoDGD0DFaDp7qJqNKj9nS38uf20n0beJo2h4hWf9MWsYU7mEt2c1XV6MXq",
-	"d6tNb1o8XX8At9R2IZJUjH6V4+cqlbmTY2X73Nld7F9N5iS/FmN77m1xxSVYtl1dUOMCNfypEdhWVN3O",
-	"imVO8quifi5Nkh8nIHCuT6wMWgqRbi6GWa621vBVDLy8gfd2C/sww9ltPVccIkC6oKmaSd1exXUn7rL0",
-	"Mhdbdvfdi6D/RB7Z8PrW+9g0eP4PxJiek0Q/3ZO9ASks6d5SydrKPbQiTXseLfaQqybUYu5s5QMm1XqZ",
-	"thg48UihvH6t3n+j4bLYfy3LpyL3U978LhZNaqjd6ZGTPEs8b7lrpOW85oOri9PTk6POhn0mY6axcjoW",
-	"B61Uf+roRHX9nj2KJZMu9l3bMnpgd4tcYVQuzceur9htuRzsOeQ1G/r05Hpbu2XL7lBxy7+CpeSciAry",
-	"qxxbdQ4fZTHhu+px7AO4BRp85DfCxqwTeAYK+kMDAsj/KbprlD1VXEiAG/JfdJajn6ehW6cbcuP6pdUy",
-	"ZLtqSTsVctmlbFhr4fw91vxqcU0WFddc8Xy3rgporY3WQNrz2l3UDuFEvzviURh0io5Pr25aKMPGZk54",
-	"uHBkftyPycC9M15slDPlktyQCmyASynPmNpSwvpi+Feq1ftDzRU3thmS2UVti0V7UTZqiPmMegfMtL81",
-	"P+dSDTbcupqRRfHJeM5tqU0oA4oXF7PmPMq70hzQkOblkIyix8tmkkIgqmvjgu2dsgxqgPIi1dSaGdqT",
-	"vzcwPriowa2TTd3zT8lxfGqyVWv2uL+5pgg1u/gXCrJNgkpKKJETaLSGjwS2p5yhjBFNkkrO21ISaNCh",
-	"abPE/RPYPFwewW4lFJ9aI8UFgNVjP9bkU+xW9aKpLFFzcYimC8TjsmUndz0t79I3KDC7ugv8A7S13yre",
-	"za7+tXl1OYTnAs7dxfPU6FfQyQX/e87sz7a9g1HIts6Hqd0DKnX+dsqdr7gIsCHvdg8rz3WzVhXgVXg1",
-	"o2KKJmKjo0dS2CooIyCQSwbrtek0O6HDp8YzSiSNb20Xs6o868tE7fIsPuObli7NSmbAU2Brr6TQTOju",
-	"nQWTelO5T65rZ+eq8/anu6KX2lYxAABgbZr+w+AIh1RHGw23JP/uJh4uH81GVjfv6DYO2KzVn8URiJbQ",
-	"obtsjo+nEBBmE16pIlP+wISnkZaw4S6llB3M7TRxCO++NuC/lhasQfZiyGIhgaUA7nwqUnvjeTdRhf+o",
-	"K5tb0IPowQgZVTLqBWy++o/X3V/63cv3H08/uT+C5lDNSqJfQ9XYB6VGEDa6JgdpsC4BCUZ6KByga2Mn",
-	"o8fVW/zZbXEQnO+0taIT3ppMye3HhbaWDTxzsHFfKsv26nq9FAps6Q9sVMal9Tc1HvqI2Vmq6VfhzpjK",
-	"1GswoW5TdWdnW8Am8f9VOmtOS/XsWUEjf9faczk7gGdRzvVIpkyMoD5Dk1LBEwa9MQMiJIlZwjHsWBIv",
-	"kJSD+rBN4bbmG1wut8ehJW3GMcuOkkw+2u6ZuHhYmiK2gpfdqtFmZhlTM5ns2ndnNztqRUb8MjJhHQmf",
-	"0eThioeMbF5ilSVXb/Kr3LwFF6hdEpPNsr/CKj+1wuxKy7Iw++ZwtUvqx0bcr8XCgvzP32ubPNwC89t5",
-	"s+2Nf2XRsDk4TkFXskZSWCt/YtG59akBSpSwn03LoJ1WTqBz1UxAtyurBoE9zrm2aqnwYEKh2f7IINDp",
-	"wFXZhOBzGxcEjNYFvRWH0Ak6j3i+W5RUa4t029Xtuhvh8a9xY2m4uNYm4609iS6PCUp3thkwnTMihUs+",
-	"yRab2XI9eNiepG1TTNUHkk0PYpOoMh+mdrrXZSD0hrmstDlufB8skNXdNXFq6zrGyzLvLN3RZoXKq2Mj",
-	"9l6Vt257yPv2q9Jp7SOUTfVoUlF8XFt7vU3UuADgCoBVBi7jlLwwozXG8BqN3YdhuU62n8/CvIQ/nq7Y",
-	"Qojhaz94ACzGS18USTs2v0pOJpA1UnzhOp9X2WRPyBFL+JSPEy8w2Rk7e1DXypVQbIISu6E93sLzn/7P",
-	"XM/KjObNYs7KxdU3qVpyox9nikUjSHmBQGmq2Pmpq13x7d9uXnVvv705Pjsn92zRI7cz+SigYO365Ho7",
-	"Y3M0Glrv6pJHPcdogDlGfthmWXe91iVDR2nXNsPvBKDIdNNMjhm0gdnIhbuqKDuNTk66L+NT1qWTs363",
-	"zHW56Hd8k6EtX87y7iNTuiTZjImVkzebD0+LZHEbRdNleRfcwjbXCpdaEyjhcDZSDd+bG0N8c4YRG5pb",
-	"DdpvkE/qV7Xk0cB4CvfANaGikmTVhTIDMTgwWEZspw6IsHAVV6vVCnZVwZ4Q9uu3xV6llhQ10fHwXqii",
-	"GLbf38+OsIV2297ce+WzKkdE25eHfqXGuU3I/mZGdbWMNZuudK0RfnO4aa9MYFFvKVyJMQEGWS7AbsCM",
-	"xJvpMaOauMp5qjlCaBl/lxK8vSeUB2pQbVPZODAtyYG9K+wabHH70CDfUKzAPsVYFfewa+Pu3bHko2DZ",
-	"qMEcsKwiVDIvIcRDPlb2WKRnQ5PLhGqzGpf4jT19lGVLyYJoORRgBDArQLYmSS4q+1W4vQ1ME1LLSCa+",
-	"Q7khZONBotdjtCJ6oyCzzU0e4cftSoLKiX6kGVu5tgox3yS3tD141TpL/RF9q0QptjXiYI0OF/SgQKdg",
-	"iaM0oMV6obuaILscPr6Oa0H6sMJyOLZednEdXOjzU58JXfb7LweXl8dnpy9P+5eXg01YkVtXAx7AQTi4",
-	"fkFUPp+zmDQd536X1UbQXjtSkgt7u0W1BbUprdvfKm1K+XIud21t+5y1hgcFqOJavAtdht526Pwmo6Ie",
-	"5jw13z1XwQQv2WozeXZJ2POX9/EZe6pskxZWu5vy1Sb7qreBNRezFw3Ru+fdq9XgKN86vNo00MH3b7Wr",
-	"TpD++96rqvDLbmn+mFwF4ZkGIM4vL+L49OU5G9DTSXw+HrOLyeDlYDK4HJ+fn9GL/gk7Z/F4wKLz0zi+",
-	"uDiPTwf0+DyaXJ5Fx/QSVcN6Eebd5feyZMRG94a1IzACfnXB1mb2u8YHW7t5u7iNrl6lUii2DJe7bPAW",
-	"66esA8y1y9sfpjynKaWUapZTUtpyUbC8Z55xvbg1C7W9nRnNWHaT61lj/kAZpnwQPk716H/+67/DwyKQ",
-	"EgI1QtcECEI1yVhKrXRG0y68FxLbIurm7ZueNW6B6o8TlxRwpnVaUsu/3X1/2xRPCEkhCa8roVgn6fbb",
-	"m+7x2TnxtEqjSWRsypVmWdGUwioZIJVzNRSeUtEjr2YsuoesCGvRtcnpqHuAMG4dqjMqYjWj9wzlbruP",
-	"ea5zmpjlf/oEJSgnskG1xhV8Y08OoZLEeWZkExuGqiXJ2FxqRn62MgB563rhgwZgAJRqmSmSK4Y96yMp",
-	"dCYTo08YoctcD55zeZGq58YjNNczJrQ9QvNw8/GqoTjAbZkHDnc6bXBML6DNdDeVSTIU4dsfb+/I0cPg",
-	"CLcfBiRjgj2604AFFQIYbhkr3JStyodiKLAG3TzXFHop2Ms1KpFZzoSJiMVXfu3YANTBEMhGF6KOQ6Nv",
-	"uVwZ9EOY6YaCCpILtHDEth4tzRiJLIyMIUyYxFTTsfmNi9IPBLZ1KJwGcPaYcc0UxBprmrChgC8yMmVm",
-	"Laf9yxA3nGZynLC5LWoLU3YTqXTo7bVSWR5c/8KWqSKRnLujg3YS0Dv/gRGXKEwOwr8UvQEOAzJmEc2V",
-	"WY6FCQjLFSRKZHSvyCMjsQTAt5B1VZZmdpu3I9vLyDIDkOaQQj9yzm7rf/+qpAjJwbuvX5HL07OXh7hU",
-	"ag7FQH5oth0iPiU8YpY98NiA6YRD66WblEYz1j3ueUUnve8MmbPllcCzXmAU3J9rWlfFLPC2k2/v7t5C",
-	"IlcJpbi8+d33tz0vS62GvTdv3/iVJjv93gDXIVMmaMo7V50T+ArK5c2A7B7NGE307DeQQxuLe8J9KnLc",
-	"71daksiIKaOpZA9MwYp75CvJFNyRlnk0q0CkWTWSCS7FGyMBfcP0tzA1aLfIgWFFx/2+jR7SDCX5pcjH",
-	"q49Ivuk6BmhnAALY0PHQboIrQhP+wHq2KyUW928euVjq0VuEpAo/61z98t6/9rd2BjO6YEqBI2cKIqJM",
-	"FTYrPcoYjRebXoC1hJaYbggdjWYGugJbX9bsHTaF7MECBPbhGnNBs8XQ0BIWWWJmHvr+ze3d6x+ItfCb",
-	"xw10PtJ71s1TOKI8vSZn/RMi9Yxlj1xZbrN0q+8Yjbnd7Be4WDP9Am7yrH/yGeb7AXg2jRfXJARyrEKi",
-	"6AL690QzErOUiZiJqPTG7hvIigPHuNXsgRGd0cmER43g9jA4oilHoUi1Qt3fbCFfEDSuLccGcoq1fNEk",
-	"SKcUe1lUocDIrjcpv8MpnhEM3CQgLLdguRU2dj/24qDNLJ784p2u/eI9Ni7XTcm2MmWKhCCahgEJXRqR",
-	"+RvziMJrIlPUO5MFSficazQ6Q3cd34p7oG3DNcWMSGRQOMJIeWujBStvtRa1ucvDHikOxGC0KryNtiSf",
-	"NNIFVYSSGVWz3lDcNDuVUMCe04UVwB14GJLR5F2CZfWG4g7CHR7LFYxlLuJSfsHvsXuNmEJqsBkupRkT",
-	"+vCqLJ+tyDxXmowZoXMppihz4mMvFDnA9fF5mnCmiDtq2CSe9SHatbl2XiMiJEmoRmHcNuCF4cj//Nf/",
-	"S7geCi5mLOO2s0AxFby+QLocLkdSh1D8WmqMFsdJqbp3zJ/inENhhwFiPoHCWsDvT/snJIRD6bIPEWOx",
-	"6uLMYRPtfQV34VDCFnhhSv+bjBcbYJxn2bDCTMSJl+2GBw9BJO7L9zYrbD2iVtfmjC2fqpqmzXmpUYvB",
-	"3qgFLiIuTmgVwQg87HDAUpY3B2pyioRsQ0pinj/Z6vknUivcrUtk0xYmlijWEks4+uiaLH5COpawpmij",
-	"Ny760wjsEDWqvcNSEpvY2VgkxPci8dEoWFGeKf7AksUy+3gHKrAHyCnN6JxpSO745WMHKuwZCbaUu4u+",
-	"kHV48gF0ncnz/WfgVG1A58zssJEXS5B2+jkhB89/Y8ixOvCRC0YCq1UjF3wtYgcStuSD66JiqCy0Q8by",
-	"D5aH2MYriI+2u6W1OCCjNHo4TYYig1KaBMpbwlhAaK3gDONK4UYNnHYss9jovYYyX0EbNZ0jwYbQnLu7",
-	"t1YDR4cn6NJ2i4algcuUJhJ8SnkSkxl9YGQqdWCtUbimkBwc9/vQby60umfYIz8KNhR27y8s0acJogzU",
-	"ep5MWITSO4jbqkdeFVMbMSzjDxbnKFS95xElWk6hFcVQGDHNqPXaYJ0AAUJnVCiKkv3BNJN5ajYz5/rw",
-	"Gg8IO0K6k58wEXEx7ZEbTeZSaXLW75PUjB3RJLk2c1omDWH+1sah6ISRAxjOOymuCI/ZPJUGiw4bOZeF",
-	"nJvSObkz7yon/t2Y3f0G0yqPDCNnMRrjN2Rc9nz+RsViK965P/pVXYI1mDfQsh8FcyagFM1A9jaa0G5H",
-	"Njp4VrZ7Otju+bPPwtZL3e9jxTL9y/tPFWXwazRMzqlYFNZJRwMMmnqE3MZ5LhPyjyXOfDqimeYTGqE3",
-	"v5msf8WihBohmgriHicHhjMHxAIfdECw+ZNE8d+QjFvL7WGFXM/kI0SZYCYj4fqKhJjJaHSlPEtsh1Gb",
-	"zhi6bM0e+dlZG+0Rk3BilHEtMzpFs9VP774fCm5bkpd5SIbihW9/QiOwy3j9WKRSfgqJZ3YOkBXg6R1e",
-	"W2qvTsKh4GB4piTNmI0ZMoOCkuNysRLwYBHU2Vh0r/J5aQdH1XoGCTa46qGIMgZGR5ooUN/MSp29umGp",
-	"R0jVwx75wegLRsXgDww5aRPp/TFl4sbeGSY1L8tbTWBaPuIKKL75CsJi1zwMxm4rCb1/EpmHJ10g5dLT",
-	"hWSYsVRmume/VDN6fHbeuepcTi7O4/7F4OLiNHoZn59d0uMJo7QfnZ3RuD84oyfjyelkMD4e98cXx8dR",
-	"PDiLz6PB2bg/6fdp/8KMxX9jo/FCG2I7OD453ZicmzPHs/5CilA1e71FIrX4p/CpHUn16ZbPXz4rqX5e",
-	"0muutUICqye4NeXdUJ5eakYYFjKGIZhodQzJAf4GGTQ9qDwIrQlRMi0qFIZDcUCjeyEfExZPMRnQ/ogd",
-	"hXvkTSHLXdXEQEw7smK6xLOwC9MzqoeCJmApJQyMPlbUJxnTeWZDEmXGp0akt9zgmlAS8wlkPutiaK7I",
-	"af9yKEI7etf1mwh7JASNYITCtwqhhg5nlVN6oUhClZnXUxo8jxnKuFcEqXnKMoW6Ciu6XUeMHFBF+AS1",
-	"AC1JeFTMCNsqDiladL9ji6EIh3m/fxKV9wuf2RV+Xau/j7+Fh2TMJjJjlStmIlYbyNB/DCpe5HO5hjiQ",
-	"qdzNReHTgDIGriuO552wdjJXRRMedXSzlLZtOszWgvYXFrJXCdh3FUAGaEcX7+9TmH5mDvC7FL5Lurc1",
-	"zS/CDNqJ/t/kg6VnINSVRmgtiZCPJE3ysv3tC9fw1nnHAytkpoYCenRlKGz7BRcmY98uyiETVw65R95Y",
-	"wzq2ng97xLkoQwgQIAdInb2YgcPSc4nL4Whxl2JqBF6WxE0krYjQ+jI07ZmQvBIl1ozf7mIBrwmdaJZh",
-	"SApNev/E2n1j7TsI9jEKMpz71jibyOkK5fgmTQ3LJmFMNQ0J1cSoDCSUk4liOnSpgJ5sIqc9cmOkoowz",
-	"oyXm4p4coGwF7wRWSgGXHiicUcRSLKAbMSMyTWlqa9jZ6g22xC9XdJoxpqwEZfB12sVBu3OuoCRvOBRF",
-	"1A4GCZiB4RknJFk7Zo98L6foE45omrIYLD52I1clhYnMagQbCp3lAlGGzKlLr3FeRxGTSZ5BK13wO3NF",
-	"4kzCsAehfRPip7KchY1WRDxps6Y/hvCD3bQ6QESNCK0iKnBbcNqdq/7Gcsv3cvrKwMnnFli+l1M8dexl",
-	"1UrP5LRGzQDk4c3fpWL5vAQHj8zw61JSQMTfmvZYraOd/LxF9QXa4VpVR06I7e4FTmhfuVh2FlwRG81b",
-	"vHMAdYpt3IGGYqzqEKgAF1NonmS+lfl0ZkuXCqrzjCbkni1UgP6MYjDzmqUAE5kNRVoElmpJUjTb4VgH",
-	"4Tev0eoFUalHH21byuIMgCgMRVhTvUL0qiNG9Mi7ZY31ni3KQEX4ZizjBTkwF04ziE5AF5ALNJUT8JOU",
-	"3dD/evvjD4ctemyhTEMMZoDU35y7+SOwxBZtmaRcu+6+Y2lCFwXFQ69WoqSHQChKzahChTogihvV1Pw0",
-	"4ZnSNraTPFIXfooBINVdU4FXAps2jOH4mITcO8R7tuhmzGhb4TVGWpQDQECgOQyY0IUoI13nSULGzBy1",
-	"DbRjccF4/PG56E4SPp3pcCgOQJsjXB8aHmj4slunEU19Y2bJw7zQVHJrFWmCijQA2FBgZU2fPYGMSkKn",
-	"d3fx8S5s0oZmuMnN1s0mpGAIYa5KoA3chcYQ1iZtQ3nvvu/eugAQtD9690WVtSwI+ehd2VDABUAlWuhj",
-	"vXCuyDZYauKBt/l4zvU7SxU+Gxtc//Q7i4Eedn7HFk9joH5rynonC2j+7xpZFGUtO2W/SnzBrHzzV6tV",
-	"6GXKRNdcbvf4uFOMixSx2l4CexQXvSVuvy1jNttbZm7Ggf22op+Z+ePUN9F9G9sHdvNC1eEW4tdKqIbw",
-	"NlFAPXR58Ep5NpDE6hKLwilZzpqzTTw83UFNY94YHmZXR1pbnhSO6B/NOrOtff70+PgPrEfeGqGO+kIW",
-	"UOGAaAoBUgyDOnwz8tbyHigLm9iGHJ+bZHJueWQMrtLQNikKfVkIGdKMZvOEKbUckXVrpv2HtsL80+6y",
-	"d3z5G83ujUgHsFkALIXUH+Ea3LYgRx5z3YV6Yu0h7JijZPOFupiJhnHSGKJo10lgGHLARCaTBIV0a2wL",
-	"SFl9InAuh6HwMtKKb12Umg2cIhn7FT0Vh4GRJI1QDCJyj/wgXfVMMMQaLZhmjS4dCKM3O32NG20OhPx7",
-	"zrJF6e9Gta3jyw/Vmr4NHLJ5JHTGuFoU+xoO6709dTAQmzuNwZ0re0mspT+vMCd2E0rF51w/L5EqL78t",
-	"weEGlWQ5QSjeX5oDYJgddEXwp5+ceQRY086cfjTgXsbRlDp3QzWnwLk+yxD9K0LJq9t3Ve0MFNqhMJ/8",
-	"NFyXWuCCkq+LwrVG2sRQRxe3DDWVbSVGNANz5fRnwGyYb5rRCDRILmOSGpWhEWXBlvzKaxa3rXqzqegt",
-	"2OMXclK+USpnsb/HFv5Zu5TPEjN/enz5u/MsVCuXVWCjjb8hL1qDSg6H0DKynC195ReyUszFikiB5JGU",
-	"DM8G6EMVK5vLTaZSo9POS8exCSweGt6zhUHRKRPmNRaTREaQvwQ6nvkV3I1DkTDqRFMbOYe2KBsrCmFz",
-	"amaU6YQ/sLgpt96G1GGu0FCU4XuvbgLwfFYC7bxs7zLfyPasN6Ivcu3yDKypyOVdpebMZJ5FjNA4zphS",
-	"nkcDHrKB7N4pgqwNnhb7CprTLofiINRSdudULLqWHKjQphyH75jOFt2biYZksJIa4SQZm/AkaaQ1rxFI",
-	"nofC4OC/dxLThFafJw7i+PcteVfIEN5lWW/CproXhKCe4VGnRhOeMHX00fzjsoIaBe7T/imSDK7LVAb2",
-	"wYgTLqgAEHFOF/CTYsz2GVxKIv6agxFlO0XTvGS0zOcUyWBhLdBoDuhL5Ot8wwwDMLN7iUO+0AY14tqu",
-	"88g7l8ZrvdUZo3Ok3RDuagmX60+E8nsYlN/cLVJnEX/H0qz7FZ8yCAxxAd8BZJkKyIGh0QytgsXrX3GV",
-	"SgU1mMLDgCgq4rH8AI5g98itBfXuW5nwaHHlHgoxltwyHSX4ZOK8HjFGqceVkHTwVLDswXWf5RPigrjB",
-	"C41aBRGSjDP5qFhmlFM1FAd/vf3xh4D88BX+myaUC6LZBw3Tv7r9D3tG0Yxmiul/yfWkexEGZPobTwMC",
-	"/9E0C8jbr74OyNsfvgnIX9++/iYg37z5OhiKn9n4LVSVXFh32cG3d3/7PiC3//FNQP7/5q+/0gd6C3cU",
-	"kP/5r/8+9PZBVbXihYw0010Flxi25OwbqLZH+4xY95ejv7RYTbEqQYPC1opnLxTCYs1a7IFbcxlAz4cH",
-	"qoeFBSwEcnbSPwwI6017JFQzah78lyss2XwV9irq5tJCPz/afyUfBQQYI+63I/wGQWUgqdZy88AwExBs",
-	"dqGqYmzoF5BFVD8A0g95PYeEazUURW2xBaHxg+HQCh1X5DWNZqUbD2VAFhPFDFxpliyuSIhVcMJgKGx4",
-	"8sjKOSyGWk6hdfndFCIupKP6xk9pQ86gDxPRj3JllNnPru75c8hTLeXmPrNg1Vb5rCWRy1YgMrJwFSb+",
-	"mcr12bRHmiToFC5wz5al2iypqyxh14z4P1OuFclTcA08Uq7L0gVGwzOve6XA/DwtqoiSUgAn1/CgttYT",
-	"0PYUi6GRqo0xIAYhkbSUsaBmPgxoN1hMOaiZUO5oJpMYQkRdoRsoKWaDv3sEXS2CLAd7aEnm9N4WKTIj",
-	"QU4qlDBLGV1KWbhni6HwAzdsySyeJF1bhqs4bqUZjc1dWDuRIgfUZseGc/oBa8e6gL65EVzkUFBiyJRT",
-	"c23tFJ1R0MbhTAuNj2duLrR4odjiitpBlIwt8EGHYkYVOJlYSUld3QKJvlRGNYko1JSzs1fcrmjJu8IB",
-	"MutZtTfnV++iZJIxNbM+JEyKDYOibpBrHW5DToryX5B2ESNNxqJe5sgPKkHBzgNFKF4V9v9HBUJVjwwy",
-	"ng1EmXmLKnO27IgLocQXFjInU9kYHXETAaHFKsRbCzo/2qTzfYYwrKshGnRUwlgKlTYKGIPGBcvFszuD",
-	"TlPhzLJzYBeJw1HfFgHz0b1zdbxFuCFW8vwiLMzOvTpBwuKRrUtLDlKpFB8nRu0U7PBPwatOB2d/KovF",
-	"al74fVEID0IWXRU9plawPr8CkVpRXq2xxBHStVrhfr9jTqO3rtJHYGsC87vyPflbWe99qpz1Z8GvfTi5",
-	"ZO26imJple/bq3rZoDZIfLelvSzgOLt8pQoWgFavpW6Tf957qN10E81ZZ8vyTP4SvlBmcuUUGiDOlnD6",
-	"XVLwvdVrklVQaIPKJjJ39LFWnf2zWGtrsLulWOW9/NzW23XgVW+YsmPUz+e3/u4ZaI4gJrbL4ilr55zv",
-	"WGIb5oyZfmTMqIKKQYU8qiFtQNnoZyOCzaTShjZBYSSZPDA10jIkPA0IT0k4o2pkHg2HwvwTkDxLSIgm",
-	"zdF4ERL81vcHhpF8gAIgbujDwNV6ilg16gardAxFCCsc8TgMXKlEqRg67gzQS+u+M0+1RuSYH1/DyTwV",
-	"1FuCW9wiO9sUL/ujhba4U9wgssWc9R8BE2/qPdUQkIwaks48nATU2BIXVwiwiHQTcH6PF4h4AYlZnOPl",
-	"oM/8ACvwCANGCf+NxQRC3A975Ac/PK0d5PcC7n84EF0Pnng9fwT4xMCuZiBVu8Mn+5BKlWesa4vQrgvI",
-	"xBBMC6+Wc3hdt0nR1NTyEGveQcucEaExuASTYDGqUAUW1exHMBNZW8pSAOZdYawy46NxFcflCh0XY6oY",
-	"dIsyw8woGCLt5tq4wmt7CK/sGXwGXIGZvuMiVps8fgsRkxs8+JPQPPljIiseyXqUdXf5ebSIL8yDaugJ",
-	"vRpco63dEB6QpRXLoYSuRUNdb0DIFaFpmskHLG1tJq6jZ8jERGYRiyFzE9ouYbBZrcciimq2ZBp4QRGJ",
-	"mdDZwtWKNvQDFBgKlUMXdmU98rUR+YrExaGAt4gUQUkK3DpsRVtNF+V3qDm5CDDtajfPYWNYn1tIm9EN",
-	"7QUS+cjiwzbqAeXB7/DQ/tHYrLf39ZhbXjFnf2SeC5wH8WgZDdvMTW9dc86y4Q4oMQdU2JLs64xPhz1y",
-	"E8dgr0KoheYykFTkYNt5xpYWLFN2BUhGhW2847D8wGCnz34xHVxIKPmVEC5KpDrt90loyzzJXHflBC2u",
-	"YQC+QTv73LwTylyP5GQEv4/s0Oh6GgqXQF60iwEfHqFjiIYVCz2DnN1cKx47scEs6p6lro4FzzBXKyCT",
-	"hE6nLB6KypTWy4UUZsyw+DAKewTY7hUJYzmnXBTV1biIkjyGFsH4i1mvzDARWzNBwr/0rK2uF8l5eBiQ",
-	"kKdhQMKIx5mtbzlKMzbhH0Jy8NO77xXJRcwywvV1aaUBxRddYEb3NXSMJRO8XKjZJtCQA1lncM/Oxclt",
-	"jbjjfr/RQRbHHjrux5Szox3TptOaczGasdQMEmllOqbRfUOCbv/oYlt7p7fVL+TM8g+7xRxl8dRVzvsA",
-	"cRhA+fZpd12zkJs4/p0aXT+3eIXCC6GW1FnJpIm8qycKWEcffcK3rhx/C2+wBR+A/FUlmKay+0Z82Sf+",
-	"B421+mvb+t2W7N8YOa3c1/sTwjvCRCkvgKV0S3FmQ6DHwgld9iFKcrXSZesbrALiuuJBRI5lwHGzHesO",
-	"pnhdzvAPJmrX9r+B6bU4qj+wrI2A5e1lC5H7xojVPiktRiFQLY0pwwpwAk8ljKCnIii8GnRP5R6/QrEN",
-	"5MiAUDJN5Jg4cQ7FyxdqyUpLDsK/hKC/ZrkISPivIcb+zWhGI82yYCgiqliXC8WE4po/sMPAlnDDkiWE",
-	"x8vTQUUSfM5VK+kRsP94eZfBUMDaUTTPsAVmxkjCJlCS18BJUZtpMyRXITmA9jqu/lFYHCv6ZqrSNPwY",
-	"s/hfsPbbtRXeY6YxHtCVkeJJYgtLsTgYCivVE6qIG6G9bVINNb6o6Iv+nxSiloXtSKuujo7+0otkljoF",
-	"4ugvnaDjWk65zuYvu/3zbn9w1+9fwf//Z6detUYnqut50bpGc+hiah1wYgrrgSbtADevbrYVq2tH+YUi",
-	"CeoX+gcLJvjMpPM2T1PIWLQIukc2fvTRR+6VQuwStXX0hmsy4zG05MKeg9c+9nPtNHiQcd2HZRngK5h3",
-	"36jeLOX6m/7dirgbIEmV6eHN/SlFXQSOkp0zD0CehAtqhakcwXut79aKCx4zP7RM0mAENHsBEfxXOVZD",
-	"gajBYoyGsJHaPCMPeSJY5lJyYqYpT1TN/0vcmso+1MVBWEGA1fh/LhJDOVrYdZvJ+64gNM8SQ1FfTCWW",
-	"ooAU8C4UKDeWMmFU/PGCKfAs14vzFh7/8LL8E9iTtRev8VHbjDKqbM0BW1PAH80JqSzhUz5ObL4rhW6u",
-	"SorwyvspGIrQNvgLAxLGHHJq4G+cYs6EHvlfy8kk4YKF5MCG3qFVHwzXGWNlO/qhAEntgSYKW3lQPYpo",
-	"SiOuF6245+OQ7T30hwnbw/Wuavhb3Jq9697vB3ydt8KAyuMMuvUhkTbEW9N7rKWKSR71wPbtgfzoI/6x",
-	"Tuz6gT26jAmlZeqK5vRcDua/YP5liHEX9mQCMH0WRbTKQlmHtmGM7ZtYDzZBnlK0JnN9yR3G6bIf8Zze",
-	"Y9opx4h/m1cG6WgsUexxxjJWOLuwSGueejWVr4sNxBl6aTKZay4YMTjq8O7QDIu+6jnBTjJNePOTwFeK",
-	"LNHnthzhRJs9ewPbxFz4VpZodbuW6ltnTdW3njliw97AakTGimxCProeqX9mO2uZ5VluvpESBJ00bwm+",
-	"sKg0pwuXGLiMhph6CNZcc7JS9Mg71sU5setTmrEHLnOVLIYiFwVNTSnPSMa6TBg8NLqX3xEK6iPfCJKL",
-	"pU7hOALYsOwCof75ohpvTVZ1HDfyZzGQlu2txtFxi6mSbrZ6Ao95UwXkkaqhcHlitg15cQfyUbCMHBSt",
-	"ARvo6hG820CEw0P0/DrP3YwqL1fddU219+Ti611u7Wn/NCgKhVIs3o4tHKwLeCjAEwjnVUKKoX21o3cx",
-	"KYbBjA3hs9XW4XDGi+U3huIA2o5PZDbmccxES7OFL0UMfy8k6c9IhW4sjlYwtC2zYEkqQUl8E6dNryUI",
-	"ija5ZOplCSBqn6tGl2uPfI3+2AKmbVJ0bRtVZLJZLxCdcmrW1sQ9a/i9bWx+4y6kYq4lupWC6KJtfp3x",
-	"6dQ24t9IJ8Tnv+MiXrMCSsw7cZ6UizkwlIGoRGqsfjinIqcJyXJx2LY+N8afPG/BAOkmYWr0D+Qya4tW",
-	"aHOKod1cFcFgtsIDVANhMdZ4kBMXf90jf5VjKOpLzKXb2teuEYztPoF1CIbiVzm20olBRweOZWEAbD+E",
-	"kgn5VY4hOhuK6Rv+RTTL5mVHPBQDIKI7pQvsJowxqbi0F4pwkeaaMJFxGKEoSerHkReOOVshwuzZTAtW",
-	"u6FQkkxoZng7dhuEZRWkBRQq99p1OQD2hCpC3SFMrGzWafY6FOhLNMPh9+3eKwOVv4t6BnUq6bVcfxmd",
-	"su7LeEC7l/Rs0D0fn0z67Dg6jQd9s/Si8EGRwhoL1bW5YlansSJvKjNtnjw+Di76wenpiQFVRyajtGsr",
-	"hcBL9uuZ1mk3zeQYAhSw011Z+uC8bzZt79xgAFSxnBngf791TBkVXyyYjDZa8G8EYTRLOLTdwf4s1XY3",
-	"tSIqVZZkoHXfLRk+7T16ja5y8F17HWqqBObvOcv/JA7AbXsnPNVhqGmmLQdot8bCx6OP5p+VuchQD8wQ",
-	"ujnPMpmpwgxWlt9vSDveieqZl55bj2iDxztL/f8wacUegzc38qth5KU/qW6nXH35R2gWbC9F9QrNhgWP",
-	"fKGKyuCArwfUdQZwVbqpurd5JFqmWPkxsrKJkGQuMwZL7g0Fjp2gacO1i8bduT5S5kPZSfratb2GsJdH",
-	"HrFKh4wmTgzP/2Fh0usrZrnEn6LlxVOLMsClbkvnjtZlQppDt8+UXNa6gSG+wRWaNrCsC/ZdzYxcTowc",
-	"iiIzkmyQGHlVSdjHRhRY7z7myn0MIPNeQWVwgb9GiYTqbn7xfxj427u7t7ZoILOj4i7jHnkl52muXeaU",
-	"w/GhcHtSAVj+r4rGp2Pna8ZeHVLEpdfAFgWLjczv0toMjjpn9lCgnaE13YqKXRM1Ha7+M0Hznwmau1CU",
-	"nz2s8Bo2FkrtOkKDVpan2dncGLvb2uwIv1972x/LpoTHuYldyR38nxAzrC2qBM4SB9x3m9mkrDETy9Bg",
-	"bqOVZMGYCcIk9HdIpL4yHCSTgrAPEABpgPVgwh8YmXCWxCoYCvZAkxwUYi5IqPmcjX6TgoWHONyEf2Ax",
-	"CV0Yhlc/FVqvwQKgSPKBzAqP22FvKN4USikYWq1pypbRBGFMyMdrgzAQe+0cSdCFYsIzBv6kMY1xpTa5",
-	"cijCMY1dl4mQCDp3GZ3w2LV3FKFt7TtCgSDEk3FvWIHBplA2OvPLtI81qZ1U+W1EyKPMk5iMGTmgQwGb",
-	"x4TSLEfLGoSW6TJxCaikkZLueZpCXdlcQzpmyIy62OyhcvYYhIanlFSLmVELENCKxERLp+GfSuHOVvvV",
-	"silqhdWptGgJPp3pZOEYw84WNs3NvWLRUR3NRnlqqCy20TIYYEYix+Qv5n9mHuwcb3Z6Dx1RC8A3+nqe",
-	"yZQd/RvLEi4QjbeykeGdfKHI8AIk2i1GAaGa2AqqZPDPAPGyOl1BXlvoc11OMUpR4Rj6tFIhKgg31dhf",
-	"2yr/9h56ZI8V6zyysK34jy8+v7reDqT+Yf2RTEkrAacloOUWy15DWMZMJoVxwrAU7Z3DC6MUfiiA5brQ",
-	"me0Xqsj+twUE0Lli+GiAfA/0TMPQXGkBM7yjAVyTyGjVhn/3yM9OhUWa6qny0IvuQ8nRI6f1Uqyi7fj/",
-	"NTb2eOQ2PCdlAjL34T1I1O2RtxRj2rgaivAopbkyrBTqeSMvN/y/5E1FsYNNGPVQtHNqo58As5aiMRAO",
-	"+kHsD4G+IFPegf16XBR55onPNPfBI6vn+8V8SZuRH0erBXss6PQ/uWUH3GKRzy5fKB9VD6h/Yoc78dIj",
-	"0AFaOer3aDoEggI6hS31D184Dx9Y1MlBaD+7zEswAufCOV9AYbGhcqGVwUNygEHMiysSzrlSNm4dpUbz",
-	"J/jWRpM8ScwnK6gbRs2V/TEOyZjNuIgJHQqMD+BJYkOE2213eARfw+6fQn3+oFYCs/FNUj0YmXGlZbb4",
-	"U5Y58xHL7nM3LDLseqVYCvw8jGQudAjYo1yjx5JtS8HIQRFN+zjjCSPAsGNXkxbwygqvYJ1mihxAjTKD",
-	"j2mSK/Ir15plh9dkwh5Z5tvJLa2FmBElpWDZOuz4wezqicjRZJWDY2jOpRr0oUUFn+dz6OVsPnJhPxY2",
-	"Oi40m7Ls2Ut34E5uE6lXpYoUspoKrMBYmk7/5EgDWzdwCAUB1W7IAzDe7tH9QRb8h6kKWhgOWAYVWsJv",
-	"dLrDUu5d9rougbx5lP1pdLnAHs6fMbQYbuqp5gMzSz5fAXBvHKyBExXpNK+aWT3LKhJzMBNDR+/YgijX",
-	"RtZxkIq+xgk0ZHpn5t8QNuHZPxNwYsrHnzT9xtwVoe7OnwiluWgH0Vt0SNRsF84kj5YImwR3YGO+SYik",
-	"Mjx0FMI8io29DMxSje1OIcUFBXCSQi7YdZEjg7BOM0ZyUfjkf7aRu8tt1CCOwFkBhuKeLbAOc9EFDvyS",
-	"h0GtnZozzvgd1RD3UJ0AfnOAoYRDETYEEl4Rr8gLNBCH/UKuoZwzdIWwBBtHnh4fD0XIvcXfs0U3Y+aV",
-	"xuTXd7nYC0IGTwuu/Qwawl4CQecUzEkcord//0Ggq3d/Vyi1tmCvqCNhVV/6hw7vfJcL35Uq5OMaUsii",
-	"bFWTgh9tbsC4mu+HBVbpHFuKGi0K9Neir6JRI6BDgWHBUAlL9chNWerW1oppVoXsknYOcsD3f6chDs9K",
-	"R2Dnq/QmezYvim7jf0ahAOMRcKfkAKu4QV663XPFbGeBrT1AwToyKIB7bMeF5gOiVleCiShbpJCGdfP6",
-	"tnt8dt795tXfAteS3PBEiF6AEYbiMaNpWiav2n6hL5R5sGvHMvB5zxaHPfIfgEQgCDxmXLOuQaArIiTJ",
-	"ZK4ZwcA6TEMdCilYj9ygVALwnXBlhReoqM4FCXEdo4xNVEgyFjH+YB02WLqOYztPSEUeigP7vDLCTJGl",
-	"q2fMiNeOaSYLkvA517byBsy+SO3xa1mUUcCogYSOodoAFKchoc3NxW/DBnJxbS+hiKgACcOFAUdSTBIe",
-	"6XBFTAHsYA9N2t69/ubN7d27/zu6+/G71z88yblP1f0IzsgFjZVxHYb5umrJ6iTKTvTWhZJhw1/KXY+n",
-	"vamznhw4/ITLPvxzJHf0f4/NOxuCAxxmLNPFqqBw9NGSjXUV4TzaU/SxxYpvlCfK+p4+6KLlOwi04Gwg",
-	"kYxZQZ5yQR8oT4wGG7YVhivwekvFAF57dj29FQ3uoCiLjQuHp16oPzVjLiq1rQC3oC061tU+BYq4LqZk",
-	"zBIppgoT4cFjv6YJ7DdM/4Gh6B8Cemw0Sn2rbcJcvsotVESb2PJJZQ6NzUqw8hBKTOzRQd2dE6Aw1KPB",
-	"dgj+4/2A0o4yihMZxMljd1uxobL+LxXCsB2o/1kjGT6zKOBFPrgTRjXAiO4g1KuV4oFeVS/z33OWG16X",
-	"6lmjJQGjFQ5yUWT4ocESBMHAq+0DX0GDN0y2guhmnhFXOQ+frXWRtwajhCpNQvht9MhFLB/LkO+iXIBL",
-	"VDKCy1DYwgAyK4rV07kEkynoL2ao2vDmjTxbmqDWKwtqLa3pXr5c98i2DIor58E1hE0qxg6vh+L/Y+96",
-	"l9vGkfyroPIlUhUlZTK+7I5T98E7s7szdZmaVOK5fDilTIiEJJ4oQAeA1upSU3VPcw92T3KF7gYIUqQs",
-	"2U5iZ/0lFUsiiH/9v/vXe+4OHAtz5pqATe/QJZiwjVZ5lXl0O45Qvm7MDHoAudlC2ZuSRoG7TV0LfV2I",
-	"LRukk6qYpFjAmZIByzKLMA4mRdzforOcywlc24kj2uVx6Tq17mj2qzia/f2rG6PZPfHy7nPsfuUPL+J3",
-	"/vnV2dcNocOu9vVIpqMb3wPHgPF805LnYeiYS8BUAo/AsuPjmkOAOZBBGg/b8EUha2YxL0oL6JCd6LRU",
-	"2nw71yHM8OHWRnXC9zjWeTy4EDer9/BE74DBI3HSoJfugYcMmES1uuGQe9GQ+L2iRD1hNJ0Ch8zN6ogM",
-	"OTy/b7SOro3NgH8fUz+XVxogVsHx0tHe6mDYuJLFf1WCbYRuNuvcixRDvLErXIzQLHWK6gnRYhhzJXaE",
-	"SMXyYg4eI8tmKt/dHDBmFz0lcehn9hhSGAlo1cdh7v/t6uPOSbFCeqOGf2mlSwPI0TzPtTBGOPUvrdsg",
-	"pktl6v+kUNCH31LjQtLWwGtBQyvN1Ow/RWbdNiVTyaFXImrUifey8dxAGQCTwjr1kJWE7MsGnP3+7g1I",
-	"sF/eMpqXGxQ7FrrJurmcQyP/hKUhoz6F6IWy7kDB7vWee2PRfe/rNOnkSgGpkAfatXCzeuSAV3ib3BgB",
-	"2GotjOELKBIUZakcLyAX/vkzkS3hA29AA8o3QPkXyEHrYgf8raP1Wgift4MCpzZ14Wb1lQx5OOt7x7Vy",
-	"W/PQUxr6Vv4tNa45++77h5wIEUIbFjlOW57GNsnkE9DboTrHD5BgGOTclgPQlWIz7wZIWEpJ5VfUSIAZ",
-	"vjNUaCHVlUdivkLLHSQEkvSVVPaK59dC28JAhYZUbTD8KIBL8FopMaKxl3gYrw2jmpQFTrMbJjAHdJ6E",
-	"GbC0/sXVujAQiAX+71h7/Ymb0FTiwwmOWkZoyxixxUZpjRniMEaUIrNKp0NYciHrTWhEdzB3jZar5qz1",
-	"0wL7iteQ1gnzjReSqSSIcRCU2IJhSMvL3OJ8NYtXpPOrkluhUfhqYfXuasazlZrP0x5nxa0El3voc0cG",
-	"3Dt+gpYwfUY/cszHUm6K9OWRy7xD7mgKnnBtiznPDngj/1aUAio814Ul9HCnTPlIJBXhuAETpsr8BlQW",
-	"t/8X4Z0P8Ya49R5KCpoXNTDJV2i24dlFfSA82s4jT/0mjLqLuuRHA1LVbuR4OAJmEGgt4sa59/s+Ghfe",
-	"x+seIgg7+PlaQa6Mmsq0hptLMWvXM2zBqXG3knW4G3yqA2oJo2TUEIZ5IJIh1jkHWYMdzA1LwwTTusbI",
-	"t9/IVlJtS5EvBOj1IXHHN4PshdLzq4ccGvfH3aH0HjSrPMQkn6D0DkLpnaRJTUq1OIyjV6oFs44m1Bxx",
-	"pYn/DiIAPbjnKX0D8l8qyxbFtZBDrBKZ7ayAtktGQOoX+DjSuSpLtcVGZqFnA2ltg2rjNLfU/RUCNEPw",
-	"mEixxVy9bVD36N1TWdQ9cGQePB8cC/sI1UAj2o1aC4CFDlTqlyZkbsbsRyU9RAbO00wl14LNVCVzkUOS",
-	"4MXbXyiAM6DjY2cYZ3Hf+lCLFkAKrxFbSBTgMoAXQiIgIBCcvfyBOl69A7Z34e74IS3njTu425Lvni/0",
-	"gpYuq/VM6D4HJ21Qu8cNRlBefnf2p7M/f//q7E+3i+Xg5eiO3cSRm873vDghZgSHeXLDuq6h4rvZPeDL",
-	"eOavXtww48/JVd+oxaX4R6d28caTeCi8xbMY3y6T/ocvGxDnea2ceAou1eJ4FqiFqUp7mAtuhDaFcVoP",
-	"/jrAZ6o5OQI79dKCYPshEZl+AGqDcYJLZsITHHuP7qOAjuI4DS+NYoVcCIPxcas8oiiGl7HbYF8DSPAo",
-	"4cruwCYeU2ACl/sXdzI3xyea5/gYDK+3buZ2qVW1WNZXnhoONZdzyuW3etevkP8KGjT3rROufAcINMkj",
-	"VRd1YJ6tQGiTFp96hzOi8wQhPavyhbCoh3sfY8jpgB7DlNXuS4bYb+RmxyCKFpEiLJUdwSow+XQqLwDq",
-	"3FFcC4paC7URMmozMShsAP2lotYEsbEIcchRIyIMJdQ0wj3rhnc6wvA1aSA+eZHeG8YvjFvIvCwWS+tM",
-	"jAYW9qwyuzQh9D0+lTjFSmI7KjcUB7OrWIvXjNdrqg2gA/jandV5bpMerdafBNMQzulJ5acDZZzlgucj",
-	"jOkQgnS4IoeNgWpTKp6bySf8j3et9iZlpnOTApELmT83DJ+iUB1mXfpIoLFaQCGOVSwv3OlhnfcSoDQl",
-	"W4u10rvXWFRbQo9EEGrvf74YvfyXV2xdGRu5Kg1Ch47Zb1L412KRTvi8jJvLOTrllhGmdjRCEmrQveVd",
-	"GFZ6c2Em5kqL+PeRYd6B1OXm4Z1KJxMVPn5SGqnKrLAj3NsmZYUUg1khOWK1tIMnN8eUznrKqnLYnGuh",
-	"i3lx67DI56WkU8Mct6M86sYKp4sX7dfLN++fnf/HR3eGNWHi0UKrVLodzw2YwIYN5iiy+UIM97q9HaTM",
-	"CXre+mX1v+MBkXyjPoQQjnZqQvHfIqawJLRysORbpBRSuQJvGLZknkrwSkctKM8x9VTJnDyBjewCiAu6",
-	"wcbsgq0LY8iVV6cK4ITATtdijlglIL9woaM6muEUjPpDNxKlMMbkueZ6JfJDDZxgkp5I8WDuSqqf0QHc",
-	"JwFrryvs7sMVTseSCJ4L5O/B5kb+5ANksRWzpVKru8Czf/BD3D77EFJEnrDZ7+PO02kck06Gu/6Efojx",
-	"GKIEvy8xzfgLfkQ2GjTK26hCWp+dFNUXt+69uHaz8/ZNid4QqIl1RsxCinwqqUj6veUy5zpnnthYpqR7",
-	"HLKcUprhqABMQ/8X4GRZvt5AzN1/6kbmttIiHaKGST7TpSoJQ9b3VKZSxNS9YGlEdvV///O/6fCc7C6z",
-	"VFsJ0fEdAw8wFkczraxvjcx+f/eGMqeWCtLmAMcUy9NYqdTGqb4JyMgR5F5BB+KNLq4hh4HytXwqWgMn",
-	"vpKl+y6qIEdTz9nHU5mO/KGNeFmq7YjGDOXVG2d2o6rbm7NFe32Xumk44rrOGWR/y/An+Ndx6JXz7OMd",
-	"6qorXRJkuzmfTGAHxjQf94YJ7dWp2VS0FV+popre/qGwyxuLqzGzEltp48WeCVPk4HPxVxNJM7rwMOgT",
-	"J4yyh5rcsJsZtlSIySf630010lgOa6K+pegj8u6IXDj7UReEn+C+oo92rFSLMYMBqDUDAqf5PuQvX5wx",
-	"q1RfwXRN0aepq/Rct7561rfC/JuuZT7mhvQUNd8SF59gdfbptiOg91lO+t61tH73HDiAvtli5uPuTq/X",
-	"DHK6o48TVKUizJXtUoD/GFUVAgJ8HV0aLGRmAxAJAjBuMVg8wU9GpPsMx+ydGMEAmEDic+9o7thbDqsW",
-	"s0JnVWHZTAu+AsjbnyJORtgtCCTNVkJsqCslujHcrBeKvAQQkP/93Zt+OPv7ut+31WtwR1H0J0epOR8/",
-	"g3LS2IuvlO19Cik/Ycxn+6KjgTR/uqYxqdWFo5wYBCuPHMO4fwZO6EBKs/tz6GnQqyYhJ5N6tAN9QpB5",
-	"Kp3t5t6cBD8aJfBYvSM0+soAsEsC38hsh6UuWqteTGy6UTXzuAuVP073Ba19d7Mboz79Jxpz+9JBW7Xq",
-	"fAvqaojDA3mmpIBjnwj8dULZpH9TOjRaqKEHQn6XkoLlfDeM9f6Ma71jdqumMvgrTMLMhmduLu5O+v52",
-	"+36NcxiSPCf1dMhB4b+ZSlXmCTPKGYbopYE4HzPbwmbLAKTnyF9VFp3rpAPQlnbGhGG/6BrfEg/lnoR0",
-	"a8sRFuB4SJT9hUQS9gtI1MPmfi1bawZdn/UTL/A3sUvc7sFQdTADhNnorwtye06YJIRiYoTA1usADKJF",
-	"V463GSYhm9Snp0D6Fha3rN3CxuxmkJAmEkgbMGQrTQI5oKGYSGlASCdkFAJynKMmAL4iDzvdctHW00KQ",
-	"EJj6VPq590pw2r1TCf9hiWJYxM0SmM7hi5DcvTj6w+E0g2LHVZv7wgN3G4LMU1KAt50JqVVZwn2B23oe",
-	"Fyvgl8bzq6kcpG9/e3/JHL3hdxSPxcbncbvyOpG0hkv98WLMftNsBoXSO1VpuMBv/+2X86nUYlEYK7Ag",
-	"IisLN6F4OKm2bJBGn1xtxJpS0KIP54VcCL3RhbTQCmkqoXyM8qrD5Gn/Jp9Cydofk2iYdDyVvcg/gLsT",
-	"QucB7WgrsUBpj7gBCCjQtVVTWdjh60bYsDnkpuR2rvTaj40Z6u33pC2Pe0roP+4HGiyEvTcM2ZpLvmhw",
-	"Izi+XGRF7tSV2Q45joEkGcdq7LINNICQQ7igHsggcsFj5PYO+sCa/+MqCzn4VwRLc9bAAJFCj0Q1+u5Z",
-	"QlTRqsY+OXAAg3yluAGFBGjnDgGyUlZlLx2zAYS7QKF9qAitP3ydQAHe+yIX0hZ218lVmzpFzCZ69Yt7",
-	"bJ0aCOdEJRwe++yO4N67eRmYyuOpYd36re6UrNxmyw7RSpnBiKqfkmcxTVjaxa9QRhFWNhushV6I/Jyl",
-	"sirLlGmBBYrcCaqZKIdj9hP4a6FVqVUbtBE8+CWWO75mKep1/5prXkiqx/bW6VJoMWQlSOSW9kfJ0El4",
-	"HrNEU8oWBbmwHrN3blJoOCJ0CEQfuWwpws8N5oYxrBs32D0Nf+sLHXyfFaowL5Wx6TAJHVX8RLAE/4Dz",
-	"+K4UkezDBHDLlnyD2eBqT8dv120WJjjSe0ujYIjuIqBncFLPkgBwQWWwCX3xsaf/wF293VDNdKp3+nQJ",
-	"+KXYSwUTzJts5p/aZsYjO8zJ+qVZrPT2u8r+UjjCbqr3g30tPvihiWRIGfb53JFqPmZ/B77kfvz2r7+y",
-	"wQaQxzXATUX5MVD9FDeLNhViKzmlNVuKbIUfuy0wQ5KzU9l4E5RuaXFdqMo0VoDc1c0VWB1VkncWTaBp",
-	"glfzx2jH7iihTyHuY8ufcKrRJB8kHdMNafjB4lP7Z+wocOdgFRnQvMZ72bejT+UPtVkxAvW1n0lAKqw/",
-	"WOxkogwCPq/EzvuzsAQERxX5mL0PRsq4x4r8a5jBJUzgPrXi+zPc2rPs8/+6L8ePQKz8YkwlKDbSa2Oe",
-	"epnQtdCP9kJ2Uri+6MpoOzjzdSHBJbLn3xgfcG3+Hd/9kG0qmOIh+JewMbiR32xHqHbmsYl5Gl4KNG+8",
-	"D+p2F3HyqeVCO5gD6A4AvfECgm5SsVI5iQWWvLuOOJv6BichGTByylPudLAqphJNwIBODvUzVnNpnD2h",
-	"5OvaRiI3HVhPse1i66k97zD6ANWGDdDicFoZndGwW9m5VisRXci7GV034UVGB3DcExewurfQe/PI3MYP",
-	"hV3mmm/lt0gwfnGM4xXoc2X0Zab189g+HzKQ3p73GajALt2FjgMOnkLdNS2sEeUcNXKYK+OlkqEJgFTQ",
-	"evS8fZ1hLtC+2ofHTIPIjGIzZZctjpG5TXP6f1231omk4t5zH96FEy/6F5ImfZIEtveblB+QNbHfR8jf",
-	"xNvayYhaeFj7XSiVhy6bEQdvhNSc6MCqY7rvbK20wHTytg9KOAqyUwkutNmOOg6zgVSWZaqClhnUXgN9",
-	"j/7Jukqy0L6jsEZCA0BIURqxXQotEqy+9gBrG4j2Ae4IRAqp7BfRTTCQ5nFgo+JNsOLOXnw/ldQZcEQY",
-	"jymmuToBxB1BSpFhuBtrsrHU+iYh9CWN7MiDhtCgz86fOeOlFHwl8lOa87j5P0jL28NvNjxoDzwL0834",
-	"Bspt153OBNdCX1R26etO6aE24b5TlRWGUf4DoI8ljFd2KaQFixmCrfuG9DiCgKIN3/MxXwrJMT3EU78R",
-	"uqu0zlDadxQlHnfXgpouV3YjoAW5ndRrp56uicQx5qy059818k8RUH0YNU6DoY8gn2bc7EzRNR7AQ1RF",
-	"aUdOpGND9mwpjIXWJHVK6j7EEXZDZ/NC5uNmD4iu97yHH8PjwPwA+lzkyIicKWthWYNMK+gJHwAdk4Bv",
-	"Xei6WfVed4fOd+LJSUVbDse633y2rqJEjYj9fHn5NpRgNo7Fpzh1nHjoK9vodWsSZyJQZ1tMEpJkHqDI",
-	"AfCYznaPEPiJFkpdozpQ4jzcnalPq8oLwNuKbwD8pOP5nwUvCehDC54XUhiThJTFiPCo+Z+ngU3ffepo",
-	"bOPWCVULbmSfQ+FDaBKhAiot4s3GBjh/fPzj/wMAAP//",
+	"7P2LcttIkjeOvkoFzz/C0nwgRV1tSbGxn8bt7vZOX/xZ6u3zbdOHKAJFESOwioMqSOY4HLEPcZ5hH2yf",
+	"5B+ZWQUUQIA3Ub5t72y0RRKoe2bl9ZcfOpGazpQU0ujOxYfOjGd8KozI8NNVZJJ78UalSTSHz7HQUZbM",
+	"TKJk56Lz+4QbNuGzmZCaGcXMRLAHld2J7JlmHF9l3BgxnRnNxipjZpJoprJbLpN/cmik1wk6CTT1j1xk",
+	"807QkXwqOhcderkTdHQ0EVNOXY95nprORSfiMhJpJ+gImU87F3+UX8QZT2TnXdAx8xk0o02WyNvOx49B",
+	"54rG8fo7aAu7nHEz8Xqk34dJ3Ak6mfhHnmQi7lyYLBf+KMYqm3IYRJ7jk4sdvZxweSv+lshYL67YrzKd",
+	"swif0EyNYcW0YHfwMNvLxExwg6tY7AIumxb3IuPpPqyWeD9LVSzcyJoWD5qrLF1ixBQH8/9kYty56Px/",
+	"Dso9P6DH9EE57s7HoDPl71/TW2fFJHmW8Tn8qM08hS9gMeDzyzzTKluc7c1EsFCK92YY4ROhnTKbZeI+",
+	"UblmM34r2s4AvVOZyJS//0nIWzPpXBz1+02r/32SitY9HiepePwG/yS4FjfqTsjmGafwOzPwAE7Wniz2",
+	"wDW7zbg0ImYPiZmwvQTIQsgokbf0/H6xFhPBY5GVQ8dOu9TrsuF7K3R49CLoTBNZfD5rnE0yTUyxXrUt",
+	"SPHHRio87eMhSaZAgqewGdNE0qfDop9EGnErMuzoV1wjnr6OxXSmjJDR/G+igan8zO+ExoWDWQptmOZj",
+	"WE9G9NFjV4ZNlTbs6PQUaCnjEbCr1qXzOuxCj20H6vS0ulxNq/Wrx7taj5nP4B5/3N7adx+7bpcsFhlw",
+	"5MSwcaamlbPJZcw0vCYjwWQ+HYlsB+u81jFda92vI96+3jriO1jn62gi4nwJ99D2gR10JaJMtF9FGn/e",
+	"QTeJjMSKOygWRkTAkbhhKmN8bIS9pk0ybWXNGltuHE3MjejCu41DuuH6rnXehuu7x8/6N2mSdN1Zj8RY",
+	"ZWL1hHNsdIsJ/zZLFY9bp5zjz4+f9O9iNFGqfWkf6PcddITiXXs/+PNju/kIL+uZklqg2PImU6NUTOHP",
+	"SEkjJF5YfDZLkwi57MGMnvhff9cKb+Wyr2Uij2sXe6welytmm2R7b79/yc5PTp/v063NmTZ8lAoWRioW",
+	"YQ+XxbaIIvMsKYQD8Z5PZynSYJQJbkQ8xHkf9Y/OuoeH3aPzm8PTi+Ozi+Oj/4CTF3cuOv3D8+PxIT/q",
+	"juKTk+5zcTrujvpnh92T6DQ+E8/HL/rnh56QlMBA4zxCTly/ebzWnkcnovs8PuTdc3562D0bHY/74ig6",
+	"iQ/7uFf36g62asxTjXulZrD2f3SK1t99DODDTGQmEbo+pfUIAsXXJBN6o3eSuPJs86EJOinXZpjrDQdE",
+	"6/hh8YeFtVxjCDOeCWmGKMvZdxblQycZcsPsClq9SIpLJvM0JVUJntLFE3j0wltuxAOfMx5PExn22BU9",
+	"NpASNARmF5elnLg4lwGTKmMTrtlDEouM0b4ip5fKTERW0cbsKyCW0kyCgQTJAE8HCKncDh6/EJpBr3P7",
+	"XVJMJ2CZAOE9uRfpvDeQnaBl5f5wSxd0YN54xIqTWGzJSKlUcNkpf9xog91RXlMNQtq9hnc6H4vWrObz",
+	"0Wdqf3RwJnh+il4CnyjKyZQaqRr9XUQGmnZ84qdE42yqtFWMda1Bu7ZWDxlbaxyO1sLUeFYsDE9S7H2i",
+	"tHFKgYp4Cp/htXGSaTPUQsidcbaUr9OihM1Pk3+KeHjP0xwGdnj0vNfv9XuHj+GETnOZdYLOYsMLPNBb",
+	"omUb9G/Xv/7ya7HWtUV7Cj64ceOL67kjnkhfNDTW1k0TlS2qVPiSa6Rh+PVVrq1LKwmQGaRGCCgWdy4+",
+	"fAw63NGJfX2mMtN0VC5enJwcd1CuIFlzZ/SB5h3qeKhmQor4MefdmWKGTovy3nzBDw+7z0dHUfdFfCy6",
+	"h+Mjfjyi0SDLW3jhfHQE/R3H3XNxMu6Wjz8fL5KOW9QNCKdY/KXMEB56K8bFC+ueVFIGNhtRZXd3TMi0",
+	"0ZtY7baSWRYOwBovrf/setRcqvC0xYEzYvrru4Jmd3KRls0t3qVBx7NlrsG4lt+1r+IFNrPmZQrWG5zR",
+	"2rRXjKG4xkuOVbnOd39PP0IlSbmVmjOhVXov9NAomIpanPxyTrXiTl/gTFvez25flh0w2PVXRKxPep1v",
+	"wwnKFV89h7fu2Y9uQ9aa9XrcABfSGw92se2F/ireIWuAxp6aMexssE89ULhj4R6P44RM+2+8EVtDQnUS",
+	"Thas2VqgMQa/BUz0bnssdGwqDFiYzOC/IO3Av3mWwj8RtDkG6w9YYILOjBsjMmjs//cH7/7zHfyn3z0f",
+	"dt996Acn5x//n6bzXgigVbdSf7U52l+kiiDaslbJrZxaq5UvVeIPKyRDIcHYVBjRdmbhKS11XhM8Oj7u",
+	"Po9PRJePT/vd8gZ50W+Q3/zhr8uXyFWb4lvkGG44DzXPcfEOG83JVEJ23F7Hc0EdHZ48P3lxfHby3PNE",
+	"9Rc9Ud6KNlkYtuOb94rskMNMcGuBbHxqp4YNbwc3lcIWWa5vuHULFFS2eIU1gzarfsLp2yF5lJCYxolM",
+	"9GQjdWi5ZIPu1qFvV2xrVRuerVLEtOEm17ByeRQJEeMyOMfE2gLHDoirtnIftjrpWaayYYThAg0nkn6e",
+	"Cq35bfMTlc3atZliYd/W7SDLpUzk7Ubv+Hu/wTsmX33V0k5d08MfvdOyxiI8goYT/2RWCbh2eIqZNCx6",
+	"ZWWWEPYrOCsb3vbu4PkxCStv16DjHUjvzZN+Q8AHrIjJ5sCuKsEJdjh1PltbQRzfkjn/mptIkXfARRr5",
+	"XGHME+KSxf3UEHkUdKrnw2sL9yLuFOe5E6xq3rlPYnx0JjIt4rZe8zgxr+4bhI7I3rJ0YHrE1DsB/KCy",
+	"4SYKIL1huzY2NMUziLrLsHMn5iwVHO4Oyx9OjoKOiqI8y1bwYxvLQOMaPY8PoyN+Ik7HZ/3nhy+QALJb",
+	"YWrDXsZpi1fsuGkZGhhw5FShhbUtV6r1Ryfour12q2N7Czp6ro2YwiJKJedTlevGbdzKvFzjJok0Zye+",
+	"qHTe7z8/PD8/Oj15ftI/Pz9cdY1UNuppFdBysxuW1tvr9l9bzM2Niqc3r8rGBW73G5lDQVk7UdSK1p5Q",
+	"W3vJZ3yUpElxtht5OCkYdTc4HC1GTV2C/4/ru2eaha7jYeS1HbJprg0bCQZuep5IEbMEPYN74f8e5P3+",
+	"sQgxxK06wqDzvnuruvZLcOH33vKHn+01UAmp9GmKbLt8NhM8E4XpcBgn2vuuaiXHT1GqiO96SuSQNAr4",
+	"dmLMbEgXZvFtE2m+VMBSjfiZy/lbOrgb34/YQqLk+uflZfEOhGdWIzVdFJ79eLjCF+h333hqKhOkcIzF",
+	"4/64SVxJ/UBMZidD3W4fhJNt1hDzSA4i0Zinw0zoPDUrJ/wWH/srN9HEM+lRuJ0n4i/GCkyS24nQhlE/",
+	"3RG0UA/U88KumRbSlJHWVg7cUk9WpfizxsI4YWlB1bTfL9+28nQ1aI+baIPunUY9bi3dc2NlD1+A/mBy",
+	"9qSSpNOs0q15GdZnsqEWspXqhtK0faMe6m+jmWG2bCRgTzWGOmMsFL/lCUSOjIHZPyRpCpcAtJaIuNcJ",
+	"1ux+E83JX/UVER1c313jg/WzWYn5L1Wp2spX+qou7JJDXTK3xx9qov5vgiTcII76/ccSyKyMClwryM9f",
+	"xzVup5IrVUwBizz6x5ubN4wesNbJ4gQwnioJzDlPYzbh94KNhJCM48GwUV0V7nx6fu4H0vf7jaH0rWfY",
+	"DnP5sUTBYbMbcsOd+fNCbbxQyfhi2jNHbPPPdCWHpCVNZLNMj11d55Xj5k8oWH7TZ4Ib4cLUthTTrNUq",
+	"kUMtImXzq4p9OD48PT7r9yuZKGeN++BCPuvZRCvsUttotI8KPiwl++NN5PpqRGL7bvi5LNvtyJYLiSMb",
+	"zoqkwmUrgoth8w/ryul3ZO7D1MOQp6l6GKaJNmGveUnaVwKyS7ZbAVI5yfSgWzybLtGvFmqrGAS9MAjN",
+	"FWl6CU8kGUM3omZ/V4kTt7BpzEtwJ2jlqSsPzqFvNS3MCluFCaX5bbKBjgdr+gbfqSupS88yLHCissTM",
+	"KwZdP9nssErj3cocPTJv3ZXvM1Es7KWNrK5sZBhAOgxwN8Pg/qavwZTB07THrtK0MHTYbfJX9JmmncVj",
+	"zh4mFBsNMdhKioBSrRQ18ABB4LSyLJGz3GgGR5XtgZ8bhhHyOM6E1gI/lMNDD3nxR/kbmVeKDdrMsb3q",
+	"4Kx0IroVL0/LMpqjbKrt6C4WILiuE6zi+vmufOPTXgEmmcJfaw7zhp5evdaWy9vWA39Fli26mokb3KXt",
+	"1j2RUZrHYqjzUaym3DKEut+lSm70IFMynV/YjAE85LmMRQakYZTqdRa9NesFQHpTclGQUpn65p42Oo92",
+	"EwBiIxXbA0Ds2mNW3+Mu2qULge3/Ak9ue1JBa4Nv9Xp9gWJ9g4+3rOXZ6enx2fLFDDoPWWIEZOeRBbp0",
+	"iqZ8JNI1h0JpaT/RG2sTz6otgwluKRdYMdkkU6Fy0yiwnvVPXqzKmw46UZaYJOJpxdC+UoX1n0U3Usrn",
+	"/iBqgpRiUhmrdPgpkVMu58y+RknDUj1U7TkqB+drsCiHN2pDVjXDRDAR5bgjDWtUHd6PPIsZpqIzVRqh",
+	"nmn2MFGpYFkuaWyYepMoqzGFZQ+x4HGaSDHk9oLcbPiHDcPHwznUIhXgNlq1H3gwr93DhSoY5xkdysrU",
+	"LS899mWe47PKiE6bTsqUv68FVbmWqsLTqhO3XeLbHBJZN/NTzhIpRTysxEAsKsVkQIFHKGduyue45YUx",
+	"cg8kKtzx6qaEKGr5ZINC10BqAwbKKaj++z322hTCHC87qknrWggQFSdJivnzEZcFwQTw9EDiUB44jIMk",
+	"ypmQMUSpkBc8ZGF1urnk9zxJwXoaLsuRqxi8diQZNzrvNuUpaCtebacx2dyqb6D5UWZ7JsYNZA5XV6Ou",
+	"BAI1vqjLTc9EJJJ7ocm/6Awme6F9MNyH5Ej6wKaJ1mA7URluzUSksZPvBWZ9M4i10FWwDthDtGOxSMWC",
+	"2Yar2+aL2utfzVVdqK7+FJfwOmZtuH3Xkstdm0vuugn88+p9lOZ6A4NATd/1tSY1Zi79JrB/2TDdgIn3",
+	"8C9P8TeTmFS430g/AjExMfNep1nhXteF4ne6jT60TXSaN7UmIXRFj2UA6aZjdWu2+jDa51A38VZ+MVRr",
+	"Q0HYjr39jFmUgm1VPu+krSHce2G+BbOkEIdFRUPcY9r2fBNbnZ0Mxm4QHfqk/WKZlSPo5DL5Ry7sz1bs",
+	"3ebezbMGqIsrySbGzIDfwb+a/fb2p5rFeHMtZ5GrQN/VpVuy83jpbRkm4YVpjBN5K7JZllBcmx/23++e",
+	"8+743Yezk+Zof7+ZGXlAagvSb7aIDCMlMVAI5sn1XVW4OqzdvyvFq92ZHhpkpVoyv2HqQWrfn7GXGAaO",
+	"DBvYDWbIxCD4i4wEXJpyIP1WumjFiglxAGUv1N1Bmcd7Vz3ISq8oDTG7Oug4Scya4o0VjNa5++g4Nd5+",
+	"VrXzG2s/lnELWAefJaWf5pMgd6wJwGEH1Xm4NcP//s//aggy8Ee+NmRAu0uKxJ6A6QnutIxEj10LFLjB",
+	"dB1e5WaiMrv5F+yvgmciYxjrFRE2BYV99VbGMzs3UjmDJftGBwAnnKa/jjsXf6xzYDofg3r4kpCZStNp",
+	"gdrRBBxEd/2lvwaNF3+tqS1i22tLsjC45Z0srhccGZd7txio+Anz91cmSVVyCr0gv2rq54TroU241yK7",
+	"F/FwBLdppO5F1hxA+wrXa92Lx8fr0RldE50u/N9fX/3w+hf28tXbm9ffv355dfOKvX31f357dX2Dvw7k",
+	"f//nfw0k/v3ql++WPNewhUjOopmci1E0XVarhNeGo73RpbP6NLrhNe5o8XgTh12yCFWxu43jNnmDX5yd",
+	"NISVNK3DjiT9Jof0om2pZjxag8j9/IyGXpqW+3uepHkmrvPplJNeXo/TzGVDXNeVS7KjbATUe61P6yGR",
+	"sXogMYKSEUCipOFUg7oeHWGeiUhI03wDpdwI0CjRLjBle9yiEh729wMmxQP8iJnBa6vjb7E3u2BNYdc0",
+	"80ajbWO0x+HKKJ1ai4HdjmLmjTuapPWISIt+5nIXfAQ0RD4LnkpYyQSw3Z7tZOskVD3hR6dnnYvO2Sjq",
+	"x/xwfHI0Pj8bR8fPRy9G8XMRH/VH/PT5Wf8sPuL9mJ9GMT8aHR6fRs9fnJ6MR3F0/uJ09IIfQ1vJP8Vw",
+	"NDdwvA+PNg5Se2z0WXUrGjjKNuhoa/a9U8wytycNzflLvMuEkvXjPNfDC7Ayf2VLKqMvZlnZljai20Ve",
+	"B7TzCDSuHwVPzaRO/RMRWe2TGz7iGt+56wQdCHsR0n1y4IfwyYtdtB9r10LRZrNg9KFNIPQGqxdS23AY",
+	"nqm0GZLbX4olkYuvtc5F/LJU3+vLwocLun2L0LZKWCuFtN23uK1Q49yEmZDiofLLSf8YhbjHZxs3LWHT",
+	"XfzyisQBMB5oZ1Lw3tRsj6eagOAtVuEzHbggGWcV0MLks/3emkaazymqNa16fV3ewhM+cG6q5C3bMw+w",
+	"DEkWFy6NNBkLGF+LB3Kh60fkBpevLi5p0LTbq2XOhqVoIlbPw7ci0WzDHDB0oVIi2FJ25YcfHC8Dmqzu",
+	"om0Z7GG8rGFAIQgBm4rsFnPZbJED+t6GdV0gJCw0zzDaj9PPAQuhr3AgMzFV6KoygXsTvIdwa8VMGz7v",
+	"sTrkxcNE6cLNveDXhCFI8TCQtjWQzhkYZawdj+3ZV1IIDtsPMMgQ4tAKB6c2aqYZj+9h4TRBe7pIg4Es",
+	"3ILzi9LjdquEZiMe3blKD//IRS7QXVOp+wA5i2wieGZGghsb667JSUoutxCH1bNcseDjqbjlEBAKqxZ0",
+	"/qmk6Fx0RN4FCd+aYv2tPjtpOH54SixiukNc2cDUfCfmDWdolWV2JjJugwDcBfga5vaLMvjvq/eJxqi4",
+	"75TQvyiDnxevRCABeL97zzM4G2j9wwlhK/iXaxI/FO3ip2rjzj7TWIMCDMVsqjKBBtrwtSRXeYith5dM",
+	"Kml/oi7sz34PYVuc4dlxfV7VahInK2Qi2AJvTd+1bfK1F3qxgYfy90kSTexh1c8cOVJeK5NCQB2Ov+Uj",
+	"kUkB15kWUy5NEul9F7oWYtyADU4K2YwnmYsfGMhZJjBhAJaLHhfv4TvwqNJTE5XGPVzyi5KTgEXevYqO",
+	"Z+s+DWkLw8uBtHtzwfgIHgtgByuvSPsOKMmXxcZd1neNXUkGLAbCemgBB5L+cmi+FhegQP8/PmJGZFPt",
+	"wl/rZEvrUc5TozEWKaljEpH5u3lBhOFO5h+d21neCeC/3ZRnt6Lz7uO7oOOvMPRQZwUL4kvDENYU0xf4",
+	"RTXs/mjRNlAf3Eb3UJUk/BeOjxYO+se2o/+ofuv53Qt3nRYGcJbcnmny9ewRwvRo7jF7cACJdLwfQDyz",
+	"Sw0fyIXrCrxG2gBNAE/hvsegx/4m5nCD2sN2duxVmqAQnUTeDmRoAb3e7f3Rpb+GvYN3f3Hf7v9reGlD",
+	"59doa++Pq+5/lO0VH4a9d3/xftr/1/1/DUs6ODuxS7RAAXjKL+xZ3vLeEnwn6a/FvTtMpBHZPU9LwfWw",
+	"vwlYUiVZqROfnb+I45PnZ+KQn4zjs9FIvBgfPj8cH56Pzs5O+Yv+sTgT8ehQRGcncfzixVl8csiPzqLx",
+	"+Wl0xM/LBo03Ighxg1PTAhW1ScZhNfjt+DGAuGUoG4bkwx8FJE1nItJUlfkQnYuOiCaqFriDcKZSZEP7",
+	"0MfHGpuWbWuzPmLKQkSILT82Qq6pd2wPzLQywa2SxXbJdOlIpGIyLPTqHIUQ7Ul3kovKiuACWtKzWbIu",
+	"17UwVoY1PbyFsjNec5VsoNlGlpPFBbHpPlZDbIhyG4tMyAgU69ALngOZfkSu+EsrEbhEk4H0XgKhoMdu",
+	"4AQk1Cwy81nKI8E49Y5LzAgyQ1+wOyFmsCcqR5t7qm61KwKAmZlsz1PuWSZiDqKDnUehX2BQtyaFCcPz",
+	"1O0+8c0F1ucYwMoUbslneqLMJimJDXBXiydlKXnZ8b1r49lvrT1qLWcLvlEtAlbxtezWqTITmZ3G4khw",
+	"gOyAVf0SLaHRy8K4P6GrxJtP+3ZsDEm6ISeusbiNy62tdXCXTG+rAKpHRPnCvdoY9LQQ+IlCUpk1gPPR",
+	"lwztgRGwl7gqPT4DViwE/MYjG+vZFsncGEg1y5RRkUqH4PxvigpscnaosXngmWh556gxBgyiuhtD9I/6",
+	"9XX4UT2Q/c8oDAYniReZeY+9rKwCBjBkzE6Z7R2dMg2/2db3e532+P9mWIC2M9MG3UNbtL6uBI+v9GnY",
+	"RluP8LWD7KguXEgVP0N7AcERSSRAARP63dBCg4k4vEDjFcX2W6QGG3FfAOWFPWtjcs+SWQwMG8Bxb8n2",
+	"4WBKeBSJmSGXdoEt5eqP1rsHSlVN1ht/fm1IERrmDrcq6Oo2eSDiWZbQqajIOkXgHdrPelWNYxvVYGEm",
+	"jlnsXGeoi/gOCMQu6qM9rwsTaULUXS4yfwoxeB1htEUGvWR9kufgrK0rkK6DheOR4EogkbbjvzC7RlpX",
+	"t1ezmZDx2wJzpWLqhTZq56Jx4Y7Oe+cWB0+Nx1oA14XspyyXES9P8cKZqvSw/pq0bN4ay18ZYmNsLv5m",
+	"bffvDYsmubwjoyBCsDJudiv/eWvUNJ6Iz7AkbSY45B5fsnGeYUWwmBsO6kKcKbivmlJz6zG33tz9foPK",
+	"NmxwdF7C2myaH8DNQgXc/smL0+eNYCjFRu1qvWtLUqwGDqtlmjfivdkh5plnOnE3Y2kFx9VBzCS4AG2P",
+	"PeSNEnw+nQYqc3/31yC4LdHNHoVvXc5yCZoOIi8IGYv4gklFVz8ecbz/IzUVzcnn7jwtDL1G6bsj2Kdo",
+	"s8IEVpDxAmx0cYirBI4r461+0+n+dSYk1T7dFhuzGl5VyNyVoDcVGWG62mSCTzvBQlXh1sCpjcoP+yFS",
+	"myScPE30VAvYT0OsU+O2eFbRRxcoXW5HpbXuXEUlGlGB+dMp0Xo6Oykr+tjAuW0hiZaVhKxUgqx0sGpn",
+	"dhGAVtnpp4MW9rspkzIWipxgeHOtlIlIk9sEkdstByjwwtV4nCayTONxeNz3wrPx94O6YePjeuGvtWFs",
+	"Ah1euP1aM8NOKlXJpci6Iu9iQUqJU3Jzrbkn0Bm6FmG9ay3lUvU9NDkdGraiSXUqN6bp1zJD1SnLxfPl",
+	"0IJOnOhqFRHs1/u23GRuhs4I1KhXl4dgnRSfxlCoTtA0+6A69Nbs1cVDvmsK/b1Aod8yYPQNoQ28LTan",
+	"HvYwZ5widmJyLSS6xPyI2VyYHgvJXTWUygxdaBAaXDzIjdC6x3r0bAjtWBu2fV2HJebCHIwdXmSCC7yo",
+	"5R/qauLinnsKYw2LkYD0VvYBv6Qp45nAeaCRWMQERKsNS8x+zwVOTRON3t8QBUAixMJRAZYjGJlb5ipg",
+	"BMiONkbEgk+YiJ5vic3qLcN5qK1kDf4iRH+O9lEoeBVqwgJRFk1UVg1cWnu5dCsbMEdrgS3XHAfM0lxQ",
+	"VH+Gc7TvG76kGroWhgXpNJ4LLLo6pNUsHy23vlh2xzf9L1rXyDYBvGA4hlA9CmeO81TEQ6xr3XEwxRCL",
+	"psbjRpbhVYyveUdtMfeivLutsFCr7T7lECwgupngcaXYezVHDAuckFrbRbOgq9jgcle8XSvhQ4n20E4s",
+	"MjYRKerYqypduCjrk/65Tdx3HiVmu7argDnfFwcHtLhd66rrxeLelcnXB96QP7aVbalZrFoWBp6+ZOH7",
+	"rm27C1/okIFs50KK4Cs/JhgdvzoYSFx0oP9c5zx1ILp7PyiilEhJbbgkBMUZj+74rRjI8DYxk3zUi9S0",
+	"NscD968dC6CA/CIesH+NYShg7o1RFTQZRScOZC7vJCR24ihHlNbsYfpW3JZeqF5lvni9QkgteEO7xS13",
+	"0TntH1/Q5ru5A0uRirmnwUKd8Vuc7Di5zW0pA2sEdvDMnYvOSf/8ogJRwlPYhDnptvb8WrJ2UKxBZ8Tj",
+	"bqQzfL9vV7WM/cVAbrAH2MPH0HuTghxN2V6wFlC9xd4WzlRuG86calc23tbQKBP8DnhblqfFbXD15jW2",
+	"ZKJJVyrTnYlMJ9pUp+uhKUcpT6bYCBoV2chyY27QkkUhSmUjJSvpivcW8fqic3J0bnfEsllXbB9j8yAC",
+	"WJEHS82EZDOVplgvf6xAZdHVgOquq8cD4z20400TIU1lle3q3fM0wRhd7N2qMn5r5VVfNpep3AgbmcjZ",
+	"zU/XDR3UmrEHevWgMnELK5XRPSwVK9k4Pt+lUhn+Pp+fVxp8gP/wBz53sGFwYMhlwfZSdQtR0xBysE/p",
+	"OeM0iYy/ue64uN8sHxYQrAjn0poayhzJtWjr5ZVHTch+ywaqreHGdxOJW+MvWPmMPRyJZnZdg4Lycl3J",
+	"iSTr7SiJY0GLf2zXiqcpevrmeAxiTAzQqE6L6UwZIaN5N5HdcZrcTorl4cXiWBkl0ey198LfiCwJzMqW",
+	"kLpEzP0520Pcpe7V2Ihsv9bRnZh3MwFDR2I4ojHWWwZ6ynXBV1icjDGqxLhRQavWeIhb0b9gXDL3FUEn",
+	"Xdrp5xqPG8ae0KFwxmC6grwDse6NCQ2o2y7ZpLqFZOG3pG6tjT1WggjQ2dlhw6iqdGHTmgozUTFyIbRN",
+	"WCI89YmwaIfYII2QXkRhyHTHKpf04gnKmjqPJvZllQHXUnkG4fkqI1zZxcOhhdgvg9C6RikbGXvROTk8",
+	"rhLNSMVzaJfL8jYhRqeRDsEoRLh5VEMA3cBdsKxlPDLd+0QVFZZPS/5Nj1nMehiSk3nBJaCiHGliD/cS",
+	"z0bxBtIQyaKAA8JJMRDa6H1b4bs7yvW8ON/2rvq7GhXxTwCbSwoF0QJUHMIvs1xqXDJ4Gu5txz6x2aZb",
+	"El9zhFo8UMRtrcVH7LN4A1auZwcY3yVTaTfXZeduXnQ52Zn5tmjsqQY5D21OcgM8rxsT7y5HlQm0eCK1",
+	"24cYPNRG7QTD21W56aox+ZHdFY2rQr9rliYCJAWdWOmsHcR4DxMMsZgTIDWq8RC/d3jJ+zZMqnEj4Iem",
+	"jcAXgGi8En70Fp4tyjgfGpFNE2AohOXnCsHCy1gY1qsz0rFAJvay190ZzzAFhDgxh5QZEDksQ6cDrnKT",
+	"QuaNQqEp4/KOBo2PTBOJi40EBKQIckE3E5HKYu0osiaNkBCBXgb7IAgokjmuUmkI6Vg7oUSn6gE3dmFH",
+	"cwlR0wIyEbgp5QOpMA9AKqK9oJxdLf2yOE2CudRRutCKR9rOUi51PpupzIi4OxVxwl2K1snh6YXPiRy8",
+	"IorYi3npOfoCunGSiVICoC9dPtFvb3/Cf7XNl8D8qABZkKmkFJbN+eKXPW62TdcIEFx5PdvXKtdFH5aw",
+	"eJ0sKva6s8GiuGwiSjlIE8hUVcauf7zqUkZx2ahGoGcaiws1wYsUn7CiiCV/HF75tvOFt83DipAok7pW",
+	"Cvuoz8wKqcPF6OvCEFA+X1gQmx63P146FUwKLIYHP5E8WCQ7CivqoZ3KKb4N1vUE1bioJWe9gaE0GLAw",
+	"wqeBs4Ulu3+mC9bm2Bo+UklVaktnLgzjK4oQlsnOmxRtKTT2D+0AO/XMjN/evi4DgIEa4DjBXJ3pwsxp",
+	"bmvVJ6f+g7IUbGv10/+Ti1x8J2aUf94S2LpDr+c2mAWPq/tU79KLd8H5Na1KFTRkYWGe2P19+OWUd952",
+	"v564kvLjcVMXC4C1wE2UXbWXWm4+QqRue1AG2wBTtcEhds7HL87i/ovDFy9Ooufx2ek5PxoLzvvR6SmP",
+	"+4en/Hg0Phkfjo5G/dGLo6MoPjyNz6LD01F/3O/z/osGU+Dng1782LiAUjx8QVheO4Trqhe8XAKs9VZg",
+	"/sZm9QQWw2MIPB1kYmR+l6QpapaKMWV/cBRhIXU9XsTh/VZrBbQj1FEg41V0t+jgRonlMNgqeAu1ho3K",
+	"blvo61V1s0H3GNr7+qhUWf0oMceWO77NdPNif4gcDSvwsRGtua0uUqEfAWNB9XIPTqPKmMYieeDJ29+y",
+	"1NqG13G5CWs8LOLbprR6QDBcmNL2pVcLmbgpw4864SMgU62mglSNtXR5CLCfmYCNU3576/SrRw63ciLX",
+	"rzXqn9Ct4v8aKv5t08oCfFFJDu8eW6XU0cZigCL8sJvzUmNhxWEO2kSa+rp5WkFlV6o7284UqQ7jZgF+",
+	"hRXlw7qgfdATHf3FUlUNQPq7OBy1lV1cNzeLFWuzi3CRa6MyEdcKXz5RVFdlsTcTLQBdhFalZ6uqhegZ",
+	"wD8ZGsjZnv0hYGpGzbLQ+uFDMPnmWQoBEnQoEXxkIENPiAxRNoE1QpPMSJgHuDGAyWkI+yCqg37B4Bgj",
+	"b5TlIIruBzJEtRjqpzn4/MqgPCz/EIxQsYhzMm2BpzgoR23HeJ+nUmQ2AAK8zyFcFiEZCcnYTiYlOwJo",
+	"01VuY3uheya8YBOljeRTcHd7ELghS2YBS2YsdEi4IYP/BrBkLCwwcd23vr8vJJTccCBd2zC+mBuOGzSn",
+	"O0SkWEYDvwZgBzx0aHFyONS6x+gossy/hwZyw4sIM5/mLPTvOnDL5yJkexaEAkGDrNXvkiW3EvtNpDM8",
+	"aptU3CB1rFQ24SFIF/VCvdcvXWP3fbOXVlSGWLg8XPmzIilN2wQLPN4dkkQWUwyaTWttwXwl5PKyiVTg",
+	"mbctNoHnfJN9KWxmC2UpFsGofcpb1ce/Vx5urOfWzBXLYjabMcVX72kICU+ZDVsi5xmEOLG/J8aIrGBj",
+	"LsR1UekaYTJNQyLq4dKSVgiLvCKPG6JZm6tQ9R/ZdrMiDybm7TIDGiuknO6wVslbZcpaJY+p2gf8NuWz",
+	"xnW169aWPQyMM41dAaM7IWa6iNWx5RLb68itmR0MFVofnQOwXFX9uxoRHNQmGrFDXflYBh5SRHUsddde",
+	"hkAaStsCoF6KqY2D6ACM1PYoxbXGvFKyf3RSFfF0oizG2opqwOuX7K0LckXR/I10qidMnaCt3KD477+p",
+	"UdPEnszcD30WWZxNe7ByzU2W3N6uDjS/sY+tCU7sXAtlcdxKYgiu67sW8oQ1rFLoJtT3GEIqzl9TfOg2",
+	"RxO9Ec3ewfUOgZvNBgKXys1m7ywqMxFJsRB2YnMIQyv2hmwPtWQEbQCZgUo7V+TZcJ++c+E5kOkB5clr",
+	"G9KwKOWmbGvTyDbdoW2obD3onmZSKaZYXY2SYmjH22hjJzp1xJ8yOcqrgb5pmeWNz7o7Sb5fhnf/+c5C",
+	"5A277z70g7OjZgfNTgpCrqzjekOE9KwM67Ov9JZJlIfr5UC2rX+BN1Ia99Ai0Am8+73kdkGHAo8K7IO0",
+	"xQroCnZvIUFVi5eTloeBbDaeDbfRldv/40OngWt/fFdeKDWh5OOKDLdInJ52n4/P+t0Xh8+PuuWNwY/K",
+	"rE0J0XfpnNlRIT2Mk0xU53Xcv+kfXvT7F/3+f7indKrM0qe2FsvKQuoRWjjzGWy2jCjXEk9Ynx2xv8D/",
+	"OoGTvmFp75IZvS+GFp7xVQ70dvBXkaUJcoB8Fq/ctwIz6HAnOauPrWFfKXDo09n3wFJssdoZz3UzhsPa",
+	"F2/Ktbet686u9WarnqXFRDVB2WSWTCEoDuu7AAQe/j1Lc21V5hqS+tLhVM5mE2fyOyxA9ZQTAFwSUokm",
+	"sH7f24i8lKrXPuIrWhjAmIJBu8SwWSbuE5VrqpCsYKRsz1ICpf8NlRQbrFtJdOsc0Bt6ukZP6x4ZD5Nr",
+	"cXtsni2zD13a1CLqB5J6MD54tf9k9XWyvMiIG2RJf8UiVUi6JuZ769F8U9ECvgTO9tusiS44YcfAtmss",
+	"aSxiS+NSlXiMXLJY9VgIBzd0YdMRRdRDvmSJEA1cMWTwX0SGnPpZgJarwo9LL7/vKixsIxhubpjg0QRJ",
+	"myq3A+xRCBdOiKOFexHvnwBM5PrO+xY+LlrH6uZSe3fV8Bv9nH++NueNC0lxDZG3eKlR9m01L7rXvk+y",
+	"ulQBixQvvVWrF2k8PjvrPu8/P+yeH7047pY3/OgYCAQPD/IWyqN36WIX7syScDRcNITAmm0UrOD45nAT",
+	"IWSlDFFo6kX7y6/ncv12bBWpLuVCziTSKgb8CgnR1YiCrfEgj4ROYqGLIqp7KNR0bWGU7WIGaBNLCih3",
+	"Eyh5hn/RxdJIEN6WN3Jgaq1MPnZBt/gO5B83QvMWR2YdQ49/WtZ5/i6ZDRcBCWhXPBnQTttlFJMtopEn",
+	"LJMQSDIgRMcpl5CxmuUycMi7GOrN9R35yza4YjeJJ8Can23lf8vkBsqcd2OpjLe3Ti1ezxRWstOC0qix",
+	"xgWs4mo+/h72T4R/+bqNKodaUkCNLIOS/Fex3d3YFMr2ntS2QN3scsifYLi/Oq2sUcDhJNVioh3JNgtC",
+	"LSQFIhRMz4kwRQwNAolbThewEDNurAyUmICFhfwbWo+KkqIqRpdwjNCVAF4N9jsSkqYqE76QZNVK7Kbg",
+	"MEqKpRITXAkNl/vS227Fddh4221m+dtMuattekmKruNlBwAWYJdnFhd0e9yUmuayqVuXR2AlceVawAph",
+	"a+XUQUfDRXm1tGKsN1OnG3x05o4FvR8S2caJgAS0vWkicyPYROUZi/mcTZU0E/YgxF3M5/twe/9v+C2d",
+	"B+x/xzzBf+FX/AMfxr/mguMziWRhYUAJezWwtUaXvJAbilwrSxtcsXHyXsRsJrJExTaSBk3dQw4BNCqj",
+	"71BSSZTcx3HzkVYprAV0XEVVPjwFYOWVSNNkbWgf16tCkYFsK5HyOQH6cjdeLfJYdTMuYzVlM57ZcraJ",
+	"DmAuyIN663nVfYGvZKXrHB/HeZ13YKO98WxnPhbfbzcvF3wmV5K9vvrlClebwSsBE73bHquY3GoH6Oxk",
+	"oc+PS4g1dq7rDUzqhUF1A9eAtd1Xog1PG0INZ1miXDRMG4R5txK4UimGuuiqrCUPrAQorAZDrmCGpSPS",
+	"rckyxkhK7HaY+g0egfaohUbKE+9FlEOvS9tqoOPGpa5iNa1VG6ooM1ZAA8d5RlahxpGcrR5FtVRN9cSs",
+	"etcrTrO+a6gONLXIwN5wNCcZZa1qmLNdMXtaCw2m9S8UeEr0WkrFo8hkJy4qBxxVDaN6ZOgUNVoLoHpk",
+	"m16tl8Xd+gVhwiyyQD2+crGEDEZwI6hC4uq8F9VkNASpXtm3mE1hBuEAotMmIkW4GnoF+fkYsbJ8RIMH",
+	"xGsBhZoAlGzDFdyztSuzU7QVzG81091Rwh+20MwAS5jPdnNsQ3ir1RkIhtEiFQC8B/HdHgtL8NPQgh3Q",
+	"T3ogYYcoOlZIkyVCQy59pu4F2yuq/AUut3z/koW5zARQWESlEbh0jdkqZS50tOgSc/rLd1qUFTUTN0W4",
+	"5hMGiCUySvNYDHU+itWUJ7K8UqxfNEri7DFeQ5tr1jk8et7rw/8OXnxSyNmmGTZF4jrr9UrkWdqXv8Hj",
+	"HxF1Znel4Iu8vCa0eKkkVIcFe9K0t22ldpyl66hxcVZWaK8vgmeiojag3VkncCcnz9LhLBPj5P2qs96s",
+	"lgo5VlnU5Gf9fSIIRLGVD2QCwYocymWBRrC4/ZsqvyWB7sZmE5TzbFx0ZMyNbkj85RkCIfGYG064EbjD",
+	"iFpB5cUQJ8LWWHkMO4kPxVH3+fi4333BTw67p6Oz6Hn8QpyPuYc5/fbVD6+vb97+3+HNr3979cujYg68",
+	"NNc/6mX93n2WsIHHQl1vwxiq2b5rHdHy1l08nzt1Dr9CiTUTtqjdYxzBDenEa9f2Wyzeuo1PeSOfMVLe",
+	"Tmxp2NJjrGil3NbAIlKB+Q0qY7mMRaYjlYkAuIS0P2kAq70lHGDvGc32OFhh75NMIXAzu+dZAhIlcNgJ",
+	"t9C1fsQbVW8dvivLuA4h7u3w6Hlz4Fs9Ob2hWHY6tzIcCdwgCcOjTrD2CjcWUSNTAdzfqlLzGgDNukTj",
+	"6/SLJNSQyr5eUeBmW13DpB0IM5WidxXv6cK2c7sT838hRj8RmVh3RahhS6D+OE/7jUerzDRy93wixwoB",
+	"AMHuPhVxkk87QWeS3E6QhKiMffNtb2w2rm9/J0wXH9/mkDJf4c8/2mqyiMNlPvY6wMtxFa7FBUt2FmBa",
+	"OqS5wdXO4oQQ+Oj27NQAW9rum0flPSAcQBEC2YAFEPeXee6XFcF9t1gt8rzfd3YVf/nP+9XqlYe908V3",
+	"z/ouTAo3ye3c0Q4SP1yI6MegaPdkh/kkuBJEXY2VDU5K4Fo7IVs74DjoGGV42rk4WUT394/xMh5jIYyu",
+	"8+mUZ/NOZf1Xlsl6ayO/7brXueVv0p1QyzOhkLi3bKQZE9zIjCeZdrXrLUpgJgr4kbV5pgdX1SBqeOu8",
+	"unjAS7fq9ZuPplu2VqxZUC574724kLP9JNWenhRDhGKQXYqsZUUXJ0eFzkq/waFexBj5IspEbYTu8Qgs",
+	"i+3BDD4BdoGHCrECC8JNZjX6g3MNNJxoyzb7QacwAy49a5trgstBadps9VCP8klqxS/Ug7eXSBGe1FQt",
+	"obSI99st3B8XL6alF+06WmkrXbZUrrbQbLYKBgJD5zMU9EZ5DNbGx8H0LHPubNBa5aStnTNZK3G52cuf",
+	"LE2z9ITFgsd4jJ7AavBYDxnXZtie6Vf+3I5auIaTbf0T0epqW7+Jbcwl23npavxi+bvVej8tTr6vwCO3",
+	"WXQol8O/q9FToYRu5VPaPG14G/tXkzmpHOyytONii8tj2bZ1Qe0WqNFPjcG2kupmVixYye8K6GCepr+O",
+	"UeBcnVMatGCwri+G2VttpeGraHhxAu/sFHZhhrPTeqoQTDzpks/0RJl2ANutbpeFlxO5YfnknQj6j7wj",
+	"G17feB7r5g18RRfTU7Loxzvx12CFJd9bQOut7EMr0bSnEFP5vGouMaUNVz7gI36SMcWMQNhxkXFclDpo",
+	"NFwW868lOFXkfp40v0t4UQ2wpR47ybPU85a7GmLOa3548eLk5Pigs2aJzVgYAo0nXNQK8FXHpLrrlyvS",
+	"Ih13qeTchtED21vkCqNyaT52JdWuy+FQuaVyqJ2Pj4Ya2y5ReAuwMX8LFvKSAIQNgEdInaNHRcySbfU4",
+	"8R7dAg0+8itpw/UZPoO1DLD2AqY+FYVFynIyLiTANfkvJsvJz7PoNC+aXJfd1BDYttWStsKw2QYxrbVm",
+	"wA7hzlpckwXYnKsb4MZVOVorozWI97xyG7VFONEXxzwKg05R7OrlVQtnWNvMiQ8XjswPuzEZuHdG87XS",
+	"xezjlgusQUuzJBN6Qwnrs9FfqVbvjjSX7Nh6RGYHtSkV7UTZqDb5lHoH9rS7MT/lUIEariNVlbN4PE0s",
+	"yigioNLGxaI5hfSmNAc0xIw6IuPk8bJJtBiD6yrYUGUrwEY1E5EUWbbWzNCe976G8cFFDW6cZ+uef0x6",
+	"52PzzFoT5/3JNUWo2cFD0EiqTFDJhoWoDl48EthyesAZoTBfJd1vIf816PBZs8T9G9o8/ALf2yFIUlGk",
+	"WRGEvDIm0MYr15eu0k7TEtKAXc7HdoN9LJ6Ni1irB6usyH3ZDqGkCUKqGcijfbksROi2q+Wd0jXAgJdX",
+	"7L8X0mwYoGdH/wpeXYw5eoHrbj8c1hhu0Mll8o9c2J9tKQ7QIDfOXartA2mh/nTKmS/ZCDR6b7cPS9d1",
+	"vbIi6AZ5OeHylmzaYFSIlLSINUPk6AsW9pWpT1uRw8fGNQLrx7WtOFcVwH0hrl0Ap2d8W9g5jGSClyBO",
+	"7aWSRkjTvbHHpF4A8KOrsNq56Lz57aaoe7dR0AIesDbTxP3hATWpD9ZqbkFg306eXVyatcyE3tKtHWFa",
+	"wwqmFphRWE3dFQl2hQMDJmxyMtfsNrkXstdpOBtuU0phB3an6Urz9msNgcHyghXEXjRZDCSwHMCtT0XN",
+	"aFzvJq7w73XteAN+EN2DVFRlo16E6ct/f9WFelfvPpx8dH8EzbGllaTMBoTfe62HGOe6Il/scFWyGLZ0",
+	"X3hsVwZ7Rg/Lp/i7m+JhcLbV1IqqhSuyWjdvF0uQNtyZh2vXELPXXt0QoaRG4/+9GJaBdP11rZ0+YXYW",
+	"8BcrtzOlnfUabL6bICRtbbxYJ2GhymdhtXTPrlUvUtMDV4Z1MZ0hyaI8MUM1E3KIWBpNWlCSCqxjCnls",
+	"kC2fUJy0Yl7ka4L6ziYge807uAiNmGD5YEytSyTjLFMPttIpDR6HpplN77NTBfVrkgkNxX23NJFuZ/it",
+	"yIifRyasE+ET2mgc0MvQ5pBWr+TqTn6Xw1u4gcZlXVlEhAtCZKqB6GujShD99c/VNrkqa91+LSYhuv/8",
+	"ubbJwy1nfjP3u93x7ywZNkfzaawg18gKa1A1lpxbnzo8+o9iPutC1p1UVqBz0cxAN4PAw0gk5w1cNlR8",
+	"MOVGyGg+BAI6ObRfUrS8DWTCi9ZF6RWL0Ak6D7S+G8DftYXmbesn3o7x+Nu47lvltjZZm+1KdJOYkXRn",
+	"CzfzqWBKumyZbL6e8dk7D5uztE2Ab/1Dsu5CrBMG55+prfZ18RB6zZyfn696H02m1dk13dTW102bBe8s",
+	"7NF6oPLVtol6L8pdt/X+fYNb6WX3CYqea1RRfFpbub1N3Lg4wJUDVmm4DKzy4qJWWO9rPHYXlvBak09o",
+	"El+gH09XbGHE+LUf7YAm7oUviiwjmxCmxmNMcym+cFXqq9dkT6qhSJPbBOLQikhqZ53tIQaZg7tsOiV2",
+	"Qjvchadffah+X6ZgrxckVw6uPkndksz9MNEiGmKODkZ2cy3OThzOyI8/X73sXv94dXR6Bnl/PXY9AdhS",
+	"JaM1atDbHpvD58h6V5c86klRh5QU5ceZlhj5tYomJpp1IyUllfQARaYLNfMFluxZy+e8DECfR8fH3efx",
+	"iejy8Wm/WybnvOh3fJOhhZoXefdBaFOybCHk0s6bzYcnRXa7DfvpiryLfmybHEZDrQmUuDhrqYbvgo6j",
+	"N2cYsbHE1SyDBvmkvlULLhh8oKhrdgkeFn+cXXRPxOhxERmzVVUwJMSh41bhFbZVwR4Rp+yXMF+mlhT4",
+	"9bR4z3QBXO61wGwLG2i37YXYlz6rcyK0XYUULNU4N8kxWM+orhepZt2RrjTCr39u2qEULOktxFcJIdEg",
+	"m0i0GwiQeDMzEtwwh3Kom0OaFul3ISPde0J7Rw2RUbUNXDOK7dm9ogrPlrb3gfgGcgn1aSGqtEdAQttX",
+	"MlMPEKPYYA5YVBH8hygmRT1U5ljkk2NB0pQbGI39TVP9JW2vJUjbVwMJ7+II8EejWC4r89U0vTVME8qo",
+	"SKW+B3zhIVhk8noMl4SbFGy2uSAn/rjRUddqbB54JpaOrcLM10mGbY+2tc5Sv0XfKlGKbY00WOPDBT8o",
+	"yClYuFEayGK10F3N6F2Md191a2G+syb8HottXmxHIs3ZiX8Jnff7zw/Pz49OT56f9M/PD9e5ity4GugA",
+	"F8Kd62dM59OpiFnTcu52WG0M7ZVjJbm0u+sGx/S6vG53o7Q58IvJ57Wx7bLXGh0UR5XG4m3o4ultP50/",
+	"ZFzW47Jv4bunQnjwssPWk2cXhD1/eB+esP7NJnlstb0pX22yr3oTWLExO9EQy+YeAa9Drfzo6GrdQAff",
+	"v9WuOmG+8jsPBuKP7XAJ8PUhxpPCgTg7fxHHJ8/PxCE/Gcdno5F4MT58fjg+PB+dnZ3yF/1jcSbi0aGI",
+	"zk7i+MWLs/jkkB+dRePz0+iIn5NqWAfM3l5+LzEu1to3ArsQ4wWnZINXsun6XeGDre28HdxaW69nSmqx",
+	"eC63meA1Ab6sOpgrh7c7SnlKU0op1Szm0LQlzxAUaw5RvxBBNqWZjQTPRHaVm0ljwkMZV70XPtya4X//",
+	"53+F+0XkJwZqhK5gE8aWspFSRpuMz7r4XshsOa+rN6971riFqj91XHJAMG2U3PLnm5+uGwZEWSxpUldC",
+	"Cdjp+serLth0PK0SNIlM3CbaiKwoIEJdkFSe6IH0lIoeezkR0R2mcViLrs2mJ90DhXHrUJ1wGesJvxMk",
+	"d9t5THOT8xSG//EjYmaOVYNqTSP4wa4cnUoG6aejVNi4WaNYJqbKCPa7lQHYGxu1S7CscEC5UZlmuUak",
+	"qoGMlDSZSkGfkIK2h9a53Ejdc+0xnpuJkMYuITzcvLx6IPdoWvDA/larjY7pOZYE785Umg5k+ObX6xsG",
+	"wU40/TBgmZDiwa0GDqgQwGjKBMlTlpUfyIEk0LxpbjjWvbCbCyoRDGcsZATWeQ/nN0B1MES20cUw6RD0",
+	"LZfcQ34I6G4guWS5JAtHTONCYJ/InpERxjWzmBsOFkaWyNIPBM0IRHrDc/aQJUZoDI42PBUDiV9k7FbA",
+	"WE765yFNGIx7qZhaAGLsspsqbUJvrpUqANApDB7BbFikpm7pYCSZSDlOymU2s73wL0Udh/2AjUTEcw3D",
+	"sWcC44gli1IV3Wn2IFis8ODbk3VRwmi7yduW7WaAp4jQQkM/cs5O639BBF3I9t5+/5Kdn5w+36ehclgU",
+	"OPkhTDskekqTSNjrIYnhmI4TkQETmPFoIrpHPQ8l0/sO2JzFg0LPekFRuH+uwGCVstDbzn68uXmDmWfl",
+	"KaXhTW9+uu55aXU16r1689qHxuz0e4c0DjUTks+SzkXnGL9CfL8Jst2DieCpmfwT/r5tRCPF/dTsqN+v",
+	"lI9RkdCaaZHdC40j7rHvlNC4R0bl0aRyImHUxCYSJV/HnYvOD8L8iF2jdks3MI7oqN+30UNGkCS/EPmI",
+	"Udxwxa26AG0PyAAbqlPaSYCRB3w+PVtBlAoxNLdcDPXgDZ2kyn3Wufjjnb/tb2wP0LoUWqMj5xZFRDXT",
+	"VFj2IBM8nq+7AUJW1pUYHY8mcLoCC4gLc8dJ0fVgDwTVTBslkmfzAfASEVlmBg/99Pr65tUvzFr44XE4",
+	"nQ/8TnTzGS5RPrtkp/1jpsxEZA+JtrfNwq6+FTxO7GQ/w8ZC93PcydP+8Sfo7xe8s3k8v2QhsmMdMs3n",
+	"WGspmrBYzISMwStdeGN3fciKBae41exeMJPx8TiJGo/b/eEBnyUkFOnWU/ezRR5GQePS3tjITgl8mEyC",
+	"/JZT3ZHqKQDZ9WqW3FAXT3gMXCfQYRuVW2Fj+2UvFhp68eQXb3XtF++oyLxpyg5WM6FZiKJpGLDQ5T3B",
+	"35T4FF4yNSO9M52zNJkmhozOWAnJt+LuGVscTwsQiYCEI4qUtzZatPJWwbNhL/d7rFgQoGhdeBsthqAC",
+	"6YJrxtmE60lvIK+anUokYAP+Pgng7ngAy2jyLuGwegN5g+EOD+UIRiqXcSm/0PfYJtyPkMsMzc14JqTZ",
+	"vyjxvjWb5tqwkWB8quQtyZz02DNAuMXxJdNZmgjN3FLjJGmt98munRjnNWJSsZQbEsZtsWRsjv33f/7/",
+	"WWIGMpETkSVGe7890/T6nPhyuBhJDWU88EbEaHHqlOs7d/lz6nMgbTPIzMeIBIb3/Un/mIW4KF3xPhIi",
+	"1l3qOWzivS9xLxxJWEQaoc1fVTxfg+I8y4YVZqKEeel5tPAYROK+fPcxWJNQq2NzxpaPVU3T5rzUuMXh",
+	"zrgFDSIuVmgZwwg86nCHpcRjR25y0u+39djASeD5442efyS3otm6zDtjz8QCx1q4Eg4+uIKYH4mPpaIp",
+	"2ui1i/4EgR2jRo23WFpRwUEbi0T0XmRqgoIFxofkXqTzxevjLarA3kGe8YxPhcHkjj8+dBLoHyTYUu52",
+	"Q+7Uz5N/QFeZPN99gpuq7dA5MztO5NnCSTv5lCeH1n/tk2N14AMXjATdNt+Cr2TsjoTFqLAvI5fF0tWE",
+	"V2HvEFskh+jRViK1Fge6KEEP5+lAZoj9yRCPE9uCh7gVnLFdJV2rgdOOVRaLjDjzBZa8MzkxbAzNubl5",
+	"YzXwgSx0aTtFuNLQZcpThT6lPI3ZhN8Ldgu5sGSNojGFbO+o38fagKHVPcMe+1WKgbRzf2aZPk+JZBCc",
+	"ejwWkS2GA+K27rGXRdcghmXJvaU5jjD9ScSZUbdYO2MgQUwDtd4A1UkUIEzGpeYk2e/dZiqfwWSmidm/",
+	"pAWi6p1u5cdCRhDSza4Mmypt2Gm/z2bQNtgzLqFPe0mbiShsHJqPBdvD5ryVSjRLYjGdKQO3eOPNRQ+L",
+	"q9I5ufXdVXb8xZjd/WLgOo/gIhcxGePXvLjs+vzM5Xyju3N3/Ks6BOqkiZf9KoUzAc3IDGR3o4nstrxG",
+	"D5/02j053Oz5009yrZe634eKZfqPdx8ryuD3ZJicQtEqx5kdDwAy9Rg5NdPAyD+UNPPxgIP1lUdGt7P1",
+	"70SU8kxoNP/Zx9ke3MwBs4cPSzbY/Emmk38SG7eW2/0Ku56oB4wyoUxGlpgLFlImI+hKeZbaarA2nTF0",
+	"2Zo99ruzNtolZuEYlHGjMn5LZqvf3v40kIktH1/mIQHHC9/8RkZgl/H6oUil/Bgyz+wc0FVAq7d/abm9",
+	"Pg6h0hiaXdgsEzZmCBpFJcflYqXowWKks4G1IJ+WdnBSrSeYYEOjHsgoE2h0BI8/qG+SlfbqhqEeEFcP",
+	"e+wXIWIYDNie6CZtYr2/zoS8sntGSc2L8lbTMS0fcYiPr7/DsNgVD6Ox20pC7x7F5vFJF0i58HQhGWZi",
+	"pjLTs1/qCT86PetcdM7HL87i/ovDFy9Ooufx2ek5PxoLzvvR6SmP+4en/Hg0Phkfjo5G/dGLo6MoPjyN",
+	"z6LD01F/3O/z/gtoK/mnGI7mRoAX8+j4ZG12DmtOa/2ZFKFq9nqLRGrpT9NTW7Lqkw2fP39SVv20rBe2",
+	"tcICqyu4MeddU55eKBwZFjIGMEyyOoa21mGIGTQ9hErEMpIkmRaQiuFA7vHoTqqHVMS3lAxof6Tqzz32",
+	"upDlLmpiIKUdWTFd0VrYgYFJaiB5ipZSJtDoY0V9lgmTZzYkUWXJLYj09ja4ZJzFyRgzn03RdKLZSf98",
+	"IEPbetcVyAh7LESNYEjCtw4R9CcRlVV6plnKtWH0jFUaPI8ZybhgbYKeZiLTpKuIojJ5JNge1ywZkxZg",
+	"FAsPih5xWsUiRfPu38R8IMNB3u8fR+X+4mdxQV/XCgbQb+E+G4mxykRli4WM9Roy9NfBxYt8LlfBBzOV",
+	"u7ksfBqdoFOW8fG8E9ZO5mA/8VHHN0tpmw5/Z2NB+zML2csE7JvKQcbTTi7eL1OYfuIb4IsUvku+tzHP",
+	"L8IM2pn+z+re8jMU6kojtAEH+QObpXlZqviZK07svOOBFTJnwAE9vjKQtl6EC5Oxbxf4zczhN/fYa2tY",
+	"D7HmfdhjzkUZYoAA2yPu7MUM7JeeSxpOQhZ3JW9B4BVp3MTSigitz8PTnojIK1FizfTtNhbpmvGxERmF",
+	"pPC09yfV7ppq38LKooKM674xzabqdolyfDWbwZXNQrDmhmCxA5WBhWo81sKELhXQk00UmN0YXGuJAC0x",
+	"l3dsj2QrfCewUgq69FDhjCIxI8TfSIDIdMtnFnTPojdYTOJE89tMCG0lKKDX2y412p0mGjGEw4EsonYo",
+	"SAAaxmeckGTtmD32k7oln3DEZ+AXnInMTeSi5DARjAYMnibLJZEMm3KXXuO8jhBUlWdY+xcmBj/FmcJm",
+	"90L7JsZPZbkIG62ItNIwpq9D+KHyXx1koiBC64hLmhaudueiv7bc8pO6fQnn5FMLLD+pW1p1Kr7Vys/U",
+	"bY2b4ZHHN79IxfJpGQ4tGdzXXFYJf2PeY7WOdvbzhtQXrN9rVR01ZrYcGTqhfeVi0VlwURTdd+/sca2x",
+	"rj6FDmWCG72PXCCRtwI1JTPJVH47sVirkps84ylkOOuA/BlFY/Ca5QBjlQ3krAgsNYrNyGxHbe2FP7wi",
+	"qxdGpR58sHU0izVApjCQYU31CsmrThTRY28XNdY7MS8DFfGbkYrnbA82nGcYnUAuIBdoqsboJynLt0Os",
+	"3n6LHlso02IqpAmI+8O6wx+BZbZky2Tl2E33rZilfF5wPPJqpVp5BESi1IRrUqgDphMZkbY4TjJtbGwn",
+	"e+Au/JQCQKqz5pK2BCcNF8PREQsTbxHvxLybCdC2wkuKtCgbwIBAWAzs0IUoE19P0pSNBCy1DbQTcXHx",
+	"+O0nsjtOk9uJAeMDanMsMftwB8K97MYJoqlvzCzvMC80lV1bRZqRIo0HbCAJWdO/nlBGZaHTu7v0eBcn",
+	"aUMzXOcwdZiEkoJOmEMJtIG7IMoJa5Omb25ufupeuwAQsj96+8W1tSxI9eBt2UDiBqix9ejxOUuWn6Wm",
+	"O/A6H00T89ZyhU92Da5++q2lQI86/ybmj7tA/Vqa9dIbycyrvFHAWnbKApv0Aox8/VersPlqJmQXNrd7",
+	"dNQp2iWOWK2HQUWVi2IY1z+WMZvtNT7Xu4H9Oqif+PKnrq+iu7ZrH6+bZ7p+btle5VRjeJssTj2WpfCg",
+	"PBtYYnWIBXBKlovmbBOPTrdQ04TXhkfZ1ZZWwpN+/LiVmPN163mb2udPjo6+Yj3yGoQ67gtZyIUDZjgG",
+	"SAkK6vDNyBvLe6gsrGMbsi+xcaam9o6M0VUa2qpKoS8L0YU04dk0FVovRmRdQ7f/o60wf9pddk4vP/Ps",
+	"jnFa5jISjGtmT+gy4sjjxHQRT6w9hJ1ylGy+UJcy0ShOmkIU7TgZNgPQHplKUxLSrbEtYCX6ROBcDgPp",
+	"ZaQV37ooNRs4xTLxd/JU7AcgSQptSETusV+UQ89EQyxowTxrdOlgGD3M9BVNtDkQ8h+5yOalv5vUto4v",
+	"P1QxfRtuyOaWyBnjsCh21VwS76IxFJs7jcGdS4tfrOQ/Lykndh1OlUwT87RMqtz8tgSHK1KS1ZhO8e7S",
+	"HJDCbKNLgj89UoCGpXhov5x+heNextGUOncDmlPgXJ9liP4F4+zl9duqdoYK7UDCJ+/tIrXABSVfFsC1",
+	"Sgob6ujilhFTGX93ZuBEO/0ZKRv7u814hBpkomIwbWrRSLJoS35ZjmTjSMZ1RW8pHj6Tk/K11rmI/Tm2",
+	"3J+1TfkkMfMnR+dfnGehilxWORtt9xvdRStIydEQWUYWs6UvvJ4xQs6aEySxR1ZeeDZAH1GsbC43RDKT",
+	"085Lx7EJLB4ZgoEkMexWSHgNcpNVhPlLqOPBr+huHMhUcCea2sg5skXZWFEMm9MTUKbBxBM3TIfZkDrK",
+	"FRrIMnzv5VWAns9KoJ2X7V3mG9ki+yD60q1droE1Fbm8qxmsmcqzSDAex5nQ2vNo4EM2kN1bRZS10dNi",
+	"XyFz2vlA7oVGqS4EZXYtO9ChTTkO34LFq3s1NpgMVnIj6iQT4yRNG3nNK+z5iTgMNf6ls5gmsvo0cRBH",
+	"X7bkXWFDtJcl3oRNdS8YQT3Do86Nxkkq9MEH+MdlBTUK3Cf9E2IZiSlTGcR7ECdcUAESIiQOwk9aCFsY",
+	"cSGJ+PsEjSibKZrw0uvvnlYkw4G1nEZYoM+Rr/ODgAsAevcSh3yhDTHi2rbzwFuXxm29NpngU+LdGO5q",
+	"GZerT0TyexiU3wAgjLWIvxWzrPtdciswMMQFfAeYZSoxB4ZHE7IKFq9/l+iZ0ojBBNAQmst4pN6L2Hvk",
+	"2h71LhVnu3APhRRLbi8dLSF20Ho9YopSjysh6eipENm9K5ebjJkL4kYvNGkVTCo2ytSDFhkopwBDAi6f",
+	"gP3yHf07S3kimQEkb+j+5fW/2zWKJjzTwvxLbsbdF2HAbv+ZzAKG/zE8C9ib774P2JtffgjYv7159UPA",
+	"fnj9fTCQv4vRG0SVnFt32d6PNz//FLDrf/8hYP9f+Ovf+D2/xj0K2H//53/te/Pguop4oSIjTFfjJoYt",
+	"Oftwqu3SPiHV/eXgLy1WU0IlaFDYWunsmaazWLMWe8etGQbQ8+Gh6mHPAgGBnB739wMmerc9FuoJhwf/",
+	"5YIgmy/CXkXdXBjopyf779SDxABjov12gl8jqAwl1VpuHhpmAkbFLnRVjA19AFki9T1k/ZjXs88ScBAX",
+	"2GIAyXQPN7QmxxV7BSlihRuPZEARMy3gXBmRzi9YSCg4YTCQNjx5aOUcMGRC0LJ1+V0VIi6mo/rGT2VD",
+	"zuBzxsyDWhpl9rvDPX8KeaoFbu4TC1ZtyGctiVwWgQhk4eqZ+DOV65Npj5BaiU7hgvYsLNV6SV0lhF0z",
+	"4f/OE6NZPkPXwANPTAldABoevO5Bgfl5WlwzrcBxh0Az8KCx1hPU9jQEJCgnbEoGBEmspYwFhf4ooB2o",
+	"mCeoZiLcEeRAYYioA7oZyDL4G9z8OBC2GOxhFJvyOwtSBC1hTipCmM0EX0hZuIPYfD9ww0JmJWnatTBc",
+	"xXJrIziEwjk7EYTC2OzYEGBkcYlcQN8UBBc1kJwBm3JqrsVOMRlHbRzXtND4ksz1RRYvElscqB1GyViA",
+	"Dz6QANABXYmSkzrcAkW+VMENizhiytneK25XfFpfUAOZ9azanfPRuzgbZ0JPWOglxYZBgRvkap3bkBPX",
+	"FaVdxMSTCdQLlnyvEhTsPFCM01bh3KwCoatLhhnPIqZ+C5Q5mkMRQkkvzFUOxovGCMEIGS2hEG8s6Pxq",
+	"k853GcKwCkM06OhUiBkibRRnDAsXLIJndw47TcCZZeXALjGHg74FAfPJHTA11w83JCTPz3KF2b6XJ0hY",
+	"OrK4tGxvprRORimonRDF8y3cVSeHp9+UxWL5XfhTAYSHIYsORU/oJVefj0Ckl8CrNUIcEV+rAfd7zzWD",
+	"XlXqCGzMYL4o35M/ldXep8pafxL62oWTS9W2y52k6vftqF42qA0T3y20lz04zi7vt0TQVb0W3CZ/vXeA",
+	"3XQVTUVnQ3imptr6nzgzubIKDSeOBhp/kRx8Z3hNqnoU2k5lE5s7+FBDZ/8k1tra2d1QrPJefmrr7arj",
+	"VS+YsmXUz6e3/q59aGB3TNSAsf3GVX4p0Zzx4tvj0uL9reJs+6CXAYgwfhrO0DILFsefFYIVgYbJ01Q9",
+	"DEELDJnkGdhU2cPEApVWmoRjpyMuLypgxl5mQgB4G7oAS4641AVOWy5dSniRvkDKFiFGUyiKZmmC+eo6",
+	"iUWJLTiAZcecccpsspnxbI+7wCQXJMA1IXahlrNvcZ8wpRlRkwcytPnMKjddNSbRotEE+xva2HZPRlve",
+	"If4Gdi465aatf6Mszugz6QvrkLyt59tE+l93wO4jWQtt4s6vpAOMuO9CPHi7XP5WEOKEZiNhHoSQDN/S",
+	"5GAncqfcCqDNidIGJB8W2oqFemhUyMDPksxYOOF6CI+GAwn/BCzPUhaSw2Q4moeMvvWjDcIIcid1yFzT",
+	"+wHZSgjk0I/pIwwgwKOAEQ4TwN2wQKzAbTAsQGUUmADWDniqNd4PfnyFK/NYDtASOucG2dkEGvFrC5xz",
+	"q7hG3Bys9ddwz1/VKzbSQQIjx2zi0SSSxoa0uEQ9xp/ZGENrRnQl64DFIs5pcygiZ4/wvSQcozT5p4gZ",
+	"JtDsAwyVF/zafuR3cty/uiO6+njS9nwN55PCRpsPqd7+fIr3M6XzTHQtxPWqcG98yp1Xe3N4Nf1ZUTLZ",
+	"3iFqXEqXKPewPfd5IK2gGFhSsx9RzLSW2oXw7pvCFA7tk+uG2k00uUXBnYG16KAZyN6Uyg67NQr8lV2E",
+	"l/TYp6AV7OlviYz1Oo9fYzz2Gg/+Bt6Or5NYaUlWk6zby08jQH7mO6hGnlgJxpXx247gkVhaqfxmUqpv",
+	"Czoj6GSzWaburVoWcVknz1DIscoiiCFIQB1ExFyiy6reCj9X1NU9LcRCl/sXZEPB6nBWhwSugkYTjmjF",
+	"c8dGeuwqjhFSTTIhIc1Zu1lQn3UN+RIx/g0Uk9CK+nExpwbR4sF1OcXZUkkASXPGdYBmRLzfxlGwIMEN",
+	"LeT/tKvXm/tqaibebU0CX/E9jAeDaGuRNNsM3DsxCl3FsS7PPJaz0k3k+6xuOlqwGO2NLarNQk3jBw4E",
+	"nMtMaJMlkUHsw8RQ5R0MnSgMPdCtIyDPvMNhaliO6Z6n+xd4a3NZMxjtQf++KEDAF1IhuGEKpqrirj/p",
+	"91mjASjAKAgbgTCFd0KVm6EaD2n2tmlysg+kzXIvisNStALjI1hwLudmAk252VH3MKg7MXOIPUlGWakB",
+	"G6f89hb8/JUuqSvrah8JglknwZOhCHDBwlhNeSILHMlERmkeYzF0+gXGqzKCnDCAUvuXnrUo9SI1hTjO",
+	"MJlBkGiUxJlF8h3OMjFO3ods77e3P4HVLkZefFnao1EJJ2c/6OGwpSId71dY6Xu7mrSpLpgjsWiYR/1+",
+	"YyhAHHts4LNa2yxwAKxLJ+hIZQRCBqjZiEd3DVAE/YMXm3p2vKl+JjOcv9gtVjjLHxxG6HuMOEOOu0sP",
+	"04qBXMXxF+pe+tSiHglSjFtWxxp4r71W9COFvYMPPuNbVXik5U4izcsKUiQ0+XdHj71ucSMQd6lrrXWv",
+	"wpoeBYOlPIAfJvK29CTY2oXcrekncyy8Rflwl5wuaKy/UtvAL7YMy9psyArWvW+QsulMlBIZ2qc3FBjX",
+	"JG8Cw4HiVWmul4bh+GbCgLlKpxhlaUWNuNl6eINdvCp7+B+mzNTmv4bBu1iqr1iboYPlzWUDpeYKFBf/",
+	"0ihaYYiAKTTjrgNP6Y6wTm6ChYRQt9fu8Qu6QlBiDiBXPFUj5gRXEqSf6QXbOFTADTHHJ8tlwMJ/DSme",
+	"e8IzHhmRBZBAoUU3kVpIncB9tB9YWE6CoWJJvNgdokzRcw6BqsfQ6ubl0gcDiWMnJSSjssaZYKkYI8w6",
+	"nJMCb289ItdgIYGSaQ7TLiyWlTxiVb0Bf4xF/C+E53lp1ZRYGIrxdtCAACJHGpCIg4G0+gtoa66F9lJ4",
+	"NdL4rEI+ed1mmIkibZVxfXFw8JdepLKZU5UO/tIJOnaPhnhHHvWPnnf7Z93+4U2/f4H//x+dOhKZSXXX",
+	"8112QUfqUro03sQcx9NJpD03L682VSBqS/mZosPqG/qVBYh9YtZ5nc9mmIVuCXSH1/jBB5+4l4rrC9zW",
+	"8ZvEsEkSY5lFqiN76VN/YpytAoV592FRBvgO+901qTdLuf6kv1gRdw0iqV56tHPfpKhLh6O8zoV3QB5F",
+	"C3qJg4KO90qPuRUXvMvcaXpAEVjAC15lf1cjPZBEGiKmGBSbfZNk7D5PpchcmmUsDE+gUNQvNZ+kveKl",
+	"U2yLhRjIQubx7/9cpsA5Wq7rNqfCTcFoniRypT6YSgRLcVLQFVOQ3EipVHD59YWw0FquFuftefzqZflH",
+	"XE/WMr4iMoCeAnGccGQsTozfmhNSRZrcJlAdyeLdhCRChRfeT5CXbIu2gjU7TjBPEv+mLqZCmqH/tRqP",
+	"wTMasj0bTk1+EzTRZ0KwIk0bik0bkd3zVFN5Jm6GkCgWJWbeSns+Ddl6cl9NKDaNd1kR92LX7F73vpzj",
+	"a0eER8X5k6kEKpcA/UluYUrcqycrbX7IDz7QH6vErl/Eg8uC00bNHBBaz+XV/wvZH0OKdrErE6CRtwBG",
+	"LMEP96250tbCbTaWFuUm0SmX6ILiTFljHnJztb26cEko4xRTjEWqxcNEZKJwJxLwdj7zcPIviwnEGfmj",
+	"MpWbRAqWCTokQHf70CyZY6eMDLeNYdeSXiky/5/ackQdrffsFU6T8E1ar0Sr27UgKp42ISo+cZyM3YHl",
+	"hEwom4DZZVnot2xnLTP3y8k3coKgM8tbQl4sKUFYiU32XiRD8kegNRdWFvLk34ou9UmV/GaZuE9UrtM5",
+	"YOIXPHXGk4xloisk0CHoXn6VP8S8v5IslzY1khz/MBRqAW1YdoBY02JeDaRnLSmW2M5Aeg0ZVRSg9l9A",
+	"5ZFc1ArT311v9aRMeFMHFAzgcn8JLq7cA/UgAVCnKPfawFcP8N0GJhzuk4/b+SgnXHv4I64Stt0nlzPl",
+	"8BJO+idBAf7MqSAHleWxzu6BRJ8nrld5UhhfWHoX9AMXzAgYn62ggYszmi++MZB7J/1jFo5VNkriWMiW",
+	"Ajqfixl+KSzpW+RCV5ZGKxTals+xIJWQJL6O06bXEmbGm1wydagZzJVIdKNzuce+V1nlTFugi8ZAoFom",
+	"I8bhnMDYmm7PGn1vmhHROAulBUFmipjm9MDnbf2bLLm9FVml36U6IT0PITkrRsAZvBPnaTmYPeAMTKfK",
+	"EKLtlEtA4s1yud82PtfGN54tAod0nUBA/hW5zNriMtqcYmQ310XYm0XtQYQnwH2CNtXYRb332L+pEQK1",
+	"M4q3w3oGrriXrShE2DID+Xc1stIJRtzZ41iCvVBJOZJMwNqFMfFYIAXuL2ZENi2rnAYux3MgZ3xOFeJt",
+	"DC0O7ZlmiZzlhgmZJdhCATPtR+8Xjjl6F+c84dZqN5BasTHP4G6nCrI4rIK1oELlXrssG6A6f0WCAQbE",
+	"lQWYYa4DSb5EaI6+b/dewan8IjBq6lzyotM/PD8eH/Kj7vPoRHSfx4e8e85PD7tno+NxXxxFJ/FhH4Ze",
+	"gNkUsASx1F2boWd1GivyzlRm4Mmjo+BFPzg5OYajal8y0axr0Z/wJfs1uNC6s0yNMECBqpeWcDZnfZi0",
+	"3XOgAEQmnihtkAo2i57j8rOFzfFGC/6VZIJnaYKl1HBktRJmNWCs6pUEp3XXZXY+7jxOjy9z8F16Vceq",
+	"DOYfuci/EQfgpvVwHuswNDwz9gZot8biRwjZ48vxJRDjERjdNMkylenCDFaWVGmAktiK68FLT61HtJ3H",
+	"G8v9vxqoCO+Chx0B95LnT6rbKZdv/gGZBdvhBV/i7+Ul+0wX1R6QXlfFPuLIIiubSMWmKhM45N5AUtsp",
+	"mTYq0ZlFbUD40HU/hZcsKl8xD0kkKlWPmm5ifP6rPZNerUh7S3wTZYweC7SDm7opnztYlX8Ki26fKW9Z",
+	"6wbG+AZXPADOsimu72o+6mI66kAW+ahsjXTUiwpMAhUXohom4IqyHwPEO9BY7UHSr1GqELHTL+iCDf94",
+	"c/PGAsEK2yrNMu6xl2o6y2HohRxPNYzdnHSAlv+Lopj1yPmaqf6SknHpNbBAjzHI/C6ZEGjUObMHkuwM",
+	"rQltXG6bHuto9c+02D/TYrfhKL97VOEV4S2U2lWMhqwsj7OzuTa2t7XZFr5ce9vXZVOi5VzHruQW/huk",
+	"DGuLKg9nSQPuu/VsUvQ0nTksglmYqtCYicIk1uxJlYHkzShTkBqIAZBwWPfG4KIeJyKNIfpZQAg2KsSQ",
+	"fmmSqRj+U0kR7lNz4wTKTYQuDMPDxMZymjgABL6HhFDncQOfyutCKYWBONMUfUPCmFQPl0AwGHvtHElY",
+	"WWicZAL9SSMe00htGulAhiMeu8pBAJw2dfjV+NiltxShzU4akkAQ0sq4N6zAYJNFG535ZdrHiiRWrv3S",
+	"UOxB5SkgbrA9PpA4ecqMynKyrGFoGYkI0DZxSZCS7pLZDLHCc4OJpyEmOjV7qJw9hk7DY2AyYwFqAR20",
+	"IgXT8mn8pwLG3Gq/WjRFLbE6lRYtCeXO07m7GLa2sJkE9hVnDpLVMJ91Ljq2sCxQALTEjthf4H/Qz73I",
+	"Ug7PwKrT+3TwQV/PMzUTB38VWZpIIuONbGS0J58pMtx1v8RiFDBumEXFZod/BoiXiKMFe23hz3U55eCD",
+	"+3OpAYi0UHoQ1j4xpfJv96HHdohC6rGFTcV/evHp1fX2Q+ov1tdkSlp6cFoCWq6plAGGZUxUWhgnGKcv",
+	"XROQNCXeF4flstCZ7Re6wDmwUAnkXIF7NKB7D/VMuNAciAI0b9+GExeBVg33d4/97lRY4qmeKo/1Rd+X",
+	"N3rktF5OlRHc/X9JxZoeEhueMxMSMQrwPcxI7rE3nGLaALslPJjxXMNVirnBdJfD/V/eTRXQilUX9UC2",
+	"39Sgn+BlrWQ7/ujuCOgzXspbXL/eLUp35rF/ae7ijqyu72fzJa3HfhyvhjInjk//eVt20C0W+dflM+2T",
+	"6h73V2x/q7v0AHWA1hv1JzIdIkNBncKWb8EvnIcPLepsL7SfXeYlGoFz6ZwvqLDYULnQyuAh4PqAMQ/K",
+	"b00TrW3cOkmN8Cf61objPE3DoBDU4aJOtP0xDtlITBIw7A0kxQdACifF7Lbb7mgJvsfZP4b7fKVWApj4",
+	"Oqkegk0SbVQ2/ybB5XzCsvPcjorgul4qlsIDEKmRSxMi9WhXvLe8tpUUbK+Ipn2YJKlgeGHHDgkY6coK",
+	"r2idhpJQwDmRHmcphLMkxohs/5KNBdQm8uzkltdizIhWSopsFXX8ArN6JHE0WeVwGZpzqQ77WHYomYLv",
+	"/7AP4eTTRNqPhY0ukUbciuzJoTtoJtepMstSRQpZTQdWYCxNp9840eDU4RwiDKPejnjwjLd7dH9Rxf0j",
+	"dIUs2J4fVGgZP+h0+6Xcu+h1XTjy8Kj4ZnS5wC7OtxhajDv1WPMB9JJPlxy41+6soROV+HRSNbN6llVi",
+	"5mgmnnGQYOwRTRAj0J1U8jWOscjeW+h/zbOJz35Lh5NSPr7R9BvYK8bdnj/ylOay/Yhek0OiZrtwJnmy",
+	"RNgkuD0b881CYpWQUmIHqDIyBKAIzg2VsIaTbgVwC252WeTI0FnnmWC5LHzyv9vI3cXSmBhH4KwAA3kn",
+	"5oR+XVT2hAEDoHW1RKYzzvhVMon2SJ3A+2aPQgkHMmwIJLxgHsgLlNxkOF/MNVRTQa4QkVIx4JOjo4EM",
+	"E2/wd2LezQS80gxxlsudEGTwuODaT6Ah7CQQdMrRnJRg9PaXHwS6fPY3hVJrEV1lnQir+tL/6PDOt7n0",
+	"XalSPaxghSLKlpWG+NXmBoyq+X7ISkC1CFyJYtRfi1q5oEZgXQi4ghEJC5yeJZiwxYppVoXskLYOcqD3",
+	"v9AQhyflIzjzZXqTXZtnbCoMj7nh36JQQPEINFO2RyhumJdu51wx29FjSwIUrCOD43GPbbtY8kHWcCWE",
+	"jLL5DNOwrl5dd49Oz7o/vPwZ0NugV7wTMXoBWwAQZT6bEWmZsgb0Mw0Pdm1bcD7vxHy/x/4diQgFAUBf",
+	"Fl0goAsmFctUbgSjwDpKQx1IJQU4GVAqwfOdJtoKLzANDIigcQwzMdYhy0QkknvrsEGChWcQXFtgZe49",
+	"+7wGYabI0jUTAeK1uzRTKP49TYxF3sDe5zO7/EYVMAoUNZDyEaINIDgNC+nHIX0bNrCLS7sJRUQFShgu",
+	"DDhScpwmkQmXxBTgDHZQePPtqx9eX9+8/b/Dm1//9uqXRzn3ub4b4hq5oLEyrgMuX4cLrY+j7NhsDAmN",
+	"E/5c7npa7XWd9WzP0Sdu9v63kdzR/xILMjcEBzjKWOSLVUHh4INlG6sQ4TzeU9QmJ8Q3nqTa+p7eGxca",
+	"XIc/LthTLvk9T1LQYMM2YLiCrjdUDPC1J9fTW8ngBkFZbFw4PvVMf9MXc4HUtuS4BW3RsQ77FDniqpiS",
+	"kUiVvNWUCI8e+xWFvSG05Os9Rf8jTo+NRqlPtU2Yy5e5hYpoEwufVObQ2KwEKw/hV+jxpVN34wQoCvVo",
+	"sB2i/3g3R2lLGcWJDPL4obup2FAZ/+cKYdjsqH+rkQyfWBTwIh/cCpMaAKI7CvV6qXhgluFl/h+IGmCx",
+	"mJlJoyVBY7TCnld/gQyWKAgGHrYPfoVl9SjZCqObk4w55Dx61hK1QweyBqOUa8NC/G34kMhYPZQh3wVc",
+	"gEtUAsFlIC0wgMoKsHo+VWgyRf0Fmqo1D2/k2UIHtQpliLXUBJdEcZBaCN2Ae2SLMsWV9UgMVdEWYv9y",
+	"IBfMHdQWxcxVbkD2lkyCAZtlKs4jh27HCcoX2oyw2hGMFtPelNQKzW1gqr5PxAPbCw/y5CCkBM7QKrAs",
+	"MgTjoEPC/U0a07ngwjWNOKJNFpemXWv2Zp/53uzjs5Xe7BZ/efM+Nnd53vf7fHF28nld6LiqLdzTbV1v",
+	"BxwD23PlWZ4VTftcwnCfRyBNr1kcAtWBCMN4wLSYyJJZjJPUIDpkIzqtTW3eznSII/xyc6OamkTWuT64",
+	"ENd31/hGa4OFRWKjRm/mM9vmFwqYZHN1i01uRUPiO0WJ+hOjaRM4ZK7v1oiQo/37RvPo6tgM9Hmd/Lk4",
+	"zxBiFd5oKuS11G2cy+QfuWAzcO/6Ly14itHf2OQuxm6TMkR1A28xtgnmcUKkYnEyRouRYSMVz1c7jNlV",
+	"S0oc2ZkdhhR5Amr5cY2VwdbMj7uwghXRmy1tCDUPNSJH8zjOhNYCxL+wLPgYTpQu/wgxoY9+DdkeOuzh",
+	"zGBGP4d9/UGVwJb/dv3rL4ATHynoKhOc0h2mF6xeRgbANH+TCTzIdAK6IRurFIIerUBN0r0a++VmBxJq",
+	"whC4QMiwrLUUBnpHOz7bs+UdYeCwmvC3rRkZsHCmMgP/ahAEImHrP+JSYD1I6zig/sgoY1dOZUyN/i4i",
+	"A6cAzcJczklfCJwNEabKdTmigUwtcDHEpP329idonb1+w+yyQ6NUetL+cH9S/JRINhHveSyiZMpT7D4y",
+	"PIWRwtQucCaWhuYMvrLOzrDINQjRr6MMHHX4rfBpaEOODZfBSmcasYohShQOK0TJpaJLj+HLe5CGmnEp",
+	"TLjPprk2bCTKMsc4bVpn2qdLN6OB9KYEY5X5VGRJBGOfsr0QykkewkYcHR73n/fPTo6P4VP//fNxH/7v",
+	"MNx3+atFQwYOmFSmuVK5LRXD9d1XjltGTKFz4eGTTYXW/BZzPUWaKmDp1hNz0RHRBL9wdhAEa8eKDAld",
+	"hGXOCj0LLLuUpS7qvp1Na/NwffeZ7DG41zuHJ4Ol+dIjU9pm/i3VHzo5PP6S41kKD5UhjlMXi3zV8uAD",
+	"0tuydNXfMU60EFceOOKVKeC2ZM2Ba4xyA4a2HgTTfK5tvoxUQweoPaQ7GW83IumhVGbI43uRmURjoo1U",
+	"9ZoGnh/eoqSFlhH1nOBCbveiVR2ygtOALQzGQDawYgQsLJ8YThON/nT4Gi+Y8hsY0EDSywG1mnqg2fi0",
+	"rXdXGSE1o0UqIgO5QDjlRJaLUHHSUQiinS6IE9VHEyrKXyKTB8zVzwgG0iLF441MlTT27fTAulckJTl9",
+	"KB6m3IiMZKhMmGw+hHrKajwOW2xOW11c8NJTO3igj++wsk+b7YY45teSNUz05QDonF11bQo+4JlJxjxa",
+	"YlT+PkkFysrTxFgQeJCAbFculwoaDJhK4xXgOrD+V0WfX+IJgfkui+0aJyW+zGeomeLYRbkh3FvONXd9",
+	"FdTgVZm5lTEk+C7w8ETeWv2zUu3flUO5cqZ6lRVIhPj4VGHIkwINpUANDCn42jFswW2leSXLqAU0je/Z",
+	"yj5KenV9mMOT2ad09eKuoZL7mrmeHFywZ81nPLqT6iEV8a1A/aWIv3I1PVsREd3sMRQKPjweEfGLZpXL",
+	"mOSfiIhLERE3kqQOUnW7HA4xVbfMAE2oMVKC4797Hg4invPQ/oL3v1SG3Sb3Qu5Tss9obgRWz9ICI/jQ",
+	"VBWOFRR3p3p0RekNK7Xt5TNmFAvhU+Fn20elXYoHCrl8KMQ92/dAJmUpIxkXBixO+ZkWnCJDCtEKNH7l",
+	"JXS6qQkZawBGlA7phMapB5Jngo0ADVLEGOt59ea19cPt2e1jJ+Qug1+dxywTSAqXBBElEhgCdYjxnAgk",
+	"cXJ0bguXvUW2dwVnfJmU8xNs3Lbku2DSvrJTl/l0JLI2O7VdoHqpInKEHR2ePD95cXx28nw7lxwdjmYX",
+	"XD9Y0U9/A9cfbubGdQebmvLPZnODR/7Iz/orRvyUXPUndXsDyccNjPUnR+JF/jTtRW+7hIjzTxvXwONS",
+	"OHEUnKrb9VlgJnSemuVccCYynWgjYkZPFyiohYG1US5NbPUF+NY9gGKDhotLRsIRHLsm81EBcsMzwXiq",
+	"FUvkrdAU5mCUA4alKAEqGtlWxxMtSjSzR7CJr8m/RNP9K+zMajdTdR+/BsXrDYzcTDKV307KI2/rRlWn",
+	"s8nhN9m8XSD/GSVo7ipgDF0hD1LJPVGXZGAe3eGlbaX40Hl8CGSpuKRHeXwrDMnhzsZof9RUKtomJ7jM",
+	"L/ardSeQLywTniAsleniLCiGeCCvELEevRtVRPFMqJmQXrWQvcQU2M02NznAfh1wVCYcUFRga3/Au9C8",
+	"kLHev7QSiItBtf0W7Sdotx+nAFXEElOFNB/leh4GFkQR8BZxiLmkqmLQFEe1K5kKyIwo5lQqQEtg0m2Z",
+	"bq7vUCSaiLSxWGrVF2bdLw8Wxv2i3TNmF4OqAWTob5vwe1t7uDkgCMWar1bnCArFFE/JnwqH3VBwXAke",
+	"d8n7ZWHIiwO6XBXJZ2AY1Qcf6A9n2G2N7A0hkQlYjJDxM83oLXv+6Lw7d7I2mcBsLqPA+ngXWLAAJINE",
+	"sqmYqmx+SQc4xUKbeKVe/3gFaV3koSsNpZrwZ3vsVylct5TpVXyf+hUKgUtwwywwu9dCUAAZOL0/0Sx1",
+	"yspIjFUm/Oc9s0AD3BuMw5m0NiYqen2jWGQVGWG6tLZVyiriVEaJ5AT4U3fdrPZonbTk5sW4OPciS8bJ",
+	"1k6Zp6WkTZ0s21GeLemLu0sH7eebn647F3+8+/jOJ0zaWqy3a0/HM40KuGZ7YxIY+K3YXygZuJQyD8ju",
+	"1y4p/DttkL1daePI6Q+XTPJP4VNYUNQDMdayaeOQ5R3a4uiqGki0iXt1TC8YdzUHaDyVEBX0SkJjYBKc",
+	"JlpbQ2IZb0IDwisxE2MCvMHbkybaLX0pKvO/hJZsHKxPnlOegTdjSRUwHKQjUtqYx5LqE5qf227A0uaL",
+	"q/vlXk7rkgjtCwaB4uJ61uwlZPEgRhOl7h6D8f+7a2L7EFYUt/4E+N/Fmbe7sU5MIq36nxCa5A2ylODW",
+	"xacZd8DXCGnEaoszlUjjgsC8JPXauRf3MDqnXaVki4HjpwNGjuaBtJn214bLmGcxc8TGIiXhdYwlC+0I",
+	"uwkCY7pPCLZm+HSGHn/3LbTMTZ6JcJ8kTGuxnajUAhG7wtw2nzWEDiZaRMP//s//CvcvrNYHiRISffNz",
+	"hvZnyrBnmTKuvjaEuNkgMwxIs2C4lOPIUqVmIPoGeEd2MUwNy1jPsuSeGy+8y8YzVooN5DIVmsZb2KRB",
+	"0QTtfCDDrtu0LgfTaNe2WeToz0SGd2Az7jBtp13rxyTf4xaXyfJ499fMDhZDuFcUXIIwoa1jxPIstbj/",
+	"+uLgAFegZ8cDPRzYtdo0lssuxWdKy7e9g4NlZYY+hefiqbQHeyR0EqPFxx1NIk3vwGOjf3JCL3apyg2b",
+	"mWFNhDj4YP9alWhPOdXaK35LFipnjogF6I9ZYkE44Cf71Rys4D2GDdj6HoS+54rZH/VPmFGqLeu+pOjN",
+	"xFX7XrO8etI2w/ibTohf54S0ZMZvWVzBYjMt0m2DO/FJdnrnUlq7eQ4NQN9sRvx6Z6fVaoaR897XAYlS",
+	"HnDPw0Sg9ZpEFYsmeekdGsqGZ3t4JQiMICdX9QF907Wyzz5knXaxAQpfcZF/duxUoJBSX6Mki/LEsFEm",
+	"+B3iJn/ncTILAERo5OxOiJktbUpmDBj1rXIGbSkeYJbtNRF2db63lWtoRenqD9YSc949gXBSWYvPFGu+",
+	"CSn/WaggWrw6KuUKNpc0DkpxYS0jhq1NQBxDw3+gWBoFVMPHfUeDTjQpIkJtoX8zcS5uzD0y0HNQ2NFs",
+	"+JDJ5rakQa4RHSjAX2Q0xydFlqlWYHV7okrm8Rgq/zrNF3bu89VmjHL3/6QxWJcG2ipF5y2oq3IdLoly",
+	"tQI4OVvp6cDGsoJZz1XrKPEriugyJQWL+Xzfl/sjnmVzZh7UQBb2Ch0wPeMRjAXOpCuSuGjXuMAmreWk",
+	"HI41ULhfBlKlccC0YtxZadDPx/RDAl4yeokMCio3ZFy3MoBd0kafMK6XPcZbgurs6JKuLTlhS6yPq7M4",
+	"Ee+G/QQ36nJ1v7xbSwZd7vWfvMCdxKbrdgHLrIEZEFZLe1YSrLkFtrFQOFoIqt+P6DKZaIowBxhvF8vq",
+	"gmMweIxSa6YwsR5bjTRThZOpo848SB1gBGqRyqQyhNm38Dp0W6sxSQJoK3LY5TUTbTksfIWGPpBu7K03",
+	"uF29TQn/y7qKcRKrb2C7D5+E5HZi6C82p+oUWw+ywKU9wGko7jwlBVrbmZCZSlM8L3haL7yTan/Ujl8B",
+	"QO2bX69vGNAb/Wb9sVQ93695X4axlpi7L6967NeMjTAdfa7yDA/wm7+9vhjITNwm2ghKx4jSBAbkNycV",
+	"QCF53wxnYmoD4Lwvx4m8FdksS6TBeloDiclrNqq7GLxdv4MPRcLcxwOvGQhga4WPQvCmwnXuaFo9SEqP",
+	"WiBuRJMq6BryYBKzf1lxG1abnKXcYGq5bZvi4+v9hDWLe2ghpOCBDDWEhR722ZRLflvhRrh9sYiSWOgA",
+	"2kWOozFIBliNmdTRKgi3iibUEmZmTfDYwWOcEVP+fhgVGQBDi210UgGSkSLrirx72AksVdRywTd2HGAj",
+	"n8lvYF0CduWWoframM5WOmZ76O5CgfZLhfk9/zyOAjr3SSykgTCFJq5alSl8NtEqX+yw/m5BOBsK4fja",
+	"kxuCW8/mTcFUvp4M2ge31I03K0QhNVytNi7ZopVYyyL4sZv4Fd1RFnAd8LezWxFDmjukWbNMUHokYJfA",
+	"I/s99h3aa+GK1EbNSEdwCKqUbHnJQpLr/iXOABaG0sCcdjoRmdhnKd7INenPhmIHxfsUJRraaFGCuQH7",
+	"8VTdk+KIgyLvI5c1QfiZptgwRlnrmkrw0bMuzcIV67H57anSBiBqXFkeNxACAFhiPH4sRQSLIAXgUOUz",
+	"ikVXCzJ+PWs00YUhvTUxC5toTkHq4E51ggJeg1a8E9gf3rUUsXistRtzqTa1Tm9+A34q9pLjAOMqm/kf",
+	"rTPTli3nZO23mS/0tpvK/prIuC7e7y1K8YUd2pKMFYZdPLcnmvfYD8iX4OE3r35mezOEr8+AMfrxMZh7",
+	"5Vcc1zkhWIHQGk1EdEdfwxLofXvPDmSlJ0wcy8R9onJdmQFxVxgrsjqbx96YNEGqCR3Nl96KPfKG3oS4",
+	"102+oqF6g/wi6diekIodzN+1/4llKR7trLIKNC/RZhb16E35Q6lWdFF8bWcS36uya1sOR2lCDQfUQWvP",
+	"ohQQahWK7F0XSkqvRYt8VYzgBgewS6l4d4pbfZRt9l/4sfcVXCuvtc5FmYjWrGNuepjItNCONWP1pOL4",
+	"kimjbuAES0bAmuwbvSWmzR+o7y9Zp8IhLgOfKRaGFvKbLStWjzzWjNcPBak3zga13UE8+FAzoS2NAYQN",
+	"wPeEQKebVAzKn4gMNXmVudGUJzgoggE9o7wae0+gyZ9UwALiHvNnTMalBn0CymcUOpI107GHmu5iyqE9",
+	"a1D6EFOH7ZHGAVKZ3aP9ZmEHwMG8A/k4pWsVWqW3Aeu9cYWze4MFXNeMbQTPT5zxB/ktEoybHON0BNpM",
+	"GW2Rae08ts2GjKS3YH1GKjATONC+w8FRKBzTxGiRjkkix7EynipZVJKQCuvXXtSPM44Fa6A795iuEJlW",
+	"bKTMpMYxIlg0afy8tUYcF+hnF9aFDQ/6J7pN2m4SXN5v8v7AqInFYlTuJG6rJxNm4nLp91apuCjV6nHw",
+	"iksNrg488O68s6nKBIWT121QAijIQMZKhDEgVLYaECYNi1SOdVdsjRayPbo3yyzJJHNlqTMiNISjFKkW",
+	"DxORiYCyrx282wy9fTxzKTY27ZewVciR5lBoveRN1OJO+seQsoOT7NJqgUlU3AtYD8aBIKXA9XA52ZRq",
+	"veoS+pRKtmdBI2DSzkUHlJdU8DsRb1LhCcb/RWredmuqFrQvPAoTRryCcut5pyPBM5Fd5Wbi8k7tS3XC",
+	"fatyIzSjRdOIfRYwnpuJkAbWn5yti4p0zwOgsgu+YGO+EZJTeIijfi2yptQ6bcO+PS9xrzkXVDeZsisO",
+	"LYztJMr3hqu965hiVurjb2r5O6/aQdGqHwZjv8J4ml61vElTewgPkSep6cKVTlX9o4nQBuvblCGpiwBL",
+	"+DT6L+JetZBIUz/X+DC+jswPUeJFTIzIJFNhcFp7UaYkQkA6OMmgQNdOsrLi+UKJkMY+aeekskuO27pY",
+	"wbjMoiSJiP14c/OmSMGsbIsLcWrY8aI4caVgsg5ARbDlkfFXhKsqqnXhcJprhqLjx5sotdeEUefA9nS5",
+	"W3mcINqXfwLwkYb3fxQ8tUAfmeBxIoXWQRGy6BGerSDpaGDWdp4aqiPBPDFrAVp2MRTOhSYJKiDPhL/Y",
+	"VEXp47uP/+8A",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
