@@ -62,7 +62,7 @@ var bearerRoles = map[string]string{
 	"replaceSecret": roleAdmin, "deleteSecret": roleAdmin,
 	"createThreatExclusion": roleAdmin, "deleteThreatExclusion": roleAdmin,
 
-	"createOrganization": roleUnscopedAdmin, "addScopeTarget": roleUnscopedAdmin, "removeScopeTarget": roleUnscopedAdmin,
+	"createOrganization": roleUnscopedAdmin, "updateOrganization": roleUnscopedAdmin, "addScopeTarget": roleUnscopedAdmin, "removeScopeTarget": roleUnscopedAdmin,
 }
 
 // granteeOperations name a second organization on purpose: the owner of a
