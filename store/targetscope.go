@@ -24,9 +24,14 @@ import (
 
 // An organization's scan scope is the list of targets it is approved to
 // scan (not to be confused with Scope, the tenant a caller acts for). It is
-// enforced from the organization's first entry on, and stays enforced when
-// every entry is removed: then nothing may be scanned. An organization that
-// never had an entry scans freely, as before scopes existed.
+// enforced when the organization's scope policy is allow_list
+// (scopepolicy.go): the API's default for a new organization, and what
+// adding an entry sets; with no entry, nothing may be scanned. An
+// unrestricted organization scans freely.
+//
+// One decision, targetScope.refuse, says whether an organization may direct
+// a worker at some targets; every path by which a task becomes leasable
+// reaches it (see "Scan scope" in doc.go).
 //
 // Entry kinds:
 //   - domain: a DNS name, and with IncludeSubdomains every name under it
@@ -40,8 +45,10 @@ import (
 // url_prefix entry covers URLs only: it does not let the host itself be
 // port-scanned; nor does it cover a URL whose path has "." or ".."
 // segments. Names compare lower case, without a trailing dot, in their
-// ASCII (xn--) form; IPv4-mapped IPv6 addresses and prefixes as IPv4. What
-// plugin inputs name is found by inputTargets.
+// ASCII (xn--) form; a host a resolver reads as an address in any spelling
+// (hostAddr: 127.1, 2130706433, 0x7f000001) compares as that address, and
+// IPv4-mapped IPv6 addresses and prefixes as IPv4. What plugin inputs name
+// is found by inputTargets.
 
 // Scope target kinds.
 const (
