@@ -79,6 +79,16 @@ func createWorker(t *testing.T, s *store.Store, pool *pgxpool.Pool, o workerOpts
 	return w
 }
 
+// createOldOrg inserts an organization in a schema of an earlier
+// migration, which CreateOrganization (written for the latest) may not fit.
+func createOldOrg(t *testing.T, pool *pgxpool.Pool, name string) store.Organization {
+	t.Helper()
+	var o store.Organization
+	require.NoError(t, pool.QueryRow(t.Context(), `INSERT INTO organizations (name) VALUES ($1) RETURNING id, name, created_at`,
+		uniqueName(name)).Scan(&o.ID, &o.Name, &o.CreatedAt))
+	return o
+}
+
 // createOldWorker creates a worker by SQL, for the migration tests that
 // run on an older schema than the store's code reads (workers have had
 // these columns from the start).
