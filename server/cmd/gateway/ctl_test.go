@@ -278,7 +278,7 @@ func TestCtlEndToEnd(t *testing.T) {
 
 	// A worker owned by the organization, granted to another one.
 	var other apiclient.Organization
-	decode(ok("orgs", "create", "--name", "Other", "--json"), &other)
+	decode(ok("orgs", "create", "--name", "Other", "--scope-policy", "unrestricted", "--json"), &other) // it scans localhost below
 	otherID := other.Id.String()
 	decode(ok("workers", "create", "--name", "owned", "--org", orgID, "--json"), &struct{}{})
 	decode(ok("workers", "list", "--json"), &workers)
