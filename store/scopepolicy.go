@@ -82,7 +82,7 @@ func (s *Store) SetScopePolicy(ctx context.Context, scope Scope, org uuid.UUID, 
 // deciders that read the old scope commit before it goes on, and those
 // after it read the new one.
 func lockScopeForNarrowing(ctx context.Context, tx pgx.Tx, org uuid.UUID) error {
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2::uuid::text))`, scopeLockClass, org); err != nil {
+	if _, err := tx.Exec(ctx, `SELECT `+scopeLockSQL("pg_advisory_xact_lock", "$1::uuid"), org); err != nil {
 		return fmt.Errorf("lock scan scope: %w", err)
 	}
 	return nil

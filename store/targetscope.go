@@ -208,9 +208,9 @@ func scopeEntriesSQL(org string) string {
 }
 
 // scopeEnforcedSQL is whether the organization row o holds its scans to an
-// allow-list: its policy says so, or scope_enforced, which releases before
-// scope policies set (and still set, beside the policy, when an entry is
-// added: see migration 000025).
+// allow-list: its policy says so, or scope_enforced does — the flag of
+// releases before scope policies, which this one keeps equal to the policy
+// whenever it writes either (see migration 000025).
 func scopeEnforcedSQL(o string) string {
 	return `(` + o + `.scope_policy = '` + ScopePolicyAllowList + `' OR ` + o + `.scope_enforced)`
 }
@@ -225,8 +225,12 @@ const scopeLockClass = 1801
 
 // scopeReadLockSQL takes the organization's scope lock shared; org is an SQL
 // expression. It is a value of type void (scan it into nil).
-func scopeReadLockSQL(org string) string {
-	return `pg_advisory_xact_lock_shared(` + strconv.Itoa(scopeLockClass) + `, hashtext((` + org + `)::text))`
+func scopeReadLockSQL(org string) string { return scopeLockSQL("pg_advisory_xact_lock_shared", org) }
+
+// scopeLockSQL calls the advisory lock function fn on the organization's
+// scope lock.
+func scopeLockSQL(fn, org string) string {
+	return fn + `(` + strconv.Itoa(scopeLockClass) + `, hashtext((` + org + `)::text))`
 }
 
 // loadTargetScope takes the organization's scope lock shared and reads its
