@@ -194,3 +194,45 @@ func TestNarrowingEndsQueuedWork(t *testing.T) {
 	_, err = s.SetScopePolicy(t.Context(), store.EveryOrganization(), uuid.New(), store.ScopePolicyUnrestricted)
 	require.ErrorIs(t, err, store.ErrNotFound)
 }
+
+// TestNarrowingWaitsForDecidersInFlight: a task decided under the old
+// scope whose transaction has not committed when an entry is removed is
+// not missed by the removal's re-check: the removal waits for the decider
+// (the scope lock) and then cancels the task; with no wait it would read
+// the live work before the task commits, and leave it queued.
+func TestNarrowingWaitsForDecidersInFlight(t *testing.T) {
+	t.Parallel()
+	f := newScopePathFixture(t)
+	ctx := withTimeout(t, time.Minute)
+
+	// A creation mid-flight: it took the scope lock, read the scope (with
+	// leaving.example) and inserted its task, but has not committed.
+	decider, err := f.b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = decider.Rollback(ctx) }()
+	_, err = decider.Exec(ctx, `SELECT `+store.ScopeReadLockSQL("$1::uuid"), f.b.org.ID)
+	require.NoError(t, err)
+	var taskID uuid.UUID
+	require.NoError(t, decider.QueryRow(ctx, `WITH created AS (
+			INSERT INTO worker_tasks (task_type, organization_id, payload)
+			VALUES ('scanner_plugin', $1, '{"plugin": "tcp-connect", "input": {"addresses": ["leaving.example:22"]}}')
+			RETURNING *
+		), queued AS (`+store.EnqueueSQL("created")+`)
+		SELECT id FROM created`, f.b.org.ID).Scan(&taskID))
+
+	removed := make(chan error, 1)
+	go func() {
+		_, err := f.s.RemoveScopeTarget(ctx, store.EveryOrganization(), f.b.org.ID, f.leaving.ID)
+		removed <- err
+	}()
+	// The removal waits on the scope lock the decider holds.
+	for waiting := false; !waiting; {
+		require.NoError(t, f.b.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+			AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))`).Scan(&waiting))
+	}
+	require.NoError(t, decider.Commit(ctx))
+	require.NoError(t, <-removed)
+	got := getTask(t, f.s, taskID)
+	require.Equal(t, store.TaskCancelled, got.State)
+	require.Equal(t, "target-out-of-scope", got.LastErrorCode)
+}
