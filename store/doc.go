@@ -61,7 +61,9 @@
 // scan's history takes, after the scan's row, a transaction-scoped
 // advisory lock of class 1800 per (organization, scope key) — nothing
 // else takes one of that class — and then writes only history rows (see
-// Scan history).
+// Scan history). An organization's scan-scope lock (advisory, class 1801)
+// comes before every row a verb locks: deciders take it shared, a
+// narrowing exclusively (see Scan scope).
 //
 // # Shape
 //
