@@ -62,8 +62,9 @@
 // advisory lock of class 1800 per (organization, scope key) — nothing
 // else takes one of that class — and then writes only history rows (see
 // Scan history). An organization's scan-scope lock (advisory, class 1801)
-// comes before every row a verb locks: deciders take it shared, a
-// narrowing exclusively (see Scan scope).
+// comes before the task, attempt and scan rows a verb locks (a schedule
+// claim takes it after its schedule rows, which a narrowing never locks):
+// deciders take it shared, a narrowing exclusively (see Scan scope).
 //
 // # Shape
 //
