@@ -8,17 +8,23 @@ import (
 )
 
 func toOrganization(o store.Organization) api.Organization {
-	return api.Organization{Id: o.ID, Name: o.Name, CreatedAt: o.CreatedAt}
+	return api.Organization{Id: o.ID, Name: o.Name, CreatedAt: o.CreatedAt, ScopePolicy: api.ScopePolicy(o.ScopePolicy)}
 }
 
-// CreateOrganization creates a tenant (global admins only).
+// CreateOrganization creates a tenant (global admins only). Its scope
+// policy is allow_list unless the request names another: a security
+// product scans only what was approved unless told otherwise.
 func (h *handlers) CreateOrganization(ctx context.Context, req api.CreateOrganizationRequestObject) (api.CreateOrganizationResponseObject, error) {
 	scope := scopeFrom(ctx)
-	o, err := h.store.CreateOrganization(ctx, scope, req.Body.Name)
+	policy := store.ScopePolicyAllowList
+	if req.Body.ScopePolicy != nil {
+		policy = string(*req.Body.ScopePolicy)
+	}
+	o, err := h.store.CreateOrganization(ctx, scope, req.Body.Name, policy)
 	if err != nil {
 		return nil, err
 	}
-	h.audit(ctx, "organization.create", "organization", o.ID.String(), &o.ID, map[string]any{"name": o.Name})
+	h.audit(ctx, "organization.create", "organization", o.ID.String(), &o.ID, map[string]any{"name": o.Name, "scope_policy": o.ScopePolicy})
 	return api.CreateOrganization201JSONResponse(toOrganization(o)), nil
 }
 
@@ -43,4 +49,15 @@ func (h *handlers) GetOrganization(ctx context.Context, req api.GetOrganizationR
 		return nil, err
 	}
 	return api.GetOrganization200JSONResponse(toOrganization(o)), nil
+}
+
+// UpdateOrganization sets an organization's scope policy (platform
+// operators only, as for its scope entries).
+func (h *handlers) UpdateOrganization(ctx context.Context, req api.UpdateOrganizationRequestObject) (api.UpdateOrganizationResponseObject, error) {
+	o, err := h.store.SetScopePolicy(ctx, scopeFrom(ctx), req.OrganizationId, string(req.Body.ScopePolicy))
+	if err != nil {
+		return nil, err
+	}
+	h.audit(ctx, "organization.update", "organization", o.ID.String(), &o.ID, map[string]any{"scope_policy": o.ScopePolicy})
+	return api.UpdateOrganization200JSONResponse(toOrganization(o)), nil
 }

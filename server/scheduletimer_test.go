@@ -25,7 +25,7 @@ func TestScheduleTimerSleepsUntilTheNextFire(t *testing.T) {
 	timer := newScheduleTimer(st, slog.New(slog.DiscardHandler))
 	require.Equal(t, sleepUntilWoken, timer.fireDue(ctx), "nothing scheduled: sleep until a wake-up")
 
-	org, err := st.CreateOrganization(ctx, store.EveryOrganization(), "acme")
+	org, err := st.CreateOrganization(ctx, store.EveryOrganization(), "acme", store.ScopePolicyUnrestricted)
 	require.NoError(t, err)
 	params := store.ScheduleParams{Name: "every 10 s",
 		Timing: store.ScheduleTiming{IntervalSeconds: 10, Overlap: store.OverlapAllow},
@@ -57,7 +57,7 @@ func TestScheduleTimerDrainsABacklogInRounds(t *testing.T) {
 	pool := storetest.NewPool(t)
 	st := store.New(pool)
 	timer := newScheduleTimer(st, slog.New(slog.DiscardHandler))
-	org, err := st.CreateOrganization(ctx, store.EveryOrganization(), "acme")
+	org, err := st.CreateOrganization(ctx, store.EveryOrganization(), "acme", store.ScopePolicyUnrestricted)
 	require.NoError(t, err)
 	const schedules = 4*scheduleFireBatch + scheduleFireBatch/2
 	for i := range schedules {

@@ -63,7 +63,10 @@
 // scan's history takes, after the scan's row, a transaction-scoped
 // advisory lock of class 1800 per (organization, scope key) — nothing
 // else takes one of that class — and then writes only history rows (see
-// Scan history).
+// Scan history). An organization's scan-scope lock (advisory, class 1801)
+// comes before the task, attempt and scan rows a verb locks (a schedule
+// claim takes it after its schedule rows, which a narrowing never locks):
+// deciders take it shared, a narrowing exclusively (see Scan scope).
 //
 // # Shape
 //
@@ -330,6 +333,47 @@
 // A redrive of a scan's job (RetryTask, reopenScanForRedrive) locks the
 // task, then the scan, and only then reads whether another job of the scan
 // is in flight, so two redrives at once put one job back, not two.
+//
+// # Scan scope
+//
+// Whether an organization may direct a worker at a target is decided in
+// one place, targetScope.refuse (targetscope.go), from what a task or scan
+// names (taskTargets, scanTargets: every string under a target key —
+// compared as a Go worker's JSON decoder folds keys — every network asset
+// the payload carries, every other string that reads as a network location,
+// every host spelling a resolver reads as an address) and from the
+// organization's policy and entries (scopepolicy.go: allow_list, the API's
+// default, or unrestricted, explicit). Every way a task becomes leasable
+// reaches it:
+//
+//   - created: CreateTask, CreateScan (its jobs are made from what the scan
+//     was approved for), a schedule's fire (batched or one slot at a time);
+//   - redriven: RetryTask, for a task or a scan's job, one or many (the
+//     console's bulk redrive calls it per task);
+//   - already queued or running when the scope narrows (an entry removed,
+//     the policy moved to allow_list): recheckLiveWork cancels, in the
+//     narrowing's own transaction, every active scan and unfinished
+//     scanner_plugin task that lies outside — a queued one at once, a held
+//     one asked to stop, so neither a retry nor a release can queue it
+//     again — with last_error_code target-out-of-scope. A scan's next job is
+//     made by advance_scan in SQL, from the scan and the assets it found,
+//     which ingestion held to the scope; a scan that left its scope is
+//     cancelled, so it makes no next job.
+//
+// Leases never consult the scope: checking at narrowing costs one pass over
+// an organization's live work when an operator narrows its scope, where a
+// lease-time check would parse payloads in the hottest transaction.
+// Narrowing and deciding are ordered by an advisory lock per organization
+// (class 1801): deciders (creation, redrive, fire, ingestion) take it
+// shared before they read the scope — in a statement before the one that
+// reads, so its snapshot sees a narrowing the lock waited for — and a
+// narrowing takes it exclusively first. A task or asset decided by the old
+// scope therefore commits before the narrowing re-checks, and one decided
+// after reads the new scope. A redrive reads its task (type and payload,
+// which never change) before it locks the task, so the scope lock always
+// comes before task rows. TestEveryPathToALeasableTaskDecidesScope
+// enumerates the edges of TaskTransitions into a leasable state and the
+// creation paths, and fails for an edge it does not cover.
 //
 // # Webhooks
 //

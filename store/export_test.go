@@ -25,3 +25,7 @@ var (
 	LockAssignmentsSQL = lockAssignmentsSQL
 	ReplayLeasesSQL    = replayLeasesSQL
 )
+
+// ScopeReadLockSQL lets a test stand for a decider that read an
+// organization's scan scope and has not committed yet.
+var ScopeReadLockSQL = scopeReadLockSQL

@@ -48,7 +48,7 @@ func uniqueName(prefix string) string {
 
 func createOrg(t *testing.T, s *store.Store, name string) store.Organization {
 	t.Helper()
-	o, err := s.CreateOrganization(t.Context(), store.EveryOrganization(), uniqueName(name))
+	o, err := s.CreateOrganization(t.Context(), store.EveryOrganization(), uniqueName(name), store.ScopePolicyUnrestricted)
 	require.NoError(t, err)
 	return o
 }
@@ -77,6 +77,16 @@ func createWorker(t *testing.T, s *store.Store, pool *pgxpool.Pool, o workerOpts
 		w.Capabilities = json.RawMessage(o.Capabilities)
 	}
 	return w
+}
+
+// createOldOrg inserts an organization in a schema of an earlier
+// migration, which CreateOrganization (written for the latest) may not fit.
+func createOldOrg(t *testing.T, pool *pgxpool.Pool, name string) store.Organization {
+	t.Helper()
+	var o store.Organization
+	require.NoError(t, pool.QueryRow(t.Context(), `INSERT INTO organizations (name) VALUES ($1) RETURNING id, name, created_at`,
+		uniqueName(name)).Scan(&o.ID, &o.Name, &o.CreatedAt))
+	return o
 }
 
 // createOldWorker creates a worker by SQL, for the migration tests that

@@ -28,7 +28,7 @@ func TestHistoryOrderMigrationForgetsPartialScans(t *testing.T) {
 	pool, err := store.OpenPool(ctx, url)
 	require.NoError(t, err)
 	defer pool.Close()
-	org := createOrg(t, store.New(pool), "org")
+	org := createOldOrg(t, pool, "org")
 
 	var assetID uuid.UUID
 	require.NoError(t, pool.QueryRow(ctx, `INSERT INTO assets (organization_id, type, value, normalized_value)

@@ -66,7 +66,7 @@ func TestLeaseTokenMigrationKeepsLiveLeases(t *testing.T) {
 	oldPool, err := store.OpenPool(ctx, url)
 	require.NoError(t, err)
 	old := store.New(oldPool)
-	org := createOrg(t, old, "org-a")
+	org := createOldOrg(t, oldPool, "org-a")
 	worker := createOldWorker(t, oldPool, 2)
 	assign(t, old, org.ID, worker.ID)
 	// Tasks inserted as that schema's gateway did (its store code is gone).

@@ -17,16 +17,32 @@ type Organization struct {
 	ID        uuid.UUID
 	Name      string
 	CreatedAt time.Time
+	// ScopePolicy is ScopePolicyAllowList or ScopePolicyUnrestricted.
+	ScopePolicy string
 }
 
-// CreateOrganization inserts an organization; only an unscoped caller may.
-func (s *Store) CreateOrganization(ctx context.Context, scope Scope, name string) (Organization, error) {
+// organizationColumns are the columns scanOrganization reads from an
+// organizations row o.
+var organizationColumns = `o.id, o.name, o.created_at, ` + scopePolicySQL("o")
+
+func scanOrganization(r pgx.Row) (Organization, error) {
+	var o Organization
+	err := r.Scan(&o.ID, &o.Name, &o.CreatedAt, &o.ScopePolicy)
+	return o, err
+}
+
+// CreateOrganization inserts an organization with a scope policy (the
+// caller names it: the API's default is allow_list); only an unscoped
+// caller may.
+func (s *Store) CreateOrganization(ctx context.Context, scope Scope, name, scopePolicy string) (Organization, error) {
 	if !scope.IsEveryOrganization() {
 		return Organization{}, fmt.Errorf("%w: only an unscoped admin creates organizations", ErrForbidden)
 	}
-	var o Organization
-	err := s.pool.QueryRow(ctx, `INSERT INTO organizations (name) VALUES ($1) RETURNING id, name, created_at`, name).
-		Scan(&o.ID, &o.Name, &o.CreatedAt)
+	if err := checkScopePolicy(scopePolicy); err != nil {
+		return Organization{}, err
+	}
+	o, err := scanOrganization(s.pool.QueryRow(ctx, `INSERT INTO organizations AS o (name, scope_policy, scope_enforced)
+		VALUES ($1, $2, $2 = '`+ScopePolicyAllowList+`') RETURNING `+organizationColumns, name, scopePolicy))
 	if err != nil {
 		return Organization{}, fmt.Errorf("create organization: %w", err)
 	}
@@ -35,9 +51,8 @@ func (s *Store) CreateOrganization(ctx context.Context, scope Scope, name string
 
 // GetOrganization returns an organization the scope may see.
 func (s *Store) GetOrganization(ctx context.Context, scope Scope, id uuid.UUID) (Organization, error) {
-	var o Organization
-	err := s.pool.QueryRow(ctx, `SELECT id, name, created_at FROM organizations
-		WHERE id = $1 AND `+inScope("id", "$2"), id, scope.arg()).Scan(&o.ID, &o.Name, &o.CreatedAt)
+	o, err := scanOrganization(s.pool.QueryRow(ctx, `SELECT `+organizationColumns+` FROM organizations o
+		WHERE o.id = $1 AND `+inScope("o.id", "$2"), id, scope.arg()))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Organization{}, ErrNotFound
 	}
@@ -49,10 +64,10 @@ func (s *Store) GetOrganization(ctx context.Context, scope Scope, id uuid.UUID) 
 
 // ListOrganizations pages organizations, newest first.
 func (s *Store) ListOrganizations(ctx context.Context, scope Scope, after *Cursor, limit int) ([]Organization, *Cursor, error) {
-	q := psql.Select("id, name, created_at").From("organizations").OrderBy("created_at DESC", "id DESC").Limit(uint64(limit + 1))
-	q = q.Where(scope.where("id"))
+	q := psql.Select(organizationColumns).From("organizations o").OrderBy("o.created_at DESC", "o.id DESC").Limit(uint64(limit + 1))
+	q = q.Where(scope.where("o.id"))
 	if after != nil {
-		q = q.Where("(created_at, id) < (?, ?)", after.Time, after.ID)
+		q = q.Where("(o.created_at, o.id) < (?, ?)", after.Time, after.ID)
 	}
 	sqlText, args, err := q.ToSql()
 	if err != nil {
@@ -62,10 +77,7 @@ func (s *Store) ListOrganizations(ctx context.Context, scope Scope, after *Curso
 	if err != nil {
 		return nil, nil, fmt.Errorf("list organizations: %w", err)
 	}
-	orgs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Organization, error) {
-		var o Organization
-		return o, r.Scan(&o.ID, &o.Name, &o.CreatedAt)
-	})
+	orgs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Organization, error) { return scanOrganization(r) })
 	if err != nil {
 		return nil, nil, fmt.Errorf("list organizations: %w", err)
 	}

@@ -35,7 +35,7 @@ func TestTaskQueueMigrationMovesLiveData(t *testing.T) {
 	oldPool, err := store.OpenPool(ctx, url)
 	require.NoError(t, err)
 	old := store.New(oldPool) // only for tables the migration leaves alone
-	org := createOrg(t, old, "org-a")
+	org := createOldOrg(t, oldPool, "org-a")
 	worker := createOldWorker(t, oldPool, 4)
 	assign(t, old, org.ID, worker.ID)
 

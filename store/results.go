@@ -83,29 +83,32 @@ func (s *Store) AcceptResultBatch(ctx context.Context, p AcceptBatchParams) (Bat
 	err := s.inTx(ctx, "accept result batch", func(tx pgx.Tx) error {
 		res = BatchResult{}
 		var target ingestTarget
-		var scopeEnforced *bool
-		var scopeEntries []string
+		// The scope lock is taken here and the scope read by the next
+		// statement, whose snapshot sees a narrowing the lock waited for
+		// (scopeLockClass).
 		err := tx.QueryRow(ctx, `
-			SELECT t.id, t.organization_id, t.scan_id, t.scan_job_id, `+scopeEntriesSQL("t.organization_id")+`
+			SELECT t.id, t.organization_id, t.scan_id, t.scan_job_id, `+scopeReadLockSQL("t.organization_id")+`
 			FROM worker_task_attempts a JOIN worker_tasks t ON t.id = a.task_id
 			WHERE a.id = $1 AND a.worker_id = $2`, p.AttemptID, p.WorkerID,
-		).Scan(&target.taskID, &target.organizationID, &target.scanID, &target.scanJobID, &scopeEnforced, &scopeEntries)
+		).Scan(&target.taskID, &target.organizationID, &target.scanID, &target.scanJobID, nil)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNotFound
 		}
 		if err != nil {
 			return fmt.Errorf("find attempt: %w", err)
 		}
-		target.scope = newTargetScope(scopeEnforced != nil && *scopeEnforced, scopeEntries)
 
 		var locked bool
-		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock(hashtextextended($1::text || ':' || $2, 0))`,
-			target.taskID, p.IdempotencyKey).Scan(&locked); err != nil {
+		var scopeEnforced *bool
+		var scopeEntries []string
+		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock(hashtextextended($1::text || ':' || $2, 0)), `+
+			scopeEntriesSQL("$3"), target.taskID, p.IdempotencyKey, target.organizationID).Scan(&locked, &scopeEnforced, &scopeEntries); err != nil {
 			return fmt.Errorf("idempotency lock: %w", err)
 		}
 		if !locked {
 			return ErrIdempotencyInFlight
 		}
+		target.scope = newTargetScope(scopeEnforced != nil && *scopeEnforced, scopeEntries)
 
 		var sum, ack *string
 		err = tx.QueryRow(ctx, `SELECT payload_sha256, ack FROM worker_result_batches WHERE task_id = $1 AND idempotency_key = $2`,

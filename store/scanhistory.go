@@ -119,9 +119,9 @@ func uuidsOrEmpty(ids []uuid.UUID) []uuid.UUID {
 	return ids
 }
 
-// checkScanScope refuses a scan whose targets or asset targets lie outside
-// its organization's scan scope, or that names assets the organization does
-// not have (assetValues: readAssetTargets).
+// checkScanScope refuses a scan whose targets, asset targets or plugin
+// inputs lie outside its organization's scan scope, or that names assets
+// the organization does not have (assetValues: readAssetTargets).
 func checkScanScope(ctx context.Context, tx pgx.Tx, p CreateScanParams, assetValues map[uuid.UUID]string) error {
 	ts, err := loadTargetScope(ctx, tx, p.OrganizationID)
 	if err != nil {
@@ -134,43 +134,53 @@ func checkScanScope(ctx context.Context, tx pgx.Tx, p CreateScanParams, assetVal
 // read (schedule fires check a claim's scans against one read per
 // organization).
 func checkScanScopeIn(ts targetScope, p CreateScanParams, assetValues map[uuid.UUID]string) error {
-	targets := slices.Clone(p.Targets)
-	for _, a := range p.AssetTargets {
+	values := make([]string, len(p.AssetTargets))
+	for i, a := range p.AssetTargets {
 		v, ok := assetValues[a]
 		if !ok {
 			return problem.Wrap(ErrInvalid, problem.Text("asset_targets: the organization has no asset "+a.String()))
 		}
-		targets = append(targets, v)
+		values[i] = v
 	}
-	for _, plugin := range p.Plugins {
-		targets = append(targets, inputTargets(plugin.Input)...)
+	inputs := make([]json.RawMessage, len(p.Plugins))
+	for i, plugin := range p.Plugins {
+		inputs[i] = plugin.Input
 	}
-	if out := ts.outOfScope(targets); len(out) > 0 {
-		return &OutOfScopeError{Targets: slices.Compact(out)}
+	return ts.refuse(scanTargets(p.Targets, values, inputs, nil))
+}
+
+// scanTargets is what a scan directs its workers at: its targets, the
+// values of its asset targets, what its plugins' inputs name, and the
+// assets its jobs found so far (assetListTargets: advance_scan passes them
+// to each later job).
+func scanTargets(targets, assetTargetValues []string, inputs []json.RawMessage, found []any) []string {
+	out := slices.Concat(targets, assetTargetValues)
+	for _, in := range inputs {
+		out = append(out, inputTargets(in)...)
 	}
-	return nil
+	return append(out, assetListTargets(found)...)
 }
 
 // checkTaskScope refuses a scanner_plugin task whose payload names targets
-// outside its organization's scan scope (payloadTargets: its targets, its
+// outside its organization's scan scope (taskTargets: its targets, its
 // input, the assets it carries): a task is no way around the scope a scan
 // is held to.
 func checkTaskScope(ctx context.Context, tx pgx.Tx, p CreateTaskParams) error {
-	if p.TaskType != "scanner_plugin" {
-		return nil
-	}
-	named := inputTargets(p.Payload)
+	return checkTaskTargets(ctx, tx, p.OrganizationID, p.TaskType, p.Payload)
+}
+
+// checkTaskTargets is checkTaskScope for a task's type and payload: a task
+// created, fired by a schedule or redriven.
+func checkTaskTargets(ctx context.Context, tx pgx.Tx, org uuid.UUID, taskType string, payload json.RawMessage) error {
+	named := taskTargets(taskType, payload)
 	if len(named) == 0 {
 		return nil
 	}
-	ts, err := loadTargetScope(ctx, tx, p.OrganizationID)
+	ts, err := loadTargetScope(ctx, tx, org)
 	if err != nil {
 		return err
 	}
-	if out := ts.outOfScope(named); len(out) > 0 {
-		return &OutOfScopeError{Targets: slices.Compact(out)}
-	}
-	return nil
+	return ts.refuse(named)
 }
 
 // AssetChange is one change between two completed scans.

@@ -270,34 +270,16 @@ func (s *Store) CancelScan(ctx context.Context, scope Scope, id uuid.UUID) (Scan
 		if err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `SELECT id FROM worker_tasks WHERE scan_id = $1
-			AND state NOT IN ('completed', 'failed_terminal', 'cancelled') ORDER BY id FOR UPDATE`, id); err != nil {
-			return fmt.Errorf("lock scan tasks: %w", err)
-		}
-		tag, err := tx.Exec(ctx, `UPDATE scans SET state = 'cancelled', completed_at = now(), updated_at = now()
-			WHERE id = $1 AND state IN ('pending', 'running')`, id)
+		cancelled, err := cancelScan(ctx, tx, id, "")
 		if err != nil {
-			return fmt.Errorf("cancel scan: %w", err)
+			return err
 		}
-		if tag.RowsAffected() == 0 {
+		if !cancelled {
 			if sc.State == "cancelled" {
 				scan = sc
 				return nil
 			}
 			return ErrScanFinished
-		}
-		if _, err := tx.Exec(ctx, `
-			UPDATE worker_tasks t SET `+cancelTaskSetSQL+`
-			WHERE t.scan_id = $1 AND t.state IN (`+fromStates(EventCancelQueued)+`, `+fromStates(EventCancelActive)+`)`, id); err != nil {
-			return fmt.Errorf("cancel scan tasks: %w", err)
-		}
-		if _, err := tx.Exec(ctx, dequeueSQL("t.scan_id = $1"), id); err != nil {
-			return fmt.Errorf("dequeue cancelled scan tasks: %w", err)
-		}
-		if _, err := tx.Exec(ctx, `UPDATE scan_jobs j SET state = 'cancelled', completed_at = now(), updated_at = now()
-			WHERE j.scan_id = $1 AND j.state = 'pending'
-				AND NOT EXISTS (SELECT 1 FROM worker_tasks t WHERE t.scan_id = $1 AND t.scan_job_id = j.id)`, id); err != nil {
-			return fmt.Errorf("cancel scan jobs: %w", err)
 		}
 		scan, err = getScan(ctx, tx, scope, id)
 		return err
@@ -306,6 +288,40 @@ func (s *Store) CancelScan(ctx context.Context, scope Scope, id uuid.UUID) (Scan
 		return Scan{}, err
 	}
 	return scan, nil
+}
+
+// cancelScan cancels an active scan in tx (see CancelScan), its tasks
+// with errorCode as their last_error_code when one is given; false when the
+// scan had already ended. Lock order is the scan's tasks, then the scan row
+// — the same order as a completion, whose trigger advances the scan.
+func cancelScan(ctx context.Context, tx pgx.Tx, id uuid.UUID, errorCode string) (bool, error) {
+	if _, err := tx.Exec(ctx, `SELECT id FROM worker_tasks WHERE scan_id = $1
+		AND state NOT IN ('completed', 'failed_terminal', 'cancelled') ORDER BY id FOR UPDATE`, id); err != nil {
+		return false, fmt.Errorf("lock scan tasks: %w", err)
+	}
+	tag, err := tx.Exec(ctx, `UPDATE scans SET state = 'cancelled', completed_at = now(), updated_at = now()
+		WHERE id = $1 AND state IN ('pending', 'running')`, id)
+	if err != nil {
+		return false, fmt.Errorf("cancel scan: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return false, nil
+	}
+	if _, err := tx.Exec(ctx, `
+		UPDATE worker_tasks t SET `+cancelTaskSetSQL+`,
+			last_error_code = CASE WHEN $2 = '' THEN t.last_error_code ELSE $2 END
+		WHERE t.scan_id = $1 AND t.state IN (`+fromStates(EventCancelQueued)+`, `+fromStates(EventCancelActive)+`)`, id, errorCode); err != nil {
+		return false, fmt.Errorf("cancel scan tasks: %w", err)
+	}
+	if _, err := tx.Exec(ctx, dequeueSQL("t.scan_id = $1"), id); err != nil {
+		return false, fmt.Errorf("dequeue cancelled scan tasks: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE scan_jobs j SET state = 'cancelled', completed_at = now(), updated_at = now()
+		WHERE j.scan_id = $1 AND j.state = 'pending'
+			AND NOT EXISTS (SELECT 1 FROM worker_tasks t WHERE t.scan_id = $1 AND t.scan_job_id = j.id)`, id); err != nil {
+		return false, fmt.Errorf("cancel scan jobs: %w", err)
+	}
+	return true, nil
 }
 
 // Asset is an organization's asset.

@@ -536,7 +536,7 @@ func TestScheduleMigrationKeepsExistingRows(t *testing.T) {
 	oldPool, err := store.OpenPool(ctx, url)
 	require.NoError(t, err)
 	old := store.New(oldPool) // only for tables the migration leaves alone
-	org := createOrg(t, old, "org-a")
+	org := createOldOrg(t, oldPool, "org-a")
 	worker := createOldWorker(t, oldPool, 2)
 	assign(t, old, org.ID, worker.ID)
 	indexes := func(pool *pgxpool.Pool) []string {

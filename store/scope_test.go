@@ -75,7 +75,7 @@ func TestScopeIsolatesEveryRead(t *testing.T) {
 			require.ErrorIs(t, err, store.ErrNotFound)
 			_, err = s.UpdateWorker(ctx, sc, b.worker.ID, store.UpdateWorkerParams{}, onlineWindow)
 			require.ErrorIs(t, err, store.ErrNotFound)
-			_, err = s.CreateOrganization(ctx, sc, uniqueName("x"))
+			_, err = s.CreateOrganization(ctx, sc, uniqueName("x"), store.ScopePolicyAllowList)
 			require.ErrorIs(t, err, store.ErrForbidden)
 			st, err := s.Stats(ctx, sc, store.StatsParams{OnlineWindow: onlineWindow, LeaseWindow: time.Minute, FailureWindow: time.Minute})
 			require.NoError(t, err)

@@ -24,9 +24,14 @@ import (
 
 // An organization's scan scope is the list of targets it is approved to
 // scan (not to be confused with Scope, the tenant a caller acts for). It is
-// enforced from the organization's first entry on, and stays enforced when
-// every entry is removed: then nothing may be scanned. An organization that
-// never had an entry scans freely, as before scopes existed.
+// enforced when the organization's scope policy is allow_list
+// (scopepolicy.go): the API's default for a new organization, and what
+// adding an entry sets; with no entry, nothing may be scanned. An
+// unrestricted organization scans freely.
+//
+// One decision, targetScope.refuse, says whether an organization may direct
+// a worker at some targets; every path by which a task becomes leasable
+// reaches it (see "Scan scope" in doc.go).
 //
 // Entry kinds:
 //   - domain: a DNS name, and with IncludeSubdomains every name under it
@@ -40,8 +45,10 @@ import (
 // url_prefix entry covers URLs only: it does not let the host itself be
 // port-scanned; nor does it cover a URL whose path has "." or ".."
 // segments. Names compare lower case, without a trailing dot, in their
-// ASCII (xn--) form; IPv4-mapped IPv6 addresses and prefixes as IPv4. What
-// plugin inputs name is found by inputTargets.
+// ASCII (xn--) form; a host a resolver reads as an address in any spelling
+// (hostAddr: 127.1, 2130706433, 0x7f000001) compares as that address, and
+// IPv4-mapped IPv6 addresses and prefixes as IPv4. What plugin inputs name
+// is found by inputTargets.
 
 // Scope target kinds.
 const (
@@ -97,6 +104,9 @@ func ParseScopeTarget(kind, value string, includeSubdomains bool) (string, bool,
 		name, ok := dnsName(value)
 		if !ok {
 			return bad("not a DNS name")
+		}
+		if _, isAddr := hostAddr(name); isAddr {
+			return bad("an IP address in numeric form; use kind ip")
 		}
 		return name, includeSubdomains, nil
 	case ScopeIP:
@@ -188,15 +198,47 @@ func newTargetScope(enforced bool, entries []string) targetScope {
 }
 
 // scopeEntriesSQL selects an organization's scope as (enforced, entries)
-// for newTargetScope; entries only when enforced. org is an SQL expression.
+// for newTargetScope. org is an SQL expression. The statement that reads it
+// must come after the one that took scopeReadLockSQL, so that its snapshot
+// sees a narrowing that the lock waited for.
 func scopeEntriesSQL(org string) string {
-	return `(SELECT o.scope_enforced FROM organizations o WHERE o.id = ` + org + `),
-		CASE WHEN (SELECT o.scope_enforced FROM organizations o WHERE o.id = ` + org + `) THEN
-			ARRAY(SELECT st.kind || '|' || CASE WHEN st.include_subdomains THEN 't' ELSE 'f' END || '|' || st.value
-				FROM scope_targets st WHERE st.organization_id = ` + org + `) END`
+	return `(SELECT ` + scopeEnforcedSQL("o") + ` FROM organizations o WHERE o.id = ` + org + `),
+		ARRAY(SELECT st.kind || '|' || CASE WHEN st.include_subdomains THEN 't' ELSE 'f' END || '|' || st.value
+			FROM scope_targets st WHERE st.organization_id = ` + org + `)`
 }
 
+// scopeEnforcedSQL is whether the organization row o holds its scans to an
+// allow-list: its policy says so, or scope_enforced does — the flag of
+// releases before scope policies, which this one keeps equal to the policy
+// whenever it writes either (see migration 000025).
+func scopeEnforcedSQL(o string) string {
+	return `(` + o + `.scope_policy = '` + ScopePolicyAllowList + `' OR ` + o + `.scope_enforced)`
+}
+
+// scopeLockClass is the advisory lock class, keyed by organization, that
+// orders reads of a scan scope against its narrowing: every path that
+// decides by the scope takes it shared (scopeReadLockSQL) before it reads,
+// and a change that narrows the scope takes it exclusively
+// (lockScopeForNarrowing) before it changes and re-checks the live work.
+// So no task or asset decided by the old scope commits after the re-check.
+const scopeLockClass = 1801
+
+// scopeReadLockSQL takes the organization's scope lock shared; org is an SQL
+// expression. It is a value of type void (scan it into nil).
+func scopeReadLockSQL(org string) string { return scopeLockSQL("pg_advisory_xact_lock_shared", org) }
+
+// scopeLockSQL calls the advisory lock function fn on the organization's
+// scope lock.
+func scopeLockSQL(fn, org string) string {
+	return fn + `(` + strconv.Itoa(scopeLockClass) + `, hashtext((` + org + `)::text))`
+}
+
+// loadTargetScope takes the organization's scope lock shared and reads its
+// scan scope, in two statements (see scopeEntriesSQL).
 func loadTargetScope(ctx context.Context, ex executor, org uuid.UUID) (targetScope, error) {
+	if _, err := ex.Exec(ctx, `SELECT `+scopeReadLockSQL("$1::uuid"), org); err != nil {
+		return targetScope{}, fmt.Errorf("lock scan scope: %w", err)
+	}
 	var enforced *bool
 	var entries []string
 	if err := ex.QueryRow(ctx, `SELECT `+scopeEntriesSQL("$1"), org).Scan(&enforced, &entries); err != nil {
@@ -221,10 +263,13 @@ func (ts targetScope) allowsAddr(a netip.Addr) bool {
 	return slices.ContainsFunc(ts.prefixes, func(p netip.Prefix) bool { return p.Contains(a) })
 }
 
-// allowsHost: a hostname or an address in scope.
+// allowsHost: a hostname or an address in scope. A host that a resolver
+// reads as an address in any spelling (hostAddr: 127.1, 2130706433,
+// 0x7f000001, 0177.0.0.1) is that address; any other, a single label too
+// ("vm", "intranet"), is a name that a domain entry must name.
 func (ts targetScope) allowsHost(host string) bool {
 	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
-	if a, err := netip.ParseAddr(host); err == nil {
+	if a, ok := hostAddr(host); ok {
 		return ts.allowsAddr(a)
 	}
 	name, ok := dnsName(host)
@@ -302,15 +347,40 @@ func (ts targetScope) allowsAsset(typ, value string) bool {
 	return true
 }
 
-// outOfScope lists the targets outside scope; nil when all are in.
+// outOfScope lists the targets outside scope, each once; nil when all are
+// in.
 func (ts targetScope) outOfScope(targets []string) []string {
 	var out []string
 	for _, t := range targets {
-		if !ts.allowsTarget(t) {
+		if !ts.allowsTarget(t) && !slices.Contains(out, t) {
 			out = append(out, t)
 		}
 	}
 	return out
+}
+
+// refuse is the one decision "may this organization direct a worker at
+// these targets": nil when it may, else an *OutOfScopeError naming those it
+// may not. Every path by which a task becomes leasable reaches it — a task
+// created (taskTargets), a scan created (scanTargets: its first job, and
+// through them its later ones), a schedule's fire, a redrive of a task or a
+// scan's job, and a narrowing of the scope for the work already live
+// (recheckLiveWork). The targets come from taskTargets and scanTargets.
+func (ts targetScope) refuse(targets []string) error {
+	if out := ts.outOfScope(targets); len(out) > 0 {
+		return &OutOfScopeError{Targets: out}
+	}
+	return nil
+}
+
+// taskTargets is what a task directs a worker at: for a scanner_plugin task
+// everything its payload names (inputTargets: its targets, its input, the
+// assets it carries); other task types scan nothing.
+func taskTargets(taskType string, payload json.RawMessage) []string {
+	if taskType != "scanner_plugin" {
+		return nil
+	}
+	return inputTargets(payload)
 }
 
 var scopeTargetColumns = `id, organization_id, kind, value, include_subdomains, note, created_at`
@@ -321,8 +391,11 @@ func scanScopeTarget(r pgx.Row) (ScopeTarget, error) {
 	return t, err
 }
 
-// AddScopeTarget adds an entry to an organization's scan scope, and starts
-// enforcing it. Adding an entry that exists returns it (created false).
+// AddScopeTarget adds an entry to an organization's scan scope, and moves
+// the organization to the allow_list policy. For an organization that was
+// unrestricted that narrows its scope: its live work outside the new entry
+// ends in the same transaction (recheckLiveWork). Adding an entry that
+// exists returns it (created false).
 func (s *Store) AddScopeTarget(ctx context.Context, scope Scope, org uuid.UUID, p ScopeTargetParams) (ScopeTarget, bool, error) {
 	if !scope.Allows(org) {
 		return ScopeTarget{}, false, ErrNotFound
@@ -334,12 +407,17 @@ func (s *Store) AddScopeTarget(ctx context.Context, scope Scope, org uuid.UUID, 
 	var t ScopeTarget
 	created := true
 	err = s.inTx(ctx, "add scope target", func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `UPDATE organizations SET scope_enforced = true WHERE id = $1`, org)
+		if err := lockScopeForNarrowing(ctx, tx, org); err != nil {
+			return err
+		}
+		var wasEnforced bool
+		err := tx.QueryRow(ctx, `UPDATE organizations n SET scope_enforced = true, scope_policy = '`+ScopePolicyAllowList+`'
+			FROM organizations o WHERE n.id = $1 AND o.id = n.id RETURNING `+scopeEnforcedSQL("o"), org).Scan(&wasEnforced)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return missingOrganization(scope, org)
+		}
 		if err != nil {
 			return fmt.Errorf("enforce scope: %w", err)
-		}
-		if tag.RowsAffected() == 0 {
-			return missingOrganization(scope, org)
 		}
 		t, err = scanScopeTarget(tx.QueryRow(ctx, `
 			INSERT INTO scope_targets (organization_id, kind, value, include_subdomains, note, created_by_token_id)
@@ -354,6 +432,9 @@ func (s *Store) AddScopeTarget(ctx context.Context, scope Scope, org uuid.UUID, 
 		if err != nil {
 			return fmt.Errorf("add scope target: %w", err)
 		}
+		if !wasEnforced {
+			return recheckLiveWork(ctx, tx, org)
+		}
 		return nil
 	})
 	if err != nil {
@@ -366,7 +447,7 @@ func (s *Store) AddScopeTarget(ctx context.Context, scope Scope, org uuid.UUID, 
 // says whether its scope is enforced.
 func (s *Store) ListScopeTargets(ctx context.Context, scope Scope, org uuid.UUID, after *Cursor, limit int) ([]ScopeTarget, bool, *Cursor, error) {
 	var enforced bool
-	err := s.pool.QueryRow(ctx, `SELECT scope_enforced FROM organizations o WHERE o.id = $1 AND `+inScope("o.id", "$2"),
+	err := s.pool.QueryRow(ctx, `SELECT `+scopeEnforcedSQL("o")+` FROM organizations o WHERE o.id = $1 AND `+inScope("o.id", "$2"),
 		org, scope.arg()).Scan(&enforced)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, false, nil, missingOrganization(scope, org)
@@ -389,16 +470,32 @@ func (s *Store) ListScopeTargets(ctx context.Context, scope Scope, org uuid.UUID
 	return targets, enforced, next, nil
 }
 
-// RemoveScopeTarget removes an entry; the scope stays enforced.
+// RemoveScopeTarget removes an entry; the policy stays allow_list. That
+// narrows the scope: the organization's live work outside what remains
+// ends in the same transaction (recheckLiveWork).
 func (s *Store) RemoveScopeTarget(ctx context.Context, scope Scope, org, id uuid.UUID) (ScopeTarget, error) {
-	t, err := scanScopeTarget(s.pool.QueryRow(ctx, `DELETE FROM scope_targets
-		WHERE id = $1 AND organization_id = $2 AND `+inScope("organization_id", "$3")+`
-		RETURNING `+scopeTargetColumns, id, org, scope.arg()))
-	if errors.Is(err, pgx.ErrNoRows) {
+	if !scope.Allows(org) {
 		return ScopeTarget{}, ErrNotFound
 	}
+	var t ScopeTarget
+	err := s.inTx(ctx, "remove scope target", func(tx pgx.Tx) error {
+		if err := lockScopeForNarrowing(ctx, tx, org); err != nil {
+			return err
+		}
+		var err error
+		t, err = scanScopeTarget(tx.QueryRow(ctx, `DELETE FROM scope_targets
+			WHERE id = $1 AND organization_id = $2 AND `+inScope("organization_id", "$3")+`
+			RETURNING `+scopeTargetColumns, id, org, scope.arg()))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return fmt.Errorf("remove scope target: %w", err)
+		}
+		return recheckLiveWork(ctx, tx, org)
+	})
 	if err != nil {
-		return ScopeTarget{}, fmt.Errorf("remove scope target: %w", err)
+		return ScopeTarget{}, err
 	}
 	return t, nil
 }
@@ -406,16 +503,34 @@ func (s *Store) RemoveScopeTarget(ctx context.Context, scope Scope, org, id uuid
 // targetKeys are the keys of a plugin input whose every string names
 // something to scan, a bare name too: the reference plugins' urls
 // (http-probe) and addresses (tcp-connect), and the usual targets, hosts,
-// host and target.
+// host and target. A key matches as the worker's JSON decoder matches a
+// field: Go's encoding/json ignores case under Unicode simple folding, so
+// "ADDRESSES" and "addreſſes" (U+017F) are read as addresses, and are
+// targets here too (isKey).
 var targetKeys = []string{"urls", "addresses", "targets", "hosts", "host", "target"}
+
+// isKey says whether a JSON key is read as one of names by a decoder that
+// folds case as encoding/json does (strings.EqualFold: Unicode simple
+// folding, the comparison encoding/json's field matching is defined by).
+func isKey(key string, names ...string) bool {
+	return slices.ContainsFunc(names, func(n string) bool { return strings.EqualFold(key, n) })
+}
+
+// networkAssetTypes are the asset types whose value is where a worker
+// connects: an ip, hostname or domain is a host, a port or service
+// host:port, a url a URL, a cidr a prefix.
+var networkAssetTypes = []string{"ip", "hostname", "domain", "host", "port", "service", "url", "cidr"}
 
 // inputTargets lists what a plugin input (or a scanner_plugin task's whole
 // payload) names as targets, at any depth: every string under targetKeys,
-// and under any other key every string — and every key — that reads as a
-// network location (networkLocation). Which keys a plugin reads is the worker's business, so
-// the gateway cannot rely on names alone: a target under "domain",
-// "endpoint" or "upstream" is held to the scope as one under "targets".
-// Nothing when the input is not JSON.
+// the value of every asset under an "assets" key (the assets a scanner
+// payload carries, which the worker's plugins connect to), and under any
+// other key every string — and every key — that reads as a network
+// location (networkLocation). Which keys a plugin reads is the worker's
+// business, so the gateway cannot rely on names alone: a target under
+// "domain", "endpoint" or "upstream" is held to the scope as one under
+// "targets". Keys are compared as the worker decodes them (isKey). Nothing
+// when the input is not JSON.
 func inputTargets(input json.RawMessage) []string {
 	if len(bytes.TrimSpace(input)) == 0 {
 		return nil
@@ -445,7 +560,10 @@ func inputTargets(input json.RawMessage) []string {
 				if t, ok := networkLocation(k); ok {
 					out = append(out, t)
 				}
-				walk(v[k], named || slices.Contains(targetKeys, strings.ToLower(k)))
+				if isKey(k, "assets") {
+					out = append(out, assetListTargets(v[k])...)
+				}
+				walk(v[k], named || isKey(k, targetKeys...))
 			}
 		}
 	}
@@ -453,16 +571,57 @@ func inputTargets(input json.RawMessage) []string {
 	return out
 }
 
+// assetListTargets lists the values of the assets in a list of them
+// ({"type": "ip", "value": "10.0.0.1"}, …) that a worker would connect to:
+// an asset of a network type (networkAssetTypes) whatever its value says —
+// a single-label name, a number — and of another type when its value reads
+// as a network location. An ip asset whose value is not an address is a name
+// to the scope, and must be approved as one.
+func assetListTargets(list any) []string {
+	items, _ := list.([]any)
+	var out []string
+	for _, item := range items {
+		asset, ok := item.(map[string]any)
+		if !ok {
+			continue
+		}
+		var types, values []string
+		for k, v := range asset {
+			s, ok := v.(string)
+			switch {
+			case !ok:
+			case isKey(k, "type"):
+				types = append(types, strings.ToLower(s))
+			case isKey(k, "value"):
+				values = append(values, s)
+			}
+		}
+		network := slices.ContainsFunc(types, func(t string) bool { return slices.Contains(networkAssetTypes, t) })
+		for _, value := range values {
+			if network {
+				out = append(out, value)
+			} else if t, ok := networkLocation(value); ok {
+				out = append(out, t)
+			}
+		}
+	}
+	return out
+}
+
 // networkLocation says whether a string of a plugin input, under a key not
 // known to name targets, reads as something a scanner could reach, and
 // returns what to check: a URL (scheme://host), an IP address or prefix,
-// host:port, "localhost", a DNS name of two labels or more whose last label
+// an IPv4 address in a numeric form no number is written in (0x7f000001,
+// 0177.0.0.1, 127.0.0.1 — see hostAddr), host:port for any host name (a
+// single label too: "intranet:22"), a loopback name ("localhost",
+// "ip6-localhost"), a DNS name of two labels or more whose last label
 // starts with a letter (a TLD never is all digits: "1.2" or "5.0" is a
 // version), or one of these followed by a path ("example.com/admin": its
 // host). A single-label word ("fast", "common") is not one — put it under
-// a target key to have it checked — and neither is a string with spaces. A
-// file name such as "words.txt" reads as a DNS name and is held to the
-// scope; "./words.txt" or "lists/words.txt" is not.
+// a target key to have it checked — and neither is a plain number
+// ("2130706433", "1.2": isAmbiguousNumber) or a string with spaces. A file
+// name such as "words.txt" reads as a DNS name and is held to the scope;
+// "./words.txt" or "lists/words.txt" is not.
 func networkLocation(s string) (string, bool) {
 	s = strings.TrimSpace(s)
 	if s == "" || strings.ContainsAny(s, " \t\n\r") {
@@ -483,19 +642,19 @@ func networkLocation(s string) (string, bool) {
 		if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
 			return "", false
 		}
-		if _, ok := networkLocation(h); !ok {
+		if _, ok := networkLocation(h); !ok && !isHostLabel(h) {
 			return "", false
 		}
 		return host, true
 	}
-	if _, err := netip.ParseAddr(host); err == nil {
+	if _, ok := hostAddr(host); ok && !isAmbiguousNumber(host) {
 		return host, true
 	}
 	name, ok := dnsName(host)
 	if !ok {
 		return "", false
 	}
-	if name == "localhost" {
+	if slices.Contains(loopbackNames, name) {
 		return host, true
 	}
 	i := strings.LastIndexByte(name, '.')
@@ -503,4 +662,11 @@ func networkLocation(s string) (string, bool) {
 		return "", false
 	}
 	return host, true
+}
+
+// isHostLabel says whether s is a single DNS label starting with a letter:
+// before ":port" it is a host ("intranet:22"), not a time ("12:30").
+func isHostLabel(s string) bool {
+	name, ok := dnsName(s)
+	return ok && !strings.Contains(name, ".") && name[0] >= 'a' && name[0] <= 'z'
 }

@@ -469,6 +469,9 @@ func (s *Store) CancelTask(ctx context.Context, scope Scope, id uuid.UUID) (Task
 func (s *Store) RetryTask(ctx context.Context, scope Scope, id uuid.UUID) (Task, error) {
 	var task Task
 	err := s.inTx(ctx, "retry task", func(tx pgx.Tx) error {
+		if err := checkRedriveScope(ctx, tx, scope, id); err != nil {
+			return err
+		}
 		if err := reopenScanForRedrive(ctx, tx, scope, id); err != nil {
 			return err
 		}
@@ -502,6 +505,29 @@ func (s *Store) RetryTask(ctx context.Context, scope Scope, id uuid.UUID) (Task,
 		return Task{}, err
 	}
 	return task, nil
+}
+
+// checkRedriveScope holds a redrive to the scan scope as a new task is
+// (checkTaskTargets): the scope may have narrowed since the task was
+// created. It reads the task before locking it — its type and payload never
+// change — so that the scope lock comes before the task's row lock, the
+// order a narrowing takes them in (lockScopeForNarrowing). It decides
+// whatever the task's state, which is read unlocked here and may yet become
+// redrivable (a cancelling task acknowledged).
+func checkRedriveScope(ctx context.Context, tx pgx.Tx, scope Scope, id uuid.UUID) error {
+	var org uuid.UUID
+	var taskType string
+	var payload json.RawMessage
+	err := tx.QueryRow(ctx, `SELECT t.organization_id, t.task_type, t.payload
+		FROM worker_tasks t WHERE t.id = $1 AND `+inScope("t.organization_id", "$2"), id, scope.arg()).
+		Scan(&org, &taskType, &payload)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return ErrNotFound
+	case err != nil:
+		return fmt.Errorf("read task: %w", err)
+	}
+	return checkTaskTargets(ctx, tx, org, taskType, payload)
 }
 
 func (s *Store) readScopedTask(ctx context.Context, ex executor, scope Scope, id uuid.UUID) (Task, error) {

@@ -497,7 +497,7 @@ func (s *Stack) Producer(ctx context.Context) (*producer, error) {
 // NewOrganization creates an organization for one scenario, so that its
 // tasks and verification are isolated from anything else in the database.
 func (s *Stack) NewOrganization(ctx context.Context, scenario string) (uuid.UUID, error) {
-	o, err := s.Store.CreateOrganization(ctx, store.EveryOrganization(), fmt.Sprintf("bench %s %s", scenario, time.Now().Format(time.RFC3339)))
+	o, err := s.Store.CreateOrganization(ctx, store.EveryOrganization(), fmt.Sprintf("bench %s %s", scenario, time.Now().Format(time.RFC3339)), store.ScopePolicyUnrestricted)
 	return o.ID, err
 }
 

@@ -475,6 +475,24 @@ func (e ScheduleOverlap) Valid() bool {
 	}
 }
 
+// Defines values for ScopePolicy.
+const (
+	AllowList    ScopePolicy = "allow_list"
+	Unrestricted ScopePolicy = "unrestricted"
+)
+
+// Valid indicates whether the value is a known member of the ScopePolicy enum.
+func (e ScopePolicy) Valid() bool {
+	switch e {
+	case AllowList:
+		return true
+	case Unrestricted:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ScopeTargetKind.
 const (
 	Cidr      ScopeTargetKind = "cidr"
@@ -1009,6 +1027,9 @@ type CreateApiTokenRequest struct {
 // CreateOrganizationRequest defines model for CreateOrganizationRequest.
 type CreateOrganizationRequest struct {
 	Name string `json:"name"`
+
+	// ScopePolicy Defaults to `allow_list`.
+	ScopePolicy *ScopePolicy `json:"scope_policy,omitempty"`
 }
 
 // CreateScanRequest defines model for CreateScanRequest.
@@ -1415,6 +1436,10 @@ type Organization struct {
 	CreatedAt time.Time          `json:"created_at"`
 	Id        openapi_types.UUID `json:"id"`
 	Name      string             `json:"name"`
+
+	// ScopePolicy What the organization's scans and scanner tasks may target. `allow_list`: only targets
+	// its scope entries approve (with none, nothing); `unrestricted`: any target.
+	ScopePolicy ScopePolicy `json:"scope_policy"`
 }
 
 // OrganizationList defines model for OrganizationList.
@@ -1796,6 +1821,10 @@ type ScheduledTask struct {
 	TaskType   TaskType      `json:"task_type"`
 }
 
+// ScopePolicy What the organization's scans and scanner tasks may target. `allow_list`: only targets
+// its scope entries approve (with none, nothing); `unrestricted`: any target.
+type ScopePolicy string
+
 // ScopeTarget defines model for ScopeTarget.
 type ScopeTarget struct {
 	CreatedAt         time.Time          `json:"created_at"`
@@ -2045,6 +2074,13 @@ type Trigger struct {
 
 // TriggerKind A schedule's slot, a manual run of a schedule, or an API call.
 type TriggerKind string
+
+// UpdateOrganizationRequest defines model for UpdateOrganizationRequest.
+type UpdateOrganizationRequest struct {
+	// ScopePolicy What the organization's scans and scanner tasks may target. `allow_list`: only targets
+	// its scope entries approve (with none, nothing); `unrestricted`: any target.
+	ScopePolicy ScopePolicy `json:"scope_policy"`
+}
 
 // UpdateScheduleRequest defines model for UpdateScheduleRequest.
 type UpdateScheduleRequest struct {
@@ -2661,6 +2697,9 @@ type AcquireLeasesJSONRequestBody = LeaseRequest
 // CreateOrganizationJSONRequestBody defines body for CreateOrganization for application/json ContentType.
 type CreateOrganizationJSONRequestBody = CreateOrganizationRequest
 
+// UpdateOrganizationJSONRequestBody defines body for UpdateOrganization for application/json ContentType.
+type UpdateOrganizationJSONRequestBody = UpdateOrganizationRequest
+
 // AddScopeTargetJSONRequestBody defines body for AddScopeTarget for application/json ContentType.
 type AddScopeTargetJSONRequestBody = CreateScopeTargetRequest
 
@@ -2774,6 +2813,9 @@ type ServerInterface interface {
 	// GetOrganization Get an organization
 	// (GET /v1/organizations/{organization_id})
 	GetOrganization(w http.ResponseWriter, r *http.Request, organizationId OrganizationID)
+	// UpdateOrganization Update an organization
+	// (PATCH /v1/organizations/{organization_id})
+	UpdateOrganization(w http.ResponseWriter, r *http.Request, organizationId OrganizationID)
 	// ListAssetEdges An organization's asset graph
 	// (GET /v1/organizations/{organization_id}/asset-edges)
 	ListAssetEdges(w http.ResponseWriter, r *http.Request, organizationId OrganizationID, params ListAssetEdgesParams)
@@ -3721,6 +3763,32 @@ func (siw *ServerInterfaceWrapper) GetOrganization(w http.ResponseWriter, r *htt
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.GetOrganization(w, r, organizationId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// UpdateOrganization operation middleware
+func (siw *ServerInterfaceWrapper) UpdateOrganization(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "organization_id" -------------
+	var organizationId OrganizationID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "organization_id", r.PathValue("organization_id"), &organizationId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "organization_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.UpdateOrganization(w, r, organizationId)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -6310,6 +6378,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/organizations", wrapper.ListOrganizations)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/organizations", wrapper.CreateOrganization)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/organizations/{organization_id}", wrapper.GetOrganization)
+	m.HandleFunc(http.MethodPatch+" "+options.BaseURL+"/v1/organizations/{organization_id}", wrapper.UpdateOrganization)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/organizations/{organization_id}/assets", wrapper.ListAssets)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/organizations/{organization_id}/threats", wrapper.ListThreats)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/organizations/{organization_id}/scope", wrapper.ListScopeTargets)
@@ -8257,6 +8326,104 @@ type GetOrganizationdefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response GetOrganizationdefaultApplicationProblemPlusJSONResponse) VisitGetOrganizationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateOrganizationRequestObject struct {
+	OrganizationId OrganizationID `json:"organization_id"`
+	Body           *UpdateOrganizationJSONRequestBody
+}
+
+type UpdateOrganizationResponseObject interface {
+	VisitUpdateOrganizationResponse(w http.ResponseWriter) error
+}
+
+type UpdateOrganization200JSONResponse Organization
+
+func (response UpdateOrganization200JSONResponse) VisitUpdateOrganizationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateOrganization400ApplicationProblemPlusJSONResponse struct {
+	ProblemApplicationProblemPlusJSONResponse
+}
+
+func (response UpdateOrganization400ApplicationProblemPlusJSONResponse) VisitUpdateOrganizationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateOrganization401ApplicationProblemPlusJSONResponse Problem
+
+func (response UpdateOrganization401ApplicationProblemPlusJSONResponse) VisitUpdateOrganizationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateOrganization403ApplicationProblemPlusJSONResponse Problem
+
+func (response UpdateOrganization403ApplicationProblemPlusJSONResponse) VisitUpdateOrganizationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateOrganization404ApplicationProblemPlusJSONResponse Problem
+
+func (response UpdateOrganization404ApplicationProblemPlusJSONResponse) VisitUpdateOrganizationResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateOrganizationdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response UpdateOrganizationdefaultApplicationProblemPlusJSONResponse) VisitUpdateOrganizationResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -13605,6 +13772,9 @@ type StrictServerInterface interface {
 	// GetOrganization Get an organization
 	// (GET /v1/organizations/{organization_id})
 	GetOrganization(ctx context.Context, request GetOrganizationRequestObject) (GetOrganizationResponseObject, error)
+	// UpdateOrganization Update an organization
+	// (PATCH /v1/organizations/{organization_id})
+	UpdateOrganization(ctx context.Context, request UpdateOrganizationRequestObject) (UpdateOrganizationResponseObject, error)
 	// ListAssetEdges An organization's asset graph
 	// (GET /v1/organizations/{organization_id}/asset-edges)
 	ListAssetEdges(ctx context.Context, request ListAssetEdgesRequestObject) (ListAssetEdgesResponseObject, error)
@@ -14459,6 +14629,39 @@ func (sh *strictHandler) GetOrganization(w http.ResponseWriter, r *http.Request,
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(GetOrganizationResponseObject); ok {
 		if err := validResponse.VisitGetOrganizationResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// UpdateOrganization operation middleware
+func (sh *strictHandler) UpdateOrganization(w http.ResponseWriter, r *http.Request, organizationId OrganizationID) {
+	var request UpdateOrganizationRequestObject
+
+	request.OrganizationId = organizationId
+
+	var body UpdateOrganizationJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.UpdateOrganization(ctx, request.(UpdateOrganizationRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "UpdateOrganization")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(UpdateOrganizationResponseObject); ok {
+		if err := validResponse.VisitUpdateOrganizationResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {
@@ -16181,511 +16384,523 @@ func (sh *strictHandler) RevokeWorker(w http.ResponseWriter, r *http.Request, wo
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7P2LcttIkjeOvkoFzz/C0nwgRV1tSbGxn8bt7vZOX/xZ6u3zbdNHKAJFEiOwioMqSOY4HLEPcZ5hH2yf",
-	"5B+ZWQUUQIA3Ub5t72y0RRKoe2bl9ZcfOpGazpQU0ujOxYfOjGd8KozI8NNVZJJ78UalSTSHz7HQUZbM",
-	"TKJk56Lz+4QbNuGzmZCaGcXMRLAHld2J7JlmHF9l3BgxnRnNRipjZpJoprIxl8k/OTTS6wSdBJr6Ry6y",
-	"eSfoSD4VnYsOvdwJOjqaiCmnrkc8T03nohNxGYm0E3SEzKediz/KL+KMJ7LzLuiY+Qya0SZL5Ljz8WPQ",
-	"uaJxvP4O2sIuZ9xMvB7p99sk7gSdTPwjTzIRdy5Mlgt/FCOVTTkMIs/xycWOXk64HIu/JTLWiyv2q0zn",
-	"LMInNFMjWDEt2B08zPYyMRPc4CoWu4DLpsW9yHi6D6sl3s9SFQs3sqbFg+YqS5cYMcXB/D+ZGHUuOv+f",
-	"g3LPD+gxfVCOu/Mx6Ez5+9f01lkxSZ5lfA4/ajNP4QtYDPj8Ms+0yhZnezMRLJTivbmN8InQTpnNMnGf",
-	"qFyzGR+LtjNA71QmMuXvfxJybCadi6N+v2n1v09S0brHoyQVj9/gnwTX4kbdCdk84xR+ZwYewMnak8Ue",
-	"uGbjjEsjYvaQmAnbS4AshIwSOabn94u1mAgei6wcOnbapV6XDd9bocOjF0Fnmsji81njbJJpYor1qm1B",
-	"ij82UuFpHw9JMgUSPIXNmCaSPh0W/STSiLHIsKNfcY14+joW05kyQkbzv4kGpvIzvxMaFw5mKbRhmo9g",
-	"PRnRR49dGTZV2rCj01OgpYxHwK5al87rsAs9th2o09PqcjWt1q8e72o9Zj6De/xxe2vffey6XbJYZMCR",
-	"E8NGmZpWziaXMdPwmowEk/l0KLIdrPNax3Stdb+OePt664jvYJ2vo4mI8yXcQ9sHdtCViDLRfhVp/HkH",
-	"3SQyEivuoFgYEQFH4oapjPGREfaaNsm0lTVrbLlxNDE3ogvvNg7phuu71nkbru8eP+vfpEnSdWc9FCOV",
-	"idUTzrHRLSb82yxVPG6dco4/P37Sv4vhRKn2pX2g33fQEYp37f3gz4/t5iO8rGdKaoFiy5tMDVMxhT8j",
-	"JY2QeGHx2SxNIuSyBzN64n/9XSu8lcu+lok8rl3ssXpcrphtku29/f4lOz85fb5PtzZn2vBhKlgYqViE",
-	"PVwW2yKKzLOkEA7Eez6dpUiDUSa4EfEtzvuof3TWPTzsHp3fHJ5eHJ9dHB/9B5y8uHPR6R+eH48O+VF3",
-	"GJ+cdJ+L01F32D877J5Ep/GZeD560T8/9ISkBAYa5xFy4vrN47X2PDoR3efxIe+e89PD7tnweNQXR9FJ",
-	"fNjHvbpXd7BVI55q3Cs1g7X/o1O0/u5jAB9mIjOJ0PUprUcQKL4mmdAbvZPElWebD03QSbk2t7necEC0",
-	"jh8Wf1hYyzWGMOOZkOYWZTn7zqJ86CRDbphdQasXSXHJZJ6mpCrBU7p4Ao9eOOZGPPA54/E0kWGPXdFj",
-	"AylBQ2B2cVnKiYtzGTCpMjbhmj0kscgY7StyeqnMRGQVbcy+AmIpzSQYSJAM8HSAkMrt4PELoRn0Orff",
-	"JcV0ApYJEN6Te5HOewPZCVpW7g+3dEEH5g2K2/su3X72JH70jmaxR0OlUsFlp/xxox13Z3tNvQiJ+Rre",
-	"6XwsWrOq0Eefy/3RwanhgSp6CXwqKSdTqqhq+HcRGWjaMY6fEo2zqRJbMda1Bu3aWj1kbK1xOFoLU2Ni",
-	"sTA8SbH3idLGaQkq4il8htdGSabNrRZC7ozVpXydFiVsfpr8U8S39zzNYWCHR897/V6/d/gY1uhUmVkn",
-	"6Cw2vMAUvSVatkH/dv3rL78Wa11btKdgjBs3vrieO2KS9EVDY23dNFHZoo6FL7lGGoZfX+XaurSSANlF",
-	"aoSAcnLn4sPHoMMdndjXZyozTUfl4sXJyXEHBQ0SPndGH2jvoY5v1UxIET/mvDvbzK1Tq7w3X/DDw+7z",
-	"4VHUfREfi+7h6IgfD2k0yPIWXjgfHkF/x3H3XJyMuuXjz0eLpOMWdQPCKRZ/KTOEh96KUfHCuieVtIPN",
-	"RlTZ3R0TMm30Jma8rYSYhQOwxkvrP7seNZc6PW1x4Kya/vquoNmdXKRlc4t3adDxjJtrMK7ld+2reIHN",
-	"rHmZgjkHZ7Q27RVjKK7xkmNVrvPd39OP0FFSbsXoTGiV3gt9axRMRS1OfjmnWnGnL3CmLe9nty/LDhjs",
-	"+isi1ie9zrfhBOWKr57DW/fsR7cha816PW6AC+mNB7vY9kJ/Fe+QNUBjT80YdjbYpx4o3LFwj8dxQrb+",
-	"N96IrWWhOgknC9aML9AYg98CJnrjHgsdmwoDFiYz+C9IO/BvnqXwTwRtjsAcBCaZoDPjxogMGvv//cG7",
-	"/3wH/+l3z2+77z70g5Pzj/9P03kvBNCqn6m/2j7tL1JFEG1Zq2Qsp9aM5UuV+MMKyVBIsD4VVrWdmXxK",
-	"053XBI+Oj7vP4xPR5aPTfre8QV70G+Q3f/jr8iXy3ab4FnmKG85DzZVcvMOGc7KdkGG31/F8UkeHJ89P",
-	"XhyfnTz3XFP9RdeUt6JNFobt+Oa9IsPkbSa4NUk2PrVTw4a3g5tKYYss17fkugUKKlu8wppBm1U/4fTt",
-	"LbmYkJhGiUz0ZCN1aLlkg/7XW9/Q2NaqNjxbpYhpw02uYeXyKBIixmVwnoq1BY4dEFdt5T5sddKzTGW3",
-	"EcYPNJxI+nkqtObj5icqm7VrM8XCvq3bQZZLmcjxRu/4e7/BOyZffdXSTl3Twx+907LGIjyChhP/ZFYJ",
-	"uHZ4ipk0LHplZZYQ9is4Kxve9u7g+UEKK2/XoOMdSO/Nk35DBAisiMnmwK4q0Qp2OHU+W1tBHN+SOf+a",
-	"m0iRu8CFHvlcYcQT4pLF/dQQihR0qufDawv3Iu4U57kTrGre+VNifHQmMi3itl7zODGv7huEjsjesnRg",
-	"esTUOwH8oLLbTRRAesN2bWysimcQdZdh507MWSo43B2WP5wcBR0VRXmWreDHNriBxjV8Hh9GR/xEnI7O",
-	"+s8PXyABZGNhasNexmmLV+y4aRkaGHDkVKGFtS1XqvVHJ+i6vXarY3sLOnqujZjCIkol51OV68Zt3Mq8",
-	"XOMmiTRnJ76odN7vPz88Pz86PXl+0j8/P1x1jVQ26mkV0HKzG5bW2+v2X1vMzY2KpzevysYFbvcbmUNB",
-	"WTtR1IrWnlBbe8lnfJikSXG2G3k4KRh1vzgcLUZNXYJDkOu7Z5qFruPbyGs7ZNNcGzYUDPz2PJEiZgm6",
-	"CvfC/z3I+/1jEWLMW3WE4AYcq679Enz6vbf84Wd7DVRiLH2aItsun80Ez0RhOryNE+19V7WS46coVcR3",
-	"PSXyljQK+HZizOyWLszi2ybSfKmApRrxM5fzt3RwN74fsYVEyfXPy8viHYjXrIZuurA8+/FwhS/Q777x",
-	"1FQmSPEZi8f9cZO4kvqBmMxOhrrdPggn26wh5pEcRKIxT28zofPUrJzwW3zsr9xEE8+kR/F3noi/GDww",
-	"ScYToQ2jfrpDaKEeuefFYTMtpClDr60cuKWerErxZ42FccLSgqppv1++beXpatAeN9EG3TuNetxauufG",
-	"yh6+AP3B5OxJJUmnWaVb8zKsz2RDLWQr1Q2laftGPfbfhjfDbNlQwJ5qjH3G4Cg+5gmEkoyA2T8kaQqX",
-	"ALSWiLjXCdbsfhPNyV/1FREdXN9d44P1s1lJAihVqdrKV/qqLuySQ10yt8cfaqL+b4Ik3CCO+v3HEsis",
-	"DBNcK+rPX8c1bqeSK1VMAYs8+sebmzeMHrDWyeIEMJ4qCcw5T2M24feCDYWQjOPBsGFeFe58en7uR9b3",
-	"+42x9a1n2A5z+bFEwWGzG3LDnfnzQm28UMn4YtpTSWzzz3QlqaQlb2Sz1I9dXeeV4+ZPKFh+02eCG+HC",
-	"1LYU06zVKpG3WkTKJlwV+3B8eHp81u9XUlPOGvfBxYDW04tW2KW20WgfFXxYSvbHm8j11YjE9t3wk1u2",
-	"25GtFrJptO2DhEyQ7QZH2iBZBXSL09El5dXCYhWDeBQGYbQiTS/hiSRj6OHT7O8qcZIQNo05BG5zVx6I",
-	"ck8PfYNmofFvFcGT5uNkA/UL1vQNvlPXH5ceM1jgRGWJmVdsrX5i2GGV/LqVOXoU2Lor32eiWNhLGwVd",
-	"2cgwgNQVYDyGwdVKX4OVgadpj12laWGDsNvkr+gzTTuLtMEeJhTHDPHSSoqA0qIUNfAAAdu0siyRs9xo",
-	"BkeV7YELGoYR8jjOhNYCP5TDQ+d18Uf5G1k+ig3azOe86uCs9O+5FS9PyzKao8yn7eguFiBTrhNH4vr5",
-	"rnzj03Jnk0zhrzWHeUNPr15ry4Bt64G/IssWXc3EDe7SduueyCjNY3Gr82GsptwyhLpLpEpu9CBTMp1f",
-	"2Oh+POS5jEUGpGGU6nUWHSnrxSZ6U3IBilKZ+uaeNvp1dhObYYMI22Mz7NpjDsLj7sClC4Ht/wJPbntS",
-	"QaGCb/V6fYHOe4OPt6zl2enp8dnyxQw6D1liBGTSkXG49FemfCjSNYdCKWQ/0RtrE8+qLYMJbikXWAnW",
-	"JFOhctMoS571T16synEOOlGWmCTiacUGvlK79J9FD0/K5/4gqhT6nWJSGasP+OmLUy7nzL5GCb5SPVRN",
-	"LSoHv2iwKCI3KipWa8KkLRHluCMNa1Qd3o88ixmmjTNV2oeeafYwUalgWS5pbJgVkyirzIRlD7HgcZpI",
-	"ccvtBbnZ8A8bho+H81aLVIBHZ9V+4MG8dg8XWlqcZ3QoK1O3vPTYl3mOzyojOm06KVP+vhbv5FqqCk+r",
-	"Ttx2SWpzSDrdzIU4S6QU8W0lPGFRXyXbBjxC+W1TPsctL+yEeyBR4Y5XNyVEUcsnGxS6BlIbsB1OQSvf",
-	"77HXphDmeNlRTVrXQoCoOElSzHWPuCwIJoCnBxKH8sBhHCRRzoSMIYCEHNQhC6vTzSW/50kKhs1wWT5b",
-	"xRa1I8m40a+2KU9BM+5qE4rJ5hbqBTRVykLPxKiBzOHqatSVQKDGF3W56ZmIRHIvNLn+nC1jL7QPhvuQ",
-	"yEgf2DTRGswaKsOtmYg0dvK9wAxtBmEQugqsAXuIJiYWqVgw23B123xRe/2ruaoL1dWf4hJex+IMt+9a",
-	"crlrc8ldN4F/Xr2P0lxvoKvX9F1fa1Ij5jJjAvuXjaANmHgP//IUfzOJSYX7jfQjEBMTM+91mhXudb0b",
-	"fqfb6EPbBI55U2sSQlf0WMZ2bjpWt2arD6N9DnUTb+UXo6g2FITt2NvPmEUU2Fbl807aGsK9F4FbMEuK",
-	"PlhUNMQ9pljPNzGj2clgWAXRoU/aL5ZZOYJOLpN/5ML+bMXebe7dPGuApbiSbGLMDPgd/KvZb29/qhlz",
-	"N9dyFrkK9F1duiU7j5felhEMXgTFKJFjkc2yhELO/Ij8fvecd0fvPpydNAfi+83MyDlRW5B+s0XkNlIS",
-	"Y3hgnlzfVYWrw9r9u1K82p3poUFWqiXeG6YepPZdDXuJYeBjsDHXYIZMDAK1yEjApSkH0m+li1asmNAB",
-	"UPZC3R2Uebx31YOs9IrSELOrgz6NxKwp3ljBaJ27j45T4+1nVTu/sfZjGbcAa/BZUrpQPgnKxppgGXZQ",
-	"nYexuf3v//yvBv+/P/K1svmb8BGWuI/o0YDpCW69jESPXQuUwMGWHV7lZqIyexou2F8Fz0TGMC4rImAJ",
-	"CtHqdRZNAeVAkCXWdta5gMopLtlYOiG4Imn666hz8cc6J6rzMaiHHgmZqTSdFhAcTShAJAxc+muyenbB",
-	"QtObx6kv7l1tzRZGv7zXxQWFQ+cS6xajED9hcv7KDKhKwqAXwVfN65xwfWuz6bXI7kV8O4T7OFL3ImuO",
-	"jn2F67Xu1eWj8+iMLppOF/7vr69+eP0Le/nq7c3r71+/vLp5xd6++j+/vbq+wV8H8r//878GEv9+9ct3",
-	"S55r2EJkCKKZIRSjaLruVom/DWf/MW64htPohte4o8XjTTx6ySJUBfc2nt3k6n1xdtIQM9K0Dqupeyvd",
-	"ocn7vGitqpmj1iB6PxmjoZem5f+eJ2meiet8OuWk6deDMnPZEMR15TLqKPUANWnrJXtIZKweSDChzAOQ",
-	"UWk41QiuR4eTZyIS0jRfYSk3AnRUtDRM2R63mISH/f2ASfEAP2Ia8NoK/lvszS5YU4w1zbzRDNwY2nG4",
-	"MiSn1mJgt6OYeeOOJmk9/NFin7lEBR//DHHPgqcSfzIBbLhnO9k641RP+NHpWeeiczaM+jE/HJ0cjc7P",
-	"RtHx8+GLYfxcxEf9IT99ftY/i494P+anUcyPhofHp9HzF6cno2Ecnb84Hb7gx9BW8k9xO5wbON6HRxtH",
-	"pD021Ky6FQ3X5TbYaGv2vVPEMrcnDc35S7zL7JH1gzrXAwewWkRlSyqjL2ZZ2ZY2ottFEge08wjorR8F",
-	"T82kTv0TEVl9lhs+5BrfuesEnTTRRkj3yUEfwicvUNF+rF0LRZvNgtKHNgHRG6xeyGPDYXjG12ZAbn8p",
-	"loQpvtY6F/HL0iBQXxZ+u2AtaBHiVglvpdC2+xa3FXKc4zETUjxUfjnpH6NQ9/jU4qYlbLqLX16ROADm",
-	"CO2MFN6bmu3xVBMMvEUqfKYDF3bj7AxamHy231tDP2q0A31JslzTttQX7i084ePqpkqO2Z55gHVKsrjw",
-	"oqTJSMD4WpyeC10/IlO4fHVxiYOm47BaKG1YiiZq9pyKK9LONswIQ68tpYUt5Wd+xMNxKw7lAhysbRlM",
-	"cLwscUBRDwGbimyMmW22BgJ9byPJLhAxFppnGGDI6eeAhdBXOJCZmCr0jpnAvQkOS7jWYqYNn/dYHQDj",
-	"YaJ04VlfcKXCEKR4GEjbGojvDMw+1nTI9uwrKcSj7QcY1wihb4VPVRs104zH97BwmpA/XXDDQBaeyPlF",
-	"6eQbK6HZkEd3rhDEP3KRC/QQVcpCSPHesIngmRkKbmzkuya/LHn5QhxWz7LNgtGnYsyjeecCVi3o/FNJ",
-	"0bnoiLwLKoC1/vpbfXbScPzwlFhAdYe/soF1+07MG87Q8pCZRaYGLXIbiOCuzNcw2V+UwX9fvU80RuZ9",
-	"p4T+RRn83HnX1Da8373nGRwWtEDiDLEV/Ms1iR+KdvFTtXFn4WmsWQHGajZVmUAjcfhakrs+xNbDSyaV",
-	"tD9RF/Znv4ewLdbx7Lg+r2r1iZMVUhTsibem79p2/doL/9jAS/r7JIkm9vTqZ44+Ke2VSSGgbsff8qHI",
-	"pIALUIsplyaJ9L4LnwsxdsEGSIVsxpPMxTAM5CwTmE8Ay0WPi/fwHXh16amJSuMeLvlFyVrAK+BeRee3",
-	"deGGtIXh5UDavblgfAiPBbCDlVekfQfU6sti4y7ru8auJAOeA6FFtIADSX859F8LG1BUCzg+YkZkU+1C",
-	"cOt0TOtRzlOjvRdJq2MSkfm7eUGE4U7mH53xLO8E8N9uyrOx6Lz7+C7o+CsMPdR5w4LA0zCENQX7BQZS",
-	"jco/WrQm1Ae30cVUJQn/heOjhYP+se3oP6rfevr3wuWnhQEYJrdnmvxNe4RIPZx73B+cUCId7QcQU+0y",
-	"xwdy4f4Cz5U2QBPAU7jvpOixv4k5XKn2sJ0de5UpKEwokeOBDC3e17u9P7r0123v4N1f3Lf7/xpe2vD9",
-	"Ndra++Oq+x9le8WH2967v3g/7f/r/r+GJR2cndglWqAAPOUX9ixveZEJvpPs2OIivk2kEdk9T0tJ9rC/",
-	"CZZSJZepE5+dv4jjk+dn4pCfjOKz4VC8GB0+Pxwdng/Pzk75i/6xOBPx8FBEZydx/OLFWXxyyI/OotH5",
-	"aXTEz8sGjTciCLODU9OCJLVJQmI1AO/4MXi5ZTgdpgXAHwViTWci0lSVORmdi46IJqoWPIRop1Jkt/ah",
-	"j481Ty3b1mYFxZSFixCLfmSEXFMR2R63aWX+WyXJ7ZLp0ndJxWdY6NVFCiHilO4kFxkWwQW0jnuv4bDV",
-	"x3NdC61lWBPEWzi7AmuuGg1gM9vL4gLZFCSrQjZE3o1EJmQEqnnoBfSB0D+k8IBLKyG45JeB9F4CIaHH",
-	"buBEJNQsMvdZyiPBOPWOS84IYUNfsDshZrBHKkerfarG2hURwEROtueZB1gmYg6ihJ1HoYBgoLkmjQpD",
-	"BtV4n/jool5Y20rHIFZmgEs+0xNlNslobEDLWjw5S8nPju9dG09/ay1ca7lv8I1qUbGK92a3bpqZyOw0",
-	"FkeCA2QHrOrpaAnfXhZq/gmdL9582rdjY0TTDTl1jQVuXL5trYO7ZHpbBXk9IhIZ7t3GwKyF4FQUosrM",
-	"BpyPvmRoYYyA3cRV6fIZsGYh4Dce2XjUtmjrxmCvWaaMilR6C+EFTZGLTe4TNTIPPBMt7xw1xqlB5Hlj",
-	"GsFRv74OP6oHMhgahQHrJBEjc++xl5VVwBCJjNkps72jU6bhN9v6fq/TnqPQjCrQdmbakH9oi9bXpeDx",
-	"lV4S22jrEb52iB/VhQupgmhoLyQ4IokEJGECz7u1yGIiDi/Q2kX5BxbowWYFFDh7Yc8apdyzZEcDwwdw",
-	"3DHZRhzKCY8iMTPkJC+gqVw903r3QKmqybrjz68NaELD3OGWBV3eJjhEPMsSOhUVWagIDkSDW6+qkWyj",
-	"OizMxDGLnesUdRXA4YjYRX20L3dhIk2AvMtF6k8hJq8jnLbIpJesT/IdnLV1BdR1oHQ8ElyJQ9J2/Bdm",
-	"10jranw1mwkZvy0gWyq2YWijdi4aF+7ovHduYfTUaKQFcF3I0MpyGfHyFC+cqUoP669Jy+atsfyVITbG",
-	"D+Nv1tj/3rBokss7MhoigivjZrfyn7dGTeOJ+AxL3GaCQ370JRvlGVYYi7nhoD7EmYL7qil9uB4X7M3d",
-	"7zeobMMGR+clrM2mOQzcLFTU7Z+8OH3eiKVSbNSu1ru2JMVq4LBapnkj3psdQqZ5phV3M5ZWclwdhFyC",
-	"C9D22EPeKMFJ1GmgMvd3fw2C2xIc7VHw2OUsl4DxIDqEkLGIL5hUdPXjEcf7P1JT0Zwg787TwtBrlL47",
-	"gn2KNitMYAUZL6BOF4e4SuC4Mt7qN53uX2dCUi3VbaE1qwFbhcxdCaNTkRGmq00m+LQTLFQpbg3F2qic",
-	"sR90tUlSzNPEY7VgBTVETzVui2c1fXTB0+V2VlrrzlU0bRD5Pn243ZLSjyuCzPw120WwWWUPng4z2O+m",
-	"zNhYqF6Cocy1GiUiTcYJQrJb2iyAwNVolCayTAJyQNv3wrPO94O6yeHjeqGutWFsggleOOxa88pOKvXH",
-	"pci6Iu9ipUmJU3JzrTkW0I251pF/11qjpeo1aHIXNGxFk1JTbkzTr2V+q1Nji+fLoQWdONHV8iDYr/dt",
-	"ucnc3DrzTKPGWx6CdfJ/GqOaOkHT7IPq0FtzXxcP+a4p9PcCXn7L4NA3hFXwtticesDCnHEKvonJCZDo",
-	"EjEkZnNheiwkR9OtVObWRfmgKcQD7AitY6tHz4bQjrUu29d1WCI2zMEM4cUUuJCJWvairqY97rmnMK6w",
-	"GAnIVWUf8EuaMp4JnAeab0VMCLPasMTs91wM1DTR6LcNUTQjQixcCmDTgZG5Za7CTYBUZ6M7LHSFiej5",
-	"ljCr3jKUiNpK1sAzQvS8aB/DgleBKizCZNFEZdXA+bSXS7eyAXO0FtjCzHHALM0FRZ1nOEf7vklKqlvX",
-	"wm1BOo3nAqup3tJqlo+WW18su+Ob/heta2SbAF5wO4KoOwpdjvNUxLdYwbrj8IchrEyNRo0sw6sNX/Nr",
-	"2rLtRSF3WzqhVsV9ysHNL7qZ4HGlrHs1Pwwrl5DC2UWDnSvF4PJUvF0rcUGJ9tCCKzI2ESlqv6tKWLiI",
-	"6pP+uU37d74eZru2q4AZ4xcHB7S4XetU68Xi3hXE1wfekD+21WOp2ZJaFgaevmTh+65tuwtf6JBB+LkL",
-	"BoKv/PhfdNnqYCBx0YH+c53z1KHj7v2giFIiJbXhkvAXZzy642MxkOE4MZN82IvUtDbHA/evHQtgiPwi",
-	"HrB/jQEkYIiNUUkzGQUaDmQu7yRkfeIoh5QU7YH1VhyMnq+4Ml+8XiE6FvyW3eKWu+ic9o8vaPPd3IGl",
-	"SMXc02A7zvgYJztKxrmtUWDNsw53uXPROemfX1QATngKmzAnrdOeX0vWDmM16Ax53I10hu/37aqWYbwY",
-	"tA2auj18DP0qKUi/lNkFawFlWext4YzYtuHMKV1l420NDTPB74C3ZXla3AZXb15jSyaadKUy3ZnIdKJN",
-	"dboeTHKU8mSKjaC5jw0tN+YGbUwUXFQ2UrKSrnhvoawvOidH53ZHLJt1ZfUxqg6CeRX5ltRMSDZTaYqV",
-	"8UcqTdWDrsZGd12hHRjvoR1vmghpKqtsV++epwmG22LvVgHxWyuv+rK5TOVG2JhCzm5+um7ooNaMPdCr",
-	"B5WJMaxURvewVKxk4/h8l2pg+Pt8fl5p8AH+wx/43IGOwYEhZwLbS9UYAqAhOGCfUnFGaRIZf3PdcXG/",
-	"WT4sIMwQzqU1ApT5kGvR1ssrj5qQ/ZYNVFvDje8mErfGX7DyGXs4Es3sugYF5eW6kv9IdtVhEseCFv/Y",
-	"rhVPU/TBzfEYxBjjr1HRFdOZMkJG824iu6M0GU+K5eHF4lgZJdHstffC34gsCQrL1oa6RDD9OdtD1Kbu",
-	"1ciIbL/W0Z2YdzMBQ0diOKIx1lsGesp1wVdYnIww/sO4UUGr1qyHW9G/YFwy9xUBL13a6ecajxtGidCh",
-	"cGZauoK8A7HujQkNqHGXrEXdQrLwW1Jja/2OlSACdBZw2DAqF11Ym6bCTFSMXIgDoVsiPPWJsGiH2CCN",
-	"kF5EYch0RyqX9OIJypo6jyb2ZZUB11J5BpH2KiNU2sXDoYXYL8PHukYpG9N60Tk5PK4SzVDFc2iXy/I2",
-	"IUankQ7BXEOoe52g849cGV7hg+54VqRId7SBkrh1shO31oJxahebYtzxw8y6frtgTct4ZLr3iSqKMp+W",
-	"NwM9ZmHuYbJOmgY3gIpypLY9PCV46oo3kDppfIBPwknlENrofVsUvDvM9bygHHsL/l0NixgogPMlVYWo",
-	"DIoU4ZdZLjVuBjwNEoFjzNhs0/2Lr7l1Kh4o5dSucwXi7umJyio3pHsMMNFSZbRdD7ivGfJbuI7GAmdg",
-	"JlxWE6eYtdqxvW7R3zSRRZ/7/kCyHH4ASWWcCa2rkyhG4Sq7w1KUHIXb5BKLzAfoCimfwX2YRKU8AGeg",
-	"U4StrcWc7bMoVlRkHgev3yXLcNexKH9L6ca3m+qb3rGnGkA/tDnJDVwk3ZguxHJUmUADL07YPsTgoTYW",
-	"SsjIXZWbrhqR29ztKh4I+l2zNBEgfukkFgvUVcWV3sMMTSx9BeCZanSL3zsI630bFdZ4BuGHpjOILwAn",
-	"8goe0ltIVpSyf2tENk2ASxO8oiubCy9jGV2vKkvHQslYzqG7M55higzxDw4pRSDH2VuSzrLKTQqHR6Ek",
-	"mnF5R4PGR6aJxMVGrgQUAjymm4lIZbF2bK4m4pFkhk4V+yCRhmPVlYaQOWon6elUPeDGLuxoLiGIXEBi",
-	"Bjel0CUVpkVIRWwnKGdXy18tTpNgLveWpITikbazlEudz2YqMyLuTkWccJfCdnJ4euGzd4d4iXrLYmJ/",
-	"jq6PbpxkohSr6EuXb/Xb25/wX23TRzB/LEDiNZWczLI5X6a1x8226RoBgitlHvta5Q7uwxIWr5OZysoQ",
-	"NlYWl01EKQcRDW8qlbHrH6+6lJJdNqoRe5vG4iJrUDrBJ6x8Z8kfh1e+7Vz/bfOwXAwFfddKYXT2mVlx",
-	"V7qUBV1YV8rnC7Ns0+P2x0un10qBpQPhJxKyi2RQYeVnNP45a0KDgzBB3ThqSfpvYCgNVkEMaGrgbGF5",
-	"0z3TBWtzbA0fqWRuteWDF96GFSUby2zxTUrcFGaQD+2IRfVEld/evi7jn4Ea4DjBXJ09yMxpbmtVc6f+",
-	"g7Jwbmut2P+Ti1x8J2aUwN8Sx7tDJ+82oA+Pq5JV79IL78H5Na1KFXVlYWGe2Nt/+OUUw952v5647vTj",
-	"oWwXy6W14HWUXbUXpm4+QmTD8LAgtkH6akOo7JyPXpzF/ReHL16cRM/js9NzfjQSnPej01Me9w9P+fFw",
-	"dDI6HB4N+8MXR0dRfHgan0WHp8P+qN/n/RcN9tXPh4b5sXEBpXj4gsDRdoh/Vi8PugSp7K3A9JXNSjws",
-	"RgMRnj3IxMj8Lkn91iwVI0p+4SjCQmp/vAiN/K2Wb2iH/KO4zavobjFqACWWw2CrWDXUGjYqUm7RyFdV",
-	"GQfd49be10elyuoHxTm23PEN0ZuXRkQwb1iBj40A2m2lqgr9CBgLqpd7cBpVxjSWFAT36P6Whek2vI7L",
-	"TVjjYRGPm1AGABJyYUrbF6otZOKmhEfqhA+BTLWaClI11tLlIZ9gZgI2Svl47PSrRw63ciLXr8zqn9Ct",
-	"wh0b6iNu08oC/lNJDu8eW9PV0cZiPCb8sJvzUmNhxWEO2kSa+rp5WkFlV6o7284UqWrlZvGMhRXlw7qo",
-	"h9ATHf3F6mENtQ12cThqK7u4bm4WK9ZmFzE410ZlIq6VCX2iULnKYm8mWgDYCq1Kzxa6C9Hdgn8y9Dqw",
-	"PftDwNSMmmWhDW4IwdqdZylEndChRCyWgQw9ITJE2QTWCE0yQ2Ee4MYAJqchloaoDvoFg2OMvFGWgyi6",
-	"H8gQ1WIoaecqGlQG5ZVXCMEIFYs4J9MWuN+DctR2jPd5KkVmo0rApR/CZRGSkZD8DGRSsiOANl0xPbYX",
-	"umfCCzZR2kg+hRgCD1M4ZMksYMmMhQ5aOGTw3wCWjIUFyLD71neihgQ7HA6kaxvGF3PDcYPmdIeIFCub",
-	"4NeAc4GHDi1ODhpc9xgdRZb599BAbngRYaLXnIX+XQexDrkI2Z7F5EBQJWv1u2TJWGK/iXSGR21zqhuk",
-	"jpXKJjwE2bFeZPv61YTsvm/20opiHQuXh6tIV+TgaZtPgse7Q5LIYkZFs2mtLUKyxLBeNpEK3vW29T/w",
-	"nG+yL4XNbKFSyCK6t095q/r498rDjSX2mrliWV9oM6b46j0NIeEps7Fg5DeEuDH298QYkRVszMUNLypd",
-	"Q8wdasi7PVxaZQxxplekrUOIcHNhsP4j225W5MHEvF0iRGPRmtMdlo95q0xZPuYxhRStI7JxXe26tSVL",
-	"A+NMY1dT6k6ImS4CoGwFy/bSfmsmQ0PR3EenPCxXVf+uhoSOtYlG7EBoPpbRnBSmHkvdtZchkIbStiar",
-	"l1Frg0s6gKq1PcxzrTGvuu8fnVRFPJ0oCzm3okDz+lWU64KcyyXaTKd6wiwS2soN6jH/mxo2TezJzP3Q",
-	"Z5G02rQHK9fcZMl4vDp6/8Y+tia6s3MtlPWKvV2y6/quhTxhDasUugn1PYaQivPXFHS7zdFEb0Szd3C9",
-	"Q+Bms4HApXKz2TuLykxEUixE3NiUydCKvSHbQy0ZMSpAZqBq2xV5Ntyn71zME6TPhL1OfUMaFqXclG1t",
-	"GtmmO7QNla2HVNRMKsUUq6tRUgzteBtt7ESnjvhTZpx5Zek3rXy98Vl3J8n3y/DuP99ZxMDb7rsP/eDs",
-	"qNlBs5ManStL694QIT0rYyXtK71lEuXheimfbetfwKuUxj20CHQC734vuV3QocCjAuohbbECuhrqW0hQ",
-	"1XrypOVhDJ8N5cNttDXtQXhq4Nof35UXSk0o+bgibTASp6fd56OzfvfF4fOjbnlj8KMySVVC4GE6Z3ZU",
-	"SA+jJBPVeR33b/qHF/3+Rb//H+4pCBRc+tTWYllZ2z5CC2c+g82WEWWs4gnrsyP2F/hfJ3DSNyztXTKj",
-	"98WtRat8lQO9HfxVZGmCHCCfxSv3rYBIOtxJ+m71GKxTr/+78o16zUmfzr4HlmLrB894rpshK9a+eFOu",
-	"vW1dd3atN1v1LC1m/wkKI7VkioGnUCAHEADx71maa6sy15Dmlw6ncjabOJPfYYEpqJwA4IJQS/CE9fve",
-	"RuSl/Mf2EV/RwgCkFgzaZdtVAmSNgpGyPRcQi23eKik2WLeS6NY5oDf0dI2e1j0yHgTZ4vbY5GVmH7q0",
-	"+VrUD2RKYWj0av/J6utkeZUWN8iS/opFqpB0Tcz31qP5pqIFfAmc7bdZE11wgsqhQGwINhSxpXGpSjhK",
-	"LlmseiyEgxu6iPGI0hQgCbUEzAauGDL4LwJjTv3USstV4cell993FRa2ESo5N0zwaIKkTcX0AeUphAsn",
-	"xNHCvYj3TwAmcn3nfQsfF61jdXOpvbtqcJXlJNxVu87BjgtJcQ2Rt3ipUfZtNS+6175PsrpUAYsUL71V",
-	"qxdpPDo76z7vPz/snh+9OO6WN/zwGAgEDw/yFgIncDl4F+7MknB0u2gIgTXbKFjB8c3bTYSQlTJEoakX",
-	"7S+/nsv127FVpLqUC4moSKsY8CskRFcjKLjGgzwUOomFLura7qFQ07WVZbaLGaBNLCmg3E2g5Bn+RRdL",
-	"I0F4W97Igam1MqPbBd3iO5DU3eu0kNnahh7/tKzz/F0yu11EeaBd8WRAO22Xpk22iEaesExCIMmAACyn",
-	"XEIacJbLwAEPY6g313fkL9vgit0kngCLqLZVZC6TGwiOwI2lMt7eyvLIjUV6S9tYyV8L0qPWG1e0iiv6",
-	"+IvZPyL+bex2rhxqSRI1Og1KfrCKD+/GyFC296TGBupml0P+BMP91alpjRIPJzEX0xlJ2FmQchNtE8B6",
-	"TqYpgmoQaN2yvoCFmIJjhaLEBCwsBOLQuliUFFW5uoSjhK4EMG8w6JHUNFWZ8KUmq2e6TLOi9aUiFNwR",
-	"Dbf90utvxf3YeP1tZgrcTNurbXpJiq7jZQcAFmCXZxYXdHt0mpoqs6mfl0dgNnHlbMAsYWsJ1UFXw0UB",
-	"tjRrrDdTpyx8dPaPBUMAZLaNEgEZaXvTROZGsInKMxbzOZsqaSbsQYi7mM/34Tr/3/BbOg/Y/455gv/C",
-	"r/gHPox/zQXHZxLJwsKiEvbYL4pBSTjAwRBRjgmZVlUhLAuXL9qeJupWiO2FzQmjYcDO+lVM6IACViCL",
-	"K1yS1Br2amB4jTEEQm4oI64sTXHFRsl7EbOZyBIV29AftM3fcoj4URl9h6JVouQ+risfapXCXkHHWI8l",
-	"FVybz7dsFnL78BRQt1fCkJNtpn1RXhVqH+SmiZTPCe2Zu8XSIo9VN+MyVlM245mtnpzoABYSj1VvvRgE",
-	"Xzwu75l1aMtdS86XstHB8CyNPlDjbzcvFzxMV5K9vvrlCreawSsBE71xj1UMlLXTe3ay0OfHJZwsdo7+",
-	"DRwQhfl5A0eK9XRUYjNPGwIzZ1miXOxQG759txLmU6m9u+jYraVarESvrIaOrrgpSretW5Nltwap/NsV",
-	"XGjwn7THeDRSnniPrFfJpW010HHjUlfhwtYqLFbUqCtwo+M8Ixta40jOVo+iWueoemJWvetVNlrfkVbH",
-	"OltkYG84Gt+MsjZIzHCvGImtPQvxHxaqgyV6tQr2WDLZiUPPYZdVg84eGWhGjdbCzR7ZplcYaHG3fkGk",
-	"OovDUI9GXaw3hPHuiL5ByVAc42HtgxDSe2XfYjbhGyQniOWbiBQRk+gV5OcjhGvz8R8eEDIIzA+E4WUb",
-	"rkDvVdKVV6czwfxWMN1GhX43+ZLYQjNHVDNxU4R8PmGQWSKjNI/Frc6HsZpyvLYso7W+1SiJs8d4Hm2+",
-	"Wufw6HmvD/87ePFJEXybZtgUzess4Mtv6mJf/gaPf0Q4oN3V4y9y+5oA9qWSUIEXbFLT3rbl8nGWrqPG",
-	"xVmJYFxfBM+qRW1Au7NO4E5OnqW3s0yMkvctunzRXLMmK+RIZVGTr/b3iYPPaQyV15jpgKzFwo8WiAaL",
-	"27+pvlwS6G7MPEE5z8ZFtxyowZWJvzxDhCoec8MJewJ3GJEvqEIbYk3YsjSPYSfxoTjqPh8d97sv+Mlh",
-	"93R4Fj2PX4jzEfdgut+++uH19c3b/3t78+vfXv3yqLgFL1X2j3qlxHefJfTgccjh2zGGasbwWke0vHoW",
-	"z+dOHcyvUI7LhK0L+BhnckNK8trlERfr4W7jl97I74yUtxPzG7b0GMNbKc00sIhUYI6EylguY5HpSGUi",
-	"AC4h7U8aUITHBNDsPaPZHgfD7X2SKUTUZvc8S0DOAg474RZT2I+ao4K4t+/Kyri3EDt3ePS8OXiunuDe",
-	"UH88nVvEqgKfDgnBiZte7csi8mQqgPtbBWNeA7FZl2h8TXeRhBrS4ders9xsPmuYtEPHpnL/Fp3aXth2",
-	"bndi/i/E6CciE+uuiK3Z3VkoNnzabzxaZbaSu+cTOVKIzAim+qmIk3zaCTqTZDxBEkoMCCrNt72xGb2+",
-	"yZ5wYXyMnEPKnoU//2grYyMOl/np6yAxx1XIFxdw2VmAeumQPgNXO4sTAjCk27NTA31pu28elTuBkAJF",
-	"GGUDnkDcX+b9X1ZX+N1igc3zft9ZG/zlP+9XC34e9k4X3z3ru1Ar3CS3c0c7SB5xYaYfg6Ldkx3mpOBK",
-	"EHU1lpw4KRGF7YRsUYfjoGOU4Wnn4mSx7IJ/jJfxGAuDdJ1Ppzybdyrrv7Ky2FsbPW7Xvc4tf5PuhFqe",
-	"CbXZK7if4IAjyJIZTzKLwyuVRRrMRAFhsjbP9CCvGkQNb51XV3V46Va9fvPRdMvWijULymVvvBcX8r6f",
-	"pEDWk+KQUByzS7O1rOji5KjQWek3ONSLOCVfRGWtjRBCHoGHsT0gwifAP/CQJVbgSbjJrEaQcAbzhhNt",
-	"2WY/6BTGsaVnbXNNcDmwTZsFG0p4Pkn5/YUS+/YSKUKcmspYlHbifrvd9+PixbT0ol1HK22ly5Zi3xbe",
-	"zZYnQcTufIaC3jCPx8I8Eupnmctjg9YqJ23tvMtaVdDNXv5kqZ6lfygWPMZj9ARWg8f6jbg2t+3ZguXP",
-	"7ciHa7ie1j8RrQ6o9ZvYxlyyne+qxi+Wv1stxNTi+voK/FSbRZhyeft3NXwqpNGtHCubpx5vY/9qMieV",
-	"g12WulxscXks27YuqN0CNfqpMdhWUt3MigUr+V0BP8zT9NcRCpyr81KDFhzX9cUwe6utNHwVDS9O4J2d",
-	"wi7McHZaTxW1iSdd8pmeKNMOgrvV7bLwciI3rDi9E0H/kXdkw+sbz2Pd3IOv6GJ6Shb9eE/2Gqyw5HsL",
-	"iL+VfWglmvY0ZKprWM1HptTjygd8xE9UpkgKiFQuspaLcgmNhsti/rUkqYrcz5PmdwlzqgH61GMneZZ6",
-	"3nJX3M15zQ8vXpycHB901qx9GgtDwPOErVoBz+qYVHf9OlJapKMu1QLcMHpge4tcYVQuzceu1t11ORyq",
-	"g1UOtfPx0XBl2yUbbwFY5m/BQm4TALkBeAmpc/SoiFmyrR4n3qNboMFHfiVdiRd8BushYP0GTJ8qipOU",
-	"1XhcSIBr8l9MlpOfZ9FpXjS5LrupobhtqyVthYOzDepaa92BHUKmtbgmC8A6V3vAjatytFZGaxDveeU2",
-	"aotwoi+OeRQGnaIK2curFs6wtpkTHy4cmR92YzJw7wzna6Wc2cctF1iDlmZJJvSGEtZno79Srd4daS7Z",
-	"sfWIzA5qUyraibJRbfIp9Q7saXdjfsqhAjVcR6oqZ/F4mlikUkRRpY2LRXMa6k1pDmhIinNExsnjZRNx",
-	"MTLVVcGh6liAr2omIikyda2ZoT13fg3jg4sa3DhX1z3/mIzQx6amtSbf+5NrilCrVsILKhm1ENXBi0cC",
-	"W+cQOCNUTKxkCC6kzAYdPmuWuH9Dm4dLLNgOgfKxEDMuAKwe+7EiwWI70JAmVKdmbI2mDaTlsqid266W",
-	"t+lr4PN6ADwNcuW9kGbDeDc7+lfw6mIIzwtcd/vhcCHEO5fJP3Jhf7bVMUAh2zhBprYPpNT50ylnvmQj",
-	"0Ia83T4sXdf1Kn2gV+HlhMsxmYhBR4+UtCAyt8ggFwzWK/NrtiKHj41rBMaEa1sErirP+jJRuzxLz/im",
-	"pXMYyQTvFJzaSyWNkKZ7Y49JvSbfR1dJtnPRefPbTVGKbqMYADxgbZr+/eEBNakP1mpuQf7dTjxcXJq1",
-	"rG7e0q0dsFmD76UWmFFYNd4VQ3a1/AImbHow12yc3AvZ6zScDbcppewAu9N0Q3j7tcb9a3lBO9QD8ow6",
-	"8RddFAMLLEdw61WR4hvXv4lL/Htd+dyAP0T3IHRU2aoXwPny3191oSTVuw8nH90fQXPoZiUTsAGE917r",
-	"WwwjXZGkdLgqQwlbui8coitjKaOH5VP83U3xMDjbampFYcEVqZSbt4tVQhvu0MO1y3zZa7Cu55eZ5bdl",
-	"nFp/XWOiT6idBYjEym1NqU29BpPqJiBGW9sG1skHqPJdWC3ds2vVi9T0wFVKXcwWSLIoT8ytmgl5i+gW",
-	"TUpGkgosNRowqSBFO6EwZMW8wNIE1YlNcPCad3ARvTDBCr9ZQml4nGXqwRYjpcHj0DTj9Yx4M8mEhvq7",
-	"W1ogt7OrVmTGzyMj1onwCU0gDnrl1iYuVq/o6k5+l8NbuIHGJTXZNPwLAk2q4dxro0qc+zXPVVNu4za5",
-	"IY3X45omGLoQ/cm3CcwtRLCZu9sege8sXTZHz2ms+tbIG2toMpa+W586PPqPYj7rwsydVFagc9HMUTeD",
-	"rcPIH+d9WzZUfDDlRshofgsUdXJov6TodBs4hDevi4orFqETdB5ofTeArGsLhdvWL7sdJ/K3cd23ym1t",
-	"su7alegmMSNxzxZb5lPBlHTZKdl8PWOvdx4253GbgNX6h2TdhVgn7Mw/U1vt6+Ih9Jo5Pz9f9T6aKKuz",
-	"a7q6rW+ZNgveWdij9YDgq20T9V6Uu25r9PsGrtKr7RMUPdeow/i0tnJ7m7hxcYArB6zScBnI5MUhrbCW",
-	"13jsLizPtSaf0AS9QD+eMtnCiPFrP7oATcoLXxRZPTYBS41GmFZSfOEqy1evyZ5UtyJNxgnEfRWRy84a",
-	"2kOYMAdR2XRK7IR2uAtPv/pQsb5MeV4vKK0cXH2SuiV5+mGiRXSLOTEYSc21ODtxaBc//nz1snv949XR",
-	"6Rnk2fXY9QSgRpWMRG+pINVkCrC/NYevkbmvLonUk5IOKSnJj/Msce5rVUlMNOtGSkoqywGaThfq3gss",
-	"u7OWz3cZCD6Pjo+7z+MT0eWj0363TI550e/4NkYLFy/y7oPQpmThQsilnTfbG0+K7HIbdtMVeRf9yDY5",
-	"i4ZaEzBxcdbSHd8FHUd/znJiY3mrUf4N8kp9qxZcIPhAUZvsEjwc/ji7iEsQo8dDZMxWRsGQDIdwW4U3",
-	"2FZHe0ScsF+GfJneUmDQ0+I90wX4uNcCsy1soP62F1Nf+qzOidB25dJfqpJuEuO/nhVeL1LNuiNdabVf",
-	"/9y0QxlY0luIbxJCogU3kWhYECABZ2YouCkg93RzSNEi/S5khHtPaO+oIZiptoFjRrE9u1dUpdnS9j4Q",
-	"30AuoT4tRJX2qErm9tXI1APECDbYCxZVBv8higlRD5U5FvncWFQ05QZGY3/TVENJ22sK0ubVQMK7OAL8",
-	"0SiWy8p8NU1vDduFMipSqe+BXngIFpncJLdLwj0KNttcVBN/3OioazUyDzwTS8dWYebrJKO2R7ta76rf",
-	"om+lKMW4Rhqs8eGCHxTkFCzcKA1ksVoIr2bULsabr7q1MN9YE36OxScvtiOR5uzEv4TO+/3nh+fnR6cn",
-	"z0/65+eH61xFblwNdIAL4c71M6bz6VTErGk5dzusNob2yrGSXNrddYNjel1et7tR2hz0xeTv2th22WuN",
-	"DoqjSmPxNnTx9Lafzh8yLutx0WP47qkQFrzsrPXk2QVhzx/ehyesYbNJHlltb8pXm+yt3gRWbMxONMay",
-	"uUfA21ArPzq6WjcywneAtatOmC/8zoNh+GM7XAB8/RbjOeFAnJ2/iOOT52fikJ+M4rPhULwYHT4/HB2e",
-	"D8/OTvmL/rE4E/HwUERnJ3H84sVZfHLIj86i0flpdMTPSTWsY1xvL7+XGBNr7RuBTYjRgteywW3ZdP2u",
-	"cNLWdt4Obq2t1zMltVg8l9tM8JoAV1YdzJXD2x2lPKVppZRqFnNY2pJXCCA0h6hbCDmb0syGgmciu8rN",
-	"pDHhoIxr3gsfxub2v//zv8L9IvISIztCV3QJYzvZUCmjTcZnXXwvZLYk19Wb1z1r7ELVnzouOSCYNkpu",
-	"+fPNT9cNA6IskjSpK6EErHT941UXbDyeVgmaRCbGiTYiK4qAUBcklSd6ID2losdeTkR0h2kU1sJrs9lJ",
-	"90Bh3HpcJ1zGesLvBMnddh7T3OQ8heF//IiYlSPVoFrTCH6wK0enkkH65zAVNm7VKJaJqTKC/W5lAPbG",
-	"Rs1S9QU4oNyoTLNcI1LUQEZKmkyloE9IQdtD61xupO659hjPzURIY5cQHm5eXj2QezQteGB/q9VGz/Uc",
-	"y3p3ZypNBzJ88+v1DYPoKJp+GLBMSPHgVgMHVAhgNGWCxClLww/kQBJo3TQ3HEtV2M0FlQiGMxIyAmu9",
-	"hz4boDoYItvoYphyCPqWS64hvwR0N5BcslyShSOmcSGwTmTPyBDjilnMDQeLI0tk6ReCZgQireE5e8gS",
-	"IzQGJxueioHELzI2FjCWk/55SBMG414qphYWF7vspkqb0JtrBRgfOoXBI5gMi9TULR2MJBMpx0m5zGK2",
-	"F/6lKL2wH7ChiHiuYTj2TGAcr4QyBdGdZg+CxQoPvj1ZFyW4s5u8bdluBniOCK0z9EPt7LT+F4TchWzv",
-	"7fcv2fnJ6fN9GiqHRYGTH8K0/anSGYeBS8QvNlihMEPMYYXVhqQQMQZIhO+75S/hBQtn+TBNopDtSQUc",
-	"K4ajztP9YCBDmm3I9rhn3Fo49/uBx7wsG0SNu+z3v//z/w+VkMEnGA7kHk+1IjVrOGehC3K3pS+QP4aW",
-	"CvcD/3d60T6xH7i/oP+BDMepGvK0a98HIL9KW7iGKjdVmwMOFHGasfIFm/LsTsQDGTrz9gUzWS5CtLW4",
-	"yAMk2HKtWKJ1TiYYMxHWzOA8X/bEUb4LWGIo0F5JxCpF0wbdDy95NBHdl+4ASdXVRmW4zSBrJZGwUkCC",
-	"3Y4SkQGvn+FrRz0PjNT7Dm4zC7uFERYF40QydbUgqwwUoy7Yjzc3bzDBr2RGNNDpzU/XPS97scakr968",
-	"9hFIO/3eIY1DzYTks6Rz0TnGrxBGcYK368FE8NRM/gl/jxtBX3ERNTvq9yuFfVQkNCxidi80jrjHvlNC",
-	"IykalUeTCuOBUReU8jruXHR+EOZH7BqNGCRo4YiO+n0bRWYEKWwLEbEXH+iW5qvkHNsD3nMNhUTtJOB8",
-	"gauvZ4u9UhWI5paLoR68IYZREVs6F3+887f9je0BWpdCa/TfjVETUDOUnHyW0LnoEEfANg+AaOfrboyQ",
-	"lfWme45HEzh1gcUjhjXByZJ0YA8Klb0bJpJn8wFcJSKydxk89NPr65tXvzDr4IHH4dQ+8DvRzWe4dPns",
-	"kp32j5kyE5E9JNoKGwu7/VbwOLGL8Bk2HLqf4w6f9o8/QX+/oMjG4/klC/E21iHTfI7VsaIJi8VMyFjI",
-	"qHTO7/rwFQtOcc7ZvWAm46NREm10DO8PD/gsIVlZt57Gny0gNMqfl/YKwVuWMKHJUszHnIqkVE8HqDRX",
-	"s+SGunjC4+E6gQ7buIKVQbffjmIDoBdPrPVW3X6xuPB4a0LXM6VNUy63mgldXr7lBR0Ul/wlUzOyUqRz",
-	"libTxND9iKWu/Pt3z9hyiFqAAA0UH1EihrXoo0+gCnUOW7zfY8U64UVa+Kot4qMCWZTDpT3hetIbyKtm",
-	"FySpY1B2itQ1d2qAwzT5InFYvYG8wWCZh3IEQ5XLuJR26XtsE65ZyDyH5mY8E9LsX5To7JpNc23YUDA+",
-	"VXJMGgo99gzwiHF8yXSWJkIzt9Q4SVrrffKCJMb5GJlULOXGL59FzaEYlpiBTOREZInR3m/PNL0+JzYe",
-	"LgbmowgEFysmI1CnXN85GYJTnwNpm0HeP0LcNhQbTvrHLMRF6Yr3kRCx7lLPYROrfol74SjF4gcJbf6q",
-	"4vkahOjZwaxMFCXMS6akhccQJPflu4/BmvRbHZszzX2s2iVsSlWNiRzujInQIOJihZbxkcCjDndYSvR8",
-	"ZDIn/X5bjw0MBp4/3uj5RzIxmq3LkzT2TKzLyBYukIMPrjLqR2JvqWgKYXvtYoxB+cHYZOOtoVZUaNIG",
-	"uBEbKNJtQUsHC1ZyL9L54mXzFu0o3vme8YxPhcGUoj8+dBK8ADkKpvYEuyF36sfMP7er7ObvPsG91nYW",
-	"na8GJ/Js4QCefMoDRev/2ANl7SsHLvANRtN8Z76SsTspFn/Evow8GUubExaJvXFsWSCiXluY1lqz6FoF",
-	"Gw9PBzJDXFeGWKvYFjzErVSO7SrpWg2c5UVlsciIj19ghUGTE3vHMLCbmzfWujOQhZ3GThFVZiEN46lC",
-	"f2WexmzC7wUbQ54zabI0ppDtHfX7WCoytHaNsMd+lWIg7dyf2SuCp0RJCDw+GomIVAOU5XWPvSy6Blku",
-	"S+4tKXIswZBEnBk1xrooAwmyHpiMDBCjRHHDZFxqTmrD3jhT+QwmM03M/iUtEBVzdSs/EjKCfAIopDhV",
-	"2rDTfp/NoG3Q6y+hT3ulO10fxQ8+EmwPm/NWKtEsicV0pgzc+Y33HD0srkrH99Y3XdnxF+PS8YvF6zyC",
-	"a1/E5OhZ85qz6/Mzl/ONbtrdsbXqEKiTJhb3qxTO2DMjE6PdjSay2/LSPXzSS/rkcLPnTz+JEFAqlh8q",
-	"Xo8/3n2saJrfk9F7yuW8sHw7HgBk6vF3aqaBv9sfFhj8h5KWPh5wsHzyyOh2dv+diFKeCY0mZ/s424OL",
-	"PGD2UGKZDpvky3TyT2Lv1luwX2HjE/WAkU2UXssSc8FCSq8FjSvPUms5tTm2oUsp7rHfnYXbLj0LR2AB",
-	"MCrjY7Kh/fb2p4FEzp9oLzkOOGH45jdyPLi07A9Ffu/HkHmujoCuCFq8/Ut7C+jjcCATQ4bTWSZsnBo0",
-	"iqqSM5em6DVlpPmBiSKflr4X0tsnmPVFox7I0vCqUQmUrPSRNAz1gLg9FB1GWzRHQxjdsE0s+deZkFd2",
-	"zyjzflE8azq+5SMO5fP1dxiaveJhdLBYwendo9g/PumCdxeeLgTJTMxUZnr2Sz3hR6dnnYvO+ejFWdx/",
-	"cfjixUn0PD47PedHI8F5Pzo95XH/8JQfD0cno8Ph0bA/fHF0FMWHp/FZdHg67I/6fd5/AW0l/xS3w7kR",
-	"4Dk/Oj5Zm83DmtNafyZ1qgqx0CLAWvrT9NSWLPxkw+fPn5SFPy1Lhm2tsMDqCu6MI68pfy+U1gwLmQQY",
-	"KZlAQ7ZHv2F2Vw9hM7HQJkmyBbwm+rGiO6keUhGPKXPV/kjFuXvsdSH7XdTERkqJs2K9ojWyAwOD10Dy",
-	"FM22TKBJyaoGLBMmz2x4rMqSMagA9pa4ZJzFyQjT9E3RdKLZSf98IEPbetcVSwl7LEQN4paEdR0iAFQi",
-	"Kqv0TLOUa8PoGatkeN5bkonBlgU9zUSmSbcRRWH7SLA9rlkyIq3BKBYeFD3itIpFiubdv4n5QIaDvN8/",
-	"jsr9xc/igr6uFY+g38J9NhQjlYnKFgsZ6zVk7q+Duxe5hq6aE6bVd3NZOFg6Qacs6eS5SqwVzkHA4qOO",
-	"n5bSOR3+zsaC+WcWypcJ5DeVg4ynncINvkzh+4lvhi9SWC/53s7ugiIUpv0y+FndWz6HQmBp+jYK4r7Z",
-	"LM3LIs/PXFlnF8ERWKF0BpzR4zcDaWuKuGgI+3aB8c0cxnePvbbmfLC9ZCCaOj9qiEEsbI+4thfXsl+6",
-	"V2k4Cdn5lRyDgCzSuInVFVGEn4fXPRHxVyIZm+nebSzSO+MjIzIKm+Jp709q3jU1v4WVRUUb131ntJyq",
-	"8RIl+2o2gyuehWBEDsEiCKoHC9VopIUJXVqrJ8soMOsxuAYTAdpmLu/YHsli+E5gpRp0MKLiGkViRmjR",
-	"kQARa8xnFrDRQpNYPOtE83EmhLYSF9DxuEuNdqeJRvzpcCCLiDOKcICG8RknVFk7aY/9pMbkuI74DLyU",
-	"M5G5iVyUnCeC0YBB1WS5JFKiACZMDXM+UAgIzDOsGw0Tg5/iTGGze6F9U8Q2zqnRSkkrDWP6OoQlKh3X",
-	"QeYKIrfGwCuYFq5256K/tpzzkxq/hHPyqQWcn9SYVp0Kt7XyOTWucTk88vjmF6mgPi0joiWDe5zLKuHv",
-	"jCdZ7aWdLb0hNQhrQluVSY2YLXGHrnJfSVl0UlwwG6FevLPHtRbGRkcYRCTW+8gdEjkWqHGZSaby8cTi",
-	"90pu8oynkMWvA/KjFI3Ba5YzjCBsclYESxvFZmQWpLb2wh9ekVUNI60PPtjarMUaILMYyLCmwoXk+ydK",
-	"6bG3i5rvnZiXwbf4zVDFc7YHB4FnGENBricXPK1G6J+JuFQSKu0yCEzcb9GHC6VcTIU0Ad0KsO7wR2CZ",
-	"MNlKWTl2030rZimfF5yQvGkQcFoSFoleE65JMQ+YTmREWucoybSx8crsgbuQagpTqc6aS9oSnDRcGEdH",
-	"LEy8RbwT824mQGsLLykepGwAox9hMbBDF3ZP/D5JUzYUsNQ2qlDExYXkt5/I7ihNxhMDRgzUClliMAgW",
-	"7nE3ThBlfWNpebd54dbs2irkjBRyPGADSfCy/rWFMi0Lnf7epce7OEkbQOI6h6nDJJQUdMIcVKYNRgfR",
-	"T1ibN31zc/NT99qFqZB909svrq2FQqoHb8sGEjdAjawnkc9ZsvwsNd2N1/lwmpi3lit8sutx9dNvLQV6",
-	"1Pk3MX/cxerXZ62Xc0lmXjWXAtu1UxZtpRdg5Ou/Wi3FoGZCdmFzu0dHnaJd4ojVGitUqLsosHL9YxmI",
-	"2l43dr2b2a+t+4mFAur6KrprEwfwunmm6+eW7VVONQbhyeLUY6kTD8+2gSVWh1iAA2W5aM6g8uh0C7VO",
-	"eG14lF1taSVG78ePW4k/X7deuKn9/+To6CvWO69B2OO+kIVcOGCGY7yWoGAS3xy9MzkQlYt1bEz2JTbK",
-	"1NTenTG6aENbwSv0ZSS6qCY8m6ZC68XAsWvo9n+0NedP+83O6ehnnt0xTstcRqZxzewJ3YZo8jgxXcTY",
-	"a4/Xp+Q1mzPXpWxMiv6mCEs7fobNALxNptKUhHprzAtYicASOFfHQHrZacW3LprOBnixTPydPCT7AUie",
-	"QhsSqXvsF+USvdDQC9o0zxpdSZgzADN9RRNtjuP8Ry6yeel/JzWv48sbVeDrhhu1uSVyAjk8ll01l8S7",
-	"aAzF7E5jbOrSAiwr+dJLygtfh4Ml08Q8LfMqN78tm+OKlGo1olO8u5wOpDDb6Oaxqx6FQH9SPLTfZb8C",
-	"FZThPqXq3gB0FjhPbJmPcME4e3n9tqrkoV48kPDJe7vIo3Ch1pcF6LOSwkZqumhsxCPH3531OdFODUeC",
-	"x/7GGY9QEU1UDJZTLRopGU3YL8uRbByIua4EL8XDZ/KZvsYsVX+OLddtbVM+SYLAydH5F+fQqIL6Vc7G",
-	"ptchXV0rSMzRFhleFhOtL7wRYYCftVZI4qasvB9tOgICv1n4AwjQJh+il5Nks3g88gT7S2LYWEh4DdL5",
-	"VYRJXKhCwq/o/RzIVHAn4drAPzJ12RBYSpeegK4OFqS4YTrMRgRSwtRAltGHL68CdMRW4gQ9gIQy6Qrp",
-	"PJ+BBE2XfLkG1hLlks9msGYqzyLBeBxnQmvPkYIP2fh8bxVRZEcHj32FrHXnA7kXGqW6EGvatWxChzZL",
-	"P3wLBrXu1chgRlzJpaiTTIySNG3kQa+w5yfiPNT4l856msjt04RrHH3ZAnyFPdFelhAtFh2iYAT1fJZW",
-	"LlVLsR0lqdAHH+AflxvVKLef9E+IlSSmzNwQ70EqcbEPSKCQVQk/aSFsjc+FhOzvE7TdbKbHwkuvv3ta",
-	"yQ4H1nJKYYE+R9bSDwIuBujdS5/yZT+EW1zcZls7smWbD7z1atzua5MJPiVej9G9DrGC3uuSehAG5TeA",
-	"uWQN9G/FLOt+l4wFxrW4+PYAU3MlpgLxaEJGyuL17xI9UxphzgDmQ3MZD9V7EXuPXFvS6L5RaRLNL9xD",
-	"IYXO20tKSwiJtE6YmILy40oEPoFwZPeuInQyYi5mHZ3lpLQwqdgwUw9aZKATA9IPeKAC9st39O8s5Ylk",
-	"Rrw32P3L63+3axRNeKaF+ZfcjLovwoCN/5nMAob/MTwL2Jvvvg/Ym19+CNi/vXn1Q8B+eP19MJC/i+Eb",
-	"BG6dW+/d3o83P/8UsOt//yFg/1/469/4Pb/GPQrYf//nf+178+C6CiqjIiNMV+Mmhi24CHDa7dI+ITX+",
-	"5eAvLUZcQn5o0Adb6e+ZprNYM157x60ZadNzKaIKY88CYe2cHvf3AyZ64x4L9YTDg/9yQSjpF2Gvos0u",
-	"DPTTs4Pv1IPEeGriCZszgjVi5VASrqUuop0oYFR3RlfF5NDHbiYWsIdXBaY97bME/NgFrB+god3DTa/J",
-	"v8ZeQQZd4W0kWVLETAs4b0ak8wsWEgBVCABFFHB9a+UlsKtCjLb1TF4VojIm8fq2WGUj6eBzxsyDWho8",
-	"97srQfAUclkL0uMnFtDaQAdb8tws+BfI1NUz8Wem2yfTTiHzFH3XBe1ZRLjH5byVqJLNDOF3nhjN8hl6",
-	"MB54Ykp8CNAg4XUPnc9PY+OaaQV+RwT/gQeNtdqgNqkhnkI5YVYyIFRiOWXoK/RHcf1A3TxBNRahqSBF",
-	"DCNiHfjQQJYx8BClgANhi7EqRrEpv7OAUtASpvIiquBM8IXMjTtIUfDjTiyKXZKmXYuMV2yDNoJDhJ+z",
-	"T0Ekj00qDgHZGZfIxSlOQdBRA8kZsC+nRlvcGpNx1PZxTQuNMslcX2RpIzHH4UxikI9FUeEDCSgo0JUo",
-	"OawDh1DkChaEUCZV0XvFa4xP6wtqILOOYbtzPqAeZ6NM6AkLvVziMCiwnFz5fxsx47qi7JOYeDXh7MGS",
-	"71VioJ2jjHHaKpybVUR0dckwUVzE1G8B/EhzKCJD6YW5ysE40hj4GCEDJmDwjQWjX22u/i4jMFbB+gYd",
-	"nQoxQziT4oxhLZFFPPvOYacJy7as9tkl3nDQt4BtPrkDzO36UZQErvtZrjbb9/I8EUtHFiqa7c2U1skw",
-	"BfUVgpC+hTvs5PD0m7KILL8jfypACzHi0iEeCr3FlejDP+klUHiN+FLE72o1NrznmoHIKiU/NmY8X5SL",
-	"zJ/KaidZZa0/Cd3twhenatvlTlj1+3Z9LGjVvpBLIo7AumCmvRYwLX8fdgCodRVNRWdDzCx/CJ8p0buy",
-	"Cg0nkQYaf5Ecf2cgWqp6FNY9rT7AbjNzPPhQK7/wSWzItZO9oZDmvfzUNuVVh69eEWnLUKdPb5Pe+kjV",
-	"DFIrDtMBBg53Iay1/R5+KygBX7OhMA9CSEbpE+TI0xGX2oaIg6A3UdoAR2OhLSaob40KGdhnkxkLJ1zf",
-	"wqPhQMI/AcuzlIVkaL0dzkNG3/pezTCC1DAdMtf0fkA6E0HH+aFGBJUC6fkwwtsEYAgs6qXSgtyPKiMH",
-	"KGg98FRrGBL8+ApX5rEk0BLR4wbZ2QRw7muL53GruEY4D6z110ChV/ViinSQQNmZTTxaRdLYEY0uEZPx",
-	"ZzZC1/5wTgQZsFjEOW0aRQTsETyShOOVJv8UMcP8gH1A8fFi9dpJYSdk8NUd3dXHlrbnazi3FOXWfHj1",
-	"7s+teD9TOs9E1+IPr4paxafcObY3jVeunxXVkO2do0aevRDLI+yVOCoUeqkDS5r2IxqvrIVnIUr1pjCh",
-	"QftkCqZ2E01uFjCDYlk5aAaS1qSyw24NZn1lF+ElPfYpaAh7+lsiY73O49cYVrrGg7+BlfTrJGJaktWk",
-	"7Pby0+gqn/nOqpEnFnVxFfl2ywiQiFqp/2YiCvI09Qqm4LOczTJ1T2jnMKA62YZCjlQWga8SwlV5qik5",
-	"tV6klUQ+i3+HPl4ibiFNNnfw4cBXUEHiCA87tyPrse9BdCyyRAcS32JKBraVRDM3DotmbPi8/I40MxcP",
-	"Zxyc9xQnRpDtUtm0ephzmqoHEe+3cRVEjL+hRfufdi17c19N0eUWJ+JrvqPxRiI6Wp8824xgb1zV37KS",
-	"FypJUOGH0PHXqe8Tx2hFo9OMVaswg8udeeffW5iImokLJD4ubUUvR/17QLX+dU05+VIhflsKftiC2E76",
-	"fRbSY12Vm64akX04DNDDaXufwjuhys2tGt3i77e2aXKgDaRNwC1qsZInkvEhTJzLuZlAUyo3OomdmAGD",
-	"uhMzBzKSZJQwF7BRysdjLHbkd0ldWc4zFIQ8TUIjw2v6goWxmnIsskRBTomM0jzG2uP0i7Y1mRwUc/iX",
-	"nrUg9iI1xdJNyQwCxqIkziyI6e0sE6Pkfcj2fnv7E3g5Y5GxxFyW1iFUrMmRB7o18DeRjmhzYdpckgEJ",
-	"/qZ9do7axAL+HfX7jW6+OPbIdDcmpC2tqzanGdalE3SkMgKzmdVsyKO7hizp/sGLTa2w3lQ/k0vOX+wW",
-	"M5ilUweD+B6jTJAj7tIavGIgV3H8hZqCP7U4RkIN45bVWYmlie2vo5ltY0gmsezgg88WVxVwaLk5LCYH",
-	"Mseq3NNUqAGEnl1yh6CxukNtWl9skYe1SddKi71vkBroTJTSBNppHykEbUUShHwB9XTSXC91TvtGs4C5",
-	"Up0Yk2Qv77jZlnaDXbwqe/gfJr7X5r+GWbhYqq9YfqeD5c1lB2L8FRxtnwEXrTOExxOacdexp35GWADW",
-	"VTHF6qb28QsSBVE2DSDTM1VD5kREElmf6QULMpR2DVFXznIZsPBfQ4qWnPCMR0ZkAYQna9FNpBZSJ2DK",
-	"2w8sZh9h0bAkXuwOoWboOQdD02Nog/IyYYOBxLGTuJ9Rvd5MsFSMELMZzk8BurUe8euQ7WF1JwdsFRbL",
-	"Sv6kqoSOP8Yi/hcC+7u0CkEsDEVKOnwwQJIiXUPEwUBaTYFxzVwL7VW7aiTzWcVp8lnNMM5b2vLZ+uLg",
-	"4C+9SGUzp5Qc/KUTdOwe3eLNetQ/et7tn3X7hzf9/gX+/3906nBEJtVdz/PXBW2kS0mNeH9zHE8nkfbc",
-	"vLzaVFSvLeVnipmob+hXFjbxiVnqdT6bYa6oJdA1WOcjb/2DDz7NL5WIF5iwY0OJYZMkxkJxVCDz0mcK",
-	"iXHGAhSY3YdFkeE77HfXHKBZZPYn/cXKy2vQTvUupJ37JuVmOhzlLS+8A/IUJKKXGPHp1K/0Qlvhwrv6",
-	"9+2VCoSCtYbgVfZ3NdQDSRQjYor3sBHvScbu81SKzKU8xcLwBGrX/FLz51mBoCixX6zPQBYSki8t5DIF",
-	"PtNyubcZ428KtvQkUSL1wVSiRYoDhH6PghKHSqWCy68vXITWcrVSYM/jV68RPIHb3VqyV3jb6SkQ6gkz",
-	"wmJC+K05UVekyTiBgi0W2yIkQSy88H6C3EFbjhKsz3GCOUv4N3UxhUpK/tdqNAJvY8j2bDAi+RvQpJ4J",
-	"wYpUSqiua0R2z1NNFWO4uYWkjSgx81aa9GnLlr76agIZabzLilkXu2b3uvflHGs7IjwqDxMsIknMG5i6",
-	"gbwwLJOMSTT1xIHdHf6DD/THKuntF/HgMlW0UTMHktRzObH/QvmwIUWW2BUL0FhbYKmVeGn7tl6RLfNZ",
-	"Wxl7BxWV9FyNfkeJpiy2Dflz2l51uFSUFYZpgCLV4mEiMlG45wjbN595EN2XxQTijPxKmcpNIgXLBB0e",
-	"oMd9aJa87lNGhYya6Ok3Sa8UWbtPba+ijtZ79gqnSZgFrVeo1RxbQNhOm0DYnjgmxe7AcgInYD7A7bGs",
-	"9Vu2/ZZZt+Xk1+IQZXH9vCW6xFIYxHXYPM1F6qRMUDQ8w4JDiutb0aWhUC2yWSbuE5XrdA5o3AULnvEk",
-	"Y5noCgnkCZqdX6cM0bavJMvlQnV8agENZ3aAiLI/rwass2VV9gfSa8io9vL65IHG+v9uoRfypuBNHQDS",
-	"+kC6tD1ber/YGvUgATujKGTZwG4P8N0G3hzukwvbuSAnXHuQAq72r90nl6DgUp1P+idBATvLqRQAFQqx",
-	"vmwok5+A1H8lvQPE+MLSu6AbuI+GwA8tdj8uznC++MZA7mGp/ZHKhkkcC9lS0uNz8cgvhVN9i8zpytJo",
-	"hULbUjNWsigrw5Ccv45jqdcS/MWb3EZ1UAnMekh0o0u5x75XWeWo29T12uyqNGaziTD65gTG1nTX1sh+",
-	"09yGxlkoLQhkT8Q0pwc+b+vfZMl4LLJKv0s1TnoeAnFWjIAzeCfO03Iwe8AwmE6VIWzMKZeA6Znlcr9t",
-	"fK6NbzzvAw7pOuF5/Cty660bjbHKcUe2fV0EwVl8DsR4AeQX6EuNXJx6j/2bGiJyNIPDYIHXXXUiW/qE",
-	"UCQG8u9qaIUZIFN3TEtYB6qJRYIM2Ngwih0rOcB1xwxMoyjrSFIDRr7P+JxKZVOMLg3tmWaJnOWGCZkl",
-	"2EIBZOvH2xfOQ3oX5zzh1lY4kFqxEc9AFKCSmTisguWgWuZeuywboEJlRUoAhseVFWdhrgNJ/k5ojr5v",
-	"97DBaf0i0Cjq3POi0z88Px4d8qPu8+hEdJ/Hh7x7zk8Pu2fD41FfHEUn8WEfhl7AVhQJxbHUXZuDZzUj",
-	"KyHPVGbgyaOj4EU/ODk5BmwL+5KJZl2L84Iv2a/BzdedZWqIoRdUlrEErjjrw6TtngNlIMbpRGmDsBmb",
-	"xdJx+dmC6HijO+FKMsGzNMGaTziyWq2lGgRO9aqC07rreiAfdx61x5c5IS+98khVBvOPXOTfiJNy08Id",
-	"j3VqGp4ZewOscaW4omJVIRKC9/jyrHDEfwMWOE2yTGW6ML+V1R8aEsC34ofw0lMrJG0n9cbeC19Ngrd3",
-	"9cOOgLvL82/V7aNrugZqh+KAzJHt0GMv8ffyWn6mCwR6pPA97gpWODR4ru9sJo5RM0IGjaw0IxWbqkzg",
-	"VHoDSW2nZDtxVdJp1q7sGXwoC6hfsqh8xTwkkagUbmm6u/H5r/asemXw7L3yTVRieSyoBm7q7jjjwars",
-	"U9gO+0x5Y1tHNgZuOEhzOOWmEAWq2aiLyagDWWSjsjWSUS8qoApUIYUqLoDTzH4MEB1BIwa9pF+jVCHO",
-	"n19+Ahv+8ebmjYWVFLZVmmXcY1DsPTcuK81R/0C6OekAfREXRWXfofOWUxEZJePSj2Hh4WLQH1wqIVCv",
-	"c8cPJNkyWlPZuNw2OdZR8Z9JsX8mxW7Da373qMKrPFooyGuyoIVbmCw8j7PxuTa2t/PZFr5cW9/XZc+i",
-	"5VzHpuUW/hukGGsHKw9nSRvuu8fZw6gVOos2n9TKymhgRbEUK4+kykAaaZQpSFLEAFE4xHsjcLKPEpHG",
-	"EB0uIEQdlXFIBDXJVNz+U0kR7lNzowRA8EMXYOIh72JtQRwAwm5DaqpzDoL753WhEMNAnFmMviGxTqqH",
-	"SyAkjE13Pi+sjzJKMoGuryGPaaQ2oXUgwyGPXf2TkEk+dVm0+NiltxShrWl9SwJESCvj3rAChk1bbQxH",
-	"KJNpVqTTcu0XuGEPKk8Bn4Pt8YHEyVMSb5aTVQ+D6UyZDoZcFaSqu2Q2Q0Ti3GAKbCiyTGW25PV1qowm",
-	"YSZjRo0pcMRMOIknZSWbaSKTaT5le2HXHZbuNJFdt4VhwM76TGPBa3vWKYsYZ1i84h7vGqW6WFUnvEBM",
-	"wMWjMBSpesDSPiqzB24gvRNnHhSQPa2Cj1eicU5uvRY8uejnnHD0fduaOgNJtVYrbKQy1X/kyvAwYIf9",
-	"fh+8lUVIisqavNrqQe5fDmSxf0oKUtJwy49ZiO1B5LMQsYjDHvtOOKHWdR8rmyucN9drdnY7ev4xQIix",
-	"AGWQmEKRuGvvYPynAs/baudcNFkusU6Wlk8J9bvTubv0t7bEmgRoEGcOUvNtPutcdGylVDg80BI7Yn+B",
-	"/0E/9yJLOTwDFELvE5MC602eqZk4+KvIUutA3MyWSnvymbIcXPdLLIsB44ZZnGR2+GeyQ4kpWRDgmnds",
-	"gxpsHz744P5cFQ1Hhgl61tZ4GCUgrpV6Ir4KmxWp6TQxWIoQ7rPihiOUAYBLt08MZFG/MEDw5+Jah2vS",
-	"AqsgAIpyqqgdAcmezCibuFawHUJuSHQlzQu8ZtoiLSiWKjlGJT3HumWeGl/jkMgAe+xtjkkZllXarIyg",
-	"sPMnGbN+ZXfFulJvY8WUvHROYLKHs6GYJBgqC5cioPHHmYLLz7JXfF9TvUmsweOm3KOdaQ4wwVd9Prup",
-	"rkwvNlu9ThZPw3f/A/ImtiayoN2WVJxfjoAahUXVsrke2yFQ6xOdhv4nuQP8xfqa7PYbHRlP98kbK4Fh",
-	"TQkMspuotLAEM05fuqYh71a8Lw7RZWGGtF/oApTG4toQywTWHJBqgKY7kPkd4g00b9+GkxiBoRJUnB77",
-	"3XF7EmU86ygWmH1fKj2RMyRyKlHhVKRLqrL1kNhgy5mQCCiD7wFr1T32hlPgMvDH8GDGcw3aBhx4TuoO",
-	"qEilSFhg8KyjywxkmzKDbNnOiyT7Zv3C6QG2tWWKQ2ALsJCUDTooNFk2xBAKA5aFISEJXdxpVK/X7kIj",
-	"1/8Na0Ltjs4/o2i+hRDuydIkOR/7ovMuJOXq+n62yIP1uKS7UrxD86fMDCHks5RH/n3+TPucY4/7K7a/",
-	"Y4n6AO05rbben8hthJwP7UO24A9+4aRNkhT3Qvs5LCVP+MG56tH4ZCO0Q2tPCQG1DRw5UMgNBm+zq0ir",
-	"hD9RJr0d5SnYRpzRBSSNRNsf47CQWAeS4swAroAySNr9NrQE3+PsH8OXvlJLMEx8nURFwSaJNiqbf5Ow",
-	"oj7J2XluKBmtoC6QN5b6buEBiATMpQmtzc2WmS7lDiUF2yuSOx4mSSoYShyxw5JHerNSOXoswfAGvBbp",
-	"dJZCuGRijMj2L9lIQJUrz3dquTPGJGqlpMhWUc0vMKtHEk2TRwaXoTlD+LCPBaxAKIEPkPRkZZTOxWHh",
-	"n0mkEWPclk9BQ2D2XZboWAibOrASb+k2+8aJCaeOphUQc/RuiQrPfntc0C+quK+ErpAL2/OD3O1FAUrs",
-	"finQL8buLJACPCq+GeU1sIvzLZpKcKeezhwJ/efTJUfxtTuFaMMjzp5UnW+ev43YPzoPZxxkIXt4wW/F",
-	"tTvDFLEywgKPb6H/NU8tPvstHVvKWfxG00phrxh3e/5k5zeX7Yf3mizdNUOOc+GSWcamfe85+3JI7BWy",
-	"Je3QFRxuc+myO8nrSgafXBYxXbCzVupnM0yHtiVcRyrzWLZmRqkLSxbVgQ2kDXFDXcR9H7PifaqJ7ukG",
-	"VJDe6RqoUIBaQkWjSe8AZ3tADmhn2irDP61NJcvBfwu+unEmtA6tEZ9c52Uay6XFo0Bw9NCWjbed99jv",
-	"NotmsSAtmmMK48ydmFPpiKKcLuwHVIOo1KUdSDdcvzYtcR1SyfBu3qOwfhY2xPRfMMKEC8DWI2nJYSW4",
-	"sX4Bu4qXrg4uw+2G/dJqKmj6IqXK3SdHRyxMvKndiXk3E/BGIwjG21zuhFEFj0uD+QQ62E5SNqYcLYsJ",
-	"5ll9+ekay2d/U5gNbKkBWWdBVY306443/sSJG29z6QcqSfWw9ZUiomxZYadfbT7gsAoJQNyRT6k4vJKC",
-	"bA1FJWxQ7bCqEwg5iNAJwUYlrL8Fq2tWT+2Qtg46pPe/0JDDJ+VIOPNluqxdm2dsKgyPueHfothF8YE0",
-	"U7ZH6LJwXt2cK8ZXemwppIfS7U4zjlQQ2+6wXpOsAVgJGWXzGTrZr15dd49Oz7o/vPwZwGZhMHjnYjAh",
-	"tgDVFfhsRhRX9QrBZWvbsjLEfo/9O9IWymFQlkF0ga4umFQsU7kRjOLiCcBiIJWEEDAS+vDYY8AC9gPT",
-	"wPhEGsdtJkY6ZJmIRHJvnYNIx/AMCIEIYjKQe/Z5DSJGge9hJgL0Gncrp3MXXIYQX9j7fGZ3xagCr4nC",
-	"11I+RPgiRMdjIf14S9+GDVzk0m5CGf4BEowT8CIlR2kSmXBJ2BjOYAfVc9+++uH19c3b/3t78+vfXv3y",
-	"qPgtru9ucY1czHcZZgln1RWM0MdRdmw2rhWBE/5cEVm02uvGY7E9R7a42fvfRp5n/0uswt4Q/+UoY212",
-	"WRUrDj5YbrIKwNZjSZkYiUzISBBALU9Sbf2N741L+CFBGt1ILFKxKLhWLvk9T1KwKIRtOLYFuW+okOBr",
-	"T243aaWOGxf5Vtw2ECnwDV/jZYDUxqcwaEt5ccDuyD9XRUFBaIYcawLcwViSFTX+IRjq6z1c/yMOlY2f",
-	"qk91Q4kwX+YGLMKjLKhjmWFrMxOtUIVfYUwAHcYbJ4VRbFKD5RcjDHZzwrYUdJzcIY8fupvKHpXxf64g",
-	"l80o4FuNdfnE8oQXG+NWmHQJkP9RM9DbyBhmGRj4/wHLL4vFzEwajRcag1n2clnAApAxFoXMwEMcxK+w",
-	"3i4FcKMdOcmYg/+lZy2tO8xCa+1KuTYsxN9uHxIZq4cypadAJXI5zCD9DKTFH1JZUc+HTxWag1E3gqZq",
-	"zcMbebbQQa1EKSJANoE4UpyvFkI3oDHaioxxZT0Sg2HBWgjI61mwsFBbNly+AiP5luyZAXNmKNIAOZUv",
-	"gDYjLLEIo8WMeCW1QlshWNjvE/HA9sKDPDkICfUhtMoxiwyhRemQah0kjUlCcD2bRpD0JiNP0641BzWc",
-	"+UENx2crgxpawiaa97G5y/O+3+eLs5PPG0mBq9rCVN3W9XbASLA9V/XtWdG0zzwMb2QdtZgEpPU162qh",
-	"rhFh9BdYORNZMpFRkhqEvm6E5Lf4KdtZMXGEX27adFOTyFLXxzzk+u4a32htsLCCbNTozXxm2/xCcRwt",
-	"vEexya0gjXyn4JV/QkduUgOC67s1Aitp/77RFPs6ABR9fkxqfZxniB8PLTVVG13qQc9l8o9csJnIqjXV",
-	"615zcq42ec6x26SMeLaO84Fc5jm/LNsEUz0BZbI4GaGZyrChiufWOT6Qrd5xdtWSLU82bwdtSc6KWuo8",
-	"hQJslzp/YQUxokObGQmFmTWWy+BxnAmtBYiLYVmVOpwoXf5BoRT0q01foUbJJmKbVhlTw7+LyMAyBQPJ",
-	"sXQ1SeCBM+3xWGOiCpPCgDjJUlu2AGL6fnv7E95sr98wOy5olApIw2BhLBczynYJi9SNED0pyhhBy1d4",
-	"EbQhV4LL9bQ7lwqMoF1S6Y7ru68ch5NOU+fCw9ucCq35GHPSRZoqpFZyJ1x0RDTBL5wejqVNsK5RQpy1",
-	"zKqhZwFQs7ycL+oOik3r4XF995nsAbjXO4fbhKX50uM32mb+LdX8Ozk8/pKjOAo3iyGOs+qeXQjewAcP",
-	"PiAlLsPf/L0ItKMrhyP+pmJDZ1AIWGizFG5tXSWmoYI2ZfRIdesqTdySDQDvDiL2W6nMLY/vRWYSjalA",
-	"UtVrA3luZov6GVoW1XN3IXmVi1Z1yAoeBOYYGAOZYYoRsLB84naaaHQXw9fI9MtvYEADSS8H1GrqVZPA",
-	"p2312coIqRktUhEZyFbCKSeyXISKs4kC/Ox0oeBr9dEkxsjEsmRHwFwdqmAgbWUVvEKpItW+nR4YmIq0",
-	"qSIa8jblRmR0LWfCZPPbIY/u1GgUtpg9trrS4KWn9khAH99h5bw28wHx0q8lMZvoywGqOtPeBjJ0M2Uf",
-	"8MwkIx4tsXd+n6RCW7wLWzUFxC87BJcFBg0GTKXxCug32Jeros8v8eTAfJdFOo2SEv3sM9Qkc2yk3BDu",
-	"LecjT8MqSN2rMucsY8ggusDzEzm2KpB2MLcidsHfoKFY67LKCsRdfHyqMAJIDWRYouOGFAvuGLzgGVWU",
-	"VbL01qM1d89W1FPSq6dXpLbvE1JAcTcNRaSmQjPXkwPS9wzQjEd3Uj2kIh4L1BCKcCRXkbsV+dfNHiOD",
-	"4MPjkX+/aNa6jKn+ify7FPl3RzLZQarGy2F/UzVmBqhFjZBGHMfe8/B+kQJC+wtKElIZNk7uhdyndKTh",
-	"3AisZ6kFhrqhHSUcKUhToMqxRXUrK//t5TOQAUP4VDiN9tEqA+5OdH+WGRq274EsMgbQDuCsK5xyTi1i",
-	"CGG7aTUViAlX0K+bmpCxBgBg6WBpaJx6IHkm2BBQj0WMQZFXb15bp9Ke3Vh2Qr4f+NW5fzKBRHJJ0IYi",
-	"sbh9rnIXonucHJ3b1I23yBCv4PQvk5d+go3blrAX7LBXduqErddmXLULVC8SSF6do8OT5ycvjs9Onm/n",
-	"X6LD0exP6gcr+umv3w9t5sYVgpua8s9mc4NH/sjP+itG/JT89ic1voGE6gaW+5Mj8SInnPait12NiPNP",
-	"67vncSnOOApO1fjxYkwmdJ6a5dxxJjKdaJCf6OkCBVyNrBGyUcJNbCUj+NY9gIKGhqtORsIRIrsm01WB",
-	"SMQRR04rlsix0OTLN8oBo5MrnMo+t1XiRmsWzewR7ONrcpbQdP8KO7PaZ1Ldx69BtXsDIzeTTOXjSUkK",
-	"tmRjdTq7IAqTzdtF+59RFueuytStK5ZFxgBPaCZpmkd3eMlbfSB0RnBCyiou9WEej4XN7nR2T/ujxnA0",
-	"F/XvcrbYr9b0T46dTHgitVSmi7OgKNyBvMLaL2rkS+IWBUzNhPQqcu2Bc8bh/1PATYD9OvSvTDi0r8DW",
-	"14J3oXkhY71/aSUWF65p+y3aTzRMZJQCwBMoK5UiIMNcz8PAggUDrjAOMZdU6BOa4oZwuwSkHBRzKlWp",
-	"JYVFGtMjYZG+Wv0hKJRM3Kc/lQe7oeCNEjzukp/JFsgojsi2akU+A3OpPvhAfzhzb2skagjZO0D+QsbP",
-	"NKO3rGORQk2d31KbTGAKk1Fgk7wLLDTBBDHBJZuKqcrmlwNJajaUq8Zr8PrHK8hlYtNcG898qgmRusd+",
-	"lcJ1S+lNxfepX9DXJiPbYiJeC0EBm+C0+0Sz1CkeFs/Ve95T/hsA7GAczqC1MbnR6xvFzqrICNOlta3S",
-	"XBEoMUwkJ6CiuqtntQfspCUhLcbFuRdZMkq2duI8cars4aeIPbWF8XF36aD9fPPTdefij3cf3/kkS1uL",
-	"Vevt6XimUZnWbG9Elzwfi/2FCrsNNGt/WEKxB2QNbL/d/502zt6ItKHkVAeBI/mn8CkvKKpeGWvvtPG0",
-	"8g4tcUZR4ABa0L1y4BeMu/o5NJ5KjAR6N6ExMAji5MiMWAY80IDQEpCJEQHy4I1HE+2WnheV+V9CSzZw",
-	"0yfbKc/A97GkOiYO0hEvbdhjSfgJjdJtd2ZpCcbV/XKvs3VJh/YFoxNxcT0b9xbk8iCGE6XuHlOv5nfX",
-	"xPYxlxgA82exml3Qgt2NdYLoaNX/BBEl35GlBLcuPi25A75xtnoRgodFi2cqkcaFZHkJ3jVyEPcwaKdA",
-	"pWSGgVOpA0Ze7IG0WerXhsuYZzFzNMgiJeF1DO0K7cC7CeKCuk+IKWf4dIbhBO5baJmbPAMEehRUrRGX",
-	"gISgM3gCbiWb9BlCBxMtotv//s//CvcvrGIHiQASHf9zhiZpyk5nmTI2MZ/L2F2yWnCQzik8rpp274AE",
-	"IPgPfVkqN9CsCNgpVC+xv3edPx+GfQWxbDYQbaKIKxCo9DhVQ0yIx3rX8ALLZRJxyCuxQW9oMy+4ikUu",
-	"tnn1iuk8mrjwONgIF/znF+2xMetKioG0q/cwEYVVHKPk4iSutp+5P1ET4MXdbvu6ZKlSM9AogoGcZck9",
-	"N6W80cVovHJY1oqWqoeFwt+FzR4UaxjmQIZdd7C7+E7XNl8k+5cnvT1qzx68x2Tx43kvs+5RbqqZWSzS",
-	"dK8ovAikuHWcXp6ltkaMvjg4wBXo2fFADwd2rTaNp7NL8Zny+23v4IBamepPsbV4QOw5HQqdxGjhcnRK",
-	"fMqjfmz0zzS8R8SbVW+YjS6YmrR28MH+tSrDn5K5tVeXnwx7zoYUC1Dts8SCgsBP9qs5OBv8oiXGwjDS",
-	"idHsCOuzqLZ0/5IxbKYx2Pf+LFXiZeI/4uC0pORvWYfEIkstcoUGZ+6THICdy8ntplY02X2zqfiPOlKt",
-	"5k9MJfC+JvhD48EOOYGIhEULQnrpnSVKw2d7eA8JROSm+IED+qZrpc99yGvtYgMUbeQEQTslKihIybVR",
-	"kkV5YtgwE/wOAbq/8/iehS+y9ZvuhJjZsk9kj7KVnsisgzEav739qb1cx66O/bbCFK0oyRvBWrLVuyeQ",
-	"iCpr8ZmSDDah8D9raESLF02lksbOxJWDUuZYy+hka2YQI9HwHyjISmH08HHfkaaTb4o4YHSTEk4AhR0M",
-	"JCjV0HNQ2ENtqJfJ5rbURq4R2yjAX2Q0xydFlqlWYH970Eqe8hji/zrNTXbu89Vmp3L3/yQ9WJcGkivl",
-	"790RXeXyXBLCbIV7qppDTwc2UBmssw7wucTTKAIElRQs5vN9X6eIeJbNmXlQA1nYl8CKNeMRjAWOqqvP",
-	"vGiHusAmraWrHI41KLlfBlKlccA02U7QqoaOX6YfEnCOOjuSNSGRfcVKDHalG4MEcL3s6d4S+2dHV3pt",
-	"yQnrYn34n8WJePfxJ7h/l1skypu45NvlXv9pbtjiNifBueEyXwB0W5+nEARNe6Yb2T0Rr8ci/GghJLM5",
-	"CGaSiaYsBEBed1HNLuwJwwUpXWsK812ond0AoFNFyamD6TxItNcOiiQwDI7mBWqQBVAdkZyBVjELt1+3",
-	"zJfDwldo6APpxt4qH9jV25R/fFkXPU5i9f1u9+GTUO5O3D7F5lRdp49DXHApM3BKiitVSYHOFyZkptIU",
-	"zxGe4gs/zYZ+1I4dAtbvm1+vbxjQIf1mvfmIVcBZJMD7C5sqykDn0o/y8qrHfs3YEMEC5irP8GC/+dvr",
-	"i4HMxDjRRlAqT5QmMCC/OakA+cn75nYmpjbk0ftylMixyGZZIg1Wl6NiEpmN+y8Gb9f14EORnPnxwGsG",
-	"YvVa0bKQHRWBF47W1YOklLsFokfwrILeIYcqMfuXFedytclZyg14gl3blEFR7yes+RxCi5gFD2Solyz0",
-	"sM+mXPJxhUvh9sUiSmKQhoZz4kQaQ6+ABZlJHWyDYLpoQi0wW9YJgR08xh0z5e9voyJH5NZCNp1U8HGk",
-	"yLoi7x52AkstNUSCjV0n2Mhn8pxYp8jvLjCiHSDZRvG20jHbQ+8nystfKmLy+edxfdC5T2IhDQS5rMNt",
-	"G0UQn3u0iiM7rLJd0NOGoj++9uQ27NYje1Pwmq8nifvBLfVGFzGEvDXcxDZwnWplhNYqClEQTeyNrjQL",
-	"dQ/I59lYxIDAAAgALBOUicvhXhuKdL/HvkNbM9yo2qgZaSwOdpbyei9ZSOLhv8QZB6QFzCt0uvJEZGKf",
-	"pXiB14RIG6sfFO9TEHNog5nxGpmC7Xuq7kmNxUGRu5bLmjwNlZ1giowAFTTVqaRnXX6Oq0JloRdSpQ1U",
-	"FXiYcIPeHjsQwqZYYvh+LKUEi/gZ4IHmM0pWUAuqQj1BOdGFE6A10w+baM5p6+BOdYICE4ZWvBPYH961",
-	"VBV5rKUek/M2taxvfmF+KraT4wDjKvv5H23koy3bjMOtvPx80bndnvfXRMZ1JWFvURcobOiWkqxI7XIN",
-	"PAG/x35AdgUPv3n1M9ubZWIksgz4pR9nhLl8LrkPftA5oZSB6BtNRHRHX8PK6H17LQ9kpSdMRMzEfaJy",
-	"XZkBMV0YK3JAi6TQmOpDCg6d2Jfeij3yQt+E5tdN5qOheoP8IsnbnpCKsc7ftf+JdUIe7X+zajgv8ZEW",
-	"tfEdsY1SZ+miENzOO75X5Yhs2SKMqbRBmdaIRllL1CrUorwuNKBei4r6qhjBDQ5gl7L17rTC+ijbbNfw",
-	"Y+8ruIRea50L69dpVWB3dMbInNGOmWSVsOKwk/mkbmyFbgLWZFPpLTGz/kB9f8kKGw5xGYhSsTC0kN9s",
-	"sbh68LtmvH4oSEdydq+dns+DDzVr3tJIStgXfE8IdC9KxaBMjcjQeqAyN8jyYAdFSKXnN1Aj7wn0SpB6",
-	"WRQXwEQwk3GpQVeBeiaF/mUthuyhpheZcmjPGhRKhIZie6TNgGhnt26/WWICTDzvnD5OoVsF3+ptwHpv",
-	"XOHs3mCR4zUjRME5FWf8QX6LdOQmBzkOdrvWppAlgXztHLnNyo2EumAfR+IwEzjnvkvE0TOc3sRokY5I",
-	"2scpMJ4qWZT2sLWgL+qnHMeCBamdY09XaE8rNlTglazwlwjWUho/L7MRiwj62YVBY8Pz/4nunrZ7B5f3",
-	"m7xtMGxksZaYO4k7Vs0JWHS5ZD1WKi6q+Hr8vuILhIuGkvAtGbCpygSF8NetYQIIC1OkIoyNsYXg96Qy",
-	"LFI51sextXTICureLJODk8yVRs+I/jBRSqRaPExEJgICI3CYhjN0U/LMpYrZLHiCByIPoFf23eU1oeJ4",
-	"0j+G1DOcZJdWC4yzWCsddgXoVApcDwdRQMgDq66sT6nXe7Y8Qu/tXHRAMUoFvxPxJgW6YPxfpLJvt6Zq",
-	"y/vCY1lhxNsRdD0Leyh4JrKr3ExcFrZtq07Pb1VuhGa0lhrR/gLGczMR0sC2kPN4UaXveZBrdh8WjOA3",
-	"QnIKg3FMQYusKXNU25h6z+vda86A1k229oqDDiNkbb2tcrjau7wpNqc+/qaWv/OKTxSt+uE+9iuMG+pV",
-	"q9A0tYcgKnmSmi4IABEmh0cToQ2WJyoDexehw/BpdLDEvWq9l6Z+rvFhfB15IpYzwLxKi0ZkcFp7UQZM",
-	"KiuhVYMCsz7Jymr7C5VcGvuknZPKLjlu62Jx6zJJmOQn9uPNzZsiw7iyLS7Cq2HHi7rVlVraGhI4XOVs",
-	"/BWB2Ipiazic5rqx6JnyJkrtNaEyOnhJXe5WHieIb+efAHyk4f0fBU8tHE4meJxITN91EZ4e4dlyoY4G",
-	"Zm3nqaG4FcwTU0KgZRcT4nx8koAz8kz4i01FsD6++/j/DgA=",
+	"7P2LcttIki8Ov0oFv3+EpTkgRV1tSbGxR+N2d3unLz6Wevs72/QnFIEiiRFYxUEVJHMcjtiH+J5hH2yf",
+	"5B+ZWQUUQIA3Ub5tnz0xbRFAXbOy8vrLD51ITWdKCml05+JDZ8YzPhVGZPjXVWSSe/FGpUk0h79joaMs",
+	"mZlEyc5F5/cJN2zCZzMhNTOKmYlgDyq7E9kzzTh+yrgxYjozmo1Uxswk0UxlYy6Tf3JopNcJOgk09Y9c",
+	"ZPNO0JF8KjoXHfq4E3R0NBFTTl2PeJ6azkUn4jISaSfoCJlPOxd/lD/EGU9k513QMfMZNKNNlshx5+PH",
+	"oHNF43j9HbSFXc64mXg90vPbJO4EnUz8I08yEXcuTJYLfxQjlU05DCLP8c3Fjl5OuByLvyUy1osr9qtM",
+	"5yzCNzRTI1gxLdgdvMz2MjET3OAqFruAy6bFvch4ug+rJd7PUhULN7KmxYPmKkuXGDHFwfw/mRh1Ljr/",
+	"n4Nyzw/oNX1QjrvzMehM+fvX9NVZMUmeZXwOD7WZp/ADLAb8/TLPtMoWZ3szESyU4r25jfCN0E6ZzTJx",
+	"n6hcsxkfizYaoG8qE5ny9z8JOTaTzsVRv9+0+t8nqWjd41GSisdv8E+Ca3Gj7oRsnnEKz5mBF3CylrLY",
+	"A9dsnHFpRMweEjNhewkcCyGjRI7p/f1iLSaCxyIrh46ddqnXZcP3Vujw6EXQmSay+PuscTbJNDHFetW2",
+	"IMWHjafwtI9EkkzhCJ7CZkwTSX8dFv0k0oixyLCjX3GNePo6FtOZMkJG87+JBqbyM78TGhcOZim0YZqP",
+	"YD0ZnY8euzJsqrRhR6encJYyHgG7al06r8Mu9NhGUKen1eVqWq1fPd7VSmY+g3s8ub213z523S5ZLDLg",
+	"yIlho0xNK7TJZcw0fCYjwWQ+HYpsB+u8Fpmute7XEW9fbx3xHazzdTQRcb6Ee2j7wg66ElEm2q8ijY93",
+	"0E0iI7HiDoqFERFwJG6YyhgfGWGvaZNMW1mzxpYbRxNzI7rwbeOQbri+a5234fru8bP+TZokXXfWQzFS",
+	"mVg94Rwb3WLCv81SxePWKef4+PGT/l0MJ0q1L+0DPd9BRyjetfeDjx/bzUf4WM+U1ALFljeZGqZiCv+M",
+	"lDRC4oXFZ7M0iZDLHszojf/1d63wVi77WibyuHaxxyq5XDHbJNt7+/1Ldn5y+nyfbm3OtOHDVLAwUrEI",
+	"e7gstkUUmWdJIRyI93w6S/EMRpngRsS3OO+j/tFZ9/Cwe3R+c3h6cXx2cXz0H0B5ceei0z88Px4d8qPu",
+	"MD456T4Xp6PusH922D2JTuMz8Xz0on9+6AlJCQw0ziPkxPWbx2vteXQius/jQ94956eH3bPh8agvjqKT",
+	"+LCPe3Wv7mCrRjzVuFdqBmv/R6do/d3HAP6YicwkQtentN6BQPE1yYTe6JskrrzbTDRBJ+Xa3OZ6wwHR",
+	"On5YfLCwlmsMYcYzIc0tynL2m0X50EmG3DC7glYvkuKSyTxNSVWCt3TxBpJeOOZGPPA54/E0kWGPXdFr",
+	"AylBQ2B2cVnKiYtzGTCpMjbhmj0kscgY7StyeqnMRGQVbcx+AmIpzSQYSJAMkDpASOV28PiD0Ax6ndvf",
+	"kmI6AcsECO/JvUjnvYHsBC0r94dbuqAD8wbF7X2Xbj9LiR890iz2aKhUKrjslA832nFH22vqRXiYr+Gb",
+	"zseiNasKffS53B8dnBoSVNFL4J+ScjKliqqGfxeRgaYd4/gp0Tib6mErxrrWoF1bq4eMrTUOR2thakws",
+	"FoYnKfY+Udo4LUFFPIW/4bNRkmlzq4WQO2N1KV+nRQmbnyb/FPHtPU9zGNjh0fNev9fvHT6GNTpVZtYJ",
+	"OosNLzBFb4mWbdC/Xf/6y6/FWtcW7SkY48aNL67njpgk/dDQWFs3TadsUcfCj1wjDcOvr3JtXVqPANlF",
+	"agcB5eTOxYePQYe7c2I/n6nMNJHKxYuTk+MOChokfO7sfKC9hzq+VTMhRfwYene2mVunVnlfvuCHh93n",
+	"w6Oo+yI+Ft3D0RE/HtJokOUtfHA+PIL+juPuuTgZdcvXn48Wj45b1A0OTrH4S5khvPRWjIoP1qVU0g42",
+	"G1Fld3d8kGmjNzHjbSXELBDAGh+t/+56p7nU6WmLA2fV9Nd3xZndyUVaNrd4lwYdz7i5BuNafte+ihfY",
+	"zJqXKZhzcEZrn71iDMU1XnKsynW++3v6ETpKyq0YnQmt0nuhb42CqajFyS/nVCvu9AXOtOX97PZlGYHB",
+	"rr+iw/qk1/k2nKBc8dVzeOve/eg2ZK1Zr8cNcCG98WAX217or+IdsgZo7KkZw84G+9QDhTsW7vE4TsjW",
+	"/8YbsbUsVCfhZMGa8QUaY/AsYKI37rHQsakwYGEyg/8FaQf+m2cp/CeCNkdgDgKTTNCZcWNEBo39//7g",
+	"3X++g//pd89vu+8+9IOT84//TxO9FwJo1c/UX22f9hepIoi2rFUyllNrxvKlSnywQjIUEqxPhVVtZyaf",
+	"0nTnNcGj4+Pu8/hEdPnotN8tb5AX/Qb5zR/+unyJfLcpfkWe4gZ6qLmSi2/YcE62EzLs9jqeT+ro8OT5",
+	"yYvjs5Pnnmuqv+ia8la0ycKwHd+8V2SYvM0EtybJxrd2atjwdnBTKWyR5fqWXLdAQWWLV1gzaLPqFE6/",
+	"3pKLCQ/TKJGJnmykDi2XbND/eusbGtta1YZnqxQxbbjJNaxcHkVCxLgMzlOxtsCxg8NVW7kPW1F6lqns",
+	"NsL4gQaKpMdToTUfN79R2axdmykW9m3dDrJcykSON/rG3/sNvjH56quWduqaXv7oUcsai/CIM5z4lFk9",
+	"wDXiKWbSsOiVlVlysF8BrWx42zvC84MUVt6uQccjSO/Lk35DBAisiMnmwK4q0Qp2OHU+W1tBHN+SOf+a",
+	"m0iRu8CFHvlcYcQT4pLF/dQQihR0qvThtYV7EXcKeu4Eq5p3/pQYX52JTIu4rdc8Tsyr+wahI7K3LBFM",
+	"j5h6J4AHKrvdRAGkL2zXxsaqeAZRdxl27sScpYLD3WH5w8lR0FFRlGfZCn5sgxtoXMPn8WF0xE/E6eis",
+	"//zwBR6AbCxMbdjLOG3xiR03LUMDA46cKrSwtuVKtT50gq7ba7c6trego+faiCksolRyPlW5btzGrczL",
+	"NW6SSHN24otK5/3+88Pz86PTk+cn/fPzw1XXSGWjnlYBLTe7YWm9vW5/2mJublQ8vXlVNi5wu9/IHIqT",
+	"tRNFrWjtCbW1l3zGh0maFLTdyMNJwaj7xYG0GDV1CQ5Bru+eaRa6jm8jr+2QTXNt2FAw8NvzRIqYJegq",
+	"3Av/9yDv949FiDFv1RGCG3CsuvZH8On33vKHn+01UImx9M8U2Xb5bCZ4JgrT4W2caO+3qpUc/4pSRXzX",
+	"UyJvSaOAXyfGzG7pwix+bTqaLxWwVCN+5nL+lgh34/sRW0iUXJ9eXhbfQLxmNXTTheXZPw9X+AL97hup",
+	"pjJBis9YJPfHTeJK6gdiMjsZ6nb7IJxss4aYR3IQicY8vc2EzlOzcsJv8bW/chNNPJMexd95Iv5i8MAk",
+	"GU+ENoz66Q6hhXrknheHzbSQpgy9tnLglnqyKsWfNRbGCUsLqqb9ffm2ldTVoD1uog26bxr1uLV0z42V",
+	"PfwA+oPJWUolSadZpVvzMqzPZEMtZCvVDaVp+0U99t+GN8Ns2VDAnmqMfcbgKD7mCYSSjIDZPyRpCpcA",
+	"tJaIuNcJ1ux+E83JX/UVER1c313ji3XarCQBlKpUbeUrfVUXdglRl8zt8URNp/+bOBJuEEf9/mMPyKwM",
+	"E1wr6s9fxzVup5IrVUwBizz6x5ubN4xesNbJggIYT5UE5pynMZvwe8GGQkjGkTBsmFeFO5+en/uR9f1+",
+	"Y2x9Kw3bYS4nSxQcNrshN9yZPy/UxguVjC+mPZXENv9MV5JKWvJGNkv92NV1XiE3f0LB8ps+E9wIF6a2",
+	"pZhmrVaJvNUiUjbhqtiH48PT47N+v5Kacta4Dy4GtJ5etMIutY1G+6jgw1KyP95Erq9GJLbvhp/cst2O",
+	"bLmQOLLbWZFluGxFcDFsQmJdOf2OzH2YixjyNFUPt2miTdhrXpL2lYB0k+1WgFROMj3oFs+my/yrxd4q",
+	"BkEvDGJ1RZpewhtJxtCNqNnfVeLELWwaExUcBa2kupJwDn2raWFW2CpMKM3HyQY6HqzpG/ymrqQupWVY",
+	"4ERliZlXDLp+9tlh9Yx3K3P0jnnrrnyfiWJhL22odWUjwwDyY4C7GQb3N/0Mpgyepj12laaFocNuk7+i",
+	"zzTtLJI5e5hQsDQEZSspAsq9UtTAA0SF08qyRM5yoxmQKtsDPzcMI+RxnAmtBf5RDg895MU/ymdkXik2",
+	"aDPH9irCWelEdCteUsuyM0fpVdudu1iA4LpOsIrr57vyi097BZhkCv9ac5g39PbqtbZc3rYe+CuybNHV",
+	"TNzgLm237omM0jwWtzofxmrKLUOo+12qx41eZEqm8wubQoBEnstYZHA0jFK9zqK3Zr0ASG9KLgpSKlPf",
+	"3NNG59FuAkBspGJ7AIhde0x0eNxFu3QhsP1f4M1tKRW0NvhVr9cXKNY3+HrLWp6dnh6fLV/MoPOQJUZA",
+	"uh5ZoEunaMqHIl1zKJSn9hN9sfbhWbVlMMEt5QIrJptkKlRuGgXWs/7Ji1WJ1EEnyhKTRDytGNpXqrD+",
+	"u+hGSvncH0RNkFJMKmOVDj9HcsrlnNnPKItYqoeqPUfl4HwNFuXwRm3IqmaYGSaiHHekYY2qw/uRZzHD",
+	"3HSmSiPUM80eJioVLMsljQ1TbxJlNaaw7CEWPE4TKW65vSA3G/5hw/CROG+1SAW4jVbtBxLmtXu5UAXj",
+	"PCOirEzd8tJjX+Y5PquM6LSJUqb8fS2oyrVUFZ5WUdx2mXBzyGzdzE85S6QU8W0lBmJRKSYDCrxCSXRT",
+	"PsctL4yReyBR4Y5XNyVEUcs/Nih0DaQ2YKCcguq/32OvTSHM8bKjmrSuhQBRcZKkmFAfcVkcmADeHkgc",
+	"ygOHcZBEORMyhigV8oKHLKxON5f8nicpWE/DZUlzFYPXjiTjRufdpjwFbcWr7TQmm1v1DTQ/SnXPxKjh",
+	"mMPV1agrgUCNH+py0zMRieReaPIvOoPJXmhfDPchW5L+YNNEa7CdqAy3ZiLS2Mn3AtPAGcRa6Cp6B+wh",
+	"2rFYpGLBbMPVbfNF7fWv5qouVFd/ikt4HbM23L5ryeWuzSV33QT+8+p9lOZ6A4NATd/1tSY1Yi79JrD/",
+	"smG6ARPv4b88xWcmMalwz0g/AjExMfNep1nhXteF4ne6jT60TXSaN7UmIXRFj2UA6aZjdWu2mhjte6ib",
+	"eCu/GKq1oSBsx95OYxa2YFuVz6O0NYR7L8y3YJYU4rCoaIh7zOOeb2Krs5PB2A06h/7RfrHMyhF0cpn8",
+	"Ixf2sRV7t7l386wB++JKsokxM+B38F/Nfnv7U81ivLmWs8hVoO/q0i3Zebz0tgyT8MI0Rokci2yWJRTX",
+	"5of997vnvDt69+HspDna329mRh6Q2oL0my0it5GSGCgE8+T6ripcHdbu35Xi1e5MDw2yUi273zD1ILXv",
+	"z9hLDANHhg3sBjNkYhANRkYCLk05kH4rXbRixQRBgLIX6u6gzOO9qx5kpVeUhphdHXScJGZN8cYKRuvc",
+	"fUROjbefVe38xtrJMm5B7+CzpPTTfBIojzUROeygOg9jc/vf//lfDUEG/sjXggxoAmFY4qOiVwOmJ7j1",
+	"MhI9di1QAgdbdniVm4nKLDVcsL8KnomMYfBXROgVFAfW6yyaAsqBIEus7azzM5VTXLKxRCG4Imn666hz",
+	"8cc6FNX5GNTjm4TMVJpOC5yPJqghEgYu/TVZPbtgoenNg+EX9662ZgujX97r4oIC0bnsvcVQx0+IALAy",
+	"zaqSleiFCVaTRydc39qUfS2yexHfDuE+jtS9yJpDcF/heq17dfkQQDqji6bThf/311c/vP6FvXz19ub1",
+	"969fXt28Ym9f/Z/fXl3f4NOB/O///K+BxH+/+uW7Je81bCEyBNHMEIpRNF13q8TfBtrf6NpaTY1ueI07",
+	"WrzexKOXLEJVcG/j2U3+5BdnJw2BKU3rsPp0b6U7NLm4F61VNXPUGofez/ho6KVp+b/nSZpn4jqfTjlp",
+	"+vXIz1w2RIpdubQ9ym9ATdp6yR4SGasHEkwovQFkVBpONUzs0THrmYiENM1XWMqNAB0VLQ1Ttsct8OFh",
+	"fz9gUjzAQ8w1XlvBf4u92QVrCuSmmTeagRvjRw5Xxv3UWgzsdhQzb9zRJK3HWFqANZcN4YOsIbha8FTi",
+	"TyaADfdsJ1unteoJPzo961x0zoZRP+aHo5Oj0fnZKDp+PnwxjJ+L+Kg/5KfPz/pn8RHvx/w0ivnR8PD4",
+	"NHr+4vRkNIyj8xenwxf8GNpK/iluh3MD5H14tHHY22Pj2apb0XBdbgPAtmbfO4VFc3vS0Jy/xLtMUVk/",
+	"cnQ9BAKrRVS2pDL6YpaVbWk7dLvIFIF2HoHv9aPgqZnUT/9ERFaf5YYPucZv7jpBBwJphHR/OXxF+MuL",
+	"hrR/1q6Fos1mQelDm4DoDVYvJMvhMDzjazPqt78US2IhX2udi/hlaRCoLwu/XbAWtAhxq4S3UmjbfYvb",
+	"CjnO8ZgJKR4qT076xyjUPT5/uWkJm+7il1ckDoA5QjsjhfelZns81YQ1b+EQn+nAhd04O4MWJp/t99bQ",
+	"jxrtQF+SLNe0LfWFewtv+OC9qZJjtmceYJ2SLC68KGkyEjC+FqfnQtePSEcuP11c4qCJHFYLpQ1L0XSa",
+	"Pafiity2DdPO0GtLuWdL+Zkf8XDcCna5gDlrWwYTHC/rKFDUQ8CmIhtj+pwttEC/20iyC4SlheYZBhhy",
+	"ehywEPoKBzITU4XeMRO4L8FhCddazLTh8x6ro2w8TJQuPOsLrlQYghQPA2lbA/GdgdnHmg7Znv0khXi0",
+	"/QDjGiH0rfCpaqNmmvH4HhZOE7yoC24YyMITOb8onXxjJTQb8ujOVZv4Ry5ygR6iSu0JKd4bNhE8M0PB",
+	"jQ2v1+SXJS9fiMPqWbZZMPpUjDnEoMKqBZ1/Kik6Fx2Rd0EFsNZff6vPThrID6nEorY7kJcNrNt3Yt5A",
+	"Q8tDZhaZGrTIbSCCuzJfw2R/UQb/++p9ojEy7zsl9C/K4N+dd01tw/fde54BsaAFEmeIreC/XJP4R9Eu",
+	"/lVt3Fl4GgtjgLGaTVUm0Egcvpbkrg+x9fCSSSXtI+rCPvZ7CNtiHc+O6/Oqlrg4WSFFwZ54a/qubdev",
+	"vfCPDbykv0+SaGKpVz9z55Nya5kUAoqD/C0fikwKuAC1mHJpkkjvu/C5EGMXbIBUyGY8yVwMw0DOMoFJ",
+	"C7Bc9Lp4D7+BV5femqg07uGSX5SsBbwC7lN0flsXbkhbGF4OpN2bC8aH8FoAO1j5RNpvQK2+LDbusr5r",
+	"7Eoy4DkQWkQLOJD0LwcxbLEJipIEx0fMiGyqXQhu/RzTepTz1GjvxaPVMYnI/N28oIPhKPOPzniWdwL4",
+	"327Ks7HovPv4Luj4Kww91HnDgsDTMIQ1BfsFBlIN/T9atCbUB7fRxVQ9Ev4Hx0cLhP6xjfQf1W89x3zh",
+	"8tPCANaT2zNN/qY9gr0ezj3uD04okY72A4ipdunpA7lwf4HnShs4E8BTuO+k6LG/iTlcqZbYzo698hcU",
+	"JpTI8UCGFlTs3d4fXfrXbe/g3V/cr/v/Gl7a8P012tr746r7H2V7xR+3vXd/8R7t/+v+v4blOTg7sUu0",
+	"cAKQyi8sLW95kQm+kxTc4iK+TaQR2T1PS0n2sL8JYFMlYaoTn52/iOOT52fikJ+M4rPhULwYHT4/HB2e",
+	"D8/OTvmL/rE4E/HwUERnJ3H84sVZfHLIj86i0flpdMTPywaNNyIIswOqaYGr2iTrsRqAd/wYUN4ynA7T",
+	"AuAfBSxOZyLSVJU5GZ2LjogmqhY8hJCqUmS39qWPjzVPLdvWZgXFlNWREPB+ZIRcUxHZHhxqZZJdJZPu",
+	"kunSd0kVbljoFV8KIeKU7iQXGRbBBbSOe6+B2Orjua6F1jIsPOItnF2BNVeNBrCZ7WVxgWwKklUhGyLv",
+	"RiITMgLVPPQC+kDoH1J4wKWVEFzyy0B6H4GQ0GM3QBEJNYvMfZbySDBOveOSM4Lx0BfsTogZ7JHK0Wqf",
+	"qrF2lQowW5TteeYBlomYgyhh51EoIBhorkmjwpBBNd4nPrqoF9a20jGIlWnmks/0RJlN0iYbILkWKWfp",
+	"8bPje9fG099aC9da7hv8olq5rOK92a2bZiYyO43FkeAA2QGrejpawreXhZp/QueLN5/27dgYNnVDTl1j",
+	"gRvXiFuLcJdMb6sgr0dEIsO92xiYtRCcikJUmdmA89GXDC2MEbCbuCpdPgPWLAQ845GNR22Ltm4M9ppl",
+	"yqhIpbcQXtAUudjkPlEj88Az0fLNUWOcGkSeN6YRHPXr6/CjeiCDoVEYsE4SMTL3HntZWQUMkciYnTLb",
+	"OzplGp7Z1vd7nfYchWbogjaaaYMXoi1aX5eC11d6SWyjrSR87WBFqgsXUpnS0F5IQCKJBLhiQui7tfBl",
+	"Ig4v0NpF+QcWTcJmBRRgfmHPGqXcu2RHA8MHcNwx2UYclAqPIjEz5CQv8K9c0dR693BSVZN1x59fG5qF",
+	"hrnDLQu6vE1wiHiWJUQVFVmoCA5Eg1uvqpFsozoszMQxi53rFHUVwIGV2EV9tC93YSJNqL/LRepPISav",
+	"I5y2yKSXrE/yHdDaugLqOng93hFcCXbSRv4Ls2s862p8NZsJGb8tcGEqtmFoo0YXjQt3dN47t1h9ajTS",
+	"ArguZGhluYx4ScULNFXpYf01adm8NZa/MsTG+GF8Zo397w2LJrm8I6MhwsQybnYr/3lr1DSeiM+wjm4m",
+	"OORHX7JRnmEZs5gbDupDnCm4r5rSh+txwd7c/X6DyjZsQDovYW02zWHgZqFsb//kxenzRsCWYqN2td61",
+	"JSlWA4fVMs0b8d7sEJfNM624m7G0kuPqIK4TXIC2xx7yRglOok7DKXP/7q9x4LZEYHsUBnc5yyWIP4gO",
+	"IWQs4gsmFV39SOJ4/0dqKpoT5B09LQy9dtJ3d2Cfos0KE1hxjBegrQsirh5wXBlv9Zuo+9eZkFSwdVv8",
+	"zmrAViFzV8LoVGSE6WqTCT7tBAulkFtDsTaqmewHXW2SFPM08VgtgEQN0VON2+JZTR9dVXW5nZXWunMV",
+	"lYhJBS5Rp0QU6uykFupjQ/G2hU1aVrayUq2y0sGqndlFSFtlp58O/tjvpswLWSjEggHTtXIrIk3GCaLL",
+	"Ww5QYJqr0ShNZJlq5DDD74XnA+gHdcPGx/UCamvD2ATevHALtmavnVRKqUuRdUXexaKZEqfk5lpzX6Cz",
+	"dK2D9a613EzVN9HklGjYiibVqdyYpqdlFq1Tlov3y6EFnTjR1Uon2K/3a7nJ3Nw6I1CjXl0SwTpZRo2x",
+	"U52gafZBdeitGbaLRL7rE/p7gZS/ZQjqG0JEeFtsTj0sYs44hfjE5GpIdIlLErO5MD0WkjvrVipz62KJ",
+	"0ODiwYKE1n3Wo3dDaMfasO3nOixxIeZg7PAiF1xgRi1HUleTK/fcWxi9WIwEpLeyD3iSpoxnAueBRmIR",
+	"E1iuNiwx+z0XaTVNNHqHQxQA6SAWjguwHMHI3DJXQS1AdrQxJBYgw0T0fkswV28ZFkVtJWsQHSH6d7SP",
+	"lMGrcBgWLLNoorJq4OLay6Vb2YC5sxbYGtNxwOyZC4qS1UBH+77hS6pb18JtcXQa6QILw97Sapavlltf",
+	"LLvjm/4PrWtkmwBecDuC2D4KkI7zVMS3WIy746CUIXhNjUaNLMMrc1/zntoK9EVNelsFolaQfsohmEB0",
+	"M8HjSoX6ahYaFmEhtbaLZkFXVcJlw3i7VkKc0tlDO7HI2ESkqGOvqsbh4rZP+ucWXMB5lJjt2q4C5qVf",
+	"HBzQ4nat664Xi3tX218feEP+2FZapmaxalkYePuShe+7tu0u/KBDBrKdCzmCn/woY3QM62AgcdHh/Oc6",
+	"56kD+t37QdFJiZTUhktCeZzx6I6PxUCG48RM8mEvUtPaHA/cf+1YAKnkF/GA/WsMUwFzb4yqoMkonHEg",
+	"c3knIbcURzmk1GsPd7jixvQ80pX54vUKMbjgHe0Wt9xF57R/fEGb7+YOLEUq5t4GC3XGxzjZUTLObbkF",
+	"awR2ENKdi85J//yiAqPCU9iEOem2ln7tsXZwsUFnyONupDP8vm9XtQwWxtBwsAdY4mPovUlBjqb8MVgL",
+	"qDBjbwtnKrcNZ061Kxtva2iYCX4HvC3L0+I2uHrzGlsy0aQrlenORKYTbarT9RCfo5QnU2wEjYpsaLkx",
+	"N2jJohCmspGSlXTFe4vKfdE5OTq3O2LZLJxOBAOG2D0IGVbkwVIzIdlMpSkW+R8pUFl0NQK762oGwXgP",
+	"7XjTREhTWWW7evc8TTCoF3u3qozfWnnVl81lKjfCRi5ydvPTdUMHtWYsQa8eVCbGsFIZ3cNSsZKN4/td",
+	"Kufh7/P5eaXBB/gf/sDnDtoMCIZcFmwvVWMIs4YQhH1K+BmlSWT8zXXk4p5ZPiwgmBHo0poayqzLtc7W",
+	"yyvvNCH7LRuotoYb300kbo2/YOU7ljgSzey6BsXJy3Uly5Kst8MkjgUt/rFdK56m6OmbIxnEmEmgUZ0W",
+	"05kyQkbzbiK7ozQZT4rl4cXiWBkl0ey198Hf6FgS4JYtc3WJdQHmbA+xobpXIyOy/VpHd2LezQQMHQ/D",
+	"EY2x3jKcp1wXfIXFyQijTIwbFbRqjYe4Ff0LxiVzPxG806Wdfq6R3DAWhYjCGYPpCvIIYt0bExpQ4y7Z",
+	"pLqFZOG3pMbWxh4rQQfQ2dlhw6jydWHTmgozUTFyIbRN2EN46h/Coh1igzRC+hCFIdMdqVzShycoa+o8",
+	"mtiPVQZcS+UZxPOrjLBvF4lDC7FfBql1jVI2cvaic3J4XD00QxXPoV0uy9uEGJ3GcwhGIcL26wSdf+TK",
+	"8AofdORZkSIdacNJ4taVT9xaC8apXWyKcccPM+tg7oLNLuOR6d4nqqgvfVreDPSaReyHyTppGpwNKsrx",
+	"tO0hlSDVFV/g6aTxAQoKJ5VDaKP3bX3z7jDX8+Lk2Fvw72pYRFoBaDCpKnTKoN4S/pjlUuNmwNsgETjG",
+	"jM023b/4mVun4oVSTu06hyPunp6orHJDutcAeS1VRtv1gPuaIb+F62gscAZmwmU1PYtZ2yDb6xb9TRNZ",
+	"9LnvDyTL4QFIKuNMaF2dRDEKV6QelqLkKNymsFj8P8BwSPmMkQWrkAeABjpFcNxazNm+i2JFReZxlQK6",
+	"ZH/uOhblbynd+HZTfQM/9lSrNQBtTnIDF0k3pguxHFUm0IyME7YvMXipjYUS/nJX5aarRuScd7uKBEHP",
+	"NUsTAeKXTmKxcLqq6NV7mAeKVbwAolONbvF3B5S9b2PPGmkQHjTRIH4AnMir3Uhf4bEiYIBbI7JpAlya",
+	"QBxdBWD4GCsCewVmOhawxnIO3Z3xDBNxiH9wSFwCOc7ekkTLKjcpEI9CSTTj8o4Gja9ME4mLjVwJTgjw",
+	"mG4mIpXF2rG5mohHkhm6buyLdDQcq640hMxRO0lPp+oBN3ZhR3MJoeoC0j+4KYUuqTD5QipiO0E5u1qW",
+	"bEFNgrkMX5ISilfaaCmXOp/NVGZE3J2KOOEuUe7k8PTCZ+8OVxP1lkX4gBwdLN04yUQpVtGPLqvrt7c/",
+	"4X+1TVLBLLUAD6+pZH6WzfkyrSU326ZrBA5cKfPYzyp3cB+WsPiczFRWhrARubhsIko5iGh4U6mMXf94",
+	"1aXE77JRjQjfNBYXv4PSCb5h5Tt7/HF45dcuwKBtHpaLoaDvWimMzj4zK+5KlxihC+tK+X5hlm163T68",
+	"dHqtFFgFER6RkF2knAorP6Pxz1kTGlwWCerGUQu0QANDabAKYthUA2cLy5vumS5Ym2Nr+EolP6wt67zw",
+	"NqyoPlnmpG9Sracwg3xox0Wqp8P89vZ1GWUNpwHICebq7EFmTnNbqzA99R+UNYBby97+n1zk4jsxI5iA",
+	"lmjhHbqSt4GWeFzBr3qXXhARzq9pVarYLgsL88QxBYdfTl3vbffriUtoPx4wd7HyWwsqSNlVe43tZhIi",
+	"G4aHOLENnlgbDmbnfPTiLO6/OHzx4iR6Hp+dnvOjkeC8H52e8rh/eMqPh6OT0eHwaNgfvjg6iuLD0/gs",
+	"Ojwd9kf9Pu+/aLCvfj7MzY+NCyjFwxcEwbZDlLV6pdMleGhvBSbJbFZIYjHmiFDzQSZG5ndJ6rdmqRhR",
+	"ig1HERYABOJFAOZvtUhEO7AgRYdeRXeLUQMosRwGW0XEodawUb11i3m+qmA66B639r4+KlVWP/TOseWO",
+	"b4jevMojQobDCnxshOluK4hV6EfAWFC93ANqVBnTWB0R3KP7W9bY2/A6LjdhjZdFPG7CMgDgyYUpbV9z",
+	"t5CJm9IqqRM+hGOq1VSQqrGWLg9ZCzMTsFHKx2OnXz1yuBWKXL/IrE+hWwVVNpR63KaVBZSp8ji8e2x5",
+	"Wnc2FqM+4cFu6KXGwgpiDtpEmvq6eVpBZVeqO9vOFKkA52ZRk4UV5cO62IrQE5H+Yo2yhgoKuyCO2sou",
+	"rpubxYq12UUMzrVRmYhrFU+fKFSustibiRYA6UKr0rPl9EJ0t+A/GXod2J59EDA1o2ZZaIMbQrB251kK",
+	"USdElIj4MpChJ0SGKJvAGqFJZijMA9wYwOQ0xNLQqYN+weAYI2+U5SCK7gcyRLUYCue5ugmVQXlFHEIw",
+	"QsUizsm0Be73oBy1HeN9nkqR2agScOmHcFmEZCQkPwOZlOwIoE1Xso/the6d8IJNlDaSTyGGwEMuDlky",
+	"C1gyY6EDMA4Z/G8AS8bCAsrY/eo7UUMCNw4H0rUN44u54bhBc7pDRIr1U/BnQNNAokOLkwMg1z1GpMgy",
+	"/x4ayA0vIkwnm7PQv+sg1iEXIduzyB8I3WStfpcsGUvsN5HO8Kht5naD1LFS2YSXIAfXi59fv2aR3ffN",
+	"PlpREmTh8nB174pMP22zVpC8OySJLOZtNJvW2iIkS6TsZROpoGpvW2UE6XyTfSlsZgv1SBYxxP2Tt6qP",
+	"f6+83FjIr5krllWMNmOKr97TEBKeMhsLRn5DiBtjf0+MEVnBxlzc8KLSNcQMpYbs3sOltcwQzXpFcjyE",
+	"CDeXH+s/su1mRR5MzNulWzSWxjndYZGat8qURWoeU67ROiIb19WuW1tKNjDONHaVq+6EmOkiAMrWyWwv",
+	"ILhmyjWU5n10YsVyVfXvakgYXJtoxA7q5mMZzUlh6rHUXXsZwtFQ2lZ+9fJ2bXBJB7C7tgeTrjXm1RD+",
+	"o5OqiKcTZYHtVpSBXr9Wc12QcxlLm+lUT5iPQlu5QdXnf1PDpok9mbkf+ixSY5v2YOWamywZj1dH79/Y",
+	"19bEkHauhbIqciXbBtf1XcvxhDWsntBNTt9jDlJBf01Bt9uQJnojmr2D6xGBm80GApfKzWbfLCozEUmx",
+	"EHFjEzNDK/aGbA+1ZETCAJmBanpX5Nlwn35zMU+QPgN16Wsb0rAo5aZsa9PINt2hbU7ZenhIzUelmGJ1",
+	"NcoTQzvedjZ2olNH/Ckzzrzi95vW196Y1h0l+X4Z3v3nO4tLeNt996EfnB01O2h2Ugl0ZQHfGzpIz8pY",
+	"SftJb5lEebheYmnb+hcgLqVxDy0CncC730tuF3Qo8KgAlEhbrICuUvsWElS1aj1peRjDZ0P5cBtt5XwQ",
+	"nhq49sd35YVSE0o+rkgbjMTpaff56KzffXH4/Khb3hj8qEyFlRB4mM6ZHRWeh1GSieq8jvs3/cOLfv+i",
+	"3/8P9xYECi59a2uxrKygH6GFM5/BZsuIEliRwvrsiP0F/q8TOOkblvYumdH34tZiYr7K4bwd/FVkaYIc",
+	"IJ/FK/etAGI63EkicJUMlrMporXvyi/qlS39c/Y9sBRbpXjGc90MjLH2xZty7W3rurNrvdmqtLSY/Sco",
+	"jNQeUww8hTI8gDOI/56lubYqcw3PfulwKrTZxJn8DgvkQuUEABeEWkI0rN/3NiIv5T+2j/iKFgaAu2DQ",
+	"LtuuEiBrFIyU7bmAWGzzVkmxwbqVh24dAr2ht2vnaV2S8YDOFrfHJi8z+9KlzdeifiBTCkOjV/tPVl8n",
+	"y2vBuEGW569YpMqRron53no031S0gC+Bs/02azoXnAB5KBAbgg1FbM+4VCXoJZcsVj0WAuGGLmI8ojQF",
+	"SEItYbmBK4YM/hfhN6d+aqXlqvBw6eX3XYWFbYR9zg0TPJrg0aaS/YAlFcKFE+Jo4V7E+ycAE7m+836F",
+	"PxetY3Vzqb27aqCYPpACX5vzxoWkuIbIW3zUKPu2mhfdZ98nWV2qgEWKl96q1Ys0Hp2ddZ/3nx92z49e",
+	"HHfLG354DAcEiQd5C4ETuBy8C0ezJBzdLhpCYM02ClZwfPN2EyFkpQxRaOpF+8uv53L9dmwVqS7lQiIq",
+	"nlUM+BUSoqsRelwjIQ+FTmKhi+q5eyjUdG39mu1iBmgTyxNQ7iac5Bn+iy6WxgPhbXkjB6bWyoxuF3SL",
+	"30BSd6/TcszWNvT41LLO+3fJ7HYR5YF2xZMB7bRdmjbZIhp5wjIJgSQDgsmccglpwFkuAwdvjKHeXN+R",
+	"v2yDK3aTeAIs1dpW97lMbiA4AjeWynh7K4swN5YCLm1jJX8tjh613riiVfTSx1/MPon4t7HbuXKo5ZGo",
+	"ndOg5Aer+PBujAxle09qbKBudjnkTzDcX52a1ijxcBJzMZ2RhJ0FKTfRNgGs52SaIqgG4dwt6wtYiCk4",
+	"VihKTMDCQiAOrYtFSVGVq0vQS+hKAPMGgx5JTVOVCV9qsnqmyzQrWl8qQsEd0XDbL73+VtyPjdffZqbA",
+	"zbS92qaXR9F1vIwAYAF2SbO4oNuj09RUmU39vDwCs4krmgNmCVuxqA7tGi4KsKVZY72ZOmXho7N/LBgC",
+	"ILNtlAjISNubJjI3gk1UnrGYz9lUSTNhD0LcxXy+D9f5/4Zn6Txg/zvmCf4XnuI/8GX811xwfCeRLCws",
+	"KmGP/aIYFJ4DHAwR5ZiQaVUVwrJw+aLtaaJuhdhe2JwwGgbsrF9Fng4oYAWyuMIlSa1hrwa51xhDIOSG",
+	"MuLKAhhXbJS8FzGbiSxRsQ39Qdv8LYeIH5XRbyhaJUru47ryoVYp7BV0jFVfUsG1+XzLZoG9D08B23sl",
+	"2DnZZtoX5VWh9kFumkj5nDCluVssLfJYdTMuYzVlM57ZGs2JDmAhkax668Ug+OJxec+sc7bcteR8KRsR",
+	"hmdp9OEgf7t5ueBhupLs9dUvV7jVDD4JmOiNe6xioKxR79nJQp8fl3Cy2Dn6N3BAFObnDRwp1tNRic08",
+	"bQjMnGWJcrFDbSj63UqYT6XC76Jjt5ZqsRIjsxo6uuKmKN22bk2W3Rqk8m9X1qHBf9Ie49F48sR7ZL1K",
+	"Lm2r4Rw3LnUVLmyt8mVFJbwCnTrOM7KhNY7kbPUoqtWUqhSz6luvftL6jrQ61tkiA3vD0fhmlLVBYoZ7",
+	"xUhs7VmI/7BQgyzRq1Wwxx6TnTj0HHZZNejskYFm1Ggt3OyRbXrlhxZ36xdEqrM4DPVo1MWqRhjvjugb",
+	"lAzFMR7WvgghvVf2K2YTvkFygli+iUgRMYk+QX4+Qrg2H//hASGDwPxAGF624Qr0XiVdeXU6E8xvBdNt",
+	"VOh3ky+JLTRzxBJ6tt2a3RAdbDUsgga1QA8gQxIj7rGwBOQNLVYEPdIDCVtGwcVCmiwRmvHZLFP3gu0V",
+	"lSkDl5q/f8nCXGYCjlxE5Tq4dI3Zynou8rboEiERym9aVDs1EzdFtOsTxtclMkrzWNzqfBirKccb294x",
+	"1q0cJXH2GKerTdXrHB497/Xh/w5efFIY5KYZNgUyO+P/SjRk2pe/wesfEQmpBZVgC59dkdbYVMFAKgkl",
+	"jsEcN12dtN/ig8JZuo4aF6fidmo9l94ieAY9agPanXUCRzl5lt7OMjFK3q+i9WYlXsiRyqImN/XvE4cc",
+	"1MYHMoEAWg55tQBzWNz+TU0F5QHdjYUrKOfZuOiW+TZ4cfHJMwTn4jE3nGA3cIcR9INK4CHMhq378xh2",
+	"Eh+Ko+7z0XG/+4KfHHZPh2fR8/iFOB9xDwf97asfXl/fvP2/tze//u3VL48K2fCyhP+ol6J891miLh4L",
+	"v74NY6gmS69FouWtu0ifO/Wtv0IRNhO28OJj/OgN2dhr159cLDi8jUt+I5c7nrydWB6xpcfYHEtBroFF",
+	"pALTQ1TGchmLTEcqEwFwCWkfaQBQHhM2tfeOZnscbNb3SaYQTJzd8ywBERM47IRbOGU/YJAqDt++K0sP",
+	"30LY4OHR8+a4wXpuf0OB93RuZbgCmg8PgpO0veKiRdDNVAD3t7rVvIbfs+6h8ZX8xSPUgASwXiHrZsth",
+	"w6QdMPjDRGnhgLnthW3ndifm/0KMfiIyse6KUMP2gPrjPO03klaZqOXu+USOFIJSgpdiKuIkn3aCziQZ",
+	"T/AIJQYElebb3thkZt9bQZA4PjzQISUOwz//aKsTJA6XhSjU8XGOq2g3Lta0s4By0yFVDq52FieE3Ui3",
+	"Z6eGd9N23zwqbQTRFIoI0gYohbi/LPBhWeHmd4sVTM/7fWdo8Zf/vF+tqHrYO1389qzvosxwk9zOHe0g",
+	"b8ZF2H4MinZPdpiOgytBp6ux2sZJCaZsJ2TrWRwHHaMMTzsXJ4sVJ3wyXsZjLALUdT6d8mzeqaz/ytJt",
+	"b23gvF33Orf8TToKtTwTit9XIE9BMya0lhlPMgtBLJUFWcxEgd6yNs/00L4aRA1vnVcXtHjpVr1+89F0",
+	"y9aKNQvKZW+8FxdS3p+kAtmTQrBQCLfLMLas6OLkqNBZ6RkQ9SJEyxdRumwjcJRHQIFsjwXxCaAfPFCN",
+	"FVAabjKrwTOcr6CBoi3b7Aedwi64lNY21wSXY/q0Ge+hRmrVIn/8CM7u2eftLXfREdFEUUlwvESK6K6m",
+	"Ch6libzfbvL+uHgxLb1o19FKW89lSzV1i2xnK7MgWHk+Q0FvmMdgbXwcytEyb88GrVUobe2U01rZ1c0+",
+	"/mRZrqVrLBY8RjJ6AqvBY11mXJvb9kTJ8nE76OMaXrf1KaLV97Z+E9uYS7Zz29X4xfJvqzWoWrx+X4GL",
+	"brPgWi5v/66GTwWyupVPafOs623sX03mpHKwy7K2iy0uybJt64LaLVA7PzUG23pUN7NiwUp+VyAv8zT9",
+	"dYQC5+qU3KAFwnZ9MczeaisNX0XDixN4Z6ewCzOcndZTBawipUs+0xNl2vF/t7pdFj5O5IYlvXci6D/y",
+	"jmz4fON5rJt28RVdTE/Joh/vxF+DFZZ8bwHsuLIPrYemPQObSjpWU7Ep67ryB77i52hTEAkEaRcJ20Wl",
+	"iEbDZTH/Wn5YRe7nSfO3BLfVgPrqsZM8Sz1vuatr57zmhxcvTk6ODzprln2NhSHMfYKVreCGdUyqu34J",
+	"LS3SUZfKIG4YPbC9Ra4wKpfmY1fm77ocDpUAK4fa+fhopLbt8qy3wGrzt2AhrQsw7AC3hdQ5elXELNlW",
+	"jxPv0S3Q4CO/kq66Db6DpSCwdAVmjhV1WcpCRC4kwDX5LybLyc+z6DQvmlyX3dQA7LbVkraCANoGcK61",
+	"5MIO0eJaXJMFVp8ru+DGVSGtldEaxHteuY3aIpzoi2MehUGnKMD28qqFM6xt5sSXC0fmh92YDNw3w/la",
+	"2Xb2dcsF1jhLsyQTekMJ67Odv1Kt3t3RXLJj6x0yO6hNT9FOlI1qk0+pd2BPuxvzUw4VTsN1pKpyFo+n",
+	"iQVpRQBZ2rhYNGfg3pTmgIaYUXfIOHm8bA4yBuW6AkBUGAygZc1EJEWSsjUztMMGrGF8cFGDG6cpu/cf",
+	"kwz72Ky8VtwBf3JNEWrVIoBBJZkYojp48UpgSzwCZ4RikZXkyIVs4aDDZ80S929o8/CLzm8HwEk1pWZF",
+	"EPLKmEAbr1xfuko7TUtIA3ZJINsN9rFwQC5irR6ssiIZZjuAlyYErmYclPblsgir266WR6VrYCl7YEkN",
+	"gvC9kGbDAD07+lfw6WLM0Qtcd/vH4UI4fi6Tf+TCPraVTECD3DiZqbYPpIX60ylnvmQj0Oi93T4sXdf1",
+	"qrKgG+TlhMsx2bTBqBApaQF/bpGjL1jYV+ZCbXUcPjauEVg/rm3BvqoA7gtx7QI4vePbws5hJBO8BHFq",
+	"L5U0QprujSWTev3Ej67qb+ei8+a3m6Js4EZBC0hgbaaJ+8MDalIfrNXcgsC+nTy7uDRrmQm9pVs7wrQG",
+	"tUwtMKOwwr8rXO3qLgZM2FRurtk4uRey12mgDbcppbADu9N0pXn7tYbAYHlBOywH8oz64S+6KAYWWI7g",
+	"1quidjSufxOX+Pe6trwBf4juQUqqslUv4vTlv7/qQvmwdx9OPrp/BM2xppWszQbA5HutbzHudUVC2eGq",
+	"bDJs6b7w4K4M/owelk/xdzfFw+Bsq6kVRSBXpL1u3i5WdG24Qw/XLslmr8G6YaJEAbgtA+v661o//YPa",
+	"WYCzrNzWlIbWa7ABbwI4tbUxY50EhirfhdXSPbtWvUhND1xV28X0hiSL8sTcqpmQt4hE0qQVJanAsrCQ",
+	"1wbp9AnFTSvmRcImqP9sglnYvIOLSJMJVmPGVLtEMs4y9WALx9LgcWia8Tp6gZlkQkOt5C1NptsZgisy",
+	"4+eREeuH8AltNg4m59YmmVav6OpOfpfDV7iBxmVhWciECwK4qtUk0EaVNQnWpKumPNRtklkar8c1bUZ0",
+	"IfqTbxOYWw7BZv55SwLf2XPZHO6nsUJfI2+sIf/Y89361uHRfxTzWRcS8KSyAp2LZo66GcQghio5d+Gy",
+	"oeKLKTdCRvNbOFEnh/ZHCqe3kU5487owvmIROkHngdZ3A3jBtti9bR3J23EifxvX/arc1iZztF2JbhIz",
+	"EvdsYWw+FUxJl06TzdezTnv0sDmP2wRY2CeSdRdinTg5n6a22tdFIvSaOT8/X/U92lSrs2u6uq0znDYL",
+	"vlnYo/VA+6tt0+m9KHed0S++Ra50w/sHit5r1GH8s7Zye5u4cUHAFQKrNFxGXnmBUyvM+zUeuwtTea3J",
+	"J7SZL5wfT5lsYcT4sx8OgTbwhR+KNCSbMaZGI8yDKX6whf5r12RPqluRJuMEAtWKUGtnvu0hpJuDE22i",
+	"EjuhHe7C06/+74mZlDna60XRlYOrT1K3ZHs/TLSIbjGJB0O/uRZnJw6Z5Mefr152r3+8Ojo9g8TAHrue",
+	"ACyskpHoLRWkmkwB9llzvB2Z++qSSD2L6pCyqPzA1LImQa2CjIlm3UhJSSVUQNPpzjI1FFgiaS0n9bKC",
+	"BTw6Pu4+j09El49O+90ym+dFv+PbGC20v8i7D0KbkoULIZd23mxvPCnS4W2cUFfkXXR822wyGmpNwMTF",
+	"WUt3fBd03PlzlhMbfFxNS2iQV+pbteCzwReKOnKX4JLxx9lFf0aMLhqRMVvFBmNIHBpxFY9hWx3tEYHN",
+	"fsn4ZXpLUS+AFu+ZLoDivRaYbWED9be98P3Sd3VOB21XMQhLVdJNkhLWs8LrxVOz7khXWu3Xp5t27AV7",
+	"9BYCsoSQaMFNJBoWBEjAmRkKbgp4RN0cA7V4fhdS2L03tEdqCDyrbaSbUWzP7hVV1LZnex8O30AuOX1a",
+	"iOrZI+Sh7SvHqQcIamywFyyqDP5LFMSiHipzLBLQsQBsyg2Mxj7TVO9K22sK8vzVQMK3OAJ8aBTLZWW+",
+	"mqa3hu1CGRWp1HeZL7wEi0xuktsl8SkFm20ugIoPNyJ1rUbmgWdi6dgqzHyd7Nn28FzrXfVb9K0UpRjX",
+	"eAZrfLjgB8VxChZulIZjsVoIr6YALwbIr7q1MEFaE+CPxZIvtiOR5uzEv4TO+/3nh+fnR6cnz0/65+eH",
+	"61xFblwN5wAXwtH1M6bz6VTErGk5dzusNob2yrGSXNrddYNjel1et7tR2qT5xWz12th22WvtHBSkSmPx",
+	"NnSRetup84eMy3og9xh+eypICC+dbD15dkHY84f34QnrDW2S+Fbbm/LTJnurN4EVG7MTjbFs7hF4PNTK",
+	"j+5crRsZ4TvA2lUnTHB+5+FG/LEdkAF+fosBqEAQZ+cv4vjk+Zk45Cej+Gw4FC9Gh88PR4fnw7OzU/6i",
+	"fyzORDw8FNHZSRy/eHEWnxzyo7NodH4aHfFzUg3reOTby+8lKMZa+0boGGK04LVscFs2Xb8rnLS1nbeD",
+	"W2vr9UxJLRbpcpsJXhNCzCrCXDm83Z2UpzStlFLNYtJNW7YNgbnmECYMIWdTmtlQ8ExkV7mZNGZIlIHY",
+	"e+HD2Nz+93/+V7hfhIpiZEfoCmRhMCobKmW0yfisi9+FzJZPu3rzumeNXaj6U8clBwTTRsktf7756bph",
+	"QJT2kiZ1JZSQoK5/vOqCjcfTKkGTyMQ40UZkRcEW6oKk8kQPpKdU9NjLiYjuMO/DWnht+j3pHiiMW4/r",
+	"hMtYT/idILnbzmOam5ynMPyPHxFkc6QaVGsawQ925YgqGeSrDlNhA22NYpmYKiPY71YGYG9smC/huAKB",
+	"cqMyzXKN0FYDGSlpMpWCPiEFbQ+tc7mRuufaYzw3EyGNXUJ4uXl59UDu0bTghf2tVhs913Mswd6dqTQd",
+	"yPDNr9c3DKKjaPphwDIhxYNbDRxQIYDRlAnDpyzjP5ADSSh709xwLCtiNxdUIhjOSMgIrPUeUnCA6mCI",
+	"bKOLcdUh6FsuG4j8EtDdQHLJckkWjpjGhUhAkaWRIQZCs5gbDhZHlsjSLwTNCISGQzp7yBIjNEZTG56K",
+	"gcQfMjYWMJaT/nlIEwbjXiqmFsIYu+ymSpvQm2uliAF0CoNH9BsWqalbOhhJJlKOk3Kp0Gwv/EtRJmM/",
+	"YEMR8VzDcCxNYOCxhJIS0Z1mD4LFCgnfUtZFCcTtJm9btpsBniOCFw39UDs7rf8FIXch23v7/Ut2fnL6",
+	"fJ+GymFRgPJDmLY/VaJxGLhErGmD1SQzxIdWWBlKChFjgET4vls+CS9YOMuHaRKFbE8q4FgxkDpP94OB",
+	"DGm2IdvjnnFrge73A495WTZIEMhFv//9n/9/qFoNPsFwIPd4qhWpWcM5C11Uvi1TgvwxtKdwP/Cf04f2",
+	"jf3A/Qv6H8hwnKohT7v2e0AerLSFa6hyU7U54EARUxurlLApz+5EPJChM29fMJPlIkRbi4s8wANbrhVL",
+	"tM7JBGMmwpoZnOfLUhwl6IAlhjIDlERwVTRt0P3wkkcT0X3pCEiqrjYqw20GWSuJhJUCEux2lIgMeP0M",
+	"Pzvqeeip3m9wm1mcMIywKBgnHlNXt7PKQDHqgv14c/MGMxJLZkQDnd78dN3z0i1rTPrqzWsfMrXT7x3S",
+	"ONRMSD5LOhedY/wJcR8neLseTARPzeSf8O9xI0otLqJmR/1+pQiTioSGRczuhcYR99h3Smg8ikbl0aTC",
+	"eGDUxUl5HXcuOj8I8yN2jUYMErRwREf9vo0iM4IUtoWIWIzuB0lmlZxje8B7rqHoq50E0Be4+nq2MC9V",
+	"7GhuuRjqwRtiGBWxpXPxxzt/29/YHqB1KbRG/90YNQE1Q8nJZwmdiw5xBGzzAA7tfN2NEbKy3nTP8WgC",
+	"VBdYAGVYE5wsSQeWUKhE4TCRPJsP4CoRkb3L4KWfXl/fvPqFWQcPvA5U+8DvRDef4dLls0t22j9mykxE",
+	"9pBoK2ws7PZbwePELsJn2HDofo47fNo//gT9/YIiG4/nlyzE21iHTPM5VjKLJiwWMyFjIaPSOb9r4isW",
+	"nOKcs3vBTMZHoyTaiAzvDw/4LCFZWbdS488WwRrlz0t7heAtSyDWZCnmY04FbarUASrN1Sy5oS6ekDxc",
+	"J9BhG1ewMuj221FsAPTiibXeqtsfFhceb03oeqa0aUo+VzOhy8u3vKCD4pK/ZGpGVop0ztJkmhi6H7Es",
+	"mX//7hlbulILEKDhxEeUiGEt+ugTqGKzwxbv91ixTniRFr5qC1GpQBblcGlPuJ70BvKq2QVJ6hiUdyB1",
+	"zVENcJgmXyQOqzeQNxgs81COYKhyGZfSLv2ObcI1C6ny0NyMZ0Ka/YsSTl6zaa4NGwrGp0qOSUOh154B",
+	"gDKOL5nO0kRo5pYaJ0lrvU9ekMQ4HyOTiqXc+KXOqDkUwxIzkImciCwx2nv2TNPnc2Lj4WJgPopAcLFi",
+	"MgJ1yvWdkyE49TmQthnk/SMEmkOx4aR/zEJclK54HwkR6y71HDax6pe4F+6kWMAjoc1fVTxf4yB6djAr",
+	"E0UJ87I/aeExBMn9+O5jsOb5rY7NmeY+Vu0SNqWqxkQOd8ZEaBBxsULL+EjgnQ5HLCXcPzKZk36/rccG",
+	"BgPvH2/0/iOZGM3WJXYaSxPrMrKFC+Tgg6ti+5HYWyqaQtheuxhjUH4wNtl4a6gVFQW1AW7EBor8YNDS",
+	"wYKV3It0vnjZvEU7ikffM57xqTCYUvTHh06CFyBHwdRSsBtyp05mPt2uspu/+wT3WhstOl8NTuTZAgGe",
+	"fEqCovV/LEFZ+8qBC3yD0TTfma9k7CjFAqbYj5EnYxl6Ak+xN44t4USn1xYRttYsulbBxsPTgcwQiJYh",
+	"OCy2BS9xK5Vju0q6VgNneVFZLDLi4xdYDdLkxN4xDOzm5o217gxkYaexU0SVWUjDeKrQX5mnMZvwe8HG",
+	"kJhNmiyNKWR7R/0+lvUMrV0j7LFfpRhIO/dn9orgKZ0kREofjURkKzOBLK977GXRNchyWXJvjyLHmhFJ",
+	"xJlRYyzkMpAg64HJyMBhlChumIxLzUlt2BtnKp/BZKaJ2b+kBaLCu27lR0JGkE8ARS+nSht22u+zGbQN",
+	"ev0l9GmvdKfro/jBR4LtYXPeSiWaJbGYzpSBO7/xnqOXxVXp+N76pis7/mJcOn5hf51HcO2LmBw9a15z",
+	"dn1+5nK+0U27O7ZWHQJ10sTifpXCGXtmZGK0u9F07La8dA+f9JI+Odzs/dNPIgSUiuWHitfjj3cfK5rm",
+	"92T0nkIFNceZHQ+AY+rxd2qmgb/bBwsM/kN5lj4ecLB88sjodnb/nYhSngmNJmf7OtuDizxgliixrohN",
+	"8mU6+Sexd+st2K+w8Yl6wMgmSq9liblgIaXXgsaVZ6m1nNoc29ClFPfY787CbZeehSOwABiV8THZ0H57",
+	"+9NAIudPtJccB5wwfPMbOR5cWvaHIr/3Y8g8V0dAVwQt3v6lvQX0cQjl8MhwOsuEjVODRlFVcubSFL2m",
+	"jDQ/MFHk09L3Qnr7BLO+aNQDWRpeNSqBkpU+koahHhC3hwLRaIvmaAijG7aJJf86E/LK7hll3i+KZ03k",
+	"W77iYElff4eh2SteRgeLFZzePYr945sueHfh7UKQzMRMZaZnf9QTfnR61rnonI9enMX9F4cvXpxEz+Oz",
+	"03N+NBKc96PTUx73D0/58XB0MjocHg37wxdHR1F8eBqfRYenw/6o3+f9F9BW8k9xO5wbAZ7zo+OTtdk8",
+	"rDmt9WdSp6oQCy0CrD1/mt7akoWfbPj++ZOy8KdlybCtFRZYXcGdceQ15e+FMqhhIZMAIyUTaGgLdYaY",
+	"3dVDnE8sikqSbIEHin6s6E6qh1TEY8pctQ+pkHqPvS5kv4ua2EgpcVasV7RGdmBg8BpInqLZlgk0KVnV",
+	"gGXC5JkNj1VZMgYVwN4Sl4yzOBlhmr4pmk40O+mfD2RoW++66i5hj4WoQdySsK5DRKxKRGWVnmmWcm0Y",
+	"vWOVDM97SzIx2LKgp5nINOk2DrkCzXF7XLNkRFqDUSw8KHrEaRWLFM27fxPzgQwHeb9/HJX7i3+LC/q5",
+	"Vu2CnoX7bChGKhOVLRYy1mvI3F8Hdy9yDV35KUyr7+aycLB0gk5Zg8pzlVgrnMOsxVcdPy2lcyL+zsaC",
+	"+WcWypcJ5DcVQkZqp3CDL1P4fuKb4YsU1ku+t7O7oAiFab8Mflb3ls+hEFiavo2CuG82S/OyIPczV4Lb",
+	"RXAEViidAWf0+M1A2iIoLhrCfl2AkjMHSt5jr605H2wvGYimzo8aYhAL2yOu7cW17JfuVRpOQnZ+Jccg",
+	"IIs0bmJ1RRTh5+F1T3T4K5GMzefebSyed8ZHRmQUNsXT3p+neden+S2sLCrauO47O8upGi9Rsq9mM7ji",
+	"WQhG5BAsgqB6sFCNRlqY0KW1erKMArMeg2swEaBt5vKO7ZEsht8EVqpBByMqrlEkZgRvHQkQscZ8ZhEm",
+	"LTSJBeBONB9nQmgrccE5Hnep0e400QiYHQ5kEXFGEQ7QML7jhCprJ+2xn9SYHNcRn4GXciYyN5GLkvNE",
+	"MBowqJosl3SUKIAJU8OcDxQCAvMMC13DxOBRnClsdi+0X4rYxjk1WilppWFMX4ewRLXuOshcQeTWGHgF",
+	"08LV7lz015ZzflLjl0Ann1rA+UmNadWp0lwrn1PjGpdDkscvv0gF9WkZES0Z3ONcVg/+zniS1V7a2dIb",
+	"UoOwiLVVmdSI2Zp86Cr3lZRFJ8UFsxHqxTd7XGthbHSEQQhlvY/cIZFjgRqXmWQqH08s4LDkJs94Cln8",
+	"OiA/StEYfGY5wwjCJmdFsLRRbEZmQWprL/zhFVnVMNL64IMtJlusATKLgQxrKlxIvn86KT32dlHzvRPz",
+	"MvgWfxmqeM72gBB4hjEU5HpywdNqhP6ZiEsloTQwg8DE/RZ9uFDKxVRIE9CtAOsO/wgsEyZbKSvHbrpv",
+	"xSzl84ITkjcNAk7Lg0Wi14RrUswDphMZkdY5SjJtbLwye+AupJrCVKqz5pK2BCcNF8bREQsTbxHvxLyb",
+	"CdDawkuKBykbwOhHWAzs0IXdE79P0pQNBSy1jSoUcXEh+e0nsjtKk/HEgBEDtUKWGAyChXvcjRNEWd9Y",
+	"Wt5tXrg1u7YKOSOFHAlsIAle1r+2UKZlodPfu/R6FydpA0hc5zB1mISSgijMQWXaYHQQ/YS1edMvNzc/",
+	"da9dmArZN7394tpaKKR68LZsIHED1Mh6EvmcJctpqeluvM6H08S8tVzhk12Pq99+a0+gdzr/JuaPu1j9",
+	"grL1+jPJzCs/U2C7dsoqs/QBjHz9T6u1I9RMyC5sbvfoqFO0SxyxWhSGKosXFWGufywDUdsL3a53M/vF",
+	"gD+xUEBdX0V3beIAXjfPdJ1u2V6FqjEITxZUj7VZPDzbBpZYHWIBDpTlojmDyjunW6h1wmvDO9nVllZi",
+	"9H78uJX483XrhZva/0+Ojr5ivfMahD3uC1nIhQNmOMZrCQom8c3RO5MDUblYx8ZkP2KjTE3t3Rmjiza0",
+	"JcdCX0aii2rCs2kqtF4MHLuGbv9HW3P+tN/s/Bz9zLM7xmmZy8g0rpml0G0OTR4nposYe+3x+pS8ZnPm",
+	"upSNSdHfFGFpx8+wGYC3yVSaklBvjXkBKxFYAufqGEgvO6341UXT2QAvlom/k4dkPwDJU2hDInWP/aJc",
+	"ohcaekGb5lmjKwlzBmCmr2iizXGc/8hFNi/976TmdXx5owp83XCjNrdETiCHx7Kr5pJ4F42hmN1pjE1d",
+	"WjFmJV96SXnh63CwZJqYp2Ve5ea3ZXNckVKtRkTFu8vpwBNmG908dtU7IdCfFA/td9mvcArKcJ9SdW8A",
+	"OgucJ7bMR7hgnL28fltV8lAvHkj4y/u6yKNwodaXBeizksJGarpobMQjx+fO+pxop4bjgcf+xhmPUBFN",
+	"VAyWUy0aTzKasF+WI9k4EHNdCV6Kh8/kM32NWar+HFuu29qmfJIEgZOj8y/OoVEF9avQxqbXIV1dK46Y",
+	"O1tkeFlMtL7wRoQBftZaIYmbsvJ+tOkICPxm4Q8gQJt8iF5Oks3i8Y4n2F8Sw8ZCwmeQzq8iTOJCFRKe",
+	"ovdzIFPBnYRrA//I1GVDYCldegK6OliQ4obpMBsRSAlTA1lGH768CtARW4kT9AASyqQrPOf5DCRouuTL",
+	"NbCWKJd8NoM1U3kWCcbjOBNae44UfMnG53uriCI7OnjsJ2StOx/IvdAo1YVY065lEzq0WfrhWzCoda9G",
+	"BjPiSi5FnWRilKRpIw96hT0/Eeehxr901tN03D5NuMbRly3AV9gT7WUJ0WLRIQpGUM9naeVStRTbUZIK",
+	"ffAB/uNyoxrl9pP+CbGSxJSZG+I9SCUu9gEPKGRVwiMthC1KupCQ/X2CtpvN9Fj46PV3TyvZ4cBaqBQW",
+	"6HNkLf0g4GKA3r30KV/2Q7jFxW22xS5btvnAW6/G7b42meBT4vUY3esQK+i7LqkHYVD+AphL1kD/Vsyy",
+	"7nfJWGBci4tvDzA1V2IqEI8mZKQsPv8u0TOlEeYMYD40l/FQvRex98q1PRpdKph44V4KKXTeXlJaQkik",
+	"dcLEFJQfVyLwCYQju3clrJMRczHr6CwnpYVJxYaZetAiA50YkH7AAxWwX76j/85SnkhmxHuD3b+8/ne7",
+	"RtGEZ1qYf8nNqPsiDNj4n8ksYPg/hmcBe/Pd9wF788sPAfu3N69+CNgPr78PBvJ3MXyDwK1z673b+/Hm",
+	"558Cdv3vPwTs/wv/+jd+z69xjwL23//5X/vePLiugsqoyAjT1biJYQsuAlC7XdonPI1/OfhLixGXkB8a",
+	"9MHW8/dMEy3WjNceuTUjbXouRVRhLC0Q1s7pcX8/YKI37rFQTzi8+C8XhJJ+EfYq2uzCQD89O/hOPUiM",
+	"pyaesDkjWCNWDiXhWuoi2okCRnVndFVMDn3sZmIBe3hVYNrTPkvAj13A+gEa2j3c9Jr8a+wVZNAV3kaS",
+	"JUXMtAB6MyKdX7CQAKhCACiigOtbKy+BXRVitK1n8qoQlTGJ17fFKhtJB39nzDyopcFzv7sSBE8hl7Ug",
+	"PX5iAa0NdLAlz82Cf4FMXaWJPzPdPpl2Cpmn6Lsuzp5FhHtczluJKtnMEH7nidEsn6EH44EnpsSHAA0S",
+	"PvfQ+fw0Nq6ZVuB3RPAfeNFYqw1qkxriKZQTZiWDg0ospwx9hf4orh9ON09QjUVoKkgRw4hYBz40kGUM",
+	"PEQp4EDYYqyKUWzK7yygFLSEqbyIKjgTfCFz4w5SFPy4E4til6Rp1yLjFdugjeAQ4efsUxDJY5OKQ0B2",
+	"xiVycYpTEHTUQHIG7Mup0Ra3xmQctX1c00KjTDLXF1naSMxxOJPaqMyhqPCBBBQU6EqUHNaBQyhyBQtC",
+	"KJOq6L3iNca39QU1kFnHsN05H1CPs1Em9ISFXi5xGBRYTvh3GTHjuqLsk5h4NeHswZLvVWKgnaOMcdoq",
+	"nJtVRHR1yTBRXMTUbwH8SHMoIkPpg7nKwTjSGPgYIQMmYPCNBaNfba7+LiMwVsH6Bh2dCjFDOJOCxrCW",
+	"yCKefQeKiSxi2ZbVPrvEGw76FrDNP+4Ac7t+FCWB636Wq832vTxPxJ4jCxXN9mZK62SYgvoKQUjfwh12",
+	"cnj6TVlElt+RPxWghRhx6RAPhd7iSvThn/QSKLxGfCnid7UaG957zUBklZIfGzOeL8pF5k9ltZOsstaf",
+	"5NztwhenatvlKKz6e7s+FrRqX8glEUdgXTDTXguYlr8POwDUuoqmorMhZpY/hM+U6F1ZhQZKpIHGXyTH",
+	"3xmIlqqSwrrU6gPsNjPHgw+18gufxIZco+wNhTTv46e2Ka8ivnpFpC1DnT69TXprkvIYIAbULmZTuJJP",
+	"JYw7XqMA74yEuA648zWih+NftzO0F4Md9GeFSFKgx/I0VQ+3oGuGTPIMLL3sYWIhaitNAjnqiMuLCoq5",
+	"l74RAOiJLlDSIy51AbmXS5d/X+R4kEpHUPEUf6NZmiA4gE5iUcJEDmA7MEGf0sIsDAFgc9soLRcCwTWh",
+	"rKEutW9BuUSWqQzh0gcytMnjKjddNSJBpdEw/Bta+HZ/vLa8efwN7Fx0yk1b/x5anNFn0krWYQW2sHcT",
+	"S/i6o5ofyXJoEz/xRXaASQtdEY9Fuw7wVhD4h2ZDYR6EkAy/0hREQMyA0lPg5E6UNhLYR2gLmepbo0IG",
+	"vqFkxsIJ17fwajiQ8J+A5VnKQnLy3A7nIaNf/YiKMFL3iADlmt4PyF5DsJV+mCPBNAE0CIzwNgEIFIu4",
+	"q7Sg0AeVUfAFWFzgrdYQSHj4ClfmsfyhJZrQDbKzCdjl1xZL6FZxtZaEVPg1SAdX9UKuREhgaJlNvBOL",
+	"R2O1w2qtM7pERcfHbIRhRUO6yHXAYhHntGkUjbRH0GwSyCtN/ilihrlJ+4Ag5sUJtx+FnRyDr450V5Mt",
+	"bc/XQLcUYdtMvHr3dCvez5TOM9G12OerIubxLUfH9qaJYD5RjmJnUYnd3jlqVMqqVJplr8RwsmJnYI+m",
+	"/ROFVmtdXoiQvynM99A+uaGo3USTixdcMFjSEpqBhFmp7LBbA+lf2UV4adfgE5wh7OlviYz1Oq9fY0j7",
+	"Gi/+Bh6ar/MQ05KsPspuLz+NOPqZ76za8cSCUq4a6G4ZAR6i1tN/MymVxAXNFDS/2SxT91b5i7isH9tQ",
+	"yJHKIoiTSEDpFBhbhOe1qh3D44pSvKeFWOhy/4IsOFh80mqqwG3QZMMRsHru2EuPXcUxouRJJiRknGs3",
+	"C+qzrodfYlEIA8VKtKJ+XHyuwfIC4Iad4myphoSkOeM6QDMi3m/jNFjB4oYW8n/aVe3NffUpJ55uDQ9f",
+	"8b2NhEFna/0j22aU34lJ6iqOdXkWsIqebjrWz+qGqwV71d7IAhItlFJ/4HCwc5kJbbIkMghzmRiqBIVh",
+	"I4WZCbp1B8szLnGYGpYHu+fp/gXe8lzWzFV70L8vOhA2iVSIY5mCoayQDU76fdZofgow0sNGWUzhm1Dl",
+	"5laNbmn2tmkKJBhIC0RQ1KSmiAzGh7DgXM7NBJpys6PuYVB3YubAlpKMEocDNkr5eIxF3/wuqSsbTjAU",
+	"hMBPAixDkeGChbGaciw2R8GeiYzSPBa3Oh/SE21r0zlI+vAvPWvP6kVqiiXskhkEzkZJnFkw59tZJkbJ",
+	"+5Dt/fb2J7AZxsijL0srOSr5FNAAej5sqUhH+xUW+96uJm2qC1hJLPDpUb/fGO4Qxx57+Ky2PovtAOvS",
+	"CTpSGYGoDmo25NFdA1pE/+DFpt4ob6qfyQjoL3aLDdDyBwcH+x6j7ZAT79IrtmIgV3H8hbrEPrVoSAIW",
+	"45bVsQbea6+bdbTEreyQyJwOPvhscVUhm5Ybi/Q4K36RqOXfLD32usXFQbynrhvXPR5rejsMloYBbpnI",
+	"cenlsAVVuVvxT+b0eItS5S75YNBYz6e2gV9sWZ+1mZQVx3vf4LknmijlNbSOP1LM3OrwE9YRVFBLc700",
+	"HMk3VQbMFWfGKFQrpsTNFswb7OJV2cP/MAWpNv81jPHFUn3FGhIRljeXHShKV0Da/lVTtM4QEFVoxl3H",
+	"noIfZYkRmatbjfWs7esXdPGgFB5Abn+qhswJwyScP9MLdnso5h1iLlWWy4CF/xpSfPyEZzwyIgsgIUWL",
+	"biK1kDqBW2w/sCithD7GknixOwQXo/cc8FiPoeXPwz4IBhLHTopNRhXaM8FSMUKUfqCfAmZxvcOvwRoD",
+	"9fwclGFYLCt58aq6CD6MRfwvBO96aVWfWBiKjXeIkIAdSFqViIOBtDoRaICuhfY6jbUj81kVB/IUzjCz",
+	"B4hwYsxMXxwc/KUXqWzm1K+Dv3SCjt2jW7xZj/pHz7v9s27/8Kbfv8D//x+dOgCdSXXX87d2Qe/qUho7",
+	"3t8cx9NJpKWbl1ebKiW1pfxMUXL1Df3KAuU+MUu9zmezTGjHRNdhnY+89Q8++Gd+qey/wIQdG0oMmyQx",
+	"lgalksiXPlNIjDOLoGbg/lgUGb7DfnfNAZpFZn/SX6y8vMbZqd6FtHPfpNxMxFHe8sIjkKc4InqJ64So",
+	"fqXv3woX3tXvtEk4KFhdDj5lf1dDPZB0YkRMUTY2xynJ2H2eSpG5JNdYGJ5AtbJfal5UKxBIpzwX6zOQ",
+	"hYTkSwu5TIXWbZd7m7vjpmBLTxKbUx9MJUanICB0EhUncahUKrj8+oJ0aC1XKwWWHr96jeAJgh2szX5F",
+	"jAO9BUI9oQRZFCC/NSfqijQZJ1Ciy6IZhSSIhRfeI8gWtwWIwc4eJ5iliv+mLqZCmlv/ZzUapYkUIduz",
+	"4efk0UHnQSYEK5LnoZ66Edk9TzXVCOPmFtL0osTMW8+kf7ZsscOvJnSdxtt2Bm4motw1u9e9L4es7YiQ",
+	"VJwHnOr2cgm4seTIprTJeqrY7oj/4AP9Y5X09ot4cLmJ2qiZg8XrORSEfyGbaEjxPHbFAjRLF+iZJULm",
+	"vjWh2sLOzQbconYquhETXZxE6hoXDjKmtb3qcKkoDxgTv0WqxcNEZKJwgBKaez7zijJcFhOIM/KgZSo3",
+	"iRQsE0Q8cB73oVkyEU8ZGZMbw9QlfVLgNDy1vYo6Wu/dK5wmodS0XqFWc2yB3Txtgt184kgguwPLDzhB",
+	"sQJSm2Wt37Ltt8RZKCe/FoewgmzQmeUtMT32hEHcjM3MXzyd5DpBwzMsOIAavBVdGgpVn5xl4j5RuU7n",
+	"UH+hYMEznmQsE10h4XiCZudXpsT6CleS5dLmq+JocSjUAhrO7ACxrsq8mo/AWvJesZ2B9Boyqiiy7n+A",
+	"qin52hViFbje6pmy8KUOKKrBJWoTdmC5NepBAlpSUbq4gd0e4LcNvDncJ2e9c7ZOuPZAZFy1d7tPLiXN",
+	"gVuc9E+CAmicU/EXKg1lvfYDic5bXK+SgBhfWHoX1QT30VCwTNhqLbg4w/niFwO5d9I/ZuFIZcMkjoVs",
+	"KeL0uXjkl8KpvkXmdGXPaOWEtqXFrGRRVoYhOX8dx1KvJbyON7mN6jBCmGuS6EbneY99r7IKqVuwksZA",
+	"p1r+KMYZncDYmu7a2rHfNKOkcRZKC4JVFTHN6YHP2/o3WTIei6zS71KNk96HkKMVI+AMvonztBzMHjAM",
+	"plNlCA15yiWgOGe53G8bn2vjG8+2ASJdJwCSf0VuvXXjTlY57si2r4twP4vIhKheIiZMJjVy2QE99m9q",
+	"iLUCGMUZYqkNV4/OFrsi3KCB/LsaWmEGIw0tmZZAPlQFkQQZsLFh7gDW7oHrjhmYRlHIN3CZtQM543OE",
+	"wrMVnGhozzRL5Cw3TMgswRYK6HI/y6FwHtK3OOcJt7bCgdSKjXgGogAVScZhFSwH1TL32WXZAJWmLBIx",
+	"MBCwrDEOcx1I8ndCc/R7u4cNqPWLwB+qc8+LTv/w/Hh0yI+6z6MT0X0eH/LuOT897J4Nj0d9cRSdxIeA",
+	"HVQCFRUQErHUXZv5aDUjKyHPVGbgzaOj4EU/ODk5BjQj+5GJZl2L7IUf2Z/BzdedZWqIoRdUiLeEKjrr",
+	"w6TtnsPJQFTrCRD/u42jBrn8bOGCvNGdcCWZ4FmaiKwoB1etrlcDPateVUCtu64A9XHn8Yl8mRPy0iuI",
+	"V2Uw/8hF/o04KTct1fRYp6bhmbE3wBpXiisjWRUiIUyRL8cBQcRPYIHTJMtUpgvzW1nvpwHyYyt+CB89",
+	"tULSRqk39l74aiA9vKsfdgTcXZ5/q24fXdM1UCOKAzJHtoNNvsTn5bX8TBc1R/CEr4oDxRFHVpqRik1V",
+	"JnAqvYGktlOynVQiVYtCl/BH1z0KL1lUfmIekkhUSnU13d34/ldLq17hU3uvfBO1tx4Lo4SbujvOeLAq",
+	"5xe2w75T3tjWkY2BG66IBVC5KUSBag7wYgrwQBY5wGyNFOCLCpQF1cSiGjvgNLN/BohJobHqiKSnUaoQ",
+	"2dUvOIQN/3hz88YCCQvbKs0y7rGXajrLYeiFTkAlvN2cdIC+iIuilvvQecupbJiScenHsICgMegPLoET",
+	"Tq9zxw8k2TJakwW53DYl2Z3iP1OR/0xF3obX/O6dCq/WdKEgr8mCFm5hsvA8zsbn2tjezmdb+HJtfV+X",
+	"PYuWcx2bllv4b/DEWDtYSZzl2XC/Pc4eRq0QLWIN2MJMhgZWFEux1lSqDCTMRpmCdEwMEAUi3huBk32U",
+	"iDSG6HABIeqojEPKq0mm4vafSopwn5obJVD2JHQBJh7WOlaTxQFgoQVIwnXOQXD/vC4UYhiIM4vRLyTW",
+	"SfVwCQcJY9OdzwsrYo2STKDra8hjGqlN3R3IcMhjV/EKoPKmDhcdX7v0liK0OV+3JECEtDLuCytg2ATd",
+	"xnCEMplmReIw135JM/ag8hRQUdgeH0icPOWbZTlZ9TCYjkQKaJu4KkhVd8lshhj0ucFk31BkmcpCKkF/",
+	"nSqjSZjJmFFjChwxE07iSVm7bJrIZJpP2V7YdcTSnSay67YwDNhZn0HxkoG0tE750jjD4hP3etco1cU6",
+	"auEFosAuksJQpOoBi7mpzBLcQHoUZx4UHHtaBR8lRuOc3HoteHLRzznh6Pu2VdQGkqprV9hIZar/yJXh",
+	"YcAO+/0+eCuLkBSVNXm11YPcvxzIYv+UFKSk4ZYfsxDbg8hnIWIRhz32nXBCreveZgpGKm+u0O/sdvT+",
+	"Y6BvYwHKIDGFIkXZ3sH4nwoge6udc9FkucQ6WVo+ZTKegG3ddri1JdYkcAZx5iA13+YzuCmpWisQD7TE",
+	"jthf4P+gn3uRpRzegRNC3xOTAutNnqmZOPiryFLrQNzMlkp78pmyHAqSaLcsBowbZpHx2eGfyQ4linBx",
+	"ANe8YxvUYPvywQf3z1XRcGSYoHdtVZ9RAuJaqSfip7BZkZpOE4PFZ+E+K244wlOAAhn2jYEsKtYGTCop",
+	"imsdrske+56KQArpqgYVIyDZkxllE9cKtkMYFYmupHmB10xbTAnFUiXHqKTnWKnSU+NrHBIZYI+9zTEp",
+	"w7JKm5URFHb+JGPWr+yuWFfcc6yYkpfOCUz2cDYUkwRDZeFSBCidOFNw+Vn2it9rqjCMVdfclHu0M80B",
+	"Jvipz2c31ZXpw2ar18kiNXz3PyBvYutDFrTbkgr65QgdUlhULZvrsR1Ccz8RNfQ/yR3gL9bXZLffiGQ8",
+	"3SdvrP2oMlfjbaLSwhLMOP3omoa8W/G+IKLLwgxpf9AF/I5F8CGWCaw5INUATXcg8ztsH2jefg2UGPEp",
+	"wdL22O+O25Mo41lHsaT4+1LpiZwhkVNRIqciXVJdxYfEBlvOhEToHPwOWKvusTecApeBP4YHM55r0DaA",
+	"4DmpO6AilSJhBUtplS7Tgkfh6jHbeZFk36xfOD3AtrZMcQhsyS2SskEHhSbLhhiCwsGyMDxIQhd3GlVo",
+	"t7uw344Rvrtz/hlF8y2EcE+WJsn52BeddyEpV9f3s0UerMcl3ZXiEc2fMjOEkM9SHvn3+TPtc4497q/Y",
+	"/o4l6gO057Taen8itxFyPrQP2RJv+IOTNklS3Avt32EpecID56pH45ON0A6tPSUEXDxw5EDpThi8za4i",
+	"rRL+iTLp7ShPwTbijC4gaSTaPozDQmIdSIozA7gCyiBp99vQEnyPs38MX/pKLcEw8XUSFQWbJNqobP5N",
+	"grn6R87Oc0PJaMXpAnljqe8WXoBIwFya0NrcRlanLOQOJQXbK5I7HiZJKhhKHLFD8MfzZqVy9FiC4Q14",
+	"LZ7TWQrhkokxItu/ZCPxIDJ6uaKwYkyiVkqKbNWp+QVm9chD0+SRwWVozhA+7GPJQhBK4A9IerIySufi",
+	"sPDPJNKIMW7LpzhDYPZdluhYCJs6sBJv6Tb7xg8TTh1NKyaZCr3bQ4W03x4X9Isq7iuhK8eF7flB7vai",
+	"iJXQ+6VAvxi7s3AU4FXxzSivgV2cb9FUgjv1dOZI6D+fLiHF144K0YZHnD2pOt88fxuxf3QezrjWIrbE",
+	"myBar6NhilgZYUnft9D/mlSL735LZEs5i99oWinsFeNuz5+MfnPZTrzXZOmuGXKcC5fMMjbte8/Zl0Ni",
+	"r5AtaYeugLjNpcvuJK8rGXxyWcR0wc5aqd9hjlLR7pHKPJatmVHqwh6L6sAG0oa4oS7ifo9Z8f0++nE9",
+	"3QDNKYWugQoFqCUhOqhJ7wBne0AOaGfaKsM/rU0ly8F/C766cSa0Dq0Rn1znZRrLpcWjQAzVECczkLbz",
+	"HvvdZtEsliBHc0xhnLkTcyrYURRQh/2AGhyVSuQD6YbrVyMnrkMqGd7NexTWz8KGmP4LRphwAdh6JC05",
+	"rAQ31i9gV/HSVT5nuN2wX1pNBU1fIPa/ZidHRyxMvKndiXk3E/BFM8xqLnfCqILHpcF8Ah1sJykbU46W",
+	"xQTzrL78dI3ls78pzAYWc17WWVBVI/26440/ceLG21z6gUpSPWx9pYgoW1ZO61ebDzisQgIQd+RTEcDG",
+	"KinI1rDHDZsqbTA0BGtpgZCDCJ0QbFQWTrBgdc3qqR3S1kGH9P0XGnL4pBwJZ75Ml7Vr84xNheExN/xb",
+	"FLsoPpBmyvYIXRbo1c25Ynyl15ZCeijd7jTjeApi2x1WyZI1ACsho2w+Qyf71avr7tHpWfeHlz8D2CwM",
+	"Bu9cDCbEFqCOBJ/N6MRVvUJw2dq2rAyx32P/jmcL5bCHLDGiC+fqgknFMpUbwSgungAsBlJJCAEjoQ/J",
+	"HgMWsB+YBsYn0jhuMzHSIctEJJJ76xzEcwzvYH0RwTXkF9j3NYgYBb6HmQjQa9ytnM5dcBlCfGHv85nd",
+	"FaMKvCYKX0v5EOGLEB2PhfTwln4NG7jIpd2EMvwDJBgn4EVKjtIkMuGSsDGcwQ7qpb999cPr65u3//f2",
+	"5te/vfrlUfFbXN/d4hq5mO8yzBJo1ZXG0MdRdmw2roqBE/5cEVm02uvGY7E9d2xxs/e/jTzPDcWL089T",
+	"Rd7ypE3YZVWsOPhguckqAFuPJWViJDIhI0EAtTxJtfU3vjcu4ade+qHgWrnk9zxJwaIQtuHYFsd9Q4UE",
+	"P3tyu0nr6bhxkW/FbQORAt/wNV4GSG1MhUFbyosDdkf+uSoKCkIz5FgT4A7GktTKdDcFQ329xPU/gqhs",
+	"/FR9qhtKhPkyN2ARHmVBHcsMW5uZaIUq/AljAogYb5wURrFJDZZfjDDYDYVtKeg4uUMeP3Q3lT0q4/9c",
+	"QS6bnYBvNdblE8sTXmyMW2HSJUD+R81AbyNjmGVg4P8HLL8sFjMzaTReaAxm2fMKWJExFoXMwEMcxJ+w",
+	"yjEFcKMdOcmYg/+ld+1Zd5iF1tqVcm1YiM9uHxIZq4cypadAJXI5zCD9DKTFH1JZUc+HTxWag1E3gqZq",
+	"zcMXebbQQa0wLCJANoE4UpyvFkI3oDHampdxZT0Sg2HBWgjI61mwsFBbNly+AiP5luyZAXNmKNIAOZUv",
+	"gDYjLCYJo8WMeCW1QlshWNjvE/HA9sKDPDkICfUhtMoxiwyhRemQah0kjUlCcD2bRpD0JiNP0641BzWc",
+	"+UENx2crgxpawiaa97G5y/O+3+eLs5PPG0mBq9rCVN3W9XbASLA9V9/uWdG0zzwMb2QdtZgEPOtr1tVC",
+	"XSPC6C+wciayZCKjJDUIfd0IyW/xU7azYuIIv9y06aYmkaWuj3nI9d01ftHaYGEF2ajRm/nMtvmF4jha",
+	"eI9ik1tBGvlOwSv/hI7cpAYE13drBFbS/n2jKfZ1ACj6+zGp9XGeIX48tNRUV3WpBz2XyT9ywWYiq9Yl",
+	"rXvNybna5DnHbpMy4tk6zgdymef8smwTTPUElMniZIRmKsOGKp5b5/hAtnrH2VVLtjzZvB20JTkraqnz",
+	"jaVY10ydv7CCGJ1DmxkJJag1lsvgcZwJrQWIi2FZfzucKF3+g0Ip6GnI9jB4AWgJwYE47OsPqoTn/rfr",
+	"X3+BtPdIxej55pTmM71g9Qp8AAn+m0zgRaYTUDHZSKUQK2sFcFIS1MjOAR3JAwnl9AinKIRnnElhoHf0",
+	"KbA9W20bBg6rCf+2JbwDFs4oVybUIDhEwpbjxqXA8tzWiUH9kcnHrpzKmBr+XUQGqABN1ACTjvpF4AyX",
+	"MFWuyxENZGqrMkDI4m9vf8KL+/UbZpcdGqVK4PbB/UnxKJFsIt7zWETJlKfYfWR4CiOFqV3gTOwZgigb",
+	"baw/NiySWkL0MSkDpA7PCv+KNuRkcVmwRNNYiAGCi4FYIYgyFV16DT/eCxNpMi6FCffZNNeGDYUr3WvJ",
+	"gNaZ9unSzWggvSnBWGU+FVkSMaxWvBdCde9D2Iijw+P+8/7ZyfEx/NV//3zUh/93GO47aIuiIQMEJpUR",
+	"eknBQq7vvnI4VWIKnQsPNnUqtOZjhBYQaaqQ6ZJX6KIjogn+4MwpWKEGy1MldEGWyVH0LuCiljLWRd3P",
+	"tGlZQ67vPpNZB/d656ipsDRfehhO28y/pdKNJ4fHX3IwTuEtM8RxVolLCzE4+OLBBzyJy2BUfy/iJUly",
+	"4AijqoAPk10ILjhKNrm15bGYhorvlJgl1a0rGHJLtzXee3TYb6Uytzy+F5lJNGZ0SVUv8eRFC1jw1tCy",
+	"qJ4TaSg4oGhVh6zgQWBVgzGQNa0YAQvLN26niUavP/yMV0/5CwxoIOnjgFpNvaIg+LYtIlwZITWjRSoi",
+	"A0lnOOVElotQ8RlSnKadLgga1VeTGANMy8orAXPlxIKBtAVy8K6mwmL7dnpgJyyy34qg1tuUG5GRdJUJ",
+	"k81vhzy6U6NR2GK92upKg4+e2rEEfXyHBRDbrEDES7+W/Ho6Xw4X11loN1CFmk/2Ac9MMuLRErP190kq",
+	"tIUtscVvQGayQ3DJfNBgwFQar0Dwg325Kvr8EikH5rssYG2UlCB2n6G0nGMj5YZwbzkfSQ2rkJGvytTB",
+	"jCGD6ALPT+TYarLaoRWL2MXwg+xunQQqK4CT8fWpwkAuBbpOAXIcUki/Y/CCZ1QYWMky6AKN8nu2MKKS",
+	"XlnEAqFgnwAfirtpKCI1FZq5nlw9BM+PwHh0J9VDKuKxQE2oiCpzhdVbAZzd7DHAC/54PIDzF81alzHV",
+	"PwGclwI470gmO0jVeDl6c6rGzMBpUSM8I45j73mwzXgCQvsEJQmpDBsn90LuU1bZcG4EliXVAiMW0RwW",
+	"jhRkm1AB4KJImZX/9vIZyIAh/FX4/vbRMABea/Ril4k2tu+BLBI/0N7hjGScUoct8AtB9GkFVgXl5Rq7",
+	"qQkZa8Bxlg5diMapB5Jngg0BvFrEGNt69ea19Q3u2Y1lJ+TCg6fOi5cJPCSXhFApEgu/6AqwIUjLydG5",
+	"zcB5iwzxCqh/mbz0E2zctgd7wZx+ZadOEIltNnK7QPVaj+ScOzo8eX7y4vjs5Pl2bkIijma3YD9Y0U9/",
+	"/X5oMzcu9NzUlE+bzQ0e+SM/668Y8VPy25/U+Aby4htY7k/uiBep/bQXve1KfZx/2hAMHpfijDvBqRo/",
+	"XozJhM5Ts5w7zkSmEw3yE71dgLkXxt1GCTexBangV/cCChoarjoZCXcQ2TWZrgpgKY5wgFqxRI6FppAM",
+	"oxy+PUU0UPXutoLqaM2imT2CfXxNPi+a7l9hZ1a7vqr7+DWodm9g5GaSqXw8KY+CrbxZnc4uDoXJ5u2i",
+	"/c8oi3NXLOzW1TwjY4AnNJM0zaM7vOStPhA6LxQBnhWX+jCPx8Im6Tq7p32oMarQJW+41Dv2q3VxkH8u",
+	"E55ILZXp4iwomHogr7CED3pcqqVUMqFmQnqF1fbAx+bKOFDcVID9OhC3TDjQtsCWSYNvoXkhY71/aSUW",
+	"F3Vr+y3aT9CXMEoBpwuUlUotl2Gu52FgMZ8BHhqHmEuq1wpNcUPwawIyR4o5larUkvowFKUJ64Mi1ESk",
+	"jVXrq/456xJ6sPVrLtq9dXYxqDwS+QARnBkxRpuDmlAM+mq1l6BQcZFK/lRd7IaCM03wuEseOVtlpSDQ",
+	"bZWafAbGWn3wgf7hjM2t4cwhpIAB8xEyfqYZfWUpk06Cc35rkwnMgzMKLKJ3gcW3wAOSSDYVU5XNL4m0",
+	"U6x5jpfw9Y9XkBBH/sTSeKsJ1rzHfpXCdUs5csXvqV8V2ma024o0XgtBgb3hbAuJZqlTeywosPe+Z3po",
+	"QEGEcThz2sbHjT7fKABbRUaYLq1t9cwV0TbDRHJCu6o7mlb7305ashpjXJx7kSWjZGsX0hPnWx9+igBm",
+	"EeVZYua4u0RoP9/8dN25+OPdx3f+kaWtBYe3sw4+06jKa7Y3IhGDj8X+QpnmhjNrHyw5sQdki2yXLf6d",
+	"Ns7ex7ShFLoA11LyT+GfvKAonWastdUGZcs7tAPS5TaQaL/3aspfMO6KMNF4KoE26FuFxsAciZMjI2YZ",
+	"NUMDwks0EyNCdcL7libaLf0+KvN/hJZs9K9/bKc8A8/LkhKrOEh3eGnDHnuEn9Ak3nZnlnZoXN0v9zpb",
+	"9+jQvmCIKy6uZ2Hf4rg8iOFEqbvHFD363TWxfeAuCm5/VjzaxVmwu7FOJCat+p9ItOS5sifBrYt/lhyB",
+	"bwx5UMRxYuXrmUqkcZFvHkpA7TiIexi0U99SMgIBVeqAkQ99IC3UwbXhMuZZzNwZZJGS8DkG0IV24N0E",
+	"wWXdXwhMaPh0hsEM7ldomZs8gzIGKKhaEzKhUUFn8AbcSjZzOIQOJlpEt//9n/8V7l9YtRKySSSGHcwZ",
+	"GsQJ4oBlylh0By5jd8lqwUE6pxjLKnaDQ6OACFL0pKncQLMiYKdQAsc+77poghCD8H57+5ON2cP4Pusv",
+	"4GycqiGiKmDRdPiA5TKJOCQn2Rg5tNgXXMXCX1twBsV0Hk1cNB1shIsg9Ss/2cQHJcVA2tV7mIjCJo8x",
+	"gXESV9vP3D9RE+DF3W77umSpUjPQKIKBnGXJPTelvNHFwMVyWNaGl6qHherxhccA1HoY5kCGXUfYXfym",
+	"a5svECNKSm+PGbSE9xgoCKT3EroB5aaakcfClfeK6p1wFLeOEsyz1BYa0hcHB7gCPTse6OHArtWm0Xx2",
+	"KT4TSITtHdxfK/EiKEAbCcTS6VDoJEb7mjunxKe804+N/pnL+Yhot+oNs9EFU5PWDj7Yf62CiSBEABeB",
+	"Bt2SWdHZkGIBqn2WWGQZeGR/moOrw698YyyWJ1GMZkdY5Ee1YUaUjGEzjcF+92e9Gw/O4RGE04LrsGUx",
+	"GwtPtsgVGlzJT0IAO5eT202taLL7ZvEcHkVSreZPTNjwfiYMTeNhVzmBiIRFi2R76dESYTmwPbyHBCYu",
+	"UPTCAf3StdLnPiRHd7EBinVygqCdElWlpAztKMmiPDFsmAl+hyjv33l8z2Jg2SJgd0LMbO0wskfZcmHW",
+	"ZwFOid/e/tRe82VXZL+tMEUrSvJGsJZs9e4JJKLKWnymFIdNTvifhViixYumUo5lZ+LKQSlzrGV0soVX",
+	"iJFo+B+o6ktB/PDnvjuaTr4popDRSUt5cRT0gJlwBnoOCnuoDTQz2dzWa8k1AmQF+ERGc3xTZJlqrQ5h",
+	"Ca3kKY85/F+nucnOfb7a7FTu/p9HD9al4ciV8vfuDl3l8lwSQG2Fe/K+09uBDZMG66xDDS9BWYrwRCUF",
+	"i/l839cpIp5lc2Ye1EAW9iWwYs14BGMBUnVFvhftUBfYpLV0lcOxBiX3ZCBVGgdMk+0ErWro+GX6IQHn",
+	"qLMjWRMS2VesxGBXujFIANfLUveWAFI7utJrS06AKetjSC1OxLuPP8H9u9wiUd7EJd8u9/pPc8MWtzkJ",
+	"zg2X+QIq4Po8hXCM2vPsyO6JoE8WJkoLIZnNgDCTTDTlQAB8v4updkFXGKxIyWJTmO9CAfYGFKYq1FId",
+	"kelBor12UKSgYWg2L6CnLArviOQMtIrZmg11y3w5LPyEhj6Qbuyt8oFdvU35x5d10eMkVt/vdh8+ycnd",
+	"idun2Jyq6/RxsB0uYQeopLhSlRTofGFCZipNkY6Qii/8JB96qB07BMDoN79e3zA4h/TMevMx2I2zSID3",
+	"FzZVlGHWpR/l5VWP/ZqxIUIyzFWeIWG/+dvri4HMxDjRRlAiUZQmMCC/OakAPsz75XYmpjbg0vtxlMix",
+	"yGZZIg2WKKSKJJnNOigGb9f14EORGvrxwGsGAiZbIdeQHRWBF+6sqwdJCX8Lhx4R2IrzDhlcidm/rDiX",
+	"q03OUm4QXsG2Tfkb9X7Cms8htLBr8EKGeslCD/tsyiUfV7gUbl8soiQGaWg4J06kMfQKWJCZ1BFbCOuN",
+	"JtQS1midENjBY9wxU/7+NioyVG4t7tdJBWRJiqwr8u5hJ7CnpYaHsLHrBBv5TJ4T6xT53QVGtKNs2xji",
+	"1nPM9tD7ifLylwq7ff55XB9E90kspIEgl3W4baMI4nOPVnFkh6Xai/O0oeiPnz25DbuVZG8KXvP1pJA/",
+	"uKXe6CKGkLeGm9iGzVuAH2sVhSiIJvZGV5qtlwDw+dlYxID/APgDLBOUBwxwP/DKfo99h7ZmuFG1UTPS",
+	"WBx2MWUVX7KQxMN/iTNAUqKsRqcrT0Qm9lmKF3hNiLSZAkHxPQUxhzaYmZChwPY9VfekxuKgyF3LZU2e",
+	"hvJgMEVGcA6aip3Suy47yJUys8APqdIGUJ0eJtygt8cOhJAxlhi+H3tSgkX0DvBA8xmlSqgFVaGeHp3o",
+	"wgnQmmeITTRn1HVwpzpBgUhDK94J7IN3LaVpHmupx9TATS3rm1+Yn4rt5DjAuMp+/kcb+WjLNuNwKy8/",
+	"X3Rut+f9NZFxXUnYW9QFChu6PUlWpHa5Bp6A32M/ILuCl9+8+pntzTIxElkG/NKPM8JMQpdaCA90Tlhw",
+	"IPpGExHd0c+wMnrfXssDWekJ0yAzcZ+oXFdmQEwXxooc0OI4NKb6kIJDFPvSW7FHXuibnPl1UwlpqN4g",
+	"v8jjbSmkYqzzd+1/YrGZR/vfrBrOS3SmRW18R2yj1Fm6KAS3847vVTkiW/sKYyptUKY1olHWErUKBU2v",
+	"Cw2o16KivipGcIMD2KVsvTutsD7KNts1POx9BZfQa61zUWZVNiuwO6IxMme0IzZZJawgdjKf1I2t0E3A",
+	"mmwqvSVm1h+o7y9ZYcMhLoNwKhaGFvKbrThYD37XjNeJgnQkZ/faKX0efKhZ85ZGUsK+4HdCoHtRKga1",
+	"jkSG1gOVuUGWhB0UIZWe30CNvDfQK0HqZVGhAhPBTMalBl0FiuIU+pe1GLKHml5kyqE9a1AoEZiK7ZE2",
+	"A6Kd3br9ZokJEPk8On2cQrcKPNbbgPW+uMLZvcFK2WtGiIJzKs74g/wWz5GbHOQ42O1a+4QsCeRr58ht",
+	"Vm48qAv2cTwcZgJ07rtE3HkG6k2MFumIpH2cAuOpkkV9GFtQ/KJO5TgWrGruHHu6cva0YkMFXskKf4lg",
+	"LaXx8zIbkZCgn10YNDak/09097TdO7i83+Rtg2EjiwXpHCXuWDUnWNPlkvVYqbgoBe3x+4ovEC4aSsK3",
+	"x4BNVSYohL9uDRNwsDBFKsLYmBnySACBNSxSORZZsgWZyArqviyTg5PM1dfP6PxhopRItXiYiEwEBEbg",
+	"EBVn6KbkmUsVs1nwBE5EHkAHIe3lLKPieNI/htQznGSXVguMs1hwH3YFzqkUuB4OooCQB1ZdWZ9Sr/ds",
+	"eYQd3LnogGKUCn4n4k2qvMH4v0hl325N1Zb3hceywoi3O9D1LOyh4JnIrnIzcVnYtq36eX6rciM0o7XU",
+	"iDUYMJ6biZAGtoWcx4sqfc8DfLP7sGAEvxGSUxiMYwpaZE2Zo9rG1Hte715zBrRusrVXHHQYIWuLtpXD",
+	"1d7lTbE59fE3tfydV8GkaNUP97E/aVNdEXy/aUEmgg3zJDXdRBJmkMqiidAm40ZlZWDvInAZvo0OlrhX",
+	"LRrU1M81voyfI0/UhmcG8yotFpLBae1FmYIhlMCuQYGYn2QFbtRiOaDGPmnnpLJLjtu6WCG9TBIm+Yn9",
+	"eHPzpsgwrmyLi/Bq2PGi+HmlILsOWCxc+XV8mkirY9BNBMNpLj6MnilvotReEyakA7fU5W7lcYLoej4F",
+	"4CsN3/8oeGrhcDLB40Ri+q6L8PQOnq05687ArI2eGiqkwTwxJQRadjEhzscnCTgjz4S/2FRJ7eO7j//v",
+	"AA==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

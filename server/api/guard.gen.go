@@ -196,6 +196,14 @@ func (g *guardedStrictServer) GetOrganization(ctx context.Context, request GetOr
 	return g.next.GetOrganization(ctx, request)
 }
 
+func (g *guardedStrictServer) UpdateOrganization(ctx context.Context, request UpdateOrganizationRequestObject) (UpdateOrganizationResponseObject, error) {
+	ctx, err := g.guard(ctx, "UpdateOrganization")
+	if err != nil {
+		return nil, err
+	}
+	return g.next.UpdateOrganization(ctx, request)
+}
+
 func (g *guardedStrictServer) ListAssetEdges(ctx context.Context, request ListAssetEdgesRequestObject) (ListAssetEdgesResponseObject, error) {
 	ctx, err := g.guard(ctx, "ListAssetEdges")
 	if err != nil {

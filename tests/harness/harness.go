@@ -221,10 +221,22 @@ func (g *Gateway) ControlClient(t testing.TB, token string) *apiclient.ClientWit
 	return c
 }
 
-// NewOrganization creates an organization through the API.
+// NewOrganization creates an organization through the API, with the
+// unrestricted scope policy: tests that are not about scan scope scan
+// loopback freely. NewOrganizationWithPolicy names the policy (nil: the
+// API's default, allow_list).
 func (g *Gateway) NewOrganization(t testing.TB, name string) uuid.UUID {
 	t.Helper()
-	res, err := g.Control.CreateOrganizationWithResponse(context.Background(), apiclient.CreateOrganizationRequest{Name: name})
+	unrestricted := apiclient.Unrestricted
+	return g.NewOrganizationWithPolicy(t, name, &unrestricted)
+}
+
+// NewOrganizationWithPolicy creates an organization with a scope policy;
+// nil leaves it to the API's default.
+func (g *Gateway) NewOrganizationWithPolicy(t testing.TB, name string, policy *apiclient.ScopePolicy) uuid.UUID {
+	t.Helper()
+	res, err := g.Control.CreateOrganizationWithResponse(context.Background(),
+		apiclient.CreateOrganizationRequest{Name: name, ScopePolicy: policy})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, res.StatusCode(), string(res.Body))
 	return res.JSON201.Id

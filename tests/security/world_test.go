@@ -49,7 +49,15 @@ func newTenant(t *testing.T, g *harness.Gateway, name string) tenant {
 	t.Helper()
 	ctx := context.Background()
 	var tn tenant
-	tn.org = g.NewOrganization(t, name)
+	tn.org = g.NewOrganizationWithPolicy(t, name, nil) // the default: allow_list
+	// The scope covers the tenant's targets and the spec's examples'.
+	localhost, err := g.Control.AddScopeTargetWithResponse(ctx, tn.org, apiclient.CreateScopeTargetRequest{Kind: "domain", Value: "localhost"})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, localhost.StatusCode(), string(localhost.Body))
+	scope, err := g.Control.AddScopeTargetWithResponse(ctx, tn.org, apiclient.CreateScopeTargetRequest{Kind: "domain", Value: "*.example"})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, scope.StatusCode(), string(scope.Body))
+	tn.scopeTarget = scope.JSON201.Id
 
 	issued, err := g.CA.IssueClient(name+"-worker", time.Hour)
 	require.NoError(t, err)
@@ -124,14 +132,6 @@ func newTenant(t *testing.T, g *harness.Gateway, name string) tenant {
 	require.Equal(t, http.StatusCreated, sec.StatusCode(), string(sec.Body))
 	tn.secret = sec.JSON201.Id
 
-	// The scope covers the tenant's targets and the spec's examples'.
-	localhost, err := g.Control.AddScopeTargetWithResponse(ctx, tn.org, apiclient.CreateScopeTargetRequest{Kind: "domain", Value: "localhost"})
-	require.NoError(t, err)
-	require.Equal(t, http.StatusCreated, localhost.StatusCode(), string(localhost.Body))
-	scope, err := g.Control.AddScopeTargetWithResponse(ctx, tn.org, apiclient.CreateScopeTargetRequest{Kind: "domain", Value: "*.example"})
-	require.NoError(t, err)
-	require.Equal(t, http.StatusCreated, scope.StatusCode(), string(scope.Body))
-	tn.scopeTarget = scope.JSON201.Id
 	excl, err := g.Control.CreateThreatExclusionWithResponse(ctx, tn.org, apiclient.CreateThreatExclusionRequest{
 		Severity: ptr(apiclient.Info), Reason: "noise of " + name})
 	require.NoError(t, err)

@@ -468,6 +468,24 @@ func (e ScheduleOverlap) Valid() bool {
 	}
 }
 
+// Defines values for ScopePolicy.
+const (
+	AllowList    ScopePolicy = "allow_list"
+	Unrestricted ScopePolicy = "unrestricted"
+)
+
+// Valid indicates whether the value is a known member of the ScopePolicy enum.
+func (e ScopePolicy) Valid() bool {
+	switch e {
+	case AllowList:
+		return true
+	case Unrestricted:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ScopeTargetKind.
 const (
 	Cidr      ScopeTargetKind = "cidr"
@@ -1002,6 +1020,9 @@ type CreateApiTokenRequest struct {
 // CreateOrganizationRequest defines model for CreateOrganizationRequest.
 type CreateOrganizationRequest struct {
 	Name string `json:"name"`
+
+	// ScopePolicy Defaults to `allow_list`.
+	ScopePolicy *ScopePolicy `json:"scope_policy,omitempty"`
 }
 
 // CreateScanRequest defines model for CreateScanRequest.
@@ -1408,6 +1429,10 @@ type Organization struct {
 	CreatedAt time.Time          `json:"created_at"`
 	Id        openapi_types.UUID `json:"id"`
 	Name      string             `json:"name"`
+
+	// ScopePolicy What the organization's scans and scanner tasks may target. `allow_list`: only targets
+	// its scope entries approve (with none, nothing); `unrestricted`: any target.
+	ScopePolicy ScopePolicy `json:"scope_policy"`
 }
 
 // OrganizationList defines model for OrganizationList.
@@ -1789,6 +1814,10 @@ type ScheduledTask struct {
 	TaskType   TaskType      `json:"task_type"`
 }
 
+// ScopePolicy What the organization's scans and scanner tasks may target. `allow_list`: only targets
+// its scope entries approve (with none, nothing); `unrestricted`: any target.
+type ScopePolicy string
+
 // ScopeTarget defines model for ScopeTarget.
 type ScopeTarget struct {
 	CreatedAt         time.Time          `json:"created_at"`
@@ -2038,6 +2067,13 @@ type Trigger struct {
 
 // TriggerKind A schedule's slot, a manual run of a schedule, or an API call.
 type TriggerKind string
+
+// UpdateOrganizationRequest defines model for UpdateOrganizationRequest.
+type UpdateOrganizationRequest struct {
+	// ScopePolicy What the organization's scans and scanner tasks may target. `allow_list`: only targets
+	// its scope entries approve (with none, nothing); `unrestricted`: any target.
+	ScopePolicy ScopePolicy `json:"scope_policy"`
+}
 
 // UpdateScheduleRequest defines model for UpdateScheduleRequest.
 type UpdateScheduleRequest struct {
@@ -2654,6 +2690,9 @@ type AcquireLeasesJSONRequestBody = LeaseRequest
 // CreateOrganizationJSONRequestBody defines body for CreateOrganization for application/json ContentType.
 type CreateOrganizationJSONRequestBody = CreateOrganizationRequest
 
+// UpdateOrganizationJSONRequestBody defines body for UpdateOrganization for application/json ContentType.
+type UpdateOrganizationJSONRequestBody = UpdateOrganizationRequest
+
 // AddScopeTargetJSONRequestBody defines body for AddScopeTarget for application/json ContentType.
 type AddScopeTargetJSONRequestBody = CreateScopeTargetRequest
 
@@ -3162,6 +3201,32 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/organizations/{organization_id} (the `GetOrganization` operationId).
 	GetOrganization(ctx context.Context, organizationId OrganizationID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// UpdateOrganizationWithBody Update an organization
+	//
+	// Platform operators only (an admin token without organization scope). Sets `scope_policy`.
+	// Moving to `allow_list` narrows what the organization may scan: in the same transaction,
+	// its active scans and its unfinished scanner tasks whose targets lie outside its scope
+	// entries are cancelled (a running one is asked to stop), with error code
+	// `target-out-of-scope`.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PATCH /v1/organizations/{organization_id} (the `UpdateOrganization` operationId).
+	UpdateOrganizationWithBody(ctx context.Context, organizationId OrganizationID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UpdateOrganization Update an organization
+	//
+	// Platform operators only (an admin token without organization scope). Sets `scope_policy`.
+	// Moving to `allow_list` narrows what the organization may scan: in the same transaction,
+	// its active scans and its unfinished scanner tasks whose targets lie outside its scope
+	// entries are cancelled (a running one is asked to stop), with error code
+	// `target-out-of-scope`.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PATCH /v1/organizations/{organization_id} (the `UpdateOrganization` operationId).
+	UpdateOrganization(ctx context.Context, organizationId OrganizationID, body UpdateOrganizationJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListAssetEdges An organization's asset graph
 	//
 	// Relations between assets that scans reported (hostname `resolves_to` ip, ip `has_port`
@@ -3189,10 +3254,10 @@ type ClientInterface interface {
 
 	// ListScopeTargets List an organization's scan scope
 	//
-	// The targets the organization is approved to scan, newest first. `enforced` is false for an
-	// organization that never had a scope entry: its scans may name any target. From its first
-	// entry on, scope is enforced, and stays enforced when every entry is removed (then no scan
-	// is allowed).
+	// The targets the organization is approved to scan, newest first. `enforced` is whether its
+	// `scope_policy` is `allow_list` (see the organization): when false its scans may name any
+	// target. Adding an entry sets the policy to `allow_list`; it stays so when every entry is
+	// removed (then no scan is allowed).
 	//
 	// Corresponds with GET /v1/organizations/{organization_id}/scope (the `ListScopeTargets` operationId).
 	ListScopeTargets(ctx context.Context, organizationId OrganizationID, params *ListScopeTargetsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3200,7 +3265,8 @@ type ClientInterface interface {
 	// AddScopeTargetWithBody Approve a target for an organization's scans
 	//
 	// Platform operators only (an admin token without organization scope). Adds an entry and
-	// starts enforcing the organization's scope: a scan whose targets (or asset targets) are not
+	// sets the organization's `scope_policy` to `allow_list` (for an organization that was
+	// `unrestricted`, its live work outside the entry is cancelled as on removal): a scan whose targets (or asset targets) are not
 	// all in scope is 400 `target-out-of-scope`, listing them in `out_of_scope_targets`, and
 	// records workers return about anything outside scope are kept in their batch, flagged
 	// `out_of_scope`, and never become assets. Kinds: `domain` (with `include_subdomains`, or
@@ -3215,7 +3281,8 @@ type ClientInterface interface {
 	// AddScopeTarget Approve a target for an organization's scans
 	//
 	// Platform operators only (an admin token without organization scope). Adds an entry and
-	// starts enforcing the organization's scope: a scan whose targets (or asset targets) are not
+	// sets the organization's `scope_policy` to `allow_list` (for an organization that was
+	// `unrestricted`, its live work outside the entry is cancelled as on removal): a scan whose targets (or asset targets) are not
 	// all in scope is 400 `target-out-of-scope`, listing them in `out_of_scope_targets`, and
 	// records workers return about anything outside scope are kept in their batch, flagged
 	// `out_of_scope`, and never become assets. Kinds: `domain` (with `include_subdomains`, or
@@ -3229,7 +3296,10 @@ type ClientInterface interface {
 
 	// RemoveScopeTarget Remove an entry from an organization's scan scope
 	//
-	// Platform operators only. The scope stays enforced.
+	// Platform operators only. The policy stays `allow_list`. In the same transaction, the
+	// organization's active scans and unfinished scanner tasks whose targets the remaining
+	// entries do not approve are cancelled (a running one is asked to stop), with error code
+	// `target-out-of-scope`.
 	//
 	// Corresponds with DELETE /v1/organizations/{organization_id}/scope/{scope_target_id} (the `RemoveScopeTarget` operationId).
 	RemoveScopeTarget(ctx context.Context, organizationId OrganizationID, scopeTargetId openapi_types.UUID, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3608,9 +3678,15 @@ type ClientInterface interface {
 	// `Idempotent-Replayed: true`); the same key with a different body is 422
 	// `idempotency-key-reused`. A `scanner_plugin` task whose payload names targets outside the
 	// organization's scan scope is 400 `target-out-of-scope`: every string under `urls`,
-	// `addresses`, `targets`, `hosts`, `host` or `target`, and every other string or object key,
-	// at any depth, that reads as a network location (a URL, an IP address or prefix,
-	// `host:port`, `localhost`, a dotted name whose last label starts with a letter).
+	// `addresses`, `targets`, `hosts`, `host` or `target` (keys compared as a Go worker's JSON
+	// decoder reads them: case-insensitively, Unicode simple folding), the value of every entry
+	// of `assets` of a network type (`ip`, `hostname`, `domain`, `port`, `service`, `url`,
+	// `cidr`), and every other string or object key, at any depth, that reads as a network
+	// location (a URL, an IP address or prefix, an IPv4 address in hexadecimal or octal,
+	// `host:port` for any host name, `localhost`, a dotted name whose last label starts with a
+	// letter). A single-label name (`intranet`) must be approved as a domain entry; an IPv4
+	// address in any numeric form (`127.1`, `2130706433`, `0x7f000001`) is the address it
+	// denotes.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3624,9 +3700,15 @@ type ClientInterface interface {
 	// `Idempotent-Replayed: true`); the same key with a different body is 422
 	// `idempotency-key-reused`. A `scanner_plugin` task whose payload names targets outside the
 	// organization's scan scope is 400 `target-out-of-scope`: every string under `urls`,
-	// `addresses`, `targets`, `hosts`, `host` or `target`, and every other string or object key,
-	// at any depth, that reads as a network location (a URL, an IP address or prefix,
-	// `host:port`, `localhost`, a dotted name whose last label starts with a letter).
+	// `addresses`, `targets`, `hosts`, `host` or `target` (keys compared as a Go worker's JSON
+	// decoder reads them: case-insensitively, Unicode simple folding), the value of every entry
+	// of `assets` of a network type (`ip`, `hostname`, `domain`, `port`, `service`, `url`,
+	// `cidr`), and every other string or object key, at any depth, that reads as a network
+	// location (a URL, an IP address or prefix, an IPv4 address in hexadecimal or octal,
+	// `host:port` for any host name, `localhost`, a dotted name whose last label starts with a
+	// letter). A single-label name (`intranet`) must be approved as a domain entry; an IPv4
+	// address in any numeric form (`127.1`, `2130706433`, `0x7f000001`) is the address it
+	// denotes.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -3687,7 +3769,9 @@ type ClientInterface interface {
 	// budget; its earlier attempts stay in its history. Other states are 409 `task-not-retryable`.
 	// A job of a finished scan reopens the scan (it completes again, its changes recomputed, when
 	// the job ends); while another job of the scan is in flight it is 409 `scan-busy`, since a
-	// scan runs one job at a time; a job of a cancelled scan is 409 `scan-finished`.
+	// scan runs one job at a time; a job of a cancelled scan is 409 `scan-finished`. The task
+	// is held to the organization's scan scope as a new one is: 400 `target-out-of-scope` when
+	// its targets have left it.
 	//
 	// Corresponds with POST /v1/tasks/{task_id}/retry (the `RetryTask` operationId).
 	RetryTask(ctx context.Context, taskId TaskID, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -4692,6 +4776,52 @@ func (c *Client) GetOrganization(ctx context.Context, organizationId Organizatio
 	return c.Client.Do(req)
 }
 
+// UpdateOrganizationWithBody Update an organization
+//
+// Platform operators only (an admin token without organization scope). Sets `scope_policy`.
+// Moving to `allow_list` narrows what the organization may scan: in the same transaction,
+// its active scans and its unfinished scanner tasks whose targets lie outside its scope
+// entries are cancelled (a running one is asked to stop), with error code
+// `target-out-of-scope`.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PATCH /v1/organizations/{organization_id} (the `UpdateOrganization` operationId).
+func (c *Client) UpdateOrganizationWithBody(ctx context.Context, organizationId OrganizationID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdateOrganizationRequestWithBody(c.Server, organizationId, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UpdateOrganization Update an organization
+//
+// Platform operators only (an admin token without organization scope). Sets `scope_policy`.
+// Moving to `allow_list` narrows what the organization may scan: in the same transaction,
+// its active scans and its unfinished scanner tasks whose targets lie outside its scope
+// entries are cancelled (a running one is asked to stop), with error code
+// `target-out-of-scope`.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PATCH /v1/organizations/{organization_id} (the `UpdateOrganization` operationId).
+func (c *Client) UpdateOrganization(ctx context.Context, organizationId OrganizationID, body UpdateOrganizationJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdateOrganizationRequest(c.Server, organizationId, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ListAssetEdges An organization's asset graph
 //
 // Relations between assets that scans reported (hostname `resolves_to` ip, ip `has_port`
@@ -4749,10 +4879,10 @@ func (c *Client) ListExposureChanges(ctx context.Context, organizationId Organiz
 
 // ListScopeTargets List an organization's scan scope
 //
-// The targets the organization is approved to scan, newest first. `enforced` is false for an
-// organization that never had a scope entry: its scans may name any target. From its first
-// entry on, scope is enforced, and stays enforced when every entry is removed (then no scan
-// is allowed).
+// The targets the organization is approved to scan, newest first. `enforced` is whether its
+// `scope_policy` is `allow_list` (see the organization): when false its scans may name any
+// target. Adding an entry sets the policy to `allow_list`; it stays so when every entry is
+// removed (then no scan is allowed).
 //
 // Corresponds with GET /v1/organizations/{organization_id}/scope (the `ListScopeTargets` operationId).
 func (c *Client) ListScopeTargets(ctx context.Context, organizationId OrganizationID, params *ListScopeTargetsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4770,7 +4900,8 @@ func (c *Client) ListScopeTargets(ctx context.Context, organizationId Organizati
 // AddScopeTargetWithBody Approve a target for an organization's scans
 //
 // Platform operators only (an admin token without organization scope). Adds an entry and
-// starts enforcing the organization's scope: a scan whose targets (or asset targets) are not
+// sets the organization's `scope_policy` to `allow_list` (for an organization that was
+// `unrestricted`, its live work outside the entry is cancelled as on removal): a scan whose targets (or asset targets) are not
 // all in scope is 400 `target-out-of-scope`, listing them in `out_of_scope_targets`, and
 // records workers return about anything outside scope are kept in their batch, flagged
 // `out_of_scope`, and never become assets. Kinds: `domain` (with `include_subdomains`, or
@@ -4795,7 +4926,8 @@ func (c *Client) AddScopeTargetWithBody(ctx context.Context, organizationId Orga
 // AddScopeTarget Approve a target for an organization's scans
 //
 // Platform operators only (an admin token without organization scope). Adds an entry and
-// starts enforcing the organization's scope: a scan whose targets (or asset targets) are not
+// sets the organization's `scope_policy` to `allow_list` (for an organization that was
+// `unrestricted`, its live work outside the entry is cancelled as on removal): a scan whose targets (or asset targets) are not
 // all in scope is 400 `target-out-of-scope`, listing them in `out_of_scope_targets`, and
 // records workers return about anything outside scope are kept in their batch, flagged
 // `out_of_scope`, and never become assets. Kinds: `domain` (with `include_subdomains`, or
@@ -4819,7 +4951,10 @@ func (c *Client) AddScopeTarget(ctx context.Context, organizationId Organization
 
 // RemoveScopeTarget Remove an entry from an organization's scan scope
 //
-// Platform operators only. The scope stays enforced.
+// Platform operators only. The policy stays `allow_list`. In the same transaction, the
+// organization's active scans and unfinished scanner tasks whose targets the remaining
+// entries do not approve are cancelled (a running one is asked to stop), with error code
+// `target-out-of-scope`.
 //
 // Corresponds with DELETE /v1/organizations/{organization_id}/scope/{scope_target_id} (the `RemoveScopeTarget` operationId).
 func (c *Client) RemoveScopeTarget(ctx context.Context, organizationId OrganizationID, scopeTargetId openapi_types.UUID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -5558,9 +5693,15 @@ func (c *Client) ListTasks(ctx context.Context, params *ListTasksParams, reqEdit
 // `Idempotent-Replayed: true`); the same key with a different body is 422
 // `idempotency-key-reused`. A `scanner_plugin` task whose payload names targets outside the
 // organization's scan scope is 400 `target-out-of-scope`: every string under `urls`,
-// `addresses`, `targets`, `hosts`, `host` or `target`, and every other string or object key,
-// at any depth, that reads as a network location (a URL, an IP address or prefix,
-// `host:port`, `localhost`, a dotted name whose last label starts with a letter).
+// `addresses`, `targets`, `hosts`, `host` or `target` (keys compared as a Go worker's JSON
+// decoder reads them: case-insensitively, Unicode simple folding), the value of every entry
+// of `assets` of a network type (`ip`, `hostname`, `domain`, `port`, `service`, `url`,
+// `cidr`), and every other string or object key, at any depth, that reads as a network
+// location (a URL, an IP address or prefix, an IPv4 address in hexadecimal or octal,
+// `host:port` for any host name, `localhost`, a dotted name whose last label starts with a
+// letter). A single-label name (`intranet`) must be approved as a domain entry; an IPv4
+// address in any numeric form (`127.1`, `2130706433`, `0x7f000001`) is the address it
+// denotes.
 //
 // Takes any type of body and a specified content type.
 //
@@ -5584,9 +5725,15 @@ func (c *Client) CreateTaskWithBody(ctx context.Context, params *CreateTaskParam
 // `Idempotent-Replayed: true`); the same key with a different body is 422
 // `idempotency-key-reused`. A `scanner_plugin` task whose payload names targets outside the
 // organization's scan scope is 400 `target-out-of-scope`: every string under `urls`,
-// `addresses`, `targets`, `hosts`, `host` or `target`, and every other string or object key,
-// at any depth, that reads as a network location (a URL, an IP address or prefix,
-// `host:port`, `localhost`, a dotted name whose last label starts with a letter).
+// `addresses`, `targets`, `hosts`, `host` or `target` (keys compared as a Go worker's JSON
+// decoder reads them: case-insensitively, Unicode simple folding), the value of every entry
+// of `assets` of a network type (`ip`, `hostname`, `domain`, `port`, `service`, `url`,
+// `cidr`), and every other string or object key, at any depth, that reads as a network
+// location (a URL, an IP address or prefix, an IPv4 address in hexadecimal or octal,
+// `host:port` for any host name, `localhost`, a dotted name whose last label starts with a
+// letter). A single-label name (`intranet`) must be approved as a domain entry; an IPv4
+// address in any numeric form (`127.1`, `2130706433`, `0x7f000001`) is the address it
+// denotes.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -5707,7 +5854,9 @@ func (c *Client) ListTaskResults(ctx context.Context, taskId TaskID, params *Lis
 // budget; its earlier attempts stay in its history. Other states are 409 `task-not-retryable`.
 // A job of a finished scan reopens the scan (it completes again, its changes recomputed, when
 // the job ends); while another job of the scan is in flight it is 409 `scan-busy`, since a
-// scan runs one job at a time; a job of a cancelled scan is 409 `scan-finished`.
+// scan runs one job at a time; a job of a cancelled scan is 409 `scan-finished`. The task
+// is held to the organization's scan scope as a new one is: 400 `target-out-of-scope` when
+// its targets have left it.
 //
 // Corresponds with POST /v1/tasks/{task_id}/retry (the `RetryTask` operationId).
 func (c *Client) RetryTask(ctx context.Context, taskId TaskID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -7293,6 +7442,53 @@ func NewGetOrganizationRequest(server string, organizationId OrganizationID) (*h
 	if err != nil {
 		return nil, err
 	}
+
+	return req, nil
+}
+
+// NewUpdateOrganizationRequest calls the generic UpdateOrganization builder with application/json body
+func NewUpdateOrganizationRequest(server string, organizationId OrganizationID, body UpdateOrganizationJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewUpdateOrganizationRequestWithBody(server, organizationId, "application/json", bodyReader)
+}
+
+// NewUpdateOrganizationRequestWithBody constructs an http.Request for the UpdateOrganization method, with any body, and a specified content type
+func NewUpdateOrganizationRequestWithBody(server string, organizationId OrganizationID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "organization_id", organizationId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/organizations/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPatch, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
 
 	return req, nil
 }
@@ -11081,6 +11277,32 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/organizations/{organization_id} (the `GetOrganization` operationId).
 	GetOrganizationWithResponse(ctx context.Context, organizationId OrganizationID, reqEditors ...RequestEditorFn) (*GetOrganizationResponse, error)
 
+	// UpdateOrganizationWithBodyWithResponse Update an organization
+	//
+	// Platform operators only (an admin token without organization scope). Sets `scope_policy`.
+	// Moving to `allow_list` narrows what the organization may scan: in the same transaction,
+	// its active scans and its unfinished scanner tasks whose targets lie outside its scope
+	// entries are cancelled (a running one is asked to stop), with error code
+	// `target-out-of-scope`.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /v1/organizations/{organization_id} (the `UpdateOrganization` operationId).
+	UpdateOrganizationWithBodyWithResponse(ctx context.Context, organizationId OrganizationID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateOrganizationResponse, error)
+
+	// UpdateOrganizationWithResponse Update an organization
+	//
+	// Platform operators only (an admin token without organization scope). Sets `scope_policy`.
+	// Moving to `allow_list` narrows what the organization may scan: in the same transaction,
+	// its active scans and its unfinished scanner tasks whose targets lie outside its scope
+	// entries are cancelled (a running one is asked to stop), with error code
+	// `target-out-of-scope`.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /v1/organizations/{organization_id} (the `UpdateOrganization` operationId).
+	UpdateOrganizationWithResponse(ctx context.Context, organizationId OrganizationID, body UpdateOrganizationJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateOrganizationResponse, error)
+
 	// ListAssetEdgesWithResponse An organization's asset graph
 	//
 	// Relations between assets that scans reported (hostname `resolves_to` ip, ip `has_port`
@@ -11114,10 +11336,10 @@ type ClientWithResponsesInterface interface {
 
 	// ListScopeTargetsWithResponse List an organization's scan scope
 	//
-	// The targets the organization is approved to scan, newest first. `enforced` is false for an
-	// organization that never had a scope entry: its scans may name any target. From its first
-	// entry on, scope is enforced, and stays enforced when every entry is removed (then no scan
-	// is allowed).
+	// The targets the organization is approved to scan, newest first. `enforced` is whether its
+	// `scope_policy` is `allow_list` (see the organization): when false its scans may name any
+	// target. Adding an entry sets the policy to `allow_list`; it stays so when every entry is
+	// removed (then no scan is allowed).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -11127,7 +11349,8 @@ type ClientWithResponsesInterface interface {
 	// AddScopeTargetWithBodyWithResponse Approve a target for an organization's scans
 	//
 	// Platform operators only (an admin token without organization scope). Adds an entry and
-	// starts enforcing the organization's scope: a scan whose targets (or asset targets) are not
+	// sets the organization's `scope_policy` to `allow_list` (for an organization that was
+	// `unrestricted`, its live work outside the entry is cancelled as on removal): a scan whose targets (or asset targets) are not
 	// all in scope is 400 `target-out-of-scope`, listing them in `out_of_scope_targets`, and
 	// records workers return about anything outside scope are kept in their batch, flagged
 	// `out_of_scope`, and never become assets. Kinds: `domain` (with `include_subdomains`, or
@@ -11142,7 +11365,8 @@ type ClientWithResponsesInterface interface {
 	// AddScopeTargetWithResponse Approve a target for an organization's scans
 	//
 	// Platform operators only (an admin token without organization scope). Adds an entry and
-	// starts enforcing the organization's scope: a scan whose targets (or asset targets) are not
+	// sets the organization's `scope_policy` to `allow_list` (for an organization that was
+	// `unrestricted`, its live work outside the entry is cancelled as on removal): a scan whose targets (or asset targets) are not
 	// all in scope is 400 `target-out-of-scope`, listing them in `out_of_scope_targets`, and
 	// records workers return about anything outside scope are kept in their batch, flagged
 	// `out_of_scope`, and never become assets. Kinds: `domain` (with `include_subdomains`, or
@@ -11156,7 +11380,10 @@ type ClientWithResponsesInterface interface {
 
 	// RemoveScopeTargetWithResponse Remove an entry from an organization's scan scope
 	//
-	// Platform operators only. The scope stays enforced.
+	// Platform operators only. The policy stays `allow_list`. In the same transaction, the
+	// organization's active scans and unfinished scanner tasks whose targets the remaining
+	// entries do not approve are cancelled (a running one is asked to stop), with error code
+	// `target-out-of-scope`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -11583,9 +11810,15 @@ type ClientWithResponsesInterface interface {
 	// `Idempotent-Replayed: true`); the same key with a different body is 422
 	// `idempotency-key-reused`. A `scanner_plugin` task whose payload names targets outside the
 	// organization's scan scope is 400 `target-out-of-scope`: every string under `urls`,
-	// `addresses`, `targets`, `hosts`, `host` or `target`, and every other string or object key,
-	// at any depth, that reads as a network location (a URL, an IP address or prefix,
-	// `host:port`, `localhost`, a dotted name whose last label starts with a letter).
+	// `addresses`, `targets`, `hosts`, `host` or `target` (keys compared as a Go worker's JSON
+	// decoder reads them: case-insensitively, Unicode simple folding), the value of every entry
+	// of `assets` of a network type (`ip`, `hostname`, `domain`, `port`, `service`, `url`,
+	// `cidr`), and every other string or object key, at any depth, that reads as a network
+	// location (a URL, an IP address or prefix, an IPv4 address in hexadecimal or octal,
+	// `host:port` for any host name, `localhost`, a dotted name whose last label starts with a
+	// letter). A single-label name (`intranet`) must be approved as a domain entry; an IPv4
+	// address in any numeric form (`127.1`, `2130706433`, `0x7f000001`) is the address it
+	// denotes.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -11599,9 +11832,15 @@ type ClientWithResponsesInterface interface {
 	// `Idempotent-Replayed: true`); the same key with a different body is 422
 	// `idempotency-key-reused`. A `scanner_plugin` task whose payload names targets outside the
 	// organization's scan scope is 400 `target-out-of-scope`: every string under `urls`,
-	// `addresses`, `targets`, `hosts`, `host` or `target`, and every other string or object key,
-	// at any depth, that reads as a network location (a URL, an IP address or prefix,
-	// `host:port`, `localhost`, a dotted name whose last label starts with a letter).
+	// `addresses`, `targets`, `hosts`, `host` or `target` (keys compared as a Go worker's JSON
+	// decoder reads them: case-insensitively, Unicode simple folding), the value of every entry
+	// of `assets` of a network type (`ip`, `hostname`, `domain`, `port`, `service`, `url`,
+	// `cidr`), and every other string or object key, at any depth, that reads as a network
+	// location (a URL, an IP address or prefix, an IPv4 address in hexadecimal or octal,
+	// `host:port` for any host name, `localhost`, a dotted name whose last label starts with a
+	// letter). A single-label name (`intranet`) must be approved as a domain entry; an IPv4
+	// address in any numeric form (`127.1`, `2130706433`, `0x7f000001`) is the address it
+	// denotes.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -11672,7 +11911,9 @@ type ClientWithResponsesInterface interface {
 	// budget; its earlier attempts stay in its history. Other states are 409 `task-not-retryable`.
 	// A job of a finished scan reopens the scan (it completes again, its changes recomputed, when
 	// the job ends); while another job of the scan is in flight it is 409 `scan-busy`, since a
-	// scan runs one job at a time; a job of a cancelled scan is 409 `scan-finished`.
+	// scan runs one job at a time; a job of a cancelled scan is 409 `scan-finished`. The task
+	// is held to the organization's scan scope as a new one is: 400 `target-out-of-scope` when
+	// its targets have left it.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -13517,6 +13758,82 @@ func (r GetOrganizationResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetOrganizationResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type UpdateOrganizationResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Organization
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r UpdateOrganizationResponse) GetJSON200() *Organization {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r UpdateOrganizationResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r UpdateOrganizationResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r UpdateOrganizationResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r UpdateOrganizationResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r UpdateOrganizationResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r UpdateOrganizationResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r UpdateOrganizationResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r UpdateOrganizationResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r UpdateOrganizationResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -18418,6 +18735,44 @@ func (c *ClientWithResponses) GetOrganizationWithResponse(ctx context.Context, o
 	return ParseGetOrganizationResponse(rsp)
 }
 
+// UpdateOrganizationWithBodyWithResponse Update an organization
+//
+// Platform operators only (an admin token without organization scope). Sets `scope_policy`.
+// Moving to `allow_list` narrows what the organization may scan: in the same transaction,
+// its active scans and its unfinished scanner tasks whose targets lie outside its scope
+// entries are cancelled (a running one is asked to stop), with error code
+// `target-out-of-scope`.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /v1/organizations/{organization_id} (the `UpdateOrganization` operationId).
+func (c *ClientWithResponses) UpdateOrganizationWithBodyWithResponse(ctx context.Context, organizationId OrganizationID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateOrganizationResponse, error) {
+	rsp, err := c.UpdateOrganizationWithBody(ctx, organizationId, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUpdateOrganizationResponse(rsp)
+}
+
+// UpdateOrganizationWithResponse Update an organization
+//
+// Platform operators only (an admin token without organization scope). Sets `scope_policy`.
+// Moving to `allow_list` narrows what the organization may scan: in the same transaction,
+// its active scans and its unfinished scanner tasks whose targets lie outside its scope
+// entries are cancelled (a running one is asked to stop), with error code
+// `target-out-of-scope`.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /v1/organizations/{organization_id} (the `UpdateOrganization` operationId).
+func (c *ClientWithResponses) UpdateOrganizationWithResponse(ctx context.Context, organizationId OrganizationID, body UpdateOrganizationJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateOrganizationResponse, error) {
+	rsp, err := c.UpdateOrganization(ctx, organizationId, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUpdateOrganizationResponse(rsp)
+}
+
 // ListAssetEdgesWithResponse An organization's asset graph
 //
 // Relations between assets that scans reported (hostname `resolves_to` ip, ip `has_port`
@@ -18469,10 +18824,10 @@ func (c *ClientWithResponses) ListExposureChangesWithResponse(ctx context.Contex
 
 // ListScopeTargetsWithResponse List an organization's scan scope
 //
-// The targets the organization is approved to scan, newest first. `enforced` is false for an
-// organization that never had a scope entry: its scans may name any target. From its first
-// entry on, scope is enforced, and stays enforced when every entry is removed (then no scan
-// is allowed).
+// The targets the organization is approved to scan, newest first. `enforced` is whether its
+// `scope_policy` is `allow_list` (see the organization): when false its scans may name any
+// target. Adding an entry sets the policy to `allow_list`; it stays so when every entry is
+// removed (then no scan is allowed).
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -18488,7 +18843,8 @@ func (c *ClientWithResponses) ListScopeTargetsWithResponse(ctx context.Context, 
 // AddScopeTargetWithBodyWithResponse Approve a target for an organization's scans
 //
 // Platform operators only (an admin token without organization scope). Adds an entry and
-// starts enforcing the organization's scope: a scan whose targets (or asset targets) are not
+// sets the organization's `scope_policy` to `allow_list` (for an organization that was
+// `unrestricted`, its live work outside the entry is cancelled as on removal): a scan whose targets (or asset targets) are not
 // all in scope is 400 `target-out-of-scope`, listing them in `out_of_scope_targets`, and
 // records workers return about anything outside scope are kept in their batch, flagged
 // `out_of_scope`, and never become assets. Kinds: `domain` (with `include_subdomains`, or
@@ -18509,7 +18865,8 @@ func (c *ClientWithResponses) AddScopeTargetWithBodyWithResponse(ctx context.Con
 // AddScopeTargetWithResponse Approve a target for an organization's scans
 //
 // Platform operators only (an admin token without organization scope). Adds an entry and
-// starts enforcing the organization's scope: a scan whose targets (or asset targets) are not
+// sets the organization's `scope_policy` to `allow_list` (for an organization that was
+// `unrestricted`, its live work outside the entry is cancelled as on removal): a scan whose targets (or asset targets) are not
 // all in scope is 400 `target-out-of-scope`, listing them in `out_of_scope_targets`, and
 // records workers return about anything outside scope are kept in their batch, flagged
 // `out_of_scope`, and never become assets. Kinds: `domain` (with `include_subdomains`, or
@@ -18529,7 +18886,10 @@ func (c *ClientWithResponses) AddScopeTargetWithResponse(ctx context.Context, or
 
 // RemoveScopeTargetWithResponse Remove an entry from an organization's scan scope
 //
-// Platform operators only. The scope stays enforced.
+// Platform operators only. The policy stays `allow_list`. In the same transaction, the
+// organization's active scans and unfinished scanner tasks whose targets the remaining
+// entries do not approve are cancelled (a running one is asked to stop), with error code
+// `target-out-of-scope`.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -19172,9 +19532,15 @@ func (c *ClientWithResponses) ListTasksWithResponse(ctx context.Context, params 
 // `Idempotent-Replayed: true`); the same key with a different body is 422
 // `idempotency-key-reused`. A `scanner_plugin` task whose payload names targets outside the
 // organization's scan scope is 400 `target-out-of-scope`: every string under `urls`,
-// `addresses`, `targets`, `hosts`, `host` or `target`, and every other string or object key,
-// at any depth, that reads as a network location (a URL, an IP address or prefix,
-// `host:port`, `localhost`, a dotted name whose last label starts with a letter).
+// `addresses`, `targets`, `hosts`, `host` or `target` (keys compared as a Go worker's JSON
+// decoder reads them: case-insensitively, Unicode simple folding), the value of every entry
+// of `assets` of a network type (`ip`, `hostname`, `domain`, `port`, `service`, `url`,
+// `cidr`), and every other string or object key, at any depth, that reads as a network
+// location (a URL, an IP address or prefix, an IPv4 address in hexadecimal or octal,
+// `host:port` for any host name, `localhost`, a dotted name whose last label starts with a
+// letter). A single-label name (`intranet`) must be approved as a domain entry; an IPv4
+// address in any numeric form (`127.1`, `2130706433`, `0x7f000001`) is the address it
+// denotes.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -19194,9 +19560,15 @@ func (c *ClientWithResponses) CreateTaskWithBodyWithResponse(ctx context.Context
 // `Idempotent-Replayed: true`); the same key with a different body is 422
 // `idempotency-key-reused`. A `scanner_plugin` task whose payload names targets outside the
 // organization's scan scope is 400 `target-out-of-scope`: every string under `urls`,
-// `addresses`, `targets`, `hosts`, `host` or `target`, and every other string or object key,
-// at any depth, that reads as a network location (a URL, an IP address or prefix,
-// `host:port`, `localhost`, a dotted name whose last label starts with a letter).
+// `addresses`, `targets`, `hosts`, `host` or `target` (keys compared as a Go worker's JSON
+// decoder reads them: case-insensitively, Unicode simple folding), the value of every entry
+// of `assets` of a network type (`ip`, `hostname`, `domain`, `port`, `service`, `url`,
+// `cidr`), and every other string or object key, at any depth, that reads as a network
+// location (a URL, an IP address or prefix, an IPv4 address in hexadecimal or octal,
+// `host:port` for any host name, `localhost`, a dotted name whose last label starts with a
+// letter). A single-label name (`intranet`) must be approved as a domain entry; an IPv4
+// address in any numeric form (`127.1`, `2130706433`, `0x7f000001`) is the address it
+// denotes.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -19303,7 +19675,9 @@ func (c *ClientWithResponses) ListTaskResultsWithResponse(ctx context.Context, t
 // budget; its earlier attempts stay in its history. Other states are 409 `task-not-retryable`.
 // A job of a finished scan reopens the scan (it completes again, its changes recomputed, when
 // the job ends); while another job of the scan is in flight it is 409 `scan-busy`, since a
-// scan runs one job at a time; a job of a cancelled scan is 409 `scan-finished`.
+// scan runs one job at a time; a job of a cancelled scan is 409 `scan-finished`. The task
+// is held to the organization's scan scope as a new one is: 400 `target-out-of-scope` when
+// its targets have left it.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -20989,6 +21363,67 @@ func ParseGetOrganizationResponse(rsp *http.Response) (*GetOrganizationResponse,
 			return nil, err
 		}
 		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseUpdateOrganizationResponse parses an HTTP response from a UpdateOrganizationWithResponse call
+func ParseUpdateOrganizationResponse(rsp *http.Response) (*UpdateOrganizationResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &UpdateOrganizationResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Organization
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest Problem

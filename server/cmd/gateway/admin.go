@@ -94,14 +94,19 @@ func adminCommand(a *cli) *command {
 		}},
 		{name: "create-organization", short: "print a new organization's id", setup: func(fs *flagSet) execFunc {
 			name := fs.String("name", "", "organization name (required)")
+			policy := fs.String("scope-policy", store.ScopePolicyAllowList,
+				"scan scope policy: allow_list (scan only approved targets) or unrestricted")
 			check := func() error {
 				if *name == "" {
 					return usageError{"create-organization needs -name"}
 				}
+				if *policy != store.ScopePolicyAllowList && *policy != store.ScopePolicyUnrestricted {
+					return usageError{"-scope-policy must be allow_list or unrestricted"}
+				}
 				return nil
 			}
 			return withStore(fs, check, func(ctx context.Context, st *store.Store) error {
-				o, err := st.CreateOrganization(ctx, store.EveryOrganization(), *name)
+				o, err := st.CreateOrganization(ctx, store.EveryOrganization(), *name, *policy)
 				if err != nil {
 					return err
 				}

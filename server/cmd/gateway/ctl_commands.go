@@ -48,8 +48,9 @@ func ctlCommand(a *cli) *command {
 			),
 			group("scope", "the targets an organization is approved to scan (changes: platform operators only)",
 				leaf("list", "ORG", "an organization's scan scope", scopeList),
-				leaf("add", "ORG", "approve a target; starts enforcing the organization's scope", scopeAdd),
-				leaf("remove", "ORG ID", "remove a scope entry (the scope stays enforced)", noFlags(scopeRemove)),
+				leaf("add", "ORG", "approve a target; sets the organization's scope policy to allow_list", scopeAdd),
+				leaf("remove", "ORG ID", "remove a scope entry (the policy stays allow_list; work it approved is cancelled)", noFlags(scopeRemove)),
+				leaf("policy", "ORG POLICY", "set the scope policy: allow_list (only approved targets) or unrestricted", noFlags(scopePolicy)),
 			),
 			group("exclusions", "threat exclusions: suppress known or accepted findings",
 				leaf("list", "ORG", "an organization's threat exclusions", exclusionsList),
@@ -151,11 +152,16 @@ func orgsList(fs *flagSet) ctlRun {
 
 func orgsCreate(fs *flagSet) ctlRun {
 	name := fs.String("name", "", "organization name (required)")
+	policy := fs.String("scope-policy", "", "scan scope policy: allow_list (the default: only approved targets) or unrestricted")
 	return func(ctx context.Context, c *ctl, _ []string) error {
 		if *name == "" {
 			return usageError{"orgs create needs --name"}
 		}
-		res, err := c.api.CreateOrganizationWithResponse(ctx, apiclient.CreateOrganizationRequest{Name: *name})
+		req := apiclient.CreateOrganizationRequest{Name: *name}
+		if *policy != "" {
+			req.ScopePolicy = (*apiclient.ScopePolicy)(policy)
+		}
+		res, err := c.api.CreateOrganizationWithResponse(ctx, req)
 		if err != nil {
 			return err
 		}

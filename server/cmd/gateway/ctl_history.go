@@ -38,7 +38,7 @@ func scopeList(fs *flagSet) ctlRun {
 		}
 		return c.finish(res.HTTPResponse, res.Body, func(w io.Writer) {
 			if !res.JSON200.Enforced {
-				fmt.Fprintln(w, "scope not enforced: this organization's scans may name any target")
+				fmt.Fprintln(w, "scope policy unrestricted: this organization's scans may name any target")
 			}
 			writeScopeTable(w, res.JSON200.Items)
 			c.morePages(res.JSON200.NextCursor)
@@ -87,6 +87,18 @@ func scopeRemove(ctx context.Context, c *ctl, args []string) error {
 		return err
 	}
 	return c.finish(res.HTTPResponse, res.Body, func(w io.Writer) { writeScopeTable(w, []apiclient.ScopeTarget{*res.JSON200}) })
+}
+
+func scopePolicy(ctx context.Context, c *ctl, args []string) error {
+	org, _, err := parseOrgAndID(args, "")
+	if err != nil {
+		return err
+	}
+	res, err := c.api.UpdateOrganizationWithResponse(ctx, org, apiclient.UpdateOrganizationRequest{ScopePolicy: apiclient.ScopePolicy(args[1])})
+	if err != nil {
+		return err
+	}
+	return c.finish(res.HTTPResponse, res.Body, func(w io.Writer) { writeOrgTable(w, []apiclient.Organization{*res.JSON200}) })
 }
 
 func writeScopeTable(w io.Writer, targets []apiclient.ScopeTarget) {

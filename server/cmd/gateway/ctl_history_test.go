@@ -31,16 +31,20 @@ func TestCtlScopeAndExclusions(t *testing.T) {
 	}
 	org := g.NewOrganization(t, "acme").String()
 
-	require.Contains(t, ok("scope", "list", org), "scope not enforced")
+	require.Contains(t, ok("scope", "list", org), "scope policy unrestricted")
 	require.Regexp(t, `domain\s+example\.com\s+true`, ok("scope", "add", org, "--kind", "domain", "--value", "*.example.com", "--note", "ours"))
 	list := ok("scope", "list", org)
-	require.NotContains(t, list, "not enforced")
+	require.NotContains(t, list, "unrestricted")
 	require.Regexp(t, `domain\s+example\.com\s+true\s+ours`, list)
 
 	_, errOut, code := run("scans", "create", "--org", org, "--targets", "www.example.com,evil.test", "--plugins", "echo")
 	require.NotEqual(t, 0, code)
 	require.Contains(t, errOut, "target-out-of-scope")
 	ok("scans", "create", "--org", org, "--targets", "www.example.com", "--plugins", "echo")
+	require.Regexp(t, `acme\s+unrestricted`, ok("scope", "policy", org, "unrestricted"))
+	require.Regexp(t, `acme\s+allow_list`, ok("scope", "policy", org, "allow_list"))
+	require.Regexp(t, `fresh\s+allow_list`, ok("orgs", "create", "--name", "fresh"))
+	require.Regexp(t, `open\s+unrestricted`, ok("orgs", "create", "--name", "open", "--scope-policy", "unrestricted"))
 
 	out := ok("exclusions", "create", org, "--external-id", "weak-tls", "--asset-pattern", "*.example.com", "--reason", "accepted risk", "--expires", "2030-01-01T00:00:00Z")
 	require.Regexp(t, `asset~\*\.example\.com external_id=weak-tls\s+accepted risk\s+2030-01-01`, out)

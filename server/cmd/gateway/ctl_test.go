@@ -100,10 +100,10 @@ func TestWriteTaskTable(t *testing.T) {
 func TestWriteOrgAndTokenTables(t *testing.T) {
 	t.Parallel()
 	var b bytes.Buffer
-	writeOrgTable(&b, []apiclient.Organization{{Id: id1, Name: "Acme", CreatedAt: created}})
+	writeOrgTable(&b, []apiclient.Organization{{Id: id1, Name: "Acme", ScopePolicy: apiclient.AllowList, CreatedAt: created}})
 	require.Equal(t, ""+
-		"ID                                    NAME  CREATED\n"+
-		"11111111-1111-1111-1111-111111111111  Acme  2026-03-04T05:06:07Z\n", b.String())
+		"ID                                    NAME  SCOPE POLICY  CREATED\n"+
+		"11111111-1111-1111-1111-111111111111  Acme  allow_list    2026-03-04T05:06:07Z\n", b.String())
 
 	b.Reset()
 	past := created
@@ -278,7 +278,7 @@ func TestCtlEndToEnd(t *testing.T) {
 
 	// A worker owned by the organization, granted to another one.
 	var other apiclient.Organization
-	decode(ok("orgs", "create", "--name", "Other", "--json"), &other)
+	decode(ok("orgs", "create", "--name", "Other", "--scope-policy", "unrestricted", "--json"), &other) // it scans localhost below
 	otherID := other.Id.String()
 	decode(ok("workers", "create", "--name", "owned", "--org", orgID, "--json"), &struct{}{})
 	decode(ok("workers", "list", "--json"), &workers)

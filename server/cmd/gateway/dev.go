@@ -247,7 +247,7 @@ func seedDemo(ctx context.Context, databaseURL string, certs devPKI, ports []str
 	var ids demoIDs
 	err = pool.QueryRow(ctx, `SELECT id::text FROM organizations WHERE name = 'Demo' ORDER BY created_at LIMIT 1`).Scan(&ids.organization)
 	if err != nil {
-		o, err := st.CreateOrganization(ctx, store.EveryOrganization(), "Demo")
+		o, err := st.CreateOrganization(ctx, store.EveryOrganization(), "Demo", store.ScopePolicyAllowList)
 		if err != nil {
 			return demoIDs{}, err
 		}

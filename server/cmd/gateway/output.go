@@ -104,9 +104,9 @@ func joinIDs(ids []uuid.UUID) string {
 
 func writeOrgTable(w io.Writer, orgs []apiclient.Organization) {
 	tw := newTable(w)
-	row(tw, "ID", "NAME", "CREATED")
+	row(tw, "ID", "NAME", "SCOPE POLICY", "CREATED")
 	for _, o := range orgs {
-		row(tw, o.Id.String(), o.Name, fmtTime(o.CreatedAt))
+		row(tw, o.Id.String(), o.Name, string(o.ScopePolicy), fmtTime(o.CreatedAt))
 	}
 	tw.Flush()
 }

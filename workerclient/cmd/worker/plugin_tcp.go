@@ -94,7 +94,10 @@ func tcpProbes(c *Call, in tcpConnectInput) ([]tcpProbe, error) {
 			return nil, workerclient.Permanent("bad-input", fmt.Sprintf("port %d is outside 1..65535", p))
 		}
 	}
-	hosts := assetValues(c.Assets, "ip")
+	hosts, err := ipAssetAddresses(c.Assets)
+	if err != nil {
+		return nil, err
+	}
 	if len(hosts) == 0 {
 		for _, t := range c.Targets {
 			if h := hostOf(t); h != "" && !slices.Contains(hosts, h) {

@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/worker-gateway/gateway/workerclient"
 )
 
 // openPort listens on a loopback port until the test ends and returns it.
@@ -121,4 +123,21 @@ func TestTCPConnectWithNothingToProbe(t *testing.T) {
 	c, rec := newCall(t, "", nil, nil)
 	require.NoError(t, tcpConnectPlugin(t.Context(), c))
 	assert.Empty(t, rec.Records())
+}
+
+// TestTCPConnectRefusesIPAssetsThatAreNotAddresses: an ip asset is the
+// address the gateway approved; a name or a numeric form a resolver would
+// turn into another address ("vm", "127.1", "2130706433") is refused before
+// anything is dialled.
+func TestTCPConnectRefusesIPAssetsThatAreNotAddresses(t *testing.T) {
+	open := openPort(t)
+	for _, value := range []string{"vm", "localhost", "127.1", "2130706433", "0x7f000001", "ip6-localhost"} {
+		c, rec := newCall(t, fmt.Sprintf(`{"ports": [%d]}`, open), nil, []Asset{{Type: "ip", Value: value}})
+		err := tcpConnectPlugin(t.Context(), c)
+		var te *workerclient.TaskError
+		require.ErrorAs(t, err, &te, value)
+		assert.Equal(t, "bad-input", te.Code, value)
+		assert.False(t, te.Retryable, value)
+		assert.Empty(t, records(rec), value)
+	}
 }

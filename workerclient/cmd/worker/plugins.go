@@ -269,6 +269,21 @@ func assetValues(assets []Asset, typ string) []string {
 	return vs
 }
 
+// ipAssetAddresses returns the values of the scan's ip assets, in order,
+// without repeats, and refuses one that is not a literal IP address: the
+// gateway approves an ip asset as the address it reads, and a name or a
+// numeric form ("vm", "127.1", "2130706433") that a resolver would turn into
+// another address must not reach a dial.
+func ipAssetAddresses(assets []Asset) ([]string, error) {
+	vs := assetValues(assets, "ip")
+	for _, v := range vs {
+		if _, err := netip.ParseAddr(v); err != nil {
+			return nil, workerclient.Permanent("bad-input", fmt.Sprintf("ip asset %q is not an IP address", v))
+		}
+	}
+	return vs, nil
+}
+
 // hostOf is the host a target names: a URL's host, a host:port's host, an
 // IPv6 address without brackets, or the target itself.
 func hostOf(target string) string {
