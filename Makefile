@@ -14,9 +14,16 @@ BIN := $(STATE_DIR)/bin
 run: build
 	$(BIN)/gateway dev -state-dir $(STATE_DIR) -worker-bin $(abspath $(BIN))/worker
 
+# The release and revision, stamped into the binaries (internal/buildinfo) so that `gateway version`,
+# `worker -version` and gateway_build_info name them; an image build passes them as build arguments.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS := -X github.com/worker-gateway/gateway/internal/buildinfo.Version=$(VERSION) \
+	-X github.com/worker-gateway/gateway/internal/buildinfo.Revision=$(REVISION)
+
 build:
-	$(GO) build -tags devstack -o $(BIN)/gateway ./server/cmd/gateway
-	$(GO) build -o $(BIN)/worker ./workerclient/cmd/worker
+	$(GO) build -tags devstack -ldflags "$(LDFLAGS)" -o $(BIN)/gateway ./server/cmd/gateway
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/worker ./workerclient/cmd/worker
 
 ## test: every test, against a real PostgreSQL, real TLS and real HTTP. Most tests wait on
 ## gateways, timers and long-polls rather than compute, so four run at once per package
