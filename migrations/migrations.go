@@ -64,8 +64,8 @@ import (
 	"time"
 
 	"github.com/golang-migrate/migrate/v4"
-	_ "github.com/golang-migrate/migrate/v4/database/pgx/v5" // registers the pgx5:// driver
 	"github.com/golang-migrate/migrate/v4/database"
+	_ "github.com/golang-migrate/migrate/v4/database/pgx/v5" // registers the pgx5:// driver
 	"github.com/golang-migrate/migrate/v4/source"
 	"github.com/golang-migrate/migrate/v4/source/iofs"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -128,19 +128,51 @@ func UpTo(ctx context.Context, databaseURL string, version uint) error {
 // which golang-migrate left dirty, is set back before the next try.
 func upFS(ctx context.Context, databaseURL string, fsys fs.FS, dir, table string, opts Options) error {
 	opts = opts.withDefaults()
+	latest, err := latestOf(fsys, dir)
+	if err != nil {
+		return err
+	}
 	for attempt := 1; ; attempt++ {
-		err := run(ctx, databaseURL, table, fsys, dir, opts, "migrate up", func(m *migrate.Migrate) error { return m.Up() })
-		if !lockTimedOut(err) || attempt >= opts.Attempts || ctx.Err() != nil {
+		err := run(ctx, databaseURL, table, fsys, dir, opts, "migrate up", func(m *migrate.Migrate) error { return stepUp(ctx, m, latest) })
+		if !lockTimedOut(err) {
 			return err
 		}
 		version, rollbackErr := forceBack(databaseURL, table, fsys, dir)
 		if rollbackErr != nil {
 			return fmt.Errorf("%w; then: %w", err, rollbackErr)
 		}
+		if attempt >= opts.Attempts || ctx.Err() != nil {
+			return fmt.Errorf("%w (gave up on migration %d after %d attempts, each waiting at most lock_timeout %s for its locks; run it again when the tables are quieter)",
+				err, version, attempt, opts.LockTimeout)
+		}
 		if opts.OnLockTimeout != nil {
 			opts.OnLockTimeout(version, attempt)
 		}
 	}
+}
+
+// stepUp applies the migrations one at a time up to latest. One at a time:
+// golang-migrate's m.Up reads the next files ahead, and when one fails the
+// goroutines buffering the others are never read and stay. A schema
+// already past latest (the next release's expand migrations) is left as
+// it is: whether this release serves on it is the readiness rule's call.
+func stepUp(ctx context.Context, m *migrate.Migrate, latest uint) error {
+	for ctx.Err() == nil {
+		version, dirty, err := m.Version()
+		switch {
+		case errors.Is(err, migrate.ErrNilVersion):
+		case err != nil:
+			return err
+		case dirty:
+			return migrate.ErrDirty{Version: int(version)} //nolint:gosec // migration versions are small
+		case version >= latest:
+			return migrate.ErrNoChange
+		}
+		if err := m.Steps(1); err != nil {
+			return err
+		}
+	}
+	return ctx.Err()
 }
 
 // lockTimedOut: err is a statement's lock_timeout (SQLSTATE 55P03).
@@ -222,15 +254,17 @@ func run(ctx context.Context, databaseURL, table string, fsys fs.FS, dir string,
 // every replica runs this release (the operator's word), and refused unless
 // this release's expand migrations are applied.
 func UpContract(ctx context.Context, databaseURL string) error {
-	return upContract(ctx, databaseURL, files, contractFiles, "contract", Options{})
+	return UpContractFS(ctx, databaseURL, contractFiles, "contract", Options{})
 }
 
-func upContract(ctx context.Context, databaseURL string, expandFS, contractFS fs.FS, contractDir string, opts Options) error {
-	latest, err := latestOf(expandFS, ".")
+// UpContractFS is UpContract with the contract migrations of
+// contractFS/contractDir in place of the embedded ones (a test's).
+func UpContractFS(ctx context.Context, databaseURL string, contractFS fs.FS, contractDir string, opts Options) error {
+	latest, err := Latest()
 	if err != nil {
 		return err
 	}
-	expand, dirty, err := versionOf(databaseURL, "", expandFS, ".")
+	expand, dirty, err := Version(databaseURL)
 	if err != nil {
 		return err
 	}
@@ -276,7 +310,7 @@ func ContractRequirements(fsys fs.FS, dir string) (map[uint]uint, error) {
 		line := firstLine(body)
 		n, err := strconv.ParseUint(strings.TrimPrefix(line, requiresPrefix), 10, 64)
 		if !strings.HasPrefix(line, requiresPrefix) || err != nil || uint(n) != m.Version {
-			return nil, fmt.Errorf("contract migration %s: its first line must be %q%d (the expand version it requires, its own number)", e.Name(), requiresPrefix, m.Version)
+			return nil, fmt.Errorf("contract migration %s: its first line must be \"%s%d\" (the expand version it requires, its own number)", e.Name(), requiresPrefix, m.Version)
 		}
 		out[m.Version] = uint(n)
 	}
@@ -428,4 +462,3 @@ func migrateURL(databaseURL, table string) string {
 	}
 	return u
 }
-

@@ -119,7 +119,7 @@ func TestReadyzFollowsTheSchemaVersion(t *testing.T) {
 			exec(contract)
 			exec(`INSERT INTO `+migrations.ContractTable+` VALUES ($1, false)`, latest)
 		}, "ok"},
-		{"the next release's contract step run", func() { exec(`UPDATE `+migrations.ContractTable+` SET version = version + 1`) }, "contracted"},
+		{"the next release's contract step run", func() { exec(`UPDATE ` + migrations.ContractTable + ` SET version = version + 1`) }, "contracted"},
 		{"behind", func() { exec(`DROP TABLE ` + migrations.ContractTable); exec(shift, -3, false) }, "behind"},
 		{"its own expand being applied", func() { exec(shift, +1, true) }, "behind"},
 		{"its own expand applied", func() { exec(shift, 0, false) }, "ok"},
