@@ -115,6 +115,12 @@ func UpWith(ctx context.Context, databaseURL string, opts Options) error {
 	return upFS(ctx, databaseURL, files, ".", "", opts)
 }
 
+// UpFS is UpWith with the expand migrations of fsys/dir in place of the
+// embedded ones (a test's).
+func UpFS(ctx context.Context, databaseURL string, fsys fs.FS, dir string, opts Options) error {
+	return upFS(ctx, databaseURL, fsys, dir, "", opts)
+}
+
 // UpTo applies the migrations up to and including version, so a test can
 // put data in the schema as it was before a migration and then move it
 // across.

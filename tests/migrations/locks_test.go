@@ -133,3 +133,30 @@ func TestContractStep(t *testing.T) {
 	// The binary's own (empty) contract directory: nothing to apply.
 	require.NoError(t, migrations.UpContract(ctx, url))
 }
+
+// TestConcurrentIndexOutsideATransaction: a file marked no-transaction
+// holding one CREATE INDEX CONCURRENTLY is sent alone, so PostgreSQL runs
+// it outside a transaction block and the index is built valid, beside
+// transactional files that run under lock_timeout.
+func TestConcurrentIndexOutsideATransaction(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	url := storetest.NewEmptyDatabase(t)
+	fsys := fstest.MapFS{
+		"m/000001_table.up.sql":  {Data: []byte("BEGIN;\nCREATE TABLE probe (x int);\nCOMMIT;\n")},
+		"m/000002_index.up.sql":  {Data: []byte("-- migrate: no-transaction\n-- The index reads use.\nCREATE INDEX CONCURRENTLY IF NOT EXISTS probe_x_idx ON probe (x);\n")},
+		"m/000003_column.up.sql": {Data: []byte("ALTER TABLE probe ADD COLUMN y int NULL;\n")},
+	}
+	require.NoError(t, migrations.UpFS(ctx, url, fsys, "m", migrations.Options{}))
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	var valid bool
+	require.NoError(t, conn.QueryRow(ctx, `SELECT indisvalid FROM pg_index WHERE indexrelid = 'probe_x_idx'::regclass`).Scan(&valid))
+	require.True(t, valid)
+	var version int
+	var dirty bool
+	require.NoError(t, conn.QueryRow(ctx, `SELECT version, dirty FROM schema_migrations`).Scan(&version, &dirty))
+	require.Equal(t, 3, version)
+	require.False(t, dirty)
+}
