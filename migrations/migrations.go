@@ -59,6 +59,7 @@ import (
 	"io"
 	"io/fs"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -417,8 +418,8 @@ func open(databaseURL, table string, fsys fs.FS, dir string, opts Options) (*mig
 // noTransaction marks a file of one statement run outside a transaction.
 const noTransaction = "-- migrate: no-transaction"
 
-// lockTimeoutSource prefixes each transactional file with SET lock_timeout,
-// and tells which version a lock timeout happened in.
+// lockTimeoutSource wraps each transactional file in SET lock_timeout …
+// RESET lock_timeout.
 type lockTimeoutSource struct {
 	source.Driver
 	setting string
@@ -435,7 +436,10 @@ func (s *lockTimeoutSource) ReadUp(version uint) (io.ReadCloser, string, error) 
 		return nil, "", err
 	}
 	if firstLine(body) != noTransaction {
-		body = append([]byte(s.setting), body...)
+		// Reset after the file: the next step's wait for golang-migrate's
+		// advisory lock (another replica migrating) is not bounded by it.
+		// The empty statement ends a last statement left without ";".
+		body = slices.Concat([]byte(s.setting), body, []byte("\n;\nRESET lock_timeout;\n"))
 	}
 	return io.NopCloser(bytes.NewReader(body)), identifier, nil
 }

@@ -160,3 +160,27 @@ func TestConcurrentIndexOutsideATransaction(t *testing.T) {
 	require.Equal(t, 3, version)
 	require.False(t, dirty)
 }
+
+// TestLockTimeoutEndsWithTheFile: the lock_timeout a migration runs under
+// does not outlive its file: the next step's wait for the advisory lock
+// another replica's migration holds is not cut short by it.
+func TestLockTimeoutEndsWithTheFile(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	url := storetest.NewEmptyDatabase(t)
+	fsys := fstest.MapFS{
+		"m/000001_a.up.sql": {Data: []byte("CREATE TABLE probe_a (x int)")}, // no ";" at the end
+		"m/000002_b.up.sql": {Data: []byte("CREATE TABLE probe_b (setting text);\nINSERT INTO probe_b SELECT current_setting('lock_timeout');\n-- the end")},
+		// Not wrapped: it runs with what the session holds after 000002.
+		"m/000003_c.up.sql": {Data: []byte("-- migrate: no-transaction\nCREATE TABLE probe_c AS SELECT current_setting('lock_timeout') AS setting")},
+	}
+	require.NoError(t, migrations.UpFS(ctx, url, fsys, "m", migrations.Options{LockTimeout: 1234 * time.Millisecond}))
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	var setting string
+	require.NoError(t, conn.QueryRow(ctx, `SELECT setting FROM probe_b`).Scan(&setting))
+	require.Equal(t, "1234ms", setting)
+	require.NoError(t, conn.QueryRow(ctx, `SELECT setting FROM probe_c`).Scan(&setting))
+	require.Equal(t, "0", setting)
+}
