@@ -44,7 +44,7 @@ lint:
 ## faults: the long fault scenarios (kill -9 at commit failpoints, stale writers, clock skew with the
 ## history checker; PostgreSQL restarts, latency, resets and partitions); several minutes each
 faults:
-	FAULTS_LONG=1 $(GO) test -race -count=1 -timeout 60m -v ./tests/faults/... ./tests/netfaults/... ./tests/ha/...
+	FAULTS_LONG=1 $(GO) test -race -count=1 -timeout 60m -v ./tests/faults/... ./tests/netfaults/... ./tests/ha/... ./tests/upgrade/...
 
 ## generate: regenerate the server interface and Go client, and the TypeScript types
 ## (clients/typescript/src/schema.d.ts), from openapi.yaml
