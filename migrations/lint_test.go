@@ -264,3 +264,22 @@ func TestLintRules(t *testing.T) {
 		require.Contains(t, got[0], c.want, c.sql)
 	}
 }
+
+// TestLintRefusesWhatOldMigrationsDid: run over the grandfathered files,
+// the lint names what made each upgrade an outage.
+func TestLintRefusesWhatOldMigrationsDid(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, uint(24), slices.Max(grandfathered), "the list is closed: later files follow the rule")
+	for _, c := range []struct {
+		file, want string
+	}{
+		{"000013_live_lease_index.up.sql", "drops"},
+		{"000019_worker_labels.up.sql", "drops"},
+		{"000024_worker_live_attempts_index.up.sql", "without CONCURRENTLY"},
+		{"000024_worker_live_attempts_index.up.sql", "NOT VALID"},
+	} {
+		body, err := fs.ReadFile(files, c.file)
+		require.NoError(t, err)
+		require.Contains(t, strings.Join(lintExpand(string(body)), "\n"), c.want, c.file)
+	}
+}
