@@ -8,8 +8,14 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/gateway ./server/cmd/gateway \
- && CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/worker ./workerclient/cmd/worker \
+# The build context has no .git: the release and revision come as build
+# arguments (docker build --build-arg VERSION=$(git describe --tags --always --dirty)
+# --build-arg REVISION=$(git rev-parse HEAD) .) and are stamped by the linker.
+ARG VERSION=
+ARG REVISION=
+RUN LDFLAGS="-s -w -X github.com/worker-gateway/gateway/internal/buildinfo.Version=${VERSION} -X github.com/worker-gateway/gateway/internal/buildinfo.Revision=${REVISION}" \
+ && CGO_ENABLED=0 go build -trimpath -ldflags="$LDFLAGS" -o /out/gateway ./server/cmd/gateway \
+ && CGO_ENABLED=0 go build -trimpath -ldflags="$LDFLAGS" -o /out/worker ./workerclient/cmd/worker \
  && mkdir -p /out/data/pki /out/data/artifacts
 
 FROM gcr.io/distroless/static-debian12:nonroot

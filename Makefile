@@ -14,9 +14,16 @@ BIN := $(STATE_DIR)/bin
 run: build
 	$(BIN)/gateway dev -state-dir $(STATE_DIR) -worker-bin $(abspath $(BIN))/worker
 
+# The release and revision, stamped into the binaries (internal/buildinfo) so that `gateway version`,
+# `worker -version` and gateway_build_info name them; an image build passes them as build arguments.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS := -X github.com/worker-gateway/gateway/internal/buildinfo.Version=$(VERSION) \
+	-X github.com/worker-gateway/gateway/internal/buildinfo.Revision=$(REVISION)
+
 build:
-	$(GO) build -tags devstack -o $(BIN)/gateway ./server/cmd/gateway
-	$(GO) build -o $(BIN)/worker ./workerclient/cmd/worker
+	$(GO) build -tags devstack -ldflags "$(LDFLAGS)" -o $(BIN)/gateway ./server/cmd/gateway
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/worker ./workerclient/cmd/worker
 
 ## test: every test, against a real PostgreSQL, real TLS and real HTTP. Most tests wait on
 ## gateways, timers and long-polls rather than compute, so four run at once per package
@@ -48,7 +55,7 @@ vulncheck:
 ## faults: the long fault scenarios (kill -9 at commit failpoints, stale writers, clock skew with the
 ## history checker; PostgreSQL restarts, latency, resets and partitions); several minutes each
 faults:
-	FAULTS_LONG=1 $(GO) test -race -count=1 -timeout 60m -v ./tests/faults/... ./tests/netfaults/... ./tests/ha/...
+	FAULTS_LONG=1 $(GO) test -race -count=1 -timeout 60m -v ./tests/faults/... ./tests/netfaults/... ./tests/ha/... ./tests/upgrade/...
 
 ## generate: regenerate the server interface and Go client, and the TypeScript types
 ## (clients/typescript/src/schema.d.ts), from openapi.yaml

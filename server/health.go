@@ -28,27 +28,45 @@ func (h *handlers) GetReadiness(ctx context.Context, _ api.GetReadinessRequestOb
 // it rather than hang until the load balancer's own timeout.
 const readinessTimeout = 2 * time.Second
 
-// readiness checks the database (one query, which also reads the schema
+// readiness checks the database (the query that reads the schema
 // version) and the LISTEN connection.
 func (s *Server) readiness(ctx context.Context) (bool, map[string]string) {
 	checks := map[string]string{"database": "ok", "schema": "ok", "listen": "ok"}
 	ready := true
 	ctx, cancel := context.WithTimeout(ctx, readinessTimeout)
 	defer cancel()
-	var version int64
-	if err := s.pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations WHERE NOT dirty`).Scan(&version); err != nil {
+	if ok, state, err := s.schemaServable(ctx); err != nil {
 		checks["database"], checks["schema"], ready = "unreachable", "unknown", false
-	} else if latest, err := migrations.Latest(); err != nil || uint(version) < latest {
-		checks["schema"], ready = "behind", false
-	} else if uint(version) > latest {
-		// Migrated past what this binary knows: a newer schema may change
-		// the rules its statements must keep (000012 moved the leasable
-		// tasks into a queue this binary would not fill), so it must not
-		// take traffic.
-		checks["schema"], ready = "ahead", false
+	} else if !ok {
+		checks["schema"], ready = state, false
 	}
 	if !s.hub.Connected() {
 		checks["listen"], ready = "disconnected", false
 	}
 	return ready, checks
+}
+
+// schemaServable applies the readiness window (package migrations): this
+// release serves on a schema at or past its own expand version, dirty
+// while a newer file is applied, until a contract step removes what it
+// reads. The contract table exists once a contract step has run.
+func (s *Server) schemaServable(ctx context.Context) (bool, string, error) {
+	var expand int64
+	var dirty, contracts bool
+	if err := s.pool.QueryRow(ctx, `SELECT coalesce(max(version), 0), coalesce(bool_or(dirty), false),
+	        to_regclass('`+migrations.ContractTable+`') IS NOT NULL FROM schema_migrations`).Scan(&expand, &dirty, &contracts); err != nil {
+		return false, "", err
+	}
+	var contracted int64
+	if contracts {
+		if err := s.pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM `+migrations.ContractTable).Scan(&contracted); err != nil {
+			return false, "", err
+		}
+	}
+	latest, err := migrations.Latest()
+	if err != nil {
+		return false, "unknown", nil //nolint:nilerr // an unreadable embedded list: not ready, the database is fine
+	}
+	ok, state := migrations.Servable(latest, uint(expand), dirty, uint(contracted)) //nolint:gosec // versions are small
+	return ok, state, nil
 }

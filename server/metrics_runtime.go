@@ -1,34 +1,28 @@
 package server
 
 import (
-	"runtime/debug"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/worker-gateway/gateway/internal/buildinfo"
 )
 
 // buildInfo is gateway_build_info: always 1, its labels say what runs — the
-// module version, VCS revision and Go version the build recorded (what
-// `gateway version` prints).
+// release and revision the build stamped (or recorded) and the Go version
+// (what `gateway version` prints).
 func buildInfo() prometheus.Collector {
-	version, revision, goVersion := "unknown", "unknown", "unknown"
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		goVersion = bi.GoVersion
-		if bi.Main.Version != "" {
-			version = bi.Main.Version
-		}
-		modified := false
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				revision = s.Value
-			case "vcs.modified":
-				modified = s.Value == "true"
-			}
-		}
-		if modified && revision != "unknown" {
-			revision += "-modified"
-		}
+	bi := buildinfo.Read()
+	revision := bi.Revision
+	if revision == "" {
+		revision = "unknown"
+	} else if bi.Modified && !strings.HasSuffix(bi.Version, "-dirty") {
+		revision += "-modified"
+	}
+	version, goVersion := bi.Version, bi.GoVersion
+	if goVersion == "" {
+		goVersion = "unknown"
 	}
 	g := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        "gateway_build_info",

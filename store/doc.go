@@ -429,4 +429,13 @@
 // of Sentinels); the HTTP layer answers each from one table. An error's text
 // is for the log: a reason a client may read travels as problem.Text
 // (problem.Wrap(ErrInvalid, "malformed cursor")).
+//
+// # Schema changes across an upgrade
+//
+// The statements here run beside the previous release's on one schema
+// (package migrations: expand migrations only add, contract migrations,
+// run after the fleet is upgraded, drop). So a statement that moves to a
+// new column or table writes the shape the previous release reads too
+// (both columns, or a trigger carries one over), reads what the previous
+// release writes, and leaves the old shape to a contract migration.
 package store

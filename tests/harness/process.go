@@ -110,6 +110,9 @@ type Database struct {
 	// (-listen-database-url) and the one the test's own pool (Gateway.Pool)
 	// uses; "" is URL.
 	ListenURL string
+	// Binary is the gateway binary the processes run; "" is this module's
+	// (Binary(t, "gateway")). tests/upgrade runs the previous release's.
+	Binary string
 }
 
 func (d Database) direct() string {
@@ -232,7 +235,11 @@ func startProcessTo(t testing.TB, db Database, certFile, keyFile string, extraAr
 	// GATEWAY_TEST_ARGS runs every gateway process of the suite with more
 	// flags, e.g. GATEWAY_TEST_ARGS=-lease-group-commit=false make faults.
 	args = append(args, strings.Fields(os.Getenv("GATEWAY_TEST_ARGS"))...)
-	cmd := exec.Command(Binary(t, "gateway"), args...)
+	bin := db.Binary
+	if bin == "" {
+		bin = Binary(t, "gateway")
+	}
+	cmd := exec.Command(bin, args...)
 	// Every response of a test gateway is checked against openapi.yaml.
 	cmd.Env = append(append(os.Environ(), "GATEWAY_VALIDATE_RESPONSES=true"), env...)
 	switch {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/worker-gateway/gateway/migrations"
 	"github.com/worker-gateway/gateway/store/storetest"
 	"github.com/worker-gateway/gateway/tests/harness"
 )
@@ -91,24 +92,45 @@ func TestReadyzFollowsTheDatabase(t *testing.T) {
 	}
 }
 
-// TestReadyzFollowsTheSchemaVersion: a replica is ready only on the schema
-// its binary was built for — not behind it, and not ahead of it (a newer
-// schema may change the rules its statements must keep).
+// TestReadyzFollowsTheSchemaVersion: a replica is ready within the upgrade
+// window (package migrations): on its own expand version and on a newer
+// one (the next release's expand migrations, applied or being applied),
+// until a contract step needs a newer release; never behind its own.
 func TestReadyzFollowsTheSchemaVersion(t *testing.T) {
 	g := harness.Start(t)
 	client := g.HTTPClient(nil)
-	for _, c := range []struct {
-		shift int
-		want  string
-	}{{+1, "ahead"}, {-2, "behind"}, {+1, "ok"}} {
-		_, err := g.Pool.Exec(context.Background(), `UPDATE schema_migrations SET version = version + $1`, c.shift)
+	exec := func(sql string, args ...any) {
+		_, err := g.Pool.Exec(context.Background(), sql, args...)
 		require.NoError(t, err)
+	}
+	shift := `UPDATE schema_migrations SET version = version + $1, dirty = $2`
+	contract := `CREATE TABLE IF NOT EXISTS ` + migrations.ContractTable + ` (version bigint NOT NULL PRIMARY KEY, dirty boolean NOT NULL);
+		TRUNCATE ` + migrations.ContractTable
+	latest, err := migrations.Latest()
+	require.NoError(t, err)
+	for _, c := range []struct {
+		name string
+		edit func()
+		want string
+	}{
+		{"the next release's expand applied", func() { exec(shift, +1, false) }, "ok"},
+		{"the next release's expand being applied", func() { exec(shift, +1, true) }, "ok"},
+		{"its own contract step run", func() {
+			exec(contract)
+			exec(`INSERT INTO `+migrations.ContractTable+` VALUES ($1, false)`, latest)
+		}, "ok"},
+		{"the next release's contract step run", func() { exec(`UPDATE ` + migrations.ContractTable + ` SET version = version + 1`) }, "contracted"},
+		{"behind", func() { exec(`DROP TABLE ` + migrations.ContractTable); exec(shift, -3, false) }, "behind"},
+		{"its own expand being applied", func() { exec(shift, +1, true) }, "behind"},
+		{"its own expand applied", func() { exec(shift, 0, false) }, "ok"},
+	} {
+		c.edit()
 		r := probe(t, client, g.URL+"/readyz")
-		require.Equal(t, c.want, r.checks["schema"])
+		require.Equal(t, c.want, r.checks["schema"], c.name)
 		if c.want == "ok" {
-			require.Equal(t, http.StatusOK, r.status)
+			require.Equal(t, http.StatusOK, r.status, c.name)
 		} else {
-			require.Equal(t, http.StatusServiceUnavailable, r.status)
+			require.Equal(t, http.StatusServiceUnavailable, r.status, c.name)
 		}
 	}
 }

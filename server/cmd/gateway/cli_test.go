@@ -8,13 +8,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime/debug"
 	"strings"
 	"testing"
 
 	"github.com/peterbourgon/ff/v3/ffcli"
 	"github.com/stretchr/testify/require"
 
+	"github.com/worker-gateway/gateway/internal/buildinfo"
 	"github.com/worker-gateway/gateway/store/storetest"
 )
 
@@ -224,10 +224,8 @@ func TestUnknownCommandSuggests(t *testing.T) {
 func TestVersion(t *testing.T) {
 	t.Parallel()
 	var b bytes.Buffer
-	writeVersion(&b, &debug.BuildInfo{GoVersion: "go1.26.1",
-		Main: debug.Module{Path: "github.com/worker-gateway/gateway", Version: "v1.2.3"},
-		Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "8b25f3d0"}, {Key: "vcs.modified", Value: "true"},
-			{Key: "vcs.time", Value: "2026-12-01T22:00:00Z"}, {Key: "-tags", Value: "devstack"}}})
+	writeVersion(&b, buildinfo.Info{GoVersion: "go1.26.1", Module: "github.com/worker-gateway/gateway", Version: "v1.2.3",
+		Revision: "8b25f3d0", Modified: true, Time: "2026-12-01T22:00:00Z", Tags: "devstack"})
 	require.Equal(t, ""+
 		"gateway v1.2.3\n"+
 		"module    github.com/worker-gateway/gateway\n"+
@@ -239,6 +237,30 @@ func TestVersion(t *testing.T) {
 	out, errOut, code := runCLI(t, "version")
 	require.Equal(t, 0, code, errOut)
 	require.Regexp(t, `(?m)^gateway \S+\nmodule    \S+\nrevision  \S+.*\n(?s:.*)go        go1\.\d+`, out)
+}
+
+// TestVersionStamped builds the two binaries as a release build does, the
+// version and revision given to the linker (an image's build context has
+// no .git), and reads them back from every place that shows them.
+func TestVersionStamped(t *testing.T) {
+	t.Parallel()
+	const version, revision = "v9.8.7-1-gdeadbee", "deadbeefdeadbeefdeadbeefdeadbeefdeadbeef"
+	ldflags := "-X github.com/worker-gateway/gateway/internal/buildinfo.Version=" + version +
+		" -X github.com/worker-gateway/gateway/internal/buildinfo.Revision=" + revision
+	dir := t.TempDir()
+	for _, pkg := range []string{".", "../../../workerclient/cmd/worker"} {
+		out, err := exec.Command("go", "build", "-ldflags", ldflags, "-o", dir, pkg).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+	}
+	for _, args := range [][]string{{"version"}, {"-version"}, {"--version"}} {
+		out, err := exec.Command(filepath.Join(dir, "gateway"), args...).CombinedOutput()
+		require.NoError(t, err, "gateway %v: %s", args, out)
+		require.Contains(t, string(out), "gateway "+version+"\n", "gateway %v", args)
+		require.Contains(t, string(out), "revision  "+revision+"\n", "gateway %v", args)
+	}
+	out, err := exec.Command(filepath.Join(dir, "worker"), "-version").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(out), version+" revision "+revision)
 }
 
 func TestTokenScopesValidated(t *testing.T) {

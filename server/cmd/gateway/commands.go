@@ -62,6 +62,9 @@ func newCLI(stdout, stderr io.Writer) *cli {
 // run runs args (without the program name) and returns the exit status:
 // 0, 1 when the command failed, 2 for a usage mistake.
 func (a *cli) run(ctx context.Context, args []string) int {
+	if isVersionFlag(args) {
+		args = []string{"version"}
+	}
 	root := a.build(rootCommand(a), "gateway", nil, nil)
 	err := root.Parse(args)
 	parseErr := err != nil

@@ -23,12 +23,24 @@ func migrateCommand(a *cli) *command {
 		return nil
 	}
 	return &command{name: "migrate", short: "apply or inspect the database schema migrations", sub: []*command{
-		{name: "up", short: "apply the embedded migrations (and, given the secrets key, seal webhook secrets stored in plaintext)", setup: func(fs *flagSet) execFunc {
+		{name: "up", short: "apply the expand migrations (and, given the secrets key, seal webhook secrets stored in plaintext); -contract: the contract step", setup: func(fs *flagSet) execFunc {
 			url := databaseURL(fs)
 			keys := defineSecretsKeyFlags(fs)
+			contract := fs.Bool("contract", false, "apply the contract migrations instead: run once every replica runs this release")
 			return func(ctx context.Context, _ []string) error {
 				if err := need(*url); err != nil {
 					return err
+				}
+				if *contract {
+					if err := migrations.UpContract(ctx, *url); err != nil {
+						return err
+					}
+					c, _, err := migrations.ContractVersion(*url)
+					if err != nil {
+						return err
+					}
+					fmt.Fprintf(a.stdout, "database contracted up to version %d\n", c)
+					return nil
 				}
 				keyring, err := keys.keyring()
 				if err != nil {
@@ -60,8 +72,12 @@ func migrateCommand(a *cli) *command {
 				if err != nil {
 					return err
 				}
+				c, _, err := migrations.ContractVersion(*url)
+				if err != nil {
+					return err
+				}
 				latest, _ := migrations.Latest()
-				fmt.Fprintf(a.stdout, "database at version %d (dirty=%t); this binary's latest is %d\n", v, dirty, latest)
+				fmt.Fprintf(a.stdout, "database at version %d (dirty=%t), contracted up to %d; this binary's latest is %d\n", v, dirty, c, latest)
 				return nil
 			}
 		}},

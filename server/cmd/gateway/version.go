@@ -4,46 +4,44 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"runtime/debug"
-	"strings"
+
+	"github.com/worker-gateway/gateway/internal/buildinfo"
 )
 
 func versionCommand(a *cli) *command {
-	return &command{name: "version", short: "print the module version, VCS revision and Go version",
+	return &command{name: "version", short: "print the release, VCS revision and Go version",
 		setup: func(*flagSet) execFunc {
 			return func(context.Context, []string) error {
-				bi, ok := debug.ReadBuildInfo()
-				if !ok {
-					return fmt.Errorf("no build information in this binary")
-				}
-				writeVersion(a.stdout, bi)
+				writeVersion(a.stdout, buildinfo.Read())
 				return nil
 			}
 		}}
 }
 
-// writeVersion prints what the build recorded: the module version
-// ("(devel)" for a build from a work tree), the VCS revision and whether
-// the tree had uncommitted changes, and the Go version.
-func writeVersion(w io.Writer, bi *debug.BuildInfo) {
-	settings := map[string]string{}
-	for _, s := range bi.Settings {
-		settings[s.Key] = s.Value
-	}
-	fmt.Fprintf(w, "gateway %s\n", orDash(bi.Main.Version))
-	fmt.Fprintf(w, "module    %s\n", orDash(bi.Main.Path))
-	revision := orDash(settings["vcs.revision"])
-	if settings["vcs.modified"] == "true" {
+// isVersionFlag: `gateway -version` and `gateway --version` mean the
+// version command, as operators type them out of habit.
+func isVersionFlag(args []string) bool {
+	return len(args) == 1 && (args[0] == "-version" || args[0] == "--version")
+}
+
+// writeVersion prints the release (stamped by the build, or the module
+// version; "(devel)" for a build from a work tree), the VCS revision and
+// whether the tree had uncommitted changes, and the Go version.
+func writeVersion(w io.Writer, bi buildinfo.Info) {
+	fmt.Fprintf(w, "gateway %s\n", orDash(bi.Version))
+	fmt.Fprintf(w, "module    %s\n", orDash(bi.Module))
+	revision := orDash(bi.Revision)
+	if bi.Modified {
 		revision += " (modified)"
 	}
 	fmt.Fprintf(w, "revision  %s\n", revision)
-	if t := settings["vcs.time"]; t != "" {
-		fmt.Fprintf(w, "committed %s\n", t)
+	if bi.Time != "" {
+		fmt.Fprintf(w, "committed %s\n", bi.Time)
 	}
-	if tags := settings["-tags"]; tags != "" {
-		fmt.Fprintf(w, "tags      %s\n", strings.ReplaceAll(tags, ",", " "))
+	if bi.Tags != "" {
+		fmt.Fprintf(w, "tags      %s\n", bi.Tags)
 	}
-	fmt.Fprintf(w, "go        %s\n", bi.GoVersion)
+	fmt.Fprintf(w, "go        %s\n", orDash(bi.GoVersion))
 }
 
 func orDash(s string) string {

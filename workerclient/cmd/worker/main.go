@@ -48,13 +48,13 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/peterbourgon/ff/v3"
 
+	"github.com/worker-gateway/gateway/internal/buildinfo"
 	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/workerclient"
 )
@@ -373,37 +373,19 @@ func capabilities(extra string) (map[string]any, error) {
 	return caps, nil
 }
 
-// versionLine is the version -version prints: the module's version, the
-// VCS revision it was built from and the Go version.
+// versionLine is the version -version prints: the release (stamped by
+// the build, or the module's version), the VCS revision it was built from
+// and the Go version.
 func versionLine() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "worker (no build information)"
-	}
-	version := bi.Main.Version
-	if version == "" {
-		version = "(devel)"
-	}
-	var rev, at string
-	modified := false
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.time":
-			at = s.Value
-		case "vcs.modified":
-			modified = s.Value == "true"
-		}
-	}
-	line := fmt.Sprintf("worker %s %s", bi.Main.Path, version)
-	if rev != "" {
-		line += " revision " + rev
-		if modified {
+	bi := buildinfo.Read()
+	line := fmt.Sprintf("worker %s %s", bi.Module, bi.Version)
+	if bi.Revision != "" {
+		line += " revision " + bi.Revision
+		if bi.Modified {
 			line += " (modified)"
 		}
-		if at != "" {
-			line += " of " + at
+		if bi.Time != "" {
+			line += " of " + bi.Time
 		}
 	}
 	return line + " " + bi.GoVersion + " (" + softwareVersion + ")"
