@@ -72,7 +72,7 @@ ts-deps:
 	@scripts/ts-client.sh deps
 
 ## check-ts: type-check the TypeScript client and the Node reference worker (tsc --noEmit) — also
-## installs what the Node worker test (tests/typescript_worker_test.go) runs
+## installs what the Node worker test (tests/operations/typescript_worker_test.go) runs
 check-ts: ts-deps
 	@scripts/ts-client.sh check
 
