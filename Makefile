@@ -46,9 +46,11 @@ vulncheck:
 	$(BIN)/govulncheck -db file://$$db ./...
 
 ## faults: the long fault scenarios (kill -9 at commit failpoints, stale writers, clock skew with the
-## history checker; PostgreSQL restarts, latency, resets and partitions); several minutes each
+## history checker; PostgreSQL restarts, latency, resets and partitions); several minutes each. Also
+## the long forms of the exactly-once load tests, whose short forms `make test` runs.
 faults:
 	FAULTS_LONG=1 $(GO) test -race -count=1 -timeout 60m -v ./tests/faults/... ./tests/netfaults/... ./tests/ha/...
+	FAULTS_LONG=1 $(GO) test -race -count=1 -timeout 20m -v -run 'ExactlyOnce$$' ./tests/workerprotocol
 
 ## generate: regenerate the server interface and Go client, and the TypeScript types
 ## (clients/typescript/src/schema.d.ts), from openapi.yaml

@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -69,3 +70,7 @@ func Truncate(s string, n int) string {
 	}
 	return s[:n] + strings.Repeat(".", 3)
 }
+
+// Long reports FAULTS_LONG=1 (`make faults`): load tests run their long
+// form; `make test` runs the short one, with the same assertions.
+func Long() bool { return os.Getenv("FAULTS_LONG") == "1" }

@@ -12,24 +12,35 @@ import (
 	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
-// TestManyWorkersOnTwoReplicasCompleteEveryTaskExactlyOnce runs 20 workers
-// against two gateway processes sharing one database and 2,000 tasks.
+// TestManyWorkersOnTwoReplicasCompleteEveryTaskExactlyOnce runs workers
+// against two gateway processes sharing one database: 8 workers and 200
+// tasks in `make test`, 20 workers and 1,000 tasks with FAULTS_LONG=1
+// (`make faults`).
 func TestManyWorkersOnTwoReplicasCompleteEveryTaskExactlyOnce(t *testing.T) {
 	t.Parallel()
-	manyWorkersOnTwoReplicas(t, 1000)
+	if harness.Long() {
+		manyWorkersOnTwoReplicas(t, 20, 1000)
+		return
+	}
+	manyWorkersOnTwoReplicas(t, 8, 200)
 }
 
 // TestAcquisitionPerPollCompletesEveryTaskExactlyOnce: the same with every
 // poll in a transaction of its own (-lease-group-commit=false), each walking
-// the queue past the others' locked rows.
+// the queue past the others' locked rows: 8 workers and 150 tasks, 20
+// workers and 600 tasks with FAULTS_LONG=1.
 func TestAcquisitionPerPollCompletesEveryTaskExactlyOnce(t *testing.T) {
 	t.Parallel()
-	manyWorkersOnTwoReplicas(t, 600, "-lease-group-commit=false")
+	if harness.Long() {
+		manyWorkersOnTwoReplicas(t, 20, 600, "-lease-group-commit=false")
+		return
+	}
+	manyWorkersOnTwoReplicas(t, 8, 150, "-lease-group-commit=false")
 }
 
-func manyWorkersOnTwoReplicas(t *testing.T, tasks int, gatewayArgs ...string) {
+func manyWorkersOnTwoReplicas(t *testing.T, workers, tasks int, gatewayArgs ...string) {
 	g, procs := harness.StartProcesses(t, 2, gatewayArgs...)
-	harness.RunEveryTaskOnce(t, g, procs, g.NewOrganization(t, "acme"), 20, tasks)
+	harness.RunEveryTaskOnce(t, g, procs, g.NewOrganization(t, "acme"), workers, tasks)
 }
 
 // TestWakeUpsCrossReplicas: a poll waiting on one replica is woken by a task
