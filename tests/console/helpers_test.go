@@ -12,7 +12,6 @@ var (
 	waitScan        = harness.WaitScan
 	everySecondTask = harness.EverySecondTask
 	createSchedule  = harness.CreateSchedule
-	unassign        = harness.Unassign
 	aptInstall      = harness.AptInstall
 )
 
