@@ -7,16 +7,15 @@ import "github.com/worker-gateway/gateway/tests/harness"
 var (
 	lease            = harness.Lease
 	completeAs       = harness.CompleteAs
-	appendLog        = harness.AppendLog
 	readLog          = harness.ReadLog
 	scannerBatch     = harness.ScannerBatch
 	createScan       = harness.CreateScan
 	waitScan         = harness.WaitScan
 	everySecondTask  = harness.EverySecondTask
 	createSchedule   = harness.CreateSchedule
-	unassign         = harness.Unassign
 	storeTokenParams = harness.ProducerTokenParams
 	scrape           = harness.Scrape
+	scopedClient     = harness.ScopedClient
 )
 
 func ptr[T any](v T) *T { return harness.Ptr(v) }

@@ -87,3 +87,12 @@ func Unassign(t testing.TB, g *Gateway, org, worker uuid.UUID, active string) *a
 func ProducerTokenParams(org uuid.UUID) store.CreateAPITokenParams {
 	return store.CreateAPITokenParams{Name: "scoped", Permissions: []string{"producer"}, OrganizationID: &org}
 }
+
+// ScopedClient is a control-plane client with one permission, scoped to org.
+func ScopedClient(t testing.TB, g *Gateway, org uuid.UUID, permission string) *apiclient.ClientWithResponses {
+	t.Helper()
+	token, _, err := g.Store.CreateAPIToken(context.Background(), store.EveryOrganization(),
+		store.CreateAPITokenParams{Name: permission, Permissions: []string{permission}, OrganizationID: &org})
+	require.NoError(t, err)
+	return g.ControlClient(t, token)
+}

@@ -74,3 +74,11 @@ func Truncate(s string, n int) string {
 // Long reports FAULTS_LONG=1 (`make faults`): load tests run their long
 // form; `make test` runs the short one, with the same assertions.
 func Long() bool { return os.Getenv("FAULTS_LONG") == "1" }
+
+// WaitingPolls counts polls waiting in a process gateway: the only outside
+// sign is the workers' last_seen_at, so count workers seen with no lease.
+func WaitingPolls(t testing.TB, g *Gateway) int {
+	var n int
+	require.NoError(t, g.Pool.QueryRow(context.Background(), `SELECT count(*) FROM workers WHERE last_seen_at IS NOT NULL`).Scan(&n))
+	return n
+}

@@ -7,6 +7,8 @@ import "github.com/worker-gateway/gateway/tests/harness"
 var (
 	lease        = harness.Lease
 	problemCode  = harness.ProblemCode
+	appendLog    = harness.AppendLog
+	readLog      = harness.ReadLog
 	sha256Hex    = harness.SHA256Hex
 	openUpload   = harness.OpenUpload
 	put          = harness.PutUpload
@@ -14,6 +16,7 @@ var (
 	scannerBatch = harness.ScannerBatch
 	countRows    = harness.CountRows
 	createScan   = harness.CreateScan
+	scopedClient = harness.ScopedClient
 )
 
 func ptr[T any](v T) *T { return harness.Ptr(v) }

@@ -18,7 +18,7 @@ var (
 	countRows        = harness.CountRows
 	createScan       = harness.CreateScan
 	storeTokenParams = harness.ProducerTokenParams
-	scrape           = harness.Scrape
+	waitingPolls     = harness.WaitingPolls
 )
 
 func ptr[T any](v T) *T { return harness.Ptr(v) }

@@ -1,4 +1,4 @@
-package controlplane
+package identity
 
 import (
 	"context"
@@ -48,14 +48,6 @@ func createSecretTask(t *testing.T, c *apiclient.ClientWithResponses, org uuid.U
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, res.StatusCode(), string(res.Body))
 	return res.JSON201.Id
-}
-
-func scopedClient(t *testing.T, g *harness.Gateway, org uuid.UUID, permission string) *apiclient.ClientWithResponses {
-	t.Helper()
-	token, _, err := g.Store.CreateAPIToken(context.Background(), store.EveryOrganization(),
-		store.CreateAPITokenParams{Name: permission, Permissions: []string{permission}, OrganizationID: &org})
-	require.NoError(t, err)
-	return g.ControlClient(t, token)
 }
 
 // databaseText is every row of every table of the gateway's schema as

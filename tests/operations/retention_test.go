@@ -1,4 +1,4 @@
-package workerprotocol
+package operations
 
 import (
 	"context"

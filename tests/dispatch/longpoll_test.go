@@ -1,4 +1,4 @@
-package workerprotocol
+package dispatch
 
 import (
 	"bytes"
@@ -202,14 +202,6 @@ func TestSIGTERMAnswersEveryWaiterAtOnce(t *testing.T) {
 	for b := range bodies {
 		require.JSONEq(t, `{"leases": []}`, string(b))
 	}
-}
-
-// waitingPolls counts polls waiting in a process gateway: the only outside
-// sign is the workers' last_seen_at, so count workers seen with no lease.
-func waitingPolls(t *testing.T, g *harness.Gateway) int {
-	var n int
-	require.NoError(t, g.Pool.QueryRow(context.Background(), `SELECT count(*) FROM workers WHERE last_seen_at IS NOT NULL`).Scan(&n))
-	return n
 }
 
 // TestListenReconnectsAndCatchesUp kills the replica's LISTEN connection:
