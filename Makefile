@@ -53,9 +53,11 @@ vulncheck:
 	$(BIN)/govulncheck -db file://$$db ./...
 
 ## faults: the long fault scenarios (kill -9 at commit failpoints, stale writers, clock skew with the
-## history checker; PostgreSQL restarts, latency, resets and partitions); several minutes each
+## history checker; PostgreSQL restarts, latency, resets and partitions); several minutes each. Also
+## the long forms of the exactly-once load tests, whose short forms `make test` runs.
 faults:
 	FAULTS_LONG=1 $(GO) test -race -count=1 -timeout 60m -v ./tests/faults/... ./tests/netfaults/... ./tests/ha/... ./tests/upgrade/...
+	FAULTS_LONG=1 $(GO) test -race -count=1 -timeout 20m -v -run 'ExactlyOnce$$' ./tests/workerprotocol
 
 ## generate: regenerate the server interface and Go client, and the TypeScript types
 ## (clients/typescript/src/schema.d.ts), from openapi.yaml
@@ -79,7 +81,7 @@ ts-deps:
 	@scripts/ts-client.sh deps
 
 ## check-ts: type-check the TypeScript client and the Node reference worker (tsc --noEmit) — also
-## installs what the Node worker test (tests/typescript_worker_test.go) runs
+## installs what the Node worker test (tests/operations/typescript_worker_test.go) runs
 check-ts: ts-deps
 	@scripts/ts-client.sh check
 

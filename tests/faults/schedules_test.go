@@ -91,15 +91,19 @@ func fireArmed(p string) []string {
 // TestKillWhileFiringSchedules: two replicas fire twenty one-second
 // schedules of scans while each crashes itself (exit 137, as kill -9) at
 // random just before or after the COMMIT of its fire transaction, and is
-// also killed with SIGKILL every second or three; the control replica does
-// not fire (-schedule-timer=false), so every slot is fired by a replica
-// that may die. Then plain replicas take over. Every slot must be
-// accounted for exactly once — one fire and one scan, or counted as missed
-// on a later fire (catch-up once) — and no slot may have two scans.
+// also killed with SIGKILL once it has made progress: each round waits for
+// 10 to 50 more fires (restarting replicas that crashed meanwhile), then
+// kills one of them — 6 rounds, 60 with FAULTS_LONG=1. Progress, not a
+// timer, paces the kills, so a loaded machine that is slow to restart
+// replicas gets as many kills, only later. The control replica does not
+// fire (-schedule-timer=false), so every slot is fired by a replica that
+// may die. Then plain replicas take over. Every slot must be accounted for
+// exactly once — one fire and one scan, or counted as missed on a later
+// fire (catch-up once) — and no slot may have two scans.
 func TestKillWhileFiringSchedules(t *testing.T) {
-	faultsFor := 12 * time.Second
+	rounds := 6
 	if scaleOf().Long {
-		faultsFor = 2 * time.Minute
+		rounds = 60
 	}
 	cl := startClusterWith(t, harness.Database{}, []string{"-schedule-timer=false"}, fireArmed("0.15"), fireArmed("0.15"))
 	g := cl.g
@@ -107,15 +111,19 @@ func TestKillWhileFiringSchedules(t *testing.T) {
 	start := time.Now().Add(2 * time.Second).Truncate(time.Second)
 	ids := createSecondlyScans(t, g, org, 20, start, nil)
 
-	began := time.Now()
-	nextKill := began.Add(time.Second)
-	for time.Since(began) < faultsFor {
-		if time.Now().After(nextKill) {
-			cl.kill(1 + rand.IntN(2))
-			nextKill = time.Now().Add(time.Duration(1000+rand.IntN(2000)) * time.Millisecond)
-		}
-		cl.reviveCrashed()
-		time.Sleep(20 * time.Millisecond) // the fault loop's pace, not a synchronisation
+	fires := func() int {
+		var n int
+		require.NoError(t, g.Pool.QueryRow(context.Background(), `SELECT count(*) FROM schedule_fires
+			WHERE schedule_id = ANY($1) AND trigger_kind = 'schedule'`, ids).Scan(&n))
+		return n
+	}
+	for round := range rounds {
+		target := fires() + 10 + rand.IntN(41)
+		harness.WaitFor(t, 2*time.Minute, fmt.Sprintf("round %d: %d fires", round+1, target), func() bool {
+			cl.reviveCrashed()
+			return fires() >= target
+		})
+		cl.kill(1 + rand.IntN(2))
 	}
 	cl.calmDown()
 	calm := time.Now()
@@ -129,7 +137,7 @@ func TestKillWhileFiringSchedules(t *testing.T) {
 	slots, fired := requireEverySlotOnce(t, g, ids, start)
 	t.Logf("schedules: %d slots, %d fired, %d counted missed; %d SIGKILLs, %d crashes at a fire COMMIT failpoint",
 		slots, fired, slots-fired, cl.Kills, cl.Crashes)
-	require.Positive(t, cl.Kills)
+	require.Equal(t, rounds, cl.Kills, "a SIGKILL per round, each after the fires it waited for")
 }
 
 // TestScheduleReplicasFireEachSlotOnce: two and three gateway processes on

@@ -15,7 +15,7 @@ import (
 	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
-// TestTwoReplicasThroughPgBouncer is tests/concurrency_test.go's two
+// TestTwoReplicasThroughPgBouncer is tests/workerprotocol/concurrency_test.go's two
 // replicas with every query through PgBouncer in transaction pooling mode
 // (40 client connections on 6 server connections) and LISTEN on direct
 // connections: every task is done exactly once, a poll waiting on one

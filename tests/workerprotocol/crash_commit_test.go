@@ -1,0 +1,111 @@
+package workerprotocol
+
+import (
+	"context"
+	"net/http"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/worker-gateway/gateway/tests/harness"
+	"github.com/worker-gateway/gateway/workerclient/apiclient"
+)
+
+// crashAt starts a gateway process that dies (exit 137, like kill -9) when
+// it reaches failpoint, with a client for worker w on it.
+func crashAt(t *testing.T, g *harness.Gateway, w *harness.Worker, failpoint string) (*harness.Process, *apiclient.ClientWithResponses) {
+	t.Helper()
+	p := g.StartProcess(t, "GATEWAY_FAILPOINTS="+failpoint)
+	c, err := apiclient.NewClientWithResponses(p.URL, apiclient.WithHTTPClient(w.HTTP))
+	require.NoError(t, err)
+	return p, c
+}
+
+func clientOn(t *testing.T, p *harness.Process, w *harness.Worker) *apiclient.ClientWithResponses {
+	t.Helper()
+	c, err := apiclient.NewClientWithResponses(p.URL, apiclient.WithHTTPClient(w.HTTP))
+	require.NoError(t, err)
+	return c
+}
+
+// TestCrashAroundLeaseCommit kills a replica just before and just after the
+// lease transaction commits. Before: nothing was leased, the task is pending.
+// After: the lease exists but its answer was lost; the worker's retry with
+// the same Idempotency-Key, on another replica, gets that same lease back —
+// no second attempt, nothing stranded until expiry.
+func TestCrashAroundLeaseCommit(t *testing.T) {
+	t.Parallel()
+	g, _ := harness.StartProcesses(t, 1) // the control plane's replica
+	org := g.NewOrganization(t, "acme")
+	w := g.NewWorker(t, "w1", 1, org)
+	task := g.CreateTask(t, org, harness.TaskSpec{})
+	n, wait := 1, 0
+	poll := func(c *apiclient.ClientWithResponses, key string) (*apiclient.AcquireLeasesResponse, error) {
+		return c.AcquireLeasesWithResponse(context.Background(), &apiclient.AcquireLeasesParams{IdempotencyKey: &key},
+			apiclient.LeaseRequest{MaxTasks: &n, WaitSeconds: &wait})
+	}
+
+	before, c := crashAt(t, g, w, "before-commit:acquire-leases")
+	_, err := poll(c, "poll-1")
+	require.Error(t, err, "the replica died before answering")
+	require.Error(t, before.Wait(10*time.Second))
+	require.Equal(t, apiclient.TaskState("pending"), g.Task(t, task).State, "nothing was committed")
+
+	after, c := crashAt(t, g, w, "after-commit:acquire-leases")
+	_, err = poll(c, "poll-2")
+	require.Error(t, err)
+	require.Error(t, after.Wait(10*time.Second))
+	require.Equal(t, apiclient.TaskState("leased"), g.Task(t, task).State, "the lease had committed")
+
+	survivor := g.StartProcess(t)
+	res, err := poll(clientOn(t, survivor, w), "poll-2")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
+	require.Len(t, res.JSON200.Leases, 1, "the retry gets the committed lease back")
+	l := res.JSON200.Leases[0]
+	require.Equal(t, task, l.Task.Id)
+	require.Equal(t, 1, l.Task.AttemptNumber)
+	require.Len(t, g.Task(t, task).Attempts, 1, "no second attempt")
+}
+
+// TestCrashAroundCompletionCommit kills a replica just before and just after
+// a completion's transaction commits; the worker's retry on another replica
+// ends the attempt once, answered with the same outcome either way.
+func TestCrashAroundCompletionCommit(t *testing.T) {
+	t.Parallel()
+	g, _ := harness.StartProcesses(t, 1) // the control plane's replica
+	org := g.NewOrganization(t, "acme")
+	w := g.NewWorker(t, "w1", 2, org)
+	g.CreateTask(t, org, harness.TaskSpec{})
+	g.CreateTask(t, org, harness.TaskSpec{})
+	leases := lease(t, w, 2, 0)
+	require.Len(t, leases, 2)
+	complete := func(c *apiclient.ClientWithResponses, l apiclient.Lease) (*apiclient.CompleteAttemptResponse, error) {
+		return c.CompleteAttemptWithResponse(context.Background(), l.AttemptId,
+			&apiclient.CompleteAttemptParams{LeaseToken: l.LeaseToken}, apiclient.CompleteRequest{Outcome: "succeeded"})
+	}
+
+	for i, fp := range []string{"before-commit:complete-attempts", "after-commit:complete-attempts"} {
+		l := leases[i]
+		doomed, c := crashAt(t, g, w, fp)
+		_, err := complete(c, l)
+		require.Error(t, err, fp)
+		require.Error(t, doomed.Wait(10*time.Second))
+		want := apiclient.TaskState("leased")
+		if i == 1 {
+			want = "completed"
+		}
+		require.Equal(t, want, g.Task(t, l.Task.Id).State, fp)
+
+		survivor := g.StartProcess(t)
+		res, err := complete(clientOn(t, survivor, w), l)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
+		require.Equal(t, apiclient.TaskState("completed"), res.JSON200.TaskState)
+		detail := g.Task(t, l.Task.Id)
+		require.Len(t, detail.Attempts, 1, fp)
+		require.NoError(t, survivor.Stop(syscall.SIGTERM))
+	}
+}
