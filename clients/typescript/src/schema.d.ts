@@ -399,7 +399,15 @@ export interface paths {
         delete?: never;
         options?: never;
         head?: never;
-        patch?: never;
+        /**
+         * Update an organization
+         * @description Platform operators only (an admin token without organization scope). Sets `scope_policy`.
+         *     Moving to `allow_list` narrows what the organization may scan: in the same transaction,
+         *     its active scans and its unfinished scanner tasks whose targets lie outside its scope
+         *     entries are cancelled (a running one is asked to stop), with error code
+         *     `target-out-of-scope`.
+         */
+        patch: operations["updateOrganization"];
         trace?: never;
     };
     "/v1/organizations/{organization_id}/assets": {
@@ -453,17 +461,18 @@ export interface paths {
         };
         /**
          * List an organization's scan scope
-         * @description The targets the organization is approved to scan, newest first. `enforced` is false for an
-         *     organization that never had a scope entry: its scans may name any target. From its first
-         *     entry on, scope is enforced, and stays enforced when every entry is removed (then no scan
-         *     is allowed).
+         * @description The targets the organization is approved to scan, newest first. `enforced` is whether its
+         *     `scope_policy` is `allow_list` (see the organization): when false its scans may name any
+         *     target. Adding an entry sets the policy to `allow_list`; it stays so when every entry is
+         *     removed (then no scan is allowed).
          */
         get: operations["listScopeTargets"];
         put?: never;
         /**
          * Approve a target for an organization's scans
          * @description Platform operators only (an admin token without organization scope). Adds an entry and
-         *     starts enforcing the organization's scope: a scan whose targets (or asset targets) are not
+         *     sets the organization's `scope_policy` to `allow_list` (for an organization that was
+         *     `unrestricted`, its live work outside the entry is cancelled as on removal): a scan whose targets (or asset targets) are not
          *     all in scope is 400 `target-out-of-scope`, listing them in `out_of_scope_targets`, and
          *     records workers return about anything outside scope are kept in their batch, flagged
          *     `out_of_scope`, and never become assets. Kinds: `domain` (with `include_subdomains`, or
@@ -489,7 +498,10 @@ export interface paths {
         post?: never;
         /**
          * Remove an entry from an organization's scan scope
-         * @description Platform operators only. The scope stays enforced.
+         * @description Platform operators only. The policy stays `allow_list`. In the same transaction, the
+         *     organization's active scans and unfinished scanner tasks whose targets the remaining
+         *     entries do not approve are cancelled (a running one is asked to stop), with error code
+         *     `target-out-of-scope`.
          */
         delete: operations["removeScopeTarget"];
         options?: never;
@@ -994,9 +1006,15 @@ export interface paths {
          *     `Idempotent-Replayed: true`); the same key with a different body is 422
          *     `idempotency-key-reused`. A `scanner_plugin` task whose payload names targets outside the
          *     organization's scan scope is 400 `target-out-of-scope`: every string under `urls`,
-         *     `addresses`, `targets`, `hosts`, `host` or `target`, and every other string or object key,
-         *     at any depth, that reads as a network location (a URL, an IP address or prefix,
-         *     `host:port`, `localhost`, a dotted name whose last label starts with a letter).
+         *     `addresses`, `targets`, `hosts`, `host` or `target` (keys compared as a Go worker's JSON
+         *     decoder reads them: case-insensitively, Unicode simple folding), the value of every entry
+         *     of `assets` of a network type (`ip`, `hostname`, `domain`, `port`, `service`, `url`,
+         *     `cidr`), and every other string or object key, at any depth, that reads as a network
+         *     location (a URL, an IP address or prefix, an IPv4 address in hexadecimal or octal,
+         *     `host:port` for any host name, `localhost`, a dotted name whose last label starts with a
+         *     letter). A single-label name (`intranet`) must be approved as a domain entry; an IPv4
+         *     address in any numeric form (`127.1`, `2130706433`, `0x7f000001`) is the address it
+         *     denotes.
          */
         post: operations["createTask"];
         delete?: never;
@@ -1068,7 +1086,9 @@ export interface paths {
          *     budget; its earlier attempts stay in its history. Other states are 409 `task-not-retryable`.
          *     A job of a finished scan reopens the scan (it completes again, its changes recomputed, when
          *     the job ends); while another job of the scan is in flight it is 409 `scan-busy`, since a
-         *     scan runs one job at a time; a job of a cancelled scan is 409 `scan-finished`.
+         *     scan runs one job at a time; a job of a cancelled scan is 409 `scan-finished`. The task
+         *     is held to the organization's scan scope as a new one is: 400 `target-out-of-scope` when
+         *     its targets have left it.
          */
         post: operations["retryTask"];
         delete?: never;
@@ -1300,6 +1320,12 @@ export interface paths {
          *     `bad-request` naming the field; a scan or `scanner_plugin` task naming targets outside
          *     the organization's scan scope is 400 `target-out-of-scope`, as creating it would be (a
          *     slot whose run has left the scope since is skipped, outcome `error`).
+         *
+         *     Slots closer together than the gateway's minimum (`-schedule-min-interval`, 60 s by
+         *     default) are 400 `schedule-interval-too-short`: an `interval_seconds` below it, or a cron
+         *     expression two of whose consecutive slots would be. An organization may have a limited
+         *     number of schedules (`-schedule-quota`, 1000 by default, or the organization's own);
+         *     creating one more is 403 `quota-exceeded`. Deleted schedules do not count.
          */
         post: operations["createSchedule"];
         delete?: never;
@@ -1326,11 +1352,21 @@ export interface paths {
          *     every fire, task and scan records the version it came from. When the timing changes the
          *     next slot is computed afresh from now; otherwise the pending slot stays. Pausing is
          *     `/pause`, not a field. A definition outside the organization's scan scope is 400
-         *     `target-out-of-scope`, as at creation.
+         *     `target-out-of-scope`, and a timing below the gateway's minimum interval 400
+         *     `schedule-interval-too-short`, as at creation (the minimum in force now applies to every
+         *     new version).
          */
         put: operations["updateSchedule"];
         post?: never;
-        delete?: never;
+        /**
+         * Delete a schedule
+         * @description The schedule stops firing when the deletion commits: a fire already under way commits
+         *     before it, none starts after. From then on the schedule is 404 to every operation and
+         *     is left out of lists, and no longer counts against the organization's quota. Runs it
+         *     created stay, with their trigger naming it, and go on; a slot queued behind a run is
+         *     dropped. Deleting is audited (`schedule.delete`).
+         */
+        delete: operations["deleteSchedule"];
         options?: never;
         head?: never;
         patch?: never;
@@ -1387,11 +1423,13 @@ export interface paths {
         put?: never;
         /**
          * Run a schedule now
-         * @description Starts the schedule's scan or task at once (trigger `manual`), paused or not and whatever
-         *     its overlap policy; its own slots are unchanged. With an `Idempotency-Key` (the creation
-         *     keys of tasks and scans), repeating the request returns the first run's fire (header
-         *     `Idempotent-Replayed: true`); the key used for something else is 422
-         *     `idempotency-key-reused`.
+         * @description Starts the schedule's scan or task at once (trigger `manual`), paused or not; its own
+         *     slots are unchanged. The overlap policy holds for manual runs too: while the schedule's
+         *     latest run (scheduled or manual) is still active and `overlap` is `skip` or `queue_one`,
+         *     the request is 409 `schedule-run-in-progress` and nothing is created; with `allow` runs
+         *     overlap. With an `Idempotency-Key` (the creation keys of tasks and scans), repeating the
+         *     request returns the first run's fire (header `Idempotent-Replayed: true`), even while
+         *     that run is active; the key used for something else is 422 `idempotency-key-reused`.
          */
         post: operations["runSchedule"];
         delete?: never;
@@ -1461,8 +1499,11 @@ export interface paths {
          * @description Creates an endpoint that receives the organization's events of the listed types, signed
          *     by the Standard Webhooks convention (`webhook-id`, `webhook-timestamp`,
          *     `webhook-signature`). The answer holds the signing `secret` (`whsec_…`): it is shown
-         *     only here and on rotation. A URL whose host resolves to a loopback, link-local or
-         *     private address is 400 `bad-request` unless the gateway runs with
+         *     only here and on rotation, and stored sealed under the gateway's secrets key (without
+         *     one, 503 `secrets-disabled`). A URL whose host is not a globally reachable unicast
+         *     address, or does not resolve only to such addresses, is 400 `bad-request`, with one
+         *     answer whether the name did not resolve or resolved to a refused address; loopback,
+         *     private and link-local addresses are allowed only when the gateway runs with
          *     `-webhooks-allow-private`. Admin permission.
          */
         post: operations["createWebhook"];
@@ -1901,12 +1942,24 @@ export interface components {
         };
         CreateOrganizationRequest: {
             name: string;
+            /** @description Defaults to `allow_list`. */
+            scope_policy?: components["schemas"]["ScopePolicy"];
         };
+        UpdateOrganizationRequest: {
+            scope_policy: components["schemas"]["ScopePolicy"];
+        };
+        /**
+         * @description What the organization's scans and scanner tasks may target. `allow_list`: only targets
+         *     its scope entries approve (with none, nothing); `unrestricted`: any target.
+         * @enum {string}
+         */
+        ScopePolicy: "allow_list" | "unrestricted";
         /**
          * @example {
          *       "id": "0193f1a2-7c4e-7d1a-9a51-6b3f0e2c4d10",
          *       "name": "Acme",
-         *       "created_at": "2026-11-29T15:36:32Z"
+         *       "created_at": "2026-11-29T15:36:32Z",
+         *       "scope_policy": "allow_list"
          *     }
          */
         Organization: {
@@ -1915,6 +1968,7 @@ export interface components {
             name: string;
             /** Format: date-time */
             created_at: string;
+            scope_policy: components["schemas"]["ScopePolicy"];
         };
         OrganizationList: {
             items: components["schemas"]["Organization"][];
@@ -2481,9 +2535,9 @@ export interface components {
         ScheduleCatchUp: "once" | "skip";
         /** @description Exactly one of `cron` and `interval_seconds`. */
         ScheduleTiming: {
-            /** @description Five fields (minute hour day month weekday) or @hourly, @daily, @weekly, @monthly, @yearly, in `time_zone`. */
+            /** @description Five fields (minute hour day month weekday) or @hourly, @daily, @weekly, @monthly, @yearly, in `time_zone`. No two consecutive slots may be closer than the gateway's minimum interval (`-schedule-min-interval`, 60 s by default), else 400 `schedule-interval-too-short`. */
             cron?: string;
-            /** @description A fixed period from `start_at` (or from creation), in absolute time. */
+            /** @description A fixed period from `start_at` (or from creation), in absolute time. At least the gateway's minimum interval (`-schedule-min-interval`, 60 s by default), else 400 `schedule-interval-too-short`. */
             interval_seconds?: number;
             /**
              * @description An IANA time zone, e.g. Europe/Berlin.
@@ -4169,6 +4223,42 @@ export interface operations {
             default: components["responses"]["Problem"];
         };
     };
+    updateOrganization: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                organization_id: components["parameters"]["OrganizationID"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "scope_policy": "allow_list"
+                 *     }
+                 */
+                "application/json": components["schemas"]["UpdateOrganizationRequest"];
+            };
+        };
+        responses: {
+            /** @description The updated organization. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Organization"];
+                };
+            };
+            400: components["responses"]["Problem"];
+            401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+            default: components["responses"]["Problem"];
+        };
+    };
     listAssets: {
         parameters: {
             query?: {
@@ -5831,6 +5921,30 @@ export interface operations {
             default: components["responses"]["Problem"];
         };
     };
+    deleteSchedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                schedule_id: components["parameters"]["ScheduleID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+            default: components["responses"]["Problem"];
+        };
+    };
     pauseSchedule: {
         parameters: {
             query?: never;
@@ -5919,6 +6033,7 @@ export interface operations {
             401: components["responses"]["Problem"];
             403: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
+            409: components["responses"]["Problem"];
             422: components["responses"]["Problem"];
             default: components["responses"]["Problem"];
         };
@@ -6048,6 +6163,7 @@ export interface operations {
             401: components["responses"]["Problem"];
             403: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
             default: components["responses"]["Problem"];
         };
     };
@@ -6174,6 +6290,7 @@ export interface operations {
             401: components["responses"]["Problem"];
             403: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
             default: components["responses"]["Problem"];
         };
     };
