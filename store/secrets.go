@@ -398,42 +398,29 @@ func (s *Store) SecretKeySample(ctx context.Context) ([]SealedSecret, error) {
 // A key the keyring cannot unwrap stops the rotation with an error naming
 // the secret's id.
 func (s *Store) RewrapSecrets(ctx context.Context, keyring *secretbox.Keyring, batch int) (int, error) {
-	total := 0
-	for {
-		n := 0
-		err := s.inTx(ctx, "rewrap secrets", func(tx pgx.Tx) error {
-			n = 0
-			rows, err := tx.Query(ctx, `
-				SELECT `+secretColumns+`, ciphertext, wrapped_key, kek_id FROM secrets
-				WHERE kek_id <> $1 ORDER BY id LIMIT $2 FOR UPDATE`, keyring.CurrentID(), batch)
-			if err != nil {
-				return fmt.Errorf("lock secrets: %w", err)
-			}
-			found, err := collectSealed(rows)
-			if err != nil {
-				return err
-			}
-			for _, ss := range found {
-				re, err := keyring.Rewrap(ss.Sealed, ss.AAD())
-				if err != nil {
-					return fmt.Errorf("secret %s: %w", ss.ID, err)
-				}
-				if _, err := tx.Exec(ctx, `UPDATE secrets SET wrapped_key = $2, kek_id = $3 WHERE id = $1`,
-					ss.ID, re.WrappedKey, re.KEKID); err != nil {
-					return fmt.Errorf("rewrap secret: %w", err)
-				}
-			}
-			n = len(found)
-			return nil
-		})
+	return s.inBatches(ctx, "rewrap secrets", func(tx pgx.Tx) (int, error) {
+		rows, err := tx.Query(ctx, `
+			SELECT `+secretColumns+`, ciphertext, wrapped_key, kek_id FROM secrets
+			WHERE kek_id <> $1 ORDER BY id LIMIT $2 FOR UPDATE`, keyring.CurrentID(), batch)
 		if err != nil {
-			return total, err
+			return 0, fmt.Errorf("lock secrets: %w", err)
 		}
-		total += n
-		if n == 0 {
-			return total, nil
+		found, err := collectSealed(rows)
+		if err != nil {
+			return 0, err
 		}
-	}
+		for _, ss := range found {
+			re, err := keyring.Rewrap(ss.Sealed, ss.AAD())
+			if err != nil {
+				return 0, fmt.Errorf("secret %s: %w", ss.ID, err)
+			}
+			if _, err := tx.Exec(ctx, `UPDATE secrets SET wrapped_key = $2, kek_id = $3 WHERE id = $1`,
+				ss.ID, re.WrappedKey, re.KEKID); err != nil {
+				return 0, fmt.Errorf("rewrap secret: %w", err)
+			}
+		}
+		return len(found), nil
+	})
 }
 
 // SecretAllowed reports whether a secret may be given to a task of this

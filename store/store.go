@@ -58,6 +58,28 @@ func (s *Store) inTx(ctx context.Context, name string, fn func(tx pgx.Tx) error)
 	return err
 }
 
+// inBatches runs batch, each call its own transaction, until a batch
+// handles no row, and returns how many rows the batches handled: the shape
+// of every resumable sweep over a table (sealing, re-wrapping keys).
+func (s *Store) inBatches(ctx context.Context, name string, batch func(tx pgx.Tx) (int, error)) (int, error) {
+	total := 0
+	for {
+		n := 0
+		err := s.inTx(ctx, name, func(tx pgx.Tx) error {
+			var err error
+			n, err = batch(tx)
+			return err
+		})
+		if err != nil {
+			return total, err
+		}
+		total += n
+		if n == 0 {
+			return total, nil
+		}
+	}
+}
+
 func (s *Store) inTxOnce(ctx context.Context, name string, fn func(tx pgx.Tx) error) error {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {

@@ -129,61 +129,49 @@ func (s *Store) SealWebhookSecrets(ctx context.Context, keyring *secretbox.Keyri
 	if err := requireKeyring(keyring); err != nil {
 		return 0, err
 	}
-	total := 0
-	for {
-		n := 0
-		err := s.inTx(ctx, "seal webhook secrets", func(tx pgx.Tx) error {
-			rows, err := tx.Query(ctx, `
-				SELECT t.id, t.organization_id, t.deleted_at IS NOT NULL, `+webhookSecretColumnsSQL+` FROM webhook_targets t
-				WHERE t.secret IS NOT NULL OR t.previous_secret IS NOT NULL
-				ORDER BY t.id LIMIT $1 FOR UPDATE SKIP LOCKED`, batch)
-			if err != nil {
-				return fmt.Errorf("lock plaintext webhook secrets: %w", err)
-			}
-			type plainRow struct {
-				id, org uuid.UUID
-				deleted bool
-				cols    webhookSecretColumns
-			}
-			found, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (plainRow, error) {
-				var p plainRow
-				return p, r.Scan(append([]any{&p.id, &p.org, &p.deleted}, p.cols.dest()...)...)
-			})
-			if err != nil {
-				return fmt.Errorf("lock plaintext webhook secrets: %w", err)
-			}
-			for _, p := range found {
-				var current, previous *secretbox.Sealed
-				if !p.deleted {
-					cur, prev := p.cols.secrets(p.org, p.id)
-					if current, err = sealWebhookSecret(keyring, cur, p.org, p.id); err != nil {
-						return err
-					}
-					if previous, err = sealWebhookSecret(keyring, prev, p.org, p.id); err != nil {
-						return err
-					}
-				}
-				ct, wk, kek := sealedArgs(current)
-				pct, pwk, pkek := sealedArgs(previous)
-				if _, err := tx.Exec(ctx, `
-					UPDATE webhook_targets SET secret = NULL, previous_secret = NULL,
-						secret_ciphertext = $2, secret_wrapped_key = $3, secret_kek_id = $4,
-						previous_secret_ciphertext = $5, previous_secret_wrapped_key = $6, previous_secret_kek_id = $7
-					WHERE id = $1`, p.id, ct, wk, kek, pct, pwk, pkek); err != nil {
-					return fmt.Errorf("seal webhook secret: %w", err)
-				}
-			}
-			n = len(found)
-			return nil
+	return s.inBatches(ctx, "seal webhook secrets", func(tx pgx.Tx) (int, error) {
+		rows, err := tx.Query(ctx, `
+			SELECT t.id, t.organization_id, t.deleted_at IS NOT NULL, `+webhookSecretColumnsSQL+` FROM webhook_targets t
+			WHERE t.secret IS NOT NULL OR t.previous_secret IS NOT NULL
+			ORDER BY t.id LIMIT $1 FOR UPDATE SKIP LOCKED`, batch)
+		if err != nil {
+			return 0, fmt.Errorf("lock plaintext webhook secrets: %w", err)
+		}
+		type plainRow struct {
+			id, org uuid.UUID
+			deleted bool
+			cols    webhookSecretColumns
+		}
+		found, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (plainRow, error) {
+			var p plainRow
+			return p, r.Scan(append([]any{&p.id, &p.org, &p.deleted}, p.cols.dest()...)...)
 		})
 		if err != nil {
-			return total, err
+			return 0, fmt.Errorf("lock plaintext webhook secrets: %w", err)
 		}
-		total += n
-		if n == 0 {
-			return total, nil
+		for _, p := range found {
+			var current, previous *secretbox.Sealed
+			if !p.deleted {
+				cur, prev := p.cols.secrets(p.org, p.id)
+				if current, err = sealWebhookSecret(keyring, cur, p.org, p.id); err != nil {
+					return 0, err
+				}
+				if previous, err = sealWebhookSecret(keyring, prev, p.org, p.id); err != nil {
+					return 0, err
+				}
+			}
+			ct, wk, kek := sealedArgs(current)
+			pct, pwk, pkek := sealedArgs(previous)
+			if _, err := tx.Exec(ctx, `
+				UPDATE webhook_targets SET secret = NULL, previous_secret = NULL,
+					secret_ciphertext = $2, secret_wrapped_key = $3, secret_kek_id = $4,
+					previous_secret_ciphertext = $5, previous_secret_wrapped_key = $6, previous_secret_kek_id = $7
+				WHERE id = $1`, p.id, ct, wk, kek, pct, pwk, pkek); err != nil {
+				return 0, fmt.Errorf("seal webhook secret: %w", err)
+			}
 		}
-	}
+		return len(found), nil
+	})
 }
 
 // sealWebhookSecret is a secret's seal: sealed now if it was plaintext,
@@ -256,63 +244,51 @@ func (s *Store) RewrapWebhookSecrets(ctx context.Context, keyring *secretbox.Key
 	if err := requireKeyring(keyring); err != nil {
 		return 0, err
 	}
-	total := 0
-	for {
-		n := 0
-		err := s.inTx(ctx, "rewrap webhook secrets", func(tx pgx.Tx) error {
-			rows, err := tx.Query(ctx, `
-				SELECT id, organization_id, secret_ciphertext, secret_wrapped_key, secret_kek_id,
-					previous_secret_ciphertext, previous_secret_wrapped_key, previous_secret_kek_id
-				FROM webhook_targets
-				WHERE secret_kek_id <> $1 OR previous_secret_kek_id <> $1
-				ORDER BY id LIMIT $2 FOR UPDATE`, keyring.CurrentID(), batch)
-			if err != nil {
-				return fmt.Errorf("lock webhook secrets: %w", err)
+	return s.inBatches(ctx, "rewrap webhook secrets", func(tx pgx.Tx) (int, error) {
+		rows, err := tx.Query(ctx, `
+			SELECT id, organization_id, secret_ciphertext, secret_wrapped_key, secret_kek_id,
+				previous_secret_ciphertext, previous_secret_wrapped_key, previous_secret_kek_id
+			FROM webhook_targets
+			WHERE secret_kek_id <> $1 OR previous_secret_kek_id <> $1
+			ORDER BY id LIMIT $2 FOR UPDATE`, keyring.CurrentID(), batch)
+		if err != nil {
+			return 0, fmt.Errorf("lock webhook secrets: %w", err)
+		}
+		var found []sealedWebhookSecret
+		_, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (struct{}, error) {
+			var (
+				id, org          uuid.UUID
+				ct, wk, pct, pwk []byte
+				kek, pkek        *string
+			)
+			if err := r.Scan(&id, &org, &ct, &wk, &kek, &pct, &pwk, &pkek); err != nil {
+				return struct{}{}, err
 			}
-			var found []sealedWebhookSecret
-			_, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (struct{}, error) {
-				var (
-					id, org          uuid.UUID
-					ct, wk, pct, pwk []byte
-					kek, pkek        *string
-				)
-				if err := r.Scan(&id, &org, &ct, &wk, &kek, &pct, &pwk, &pkek); err != nil {
-					return struct{}{}, err
-				}
-				if kek != nil && *kek != keyring.CurrentID() {
-					found = append(found, sealedWebhookSecret{target: id, org: org, sealed: secretbox.Sealed{Ciphertext: ct, WrappedKey: wk, KEKID: *kek}})
-				}
-				if pkek != nil && *pkek != keyring.CurrentID() {
-					found = append(found, sealedWebhookSecret{target: id, org: org, previous: true,
-						sealed: secretbox.Sealed{Ciphertext: pct, WrappedKey: pwk, KEKID: *pkek}})
-				}
-				return struct{}{}, nil
-			})
-			if err != nil {
-				return fmt.Errorf("lock webhook secrets: %w", err)
+			if kek != nil && *kek != keyring.CurrentID() {
+				found = append(found, sealedWebhookSecret{target: id, org: org, sealed: secretbox.Sealed{Ciphertext: ct, WrappedKey: wk, KEKID: *kek}})
 			}
-			for _, f := range found {
-				re, err := keyring.Rewrap(f.sealed, secretbox.WebhookAAD(f.org, f.target))
-				if err != nil {
-					return fmt.Errorf("webhook %s: %w", f.target, err)
-				}
-				update := `UPDATE webhook_targets SET secret_wrapped_key = $2, secret_kek_id = $3 WHERE id = $1`
-				if f.previous {
-					update = `UPDATE webhook_targets SET previous_secret_wrapped_key = $2, previous_secret_kek_id = $3 WHERE id = $1`
-				}
-				if _, err := tx.Exec(ctx, update, f.target, re.WrappedKey, re.KEKID); err != nil {
-					return fmt.Errorf("rewrap webhook secret: %w", err)
-				}
+			if pkek != nil && *pkek != keyring.CurrentID() {
+				found = append(found, sealedWebhookSecret{target: id, org: org, previous: true,
+					sealed: secretbox.Sealed{Ciphertext: pct, WrappedKey: pwk, KEKID: *pkek}})
 			}
-			n = len(found)
-			return nil
+			return struct{}{}, nil
 		})
 		if err != nil {
-			return total, err
+			return 0, fmt.Errorf("lock webhook secrets: %w", err)
 		}
-		total += n
-		if n == 0 {
-			return total, nil
+		for _, f := range found {
+			re, err := keyring.Rewrap(f.sealed, secretbox.WebhookAAD(f.org, f.target))
+			if err != nil {
+				return 0, fmt.Errorf("webhook %s: %w", f.target, err)
+			}
+			update := `UPDATE webhook_targets SET secret_wrapped_key = $2, secret_kek_id = $3 WHERE id = $1`
+			if f.previous {
+				update = `UPDATE webhook_targets SET previous_secret_wrapped_key = $2, previous_secret_kek_id = $3 WHERE id = $1`
+			}
+			if _, err := tx.Exec(ctx, update, f.target, re.WrappedKey, re.KEKID); err != nil {
+				return 0, fmt.Errorf("rewrap webhook secret: %w", err)
+			}
 		}
-	}
+		return len(found), nil
+	})
 }
