@@ -13,20 +13,32 @@ import (
 	"github.com/worker-gateway/gateway/store"
 )
 
-// audit records a control-plane change by the authenticated caller. The
-// change has already committed; a failure to record it is logged, not
-// turned into a failed request.
-func (s *Server) audit(ctx context.Context, action, targetType, targetID string, org *uuid.UUID, details map[string]any) {
+// audit declares the audit record of the control-plane change the handler
+// makes next with the returned context: the store writes it in that
+// change's own transaction, before COMMIT (store.WithAudit), so a crash
+// leaves both or neither. What only the change knows (the id it created,
+// the organization of what an id names, a count) the store fills in.
+// Declare it just before the changing call, not before reads.
+func (s *Server) audit(ctx context.Context, action, targetType, targetID string, org *uuid.UUID, details map[string]any) context.Context {
 	actorType, actorID := "anonymous", ""
 	if st := authFrom(ctx); st.principal != nil {
 		actorType, actorID = "token", st.principal.TokenID.String()
 	} else if st.worker != nil {
 		actorType, actorID = "worker", st.worker.ID.String()
 	}
-	s.auditAs(ctx, actorType, actorID, action, targetType, targetID, org, details)
+	return s.auditAs(ctx, actorType, actorID, action, targetType, targetID, org, details)
 }
 
-func (s *Server) auditAs(ctx context.Context, actorType, actorID, action, targetType, targetID string, org *uuid.UUID, details map[string]any) {
+// auditAs is audit with the actor named.
+func (s *Server) auditAs(ctx context.Context, actorType, actorID, action, targetType, targetID string, org *uuid.UUID, details map[string]any) context.Context {
+	return store.WithAudit(ctx, store.AuditEvent{ActorType: actorType, ActorID: actorID, Action: action,
+		TargetType: targetType, TargetID: targetID, OrganizationID: org, RequestID: requestIDFrom(ctx)}, details)
+}
+
+// recordAudit writes an audit event in a transaction of its own: for what
+// changes nothing of the control plane (security events, throttled, and
+// console sign-ins). A failure is logged, not turned into a failed request.
+func (s *Server) recordAudit(ctx context.Context, actorType, actorID, action, targetType, targetID string, org *uuid.UUID, details map[string]any) {
 	raw, _ := json.Marshal(details)
 	if details == nil {
 		raw = nil

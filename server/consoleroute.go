@@ -61,7 +61,11 @@ func (s *Server) consoleHandler(h *handlers) (http.Handler, error) {
 			if p := authFrom(ctx).principal; p != nil {
 				org = p.OrganizationID
 			}
-			s.audit(ctx, action, "api_token", authTokenID(ctx), org, details)
+			actorType, actorID := "anonymous", ""
+			if p := authFrom(ctx).principal; p != nil {
+				actorType, actorID = "token", p.TokenID.String()
+			}
+			s.recordAudit(ctx, actorType, actorID, action, "api_token", authTokenID(ctx), org, details)
 		},
 		SignInRefused: func(r *http.Request) {
 			s.security(r.Context(), actionTokenRefused, "anonymous", "", map[string]any{"path": r.URL.Path})

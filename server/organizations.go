@@ -17,11 +17,11 @@ func (h *handlers) CreateOrganization(ctx context.Context, req api.CreateOrganiz
 	if err != nil {
 		return nil, err
 	}
+	ctx = h.audit(ctx, "organization.create", "organization", "", nil, map[string]any{"name": req.Body.Name})
 	o, err := h.store.CreateOrganization(ctx, scope, req.Body.Name)
 	if err != nil {
 		return nil, err
 	}
-	h.audit(ctx, "organization.create", "organization", o.ID.String(), &o.ID, map[string]any{"name": o.Name})
 	return api.CreateOrganization201JSONResponse(toOrganization(o)), nil
 }
 

@@ -297,7 +297,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 	s.workerRate = newRateLimiter[uuid.UUID](cfg.Limits.WorkerRate, cfg.Limits.WorkerBurst, 0)
 	s.enrollRefusals = newRateLimiter[string](cfg.Limits.EnrollRefusalRate, cfg.Limits.EnrollRefusalBurst, maxEnrollSources)
 	s.securityEvents = newSecurityThrottle(cfg.SecurityAuditWindow, cfg.SecurityAuditSources, func(ctx context.Context, e securityEvent) {
-		s.auditAs(ctx, e.actorType, e.actorID, e.action, "", "", nil, e.details)
+		s.recordAudit(ctx, e.actorType, e.actorID, e.action, "", "", nil, e.details)
 	})
 	if cfg.LeaseGroupCommit {
 		// One writer: the replica's single fetcher (concurrent walks of the

@@ -25,10 +25,17 @@ func (s *Store) CreateOrganization(ctx context.Context, scope Scope, name string
 		return Organization{}, fmt.Errorf("%w: only an unscoped admin creates organizations", ErrForbidden)
 	}
 	var o Organization
-	err := s.pool.QueryRow(ctx, `INSERT INTO organizations (name) VALUES ($1) RETURNING id, name, created_at`, name).
-		Scan(&o.ID, &o.Name, &o.CreatedAt)
+	err := s.inTx(ctx, "create organization", func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `INSERT INTO organizations (name) VALUES ($1) RETURNING id, name, created_at`, name).
+			Scan(&o.ID, &o.Name, &o.CreatedAt)
+		if err != nil {
+			return fmt.Errorf("create organization: %w", err)
+		}
+		auditTarget(ctx, o.ID, &o.ID)
+		return nil
+	})
 	if err != nil {
-		return Organization{}, fmt.Errorf("create organization: %w", err)
+		return Organization{}, err
 	}
 	return o, nil
 }

@@ -80,6 +80,7 @@ func (s *Store) CreateScan(ctx context.Context, scope Scope, p CreateScanParams)
 		if err != nil {
 			return err
 		}
+		auditTarget(ctx, id, &p.OrganizationID)
 		scan, err = getScan(ctx, tx, scope, id)
 		return err
 	})
@@ -270,6 +271,7 @@ func (s *Store) CancelScan(ctx context.Context, scope Scope, id uuid.UUID) (Scan
 		if err != nil {
 			return err
 		}
+		auditTarget(ctx, sc.ID, &sc.OrganizationID)
 		if _, err := tx.Exec(ctx, `SELECT id FROM worker_tasks WHERE scan_id = $1
 			AND state NOT IN ('completed', 'failed_terminal', 'cancelled') ORDER BY id FOR UPDATE`, id); err != nil {
 			return fmt.Errorf("lock scan tasks: %w", err)

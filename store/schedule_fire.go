@@ -430,6 +430,7 @@ func (s *Store) RunScheduleNow(ctx context.Context, scope Scope, id uuid.UUID, p
 		if err != nil {
 			return err
 		}
+		auditTarget(ctx, id, &sc.OrganizationID)
 		f = ScheduleFire{ScheduleID: id, Version: sc.Version, Trigger: TriggerManual, TokenID: p.TokenID, Outcome: FireCreated}
 		if err := tx.QueryRow(ctx, `INSERT INTO schedule_fires (schedule_id, organization_id, version, slot_at,
 				trigger_kind, token_id, outcome)
@@ -468,6 +469,7 @@ func (s *Store) RunScheduleNow(ctx context.Context, scope Scope, id uuid.UUID, p
 			WHERE id = $1`, id, f.TaskID, f.ScanID); err != nil {
 			return fmt.Errorf("record manual run: %w", err)
 		}
+		auditDetail(ctx, "fire_id", f.ID.String())
 		if f.TaskID != nil {
 			return notify(ctx, tx, Wakeup{Kind: WakeOrganization, Organization: sc.OrganizationID, Count: 1})
 		}

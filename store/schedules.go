@@ -499,6 +499,8 @@ func (s *Store) CreateSchedule(ctx context.Context, scope Scope, org uuid.UUID, 
 		if err := insertVersion(ctx, tx, id, 1, c, p.TokenID); err != nil {
 			return err
 		}
+		auditTarget(ctx, id, &org)
+		auditDetail(ctx, "version", 1)
 		if sc, err = readSchedule(ctx, tx, scope, id, false); err != nil {
 			return err
 		}
@@ -602,6 +604,8 @@ func (s *Store) UpdateSchedule(ctx context.Context, scope Scope, id uuid.UUID, p
 		if err := insertVersion(ctx, tx, id, old.Version+1, c, p.TokenID); err != nil {
 			return err
 		}
+		auditTarget(ctx, id, &old.OrganizationID)
+		auditDetail(ctx, "version", old.Version+1)
 		if sc, err = readSchedule(ctx, tx, scope, id, false); err != nil {
 			return err
 		}
@@ -635,6 +639,7 @@ func (s *Store) setScheduleEnabled(ctx context.Context, scope Scope, id uuid.UUI
 		if err != nil {
 			return err
 		}
+		auditTarget(ctx, id, &old.OrganizationID)
 		if old.Enabled == enabled {
 			sc = old
 			return nil

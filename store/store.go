@@ -43,7 +43,8 @@ type executor interface {
 var psql = sq.StatementBuilder.PlaceholderFormat(sq.Dollar)
 
 // inTx runs fn in one READ COMMITTED transaction and commits it when fn
-// returns nil. A transaction PostgreSQL aborted as a deadlock victim is run
+// returns nil, writing before COMMIT the audit record ctx carries
+// (WithAudit). A transaction PostgreSQL aborted as a deadlock victim is run
 // again from the start (fn must therefore reset whatever it fills in).
 func (s *Store) inTx(ctx context.Context, name string, fn func(tx pgx.Tx) error) error {
 	var err error
@@ -66,9 +67,16 @@ func (s *Store) inTxOnce(ctx context.Context, name string, fn func(tx pgx.Tx) er
 	if err := fn(tx); err != nil {
 		return wrapOp(name, err)
 	}
+	audited, err := writePendingAudit(ctx, tx)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
 	failpoint.Inject(beforeCommit(name))
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("%s: commit: %w", name, err)
+	}
+	if audited {
+		auditCommitted(ctx)
 	}
 	failpoint.Inject(afterCommit(name))
 	return nil
@@ -145,6 +153,15 @@ func (s *Store) inPipelinedTxOnce(ctx context.Context, name string, queue func(b
 			return wrapOp(name, err)
 		}
 	}
+	audited, err := writePendingAudit(ctx, tx)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	defer func() {
+		if err == nil && audited {
+			auditCommitted(ctx)
+		}
+	}()
 	failpoint.Inject(beforeCommit(name))
 	// The wake-ups travel with COMMIT, in one round trip: a NOTIFY failing
 	// aborts the transaction, and COMMIT then answers ROLLBACK.

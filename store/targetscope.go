@@ -354,6 +354,7 @@ func (s *Store) AddScopeTarget(ctx context.Context, scope Scope, org uuid.UUID, 
 		if err != nil {
 			return fmt.Errorf("add scope target: %w", err)
 		}
+		auditScopeTarget(ctx, t)
 		return nil
 	})
 	if err != nil {
@@ -391,14 +392,23 @@ func (s *Store) ListScopeTargets(ctx context.Context, scope Scope, org uuid.UUID
 
 // RemoveScopeTarget removes an entry; the scope stays enforced.
 func (s *Store) RemoveScopeTarget(ctx context.Context, scope Scope, org, id uuid.UUID) (ScopeTarget, error) {
-	t, err := scanScopeTarget(s.pool.QueryRow(ctx, `DELETE FROM scope_targets
-		WHERE id = $1 AND organization_id = $2 AND `+inScope("organization_id", "$3")+`
-		RETURNING `+scopeTargetColumns, id, org, scope.arg()))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return ScopeTarget{}, ErrNotFound
-	}
+	var t ScopeTarget
+	err := s.inTx(ctx, "remove scope target", func(tx pgx.Tx) error {
+		var err error
+		t, err = scanScopeTarget(tx.QueryRow(ctx, `DELETE FROM scope_targets
+			WHERE id = $1 AND organization_id = $2 AND `+inScope("organization_id", "$3")+`
+			RETURNING `+scopeTargetColumns, id, org, scope.arg()))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return fmt.Errorf("remove scope target: %w", err)
+		}
+		auditScopeTarget(ctx, t)
+		return nil
+	})
 	if err != nil {
-		return ScopeTarget{}, fmt.Errorf("remove scope target: %w", err)
+		return ScopeTarget{}, err
 	}
 	return t, nil
 }
@@ -503,4 +513,13 @@ func networkLocation(s string) (string, bool) {
 		return "", false
 	}
 	return host, true
+}
+
+// auditScopeTarget names a scope entry, as stored, in its change's audit
+// record.
+func auditScopeTarget(ctx context.Context, t ScopeTarget) {
+	auditTarget(ctx, t.ID, &t.OrganizationID)
+	auditDetail(ctx, "kind", t.Kind)
+	auditDetail(ctx, "value", t.Value)
+	auditDetail(ctx, "include_subdomains", t.IncludeSubdomains)
 }

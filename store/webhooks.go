@@ -118,6 +118,7 @@ func (s *Store) CreateWebhookTarget(ctx context.Context, scope Scope, org uuid.U
 		if err != nil {
 			return fmt.Errorf("insert webhook target: %w", err)
 		}
+		auditTarget(ctx, w.ID, &w.OrganizationID)
 		return notify(ctx, tx, Wakeup{Kind: WakeWebhooks, Organization: org})
 	})
 	if err != nil {
@@ -148,6 +149,7 @@ func (s *Store) UpdateWebhookTarget(ctx context.Context, scope Scope, id uuid.UU
 		if err != nil {
 			return fmt.Errorf("update webhook target: %w", err)
 		}
+		auditTarget(ctx, w.ID, &w.OrganizationID)
 		return notify(ctx, tx, Wakeup{Kind: WakeWebhooks, Organization: w.OrganizationID})
 	})
 	return w, err
@@ -172,6 +174,7 @@ func (s *Store) DeleteWebhookTarget(ctx context.Context, scope Scope, id uuid.UU
 		if err != nil {
 			return fmt.Errorf("delete webhook target: %w", err)
 		}
+		auditTarget(ctx, w.ID, &w.OrganizationID)
 		if _, err := tx.Exec(ctx, `DELETE FROM webhook_deliveries WHERE target_id = $1`, id); err != nil {
 			return fmt.Errorf("delete webhook deliveries: %w", err)
 		}
@@ -225,16 +228,25 @@ func (s *Store) RotateWebhookSecret(ctx context.Context, scope Scope, id uuid.UU
 	if err != nil {
 		return WebhookTarget{}, nil, err
 	}
-	w, err := scanWebhookTarget(s.pool.QueryRow(ctx, `
-		UPDATE webhook_targets t SET secret = $3, previous_secret = t.secret,
-			previous_secret_expires_at = now() + make_interval(secs => $4), updated_at = now()
-		WHERE t.id = $1 AND t.deleted_at IS NULL AND `+inScope("t.organization_id", "$2")+`
-		RETURNING `+webhookTargetColumns, id, scope.arg(), secret, overlap.Seconds()))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return WebhookTarget{}, nil, ErrNotFound
-	}
+	var w WebhookTarget
+	err = s.inTx(ctx, "rotate webhook secret", func(tx pgx.Tx) error {
+		var err error
+		w, err = scanWebhookTarget(tx.QueryRow(ctx, `
+			UPDATE webhook_targets t SET secret = $3, previous_secret = t.secret,
+				previous_secret_expires_at = now() + make_interval(secs => $4), updated_at = now()
+			WHERE t.id = $1 AND t.deleted_at IS NULL AND `+inScope("t.organization_id", "$2")+`
+			RETURNING `+webhookTargetColumns, id, scope.arg(), secret, overlap.Seconds()))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return fmt.Errorf("rotate webhook secret: %w", err)
+		}
+		auditTarget(ctx, w.ID, &w.OrganizationID)
+		return nil
+	})
 	if err != nil {
-		return WebhookTarget{}, nil, fmt.Errorf("rotate webhook secret: %w", err)
+		return WebhookTarget{}, nil, err
 	}
 	return w, secret, nil
 }

@@ -119,6 +119,7 @@ func (s *Store) CreateWorker(ctx context.Context, scope Scope, p CreateWorkerPar
 		case err != nil:
 			return fmt.Errorf("create worker: %w", err)
 		}
+		auditTarget(ctx, id, p.OwnerOrganizationID)
 		if p.OwnerOrganizationID != nil {
 			if _, err := tx.Exec(ctx, `INSERT INTO organization_workers (organization_id, worker_id) VALUES ($1, $2)`,
 				*p.OwnerOrganizationID, id); err != nil {
