@@ -416,6 +416,10 @@ func (s *Store) RewrapSecrets(ctx context.Context, keyring *secretbox.Keyring, b
 				}
 			}
 			n = len(found)
+			auditDetail(ctx, "rewrapped", n)
+			if n == 0 && total > 0 {
+				auditSkip(ctx) // the last, empty batch: the others were recorded
+			}
 			return nil
 		})
 		if err != nil {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -108,12 +107,11 @@ func secretsCommand(a *cli) *command {
 				}
 				defer pool.Close()
 				st := store.New(pool)
+				// One audit row per batch, in the batch's transaction: what
+				// committed is recorded, even if a later batch fails.
+				ctx = store.WithAuditEach(ctx, store.AuditEvent{ActorType: "system", ActorID: "gateway secrets rotate-kek",
+					Action: "secret.rotate_kek", TargetType: "secret"}, map[string]any{"kek_id": keyring.CurrentID()})
 				n, err := st.RewrapSecrets(ctx, keyring, 100)
-				details, _ := json.Marshal(map[string]any{"rewrapped": n, "kek_id": keyring.CurrentID()})
-				if auditErr := st.RecordAudit(context.WithoutCancel(ctx), store.AuditEvent{ActorType: "system", ActorID: "gateway secrets rotate-kek",
-					Action: "secret.rotate_kek", TargetType: "secret", Details: details}); auditErr != nil {
-					a.logger.Error("audit event not recorded", "action", "secret.rotate_kek", "error", auditErr.Error())
-				}
 				if err != nil {
 					return fmt.Errorf("rotate-kek: %w (after %d re-wrapped)", err, n)
 				}
