@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/worker-gateway/gateway/problem"
+	"github.com/worker-gateway/gateway/server/api"
 	"github.com/worker-gateway/gateway/store"
 )
 
@@ -31,8 +32,41 @@ func (s *Server) audit(ctx context.Context, action, targetType, targetID string,
 
 // auditAs is audit with the actor named.
 func (s *Server) auditAs(ctx context.Context, actorType, actorID, action, targetType, targetID string, org *uuid.UUID, details map[string]any) context.Context {
-	return store.WithAudit(ctx, store.AuditEvent{ActorType: actorType, ActorID: actorID, Action: action,
+	ctx = store.WithAudit(ctx, store.AuditEvent{ActorType: actorType, ActorID: actorID, Action: action,
 		TargetType: targetType, TargetID: targetID, OrganizationID: org, RequestID: requestIDFrom(ctx)}, details)
+	if d, ok := ctx.Value(auditDeclaredKey{}).(*auditDeclared); ok {
+		d.records = append(d.records, auditRecord{action: action, ctx: ctx})
+	}
+	return ctx
+}
+
+type auditDeclaredKey struct{}
+
+// auditDeclared is the audit records a request's handler declared.
+type auditDeclared struct{ records []auditRecord }
+
+type auditRecord struct {
+	action string
+	ctx    context.Context
+}
+
+// auditGuard logs, as an error, an operation that succeeded although a
+// record it declared was written by no transaction: its change went
+// around inTx (TestEveryControlPlaneChangeIsAudited fails for it too).
+func (s *Server) auditGuard(f api.StrictHandlerFunc, operationID string) api.StrictHandlerFunc {
+	return func(ctx context.Context, w http.ResponseWriter, r *http.Request, request any) (any, error) {
+		declared := &auditDeclared{}
+		res, err := f(context.WithValue(ctx, auditDeclaredKey{}, declared), w, r, request)
+		if err == nil {
+			for _, rec := range declared.records {
+				if _, done := store.AuditWritten(rec.ctx); !done {
+					s.logger.Error("audit record not written in the change's transaction", "operation", operationID,
+						"action", rec.action, "request_id", requestIDFrom(ctx))
+				}
+			}
+		}
+		return res, err
+	}
 }
 
 // recordAudit writes an audit event in a transaction of its own: for what

@@ -349,7 +349,7 @@ func (s *Server) buildHandler() (http.Handler, error) {
 		return nil, err
 	}
 	impl := &handlers{s}
-	strict := api.NewStrictHandlerWithOptions(impl, nil, api.StrictHTTPServerOptions{
+	strict := api.NewStrictHandlerWithOptions(impl, []api.StrictMiddlewareFunc{s.auditGuard}, api.StrictHTTPServerOptions{
 		RequestErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
 			writeProblem(w, r, withCause(newProblem(http.StatusBadRequest, problem.BadRequest, "the request body could not be decoded"), err), s.logger)
 		},
