@@ -2,8 +2,8 @@
 // the permission matrix generated from openapi.yaml, the cost of refused
 // requests, audit throttling, token lineage, integer bounds, enrollment
 // limits, follow caps, response headers, who hears webhook events (one
-// emitter) and an audit row for every control-plane change. Every check runs against a real
-// gateway (TLS, HTTP, PostgreSQL).
+// emitter) and an audit row for every control-plane change. Every check
+// runs against a real gateway (TLS, HTTP, PostgreSQL).
 package security
 
 import (
