@@ -90,6 +90,21 @@ func auditWorkerActor(ctx context.Context, worker uuid.UUID) {
 	}
 }
 
+// auditTokenActor names the API token a change was made by and to, known
+// only inside the transaction (a console sign-in: the token it exchanges).
+func auditTokenActor(ctx context.Context, token uuid.UUID, org *uuid.UUID) {
+	if p := pendingAuditOf(ctx); p != nil {
+		p.mu.Lock()
+		p.event.ActorType, p.event.ActorID = "token", token.String()
+		p.event.TargetType, p.event.TargetID = "api_token", token.String()
+		if p.event.OrganizationID == nil && org != nil {
+			o := *org
+			p.event.OrganizationID = &o
+		}
+		p.mu.Unlock()
+	}
+}
+
 // auditDetail adds what the change decided to the record's details.
 func auditDetail(ctx context.Context, key string, value any) {
 	if p := pendingAuditOf(ctx); p != nil {

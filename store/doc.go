@@ -324,7 +324,8 @@
 //
 // A control-plane change's audit row is written in the change's own
 // transaction: the caller declares the record (WithAudit: the HTTP
-// handlers, the gateway admin commands), and inTx writes it just before
+// handlers, console sign-in and sign-out, the gateway admin commands), and
+// inTx writes it just before
 // COMMIT (auditctx.go). What only the change knows — the id it created,
 // the organization of what an id names, a count — the verb adds inside its
 // transaction (auditTarget, auditDetail); a replay that changes nothing
