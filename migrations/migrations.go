@@ -264,6 +264,16 @@ func UpContract(ctx context.Context, databaseURL string) error {
 	return UpContractFS(ctx, databaseURL, contractFiles, "contract", Options{})
 }
 
+// UpAll applies the expand migrations and then the contract ones: the
+// schema of a system that runs this release alone (a fresh `make run`, a
+// test's template database, a benchmark), where no older replica serves.
+func UpAll(ctx context.Context, databaseURL string) error {
+	if err := Up(ctx, databaseURL); err != nil {
+		return err
+	}
+	return UpContract(ctx, databaseURL)
+}
+
 // UpContractFS is UpContract with the contract migrations of
 // contractFS/contractDir in place of the embedded ones (a test's).
 func UpContractFS(ctx context.Context, databaseURL string, contractFS fs.FS, contractDir string, opts Options) error {

@@ -10,23 +10,69 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/worker-gateway/gateway/problem"
+	"github.com/worker-gateway/gateway/server/api"
 	"github.com/worker-gateway/gateway/store"
 )
 
-// audit records a control-plane change by the authenticated caller. The
-// change has already committed; a failure to record it is logged, not
-// turned into a failed request.
-func (s *Server) audit(ctx context.Context, action, targetType, targetID string, org *uuid.UUID, details map[string]any) {
+// audit declares the audit record of the control-plane change the handler
+// makes next with the returned context: the store writes it in that
+// change's own transaction, before COMMIT (store.WithAudit), so a crash
+// leaves both or neither. What only the change knows (the id it created,
+// the organization of what an id names, a count) the store fills in.
+// Declare it just before the changing call, not before reads.
+func (s *Server) audit(ctx context.Context, action, targetType, targetID string, org *uuid.UUID, details map[string]any) context.Context {
 	actorType, actorID := "anonymous", ""
 	if st := authFrom(ctx); st.principal != nil {
 		actorType, actorID = "token", st.principal.TokenID.String()
 	} else if st.worker != nil {
 		actorType, actorID = "worker", st.worker.ID.String()
 	}
-	s.auditAs(ctx, actorType, actorID, action, targetType, targetID, org, details)
+	return s.auditAs(ctx, actorType, actorID, action, targetType, targetID, org, details)
 }
 
-func (s *Server) auditAs(ctx context.Context, actorType, actorID, action, targetType, targetID string, org *uuid.UUID, details map[string]any) {
+// auditAs is audit with the actor named.
+func (s *Server) auditAs(ctx context.Context, actorType, actorID, action, targetType, targetID string, org *uuid.UUID, details map[string]any) context.Context {
+	ctx = store.WithAudit(ctx, store.AuditEvent{ActorType: actorType, ActorID: actorID, Action: action,
+		TargetType: targetType, TargetID: targetID, OrganizationID: org, RequestID: requestIDFrom(ctx)}, details)
+	if d, ok := ctx.Value(auditDeclaredKey{}).(*auditDeclared); ok {
+		d.records = append(d.records, auditRecord{action: action, ctx: ctx})
+	}
+	return ctx
+}
+
+type auditDeclaredKey struct{}
+
+// auditDeclared is the audit records a request's handler declared.
+type auditDeclared struct{ records []auditRecord }
+
+type auditRecord struct {
+	action string
+	ctx    context.Context
+}
+
+// auditGuard logs, as an error, an operation that succeeded although a
+// record it declared was written by no transaction: its change went
+// around inTx (TestEveryControlPlaneChangeIsAudited fails for it too).
+func (s *Server) auditGuard(f api.StrictHandlerFunc, operationID string) api.StrictHandlerFunc {
+	return func(ctx context.Context, w http.ResponseWriter, r *http.Request, request any) (any, error) {
+		declared := &auditDeclared{}
+		res, err := f(context.WithValue(ctx, auditDeclaredKey{}, declared), w, r, request)
+		if err == nil {
+			for _, rec := range declared.records {
+				if _, done := store.AuditWritten(rec.ctx); !done {
+					s.logger.Error("audit record not written in the change's transaction", "operation", operationID,
+						"action", rec.action, "request_id", requestIDFrom(ctx))
+				}
+			}
+		}
+		return res, err
+	}
+}
+
+// recordAudit writes an audit event in a transaction of its own: for what
+// changes nothing of the control plane (security events, throttled, and
+// console sign-ins). A failure is logged, not turned into a failed request.
+func (s *Server) recordAudit(ctx context.Context, actorType, actorID, action, targetType, targetID string, org *uuid.UUID, details map[string]any) {
 	raw, _ := json.Marshal(details)
 	if details == nil {
 		raw = nil

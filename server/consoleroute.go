@@ -62,14 +62,15 @@ func (s *Server) consoleHandler(h *handlers) (http.Handler, error) {
 		NotSignedIn: func(detail problem.Text) error {
 			return newProblem(http.StatusUnauthorized, problem.Unauthenticated, detail)
 		},
-		Audit: func(ctx context.Context, action string, details map[string]any) {
+		Audit: func(ctx context.Context, action string, details map[string]any) context.Context {
 			// An organization's token's sign-ins are that organization's
-			// events (its own audit listing shows them).
+			// events (its own audit listing shows them). A sign-in's token
+			// is known once the store reads it: it names it then.
 			var org *uuid.UUID
 			if p := authFrom(ctx).principal; p != nil {
 				org = p.OrganizationID
 			}
-			s.audit(ctx, action, "api_token", authTokenID(ctx), org, details)
+			return s.audit(ctx, action, "api_token", authTokenID(ctx), org, details)
 		},
 		SignInRefused: func(r *http.Request) {
 			s.security(r.Context(), actionTokenRefused, "anonymous", "", map[string]any{"path": r.URL.Path})

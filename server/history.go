@@ -37,6 +37,7 @@ func (h *handlers) AddScopeTarget(ctx context.Context, req api.AddScopeTargetReq
 	if b.Note != nil {
 		p.Note = *b.Note
 	}
+	ctx = h.audit(ctx, "scope.add", "scope_target", "", &req.OrganizationId, nil) // the entry, as stored: store
 	t, created, err := h.store.AddScopeTarget(ctx, scope, req.OrganizationId, p)
 	if err != nil {
 		return nil, err
@@ -44,20 +45,17 @@ func (h *handlers) AddScopeTarget(ctx context.Context, req api.AddScopeTargetReq
 	if !created {
 		return api.AddScopeTarget200JSONResponse(toScopeTarget(t)), nil
 	}
-	h.audit(ctx, "scope.add", "scope_target", t.ID.String(), &t.OrganizationID,
-		map[string]any{"kind": t.Kind, "value": t.Value, "include_subdomains": t.IncludeSubdomains})
 	return api.AddScopeTarget201JSONResponse(toScopeTarget(t)), nil
 }
 
 // RemoveScopeTarget removes a scope entry; the scope stays enforced.
 func (h *handlers) RemoveScopeTarget(ctx context.Context, req api.RemoveScopeTargetRequestObject) (api.RemoveScopeTargetResponseObject, error) {
 	scope := scopeFrom(ctx)
+	ctx = h.audit(ctx, "scope.remove", "scope_target", req.ScopeTargetId.String(), &req.OrganizationId, nil) // the entry: store
 	t, err := h.store.RemoveScopeTarget(ctx, scope, req.OrganizationId, req.ScopeTargetId)
 	if err != nil {
 		return nil, err
 	}
-	h.audit(ctx, "scope.remove", "scope_target", t.ID.String(), &t.OrganizationID,
-		map[string]any{"kind": t.Kind, "value": t.Value, "include_subdomains": t.IncludeSubdomains})
 	return api.RemoveScopeTarget200JSONResponse(toScopeTarget(t)), nil
 }
 
@@ -144,22 +142,22 @@ func (h *handlers) CreateThreatExclusion(ctx context.Context, req api.CreateThre
 	if b.Severity != nil {
 		p.Severity = ptr(string(*b.Severity))
 	}
+	ctx = h.audit(ctx, "threat_exclusion.create", "threat_exclusion", "", &req.OrganizationId, map[string]any{"reason": p.Reason})
 	e, err := h.store.CreateThreatExclusion(ctx, scope, req.OrganizationId, p)
 	if err != nil {
 		return nil, err
 	}
-	h.audit(ctx, "threat_exclusion.create", "threat_exclusion", e.ID.String(), &e.OrganizationID, map[string]any{"reason": e.Reason})
 	return api.CreateThreatExclusion201JSONResponse(toThreatExclusion(e)), nil
 }
 
 // DeleteThreatExclusion removes an exclusion.
 func (h *handlers) DeleteThreatExclusion(ctx context.Context, req api.DeleteThreatExclusionRequestObject) (api.DeleteThreatExclusionResponseObject, error) {
 	scope := scopeFrom(ctx)
+	ctx = h.audit(ctx, "threat_exclusion.delete", "threat_exclusion", req.ExclusionId.String(), &req.OrganizationId, nil)
 	e, err := h.store.DeleteThreatExclusion(ctx, scope, req.OrganizationId, req.ExclusionId)
 	if err != nil {
 		return nil, err
 	}
-	h.audit(ctx, "threat_exclusion.delete", "threat_exclusion", e.ID.String(), &e.OrganizationID, nil)
 	return api.DeleteThreatExclusion200JSONResponse(toThreatExclusion(e)), nil
 }
 

@@ -65,6 +65,7 @@ func (h *handlers) Enroll(ctx context.Context, req api.EnrollRequestObject) (api
 		return nil, withCause(newProblem(http.StatusBadRequest, problem.BadCSR, "the CSR cannot be parsed"), err)
 	}
 	var issued api.IssuedCertificate
+	ctx = h.auditAs(ctx, "worker", "", "worker.enroll", "worker", "", nil, nil) // the worker the token names: store
 	workerID, certPEM, replayed, err := h.store.Enroll(ctx, req.Body.EnrollmentToken, keySum, func(workerID uuid.UUID) (store.Certificate, error) {
 		var err error
 		issued, err = h.signWorkerCSR(ca, workerID, req.Body.CsrPem)
@@ -89,7 +90,6 @@ func (h *handlers) Enroll(ctx context.Context, req api.EnrollRequestObject) (api
 		}
 		return api.Enroll200JSONResponse(issued), nil
 	}
-	h.auditAs(ctx, "worker", workerID.String(), "worker.enroll", "worker", workerID.String(), nil, map[string]any{"expires_at": issued.ExpiresAt})
 	return api.Enroll200JSONResponse(issued), nil
 }
 
@@ -105,11 +105,11 @@ func (h *handlers) RenewCertificate(ctx context.Context, req api.RenewCertificat
 		return nil, err
 	}
 	cert := store.Certificate{Fingerprint: issuedFingerprint(issued), Subject: "CN=" + workerID.String(), ExpiresAt: issued.ExpiresAt}
+	ctx = h.audit(ctx, "worker.renew_certificate", "worker", workerID.String(), nil, map[string]any{"expires_at": issued.ExpiresAt})
 	if err := h.store.RenewCertificate(ctx, workerID, cert, fingerprintOfContext(ctx), h.cfg.Identity.RenewalGrace); err != nil {
 		return nil, err
 	}
 	h.identities.forgetWorker(workerID) // other replicas hear the NOTIFY
-	h.audit(ctx, "worker.renew_certificate", "worker", workerID.String(), nil, map[string]any{"expires_at": issued.ExpiresAt})
 	return api.RenewCertificate200JSONResponse(issued), nil
 }
 
@@ -178,6 +178,7 @@ func issuedFingerprint(c api.IssuedCertificate) string {
 // RevokeWorker revokes a worker for good.
 func (h *handlers) RevokeWorker(ctx context.Context, req api.RevokeWorkerRequestObject) (api.RevokeWorkerResponseObject, error) {
 	scope := scopeFrom(ctx)
+	ctx = h.audit(ctx, "worker.revoke", "worker", req.WorkerId.String(), scope.Organization(), map[string]any{"reason": req.Body.Reason})
 	w, err := h.store.RevokeWorker(ctx, scope, req.WorkerId, req.Body.Reason, h.onlineWindow())
 	if err != nil {
 		return nil, err
@@ -186,18 +187,17 @@ func (h *handlers) RevokeWorker(ctx context.Context, req api.RevokeWorkerRequest
 	// other replicas hear the NOTIFY.
 	h.identities.forgetWorker(req.WorkerId)
 	h.hub.WakeWorker(req.WorkerId)
-	h.audit(ctx, "worker.revoke", "worker", req.WorkerId.String(), scope.Organization(), map[string]any{"reason": req.Body.Reason})
 	return api.RevokeWorker200JSONResponse(toWorker(w)), nil
 }
 
 // CreateEnrollmentToken issues a new one-time enrollment token.
 func (h *handlers) CreateEnrollmentToken(ctx context.Context, req api.CreateEnrollmentTokenRequestObject) (api.CreateEnrollmentTokenResponseObject, error) {
 	scope := scopeFrom(ctx)
+	ctx = h.audit(ctx, "worker.enrollment_token", "worker", req.WorkerId.String(), scope.Organization(), nil)
 	token, expires, err := h.store.CreateEnrollmentToken(ctx, scope, req.WorkerId, h.cfg.Identity.EnrollmentTokenTTL)
 	if err != nil {
 		return nil, err
 	}
-	h.audit(ctx, "worker.enrollment_token", "worker", req.WorkerId.String(), scope.Organization(), nil)
 	return api.CreateEnrollmentToken201JSONResponse{EnrollmentToken: token, ExpiresAt: expires,
 		ExpiresInSeconds: h.cfg.Identity.EnrollmentTokenTTL.Seconds()}, nil
 }

@@ -20,11 +20,11 @@ func (h *handlers) CreateOrganization(ctx context.Context, req api.CreateOrganiz
 	if req.Body.ScopePolicy != nil {
 		policy = string(*req.Body.ScopePolicy)
 	}
+	ctx = h.audit(ctx, "organization.create", "organization", "", nil, map[string]any{"name": req.Body.Name, "scope_policy": policy})
 	o, err := h.store.CreateOrganization(ctx, scope, req.Body.Name, policy)
 	if err != nil {
 		return nil, err
 	}
-	h.audit(ctx, "organization.create", "organization", o.ID.String(), &o.ID, map[string]any{"name": o.Name, "scope_policy": o.ScopePolicy})
 	return api.CreateOrganization201JSONResponse(toOrganization(o)), nil
 }
 
@@ -54,10 +54,11 @@ func (h *handlers) GetOrganization(ctx context.Context, req api.GetOrganizationR
 // UpdateOrganization sets an organization's scope policy (platform
 // operators only, as for its scope entries).
 func (h *handlers) UpdateOrganization(ctx context.Context, req api.UpdateOrganizationRequestObject) (api.UpdateOrganizationResponseObject, error) {
+	ctx = h.audit(ctx, "organization.update", "organization", req.OrganizationId.String(), &req.OrganizationId,
+		map[string]any{"scope_policy": req.Body.ScopePolicy})
 	o, err := h.store.SetScopePolicy(ctx, scopeFrom(ctx), req.OrganizationId, string(req.Body.ScopePolicy))
 	if err != nil {
 		return nil, err
 	}
-	h.audit(ctx, "organization.update", "organization", o.ID.String(), &o.ID, map[string]any{"scope_policy": o.ScopePolicy})
 	return api.UpdateOrganization200JSONResponse(toOrganization(o)), nil
 }

@@ -37,6 +37,7 @@ func (h *handlers) CreateScan(ctx context.Context, req api.CreateScanRequestObje
 	if p.IdempotencyKey, p.RequestSHA256, err = idempotency(req.Params.IdempotencyKey, b); err != nil {
 		return nil, err
 	}
+	ctx = h.audit(ctx, "scan.create", "scan", "", &p.OrganizationID, nil)
 	scan, replayed, err := h.store.CreateScan(ctx, scope, p)
 	if err != nil {
 		return nil, err
@@ -44,7 +45,6 @@ func (h *handlers) CreateScan(ctx context.Context, req api.CreateScanRequestObje
 	if replayed {
 		return api.CreateScan200JSONResponse{Body: toScan(scan), Headers: api.CreateScan200ResponseHeaders{IdempotentReplayed: ptr("true")}}, nil
 	}
-	h.audit(ctx, "scan.create", "scan", scan.ID.String(), &scan.OrganizationID, nil)
 	return api.CreateScan201JSONResponse(toScan(scan)), nil
 }
 
@@ -78,11 +78,11 @@ func (h *handlers) ListScans(ctx context.Context, req api.ListScansRequestObject
 // CancelScan cancels a scan and its current task.
 func (h *handlers) CancelScan(ctx context.Context, req api.CancelScanRequestObject) (api.CancelScanResponseObject, error) {
 	scope := scopeFrom(ctx)
+	ctx = h.audit(ctx, "scan.cancel", "scan", req.ScanId.String(), nil, nil)
 	scan, err := h.store.CancelScan(ctx, scope, req.ScanId)
 	if err != nil {
 		return nil, err
 	}
-	h.audit(ctx, "scan.cancel", "scan", scan.ID.String(), &scan.OrganizationID, nil)
 	return api.CancelScan200JSONResponse(toScan(scan)), nil
 }
 

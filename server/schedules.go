@@ -20,11 +20,11 @@ func (h *handlers) CreateSchedule(ctx context.Context, req api.CreateScheduleReq
 	if err != nil {
 		return nil, err
 	}
+	ctx = h.audit(ctx, "schedule.create", "schedule", "", &b.OrganizationId, nil)
 	sc, err := h.store.CreateSchedule(ctx, scope, b.OrganizationId, p)
 	if err != nil {
 		return nil, err
 	}
-	h.audit(ctx, "schedule.create", "schedule", sc.ID.String(), &sc.OrganizationID, map[string]any{"version": sc.Version})
 	out, err := toSchedule(sc)
 	if err != nil {
 		return nil, err
@@ -40,11 +40,11 @@ func (h *handlers) UpdateSchedule(ctx context.Context, req api.UpdateScheduleReq
 	if err != nil {
 		return nil, err
 	}
+	ctx = h.audit(ctx, "schedule.update", "schedule", req.ScheduleId.String(), nil, nil)
 	sc, err := h.store.UpdateSchedule(ctx, scope, req.ScheduleId, p)
 	if err != nil {
 		return nil, err
 	}
-	h.audit(ctx, "schedule.update", "schedule", sc.ID.String(), &sc.OrganizationID, map[string]any{"version": sc.Version})
 	out, err := toSchedule(sc)
 	if err != nil {
 		return nil, err
@@ -55,11 +55,10 @@ func (h *handlers) UpdateSchedule(ctx context.Context, req api.UpdateScheduleReq
 // DeleteSchedule deletes a schedule: it stops firing when the deletion
 // commits, and its runs stay.
 func (h *handlers) DeleteSchedule(ctx context.Context, req api.DeleteScheduleRequestObject) (api.DeleteScheduleResponseObject, error) {
-	sc, err := h.store.DeleteSchedule(ctx, scopeFrom(ctx), req.ScheduleId)
-	if err != nil {
+	ctx = h.audit(ctx, "schedule.delete", "schedule", req.ScheduleId.String(), nil, nil)
+	if _, err := h.store.DeleteSchedule(ctx, scopeFrom(ctx), req.ScheduleId); err != nil {
 		return nil, err
 	}
-	h.audit(ctx, "schedule.delete", "schedule", sc.ID.String(), &sc.OrganizationID, map[string]any{"version": sc.Version})
 	return api.DeleteSchedule204Response{}, nil
 }
 
@@ -122,11 +121,11 @@ func (h *handlers) setScheduleEnabled(ctx context.Context, id uuid.UUID, enabled
 	if enabled {
 		verb, action = h.store.ResumeSchedule, "schedule.resume"
 	}
+	ctx = h.audit(ctx, action, "schedule", id.String(), nil, nil)
 	sc, err := verb(ctx, scope, id)
 	if err != nil {
 		return api.Schedule{}, err
 	}
-	h.audit(ctx, action, "schedule", sc.ID.String(), &sc.OrganizationID, nil)
 	return toSchedule(sc)
 }
 
@@ -140,16 +139,13 @@ func (h *handlers) RunSchedule(ctx context.Context, req api.RunScheduleRequestOb
 		map[string]string{"run_schedule": req.ScheduleId.String()}); err != nil {
 		return nil, err
 	}
+	ctx = h.audit(ctx, "schedule.run", "schedule", req.ScheduleId.String(), nil, nil)
 	f, replayed, err := h.store.RunScheduleNow(ctx, scope, req.ScheduleId, p)
 	if err != nil {
 		return nil, err
 	}
 	if replayed {
 		return api.RunSchedule200JSONResponse{Body: toScheduleFire(f), Headers: api.RunSchedule200ResponseHeaders{IdempotentReplayed: ptr("true")}}, nil
-	}
-	sc, err := h.store.GetSchedule(ctx, scope, req.ScheduleId)
-	if err == nil {
-		h.audit(ctx, "schedule.run", "schedule", sc.ID.String(), &sc.OrganizationID, map[string]any{"fire_id": f.ID.String()})
 	}
 	return api.RunSchedule201JSONResponse(toScheduleFire(f)), nil
 }

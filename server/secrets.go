@@ -58,11 +58,6 @@ func toSecret(s store.Secret) api.Secret {
 	return out
 }
 
-// secretAudit is what an audit event says of a secret: never its value.
-func secretAudit(s store.Secret) map[string]any {
-	return map[string]any{"name": s.Name, "version": s.Version}
-}
-
 // CreateSecret stores a new secret (admins only).
 func (h *handlers) CreateSecret(ctx context.Context, req api.CreateSecretRequestObject) (api.CreateSecretResponseObject, error) {
 	scope := scopeFrom(ctx)
@@ -75,11 +70,11 @@ func (h *handlers) CreateSecret(ctx context.Context, req api.CreateSecretRequest
 	if err != nil {
 		return nil, err
 	}
+	ctx = h.audit(ctx, "secret.create", "secret", "", &b.OrganizationId, nil) // name, version: store
 	sec, err := h.store.CreateSecret(ctx, scope, keyring, b.OrganizationId, p)
 	if err != nil {
 		return nil, err
 	}
-	h.audit(ctx, "secret.create", "secret", sec.ID.String(), &sec.OrganizationID, secretAudit(sec))
 	return api.CreateSecret201JSONResponse(toSecret(sec)), nil
 }
 
@@ -115,22 +110,22 @@ func (h *handlers) ReplaceSecret(ctx context.Context, req api.ReplaceSecretReque
 	if err != nil {
 		return nil, err
 	}
+	ctx = h.audit(ctx, "secret.replace", "secret", req.SecretId.String(), nil, nil)
 	sec, err := h.store.ReplaceSecret(ctx, scope, keyring, req.SecretId, p)
 	if err != nil {
 		return nil, err
 	}
-	h.audit(ctx, "secret.replace", "secret", sec.ID.String(), &sec.OrganizationID, secretAudit(sec))
 	return api.ReplaceSecret200JSONResponse(toSecret(sec)), nil
 }
 
 // DeleteSecret removes a secret (admins only).
 func (h *handlers) DeleteSecret(ctx context.Context, req api.DeleteSecretRequestObject) (api.DeleteSecretResponseObject, error) {
 	scope := scopeFrom(ctx)
+	ctx = h.audit(ctx, "secret.delete", "secret", req.SecretId.String(), nil, nil)
 	sec, err := h.store.DeleteSecret(ctx, scope, req.SecretId)
 	if err != nil {
 		return nil, err
 	}
-	h.audit(ctx, "secret.delete", "secret", sec.ID.String(), &sec.OrganizationID, secretAudit(sec))
 	return api.DeleteSecret200JSONResponse(toSecret(sec)), nil
 }
 

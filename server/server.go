@@ -307,7 +307,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 	s.workerRate = newRateLimiter[uuid.UUID](cfg.Limits.WorkerRate, cfg.Limits.WorkerBurst, 0)
 	s.enrollRefusals = newRateLimiter[string](cfg.Limits.EnrollRefusalRate, cfg.Limits.EnrollRefusalBurst, maxEnrollSources)
 	s.securityEvents = newSecurityThrottle(cfg.SecurityAuditWindow, cfg.SecurityAuditSources, func(ctx context.Context, e securityEvent) {
-		s.auditAs(ctx, e.actorType, e.actorID, e.action, "", "", nil, e.details)
+		s.recordAudit(ctx, e.actorType, e.actorID, e.action, "", "", nil, e.details)
 	})
 	if cfg.LeaseGroupCommit {
 		// One writer: the replica's single fetcher (concurrent walks of the
@@ -371,7 +371,7 @@ func (s *Server) buildHandler() (http.Handler, error) {
 	if err := checkWorkerTextRules(workerTextRules); err != nil {
 		return nil, err
 	}
-	strict := api.NewStrictHandlerWithOptions(impl, []api.StrictMiddlewareFunc{s.redactWorkerText(impl)}, api.StrictHTTPServerOptions{
+	strict := api.NewStrictHandlerWithOptions(impl, []api.StrictMiddlewareFunc{s.redactWorkerText(impl), s.auditGuard}, api.StrictHTTPServerOptions{
 		RequestErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
 			writeProblem(w, r, withCause(newProblem(http.StatusBadRequest, problem.BadRequest, "the request body could not be decoded"), err), s.logger)
 		},

@@ -68,6 +68,7 @@ func (h *handlers) CreateTask(ctx context.Context, req api.CreateTaskRequestObje
 	if p.IdempotencyKey, p.RequestSHA256, err = idempotency(req.Params.IdempotencyKey, b); err != nil {
 		return nil, err
 	}
+	ctx = h.audit(ctx, "task.create", "task", "", &p.OrganizationID, nil)
 	task, replayed, err := h.store.CreateTask(ctx, scope, p)
 	if err != nil {
 		return nil, err
@@ -80,7 +81,6 @@ func (h *handlers) CreateTask(ctx context.Context, req api.CreateTaskRequestObje
 		// the database's clock at creation, close enough for a wake-up).
 		h.sweeper.dueWithin(p.ExecutionTimeout)
 	}
-	h.audit(ctx, "task.create", "task", task.ID.String(), &task.OrganizationID, nil)
 	return api.CreateTask201JSONResponse(toTask(task)), nil
 }
 
@@ -165,21 +165,21 @@ func (h *handlers) GetTask(ctx context.Context, req api.GetTaskRequestObject) (a
 // CancelTask cancels a task or asks its worker to stop.
 func (h *handlers) CancelTask(ctx context.Context, req api.CancelTaskRequestObject) (api.CancelTaskResponseObject, error) {
 	scope := scopeFrom(ctx)
+	ctx = h.audit(ctx, "task.cancel", "task", req.TaskId.String(), nil, nil)
 	task, err := h.store.CancelTask(ctx, scope, req.TaskId)
 	if err != nil {
 		return nil, err
 	}
-	h.audit(ctx, "task.cancel", "task", task.ID.String(), &task.OrganizationID, nil)
 	return api.CancelTask200JSONResponse(toTask(task)), nil
 }
 
 // RetryTask redrives a dead-lettered or cancelled task.
 func (h *handlers) RetryTask(ctx context.Context, req api.RetryTaskRequestObject) (api.RetryTaskResponseObject, error) {
 	scope := scopeFrom(ctx)
+	ctx = h.audit(ctx, "task.retry", "task", req.TaskId.String(), nil, nil)
 	task, err := h.store.RetryTask(ctx, scope, req.TaskId)
 	if err != nil {
 		return nil, err
 	}
-	h.audit(ctx, "task.retry", "task", task.ID.String(), &task.OrganizationID, nil)
 	return api.RetryTask200JSONResponse(toTask(task)), nil
 }

@@ -36,6 +36,7 @@ func (h *handlers) CreateApiToken(ctx context.Context, req api.CreateApiTokenReq
 	if b.ExpiresInSeconds != nil {
 		p.ExpiresIn = time.Duration(*b.ExpiresInSeconds) * time.Second
 	}
+	ctx = h.audit(ctx, "api_token.create", "api_token", "", nil, map[string]any{"name": b.Name, "scopes": p.Permissions, "parent_token_id": parent})
 	token, id, err := h.store.CreateAPIToken(ctx, scope, p)
 	var bounds *store.TokenBoundsError
 	switch {
@@ -48,7 +49,6 @@ func (h *handlers) CreateApiToken(ctx context.Context, req api.CreateApiTokenReq
 	if err != nil {
 		return nil, err
 	}
-	h.audit(ctx, "api_token.create", "api_token", id.String(), meta.OrganizationID, map[string]any{"name": b.Name, "scopes": p.Permissions, "parent_token_id": parent})
 	return api.CreateApiToken201JSONResponse{Token: token, ApiToken: toAPIToken(meta)}, nil
 }
 
@@ -66,11 +66,11 @@ func (h *handlers) ListApiTokens(ctx context.Context, _ api.ListApiTokensRequest
 // it minted, recursively; the audit event counts those descendants.
 func (h *handlers) RevokeApiToken(ctx context.Context, req api.RevokeApiTokenRequestObject) (api.RevokeApiTokenResponseObject, error) {
 	scope := scopeFrom(ctx)
-	t, descendants, err := h.store.RevokeAPIToken(ctx, scope, req.TokenId)
+	ctx = h.audit(ctx, "api_token.revoke", "api_token", req.TokenId.String(), nil, nil)
+	t, _, err := h.store.RevokeAPIToken(ctx, scope, req.TokenId)
 	if err != nil {
 		return nil, err
 	}
-	h.audit(ctx, "api_token.revoke", "api_token", t.ID.String(), t.OrganizationID, map[string]any{"descendants_revoked": descendants})
 	return api.RevokeApiToken200JSONResponse(toAPIToken(t)), nil
 }
 

@@ -37,12 +37,12 @@ func (h *handlers) CreateWebhook(ctx context.Context, req api.CreateWebhookReque
 	if b.Enabled != nil {
 		p.Enabled = *b.Enabled
 	}
+	ctx = h.audit(ctx, "webhook.create", "webhook", "", &b.OrganizationId,
+		map[string]any{"url": redactedURL(p.URL), "event_types": p.EventTypes, "enabled": p.Enabled})
 	w, secret, err := h.store.CreateWebhookTarget(ctx, scope, keyring, b.OrganizationId, p)
 	if err != nil {
 		return nil, err
 	}
-	h.audit(ctx, "webhook.create", "webhook", w.ID.String(), &w.OrganizationID,
-		map[string]any{"url": redactedURL(w.URL), "event_types": w.EventTypes, "enabled": w.Enabled})
 	return api.CreateWebhook201JSONResponse(withSecret(w, secret)), nil
 }
 
@@ -57,24 +57,27 @@ func (h *handlers) UpdateWebhook(ctx context.Context, req api.UpdateWebhookReque
 	if err := h.checkWebhookURL(ctx, b.Url); err != nil {
 		return nil, err
 	}
+	ctx = h.audit(ctx, "webhook.update", "webhook", req.WebhookId.String(), nil,
+		map[string]any{"url": redactedURL(b.Url), "event_types": eventTypes(b.EventTypes), "enabled": b.Enabled})
 	w, err := h.store.UpdateWebhookTarget(ctx, scope, req.WebhookId, store.WebhookTargetParams{
 		URL: b.Url, Description: deref(b.Description), EventTypes: eventTypes(b.EventTypes), Enabled: b.Enabled})
 	if err != nil {
 		return nil, err
 	}
-	h.audit(ctx, "webhook.update", "webhook", w.ID.String(), &w.OrganizationID,
-		map[string]any{"url": redactedURL(w.URL), "event_types": w.EventTypes, "enabled": w.Enabled})
 	return api.UpdateWebhook200JSONResponse(toWebhook(w)), nil
 }
 
 // DeleteWebhook deletes a target and its deliveries.
 func (h *handlers) DeleteWebhook(ctx context.Context, req api.DeleteWebhookRequestObject) (api.DeleteWebhookResponseObject, error) {
 	scope := scopeFrom(ctx)
-	w, err := h.store.DeleteWebhookTarget(ctx, scope, req.WebhookId)
-	if err != nil {
+	var details map[string]any
+	if w, err := h.store.GetWebhookTarget(ctx, scope, req.WebhookId); err == nil {
+		details = map[string]any{"url": redactedURL(w.URL)}
+	}
+	ctx = h.audit(ctx, "webhook.delete", "webhook", req.WebhookId.String(), nil, details)
+	if _, err := h.store.DeleteWebhookTarget(ctx, scope, req.WebhookId); err != nil {
 		return nil, err
 	}
-	h.audit(ctx, "webhook.delete", "webhook", w.ID.String(), &w.OrganizationID, map[string]any{"url": redactedURL(w.URL)})
 	return api.DeleteWebhook204Response{}, nil
 }
 
@@ -118,12 +121,12 @@ func (h *handlers) RotateWebhookSecret(ctx context.Context, req api.RotateWebhoo
 	if req.Body != nil && req.Body.OverlapSeconds != nil {
 		overlap = time.Duration(*req.Body.OverlapSeconds) * time.Second
 	}
+	ctx = h.audit(ctx, "webhook.rotate_secret", "webhook", req.WebhookId.String(), nil,
+		map[string]any{"overlap_seconds": int(overlap.Seconds())})
 	w, secret, err := h.store.RotateWebhookSecret(ctx, scope, keyring, req.WebhookId, overlap)
 	if err != nil {
 		return nil, err
 	}
-	h.audit(ctx, "webhook.rotate_secret", "webhook", w.ID.String(), &w.OrganizationID,
-		map[string]any{"overlap_seconds": int(overlap.Seconds())})
 	return api.RotateWebhookSecret200JSONResponse(withSecret(w, secret)), nil
 }
 

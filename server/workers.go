@@ -24,6 +24,8 @@ func (h *handlers) CreateWorker(ctx context.Context, req api.CreateWorkerRequest
 	if b.MaxConcurrentTasks != nil {
 		p.MaxConcurrentTasks = *b.MaxConcurrentTasks
 	}
+	ctx = h.audit(ctx, "worker.create", "worker", "", nil,
+		map[string]any{"name": p.Name, "certificate_fingerprint": p.CertificateFingerprint})
 	w, err := h.store.CreateWorker(ctx, scope, p, h.onlineWindow())
 	if err != nil {
 		return nil, err
@@ -32,8 +34,6 @@ func (h *handlers) CreateWorker(ctx context.Context, req api.CreateWorkerRequest
 	if err != nil {
 		return nil, err
 	}
-	h.audit(ctx, "worker.create", "worker", w.ID.String(), w.OwnerOrganizationID,
-		map[string]any{"name": w.Name, "certificate_fingerprint": w.CertificateFingerprint})
 	out := toWorker(w)
 	return api.CreateWorker201JSONResponse{
 		Id: out.Id, Name: out.Name, WorkerType: out.WorkerType, Enabled: out.Enabled, Revoked: out.Revoked,
@@ -107,13 +107,13 @@ func (h *handlers) UpdateWorker(ctx context.Context, req api.UpdateWorkerRequest
 	if req.Body.Labels != nil {
 		p.Labels = *req.Body.Labels
 	}
+	ctx = h.audit(ctx, "worker.update", "worker", req.WorkerId.String(), scope.Organization(), map[string]any{"enabled": p.Enabled, "max_concurrent_tasks": p.MaxConcurrentTasks, "name": p.Name, "cancel_active": p.CancelActive,
+		"labels": p.Labels})
 	w, err := h.store.UpdateWorker(ctx, scope, req.WorkerId, p, h.onlineWindow())
 	if err != nil {
 		return nil, err
 	}
 	h.identities.forgetWorker(req.WorkerId) // other replicas hear the NOTIFY
-	h.audit(ctx, "worker.update", "worker", w.ID.String(), scope.Organization(), map[string]any{"enabled": p.Enabled, "max_concurrent_tasks": p.MaxConcurrentTasks, "name": p.Name, "cancel_active": p.CancelActive,
-		"labels": p.Labels})
 	return api.UpdateWorker200JSONResponse(toWorker(w)), nil
 }
 
@@ -124,23 +124,23 @@ func (h *handlers) RegisterWorkerCertificate(ctx context.Context, req api.Regist
 	if err != nil {
 		return nil, err
 	}
+	ctx = h.audit(ctx, "worker.register_certificate", "worker", req.WorkerId.String(), scope.Organization(), map[string]any{"certificate_fingerprint": fingerprint})
 	w, err := h.store.SetWorkerCertificate(ctx, scope, req.WorkerId, fingerprint, subject, h.onlineWindow())
 	if err != nil {
 		return nil, err
 	}
 	h.identities.forgetWorker(req.WorkerId) // other replicas hear the NOTIFY
-	h.audit(ctx, "worker.register_certificate", "worker", w.ID.String(), scope.Organization(), map[string]any{"certificate_fingerprint": fingerprint})
 	return api.RegisterWorkerCertificate200JSONResponse(toWorker(w)), nil
 }
 
 // AssignWorker lets a worker serve an organization.
 func (h *handlers) AssignWorker(ctx context.Context, req api.AssignWorkerRequestObject) (api.AssignWorkerResponseObject, error) {
 	scope := scopeFrom(ctx)
+	ctx = h.audit(ctx, "assignment.create", "worker", req.WorkerId.String(), &req.OrganizationId, nil)
 	a, err := h.store.AssignWorker(ctx, scope, req.OrganizationId, req.WorkerId)
 	if err != nil {
 		return nil, err
 	}
-	h.audit(ctx, "assignment.create", "worker", req.WorkerId.String(), &req.OrganizationId, nil)
 	return api.AssignWorker200JSONResponse(toAssignment(a)), nil
 }
 
@@ -153,23 +153,23 @@ func (h *handlers) UnassignWorker(ctx context.Context, req api.UnassignWorkerReq
 	if req.Params.Reason != nil {
 		reason = *req.Params.Reason
 	}
+	ctx = h.audit(ctx, "assignment.revoke", "worker", req.WorkerId.String(), &req.OrganizationId,
+		map[string]any{"reason": reason, "cancel_active": cancelActive}) // cancelled_attempts: store
 	a, err := h.store.UnassignWorker(ctx, scope, req.OrganizationId, req.WorkerId, cancelActive, reason)
 	if err != nil {
 		return nil, err
 	}
-	h.audit(ctx, "assignment.revoke", "worker", req.WorkerId.String(), &req.OrganizationId,
-		map[string]any{"reason": reason, "cancel_active": cancelActive, "cancelled_attempts": a.CancelledAttempts})
 	return api.UnassignWorker200JSONResponse(toAssignment(a)), nil
 }
 
 // GrantWorker lets another organization assign a worker.
 func (h *handlers) GrantWorker(ctx context.Context, req api.GrantWorkerRequestObject) (api.GrantWorkerResponseObject, error) {
 	scope := scopeFrom(ctx)
+	ctx = h.audit(ctx, "worker.grant", "worker", req.WorkerId.String(), scope.Organization(), map[string]any{"grantee": req.OrganizationId})
 	g, err := h.store.GrantWorker(ctx, scope, req.WorkerId, req.OrganizationId)
 	if err != nil {
 		return nil, err
 	}
-	h.audit(ctx, "worker.grant", "worker", req.WorkerId.String(), scope.Organization(), map[string]any{"grantee": req.OrganizationId})
 	return api.GrantWorker200JSONResponse(toWorkerGrant(g)), nil
 }
 
@@ -177,11 +177,11 @@ func (h *handlers) GrantWorker(ctx context.Context, req api.GrantWorkerRequestOb
 func (h *handlers) RevokeWorkerGrant(ctx context.Context, req api.RevokeWorkerGrantRequestObject) (api.RevokeWorkerGrantResponseObject, error) {
 	scope := scopeFrom(ctx)
 	cancelActive := req.Params.Active == nil || *req.Params.Active == api.RevokeWorkerGrantParamsActiveCancel
+	ctx = h.audit(ctx, "worker.grant_revoke", "worker", req.WorkerId.String(), scope.Organization(),
+		map[string]any{"grantee": req.OrganizationId, "cancel_active": cancelActive})
 	if err := h.store.RevokeWorkerGrant(ctx, scope, req.WorkerId, req.OrganizationId, cancelActive); err != nil {
 		return nil, err
 	}
-	h.audit(ctx, "worker.grant_revoke", "worker", req.WorkerId.String(), scope.Organization(),
-		map[string]any{"grantee": req.OrganizationId, "cancel_active": cancelActive})
 	return api.RevokeWorkerGrant204Response{}, nil
 }
 

@@ -127,6 +127,7 @@ func (s *Store) UnassignWorker(ctx context.Context, scope Scope, org, worker uui
 				return err
 			}
 		}
+		auditDetail(ctx, "cancelled_attempts", a.CancelledAttempts)
 		return notify(ctx, tx, Wakeup{Kind: WakeWorker, Worker: worker})
 	})
 	return a, err

@@ -25,13 +25,19 @@ type AuditEvent struct {
 	Details        json.RawMessage
 }
 
-// RecordAudit appends an audit event.
+// RecordAudit appends an audit event in a transaction of its own: for
+// what is not a change of the control plane (security events, throttled).
+// A change's record is written in the change's transaction (WithAudit).
 func (s *Store) RecordAudit(ctx context.Context, e AuditEvent) error {
+	return insertAudit(ctx, s.pool, e)
+}
+
+func insertAudit(ctx context.Context, ex executor, e AuditEvent) error {
 	details := e.Details
 	if len(details) == 0 {
 		details = json.RawMessage(`{}`)
 	}
-	_, err := s.pool.Exec(ctx, `
+	_, err := ex.Exec(ctx, `
 		INSERT INTO audit_events (actor_type, actor_id, action, target_type, target_id, organization_id, request_id, details)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
 		e.ActorType, e.ActorID, e.Action, e.TargetType, e.TargetID, e.OrganizationID, e.RequestID, string(details))

@@ -131,7 +131,7 @@ FROM (SELECT * FROM held ORDER BY task_id) e CROSS JOIN LATERAL (
 // locked task to the state its completion decided, queues the task again if
 // that state is leasable (queue.go), and records the state on the attempt,
 // so a replay can answer with it: one update of each row. A task that
-// ended writes its webhook event in the same statement (taskWebhookSQL).
+// ended emits its event in the same statement (taskEventsSQL).
 var moveTasksSQL = `
 WITH input AS (
 	SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::bool[], $6::text[], $7::text[], $8::text[], $9::bool[])
@@ -152,12 +152,12 @@ WITH input AS (
 	WHERE t.id = i.task_id AND t.state = i.observed_state
 	-- The attempt's input travels with its task: joining moved back to input
 	-- would be a nested loop over both (byIDPlanSQL), quadratic in the group.
-	RETURNING ` + queueSourceColumns("t") + `, ` + taskWebhookReturning("t") + `,
+	RETURNING ` + queueSourceColumns("t") + `, ` + taskEventReturning("t") + `,
 		extract(epoch FROM t.available_at - now())::float8 AS delay,
 		i.attempt_id, i.outcome, i.error_code, i.error_message, i.retryable
 ), enqueued AS (
 	` + EnqueueSQL("moved") + `
-)` + taskWebhookSQL("moved") + `, ended AS (
+)` + taskEventsSQL("moved") + `, ended AS (
 	UPDATE worker_task_attempts a SET
 		status = m.outcome, finished_at = now(), updated_at = now(),
 		error_code = m.error_code, error_message = m.error_message, error_retryable = m.retryable,
@@ -165,7 +165,7 @@ WITH input AS (
 	FROM moved m
 	WHERE a.id = m.attempt_id
 )
-SELECT id, state, available_at, delay FROM moved`
+SELECT id, state, available_at, delay FROM moved` + taskEventsWritten
 
 // completeFenced runs the set-based part of CompleteAttempts for ps[valid]
 // and returns the answers of the completions it ended, by index into ps.

@@ -47,6 +47,8 @@ func (s *Store) CreateConsoleSession(ctx context.Context, token string, ttl time
 		}
 		_, err = tx.Exec(ctx, `INSERT INTO console_sessions (secret_hash, token_id, expires_at) VALUES ($1, $2, $3)`,
 			HashToken(secret), p.TokenID, session.ExpiresAt)
+		auditTokenActor(ctx, p.TokenID, p.OrganizationID)
+		auditDetail(ctx, "expires_at", session.ExpiresAt.UTC())
 		return err
 	})
 	if err != nil {
@@ -79,8 +81,10 @@ func (s *Store) ConsoleSessionBySecret(ctx context.Context, secret string) (Cons
 // DeleteConsoleSession ends a session (logout); an unknown one is not an
 // error.
 func (s *Store) DeleteConsoleSession(ctx context.Context, secret string) error {
-	if _, err := s.pool.Exec(ctx, `DELETE FROM console_sessions WHERE secret_hash = $1`, HashToken(secret)); err != nil {
-		return fmt.Errorf("delete console session: %w", err)
-	}
-	return nil
+	return s.inTx(ctx, "delete console session", func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `DELETE FROM console_sessions WHERE secret_hash = $1`, HashToken(secret)); err != nil {
+			return fmt.Errorf("delete console session: %w", err)
+		}
+		return nil
+	})
 }

@@ -380,18 +380,41 @@
 // Events are written to an outbox (webhook_events, and one
 // webhook_deliveries row per subscribed target) in the transaction of the
 // change they describe, with the exact body every delivery sends, and only
-// when the organization has an enabled target subscribed to the event
-// (webhook_outbox.go). Task completions and the sweeper carry the write as
-// CTEs of their own statements (one index probe per ended task when no
-// target exists); scans, revocations and skipped slots are written by
-// triggers (migration 000020); worker.offline and
-// organization.no_eligible_worker, computed from time, by
-// WatchWebhookConditions, once per transition. Any replica delivers:
+// when an organization that hears it has an enabled target subscribed to
+// the event. There is one writer of the outbox, the database function
+// webhook_emit, and every event reaches it (events.go;
+// tests/security/events_test.go checks the catalogue against it):
+// emitEvent from Go, which decides the recipients in the change's
+// transaction (a worker's events go to the organizations that may see it
+// then, its grants and assignments read FOR SHARE so that a withdrawal
+// cannot interleave); taskEventsSQL, a CTE of the completion and sweeper
+// statements (no round trip; one index probe per ended task when no target
+// exists); and the triggers of migration 000020 for a scan's end (inside
+// advance_scan) and a skipped schedule slot, which go to the subject's own
+// organization. worker.offline and organization.no_eligible_worker,
+// computed from time, are noticed by WatchWebhookConditions, once per
+// transition, and emitted through emitEvent. Any replica delivers:
 // ClaimWebhookDeliveries takes due rows FOR UPDATE SKIP LOCKED and pushes
 // them past the try's end, so a replica that dies mid-delivery leaves them
 // due again (at least once); RecordWebhookDeliveries is fenced on each try's
 // attempt number. The circuit breaker is the target row's, so replicas
 // agree. Lock order: a delivery before its target.
+//
+// # Audit
+//
+// A control-plane change's audit row is written in the change's own
+// transaction: the caller declares the record (WithAudit: the HTTP
+// handlers, console sign-in and sign-out, the gateway admin commands), and
+// inTx writes it just before
+// COMMIT (auditctx.go). What only the change knows — the id it created,
+// the organization of what an id names, a count — the verb adds inside its
+// transaction (auditTarget, auditDetail); a replay that changes nothing
+// drops it (auditSkip). So every verb a change goes through runs in inTx,
+// single statements too. TestEveryControlPlaneChangeIsAudited
+// (tests/security) calls every changing operation of the contract, and
+// TestCrashAroundAuditedChangeCommit (tests) kills a replica around COMMIT.
+// Security events (refused certificates and tokens, fencing rejections)
+// change nothing and are throttled: RecordAudit writes them on their own.
 //
 // # Secrets
 //

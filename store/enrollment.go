@@ -19,23 +19,29 @@ const EnrollmentTokenPrefix = "wge_"
 // manages (stored as a hash) and returns it with its expiry. A revoked
 // worker gets none.
 func (s *Store) CreateEnrollmentToken(ctx context.Context, scope Scope, workerID uuid.UUID, ttl time.Duration) (string, time.Time, error) {
-	if err := authorizeWorkerManagement(ctx, s.pool, scope, workerID); err != nil {
-		return "", time.Time{}, err
-	}
 	token, err := NewSecret(EnrollmentTokenPrefix)
 	if err != nil {
 		return "", time.Time{}, err
 	}
 	var expires time.Time
-	err = s.pool.QueryRow(ctx, `
-		INSERT INTO enrollment_tokens (worker_id, token_hash, expires_at)
-		SELECT id, $2, now() + make_interval(secs => $3) FROM workers WHERE id = $1 AND revoked_at IS NULL
-		RETURNING expires_at`, workerID, HashToken(token), ttl.Seconds()).Scan(&expires)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", time.Time{}, ErrNotFound
-	}
+	err = s.inTx(ctx, "create enrollment token", func(tx pgx.Tx) error {
+		if err := authorizeWorkerManagement(ctx, tx, scope, workerID); err != nil {
+			return err
+		}
+		err := tx.QueryRow(ctx, `
+			INSERT INTO enrollment_tokens (worker_id, token_hash, expires_at)
+			SELECT id, $2, now() + make_interval(secs => $3) FROM workers WHERE id = $1 AND revoked_at IS NULL
+			RETURNING expires_at`, workerID, HashToken(token), ttl.Seconds()).Scan(&expires)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return fmt.Errorf("create enrollment token: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
-		return "", time.Time{}, fmt.Errorf("create enrollment token: %w", err)
+		return "", time.Time{}, err
 	}
 	return token, expires, nil
 }
@@ -73,6 +79,7 @@ func (s *Store) Enroll(ctx context.Context, token, publicKeySHA256 string, sign 
 				return ErrEnrollmentToken
 			}
 			replayed = err == nil
+			auditSkip(ctx) // the first enrollment was audited
 			return err
 		}
 		if err != nil {
@@ -82,6 +89,8 @@ func (s *Store) Enroll(ctx context.Context, token, publicKeySHA256 string, sign 
 		if err != nil {
 			return err
 		}
+		auditWorkerActor(ctx, workerID)
+		auditDetail(ctx, "expires_at", cert.ExpiresAt)
 		certPEM = cert.PEM
 		if _, err := tx.Exec(ctx, `UPDATE enrollment_tokens SET public_key_sha256 = $2, certificate_pem = $3 WHERE token_hash = $1`,
 			HashToken(token), publicKeySHA256, cert.PEM); err != nil {

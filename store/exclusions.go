@@ -89,21 +89,30 @@ func (s *Store) CreateThreatExclusion(ctx context.Context, scope Scope, org uuid
 	if err := p.check(); err != nil {
 		return ThreatExclusion{}, err
 	}
-	e, err := scanExclusion(s.pool.QueryRow(ctx, `
-		INSERT INTO threat_exclusions AS e (organization_id, asset_id, asset_pattern, external_id, title_pattern, severity,
-			reason, expires_at, created_by_token_id)
-		SELECT o.id, $2, $3, $4, $5, $6, $7, $8, $9 FROM organizations o
-		WHERE o.id = $1 AND ($2::uuid IS NULL OR EXISTS (SELECT 1 FROM assets a WHERE a.id = $2 AND a.organization_id = o.id))
-		RETURNING `+exclusionColumns,
-		org, p.AssetID, p.AssetPattern, p.ExternalID, p.TitlePattern, p.Severity, p.Reason, p.ExpiresAt, p.TokenID))
-	if errors.Is(err, pgx.ErrNoRows) {
-		if _, err := s.GetOrganization(ctx, scope, org); err != nil {
-			return ThreatExclusion{}, err
+	var e ThreatExclusion
+	err := s.inTx(ctx, "create threat exclusion", func(tx pgx.Tx) error {
+		var err error
+		e, err = scanExclusion(tx.QueryRow(ctx, `
+			INSERT INTO threat_exclusions AS e (organization_id, asset_id, asset_pattern, external_id, title_pattern, severity,
+				reason, expires_at, created_by_token_id)
+			SELECT o.id, $2, $3, $4, $5, $6, $7, $8, $9 FROM organizations o
+			WHERE o.id = $1 AND ($2::uuid IS NULL OR EXISTS (SELECT 1 FROM assets a WHERE a.id = $2 AND a.organization_id = o.id))
+			RETURNING `+exclusionColumns,
+			org, p.AssetID, p.AssetPattern, p.ExternalID, p.TitlePattern, p.Severity, p.Reason, p.ExpiresAt, p.TokenID))
+		if errors.Is(err, pgx.ErrNoRows) {
+			if _, err := s.GetOrganization(ctx, scope, org); err != nil {
+				return err
+			}
+			return problem.Wrap(ErrInvalid, "asset_id: the organization has no such asset")
 		}
-		return ThreatExclusion{}, problem.Wrap(ErrInvalid, "asset_id: the organization has no such asset")
-	}
+		if err != nil {
+			return fmt.Errorf("create threat exclusion: %w", err)
+		}
+		auditTarget(ctx, e.ID, &e.OrganizationID)
+		return nil
+	})
 	if err != nil {
-		return ThreatExclusion{}, fmt.Errorf("create threat exclusion: %w", err)
+		return ThreatExclusion{}, err
 	}
 	return e, nil
 }
@@ -132,14 +141,23 @@ func (s *Store) ListThreatExclusions(ctx context.Context, scope Scope, org uuid.
 // DeleteThreatExclusion removes an exclusion: the threats it hid show
 // again; detections it flagged stay flagged.
 func (s *Store) DeleteThreatExclusion(ctx context.Context, scope Scope, org, id uuid.UUID) (ThreatExclusion, error) {
-	e, err := scanExclusion(s.pool.QueryRow(ctx, `DELETE FROM threat_exclusions e
-		WHERE e.id = $1 AND e.organization_id = $2 AND `+inScope("e.organization_id", "$3")+`
-		RETURNING `+exclusionColumns, id, org, scope.arg()))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return ThreatExclusion{}, ErrNotFound
-	}
+	var e ThreatExclusion
+	err := s.inTx(ctx, "delete threat exclusion", func(tx pgx.Tx) error {
+		var err error
+		e, err = scanExclusion(tx.QueryRow(ctx, `DELETE FROM threat_exclusions e
+			WHERE e.id = $1 AND e.organization_id = $2 AND `+inScope("e.organization_id", "$3")+`
+			RETURNING `+exclusionColumns, id, org, scope.arg()))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return fmt.Errorf("delete threat exclusion: %w", err)
+		}
+		auditTarget(ctx, e.ID, &e.OrganizationID)
+		return nil
+	})
 	if err != nil {
-		return ThreatExclusion{}, fmt.Errorf("delete threat exclusion: %w", err)
+		return ThreatExclusion{}, err
 	}
 	return e, nil
 }

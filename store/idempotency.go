@@ -25,5 +25,6 @@ func creationReplay(ctx context.Context, ex executor, table string, org uuid.UUI
 	if sum != requestSHA256 {
 		return uuid.Nil, ErrIdempotencyKeyReused
 	}
+	auditSkip(ctx) // a replay changes nothing: the first create was audited
 	return id, nil
 }

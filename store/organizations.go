@@ -41,10 +41,19 @@ func (s *Store) CreateOrganization(ctx context.Context, scope Scope, name, scope
 	if err := checkScopePolicy(scopePolicy); err != nil {
 		return Organization{}, err
 	}
-	o, err := scanOrganization(s.pool.QueryRow(ctx, `INSERT INTO organizations AS o (name, scope_policy, scope_enforced)
-		VALUES ($1, $2, $2 = '`+ScopePolicyAllowList+`') RETURNING `+organizationColumns, name, scopePolicy))
+	var o Organization
+	err := s.inTx(ctx, "create organization", func(tx pgx.Tx) error {
+		var err error
+		o, err = scanOrganization(tx.QueryRow(ctx, `INSERT INTO organizations AS o (name, scope_policy, scope_enforced)
+			VALUES ($1, $2, $2 = '`+ScopePolicyAllowList+`') RETURNING `+organizationColumns, name, scopePolicy))
+		if err != nil {
+			return fmt.Errorf("create organization: %w", err)
+		}
+		auditTarget(ctx, o.ID, &o.ID)
+		return nil
+	})
 	if err != nil {
-		return Organization{}, fmt.Errorf("create organization: %w", err)
+		return Organization{}, err
 	}
 	return o, nil
 }

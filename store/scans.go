@@ -80,6 +80,7 @@ func (s *Store) CreateScan(ctx context.Context, scope Scope, p CreateScanParams)
 		if err != nil {
 			return err
 		}
+		auditTarget(ctx, id, &p.OrganizationID)
 		scan, err = getScan(ctx, tx, scope, id)
 		return err
 	})
@@ -270,6 +271,7 @@ func (s *Store) CancelScan(ctx context.Context, scope Scope, id uuid.UUID) (Scan
 		if err != nil {
 			return err
 		}
+		auditTarget(ctx, sc.ID, &sc.OrganizationID)
 		cancelled, err := cancelScan(ctx, tx, id, "")
 		if err != nil {
 			return err

@@ -432,6 +432,7 @@ func (s *Store) RunScheduleNow(ctx context.Context, scope Scope, id uuid.UUID, p
 		if err != nil {
 			return err
 		}
+		auditTarget(ctx, id, &sc.OrganizationID)
 		// Read after the lock, in a statement of its own: it sees the run
 		// of a fire or manual run that held the lock before.
 		var active bool
@@ -482,6 +483,7 @@ func (s *Store) RunScheduleNow(ctx context.Context, scope Scope, id uuid.UUID, p
 			WHERE id = $1`, id, f.TaskID, f.ScanID); err != nil {
 			return fmt.Errorf("record manual run: %w", err)
 		}
+		auditDetail(ctx, "fire_id", f.ID.String())
 		if f.TaskID != nil {
 			return notify(ctx, tx, Wakeup{Kind: WakeOrganization, Organization: sc.OrganizationID, Count: 1})
 		}

@@ -516,6 +516,8 @@ func (s *Store) CreateSchedule(ctx context.Context, scope Scope, org uuid.UUID, 
 		if err := insertVersion(ctx, tx, id, 1, c, p.TokenID); err != nil {
 			return err
 		}
+		auditTarget(ctx, id, &org)
+		auditDetail(ctx, "version", 1)
 		if sc, err = readSchedule(ctx, tx, scope, id, false); err != nil {
 			return err
 		}
@@ -619,6 +621,8 @@ func (s *Store) UpdateSchedule(ctx context.Context, scope Scope, id uuid.UUID, p
 		if err := insertVersion(ctx, tx, id, old.Version+1, c, p.TokenID); err != nil {
 			return err
 		}
+		auditTarget(ctx, id, &old.OrganizationID)
+		auditDetail(ctx, "version", old.Version+1)
 		if sc, err = readSchedule(ctx, tx, scope, id, false); err != nil {
 			return err
 		}
@@ -652,6 +656,7 @@ func (s *Store) setScheduleEnabled(ctx context.Context, scope Scope, id uuid.UUI
 		if err != nil {
 			return err
 		}
+		auditTarget(ctx, id, &old.OrganizationID)
 		if old.Enabled == enabled {
 			sc = old
 			return nil
@@ -698,6 +703,8 @@ func (s *Store) DeleteSchedule(ctx context.Context, scope Scope, id uuid.UUID) (
 		if sc, err = readSchedule(ctx, tx, scope, id, true); err != nil {
 			return err
 		}
+		auditTarget(ctx, sc.ID, &sc.OrganizationID)
+		auditDetail(ctx, "version", sc.Version)
 		if _, err := tx.Exec(ctx, `UPDATE schedules SET deleted_at = now(), enabled = false, next_slot_at = NULL,
 			next_fire_at = NULL, queued_slot_at = NULL, updated_at = now() WHERE id = $1`, id); err != nil {
 			return fmt.Errorf("delete schedule: %w", err)

@@ -154,18 +154,27 @@ func (s *Store) CreateSecret(ctx context.Context, scope Scope, keyring *secretbo
 	if err != nil {
 		return Secret{}, fmt.Errorf("seal secret: %w", err)
 	}
-	sec, err := scanSecret(s.pool.QueryRow(ctx, `
-		INSERT INTO secrets (id, organization_id, name, version, ciphertext, wrapped_key, kek_id, task_types, worker_labels)
-		VALUES ($1, $2, $3, 1, $4, $5, $6, $7, $8)
-		RETURNING `+secretColumns,
-		id, org, p.Name, sealed.Ciphertext, sealed.WrappedKey, sealed.KEKID, taskTypesArg(p.TaskTypes), labelsArg(p.WorkerLabels)))
-	switch {
-	case isUniqueViolation(err):
-		return Secret{}, problem.Wrap(ErrConflict, problem.Text("a secret named "+p.Name+" already exists in this organization; replace it instead"))
-	case isForeignKeyViolation(err):
-		return Secret{}, missingOrganization(scope, org)
-	case err != nil:
-		return Secret{}, fmt.Errorf("create secret: %w", err)
+	var sec Secret
+	err = s.inTx(ctx, "create secret", func(tx pgx.Tx) error {
+		var err error
+		sec, err = scanSecret(tx.QueryRow(ctx, `
+			INSERT INTO secrets (id, organization_id, name, version, ciphertext, wrapped_key, kek_id, task_types, worker_labels)
+			VALUES ($1, $2, $3, 1, $4, $5, $6, $7, $8)
+			RETURNING `+secretColumns,
+			id, org, p.Name, sealed.Ciphertext, sealed.WrappedKey, sealed.KEKID, taskTypesArg(p.TaskTypes), labelsArg(p.WorkerLabels)))
+		switch {
+		case isUniqueViolation(err):
+			return problem.Wrap(ErrConflict, problem.Text("a secret named "+p.Name+" already exists in this organization; replace it instead"))
+		case isForeignKeyViolation(err):
+			return missingOrganization(scope, org)
+		case err != nil:
+			return fmt.Errorf("create secret: %w", err)
+		}
+		auditSecret(ctx, sec)
+		return nil
+	})
+	if err != nil {
+		return Secret{}, err
 	}
 	return sec, nil
 }
@@ -205,6 +214,7 @@ func (s *Store) ReplaceSecret(ctx context.Context, scope Scope, keyring *secretb
 		if err != nil {
 			return fmt.Errorf("replace secret: %w", err)
 		}
+		auditSecret(ctx, sec)
 		return nil
 	})
 	return sec, err
@@ -213,13 +223,22 @@ func (s *Store) ReplaceSecret(ctx context.Context, scope Scope, keyring *secretb
 // DeleteSecret removes a secret. Tasks that reference it fail their next
 // attempt with secret_unavailable.
 func (s *Store) DeleteSecret(ctx context.Context, scope Scope, id uuid.UUID) (Secret, error) {
-	sec, err := scanSecret(s.pool.QueryRow(ctx, `DELETE FROM secrets WHERE id = $1 AND `+inScope("organization_id", "$2")+`
-		RETURNING `+secretColumns, id, scope.arg()))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Secret{}, ErrNotFound
-	}
+	var sec Secret
+	err := s.inTx(ctx, "delete secret", func(tx pgx.Tx) error {
+		var err error
+		sec, err = scanSecret(tx.QueryRow(ctx, `DELETE FROM secrets WHERE id = $1 AND `+inScope("organization_id", "$2")+`
+			RETURNING `+secretColumns, id, scope.arg()))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return fmt.Errorf("delete secret: %w", err)
+		}
+		auditSecret(ctx, sec)
+		return nil
+	})
 	if err != nil {
-		return Secret{}, fmt.Errorf("delete secret: %w", err)
+		return Secret{}, err
 	}
 	return sec, nil
 }
@@ -398,7 +417,7 @@ func (s *Store) SecretKeySample(ctx context.Context) ([]SealedSecret, error) {
 // A key the keyring cannot unwrap stops the rotation with an error naming
 // the secret's id.
 func (s *Store) RewrapSecrets(ctx context.Context, keyring *secretbox.Keyring, batch int) (int, error) {
-	return s.inBatches(ctx, "rewrap secrets", func(tx pgx.Tx) (int, error) {
+	return s.inBatches(ctx, "rewrap secrets", "rewrapped", func(tx pgx.Tx) (int, error) {
 		rows, err := tx.Query(ctx, `
 			SELECT `+secretColumns+`, ciphertext, wrapped_key, kek_id FROM secrets
 			WHERE kek_id <> $1 ORDER BY id LIMIT $2 FOR UPDATE`, keyring.CurrentID(), batch)
@@ -457,4 +476,12 @@ func (s *Store) WorkerLabels(ctx context.Context, workerID uuid.UUID) (map[strin
 		return nil, fmt.Errorf("read worker labels: %w", err)
 	}
 	return labels, nil
+}
+
+// auditSecret names a secret in the audit record of its change: never its
+// value, only its name and version.
+func auditSecret(ctx context.Context, sec Secret) {
+	auditTarget(ctx, sec.ID, &sec.OrganizationID)
+	auditDetail(ctx, "name", sec.Name)
+	auditDetail(ctx, "version", sec.Version)
 }

@@ -44,7 +44,8 @@ type executor interface {
 var psql = sq.StatementBuilder.PlaceholderFormat(sq.Dollar)
 
 // inTx runs fn in one READ COMMITTED transaction and commits it when fn
-// returns nil. A transaction PostgreSQL aborted as a deadlock victim is run
+// returns nil, writing before COMMIT the audit record ctx carries
+// (WithAudit). A transaction PostgreSQL aborted as a deadlock victim is run
 // again from the start (fn must therefore reset whatever it fills in).
 func (s *Store) inTx(ctx context.Context, name string, fn func(tx pgx.Tx) error) error {
 	var err error
@@ -60,15 +61,25 @@ func (s *Store) inTx(ctx context.Context, name string, fn func(tx pgx.Tx) error)
 
 // inBatches runs batch, each call its own transaction, until a batch
 // handles no row, and returns how many rows the batches handled: the shape
-// of every resumable sweep over a table (sealing, re-wrapping keys).
-func (s *Store) inBatches(ctx context.Context, name string, batch func(tx pgx.Tx) (int, error)) (int, error) {
+// of every resumable sweep over a table (sealing, re-wrapping keys). Under
+// WithAuditEach, each batch that handled rows writes its own audit row, in
+// its transaction, with the count under auditKey; an empty batch writes none.
+func (s *Store) inBatches(ctx context.Context, name, auditKey string, batch func(tx pgx.Tx) (int, error)) (int, error) {
 	total := 0
 	for {
 		n := 0
-		err := s.inTx(ctx, name, func(tx pgx.Tx) error {
+		batchCtx := auditBatch(ctx)
+		err := s.inTx(batchCtx, name, func(tx pgx.Tx) error {
 			var err error
-			n, err = batch(tx)
-			return err
+			if n, err = batch(tx); err != nil {
+				return err
+			}
+			if n == 0 {
+				auditSkip(batchCtx)
+			} else {
+				auditDetail(batchCtx, auditKey, n)
+			}
+			return nil
 		})
 		if err != nil {
 			return total, err
@@ -77,6 +88,7 @@ func (s *Store) inBatches(ctx context.Context, name string, batch func(tx pgx.Tx
 		if n == 0 {
 			return total, nil
 		}
+		auditCommitted(ctx)
 	}
 }
 
@@ -89,9 +101,16 @@ func (s *Store) inTxOnce(ctx context.Context, name string, fn func(tx pgx.Tx) er
 	if err := fn(tx); err != nil {
 		return wrapOp(name, err)
 	}
+	audited, err := writePendingAudit(ctx, tx)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
 	failpoint.Inject(beforeCommit(name))
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("%s: commit: %w", name, err)
+	}
+	if audited {
+		auditCommitted(ctx)
 	}
 	failpoint.Inject(afterCommit(name))
 	return nil
@@ -168,6 +187,15 @@ func (s *Store) inPipelinedTxOnce(ctx context.Context, name string, queue func(b
 			return wrapOp(name, err)
 		}
 	}
+	audited, err := writePendingAudit(ctx, tx)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	defer func() {
+		if err == nil && audited {
+			auditCommitted(ctx)
+		}
+	}()
 	failpoint.Inject(beforeCommit(name))
 	// The wake-ups travel with COMMIT, in one round trip: a NOTIFY failing
 	// aborts the transaction, and COMMIT then answers ROLLBACK.

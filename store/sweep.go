@@ -34,7 +34,7 @@ const lostAttemptNextState = `CASE
 // expireSQL ends up to $1 active attempts whose lease has expired (attempts
 // past their deadline fail with a timeout code) and moves their tasks on.
 // SKIP LOCKED lets every replica sweep at once without waiting or double work.
-// A task failed terminally writes its webhook event here (taskWebhookSQL).
+// A task failed terminally emits its event here (taskEventsSQL).
 var expireSQL = `
 WITH ended AS (
 	UPDATE worker_task_attempts a SET
@@ -63,12 +63,12 @@ WITH ended AS (
 		updated_at = now()
 	FROM ended e
 	WHERE t.id = e.task_id AND t.state IN (` + sqlStates(TaskLeased, TaskRunning, TaskCancelling) + `)
-	RETURNING ` + queueSourceColumns("t") + `, ` + taskWebhookReturning("t") + `
+	RETURNING ` + queueSourceColumns("t") + `, ` + taskEventReturning("t") + `
 ), enqueued AS (
 	` + EnqueueSQL("moved") + `
-)` + taskWebhookSQL("moved") + `
+)` + taskEventsSQL("moved") + `
 SELECT e.worker_id, m.organization_id, m.state, extract(epoch FROM m.available_at - now())::float8
-FROM ended e LEFT JOIN moved m ON m.id = e.task_id`
+FROM ended e LEFT JOIN moved m ON m.id = e.task_id` + taskEventsWritten
 
 // deadlineSQL dead-letters queued tasks whose execution deadline passed.
 // It starts from the queue rows, so (queue.go) it takes their tasks with
@@ -88,9 +88,9 @@ WITH due AS (
 		completed_at = now(), updated_at = now()
 	FROM taken k
 	WHERE t.id = k.id
-	RETURNING t.id, t.organization_id, t.task_type, t.state, ` + taskWebhookReturning("t") + `
-)` + taskWebhookSQL("dead") + `
-SELECT count(*) FROM dead`
+	RETURNING t.id, t.organization_id, t.task_type, t.state, ` + taskEventReturning("t") + `
+)` + taskEventsSQL("dead") + `
+SELECT count(*) FROM dead` + taskEventsWritten
 
 const nextDueSQL = `
 SELECT extract(epoch FROM least(

@@ -432,6 +432,7 @@ func (s *Store) AddScopeTarget(ctx context.Context, scope Scope, org uuid.UUID, 
 		if err != nil {
 			return fmt.Errorf("add scope target: %w", err)
 		}
+		auditScopeTarget(ctx, t)
 		if !wasEnforced {
 			return recheckLiveWork(ctx, tx, org)
 		}
@@ -492,6 +493,7 @@ func (s *Store) RemoveScopeTarget(ctx context.Context, scope Scope, org, id uuid
 		if err != nil {
 			return fmt.Errorf("remove scope target: %w", err)
 		}
+		auditScopeTarget(ctx, t)
 		return recheckLiveWork(ctx, tx, org)
 	})
 	if err != nil {
@@ -669,4 +671,13 @@ func networkLocation(s string) (string, bool) {
 func isHostLabel(s string) bool {
 	name, ok := dnsName(s)
 	return ok && !strings.Contains(name, ".") && name[0] >= 'a' && name[0] <= 'z'
+}
+
+// auditScopeTarget names a scope entry, as stored, in its change's audit
+// record.
+func auditScopeTarget(ctx context.Context, t ScopeTarget) {
+	auditTarget(ctx, t.ID, &t.OrganizationID)
+	auditDetail(ctx, "kind", t.Kind)
+	auditDetail(ctx, "value", t.Value)
+	auditDetail(ctx, "include_subdomains", t.IncludeSubdomains)
 }

@@ -118,6 +118,7 @@ func (s *Store) CreateTask(ctx context.Context, scope Scope, p CreateTaskParams)
 		if err != nil || replayed {
 			return err
 		}
+		auditTarget(ctx, task.ID, &task.OrganizationID)
 		if p.Delay > 0 {
 			return notify(ctx, tx, Wakeup{Kind: WakeOrganizationAt, Organization: task.OrganizationID, Delay: p.Delay})
 		}
@@ -456,6 +457,9 @@ func (s *Store) CancelTask(ctx context.Context, scope Scope, id uuid.UUID) (Task
 		}
 		return ErrTaskFinished
 	})
+	if err == nil {
+		auditTarget(ctx, task.ID, &task.OrganizationID)
+	}
 	if err != nil {
 		return Task{}, err
 	}
@@ -499,6 +503,7 @@ func (s *Store) RetryTask(ctx context.Context, scope Scope, id uuid.UUID) (Task,
 		if err != nil {
 			return err
 		}
+		auditTarget(ctx, task.ID, &task.OrganizationID)
 		return notify(ctx, tx, Wakeup{Kind: WakeOrganization, Organization: task.OrganizationID, Count: 1})
 	})
 	if err != nil {

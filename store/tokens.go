@@ -97,11 +97,15 @@ func (s *Store) CreateAPIToken(ctx context.Context, scope Scope, p CreateAPIToke
 				return err
 			}
 		}
-		return tx.QueryRow(ctx, `
+		if err := tx.QueryRow(ctx, `
 			INSERT INTO api_tokens (name, token_hash, scopes, organization_id, expires_at, parent_token_id)
 			VALUES ($1, $2, $3, $4, coalesce($7::timestamptz, now() + make_interval(secs => $5::float8)), $6)
 			RETURNING id`,
-			p.Name, HashToken(token), p.Permissions, p.OrganizationID, expires, p.ParentID, inherited).Scan(&id)
+			p.Name, HashToken(token), p.Permissions, p.OrganizationID, expires, p.ParentID, inherited).Scan(&id); err != nil {
+			return err
+		}
+		auditTarget(ctx, id, p.OrganizationID)
+		return nil
 	})
 	if isForeignKeyViolation(err) {
 		return "", uuid.Nil, fmt.Errorf("%w: organization", ErrNotFound)
@@ -274,6 +278,8 @@ func (s *Store) RevokeAPIToken(ctx context.Context, scope Scope, id uuid.UUID) (
 			return fmt.Errorf("revoke descendants: %w", err)
 		}
 		descendants = tag.RowsAffected()
+		auditTarget(ctx, t.ID, t.OrganizationID)
+		auditDetail(ctx, "descendants_revoked", descendants)
 		return nil
 	})
 	if err != nil {

@@ -5,63 +5,14 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
 
-// Events are written to the outbox (webhook_events, one webhook_deliveries
-// row per subscribed target) in the transaction of the change they
-// describe, and only when the organization has an enabled target
-// subscribed to the event's type: without one nothing is written.
-//
-//   - Task completed / failed terminally: the completion statement
-//     (moveTasksSQL, a single completion being a batch of one) and the
-//     sweeper's expiry and deadline statements carry taskWebhookSQL as
-//     CTEs. That is the hot path: with no target anywhere its cost is one
-//     read of the empty webhook_targets per statement (per group of
-//     completions), and with targets one probe of webhook_targets_org_idx
-//     per task that ended, in the statement already running — no round
-//     trip, no function call, no per-replica cache to keep coherent.
-//   - Scans, worker revocation and skipped schedule slots, which happen at
-//     most once per scan, worker or slot, are written by triggers
-//     (migration 000020) calling webhook_emit, so every way into those
-//     states is covered.
-//   - worker.offline and organization.no_eligible_worker are not stored
-//     states but computed from time, so WatchWebhookConditions notices
-//     them (see there).
-
-// taskWebhookSQL is the CTEs that write the outbox rows of the tasks in rel
-// (a relation of ended worker_tasks with id, organization_id, task_type,
-// state, last_error_code and attempt_count) that reached completed or
-// failed_terminal. They start with a comma: append them to a WITH list.
-func taskWebhookSQL(rel string) string {
-	return `, hook_source AS (
-	SELECT gateway_uuid_v7() AS event_id, m.organization_id, 'task.' || m.state AS event_type,
-		jsonb_build_object('task_id', m.id, 'task_type', m.task_type, 'state', m.state,
-			'error_code', m.last_error_code, 'attempt_count', m.attempt_count) AS data
-	FROM ` + rel + ` m
-	WHERE m.state IN (` + sqlStates(TaskCompleted, TaskFailedTerminal) + `)
-		-- Once per statement (an uncorrelated InitPlan): with no enabled
-		-- target anywhere, no ended task probes further.
-		AND (SELECT EXISTS (SELECT 1 FROM webhook_targets WHERE enabled))
-		AND EXISTS (SELECT 1 FROM webhook_targets w WHERE w.organization_id = m.organization_id AND w.enabled
-			AND w.event_types @> ARRAY['task.' || m.state])
-), hook_events AS (
-	INSERT INTO webhook_events (id, organization_id, event_type, body)
-	SELECT event_id, organization_id, event_type, webhook_body(event_id, event_type, organization_id, data)
-	FROM hook_source
-	RETURNING id, organization_id, event_type
-), hook_deliveries AS (
-	INSERT INTO webhook_deliveries (event_id, target_id, organization_id)
-	SELECT e.id, w.id, e.organization_id FROM hook_events e
-	JOIN webhook_targets w ON w.organization_id = e.organization_id AND w.enabled AND w.event_types @> ARRAY[e.event_type]
-)`
-}
-
-// taskWebhookReturning is what a statement feeding taskWebhookSQL returns
-// of worker_tasks row alias besides queueSourceColumns.
-func taskWebhookReturning(alias string) string {
-	return alias + ".last_error_code, " + alias + ".attempt_count"
-}
+// The webhook watcher: worker.offline and organization.no_eligible_worker
+// are not stored states but computed from time, so WatchWebhookConditions
+// notices them and emits them through emitEvent (events.go), like every
+// other event.
 
 // WebhookWatch is what one WatchWebhookConditions pass found.
 type WebhookWatch struct {
@@ -76,35 +27,24 @@ type WebhookWatch struct {
 }
 
 // offlineSQL marks the workers that went offline (not seen for $1 seconds)
-// since they were last reported, and writes worker.offline for their owner
-// and every organization assigned them. A worker is reported once per
-// transition: again only after it was seen since. Concurrent passes of two
-// replicas cannot both mark a worker: the second re-checks the WHERE clause
-// on the row the first changed. A target hears only of transitions after
-// it was created (webhook_emit's p_at), so a long-offline worker is not
-// announced to a new target.
+// since they were last reported, and returns them. A worker is reported
+// once per transition: again only after it was seen since. Concurrent
+// passes of two replicas cannot both mark a worker: the second re-checks
+// the WHERE clause on the row the first changed.
 const offlineSQL = `
-WITH gone AS (
-	UPDATE workers w SET offline_reported_at = now()
-	WHERE w.revoked_at IS NULL AND w.last_seen_at IS NOT NULL
-		AND w.last_seen_at <= now() - make_interval(secs => $1)
-		AND (w.offline_reported_at IS NULL OR w.offline_reported_at < w.last_seen_at)
-	RETURNING w.id, w.name, w.owner_organization_id, w.last_seen_at
-)
-SELECT count(*), coalesce(sum(webhook_emit(o.org, '` + EventWorkerOffline + `', jsonb_build_object(
-		'worker_id', g.id, 'name', g.name, 'last_seen_at', g.last_seen_at),
-		g.last_seen_at + make_interval(secs => $1))), 0)
-FROM gone g CROSS JOIN LATERAL (
-	SELECT g.owner_organization_id AS org WHERE g.owner_organization_id IS NOT NULL
-	UNION SELECT ow.organization_id FROM organization_workers ow WHERE ow.worker_id = g.id AND ow.enabled AND ow.revoked_at IS NULL
-) o`
+UPDATE workers w SET offline_reported_at = now()
+WHERE w.revoked_at IS NULL AND w.last_seen_at IS NOT NULL
+	AND w.last_seen_at <= now() - make_interval(secs => $1)
+	AND (w.offline_reported_at IS NULL OR w.offline_reported_at < w.last_seen_at)
+RETURNING w.id, w.name, w.last_seen_at, w.last_seen_at + make_interval(secs => $1)`
 
-// starvedSQL reports organization.no_eligible_worker for each organization
-// subscribed to it that has a task leasable now and no worker that could
-// lease it: none assigned (and enabled, not revoked) that is enabled, not
-// revoked and online (seen within $1 seconds). It is the organization-wide
-// form of a task's pending_reason no_assigned_worker / no_online_worker
-// (tasks.go); capabilities and capacity are per task and not considered.
+// starvedSQL returns each organization subscribed to
+// organization.no_eligible_worker that became starved: it has a task
+// leasable now and no worker that could lease it — none assigned (and
+// enabled, not revoked) that is enabled, not revoked and online (seen
+// within $1 seconds). It is the organization-wide form of a task's
+// pending_reason no_assigned_worker / no_online_worker (tasks.go);
+// capabilities and capacity are per task and not considered.
 // webhook_conditions de-duplicates: an organization is reported when it
 // becomes starved and again only after it stopped being starved.
 const starvedSQL = `
@@ -125,9 +65,8 @@ WITH starved AS (
 	ON CONFLICT DO NOTHING
 	RETURNING organization_id
 )
-SELECT count(webhook_emit(r.organization_id, '` + EventOrgNoEligibleWorker + `', jsonb_build_object(
-	'organization_id', r.organization_id,
-	'leasable_tasks', (SELECT count(*) FROM worker_task_queue q WHERE q.organization_id = r.organization_id AND q.available_at <= now()))))
+SELECT r.organization_id,
+	(SELECT count(*) FROM worker_task_queue q WHERE q.organization_id = r.organization_id AND q.available_at <= now())
 FROM raised r`
 
 // WatchWebhookConditions is one pass of the webhook watcher: it reports
@@ -146,13 +85,53 @@ func (s *Store) WatchWebhookConditions(ctx context.Context, onlineWindow time.Du
 		if !res.Subscribed {
 			return nil
 		}
-		var emitted int
-		if err := tx.QueryRow(ctx, offlineSQL, onlineWindow.Seconds()).Scan(&res.WorkersOffline, &emitted); err != nil {
+		type offline struct {
+			id         uuid.UUID
+			name       string
+			lastSeenAt time.Time
+			wentAt     time.Time
+		}
+		rows, err := tx.Query(ctx, offlineSQL, onlineWindow.Seconds())
+		if err != nil {
 			return fmt.Errorf("workers offline: %w", err)
 		}
-		if err := tx.QueryRow(ctx, starvedSQL, onlineWindow.Seconds()).Scan(&res.OrganizationsStarved); err != nil {
+		gone, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (offline, error) {
+			var o offline
+			return o, r.Scan(&o.id, &o.name, &o.lastSeenAt, &o.wentAt)
+		})
+		if err != nil {
+			return fmt.Errorf("workers offline: %w", err)
+		}
+		for _, o := range gone {
+			// A target hears only of transitions after it was created.
+			if _, err := emitEvent(ctx, tx, Event{Type: EventWorkerOffline, Audience: workerAudience(o.id), At: &o.wentAt,
+				Data: map[string]any{"worker_id": o.id, "name": o.name, "last_seen_at": o.lastSeenAt}}); err != nil {
+				return err
+			}
+		}
+		res.WorkersOffline = len(gone)
+		type starved struct {
+			org      uuid.UUID
+			leasable int64
+		}
+		rows, err = tx.Query(ctx, starvedSQL, onlineWindow.Seconds())
+		if err != nil {
 			return fmt.Errorf("organizations without eligible worker: %w", err)
 		}
+		raised, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (starved, error) {
+			var s starved
+			return s, r.Scan(&s.org, &s.leasable)
+		})
+		if err != nil {
+			return fmt.Errorf("organizations without eligible worker: %w", err)
+		}
+		for _, s := range raised {
+			if _, err := emitEvent(ctx, tx, Event{Type: EventOrgNoEligibleWorker, Audience: organizationAudience(s.org),
+				Data: map[string]any{"organization_id": s.org, "leasable_tasks": s.leasable}}); err != nil {
+				return err
+			}
+		}
+		res.OrganizationsStarved = len(raised)
 		var next *float64
 		if err := tx.QueryRow(ctx, `
 			SELECT extract(epoch FROM min(last_seen_at) + make_interval(secs => $1) - now())::float8 FROM workers

@@ -129,7 +129,7 @@ func (s *Store) SealWebhookSecrets(ctx context.Context, keyring *secretbox.Keyri
 	if err := requireKeyring(keyring); err != nil {
 		return 0, err
 	}
-	return s.inBatches(ctx, "seal webhook secrets", func(tx pgx.Tx) (int, error) {
+	return s.inBatches(ctx, "seal webhook secrets", "webhook_secrets_sealed", func(tx pgx.Tx) (int, error) {
 		rows, err := tx.Query(ctx, `
 			SELECT t.id, t.organization_id, t.deleted_at IS NOT NULL, `+webhookSecretColumnsSQL+` FROM webhook_targets t
 			WHERE t.secret IS NOT NULL OR t.previous_secret IS NOT NULL
@@ -244,7 +244,7 @@ func (s *Store) RewrapWebhookSecrets(ctx context.Context, keyring *secretbox.Key
 	if err := requireKeyring(keyring); err != nil {
 		return 0, err
 	}
-	return s.inBatches(ctx, "rewrap webhook secrets", func(tx pgx.Tx) (int, error) {
+	return s.inBatches(ctx, "rewrap webhook secrets", "webhook_secrets_rewrapped", func(tx pgx.Tx) (int, error) {
 		rows, err := tx.Query(ctx, `
 			SELECT id, organization_id, secret_ciphertext, secret_wrapped_key, secret_kek_id,
 				previous_secret_ciphertext, previous_secret_wrapped_key, previous_secret_kek_id

@@ -118,6 +118,7 @@ func (s *Store) CreateWebhookTarget(ctx context.Context, scope Scope, keyring *s
 		if err != nil {
 			return fmt.Errorf("insert webhook target: %w", err)
 		}
+		auditTarget(ctx, w.ID, &w.OrganizationID)
 		return notify(ctx, tx, Wakeup{Kind: WakeWebhooks, Organization: org})
 	})
 	if err != nil {
@@ -148,6 +149,7 @@ func (s *Store) UpdateWebhookTarget(ctx context.Context, scope Scope, id uuid.UU
 		if err != nil {
 			return fmt.Errorf("update webhook target: %w", err)
 		}
+		auditTarget(ctx, w.ID, &w.OrganizationID)
 		return notify(ctx, tx, Wakeup{Kind: WakeWebhooks, Organization: w.OrganizationID})
 	})
 	return w, err
@@ -175,6 +177,7 @@ func (s *Store) DeleteWebhookTarget(ctx context.Context, scope Scope, id uuid.UU
 		if err != nil {
 			return fmt.Errorf("delete webhook target: %w", err)
 		}
+		auditTarget(ctx, w.ID, &w.OrganizationID)
 		if _, err := tx.Exec(ctx, `DELETE FROM webhook_deliveries WHERE target_id = $1`, id); err != nil {
 			return fmt.Errorf("delete webhook deliveries: %w", err)
 		}
@@ -267,6 +270,7 @@ func (s *Store) RotateWebhookSecret(ctx context.Context, scope Scope, keyring *s
 		if err != nil {
 			return fmt.Errorf("rotate webhook secret: %w", err)
 		}
+		auditTarget(ctx, w.ID, &w.OrganizationID)
 		return nil
 	})
 	if err != nil {

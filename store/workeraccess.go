@@ -63,19 +63,25 @@ type WorkerGrant struct {
 // nothing: the grantee's admin still assigns it). Only the owner or an
 // unscoped caller may grant. Idempotent.
 func (s *Store) GrantWorker(ctx context.Context, scope Scope, worker, org uuid.UUID) (WorkerGrant, error) {
-	if err := authorizeWorkerManagement(ctx, s.pool, scope, worker); err != nil {
-		return WorkerGrant{}, err
-	}
 	g := WorkerGrant{WorkerID: worker, OrganizationID: org}
-	err := s.pool.QueryRow(ctx, `
-		INSERT INTO worker_grants (worker_id, organization_id) VALUES ($1, $2)
-		ON CONFLICT (worker_id, organization_id) DO UPDATE SET granted_at = worker_grants.granted_at
-		RETURNING granted_at`, worker, org).Scan(&g.GrantedAt)
-	if isForeignKeyViolation(err) {
-		return WorkerGrant{}, fmt.Errorf("%w: organization", ErrNotFound)
-	}
+	err := s.inTx(ctx, "grant worker", func(tx pgx.Tx) error {
+		if err := authorizeWorkerManagement(ctx, tx, scope, worker); err != nil {
+			return err
+		}
+		err := tx.QueryRow(ctx, `
+			INSERT INTO worker_grants (worker_id, organization_id) VALUES ($1, $2)
+			ON CONFLICT (worker_id, organization_id) DO UPDATE SET granted_at = worker_grants.granted_at
+			RETURNING granted_at`, worker, org).Scan(&g.GrantedAt)
+		if isForeignKeyViolation(err) {
+			return fmt.Errorf("%w: organization", ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("grant worker: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
-		return WorkerGrant{}, fmt.Errorf("grant worker: %w", err)
+		return WorkerGrant{}, err
 	}
 	return g, nil
 }

@@ -119,6 +119,7 @@ func (s *Store) CreateWorker(ctx context.Context, scope Scope, p CreateWorkerPar
 		case err != nil:
 			return fmt.Errorf("create worker: %w", err)
 		}
+		auditTarget(ctx, id, p.OwnerOrganizationID)
 		if p.OwnerOrganizationID != nil {
 			if _, err := tx.Exec(ctx, `INSERT INTO organization_workers (organization_id, worker_id) VALUES ($1, $2)`,
 				*p.OwnerOrganizationID, id); err != nil {
@@ -328,13 +329,21 @@ func (s *Store) RevokeWorker(ctx context.Context, scope Scope, id uuid.UUID, rea
 		if err := authorizeWorkerManagement(ctx, tx, scope, id); err != nil {
 			return err
 		}
-		tag, err := tx.Exec(ctx, `UPDATE workers SET revoked_at = coalesce(revoked_at, now()), revocation_reason = $2,
-			enabled = false, updated_at = now() WHERE id = $1`, id, reason)
+		// This release tells worker.revoked itself (below); the previous
+		// release's trigger, kept until the contract step, stands aside.
+		if _, err := tx.Exec(ctx, `SELECT set_config('gateway.worker_revoked_emitted', 'on', true)`); err != nil {
+			return fmt.Errorf("mark revocation emitted: %w", err)
+		}
+		var firstRevocation bool
+		err := tx.QueryRow(ctx, `UPDATE workers w SET revoked_at = coalesce(w.revoked_at, now()), revocation_reason = $2,
+			enabled = false, updated_at = now()
+			FROM (SELECT revoked_at FROM workers WHERE id = $1 FOR UPDATE) before
+			WHERE w.id = $1 RETURNING before.revoked_at IS NULL`, id, reason).Scan(&firstRevocation)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
 		if err != nil {
 			return fmt.Errorf("revoke worker: %w", err)
-		}
-		if tag.RowsAffected() == 0 {
-			return ErrNotFound
 		}
 		if _, err := releaseAttempts(ctx, tx, id, nil, "worker_revoked"); err != nil {
 			return err
@@ -344,6 +353,13 @@ func (s *Store) RevokeWorker(ctx context.Context, scope Scope, id uuid.UUID, rea
 		}
 		if w, err = getWorker(ctx, tx, scope, id, onlineWindow); err != nil {
 			return err
+		}
+		// Told once, when first revoked, to those who may see it now.
+		if firstRevocation {
+			if _, err := emitEvent(ctx, tx, Event{Type: EventWorkerRevoked, Audience: workerAudience(id),
+				Data: map[string]any{"worker_id": id, "name": w.Name, "reason": reason, "revoked_at": w.RevokedAt}}); err != nil {
+				return err
+			}
 		}
 		return notify(ctx, tx, Wakeup{Kind: WakeWorkerRevoked, Worker: id})
 	})

@@ -172,7 +172,7 @@ func (s *Stack) startPrivate(ctx context.Context) error {
 		return errors.Join(err, <-buildErr)
 	}
 	s.DatabaseURL = s.cluster.URL("gateway")
-	if err := migrations.Up(ctx, s.DatabaseURL); err != nil {
+	if err := migrations.UpAll(ctx, s.DatabaseURL); err != nil {
 		return errors.Join(err, <-buildErr)
 	}
 	if pgStatements > 0 {

@@ -61,8 +61,10 @@ type Config struct {
 	// NotSignedIn is the error WriteProblem answers as 401 unauthenticated,
 	// for an htmx request or a form post whose session has ended.
 	NotSignedIn func(detail problem.Text) error
-	// Audit records a console event (sign-in, sign-out) as ctx's principal.
-	Audit func(ctx context.Context, action string, details map[string]any)
+	// Audit declares the audit record of a console change (sign-in,
+	// sign-out) as ctx's principal: the session's store call made with the
+	// returned context writes it in its transaction (store.WithAudit).
+	Audit func(ctx context.Context, action string, details map[string]any) context.Context
 	// SignInRefused records a refused sign-in (an unknown, revoked or
 	// expired token), as the API records a refused bearer token.
 	SignInRefused func(r *http.Request)

@@ -170,7 +170,9 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, c.cfg.NotSignedIn("That is not an API token (they begin with "+store.APITokenPrefix+")."))
 		return
 	}
-	secret, cs, err := c.cfg.Sessions.CreateConsoleSession(r.Context(), token, c.cfg.SessionTTL)
+	// The token, its organization and the expiry: the store, which reads them.
+	audited := c.cfg.Audit(r.Context(), "console.sign_in", nil)
+	secret, cs, err := c.cfg.Sessions.CreateConsoleSession(audited, token, c.cfg.SessionTTL)
 	if errors.Is(err, store.ErrNotFound) {
 		if c.cfg.SignInRefused != nil {
 			c.cfg.SignInRefused(r)
@@ -191,17 +193,15 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{Name: signInCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode})
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: secret, Path: "/", Expires: cs.ExpiresAt,
 		MaxAge: max(int(time.Until(cs.ExpiresAt).Seconds()), 1), HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode})
-	c.cfg.Audit(c.cfg.AsPrincipal(r.Context(), cs.Principal), "console.sign_in", map[string]any{"expires_at": cs.ExpiresAt.UTC()})
 	seeOther(w, r, safeNext(r.PostFormValue("next")), "")
 }
 
 // signOut deletes the session.
 func (c *Console) signOut(w http.ResponseWriter, r *http.Request, s *session) {
-	if err := c.cfg.Sessions.DeleteConsoleSession(r.Context(), s.secret); err != nil {
+	if err := c.cfg.Sessions.DeleteConsoleSession(c.cfg.Audit(r.Context(), "console.sign_out", nil), s.secret); err != nil {
 		c.fail(w, r, err)
 		return
 	}
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode})
-	c.cfg.Audit(r.Context(), "console.sign_out", nil)
 	seeOther(w, r, Prefix+"/signin", "")
 }

@@ -161,7 +161,7 @@ func createTemplate(ctx context.Context, c *pgcluster.Cluster) error {
 	if err := c.CreateDatabase(ctx, TemplateDatabase, ""); err != nil {
 		return err
 	}
-	if err := migrations.Up(ctx, c.URL(TemplateDatabase)); err != nil {
+	if err := migrations.UpAll(ctx, c.URL(TemplateDatabase)); err != nil {
 		return fmt.Errorf("migrate %s: %w", TemplateDatabase, err)
 	}
 	conn, err := pgx.Connect(ctx, c.URL("postgres"))

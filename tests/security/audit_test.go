@@ -15,6 +15,7 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/worker-gateway/gateway/server"
+	"github.com/worker-gateway/gateway/server/api"
 	"github.com/worker-gateway/gateway/store"
 	"github.com/worker-gateway/gateway/tests/harness"
 	"github.com/worker-gateway/gateway/workerclient/apiclient"
@@ -243,4 +245,59 @@ func TestAuditThrottleIsBoundedAcrossAddresses(t *testing.T) {
 	require.Equal(t, 20, total, "refusals past the bound are counted, not lost")
 	require.Equal(t, 2*10-3*2-1, countsBySource(rows)["other"], "the other addresses' refusals, together")
 	require.LessOrEqual(t, len(rows), 8)
+}
+
+// TestEveryControlPlaneChangeIsAudited is generated from openapi.yaml:
+// every operation that changes something (not GET) and takes a bearer
+// token is called by an unscoped admin on its own organization's resources,
+// and an answer of success must have left an audit row of its change. The
+// rows are written by the change's own transaction (store.WithAudit), so an
+// operation that forgets to declare its record, or a store verb that
+// changes outside inTx, leaves none and fails here.
+func TestEveryControlPlaneChangeIsAudited(t *testing.T) {
+	// Webhook targets on any host: the test's URL need not resolve.
+	g := harness.Start(t, harness.Options{Config: func(c *server.Config) { c.Webhooks.AllowPrivate = true }})
+	spec, err := api.GetSpec()
+	require.NoError(t, err)
+	admin := principal{name: "unscoped-admin", roles: []string{roleReader, roleProducer, roleAdmin, roleUnscopedAdmin}, token: g.AdminToken}
+	changeRows := func() int {
+		var n int
+		require.NoError(t, g.Pool.QueryRow(context.Background(), `SELECT count(*) FROM audit_events
+			WHERE actor_type = 'token' AND action NOT LIKE 'security.%' AND action NOT LIKE 'console.%'`).Scan(&n))
+		return n
+	}
+
+	var ops []string
+	audited := 0
+	for path, item := range spec.Paths.Map() {
+		for method, op := range item.Operations() {
+			if method == http.MethodGet || !requiresScheme(spec, op, "bearerAuth") {
+				continue
+			}
+			ops = append(ops, method+" "+path)
+			params := append(slices.Clone(item.Parameters), op.Parameters...)
+			t.Run(op.OperationID, func(t *testing.T) {
+				a := newTenant(t, g, "a-"+op.OperationID)
+				b := newTenant(t, g, "b-"+op.OperationID)
+				grant, err := g.Control.GrantWorkerWithResponse(context.Background(), a.worker, b.org)
+				require.NoError(t, err)
+				require.Equal(t, http.StatusOK, grant.StatusCode(), string(grant.Body))
+				if op.OperationID == "RetryTask" {
+					// A retry takes a task that ended: a cancelled one.
+					a.task = g.CreateTask(t, a.org, harness.TaskSpec{})
+					cancel, err := g.Control.CancelTaskWithResponse(context.Background(), a.task)
+					require.NoError(t, err)
+					require.Equal(t, http.StatusOK, cancel.StatusCode(), string(cancel.Body))
+				}
+				slots := resourceSlots(op, params)
+				before := changeRows()
+				res := call(t, g, method, path, op, slots, make([]choice, len(slots)), a, b, admin)
+				require.True(t, res.status >= 200 && res.status < 300, "%s %s on its own resources: %d %s", method, path, res.status, res.body)
+				require.Greater(t, changeRows(), before, "%s %s changed something and left no audit row", method, path)
+				audited++
+			})
+		}
+	}
+	require.Equal(t, len(ops), audited, "every changing operation was checked: %v", ops)
+	require.Greater(t, audited, 30)
 }

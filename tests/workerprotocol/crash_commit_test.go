@@ -109,3 +109,63 @@ func TestCrashAroundCompletionCommit(t *testing.T) {
 		require.NoError(t, survivor.Stop(syscall.SIGTERM))
 	}
 }
+
+// controlOn is an unscoped admin's control-plane client on process p.
+func controlOn(t *testing.T, g *harness.Gateway, p *harness.Process) *apiclient.ClientWithResponses {
+	t.Helper()
+	c, err := apiclient.NewClientWithResponses(p.URL, apiclient.WithHTTPClient(g.HTTPClient(nil)),
+		apiclient.WithRequestEditorFn(func(_ context.Context, r *http.Request) error {
+			r.Header.Set("Authorization", "Bearer "+g.AdminToken)
+			return nil
+		}))
+	require.NoError(t, err)
+	return c
+}
+
+// TestCrashAroundAuditedChangeCommit kills a replica just before and just
+// after the transaction of a control-plane change commits: a worker's
+// revocation (a change of a row) and an organization's creation (a change
+// whose target id the transaction makes). Each time the database holds
+// both the change and its audit row, or neither.
+func TestCrashAroundAuditedChangeCommit(t *testing.T) {
+	t.Parallel()
+	g, _ := harness.StartProcesses(t, 1) // the control plane's replica
+	ctx := context.Background()
+	org := g.NewOrganization(t, "acme")
+	auditRows := func(action, target string) int {
+		var n int
+		require.NoError(t, g.Pool.QueryRow(ctx, `SELECT count(*) FROM audit_events WHERE action = $1 AND target_id = $2`,
+			action, target).Scan(&n))
+		return n
+	}
+
+	for _, committed := range []bool{false, true} {
+		fp := "before-commit:"
+		if committed {
+			fp = "after-commit:"
+		}
+		w := g.NewWorker(t, "w-"+fp, 1, org)
+		doomed := g.StartProcess(t, "GATEWAY_FAILPOINTS="+fp+"revoke-worker,"+fp+"create-organization")
+		c := controlOn(t, g, doomed)
+		_, err := c.RevokeWorkerWithResponse(ctx, w.ID, apiclient.RevokeRequest{Reason: "key leaked"})
+		require.Error(t, err, "the replica died before answering")
+		require.Error(t, doomed.Wait(10*time.Second))
+		var revoked bool
+		require.NoError(t, g.Pool.QueryRow(ctx, `SELECT revoked_at IS NOT NULL FROM workers WHERE id = $1`, w.ID).Scan(&revoked))
+		require.Equal(t, committed, revoked, fp+"revoke-worker")
+		require.Equal(t, map[bool]int{false: 0, true: 1}[committed], auditRows("worker.revoke", w.ID.String()),
+			"%srevoke-worker: the change and its audit row commit together", fp)
+
+		name := "org-" + fp
+		doomed = g.StartProcess(t, "GATEWAY_FAILPOINTS="+fp+"revoke-worker,"+fp+"create-organization")
+		_, err = controlOn(t, g, doomed).CreateOrganizationWithResponse(ctx, apiclient.CreateOrganizationRequest{Name: name})
+		require.Error(t, err, "the replica died before answering")
+		require.Error(t, doomed.Wait(10*time.Second))
+		var created, audited int
+		require.NoError(t, g.Pool.QueryRow(ctx, `SELECT count(*), (SELECT count(*) FROM audit_events a
+				WHERE a.action = 'organization.create' AND a.target_id IN (SELECT id::text FROM organizations WHERE name = $1))
+			FROM organizations WHERE name = $1`, name).Scan(&created, &audited))
+		require.Equal(t, map[bool]int{false: 0, true: 1}[committed], created, fp+"create-organization")
+		require.Equal(t, created, audited, "%screate-organization: the change and its audit row commit together", fp)
+	}
+}

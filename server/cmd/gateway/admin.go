@@ -62,6 +62,13 @@ func withStore(fs *flagSet, check func() error, fn func(ctx context.Context, st 
 	}
 }
 
+// adminAudit declares the audit record of an admin command's change: the
+// store writes it in the change's transaction, with the id it creates.
+func adminAudit(ctx context.Context, command, action, targetType string, details map[string]any) context.Context {
+	return store.WithAudit(ctx, store.AuditEvent{ActorType: "system", ActorID: "gateway admin " + command,
+		Action: action, TargetType: targetType}, details)
+}
+
 func adminCommand(a *cli) *command {
 	return &command{name: "admin", short: "administrative tasks directly on the database (bootstrap)", sub: []*command{
 		{name: "bootstrap-token", short: "print a new API token (shown once, stored hashed)", setup: func(fs *flagSet) execFunc {
@@ -84,6 +91,7 @@ func adminCommand(a *cli) *command {
 				return nil
 			}
 			return withStore(fs, check, func(ctx context.Context, st *store.Store) error {
+				ctx = adminAudit(ctx, "bootstrap-token", "api_token.create", "api_token", map[string]any{"name": p.Name, "scopes": p.Permissions})
 				token, _, err := st.CreateAPIToken(ctx, store.EveryOrganization(), p)
 				if err != nil {
 					return err
@@ -106,6 +114,8 @@ func adminCommand(a *cli) *command {
 				return nil
 			}
 			return withStore(fs, check, func(ctx context.Context, st *store.Store) error {
+				ctx = adminAudit(ctx, "create-organization", "organization.create", "organization",
+					map[string]any{"name": *name, "scope_policy": *policy})
 				o, err := st.CreateOrganization(ctx, store.EveryOrganization(), *name, *policy)
 				if err != nil {
 					return err
@@ -138,6 +148,8 @@ func adminCommand(a *cli) *command {
 					}
 					p.CertificateFingerprint, p.CertificateSubject = pki.Fingerprint(cert), cert.Subject.String()
 				}
+				ctx = adminAudit(ctx, "create-worker", "worker.create", "worker",
+					map[string]any{"name": p.Name, "certificate_fingerprint": p.CertificateFingerprint})
 				w, err := st.CreateWorker(ctx, store.EveryOrganization(), p, time.Minute)
 				if err != nil {
 					return err
@@ -160,6 +172,8 @@ func adminCommand(a *cli) *command {
 				return nil
 			}
 			return withStore(fs, check, func(ctx context.Context, st *store.Store) error {
+				ctx = store.WithAudit(ctx, store.AuditEvent{ActorType: "system", ActorID: "gateway admin assign",
+					Action: "assignment.create", TargetType: "worker", TargetID: workerID.String(), OrganizationID: &orgID}, nil)
 				_, err := st.AssignWorker(ctx, store.EveryOrganization(), orgID, workerID)
 				return err
 			})

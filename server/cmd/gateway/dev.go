@@ -75,7 +75,7 @@ func runDev(ctx context.Context, c *serveConfig, stateDir, workerBin string, log
 		return err
 	}
 	c.databaseURL = cluster.URL("gateway")
-	if err := migrations.Up(ctx, c.databaseURL); err != nil {
+	if err := migrations.UpAll(ctx, c.databaseURL); err != nil {
 		return err
 	}
 

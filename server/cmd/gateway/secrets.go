@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -112,7 +111,11 @@ func secretsCommand(a *cli) *command {
 				st := store.New(pool)
 				// Webhook signing secrets still in plaintext are sealed
 				// first, under the new key, then every data key not
-				// wrapped by it is re-wrapped.
+				// wrapped by it is re-wrapped. One audit row per batch, in
+				// the batch's transaction: what committed is recorded, even
+				// if a later batch fails.
+				ctx = store.WithAuditEach(ctx, store.AuditEvent{ActorType: "system", ActorID: "gateway secrets rotate-kek",
+					Action: "secret.rotate_kek", TargetType: "secret"}, map[string]any{"kek_id": keyring.CurrentID()})
 				sealed, err := st.SealWebhookSecrets(ctx, keyring, 100)
 				n, hooks := 0, 0
 				if err == nil {
@@ -120,12 +123,6 @@ func secretsCommand(a *cli) *command {
 				}
 				if err == nil {
 					hooks, err = st.RewrapWebhookSecrets(ctx, keyring, 100)
-				}
-				details, _ := json.Marshal(map[string]any{"rewrapped": n, "webhook_secrets_rewrapped": hooks,
-					"webhook_secrets_sealed": sealed, "kek_id": keyring.CurrentID()})
-				if auditErr := st.RecordAudit(context.WithoutCancel(ctx), store.AuditEvent{ActorType: "system", ActorID: "gateway secrets rotate-kek",
-					Action: "secret.rotate_kek", TargetType: "secret", Details: details}); auditErr != nil {
-					a.logger.Error("audit event not recorded", "action", "secret.rotate_kek", "error", auditErr.Error())
 				}
 				if err != nil {
 					return fmt.Errorf("rotate-kek: %w (after %d re-wrapped, %d webhook secrets re-wrapped, %d sealed)", err, n, hooks, sealed)
