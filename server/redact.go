@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"sort"
@@ -79,25 +81,26 @@ var workerTextRules = map[string]workerTextRule{
 		return ctx, err
 	},
 	// The worker's capabilities and version are shown with the worker to
-	// every organization it serves: the secrets of every lease it lists.
+	// every organization it serves: redacted with the secrets of every
+	// attempt it holds, listed in the heartbeat or not.
 	"HeartbeatWorker": func(ctx context.Context, h *handlers, request any) (context.Context, error) {
 		b := request.(api.HeartbeatWorkerRequestObject).Body
 		if b.Capabilities == nil && b.SoftwareVersion == nil {
 			return ctx, nil
 		}
-		refs := make([]store.AttemptRef, len(b.Leases))
-		for i, l := range b.Leases {
-			refs[i] = store.AttemptRef{WorkerID: workerFrom(ctx), AttemptID: l.AttemptId, LeaseToken: l.LeaseToken}
-		}
-		rs, err := h.attemptRedactors(ctx, refs)
-		for _, r := range rs {
-			r.Value(b, notText...)
-		}
-		return ctx, err
+		return ctx, h.redactAdvertisement(ctx, b)
 	},
-	// A poll and a certificate renewal name no attempt, so no task's
-	// secrets apply to them.
-	"AcquireLeases":    noAttemptText,
+	// A poll names no attempt, but its advertisement (capabilities and
+	// version) is shown with the worker as a heartbeat's is: it is redacted
+	// with the secrets of every attempt the worker holds.
+	"AcquireLeases": func(ctx context.Context, h *handlers, request any) (context.Context, error) {
+		b := request.(api.AcquireLeasesRequestObject).Body
+		if b == nil || (b.Capabilities == nil && b.SoftwareVersion == nil) {
+			return ctx, nil
+		}
+		return ctx, h.redactAdvertisement(ctx, b)
+	},
+	// A certificate renewal names no attempt and carries only a CSR.
 	"RenewCertificate": noAttemptText,
 	// Artifact bytes are stored as sent, checked against the SHA-256 the
 	// worker declared; their name and content type were redacted when the
@@ -106,6 +109,38 @@ var workerTextRules = map[string]workerTextRule{
 }
 
 func noAttemptText(ctx context.Context, _ *handlers, _ any) (context.Context, error) { return ctx, nil }
+
+// redactAdvertisement redacts a poll's or renewal's advertisement in place
+// with the secrets of the worker's unfinished attempts. A worker repeats
+// the same advertisement on every poll: once one was found to need nothing
+// while the worker held no secret, this replica does not read again until
+// it changes (advertisementCache).
+func (h *handlers) redactAdvertisement(ctx context.Context, body any) error {
+	worker := workerFrom(ctx)
+	raw, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	fingerprint := sha256.Sum256(raw)
+	if h.advertisements.seen(worker, fingerprint) {
+		return nil
+	}
+	live, err := h.store.WorkerLiveSecretRefs(ctx, worker)
+	if err != nil {
+		return err
+	}
+	rs, err := h.redactorsFor(ctx, live)
+	if err != nil {
+		return err
+	}
+	for _, r := range rs {
+		r.Value(body, notText...)
+	}
+	if len(live) == 0 {
+		h.advertisements.remember(worker, fingerprint)
+	}
+	return nil
+}
 
 // redactAttemptBody redacts one attempt's body in place.
 func (h *handlers) redactAttemptBody(ctx context.Context, attempt uuid.UUID, token string, body any) error {
@@ -195,6 +230,12 @@ func (h *handlers) attemptRedactors(ctx context.Context, refs []store.AttemptRef
 			known[id] = e
 		}
 	}
+	return h.redactorsFor(ctx, known)
+}
+
+// redactorsFor builds the redactor of each attempt of known whose task's
+// secrets exist, by attempt id.
+func (h *handlers) redactorsFor(ctx context.Context, known map[uuid.UUID]store.AttemptSecrets) (map[uuid.UUID]*redact.Redactor, error) {
 	var want []store.SecretRef
 	for _, e := range known {
 		for _, name := range e.Refs {
@@ -278,4 +319,33 @@ func (c *attemptSecretsCache) leased(leases []store.Lease) {
 	for _, l := range leases {
 		c.putLocked(l.AttemptID, store.AttemptSecrets{OrganizationID: l.Task.OrganizationID, Refs: l.Task.SecretRefs})
 	}
+}
+
+// advertisementCache remembers, per worker, the last advertisement found
+// to need no redaction while the worker held no attempt with secrets. A
+// changed advertisement (a secret echoed into it included) misses, and is
+// redacted against the worker's live attempts. Bounded as
+// attemptSecretsCache is.
+type advertisementCache struct {
+	mu       sync.Mutex
+	cur, old map[uuid.UUID][sha256.Size]byte
+}
+
+func (c *advertisementCache) seen(worker uuid.UUID, fingerprint [sha256.Size]byte) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f, ok := c.cur[worker]; ok {
+		return f == fingerprint
+	}
+	f, ok := c.old[worker]
+	return ok && f == fingerprint
+}
+
+func (c *advertisementCache) remember(worker uuid.UUID, fingerprint [sha256.Size]byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cur == nil || len(c.cur) >= attemptSecretsCacheMax {
+		c.old, c.cur = c.cur, make(map[uuid.UUID][sha256.Size]byte)
+	}
+	c.cur[worker] = fingerprint
 }

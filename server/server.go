@@ -269,8 +269,11 @@ type Server struct {
 	follows *logFollowers
 	// secretRefs remembers which attempts' writes need redacting.
 	secretRefs attemptSecretsCache
-	handler    http.Handler
-	metrics    *metrics
+	// advertisements remembers workers' advertisements that needed no
+	// redaction, so that repeated polls read nothing for it.
+	advertisements advertisementCache
+	handler        http.Handler
+	metrics        *metrics
 	// metricsHandler serves the metrics registry, unauthenticated.
 	metricsHandler http.Handler
 	// securityEvents throttles audit rows for refused requests.

@@ -398,6 +398,33 @@ func (s *Store) AttemptsSecretRefs(ctx context.Context, refs []AttemptRef) (map[
 	return out, nil
 }
 
+// WorkerLiveSecretRefs returns the secret references of the worker's
+// unfinished attempts whose tasks reference secrets, by attempt id: what a
+// poll's advertisement (capabilities, version), which names no attempt, may
+// echo. One read of the worker's unfinished attempts by index.
+func (s *Store) WorkerLiveSecretRefs(ctx context.Context, worker uuid.UUID) (map[uuid.UUID]AttemptSecrets, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT a.id, t.organization_id, t.secret_refs
+		FROM worker_task_attempts a JOIN worker_tasks t ON t.id = a.task_id
+		WHERE a.worker_id = $1 AND a.finished_at IS NULL AND cardinality(t.secret_refs) > 0`, worker)
+	if err != nil {
+		return nil, fmt.Errorf("read live secret references: %w", err)
+	}
+	out := map[uuid.UUID]AttemptSecrets{}
+	var (
+		id uuid.UUID
+		as AttemptSecrets
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &as.OrganizationID, &as.Refs}, func() error {
+		out[id] = as
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read live secret references: %w", err)
+	}
+	return out, nil
+}
+
 // SecretKeySample is one stored secret per key-encryption key, for the
 // start-up check that the gateway holds every key in use.
 func (s *Store) SecretKeySample(ctx context.Context) ([]SealedSecret, error) {

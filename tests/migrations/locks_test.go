@@ -130,8 +130,17 @@ func TestContractStep(t *testing.T) {
 	ahead := fstest.MapFS{"c/999999_x.up.sql": {Data: []byte("-- requires: expand 999999\nDROP TABLE contract_probe_one;\n")}}
 	require.ErrorContains(t, migrations.UpContractFS(ctx, url, ahead, "c", migrations.Options{}), "requires expand version 999999")
 
-	// The binary's own (empty) contract directory: nothing to apply.
-	require.NoError(t, migrations.UpContract(ctx, url))
+	// The binary's own contract migrations, on a database of their own:
+	// applied, and the schema is contracted up to the newest of them.
+	own := storetest.NewEmptyDatabase(t)
+	require.ErrorContains(t, migrations.UpContract(ctx, own), "run `gateway migrate up` first")
+	require.NoError(t, migrations.Up(ctx, own))
+	require.NoError(t, migrations.UpContract(ctx, own))
+	c, dirty, err = migrations.ContractVersion(own)
+	require.NoError(t, err)
+	require.False(t, dirty)
+	require.Positive(t, c)
+	require.LessOrEqual(t, c, latest)
 }
 
 // TestConcurrentIndexOutsideATransaction: a file marked no-transaction

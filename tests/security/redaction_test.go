@@ -82,6 +82,7 @@ var (
 		drive workerWriteDriver
 	}{
 		{"heartbeatWorker", driveHeartbeatWorker},
+		{"acquireLeases", driveAcquireLeases},
 		{"appendLogs", driveAppendLogs},
 		{"submitResults", driveSubmitResults},
 		{"openArtifactUpload", driveOpenArtifactUpload},
@@ -89,7 +90,6 @@ var (
 		{"completeAttempt", driveCompleteAttempt},
 	}
 	workerWritesExempt = map[string]string{
-		"acquireLeases":    "a poll names no attempt: no task's secrets apply to it",
 		"renewCertificate": "a renewal names no attempt, and its one field is a CSR",
 		"uploadArtifact":   "artifact bytes are stored as sent (their name and type are redacted when the upload opens)",
 	}
@@ -321,6 +321,14 @@ func driveHeartbeatWorker(t *testing.T, r *redactionRound, op *openapi3.Operatio
 	}
 	body := r.fillBody(t, requestSchema(op), map[string]any{"leases": leases})
 	r.w.mustJSON(t, "POST", "/v1/heartbeat", "", body, http.StatusOK, nil)
+}
+
+// driveAcquireLeases polls, without waiting, with the text in the
+// advertisement: the poll names no attempt, yet the worker holds the
+// round's attempts, whose secret it may echo there.
+func driveAcquireLeases(t *testing.T, r *redactionRound, op *openapi3.Operation) {
+	body := r.fillBody(t, requestSchema(op), map[string]any{"wait_seconds": 0, "max_tasks": 1, "protocol_version": "1"})
+	r.w.mustJSON(t, "POST", "/v1/leases", "", body, http.StatusOK, nil)
 }
 
 // driveAppendLogs sends the text in one chunk, then the value cut in two
