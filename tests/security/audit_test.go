@@ -212,7 +212,11 @@ func TestAuditCountsAreWrittenWhenTheWindowEnds(t *testing.T) {
 	// One row opens each window; at most one count row ends each.
 	windows := int(elapsed/window) + 1
 	require.LessOrEqual(t, len(rows), 2*windows+1, "rows bounded by windows, not by requests (%d requests in %s)", 30, elapsed)
-	require.Less(t, len(rows), 30)
+	if 2*windows+1 < 30 {
+		// Fewer windows than requests (the machine was not too slow to
+		// fit several refusals in one): fewer rows than requests.
+		require.Less(t, len(rows), 30)
+	}
 	for _, r := range rows {
 		require.Equal(t, "127.0.0.1", r.Source)
 		require.Positive(t, r.Count)
