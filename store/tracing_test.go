@@ -52,7 +52,7 @@ func TestQueryTracerNeverRecordsArguments(t *testing.T) {
 		names[s.Name()] = true
 		require.Equal(t, parent.SpanContext().TraceID(), s.SpanContext().TraceID(), "span %q is in the caller's trace", s.Name())
 		for _, a := range s.Attributes() {
-			require.NotContains(t, a.Value.Emit(), secret, "span %q attribute %s holds an argument", s.Name(), a.Key)
+			require.NotContains(t, a.Value.String(), secret, "span %q attribute %s holds an argument", s.Name(), a.Key)
 		}
 		require.False(t, strings.HasSuffix(s.Name(), ";"), "span name %q", s.Name())
 	}
