@@ -56,8 +56,8 @@ func (l *rateLimiter[K]) allow(key K, now time.Time) (ok bool, retryAfter time.D
 		return false, wait, func() {}
 	}
 	// Cancelled as of the moment it was taken, the reservation is undone
-	// whenever the request ends: the rate package restores its token, less
-	// what later reservations of the same key already counted on.
+	// whenever the request ends: the rate package gives its token back
+	// (never past the burst), whatever the key took meanwhile.
 	return true, 0, func() { r.CancelAt(now) }
 }
 

@@ -11,9 +11,9 @@ import (
 	"github.com/worker-gateway/gateway/store"
 )
 
-// Cookies. The __Host- prefix makes browsers insist on Secure, Path=/ and no
-// Domain, so no other host or path can set or shadow them.
-// Forged requests are refused before any handler (origin.go).
+// sessionCookie holds the session's secret. The __Host- prefix makes
+// browsers insist on Secure, Path=/ and no Domain, so no other host or path
+// can set or shadow it. Forged requests never reach a handler (origin.go).
 const sessionCookie = "__Host-wg-console"
 
 // session is a signed-in user, as a handler sees it.
