@@ -88,7 +88,7 @@ func (s *Server) authenticate(ctx context.Context, input *openapi3filter.Authent
 		if err != nil {
 			return err
 		}
-		if ok, wait := s.workerRate.allow(id.ID, time.Now()); !ok {
+		if ok, wait, _ := s.workerRate.allow(id.ID, time.Now()); !ok {
 			s.metrics.rateLimited.Inc()
 			return rateLimited(wait)
 		}

@@ -50,14 +50,15 @@ func (h *handlers) Enroll(ctx context.Context, req api.EnrollRequestObject) (api
 	// the database is asked, so concurrent guesses cannot overrun it; all
 	// but a refused enrollment token give it back.
 	source := sourceAddressFrom(ctx)
-	if ok, wait := h.enrollRefusals.allow(source, time.Now()); !ok {
+	ok, wait, refund := h.enrollRefusals.allow(source, time.Now())
+	if !ok {
 		h.security(ctx, actionEnrollmentRateLimited, "", "", nil)
 		return nil, enrollmentRateLimited(wait)
 	}
 	tokenRefused := false
 	defer func() {
 		if !tokenRefused {
-			h.enrollRefusals.refund(source, time.Now())
+			refund()
 		}
 	}()
 	keySum, err := csrPublicKeySHA256(req.Body.CsrPem)

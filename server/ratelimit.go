@@ -6,19 +6,23 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/worker-gateway/gateway/problem"
 )
 
-// rateLimiter bounds a rate per key with a token bucket: a key may spend
-// burst tokens at once and rate per second on average; past that allow
-// refuses and says when the next token is there. The gateway keys one by
-// worker (every request of a worker: a misbehaving or compromised worker
-// cannot flood a replica and its database; well-behaved workers, which
-// batch their calls, stay far below the default) and one by source address
-// (refused enrollments: token guessing costs the guesser, not the database).
+// rateLimiter bounds a rate per key with a token bucket per key
+// (golang.org/x/time/rate): a key may spend burst tokens at once and rate
+// per second on average; past that allow refuses and says when the next
+// token is there. The gateway keys one by worker (every request of a
+// worker: a misbehaving or compromised worker cannot flood a replica and
+// its database; well-behaved workers, which batch their calls, stay far
+// below the default) and one by source address (refused enrollments: token
+// guessing costs the guesser, not the database). The rate package has no
+// keyed limiter, so the map of buckets, and keeping it bounded, are ours.
 type rateLimiter[K comparable] struct {
-	rate  float64 // tokens per second; 0 disables the limit
-	burst float64
+	rate  rate.Limit // tokens per second; 0 disables the limit
+	burst int
 	// maxKeys bounds the buckets held at once (0: unbounded, for keys that
 	// are authenticated and so already bounded). Past it a new key
 	// replaces the fullest of a few buckets: an attacker with many source
@@ -27,68 +31,48 @@ type rateLimiter[K comparable] struct {
 	maxKeys int
 
 	mu      sync.Mutex
-	buckets map[K]*tokenBucket
+	buckets map[K]*rate.Limiter
 	swept   time.Time
 }
 
-type tokenBucket struct {
-	tokens float64
-	at     time.Time // when tokens was last brought up to date
-}
-
-func newRateLimiter[K comparable](rate float64, burst, maxKeys int) *rateLimiter[K] {
-	return &rateLimiter[K]{rate: rate, burst: math.Max(float64(burst), 1), maxKeys: maxKeys, buckets: map[K]*tokenBucket{}}
+func newRateLimiter[K comparable](perSecond float64, burst, maxKeys int) *rateLimiter[K] {
+	return &rateLimiter[K]{rate: rate.Limit(perSecond), burst: max(burst, 1), maxKeys: maxKeys, buckets: map[K]*rate.Limiter{}}
 }
 
 // allow takes one token from key's bucket, or says how long until one is
-// there.
-func (l *rateLimiter[K]) allow(key K, now time.Time) (ok bool, retryAfter time.Duration) {
+// there. refund gives the token back, for a request that turned out not to
+// count (a successful enrollment holds nobody back); it is never nil.
+func (l *rateLimiter[K]) allow(key K, now time.Time) (ok bool, retryAfter time.Duration, refund func()) {
 	if l.rate <= 0 {
-		return true, 0
+		return true, 0, func() {}
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.sweepLocked(now)
-	b := l.bucketLocked(key, now)
-	if b.tokens >= 1 {
-		b.tokens--
-		return true, 0
+	bucket := l.bucketLocked(key, now)
+	r := bucket.ReserveN(now, 1)
+	if wait := r.DelayFrom(now); wait > 0 {
+		r.CancelAt(now) // a refusal takes nothing
+		return false, wait, func() {}
 	}
-	return false, time.Duration((1 - b.tokens) / l.rate * float64(time.Second))
+	// Cancelled as of the moment it was taken, the reservation is undone
+	// whenever the request ends: the rate package gives its token back
+	// (never past the burst), whatever the key took meanwhile.
+	return true, 0, func() { r.CancelAt(now) }
 }
 
-// refund gives back a token allow took, for a request that turned out not
-// to count (a successful enrollment holds nobody back).
-func (l *rateLimiter[K]) refund(key K, now time.Time) {
-	if l.rate <= 0 {
-		return
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
+// bucketLocked returns key's bucket, creating a full one (in place of
+// another when the map is at maxKeys).
+func (l *rateLimiter[K]) bucketLocked(key K, now time.Time) *rate.Limiter {
 	if b, ok := l.buckets[key]; ok {
-		l.refill(b, now)
-		b.tokens = math.Min(l.burst, b.tokens+1)
-	}
-}
-
-// bucketLocked returns key's bucket brought up to now, creating a full one
-// (in place of another when the map is at maxKeys).
-func (l *rateLimiter[K]) bucketLocked(key K, now time.Time) *tokenBucket {
-	if b, ok := l.buckets[key]; ok {
-		l.refill(b, now)
 		return b
 	}
 	if l.maxKeys > 0 && len(l.buckets) >= l.maxKeys {
 		l.evictLocked(now)
 	}
-	b := &tokenBucket{tokens: l.burst, at: now}
+	b := rate.NewLimiter(l.rate, l.burst)
 	l.buckets[key] = b
 	return b
-}
-
-func (l *rateLimiter[K]) refill(b *tokenBucket, now time.Time) {
-	b.tokens = math.Min(l.burst, b.tokens+now.Sub(b.at).Seconds()*l.rate)
-	b.at = now
 }
 
 // evictSample is how many buckets evictLocked compares: enough to rarely
@@ -100,7 +84,7 @@ func (l *rateLimiter[K]) evictLocked(now time.Time) {
 	var victim K
 	best, seen := -1.0, 0
 	for k, b := range l.buckets {
-		if tokens := b.tokens + now.Sub(b.at).Seconds()*l.rate; tokens > best {
+		if tokens := b.TokensAt(now); tokens > best {
 			victim, best = k, tokens
 		}
 		if seen++; seen == evictSample {
@@ -118,7 +102,7 @@ func (l *rateLimiter[K]) sweepLocked(now time.Time) {
 	}
 	l.swept = now
 	for k, b := range l.buckets {
-		if b.tokens+now.Sub(b.at).Seconds()*l.rate >= l.burst {
+		if b.TokensAt(now) >= float64(l.burst) {
 			delete(l.buckets, k)
 		}
 	}

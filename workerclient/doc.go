@@ -191,8 +191,8 @@
 // 5 s (an operator may fix it), a renewal is retried after anything but a
 // revocation or an expired certificate, and each call handles lease-lost,
 // worker-revoked and the like itself. The wait is the answer's Retry-After
-// when it has one, else exponential backoff with full jitter from 100 ms to
-// 5 s (renewals: equal jitter, 1 s to 1 min). A retry ends with its context:
+// when it has one (the backoff then starts over), else exponential backoff
+// with full jitter from 100 ms to 5 s (renewals: equal jitter, 1 s to 1 min). A retry ends with its context:
 // the poll loop's, the lease's, or a window of its own (start: 10 s,
 // completion: 1 min). The heartbeat loop uses the same backoff but schedules
 // its own retries, since it keeps expiring leases while it waits.

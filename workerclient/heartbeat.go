@@ -19,7 +19,7 @@ func (r *runner) heartbeatLoop(ctx context.Context) {
 	// Heartbeats cannot block in retry: while one waits to be repeated the
 	// loop still expires leases and takes new ones in, so it keeps the
 	// policy's backoff and schedules the retry itself.
-	bo := callRetry.backoff()
+	bo := callRetry.delays()
 	var retryAt time.Time // after a failed renewal, not before this
 	var timer *time.Timer
 	for {
@@ -62,7 +62,7 @@ func (r *runner) heartbeatLoop(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			delay := bo.delay(err)
+			delay := bo.next(err)
 			retryAt = time.Now().Add(delay)
 			r.log.Warn("heartbeat failed; retrying", "error", err, "retry_in", delay.String())
 			continue

@@ -616,17 +616,17 @@ func TestRenewalTimeIsTwoThirdsOfTheLifetime(t *testing.T) {
 
 func TestRenewRetryDelay(t *testing.T) {
 	t.Parallel()
-	bo := renewRetry.backoff()
+	bo := renewRetry.delays()
 	for attempt := range 40 {
 		ceiling := renewBackoffCap
 		if attempt < 10 {
 			ceiling = min(renewBackoffBase<<attempt, renewBackoffCap)
 		}
-		d := bo.delay(errors.New("connection reset"))
+		d := bo.next(errors.New("connection reset"))
 		assert.GreaterOrEqual(t, d, ceiling/2, "equal jitter: never sooner than half")
 		assert.LessOrEqual(t, d, ceiling)
 	}
-	assert.Equal(t, 9*time.Second, bo.delay(&APIError{Status: 503, RetryAfter: 9 * time.Second}))
+	assert.Equal(t, 9*time.Second, bo.next(&APIError{Status: 503, RetryAfter: 9 * time.Second}))
 }
 
 func TestEnrolledIdentityConfig(t *testing.T) {

@@ -1,6 +1,7 @@
 // This file holds the one retry helper every call to the gateway goes
 // through: what is worth repeating, jittered exponential backoff, the
-// gateway's Retry-After, and cancellation.
+// gateway's Retry-After, and cancellation. The loop is
+// github.com/cenkalti/backoff/v5's Retry; what is ours is the policy.
 
 package workerclient
 
@@ -8,8 +9,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
+
+	"github.com/cenkalti/backoff/v5"
 )
 
 const (
@@ -31,14 +33,11 @@ type retryPolicy struct {
 	// permanent.
 	permanent func(error) bool
 	// delay, when it returns true, sets the wait after err instead of the
-	// backoff (which does not advance then).
+	// gateway's Retry-After or the backoff.
 	delay func(error) (time.Duration, bool)
 	// onRetry is told about every failure that will be retried, before the
 	// wait (to log it).
 	onRetry func(err error, delay time.Duration)
-	// sleep waits d or until ctx is done, reporting whether d passed; nil
-	// is the real clock. Tests inject their own.
-	sleep func(ctx context.Context, d time.Duration) bool
 }
 
 // callRetry is the policy of calls to the gateway; renewRetry that of
@@ -57,41 +56,74 @@ func (p retryPolicy) withLog(onRetry func(err error, delay time.Duration)) retry
 
 // retry calls op until it returns nil or a permanent error (returned as
 // is), or ctx ends: then it returns an *interruptedError with ctx's cause
-// and op's last error. Between attempts it waits the gateway's Retry-After
-// when the error carries one, else the next step of the policy's backoff.
-// op is given ctx and should bound each call itself.
+// and op's last error. Between attempts it waits the policy's delay or the
+// gateway's Retry-After when the error carries one (the backoff then starts
+// over), else the next step of the policy's backoff. op is given ctx and
+// should bound each call itself.
 func retry(ctx context.Context, p retryPolicy, op func(context.Context) error) error {
-	bo := p.backoff()
-	sleepFn := p.sleep
-	if sleepFn == nil {
-		sleepFn = sleep
-	}
-	for {
+	var last error
+	attempt := func() (struct{}, error) {
 		err := op(ctx)
 		if err == nil {
-			return nil
+			return struct{}{}, nil
 		}
-		if ctx.Err() != nil {
-			return &interruptedError{cause: context.Cause(ctx), last: err}
+		last = err
+		switch {
+		case ctx.Err() != nil: // not retried, not classified
+			return struct{}{}, backoff.Permanent(&interruptedError{cause: context.Cause(ctx), last: err})
+		case isPermanent(err, p.permanent):
+			return struct{}{}, backoff.Permanent(err)
 		}
-		if isPermanent(err, p.permanent) {
-			return err
+		if d, ok := p.waitFor(err); ok {
+			return struct{}{}, &waitError{err: err, after: &backoff.RetryAfterError{Duration: d}}
 		}
-		d, ok := time.Duration(0), false
-		if p.delay != nil {
-			d, ok = p.delay(err)
-		}
-		if !ok {
-			d = bo.delay(err)
+		return struct{}{}, err
+	}
+	notify := func(err error, d time.Duration) {
+		if w, ok := errors.AsType[*waitError](err); ok {
+			err = w.err
 		}
 		if p.onRetry != nil {
 			p.onRetry(err, d)
 		}
-		if !sleepFn(ctx, d) {
-			return &interruptedError{cause: context.Cause(ctx), last: err}
+	}
+	_, err := backoff.Retry(ctx, attempt, backoff.WithBackOff(p.backoff()), backoff.WithNotify(notify),
+		backoff.WithMaxElapsedTime(0)) // until ctx ends
+	if err != nil && ctx.Err() != nil && !isInterrupted(err) { // ended during a wait
+		return &interruptedError{cause: context.Cause(ctx), last: last}
+	}
+	return err
+}
+
+// waitFor is the wait after err that is not the backoff's: the policy's
+// delay, else the gateway's Retry-After.
+func (p retryPolicy) waitFor(err error) (time.Duration, bool) {
+	if p.delay != nil {
+		if d, ok := p.delay(err); ok {
+			return d, true
 		}
 	}
+	return retryAfterOf(err)
 }
+
+// retryAfterOf is the gateway's Retry-After when err carries one.
+func retryAfterOf(err error) (time.Duration, bool) {
+	var e *APIError
+	if errors.As(err, &e) && e.RetryAfter > 0 {
+		return e.RetryAfter, true
+	}
+	return 0, false
+}
+
+// waitError is a retryable err with the wait the backoff package is to
+// take instead of its own step.
+type waitError struct {
+	err   error
+	after *backoff.RetryAfterError
+}
+
+func (e *waitError) Error() string   { return e.err.Error() }
+func (e *waitError) Unwrap() []error { return []error{e.err, e.after} }
 
 func isPermanent(err error, permanent func(error) bool) bool {
 	if errors.As(err, new(*permanentError)) {
@@ -124,50 +156,45 @@ func isInterrupted(err error) bool {
 	return errors.As(err, new(*interruptedError))
 }
 
-// backoff is exponential backoff with jitter: the n-th delay is uniform in
-// [0, c] (full jitter) or [c/2, c] (equal jitter), c = min(cap, base·2ⁿ).
-type backoff struct {
-	base, cap   time.Duration
-	equalJitter bool
-	attempt     int
-}
-
-func (p retryPolicy) backoff() backoff {
-	return backoff{base: p.base, cap: p.cap, equalJitter: p.equalJitter}
-}
-
-func (b *backoff) next() time.Duration {
-	c := b.ceiling()
-	b.attempt++
-	if b.equalJitter {
-		return c/2 + jitter(c/2)
+// backoff is the policy's exponential backoff: the n-th delay is uniform
+// in [0, c] (full jitter) or [c/2, c] (equal jitter), c = min(cap, base·2ⁿ).
+// backoff.ExponentialBackOff draws from interval·[1-f, 1+f] and doubles
+// the interval up to its maximum, so full jitter is the interval c/2 with
+// f = 1, and equal jitter the interval 3c/4 with f = 1/3.
+func (p retryPolicy) backoff() *backoff.ExponentialBackOff {
+	scale, factor := 0.5, 1.0
+	if p.equalJitter {
+		scale, factor = 0.75, 1.0/3
 	}
-	return jitter(c)
-}
-
-func (b *backoff) reset() { b.attempt = 0 }
-
-func (b *backoff) ceiling() time.Duration {
-	if b.attempt >= 30 { // 2^30·base is far past any cap; avoid overflow
-		return b.cap
+	b := &backoff.ExponentialBackOff{
+		InitialInterval:     time.Duration(float64(p.base) * scale),
+		MaxInterval:         time.Duration(float64(p.cap) * scale),
+		RandomizationFactor: factor,
+		Multiplier:          2,
 	}
-	return min(b.base<<b.attempt, b.cap)
+	b.Reset()
+	return b
 }
 
-// delay is the gateway's Retry-After when err carries one, else the next
-// backoff step.
-func (b *backoff) delay(err error) time.Duration {
-	var e *APIError
-	if errors.As(err, &e) && e.RetryAfter > 0 {
-		b.attempt++ // keep growing in case the next answer has none
-		return e.RetryAfter
+// retryDelays are the policy's waits for a loop that schedules its own
+// retries (the heartbeat), by the rule retry follows.
+type retryDelays struct{ bo *backoff.ExponentialBackOff }
+
+func (p retryPolicy) delays() *retryDelays { return &retryDelays{bo: p.backoff()} }
+
+// next is the wait after err: the gateway's Retry-After when err carries
+// one (the backoff then starts over, as in retry), else the next backoff
+// step.
+func (d *retryDelays) next(err error) time.Duration {
+	if after, ok := retryAfterOf(err); ok {
+		d.bo.Reset()
+		return after
 	}
-	return b.next()
+	return d.bo.NextBackOff()
 }
 
-func jitter(ceiling time.Duration) time.Duration {
-	return time.Duration(rand.Int64N(int64(ceiling) + 1))
-}
+// reset starts the backoff over after a success.
+func (d *retryDelays) reset() { d.bo.Reset() }
 
 // sleep waits d or until ctx is done, reporting whether the full d passed.
 func sleep(ctx context.Context, d time.Duration) bool {

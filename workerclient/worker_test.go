@@ -26,34 +26,33 @@ func TestBackoffFullJitterStaysWithinBounds(t *testing.T) {
 	bo := callRetry.backoff()
 	for attempt := range 64 {
 		ceiling := min(backoffBase<<min(attempt, 30), backoffCap)
-		assert.Equal(t, ceiling, bo.ceiling(), "attempt %d", attempt)
-		d := bo.next()
+		d := bo.NextBackOff()
 		assert.GreaterOrEqual(t, d, time.Duration(0))
 		assert.LessOrEqual(t, d, ceiling, "attempt %d", attempt)
 	}
-	bo.attempt = 1 << 20
-	assert.Equal(t, backoffCap, bo.ceiling(), "huge attempt counts must not overflow")
-	bo.reset()
-	assert.LessOrEqual(t, bo.next(), backoffBase, "reset starts over")
+	bo.Reset()
+	assert.LessOrEqual(t, bo.NextBackOff(), backoffBase, "reset starts over")
 }
 
 func TestBackoffIsJittered(t *testing.T) {
 	t.Parallel()
+	bo := callRetry.backoff()
 	seen := map[time.Duration]bool{}
 	for range 100 {
-		seen[jitter(backoffCap)] = true
+		seen[bo.NextBackOff()] = true
 	}
 	assert.Greater(t, len(seen), 50, "full jitter spreads delays over [0, ceiling]")
 }
 
 func TestRetryDelayPrefersRetryAfter(t *testing.T) {
 	t.Parallel()
-	bo := callRetry.backoff()
+	d := callRetry.delays()
+	for range 10 {
+		d.next(errors.New("connection reset"))
+	}
 	err := fmt.Errorf("wrapped: %w", &APIError{Status: 503, RetryAfter: 7 * time.Second})
-	assert.Equal(t, 7*time.Second, bo.delay(err))
-	assert.Equal(t, 1, bo.attempt, "the backoff still grows")
-	ceiling := bo.ceiling()
-	assert.LessOrEqual(t, bo.delay(errors.New("connection reset")), ceiling)
+	assert.Equal(t, 7*time.Second, d.next(err))
+	assert.LessOrEqual(t, d.next(errors.New("connection reset")), backoffBase, "after a Retry-After the backoff starts over, as in retry")
 }
 
 func TestParseRetryAfter(t *testing.T) {

@@ -83,6 +83,8 @@ type Console struct {
 	cfg   Config
 	pages *pages
 	mux   *http.ServeMux
+	// handler is mux behind the origin guard (origin.go).
+	handler http.Handler
 }
 
 // New builds the console.
@@ -102,6 +104,7 @@ func New(cfg Config) (*Console, error) {
 	}
 	c := &Console{cfg: cfg, pages: p, mux: http.NewServeMux()}
 	c.routes()
+	c.handler = newOriginGuard().wrap(c, c.mux)
 	return c, nil
 }
 
@@ -112,7 +115,7 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Referrer-Policy", "no-referrer")
 	h.Set("X-Content-Type-Options", "nosniff")
-	c.mux.ServeHTTP(w, r)
+	c.handler.ServeHTTP(w, r)
 }
 
 // contentSecurityPolicy lets a console page load nothing but this origin's

@@ -69,7 +69,6 @@ type view struct {
 	Title   string
 	Section string
 	Session *session
-	CSRF    string
 	Notice  string
 	Data    any
 	// Refresh is the htmx polling interval ("5s").
@@ -90,9 +89,6 @@ func (c *Console) renderTemplate(w http.ResponseWriter, r *http.Request, status 
 	t := c.pages.sets[page]
 	v := view{Title: title, Section: page, Session: s, Data: data, Notice: notices[r.URL.Query().Get("notice")],
 		Refresh: fmt.Sprintf("%ds", max(int(c.cfg.RefreshEvery/time.Second), 1))}
-	if s != nil {
-		v.CSRF = s.csrfToken()
-	}
 	var buf bytes.Buffer
 	if t == nil {
 		c.fail(w, r, fmt.Errorf("console: no template %q", page))

@@ -127,9 +127,8 @@ func (c *Console) resumeSchedule(w http.ResponseWriter, r *http.Request, _ *sess
 	seeOther(w, r, Prefix+"/schedules/"+id.String(), "resumed")
 }
 
-// runSchedule runs a schedule now (a manual fire, as the API's run). The
-// form's CSRF token doubles as nothing else: a repeated post runs again,
-// as a second click would.
+// runSchedule runs a schedule now (a manual fire, as the API's run). A
+// repeated post runs again, as a second click would.
 func (c *Console) runSchedule(w http.ResponseWriter, r *http.Request, _ *session) {
 	id, ok := c.pathID(w, r, "id")
 	if !ok {

@@ -1,11 +1,6 @@
 package console
 
 import (
-	"crypto/hmac"
-	"crypto/rand"
-	"crypto/sha256"
-	"crypto/subtle"
-	"encoding/base64"
 	"errors"
 	"net/http"
 	"net/url"
@@ -16,30 +11,16 @@ import (
 	"github.com/worker-gateway/gateway/store"
 )
 
-// Cookies. The __Host- prefix makes browsers insist on Secure, Path=/ and no
-// Domain, so no other host or path can set or shadow them.
-const (
-	sessionCookie = "__Host-wg-console"
-	// signInCookie carries the sign-in form's CSRF token (double submit):
-	// there is no session yet to derive one from.
-	signInCookie = "__Host-wg-console-signin"
-	csrfField    = "csrf"
-)
+// sessionCookie holds the session's secret. The __Host- prefix makes
+// browsers insist on Secure, Path=/ and no Domain, so no other host or path
+// can set or shadow it. Forged requests never reach a handler (origin.go).
+const sessionCookie = "__Host-wg-console"
 
 // session is a signed-in user, as a handler sees it.
 type session struct {
 	secret    string
 	principal store.Principal
 	expiresAt time.Time
-}
-
-// csrfToken is the session's CSRF token: an HMAC of a constant keyed with the
-// session's secret, so it needs no storage, differs per session, and cannot
-// be computed by a page that cannot read the HttpOnly cookie.
-func (s *session) csrfToken() string {
-	m := hmac.New(sha256.New, []byte(s.secret))
-	m.Write([]byte("worker-gateway console csrf"))
-	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 
 // Who describes the signed-in token for the header: its organization
@@ -76,9 +57,8 @@ func (s *session) MayManageWorkers() bool {
 
 type sessionHandler func(w http.ResponseWriter, r *http.Request, s *session)
 
-// authed resolves the session cookie, refuses a state-changing request
-// without the session's CSRF token (403), and runs next as the session's
-// token. Without a live session, a page is sent to the sign-in form.
+// authed resolves the session cookie and runs next as the session's token.
+// Without a live session, a page is sent to the sign-in form.
 func (c *Console) authed(next sessionHandler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "no-store")
@@ -97,14 +77,6 @@ func (c *Console) authed(next sessionHandler) http.Handler {
 		if s == nil {
 			c.toSignIn(w, r)
 			return
-		}
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			want := s.csrfToken()
-			got := r.PostFormValue(csrfField)
-			if subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 {
-				c.refuse(w, r, store.ErrForbidden, "The form's security token is missing or wrong. Reload the page and try again.")
-				return
-			}
 		}
 		next(w, r.WithContext(c.cfg.AsPrincipal(r.Context(), s.principal)), s)
 	})
@@ -140,31 +112,17 @@ func safeNext(next string) string {
 }
 
 type signInData struct {
-	CSRF string
 	Next string
 }
 
 func (c *Console) signInForm(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		c.fail(w, r, err)
-		return
-	}
-	token := base64.RawURLEncoding.EncodeToString(b)
-	http.SetCookie(w, &http.Cookie{Name: signInCookie, Value: token, Path: "/", MaxAge: 3600,
-		HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode})
-	c.render(w, r, http.StatusOK, "signin", nil, "Sign in", signInData{CSRF: token, Next: safeNext(r.FormValue("next"))})
+	c.render(w, r, http.StatusOK, "signin", nil, "Sign in", signInData{Next: safeNext(r.FormValue("next"))})
 }
 
 // signIn exchanges an API token for a session cookie.
 func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
-	ck, err := r.Cookie(signInCookie)
-	if err != nil || subtle.ConstantTimeCompare([]byte(ck.Value), []byte(r.PostFormValue(csrfField))) != 1 || ck.Value == "" {
-		c.refuse(w, r, store.ErrForbidden, "The sign-in form's security token is missing or wrong. Reload the sign-in page and try again.")
-		return
-	}
 	token := strings.TrimSpace(r.PostFormValue("token"))
 	if !strings.HasPrefix(token, store.APITokenPrefix) {
 		c.fail(w, r, c.cfg.NotSignedIn("That is not an API token (they begin with "+store.APITokenPrefix+")."))
@@ -190,7 +148,6 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 			c.cfg.Logger.Warn("console: delete the replaced session", "error", err.Error())
 		}
 	}
-	http.SetCookie(w, &http.Cookie{Name: signInCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode})
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: secret, Path: "/", Expires: cs.ExpiresAt,
 		MaxAge: max(int(time.Until(cs.ExpiresAt).Seconds()), 1), HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode})
 	seeOther(w, r, safeNext(r.PostFormValue("next")), "")

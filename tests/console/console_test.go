@@ -43,7 +43,8 @@ func (u *consoleUser) do(method, path string, form url.Values) (*http.Response, 
 	return u.doWith(method, path, form, nil)
 }
 
-// doWith is do with extra request headers (HX-Request, as htmx sends).
+// doWith is do with extra request headers (HX-Request, as htmx sends; a
+// nil value removes the header).
 func (u *consoleUser) doWith(method, path string, form url.Values, header http.Header) (*http.Response, string) {
 	u.t.Helper()
 	var body io.Reader
@@ -55,7 +56,16 @@ func (u *consoleUser) doWith(method, path string, form url.Values, header http.H
 	if form != nil {
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	}
+	// A browser says where a form post came from: here, the console's own
+	// page. A test sends another origin, or none (a nil value), by header.
+	if method != http.MethodGet && method != http.MethodHead {
+		req.Header.Set("Sec-Fetch-Site", "same-origin")
+	}
 	for k, v := range header {
+		if len(v) == 0 {
+			req.Header.Del(k)
+			continue
+		}
 		req.Header[k] = v
 	}
 	res, err := u.client.Do(req)
@@ -70,16 +80,6 @@ func (u *consoleUser) get(path string) (*http.Response, string) {
 	return u.do(http.MethodGet, path, nil)
 }
 
-var csrfField = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
-
-// csrfOf is the CSRF token of the first form on a page.
-func csrfOf(t *testing.T, page string) string {
-	t.Helper()
-	m := csrfField.FindStringSubmatch(page)
-	require.NotNil(t, m, "no CSRF field on the page:\n%s", page)
-	return m[1]
-}
-
 // signIn signs in with token and returns the sign-in answer (a redirect).
 func (u *consoleUser) signIn(token string) *http.Response {
 	u.t.Helper()
@@ -90,9 +90,9 @@ func (u *consoleUser) signIn(token string) *http.Response {
 // signInAnswer signs in with token and returns the answer and its body.
 func (u *consoleUser) signInAnswer(token string) (*http.Response, string) {
 	u.t.Helper()
-	res, page := u.get("/ui/signin")
+	res, _ := u.get("/ui/signin")
 	require.Equal(u.t, http.StatusOK, res.StatusCode)
-	return u.do(http.MethodPost, "/ui/signin", url.Values{"csrf": {csrfOf(u.t, page)}, "token": {token}, "next": {"/ui/"}})
+	return u.do(http.MethodPost, "/ui/signin", url.Values{"token": {token}, "next": {"/ui/"}})
 }
 
 // mustSignIn signs in and checks it worked.
@@ -200,8 +200,7 @@ func TestConsoleSessions(t *testing.T) {
 
 	// Logout deletes the session: the same cookie no longer opens it.
 	stolen := *session
-	_, page = u.get("/ui/")
-	res, _ = u.do(http.MethodPost, "/ui/signout", url.Values{"csrf": {csrfOf(t, page)}})
+	res, _ = u.do(http.MethodPost, "/ui/signout", url.Values{})
 	require.Equal(t, http.StatusSeeOther, res.StatusCode)
 	require.False(t, u.signedIn())
 	replay := newConsoleUser(t, g)
@@ -222,7 +221,7 @@ func TestConsoleSessions(t *testing.T) {
 	requireConsoleProblem(t, res, body, http.StatusUnauthorized, "unauthenticated")
 	require.Equal(t, "/ui/signin?next="+url.QueryEscape("/ui/?x=1"), res.Header.Get("HX-Redirect"))
 	// A form post whose session ended is refused the same way.
-	res, body = u.do(http.MethodPost, "/ui/signout", url.Values{"csrf": {"x"}})
+	res, body = u.do(http.MethodPost, "/ui/signout", url.Values{})
 	requireConsoleProblem(t, res, body, http.StatusUnauthorized, "unauthenticated")
 	// Pruning deletes ended sessions.
 	pruned, err := g.Store.Prune(context.Background(), store.PruneParams{})
@@ -258,41 +257,44 @@ func TestConsoleSessions(t *testing.T) {
 	require.False(t, u.signedIn())
 }
 
-// TestConsoleCSRF: every state-changing form needs its session's CSRF
-// token; without it (or with another session's) the post is refused with
-// 403 and nothing changes. The sign-in form has its own (double submit).
+// TestConsoleCSRF: a state-changing request acts only when the browser
+// says it came from a console page (Sec-Fetch-Site, else Origin); one sent
+// by another site, a sibling host, or a browser that says nothing is
+// refused with 403 and changes nothing. Signing in is guarded the same way
+// (a forged sign-in would put the victim in the attacker's session).
 func TestConsoleCSRF(t *testing.T) {
 	t.Parallel()
 	g := harness.Start(t)
 	org := g.NewOrganization(t, "acme")
 	task := g.CreateTask(t, org, harness.TaskSpec{})
+	forged := map[string]http.Header{
+		"from another site":            {"Sec-Fetch-Site": {"cross-site"}},
+		"from a sibling host":          {"Sec-Fetch-Site": {"same-site"}},
+		"with another Origin":          {"Sec-Fetch-Site": nil, "Origin": {"https://evil.example"}},
+		"saying nothing of its origin": {"Sec-Fetch-Site": nil},
+	}
 
-	// Sign-in without the form's token.
 	u := newConsoleUser(t, g)
-	res, body := u.do(http.MethodPost, "/ui/signin", url.Values{"token": {g.AdminToken}})
-	require.Contains(t, requireConsoleProblem(t, res, body, http.StatusForbidden, "forbidden"), "security token")
-	require.False(t, u.signedIn())
+	for name, header := range forged {
+		res, body := u.doWith(http.MethodPost, "/ui/signin", url.Values{"token": {g.AdminToken}, "next": {"/ui/"}}, header)
+		require.Contains(t, requireConsoleProblem(t, res, body, http.StatusForbidden, "forbidden"),
+			"did not come from a console page", "sign-in %s", name)
+		require.False(t, u.signedIn(), "sign-in %s", name)
+	}
 
 	u.mustSignIn(g.AdminToken)
-	other := newConsoleUser(t, g)
-	other.mustSignIn(g.AdminToken)
-	_, otherPage := other.get("/ui/tasks/" + task.String())
-
 	cancel := "/ui/tasks/" + task.String() + "/cancel"
-	for name, form := range map[string]url.Values{
-		"none":                 {},
-		"empty":                {"csrf": {""}},
-		"another session's":    {"csrf": {csrfOf(t, otherPage)}},
-		"a sign-in form token": {"csrf": {"x"}},
-	} {
-		res, body := u.do(http.MethodPost, cancel, form)
-		require.Contains(t, requireConsoleProblem(t, res, body, http.StatusForbidden, "forbidden"), "security token", "CSRF token %s", name)
+	for name, header := range forged {
+		res, body := u.doWith(http.MethodPost, cancel, url.Values{}, header)
+		require.Contains(t, requireConsoleProblem(t, res, body, http.StatusForbidden, "forbidden"),
+			"did not come from a console page", "a post %s", name)
 	}
 	require.Equal(t, apiclient.TaskStatePending, g.Task(t, task).State, "a refused post changed the task")
+	require.True(t, u.signedIn())
 
-	_, page := u.get("/ui/tasks/" + task.String())
-	res, _ = u.do(http.MethodPost, cancel, url.Values{"csrf": {csrfOf(t, page)}})
-	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	// A browser that sends only Origin, the console's own, is let through.
+	res, body := u.doWith(http.MethodPost, cancel, url.Values{}, http.Header{"Sec-Fetch-Site": nil, "Origin": {g.URL}})
+	require.Equal(t, http.StatusSeeOther, res.StatusCode, body)
 	require.Equal(t, apiclient.TaskStateCancelled, g.Task(t, task).State)
 }
 
@@ -370,8 +372,6 @@ func TestConsoleOrganizationScope(t *testing.T) {
 	}
 
 	// A reader's posts are refused as the API refuses them.
-	_, page = u.get("/ui/tasks/" + myTask.String())
-	csrf := url.Values{"csrf": {csrfOf(t, page)}}
 	for _, path := range []string{
 		"/ui/tasks/" + myTask.String() + "/cancel",
 		"/ui/tasks/" + myFailed.String() + "/retry",
@@ -380,7 +380,7 @@ func TestConsoleOrganizationScope(t *testing.T) {
 		"/ui/schedules/" + mySchedule.Id.String() + "/pause",
 		"/ui/organizations/" + mine.String() + "/workers/" + myWorker.ID.String() + "/unassign",
 	} {
-		res, body := u.do(http.MethodPost, path, csrf)
+		res, body := u.do(http.MethodPost, path, url.Values{})
 		requireConsoleProblem(t, res, body, http.StatusForbidden, "forbidden")
 	}
 	require.Equal(t, apiclient.TaskStatePending, g.Task(t, myTask).State)
@@ -483,12 +483,11 @@ func TestConsolePages(t *testing.T) {
 		}
 		return page
 	}
-	post := func(path, from string, form url.Values) *http.Response {
+	post := func(path string, form url.Values) *http.Response {
 		t.Helper()
 		if form == nil {
 			form = url.Values{}
 		}
-		form.Set("csrf", csrfOf(t, from))
 		res, page := u.do(http.MethodPost, path, form)
 		require.Equal(t, http.StatusSeeOther, res.StatusCode, "%s: %s", path, page)
 		return res
@@ -533,12 +532,12 @@ func TestConsolePages(t *testing.T) {
 
 	// Workers: eligibility in words, disable and enable, a new enrollment
 	// token shown once (and never cached).
-	page := mustGet("/ui/workers/"+w.ID.String(), "Eligibility by organization", "acme")
-	post("/ui/workers/"+w.ID.String()+"/disable", page, nil)
-	page = mustGet("/ui/workers/"+w.ID.String()+"?notice=disabled", "The worker is disabled", "Not eligible: the worker is disabled.")
-	post("/ui/workers/"+w.ID.String()+"/enable", page, nil)
-	page = mustGet("/ui/workers/"+w.ID.String(), `id="disable-worker"`)
-	res, page = u.do(http.MethodPost, "/ui/workers/"+w.ID.String()+"/enrollment-token", url.Values{"csrf": {csrfOf(t, page)}})
+	mustGet("/ui/workers/"+w.ID.String(), "Eligibility by organization", "acme")
+	post("/ui/workers/"+w.ID.String()+"/disable", nil)
+	mustGet("/ui/workers/"+w.ID.String()+"?notice=disabled", "The worker is disabled", "Not eligible: the worker is disabled.")
+	post("/ui/workers/"+w.ID.String()+"/enable", nil)
+	mustGet("/ui/workers/"+w.ID.String(), `id="disable-worker"`)
+	res, page := u.do(http.MethodPost, "/ui/workers/"+w.ID.String()+"/enrollment-token", url.Values{})
 	require.Equal(t, http.StatusOK, res.StatusCode, page)
 	require.Equal(t, "no-store", res.Header.Get("Cache-Control"))
 	token := regexp.MustCompile(`id="enrollment-token" readonly value="([^"]+)"`).FindStringSubmatch(page)
@@ -547,7 +546,7 @@ func TestConsolePages(t *testing.T) {
 	require.NotContains(t, again, token[1], "the enrollment token is shown once")
 	mustGet("/ui/workers", "scanner-1")
 	// A revocation needs a reason, as the API's body does.
-	res, body = u.do(http.MethodPost, "/ui/workers/"+w.ID.String()+"/revoke", url.Values{"csrf": {csrfOf(t, page)}, "reason": {" "}})
+	res, body = u.do(http.MethodPost, "/ui/workers/"+w.ID.String()+"/revoke", url.Values{"reason": {" "}})
 	require.Contains(t, requireConsoleProblem(t, res, body, http.StatusBadRequest, "bad-request"), "reason")
 
 	mustGet("/ui/organizations", "acme")
@@ -557,7 +556,7 @@ func TestConsolePages(t *testing.T) {
 	page = mustGet("/ui/organizations/"+org.String(), "scanner-1", `<select id="assign-worker" name="worker_id" required>`)
 	require.Contains(t, page, `<option value="`+spare.ID.String()+`">spare-1 (`+spare.ID.String()+`)</option>`)
 	require.NotContains(t, page, `<option value="`+w.ID.String()+`"`, "scanner-1 is assigned already")
-	post("/ui/organizations/"+org.String()+"/assign", page, url.Values{"worker_id": {spare.ID.String()}})
+	post("/ui/organizations/"+org.String()+"/assign", url.Values{"worker_id": {spare.ID.String()}})
 	page = mustGet("/ui/organizations/"+org.String()+"?notice=assigned", "The worker is assigned", `<a href="/ui/workers/`+spare.ID.String()+`">spare-1</a>`)
 	require.NotContains(t, page, `<option value="`+spare.ID.String()+`"`)
 	mustGet("/ui/scans", scan.Id.String()[:8])
@@ -566,44 +565,42 @@ func TestConsolePages(t *testing.T) {
 	mustGet("/ui/scans/"+scan.Id.String()+"/progress", `id="scan-progress"`, "echo", "0 of 1 jobs done")
 
 	// Schedules: next fires, pause, resume, run now.
-	page = mustGet("/ui/schedules/"+sc.Id.String(), "nightly", `id="next-fires"`)
-	post("/ui/schedules/"+sc.Id.String()+"/pause", page, nil)
-	page = mustGet("/ui/schedules/"+sc.Id.String(), `id="resume-schedule"`)
-	post("/ui/schedules/"+sc.Id.String()+"/resume", page, nil)
-	page = mustGet("/ui/schedules/"+sc.Id.String(), `id="pause-schedule"`)
-	post("/ui/schedules/"+sc.Id.String()+"/run", page, nil)
+	mustGet("/ui/schedules/"+sc.Id.String(), "nightly", `id="next-fires"`)
+	post("/ui/schedules/"+sc.Id.String()+"/pause", nil)
+	mustGet("/ui/schedules/"+sc.Id.String(), `id="resume-schedule"`)
+	post("/ui/schedules/"+sc.Id.String()+"/resume", nil)
+	mustGet("/ui/schedules/"+sc.Id.String(), `id="pause-schedule"`)
+	post("/ui/schedules/"+sc.Id.String()+"/run", nil)
 	mustGet("/ui/schedules", "nightly")
 	// Delete: after a confirmation page, which changes nothing itself.
-	page = mustGet("/ui/schedules/"+sc.Id.String(), `id="delete-schedule"`)
-	confirm := mustGet("/ui/schedules/"+sc.Id.String()+"/delete", `id="confirm-delete-schedule"`)
+	mustGet("/ui/schedules/"+sc.Id.String(), `id="delete-schedule"`)
+	mustGet("/ui/schedules/"+sc.Id.String()+"/delete", `id="confirm-delete-schedule"`)
 	mustGet("/ui/schedules", "nightly")
-	post("/ui/schedules/"+sc.Id.String()+"/delete", confirm, nil)
+	post("/ui/schedules/"+sc.Id.String()+"/delete", nil)
 	res, body = u.get("/ui/schedules/" + sc.Id.String())
 	requireConsoleProblem(t, res, body, http.StatusNotFound, "not-found")
 	require.NotContains(t, mustGet("/ui/schedules"), "nightly")
-	_ = page
 
 	// Redrive: the failed tasks, after a confirmation page.
-	page = mustGet("/ui/tasks?state=failed_terminal", `id="redrive-link"`)
-	confirm = mustGet("/ui/tasks/redrive?state=failed_terminal", "will be queued again", failing.String())
+	mustGet("/ui/tasks?state=failed_terminal", `id="redrive-link"`)
+	mustGet("/ui/tasks/redrive?state=failed_terminal", "will be queued again", failing.String())
 	require.Equal(t, apiclient.TaskStateFailedTerminal, g.Task(t, failing).State, "the confirmation page changed nothing")
 	form := url.Values{"task": {failing.String()}}
-	post("/ui/tasks/redrive", confirm, form)
+	post("/ui/tasks/redrive", form)
 	require.Equal(t, apiclient.TaskStatePending, g.Task(t, failing).State)
-	_ = page
 
 	// Bulk cancel: the pending tasks of the organization, after a
 	// confirmation page; a task that finished meanwhile is reported.
 	second := g.CreateTask(t, org, harness.TaskSpec{})
 	filter := "state=pending&organization_id=" + org.String()
 	mustGet("/ui/tasks?"+filter, `id="bulk-cancel-link"`)
-	confirm = mustGet("/ui/tasks/cancel?"+filter, "will be cancelled", failing.String(), second.String(), `id="confirm-cancel"`)
+	mustGet("/ui/tasks/cancel?"+filter, "will be cancelled", failing.String(), second.String(), `id="confirm-cancel"`)
 	require.Equal(t, apiclient.TaskStatePending, g.Task(t, second).State, "the confirmation page changed nothing")
-	post("/ui/tasks/cancel", confirm, url.Values{"task": {failing.String(), second.String()}})
+	post("/ui/tasks/cancel", url.Values{"task": {failing.String(), second.String()}})
 	require.Equal(t, apiclient.TaskStateCancelled, g.Task(t, failing).State)
 	require.Equal(t, apiclient.TaskStateCancelled, g.Task(t, second).State)
 	// A task that cannot be changed is reported with the API's detail.
-	res, body = u.do(http.MethodPost, "/ui/tasks/cancel", url.Values{"csrf": {csrfOf(t, confirm)}, "task": {second.String(), uuid.NewString()}})
+	res, body = u.do(http.MethodPost, "/ui/tasks/cancel", url.Values{"task": {second.String(), uuid.NewString()}})
 	require.Equal(t, http.StatusOK, res.StatusCode, body)
 	require.Contains(t, body, `id="bulk-outcomes"`)
 	require.Contains(t, body, "no such resource")

@@ -89,6 +89,16 @@ func (r *otlpReceiver) serverSpan(name string) *tracepb.Span {
 	return nil
 }
 
+// stringAttribute is span's attribute key as a string ("" when absent).
+func stringAttribute(span *tracepb.Span, key string) string {
+	for _, a := range span.Attributes {
+		if a.Key == key {
+			return a.Value.GetStringValue()
+		}
+	}
+	return ""
+}
+
 // lockedBuffer collects a process's output while the test reads it.
 type lockedBuffer struct {
 	mu  sync.Mutex
@@ -155,9 +165,9 @@ func TestTracingExportsRequestAndQuerySpansWithTheLoggedTraceID(t *testing.T) {
 		return span != nil
 	})
 	var query *tracepb.Span
-	harness.WaitFor(t, 10*time.Second, "a pgx span in the request's trace", func() bool {
+	harness.WaitFor(t, 10*time.Second, "a query span in the request's trace", func() bool {
 		for _, s := range receiver.trace(span.TraceId) {
-			if s.Kind == tracepb.Span_SPAN_KIND_CLIENT && strings.HasPrefix(s.Name, "pgx ") {
+			if s.Kind == tracepb.Span_SPAN_KIND_CLIENT && stringAttribute(s, "db.system.name") == "postgresql" && stringAttribute(s, "db.query.text") != "" {
 				query = s
 				return true
 			}
@@ -165,6 +175,7 @@ func TestTracingExportsRequestAndQuerySpansWithTheLoggedTraceID(t *testing.T) {
 		return false
 	})
 	require.Equal(t, span.TraceId, query.TraceId)
+	require.Equal(t, stringAttribute(query, "db.operation.name"), query.Name, "a query span is named by its operation")
 	for _, a := range query.Attributes {
 		if a.Key == "db.query.text" {
 			require.NotContains(t, a.Value.GetStringValue(), g.AdminToken, "a query span never holds arguments")
