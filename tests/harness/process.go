@@ -201,7 +201,23 @@ func (g *Gateway) Ready(p *Process) bool {
 // WaitReady waits until a gateway process answers /readyz with 200.
 func (g *Gateway) WaitReady(t testing.TB, p *Process) {
 	t.Helper()
-	WaitFor(t, 20*time.Second, "gateway readiness", func() bool { return g.Ready(p) })
+	WaitFor(t, 20*time.Second, "gateway readiness", func() bool {
+		if exited, err := p.exited(); exited {
+			t.Fatalf("gateway process %s exited before it was ready: %v", p.URL, err)
+		}
+		return g.Ready(p)
+	})
+}
+
+// exited reports whether the process has exited, and how.
+func (p *Process) exited() (bool, error) {
+	select {
+	case err := <-p.done:
+		p.done <- err
+		return true, err
+	default:
+		return false, nil
+	}
 }
 
 func writeServerPair(t testing.TB, cert tls.Certificate, certFile, keyFile string) {
@@ -219,16 +235,27 @@ func startProcess(t testing.TB, db Database, certFile, keyFile string, extraArgs
 
 func startProcessTo(t testing.TB, db Database, certFile, keyFile string, extraArgs []string, out io.Writer, env ...string) *Process {
 	t.Helper()
+	// The harness binds the port and hands the socket to the process (fd:3):
+	// choosing a free port and closing it would let another test's process
+	// or connection take it first. A previous release's binary knows no
+	// fd:N, and gets the address.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
+	listenArg := addr
+	var inherited *os.File
+	if db.Binary == "" {
+		inherited, err = ln.(*net.TCPListener).File()
+		require.NoError(t, err)
+		listenArg = "fd:3"
+	}
+	require.NoError(t, ln.Close()) // the process's copy stays open
 	caCert, caKey := filepath.Join(filepath.Dir(certFile), "ca.pem"), filepath.Join(filepath.Dir(certFile), "ca-key.pem")
 	if _, err := os.Stat(caCert); err != nil {
 		ca, _ := testPKI(t)
 		require.NoError(t, ca.WriteFiles(caCert, caKey))
 	}
-	args := append([]string{"serve", "-database-url", db.URL, "-listen-database-url", db.direct(), "-listen", addr, "-tls-cert", certFile, "-tls-key", keyFile,
+	args := append([]string{"serve", "-database-url", db.URL, "-listen-database-url", db.direct(), "-listen", listenArg, "-tls-cert", certFile, "-tls-key", keyFile,
 		"-artifacts-dir", filepath.Join(filepath.Dir(certFile), "artifacts"), "-ca-cert", caCert, "-ca-key", caKey,
 		// Tests fire schedules every second; the minimum's own tests set it.
 		"-schedule-min-interval", "1s"}, extraArgs...)
@@ -248,7 +275,13 @@ func startProcessTo(t testing.TB, db Database, certFile, keyFile string, extraAr
 	case os.Getenv("GATEWAY_TEST_LOG") != "":
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	}
+	if inherited != nil {
+		cmd.ExtraFiles = []*os.File{inherited}
+	}
 	require.NoError(t, cmd.Start())
+	if inherited != nil {
+		require.NoError(t, inherited.Close())
+	}
 	p := &Process{URL: "https://" + addr, Cmd: cmd, done: make(chan error, 1)}
 	go func() { p.done <- cmd.Wait() }()
 	t.Cleanup(func() { _ = p.Stop(syscall.SIGKILL) }) // killed on purpose: its exit status says nothing

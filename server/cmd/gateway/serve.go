@@ -81,7 +81,7 @@ func serveFlags(fs *flagSet, level *slog.LevelVar) *serveConfig {
 	fs.Var(levelFlag{level}, "log-level", "DEBUG, INFO, WARN or ERROR; DEBUG logs every request")
 	fs.alias("log-level", "LOG_LEVEL")
 	fs.Var(&c.logFormat, "log-format", "auto (text when stderr is a terminal, JSON otherwise), json or text")
-	fs.StringVar(&c.listen, "listen", "127.0.0.1:8443", "TLS listen address")
+	fs.StringVar(&c.listen, "listen", "127.0.0.1:8443", "TLS listen address, or fd:N for a listening socket the process inherits as file descriptor N (systemd socket activation passes fd:3)")
 	fs.StringVar(&c.opsListen, "ops-listen", "",
 		"plain-HTTP, unauthenticated listener for /metrics, /healthz and /readyz, e.g. 127.0.0.1:9090; keep it internal. "+
 			"When empty, /metrics is served on the main listener to API tokens without organization scope")
@@ -195,7 +195,7 @@ func serveCommand(a *cli) *command {
 				}
 				a.useLogFormat(&c.logFormat)
 				c.s3Credentials()
-				ln, err := net.Listen("tcp", c.listen)
+				ln, err := listen(c.listen)
 				if err != nil {
 					return err
 				}
