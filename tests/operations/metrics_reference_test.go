@@ -93,6 +93,8 @@ func busyGateway(t *testing.T) (*harness.Gateway, exposition) {
 	logs, err := g.Control.GetTaskLogsWithResponse(context.Background(), task, &apiclient.GetTaskLogsParams{Follow: &follow, WaitSeconds: &wait})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, logs.StatusCode(), string(logs.Body))
+	// A second task waits: the worker's one slot is taken (a queue age).
+	g.CreateTask(t, org, harness.TaskSpec{})
 	return g, scrapeExposition(t, g)
 }
 
