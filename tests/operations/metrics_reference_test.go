@@ -109,7 +109,7 @@ func TestMetricsRequestDurationsBuildAndPool(t *testing.T) {
 	require.Equal(t, 1.0, m[`gateway_http_long_poll_duration_seconds_count{route="POST /v1/leases"}`])
 	require.Equal(t, 1.0, m[`gateway_http_long_poll_duration_seconds_count{route="GET /v1/tasks/{task_id}/logs"}`])
 	require.NotContains(t, m, `gateway_http_request_duration_seconds_count{route="POST /v1/leases"}`)
-	require.Equal(t, 1.0, m[`gateway_http_request_duration_seconds_count{route="POST /v1/tasks"}`])
+	require.Equal(t, 2.0, m[`gateway_http_request_duration_seconds_count{route="POST /v1/tasks"}`], "the leased task and the one left waiting")
 	require.Equal(t, 1.0, m[`gateway_http_request_duration_seconds_count{route="POST /v1/attempts/{attempt_id}/heartbeat"}`])
 
 	var build string
