@@ -110,7 +110,7 @@ type webhookDeliverer struct {
 	// tries, delivered and failed count this replica's tries (tests,
 	// metrics); a try cut short by shutdown is neither.
 	tries, delivered, failed atomic.Int64
-	lastPrune        time.Time
+	lastPrune                time.Time
 }
 
 // webhookPruneEvery bounds how often a deliverer prunes the log.
