@@ -18,6 +18,7 @@ import (
 // sleeps — holding no connection and running no query — until a wake-up,
 // the end of its wait, or shutdown.
 func (h *handlers) AcquireLeases(ctx context.Context, req api.AcquireLeasesRequestObject) (api.AcquireLeasesResponseObject, error) {
+	arrived := time.Now()
 	workerID := workerFrom(ctx)
 	release, err := h.polls.acquire(workerID, h.cfg.Limits)
 	if err != nil {
@@ -83,6 +84,7 @@ func (h *handlers) AcquireLeases(ctx context.Context, req api.AcquireLeasesReque
 				// the acquisition transaction it ran.
 				h.metrics.wakeLatency.Observe(time.Since(wokenBy.SignalledAt()).Seconds())
 			}
+			h.metrics.observeLeasePoll(arrived, len(res.Leases) > 0)
 			return h.leaseAnswer(ctx, workerID, res), nil
 		}
 		if wokenBy != nil && h.dueTaskStillQueued(ctx, res.OrganizationIDs) {
@@ -112,6 +114,7 @@ func (h *handlers) AcquireLeases(ctx context.Context, req api.AcquireLeasesReque
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
+		h.metrics.observeLeasePoll(arrived, false)
 		return api.AcquireLeases200JSONResponse{Leases: []api.Lease{}}, nil
 	}
 }

@@ -75,8 +75,8 @@ func TestMetricsAfterLeaseCycle(t *testing.T) {
 	require.Equal(t, 0.0, m["gateway_waiting_polls"])
 	require.Equal(t, 1.0, m["gateway_listen_connected"])
 	require.Positive(t, m["gateway_sweeper_runs_total"])
-	require.Equal(t, 2.0, m[`gateway_http_requests_total{code="2xx",route="POST /v1/attempts/{attempt_id}/complete"}`])
-	require.Equal(t, 1.0, m[`gateway_http_requests_total{code="4xx",route="POST /v1/attempts/{attempt_id}/heartbeat"}`])
+	require.Equal(t, 2.0, m[`gateway_http_requests_total{code="200",route="POST /v1/attempts/{attempt_id}/complete"}`])
+	require.Equal(t, 1.0, m[`gateway_http_requests_total{code="409",route="POST /v1/attempts/{attempt_id}/heartbeat"}`])
 	require.Contains(t, m, "go_goroutines")
 	for series := range m {
 		require.NotContains(t, series, l.AttemptId.String(), "no ids in labels")
