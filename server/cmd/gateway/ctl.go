@@ -5,7 +5,6 @@ package main
 // bootstrap); ctl needs only a URL and an API token.
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/worker-gateway/gateway/internal/envfile"
 	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
@@ -56,16 +56,11 @@ func (o *ctlOptions) sources([]*flagSet) ([]lookupFunc, error) {
 	if envFile == "" {
 		return []lookupFunc{osEnv}, nil
 	}
-	f, err := os.Open(envFile)
+	vars, err := envfile.Read(envFile)
 	if err != nil {
 		return nil, fmt.Errorf("%s names a KEY=value file: %w", from, err)
 	}
-	defer f.Close()
-	vars, err := parseEnvFile(f)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", envFile, err)
-	}
-	return []lookupFunc{func(k string) (string, bool) { v, ok := vars[k]; return v, ok }, osEnv}, nil
+	return []lookupFunc{vars.Lookup, osEnv}, nil
 }
 
 // check reports the connection settings that are missing.
@@ -77,30 +72,6 @@ func (o *ctlOptions) check() error {
 		return usageError{"no API token: set --token, $GATEWAY_TOKEN or --env FILE"}
 	}
 	return nil
-}
-
-// parseEnvFile reads KEY=value lines as `make run` writes them (and as a
-// shell would source them): blank lines and # comments are skipped, an
-// `export ` prefix and matching quotes around the value are dropped.
-func parseEnvFile(r io.Reader) (map[string]string, error) {
-	vars := map[string]string{}
-	sc := bufio.NewScanner(r)
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		key, value, ok := strings.Cut(strings.TrimPrefix(line, "export "), "=")
-		if !ok {
-			return nil, fmt.Errorf("line %d: want KEY=value", n)
-		}
-		value = strings.TrimSpace(value)
-		if len(value) >= 2 && (value[0] == '"' || value[0] == '\'') && value[len(value)-1] == value[0] {
-			value = value[1 : len(value)-1]
-		}
-		vars[strings.TrimSpace(key)] = value
-	}
-	return vars, sc.Err()
 }
 
 // newAPIClient builds the generated client: TLS trusting caFile (or the

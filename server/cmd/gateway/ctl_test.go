@@ -118,17 +118,6 @@ func TestWriteOrgAndTokenTables(t *testing.T) {
 		b.String())
 }
 
-func TestParseEnvFile(t *testing.T) {
-	t.Parallel()
-	vars, err := parseEnvFile(strings.NewReader("# Written by `make run`\n\nGATEWAY_URL=https://127.0.0.1:8443\n" +
-		"export GATEWAY_TOKEN='tok=en'\nCA_CERT=\"/x/ca.pem\"\n"))
-	require.NoError(t, err)
-	require.Equal(t, map[string]string{"GATEWAY_URL": "https://127.0.0.1:8443", "GATEWAY_TOKEN": "tok=en", "CA_CERT": "/x/ca.pem"}, vars)
-
-	_, err = parseEnvFile(strings.NewReader("nonsense\n"))
-	require.Error(t, err)
-}
-
 func TestParseInterleaved(t *testing.T) {
 	t.Parallel()
 	fs := newFlagSet("x")
