@@ -21,6 +21,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/worker-gateway/gateway/internal/envfile"
+	"github.com/worker-gateway/gateway/internal/tlsclient"
 	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
@@ -80,17 +81,12 @@ func (o *ctlOptions) check() error {
 func newAPIClient(baseURL, token, caFile string) (*apiclient.ClientWithResponses, error) {
 	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
 	if caFile != "" {
-		pemBytes, err := os.ReadFile(caFile)
-		if err != nil {
+		var err error
+		if tlsConfig.RootCAs, err = tlsclient.ReadCAs(caFile, false); err != nil {
 			return nil, err
 		}
-		tlsConfig.RootCAs = x509.NewCertPool()
-		if !tlsConfig.RootCAs.AppendCertsFromPEM(pemBytes) {
-			return nil, fmt.Errorf("%s: no PEM certificates", caFile)
-		}
 	}
-	hc := &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{
-		Proxy: http.ProxyFromEnvironment, TLSClientConfig: tlsConfig, ForceAttemptHTTP2: true}}
+	hc := &http.Client{Timeout: 2 * time.Minute, Transport: tlsclient.Transport(tlsConfig)}
 	return apiclient.NewClientWithResponses(strings.TrimRight(baseURL, "/"),
 		apiclient.WithHTTPClient(hc),
 		apiclient.WithRequestEditorFn(func(_ context.Context, r *http.Request) error {
