@@ -7,6 +7,7 @@ package tlsclient
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -34,6 +35,20 @@ func ReadCAs(file string, withSystemRoots bool) (*x509.CertPool, error) {
 		return nil, fmt.Errorf("%s holds no PEM certificate", file)
 	}
 	return pool, nil
+}
+
+// Untrusted reports whether err is the server's certificate failing
+// verification: signed by an unknown authority, for another host name,
+// or invalid (expired, say). Against a gateway with a private CA it is the
+// usual first stumble: the client was not given that CA.
+func Untrusted(err error) bool {
+	var (
+		verify  *tls.CertificateVerificationError
+		unknown x509.UnknownAuthorityError
+		host    x509.HostnameError
+		invalid x509.CertificateInvalidError
+	)
+	return errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &host) || errors.As(err, &invalid)
 }
 
 // Transport returns the transport of calls to a gateway: the proxy from

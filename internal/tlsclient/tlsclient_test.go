@@ -3,6 +3,7 @@ package tlsclient
 import (
 	"crypto/tls"
 	"encoding/pem"
+	"errors"
 	"io/fs"
 	"net/http"
 	"net/http/httptest"
@@ -52,6 +53,9 @@ func TestTransportTrustsTheCAFileOverHTTP2(t *testing.T) {
 	}
 	var verify *tls.CertificateVerificationError
 	require.ErrorAs(t, err, &verify)
+	require.True(t, Untrusted(err))
+	require.False(t, Untrusted(errors.New("connection refused")))
+	require.False(t, Untrusted(nil))
 }
 
 func TestReadCAsErrors(t *testing.T) {

@@ -7,9 +7,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -98,13 +96,7 @@ func newAPIClient(baseURL, token, caFile string) (*apiclient.ClientWithResponses
 // tlsHint adds what to do when the gateway's certificate is not trusted,
 // the usual first stumble against a gateway with a private CA.
 func tlsHint(err error) error {
-	var (
-		verify  *tls.CertificateVerificationError
-		unknown x509.UnknownAuthorityError
-		host    x509.HostnameError
-		invalid x509.CertificateInvalidError
-	)
-	if errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &host) || errors.As(err, &invalid) {
+	if tlsclient.Untrusted(err) {
 		return fmt.Errorf("%w\nhint: the gateway's certificate is not trusted; pass --ca FILE (or set $GATEWAY_CA or $CA_CERT) "+
 			"naming the CA certificate that signed it (make run writes CA_CERT to .dev/env)", err)
 	}

@@ -55,6 +55,7 @@ import (
 
 	"github.com/worker-gateway/gateway/internal/buildinfo"
 	"github.com/worker-gateway/gateway/internal/envfile"
+	"github.com/worker-gateway/gateway/internal/tlsclient"
 	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/workerclient"
 )
@@ -380,9 +381,6 @@ func checkHint(err error) string {
 	var (
 		apiErr   *workerclient.APIError
 		hostErr  x509.HostnameError
-		authErr  x509.UnknownAuthorityError
-		invalid  x509.CertificateInvalidError
-		verify   *tls.CertificateVerificationError
 		recordHd tls.RecordHeaderError
 		opErr    *net.OpError
 		dnsErr   *net.DNSError
@@ -401,7 +399,7 @@ func checkHint(err error) string {
 		return "the gateway answered with an error"
 	case errors.As(err, &hostErr):
 		return "the gateway's certificate is not for this host name: use the name it was issued for in -gateway"
-	case errors.As(err, &authErr), errors.As(err, &invalid), errors.As(err, &verify):
+	case tlsclient.Untrusted(err):
 		return "the gateway's certificate is not trusted (CA mismatch?): -ca (WORKER_CA, CA_CERT) must name the CA that signed it"
 	case errors.As(err, &recordHd):
 		return "the gateway does not speak TLS at this address: check -gateway"
