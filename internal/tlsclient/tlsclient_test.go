@@ -2,8 +2,10 @@ package tlsclient
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io/fs"
 	"net/http"
 	"net/http/httptest"
@@ -56,6 +58,20 @@ func TestTransportTrustsTheCAFileOverHTTP2(t *testing.T) {
 	require.True(t, Untrusted(err))
 	require.False(t, Untrusted(errors.New("connection refused")))
 	require.False(t, Untrusted(nil))
+}
+
+// TestUntrusted: each way a certificate fails verification, bare or
+// wrapped, is an untrusted gateway.
+func TestUntrusted(t *testing.T) {
+	t.Parallel()
+	for _, err := range []error{
+		&tls.CertificateVerificationError{Err: errors.New("x509: certificate signed by unknown authority")},
+		x509.UnknownAuthorityError{},
+		fmt.Errorf("GET https://gw: %w", x509.HostnameError{Certificate: &x509.Certificate{}, Host: "gw"}),
+		x509.CertificateInvalidError{Reason: x509.Expired},
+	} {
+		require.True(t, Untrusted(err), "%T", err)
+	}
 }
 
 func TestReadCAsErrors(t *testing.T) {
