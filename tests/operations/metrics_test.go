@@ -24,16 +24,7 @@ func TestMetricsAfterLeaseCycle(t *testing.T) {
 	w := g.NewWorker(t, "w1", 1, org)
 
 	// A poll that waits, then is woken by a new task: wake latency.
-	leased := make(chan []apiclient.Lease, 1)
-	go func() {
-		n, wait := 1, 10
-		res, err := w.Client.AcquireLeasesWithResponse(context.Background(), nil, apiclient.LeaseRequest{MaxTasks: &n, WaitSeconds: &wait})
-		if err != nil || res.JSON200 == nil {
-			leased <- nil
-			return
-		}
-		leased <- res.JSON200.Leases
-	}()
+	leased := harness.LeaseAsync(w.Client, apiclient.LeaseRequest{MaxTasks: harness.Ptr(1), WaitSeconds: harness.Ptr(10)})
 	harness.WaitFor(t, 10*time.Second, "a waiting poll", func() bool {
 		return scrape(t, g, g.AdminToken)["gateway_waiting_polls"] == 1
 	})
