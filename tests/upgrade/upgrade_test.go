@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -37,7 +38,8 @@ import (
 // call is recorded; at the end the faults checker (SQL invariants and the
 // lease model, porcupine) finds nothing lost, duplicated or stale
 // accepted, every task created completed exactly once, no answer was a 5xx
-// but 503 with Retry-After, and live leases crossed the upgrade both ways.
+// but 503 with Retry-After, live leases crossed the upgrade both ways, and
+// each release leased to the other's workers.
 // The log has the census of answers by release and the longest wait of a
 // worker for a lease.
 //
@@ -104,10 +106,11 @@ func TestUpgradeUnderLoad(t *testing.T) {
 	// 4. The contract step while this release serves.
 	var contract []byte
 	gateway := harness.Binary(t, "gateway")
-	require.NoError(t, l.during("the contract step", func() (err error) {
+	err := l.during("the contract step", func() (err error) {
 		contract, err = runGateway(gateway, "migrate", "up", "-contract", "-database-url", url)
 		return err
-	}), "%s", contract)
+	})
+	require.NoError(t, err, "%s", contract)
 	l.progress("after the contract step")
 	for _, p := range fresh {
 		require.Equal(t, http.StatusOK, readyz(t, oldG, p), "this release after its contract step")
@@ -177,19 +180,29 @@ func judge(t *testing.T, l *load, f *fleet, referenceClients map[int]bool, expan
 	}
 	t.Logf("answers_503=%d transport_errors=%d", unavailable, transportErrors)
 
+	// The worker protocol crosses the upgrade both ways: each release
+	// leases to the other's runtime.
 	granted := map[string]int{}
-	referenceServedByThis := 0
+	referenceServedByThis, runtimeServedByPrevious := 0, 0
 	for _, c := range calls {
-		if c.Op == faults.OpLease && c.Status == http.StatusOK && len(c.Items) > 0 && c.InvokeWall.After(expanded) {
-			granted[f.releaseOf(c.Replica)] += len(c.Items)
-			if referenceClients[c.Client] && f.releaseOf(c.Replica) == current {
-				referenceServedByThis += len(c.Items)
-			}
+		if c.Op != faults.OpLease || c.Status != http.StatusOK || len(c.Items) == 0 {
+			continue
+		}
+		release := f.releaseOf(c.Replica)
+		if c.InvokeWall.After(expanded) {
+			granted[release] += len(c.Items)
+		}
+		if referenceClients[c.Client] && release == current {
+			referenceServedByThis += len(c.Items)
+		}
+		if strings.HasPrefix(l.w.History().ClientName(c.Client), "runtime-") && release == previous {
+			runtimeServedByPrevious += len(c.Items)
 		}
 	}
 	require.Positive(t, granted[previous], "the previous release leases tasks on the expanded schema")
 	require.Positive(t, granted[current], "this release leases tasks")
 	require.Positive(t, referenceServedByThis, "this release serves the previous release's reference worker")
+	require.Positive(t, runtimeServedByPrevious, "the previous release serves this release's Go runtime")
 	rows, err := l.pool.Query(context.Background(), `SELECT coalesce(protocol_version, '') FROM workers WHERE name LIKE 'reference-%'`)
 	require.NoError(t, err)
 	versions, err := pgx.CollectRows(rows, pgx.RowTo[string])
