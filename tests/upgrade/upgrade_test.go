@@ -74,8 +74,9 @@ func TestUpgradeUnderLoad(t *testing.T) {
 	var references []*harness.Process
 	referenceClients := map[int]bool{}
 	for i := range sc.ReferenceWorkers {
-		wk := ctrl.NewWorker(t, fmt.Sprintf("reference-%d", i+1), 2, w.Organization())
-		proxy, client := w.StartProxy(wk.ID.String(), wk.Cert, f.dial)
+		name := fmt.Sprintf("reference-%d", i+1)
+		wk := ctrl.NewWorker(t, name, 2, w.Organization())
+		proxy, client := w.StartProxy(name, wk.Cert, f.dial)
 		referenceClients[client] = true
 		references = append(references, wk.ProcessOf(t, prev.worker, proxy, "-slots", "2", "-wait", "2", "-drain-timeout", "5s"))
 	}
