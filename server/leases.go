@@ -2,12 +2,14 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/worker-gateway/gateway/internal/protocol"
 	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/server/api"
 	"github.com/worker-gateway/gateway/store"
@@ -19,6 +21,10 @@ import (
 // the end of its wait, or shutdown.
 func (h *handlers) AcquireLeases(ctx context.Context, req api.AcquireLeasesRequestObject) (api.AcquireLeasesResponseObject, error) {
 	arrived := time.Now()
+	if req.Body != nil && req.Body.ProtocolVersion != nil && !protocol.Supported(*req.Body.ProtocolVersion) {
+		return nil, newProblem(http.StatusBadRequest, problem.UnsupportedProtocol, problem.Text(fmt.Sprintf(
+			"this gateway serves worker protocol version %s; the worker announced %q", protocol.Range(), *req.Body.ProtocolVersion)))
+	}
 	workerID := workerFrom(ctx)
 	release, err := h.polls.acquire(workerID, h.cfg.Limits)
 	if err != nil {

@@ -413,12 +413,19 @@ func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 // with extra arguments; it is stopped (SIGTERM, drained) at cleanup.
 func (w *Worker) Process(t testing.TB, url string, args ...string) *Process {
 	t.Helper()
+	return w.ProcessOf(t, Binary(t, "worker"), url, args...)
+}
+
+// ProcessOf is Process with another build of the reference worker (the
+// previous release's, in tests/upgrade).
+func (w *Worker) ProcessOf(t testing.TB, bin, url string, args ...string) *Process {
+	t.Helper()
 	dir := t.TempDir()
 	files := map[string][]byte{"worker.pem": w.CertPEM, "worker-key.pem": w.KeyPEM, "ca.pem": w.g.CA.CertPEM}
 	for name, data := range files {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, name), data, 0o600))
 	}
-	cmd := exec.Command(Binary(t, "worker"), append([]string{"-gateway", url,
+	cmd := exec.Command(bin, append([]string{"-gateway", url,
 		"-cert", filepath.Join(dir, "worker.pem"), "-key", filepath.Join(dir, "worker-key.pem"),
 		"-ca", filepath.Join(dir, "ca.pem"), "-wait", "5"}, args...)...)
 	if os.Getenv("GATEWAY_TEST_LOG") != "" {
