@@ -93,6 +93,7 @@ func TestUpgradeUnderLoad(t *testing.T) {
 	f.add(current, fresh...)
 	l.progress("both releases")
 	leaseThrough(t, l, f, fresh[0]).finishThrough(old[1])
+	requireRevocationsToldOnce(t, oldG, w.Organization(), map[string]*harness.Process{previous: old[1], current: fresh[0]})
 
 	stopping := time.Now()
 	require.NoError(t, f.stop(old[1], syscall.SIGTERM), "the previous release drains on SIGTERM")
