@@ -8,7 +8,7 @@ STATE_DIR ?= .dev
 GO ?= go
 BIN := $(STATE_DIR)/bin
 
-.PHONY: run test generate check-generated check-spec fuzz-short build vet lint faults ts-deps check-ts
+.PHONY: run test generate check-generated check-spec fuzz-short build vet lint faults ts-deps check-ts check-alerts check-helm
 
 ## run: start a complete system (private PostgreSQL, migrations, dev PKI, demo data, gateway, reference worker)
 run: build
@@ -28,7 +28,7 @@ build:
 ## test: every test, against a real PostgreSQL, real TLS and real HTTP. Most tests wait on
 ## gateways, timers and long-polls rather than compute, so four run at once per package
 ## (-parallel; the default is one per core).
-test: check-generated check-spec vet lint vulncheck check-ts
+test: check-generated check-spec vet lint vulncheck check-ts check-alerts check-helm
 	$(GO) test -race -count=1 -p 3 -parallel 4 -timeout 20m ./...
 	$(MAKE) fuzz-short
 
@@ -51,6 +51,33 @@ vulncheck:
 	$(GO) -C tools/vulncheck build -o $(abspath $(BIN))/govulncheck golang.org/x/vuln/cmd/govulncheck
 	db=$$($(GO) -C tools/vulncheck run ./vulndb -cache $(abspath $(STATE_DIR))/vulndb -version $(VULNDB)) && \
 	$(BIN)/govulncheck -db file://$$db ./...
+
+## check-alerts: promtool check rules and the alerts' unit tests (deploy/prometheus). promtool comes
+## from Debian's prometheus package, installed when missing and root; skipped, saying so, otherwise.
+check-alerts:
+	@if ! command -v promtool >/dev/null 2>&1; then \
+		if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then \
+			echo "check-alerts: SKIPPED: promtool is missing and cannot be installed (needs root and apt-get; Debian package prometheus)"; exit 0; fi; \
+		echo "check-alerts: installing promtool (Debian package prometheus)"; \
+		if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }; then \
+			echo "check-alerts: SKIPPED: apt-get could not install prometheus"; exit 0; fi; \
+	fi; \
+	promtool check rules deploy/prometheus/alerts.yml && promtool test rules deploy/prometheus/alerts_test.yml
+
+## check-helm: helm lint, and helm template | kubeconform -strict against Kubernetes schemas generated
+## offline from the k8s.io/api module (tools/helm pins helm, kubeconform and k8s.io/api)
+HELM_CHART := deploy/helm/worker-gateway
+check-helm:
+	$(GO) -C tools/helm build -o $(abspath $(BIN))/helm helm.sh/helm/v4/cmd/helm
+	$(GO) -C tools/helm build -o $(abspath $(BIN))/kubeconform github.com/yannh/kubeconform/cmd/kubeconform
+	$(GO) -C tools/helm run ./k8sschema -out $(abspath $(STATE_DIR))/k8s-schemas
+	$(BIN)/helm lint --strict $(HELM_CHART)
+	$(BIN)/helm lint --strict $(HELM_CHART) -f $(HELM_CHART)/ci/full-values.yaml
+	@for values in $(HELM_CHART)/values.yaml $(HELM_CHART)/ci/full-values.yaml; do \
+		echo "kubeconform: helm template -f $$values"; \
+		$(BIN)/helm template wg $(HELM_CHART) -f $$values | \
+		$(BIN)/kubeconform -strict -summary -skip ServiceMonitor -schema-location '$(abspath $(STATE_DIR))/k8s-schemas/{{ .ResourceKind }}{{ .KindSuffix }}.json' || exit 1; \
+	done
 
 ## faults: the long fault scenarios (kill -9 at commit failpoints, stale writers, clock skew with the
 ## history checker; PostgreSQL restarts, latency, resets and partitions); several minutes each. Also

@@ -45,8 +45,11 @@
 // file is not retried; when it fails it leaves the version dirty and
 // possibly an INVALID index, which the operator drops (DROP INDEX
 // CONCURRENTLY) before `gateway migrate force` and a new run. Backfills
-// belong in Go code run in resumable batches outside the migration (as
-// store.SealWebhookSecrets), not in a migration's transaction.
+// belong in Go code run in resumable batches outside the migration, not in
+// a migration's transaction: a sweep by predicate over a small table (as
+// store.SealWebhookSecrets), or RunBackfill (backfill.go), which walks a
+// large table by key and records its progress in schema_backfills, so that
+// a run stopped half-way resumes where it stopped.
 package migrations
 
 import (
@@ -69,7 +72,6 @@ import (
 	_ "github.com/golang-migrate/migrate/v4/database/pgx/v5" // registers the pgx5:// driver
 	"github.com/golang-migrate/migrate/v4/source"
 	"github.com/golang-migrate/migrate/v4/source/iofs"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // The expand migrations (this directory) and the contract migrations
@@ -185,11 +187,7 @@ func stepUp(ctx context.Context, m *migrate.Migrate, latest uint) error {
 // lockTimedOut: err is a statement's lock_timeout (SQLSTATE 55P03).
 func lockTimedOut(err error) bool {
 	var dbErr database.Error
-	if !errors.As(err, &dbErr) {
-		return false
-	}
-	var pgErr *pgconn.PgError
-	return errors.As(dbErr.OrigErr, &pgErr) && pgErr.Code == "55P03"
+	return errors.As(err, &dbErr) && isLockTimeout(dbErr.OrigErr)
 }
 
 // forceBack sets the version table back from the dirty version whose

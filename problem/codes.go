@@ -8,6 +8,7 @@ const (
 	BadRequest           = "bad-request"
 	ScheduleTooFrequent  = "schedule-interval-too-short"
 	BadCSR               = "bad-csr"
+	UnsupportedProtocol  = "unsupported-protocol-version"
 	MethodNotAllowed     = "method-not-allowed"
 	NotFound             = "not-found"
 	PayloadTooLarge      = "payload-too-large"

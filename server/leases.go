@@ -2,12 +2,14 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/worker-gateway/gateway/internal/protocol"
 	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/server/api"
 	"github.com/worker-gateway/gateway/store"
@@ -18,6 +20,11 @@ import (
 // sleeps — holding no connection and running no query — until a wake-up,
 // the end of its wait, or shutdown.
 func (h *handlers) AcquireLeases(ctx context.Context, req api.AcquireLeasesRequestObject) (api.AcquireLeasesResponseObject, error) {
+	arrived := time.Now()
+	if req.Body != nil && req.Body.ProtocolVersion != nil && !protocol.Supported(*req.Body.ProtocolVersion) {
+		return nil, newProblem(http.StatusBadRequest, problem.UnsupportedProtocol, problem.Text(fmt.Sprintf(
+			"this gateway serves worker protocol version %s; the worker announced %q", protocol.Range(), *req.Body.ProtocolVersion)))
+	}
 	workerID := workerFrom(ctx)
 	release, err := h.polls.acquire(workerID, h.cfg.Limits)
 	if err != nil {
@@ -83,6 +90,7 @@ func (h *handlers) AcquireLeases(ctx context.Context, req api.AcquireLeasesReque
 				// the acquisition transaction it ran.
 				h.metrics.wakeLatency.Observe(time.Since(wokenBy.SignalledAt()).Seconds())
 			}
+			h.metrics.observeLeasePoll(arrived, len(res.Leases) > 0)
 			return h.leaseAnswer(ctx, workerID, res), nil
 		}
 		if wokenBy != nil && h.dueTaskStillQueued(ctx, res.OrganizationIDs) {
@@ -112,6 +120,7 @@ func (h *handlers) AcquireLeases(ctx context.Context, req api.AcquireLeasesReque
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
+		h.metrics.observeLeasePoll(arrived, false)
 		return api.AcquireLeases200JSONResponse{Leases: []api.Lease{}}, nil
 	}
 }

@@ -24,7 +24,7 @@ import (
 // metrics are one replica's Prometheus metrics, on a registry of its own
 // (not the global default) so many gateways in one test process do not
 // collide. Every label has a small, fixed set of values: route patterns,
-// status classes and problem codes, never ids — except gateway_tasks'
+// status codes and problem codes, never ids — except gateway_tasks'
 // organization label, bounded to the top organizations plus "other".
 type metrics struct {
 	registry *prometheus.Registry
@@ -48,7 +48,12 @@ type metrics struct {
 	// swamp the p99 of everything else (and need other buckets).
 	requestDuration  *prometheus.HistogramVec
 	longPollDuration *prometheus.HistogramVec
-	routes           *http.ServeMux
+	// leasePoll times lease polls from arrival to answer, apart by outcome:
+	// leased (work was there, or came while waiting) or empty (the wait
+	// ended with nothing), so the time to a lease is not hidden among waits.
+	leasePoll         *prometheus.HistogramVec
+	certificateExpiry *prometheus.GaugeVec
+	routes            *http.ServeMux
 }
 
 // tasksTopOrganizations is how many organizations gateway_tasks names; the
@@ -115,7 +120,7 @@ func newMetrics(s *Server) *metrics {
 		}),
 		httpRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gateway_http_requests_total",
-			Help: "HTTP requests answered, by route pattern (\"unmatched\" for unknown routes) and status class.",
+			Help: "HTTP requests answered, by route pattern (\"unmatched\" for unknown routes) and status code.",
 		}, []string{"route", "code"}),
 		requestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "gateway_http_request_duration_seconds",
@@ -127,6 +132,15 @@ func newMetrics(s *Server) *metrics {
 			Help:    "Duration of long-polls (POST /v1/leases waiting for work, log follows), by route pattern: up to their wait.",
 			Buckets: []float64{.01, .05, .1, .5, 1, 2.5, 5, 10, 20, 30, 45, 60, 90, 120},
 		}, []string{"route"}),
+		leasePoll: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "gateway_lease_poll_seconds",
+			Help:    "Duration of lease polls (POST /v1/leases) from arrival to answer, by outcome: leased (the time to a lease) or empty (a wait that ended with nothing).",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 20, 30, 60},
+		}, []string{"outcome"}),
+		certificateExpiry: newCertificateExpiry(s),
+	}
+	for _, outcome := range []string{"leased", "empty"} {
+		m.leasePoll.WithLabelValues(outcome)
 	}
 	for _, code := range []string{problem.IdempotencyKeyReused, problem.IdempotencyInFlight} {
 		m.conflicts.WithLabelValues(code)
@@ -137,7 +151,7 @@ func newMetrics(s *Server) *metrics {
 	reg.MustRegister(
 		m.leaseAcquisition, m.wakeLatency, m.wakeupsPassedOn, m.heartbeats, m.fencingRejections, m.replays, m.conflicts,
 		m.leaseExpiries, m.undelivered, m.secretUnavailable, m.uploadBytes, m.sweeperRuns, m.rateLimited, m.httpRequests,
-		m.requestDuration, m.longPollDuration, buildInfo(),
+		m.requestDuration, m.longPollDuration, m.leasePoll, m.certificateExpiry, buildInfo(),
 		s.scheduleTimer.lag,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "gateway_waiting_polls",
@@ -177,6 +191,9 @@ func newMetrics(s *Server) *metrics {
 			return 0
 		}),
 		&tasksCollector{pool: s.pool, timeout: 5 * time.Second},
+		&queueAgeCollector{pool: s.pool, timeout: 5 * time.Second},
+		readinessCollector{s},
+		webhookTriesCollector{s.webhooks},
 		poolCollector{s.pool},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -311,7 +328,7 @@ func noteProblem(ctx context.Context, code string) {
 	}
 }
 
-// withMetrics counts requests by route pattern and status class, and
+// withMetrics counts requests by route pattern and status code, and
 // derives the counters that are visible at the HTTP level: fencing
 // rejections and idempotency conflicts (from the problem code), and replays
 // of routes that mark them with Idempotent-Replayed (results, tasks, scans;
@@ -330,7 +347,7 @@ func (m *metrics) withMetrics(next http.Handler) http.Handler {
 			if status == 0 {
 				status = http.StatusOK
 			}
-			m.httpRequests.WithLabelValues(route, statusClass(status)).Inc()
+			m.httpRequests.WithLabelValues(route, statusCode(status)).Inc()
 			rm.mu.Lock()
 			code, longPoll := rm.problemCode, rm.longPoll
 			rm.mu.Unlock()
@@ -375,11 +392,13 @@ func replayRouteName(pattern string) string {
 	return ""
 }
 
-func statusClass(status int) string {
+// statusCode is the code label: the status itself, so that 404, 409 and
+// 429 can be told apart (a class is code=~"4..").
+func statusCode(status int) string {
 	if status < 100 || status > 599 {
 		return "other"
 	}
-	return strconv.Itoa(status/100) + "xx"
+	return strconv.Itoa(status)
 }
 
 // routeMux is a mux with every route of the API registered (handlers that
@@ -450,4 +469,13 @@ func (s *Server) serveMetricsAuthenticated(w http.ResponseWriter, r *http.Reques
 		return
 	}
 	s.metricsHandler.ServeHTTP(w, r)
+}
+
+// observeLeasePoll times one answered lease poll by its outcome.
+func (m *metrics) observeLeasePoll(arrived time.Time, leased bool) {
+	outcome := "empty"
+	if leased {
+		outcome = "leased"
+	}
+	m.leasePoll.WithLabelValues(outcome).Observe(time.Since(arrived).Seconds())
 }

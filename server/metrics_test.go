@@ -41,8 +41,21 @@ func TestGroupTaskCountsBoundsOrganizations(t *testing.T) {
 	require.Equal(t, []taskCount{{"a", "pending", 1}}, few, "no other when all fit")
 }
 
-func TestStatusClass(t *testing.T) {
-	require.Equal(t, "2xx", statusClass(204))
-	require.Equal(t, "5xx", statusClass(503))
-	require.Equal(t, "other", statusClass(0))
+func TestStatusCode(t *testing.T) {
+	require.Equal(t, "204", statusCode(204))
+	require.Equal(t, "429", statusCode(429))
+	require.Equal(t, "other", statusCode(0))
+}
+
+func TestGroupQueueAgesBoundsOrganizations(t *testing.T) {
+	var in []queueAge
+	for i := range 25 {
+		in = append(in, queueAge{fmt.Sprintf("org-%02d", i), float64(100 - i)})
+	}
+	out := groupQueueAges(in, 20)
+	require.Len(t, out, 21, "20 named organizations and other")
+	require.Equal(t, queueAge{"org-00", 100}, out[0], "the longest wait first")
+	require.Equal(t, queueAge{"other", 80}, out[20], "other carries the longest wait among the rest")
+	require.Equal(t, []queueAge{{"a", 1}}, groupQueueAges([]queueAge{{"a", 1}}, 20), "no other when all fit")
+	require.Empty(t, groupQueueAges(nil, 20))
 }

@@ -536,6 +536,7 @@ func (s *Server) NewHTTPServer(tlsConfig *tls.Config) *http.Server {
 // Serve serves TLS on ln until ctx ends, then answers every waiting poll at
 // once and drains in-flight requests for up to drain.
 func (s *Server) Serve(ctx context.Context, ln net.Listener, tlsConfig *tls.Config, drain time.Duration) error {
+	s.metrics.noteServingCertificate(tlsConfig)
 	srv := s.NewHTTPServer(tlsConfig)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(tls.NewListener(ln, tlsConfig)) }()

@@ -107,9 +107,10 @@ type webhookDeliverer struct {
 	client  *http.Client
 	logger  *slog.Logger
 	kick    chan struct{}
-	// tries and delivered count this replica's tries (tests, metrics).
-	tries, delivered atomic.Int64
-	lastPrune        time.Time
+	// tries, delivered and failed count this replica's tries (tests,
+	// metrics); a try cut short by shutdown is neither.
+	tries, delivered, failed atomic.Int64
+	lastPrune                time.Time
 }
 
 // webhookPruneEvery bounds how often a deliverer prunes the log.
@@ -254,6 +255,7 @@ func (d *webhookDeliverer) deliver(ctx context.Context, c store.ClaimedDelivery)
 		d.delivered.Add(1)
 	}
 	if !out.Delivered && ctx.Err() == nil {
+		d.failed.Add(1)
 		d.logger.Info("webhook delivery failed", "delivery_id", c.ID.String(), "webhook_id", c.TargetID.String(),
 			"attempt", c.Attempt, "error", out.Error)
 	}

@@ -22,10 +22,10 @@ func (c Cursor) Encode() string {
 	return base64.RawURLEncoding.EncodeToString([]byte(c.Time.UTC().Format(time.RFC3339Nano) + "|" + c.ID.String()))
 }
 
-// DecodeCursor parses a cursor made by Encode.
 // errMalformedCursor is the one answer to any cursor that does not decode.
 var errMalformedCursor = problem.Wrap(ErrInvalid, "malformed cursor")
 
+// DecodeCursor parses a cursor made by Encode.
 func DecodeCursor(s string) (*Cursor, error) {
 	raw, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil {

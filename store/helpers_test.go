@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/worker-gateway/gateway/migrations"
 	"github.com/worker-gateway/gateway/store"
 	"github.com/worker-gateway/gateway/store/storetest"
 )
@@ -87,6 +88,21 @@ func createOldOrg(t *testing.T, pool *pgxpool.Pool, name string) store.Organizat
 	require.NoError(t, pool.QueryRow(t.Context(), `INSERT INTO organizations (name) VALUES ($1) RETURNING id, name, created_at`,
 		uniqueName(name)).Scan(&o.ID, &o.Name, &o.CreatedAt))
 	return o
+}
+
+// beforeMigration is a new database migrated up to just before migration
+// n, for a test that moves data across n: its URL and a pool on it, closed
+// when the test ends if the test did not close it first.
+func beforeMigration(t *testing.T, n uint) (url string, pool *pgxpool.Pool) {
+	t.Helper()
+	url = storetest.NewEmptyDatabase(t)
+	before, err := migrations.Previous(n)
+	require.NoError(t, err)
+	require.NoError(t, migrations.UpTo(t.Context(), url, before))
+	pool, err = store.OpenPool(t.Context(), url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return url, pool
 }
 
 // createOldWorker creates a worker by SQL, for the migration tests that

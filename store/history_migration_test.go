@@ -7,8 +7,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/worker-gateway/gateway/migrations"
-	"github.com/worker-gateway/gateway/store"
-	"github.com/worker-gateway/gateway/store/storetest"
 )
 
 // historyOrderMigration is the migration after which only scans whose
@@ -21,13 +19,7 @@ const historyOrderMigration = 23
 func TestHistoryOrderMigrationForgetsPartialScans(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	url := storetest.NewEmptyDatabase(t)
-	before, err := migrations.Previous(historyOrderMigration)
-	require.NoError(t, err)
-	require.NoError(t, migrations.UpTo(ctx, url, before))
-	pool, err := store.OpenPool(ctx, url)
-	require.NoError(t, err)
-	defer pool.Close()
+	url, pool := beforeMigration(t, historyOrderMigration)
 	org := createOldOrg(t, pool, "org")
 
 	var assetID uuid.UUID

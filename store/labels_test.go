@@ -10,7 +10,6 @@ import (
 
 	"github.com/worker-gateway/gateway/migrations"
 	"github.com/worker-gateway/gateway/store"
-	"github.com/worker-gateway/gateway/store/storetest"
 )
 
 // label sets (value) or removes (nil) labels of a worker as an operator does.
@@ -407,13 +406,8 @@ func TestScheduledTaskCarriesSelectorAndPin(t *testing.T) {
 func TestLabelsMigrationKeepsLeaseClasses(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	url := storetest.NewEmptyDatabase(t)
 	const labelsMigration = 19
-	before, err := migrations.Previous(labelsMigration)
-	require.NoError(t, err)
-	require.NoError(t, migrations.UpTo(ctx, url, before))
-	oldPool, err := store.OpenPool(ctx, url)
-	require.NoError(t, err)
+	url, oldPool := beforeMigration(t, labelsMigration)
 	old := store.New(oldPool) // only for tables the migration leaves alone
 	org := createOldOrg(t, oldPool, "org-a")
 	worker := createOldWorker(t, oldPool, 4)

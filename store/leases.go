@@ -469,7 +469,8 @@ type candidate struct {
 // the sum of their free slots, handed out in the walk's order (priority,
 // organizations in turns, age), one to each poll in turn; then one
 // statement grants them all. A task pinned to one of the group's workers
-// goes to that worker's polls (handOut).
+// goes to that worker's polls; a walk that found tasks pinned to a worker
+// already served in full walks again without them.
 func grantLeases(ctx context.Context, ex executor, polls []*acquisition) error {
 	type like struct {
 		polls   []*acquisition

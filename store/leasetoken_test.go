@@ -11,7 +11,6 @@ import (
 
 	"github.com/worker-gateway/gateway/migrations"
 	"github.com/worker-gateway/gateway/store"
-	"github.com/worker-gateway/gateway/store/storetest"
 )
 
 // leaseTokenHashMigration is the migration that replaced the plaintext
@@ -57,14 +56,8 @@ func TestLeaseTokensAreStoredOnlyAsHashes(t *testing.T) {
 func TestLeaseTokenMigrationKeepsLiveLeases(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	url := storetest.NewEmptyDatabase(t)
-	before, err := migrations.Previous(leaseTokenHashMigration)
-	require.NoError(t, err)
-	require.NoError(t, migrations.UpTo(ctx, url, before))
-
 	// The schema before the migration: tokens in plaintext.
-	oldPool, err := store.OpenPool(ctx, url)
-	require.NoError(t, err)
+	url, oldPool := beforeMigration(t, leaseTokenHashMigration)
 	old := store.New(oldPool)
 	org := createOldOrg(t, oldPool, "org-a")
 	worker := createOldWorker(t, oldPool, 2)

@@ -12,7 +12,6 @@ import (
 
 	"github.com/worker-gateway/gateway/migrations"
 	"github.com/worker-gateway/gateway/store"
-	"github.com/worker-gateway/gateway/store/storetest"
 )
 
 // taskQueueMigration is the migration that moved leasable tasks into
@@ -27,13 +26,7 @@ const taskQueueMigration = 12
 func TestTaskQueueMigrationMovesLiveData(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	url := storetest.NewEmptyDatabase(t)
-	before, err := migrations.Previous(taskQueueMigration)
-	require.NoError(t, err)
-	require.NoError(t, migrations.UpTo(ctx, url, before))
-
-	oldPool, err := store.OpenPool(ctx, url)
-	require.NoError(t, err)
+	url, oldPool := beforeMigration(t, taskQueueMigration)
 	old := store.New(oldPool) // only for tables the migration leaves alone
 	org := createOldOrg(t, oldPool, "org-a")
 	worker := createOldWorker(t, oldPool, 4)

@@ -15,7 +15,6 @@ import (
 	"github.com/worker-gateway/gateway/migrations"
 	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/store"
-	"github.com/worker-gateway/gateway/store/storetest"
 )
 
 // Schedule tests decide at an injected time (FireDueSchedulesAt) instead of
@@ -528,13 +527,8 @@ func TestScheduleRefusedRunSkipsItsSlot(t *testing.T) {
 func TestScheduleMigrationKeepsExistingRows(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	url := storetest.NewEmptyDatabase(t)
 	const schedulesMigration = 15
-	before, err := migrations.Previous(schedulesMigration)
-	require.NoError(t, err)
-	require.NoError(t, migrations.UpTo(ctx, url, before))
-	oldPool, err := store.OpenPool(ctx, url)
-	require.NoError(t, err)
+	url, oldPool := beforeMigration(t, schedulesMigration)
 	old := store.New(oldPool) // only for tables the migration leaves alone
 	org := createOldOrg(t, oldPool, "org-a")
 	worker := createOldWorker(t, oldPool, 2)

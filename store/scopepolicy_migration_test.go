@@ -7,7 +7,6 @@ import (
 
 	"github.com/worker-gateway/gateway/migrations"
 	"github.com/worker-gateway/gateway/store"
-	"github.com/worker-gateway/gateway/store/storetest"
 )
 
 // scopePolicyMigration is the migration that makes the scope policy an
@@ -21,13 +20,7 @@ const scopePolicyMigration = 25
 func TestScopePolicyMigrationKeepsWhatEachOrganizationHad(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	url := storetest.NewEmptyDatabase(t)
-	before, err := migrations.Previous(scopePolicyMigration)
-	require.NoError(t, err)
-	require.NoError(t, migrations.UpTo(ctx, url, before))
-	pool, err := store.OpenPool(ctx, url)
-	require.NoError(t, err)
-	defer pool.Close()
+	url, pool := beforeMigration(t, scopePolicyMigration)
 
 	enforcedEmpty, withEntry, never := createOldOrg(t, pool, "enforced"), createOldOrg(t, pool, "entry"), createOldOrg(t, pool, "never")
 	exec(t, pool, `UPDATE organizations SET scope_enforced = true WHERE id = $1`, enforcedEmpty.ID)

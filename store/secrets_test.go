@@ -17,7 +17,7 @@ func newKeyring(t *testing.T, old ...secretbox.KEK) (*secretbox.Keyring, secretb
 	return secretbox.NewKeyring(k, old...), k
 }
 
-// RewrapSecrets moves every data key to the current key, leaves values
+// TestRewrapSecrets: RewrapSecrets moves every data key to the current key, leaves values
 // unchanged, and refuses a key it cannot open.
 func TestRewrapSecrets(t *testing.T) {
 	t.Parallel()

@@ -11,10 +11,12 @@ import (
 	"github.com/worker-gateway/gateway/store/storetest"
 )
 
-// preparedPlans reads, for one connection of a one-connection pool, how
-// often each prepared statement ran on a generic and on a custom plan.
+// planCounts are how often one prepared statement ran on a generic and on
+// a custom plan.
 type planCounts struct{ generic, custom int64 }
 
+// preparedPlans reads, for one connection of a one-connection pool, the
+// planCounts of each prepared statement.
 func preparedPlans(t *testing.T, pool *pgxpool.Pool) map[string]planCounts {
 	t.Helper()
 	rows, err := pool.Query(context.Background(),

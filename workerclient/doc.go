@@ -90,9 +90,9 @@
 // body would pass 1 MiB), on LeasedTask.Flush, and once more after the
 // handler returns nil, before the attempt is completed.
 //
-//	err := task.Emit(ctx, workerclient.ResultRecord{
-//		Kind:  workerclient.ResultRecordKindAsset,
-//		Asset: &workerclient.AssetRef{Type: "ip", Value: "192.0.2.1"},
+//	err := task.Emit(ctx, apiclient.ResultRecord{
+//		Kind:  apiclient.ResultRecordKindAsset,
+//		Asset: &apiclient.AssetRef{Type: "ip", Value: "192.0.2.1"},
 //	})
 //
 // Batches are numbered 1, 2, … within the attempt and sent one at a time, in

@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/worker-gateway/gateway/internal/atomicfile"
 	"github.com/worker-gateway/gateway/internal/pki"
 	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/workerclient/apiclient"
@@ -321,7 +322,7 @@ func loadState(dir string) (*tls.Certificate, error) {
 			if err := os.Rename(nextPath, keyPath); err != nil {
 				return nil, fmt.Errorf("workerclient: StateDir: %w", err)
 			}
-			syncDir(dir)
+			atomicfile.SyncDir(dir)
 			return &pair, nil
 		}
 	}
@@ -338,62 +339,23 @@ func writeState(dir string, keyPEM, certPEM, caPEM []byte) error {
 	if caPEM != nil {
 		path := filepath.Join(dir, StateCAFile)
 		if cur, err := os.ReadFile(path); err != nil || !bytes.Equal(cur, caPEM) {
-			if err := writeFileAtomic(path, caPEM, 0o644); err != nil {
-				return err
+			if err := atomicfile.Write(path, caPEM, 0o644); err != nil {
+				return fmt.Errorf("workerclient: %w", err)
 			}
 		}
 	}
 	keyPath, nextPath := filepath.Join(dir, StateKeyFile), filepath.Join(dir, stateNextKeyFile)
-	if err := writeFileAtomic(nextPath, keyPEM, 0o600); err != nil {
-		return err
+	if err := atomicfile.Write(nextPath, keyPEM, 0o600); err != nil {
+		return fmt.Errorf("workerclient: %w", err)
 	}
-	if err := writeFileAtomic(filepath.Join(dir, StateCertFile), certPEM, 0o644); err != nil {
-		return err
+	if err := atomicfile.Write(filepath.Join(dir, StateCertFile), certPEM, 0o644); err != nil {
+		return fmt.Errorf("workerclient: %w", err)
 	}
 	if err := os.Rename(nextPath, keyPath); err != nil {
 		return fmt.Errorf("workerclient: write %s: %w", keyPath, err)
 	}
-	syncDir(dir)
+	atomicfile.SyncDir(dir)
 	return nil
-}
-
-// writeFileAtomic writes data to path through a temporary file in the same
-// directory, with perm set explicitly (whatever the umask), so that readers
-// see the old content or the new, never a part.
-func writeFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("workerclient: write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			_ = f.Close()
-			_ = os.Remove(tmp)
-			err = fmt.Errorf("workerclient: write %s: %w", path, err)
-		}
-	}()
-	if err = f.Chmod(perm); err != nil {
-		return err
-	}
-	if _, err = f.Write(data); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
-}
-
-// syncDir makes renames in dir durable, where the platform allows it.
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		_ = d.Close()
-	}
 }
 
 // rotatingTransport sends each request through the transport of the current

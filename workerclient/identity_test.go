@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/worker-gateway/gateway/internal/atomicfile"
 	"github.com/worker-gateway/gateway/internal/pki"
 	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/workerclient/apiclient"
@@ -579,7 +580,7 @@ func TestLoadStateCompletesAnInterruptedReplacement(t *testing.T) {
 
 	// A crash after the new key was written, before its certificate: the
 	// old pair is used and the orphan key removed.
-	require.NoError(t, writeFileAtomic(filepath.Join(dir, stateNextKeyFile), b.KeyPEM, 0o600))
+	require.NoError(t, atomicfile.Write(filepath.Join(dir, stateNextKeyFile), b.KeyPEM, 0o600))
 	pair, err := loadState(dir)
 	require.NoError(t, err)
 	assert.Equal(t, "a", pair.Leaf.Subject.CommonName)
@@ -587,8 +588,8 @@ func TestLoadStateCompletesAnInterruptedReplacement(t *testing.T) {
 
 	// A crash after the new certificate was written, before the key's
 	// rename: the new pair is used and the rename completed.
-	require.NoError(t, writeFileAtomic(filepath.Join(dir, stateNextKeyFile), b.KeyPEM, 0o600))
-	require.NoError(t, writeFileAtomic(filepath.Join(dir, StateCertFile), b.CertPEM, 0o644))
+	require.NoError(t, atomicfile.Write(filepath.Join(dir, stateNextKeyFile), b.KeyPEM, 0o600))
+	require.NoError(t, atomicfile.Write(filepath.Join(dir, StateCertFile), b.CertPEM, 0o644))
 	pair, err = loadState(dir)
 	require.NoError(t, err)
 	assert.Equal(t, "b", pair.Leaf.Subject.CommonName)
@@ -598,7 +599,7 @@ func TestLoadStateCompletesAnInterruptedReplacement(t *testing.T) {
 	assert.Equal(t, b.KeyPEM, key)
 
 	// A mismatched pair is an error that says what to do.
-	require.NoError(t, writeFileAtomic(filepath.Join(dir, StateKeyFile), a.KeyPEM, 0o600))
+	require.NoError(t, atomicfile.Write(filepath.Join(dir, StateKeyFile), a.KeyPEM, 0o600))
 	_, err = loadState(dir)
 	assert.ErrorContains(t, err, "not a usable pair")
 

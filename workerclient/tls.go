@@ -6,12 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/worker-gateway/gateway/internal/tlsclient"
 )
 
 const (
@@ -43,26 +44,13 @@ func NewHTTPClient(cfg Config) (*http.Client, error) {
 	return &http.Client{Transport: newWorkerTransport(tlsCfg), Timeout: clientTimeout(cfg.WaitSeconds)}, nil
 }
 
-// newWorkerTransport is the transport of calls to the gateway: HTTP/2 with
-// pings, the proxy and timeouts of http.DefaultTransport.
+// newWorkerTransport is the transport of calls to the gateway: the shared
+// gateway transport (HTTP/2, the proxy and timeouts of
+// http.DefaultTransport) with HTTP/2 pings.
 func newWorkerTransport(tlsCfg *tls.Config) *http.Transport {
-	tr := baseTransport()
-	tr.TLSClientConfig = tlsCfg
-	tr.ForceAttemptHTTP2 = true // needed as soon as TLSClientConfig is set
+	tr := tlsclient.Transport(tlsCfg)
 	tr.HTTP2 = &http.HTTP2Config{SendPingTimeout: h2SendPingTimeout, PingTimeout: h2PingTimeout}
 	return tr
-}
-
-func baseTransport() *http.Transport {
-	if dt, ok := http.DefaultTransport.(*http.Transport); ok {
-		return dt.Clone() // proxy from the environment, dial and idle timeouts
-	}
-	return &http.Transport{
-		Proxy:               http.ProxyFromEnvironment,
-		DialContext:         (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		IdleConnTimeout:     90 * time.Second,
-		TLSHandshakeTimeout: 10 * time.Second,
-	}
 }
 
 // clientTimeout is the backstop timeout of a client whose long-polls wait
@@ -107,33 +95,21 @@ func clientTLSConfig(cfg Config) (*tls.Config, error) {
 // by enrollment), the system roots plus that CA; else nil, the system roots.
 func gatewayRoots(cfg Config) (*x509.CertPool, error) {
 	if cfg.CAFile != "" {
-		pem, err := os.ReadFile(cfg.CAFile)
+		pool, err := tlsclient.ReadCAs(cfg.CAFile, false)
 		if err != nil {
 			return nil, fmt.Errorf("workerclient: CA file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("workerclient: CA file %s holds no PEM certificate", cfg.CAFile)
 		}
 		return pool, nil
 	}
 	if cfg.StateDir == "" {
 		return nil, nil
 	}
-	path := filepath.Join(cfg.StateDir, StateCAFile)
-	pem, err := os.ReadFile(path)
+	pool, err := tlsclient.ReadCAs(filepath.Join(cfg.StateDir, StateCAFile), true)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("workerclient: state CA file: %w", err)
-	}
-	pool, err := x509.SystemCertPool()
-	if err != nil || pool == nil {
-		pool = x509.NewCertPool()
-	}
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("workerclient: %s holds no PEM certificate", path)
 	}
 	return pool, nil
 }
@@ -213,21 +189,11 @@ func newForeignHTTPClient(cfg Config) (*http.Client, error) {
 			tlsCfg.RootCAs = cfg.TLSConfig.RootCAs.Clone()
 		}
 	case cfg.CAFile != "":
-		pem, err := os.ReadFile(cfg.CAFile)
+		pool, err := tlsclient.ReadCAs(cfg.CAFile, true)
 		if err != nil {
 			return nil, fmt.Errorf("workerclient: CA file: %w", err)
 		}
-		pool, err := x509.SystemCertPool()
-		if err != nil || pool == nil {
-			pool = x509.NewCertPool()
-		}
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("workerclient: CA file %s holds no PEM certificate", cfg.CAFile)
-		}
 		tlsCfg.RootCAs = pool
 	}
-	tr := baseTransport()
-	tr.TLSClientConfig = tlsCfg
-	tr.ForceAttemptHTTP2 = true
-	return &http.Client{Transport: tr}, nil
+	return &http.Client{Transport: tlsclient.Transport(tlsCfg)}, nil
 }

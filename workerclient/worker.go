@@ -21,12 +21,14 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/worker-gateway/gateway/internal/protocol"
 	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
 // ProtocolVersion is the worker protocol version this runtime speaks, sent
-// with every poll.
-const ProtocolVersion = "1"
+// with every poll (internal/protocol states it and the range a gateway
+// serves).
+const ProtocolVersion = protocol.Current
 
 // Causes of a Handler's context cancellation, as reported by context.Cause.
 var (

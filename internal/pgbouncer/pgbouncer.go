@@ -12,20 +12,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net"
 	"net/url"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/worker-gateway/gateway/internal/pgproc"
 )
 
 // Options configures Start.
@@ -87,22 +84,20 @@ func Start(ctx context.Context, opts Options) (*Bouncer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgbouncer: %w", err)
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := pgproc.MkdirAll(dir); err != nil {
 		return nil, fmt.Errorf("pgbouncer: %w", err)
 	}
-	var cred *syscall.Credential
-	if os.Geteuid() == 0 {
-		if cred, err = postgresCredential(); err != nil {
-			return nil, err
-		}
+	runAs, err := pgproc.RunAs()
+	if err != nil {
+		return nil, fmt.Errorf("pgbouncer: %w", err)
 	}
 	var lastErr error
 	for range 5 { // a port taken between choosing and binding is retried
-		port, err := freePort()
+		port, err := pgproc.FreePort()
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("pgbouncer: %w", err)
 		}
-		b, err := start(ctx, bin, dir, port, opts, cred)
+		b, err := start(ctx, bin, dir, port, opts, runAs)
 		if err == nil {
 			return b, nil
 		}
@@ -111,7 +106,7 @@ func Start(ctx context.Context, opts Options) (*Bouncer, error) {
 	return nil, lastErr
 }
 
-func start(ctx context.Context, bin, dir string, port int, opts Options, cred *syscall.Credential) (*Bouncer, error) {
+func start(ctx context.Context, bin, dir string, port int, opts Options, runAs *pgproc.Account) (*Bouncer, error) {
 	// With trust authentication PgBouncer checks no password but still
 	// wants to know the user.
 	files := map[string]string{
@@ -124,13 +119,15 @@ func start(ctx context.Context, bin, dir string, port int, opts Options, cred *s
 			return nil, fmt.Errorf("pgbouncer: %w", err)
 		}
 	}
-	if cred != nil {
-		if err := chownTree(dir, int(cred.Uid), int(cred.Gid)); err != nil {
-			return nil, err
+	var cred *syscall.Credential
+	if runAs != nil {
+		if err := runAs.Chown(dir); err != nil {
+			return nil, fmt.Errorf("pgbouncer: %w", err)
 		}
+		cred = runAs.Credential()
 	}
 	logPath := filepath.Join(dir, "pgbouncer.log")
-	logStart := fileSize(logPath)
+	logStart := pgproc.FileSize(logPath)
 	cmd := exec.Command(bin, filepath.Join(dir, "pgbouncer.ini"))
 	cmd.Dir = dir
 	// Killed with the test binary, whatever way it ends.
@@ -143,9 +140,14 @@ func start(ctx context.Context, bin, dir string, port int, opts Options, cred *s
 		b.err = cmd.Wait()
 		close(b.done)
 	}()
-	if err := b.waitReady(ctx); err != nil {
+	if err := pgproc.WaitReady(ctx, b.URL("postgres"), readyTimeout, b.done); err != nil {
+		if errors.Is(err, pgproc.ErrExited) {
+			err = fmt.Errorf("exited: %w", b.err)
+		} else {
+			err = fmt.Errorf("does not accept connections on port %d: %w", b.port, err)
+		}
 		_ = b.Stop()
-		return nil, fmt.Errorf("pgbouncer: %w\nlog:\n%s", err, readFrom(logPath, logStart))
+		return nil, fmt.Errorf("pgbouncer: %w\nlog:\n%s", err, pgproc.Tail(pgproc.ReadFrom(logPath, logStart), 30))
 	}
 	return b, nil
 }
@@ -173,38 +175,8 @@ pidfile = %s
 		filepath.Join(dir, "pgbouncer.log"), filepath.Join(dir, "pgbouncer.pid"))
 }
 
-// waitReady polls until a connection through PgBouncer runs a query.
-func (b *Bouncer) waitReady(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
-	defer cancel()
-	for {
-		select {
-		case <-b.done:
-			return fmt.Errorf("exited: %w", b.err)
-		default:
-		}
-		conn, err := pgx.Connect(ctx, b.URL("postgres"))
-		if err == nil {
-			_, err = conn.Exec(ctx, "SELECT 1", pgx.QueryExecModeSimpleProtocol)
-			_ = conn.Close(ctx)
-			if err == nil {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("does not accept connections on port %d: %w", b.port, err)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
 // URL is a connection URL for database through PgBouncer, as postgres.
-func (b *Bouncer) URL(database string) string {
-	u := url.URL{Scheme: "postgres", User: url.User("postgres"),
-		Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(b.port)), Path: "/" + database, RawQuery: "sslmode=disable"}
-	return u.String()
-}
+func (b *Bouncer) URL(database string) string { return pgproc.URL(b.port, database) }
 
 // Route rewrites a URL of the server behind PgBouncer into the same
 // database through PgBouncer.
@@ -236,56 +208,4 @@ func (b *Bouncer) Stop() error {
 		}
 	})
 	return nil
-}
-
-func postgresCredential() (*syscall.Credential, error) {
-	u, err := user.Lookup("postgres")
-	if err != nil {
-		return nil, fmt.Errorf("pgbouncer: running as root requires the postgres user: %w", err)
-	}
-	uid, err1 := strconv.Atoi(u.Uid)
-	gid, err2 := strconv.Atoi(u.Gid)
-	if err := errors.Join(err1, err2); err != nil {
-		return nil, fmt.Errorf("pgbouncer: user postgres: %w", err)
-	}
-	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
-}
-
-func chownTree(dir string, uid, gid int) error {
-	return filepath.WalkDir(dir, func(path string, _ fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		return os.Lchown(path, uid, gid)
-	})
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("pgbouncer: pick a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-func fileSize(path string) int64 {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return 0
-	}
-	return fi.Size()
-}
-
-// readFrom is the end of a log from offset on, for an error.
-func readFrom(path string, offset int64) string {
-	b, err := os.ReadFile(path)
-	if err != nil || int64(len(b)) < offset {
-		return ""
-	}
-	s := string(b[offset:])
-	if len(s) > 4000 {
-		s = s[len(s)-4000:]
-	}
-	return strings.TrimSpace(s)
 }

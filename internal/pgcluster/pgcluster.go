@@ -19,11 +19,8 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
-	"net/url"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -33,6 +30,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/worker-gateway/gateway/internal/pgproc"
 )
 
 // Options configures Start.
@@ -90,17 +89,11 @@ type Cluster struct {
 	binDir  string
 	// runAs is the "postgres" account when this process is root: PostgreSQL
 	// programs must then run as that user. Nil otherwise.
-	runAs *account
+	runAs *pgproc.Account
 
 	// mu serialises the state-changing methods (start, stop, restart).
 	mu      sync.Mutex
 	running bool
-}
-
-// account is a system user that PostgreSQL programs run as.
-type account struct {
-	name     string
-	uid, gid int
 }
 
 // Start prepares and starts a cluster in opts.Dir and returns once it accepts
@@ -132,10 +125,8 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if c.binDir, err = findBinDir(ctx, opts.Logf); err != nil {
 		return nil, err
 	}
-	if os.Geteuid() == 0 {
-		if c.runAs, err = lookupAccount("postgres"); err != nil {
-			return nil, err
-		}
+	if c.runAs, err = pgproc.RunAs(); err != nil {
+		return nil, fmt.Errorf("pgcluster: %w", err)
 	}
 	if err := c.prepareDir(); err != nil {
 		return nil, err
@@ -159,16 +150,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 }
 
 // URL returns a connection URL for database on this cluster, as superuser.
-func (c *Cluster) URL(database string) string {
-	u := url.URL{
-		Scheme:   "postgres",
-		User:     url.User("postgres"),
-		Host:     net.JoinHostPort("127.0.0.1", strconv.Itoa(c.port)),
-		Path:     "/" + database,
-		RawQuery: "sslmode=disable",
-	}
-	return u.String()
-}
+func (c *Cluster) URL(database string) string { return pgproc.URL(c.port, database) }
 
 // Port returns the TCP port the server listens on (on 127.0.0.1).
 func (c *Cluster) Port() int { return c.port }
@@ -270,10 +252,8 @@ func StopStale(ctx context.Context, dir string, logf func(format string, args ..
 	if c.binDir, err = findBinDir(ctx, logf); err != nil {
 		return err
 	}
-	if os.Geteuid() == 0 {
-		if c.runAs, err = lookupAccount("postgres"); err != nil {
-			return err
-		}
+	if c.runAs, err = pgproc.RunAs(); err != nil {
+		return fmt.Errorf("pgcluster: %w", err)
 	}
 	return c.stopStale(ctx)
 }
@@ -285,24 +265,24 @@ func (c *Cluster) start(ctx context.Context) error {
 	pickPort := c.port == 0
 	for attempt := 1; ; attempt++ {
 		if pickPort {
-			port, err := freePort()
+			port, err := pgproc.FreePort()
 			if err != nil {
-				return err
+				return fmt.Errorf("pgcluster: %w", err)
 			}
 			c.port = port
 		}
-		logStart := fileSize(c.logPath)
+		logStart := pgproc.FileSize(c.logPath)
 		err := c.pgCtl(ctx, "start", "-w", "-t", strconv.Itoa(int(readyTimeout/time.Second)),
 			"-D", c.dataDir, "-l", c.logPath, "-o", c.serverOptions())
 		if err == nil {
 			break
 		}
-		newLog := readFrom(c.logPath, logStart)
+		newLog := pgproc.ReadFrom(c.logPath, logStart)
 		if pickPort && attempt < 5 && strings.Contains(newLog, "could not bind") {
 			c.opts.Logf("pgcluster: port %d was taken, trying another", c.port)
 			continue
 		}
-		return fmt.Errorf("pgcluster: start server: %w\nserver log:\n%s", err, tail(newLog, 30))
+		return fmt.Errorf("pgcluster: start server: %w\nserver log:\n%s", err, pgproc.Tail(newLog, 30))
 	}
 	c.running = true
 	c.opts.Logf("pgcluster: server running on 127.0.0.1:%d (data %s)", c.port, c.dataDir)
@@ -332,25 +312,11 @@ func (c *Cluster) stop(ctx context.Context, mode string) error {
 // for the postmaster to report readiness, but polling with the client used by
 // the product proves the TCP listener and authentication work too.
 func (c *Cluster) waitReady(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
-	defer cancel()
-	cfg, err := pgx.ParseConfig(c.URL("postgres"))
-	if err != nil {
-		return fmt.Errorf("pgcluster: %w", err)
+	if err := pgproc.WaitReady(ctx, c.URL("postgres"), readyTimeout, nil); err != nil {
+		return fmt.Errorf("pgcluster: server on port %d does not accept connections: %w\nserver log:\n%s",
+			c.port, err, pgproc.Tail(pgproc.ReadFrom(c.logPath, 0), 30))
 	}
-	cfg.ConnectTimeout = 2 * time.Second
-	for {
-		conn, err := pgx.ConnectConfig(ctx, cfg)
-		if err == nil {
-			return conn.Close(ctx)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("pgcluster: server on port %d does not accept connections: %w\nserver log:\n%s",
-				c.port, err, tail(readFrom(c.logPath, 0), 30))
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	return nil
 }
 
 // serverOptions returns the postgres command-line options passed through
@@ -395,8 +361,8 @@ func (c *Cluster) serverOptions() string {
 // 0700 directories os.MkdirTemp makes) get the search bit so that postgres
 // can reach the directory at all.
 func (c *Cluster) prepareDir() error {
-	if err := mkdirAll(c.dir); err != nil {
-		return err
+	if err := pgproc.MkdirAll(c.dir); err != nil {
+		return fmt.Errorf("pgcluster: %w", err)
 	}
 	// A data directory without PG_VERSION is what an initdb killed midway
 	// leaves behind; initdb refuses a non-empty directory, so start over.
@@ -423,22 +389,10 @@ func (c *Cluster) prepareDir() error {
 			}
 		}
 	}
-	return filepath.WalkDir(c.dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) == c.runAs.uid && int(st.Gid) == c.runAs.gid {
-			return nil
-		}
-		if err := os.Lchown(path, c.runAs.uid, c.runAs.gid); err != nil {
-			return fmt.Errorf("pgcluster: %w", err)
-		}
-		return nil
-	})
+	if err := c.runAs.Chown(c.dir); err != nil {
+		return fmt.Errorf("pgcluster: %w", err)
+	}
+	return nil
 }
 
 // initdb creates the data directory unless it already exists, from the
@@ -484,7 +438,7 @@ func (c *Cluster) copyFromCache(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := mkdirAll(cache); err != nil {
+	if err := pgproc.MkdirAll(cache); err != nil {
 		return err
 	}
 	// Only trust a cache this user owns: a shared temporary directory could
@@ -516,7 +470,7 @@ func (c *Cluster) copyFromCache(ctx context.Context) error {
 		}
 		defer os.RemoveAll(tmp)
 		if c.runAs != nil {
-			if err := os.Chown(tmp, c.runAs.uid, c.runAs.gid); err != nil {
+			if err := os.Chown(tmp, c.runAs.UID, c.runAs.GID); err != nil {
 				return err
 			}
 		}
@@ -536,7 +490,7 @@ func (c *Cluster) copyFromCache(ctx context.Context) error {
 
 // copyTree copies directory src to dst (which must not exist), keeping
 // permissions, and hands everything to owner when it is not nil.
-func copyTree(src, dst string, owner *account) error {
+func copyTree(src, dst string, owner *pgproc.Account) error {
 	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -578,7 +532,7 @@ func copyTree(src, dst string, owner *account) error {
 			}
 		}
 		if owner != nil {
-			return os.Lchown(target, owner.uid, owner.gid)
+			return os.Lchown(target, owner.UID, owner.GID)
 		}
 		return nil
 	})
@@ -689,7 +643,7 @@ func (c *Cluster) run(ctx context.Context, program string, args ...string) ([]by
 	path := filepath.Join(c.binDir, program)
 	var cmd *exec.Cmd
 	if c.runAs != nil {
-		cmd = exec.CommandContext(ctx, "runuser", append([]string{"-u", c.runAs.name, "--", path}, args...)...)
+		cmd = exec.CommandContext(ctx, "runuser", append([]string{"-u", c.runAs.Name, "--", path}, args...)...)
 	} else {
 		cmd = exec.CommandContext(ctx, path, args...)
 	}
@@ -769,54 +723,10 @@ func installPostgres(ctx context.Context, logf func(string, ...any)) error {
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("pgcluster: apt-get %s: %w\n%s", args[0], err, tail(out.String(), 30))
+			return fmt.Errorf("pgcluster: apt-get %s: %w\n%s", args[0], err, pgproc.Tail(out.String(), 30))
 		}
 	}
 	return nil
-}
-
-// lookupAccount resolves a user name to its IDs.
-func lookupAccount(name string) (*account, error) {
-	u, err := user.Lookup(name)
-	if err != nil {
-		return nil, fmt.Errorf("pgcluster: running as root requires the %q user (the postgresql package creates it): %w", name, err)
-	}
-	uid, err1 := strconv.Atoi(u.Uid)
-	gid, err2 := strconv.Atoi(u.Gid)
-	if err := errors.Join(err1, err2); err != nil {
-		return nil, fmt.Errorf("pgcluster: user %q: %w", name, err)
-	}
-	return &account{name: name, uid: uid, gid: gid}, nil
-}
-
-// mkdirAll creates dir and its missing parents with mode 0755: the process
-// umask or a 0700 default would keep user postgres out when we are root.
-func mkdirAll(dir string) error {
-	if _, err := os.Stat(dir); err == nil {
-		return nil
-	}
-	if err := mkdirAll(filepath.Dir(dir)); err != nil {
-		return err
-	}
-	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-		return fmt.Errorf("pgcluster: %w", err)
-	}
-	if err := os.Chmod(dir, 0o755); err != nil {
-		return fmt.Errorf("pgcluster: %w", err)
-	}
-	return nil
-}
-
-// freePort asks the kernel for a free TCP port on loopback. The port is
-// released before PostgreSQL binds it, so another process may grab it in
-// between; start retries with a new port when that happens.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("pgcluster: pick a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func isExecutable(path string) bool {
@@ -827,37 +737,4 @@ func isExecutable(path string) bool {
 // shellQuote quotes s for /bin/sh.
 func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
-// fileSize returns the size of path, or 0 if it cannot be read.
-func fileSize(path string) int64 {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return 0
-	}
-	return fi.Size()
-}
-
-// readFrom returns the content of path from offset on, for quoting the part
-// of the server log written by one start attempt in an error.
-func readFrom(path string, offset int64) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	if _, err := f.Seek(offset, io.SeekStart); err != nil {
-		return ""
-	}
-	b, _ := io.ReadAll(io.LimitReader(f, 1<<20))
-	return string(b)
-}
-
-// tail returns the last n lines of s.
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

@@ -20,9 +20,9 @@ import (
 	"math/big"
 	"net"
 	"os"
-	"path/filepath"
 	"time"
 
+	"github.com/worker-gateway/gateway/internal/atomicfile"
 	"github.com/worker-gateway/gateway/problem"
 )
 
@@ -432,41 +432,11 @@ func encodeKeyPEM(key crypto.Signer) ([]byte, error) {
 // writePair writes the key first so that a crash never leaves a certificate
 // on disk whose key is missing.
 func writePair(certFile string, certPEM []byte, keyFile string, keyPEM []byte) error {
-	if err := writeFileAtomic(keyFile, keyPEM, 0o600); err != nil {
-		return err
+	if err := atomicfile.Write(keyFile, keyPEM, 0o600); err != nil {
+		return fmt.Errorf("pki: %w", err)
 	}
-	return writeFileAtomic(certFile, certPEM, 0o644)
-}
-
-// writeFileAtomic goes through a temp file and rename so readers never see a
-// half-written PEM, and sets perm explicitly because os.WriteFile neither
-// tightens an existing file's mode nor ignores the umask.
-func writeFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("pki: write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			_ = f.Close()
-			_ = os.Remove(tmp)
-		}
-	}()
-	if err = f.Chmod(perm); err != nil {
-		return fmt.Errorf("pki: write %s: %w", path, err)
-	}
-	if _, err = f.Write(data); err != nil {
-		return fmt.Errorf("pki: write %s: %w", path, err)
-	}
-	if err = f.Sync(); err != nil {
-		return fmt.Errorf("pki: write %s: %w", path, err)
-	}
-	if err = f.Close(); err != nil {
-		return fmt.Errorf("pki: write %s: %w", path, err)
-	}
-	if err = os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("pki: write %s: %w", path, err)
+	if err := atomicfile.Write(certFile, certPEM, 0o644); err != nil {
+		return fmt.Errorf("pki: %w", err)
 	}
 	return nil
 }

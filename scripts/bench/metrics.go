@@ -431,14 +431,7 @@ func startWaitSampler(ctx context.Context, pool *pgxpool.Pool, interval time.Dur
 	ws := &waitSampler{counts: map[string]int{}, stop: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(ws.done)
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
+		every(ctx, interval, func() {
 			rows, err := pool.Query(ctx, `
 				SELECT CASE
 					WHEN state = 'idle in transaction' THEN 'idle in transaction'
@@ -449,7 +442,7 @@ func startWaitSampler(ctx context.Context, pool *pgxpool.Pool, interval time.Dur
 					AND state IN ('active', 'idle in transaction') AND pid <> pg_backend_pid()
 				GROUP BY 1`)
 			if err != nil {
-				continue
+				return
 			}
 			ws.mu.Lock()
 			ws.samples++
@@ -462,9 +455,23 @@ func startWaitSampler(ctx context.Context, pool *pgxpool.Pool, interval time.Dur
 			}
 			ws.mu.Unlock()
 			rows.Close()
-		}
+		})
 	}()
 	return ws
+}
+
+// every calls f every interval until ctx ends.
+func every(ctx context.Context, interval time.Duration, f func()) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			f()
+		}
+	}
 }
 
 // finish stops sampling and returns the average number of backends in each
@@ -598,16 +605,7 @@ func startRSSSampler(ctx context.Context, pid int, interval time.Duration) *rssS
 	sample()
 	go func() {
 		defer close(rs.done)
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				sample()
-			}
-		}
+		every(ctx, interval, sample)
 	}()
 	return rs
 }

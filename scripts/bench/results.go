@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-
-	"github.com/worker-gateway/gateway/store"
 )
 
 // resultsConfig is the results scenario.
@@ -132,14 +130,8 @@ func runResults(ctx context.Context, s *Stack, c resultsConfig, logf func(string
 
 	// One task per worker, with a lease long enough for the whole run: no
 	// heartbeats are needed, so every call measured is a results call.
-	if _, err := s.Pool.Exec(ctx, `
-		WITH created AS (
-			INSERT INTO worker_tasks (task_type, organization_id, payload, lease_duration_seconds)
-			SELECT 'scanner_plugin', $1, '{"plugin":"echo"}'::jsonb, $3 FROM generate_series(1, $2)
-			RETURNING *)
-		`+store.EnqueueSQL("created"),
-		org, nWorkers, c.leaseDuration); err != nil {
-		return r, fmt.Errorf("insert tasks: %w", err)
+	if err := s.InsertEchoTasks(ctx, org, nWorkers, c.leaseDuration); err != nil {
+		return r, err
 	}
 	sh := &resultsShared{maxErrors: max(100, c.batches/10)}
 	stats := make([]resultsWorkerStats, nWorkers)
@@ -187,7 +179,7 @@ func runResults(ctx context.Context, s *Stack, c resultsConfig, logf func(string
 	}
 	logf("results: %d batches of %d records (%d assets, %d threats) over %d workers", c.batches, c.records, nAssets, nThreats, nWorkers)
 	progressCtx, stopProgress := context.WithCancel(ctx)
-	go logEvery(progressCtx, 5*time.Second, func() {
+	go every(progressCtx, 5*time.Second, func() {
 		logf("results: %d/%d batches acknowledged", sh.done.Load(), c.batches)
 	})
 	start := time.Now()
@@ -497,20 +489,6 @@ func settleDatabase(ctx context.Context, s *Stack, stmts ...string) {
 	for _, stmt := range stmts {
 		if _, err := s.Pool.Exec(ctx, stmt); err != nil {
 			s.cfg.logf("%s: %v (continuing)", stmt, err)
-		}
-	}
-}
-
-// logEvery calls f every interval until ctx ends.
-func logEvery(ctx context.Context, interval time.Duration, f func()) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			f()
 		}
 	}
 }

@@ -526,6 +526,22 @@ func (s *Stack) NewWorkers(ctx context.Context, prefix string, n, capacity, minC
 	return workers, nil
 }
 
+// InsertEchoTasks queues n echo tasks in org straight in SQL, each leased
+// for leaseDuration seconds: one per worker of a scenario whose measured
+// calls need a lease that outlives the run, without heartbeats.
+func (s *Stack) InsertEchoTasks(ctx context.Context, org uuid.UUID, n, leaseDuration int) error {
+	if _, err := s.Pool.Exec(ctx, `
+		WITH created AS (
+			INSERT INTO worker_tasks (task_type, organization_id, payload, lease_duration_seconds)
+			SELECT 'scanner_plugin', $1, '{"plugin":"echo"}'::jsonb, $3 FROM generate_series(1, $2)
+			RETURNING *)
+		`+store.EnqueueSQL("created"),
+		org, n, leaseDuration); err != nil {
+		return fmt.Errorf("insert tasks: %w", err)
+	}
+	return nil
+}
+
 // AssignWorkers assigns workers (from NewWorkers) to one more organization.
 func (s *Stack) AssignWorkers(ctx context.Context, org uuid.UUID, workers []*benchWorker) error {
 	for _, w := range workers {

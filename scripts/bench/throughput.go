@@ -253,17 +253,10 @@ func throughputWorker(ctx context.Context, w *benchWorker, sh *tpShared, body []
 // reportProgress logs the completion count every 5 seconds.
 func reportProgress(ctx context.Context, done chan<- struct{}, sh *tpShared, logf func(string, ...any)) {
 	defer close(done)
-	t := time.NewTicker(5 * time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			n := sh.completed.Load()
-			logf("throughput: %d/%d completed (%.0f tasks/s so far)", n, sh.n, float64(n)/time.Since(sh.start).Seconds())
-		}
-	}
+	every(ctx, 5*time.Second, func() {
+		n := sh.completed.Load()
+		logf("throughput: %d/%d completed (%.0f tasks/s so far)", n, sh.n, float64(n)/time.Since(sh.start).Seconds())
+	})
 }
 
 // insertTasks creates n pending no-op tasks in one INSERT … SELECT. This is

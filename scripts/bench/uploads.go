@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-
-	"github.com/worker-gateway/gateway/store"
 )
 
 // uploadsConfig is the uploads scenario.
@@ -120,14 +118,8 @@ func runUploads(ctx context.Context, s *Stack, c uploadsConfig, logf func(string
 		return r, err
 	}
 	defer s.ReleaseWorkers(ctx, org, workers)
-	if _, err := s.Pool.Exec(ctx, `
-		WITH created AS (
-			INSERT INTO worker_tasks (task_type, organization_id, payload, lease_duration_seconds)
-			SELECT 'scanner_plugin', $1, '{"plugin":"echo"}'::jsonb, $3 FROM generate_series(1, $2)
-			RETURNING *)
-		`+store.EnqueueSQL("created"),
-		org, nWorkers, c.leaseDuration); err != nil {
-		return r, fmt.Errorf("insert tasks: %w", err)
+	if err := s.InsertEchoTasks(ctx, org, nWorkers, c.leaseDuration); err != nil {
+		return r, err
 	}
 	var errs errorTally
 	leases := make([]lease, nWorkers)

@@ -104,30 +104,8 @@ func TestFSRoundTrip(t *testing.T) {
 				t.Fatalf("object mode %o, want 0640", perm)
 			}
 
-			rc, oinfo, err := s.Open(ctx, key)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := io.ReadAll(rc)
-			rc.Close()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(got, tt.body) || oinfo.Size != info.Size || oinfo.SHA256 != info.SHA256 {
-				t.Fatalf("Open returned %d bytes, info %+v", len(got), oinfo)
-			}
-
-			if err := s.Delete(ctx, key); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := s.Stat(ctx, key); !errors.Is(err, ErrNotFound) {
-				t.Fatalf("Stat after Delete: %v, want ErrNotFound", err)
-			}
-			if _, _, err := s.Open(ctx, key); !errors.Is(err, ErrNotFound) {
-				t.Fatalf("Open after Delete: %v, want ErrNotFound", err)
-			}
-			if err := s.Delete(ctx, key); err != nil {
-				t.Fatalf("deleting a missing object: %v", err)
+			if oinfo := checkOpenThenDelete(t, s, key, tt.body); oinfo.SHA256 != info.SHA256 {
+				t.Fatalf("Open's info %+v, want sha256 %s", oinfo, info.SHA256)
 			}
 			if left := files(t, s); len(left) != 0 {
 				t.Fatalf("files left after Delete: %v", left)
@@ -375,42 +353,7 @@ func TestFSList(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	tests := []struct {
-		prefix string
-		want   []string
-	}{
-		{"", keys},
-		{"org1/", []string{"org1/a/x", "org1/a/y", "org1/b/z"}},
-		{"org1", []string{"org1/a/x", "org1/a/y", "org1/b/z", "org10/a/x"}},
-		{"org1/a", []string{"org1/a/x", "org1/a/y"}},
-		{"org1/a/x", []string{"org1/a/x"}},
-		{"org3/", nil},
-		{"org3/deeper/", nil},
-	}
-	for _, tt := range tests {
-		var got []string
-		err := s.List(ctx, tt.prefix, func(key string, mod time.Time) error {
-			if mod.IsZero() {
-				t.Errorf("%s: zero modification time", key)
-			}
-			got = append(got, key)
-			return nil
-		})
-		if err != nil {
-			t.Fatalf("List(%q): %v", tt.prefix, err)
-		}
-		slices.Sort(got)
-		if !slices.Equal(got, tt.want) {
-			t.Errorf("List(%q) = %v, want %v", tt.prefix, got, tt.want)
-		}
-	}
-
-	stop := errors.New("stop")
-	calls := 0
-	err := s.List(ctx, "", func(string, time.Time) error { calls++; return stop })
-	if !errors.Is(err, stop) || calls != 1 {
-		t.Fatalf("List with a failing callback: err %v after %d calls, want the callback's error after 1", err, calls)
-	}
+	checkList(t, s, keys, listCase{"org1/a/x", []string{"org1/a/x"}}, listCase{"org3/deeper/", nil})
 	if err := s.List(ctx, "../", func(string, time.Time) error { return nil }); !errors.Is(err, ErrBadKey) {
 		t.Fatalf("List(\"../\"): %v, want ErrBadKey", err)
 	}

@@ -8,8 +8,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 )
@@ -116,4 +118,77 @@ func (o oneByteAtATime) Read(p []byte) (int, error) {
 		p = p[:1]
 	}
 	return o.r.Read(p)
+}
+
+// listCase is a prefix and the keys List must give for it.
+type listCase struct {
+	prefix string
+	want   []string
+}
+
+// checkList checks a backend's List over keys, which it holds: the
+// prefixes every backend must answer alike, then extra; every key with a
+// modification time; and a failing callback's error ending the walk.
+func checkList(t *testing.T, s Backend, keys []string, extra ...listCase) {
+	t.Helper()
+	ctx := context.Background()
+	cases := append([]listCase{
+		{"", keys},
+		{"org1/", []string{"org1/a/x", "org1/a/y", "org1/b/z"}},
+		{"org1", []string{"org1/a/x", "org1/a/y", "org1/b/z", "org10/a/x"}},
+		{"org1/a", []string{"org1/a/x", "org1/a/y"}},
+		{"org3/", nil},
+	}, extra...)
+	for _, tt := range cases {
+		var got []string
+		err := s.List(ctx, tt.prefix, func(key string, mod time.Time) error {
+			if mod.IsZero() {
+				t.Errorf("%s: zero modification time", key)
+			}
+			got = append(got, key)
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("List(%q): %v", tt.prefix, err)
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, tt.want) {
+			t.Errorf("List(%q) = %v, want %v", tt.prefix, got, tt.want)
+		}
+	}
+	stop := errors.New("stop")
+	calls := 0
+	if err := s.List(ctx, "", func(string, time.Time) error { calls++; return stop }); !errors.Is(err, stop) || calls != 1 {
+		t.Fatalf("List with a failing callback: err %v after %d calls, want the callback's error after 1", err, calls)
+	}
+}
+
+// checkOpenThenDelete checks that key, which s holds, opens to body, then
+// that Delete removes it (and deleting it again is no error). It returns
+// what Open said of the object.
+func checkOpenThenDelete(t *testing.T, s Backend, key string, body []byte) ObjectInfo {
+	t.Helper()
+	ctx := context.Background()
+	rc, oinfo, err := s.Open(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil || !bytes.Equal(got, body) || oinfo.Size != int64(len(body)) {
+		t.Fatalf("Open: %d bytes, info %+v, %v", len(got), oinfo, err)
+	}
+	if err := s.Delete(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Stat(ctx, key); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Stat after Delete: %v, want ErrNotFound", err)
+	}
+	if _, _, err := s.Open(ctx, key); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Open after Delete: %v, want ErrNotFound", err)
+	}
+	if err := s.Delete(ctx, key); err != nil {
+		t.Fatalf("deleting a missing object: %v", err)
+	}
+	return oinfo
 }

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -159,28 +158,7 @@ func TestS3PresignedRoundTrip(t *testing.T) {
 		t.Fatalf("Stat = %+v, want size %d sha256 %s", info, len(body), sum(body))
 	}
 
-	rc, oinfo, err := s.Open(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := io.ReadAll(rc)
-	rc.Close()
-	if err != nil || !bytes.Equal(got, body) || oinfo.Size != int64(len(body)) {
-		t.Fatalf("Open: %d bytes, info %+v, %v", len(got), oinfo, err)
-	}
-
-	if err := s.Delete(ctx, key); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Stat(ctx, key); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("Stat after Delete: %v, want ErrNotFound", err)
-	}
-	if _, _, err := s.Open(ctx, key); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("Open after Delete: %v, want ErrNotFound", err)
-	}
-	if err := s.Delete(ctx, key); err != nil {
-		t.Fatalf("deleting a missing object: %v", err)
-	}
+	checkOpenThenDelete(t, s, key, body)
 }
 
 func maps(a, b map[string]string) bool {
@@ -410,36 +388,5 @@ func TestS3List(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	tests := []struct {
-		prefix string
-		want   []string
-	}{
-		{"", keys},
-		{"org1/", []string{"org1/a/x", "org1/a/y", "org1/b/z"}},
-		{"org1", []string{"org1/a/x", "org1/a/y", "org1/b/z", "org10/a/x"}},
-		{"org1/a", []string{"org1/a/x", "org1/a/y"}},
-		{"org3/", nil},
-	}
-	for _, tt := range tests {
-		var got []string
-		err := s.List(ctx, tt.prefix, func(key string, mod time.Time) error {
-			if mod.IsZero() {
-				t.Errorf("%s: zero modification time", key)
-			}
-			got = append(got, key)
-			return nil
-		})
-		if err != nil {
-			t.Fatalf("List(%q): %v", tt.prefix, err)
-		}
-		slices.Sort(got)
-		if !slices.Equal(got, tt.want) {
-			t.Errorf("List(%q) = %v, want %v", tt.prefix, got, tt.want)
-		}
-	}
-	stop := errors.New("stop")
-	calls := 0
-	if err := s.List(ctx, "", func(string, time.Time) error { calls++; return stop }); !errors.Is(err, stop) || calls != 1 {
-		t.Fatalf("List with a failing callback: err %v after %d calls, want the callback's error after 1", err, calls)
-	}
+	checkList(t, s, keys)
 }

@@ -186,21 +186,7 @@ func createTemplate(ctx context.Context, c *pgcluster.Cluster) error {
 // when the test ends, and returns its connection URL.
 func NewDatabase(t testing.TB) string {
 	t.Helper()
-	c := mustCluster(t)
-	name := "test_" + strconv.FormatUint(cloneCount.Add(1), 10) + "_" + randomSuffix()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := clone(ctx, c, name); err != nil {
-		t.Fatalf("storetest: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := dropDatabase(ctx, c, name); err != nil {
-			t.Errorf("storetest: %v", err)
-		}
-	})
-	return c.URL(name)
+	return newDatabase(t, "test_", clone)
 }
 
 // NewEmptyDatabase creates a database without any migration applied,
@@ -208,11 +194,20 @@ func NewDatabase(t testing.TB) string {
 // that migrate step by step.
 func NewEmptyDatabase(t testing.TB) string {
 	t.Helper()
+	return newDatabase(t, "empty_", func(ctx context.Context, c *pgcluster.Cluster, name string) error {
+		return c.CreateDatabase(ctx, name, "")
+	})
+}
+
+// newDatabase creates a database of a new name starting with prefix,
+// dropped when the test ends, and returns its connection URL.
+func newDatabase(t testing.TB, prefix string, create func(ctx context.Context, c *pgcluster.Cluster, name string) error) string {
+	t.Helper()
 	c := mustCluster(t)
-	name := "empty_" + strconv.FormatUint(cloneCount.Add(1), 10) + "_" + randomSuffix()
+	name := prefix + strconv.FormatUint(cloneCount.Add(1), 10) + "_" + randomSuffix()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := c.CreateDatabase(ctx, name, ""); err != nil {
+	if err := create(ctx, c, name); err != nil {
 		t.Fatalf("storetest: %v", err)
 	}
 	t.Cleanup(func() {

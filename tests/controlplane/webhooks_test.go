@@ -196,6 +196,11 @@ func TestWebhooksDeliverSignedEvents(t *testing.T) {
 	require.Equal(t, apiclient.TaskCompleted, d.EventType)
 	require.NotNil(t, d.DeliveredAt)
 	require.NotNil(t, d.LastLatencyMs)
+
+	// The tries by outcome, which the webhook alert watches.
+	m := scrape(t, g, g.AdminToken)
+	require.Equal(t, 3.0, m[`gateway_webhook_tries_total{outcome="failed"}`])
+	require.Equal(t, 1.0, m[`gateway_webhook_tries_total{outcome="delivered"}`])
 }
 
 // TestWebhooksTerminalFailureAndRotation: a task that fails for good sends

@@ -32,18 +32,9 @@ func TestTaskCreatedWhileWaitingIsDeliveredToTheWaitingPoll(t *testing.T) {
 	org := g.NewOrganization(t, "acme")
 	w := g.NewWorker(t, "w1", 1, org)
 
-	got := make(chan []apiclient.Lease, 1)
-	go func() {
-		// The poll waits up to 25 s; it can only return a lease if the
-		// creation woke it, since nothing else would make it look again.
-		n, wait := 1, 25
-		res, err := w.Client.AcquireLeasesWithResponse(context.Background(), nil, apiclient.LeaseRequest{MaxTasks: &n, WaitSeconds: &wait})
-		if err != nil || res.JSON200 == nil {
-			got <- nil
-			return
-		}
-		got <- res.JSON200.Leases
-	}()
+	// The poll waits up to 25 s; it can only return a lease if the
+	// creation woke it, since nothing else would make it look again.
+	got := harness.LeaseAsync(w.Client, apiclient.LeaseRequest{MaxTasks: harness.Ptr(1), WaitSeconds: harness.Ptr(25)})
 	harness.WaitFor(t, 10*time.Second, "the poll to wait in the hub", func() bool { return g.Server.Hub().Waiting() == 1 })
 	task := g.CreateTask(t, org, harness.TaskSpec{})
 	leases := <-got
@@ -81,7 +72,6 @@ func TestAWokenPollThatCannotTakeTheTaskPassesItOn(t *testing.T) {
 	plain := g.NewWorker(t, "plain", 1, org)
 	gpu := g.NewWorker(t, "gpu", 1, org)
 	caps := apiclient.Capabilities(`{"gpu": true}`)
-	gpuLeases := make(chan []apiclient.Lease, 1)
 	plainDone := make(chan struct{})
 	// The plain worker registers first, so the hub wakes it first.
 	go func() {
@@ -89,15 +79,7 @@ func TestAWokenPollThatCannotTakeTheTaskPassesItOn(t *testing.T) {
 		lease(t, plain, 1, 3)
 	}()
 	harness.WaitFor(t, 10*time.Second, "plain poll waiting", func() bool { return g.Server.Hub().Waiting() == 1 })
-	go func() {
-		n, wait := 1, 25
-		res, err := gpu.Client.AcquireLeasesWithResponse(context.Background(), nil, apiclient.LeaseRequest{MaxTasks: &n, WaitSeconds: &wait, Capabilities: &caps})
-		if err != nil || res.JSON200 == nil {
-			gpuLeases <- nil
-			return
-		}
-		gpuLeases <- res.JSON200.Leases
-	}()
+	gpuLeases := harness.LeaseAsync(gpu.Client, apiclient.LeaseRequest{MaxTasks: harness.Ptr(1), WaitSeconds: harness.Ptr(25), Capabilities: &caps})
 	harness.WaitFor(t, 10*time.Second, "both polls waiting", func() bool { return g.Server.Hub().Waiting() == 2 })
 	task := g.CreateTask(t, org, harness.TaskSpec{RequiredCapabilities: map[string]any{"gpu": true}})
 	leases := <-gpuLeases

@@ -13,8 +13,10 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -85,7 +87,7 @@ type Item struct {
 // Call is one HTTP call of a worker, from invocation to answer.
 type Call struct {
 	Client  int
-	Replica string // host:port
+	Replica string // host:port connected to (the URL's when no connection was made)
 	Op      string
 	Key     string // Idempotency-Key header (polls, results)
 	// Invoke and Return are on the history's monotonic clock; the wall
@@ -178,9 +180,18 @@ func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	c := describeRequest(req, body)
 	c.Client = r.client
+	// The replica is the address connected to: behind a dialer that picks
+	// the replica, the URL names none.
+	var remote atomic.Value
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+		GotConn: func(info httptrace.GotConnInfo) { remote.Store(info.Conn.RemoteAddr().String()) },
+	}))
 	c.Invoke, c.InvokeWall = time.Since(r.h.start), time.Now()
 
 	res, err := r.inner.RoundTrip(req)
+	if addr, ok := remote.Load().(string); ok {
+		c.Replica = addr
+	}
 	var answer []byte
 	if err == nil {
 		answer, err = io.ReadAll(res.Body)

@@ -81,7 +81,8 @@ func requireEverySlotOnce(t *testing.T, g *harness.Gateway, ids []uuid.UUID, sta
 	return slots, fired
 }
 
-// fireFailpoints are the places a replica firing schedules may crash: just
+// fireArmed is the environment of a replica that crashes, each with
+// probability p, at the places a replica firing schedules may crash: just
 // before and just after the COMMIT of the transaction that claims due
 // schedules, creates their scans and advances them.
 func fireArmed(p string) []string {

@@ -80,8 +80,14 @@ func newWorkload(t *testing.T, cl *cluster) *Workload {
 // NewWorkload starts an empty workload on g: a new organization and
 // history. Its workers are stopped at the end of the test.
 func NewWorkload(t *testing.T, g *harness.Gateway) *Workload {
+	return NewWorkloadIn(t, g, g.NewOrganization(t, "faults"))
+}
+
+// NewWorkloadIn is NewWorkload in an organization of g's that exists (one
+// the previous release created, in tests/upgrade).
+func NewWorkloadIn(t *testing.T, g *harness.Gateway, org uuid.UUID) *Workload {
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &Workload{t: t, g: g, h: NewHistory(), org: g.NewOrganization(t, "faults"),
+	w := &Workload{t: t, g: g, h: NewHistory(), org: org,
 		caps: newCapabilities(LoadCapabilities()), ctx: ctx, cancel: cancel}
 	t.Cleanup(w.Stop)
 	return w
@@ -97,12 +103,23 @@ func (w *Workload) History() *History { return w.h }
 // CreateTasks creates n tasks needing caps, for the workload's handlers.
 func (w *Workload) CreateTasks(n int, caps map[string]any) []uuid.UUID {
 	w.t.Helper()
+	return w.CreateTasksWith(n, caps, `{"plugin": "fault-test"}`)
+}
+
+// CreateTasksWith creates n tasks of the workload's organization needing
+// caps, with payload, for workers other than the workload's handlers (a
+// reference worker process runs its plugins).
+func (w *Workload) CreateTasksWith(n int, caps map[string]any, payload string) []uuid.UUID {
+	w.t.Helper()
 	var ids []uuid.UUID
 	for range n {
-		ids = append(ids, w.createTask(w.org, caps, `{"plugin": "fault-test"}`))
+		ids = append(ids, w.createTask(w.org, caps, payload))
 	}
 	return ids
 }
+
+// Organization is the workload's organization.
+func (w *Workload) Organization() uuid.UUID { return w.org }
 
 // createTask creates a task of org needing caps, with the workload's lease,
 // attempts and retry policy.

@@ -2,7 +2,6 @@ package ha
 
 import (
 	"context"
-	"net/http"
 	"testing"
 	"time"
 
@@ -53,16 +52,7 @@ func wakeUpAcrossReplicas(t *testing.T, g *harness.Gateway, procs []*harness.Pro
 	w := g.NewWorker(t, "waker", 1, org)
 	onB, err := apiclient.NewClientWithResponses(procs[1].URL, apiclient.WithHTTPClient(w.HTTP))
 	require.NoError(t, err)
-	got := make(chan []apiclient.Lease, 1)
-	go func() {
-		n, wait := 1, 25
-		res, err := onB.AcquireLeasesWithResponse(context.Background(), nil, apiclient.LeaseRequest{MaxTasks: &n, WaitSeconds: &wait})
-		if err != nil || res.StatusCode() != http.StatusOK {
-			got <- nil
-			return
-		}
-		got <- res.JSON200.Leases
-	}()
+	got := harness.LeaseAsync(onB, apiclient.LeaseRequest{MaxTasks: harness.Ptr(1), WaitSeconds: harness.Ptr(25)})
 	harness.WaitFor(t, 10*time.Second, "the poll on replica B", func() bool {
 		var seen bool
 		err := g.Pool.QueryRow(context.Background(), `SELECT last_seen_at IS NOT NULL FROM workers WHERE id = $1`, w.ID).Scan(&seen)

@@ -107,7 +107,7 @@ func TestFailoverUnderLoad(t *testing.T) {
 	}
 	waitCompleted(t, g, total)
 	w.Stop()
-	unavailable, transportErrors := requireOnly503(t, w.History().Calls())
+	unavailable, transportErrors := faults.RequireOnly503(t, w.History().Calls())
 	t.Logf("answers_503=%d transport_errors=%d", unavailable, transportErrors)
 	faults.Summarize(t, faults.Check(t, w), faults.Fault{Kind: "primary_crash", Count: len(crashes)})
 	// Wake-ups travel again: a poll on one replica is woken through the
@@ -150,24 +150,4 @@ func waitCompleted(t *testing.T, g *harness.Gateway, n int) {
 		err := g.Pool.QueryRow(context.Background(), `SELECT count(*) FROM worker_tasks WHERE state = 'completed'`).Scan(&done)
 		return err == nil && done >= n
 	})
-}
-
-// requireOnly503 requires that the gateways never answered a 5xx but 503
-// as problem+json with Retry-After, and counts the 503s and the calls that
-// got no answer.
-func requireOnly503(t *testing.T, calls []faults.Call) (unavailable, transportErrors int) {
-	t.Helper()
-	for _, c := range calls {
-		switch c.Status {
-		case 0:
-			transportErrors++
-		case http.StatusServiceUnavailable:
-			unavailable++
-			require.NotEmpty(t, c.RetryAfter, "503 to %s at %s says when to retry", c.Op, c.Replica)
-			require.Equal(t, "application/problem+json", c.ContentType)
-		default:
-			require.Less(t, c.Status, 500, "%s to %s answered %d %q", c.Op, c.Replica, c.Status, c.Code)
-		}
-	}
-	return unavailable, transportErrors
 }

@@ -120,6 +120,37 @@ func Start(t testing.TB, opts ...Options) *Gateway {
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 
+	cfg := testConfig(t)
+	for _, o := range opts {
+		if o.Config != nil {
+			o.Config(&cfg)
+		}
+	}
+	srv, err := server.New(pool, cfg)
+	require.NoError(t, err)
+	ca, cert := testPKI(t)
+	g := newGateway(t, serve(t, srv, dbURL, cert), dbURL, pool, ca)
+	g.Server = srv
+	return g
+}
+
+// StartReplica runs one more in-process gateway over g's database: a second
+// replica, sharing nothing with g but PostgreSQL (artifacts are stored
+// apart). The answer is g as seen through the replica.
+func (g *Gateway) StartReplica(t testing.TB) *Gateway {
+	t.Helper()
+	srv, err := server.New(g.Pool, testConfig(t))
+	require.NoError(t, err)
+	_, cert := testPKI(t)
+	replica := *g
+	replica.URL, replica.Server = serve(t, srv, g.DatabaseURL, cert), srv
+	return &replica
+}
+
+// testConfig is the configuration of an in-process test gateway: logs to
+// the test log, responses validated against openapi.yaml, artifacts in a
+// temporary directory, the test PKI and secrets key.
+func testConfig(t testing.TB) server.Config {
 	cfg := server.DefaultConfig()
 	cfg.Logger = Logger()
 	cfg.ValidateResponses = true
@@ -130,16 +161,14 @@ func Start(t testing.TB, opts ...Options) *Gateway {
 	cfg.Secrets = secretbox.NewKeyring(SecretsKey(t))
 	// Tests fire schedules every second; the minimum's own tests set it.
 	cfg.ScheduleMinInterval = time.Second
-	for _, o := range opts {
-		if o.Config != nil {
-			o.Config(&cfg)
-		}
-	}
-	srv, err := server.New(pool, cfg)
-	require.NoError(t, err)
+	return cfg
+}
 
+// serve runs srv's background work and HTTPS on a loopback port until the
+// test ends and returns its base URL, once its LISTEN connection is up.
+func serve(t testing.TB, srv *server.Server, dbURL string, cert tls.Certificate) string {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	ca, cert := testPKI(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	var wg sync.WaitGroup
@@ -149,43 +178,8 @@ func Start(t testing.TB, opts ...Options) *Gateway {
 		cancel()
 		wg.Wait()
 	})
-
-	g := newGateway(t, "https://"+ln.Addr().String(), dbURL, pool, ca)
-	g.Server = srv
 	WaitFor(t, 10*time.Second, "LISTEN connection", func() bool { return srv.ListenerReady() })
-	return g
-}
-
-// StartReplica runs one more in-process gateway over g's database: a second
-// replica, sharing nothing with g but PostgreSQL (artifacts are stored
-// apart). The answer is g as seen through the replica.
-func (g *Gateway) StartReplica(t testing.TB) *Gateway {
-	t.Helper()
-	cfg := server.DefaultConfig()
-	cfg.Logger = Logger()
-	cfg.ValidateResponses = true
-	artifacts, err := objectstore.NewFS(t.TempDir())
-	require.NoError(t, err)
-	cfg.Artifacts.Backend = artifacts
-	cfg.Identity.CA, _ = testPKI(t)
-	cfg.Secrets = secretbox.NewKeyring(SecretsKey(t))
-	srv, err := server.New(g.Pool, cfg)
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	_, cert := testPKI(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	var wg sync.WaitGroup
-	wg.Go(func() { _ = srv.Run(ctx, g.DatabaseURL) })
-	wg.Go(func() { _ = srv.Serve(ctx, ln, server.TLSConfig(cert), 5*time.Second) })
-	t.Cleanup(func() {
-		cancel()
-		wg.Wait()
-	})
-	replica := *g
-	replica.URL, replica.Server = "https://"+ln.Addr().String(), srv
-	WaitFor(t, 10*time.Second, "LISTEN connection", func() bool { return srv.ListenerReady() })
-	return &replica
+	return "https://" + ln.Addr().String()
 }
 
 func newGateway(t testing.TB, url, dbURL string, pool *pgxpool.Pool, ca *pki.CA) *Gateway {
@@ -419,12 +413,19 @@ func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 // with extra arguments; it is stopped (SIGTERM, drained) at cleanup.
 func (w *Worker) Process(t testing.TB, url string, args ...string) *Process {
 	t.Helper()
+	return w.ProcessOf(t, Binary(t, "worker"), url, args...)
+}
+
+// ProcessOf is Process with another build of the reference worker (the
+// previous release's, in tests/upgrade).
+func (w *Worker) ProcessOf(t testing.TB, bin, url string, args ...string) *Process {
+	t.Helper()
 	dir := t.TempDir()
 	files := map[string][]byte{"worker.pem": w.CertPEM, "worker-key.pem": w.KeyPEM, "ca.pem": w.g.CA.CertPEM}
 	for name, data := range files {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, name), data, 0o600))
 	}
-	cmd := exec.Command(Binary(t, "worker"), append([]string{"-gateway", url,
+	cmd := exec.Command(bin, append([]string{"-gateway", url,
 		"-cert", filepath.Join(dir, "worker.pem"), "-key", filepath.Join(dir, "worker-key.pem"),
 		"-ca", filepath.Join(dir, "ca.pem"), "-wait", "5"}, args...)...)
 	if os.Getenv("GATEWAY_TEST_LOG") != "" {

@@ -255,17 +255,19 @@ func startProcessTo(t testing.TB, db Database, certFile, keyFile string, extraAr
 		ca, _ := testPKI(t)
 		require.NoError(t, ca.WriteFiles(caCert, caKey))
 	}
-	args := append([]string{"serve", "-database-url", db.URL, "-listen-database-url", db.direct(), "-listen", listenArg, "-tls-cert", certFile, "-tls-key", keyFile,
-		"-artifacts-dir", filepath.Join(filepath.Dir(certFile), "artifacts"), "-ca-cert", caCert, "-ca-key", caKey,
-		// Tests fire schedules every second; the minimum's own tests set it.
-		"-schedule-min-interval", "1s"}, extraArgs...)
-	// GATEWAY_TEST_ARGS runs every gateway process of the suite with more
-	// flags, e.g. GATEWAY_TEST_ARGS=-lease-group-commit=false make faults.
-	args = append(args, strings.Fields(os.Getenv("GATEWAY_TEST_ARGS"))...)
+	args := []string{"serve", "-database-url", db.URL, "-listen-database-url", db.direct(), "-listen", listenArg, "-tls-cert", certFile, "-tls-key", keyFile,
+		"-artifacts-dir", filepath.Join(filepath.Dir(certFile), "artifacts"), "-ca-cert", caCert, "-ca-key", caKey}
 	bin := db.Binary
 	if bin == "" {
 		bin = Binary(t, "gateway")
+		// Tests fire schedules every second; the minimum's own tests set
+		// it. (The previous release has no such flag.)
+		args = append(args, "-schedule-min-interval", "1s")
 	}
+	args = append(args, extraArgs...)
+	// GATEWAY_TEST_ARGS runs every gateway process of the suite with more
+	// flags, e.g. GATEWAY_TEST_ARGS=-lease-group-commit=false make faults.
+	args = append(args, strings.Fields(os.Getenv("GATEWAY_TEST_ARGS"))...)
 	cmd := exec.Command(bin, args...)
 	// Every response of a test gateway is checked against openapi.yaml.
 	cmd.Env = append(append(os.Environ(), "GATEWAY_VALIDATE_RESPONSES=true"), env...)

@@ -30,6 +30,22 @@ func Lease(t testing.TB, w *Worker, n, wait int) []apiclient.Lease {
 	return res.JSON200.Leases
 }
 
+// LeaseAsync starts a poll with client (a worker's, or one of its on
+// another replica) and returns the channel its leases arrive on, nil when
+// the poll failed: for tests that act while the poll waits.
+func LeaseAsync(client *apiclient.ClientWithResponses, req apiclient.LeaseRequest) <-chan []apiclient.Lease {
+	got := make(chan []apiclient.Lease, 1)
+	go func() {
+		res, err := client.AcquireLeasesWithResponse(context.Background(), nil, req)
+		if err != nil || res.JSON200 == nil {
+			got <- nil
+			return
+		}
+		got <- res.JSON200.Leases
+	}()
+	return got
+}
+
 // ProblemCode is the code of a problem+json body.
 func ProblemCode(t testing.TB, body []byte) string {
 	t.Helper()

@@ -79,7 +79,7 @@ func TestPostgresRestartUnderLoad(t *testing.T) {
 	var replica5xx float64
 	for _, p := range procs {
 		// Worker and control routes only: /readyz answers 503 during outages by design.
-		s, _ := metricSum(g, p, "gateway_http_requests_total", `code="5xx"`, `route="POST /v1/`)
+		s, _ := metricSum(g, p, "gateway_http_requests_total", `code="5`, `route="POST /v1/`)
 		replica5xx += s
 	}
 	finish(t, w, fmt.Sprintf("replicas_5xx_metric=%.0f", replica5xx),

@@ -12,7 +12,7 @@ import (
 )
 
 // metricSum adds up the samples of one metric of a replica whose labels
-// include every one of labels (`code="5xx"`); ok is false when the replica
+// include every one of labels as substrings (`code="5` for every 5xx); ok is false when the replica
 // could not be scraped.
 func metricSum(g *harness.Gateway, p *harness.Process, name string, labels ...string) (sum float64, ok bool) {
 	req, err := http.NewRequest(http.MethodGet, p.URL+"/metrics", nil)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/worker-gateway/gateway/tests/harness"
 	"github.com/worker-gateway/gateway/workerclient/apiclient"
@@ -69,16 +70,7 @@ func busyGateway(t *testing.T) (*harness.Gateway, exposition) {
 	g := harness.Start(t)
 	org := g.NewOrganization(t, "acme")
 	w := g.NewWorker(t, "w1", 1, org)
-	leased := make(chan []apiclient.Lease, 1)
-	go func() {
-		n, wait := 1, 10
-		res, err := w.Client.AcquireLeasesWithResponse(context.Background(), nil, apiclient.LeaseRequest{MaxTasks: &n, WaitSeconds: &wait})
-		if err != nil || res.JSON200 == nil {
-			leased <- nil
-			return
-		}
-		leased <- res.JSON200.Leases
-	}()
+	leased := harness.LeaseAsync(w.Client, apiclient.LeaseRequest{MaxTasks: harness.Ptr(1), WaitSeconds: harness.Ptr(10)})
 	harness.WaitFor(t, 10*time.Second, "a waiting poll", func() bool {
 		return scrape(t, g, g.AdminToken)["gateway_waiting_polls"] == 1
 	})
@@ -93,6 +85,8 @@ func busyGateway(t *testing.T) (*harness.Gateway, exposition) {
 	logs, err := g.Control.GetTaskLogsWithResponse(context.Background(), task, &apiclient.GetTaskLogsParams{Follow: &follow, WaitSeconds: &wait})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, logs.StatusCode(), string(logs.Body))
+	// A second task waits: the worker's one slot is taken (a queue age).
+	g.CreateTask(t, org, harness.TaskSpec{})
 	return g, scrapeExposition(t, g)
 }
 
@@ -106,7 +100,7 @@ func TestMetricsRequestDurationsBuildAndPool(t *testing.T) {
 	require.Equal(t, 1.0, m[`gateway_http_long_poll_duration_seconds_count{route="POST /v1/leases"}`])
 	require.Equal(t, 1.0, m[`gateway_http_long_poll_duration_seconds_count{route="GET /v1/tasks/{task_id}/logs"}`])
 	require.NotContains(t, m, `gateway_http_request_duration_seconds_count{route="POST /v1/leases"}`)
-	require.Equal(t, 1.0, m[`gateway_http_request_duration_seconds_count{route="POST /v1/tasks"}`])
+	require.Equal(t, 2.0, m[`gateway_http_request_duration_seconds_count{route="POST /v1/tasks"}`], "the leased task and the one left waiting")
 	require.Equal(t, 1.0, m[`gateway_http_request_duration_seconds_count{route="POST /v1/attempts/{attempt_id}/heartbeat"}`])
 
 	var build string
@@ -161,11 +155,11 @@ func moduleRootDir(t *testing.T) string {
 	}
 }
 
-// TestMetricsReferenceAndDashboardMatchTheGateway keeps the docs from
+// TestMetricsReferenceDashboardAndAlertsMatchTheGateway keeps the docs from
 // rotting: every gateway_* family a busy gateway exposes is in the README's
 // table (and the table names nothing it does not expose), and every metric
-// the Grafana dashboard queries is exposed.
-func TestMetricsReferenceAndDashboardMatchTheGateway(t *testing.T) {
+// the Grafana dashboard and the Prometheus alert rules query is exposed.
+func TestMetricsReferenceDashboardAndAlertsMatchTheGateway(t *testing.T) {
 	t.Parallel()
 	_, e := busyGateway(t)
 	documented := readmeMetrics(t)
@@ -178,19 +172,116 @@ func TestMetricsReferenceAndDashboardMatchTheGateway(t *testing.T) {
 		require.Contains(t, e.types, name, "README.md's metrics table names %s, which /metrics does not expose", name)
 	}
 
-	raw, err := os.ReadFile(filepath.Join(moduleRootDir(t), "scripts", "grafana", "worker-gateway.json"))
-	require.NoError(t, err)
-	var dashboard map[string]any
-	require.NoError(t, json.Unmarshal(raw, &dashboard), "the dashboard is valid JSON")
 	var exprs []string
-	collectExprs(dashboard, &exprs)
+	collectExprs(dashboard(t), &exprs)
 	require.NotEmpty(t, exprs)
+	for _, rule := range alertRules(t) {
+		exprs = append(exprs, rule.Expr)
+	}
 	metricName := regexp.MustCompile(`\b(?:gateway|go|process)_[a-z0-9_]+`)
 	for _, expr := range exprs {
 		names := metricName.FindAllString(expr, -1)
 		require.NotEmpty(t, names, "a query names a metric: %s", expr)
 		for _, name := range names {
-			require.True(t, e.has(name), "the dashboard queries %s, which /metrics does not expose (in %s)", name, expr)
+			require.True(t, e.has(name), "%s is queried but /metrics does not expose it (in %s)", name, expr)
+		}
+	}
+}
+
+func dashboard(t *testing.T) map[string]any {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(moduleRootDir(t), "scripts", "grafana", "worker-gateway.json"))
+	require.NoError(t, err)
+	var d map[string]any
+	require.NoError(t, json.Unmarshal(raw, &d), "the dashboard is valid JSON")
+	return d
+}
+
+// alertRule is one rule of deploy/prometheus/alerts.yml.
+type alertRule struct {
+	Alert       string            `yaml:"alert"`
+	Expr        string            `yaml:"expr"`
+	Annotations map[string]string `yaml:"annotations"`
+}
+
+func alertRules(t *testing.T) []alertRule {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(moduleRootDir(t), "deploy", "prometheus", "alerts.yml"))
+	require.NoError(t, err)
+	var file struct {
+		Groups []struct {
+			Rules []alertRule `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	require.NoError(t, yaml.Unmarshal(raw, &file))
+	var rules []alertRule
+	for _, g := range file.Groups {
+		rules = append(rules, g.Rules...)
+	}
+	require.NotEmpty(t, rules)
+	return rules
+}
+
+// TestAlertsLinkToTheirRunbooks: every alert's runbook_url names a section
+// of docs/runbooks.md, and that section says what the alert means, how to
+// confirm it and what to do.
+func TestAlertsLinkToTheirRunbooks(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile(filepath.Join(moduleRootDir(t), "docs", "runbooks.md"))
+	require.NoError(t, err)
+	sections := map[string]string{}
+	var current string
+	for line := range strings.SplitSeq(string(raw), "\n") {
+		if heading, ok := strings.CutPrefix(line, "## "); ok {
+			current = strings.ToLower(strings.TrimSpace(heading))
+			continue
+		}
+		if current != "" {
+			sections[current] += line + "\n"
+		}
+	}
+	for _, rule := range alertRules(t) {
+		url := rule.Annotations["runbook_url"]
+		_, anchor, ok := strings.Cut(url, "docs/runbooks.md#")
+		require.True(t, ok, "alert %s links to docs/runbooks.md: %q", rule.Alert, url)
+		require.Equal(t, strings.ToLower(rule.Alert), anchor, "alert %s links to its own section", rule.Alert)
+		body, ok := sections[anchor]
+		require.True(t, ok, "docs/runbooks.md has a section for %s", rule.Alert)
+		for _, part := range []string{"**Means.**", "**Confirm.**", "**Do.**"} {
+			require.Contains(t, body, part, "the runbook of %s", rule.Alert)
+		}
+		require.NotEmpty(t, rule.Annotations["summary"], rule.Alert)
+	}
+}
+
+// TestDashboardNeverMixesSecondsAndCounts: a panel's queries are all
+// durations (a _seconds histogram, gauge or counter, or time()) in a panel
+// whose unit is seconds, or none are; a count on a seconds axis (or the
+// other way round) reads wrong.
+func TestDashboardNeverMixesSecondsAndCounts(t *testing.T) {
+	t.Parallel()
+	seconds := regexp.MustCompile(`_seconds(_bucket|_total)?\b|\btime\(\)`)
+	panels, ok := dashboard(t)["panels"].([]any)
+	require.True(t, ok)
+	for _, p := range panels {
+		panel := p.(map[string]any)
+		title := panel["title"].(string)
+		unit := panel["fieldConfig"].(map[string]any)["defaults"].(map[string]any)["unit"]
+		var exprs []string
+		collectExprs(panel, &exprs)
+		var durations int
+		for _, expr := range exprs {
+			if seconds.MatchString(expr) {
+				durations++
+			}
+		}
+		switch durations {
+		case 0:
+			require.NotEqual(t, "s", unit, "panel %q shows counts on a seconds axis", title)
+		case len(exprs):
+			require.Equal(t, "s", unit, "panel %q shows durations on an axis that is not seconds", title)
+		default:
+			require.Fail(t, "seconds and counts on one axis", "panel %q mixes them: %q", title, exprs)
 		}
 	}
 }

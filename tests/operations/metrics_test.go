@@ -24,16 +24,7 @@ func TestMetricsAfterLeaseCycle(t *testing.T) {
 	w := g.NewWorker(t, "w1", 1, org)
 
 	// A poll that waits, then is woken by a new task: wake latency.
-	leased := make(chan []apiclient.Lease, 1)
-	go func() {
-		n, wait := 1, 10
-		res, err := w.Client.AcquireLeasesWithResponse(context.Background(), nil, apiclient.LeaseRequest{MaxTasks: &n, WaitSeconds: &wait})
-		if err != nil || res.JSON200 == nil {
-			leased <- nil
-			return
-		}
-		leased <- res.JSON200.Leases
-	}()
+	leased := harness.LeaseAsync(w.Client, apiclient.LeaseRequest{MaxTasks: harness.Ptr(1), WaitSeconds: harness.Ptr(10)})
 	harness.WaitFor(t, 10*time.Second, "a waiting poll", func() bool {
 		return scrape(t, g, g.AdminToken)["gateway_waiting_polls"] == 1
 	})
@@ -75,8 +66,8 @@ func TestMetricsAfterLeaseCycle(t *testing.T) {
 	require.Equal(t, 0.0, m["gateway_waiting_polls"])
 	require.Equal(t, 1.0, m["gateway_listen_connected"])
 	require.Positive(t, m["gateway_sweeper_runs_total"])
-	require.Equal(t, 2.0, m[`gateway_http_requests_total{code="2xx",route="POST /v1/attempts/{attempt_id}/complete"}`])
-	require.Equal(t, 1.0, m[`gateway_http_requests_total{code="4xx",route="POST /v1/attempts/{attempt_id}/heartbeat"}`])
+	require.Equal(t, 2.0, m[`gateway_http_requests_total{code="200",route="POST /v1/attempts/{attempt_id}/complete"}`])
+	require.Equal(t, 1.0, m[`gateway_http_requests_total{code="409",route="POST /v1/attempts/{attempt_id}/heartbeat"}`])
 	require.Contains(t, m, "go_goroutines")
 	for series := range m {
 		require.NotContains(t, series, l.AttemptId.String(), "no ids in labels")

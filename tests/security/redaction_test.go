@@ -225,9 +225,9 @@ func (r *redactionRound) lease(t *testing.T, org uuid.UUID) {
 	}
 }
 
-// omit leaves a property out of a generated body.
 type omitValue struct{}
 
+// omit leaves a property out of a generated body.
 var omit = omitValue{}
 
 // fillBody builds a body for schema with the round's text in every text

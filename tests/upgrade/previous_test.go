@@ -34,7 +34,9 @@ func buildPreviousRelease(t *testing.T) release {
 		require.NoError(t, os.WriteFile(filepath.Join(src, f), body, 0o644))
 	}
 	bin := t.TempDir()
-	build := exec.Command("go", "build", "-o", bin+"/", "./server/cmd/gateway", "./workerclient/cmd/worker")
+	// -trimpath: the build cache then serves the next run, whose copy of
+	// the tree is in another directory.
+	build := exec.Command("go", "build", "-trimpath", "-o", bin+"/", "./server/cmd/gateway", "./workerclient/cmd/worker")
 	build.Dir = src
 	build.Env = append(os.Environ(), "GOPROXY=off", "GOFLAGS=-mod=mod")
 	out, err = build.CombinedOutput()
@@ -52,7 +54,12 @@ func moduleRoot(t *testing.T) string {
 // runBinary runs a gateway command to its end.
 func runBinary(t *testing.T, bin string, args ...string) string {
 	t.Helper()
-	out, err := exec.Command(bin, args...).CombinedOutput()
+	out, err := runGateway(bin, args...)
 	require.NoError(t, err, "%s %v: %s", bin, args, out)
 	return string(out)
+}
+
+// runGateway runs a gateway command to its end and returns its output.
+func runGateway(bin string, args ...string) ([]byte, error) {
+	return exec.Command(bin, args...).CombinedOutput()
 }

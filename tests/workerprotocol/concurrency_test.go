@@ -1,8 +1,6 @@
 package workerprotocol
 
 import (
-	"context"
-	"net/http"
 	"testing"
 	"time"
 
@@ -53,16 +51,7 @@ func TestWakeUpsCrossReplicas(t *testing.T) {
 	onB, err := apiclient.NewClientWithResponses(procs[1].URL, apiclient.WithHTTPClient(w.HTTP))
 	require.NoError(t, err)
 
-	got := make(chan []apiclient.Lease, 1)
-	go func() {
-		n, wait := 1, 25
-		res, err := onB.AcquireLeasesWithResponse(context.Background(), nil, apiclient.LeaseRequest{MaxTasks: &n, WaitSeconds: &wait})
-		if err != nil || res.StatusCode() != http.StatusOK {
-			got <- nil
-			return
-		}
-		got <- res.JSON200.Leases
-	}()
+	got := harness.LeaseAsync(onB, apiclient.LeaseRequest{MaxTasks: harness.Ptr(1), WaitSeconds: harness.Ptr(25)})
 	harness.WaitFor(t, 10*time.Second, "the poll on replica B", func() bool { return waitingPolls(t, g) == 1 })
 	// g.Control talks to replica A.
 	task := g.CreateTask(t, org, harness.TaskSpec{})

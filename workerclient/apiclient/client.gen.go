@@ -3145,7 +3145,9 @@ type ClientInterface interface {
 	// hash of each lease token, so a repeat cannot answer the original tokens: each replayed
 	// lease comes with a fresh `lease_token`, and the token the first answer carried stops
 	// working (`lease-lost`). Repeat a poll only when its answer never arrived, and use the
-	// tokens of the answer you got.
+	// tokens of the answer you got. A worker that announces a `protocol_version` this gateway
+	// does not serve is refused with 400 `unsupported-protocol-version`, whose detail names the
+	// versions served (this release's and the previous release's workers are served).
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3162,7 +3164,9 @@ type ClientInterface interface {
 	// hash of each lease token, so a repeat cannot answer the original tokens: each replayed
 	// lease comes with a fresh `lease_token`, and the token the first answer carried stops
 	// working (`lease-lost`). Repeat a poll only when its answer never arrived, and use the
-	// tokens of the answer you got.
+	// tokens of the answer you got. A worker that announces a `protocol_version` this gateway
+	// does not serve is refused with 400 `unsupported-protocol-version`, whose detail names the
+	// versions served (this release's and the previous release's workers are served).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -4660,7 +4664,9 @@ func (c *Client) HeartbeatWorker(ctx context.Context, body HeartbeatWorkerJSONRe
 // hash of each lease token, so a repeat cannot answer the original tokens: each replayed
 // lease comes with a fresh `lease_token`, and the token the first answer carried stops
 // working (`lease-lost`). Repeat a poll only when its answer never arrived, and use the
-// tokens of the answer you got.
+// tokens of the answer you got. A worker that announces a `protocol_version` this gateway
+// does not serve is refused with 400 `unsupported-protocol-version`, whose detail names the
+// versions served (this release's and the previous release's workers are served).
 //
 // Takes any type of body and a specified content type.
 //
@@ -4687,7 +4693,9 @@ func (c *Client) AcquireLeasesWithBody(ctx context.Context, params *AcquireLease
 // hash of each lease token, so a repeat cannot answer the original tokens: each replayed
 // lease comes with a fresh `lease_token`, and the token the first answer carried stops
 // working (`lease-lost`). Repeat a poll only when its answer never arrived, and use the
-// tokens of the answer you got.
+// tokens of the answer you got. A worker that announces a `protocol_version` this gateway
+// does not serve is refused with 400 `unsupported-protocol-version`, whose detail names the
+// versions served (this release's and the previous release's workers are served).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -11217,7 +11225,9 @@ type ClientWithResponsesInterface interface {
 	// hash of each lease token, so a repeat cannot answer the original tokens: each replayed
 	// lease comes with a fresh `lease_token`, and the token the first answer carried stops
 	// working (`lease-lost`). Repeat a poll only when its answer never arrived, and use the
-	// tokens of the answer you got.
+	// tokens of the answer you got. A worker that announces a `protocol_version` this gateway
+	// does not serve is refused with 400 `unsupported-protocol-version`, whose detail names the
+	// versions served (this release's and the previous release's workers are served).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -11234,7 +11244,9 @@ type ClientWithResponsesInterface interface {
 	// hash of each lease token, so a repeat cannot answer the original tokens: each replayed
 	// lease comes with a fresh `lease_token`, and the token the first answer carried stops
 	// working (`lease-lost`). Repeat a poll only when its answer never arrived, and use the
-	// tokens of the answer you got.
+	// tokens of the answer you got. A worker that announces a `protocol_version` this gateway
+	// does not serve is refused with 400 `unsupported-protocol-version`, whose detail names the
+	// versions served (this release's and the previous release's workers are served).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -18639,7 +18651,9 @@ func (c *ClientWithResponses) HeartbeatWorkerWithResponse(ctx context.Context, b
 // hash of each lease token, so a repeat cannot answer the original tokens: each replayed
 // lease comes with a fresh `lease_token`, and the token the first answer carried stops
 // working (`lease-lost`). Repeat a poll only when its answer never arrived, and use the
-// tokens of the answer you got.
+// tokens of the answer you got. A worker that announces a `protocol_version` this gateway
+// does not serve is refused with 400 `unsupported-protocol-version`, whose detail names the
+// versions served (this release's and the previous release's workers are served).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -18662,7 +18676,9 @@ func (c *ClientWithResponses) AcquireLeasesWithBodyWithResponse(ctx context.Cont
 // hash of each lease token, so a repeat cannot answer the original tokens: each replayed
 // lease comes with a fresh `lease_token`, and the token the first answer carried stops
 // working (`lease-lost`). Repeat a poll only when its answer never arrived, and use the
-// tokens of the answer you got.
+// tokens of the answer you got. A worker that announces a `protocol_version` this gateway
+// does not serve is refused with 400 `unsupported-protocol-version`, whose detail names the
+// versions served (this release's and the previous release's workers are served).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

@@ -64,7 +64,9 @@ export interface paths {
          *     hash of each lease token, so a repeat cannot answer the original tokens: each replayed
          *     lease comes with a fresh `lease_token`, and the token the first answer carried stops
          *     working (`lease-lost`). Repeat a poll only when its answer never arrived, and use the
-         *     tokens of the answer you got.
+         *     tokens of the answer you got. A worker that announces a `protocol_version` this gateway
+         *     does not serve is refused with 400 `unsupported-protocol-version`, whose detail names the
+         *     versions served (this release's and the previous release's workers are served).
          */
         post: operations["acquireLeases"];
         delete?: never;

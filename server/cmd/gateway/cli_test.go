@@ -16,6 +16,7 @@ import (
 
 	"github.com/worker-gateway/gateway/internal/buildinfo"
 	"github.com/worker-gateway/gateway/store/storetest"
+	"github.com/worker-gateway/gateway/tests/harness"
 )
 
 // runCLI runs a command line in-process and returns stdout, stderr and the
@@ -33,6 +34,40 @@ func unsetEnv(t *testing.T, names ...string) {
 		t.Setenv(n, "")
 		require.NoError(t, os.Unsetenv(n))
 	}
+}
+
+// ctlVars are the environment variables gateway ctl reads.
+var ctlVars = []string{"GATEWAY_URL", "GATEWAY_TOKEN", "GATEWAY_CA", "CA_CERT", "GATEWAY_ENV", "GATEWAY_JSON"}
+
+// adminCtl is gateway ctl against a test gateway with its admin token,
+// trusting its CA (written to caFile), in an environment without ctl's
+// variables.
+type adminCtl struct {
+	t      *testing.T
+	g      *harness.Gateway
+	caFile string
+}
+
+func newAdminCtl(t *testing.T, g *harness.Gateway) adminCtl {
+	t.Helper()
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	require.NoError(t, os.WriteFile(caFile, g.CA.CertPEM, 0o600))
+	unsetEnv(t, ctlVars...)
+	return adminCtl{t: t, g: g, caFile: caFile}
+}
+
+// run runs a ctl command: its output, error output and exit code.
+func (c adminCtl) run(args ...string) (string, string, int) {
+	c.t.Helper()
+	return runCLI(c.t, append([]string{"ctl", "--url", c.g.URL, "--token", c.g.AdminToken, "--ca", c.caFile}, args...)...)
+}
+
+// ok runs a ctl command that must succeed and returns its output.
+func (c adminCtl) ok(args ...string) string {
+	c.t.Helper()
+	out, errOut, code := c.run(args...)
+	require.Equal(c.t, 0, code, "ctl %v: %s", args, errOut)
+	return out
 }
 
 // commandPaths lists every command of the table with its flag set.

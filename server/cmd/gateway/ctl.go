@@ -5,12 +5,9 @@ package main
 // bootstrap); ctl needs only a URL and an API token.
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -21,6 +18,8 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/worker-gateway/gateway/internal/envfile"
+	"github.com/worker-gateway/gateway/internal/tlsclient"
 	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
 
@@ -56,16 +55,11 @@ func (o *ctlOptions) sources([]*flagSet) ([]lookupFunc, error) {
 	if envFile == "" {
 		return []lookupFunc{osEnv}, nil
 	}
-	f, err := os.Open(envFile)
+	vars, err := envfile.Read(envFile)
 	if err != nil {
 		return nil, fmt.Errorf("%s names a KEY=value file: %w", from, err)
 	}
-	defer f.Close()
-	vars, err := parseEnvFile(f)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", envFile, err)
-	}
-	return []lookupFunc{func(k string) (string, bool) { v, ok := vars[k]; return v, ok }, osEnv}, nil
+	return []lookupFunc{vars.Lookup, osEnv}, nil
 }
 
 // check reports the connection settings that are missing.
@@ -79,47 +73,18 @@ func (o *ctlOptions) check() error {
 	return nil
 }
 
-// parseEnvFile reads KEY=value lines as `make run` writes them (and as a
-// shell would source them): blank lines and # comments are skipped, an
-// `export ` prefix and matching quotes around the value are dropped.
-func parseEnvFile(r io.Reader) (map[string]string, error) {
-	vars := map[string]string{}
-	sc := bufio.NewScanner(r)
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		key, value, ok := strings.Cut(strings.TrimPrefix(line, "export "), "=")
-		if !ok {
-			return nil, fmt.Errorf("line %d: want KEY=value", n)
-		}
-		value = strings.TrimSpace(value)
-		if len(value) >= 2 && (value[0] == '"' || value[0] == '\'') && value[len(value)-1] == value[0] {
-			value = value[1 : len(value)-1]
-		}
-		vars[strings.TrimSpace(key)] = value
-	}
-	return vars, sc.Err()
-}
-
 // newAPIClient builds the generated client: TLS trusting caFile (or the
 // system roots), a bearer token on every request. The timeout is above
 // the longest log-follow wait the API allows (60 s).
 func newAPIClient(baseURL, token, caFile string) (*apiclient.ClientWithResponses, error) {
 	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
 	if caFile != "" {
-		pemBytes, err := os.ReadFile(caFile)
-		if err != nil {
+		var err error
+		if tlsConfig.RootCAs, err = tlsclient.ReadCAs(caFile, false); err != nil {
 			return nil, err
 		}
-		tlsConfig.RootCAs = x509.NewCertPool()
-		if !tlsConfig.RootCAs.AppendCertsFromPEM(pemBytes) {
-			return nil, fmt.Errorf("%s: no PEM certificates", caFile)
-		}
 	}
-	hc := &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{
-		Proxy: http.ProxyFromEnvironment, TLSClientConfig: tlsConfig, ForceAttemptHTTP2: true}}
+	hc := &http.Client{Timeout: 2 * time.Minute, Transport: tlsclient.Transport(tlsConfig)}
 	return apiclient.NewClientWithResponses(strings.TrimRight(baseURL, "/"),
 		apiclient.WithHTTPClient(hc),
 		apiclient.WithRequestEditorFn(func(_ context.Context, r *http.Request) error {
@@ -131,13 +96,7 @@ func newAPIClient(baseURL, token, caFile string) (*apiclient.ClientWithResponses
 // tlsHint adds what to do when the gateway's certificate is not trusted,
 // the usual first stumble against a gateway with a private CA.
 func tlsHint(err error) error {
-	var (
-		verify  *tls.CertificateVerificationError
-		unknown x509.UnknownAuthorityError
-		host    x509.HostnameError
-		invalid x509.CertificateInvalidError
-	)
-	if errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &host) || errors.As(err, &invalid) {
+	if tlsclient.Untrusted(err) {
 		return fmt.Errorf("%w\nhint: the gateway's certificate is not trusted; pass --ca FILE (or set $GATEWAY_CA or $CA_CERT) "+
 			"naming the CA certificate that signed it (make run writes CA_CERT to .dev/env)", err)
 	}

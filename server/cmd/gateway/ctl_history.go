@@ -129,13 +129,16 @@ func newChangeFlags(fs *flagSet) changeFlags {
 	}
 }
 
-func (f changeFlags) params() (kinds *apiclient.ChangeKinds, since, until *time.Time, limit *int, cursor *string, err error) {
+// params are the filters as the API takes them; the scan and exposure
+// change lists take the same ones.
+func (f changeFlags) params() (*apiclient.ListExposureChangesParams, error) {
+	var p apiclient.ListExposureChangesParams
 	if *f.kinds != "" {
 		var ks apiclient.ChangeKinds
 		for _, k := range splitList(*f.kinds) {
 			ks = append(ks, apiclient.ChangeKind(k))
 		}
-		kinds = &ks
+		p.Kind = &ks
 	}
 	parse := func(name, v string) (*time.Time, error) {
 		if v == "" {
@@ -147,14 +150,15 @@ func (f changeFlags) params() (kinds *apiclient.ChangeKinds, since, until *time.
 		}
 		return &t, nil
 	}
-	if since, err = parse("since", *f.since); err != nil {
-		return
+	var err error
+	if p.Since, err = parse("since", *f.since); err != nil {
+		return nil, err
 	}
-	if until, err = parse("until", *f.until); err != nil {
-		return
+	if p.Until, err = parse("until", *f.until); err != nil {
+		return nil, err
 	}
-	limit, cursor = f.p.params()
-	return
+	p.Limit, p.Cursor = f.p.params()
+	return &p, nil
 }
 
 func scansChanges(fs *flagSet) ctlRun {
@@ -164,18 +168,15 @@ func scansChanges(fs *flagSet) ctlRun {
 		if err != nil {
 			return err
 		}
-		kinds, since, until, l, cur, err := f.params()
+		p, err := f.params()
 		if err != nil {
 			return err
 		}
-		res, err := c.api.ListScanChangesWithResponse(ctx, id, &apiclient.ListScanChangesParams{Kind: kinds, Since: since, Until: until, Limit: l, Cursor: cur})
+		res, err := c.api.ListScanChangesWithResponse(ctx, id, (*apiclient.ListScanChangesParams)(p))
 		if err != nil {
 			return err
 		}
-		return c.finish(res.HTTPResponse, res.Body, func(w io.Writer) {
-			writeChangeTable(w, res.JSON200.Items)
-			c.morePages(res.JSON200.NextCursor)
-		})
+		return c.finish(res.HTTPResponse, res.Body, func(w io.Writer) { c.writeChanges(w, res.JSON200) })
 	}
 }
 
@@ -186,19 +187,22 @@ func orgsExposureChanges(fs *flagSet) ctlRun {
 		if err != nil {
 			return err
 		}
-		kinds, since, until, l, cur, err := f.params()
+		p, err := f.params()
 		if err != nil {
 			return err
 		}
-		res, err := c.api.ListExposureChangesWithResponse(ctx, org, &apiclient.ListExposureChangesParams{Kind: kinds, Since: since, Until: until, Limit: l, Cursor: cur})
+		res, err := c.api.ListExposureChangesWithResponse(ctx, org, p)
 		if err != nil {
 			return err
 		}
-		return c.finish(res.HTTPResponse, res.Body, func(w io.Writer) {
-			writeChangeTable(w, res.JSON200.Items)
-			c.morePages(res.JSON200.NextCursor)
-		})
+		return c.finish(res.HTTPResponse, res.Body, func(w io.Writer) { c.writeChanges(w, res.JSON200) })
 	}
+}
+
+// writeChanges prints a page of changes and how to get the next.
+func (c *ctl) writeChanges(w io.Writer, list *apiclient.AssetChangeList) {
+	writeChangeTable(w, list.Items)
+	c.morePages(list.NextCursor)
 }
 
 func writeChangeTable(w io.Writer, changes []apiclient.AssetChange) {

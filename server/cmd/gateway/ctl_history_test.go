@@ -2,8 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -15,20 +13,8 @@ import (
 // Scope entries, threat exclusions and change lists through gateway ctl.
 func TestCtlScopeAndExclusions(t *testing.T) {
 	g := harness.Start(t)
-	dir := t.TempDir()
-	caFile := filepath.Join(dir, "ca.pem")
-	require.NoError(t, os.WriteFile(caFile, g.CA.CertPEM, 0o600))
-	unsetEnv(t, "GATEWAY_URL", "GATEWAY_TOKEN", "GATEWAY_CA", "CA_CERT", "GATEWAY_ENV", "GATEWAY_JSON")
-	run := func(args ...string) (string, string, int) {
-		t.Helper()
-		return runCLI(t, append([]string{"ctl", "--url", g.URL, "--token", g.AdminToken, "--ca", caFile}, args...)...)
-	}
-	ok := func(args ...string) string {
-		t.Helper()
-		out, errOut, code := run(args...)
-		require.Equal(t, 0, code, "ctl %v: %s", args, errOut)
-		return out
-	}
+	ctl := newAdminCtl(t, g)
+	run, ok := ctl.run, ctl.ok
 	org := g.NewOrganization(t, "acme").String()
 
 	require.Contains(t, ok("scope", "list", org), "scope policy unrestricted")

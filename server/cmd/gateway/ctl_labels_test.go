@@ -2,8 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -50,20 +48,8 @@ func TestParseSelector(t *testing.T) {
 // creates tasks with --selector and --pin.
 func TestCtlLabels(t *testing.T) {
 	g := harness.Start(t)
-	dir := t.TempDir()
-	caFile := filepath.Join(dir, "ca.pem")
-	require.NoError(t, os.WriteFile(caFile, g.CA.CertPEM, 0o600))
-	unsetEnv(t, "GATEWAY_URL", "GATEWAY_TOKEN", "GATEWAY_CA", "CA_CERT", "GATEWAY_ENV", "GATEWAY_JSON")
-	ctl := func(args ...string) (string, string, int) {
-		t.Helper()
-		return runCLI(t, append([]string{"ctl", "--url", g.URL, "--token", g.AdminToken, "--ca", caFile}, args...)...)
-	}
-	ok := func(args ...string) string {
-		t.Helper()
-		out, errOut, code := ctl(args...)
-		require.Equal(t, 0, code, "ctl %v: %s", args, errOut)
-		return out
-	}
+	c := newAdminCtl(t, g)
+	ctl, ok := c.run, c.ok
 	org := g.NewOrganization(t, "acme")
 	w := g.NewWorker(t, "w", 2, org)
 	id := w.ID.String()

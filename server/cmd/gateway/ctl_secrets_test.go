@@ -20,16 +20,11 @@ import (
 // command's output; a secret is named by id or by name with --org.
 func TestCtlSecrets(t *testing.T) {
 	g := harness.Start(t)
-	dir := t.TempDir()
-	caFile := filepath.Join(dir, "ca.pem")
-	require.NoError(t, os.WriteFile(caFile, g.CA.CertPEM, 0o600))
-	unsetEnv(t, "GATEWAY_URL", "GATEWAY_TOKEN", "GATEWAY_CA", "CA_CERT", "GATEWAY_ENV", "GATEWAY_JSON")
+	ctl := newAdminCtl(t, g)
 	ok := func(stdin string, args ...string) string {
 		t.Helper()
 		secretInput = strings.NewReader(stdin)
-		out, errOut, code := runCLI(t, append([]string{"ctl", "--url", g.URL, "--token", g.AdminToken, "--ca", caFile}, args...)...)
-		require.Equal(t, 0, code, "ctl %v: %s", args, errOut)
-		return out
+		return ctl.ok(args...)
 	}
 	org := g.NewOrganization(t, "acme").String()
 
@@ -41,7 +36,7 @@ func TestCtlSecrets(t *testing.T) {
 	require.Equal(t, []apiclient.TaskType{"ai"}, *sec.TaskTypes)
 	require.Regexp(t, sec.Id.String()+`\s+`+org+`\s+DEPLOY_KEY\s+1\s+ai`, ok("", "secrets", "list", "--org", org))
 
-	file := filepath.Join(dir, "value")
+	file := filepath.Join(t.TempDir(), "value")
 	require.NoError(t, os.WriteFile(file, []byte("from-file-value\n"), 0o600))
 	out = ok("", "secrets", "replace", "DEPLOY_KEY", "--org", org, "--from-file", file, "--worker-labels", "zone=eu")
 	require.Regexp(t, `DEPLOY_KEY\s+2\s+zone=eu`, out)
@@ -55,7 +50,7 @@ func TestCtlSecrets(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "from-file-value", string(value))
 
-	_, errOut, code := runCLI(t, "ctl", "--url", g.URL, "--token", g.AdminToken, "--ca", caFile, "secrets", "create", "--org", org, "--name", "EMPTY")
+	_, errOut, code := ctl.run("secrets", "create", "--org", org, "--name", "EMPTY")
 	require.Equal(t, 2, code, errOut)
 
 	require.Contains(t, ok("", "secrets", "delete", sec.Id.String()), "DEPLOY_KEY")

@@ -118,17 +118,6 @@ func TestWriteOrgAndTokenTables(t *testing.T) {
 		b.String())
 }
 
-func TestParseEnvFile(t *testing.T) {
-	t.Parallel()
-	vars, err := parseEnvFile(strings.NewReader("# Written by `make run`\n\nGATEWAY_URL=https://127.0.0.1:8443\n" +
-		"export GATEWAY_TOKEN='tok=en'\nCA_CERT=\"/x/ca.pem\"\n"))
-	require.NoError(t, err)
-	require.Equal(t, map[string]string{"GATEWAY_URL": "https://127.0.0.1:8443", "GATEWAY_TOKEN": "tok=en", "CA_CERT": "/x/ca.pem"}, vars)
-
-	_, err = parseEnvFile(strings.NewReader("nonsense\n"))
-	require.Error(t, err)
-}
-
 func TestParseInterleaved(t *testing.T) {
 	t.Parallel()
 	fs := newFlagSet("x")
@@ -179,7 +168,7 @@ func TestCtlEndToEnd(t *testing.T) {
 	require.NoError(t, os.WriteFile(caFile, g.CA.CertPEM, 0o600))
 	envFile := filepath.Join(dir, "env")
 	require.NoError(t, os.WriteFile(envFile, []byte("GATEWAY_URL="+g.URL+"\nGATEWAY_TOKEN="+g.AdminToken+"\nCA_CERT="+caFile+"\n"), 0o600))
-	unsetEnv(t, "GATEWAY_URL", "GATEWAY_TOKEN", "GATEWAY_CA", "CA_CERT", "GATEWAY_ENV", "GATEWAY_JSON")
+	unsetEnv(t, ctlVars...)
 
 	// ctl runs a command with the --env file, before or after the words.
 	ctl := func(args ...string) (string, string, int) {
@@ -424,16 +413,8 @@ func runPrintedWorker(t *testing.T, start, check string) {
 
 func TestCtlSchedules(t *testing.T) {
 	g := harness.Start(t)
-	dir := t.TempDir()
-	caFile := filepath.Join(dir, "ca.pem")
-	require.NoError(t, os.WriteFile(caFile, g.CA.CertPEM, 0o600))
-	unsetEnv(t, "GATEWAY_URL", "GATEWAY_TOKEN", "GATEWAY_CA", "CA_CERT", "GATEWAY_ENV", "GATEWAY_JSON")
-	ok := func(args ...string) string {
-		t.Helper()
-		out, errOut, code := runCLI(t, append([]string{"ctl", "--url", g.URL, "--token", g.AdminToken, "--ca", caFile}, args...)...)
-		require.Equal(t, 0, code, "ctl %v: %s", args, errOut)
-		return out
-	}
+	ctl := newAdminCtl(t, g)
+	ok := ctl.ok
 	org := g.NewOrganization(t, "acme").String()
 
 	var sc apiclient.Schedule
@@ -454,16 +435,8 @@ func TestCtlSchedules(t *testing.T) {
 
 func TestCtlWebhooks(t *testing.T) {
 	g := harness.Start(t, harness.Options{Config: func(c *server.Config) { c.Webhooks.AllowPrivate = true }})
-	dir := t.TempDir()
-	caFile := filepath.Join(dir, "ca.pem")
-	require.NoError(t, os.WriteFile(caFile, g.CA.CertPEM, 0o600))
-	unsetEnv(t, "GATEWAY_URL", "GATEWAY_TOKEN", "GATEWAY_CA", "CA_CERT", "GATEWAY_ENV", "GATEWAY_JSON")
-	ok := func(args ...string) string {
-		t.Helper()
-		out, errOut, code := runCLI(t, append([]string{"ctl", "--url", g.URL, "--token", g.AdminToken, "--ca", caFile}, args...)...)
-		require.Equal(t, 0, code, "ctl %v: %s", args, errOut)
-		return out
-	}
+	ctl := newAdminCtl(t, g)
+	ok := ctl.ok
 	org := g.NewOrganization(t, "hooked").String()
 
 	created := ok("webhooks", "create", "--org", org, "--endpoint", "http://127.0.0.1:9/hook", "--events", "task.failed_terminal, scan.completed")
@@ -479,7 +452,7 @@ func TestCtlWebhooks(t *testing.T) {
 	require.Regexp(t, `Secret:\s+whsec_\S+`, ok("webhooks", "rotate-secret", id, "--overlap", "60"))
 	require.Contains(t, ok("webhooks", "deliveries", id), "EVENT")
 	ok("webhooks", "delete", id)
-	_, errOut, code := runCLI(t, "ctl", "--url", g.URL, "--token", g.AdminToken, "--ca", caFile, "webhooks", "get", id)
+	_, errOut, code := ctl.run("webhooks", "get", id)
 	require.NotEqual(t, 0, code)
 	require.Contains(t, errOut, "not-found")
 }

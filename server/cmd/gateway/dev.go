@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/worker-gateway/gateway/internal/envfile"
 	"github.com/worker-gateway/gateway/internal/pgcluster"
 	"github.com/worker-gateway/gateway/internal/pki"
 	"github.com/worker-gateway/gateway/internal/secretbox"
@@ -118,18 +119,18 @@ func runDev(ctx context.Context, c *serveConfig, stateDir, workerBin string, log
 	if err != nil {
 		return err
 	}
-	vars := [][2]string{
-		{"GATEWAY_URL", gatewayURL},
-		{"GATEWAY_TOKEN", demo.token},
-		{"ORGANIZATION_ID", demo.organization},
-		{"WORKER_ID", demo.worker},
-		{"CA_CERT", certs.CACert()},
-		{"WORKER_CERT", certs.WorkerCert()},
-		{"WORKER_KEY", certs.WorkerKey()},
-		{"MANUAL_WORKER_ID", demo.manualWorker},
-		{"MANUAL_WORKER_CERT", certs.ManualWorkerCert()},
-		{"MANUAL_WORKER_KEY", certs.ManualWorkerKey()},
-		{"DATABASE_URL", c.databaseURL},
+	vars := envfile.Vars{
+		{Key: "GATEWAY_URL", Value: gatewayURL},
+		{Key: "GATEWAY_TOKEN", Value: demo.token},
+		{Key: "ORGANIZATION_ID", Value: demo.organization},
+		{Key: "WORKER_ID", Value: demo.worker},
+		{Key: "CA_CERT", Value: certs.CACert()},
+		{Key: "WORKER_CERT", Value: certs.WorkerCert()},
+		{Key: "WORKER_KEY", Value: certs.WorkerKey()},
+		{Key: "MANUAL_WORKER_ID", Value: demo.manualWorker},
+		{Key: "MANUAL_WORKER_CERT", Value: certs.ManualWorkerCert()},
+		{Key: "MANUAL_WORKER_KEY", Value: certs.ManualWorkerKey()},
+		{Key: "DATABASE_URL", Value: c.databaseURL},
 	}
 	if err := writeEnvFile(envFile, vars); err != nil {
 		return err
@@ -407,16 +408,11 @@ func devAdminToken(ctx context.Context, st *store.Store, oldToken string) (strin
 // previousToken is GATEWAY_TOKEN from the env file an earlier run wrote, or
 // "" when there is none.
 func previousToken(envFile string) string {
-	f, err := os.Open(envFile)
+	vars, err := envfile.Read(envFile)
 	if err != nil {
 		return ""
 	}
-	defer f.Close()
-	vars, err := parseEnvFile(f)
-	if err != nil {
-		return ""
-	}
-	return vars["GATEWAY_TOKEN"]
+	return vars.Get("GATEWAY_TOKEN")
 }
 
 func portOf(addr string) string {
@@ -424,39 +420,24 @@ func portOf(addr string) string {
 	return port
 }
 
-// writeEnvFile writes `export KEY=value` lines, so that sourcing the file
-// hands the variables to every command run after it (gateway ctl, k6).
-// The readers of the file (the reference worker, gateway ctl, the curl and
-// Python workers) drop "export " and one pair of matching quotes, but know
-// no escapes: a value that needs more than single quotes is refused.
-func writeEnvFile(path string, vars [][2]string) error {
-	var b strings.Builder
-	b.WriteString("# Written by `make run` (gateway dev). Source it: . " + shellQuote(path) + "\n")
-	for _, kv := range vars {
-		if strings.ContainsAny(kv[1], "'\n\r") {
-			return fmt.Errorf("env file: %s=%q cannot be written as one quoted line", kv[0], kv[1])
-		}
-		fmt.Fprintf(&b, "export %s=%s\n", kv[0], shellQuote(kv[1]))
+// writeEnvFile writes the variables for `make run`'s shell and the
+// commands run after it (gateway ctl, the workers, k6) to source.
+func writeEnvFile(path string, vars envfile.Vars) error {
+	lines, err := envfile.Encode(vars)
+	if err != nil {
+		return err
 	}
-	return os.WriteFile(path, []byte(b.String()), 0o600)
-}
-
-// shellQuote single-quotes s unless it is made only of characters a shell
-// takes literally.
-func shellQuote(s string) string {
-	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.,/:@%+=") == "" {
-		return s
-	}
-	return "'" + s + "'"
+	header := "# Written by `make run` (gateway dev). Source it: . " + envfile.Quote(path) + "\n"
+	return os.WriteFile(path, append([]byte(header), lines...), 0o600)
 }
 
 // runChildWorker runs the reference worker until ctx ends, then asks it to
 // drain (SIGTERM) and waits for it.
-func runChildWorker(ctx context.Context, bin string, vars [][2]string, logger *slog.Logger) {
+func runChildWorker(ctx context.Context, bin string, vars envfile.Vars, logger *slog.Logger) {
 	cmd := exec.Command(bin)
 	cmd.Env = os.Environ()
-	for _, kv := range vars {
-		cmd.Env = append(cmd.Env, kv[0]+"="+kv[1])
+	for _, v := range vars {
+		cmd.Env = append(cmd.Env, v.Key+"="+v.Value)
 	}
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	if err := cmd.Start(); err != nil {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/worker-gateway/gateway/internal/envfile"
 	"github.com/worker-gateway/gateway/internal/pgcluster"
 	"github.com/worker-gateway/gateway/store"
 )
@@ -82,7 +83,7 @@ func devCmd(ctx context.Context, bin, state string) *exec.Cmd {
 
 // startDev starts `gateway dev` and waits until its gateway answers
 // /readyz; it returns the run and its env file's settings.
-func startDev(ctx context.Context, t *testing.T, bin, state string) (*devRun, map[string]string, *http.Client) {
+func startDev(ctx context.Context, t *testing.T, bin, state string) (*devRun, envfile.Vars, *http.Client) {
 	t.Helper()
 	r := &devRun{cmd: devCmd(ctx, bin, state), out: &lockedBuffer{}, exited: make(chan struct{})}
 	r.cmd.Stdout, r.cmd.Stderr = r.out, r.out
@@ -108,14 +109,11 @@ func startDev(ctx context.Context, t *testing.T, bin, state string) (*devRun, ma
 			_ = json.Unmarshal(b, &rec)
 		}
 	}
-	f, err := os.Open(filepath.Join(state, "env"))
+	env, err := envfile.Read(filepath.Join(state, "env"))
 	require.NoError(t, err)
-	env, err := parseEnvFile(f)
-	require.NoError(t, f.Close())
-	require.NoError(t, err)
-	require.Equal(t, rec.URL, env["GATEWAY_URL"])
+	require.Equal(t, rec.URL, env.Get("GATEWAY_URL"))
 
-	caPEM, err := os.ReadFile(env["CA_CERT"])
+	caPEM, err := os.ReadFile(env.Get("CA_CERT"))
 	require.NoError(t, err)
 	roots := x509.NewCertPool()
 	require.True(t, roots.AppendCertsFromPEM(caPEM))
@@ -200,24 +198,24 @@ func TestDevStateDirectory(t *testing.T) {
 	require.ErrorAs(t, err, &ee, "%s", out)
 	require.Equal(t, 1, ee.ExitCode(), "%s", out)
 	require.Contains(t, string(out), fmt.Sprintf("already running (pid %d) at %s; settings in %s",
-		first.cmd.Process.Pid, env["GATEWAY_URL"], filepath.Join(state, "env")))
+		first.cmd.Process.Pid, env.Get("GATEWAY_URL"), filepath.Join(state, "env")))
 	require.NotContains(t, string(out), "PostgreSQL", "the second run touches nothing")
 
 	envAfter, err := os.ReadFile(filepath.Join(state, "env"))
 	require.NoError(t, err)
 	require.Equal(t, string(envBefore), string(envAfter))
 	require.Equal(t, postmaster, postmasterPID(t, state))
-	require.Equal(t, http.StatusOK, readyz(ctx, client, env["GATEWAY_URL"]))
+	require.Equal(t, http.StatusOK, readyz(ctx, client, env.Get("GATEWAY_URL")))
 
 	// The gateway's root sends a browser to the API documentation.
-	res, err := client.Get(env["GATEWAY_URL"] + "/")
+	res, err := client.Get(env.Get("GATEWAY_URL") + "/")
 	require.NoError(t, err)
 	require.NoError(t, res.Body.Close())
 	require.Contains(t, []int{http.StatusFound, http.StatusTemporaryRedirect}, res.StatusCode)
 	require.Equal(t, "/docs/", res.Header.Get("Location"))
-	require.Contains(t, first.out.String(), env["GATEWAY_URL"]+"/docs/", "the banner names the docs")
-	require.Contains(t, first.out.String(), env["GATEWAY_URL"]+"/ui/", "the banner names the console")
-	require.NotContains(t, first.out.String(), env["GATEWAY_TOKEN"], "no secret in the output")
+	require.Contains(t, first.out.String(), env.Get("GATEWAY_URL")+"/docs/", "the banner names the docs")
+	require.Contains(t, first.out.String(), env.Get("GATEWAY_URL")+"/ui/", "the banner names the console")
+	require.NotContains(t, first.out.String(), env.Get("GATEWAY_TOKEN"), "no secret in the output")
 
 	first.stop(t)
 	require.NoFileExists(t, filepath.Join(state, "postgres", "data", "postmaster.pid"))
@@ -230,11 +228,11 @@ func TestDevStateDirectory(t *testing.T) {
 
 	// The next run keeps the admin token the database still accepts.
 	again, envAgain, _ := startDev(ctx, t, bin, state)
-	require.Equal(t, env["GATEWAY_TOKEN"], envAgain["GATEWAY_TOKEN"])
-	pool, err := store.OpenPool(ctx, envAgain["DATABASE_URL"])
+	require.Equal(t, env.Get("GATEWAY_TOKEN"), envAgain.Get("GATEWAY_TOKEN"))
+	pool, err := store.OpenPool(ctx, envAgain.Get("DATABASE_URL"))
 	require.NoError(t, err)
 	st := store.New(pool)
-	p, err := st.AuthenticateToken(ctx, envAgain["GATEWAY_TOKEN"])
+	p, err := st.AuthenticateToken(ctx, envAgain.Get("GATEWAY_TOKEN"))
 	require.NoError(t, err)
 	_, _, err = st.RevokeAPIToken(ctx, store.EveryOrganization(), p.TokenID)
 	require.NoError(t, err)
@@ -246,7 +244,7 @@ func TestDevStateDirectory(t *testing.T) {
 
 	// A revoked one is replaced.
 	last, envLast, _ := startDev(ctx, t, bin, state)
-	require.NotEmpty(t, envLast["GATEWAY_TOKEN"])
-	require.NotEqual(t, env["GATEWAY_TOKEN"], envLast["GATEWAY_TOKEN"])
+	require.NotEmpty(t, envLast.Get("GATEWAY_TOKEN"))
+	require.NotEqual(t, env.Get("GATEWAY_TOKEN"), envLast.Get("GATEWAY_TOKEN"))
 	last.stop(t)
 }

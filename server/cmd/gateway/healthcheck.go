@@ -3,14 +3,14 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"time"
+
+	"github.com/worker-gateway/gateway/internal/tlsclient"
 )
 
 const healthcheckLong = `Asks a gateway whether it is ready (GET /readyz): exit status 0 when it answers 200, 1
@@ -55,13 +55,8 @@ func (h *healthcheckFlags) run(ctx context.Context, stdout io.Writer) error {
 		tc.InsecureSkipVerify = true
 	}
 	if h.caFile != "" {
-		pem, err := os.ReadFile(h.caFile)
-		if err != nil {
-			return fmt.Errorf("read -ca-file: %w", err)
-		}
-		tc.RootCAs = x509.NewCertPool()
-		if !tc.RootCAs.AppendCertsFromPEM(pem) {
-			return fmt.Errorf("-ca-file %s holds no PEM certificate", h.caFile)
+		if tc.RootCAs, err = tlsclient.ReadCAs(h.caFile, false); err != nil {
+			return fmt.Errorf("-ca-file: %w", err)
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, h.timeout)

@@ -34,7 +34,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -55,6 +54,8 @@ import (
 	"github.com/peterbourgon/ff/v3"
 
 	"github.com/worker-gateway/gateway/internal/buildinfo"
+	"github.com/worker-gateway/gateway/internal/envfile"
+	"github.com/worker-gateway/gateway/internal/tlsclient"
 	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/workerclient"
 )
@@ -220,17 +221,17 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		return nil, err
 	}
 	if o.envFile != "" {
-		vars, err := readEnvFile(o.envFile)
+		vars, err := envfile.Read(o.envFile)
 		if err != nil {
 			return nil, fmt.Errorf("-env: %w", err)
 		}
-		for _, kv := range vars {
-			name := flagForEnv(kv[0])
+		for _, v := range vars {
+			name := flagForEnv(v.Key)
 			if name == "" || settings.Lookup(name) == nil || isSet(name) {
 				continue
 			}
-			if err := settings.Set(name, kv[1]); err != nil {
-				return nil, fmt.Errorf("-env %s: %s: %w", o.envFile, kv[0], err)
+			if err := settings.Set(name, v.Value); err != nil {
+				return nil, fmt.Errorf("-env %s: %s: %w", o.envFile, v.Key, err)
 			}
 		}
 	}
@@ -254,36 +255,6 @@ func flagForEnv(key string) string {
 		return strings.ToLower(strings.ReplaceAll(rest, "_", "-"))
 	}
 	return ""
-}
-
-// readEnvFile reads KEY=VALUE lines, as a shell would source them: blank
-// lines and # comments are skipped, "export " is allowed, and a value in
-// matching single or double quotes is unquoted.
-func readEnvFile(path string) ([][2]string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = f.Close() }()
-	var vars [][2]string
-	sc := bufio.NewScanner(f)
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		key, value, ok := strings.Cut(strings.TrimPrefix(line, "export "), "=")
-		key = strings.TrimSpace(key)
-		if !ok || key == "" {
-			return nil, fmt.Errorf("%s:%d: want KEY=VALUE", path, n)
-		}
-		value = strings.TrimSpace(value)
-		if len(value) >= 2 && (value[0] == '"' || value[0] == '\'') && value[len(value)-1] == value[0] {
-			value = value[1 : len(value)-1]
-		}
-		vars = append(vars, [2]string{key, value})
-	}
-	return vars, sc.Err()
 }
 
 func run(args []string, stdout, stderr io.Writer) error {
@@ -410,9 +381,6 @@ func checkHint(err error) string {
 	var (
 		apiErr   *workerclient.APIError
 		hostErr  x509.HostnameError
-		authErr  x509.UnknownAuthorityError
-		invalid  x509.CertificateInvalidError
-		verify   *tls.CertificateVerificationError
 		recordHd tls.RecordHeaderError
 		opErr    *net.OpError
 		dnsErr   *net.DNSError
@@ -431,7 +399,7 @@ func checkHint(err error) string {
 		return "the gateway answered with an error"
 	case errors.As(err, &hostErr):
 		return "the gateway's certificate is not for this host name: use the name it was issued for in -gateway"
-	case errors.As(err, &authErr), errors.As(err, &invalid), errors.As(err, &verify):
+	case tlsclient.Untrusted(err):
 		return "the gateway's certificate is not trusted (CA mismatch?): -ca (WORKER_CA, CA_CERT) must name the CA that signed it"
 	case errors.As(err, &recordHd):
 		return "the gateway does not speak TLS at this address: check -gateway"

@@ -119,7 +119,7 @@ WORKER_CHECK=true
 
 	require.NoError(t, os.WriteFile(path, []byte("WORKER_SLOTS\n"), 0o600))
 	_, err = parse([]string{"-env", path}, &bytes.Buffer{})
-	require.ErrorContains(t, err, "want KEY=VALUE")
+	require.ErrorContains(t, err, "want KEY=value")
 	_, err = parse([]string{"-env", filepath.Join(t.TempDir(), "missing")}, &bytes.Buffer{})
 	require.ErrorIs(t, err, os.ErrNotExist)
 }
