@@ -49,9 +49,14 @@ func TestWakeOnlyAsManyWaitersAsTasks(t *testing.T) {
 	const pollers = 5
 	var wg sync.WaitGroup
 	results := make(chan int, pollers)
-	for i := range pollers {
-		w := g.NewWorker(t, "w"+string(rune('a'+i)), 1, org)
-		wg.Go(func() { results <- len(lease(t, w, 1, 3)) })
+	// Every worker first, then every poll: each poll must still be waiting
+	// when the last one starts, on a loaded machine too.
+	workers := make([]*harness.Worker, pollers)
+	for i := range workers {
+		workers[i] = g.NewWorker(t, "w"+string(rune('a'+i)), 1, org)
+	}
+	for _, w := range workers {
+		wg.Go(func() { results <- len(lease(t, w, 1, 10)) })
 	}
 	harness.WaitFor(t, 10*time.Second, "all polls waiting", func() bool { return g.Server.Hub().Waiting() == pollers })
 	g.CreateTask(t, org, harness.TaskSpec{})
