@@ -49,7 +49,10 @@
 // a migration's transaction: a sweep by predicate over a small table (as
 // store.SealWebhookSecrets), or RunBackfill (backfill.go), which walks a
 // large table by key and records its progress in schema_backfills, so that
-// a run stopped half-way resumes where it stopped.
+// a run stopped half-way resumes where it stopped. A transactional file may
+// refuse to run (RAISE EXCEPTION, saying what to do first): its
+// transaction rolls back, its version is set back, and the step can be run
+// again once that is done.
 package migrations
 
 import (
@@ -72,6 +75,7 @@ import (
 	_ "github.com/golang-migrate/migrate/v4/database/pgx/v5" // registers the pgx5:// driver
 	"github.com/golang-migrate/migrate/v4/source"
 	"github.com/golang-migrate/migrate/v4/source/iofs"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // The expand migrations (this directory) and the contract migrations
@@ -143,12 +147,16 @@ func upFS(ctx context.Context, databaseURL string, fsys fs.FS, dir, table string
 	}
 	for attempt := 1; ; attempt++ {
 		err := run(ctx, databaseURL, table, fsys, dir, opts, "migrate up", func(m *migrate.Migrate) error { return stepUp(ctx, m, latest) })
-		if !lockTimedOut(err) {
+		refused := refusedByFile(err)
+		if !lockTimedOut(err) && !refused {
 			return err
 		}
 		version, rollbackErr := forceBack(databaseURL, table, fsys, dir)
 		if rollbackErr != nil {
 			return fmt.Errorf("%w; then: %w", err, rollbackErr)
+		}
+		if refused {
+			return err // changed nothing: run it again once what it names is done
 		}
 		if attempt >= opts.Attempts || ctx.Err() != nil {
 			return fmt.Errorf("%w (gave up on migration %d after %d attempts, each waiting at most lock_timeout %s for its locks; run it again when the tables are quieter)",
@@ -188,6 +196,15 @@ func stepUp(ctx context.Context, m *migrate.Migrate, latest uint) error {
 func lockTimedOut(err error) bool {
 	var dbErr database.Error
 	return errors.As(err, &dbErr) && isLockTimeout(dbErr.OrigErr)
+}
+
+// refusedByFile: err is a migration file's own refusal (RAISE EXCEPTION,
+// SQLSTATE P0001: a precondition it checks, as contract/000030 does), whose
+// transaction rolled back.
+func refusedByFile(err error) bool {
+	var dbErr database.Error
+	var pgErr *pgconn.PgError
+	return errors.As(err, &dbErr) && errors.As(dbErr.OrigErr, &pgErr) && pgErr.Code == "P0001"
 }
 
 // forceBack sets the version table back from the dirty version whose

@@ -12,16 +12,17 @@ import (
 const sealWebhookSecretsBatch = 100
 
 // sealWebhookSecrets is a replica's start-up step: webhook signing secrets
-// still stored in plaintext (written before migration 000027, or by an
-// older replica during an upgrade) are sealed under the key-encryption key
-// (store.SealWebhookSecrets: batched, resumable, shared by replicas).
-// Without a key nothing can be sealed: the gateway says how many remain,
-// and they keep signing until a key is configured.
+// stored in plaintext without a seal (written before migration 000027, or
+// by an older replica during an upgrade) are sealed under the
+// key-encryption key (store.SealWebhookSecrets: batched, resumable, shared
+// by replicas). Without a key nothing can be sealed: the gateway says how
+// many remain, and they keep signing until a key is configured (the
+// contract step refuses them).
 func sealWebhookSecrets(ctx context.Context, st *store.Store, keyring *secretbox.Keyring, logger *slog.Logger) {
 	if keyring == nil {
-		n, err := st.PlaintextWebhookSecrets(ctx)
+		n, err := st.UnsealedWebhookSecrets(ctx)
 		if err == nil && n > 0 {
-			logger.Warn("webhook signing secrets are stored in plaintext: configure a secrets key (-secrets-key-file) to seal them",
+			logger.Warn("webhook signing secrets are stored in plaintext only: configure a secrets key (-secrets-key-file) to seal them",
 				"webhook_targets", n)
 		}
 		return

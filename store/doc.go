@@ -435,9 +435,14 @@
 // wipes, and the delivery opens them after its claim (server), never the
 // store. Rows written in plaintext before migration 000027 are read as
 // they are until SealWebhookSecrets — run by every replica at start-up
-// with a key, by migrate up and by rotate-kek; batched, FOR UPDATE SKIP
-// LOCKED, resumable — seals them and sets the plaintext columns to NULL.
-// RewrapWebhookSecrets re-wraps them with the task secrets.
+// with a key, by migrate up (-contract too) and by rotate-kek; batched,
+// FOR UPDATE SKIP LOCKED, resumable — seals them. Until the contract step
+// the plaintext stays beside the seal and this release writes both, for
+// the previous release, which signs with the plaintext; a rotation by that
+// release clears the row's seals (trigger of migration 000029) and each
+// secret is read from its seal or else its plaintext. The contract step
+// empties and forbids the plaintext columns. RewrapWebhookSecrets
+// re-wraps the seals with the task secrets.
 //
 // # Transitions
 //

@@ -17,9 +17,19 @@ import (
 // key-encryption key, as task secrets are (secrets.go): the columns
 // secret_* and previous_secret_*, bound to (organization, target) by
 // secretbox.WebhookAAD. Every write seals (create, rotate) or wipes
-// (delete); the plaintext columns secret and previous_secret are only
-// read — rows written before migration 000027, until SealWebhookSecrets
-// seals them — and then set to NULL.
+// (delete).
+//
+// Across the upgrade from a release before migration 000027, which signs
+// with the plaintext columns secret and previous_secret and rotates by
+// writing them alone, the plaintext stays beside the seals until the
+// contract step: this release writes both (plaintextUntilContracted), the
+// sealing pass keeps the plaintext it seals, and a rotation by the
+// previous release clears the seals of its row (trigger of migration
+// 000029), so the plaintext is then what a delivery signs with (secrets
+// falls back to it) until the next sealing pass. The contract step
+// (migrations/contract/000030) refuses while a live secret has no seal,
+// then empties the plaintext columns and forbids them
+// (webhook_targets_no_plaintext_secret).
 
 // webhookSecretBytes is the length of a signing secret.
 const webhookSecretBytes = 32
@@ -62,32 +72,43 @@ func (c *webhookSecretColumns) dest() []any {
 	return []any{&c.plain, &c.ciphertext, &c.wrapped, &c.kekID, &c.prevPlain, &c.prevCiphertext, &c.prevWrapped, &c.prevKEKID}
 }
 
-// secrets reads a row's current and previous secret. A plaintext column
-// is newer than the seal beside it: only a release before migration 000027
-// writes plaintext, and when it rotates a sealed row it moves the plaintext
-// column (NULL) to previous_secret, so the secret it replaced is the
-// row's current seal.
+// secrets reads a row's current and previous secret, each from its seal,
+// or from its plaintext column where it has none: a row not sealed yet,
+// or one the previous release rotated (whose seals migration 000029's
+// trigger cleared). Where both are present they hold the same secret.
 func (c webhookSecretColumns) secrets(org, target uuid.UUID) (current, previous *WebhookSecret) {
 	aad := secretbox.WebhookAAD(org, target)
-	var sealedCurrent, sealedPrevious *WebhookSecret
-	if c.ciphertext != nil && c.kekID != nil {
-		sealedCurrent = &WebhookSecret{Sealed: secretbox.Sealed{Ciphertext: c.ciphertext, WrappedKey: c.wrapped, KEKID: *c.kekID}, AAD: aad}
-	}
-	if c.prevCiphertext != nil && c.prevKEKID != nil {
-		sealedPrevious = &WebhookSecret{Sealed: secretbox.Sealed{Ciphertext: c.prevCiphertext, WrappedKey: c.prevWrapped, KEKID: *c.prevKEKID}, AAD: aad}
-	}
-	current, previous = sealedCurrent, sealedPrevious
-	if len(c.plain) > 0 {
-		current = &WebhookSecret{Plain: c.plain}
-		if sealedCurrent != nil {
-			previous = sealedCurrent
-		}
-	}
-	if len(c.prevPlain) > 0 {
-		previous = &WebhookSecret{Plain: c.prevPlain}
-	}
-	return current, previous
+	return webhookSecretOf(c.ciphertext, c.wrapped, c.kekID, c.plain, aad),
+		webhookSecretOf(c.prevCiphertext, c.prevWrapped, c.prevKEKID, c.prevPlain, aad)
 }
+
+// webhookSecretOf is one secret: its seal, else its plaintext, else nil.
+func webhookSecretOf(ciphertext, wrapped []byte, kekID *string, plain, aad []byte) *WebhookSecret {
+	switch {
+	case ciphertext != nil && kekID != nil:
+		return &WebhookSecret{Sealed: secretbox.Sealed{Ciphertext: ciphertext, WrappedKey: wrapped, KEKID: *kekID}, AAD: aad}
+	case len(plain) > 0:
+		return &WebhookSecret{Plain: plain}
+	}
+	return nil
+}
+
+// plaintextUntilContracted is a plaintext secret column's new value in a
+// writing statement: value (SQL) until the contract step has run, NULL
+// after it. Decided by the statement itself, not before it: a write racing
+// the contract step sees it in the catalog, or fails on its constraint,
+// and never stores plaintext after it.
+func plaintextUntilContracted(value string) string {
+	return `CASE WHEN EXISTS (SELECT 1 FROM pg_constraint
+		WHERE conrelid = 'webhook_targets'::regclass AND conname = 'webhook_targets_no_plaintext_secret')
+		THEN NULL ELSE ` + value + ` END`
+}
+
+// unsealedWebhookSecretSQL: a live target t has a secret in plaintext
+// without a seal beside it (the contract step refuses such a row).
+const unsealedWebhookSecretSQL = `t.deleted_at IS NULL
+	AND ((t.secret IS NOT NULL AND t.secret <> '' AND t.secret_ciphertext IS NULL)
+		OR (t.previous_secret IS NOT NULL AND t.previous_secret_ciphertext IS NULL))`
 
 func requireKeyring(keyring *secretbox.Keyring) error {
 	if keyring == nil {
@@ -118,13 +139,14 @@ func sealedArgs(s *secretbox.Sealed) (ciphertext, wrapped []byte, kekID *string)
 	return s.Ciphertext, s.WrappedKey, &id
 }
 
-// SealWebhookSecrets seals, batch by batch, the signing secrets still
-// stored in plaintext (rows written before migration 000027, or by a
-// release before it during an upgrade) and sets the plaintext columns to
-// NULL; a deleted target's are only wiped. Each batch is a transaction
-// over rows taken FOR UPDATE SKIP LOCKED, so replicas starting together
-// share the work, and a step stopped half-way is resumed by the next.
-// Returns how many targets it changed.
+// SealWebhookSecrets seals, batch by batch, the signing secrets stored in
+// plaintext without a seal (rows written before migration 000027, or by
+// the previous release during an upgrade), keeping the plaintext for that
+// release until the contract step; a deleted target's plaintext is only
+// wiped. Each batch is a transaction over rows taken FOR UPDATE SKIP
+// LOCKED, so replicas starting together share the work, and a step
+// stopped half-way is resumed by the next. Returns how many targets it
+// changed.
 func (s *Store) SealWebhookSecrets(ctx context.Context, keyring *secretbox.Keyring, batch int) (int, error) {
 	if err := requireKeyring(keyring); err != nil {
 		return 0, err
@@ -132,7 +154,8 @@ func (s *Store) SealWebhookSecrets(ctx context.Context, keyring *secretbox.Keyri
 	return s.inBatches(ctx, "seal webhook secrets", "webhook_secrets_sealed", func(tx pgx.Tx) (int, error) {
 		rows, err := tx.Query(ctx, `
 			SELECT t.id, t.organization_id, t.deleted_at IS NOT NULL, `+webhookSecretColumnsSQL+` FROM webhook_targets t
-			WHERE t.secret IS NOT NULL OR t.previous_secret IS NOT NULL
+			WHERE (`+unsealedWebhookSecretSQL+`)
+				OR (t.deleted_at IS NOT NULL AND (t.secret IS NOT NULL OR t.previous_secret IS NOT NULL))
 			ORDER BY t.id LIMIT $1 FOR UPDATE SKIP LOCKED`, batch)
 		if err != nil {
 			return 0, fmt.Errorf("lock plaintext webhook secrets: %w", err)
@@ -162,8 +185,12 @@ func (s *Store) SealWebhookSecrets(ctx context.Context, keyring *secretbox.Keyri
 			}
 			ct, wk, kek := sealedArgs(current)
 			pct, pwk, pkek := sealedArgs(previous)
+			// The plaintext stays (the same secret as the seal) on a live
+			// target: the trigger of migration 000029 sees no rotation.
 			if _, err := tx.Exec(ctx, `
-				UPDATE webhook_targets SET secret = NULL, previous_secret = NULL,
+				UPDATE webhook_targets SET
+					secret = CASE WHEN deleted_at IS NULL THEN secret END,
+					previous_secret = CASE WHEN deleted_at IS NULL THEN previous_secret END,
 					secret_ciphertext = $2, secret_wrapped_key = $3, secret_kek_id = $4,
 					previous_secret_ciphertext = $5, previous_secret_wrapped_key = $6, previous_secret_kek_id = $7
 				WHERE id = $1`, p.id, ct, wk, kek, pct, pwk, pkek); err != nil {
@@ -190,14 +217,14 @@ func sealWebhookSecret(keyring *secretbox.Keyring, s *WebhookSecret, org, target
 	return &sealed, nil
 }
 
-// PlaintextWebhookSecrets counts the targets whose secrets are still in
-// plaintext (a gateway without a key-encryption key warns of them).
-func (s *Store) PlaintextWebhookSecrets(ctx context.Context) (int, error) {
+// UnsealedWebhookSecrets counts the live targets with a secret in
+// plaintext and no seal (a gateway without a key-encryption key warns of
+// them; the contract step refuses them).
+func (s *Store) UnsealedWebhookSecrets(ctx context.Context) (int, error) {
 	var n int
-	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM webhook_targets
-		WHERE (secret IS NOT NULL AND secret <> '') OR previous_secret IS NOT NULL`).Scan(&n)
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM webhook_targets t WHERE `+unsealedWebhookSecretSQL).Scan(&n)
 	if err != nil {
-		return 0, fmt.Errorf("count plaintext webhook secrets: %w", err)
+		return 0, fmt.Errorf("count unsealed webhook secrets: %w", err)
 	}
 	return n, nil
 }

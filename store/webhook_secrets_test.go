@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/worker-gateway/gateway/internal/secretbox"
+	"github.com/worker-gateway/gateway/migrations"
 	"github.com/worker-gateway/gateway/store"
 )
 
@@ -107,12 +108,14 @@ func TestWebhookSecretsSealedAtRest(t *testing.T) {
 
 // TestSealWebhookSecretsSealsOldRows: rows written in the shape before
 // migration 000027 (plaintext current and previous secret; a deleted
-// target's emptied secret; a sealed row an old release rotated) are sealed
-// by the step, in batches, with nothing left in plaintext, and deliveries
-// sign with the same secrets before and after.
+// target's emptied secret; a sealed row the previous release rotated), on
+// the expanded schema both releases serve on, are sealed by the step, in
+// batches, the plaintext kept for the previous release until the contract
+// step, which leaves none; deliveries sign with the same secrets before
+// and after.
 func TestSealWebhookSecretsSealsOldRows(t *testing.T) {
 	t.Parallel()
-	s, b := setupStore(t)
+	s, b, url := expandedStore(t)
 	scope := store.OrganizationScope(b.org.ID)
 	oldCurrent, oldPrevious := []byte(strings.Repeat("c", 32)), []byte(strings.Repeat("p", 32))
 	var plainID, deletedID uuid.UUID
@@ -123,40 +126,46 @@ func TestSealWebhookSecretsSealsOldRows(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(t.Context(), `
 		INSERT INTO webhook_targets (organization_id, url, event_types, secret, enabled, deleted_at)
 		VALUES ($1, 'http://127.0.0.1:9/gone', '{task.completed}', '', false, now()) RETURNING id`, b.org.ID).Scan(&deletedID))
-	// A sealed target an old release rotated: it wrote the new secret in
-	// plaintext and moved the plaintext column (NULL) to previous_secret.
+	// A sealed target the previous release rotated: it wrote the new
+	// secret in plaintext and moved the plaintext column to previous_secret.
 	rotatedByOld, sealedSecret, err := s.CreateWebhookTarget(t.Context(), scope, hookKeyring, b.org.ID,
 		store.WebhookTargetParams{URL: "http://127.0.0.1:9/rot", EventTypes: []string{store.EventTaskCompleted}, Enabled: true})
 	require.NoError(t, err)
 	newPlain := []byte(strings.Repeat("n", 32))
-	_, err = b.pool.Exec(t.Context(), `UPDATE webhook_targets SET secret = $2, previous_secret = secret,
-		previous_secret_expires_at = now() + interval '1 hour' WHERE id = $1`, rotatedByOld.ID, newPlain)
+	_, err = b.pool.Exec(t.Context(), previousReleaseRotateSQL, rotatedByOld.ID, newPlain)
 	require.NoError(t, err)
 
 	// Old rows deliver before the step, from their plaintext.
 	require.Equal(t, [][]byte{oldCurrent, oldPrevious}, claimedSecrets(t, s, b, nil, plainID))
-	require.Equal(t, [][]byte{newPlain, sealedSecret}, claimedSecrets(t, s, b, hookKeyring, rotatedByOld.ID))
-	n, err := s.PlaintextWebhookSecrets(t.Context())
+	require.Equal(t, [][]byte{newPlain, sealedSecret}, claimedSecrets(t, s, b, nil, rotatedByOld.ID))
+	n, err := s.UnsealedWebhookSecrets(t.Context())
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
 
 	sealed, err := s.SealWebhookSecrets(t.Context(), hookKeyring, 1)
 	require.NoError(t, err)
 	require.Equal(t, 3, sealed)
-	requireNoPlaintext(t, b.pool, plainID, oldCurrent, oldPrevious)
-	requireNoPlaintext(t, b.pool, rotatedByOld.ID, newPlain, sealedSecret)
+	requireSealed(t, b, plainID, true)
+	requireSealed(t, b, rotatedByOld.ID, true)
 	var gone *[]byte
-	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT secret_ciphertext FROM webhook_targets WHERE id = $1`, deletedID).Scan(&gone))
+	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT coalesce(secret_ciphertext, secret) FROM webhook_targets WHERE id = $1`, deletedID).Scan(&gone))
 	require.Nil(t, gone, "a deleted target keeps no secret")
+	require.Equal(t, [][]byte{oldCurrent, oldPrevious}, previousReleaseClaimedSecrets(t, s, b, plainID), "the plaintext stays until the contract step")
 	require.Equal(t, [][]byte{oldCurrent, oldPrevious}, claimedSecrets(t, s, b, hookKeyring, plainID))
 	require.Equal(t, [][]byte{newPlain, sealedSecret}, claimedSecrets(t, s, b, hookKeyring, rotatedByOld.ID))
 
 	again, err := s.SealWebhookSecrets(t.Context(), hookKeyring, 1)
 	require.NoError(t, err)
 	require.Zero(t, again, "the step is done")
-	n, err = s.PlaintextWebhookSecrets(t.Context())
+	n, err = s.UnsealedWebhookSecrets(t.Context())
 	require.NoError(t, err)
 	require.Zero(t, n)
+
+	require.NoError(t, migrations.UpContract(t.Context(), url))
+	requireNoPlaintext(t, b.pool, plainID, oldCurrent, oldPrevious)
+	requireNoPlaintext(t, b.pool, rotatedByOld.ID, newPlain, sealedSecret)
+	require.Equal(t, [][]byte{oldCurrent, oldPrevious}, claimedSecrets(t, s, b, hookKeyring, plainID))
+	require.Equal(t, [][]byte{newPlain, sealedSecret}, claimedSecrets(t, s, b, hookKeyring, rotatedByOld.ID))
 }
 
 // TestRewrapWebhookSecrets: rotate-kek re-wraps current and previous

@@ -85,7 +85,8 @@ func scanWebhookTarget(row pgx.Row) (WebhookTarget, error) {
 // CreateWebhookTarget creates a target for an organization in scope and
 // returns it with its signing secret, which is never answered again. The
 // secret is stored sealed under the keyring's current key (without a
-// keyring nothing is created).
+// keyring nothing is created), and in plaintext too until the contract
+// step, for the previous release (webhook_secrets.go).
 func (s *Store) CreateWebhookTarget(ctx context.Context, scope Scope, keyring *secretbox.Keyring, org uuid.UUID, p WebhookTargetParams) (WebhookTarget, []byte, error) {
 	if !scope.Allows(org) {
 		return WebhookTarget{}, nil, ErrNotFound
@@ -108,10 +109,10 @@ func (s *Store) CreateWebhookTarget(ctx context.Context, scope Scope, keyring *s
 	err = s.inTx(ctx, "create webhook target", func(tx pgx.Tx) error {
 		w, err = scanWebhookTarget(tx.QueryRow(ctx, `
 			INSERT INTO webhook_targets AS t (id, organization_id, url, description, event_types, enabled,
-				secret_ciphertext, secret_wrapped_key, secret_kek_id)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+				secret_ciphertext, secret_wrapped_key, secret_kek_id, secret)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, `+plaintextUntilContracted("$10::bytea")+`)
 			RETURNING `+webhookTargetColumns, id, org, p.URL, p.Description, p.EventTypes, p.Enabled,
-			sealed.Ciphertext, sealed.WrappedKey, sealed.KEKID))
+			sealed.Ciphertext, sealed.WrappedKey, sealed.KEKID, secret))
 		if isForeignKeyViolation(err) {
 			return missingOrganization(scope, org)
 		}
@@ -224,7 +225,8 @@ func (s *Store) ListWebhookTargets(ctx context.Context, scope Scope, org *uuid.U
 // one keeps signing, beside the new, for overlap (0: it stops at once), so
 // receivers can switch without missing a delivery. Both are stored sealed:
 // the old one moves to the previous seal as it is, or is sealed now if it
-// was still plaintext.
+// was still plaintext; and, until the contract step, in plaintext too, as
+// the previous release rotates (webhook_secrets.go).
 func (s *Store) RotateWebhookSecret(ctx context.Context, scope Scope, keyring *secretbox.Keyring, id uuid.UUID, overlap time.Duration) (WebhookTarget, []byte, error) {
 	if overlap < 0 {
 		return WebhookTarget{}, nil, invalid("overlap must not be negative")
@@ -261,12 +263,13 @@ func (s *Store) RotateWebhookSecret(ctx context.Context, scope Scope, keyring *s
 		}
 		pct, pwk, pkek := sealedArgs(previous)
 		w, err = scanWebhookTarget(tx.QueryRow(ctx, `
-			UPDATE webhook_targets t SET secret = NULL, previous_secret = NULL,
+			UPDATE webhook_targets t SET
+				secret = `+plaintextUntilContracted("$9::bytea")+`, previous_secret = `+plaintextUntilContracted("t.secret")+`,
 				secret_ciphertext = $2, secret_wrapped_key = $3, secret_kek_id = $4,
 				previous_secret_ciphertext = $5, previous_secret_wrapped_key = $6, previous_secret_kek_id = $7,
 				previous_secret_expires_at = now() + make_interval(secs => $8), updated_at = now()
 			WHERE t.id = $1
-			RETURNING `+webhookTargetColumns, id, sealed.Ciphertext, sealed.WrappedKey, sealed.KEKID, pct, pwk, pkek, overlap.Seconds()))
+			RETURNING `+webhookTargetColumns, id, sealed.Ciphertext, sealed.WrappedKey, sealed.KEKID, pct, pwk, pkek, overlap.Seconds(), secret))
 		if err != nil {
 			return fmt.Errorf("rotate webhook secret: %w", err)
 		}

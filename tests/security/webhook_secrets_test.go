@@ -22,7 +22,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/worker-gateway/gateway/internal/secretbox"
+	"github.com/worker-gateway/gateway/migrations"
 	"github.com/worker-gateway/gateway/server"
+	"github.com/worker-gateway/gateway/store/storetest"
 	"github.com/worker-gateway/gateway/tests/harness"
 	"github.com/worker-gateway/gateway/workerclient/apiclient"
 )
@@ -170,9 +172,11 @@ func TestWebhookSecretsNotStoredInPlaintext(t *testing.T) {
 	require.Zero(t, rows)
 }
 
-// TestWebhookSecretsOldRowsSealedAndRewrapped: a target written in the
-// shape before sealing (plaintext secret) still delivers; a replica that
-// starts with the secrets key seals it; `gateway secrets rotate-kek`
+// TestWebhookSecretsOldRowsSealedAndRewrapped: on the expanded schema
+// both releases serve on, a target written in the shape before sealing
+// (plaintext secret) still delivers; a replica that starts with the
+// secrets key seals it; the contract step (`gateway migrate up
+// -contract`) leaves no secret in plaintext; `gateway secrets rotate-kek`
 // re-wraps every webhook secret under the new key; and a replica holding
 // only the new key delivers to both targets, signed with the secrets
 // answered at creation.
@@ -188,7 +192,9 @@ func TestWebhookSecretsOldRowsSealedAndRewrapped(t *testing.T) {
 	require.NoError(t, os.WriteFile(newFile, []byte(newKey.Encode()), 0o600))
 	hookEnv := []string{"GATEWAY_WEBHOOKS_ALLOW_PRIVATE=true", "GATEWAY_WEBHOOKS_RETRY_BASE=50ms", "GATEWAY_WEBHOOKS_RETRY_MAX=200ms"}
 
-	g, procs := harness.StartProcesses(t, 1, "-secrets-key-file", oldFile, "-webhooks-allow-private")
+	url := storetest.NewEmptyDatabase(t)
+	require.NoError(t, migrations.Up(t.Context(), url))
+	g, procs := harness.StartProcessesOn(t, 1, harness.Database{URL: url}, "-secrets-key-file", oldFile, "-webhooks-allow-private")
 	org := g.NewOrganization(t, "old-hooks")
 	rcv := newSignedHookReceiver(t)
 	res, err := g.Control.CreateWebhookWithResponse(t.Context(), apiclient.CreateWebhookRequest{OrganizationId: org,
@@ -210,13 +216,16 @@ func TestWebhookSecretsOldRowsSealedAndRewrapped(t *testing.T) {
 	// A replica starting with the key seals it.
 	sealing := g.StartProcess(t, append([]string{"GATEWAY_SECRETS_KEY_FILE=" + oldFile}, hookEnv...)...)
 	harness.WaitFor(t, 30*time.Second, "the start-up step sealed the old row", func() bool {
-		var plain int
-		require.NoError(t, g.Pool.QueryRow(t.Context(), `SELECT count(*) FROM webhook_targets WHERE secret IS NOT NULL OR secret_kek_id IS NULL`).Scan(&plain))
-		return plain == 0
+		var unsealed int
+		require.NoError(t, g.Pool.QueryRow(t.Context(), `SELECT count(*) FROM webhook_targets WHERE secret_kek_id IS NULL`).Scan(&unsealed))
+		return unsealed == 0
 	})
+	// The plaintext stays for the previous release until the contract step.
+	out, err := exec.Command(harness.Binary(t, "gateway"), "migrate", "up", "-contract", "-database-url", g.DatabaseURL).CombinedOutput()
+	require.NoError(t, err, string(out))
 	requireNoSecretInTable(t, g, created, oldSecret)
 
-	out, err := exec.Command(harness.Binary(t, "gateway"), "secrets", "rotate-kek", "-database-url", g.DatabaseURL,
+	out, err = exec.Command(harness.Binary(t, "gateway"), "secrets", "rotate-kek", "-database-url", g.DatabaseURL,
 		"-secrets-key-file", newFile, "-secrets-old-key-file", oldFile).CombinedOutput()
 	require.NoError(t, err, string(out))
 	require.Contains(t, string(out), "re-wrapped 2 webhook signing secrets")

@@ -23,7 +23,7 @@ func migrateCommand(a *cli) *command {
 		return nil
 	}
 	return &command{name: "migrate", short: "apply or inspect the database schema migrations", sub: []*command{
-		{name: "up", short: "apply the expand migrations (and, given the secrets key, seal webhook secrets stored in plaintext); -contract: the contract step", setup: func(fs *flagSet) execFunc {
+		{name: "up", short: "apply the expand migrations (and, given the secrets key, seal webhook secrets stored in plaintext); -contract: the contract step (sealing first, given the key)", setup: func(fs *flagSet) execFunc {
 			url := databaseURL(fs)
 			keys := defineSecretsKeyFlags(fs)
 			contract := fs.Bool("contract", false, "apply the contract migrations instead: run once every replica runs this release")
@@ -31,7 +31,20 @@ func migrateCommand(a *cli) *command {
 				if err := need(*url); err != nil {
 					return err
 				}
+				keyring, err := keys.keyring()
+				if err != nil {
+					return err
+				}
 				if *contract {
+					// Webhook secrets the previous release wrote in plaintext
+					// are sealed first: the step refuses any left unsealed.
+					// (Before the expand migrations, UpContract says what to run.)
+					latest, _ := migrations.Latest()
+					if v, dirty, err := migrations.Version(*url); keyring != nil && err == nil && !dirty && v >= latest {
+						if err := sealWebhookSecrets(ctx, *url, keyring, a); err != nil {
+							return err
+						}
+					}
 					if err := migrations.UpContract(ctx, *url); err != nil {
 						return err
 					}
@@ -41,10 +54,6 @@ func migrateCommand(a *cli) *command {
 					}
 					fmt.Fprintf(a.stdout, "database contracted up to version %d\n", c)
 					return nil
-				}
-				keyring, err := keys.keyring()
-				if err != nil {
-					return err
 				}
 				if err := migrations.Up(ctx, *url); err != nil {
 					return err
