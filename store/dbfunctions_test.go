@@ -4,6 +4,7 @@ import (
 	"context"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -108,4 +109,34 @@ func TestTriggerConditionsSpellGoStates(t *testing.T) {
 	}
 	require.NoError(t, rows.Err())
 	require.Equal(t, 1, seen, "trigger worker_tasks_wake_schedule not found")
+}
+
+// TestDatabaseTriggersAreListed: the schema's triggers are the ones
+// store.DatabaseTriggers tells the reader of a statement about.
+func TestDatabaseTriggersAreListed(t *testing.T) {
+	t.Parallel()
+	pool := storetest.NewPool(t)
+	rows, err := pool.Query(context.Background(), `
+		SELECT tg.tgname, c.relname, p.proname FROM pg_trigger tg
+		JOIN pg_class c ON c.oid = tg.tgrelid JOIN pg_proc p ON p.oid = tg.tgfoid
+		WHERE NOT tg.tgisinternal ORDER BY tg.tgname`)
+	require.NoError(t, err)
+	var inDatabase []store.DatabaseTrigger
+	func() {
+		defer rows.Close()
+		for rows.Next() {
+			var tr store.DatabaseTrigger
+			require.NoError(t, rows.Scan(&tr.Name, &tr.Table, &tr.Function))
+			inDatabase = append(inDatabase, tr)
+		}
+		require.NoError(t, rows.Err())
+	}()
+	var listed []store.DatabaseTrigger
+	for _, tr := range store.DatabaseTriggers {
+		require.NotEmpty(t, tr.Effect, tr.Name)
+		tr.Effect = ""
+		listed = append(listed, tr)
+	}
+	slices.SortFunc(listed, func(a, b store.DatabaseTrigger) int { return strings.Compare(a.Name, b.Name) })
+	require.Equal(t, listed, inDatabase)
 }

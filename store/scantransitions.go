@@ -52,5 +52,8 @@ var ScanJobStateOf = map[TaskState]ScanJobState{
 // its pending scan: a worker holds the task and no cancel was asked.
 var scanStartedBy = []TaskState{TaskLeased, TaskRunning}
 
+// activeScanStates are the states of a scan that has not ended.
+var activeScanStates = []ScanState{ScanPending, ScanRunning}
+
 // finalScanStates are the states a scan ends in; advance_scan leaves them.
 var finalScanStates = []ScanState{ScanCompleted, ScanFailed, ScanCancelled}
