@@ -325,9 +325,11 @@
 // defines none, and TestDatabaseFunctionsHaveOneSource holds the
 // database's bodies to those files). What Go also spells — the wake-up
 // channel and payloads, task, scan and scan job states, the queue row of a
-// task, change kinds, scan event types — no function writes: it calls the
-// functions generated from the Go constants (migrations/functions/
-// 00_from_go.gen.sql, sqlfromgo.go, TestSQLFromGo). Trigger WHEN clauses
+// task, change kinds — no function writes: it calls the functions generated
+// from the Go constants (migrations/functions/00_from_go.gen.sql,
+// sqlfromgo.go, TestSQLFromGo). Webhook event types stay literal in the
+// calls of webhook_emit, where TestEveryEventHasOneEmitter reads them and
+// checks each against the catalogue. Trigger WHEN clauses
 // stay in the migrations that made them; TestTriggerConditionsSpellGoStates
 // checks the states they name are Go's. DatabaseTriggers (triggers.go)
 // lists every trigger and what it sets off, for the reader of a statement

@@ -15,7 +15,10 @@ const SQLFromGoFile = "00_from_go.gen.sql"
 // functions that spell, for the database's own functions, what Go defines —
 // the wake-up channel and payloads (notify.go), the task and scan states
 // and the scan rules (transitions.go, scantransitions.go), the queue row of
-// a task (queue.go). A function in migrations/functions calls these and
+// a task (queue.go), the change kinds of scan history (scanhistory.go).
+// Webhook event types stay literal in the calls of webhook_emit, where
+// TestEveryEventHasOneEmitter (tests/security) reads them and checks each
+// against the catalogue (webhooks.go). A function in migrations/functions calls these and
 // writes no such literal of its own, so Go and SQL never both spell one.
 // TestSQLFromGo keeps the file equal to this text (UPDATE_SQL_FROM_GO=1
 // rewrites it).
@@ -65,18 +68,8 @@ func SQLFromGo() string {
 	for _, kind := range ChangeKinds {
 		fn("store.ChangeKinds", "scan_change_"+kind+"()", "text", pure, "SELECT "+sqlLiteral(kind))
 	}
-	var events strings.Builder
-	for _, s := range []ScanState{ScanCompleted, ScanFailed} {
-		fmt.Fprintf(&events, " WHEN %s THEN %s", sqlLiteral(string(s)), sqlLiteral(scanEndedEvent[s]))
-	}
-	fn("the webhook event of a scan that ended in p_state (store.scanEndedEvent)", "webhook_scan_event_type(p_state text)", "text", pure,
-		"SELECT CASE p_state"+events.String()+" END")
-	fn("store.EventScheduleFireSkipped", "webhook_event_schedule_fire_skipped()", "text", pure, "SELECT "+sqlLiteral(EventScheduleFireSkipped))
 	return b.String()
 }
-
-// scanEndedEvent is the webhook event a scan's end emits.
-var scanEndedEvent = map[ScanState]string{ScanCompleted: EventScanCompleted, ScanFailed: EventScanFailed}
 
 // allTaskStates lists every task state, in a fixed order.
 func allTaskStates() []TaskState {

@@ -145,15 +145,3 @@ CREATE OR REPLACE FUNCTION scan_change_http_status_changed() RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT 'http_status_changed'
 $$;
-
--- the webhook event of a scan that ended in p_state (store.scanEndedEvent)
-CREATE OR REPLACE FUNCTION webhook_scan_event_type(p_state text) RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT CASE p_state WHEN 'completed' THEN 'scan.completed' WHEN 'failed' THEN 'scan.failed' END
-$$;
-
--- store.EventScheduleFireSkipped
-CREATE OR REPLACE FUNCTION webhook_event_schedule_fire_skipped() RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT 'schedule.fire_skipped'
-$$;

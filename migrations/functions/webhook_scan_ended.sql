@@ -4,7 +4,7 @@
 -- path, so a trigger catches every way a scan finishes.
 CREATE OR REPLACE FUNCTION webhook_scan_ended() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM webhook_emit(NEW.organization_id, webhook_scan_event_type(NEW.state), jsonb_build_object(
+    PERFORM webhook_emit(NEW.organization_id, 'scan.' || NEW.state, jsonb_build_object(
         'scan_id', NEW.id, 'state', NEW.state, 'targets', NEW.targets, 'completed_at', NEW.completed_at));
     RETURN NULL;
 END $$;
