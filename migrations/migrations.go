@@ -20,6 +20,11 @@
 //     contract file leaves the contract version where it was: it removed
 //     nothing an older release reads.
 //
+// Functions are neither: each has one current definition in
+// functions/*.sql, which Up applies after the expand migrations when the
+// database is at this release's expand version (functions.go says why and
+// how a body changes).
+//
 // The readiness window. A release knows Latest(), the expand version it was
 // built with. On a database at expand version e, contracted up to c, a
 // replica is ready when
