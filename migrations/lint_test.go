@@ -19,6 +19,12 @@ import (
 // No file joins this list.
 var grandfathered = []uint{1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24}
 
+// firstWithoutFunctions is the first numbered migration that may not
+// define a function (functions.go): those before it are history.
+const firstWithoutFunctions = 31
+
+var defineFunction = regexp.MustCompile(`(?i)\bCREATE\s+(OR\s+REPLACE\s+)?FUNCTION\b`)
+
 // hotTables are written by every lease, heartbeat and completion: a lock
 // that queues behind a long transaction on one of them stops the fleet.
 var hotTables = []string{"worker_tasks", "worker_task_queue", "worker_task_attempts"}
@@ -73,6 +79,9 @@ func lintDir(fsys fs.FS, dir string) ([]string, error) {
 		}
 		for _, p := range lintExpand(string(body)) {
 			problems = append(problems, fmt.Sprintf("%s: %s", e.Name(), p))
+		}
+		if m.Version >= firstWithoutFunctions && defineFunction.MatchString(string(body)) {
+			problems = append(problems, e.Name()+": defines a function: functions have one current definition, in migrations/functions (functions.go)")
 		}
 	}
 	return problems, nil

@@ -20,6 +20,11 @@
 //     contract file leaves the contract version where it was: it removed
 //     nothing an older release reads.
 //
+// Functions are neither: each has one current definition in
+// functions/*.sql, which Up applies after the expand migrations when the
+// database is at this release's expand version (functions.go says why and
+// how a body changes).
+//
 // The readiness window. A release knows Latest(), the expand version it was
 // built with. On a database at expand version e, contracted up to c, a
 // replica is ready when
@@ -117,9 +122,13 @@ func Up(ctx context.Context, databaseURL string) error {
 	return UpWith(ctx, databaseURL, Options{})
 }
 
-// UpWith is Up with options.
+// UpWith is Up with options. After the numbered migrations it applies the
+// current definitions of the database's functions (functions.go).
 func UpWith(ctx context.Context, databaseURL string, opts Options) error {
-	return upFS(ctx, databaseURL, files, ".", "", opts)
+	if err := upFS(ctx, databaseURL, files, ".", "", opts); err != nil {
+		return err
+	}
+	return applyFunctions(ctx, databaseURL, opts)
 }
 
 // UpFS is UpWith with the expand migrations of fsys/dir in place of the
@@ -130,7 +139,7 @@ func UpFS(ctx context.Context, databaseURL string, fsys fs.FS, dir string, opts 
 
 // UpTo applies the migrations up to and including version, so a test can
 // put data in the schema as it was before a migration and then move it
-// across.
+// across. It leaves the functions as those migrations defined them.
 func UpTo(ctx context.Context, databaseURL string, version uint) error {
 	return run(ctx, databaseURL, "", files, ".", Options{}.withDefaults(),
 		fmt.Sprintf("migrate to %d", version), func(m *migrate.Migrate) error { return m.Migrate(version) })

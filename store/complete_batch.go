@@ -132,6 +132,14 @@ FROM (SELECT * FROM held ORDER BY task_id) e CROSS JOIN LATERAL (
 // that state is leasable (queue.go), and records the state on the attempt,
 // so a replay can answer with it: one update of each row. A task that
 // ended emits its event in the same statement (taskEventsSQL).
+//
+// Moving a task's state fires the worker_tasks triggers (DatabaseTriggers,
+// triggers.go), in this statement: a scan task's job mirrors its state and,
+// when it ended, its scan advances — the next job's task is created, queued
+// and woken, or the scan ends and records its history (advance_scan,
+// scantransitions.go) — and a schedule's ended run wakes the schedule timer
+// when a queued slot waits for it. Generic tasks fire neither (their WHEN
+// clauses).
 var moveTasksSQL = `
 WITH input AS (
 	SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::bool[], $6::text[], $7::text[], $8::text[], $9::bool[])

@@ -316,19 +316,67 @@
 //     (RunScheduleNow) keeps the overlap policy: while the latest run is
 //     active and the policy is not allow, it is ErrScheduleRunInProgress.
 //
+// # Rules in the database
+//
+// Each rule the database carries has one home (issue 32 §1). Every SQL
+// function has one current definition, migrations/functions/<name>.sql,
+// which migrations.Up applies after the numbered migrations (a function's
+// definitions in older migrations are history; from 000031 on a migration
+// defines none, and TestDatabaseFunctionsHaveOneSource holds the
+// database's bodies to those files). What Go also spells — the wake-up
+// channel and payloads, task, scan and scan job states, the queue row of a
+// task, change kinds — no function writes: it calls the functions generated
+// from the Go constants (migrations/functions/00_from_go.gen.sql,
+// sqlfromgo.go, TestSQLFromGo). Webhook event types stay literal in the
+// calls of webhook_emit, where TestEveryEventHasOneEmitter reads them and
+// checks each against the catalogue. Trigger WHEN clauses
+// stay in the migrations that made them; TestTriggerConditionsSpellGoStates
+// checks the states they name are Go's. DatabaseTriggers (triggers.go)
+// lists every trigger and what it sets off, for the reader of a statement
+// that fires it (TestDatabaseTriggersAreListed). Per rule:
+//
+//   - Task state machine: TaskTransitions (transitions.go), in Go; every
+//     statement that moves worker_tasks.state takes its states from it.
+//   - Scan state machine (a job mirrors its task, the scan starts, advances
+//     job by job and ends): ScanJobStateOf, scanStartedBy, finalScanStates
+//     (scantransitions.go), applied in SQL by mirror_task_state_to_scan_job
+//     and advance_scan, from the trigger worker_tasks_mirror_scan_job.
+//     Kept in SQL: eleven statements in eight files move a scan task's
+//     state (lease, start, completion, expiry sweep, cancel, revoke, scope
+//     policy, redrive), and the trigger is the one point all of them pass;
+//     it fires only for scan tasks (its WHEN clause), so the generic
+//     completion path pays nothing, and a scan's next task is made in the
+//     statement that ended the last one, with no extra round trip. The
+//     completion (moveTasksSQL in complete_batch.go) says so where it
+//     moves the task.
+//   - Scan history (record_scan_history, compare_scan_history; which scans
+//     compare, in what order, one scope key at a time: scanhistory.go):
+//     SQL, called by advance_scan when a scan completes: set-based diffing
+//     over the snapshots, which a Go port would fetch and write back.
+//   - Schedule wake-up when a queued slot's run ends:
+//     wake_schedule_of_ended_run, from the triggers worker_tasks_wake_schedule
+//     and scans_wake_schedule, for the same reason as the scan mirror (every
+//     ending path; the WHEN clause keeps it off runs no schedule made).
+//   - Webhook outbox: webhook_emit, the one writer (events.go); the scan end
+//     and skipped slot triggers call it (webhook_scan_ended,
+//     webhook_fire_skipped); webhook_delivery_notify wakes the deliverers.
+//   - Exclusion matching (threat_exclusion_for, gateway_glob_like), job
+//     summaries (scan_job_output), label selectors (worker_labels_match,
+//     labels.go), ids (gateway_uuid_v7): SQL, called from the statements
+//     that need them.
+//   - Transitional: webhook_worker_revoked (000026) serves the previous
+//     release until the contract step (contract/000030) drops it.
+//
+// A function's body changes by editing its file, with a numbered migration
+// in the same release (a COMMENT will do): the functions step runs only on
+// a database at the release's own expand version, so a replica of the
+// previous release restarting mid-upgrade leaves the new bodies alone; and
+// the new bodies must still serve that release's writes.
+//
 // # Scan history
 //
-// Where the database functions of scans are defined now (a later migration
-// replaces a function whole, so the latest is the one that runs):
-//   - advance_scan: migration 000022, restating 000016's (the one schedules
-//     needed: trigger columns copied to each job's task) with asset targets
-//     joining the targets and record_scan_history called on completion;
-//   - mirror_task_state_to_scan_job: migration 000022, restating 000002's
-//     with the job's summary (scan_job_output) written when its task ends;
-//   - record_scan_history and compare_scan_history: migration 000023 (which
-//     scans compare: every job completed, creation order, the next scan
-//     compared again, one scope key at a time; see scanhistory.go);
-//   - scan_job_output, threat_exclusion_for, gateway_glob_like: 000022.
+// See record_scan_history and compare_scan_history above, and
+// scanhistory.go.
 //
 // A redrive of a scan's job (RetryTask, reopenScanForRedrive) locks the
 // task, then the scan, and only then reads whether another job of the scan

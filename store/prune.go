@@ -95,7 +95,7 @@ WITH victims AS (
 	WHERE t.state IN (` + sqlStates(TaskCompleted, TaskCancelled, TaskFailedTerminal) + `)
 		AND coalesce(t.completed_at, t.updated_at) < now() - make_interval(secs => $1)
 		AND NOT EXISTS (SELECT 1 FROM scans s
-			WHERE s.id = t.scan_id AND s.state IN ('pending', 'running'))
+			WHERE s.id = t.scan_id AND s.state IN (` + sqlStates(activeScanStates...) + `))
 		AND NOT EXISTS (SELECT 1 FROM worker_artifact_uploads u
 			WHERE u.task_id = t.id AND u.status IN ('prepared', 'uploaded'))
 	LIMIT $2

@@ -304,17 +304,17 @@ func reopenScanForRedrive(ctx context.Context, tx pgx.Tx, scope Scope, taskID uu
 	// held it has just put back in flight.
 	var busy bool
 	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM worker_tasks t WHERE t.scan_id = $1 AND t.id <> $2
-			AND t.scan_job_id IS NOT NULL AND t.state NOT IN ('completed', 'failed_terminal', 'cancelled'))`,
+			AND t.scan_job_id IS NOT NULL AND t.state NOT IN (`+sqlStates(finalTaskStates()...)+`))`,
 		*scanID, taskID).Scan(&busy); err != nil {
 		return fmt.Errorf("read the scan's jobs: %w", err)
 	}
 	switch {
-	case state == "cancelled":
+	case ScanState(state) == ScanCancelled:
 		return problem.Wrap(ErrScanFinished, "the task's scan was cancelled; a cancelled scan is not reopened")
 	case busy:
 		return ErrScanBusy
-	case state == "completed" || state == "failed":
-		if _, err := tx.Exec(ctx, `UPDATE scans SET state = 'running', completed_at = NULL, updated_at = now() WHERE id = $1`, *scanID); err != nil {
+	case ScanState(state) == ScanCompleted || ScanState(state) == ScanFailed:
+		if _, err := tx.Exec(ctx, `UPDATE scans SET state = '`+string(ScanRunning)+`', completed_at = NULL, updated_at = now() WHERE id = $1`, *scanID); err != nil {
 			return fmt.Errorf("reopen scan: %w", err)
 		}
 	}

@@ -298,11 +298,11 @@ func (s *Store) CancelScan(ctx context.Context, scope Scope, id uuid.UUID) (Scan
 // — the same order as a completion, whose trigger advances the scan.
 func cancelScan(ctx context.Context, tx pgx.Tx, id uuid.UUID, errorCode string) (bool, error) {
 	if _, err := tx.Exec(ctx, `SELECT id FROM worker_tasks WHERE scan_id = $1
-		AND state NOT IN ('completed', 'failed_terminal', 'cancelled') ORDER BY id FOR UPDATE`, id); err != nil {
+		AND state NOT IN (`+sqlStates(finalTaskStates()...)+`) ORDER BY id FOR UPDATE`, id); err != nil {
 		return false, fmt.Errorf("lock scan tasks: %w", err)
 	}
-	tag, err := tx.Exec(ctx, `UPDATE scans SET state = 'cancelled', completed_at = now(), updated_at = now()
-		WHERE id = $1 AND state IN ('pending', 'running')`, id)
+	tag, err := tx.Exec(ctx, `UPDATE scans SET state = '`+string(ScanCancelled)+`', completed_at = now(), updated_at = now()
+		WHERE id = $1 AND state IN (`+sqlStates(activeScanStates...)+`)`, id)
 	if err != nil {
 		return false, fmt.Errorf("cancel scan: %w", err)
 	}
@@ -318,8 +318,8 @@ func cancelScan(ctx context.Context, tx pgx.Tx, id uuid.UUID, errorCode string) 
 	if _, err := tx.Exec(ctx, dequeueSQL("t.scan_id = $1"), id); err != nil {
 		return false, fmt.Errorf("dequeue cancelled scan tasks: %w", err)
 	}
-	if _, err := tx.Exec(ctx, `UPDATE scan_jobs j SET state = 'cancelled', completed_at = now(), updated_at = now()
-		WHERE j.scan_id = $1 AND j.state = 'pending'
+	if _, err := tx.Exec(ctx, `UPDATE scan_jobs j SET state = '`+string(ScanJobCancelled)+`', completed_at = now(), updated_at = now()
+		WHERE j.scan_id = $1 AND j.state = '`+string(ScanJobPending)+`'
 			AND NOT EXISTS (SELECT 1 FROM worker_tasks t WHERE t.scan_id = $1 AND t.scan_job_id = j.id)`, id); err != nil {
 		return false, fmt.Errorf("cancel scan jobs: %w", err)
 	}

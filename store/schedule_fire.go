@@ -14,9 +14,9 @@ import (
 )
 
 // runActiveSQL: the schedule s's latest run has not ended (overlap policy).
-const runActiveSQL = `(EXISTS (SELECT 1 FROM worker_tasks rt WHERE rt.id = s.last_task_id
-		AND rt.state NOT IN ('completed', 'failed_terminal', 'cancelled'))
-	OR EXISTS (SELECT 1 FROM scans rs WHERE rs.id = s.last_scan_id AND rs.state IN ('pending', 'running')))`
+var runActiveSQL = `(EXISTS (SELECT 1 FROM worker_tasks rt WHERE rt.id = s.last_task_id
+		AND rt.state NOT IN (` + sqlStates(finalTaskStates()...) + `))
+	OR EXISTS (SELECT 1 FROM scans rs WHERE rs.id = s.last_scan_id AND rs.state IN (` + sqlStates(activeScanStates...) + `)))`
 
 // claimSchedulesSQL claims the schedules whose next slot is due at $1
 // (NULL: the database's now()), earliest first, and those whose queued
@@ -33,7 +33,7 @@ const runActiveSQL = `(EXISTS (SELECT 1 FROM worker_tasks rt WHERE rt.id = s.las
 // The columns come from the CTEs, which return the row version they
 // locked: the outer query's snapshot may predate a fire another replica
 // committed meanwhile.
-const claimSchedulesSQL = `
+var claimSchedulesSQL = `
 	WITH n AS (SELECT coalesce($1::timestamptz, now()) AS now),
 	due AS (
 		SELECT s.* FROM schedules s

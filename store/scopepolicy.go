@@ -121,7 +121,7 @@ func cancelScansOutOfScope(ctx context.Context, tx pgx.Tx, org uuid.UUID, ts tar
 			(SELECT coalesce(jsonb_agg(j.input ORDER BY j.position), '[]'::jsonb) FROM scan_jobs j WHERE j.scan_id = s.id),
 			(SELECT coalesce(jsonb_agg(jsonb_build_object('type', a.type, 'value', a.value)), '[]'::jsonb)
 				FROM scan_assets sa JOIN assets a ON a.id = sa.asset_id WHERE sa.scan_id = s.id)
-		FROM scans s WHERE s.organization_id = $1 AND s.state IN ('pending', 'running')`, org)
+		FROM scans s WHERE s.organization_id = $1 AND s.state IN (`+sqlStates(activeScanStates...)+`)`, org)
 	if err != nil {
 		return fmt.Errorf("read live scans: %w", err)
 	}
