@@ -116,6 +116,9 @@ func noAttemptText(ctx context.Context, _ *handlers, _ any) (context.Context, er
 // while the worker held no secret, this replica does not read again until
 // it changes (advertisementCache).
 func (h *handlers) redactAdvertisement(ctx context.Context, body any) error {
+	if h.cfg.Secrets == nil {
+		return nil // no key: no lease of a task with secrets is delivered
+	}
 	worker := workerFrom(ctx)
 	raw, err := json.Marshal(body)
 	if err != nil {
@@ -211,6 +214,11 @@ func checkWorkerTextRules(rules map[string]workerTextRule) error {
 // missing entry's nil redactor redacts nothing. On an error the map is
 // empty and the request fails.
 func (h *handlers) attemptRedactors(ctx context.Context, refs []store.AttemptRef) (map[uuid.UUID]*redact.Redactor, error) {
+	if h.cfg.Secrets == nil {
+		// No key to open secrets with: no lease of a task with secrets
+		// is ever delivered, so no write has any to redact.
+		return nil, nil
+	}
 	known := make(map[uuid.UUID]store.AttemptSecrets, len(refs))
 	var ask []store.AttemptRef
 	for _, ref := range refs {
@@ -242,9 +250,7 @@ func (h *handlers) redactorsFor(ctx context.Context, known map[uuid.UUID]store.A
 			want = append(want, store.SecretRef{OrganizationID: e.OrganizationID, Name: name})
 		}
 	}
-	if len(want) == 0 || h.cfg.Secrets == nil {
-		// No secrets, or no key to open them with (then no lease of a
-		// task with secrets is ever delivered).
+	if len(want) == 0 {
 		return nil, nil
 	}
 	sealed, err := h.store.SealedSecrets(ctx, want)

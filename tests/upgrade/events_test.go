@@ -3,10 +3,8 @@ package upgrade
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"net/http"
 	"testing"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
@@ -41,14 +39,12 @@ func requireRevocationsToldOnce(t *testing.T, g *harness.Gateway, org uuid.UUID,
 // revokeThrough revokes a worker through one replica.
 func revokeThrough(t *testing.T, g *harness.Gateway, p *harness.Process, worker uuid.UUID) {
 	t.Helper()
-	client := &http.Client{Timeout: time.Minute, Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{RootCAs: g.CAPool, MinVersion: tls.VersionTLS13}, ForceAttemptHTTP2: true}}
 	req, err := http.NewRequestWithContext(context.WithoutCancel(t.Context()), http.MethodPost,
 		p.URL+"/v1/workers/"+worker.String()+"/revoke", bytes.NewReader([]byte(`{"reason":"upgrade test"}`)))
 	require.NoError(t, err)
 	req.Header.Set("Authorization", "Bearer "+g.AdminToken)
 	req.Header.Set("Content-Type", "application/json")
-	res, err := client.Do(req)
+	res, err := g.HTTPClient(nil).Do(req)
 	require.NoError(t, err)
 	defer res.Body.Close()
 	require.Equal(t, http.StatusOK, res.StatusCode)
