@@ -2,6 +2,23 @@
 // domain verb run in one transaction, and the fencing rules live here and only
 // here.
 //
+// # Rules without SQL
+//
+// The rules that need no database live in internal packages that import
+// neither this package nor a driver (depguard's pure-logic-needs-no-database
+// rule), and are tested there without PostgreSQL; this package reads their
+// inputs, calls them and files their refusals under ErrInvalid
+// (invalidBecause):
+//
+//   - internal/scanscope: scope entries, matching targets and assets in
+//     every spelling, what a payload names (targetscope.go, scopepolicy.go,
+//     scanhistory.go, ingest.go call it);
+//   - internal/slots: cron and interval slots, jitter, the slots due after
+//     a downtime and their grace (schedules.go, schedule_fire.go,
+//     schedule_limits.go);
+//   - internal/labels: label keys and values, a selector's canonical form
+//     (labels.go, workers.go).
+//
 // # Fencing
 //
 // A worker may change an attempt only while it holds the attempt's lease. Every
@@ -281,12 +298,12 @@
 //     slot still within its grace (a minute, at most half its period). A
 //     run the database refuses is rolled back to a savepoint and its slot
 //     recorded as skipped (error), so it cannot block the other schedules.
-//   - Time zones. Cron slots are computed on wall-clock time and mapped to
-//     instants: a wall time a DST change skips fires once, at the first
-//     instant after the gap; one that occurs twice fires once, at its first
-//     occurrence (so an hourly schedule has one fire fewer that night).
-//     Intervals are absolute time. Jitter is a hash of (schedule, slot), so
-//     every replica computes the same fire time.
+//   - Time zones (internal/slots). Cron slots are computed on wall-clock
+//     time and mapped to instants: a wall time a DST change skips fires
+//     once, at the first instant after the gap; one that occurs twice fires
+//     once, at its first occurrence (so an hourly schedule has one fire
+//     fewer that night). Intervals are absolute time. Jitter is a hash of
+//     (schedule, slot), so every replica computes the same fire time.
 //   - Idle cost. A timer (server/scheduletimer.go) sleeps for
 //     NextScheduleFireAt's delay (the database's clock, relative), and
 //     creating, editing, pausing or resuming a schedule sends WakeSchedules
@@ -304,7 +321,7 @@
 //   - Limits (schedule_limits.go). Every version's timing passes one check,
 //     compileLimited: no two consecutive slots closer than the store's
 //     minimum (an interval, or a cron's closest slots, computed from its
-//     fields). An organization has at most its quota of schedules
+//     fields: slots.Slotter.MinGap). An organization has at most its quota of schedules
 //     (organizations.max_schedules, else the store's default): a create
 //     locks the organization's row, then counts in a statement of its own,
 //     which sees every create that held the lock before.
@@ -386,8 +403,8 @@
 //
 // Whether an organization may direct a worker at a target is decided in
 // one place, targetScope.refuse (targetscope.go), from what a task or scan
-// names (taskTargets, scanTargets: every string under a target key —
-// compared as a Go worker's JSON decoder folds keys — every network asset
+// names (scanscope.TaskTargets and ScanTargets: every string under a target
+// key — compared as a Go worker's JSON decoder folds keys — every network asset
 // the payload carries, every other string that reads as a network location,
 // every host spelling a resolver reads as an address) and from the
 // organization's policy and entries (scopepolicy.go: allow_list, the API's

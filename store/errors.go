@@ -130,3 +130,9 @@ func isForeignKeyViolation(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.ForeignKeyViolation
 }
+
+// invalidBecause files a reason a pure package gave (a problem.Public
+// error of internal/scanscope, internal/slots or internal/labels) under
+// ErrInvalid: errors.Is matches the sentinel, and a client reads the
+// reason, as with problem.Wrap(ErrInvalid, reason).
+func invalidBecause(reason error) error { return fmt.Errorf("%w: %w", ErrInvalid, reason) }

@@ -7,47 +7,18 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"net"
-	"net/url"
 	"slices"
-	"strings"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/worker-gateway/gateway/internal/scanscope"
 )
 
-// NormalizeAssetValue is the canonical form assets deduplicate by:
-// hostnames lowercased without a trailing dot, IP addresses in their
-// canonical text form, URLs with lowercased scheme and host, host:port pairs
-// with a normalised host; anything else trimmed.
+// NormalizeAssetValue is the canonical form assets deduplicate by
+// (scanscope.NormalizeAssetValue).
 func NormalizeAssetValue(assetType, value string) string {
-	value = strings.TrimSpace(value)
-	switch assetType {
-	case "hostname", "domain":
-		return strings.TrimSuffix(strings.ToLower(value), ".")
-	case "ip":
-		if ip := net.ParseIP(value); ip != nil {
-			return ip.String()
-		}
-	case "port":
-		if host, port, err := net.SplitHostPort(value); err == nil {
-			if ip := net.ParseIP(host); ip != nil {
-				host = ip.String()
-			} else {
-				host = strings.TrimSuffix(strings.ToLower(host), ".")
-			}
-			return net.JoinHostPort(host, port)
-		}
-	case "url":
-		if u, err := url.Parse(value); err == nil && u.Host != "" {
-			u.Scheme, u.Host = strings.ToLower(u.Scheme), strings.ToLower(u.Host)
-			if u.Path == "" {
-				u.Path = "/"
-			}
-			return u.String()
-		}
-	}
-	return value
+	return scanscope.NormalizeAssetValue(assetType, value)
 }
 
 // threatKey is how a threat without an external id still deduplicates: by
@@ -83,7 +54,7 @@ type ingestCounts struct {
 // organization's scan scope (an edge when either end is): they are kept in
 // the batch, flagged, and never become assets. nil when none is.
 func (ts targetScope) outOfScopeRecords(records []ResultRecord) []bool {
-	if !ts.enforced {
+	if !ts.Enforced() {
 		return nil
 	}
 	var out []bool
@@ -91,9 +62,9 @@ func (ts targetScope) outOfScopeRecords(records []ResultRecord) []bool {
 		var in bool
 		switch r.Kind {
 		case "asset", "threat":
-			in = ts.allowsAsset(r.AssetType, r.AssetValue)
+			in = ts.AllowsAsset(r.AssetType, r.AssetValue)
 		case "edge":
-			in = ts.allowsAsset(r.AssetType, r.AssetValue) && ts.allowsAsset(r.TargetType, r.TargetValue)
+			in = ts.AllowsAsset(r.AssetType, r.AssetValue) && ts.AllowsAsset(r.TargetType, r.TargetValue)
 		default:
 			continue
 		}

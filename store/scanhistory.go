@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/worker-gateway/gateway/internal/scanscope"
 	"github.com/worker-gateway/gateway/problem"
 )
 
@@ -146,23 +147,11 @@ func checkScanScopeIn(ts targetScope, p CreateScanParams, assetValues map[uuid.U
 	for i, plugin := range p.Plugins {
 		inputs[i] = plugin.Input
 	}
-	return ts.refuse(scanTargets(p.Targets, values, inputs, nil))
-}
-
-// scanTargets is what a scan directs its workers at: its targets, the
-// values of its asset targets, what its plugins' inputs name, and the
-// assets its jobs found so far (assetListTargets: advance_scan passes them
-// to each later job).
-func scanTargets(targets, assetTargetValues []string, inputs []json.RawMessage, found []any) []string {
-	out := slices.Concat(targets, assetTargetValues)
-	for _, in := range inputs {
-		out = append(out, inputTargets(in)...)
-	}
-	return append(out, assetListTargets(found)...)
+	return ts.refuse(scanscope.ScanTargets(p.Targets, values, inputs, nil))
 }
 
 // checkTaskScope refuses a scanner_plugin task whose payload names targets
-// outside its organization's scan scope (taskTargets: its targets, its
+// outside its organization's scan scope (scanscope.TaskTargets: its targets, its
 // input, the assets it carries): a task is no way around the scope a scan
 // is held to.
 func checkTaskScope(ctx context.Context, tx pgx.Tx, p CreateTaskParams) error {
@@ -172,7 +161,7 @@ func checkTaskScope(ctx context.Context, tx pgx.Tx, p CreateTaskParams) error {
 // checkTaskTargets is checkTaskScope for a task's type and payload: a task
 // created, fired by a schedule or redriven.
 func checkTaskTargets(ctx context.Context, tx pgx.Tx, org uuid.UUID, taskType string, payload json.RawMessage) error {
-	named := taskTargets(taskType, payload)
+	named := scanscope.TaskTargets(taskType, payload)
 	if len(named) == 0 {
 		return nil
 	}

@@ -11,6 +11,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/worker-gateway/gateway/internal/slots"
 )
 
 // runActiveSQL: the schedule s's latest run has not ended (overlap policy).
@@ -56,7 +58,7 @@ var claimSchedulesSQL = `
 
 // claimed is a due schedule, locked by the claim.
 type claimed struct {
-	sl       slotter
+	sl       slots.Slotter
 	org      uuid.UUID
 	version  int
 	overlap  OverlapPolicy
@@ -181,7 +183,7 @@ func advance(ctx context.Context, tx pgx.Tx, due []*claimed) error {
 	ids, lastTask, lastScan := make([]uuid.UUID, n), make([]*uuid.UUID, n), make([]*uuid.UUID, n)
 	nextSlot, nextFire, queued, lastSlot := make([]*time.Time, n), make([]*time.Time, n), make([]*time.Time, n), make([]*time.Time, n)
 	for i, c := range due {
-		ids[i], nextSlot[i], nextFire[i], queued[i] = c.sl.id, c.nextSlot, c.nextFire, c.queued
+		ids[i], nextSlot[i], nextFire[i], queued[i] = c.sl.ID, c.nextSlot, c.nextFire, c.queued
 		lastTask[i], lastScan[i], lastSlot[i] = c.lastTask, c.lastScan, c.lastSlot
 	}
 	if _, err := tx.Exec(ctx, advanceSchedulesSQL, ids, nextSlot, nextFire, queued, lastTask, lastScan, lastSlot); err != nil {
@@ -194,26 +196,17 @@ func advance(ctx context.Context, tx pgx.Tx, due []*claimed) error {
 // the last of them may run (overlap policy), and the schedule moves to the
 // first slot not yet due.
 func (c *claimed) fireDue(ctx context.Context, tx pgx.Tx) error {
-	var due []time.Time
-	slot, ok := *c.nextSlot, true
-	for ok && !c.sl.fireAt(slot).After(c.now) && len(due) < maxDueSlots {
-		due = append(due, slot)
-		slot, ok = c.sl.next(slot)
-	}
-	if ok && !c.sl.fireAt(slot).After(c.now) {
-		// A downtime longer than maxDueSlots: the rest are jumped over.
-		slot, ok = c.sl.next(c.now)
-	}
+	due, slot, ok := c.sl.Due(*c.nextSlot, c.now)
 	c.nextSlot, c.nextFire = nil, nil
 	if ok {
-		f := c.sl.fireAt(slot)
+		f := c.sl.FireAt(slot)
 		c.nextSlot, c.nextFire = &slot, &f
 	}
 	last := due[len(due)-1]
 	c.lastSlot = &last
 	missed := len(due) - 1
 	if c.catchUp == CatchUpSkip {
-		late := c.now.Sub(c.sl.fireAt(last)) > c.sl.grace(last)
+		late := c.sl.Late(last, c.now)
 		if late {
 			missed = len(due)
 		}
@@ -254,14 +247,14 @@ func (c *claimed) record(ctx context.Context, tx pgx.Tx, slot time.Time, outcome
 			outcome, skip_reason, missed_slots)
 		VALUES ($1, $2, $3, $4, 'schedule', $5, $6, $7)
 		ON CONFLICT (schedule_id, slot_at) WHERE trigger_kind = 'schedule' DO NOTHING
-		RETURNING id, fired_at`, c.sl.id, c.org, c.version, slot, outcome, reason, missed).Scan(&id, &firedAt)
+		RETURNING id, fired_at`, c.sl.ID, c.org, c.version, slot, outcome, reason, missed).Scan(&id, &firedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("record schedule fire: %w", err)
 	}
-	c.fires = append(c.fires, ScheduleFire{ID: id, ScheduleID: c.sl.id, Version: c.version, SlotAt: slot,
+	c.fires = append(c.fires, ScheduleFire{ID: id, ScheduleID: c.sl.ID, Version: c.version, SlotAt: slot,
 		Trigger: TriggerSchedule, Outcome: outcome, SkipReason: reason, MissedSlots: missed, FiredAt: firedAt})
 	return nil
 }
@@ -279,11 +272,11 @@ func (c *claimed) run(ctx context.Context, tx pgx.Tx, slot time.Time, queued boo
 		return c.batch.run(ctx, tx, c, slot, queued, missed)
 	}
 	version := c.version
-	tr := Trigger{Kind: TriggerSchedule, ScheduleID: &c.sl.id, ScheduleVersion: &version, SlotAt: &slot}
-	f := ScheduleFire{ScheduleID: c.sl.id, Version: c.version, SlotAt: slot, Trigger: TriggerSchedule,
+	tr := Trigger{Kind: TriggerSchedule, ScheduleID: &c.sl.ID, ScheduleVersion: &version, SlotAt: &slot}
+	f := ScheduleFire{ScheduleID: c.sl.ID, Version: c.version, SlotAt: slot, Trigger: TriggerSchedule,
 		Outcome: FireCreated, MissedSlots: missed}
 	if !queued {
-		due := c.sl.fireAt(slot)
+		due := c.sl.FireAt(slot)
 		f.DueAt = &due
 	}
 	sp, err := tx.Begin(ctx)
@@ -300,7 +293,7 @@ func (c *claimed) run(ctx context.Context, tx pgx.Tx, slot time.Time, queued boo
 		if queued {
 			_, err := tx.Exec(ctx, `UPDATE schedule_fires SET outcome = 'skipped', skip_reason = 'error', version = $3
 				WHERE schedule_id = $1 AND slot_at = $2 AND trigger_kind = 'schedule' AND outcome = 'queued'`,
-				c.sl.id, slot, c.version)
+				c.sl.ID, slot, c.version)
 			if err != nil {
 				return fmt.Errorf("record failed schedule fire: %w", err)
 			}
@@ -312,13 +305,13 @@ func (c *claimed) run(ctx context.Context, tx pgx.Tx, slot time.Time, queued boo
 		err = sp.QueryRow(ctx, `UPDATE schedule_fires SET outcome = 'created', version = $3, fired_at = now(),
 				task_id = $4, scan_id = $5
 			WHERE schedule_id = $1 AND slot_at = $2 AND trigger_kind = 'schedule' AND outcome = 'queued'
-			RETURNING id, fired_at`, c.sl.id, slot, c.version, f.TaskID, f.ScanID).Scan(&f.ID, &f.FiredAt)
+			RETURNING id, fired_at`, c.sl.ID, slot, c.version, f.TaskID, f.ScanID).Scan(&f.ID, &f.FiredAt)
 	} else {
 		err = sp.QueryRow(ctx, `INSERT INTO schedule_fires (schedule_id, organization_id, version, slot_at, trigger_kind,
 				outcome, missed_slots, task_id, scan_id)
 			VALUES ($1, $2, $3, $4, 'schedule', 'created', $5, $6, $7)
 			ON CONFLICT (schedule_id, slot_at) WHERE trigger_kind = 'schedule' DO NOTHING
-			RETURNING id, fired_at`, c.sl.id, c.org, c.version, slot, missed, f.TaskID, f.ScanID).Scan(&f.ID, &f.FiredAt)
+			RETURNING id, fired_at`, c.sl.ID, c.org, c.version, slot, missed, f.TaskID, f.ScanID).Scan(&f.ID, &f.FiredAt)
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		// This slot already fired: its run stays the only one.

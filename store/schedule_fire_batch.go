@@ -121,10 +121,10 @@ func (b *fireBatch) run(ctx context.Context, tx pgx.Tx, c *claimed, slot time.Ti
 		return errFireOneByOne // its fire row exists already, as queued
 	}
 	version := c.version
-	due := c.sl.fireAt(slot)
-	f := ScheduleFire{ScheduleID: c.sl.id, Version: c.version, SlotAt: slot, Trigger: TriggerSchedule,
+	due := c.sl.FireAt(slot)
+	f := ScheduleFire{ScheduleID: c.sl.ID, Version: c.version, SlotAt: slot, Trigger: TriggerSchedule,
 		Outcome: FireCreated, MissedSlots: missed, DueAt: &due}
-	tr := Trigger{Kind: TriggerSchedule, ScheduleID: &c.sl.id, ScheduleVersion: &version, SlotAt: &slot}
+	tr := Trigger{Kind: TriggerSchedule, ScheduleID: &c.sl.ID, ScheduleVersion: &version, SlotAt: &slot}
 	switch {
 	case c.def.Kind == ScheduleScan && c.def.Scan != nil:
 		p := scheduledScanParams(c.org, c.def.Scan, &tr, runKey{})
@@ -167,7 +167,7 @@ func (b *fireBatch) checkScope(ctx context.Context, tx pgx.Tx, p CreateScanParam
 // record is claimed.record for the batch.
 func (b *fireBatch) record(c *claimed, slot time.Time, outcome, reason string, missed int) {
 	b.fires = append(b.fires, batchedFire{c: c, index: len(c.fires), slot: slot, outcome: outcome, reason: reason, missed: missed})
-	c.fires = append(c.fires, ScheduleFire{ScheduleID: c.sl.id, Version: c.version, SlotAt: slot,
+	c.fires = append(c.fires, ScheduleFire{ScheduleID: c.sl.ID, Version: c.version, SlotAt: slot,
 		Trigger: TriggerSchedule, Outcome: outcome, SkipReason: reason, MissedSlots: missed})
 }
 
@@ -217,9 +217,9 @@ func (b *fireBatch) write(ctx context.Context, tx pgx.Tx) error {
 	byKey := make(map[key]batchedFire, n)
 	for i, bf := range b.fires {
 		f := bf.c.fires[bf.index]
-		schedules[i], orgs[i], versions[i], slots[i] = bf.c.sl.id, bf.c.org, bf.c.version, bf.slot
+		schedules[i], orgs[i], versions[i], slots[i] = bf.c.sl.ID, bf.c.org, bf.c.version, bf.slot
 		outcomes[i], reasons[i], missed[i], tasks[i], scans[i] = bf.outcome, bf.reason, bf.missed, f.TaskID, f.ScanID
-		byKey[key{bf.c.sl.id, bf.slot.UnixMicro()}] = bf
+		byKey[key{bf.c.sl.ID, bf.slot.UnixMicro()}] = bf
 	}
 	rows, err := tx.Query(ctx, insertFiresSQL, schedules, orgs, versions, slots, outcomes, reasons, missed, tasks, scans)
 	if err != nil {

@@ -7,40 +7,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestCronMinGap: the shortest gap between two consecutive slots of a cron
-// expression, computed from its fields, including gaps across midnight and
-// days that fire rarely.
-func TestCronMinGap(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		cron string
-		want time.Duration
-	}{
-		{"* * * * *", time.Minute},
-		{"*/5 * * * *", 5 * time.Minute},
-		{"0,1 * * * *", time.Minute},
-		{"0 * * * *", time.Hour},
-		{"@hourly", time.Hour},
-		{"@daily", 24 * time.Hour},
-		{"59 23 * * *", 24 * time.Hour},
-		// 23:00 then 00:00 the next day.
-		{"0 0,23 * * *", time.Hour},
-		// Mondays only: the next day never fires.
-		{"0 0,23 * * 1", 23 * time.Hour},
-		{"0 0 * * 1-5", 24 * time.Hour},
-		{"0 0 * * 1", 7 * 24 * time.Hour},
-		// Day of month or weekday: a Monday the 30th, then the 31st.
-		{"0 0 31 * 1", 24 * time.Hour},
-		// Leap days: four years apart (eight around 2100).
-		{"0 0 29 2 *", (4*365 + 1) * 24 * time.Hour},
-		{"30 23 31 12 *", 365 * 24 * time.Hour},
-	} {
-		spec, err := parseCron(tc.cron)
-		require.NoError(t, err, tc.cron)
-		require.Equal(t, tc.want, cronMinGap(spec), tc.cron)
-	}
-}
-
 // TestCheckMinInterval: an interval or a cron whose slots come closer than
 // the minimum is ErrScheduleTooFrequent; at the minimum it is accepted.
 func TestCheckMinInterval(t *testing.T) {

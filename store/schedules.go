@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/worker-gateway/gateway/internal/slots"
 	"github.com/worker-gateway/gateway/problem"
 )
 
@@ -231,7 +232,7 @@ type compiled struct {
 	definition ScheduleDefinition
 	timingJSON []byte
 	defJSON    []byte
-	slots      slotter
+	slots      slots.Slotter
 }
 
 func invalid(msg problem.Text) error { return problem.Wrap(ErrInvalid, msg) }
@@ -248,16 +249,16 @@ func compileSchedule(p ScheduleParams) (compiled, error) {
 	if err != nil || t.TimeZone == "Local" {
 		return c, invalid("time_zone: unknown IANA time zone")
 	}
-	c.slots.loc = loc
+	c.slots.Location = loc
 	switch {
 	case t.Cron != "" && t.IntervalSeconds != 0:
 		return c, invalid("cron: give either cron or interval_seconds, not both")
 	case t.Cron != "":
-		if c.slots.spec, err = parseCron(t.Cron); err != nil {
-			return c, err
+		if c.slots.Cron, err = slots.ParseCron(t.Cron); err != nil {
+			return c, invalidBecause(err)
 		}
 	case t.IntervalSeconds > 0:
-		c.slots.interval = time.Duration(t.IntervalSeconds) * time.Second
+		c.slots.Interval = time.Duration(t.IntervalSeconds) * time.Second
 	case t.IntervalSeconds < 0:
 		return c, invalid("interval_seconds: must be positive")
 	default:
@@ -266,10 +267,10 @@ func compileSchedule(p ScheduleParams) (compiled, error) {
 	if t.JitterSeconds < 0 || time.Duration(t.JitterSeconds)*time.Second > maxScheduleJitter {
 		return c, invalid("jitter_seconds: must be between 0 and 86400")
 	}
-	if c.slots.spec == nil && t.JitterSeconds >= t.IntervalSeconds && t.JitterSeconds > 0 {
+	if c.slots.Cron == nil && t.JitterSeconds >= t.IntervalSeconds && t.JitterSeconds > 0 {
 		return c, invalid("jitter_seconds: must be less than interval_seconds")
 	}
-	c.slots.jitter = time.Duration(t.JitterSeconds) * time.Second
+	c.slots.Jitter = time.Duration(t.JitterSeconds) * time.Second
 	// The database keeps microseconds: slots must survive the round trip.
 	if t.StartAt != nil {
 		v := t.StartAt.Truncate(time.Microsecond).UTC()
@@ -282,7 +283,7 @@ func compileSchedule(p ScheduleParams) (compiled, error) {
 	if t.StartAt != nil && t.EndAt != nil && !t.EndAt.After(*t.StartAt) {
 		return c, invalid("end_at: must be after start_at")
 	}
-	c.slots.start, c.slots.end = t.StartAt, t.EndAt
+	c.slots.Start, c.slots.End = t.StartAt, t.EndAt
 	switch t.Overlap {
 	case "":
 		t.Overlap = OverlapSkip
@@ -449,12 +450,12 @@ func dbNow(ctx context.Context, ex executor) (time.Time, error) {
 
 // nextFire is the first slot after `after` and when it fires, or nils when
 // the schedule has ended.
-func (sl slotter) nextFire(after time.Time) (slot, fire *time.Time) {
-	s, ok := sl.next(after)
+func nextFire(sl slots.Slotter, after time.Time) (slot, fire *time.Time) {
+	s, ok := sl.Next(after)
 	if !ok {
 		return nil, nil
 	}
-	f := sl.fireAt(s)
+	f := sl.FireAt(s)
 	return &s, &f
 }
 
@@ -495,17 +496,17 @@ func (s *Store) CreateSchedule(ctx context.Context, scope Scope, org uuid.UUID, 
 			return err
 		}
 		id := uuid.Must(uuid.NewV7())
-		c.slots.id = id
-		c.slots.anchor = now.Truncate(time.Microsecond)
+		c.slots.ID = id
+		c.slots.Anchor = now.Truncate(time.Microsecond)
 		if c.timing.StartAt != nil {
-			c.slots.anchor = *c.timing.StartAt
+			c.slots.Anchor = *c.timing.StartAt
 		}
-		slot, fire := c.slots.nextFire(now)
+		slot, fire := nextFire(c.slots, now)
 		_, err = tx.Exec(ctx, `
 			INSERT INTO schedules (id, organization_id, name, cron_expr, interval_seconds, interval_anchor, time_zone,
 				jitter_seconds, start_at, end_at, overlap_policy, catch_up_policy, next_slot_at, next_fire_at)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
-			id, org, p.Name, nullString(c.timing.Cron), nullInt(c.timing.IntervalSeconds), c.slots.anchor, c.timing.TimeZone,
+			id, org, p.Name, nullString(c.timing.Cron), nullInt(c.timing.IntervalSeconds), c.slots.Anchor, c.timing.TimeZone,
 			c.timing.JitterSeconds, c.timing.StartAt, c.timing.EndAt, string(c.timing.Overlap), string(c.timing.CatchUp), slot, fire)
 		if isForeignKeyViolation(err) {
 			return missingOrganization(scope, org)
@@ -599,16 +600,16 @@ func (s *Store) UpdateSchedule(ctx context.Context, scope Scope, id uuid.UUID, p
 			if err != nil {
 				return err
 			}
-			c.slots.id = id
-			c.slots.anchor = now.Truncate(time.Microsecond)
+			c.slots.ID = id
+			c.slots.Anchor = now.Truncate(time.Microsecond)
 			if c.timing.StartAt != nil {
-				c.slots.anchor = *c.timing.StartAt
+				c.slots.Anchor = *c.timing.StartAt
 			}
-			slot, fire := c.slots.nextFire(now)
+			slot, fire := nextFire(c.slots, now)
 			if _, err := tx.Exec(ctx, `UPDATE schedules SET cron_expr = $2, interval_seconds = $3, interval_anchor = $4,
 				time_zone = $5, jitter_seconds = $6, start_at = $7, end_at = $8, overlap_policy = $9, catch_up_policy = $10,
 				next_slot_at = $11, next_fire_at = $12 WHERE id = $1`,
-				id, nullString(c.timing.Cron), nullInt(c.timing.IntervalSeconds), c.slots.anchor, c.timing.TimeZone,
+				id, nullString(c.timing.Cron), nullInt(c.timing.IntervalSeconds), c.slots.Anchor, c.timing.TimeZone,
 				c.timing.JitterSeconds, c.timing.StartAt, c.timing.EndAt, string(c.timing.Overlap), string(c.timing.CatchUp),
 				slot, fire); err != nil {
 				return fmt.Errorf("update schedule timing: %w", err)
@@ -670,7 +671,7 @@ func (s *Store) setScheduleEnabled(ctx context.Context, scope Scope, id uuid.UUI
 			if err != nil {
 				return err
 			}
-			slot, fire := sl.nextFire(now)
+			slot, fire := nextFire(sl, now)
 			if _, err := tx.Exec(ctx, `UPDATE schedules SET next_slot_at = $2, next_fire_at = $3 WHERE id = $1`,
 				id, slot, fire); err != nil {
 				return fmt.Errorf("resume schedule: %w", err)
@@ -720,28 +721,29 @@ func (s *Store) DeleteSchedule(ctx context.Context, scope Scope, id uuid.UUID) (
 	return sc, nil
 }
 
-// slotterColumns are what a slotter is built from (slotterFrom).
+// slotterColumns are what a schedule's slots.Slotter is built from
+// (slotterFrom).
 const slotterColumns = `s.id, s.cron_expr, s.interval_seconds, s.interval_anchor, s.time_zone, s.jitter_seconds, s.start_at, s.end_at`
 
 func slotterFrom(id uuid.UUID, cronExpr *string, interval *int, anchor time.Time, zone string, jitter int,
-	start, end *time.Time) (slotter, error) {
-	sl := slotter{id: id, anchor: anchor, start: start, end: end, jitter: time.Duration(jitter) * time.Second}
+	start, end *time.Time) (slots.Slotter, error) {
+	sl := slots.Slotter{ID: id, Anchor: anchor, Start: start, End: end, Jitter: time.Duration(jitter) * time.Second}
 	loc, err := time.LoadLocation(zone)
 	if err != nil {
 		return sl, fmt.Errorf("schedule %s: time zone: %w", id, err)
 	}
-	sl.loc = loc
+	sl.Location = loc
 	if cronExpr != nil {
-		if sl.spec, err = parseCron(*cronExpr); err != nil {
+		if sl.Cron, err = slots.ParseCron(*cronExpr); err != nil {
 			return sl, fmt.Errorf("schedule %s: stored cron: %w", id, err)
 		}
 	} else if interval != nil {
-		sl.interval = time.Duration(*interval) * time.Second
+		sl.Interval = time.Duration(*interval) * time.Second
 	}
 	return sl, nil
 }
 
-func loadSlotter(ctx context.Context, ex executor, id uuid.UUID) (slotter, error) {
+func loadSlotter(ctx context.Context, ex executor, id uuid.UUID) (slots.Slotter, error) {
 	var (
 		cronExpr   *string
 		interval   *int
@@ -754,7 +756,7 @@ func loadSlotter(ctx context.Context, ex executor, id uuid.UUID) (slotter, error
 	err := ex.QueryRow(ctx, `SELECT `+slotterColumns+` FROM schedules s WHERE s.id = $1`, id).
 		Scan(&sid, &cronExpr, &interval, &anchor, &zone, &jitter, &start, &end)
 	if err != nil {
-		return slotter{}, fmt.Errorf("read schedule timing: %w", err)
+		return slots.Slotter{}, fmt.Errorf("read schedule timing: %w", err)
 	}
 	return slotterFrom(sid, cronExpr, interval, anchor, zone, jitter, start, end)
 }
@@ -845,11 +847,11 @@ func (s *Store) NextFireTimes(ctx context.Context, scope Scope, id uuid.UUID, n 
 		if err != nil {
 			return nil, err
 		}
-		slot, ok = sl.next(now)
+		slot, ok = sl.Next(now)
 	}
 	var out []ScheduleSlot
-	for ; ok && len(out) < n; slot, ok = sl.next(slot) {
-		out = append(out, ScheduleSlot{SlotAt: slot.UTC(), FireAt: sl.fireAt(slot).UTC()})
+	for ; ok && len(out) < n; slot, ok = sl.Next(slot) {
+		out = append(out, ScheduleSlot{SlotAt: slot.UTC(), FireAt: sl.FireAt(slot).UTC()})
 	}
 	return out, nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/worker-gateway/gateway/internal/scanscope"
 	"github.com/worker-gateway/gateway/problem"
 )
 
@@ -104,7 +105,7 @@ func lockScopeForNarrowing(ctx context.Context, tx pgx.Tx, org uuid.UUID) error 
 // after these reads.
 func recheckLiveWork(ctx context.Context, tx pgx.Tx, org uuid.UUID) error {
 	ts, err := loadTargetScope(ctx, tx, org)
-	if err != nil || !ts.enforced {
+	if err != nil || !ts.Enforced() {
 		return err
 	}
 	if err := cancelScansOutOfScope(ctx, tx, org, ts); err != nil {
@@ -131,7 +132,7 @@ func cancelScansOutOfScope(ctx context.Context, tx pgx.Tx, org uuid.UUID, ts tar
 	var inputs []json.RawMessage
 	var found []any
 	_, err = pgx.ForEachRow(rows, []any{&id, &targets, &assetTargets, &inputs, &found}, func() error {
-		if ts.refuse(scanTargets(targets, assetTargets, inputs, found)) != nil {
+		if ts.refuse(scanscope.ScanTargets(targets, assetTargets, inputs, found)) != nil {
 			outside = append(outside, id)
 		}
 		return nil
@@ -159,7 +160,7 @@ func cancelTasksOutOfScope(ctx context.Context, tx pgx.Tx, org uuid.UUID, ts tar
 	var taskType string
 	var payload json.RawMessage
 	_, err = pgx.ForEachRow(rows, []any{&id, &taskType, &payload}, func() error {
-		if ts.refuse(taskTargets(taskType, payload)) != nil {
+		if ts.refuse(scanscope.TaskTargets(taskType, payload)) != nil {
 			outside = append(outside, id)
 		}
 		return nil

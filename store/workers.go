@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/worker-gateway/gateway/internal/labels"
 	"github.com/worker-gateway/gateway/problem"
 )
 
@@ -193,7 +194,7 @@ func (s *Store) UpdateWorker(ctx context.Context, scope Scope, id uuid.UUID, p U
 	var removeLabels []string
 	if p.Labels != nil {
 		var err error
-		if setLabels, removeLabels, err = splitLabelChange(p.Labels); err != nil {
+		if setLabels, removeLabels, err = labels.SplitChange(p.Labels); err != nil {
 			return Worker{}, err
 		}
 	}

@@ -1,4 +1,4 @@
-package store
+package scanscope
 
 import (
 	"encoding/json"
@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/worker-gateway/gateway/problem"
 )
 
 // TestHostAddrReadsEveryNumericForm: a host a resolver reads as an address
@@ -47,14 +49,14 @@ func TestHostAddrReadsEveryNumericForm(t *testing.T) {
 // handed.
 func TestScopeChecksEveryHostSpelling(t *testing.T) {
 	t.Parallel()
-	ts := newTargetScope(true, []string{"cidr|f|10.0.0.0/8", "domain|f|a.com"})
+	ts := New(true, []Entry{{Kind: CIDR, Value: "10.0.0.0/8"}, {Kind: Domain, Value: "a.com"}})
 	for _, target := range []string{"10.1.2.3", "012.1", "0x0a000001", "167772161", "::ffff:10.0.0.1", "[::ffff:10.0.0.1]:22",
 		"http://0x0a.1/", "a.com", "A.com.:443"} {
-		assert.True(t, ts.allowsTarget(target), target)
+		assert.True(t, ts.AllowsTarget(target), target)
 	}
 	for _, target := range []string{"vm", "intranet:22", "ip6-localhost", "localhost", "127.1", "2130706433", "0x7f000001",
 		"0177.0.0.1", "http://127.1/", "http://2130706433:8080/", "::ffff:127.0.0.1", "[::1]:22", "127.0.0.1.", "::127.0.0.1"} {
-		assert.False(t, ts.allowsTarget(target), target)
+		assert.False(t, ts.AllowsTarget(target), target)
 	}
 }
 
@@ -85,7 +87,7 @@ func TestInputKeysFoldAsTheWorkerDecodes(t *testing.T) {
 		`{"assets": [{"type": "certificate", "value": "sha256:aa"}]}`:  nil,
 		`{"assets": [{"type": "technology", "value": "evil.com"}]}`:    {"evil.com", "evil.com"},
 	} {
-		assert.Equal(t, want, inputTargets(json.RawMessage(payload)), payload)
+		assert.Equal(t, want, InputTargets(json.RawMessage(payload)), payload)
 	}
 }
 
@@ -113,5 +115,39 @@ func TestNetworkLocationsUnderOtherKeys(t *testing.T) {
 	for _, s := range []string{"12:30", "2130706433", "1.2", "5.0.1", "fast", "words", "lists/words.txt", "Mozilla/5.0 (X11)", "1:2:3", "2130706433:8080"} {
 		_, ok := networkLocation(s)
 		assert.False(t, ok, s)
+	}
+}
+
+// TestParseEntryCanonicalForms: an entry is kept in the one form targets
+// compare with — names lower case in ASCII, "*." as subdomains, mapped
+// IPv4 as IPv4, prefixes masked, URL prefixes normalized — and a value
+// that is not of its kind is refused with a reason a client may read.
+func TestParseEntryCanonicalForms(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		kind, value string
+		want        string
+		subdomains  bool
+	}{
+		{Domain, "A.com.", "a.com", false},
+		{Domain, "*.Sub.org", "sub.org", true},
+		{Domain, "bücher.de", "xn--bcher-kva.de", false},
+		{IP, "::ffff:10.0.0.1", "10.0.0.1", false},
+		{CIDR, "10.1.2.3/8", "10.0.0.0/8", false},
+		{CIDR, "::ffff:192.168.0.0/112", "192.168.0.0/16", false},
+		{URLPrefix, "HTTPS://App.net", "https://app.net/", false},
+	} {
+		got, sub, err := ParseEntry(tc.kind, tc.value, false)
+		require.NoError(t, err, tc.value)
+		assert.Equal(t, tc.want, got, tc.value)
+		assert.Equal(t, tc.subdomains, sub, tc.value)
+	}
+	for _, bad := range []Entry{{Kind: Domain, Value: "a b"}, {Kind: Domain, Value: "127.1"}, {Kind: IP, Value: "fe80::1%eth0"},
+		{Kind: CIDR, Value: "10.0.0.0"}, {Kind: URLPrefix, Value: "ftp://a.com/"}, {Kind: "host", Value: "a.com"}} {
+		_, _, err := ParseEntry(bad.Kind, bad.Value, false)
+		require.Error(t, err, bad)
+		text, ok := problem.PublicText(err)
+		require.True(t, ok, bad)
+		assert.Contains(t, string(text), bad.Kind, bad)
 	}
 }

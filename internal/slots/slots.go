@@ -1,80 +1,57 @@
-package store
+package slots
 
 import (
 	"encoding/binary"
 	"hash/fnv"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/robfig/cron/v3"
-
-	"github.com/worker-gateway/gateway/problem"
 )
 
-// cronParser takes the standard five fields and the @hourly-style
-// descriptors. robfig/cron is used for parsing and for stepping through wall
-// times only: it steps by absolute hours across DST changes, so slots here
-// are computed on civil (zone-less) time and mapped to instants by
-// civilInstant.
-var cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
-
 const (
-	// maxDueSlots bounds how many missed slots one claim enumerates; the
-	// rest of a very long downtime is jumped over.
-	maxDueSlots = 100_000
+	// maxDue bounds how many missed slots Due enumerates; the rest of a
+	// very long downtime is jumped over.
+	maxDue = 100_000
 	// maxMisfireGrace is how late a slot may fire under catch-up "skip"
 	// (at most half the gap to the next slot).
 	maxMisfireGrace = time.Minute
 )
 
-// slotter computes a schedule's slots: nominal fire times, before jitter.
-type slotter struct {
-	id       uuid.UUID
-	spec     *cron.SpecSchedule // nil for an interval schedule
-	interval time.Duration
-	anchor   time.Time // interval slots are anchor + k·interval
-	loc      *time.Location
-	jitter   time.Duration
-	start    *time.Time
-	end      *time.Time
+// Slotter computes a schedule's slots: nominal fire times, before jitter.
+// It is a cron schedule when Cron is set, else an interval schedule.
+type Slotter struct {
+	ID       uuid.UUID // the schedule: jitter is a hash of (ID, slot)
+	Cron     *Cron
+	Interval time.Duration
+	Anchor   time.Time // interval slots are Anchor + k·Interval
+	Location *time.Location
+	Jitter   time.Duration
+	Start    *time.Time
+	End      *time.Time
 }
 
-// parseCron accepts a five-field expression or a descriptor; a time zone
-// prefix or @every is refused, since zone and interval are fields of their
-// own.
-func parseCron(expr string) (*cron.SpecSchedule, error) {
-	bad := problem.Wrap(ErrInvalid, "cron: not a valid cron expression (five fields, or @hourly, @daily, @weekly, @monthly, @yearly)")
-	e := strings.TrimSpace(expr)
-	if e == "" || strings.HasPrefix(e, "TZ=") || strings.HasPrefix(e, "CRON_TZ=") || strings.HasPrefix(e, "@every") {
-		return nil, bad
+// MinGap is the shortest gap between two consecutive slots: the interval,
+// or the cron expression's (Cron.MinGap).
+func (sl Slotter) MinGap() time.Duration {
+	if sl.Cron != nil {
+		return sl.Cron.MinGap()
 	}
-	sched, err := cronParser.Parse(e)
-	if err != nil {
-		return nil, bad
-	}
-	spec, ok := sched.(*cron.SpecSchedule)
-	if !ok {
-		return nil, bad
-	}
-	// Civil time is represented as UTC; see civilInstant.
-	spec.Location = time.UTC
-	return spec, nil
+	return sl.Interval
 }
 
-// next is the first slot strictly after `after`, not before start and not
-// after end; false when the schedule has no more slots.
-func (sl slotter) next(after time.Time) (time.Time, bool) {
-	if sl.start != nil && after.Before(*sl.start) {
-		after = sl.start.Add(-time.Nanosecond)
+// Next is the first slot strictly after `after`, not before Start and not
+// after End; false when the schedule has no more slots.
+func (sl Slotter) Next(after time.Time) (time.Time, bool) {
+	if sl.Start != nil && after.Before(*sl.Start) {
+		after = sl.Start.Add(-time.Nanosecond)
 	}
 	var slot time.Time
-	if sl.spec == nil {
-		if after.Before(sl.anchor) {
-			slot = sl.anchor
+	if sl.Cron == nil {
+		if after.Before(sl.Anchor) {
+			slot = sl.Anchor
 		} else {
-			k := after.Sub(sl.anchor)/sl.interval + 1
-			slot = sl.anchor.Add(k * sl.interval)
+			k := after.Sub(sl.Anchor)/sl.Interval + 1
+			slot = sl.Anchor.Add(k * sl.Interval)
 		}
 	} else {
 		var ok bool
@@ -82,7 +59,7 @@ func (sl slotter) next(after time.Time) (time.Time, bool) {
 			return time.Time{}, false
 		}
 	}
-	if sl.end != nil && slot.After(*sl.end) {
+	if sl.End != nil && slot.After(*sl.End) {
 		return time.Time{}, false
 	}
 	return slot, true
@@ -94,15 +71,15 @@ func (sl slotter) next(after time.Time) (time.Time, bool) {
 // does not exist maps to the end of the gap (fires once, at the next valid
 // instant), and later wall times of the gap map to the same instant, which
 // is not after the previous slot, so they fire nothing more.
-func (sl slotter) nextCron(after time.Time) (time.Time, bool) {
-	c := civil(after, sl.loc)
+func (sl Slotter) nextCron(after time.Time) (time.Time, bool) {
+	c := civil(after, sl.Location)
 	// A repeated hour holds at most a few thousand minute slots.
 	for range 10_000 {
-		c = sl.spec.Next(c)
+		c = sl.Cron.spec.Next(c)
 		if c.IsZero() {
 			return time.Time{}, false
 		}
-		if i := civilInstant(c, sl.loc); i.After(after) {
+		if i := civilInstant(c, sl.Location); i.After(after) {
 			return i, true
 		}
 	}
@@ -151,24 +128,48 @@ func civilInstant(c time.Time, loc *time.Location) time.Time {
 	return ze
 }
 
-// fireAt is when a slot fires: the slot plus its jitter, which is the same
+// FireAt is when a slot fires: the slot plus its jitter, which is the same
 // for the same (schedule, slot) on every replica.
-func (sl slotter) fireAt(slot time.Time) time.Time {
-	if sl.jitter <= 0 {
+func (sl Slotter) FireAt(slot time.Time) time.Time {
+	if sl.Jitter <= 0 {
 		return slot
 	}
 	h := fnv.New64a()
-	_, _ = h.Write(sl.id[:])
+	_, _ = h.Write(sl.ID[:])
 	var b [8]byte
 	binary.BigEndian.PutUint64(b[:], uint64(slot.UnixMicro()))
 	_, _ = h.Write(b[:])
-	ms := int64(sl.jitter / time.Millisecond)
+	ms := int64(sl.Jitter / time.Millisecond)
 	return slot.Add(time.Duration(int64(h.Sum64()%uint64(ms))) * time.Millisecond)
 }
 
+// Due lists the slots from first (the schedule's pending slot) that fire
+// by now, oldest first, and the first slot after them that does not (ok
+// false when the schedule ends first). After a downtime of more than
+// maxDue slots the rest are jumped over: next is then the first slot after
+// now.
+func (sl Slotter) Due(first, now time.Time) (due []time.Time, next time.Time, ok bool) {
+	slot, ok := first, true
+	for ok && !sl.FireAt(slot).After(now) && len(due) < maxDue {
+		due = append(due, slot)
+		slot, ok = sl.Next(slot)
+	}
+	if ok && !sl.FireAt(slot).After(now) {
+		slot, ok = sl.Next(now)
+	}
+	return due, slot, ok
+}
+
+// Late says whether a slot firing at now is later than catch-up "skip"
+// allows: more than its grace after its fire time, the grace being a
+// minute at most and half the gap to the next slot.
+func (sl Slotter) Late(slot, now time.Time) bool {
+	return now.Sub(sl.FireAt(slot)) > sl.grace(slot)
+}
+
 // grace is how late a slot may still fire under catch-up "skip".
-func (sl slotter) grace(slot time.Time) time.Duration {
-	next, ok := sl.next(slot)
+func (sl Slotter) grace(slot time.Time) time.Duration {
+	next, ok := sl.Next(slot)
 	if !ok {
 		return maxMisfireGrace
 	}

@@ -1,4 +1,4 @@
-package store
+package slots
 
 import (
 	"testing"
@@ -50,13 +50,13 @@ func TestScheduleSlotsDST(t *testing.T) {
 			t.Parallel()
 			loc, err := time.LoadLocation(tc.zone)
 			require.NoError(t, err)
-			spec, err := parseCron(tc.cron)
+			spec, err := ParseCron(tc.cron)
 			require.NoError(t, err)
-			sl := slotter{id: uuid.New(), spec: spec, loc: loc}
+			sl := Slotter{ID: uuid.New(), Cron: spec, Location: loc}
 			at := utc(tc.after)
 			var got []string
 			for range tc.want {
-				next, ok := sl.next(at)
+				next, ok := sl.Next(at)
 				require.True(t, ok)
 				got = append(got, next.UTC().Format(time.RFC3339))
 				at = next
@@ -74,11 +74,11 @@ func TestScheduleSlotsInterval(t *testing.T) {
 	require.NoError(t, err)
 	anchor := utc("2026-03-29T00:15:00Z")
 	end := utc("2026-03-29T03:15:00Z")
-	sl := slotter{id: uuid.New(), interval: time.Hour, anchor: anchor, loc: loc, start: &anchor, end: &end}
+	sl := Slotter{ID: uuid.New(), Interval: time.Hour, Anchor: anchor, Location: loc, Start: &anchor, End: &end}
 	var got []string
 	at := utc("2026-03-28T00:00:00Z")
 	for {
-		next, ok := sl.next(at)
+		next, ok := sl.Next(at)
 		if !ok {
 			break
 		}
@@ -87,7 +87,7 @@ func TestScheduleSlotsInterval(t *testing.T) {
 	}
 	require.Equal(t, []string{"2026-03-29T00:15:00Z", "2026-03-29T01:15:00Z", "2026-03-29T02:15:00Z", "2026-03-29T03:15:00Z"}, got)
 
-	next, ok := sl.next(utc("2026-03-29T01:20:00Z"))
+	next, ok := sl.Next(utc("2026-03-29T01:20:00Z"))
 	require.True(t, ok)
 	require.Equal(t, utc("2026-03-29T02:15:00Z"), next.UTC())
 }
@@ -96,17 +96,17 @@ func TestScheduleSlotsInterval(t *testing.T) {
 // computed (any replica agrees) and within [0, jitter).
 func TestScheduleJitter(t *testing.T) {
 	t.Parallel()
-	sl := slotter{id: uuid.New(), jitter: 30 * time.Second}
-	other := slotter{id: uuid.New(), jitter: 30 * time.Second}
+	sl := Slotter{ID: uuid.New(), Jitter: 30 * time.Second}
+	other := Slotter{ID: uuid.New(), Jitter: 30 * time.Second}
 	slot := utc("2026-01-01T00:00:00Z")
 	differs := false
 	for i := range 50 {
 		s := slot.Add(time.Duration(i) * time.Minute)
-		f := sl.fireAt(s)
-		require.Equal(t, f, sl.fireAt(s))
+		f := sl.FireAt(s)
+		require.Equal(t, f, sl.FireAt(s))
 		require.False(t, f.Before(s))
 		require.Less(t, f.Sub(s), 30*time.Second)
-		differs = differs || f != other.fireAt(s)
+		differs = differs || f != other.FireAt(s)
 	}
 	require.True(t, differs, "jitter depends on the schedule")
 }
@@ -114,12 +114,86 @@ func TestScheduleJitter(t *testing.T) {
 func TestScheduleCronParse(t *testing.T) {
 	t.Parallel()
 	for _, ok := range []string{"*/5 * * * *", "0 9 * * 1-5", "@hourly", "@daily", "@weekly", "@monthly", "@yearly"} {
-		_, err := parseCron(ok)
+		_, err := ParseCron(ok)
 		require.NoError(t, err, ok)
 	}
 	for _, bad := range []string{"", "* * * *", "* * * * * *", "61 * * * *", "@every 5m", "TZ=UTC * * * * *",
 		"CRON_TZ=Europe/Berlin 0 9 * * *", "@often"} {
-		_, err := parseCron(bad)
-		require.ErrorIs(t, err, ErrInvalid, bad)
+		_, err := ParseCron(bad)
+		require.ErrorIs(t, err, errCron, bad)
 	}
+}
+
+// TestCronMinGap: the shortest gap between two consecutive slots of a cron
+// expression, computed from its fields, including gaps across midnight and
+// days that fire rarely.
+func TestCronMinGap(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		cron string
+		want time.Duration
+	}{
+		{"* * * * *", time.Minute},
+		{"*/5 * * * *", 5 * time.Minute},
+		{"0,1 * * * *", time.Minute},
+		{"0 * * * *", time.Hour},
+		{"@hourly", time.Hour},
+		{"@daily", 24 * time.Hour},
+		{"59 23 * * *", 24 * time.Hour},
+		// 23:00 then 00:00 the next day.
+		{"0 0,23 * * *", time.Hour},
+		// Mondays only: the next day never fires.
+		{"0 0,23 * * 1", 23 * time.Hour},
+		{"0 0 * * 1-5", 24 * time.Hour},
+		{"0 0 * * 1", 7 * 24 * time.Hour},
+		// Day of month or weekday: a Monday the 30th, then the 31st.
+		{"0 0 31 * 1", 24 * time.Hour},
+		// Leap days: four years apart (eight around 2100).
+		{"0 0 29 2 *", (4*365 + 1) * 24 * time.Hour},
+		{"30 23 31 12 *", 365 * 24 * time.Hour},
+	} {
+		spec, err := ParseCron(tc.cron)
+		require.NoError(t, err, tc.cron)
+		require.Equal(t, tc.want, spec.MinGap(), tc.cron)
+	}
+}
+
+// TestDueSlotsAfterADowntime: the slots due by now, oldest first, and the
+// first one not yet due; a downtime longer than maxDue slots is jumped
+// over to the first slot after now, and a schedule that ends has no next.
+func TestDueSlotsAfterADowntime(t *testing.T) {
+	t.Parallel()
+	anchor := utc("2026-01-01T00:00:00Z")
+	sl := Slotter{ID: uuid.New(), Interval: time.Hour, Anchor: anchor, Location: time.UTC}
+	due, next, ok := sl.Due(anchor, anchor.Add(3*time.Hour+30*time.Minute))
+	require.Equal(t, []time.Time{anchor, anchor.Add(time.Hour), anchor.Add(2 * time.Hour), anchor.Add(3 * time.Hour)}, due)
+	require.True(t, ok)
+	require.Equal(t, anchor.Add(4*time.Hour), next)
+
+	end := anchor.Add(2 * time.Hour)
+	ending := sl
+	ending.End = &end
+	due, _, ok = ending.Due(anchor, anchor.Add(5*time.Hour))
+	require.Len(t, due, 3)
+	require.False(t, ok, "no slot after the end")
+
+	secondly := Slotter{ID: uuid.New(), Interval: time.Second, Anchor: anchor, Location: time.UTC}
+	now := anchor.Add(2*maxDue*time.Second + 500*time.Millisecond)
+	due, next, ok = secondly.Due(anchor, now)
+	require.Len(t, due, maxDue)
+	require.True(t, ok)
+	require.Equal(t, anchor.Add((2*maxDue+1)*time.Second), next, "the rest are jumped over")
+}
+
+// TestLateSlots: under catch-up skip a slot may fire up to its grace late:
+// a minute, at most half the gap to the next slot.
+func TestLateSlots(t *testing.T) {
+	t.Parallel()
+	slot := utc("2026-01-01T00:00:00Z")
+	hourly := Slotter{ID: uuid.New(), Interval: time.Hour, Anchor: slot, Location: time.UTC}
+	require.False(t, hourly.Late(slot, slot.Add(time.Minute)))
+	require.True(t, hourly.Late(slot, slot.Add(time.Minute+time.Millisecond)))
+	everyMinute := Slotter{ID: uuid.New(), Interval: time.Minute, Anchor: slot, Location: time.UTC}
+	require.False(t, everyMinute.Late(slot, slot.Add(30*time.Second)))
+	require.True(t, everyMinute.Late(slot, slot.Add(31*time.Second)))
 }

@@ -1,4 +1,4 @@
-package store
+package scanscope
 
 import (
 	"net/netip"
