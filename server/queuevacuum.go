@@ -2,10 +2,12 @@ package server
 
 import (
 	"context"
+	"flag"
 	"log/slog"
 	"sync/atomic"
 	"time"
 
+	"github.com/worker-gateway/gateway/server/services"
 	"github.com/worker-gateway/gateway/store"
 )
 
@@ -17,6 +19,7 @@ import (
 // noticeably longer. Each replica counts its own leases: with several, the
 // queue is vacuumed more often, never less.
 type queueVacuum struct {
+	services.Unit
 	store  *store.Store
 	every  int64
 	logger *slog.Logger
@@ -28,8 +31,8 @@ type queueVacuum struct {
 	kick   chan struct{}
 }
 
-func newQueueVacuum(st *store.Store, every int, logger *slog.Logger) *queueVacuum {
-	return &queueVacuum{store: st, every: int64(every), logger: logger, kick: make(chan struct{}, 1)}
+func newQueueVacuum(st *store.Store, every int, u services.Unit) *queueVacuum {
+	return &queueVacuum{Unit: u, store: st, every: int64(every), logger: u.Logger(), kick: make(chan struct{}, 1)}
 }
 
 // granted counts n leases granted; enough of them since the last vacuum
@@ -46,12 +49,12 @@ func (v *queueVacuum) granted(n int) {
 	}
 }
 
-// run vacuums whenever granted asks, one vacuum at a time, until ctx ends.
-func (v *queueVacuum) run(ctx context.Context) {
+// Run vacuums whenever granted asks, one vacuum at a time, until ctx ends.
+func (v *queueVacuum) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-v.kick:
 		}
 		if v.leased.Load() < v.every {
@@ -59,14 +62,26 @@ func (v *queueVacuum) run(ctx context.Context) {
 		}
 		// Leases granted while the vacuum runs count towards the next one.
 		v.leased.Store(0)
-		start := time.Now()
-		if err := v.store.VacuumQueue(ctx); err != nil {
-			if ctx.Err() == nil {
-				v.logger.Warn("queue vacuum failed; autovacuum will clean the queue later", "error", err.Error())
-			}
-			continue
-		}
-		v.runs.Add(1)
-		v.nanos.Add(int64(time.Since(start)))
+		v.vacuum(ctx)
 	}
+}
+
+// vacuum vacuums the queue once.
+func (v *queueVacuum) vacuum(ctx context.Context) {
+	ctx, span := v.Iteration(ctx)
+	defer span.End()
+	start := time.Now()
+	if err := v.store.VacuumQueue(ctx); err != nil {
+		if ctx.Err() == nil {
+			v.logger.Warn("queue vacuum failed; autovacuum will clean the queue later", "error", err.Error())
+		}
+		return
+	}
+	v.runs.Add(1)
+	v.nanos.Add(int64(time.Since(start)))
+}
+
+// queueVacuumFlags registers the queue vacuum's flag.
+func queueVacuumFlags(fs *flag.FlagSet, cfg *Config) {
+	fs.IntVar(&cfg.QueueVacuumEvery, "queue-vacuum-every", cfg.QueueVacuumEvery, "vacuum the queue of leasable tasks after this many leases granted by this replica, so acquisitions do not step over the entries of leased tasks until autovacuum comes (0: leave it to autovacuum)")
 }

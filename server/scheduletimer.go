@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"flag"
 	"log/slog"
 	"math"
 	"math/rand/v2"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/worker-gateway/gateway/server/services"
 	"github.com/worker-gateway/gateway/store"
 )
 
@@ -43,6 +45,7 @@ const (
 // are FOR UPDATE SKIP LOCKED, so a slot fires once whichever replica
 // claims it.
 type scheduleTimer struct {
+	services.Unit
 	store  *store.Store
 	logger *slog.Logger
 	kick   chan struct{}
@@ -54,8 +57,8 @@ type scheduleTimer struct {
 	lag prometheus.Histogram
 }
 
-func newScheduleTimer(st *store.Store, logger *slog.Logger) *scheduleTimer {
-	return &scheduleTimer{store: st, logger: logger, kick: make(chan struct{}, 1),
+func newScheduleTimer(st *store.Store, u services.Unit) *scheduleTimer {
+	return &scheduleTimer{Unit: u, store: st, logger: u.Logger(), kick: make(chan struct{}, 1),
 		lag: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "gateway_schedule_fire_lag_seconds",
 			Help:    "Time from a slot's fire time (slot plus jitter) to the commit that created its run, per run this replica's timer created on time (not manual runs or queued slots), by this replica's clock.",
@@ -71,20 +74,33 @@ func (t *scheduleTimer) wake() {
 	}
 }
 
-// run fires and sleeps until ctx ends.
-func (t *scheduleTimer) run(ctx context.Context) {
+// Subscriptions: a schedule changed, or the run a queued slot waits for
+// ended.
+func (t *scheduleTimer) Subscriptions() []store.WakeupKind {
+	return []store.WakeupKind{store.WakeSchedules}
+}
+
+// Wake reads the earliest fire time again.
+func (t *scheduleTimer) Wake(store.Wakeup) { t.wake() }
+
+// CatchUp reads the earliest fire time again: a change may have been missed.
+func (t *scheduleTimer) CatchUp() { t.wake() }
+
+// Run fires and sleeps until ctx ends.
+func (t *scheduleTimer) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		sleep := t.fireDue(ctx)
 		timer := time.NewTimer(sleep)
 		select {
 		case <-ctx.Done():
 			timer.Stop()
-			return
+			return nil
 		case <-t.kick:
 		case <-timer.C:
 		}
 		timer.Stop()
 	}
+	return nil
 }
 
 // fireDue fires every due schedule and returns how long to sleep. A claim
@@ -95,6 +111,8 @@ func (t *scheduleTimer) run(ctx context.Context) {
 // stopped at its first short batch while another still found full ones
 // left one claimer to drain a growing backlog alone.)
 func (t *scheduleTimer) fireDue(ctx context.Context) time.Duration {
+	ctx, span := t.Iteration(ctx)
+	defer span.End()
 	fired, full, err := t.claim(ctx)
 	for err == nil && full && ctx.Err() == nil {
 		var round atomic.Int64
@@ -168,4 +186,9 @@ func (t *scheduleTimer) claim(ctx context.Context) (fired int, full bool, err er
 // jittered spreads retries of several replicas apart.
 func jittered(d time.Duration) time.Duration {
 	return d/2 + time.Duration(rand.Int64N(int64(d)))
+}
+
+// scheduleTimerFlags registers the schedule timer's flag.
+func scheduleTimerFlags(fs *flag.FlagSet, cfg *Config) {
+	fs.BoolVar(&cfg.ScheduleTimer, "schedule-timer", cfg.ScheduleTimer, "fire due schedules on this replica (every replica may; claims never overlap); -schedule-timer=false leaves firing to the others")
 }

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/worker-gateway/gateway/server/services"
 	"github.com/worker-gateway/gateway/store"
 )
 
@@ -21,6 +22,7 @@ const webhookWatchSlack = 250 * time.Millisecond
 // least once per online window (a starved organization is noticed within
 // that).
 type webhookWatcher struct {
+	services.Unit
 	store  *store.Store
 	logger *slog.Logger
 	window func() time.Duration
@@ -30,8 +32,8 @@ type webhookWatcher struct {
 	idle atomic.Bool
 }
 
-func newWebhookWatcher(st *store.Store, window func() time.Duration, logger *slog.Logger) *webhookWatcher {
-	return &webhookWatcher{store: st, logger: logger, window: window, kick: make(chan struct{}, 1)}
+func newWebhookWatcher(st *store.Store, window func() time.Duration, u services.Unit) *webhookWatcher {
+	return &webhookWatcher{Unit: u, store: st, logger: u.Logger(), window: window, kick: make(chan struct{}, 1)}
 }
 
 func (w *webhookWatcher) wake(always bool) {
@@ -44,7 +46,19 @@ func (w *webhookWatcher) wake(always bool) {
 	}
 }
 
-func (w *webhookWatcher) run(ctx context.Context) {
+// Subscriptions: a target changed (or a delivery was queued).
+func (w *webhookWatcher) Subscriptions() []store.WakeupKind {
+	return []store.WakeupKind{store.WakeWebhooks}
+}
+
+// Wake looks again if it sleeps for lack of subscribers.
+func (w *webhookWatcher) Wake(store.Wakeup) { w.wake(false) }
+
+// CatchUp looks again: a change may have been missed.
+func (w *webhookWatcher) CatchUp() { w.wake(true) }
+
+// Run watches until ctx ends.
+func (w *webhookWatcher) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		// A target may be created while the pass runs: its notice must
 		// not be dropped, so the pass counts as idle until it decides.
@@ -55,15 +69,18 @@ func (w *webhookWatcher) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			timer.Stop()
-			return
+			return nil
 		case <-w.kick:
 		case <-timer.C:
 		}
 		timer.Stop()
 	}
+	return nil
 }
 
 func (w *webhookWatcher) pass(ctx context.Context) time.Duration {
+	ctx, span := w.Iteration(ctx)
+	defer span.End()
 	window := w.window()
 	res, err := w.store.WatchWebhookConditions(ctx, window)
 	if err != nil {
