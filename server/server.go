@@ -28,6 +28,8 @@ import (
 	"github.com/worker-gateway/gateway/server/api"
 	"github.com/worker-gateway/gateway/server/console"
 	"github.com/worker-gateway/gateway/server/services"
+	"github.com/worker-gateway/gateway/server/services/queuevacuum"
+	"github.com/worker-gateway/gateway/server/services/scheduletimer"
 	"github.com/worker-gateway/gateway/store"
 )
 
@@ -59,10 +61,10 @@ type Config struct {
 	// SweepBatch bounds the rows one sweep pass touches.
 	SweepBatch int
 	// QueueVacuumEvery is how many leases this replica grants between two
-	// vacuums of the queue of leasable tasks (queueVacuum); 0 leaves the
+	// vacuums of the queue of leasable tasks (queuevacuum); 0 leaves the
 	// queue to autovacuum.
 	QueueVacuumEvery int
-	// ScheduleTimer fires due schedules on this replica (scheduleTimer).
+	// ScheduleTimer fires due schedules on this replica (scheduletimer).
 	// Every replica may run it; off, this replica fires none.
 	ScheduleTimer bool
 	// ScheduleMinInterval is the shortest gap allowed between two slots of
@@ -261,9 +263,9 @@ type Server struct {
 	hub     *Hub
 	sweeper *Sweeper
 	// queueVacuum vacuums the queue after so many leases.
-	queueVacuum *queueVacuum
+	queueVacuum *queuevacuum.Vacuum
 	// scheduleTimer fires due schedules.
-	scheduleTimer *scheduleTimer
+	scheduleTimer *scheduletimer.Timer
 	// webhooks delivers webhook deliveries; webhookWatch notices the
 	// events computed from time (worker offline, no eligible worker).
 	webhooks     *webhookDeliverer
@@ -327,9 +329,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 	s.completions = store.NewCompletionBatcher(s.store, max(cfg.GroupCommitWriters, 1), groupMax, groupTimeout)
 	s.heartbeats = store.NewHeartbeatBatcher(s.store, max(cfg.GroupCommitWriters, 1), groupMax, groupTimeout)
 	s.sweeper = newSweeper(s.store, cfg, s.serviceUnit("sweeper"))
-	s.queueVacuum = newQueueVacuum(s.store, cfg.QueueVacuumEvery, s.serviceUnit("queue-vacuum"))
+	s.queueVacuum = queuevacuum.New(s.store, cfg.QueueVacuumEvery, s.serviceUnit("queue-vacuum"))
 	s.store.SetScheduleLimits(store.ScheduleLimits{MinInterval: cfg.ScheduleMinInterval, Quota: cfg.ScheduleQuota})
-	s.scheduleTimer = newScheduleTimer(s.store, s.serviceUnit("schedule-timer"))
+	s.scheduleTimer = scheduletimer.New(s.store, s.serviceUnit("schedule-timer"))
 	s.webhooks = newWebhookDeliverer(s.store, cfg.Webhooks, cfg.Secrets, s.serviceUnit("webhook-deliverer"))
 	s.webhookWatch = newWebhookWatcher(s.store, s.onlineWindow, s.serviceUnit("webhook-watcher"))
 	s.metrics = newMetrics(s)

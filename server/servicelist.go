@@ -5,6 +5,8 @@ import (
 	"flag"
 
 	"github.com/worker-gateway/gateway/server/services"
+	"github.com/worker-gateway/gateway/server/services/queuevacuum"
+	"github.com/worker-gateway/gateway/server/services/scheduletimer"
 )
 
 // ServiceSpec is one entry of the list of a replica's background services.
@@ -26,8 +28,8 @@ type ServiceSpec struct {
 // all when its context ends. Adding a service is adding an entry here.
 var DefaultServices = []ServiceSpec{
 	{Flags: sweeperFlags, Service: func(s *Server) services.Service { return s.sweeper }},
-	{Flags: queueVacuumFlags, Service: func(s *Server) services.Service { return s.queueVacuum }},
-	{Flags: scheduleTimerFlags, Service: func(s *Server) services.Service {
+	{Flags: func(fs *flag.FlagSet, cfg *Config) { queuevacuum.RegisterFlags(fs, &cfg.QueueVacuumEvery) }, Service: func(s *Server) services.Service { return s.queueVacuum }},
+	{Flags: func(fs *flag.FlagSet, cfg *Config) { scheduletimer.RegisterFlags(fs, &cfg.ScheduleTimer) }, Service: func(s *Server) services.Service {
 		if !s.cfg.ScheduleTimer {
 			return nil
 		}

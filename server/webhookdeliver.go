@@ -119,6 +119,15 @@ type webhookDeliverer struct {
 // webhookPruneEvery bounds how often a deliverer prunes the log.
 const webhookPruneEvery = time.Hour
 
+const (
+	// webhookRetry is the pause after a failed query (the deliverer's and
+	// the watcher's).
+	webhookRetry = 2 * time.Second
+	// webhookBusy is the pause while another replica's claim of a due
+	// delivery has not committed.
+	webhookBusy = 100 * time.Millisecond
+)
+
 // webhookClaimBatch bounds the deliveries one claim takes.
 const webhookClaimBatch = 32
 
@@ -193,7 +202,7 @@ func (d *webhookDeliverer) deliverDue(ctx context.Context) time.Duration {
 			if ctx.Err() == nil {
 				d.logger.Warn("claiming webhook deliveries failed; retrying", "error", err.Error())
 			}
-			return jittered(scheduleRetry)
+			return services.Jittered(webhookRetry)
 		}
 		claimed += len(batch)
 		outcomes := make([]store.DeliveryOutcome, len(batch))
@@ -219,14 +228,14 @@ func (d *webhookDeliverer) deliverDue(ctx context.Context) time.Duration {
 		if ctx.Err() == nil {
 			d.logger.Warn("reading the next webhook delivery failed; retrying", "error", err.Error())
 		}
-		return jittered(scheduleRetry)
+		return services.Jittered(webhookRetry)
 	}
 	switch {
 	case !ok:
-		return sleepUntilWoken
+		return services.SleepUntilWoken
 	case next <= 0 && claimed == 0:
 		// Due but not claimed: another replica's claim has not committed.
-		return jittered(scheduleBusy)
+		return services.Jittered(webhookBusy)
 	}
 	return next
 }

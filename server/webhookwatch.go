@@ -64,7 +64,7 @@ func (w *webhookWatcher) Run(ctx context.Context) error {
 		// not be dropped, so the pass counts as idle until it decides.
 		w.idle.Store(true)
 		sleep := w.pass(ctx)
-		w.idle.Store(sleep == sleepUntilWoken)
+		w.idle.Store(sleep == services.SleepUntilWoken)
 		timer := time.NewTimer(sleep)
 		select {
 		case <-ctx.Done():
@@ -87,10 +87,10 @@ func (w *webhookWatcher) pass(ctx context.Context) time.Duration {
 		if ctx.Err() == nil {
 			w.logger.Warn("watching webhook conditions failed; retrying", "error", err.Error())
 		}
-		return jittered(scheduleRetry)
+		return services.Jittered(webhookRetry)
 	}
 	if !res.Subscribed {
-		return sleepUntilWoken
+		return services.SleepUntilWoken
 	}
 	sleep := window
 	if res.NextIn != nil {

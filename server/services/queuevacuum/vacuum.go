@@ -1,4 +1,6 @@
-package server
+// Package queuevacuum is the background service vacuuming the queue of
+// leasable tasks (Vacuum).
+package queuevacuum
 
 import (
 	"context"
@@ -11,14 +13,14 @@ import (
 	"github.com/worker-gateway/gateway/store"
 )
 
-// queueVacuum vacuums the queue of leasable tasks after every
-// Config.QueueVacuumEvery leases this replica granted (store.VacuumQueue
+// Vacuum vacuums the queue of leasable tasks after every
+// -queue-vacuum-every leases this replica granted (store.VacuumQueue
 // says why autovacuum alone is too late). It counts leases, not time, so
 // an idle gateway never vacuums (and sends no query), and a busy one pays
 // for a vacuum only after as many deleted queue rows as make a walk
 // noticeably longer. Each replica counts its own leases: with several, the
 // queue is vacuumed more often, never less.
-type queueVacuum struct {
+type Vacuum struct {
 	services.Unit
 	store  *store.Store
 	every  int64
@@ -31,13 +33,14 @@ type queueVacuum struct {
 	kick   chan struct{}
 }
 
-func newQueueVacuum(st *store.Store, every int, u services.Unit) *queueVacuum {
-	return &queueVacuum{Unit: u, store: st, every: int64(every), logger: u.Logger(), kick: make(chan struct{}, 1)}
+// New builds a replica's queue vacuum.
+func New(st *store.Store, every int, u services.Unit) *Vacuum {
+	return &Vacuum{Unit: u, store: st, every: int64(every), logger: u.Logger(), kick: make(chan struct{}, 1)}
 }
 
-// granted counts n leases granted; enough of them since the last vacuum
+// Granted counts n leases granted; enough of them since the last vacuum
 // wake the vacuum loop.
-func (v *queueVacuum) granted(n int) {
+func (v *Vacuum) Granted(n int) {
 	if v.every <= 0 || n <= 0 {
 		return
 	}
@@ -50,7 +53,7 @@ func (v *queueVacuum) granted(n int) {
 }
 
 // Run vacuums whenever granted asks, one vacuum at a time, until ctx ends.
-func (v *queueVacuum) Run(ctx context.Context) error {
+func (v *Vacuum) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
@@ -67,7 +70,7 @@ func (v *queueVacuum) Run(ctx context.Context) error {
 }
 
 // vacuum vacuums the queue once.
-func (v *queueVacuum) vacuum(ctx context.Context) {
+func (v *Vacuum) vacuum(ctx context.Context) {
 	ctx, span := v.Iteration(ctx)
 	defer span.End()
 	start := time.Now()
@@ -81,7 +84,13 @@ func (v *queueVacuum) vacuum(ctx context.Context) {
 	v.nanos.Add(int64(time.Since(start)))
 }
 
-// queueVacuumFlags registers the queue vacuum's flag.
-func queueVacuumFlags(fs *flag.FlagSet, cfg *Config) {
-	fs.IntVar(&cfg.QueueVacuumEvery, "queue-vacuum-every", cfg.QueueVacuumEvery, "vacuum the queue of leasable tasks after this many leases granted by this replica, so acquisitions do not step over the entries of leased tasks until autovacuum comes (0: leave it to autovacuum)")
+// RegisterFlags registers the queue vacuum's flag, into every: how many
+// leases between two vacuums.
+func RegisterFlags(fs *flag.FlagSet, every *int) {
+	fs.IntVar(every, "queue-vacuum-every", *every, "vacuum the queue of leasable tasks after this many leases granted by this replica, so acquisitions do not step over the entries of leased tasks until autovacuum comes (0: leave it to autovacuum)")
 }
+
+// Runs counts this replica's vacuums, and Took the time they took
+// (metrics).
+func (v *Vacuum) Runs() int64         { return v.runs.Load() }
+func (v *Vacuum) Took() time.Duration { return time.Duration(v.nanos.Load()) }
