@@ -266,10 +266,8 @@ type Server struct {
 	queueVacuum *queuevacuum.Vacuum
 	// scheduleTimer fires due schedules.
 	scheduleTimer *scheduletimer.Timer
-	// webhooks delivers webhook deliveries; webhookWatch notices the
-	// events computed from time (worker offline, no eligible worker).
-	webhooks     *webhookDeliverer
-	webhookWatch *webhookWatcher
+	// webhooks delivers webhook deliveries.
+	webhooks *webhookDeliverer
 	// services is every background service this replica runs
 	// (DefaultServices, or Config.Services).
 	services *services.Group
@@ -333,7 +331,6 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 	s.store.SetScheduleLimits(store.ScheduleLimits{MinInterval: cfg.ScheduleMinInterval, Quota: cfg.ScheduleQuota})
 	s.scheduleTimer = scheduletimer.New(s.store, s.serviceUnit("schedule-timer"))
 	s.webhooks = newWebhookDeliverer(s.store, cfg.Webhooks, cfg.Secrets, s.serviceUnit("webhook-deliverer"))
-	s.webhookWatch = newWebhookWatcher(s.store, s.onlineWindow, s.serviceUnit("webhook-watcher"))
 	s.metrics = newMetrics(s)
 	s.sweeper.metrics = s.metrics
 	s.metricsHandler = s.metrics.handler(s)

@@ -7,6 +7,7 @@ import (
 	"github.com/worker-gateway/gateway/server/services"
 	"github.com/worker-gateway/gateway/server/services/queuevacuum"
 	"github.com/worker-gateway/gateway/server/services/scheduletimer"
+	"github.com/worker-gateway/gateway/server/services/webhookwatch"
 )
 
 // ServiceSpec is one entry of the list of a replica's background services.
@@ -45,7 +46,7 @@ var DefaultServices = []ServiceSpec{
 		if !s.cfg.Webhooks.Deliver {
 			return nil
 		}
-		return s.webhookWatch
+		return webhookwatch.New(s.store, s.onlineWindow, s.serviceUnit("webhook-watcher"))
 	}},
 	{Service: func(s *Server) services.Service {
 		return securityAuditWriter{Unit: s.serviceUnit("security-audit"), throttle: s.securityEvents}

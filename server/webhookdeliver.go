@@ -120,8 +120,7 @@ type webhookDeliverer struct {
 const webhookPruneEvery = time.Hour
 
 const (
-	// webhookRetry is the pause after a failed query (the deliverer's and
-	// the watcher's).
+	// webhookRetry is the pause after a failed query.
 	webhookRetry = 2 * time.Second
 	// webhookBusy is the pause while another replica's claim of a due
 	// delivery has not committed.

@@ -1,4 +1,6 @@
-package server
+// Package webhookwatch is the background service noticing the webhook
+// events computed from time (Watcher).
+package webhookwatch
 
 import (
 	"context"
@@ -10,18 +12,21 @@ import (
 	"github.com/worker-gateway/gateway/store"
 )
 
-// webhookWatchSlack is added to the computed time a worker goes offline:
+// slack is added to the computed time a worker goes offline:
 // the pass must run after that instant, not at it.
-const webhookWatchSlack = 250 * time.Millisecond
+const slack = 250 * time.Millisecond
 
-// webhookWatcher runs store.WatchWebhookConditions: it notices workers
+// retry is the pause after a failed query.
+const retry = 2 * time.Second
+
+// Watcher runs store.WatchWebhookConditions: it notices workers
 // going offline and organizations left without an eligible worker, states
 // computed from time that no write announces. While no target subscribes
 // to either event it sleeps until a target changes (WakeWebhooks); while
 // one does, it runs when the next seen worker would go offline, and at
 // least once per online window (a starved organization is noticed within
 // that).
-type webhookWatcher struct {
+type Watcher struct {
 	services.Unit
 	store  *store.Store
 	logger *slog.Logger
@@ -32,11 +37,13 @@ type webhookWatcher struct {
 	idle atomic.Bool
 }
 
-func newWebhookWatcher(st *store.Store, window func() time.Duration, u services.Unit) *webhookWatcher {
-	return &webhookWatcher{Unit: u, store: st, logger: u.Logger(), window: window, kick: make(chan struct{}, 1)}
+// New builds a replica's watcher; window is how recently a worker must
+// have been seen to be online.
+func New(st *store.Store, window func() time.Duration, u services.Unit) *Watcher {
+	return &Watcher{Unit: u, store: st, logger: u.Logger(), window: window, kick: make(chan struct{}, 1)}
 }
 
-func (w *webhookWatcher) wake(always bool) {
+func (w *Watcher) wake(always bool) {
 	if !always && !w.idle.Load() {
 		return
 	}
@@ -47,18 +54,18 @@ func (w *webhookWatcher) wake(always bool) {
 }
 
 // Subscriptions: a target changed (or a delivery was queued).
-func (w *webhookWatcher) Subscriptions() []store.WakeupKind {
+func (w *Watcher) Subscriptions() []store.WakeupKind {
 	return []store.WakeupKind{store.WakeWebhooks}
 }
 
 // Wake looks again if it sleeps for lack of subscribers.
-func (w *webhookWatcher) Wake(store.Wakeup) { w.wake(false) }
+func (w *Watcher) Wake(store.Wakeup) { w.wake(false) }
 
 // CatchUp looks again: a change may have been missed.
-func (w *webhookWatcher) CatchUp() { w.wake(true) }
+func (w *Watcher) CatchUp() { w.wake(true) }
 
 // Run watches until ctx ends.
-func (w *webhookWatcher) Run(ctx context.Context) error {
+func (w *Watcher) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		// A target may be created while the pass runs: its notice must
 		// not be dropped, so the pass counts as idle until it decides.
@@ -78,7 +85,7 @@ func (w *webhookWatcher) Run(ctx context.Context) error {
 	return nil
 }
 
-func (w *webhookWatcher) pass(ctx context.Context) time.Duration {
+func (w *Watcher) pass(ctx context.Context) time.Duration {
 	ctx, span := w.Iteration(ctx)
 	defer span.End()
 	window := w.window()
@@ -87,14 +94,14 @@ func (w *webhookWatcher) pass(ctx context.Context) time.Duration {
 		if ctx.Err() == nil {
 			w.logger.Warn("watching webhook conditions failed; retrying", "error", err.Error())
 		}
-		return services.Jittered(webhookRetry)
+		return services.Jittered(retry)
 	}
 	if !res.Subscribed {
 		return services.SleepUntilWoken
 	}
 	sleep := window
 	if res.NextIn != nil {
-		sleep = min(sleep, max(*res.NextIn, 0)+webhookWatchSlack)
+		sleep = min(sleep, max(*res.NextIn, 0)+slack)
 	}
 	return sleep
 }
