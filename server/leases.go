@@ -163,7 +163,7 @@ func (h *handlers) leaseAnswer(ctx context.Context, workerID uuid.UUID, res stor
 		leases = append(leases, lease)
 	}
 	if !res.Replayed {
-		h.queueVacuum.granted(len(res.Leases))
+		h.queueVacuum.Granted(len(res.Leases))
 	}
 	return api.AcquireLeases200JSONResponse{Leases: leases}
 }

@@ -59,13 +59,7 @@ func (s *Server) listenOnce(ctx context.Context, databaseURL string) error {
 			continue
 		}
 		s.identities.onNotice(w)
-		if w.Kind == store.WakeSchedules {
-			s.scheduleTimer.wake()
-		}
-		if w.Kind == store.WakeWebhooks {
-			s.webhooks.wake()
-			s.webhookWatch.wake(false)
-		}
+		s.services.Wake(w)
 		s.hub.Notify(w)
 	}
 }
@@ -74,9 +68,7 @@ func (s *Server) listenOnce(ctx context.Context, databaseURL string) error {
 func (s *Server) catchUp(ctx context.Context) error {
 	s.identities.forgetAll()
 	s.hub.WakeAll()
-	s.scheduleTimer.wake()
-	s.webhooks.wake()
-	s.webhookWatch.wake(true)
+	s.services.CatchUp()
 	delays, err := s.store.NextLeasableIn(ctx)
 	if err != nil {
 		return err

@@ -152,7 +152,7 @@ func newMetrics(s *Server) *metrics {
 		m.leaseAcquisition, m.wakeLatency, m.wakeupsPassedOn, m.heartbeats, m.fencingRejections, m.replays, m.conflicts,
 		m.leaseExpiries, m.undelivered, m.secretUnavailable, m.uploadBytes, m.sweeperRuns, m.rateLimited, m.httpRequests,
 		m.requestDuration, m.longPollDuration, m.leasePoll, m.certificateExpiry, buildInfo(),
-		s.scheduleTimer.lag,
+		s.scheduleTimer.Lag(),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "gateway_waiting_polls",
 			Help: "Long-polls waiting in this replica's hub.",
@@ -168,19 +168,19 @@ func newMetrics(s *Server) *metrics {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "gateway_queue_vacuums_total",
 			Help: "Vacuums of the queue of leasable tasks this replica ran (one per -queue-vacuum-every leases).",
-		}, func() float64 { return float64(s.queueVacuum.runs.Load()) }),
+		}, func() float64 { return float64(s.queueVacuum.Runs()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "gateway_queue_vacuum_seconds_total",
 			Help: "Time this replica's queue vacuums took.",
-		}, func() float64 { return time.Duration(s.queueVacuum.nanos.Load()).Seconds() }),
+		}, func() float64 { return s.queueVacuum.Took().Seconds() }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "gateway_schedule_fires_total",
 			Help: "Schedule slots this replica's timer claimed and recorded (created, skipped or queued).",
-		}, func() float64 { return float64(s.scheduleTimer.fires.Load()) }),
+		}, func() float64 { return float64(s.scheduleTimer.Fires()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "gateway_schedule_claims_total",
 			Help: "Claims of due schedules this replica's timer ran (none while no schedule is due).",
-		}, func() float64 { return float64(s.scheduleTimer.passes.Load()) }),
+		}, func() float64 { return float64(s.scheduleTimer.Passes()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "gateway_listen_connected",
 			Help: "1 while this replica's LISTEN connection is up.",

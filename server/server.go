@@ -27,6 +27,9 @@ import (
 	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/server/api"
 	"github.com/worker-gateway/gateway/server/console"
+	"github.com/worker-gateway/gateway/server/services"
+	"github.com/worker-gateway/gateway/server/services/queuevacuum"
+	"github.com/worker-gateway/gateway/server/services/scheduletimer"
 	"github.com/worker-gateway/gateway/store"
 )
 
@@ -58,10 +61,10 @@ type Config struct {
 	// SweepBatch bounds the rows one sweep pass touches.
 	SweepBatch int
 	// QueueVacuumEvery is how many leases this replica grants between two
-	// vacuums of the queue of leasable tasks (queueVacuum); 0 leaves the
+	// vacuums of the queue of leasable tasks (queuevacuum); 0 leaves the
 	// queue to autovacuum.
 	QueueVacuumEvery int
-	// ScheduleTimer fires due schedules on this replica (scheduleTimer).
+	// ScheduleTimer fires due schedules on this replica (scheduletimer).
 	// Every replica may run it; off, this replica fires none.
 	ScheduleTimer bool
 	// ScheduleMinInterval is the shortest gap allowed between two slots of
@@ -133,6 +136,9 @@ type Config struct {
 	// ConsoleRefresh is how often the console's overview refreshes itself;
 	// 0 is five seconds.
 	ConsoleRefresh time.Duration
+	// Services is the list of background services this replica runs; nil
+	// is DefaultServices. Tests add their own.
+	Services []ServiceSpec
 	// Secrets holds the key-encryption keys of stored secrets: the current
 	// one seals, older ones still open during a rotation. Nil: secrets
 	// cannot be created, and a task referencing one fails its attempt.
@@ -257,14 +263,15 @@ type Server struct {
 	hub     *Hub
 	sweeper *Sweeper
 	// queueVacuum vacuums the queue after so many leases.
-	queueVacuum *queueVacuum
+	queueVacuum *queuevacuum.Vacuum
 	// scheduleTimer fires due schedules.
-	scheduleTimer *scheduleTimer
-	// webhooks delivers webhook deliveries; webhookWatch notices the
-	// events computed from time (worker offline, no eligible worker).
-	webhooks     *webhookDeliverer
-	webhookWatch *webhookWatcher
-	polls        pollLimiter
+	scheduleTimer *scheduletimer.Timer
+	// webhooks delivers webhook deliveries.
+	webhooks *webhookDeliverer
+	// services is every background service this replica runs
+	// (DefaultServices, or Config.Services).
+	services *services.Group
+	polls    pollLimiter
 	// follows shares one log reader per followed attempt and bounds follows.
 	follows *logFollowers
 	// secretRefs remembers which attempts' writes need redacting.
@@ -319,15 +326,18 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 	}
 	s.completions = store.NewCompletionBatcher(s.store, max(cfg.GroupCommitWriters, 1), groupMax, groupTimeout)
 	s.heartbeats = store.NewHeartbeatBatcher(s.store, max(cfg.GroupCommitWriters, 1), groupMax, groupTimeout)
-	s.sweeper = newSweeper(s.store, cfg, cfg.Logger)
-	s.queueVacuum = newQueueVacuum(s.store, cfg.QueueVacuumEvery, cfg.Logger)
+	s.sweeper = newSweeper(s.store, cfg, s.serviceUnit("sweeper"))
+	s.queueVacuum = queuevacuum.New(s.store, cfg.QueueVacuumEvery, s.serviceUnit("queue-vacuum"))
 	s.store.SetScheduleLimits(store.ScheduleLimits{MinInterval: cfg.ScheduleMinInterval, Quota: cfg.ScheduleQuota})
-	s.scheduleTimer = newScheduleTimer(s.store, cfg.Logger)
-	s.webhooks = newWebhookDeliverer(s.store, cfg.Webhooks, cfg.Secrets, cfg.Logger)
-	s.webhookWatch = newWebhookWatcher(s.store, s.onlineWindow, cfg.Logger)
+	s.scheduleTimer = scheduletimer.New(s.store, s.serviceUnit("schedule-timer"))
+	s.webhooks = newWebhookDeliverer(s.store, cfg.Webhooks, cfg.Secrets, s.serviceUnit("webhook-deliverer"))
 	s.metrics = newMetrics(s)
 	s.sweeper.metrics = s.metrics
 	s.metricsHandler = s.metrics.handler(s)
+	var err error
+	if s.services, err = s.buildServices(); err != nil {
+		return nil, err
+	}
 	h, err := s.buildHandler()
 	if err != nil {
 		return nil, err
@@ -465,22 +475,13 @@ func loadSpec() (*openapi3.T, error) {
 }
 
 // Run runs the replica's background work — the LISTEN connection feeding the
-// hub, the sweeper, the queue vacuum and the schedule timer — until ctx
-// ends. databaseURL opens the dedicated LISTEN connection.
+// hub and waking the services, and every service of the list
+// (DefaultServices) — until ctx ends. databaseURL opens the dedicated
+// LISTEN connection.
 func (s *Server) Run(ctx context.Context, databaseURL string) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { s.runListener(ctx, databaseURL) })
-	wg.Go(func() { s.sweeper.Run(ctx) })
-	wg.Go(func() { s.queueVacuum.run(ctx) })
-	if s.cfg.ScheduleTimer {
-		wg.Go(func() { s.scheduleTimer.run(ctx) })
-	}
-	if s.cfg.Webhooks.Deliver {
-		wg.Go(func() { s.webhooks.run(ctx) })
-		wg.Go(func() { s.webhookWatch.run(ctx) })
-	}
-	wg.Go(func() { s.securityEvents.run(ctx) })
-	wg.Go(func() { sealWebhookSecrets(ctx, s.store, s.cfg.Secrets, s.logger) })
+	wg.Go(func() { s.services.Run(ctx) })
 	<-ctx.Done()
 	s.hub.Close()
 	wg.Wait()

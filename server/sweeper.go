@@ -2,11 +2,13 @@ package server
 
 import (
 	"context"
+	"flag"
 	"log/slog"
 	"sync/atomic"
 	"time"
 
 	"github.com/worker-gateway/gateway/server/objectstore"
+	"github.com/worker-gateway/gateway/server/services"
 	"github.com/worker-gateway/gateway/store"
 )
 
@@ -17,6 +19,7 @@ import (
 // known (SweepDormantInterval when nothing at all can expire), and a local
 // lease grant can wake it sooner.
 type Sweeper struct {
+	services.Unit
 	store  *store.Store
 	cfg    Config
 	logger *slog.Logger
@@ -33,8 +36,8 @@ type Sweeper struct {
 	lastPrune time.Time
 }
 
-func newSweeper(st *store.Store, cfg Config, logger *slog.Logger) *Sweeper {
-	return &Sweeper{store: st, cfg: cfg, logger: logger, kick: make(chan struct{}, 1), epoch: time.Now()}
+func newSweeper(st *store.Store, cfg Config, u services.Unit) *Sweeper {
+	return &Sweeper{Unit: u, store: st, cfg: cfg, logger: u.Logger(), kick: make(chan struct{}, 1), epoch: time.Now()}
 }
 
 // Kick asks for a sweep pass now.
@@ -46,13 +49,13 @@ func (sw *Sweeper) Kick() {
 }
 
 // Run sweeps until ctx ends.
-func (sw *Sweeper) Run(ctx context.Context) {
+func (sw *Sweeper) Run(ctx context.Context) error {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-timer.C:
 		case <-sw.kick:
 			timer.Stop()
@@ -65,6 +68,8 @@ func (sw *Sweeper) Run(ctx context.Context) {
 
 // pass sweeps once and returns how long to sleep.
 func (sw *Sweeper) pass(ctx context.Context) time.Duration {
+	ctx, span := sw.Iteration(ctx)
+	defer span.End()
 	if sw.metrics != nil {
 		sw.metrics.sweeperRuns.Inc()
 	}
@@ -232,4 +237,14 @@ func (sw *Sweeper) prune(ctx context.Context) {
 			"uploads", total.Uploads, "audit_events", total.AuditEvents, "schedule_fires", total.ScheduleFires,
 			"console_sessions", total.ConsoleSessions)
 	}
+}
+
+// sweeperFlags registers the sweeper's flags: its intervals, and the retention it prunes by.
+func sweeperFlags(fs *flag.FlagSet, cfg *Config) {
+	fs.DurationVar(&cfg.SweepIdleInterval, "sweep-idle-interval", cfg.SweepIdleInterval, "lease sweep interval when no expiry is known to be due sooner")
+	fs.DurationVar(&cfg.SweepDormantInterval, "sweep-dormant-interval", cfg.SweepDormantInterval, "sweep interval while nothing in the database can expire (an idle gateway sends no query meanwhile; this replica's own lease grants wake it)")
+	fs.DurationVar(&cfg.PruneInterval, "prune-interval", cfg.PruneInterval, "how often old data is deleted (0: never)")
+	fs.DurationVar(&cfg.TaskRetention, "task-retention", cfg.TaskRetention, "keep finished tasks (with attempts, results, logs) this long")
+	fs.DurationVar(&cfg.UploadRetention, "upload-retention", cfg.UploadRetention, "keep expired and failed upload sessions this long")
+	fs.DurationVar(&cfg.AuditRetention, "audit-retention", cfg.AuditRetention, "keep audit events this long (0: forever)")
 }

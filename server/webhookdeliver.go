@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/worker-gateway/gateway/internal/secretbox"
+	"github.com/worker-gateway/gateway/server/services"
 	"github.com/worker-gateway/gateway/store"
 )
 
@@ -99,6 +101,7 @@ func signWebhook(id string, timestamp int64, body []byte, secrets [][]byte) stri
 // notice — sent by the trigger on every new delivery — so an idle gateway
 // sends the database nothing.
 type webhookDeliverer struct {
+	services.Unit
 	store *store.Store
 	cfg   WebhookConfig
 	// keyring opens the signing secrets (nil: only rows not sealed yet
@@ -116,11 +119,19 @@ type webhookDeliverer struct {
 // webhookPruneEvery bounds how often a deliverer prunes the log.
 const webhookPruneEvery = time.Hour
 
+const (
+	// webhookRetry is the pause after a failed query.
+	webhookRetry = 2 * time.Second
+	// webhookBusy is the pause while another replica's claim of a due
+	// delivery has not committed.
+	webhookBusy = 100 * time.Millisecond
+)
+
 // webhookClaimBatch bounds the deliveries one claim takes.
 const webhookClaimBatch = 32
 
-func newWebhookDeliverer(st *store.Store, cfg WebhookConfig, keyring *secretbox.Keyring, logger *slog.Logger) *webhookDeliverer {
-	return &webhookDeliverer{store: st, cfg: cfg, keyring: keyring, client: newWebhookClient(cfg), logger: logger, kick: make(chan struct{}, 1)}
+func newWebhookDeliverer(st *store.Store, cfg WebhookConfig, keyring *secretbox.Keyring, u services.Unit) *webhookDeliverer {
+	return &webhookDeliverer{Unit: u, store: st, cfg: cfg, keyring: keyring, client: newWebhookClient(cfg), logger: u.Logger(), kick: make(chan struct{}, 1)}
 }
 
 // errSecretUnavailable is a try not made because its signing secret does
@@ -150,23 +161,38 @@ func (d *webhookDeliverer) wake() {
 	}
 }
 
-func (d *webhookDeliverer) run(ctx context.Context) {
+// Subscriptions: a delivery was queued, or a target changed.
+func (d *webhookDeliverer) Subscriptions() []store.WakeupKind {
+	return []store.WakeupKind{store.WakeWebhooks}
+}
+
+// Wake looks for due deliveries again.
+func (d *webhookDeliverer) Wake(store.Wakeup) { d.wake() }
+
+// CatchUp looks for due deliveries again: a notice may have been missed.
+func (d *webhookDeliverer) CatchUp() { d.wake() }
+
+// Run delivers until ctx ends.
+func (d *webhookDeliverer) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		sleep := d.deliverDue(ctx)
 		timer := time.NewTimer(sleep)
 		select {
 		case <-ctx.Done():
 			timer.Stop()
-			return
+			return nil
 		case <-d.kick:
 		case <-timer.C:
 		}
 		timer.Stop()
 	}
+	return nil
 }
 
 // deliverDue delivers everything due and returns how long to sleep.
 func (d *webhookDeliverer) deliverDue(ctx context.Context) time.Duration {
+	ctx, span := d.Iteration(ctx)
+	defer span.End()
 	d.prune(ctx)
 	claimed := 0
 	for ctx.Err() == nil {
@@ -175,7 +201,7 @@ func (d *webhookDeliverer) deliverDue(ctx context.Context) time.Duration {
 			if ctx.Err() == nil {
 				d.logger.Warn("claiming webhook deliveries failed; retrying", "error", err.Error())
 			}
-			return jittered(scheduleRetry)
+			return services.Jittered(webhookRetry)
 		}
 		claimed += len(batch)
 		outcomes := make([]store.DeliveryOutcome, len(batch))
@@ -201,14 +227,14 @@ func (d *webhookDeliverer) deliverDue(ctx context.Context) time.Duration {
 		if ctx.Err() == nil {
 			d.logger.Warn("reading the next webhook delivery failed; retrying", "error", err.Error())
 		}
-		return jittered(scheduleRetry)
+		return services.Jittered(webhookRetry)
 	}
 	switch {
 	case !ok:
-		return sleepUntilWoken
+		return services.SleepUntilWoken
 	case next <= 0 && claimed == 0:
 		// Due but not claimed: another replica's claim has not committed.
-		return jittered(scheduleBusy)
+		return services.Jittered(webhookBusy)
 	}
 	return next
 }
@@ -307,4 +333,17 @@ func deliveryErrorText(err error) string {
 		return "timed out"
 	}
 	return err.Error()
+}
+
+// webhookDelivererFlags registers the webhook deliverer's flags (-webhooks-deliver runs the webhook watcher too).
+func webhookDelivererFlags(fs *flag.FlagSet, cfg *Config) {
+	fs.BoolVar(&cfg.Webhooks.Deliver, "webhooks-deliver", cfg.Webhooks.Deliver, "deliver webhooks from this replica (every replica may; deliveries are claimed with SKIP LOCKED); -webhooks-deliver=false leaves delivering to the others")
+	fs.DurationVar(&cfg.Webhooks.Timeout, "webhooks-timeout", cfg.Webhooks.Timeout, "longest webhook delivery try, from dialing to the end of the answer")
+	fs.DurationVar(&cfg.Webhooks.Retention, "webhooks-retention", cfg.Webhooks.Retention, "how long ended webhook deliveries stay in the delivery log (0: forever)")
+	fs.IntVar(&cfg.Webhooks.Concurrency, "webhooks-concurrency", cfg.Webhooks.Concurrency, "webhook tries in flight per replica")
+	fs.IntVar(&cfg.Webhooks.Policy.MaxAttempts, "webhooks-max-attempts", cfg.Webhooks.Policy.MaxAttempts, "tries of one webhook delivery before it is marked failed")
+	fs.DurationVar(&cfg.Webhooks.Policy.RetryBase, "webhooks-retry-base", cfg.Webhooks.Policy.RetryBase, "first webhook retry delay; it doubles per try, with jitter, up to -webhooks-retry-max")
+	fs.DurationVar(&cfg.Webhooks.Policy.RetryMax, "webhooks-retry-max", cfg.Webhooks.Policy.RetryMax, "longest webhook retry delay")
+	fs.IntVar(&cfg.Webhooks.Policy.BreakerThreshold, "webhooks-breaker-threshold", cfg.Webhooks.Policy.BreakerThreshold, "failed tries in a row that open a webhook target's circuit")
+	fs.DurationVar(&cfg.Webhooks.Policy.BreakerCooldown, "webhooks-breaker-cooldown", cfg.Webhooks.Policy.BreakerCooldown, "how long an open circuit holds a target's deliveries back before one try probes it")
 }

@@ -304,7 +304,7 @@
 //     once, at its first occurrence (so an hourly schedule has one fire
 //     fewer that night). Intervals are absolute time. Jitter is a hash of
 //     (schedule, slot), so every replica computes the same fire time.
-//   - Idle cost. A timer (server/scheduletimer.go) sleeps for
+//   - Idle cost. A timer (server/services/scheduletimer) sleeps for
 //     NextScheduleFireAt's delay (the database's clock, relative), and
 //     creating, editing, pausing or resuming a schedule sends WakeSchedules
 //     so it reads again; so does the end of the run a queued slot waits for

@@ -1,4 +1,4 @@
-package server
+package scheduletimer
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/worker-gateway/gateway/server/services"
 	"github.com/worker-gateway/gateway/store"
 	"github.com/worker-gateway/gateway/store/storetest"
 )
@@ -22,8 +23,8 @@ func TestScheduleTimerSleepsUntilTheNextFire(t *testing.T) {
 	pool := storetest.NewPool(t)
 	st := store.New(pool)
 	st.SetScheduleLimits(store.ScheduleLimits{MinInterval: time.Second, Quota: store.DefaultScheduleLimits.Quota})
-	timer := newScheduleTimer(st, slog.New(slog.DiscardHandler))
-	require.Equal(t, sleepUntilWoken, timer.fireDue(ctx), "nothing scheduled: sleep until a wake-up")
+	timer := New(st, services.NewUnit("schedule-timer", slog.New(slog.DiscardHandler), nil))
+	require.Equal(t, services.SleepUntilWoken, timer.fireDue(ctx), "nothing scheduled: sleep until a wake-up")
 
 	org, err := st.CreateOrganization(ctx, store.EveryOrganization(), "acme", store.ScopePolicyUnrestricted)
 	require.NoError(t, err)
@@ -56,7 +57,7 @@ func TestScheduleTimerDrainsABacklogInRounds(t *testing.T) {
 	ctx := context.Background()
 	pool := storetest.NewPool(t)
 	st := store.New(pool)
-	timer := newScheduleTimer(st, slog.New(slog.DiscardHandler))
+	timer := New(st, services.NewUnit("schedule-timer", slog.New(slog.DiscardHandler), nil))
 	org, err := st.CreateOrganization(ctx, store.EveryOrganization(), "acme", store.ScopePolicyUnrestricted)
 	require.NoError(t, err)
 	const schedules = 4*scheduleFireBatch + scheduleFireBatch/2

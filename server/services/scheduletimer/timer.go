@@ -1,16 +1,18 @@
-package server
+// Package scheduletimer is the background service firing due schedules
+// (Timer).
+package scheduletimer
 
 import (
 	"context"
+	"flag"
 	"log/slog"
-	"math"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/worker-gateway/gateway/server/services"
 	"github.com/worker-gateway/gateway/store"
 )
 
@@ -21,9 +23,6 @@ const (
 	// due slots lasts: one transaction at a time leaves the database
 	// waiting on each statement's round trip.
 	scheduleClaimers = 4
-	// sleepUntilWoken is the sleep when nothing will fire: only a
-	// WakeSchedules notice (or the listener reconnecting) ends it.
-	sleepUntilWoken = time.Duration(math.MaxInt64)
 	// scheduleRetry is the pause after a failed query.
 	scheduleRetry = 2 * time.Second
 	// scheduleBusy is the pause while another replica fires what is due.
@@ -35,14 +34,15 @@ const (
 	scheduleGather = 50 * time.Millisecond
 )
 
-// scheduleTimer fires due schedules (store.FireDueSchedules). It sleeps
+// Timer fires due schedules (store.FireDueSchedules). It sleeps
 // until the earliest fire time, as a delay the database computed, and
 // wakes early on a WakeSchedules notice: a schedule changed, or the run a
 // queued slot waits for ended (migration 000016). An idle gateway sends
 // the database nothing. Every replica runs one: claims
 // are FOR UPDATE SKIP LOCKED, so a slot fires once whichever replica
 // claims it.
-type scheduleTimer struct {
+type Timer struct {
+	services.Unit
 	store  *store.Store
 	logger *slog.Logger
 	kick   chan struct{}
@@ -54,8 +54,9 @@ type scheduleTimer struct {
 	lag prometheus.Histogram
 }
 
-func newScheduleTimer(st *store.Store, logger *slog.Logger) *scheduleTimer {
-	return &scheduleTimer{store: st, logger: logger, kick: make(chan struct{}, 1),
+// New builds a replica's timer.
+func New(st *store.Store, u services.Unit) *Timer {
+	return &Timer{Unit: u, store: st, logger: u.Logger(), kick: make(chan struct{}, 1),
 		lag: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "gateway_schedule_fire_lag_seconds",
 			Help:    "Time from a slot's fire time (slot plus jitter) to the commit that created its run, per run this replica's timer created on time (not manual runs or queued slots), by this replica's clock.",
@@ -64,27 +65,40 @@ func newScheduleTimer(st *store.Store, logger *slog.Logger) *scheduleTimer {
 }
 
 // wake makes the timer read the earliest fire time again.
-func (t *scheduleTimer) wake() {
+func (t *Timer) wake() {
 	select {
 	case t.kick <- struct{}{}:
 	default:
 	}
 }
 
-// run fires and sleeps until ctx ends.
-func (t *scheduleTimer) run(ctx context.Context) {
+// Subscriptions: a schedule changed, or the run a queued slot waits for
+// ended.
+func (t *Timer) Subscriptions() []store.WakeupKind {
+	return []store.WakeupKind{store.WakeSchedules}
+}
+
+// Wake reads the earliest fire time again.
+func (t *Timer) Wake(store.Wakeup) { t.wake() }
+
+// CatchUp reads the earliest fire time again: a change may have been missed.
+func (t *Timer) CatchUp() { t.wake() }
+
+// Run fires and sleeps until ctx ends.
+func (t *Timer) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		sleep := t.fireDue(ctx)
 		timer := time.NewTimer(sleep)
 		select {
 		case <-ctx.Done():
 			timer.Stop()
-			return
+			return nil
 		case <-t.kick:
 		case <-timer.C:
 		}
 		timer.Stop()
 	}
+	return nil
 }
 
 // fireDue fires every due schedule and returns how long to sleep. A claim
@@ -94,7 +108,9 @@ func (t *scheduleTimer) run(ctx context.Context) {
 // long as any claim of the last round came back full. (A claimer that
 // stopped at its first short batch while another still found full ones
 // left one claimer to drain a growing backlog alone.)
-func (t *scheduleTimer) fireDue(ctx context.Context) time.Duration {
+func (t *Timer) fireDue(ctx context.Context) time.Duration {
+	ctx, span := t.Iteration(ctx)
+	defer span.End()
 	fired, full, err := t.claim(ctx)
 	for err == nil && full && ctx.Err() == nil {
 		var round atomic.Int64
@@ -133,7 +149,7 @@ func (t *scheduleTimer) fireDue(ctx context.Context) time.Duration {
 		}
 		return jittered(scheduleRetry)
 	}
-	sleep := sleepUntilWoken
+	sleep := services.SleepUntilWoken
 	if ok {
 		if next.In <= 0 && fired == 0 {
 			// Due but not claimed: another replica holds it until it commits.
@@ -149,7 +165,7 @@ func (t *scheduleTimer) fireDue(ctx context.Context) time.Duration {
 
 // claim runs one claim of due schedules: how many fires it recorded, and
 // whether the batch was full (more may be due).
-func (t *scheduleTimer) claim(ctx context.Context) (fired int, full bool, err error) {
+func (t *Timer) claim(ctx context.Context) (fired int, full bool, err error) {
 	fires, err := t.store.FireDueSchedules(ctx, scheduleFireBatch)
 	if err != nil {
 		return 0, false, err
@@ -166,6 +182,18 @@ func (t *scheduleTimer) claim(ctx context.Context) (fired int, full bool, err er
 }
 
 // jittered spreads retries of several replicas apart.
-func jittered(d time.Duration) time.Duration {
-	return d/2 + time.Duration(rand.Int64N(int64(d)))
+func jittered(d time.Duration) time.Duration { return services.Jittered(d) }
+
+// RegisterFlags registers the timer's flag, into on: whether this replica
+// runs it.
+func RegisterFlags(fs *flag.FlagSet, on *bool) {
+	fs.BoolVar(on, "schedule-timer", *on, "fire due schedules on this replica (every replica may; claims never overlap); -schedule-timer=false leaves firing to the others")
 }
+
+// Lag observes how late this replica's timer fired each slot (metrics).
+func (t *Timer) Lag() prometheus.Histogram { return t.lag }
+
+// Fires counts the history entries this replica's claims recorded, and
+// Passes the claims it ran (metrics).
+func (t *Timer) Fires() int64  { return t.fires.Load() }
+func (t *Timer) Passes() int64 { return t.passes.Load() }

@@ -1,0 +1,111 @@
+package server
+
+import (
+	"context"
+	"flag"
+
+	"github.com/worker-gateway/gateway/server/services"
+	"github.com/worker-gateway/gateway/server/services/queuevacuum"
+	"github.com/worker-gateway/gateway/server/services/scheduletimer"
+	"github.com/worker-gateway/gateway/server/services/webhookwatch"
+)
+
+// ServiceSpec is one entry of the list of a replica's background services.
+type ServiceSpec struct {
+	// Flags registers the service's own flags, into the configuration
+	// (nil: it has none). RegisterServiceFlags calls it for every entry of
+	// DefaultServices.
+	Flags func(fs *flag.FlagSet, cfg *Config)
+	// Service is the service a replica runs, or nil when the replica's
+	// configuration leaves it off. A service the request path reaches
+	// (the sweeper, kicked by lease grants) is built by New and only
+	// picked here; one nothing else reaches is built here.
+	Service func(s *Server) services.Service
+}
+
+// DefaultServices is the one list of a replica's background services, in
+// the order they start. The replica's LISTEN connection wakes each by the
+// wake-up kinds it subscribes to (services.Subscriber), and Run stops them
+// all when its context ends. Adding a service is adding an entry here.
+var DefaultServices = []ServiceSpec{
+	{Flags: sweeperFlags, Service: func(s *Server) services.Service { return s.sweeper }},
+	{Flags: func(fs *flag.FlagSet, cfg *Config) { queuevacuum.RegisterFlags(fs, &cfg.QueueVacuumEvery) }, Service: func(s *Server) services.Service { return s.queueVacuum }},
+	{Flags: func(fs *flag.FlagSet, cfg *Config) { scheduletimer.RegisterFlags(fs, &cfg.ScheduleTimer) }, Service: func(s *Server) services.Service {
+		if !s.cfg.ScheduleTimer {
+			return nil
+		}
+		return s.scheduleTimer
+	}},
+	{Flags: webhookDelivererFlags, Service: func(s *Server) services.Service {
+		if !s.cfg.Webhooks.Deliver {
+			return nil
+		}
+		return s.webhooks
+	}},
+	{Service: func(s *Server) services.Service {
+		if !s.cfg.Webhooks.Deliver {
+			return nil
+		}
+		return webhookwatch.New(s.store, s.onlineWindow, s.serviceUnit("webhook-watcher"))
+	}},
+	{Service: func(s *Server) services.Service {
+		return securityAuditWriter{Unit: s.serviceUnit("security-audit"), throttle: s.securityEvents}
+	}},
+	{Service: func(s *Server) services.Service {
+		return webhookSecretSealing{Unit: s.serviceUnit("webhook-secret-sealing"), s: s}
+	}},
+}
+
+// RegisterServiceFlags registers the flags of every service of
+// DefaultServices on fs, into cfg (serve's flag set).
+func RegisterServiceFlags(fs *flag.FlagSet, cfg *Config) {
+	for _, spec := range DefaultServices {
+		if spec.Flags != nil {
+			spec.Flags(fs, cfg)
+		}
+	}
+}
+
+// serviceUnit names a service of this replica: its logs and its spans.
+func (s *Server) serviceUnit(name string) services.Unit {
+	return services.NewUnit(name, s.logger, s.cfg.TracerProvider)
+}
+
+// buildServices groups the services of the configured list.
+func (s *Server) buildServices() (*services.Group, error) {
+	list := s.cfg.Services
+	if list == nil {
+		list = DefaultServices
+	}
+	built := make([]services.Service, 0, len(list))
+	for _, spec := range list {
+		built = append(built, spec.Service(s))
+	}
+	return services.NewGroup(s.logger, built...)
+}
+
+// securityAuditWriter writes the security throttle's count rows as their
+// windows end, and the pending ones on shutdown.
+type securityAuditWriter struct {
+	services.Unit
+	throttle *securityThrottle
+}
+
+func (w securityAuditWriter) Run(ctx context.Context) error {
+	w.throttle.run(ctx)
+	return nil
+}
+
+// webhookSecretSealing is the start-up step sealing webhook signing secrets
+// (sealWebhookSecrets); it returns once done.
+type webhookSecretSealing struct {
+	services.Unit
+	s *Server
+}
+
+func (w webhookSecretSealing) Run(ctx context.Context) error {
+	ctx, span := w.Iteration(ctx)
+	defer span.End()
+	sealWebhookSecrets(ctx, w.s.store, w.s.cfg.Secrets, w.Logger())
+	return nil
+}

@@ -1,0 +1,96 @@
+// Package queuevacuum is the background service vacuuming the queue of
+// leasable tasks (Vacuum).
+package queuevacuum
+
+import (
+	"context"
+	"flag"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/worker-gateway/gateway/server/services"
+	"github.com/worker-gateway/gateway/store"
+)
+
+// Vacuum vacuums the queue of leasable tasks after every
+// -queue-vacuum-every leases this replica granted (store.VacuumQueue
+// says why autovacuum alone is too late). It counts leases, not time, so
+// an idle gateway never vacuums (and sends no query), and a busy one pays
+// for a vacuum only after as many deleted queue rows as make a walk
+// noticeably longer. Each replica counts its own leases: with several, the
+// queue is vacuumed more often, never less.
+type Vacuum struct {
+	services.Unit
+	store  *store.Store
+	every  int64
+	logger *slog.Logger
+	// runs counts this replica's vacuums and nanos the time they took
+	// (metrics).
+	runs, nanos atomic.Int64
+
+	leased atomic.Int64
+	kick   chan struct{}
+}
+
+// New builds a replica's queue vacuum.
+func New(st *store.Store, every int, u services.Unit) *Vacuum {
+	return &Vacuum{Unit: u, store: st, every: int64(every), logger: u.Logger(), kick: make(chan struct{}, 1)}
+}
+
+// Granted counts n leases granted; enough of them since the last vacuum
+// wake the vacuum loop.
+func (v *Vacuum) Granted(n int) {
+	if v.every <= 0 || n <= 0 {
+		return
+	}
+	if v.leased.Add(int64(n)) >= v.every {
+		select {
+		case v.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Run vacuums whenever granted asks, one vacuum at a time, until ctx ends.
+func (v *Vacuum) Run(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-v.kick:
+		}
+		if v.leased.Load() < v.every {
+			continue
+		}
+		// Leases granted while the vacuum runs count towards the next one.
+		v.leased.Store(0)
+		v.vacuum(ctx)
+	}
+}
+
+// vacuum vacuums the queue once.
+func (v *Vacuum) vacuum(ctx context.Context) {
+	ctx, span := v.Iteration(ctx)
+	defer span.End()
+	start := time.Now()
+	if err := v.store.VacuumQueue(ctx); err != nil {
+		if ctx.Err() == nil {
+			v.logger.Warn("queue vacuum failed; autovacuum will clean the queue later", "error", err.Error())
+		}
+		return
+	}
+	v.runs.Add(1)
+	v.nanos.Add(int64(time.Since(start)))
+}
+
+// RegisterFlags registers the queue vacuum's flag, into every: how many
+// leases between two vacuums.
+func RegisterFlags(fs *flag.FlagSet, every *int) {
+	fs.IntVar(every, "queue-vacuum-every", *every, "vacuum the queue of leasable tasks after this many leases granted by this replica, so acquisitions do not step over the entries of leased tasks until autovacuum comes (0: leave it to autovacuum)")
+}
+
+// Runs counts this replica's vacuums, and Took the time they took
+// (metrics).
+func (v *Vacuum) Runs() int64         { return v.runs.Load() }
+func (v *Vacuum) Took() time.Duration { return time.Duration(v.nanos.Load()) }
