@@ -175,8 +175,8 @@ func toFile(f store.File) api.File {
 
 // ListTaskArtifacts lists a task's committed files.
 func (h *handlers) ListTaskArtifacts(ctx context.Context, req api.ListTaskArtifactsRequestObject) (api.ListTaskArtifactsResponseObject, error) {
-	scope := scopeFrom(ctx)
-	files, err := h.store.ListTaskFiles(ctx, scope, req.TaskId)
+	tenant := tenantFrom(ctx)
+	files, err := h.store.ListTaskFiles(ctx, tenant, req.TaskId)
 	if err != nil {
 		return nil, err
 	}
@@ -185,8 +185,8 @@ func (h *handlers) ListTaskArtifacts(ctx context.Context, req api.ListTaskArtifa
 
 // GetFile returns a file's metadata.
 func (h *handlers) GetFile(ctx context.Context, req api.GetFileRequestObject) (api.GetFileResponseObject, error) {
-	scope := scopeFrom(ctx)
-	f, err := h.store.GetFile(ctx, scope, req.FileId)
+	tenant := tenantFrom(ctx)
+	f, err := h.store.GetFile(ctx, tenant, req.FileId)
 	if err != nil {
 		return nil, err
 	}
@@ -195,12 +195,12 @@ func (h *handlers) GetFile(ctx context.Context, req api.GetFileRequestObject) (a
 
 // GetFileContent streams a file's bytes.
 func (h *handlers) GetFileContent(ctx context.Context, req api.GetFileContentRequestObject) (api.GetFileContentResponseObject, error) {
-	scope := scopeFrom(ctx)
+	tenant := tenantFrom(ctx)
 	backend, err := h.artifacts()
 	if err != nil {
 		return nil, err
 	}
-	f, err := h.store.GetFile(ctx, scope, req.FileId)
+	f, err := h.store.GetFile(ctx, tenant, req.FileId)
 	if err != nil {
 		return nil, err
 	}

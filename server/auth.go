@@ -33,9 +33,9 @@ type authState struct {
 	principal *store.Principal
 	// fingerprint is the client certificate the worker authenticated with.
 	fingerprint string
-	// scope is the tenant scope the operation's permission was decided for
+	// tenant is the tenant the operation's permission was decided for
 	// (authenticate, authorizeOperation); nil until then.
-	scope *store.Scope
+	tenant *store.Tenant
 }
 
 type authKey struct{}
@@ -53,14 +53,14 @@ func authFrom(ctx context.Context) *authState {
 	return st
 }
 
-// scopeFrom is the tenant scope decided for the caller of the operation a
+// tenantFrom is the tenant decided for the caller of the operation a
 // handler serves, when its permission in the contract was checked. Without
-// a decision it is the zero Scope, which sees and changes nothing.
-func scopeFrom(ctx context.Context) store.Scope {
-	if sc := authFrom(ctx).scope; sc != nil {
+// a decision it is the zero Tenant, which sees and changes nothing.
+func tenantFrom(ctx context.Context) store.Tenant {
+	if sc := authFrom(ctx).tenant; sc != nil {
 		return *sc
 	}
-	return store.Scope{}
+	return store.Tenant{}
 }
 
 // workerFrom returns the authenticated worker; handlers of worker routes
@@ -103,11 +103,11 @@ func (s *Server) authenticate(ctx context.Context, input *openapi3filter.Authent
 			return err
 		}
 		st.principal = &p
-		scope, err := authorize(&p, permission)
+		tenant, err := authorize(&p, permission)
 		if err != nil {
 			return err
 		}
-		st.scope = &scope
+		st.tenant = &tenant
 		return nil
 	}
 	return newProblem(http.StatusUnauthorized, problem.Unauthenticated, "unsupported security scheme")

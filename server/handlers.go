@@ -202,10 +202,10 @@ func encodeCursor(c *store.Cursor) *string {
 
 // readPage is the start of every listing a reader may see: the caller's
 // organization scope, then the page position and size.
-func readPage(ctx context.Context, cursor *string, limit *int) (store.Scope, *store.Cursor, int, error) {
-	scope := scopeFrom(ctx)
+func readPage(ctx context.Context, cursor *string, limit *int) (store.Tenant, *store.Cursor, int, error) {
+	tenant := tenantFrom(ctx)
 	after, n, err := pageParams(cursor, limit)
-	return scope, after, n, err
+	return tenant, after, n, err
 }
 
 // pageParams decodes a cursor and applies the default page size.

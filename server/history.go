@@ -14,11 +14,11 @@ import (
 
 // ListScopeTargets pages an organization's scan scope.
 func (h *handlers) ListScopeTargets(ctx context.Context, req api.ListScopeTargetsRequestObject) (api.ListScopeTargetsResponseObject, error) {
-	scope, after, limit, err := readPage(ctx, req.Params.Cursor, req.Params.Limit)
+	tenant, after, limit, err := readPage(ctx, req.Params.Cursor, req.Params.Limit)
 	if err != nil {
 		return nil, err
 	}
-	targets, enforced, next, err := h.store.ListScopeTargets(ctx, scope, req.OrganizationId, after, limit)
+	targets, enforced, next, err := h.store.ListScopeTargets(ctx, tenant, req.OrganizationId, after, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -28,7 +28,7 @@ func (h *handlers) ListScopeTargets(ctx context.Context, req api.ListScopeTarget
 // AddScopeTarget approves a target for an organization's scans: the
 // platform operator's decision, not the organization's own.
 func (h *handlers) AddScopeTarget(ctx context.Context, req api.AddScopeTargetRequestObject) (api.AddScopeTargetResponseObject, error) {
-	scope := scopeFrom(ctx)
+	tenant := tenantFrom(ctx)
 	b := req.Body
 	p := store.ScopeTargetParams{Kind: string(b.Kind), Value: b.Value, TokenID: tokenOf(ctx)}
 	if b.IncludeSubdomains != nil {
@@ -38,7 +38,7 @@ func (h *handlers) AddScopeTarget(ctx context.Context, req api.AddScopeTargetReq
 		p.Note = *b.Note
 	}
 	ctx = h.audit(ctx, "scope.add", "scope_target", "", &req.OrganizationId, nil) // the entry, as stored: store
-	t, created, err := h.store.AddScopeTarget(ctx, scope, req.OrganizationId, p)
+	t, created, err := h.store.AddScopeTarget(ctx, tenant, req.OrganizationId, p)
 	if err != nil {
 		return nil, err
 	}
@@ -50,9 +50,9 @@ func (h *handlers) AddScopeTarget(ctx context.Context, req api.AddScopeTargetReq
 
 // RemoveScopeTarget removes a scope entry; the scope stays enforced.
 func (h *handlers) RemoveScopeTarget(ctx context.Context, req api.RemoveScopeTargetRequestObject) (api.RemoveScopeTargetResponseObject, error) {
-	scope := scopeFrom(ctx)
+	tenant := tenantFrom(ctx)
 	ctx = h.audit(ctx, "scope.remove", "scope_target", req.ScopeTargetId.String(), &req.OrganizationId, nil) // the entry: store
-	t, err := h.store.RemoveScopeTarget(ctx, scope, req.OrganizationId, req.ScopeTargetId)
+	t, err := h.store.RemoveScopeTarget(ctx, tenant, req.OrganizationId, req.ScopeTargetId)
 	if err != nil {
 		return nil, err
 	}
@@ -65,10 +65,10 @@ func toScopeTarget(t store.ScopeTarget) api.ScopeTarget {
 }
 
 // changeFilter reads the kind, time and page parameters of a change list.
-func changeFilter(ctx context.Context, kinds *api.ChangeKinds, since, until *api.Since, cursor *string, limit *int) (store.Scope, store.ChangeFilter, error) {
-	scope, after, n, err := readPage(ctx, cursor, limit)
+func changeFilter(ctx context.Context, kinds *api.ChangeKinds, since, until *api.Since, cursor *string, limit *int) (store.Tenant, store.ChangeFilter, error) {
+	tenant, after, n, err := readPage(ctx, cursor, limit)
 	if err != nil {
-		return store.Scope{}, store.ChangeFilter{}, err
+		return store.Tenant{}, store.ChangeFilter{}, err
 	}
 	f := store.ChangeFilter{Since: since, Until: until, After: after, Limit: n}
 	if kinds != nil {
@@ -76,17 +76,17 @@ func changeFilter(ctx context.Context, kinds *api.ChangeKinds, since, until *api
 			f.Kinds = append(f.Kinds, string(k))
 		}
 	}
-	return scope, f, nil
+	return tenant, f, nil
 }
 
 // ListScanChanges pages what a scan found changed since the scan before it.
 func (h *handlers) ListScanChanges(ctx context.Context, req api.ListScanChangesRequestObject) (api.ListScanChangesResponseObject, error) {
 	p := req.Params
-	scope, f, err := changeFilter(ctx, p.Kind, p.Since, p.Until, p.Cursor, p.Limit)
+	tenant, f, err := changeFilter(ctx, p.Kind, p.Since, p.Until, p.Cursor, p.Limit)
 	if err != nil {
 		return nil, err
 	}
-	changes, next, err := h.store.ListScanChanges(ctx, scope, req.ScanId, f)
+	changes, next, err := h.store.ListScanChanges(ctx, tenant, req.ScanId, f)
 	if err != nil {
 		return nil, err
 	}
@@ -96,11 +96,11 @@ func (h *handlers) ListScanChanges(ctx context.Context, req api.ListScanChangesR
 // ListExposureChanges pages an organization's exposure-change timeline.
 func (h *handlers) ListExposureChanges(ctx context.Context, req api.ListExposureChangesRequestObject) (api.ListExposureChangesResponseObject, error) {
 	p := req.Params
-	scope, f, err := changeFilter(ctx, p.Kind, p.Since, p.Until, p.Cursor, p.Limit)
+	tenant, f, err := changeFilter(ctx, p.Kind, p.Since, p.Until, p.Cursor, p.Limit)
 	if err != nil {
 		return nil, err
 	}
-	changes, next, err := h.store.ListExposureChanges(ctx, scope, req.OrganizationId, f)
+	changes, next, err := h.store.ListExposureChanges(ctx, tenant, req.OrganizationId, f)
 	if err != nil {
 		return nil, err
 	}
@@ -122,11 +122,11 @@ func toAssetChange(c store.AssetChange) api.AssetChange {
 
 // ListThreatExclusions pages an organization's threat exclusions.
 func (h *handlers) ListThreatExclusions(ctx context.Context, req api.ListThreatExclusionsRequestObject) (api.ListThreatExclusionsResponseObject, error) {
-	scope, after, limit, err := readPage(ctx, req.Params.Cursor, req.Params.Limit)
+	tenant, after, limit, err := readPage(ctx, req.Params.Cursor, req.Params.Limit)
 	if err != nil {
 		return nil, err
 	}
-	list, next, err := h.store.ListThreatExclusions(ctx, scope, req.OrganizationId, after, limit)
+	list, next, err := h.store.ListThreatExclusions(ctx, tenant, req.OrganizationId, after, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -135,7 +135,7 @@ func (h *handlers) ListThreatExclusions(ctx context.Context, req api.ListThreatE
 
 // CreateThreatExclusion suppresses the threats it matches.
 func (h *handlers) CreateThreatExclusion(ctx context.Context, req api.CreateThreatExclusionRequestObject) (api.CreateThreatExclusionResponseObject, error) {
-	scope := scopeFrom(ctx)
+	tenant := tenantFrom(ctx)
 	b := req.Body
 	p := store.ThreatExclusionParams{AssetID: b.AssetId, AssetPattern: b.AssetPattern, ExternalID: b.ExternalId,
 		TitlePattern: b.TitlePattern, Reason: b.Reason, ExpiresAt: b.ExpiresAt, TokenID: tokenOf(ctx)}
@@ -143,7 +143,7 @@ func (h *handlers) CreateThreatExclusion(ctx context.Context, req api.CreateThre
 		p.Severity = ptr(string(*b.Severity))
 	}
 	ctx = h.audit(ctx, "threat_exclusion.create", "threat_exclusion", "", &req.OrganizationId, map[string]any{"reason": p.Reason})
-	e, err := h.store.CreateThreatExclusion(ctx, scope, req.OrganizationId, p)
+	e, err := h.store.CreateThreatExclusion(ctx, tenant, req.OrganizationId, p)
 	if err != nil {
 		return nil, err
 	}
@@ -152,9 +152,9 @@ func (h *handlers) CreateThreatExclusion(ctx context.Context, req api.CreateThre
 
 // DeleteThreatExclusion removes an exclusion.
 func (h *handlers) DeleteThreatExclusion(ctx context.Context, req api.DeleteThreatExclusionRequestObject) (api.DeleteThreatExclusionResponseObject, error) {
-	scope := scopeFrom(ctx)
+	tenant := tenantFrom(ctx)
 	ctx = h.audit(ctx, "threat_exclusion.delete", "threat_exclusion", req.ExclusionId.String(), &req.OrganizationId, nil)
-	e, err := h.store.DeleteThreatExclusion(ctx, scope, req.OrganizationId, req.ExclusionId)
+	e, err := h.store.DeleteThreatExclusion(ctx, tenant, req.OrganizationId, req.ExclusionId)
 	if err != nil {
 		return nil, err
 	}
@@ -229,11 +229,11 @@ func jsonOrNil(raw json.RawMessage) *api.JSONObject {
 
 // ListAssetEdges pages an organization's asset graph.
 func (h *handlers) ListAssetEdges(ctx context.Context, req api.ListAssetEdgesRequestObject) (api.ListAssetEdgesResponseObject, error) {
-	scope, after, limit, err := readPage(ctx, req.Params.Cursor, req.Params.Limit)
+	tenant, after, limit, err := readPage(ctx, req.Params.Cursor, req.Params.Limit)
 	if err != nil {
 		return nil, err
 	}
-	edges, next, err := h.store.ListAssetEdges(ctx, scope, req.OrganizationId, req.Params.AssetId, after, limit)
+	edges, next, err := h.store.ListAssetEdges(ctx, tenant, req.OrganizationId, req.Params.AssetId, after, limit)
 	if err != nil {
 		return nil, err
 	}

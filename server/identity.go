@@ -178,9 +178,9 @@ func issuedFingerprint(c api.IssuedCertificate) string {
 
 // RevokeWorker revokes a worker for good.
 func (h *handlers) RevokeWorker(ctx context.Context, req api.RevokeWorkerRequestObject) (api.RevokeWorkerResponseObject, error) {
-	scope := scopeFrom(ctx)
-	ctx = h.audit(ctx, "worker.revoke", "worker", req.WorkerId.String(), scope.Organization(), map[string]any{"reason": req.Body.Reason})
-	w, err := h.store.RevokeWorker(ctx, scope, req.WorkerId, req.Body.Reason, h.onlineWindow())
+	tenant := tenantFrom(ctx)
+	ctx = h.audit(ctx, "worker.revoke", "worker", req.WorkerId.String(), tenant.Organization(), map[string]any{"reason": req.Body.Reason})
+	w, err := h.store.RevokeWorker(ctx, tenant, req.WorkerId, req.Body.Reason, h.onlineWindow())
 	if err != nil {
 		return nil, err
 	}
@@ -193,9 +193,9 @@ func (h *handlers) RevokeWorker(ctx context.Context, req api.RevokeWorkerRequest
 
 // CreateEnrollmentToken issues a new one-time enrollment token.
 func (h *handlers) CreateEnrollmentToken(ctx context.Context, req api.CreateEnrollmentTokenRequestObject) (api.CreateEnrollmentTokenResponseObject, error) {
-	scope := scopeFrom(ctx)
-	ctx = h.audit(ctx, "worker.enrollment_token", "worker", req.WorkerId.String(), scope.Organization(), nil)
-	token, expires, err := h.store.CreateEnrollmentToken(ctx, scope, req.WorkerId, h.cfg.Identity.EnrollmentTokenTTL)
+	tenant := tenantFrom(ctx)
+	ctx = h.audit(ctx, "worker.enrollment_token", "worker", req.WorkerId.String(), tenant.Organization(), nil)
+	token, expires, err := h.store.CreateEnrollmentToken(ctx, tenant, req.WorkerId, h.cfg.Identity.EnrollmentTokenTTL)
 	if err != nil {
 		return nil, err
 	}
@@ -205,8 +205,8 @@ func (h *handlers) CreateEnrollmentToken(ctx context.Context, req api.CreateEnro
 
 // ListOrganizationWorkers lists an organization's workers with eligibility.
 func (h *handlers) ListOrganizationWorkers(ctx context.Context, req api.ListOrganizationWorkersRequestObject) (api.ListOrganizationWorkersResponseObject, error) {
-	scope := scopeFrom(ctx)
-	list, err := h.store.OrganizationWorkers(ctx, scope, req.OrganizationId, h.onlineWindow())
+	tenant := tenantFrom(ctx)
+	list, err := h.store.OrganizationWorkers(ctx, tenant, req.OrganizationId, h.onlineWindow())
 	if err != nil {
 		return nil, err
 	}

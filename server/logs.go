@@ -43,7 +43,7 @@ const logReadLimit = 1 << 20
 
 // GetTaskLogs reads an attempt's log, optionally following it.
 func (h *handlers) GetTaskLogs(ctx context.Context, req api.GetTaskLogsRequestObject) (api.GetTaskLogsResponseObject, error) {
-	scope := scopeFrom(ctx)
+	tenant := tenantFrom(ctx)
 	var err error
 	p := req.Params
 	attempt, offset := 0, int64(0)
@@ -60,9 +60,9 @@ func (h *handlers) GetTaskLogs(ctx context.Context, req api.GetTaskLogsRequestOb
 			wait = time.Duration(*p.WaitSeconds) * time.Second
 		}
 		noteLongPoll(ctx)
-		lt, err = h.followTaskLog(ctx, scope, req.TaskId, attempt, offset, min(wait, h.cfg.MaxWait))
+		lt, err = h.followTaskLog(ctx, tenant, req.TaskId, attempt, offset, min(wait, h.cfg.MaxWait))
 	} else {
-		lt, err = h.store.ReadTaskLog(ctx, scope, req.TaskId, attempt, offset, logReadLimit)
+		lt, err = h.store.ReadTaskLog(ctx, tenant, req.TaskId, attempt, offset, logReadLimit)
 	}
 	if err != nil {
 		return nil, err
@@ -84,13 +84,13 @@ func (h *handlers) GetTaskLogs(ctx context.Context, req api.GetTaskLogsRequestOb
 // attempt's end through the replica's shared reader of that attempt (see
 // logFollowers): each request reads the database once, to check its scope
 // and what is there; waiting costs no query of its own.
-func (h *handlers) followTaskLog(ctx context.Context, scope store.Scope, task uuid.UUID, attempt int, offset int64, wait time.Duration) (store.LogText, error) {
+func (h *handlers) followTaskLog(ctx context.Context, tenant store.Tenant, task uuid.UUID, attempt int, offset int64, wait time.Duration) (store.LogText, error) {
 	release, err := h.follows.acquire(authFrom(ctx).principal.TokenID, h.cfg.Limits)
 	if err != nil {
 		return store.LogText{}, err
 	}
 	defer release()
-	lt, err := h.store.ReadTaskLog(ctx, scope, task, attempt, offset, logReadLimit)
+	lt, err := h.store.ReadTaskLog(ctx, tenant, task, attempt, offset, logReadLimit)
 	if err != nil || len(lt.Data) > 0 || lt.Complete || wait <= 0 {
 		return lt, err
 	}
@@ -102,7 +102,7 @@ func (h *handlers) followTaskLog(ctx context.Context, scope store.Scope, task uu
 	switch {
 	case r.direct:
 		// Behind what the reader keeps: there are stored bytes at offset.
-		return h.store.ReadTaskLog(ctx, scope, task, lt.AttemptNumber, offset, logReadLimit)
+		return h.store.ReadTaskLog(ctx, tenant, task, lt.AttemptNumber, offset, logReadLimit)
 	case r.timedOut:
 		return lt, nil
 	}

@@ -15,13 +15,13 @@ func toOrganization(o store.Organization) api.Organization {
 // policy is allow_list unless the request names another: a security
 // product scans only what was approved unless told otherwise.
 func (h *handlers) CreateOrganization(ctx context.Context, req api.CreateOrganizationRequestObject) (api.CreateOrganizationResponseObject, error) {
-	scope := scopeFrom(ctx)
+	tenant := tenantFrom(ctx)
 	policy := store.ScopePolicyAllowList
 	if req.Body.ScopePolicy != nil {
 		policy = string(*req.Body.ScopePolicy)
 	}
 	ctx = h.audit(ctx, "organization.create", "organization", "", nil, map[string]any{"name": req.Body.Name, "scope_policy": policy})
-	o, err := h.store.CreateOrganization(ctx, scope, req.Body.Name, policy)
+	o, err := h.store.CreateOrganization(ctx, tenant, req.Body.Name, policy)
 	if err != nil {
 		return nil, err
 	}
@@ -30,11 +30,11 @@ func (h *handlers) CreateOrganization(ctx context.Context, req api.CreateOrganiz
 
 // ListOrganizations pages the organizations the caller may see.
 func (h *handlers) ListOrganizations(ctx context.Context, req api.ListOrganizationsRequestObject) (api.ListOrganizationsResponseObject, error) {
-	scope, after, limit, err := readPage(ctx, req.Params.Cursor, req.Params.Limit)
+	tenant, after, limit, err := readPage(ctx, req.Params.Cursor, req.Params.Limit)
 	if err != nil {
 		return nil, err
 	}
-	orgs, next, err := h.store.ListOrganizations(ctx, scope, after, limit)
+	orgs, next, err := h.store.ListOrganizations(ctx, tenant, after, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -43,8 +43,8 @@ func (h *handlers) ListOrganizations(ctx context.Context, req api.ListOrganizati
 
 // GetOrganization returns one organization.
 func (h *handlers) GetOrganization(ctx context.Context, req api.GetOrganizationRequestObject) (api.GetOrganizationResponseObject, error) {
-	scope := scopeFrom(ctx)
-	o, err := h.store.GetOrganization(ctx, scope, req.OrganizationId)
+	tenant := tenantFrom(ctx)
+	o, err := h.store.GetOrganization(ctx, tenant, req.OrganizationId)
 	if err != nil {
 		return nil, err
 	}
@@ -56,7 +56,7 @@ func (h *handlers) GetOrganization(ctx context.Context, req api.GetOrganizationR
 func (h *handlers) UpdateOrganization(ctx context.Context, req api.UpdateOrganizationRequestObject) (api.UpdateOrganizationResponseObject, error) {
 	ctx = h.audit(ctx, "organization.update", "organization", req.OrganizationId.String(), &req.OrganizationId,
 		map[string]any{"scope_policy": req.Body.ScopePolicy})
-	o, err := h.store.SetScopePolicy(ctx, scopeFrom(ctx), req.OrganizationId, string(req.Body.ScopePolicy))
+	o, err := h.store.SetScopePolicy(ctx, tenantFrom(ctx), req.OrganizationId, string(req.Body.ScopePolicy))
 	if err != nil {
 		return nil, err
 	}

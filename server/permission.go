@@ -95,19 +95,19 @@ func checkPermissions(spec *openapi3.T) error {
 // authorize is the one permission decision for API tokens: may p perform an
 // operation that needs permission, and for which organizations. The
 // answer's scope is what every store call of the operation is limited to.
-func authorize(p *store.Principal, permission string) (store.Scope, error) {
+func authorize(p *store.Principal, permission string) (store.Tenant, error) {
 	if p == nil {
-		return store.Scope{}, newProblem(http.StatusUnauthorized, problem.Unauthenticated, "this route needs a bearer API token")
+		return store.Tenant{}, newProblem(http.StatusUnauthorized, problem.Unauthenticated, "this route needs a bearer API token")
 	}
 	scopes, ok := tokenScopesFor[permission]
 	if !ok || !slices.ContainsFunc(scopes, func(s string) bool { return slices.Contains(p.Permissions, s) }) {
-		return store.Scope{}, newProblem(http.StatusForbidden, problem.Forbidden, "the API token lacks the permission this route needs")
+		return store.Tenant{}, newProblem(http.StatusForbidden, problem.Forbidden, "the API token lacks the permission this route needs")
 	}
-	scope := store.ScopeOf(p.OrganizationID)
-	if permission == permissionGlobalAdmin && !scope.IsEveryOrganization() {
-		return store.Scope{}, newProblem(http.StatusForbidden, problem.Forbidden, "this route needs an admin token without organization scope")
+	tenant := store.TenantOf(p.OrganizationID)
+	if permission == permissionGlobalAdmin && !tenant.IsEveryOrganization() {
+		return store.Tenant{}, newProblem(http.StatusForbidden, problem.Forbidden, "this route needs an admin token without organization scope")
 	}
-	return scope, nil
+	return tenant, nil
 }
 
 // authorizeOperation decides the console's in-process call of an operation
@@ -134,12 +134,12 @@ func authorizeOperation(spec *openapi3.T) func(ctx context.Context, operationID 
 			// Public and worker routes are no console's to call.
 			return ctx, newProblem(http.StatusForbidden, problem.Forbidden, "the API token lacks the permission this route needs")
 		}
-		scope, err := authorize(principal, permission)
+		tenant, err := authorize(principal, permission)
 		if err != nil {
 			return ctx, err
 		}
 		ctx, st := withAuthState(ctx)
-		st.principal, st.scope = principal, &scope
+		st.principal, st.tenant = principal, &tenant
 		return ctx, nil
 	}
 }

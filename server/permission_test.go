@@ -84,10 +84,10 @@ func TestAuthorize(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			scope, err := authorize(c.principal, c.permission)
+			tenant, err := authorize(c.principal, c.permission)
 			if c.refusal == "" {
 				require.NoError(t, err)
-				require.Equal(t, store.ScopeOf(c.principal.OrganizationID), scope)
+				require.Equal(t, store.TenantOf(c.principal.OrganizationID), tenant)
 				return
 			}
 			var p *Problem
@@ -95,7 +95,7 @@ func TestAuthorize(t *testing.T) {
 			require.Equal(t, http.StatusForbidden, p.Status)
 			require.Equal(t, problem.Forbidden, p.Code)
 			require.Equal(t, c.refusal, string(p.Detail))
-			require.Equal(t, store.Scope{}, scope)
+			require.Equal(t, store.Tenant{}, tenant)
 		})
 	}
 	_, err := authorize(nil, permissionReader)
@@ -140,8 +140,8 @@ func TestConsoleCallsAreAuthorized(t *testing.T) {
 	st.principal = &store.Principal{TokenID: uuid.New(), Permissions: []string{"reader"}, OrganizationID: &org}
 	decided, err := decide(ctx, "ListTasks")
 	require.NoError(t, err)
-	require.Equal(t, store.OrganizationScope(org), scopeFrom(decided))
-	require.Equal(t, store.Scope{}, scopeFrom(ctx), "the page's own context keeps no decision")
+	require.Equal(t, store.OneOrganization(org), tenantFrom(decided))
+	require.Equal(t, store.Tenant{}, tenantFrom(ctx), "the page's own context keeps no decision")
 	_, err = decide(ctx, "CreateTask")
 	var p *Problem
 	require.True(t, errors.As(err, &p))

@@ -150,11 +150,11 @@ func toStoreRecords(in []api.ResultRecord) ([]store.ResultRecord, error) {
 
 // ListTaskResults pages a task's stored result batches.
 func (h *handlers) ListTaskResults(ctx context.Context, req api.ListTaskResultsRequestObject) (api.ListTaskResultsResponseObject, error) {
-	scope, after, limit, err := readPage(ctx, req.Params.Cursor, req.Params.Limit)
+	tenant, after, limit, err := readPage(ctx, req.Params.Cursor, req.Params.Limit)
 	if err != nil {
 		return nil, err
 	}
-	batches, next, err := h.store.ListTaskResults(ctx, scope, req.TaskId, after, limit)
+	batches, next, err := h.store.ListTaskResults(ctx, tenant, req.TaskId, after, limit)
 	if err != nil {
 		return nil, err
 	}

@@ -10,7 +10,7 @@ import (
 
 // CreateScan starts a scan; its jobs run one after another.
 func (h *handlers) CreateScan(ctx context.Context, req api.CreateScanRequestObject) (api.CreateScanResponseObject, error) {
-	scope := scopeFrom(ctx)
+	tenant := tenantFrom(ctx)
 	var err error
 	b := req.Body
 	p := store.CreateScanParams{OrganizationID: b.OrganizationId, Targets: b.Targets}
@@ -38,7 +38,7 @@ func (h *handlers) CreateScan(ctx context.Context, req api.CreateScanRequestObje
 		return nil, err
 	}
 	ctx = h.audit(ctx, "scan.create", "scan", "", &p.OrganizationID, nil)
-	scan, replayed, err := h.store.CreateScan(ctx, scope, p)
+	scan, replayed, err := h.store.CreateScan(ctx, tenant, p)
 	if err != nil {
 		return nil, err
 	}
@@ -50,8 +50,8 @@ func (h *handlers) CreateScan(ctx context.Context, req api.CreateScanRequestObje
 
 // GetScan returns a scan with its jobs and their tasks.
 func (h *handlers) GetScan(ctx context.Context, req api.GetScanRequestObject) (api.GetScanResponseObject, error) {
-	scope := scopeFrom(ctx)
-	scan, err := h.store.GetScan(ctx, scope, req.ScanId)
+	tenant := tenantFrom(ctx)
+	scan, err := h.store.GetScan(ctx, tenant, req.ScanId)
 	if err != nil {
 		return nil, err
 	}
@@ -60,7 +60,7 @@ func (h *handlers) GetScan(ctx context.Context, req api.GetScanRequestObject) (a
 
 // ListScans pages scans.
 func (h *handlers) ListScans(ctx context.Context, req api.ListScansRequestObject) (api.ListScansResponseObject, error) {
-	scope, after, limit, err := readPage(ctx, req.Params.Cursor, req.Params.Limit)
+	tenant, after, limit, err := readPage(ctx, req.Params.Cursor, req.Params.Limit)
 	if err != nil {
 		return nil, err
 	}
@@ -68,7 +68,7 @@ func (h *handlers) ListScans(ctx context.Context, req api.ListScansRequestObject
 	if req.Params.Trigger != nil {
 		p.Trigger = ptr(store.TriggerKind(*req.Params.Trigger))
 	}
-	scans, next, err := h.store.ListScans(ctx, scope, p)
+	scans, next, err := h.store.ListScans(ctx, tenant, p)
 	if err != nil {
 		return nil, err
 	}
@@ -77,9 +77,9 @@ func (h *handlers) ListScans(ctx context.Context, req api.ListScansRequestObject
 
 // CancelScan cancels a scan and its current task.
 func (h *handlers) CancelScan(ctx context.Context, req api.CancelScanRequestObject) (api.CancelScanResponseObject, error) {
-	scope := scopeFrom(ctx)
+	tenant := tenantFrom(ctx)
 	ctx = h.audit(ctx, "scan.cancel", "scan", req.ScanId.String(), nil, nil)
-	scan, err := h.store.CancelScan(ctx, scope, req.ScanId)
+	scan, err := h.store.CancelScan(ctx, tenant, req.ScanId)
 	if err != nil {
 		return nil, err
 	}
@@ -88,11 +88,11 @@ func (h *handlers) CancelScan(ctx context.Context, req api.CancelScanRequestObje
 
 // ListAssets pages an organization's assets.
 func (h *handlers) ListAssets(ctx context.Context, req api.ListAssetsRequestObject) (api.ListAssetsResponseObject, error) {
-	scope, after, limit, err := readPage(ctx, req.Params.Cursor, req.Params.Limit)
+	tenant, after, limit, err := readPage(ctx, req.Params.Cursor, req.Params.Limit)
 	if err != nil {
 		return nil, err
 	}
-	assets, next, err := h.store.ListAssets(ctx, scope, req.OrganizationId, after, limit)
+	assets, next, err := h.store.ListAssets(ctx, tenant, req.OrganizationId, after, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -101,12 +101,12 @@ func (h *handlers) ListAssets(ctx context.Context, req api.ListAssetsRequestObje
 
 // ListThreats pages an organization's threats.
 func (h *handlers) ListThreats(ctx context.Context, req api.ListThreatsRequestObject) (api.ListThreatsResponseObject, error) {
-	scope, after, limit, err := readPage(ctx, req.Params.Cursor, req.Params.Limit)
+	tenant, after, limit, err := readPage(ctx, req.Params.Cursor, req.Params.Limit)
 	if err != nil {
 		return nil, err
 	}
 	includeExcluded := req.Params.IncludeExcluded != nil && *req.Params.IncludeExcluded
-	threats, next, err := h.store.ListThreats(ctx, scope, req.OrganizationId, includeExcluded, after, limit)
+	threats, next, err := h.store.ListThreats(ctx, tenant, req.OrganizationId, includeExcluded, after, limit)
 	if err != nil {
 		return nil, err
 	}

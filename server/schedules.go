@@ -14,14 +14,14 @@ import (
 
 // CreateSchedule creates a schedule at version 1.
 func (h *handlers) CreateSchedule(ctx context.Context, req api.CreateScheduleRequestObject) (api.CreateScheduleResponseObject, error) {
-	scope := scopeFrom(ctx)
+	tenant := tenantFrom(ctx)
 	b := req.Body
 	p, err := scheduleParams(ctx, b.Name, b.Timing, b.Definition)
 	if err != nil {
 		return nil, err
 	}
 	ctx = h.audit(ctx, "schedule.create", "schedule", "", &b.OrganizationId, nil)
-	sc, err := h.store.CreateSchedule(ctx, scope, b.OrganizationId, p)
+	sc, err := h.store.CreateSchedule(ctx, tenant, b.OrganizationId, p)
 	if err != nil {
 		return nil, err
 	}
@@ -34,14 +34,14 @@ func (h *handlers) CreateSchedule(ctx context.Context, req api.CreateScheduleReq
 
 // UpdateSchedule stores the request as the schedule's next version.
 func (h *handlers) UpdateSchedule(ctx context.Context, req api.UpdateScheduleRequestObject) (api.UpdateScheduleResponseObject, error) {
-	scope := scopeFrom(ctx)
+	tenant := tenantFrom(ctx)
 	b := req.Body
 	p, err := scheduleParams(ctx, b.Name, b.Timing, b.Definition)
 	if err != nil {
 		return nil, err
 	}
 	ctx = h.audit(ctx, "schedule.update", "schedule", req.ScheduleId.String(), nil, nil)
-	sc, err := h.store.UpdateSchedule(ctx, scope, req.ScheduleId, p)
+	sc, err := h.store.UpdateSchedule(ctx, tenant, req.ScheduleId, p)
 	if err != nil {
 		return nil, err
 	}
@@ -56,7 +56,7 @@ func (h *handlers) UpdateSchedule(ctx context.Context, req api.UpdateScheduleReq
 // commits, and its runs stay.
 func (h *handlers) DeleteSchedule(ctx context.Context, req api.DeleteScheduleRequestObject) (api.DeleteScheduleResponseObject, error) {
 	ctx = h.audit(ctx, "schedule.delete", "schedule", req.ScheduleId.String(), nil, nil)
-	if _, err := h.store.DeleteSchedule(ctx, scopeFrom(ctx), req.ScheduleId); err != nil {
+	if _, err := h.store.DeleteSchedule(ctx, tenantFrom(ctx), req.ScheduleId); err != nil {
 		return nil, err
 	}
 	return api.DeleteSchedule204Response{}, nil
@@ -64,8 +64,8 @@ func (h *handlers) DeleteSchedule(ctx context.Context, req api.DeleteScheduleReq
 
 // GetSchedule returns a schedule at its current version.
 func (h *handlers) GetSchedule(ctx context.Context, req api.GetScheduleRequestObject) (api.GetScheduleResponseObject, error) {
-	scope := scopeFrom(ctx)
-	sc, err := h.store.GetSchedule(ctx, scope, req.ScheduleId)
+	tenant := tenantFrom(ctx)
+	sc, err := h.store.GetSchedule(ctx, tenant, req.ScheduleId)
 	if err != nil {
 		return nil, err
 	}
@@ -78,11 +78,11 @@ func (h *handlers) GetSchedule(ctx context.Context, req api.GetScheduleRequestOb
 
 // ListSchedules pages schedules.
 func (h *handlers) ListSchedules(ctx context.Context, req api.ListSchedulesRequestObject) (api.ListSchedulesResponseObject, error) {
-	scope, after, limit, err := readPage(ctx, req.Params.Cursor, req.Params.Limit)
+	tenant, after, limit, err := readPage(ctx, req.Params.Cursor, req.Params.Limit)
 	if err != nil {
 		return nil, err
 	}
-	list, next, err := h.store.ListSchedules(ctx, scope, req.Params.OrganizationId, after, limit)
+	list, next, err := h.store.ListSchedules(ctx, tenant, req.Params.OrganizationId, after, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -116,13 +116,13 @@ func (h *handlers) ResumeSchedule(ctx context.Context, req api.ResumeScheduleReq
 }
 
 func (h *handlers) setScheduleEnabled(ctx context.Context, id uuid.UUID, enabled bool) (api.Schedule, error) {
-	scope := scopeFrom(ctx)
+	tenant := tenantFrom(ctx)
 	verb, action := h.store.PauseSchedule, "schedule.pause"
 	if enabled {
 		verb, action = h.store.ResumeSchedule, "schedule.resume"
 	}
 	ctx = h.audit(ctx, action, "schedule", id.String(), nil, nil)
-	sc, err := verb(ctx, scope, id)
+	sc, err := verb(ctx, tenant, id)
 	if err != nil {
 		return api.Schedule{}, err
 	}
@@ -131,7 +131,7 @@ func (h *handlers) setScheduleEnabled(ctx context.Context, id uuid.UUID, enabled
 
 // RunSchedule starts the schedule's run at once (a manual trigger).
 func (h *handlers) RunSchedule(ctx context.Context, req api.RunScheduleRequestObject) (api.RunScheduleResponseObject, error) {
-	scope := scopeFrom(ctx)
+	tenant := tenantFrom(ctx)
 	var err error
 	p := store.RunScheduleParams{TokenID: tokenOf(ctx)}
 	// The request has no body: the schedule is what a repeat must name.
@@ -140,7 +140,7 @@ func (h *handlers) RunSchedule(ctx context.Context, req api.RunScheduleRequestOb
 		return nil, err
 	}
 	ctx = h.audit(ctx, "schedule.run", "schedule", req.ScheduleId.String(), nil, nil)
-	f, replayed, err := h.store.RunScheduleNow(ctx, scope, req.ScheduleId, p)
+	f, replayed, err := h.store.RunScheduleNow(ctx, tenant, req.ScheduleId, p)
 	if err != nil {
 		return nil, err
 	}
@@ -152,11 +152,11 @@ func (h *handlers) RunSchedule(ctx context.Context, req api.RunScheduleRequestOb
 
 // ListScheduleFires pages a schedule's history.
 func (h *handlers) ListScheduleFires(ctx context.Context, req api.ListScheduleFiresRequestObject) (api.ListScheduleFiresResponseObject, error) {
-	scope, after, limit, err := readPage(ctx, req.Params.Cursor, req.Params.Limit)
+	tenant, after, limit, err := readPage(ctx, req.Params.Cursor, req.Params.Limit)
 	if err != nil {
 		return nil, err
 	}
-	fires, next, err := h.store.ScheduleFires(ctx, scope, req.ScheduleId, after, limit)
+	fires, next, err := h.store.ScheduleFires(ctx, tenant, req.ScheduleId, after, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -165,12 +165,12 @@ func (h *handlers) ListScheduleFires(ctx context.Context, req api.ListScheduleFi
 
 // ListScheduleNext lists a schedule's next fire times.
 func (h *handlers) ListScheduleNext(ctx context.Context, req api.ListScheduleNextRequestObject) (api.ListScheduleNextResponseObject, error) {
-	scope := scopeFrom(ctx)
+	tenant := tenantFrom(ctx)
 	n := 10
 	if req.Params.Count != nil {
 		n = *req.Params.Count
 	}
-	slots, err := h.store.NextFireTimes(ctx, scope, req.ScheduleId, n)
+	slots, err := h.store.NextFireTimes(ctx, tenant, req.ScheduleId, n)
 	if err != nil {
 		return nil, err
 	}

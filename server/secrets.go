@@ -60,7 +60,7 @@ func toSecret(s store.Secret) api.Secret {
 
 // CreateSecret stores a new secret (admins only).
 func (h *handlers) CreateSecret(ctx context.Context, req api.CreateSecretRequestObject) (api.CreateSecretResponseObject, error) {
-	scope := scopeFrom(ctx)
+	tenant := tenantFrom(ctx)
 	keyring, err := h.secretsKeyring()
 	if err != nil {
 		return nil, err
@@ -71,7 +71,7 @@ func (h *handlers) CreateSecret(ctx context.Context, req api.CreateSecretRequest
 		return nil, err
 	}
 	ctx = h.audit(ctx, "secret.create", "secret", "", &b.OrganizationId, nil) // name, version: store
-	sec, err := h.store.CreateSecret(ctx, scope, keyring, b.OrganizationId, p)
+	sec, err := h.store.CreateSecret(ctx, tenant, keyring, b.OrganizationId, p)
 	if err != nil {
 		return nil, err
 	}
@@ -80,8 +80,8 @@ func (h *handlers) CreateSecret(ctx context.Context, req api.CreateSecretRequest
 
 // ListSecrets lists secrets' metadata (admins only).
 func (h *handlers) ListSecrets(ctx context.Context, req api.ListSecretsRequestObject) (api.ListSecretsResponseObject, error) {
-	scope := scopeFrom(ctx)
-	secs, err := h.store.ListSecrets(ctx, scope, req.Params.OrganizationId)
+	tenant := tenantFrom(ctx)
+	secs, err := h.store.ListSecrets(ctx, tenant, req.Params.OrganizationId)
 	if err != nil {
 		return nil, err
 	}
@@ -90,8 +90,8 @@ func (h *handlers) ListSecrets(ctx context.Context, req api.ListSecretsRequestOb
 
 // GetSecret returns a secret's metadata (admins only).
 func (h *handlers) GetSecret(ctx context.Context, req api.GetSecretRequestObject) (api.GetSecretResponseObject, error) {
-	scope := scopeFrom(ctx)
-	sec, err := h.store.GetSecret(ctx, scope, req.SecretId)
+	tenant := tenantFrom(ctx)
+	sec, err := h.store.GetSecret(ctx, tenant, req.SecretId)
 	if err != nil {
 		return nil, err
 	}
@@ -100,7 +100,7 @@ func (h *handlers) GetSecret(ctx context.Context, req api.GetSecretRequestObject
 
 // ReplaceSecret stores a secret's next version (admins only).
 func (h *handlers) ReplaceSecret(ctx context.Context, req api.ReplaceSecretRequestObject) (api.ReplaceSecretResponseObject, error) {
-	scope := scopeFrom(ctx)
+	tenant := tenantFrom(ctx)
 	keyring, err := h.secretsKeyring()
 	if err != nil {
 		return nil, err
@@ -111,7 +111,7 @@ func (h *handlers) ReplaceSecret(ctx context.Context, req api.ReplaceSecretReque
 		return nil, err
 	}
 	ctx = h.audit(ctx, "secret.replace", "secret", req.SecretId.String(), nil, nil)
-	sec, err := h.store.ReplaceSecret(ctx, scope, keyring, req.SecretId, p)
+	sec, err := h.store.ReplaceSecret(ctx, tenant, keyring, req.SecretId, p)
 	if err != nil {
 		return nil, err
 	}
@@ -120,9 +120,9 @@ func (h *handlers) ReplaceSecret(ctx context.Context, req api.ReplaceSecretReque
 
 // DeleteSecret removes a secret (admins only).
 func (h *handlers) DeleteSecret(ctx context.Context, req api.DeleteSecretRequestObject) (api.DeleteSecretResponseObject, error) {
-	scope := scopeFrom(ctx)
+	tenant := tenantFrom(ctx)
 	ctx = h.audit(ctx, "secret.delete", "secret", req.SecretId.String(), nil, nil)
-	sec, err := h.store.DeleteSecret(ctx, scope, req.SecretId)
+	sec, err := h.store.DeleteSecret(ctx, tenant, req.SecretId)
 	if err != nil {
 		return nil, err
 	}

@@ -18,7 +18,7 @@ const (
 // GetStats is the operators' overview: readers and up, scoped like every
 // listing.
 func (h *handlers) GetStats(ctx context.Context, req api.GetStatsRequestObject) (api.GetStatsResponseObject, error) {
-	scope := scopeFrom(ctx)
+	tenant := tenantFrom(ctx)
 	leaseWindow, failureWindow := defaultLeaseWindow, defaultFailureWindow
 	if p := req.Params.LeaseWindowSeconds; p != nil {
 		leaseWindow = time.Duration(*p) * time.Second
@@ -26,7 +26,7 @@ func (h *handlers) GetStats(ctx context.Context, req api.GetStatsRequestObject) 
 	if p := req.Params.FailureWindowSeconds; p != nil {
 		failureWindow = time.Duration(*p) * time.Second
 	}
-	st, err := h.store.Stats(ctx, scope, store.StatsParams{
+	st, err := h.store.Stats(ctx, tenant, store.StatsParams{
 		OnlineWindow: h.onlineWindow(), LeaseWindow: leaseWindow, FailureWindow: failureWindow, RecentFailures: recentFailures,
 	})
 	if err != nil {

@@ -15,7 +15,7 @@ import (
 
 // CreateTask creates a task, idempotently when given an Idempotency-Key.
 func (h *handlers) CreateTask(ctx context.Context, req api.CreateTaskRequestObject) (api.CreateTaskResponseObject, error) {
-	scope := scopeFrom(ctx)
+	tenant := tenantFrom(ctx)
 	var err error
 	b := req.Body
 	p := store.CreateTaskParams{
@@ -69,7 +69,7 @@ func (h *handlers) CreateTask(ctx context.Context, req api.CreateTaskRequestObje
 		return nil, err
 	}
 	ctx = h.audit(ctx, "task.create", "task", "", &p.OrganizationID, nil)
-	task, replayed, err := h.store.CreateTask(ctx, scope, p)
+	task, replayed, err := h.store.CreateTask(ctx, tenant, p)
 	if err != nil {
 		return nil, err
 	}
@@ -118,7 +118,7 @@ func canonicalSHA256(v any) (string, error) {
 
 // ListTasks pages tasks the caller may see.
 func (h *handlers) ListTasks(ctx context.Context, req api.ListTasksRequestObject) (api.ListTasksResponseObject, error) {
-	scope, after, limit, err := readPage(ctx, req.Params.Cursor, req.Params.Limit)
+	tenant, after, limit, err := readPage(ctx, req.Params.Cursor, req.Params.Limit)
 	if err != nil {
 		return nil, err
 	}
@@ -134,7 +134,7 @@ func (h *handlers) ListTasks(ctx context.Context, req api.ListTasksRequestObject
 	}
 	p.ScheduleID = req.Params.ScheduleId
 	p.ScanID = req.Params.ScanId
-	tasks, next, err := h.store.ListTasks(ctx, scope, p)
+	tasks, next, err := h.store.ListTasks(ctx, tenant, p)
 	if err != nil {
 		return nil, err
 	}
@@ -143,8 +143,8 @@ func (h *handlers) ListTasks(ctx context.Context, req api.ListTasksRequestObject
 
 // GetTask returns a task with its attempts and pending reason.
 func (h *handlers) GetTask(ctx context.Context, req api.GetTaskRequestObject) (api.GetTaskResponseObject, error) {
-	scope := scopeFrom(ctx)
-	task, attempts, err := h.store.GetTask(ctx, scope, req.TaskId, h.onlineWindow())
+	tenant := tenantFrom(ctx)
+	task, attempts, err := h.store.GetTask(ctx, tenant, req.TaskId, h.onlineWindow())
 	if err != nil {
 		return nil, err
 	}
@@ -164,9 +164,9 @@ func (h *handlers) GetTask(ctx context.Context, req api.GetTaskRequestObject) (a
 
 // CancelTask cancels a task or asks its worker to stop.
 func (h *handlers) CancelTask(ctx context.Context, req api.CancelTaskRequestObject) (api.CancelTaskResponseObject, error) {
-	scope := scopeFrom(ctx)
+	tenant := tenantFrom(ctx)
 	ctx = h.audit(ctx, "task.cancel", "task", req.TaskId.String(), nil, nil)
-	task, err := h.store.CancelTask(ctx, scope, req.TaskId)
+	task, err := h.store.CancelTask(ctx, tenant, req.TaskId)
 	if err != nil {
 		return nil, err
 	}
@@ -175,9 +175,9 @@ func (h *handlers) CancelTask(ctx context.Context, req api.CancelTaskRequestObje
 
 // RetryTask redrives a dead-lettered or cancelled task.
 func (h *handlers) RetryTask(ctx context.Context, req api.RetryTaskRequestObject) (api.RetryTaskResponseObject, error) {
-	scope := scopeFrom(ctx)
+	tenant := tenantFrom(ctx)
 	ctx = h.audit(ctx, "task.retry", "task", req.TaskId.String(), nil, nil)
-	task, err := h.store.RetryTask(ctx, scope, req.TaskId)
+	task, err := h.store.RetryTask(ctx, tenant, req.TaskId)
 	if err != nil {
 		return nil, err
 	}

@@ -24,7 +24,7 @@ func toAPIToken(t store.APIToken) api.ApiToken {
 // parent and bounds it (store.CreateAPIToken): a token can never mint one
 // that outlives or outranks it.
 func (h *handlers) CreateApiToken(ctx context.Context, req api.CreateApiTokenRequestObject) (api.CreateApiTokenResponseObject, error) {
-	scope := scopeFrom(ctx)
+	tenant := tenantFrom(ctx)
 	parent := authFrom(ctx).principal.TokenID
 	b := req.Body
 	p := store.CreateAPITokenParams{Name: b.Name, OrganizationID: b.OrganizationId, ParentID: &parent}
@@ -37,7 +37,7 @@ func (h *handlers) CreateApiToken(ctx context.Context, req api.CreateApiTokenReq
 		p.ExpiresIn = time.Duration(*b.ExpiresInSeconds) * time.Second
 	}
 	ctx = h.audit(ctx, "api_token.create", "api_token", "", nil, map[string]any{"name": b.Name, "scopes": p.Permissions, "parent_token_id": parent})
-	token, id, err := h.store.CreateAPIToken(ctx, scope, p)
+	token, id, err := h.store.CreateAPIToken(ctx, tenant, p)
 	var bounds *store.TokenBoundsError
 	switch {
 	case errors.As(err, &bounds):
@@ -45,7 +45,7 @@ func (h *handlers) CreateApiToken(ctx context.Context, req api.CreateApiTokenReq
 	case err != nil:
 		return nil, err
 	}
-	meta, err := h.store.GetAPIToken(ctx, scope, id)
+	meta, err := h.store.GetAPIToken(ctx, tenant, id)
 	if err != nil {
 		return nil, err
 	}
@@ -54,8 +54,8 @@ func (h *handlers) CreateApiToken(ctx context.Context, req api.CreateApiTokenReq
 
 // ListApiTokens lists token metadata.
 func (h *handlers) ListApiTokens(ctx context.Context, _ api.ListApiTokensRequestObject) (api.ListApiTokensResponseObject, error) {
-	scope := scopeFrom(ctx)
-	tokens, err := h.store.ListAPITokens(ctx, scope)
+	tenant := tenantFrom(ctx)
+	tokens, err := h.store.ListAPITokens(ctx, tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -65,9 +65,9 @@ func (h *handlers) ListApiTokens(ctx context.Context, _ api.ListApiTokensRequest
 // RevokeApiToken revokes a token and, in the same transaction, every token
 // it minted, recursively; the audit event counts those descendants.
 func (h *handlers) RevokeApiToken(ctx context.Context, req api.RevokeApiTokenRequestObject) (api.RevokeApiTokenResponseObject, error) {
-	scope := scopeFrom(ctx)
+	tenant := tenantFrom(ctx)
 	ctx = h.audit(ctx, "api_token.revoke", "api_token", req.TokenId.String(), nil, nil)
-	t, _, err := h.store.RevokeAPIToken(ctx, scope, req.TokenId)
+	t, _, err := h.store.RevokeAPIToken(ctx, tenant, req.TokenId)
 	if err != nil {
 		return nil, err
 	}
@@ -76,7 +76,7 @@ func (h *handlers) RevokeApiToken(ctx context.Context, req api.RevokeApiTokenReq
 
 // ListAuditEvents pages the audit log.
 func (h *handlers) ListAuditEvents(ctx context.Context, req api.ListAuditEventsRequestObject) (api.ListAuditEventsResponseObject, error) {
-	scope := scopeFrom(ctx)
+	tenant := tenantFrom(ctx)
 	p := req.Params
 	f := store.AuditFilter{Since: p.Since, Limit: 50}
 	if p.Limit != nil {
@@ -94,7 +94,7 @@ func (h *handlers) ListAuditEvents(ctx context.Context, req api.ListAuditEventsR
 		}
 		f.AfterID = &id
 	}
-	events, next, err := h.store.ListAuditEvents(ctx, scope, f)
+	events, next, err := h.store.ListAuditEvents(ctx, tenant, f)
 	if err != nil {
 		return nil, err
 	}

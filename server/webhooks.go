@@ -20,9 +20,9 @@ const defaultSecretOverlap = 24 * time.Hour
 
 // CreateWebhook creates a target and answers its secret, once.
 func (h *handlers) CreateWebhook(ctx context.Context, req api.CreateWebhookRequestObject) (api.CreateWebhookResponseObject, error) {
-	scope := scopeFrom(ctx)
+	tenant := tenantFrom(ctx)
 	b := req.Body
-	if !scope.Allows(b.OrganizationId) {
+	if !tenant.Allows(b.OrganizationId) {
 		return nil, store.ErrNotFound
 	}
 	if err := h.checkWebhookURL(ctx, b.Url); err != nil {
@@ -39,7 +39,7 @@ func (h *handlers) CreateWebhook(ctx context.Context, req api.CreateWebhookReque
 	}
 	ctx = h.audit(ctx, "webhook.create", "webhook", "", &b.OrganizationId,
 		map[string]any{"url": redactedURL(p.URL), "event_types": p.EventTypes, "enabled": p.Enabled})
-	w, secret, err := h.store.CreateWebhookTarget(ctx, scope, keyring, b.OrganizationId, p)
+	w, secret, err := h.store.CreateWebhookTarget(ctx, tenant, keyring, b.OrganizationId, p)
 	if err != nil {
 		return nil, err
 	}
@@ -48,10 +48,10 @@ func (h *handlers) CreateWebhook(ctx context.Context, req api.CreateWebhookReque
 
 // UpdateWebhook replaces a target's definition.
 func (h *handlers) UpdateWebhook(ctx context.Context, req api.UpdateWebhookRequestObject) (api.UpdateWebhookResponseObject, error) {
-	scope := scopeFrom(ctx)
+	tenant := tenantFrom(ctx)
 	b := req.Body
 	// Another organization's target is 404 before its URL is judged.
-	if _, err := h.store.GetWebhookTarget(ctx, scope, req.WebhookId); err != nil {
+	if _, err := h.store.GetWebhookTarget(ctx, tenant, req.WebhookId); err != nil {
 		return nil, err
 	}
 	if err := h.checkWebhookURL(ctx, b.Url); err != nil {
@@ -59,7 +59,7 @@ func (h *handlers) UpdateWebhook(ctx context.Context, req api.UpdateWebhookReque
 	}
 	ctx = h.audit(ctx, "webhook.update", "webhook", req.WebhookId.String(), nil,
 		map[string]any{"url": redactedURL(b.Url), "event_types": eventTypes(b.EventTypes), "enabled": b.Enabled})
-	w, err := h.store.UpdateWebhookTarget(ctx, scope, req.WebhookId, store.WebhookTargetParams{
+	w, err := h.store.UpdateWebhookTarget(ctx, tenant, req.WebhookId, store.WebhookTargetParams{
 		URL: b.Url, Description: deref(b.Description), EventTypes: eventTypes(b.EventTypes), Enabled: b.Enabled})
 	if err != nil {
 		return nil, err
@@ -69,13 +69,13 @@ func (h *handlers) UpdateWebhook(ctx context.Context, req api.UpdateWebhookReque
 
 // DeleteWebhook deletes a target and its deliveries.
 func (h *handlers) DeleteWebhook(ctx context.Context, req api.DeleteWebhookRequestObject) (api.DeleteWebhookResponseObject, error) {
-	scope := scopeFrom(ctx)
+	tenant := tenantFrom(ctx)
 	var details map[string]any
-	if w, err := h.store.GetWebhookTarget(ctx, scope, req.WebhookId); err == nil {
+	if w, err := h.store.GetWebhookTarget(ctx, tenant, req.WebhookId); err == nil {
 		details = map[string]any{"url": redactedURL(w.URL)}
 	}
 	ctx = h.audit(ctx, "webhook.delete", "webhook", req.WebhookId.String(), nil, details)
-	if _, err := h.store.DeleteWebhookTarget(ctx, scope, req.WebhookId); err != nil {
+	if _, err := h.store.DeleteWebhookTarget(ctx, tenant, req.WebhookId); err != nil {
 		return nil, err
 	}
 	return api.DeleteWebhook204Response{}, nil
@@ -83,8 +83,8 @@ func (h *handlers) DeleteWebhook(ctx context.Context, req api.DeleteWebhookReque
 
 // GetWebhook returns a target, without its secret.
 func (h *handlers) GetWebhook(ctx context.Context, req api.GetWebhookRequestObject) (api.GetWebhookResponseObject, error) {
-	scope := scopeFrom(ctx)
-	w, err := h.store.GetWebhookTarget(ctx, scope, req.WebhookId)
+	tenant := tenantFrom(ctx)
+	w, err := h.store.GetWebhookTarget(ctx, tenant, req.WebhookId)
 	if err != nil {
 		return nil, err
 	}
@@ -93,12 +93,12 @@ func (h *handlers) GetWebhook(ctx context.Context, req api.GetWebhookRequestObje
 
 // ListWebhooks pages targets.
 func (h *handlers) ListWebhooks(ctx context.Context, req api.ListWebhooksRequestObject) (api.ListWebhooksResponseObject, error) {
-	scope := scopeFrom(ctx)
+	tenant := tenantFrom(ctx)
 	after, limit, err := pageParams(req.Params.Cursor, req.Params.Limit)
 	if err != nil {
 		return nil, err
 	}
-	list, next, err := h.store.ListWebhookTargets(ctx, scope, req.Params.OrganizationId, after, limit)
+	list, next, err := h.store.ListWebhookTargets(ctx, tenant, req.Params.OrganizationId, after, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -112,7 +112,7 @@ func (h *handlers) ListWebhooks(ctx context.Context, req api.ListWebhooksRequest
 // RotateWebhookSecret gives a target a new secret, answered once; the old
 // one keeps signing during the overlap.
 func (h *handlers) RotateWebhookSecret(ctx context.Context, req api.RotateWebhookSecretRequestObject) (api.RotateWebhookSecretResponseObject, error) {
-	scope := scopeFrom(ctx)
+	tenant := tenantFrom(ctx)
 	keyring, err := h.secretsKeyring()
 	if err != nil {
 		return nil, err
@@ -123,7 +123,7 @@ func (h *handlers) RotateWebhookSecret(ctx context.Context, req api.RotateWebhoo
 	}
 	ctx = h.audit(ctx, "webhook.rotate_secret", "webhook", req.WebhookId.String(), nil,
 		map[string]any{"overlap_seconds": int(overlap.Seconds())})
-	w, secret, err := h.store.RotateWebhookSecret(ctx, scope, keyring, req.WebhookId, overlap)
+	w, secret, err := h.store.RotateWebhookSecret(ctx, tenant, keyring, req.WebhookId, overlap)
 	if err != nil {
 		return nil, err
 	}
@@ -132,12 +132,12 @@ func (h *handlers) RotateWebhookSecret(ctx context.Context, req api.RotateWebhoo
 
 // ListWebhookDeliveries pages a target's delivery log.
 func (h *handlers) ListWebhookDeliveries(ctx context.Context, req api.ListWebhookDeliveriesRequestObject) (api.ListWebhookDeliveriesResponseObject, error) {
-	scope := scopeFrom(ctx)
+	tenant := tenantFrom(ctx)
 	after, limit, err := pageParams(req.Params.Cursor, req.Params.Limit)
 	if err != nil {
 		return nil, err
 	}
-	list, next, err := h.store.ListWebhookDeliveries(ctx, scope, req.WebhookId, after, limit)
+	list, next, err := h.store.ListWebhookDeliveries(ctx, tenant, req.WebhookId, after, limit)
 	if err != nil {
 		return nil, err
 	}

@@ -13,7 +13,7 @@ import (
 // CreateWorker creates a worker identity, optionally with its certificate.
 // An organization-scoped admin creates workers its organization owns.
 func (h *handlers) CreateWorker(ctx context.Context, req api.CreateWorkerRequestObject) (api.CreateWorkerResponseObject, error) {
-	scope := scopeFrom(ctx)
+	tenant := tenantFrom(ctx)
 	b := req.Body
 	fingerprint, subject, err := certificateIdentity(b.CertificatePem, b.CertificateFingerprint, false)
 	if err != nil {
@@ -26,11 +26,11 @@ func (h *handlers) CreateWorker(ctx context.Context, req api.CreateWorkerRequest
 	}
 	ctx = h.audit(ctx, "worker.create", "worker", "", nil,
 		map[string]any{"name": p.Name, "certificate_fingerprint": p.CertificateFingerprint})
-	w, err := h.store.CreateWorker(ctx, scope, p, h.onlineWindow())
+	w, err := h.store.CreateWorker(ctx, tenant, p, h.onlineWindow())
 	if err != nil {
 		return nil, err
 	}
-	token, expires, err := h.store.CreateEnrollmentToken(ctx, scope, w.ID, h.cfg.Identity.EnrollmentTokenTTL)
+	token, expires, err := h.store.CreateEnrollmentToken(ctx, tenant, w.ID, h.cfg.Identity.EnrollmentTokenTTL)
 	if err != nil {
 		return nil, err
 	}
@@ -73,11 +73,11 @@ func certificateIdentity(pemText, fingerprint *string, required bool) (string, s
 
 // ListWorkers pages workers with their online state.
 func (h *handlers) ListWorkers(ctx context.Context, req api.ListWorkersRequestObject) (api.ListWorkersResponseObject, error) {
-	scope, after, limit, err := readPage(ctx, req.Params.Cursor, req.Params.Limit)
+	tenant, after, limit, err := readPage(ctx, req.Params.Cursor, req.Params.Limit)
 	if err != nil {
 		return nil, err
 	}
-	workers, next, err := h.store.ListWorkers(ctx, scope, after, limit, h.onlineWindow())
+	workers, next, err := h.store.ListWorkers(ctx, tenant, after, limit, h.onlineWindow())
 	if err != nil {
 		return nil, err
 	}
@@ -86,8 +86,8 @@ func (h *handlers) ListWorkers(ctx context.Context, req api.ListWorkersRequestOb
 
 // GetWorker returns one worker.
 func (h *handlers) GetWorker(ctx context.Context, req api.GetWorkerRequestObject) (api.GetWorkerResponseObject, error) {
-	scope := scopeFrom(ctx)
-	w, err := h.store.GetWorker(ctx, scope, req.WorkerId, h.onlineWindow())
+	tenant := tenantFrom(ctx)
+	w, err := h.store.GetWorker(ctx, tenant, req.WorkerId, h.onlineWindow())
 	if err != nil {
 		return nil, err
 	}
@@ -97,7 +97,7 @@ func (h *handlers) GetWorker(ctx context.Context, req api.GetWorkerRequestObject
 // UpdateWorker renames, enables/disables, resizes or labels a worker. A
 // label change is audited with the changes asked for (null: removed).
 func (h *handlers) UpdateWorker(ctx context.Context, req api.UpdateWorkerRequestObject) (api.UpdateWorkerResponseObject, error) {
-	scope := scopeFrom(ctx)
+	tenant := tenantFrom(ctx)
 	p := store.UpdateWorkerParams{
 		Name:               req.Body.Name,
 		Enabled:            req.Body.Enabled,
@@ -107,9 +107,9 @@ func (h *handlers) UpdateWorker(ctx context.Context, req api.UpdateWorkerRequest
 	if req.Body.Labels != nil {
 		p.Labels = *req.Body.Labels
 	}
-	ctx = h.audit(ctx, "worker.update", "worker", req.WorkerId.String(), scope.Organization(), map[string]any{"enabled": p.Enabled, "max_concurrent_tasks": p.MaxConcurrentTasks, "name": p.Name, "cancel_active": p.CancelActive,
+	ctx = h.audit(ctx, "worker.update", "worker", req.WorkerId.String(), tenant.Organization(), map[string]any{"enabled": p.Enabled, "max_concurrent_tasks": p.MaxConcurrentTasks, "name": p.Name, "cancel_active": p.CancelActive,
 		"labels": p.Labels})
-	w, err := h.store.UpdateWorker(ctx, scope, req.WorkerId, p, h.onlineWindow())
+	w, err := h.store.UpdateWorker(ctx, tenant, req.WorkerId, p, h.onlineWindow())
 	if err != nil {
 		return nil, err
 	}
@@ -119,13 +119,13 @@ func (h *handlers) UpdateWorker(ctx context.Context, req api.UpdateWorkerRequest
 
 // RegisterWorkerCertificate binds a (bring-your-own) certificate.
 func (h *handlers) RegisterWorkerCertificate(ctx context.Context, req api.RegisterWorkerCertificateRequestObject) (api.RegisterWorkerCertificateResponseObject, error) {
-	scope := scopeFrom(ctx)
+	tenant := tenantFrom(ctx)
 	fingerprint, subject, err := certificateIdentity(req.Body.CertificatePem, req.Body.CertificateFingerprint, true)
 	if err != nil {
 		return nil, err
 	}
-	ctx = h.audit(ctx, "worker.register_certificate", "worker", req.WorkerId.String(), scope.Organization(), map[string]any{"certificate_fingerprint": fingerprint})
-	w, err := h.store.SetWorkerCertificate(ctx, scope, req.WorkerId, fingerprint, subject, h.onlineWindow())
+	ctx = h.audit(ctx, "worker.register_certificate", "worker", req.WorkerId.String(), tenant.Organization(), map[string]any{"certificate_fingerprint": fingerprint})
+	w, err := h.store.SetWorkerCertificate(ctx, tenant, req.WorkerId, fingerprint, subject, h.onlineWindow())
 	if err != nil {
 		return nil, err
 	}
@@ -135,9 +135,9 @@ func (h *handlers) RegisterWorkerCertificate(ctx context.Context, req api.Regist
 
 // AssignWorker lets a worker serve an organization.
 func (h *handlers) AssignWorker(ctx context.Context, req api.AssignWorkerRequestObject) (api.AssignWorkerResponseObject, error) {
-	scope := scopeFrom(ctx)
+	tenant := tenantFrom(ctx)
 	ctx = h.audit(ctx, "assignment.create", "worker", req.WorkerId.String(), &req.OrganizationId, nil)
-	a, err := h.store.AssignWorker(ctx, scope, req.OrganizationId, req.WorkerId)
+	a, err := h.store.AssignWorker(ctx, tenant, req.OrganizationId, req.WorkerId)
 	if err != nil {
 		return nil, err
 	}
@@ -147,7 +147,7 @@ func (h *handlers) AssignWorker(ctx context.Context, req api.AssignWorkerRequest
 // UnassignWorker removes an assignment, cancelling (default) or draining the
 // worker's active attempts for that organization.
 func (h *handlers) UnassignWorker(ctx context.Context, req api.UnassignWorkerRequestObject) (api.UnassignWorkerResponseObject, error) {
-	scope := scopeFrom(ctx)
+	tenant := tenantFrom(ctx)
 	cancelActive := req.Params.Active == nil || *req.Params.Active == api.UnassignWorkerParamsActiveCancel
 	reason := ""
 	if req.Params.Reason != nil {
@@ -155,7 +155,7 @@ func (h *handlers) UnassignWorker(ctx context.Context, req api.UnassignWorkerReq
 	}
 	ctx = h.audit(ctx, "assignment.revoke", "worker", req.WorkerId.String(), &req.OrganizationId,
 		map[string]any{"reason": reason, "cancel_active": cancelActive}) // cancelled_attempts: store
-	a, err := h.store.UnassignWorker(ctx, scope, req.OrganizationId, req.WorkerId, cancelActive, reason)
+	a, err := h.store.UnassignWorker(ctx, tenant, req.OrganizationId, req.WorkerId, cancelActive, reason)
 	if err != nil {
 		return nil, err
 	}
@@ -164,9 +164,9 @@ func (h *handlers) UnassignWorker(ctx context.Context, req api.UnassignWorkerReq
 
 // GrantWorker lets another organization assign a worker.
 func (h *handlers) GrantWorker(ctx context.Context, req api.GrantWorkerRequestObject) (api.GrantWorkerResponseObject, error) {
-	scope := scopeFrom(ctx)
-	ctx = h.audit(ctx, "worker.grant", "worker", req.WorkerId.String(), scope.Organization(), map[string]any{"grantee": req.OrganizationId})
-	g, err := h.store.GrantWorker(ctx, scope, req.WorkerId, req.OrganizationId)
+	tenant := tenantFrom(ctx)
+	ctx = h.audit(ctx, "worker.grant", "worker", req.WorkerId.String(), tenant.Organization(), map[string]any{"grantee": req.OrganizationId})
+	g, err := h.store.GrantWorker(ctx, tenant, req.WorkerId, req.OrganizationId)
 	if err != nil {
 		return nil, err
 	}
@@ -175,11 +175,11 @@ func (h *handlers) GrantWorker(ctx context.Context, req api.GrantWorkerRequestOb
 
 // RevokeWorkerGrant withdraws a grant and the grantee's assignment.
 func (h *handlers) RevokeWorkerGrant(ctx context.Context, req api.RevokeWorkerGrantRequestObject) (api.RevokeWorkerGrantResponseObject, error) {
-	scope := scopeFrom(ctx)
+	tenant := tenantFrom(ctx)
 	cancelActive := req.Params.Active == nil || *req.Params.Active == api.RevokeWorkerGrantParamsActiveCancel
-	ctx = h.audit(ctx, "worker.grant_revoke", "worker", req.WorkerId.String(), scope.Organization(),
+	ctx = h.audit(ctx, "worker.grant_revoke", "worker", req.WorkerId.String(), tenant.Organization(),
 		map[string]any{"grantee": req.OrganizationId, "cancel_active": cancelActive})
-	if err := h.store.RevokeWorkerGrant(ctx, scope, req.WorkerId, req.OrganizationId, cancelActive); err != nil {
+	if err := h.store.RevokeWorkerGrant(ctx, tenant, req.WorkerId, req.OrganizationId, cancelActive); err != nil {
 		return nil, err
 	}
 	return api.RevokeWorkerGrant204Response{}, nil
@@ -187,8 +187,8 @@ func (h *handlers) RevokeWorkerGrant(ctx context.Context, req api.RevokeWorkerGr
 
 // ListWorkerGrants lists the organizations a worker's owner lets assign it.
 func (h *handlers) ListWorkerGrants(ctx context.Context, req api.ListWorkerGrantsRequestObject) (api.ListWorkerGrantsResponseObject, error) {
-	scope := scopeFrom(ctx)
-	grants, err := h.store.WorkerGrants(ctx, scope, req.WorkerId)
+	tenant := tenantFrom(ctx)
+	grants, err := h.store.WorkerGrants(ctx, tenant, req.WorkerId)
 	if err != nil {
 		return nil, err
 	}

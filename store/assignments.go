@@ -37,8 +37,8 @@ func scanAssignment(row pgx.Row) (Assignment, error) {
 // owns, was granted by its owner, or already has — and never restore an
 // assignment an unscoped admin removed (ErrForbidden). A worker the caller
 // cannot see is ErrNotFound, exactly as one that does not exist.
-func (s *Store) AssignWorker(ctx context.Context, scope Scope, org, worker uuid.UUID) (Assignment, error) {
-	if !scope.Allows(org) {
+func (s *Store) AssignWorker(ctx context.Context, tenant Tenant, org, worker uuid.UUID) (Assignment, error) {
+	if !tenant.Allows(org) {
 		return Assignment{}, ErrNotFound
 	}
 	var a Assignment
@@ -62,12 +62,12 @@ func (s *Store) AssignWorker(ctx context.Context, scope Scope, org, worker uuid.
 				assigned_at = CASE WHEN organization_workers.revoked_at IS NULL THEN organization_workers.assigned_at ELSE now() END,
 				updated_at = now()
 			WHERE $3::uuid IS NULL OR NOT organization_workers.removed_by_platform
-			RETURNING `+assignmentColumns, org, worker, scope.arg()))
+			RETURNING `+assignmentColumns, org, worker, tenant.arg()))
 		if isForeignKeyViolation(err) {
 			return ErrNotFound
 		}
 		if errors.Is(err, pgx.ErrNoRows) {
-			return assignRefusal(ctx, tx, scope, org, worker)
+			return assignRefusal(ctx, tx, tenant, org, worker)
 		}
 		if err != nil {
 			return fmt.Errorf("assign: %w", err)
@@ -81,11 +81,11 @@ func (s *Store) AssignWorker(ctx context.Context, scope Scope, org, worker uuid.
 // assignRefusal explains why an organization's caller could not assign a
 // worker: ErrForbidden when it may see the worker but an unscoped admin
 // removed the assignment, ErrNotFound otherwise.
-func assignRefusal(ctx context.Context, tx pgx.Tx, scope Scope, org, worker uuid.UUID) error {
+func assignRefusal(ctx context.Context, tx pgx.Tx, tenant Tenant, org, worker uuid.UUID) error {
 	var locked bool
 	err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM organization_workers ow
 		WHERE ow.organization_id = $1 AND ow.worker_id = $2 AND ow.removed_by_platform) AND `+workerVisibleTo("$2", "$3"),
-		org, worker, scope.arg()).Scan(&locked)
+		org, worker, tenant.arg()).Scan(&locked)
 	if err != nil {
 		return fmt.Errorf("assign: %w", err)
 	}
@@ -99,8 +99,8 @@ func assignRefusal(ctx context.Context, tx pgx.Tx, scope Scope, org, worker uuid
 // acquisition takes the assignment row FOR SHARE and re-checks it; with
 // cancelActive the organization's active attempts on this worker are ended by
 // policy in the same transaction, otherwise they drain.
-func (s *Store) UnassignWorker(ctx context.Context, scope Scope, org, worker uuid.UUID, cancelActive bool, reason string) (Assignment, error) {
-	if !scope.Allows(org) {
+func (s *Store) UnassignWorker(ctx context.Context, tenant Tenant, org, worker uuid.UUID, cancelActive bool, reason string) (Assignment, error) {
+	if !tenant.Allows(org) {
 		return Assignment{}, ErrNotFound
 	}
 	var a Assignment
@@ -115,7 +115,7 @@ func (s *Store) UnassignWorker(ctx context.Context, scope Scope, org, worker uui
 				revoked_at = coalesce(revoked_at, now()), revocation_reason = $3, updated_at = now(),
 				removed_by_platform = removed_by_platform OR $4::uuid IS NULL
 			WHERE organization_id = $1 AND worker_id = $2 AND `+workerVisibleTo("$2", "$4")+`
-			RETURNING `+assignmentColumns, org, worker, reason, scope.arg()))
+			RETURNING `+assignmentColumns, org, worker, reason, tenant.arg()))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNotFound
 		}

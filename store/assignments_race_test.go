@@ -24,17 +24,17 @@ func TestWithdrawnGrantLeavesNoAssignment(t *testing.T) {
 	const rounds, assigners = 200, 4
 	s, b := setupStore(t)
 	owner, grantee := b.org, createOrg(t, s, "grantee")
-	ownerScope, granteeScope := store.OrganizationScope(owner.ID), store.OrganizationScope(grantee.ID)
-	worker, err := s.CreateWorker(t.Context(), ownerScope, store.CreateWorkerParams{
+	ownerTenant, granteeTenant := store.OneOrganization(owner.ID), store.OneOrganization(grantee.ID)
+	worker, err := s.CreateWorker(t.Context(), ownerTenant, store.CreateWorkerParams{
 		Name: uniqueName("shared"), WorkerType: "scanner", MaxConcurrentTasks: 1,
 	}, onlineWindow)
 	require.NoError(t, err)
 	ctx := withTimeout(t, 2*time.Minute)
 
 	for round := range rounds {
-		_, err := s.GrantWorker(ctx, ownerScope, worker.ID, grantee.ID)
+		_, err := s.GrantWorker(ctx, ownerTenant, worker.ID, grantee.ID)
 		require.NoError(t, err)
-		_, err = s.AssignWorker(ctx, granteeScope, grantee.ID, worker.ID)
+		_, err = s.AssignWorker(ctx, granteeTenant, grantee.ID, worker.ID)
 		require.NoError(t, err)
 
 		var withdrawn atomic.Bool
@@ -45,14 +45,14 @@ func TestWithdrawnGrantLeavesNoAssignment(t *testing.T) {
 				for !withdrawn.Load() {
 					// After the withdrawal the organization no longer sees the
 					// worker: ErrNotFound is the expected refusal.
-					if _, err := s.AssignWorker(ctx, granteeScope, grantee.ID, worker.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
+					if _, err := s.AssignWorker(ctx, granteeTenant, grantee.ID, worker.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
 						errs <- err
 						return
 					}
 				}
 			})
 		}
-		err = s.RevokeWorkerGrant(ctx, ownerScope, worker.ID, grantee.ID, true)
+		err = s.RevokeWorkerGrant(ctx, ownerTenant, worker.ID, grantee.ID, true)
 		withdrawn.Store(true)
 		wg.Wait()
 		close(errs)

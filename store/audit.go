@@ -60,10 +60,10 @@ type AuditFilter struct {
 
 // ListAuditEvents pages audit events, newest first. An organization-scoped
 // caller sees its organization's events only.
-func (s *Store) ListAuditEvents(ctx context.Context, scope Scope, f AuditFilter) ([]AuditEvent, *int64, error) {
+func (s *Store) ListAuditEvents(ctx context.Context, tenant Tenant, f AuditFilter) ([]AuditEvent, *int64, error) {
 	q := psql.Select("id, occurred_at, actor_type, actor_id, action, target_type, target_id, organization_id, request_id, details").
 		From("audit_events").OrderBy("id DESC").Limit(uint64(f.Limit + 1))
-	q = q.Where(scope.where("organization_id"))
+	q = q.Where(tenant.where("organization_id"))
 	if f.Action != "" {
 		q = q.Where("action = ?", f.Action)
 	}

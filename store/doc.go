@@ -160,7 +160,7 @@
 //
 // # Isolation
 //
-// A control-plane caller acts for a Scope (scope.go): one organization, or
+// A control-plane caller acts for a Tenant (tenant.go): one organization, or
 // every organization (an unscoped admin token: the platform operator). In
 // this package "scope" means only that tenant; what an API token may do
 // (admin, producer, reader — the API's "scopes") is its permissions, checked
@@ -169,13 +169,13 @@
 // Scope passed here.
 //
 //   - Every method that reads or writes an organization's data takes the
-//     Scope as a required argument, the way openfga's storage takes its
-//     store id, and filters on it in SQL with inScope — one predicate,
+//     Tenant as a required argument, the way openfga's storage takes its
+//     store id, and filters on it in SQL with inTenant — one predicate,
 //     "(scope IS NULL OR organization_id = scope)", never a read followed by
 //     a check in Go. Something outside the scope is ErrNotFound, exactly as
 //     something that does not exist, so no answer confirms another
 //     organization's data.
-//   - The zero Scope binds an organization id no organization has: a call
+//   - The zero Tenant binds an organization id no organization has: a call
 //     that forgot its scope sees and changes nothing, instead of everything.
 //   - Creating follows the same rule: a task, scan or API token for another
 //     organization is ErrNotFound; only an unscoped caller creates
@@ -491,7 +491,7 @@
 // never opens a value: the lease answer does, after the acquisition
 // commits (server/secrets.go), so the lease transaction is unchanged and a
 // task without secret_refs costs no query. SealedSecrets is worker-facing
-// and takes no Scope: the organizations come from the leased tasks.
+// and takes no Tenant: the organizations come from the leased tasks.
 // RewrapSecrets (rotate-kek) locks rows in batches; a concurrent replace
 // is waited for and then left out, as it sealed under the current key.
 //

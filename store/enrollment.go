@@ -18,14 +18,14 @@ const EnrollmentTokenPrefix = "wge_"
 // CreateEnrollmentToken mints a one-time token for a worker the scope
 // manages (stored as a hash) and returns it with its expiry. A revoked
 // worker gets none.
-func (s *Store) CreateEnrollmentToken(ctx context.Context, scope Scope, workerID uuid.UUID, ttl time.Duration) (string, time.Time, error) {
+func (s *Store) CreateEnrollmentToken(ctx context.Context, tenant Tenant, workerID uuid.UUID, ttl time.Duration) (string, time.Time, error) {
 	token, err := NewSecret(EnrollmentTokenPrefix)
 	if err != nil {
 		return "", time.Time{}, err
 	}
 	var expires time.Time
 	err = s.inTx(ctx, "create enrollment token", func(tx pgx.Tx) error {
-		if err := authorizeWorkerManagement(ctx, tx, scope, workerID); err != nil {
+		if err := authorizeWorkerManagement(ctx, tx, tenant, workerID); err != nil {
 			return err
 		}
 		err := tx.QueryRow(ctx, `

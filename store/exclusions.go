@@ -82,8 +82,8 @@ func scanExclusion(r pgx.Row) (ThreatExclusion, error) {
 
 // CreateThreatExclusion adds an exclusion to an organization. Its asset,
 // when named, must be the organization's.
-func (s *Store) CreateThreatExclusion(ctx context.Context, scope Scope, org uuid.UUID, p ThreatExclusionParams) (ThreatExclusion, error) {
-	if !scope.Allows(org) {
+func (s *Store) CreateThreatExclusion(ctx context.Context, tenant Tenant, org uuid.UUID, p ThreatExclusionParams) (ThreatExclusion, error) {
+	if !tenant.Allows(org) {
 		return ThreatExclusion{}, ErrNotFound
 	}
 	if err := p.check(); err != nil {
@@ -100,7 +100,7 @@ func (s *Store) CreateThreatExclusion(ctx context.Context, scope Scope, org uuid
 			RETURNING `+exclusionColumns,
 			org, p.AssetID, p.AssetPattern, p.ExternalID, p.TitlePattern, p.Severity, p.Reason, p.ExpiresAt, p.TokenID))
 		if errors.Is(err, pgx.ErrNoRows) {
-			if _, err := s.GetOrganization(ctx, scope, org); err != nil {
+			if _, err := s.GetOrganization(ctx, tenant, org); err != nil {
 				return err
 			}
 			return problem.Wrap(ErrInvalid, "asset_id: the organization has no such asset")
@@ -119,8 +119,8 @@ func (s *Store) CreateThreatExclusion(ctx context.Context, scope Scope, org uuid
 
 // ListThreatExclusions pages an organization's exclusions, newest first,
 // expired ones included.
-func (s *Store) ListThreatExclusions(ctx context.Context, scope Scope, org uuid.UUID, after *Cursor, limit int) ([]ThreatExclusion, *Cursor, error) {
-	if _, err := s.GetOrganization(ctx, scope, org); err != nil {
+func (s *Store) ListThreatExclusions(ctx context.Context, tenant Tenant, org uuid.UUID, after *Cursor, limit int) ([]ThreatExclusion, *Cursor, error) {
+	if _, err := s.GetOrganization(ctx, tenant, org); err != nil {
 		return nil, nil, err
 	}
 	afterTime, afterID := after.position()
@@ -140,13 +140,13 @@ func (s *Store) ListThreatExclusions(ctx context.Context, scope Scope, org uuid.
 
 // DeleteThreatExclusion removes an exclusion: the threats it hid show
 // again; detections it flagged stay flagged.
-func (s *Store) DeleteThreatExclusion(ctx context.Context, scope Scope, org, id uuid.UUID) (ThreatExclusion, error) {
+func (s *Store) DeleteThreatExclusion(ctx context.Context, tenant Tenant, org, id uuid.UUID) (ThreatExclusion, error) {
 	var e ThreatExclusion
 	err := s.inTx(ctx, "delete threat exclusion", func(tx pgx.Tx) error {
 		var err error
 		e, err = scanExclusion(tx.QueryRow(ctx, `DELETE FROM threat_exclusions e
-			WHERE e.id = $1 AND e.organization_id = $2 AND `+inScope("e.organization_id", "$3")+`
-			RETURNING `+exclusionColumns, id, org, scope.arg()))
+			WHERE e.id = $1 AND e.organization_id = $2 AND `+inTenant("e.organization_id", "$3")+`
+			RETURNING `+exclusionColumns, id, org, tenant.arg()))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNotFound
 		}

@@ -62,7 +62,7 @@ func TestWorkerLabelsMergeAndValidate(t *testing.T) {
 	// An organization that sees the worker but does not own it may not label it.
 	other := createOrg(t, s, "other")
 	assign(t, s, other.ID, b.worker.ID)
-	_, err = s.UpdateWorker(t.Context(), store.OrganizationScope(other.ID), b.worker.ID,
+	_, err = s.UpdateWorker(t.Context(), store.OneOrganization(other.ID), b.worker.ID,
 		store.UpdateWorkerParams{Labels: map[string]*string{"zone": new("mine")}}, onlineWindow)
 	require.ErrorIs(t, err, store.ErrForbidden)
 }

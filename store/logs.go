@@ -239,7 +239,7 @@ type LogText struct {
 // ReadTaskLog reads one attempt's log (the latest when attemptNumber is 0)
 // from offset, up to limit bytes. The scope check and the attempt's state
 // are one statement; the log text, when there is some, another.
-func (s *Store) ReadTaskLog(ctx context.Context, scope Scope, taskID uuid.UUID, attemptNumber int, offset, limit int64) (LogText, error) {
+func (s *Store) ReadTaskLog(ctx context.Context, tenant Tenant, taskID uuid.UUID, attemptNumber int, offset, limit int64) (LogText, error) {
 	lt := LogText{Offset: offset}
 	var (
 		attemptID *uuid.UUID
@@ -255,7 +255,7 @@ func (s *Store) ReadTaskLog(ctx context.Context, scope Scope, taskID uuid.UUID, 
 			SELECT id, attempt_number, log_stored, log_truncated, status FROM worker_task_attempts
 			WHERE task_id = t.id AND ($2 = 0 OR attempt_number = $2)
 			ORDER BY attempt_number DESC LIMIT 1) a ON true
-		WHERE t.id = $1 AND `+inScope("t.organization_id", "$3"), taskID, attemptNumber, scope.arg(),
+		WHERE t.id = $1 AND `+inTenant("t.organization_id", "$3"), taskID, attemptNumber, tenant.arg(),
 	).Scan(&attemptID, &number, &stored, &truncated, &active)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -293,7 +293,7 @@ type LogTail struct {
 // that fits in limit. A replica's shared follower reads for followers of
 // any scope, each checked when it joined, and so reads for every
 // organization.
-func (s *Store) ReadLogTail(ctx context.Context, scope Scope, attempt uuid.UUID, offset, limit int64) (LogTail, error) {
+func (s *Store) ReadLogTail(ctx context.Context, tenant Tenant, attempt uuid.UUID, offset, limit int64) (LogTail, error) {
 	s.logReads.shared.Add(1)
 	rows, err := s.pool.Query(ctx, `
 		SELECT a.log_stored, a.log_truncated, a.status IN (`+activeStatuses+`), l.byte_offset, l.data
@@ -301,8 +301,8 @@ func (s *Store) ReadLogTail(ctx context.Context, scope Scope, attempt uuid.UUID,
 		LEFT JOIN LATERAL (
 			SELECT byte_offset, data FROM attempt_logs
 			WHERE attempt_id = a.id AND byte_offset + length(data) > $2 AND byte_offset < $2 + $3) l ON true
-		WHERE a.id = $1 AND `+inScope("a.organization_id", "$4")+`
-		ORDER BY l.byte_offset`, attempt, offset, limit, scope.arg())
+		WHERE a.id = $1 AND `+inTenant("a.organization_id", "$4")+`
+		ORDER BY l.byte_offset`, attempt, offset, limit, tenant.arg())
 	if err != nil {
 		return LogTail{}, fmt.Errorf("read log tail: %w", err)
 	}

@@ -34,8 +34,8 @@ func scanOrganization(r pgx.Row) (Organization, error) {
 // CreateOrganization inserts an organization with a scope policy (the
 // caller names it: the API's default is allow_list); only an unscoped
 // caller may.
-func (s *Store) CreateOrganization(ctx context.Context, scope Scope, name, scopePolicy string) (Organization, error) {
-	if !scope.IsEveryOrganization() {
+func (s *Store) CreateOrganization(ctx context.Context, tenant Tenant, name, scopePolicy string) (Organization, error) {
+	if !tenant.IsEveryOrganization() {
 		return Organization{}, fmt.Errorf("%w: only an unscoped admin creates organizations", ErrForbidden)
 	}
 	if err := checkScopePolicy(scopePolicy); err != nil {
@@ -59,9 +59,9 @@ func (s *Store) CreateOrganization(ctx context.Context, scope Scope, name, scope
 }
 
 // GetOrganization returns an organization the scope may see.
-func (s *Store) GetOrganization(ctx context.Context, scope Scope, id uuid.UUID) (Organization, error) {
+func (s *Store) GetOrganization(ctx context.Context, tenant Tenant, id uuid.UUID) (Organization, error) {
 	o, err := scanOrganization(s.pool.QueryRow(ctx, `SELECT `+organizationColumns+` FROM organizations o
-		WHERE o.id = $1 AND `+inScope("o.id", "$2"), id, scope.arg()))
+		WHERE o.id = $1 AND `+inTenant("o.id", "$2"), id, tenant.arg()))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Organization{}, ErrNotFound
 	}
@@ -72,9 +72,9 @@ func (s *Store) GetOrganization(ctx context.Context, scope Scope, id uuid.UUID) 
 }
 
 // ListOrganizations pages organizations, newest first.
-func (s *Store) ListOrganizations(ctx context.Context, scope Scope, after *Cursor, limit int) ([]Organization, *Cursor, error) {
+func (s *Store) ListOrganizations(ctx context.Context, tenant Tenant, after *Cursor, limit int) ([]Organization, *Cursor, error) {
 	q := psql.Select(organizationColumns).From("organizations o").OrderBy("o.created_at DESC", "o.id DESC").Limit(uint64(limit + 1))
-	q = q.Where(scope.where("o.id"))
+	q = q.Where(tenant.where("o.id"))
 	if after != nil {
 		q = q.Where("(o.created_at, o.id) < (?, ?)", after.Time, after.ID)
 	}
@@ -101,8 +101,8 @@ var errOrganizationMissing = fmt.Errorf("%w: organization", ErrNotFound)
 // missingOrganization is the error for naming an organization that does not
 // exist. Only an unscoped caller is told which: for a scoped one it is the
 // plain ErrNotFound of anything outside its scope (see "Isolation").
-func missingOrganization(scope Scope, org uuid.UUID) error {
-	if !scope.IsEveryOrganization() {
+func missingOrganization(tenant Tenant, org uuid.UUID) error {
+	if !tenant.IsEveryOrganization() {
 		return ErrNotFound
 	}
 	return problem.Wrap(ErrNotFound, problem.Text("organization "+org.String()+" does not exist"))
@@ -112,8 +112,8 @@ func missingOrganization(scope Scope, org uuid.UUID) error {
 // that came back empty: an unscoped caller learns the organization does not
 // exist (404, not an empty list). A scoped caller keeps its empty list, which
 // says nothing about another organization.
-func checkListedOrganization(ctx context.Context, ex executor, scope Scope, org *uuid.UUID, empty bool) error {
-	if !empty || org == nil || !scope.IsEveryOrganization() {
+func checkListedOrganization(ctx context.Context, ex executor, tenant Tenant, org *uuid.UUID, empty bool) error {
+	if !empty || org == nil || !tenant.IsEveryOrganization() {
 		return nil
 	}
 	var exists bool
@@ -121,7 +121,7 @@ func checkListedOrganization(ctx context.Context, ex executor, scope Scope, org 
 		return fmt.Errorf("check organization: %w", err)
 	}
 	if !exists {
-		return missingOrganization(scope, *org)
+		return missingOrganization(tenant, *org)
 	}
 	return nil
 }

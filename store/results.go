@@ -237,8 +237,8 @@ type StoredBatch struct {
 }
 
 // ListTaskResults pages a task's persisted batches, oldest first.
-func (s *Store) ListTaskResults(ctx context.Context, scope Scope, taskID uuid.UUID, after *Cursor, limit int) ([]StoredBatch, *Cursor, error) {
-	if _, err := s.readScopedTask(ctx, s.pool, scope, taskID); err != nil {
+func (s *Store) ListTaskResults(ctx context.Context, tenant Tenant, taskID uuid.UUID, after *Cursor, limit int) ([]StoredBatch, *Cursor, error) {
+	if _, err := s.readTenantTask(ctx, s.pool, tenant, taskID); err != nil {
 		return nil, nil, err
 	}
 	afterTime, afterID := after.position()

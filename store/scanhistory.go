@@ -208,13 +208,13 @@ func (f ChangeFilter) check() error {
 
 // ListScanChanges pages a scan's changes against the scan before it, newest
 // first.
-func (s *Store) ListScanChanges(ctx context.Context, scope Scope, scanID uuid.UUID, f ChangeFilter) ([]AssetChange, *Cursor, error) {
+func (s *Store) ListScanChanges(ctx context.Context, tenant Tenant, scanID uuid.UUID, f ChangeFilter) ([]AssetChange, *Cursor, error) {
 	if err := f.check(); err != nil {
 		return nil, nil, err
 	}
 	var exists bool
-	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM scans s WHERE s.id = $1 AND `+inScope("s.organization_id", "$2")+`)`,
-		scanID, scope.arg()).Scan(&exists); err != nil {
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM scans s WHERE s.id = $1 AND `+inTenant("s.organization_id", "$2")+`)`,
+		scanID, tenant.arg()).Scan(&exists); err != nil {
 		return nil, nil, fmt.Errorf("list scan changes: %w", err)
 	}
 	if !exists {
@@ -225,11 +225,11 @@ func (s *Store) ListScanChanges(ctx context.Context, scope Scope, scanID uuid.UU
 
 // ListExposureChanges pages an organization's exposure-change timeline,
 // newest first.
-func (s *Store) ListExposureChanges(ctx context.Context, scope Scope, org uuid.UUID, f ChangeFilter) ([]AssetChange, *Cursor, error) {
+func (s *Store) ListExposureChanges(ctx context.Context, tenant Tenant, org uuid.UUID, f ChangeFilter) ([]AssetChange, *Cursor, error) {
 	if err := f.check(); err != nil {
 		return nil, nil, err
 	}
-	if _, err := s.GetOrganization(ctx, scope, org); err != nil {
+	if _, err := s.GetOrganization(ctx, tenant, org); err != nil {
 		return nil, nil, err
 	}
 	return s.listChanges(ctx, "c.organization_id = $1", org, f)
@@ -271,11 +271,11 @@ func (s *Store) listChanges(ctx context.Context, where string, key uuid.UUID, f 
 // and completes again — its history recomputed — once the job has ended. A
 // cancelled scan stays cancelled (ErrScanFinished). The task row is locked
 // first, then the scan's, the order of a completion.
-func reopenScanForRedrive(ctx context.Context, tx pgx.Tx, scope Scope, taskID uuid.UUID) error {
+func reopenScanForRedrive(ctx context.Context, tx pgx.Tx, tenant Tenant, taskID uuid.UUID) error {
 	var scanID *uuid.UUID
 	var retryable bool
 	err := tx.QueryRow(ctx, `SELECT t.scan_id, t.state IN (`+fromStates(EventRedrive)+`) FROM worker_tasks t
-		WHERE t.id = $1 AND `+inScope("t.organization_id", "$2")+` FOR UPDATE`, taskID, scope.arg()).Scan(&scanID, &retryable)
+		WHERE t.id = $1 AND `+inTenant("t.organization_id", "$2")+` FOR UPDATE`, taskID, tenant.arg()).Scan(&scanID, &retryable)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return ErrNotFound
@@ -328,8 +328,8 @@ type AssetRef struct {
 
 // ListAssetEdges pages an organization's asset graph, newest first: every
 // edge, or those from or to one asset.
-func (s *Store) ListAssetEdges(ctx context.Context, scope Scope, org uuid.UUID, asset *uuid.UUID, after *Cursor, limit int) ([]AssetEdge, *Cursor, error) {
-	if _, err := s.GetOrganization(ctx, scope, org); err != nil {
+func (s *Store) ListAssetEdges(ctx context.Context, tenant Tenant, org uuid.UUID, asset *uuid.UUID, after *Cursor, limit int) ([]AssetEdge, *Cursor, error) {
+	if _, err := s.GetOrganization(ctx, tenant, org); err != nil {
 		return nil, nil, err
 	}
 	afterTime, afterID := after.position()

@@ -82,14 +82,14 @@ func TestScanScope(t *testing.T) {
 	require.Equal(t, "example.com", again.Value)
 	_, _, err = s.AddScopeTarget(ctx, every, b.org.ID, store.ScopeTargetParams{Kind: store.ScopeCIDR, Value: "nonsense"})
 	require.ErrorIs(t, err, store.ErrInvalid)
-	_, _, err = s.AddScopeTarget(ctx, store.OrganizationScope(other.ID), b.org.ID, store.ScopeTargetParams{Kind: store.ScopeIP, Value: "1.1.1.1"})
+	_, _, err = s.AddScopeTarget(ctx, store.OneOrganization(other.ID), b.org.ID, store.ScopeTargetParams{Kind: store.ScopeIP, Value: "1.1.1.1"})
 	require.ErrorIs(t, err, store.ErrNotFound)
 
-	entries, enforced, _, err := s.ListScopeTargets(ctx, store.OrganizationScope(b.org.ID), b.org.ID, nil, 100)
+	entries, enforced, _, err := s.ListScopeTargets(ctx, store.OneOrganization(b.org.ID), b.org.ID, nil, 100)
 	require.NoError(t, err)
 	require.True(t, enforced)
 	require.Len(t, entries, 5)
-	_, _, _, err = s.ListScopeTargets(ctx, store.OrganizationScope(other.ID), b.org.ID, nil, 100)
+	_, _, _, err = s.ListScopeTargets(ctx, store.OneOrganization(other.ID), b.org.ID, nil, 100)
 	require.ErrorIs(t, err, store.ErrNotFound)
 
 	inScope := []string{"example.com", "a.b.example.com", "exact.org", "10.1.200.1", "10.1.0.0/24", "192.0.2.7:443",
@@ -120,7 +120,7 @@ func TestScanScope(t *testing.T) {
 
 	// Removing every entry does not open the scope: nothing may be scanned.
 	for _, e := range entries {
-		_, err := s.RemoveScopeTarget(ctx, store.OrganizationScope(other.ID), b.org.ID, e.ID)
+		_, err := s.RemoveScopeTarget(ctx, store.OneOrganization(other.ID), b.org.ID, e.ID)
 		require.ErrorIs(t, err, store.ErrNotFound)
 		_, err = s.RemoveScopeTarget(ctx, every, b.org.ID, e.ID)
 		require.NoError(t, err)
@@ -256,7 +256,7 @@ func TestScanChanges(t *testing.T) {
 	var paged []store.AssetChange
 	var cursor *store.Cursor
 	for {
-		page, next, err := s.ListExposureChanges(ctx, store.OrganizationScope(b.org.ID), b.org.ID, store.ChangeFilter{After: cursor, Limit: 2})
+		page, next, err := s.ListExposureChanges(ctx, store.OneOrganization(b.org.ID), b.org.ID, store.ChangeFilter{After: cursor, Limit: 2})
 		require.NoError(t, err)
 		paged = append(paged, page...)
 		if next == nil {
@@ -272,9 +272,9 @@ func TestScanChanges(t *testing.T) {
 
 	// Another organization sees none of it.
 	other := createOrg(t, s, "other")
-	_, _, err = s.ListScanChanges(ctx, store.OrganizationScope(other.ID), second.ID, store.ChangeFilter{Limit: 100})
+	_, _, err = s.ListScanChanges(ctx, store.OneOrganization(other.ID), second.ID, store.ChangeFilter{Limit: 100})
 	require.ErrorIs(t, err, store.ErrNotFound)
-	_, _, err = s.ListExposureChanges(ctx, store.OrganizationScope(other.ID), b.org.ID, store.ChangeFilter{Limit: 100})
+	_, _, err = s.ListExposureChanges(ctx, store.OneOrganization(other.ID), b.org.ID, store.ChangeFilter{Limit: 100})
 	require.ErrorIs(t, err, store.ErrNotFound)
 }
 
@@ -335,7 +335,7 @@ func TestThreatExclusions(t *testing.T) {
 	require.ErrorIs(t, err, store.ErrInvalid)
 	_, err = s.CreateThreatExclusion(ctx, every, b.org.ID, store.ThreatExclusionParams{ExternalID: ptrTo("x")})
 	require.ErrorIs(t, err, store.ErrInvalid, "a reason is required")
-	_, err = s.CreateThreatExclusion(ctx, store.OrganizationScope(other.ID), b.org.ID, store.ThreatExclusionParams{ExternalID: ptrTo("x"), Reason: "r"})
+	_, err = s.CreateThreatExclusion(ctx, store.OneOrganization(other.ID), b.org.ID, store.ThreatExclusionParams{ExternalID: ptrTo("x"), Reason: "r"})
 	require.ErrorIs(t, err, store.ErrNotFound)
 
 	byID, err := s.CreateThreatExclusion(ctx, every, b.org.ID, store.ThreatExclusionParams{
@@ -382,12 +382,12 @@ func TestThreatExclusions(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT excluded FROM threat_detections WHERE threat_id = $1`, hidden.ID).Scan(&flagged))
 	require.True(t, flagged)
 
-	list, _, err := s.ListThreatExclusions(ctx, store.OrganizationScope(b.org.ID), b.org.ID, nil, 100)
+	list, _, err := s.ListThreatExclusions(ctx, store.OneOrganization(b.org.ID), b.org.ID, nil, 100)
 	require.NoError(t, err)
 	require.Len(t, list, 2)
-	_, _, err = s.ListThreatExclusions(ctx, store.OrganizationScope(other.ID), b.org.ID, nil, 100)
+	_, _, err = s.ListThreatExclusions(ctx, store.OneOrganization(other.ID), b.org.ID, nil, 100)
 	require.ErrorIs(t, err, store.ErrNotFound)
-	_, err = s.DeleteThreatExclusion(ctx, store.OrganizationScope(other.ID), b.org.ID, byID.ID)
+	_, err = s.DeleteThreatExclusion(ctx, store.OneOrganization(other.ID), b.org.ID, byID.ID)
 	require.ErrorIs(t, err, store.ErrNotFound)
 	_, err = s.DeleteThreatExclusion(ctx, every, b.org.ID, byID.ID)
 	require.NoError(t, err)
@@ -421,7 +421,7 @@ func TestAssetEdgesAndVulnerabilitiesAreIdempotent(t *testing.T) {
 	require.Equal(t, 1, vulns)
 	require.Equal(t, 2, assets)
 
-	list, _, err := s.ListAssetEdges(ctx, store.OrganizationScope(b.org.ID), b.org.ID, nil, nil, 10)
+	list, _, err := s.ListAssetEdges(ctx, store.OneOrganization(b.org.ID), b.org.ID, nil, nil, 10)
 	require.NoError(t, err)
 	require.Len(t, list, 1)
 	e := list[0]
@@ -430,7 +430,7 @@ func TestAssetEdgesAndVulnerabilitiesAreIdempotent(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, byAsset, 1)
 	other := createOrg(t, s, "other")
-	_, _, err = s.ListAssetEdges(ctx, store.OrganizationScope(other.ID), b.org.ID, nil, nil, 10)
+	_, _, err = s.ListAssetEdges(ctx, store.OneOrganization(other.ID), b.org.ID, nil, nil, 10)
 	require.ErrorIs(t, err, store.ErrNotFound)
 }
 

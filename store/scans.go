@@ -67,21 +67,21 @@ type ScanJob struct {
 // CreateScan inserts a scan and all its jobs, then creates the first job's
 // task; each later job's task is created by advance_scan when the previous
 // job ends. Replayed is true for a repeated idempotent request.
-func (s *Store) CreateScan(ctx context.Context, scope Scope, p CreateScanParams) (scan Scan, replayed bool, err error) {
-	if !scope.Allows(p.OrganizationID) {
+func (s *Store) CreateScan(ctx context.Context, tenant Tenant, p CreateScanParams) (scan Scan, replayed bool, err error) {
+	if !tenant.Allows(p.OrganizationID) {
 		return Scan{}, false, ErrNotFound
 	}
 	err = s.inTx(ctx, "create scan", func(tx pgx.Tx) error {
 		var id uuid.UUID
 		id, replayed, err = createScan(ctx, tx, p)
 		if errors.Is(err, errOrganizationMissing) {
-			return missingOrganization(scope, p.OrganizationID)
+			return missingOrganization(tenant, p.OrganizationID)
 		}
 		if err != nil {
 			return err
 		}
 		auditTarget(ctx, id, &p.OrganizationID)
-		scan, err = getScan(ctx, tx, scope, id)
+		scan, err = getScan(ctx, tx, tenant, id)
 		return err
 	})
 	if err != nil {
@@ -145,8 +145,8 @@ func createScan(ctx context.Context, tx pgx.Tx, p CreateScanParams) (uuid.UUID, 
 }
 
 // GetScan returns a scan the scope may see, with its jobs and their tasks.
-func (s *Store) GetScan(ctx context.Context, scope Scope, id uuid.UUID) (Scan, error) {
-	return getScan(ctx, s.pool, scope, id)
+func (s *Store) GetScan(ctx context.Context, tenant Tenant, id uuid.UUID) (Scan, error) {
+	return getScan(ctx, s.pool, tenant, id)
 }
 
 var scanColumns = `s.id, s.organization_id, s.state, s.targets, s.asset_targets, s.created_at, s.completed_at, ` + triggerColumns("s")
@@ -168,9 +168,9 @@ func scanScan(row pgx.Row) (Scan, error) {
 	return sc, nil
 }
 
-func getScan(ctx context.Context, ex executor, scope Scope, id uuid.UUID) (Scan, error) {
+func getScan(ctx context.Context, ex executor, tenant Tenant, id uuid.UUID) (Scan, error) {
 	sc, err := scanScan(ex.QueryRow(ctx, `SELECT `+scanColumns+` FROM scans s
-		WHERE s.id = $1 AND `+inScope("s.organization_id", "$2"), id, scope.arg()))
+		WHERE s.id = $1 AND `+inTenant("s.organization_id", "$2"), id, tenant.arg()))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Scan{}, ErrNotFound
 	}
@@ -223,7 +223,7 @@ func getScan(ctx context.Context, ex executor, scope Scope, id uuid.UUID) (Scan,
 }
 
 // ListScans pages scans, newest first (without their jobs).
-func (s *Store) ListScans(ctx context.Context, scope Scope, p ListScansParams) ([]Scan, *Cursor, error) {
+func (s *Store) ListScans(ctx context.Context, tenant Tenant, p ListScansParams) ([]Scan, *Cursor, error) {
 	org, limit := p.OrganizationID, p.Limit
 	afterTime, afterID := p.After.position()
 	var trigger *string
@@ -232,10 +232,10 @@ func (s *Store) ListScans(ctx context.Context, scope Scope, p ListScansParams) (
 		trigger = &kind
 	}
 	rows, err := s.pool.Query(ctx, `SELECT `+scanColumns+` FROM scans s
-		WHERE `+inScope("s.organization_id", "$1")+` AND ($2::uuid IS NULL OR s.organization_id = $2)
+		WHERE `+inTenant("s.organization_id", "$1")+` AND ($2::uuid IS NULL OR s.organization_id = $2)
 			AND ($3::timestamptz IS NULL OR (s.created_at, s.id) < ($3, $4::uuid))
 			AND ($6::text IS NULL OR s.trigger_kind = $6) AND ($7::uuid IS NULL OR s.trigger_schedule_id = $7)
-		ORDER BY s.created_at DESC, s.id DESC LIMIT $5`, scope.arg(), org, afterTime, afterID, limit+1, trigger, p.ScheduleID)
+		ORDER BY s.created_at DESC, s.id DESC LIMIT $5`, tenant.arg(), org, afterTime, afterID, limit+1, trigger, p.ScheduleID)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list scans: %w", err)
 	}
@@ -243,7 +243,7 @@ func (s *Store) ListScans(ctx context.Context, scope Scope, p ListScansParams) (
 	if err != nil {
 		return nil, nil, fmt.Errorf("list scans: %w", err)
 	}
-	if err := checkListedOrganization(ctx, s.pool, scope, org, len(scans) == 0); err != nil {
+	if err := checkListedOrganization(ctx, s.pool, tenant, org, len(scans) == 0); err != nil {
 		return nil, nil, err
 	}
 	scans, next := page(scans, limit, func(sc Scan) Cursor { return Cursor{Time: sc.CreatedAt, ID: sc.ID} })
@@ -264,10 +264,10 @@ type ListScansParams struct {
 // asked to stop), its jobs not yet started are cancelled, and no more are
 // created. Lock order is the scan's tasks, then the scan row — the same
 // order as a completion, whose trigger advances the scan.
-func (s *Store) CancelScan(ctx context.Context, scope Scope, id uuid.UUID) (Scan, error) {
+func (s *Store) CancelScan(ctx context.Context, tenant Tenant, id uuid.UUID) (Scan, error) {
 	var scan Scan
 	err := s.inTx(ctx, "cancel scan", func(tx pgx.Tx) error {
-		sc, err := getScan(ctx, tx, scope, id)
+		sc, err := getScan(ctx, tx, tenant, id)
 		if err != nil {
 			return err
 		}
@@ -283,7 +283,7 @@ func (s *Store) CancelScan(ctx context.Context, scope Scope, id uuid.UUID) (Scan
 			}
 			return ErrScanFinished
 		}
-		scan, err = getScan(ctx, tx, scope, id)
+		scan, err = getScan(ctx, tx, tenant, id)
 		return err
 	})
 	if err != nil {
@@ -339,8 +339,8 @@ type Asset struct {
 }
 
 // ListAssets pages an organization's assets, newest first.
-func (s *Store) ListAssets(ctx context.Context, scope Scope, org uuid.UUID, after *Cursor, limit int) ([]Asset, *Cursor, error) {
-	if _, err := s.GetOrganization(ctx, scope, org); err != nil {
+func (s *Store) ListAssets(ctx context.Context, tenant Tenant, org uuid.UUID, after *Cursor, limit int) ([]Asset, *Cursor, error) {
+	if _, err := s.GetOrganization(ctx, tenant, org); err != nil {
 		return nil, nil, err
 	}
 	afterTime, afterID := after.position()
@@ -382,8 +382,8 @@ type Threat struct {
 
 // ListThreats pages an organization's threats, newest first. Threats an
 // active exclusion matches are left out unless includeExcluded.
-func (s *Store) ListThreats(ctx context.Context, scope Scope, org uuid.UUID, includeExcluded bool, after *Cursor, limit int) ([]Threat, *Cursor, error) {
-	if _, err := s.GetOrganization(ctx, scope, org); err != nil {
+func (s *Store) ListThreats(ctx context.Context, tenant Tenant, org uuid.UUID, includeExcluded bool, after *Cursor, limit int) ([]Threat, *Cursor, error) {
+	if _, err := s.GetOrganization(ctx, tenant, org); err != nil {
 		return nil, nil, err
 	}
 	afterTime, afterID := after.position()

@@ -419,9 +419,9 @@ type RunScheduleParams struct {
 // run. While the schedule's latest run is still active and its overlap
 // policy is not allow, a new run is ErrScheduleRunInProgress: the policy
 // says runs of the schedule never overlap, whoever starts them.
-func (s *Store) RunScheduleNow(ctx context.Context, scope Scope, id uuid.UUID, p RunScheduleParams) (f ScheduleFire, replayed bool, err error) {
+func (s *Store) RunScheduleNow(ctx context.Context, tenant Tenant, id uuid.UUID, p RunScheduleParams) (f ScheduleFire, replayed bool, err error) {
 	err = s.inTx(ctx, "run schedule", func(tx pgx.Tx) error {
-		sc, err := readSchedule(ctx, tx, scope, id, true)
+		sc, err := readSchedule(ctx, tx, tenant, id, true)
 		if err != nil {
 			return err
 		}

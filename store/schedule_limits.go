@@ -54,12 +54,12 @@ func checkMinInterval(c compiled, least time.Duration) error {
 // in READ COMMITTED a later statement sees what the previous holder of the
 // lock committed, where a count in the locking statement would read the
 // snapshot taken before it waited.
-func lockScheduleQuota(ctx context.Context, tx pgx.Tx, scope Scope, org uuid.UUID, defaultQuota int) error {
+func lockScheduleQuota(ctx context.Context, tx pgx.Tx, tenant Tenant, org uuid.UUID, defaultQuota int) error {
 	var quota int
 	err := tx.QueryRow(ctx, `SELECT coalesce(max_schedules, $2) FROM organizations WHERE id = $1 FOR NO KEY UPDATE`,
 		org, defaultQuota).Scan(&quota)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return missingOrganization(scope, org)
+		return missingOrganization(tenant, org)
 	}
 	if err != nil {
 		return fmt.Errorf("lock organization for schedule quota: %w", err)

@@ -187,7 +187,7 @@ func TestScheduleDeleteStopsTheClaim(t *testing.T) {
 
 	other := createOrg(t, s, "org-b")
 	mine := createSchedule(t, s, b.org.ID, hourly(store.OverlapAllow))
-	_, err = s.DeleteSchedule(ctx, store.OrganizationScope(other.ID), mine.ID)
+	_, err = s.DeleteSchedule(ctx, store.OneOrganization(other.ID), mine.ID)
 	require.ErrorIs(t, err, store.ErrNotFound, "another organization cannot delete it")
 }
 

@@ -422,13 +422,13 @@ func scanSchedule(row pgx.Row) (Schedule, error) {
 
 // readSchedule reads a schedule the scope may see and that is not deleted
 // (a deleted one is ErrNotFound to every verb), locking its row if asked.
-func readSchedule(ctx context.Context, ex executor, scope Scope, id uuid.UUID, lock bool) (Schedule, error) {
+func readSchedule(ctx context.Context, ex executor, tenant Tenant, id uuid.UUID, lock bool) (Schedule, error) {
 	q := `SELECT ` + scheduleColumns + ` FROM ` + scheduleFrom + ` WHERE s.id = $1 AND s.deleted_at IS NULL AND ` +
-		inScope("s.organization_id", "$2")
+		inTenant("s.organization_id", "$2")
 	if lock {
 		q += ` FOR UPDATE OF s`
 	}
-	sc, err := scanSchedule(ex.QueryRow(ctx, q, id, scope.arg()))
+	sc, err := scanSchedule(ex.QueryRow(ctx, q, id, tenant.arg()))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Schedule{}, ErrNotFound
 	}
@@ -472,8 +472,8 @@ func (s *Store) compileLimited(p ScheduleParams) (compiled, error) {
 // CreateSchedule creates a schedule of org at version 1. Its first slot is
 // the first after now (or at start_at); nothing already past fires. An
 // organization that has its quota of schedules is ErrQuotaExceeded.
-func (s *Store) CreateSchedule(ctx context.Context, scope Scope, org uuid.UUID, p ScheduleParams) (Schedule, error) {
-	if !scope.Allows(org) {
+func (s *Store) CreateSchedule(ctx context.Context, tenant Tenant, org uuid.UUID, p ScheduleParams) (Schedule, error) {
+	if !tenant.Allows(org) {
 		return Schedule{}, ErrNotFound
 	}
 	c, err := s.compileLimited(p)
@@ -482,7 +482,7 @@ func (s *Store) CreateSchedule(ctx context.Context, scope Scope, org uuid.UUID, 
 	}
 	var sc Schedule
 	err = s.inTx(ctx, "create schedule", func(tx pgx.Tx) error {
-		if err := lockScheduleQuota(ctx, tx, scope, org, s.scheduleLimits.Quota); err != nil {
+		if err := lockScheduleQuota(ctx, tx, tenant, org, s.scheduleLimits.Quota); err != nil {
 			return err
 		}
 		if err := checkSchedulePin(ctx, tx, org, c.definition); err != nil {
@@ -509,7 +509,7 @@ func (s *Store) CreateSchedule(ctx context.Context, scope Scope, org uuid.UUID, 
 			id, org, p.Name, nullString(c.timing.Cron), nullInt(c.timing.IntervalSeconds), c.slots.Anchor, c.timing.TimeZone,
 			c.timing.JitterSeconds, c.timing.StartAt, c.timing.EndAt, string(c.timing.Overlap), string(c.timing.CatchUp), slot, fire)
 		if isForeignKeyViolation(err) {
-			return missingOrganization(scope, org)
+			return missingOrganization(tenant, org)
 		}
 		if err != nil {
 			return fmt.Errorf("insert schedule: %w", err)
@@ -519,7 +519,7 @@ func (s *Store) CreateSchedule(ctx context.Context, scope Scope, org uuid.UUID, 
 		}
 		auditTarget(ctx, id, &org)
 		auditDetail(ctx, "version", 1)
-		if sc, err = readSchedule(ctx, tx, scope, id, false); err != nil {
+		if sc, err = readSchedule(ctx, tx, tenant, id, false); err != nil {
 			return err
 		}
 		return notify(ctx, tx, Wakeup{Kind: WakeSchedules, Organization: org})
@@ -574,14 +574,14 @@ func insertVersion(ctx context.Context, tx pgx.Tx, id uuid.UUID, version int, c 
 // UpdateSchedule stores p as the schedule's next version; versions are
 // never changed. When the timing changes, the next slot is computed afresh
 // from now; otherwise the pending slot stays.
-func (s *Store) UpdateSchedule(ctx context.Context, scope Scope, id uuid.UUID, p ScheduleParams) (Schedule, error) {
+func (s *Store) UpdateSchedule(ctx context.Context, tenant Tenant, id uuid.UUID, p ScheduleParams) (Schedule, error) {
 	c, err := s.compileLimited(p)
 	if err != nil {
 		return Schedule{}, err
 	}
 	var sc Schedule
 	err = s.inTx(ctx, "update schedule", func(tx pgx.Tx) error {
-		old, err := readSchedule(ctx, tx, scope, id, true)
+		old, err := readSchedule(ctx, tx, tenant, id, true)
 		if err != nil {
 			return err
 		}
@@ -624,7 +624,7 @@ func (s *Store) UpdateSchedule(ctx context.Context, scope Scope, id uuid.UUID, p
 		}
 		auditTarget(ctx, id, &old.OrganizationID)
 		auditDetail(ctx, "version", old.Version+1)
-		if sc, err = readSchedule(ctx, tx, scope, id, false); err != nil {
+		if sc, err = readSchedule(ctx, tx, tenant, id, false); err != nil {
 			return err
 		}
 		return notify(ctx, tx, Wakeup{Kind: WakeSchedules, Organization: sc.OrganizationID})
@@ -636,24 +636,24 @@ func (s *Store) UpdateSchedule(ctx context.Context, scope Scope, id uuid.UUID, p
 }
 
 // PauseSchedule stops a schedule firing; pausing twice is harmless.
-func (s *Store) PauseSchedule(ctx context.Context, scope Scope, id uuid.UUID) (Schedule, error) {
-	return s.setScheduleEnabled(ctx, scope, id, false)
+func (s *Store) PauseSchedule(ctx context.Context, tenant Tenant, id uuid.UUID) (Schedule, error) {
+	return s.setScheduleEnabled(ctx, tenant, id, false)
 }
 
 // ResumeSchedule lets a paused schedule fire again from its first slot after
 // now: slots that passed while it was paused never fire.
-func (s *Store) ResumeSchedule(ctx context.Context, scope Scope, id uuid.UUID) (Schedule, error) {
-	return s.setScheduleEnabled(ctx, scope, id, true)
+func (s *Store) ResumeSchedule(ctx context.Context, tenant Tenant, id uuid.UUID) (Schedule, error) {
+	return s.setScheduleEnabled(ctx, tenant, id, true)
 }
 
-func (s *Store) setScheduleEnabled(ctx context.Context, scope Scope, id uuid.UUID, enabled bool) (Schedule, error) {
+func (s *Store) setScheduleEnabled(ctx context.Context, tenant Tenant, id uuid.UUID, enabled bool) (Schedule, error) {
 	name := "pause schedule"
 	if enabled {
 		name = "resume schedule"
 	}
 	var sc Schedule
 	err := s.inTx(ctx, name, func(tx pgx.Tx) error {
-		old, err := readSchedule(ctx, tx, scope, id, true)
+		old, err := readSchedule(ctx, tx, tenant, id, true)
 		if err != nil {
 			return err
 		}
@@ -680,7 +680,7 @@ func (s *Store) setScheduleEnabled(ctx context.Context, scope Scope, id uuid.UUI
 		if _, err := tx.Exec(ctx, `UPDATE schedules SET enabled = $2, updated_at = now() WHERE id = $1`, id, enabled); err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
-		if sc, err = readSchedule(ctx, tx, scope, id, false); err != nil {
+		if sc, err = readSchedule(ctx, tx, tenant, id, false); err != nil {
 			return err
 		}
 		return notify(ctx, tx, Wakeup{Kind: WakeSchedules, Organization: sc.OrganizationID})
@@ -697,11 +697,11 @@ func (s *Store) setScheduleEnabled(ctx context.Context, scope Scope, id uuid.UUI
 // next slot, so no claim can take it; a claim already holding it commits
 // its fire first, since the delete waits for the row. A slot queued behind
 // a run is dropped; runs already created go on.
-func (s *Store) DeleteSchedule(ctx context.Context, scope Scope, id uuid.UUID) (Schedule, error) {
+func (s *Store) DeleteSchedule(ctx context.Context, tenant Tenant, id uuid.UUID) (Schedule, error) {
 	var sc Schedule
 	err := s.inTx(ctx, "delete schedule", func(tx pgx.Tx) error {
 		var err error
-		if sc, err = readSchedule(ctx, tx, scope, id, true); err != nil {
+		if sc, err = readSchedule(ctx, tx, tenant, id, true); err != nil {
 			return err
 		}
 		auditTarget(ctx, sc.ID, &sc.OrganizationID)
@@ -762,18 +762,18 @@ func loadSlotter(ctx context.Context, ex executor, id uuid.UUID) (slots.Slotter,
 }
 
 // GetSchedule returns a schedule the scope may see.
-func (s *Store) GetSchedule(ctx context.Context, scope Scope, id uuid.UUID) (Schedule, error) {
-	return readSchedule(ctx, s.pool, scope, id, false)
+func (s *Store) GetSchedule(ctx context.Context, tenant Tenant, id uuid.UUID) (Schedule, error) {
+	return readSchedule(ctx, s.pool, tenant, id, false)
 }
 
 // ListSchedules pages the schedules the scope may see, newest first,
 // optionally of one organization.
-func (s *Store) ListSchedules(ctx context.Context, scope Scope, org *uuid.UUID, after *Cursor, limit int) ([]Schedule, *Cursor, error) {
+func (s *Store) ListSchedules(ctx context.Context, tenant Tenant, org *uuid.UUID, after *Cursor, limit int) ([]Schedule, *Cursor, error) {
 	afterTime, afterID := after.position()
 	rows, err := s.pool.Query(ctx, `SELECT `+scheduleColumns+` FROM `+scheduleFrom+`
-		WHERE `+inScope("s.organization_id", "$1")+` AND s.deleted_at IS NULL AND ($2::uuid IS NULL OR s.organization_id = $2)
+		WHERE `+inTenant("s.organization_id", "$1")+` AND s.deleted_at IS NULL AND ($2::uuid IS NULL OR s.organization_id = $2)
 			AND ($3::timestamptz IS NULL OR (s.created_at, s.id) < ($3, $4::uuid))
-		ORDER BY s.created_at DESC, s.id DESC LIMIT $5`, scope.arg(), org, afterTime, afterID, limit+1)
+		ORDER BY s.created_at DESC, s.id DESC LIMIT $5`, tenant.arg(), org, afterTime, afterID, limit+1)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list schedules: %w", err)
 	}
@@ -781,7 +781,7 @@ func (s *Store) ListSchedules(ctx context.Context, scope Scope, org *uuid.UUID, 
 	if err != nil {
 		return nil, nil, fmt.Errorf("list schedules: %w", err)
 	}
-	if err := checkListedOrganization(ctx, s.pool, scope, org, len(list) == 0); err != nil {
+	if err := checkListedOrganization(ctx, s.pool, tenant, org, len(list) == 0); err != nil {
 		return nil, nil, err
 	}
 	list, next := page(list, limit, func(sc Schedule) Cursor { return Cursor{Time: sc.CreatedAt, ID: sc.ID} })
@@ -801,8 +801,8 @@ func scanFire(row pgx.Row) (ScheduleFire, error) {
 // ScheduleFires pages a schedule's history, latest slot first (a manual
 // run's slot is when it was asked for): each slot fired,
 // skipped (and why) or queued, with its run's state now.
-func (s *Store) ScheduleFires(ctx context.Context, scope Scope, id uuid.UUID, after *Cursor, limit int) ([]ScheduleFire, *Cursor, error) {
-	if _, err := readSchedule(ctx, s.pool, scope, id, false); err != nil {
+func (s *Store) ScheduleFires(ctx context.Context, tenant Tenant, id uuid.UUID, after *Cursor, limit int) ([]ScheduleFire, *Cursor, error) {
+	if _, err := readSchedule(ctx, s.pool, tenant, id, false); err != nil {
 		return nil, nil, err
 	}
 	afterTime, afterID := after.position()
@@ -826,9 +826,9 @@ const maxNextFireTimes = 1000
 
 // NextFireTimes lists a schedule's next n slots (at most 1000) from its
 // pending one (from now if it is paused), fewer when it ends sooner.
-func (s *Store) NextFireTimes(ctx context.Context, scope Scope, id uuid.UUID, n int) ([]ScheduleSlot, error) {
+func (s *Store) NextFireTimes(ctx context.Context, tenant Tenant, id uuid.UUID, n int) ([]ScheduleSlot, error) {
 	n = min(n, maxNextFireTimes)
-	sc, err := readSchedule(ctx, s.pool, scope, id, false)
+	sc, err := readSchedule(ctx, s.pool, tenant, id, false)
 	if err != nil {
 		return nil, err
 	}

@@ -189,7 +189,7 @@ func TestNarrowingEndsQueuedWork(t *testing.T) {
 	require.Equal(t, store.ScopePolicyAllowList, o.ScopePolicy)
 	require.Equal(t, store.TaskCancelled, taskState(t, s, anywhere.ID))
 
-	_, err = s.SetScopePolicy(t.Context(), store.OrganizationScope(b.org.ID), b.org.ID, store.ScopePolicyUnrestricted)
+	_, err = s.SetScopePolicy(t.Context(), store.OneOrganization(b.org.ID), b.org.ID, store.ScopePolicyUnrestricted)
 	require.ErrorIs(t, err, store.ErrForbidden, "an organization does not lift its own scope")
 	_, err = s.SetScopePolicy(t.Context(), store.EveryOrganization(), uuid.New(), store.ScopePolicyUnrestricted)
 	require.ErrorIs(t, err, store.ErrNotFound)

@@ -43,9 +43,9 @@ func scopePolicySQL(o string) string {
 // caller (a platform operator) may, as only it edits scope entries. Moving
 // to allow_list narrows the scope: the organization's live work outside it
 // ends in the same transaction (recheckLiveWork).
-func (s *Store) SetScopePolicy(ctx context.Context, scope Scope, org uuid.UUID, policy string) (Organization, error) {
-	if !scope.IsEveryOrganization() {
-		if scope.Allows(org) {
+func (s *Store) SetScopePolicy(ctx context.Context, tenant Tenant, org uuid.UUID, policy string) (Organization, error) {
+	if !tenant.IsEveryOrganization() {
+		if tenant.Allows(org) {
 			return Organization{}, fmt.Errorf("%w: only a platform operator sets a scope policy", ErrForbidden)
 		}
 		return Organization{}, ErrNotFound
@@ -62,7 +62,7 @@ func (s *Store) SetScopePolicy(ctx context.Context, scope Scope, org uuid.UUID, 
 		o, err = scanOrganization(tx.QueryRow(ctx, `UPDATE organizations o SET scope_policy = $2, scope_enforced = ($2 = '`+
 			ScopePolicyAllowList+`') WHERE o.id = $1 RETURNING `+organizationColumns, org, policy))
 		if errors.Is(err, pgx.ErrNoRows) {
-			return missingOrganization(scope, org)
+			return missingOrganization(tenant, org)
 		}
 		if err != nil {
 			return fmt.Errorf("set scope policy: %w", err)

@@ -139,11 +139,11 @@ func taskTypesArg(t []string) any {
 
 // CreateSecret seals a new secret of an organization under the keyring's
 // current key. A name the organization already uses is ErrConflict.
-func (s *Store) CreateSecret(ctx context.Context, scope Scope, keyring *secretbox.Keyring, org uuid.UUID, p SecretParams) (Secret, error) {
+func (s *Store) CreateSecret(ctx context.Context, tenant Tenant, keyring *secretbox.Keyring, org uuid.UUID, p SecretParams) (Secret, error) {
 	if err := p.check(keyring); err != nil {
 		return Secret{}, err
 	}
-	if !scope.Allows(org) {
+	if !tenant.Allows(org) {
 		return Secret{}, ErrNotFound
 	}
 	id, err := uuid.NewV7()
@@ -166,7 +166,7 @@ func (s *Store) CreateSecret(ctx context.Context, scope Scope, keyring *secretbo
 		case isUniqueViolation(err):
 			return problem.Wrap(ErrConflict, problem.Text("a secret named "+p.Name+" already exists in this organization; replace it instead"))
 		case isForeignKeyViolation(err):
-			return missingOrganization(scope, org)
+			return missingOrganization(tenant, org)
 		case err != nil:
 			return fmt.Errorf("create secret: %w", err)
 		}
@@ -181,7 +181,7 @@ func (s *Store) CreateSecret(ctx context.Context, scope Scope, keyring *secretbo
 
 // ReplaceSecret gives a secret a new value and limits, as its next
 // version (the name stays). A lease after the commit gets the new value.
-func (s *Store) ReplaceSecret(ctx context.Context, scope Scope, keyring *secretbox.Keyring, id uuid.UUID, p SecretParams) (Secret, error) {
+func (s *Store) ReplaceSecret(ctx context.Context, tenant Tenant, keyring *secretbox.Keyring, id uuid.UUID, p SecretParams) (Secret, error) {
 	var sec Secret
 	err := s.inTx(ctx, "replace secret", func(tx pgx.Tx) error {
 		var (
@@ -190,7 +190,7 @@ func (s *Store) ReplaceSecret(ctx context.Context, scope Scope, keyring *secretb
 			version int
 		)
 		err := tx.QueryRow(ctx, `SELECT organization_id, name, version FROM secrets
-			WHERE id = $1 AND `+inScope("organization_id", "$2")+` FOR UPDATE`, id, scope.arg()).Scan(&org, &name, &version)
+			WHERE id = $1 AND `+inTenant("organization_id", "$2")+` FOR UPDATE`, id, tenant.arg()).Scan(&org, &name, &version)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNotFound
 		}
@@ -222,12 +222,12 @@ func (s *Store) ReplaceSecret(ctx context.Context, scope Scope, keyring *secretb
 
 // DeleteSecret removes a secret. Tasks that reference it fail their next
 // attempt with secret_unavailable.
-func (s *Store) DeleteSecret(ctx context.Context, scope Scope, id uuid.UUID) (Secret, error) {
+func (s *Store) DeleteSecret(ctx context.Context, tenant Tenant, id uuid.UUID) (Secret, error) {
 	var sec Secret
 	err := s.inTx(ctx, "delete secret", func(tx pgx.Tx) error {
 		var err error
-		sec, err = scanSecret(tx.QueryRow(ctx, `DELETE FROM secrets WHERE id = $1 AND `+inScope("organization_id", "$2")+`
-			RETURNING `+secretColumns, id, scope.arg()))
+		sec, err = scanSecret(tx.QueryRow(ctx, `DELETE FROM secrets WHERE id = $1 AND `+inTenant("organization_id", "$2")+`
+			RETURNING `+secretColumns, id, tenant.arg()))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNotFound
 		}
@@ -244,9 +244,9 @@ func (s *Store) DeleteSecret(ctx context.Context, scope Scope, id uuid.UUID) (Se
 }
 
 // GetSecret returns a secret's metadata.
-func (s *Store) GetSecret(ctx context.Context, scope Scope, id uuid.UUID) (Secret, error) {
+func (s *Store) GetSecret(ctx context.Context, tenant Tenant, id uuid.UUID) (Secret, error) {
 	sec, err := scanSecret(s.pool.QueryRow(ctx, `SELECT `+secretColumns+` FROM secrets
-		WHERE id = $1 AND `+inScope("organization_id", "$2"), id, scope.arg()))
+		WHERE id = $1 AND `+inTenant("organization_id", "$2"), id, tenant.arg()))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Secret{}, ErrNotFound
 	}
@@ -262,10 +262,10 @@ const MaxListedSecrets = 1000
 
 // ListSecrets lists the metadata of the secrets the scope sees, optionally
 // of one organization.
-func (s *Store) ListSecrets(ctx context.Context, scope Scope, org *uuid.UUID) ([]Secret, error) {
+func (s *Store) ListSecrets(ctx context.Context, tenant Tenant, org *uuid.UUID) ([]Secret, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+secretColumns+` FROM secrets
-		WHERE `+inScope("organization_id", "$1")+` AND ($2::uuid IS NULL OR organization_id = $2)
-		ORDER BY organization_id, name LIMIT $3`, scope.arg(), org, MaxListedSecrets)
+		WHERE `+inTenant("organization_id", "$1")+` AND ($2::uuid IS NULL OR organization_id = $2)
+		ORDER BY organization_id, name LIMIT $3`, tenant.arg(), org, MaxListedSecrets)
 	if err != nil {
 		return nil, fmt.Errorf("list secrets: %w", err)
 	}
@@ -281,7 +281,7 @@ func (s *Store) ListSecrets(ctx context.Context, scope Scope, org *uuid.UUID) ([
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list secrets: %w", err)
 	}
-	if err := checkListedOrganization(ctx, s.pool, scope, org, len(out) == 0); err != nil {
+	if err := checkListedOrganization(ctx, s.pool, tenant, org, len(out) == 0); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -307,7 +307,7 @@ type SecretRef struct {
 
 // SealedSecrets reads the secrets named by refs in one statement; a name
 // that does not exist is absent from the answer. Worker-facing (the lease
-// answer), so it takes no Scope: the organizations come from the tasks
+// answer), so it takes no Tenant: the organizations come from the tasks
 // the worker was leased.
 func (s *Store) SealedSecrets(ctx context.Context, refs []SecretRef) ([]SealedSecret, error) {
 	if len(refs) == 0 {

@@ -77,19 +77,19 @@ func v7Since(param string) string {
 // leasable tasks and the live attempts (each joined to its task for the
 // state), the workers, and the attempts leased within the windows (their
 // time-ordered ids).
-func (s *Store) Stats(ctx context.Context, scope Scope, p StatsParams) (Stats, error) {
+func (s *Store) Stats(ctx context.Context, tenant Tenant, p StatsParams) (Stats, error) {
 	st := Stats{LeaseWindow: p.LeaseWindow, FailureWindow: p.FailureWindow, Queue: []QueueDepth{}, RecentFailures: []RecentFailure{}}
 	rows, err := s.pool.Query(ctx, `
 		SELECT t.organization_id, t.state, count(*)
 		FROM worker_task_queue q JOIN worker_tasks t ON t.id = q.task_id
-		WHERE `+inScope("q.organization_id", "$1")+`
+		WHERE `+inTenant("q.organization_id", "$1")+`
 		GROUP BY 1, 2
 		UNION ALL
 		SELECT t.organization_id, t.state, count(*)
 		FROM worker_task_attempts a JOIN worker_tasks t ON t.id = a.task_id
-		WHERE a.status IN ('leased', 'running') AND `+inScope("a.organization_id", "$1")+`
+		WHERE a.status IN ('leased', 'running') AND `+inTenant("a.organization_id", "$1")+`
 		GROUP BY 1, 2
-		ORDER BY 1, 2`, scope.arg())
+		ORDER BY 1, 2`, tenant.arg())
 	if err != nil {
 		return Stats{}, fmt.Errorf("stats: queue: %w", err)
 	}
@@ -119,12 +119,12 @@ func (s *Store) Stats(ctx context.Context, scope Scope, p StatsParams) (Stats, e
 			FROM workers w
 			WHERE w.revoked_at IS NULL AND `+scopeSeesWorker+`)
 		SELECT count(*) FILTER (WHERE online), count(*), coalesce(sum(max_concurrent_tasks) FILTER (WHERE online), 0),
-			(SELECT count(*) FROM worker_task_attempts a WHERE a.status IN ('leased', 'running') AND `+inScope("a.organization_id", "$2")+`),
+			(SELECT count(*) FROM worker_task_attempts a WHERE a.status IN ('leased', 'running') AND `+inTenant("a.organization_id", "$2")+`),
 			(SELECT count(*) FROM worker_task_attempts a
 				WHERE a.id >= `+v7Since("$3")+` AND a.started_at > now() - make_interval(secs => $3::float8)
-					AND `+inScope("a.organization_id", "$2")+`)
+					AND `+inTenant("a.organization_id", "$2")+`)
 		FROM visible`,
-		p.OnlineWindow.Seconds(), scope.arg(), p.LeaseWindow.Seconds()).
+		p.OnlineWindow.Seconds(), tenant.arg(), p.LeaseWindow.Seconds()).
 		Scan(&st.WorkersOnline, &st.WorkersTotal, &st.Capacity, &st.ActiveAttempts, &st.Leases)
 	if err != nil {
 		return Stats{}, fmt.Errorf("stats: workers and leases: %w", err)
@@ -135,10 +135,10 @@ func (s *Store) Stats(ctx context.Context, scope Scope, p StatsParams) (Stats, e
 			a.finished_at, count(*) OVER ()
 		FROM worker_task_attempts a JOIN worker_tasks t ON t.id = a.task_id
 		WHERE a.id >= `+v7Since("$2")+` AND a.started_at > now() - make_interval(secs => $2::float8)
-			AND a.status IN ('failed', 'expired') AND `+inScope("a.organization_id", "$1")+`
+			AND a.status IN ('failed', 'expired') AND `+inTenant("a.organization_id", "$1")+`
 		ORDER BY a.finished_at DESC NULLS LAST, a.id DESC
 		LIMIT $3`,
-		scope.arg(), p.FailureWindow.Seconds(), max(p.RecentFailures, 1))
+		tenant.arg(), p.FailureWindow.Seconds(), max(p.RecentFailures, 1))
 	if err != nil {
 		return Stats{}, fmt.Errorf("stats: failures: %w", err)
 	}

@@ -15,7 +15,7 @@ import (
 )
 
 // An organization's scan scope is the list of targets it is approved to
-// scan (not to be confused with Scope, the tenant a caller acts for). It is
+// scan (not to be confused with Tenant, the organization a caller acts for). It is
 // enforced when the organization's scope policy is allow_list
 // (scopepolicy.go): the API's default for a new organization, and what
 // adding an entry sets; with no entry, nothing may be scanned. An
@@ -171,8 +171,8 @@ func scanScopeTarget(r pgx.Row) (ScopeTarget, error) {
 // unrestricted that narrows its scope: its live work outside the new entry
 // ends in the same transaction (recheckLiveWork). Adding an entry that
 // exists returns it (created false).
-func (s *Store) AddScopeTarget(ctx context.Context, scope Scope, org uuid.UUID, p ScopeTargetParams) (ScopeTarget, bool, error) {
-	if !scope.Allows(org) {
+func (s *Store) AddScopeTarget(ctx context.Context, tenant Tenant, org uuid.UUID, p ScopeTargetParams) (ScopeTarget, bool, error) {
+	if !tenant.Allows(org) {
 		return ScopeTarget{}, false, ErrNotFound
 	}
 	value, sub, err := ParseScopeTarget(p.Kind, p.Value, p.IncludeSubdomains)
@@ -189,7 +189,7 @@ func (s *Store) AddScopeTarget(ctx context.Context, scope Scope, org uuid.UUID, 
 		err := tx.QueryRow(ctx, `UPDATE organizations n SET scope_enforced = true, scope_policy = '`+ScopePolicyAllowList+`'
 			FROM organizations o WHERE n.id = $1 AND o.id = n.id RETURNING `+scopeEnforcedSQL("o"), org).Scan(&wasEnforced)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return missingOrganization(scope, org)
+			return missingOrganization(tenant, org)
 		}
 		if err != nil {
 			return fmt.Errorf("enforce scope: %w", err)
@@ -221,12 +221,12 @@ func (s *Store) AddScopeTarget(ctx context.Context, scope Scope, org uuid.UUID, 
 
 // ListScopeTargets pages an organization's scope entries, newest first, and
 // says whether its scope is enforced.
-func (s *Store) ListScopeTargets(ctx context.Context, scope Scope, org uuid.UUID, after *Cursor, limit int) ([]ScopeTarget, bool, *Cursor, error) {
+func (s *Store) ListScopeTargets(ctx context.Context, tenant Tenant, org uuid.UUID, after *Cursor, limit int) ([]ScopeTarget, bool, *Cursor, error) {
 	var enforced bool
-	err := s.pool.QueryRow(ctx, `SELECT `+scopeEnforcedSQL("o")+` FROM organizations o WHERE o.id = $1 AND `+inScope("o.id", "$2"),
-		org, scope.arg()).Scan(&enforced)
+	err := s.pool.QueryRow(ctx, `SELECT `+scopeEnforcedSQL("o")+` FROM organizations o WHERE o.id = $1 AND `+inTenant("o.id", "$2"),
+		org, tenant.arg()).Scan(&enforced)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, false, nil, missingOrganization(scope, org)
+		return nil, false, nil, missingOrganization(tenant, org)
 	}
 	if err != nil {
 		return nil, false, nil, fmt.Errorf("list scope targets: %w", err)
@@ -249,8 +249,8 @@ func (s *Store) ListScopeTargets(ctx context.Context, scope Scope, org uuid.UUID
 // RemoveScopeTarget removes an entry; the policy stays allow_list. That
 // narrows the scope: the organization's live work outside what remains
 // ends in the same transaction (recheckLiveWork).
-func (s *Store) RemoveScopeTarget(ctx context.Context, scope Scope, org, id uuid.UUID) (ScopeTarget, error) {
-	if !scope.Allows(org) {
+func (s *Store) RemoveScopeTarget(ctx context.Context, tenant Tenant, org, id uuid.UUID) (ScopeTarget, error) {
+	if !tenant.Allows(org) {
 		return ScopeTarget{}, ErrNotFound
 	}
 	var t ScopeTarget
@@ -260,8 +260,8 @@ func (s *Store) RemoveScopeTarget(ctx context.Context, scope Scope, org, id uuid
 		}
 		var err error
 		t, err = scanScopeTarget(tx.QueryRow(ctx, `DELETE FROM scope_targets
-			WHERE id = $1 AND organization_id = $2 AND `+inScope("organization_id", "$3")+`
-			RETURNING `+scopeTargetColumns, id, org, scope.arg()))
+			WHERE id = $1 AND organization_id = $2 AND `+inTenant("organization_id", "$3")+`
+			RETURNING `+scopeTargetColumns, id, org, tenant.arg()))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNotFound
 		}

@@ -101,8 +101,8 @@ type CreateTaskParams struct {
 // CreateTask inserts a task and wakes the pollers of its organization, in
 // one transaction. Replayed is true when an earlier request with the same
 // idempotency key created it.
-func (s *Store) CreateTask(ctx context.Context, scope Scope, p CreateTaskParams) (task Task, replayed bool, err error) {
-	if !scope.Allows(p.OrganizationID) {
+func (s *Store) CreateTask(ctx context.Context, tenant Tenant, p CreateTaskParams) (task Task, replayed bool, err error) {
+	if !tenant.Allows(p.OrganizationID) {
 		return Task{}, false, ErrNotFound
 	}
 	err = s.inTx(ctx, "create task", func(tx pgx.Tx) error {
@@ -113,7 +113,7 @@ func (s *Store) CreateTask(ctx context.Context, scope Scope, p CreateTaskParams)
 		var err error
 		task, replayed, err = createTask(ctx, tx, p)
 		if errors.Is(err, errOrganizationMissing) {
-			return missingOrganization(scope, p.OrganizationID)
+			return missingOrganization(tenant, p.OrganizationID)
 		}
 		if err != nil || replayed {
 			return err
@@ -227,8 +227,8 @@ type Attempt struct {
 
 // GetTask returns a task the scope may see, with its attempts, and while it
 // waits to be leased, why.
-func (s *Store) GetTask(ctx context.Context, scope Scope, id uuid.UUID, onlineWindow time.Duration) (Task, []Attempt, error) {
-	task, err := s.readScopedTask(ctx, s.pool, scope, id)
+func (s *Store) GetTask(ctx context.Context, tenant Tenant, id uuid.UUID, onlineWindow time.Duration) (Task, []Attempt, error) {
+	task, err := s.readTenantTask(ctx, s.pool, tenant, id)
 	if errors.Is(err, ErrNotFound) {
 		return Task{}, nil, ErrNotFound
 	}
@@ -373,9 +373,9 @@ type ListTasksParams struct {
 }
 
 // ListTasks returns one page of tasks and the cursor of the next page.
-func (s *Store) ListTasks(ctx context.Context, scope Scope, p ListTasksParams) ([]Task, *Cursor, error) {
+func (s *Store) ListTasks(ctx context.Context, tenant Tenant, p ListTasksParams) ([]Task, *Cursor, error) {
 	q := psql.Select(taskColumns).From("worker_tasks t").OrderBy("t.created_at DESC", "t.id DESC").Limit(uint64(p.Limit + 1))
-	q = q.Where(scope.where("t.organization_id"))
+	q = q.Where(tenant.where("t.organization_id"))
 	if p.OrganizationID != nil {
 		q = q.Where(sq.Eq{"t.organization_id": *p.OrganizationID})
 	}
@@ -409,7 +409,7 @@ func (s *Store) ListTasks(ctx context.Context, scope Scope, p ListTasksParams) (
 	if err != nil {
 		return nil, nil, fmt.Errorf("list tasks: %w", err)
 	}
-	if err := checkListedOrganization(ctx, s.pool, scope, p.OrganizationID, len(tasks) == 0); err != nil {
+	if err := checkListedOrganization(ctx, s.pool, tenant, p.OrganizationID, len(tasks) == 0); err != nil {
 		return nil, nil, err
 	}
 	tasks, next := page(tasks, p.Limit, func(t Task) Cursor { return Cursor{Time: t.CreatedAt, ID: t.ID} })
@@ -430,15 +430,15 @@ var cancelTaskSetSQL = `
 // CancelTask cancels a queued task at once, or asks the worker holding it to
 // stop (cancelling). Cancelling twice is harmless; a finished task is
 // ErrTaskFinished.
-func (s *Store) CancelTask(ctx context.Context, scope Scope, id uuid.UUID) (Task, error) {
+func (s *Store) CancelTask(ctx context.Context, tenant Tenant, id uuid.UUID) (Task, error) {
 	var task Task
 	err := s.inTx(ctx, "cancel task", func(tx pgx.Tx) error {
 		var err error
 		task, err = scanTask(tx.QueryRow(ctx, `
 			UPDATE worker_tasks t SET `+cancelTaskSetSQL+`
-			WHERE t.id = $1 AND `+inScope("t.organization_id", "$2")+`
+			WHERE t.id = $1 AND `+inTenant("t.organization_id", "$2")+`
 				AND t.state IN (`+fromStates(EventCancelQueued)+`, `+fromStates(EventCancelActive)+`)
-			RETURNING `+taskColumns, id, scope.arg()))
+			RETURNING `+taskColumns, id, tenant.arg()))
 		if err == nil {
 			if _, err := tx.Exec(ctx, dequeueSQL("t.id = $1"), id); err != nil {
 				return fmt.Errorf("dequeue cancelled task: %w", err)
@@ -448,7 +448,7 @@ func (s *Store) CancelTask(ctx context.Context, scope Scope, id uuid.UUID) (Task
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
-		task, err = s.readScopedTask(ctx, tx, scope, id)
+		task, err = s.readTenantTask(ctx, tx, tenant, id)
 		if err != nil {
 			return err
 		}
@@ -470,13 +470,13 @@ func (s *Store) CancelTask(ctx context.Context, scope Scope, id uuid.UUID) (Task
 // pending with a fresh attempt budget. A job of a scan is redriven only
 // while no other job of its scan is in flight, and reopens its scan when
 // the scan had finished (reopenScanForRedrive).
-func (s *Store) RetryTask(ctx context.Context, scope Scope, id uuid.UUID) (Task, error) {
+func (s *Store) RetryTask(ctx context.Context, tenant Tenant, id uuid.UUID) (Task, error) {
 	var task Task
 	err := s.inTx(ctx, "retry task", func(tx pgx.Tx) error {
-		if err := checkRedriveScope(ctx, tx, scope, id); err != nil {
+		if err := checkRedriveScope(ctx, tx, tenant, id); err != nil {
 			return err
 		}
-		if err := reopenScanForRedrive(ctx, tx, scope, id); err != nil {
+		if err := reopenScanForRedrive(ctx, tx, tenant, id); err != nil {
 			return err
 		}
 		var err error
@@ -487,15 +487,15 @@ func (s *Store) RetryTask(ctx context.Context, scope Scope, id uuid.UUID) (Task,
 					attempt_count = 0, available_at = now(), cancel_requested_at = NULL, completed_at = NULL,
 					execution_deadline_at = CASE WHEN t.execution_deadline_at <= now() THEN NULL ELSE t.execution_deadline_at END,
 					updated_at = now()
-				WHERE t.id = $1 AND `+inScope("t.organization_id", "$2")+`
+				WHERE t.id = $1 AND `+inTenant("t.organization_id", "$2")+`
 					AND t.state IN (`+fromStates(EventRedrive)+`)
 				RETURNING t.*
 			), enqueued AS (
 				`+EnqueueSQL("redriven")+`
 			)
-			SELECT `+taskColumns+` FROM redriven t`, id, scope.arg()))
+			SELECT `+taskColumns+` FROM redriven t`, id, tenant.arg()))
 		if errors.Is(err, pgx.ErrNoRows) {
-			if _, err := s.readScopedTask(ctx, tx, scope, id); err != nil {
+			if _, err := s.readTenantTask(ctx, tx, tenant, id); err != nil {
 				return err
 			}
 			return ErrTaskNotRetryable
@@ -519,12 +519,12 @@ func (s *Store) RetryTask(ctx context.Context, scope Scope, id uuid.UUID) (Task,
 // order a narrowing takes them in (lockScopeForNarrowing). It decides
 // whatever the task's state, which is read unlocked here and may yet become
 // redrivable (a cancelling task acknowledged).
-func checkRedriveScope(ctx context.Context, tx pgx.Tx, scope Scope, id uuid.UUID) error {
+func checkRedriveScope(ctx context.Context, tx pgx.Tx, tenant Tenant, id uuid.UUID) error {
 	var org uuid.UUID
 	var taskType string
 	var payload json.RawMessage
 	err := tx.QueryRow(ctx, `SELECT t.organization_id, t.task_type, t.payload
-		FROM worker_tasks t WHERE t.id = $1 AND `+inScope("t.organization_id", "$2"), id, scope.arg()).
+		FROM worker_tasks t WHERE t.id = $1 AND `+inTenant("t.organization_id", "$2"), id, tenant.arg()).
 		Scan(&org, &taskType, &payload)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -535,9 +535,9 @@ func checkRedriveScope(ctx context.Context, tx pgx.Tx, scope Scope, id uuid.UUID
 	return checkTaskTargets(ctx, tx, org, taskType, payload)
 }
 
-func (s *Store) readScopedTask(ctx context.Context, ex executor, scope Scope, id uuid.UUID) (Task, error) {
+func (s *Store) readTenantTask(ctx context.Context, ex executor, tenant Tenant, id uuid.UUID) (Task, error) {
 	task, err := scanTask(ex.QueryRow(ctx, `SELECT `+taskColumns+` FROM worker_tasks t
-		WHERE t.id = $1 AND `+inScope("t.organization_id", "$2"), id, scope.arg()))
+		WHERE t.id = $1 AND `+inTenant("t.organization_id", "$2"), id, tenant.arg()))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Task{}, ErrNotFound
 	}

@@ -157,7 +157,7 @@ func TestListTasksPagination(t *testing.T) {
 		pages int
 	)
 	for {
-		page, next, err := s.ListTasks(t.Context(), store.OrganizationScope(b.org.ID), store.ListTasksParams{After: after, Limit: 3})
+		page, next, err := s.ListTasks(t.Context(), store.OneOrganization(b.org.ID), store.ListTasksParams{After: after, Limit: 3})
 		require.NoError(t, err)
 		pages++
 		for _, task := range page {
@@ -179,7 +179,7 @@ func TestListTasksPagination(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, all, 10)
 
-	cross, _, err := s.ListTasks(t.Context(), store.OrganizationScope(b.org.ID), store.ListTasksParams{OrganizationID: &orgB.ID, Limit: 100})
+	cross, _, err := s.ListTasks(t.Context(), store.OneOrganization(b.org.ID), store.ListTasksParams{OrganizationID: &orgB.ID, Limit: 100})
 	require.NoError(t, err)
 	require.Empty(t, cross, "a filter cannot widen the scope")
 
@@ -196,7 +196,7 @@ func TestOrganizationScope(t *testing.T) {
 		workerB store.Worker
 		taskA   store.Task
 		taskB   store.Task
-		scopeA  store.Scope
+		tenantA store.Tenant
 	}
 	setup := func(t *testing.T) (*store.Store, *scopeBundle) {
 		t.Helper()
@@ -206,32 +206,32 @@ func TestOrganizationScope(t *testing.T) {
 		assign(t, s, orgB.ID, workerB.ID)
 		return s, &scopeBundle{
 			testBundle: b, orgB: orgB, workerB: workerB,
-			taskA:  createTask(t, s, b.org.ID, store.CreateTaskParams{}),
-			taskB:  createTask(t, s, orgB.ID, store.CreateTaskParams{}),
-			scopeA: store.OrganizationScope(b.org.ID),
+			taskA:   createTask(t, s, b.org.ID, store.CreateTaskParams{}),
+			taskB:   createTask(t, s, orgB.ID, store.CreateTaskParams{}),
+			tenantA: store.OneOrganization(b.org.ID),
 		}
 	}
 
 	t.Run("Tasks", func(t *testing.T) {
 		t.Parallel()
 		s, b := setup(t)
-		task, attempts, err := s.GetTask(t.Context(), b.scopeA, b.taskB.ID, onlineWindow)
+		task, attempts, err := s.GetTask(t.Context(), b.tenantA, b.taskB.ID, onlineWindow)
 		require.ErrorIs(t, err, store.ErrNotFound)
 		require.Zero(t, task)
 		require.Nil(t, attempts)
-		_, _, err = s.GetTask(t.Context(), b.scopeA, b.taskA.ID, onlineWindow)
+		_, _, err = s.GetTask(t.Context(), b.tenantA, b.taskA.ID, onlineWindow)
 		require.NoError(t, err)
 
-		list, _, err := s.ListTasks(t.Context(), b.scopeA, store.ListTasksParams{Limit: 100})
+		list, _, err := s.ListTasks(t.Context(), b.tenantA, store.ListTasksParams{Limit: 100})
 		require.NoError(t, err)
 		require.Len(t, list, 1)
 		require.Equal(t, b.taskA.ID, list[0].ID)
 
 		before := rowJSON(t, b.pool, "worker_tasks", b.taskB.ID)
-		task, err = s.CancelTask(t.Context(), b.scopeA, b.taskB.ID)
+		task, err = s.CancelTask(t.Context(), b.tenantA, b.taskB.ID)
 		require.ErrorIs(t, err, store.ErrNotFound)
 		require.Zero(t, task)
-		task, err = s.RetryTask(t.Context(), b.scopeA, b.taskB.ID)
+		task, err = s.RetryTask(t.Context(), b.tenantA, b.taskB.ID)
 		require.ErrorIs(t, err, store.ErrNotFound)
 		require.Zero(t, task)
 		require.Equal(t, before, rowJSON(t, b.pool, "worker_tasks", b.taskB.ID))
@@ -240,11 +240,11 @@ func TestOrganizationScope(t *testing.T) {
 	t.Run("Workers", func(t *testing.T) {
 		t.Parallel()
 		s, b := setup(t)
-		list, _, err := s.ListWorkers(t.Context(), b.scopeA, nil, 100, onlineWindow)
+		list, _, err := s.ListWorkers(t.Context(), b.tenantA, nil, 100, onlineWindow)
 		require.NoError(t, err)
 		require.Len(t, list, 1)
 		require.Equal(t, b.worker.ID, list[0].ID)
-		w, err := s.GetWorker(t.Context(), b.scopeA, b.workerB.ID, onlineWindow)
+		w, err := s.GetWorker(t.Context(), b.tenantA, b.workerB.ID, onlineWindow)
 		require.ErrorIs(t, err, store.ErrNotFound)
 		require.Zero(t, w)
 
@@ -252,10 +252,10 @@ func TestOrganizationScope(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, all, 2)
 
-		a, err := s.AssignWorker(t.Context(), b.scopeA, b.orgB.ID, b.worker.ID)
+		a, err := s.AssignWorker(t.Context(), b.tenantA, b.orgB.ID, b.worker.ID)
 		require.ErrorIs(t, err, store.ErrNotFound)
 		require.Zero(t, a)
-		a, err = s.UnassignWorker(t.Context(), b.scopeA, b.orgB.ID, b.workerB.ID, true, "x")
+		a, err = s.UnassignWorker(t.Context(), b.tenantA, b.orgB.ID, b.workerB.ID, true, "x")
 		require.ErrorIs(t, err, store.ErrNotFound)
 		require.Zero(t, a)
 	})
@@ -263,15 +263,15 @@ func TestOrganizationScope(t *testing.T) {
 	t.Run("Organizations", func(t *testing.T) {
 		t.Parallel()
 		s, b := setup(t)
-		list, next, err := s.ListOrganizations(t.Context(), b.scopeA, nil, 100)
+		list, next, err := s.ListOrganizations(t.Context(), b.tenantA, nil, 100)
 		require.NoError(t, err)
 		require.Nil(t, next)
 		require.Len(t, list, 1)
 		require.Equal(t, b.org.ID, list[0].ID)
-		o, err := s.GetOrganization(t.Context(), b.scopeA, b.orgB.ID)
+		o, err := s.GetOrganization(t.Context(), b.tenantA, b.orgB.ID)
 		require.ErrorIs(t, err, store.ErrNotFound)
 		require.Zero(t, o)
-		o, err = s.GetOrganization(t.Context(), b.scopeA, b.org.ID)
+		o, err = s.GetOrganization(t.Context(), b.tenantA, b.org.ID)
 		require.NoError(t, err)
 		require.Equal(t, b.org.ID, o.ID)
 
@@ -458,7 +458,7 @@ func TestMissingOrganization(t *testing.T) {
 	s, b := setupStore(t)
 	ctx := t.Context()
 	missing := uuid.New()
-	unscoped, scoped := store.EveryOrganization(), store.OrganizationScope(b.org.ID)
+	unscoped, scoped := store.EveryOrganization(), store.OneOrganization(b.org.ID)
 	orgC := createOrg(t, s, "org-c")
 	wantText := problem.Text("organization " + missing.String() + " does not exist")
 

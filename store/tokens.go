@@ -73,8 +73,8 @@ const tokenLineageLock = 0x746f6b656e5f6c6e // "token_ln"
 // *TokenBoundsError rather than a silent clamp, so the caller learns the
 // token will not live as long as it asked. A caller scoped to one
 // organization mints tokens of that organization only.
-func (s *Store) CreateAPIToken(ctx context.Context, scope Scope, p CreateAPITokenParams) (token string, id uuid.UUID, err error) {
-	if org := scope.Organization(); org != nil {
+func (s *Store) CreateAPIToken(ctx context.Context, tenant Tenant, p CreateAPITokenParams) (token string, id uuid.UUID, err error) {
+	if org := tenant.Organization(); org != nil {
 		if p.OrganizationID != nil && *p.OrganizationID != *org {
 			return "", uuid.Nil, ErrNotFound
 		}
@@ -218,9 +218,9 @@ func scanAPIToken(row pgx.Row) (APIToken, error) {
 }
 
 // GetAPIToken returns a token's metadata if the scope covers it.
-func (s *Store) GetAPIToken(ctx context.Context, scope Scope, id uuid.UUID) (APIToken, error) {
+func (s *Store) GetAPIToken(ctx context.Context, tenant Tenant, id uuid.UUID) (APIToken, error) {
 	t, err := scanAPIToken(s.pool.QueryRow(ctx, `SELECT `+apiTokenColumns+` FROM api_tokens
-		WHERE id = $1 AND `+inScope("organization_id", "$2"), id, scope.arg()))
+		WHERE id = $1 AND `+inTenant("organization_id", "$2"), id, tenant.arg()))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return APIToken{}, ErrNotFound
 	}
@@ -228,9 +228,9 @@ func (s *Store) GetAPIToken(ctx context.Context, scope Scope, id uuid.UUID) (API
 }
 
 // ListAPITokens lists tokens the scope covers, newest first.
-func (s *Store) ListAPITokens(ctx context.Context, scope Scope) ([]APIToken, error) {
+func (s *Store) ListAPITokens(ctx context.Context, tenant Tenant) ([]APIToken, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+apiTokenColumns+` FROM api_tokens
-		WHERE `+inScope("organization_id", "$1")+` ORDER BY created_at DESC, id DESC`, scope.arg())
+		WHERE `+inTenant("organization_id", "$1")+` ORDER BY created_at DESC, id DESC`, tenant.arg())
 	if err != nil {
 		return nil, fmt.Errorf("list api tokens: %w", err)
 	}
@@ -250,14 +250,14 @@ func (s *Store) ListAPITokens(ctx context.Context, scope Scope) ([]APIToken, err
 // child being minted concurrently (which holds it shared) is either
 // committed and seen here, or refused afterwards because its parent is
 // revoked: no descendant escapes.
-func (s *Store) RevokeAPIToken(ctx context.Context, scope Scope, id uuid.UUID) (t APIToken, descendants int64, err error) {
+func (s *Store) RevokeAPIToken(ctx context.Context, tenant Tenant, id uuid.UUID) (t APIToken, descendants int64, err error) {
 	err = s.inTx(ctx, "revoke api token", func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(tokenLineageLock)); err != nil {
 			return fmt.Errorf("lock token lineage: %w", err)
 		}
 		var err error
 		t, err = scanAPIToken(tx.QueryRow(ctx, `UPDATE api_tokens SET revoked_at = coalesce(revoked_at, now())
-			WHERE id = $1 AND `+inScope("organization_id", "$2")+` RETURNING `+apiTokenColumns, id, scope.arg()))
+			WHERE id = $1 AND `+inTenant("organization_id", "$2")+` RETURNING `+apiTokenColumns, id, tenant.arg()))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNotFound
 		}

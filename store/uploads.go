@@ -282,9 +282,9 @@ func (s *Store) uploadForCommit(ctx context.Context, workerID, uploadID uuid.UUI
 }
 
 // GetFile returns a file the scope may see.
-func (s *Store) GetFile(ctx context.Context, scope Scope, id uuid.UUID) (File, error) {
+func (s *Store) GetFile(ctx context.Context, tenant Tenant, id uuid.UUID) (File, error) {
 	f, err := scanFile(s.pool.QueryRow(ctx, `SELECT `+fileColumns+` FROM files f
-		WHERE f.id = $1 AND `+inScope("f.organization_id", "$2"), id, scope.arg()))
+		WHERE f.id = $1 AND `+inTenant("f.organization_id", "$2"), id, tenant.arg()))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return File{}, ErrNotFound
 	}
@@ -295,8 +295,8 @@ func (s *Store) GetFile(ctx context.Context, scope Scope, id uuid.UUID) (File, e
 }
 
 // ListTaskFiles lists the files a task's attempts committed.
-func (s *Store) ListTaskFiles(ctx context.Context, scope Scope, taskID uuid.UUID) ([]File, error) {
-	if _, err := s.readScopedTask(ctx, s.pool, scope, taskID); err != nil {
+func (s *Store) ListTaskFiles(ctx context.Context, tenant Tenant, taskID uuid.UUID) ([]File, error) {
+	if _, err := s.readTenantTask(ctx, s.pool, tenant, taskID); err != nil {
 		return nil, err
 	}
 	rows, err := s.pool.Query(ctx, `SELECT `+fileColumns+` FROM files f WHERE f.task_id = $1 ORDER BY f.created_at, f.id`, taskID)

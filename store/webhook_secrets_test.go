@@ -71,23 +71,23 @@ func claimedSecrets(t *testing.T, s *store.Store, b *testBundle, keyring *secret
 func TestWebhookSecretsSealedAtRest(t *testing.T) {
 	t.Parallel()
 	s, b := setupStore(t)
-	scope := store.OrganizationScope(b.org.ID)
-	w, secret, err := s.CreateWebhookTarget(t.Context(), scope, hookKeyring, b.org.ID,
+	tenant := store.OneOrganization(b.org.ID)
+	w, secret, err := s.CreateWebhookTarget(t.Context(), tenant, hookKeyring, b.org.ID,
 		store.WebhookTargetParams{URL: "http://127.0.0.1:9/hook", EventTypes: []string{store.EventTaskCompleted}, Enabled: true})
 	require.NoError(t, err)
 	requireNoPlaintext(t, b.pool, w.ID, secret)
 	require.Equal(t, [][]byte{secret}, claimedSecrets(t, s, b, hookKeyring, w.ID))
 
-	_, rotated, err := s.RotateWebhookSecret(t.Context(), scope, hookKeyring, w.ID, time.Hour)
+	_, rotated, err := s.RotateWebhookSecret(t.Context(), tenant, hookKeyring, w.ID, time.Hour)
 	require.NoError(t, err)
 	requireNoPlaintext(t, b.pool, w.ID, secret, rotated)
 	require.Equal(t, [][]byte{rotated, secret}, claimedSecrets(t, s, b, hookKeyring, w.ID))
 
 	// Without a key nothing is created or rotated.
-	_, _, err = s.CreateWebhookTarget(t.Context(), scope, nil, b.org.ID,
+	_, _, err = s.CreateWebhookTarget(t.Context(), tenant, nil, b.org.ID,
 		store.WebhookTargetParams{URL: "http://127.0.0.1:9/hook", EventTypes: []string{store.EventTaskCompleted}, Enabled: true})
 	require.ErrorIs(t, err, store.ErrInvalid)
-	_, _, err = s.RotateWebhookSecret(t.Context(), scope, nil, w.ID, time.Hour)
+	_, _, err = s.RotateWebhookSecret(t.Context(), tenant, nil, w.ID, time.Hour)
 	require.ErrorIs(t, err, store.ErrInvalid)
 
 	// A seal copied onto another target does not open there.
@@ -116,7 +116,7 @@ func TestWebhookSecretsSealedAtRest(t *testing.T) {
 func TestSealWebhookSecretsSealsOldRows(t *testing.T) {
 	t.Parallel()
 	s, b, url := expandedStore(t)
-	scope := store.OrganizationScope(b.org.ID)
+	tenant := store.OneOrganization(b.org.ID)
 	oldCurrent, oldPrevious := []byte(strings.Repeat("c", 32)), []byte(strings.Repeat("p", 32))
 	var plainID, deletedID uuid.UUID
 	require.NoError(t, b.pool.QueryRow(t.Context(), `
@@ -128,7 +128,7 @@ func TestSealWebhookSecretsSealsOldRows(t *testing.T) {
 		VALUES ($1, 'http://127.0.0.1:9/gone', '{task.completed}', '', false, now()) RETURNING id`, b.org.ID).Scan(&deletedID))
 	// A sealed target the previous release rotated: it wrote the new
 	// secret in plaintext and moved the plaintext column to previous_secret.
-	rotatedByOld, sealedSecret, err := s.CreateWebhookTarget(t.Context(), scope, hookKeyring, b.org.ID,
+	rotatedByOld, sealedSecret, err := s.CreateWebhookTarget(t.Context(), tenant, hookKeyring, b.org.ID,
 		store.WebhookTargetParams{URL: "http://127.0.0.1:9/rot", EventTypes: []string{store.EventTaskCompleted}, Enabled: true})
 	require.NoError(t, err)
 	newPlain := []byte(strings.Repeat("n", 32))
@@ -173,16 +173,16 @@ func TestSealWebhookSecretsSealsOldRows(t *testing.T) {
 func TestRewrapWebhookSecrets(t *testing.T) {
 	t.Parallel()
 	s, b := setupStore(t)
-	scope := store.OrganizationScope(b.org.ID)
+	tenant := store.OneOrganization(b.org.ID)
 	oldKey, err := secretbox.GenerateKEK()
 	require.NoError(t, err)
 	newKey, err := secretbox.GenerateKEK()
 	require.NoError(t, err)
 	old := secretbox.NewKeyring(oldKey)
-	w, secret, err := s.CreateWebhookTarget(t.Context(), scope, old, b.org.ID,
+	w, secret, err := s.CreateWebhookTarget(t.Context(), tenant, old, b.org.ID,
 		store.WebhookTargetParams{URL: "http://127.0.0.1:9/hook", EventTypes: []string{store.EventTaskCompleted}, Enabled: true})
 	require.NoError(t, err)
-	_, rotated, err := s.RotateWebhookSecret(t.Context(), scope, old, w.ID, time.Hour)
+	_, rotated, err := s.RotateWebhookSecret(t.Context(), tenant, old, w.ID, time.Hour)
 	require.NoError(t, err)
 
 	n, err := s.RewrapWebhookSecrets(t.Context(), secretbox.NewKeyring(newKey, oldKey), 1)

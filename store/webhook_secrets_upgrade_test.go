@@ -115,15 +115,15 @@ func requireSealed(t *testing.T, b *testBundle, target uuid.UUID, previous bool)
 func TestWebhookSecretsReadableByPreviousRelease(t *testing.T) {
 	t.Parallel()
 	s, b, _ := expandedStore(t)
-	scope := store.OrganizationScope(b.org.ID)
-	w, created, err := s.CreateWebhookTarget(t.Context(), scope, hookKeyring, b.org.ID,
+	tenant := store.OneOrganization(b.org.ID)
+	w, created, err := s.CreateWebhookTarget(t.Context(), tenant, hookKeyring, b.org.ID,
 		store.WebhookTargetParams{URL: "http://127.0.0.1:9/hook", EventTypes: []string{store.EventTaskCompleted}, Enabled: true})
 	require.NoError(t, err)
 	requireSealed(t, b, w.ID, false)
 	require.Equal(t, [][]byte{created}, previousReleaseClaimedSecrets(t, s, b, w.ID))
 	require.Equal(t, [][]byte{created}, claimedSecrets(t, s, b, hookKeyring, w.ID))
 
-	_, rotated, err := s.RotateWebhookSecret(t.Context(), scope, hookKeyring, w.ID, time.Hour)
+	_, rotated, err := s.RotateWebhookSecret(t.Context(), tenant, hookKeyring, w.ID, time.Hour)
 	require.NoError(t, err)
 	requireSealed(t, b, w.ID, true)
 	require.Equal(t, [][]byte{rotated, created}, previousReleaseClaimedSecrets(t, s, b, w.ID))
@@ -144,8 +144,8 @@ func TestWebhookSecretsReadableByPreviousRelease(t *testing.T) {
 func TestPreviousReleaseRotationIsWhatThisReleaseSigns(t *testing.T) {
 	t.Parallel()
 	s, b, _ := expandedStore(t)
-	scope := store.OrganizationScope(b.org.ID)
-	w, created, err := s.CreateWebhookTarget(t.Context(), scope, hookKeyring, b.org.ID,
+	tenant := store.OneOrganization(b.org.ID)
+	w, created, err := s.CreateWebhookTarget(t.Context(), tenant, hookKeyring, b.org.ID,
 		store.WebhookTargetParams{URL: "http://127.0.0.1:9/hook", EventTypes: []string{store.EventTaskCompleted}, Enabled: true})
 	require.NoError(t, err)
 	byPrevious := []byte(strings.Repeat("r", 32))
@@ -168,7 +168,7 @@ func TestPreviousReleaseRotationIsWhatThisReleaseSigns(t *testing.T) {
 
 	// This release rotates after it: the secret it replaces is the
 	// previous release's.
-	_, rotated, err := s.RotateWebhookSecret(t.Context(), scope, hookKeyring, w.ID, time.Hour)
+	_, rotated, err := s.RotateWebhookSecret(t.Context(), tenant, hookKeyring, w.ID, time.Hour)
 	require.NoError(t, err)
 	require.Equal(t, [][]byte{rotated, byPrevious}, claimedSecrets(t, s, b, hookKeyring, w.ID))
 	require.Equal(t, [][]byte{rotated, byPrevious}, previousReleaseClaimedSecrets(t, s, b, w.ID))
@@ -182,8 +182,8 @@ func TestPreviousReleaseRotationIsWhatThisReleaseSigns(t *testing.T) {
 func TestContractStepEndsPlaintextWebhookSecrets(t *testing.T) {
 	t.Parallel()
 	s, b, url := expandedStore(t)
-	scope := store.OrganizationScope(b.org.ID)
-	w, created, err := s.CreateWebhookTarget(t.Context(), scope, hookKeyring, b.org.ID,
+	tenant := store.OneOrganization(b.org.ID)
+	w, created, err := s.CreateWebhookTarget(t.Context(), tenant, hookKeyring, b.org.ID,
 		store.WebhookTargetParams{URL: "http://127.0.0.1:9/hook", EventTypes: []string{store.EventTaskCompleted}, Enabled: true})
 	require.NoError(t, err)
 	byPrevious := []byte(strings.Repeat("o", 32))
@@ -215,11 +215,11 @@ func TestContractStepEndsPlaintextWebhookSecrets(t *testing.T) {
 	require.Equal(t, [][]byte{byPrevious}, claimedSecrets(t, s, b, hookKeyring, old))
 
 	// This release writes no plaintext after it.
-	after, secret, err := s.CreateWebhookTarget(t.Context(), scope, hookKeyring, b.org.ID,
+	after, secret, err := s.CreateWebhookTarget(t.Context(), tenant, hookKeyring, b.org.ID,
 		store.WebhookTargetParams{URL: "http://127.0.0.1:9/after", EventTypes: []string{store.EventTaskCompleted}, Enabled: true})
 	require.NoError(t, err)
 	requireNoPlaintext(t, b.pool, after.ID, secret)
-	_, rotated, err := s.RotateWebhookSecret(t.Context(), scope, hookKeyring, w.ID, time.Hour)
+	_, rotated, err := s.RotateWebhookSecret(t.Context(), tenant, hookKeyring, w.ID, time.Hour)
 	require.NoError(t, err)
 	requireNoPlaintext(t, b.pool, w.ID, created, rotated)
 	require.Equal(t, [][]byte{rotated, created}, claimedSecrets(t, s, b, hookKeyring, w.ID))

@@ -87,8 +87,8 @@ func scanWebhookTarget(row pgx.Row) (WebhookTarget, error) {
 // secret is stored sealed under the keyring's current key (without a
 // keyring nothing is created), and in plaintext too until the contract
 // step, for the previous release (webhook_secrets.go).
-func (s *Store) CreateWebhookTarget(ctx context.Context, scope Scope, keyring *secretbox.Keyring, org uuid.UUID, p WebhookTargetParams) (WebhookTarget, []byte, error) {
-	if !scope.Allows(org) {
+func (s *Store) CreateWebhookTarget(ctx context.Context, tenant Tenant, keyring *secretbox.Keyring, org uuid.UUID, p WebhookTargetParams) (WebhookTarget, []byte, error) {
+	if !tenant.Allows(org) {
 		return WebhookTarget{}, nil, ErrNotFound
 	}
 	if err := p.validate(); err != nil {
@@ -114,7 +114,7 @@ func (s *Store) CreateWebhookTarget(ctx context.Context, scope Scope, keyring *s
 			RETURNING `+webhookTargetColumns, id, org, p.URL, p.Description, p.EventTypes, p.Enabled,
 			sealed.Ciphertext, sealed.WrappedKey, sealed.KEKID, secret))
 		if isForeignKeyViolation(err) {
-			return missingOrganization(scope, org)
+			return missingOrganization(tenant, org)
 		}
 		if err != nil {
 			return fmt.Errorf("insert webhook target: %w", err)
@@ -129,7 +129,7 @@ func (s *Store) CreateWebhookTarget(ctx context.Context, scope Scope, keyring *s
 }
 
 // UpdateWebhookTarget replaces a target's definition; its secret stays.
-func (s *Store) UpdateWebhookTarget(ctx context.Context, scope Scope, id uuid.UUID, p WebhookTargetParams) (WebhookTarget, error) {
+func (s *Store) UpdateWebhookTarget(ctx context.Context, tenant Tenant, id uuid.UUID, p WebhookTargetParams) (WebhookTarget, error) {
 	if err := p.validate(); err != nil {
 		return WebhookTarget{}, err
 	}
@@ -142,8 +142,8 @@ func (s *Store) UpdateWebhookTarget(ctx context.Context, scope Scope, id uuid.UU
 				consecutive_failures = CASE WHEN $6 AND NOT t.enabled THEN 0 ELSE t.consecutive_failures END,
 				circuit_open_until = CASE WHEN $6 AND NOT t.enabled THEN NULL ELSE t.circuit_open_until END,
 				updated_at = now()
-			WHERE t.id = $1 AND t.deleted_at IS NULL AND `+inScope("t.organization_id", "$2")+`
-			RETURNING `+webhookTargetColumns, id, scope.arg(), p.URL, p.Description, p.EventTypes, p.Enabled))
+			WHERE t.id = $1 AND t.deleted_at IS NULL AND `+inTenant("t.organization_id", "$2")+`
+			RETURNING `+webhookTargetColumns, id, tenant.arg(), p.URL, p.Description, p.EventTypes, p.Enabled))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNotFound
 		}
@@ -160,7 +160,7 @@ func (s *Store) UpdateWebhookTarget(ctx context.Context, scope Scope, id uuid.UU
 // its secret is wiped, and only a tombstone stays, so that deleting it again
 // answers the same (DELETE is idempotent) while every other verb answers
 // ErrNotFound.
-func (s *Store) DeleteWebhookTarget(ctx context.Context, scope Scope, id uuid.UUID) (WebhookTarget, error) {
+func (s *Store) DeleteWebhookTarget(ctx context.Context, tenant Tenant, id uuid.UUID) (WebhookTarget, error) {
 	var w WebhookTarget
 	err := s.inTx(ctx, "delete webhook target", func(tx pgx.Tx) error {
 		var err error
@@ -170,8 +170,8 @@ func (s *Store) DeleteWebhookTarget(ctx context.Context, scope Scope, id uuid.UU
 				secret_ciphertext = NULL, secret_wrapped_key = NULL, secret_kek_id = NULL,
 				previous_secret_ciphertext = NULL, previous_secret_wrapped_key = NULL, previous_secret_kek_id = NULL,
 				updated_at = now()
-			WHERE t.id = $1 AND `+inScope("t.organization_id", "$2")+`
-			RETURNING `+webhookTargetColumns, id, scope.arg()))
+			WHERE t.id = $1 AND `+inTenant("t.organization_id", "$2")+`
+			RETURNING `+webhookTargetColumns, id, tenant.arg()))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNotFound
 		}
@@ -188,9 +188,9 @@ func (s *Store) DeleteWebhookTarget(ctx context.Context, scope Scope, id uuid.UU
 }
 
 // GetWebhookTarget returns a target in scope.
-func (s *Store) GetWebhookTarget(ctx context.Context, scope Scope, id uuid.UUID) (WebhookTarget, error) {
+func (s *Store) GetWebhookTarget(ctx context.Context, tenant Tenant, id uuid.UUID) (WebhookTarget, error) {
 	w, err := scanWebhookTarget(s.pool.QueryRow(ctx, `SELECT `+webhookTargetColumns+` FROM webhook_targets t
-		WHERE t.id = $1 AND t.deleted_at IS NULL AND `+inScope("t.organization_id", "$2"), id, scope.arg()))
+		WHERE t.id = $1 AND t.deleted_at IS NULL AND `+inTenant("t.organization_id", "$2"), id, tenant.arg()))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return WebhookTarget{}, ErrNotFound
 	}
@@ -201,12 +201,12 @@ func (s *Store) GetWebhookTarget(ctx context.Context, scope Scope, id uuid.UUID)
 }
 
 // ListWebhookTargets pages the targets in scope, newest first.
-func (s *Store) ListWebhookTargets(ctx context.Context, scope Scope, org *uuid.UUID, after *Cursor, limit int) ([]WebhookTarget, *Cursor, error) {
+func (s *Store) ListWebhookTargets(ctx context.Context, tenant Tenant, org *uuid.UUID, after *Cursor, limit int) ([]WebhookTarget, *Cursor, error) {
 	afterTime, afterID := after.position()
 	rows, err := s.pool.Query(ctx, `SELECT `+webhookTargetColumns+` FROM webhook_targets t
-		WHERE t.deleted_at IS NULL AND `+inScope("t.organization_id", "$1")+` AND ($2::uuid IS NULL OR t.organization_id = $2)
+		WHERE t.deleted_at IS NULL AND `+inTenant("t.organization_id", "$1")+` AND ($2::uuid IS NULL OR t.organization_id = $2)
 			AND ($3::timestamptz IS NULL OR (t.created_at, t.id) < ($3, $4::uuid))
-		ORDER BY t.created_at DESC, t.id DESC LIMIT $5`, scope.arg(), org, afterTime, afterID, limit+1)
+		ORDER BY t.created_at DESC, t.id DESC LIMIT $5`, tenant.arg(), org, afterTime, afterID, limit+1)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list webhook targets: %w", err)
 	}
@@ -214,7 +214,7 @@ func (s *Store) ListWebhookTargets(ctx context.Context, scope Scope, org *uuid.U
 	if err != nil {
 		return nil, nil, fmt.Errorf("list webhook targets: %w", err)
 	}
-	if err := checkListedOrganization(ctx, s.pool, scope, org, len(list) == 0); err != nil {
+	if err := checkListedOrganization(ctx, s.pool, tenant, org, len(list) == 0); err != nil {
 		return nil, nil, err
 	}
 	list, next := page(list, limit, func(w WebhookTarget) Cursor { return Cursor{Time: w.CreatedAt, ID: w.ID} })
@@ -227,7 +227,7 @@ func (s *Store) ListWebhookTargets(ctx context.Context, scope Scope, org *uuid.U
 // the old one moves to the previous seal as it is, or is sealed now if it
 // was still plaintext; and, until the contract step, in plaintext too, as
 // the previous release rotates (webhook_secrets.go).
-func (s *Store) RotateWebhookSecret(ctx context.Context, scope Scope, keyring *secretbox.Keyring, id uuid.UUID, overlap time.Duration) (WebhookTarget, []byte, error) {
+func (s *Store) RotateWebhookSecret(ctx context.Context, tenant Tenant, keyring *secretbox.Keyring, id uuid.UUID, overlap time.Duration) (WebhookTarget, []byte, error) {
 	if overlap < 0 {
 		return WebhookTarget{}, nil, invalid("overlap must not be negative")
 	}
@@ -244,8 +244,8 @@ func (s *Store) RotateWebhookSecret(ctx context.Context, scope Scope, keyring *s
 			cols webhookSecretColumns
 		)
 		err := tx.QueryRow(ctx, `SELECT t.organization_id, `+webhookSecretColumnsSQL+` FROM webhook_targets t
-			WHERE t.id = $1 AND t.deleted_at IS NULL AND `+inScope("t.organization_id", "$2")+` FOR UPDATE`,
-			id, scope.arg()).Scan(append([]any{&org}, cols.dest()...)...)
+			WHERE t.id = $1 AND t.deleted_at IS NULL AND `+inTenant("t.organization_id", "$2")+` FOR UPDATE`,
+			id, tenant.arg()).Scan(append([]any{&org}, cols.dest()...)...)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNotFound
 		}
@@ -308,8 +308,8 @@ type WebhookDelivery struct {
 }
 
 // ListWebhookDeliveries pages a target's deliveries, newest first.
-func (s *Store) ListWebhookDeliveries(ctx context.Context, scope Scope, targetID uuid.UUID, after *Cursor, limit int) ([]WebhookDelivery, *Cursor, error) {
-	if _, err := s.GetWebhookTarget(ctx, scope, targetID); err != nil {
+func (s *Store) ListWebhookDeliveries(ctx context.Context, tenant Tenant, targetID uuid.UUID, after *Cursor, limit int) ([]WebhookDelivery, *Cursor, error) {
+	if _, err := s.GetWebhookTarget(ctx, tenant, targetID); err != nil {
 		return nil, nil, err
 	}
 	afterTime, afterID := after.position()

@@ -14,7 +14,7 @@ import (
 
 func createHook(t *testing.T, s *store.Store, org uuid.UUID, types ...string) store.WebhookTarget {
 	t.Helper()
-	w, secret, err := s.CreateWebhookTarget(t.Context(), store.OrganizationScope(org), hookKeyring, org,
+	w, secret, err := s.CreateWebhookTarget(t.Context(), store.OneOrganization(org), hookKeyring, org,
 		store.WebhookTargetParams{URL: "http://127.0.0.1:9/hook", EventTypes: types, Enabled: true})
 	require.NoError(t, err)
 	require.Len(t, secret, 32)
@@ -303,11 +303,11 @@ func TestWebhookDeliveryRetriesAndBreaker(t *testing.T) {
 	require.Zero(t, got.ConsecutiveFailures)
 	require.Nil(t, got.CircuitOpenUntil)
 
-	list, next, err := s.ListWebhookDeliveries(t.Context(), store.OrganizationScope(b.org.ID), hook.ID, nil, 1)
+	list, next, err := s.ListWebhookDeliveries(t.Context(), store.OneOrganization(b.org.ID), hook.ID, nil, 1)
 	require.NoError(t, err)
 	require.Len(t, list, 1)
 	require.NotNil(t, next, "cursor paging")
-	rest, next, err := s.ListWebhookDeliveries(t.Context(), store.OrganizationScope(b.org.ID), hook.ID, next, 10)
+	rest, next, err := s.ListWebhookDeliveries(t.Context(), store.OneOrganization(b.org.ID), hook.ID, next, 10)
 	require.NoError(t, err)
 	require.Len(t, rest, 1)
 	require.Nil(t, next)
@@ -345,9 +345,9 @@ func TestWebhookDeliveryRetriesAndBreaker(t *testing.T) {
 
 	// Other organizations see none of it.
 	stranger := createOrg(t, s, "stranger")
-	_, _, err = s.ListWebhookDeliveries(t.Context(), store.OrganizationScope(stranger.ID), hook.ID, nil, 10)
+	_, _, err = s.ListWebhookDeliveries(t.Context(), store.OneOrganization(stranger.ID), hook.ID, nil, 10)
 	require.ErrorIs(t, err, store.ErrNotFound)
-	_, err = s.DeleteWebhookTarget(t.Context(), store.OrganizationScope(stranger.ID), hook.ID)
+	_, err = s.DeleteWebhookTarget(t.Context(), store.OneOrganization(stranger.ID), hook.ID)
 	require.ErrorIs(t, err, store.ErrNotFound)
 }
 

@@ -31,13 +31,13 @@ func workerVisibleTo(worker, scope string) string {
 // organization only the workers it owns. A worker the scope cannot see is
 // ErrNotFound, one it sees but does not own ErrForbidden. Ownership never
 // changes, so deciding it before the change is not a race.
-func authorizeWorkerManagement(ctx context.Context, ex executor, scope Scope, worker uuid.UUID) error {
-	if scope.IsEveryOrganization() {
+func authorizeWorkerManagement(ctx context.Context, ex executor, tenant Tenant, worker uuid.UUID) error {
+	if tenant.IsEveryOrganization() {
 		return nil
 	}
 	var owns, sees bool
 	err := ex.QueryRow(ctx, `SELECT w.owner_organization_id IS NOT DISTINCT FROM $2, `+workerVisibleTo("w.id", "$2")+`
-		FROM workers w WHERE w.id = $1`, worker, scope.arg()).Scan(&owns, &sees)
+		FROM workers w WHERE w.id = $1`, worker, tenant.arg()).Scan(&owns, &sees)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return ErrNotFound
@@ -62,10 +62,10 @@ type WorkerGrant struct {
 // GrantWorker lets an organization assign a worker (the grant alone leases
 // nothing: the grantee's admin still assigns it). Only the owner or an
 // unscoped caller may grant. Idempotent.
-func (s *Store) GrantWorker(ctx context.Context, scope Scope, worker, org uuid.UUID) (WorkerGrant, error) {
+func (s *Store) GrantWorker(ctx context.Context, tenant Tenant, worker, org uuid.UUID) (WorkerGrant, error) {
 	g := WorkerGrant{WorkerID: worker, OrganizationID: org}
 	err := s.inTx(ctx, "grant worker", func(tx pgx.Tx) error {
-		if err := authorizeWorkerManagement(ctx, tx, scope, worker); err != nil {
+		if err := authorizeWorkerManagement(ctx, tx, tenant, worker); err != nil {
 			return err
 		}
 		err := tx.QueryRow(ctx, `
@@ -113,8 +113,8 @@ func lockWorkerAccess(ctx context.Context, tx pgx.Tx, worker uuid.UUID) error {
 // grantee. It holds the worker's row (lockWorkerAccess), so an assignment
 // either committed before it, and is removed here, or decides after it,
 // and finds no grant.
-func (s *Store) RevokeWorkerGrant(ctx context.Context, scope Scope, worker, org uuid.UUID, cancelActive bool) error {
-	if err := authorizeWorkerManagement(ctx, s.pool, scope, worker); err != nil {
+func (s *Store) RevokeWorkerGrant(ctx context.Context, tenant Tenant, worker, org uuid.UUID, cancelActive bool) error {
+	if err := authorizeWorkerManagement(ctx, s.pool, tenant, worker); err != nil {
 		return err
 	}
 	return s.inTx(ctx, "revoke worker grant", func(tx pgx.Tx) error {
@@ -148,8 +148,8 @@ func (s *Store) RevokeWorkerGrant(ctx context.Context, scope Scope, worker, org 
 }
 
 // WorkerGrants lists a worker's grants, for its owner or an unscoped caller.
-func (s *Store) WorkerGrants(ctx context.Context, scope Scope, worker uuid.UUID) ([]WorkerGrant, error) {
-	if err := authorizeWorkerManagement(ctx, s.pool, scope, worker); err != nil {
+func (s *Store) WorkerGrants(ctx context.Context, tenant Tenant, worker uuid.UUID) ([]WorkerGrant, error) {
+	if err := authorizeWorkerManagement(ctx, s.pool, tenant, worker); err != nil {
 		return nil, err
 	}
 	rows, err := s.pool.Query(ctx, `SELECT worker_id, organization_id, granted_at FROM worker_grants

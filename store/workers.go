@@ -53,11 +53,11 @@ var workerColumns = `w.id, w.name, w.worker_type, w.enabled, w.revoked_at, w.rev
 	w.capabilities, w.labels, w.max_concurrent_tasks, w.last_seen_at,
 	coalesce(w.last_seen_at > now() - make_interval(secs => $1::float8), false),
 	(SELECT count(*) FROM worker_task_attempts a WHERE ` + workerLiveAttempts("a", "w.id") + `
-		AND ` + inScope("a.organization_id", "$2") + `),
+		AND ` + inTenant("a.organization_id", "$2") + `),
 	array(SELECT ow.organization_id FROM organization_workers ow
 		WHERE ow.worker_id = w.id AND ow.enabled AND ow.revoked_at IS NULL
-			AND ` + inScope("ow.organization_id", "$2") + ` ORDER BY ow.organization_id),
-	CASE WHEN ` + inScope("w.owner_organization_id", "$2") + ` THEN w.owner_organization_id END,
+			AND ` + inTenant("ow.organization_id", "$2") + ` ORDER BY ow.organization_id),
+	CASE WHEN ` + inTenant("w.owner_organization_id", "$2") + ` THEN w.owner_organization_id END,
 	w.created_at`
 
 // workerFields are the scan targets of workerColumns, in order.
@@ -95,11 +95,11 @@ type CreateWorkerParams struct {
 // CreateWorker inserts a worker identity. A worker with an owner is
 // assigned to its owner in the same transaction. An organization-scoped
 // caller creates workers owned by its own organization only.
-func (s *Store) CreateWorker(ctx context.Context, scope Scope, p CreateWorkerParams, onlineWindow time.Duration) (Worker, error) {
+func (s *Store) CreateWorker(ctx context.Context, tenant Tenant, p CreateWorkerParams, onlineWindow time.Duration) (Worker, error) {
 	if p.MaxConcurrentTasks == 0 {
 		p.MaxConcurrentTasks = 1
 	}
-	if org := scope.Organization(); org != nil {
+	if org := tenant.Organization(); org != nil {
 		if p.OwnerOrganizationID != nil && *p.OwnerOrganizationID != *org {
 			return Worker{}, ErrNotFound
 		}
@@ -127,20 +127,20 @@ func (s *Store) CreateWorker(ctx context.Context, scope Scope, p CreateWorkerPar
 				return fmt.Errorf("assign to owner: %w", err)
 			}
 		}
-		w, err = getWorker(ctx, tx, scope, id, onlineWindow)
+		w, err = getWorker(ctx, tx, tenant, id, onlineWindow)
 		return err
 	})
 	return w, err
 }
 
 // GetWorker returns a worker the scope may see.
-func (s *Store) GetWorker(ctx context.Context, scope Scope, id uuid.UUID, onlineWindow time.Duration) (Worker, error) {
-	return getWorker(ctx, s.pool, scope, id, onlineWindow)
+func (s *Store) GetWorker(ctx context.Context, tenant Tenant, id uuid.UUID, onlineWindow time.Duration) (Worker, error) {
+	return getWorker(ctx, s.pool, tenant, id, onlineWindow)
 }
 
-func getWorker(ctx context.Context, ex executor, scope Scope, id uuid.UUID, onlineWindow time.Duration) (Worker, error) {
+func getWorker(ctx context.Context, ex executor, tenant Tenant, id uuid.UUID, onlineWindow time.Duration) (Worker, error) {
 	w, err := scanWorker(ex.QueryRow(ctx, `SELECT `+workerColumns+` FROM workers w WHERE w.id = $3 AND `+scopeSeesWorker,
-		onlineWindow.Seconds(), scope.arg(), id))
+		onlineWindow.Seconds(), tenant.arg(), id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Worker{}, ErrNotFound
 	}
@@ -151,12 +151,12 @@ func getWorker(ctx context.Context, ex executor, scope Scope, id uuid.UUID, onli
 }
 
 // ListWorkers pages workers the scope may see, newest first.
-func (s *Store) ListWorkers(ctx context.Context, scope Scope, after *Cursor, limit int, onlineWindow time.Duration) ([]Worker, *Cursor, error) {
+func (s *Store) ListWorkers(ctx context.Context, tenant Tenant, after *Cursor, limit int, onlineWindow time.Duration) ([]Worker, *Cursor, error) {
 	afterTime, afterID := after.position()
 	rows, err := s.pool.Query(ctx, `SELECT `+workerColumns+` FROM workers w
 		WHERE `+scopeSeesWorker+` AND ($3::timestamptz IS NULL OR (w.created_at, w.id) < ($3, $4::uuid))
 		ORDER BY w.created_at DESC, w.id DESC LIMIT $5`,
-		onlineWindow.Seconds(), scope.arg(), afterTime, afterID, limit+1)
+		onlineWindow.Seconds(), tenant.arg(), afterTime, afterID, limit+1)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list workers: %w", err)
 	}
@@ -186,7 +186,7 @@ type UpdateWorkerParams struct {
 // UpdateWorker changes a worker the scope manages and, when it disables it
 // with CancelActive, releases its active attempts in the same transaction.
 // It returns the worker as the scope sees it.
-func (s *Store) UpdateWorker(ctx context.Context, scope Scope, id uuid.UUID, p UpdateWorkerParams, onlineWindow time.Duration) (Worker, error) {
+func (s *Store) UpdateWorker(ctx context.Context, tenant Tenant, id uuid.UUID, p UpdateWorkerParams, onlineWindow time.Duration) (Worker, error) {
 	if err := validLabelChange(p.Labels); err != nil {
 		return Worker{}, err
 	}
@@ -200,7 +200,7 @@ func (s *Store) UpdateWorker(ctx context.Context, scope Scope, id uuid.UUID, p U
 	}
 	var w Worker
 	err := s.inTx(ctx, "update worker", func(tx pgx.Tx) error {
-		if err := authorizeWorkerManagement(ctx, tx, scope, id); err != nil {
+		if err := authorizeWorkerManagement(ctx, tx, tenant, id); err != nil {
 			return err
 		}
 		var (
@@ -240,7 +240,7 @@ func (s *Store) UpdateWorker(ctx context.Context, scope Scope, id uuid.UUID, p U
 				return err
 			}
 		}
-		if w, err = getWorker(ctx, tx, scope, id, onlineWindow); err != nil {
+		if w, err = getWorker(ctx, tx, tenant, id, onlineWindow); err != nil {
 			return err
 		}
 		// Capacity or eligibility changed: the worker's waiting polls look again.
@@ -251,9 +251,9 @@ func (s *Store) UpdateWorker(ctx context.Context, scope Scope, id uuid.UUID, p U
 
 // SetWorkerCertificate binds a certificate fingerprint to a worker the
 // scope manages; the previous certificate stops authenticating at once.
-func (s *Store) SetWorkerCertificate(ctx context.Context, scope Scope, id uuid.UUID, fingerprint, subject string, onlineWindow time.Duration) (Worker, error) {
+func (s *Store) SetWorkerCertificate(ctx context.Context, tenant Tenant, id uuid.UUID, fingerprint, subject string, onlineWindow time.Duration) (Worker, error) {
 	err := s.inTx(ctx, "set certificate", func(tx pgx.Tx) error {
-		if err := authorizeWorkerManagement(ctx, tx, scope, id); err != nil {
+		if err := authorizeWorkerManagement(ctx, tx, tenant, id); err != nil {
 			return err
 		}
 		tag, err := tx.Exec(ctx, `UPDATE workers SET certificate_fingerprint = $2, certificate_subject = $3, updated_at = now()
@@ -272,7 +272,7 @@ func (s *Store) SetWorkerCertificate(ctx context.Context, scope Scope, id uuid.U
 	if err != nil {
 		return Worker{}, err
 	}
-	return s.GetWorker(ctx, scope, id, onlineWindow)
+	return s.GetWorker(ctx, tenant, id, onlineWindow)
 }
 
 // WorkerIdentity is what authentication needs to know about a worker.
@@ -324,10 +324,10 @@ func (s *Store) WorkerByFingerprint(ctx context.Context, fingerprint string) (Wo
 // nothing more, its active attempts end by policy (not counted against
 // max_attempts) so their tasks are leasable elsewhere at once, and its
 // waiting polls are woken to be refused.
-func (s *Store) RevokeWorker(ctx context.Context, scope Scope, id uuid.UUID, reason string, onlineWindow time.Duration) (Worker, error) {
+func (s *Store) RevokeWorker(ctx context.Context, tenant Tenant, id uuid.UUID, reason string, onlineWindow time.Duration) (Worker, error) {
 	var w Worker
 	err := s.inTx(ctx, "revoke worker", func(tx pgx.Tx) error {
-		if err := authorizeWorkerManagement(ctx, tx, scope, id); err != nil {
+		if err := authorizeWorkerManagement(ctx, tx, tenant, id); err != nil {
 			return err
 		}
 		// This release tells worker.revoked itself (below); the previous
@@ -352,7 +352,7 @@ func (s *Store) RevokeWorker(ctx context.Context, scope Scope, id uuid.UUID, rea
 		if _, err := tx.Exec(ctx, `UPDATE enrollment_tokens SET used_at = now() WHERE worker_id = $1 AND used_at IS NULL`, id); err != nil {
 			return fmt.Errorf("void enrollment tokens: %w", err)
 		}
-		if w, err = getWorker(ctx, tx, scope, id, onlineWindow); err != nil {
+		if w, err = getWorker(ctx, tx, tenant, id, onlineWindow); err != nil {
 			return err
 		}
 		// Told once, when first revoked, to those who may see it now.
@@ -495,8 +495,8 @@ type WorkerEligibility struct {
 // OrganizationWorkers lists the workers assigned to an organization with
 // their eligibility, and for each one that cannot take the organization's
 // work, why — so an operator sees at once that no worker is eligible.
-func (s *Store) OrganizationWorkers(ctx context.Context, scope Scope, org uuid.UUID, onlineWindow time.Duration) ([]WorkerEligibility, error) {
-	if _, err := s.GetOrganization(ctx, scope, org); err != nil {
+func (s *Store) OrganizationWorkers(ctx context.Context, tenant Tenant, org uuid.UUID, onlineWindow time.Duration) ([]WorkerEligibility, error) {
+	if _, err := s.GetOrganization(ctx, tenant, org); err != nil {
 		return nil, err
 	}
 	// Capacity is shared by every organization a worker serves, so
@@ -506,7 +506,7 @@ func (s *Store) OrganizationWorkers(ctx context.Context, scope Scope, org uuid.U
 			(SELECT count(*) FROM worker_task_attempts a WHERE `+workerLiveAttempts("a", "w.id")+`)
 		FROM organization_workers ow JOIN workers w ON w.id = ow.worker_id
 		WHERE ow.organization_id = $3 AND ow.revoked_at IS NULL
-		ORDER BY w.name, w.id`, onlineWindow.Seconds(), scope.arg(), org)
+		ORDER BY w.name, w.id`, onlineWindow.Seconds(), tenant.arg(), org)
 	if err != nil {
 		return nil, fmt.Errorf("organization workers: %w", err)
 	}
