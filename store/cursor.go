@@ -10,8 +10,10 @@ import (
 	"github.com/worker-gateway/gateway/problem"
 )
 
-// Cursor is a keyset position in a newest-first listing: the (created_at,
-// id) of the last row of the previous page.
+// Cursor is a keyset position in a listing: the (time, id) of the last row
+// of the previous page, on the columns the listing orders by (listing.go).
+// Its encoding is a promise to clients holding one: a cursor handed out
+// before must still decode, and resume where it left off.
 type Cursor struct {
 	Time time.Time
 	ID   uuid.UUID
@@ -46,23 +48,4 @@ func DecodeCursor(s string) (*Cursor, error) {
 		return nil, errMalformedCursor
 	}
 	return &Cursor{Time: t, ID: u}, nil
-}
-
-// page trims a listing fetched with limit+1 rows to limit and returns the
-// cursor of the next page, or nil when this was the last.
-func page[T any](rows []T, limit int, position func(T) Cursor) ([]T, *Cursor) {
-	if len(rows) <= limit {
-		return rows, nil
-	}
-	rows = rows[:limit]
-	next := position(rows[limit-1])
-	return rows, &next
-}
-
-// position is the cursor as SQL arguments: both NULL for the first page.
-func (c *Cursor) position() (*time.Time, *uuid.UUID) {
-	if c == nil {
-		return nil, nil
-	}
-	return &c.Time, &c.ID
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	sq "github.com/Masterminds/squirrel"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
@@ -123,18 +124,14 @@ func (s *Store) ListThreatExclusions(ctx context.Context, tenant Tenant, org uui
 	if _, err := s.GetOrganization(ctx, tenant, org); err != nil {
 		return nil, nil, err
 	}
-	afterTime, afterID := after.position()
-	rows, err := s.pool.Query(ctx, `SELECT `+exclusionColumns+` FROM threat_exclusions e
-		WHERE e.organization_id = $1 AND ($2::timestamptz IS NULL OR (e.created_at, e.id) < ($2, $3::uuid))
-		ORDER BY e.created_at DESC, e.id DESC LIMIT $4`, org, afterTime, afterID, limit+1)
+	q := psql.Select(exclusionColumns).From("threat_exclusions e").
+		Where(tenant.where("e.organization_id")).Where(sq.Eq{"e.organization_id": org})
+	list, next, err := listPage(ctx, s.pool, q,
+		newestFirst("e.created_at", "e.id", func(e ThreatExclusion) Cursor { return Cursor{Time: e.CreatedAt, ID: e.ID} }),
+		after, limit, scanExclusion)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list threat exclusions: %w", err)
 	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ThreatExclusion, error) { return scanExclusion(r) })
-	if err != nil {
-		return nil, nil, fmt.Errorf("list threat exclusions: %w", err)
-	}
-	list, next := page(list, limit, func(e ThreatExclusion) Cursor { return Cursor{Time: e.CreatedAt, ID: e.ID} })
 	return list, next, nil
 }
 

@@ -73,24 +73,13 @@ func (s *Store) GetOrganization(ctx context.Context, tenant Tenant, id uuid.UUID
 
 // ListOrganizations pages organizations, newest first.
 func (s *Store) ListOrganizations(ctx context.Context, tenant Tenant, after *Cursor, limit int) ([]Organization, *Cursor, error) {
-	q := psql.Select(organizationColumns).From("organizations o").OrderBy("o.created_at DESC", "o.id DESC").Limit(uint64(limit + 1))
-	q = q.Where(tenant.where("o.id"))
-	if after != nil {
-		q = q.Where("(o.created_at, o.id) < (?, ?)", after.Time, after.ID)
-	}
-	sqlText, args, err := q.ToSql()
-	if err != nil {
-		return nil, nil, err
-	}
-	rows, err := s.pool.Query(ctx, sqlText, args...)
+	q := psql.Select(organizationColumns).From("organizations o").Where(tenant.where("o.id"))
+	orgs, next, err := listPage(ctx, s.pool, q,
+		newestFirst("o.created_at", "o.id", func(o Organization) Cursor { return Cursor{Time: o.CreatedAt, ID: o.ID} }),
+		after, limit, scanOrganization)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list organizations: %w", err)
 	}
-	orgs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Organization, error) { return scanOrganization(r) })
-	if err != nil {
-		return nil, nil, fmt.Errorf("list organizations: %w", err)
-	}
-	orgs, next := page(orgs, limit, func(o Organization) Cursor { return Cursor{Time: o.CreatedAt, ID: o.ID} })
 	return orgs, next, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	sq "github.com/Masterminds/squirrel"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
@@ -241,25 +242,19 @@ func (s *Store) ListTaskResults(ctx context.Context, tenant Tenant, taskID uuid.
 	if _, err := s.readTenantTask(ctx, s.pool, tenant, taskID); err != nil {
 		return nil, nil, err
 	}
-	afterTime, afterID := after.position()
-	rows, err := s.pool.Query(ctx, `
-		SELECT b.id, b.attempt_id, a.attempt_number, b.sequence_number, coalesce(b.payload, '[]'::jsonb), b.received_at
-		FROM worker_result_batches b JOIN worker_task_attempts a ON a.id = b.attempt_id
-		WHERE b.task_id = $1 AND b.status = 'persisted'
-			AND ($2::timestamptz IS NULL OR (b.received_at, b.id) > ($2, $3::uuid))
-		ORDER BY b.received_at, b.id LIMIT $4`, taskID, afterTime, afterID, limit+1)
+	q := psql.Select("b.id, b.attempt_id, a.attempt_number, b.sequence_number, coalesce(b.payload, '[]'::jsonb), b.received_at").
+		From("worker_result_batches b").Join("worker_task_attempts a ON a.id = b.attempt_id").
+		Where(tenant.where("a.organization_id")).Where(sq.Eq{"b.task_id": taskID}).Where("b.status = 'persisted'")
+	batches, next, err := listPage(ctx, s.pool, q,
+		oldestFirst("b.received_at", "b.id", func(b StoredBatch) Cursor { return Cursor{Time: b.ReceivedAt, ID: b.BatchID} }),
+		after, limit, func(r pgx.Row) (StoredBatch, error) {
+			var b StoredBatch
+			err := r.Scan(&b.BatchID, &b.AttemptID, &b.AttemptNumber, &b.SequenceNumber, &b.Records, &b.ReceivedAt)
+			return b, err
+		})
 	if err != nil {
 		return nil, nil, fmt.Errorf("list results: %w", err)
 	}
-	batches, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (StoredBatch, error) {
-		var b StoredBatch
-		err := r.Scan(&b.BatchID, &b.AttemptID, &b.AttemptNumber, &b.SequenceNumber, &b.Records, &b.ReceivedAt)
-		return b, err
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("list results: %w", err)
-	}
-	batches, next := page(batches, limit, func(b StoredBatch) Cursor { return Cursor{Time: b.ReceivedAt, ID: b.BatchID} })
 	return batches, next, nil
 }
 

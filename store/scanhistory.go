@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	sq "github.com/Masterminds/squirrel"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
@@ -220,7 +221,7 @@ func (s *Store) ListScanChanges(ctx context.Context, tenant Tenant, scanID uuid.
 	if !exists {
 		return nil, nil, ErrNotFound
 	}
-	return s.listChanges(ctx, "c.scan_id = $1", scanID, f)
+	return s.listChanges(ctx, tenant, sq.Eq{"c.scan_id": scanID}, f)
 }
 
 // ListExposureChanges pages an organization's exposure-change timeline,
@@ -232,36 +233,35 @@ func (s *Store) ListExposureChanges(ctx context.Context, tenant Tenant, org uuid
 	if _, err := s.GetOrganization(ctx, tenant, org); err != nil {
 		return nil, nil, err
 	}
-	return s.listChanges(ctx, "c.organization_id = $1", org, f)
+	return s.listChanges(ctx, tenant, sq.Eq{"c.organization_id": org}, f)
 }
 
-func (s *Store) listChanges(ctx context.Context, where string, key uuid.UUID, f ChangeFilter) ([]AssetChange, *Cursor, error) {
-	afterTime, afterID := f.After.position()
-	var kinds []string
+// listChanges pages the changes of one scan or organization (of, which the
+// caller has found in the tenant), newest first.
+func (s *Store) listChanges(ctx context.Context, tenant Tenant, of sq.Sqlizer, f ChangeFilter) ([]AssetChange, *Cursor, error) {
+	q := psql.Select(`c.id, c.organization_id, c.scan_id, c.previous_scan_id, c.asset_id, c.asset_type, c.asset_value,
+			c.kind, c.before, c.after, c.detected_at`).
+		From("exposure_changes c").Where(tenant.where("c.organization_id")).Where(of)
 	if len(f.Kinds) > 0 {
-		kinds = f.Kinds
+		q = q.Where("c.kind = ANY(?)", f.Kinds)
 	}
-	rows, err := s.pool.Query(ctx, `
-		SELECT c.id, c.organization_id, c.scan_id, c.previous_scan_id, c.asset_id, c.asset_type, c.asset_value,
-			c.kind, c.before, c.after, c.detected_at
-		FROM exposure_changes c
-		WHERE `+where+` AND ($2::text[] IS NULL OR c.kind = ANY($2))
-			AND ($3::timestamptz IS NULL OR c.detected_at >= $3) AND ($4::timestamptz IS NULL OR c.detected_at < $4)
-			AND ($5::timestamptz IS NULL OR (c.detected_at, c.id) < ($5, $6::uuid))
-		ORDER BY c.detected_at DESC, c.id DESC LIMIT $7`, key, kinds, f.Since, f.Until, afterTime, afterID, f.Limit+1)
+	if f.Since != nil {
+		q = q.Where("c.detected_at >= ?", *f.Since)
+	}
+	if f.Until != nil {
+		q = q.Where("c.detected_at < ?", *f.Until)
+	}
+	changes, next, err := listPage(ctx, s.pool, q,
+		newestFirst("c.detected_at", "c.id", func(c AssetChange) Cursor { return Cursor{Time: c.DetectedAt, ID: c.ID} }),
+		f.After, f.Limit, func(r pgx.Row) (AssetChange, error) {
+			var c AssetChange
+			err := r.Scan(&c.ID, &c.OrganizationID, &c.ScanID, &c.PreviousScanID, &c.AssetID, &c.AssetType, &c.AssetValue,
+				&c.Kind, &c.Before, &c.After, &c.DetectedAt)
+			return c, err
+		})
 	if err != nil {
 		return nil, nil, fmt.Errorf("list changes: %w", err)
 	}
-	changes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AssetChange, error) {
-		var c AssetChange
-		err := r.Scan(&c.ID, &c.OrganizationID, &c.ScanID, &c.PreviousScanID, &c.AssetID, &c.AssetType, &c.AssetValue,
-			&c.Kind, &c.Before, &c.After, &c.DetectedAt)
-		return c, err
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("list changes: %w", err)
-	}
-	changes, next := page(changes, f.Limit, func(c AssetChange) Cursor { return Cursor{Time: c.DetectedAt, ID: c.ID} })
 	return changes, next, nil
 }
 
@@ -332,25 +332,22 @@ func (s *Store) ListAssetEdges(ctx context.Context, tenant Tenant, org uuid.UUID
 	if _, err := s.GetOrganization(ctx, tenant, org); err != nil {
 		return nil, nil, err
 	}
-	afterTime, afterID := after.position()
-	rows, err := s.pool.Query(ctx, `
-		SELECT e.id, e.organization_id, f.id, f.type, f.value, e.relation, t.id, t.type, t.value, e.first_seen_at, e.last_seen_at
-		FROM asset_edges e JOIN assets f ON f.id = e.from_asset_id JOIN assets t ON t.id = e.to_asset_id
-		WHERE e.organization_id = $1 AND ($2::uuid IS NULL OR e.from_asset_id = $2 OR e.to_asset_id = $2)
-			AND ($3::timestamptz IS NULL OR (e.first_seen_at, e.id) < ($3, $4::uuid))
-		ORDER BY e.first_seen_at DESC, e.id DESC LIMIT $5`, org, asset, afterTime, afterID, limit+1)
+	q := psql.Select("e.id, e.organization_id, f.id, f.type, f.value, e.relation, t.id, t.type, t.value, e.first_seen_at, e.last_seen_at").
+		From("asset_edges e").Join("assets f ON f.id = e.from_asset_id").Join("assets t ON t.id = e.to_asset_id").
+		Where(tenant.where("e.organization_id")).Where(sq.Eq{"e.organization_id": org})
+	if asset != nil {
+		q = q.Where(sq.Or{sq.Eq{"e.from_asset_id": *asset}, sq.Eq{"e.to_asset_id": *asset}})
+	}
+	edges, next, err := listPage(ctx, s.pool, q,
+		newestFirst("e.first_seen_at", "e.id", func(e AssetEdge) Cursor { return Cursor{Time: e.FirstSeenAt, ID: e.ID} }),
+		after, limit, func(r pgx.Row) (AssetEdge, error) {
+			var e AssetEdge
+			err := r.Scan(&e.ID, &e.OrganizationID, &e.From.ID, &e.From.Type, &e.From.Value, &e.Relation,
+				&e.To.ID, &e.To.Type, &e.To.Value, &e.FirstSeenAt, &e.LastSeenAt)
+			return e, err
+		})
 	if err != nil {
 		return nil, nil, fmt.Errorf("list asset edges: %w", err)
 	}
-	edges, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AssetEdge, error) {
-		var e AssetEdge
-		err := r.Scan(&e.ID, &e.OrganizationID, &e.From.ID, &e.From.Type, &e.From.Value, &e.Relation,
-			&e.To.ID, &e.To.Type, &e.To.Value, &e.FirstSeenAt, &e.LastSeenAt)
-		return e, err
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("list asset edges: %w", err)
-	}
-	edges, next := page(edges, limit, func(e AssetEdge) Cursor { return Cursor{Time: e.FirstSeenAt, ID: e.ID} })
 	return edges, next, nil
 }

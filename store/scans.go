@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	sq "github.com/Masterminds/squirrel"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
@@ -224,29 +225,25 @@ func getScan(ctx context.Context, ex executor, tenant Tenant, id uuid.UUID) (Sca
 
 // ListScans pages scans, newest first (without their jobs).
 func (s *Store) ListScans(ctx context.Context, tenant Tenant, p ListScansParams) ([]Scan, *Cursor, error) {
-	org, limit := p.OrganizationID, p.Limit
-	afterTime, afterID := p.After.position()
-	var trigger *string
+	q := psql.Select(scanColumns).From("scans s").Where(tenant.where("s.organization_id"))
+	if p.OrganizationID != nil {
+		q = q.Where(sq.Eq{"s.organization_id": *p.OrganizationID})
+	}
 	if p.Trigger != nil {
-		kind := string(*p.Trigger)
-		trigger = &kind
+		q = q.Where(sq.Eq{"s.trigger_kind": string(*p.Trigger)})
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+scanColumns+` FROM scans s
-		WHERE `+inTenant("s.organization_id", "$1")+` AND ($2::uuid IS NULL OR s.organization_id = $2)
-			AND ($3::timestamptz IS NULL OR (s.created_at, s.id) < ($3, $4::uuid))
-			AND ($6::text IS NULL OR s.trigger_kind = $6) AND ($7::uuid IS NULL OR s.trigger_schedule_id = $7)
-		ORDER BY s.created_at DESC, s.id DESC LIMIT $5`, tenant.arg(), org, afterTime, afterID, limit+1, trigger, p.ScheduleID)
+	if p.ScheduleID != nil {
+		q = q.Where(sq.Eq{"s.trigger_schedule_id": *p.ScheduleID})
+	}
+	scans, next, err := listPage(ctx, s.pool, q,
+		newestFirst("s.created_at", "s.id", func(sc Scan) Cursor { return Cursor{Time: sc.CreatedAt, ID: sc.ID} }),
+		p.After, p.Limit, scanScan)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list scans: %w", err)
 	}
-	scans, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Scan, error) { return scanScan(r) })
-	if err != nil {
-		return nil, nil, fmt.Errorf("list scans: %w", err)
-	}
-	if err := checkListedOrganization(ctx, s.pool, tenant, org, len(scans) == 0); err != nil {
+	if err := checkListedOrganization(ctx, s.pool, tenant, p.OrganizationID, len(scans) == 0); err != nil {
 		return nil, nil, err
 	}
-	scans, next := page(scans, limit, func(sc Scan) Cursor { return Cursor{Time: sc.CreatedAt, ID: sc.ID} })
 	return scans, next, nil
 }
 
@@ -343,23 +340,18 @@ func (s *Store) ListAssets(ctx context.Context, tenant Tenant, org uuid.UUID, af
 	if _, err := s.GetOrganization(ctx, tenant, org); err != nil {
 		return nil, nil, err
 	}
-	afterTime, afterID := after.position()
-	rows, err := s.pool.Query(ctx, `
-		SELECT id, organization_id, type, value, normalized_value, details, first_seen_at, last_seen_at FROM assets
-		WHERE organization_id = $1 AND ($2::timestamptz IS NULL OR (first_seen_at, id) < ($2, $3::uuid))
-		ORDER BY first_seen_at DESC, id DESC LIMIT $4`, org, afterTime, afterID, limit+1)
+	q := psql.Select("a.id, a.organization_id, a.type, a.value, a.normalized_value, a.details, a.first_seen_at, a.last_seen_at").
+		From("assets a").Where(tenant.where("a.organization_id")).Where(sq.Eq{"a.organization_id": org})
+	assets, next, err := listPage(ctx, s.pool, q,
+		newestFirst("a.first_seen_at", "a.id", func(a Asset) Cursor { return Cursor{Time: a.FirstSeenAt, ID: a.ID} }),
+		after, limit, func(r pgx.Row) (Asset, error) {
+			var a Asset
+			err := r.Scan(&a.ID, &a.OrganizationID, &a.Type, &a.Value, &a.NormalizedValue, &a.Details, &a.FirstSeenAt, &a.LastSeenAt)
+			return a, err
+		})
 	if err != nil {
 		return nil, nil, fmt.Errorf("list assets: %w", err)
 	}
-	assets, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Asset, error) {
-		var a Asset
-		err := r.Scan(&a.ID, &a.OrganizationID, &a.Type, &a.Value, &a.NormalizedValue, &a.Details, &a.FirstSeenAt, &a.LastSeenAt)
-		return a, err
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("list assets: %w", err)
-	}
-	assets, next := page(assets, limit, func(a Asset) Cursor { return Cursor{Time: a.FirstSeenAt, ID: a.ID} })
 	return assets, next, nil
 }
 
@@ -386,43 +378,43 @@ func (s *Store) ListThreats(ctx context.Context, tenant Tenant, org uuid.UUID, i
 	if _, err := s.GetOrganization(ctx, tenant, org); err != nil {
 		return nil, nil, err
 	}
-	afterTime, afterID := after.position()
-	rows, err := s.pool.Query(ctx, `
-		SELECT th.id, th.organization_id, a.type, a.value, th.external_id, th.title, th.severity, th.details,
+	q := psql.Select(`th.id, th.organization_id, a.type, a.value, th.external_id, th.title, th.severity, th.details,
 			(SELECT count(*) FROM threat_detections d WHERE d.threat_id = th.id), th.created_at, x.e,
-			v.threat_id IS NOT NULL, v.cve_ids, v.cvss_vector, v.cvss_score::float8, v.cwe_ids, v.reference_urls, v.remediation
-		FROM threats th JOIN assets a ON a.id = th.asset_id
-		CROSS JOIN LATERAL (SELECT threat_exclusion_for(th.organization_id, th.asset_id, a.normalized_value,
-			th.external_id, th.title, th.severity) AS e) x
-		LEFT JOIN vulnerability_details v ON v.threat_id = th.id
-		WHERE th.organization_id = $1 AND ($2::timestamptz IS NULL OR (th.created_at, th.id) < ($2, $3::uuid))
-			AND ($5 OR x.e IS NULL)
-		ORDER BY th.created_at DESC, th.id DESC LIMIT $4`, org, afterTime, afterID, limit+1, includeExcluded)
+			v.threat_id IS NOT NULL, v.cve_ids, v.cvss_vector, v.cvss_score::float8, v.cwe_ids, v.reference_urls, v.remediation`).
+		From("threats th").Join("assets a ON a.id = th.asset_id").
+		JoinClause(`CROSS JOIN LATERAL (SELECT threat_exclusion_for(th.organization_id, th.asset_id, a.normalized_value,
+			th.external_id, th.title, th.severity) AS e) x`).
+		LeftJoin("vulnerability_details v ON v.threat_id = th.id").
+		Where(tenant.where("th.organization_id")).Where(sq.Eq{"th.organization_id": org})
+	if !includeExcluded {
+		q = q.Where("x.e IS NULL")
+	}
+	threats, next, err := listPage(ctx, s.pool, q,
+		newestFirst("th.created_at", "th.id", func(t Threat) Cursor { return Cursor{Time: t.CreatedAt, ID: t.ID} }),
+		after, limit, scanThreat)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list threats: %w", err)
 	}
-	threats, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Threat, error) {
-		var t Threat
-		var hasVuln bool
-		var cves, cwes, refs []string
-		var vector, remediation *string
-		var score *float64
-		err := r.Scan(&t.ID, &t.OrganizationID, &t.AssetType, &t.AssetValue, &t.ExternalID, &t.Title, &t.Severity, &t.Details,
-			&t.Detections, &t.CreatedAt, &t.ExclusionID, &hasVuln, &cves, &vector, &score, &cwes, &refs, &remediation)
-		if hasVuln {
-			t.Vulnerability = &Vulnerability{CVEIDs: cves, CVSSScore: score, CWEIDs: cwes, References: refs}
-			if vector != nil {
-				t.Vulnerability.CVSSVector = *vector
-			}
-			if remediation != nil {
-				t.Vulnerability.Remediation = *remediation
-			}
-		}
-		return t, err
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("list threats: %w", err)
-	}
-	threats, next := page(threats, limit, func(t Threat) Cursor { return Cursor{Time: t.CreatedAt, ID: t.ID} })
 	return threats, next, nil
+}
+
+// scanThreat reads a row of ListThreats.
+func scanThreat(r pgx.Row) (Threat, error) {
+	var t Threat
+	var hasVuln bool
+	var cves, cwes, refs []string
+	var vector, remediation *string
+	var score *float64
+	err := r.Scan(&t.ID, &t.OrganizationID, &t.AssetType, &t.AssetValue, &t.ExternalID, &t.Title, &t.Severity, &t.Details,
+		&t.Detections, &t.CreatedAt, &t.ExclusionID, &hasVuln, &cves, &vector, &score, &cwes, &refs, &remediation)
+	if hasVuln {
+		t.Vulnerability = &Vulnerability{CVEIDs: cves, CVSSScore: score, CWEIDs: cwes, References: refs}
+		if vector != nil {
+			t.Vulnerability.CVSSVector = *vector
+		}
+		if remediation != nil {
+			t.Vulnerability.Remediation = *remediation
+		}
+	}
+	return t, err
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	sq "github.com/Masterminds/squirrel"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
@@ -769,22 +770,19 @@ func (s *Store) GetSchedule(ctx context.Context, tenant Tenant, id uuid.UUID) (S
 // ListSchedules pages the schedules the scope may see, newest first,
 // optionally of one organization.
 func (s *Store) ListSchedules(ctx context.Context, tenant Tenant, org *uuid.UUID, after *Cursor, limit int) ([]Schedule, *Cursor, error) {
-	afterTime, afterID := after.position()
-	rows, err := s.pool.Query(ctx, `SELECT `+scheduleColumns+` FROM `+scheduleFrom+`
-		WHERE `+inTenant("s.organization_id", "$1")+` AND s.deleted_at IS NULL AND ($2::uuid IS NULL OR s.organization_id = $2)
-			AND ($3::timestamptz IS NULL OR (s.created_at, s.id) < ($3, $4::uuid))
-		ORDER BY s.created_at DESC, s.id DESC LIMIT $5`, tenant.arg(), org, afterTime, afterID, limit+1)
-	if err != nil {
-		return nil, nil, fmt.Errorf("list schedules: %w", err)
+	q := psql.Select(scheduleColumns).From(scheduleFrom).Where(tenant.where("s.organization_id")).Where("s.deleted_at IS NULL")
+	if org != nil {
+		q = q.Where(sq.Eq{"s.organization_id": *org})
 	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Schedule, error) { return scanSchedule(r) })
+	list, next, err := listPage(ctx, s.pool, q,
+		newestFirst("s.created_at", "s.id", func(sc Schedule) Cursor { return Cursor{Time: sc.CreatedAt, ID: sc.ID} }),
+		after, limit, scanSchedule)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list schedules: %w", err)
 	}
 	if err := checkListedOrganization(ctx, s.pool, tenant, org, len(list) == 0); err != nil {
 		return nil, nil, err
 	}
-	list, next := page(list, limit, func(sc Schedule) Cursor { return Cursor{Time: sc.CreatedAt, ID: sc.ID} })
 	return list, next, nil
 }
 
@@ -805,19 +803,15 @@ func (s *Store) ScheduleFires(ctx context.Context, tenant Tenant, id uuid.UUID, 
 	if _, err := readSchedule(ctx, s.pool, tenant, id, false); err != nil {
 		return nil, nil, err
 	}
-	afterTime, afterID := after.position()
-	rows, err := s.pool.Query(ctx, `SELECT `+fireColumns+` FROM schedule_fires f
-			LEFT JOIN worker_tasks t ON t.id = f.task_id LEFT JOIN scans sc ON sc.id = f.scan_id
-		WHERE f.schedule_id = $1 AND ($2::timestamptz IS NULL OR (f.slot_at, f.id) < ($2, $3::uuid))
-		ORDER BY f.slot_at DESC, f.id DESC LIMIT $4`, id, afterTime, afterID, limit+1)
+	q := psql.Select(fireColumns).From("schedule_fires f").
+		LeftJoin("worker_tasks t ON t.id = f.task_id").LeftJoin("scans sc ON sc.id = f.scan_id").
+		Where(tenant.where("f.organization_id")).Where(sq.Eq{"f.schedule_id": id})
+	fires, next, err := listPage(ctx, s.pool, q,
+		newestFirst("f.slot_at", "f.id", func(f ScheduleFire) Cursor { return Cursor{Time: f.SlotAt, ID: f.ID} }),
+		after, limit, scanFire)
 	if err != nil {
 		return nil, nil, fmt.Errorf("schedule fires: %w", err)
 	}
-	fires, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ScheduleFire, error) { return scanFire(r) })
-	if err != nil {
-		return nil, nil, fmt.Errorf("schedule fires: %w", err)
-	}
-	fires, next := page(fires, limit, func(f ScheduleFire) Cursor { return Cursor{Time: f.SlotAt, ID: f.ID} })
 	return fires, next, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	sq "github.com/Masterminds/squirrel"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
@@ -231,18 +232,14 @@ func (s *Store) ListScopeTargets(ctx context.Context, tenant Tenant, org uuid.UU
 	if err != nil {
 		return nil, false, nil, fmt.Errorf("list scope targets: %w", err)
 	}
-	afterTime, afterID := after.position()
-	rows, err := s.pool.Query(ctx, `SELECT `+scopeTargetColumns+` FROM scope_targets
-		WHERE organization_id = $1 AND ($2::timestamptz IS NULL OR (created_at, id) < ($2, $3::uuid))
-		ORDER BY created_at DESC, id DESC LIMIT $4`, org, afterTime, afterID, limit+1)
+	q := psql.Select(scopeTargetColumns).From("scope_targets").
+		Where(tenant.where("organization_id")).Where(sq.Eq{"organization_id": org})
+	targets, next, err := listPage(ctx, s.pool, q,
+		newestFirst("created_at", "id", func(t ScopeTarget) Cursor { return Cursor{Time: t.CreatedAt, ID: t.ID} }),
+		after, limit, scanScopeTarget)
 	if err != nil {
 		return nil, false, nil, fmt.Errorf("list scope targets: %w", err)
 	}
-	targets, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ScopeTarget, error) { return scanScopeTarget(r) })
-	if err != nil {
-		return nil, false, nil, fmt.Errorf("list scope targets: %w", err)
-	}
-	targets, next := page(targets, limit, func(t ScopeTarget) Cursor { return Cursor{Time: t.CreatedAt, ID: t.ID} })
 	return targets, enforced, next, nil
 }
 

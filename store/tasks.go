@@ -374,8 +374,7 @@ type ListTasksParams struct {
 
 // ListTasks returns one page of tasks and the cursor of the next page.
 func (s *Store) ListTasks(ctx context.Context, tenant Tenant, p ListTasksParams) ([]Task, *Cursor, error) {
-	q := psql.Select(taskColumns).From("worker_tasks t").OrderBy("t.created_at DESC", "t.id DESC").Limit(uint64(p.Limit + 1))
-	q = q.Where(tenant.where("t.organization_id"))
+	q := psql.Select(taskColumns).From("worker_tasks t").Where(tenant.where("t.organization_id"))
 	if p.OrganizationID != nil {
 		q = q.Where(sq.Eq{"t.organization_id": *p.OrganizationID})
 	}
@@ -394,25 +393,15 @@ func (s *Store) ListTasks(ctx context.Context, tenant Tenant, p ListTasksParams)
 	if p.ScanID != nil {
 		q = q.Where(sq.Eq{"t.scan_id": *p.ScanID})
 	}
-	if p.After != nil {
-		q = q.Where("(t.created_at, t.id) < (?, ?)", p.After.Time, p.After.ID)
-	}
-	sqlText, args, err := q.ToSql()
-	if err != nil {
-		return nil, nil, err
-	}
-	rows, err := s.pool.Query(ctx, sqlText, args...)
-	if err != nil {
-		return nil, nil, fmt.Errorf("list tasks: %w", err)
-	}
-	tasks, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Task, error) { return scanTask(r) })
+	tasks, next, err := listPage(ctx, s.pool, q,
+		newestFirst("t.created_at", "t.id", func(t Task) Cursor { return Cursor{Time: t.CreatedAt, ID: t.ID} }),
+		p.After, p.Limit, scanTask)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list tasks: %w", err)
 	}
 	if err := checkListedOrganization(ctx, s.pool, tenant, p.OrganizationID, len(tasks) == 0); err != nil {
 		return nil, nil, err
 	}
-	tasks, next := page(tasks, p.Limit, func(t Task) Cursor { return Cursor{Time: t.CreatedAt, ID: t.ID} })
 	return tasks, next, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	sq "github.com/Masterminds/squirrel"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
@@ -202,22 +203,19 @@ func (s *Store) GetWebhookTarget(ctx context.Context, tenant Tenant, id uuid.UUI
 
 // ListWebhookTargets pages the targets in scope, newest first.
 func (s *Store) ListWebhookTargets(ctx context.Context, tenant Tenant, org *uuid.UUID, after *Cursor, limit int) ([]WebhookTarget, *Cursor, error) {
-	afterTime, afterID := after.position()
-	rows, err := s.pool.Query(ctx, `SELECT `+webhookTargetColumns+` FROM webhook_targets t
-		WHERE t.deleted_at IS NULL AND `+inTenant("t.organization_id", "$1")+` AND ($2::uuid IS NULL OR t.organization_id = $2)
-			AND ($3::timestamptz IS NULL OR (t.created_at, t.id) < ($3, $4::uuid))
-		ORDER BY t.created_at DESC, t.id DESC LIMIT $5`, tenant.arg(), org, afterTime, afterID, limit+1)
-	if err != nil {
-		return nil, nil, fmt.Errorf("list webhook targets: %w", err)
+	q := psql.Select(webhookTargetColumns).From("webhook_targets t").Where(tenant.where("t.organization_id")).Where("t.deleted_at IS NULL")
+	if org != nil {
+		q = q.Where(sq.Eq{"t.organization_id": *org})
 	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (WebhookTarget, error) { return scanWebhookTarget(r) })
+	list, next, err := listPage(ctx, s.pool, q,
+		newestFirst("t.created_at", "t.id", func(w WebhookTarget) Cursor { return Cursor{Time: w.CreatedAt, ID: w.ID} }),
+		after, limit, scanWebhookTarget)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list webhook targets: %w", err)
 	}
 	if err := checkListedOrganization(ctx, s.pool, tenant, org, len(list) == 0); err != nil {
 		return nil, nil, err
 	}
-	list, next := page(list, limit, func(w WebhookTarget) Cursor { return Cursor{Time: w.CreatedAt, ID: w.ID} })
 	return list, next, nil
 }
 
@@ -312,32 +310,27 @@ func (s *Store) ListWebhookDeliveries(ctx context.Context, tenant Tenant, target
 	if _, err := s.GetWebhookTarget(ctx, tenant, targetID); err != nil {
 		return nil, nil, err
 	}
-	afterTime, afterID := after.position()
-	rows, err := s.pool.Query(ctx, `
-		SELECT d.id, d.event_id, e.event_type, d.target_id, d.state, d.attempts,
+	q := psql.Select(`d.id, d.event_id, e.event_type, d.target_id, d.state, d.attempts,
 			CASE WHEN d.state = 'pending' THEN d.next_attempt_at END, d.last_attempt_at,
-			d.last_status_code, d.last_latency_ms, d.last_error, d.created_at, d.delivered_at
-		FROM webhook_deliveries d JOIN webhook_events e ON e.id = d.event_id
-		WHERE d.target_id = $1 AND ($2::timestamptz IS NULL OR (d.created_at, d.id) < ($2, $3::uuid))
-		ORDER BY d.created_at DESC, d.id DESC LIMIT $4`, targetID, afterTime, afterID, limit+1)
+			d.last_status_code, d.last_latency_ms, d.last_error, d.created_at, d.delivered_at`).
+		From("webhook_deliveries d").Join("webhook_events e ON e.id = d.event_id").
+		Where(tenant.where("d.organization_id")).Where(sq.Eq{"d.target_id": targetID})
+	list, next, err := listPage(ctx, s.pool, q,
+		newestFirst("d.created_at", "d.id", func(d WebhookDelivery) Cursor { return Cursor{Time: d.CreatedAt, ID: d.ID} }),
+		after, limit, func(r pgx.Row) (WebhookDelivery, error) {
+			var d WebhookDelivery
+			var latencyMs *int
+			err := r.Scan(&d.ID, &d.EventID, &d.EventType, &d.TargetID, &d.State, &d.Attempts, &d.NextAttemptAt,
+				&d.LastAttemptAt, &d.LastStatusCode, &latencyMs, &d.LastError, &d.CreatedAt, &d.DeliveredAt)
+			if latencyMs != nil {
+				l := time.Duration(*latencyMs) * time.Millisecond
+				d.LastLatency = &l
+			}
+			return d, err
+		})
 	if err != nil {
 		return nil, nil, fmt.Errorf("list webhook deliveries: %w", err)
 	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (WebhookDelivery, error) {
-		var d WebhookDelivery
-		var latencyMs *int
-		err := r.Scan(&d.ID, &d.EventID, &d.EventType, &d.TargetID, &d.State, &d.Attempts, &d.NextAttemptAt,
-			&d.LastAttemptAt, &d.LastStatusCode, &latencyMs, &d.LastError, &d.CreatedAt, &d.DeliveredAt)
-		if latencyMs != nil {
-			l := time.Duration(*latencyMs) * time.Millisecond
-			d.LastLatency = &l
-		}
-		return d, err
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("list webhook deliveries: %w", err)
-	}
-	list, next := page(list, limit, func(d WebhookDelivery) Cursor { return Cursor{Time: d.CreatedAt, ID: d.ID} })
 	return list, next, nil
 }
 

@@ -43,22 +43,29 @@ type Worker struct {
 	CreatedAt           time.Time
 }
 
-// workerColumns reads a worker with its online state ($1 is the online
-// window in seconds), active attempts and live assignments as the viewer ($2,
-// an organization scope or NULL for unscoped) may see them: a worker shared
-// by several organizations shows each only its own assignment, its own
-// active attempts and, unless it is the owner, no owner.
-var workerColumns = `w.id, w.name, w.worker_type, w.enabled, w.revoked_at, w.revocation_reason,
+// workerColumnsSeenBy reads a worker w with its online state (window is
+// the online window in seconds), active attempts and live assignments as
+// the viewer (tenant: an organization's id, or NULL for unscoped) may see
+// them: a worker shared by several organizations shows each only its own
+// assignment, its own active attempts and, unless it is the owner, no
+// owner.
+func workerColumnsSeenBy(window, tenant string) string {
+	return `w.id, w.name, w.worker_type, w.enabled, w.revoked_at, w.revocation_reason,
 	w.certificate_fingerprint, w.certificate_subject, w.certificate_expires_at, w.software_version, w.protocol_version,
 	w.capabilities, w.labels, w.max_concurrent_tasks, w.last_seen_at,
-	coalesce(w.last_seen_at > now() - make_interval(secs => $1::float8), false),
+	coalesce(w.last_seen_at > now() - make_interval(secs => ` + window + `::float8), false),
 	(SELECT count(*) FROM worker_task_attempts a WHERE ` + workerLiveAttempts("a", "w.id") + `
-		AND ` + inTenant("a.organization_id", "$2") + `),
+		AND ` + inTenant("a.organization_id", tenant) + `),
 	array(SELECT ow.organization_id FROM organization_workers ow
 		WHERE ow.worker_id = w.id AND ow.enabled AND ow.revoked_at IS NULL
-			AND ` + inTenant("ow.organization_id", "$2") + ` ORDER BY ow.organization_id),
-	CASE WHEN ` + inTenant("w.owner_organization_id", "$2") + ` THEN w.owner_organization_id END,
+			AND ` + inTenant("ow.organization_id", tenant) + ` ORDER BY ow.organization_id),
+	CASE WHEN ` + inTenant("w.owner_organization_id", tenant) + ` THEN w.owner_organization_id END,
 	w.created_at`
+}
+
+// workerColumns is workerColumnsSeenBy for statements written with the
+// online window as $1 and the viewer's tenant as $2.
+var workerColumns = workerColumnsSeenBy("$1", "$2")
 
 // workerFields are the scan targets of workerColumns, in order.
 func workerFields(w *Worker) []any {
@@ -152,19 +159,17 @@ func getWorker(ctx context.Context, ex executor, tenant Tenant, id uuid.UUID, on
 
 // ListWorkers pages workers the scope may see, newest first.
 func (s *Store) ListWorkers(ctx context.Context, tenant Tenant, after *Cursor, limit int, onlineWindow time.Duration) ([]Worker, *Cursor, error) {
-	afterTime, afterID := after.position()
-	rows, err := s.pool.Query(ctx, `SELECT `+workerColumns+` FROM workers w
-		WHERE `+scopeSeesWorker+` AND ($3::timestamptz IS NULL OR (w.created_at, w.id) < ($3, $4::uuid))
-		ORDER BY w.created_at DESC, w.id DESC LIMIT $5`,
-		onlineWindow.Seconds(), tenant.arg(), afterTime, afterID, limit+1)
+	// The window and the tenant are bound once, as the columns of viewer,
+	// which the columns and the visibility rule name.
+	q := psql.Select(workerColumnsSeenBy("viewer.online_window", "viewer.tenant")).From("workers w").
+		JoinClause("CROSS JOIN (SELECT ?::float8 AS online_window, ?::uuid AS tenant) viewer", onlineWindow.Seconds(), tenant.arg()).
+		Where(workerVisibleTo("w.id", "viewer.tenant"))
+	workers, next, err := listPage(ctx, s.pool, q,
+		newestFirst("w.created_at", "w.id", func(w Worker) Cursor { return Cursor{Time: w.CreatedAt, ID: w.ID} }),
+		after, limit, scanWorker)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list workers: %w", err)
 	}
-	workers, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Worker, error) { return scanWorker(r) })
-	if err != nil {
-		return nil, nil, fmt.Errorf("list workers: %w", err)
-	}
-	workers, next := page(workers, limit, func(w Worker) Cursor { return Cursor{Time: w.CreatedAt, ID: w.ID} })
 	return workers, next, nil
 }
 
