@@ -3,6 +3,10 @@ package store
 import (
 	"context"
 	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // FireDueSchedulesAt is FireDueSchedules deciding at now instead of the
@@ -29,3 +33,23 @@ var (
 // ScopeReadLockSQL lets a test stand for a decider that read an
 // organization's scan scope and has not committed yet.
 var ScopeReadLockSQL = scopeReadLockSQL
+
+// PageRow is a row of a table a test pages through with listPage.
+type PageRow struct {
+	ID uuid.UUID
+	At time.Time
+}
+
+// ListPageRows pages a test's table (id uuid, at timestamptz) through
+// listPage by (at, id): newest first, or oldest first with ascending.
+func ListPageRows(ctx context.Context, pool *pgxpool.Pool, table string, ascending bool, after *Cursor, limit int) ([]PageRow, *Cursor, error) {
+	order := newestFirst("r.at", "r.id", func(r PageRow) Cursor { return Cursor{Time: r.At, ID: r.ID} })
+	if ascending {
+		order = oldestFirst("r.at", "r.id", order.at)
+	}
+	return listPage(ctx, pool, psql.Select("r.id, r.at").From(table+" r"), order, after, limit, func(row pgx.Row) (PageRow, error) {
+		var r PageRow
+		err := row.Scan(&r.ID, &r.At)
+		return r, err
+	})
+}
