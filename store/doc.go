@@ -515,6 +515,17 @@
 // predicates take their "from" states from those tables, so a statement can
 // never move a row along an edge the table does not have.
 //
+// # Listings
+//
+// Every listing pages by keyset through one helper, listPage (listing.go):
+// a listing states its own SELECT with squirrel — columns, joins, its
+// tenant predicate and its optional filters — and one order (newestFirst
+// or oldestFirst on a time and an id), from which listPage makes both the
+// ORDER BY and the predicate that resumes after a Cursor, so the two cannot
+// disagree. TestEveryListingPagesToTheEnd walks each over tied times. A
+// Cursor's encoding is a promise to clients: one handed out before must
+// still decode and resume.
+//
 // # Errors
 //
 // The outcomes a caller tells apart are the sentinels in errors.go, all of

@@ -767,7 +767,7 @@ func (s *Store) GetSchedule(ctx context.Context, tenant Tenant, id uuid.UUID) (S
 	return readSchedule(ctx, s.pool, tenant, id, false)
 }
 
-// ListSchedules pages the schedules the scope may see, newest first,
+// ListSchedules pages the schedules the tenant may see, newest first,
 // optionally of one organization.
 func (s *Store) ListSchedules(ctx context.Context, tenant Tenant, org *uuid.UUID, after *Cursor, limit int) ([]Schedule, *Cursor, error) {
 	q := psql.Select(scheduleColumns).From(scheduleFrom).Where(tenant.where("s.organization_id")).Where("s.deleted_at IS NULL")

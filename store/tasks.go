@@ -372,7 +372,7 @@ type ListTasksParams struct {
 	Limit  int
 }
 
-// ListTasks returns one page of tasks and the cursor of the next page.
+// ListTasks pages tasks, newest first.
 func (s *Store) ListTasks(ctx context.Context, tenant Tenant, p ListTasksParams) ([]Task, *Cursor, error) {
 	q := psql.Select(taskColumns).From("worker_tasks t").Where(tenant.where("t.organization_id"))
 	if p.OrganizationID != nil {

@@ -201,7 +201,7 @@ func (s *Store) GetWebhookTarget(ctx context.Context, tenant Tenant, id uuid.UUI
 	return w, nil
 }
 
-// ListWebhookTargets pages the targets in scope, newest first.
+// ListWebhookTargets pages the targets the tenant may see, newest first.
 func (s *Store) ListWebhookTargets(ctx context.Context, tenant Tenant, org *uuid.UUID, after *Cursor, limit int) ([]WebhookTarget, *Cursor, error) {
 	q := psql.Select(webhookTargetColumns).From("webhook_targets t").Where(tenant.where("t.organization_id")).Where("t.deleted_at IS NULL")
 	if org != nil {

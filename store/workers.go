@@ -157,7 +157,7 @@ func getWorker(ctx context.Context, ex executor, tenant Tenant, id uuid.UUID, on
 	return w, nil
 }
 
-// ListWorkers pages workers the scope may see, newest first.
+// ListWorkers pages the workers the tenant may see, newest first.
 func (s *Store) ListWorkers(ctx context.Context, tenant Tenant, after *Cursor, limit int, onlineWindow time.Duration) ([]Worker, *Cursor, error) {
 	// The window and the tenant are bound once, as the columns of viewer,
 	// which the columns and the visibility rule name.
