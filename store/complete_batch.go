@@ -244,7 +244,7 @@ func (s *Store) completeFenced(ctx context.Context, ps []CompleteParams, valid [
 			p := ps[e.index]
 			event := completionEvent(p, e.state, e.canRetry)
 			tr := TaskTransitions[event]
-			if !tr.allowsFrom(e.state) {
+			if !tr.AllowsFrom(e.state) {
 				return fmt.Errorf("complete attempt %s: task %s is %s, which %s does not leave", e.attemptID, e.taskID, e.state, event)
 			}
 			taskIDs[k], ids[k], observed[k], to[k] = e.taskID, e.attemptID, string(e.state), string(tr.To)

@@ -7,6 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/worker-gateway/gateway/store/internal/core"
 )
 
 // hotStatements are the statements of the worker protocol's hot paths —
@@ -22,7 +24,7 @@ var hotStatements = []struct{ planSettings, sql string }{
 	{genericPlanSQL, grantSQL},
 	{byIDPlanSQL, completeFencedSQL},
 	{byIDPlanSQL, moveTasksSQL},
-	{"", notifySQL},
+	{"", core.NotifySQL},
 	{"", renewSQL},
 }
 
