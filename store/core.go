@@ -165,7 +165,6 @@ func sqlStates[S ~string](states ...S) string { return core.SQLStates(states...)
 func notify(ctx context.Context, ex executor, wakeups ...Wakeup) error {
 	return core.Notify(ctx, ex, wakeups...)
 }
-func compareWorkers(a, b uuid.UUID) int { return core.CompareWorkers(a, b) }
 func creationReplay(ctx context.Context, ex executor, table string, org uuid.UUID, key, requestSHA256 string) (uuid.UUID, error) {
 	return core.CreationReplay(ctx, ex, table, org, key, requestSHA256)
 }

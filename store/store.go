@@ -7,10 +7,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/worker-gateway/gateway/store/internal/core"
+	"github.com/worker-gateway/gateway/store/internal/lease"
 )
 
-// Store runs the gateway's domain verbs against PostgreSQL.
+// Store runs the gateway's domain verbs against PostgreSQL. The worker
+// protocol's verbs are the lease engine's (store/internal/lease), embedded
+// so that they are the Store's; the control plane's are this package's.
 type Store struct {
+	*lease.Engine
 	pool           *pgxpool.Pool
 	logReads       logReadCounts
 	scheduleLimits ScheduleLimits
@@ -18,7 +22,9 @@ type Store struct {
 
 // New wraps a pool. The pool's lifetime belongs to the caller.
 func New(pool *pgxpool.Pool) *Store {
-	return &Store{pool: pool, scheduleLimits: DefaultScheduleLimits}
+	s := &Store{pool: pool, scheduleLimits: DefaultScheduleLimits}
+	s.Engine = lease.New(pool, lease.Releases{Leases: s.ReleaseLeases, LackingCritical: releaseAttemptsLackingCritical})
+	return s
 }
 
 // Pool exposes the pool for health checks and tests.
@@ -32,10 +38,4 @@ func (s *Store) inTx(ctx context.Context, name string, fn func(tx pgx.Tx) error)
 // inBatches runs batch in transactions until one handles no row (InBatches).
 func (s *Store) inBatches(ctx context.Context, name, auditKey string, batch func(tx pgx.Tx) (int, error)) (int, error) {
 	return core.InBatches(ctx, s.pool, name, auditKey, batch)
-}
-
-// inPipelinedTx runs a pipelined transaction (InPipelinedTx).
-func (s *Store) inPipelinedTx(ctx context.Context, name string, queue func(b *pgx.Batch),
-	read func(br pgx.BatchResults) error, finish func(ex executor) error) error {
-	return core.InPipelinedTx(ctx, s.pool, name, queue, read, finish)
 }

@@ -1,12 +1,10 @@
-package store
+package lease
 
 import (
 	"context"
 	"fmt"
 
 	"github.com/google/uuid"
-
-	"github.com/worker-gateway/gateway/store/internal/core"
 )
 
 // dueTaskQueuedSQL: is a task of these organizations due and still queued?
@@ -23,18 +21,10 @@ SELECT EXISTS (
 // the notice on: if nothing is queued, another poll took the task and
 // there is nothing to pass on; if something is, this worker could not take
 // it (a capability, a label, its capacity) and the next one may.
-func (s *Store) DueTaskQueued(ctx context.Context, orgs []uuid.UUID) (bool, error) {
+func (s *Engine) DueTaskQueued(ctx context.Context, orgs []uuid.UUID) (bool, error) {
 	var queued bool
 	if err := s.pool.QueryRow(ctx, dueTaskQueuedSQL, orgs).Scan(&queued); err != nil {
 		return false, fmt.Errorf("due task queued: %w", err)
 	}
 	return queued, nil
 }
-
-// Transitional, until the lease engine leaves the facade.
-var (
-	taskEventsSQL      = core.TaskEventsSQL
-	taskEventReturning = core.TaskEventReturning
-)
-
-const taskEventsWritten = core.TaskEventsWritten

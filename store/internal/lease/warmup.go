@@ -1,4 +1,4 @@
-package store
+package lease
 
 import (
 	"context"
@@ -16,12 +16,12 @@ import (
 // settings its transaction runs it under ("" when it is planned for each
 // call).
 var hotStatements = []struct{ planSettings, sql string }{
-	{genericPlanSQL, touchWorkerSQL},
-	{genericPlanSQL, replayLeasesSQL},
-	{genericPlanSQL, lockAssignmentsSQL},
-	{genericPlanSQL, leaseCandidatesSQL},
-	{genericPlanSQL, candidatesSQL},
-	{genericPlanSQL, grantSQL},
+	{GenericPlanSQL, touchWorkerSQL},
+	{GenericPlanSQL, ReplayLeasesSQL},
+	{GenericPlanSQL, LockAssignmentsSQL},
+	{GenericPlanSQL, LeaseCandidatesSQL},
+	{GenericPlanSQL, candidatesSQL},
+	{GenericPlanSQL, grantSQL},
 	{byIDPlanSQL, completeFencedSQL},
 	{byIDPlanSQL, moveTasksSQL},
 	{"", core.NotifySQL},
