@@ -10,9 +10,11 @@ import (
 )
 
 // The store's vocabulary lives in its core (store/internal/core): the
-// transaction runner, states and transitions, the tenant, wake-ups, the
-// audit context. Callers name it through this package, as before; the
-// files of this package call the core through the unexported names below.
+// transaction runners, states and transitions, wake-ups, the audit context
+// and the webhook emitter. Callers name it through this package, as
+// before; the files of this package call the core through the unexported
+// names below. (The Tenant stays here, tenant.go, until the control-plane
+// domains leave the facade: its unexported arg and where are theirs.)
 
 // TaskState is worker_tasks.state.
 type TaskState = core.TaskState

@@ -1,8 +1,9 @@
 // Package fencing is the store's fencing rule (store/doc.go, "Fencing"),
 // written once: every worker write builds its WHERE clause from these
 // predicates, so the rule cannot drift between statements. Only the lease
-// engine (store/lease) and the worker-facing verbs of the store facade
-// (results, logs, uploads) import it; depguard keeps the control plane out.
+// engine (store/internal/lease) and the worker-facing verbs of the store
+// facade (results, logs, uploads) import it; depguard keeps the control
+// plane out (fencing-is-the-lease-engines).
 package fencing
 
 import "github.com/worker-gateway/gateway/store/internal/core"
