@@ -2,49 +2,17 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
-
-// AuditEvent is who did what to what, and when. Details never hold a
-// secret.
-type AuditEvent struct {
-	ID             int64
-	OccurredAt     time.Time
-	ActorType      string // "token", "worker", "system", "anonymous"
-	ActorID        string
-	Action         string // e.g. "worker.revoke", "security.certificate_refused"
-	TargetType     string
-	TargetID       string
-	OrganizationID *uuid.UUID
-	RequestID      string
-	Details        json.RawMessage
-}
 
 // RecordAudit appends an audit event in a transaction of its own: for
 // what is not a change of the control plane (security events, throttled).
 // A change's record is written in the change's transaction (WithAudit).
 func (s *Store) RecordAudit(ctx context.Context, e AuditEvent) error {
 	return insertAudit(ctx, s.pool, e)
-}
-
-func insertAudit(ctx context.Context, ex executor, e AuditEvent) error {
-	details := e.Details
-	if len(details) == 0 {
-		details = json.RawMessage(`{}`)
-	}
-	_, err := ex.Exec(ctx, `
-		INSERT INTO audit_events (actor_type, actor_id, action, target_type, target_id, organization_id, request_id, details)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-		e.ActorType, e.ActorID, e.Action, e.TargetType, e.TargetID, e.OrganizationID, e.RequestID, string(details))
-	if err != nil {
-		return fmt.Errorf("record audit event: %w", err)
-	}
-	return nil
 }
 
 // AuditFilter selects audit events.

@@ -2,13 +2,47 @@
 // domain verb run in one transaction, and the fencing rules live here and only
 // here.
 //
+// # Layout
+//
+// Package store is the facade: every caller uses store.Store and the names
+// of this package, whichever package below does the work. Under it, each
+// layer imports only the ones beneath (depguard's store-* rules):
+//
+//   - internal/core: what every verb stands on — the transaction runners
+//     (core.InTx, core.InPipelinedTx, core.InBatches: deadlock retry, the
+//     failpoints around COMMIT, the declared audit row, wake-ups sent with
+//     COMMIT), the error sentinels (errors.go), the task, attempt and scan
+//     state machines (transitions.go, scantransitions.go), wake-ups
+//     (notify.go), the audit context and record (auditctx.go,
+//     auditrecord.go), creation idempotency (idempotency.go) and the one
+//     webhook emitter (events.go);
+//   - internal/fencing: the fencing predicates (see Fencing), on the core;
+//   - internal/lease: the lease engine — acquisition and the queue walk
+//     (leases.go, queue.go), heartbeats and starts (attempts.go,
+//     heartbeat_batch.go), completion (complete.go, complete_batch.go),
+//     the group-commit batchers (batchers.go), lease tokens
+//     (leasetoken.go), the expiry sweep and queue upkeep (sweep.go,
+//     queuevacuum.go, duetask.go) and the warm-up (warmup.go). The Store
+//     embeds its Engine, so its verbs are the Store's; the releases it
+//     shares with the control plane (lease.Releases) are handed in by New,
+//     as their statement still lives in workers.go;
+//   - this package: the control-plane domains (tasks, scans, schedules,
+//     webhooks, secrets, history, scan scope, workers, organizations,
+//     tokens…), the worker-facing verbs not yet moved (results, logs,
+//     uploads), the Tenant (tenant.go), and the names callers use for what
+//     lives below (core.go, lease.go, errors.go). Only the lease engine and
+//     these worker verbs may import internal/fencing: a control-plane
+//     domain that leaves this package is denied it.
+//
+// Paths below are relative to store/.
+//
 // # Rules without SQL
 //
 // The rules that need no database live in internal packages that import
 // neither this package nor a driver (depguard's pure-logic-needs-no-database
 // rule), and are tested there without PostgreSQL; this package reads their
 // inputs, calls them and files their refusals under ErrInvalid
-// (invalidBecause):
+// (invalidBecause, core.InvalidBecause):
 //
 //   - internal/scanscope: scope entries, matching targets and assets in
 //     every spelling, what a payload names (targetscope.go, scopepolicy.go,
@@ -29,8 +63,9 @@
 //   - an active status (leased or running), and
 //   - lease_expires_at > now(), the database's clock.
 //
-// That predicate is written once, as leaseHeld (and leaseLive for the
-// statements that name an upload session instead of a token) in fencing.go;
+// That predicate is written once, as fencing.LeaseHeld (and
+// fencing.LeaseLive for the statements that name an upload session instead
+// of a token) in internal/fencing/fencing.go;
 // every worker write builds its WHERE clause from it, and TestFencing drives
 // every such verb — heartbeat (single and batch), start, complete (single and
 // batch), results, logs, artifact open and commit — with leases it does not
@@ -43,7 +78,7 @@
 // Nothing is ever read, checked in Go and then written without a lock.
 //
 // The database holds only the SHA-256 of each lease token (lease_token_hash,
-// leasetoken.go): tokens are made in Go, handed out in the lease answer and
+// internal/lease/leasetoken.go): tokens are made in Go, handed out in the lease answer and
 // never stored, and statements compare the hash of the token a worker sent.
 // So read access to the database cannot forge a worker's writes. It also
 // means a poll repeated under its Idempotency-Key cannot answer the tokens
@@ -74,7 +109,8 @@
 // never interleave. The two statements that start from the queue — the
 // acquisition walk and the deadline sweep — lock queue rows before their
 // tasks, against that order, and so never wait for a task: they take it
-// with SKIP LOCKED and leave a held one to its holder (queue.go).
+// with SKIP LOCKED and leave a held one to its holder
+// (internal/lease/queue.go).
 // Schedule rows come before all of these: a claim or a manual run locks
 // the schedule, then creates its task or scan (see Schedules). Recording a
 // scan's history takes, after the scan's row, a transaction-scoped
@@ -96,7 +132,8 @@
 //   - worker_task_queue holds the leasable tasks only, with the columns the
 //     walk orders and filters by. The acquisition walks it per organization
 //     and lease class and deletes what it leases; retries, releases and
-//     redrives insert into it (queue.go has the rule and who keeps it). A
+//     redrives insert into it (internal/lease/queue.go has the rule and who
+//     keeps it). A
 //     lease class is what decides who may run a task — its type, required
 //     capabilities, label selector and pinned worker (migration 000019) —
 //     so a worker skips a class it cannot run with one index probe, however
@@ -127,7 +164,7 @@
 //     walk run with sequential and bitmap scans off (orderedScansSQL), since
 //     a plan made from the statistics of a table just filled in bulk read a
 //     whole class and sorted it. The hot statements run on generic plans
-//     (genericPlanSQL, byIDPlanSQL: planning cost more than running them),
+//     (lease.GenericPlanSQL, byIDPlanSQL in internal/lease: planning cost more than running them),
 //     written so that a plan made on small tables stays right as they grow:
 //     lookups by id are lateral subqueries, which cannot be turned around.
 //   - A connection is warmed when it opens (WarmConnections): the hot
@@ -135,7 +172,7 @@
 //     Behind a pooler in transaction mode (PgBouncer) statements are
 //     unnamed instead and planned on every run, still as generic plans;
 //     every plan setting is transaction-local (execmode.go).
-//   - A hot transaction is a few round trips (inPipelinedTx): BEGIN and the
+//   - A hot transaction is a few round trips (core.InPipelinedTx): BEGIN and the
 //     statements that need nothing from each other in one, each statement
 //     that needs an answer from before in its own, and COMMIT with the
 //     transaction's wake-ups (NOTIFY) in the last.
@@ -229,8 +266,8 @@
 // mechanisms, because the four writes differ in who holds the key and in
 // what a repeat must give back:
 //
-//   - Creation keys (CreateTask, CreateScan; creationReplay in
-//     idempotency.go): the producer's Idempotency-Key, unique per
+//   - Creation keys (CreateTask, CreateScan; core.CreationReplay in
+//     internal/core/idempotency.go): the producer's Idempotency-Key, unique per
 //     organization, with the SHA-256 of the request's canonical JSON. The
 //     INSERT … ON CONFLICT DO NOTHING waits for a concurrent first try to
 //     commit; then the same request returns the row it created (replayed),
@@ -238,7 +275,7 @@
 //     scans share this one mechanism, and a manual run of a schedule
 //     (RunScheduleNow) keys the task or scan it creates with it. A
 //     scheduled run's key is (schedule, slot) instead (see Schedules).
-//   - Poll keys (AcquireLeases; replayLeasesSQL in leases.go): the worker's
+//   - Poll keys (AcquireLeases; lease.ReplayLeasesSQL in internal/lease/leases.go): the worker's
 //     Idempotency-Key on a lease request, stored on the attempts it
 //     created. A repeat returns the still-active leases of the first try,
 //     each with a fresh token (only token hashes are stored, see Fencing),
@@ -352,11 +389,11 @@
 // lists every trigger and what it sets off, for the reader of a statement
 // that fires it (TestDatabaseTriggersAreListed). Per rule:
 //
-//   - Task state machine: TaskTransitions (transitions.go), in Go; every
+//   - Task state machine: TaskTransitions (internal/core/transitions.go), in Go; every
 //     statement that moves worker_tasks.state takes its states from it.
 //   - Scan state machine (a job mirrors its task, the scan starts, advances
-//     job by job and ends): ScanJobStateOf, scanStartedBy, finalScanStates
-//     (scantransitions.go), applied in SQL by mirror_task_state_to_scan_job
+//     job by job and ends): ScanJobStateOf, core.ScanStartedBy, core.FinalScanStates
+//     (internal/core/scantransitions.go), applied in SQL by mirror_task_state_to_scan_job
 //     and advance_scan, from the trigger worker_tasks_mirror_scan_job.
 //     Kept in SQL: eleven statements in eight files move a scan task's
 //     state (lease, start, completion, expiry sweep, cancel, revoke, scope
@@ -364,7 +401,7 @@
 //     it fires only for scan tasks (its WHEN clause), so the generic
 //     completion path pays nothing, and a scan's next task is made in the
 //     statement that ended the last one, with no extra round trip. The
-//     completion (moveTasksSQL in complete_batch.go) says so where it
+//     completion (moveTasksSQL in internal/lease/complete_batch.go) says so where it
 //     moves the task.
 //   - Scan history (record_scan_history, compare_scan_history; which scans
 //     compare, in what order, one scope key at a time: scanhistory.go):
@@ -374,7 +411,7 @@
 //     wake_schedule_of_ended_run, from the triggers worker_tasks_wake_schedule
 //     and scans_wake_schedule, for the same reason as the scan mirror (every
 //     ending path; the WHEN clause keeps it off runs no schedule made).
-//   - Webhook outbox: webhook_emit, the one writer (events.go); the scan end
+//   - Webhook outbox: webhook_emit, the one writer (internal/core/events.go); the scan end
 //     and skipped slot triggers call it (webhook_scan_ended,
 //     webhook_fire_skipped); webhook_delivery_notify wakes the deliverers.
 //   - Exclusion matching (threat_exclusion_for, gateway_glob_like), job
@@ -447,18 +484,18 @@
 // change they describe, with the exact body every delivery sends, and only
 // when an organization that hears it has an enabled target subscribed to
 // the event. There is one writer of the outbox, the database function
-// webhook_emit, and every event reaches it (events.go;
+// webhook_emit, and every event reaches it (internal/core/events.go;
 // tests/security/events_test.go checks the catalogue against it):
-// emitEvent from Go, which decides the recipients in the change's
+// core.EmitEvent (emitEvent here) from Go, which decides the recipients in the change's
 // transaction (a worker's events go to the organizations that may see it
 // then, its grants and assignments read FOR SHARE so that a withdrawal
-// cannot interleave); taskEventsSQL, a CTE of the completion and sweeper
+// cannot interleave); core.TaskEventsSQL, a CTE of the completion and sweeper
 // statements (no round trip; one index probe per ended task when no target
 // exists); and the triggers of migration 000020 for a scan's end (inside
 // advance_scan) and a skipped schedule slot, which go to the subject's own
 // organization. worker.offline and organization.no_eligible_worker,
 // computed from time, are noticed by WatchWebhookConditions, once per
-// transition, and emitted through emitEvent. Any replica delivers:
+// transition, and emitted through core.EmitEvent. Any replica delivers:
 // ClaimWebhookDeliveries takes due rows FOR UPDATE SKIP LOCKED and pushes
 // them past the try's end, so a replica that dies mid-delivery leaves them
 // due again (at least once); RecordWebhookDeliveries is fenced on each try's
@@ -470,8 +507,8 @@
 // A control-plane change's audit row is written in the change's own
 // transaction: the caller declares the record (WithAudit: the HTTP
 // handlers, console sign-in and sign-out, the gateway admin commands), and
-// inTx writes it just before
-// COMMIT (auditctx.go). What only the change knows — the id it created,
+// inTx (core.InTx) writes it just before
+// COMMIT (internal/core/auditctx.go). What only the change knows — the id it created,
 // the organization of what an id names, a count — the verb adds inside its
 // transaction (auditTarget, auditDetail); a replay that changes nothing
 // drops it (auditSkip). So every verb a change goes through runs in inTx,
@@ -511,7 +548,7 @@
 //
 // # Transitions
 //
-// The task and attempt state machines are the tables in transitions.go. SQL
+// The task and attempt state machines are the tables in internal/core/transitions.go. SQL
 // predicates take their "from" states from those tables, so a statement can
 // never move a row along an edge the table does not have.
 //
@@ -528,7 +565,8 @@
 //
 // # Errors
 //
-// The outcomes a caller tells apart are the sentinels in errors.go, all of
+// The outcomes a caller tells apart are the sentinels in internal/core/errors.go, named for callers in
+// errors.go, all of
 // them (TestSentinelsListed fails for an Err declared elsewhere or left out
 // of Sentinels); the HTTP layer answers each from one table. An error's text
 // is for the log: a reason a client may read travels as problem.Text

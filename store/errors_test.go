@@ -4,6 +4,8 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"io/fs"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -15,19 +17,18 @@ import (
 )
 
 // TestSentinelsListed keeps store.Sentinels complete: every exported Err
-// variable of the package is declared in errors.go and listed there, so the
-// HTTP layer's test that each one has an answer cannot miss a new one.
+// variable of the store is declared in the core's errors.go, named again
+// by the facade's errors.go, and listed, so the HTTP layer's test that
+// each one has an answer cannot miss a new one.
 func TestSentinelsListed(t *testing.T) {
 	t.Parallel()
-	files, err := filepath.Glob("*.go")
-	require.NoError(t, err)
-	var declared []string
+	declared := map[string][]string{} // directory → its Err variables
 	fset := token.NewFileSet()
-	for _, name := range files {
-		if strings.HasSuffix(name, "_test.go") {
-			continue
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return err
 		}
-		f, err := parser.ParseFile(fset, name, nil, parser.SkipObjectResolution)
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
 		require.NoError(t, err)
 		for _, decl := range f.Decls {
 			gen, ok := decl.(*ast.GenDecl)
@@ -37,20 +38,28 @@ func TestSentinelsListed(t *testing.T) {
 			for _, spec := range gen.Specs {
 				for _, id := range spec.(*ast.ValueSpec).Names {
 					if strings.HasPrefix(id.Name, "Err") && id.IsExported() {
-						require.Equal(t, "errors.go", name, "%s: declare sentinels in store/errors.go", id.Name)
-						declared = append(declared, id.Name)
+						require.Equal(t, "errors.go", filepath.Base(path), "%s: declare sentinels in store/internal/core/errors.go", id.Name)
+						dir := filepath.Dir(path)
+						declared[dir] = append(declared[dir], id.Name)
 					}
 				}
 			}
 		}
-	}
+		return nil
+	})
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{".", filepath.Join("internal", "core")}, slices.Collect(maps.Keys(declared)),
+		"sentinels are declared in the core and named by the facade only")
 	var listed []string
 	for name, err := range store.Sentinels() {
 		require.NotNil(t, err, name)
 		listed = append(listed, name)
 	}
-	slices.Sort(declared)
+	for _, names := range declared {
+		slices.Sort(names)
+	}
 	slices.Sort(listed)
-	require.NotEmpty(t, declared)
-	require.Equal(t, declared, listed, "store.Sentinels must list every Err declared in errors.go")
+	require.NotEmpty(t, listed)
+	require.Equal(t, declared[filepath.Join("internal", "core")], listed, "store.Sentinels must list every Err declared in the core's errors.go")
+	require.Equal(t, declared["."], listed, "store/errors.go must name every sentinel of the core")
 }

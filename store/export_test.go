@@ -7,6 +7,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/worker-gateway/gateway/store/internal/lease"
 )
 
 // FireDueSchedulesAt is FireDueSchedules deciding at now instead of the
@@ -19,15 +21,15 @@ func (s *Store) FireDueSchedulesAt(ctx context.Context, now time.Time, limit int
 // LeaseCandidatesSQL and GenericPlanSQL let a test explain a poll's walk
 // under the plan settings it runs with.
 var (
-	LeaseCandidatesSQL = leaseCandidatesSQL
+	LeaseCandidatesSQL = lease.LeaseCandidatesSQL
 	GenericPlanSQL     = genericPlanSQL
 )
 
 // LockAssignmentsSQL and ReplayLeasesSQL let a test explain the other
 // statements of a poll that read the worker's live attempts.
 var (
-	LockAssignmentsSQL = lockAssignmentsSQL
-	ReplayLeasesSQL    = replayLeasesSQL
+	LockAssignmentsSQL = lease.LockAssignmentsSQL
+	ReplayLeasesSQL    = lease.ReplayLeasesSQL
 )
 
 // ScopeReadLockSQL lets a test stand for a decider that read an

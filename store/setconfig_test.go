@@ -1,9 +1,11 @@
 package store_test
 
 import (
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -16,7 +18,13 @@ import (
 func TestSetConfigIsTransactionLocal(t *testing.T) {
 	calls := regexp.MustCompile(`(?i)set_config\(\s*'[^']*'\s*,\s*'[^']*'\s*,\s*(\w+)\s*\)`)
 	plainSet := regexp.MustCompile(`(?im)^\s*SET\s+(SESSION\s+)?\w+\s*(=|TO)`)
-	files, err := filepath.Glob("*.go")
+	var files []string
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".go") {
+			files = append(files, path)
+		}
+		return err
+	})
 	require.NoError(t, err)
 	seen := 0
 	for _, f := range files {

@@ -13,9 +13,10 @@ const SQLFromGoFile = "00_from_go.gen.sql"
 
 // SQLFromGo is the text of migrations/functions/00_from_go.gen.sql: the SQL
 // functions that spell, for the database's own functions, what Go defines —
-// the wake-up channel and payloads (notify.go), the task and scan states
-// and the scan rules (transitions.go, scantransitions.go), the queue row of
-// a task (queue.go), the change kinds of scan history (scanhistory.go).
+// the wake-up channel and payloads (internal/core/notify.go), the task and
+// scan states and the scan rules (internal/core: transitions.go,
+// scantransitions.go), the queue row of a task (internal/lease/queue.go),
+// the change kinds of scan history (scanhistory.go).
 // Webhook event types stay literal in the calls of webhook_emit, where
 // TestEveryEventHasOneEmitter (tests/security) reads them and checks each
 // against the catalogue (webhooks.go). A function in migrations/functions calls these and

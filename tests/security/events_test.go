@@ -150,7 +150,7 @@ var outboxInsert = regexp.MustCompile(`(?i)insert\s+into\s+webhook_(events|deliv
 // TestEveryEventHasOneEmitter enumerates the event types of the contract
 // and checks that each is emitted, and only through the one emitter: no
 // database function but webhook_emit writes the outbox, no Go code writes
-// it nor calls webhook_emit but store/events.go, and every type of the
+// it nor calls webhook_emit but store/internal/core/events.go, and every type of the
 // catalogue reaches webhook_emit from a trigger that calls it or from the
 // store through emitEvent (or the task CTE in events.go). worker.* events
 // come only from Go, which decides their recipients at the change.
@@ -214,12 +214,12 @@ func TestEveryEventHasOneEmitter(t *testing.T) {
 		}
 		rel := strings.TrimPrefix(path, "../../")
 		require.False(t, outboxInsert.Match(src), "%s writes the outbox itself", rel)
-		if rel == "store/events.go" {
+		if rel == "store/internal/core/events.go" {
 			for _, m := range emitterCall.FindAllStringSubmatch(string(src), -1) {
 				emits(rel, m[1], m[2] != "")
 			}
 		} else {
-			require.NotContains(t, string(src), "webhook_emit(", "%s calls the emitter around store/events.go", rel)
+			require.NotContains(t, string(src), "webhook_emit(", "%s calls the emitter around store/internal/core/events.go", rel)
 		}
 		if strings.HasPrefix(rel, "store/") {
 			for _, m := range goEmitCall.FindAllStringSubmatch(string(src), -1) {

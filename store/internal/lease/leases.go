@@ -1,4 +1,4 @@
-package store
+package lease
 
 import (
 	"context"
@@ -12,6 +12,9 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/worker-gateway/gateway/store/internal/core"
+	"github.com/worker-gateway/gateway/store/internal/fencing"
 )
 
 // taskTypesFor maps a worker type to the task types it may run.
@@ -118,20 +121,20 @@ func scanLease(row pgx.Row, tokens []string) (Lease, int, error) {
 		return Lease{}, 0, fmt.Errorf("lease %s has token slot %d of %d", l.AttemptID, slot, len(tokens))
 	}
 	l.LeaseToken = tokens[slot-1]
-	l.LeaseTTL = seconds(ttl)
+	l.LeaseTTL = Seconds(ttl)
 	l.LeaseDuration = time.Duration(leaseSeconds) * time.Second
-	l.Task.ExecutionDeadlineAt, l.Task.ExecutionDeadlineIn = execAt, optSeconds(execIn)
-	l.Task.AttemptDeadlineAt, l.Task.AttemptDeadlineIn = attemptAt, optSeconds(attemptIn)
+	l.Task.ExecutionDeadlineAt, l.Task.ExecutionDeadlineIn = execAt, OptSeconds(execIn)
+	l.Task.AttemptDeadlineAt, l.Task.AttemptDeadlineIn = attemptAt, OptSeconds(attemptIn)
 	return l, slot, nil
 }
 
-func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+func Seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
-func optSeconds(s *float64) *time.Duration {
+func OptSeconds(s *float64) *time.Duration {
 	if s == nil {
 		return nil
 	}
-	d := seconds(*s)
+	d := Seconds(*s)
 	return &d
 }
 
@@ -145,7 +148,7 @@ func optSeconds(s *float64) *time.Duration {
 // The statements travel in one round trip with BEGIN (they need nothing
 // from each other that SQL cannot read itself), and the candidate statement
 // runs with a generic plan: planning it costs more than running it.
-func (s *Store) AcquireLeases(ctx context.Context, p AcquireParams) (AcquireResult, error) {
+func (s *Engine) AcquireLeases(ctx context.Context, p AcquireParams) (AcquireResult, error) {
 	out := s.AcquireLeasesMany(ctx, []AcquireParams{p})
 	return out[0].Result, out[0].Err
 }
@@ -167,21 +170,21 @@ type AcquireOutcome struct {
 // for the sum of their free slots — FOR UPDATE SKIP LOCKED, priority, then
 // organizations in turns, then age — hands them out in that order, and
 // creates all the attempts in one statement. Each poll is answered on its
-// own. A poll alone keeps its one-round-trip acquisition (leaseCandidatesSQL
+// own. A poll alone keeps its one-round-trip acquisition (LeaseCandidatesSQL
 // in the same batch): coalescing costs two more round trips, paid back only
 // when there is a group to serve. If the transaction fails, a group of
 // several is retried one poll at a time, so one poll's failure is only its
 // own.
-func (s *Store) AcquireLeasesMany(ctx context.Context, ps []AcquireParams) []AcquireOutcome {
+func (s *Engine) AcquireLeasesMany(ctx context.Context, ps []AcquireParams) []AcquireOutcome {
 	acqs := make([]*acquisition, len(ps))
 	for i, p := range ps {
 		acqs[i] = &acquisition{p: p, alone: len(ps) == 1}
 		acqs[i].tokens, acqs[i].hashes = newLeaseTokens(max(p.MaxTasks, 0))
 	}
 	ordered := slices.Clone(acqs)
-	slices.SortStableFunc(ordered, func(a, b *acquisition) int { return compareWorkers(a.p.WorkerID, b.p.WorkerID) })
+	slices.SortStableFunc(ordered, func(a, b *acquisition) int { return core.CompareWorkers(a.p.WorkerID, b.p.WorkerID) })
 	queue := func(b *pgx.Batch) {
-		b.Queue(genericPlanSQL)
+		b.Queue(GenericPlanSQL)
 		for _, a := range ordered {
 			a.queue(b)
 		}
@@ -197,14 +200,14 @@ func (s *Store) AcquireLeasesMany(ctx context.Context, ps []AcquireParams) []Acq
 		}
 		return nil
 	}
-	finish := func(ex executor) error {
+	finish := func(ex core.Executor) error {
 		if len(ordered) > 1 {
 			if err := grantLeases(ctx, ex, ordered); err != nil {
 				return err
 			}
 		}
 		for _, a := range ordered {
-			if err := a.finish(ctx, ex); err != nil {
+			if err := a.finish(ctx, ex, s.releases.LackingCritical); err != nil {
 				return err
 			}
 		}
@@ -255,15 +258,15 @@ type acquisition struct {
 
 func (a *acquisition) queue(b *pgx.Batch) {
 	p := a.p
-	b.Queue(touchWorkerSQL, p.WorkerID, nullJSON(p.Capabilities), p.SoftwareVersion, p.ProtocolVersion)
+	b.Queue(touchWorkerSQL, p.WorkerID, NullJSON(p.Capabilities), p.SoftwareVersion, p.ProtocolVersion)
 	if p.IdempotencyKey != "" {
-		b.Queue(replayLeasesSQL, p.WorkerID, p.IdempotencyKey, a.hashes)
+		b.Queue(ReplayLeasesSQL, p.WorkerID, p.IdempotencyKey, a.hashes)
 	}
-	b.Queue(lockAssignmentsSQL, p.WorkerID)
+	b.Queue(LockAssignmentsSQL, p.WorkerID)
 	if a.alone {
 		// The same tokens as the replay: if it replays any lease, this
 		// statement grants none.
-		b.Queue(leaseCandidatesSQL, p.WorkerID, p.MaxTasks, nullString(p.IdempotencyKey), a.hashes)
+		b.Queue(LeaseCandidatesSQL, p.WorkerID, p.MaxTasks, NullString(p.IdempotencyKey), a.hashes)
 	}
 }
 
@@ -276,11 +279,11 @@ func (a *acquisition) read(br pgx.BatchResults) error {
 	err := br.QueryRow().Scan(&a.workerType, &a.capabilities, &a.maxTasks, &enabled, &revoked, &a.capsChanged, &a.labels)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		a.err = ErrNotFound
+		a.err = core.ErrNotFound
 	case err != nil:
 		return fmt.Errorf("lock worker: %w", err)
 	case revoked:
-		a.err = ErrWorkerRevoked
+		a.err = core.ErrWorkerRevoked
 	default:
 		a.found, a.res.Disabled = enabled, !enabled
 	}
@@ -330,9 +333,9 @@ func (a *acquisition) read(br pgx.BatchResults) error {
 }
 
 // finish runs, before COMMIT, what depends on what read learnt.
-func (a *acquisition) finish(ctx context.Context, ex executor) error {
+func (a *acquisition) finish(ctx context.Context, ex core.Executor, releaseLackingCritical LackingCriticalReleaser) error {
 	if a.found && a.capsChanged {
-		if _, err := releaseAttemptsLackingCritical(ctx, ex, a.p.WorkerID, a.capabilities); err != nil {
+		if _, err := releaseLackingCritical(ctx, ex, a.p.WorkerID, a.capabilities); err != nil {
 			return err
 		}
 	}
@@ -375,35 +378,35 @@ const orderedScansSQL = `SELECT ` + orderedScans
 const orderedScans = `set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
 	set_config('jit', 'off', true)`
 
-// genericPlanSQL is orderedScansSQL for the acquisition, which also plans
+// GenericPlanSQL is orderedScansSQL for the acquisition, which also plans
 // its statements once per connection instead of on every poll: planning
 // them costs more than running them. A generic plan is made once, possibly
 // while a table is still small, and then kept as the table grows; the
 // ordered scans keep it right whatever the statistics said.
-const genericPlanSQL = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true), ` + orderedScans
+const GenericPlanSQL = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true), ` + orderedScans
 
-// byIDPlanSQL is genericPlanSQL for statements that find their rows by the
+// byIDPlanSQL is GenericPlanSQL for statements that find their rows by the
 // ids in the arrays they are given (completions): each input row probes a
 // primary key, in a nested loop. A generic plan made while the tables were
 // small instead merge-joined the sorted input with a whole primary key,
 // read from its start (4 ms for one completion).
-const byIDPlanSQL = genericPlanSQL + `,
+const byIDPlanSQL = GenericPlanSQL + `,
 	set_config('enable_mergejoin', 'off', true), set_config('enable_hashjoin', 'off', true)`
 
-// lockAssignmentsSQL takes the worker's live assignments FOR SHARE and
+// LockAssignmentsSQL takes the worker's live assignments FOR SHARE and
 // counts its active attempts. A statement of its own, after the worker row
 // lock, so it sees the attempts of the worker's previous poll that we may
 // have waited for on that lock.
-var lockAssignmentsSQL = `
+var LockAssignmentsSQL = `
 	SELECT ow.organization_id,
-		(SELECT count(*) FROM worker_task_attempts a WHERE ` + workerLiveAttempts("a", "$1") + `)
+		(SELECT count(*) FROM worker_task_attempts a WHERE ` + core.WorkerLiveAttempts("a", "$1") + `)
 	FROM organization_workers ow
 	JOIN workers w ON w.id = ow.worker_id AND w.enabled AND w.revoked_at IS NULL
 	WHERE ow.worker_id = $1 AND ow.enabled AND ow.revoked_at IS NULL
 	ORDER BY ow.organization_id
 	FOR SHARE OF ow`
 
-// replayLeasesSQL finds the still-active leases an earlier poll of worker
+// ReplayLeasesSQL finds the still-active leases an earlier poll of worker
 // $1 with the same idempotency key $2 created and gives each a fresh token:
 // the n-th of them gets the n-th hash of $3 (there are as many as the poll
 // may get leases; any further lease keeps its token and is not replayed).
@@ -411,18 +414,18 @@ var lockAssignmentsSQL = `
 // worker repeats a poll only when it never got the answer, so nobody holds
 // the old token, and it stops working here. The update is fenced like any
 // lease write: the attempt still active, this worker's, and unexpired.
-var replayLeasesSQL = `
+var ReplayLeasesSQL = `
 WITH replay AS (
 	SELECT a.id, row_number() OVER (ORDER BY a.created_at, a.id) AS slot
 	FROM worker_task_attempts a
-	WHERE ` + workerLiveAttempts("a", "$1") + ` AND a.lease_request_key = $2
-		AND ` + leaseLive("a") + `
+	WHERE ` + core.WorkerLiveAttempts("a", "$1") + ` AND a.lease_request_key = $2
+		AND ` + fencing.LeaseLive("a") + `
 		AND EXISTS (SELECT 1 FROM workers w WHERE w.id = $1 AND w.revoked_at IS NULL)
 ), rotated AS (
 	UPDATE worker_task_attempts a SET lease_token_hash = ($3::bytea[])[r.slot]
 	FROM replay r
 	WHERE a.id = r.id AND r.slot <= cardinality($3::bytea[])
-		AND a.worker_id = $1 AND ` + leaseLive("a") + `
+		AND a.worker_id = $1 AND ` + fencing.LeaseLive("a") + `
 	RETURNING a.*, r.slot
 )
 SELECT a.slot, ` + leaseColumns + `
@@ -471,7 +474,7 @@ type candidate struct {
 // statement grants them all. A task pinned to one of the group's workers
 // goes to that worker's polls; a walk that found tasks pinned to a worker
 // already served in full walks again without them.
-func grantLeases(ctx context.Context, ex executor, polls []*acquisition) error {
+func grantLeases(ctx context.Context, ex core.Executor, polls []*acquisition) error {
 	type like struct {
 		polls   []*acquisition
 		want    int
@@ -540,7 +543,7 @@ func grantLeases(ctx context.Context, ex executor, polls []*acquisition) error {
 	give := func(a *acquisition, slot int, id uuid.UUID) {
 		taken[id] = true
 		taskIDs, workerIDs = append(taskIDs, id), append(workerIDs, a.p.WorkerID)
-		requestKeys = append(requestKeys, nullString(a.p.IdempotencyKey))
+		requestKeys = append(requestKeys, NullString(a.p.IdempotencyKey))
 		hashes, tokens = append(hashes, a.hashes[slot]), append(tokens, a.tokens[slot])
 		owners = append(owners, a)
 	}
@@ -701,7 +704,7 @@ func takeQueuedSQL(rel, idColumn string) string {
 	)`
 }
 
-// leaseCandidatesSQL is the acquisition of a poll alone, in the same round
+// LeaseCandidatesSQL is the acquisition of a poll alone, in the same round
 // trip as its worker, replay and assignment statements (a coalesced
 // acquisition needs two more): it picks and leases tasks in one statement: $1 the
 // worker, $2 the most tasks the poll asks for, $3 its idempotency key, $4
@@ -717,16 +720,16 @@ func takeQueuedSQL(rel, idColumn string) string {
 // Across organizations, within one priority, the n-th task of each
 // organization comes before the (n+1)-th of any, and the organization this
 // worker served least recently goes first: organizations take turns.
-var leaseCandidatesSQL = `
+var LeaseCandidatesSQL = `
 WITH worker AS (
 	SELECT w.capabilities, w.labels, ` + taskTypesSQL("w.worker_type") + ` AS task_types,
 		least($2, w.max_concurrent_tasks - (SELECT count(*) FROM worker_task_attempts a
-			WHERE ` + workerLiveAttempts("a", "$1") + `)) AS want
+			WHERE ` + core.WorkerLiveAttempts("a", "$1") + `)) AS want
 	FROM workers w
 	WHERE w.id = $1 AND w.enabled AND w.revoked_at IS NULL
 		AND NOT EXISTS (SELECT 1 FROM worker_task_attempts r
-			WHERE ` + workerLiveAttempts("r", "$1") + ` AND r.lease_request_key = $3
-				AND ` + leaseLive("r") + `)
+			WHERE ` + core.WorkerLiveAttempts("r", "$1") + ` AND r.lease_request_key = $3
+				AND ` + fencing.LeaseLive("r") + `)
 ), candidates AS (
 	SELECT c.id, c.organization_id
 	FROM worker, organization_workers ow
@@ -749,7 +752,7 @@ WITH worker AS (
 		(task_id, worker_id, organization_id, attempt_number, lease_token_hash, status, lease_expires_at, deadline_at, lease_request_key)
 	SELECT l.id, $1, l.organization_id, l.attempts_started,
 		($4::bytea[])[s.slot],
-		'` + string(AttemptLeased) + `', ` + firstLeaseExpirySQL + `, d.deadline,
+		'` + string(core.AttemptLeased) + `', ` + firstLeaseExpirySQL + `, d.deadline,
 		$3
 	FROM leased l
 	JOIN slots s ON s.id = l.id
@@ -769,7 +772,7 @@ ORDER BY t.priority DESC, a.id`
 // past the task's execution deadline), joined laterally; and its first
 // lease expiry, never past that deadline.
 var (
-	leaseTaskSetSQL = `state = '` + string(TaskTransitions[EventLease].To) + `',
+	leaseTaskSetSQL = `state = '` + string(core.TaskTransitions[core.EventLease].To) + `',
 		attempt_count = t.attempt_count + 1,
 		attempts_started = t.attempts_started + 1,
 		updated_at = now()`
@@ -831,7 +834,7 @@ WITH input AS (
 	INSERT INTO worker_task_attempts
 		(task_id, worker_id, organization_id, attempt_number, lease_token_hash, status, lease_expires_at, deadline_at, lease_request_key)
 	SELECT l.id, l.grant_worker, l.organization_id, l.attempts_started, l.grant_token_hash,
-		'` + string(AttemptLeased) + `', ` + firstLeaseExpirySQL + `, d.deadline,
+		'` + string(core.AttemptLeased) + `', ` + firstLeaseExpirySQL + `, d.deadline,
 		l.grant_request_key
 	FROM leased l
 	` + attemptDeadlineSQL + `
@@ -856,20 +859,20 @@ func taskTypesSQL(column string) string {
 	var b strings.Builder
 	b.WriteString("CASE " + column)
 	for _, wt := range workerTypes {
-		fmt.Fprintf(&b, " WHEN '%s' THEN ARRAY[%s]::text[]", wt, sqlStates(taskTypesFor[wt]...))
+		fmt.Fprintf(&b, " WHEN '%s' THEN ARRAY[%s]::text[]", wt, core.SQLStates(taskTypesFor[wt]...))
 	}
 	b.WriteString(" ELSE ARRAY[]::text[] END")
 	return b.String()
 }
 
-func nullString(s string) *string {
+func NullString(s string) *string {
 	if s == "" {
 		return nil
 	}
 	return &s
 }
 
-func nullJSON(b json.RawMessage) any {
+func NullJSON(b json.RawMessage) any {
 	if len(b) == 0 {
 		return nil
 	}

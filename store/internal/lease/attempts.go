@@ -1,4 +1,4 @@
-package store
+package lease
 
 import (
 	"context"
@@ -7,6 +7,9 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/worker-gateway/gateway/store/internal/core"
+	"github.com/worker-gateway/gateway/store/internal/fencing"
 )
 
 // AttemptRef names an attempt as its worker does: the attempt, the worker
@@ -45,17 +48,17 @@ WITH req AS (
 ), renewed AS (
 	UPDATE worker_task_attempts a SET
 		lease_expires_at = least(now() + make_interval(secs => t.lease_duration_seconds), a.deadline_at),
-		status = '` + string(AttemptRunning) + `',
+		status = '` + string(core.AttemptRunning) + `',
 		running_at = coalesce(a.running_at, now()),
 		updated_at = now()
 	FROM req r, worker_tasks t
-	WHERE ` + leaseHeld("a", "r.id", "r.worker", "r.token_hash") + `
+	WHERE ` + fencing.LeaseHeld("a", "r.id", "r.worker", "r.token_hash") + `
 		AND t.id = a.task_id
 	RETURNING a.id, a.task_id, a.lease_expires_at, t.state, t.lease_duration_seconds
 ), started AS (
-	UPDATE worker_tasks t SET state = '` + string(TaskTransitions[EventStart].To) + `', updated_at = now()
+	UPDATE worker_tasks t SET state = '` + string(core.TaskTransitions[core.EventStart].To) + `', updated_at = now()
 	FROM renewed n
-	WHERE t.id = n.task_id AND t.state IN (` + fromStates(EventStart) + `)
+	WHERE t.id = n.task_id AND t.state IN (` + core.FromStates(core.EventStart) + `)
 )
 SELECT r.id, n.state, n.lease_expires_at,
 	coalesce(extract(epoch FROM n.lease_expires_at - now())::float8, 0),
@@ -63,13 +66,13 @@ SELECT r.id, n.state, n.lease_expires_at,
 FROM req r LEFT JOIN renewed n ON n.id = r.id
 ORDER BY r.ord`
 
-func renew(ctx context.Context, ex executor, refs []AttemptRef) ([]LeaseStatus, error) {
+func renew(ctx context.Context, ex core.Executor, refs []AttemptRef) ([]LeaseStatus, error) {
 	workers := make([]uuid.UUID, len(refs))
 	ids := make([]uuid.UUID, len(refs))
 	for i, r := range refs {
 		workers[i], ids[i] = r.WorkerID, r.AttemptID
 	}
-	rows, err := ex.Query(ctx, renewSQL, workers, ids, leaseTokenHashes(refs))
+	rows, err := ex.Query(ctx, renewSQL, workers, ids, TokenHashes(refs))
 	if err != nil {
 		return nil, fmt.Errorf("renew: %w", err)
 	}
@@ -89,7 +92,7 @@ func renew(ctx context.Context, ex executor, refs []AttemptRef) ([]LeaseStatus, 
 		switch {
 		case taskState == nil:
 			st.State = LeaseLost
-		case TaskState(*taskState) == TaskCancelling:
+		case core.TaskState(*taskState) == core.TaskCancelling:
 			st.State = LeaseCancelRequested
 		default:
 			st.State = LeaseActive
@@ -97,7 +100,7 @@ func renew(ctx context.Context, ex executor, refs []AttemptRef) ([]LeaseStatus, 
 		if expires != nil {
 			st.LeaseExpiresAt = *expires
 		}
-		st.LeaseTTL = seconds(ttl)
+		st.LeaseTTL = Seconds(ttl)
 		st.LeaseDuration = time.Duration(leaseSecs) * time.Second
 		out = append(out, st)
 	}
@@ -107,7 +110,7 @@ func renew(ctx context.Context, ex executor, refs []AttemptRef) ([]LeaseStatus, 
 // HeartbeatAttempt renews one lease (and starts the attempt if it was only
 // leased). A lease no longer held is ErrLeaseLost; an attempt that is not this
 // worker's is ErrNotFound.
-func (s *Store) HeartbeatAttempt(ctx context.Context, ref AttemptRef) (LeaseStatus, error) {
+func (s *Engine) HeartbeatAttempt(ctx context.Context, ref AttemptRef) (LeaseStatus, error) {
 	var st LeaseStatus
 	err := s.inTx(ctx, "heartbeat attempt", func(tx pgx.Tx) error {
 		// A worker that only heartbeats (busy, not polling) is still online.
@@ -123,7 +126,7 @@ func (s *Store) HeartbeatAttempt(ctx context.Context, ref AttemptRef) (LeaseStat
 		}
 		st = statuses[0]
 		if st.State == LeaseLost {
-			return attemptMissOrLost(ctx, tx, ref)
+			return AttemptMissOrLost(ctx, tx, ref)
 		}
 		return nil
 	})
@@ -135,7 +138,7 @@ func (s *Store) HeartbeatAttempt(ctx context.Context, ref AttemptRef) (LeaseStat
 
 // StartAttempt moves a leased attempt to running, renewing its lease as a
 // heartbeat does. Repeating it is harmless.
-func (s *Store) StartAttempt(ctx context.Context, ref AttemptRef) (LeaseStatus, error) {
+func (s *Engine) StartAttempt(ctx context.Context, ref AttemptRef) (LeaseStatus, error) {
 	return s.HeartbeatAttempt(ctx, ref)
 }
 
@@ -150,7 +153,7 @@ type RenewParams struct {
 // RenewLeases renews every listed lease of a worker in one transaction,
 // touches last_seen_at and persists a capability advertisement. Leases it
 // cannot renew (expired, ended, not this worker's) come back as lost.
-func (s *Store) RenewLeases(ctx context.Context, p RenewParams) ([]LeaseStatus, error) {
+func (s *Engine) RenewLeases(ctx context.Context, p RenewParams) ([]LeaseStatus, error) {
 	out := s.RenewLeasesMany(ctx, []RenewParams{p})
 	return out[0].Statuses, out[0].Err
 }
@@ -187,11 +190,11 @@ const touchWorkerSQL = `
 		labels
 	FROM before`
 
-// attemptMissOrLost runs after a fenced write matched nothing, and only
+// AttemptMissOrLost runs after a fenced write matched nothing, and only
 // decides which error to return: the attempt is not this worker's (or does
 // not exist) → ErrNotFound, so no hint of its existence leaks; otherwise the
 // lease is lost.
-func attemptMissOrLost(ctx context.Context, ex executor, ref AttemptRef) error {
+func AttemptMissOrLost(ctx context.Context, ex core.Executor, ref AttemptRef) error {
 	var exists bool
 	err := ex.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM worker_task_attempts WHERE id = $1 AND worker_id = $2)`,
 		ref.AttemptID, ref.WorkerID).Scan(&exists)
@@ -199,7 +202,7 @@ func attemptMissOrLost(ctx context.Context, ex executor, ref AttemptRef) error {
 		return fmt.Errorf("classify miss: %w", err)
 	}
 	if !exists {
-		return ErrNotFound
+		return core.ErrNotFound
 	}
-	return ErrLeaseLost
+	return core.ErrLeaseLost
 }

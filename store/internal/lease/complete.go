@@ -1,4 +1,4 @@
-package store
+package lease
 
 import (
 	"context"
@@ -8,13 +8,16 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/worker-gateway/gateway/store/internal/core"
+	"github.com/worker-gateway/gateway/store/internal/fencing"
 )
 
 // CompleteParams finishes an attempt.
 type CompleteParams struct {
 	AttemptRef
 	// Outcome is AttemptSucceeded, AttemptFailed or AttemptCancelled.
-	Outcome      AttemptStatus
+	Outcome      core.AttemptStatus
 	ErrorCode    string
 	ErrorMessage string
 	Retryable    bool
@@ -27,8 +30,8 @@ type CompleteParams struct {
 type CompleteResult struct {
 	AttemptID     uuid.UUID
 	TaskID        uuid.UUID
-	AttemptStatus AttemptStatus
-	TaskState     TaskState
+	AttemptStatus core.AttemptStatus
+	TaskState     core.TaskState
 	FinishedAt    time.Time
 	RetryAt       *time.Time
 	// Replayed is true when the attempt had already ended with this outcome.
@@ -45,7 +48,7 @@ const retryDelaySQL = `make_interval(secs => random() * least(t.retry_max_second
 // the same fenced statements as CompleteAttempts, so a single completion and
 // a thousand share one path. A repeat of the same outcome on an attempt that
 // already ended with it returns the original answer.
-func (s *Store) CompleteAttempt(ctx context.Context, p CompleteParams) (CompleteResult, error) {
+func (s *Engine) CompleteAttempt(ctx context.Context, p CompleteParams) (CompleteResult, error) {
 	out := s.CompleteAttempts(ctx, []CompleteParams{p})[0]
 	return out.Result, out.Err
 }
@@ -54,18 +57,18 @@ func (s *Store) CompleteAttempt(ctx context.Context, p CompleteParams) (Complete
 // current state. A success while cancelling still completes the task: the
 // work was done and its results are in. A worker that gives a task back
 // (cancelled without a cancel request) releases it without using an attempt.
-func completionEvent(p CompleteParams, state TaskState, canRetry bool) TaskEvent {
+func completionEvent(p CompleteParams, state core.TaskState, canRetry bool) core.TaskEvent {
 	switch {
-	case p.Outcome == AttemptSucceeded:
-		return EventSucceed
-	case state == TaskCancelling:
-		return EventCancelDone
-	case p.Outcome == AttemptCancelled:
-		return EventRelease
+	case p.Outcome == core.AttemptSucceeded:
+		return core.EventSucceed
+	case state == core.TaskCancelling:
+		return core.EventCancelDone
+	case p.Outcome == core.AttemptCancelled:
+		return core.EventRelease
 	case p.Retryable && canRetry:
-		return EventRetry
+		return core.EventRetry
 	default:
-		return EventFailTerminal
+		return core.EventFailTerminal
 	}
 }
 
@@ -79,7 +82,7 @@ var errCompletionRaced = errors.New("completion raced a concurrent write")
 // of the same outcome (the original answer), a lost lease, a different
 // outcome on a finished attempt, a claimed result batch never persisted, or
 // an attempt that is not this worker's.
-func (s *Store) explainUnmatchedCompletion(ctx context.Context, p CompleteParams) (CompleteResult, error) {
+func (s *Engine) explainUnmatchedCompletion(ctx context.Context, p CompleteParams) (CompleteResult, error) {
 	res := CompleteResult{AttemptID: p.AttemptID, AttemptStatus: p.Outcome}
 	var (
 		tokenMatches, live, persisted bool
@@ -93,37 +96,37 @@ func (s *Store) explainUnmatchedCompletion(ctx context.Context, p CompleteParams
 		lastSeq = &n
 	}
 	err := s.pool.QueryRow(ctx, `
-		SELECT a.lease_token_hash = $3, `+leaseLive("a")+`,
+		SELECT a.lease_token_hash = $3, `+fencing.LeaseLive("a")+`,
 			$4::int IS NULL OR EXISTS (SELECT 1 FROM worker_result_batches b
 				WHERE b.attempt_id = a.id AND b.sequence_number = $4 AND b.status = 'persisted'),
 			a.status, a.result_task_state, a.finished_at, a.task_id, t.available_at
 		FROM worker_task_attempts a JOIN worker_tasks t ON t.id = a.task_id
-		WHERE a.id = $1 AND a.worker_id = $2`, p.AttemptID, p.WorkerID, leaseTokenHash(p.LeaseToken), lastSeq,
+		WHERE a.id = $1 AND a.worker_id = $2`, p.AttemptID, p.WorkerID, TokenHash(p.LeaseToken), lastSeq,
 	).Scan(&tokenMatches, &live, &persisted, &status, &resultState, &finishedAt, &res.TaskID, &retryAt)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return CompleteResult{}, ErrNotFound
+		return CompleteResult{}, core.ErrNotFound
 	case err != nil:
 		return CompleteResult{}, fmt.Errorf("explain completion: %w", err)
 	case !tokenMatches:
-		return CompleteResult{}, ErrLeaseLost
+		return CompleteResult{}, core.ErrLeaseLost
 	case live && !persisted:
-		return CompleteResult{}, ErrUnpersistedBatch
+		return CompleteResult{}, core.ErrUnpersistedBatch
 	case live:
 		return CompleteResult{}, errCompletionRaced
 	case resultState == "":
 		// Still active with an expired lease, or ended by expiry, timeout
 		// or policy rather than by a completion: the lease is what was lost.
-		return CompleteResult{}, ErrLeaseLost
-	case AttemptStatus(status) == p.Outcome:
+		return CompleteResult{}, core.ErrLeaseLost
+	case core.AttemptStatus(status) == p.Outcome:
 		res.Replayed = true
-		res.TaskState = TaskState(resultState)
+		res.TaskState = core.TaskState(resultState)
 		res.FinishedAt = *finishedAt
-		if res.TaskState == TaskRetryWait {
+		if res.TaskState == core.TaskRetryWait {
 			res.RetryAt = &retryAt
 		}
 		return res, nil
 	default:
-		return CompleteResult{}, ErrAttemptFinished
+		return CompleteResult{}, core.ErrAttemptFinished
 	}
 }

@@ -1,4 +1,4 @@
-package store
+package lease
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"slices"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/worker-gateway/gateway/store/internal/core"
 )
 
 // RenewOutcome is one worker's heartbeat answer within a group: the status
@@ -22,17 +24,17 @@ type RenewOutcome struct {
 // order of doc.go, and two groups must take them in the same order), then
 // one statement renews all their leases. A worker that is unknown or
 // revoked gets its error; the others are renewed all the same.
-func (s *Store) RenewLeasesMany(ctx context.Context, ps []RenewParams) []RenewOutcome {
+func (s *Engine) RenewLeasesMany(ctx context.Context, ps []RenewParams) []RenewOutcome {
 	out := make([]RenewOutcome, len(ps))
 	order := make([]int, len(ps))
 	for i := range order {
 		order[i] = i
 	}
-	slices.SortStableFunc(order, func(a, b int) int { return compareWorkers(ps[a].WorkerID, ps[b].WorkerID) })
+	slices.SortStableFunc(order, func(a, b int) int { return core.CompareWorkers(ps[a].WorkerID, ps[b].WorkerID) })
 	capsChanged := make([]bool, len(ps))
 	queue := func(b *pgx.Batch) {
 		for _, i := range order {
-			b.Queue(touchWorkerSQL, ps[i].WorkerID, nullJSON(ps[i].Capabilities), ps[i].SoftwareVersion, nil)
+			b.Queue(touchWorkerSQL, ps[i].WorkerID, NullJSON(ps[i].Capabilities), ps[i].SoftwareVersion, nil)
 		}
 	}
 	read := func(br pgx.BatchResults) error {
@@ -48,16 +50,16 @@ func (s *Store) RenewLeasesMany(ctx context.Context, ps []RenewParams) []RenewOu
 			err := br.QueryRow().Scan(&workerType, &caps, &maxTasks, &enabled, &revoked, &capsChanged[i], &labels)
 			switch {
 			case errors.Is(err, pgx.ErrNoRows):
-				out[i].Err = ErrNotFound
+				out[i].Err = core.ErrNotFound
 			case err != nil:
 				return fmt.Errorf("touch worker: %w", err)
 			case revoked:
-				out[i].Err = ErrWorkerRevoked
+				out[i].Err = core.ErrWorkerRevoked
 			}
 		}
 		return nil
 	}
-	finish := func(ex executor) error {
+	finish := func(ex core.Executor) error {
 		var refs []AttemptRef
 		for _, i := range order {
 			if out[i].Err != nil {
@@ -66,7 +68,7 @@ func (s *Store) RenewLeasesMany(ctx context.Context, ps []RenewParams) []RenewOu
 			if capsChanged[i] {
 				// Before renewing, so a lease whose critical capability is
 				// gone answers lost.
-				if _, err := releaseAttemptsLackingCritical(ctx, ex, ps[i].WorkerID, ps[i].Capabilities); err != nil {
+				if _, err := s.releases.LackingCritical(ctx, ex, ps[i].WorkerID, ps[i].Capabilities); err != nil {
 					return err
 				}
 			}

@@ -1,6 +1,10 @@
-package store
+package lease
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/worker-gateway/gateway/store/internal/core"
+)
 
 // The queue: worker_task_queue holds one row per leasable task (pending or
 // retry_wait) with the columns the acquisition walk, the retry timer and
@@ -19,7 +23,7 @@ import "strings"
 //     redrive.
 //   - A statement that moves tasks out of one deletes them: acquisition
 //     and the deadline sweep (the rows they walked and took), cancellation
-//     (dequeueSQL, right after).
+//     (DequeueSQL, right after).
 //
 // Lock order: whoever starts from a queue row (acquisition, the deadline
 // sweep) locks it first and then takes its task with SKIP LOCKED, never
@@ -29,7 +33,7 @@ import "strings"
 // changes the state: there are no stale rows to clean up.
 
 // leasableStates are the task states that have a queue row.
-var leasableStates = fromStates(EventLease)
+var leasableStates = core.FromStates(core.EventLease)
 
 // copiedColumns are the worker_tasks columns a queue row copies, under the
 // same names; the queue's key is task_id, the task's id. Every list below
@@ -54,23 +58,23 @@ var (
 	taskQueueColumns = "id, " + prefixed("")
 )
 
-// queueSourceColumns are the columns of worker_tasks row alias that
+// QueueSourceColumns are the columns of worker_tasks row alias that
 // EnqueueSQL reads: an UPDATE that feeds it returns these rather than the
 // whole row (payload included), which would be copied for nothing.
-func queueSourceColumns(alias string) string {
+func QueueSourceColumns(alias string) string {
 	return alias + ".state, " + alias + ".id, " + prefixed(alias+".")
 }
 
 // EnqueueSQL inserts the queue rows of the tasks in rel — a relation of
 // worker_tasks rows as they are after the statement's change, such as an
-// UPDATE's RETURNING t.* or RETURNING queueSourceColumns("t") — that are
+// UPDATE's RETURNING t.* or RETURNING QueueSourceColumns("t") — that are
 // leasable.
 func EnqueueSQL(rel string) string {
 	return `INSERT INTO worker_task_queue (` + queueColumns + `)
 		SELECT ` + taskQueueColumns + ` FROM ` + rel + ` WHERE state IN (` + leasableStates + `)`
 }
 
-// dequeueSQL deletes the queue rows of the tasks t matching where (an SQL
+// DequeueSQL deletes the queue rows of the tasks t matching where (an SQL
 // condition over worker_tasks t) that are no longer leasable. It must be a
 // statement of its own, after the one that changed the tasks: that one may
 // have waited for a transaction that queued the task again (a failed
@@ -78,7 +82,7 @@ func EnqueueSQL(rel string) string {
 // statement would not see the queue row that transaction inserted (a
 // statement reads with the snapshot it started with). Once the task is
 // locked nobody else can queue it, so the next statement sees every row.
-func dequeueSQL(where string) string {
+func DequeueSQL(where string) string {
 	return `DELETE FROM worker_task_queue q USING worker_tasks t
 		WHERE q.task_id = t.id AND (` + where + `) AND t.state NOT IN (` + leasableStates + `)`
 }

@@ -1,4 +1,4 @@
-package store
+package lease
 
 import (
 	"crypto/rand"
@@ -9,19 +9,19 @@ import (
 // leaseTokenBytes is the randomness of one lease token: 256 bits.
 const leaseTokenBytes = 32
 
-// leaseTokenHash is what the database stores and compares of a lease token:
+// TokenHash is what the database stores and compares of a lease token:
 // its SHA-256. The token itself is never stored, so whoever can read the
 // database cannot present it.
-func leaseTokenHash(token string) []byte {
+func TokenHash(token string) []byte {
 	h := sha256.Sum256([]byte(token))
 	return h[:]
 }
 
-// leaseTokenHashes hashes the tokens of refs, in order.
-func leaseTokenHashes(refs []AttemptRef) [][]byte {
+// TokenHashes hashes the tokens of refs, in order.
+func TokenHashes(refs []AttemptRef) [][]byte {
 	out := make([][]byte, len(refs))
 	for i, r := range refs {
-		out[i] = leaseTokenHash(r.LeaseToken)
+		out[i] = TokenHash(r.LeaseToken)
 	}
 	return out
 }

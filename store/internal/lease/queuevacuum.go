@@ -1,4 +1,4 @@
-package store
+package lease
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 // SKIP_LOCKED: should another vacuum hold the table, this one is skipped
 // rather than queued. Without the table's ownership PostgreSQL skips it
 // with a warning; the queue is then left to autovacuum.
-func (s *Store) VacuumQueue(ctx context.Context) error {
+func (s *Engine) VacuumQueue(ctx context.Context) error {
 	// VACUUM cannot run in a transaction block: the pool's plain Exec sends
 	// it alone.
 	if _, err := s.pool.Exec(ctx, "VACUUM (SKIP_LOCKED) worker_task_queue"); err != nil {

@@ -1,4 +1,4 @@
-package store
+package lease
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/worker-gateway/gateway/store/internal/core"
 )
 
 // hotStatements are the statements of the worker protocol's hot paths —
@@ -14,15 +16,15 @@ import (
 // settings its transaction runs it under ("" when it is planned for each
 // call).
 var hotStatements = []struct{ planSettings, sql string }{
-	{genericPlanSQL, touchWorkerSQL},
-	{genericPlanSQL, replayLeasesSQL},
-	{genericPlanSQL, lockAssignmentsSQL},
-	{genericPlanSQL, leaseCandidatesSQL},
-	{genericPlanSQL, candidatesSQL},
-	{genericPlanSQL, grantSQL},
+	{GenericPlanSQL, touchWorkerSQL},
+	{GenericPlanSQL, ReplayLeasesSQL},
+	{GenericPlanSQL, LockAssignmentsSQL},
+	{GenericPlanSQL, LeaseCandidatesSQL},
+	{GenericPlanSQL, candidatesSQL},
+	{GenericPlanSQL, grantSQL},
 	{byIDPlanSQL, completeFencedSQL},
 	{byIDPlanSQL, moveTasksSQL},
-	{"", notifySQL},
+	{"", core.NotifySQL},
 	{"", renewSQL},
 }
 

@@ -1,4 +1,4 @@
-package store
+package core
 
 import (
 	"context"
@@ -7,14 +7,14 @@ import (
 	"github.com/google/uuid"
 )
 
-// creationReplay answers a create whose idempotency key its organization
+// CreationReplay answers a create whose idempotency key its organization
 // already used in table (worker_tasks or scans): the same request — the
 // same request_sha256 — is a replay of the row the first one created, and
 // returns that row's id; another request under the key is
 // ErrIdempotencyKeyReused. The create's INSERT … ON CONFLICT DO NOTHING
 // waited for a concurrent first try to commit, so the row is there to read
 // (see "Idempotency" in doc.go).
-func creationReplay(ctx context.Context, ex executor, table string, org uuid.UUID, key, requestSHA256 string) (uuid.UUID, error) {
+func CreationReplay(ctx context.Context, ex Executor, table string, org uuid.UUID, key, requestSHA256 string) (uuid.UUID, error) {
 	var id uuid.UUID
 	var sum string
 	err := ex.QueryRow(ctx, `SELECT id, request_sha256 FROM `+table+` WHERE organization_id = $1 AND idempotency_key = $2`,
@@ -25,6 +25,6 @@ func creationReplay(ctx context.Context, ex executor, table string, org uuid.UUI
 	if sum != requestSHA256 {
 		return uuid.Nil, ErrIdempotencyKeyReused
 	}
-	auditSkip(ctx) // a replay changes nothing: the first create was audited
+	AuditSkip(ctx) // a replay changes nothing: the first create was audited
 	return id, nil
 }

@@ -1,4 +1,4 @@
-package store
+package core
 
 import (
 	"context"
@@ -123,10 +123,10 @@ func ParseWakeup(payload string) (Wakeup, error) {
 	return Wakeup{}, bad
 }
 
-// notifySQL sends one notification per payload $2 on channel $1.
-const notifySQL = `SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`
+// NotifySQL sends one notification per payload $2 on channel $1.
+const NotifySQL = `SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`
 
-// wakeupPayloads encodes wake-ups for notifySQL.
+// wakeupPayloads encodes wake-ups for NotifySQL.
 //
 // Wake-ups of one organization's new tasks are merged into one with their
 // counts summed: PostgreSQL drops a notification identical to one already
@@ -154,11 +154,11 @@ func wakeupPayloads(wakeups []Wakeup) []string {
 	return payloads
 }
 
-// notify queues wake-ups in the caller's transaction: PostgreSQL delivers
+// Notify queues wake-ups in the caller's transaction: PostgreSQL delivers
 // them only if it commits, so no waiter wakes for work that never happened.
-// In a pipelined transaction (inPipelinedTx) they are sent with its COMMIT,
+// In a pipelined transaction (InPipelinedTx) they are sent with its COMMIT,
 // which saves the round trip of a statement of their own.
-func notify(ctx context.Context, ex executor, wakeups ...Wakeup) error {
+func Notify(ctx context.Context, ex Executor, wakeups ...Wakeup) error {
 	if len(wakeups) == 0 {
 		return nil
 	}
@@ -166,31 +166,9 @@ func notify(ctx context.Context, ex executor, wakeups ...Wakeup) error {
 		tx.wakeups = append(tx.wakeups, wakeups...)
 		return nil
 	}
-	_, err := ex.Exec(ctx, notifySQL, NotifyChannel, wakeupPayloads(wakeups))
+	_, err := ex.Exec(ctx, NotifySQL, NotifyChannel, wakeupPayloads(wakeups))
 	if err != nil {
 		return fmt.Errorf("notify: %w", err)
 	}
 	return nil
-}
-
-// dueTaskQueuedSQL: is a task of these organizations due and still queued?
-// One probe of the walk index per organization; no row is locked, so a
-// task another poll is taking right now still counts.
-const dueTaskQueuedSQL = `
-SELECT EXISTS (
-	SELECT 1 FROM unnest($1::uuid[]) AS o(id)
-	WHERE EXISTS (SELECT 1 FROM worker_task_queue q
-		WHERE q.organization_id = o.id AND q.available_at <= now()))`
-
-// DueTaskQueued reports whether any of orgs has a due task still queued.
-// A poll woken by a notice that then leased nothing asks it before passing
-// the notice on: if nothing is queued, another poll took the task and
-// there is nothing to pass on; if something is, this worker could not take
-// it (a capability, a label, its capacity) and the next one may.
-func (s *Store) DueTaskQueued(ctx context.Context, orgs []uuid.UUID) (bool, error) {
-	var queued bool
-	if err := s.pool.QueryRow(ctx, dueTaskQueuedSQL, orgs).Scan(&queued); err != nil {
-		return false, fmt.Errorf("due task queued: %w", err)
-	}
-	return queued, nil
 }

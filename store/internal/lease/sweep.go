@@ -1,4 +1,4 @@
-package store
+package lease
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/worker-gateway/gateway/store/internal/core"
 )
 
 // SweepResult says what one sweep pass did and when the next one is due.
@@ -26,26 +28,26 @@ type SweepResult struct {
 // the UPDATE's SET list, on the row version the UPDATE locked, so a cancel
 // that committed meanwhile is honoured.
 const lostAttemptNextState = `CASE
-	WHEN t.state = '` + string(TaskCancelling) + `' THEN '` + string(TaskCancelled) + `'
-	WHEN t.execution_deadline_at IS NOT NULL AND t.execution_deadline_at <= now() THEN '` + string(TaskFailedTerminal) + `'
-	WHEN t.attempt_count < t.max_attempts THEN '` + string(TaskRetryWait) + `'
-	ELSE '` + string(TaskFailedTerminal) + `' END`
+	WHEN t.state = '` + string(core.TaskCancelling) + `' THEN '` + string(core.TaskCancelled) + `'
+	WHEN t.execution_deadline_at IS NOT NULL AND t.execution_deadline_at <= now() THEN '` + string(core.TaskFailedTerminal) + `'
+	WHEN t.attempt_count < t.max_attempts THEN '` + string(core.TaskRetryWait) + `'
+	ELSE '` + string(core.TaskFailedTerminal) + `' END`
 
 // expireSQL ends up to $1 active attempts whose lease has expired (attempts
 // past their deadline fail with a timeout code) and moves their tasks on.
 // SKIP LOCKED lets every replica sweep at once without waiting or double work.
-// A task failed terminally emits its event here (taskEventsSQL).
+// A task failed terminally emits its event here (core.TaskEventsSQL).
 var expireSQL = `
 WITH ended AS (
 	UPDATE worker_task_attempts a SET
 		status = CASE WHEN a.deadline_at IS NOT NULL AND a.deadline_at <= now()
-			THEN '` + string(AttemptFailed) + `' ELSE '` + string(AttemptExpired) + `' END,
+			THEN '` + string(core.AttemptFailed) + `' ELSE '` + string(core.AttemptExpired) + `' END,
 		error_code = CASE WHEN a.deadline_at IS NOT NULL AND a.deadline_at <= now()
 			THEN 'attempt_timeout' ELSE 'lease_expired' END,
 		finished_at = now(), updated_at = now()
 	WHERE a.id IN (
 		SELECT id FROM worker_task_attempts
-		WHERE status IN (` + activeStatuses + `) AND lease_expires_at <= now()
+		WHERE status IN (` + core.ActiveStatuses + `) AND lease_expires_at <= now()
 		ORDER BY lease_expires_at
 		LIMIT $1
 		FOR UPDATE SKIP LOCKED)
@@ -53,22 +55,22 @@ WITH ended AS (
 ), moved AS (
 	UPDATE worker_tasks t SET
 		state = ` + lostAttemptNextState + `,
-		available_at = CASE WHEN (` + lostAttemptNextState + `) = '` + string(TaskRetryWait) + `'
+		available_at = CASE WHEN (` + lostAttemptNextState + `) = '` + string(core.TaskRetryWait) + `'
 			THEN now() + ` + retryDelaySQL + ` ELSE t.available_at END,
-		completed_at = CASE WHEN (` + lostAttemptNextState + `) IN (` + sqlStates(TaskCancelled, TaskFailedTerminal) + `)
+		completed_at = CASE WHEN (` + lostAttemptNextState + `) IN (` + core.SQLStates(core.TaskCancelled, core.TaskFailedTerminal) + `)
 			THEN now() ELSE NULL END,
 		last_error_code = e.error_code,
 		last_error = CASE e.error_code WHEN 'attempt_timeout' THEN 'attempt exceeded its timeout'
 			ELSE 'lease expired without a heartbeat' END,
 		updated_at = now()
 	FROM ended e
-	WHERE t.id = e.task_id AND t.state IN (` + sqlStates(TaskLeased, TaskRunning, TaskCancelling) + `)
-	RETURNING ` + queueSourceColumns("t") + `, ` + taskEventReturning("t") + `
+	WHERE t.id = e.task_id AND t.state IN (` + core.SQLStates(core.TaskLeased, core.TaskRunning, core.TaskCancelling) + `)
+	RETURNING ` + QueueSourceColumns("t") + `, ` + core.TaskEventReturning("t") + `
 ), enqueued AS (
 	` + EnqueueSQL("moved") + `
-)` + taskEventsSQL("moved") + `
+)` + core.TaskEventsSQL("moved") + `
 SELECT e.worker_id, m.organization_id, m.state, extract(epoch FROM m.available_at - now())::float8
-FROM ended e LEFT JOIN moved m ON m.id = e.task_id` + taskEventsWritten
+FROM ended e LEFT JOIN moved m ON m.id = e.task_id` + core.TaskEventsWritten
 
 // deadlineSQL dead-letters queued tasks whose execution deadline passed.
 // It starts from the queue rows, so (queue.go) it takes their tasks with
@@ -82,15 +84,15 @@ WITH due AS (
 	FOR UPDATE SKIP LOCKED
 ), ` + takeQueuedSQL("due", "id") + `, dead AS (
 	UPDATE worker_tasks t SET
-		state = '` + string(TaskTransitions[EventFailTerminal].To) + `',
+		state = '` + string(core.TaskTransitions[core.EventFailTerminal].To) + `',
 		last_error_code = 'execution_deadline_exceeded',
 		last_error = 'execution deadline passed before the task finished',
 		completed_at = now(), updated_at = now()
 	FROM taken k
 	WHERE t.id = k.id
-	RETURNING t.id, t.organization_id, t.task_type, t.state, ` + taskEventReturning("t") + `
-)` + taskEventsSQL("dead") + `
-SELECT count(*) FROM dead` + taskEventsWritten
+	RETURNING t.id, t.organization_id, t.task_type, t.state, ` + core.TaskEventReturning("t") + `
+)` + core.TaskEventsSQL("dead") + `
+SELECT count(*) FROM dead` + core.TaskEventsWritten
 
 const nextDueSQL = `
 SELECT extract(epoch FROM least(
@@ -100,7 +102,7 @@ SELECT extract(epoch FROM least(
 // SweepExpired expires leases and attempts past their deadline, dead-letters
 // queued tasks past their execution deadline, and reports when the next
 // sweep is due. Each pass handles at most limit rows of each kind.
-func (s *Store) SweepExpired(ctx context.Context, limit int) (SweepResult, error) {
+func (s *Engine) SweepExpired(ctx context.Context, limit int) (SweepResult, error) {
 	var res SweepResult
 	err := s.inTx(ctx, "sweep expired", func(tx pgx.Tx) error {
 		res = SweepResult{}
@@ -126,7 +128,7 @@ func (s *Store) SweepExpired(ctx context.Context, limit int) (SweepResult, error
 			}
 			res.ExpiredAttempts++
 			workers[worker] = true
-			if state != nil && TaskState(*state) == TaskRetryWait {
+			if state != nil && core.TaskState(*state) == core.TaskRetryWait {
 				if d, ok := retryIn[*org]; !ok || *delay < d {
 					retryIn[*org] = *delay
 				}
@@ -144,22 +146,22 @@ func (s *Store) SweepExpired(ctx context.Context, limit int) (SweepResult, error
 		if err := tx.QueryRow(ctx, nextDueSQL).Scan(&dueIn); err != nil {
 			return fmt.Errorf("next due: %w", err)
 		}
-		res.NextDueIn = optSeconds(dueIn)
-		var wakeups []Wakeup
+		res.NextDueIn = OptSeconds(dueIn)
+		var wakeups []core.Wakeup
 		for w := range workers {
-			wakeups = append(wakeups, Wakeup{Kind: WakeCapacity, Worker: w})
+			wakeups = append(wakeups, core.Wakeup{Kind: core.WakeCapacity, Worker: w})
 		}
 		for org, d := range retryIn {
-			wakeups = append(wakeups, Wakeup{Kind: WakeOrganizationAt, Organization: org, Delay: seconds(d)})
+			wakeups = append(wakeups, core.Wakeup{Kind: core.WakeOrganizationAt, Organization: org, Delay: Seconds(d)})
 		}
-		return notify(ctx, tx, wakeups...)
+		return core.Notify(ctx, tx, wakeups...)
 	})
 	return res, err
 }
 
 // NextLeasableIn returns, per organization, how long until its earliest
 // queued task becomes leasable, so a hub that (re)connects can arm timers.
-func (s *Store) NextLeasableIn(ctx context.Context) (map[uuid.UUID]time.Duration, error) {
+func (s *Engine) NextLeasableIn(ctx context.Context) (map[uuid.UUID]time.Duration, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT organization_id, extract(epoch FROM min(available_at) - now())::float8 FROM worker_task_queue
 		WHERE available_at > now()
@@ -175,7 +177,7 @@ func (s *Store) NextLeasableIn(ctx context.Context) (map[uuid.UUID]time.Duration
 		if err := rows.Scan(&org, &in); err != nil {
 			return nil, err
 		}
-		out[org] = seconds(in)
+		out[org] = Seconds(in)
 	}
 	return out, rows.Err()
 }

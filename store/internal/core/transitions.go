@@ -1,4 +1,4 @@
-package store
+package core
 
 import (
 	"slices"
@@ -48,8 +48,8 @@ const (
 	EventRedrive      TaskEvent = "redrive"       // an operator retries a dead-lettered or cancelled task
 )
 
-// taskTransition is one row of the task state machine.
-type taskTransition struct {
+// TaskTransition is one row of the task state machine.
+type TaskTransition struct {
 	From []TaskState
 	To   TaskState
 }
@@ -57,7 +57,7 @@ type taskTransition struct {
 // TaskTransitions is the task state machine, the only place it is written
 // down. Every statement that changes worker_tasks.state takes its allowed
 // "from" states from here.
-var TaskTransitions = map[TaskEvent]taskTransition{
+var TaskTransitions = map[TaskEvent]TaskTransition{
 	EventLease:        {From: []TaskState{TaskPending, TaskRetryWait}, To: TaskLeased},
 	EventStart:        {From: []TaskState{TaskLeased}, To: TaskRunning},
 	EventSucceed:      {From: []TaskState{TaskLeased, TaskRunning, TaskCancelling}, To: TaskCompleted},
@@ -70,11 +70,11 @@ var TaskTransitions = map[TaskEvent]taskTransition{
 	EventRedrive:      {From: []TaskState{TaskFailedTerminal, TaskCancelled}, To: TaskPending},
 }
 
-// allowsFrom reports whether the transition leaves state from.
-func (t taskTransition) allowsFrom(from TaskState) bool { return slices.Contains(t.From, from) }
+// AllowsFrom reports whether the transition leaves state from.
+func (t TaskTransition) AllowsFrom(from TaskState) bool { return slices.Contains(t.From, from) }
 
-// finalTaskStates are the terminal task states (see TaskState.IsFinal).
-func finalTaskStates() []TaskState {
+// FinalTaskStates are the terminal task states (see TaskState.IsFinal).
+func FinalTaskStates() []TaskState {
 	return []TaskState{TaskCompleted, TaskCancelled, TaskFailedTerminal}
 }
 
@@ -106,12 +106,12 @@ func AttemptTransitionAllowed(from, to AttemptStatus) bool {
 
 // IsFinal reports whether a task state is terminal (only an operator's
 // redrive leaves it).
-func (s TaskState) IsFinal() bool { return slices.Contains(finalTaskStates(), s) }
+func (s TaskState) IsFinal() bool { return slices.Contains(FinalTaskStates(), s) }
 
-// sqlStates renders states as a SQL literal list for IN (...). The values
+// SQLStates renders states as a SQL literal list for IN (...). The values
 // are compile-time constants, and literals (not parameters) let the planner
 // match partial indexes such as "WHERE status IN ('leased', 'running')".
-func sqlStates[S ~string](states ...S) string {
+func SQLStates[S ~string](states ...S) string {
 	quoted := make([]string, len(states))
 	for i, s := range states {
 		quoted[i] = "'" + string(s) + "'"
@@ -119,13 +119,13 @@ func sqlStates[S ~string](states ...S) string {
 	return strings.Join(quoted, ", ")
 }
 
-// fromStates renders an event's allowed "from" states for SQL.
-func fromStates(e TaskEvent) string { return sqlStates(TaskTransitions[e].From...) }
+// FromStates renders an event's allowed "from" states for SQL.
+func FromStates(e TaskEvent) string { return SQLStates(TaskTransitions[e].From...) }
 
-// activeStatuses is the SQL list of active attempt statuses.
-var activeStatuses = sqlStates(ActiveAttemptStatuses...)
+// ActiveStatuses is the SQL list of active attempt statuses.
+var ActiveStatuses = SQLStates(ActiveAttemptStatuses...)
 
-// workerLiveAttempts is how a statement finds one worker's live attempts:
+// WorkerLiveAttempts is how a statement finds one worker's live attempts:
 // worker_id and finished_at IS NULL, which only the worker's index of live
 // attempts (worker_task_attempts_worker_unfinished_idx) can serve. An
 // attempt is live exactly while finished_at is NULL (a CHECK constraint
@@ -134,6 +134,6 @@ var activeStatuses = sqlStates(ActiveAttemptStatuses...)
 // is live, and read every worker's live leases on each poll (migration
 // 000024 tells the story). attempt is the attempt row's SQL name, worker
 // the worker id's SQL expression.
-func workerLiveAttempts(attempt, worker string) string {
+func WorkerLiveAttempts(attempt, worker string) string {
 	return attempt + `.worker_id = ` + worker + ` AND ` + attempt + `.finished_at IS NULL`
 }

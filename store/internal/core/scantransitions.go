@@ -1,4 +1,4 @@
-package store
+package core
 
 // ScanState is scans.state.
 type ScanState string
@@ -30,7 +30,7 @@ const (
 //
 //   - a job's state mirrors its task's (ScanJobStateOf);
 //   - the scan starts (pending → running) when a job's task is taken by a
-//     worker (scanStartedBy);
+//     worker (ScanStartedBy);
 //   - when a job's task ends (TaskState.IsFinal), the next pending job gets
 //     its task, or, when none is left, the scan ends: completed when some
 //     job did not fail (ScanCompleted), failed when all did (ScanFailed);
@@ -48,12 +48,12 @@ var ScanJobStateOf = map[TaskState]ScanJobState{
 	TaskCancelled:      ScanJobCancelled,
 }
 
-// scanStartedBy are the task states that start a job (its started_at) and
+// ScanStartedBy are the task states that start a job (its started_at) and
 // its pending scan: a worker holds the task and no cancel was asked.
-var scanStartedBy = []TaskState{TaskLeased, TaskRunning}
+var ScanStartedBy = []TaskState{TaskLeased, TaskRunning}
 
-// activeScanStates are the states of a scan that has not ended.
-var activeScanStates = []ScanState{ScanPending, ScanRunning}
+// ActiveScanStates are the states of a scan that has not ended.
+var ActiveScanStates = []ScanState{ScanPending, ScanRunning}
 
-// finalScanStates are the states a scan ends in; advance_scan leaves them.
-var finalScanStates = []ScanState{ScanCompleted, ScanFailed, ScanCancelled}
+// FinalScanStates are the states a scan ends in; advance_scan leaves them.
+var FinalScanStates = []ScanState{ScanCompleted, ScanFailed, ScanCancelled}

@@ -1,4 +1,4 @@
-package store
+package lease
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/worker-gateway/gateway/problem"
+	"github.com/worker-gateway/gateway/store/internal/core"
+	"github.com/worker-gateway/gateway/store/internal/fencing"
 )
 
 // CompleteOutcome is one completion's answer within a batch: a result or
@@ -21,20 +23,20 @@ type CompleteOutcome struct {
 
 // CompleteAttempts ends many attempts in one transaction with a fixed number
 // of statements, whatever their number: the fencing of every attempt is the
-// same WHERE clause (leaseHeld), applied per row. Completions the fenced
+// same WHERE clause (fencing.LeaseHeld), applied per row. Completions the fenced
 // update does not match (a replay, a lost lease, an unpersisted result
 // batch, someone else's attempt) are then explained one by one, by a read
 // that writes nothing.
-func (s *Store) CompleteAttempts(ctx context.Context, ps []CompleteParams) []CompleteOutcome {
+func (s *Engine) CompleteAttempts(ctx context.Context, ps []CompleteParams) []CompleteOutcome {
 	out := make([]CompleteOutcome, len(ps))
 	valid := make([]int, 0, len(ps))
 	for i, p := range ps {
 		switch p.Outcome {
-		case AttemptSucceeded, AttemptFailed, AttemptCancelled:
+		case core.AttemptSucceeded, core.AttemptFailed, core.AttemptCancelled:
 			valid = append(valid, i)
 		default:
 			// The value stays in the log; the client sent it.
-			out[i].Err = problem.Wrap(fmt.Errorf("%w: outcome %q", ErrInvalid, p.Outcome), "unknown outcome")
+			out[i].Err = problem.Wrap(fmt.Errorf("%w: outcome %q", core.ErrInvalid, p.Outcome), "unknown outcome")
 		}
 	}
 	if len(valid) == 0 {
@@ -67,7 +69,7 @@ func (s *Store) CompleteAttempts(ctx context.Context, ps []CompleteParams) []Com
 			}
 		}
 		if errors.Is(out[i].Err, errCompletionRaced) {
-			out[i].Err = problem.Wrap(ErrConflict, "the attempt kept changing while it was completed; retry")
+			out[i].Err = problem.Wrap(core.ErrConflict, "the attempt kept changing while it was completed; retry")
 		}
 	}
 	return out
@@ -82,7 +84,7 @@ type endedAttempt struct {
 	workerID       uuid.UUID
 	organizationID uuid.UUID
 	finishedAt     time.Time
-	state          TaskState
+	state          core.TaskState
 	canRetry       bool
 }
 
@@ -109,7 +111,7 @@ WITH input AS (
 	SELECT i.idx, a.id, a.task_id, a.worker_id
 	FROM input i CROSS JOIN LATERAL (
 		SELECT a.id, a.task_id, a.worker_id FROM worker_task_attempts a
-		WHERE ` + leaseHeld("a", "i.attempt_id", "i.worker_id", "i.lease_token_hash") + `
+		WHERE ` + fencing.LeaseHeld("a", "i.attempt_id", "i.worker_id", "i.lease_token_hash") + `
 			AND (i.last_seq IS NULL OR EXISTS (SELECT 1 FROM worker_result_batches b
 				WHERE b.attempt_id = i.attempt_id AND b.sequence_number = i.last_seq AND b.status = 'persisted'))
 		OFFSET 0
@@ -131,13 +133,13 @@ FROM (SELECT * FROM held ORDER BY task_id) e CROSS JOIN LATERAL (
 // locked task to the state its completion decided, queues the task again if
 // that state is leasable (queue.go), and records the state on the attempt,
 // so a replay can answer with it: one update of each row. A task that
-// ended emits its event in the same statement (taskEventsSQL).
+// ended emits its event in the same statement (core.TaskEventsSQL).
 //
 // Moving a task's state fires the worker_tasks triggers (DatabaseTriggers,
 // triggers.go), in this statement: a scan task's job mirrors its state and,
 // when it ended, its scan advances — the next job's task is created, queued
 // and woken, or the scan ends and records its history (advance_scan,
-// scantransitions.go) — and a schedule's ended run wakes the schedule timer
+// core/scantransitions.go) — and a schedule's ended run wakes the schedule timer
 // when a queued slot waits for it. Generic tasks fire neither (their WHEN
 // clauses).
 var moveTasksSQL = `
@@ -149,23 +151,23 @@ WITH input AS (
 		state = i.to_state,
 		attempt_count = CASE WHEN i.releases THEN greatest(t.attempt_count - 1, 0) ELSE t.attempt_count END,
 		available_at = CASE
-			WHEN i.to_state = '` + string(TaskRetryWait) + `' THEN now() + ` + retryDelaySQL + `
-			WHEN i.to_state = '` + string(TaskPending) + `' THEN now()
+			WHEN i.to_state = '` + string(core.TaskRetryWait) + `' THEN now() + ` + retryDelaySQL + `
+			WHEN i.to_state = '` + string(core.TaskPending) + `' THEN now()
 			ELSE t.available_at END,
 		last_error_code = CASE WHEN i.error_code <> '' THEN i.error_code ELSE t.last_error_code END,
 		last_error = CASE WHEN i.error_code <> '' THEN i.error_message ELSE t.last_error END,
-		completed_at = CASE WHEN i.to_state IN (` + sqlStates(finalTaskStates()...) + `) THEN now() ELSE NULL END,
+		completed_at = CASE WHEN i.to_state IN (` + core.SQLStates(core.FinalTaskStates()...) + `) THEN now() ELSE NULL END,
 		updated_at = now()
 	FROM input i
 	WHERE t.id = i.task_id AND t.state = i.observed_state
 	-- The attempt's input travels with its task: joining moved back to input
 	-- would be a nested loop over both (byIDPlanSQL), quadratic in the group.
-	RETURNING ` + queueSourceColumns("t") + `, ` + taskEventReturning("t") + `,
+	RETURNING ` + QueueSourceColumns("t") + `, ` + core.TaskEventReturning("t") + `,
 		extract(epoch FROM t.available_at - now())::float8 AS delay,
 		i.attempt_id, i.outcome, i.error_code, i.error_message, i.retryable
 ), enqueued AS (
 	` + EnqueueSQL("moved") + `
-)` + taskEventsSQL("moved") + `, ended AS (
+)` + core.TaskEventsSQL("moved") + `, ended AS (
 	UPDATE worker_task_attempts a SET
 		status = m.outcome, finished_at = now(), updated_at = now(),
 		error_code = m.error_code, error_message = m.error_message, error_retryable = m.retryable,
@@ -173,11 +175,11 @@ WITH input AS (
 	FROM moved m
 	WHERE a.id = m.attempt_id
 )
-SELECT id, state, available_at, delay FROM moved` + taskEventsWritten
+SELECT id, state, available_at, delay FROM moved` + core.TaskEventsWritten
 
 // completeFenced runs the set-based part of CompleteAttempts for ps[valid]
 // and returns the answers of the completions it ended, by index into ps.
-func (s *Store) completeFenced(ctx context.Context, ps []CompleteParams, valid []int) (map[int]CompleteResult, error) {
+func (s *Engine) completeFenced(ctx context.Context, ps []CompleteParams, valid []int) (map[int]CompleteResult, error) {
 	var (
 		idx                              = make([]int32, len(valid))
 		attemptIDs, workerIDs            = make([]uuid.UUID, len(valid)), make([]uuid.UUID, len(valid))
@@ -188,7 +190,7 @@ func (s *Store) completeFenced(ctx context.Context, ps []CompleteParams, valid [
 	)
 	for k, i := range valid {
 		p := ps[i]
-		idx[k], attemptIDs[k], workerIDs[k], tokenHashes[k] = int32(i), p.AttemptID, p.WorkerID, leaseTokenHash(p.LeaseToken)
+		idx[k], attemptIDs[k], workerIDs[k], tokenHashes[k] = int32(i), p.AttemptID, p.WorkerID, TokenHash(p.LeaseToken)
 		outcomes[k], errorCodes[k], errorTexts[k], retryable[k] = string(p.Outcome), p.ErrorCode, p.ErrorMessage, p.Retryable
 		if p.LastSequenceNumber != nil {
 			n := int32(*p.LastSequenceNumber)
@@ -201,7 +203,7 @@ func (s *Store) completeFenced(ctx context.Context, ps []CompleteParams, valid [
 		// Generic plans: planning these for every group cost more than
 		// running them (0.8 ms each, measured). Made on an empty table they
 		// must stay right as it fills: the fencing predicate leaves one way
-		// to find an attempt, by id (fencing.go), and byIDPlanSQL keeps the
+		// to find an attempt, by id (internal/fencing), and byIDPlanSQL keeps the
 		// joins nested loops over the input.
 		b.Queue(byIDPlanSQL)
 		b.Queue(completeFencedSQL, idx, attemptIDs, workerIDs, tokenHashes, outcomes, errorCodes, errorTexts, retryable, lastSeq)
@@ -228,7 +230,7 @@ func (s *Store) completeFenced(ctx context.Context, ps []CompleteParams, valid [
 		return rows.Err()
 	}
 	var answers map[int]CompleteResult
-	finish := func(ex executor) error {
+	finish := func(ex core.Executor) error {
 		answers = make(map[int]CompleteResult, len(ended))
 		if len(ended) == 0 {
 			return nil
@@ -243,12 +245,12 @@ func (s *Store) completeFenced(ctx context.Context, ps []CompleteParams, valid [
 		for k, e := range ended {
 			p := ps[e.index]
 			event := completionEvent(p, e.state, e.canRetry)
-			tr := TaskTransitions[event]
-			if !tr.allowsFrom(e.state) {
+			tr := core.TaskTransitions[event]
+			if !tr.AllowsFrom(e.state) {
 				return fmt.Errorf("complete attempt %s: task %s is %s, which %s does not leave", e.attemptID, e.taskID, e.state, event)
 			}
 			taskIDs[k], ids[k], observed[k], to[k] = e.taskID, e.attemptID, string(e.state), string(tr.To)
-			releases[k], codes[k], texts[k] = event == EventRelease, p.ErrorCode, p.ErrorMessage
+			releases[k], codes[k], texts[k] = event == core.EventRelease, p.ErrorCode, p.ErrorMessage
 			outcomes[k], retryable[k] = string(p.Outcome), p.Retryable
 			byTask[e.taskID] = e
 		}
@@ -256,12 +258,12 @@ func (s *Store) completeFenced(ctx context.Context, ps []CompleteParams, valid [
 		if err != nil {
 			return fmt.Errorf("move tasks: %w", err)
 		}
-		var wakeups []Wakeup
+		var wakeups []core.Wakeup
 		freed := map[uuid.UUID]bool{}
 		for rows.Next() {
 			var (
 				taskID      uuid.UUID
-				state       TaskState
+				state       core.TaskState
 				availableAt time.Time
 				delay       float64
 			)
@@ -272,15 +274,15 @@ func (s *Store) completeFenced(ctx context.Context, ps []CompleteParams, valid [
 			e := byTask[taskID]
 			res := CompleteResult{AttemptID: e.attemptID, TaskID: taskID, AttemptStatus: ps[e.index].Outcome, TaskState: state, FinishedAt: e.finishedAt}
 			switch state {
-			case TaskRetryWait:
+			case core.TaskRetryWait:
 				res.RetryAt = &availableAt
-				wakeups = append(wakeups, Wakeup{Kind: WakeOrganizationAt, Organization: e.organizationID, Delay: seconds(delay)})
-			case TaskPending:
-				wakeups = append(wakeups, Wakeup{Kind: WakeOrganization, Organization: e.organizationID, Count: 1})
+				wakeups = append(wakeups, core.Wakeup{Kind: core.WakeOrganizationAt, Organization: e.organizationID, Delay: Seconds(delay)})
+			case core.TaskPending:
+				wakeups = append(wakeups, core.Wakeup{Kind: core.WakeOrganization, Organization: e.organizationID, Count: 1})
 			}
 			if !freed[e.workerID] {
 				freed[e.workerID] = true
-				wakeups = append(wakeups, Wakeup{Kind: WakeCapacity, Worker: e.workerID})
+				wakeups = append(wakeups, core.Wakeup{Kind: core.WakeCapacity, Worker: e.workerID})
 			}
 			answers[e.index] = res
 		}
@@ -293,7 +295,7 @@ func (s *Store) completeFenced(ctx context.Context, ps []CompleteParams, valid [
 			// whole batch rather than end an attempt without its task.
 			return errors.New("complete attempts: a locked task changed state")
 		}
-		return notify(ctx, ex, wakeups...)
+		return core.Notify(ctx, ex, wakeups...)
 	}
 	if err := s.inPipelinedTx(ctx, "complete attempts", queue, read, finish); err != nil {
 		return nil, err

@@ -1,4 +1,4 @@
-package store
+package core
 
 import (
 	"context"
@@ -14,10 +14,10 @@ import (
 // webhook_deliveries; TestOutboxHasOneWriter keeps it so). Every event
 // reaches it in the transaction of the change it describes:
 //
-//   - from Go, through emitEvent, which decides the recipients (an
+//   - from Go, through EmitEvent, which decides the recipients (an
 //     Audience) from the rows as they are in that transaction;
 //   - on the hot path (a task completed or failed terminally), through
-//     taskEventsSQL: a CTE of the statement that ends the tasks, which
+//     TaskEventsSQL: a CTE of the statement that ends the tasks, which
 //     calls webhook_emit only for the tasks of an organization with a
 //     subscribed target, so it adds no round trip;
 //   - when a scan ends (advance_scan, inside the statement that ended its
@@ -28,7 +28,7 @@ import (
 // An event goes only to organizations entitled to see its subject at the
 // time of the change: an organization's own tasks, scans and schedules to
 // it, and a worker's events to the organizations that may see the worker
-// then (workerAudience).
+// then (WorkerAudience).
 
 // Event is a change a webhook may announce.
 type Event struct {
@@ -49,18 +49,18 @@ type Audience struct {
 	subject uuid.UUID
 }
 
-// organizationAudience is the subject's own organization.
-func organizationAudience(org uuid.UUID) Audience {
+// OrganizationAudience is the subject's own organization.
+func OrganizationAudience(org uuid.UUID) Audience {
 	return Audience{sql: `SELECT $1::uuid AS org`, subject: org}
 }
 
-// workerAudience is the organizations that may see the worker now
+// WorkerAudience is the organizations that may see the worker now
 // (workerVisibleTo): its owner, the organizations assigned it and those
 // its owner granted it. The grants and assignments are read FOR SHARE,
 // grants first as a withdrawal and an assignment take them, so a
 // withdrawal either commits before the event (and its organization does
 // not hear it) or waits for the event's transaction.
-func workerAudience(worker uuid.UUID) Audience {
+func WorkerAudience(worker uuid.UUID) Audience {
 	return Audience{subject: worker, sql: `
 		WITH granted AS (
 			SELECT g.organization_id FROM worker_grants g WHERE g.worker_id = $1 FOR SHARE
@@ -73,10 +73,10 @@ func workerAudience(worker uuid.UUID) Audience {
 		UNION SELECT organization_id FROM assigned`}
 }
 
-// emitEvent writes an event to the outbox for each organization of its
+// EmitEvent writes an event to the outbox for each organization of its
 // audience, in the caller's transaction, and returns how many deliveries
 // it wrote (none when no target of theirs subscribes).
-func emitEvent(ctx context.Context, ex executor, e Event) (int, error) {
+func EmitEvent(ctx context.Context, ex Executor, e Event) (int, error) {
 	data, err := json.Marshal(e.Data)
 	if err != nil {
 		return 0, fmt.Errorf("emit %s: %w", e.Type, err)
@@ -92,18 +92,18 @@ func emitEvent(ctx context.Context, ex executor, e Event) (int, error) {
 	return n, nil
 }
 
-// taskEventsSQL is the CTE that emits task.completed and
+// TaskEventsSQL is the CTE that emits task.completed and
 // task.failed_terminal for the tasks in rel (a relation of ended
 // worker_tasks with id, organization_id, task_type, state, last_error_code
 // and attempt_count). It starts with a comma: append it to a WITH list,
-// and join taskEventsWritten into the statement's result so it runs.
-func taskEventsSQL(rel string) string {
+// and join TaskEventsWritten into the statement's result so it runs.
+func TaskEventsSQL(rel string) string {
 	return `, task_events AS (
 	SELECT webhook_emit(m.organization_id, 'task.' || m.state,
 		jsonb_build_object('task_id', m.id, 'task_type', m.task_type, 'state', m.state,
 			'error_code', m.last_error_code, 'attempt_count', m.attempt_count)) AS deliveries
 	FROM ` + rel + ` m
-	WHERE m.state IN (` + sqlStates(TaskCompleted, TaskFailedTerminal) + `)
+	WHERE m.state IN (` + SQLStates(TaskCompleted, TaskFailedTerminal) + `)
 		-- Once per statement (an uncorrelated InitPlan): with no enabled
 		-- target anywhere, no ended task probes further.
 		AND (SELECT EXISTS (SELECT 1 FROM webhook_targets WHERE enabled))
@@ -112,13 +112,13 @@ func taskEventsSQL(rel string) string {
 )`
 }
 
-// taskEventsWritten joins task_events into a statement's result: a CTE
+// TaskEventsWritten joins task_events into a statement's result: a CTE
 // that only reads runs only as far as the statement reads it, and the
 // count reads it whole. It adds one row, so it changes no result.
-const taskEventsWritten = ` CROSS JOIN (SELECT count(deliveries) FROM task_events) task_events_written`
+const TaskEventsWritten = ` CROSS JOIN (SELECT count(deliveries) FROM task_events) task_events_written`
 
-// taskEventReturning is what a statement feeding taskEventsSQL returns of
+// TaskEventReturning is what a statement feeding TaskEventsSQL returns of
 // worker_tasks row alias besides queueSourceColumns.
-func taskEventReturning(alias string) string {
+func TaskEventReturning(alias string) string {
 	return alias + ".last_error_code, " + alias + ".attempt_count"
 }

@@ -1,4 +1,4 @@
-package store
+package lease
 
 import (
 	"context"
@@ -20,7 +20,7 @@ type CompletionBatcher struct {
 
 // NewCompletionBatcher starts writers goroutines writing up to maxGroup
 // completions per transaction.
-func NewCompletionBatcher(s *Store, writers, maxGroup int, timeout time.Duration) *CompletionBatcher {
+func NewCompletionBatcher(s *Engine, writers, maxGroup int, timeout time.Duration) *CompletionBatcher {
 	return &CompletionBatcher{g: newCommitter(writers, maxGroup, timeout, s.CompleteAttempts, nil)}
 }
 
@@ -53,7 +53,7 @@ type HeartbeatBatcher struct {
 
 // NewHeartbeatBatcher starts writers goroutines writing up to maxGroup
 // workers' heartbeats per transaction.
-func NewHeartbeatBatcher(s *Store, writers, maxGroup int, timeout time.Duration) *HeartbeatBatcher {
+func NewHeartbeatBatcher(s *Engine, writers, maxGroup int, timeout time.Duration) *HeartbeatBatcher {
 	return &HeartbeatBatcher{g: newCommitter(writers, maxGroup, timeout, s.RenewLeasesMany, nil)}
 }
 
@@ -83,7 +83,7 @@ type AcquireBatcher struct {
 // caller gave up while its group was written are released at once
 // (ReleaseLeases), never left to expire; release, when set, is told how
 // many and why it failed.
-func NewAcquireBatcher(s *Store, writers, maxGroup int, timeout time.Duration, clock func() uint64,
+func NewAcquireBatcher(s *Engine, writers, maxGroup int, timeout time.Duration, clock func() uint64,
 	release func(n int, err error)) *AcquireBatcher {
 	write := func(ctx context.Context, ps []AcquireParams) []AcquireOutcome {
 		var began uint64
@@ -103,7 +103,7 @@ func NewAcquireBatcher(s *Store, writers, maxGroup int, timeout time.Duration, c
 		if len(out.Result.Leases) == 0 {
 			return
 		}
-		release(s.ReleaseLeases(ctx, p.WorkerID, out.Result.Leases))
+		release(s.releases.Leases(ctx, p.WorkerID, out.Result.Leases))
 	}
 	return &AcquireBatcher{g: newCommitter(writers, maxGroup, timeout, write, abandoned)}
 }

@@ -1,4 +1,4 @@
-package store
+package core
 
 import (
 	"context"
@@ -13,11 +13,11 @@ import (
 // Audit rows of control-plane changes are written in the change's own
 // transaction, so a crash leaves both or neither. The caller (an HTTP
 // handler, a CLI command) declares the record before it calls the verb
-// (WithAudit); every verb's transaction goes through inTx, which writes the
+// (WithAudit); every verb's transaction goes through InTx, which writes the
 // declared record just before COMMIT. What only the change knows — the id
 // of what it created, a count — the verb adds inside its transaction
-// (auditTarget, auditDetail). A verb that changed nothing (an idempotent
-// replay) drops the record (auditSkip).
+// (AuditTarget, AuditDetail). A verb that changed nothing (an idempotent
+// replay) drops the record (AuditSkip).
 
 type auditKey struct{}
 
@@ -26,7 +26,7 @@ type pendingAudit struct {
 	mu      sync.Mutex
 	event   AuditEvent
 	details map[string]any
-	// each gives every batch of a batched verb (inBatches) a row of its
+	// each gives every batch of a batched verb (InBatches) a row of its
 	// own (auditBatch), instead of one row for the call.
 	each    bool
 	skip    bool
@@ -50,7 +50,7 @@ func WithAuditEach(ctx context.Context, e AuditEvent, details map[string]any) co
 
 // auditBatch gives one batch of a call declared WithAuditEach its own copy
 // of the record, so that each committed batch writes a row with its own
-// details, and an empty batch (auditSkip) drops only its own.
+// details, and an empty batch (AuditSkip) drops only its own.
 func auditBatch(ctx context.Context) context.Context {
 	p := pendingAuditOf(ctx)
 	if p == nil || !p.each {
@@ -78,9 +78,9 @@ func pendingAuditOf(ctx context.Context) *pendingAudit {
 	return p
 }
 
-// auditTarget names what a change created, known only inside its
+// AuditTarget names what a change created, known only inside its
 // transaction; org fills the record's organization when it had none.
-func auditTarget(ctx context.Context, id uuid.UUID, org *uuid.UUID) {
+func AuditTarget(ctx context.Context, id uuid.UUID, org *uuid.UUID) {
 	if p := pendingAuditOf(ctx); p != nil {
 		p.mu.Lock()
 		p.event.TargetID = id.String()
@@ -92,9 +92,9 @@ func auditTarget(ctx context.Context, id uuid.UUID, org *uuid.UUID) {
 	}
 }
 
-// auditWorkerActor names the worker a change was made by and to, for a
+// AuditWorkerActor names the worker a change was made by and to, for a
 // worker known only inside the transaction (enrollment: the token names it).
-func auditWorkerActor(ctx context.Context, worker uuid.UUID) {
+func AuditWorkerActor(ctx context.Context, worker uuid.UUID) {
 	if p := pendingAuditOf(ctx); p != nil {
 		p.mu.Lock()
 		p.event.ActorType, p.event.ActorID = "worker", worker.String()
@@ -103,9 +103,9 @@ func auditWorkerActor(ctx context.Context, worker uuid.UUID) {
 	}
 }
 
-// auditTokenActor names the API token a change was made by and to, known
+// AuditTokenActor names the API token a change was made by and to, known
 // only inside the transaction (a console sign-in: the token it exchanges).
-func auditTokenActor(ctx context.Context, token uuid.UUID, org *uuid.UUID) {
+func AuditTokenActor(ctx context.Context, token uuid.UUID, org *uuid.UUID) {
 	if p := pendingAuditOf(ctx); p != nil {
 		p.mu.Lock()
 		p.event.ActorType, p.event.ActorID = "token", token.String()
@@ -118,8 +118,8 @@ func auditTokenActor(ctx context.Context, token uuid.UUID, org *uuid.UUID) {
 	}
 }
 
-// auditDetail adds what the change decided to the record's details.
-func auditDetail(ctx context.Context, key string, value any) {
+// AuditDetail adds what the change decided to the record's details.
+func AuditDetail(ctx context.Context, key string, value any) {
 	if p := pendingAuditOf(ctx); p != nil {
 		p.mu.Lock()
 		if p.details == nil {
@@ -130,8 +130,8 @@ func auditDetail(ctx context.Context, key string, value any) {
 	}
 }
 
-// auditSkip drops the record: the call changed nothing (a replay).
-func auditSkip(ctx context.Context) {
+// AuditSkip drops the record: the call changed nothing (a replay).
+func AuditSkip(ctx context.Context) {
 	if p := pendingAuditOf(ctx); p != nil {
 		p.mu.Lock()
 		p.skip = true
@@ -141,7 +141,7 @@ func auditSkip(ctx context.Context) {
 
 // writePendingAudit writes ctx's record in tx, before its COMMIT, and
 // reports whether it did; the caller marks it written once COMMIT succeeds.
-func writePendingAudit(ctx context.Context, ex executor) (bool, error) {
+func writePendingAudit(ctx context.Context, ex Executor) (bool, error) {
 	p := pendingAuditOf(ctx)
 	if p == nil {
 		return false, nil
@@ -160,7 +160,7 @@ func writePendingAudit(ctx context.Context, ex executor) (bool, error) {
 		}
 		e.Details = raw
 	}
-	if err := insertAudit(ctx, ex, e); err != nil {
+	if err := InsertAudit(ctx, ex, e); err != nil {
 		return false, err
 	}
 	return true, nil

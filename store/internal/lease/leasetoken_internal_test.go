@@ -1,4 +1,4 @@
-package store
+package lease
 
 import (
 	"crypto/sha256"
@@ -41,6 +41,6 @@ func BenchmarkNewLeaseTokens(b *testing.B) {
 func BenchmarkLeaseTokenHash(b *testing.B) {
 	tokens, _ := newLeaseTokens(1)
 	for b.Loop() {
-		leaseTokenHash(tokens[0])
+		TokenHash(tokens[0])
 	}
 }

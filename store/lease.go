@@ -1,0 +1,88 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/worker-gateway/gateway/store/internal/lease"
+)
+
+// The lease engine (store/internal/lease) serves the worker protocol; the
+// Store embeds it, so its verbs (AcquireLeases, RenewLeases, StartAttempt,
+// CompleteAttempt(s), SweepExpired, VacuumQueue…) are the Store's, and its
+// types are named here.
+type (
+	AcquireParams   = lease.AcquireParams
+	AcquireResult   = lease.AcquireResult
+	AcquireOutcome  = lease.AcquireOutcome
+	Lease           = lease.Lease
+	TaskSnapshot    = lease.TaskSnapshot
+	AttemptRef      = lease.AttemptRef
+	LeaseState      = lease.LeaseState
+	LeaseStatus     = lease.LeaseStatus
+	RenewParams     = lease.RenewParams
+	RenewOutcome    = lease.RenewOutcome
+	CompleteParams  = lease.CompleteParams
+	CompleteResult  = lease.CompleteResult
+	CompleteOutcome = lease.CompleteOutcome
+	SweepResult     = lease.SweepResult
+
+	AcquireBatcher    = lease.AcquireBatcher
+	HeartbeatBatcher  = lease.HeartbeatBatcher
+	CompletionBatcher = lease.CompletionBatcher
+)
+
+const (
+	LeaseActive          = lease.LeaseActive
+	LeaseCancelRequested = lease.LeaseCancelRequested
+	LeaseLost            = lease.LeaseLost
+)
+
+// QueueMismatchSQL counts tasks whose queue row does not follow their
+// state; ResyncQueueSQL repairs them (store/internal/lease/queue.go).
+var (
+	QueueMismatchSQL = lease.QueueMismatchSQL
+	ResyncQueueSQL   = lease.ResyncQueueSQL
+)
+
+// EnqueueSQL inserts the queue rows of the leasable tasks of rel.
+func EnqueueSQL(rel string) string { return lease.EnqueueSQL(rel) }
+
+// WarmConnections makes every new connection of a pool ready for the hot
+// paths before it serves a request.
+func WarmConnections(cfg *pgxpool.Config) { lease.WarmConnections(cfg) }
+
+// NewCompletionBatcher group-commits completions of s (lease.NewCompletionBatcher).
+func NewCompletionBatcher(s *Store, writers, maxGroup int, timeout time.Duration) *CompletionBatcher {
+	return lease.NewCompletionBatcher(s.Engine, writers, maxGroup, timeout)
+}
+
+// NewHeartbeatBatcher group-commits renewals of s (lease.NewHeartbeatBatcher).
+func NewHeartbeatBatcher(s *Store, writers, maxGroup int, timeout time.Duration) *HeartbeatBatcher {
+	return lease.NewHeartbeatBatcher(s.Engine, writers, maxGroup, timeout)
+}
+
+// NewAcquireBatcher serves concurrent polls of s with one acquisition
+// (lease.NewAcquireBatcher).
+func NewAcquireBatcher(s *Store, writers, maxGroup int, timeout time.Duration, clock func() uint64,
+	release func(n int, err error)) *AcquireBatcher {
+	return lease.NewAcquireBatcher(s.Engine, writers, maxGroup, timeout, clock, release)
+}
+
+// The engine's helpers, by the names this package's files use.
+const genericPlanSQL = lease.GenericPlanSQL
+
+func dequeueSQL(where string) string              { return lease.DequeueSQL(where) }
+func queueSourceColumns(alias string) string      { return lease.QueueSourceColumns(alias) }
+func leaseTokenHash(token string) []byte          { return lease.TokenHash(token) }
+func leaseTokenHashes(refs []AttemptRef) [][]byte { return lease.TokenHashes(refs) }
+func nullJSON(b json.RawMessage) any              { return lease.NullJSON(b) }
+func nullString(s string) *string                 { return lease.NullString(s) }
+func optSeconds(s *float64) *time.Duration        { return lease.OptSeconds(s) }
+func seconds(s float64) time.Duration             { return lease.Seconds(s) }
+func attemptMissOrLost(ctx context.Context, ex executor, ref AttemptRef) error {
+	return lease.AttemptMissOrLost(ctx, ex, ref)
+}
