@@ -36,11 +36,9 @@ type metrics struct {
 	fencingRejections prometheus.Counter
 	replays           *prometheus.CounterVec
 	conflicts         *prometheus.CounterVec
-	leaseExpiries     prometheus.Counter
 	undelivered       prometheus.Counter
 	secretUnavailable prometheus.Counter
 	uploadBytes       prometheus.Counter
-	sweeperRuns       prometheus.Counter
 	rateLimited       prometheus.Counter
 	httpRequests      *prometheus.CounterVec
 	// Requests and long-polls have histograms of their own: a long-poll
@@ -102,17 +100,9 @@ func newMetrics(s *Server) *metrics {
 			Name: "gateway_undelivered_leases_released_total",
 			Help: "Leases granted to a poll that went away before its answer, released at once instead of left to expire.",
 		}),
-		leaseExpiries: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "gateway_lease_expiries_total",
-			Help: "Attempts this replica's sweeper expired because their lease ran out.",
-		}),
 		uploadBytes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gateway_upload_bytes_total",
 			Help: "Artifact bytes uploaded through the gateway (fs backend uploads; direct S3 uploads bypass it).",
-		}),
-		sweeperRuns: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "gateway_sweeper_runs_total",
-			Help: "Sweeper passes this replica ran.",
 		}),
 		rateLimited: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gateway_worker_rate_limited_total",
@@ -150,7 +140,7 @@ func newMetrics(s *Server) *metrics {
 	}
 	reg.MustRegister(
 		m.leaseAcquisition, m.wakeLatency, m.wakeupsPassedOn, m.heartbeats, m.fencingRejections, m.replays, m.conflicts,
-		m.leaseExpiries, m.undelivered, m.secretUnavailable, m.uploadBytes, m.sweeperRuns, m.rateLimited, m.httpRequests,
+		m.undelivered, m.secretUnavailable, m.uploadBytes, m.rateLimited, m.httpRequests,
 		m.requestDuration, m.longPollDuration, m.leasePoll, m.certificateExpiry, buildInfo(),
 		s.scheduleTimer.Lag(),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -193,11 +183,12 @@ func newMetrics(s *Server) *metrics {
 		&tasksCollector{pool: s.pool, timeout: 5 * time.Second},
 		&queueAgeCollector{pool: s.pool, timeout: 5 * time.Second},
 		readinessCollector{s},
-		webhookTriesCollector{s.webhooks},
 		poolCollector{s.pool},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
+	// The background services' own (the sweeper's, the deliverer's, …).
+	reg.MustRegister(s.services.Collectors()...)
 	return m
 }
 

@@ -5,9 +5,13 @@ import (
 	"flag"
 
 	"github.com/worker-gateway/gateway/server/services"
+	"github.com/worker-gateway/gateway/server/services/pruner"
 	"github.com/worker-gateway/gateway/server/services/queuevacuum"
 	"github.com/worker-gateway/gateway/server/services/scheduletimer"
+	"github.com/worker-gateway/gateway/server/services/sweeper"
+	"github.com/worker-gateway/gateway/server/services/webhookdeliver"
 	"github.com/worker-gateway/gateway/server/services/webhookwatch"
+	"github.com/worker-gateway/gateway/store"
 )
 
 // ServiceSpec is one entry of the list of a replica's background services.
@@ -18,8 +22,11 @@ type ServiceSpec struct {
 	Flags func(fs *flag.FlagSet, cfg *Config)
 	// Service is the service a replica runs, or nil when the replica's
 	// configuration leaves it off. A service the request path reaches
-	// (the sweeper, kicked by lease grants) is built by New and only
-	// picked here; one nothing else reaches is built here.
+	// through the group (the sweeper, told of new deadlines:
+	// services.DeadlineWatcher) or whose metrics the replica serves
+	// (services.Metered) is built here too; the queue vacuum and the
+	// schedule timer, which the request path and the metrics name, are
+	// built by New and only picked here.
 	Service func(s *Server) services.Service
 }
 
@@ -28,7 +35,23 @@ type ServiceSpec struct {
 // wake-up kinds it subscribes to (services.Subscriber), and Run stops them
 // all when its context ends. Adding a service is adding an entry here.
 var DefaultServices = []ServiceSpec{
-	{Flags: sweeperFlags, Service: func(s *Server) services.Service { return s.sweeper }},
+	{Flags: func(fs *flag.FlagSet, cfg *Config) {
+		sweeper.RegisterFlags(fs, &cfg.SweepIdleInterval, &cfg.SweepDormantInterval)
+	}, Service: func(s *Server) services.Service {
+		return sweeper.New(s.store, sweeper.Config{IdleInterval: s.cfg.SweepIdleInterval, DormantInterval: s.cfg.SweepDormantInterval,
+			Batch: s.cfg.SweepBatch, Uploads: s.cfg.Artifacts.Backend, UploadSessionTTL: s.cfg.Artifacts.SessionTTL,
+			ArtifactKeyPrefix: artifactKeyPrefix}, s.serviceUnit(sweeper.Name))
+	}},
+	{Flags: func(fs *flag.FlagSet, cfg *Config) {
+		pruner.RegisterFlags(fs, &cfg.PruneInterval, &cfg.TaskRetention, &cfg.UploadRetention, &cfg.AuditRetention)
+	}, Service: func(s *Server) services.Service {
+		if s.cfg.PruneInterval <= 0 {
+			return nil
+		}
+		return pruner.New(s.store, pruner.Config{Interval: s.cfg.PruneInterval, Retention: store.PruneParams{
+			TaskRetention: s.cfg.TaskRetention, UploadRetention: s.cfg.UploadRetention,
+			AuditRetention: s.cfg.AuditRetention, Batch: s.cfg.SweepBatch}}, s.serviceUnit(pruner.Name))
+	}},
 	{Flags: func(fs *flag.FlagSet, cfg *Config) { queuevacuum.RegisterFlags(fs, &cfg.QueueVacuumEvery) }, Service: func(s *Server) services.Service { return s.queueVacuum }},
 	{Flags: func(fs *flag.FlagSet, cfg *Config) { scheduletimer.RegisterFlags(fs, &cfg.ScheduleTimer) }, Service: func(s *Server) services.Service {
 		if !s.cfg.ScheduleTimer {
@@ -36,11 +59,11 @@ var DefaultServices = []ServiceSpec{
 		}
 		return s.scheduleTimer
 	}},
-	{Flags: webhookDelivererFlags, Service: func(s *Server) services.Service {
+	{Flags: func(fs *flag.FlagSet, cfg *Config) { webhookdeliver.RegisterFlags(fs, &cfg.Webhooks) }, Service: func(s *Server) services.Service {
 		if !s.cfg.Webhooks.Deliver {
 			return nil
 		}
-		return s.webhooks
+		return webhookdeliver.New(s.store, s.cfg.Webhooks, s.cfg.Secrets, s.serviceUnit(webhookdeliver.Name))
 	}},
 	{Service: func(s *Server) services.Service {
 		if !s.cfg.Webhooks.Deliver {

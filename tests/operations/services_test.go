@@ -15,6 +15,7 @@ import (
 
 	"github.com/worker-gateway/gateway/server"
 	"github.com/worker-gateway/gateway/server/services"
+	"github.com/worker-gateway/gateway/server/services/sweeper"
 	"github.com/worker-gateway/gateway/store"
 	"github.com/worker-gateway/gateway/tests/harness"
 )
@@ -123,7 +124,7 @@ func TestServiceIterationsAreTracedApart(t *testing.T) {
 	provider := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
 	t.Cleanup(func() { _ = provider.Shutdown(context.Background()) })
 	g := harness.Start(t, harness.Options{Config: func(c *server.Config) { c.TracerProvider = provider }})
-	g.Server.KickSweeper()
+	require.True(t, g.Server.Kick(sweeper.Name))
 	harness.WaitFor(t, 10*time.Second, "a sweeper pass's span", func() bool {
 		for _, s := range spans.Ended() {
 			if s.Name() == "sweeper" {
