@@ -352,6 +352,10 @@ func (s *Server) LogFollowers() (waiting, readers int) {
 	return s.follows.Waiting(), s.follows.Readers()
 }
 
+// Services names the background services this replica runs, in list
+// order (tests).
+func (s *Server) Services() []string { return s.services.Names() }
+
 // Kick asks the named background service for a pass now (tests that move
 // the database's clock by hand); false when it does not run here or
 // cannot be kicked.
