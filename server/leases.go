@@ -168,7 +168,7 @@ func (h *handlers) leaseAnswer(ctx context.Context, workerID uuid.UUID, res stor
 		leases = append(leases, lease)
 	}
 	if !res.Replayed {
-		h.queueVacuum.Granted(len(res.Leases))
+		h.services.Granted(len(res.Leases))
 	}
 	return api.AcquireLeases200JSONResponse{Leases: leases}
 }

@@ -142,7 +142,6 @@ func newMetrics(s *Server) *metrics {
 		m.leaseAcquisition, m.wakeLatency, m.wakeupsPassedOn, m.heartbeats, m.fencingRejections, m.replays, m.conflicts,
 		m.undelivered, m.secretUnavailable, m.uploadBytes, m.rateLimited, m.httpRequests,
 		m.requestDuration, m.longPollDuration, m.leasePoll, m.certificateExpiry, buildInfo(),
-		s.scheduleTimer.Lag(),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "gateway_waiting_polls",
 			Help: "Long-polls waiting in this replica's hub.",
@@ -155,22 +154,6 @@ func newMetrics(s *Server) *metrics {
 			Name: "gateway_log_shared_reads_total",
 			Help: "Database reads by this replica's shared log readers for followers.",
 		}, func() float64 { return float64(s.store.LogReads().Shared) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "gateway_queue_vacuums_total",
-			Help: "Vacuums of the queue of leasable tasks this replica ran (one per -queue-vacuum-every leases).",
-		}, func() float64 { return float64(s.queueVacuum.Runs()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "gateway_queue_vacuum_seconds_total",
-			Help: "Time this replica's queue vacuums took.",
-		}, func() float64 { return s.queueVacuum.Took().Seconds() }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "gateway_schedule_fires_total",
-			Help: "Schedule slots this replica's timer claimed and recorded (created, skipped or queued).",
-		}, func() float64 { return float64(s.scheduleTimer.Fires()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "gateway_schedule_claims_total",
-			Help: "Claims of due schedules this replica's timer ran (none while no schedule is due).",
-		}, func() float64 { return float64(s.scheduleTimer.Passes()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "gateway_listen_connected",
 			Help: "1 while this replica's LISTEN connection is up.",

@@ -28,8 +28,6 @@ import (
 	"github.com/worker-gateway/gateway/server/api"
 	"github.com/worker-gateway/gateway/server/console"
 	"github.com/worker-gateway/gateway/server/services"
-	"github.com/worker-gateway/gateway/server/services/queuevacuum"
-	"github.com/worker-gateway/gateway/server/services/scheduletimer"
 	"github.com/worker-gateway/gateway/server/services/webhookdeliver"
 	"github.com/worker-gateway/gateway/store"
 )
@@ -258,10 +256,6 @@ type Server struct {
 	pool   *pgxpool.Pool
 	logger *slog.Logger
 	hub    *Hub
-	// queueVacuum vacuums the queue after so many leases.
-	queueVacuum *queuevacuum.Vacuum
-	// scheduleTimer fires due schedules.
-	scheduleTimer *scheduletimer.Timer
 	// services is every background service this replica runs
 	// (DefaultServices, or Config.Services).
 	services *services.Group
@@ -320,9 +314,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 	}
 	s.completions = store.NewCompletionBatcher(s.store, max(cfg.GroupCommitWriters, 1), groupMax, groupTimeout)
 	s.heartbeats = store.NewHeartbeatBatcher(s.store, max(cfg.GroupCommitWriters, 1), groupMax, groupTimeout)
-	s.queueVacuum = queuevacuum.New(s.store, cfg.QueueVacuumEvery, s.serviceUnit("queue-vacuum"))
 	s.store.SetScheduleLimits(store.ScheduleLimits{MinInterval: cfg.ScheduleMinInterval, Quota: cfg.ScheduleQuota})
-	s.scheduleTimer = scheduletimer.New(s.store, s.serviceUnit("schedule-timer"))
 	var err error
 	if s.services, err = s.buildServices(); err != nil {
 		return nil, err

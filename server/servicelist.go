@@ -20,13 +20,11 @@ type ServiceSpec struct {
 	// (nil: it has none). RegisterServiceFlags calls it for every entry of
 	// DefaultServices.
 	Flags func(fs *flag.FlagSet, cfg *Config)
-	// Service is the service a replica runs, or nil when the replica's
-	// configuration leaves it off. A service the request path reaches
-	// through the group (the sweeper, told of new deadlines:
-	// services.DeadlineWatcher) or whose metrics the replica serves
-	// (services.Metered) is built here too; the queue vacuum and the
-	// schedule timer, which the request path and the metrics name, are
-	// built by New and only picked here.
+	// Service builds the service a replica runs, or answers nil when the
+	// replica's configuration leaves it off. The request path reaches a
+	// service only through the group (services.DeadlineWatcher,
+	// services.GrantCounter), and the replica serves its metrics
+	// (services.Metered): nothing else names it.
 	Service func(s *Server) services.Service
 }
 
@@ -52,12 +50,14 @@ var DefaultServices = []ServiceSpec{
 			TaskRetention: s.cfg.TaskRetention, UploadRetention: s.cfg.UploadRetention,
 			AuditRetention: s.cfg.AuditRetention, Batch: s.cfg.SweepBatch}}, s.serviceUnit(pruner.Name))
 	}},
-	{Flags: func(fs *flag.FlagSet, cfg *Config) { queuevacuum.RegisterFlags(fs, &cfg.QueueVacuumEvery) }, Service: func(s *Server) services.Service { return s.queueVacuum }},
+	{Flags: func(fs *flag.FlagSet, cfg *Config) { queuevacuum.RegisterFlags(fs, &cfg.QueueVacuumEvery) }, Service: func(s *Server) services.Service {
+		return queuevacuum.New(s.store, s.cfg.QueueVacuumEvery, s.serviceUnit(queuevacuum.Name))
+	}},
 	{Flags: func(fs *flag.FlagSet, cfg *Config) { scheduletimer.RegisterFlags(fs, &cfg.ScheduleTimer) }, Service: func(s *Server) services.Service {
 		if !s.cfg.ScheduleTimer {
 			return nil
 		}
-		return s.scheduleTimer
+		return scheduletimer.New(s.store, s.serviceUnit(scheduletimer.Name))
 	}},
 	{Flags: func(fs *flag.FlagSet, cfg *Config) { webhookdeliver.RegisterFlags(fs, &cfg.Webhooks) }, Service: func(s *Server) services.Service {
 		if !s.cfg.Webhooks.Deliver {

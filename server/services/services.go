@@ -53,6 +53,15 @@ type DeadlineWatcher interface {
 	DueWithin(d time.Duration)
 }
 
+// GrantCounter is a service counting the leases this replica grants (the
+// queue vacuum).
+type GrantCounter interface {
+	Service
+	// Granted counts n leases granted: it must not block (it runs on the
+	// request path).
+	Granted(n int)
+}
+
 // Kicker is a service that can be asked to run a pass now (tests that
 // move the database's clock by hand, operators' tools).
 type Kicker interface {
@@ -75,6 +84,7 @@ type Group struct {
 	byKind      map[store.WakeupKind][]Subscriber
 	subscribers []Subscriber
 	watchers    []DeadlineWatcher
+	counters    []GrantCounter
 }
 
 // NewGroup groups the services; nil entries (a service its configuration
@@ -94,6 +104,9 @@ func NewGroup(logger *slog.Logger, list ...Service) (*Group, error) {
 		g.list = append(g.list, s)
 		if w, ok := s.(DeadlineWatcher); ok {
 			g.watchers = append(g.watchers, w)
+		}
+		if c, ok := s.(GrantCounter); ok {
+			g.counters = append(g.counters, c)
 		}
 		if sub, ok := s.(Subscriber); ok {
 			g.subscribers = append(g.subscribers, sub)
@@ -133,6 +146,13 @@ func (g *Group) CatchUp() {
 func (g *Group) DueWithin(d time.Duration) {
 	for _, w := range g.watchers {
 		w.DueWithin(d)
+	}
+}
+
+// Granted tells the grant counters that n leases were granted.
+func (g *Group) Granted(n int) {
+	for _, c := range g.counters {
+		c.Granted(n)
 	}
 }
 

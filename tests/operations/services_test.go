@@ -16,6 +16,8 @@ import (
 	"github.com/worker-gateway/gateway/server"
 	"github.com/worker-gateway/gateway/server/services"
 	"github.com/worker-gateway/gateway/server/services/pruner"
+	"github.com/worker-gateway/gateway/server/services/queuevacuum"
+	"github.com/worker-gateway/gateway/server/services/scheduletimer"
 	"github.com/worker-gateway/gateway/server/services/sweeper"
 	"github.com/worker-gateway/gateway/server/services/webhookdeliver"
 	"github.com/worker-gateway/gateway/store"
@@ -163,7 +165,7 @@ func withoutServices(names ...string) []server.ServiceSpec {
 func TestDefaultServicesAreTheListsAlone(t *testing.T) {
 	t.Parallel()
 	full := harness.Start(t)
-	require.Equal(t, []string{sweeper.Name, pruner.Name, "queue-vacuum", "schedule-timer", webhookdeliver.Name,
+	require.Equal(t, []string{sweeper.Name, pruner.Name, queuevacuum.Name, scheduletimer.Name, webhookdeliver.Name,
 		"webhook-watcher", "security-audit", "webhook-secret-sealing"}, full.Server.Services())
 	m := scrape(t, full, full.AdminToken)
 	require.Contains(t, m, "gateway_sweeper_runs_total")
