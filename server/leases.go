@@ -150,8 +150,13 @@ func (s *Server) undeliveredReleased(n int, err error) {
 }
 
 func (h *handlers) leaseAnswer(ctx context.Context, workerID uuid.UUID, res store.AcquireResult) api.AcquireLeases200JSONResponse {
-	for _, l := range res.Leases {
-		h.sweeper.dueWithin(l.LeaseTTL)
+	if len(res.Leases) > 0 {
+		// The sweeper must come for the soonest expiry in time.
+		soonest := res.Leases[0].LeaseTTL
+		for _, l := range res.Leases[1:] {
+			soonest = min(soonest, l.LeaseTTL)
+		}
+		h.services.DueWithin(soonest)
 	}
 	granted, secrets := h.resolveSecrets(ctx, workerID, res.Leases)
 	leases := make([]api.Lease, 0, len(granted))
@@ -163,7 +168,7 @@ func (h *handlers) leaseAnswer(ctx context.Context, workerID uuid.UUID, res stor
 		leases = append(leases, lease)
 	}
 	if !res.Replayed {
-		h.queueVacuum.Granted(len(res.Leases))
+		h.services.Granted(len(res.Leases))
 	}
 	return api.AcquireLeases200JSONResponse{Leases: leases}
 }

@@ -36,11 +36,9 @@ type metrics struct {
 	fencingRejections prometheus.Counter
 	replays           *prometheus.CounterVec
 	conflicts         *prometheus.CounterVec
-	leaseExpiries     prometheus.Counter
 	undelivered       prometheus.Counter
 	secretUnavailable prometheus.Counter
 	uploadBytes       prometheus.Counter
-	sweeperRuns       prometheus.Counter
 	rateLimited       prometheus.Counter
 	httpRequests      *prometheus.CounterVec
 	// Requests and long-polls have histograms of their own: a long-poll
@@ -102,17 +100,9 @@ func newMetrics(s *Server) *metrics {
 			Name: "gateway_undelivered_leases_released_total",
 			Help: "Leases granted to a poll that went away before its answer, released at once instead of left to expire.",
 		}),
-		leaseExpiries: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "gateway_lease_expiries_total",
-			Help: "Attempts this replica's sweeper expired because their lease ran out.",
-		}),
 		uploadBytes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gateway_upload_bytes_total",
 			Help: "Artifact bytes uploaded through the gateway (fs backend uploads; direct S3 uploads bypass it).",
-		}),
-		sweeperRuns: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "gateway_sweeper_runs_total",
-			Help: "Sweeper passes this replica ran.",
 		}),
 		rateLimited: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gateway_worker_rate_limited_total",
@@ -150,9 +140,8 @@ func newMetrics(s *Server) *metrics {
 	}
 	reg.MustRegister(
 		m.leaseAcquisition, m.wakeLatency, m.wakeupsPassedOn, m.heartbeats, m.fencingRejections, m.replays, m.conflicts,
-		m.leaseExpiries, m.undelivered, m.secretUnavailable, m.uploadBytes, m.sweeperRuns, m.rateLimited, m.httpRequests,
+		m.undelivered, m.secretUnavailable, m.uploadBytes, m.rateLimited, m.httpRequests,
 		m.requestDuration, m.longPollDuration, m.leasePoll, m.certificateExpiry, buildInfo(),
-		s.scheduleTimer.Lag(),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "gateway_waiting_polls",
 			Help: "Long-polls waiting in this replica's hub.",
@@ -165,22 +154,6 @@ func newMetrics(s *Server) *metrics {
 			Name: "gateway_log_shared_reads_total",
 			Help: "Database reads by this replica's shared log readers for followers.",
 		}, func() float64 { return float64(s.store.LogReads().Shared) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "gateway_queue_vacuums_total",
-			Help: "Vacuums of the queue of leasable tasks this replica ran (one per -queue-vacuum-every leases).",
-		}, func() float64 { return float64(s.queueVacuum.Runs()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "gateway_queue_vacuum_seconds_total",
-			Help: "Time this replica's queue vacuums took.",
-		}, func() float64 { return s.queueVacuum.Took().Seconds() }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "gateway_schedule_fires_total",
-			Help: "Schedule slots this replica's timer claimed and recorded (created, skipped or queued).",
-		}, func() float64 { return float64(s.scheduleTimer.Fires()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "gateway_schedule_claims_total",
-			Help: "Claims of due schedules this replica's timer ran (none while no schedule is due).",
-		}, func() float64 { return float64(s.scheduleTimer.Passes()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "gateway_listen_connected",
 			Help: "1 while this replica's LISTEN connection is up.",
@@ -193,11 +166,12 @@ func newMetrics(s *Server) *metrics {
 		&tasksCollector{pool: s.pool, timeout: 5 * time.Second},
 		&queueAgeCollector{pool: s.pool, timeout: 5 * time.Second},
 		readinessCollector{s},
-		webhookTriesCollector{s.webhooks},
 		poolCollector{s.pool},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
+	// The background services' own (the sweeper's, the deliverer's, …).
+	reg.MustRegister(s.services.Collectors()...)
 	return m
 }
 

@@ -13,16 +13,15 @@ import (
 )
 
 // The metrics in this file exist for alerting (deploy/prometheus/alerts.yml):
-// readiness as the load balancer sees it, the certificates' expiry, webhook
-// tries by outcome and how long the oldest due task has waited.
+// readiness as the load balancer sees it, the certificates' expiry and how
+// long the oldest due task has waited (webhook tries by outcome are the
+// deliverer's own: webhookdeliver).
 
 var (
 	readyDesc = prometheus.NewDesc("gateway_ready",
 		"1 while this replica is ready (what /readyz answers: database, schema and LISTEN connection), checked on scrape.", nil, nil)
 	readinessCheckDesc = prometheus.NewDesc("gateway_readiness_check",
 		"1 while one of /readyz's checks (database, schema, listen) passes on this replica, checked on scrape.", []string{"check"}, nil)
-	webhookTriesDesc = prometheus.NewDesc("gateway_webhook_tries_total",
-		"Webhook delivery tries this replica made, by outcome (delivered: a 2xx answer; failed: anything else).", []string{"outcome"}, nil)
 	queueAgeDesc = prometheus.NewDesc("gateway_queue_oldest_age_seconds",
 		"How long the oldest due task (pending or retry_wait, available now) has waited, by organization (the organizations that waited longest by id, the rest as \"other\"), computed on scrape.",
 		[]string{"organization"}, nil)
@@ -49,16 +48,6 @@ func boolGauge(b bool) float64 {
 		return 1
 	}
 	return 0
-}
-
-// webhookTriesCollector reads the deliverer's own counts.
-type webhookTriesCollector struct{ d *webhookDeliverer }
-
-func (webhookTriesCollector) Describe(ch chan<- *prometheus.Desc) { ch <- webhookTriesDesc }
-
-func (c webhookTriesCollector) Collect(ch chan<- prometheus.Metric) {
-	ch <- prometheus.MustNewConstMetric(webhookTriesDesc, prometheus.CounterValue, float64(c.d.delivered.Load()), "delivered")
-	ch <- prometheus.MustNewConstMetric(webhookTriesDesc, prometheus.CounterValue, float64(c.d.failed.Load()), "failed")
 }
 
 // newCertificateExpiry is gateway_certificate_expiry_timestamp_seconds;

@@ -1,7 +1,7 @@
 // Package server is the gateway's HTTP layer: the generated strict-server
 // interface implemented over the store, authentication (mTLS for workers,
 // bearer tokens for the control plane), problem+json errors, the long-poll
-// hub and the background sweepers.
+// hub, and the list of the replica's background services (servicelist.go).
 package server
 
 import (
@@ -28,8 +28,7 @@ import (
 	"github.com/worker-gateway/gateway/server/api"
 	"github.com/worker-gateway/gateway/server/console"
 	"github.com/worker-gateway/gateway/server/services"
-	"github.com/worker-gateway/gateway/server/services/queuevacuum"
-	"github.com/worker-gateway/gateway/server/services/scheduletimer"
+	"github.com/worker-gateway/gateway/server/services/webhookdeliver"
 	"github.com/worker-gateway/gateway/store"
 )
 
@@ -47,18 +46,12 @@ type Config struct {
 	// at; a lease's own interval is a third of its duration when shorter.
 	// A worker is online when seen within three intervals.
 	HeartbeatInterval time.Duration
-	// SweepIdleInterval is how often a replica checks for expired leases when
-	// it knows of none due sooner (leases granted by another replica that
-	// then died are found within this interval).
-	SweepIdleInterval time.Duration
-	// SweepDormantInterval replaces SweepIdleInterval while the database
-	// holds nothing that can expire (no active attempt, no execution
-	// deadline): an idle gateway then sends no query for this long. A lease
-	// this replica grants wakes its sweeper at once; one granted by another
-	// replica that dies before anything else wakes this one is found within
-	// this interval.
+	// SweepIdleInterval and SweepDormantInterval are the sweeper's
+	// intervals (sweeper.Config says what each is).
+	SweepIdleInterval    time.Duration
 	SweepDormantInterval time.Duration
-	// SweepBatch bounds the rows one sweep pass touches.
+	// SweepBatch bounds the rows one pass of the sweeper or the pruner
+	// touches.
 	SweepBatch int
 	// QueueVacuumEvery is how many leases this replica grants between two
 	// vacuums of the queue of leasable tasks (queuevacuum); 0 leaves the
@@ -72,8 +65,9 @@ type Config struct {
 	// have unless its own max_schedules says otherwise (store.ScheduleLimits).
 	ScheduleMinInterval time.Duration
 	ScheduleQuota       int
-	// Webhooks is how this replica delivers webhooks (webhookdeliver.go).
-	Webhooks WebhookConfig
+	// Webhooks is how this replica delivers webhooks (webhookdeliver), and
+	// where targets may point.
+	Webhooks webhookdeliver.Config
 	// IdentityCacheTTL bounds how long a replica trusts what it looked up
 	// about a worker certificate (see identityCache); 0 looks it up on
 	// every request.
@@ -105,7 +99,8 @@ type Config struct {
 	// throughput 4,730 against 7,781–7,832 tasks/s with it, README).
 	LeaseGroupCommit bool
 	// PruneInterval is how often a replica deletes old terminal tasks, ended
-	// upload rows and (with AuditRetention > 0) audit events; 0 disables it.
+	// upload rows and (with AuditRetention > 0) audit events (pruner); 0
+	// disables it.
 	PruneInterval   time.Duration
 	TaskRetention   time.Duration
 	UploadRetention time.Duration
@@ -215,7 +210,7 @@ func DefaultConfig() Config {
 		ScheduleTimer:        true,
 		ScheduleMinInterval:  store.DefaultScheduleLimits.MinInterval,
 		ScheduleQuota:        store.DefaultScheduleLimits.Quota,
-		Webhooks:             DefaultWebhookConfig(),
+		Webhooks:             webhookdeliver.DefaultConfig(),
 		IdentityCacheTTL:     time.Minute,
 		PruneInterval:        10 * time.Minute,
 		TaskRetention:        store.DefaultTaskRetention,
@@ -256,18 +251,11 @@ func DefaultConfig() Config {
 
 // Server is one gateway replica.
 type Server struct {
-	cfg     Config
-	store   *store.Store
-	pool    *pgxpool.Pool
-	logger  *slog.Logger
-	hub     *Hub
-	sweeper *Sweeper
-	// queueVacuum vacuums the queue after so many leases.
-	queueVacuum *queuevacuum.Vacuum
-	// scheduleTimer fires due schedules.
-	scheduleTimer *scheduletimer.Timer
-	// webhooks delivers webhook deliveries.
-	webhooks *webhookDeliverer
+	cfg    Config
+	store  *store.Store
+	pool   *pgxpool.Pool
+	logger *slog.Logger
+	hub    *Hub
 	// services is every background service this replica runs
 	// (DefaultServices, or Config.Services).
 	services *services.Group
@@ -326,18 +314,13 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 	}
 	s.completions = store.NewCompletionBatcher(s.store, max(cfg.GroupCommitWriters, 1), groupMax, groupTimeout)
 	s.heartbeats = store.NewHeartbeatBatcher(s.store, max(cfg.GroupCommitWriters, 1), groupMax, groupTimeout)
-	s.sweeper = newSweeper(s.store, cfg, s.serviceUnit("sweeper"))
-	s.queueVacuum = queuevacuum.New(s.store, cfg.QueueVacuumEvery, s.serviceUnit("queue-vacuum"))
 	s.store.SetScheduleLimits(store.ScheduleLimits{MinInterval: cfg.ScheduleMinInterval, Quota: cfg.ScheduleQuota})
-	s.scheduleTimer = scheduletimer.New(s.store, s.serviceUnit("schedule-timer"))
-	s.webhooks = newWebhookDeliverer(s.store, cfg.Webhooks, cfg.Secrets, s.serviceUnit("webhook-deliverer"))
-	s.metrics = newMetrics(s)
-	s.sweeper.metrics = s.metrics
-	s.metricsHandler = s.metrics.handler(s)
 	var err error
 	if s.services, err = s.buildServices(); err != nil {
 		return nil, err
 	}
+	s.metrics = newMetrics(s)
+	s.metricsHandler = s.metrics.handler(s)
 	h, err := s.buildHandler()
 	if err != nil {
 		return nil, err
@@ -361,8 +344,14 @@ func (s *Server) LogFollowers() (waiting, readers int) {
 	return s.follows.Waiting(), s.follows.Readers()
 }
 
-// KickSweeper runs a sweep pass now (tests that expire leases by hand).
-func (s *Server) KickSweeper() { s.sweeper.Kick() }
+// Services names the background services this replica runs, in list
+// order (tests).
+func (s *Server) Services() []string { return s.services.Names() }
+
+// Kick asks the named background service for a pass now (tests that move
+// the database's clock by hand); false when it does not run here or
+// cannot be kicked.
+func (s *Server) Kick(service string) bool { return s.services.Kick(service) }
 
 // onlineWindow is how recently a worker must have been seen to be online.
 func (s *Server) onlineWindow() time.Duration { return 3 * s.cfg.HeartbeatInterval }

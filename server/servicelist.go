@@ -5,9 +5,13 @@ import (
 	"flag"
 
 	"github.com/worker-gateway/gateway/server/services"
+	"github.com/worker-gateway/gateway/server/services/pruner"
 	"github.com/worker-gateway/gateway/server/services/queuevacuum"
 	"github.com/worker-gateway/gateway/server/services/scheduletimer"
+	"github.com/worker-gateway/gateway/server/services/sweeper"
+	"github.com/worker-gateway/gateway/server/services/webhookdeliver"
 	"github.com/worker-gateway/gateway/server/services/webhookwatch"
+	"github.com/worker-gateway/gateway/store"
 )
 
 // ServiceSpec is one entry of the list of a replica's background services.
@@ -16,10 +20,11 @@ type ServiceSpec struct {
 	// (nil: it has none). RegisterServiceFlags calls it for every entry of
 	// DefaultServices.
 	Flags func(fs *flag.FlagSet, cfg *Config)
-	// Service is the service a replica runs, or nil when the replica's
-	// configuration leaves it off. A service the request path reaches
-	// (the sweeper, kicked by lease grants) is built by New and only
-	// picked here; one nothing else reaches is built here.
+	// Service builds the service a replica runs, or answers nil when the
+	// replica's configuration leaves it off. The request path reaches a
+	// service only through the group (services.DeadlineWatcher,
+	// services.GrantCounter), and the replica serves its metrics
+	// (services.Metered): nothing else names it.
 	Service func(s *Server) services.Service
 }
 
@@ -28,19 +33,37 @@ type ServiceSpec struct {
 // wake-up kinds it subscribes to (services.Subscriber), and Run stops them
 // all when its context ends. Adding a service is adding an entry here.
 var DefaultServices = []ServiceSpec{
-	{Flags: sweeperFlags, Service: func(s *Server) services.Service { return s.sweeper }},
-	{Flags: func(fs *flag.FlagSet, cfg *Config) { queuevacuum.RegisterFlags(fs, &cfg.QueueVacuumEvery) }, Service: func(s *Server) services.Service { return s.queueVacuum }},
+	{Flags: func(fs *flag.FlagSet, cfg *Config) {
+		sweeper.RegisterFlags(fs, &cfg.SweepIdleInterval, &cfg.SweepDormantInterval)
+	}, Service: func(s *Server) services.Service {
+		return sweeper.New(s.store, sweeper.Config{IdleInterval: s.cfg.SweepIdleInterval, DormantInterval: s.cfg.SweepDormantInterval,
+			Batch: s.cfg.SweepBatch, Uploads: s.cfg.Artifacts.Backend, UploadSessionTTL: s.cfg.Artifacts.SessionTTL,
+			ArtifactKeyPrefix: artifactKeyPrefix}, s.serviceUnit(sweeper.Name))
+	}},
+	{Flags: func(fs *flag.FlagSet, cfg *Config) {
+		pruner.RegisterFlags(fs, &cfg.PruneInterval, &cfg.TaskRetention, &cfg.UploadRetention, &cfg.AuditRetention)
+	}, Service: func(s *Server) services.Service {
+		if s.cfg.PruneInterval <= 0 {
+			return nil
+		}
+		return pruner.New(s.store, pruner.Config{Interval: s.cfg.PruneInterval, Retention: store.PruneParams{
+			TaskRetention: s.cfg.TaskRetention, UploadRetention: s.cfg.UploadRetention,
+			AuditRetention: s.cfg.AuditRetention, Batch: s.cfg.SweepBatch}}, s.serviceUnit(pruner.Name))
+	}},
+	{Flags: func(fs *flag.FlagSet, cfg *Config) { queuevacuum.RegisterFlags(fs, &cfg.QueueVacuumEvery) }, Service: func(s *Server) services.Service {
+		return queuevacuum.New(s.store, s.cfg.QueueVacuumEvery, s.serviceUnit(queuevacuum.Name))
+	}},
 	{Flags: func(fs *flag.FlagSet, cfg *Config) { scheduletimer.RegisterFlags(fs, &cfg.ScheduleTimer) }, Service: func(s *Server) services.Service {
 		if !s.cfg.ScheduleTimer {
 			return nil
 		}
-		return s.scheduleTimer
+		return scheduletimer.New(s.store, s.serviceUnit(scheduletimer.Name))
 	}},
-	{Flags: webhookDelivererFlags, Service: func(s *Server) services.Service {
+	{Flags: func(fs *flag.FlagSet, cfg *Config) { webhookdeliver.RegisterFlags(fs, &cfg.Webhooks) }, Service: func(s *Server) services.Service {
 		if !s.cfg.Webhooks.Deliver {
 			return nil
 		}
-		return s.webhooks
+		return webhookdeliver.New(s.store, s.cfg.Webhooks, s.cfg.Secrets, s.serviceUnit(webhookdeliver.Name))
 	}},
 	{Service: func(s *Server) services.Service {
 		if !s.cfg.Webhooks.Deliver {

@@ -79,7 +79,7 @@ func (h *handlers) CreateTask(ctx context.Context, req api.CreateTaskRequestObje
 	if p.ExecutionTimeout > 0 {
 		// A dormant sweeper must wake for this deadline (it is relative to
 		// the database's clock at creation, close enough for a wake-up).
-		h.sweeper.dueWithin(p.ExecutionTimeout)
+		h.services.DueWithin(p.ExecutionTimeout)
 	}
 	return api.CreateTask201JSONResponse(toTask(task)), nil
 }

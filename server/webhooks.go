@@ -8,6 +8,7 @@ import (
 
 	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/server/api"
+	"github.com/worker-gateway/gateway/server/services/webhookdeliver"
 	"github.com/worker-gateway/gateway/store"
 )
 
@@ -207,19 +208,17 @@ func redactedURL(raw string) string {
 }
 
 // checkWebhookURL refuses a target URL that is not http(s) or whose host
-// the gateway does not deliver to (webhookHostAddrs): one answer whether
-// the name does not resolve or resolves to a refused address. Deliveries
-// take the same decision on every dial (webhookDialer): DNS may answer
+// the gateway does not deliver to (webhookdeliver's CheckHost): one answer
+// whether the name does not resolve or resolves to a refused address.
+// Deliveries take the same decision on every dial: DNS may answer
 // differently then.
 func (h *handlers) checkWebhookURL(ctx context.Context, raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
 		return problem.Wrap(store.ErrInvalid, "url must be an absolute http or https URL")
 	}
-	lookupCtx, cancel := context.WithTimeout(ctx, webhookLookupTimeout)
-	defer cancel()
-	if _, err := webhookHostAddrs(lookupCtx, h.cfg.Webhooks.Resolver, u.Hostname(), h.cfg.Webhooks.AllowPrivate); err != nil {
-		return problem.Wrap(store.ErrInvalid, problem.Text("url: "+errUndeliverableHost.Error()))
+	if err := h.cfg.Webhooks.CheckHost(ctx, u.Hostname()); err != nil {
+		return problem.Wrap(store.ErrInvalid, problem.Text("url: "+webhookdeliver.ErrUndeliverableHost.Error()))
 	}
 	return nil
 }

@@ -13,6 +13,9 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/worker-gateway/gateway/store"
 )
@@ -39,6 +42,40 @@ type Subscriber interface {
 	CatchUp()
 }
 
+// DeadlineWatcher is a service acting on deadlines the database keeps
+// (the sweeper: lease expiries, execution deadlines). A write of this
+// replica that sets such a deadline tells it, through the group, so that
+// it comes sooner than it planned when it must.
+type DeadlineWatcher interface {
+	Service
+	// DueWithin says a deadline was just set that falls due within d: it
+	// must not block (it runs on the request path).
+	DueWithin(d time.Duration)
+}
+
+// GrantCounter is a service counting the leases this replica grants (the
+// queue vacuum).
+type GrantCounter interface {
+	Service
+	// Granted counts n leases granted: it must not block (it runs on the
+	// request path).
+	Granted(n int)
+}
+
+// Kicker is a service that can be asked to run a pass now (tests that
+// move the database's clock by hand, operators' tools).
+type Kicker interface {
+	Service
+	Kick()
+}
+
+// Metered is a service with metrics of its own; the replica registers
+// them with its others.
+type Metered interface {
+	Service
+	Collectors() []prometheus.Collector
+}
+
 // Group is the services a replica runs, in list order.
 type Group struct {
 	list   []Service
@@ -46,6 +83,8 @@ type Group struct {
 	// byKind is the subscribers of each wake-up kind, in list order.
 	byKind      map[store.WakeupKind][]Subscriber
 	subscribers []Subscriber
+	watchers    []DeadlineWatcher
+	counters    []GrantCounter
 }
 
 // NewGroup groups the services; nil entries (a service its configuration
@@ -63,6 +102,12 @@ func NewGroup(logger *slog.Logger, list ...Service) (*Group, error) {
 		}
 		names[s.Name()] = true
 		g.list = append(g.list, s)
+		if w, ok := s.(DeadlineWatcher); ok {
+			g.watchers = append(g.watchers, w)
+		}
+		if c, ok := s.(GrantCounter); ok {
+			g.counters = append(g.counters, c)
+		}
 		if sub, ok := s.(Subscriber); ok {
 			g.subscribers = append(g.subscribers, sub)
 			for _, k := range slices.Compact(slices.Sorted(slices.Values(sub.Subscriptions()))) {
@@ -94,6 +139,44 @@ func (g *Group) CatchUp() {
 	for _, s := range g.subscribers {
 		s.CatchUp()
 	}
+}
+
+// DueWithin tells the deadline watchers that a deadline was just set that
+// falls due within d.
+func (g *Group) DueWithin(d time.Duration) {
+	for _, w := range g.watchers {
+		w.DueWithin(d)
+	}
+}
+
+// Granted tells the grant counters that n leases were granted.
+func (g *Group) Granted(n int) {
+	for _, c := range g.counters {
+		c.Granted(n)
+	}
+}
+
+// Kick asks the named service for a pass now; false when no such service
+// runs or it cannot be kicked.
+func (g *Group) Kick(name string) bool {
+	for _, s := range g.list {
+		if k, ok := s.(Kicker); ok && s.Name() == name {
+			k.Kick()
+			return true
+		}
+	}
+	return false
+}
+
+// Collectors are the metrics of every metered service.
+func (g *Group) Collectors() []prometheus.Collector {
+	var all []prometheus.Collector
+	for _, s := range g.list {
+		if m, ok := s.(Metered); ok {
+			all = append(all, m.Collectors()...)
+		}
+	}
+	return all
 }
 
 // Run runs every service, each on its own goroutine, and returns when all

@@ -30,6 +30,7 @@ import (
 	"github.com/worker-gateway/gateway/internal/secretbox"
 	"github.com/worker-gateway/gateway/server"
 	"github.com/worker-gateway/gateway/server/objectstore"
+	"github.com/worker-gateway/gateway/server/services/sweeper"
 	"github.com/worker-gateway/gateway/store"
 	"github.com/worker-gateway/gateway/store/storetest"
 	"github.com/worker-gateway/gateway/workerclient"
@@ -386,7 +387,7 @@ func (g *Gateway) ExpireLeases(t testing.TB, task uuid.UUID) {
 		WHERE task_id = $1 AND status IN ('leased', 'running')`, task)
 	require.NoError(t, err)
 	if g.Server != nil {
-		g.Server.KickSweeper()
+		g.Server.Kick(sweeper.Name)
 	}
 }
 

@@ -8,16 +8,17 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/worker-gateway/gateway/server"
+	"github.com/worker-gateway/gateway/server/services/pruner"
 	"github.com/worker-gateway/gateway/tests/harness"
 )
 
-// TestSweeperPrunesOnlyOldTerminalTasks: the gateway's sweeper runs the
-// retention pruner; an old finished task goes, an old pending one and a
-// recently finished one stay.
-func TestSweeperPrunesOnlyOldTerminalTasks(t *testing.T) {
+// TestPrunerPrunesOnlyOldTerminalTasks: the gateway's pruner deletes what
+// retention no longer keeps; an old finished task goes, an old pending one
+// and a recently finished one stay.
+func TestPrunerPrunesOnlyOldTerminalTasks(t *testing.T) {
 	t.Parallel()
 	g := harness.Start(t, harness.Options{Config: func(c *server.Config) {
-		c.PruneInterval = time.Millisecond
+		c.PruneInterval = time.Hour // it prunes at start, then when kicked
 		c.TaskRetention = time.Hour
 	}})
 	org := g.NewOrganization(t, "acme")
@@ -32,12 +33,12 @@ func TestSweeperPrunesOnlyOldTerminalTasks(t *testing.T) {
 		updated_at = now() - interval '2 hours', created_at = now() - interval '3 hours' WHERE id = ANY($1)`, []any{old, pending})
 	require.NoError(t, err)
 
-	g.Server.KickSweeper()
+	require.True(t, g.Server.Kick(pruner.Name))
 	harness.WaitFor(t, 20*time.Second, "the old finished task pruned", func() bool {
 		var n int
 		require.NoError(t, g.Pool.QueryRow(context.Background(), `SELECT count(*) FROM worker_tasks WHERE id = $1`, old).Scan(&n))
 		if n > 0 {
-			g.Server.KickSweeper()
+			g.Server.Kick(pruner.Name)
 		}
 		return n == 0
 	})

@@ -15,6 +15,11 @@ import (
 
 	"github.com/worker-gateway/gateway/server"
 	"github.com/worker-gateway/gateway/server/services"
+	"github.com/worker-gateway/gateway/server/services/pruner"
+	"github.com/worker-gateway/gateway/server/services/queuevacuum"
+	"github.com/worker-gateway/gateway/server/services/scheduletimer"
+	"github.com/worker-gateway/gateway/server/services/sweeper"
+	"github.com/worker-gateway/gateway/server/services/webhookdeliver"
 	"github.com/worker-gateway/gateway/store"
 	"github.com/worker-gateway/gateway/tests/harness"
 )
@@ -123,7 +128,7 @@ func TestServiceIterationsAreTracedApart(t *testing.T) {
 	provider := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
 	t.Cleanup(func() { _ = provider.Shutdown(context.Background()) })
 	g := harness.Start(t, harness.Options{Config: func(c *server.Config) { c.TracerProvider = provider }})
-	g.Server.KickSweeper()
+	require.True(t, g.Server.Kick(sweeper.Name))
 	harness.WaitFor(t, 10*time.Second, "a sweeper pass's span", func() bool {
 		for _, s := range spans.Ended() {
 			if s.Name() == "sweeper" {
@@ -132,5 +137,75 @@ func TestServiceIterationsAreTracedApart(t *testing.T) {
 			}
 		}
 		return false
+	})
+}
+
+// withoutServices is the default list less the named services: each entry
+// builds as before, and a service of those names is left off.
+func withoutServices(names ...string) []server.ServiceSpec {
+	list := slices.Clone(server.DefaultServices)
+	for i, spec := range list {
+		build := spec.Service
+		list[i].Service = func(s *server.Server) services.Service {
+			svc := build(s)
+			if svc != nil && slices.Contains(names, svc.Name()) {
+				return nil
+			}
+			return svc
+		}
+	}
+	return list
+}
+
+// TestDefaultServicesAreTheListsAlone: the sweeper, the pruner and the
+// webhook deliverer run because the list builds them, and only then: a
+// list without them gives a gateway that serves leases (the request path
+// reaches the sweeper only through the group), runs none of them, and
+// exposes none of their metrics.
+func TestDefaultServicesAreTheListsAlone(t *testing.T) {
+	t.Parallel()
+	full := harness.Start(t)
+	require.Equal(t, []string{sweeper.Name, pruner.Name, queuevacuum.Name, scheduletimer.Name, webhookdeliver.Name,
+		"webhook-watcher", "security-audit", "webhook-secret-sealing"}, full.Server.Services())
+	m := scrape(t, full, full.AdminToken)
+	require.Contains(t, m, "gateway_sweeper_runs_total")
+	require.Contains(t, m, "gateway_lease_expiries_total")
+	require.Contains(t, m, `gateway_webhook_tries_total{outcome="delivered"}`)
+
+	g := harness.Start(t, harness.Options{Config: func(c *server.Config) {
+		c.Services = withoutServices(sweeper.Name, pruner.Name, webhookdeliver.Name)
+	}})
+	require.NotContains(t, g.Server.Services(), sweeper.Name)
+	require.NotContains(t, g.Server.Services(), pruner.Name)
+	require.NotContains(t, g.Server.Services(), webhookdeliver.Name)
+	require.False(t, g.Server.Kick(sweeper.Name))
+	require.False(t, g.Server.Kick(pruner.Name))
+	org := g.NewOrganization(t, "acme")
+	w := g.NewWorker(t, "w1", 1, org)
+	g.CreateTask(t, org, harness.TaskSpec{})
+	require.Len(t, lease(t, w, 1, 0), 1)
+	m = scrape(t, g, g.AdminToken)
+	require.NotContains(t, m, "gateway_sweeper_runs_total")
+	require.NotContains(t, m, "gateway_lease_expiries_total")
+	require.NotContains(t, m, `gateway_webhook_tries_total{outcome="delivered"}`)
+}
+
+// TestSweeperWokenByItsReplicasGrants: a dormant sweeper (nothing could
+// expire, so it planned its next pass an hour away) is woken by a lease
+// its replica grants, through the group (services.DeadlineWatcher), and
+// expires that lease when it runs out.
+func TestSweeperWokenByItsReplicasGrants(t *testing.T) {
+	t.Parallel()
+	g := harness.Start(t, harness.Options{Config: func(c *server.Config) {
+		c.SweepIdleInterval = time.Hour
+		c.SweepDormantInterval = time.Hour
+	}})
+	org := g.NewOrganization(t, "acme")
+	w := g.NewWorker(t, "w1", 1, org)
+	task := g.CreateTask(t, org, harness.TaskSpec{LeaseDurationSeconds: 5})
+	require.Len(t, lease(t, w, 1, 0), 1)
+	harness.WaitFor(t, 30*time.Second, "the silent worker's lease expired by the sweeper", func() bool {
+		a := g.Task(t, task).Attempts
+		return len(a) > 0 && a[0].Status == "expired"
 	})
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/worker-gateway/gateway/server/services/sweeper"
 	"github.com/worker-gateway/gateway/store"
 	"github.com/worker-gateway/gateway/tests/harness"
 )
@@ -118,7 +119,7 @@ func TestTamperedExpiredStaleAndForeignUploadsAreRefused(t *testing.T) {
 	require.Zero(t, countRows(t, g, "files"))
 
 	// The sweeper expires open sessions and deletes their objects.
-	g.Server.KickSweeper()
+	require.True(t, g.Server.Kick(sweeper.Name))
 	harness.WaitFor(t, 10*time.Second, "sessions expired", func() bool {
 		var open int
 		require.NoError(t, g.Pool.QueryRow(context.Background(), `SELECT count(*) FROM worker_artifact_uploads

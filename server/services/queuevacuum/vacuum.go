@@ -9,9 +9,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/worker-gateway/gateway/server/services"
 	"github.com/worker-gateway/gateway/store"
 )
+
+// Name names the service: its logs, its spans.
+const Name = "queue-vacuum"
 
 // Vacuum vacuums the queue of leasable tasks after every
 // -queue-vacuum-every leases this replica granted (store.VacuumQueue
@@ -90,7 +95,16 @@ func RegisterFlags(fs *flag.FlagSet, every *int) {
 	fs.IntVar(every, "queue-vacuum-every", *every, "vacuum the queue of leasable tasks after this many leases granted by this replica, so acquisitions do not step over the entries of leased tasks until autovacuum comes (0: leave it to autovacuum)")
 }
 
-// Runs counts this replica's vacuums, and Took the time they took
-// (metrics).
-func (v *Vacuum) Runs() int64         { return v.runs.Load() }
-func (v *Vacuum) Took() time.Duration { return time.Duration(v.nanos.Load()) }
+// Collectors are its metrics.
+func (v *Vacuum) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "gateway_queue_vacuums_total",
+			Help: "Vacuums of the queue of leasable tasks this replica ran (one per -queue-vacuum-every leases).",
+		}, func() float64 { return float64(v.runs.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "gateway_queue_vacuum_seconds_total",
+			Help: "Time this replica's queue vacuums took.",
+		}, func() float64 { return time.Duration(v.nanos.Load()).Seconds() }),
+	}
+}

@@ -34,6 +34,9 @@ const (
 	scheduleGather = 50 * time.Millisecond
 )
 
+// Name names the service: its logs, its spans.
+const Name = "schedule-timer"
+
 // Timer fires due schedules (store.FireDueSchedules). It sleeps
 // until the earliest fire time, as a delay the database computed, and
 // wakes early on a WakeSchedules notice: a schedule changed, or the run a
@@ -190,10 +193,18 @@ func RegisterFlags(fs *flag.FlagSet, on *bool) {
 	fs.BoolVar(on, "schedule-timer", *on, "fire due schedules on this replica (every replica may; claims never overlap); -schedule-timer=false leaves firing to the others")
 }
 
-// Lag observes how late this replica's timer fired each slot (metrics).
-func (t *Timer) Lag() prometheus.Histogram { return t.lag }
-
-// Fires counts the history entries this replica's claims recorded, and
-// Passes the claims it ran (metrics).
-func (t *Timer) Fires() int64  { return t.fires.Load() }
-func (t *Timer) Passes() int64 { return t.passes.Load() }
+// Collectors are its metrics: how late it fired each slot, the history
+// entries its claims recorded and the claims it ran.
+func (t *Timer) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{
+		t.lag,
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "gateway_schedule_fires_total",
+			Help: "Schedule slots this replica's timer claimed and recorded (created, skipped or queued).",
+		}, func() float64 { return float64(t.fires.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "gateway_schedule_claims_total",
+			Help: "Claims of due schedules this replica's timer ran (none while no schedule is due).",
+		}, func() float64 { return float64(t.passes.Load()) }),
+	}
+}

@@ -1,4 +1,4 @@
-package server
+package webhookdeliver
 
 import (
 	"context"
@@ -9,32 +9,43 @@ import (
 	"time"
 )
 
-// Where webhooks may go: one decision (webhookHostAddrs, built on
-// webhookAddressAllowed), taken when a target is created or changed and
-// again on every dial, so a name that resolved to a public address then and
-// to an internal one now (DNS rebinding) is refused.
+// Where webhooks may go: one decision (hostAddrs, built on
+// addressAllowed), taken when a target is created or changed
+// (Config.CheckHost) and again on every dial, so a name that resolved to a
+// public address then and to an internal one now (DNS rebinding) is
+// refused.
 
-// errUndeliverableHost is the one answer for a host the gateway will not
+// ErrUndeliverableHost is the one answer for a host the gateway will not
 // deliver to, whatever the reason: it does not resolve, or it resolves to
 // an address that is not globally reachable. Telling those apart would let
 // an organization probe the gateway's DNS and network (an oracle).
-var errUndeliverableHost = errors.New("the target's host does not resolve to a public address the gateway delivers to")
+var ErrUndeliverableHost = errors.New("the target's host does not resolve to a public address the gateway delivers to")
 
-// WebhookResolver resolves a target's host name; *net.Resolver is one.
-// Tests give the gateway their own to map names to any address.
-type WebhookResolver interface {
+// Resolver resolves a target's host name; *net.Resolver is one. Tests
+// give the gateway their own to map names to any address.
+type Resolver interface {
 	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
 }
 
-// webhookLookupTimeout bounds a creation-time lookup; a dial's lookup is
-// bounded by the try's timeout.
-const webhookLookupTimeout = 5 * time.Second
+// lookupTimeout bounds a creation-time lookup; a dial's lookup is bounded
+// by the try's timeout.
+const lookupTimeout = 5 * time.Second
 
-// webhookHostAddrs resolves a target's host (an IP literal in any of its
+// CheckHost answers ErrUndeliverableHost when webhooks may not go to host
+// (a target's, when it is created or changed): the decision every dial
+// takes again.
+func (c Config) CheckHost(ctx context.Context, host string) error {
+	ctx, cancel := context.WithTimeout(ctx, lookupTimeout)
+	defer cancel()
+	_, err := hostAddrs(ctx, c.Resolver, host, c.AllowPrivate)
+	return err
+}
+
+// hostAddrs resolves a target's host (an IP literal in any of its
 // spellings, or a name) and answers its addresses only when every one of
-// them is allowed; otherwise errUndeliverableHost, whether the name did
+// them is allowed; otherwise ErrUndeliverableHost, whether the name did
 // not resolve or resolved to a refused address.
-func webhookHostAddrs(ctx context.Context, r WebhookResolver, host string, allowPrivate bool) ([]netip.Addr, error) {
+func hostAddrs(ctx context.Context, r Resolver, host string, allowPrivate bool) ([]netip.Addr, error) {
 	var addrs []netip.Addr
 	if a, err := netip.ParseAddr(host); err == nil {
 		addrs = []netip.Addr{a}
@@ -44,22 +55,22 @@ func webhookHostAddrs(ctx context.Context, r WebhookResolver, host string, allow
 		}
 		addrs, err = r.LookupNetIP(ctx, "ip", host)
 		if err != nil {
-			return nil, errUndeliverableHost
+			return nil, ErrUndeliverableHost
 		}
 	}
 	if len(addrs) == 0 {
-		return nil, errUndeliverableHost
+		return nil, ErrUndeliverableHost
 	}
 	for i, a := range addrs {
-		if !webhookAddressAllowed(a, allowPrivate) {
-			return nil, errUndeliverableHost
+		if !addressAllowed(a, allowPrivate) {
+			return nil, ErrUndeliverableHost
 		}
 		addrs[i] = a.Unmap()
 	}
 	return addrs, nil
 }
 
-// webhookAddressAllowed is the allow-list: a webhook may reach a globally
+// addressAllowed is the allow-list: a webhook may reach a globally
 // reachable unicast address (the IANA special-purpose address registries)
 // and nothing else. allowPrivate (-webhooks-allow-private, for development
 // and tests) adds loopback, private and link-local unicast addresses.
@@ -69,7 +80,7 @@ func webhookHostAddrs(ctx context.Context, r WebhookResolver, host string, allow
 // address some other way (IPv4-compatible ::/96, IPv4-translated
 // ::ffff:0:0:0/96, NAT64 64:ff9b::/96 and 64:ff9b:1::/48, 6to4
 // 2002::/16, Teredo in 2001::/23) are refused whole.
-func webhookAddressAllowed(a netip.Addr, allowPrivate bool) bool {
+func addressAllowed(a netip.Addr, allowPrivate bool) bool {
 	a = a.Unmap()
 	if !a.IsValid() {
 		return false
@@ -133,23 +144,23 @@ var refusedIPv6 = []netip.Prefix{
 	netip.MustParsePrefix("3fff::/20"),     // documentation
 }
 
-// webhookDialer dials a target: it resolves the host itself, through
-// webhookHostAddrs, and connects to the addresses that decision returned,
+// dialer dials a target: it resolves the host itself, through
+// hostAddrs, and connects to the addresses that decision returned,
 // one after the other. The net.Dialer's Control hook checks each address
 // actually connected to once more, so no path dials an address the
 // allow-list refuses.
-type webhookDialer struct {
-	resolver     WebhookResolver
+type dialer struct {
+	resolver     Resolver
 	allowPrivate bool
 	dialer       *net.Dialer
 }
 
-func newWebhookDialer(cfg WebhookConfig) *webhookDialer {
-	d := &webhookDialer{resolver: cfg.Resolver, allowPrivate: cfg.AllowPrivate, dialer: &net.Dialer{Timeout: cfg.Timeout}}
+func newDialer(cfg Config) *dialer {
+	d := &dialer{resolver: cfg.Resolver, allowPrivate: cfg.AllowPrivate, dialer: &net.Dialer{Timeout: cfg.Timeout}}
 	d.dialer.Control = func(_, address string, _ syscall.RawConn) error {
 		ap, err := netip.ParseAddrPort(address)
-		if err != nil || !webhookAddressAllowed(ap.Addr(), d.allowPrivate) {
-			return errUndeliverableHost
+		if err != nil || !addressAllowed(ap.Addr(), d.allowPrivate) {
+			return ErrUndeliverableHost
 		}
 		return nil
 	}
@@ -157,12 +168,12 @@ func newWebhookDialer(cfg WebhookConfig) *webhookDialer {
 }
 
 // DialContext is the http.Transport's dial.
-func (d *webhookDialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+func (d *dialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
 	host, port, err := net.SplitHostPort(address)
 	if err != nil {
-		return nil, errUndeliverableHost
+		return nil, ErrUndeliverableHost
 	}
-	addrs, err := webhookHostAddrs(ctx, d.resolver, host, d.allowPrivate)
+	addrs, err := hostAddrs(ctx, d.resolver, host, d.allowPrivate)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package server
+package webhookdeliver
 
 import (
 	"context"
@@ -12,14 +12,14 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestSignWebhookMatchesTheSpecsVector: the example of the Standard
+// TestSignMatchesTheSpecsVector: the example of the Standard
 // Webhooks specification (its README and reference libraries).
-func TestSignWebhookMatchesTheSpecsVector(t *testing.T) {
+func TestSignMatchesTheSpecsVector(t *testing.T) {
 	secret, err := base64.StdEncoding.DecodeString(strings.TrimPrefix("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_"))
 	require.NoError(t, err)
-	got := signWebhook("msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, []byte(`{"test": 2432232314}`), [][]byte{secret})
+	got := sign("msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, []byte(`{"test": 2432232314}`), [][]byte{secret})
 	require.Equal(t, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=", got)
-	two := signWebhook("msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, []byte(`{"test": 2432232314}`), [][]byte{[]byte("new"), secret})
+	two := sign("msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, []byte(`{"test": 2432232314}`), [][]byte{[]byte("new"), secret})
 	require.Len(t, strings.Fields(two), 2)
 	require.Equal(t, got, strings.Fields(two)[1])
 }
@@ -34,16 +34,16 @@ func TestWebhookAddressAllowed(t *testing.T) {
 		"255.255.255.255", "192.0.2.10", "198.51.100.1", "203.0.113.9", "192.88.99.1", "198.18.0.1", "192.0.0.8",
 		"2001:db8::1", "2001::1", "3fff::1", "ff02::1", "fe80::1%eth0", "100::1"}
 	for _, a := range refused {
-		require.False(t, webhookAddressAllowed(netip.MustParseAddr(a), false), a)
+		require.False(t, addressAllowed(netip.MustParseAddr(a), false), a)
 	}
 	for _, a := range []string{"93.184.216.34", "2606:2800:220:1:248:1893:25c8:1946", "8.8.8.8", "::ffff:8.8.8.8", "2a00:1450:4001::200e"} {
-		require.True(t, webhookAddressAllowed(netip.MustParseAddr(a), false), a)
+		require.True(t, addressAllowed(netip.MustParseAddr(a), false), a)
 	}
 	for _, a := range []string{"127.0.0.1", "::1", "10.0.0.1", "192.168.1.1", "fd00::1", "::ffff:127.0.0.1", "fe80::1%eth0"} {
-		require.True(t, webhookAddressAllowed(netip.MustParseAddr(a), true), a)
+		require.True(t, addressAllowed(netip.MustParseAddr(a), true), a)
 	}
 	for _, a := range []string{"255.255.255.255", "224.0.0.1", "0.0.0.0", "::", "2002:7f00:1::", "::127.0.0.1"} {
-		require.False(t, webhookAddressAllowed(netip.MustParseAddr(a), true), a)
+		require.False(t, addressAllowed(netip.MustParseAddr(a), true), a)
 	}
 }
 
@@ -73,14 +73,14 @@ func TestWebhookDialRefusesLikeANameThatDoesNotResolve(t *testing.T) {
 		"sixtofour.test": {netip.MustParseAddr("2002:7f00:1::")},
 		"mixed.test":     {netip.MustParseAddr("8.8.8.8"), netip.MustParseAddr("127.0.0.1")},
 	}
-	d := newWebhookDialer(WebhookConfig{Resolver: r, Timeout: time.Second})
+	d := newDialer(Config{Resolver: r, Timeout: time.Second})
 	for _, host := range []string{"loopback.test", "mapped.test", "compat.test", "sixtofour.test", "mixed.test", "missing.test", "127.0.0.1", "::ffff:7f00:1"} {
 		conn, err := d.DialContext(t.Context(), "tcp", net.JoinHostPort(host, port))
-		require.ErrorIs(t, err, errUndeliverableHost, host)
+		require.ErrorIs(t, err, ErrUndeliverableHost, host)
 		require.Nil(t, conn, host)
 	}
 	// The development override reaches the loopback listener.
-	dev := newWebhookDialer(WebhookConfig{Resolver: r, Timeout: time.Second, AllowPrivate: true})
+	dev := newDialer(Config{Resolver: r, Timeout: time.Second, AllowPrivate: true})
 	conn, err := dev.DialContext(t.Context(), "tcp", net.JoinHostPort("loopback.test", port))
 	require.NoError(t, err)
 	require.NoError(t, conn.Close())

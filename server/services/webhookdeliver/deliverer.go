@@ -1,4 +1,6 @@
-package server
+// Package webhookdeliver is the background service delivering webhooks
+// (Deliverer), and the one decision of where webhooks may go (addr.go).
+package webhookdeliver
 
 import (
 	"bytes"
@@ -7,7 +9,6 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,73 +20,20 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/worker-gateway/gateway/internal/secretbox"
 	"github.com/worker-gateway/gateway/server/services"
 	"github.com/worker-gateway/gateway/store"
 )
 
-// WebhookConfig is how a replica delivers webhooks.
-type WebhookConfig struct {
-	// Deliver runs the deliverer and the watcher on this replica. Every
-	// replica may: deliveries are claimed with SKIP LOCKED.
-	Deliver bool
-	// AllowPrivate lets targets resolve to loopback, link-local and private
-	// addresses (a gateway flag; tests turn it on).
-	AllowPrivate bool
-	// Resolver resolves targets' host names, at creation and on every
-	// dial; nil is the system's (net.DefaultResolver). Tests set their own.
-	Resolver WebhookResolver
-	// Timeout bounds one try, from dialing to the end of the answer.
-	Timeout time.Duration
-	// Concurrency bounds a replica's tries in flight.
-	Concurrency int
-	// Policy is the retry schedule and the circuit breaker.
-	Policy store.DeliveryPolicy
-	// Retention is how long an ended delivery stays in the log; 0 keeps
-	// it forever. The deliverer prunes at most hourly, when it wakes.
-	Retention time.Duration
-}
+// Name names the service: its logs, its spans.
+const Name = "webhook-deliverer"
 
-// DefaultWebhookConfig: about four hours of retries (10 s doubling to an
-// hour, 12 tries), and a circuit that opens for a minute after 5 failures
-// in a row.
-func DefaultWebhookConfig() WebhookConfig {
-	return WebhookConfig{
-		Deliver:     true,
-		Timeout:     10 * time.Second,
-		Concurrency: 16,
-		Policy: store.DeliveryPolicy{MaxAttempts: 12, RetryBase: 10 * time.Second, RetryMax: time.Hour,
-			BreakerThreshold: 5, BreakerCooldown: time.Minute},
-		Retention: 30 * 24 * time.Hour,
-	}
-}
-
-// claimFor is how long a claimed delivery is this replica's: longer than a
-// try can last, so only a replica that died lets it go early.
-func (c WebhookConfig) claimFor() time.Duration { return 2*c.Timeout + 5*time.Second }
-
-// newWebhookClient is the HTTP client of deliveries: no proxy (it would
-// dial for us), no redirects followed, every phase under the timeout.
-func newWebhookClient(cfg WebhookConfig) *http.Client {
-	return &http.Client{
-		Timeout: cfg.Timeout,
-		Transport: &http.Transport{
-			Proxy:                 nil,
-			DialContext:           newWebhookDialer(cfg).DialContext,
-			TLSHandshakeTimeout:   cfg.Timeout,
-			ResponseHeaderTimeout: cfg.Timeout,
-			MaxIdleConnsPerHost:   4,
-			IdleConnTimeout:       90 * time.Second,
-			ForceAttemptHTTP2:     true,
-		},
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
-}
-
-// signWebhook is the webhook-signature header of Standard Webhooks: for
+// sign is the webhook-signature header of Standard Webhooks: for
 // each secret, "v1," and the base64 HMAC-SHA256 of "id.timestamp.body",
 // space-separated.
-func signWebhook(id string, timestamp int64, body []byte, secrets [][]byte) string {
+func sign(id string, timestamp int64, body []byte, secrets [][]byte) string {
 	sigs := make([]string, len(secrets))
 	for i, key := range secrets {
 		mac := hmac.New(sha256.New, key)
@@ -96,14 +44,15 @@ func signWebhook(id string, timestamp int64, body []byte, secrets [][]byte) stri
 	return strings.Join(sigs, " ")
 }
 
-// webhookDeliverer delivers due webhook deliveries. It sleeps until the
+// Deliverer delivers due webhook deliveries, retried with backoff
+// (Config.Policy), each try signed by the Standard Webhooks scheme. It sleeps until the
 // earliest retry time (a delay the database computed) or a WakeWebhooks
 // notice — sent by the trigger on every new delivery — so an idle gateway
 // sends the database nothing.
-type webhookDeliverer struct {
+type Deliverer struct {
 	services.Unit
 	store *store.Store
-	cfg   WebhookConfig
+	cfg   Config
 	// keyring opens the signing secrets (nil: only rows not sealed yet
 	// can be signed).
 	keyring *secretbox.Keyring
@@ -116,22 +65,24 @@ type webhookDeliverer struct {
 	lastPrune                time.Time
 }
 
-// webhookPruneEvery bounds how often a deliverer prunes the log.
-const webhookPruneEvery = time.Hour
+// pruneEvery bounds how often a deliverer prunes the log.
+const pruneEvery = time.Hour
 
 const (
-	// webhookRetry is the pause after a failed query.
-	webhookRetry = 2 * time.Second
-	// webhookBusy is the pause while another replica's claim of a due
+	// retry is the pause after a failed query.
+	retry = 2 * time.Second
+	// busy is the pause while another replica's claim of a due
 	// delivery has not committed.
-	webhookBusy = 100 * time.Millisecond
+	busy = 100 * time.Millisecond
 )
 
-// webhookClaimBatch bounds the deliveries one claim takes.
-const webhookClaimBatch = 32
+// claimBatch bounds the deliveries one claim takes.
+const claimBatch = 32
 
-func newWebhookDeliverer(st *store.Store, cfg WebhookConfig, keyring *secretbox.Keyring, u services.Unit) *webhookDeliverer {
-	return &webhookDeliverer{Unit: u, store: st, cfg: cfg, keyring: keyring, client: newWebhookClient(cfg), logger: u.Logger(), kick: make(chan struct{}, 1)}
+// New builds a replica's deliverer; keyring opens the targets' signing
+// secrets.
+func New(st *store.Store, cfg Config, keyring *secretbox.Keyring, u services.Unit) *Deliverer {
+	return &Deliverer{Unit: u, store: st, cfg: cfg, keyring: keyring, client: newClient(cfg), logger: u.Logger(), kick: make(chan struct{}, 1)}
 }
 
 // errSecretUnavailable is a try not made because its signing secret does
@@ -139,7 +90,7 @@ func newWebhookDeliverer(st *store.Store, cfg WebhookConfig, keyring *secretbox.
 var errSecretUnavailable = errors.New("the signing secret could not be opened with this gateway's secrets key")
 
 // signingKeys opens a delivery's signing secrets, the current one first.
-func (d *webhookDeliverer) signingKeys(c store.ClaimedDelivery) ([][]byte, error) {
+func (d *Deliverer) signingKeys(c store.ClaimedDelivery) ([][]byte, error) {
 	keys := make([][]byte, 0, len(c.Secrets))
 	for _, s := range c.Secrets {
 		k, err := store.OpenWebhookSecret(d.keyring, s)
@@ -154,7 +105,7 @@ func (d *webhookDeliverer) signingKeys(c store.ClaimedDelivery) ([][]byte, error
 	return keys, nil
 }
 
-func (d *webhookDeliverer) wake() {
+func (d *Deliverer) wake() {
 	select {
 	case d.kick <- struct{}{}:
 	default:
@@ -162,18 +113,18 @@ func (d *webhookDeliverer) wake() {
 }
 
 // Subscriptions: a delivery was queued, or a target changed.
-func (d *webhookDeliverer) Subscriptions() []store.WakeupKind {
+func (d *Deliverer) Subscriptions() []store.WakeupKind {
 	return []store.WakeupKind{store.WakeWebhooks}
 }
 
 // Wake looks for due deliveries again.
-func (d *webhookDeliverer) Wake(store.Wakeup) { d.wake() }
+func (d *Deliverer) Wake(store.Wakeup) { d.wake() }
 
 // CatchUp looks for due deliveries again: a notice may have been missed.
-func (d *webhookDeliverer) CatchUp() { d.wake() }
+func (d *Deliverer) CatchUp() { d.wake() }
 
 // Run delivers until ctx ends.
-func (d *webhookDeliverer) Run(ctx context.Context) error {
+func (d *Deliverer) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		sleep := d.deliverDue(ctx)
 		timer := time.NewTimer(sleep)
@@ -190,18 +141,18 @@ func (d *webhookDeliverer) Run(ctx context.Context) error {
 }
 
 // deliverDue delivers everything due and returns how long to sleep.
-func (d *webhookDeliverer) deliverDue(ctx context.Context) time.Duration {
+func (d *Deliverer) deliverDue(ctx context.Context) time.Duration {
 	ctx, span := d.Iteration(ctx)
 	defer span.End()
 	d.prune(ctx)
 	claimed := 0
 	for ctx.Err() == nil {
-		batch, err := d.store.ClaimWebhookDeliveries(ctx, min(webhookClaimBatch, max(d.cfg.Concurrency, 1)), d.cfg.claimFor())
+		batch, err := d.store.ClaimWebhookDeliveries(ctx, min(claimBatch, max(d.cfg.Concurrency, 1)), d.cfg.claimFor())
 		if err != nil {
 			if ctx.Err() == nil {
 				d.logger.Warn("claiming webhook deliveries failed; retrying", "error", err.Error())
 			}
-			return services.Jittered(webhookRetry)
+			return services.Jittered(retry)
 		}
 		claimed += len(batch)
 		outcomes := make([]store.DeliveryOutcome, len(batch))
@@ -227,21 +178,21 @@ func (d *webhookDeliverer) deliverDue(ctx context.Context) time.Duration {
 		if ctx.Err() == nil {
 			d.logger.Warn("reading the next webhook delivery failed; retrying", "error", err.Error())
 		}
-		return services.Jittered(webhookRetry)
+		return services.Jittered(retry)
 	}
 	switch {
 	case !ok:
 		return services.SleepUntilWoken
 	case next <= 0 && claimed == 0:
 		// Due but not claimed: another replica's claim has not committed.
-		return services.Jittered(webhookBusy)
+		return services.Jittered(busy)
 	}
 	return next
 }
 
 // prune deletes ended deliveries past the retention, at most hourly.
-func (d *webhookDeliverer) prune(ctx context.Context) {
-	if d.cfg.Retention <= 0 || time.Since(d.lastPrune) < webhookPruneEvery {
+func (d *Deliverer) prune(ctx context.Context) {
+	if d.cfg.Retention <= 0 || time.Since(d.lastPrune) < pruneEvery {
 		return
 	}
 	d.lastPrune = time.Now()
@@ -262,7 +213,7 @@ func (d *webhookDeliverer) prune(ctx context.Context) {
 // deliver makes one try; deliverDue records it with the batch. A replica
 // that dies before the record leaves the claim to run out: the delivery is
 // tried again, with the same id and body (at least once).
-func (d *webhookDeliverer) deliver(ctx context.Context, c store.ClaimedDelivery) store.DeliveryOutcome {
+func (d *Deliverer) deliver(ctx context.Context, c store.ClaimedDelivery) store.DeliveryOutcome {
 	d.tries.Add(1)
 	out := store.DeliveryOutcome{DeliveryID: c.ID, Attempt: c.Attempt}
 	start := time.Now()
@@ -289,7 +240,7 @@ func (d *webhookDeliverer) deliver(ctx context.Context, c store.ClaimedDelivery)
 }
 
 // post sends the event and answers the status code.
-func (d *webhookDeliverer) post(ctx context.Context, c store.ClaimedDelivery) (int, error) {
+func (d *Deliverer) post(ctx context.Context, c store.ClaimedDelivery) (int, error) {
 	keys, err := d.signingKeys(c)
 	if err != nil {
 		return 0, err
@@ -306,11 +257,11 @@ func (d *webhookDeliverer) post(ctx context.Context, c store.ClaimedDelivery) (i
 	req.Header.Set("User-Agent", "worker-gateway-webhooks/1")
 	req.Header.Set("webhook-id", id)
 	req.Header.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
-	req.Header.Set("webhook-signature", signWebhook(id, ts, c.Body, keys))
+	req.Header.Set("webhook-signature", sign(id, ts, c.Body, keys))
 	resp, err := d.client.Do(req)
 	if err != nil {
-		if errors.Is(err, errUndeliverableHost) {
-			return 0, errUndeliverableHost
+		if errors.Is(err, ErrUndeliverableHost) {
+			return 0, ErrUndeliverableHost
 		}
 		return 0, errors.New(deliveryErrorText(err))
 	}
@@ -335,15 +286,21 @@ func deliveryErrorText(err error) string {
 	return err.Error()
 }
 
-// webhookDelivererFlags registers the webhook deliverer's flags (-webhooks-deliver runs the webhook watcher too).
-func webhookDelivererFlags(fs *flag.FlagSet, cfg *Config) {
-	fs.BoolVar(&cfg.Webhooks.Deliver, "webhooks-deliver", cfg.Webhooks.Deliver, "deliver webhooks from this replica (every replica may; deliveries are claimed with SKIP LOCKED); -webhooks-deliver=false leaves delivering to the others")
-	fs.DurationVar(&cfg.Webhooks.Timeout, "webhooks-timeout", cfg.Webhooks.Timeout, "longest webhook delivery try, from dialing to the end of the answer")
-	fs.DurationVar(&cfg.Webhooks.Retention, "webhooks-retention", cfg.Webhooks.Retention, "how long ended webhook deliveries stay in the delivery log (0: forever)")
-	fs.IntVar(&cfg.Webhooks.Concurrency, "webhooks-concurrency", cfg.Webhooks.Concurrency, "webhook tries in flight per replica")
-	fs.IntVar(&cfg.Webhooks.Policy.MaxAttempts, "webhooks-max-attempts", cfg.Webhooks.Policy.MaxAttempts, "tries of one webhook delivery before it is marked failed")
-	fs.DurationVar(&cfg.Webhooks.Policy.RetryBase, "webhooks-retry-base", cfg.Webhooks.Policy.RetryBase, "first webhook retry delay; it doubles per try, with jitter, up to -webhooks-retry-max")
-	fs.DurationVar(&cfg.Webhooks.Policy.RetryMax, "webhooks-retry-max", cfg.Webhooks.Policy.RetryMax, "longest webhook retry delay")
-	fs.IntVar(&cfg.Webhooks.Policy.BreakerThreshold, "webhooks-breaker-threshold", cfg.Webhooks.Policy.BreakerThreshold, "failed tries in a row that open a webhook target's circuit")
-	fs.DurationVar(&cfg.Webhooks.Policy.BreakerCooldown, "webhooks-breaker-cooldown", cfg.Webhooks.Policy.BreakerCooldown, "how long an open circuit holds a target's deliveries back before one try probes it")
+// triesDesc is the deliverer's one metric, read from its own counts.
+var triesDesc = prometheus.NewDesc("gateway_webhook_tries_total",
+	"Webhook delivery tries this replica made, by outcome (delivered: a 2xx answer; failed: anything else).", []string{"outcome"}, nil)
+
+// Collectors are its metrics.
+func (d *Deliverer) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{triesCollector{d}}
+}
+
+// triesCollector reads the deliverer's own counts.
+type triesCollector struct{ d *Deliverer }
+
+func (triesCollector) Describe(ch chan<- *prometheus.Desc) { ch <- triesDesc }
+
+func (c triesCollector) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(triesDesc, prometheus.CounterValue, float64(c.d.delivered.Load()), "delivered")
+	ch <- prometheus.MustNewConstMetric(triesDesc, prometheus.CounterValue, float64(c.d.failed.Load()), "failed")
 }
