@@ -29,8 +29,14 @@ build:
 ## gateways, timers and long-polls rather than compute, so four run at once per package
 ## (-parallel; the default is one per core).
 test: check-generated check-spec vet lint vulncheck check-ts check-alerts check-helm
-	$(GO) test -race -count=1 -p 3 -parallel 4 -timeout 20m ./...
+	$(GO) test -race -count=1 -p 3 -parallel 4 -timeout 20m $(LONGEST_TESTS_FIRST) ./...
 	$(MAKE) fuzz-short
+
+## LONGEST_TESTS_FIRST: the packages whose tests take longest, started first (go test starts
+## packages in the order named; ./... then adds the rest once each): the run ends when its
+## longest package does, so that one should not start last.
+LONGEST_TESTS_FIRST = ./tests/security ./tests/controlplane ./tests/faults ./tests/identity \
+	./server/cmd/gateway ./tests/dispatch ./tests/workerprotocol ./tests/netfaults ./tests/operations ./store
 
 vet:
 	$(GO) vet ./...

@@ -260,6 +260,7 @@ func TestAuditThrottleIsBoundedAcrossAddresses(t *testing.T) {
 // operation that forgets to declare its record, or a store verb that
 // changes outside inTx, leaves none and fails here.
 func TestEveryControlPlaneChangeIsAudited(t *testing.T) {
+	t.Parallel()
 	// Webhook targets on any host: every name the test's bodies use
 	// resolves to a global address.
 	g := harness.Start(t, harness.Options{Config: func(c *server.Config) { c.Webhooks.Resolver = everyNameResolves{} }})

@@ -35,6 +35,7 @@ const (
 // unbounded integer reaches PostgreSQL and fails there as a 500 (int4
 // overflow), instead of a 400 from the validator.
 func TestEveryIntegerInTheSpecIsBounded(t *testing.T) {
+	t.Parallel()
 	spec, err := api.GetSpec()
 	require.NoError(t, err)
 	var problems []string
@@ -105,6 +106,7 @@ func TestEveryIntegerInTheSpecIsBounded(t *testing.T) {
 // PostgreSQL's int4: the validator answers 400, never 500. It found
 // GET /v1/tasks/{id}/logs?attempt=2147483648 answering 500.
 func TestIntegerParametersPastTheirBoundsAre400(t *testing.T) {
+	t.Parallel()
 	g := harness.Start(t)
 	spec, err := api.GetSpec()
 	require.NoError(t, err)

@@ -69,6 +69,7 @@ func (rcv *eventReceiver) events(t *testing.T) []receivedEvent {
 // Y's webhook receives worker.revoked with the reason; X's receives
 // nothing about the worker, and no delivery to it was even written.
 func TestWorkerEventsReachOnlyOrganizationsThatSeeTheWorker(t *testing.T) {
+	t.Parallel()
 	g := harness.Start(t, harness.Options{Config: func(c *server.Config) {
 		c.Webhooks.AllowPrivate = true // the receivers listen on loopback
 		c.Webhooks.Timeout = 2 * time.Second
@@ -155,6 +156,7 @@ var outboxInsert = regexp.MustCompile(`(?i)insert\s+into\s+webhook_(events|deliv
 // store through emitEvent (or the task CTE in events.go). worker.* events
 // come only from Go, which decides their recipients at the change.
 func TestEveryEventHasOneEmitter(t *testing.T) {
+	t.Parallel()
 	g := harness.Start(t)
 	ctx := context.Background()
 	spec, err := api.GetSpec()

@@ -20,6 +20,7 @@ import (
 // secrets, would keep going to a worker in B's network. Each round
 // restores the grant and A's assignment, so every round races anew.
 func TestWithdrawnGrantWinsOverConcurrentAssignment(t *testing.T) {
+	t.Parallel()
 	const rounds, assigners = 100, 4
 	g := harness.Start(t)
 	ctx := context.Background()

@@ -86,6 +86,7 @@ func (c choice) String() string { return [...]string{"own", "foreign", "missing"
 // holding the operation's role is not refused, and one lacking it is
 // refused with 401 or 403.
 func TestPermissionMatrix(t *testing.T) {
+	t.Parallel()
 	g := harness.Start(t)
 	spec, err := api.GetSpec()
 	require.NoError(t, err)
@@ -111,10 +112,12 @@ func TestPermissionMatrix(t *testing.T) {
 		if role == rolePublic {
 			continue // health, readiness and enrollment take no principal
 		}
+		covered++
 		t.Run(o.op.OperationID, func(t *testing.T) {
 			// A fresh pair of tenants per operation: what one operation
 			// changes (a revoked worker, a cancelled task) never decides
-			// another's row.
+			// another's row, so the operations run side by side.
+			t.Parallel()
 			a := newTenant(t, g, "a-"+o.op.OperationID)
 			b := newTenant(t, g, "b-"+o.op.OperationID)
 			// A's worker is granted to B, so that B's grant is A's to
@@ -208,7 +211,6 @@ func TestPermissionMatrix(t *testing.T) {
 					requireNoLeak(t, label, res, foreignIDs, known)
 				}
 			}
-			covered++
 		})
 	}
 	require.Greater(t, covered, 40, "the matrix covers every operation of the spec")

@@ -115,6 +115,7 @@ type redactionRound struct {
 // reader token of the organization may call, and the console's task page,
 // must show none of it.
 func TestWorkerTextRedacted(t *testing.T) {
+	t.Parallel()
 	g := harness.Start(t)
 	ctx := context.Background()
 	spec, err := api.GetSpec()

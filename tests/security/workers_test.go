@@ -17,6 +17,7 @@ import (
 // organization's callers see only their own assignment and active attempts
 // of it; only the owner and unscoped callers see the owner.
 func TestSharedWorkerShowsEachOrganizationOnlyItsOwn(t *testing.T) {
+	t.Parallel()
 	g := harness.Start(t)
 	ctx := context.Background()
 	a, b := g.NewOrganization(t, "a"), g.NewOrganization(t, "b")
@@ -141,6 +142,7 @@ func TestSharedWorkerShowsEachOrganizationOnlyItsOwn(t *testing.T) {
 // cannot restore it — 404 when it can no longer see the worker, 403 when a
 // grant still shows it — while an unscoped admin can.
 func TestUnscopedRemovalIsFinalForOrganizationAdmins(t *testing.T) {
+	t.Parallel()
 	g := harness.Start(t)
 	ctx := context.Background()
 	a, b := g.NewOrganization(t, "a"), g.NewOrganization(t, "b")
