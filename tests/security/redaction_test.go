@@ -547,3 +547,84 @@ func searchConsoleTaskPages(t *testing.T, g *harness.Gateway, token string, task
 	}
 	require.True(t, marked, "no console task page shows the redacted text")
 }
+
+// TestChangedAdvertisementIsRedactedAfterACachedOne: a replica remembers an
+// advertisement that needed no redaction while its worker held no secret,
+// and skips reading the worker's attempts while the worker repeats it. Once
+// the worker holds a lease with a secret, an advertisement that differs —
+// the secret echoed into its version — must be redacted, not taken for the
+// remembered one; and the remembered one still needs nothing.
+func TestChangedAdvertisementIsRedactedAfterACachedOne(t *testing.T) {
+	t.Parallel()
+	g := harness.Start(t)
+	ctx := context.Background()
+	org := g.NewOrganization(t, "advertisement")
+	issued, err := g.CA.IssueClient("advertising-worker", time.Hour)
+	require.NoError(t, err)
+	cert, err := tls.X509KeyPair(issued.CertPEM, issued.KeyPEM)
+	require.NoError(t, err)
+	pemText, capacity := string(issued.CertPEM), 2
+	created, err := g.Control.CreateWorkerWithResponse(ctx, apiclient.CreateWorkerRequest{Name: "advertising-worker",
+		WorkerType: "scanner", MaxConcurrentTasks: &capacity, CertificatePem: &pemText, OrganizationId: &org})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, created.StatusCode(), string(created.Body))
+	value := redactedValue
+	sec, err := g.Control.CreateSecretWithResponse(ctx, apiclient.CreateSecretRequest{OrganizationId: org, Name: redactedName, Value: &value})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, sec.StatusCode(), string(sec.Body))
+	scope, err := g.Control.AddScopeTargetWithResponse(ctx, org, apiclient.CreateScopeTargetRequest{Kind: "domain", Value: "*.example"})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, scope.StatusCode(), string(scope.Body))
+	w := workerCaller{g: g, http: g.HTTPClient(&cert)}
+	reader := scopedToken(t, g, org, "reader")
+	shownVersion := func() string {
+		t.Helper()
+		req, err := http.NewRequest("GET", g.URL+"/v1/workers/"+created.JSON201.Id.String(), nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+reader)
+		res, err := g.HTTPClient(nil).Do(req)
+		require.NoError(t, err)
+		body, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, res.StatusCode, string(body))
+		var worker struct {
+			SoftwareVersion string `json:"software_version"`
+		}
+		require.NoError(t, json.Unmarshal(body, &worker))
+		return worker.SoftwareVersion
+	}
+	poll := func(version string, wait int) (leased int) {
+		var answer struct {
+			Leases []struct {
+				Secrets map[string]string `json:"secrets"`
+			} `json:"leases"`
+		}
+		w.mustJSON(t, "POST", "/v1/leases", "", map[string]any{"max_tasks": 1, "wait_seconds": wait,
+			"capabilities": map[string]any{"plugins": []string{"echo"}}, "software_version": version}, http.StatusOK, &answer)
+		for _, l := range answer.Leases {
+			require.Equal(t, redactedValue, l.Secrets[redactedName], "the lease carries the secret")
+		}
+		return len(answer.Leases)
+	}
+
+	// Remembered: the worker holds nothing, so nothing needs redacting.
+	require.Zero(t, poll("worker/1.0", 0))
+	require.Equal(t, "worker/1.0", shownVersion())
+
+	// The worker leases a task given the secret, with the same advertisement.
+	payload := apiclient.JSONObject(`{"plugin": "echo", "input": {}}`)
+	refs := []string{redactedName}
+	task, err := g.Control.CreateTaskWithResponse(ctx, nil, apiclient.CreateTaskRequest{OrganizationId: org,
+		TaskType: "scanner_plugin", Payload: &payload, SecretRefs: &refs})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, task.StatusCode(), string(task.Body))
+	require.Equal(t, 1, poll("worker/1.0", 10))
+
+	// A changed advertisement echoing the secret is redacted.
+	require.Zero(t, poll("worker/1.0 "+redactedValue, 0))
+	require.Equal(t, "worker/1.0 [REDACTED:"+redactedName+"]", shownVersion())
+	// The remembered one needs nothing still.
+	require.Zero(t, poll("worker/1.0", 0))
+	require.Equal(t, "worker/1.0", shownVersion())
+}
