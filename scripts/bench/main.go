@@ -44,7 +44,15 @@ Scenarios (-scenario, comma-separated to run several on one stack):
               one POST /v1/attempts/complete for all of them, as the Go
               worker runtime does). Reports tasks/s from
               the workers' start to the last completion, and verifies in SQL
-              that every task completed exactly once.
+              that every task completed exactly once. Each throughput run is
+              preceded by a floor run with the same flags (-floor=false: none)
+              and states its ratio to it ("0.31× floor").
+  floor       the throughput scenario's workers, flags and code against a
+              server that does no work (this binary as its own process: the
+              gateway's TLS 1.3 + HTTP/2 + mTLS, canned answers of the
+              gateway's shape and size, no database): the protocol's and the
+              load generator's ceiling on this machine. Reports tasks/s,
+              requests/s and the floor server's CPU per task; needs no stack.
   latency     -polls idle long-polls are parked over -workers workers, then
               -samples tasks are created one at a time through POST /v1/tasks,
               -interval apart. Reports the wake latency: create call returned
