@@ -153,11 +153,21 @@ func TestFloorAnswersParseWithTheGeneratedClient(t *testing.T) {
 		}
 	}
 
+	// The sizes of the gateway's answers for the throughput scenario's
+	// tasks, measured on it: 455 bytes for one lease (441 of them the
+	// lease), 201 for a completion.
+	if want := len(`{"leases":[]}`+"\n") + 3*441 + 2; len(res.Body) != want {
+		t.Errorf("three leases take %d bytes, want %d as the gateway's: %s", len(res.Body), want, res.Body)
+	}
+
 	one := res.JSON200.Leases[0]
 	done, err := c.CompleteAttemptWithResponse(ctx, one.AttemptId, &apiclient.CompleteAttemptParams{LeaseToken: one.LeaseToken},
 		apiclient.CompleteRequest{Outcome: apiclient.AttemptOutcome("succeeded")})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(done.Body) != 201 {
+		t.Errorf("completion answer of %d bytes, the gateway's has 201: %s", len(done.Body), done.Body)
 	}
 	if done.JSON200 == nil || done.JSON200.AttemptId != one.AttemptId || done.JSON200.TaskId != one.Task.Id ||
 		done.JSON200.AttemptStatus != "succeeded" || done.JSON200.TaskState != "completed" {
