@@ -40,6 +40,9 @@ type compareConfig struct {
 	throughput throughputConfig
 	river      riverConfig
 	timeLimit  time.Duration // per run
+	// floor runs and reports the floor before each gateway run (nil:
+	// none, or it returns nil).
+	floor func(context.Context) *Result
 }
 
 // compareFigures are the keys only -compare river produces, embedded in
@@ -96,14 +99,21 @@ func runCompareRiver(ctx context.Context, s *Stack, c compareConfig, logf func(s
 	}
 	defer riverPool.Close()
 
-	var gwRates, rvRates, gwPG, rvPG []float64
+	var gwRates, rvRates, gwPG, rvPG, floorRates []float64
 	allVerified := true
 	for run := 1; run <= c.runs && ctx.Err() == nil; run++ {
+		var floor *Result
+		if c.floor != nil {
+			if floor = c.floor(ctx); floor != nil && floor.Verified && floor.Error == "" {
+				floorRates = appendFigure(floorRates, floor.TasksPerSec)
+			}
+		}
 		load := loadAvg()
 		runCtx, cancel := context.WithTimeout(ctx, c.timeLimit)
 		logf("compare: run %d of %d: gateway", run, c.runs)
 		r, err := runThroughput(runCtx, s, c.throughput, logf)
 		cancel()
+		applyFloor(r, floor)
 		r.compareFigures = &compareFigures{Run: run, LoadAvg: load}
 		emit(r, err)
 		if err != nil {
@@ -128,6 +138,10 @@ func runCompareRiver(ctx context.Context, s *Stack, c compareConfig, logf func(s
 		rvPG = appendFigure(rvPG, r.PostgresCPUMsPerTask)
 	}
 	summarizeComparison(sum, gwRates, rvRates, gwPG, rvPG)
+	if len(floorRates) == c.runs {
+		sum.FloorTasksPerSec = median(floorRates, 1)
+		sum.FloorRatio = ratio(sum.GatewayTasksPerSec, sum.FloorTasksPerSec)
+	}
 	sum.Verified = allVerified && len(gwRates) == c.runs && len(rvRates) == c.runs
 	sum.Verification = compareVerdict{ok: sum.Verified, runs: c.runs}
 	if ctx.Err() != nil {

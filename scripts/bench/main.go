@@ -27,6 +27,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/worker-gateway/gateway/internal/pki"
 )
 
 const usageText = `go run ./scripts/bench [flags]
@@ -42,7 +44,15 @@ Scenarios (-scenario, comma-separated to run several on one stack):
               one POST /v1/attempts/complete for all of them, as the Go
               worker runtime does). Reports tasks/s from
               the workers' start to the last completion, and verifies in SQL
-              that every task completed exactly once.
+              that every task completed exactly once. Each throughput run is
+              preceded by a floor run with the same flags (-floor=false: none)
+              and states its ratio to it ("0.31× floor").
+  floor       the throughput scenario's workers, flags and code against a
+              server that does no work (this binary as its own process: the
+              gateway's TLS 1.3 + HTTP/2 + mTLS, canned answers of the
+              gateway's shape and size, no database): the protocol's and the
+              load generator's ceiling on this machine. Reports tasks/s,
+              requests/s and the floor server's CPU per task; needs no stack.
   latency     -polls idle long-polls are parked over -workers workers, then
               -samples tasks are created one at a time through POST /v1/tasks,
               -interval apart. Reports the wake latency: create call returned
@@ -124,17 +134,21 @@ var pgSettings string
 var pgWaits bool
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == floorServeCommand {
+		os.Exit(floorServeMain(os.Args[2:]))
+	}
 	os.Exit(run())
 }
 
 func run() int {
 	var (
-		scenarios   = flag.String("scenario", "throughput", "scenarios to run, comma-separated: throughput, latency, results, uploads, idle, backlog, fairness, schedules, replicas")
+		scenarios   = flag.String("scenario", "throughput", "scenarios to run, comma-separated: throughput, floor, latency, results, uploads, idle, backlog, fairness, schedules, replicas")
 		tasks       = flag.Int("tasks", 20000, "throughput: number of tasks")
 		workers     = flag.Int("workers", 32, "number of simulated workers (each its own certificate and worker identity); results uses 16 and fairness 8 unless this is given, backlog always 1")
 		batch       = flag.Int("batch", 1, "throughput, fairness: max_tasks per lease request")
 		tpWait      = flag.Int("tp-wait", 1, "throughput: wait_seconds of each lease request")
 		completeMny = flag.Bool("complete-many", false, "throughput: complete each poll's leases in one POST /v1/attempts/complete (as the Go worker runtime does) instead of one call per lease")
+		floorOn     = flag.Bool("floor", true, "throughput: run the floor scenario with the same parameters before each throughput run, and state each run's ratio to it")
 		polls       = flag.Int("polls", 100, "latency, idle: idle long-polls, spread over the workers; idle uses 10000 unless this is given")
 		samples     = flag.Int("samples", 200, "latency, fairness: tasks created one at a time; fairness uses 20 unless this is given")
 		interval    = flag.Duration("interval", 20*time.Millisecond, "latency: spacing of task creations")
@@ -202,8 +216,8 @@ func run() int {
 
 	list := strings.Split(*scenarios, ",")
 	for _, sc := range list {
-		if !slices.Contains([]string{"throughput", "latency", "results", "uploads", "idle", "backlog", "fairness", "schedules", "replicas"}, sc) {
-			warnf("unknown scenario %q (want throughput, latency, results, uploads, idle, backlog, fairness, schedules or replicas)", sc)
+		if !slices.Contains([]string{"throughput", "floor", "latency", "results", "uploads", "idle", "backlog", "fairness", "schedules", "replicas"}, sc) {
+			warnf("unknown scenario %q (want throughput, floor, latency, results, uploads, idle, backlog, fairness, schedules or replicas)", sc)
 			return 2
 		}
 	}
@@ -302,22 +316,33 @@ func run() int {
 		warnf("%v", err)
 		return 1
 	}
-	st, err := bringUp(ctx, stackConfig{
-		gatewayURL: *gatewayURL, databaseURL: *databaseURL, caFile: *caFile, token: *token,
-		workerCertDir: *workerCerts, gatewayPID: *gatewayPID, postgresData: *postgresData, allowRemote: *allowRemote,
-		gatewayBin:     *gatewayBin,
-		gatewayArgs:    append(strings.Fields(*gatewayArgs), hookArgs...),
-		pollsPerWorker: max(8, pollsPerWorker+1),
-		maxPolls:       max(20000, openPolls+*workers),
-		maxWait:        maxWait,
-		keep:           *keep,
-		logf:           logf,
-	})
-	if err != nil {
-		warnf("bring-up failed: %v", err)
-		return 1
+	// The floor scenario alone needs no stack: no database, no gateway.
+	var st *Stack
+	if slices.ContainsFunc(list, func(sc string) bool { return sc != "floor" }) {
+		st, err = bringUp(ctx, stackConfig{
+			gatewayURL: *gatewayURL, databaseURL: *databaseURL, caFile: *caFile, token: *token,
+			workerCertDir: *workerCerts, gatewayPID: *gatewayPID, postgresData: *postgresData, allowRemote: *allowRemote,
+			gatewayBin:     *gatewayBin,
+			gatewayArgs:    append(strings.Fields(*gatewayArgs), hookArgs...),
+			pollsPerWorker: max(8, pollsPerWorker+1),
+			maxPolls:       max(20000, openPolls+*workers),
+			maxWait:        maxWait,
+			keep:           *keep,
+			logf:           logf,
+		})
+		if err != nil {
+			warnf("bring-up failed: %v", err)
+			return 1
+		}
+		defer st.Close()
 	}
-	defer st.Close()
+	// The floor's certificates come from the stack's CA when there is one.
+	floorCA := func() *pki.CA {
+		if st == nil {
+			return nil
+		}
+		return st.issuer
+	}
 
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -357,11 +382,28 @@ func run() int {
 		if ctx.Err() != nil {
 			break
 		}
+		tp := throughputConfig{tasks: *tasks, workers: *workers, batch: *batch, wait: *tpWait, completeMany: *completeMny}
+		// runFloorFor runs the floor before a throughput run and reports
+		// it; nil when -floor=false.
+		runFloorFor := func(ctx context.Context) *Result {
+			if !*floorOn {
+				return nil
+			}
+			fctx, fcancel := context.WithTimeout(ctx, *timeLimit)
+			defer fcancel()
+			logf("floor: the same parameters as the throughput run, against a server that does no work")
+			fr, err := runFloor(fctx, floorCA(), tp, logf)
+			report(fr, err)
+			return fr
+		}
 		if sc == "throughput" && *compare == "river" {
-			tp := throughputConfig{tasks: *tasks, workers: *workers, batch: *batch, wait: *tpWait, completeMany: *completeMny}
 			rc := riverConfig{workers: *riverWorkers, fetchCooldown: *riverCooldown, fetchPollInterval: *riverPoll, maxConns: *riverConns}
-			report(runCompareRiver(ctx, st, compareConfig{runs: *runs, throughput: tp, river: rc, timeLimit: *timeLimit}, logf, report))
+			report(runCompareRiver(ctx, st, compareConfig{runs: *runs, throughput: tp, river: rc, timeLimit: *timeLimit, floor: runFloorFor}, logf, report))
 			continue
+		}
+		var floor *Result
+		if sc == "throughput" {
+			floor = runFloorFor(ctx)
 		}
 		limit := *timeLimit
 		if sc == "backlog" && !given["time-limit"] {
@@ -377,7 +419,12 @@ func run() int {
 		var r *Result
 		switch sc {
 		case "throughput":
-			r, err = runThroughput(scCtx, st, throughputConfig{tasks: *tasks, workers: *workers, batch: *batch, wait: *tpWait, completeMany: *completeMny, webhooks: *webhooks}, logf)
+			twh := tp
+			twh.webhooks = *webhooks
+			r, err = runThroughput(scCtx, st, twh, logf)
+			applyFloor(r, floor)
+		case "floor":
+			r, err = runFloor(scCtx, floorCA(), tp, logf)
 		case "latency":
 			r, err = runLatency(scCtx, st, latencyConfig{polls: *polls, workers: *workers, samples: *samples, interval: *interval, wait: *latWait}, logf)
 		case "results":
@@ -438,6 +485,20 @@ type Result struct {
 
 	WallSeconds float64  `json:"wall_seconds,omitempty"`
 	TasksPerSec *float64 `json:"tasks_per_sec,omitempty"`
+	// Requests the workers sent (polls and completions): throughput, floor.
+	Requests       int      `json:"requests,omitempty"`
+	RequestsPerSec *float64 `json:"requests_per_sec,omitempty"`
+
+	// A throughput run: the floor run just before it with the same
+	// parameters (floor.go), its tasks/s ÷ the floor's, and its gateway
+	// CPU per task ÷ the floor server's.
+	FloorTasksPerSec *float64 `json:"floor_tasks_per_sec,omitempty"`
+	FloorRatio       *float64 `json:"floor_ratio,omitempty"`
+	FloorCPURatio    *float64 `json:"floor_cpu_ratio,omitempty"`
+	// The floor scenario: its server process, measured as the gateway is.
+	FloorServerCPUCores     *float64 `json:"floor_server_cpu_cores,omitempty"`
+	FloorServerCPUMsPerTask *float64 `json:"floor_server_cpu_ms_per_task,omitempty"`
+	FloorServerRSSMB        *float64 `json:"floor_server_rss_mb,omitempty"`
 
 	WakeP50         *float64 `json:"wake_p50_ms,omitempty"`
 	WakeP90         *float64 `json:"wake_p90_ms,omitempty"`
@@ -652,18 +713,24 @@ func (r *Result) printHuman(w io.Writer) {
 	}
 	switch r.Scenario {
 	case "throughput":
-		completions := "one completion per call"
-		if r.CompleteMany {
-			completions = "completions batched per poll"
-		}
-		fmt.Fprintf(w, "throughput: %d tasks, %d workers, batch %d, %s%s\n", r.Tasks, r.Workers, r.Batch, completions, r.runLabel())
-		line("throughput", "%s tasks/s (%.2f s from first poll to last completion)", f(r.TasksPerSec, ""), r.WallSeconds)
+		fmt.Fprintf(w, "throughput: %d tasks, %d workers, batch %d, %s%s\n", r.Tasks, r.Workers, r.Batch, completionsOf(r), r.runLabel())
+		line("throughput", "%s tasks/s (%.2f s from first poll to last completion)%s", f(r.TasksPerSec, ""), r.WallSeconds, withFloor(r))
+		line("requests", "%s requests/s (%d polls and completions)", f(r.RequestsPerSec, ""), r.Requests)
 		line("lease call", "p50 %s  p99 %s  (%d calls that got leases, %d empty)", f(r.LeaseP50, " ms"), f(r.LeaseP99, " ms"), r.LeaseCalls, r.EmptyPolls)
 		line("complete call", "p50 %s  p99 %s", f(r.CompleteP50, " ms"), f(r.CompleteP99, " ms"))
 		if r.WebhookEvents != nil {
 			line("webhooks", "%d task.completed events received (%d deliveries, %d retries with other bytes); the last %s after the last completion",
 				*r.WebhookEvents, *r.WebhookDeliveries, *r.WebhookMismatched, f(r.WebhookDrainSeconds, " s"))
 		}
+	case "floor":
+		fmt.Fprintf(w, "floor: %d tasks, %d workers, batch %d, %s; the throughput load generator against a server that does no work\n",
+			r.Tasks, r.Workers, r.Batch, completionsOf(r))
+		line("floor", "%s tasks/s, %s requests/s (%d polls and completions in %.2f s)", f(r.TasksPerSec, ""), f(r.RequestsPerSec, ""), r.Requests, r.WallSeconds)
+		line("lease call", "p50 %s  p99 %s  (%d calls that got leases, %d empty)", f(r.LeaseP50, " ms"), f(r.LeaseP99, " ms"), r.LeaseCalls, r.EmptyPolls)
+		line("complete call", "p50 %s  p99 %s", f(r.CompleteP50, " ms"), f(r.CompleteP99, " ms"))
+		line("floor server", "%s CPU cores = %s CPU per task, peak RSS %s", f(r.FloorServerCPUCores, ""), f(r.FloorServerCPUMsPerTask, " ms"), f(r.FloorServerRSSMB, " MiB"))
+		line("load generator", "%s CPU cores (this process; same machine)", f(r.LoadgenCPUCores, ""))
+		line("machine", "%s CPU cores busy in all, %s stolen by the hypervisor", f(r.MachineCPUCores, ""), f(r.StealCPUCores, ""))
 	case "latency":
 		fmt.Fprintf(w, "latency: %d idle polls over %d workers, %d samples\n", r.Polls, r.Workers, r.Samples)
 		line("wake latency", "p50 %s  p90 %s  p99 %s  max %s  (%d samples received, %d early)",
@@ -756,10 +823,17 @@ func (r *Result) printHuman(w io.Writer) {
 		line("gateway", "%s tasks/s median %s, postgres CPU %s per task", f(r.GatewayTasksPerSec, ""), runList(r.GatewayRunsTasksPerSec), f(r.GatewayPGCPUMsPerTask, " ms"))
 		line("river", "%s jobs/s median %s, postgres CPU %s per job", f(r.RiverJobsPerSec, ""), runList(r.RiverRunsJobsPerSec), f(r.RiverPGCPUMsPerJob, " ms"))
 		line("gateway/river", "%s throughput, %s postgres CPU per task", f(r.GatewayRiverRatio, "×"), f(r.PGCPUPerTaskRatio, "×"))
+		if r.FloorRatio != nil {
+			line("gateway/floor", "%s (floor median %s tasks/s)", f(r.FloorRatio, "×"), f(r.FloorTasksPerSec, ""))
+		}
 	}
 	if r.Scenario == "throughput" || r.Scenario == "latency" || r.Scenario == "river" {
 		if r.Scenario != "river" {
-			line("gateway", "%s CPU cores = %s CPU per task, peak RSS %s", f(r.GatewayCPUCores, ""), f(r.GatewayCPUMsPerTask, " ms"), f(r.GatewayRSSMB, " MiB"))
+			cpuVsFloor := ""
+			if r.FloorCPURatio != nil {
+				cpuVsFloor = fmt.Sprintf(" (%.1f× the floor server's)", *r.FloorCPURatio)
+			}
+			line("gateway", "%s CPU cores = %s CPU per task%s, peak RSS %s", f(r.GatewayCPUCores, ""), f(r.GatewayCPUMsPerTask, " ms"), cpuVsFloor, f(r.GatewayRSSMB, " MiB"))
 		}
 		line("postgres", "%s CPU cores = %s CPU per task, %s xact/s (%s per task); %s checkpoints, %s autovacuum runs",
 			f(r.PostgresCPUCores, ""), f(r.PostgresCPUMsPerTask, " ms"), f(r.DBXactPerSec, ""), f(r.DBXactPerTask, ""), n(r.Checkpoints), n(r.AutovacuumRuns))

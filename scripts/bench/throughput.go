@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -39,14 +40,33 @@ type tpShared struct {
 	completed atomic.Int64
 	start     time.Time
 	end       time.Time // set by whoever completes the n-th task
+	stopped   time.Time // when every worker had stopped
 	done      chan struct{}
 	doneOnce  sync.Once
 	errors    errorTally
 	maxErrors int
 }
 
+// newTPShared is the shared state of a run that drains n tasks.
+func newTPShared(n int) *tpShared {
+	return &tpShared{n: int64(n), done: make(chan struct{}), maxErrors: max(1000, n/10)}
+}
+
+// endTime is the last completion, or when the workers stopped if the run
+// ended before every task was completed.
+func (sh *tpShared) endTime() time.Time {
+	if sh.end.IsZero() {
+		return sh.stopped
+	}
+	return sh.end
+}
+
+// wall is the measured span: the workers' start to the last completion.
+func (sh *tpShared) wall() time.Duration { return sh.endTime().Sub(sh.start) }
+
 // tpWorkerStats is one simulated worker's record.
 type tpWorkerStats struct {
+	requests    int             // requests answered (any status): polls and completions
 	leaseLat    []time.Duration // polls that returned at least one lease
 	completeLat []time.Duration
 	emptyPolls  int
@@ -102,63 +122,21 @@ func runThroughput(ctx context.Context, s *Stack, c throughputConfig, logf func(
 	}
 
 	var ws *waitSampler
-	sh := &tpShared{n: int64(c.tasks), done: make(chan struct{}), maxErrors: max(1000, c.tasks/10)}
-	body := fmt.Appendf(nil, `{"max_tasks":%d,"wait_seconds":%d}`, c.batch, c.wait)
-	stats := make([]tpWorkerStats, len(workers))
-
+	sh := newTPShared(c.tasks)
 	before := s.beginWindow(ctx)
 	if pgWaits {
 		ws = startWaitSampler(ctx, s.Pool, 20*time.Millisecond)
 	}
 	logf("throughput: %d workers draining, batch %d", c.workers, c.batch)
-	runCtx, stopRun := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	sh.start = time.Now()
-	for i, w := range workers {
-		wg.Go(func() { stats[i] = throughputWorker(runCtx, w, sh, body, c.completeMany) })
-	}
-	progressDone := make(chan struct{})
-	go reportProgress(runCtx, progressDone, sh, logf)
-	select {
-	case <-sh.done:
-	case <-ctx.Done():
-	}
-	stopRun()
-	wg.Wait()
-	<-progressDone
-	end := sh.end
-	if end.IsZero() {
-		end = time.Now()
-	}
-	wall := end.Sub(sh.start)
+	stats := driveWorkers(ctx, "throughput", workers, c, sh, logf)
+	wall := sh.wall()
 	after := s.endWindow(context.WithoutCancel(ctx), nil) // the workers have stopped
 	if ws != nil {
 		r.PGWaits = ws.finish()
 	}
 
 	done := sh.completed.Load()
-	r.WallSeconds = round(wall.Seconds(), 3)
-	r.TasksPerSec = ptr(round(float64(done)/wall.Seconds(), 1))
-	var leaseLat, completeLat []time.Duration
-	var seen = make(map[string]int, c.tasks)
-	for _, st := range stats {
-		leaseLat = append(leaseLat, st.leaseLat...)
-		completeLat = append(completeLat, st.completeLat...)
-		r.EmptyPolls += st.emptyPolls
-		for _, id := range st.taskIDs {
-			seen[id]++
-		}
-	}
-	r.LeaseCalls = len(leaseLat)
-	p := percentiles(leaseLat, 50, 99)
-	r.LeaseP50, r.LeaseP99 = ptr(p[0]), ptr(p[1])
-	p = percentiles(completeLat, 50, 99)
-	r.CompleteP50, r.CompleteP99 = ptr(p[0]), ptr(p[1])
-	for _, n := range seen {
-		if n > 1 {
-			r.ClientDuplicates++
-		}
-	}
+	summarizeDrain(r, stats, sh)
 	s.applyUsage(r, before, after, wall, int(done))
 	r.HTTPErrors, _ = sh.errors.snapshot()
 	r.errorText = sh.errors.String()
@@ -174,13 +152,70 @@ func runThroughput(ctx context.Context, s *Stack, c throughputConfig, logf func(
 		last, all := hooks.waitFor(ctx, int(done))
 		events, deliveries, mismatched := hooks.counts()
 		r.WebhookEvents, r.WebhookDeliveries, r.WebhookMismatched = &events, &deliveries, &mismatched
-		r.WebhookDrainSeconds = ptr(round(max(0, last.Sub(end).Seconds()), 2))
+		r.WebhookDrainSeconds = ptr(round(max(0, last.Sub(sh.endTime()).Seconds()), 2))
 		r.Verified = r.Verified && all && mismatched == 0
 	}
 	if ctx.Err() != nil {
 		return r, fmt.Errorf("%s after %d of %d tasks", stopReason(ctx), done, c.tasks)
 	}
 	return r, nil
+}
+
+// driveWorkers is the measured part of the throughput and floor scenarios,
+// the same code for both: every worker runs throughputWorker until all
+// sh.n tasks are completed or ctx ends, and it returns once they all
+// stopped.
+func driveWorkers(ctx context.Context, name string, workers []*benchWorker, c throughputConfig, sh *tpShared, logf func(string, ...any)) []tpWorkerStats {
+	body := fmt.Appendf(nil, `{"max_tasks":%d,"wait_seconds":%d}`, c.batch, c.wait)
+	stats := make([]tpWorkerStats, len(workers))
+	runCtx, stopRun := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	sh.start = time.Now()
+	for i, w := range workers {
+		wg.Go(func() { stats[i] = throughputWorker(runCtx, w, sh, body, c.completeMany) })
+	}
+	progressDone := make(chan struct{})
+	go reportProgress(runCtx, progressDone, name, sh, logf)
+	select {
+	case <-sh.done:
+	case <-ctx.Done():
+	}
+	stopRun()
+	wg.Wait()
+	sh.stopped = time.Now()
+	<-progressDone
+	return stats
+}
+
+// summarizeDrain fills in what the workers measured: rates, call
+// latencies, and tasks the workers saw completed more than once.
+func summarizeDrain(r *Result, stats []tpWorkerStats, sh *tpShared) {
+	wall := sh.wall()
+	done := sh.completed.Load()
+	r.WallSeconds = round(wall.Seconds(), 3)
+	r.TasksPerSec = ptr(round(float64(done)/wall.Seconds(), 1))
+	var leaseLat, completeLat []time.Duration
+	seen := make(map[string]int, sh.n)
+	for _, st := range stats {
+		leaseLat = append(leaseLat, st.leaseLat...)
+		completeLat = append(completeLat, st.completeLat...)
+		r.EmptyPolls += st.emptyPolls
+		r.Requests += st.requests
+		for _, id := range st.taskIDs {
+			seen[id]++
+		}
+	}
+	r.RequestsPerSec = ptr(round(float64(r.Requests)/wall.Seconds(), 1))
+	r.LeaseCalls = len(leaseLat)
+	p := percentiles(leaseLat, 50, 99)
+	r.LeaseP50, r.LeaseP99 = ptr(p[0]), ptr(p[1])
+	p = percentiles(completeLat, 50, 99)
+	r.CompleteP50, r.CompleteP99 = ptr(p[0]), ptr(p[1])
+	for _, n := range seen {
+		if n > 1 {
+			r.ClientDuplicates++
+		}
+	}
 }
 
 // throughputWorker is one simulated worker: poll, complete every lease,
@@ -200,6 +235,7 @@ func throughputWorker(ctx context.Context, w *benchWorker, sh *tpShared, body []
 		t0 := time.Now()
 		leases, err := w.poll(ctx, body)
 		lat := time.Since(t0)
+		st.requests += answered(err)
 		if err != nil {
 			if ctx.Err() != nil {
 				return st
@@ -218,6 +254,7 @@ func throughputWorker(ctx context.Context, w *benchWorker, sh *tpShared, body []
 		if completeMany {
 			t1 := time.Now()
 			done, err := w.completeManyDetached(ctx, leases)
+			st.requests += answered(err)
 			if err != nil {
 				sh.errors.add("complete", err)
 			}
@@ -234,7 +271,9 @@ func throughputWorker(ctx context.Context, w *benchWorker, sh *tpShared, body []
 		}
 		for _, l := range leases {
 			t1 := time.Now()
-			if err := w.completeDetached(ctx, l); err != nil {
+			err := w.completeDetached(ctx, l)
+			st.requests += answered(err)
+			if err != nil {
 				// The task comes back when its lease expires.
 				sh.leased.Add(-1)
 				sh.errors.add("complete", err)
@@ -250,12 +289,25 @@ func throughputWorker(ctx context.Context, w *benchWorker, sh *tpShared, body []
 	return st
 }
 
+// answered is 1 when a request got an answer (any status; err is nil or
+// an *httpError), 0 when it failed in transport or was cut short by the
+// end of the run.
+func answered(err error) int {
+	if err == nil {
+		return 1
+	}
+	if _, ok := errors.AsType[*httpError](err); ok {
+		return 1
+	}
+	return 0
+}
+
 // reportProgress logs the completion count every 5 seconds.
-func reportProgress(ctx context.Context, done chan<- struct{}, sh *tpShared, logf func(string, ...any)) {
+func reportProgress(ctx context.Context, done chan<- struct{}, name string, sh *tpShared, logf func(string, ...any)) {
 	defer close(done)
 	every(ctx, 5*time.Second, func() {
 		n := sh.completed.Load()
-		logf("throughput: %d/%d completed (%.0f tasks/s so far)", n, sh.n, float64(n)/time.Since(sh.start).Seconds())
+		logf("%s: %d/%d completed (%.0f tasks/s so far)", name, n, sh.n, float64(n)/time.Since(sh.start).Seconds())
 	})
 }
 
