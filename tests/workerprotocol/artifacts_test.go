@@ -162,7 +162,7 @@ func TestFilesAreOrganizationScoped(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, list.StatusCode())
 }
 
-// TestLargeUploadStreamsWithBoundedHeap uploads 200 MiB through the fs
+// TestLargeUploadStreamsWithBoundedHeap uploads 128 MiB through the fs
 // backend and samples the gateway's heap meanwhile (the gateway runs in this
 // process): it must stay far below the artifact's size.
 func TestLargeUploadStreamsWithBoundedHeap(t *testing.T) {
@@ -173,7 +173,7 @@ func TestLargeUploadStreamsWithBoundedHeap(t *testing.T) {
 	g.CreateTask(t, org, harness.TaskSpec{LeaseDurationSeconds: 600})
 	l := lease(t, w, 1, 5)[0]
 
-	const size = 200 << 20
+	const size = 128 << 20
 	seed := make([]byte, 1<<20)
 	_, _ = rand.Read(seed)
 	h := sha256.New()
@@ -208,7 +208,7 @@ func TestLargeUploadStreamsWithBoundedHeap(t *testing.T) {
 	require.Equal(t, http.StatusNoContent, status, string(body))
 	require.Equal(t, http.StatusOK, commit(t, w, s).StatusCode())
 	growth := int64(peak.Load()) - int64(before.HeapInuse)
-	t.Logf("200 MiB upload: peak heap growth %.1f MiB (gateway and test client in one process)", float64(growth)/(1<<20))
+	t.Logf("128 MiB upload: peak heap growth %.1f MiB (gateway and test client in one process)", float64(growth)/(1<<20))
 	require.Less(t, growth, int64(64<<20), "the upload is streamed, not buffered")
 }
 

@@ -78,8 +78,11 @@ func TestCrashAroundCompletionCommit(t *testing.T) {
 	g, _ := harness.StartProcesses(t, 1) // the control plane's replica
 	org := g.NewOrganization(t, "acme")
 	w := g.NewWorker(t, "w1", 2, org)
-	g.CreateTask(t, org, harness.TaskSpec{})
-	g.CreateTask(t, org, harness.TaskSpec{})
+	// Leases outlast the test's crashes and restarts, however slow a loaded
+	// machine makes them: an expired lease would end the task otherwise.
+	long := harness.TaskSpec{LeaseDurationSeconds: 3600}
+	g.CreateTask(t, org, long)
+	g.CreateTask(t, org, long)
 	leases := lease(t, w, 2, 0)
 	require.Len(t, leases, 2)
 	complete := func(c *apiclient.ClientWithResponses, l apiclient.Lease) (*apiclient.CompleteAttemptResponse, error) {
