@@ -92,6 +92,20 @@ func (c *Cron) MinGap() time.Duration {
 	return gap
 }
 
+// daysIn is the number of days of a month in the Gregorian calendar.
+func daysIn(year int, month time.Month) int {
+	switch month {
+	case time.February:
+		if year%4 == 0 && (year%100 != 0 || year%400 == 0) {
+			return 29
+		}
+		return 28
+	case time.April, time.June, time.September, time.November:
+		return 30
+	}
+	return 31
+}
+
 // minDayGap is the least number of days between two consecutive days the
 // expression fires on (robfig/cron's rule: day of month and weekday must
 // both match when either is "*", else either may), false if it fires on
@@ -103,15 +117,26 @@ func (c *Cron) minDayGap() (int, bool) {
 	}
 	either := spec.Dom&starBit == 0 && spec.Dow&starBit == 0
 	const cycle = 146097 // days in 400 Gregorian years
-	day := time.Date(2000, time.January, 1, 0, 0, 0, 0, time.UTC)
+	// The calendar is stepped by hand (time.AddDate normalises a whole date
+	// on every call, and the walk takes up to 146,463 steps per schedule
+	// created or edited). 2000-01-01 was a Saturday.
+	year, month, dayOfMonth, weekday := 2000, time.January, 1, time.Saturday
 	best, last := 0, -1
 	// One day past the cycle, so that the last fire of the cycle meets the
 	// first of the next.
 	for i := 0; i <= cycle+366; i++ {
-		d := day.AddDate(0, 0, i)
-		dom := spec.Dom&(1<<uint(d.Day())) != 0
-		dow := spec.Dow&(1<<uint(d.Weekday())) != 0
-		fires := spec.Month&(1<<uint(d.Month())) != 0 && (dom && dow || either && (dom || dow))
+		if i > 0 {
+			weekday = (weekday + 1) % 7
+			if dayOfMonth++; dayOfMonth > daysIn(year, month) {
+				dayOfMonth = 1
+				if month++; month > time.December {
+					month, year = time.January, year+1
+				}
+			}
+		}
+		dom := spec.Dom&(1<<uint(dayOfMonth)) != 0
+		dow := spec.Dow&(1<<uint(weekday)) != 0
+		fires := spec.Month&(1<<uint(month)) != 0 && (dom && dow || either && (dom || dow))
 		if !fires {
 			continue
 		}

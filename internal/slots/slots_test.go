@@ -197,3 +197,47 @@ func TestLateSlots(t *testing.T) {
 	require.False(t, everyMinute.Late(slot, slot.Add(30*time.Second)))
 	require.True(t, everyMinute.Late(slot, slot.Add(31*time.Second)))
 }
+
+// TestMinDayGapMatchesTheCalendar: minDayGap steps the calendar by hand;
+// over the whole 400-year cycle it agrees with time's own calendar for
+// expressions that fire on rare days (leap days, the 31st, weekdays of a
+// month, day of month or weekday).
+func TestMinDayGapMatchesTheCalendar(t *testing.T) {
+	t.Parallel()
+	for _, expr := range []string{"0 0 29 2 *", "0 0 31 * *", "0 0 * 2 0", "0 0 13 * 5", "0 0 1,15 1,7 *",
+		"0 0 30 * 1", "0 0 28 2 6", "0 0 * * 1-5", "0 0 31 12 *"} {
+		c, err := ParseCron(expr)
+		require.NoError(t, err, expr)
+		got, gotOK := c.minDayGap()
+
+		// The reference: time.AddDate, one day at a time.
+		spec := c.spec
+		either := spec.Dom&starBit == 0 && spec.Dow&starBit == 0
+		start := time.Date(2000, time.January, 1, 0, 0, 0, 0, time.UTC)
+		want, last := 0, -1
+		for i := 0; i <= 146097+366; i++ {
+			d := start.AddDate(0, 0, i)
+			dom := spec.Dom&(1<<uint(d.Day())) != 0
+			dow := spec.Dow&(1<<uint(d.Weekday())) != 0
+			if spec.Month&(1<<uint(d.Month())) == 0 || !(dom && dow || either && (dom || dow)) {
+				continue
+			}
+			if last >= 0 && (want == 0 || i-last < want) {
+				want = i - last
+			}
+			last = i
+		}
+		require.Equal(t, want, got, expr)
+		require.Equal(t, want > 0, gotOK, expr)
+	}
+}
+
+// BenchmarkCronMinGap is the cost a schedule's creation pays for its
+// minimum-interval check, for an expression that walks the whole cycle.
+func BenchmarkCronMinGap(b *testing.B) {
+	c, err := ParseCron("0 0 1 * *")
+	require.NoError(b, err)
+	for b.Loop() {
+		c.MinGap()
+	}
+}
