@@ -85,7 +85,8 @@ func TestCurlWorkerScriptRunsOneTaskThroughTheWholeProtocol(t *testing.T) {
 	org := g.NewOrganization(t, "acme")
 	w := g.NewWorker(t, "curl", 1, org)
 	env, _ := scriptFiles(t, g, w)
-	task := g.CreateTask(t, org, harness.TaskSpec{Payload: `{"plugin": "echo", "input": {"host": "curl.example"}}`})
+	// A lease long enough for a loaded machine: the script is slow to start its steps there.
+	task := g.CreateTask(t, org, harness.TaskSpec{Payload: `{"plugin": "echo", "input": {"host": "curl.example"}}`, LeaseDurationSeconds: 300})
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -200,7 +201,8 @@ func TestPythonWorkerIngestsARetriedResultBatchOnce(t *testing.T) {
 	g := harness.Start(t)
 	org := g.NewOrganization(t, "acme")
 	w := g.NewWorker(t, "python", 2, org)
-	task := g.CreateTask(t, org, harness.TaskSpec{Payload: `{"plugin": "echo", "input": {"host": "py.example"}}`})
+	// A lease long enough for a loaded machine: the script is slow to start its steps there.
+	task := g.CreateTask(t, org, harness.TaskSpec{Payload: `{"plugin": "echo", "input": {"host": "py.example"}}`, LeaseDurationSeconds: 300})
 
 	wait, _ := pythonWorker(t, g, w, "--fault-drop-first-result-answer", "--once", "1", "--slots", "2")
 	out := wait()

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/getkin/kin-openapi/openapi3"
@@ -216,6 +217,25 @@ func TestPermissionMatrix(t *testing.T) {
 	require.Greater(t, covered, 40, "the matrix covers every operation of the spec")
 }
 
+// clients keeps one HTTP client per gateway and certificate, so that the
+// matrix's thousands of calls reuse their connections rather than each
+// paying a TLS handshake (and leaving its connection open).
+var clients sync.Map // clientKey → *http.Client
+
+type clientKey struct {
+	url  string
+	cert *tls.Certificate
+}
+
+func clientFor(g *harness.Gateway, cert *tls.Certificate) *http.Client {
+	key := clientKey{g.URL, cert}
+	if c, ok := clients.Load(key); ok {
+		return c.(*http.Client)
+	}
+	c, _ := clients.LoadOrStore(key, g.HTTPClient(cert))
+	return c.(*http.Client)
+}
+
 // operationID is the spec's operationId (the embedded spec capitalises it).
 func operationID(op *openapi3.Operation) string {
 	return strings.ToLower(op.OperationID[:1]) + op.OperationID[1:]
@@ -408,7 +428,7 @@ func call(t *testing.T, g *harness.Gateway, method, path string, op *openapi3.Op
 	if p.token != "" {
 		req.Header.Set("Authorization", "Bearer "+p.token)
 	}
-	res, err := g.HTTPClient(p.cert).Do(req)
+	res, err := clientFor(g, p.cert).Do(req)
 	require.NoError(t, err)
 	defer res.Body.Close()
 	raw, err := io.ReadAll(res.Body)
