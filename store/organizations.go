@@ -61,7 +61,7 @@ func (s *Store) CreateOrganization(ctx context.Context, tenant Tenant, name, sco
 // GetOrganization returns an organization the scope may see.
 func (s *Store) GetOrganization(ctx context.Context, tenant Tenant, id uuid.UUID) (Organization, error) {
 	o, err := scanOrganization(s.pool.QueryRow(ctx, `SELECT `+organizationColumns+` FROM organizations o
-		WHERE o.id = $1 AND `+inTenant("o.id", "$2"), id, tenant.arg()))
+		WHERE o.id = $1 AND `+inTenant("o.id", "$2"), id, tenant.Arg()))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Organization{}, ErrNotFound
 	}
@@ -73,7 +73,7 @@ func (s *Store) GetOrganization(ctx context.Context, tenant Tenant, id uuid.UUID
 
 // ListOrganizations pages organizations, newest first.
 func (s *Store) ListOrganizations(ctx context.Context, tenant Tenant, after *Cursor, limit int) ([]Organization, *Cursor, error) {
-	q := psql.Select(organizationColumns).From("organizations o").Where(tenant.where("o.id"))
+	q := psql.Select(organizationColumns).From("organizations o").Where(tenant.Where("o.id"))
 	orgs, next, err := listPage(ctx, s.pool, q,
 		newestFirst("o.created_at", "o.id", func(o Organization) Cursor { return Cursor{Time: o.CreatedAt, ID: o.ID} }),
 		after, limit, scanOrganization)

@@ -190,7 +190,7 @@ func (s *Store) ReplaceSecret(ctx context.Context, tenant Tenant, keyring *secre
 			version int
 		)
 		err := tx.QueryRow(ctx, `SELECT organization_id, name, version FROM secrets
-			WHERE id = $1 AND `+inTenant("organization_id", "$2")+` FOR UPDATE`, id, tenant.arg()).Scan(&org, &name, &version)
+			WHERE id = $1 AND `+inTenant("organization_id", "$2")+` FOR UPDATE`, id, tenant.Arg()).Scan(&org, &name, &version)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNotFound
 		}
@@ -227,7 +227,7 @@ func (s *Store) DeleteSecret(ctx context.Context, tenant Tenant, id uuid.UUID) (
 	err := s.inTx(ctx, "delete secret", func(tx pgx.Tx) error {
 		var err error
 		sec, err = scanSecret(tx.QueryRow(ctx, `DELETE FROM secrets WHERE id = $1 AND `+inTenant("organization_id", "$2")+`
-			RETURNING `+secretColumns, id, tenant.arg()))
+			RETURNING `+secretColumns, id, tenant.Arg()))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNotFound
 		}
@@ -246,7 +246,7 @@ func (s *Store) DeleteSecret(ctx context.Context, tenant Tenant, id uuid.UUID) (
 // GetSecret returns a secret's metadata.
 func (s *Store) GetSecret(ctx context.Context, tenant Tenant, id uuid.UUID) (Secret, error) {
 	sec, err := scanSecret(s.pool.QueryRow(ctx, `SELECT `+secretColumns+` FROM secrets
-		WHERE id = $1 AND `+inTenant("organization_id", "$2"), id, tenant.arg()))
+		WHERE id = $1 AND `+inTenant("organization_id", "$2"), id, tenant.Arg()))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Secret{}, ErrNotFound
 	}
@@ -265,7 +265,7 @@ const MaxListedSecrets = 1000
 func (s *Store) ListSecrets(ctx context.Context, tenant Tenant, org *uuid.UUID) ([]Secret, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+secretColumns+` FROM secrets
 		WHERE `+inTenant("organization_id", "$1")+` AND ($2::uuid IS NULL OR organization_id = $2)
-		ORDER BY organization_id, name LIMIT $3`, tenant.arg(), org, MaxListedSecrets)
+		ORDER BY organization_id, name LIMIT $3`, tenant.Arg(), org, MaxListedSecrets)
 	if err != nil {
 		return nil, fmt.Errorf("list secrets: %w", err)
 	}

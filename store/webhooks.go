@@ -144,7 +144,7 @@ func (s *Store) UpdateWebhookTarget(ctx context.Context, tenant Tenant, id uuid.
 				circuit_open_until = CASE WHEN $6 AND NOT t.enabled THEN NULL ELSE t.circuit_open_until END,
 				updated_at = now()
 			WHERE t.id = $1 AND t.deleted_at IS NULL AND `+inTenant("t.organization_id", "$2")+`
-			RETURNING `+webhookTargetColumns, id, tenant.arg(), p.URL, p.Description, p.EventTypes, p.Enabled))
+			RETURNING `+webhookTargetColumns, id, tenant.Arg(), p.URL, p.Description, p.EventTypes, p.Enabled))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNotFound
 		}
@@ -172,7 +172,7 @@ func (s *Store) DeleteWebhookTarget(ctx context.Context, tenant Tenant, id uuid.
 				previous_secret_ciphertext = NULL, previous_secret_wrapped_key = NULL, previous_secret_kek_id = NULL,
 				updated_at = now()
 			WHERE t.id = $1 AND `+inTenant("t.organization_id", "$2")+`
-			RETURNING `+webhookTargetColumns, id, tenant.arg()))
+			RETURNING `+webhookTargetColumns, id, tenant.Arg()))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNotFound
 		}
@@ -191,7 +191,7 @@ func (s *Store) DeleteWebhookTarget(ctx context.Context, tenant Tenant, id uuid.
 // GetWebhookTarget returns a target in scope.
 func (s *Store) GetWebhookTarget(ctx context.Context, tenant Tenant, id uuid.UUID) (WebhookTarget, error) {
 	w, err := scanWebhookTarget(s.pool.QueryRow(ctx, `SELECT `+webhookTargetColumns+` FROM webhook_targets t
-		WHERE t.id = $1 AND t.deleted_at IS NULL AND `+inTenant("t.organization_id", "$2"), id, tenant.arg()))
+		WHERE t.id = $1 AND t.deleted_at IS NULL AND `+inTenant("t.organization_id", "$2"), id, tenant.Arg()))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return WebhookTarget{}, ErrNotFound
 	}
@@ -203,7 +203,7 @@ func (s *Store) GetWebhookTarget(ctx context.Context, tenant Tenant, id uuid.UUI
 
 // ListWebhookTargets pages the targets the tenant may see, newest first.
 func (s *Store) ListWebhookTargets(ctx context.Context, tenant Tenant, org *uuid.UUID, after *Cursor, limit int) ([]WebhookTarget, *Cursor, error) {
-	q := psql.Select(webhookTargetColumns).From("webhook_targets t").Where(tenant.where("t.organization_id")).Where("t.deleted_at IS NULL")
+	q := psql.Select(webhookTargetColumns).From("webhook_targets t").Where(tenant.Where("t.organization_id")).Where("t.deleted_at IS NULL")
 	if org != nil {
 		q = q.Where(sq.Eq{"t.organization_id": *org})
 	}
@@ -243,7 +243,7 @@ func (s *Store) RotateWebhookSecret(ctx context.Context, tenant Tenant, keyring 
 		)
 		err := tx.QueryRow(ctx, `SELECT t.organization_id, `+webhookSecretColumnsSQL+` FROM webhook_targets t
 			WHERE t.id = $1 AND t.deleted_at IS NULL AND `+inTenant("t.organization_id", "$2")+` FOR UPDATE`,
-			id, tenant.arg()).Scan(append([]any{&org}, cols.dest()...)...)
+			id, tenant.Arg()).Scan(append([]any{&org}, cols.dest()...)...)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNotFound
 		}
@@ -314,7 +314,7 @@ func (s *Store) ListWebhookDeliveries(ctx context.Context, tenant Tenant, target
 			CASE WHEN d.state = 'pending' THEN d.next_attempt_at END, d.last_attempt_at,
 			d.last_status_code, d.last_latency_ms, d.last_error, d.created_at, d.delivered_at`).
 		From("webhook_deliveries d").Join("webhook_events e ON e.id = d.event_id").
-		Where(tenant.where("d.organization_id")).Where(sq.Eq{"d.target_id": targetID})
+		Where(tenant.Where("d.organization_id")).Where(sq.Eq{"d.target_id": targetID})
 	list, next, err := listPage(ctx, s.pool, q,
 		newestFirst("d.created_at", "d.id", func(d WebhookDelivery) Cursor { return Cursor{Time: d.CreatedAt, ID: d.ID} }),
 		after, limit, func(r pgx.Row) (WebhookDelivery, error) {

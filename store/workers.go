@@ -147,7 +147,7 @@ func (s *Store) GetWorker(ctx context.Context, tenant Tenant, id uuid.UUID, onli
 
 func getWorker(ctx context.Context, ex executor, tenant Tenant, id uuid.UUID, onlineWindow time.Duration) (Worker, error) {
 	w, err := scanWorker(ex.QueryRow(ctx, `SELECT `+workerColumns+` FROM workers w WHERE w.id = $3 AND `+scopeSeesWorker,
-		onlineWindow.Seconds(), tenant.arg(), id))
+		onlineWindow.Seconds(), tenant.Arg(), id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Worker{}, ErrNotFound
 	}
@@ -162,7 +162,7 @@ func (s *Store) ListWorkers(ctx context.Context, tenant Tenant, after *Cursor, l
 	// The window and the tenant are bound once, as the columns of viewer,
 	// which the columns and the visibility rule name.
 	q := psql.Select(workerColumnsSeenBy("viewer.online_window", "viewer.tenant")).From("workers w").
-		JoinClause("CROSS JOIN (SELECT ?::float8 AS online_window, ?::uuid AS tenant) viewer", onlineWindow.Seconds(), tenant.arg()).
+		JoinClause("CROSS JOIN (SELECT ?::float8 AS online_window, ?::uuid AS tenant) viewer", onlineWindow.Seconds(), tenant.Arg()).
 		Where(workerVisibleTo("w.id", "viewer.tenant"))
 	workers, next, err := listPage(ctx, s.pool, q,
 		newestFirst("w.created_at", "w.id", func(w Worker) Cursor { return Cursor{Time: w.CreatedAt, ID: w.ID} }),
@@ -511,7 +511,7 @@ func (s *Store) OrganizationWorkers(ctx context.Context, tenant Tenant, org uuid
 			(SELECT count(*) FROM worker_task_attempts a WHERE `+workerLiveAttempts("a", "w.id")+`)
 		FROM organization_workers ow JOIN workers w ON w.id = ow.worker_id
 		WHERE ow.organization_id = $3 AND ow.revoked_at IS NULL
-		ORDER BY w.name, w.id`, onlineWindow.Seconds(), tenant.arg(), org)
+		ORDER BY w.name, w.id`, onlineWindow.Seconds(), tenant.Arg(), org)
 	if err != nil {
 		return nil, fmt.Errorf("organization workers: %w", err)
 	}
