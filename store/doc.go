@@ -23,9 +23,10 @@
 //     the group-commit batchers (batchers.go), lease tokens
 //     (leasetoken.go), the expiry sweep and queue upkeep (sweep.go,
 //     queuevacuum.go, duetask.go) and the warm-up (warmup.go). The Store
-//     embeds its Engine, so its verbs are the Store's; the releases it
-//     shares with the control plane (lease.Releases) are handed in by New,
-//     as their statement still lives in workers.go;
+//     embeds its Engine, so its verbs are the Store's. Leases end by
+//     policy in one statement, lease.ReleaseAttempts (release.go), which
+//     the engine's releases and the control plane's (disabling or
+//     unassigning a worker, a label taken away) share;
 //   - this package: the control-plane domains (tasks, scans, schedules,
 //     webhooks, secrets, history, scan scope, workers, organizations,
 //     tokens…), the worker-facing verbs not yet moved (results, logs,

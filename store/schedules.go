@@ -14,6 +14,7 @@ import (
 
 	"github.com/worker-gateway/gateway/internal/slots"
 	"github.com/worker-gateway/gateway/problem"
+	"github.com/worker-gateway/gateway/store/internal/core"
 )
 
 // OverlapPolicy says what a slot does while the schedule's previous run is
@@ -236,7 +237,7 @@ type compiled struct {
 	slots      slots.Slotter
 }
 
-func invalid(msg problem.Text) error { return problem.Wrap(ErrInvalid, msg) }
+func invalid(msg problem.Text) error { return core.Invalid(msg) }
 
 // compileSchedule validates p and fills in defaults. Each refusal is
 // ErrInvalid naming the field.

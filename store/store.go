@@ -23,7 +23,7 @@ type Store struct {
 // New wraps a pool. The pool's lifetime belongs to the caller.
 func New(pool *pgxpool.Pool) *Store {
 	s := &Store{pool: pool, scheduleLimits: DefaultScheduleLimits}
-	s.Engine = lease.New(pool, lease.Releases{Leases: s.ReleaseLeases, LackingCritical: releaseAttemptsLackingCritical})
+	s.Engine = lease.New(pool)
 	return s
 }
 

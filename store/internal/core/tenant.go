@@ -1,8 +1,13 @@
 package core
 
 import (
+	"context"
+	"fmt"
+
 	sq "github.com/Masterminds/squirrel"
 	"github.com/google/uuid"
+
+	"github.com/worker-gateway/gateway/problem"
 )
 
 // Tenant is whose data a control-plane call acts on: one organization, or
@@ -68,4 +73,32 @@ func InTenant(column, param string) string {
 // Where is InTenant for statements built with squirrel.
 func (tenant Tenant) Where(column string) sq.Sqlizer {
 	return sq.Expr(InTenant(column, "?"), tenant.Arg(), tenant.Arg())
+}
+
+// MissingOrganization is the answer for an organization a caller names
+// that does not exist: only an unscoped caller, who may see every
+// organization, is told so; a scoped caller gets the plain ErrNotFound.
+func MissingOrganization(tenant Tenant, org uuid.UUID) error {
+	if !tenant.IsEveryOrganization() {
+		return ErrNotFound
+	}
+	return problem.Wrap(ErrNotFound, problem.Text("organization "+org.String()+" does not exist"))
+}
+
+// CheckListedOrganization answers a listing filtered by an organization
+// that came back empty: an unscoped caller learns the organization does not
+// exist (404, not an empty list). A scoped caller keeps its empty list, which
+// says nothing about another organization.
+func CheckListedOrganization(ctx context.Context, ex Executor, tenant Tenant, org *uuid.UUID, empty bool) error {
+	if !empty || org == nil || !tenant.IsEveryOrganization() {
+		return nil
+	}
+	var exists bool
+	if err := ex.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM organizations WHERE id = $1)`, *org).Scan(&exists); err != nil {
+		return fmt.Errorf("check organization: %w", err)
+	}
+	if !exists {
+		return MissingOrganization(tenant, *org)
+	}
+	return nil
 }

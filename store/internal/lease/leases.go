@@ -207,7 +207,7 @@ func (s *Engine) AcquireLeasesMany(ctx context.Context, ps []AcquireParams) []Ac
 			}
 		}
 		for _, a := range ordered {
-			if err := a.finish(ctx, ex, s.releases.LackingCritical); err != nil {
+			if err := a.finish(ctx, ex); err != nil {
 				return err
 			}
 		}
@@ -333,9 +333,9 @@ func (a *acquisition) read(br pgx.BatchResults) error {
 }
 
 // finish runs, before COMMIT, what depends on what read learnt.
-func (a *acquisition) finish(ctx context.Context, ex core.Executor, releaseLackingCritical LackingCriticalReleaser) error {
+func (a *acquisition) finish(ctx context.Context, ex core.Executor) error {
 	if a.found && a.capsChanged {
-		if _, err := releaseLackingCritical(ctx, ex, a.p.WorkerID, a.capabilities); err != nil {
+		if _, err := releaseAttemptsLackingCritical(ctx, ex, a.p.WorkerID, a.capabilities); err != nil {
 			return err
 		}
 	}
