@@ -200,5 +200,4 @@ type (
 func emitEvent(ctx context.Context, ex executor, e Event) (int, error) {
 	return core.EmitEvent(ctx, ex, e)
 }
-func organizationAudience(org uuid.UUID) Audience { return core.OrganizationAudience(org) }
-func workerAudience(worker uuid.UUID) Audience    { return core.WorkerAudience(worker) }
+func workerAudience(worker uuid.UUID) Audience { return core.WorkerAudience(worker) }

@@ -128,15 +128,9 @@ func scanLease(row pgx.Row, tokens []string) (Lease, int, error) {
 	return l, slot, nil
 }
 
-func Seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
-
-func OptSeconds(s *float64) *time.Duration {
-	if s == nil {
-		return nil
-	}
-	d := Seconds(*s)
-	return &d
-}
+// Seconds and OptSeconds are the core's (core/durations.go).
+func Seconds(s float64) time.Duration      { return core.Seconds(s) }
+func OptSeconds(s *float64) *time.Duration { return core.OptSeconds(s) }
 
 // AcquireLeases leases up to p.MaxTasks tasks to a worker in one transaction:
 // it locks the worker row (serialising the worker's own polls, so capacity
