@@ -62,7 +62,7 @@ func (s *Store) AssignWorker(ctx context.Context, tenant Tenant, org, worker uui
 				assigned_at = CASE WHEN organization_workers.revoked_at IS NULL THEN organization_workers.assigned_at ELSE now() END,
 				updated_at = now()
 			WHERE $3::uuid IS NULL OR NOT organization_workers.removed_by_platform
-			RETURNING `+assignmentColumns, org, worker, tenant.arg()))
+			RETURNING `+assignmentColumns, org, worker, tenant.Arg()))
 		if isForeignKeyViolation(err) {
 			return ErrNotFound
 		}
@@ -85,7 +85,7 @@ func assignRefusal(ctx context.Context, tx pgx.Tx, tenant Tenant, org, worker uu
 	var locked bool
 	err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM organization_workers ow
 		WHERE ow.organization_id = $1 AND ow.worker_id = $2 AND ow.removed_by_platform) AND `+workerVisibleTo("$2", "$3"),
-		org, worker, tenant.arg()).Scan(&locked)
+		org, worker, tenant.Arg()).Scan(&locked)
 	if err != nil {
 		return fmt.Errorf("assign: %w", err)
 	}
@@ -115,7 +115,7 @@ func (s *Store) UnassignWorker(ctx context.Context, tenant Tenant, org, worker u
 				revoked_at = coalesce(revoked_at, now()), revocation_reason = $3, updated_at = now(),
 				removed_by_platform = removed_by_platform OR $4::uuid IS NULL
 			WHERE organization_id = $1 AND worker_id = $2 AND `+workerVisibleTo("$2", "$4")+`
-			RETURNING `+assignmentColumns, org, worker, reason, tenant.arg()))
+			RETURNING `+assignmentColumns, org, worker, reason, tenant.Arg()))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNotFound
 		}

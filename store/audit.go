@@ -31,7 +31,7 @@ type AuditFilter struct {
 func (s *Store) ListAuditEvents(ctx context.Context, tenant Tenant, f AuditFilter) ([]AuditEvent, *int64, error) {
 	q := psql.Select("id, occurred_at, actor_type, actor_id, action, target_type, target_id, organization_id, request_id, details").
 		From("audit_events").OrderBy("id DESC").Limit(uint64(f.Limit + 1))
-	q = q.Where(tenant.where("organization_id"))
+	q = q.Where(tenant.Where("organization_id"))
 	if f.Action != "" {
 		q = q.Where("action = ?", f.Action)
 	}

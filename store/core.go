@@ -13,8 +13,8 @@ import (
 // transaction runners, states and transitions, wake-ups, the audit context
 // and the webhook emitter. Callers name it through this package, as
 // before; the files of this package call the core through the unexported
-// names below. (The Tenant stays here, tenant.go, until the control-plane
-// domains leave the facade: its unexported arg and where are theirs.)
+// names below. The Tenant is the core's too (core/tenant.go), so that a
+// control-plane domain outside this package filters by it the same way.
 
 // TaskState is worker_tasks.state.
 type TaskState = core.TaskState
@@ -200,5 +200,4 @@ type (
 func emitEvent(ctx context.Context, ex executor, e Event) (int, error) {
 	return core.EmitEvent(ctx, ex, e)
 }
-func organizationAudience(org uuid.UUID) Audience { return core.OrganizationAudience(org) }
-func workerAudience(worker uuid.UUID) Audience    { return core.WorkerAudience(worker) }
+func workerAudience(worker uuid.UUID) Audience { return core.WorkerAudience(worker) }

@@ -14,8 +14,10 @@
 //     COMMIT), the error sentinels (errors.go), the task, attempt and scan
 //     state machines (transitions.go, scantransitions.go), wake-ups
 //     (notify.go), the audit context and record (auditctx.go,
-//     auditrecord.go), creation idempotency (idempotency.go) and the one
-//     webhook emitter (events.go);
+//     auditrecord.go), creation idempotency (idempotency.go), the one
+//     webhook emitter (events.go), the Tenant and its SQL predicate
+//     (tenant.go, see Isolation) and the one page helper of every listing
+//     (listing.go, cursor.go, see Listings);
 //   - internal/fencing: the fencing predicates (see Fencing), on the core;
 //   - internal/lease: the lease engine — acquisition and the queue walk
 //     (leases.go, queue.go), heartbeats and starts (attempts.go,
@@ -23,16 +25,26 @@
 //     the group-commit batchers (batchers.go), lease tokens
 //     (leasetoken.go), the expiry sweep and queue upkeep (sweep.go,
 //     queuevacuum.go, duetask.go) and the warm-up (warmup.go). The Store
-//     embeds its Engine, so its verbs are the Store's; the releases it
-//     shares with the control plane (lease.Releases) are handed in by New,
-//     as their statement still lives in workers.go;
-//   - this package: the control-plane domains (tasks, scans, schedules,
-//     webhooks, secrets, history, scan scope, workers, organizations,
-//     tokens…), the worker-facing verbs not yet moved (results, logs,
-//     uploads), the Tenant (tenant.go), and the names callers use for what
-//     lives below (core.go, lease.go, errors.go). Only the lease engine and
-//     these worker verbs may import internal/fencing: a control-plane
-//     domain that leaves this package is denied it.
+//     embeds its Engine, so its verbs are the Store's. Leases end by
+//     policy in one statement, lease.ReleaseAttempts (release.go), which
+//     the engine's releases and the control plane's (disabling or
+//     unassigning a worker, a label taken away) share;
+//   - internal/secrets: an organization's sealed secrets (secrets.go, see
+//     Secrets), the Vault the Store embeds;
+//   - internal/webhooks: targets (targets.go), their sealed signing
+//     secrets (secrets.go), the event catalogue (events.go), the watcher
+//     (watch.go) and the outbox's delivery (delivery.go), the Hub the Store
+//     embeds (see Webhooks);
+//   - this package: the rest of the control plane (tasks, scans,
+//     schedules, history, scan scope, workers, organizations, tokens…),
+//     the worker-facing verbs not yet moved (results, logs, uploads), and
+//     the names callers use for what lives below (core.go, lease.go,
+//     tenant.go, listing.go, cursor.go, errors.go, secrets.go,
+//     webhooks.go). Only the lease engine and these worker verbs may
+//     import internal/fencing; a control-plane domain under internal/
+//     imports neither internal/fencing nor internal/lease nor this package
+//     (depguard: fencing-is-the-lease-engines,
+//     control-plane-is-below-the-facade-and-beside-the-engine).
 //
 // Paths below are relative to store/.
 //
@@ -197,7 +209,7 @@
 //
 // # Isolation
 //
-// A control-plane caller acts for a Tenant (tenant.go): one organization, or
+// A control-plane caller acts for a Tenant (internal/core/tenant.go): one organization, or
 // every organization (an unscoped admin token: the platform operator). In
 // this package "scope" means only that tenant; what an API token may do
 // (admin, producer, reader — the API's "scopes") is its permissions, checked
@@ -207,7 +219,8 @@
 //
 //   - Every method that reads or writes an organization's data takes the
 //     Tenant as a required argument, the way openfga's storage takes its
-//     store id, and filters on it in SQL with inTenant — one predicate,
+//     store id, and filters on it in SQL with core.InTenant (inTenant here,
+//     tenant.Where for squirrel) — one predicate,
 //     "(scope IS NULL OR organization_id = scope)", never a read followed by
 //     a check in Go. Something outside the scope is ErrNotFound, exactly as
 //     something that does not exist, so no answer confirms another
@@ -485,8 +498,9 @@
 // when an organization that hears it has an enabled target subscribed to
 // the event. There is one writer of the outbox, the database function
 // webhook_emit, and every event reaches it (internal/core/events.go;
-// tests/security/events_test.go checks the catalogue against it):
-// core.EmitEvent (emitEvent here) from Go, which decides the recipients in the change's
+// tests/security/events_test.go checks the catalogue,
+// internal/webhooks/events.go, against it):
+// core.EmitEvent (emitEvent in this package) from Go, which decides the recipients in the change's
 // transaction (a worker's events go to the organizations that may see it
 // then, its grants and assignments read FOR SHARE so that a withdrawal
 // cannot interleave); core.TaskEventsSQL, a CTE of the completion and sweeper
@@ -494,7 +508,8 @@
 // exists); and the triggers of migration 000020 for a scan's end (inside
 // advance_scan) and a skipped schedule slot, which go to the subject's own
 // organization. worker.offline and organization.no_eligible_worker,
-// computed from time, are noticed by WatchWebhookConditions, once per
+// computed from time, are noticed by WatchWebhookConditions
+// (internal/webhooks/watch.go), once per
 // transition, and emitted through core.EmitEvent. Any replica delivers:
 // ClaimWebhookDeliveries takes due rows FOR UPDATE SKIP LOCKED and pushes
 // them past the try's end, so a replica that dies mid-delivery leaves them
@@ -520,7 +535,7 @@
 //
 // # Secrets
 //
-// An organization's secrets (secrets.go) are stored sealed: the value under
+// An organization's secrets (internal/secrets) are stored sealed: the value under
 // a data key of its own, the data key wrapped by a key-encryption key the
 // gateway holds outside the database (internal/secretbox), both bound to
 // (organization, id, name, version). The store never sees a key-encryption
@@ -532,7 +547,7 @@
 // RewrapSecrets (rotate-kek) locks rows in batches; a concurrent replace
 // is waited for and then left out, as it sealed under the current key.
 //
-// Webhook signing secrets (webhook_secrets.go) are sealed the same way,
+// Webhook signing secrets (internal/webhooks/secrets.go) are sealed the same way,
 // bound to (organization, target): creation and rotation seal, deletion
 // wipes, and the delivery opens them after its claim (server), never the
 // store. Rows written in plaintext before migration 000027 are read as
@@ -554,7 +569,8 @@
 //
 // # Listings
 //
-// Every listing pages by keyset through one helper, listPage (listing.go):
+// Every listing pages by keyset through one helper, core.ListPage
+// (internal/core/listing.go; listPage in this package):
 // a listing states its own SELECT with squirrel — columns, joins, its
 // tenant predicate and its optional filters — and one order (newestFirst
 // or oldestFirst on a time and an id), from which listPage makes both the

@@ -125,7 +125,7 @@ func (s *Store) ListThreatExclusions(ctx context.Context, tenant Tenant, org uui
 		return nil, nil, err
 	}
 	q := psql.Select(exclusionColumns).From("threat_exclusions e").
-		Where(tenant.where("e.organization_id")).Where(sq.Eq{"e.organization_id": org})
+		Where(tenant.Where("e.organization_id")).Where(sq.Eq{"e.organization_id": org})
 	list, next, err := listPage(ctx, s.pool, q,
 		newestFirst("e.created_at", "e.id", func(e ThreatExclusion) Cursor { return Cursor{Time: e.CreatedAt, ID: e.ID} }),
 		after, limit, scanExclusion)
@@ -143,7 +143,7 @@ func (s *Store) DeleteThreatExclusion(ctx context.Context, tenant Tenant, org, i
 		var err error
 		e, err = scanExclusion(tx.QueryRow(ctx, `DELETE FROM threat_exclusions e
 			WHERE e.id = $1 AND e.organization_id = $2 AND `+inTenant("e.organization_id", "$3")+`
-			RETURNING `+exclusionColumns, id, org, tenant.arg()))
+			RETURNING `+exclusionColumns, id, org, tenant.Arg()))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNotFound
 		}

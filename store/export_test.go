@@ -45,9 +45,10 @@ type PageRow struct {
 // ListPageRows pages a test's table (id uuid, at timestamptz) through
 // listPage by (at, id): newest first, or oldest first with ascending.
 func ListPageRows(ctx context.Context, pool *pgxpool.Pool, table string, ascending bool, after *Cursor, limit int) ([]PageRow, *Cursor, error) {
-	order := newestFirst("r.at", "r.id", func(r PageRow) Cursor { return Cursor{Time: r.At, ID: r.ID} })
+	at := func(r PageRow) Cursor { return Cursor{Time: r.At, ID: r.ID} }
+	order := newestFirst("r.at", "r.id", at)
 	if ascending {
-		order = oldestFirst("r.at", "r.id", order.at)
+		order = oldestFirst("r.at", "r.id", at)
 	}
 	return listPage(ctx, pool, psql.Select("r.id, r.at").From(table+" r"), order, after, limit, func(row pgx.Row) (PageRow, error) {
 		var r PageRow

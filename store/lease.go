@@ -76,12 +76,10 @@ func NewAcquireBatcher(s *Store, writers, maxGroup int, timeout time.Duration, c
 const genericPlanSQL = lease.GenericPlanSQL
 
 func dequeueSQL(where string) string              { return lease.DequeueSQL(where) }
-func queueSourceColumns(alias string) string      { return lease.QueueSourceColumns(alias) }
 func leaseTokenHash(token string) []byte          { return lease.TokenHash(token) }
 func leaseTokenHashes(refs []AttemptRef) [][]byte { return lease.TokenHashes(refs) }
 func nullJSON(b json.RawMessage) any              { return lease.NullJSON(b) }
 func nullString(s string) *string                 { return lease.NullString(s) }
-func optSeconds(s *float64) *time.Duration        { return lease.OptSeconds(s) }
 func seconds(s float64) time.Duration             { return lease.Seconds(s) }
 func attemptMissOrLost(ctx context.Context, ex executor, ref AttemptRef) error {
 	return lease.AttemptMissOrLost(ctx, ex, ref)

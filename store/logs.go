@@ -255,7 +255,7 @@ func (s *Store) ReadTaskLog(ctx context.Context, tenant Tenant, taskID uuid.UUID
 			SELECT id, attempt_number, log_stored, log_truncated, status FROM worker_task_attempts
 			WHERE task_id = t.id AND ($2 = 0 OR attempt_number = $2)
 			ORDER BY attempt_number DESC LIMIT 1) a ON true
-		WHERE t.id = $1 AND `+inTenant("t.organization_id", "$3"), taskID, attemptNumber, tenant.arg(),
+		WHERE t.id = $1 AND `+inTenant("t.organization_id", "$3"), taskID, attemptNumber, tenant.Arg(),
 	).Scan(&attemptID, &number, &stored, &truncated, &active)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -302,7 +302,7 @@ func (s *Store) ReadLogTail(ctx context.Context, tenant Tenant, attempt uuid.UUI
 			SELECT byte_offset, data FROM attempt_logs
 			WHERE attempt_id = a.id AND byte_offset + length(data) > $2 AND byte_offset < $2 + $3) l ON true
 		WHERE a.id = $1 AND `+inTenant("a.organization_id", "$4")+`
-		ORDER BY l.byte_offset`, attempt, offset, limit, tenant.arg())
+		ORDER BY l.byte_offset`, attempt, offset, limit, tenant.Arg())
 	if err != nil {
 		return LogTail{}, fmt.Errorf("read log tail: %w", err)
 	}

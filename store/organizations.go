@@ -9,7 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/worker-gateway/gateway/problem"
+	"github.com/worker-gateway/gateway/store/internal/core"
 )
 
 // Organization is a tenant.
@@ -61,7 +61,7 @@ func (s *Store) CreateOrganization(ctx context.Context, tenant Tenant, name, sco
 // GetOrganization returns an organization the scope may see.
 func (s *Store) GetOrganization(ctx context.Context, tenant Tenant, id uuid.UUID) (Organization, error) {
 	o, err := scanOrganization(s.pool.QueryRow(ctx, `SELECT `+organizationColumns+` FROM organizations o
-		WHERE o.id = $1 AND `+inTenant("o.id", "$2"), id, tenant.arg()))
+		WHERE o.id = $1 AND `+inTenant("o.id", "$2"), id, tenant.Arg()))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Organization{}, ErrNotFound
 	}
@@ -73,7 +73,7 @@ func (s *Store) GetOrganization(ctx context.Context, tenant Tenant, id uuid.UUID
 
 // ListOrganizations pages organizations, newest first.
 func (s *Store) ListOrganizations(ctx context.Context, tenant Tenant, after *Cursor, limit int) ([]Organization, *Cursor, error) {
-	q := psql.Select(organizationColumns).From("organizations o").Where(tenant.where("o.id"))
+	q := psql.Select(organizationColumns).From("organizations o").Where(tenant.Where("o.id"))
 	orgs, next, err := listPage(ctx, s.pool, q,
 		newestFirst("o.created_at", "o.id", func(o Organization) Cursor { return Cursor{Time: o.CreatedAt, ID: o.ID} }),
 		after, limit, scanOrganization)
@@ -87,30 +87,12 @@ func (s *Store) ListOrganizations(ctx context.Context, tenant Tenant, after *Cur
 // CreateTask words it for its caller's scope.
 var errOrganizationMissing = fmt.Errorf("%w: organization", ErrNotFound)
 
-// missingOrganization is the error for naming an organization that does not
-// exist. Only an unscoped caller is told which: for a scoped one it is the
-// plain ErrNotFound of anything outside its scope (see "Isolation").
+// missingOrganization and checkListedOrganization are the core's
+// (core.MissingOrganization, core.CheckListedOrganization).
 func missingOrganization(tenant Tenant, org uuid.UUID) error {
-	if !tenant.IsEveryOrganization() {
-		return ErrNotFound
-	}
-	return problem.Wrap(ErrNotFound, problem.Text("organization "+org.String()+" does not exist"))
+	return core.MissingOrganization(tenant, org)
 }
 
-// checkListedOrganization answers a listing filtered by an organization
-// that came back empty: an unscoped caller learns the organization does not
-// exist (404, not an empty list). A scoped caller keeps its empty list, which
-// says nothing about another organization.
 func checkListedOrganization(ctx context.Context, ex executor, tenant Tenant, org *uuid.UUID, empty bool) error {
-	if !empty || org == nil || !tenant.IsEveryOrganization() {
-		return nil
-	}
-	var exists bool
-	if err := ex.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM organizations WHERE id = $1)`, *org).Scan(&exists); err != nil {
-		return fmt.Errorf("check organization: %w", err)
-	}
-	if !exists {
-		return missingOrganization(tenant, *org)
-	}
-	return nil
+	return core.CheckListedOrganization(ctx, ex, tenant, org, empty)
 }

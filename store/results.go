@@ -244,7 +244,7 @@ func (s *Store) ListTaskResults(ctx context.Context, tenant Tenant, taskID uuid.
 	}
 	q := psql.Select("b.id, b.attempt_id, a.attempt_number, b.sequence_number, coalesce(b.payload, '[]'::jsonb), b.received_at").
 		From("worker_result_batches b").Join("worker_task_attempts a ON a.id = b.attempt_id").
-		Where(tenant.where("a.organization_id")).Where(sq.Eq{"b.task_id": taskID}).Where("b.status = 'persisted'")
+		Where(tenant.Where("a.organization_id")).Where(sq.Eq{"b.task_id": taskID}).Where("b.status = 'persisted'")
 	batches, next, err := listPage(ctx, s.pool, q,
 		oldestFirst("b.received_at", "b.id", func(b StoredBatch) Cursor { return Cursor{Time: b.ReceivedAt, ID: b.BatchID} }),
 		after, limit, func(r pgx.Row) (StoredBatch, error) {

@@ -215,7 +215,7 @@ func (s *Store) ListScanChanges(ctx context.Context, tenant Tenant, scanID uuid.
 	}
 	var exists bool
 	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM scans s WHERE s.id = $1 AND `+inTenant("s.organization_id", "$2")+`)`,
-		scanID, tenant.arg()).Scan(&exists); err != nil {
+		scanID, tenant.Arg()).Scan(&exists); err != nil {
 		return nil, nil, fmt.Errorf("list scan changes: %w", err)
 	}
 	if !exists {
@@ -241,7 +241,7 @@ func (s *Store) ListExposureChanges(ctx context.Context, tenant Tenant, org uuid
 func (s *Store) listChanges(ctx context.Context, tenant Tenant, of sq.Sqlizer, f ChangeFilter) ([]AssetChange, *Cursor, error) {
 	q := psql.Select(`c.id, c.organization_id, c.scan_id, c.previous_scan_id, c.asset_id, c.asset_type, c.asset_value,
 			c.kind, c.before, c.after, c.detected_at`).
-		From("exposure_changes c").Where(tenant.where("c.organization_id")).Where(of)
+		From("exposure_changes c").Where(tenant.Where("c.organization_id")).Where(of)
 	if len(f.Kinds) > 0 {
 		q = q.Where("c.kind = ANY(?)", f.Kinds)
 	}
@@ -275,7 +275,7 @@ func reopenScanForRedrive(ctx context.Context, tx pgx.Tx, tenant Tenant, taskID 
 	var scanID *uuid.UUID
 	var retryable bool
 	err := tx.QueryRow(ctx, `SELECT t.scan_id, t.state IN (`+fromStates(EventRedrive)+`) FROM worker_tasks t
-		WHERE t.id = $1 AND `+inTenant("t.organization_id", "$2")+` FOR UPDATE`, taskID, tenant.arg()).Scan(&scanID, &retryable)
+		WHERE t.id = $1 AND `+inTenant("t.organization_id", "$2")+` FOR UPDATE`, taskID, tenant.Arg()).Scan(&scanID, &retryable)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return ErrNotFound
@@ -334,7 +334,7 @@ func (s *Store) ListAssetEdges(ctx context.Context, tenant Tenant, org uuid.UUID
 	}
 	q := psql.Select("e.id, e.organization_id, f.id, f.type, f.value, e.relation, t.id, t.type, t.value, e.first_seen_at, e.last_seen_at").
 		From("asset_edges e").Join("assets f ON f.id = e.from_asset_id").Join("assets t ON t.id = e.to_asset_id").
-		Where(tenant.where("e.organization_id")).Where(sq.Eq{"e.organization_id": org})
+		Where(tenant.Where("e.organization_id")).Where(sq.Eq{"e.organization_id": org})
 	if asset != nil {
 		q = q.Where(sq.Or{sq.Eq{"e.from_asset_id": *asset}, sq.Eq{"e.to_asset_id": *asset}})
 	}

@@ -171,7 +171,7 @@ func scanScan(row pgx.Row) (Scan, error) {
 
 func getScan(ctx context.Context, ex executor, tenant Tenant, id uuid.UUID) (Scan, error) {
 	sc, err := scanScan(ex.QueryRow(ctx, `SELECT `+scanColumns+` FROM scans s
-		WHERE s.id = $1 AND `+inTenant("s.organization_id", "$2"), id, tenant.arg()))
+		WHERE s.id = $1 AND `+inTenant("s.organization_id", "$2"), id, tenant.Arg()))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Scan{}, ErrNotFound
 	}
@@ -225,7 +225,7 @@ func getScan(ctx context.Context, ex executor, tenant Tenant, id uuid.UUID) (Sca
 
 // ListScans pages scans, newest first (without their jobs).
 func (s *Store) ListScans(ctx context.Context, tenant Tenant, p ListScansParams) ([]Scan, *Cursor, error) {
-	q := psql.Select(scanColumns).From("scans s").Where(tenant.where("s.organization_id"))
+	q := psql.Select(scanColumns).From("scans s").Where(tenant.Where("s.organization_id"))
 	if p.OrganizationID != nil {
 		q = q.Where(sq.Eq{"s.organization_id": *p.OrganizationID})
 	}
@@ -341,7 +341,7 @@ func (s *Store) ListAssets(ctx context.Context, tenant Tenant, org uuid.UUID, af
 		return nil, nil, err
 	}
 	q := psql.Select("a.id, a.organization_id, a.type, a.value, a.normalized_value, a.details, a.first_seen_at, a.last_seen_at").
-		From("assets a").Where(tenant.where("a.organization_id")).Where(sq.Eq{"a.organization_id": org})
+		From("assets a").Where(tenant.Where("a.organization_id")).Where(sq.Eq{"a.organization_id": org})
 	assets, next, err := listPage(ctx, s.pool, q,
 		newestFirst("a.first_seen_at", "a.id", func(a Asset) Cursor { return Cursor{Time: a.FirstSeenAt, ID: a.ID} }),
 		after, limit, func(r pgx.Row) (Asset, error) {
@@ -385,7 +385,7 @@ func (s *Store) ListThreats(ctx context.Context, tenant Tenant, org uuid.UUID, i
 		JoinClause(`CROSS JOIN LATERAL (SELECT threat_exclusion_for(th.organization_id, th.asset_id, a.normalized_value,
 			th.external_id, th.title, th.severity) AS e) x`).
 		LeftJoin("vulnerability_details v ON v.threat_id = th.id").
-		Where(tenant.where("th.organization_id")).Where(sq.Eq{"th.organization_id": org})
+		Where(tenant.Where("th.organization_id")).Where(sq.Eq{"th.organization_id": org})
 	if !includeExcluded {
 		q = q.Where("x.e IS NULL")
 	}

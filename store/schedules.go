@@ -14,6 +14,7 @@ import (
 
 	"github.com/worker-gateway/gateway/internal/slots"
 	"github.com/worker-gateway/gateway/problem"
+	"github.com/worker-gateway/gateway/store/internal/core"
 )
 
 // OverlapPolicy says what a slot does while the schedule's previous run is
@@ -236,7 +237,7 @@ type compiled struct {
 	slots      slots.Slotter
 }
 
-func invalid(msg problem.Text) error { return problem.Wrap(ErrInvalid, msg) }
+func invalid(msg problem.Text) error { return core.Invalid(msg) }
 
 // compileSchedule validates p and fills in defaults. Each refusal is
 // ErrInvalid naming the field.
@@ -429,7 +430,7 @@ func readSchedule(ctx context.Context, ex executor, tenant Tenant, id uuid.UUID,
 	if lock {
 		q += ` FOR UPDATE OF s`
 	}
-	sc, err := scanSchedule(ex.QueryRow(ctx, q, id, tenant.arg()))
+	sc, err := scanSchedule(ex.QueryRow(ctx, q, id, tenant.Arg()))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Schedule{}, ErrNotFound
 	}
@@ -770,7 +771,7 @@ func (s *Store) GetSchedule(ctx context.Context, tenant Tenant, id uuid.UUID) (S
 // ListSchedules pages the schedules the tenant may see, newest first,
 // optionally of one organization.
 func (s *Store) ListSchedules(ctx context.Context, tenant Tenant, org *uuid.UUID, after *Cursor, limit int) ([]Schedule, *Cursor, error) {
-	q := psql.Select(scheduleColumns).From(scheduleFrom).Where(tenant.where("s.organization_id")).Where("s.deleted_at IS NULL")
+	q := psql.Select(scheduleColumns).From(scheduleFrom).Where(tenant.Where("s.organization_id")).Where("s.deleted_at IS NULL")
 	if org != nil {
 		q = q.Where(sq.Eq{"s.organization_id": *org})
 	}
@@ -805,7 +806,7 @@ func (s *Store) ScheduleFires(ctx context.Context, tenant Tenant, id uuid.UUID, 
 	}
 	q := psql.Select(fireColumns).From("schedule_fires f").
 		LeftJoin("worker_tasks t ON t.id = f.task_id").LeftJoin("scans sc ON sc.id = f.scan_id").
-		Where(tenant.where("f.organization_id")).Where(sq.Eq{"f.schedule_id": id})
+		Where(tenant.Where("f.organization_id")).Where(sq.Eq{"f.schedule_id": id})
 	fires, next, err := listPage(ctx, s.pool, q,
 		newestFirst("f.slot_at", "f.id", func(f ScheduleFire) Cursor { return Cursor{Time: f.SlotAt, ID: f.ID} }),
 		after, limit, scanFire)

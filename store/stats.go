@@ -89,7 +89,7 @@ func (s *Store) Stats(ctx context.Context, tenant Tenant, p StatsParams) (Stats,
 		FROM worker_task_attempts a JOIN worker_tasks t ON t.id = a.task_id
 		WHERE a.status IN ('leased', 'running') AND `+inTenant("a.organization_id", "$1")+`
 		GROUP BY 1, 2
-		ORDER BY 1, 2`, tenant.arg())
+		ORDER BY 1, 2`, tenant.Arg())
 	if err != nil {
 		return Stats{}, fmt.Errorf("stats: queue: %w", err)
 	}
@@ -124,7 +124,7 @@ func (s *Store) Stats(ctx context.Context, tenant Tenant, p StatsParams) (Stats,
 				WHERE a.id >= `+v7Since("$3")+` AND a.started_at > now() - make_interval(secs => $3::float8)
 					AND `+inTenant("a.organization_id", "$2")+`)
 		FROM visible`,
-		p.OnlineWindow.Seconds(), tenant.arg(), p.LeaseWindow.Seconds()).
+		p.OnlineWindow.Seconds(), tenant.Arg(), p.LeaseWindow.Seconds()).
 		Scan(&st.WorkersOnline, &st.WorkersTotal, &st.Capacity, &st.ActiveAttempts, &st.Leases)
 	if err != nil {
 		return Stats{}, fmt.Errorf("stats: workers and leases: %w", err)
@@ -138,7 +138,7 @@ func (s *Store) Stats(ctx context.Context, tenant Tenant, p StatsParams) (Stats,
 			AND a.status IN ('failed', 'expired') AND `+inTenant("a.organization_id", "$1")+`
 		ORDER BY a.finished_at DESC NULLS LAST, a.id DESC
 		LIMIT $3`,
-		tenant.arg(), p.FailureWindow.Seconds(), max(p.RecentFailures, 1))
+		tenant.Arg(), p.FailureWindow.Seconds(), max(p.RecentFailures, 1))
 	if err != nil {
 		return Stats{}, fmt.Errorf("stats: failures: %w", err)
 	}

@@ -8,13 +8,19 @@ import (
 
 	"github.com/worker-gateway/gateway/store/internal/core"
 	"github.com/worker-gateway/gateway/store/internal/lease"
+	"github.com/worker-gateway/gateway/store/internal/secrets"
+	"github.com/worker-gateway/gateway/store/internal/webhooks"
 )
 
 // Store runs the gateway's domain verbs against PostgreSQL. The worker
-// protocol's verbs are the lease engine's (store/internal/lease), embedded
-// so that they are the Store's; the control plane's are this package's.
+// protocol's verbs are the lease engine's (store/internal/lease), and a
+// control-plane domain that left this package is embedded the same way
+// (store/internal/secrets, store/internal/webhooks), so that their verbs are the Store's; the rest
+// of the control plane's are this package's.
 type Store struct {
 	*lease.Engine
+	*secrets.Vault
+	*webhooks.Hub
 	pool           *pgxpool.Pool
 	logReads       logReadCounts
 	scheduleLimits ScheduleLimits
@@ -23,7 +29,9 @@ type Store struct {
 // New wraps a pool. The pool's lifetime belongs to the caller.
 func New(pool *pgxpool.Pool) *Store {
 	s := &Store{pool: pool, scheduleLimits: DefaultScheduleLimits}
-	s.Engine = lease.New(pool, lease.Releases{Leases: s.ReleaseLeases, LackingCritical: releaseAttemptsLackingCritical})
+	s.Engine = lease.New(pool)
+	s.Vault = secrets.New(pool)
+	s.Hub = webhooks.New(pool)
 	return s
 }
 
@@ -33,9 +41,4 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 // inTx runs fn in one transaction (InTx).
 func (s *Store) inTx(ctx context.Context, name string, fn func(tx pgx.Tx) error) error {
 	return core.InTx(ctx, s.pool, name, fn)
-}
-
-// inBatches runs batch in transactions until one handles no row (InBatches).
-func (s *Store) inBatches(ctx context.Context, name, auditKey string, batch func(tx pgx.Tx) (int, error)) (int, error) {
-	return core.InBatches(ctx, s.pool, name, auditKey, batch)
 }

@@ -225,7 +225,7 @@ func (s *Store) AddScopeTarget(ctx context.Context, tenant Tenant, org uuid.UUID
 func (s *Store) ListScopeTargets(ctx context.Context, tenant Tenant, org uuid.UUID, after *Cursor, limit int) ([]ScopeTarget, bool, *Cursor, error) {
 	var enforced bool
 	err := s.pool.QueryRow(ctx, `SELECT `+scopeEnforcedSQL("o")+` FROM organizations o WHERE o.id = $1 AND `+inTenant("o.id", "$2"),
-		org, tenant.arg()).Scan(&enforced)
+		org, tenant.Arg()).Scan(&enforced)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, false, nil, missingOrganization(tenant, org)
 	}
@@ -233,7 +233,7 @@ func (s *Store) ListScopeTargets(ctx context.Context, tenant Tenant, org uuid.UU
 		return nil, false, nil, fmt.Errorf("list scope targets: %w", err)
 	}
 	q := psql.Select(scopeTargetColumns).From("scope_targets").
-		Where(tenant.where("organization_id")).Where(sq.Eq{"organization_id": org})
+		Where(tenant.Where("organization_id")).Where(sq.Eq{"organization_id": org})
 	targets, next, err := listPage(ctx, s.pool, q,
 		newestFirst("created_at", "id", func(t ScopeTarget) Cursor { return Cursor{Time: t.CreatedAt, ID: t.ID} }),
 		after, limit, scanScopeTarget)
@@ -258,7 +258,7 @@ func (s *Store) RemoveScopeTarget(ctx context.Context, tenant Tenant, org, id uu
 		var err error
 		t, err = scanScopeTarget(tx.QueryRow(ctx, `DELETE FROM scope_targets
 			WHERE id = $1 AND organization_id = $2 AND `+inTenant("organization_id", "$3")+`
-			RETURNING `+scopeTargetColumns, id, org, tenant.arg()))
+			RETURNING `+scopeTargetColumns, id, org, tenant.Arg()))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNotFound
 		}

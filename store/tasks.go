@@ -374,7 +374,7 @@ type ListTasksParams struct {
 
 // ListTasks pages tasks, newest first.
 func (s *Store) ListTasks(ctx context.Context, tenant Tenant, p ListTasksParams) ([]Task, *Cursor, error) {
-	q := psql.Select(taskColumns).From("worker_tasks t").Where(tenant.where("t.organization_id"))
+	q := psql.Select(taskColumns).From("worker_tasks t").Where(tenant.Where("t.organization_id"))
 	if p.OrganizationID != nil {
 		q = q.Where(sq.Eq{"t.organization_id": *p.OrganizationID})
 	}
@@ -427,7 +427,7 @@ func (s *Store) CancelTask(ctx context.Context, tenant Tenant, id uuid.UUID) (Ta
 			UPDATE worker_tasks t SET `+cancelTaskSetSQL+`
 			WHERE t.id = $1 AND `+inTenant("t.organization_id", "$2")+`
 				AND t.state IN (`+fromStates(EventCancelQueued)+`, `+fromStates(EventCancelActive)+`)
-			RETURNING `+taskColumns, id, tenant.arg()))
+			RETURNING `+taskColumns, id, tenant.Arg()))
 		if err == nil {
 			if _, err := tx.Exec(ctx, dequeueSQL("t.id = $1"), id); err != nil {
 				return fmt.Errorf("dequeue cancelled task: %w", err)
@@ -482,7 +482,7 @@ func (s *Store) RetryTask(ctx context.Context, tenant Tenant, id uuid.UUID) (Tas
 			), enqueued AS (
 				`+EnqueueSQL("redriven")+`
 			)
-			SELECT `+taskColumns+` FROM redriven t`, id, tenant.arg()))
+			SELECT `+taskColumns+` FROM redriven t`, id, tenant.Arg()))
 		if errors.Is(err, pgx.ErrNoRows) {
 			if _, err := s.readTenantTask(ctx, tx, tenant, id); err != nil {
 				return err
@@ -513,7 +513,7 @@ func checkRedriveScope(ctx context.Context, tx pgx.Tx, tenant Tenant, id uuid.UU
 	var taskType string
 	var payload json.RawMessage
 	err := tx.QueryRow(ctx, `SELECT t.organization_id, t.task_type, t.payload
-		FROM worker_tasks t WHERE t.id = $1 AND `+inTenant("t.organization_id", "$2"), id, tenant.arg()).
+		FROM worker_tasks t WHERE t.id = $1 AND `+inTenant("t.organization_id", "$2"), id, tenant.Arg()).
 		Scan(&org, &taskType, &payload)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -526,7 +526,7 @@ func checkRedriveScope(ctx context.Context, tx pgx.Tx, tenant Tenant, id uuid.UU
 
 func (s *Store) readTenantTask(ctx context.Context, ex executor, tenant Tenant, id uuid.UUID) (Task, error) {
 	task, err := scanTask(ex.QueryRow(ctx, `SELECT `+taskColumns+` FROM worker_tasks t
-		WHERE t.id = $1 AND `+inTenant("t.organization_id", "$2"), id, tenant.arg()))
+		WHERE t.id = $1 AND `+inTenant("t.organization_id", "$2"), id, tenant.Arg()))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Task{}, ErrNotFound
 	}

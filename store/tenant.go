@@ -1,72 +1,25 @@
 package store
 
 import (
-	sq "github.com/Masterminds/squirrel"
 	"github.com/google/uuid"
+
+	"github.com/worker-gateway/gateway/store/internal/core"
 )
 
 // Tenant is whose data a control-plane call acts on: one organization, or
-// every organization (an unscoped admin, the platform operator). In this
-// code "tenant" is organization isolation only; "scope" is a scan's
-// allow-list (targetscope.go) and an API token's "scopes" are its
-// permissions. Every store
-// method that reads or writes an organization's data takes it as a required
-// argument and filters on it in SQL, with inTenant (see "Isolation" in
-// doc.go). Worker-facing verbs are isolated by the worker's identity and
-// lease instead (see "Fencing").
-//
-// The zero Tenant is neither: it binds an organization id no organization
-// has, so a call that forgot its tenant sees and changes nothing.
-type Tenant struct {
-	organization uuid.UUID
-	every        bool
-}
+// every organization (core/tenant.go, with the one SQL predicate of
+// organization isolation, core.InTenant; see "Isolation" in doc.go).
+type Tenant = core.Tenant
 
 // EveryOrganization is the tenant of an unscoped admin: nothing is filtered.
-func EveryOrganization() Tenant { return Tenant{every: true} }
+func EveryOrganization() Tenant { return core.EveryOrganization() }
 
 // OneOrganization limits a caller to one organization's data.
-func OneOrganization(org uuid.UUID) Tenant { return Tenant{organization: org} }
+func OneOrganization(org uuid.UUID) Tenant { return core.OneOrganization(org) }
 
 // TenantOf is the tenant of a caller that belongs to org, or to every
 // organization when org is nil (an unscoped API token).
-func TenantOf(org *uuid.UUID) Tenant {
-	if org == nil {
-		return EveryOrganization()
-	}
-	return OneOrganization(*org)
-}
+func TenantOf(org *uuid.UUID) Tenant { return core.TenantOf(org) }
 
-// Allows reports whether the tenant covers an organization.
-func (tenant Tenant) Allows(org uuid.UUID) bool {
-	return tenant.every || (tenant.organization != uuid.Nil && tenant.organization == org)
-}
-
-// Organization is the one organization the tenant is limited to; nil for
-// every organization. Audit records and answers name it.
-func (tenant Tenant) Organization() *uuid.UUID {
-	if tenant.every {
-		return nil
-	}
-	org := tenant.organization
-	return &org
-}
-
-// IsEveryOrganization reports whether nothing is filtered.
-func (tenant Tenant) IsEveryOrganization() bool { return tenant.every }
-
-// arg is the value bound for a tenant parameter of inTenant: NULL for every
-// organization, else the organization's id (uuid.Nil for the zero Tenant).
-func (tenant Tenant) arg() *uuid.UUID { return tenant.Organization() }
-
-// inTenant is organization isolation as SQL, the one form every scoped
-// statement uses: the row's organization column belongs to the tenant bound
-// as param (a $n placeholder given tenant.arg()).
-func inTenant(column, param string) string {
-	return `(` + param + `::uuid IS NULL OR ` + column + ` = ` + param + `)`
-}
-
-// where is inTenant for statements built with squirrel.
-func (tenant Tenant) where(column string) sq.Sqlizer {
-	return sq.Expr(inTenant(column, "?"), tenant.arg(), tenant.arg())
-}
+// inTenant is organization isolation as SQL (core.InTenant).
+func inTenant(column, param string) string { return core.InTenant(column, param) }

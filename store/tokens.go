@@ -220,7 +220,7 @@ func scanAPIToken(row pgx.Row) (APIToken, error) {
 // GetAPIToken returns a token's metadata if the scope covers it.
 func (s *Store) GetAPIToken(ctx context.Context, tenant Tenant, id uuid.UUID) (APIToken, error) {
 	t, err := scanAPIToken(s.pool.QueryRow(ctx, `SELECT `+apiTokenColumns+` FROM api_tokens
-		WHERE id = $1 AND `+inTenant("organization_id", "$2"), id, tenant.arg()))
+		WHERE id = $1 AND `+inTenant("organization_id", "$2"), id, tenant.Arg()))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return APIToken{}, ErrNotFound
 	}
@@ -230,7 +230,7 @@ func (s *Store) GetAPIToken(ctx context.Context, tenant Tenant, id uuid.UUID) (A
 // ListAPITokens lists tokens the scope covers, newest first.
 func (s *Store) ListAPITokens(ctx context.Context, tenant Tenant) ([]APIToken, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+apiTokenColumns+` FROM api_tokens
-		WHERE `+inTenant("organization_id", "$1")+` ORDER BY created_at DESC, id DESC`, tenant.arg())
+		WHERE `+inTenant("organization_id", "$1")+` ORDER BY created_at DESC, id DESC`, tenant.Arg())
 	if err != nil {
 		return nil, fmt.Errorf("list api tokens: %w", err)
 	}
@@ -257,7 +257,7 @@ func (s *Store) RevokeAPIToken(ctx context.Context, tenant Tenant, id uuid.UUID)
 		}
 		var err error
 		t, err = scanAPIToken(tx.QueryRow(ctx, `UPDATE api_tokens SET revoked_at = coalesce(revoked_at, now())
-			WHERE id = $1 AND `+inTenant("organization_id", "$2")+` RETURNING `+apiTokenColumns, id, tenant.arg()))
+			WHERE id = $1 AND `+inTenant("organization_id", "$2")+` RETURNING `+apiTokenColumns, id, tenant.Arg()))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNotFound
 		}

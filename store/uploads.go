@@ -284,7 +284,7 @@ func (s *Store) uploadForCommit(ctx context.Context, workerID, uploadID uuid.UUI
 // GetFile returns a file the scope may see.
 func (s *Store) GetFile(ctx context.Context, tenant Tenant, id uuid.UUID) (File, error) {
 	f, err := scanFile(s.pool.QueryRow(ctx, `SELECT `+fileColumns+` FROM files f
-		WHERE f.id = $1 AND `+inTenant("f.organization_id", "$2"), id, tenant.arg()))
+		WHERE f.id = $1 AND `+inTenant("f.organization_id", "$2"), id, tenant.Arg()))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return File{}, ErrNotFound
 	}

@@ -37,7 +37,7 @@ func authorizeWorkerManagement(ctx context.Context, ex executor, tenant Tenant, 
 	}
 	var owns, sees bool
 	err := ex.QueryRow(ctx, `SELECT w.owner_organization_id IS NOT DISTINCT FROM $2, `+workerVisibleTo("w.id", "$2")+`
-		FROM workers w WHERE w.id = $1`, worker, tenant.arg()).Scan(&owns, &sees)
+		FROM workers w WHERE w.id = $1`, worker, tenant.Arg()).Scan(&owns, &sees)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return ErrNotFound

@@ -12,6 +12,7 @@ import (
 
 	"github.com/worker-gateway/gateway/internal/labels"
 	"github.com/worker-gateway/gateway/problem"
+	"github.com/worker-gateway/gateway/store/internal/lease"
 )
 
 // Worker is a worker identity with its derived state.
@@ -147,7 +148,7 @@ func (s *Store) GetWorker(ctx context.Context, tenant Tenant, id uuid.UUID, onli
 
 func getWorker(ctx context.Context, ex executor, tenant Tenant, id uuid.UUID, onlineWindow time.Duration) (Worker, error) {
 	w, err := scanWorker(ex.QueryRow(ctx, `SELECT `+workerColumns+` FROM workers w WHERE w.id = $3 AND `+scopeSeesWorker,
-		onlineWindow.Seconds(), tenant.arg(), id))
+		onlineWindow.Seconds(), tenant.Arg(), id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Worker{}, ErrNotFound
 	}
@@ -162,7 +163,7 @@ func (s *Store) ListWorkers(ctx context.Context, tenant Tenant, after *Cursor, l
 	// The window and the tenant are bound once, as the columns of viewer,
 	// which the columns and the visibility rule name.
 	q := psql.Select(workerColumnsSeenBy("viewer.online_window", "viewer.tenant")).From("workers w").
-		JoinClause("CROSS JOIN (SELECT ?::float8 AS online_window, ?::uuid AS tenant) viewer", onlineWindow.Seconds(), tenant.arg()).
+		JoinClause("CROSS JOIN (SELECT ?::float8 AS online_window, ?::uuid AS tenant) viewer", onlineWindow.Seconds(), tenant.Arg()).
 		Where(workerVisibleTo("w.id", "viewer.tenant"))
 	workers, next, err := listPage(ctx, s.pool, q,
 		newestFirst("w.created_at", "w.id", func(w Worker) Cursor { return Cursor{Time: w.CreatedAt, ID: w.ID} }),
@@ -376,37 +377,10 @@ func (s *Store) RevokeWorker(ctx context.Context, tenant Tenant, id uuid.UUID, r
 }
 
 // releaseAttempts ends a worker's active attempts by policy (optionally only
-// one organization's): the attempts become superseded, their tasks leasable
-// again at once without using up an attempt — or cancelled, if a cancel was
-// already requested. Returns how many attempts it ended.
+// one organization's), in the caller's transaction (lease.ReleaseAttempts).
+// Returns how many attempts it ended.
 func releaseAttempts(ctx context.Context, tx executor, workerID uuid.UUID, org *uuid.UUID, reason string) (int, error) {
-	return releaseAttemptsWhere(ctx, tx, workerID, releaseFilter{organization: org}, reason)
-}
-
-// ReleaseLeases ends, by policy, leases that were granted but never reached
-// their worker (its poll went away while the acquisition was written): the
-// tasks are leasable again at once, without using up an attempt, instead
-// of waiting for the leases to expire. Leases no longer active are left
-// alone. Returns how many it released.
-func (s *Store) ReleaseLeases(ctx context.Context, workerID uuid.UUID, leases []Lease) (int, error) {
-	ids := make([]uuid.UUID, len(leases))
-	for i, l := range leases {
-		ids[i] = l.AttemptID
-	}
-	var n int
-	err := s.inTx(ctx, "release undelivered leases", func(tx pgx.Tx) error {
-		var err error
-		n, err = releaseAttemptsWhere(ctx, tx, workerID, releaseFilter{attempts: ids}, "lease_undelivered")
-		return err
-	})
-	return n, err
-}
-
-// releaseAttemptsLackingCritical ends, by policy, the worker's active
-// attempts whose task marks as critical a capability the worker's new
-// advertisement no longer has.
-func releaseAttemptsLackingCritical(ctx context.Context, tx executor, workerID uuid.UUID, capabilities []byte) (int, error) {
-	return releaseAttemptsWhere(ctx, tx, workerID, releaseFilter{lackingCritical: capabilities}, "capability_lost")
+	return lease.ReleaseAttempts(ctx, tx, workerID, lease.ReleaseFilter{Organization: org}, reason)
 }
 
 // releaseAttemptsLackingLabels ends, by policy, the worker's active
@@ -415,75 +389,7 @@ func releaseAttemptsLackingCritical(ctx context.Context, tx executor, workerID u
 // stopped advertising (the attempt is superseded, the task goes back to the
 // queue, and the worker's next heartbeat hears the lease is lost).
 func releaseAttemptsLackingLabels(ctx context.Context, tx executor, workerID uuid.UUID, labels []byte) (int, error) {
-	return releaseAttemptsWhere(ctx, tx, workerID, releaseFilter{lackingLabels: labels}, "label_lost")
-}
-
-// releaseFilter narrows which of a worker's active attempts are released;
-// the zero value releases them all.
-type releaseFilter struct {
-	organization    *uuid.UUID  // only this organization's
-	lackingCritical []byte      // only those whose task needs a critical capability this advertisement lacks
-	lackingLabels   []byte      // only those whose task's label selector these labels fail
-	attempts        []uuid.UUID // only these
-}
-
-func releaseAttemptsWhere(ctx context.Context, tx executor, workerID uuid.UUID, f releaseFilter, reason string) (int, error) {
-	rows, err := tx.Query(ctx, `
-		WITH ended AS (
-			UPDATE worker_task_attempts a SET
-				status = '`+string(AttemptSuperseded)+`', finished_at = now(), updated_at = now(),
-				error_code = $3, error_message = 'attempt ended by policy'
-			WHERE `+workerLiveAttempts("a", "$1")+`
-				AND ($2::uuid IS NULL OR a.organization_id = $2)
-				AND ($4::jsonb IS NULL OR EXISTS (SELECT 1 FROM worker_tasks ct
-					WHERE ct.id = a.task_id AND NOT ($4::jsonb @> ct.critical_capabilities)))
-				AND ($5::uuid[] IS NULL OR a.id = ANY($5::uuid[]))
-				AND ($6::jsonb IS NULL OR EXISTS (SELECT 1 FROM worker_tasks lt
-					WHERE lt.id = a.task_id AND lt.label_selector IS NOT NULL
-						AND NOT worker_labels_match($6::jsonb, lt.label_selector)))
-			RETURNING a.task_id
-		), moved AS (
-			UPDATE worker_tasks t SET
-				state = CASE WHEN t.state = '`+string(TaskCancelling)+`' THEN '`+string(TaskTransitions[EventCancelDone].To)+`'
-					ELSE '`+string(TaskTransitions[EventRelease].To)+`' END,
-				attempt_count = CASE WHEN t.state = '`+string(TaskCancelling)+`' THEN t.attempt_count
-					ELSE greatest(t.attempt_count - 1, 0) END,
-				available_at = now(),
-				completed_at = CASE WHEN t.state = '`+string(TaskCancelling)+`' THEN now() ELSE NULL END,
-				updated_at = now()
-			FROM ended e
-			WHERE t.id = e.task_id AND t.state IN (`+fromStates(EventRelease)+`, `+fromStates(EventCancelDone)+`)
-			RETURNING `+queueSourceColumns("t")+`
-		), enqueued AS (
-			`+EnqueueSQL("moved")+`
-		)
-		SELECT organization_id, state FROM moved`, workerID, f.organization, reason, nullJSON(f.lackingCritical), f.attempts, nullJSON(f.lackingLabels))
-	if err != nil {
-		return 0, fmt.Errorf("release attempts: %w", err)
-	}
-	released := map[uuid.UUID]int{}
-	n := 0
-	for rows.Next() {
-		var o uuid.UUID
-		var state TaskState
-		if err := rows.Scan(&o, &state); err != nil {
-			rows.Close()
-			return 0, err
-		}
-		n++
-		if state == TaskPending {
-			released[o]++
-		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return 0, fmt.Errorf("release attempts: %w", err)
-	}
-	var wakeups []Wakeup
-	for o, count := range released {
-		wakeups = append(wakeups, Wakeup{Kind: WakeOrganization, Organization: o, Count: count})
-	}
-	return n, notify(ctx, tx, wakeups...)
+	return lease.ReleaseAttempts(ctx, tx, workerID, lease.ReleaseFilter{LackingLabels: labels}, "label_lost")
 }
 
 // WorkerEligibility says whether an assigned worker can lease an
@@ -511,7 +417,7 @@ func (s *Store) OrganizationWorkers(ctx context.Context, tenant Tenant, org uuid
 			(SELECT count(*) FROM worker_task_attempts a WHERE `+workerLiveAttempts("a", "w.id")+`)
 		FROM organization_workers ow JOIN workers w ON w.id = ow.worker_id
 		WHERE ow.organization_id = $3 AND ow.revoked_at IS NULL
-		ORDER BY w.name, w.id`, onlineWindow.Seconds(), tenant.arg(), org)
+		ORDER BY w.name, w.id`, onlineWindow.Seconds(), tenant.Arg(), org)
 	if err != nil {
 		return nil, fmt.Errorf("organization workers: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/worker-gateway/gateway/internal/groupcommit"
+	"github.com/worker-gateway/gateway/problem"
 )
 
 // The closed set of outcomes a caller may need to tell apart; every
@@ -136,3 +137,6 @@ func IsForeignKeyViolation(err error) bool {
 // ErrInvalid: errors.Is matches the sentinel, and a client reads the
 // reason, as with problem.Wrap(ErrInvalid, reason).
 func InvalidBecause(reason error) error { return fmt.Errorf("%w: %w", ErrInvalid, reason) }
+
+// Invalid is ErrInvalid with a reason a client may read.
+func Invalid(msg problem.Text) error { return problem.Wrap(ErrInvalid, msg) }

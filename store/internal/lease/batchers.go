@@ -103,7 +103,7 @@ func NewAcquireBatcher(s *Engine, writers, maxGroup int, timeout time.Duration, 
 		if len(out.Result.Leases) == 0 {
 			return
 		}
-		release(s.releases.Leases(ctx, p.WorkerID, out.Result.Leases))
+		release(s.ReleaseLeases(ctx, p.WorkerID, out.Result.Leases))
 	}
 	return &AcquireBatcher{g: newCommitter(writers, maxGroup, timeout, write, abandoned)}
 }

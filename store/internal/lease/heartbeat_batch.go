@@ -68,7 +68,7 @@ func (s *Engine) RenewLeasesMany(ctx context.Context, ps []RenewParams) []RenewO
 			if capsChanged[i] {
 				// Before renewing, so a lease whose critical capability is
 				// gone answers lost.
-				if _, err := s.releases.LackingCritical(ctx, ex, ps[i].WorkerID, ps[i].Capabilities); err != nil {
+				if _, err := releaseAttemptsLackingCritical(ctx, ex, ps[i].WorkerID, ps[i].Capabilities); err != nil {
 					return err
 				}
 			}

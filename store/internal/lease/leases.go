@@ -128,15 +128,9 @@ func scanLease(row pgx.Row, tokens []string) (Lease, int, error) {
 	return l, slot, nil
 }
 
-func Seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
-
-func OptSeconds(s *float64) *time.Duration {
-	if s == nil {
-		return nil
-	}
-	d := Seconds(*s)
-	return &d
-}
+// Seconds and OptSeconds are the core's (core/durations.go).
+func Seconds(s float64) time.Duration      { return core.Seconds(s) }
+func OptSeconds(s *float64) *time.Duration { return core.OptSeconds(s) }
 
 // AcquireLeases leases up to p.MaxTasks tasks to a worker in one transaction:
 // it locks the worker row (serialising the worker's own polls, so capacity
@@ -207,7 +201,7 @@ func (s *Engine) AcquireLeasesMany(ctx context.Context, ps []AcquireParams) []Ac
 			}
 		}
 		for _, a := range ordered {
-			if err := a.finish(ctx, ex, s.releases.LackingCritical); err != nil {
+			if err := a.finish(ctx, ex); err != nil {
 				return err
 			}
 		}
@@ -333,9 +327,9 @@ func (a *acquisition) read(br pgx.BatchResults) error {
 }
 
 // finish runs, before COMMIT, what depends on what read learnt.
-func (a *acquisition) finish(ctx context.Context, ex core.Executor, releaseLackingCritical LackingCriticalReleaser) error {
+func (a *acquisition) finish(ctx context.Context, ex core.Executor) error {
 	if a.found && a.capsChanged {
-		if _, err := releaseLackingCritical(ctx, ex, a.p.WorkerID, a.capabilities); err != nil {
+		if _, err := releaseAttemptsLackingCritical(ctx, ex, a.p.WorkerID, a.capabilities); err != nil {
 			return err
 		}
 	}

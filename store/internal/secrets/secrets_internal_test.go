@@ -1,4 +1,4 @@
-package store
+package secrets
 
 import (
 	"testing"
@@ -22,7 +22,7 @@ func TestSecretAllowedForWorker(t *testing.T) {
 		{"every key needed", map[string]string{"zone": "eu", "gpu": "yes"}, map[string]string{"zone": "eu"}, false},
 		{"empty value is a value", map[string]string{"zone": ""}, map[string]string{}, false},
 	} {
-		require.Equal(t, c.want, secretAllowedForWorker(c.limit, c.labels), c.name)
+		require.Equal(t, c.want, allowedForWorker(c.limit, c.labels), c.name)
 	}
 }
 

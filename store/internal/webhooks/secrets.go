@@ -1,4 +1,4 @@
-package store
+package webhooks
 
 import (
 	"context"
@@ -10,11 +10,12 @@ import (
 
 	"github.com/worker-gateway/gateway/internal/secretbox"
 	"github.com/worker-gateway/gateway/problem"
+	"github.com/worker-gateway/gateway/store/internal/core"
 )
 
 // A webhook target's signing secrets (the current one, and the one before
 // the last rotation while its overlap lasts) are stored sealed under the
-// key-encryption key, as task secrets are (secrets.go): the columns
+// key-encryption key, as task secrets are (store/internal/secrets): the columns
 // secret_* and previous_secret_*, bound to (organization, target) by
 // secretbox.WebhookAAD. Every write seals (create, rotate) or wipes
 // (delete).
@@ -43,7 +44,7 @@ type WebhookSecret struct {
 }
 
 // OpenWebhookSecret returns the secret's bytes: the plaintext of a row not
-// yet sealed, else the seal opened under the keyring (ErrUnknownKey
+// yet sealed, else the seal opened under the keyring (core.ErrUnknownKey
 // without one).
 func OpenWebhookSecret(keyring *secretbox.Keyring, s WebhookSecret) ([]byte, error) {
 	if s.Plain != nil {
@@ -112,7 +113,7 @@ const unsealedWebhookSecretSQL = `t.deleted_at IS NULL
 
 func requireKeyring(keyring *secretbox.Keyring) error {
 	if keyring == nil {
-		return problem.Wrap(ErrInvalid, "this gateway has no secrets key configured (-secrets-key-file)")
+		return problem.Wrap(core.ErrInvalid, "this gateway has no secrets key configured (-secrets-key-file)")
 	}
 	return nil
 }
@@ -147,7 +148,7 @@ func sealedArgs(s *secretbox.Sealed) (ciphertext, wrapped []byte, kekID *string)
 // LOCKED, so replicas starting together share the work, and a step
 // stopped half-way is resumed by the next. Returns how many targets it
 // changed.
-func (s *Store) SealWebhookSecrets(ctx context.Context, keyring *secretbox.Keyring, batch int) (int, error) {
+func (s *Hub) SealWebhookSecrets(ctx context.Context, keyring *secretbox.Keyring, batch int) (int, error) {
 	if err := requireKeyring(keyring); err != nil {
 		return 0, err
 	}
@@ -220,7 +221,7 @@ func sealWebhookSecret(keyring *secretbox.Keyring, s *WebhookSecret, org, target
 // UnsealedWebhookSecrets counts the live targets with a secret in
 // plaintext and no seal (a gateway without a key-encryption key warns of
 // them; the contract step refuses them).
-func (s *Store) UnsealedWebhookSecrets(ctx context.Context) (int, error) {
+func (s *Hub) UnsealedWebhookSecrets(ctx context.Context) (int, error) {
 	var n int
 	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM webhook_targets t WHERE `+unsealedWebhookSecretSQL).Scan(&n)
 	if err != nil {
@@ -239,7 +240,7 @@ type sealedWebhookSecret struct {
 
 // WebhookSecretKeySample is one sealed webhook secret per key-encryption
 // key, for the start-up check that the gateway holds every key in use.
-func (s *Store) WebhookSecretKeySample(ctx context.Context) ([]WebhookSecret, error) {
+func (s *Hub) WebhookSecretKeySample(ctx context.Context) ([]WebhookSecret, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT DISTINCT ON (kek_id) id, organization_id, ciphertext, wrapped_key, kek_id FROM (
 			SELECT id, organization_id, secret_ciphertext, secret_wrapped_key, secret_kek_id FROM webhook_targets
@@ -267,7 +268,7 @@ func (s *Store) WebhookSecretKeySample(ctx context.Context) ([]WebhookSecret, er
 // for task secrets; a row a concurrent rotation holds is waited for and
 // then left out if the rotation sealed under the current key. Returns how
 // many data keys were re-wrapped.
-func (s *Store) RewrapWebhookSecrets(ctx context.Context, keyring *secretbox.Keyring, batch int) (int, error) {
+func (s *Hub) RewrapWebhookSecrets(ctx context.Context, keyring *secretbox.Keyring, batch int) (int, error) {
 	if err := requireKeyring(keyring); err != nil {
 		return 0, err
 	}

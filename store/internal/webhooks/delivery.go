@@ -1,4 +1,4 @@
-package store
+package webhooks
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/worker-gateway/gateway/store/internal/core"
 )
 
 // ClaimedDelivery is a delivery a replica holds until its claim ends: what
@@ -50,7 +52,7 @@ RETURNING d.id, d.event_id, e.event_type, t.id, t.organization_id, t.url, d.atte
 
 // ClaimWebhookDeliveries claims up to limit due deliveries for claimFor
 // (which must outlast a try). Any replica may call it at any time.
-func (s *Store) ClaimWebhookDeliveries(ctx context.Context, limit int, claimFor time.Duration) ([]ClaimedDelivery, error) {
+func (s *Hub) ClaimWebhookDeliveries(ctx context.Context, limit int, claimFor time.Duration) ([]ClaimedDelivery, error) {
 	rows, err := s.pool.Query(ctx, claimDeliveriesSQL, limit, claimFor.Seconds())
 	if err != nil {
 		return nil, fmt.Errorf("claim webhook deliveries: %w", err)
@@ -146,7 +148,7 @@ WHERE t.id = c.id`
 // RecordWebhookDeliveries records tries' outcomes in one statement:
 // delivered, retried after a backoff, or failed for good after
 // MaxAttempts; and moves each target's circuit breaker.
-func (s *Store) RecordWebhookDeliveries(ctx context.Context, outcomes []DeliveryOutcome, p DeliveryPolicy) error {
+func (s *Hub) RecordWebhookDeliveries(ctx context.Context, outcomes []DeliveryOutcome, p DeliveryPolicy) error {
 	if len(outcomes) == 0 {
 		return nil
 	}
@@ -173,14 +175,14 @@ func (s *Store) RecordWebhookDeliveries(ctx context.Context, outcomes []Delivery
 }
 
 // RecordWebhookDelivery records one try (RecordWebhookDeliveries).
-func (s *Store) RecordWebhookDelivery(ctx context.Context, o DeliveryOutcome, p DeliveryPolicy) error {
+func (s *Hub) RecordWebhookDelivery(ctx context.Context, o DeliveryOutcome, p DeliveryPolicy) error {
 	return s.RecordWebhookDeliveries(ctx, []DeliveryOutcome{o}, p)
 }
 
 // NextWebhookDeliveryIn is how long until the earliest pending delivery may
 // be tried (a retry's time, a claim's end, or its target's circuit closing),
 // as the database's clock sees it; ok is false when none is pending.
-func (s *Store) NextWebhookDeliveryIn(ctx context.Context) (in time.Duration, ok bool, err error) {
+func (s *Hub) NextWebhookDeliveryIn(ctx context.Context) (in time.Duration, ok bool, err error) {
 	var secs *float64
 	err = s.pool.QueryRow(ctx, `
 		SELECT extract(epoch FROM min(greatest(d.next_attempt_at, coalesce(t.circuit_open_until, d.next_attempt_at))) - now())::float8
@@ -192,13 +194,13 @@ func (s *Store) NextWebhookDeliveryIn(ctx context.Context) (in time.Duration, ok
 	if secs == nil {
 		return 0, false, nil
 	}
-	return max(seconds(*secs), 0), true, nil
+	return max(core.Seconds(*secs), 0), true, nil
 }
 
 // PruneWebhookEvents deletes up to batch events older than retention
 // whose deliveries have all ended (delivered or failed), with their
 // deliveries: the delivery log is kept for retention.
-func (s *Store) PruneWebhookEvents(ctx context.Context, retention time.Duration, batch int) (int, error) {
+func (s *Hub) PruneWebhookEvents(ctx context.Context, retention time.Duration, batch int) (int, error) {
 	tag, err := s.pool.Exec(ctx, `
 		DELETE FROM webhook_events e WHERE e.id IN (
 			SELECT o.id FROM webhook_events o

@@ -1,4 +1,4 @@
-package store
+package webhooks
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/worker-gateway/gateway/store/internal/core"
 )
 
 // The webhook watcher: worker.offline and organization.no_eligible_worker
@@ -18,7 +20,7 @@ import (
 type WebhookWatch struct {
 	// Subscribed is false when no enabled target listens for a watched
 	// event: the pass did nothing, and the watcher sleeps until a target
-	// changes (WakeWebhooks).
+	// changes (core.WakeWebhooks).
 	Subscribed bool
 	// WorkersOffline and OrganizationsStarved are the transitions reported.
 	WorkersOffline, OrganizationsStarved int
@@ -74,7 +76,7 @@ FROM raised r`
 // no eligible worker, in one transaction. It does nothing while no enabled
 // target subscribes to either event. onlineWindow is how recently a worker
 // must have been seen to be online.
-func (s *Store) WatchWebhookConditions(ctx context.Context, onlineWindow time.Duration) (WebhookWatch, error) {
+func (s *Hub) WatchWebhookConditions(ctx context.Context, onlineWindow time.Duration) (WebhookWatch, error) {
 	var res WebhookWatch
 	err := s.inTx(ctx, "watch webhook conditions", func(tx pgx.Tx) error {
 		res = WebhookWatch{}
@@ -104,7 +106,7 @@ func (s *Store) WatchWebhookConditions(ctx context.Context, onlineWindow time.Du
 		}
 		for _, o := range gone {
 			// A target hears only of transitions after it was created.
-			if _, err := emitEvent(ctx, tx, Event{Type: EventWorkerOffline, Audience: workerAudience(o.id), At: &o.wentAt,
+			if _, err := core.EmitEvent(ctx, tx, core.Event{Type: EventWorkerOffline, Audience: core.WorkerAudience(o.id), At: &o.wentAt,
 				Data: map[string]any{"worker_id": o.id, "name": o.name, "last_seen_at": o.lastSeenAt}}); err != nil {
 				return err
 			}
@@ -126,7 +128,7 @@ func (s *Store) WatchWebhookConditions(ctx context.Context, onlineWindow time.Du
 			return fmt.Errorf("organizations without eligible worker: %w", err)
 		}
 		for _, s := range raised {
-			if _, err := emitEvent(ctx, tx, Event{Type: EventOrgNoEligibleWorker, Audience: organizationAudience(s.org),
+			if _, err := core.EmitEvent(ctx, tx, core.Event{Type: EventOrgNoEligibleWorker, Audience: core.OrganizationAudience(s.org),
 				Data: map[string]any{"organization_id": s.org, "leasable_tasks": s.leasable}}); err != nil {
 				return err
 			}
@@ -139,7 +141,7 @@ func (s *Store) WatchWebhookConditions(ctx context.Context, onlineWindow time.Du
 				AND (offline_reported_at IS NULL OR offline_reported_at < last_seen_at)`, onlineWindow.Seconds()).Scan(&next); err != nil {
 			return fmt.Errorf("next worker offline: %w", err)
 		}
-		res.NextIn = optSeconds(next)
+		res.NextIn = core.OptSeconds(next)
 		return nil
 	})
 	return res, err
