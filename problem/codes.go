@@ -14,6 +14,7 @@ const (
 	PayloadTooLarge      = "payload-too-large"
 	TooManyRecords       = "too-many-records"
 	UnsupportedMediaType = "unsupported-media-type"
+	RequestTimeout       = "request-timeout"
 
 	// Identity and permission.
 	Unauthenticated        = "unauthenticated"

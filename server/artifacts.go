@@ -37,6 +37,10 @@ type ArtifactConfig struct {
 	// MaxBytes bounds one artifact; MaxBytesPerAttempt all of an attempt's.
 	MaxBytes           int64
 	MaxBytesPerAttempt int64
+	// UploadIdleTimeout is how long an upload's body may go without a byte
+	// arriving. Uploads are not bound by RequestReadTimeout: a large one
+	// may take minutes, so its bound is on progress instead.
+	UploadIdleTimeout time.Duration
 }
 
 func (h *handlers) artifacts() (objectstore.Backend, error) {

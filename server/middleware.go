@@ -138,6 +138,9 @@ func (s *Server) bodyLimits(next http.Handler) http.Handler {
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, limit)
+		if isUpload(r.Method, r.URL.Path) {
+			r.Body = progressDeadline(w, r.Body, s.cfg.Artifacts.UploadIdleTimeout)
+		}
 		next.ServeHTTP(w, r)
 	})
 }

@@ -117,6 +117,8 @@ var sentinelAnswers = map[error]sentinelAnswer{
 		detail: "the schedule's previous run is still active and its overlap policy is not allow"},
 	store.ErrBatcherClosed: {status: http.StatusServiceUnavailable, code: problem.ShuttingDown,
 		detail: "this gateway replica is shutting down; retry", retryAfter: 1},
+	errBodyStalled: {status: http.StatusRequestTimeout, code: problem.RequestTimeout,
+		detail: "the request body stopped arriving; send it again"},
 	// The client went away before its answer: nobody reads this one, and
 	// it is not the server's failure (nginx's 499).
 	context.Canceled: {status: statusClientClosedRequest, code: problem.ClientClosedRequest, detail: "the client closed the request"},

@@ -42,6 +42,10 @@ type Config struct {
 	// worker gives none. Both stay under common load-balancer idle timeouts.
 	MaxWait     time.Duration
 	DefaultWait time.Duration
+	// RequestReadTimeout bounds reading a whole request, body included
+	// (http.Server.ReadTimeout); artifact uploads are bound by
+	// Artifacts.UploadIdleTimeout instead.
+	RequestReadTimeout time.Duration
 	// HeartbeatInterval is the longest interval workers are told to renew
 	// at; a lease's own interval is a third of its duration when shorter.
 	// A worker is online when seen within three intervals.
@@ -180,7 +184,7 @@ type Limits struct {
 func (c Config) bodyLimitFor(method, path string) int64 {
 	l := c.Limits
 	switch {
-	case method == http.MethodPut && strings.HasPrefix(path, "/v1/uploads/"):
+	case isUpload(method, path):
 		return c.Artifacts.MaxBytes
 	case method == http.MethodPost && strings.HasPrefix(path, "/v1/attempts/") && strings.HasSuffix(path, "/logs"):
 		return 2 << 20 // a 1 MiB chunk, JSON-escaped
@@ -193,6 +197,12 @@ func (c Config) bodyLimitFor(method, path string) int64 {
 		return l.TaskBody
 	}
 	return l.DefaultBody
+}
+
+// isUpload reports whether a request streams an artifact's bytes to the
+// gateway (the fs backend's upload URL).
+func isUpload(method, path string) bool {
+	return method == http.MethodPut && strings.HasPrefix(path, "/v1/uploads/")
 }
 
 // DefaultConfig returns the documented defaults.
@@ -243,9 +253,11 @@ func DefaultConfig() Config {
 			SessionTTL:         15 * time.Minute,
 			MaxBytes:           1 << 30,
 			MaxBytesPerAttempt: 4 << 30,
+			UploadIdleTimeout:  30 * time.Second,
 		},
-		Logger:        slog.Default(),
-		MetricsOnMain: true,
+		RequestReadTimeout: 30 * time.Second,
+		Logger:             slog.Default(),
+		MetricsOnMain:      true,
 	}
 }
 
@@ -515,7 +527,7 @@ func (s *Server) NewHTTPServer(tlsConfig *tls.Config) *http.Server {
 		Handler:           s.handler,
 		TLSConfig:         tlsConfig,
 		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
+		ReadTimeout:       s.cfg.RequestReadTimeout,
 		WriteTimeout:      s.cfg.MaxWait + 30*time.Second,
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,

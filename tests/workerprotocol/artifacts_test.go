@@ -17,6 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/worker-gateway/gateway/server"
 	"github.com/worker-gateway/gateway/server/services/sweeper"
 	"github.com/worker-gateway/gateway/store"
 	"github.com/worker-gateway/gateway/tests/harness"
@@ -227,4 +228,80 @@ func (r *repeatReader) Read(p []byte) (int, error) {
 	r.pos = (r.pos + n) % len(r.chunk)
 	r.left -= n
 	return n, nil
+}
+
+// trickle yields chunk, n times, each after a tick of the given period: an
+// upload that arrives slowly but steadily.
+type trickle struct {
+	chunk  []byte
+	left   int
+	period time.Duration
+}
+
+func (r *trickle) Read(p []byte) (int, error) {
+	if r.left == 0 {
+		return 0, io.EOF
+	}
+	<-time.After(r.period) // the slowness is what is tested
+	r.left--
+	return copy(p, r.chunk), nil
+}
+
+// stalled yields its bytes, then nothing until closed (as a pipe whose
+// writer hung would: the HTTP client closes it when the answer comes).
+type stalled struct {
+	data    []byte
+	release chan struct{}
+	once    sync.Once
+}
+
+func (r *stalled) Close() error {
+	r.once.Do(func() { close(r.release) })
+	return nil
+}
+
+func (r *stalled) Read(p []byte) (int, error) {
+	if len(r.data) > 0 {
+		n := copy(p, r.data)
+		r.data = r.data[n:]
+		return n, nil
+	}
+	<-r.release
+	return 0, io.ErrUnexpectedEOF
+}
+
+// TestUploadBoundByProgressNotByTime: an upload's body is bound by its
+// progress, not by the server's whole-request read timeout: one that keeps
+// arriving for longer than that timeout is stored; one that stops is
+// refused with 408 request-timeout (not a 503 that blames the database),
+// and the session takes the same bytes again.
+func TestUploadBoundByProgressNotByTime(t *testing.T) {
+	t.Parallel()
+	g := harness.Start(t, harness.Options{Config: func(c *server.Config) {
+		c.RequestReadTimeout = time.Second
+		c.Artifacts.UploadIdleTimeout = 3 * time.Second
+	}})
+	org := g.NewOrganization(t, "acme")
+	w := g.NewWorker(t, "w1", 1, org)
+	g.CreateTask(t, org, harness.TaskSpec{LeaseDurationSeconds: 600})
+	l := lease(t, w, 1, 5)[0]
+
+	// Steady: 20 chunks, 150 ms apart — three times the read timeout.
+	chunk := bytes.Repeat([]byte("artifact "), 1000)
+	whole := bytes.Repeat(chunk, 20)
+	s := openUpload(t, w, l, "slow.bin", int64(len(whole)), sha256Hex(whole)).JSON201
+	status, body := put(t, w.HTTP, s, &trickle{chunk: chunk, left: 20, period: 150 * time.Millisecond}, int64(len(whole)))
+	require.Equal(t, http.StatusNoContent, status, string(body))
+	require.Equal(t, http.StatusOK, commit(t, w, s).StatusCode())
+
+	// Stalled halfway: 408, and the same session then takes the bytes.
+	s2 := openUpload(t, w, l, "stalled.bin", int64(len(whole)), sha256Hex(whole)).JSON201
+	stall := &stalled{data: whole[:len(whole)/2], release: make(chan struct{})}
+	defer stall.Close()
+	status, body = put(t, w.HTTP, s2, stall, int64(len(whole)))
+	require.Equal(t, http.StatusRequestTimeout, status, string(body))
+	require.Equal(t, "request-timeout", problemCode(t, body))
+	status, body = put(t, w.HTTP, s2, bytes.NewReader(whole), int64(len(whole)))
+	require.Equal(t, http.StatusNoContent, status, string(body))
+	require.Equal(t, http.StatusOK, commit(t, w, s2).StatusCode())
 }

@@ -3785,6 +3785,8 @@ type ClientInterface interface {
 	// The `fs` backend's upload target. The body is streamed to disk, never held in memory;
 	// its length and SHA-256 must match the session. One upload per session. Only the worker
 	// that opened the session, while its lease is live and before the session expires.
+	// The body may take as long as it needs while bytes keep arriving; one that stops for
+	// 30 s is refused with 408 `request-timeout`, and nothing of it is kept: send it again.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -5884,6 +5886,8 @@ func (c *Client) RetryTask(ctx context.Context, taskId TaskID, reqEditors ...Req
 // The `fs` backend's upload target. The body is streamed to disk, never held in memory;
 // its length and SHA-256 must match the session. One upload per session. Only the worker
 // that opened the session, while its lease is live and before the session expires.
+// The body may take as long as it needs while bytes keep arriving; one that stops for
+// 30 s is refused with 408 `request-timeout`, and nothing of it is kept: send it again.
 //
 // Takes any type of body and a specified content type.
 //
@@ -11937,6 +11941,8 @@ type ClientWithResponsesInterface interface {
 	// The `fs` backend's upload target. The body is streamed to disk, never held in memory;
 	// its length and SHA-256 must match the session. One upload per session. Only the worker
 	// that opened the session, while its lease is live and before the session expires.
+	// The body may take as long as it needs while bytes keep arriving; one that stops for
+	// 30 s is refused with 408 `request-timeout`, and nothing of it is kept: send it again.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -16806,6 +16812,8 @@ type UploadArtifactResponse struct {
 	ApplicationproblemJSON400 *Problem
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *Problem
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Problem
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
@@ -16822,6 +16830,11 @@ func (r UploadArtifactResponse) GetApplicationproblemJSON400() *Problem {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r UploadArtifactResponse) GetApplicationproblemJSON404() *Problem {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r UploadArtifactResponse) GetApplicationproblemJSON408() *Problem {
+	return r.ApplicationproblemJSON408
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
@@ -19711,6 +19724,8 @@ func (c *ClientWithResponses) RetryTaskWithResponse(ctx context.Context, taskId 
 // The `fs` backend's upload target. The body is streamed to disk, never held in memory;
 // its length and SHA-256 must match the session. One upload per session. Only the worker
 // that opened the session, while its lease is live and before the session expires.
+// The body may take as long as it needs while bytes keep arriving; one that stops for
+// 30 s is refused with 408 `request-timeout`, and nothing of it is kept: send it again.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -23828,6 +23843,13 @@ func ParseUploadArtifactResponse(rsp *http.Response) (*UploadArtifactResponse, e
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Problem

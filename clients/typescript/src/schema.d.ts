@@ -259,6 +259,8 @@ export interface paths {
          * @description The `fs` backend's upload target. The body is streamed to disk, never held in memory;
          *     its length and SHA-256 must match the session. One upload per session. Only the worker
          *     that opened the session, while its lease is live and before the session expires.
+         *     The body may take as long as it needs while bytes keep arriving; one that stops for
+         *     30 s is refused with 408 `request-timeout`, and nothing of it is kept: send it again.
          */
         put: operations["uploadArtifact"];
         post?: never;
@@ -4014,6 +4016,7 @@ export interface operations {
             };
             400: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
+            408: components["responses"]["Problem"];
             409: components["responses"]["Problem"];
             413: components["responses"]["Problem"];
             default: components["responses"]["Problem"];
