@@ -35,12 +35,18 @@
 //     secrets (secrets.go), the event catalogue (events.go), the watcher
 //     (watch.go) and the outbox's delivery (delivery.go), the Hub the Store
 //     embeds (see Webhooks);
+//   - internal/targetscope: an organization's scan scope — the decision
+//     and its lock (scope.go), the policy (policy.go), the entries
+//     (targets.go) — the Scopes the Store embeds (see Scan scope). What a
+//     narrowing does to live tasks and scans is this package's
+//     (recheckLiveWork in targetscope.go), handed to targetscope.New, so
+//     the domain does not reach back for tasks and scans;
 //   - this package: the rest of the control plane (tasks, scans,
-//     schedules, history, scan scope, workers, organizations, tokens…),
+//     schedules, history, workers, organizations, tokens…),
 //     the worker-facing verbs not yet moved (results, logs, uploads), and
 //     the names callers use for what lives below (core.go, lease.go,
 //     tenant.go, listing.go, cursor.go, errors.go, secrets.go,
-//     webhooks.go). Only the lease engine and these worker verbs may
+//     webhooks.go, targetscope.go, scopepolicy.go). Only the lease engine and these worker verbs may
 //     import internal/fencing; a control-plane domain under internal/
 //     imports neither internal/fencing nor internal/lease nor this package
 //     (depguard: fencing-is-the-lease-engines,
@@ -57,8 +63,8 @@
 // (invalidBecause, core.InvalidBecause):
 //
 //   - internal/scanscope: scope entries, matching targets and assets in
-//     every spelling, what a payload names (targetscope.go, scopepolicy.go,
-//     scanhistory.go, ingest.go call it);
+//     every spelling, what a payload names (internal/targetscope,
+//     targetscope.go, scanhistory.go, ingest.go call it);
 //   - internal/slots: cron and interval slots, jitter, the slots due after
 //     a downtime and their grace (schedules.go, schedule_fire.go,
 //     schedule_limits.go);
@@ -452,12 +458,12 @@
 // # Scan scope
 //
 // Whether an organization may direct a worker at a target is decided in
-// one place, targetScope.refuse (targetscope.go), from what a task or scan
+// one place, targetscope.Scope.Refuse (internal/targetscope/scope.go), from what a task or scan
 // names (scanscope.TaskTargets and ScanTargets: every string under a target
 // key — compared as a Go worker's JSON decoder folds keys — every network asset
 // the payload carries, every other string that reads as a network location,
 // every host spelling a resolver reads as an address) and from the
-// organization's policy and entries (scopepolicy.go: allow_list, the API's
+// organization's policy and entries (internal/targetscope/policy.go: allow_list, the API's
 // default, or unrestricted, explicit). Every way a task becomes leasable
 // reaches it:
 //
@@ -466,7 +472,8 @@
 //   - redriven: RetryTask, for a task or a scan's job, one or many (the
 //     console's bulk redrive calls it per task);
 //   - already queued or running when the scope narrows (an entry removed,
-//     the policy moved to allow_list): recheckLiveWork cancels, in the
+//     the policy moved to allow_list): recheckLiveWork (targetscope.go)
+//     cancels, in the
 //     narrowing's own transaction, every active scan and unfinished
 //     scanner_plugin task that lies outside — a queued one at once, a held
 //     one asked to stop, so neither a retry nor a release can queue it

@@ -53,7 +53,7 @@ type ingestCounts struct {
 // outOfScopeRecords marks the records about something outside the
 // organization's scan scope (an edge when either end is): they are kept in
 // the batch, flagged, and never become assets. nil when none is.
-func (ts targetScope) outOfScopeRecords(records []ResultRecord) []bool {
+func outOfScopeRecords(ts targetScope, records []ResultRecord) []bool {
 	if !ts.Enforced() {
 		return nil
 	}

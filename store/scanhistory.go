@@ -148,7 +148,7 @@ func checkScanScopeIn(ts targetScope, p CreateScanParams, assetValues map[uuid.U
 	for i, plugin := range p.Plugins {
 		inputs[i] = plugin.Input
 	}
-	return ts.refuse(scanscope.ScanTargets(p.Targets, values, inputs, nil))
+	return ts.Refuse(scanscope.ScanTargets(p.Targets, values, inputs, nil))
 }
 
 // checkTaskScope refuses a scanner_plugin task whose payload names targets
@@ -170,7 +170,7 @@ func checkTaskTargets(ctx context.Context, tx pgx.Tx, org uuid.UUID, taskType st
 	if err != nil {
 		return err
 	}
-	return ts.refuse(named)
+	return ts.Refuse(named)
 }
 
 // AssetChange is one change between two completed scans.

@@ -9,18 +9,21 @@ import (
 	"github.com/worker-gateway/gateway/store/internal/core"
 	"github.com/worker-gateway/gateway/store/internal/lease"
 	"github.com/worker-gateway/gateway/store/internal/secrets"
+	"github.com/worker-gateway/gateway/store/internal/targetscope"
 	"github.com/worker-gateway/gateway/store/internal/webhooks"
 )
 
 // Store runs the gateway's domain verbs against PostgreSQL. The worker
 // protocol's verbs are the lease engine's (store/internal/lease), and a
 // control-plane domain that left this package is embedded the same way
-// (store/internal/secrets, store/internal/webhooks), so that their verbs are the Store's; the rest
-// of the control plane's are this package's.
+// (store/internal/secrets, store/internal/webhooks,
+// store/internal/targetscope), so that their verbs are the Store's; the
+// rest of the control plane's are this package's.
 type Store struct {
 	*lease.Engine
 	*secrets.Vault
 	*webhooks.Hub
+	*targetscope.Scopes
 	pool           *pgxpool.Pool
 	logReads       logReadCounts
 	scheduleLimits ScheduleLimits
@@ -32,6 +35,7 @@ func New(pool *pgxpool.Pool) *Store {
 	s.Engine = lease.New(pool)
 	s.Vault = secrets.New(pool)
 	s.Hub = webhooks.New(pool)
+	s.Scopes = targetscope.New(pool, recheckLiveWork)
 	return s
 }
 
