@@ -41,12 +41,18 @@
 //     narrowing does to live tasks and scans is this package's
 //     (recheckLiveWork in targetscope.go), handed to targetscope.New, so
 //     the domain does not reach back for tasks and scans;
+//   - internal/history: what scans found and how it changed — assets,
+//     their graph, threats (assets.go), the changes between scans
+//     (changes.go), threat exclusions (exclusions.go) — the Archive the
+//     Store embeds (see Scan history). Ingestion is worker-facing and stays
+//     in this package (ingest.go, beside results.go), as does a redrive's
+//     reopening of a scan (scanhistory.go, part of RetryTask);
 //   - this package: the rest of the control plane (tasks, scans,
-//     schedules, history, workers, organizations, tokens…),
+//     schedules, workers, organizations, tokens…),
 //     the worker-facing verbs not yet moved (results, logs, uploads), and
 //     the names callers use for what lives below (core.go, lease.go,
 //     tenant.go, listing.go, cursor.go, errors.go, secrets.go,
-//     webhooks.go, targetscope.go, scopepolicy.go). Only the lease engine and these worker verbs may
+//     webhooks.go, targetscope.go, scopepolicy.go, history.go). Only the lease engine and these worker verbs may
 //     import internal/fencing; a control-plane domain under internal/
 //     imports neither internal/fencing nor internal/lease nor this package
 //     (depguard: fencing-is-the-lease-engines,
@@ -318,7 +324,7 @@
 // edges, vulnerability details, detections per job), so a second attempt of
 // a job sending its records again changes no count. Asset history is
 // computed at each scan completion, in its transaction, keyed (scan,
-// asset, kind) (scanhistory.go): a scan completed again after a redrive
+// asset, kind) (internal/history/changes.go): a scan completed again after a redrive
 // updates its changes in place.
 //
 // # Schedules
@@ -423,7 +429,8 @@
 //     completion (moveTasksSQL in internal/lease/complete_batch.go) says so where it
 //     moves the task.
 //   - Scan history (record_scan_history, compare_scan_history; which scans
-//     compare, in what order, one scope key at a time: scanhistory.go):
+//     compare, in what order, one scope key at a time: scanScopeKey in
+//     scanhistory.go, internal/history/changes.go):
 //     SQL, called by advance_scan when a scan completes: set-based diffing
 //     over the snapshots, which a Go port would fetch and write back.
 //   - Schedule wake-up when a queued slot's run ends:
@@ -449,7 +456,9 @@
 // # Scan history
 //
 // See record_scan_history and compare_scan_history above, and
-// scanhistory.go.
+// internal/history (changes.go; assets, threats and the asset graph in
+// assets.go; exclusions in exclusions.go). The scope key a scan is created
+// with is scanScopeKey (scanhistory.go).
 //
 // A redrive of a scan's job (RetryTask, reopenScanForRedrive) locks the
 // task, then the scan, and only then reads whether another job of the scan

@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/worker-gateway/gateway/store/internal/core"
+	"github.com/worker-gateway/gateway/store/internal/history"
 	"github.com/worker-gateway/gateway/store/internal/lease"
 	"github.com/worker-gateway/gateway/store/internal/secrets"
 	"github.com/worker-gateway/gateway/store/internal/targetscope"
@@ -17,13 +18,14 @@ import (
 // protocol's verbs are the lease engine's (store/internal/lease), and a
 // control-plane domain that left this package is embedded the same way
 // (store/internal/secrets, store/internal/webhooks,
-// store/internal/targetscope), so that their verbs are the Store's; the
+// store/internal/targetscope, store/internal/history), so that their verbs are the Store's; the
 // rest of the control plane's are this package's.
 type Store struct {
 	*lease.Engine
 	*secrets.Vault
 	*webhooks.Hub
 	*targetscope.Scopes
+	*history.Archive
 	pool           *pgxpool.Pool
 	logReads       logReadCounts
 	scheduleLimits ScheduleLimits
@@ -36,6 +38,7 @@ func New(pool *pgxpool.Pool) *Store {
 	s.Vault = secrets.New(pool)
 	s.Hub = webhooks.New(pool)
 	s.Scopes = targetscope.New(pool, recheckLiveWork)
+	s.Archive = history.New(pool, s.findOrganization)
 	return s
 }
 
