@@ -35,12 +35,24 @@
 //     secrets (secrets.go), the event catalogue (events.go), the watcher
 //     (watch.go) and the outbox's delivery (delivery.go), the Hub the Store
 //     embeds (see Webhooks);
+//   - internal/targetscope: an organization's scan scope — the decision
+//     and its lock (scope.go), the policy (policy.go), the entries
+//     (targets.go) — the Scopes the Store embeds (see Scan scope). What a
+//     narrowing does to live tasks and scans is this package's
+//     (recheckLiveWork in targetscope.go), handed to targetscope.New, so
+//     the domain does not reach back for tasks and scans;
+//   - internal/history: what scans found and how it changed — assets,
+//     their graph, threats (assets.go), the changes between scans
+//     (changes.go), threat exclusions (exclusions.go) — the Archive the
+//     Store embeds (see Scan history). Ingestion is worker-facing and stays
+//     in this package (ingest.go, beside results.go), as does a redrive's
+//     reopening of a scan (scanhistory.go, part of RetryTask);
 //   - this package: the rest of the control plane (tasks, scans,
-//     schedules, history, scan scope, workers, organizations, tokens…),
+//     schedules, workers, organizations, tokens…),
 //     the worker-facing verbs not yet moved (results, logs, uploads), and
 //     the names callers use for what lives below (core.go, lease.go,
 //     tenant.go, listing.go, cursor.go, errors.go, secrets.go,
-//     webhooks.go). Only the lease engine and these worker verbs may
+//     webhooks.go, targetscope.go, scopepolicy.go, history.go). Only the lease engine and these worker verbs may
 //     import internal/fencing; a control-plane domain under internal/
 //     imports neither internal/fencing nor internal/lease nor this package
 //     (depguard: fencing-is-the-lease-engines,
@@ -57,8 +69,8 @@
 // (invalidBecause, core.InvalidBecause):
 //
 //   - internal/scanscope: scope entries, matching targets and assets in
-//     every spelling, what a payload names (targetscope.go, scopepolicy.go,
-//     scanhistory.go, ingest.go call it);
+//     every spelling, what a payload names (internal/targetscope,
+//     targetscope.go, scanhistory.go, ingest.go call it);
 //   - internal/slots: cron and interval slots, jitter, the slots due after
 //     a downtime and their grace (schedules.go, schedule_fire.go,
 //     schedule_limits.go);
@@ -312,7 +324,7 @@
 // edges, vulnerability details, detections per job), so a second attempt of
 // a job sending its records again changes no count. Asset history is
 // computed at each scan completion, in its transaction, keyed (scan,
-// asset, kind) (scanhistory.go): a scan completed again after a redrive
+// asset, kind) (internal/history/changes.go): a scan completed again after a redrive
 // updates its changes in place.
 //
 // # Schedules
@@ -417,7 +429,8 @@
 //     completion (moveTasksSQL in internal/lease/complete_batch.go) says so where it
 //     moves the task.
 //   - Scan history (record_scan_history, compare_scan_history; which scans
-//     compare, in what order, one scope key at a time: scanhistory.go):
+//     compare, in what order, one scope key at a time: scanScopeKey in
+//     scanhistory.go, internal/history/changes.go):
 //     SQL, called by advance_scan when a scan completes: set-based diffing
 //     over the snapshots, which a Go port would fetch and write back.
 //   - Schedule wake-up when a queued slot's run ends:
@@ -443,7 +456,9 @@
 // # Scan history
 //
 // See record_scan_history and compare_scan_history above, and
-// scanhistory.go.
+// internal/history (changes.go; assets, threats and the asset graph in
+// assets.go; exclusions in exclusions.go). The scope key a scan is created
+// with is scanScopeKey (scanhistory.go).
 //
 // A redrive of a scan's job (RetryTask, reopenScanForRedrive) locks the
 // task, then the scan, and only then reads whether another job of the scan
@@ -452,12 +467,12 @@
 // # Scan scope
 //
 // Whether an organization may direct a worker at a target is decided in
-// one place, targetScope.refuse (targetscope.go), from what a task or scan
+// one place, targetscope.Scope.Refuse (internal/targetscope/scope.go), from what a task or scan
 // names (scanscope.TaskTargets and ScanTargets: every string under a target
 // key — compared as a Go worker's JSON decoder folds keys — every network asset
 // the payload carries, every other string that reads as a network location,
 // every host spelling a resolver reads as an address) and from the
-// organization's policy and entries (scopepolicy.go: allow_list, the API's
+// organization's policy and entries (internal/targetscope/policy.go: allow_list, the API's
 // default, or unrestricted, explicit). Every way a task becomes leasable
 // reaches it:
 //
@@ -466,7 +481,8 @@
 //   - redriven: RetryTask, for a task or a scan's job, one or many (the
 //     console's bulk redrive calls it per task);
 //   - already queued or running when the scope narrows (an entry removed,
-//     the policy moved to allow_list): recheckLiveWork cancels, in the
+//     the policy moved to allow_list): recheckLiveWork (targetscope.go)
+//     cancels, in the
 //     narrowing's own transaction, every active scan and unfinished
 //     scanner_plugin task that lies outside — a queued one at once, a held
 //     one asked to stop, so neither a retry nor a release can queue it

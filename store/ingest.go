@@ -34,17 +34,6 @@ func threatKey(r ResultRecord) string {
 
 type assetKey struct{ typ, normalized string }
 
-// Vulnerability is what a threat record says of a vulnerability
-// (vulnerability_details).
-type Vulnerability struct {
-	CVEIDs      []string `json:"cve_ids,omitempty"`
-	CVSSVector  string   `json:"cvss_vector,omitempty"`
-	CVSSScore   *float64 `json:"cvss_score,omitempty"`
-	CWEIDs      []string `json:"cwe_ids,omitempty"`
-	References  []string `json:"references,omitempty"`
-	Remediation string   `json:"remediation,omitempty"`
-}
-
 // ingestCounts is what a batch's ingestion took, by kind.
 type ingestCounts struct {
 	assets, threats, edges, outOfScope int
@@ -53,7 +42,7 @@ type ingestCounts struct {
 // outOfScopeRecords marks the records about something outside the
 // organization's scan scope (an edge when either end is): they are kept in
 // the batch, flagged, and never become assets. nil when none is.
-func (ts targetScope) outOfScopeRecords(records []ResultRecord) []bool {
+func outOfScopeRecords(ts targetScope, records []ResultRecord) []bool {
 	if !ts.Enforced() {
 		return nil
 	}

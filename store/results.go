@@ -86,7 +86,7 @@ func (s *Store) AcceptResultBatch(ctx context.Context, p AcceptBatchParams) (Bat
 		var target ingestTarget
 		// The scope lock is taken here and the scope read by the next
 		// statement, whose snapshot sees a narrowing the lock waited for
-		// (scopeLockClass).
+		// (targetscope.ReadLockSQL).
 		err := tx.QueryRow(ctx, `
 			SELECT t.id, t.organization_id, t.scan_id, t.scan_job_id, `+scopeReadLockSQL("t.organization_id")+`
 			FROM worker_task_attempts a JOIN worker_tasks t ON t.id = a.task_id
@@ -144,7 +144,7 @@ type ingestTarget struct {
 
 func insertBatch(ctx context.Context, tx pgx.Tx, p AcceptBatchParams, target ingestTarget) ([]byte, error) {
 	info := BatchInfo{TaskID: target.taskID, AttemptID: p.AttemptID, SequenceNumber: p.SequenceNumber, RecordCount: len(p.Records)}
-	skip := target.scope.outOfScopeRecords(p.Records)
+	skip := outOfScopeRecords(target.scope, p.Records)
 	payload := p.Payload
 	if skip != nil {
 		var err error

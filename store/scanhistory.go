@@ -10,9 +10,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
-	sq "github.com/Masterminds/squirrel"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
@@ -20,36 +18,9 @@ import (
 	"github.com/worker-gateway/gateway/problem"
 )
 
-// Asset history. Ingestion records what each scan observed of each asset
-// (scan_assets.details, merged over the scan's batches). When a scan
-// completes, record_scan_history (migration 000023) snapshots that into
-// asset_scan_snapshots and, when every job of the scan completed, compares
-// it with the latest earlier-created such scan of the same scope key
-// (compare_scan_history), writing asset_scan_changes — in the transaction
-// that completes the scan, keyed (scan, asset, kind), so a retried batch, a
-// second attempt or a scan completed again never adds a change twice. It
-// then compares the next scan of the scope key again, whose earlier scan
-// may now be this one (scans can complete out of order), and it holds a
-// per-scope-key advisory lock so two scans completing at once see each
-// other. A scan with a failed or cancelled job saw only part of its scope:
-// it is neither compared nor compared with, until a redrive completes it.
-// The first scan of a scope key is the baseline and has no changes (no
-// flood of "appeared"). exposure_changes is the organization's timeline of
-// them all.
-
-// Change kinds.
-const (
-	ChangeAssetAppeared      = "asset_appeared"
-	ChangeAssetDisappeared   = "asset_disappeared"
-	ChangePortOpened         = "port_opened"
-	ChangePortClosed         = "port_closed"
-	ChangeCertificateChanged = "certificate_changed"
-	ChangeHTTPStatusChanged  = "http_status_changed"
-)
-
-// ChangeKinds lists every change kind.
-var ChangeKinds = []string{ChangeAssetAppeared, ChangeAssetDisappeared, ChangePortOpened, ChangePortClosed,
-	ChangeCertificateChanged, ChangeHTTPStatusChanged}
+// Scan history is the history domain's (internal/history). What tasks and
+// scans owe it stays here, with them: the scope key a scan is created with,
+// the scope checks of a creation, and the redrive that reopens a scan.
 
 // scanScopeKey says which scans are compared: those with the same targets
 // (a set: order, case and repeats aside; an asset target counts as its
@@ -148,7 +119,7 @@ func checkScanScopeIn(ts targetScope, p CreateScanParams, assetValues map[uuid.U
 	for i, plugin := range p.Plugins {
 		inputs[i] = plugin.Input
 	}
-	return ts.refuse(scanscope.ScanTargets(p.Targets, values, inputs, nil))
+	return ts.Refuse(scanscope.ScanTargets(p.Targets, values, inputs, nil))
 }
 
 // checkTaskScope refuses a scanner_plugin task whose payload names targets
@@ -170,99 +141,7 @@ func checkTaskTargets(ctx context.Context, tx pgx.Tx, org uuid.UUID, taskType st
 	if err != nil {
 		return err
 	}
-	return ts.refuse(named)
-}
-
-// AssetChange is one change between two completed scans.
-type AssetChange struct {
-	ID             uuid.UUID
-	OrganizationID uuid.UUID
-	ScanID         uuid.UUID
-	PreviousScanID *uuid.UUID
-	AssetID        *uuid.UUID
-	AssetType      string
-	AssetValue     string
-	Kind           string
-	Before         json.RawMessage
-	After          json.RawMessage
-	DetectedAt     time.Time
-}
-
-// ChangeFilter narrows a page of changes: by kinds, and to those detected
-// at or after Since and before Until.
-type ChangeFilter struct {
-	Kinds []string
-	Since *time.Time
-	Until *time.Time
-	After *Cursor
-	Limit int
-}
-
-func (f ChangeFilter) check() error {
-	for _, k := range f.Kinds {
-		if !slices.Contains(ChangeKinds, k) {
-			return problem.Wrap(ErrInvalid, problem.Text("unknown change kind "+k))
-		}
-	}
-	return nil
-}
-
-// ListScanChanges pages a scan's changes against the scan before it, newest
-// first.
-func (s *Store) ListScanChanges(ctx context.Context, tenant Tenant, scanID uuid.UUID, f ChangeFilter) ([]AssetChange, *Cursor, error) {
-	if err := f.check(); err != nil {
-		return nil, nil, err
-	}
-	var exists bool
-	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM scans s WHERE s.id = $1 AND `+inTenant("s.organization_id", "$2")+`)`,
-		scanID, tenant.Arg()).Scan(&exists); err != nil {
-		return nil, nil, fmt.Errorf("list scan changes: %w", err)
-	}
-	if !exists {
-		return nil, nil, ErrNotFound
-	}
-	return s.listChanges(ctx, tenant, sq.Eq{"c.scan_id": scanID}, f)
-}
-
-// ListExposureChanges pages an organization's exposure-change timeline,
-// newest first.
-func (s *Store) ListExposureChanges(ctx context.Context, tenant Tenant, org uuid.UUID, f ChangeFilter) ([]AssetChange, *Cursor, error) {
-	if err := f.check(); err != nil {
-		return nil, nil, err
-	}
-	if _, err := s.GetOrganization(ctx, tenant, org); err != nil {
-		return nil, nil, err
-	}
-	return s.listChanges(ctx, tenant, sq.Eq{"c.organization_id": org}, f)
-}
-
-// listChanges pages the changes of one scan or organization (of, which the
-// caller has found in the tenant), newest first.
-func (s *Store) listChanges(ctx context.Context, tenant Tenant, of sq.Sqlizer, f ChangeFilter) ([]AssetChange, *Cursor, error) {
-	q := psql.Select(`c.id, c.organization_id, c.scan_id, c.previous_scan_id, c.asset_id, c.asset_type, c.asset_value,
-			c.kind, c.before, c.after, c.detected_at`).
-		From("exposure_changes c").Where(tenant.Where("c.organization_id")).Where(of)
-	if len(f.Kinds) > 0 {
-		q = q.Where("c.kind = ANY(?)", f.Kinds)
-	}
-	if f.Since != nil {
-		q = q.Where("c.detected_at >= ?", *f.Since)
-	}
-	if f.Until != nil {
-		q = q.Where("c.detected_at < ?", *f.Until)
-	}
-	changes, next, err := listPage(ctx, s.pool, q,
-		newestFirst("c.detected_at", "c.id", func(c AssetChange) Cursor { return Cursor{Time: c.DetectedAt, ID: c.ID} }),
-		f.After, f.Limit, func(r pgx.Row) (AssetChange, error) {
-			var c AssetChange
-			err := r.Scan(&c.ID, &c.OrganizationID, &c.ScanID, &c.PreviousScanID, &c.AssetID, &c.AssetType, &c.AssetValue,
-				&c.Kind, &c.Before, &c.After, &c.DetectedAt)
-			return c, err
-		})
-	if err != nil {
-		return nil, nil, fmt.Errorf("list changes: %w", err)
-	}
-	return changes, next, nil
+	return ts.Refuse(named)
 }
 
 // reopenScanForRedrive prepares a redrive of task, a job of a scan: the
@@ -308,46 +187,4 @@ func reopenScanForRedrive(ctx context.Context, tx pgx.Tx, tenant Tenant, taskID 
 		}
 	}
 	return nil
-}
-
-// AssetEdge is a relation between two of an organization's assets.
-type AssetEdge struct {
-	ID             uuid.UUID
-	OrganizationID uuid.UUID
-	From, To       AssetRef
-	Relation       string
-	FirstSeenAt    time.Time
-	LastSeenAt     time.Time
-}
-
-// AssetRef names an asset.
-type AssetRef struct {
-	ID          uuid.UUID
-	Type, Value string
-}
-
-// ListAssetEdges pages an organization's asset graph, newest first: every
-// edge, or those from or to one asset.
-func (s *Store) ListAssetEdges(ctx context.Context, tenant Tenant, org uuid.UUID, asset *uuid.UUID, after *Cursor, limit int) ([]AssetEdge, *Cursor, error) {
-	if _, err := s.GetOrganization(ctx, tenant, org); err != nil {
-		return nil, nil, err
-	}
-	q := psql.Select("e.id, e.organization_id, f.id, f.type, f.value, e.relation, t.id, t.type, t.value, e.first_seen_at, e.last_seen_at").
-		From("asset_edges e").Join("assets f ON f.id = e.from_asset_id").Join("assets t ON t.id = e.to_asset_id").
-		Where(tenant.Where("e.organization_id")).Where(sq.Eq{"e.organization_id": org})
-	if asset != nil {
-		q = q.Where(sq.Or{sq.Eq{"e.from_asset_id": *asset}, sq.Eq{"e.to_asset_id": *asset}})
-	}
-	edges, next, err := listPage(ctx, s.pool, q,
-		newestFirst("e.first_seen_at", "e.id", func(e AssetEdge) Cursor { return Cursor{Time: e.FirstSeenAt, ID: e.ID} }),
-		after, limit, func(r pgx.Row) (AssetEdge, error) {
-			var e AssetEdge
-			err := r.Scan(&e.ID, &e.OrganizationID, &e.From.ID, &e.From.Type, &e.From.Value, &e.Relation,
-				&e.To.ID, &e.To.Type, &e.To.Value, &e.FirstSeenAt, &e.LastSeenAt)
-			return e, err
-		})
-	if err != nil {
-		return nil, nil, fmt.Errorf("list asset edges: %w", err)
-	}
-	return edges, next, nil
 }

@@ -7,20 +7,25 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/worker-gateway/gateway/store/internal/core"
+	"github.com/worker-gateway/gateway/store/internal/history"
 	"github.com/worker-gateway/gateway/store/internal/lease"
 	"github.com/worker-gateway/gateway/store/internal/secrets"
+	"github.com/worker-gateway/gateway/store/internal/targetscope"
 	"github.com/worker-gateway/gateway/store/internal/webhooks"
 )
 
 // Store runs the gateway's domain verbs against PostgreSQL. The worker
 // protocol's verbs are the lease engine's (store/internal/lease), and a
 // control-plane domain that left this package is embedded the same way
-// (store/internal/secrets, store/internal/webhooks), so that their verbs are the Store's; the rest
-// of the control plane's are this package's.
+// (store/internal/secrets, store/internal/webhooks,
+// store/internal/targetscope, store/internal/history), so that their verbs are the Store's; the
+// rest of the control plane's are this package's.
 type Store struct {
 	*lease.Engine
 	*secrets.Vault
 	*webhooks.Hub
+	*targetscope.Scopes
+	*history.Archive
 	pool           *pgxpool.Pool
 	logReads       logReadCounts
 	scheduleLimits ScheduleLimits
@@ -32,6 +37,8 @@ func New(pool *pgxpool.Pool) *Store {
 	s.Engine = lease.New(pool)
 	s.Vault = secrets.New(pool)
 	s.Hub = webhooks.New(pool)
+	s.Scopes = targetscope.New(pool, recheckLiveWork)
+	s.Archive = history.New(pool, s.findOrganization)
 	return s
 }
 

@@ -1,4 +1,4 @@
-package store
+package history
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/worker-gateway/gateway/problem"
+	"github.com/worker-gateway/gateway/store/internal/core"
 )
 
 // A threat exclusion suppresses the threats it matches: every criterion it
@@ -54,7 +55,7 @@ type ThreatExclusionParams struct {
 var severities = []string{"info", "low", "medium", "high", "critical"}
 
 func (p ThreatExclusionParams) check() error {
-	bad := func(why problem.Text) error { return problem.Wrap(ErrInvalid, why) }
+	bad := func(why problem.Text) error { return problem.Wrap(core.ErrInvalid, why) }
 	for _, s := range []*string{p.AssetPattern, p.ExternalID, p.TitlePattern} {
 		if s != nil && *s == "" {
 			return bad("an exclusion's patterns and external id must not be empty")
@@ -83,9 +84,9 @@ func scanExclusion(r pgx.Row) (ThreatExclusion, error) {
 
 // CreateThreatExclusion adds an exclusion to an organization. Its asset,
 // when named, must be the organization's.
-func (s *Store) CreateThreatExclusion(ctx context.Context, tenant Tenant, org uuid.UUID, p ThreatExclusionParams) (ThreatExclusion, error) {
+func (s *Archive) CreateThreatExclusion(ctx context.Context, tenant core.Tenant, org uuid.UUID, p ThreatExclusionParams) (ThreatExclusion, error) {
 	if !tenant.Allows(org) {
-		return ThreatExclusion{}, ErrNotFound
+		return ThreatExclusion{}, core.ErrNotFound
 	}
 	if err := p.check(); err != nil {
 		return ThreatExclusion{}, err
@@ -101,15 +102,15 @@ func (s *Store) CreateThreatExclusion(ctx context.Context, tenant Tenant, org uu
 			RETURNING `+exclusionColumns,
 			org, p.AssetID, p.AssetPattern, p.ExternalID, p.TitlePattern, p.Severity, p.Reason, p.ExpiresAt, p.TokenID))
 		if errors.Is(err, pgx.ErrNoRows) {
-			if _, err := s.GetOrganization(ctx, tenant, org); err != nil {
+			if err := s.findOrganization(ctx, tenant, org); err != nil {
 				return err
 			}
-			return problem.Wrap(ErrInvalid, "asset_id: the organization has no such asset")
+			return problem.Wrap(core.ErrInvalid, "asset_id: the organization has no such asset")
 		}
 		if err != nil {
 			return fmt.Errorf("create threat exclusion: %w", err)
 		}
-		auditTarget(ctx, e.ID, &e.OrganizationID)
+		core.AuditTarget(ctx, e.ID, &e.OrganizationID)
 		return nil
 	})
 	if err != nil {
@@ -120,14 +121,14 @@ func (s *Store) CreateThreatExclusion(ctx context.Context, tenant Tenant, org uu
 
 // ListThreatExclusions pages an organization's exclusions, newest first,
 // expired ones included.
-func (s *Store) ListThreatExclusions(ctx context.Context, tenant Tenant, org uuid.UUID, after *Cursor, limit int) ([]ThreatExclusion, *Cursor, error) {
-	if _, err := s.GetOrganization(ctx, tenant, org); err != nil {
+func (s *Archive) ListThreatExclusions(ctx context.Context, tenant core.Tenant, org uuid.UUID, after *core.Cursor, limit int) ([]ThreatExclusion, *core.Cursor, error) {
+	if err := s.findOrganization(ctx, tenant, org); err != nil {
 		return nil, nil, err
 	}
-	q := psql.Select(exclusionColumns).From("threat_exclusions e").
+	q := core.Psql.Select(exclusionColumns).From("threat_exclusions e").
 		Where(tenant.Where("e.organization_id")).Where(sq.Eq{"e.organization_id": org})
-	list, next, err := listPage(ctx, s.pool, q,
-		newestFirst("e.created_at", "e.id", func(e ThreatExclusion) Cursor { return Cursor{Time: e.CreatedAt, ID: e.ID} }),
+	list, next, err := core.ListPage(ctx, s.pool, q,
+		core.NewestFirst("e.created_at", "e.id", func(e ThreatExclusion) core.Cursor { return core.Cursor{Time: e.CreatedAt, ID: e.ID} }),
 		after, limit, scanExclusion)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list threat exclusions: %w", err)
@@ -137,20 +138,20 @@ func (s *Store) ListThreatExclusions(ctx context.Context, tenant Tenant, org uui
 
 // DeleteThreatExclusion removes an exclusion: the threats it hid show
 // again; detections it flagged stay flagged.
-func (s *Store) DeleteThreatExclusion(ctx context.Context, tenant Tenant, org, id uuid.UUID) (ThreatExclusion, error) {
+func (s *Archive) DeleteThreatExclusion(ctx context.Context, tenant core.Tenant, org, id uuid.UUID) (ThreatExclusion, error) {
 	var e ThreatExclusion
 	err := s.inTx(ctx, "delete threat exclusion", func(tx pgx.Tx) error {
 		var err error
 		e, err = scanExclusion(tx.QueryRow(ctx, `DELETE FROM threat_exclusions e
-			WHERE e.id = $1 AND e.organization_id = $2 AND `+inTenant("e.organization_id", "$3")+`
+			WHERE e.id = $1 AND e.organization_id = $2 AND `+core.InTenant("e.organization_id", "$3")+`
 			RETURNING `+exclusionColumns, id, org, tenant.Arg()))
 		if errors.Is(err, pgx.ErrNoRows) {
-			return ErrNotFound
+			return core.ErrNotFound
 		}
 		if err != nil {
 			return fmt.Errorf("delete threat exclusion: %w", err)
 		}
-		auditTarget(ctx, e.ID, &e.OrganizationID)
+		core.AuditTarget(ctx, e.ID, &e.OrganizationID)
 		return nil
 	})
 	if err != nil {
