@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/worker-gateway/gateway/problem"
+	"github.com/worker-gateway/gateway/store/internal/core"
 )
 
 // Assignment is an organization_workers row.
@@ -63,7 +64,7 @@ func (s *Store) AssignWorker(ctx context.Context, tenant Tenant, org, worker uui
 				updated_at = now()
 			WHERE $3::uuid IS NULL OR NOT organization_workers.removed_by_platform
 			RETURNING `+assignmentColumns, org, worker, tenant.Arg()))
-		if isForeignKeyViolation(err) {
+		if core.IsForeignKeyViolation(err) {
 			return ErrNotFound
 		}
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -73,7 +74,7 @@ func (s *Store) AssignWorker(ctx context.Context, tenant Tenant, org, worker uui
 			return fmt.Errorf("assign: %w", err)
 		}
 		// The worker's waiting polls learn their new organization at once.
-		return notify(ctx, tx, Wakeup{Kind: WakeWorker, Worker: worker})
+		return core.Notify(ctx, tx, Wakeup{Kind: WakeWorker, Worker: worker})
 	})
 	return a, err
 }
@@ -127,8 +128,8 @@ func (s *Store) UnassignWorker(ctx context.Context, tenant Tenant, org, worker u
 				return err
 			}
 		}
-		auditDetail(ctx, "cancelled_attempts", a.CancelledAttempts)
-		return notify(ctx, tx, Wakeup{Kind: WakeWorker, Worker: worker})
+		core.AuditDetail(ctx, "cancelled_attempts", a.CancelledAttempts)
+		return core.Notify(ctx, tx, Wakeup{Kind: WakeWorker, Worker: worker})
 	})
 	return a, err
 }

@@ -6,13 +6,15 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/worker-gateway/gateway/store/internal/core"
 )
 
 // RecordAudit appends an audit event in a transaction of its own: for
 // what is not a change of the control plane (security events, throttled).
 // A change's record is written in the change's transaction (WithAudit).
 func (s *Store) RecordAudit(ctx context.Context, e AuditEvent) error {
-	return insertAudit(ctx, s.pool, e)
+	return core.InsertAudit(ctx, s.pool, e)
 }
 
 // AuditFilter selects audit events.
@@ -29,7 +31,7 @@ type AuditFilter struct {
 // ListAuditEvents pages audit events, newest first. An organization-scoped
 // caller sees its organization's events only.
 func (s *Store) ListAuditEvents(ctx context.Context, tenant Tenant, f AuditFilter) ([]AuditEvent, *int64, error) {
-	q := psql.Select("id, occurred_at, actor_type, actor_id, action, target_type, target_id, organization_id, request_id, details").
+	q := core.Psql.Select("id, occurred_at, actor_type, actor_id, action, target_type, target_id, organization_id, request_id, details").
 		From("audit_events").OrderBy("id DESC").Limit(uint64(f.Limit + 1))
 	q = q.Where(tenant.Where("organization_id"))
 	if f.Action != "" {

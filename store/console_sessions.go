@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/worker-gateway/gateway/store/internal/core"
 )
 
 // ConsoleSessionPrefix marks console session secrets (the cookie's value).
@@ -47,8 +49,8 @@ func (s *Store) CreateConsoleSession(ctx context.Context, token string, ttl time
 		}
 		_, err = tx.Exec(ctx, `INSERT INTO console_sessions (secret_hash, token_id, expires_at) VALUES ($1, $2, $3)`,
 			HashToken(secret), p.TokenID, session.ExpiresAt)
-		auditTokenActor(ctx, p.TokenID, p.OrganizationID)
-		auditDetail(ctx, "expires_at", session.ExpiresAt.UTC())
+		core.AuditTokenActor(ctx, p.TokenID, p.OrganizationID)
+		core.AuditDetail(ctx, "expires_at", session.ExpiresAt.UTC())
 		return err
 	})
 	if err != nil {

@@ -3,17 +3,14 @@ package store
 import (
 	"context"
 
-	"github.com/google/uuid"
-
 	"github.com/worker-gateway/gateway/store/internal/core"
-	"github.com/worker-gateway/gateway/store/internal/fencing"
 )
 
 // The store's vocabulary lives in its core (store/internal/core): the
 // transaction runners, states and transitions, wake-ups, the audit context
 // and the webhook emitter. Callers name it through this package, as
-// before; the files of this package call the core through the unexported
-// names below. The Tenant is the core's too (core/tenant.go), so that a
+// before; the files of this package call the core by its own names. The
+// Tenant is the core's too (core/tenant.go), so that a
 // control-plane domain outside this package filters by it the same way.
 
 // TaskState is worker_tasks.state.
@@ -142,62 +139,9 @@ func WithAuditEach(ctx context.Context, e AuditEvent, details map[string]any) co
 // committed transaction wrote it (or the verb dropped it as no change).
 func AuditWritten(ctx context.Context) (declared, done bool) { return core.AuditWritten(ctx) }
 
-// executor is what both a pool and a transaction can do.
-type executor = core.Executor
-
-// psql builds statements with $n placeholders.
-var psql = core.Psql
-
-// The core's SQL fragments and helpers, by the names this package's files
-// use. Functions, not function values, so that calls inline as before.
-var (
-	activeStatuses   = core.ActiveStatuses
-	activeScanStates = core.ActiveScanStates
-	finalScanStates  = core.FinalScanStates
-	scanStartedBy    = core.ScanStartedBy
-)
-
-func finalTaskStates() []TaskState  { return core.FinalTaskStates() }
-func fromStates(e TaskEvent) string { return core.FromStates(e) }
-func workerLiveAttempts(attempt, worker string) string {
-	return core.WorkerLiveAttempts(attempt, worker)
-}
-func sqlStates[S ~string](states ...S) string { return core.SQLStates(states...) }
-
-func notify(ctx context.Context, ex executor, wakeups ...Wakeup) error {
-	return core.Notify(ctx, ex, wakeups...)
-}
-func creationReplay(ctx context.Context, ex executor, table string, org uuid.UUID, key, requestSHA256 string) (uuid.UUID, error) {
-	return core.CreationReplay(ctx, ex, table, org, key, requestSHA256)
-}
-func insertAudit(ctx context.Context, ex executor, e AuditEvent) error {
-	return core.InsertAudit(ctx, ex, e)
-}
-func auditDetail(ctx context.Context, key string, value any) { core.AuditDetail(ctx, key, value) }
-func auditSkip(ctx context.Context)                          { core.AuditSkip(ctx) }
-func auditTarget(ctx context.Context, id uuid.UUID, org *uuid.UUID) {
-	core.AuditTarget(ctx, id, org)
-}
-func auditTokenActor(ctx context.Context, token uuid.UUID, org *uuid.UUID) {
-	core.AuditTokenActor(ctx, token, org)
-}
-func auditWorkerActor(ctx context.Context, worker uuid.UUID) { core.AuditWorkerActor(ctx, worker) }
-
-// The fencing predicates (store/internal/fencing), for the worker-facing
-// verbs that stay in this package (results, logs, uploads).
-func leaseHeld(attempt, id, worker, tokenHash string) string {
-	return fencing.LeaseHeld(attempt, id, worker, tokenHash)
-}
-func leaseLive(attempt string) string { return fencing.LeaseLive(attempt) }
-
 // Event is a change a webhook may announce; Audience is who hears it
 // (core/events.go, the one emitter).
 type (
 	Event    = core.Event
 	Audience = core.Audience
 )
-
-func emitEvent(ctx context.Context, ex executor, e Event) (int, error) {
-	return core.EmitEvent(ctx, ex, e)
-}
-func workerAudience(worker uuid.UUID) Audience { return core.WorkerAudience(worker) }

@@ -51,8 +51,10 @@
 //     schedules, workers, organizations, tokens…),
 //     the worker-facing verbs not yet moved (results, logs, uploads), and
 //     the names callers use for what lives below (core.go, lease.go,
-//     tenant.go, listing.go, cursor.go, errors.go, secrets.go,
-//     webhooks.go, targetscope.go, scopepolicy.go, history.go). Only the lease engine and these worker verbs may
+//     tenant.go, cursor.go, errors.go, secrets.go, webhooks.go,
+//     targetscope.go, scopepolicy.go, history.go); this package's own
+//     files call the packages below by their own names (core.Notify,
+//     lease.TokenHash…), with no second name. Only the lease engine and these worker verbs may
 //     import internal/fencing; a control-plane domain under internal/
 //     imports neither internal/fencing nor internal/lease nor this package
 //     (depguard: fencing-is-the-lease-engines,
@@ -66,7 +68,7 @@
 // neither this package nor a driver (depguard's pure-logic-needs-no-database
 // rule), and are tested there without PostgreSQL; this package reads their
 // inputs, calls them and files their refusals under ErrInvalid
-// (invalidBecause, core.InvalidBecause):
+// (core.InvalidBecause):
 //
 //   - internal/scanscope: scope entries, matching targets and assets in
 //     every spelling, what a payload names (internal/targetscope,
@@ -231,8 +233,8 @@
 //
 //   - Every method that reads or writes an organization's data takes the
 //     Tenant as a required argument, the way openfga's storage takes its
-//     store id, and filters on it in SQL with core.InTenant (inTenant here,
-//     tenant.Where for squirrel) — one predicate,
+//     store id, and filters on it in SQL with core.InTenant
+//     (tenant.Where for squirrel) — one predicate,
 //     "(scope IS NULL OR organization_id = scope)", never a read followed by
 //     a check in Go. Something outside the scope is ErrNotFound, exactly as
 //     something that does not exist, so no answer confirms another
@@ -243,7 +245,7 @@
 //     organization is ErrNotFound; only an unscoped caller creates
 //     organizations.
 //   - Only an unscoped caller, who may see every organization, is told that
-//     an organization it names does not exist (missingOrganization); a
+//     an organization it names does not exist (core.MissingOrganization); a
 //     scoped caller gets the plain ErrNotFound, or its empty list.
 //   - Worker-facing verbs (leases, heartbeats, completions, results, logs,
 //     uploads) take no Scope: a worker is isolated by its identity and its
@@ -516,7 +518,7 @@
 // webhook_emit, and every event reaches it (internal/core/events.go;
 // tests/security/events_test.go checks the catalogue,
 // internal/webhooks/events.go, against it):
-// core.EmitEvent (emitEvent in this package) from Go, which decides the recipients in the change's
+// core.EmitEvent from Go, which decides the recipients in the change's
 // transaction (a worker's events go to the organizations that may see it
 // then, its grants and assignments read FOR SHARE so that a withdrawal
 // cannot interleave); core.TaskEventsSQL, a CTE of the completion and sweeper
@@ -541,8 +543,8 @@
 // inTx (core.InTx) writes it just before
 // COMMIT (internal/core/auditctx.go). What only the change knows — the id it created,
 // the organization of what an id names, a count — the verb adds inside its
-// transaction (auditTarget, auditDetail); a replay that changes nothing
-// drops it (auditSkip). So every verb a change goes through runs in inTx,
+// transaction (core.AuditTarget, core.AuditDetail); a replay that changes nothing
+// drops it (core.AuditSkip). So every verb a change goes through runs in inTx,
 // single statements too. TestEveryControlPlaneChangeIsAudited
 // (tests/security) calls every changing operation of the contract, and
 // TestCrashAroundAuditedChangeCommit (tests) kills a replica around COMMIT.
@@ -586,10 +588,10 @@
 // # Listings
 //
 // Every listing pages by keyset through one helper, core.ListPage
-// (internal/core/listing.go; listPage in this package):
-// a listing states its own SELECT with squirrel — columns, joins, its
-// tenant predicate and its optional filters — and one order (newestFirst
-// or oldestFirst on a time and an id), from which listPage makes both the
+// (internal/core/listing.go): a listing states its own SELECT with
+// squirrel — columns, joins, its tenant predicate and its optional filters
+// — and one order (core.NewestFirst or core.OldestFirst on a time and an
+// id), from which ListPage makes both the
 // ORDER BY and the predicate that resumes after a Cursor, so the two cannot
 // disagree. TestEveryListingPagesToTheEnd walks each over tied times. A
 // Cursor's encoding is a promise to clients: one handed out before must

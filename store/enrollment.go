@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/worker-gateway/gateway/problem"
+	"github.com/worker-gateway/gateway/store/internal/core"
 )
 
 // EnrollmentTokenPrefix marks one-time enrollment tokens.
@@ -79,7 +80,7 @@ func (s *Store) Enroll(ctx context.Context, token, publicKeySHA256 string, sign 
 				return ErrEnrollmentToken
 			}
 			replayed = err == nil
-			auditSkip(ctx) // the first enrollment was audited
+			core.AuditSkip(ctx) // the first enrollment was audited
 			return err
 		}
 		if err != nil {
@@ -89,8 +90,8 @@ func (s *Store) Enroll(ctx context.Context, token, publicKeySHA256 string, sign 
 		if err != nil {
 			return err
 		}
-		auditWorkerActor(ctx, workerID)
-		auditDetail(ctx, "expires_at", cert.ExpiresAt)
+		core.AuditWorkerActor(ctx, workerID)
+		core.AuditDetail(ctx, "expires_at", cert.ExpiresAt)
 		certPEM = cert.PEM
 		if _, err := tx.Exec(ctx, `UPDATE enrollment_tokens SET public_key_sha256 = $2, certificate_pem = $3 WHERE token_hash = $1`,
 			HashToken(token), publicKeySHA256, cert.PEM); err != nil {
@@ -122,7 +123,7 @@ func bindCertificate(ctx context.Context, tx pgx.Tx, workerID uuid.UUID, cert Ce
 			previous_certificate_valid_until = CASE WHEN $5 > 0 AND $6 <> '' THEN now() + make_interval(secs => $5) END,
 			certificate_fingerprint = $2, certificate_subject = $3, certificate_expires_at = $4, updated_at = now()
 		WHERE id = $1 AND revoked_at IS NULL`, workerID, cert.Fingerprint, cert.Subject, cert.ExpiresAt, grace.Seconds(), callerFingerprint)
-	if isUniqueViolation(err) {
+	if core.IsUniqueViolation(err) {
 		return problem.Wrap(ErrConflict, "certificate already registered to another worker")
 	}
 	if err != nil {
@@ -131,5 +132,5 @@ func bindCertificate(ctx context.Context, tx pgx.Tx, workerID uuid.UUID, cert Ce
 	if tag.RowsAffected() == 0 {
 		return ErrWorkerRevoked
 	}
-	return notify(ctx, tx, Wakeup{Kind: WakeIdentityChanged, Worker: workerID})
+	return core.Notify(ctx, tx, Wakeup{Kind: WakeIdentityChanged, Worker: workerID})
 }

@@ -47,8 +47,3 @@ var (
 // Sentinels returns every sentinel of the package by name, for tests that
 // check each one is answered.
 func Sentinels() map[string]error { return core.Sentinels() }
-
-// The core's error helpers, by the names this package's files use.
-func isUniqueViolation(err error) bool     { return core.IsUniqueViolation(err) }
-func isForeignKeyViolation(err error) bool { return core.IsForeignKeyViolation(err) }
-func invalidBecause(reason error) error    { return core.InvalidBecause(reason) }

@@ -8,7 +8,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/worker-gateway/gateway/store/internal/core"
 	"github.com/worker-gateway/gateway/store/internal/lease"
+	"github.com/worker-gateway/gateway/store/internal/targetscope"
 )
 
 // FireDueSchedulesAt is FireDueSchedules deciding at now instead of the
@@ -22,7 +24,7 @@ func (s *Store) FireDueSchedulesAt(ctx context.Context, now time.Time, limit int
 // under the plan settings it runs with.
 var (
 	LeaseCandidatesSQL = lease.LeaseCandidatesSQL
-	GenericPlanSQL     = genericPlanSQL
+	GenericPlanSQL     = lease.GenericPlanSQL
 )
 
 // LockAssignmentsSQL and ReplayLeasesSQL let a test explain the other
@@ -34,23 +36,23 @@ var (
 
 // ScopeReadLockSQL lets a test stand for a decider that read an
 // organization's scan scope and has not committed yet.
-var ScopeReadLockSQL = scopeReadLockSQL
+var ScopeReadLockSQL = targetscope.ReadLockSQL
 
-// PageRow is a row of a table a test pages through with listPage.
+// PageRow is a row of a table a test pages through with core.ListPage.
 type PageRow struct {
 	ID uuid.UUID
 	At time.Time
 }
 
 // ListPageRows pages a test's table (id uuid, at timestamptz) through
-// listPage by (at, id): newest first, or oldest first with ascending.
+// core.ListPage by (at, id): newest first, or oldest first with ascending.
 func ListPageRows(ctx context.Context, pool *pgxpool.Pool, table string, ascending bool, after *Cursor, limit int) ([]PageRow, *Cursor, error) {
 	at := func(r PageRow) Cursor { return Cursor{Time: r.At, ID: r.ID} }
-	order := newestFirst("r.at", "r.id", at)
+	order := core.NewestFirst("r.at", "r.id", at)
 	if ascending {
-		order = oldestFirst("r.at", "r.id", at)
+		order = core.OldestFirst("r.at", "r.id", at)
 	}
-	return listPage(ctx, pool, psql.Select("r.id, r.at").From(table+" r"), order, after, limit, func(row pgx.Row) (PageRow, error) {
+	return core.ListPage(ctx, pool, core.Psql.Select("r.id, r.at").From(table+" r"), order, after, limit, func(row pgx.Row) (PageRow, error) {
 		var r PageRow
 		err := row.Scan(&r.ID, &r.At)
 		return r, err

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/worker-gateway/gateway/internal/scanscope"
+	"github.com/worker-gateway/gateway/store/internal/targetscope"
 )
 
 // NormalizeAssetValue is the canonical form assets deduplicate by
@@ -42,7 +43,7 @@ type ingestCounts struct {
 // outOfScopeRecords marks the records about something outside the
 // organization's scan scope (an edge when either end is): they are kept in
 // the batch, flagged, and never become assets. nil when none is.
-func outOfScopeRecords(ts targetScope, records []ResultRecord) []bool {
+func outOfScopeRecords(ts targetscope.Scope, records []ResultRecord) []bool {
 	if !ts.Enforced() {
 		return nil
 	}

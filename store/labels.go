@@ -8,6 +8,7 @@ import (
 
 	"github.com/worker-gateway/gateway/internal/labels"
 	"github.com/worker-gateway/gateway/problem"
+	"github.com/worker-gateway/gateway/store/internal/core"
 )
 
 // Labels are set on workers by operators (never by the worker), so a
@@ -15,10 +16,6 @@ import (
 // zone=eu". Their rules — valid keys and values, a selector's canonical
 // form — are internal/labels', tested there without a database; matching
 // is the database function worker_labels_match, inside the lease.
-
-// maxLabelsOnWorker is how many labels a worker may carry, checked again
-// on the merged labels inside UpdateWorker.
-const maxLabelsOnWorker = labels.MaxOnWorker
 
 // Selector operators.
 const (
@@ -45,7 +42,7 @@ func ValidLabelValue(v string) bool { return labels.ValidValue(v) }
 func canonicalSelector(field string, s *LabelSelector) ([]byte, error) {
 	c, err := labels.Canonical(field, s)
 	if err != nil {
-		return nil, invalidBecause(err)
+		return nil, core.InvalidBecause(err)
 	}
 	return c, nil
 }
@@ -54,7 +51,7 @@ func canonicalSelector(field string, s *LabelSelector) ([]byte, error) {
 // (labels.ValidChange); a refusal is ErrInvalid.
 func validLabelChange(change map[string]*string) error {
 	if err := labels.ValidChange(change); err != nil {
-		return invalidBecause(err)
+		return core.InvalidBecause(err)
 	}
 	return nil
 }
@@ -65,7 +62,7 @@ func validLabelChange(change map[string]*string) error {
 // that org sees but that cannot lease now (offline, disabled, revoked,
 // unassigned) may be pinned: its tasks wait, and say so
 // (pinned_worker_unavailable).
-func checkPinnedWorker(ctx context.Context, ex executor, field string, org uuid.UUID, worker *uuid.UUID) error {
+func checkPinnedWorker(ctx context.Context, ex core.Executor, field string, org uuid.UUID, worker *uuid.UUID) error {
 	if worker == nil {
 		return nil
 	}
@@ -74,7 +71,7 @@ func checkPinnedWorker(ctx context.Context, ex executor, field string, org uuid.
 		return fmt.Errorf("check pinned worker: %w", err)
 	}
 	if !visible {
-		return invalid(problem.Text(field + ": no such worker for this organization"))
+		return core.Invalid(problem.Text(field + ": no such worker for this organization"))
 	}
 	return nil
 }

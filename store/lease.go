@@ -1,8 +1,6 @@
 package store
 
 import (
-	"context"
-	"encoding/json"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -70,17 +68,4 @@ func NewHeartbeatBatcher(s *Store, writers, maxGroup int, timeout time.Duration)
 func NewAcquireBatcher(s *Store, writers, maxGroup int, timeout time.Duration, clock func() uint64,
 	release func(n int, err error)) *AcquireBatcher {
 	return lease.NewAcquireBatcher(s.Engine, writers, maxGroup, timeout, clock, release)
-}
-
-// The engine's helpers, by the names this package's files use.
-const genericPlanSQL = lease.GenericPlanSQL
-
-func dequeueSQL(where string) string              { return lease.DequeueSQL(where) }
-func leaseTokenHash(token string) []byte          { return lease.TokenHash(token) }
-func leaseTokenHashes(refs []AttemptRef) [][]byte { return lease.TokenHashes(refs) }
-func nullJSON(b json.RawMessage) any              { return lease.NullJSON(b) }
-func nullString(s string) *string                 { return lease.NullString(s) }
-func seconds(s float64) time.Duration             { return lease.Seconds(s) }
-func attemptMissOrLost(ctx context.Context, ex executor, ref AttemptRef) error {
-	return lease.AttemptMissOrLost(ctx, ex, ref)
 }

@@ -9,6 +9,10 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/worker-gateway/gateway/store/internal/core"
+	"github.com/worker-gateway/gateway/store/internal/fencing"
+	"github.com/worker-gateway/gateway/store/internal/lease"
 )
 
 // LogOffsetError refuses a chunk that leaves a gap or disagrees with what
@@ -71,10 +75,10 @@ func (s *Store) AppendRedactedLog(ctx context.Context, ref AttemptRef, offset in
 		var carry *string
 		err := tx.QueryRow(ctx, `
 			UPDATE worker_task_attempts SET log_offset = $5
-			WHERE `+leaseHeld("worker_task_attempts", "$1", "$2", "$3")+`
+			WHERE `+fencing.LeaseHeld("worker_task_attempts", "$1", "$2", "$3")+`
 				AND log_offset = $4
 			RETURNING log_stored, log_truncated, log_redact_carry`,
-			ref.AttemptID, ref.WorkerID, leaseTokenHash(ref.LeaseToken), offset, end).Scan(&stored, &truncated, &carry)
+			ref.AttemptID, ref.WorkerID, lease.TokenHash(ref.LeaseToken), offset, end).Scan(&stored, &truncated, &carry)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			return s.logRetryOrMismatch(ctx, tx, ref, offset, data, maxBytes, redacted, &res)
@@ -162,9 +166,9 @@ func (s *Store) logRetryOrMismatch(ctx context.Context, tx pgx.Tx, ref AttemptRe
 	)
 	err := tx.QueryRow(ctx, `
 		SELECT log_offset, log_stored, log_truncated,
-			lease_token_hash = $3 AND `+leaseLive("worker_task_attempts")+`
+			lease_token_hash = $3 AND `+fencing.LeaseLive("worker_task_attempts")+`
 		FROM worker_task_attempts WHERE id = $1 AND worker_id = $2`,
-		ref.AttemptID, ref.WorkerID, leaseTokenHash(ref.LeaseToken)).Scan(&logOffset, &stored, &truncated, &live)
+		ref.AttemptID, ref.WorkerID, lease.TokenHash(ref.LeaseToken)).Scan(&logOffset, &stored, &truncated, &live)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ErrNotFound
 	}
@@ -199,7 +203,7 @@ func (s *Store) logRetryOrMismatch(ctx context.Context, tx pgx.Tx, ref AttemptRe
 }
 
 // readLog returns up to n stored bytes of an attempt's log from offset.
-func readLog(ctx context.Context, ex executor, attempt uuid.UUID, offset, n int64) ([]byte, error) {
+func readLog(ctx context.Context, ex core.Executor, attempt uuid.UUID, offset, n int64) ([]byte, error) {
 	rows, err := ex.Query(ctx, `
 		SELECT byte_offset, data FROM attempt_logs
 		WHERE attempt_id = $1 AND byte_offset + length(data) > $2 AND byte_offset < $2 + $3
@@ -249,13 +253,13 @@ func (s *Store) ReadTaskLog(ctx context.Context, tenant Tenant, taskID uuid.UUID
 		active    *bool
 	)
 	err := s.pool.QueryRow(ctx, `
-		SELECT a.id, a.attempt_number, a.log_stored, a.log_truncated, a.status IN (`+activeStatuses+`)
+		SELECT a.id, a.attempt_number, a.log_stored, a.log_truncated, a.status IN (`+core.ActiveStatuses+`)
 		FROM worker_tasks t
 		LEFT JOIN LATERAL (
 			SELECT id, attempt_number, log_stored, log_truncated, status FROM worker_task_attempts
 			WHERE task_id = t.id AND ($2 = 0 OR attempt_number = $2)
 			ORDER BY attempt_number DESC LIMIT 1) a ON true
-		WHERE t.id = $1 AND `+inTenant("t.organization_id", "$3"), taskID, attemptNumber, tenant.Arg(),
+		WHERE t.id = $1 AND `+core.InTenant("t.organization_id", "$3"), taskID, attemptNumber, tenant.Arg(),
 	).Scan(&attemptID, &number, &stored, &truncated, &active)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -296,12 +300,12 @@ type LogTail struct {
 func (s *Store) ReadLogTail(ctx context.Context, tenant Tenant, attempt uuid.UUID, offset, limit int64) (LogTail, error) {
 	s.logReads.shared.Add(1)
 	rows, err := s.pool.Query(ctx, `
-		SELECT a.log_stored, a.log_truncated, a.status IN (`+activeStatuses+`), l.byte_offset, l.data
+		SELECT a.log_stored, a.log_truncated, a.status IN (`+core.ActiveStatuses+`), l.byte_offset, l.data
 		FROM worker_task_attempts a
 		LEFT JOIN LATERAL (
 			SELECT byte_offset, data FROM attempt_logs
 			WHERE attempt_id = a.id AND byte_offset + length(data) > $2 AND byte_offset < $2 + $3) l ON true
-		WHERE a.id = $1 AND `+inTenant("a.organization_id", "$4")+`
+		WHERE a.id = $1 AND `+core.InTenant("a.organization_id", "$4")+`
 		ORDER BY l.byte_offset`, attempt, offset, limit, tenant.Arg())
 	if err != nil {
 		return LogTail{}, fmt.Errorf("read log tail: %w", err)

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/worker-gateway/gateway/store/internal/core"
+	"github.com/worker-gateway/gateway/store/internal/targetscope"
 )
 
 // Organization is a tenant.
@@ -23,7 +24,7 @@ type Organization struct {
 
 // organizationColumns are the columns scanOrganization reads from an
 // organizations row o.
-var organizationColumns = `o.id, o.name, o.created_at, ` + scopePolicySQL("o")
+var organizationColumns = `o.id, o.name, o.created_at, ` + targetscope.PolicySQL("o")
 
 func scanOrganization(r pgx.Row) (Organization, error) {
 	var o Organization
@@ -38,7 +39,7 @@ func (s *Store) CreateOrganization(ctx context.Context, tenant Tenant, name, sco
 	if !tenant.IsEveryOrganization() {
 		return Organization{}, fmt.Errorf("%w: only an unscoped admin creates organizations", ErrForbidden)
 	}
-	if err := checkScopePolicy(scopePolicy); err != nil {
+	if err := targetscope.CheckPolicy(scopePolicy); err != nil {
 		return Organization{}, err
 	}
 	var o Organization
@@ -49,7 +50,7 @@ func (s *Store) CreateOrganization(ctx context.Context, tenant Tenant, name, sco
 		if err != nil {
 			return fmt.Errorf("create organization: %w", err)
 		}
-		auditTarget(ctx, o.ID, &o.ID)
+		core.AuditTarget(ctx, o.ID, &o.ID)
 		return nil
 	})
 	if err != nil {
@@ -61,7 +62,7 @@ func (s *Store) CreateOrganization(ctx context.Context, tenant Tenant, name, sco
 // GetOrganization returns an organization the scope may see.
 func (s *Store) GetOrganization(ctx context.Context, tenant Tenant, id uuid.UUID) (Organization, error) {
 	o, err := scanOrganization(s.pool.QueryRow(ctx, `SELECT `+organizationColumns+` FROM organizations o
-		WHERE o.id = $1 AND `+inTenant("o.id", "$2"), id, tenant.Arg()))
+		WHERE o.id = $1 AND `+core.InTenant("o.id", "$2"), id, tenant.Arg()))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Organization{}, ErrNotFound
 	}
@@ -73,9 +74,9 @@ func (s *Store) GetOrganization(ctx context.Context, tenant Tenant, id uuid.UUID
 
 // ListOrganizations pages organizations, newest first.
 func (s *Store) ListOrganizations(ctx context.Context, tenant Tenant, after *Cursor, limit int) ([]Organization, *Cursor, error) {
-	q := psql.Select(organizationColumns).From("organizations o").Where(tenant.Where("o.id"))
-	orgs, next, err := listPage(ctx, s.pool, q,
-		newestFirst("o.created_at", "o.id", func(o Organization) Cursor { return Cursor{Time: o.CreatedAt, ID: o.ID} }),
+	q := core.Psql.Select(organizationColumns).From("organizations o").Where(tenant.Where("o.id"))
+	orgs, next, err := core.ListPage(ctx, s.pool, q,
+		core.NewestFirst("o.created_at", "o.id", func(o Organization) Cursor { return Cursor{Time: o.CreatedAt, ID: o.ID} }),
 		after, limit, scanOrganization)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list organizations: %w", err)
@@ -86,13 +87,3 @@ func (s *Store) ListOrganizations(ctx context.Context, tenant Tenant, after *Cur
 // errOrganizationMissing is a task insert's missing organization, before
 // CreateTask words it for its caller's scope.
 var errOrganizationMissing = fmt.Errorf("%w: organization", ErrNotFound)
-
-// missingOrganization and checkListedOrganization are the core's
-// (core.MissingOrganization, core.CheckListedOrganization).
-func missingOrganization(tenant Tenant, org uuid.UUID) error {
-	return core.MissingOrganization(tenant, org)
-}
-
-func checkListedOrganization(ctx context.Context, ex executor, tenant Tenant, org *uuid.UUID, empty bool) error {
-	return core.CheckListedOrganization(ctx, ex, tenant, org, empty)
-}

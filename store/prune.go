@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/worker-gateway/gateway/store/internal/core"
 )
 
 // Retention defaults. A retention of zero or less keeps that kind forever.
@@ -92,10 +94,10 @@ type PruneResult struct {
 var pruneTasksSQL = `
 WITH victims AS (
 	SELECT t.id FROM worker_tasks t
-	WHERE t.state IN (` + sqlStates(TaskCompleted, TaskCancelled, TaskFailedTerminal) + `)
+	WHERE t.state IN (` + core.SQLStates(TaskCompleted, TaskCancelled, TaskFailedTerminal) + `)
 		AND coalesce(t.completed_at, t.updated_at) < now() - make_interval(secs => $1)
 		AND NOT EXISTS (SELECT 1 FROM scans s
-			WHERE s.id = t.scan_id AND s.state IN (` + sqlStates(activeScanStates...) + `))
+			WHERE s.id = t.scan_id AND s.state IN (` + core.SQLStates(core.ActiveScanStates...) + `))
 		AND NOT EXISTS (SELECT 1 FROM worker_artifact_uploads u
 			WHERE u.task_id = t.id AND u.status IN ('prepared', 'uploaded'))
 	LIMIT $2

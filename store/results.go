@@ -10,6 +10,11 @@ import (
 	sq "github.com/Masterminds/squirrel"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/worker-gateway/gateway/store/internal/core"
+	"github.com/worker-gateway/gateway/store/internal/fencing"
+	"github.com/worker-gateway/gateway/store/internal/lease"
+	"github.com/worker-gateway/gateway/store/internal/targetscope"
 )
 
 // ResultRecord is one record of a result batch. Kind "asset" and "threat"
@@ -88,7 +93,7 @@ func (s *Store) AcceptResultBatch(ctx context.Context, p AcceptBatchParams) (Bat
 		// statement, whose snapshot sees a narrowing the lock waited for
 		// (targetscope.ReadLockSQL).
 		err := tx.QueryRow(ctx, `
-			SELECT t.id, t.organization_id, t.scan_id, t.scan_job_id, `+scopeReadLockSQL("t.organization_id")+`
+			SELECT t.id, t.organization_id, t.scan_id, t.scan_job_id, `+targetscope.ReadLockSQL("t.organization_id")+`
 			FROM worker_task_attempts a JOIN worker_tasks t ON t.id = a.task_id
 			WHERE a.id = $1 AND a.worker_id = $2`, p.AttemptID, p.WorkerID,
 		).Scan(&target.taskID, &target.organizationID, &target.scanID, &target.scanJobID, nil)
@@ -103,13 +108,13 @@ func (s *Store) AcceptResultBatch(ctx context.Context, p AcceptBatchParams) (Bat
 		var scopeEnforced *bool
 		var scopeEntries []string
 		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock(hashtextextended($1::text || ':' || $2, 0)), `+
-			scopeEntriesSQL("$3"), target.taskID, p.IdempotencyKey, target.organizationID).Scan(&locked, &scopeEnforced, &scopeEntries); err != nil {
+			targetscope.EntriesSQL("$3"), target.taskID, p.IdempotencyKey, target.organizationID).Scan(&locked, &scopeEnforced, &scopeEntries); err != nil {
 			return fmt.Errorf("idempotency lock: %w", err)
 		}
 		if !locked {
 			return ErrIdempotencyInFlight
 		}
-		target.scope = newTargetScope(scopeEnforced != nil && *scopeEnforced, scopeEntries)
+		target.scope = targetscope.NewScope(scopeEnforced != nil && *scopeEnforced, scopeEntries)
 
 		var sum, ack *string
 		err = tx.QueryRow(ctx, `SELECT payload_sha256, ack FROM worker_result_batches WHERE task_id = $1 AND idempotency_key = $2`,
@@ -139,7 +144,7 @@ func (s *Store) AcceptResultBatch(ctx context.Context, p AcceptBatchParams) (Bat
 type ingestTarget struct {
 	taskID, organizationID uuid.UUID
 	scanID, scanJobID      *uuid.UUID
-	scope                  targetScope
+	scope                  targetscope.Scope
 }
 
 func insertBatch(ctx context.Context, tx pgx.Tx, p AcceptBatchParams, target ingestTarget) ([]byte, error) {
@@ -157,11 +162,11 @@ func insertBatch(ctx context.Context, tx pgx.Tx, p AcceptBatchParams, target ing
 			(task_id, attempt_id, sequence_number, idempotency_key, payload_sha256, record_count, payload, record_kinds)
 		SELECT a.task_id, a.id, $4, $5, $6, $7, $8, $9
 		FROM worker_task_attempts a
-		WHERE `+leaseHeld("a", "$1", "$2", "$3")+`
+		WHERE `+fencing.LeaseHeld("a", "$1", "$2", "$3")+`
 		FOR SHARE OF a
 		ON CONFLICT DO NOTHING
 		RETURNING id, received_at`,
-		p.AttemptID, p.WorkerID, leaseTokenHash(p.LeaseToken), p.SequenceNumber, p.IdempotencyKey, p.PayloadSHA256, len(p.Records), string(payload),
+		p.AttemptID, p.WorkerID, lease.TokenHash(p.LeaseToken), p.SequenceNumber, p.IdempotencyKey, p.PayloadSHA256, len(p.Records), string(payload),
 		recordKinds(target, p.Records, skip),
 	).Scan(&info.BatchID, &info.ReceivedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -193,7 +198,7 @@ func insertBatch(ctx context.Context, tx pgx.Tx, p AcceptBatchParams, target ing
 
 // currentLease reads a lease's state for an answer (lost when it is no
 // longer held).
-func currentLease(ctx context.Context, ex executor, ref AttemptRef) (LeaseStatus, error) {
+func currentLease(ctx context.Context, ex core.Executor, ref AttemptRef) (LeaseStatus, error) {
 	st, err := currentLiveLease(ctx, ex, ref)
 	if errors.Is(err, ErrLeaseLost) {
 		return LeaseStatus{AttemptID: ref.AttemptID, State: LeaseLost}, nil
@@ -202,7 +207,7 @@ func currentLease(ctx context.Context, ex executor, ref AttemptRef) (LeaseStatus
 }
 
 // currentLiveLease is currentLease that treats a lost lease as ErrLeaseLost.
-func currentLiveLease(ctx context.Context, ex executor, ref AttemptRef) (LeaseStatus, error) {
+func currentLiveLease(ctx context.Context, ex core.Executor, ref AttemptRef) (LeaseStatus, error) {
 	st := LeaseStatus{AttemptID: ref.AttemptID}
 	var (
 		cancelling bool
@@ -212,15 +217,15 @@ func currentLiveLease(ctx context.Context, ex executor, ref AttemptRef) (LeaseSt
 	err := ex.QueryRow(ctx, `
 		SELECT a.lease_expires_at, extract(epoch FROM a.lease_expires_at - now())::float8, t.state = 'cancelling', t.lease_duration_seconds
 		FROM worker_task_attempts a JOIN worker_tasks t ON t.id = a.task_id
-		WHERE `+leaseHeld("a", "$1", "$2", "$3")+``,
-		ref.AttemptID, ref.WorkerID, leaseTokenHash(ref.LeaseToken)).Scan(&st.LeaseExpiresAt, &ttl, &cancelling, &leaseSecs)
+		WHERE `+fencing.LeaseHeld("a", "$1", "$2", "$3")+``,
+		ref.AttemptID, ref.WorkerID, lease.TokenHash(ref.LeaseToken)).Scan(&st.LeaseExpiresAt, &ttl, &cancelling, &leaseSecs)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return LeaseStatus{}, ErrLeaseLost
 	}
 	if err != nil {
 		return LeaseStatus{}, fmt.Errorf("read lease: %w", err)
 	}
-	st.State, st.LeaseTTL, st.LeaseDuration = LeaseActive, seconds(ttl), time.Duration(leaseSecs)*time.Second
+	st.State, st.LeaseTTL, st.LeaseDuration = LeaseActive, lease.Seconds(ttl), time.Duration(leaseSecs)*time.Second
 	if cancelling {
 		st.State = LeaseCancelRequested
 	}
@@ -242,11 +247,11 @@ func (s *Store) ListTaskResults(ctx context.Context, tenant Tenant, taskID uuid.
 	if _, err := s.readTenantTask(ctx, s.pool, tenant, taskID); err != nil {
 		return nil, nil, err
 	}
-	q := psql.Select("b.id, b.attempt_id, a.attempt_number, b.sequence_number, coalesce(b.payload, '[]'::jsonb), b.received_at").
+	q := core.Psql.Select("b.id, b.attempt_id, a.attempt_number, b.sequence_number, coalesce(b.payload, '[]'::jsonb), b.received_at").
 		From("worker_result_batches b").Join("worker_task_attempts a ON a.id = b.attempt_id").
 		Where(tenant.Where("a.organization_id")).Where(sq.Eq{"b.task_id": taskID}).Where("b.status = 'persisted'")
-	batches, next, err := listPage(ctx, s.pool, q,
-		oldestFirst("b.received_at", "b.id", func(b StoredBatch) Cursor { return Cursor{Time: b.ReceivedAt, ID: b.BatchID} }),
+	batches, next, err := core.ListPage(ctx, s.pool, q,
+		core.OldestFirst("b.received_at", "b.id", func(b StoredBatch) Cursor { return Cursor{Time: b.ReceivedAt, ID: b.BatchID} }),
 		after, limit, func(r pgx.Row) (StoredBatch, error) {
 			var b StoredBatch
 			err := r.Scan(&b.BatchID, &b.AttemptID, &b.AttemptNumber, &b.SequenceNumber, &b.Records, &b.ReceivedAt)

@@ -16,6 +16,8 @@ import (
 
 	"github.com/worker-gateway/gateway/internal/scanscope"
 	"github.com/worker-gateway/gateway/problem"
+	"github.com/worker-gateway/gateway/store/internal/core"
+	"github.com/worker-gateway/gateway/store/internal/targetscope"
 )
 
 // Scan history is the history domain's (internal/history). What tasks and
@@ -96,7 +98,7 @@ func uuidsOrEmpty(ids []uuid.UUID) []uuid.UUID {
 // inputs lie outside its organization's scan scope, or that names assets
 // the organization does not have (assetValues: readAssetTargets).
 func checkScanScope(ctx context.Context, tx pgx.Tx, p CreateScanParams, assetValues map[uuid.UUID]string) error {
-	ts, err := loadTargetScope(ctx, tx, p.OrganizationID)
+	ts, err := targetscope.Load(ctx, tx, p.OrganizationID)
 	if err != nil {
 		return err
 	}
@@ -106,7 +108,7 @@ func checkScanScope(ctx context.Context, tx pgx.Tx, p CreateScanParams, assetVal
 // checkScanScopeIn is checkScanScope with the organization's scope already
 // read (schedule fires check a claim's scans against one read per
 // organization).
-func checkScanScopeIn(ts targetScope, p CreateScanParams, assetValues map[uuid.UUID]string) error {
+func checkScanScopeIn(ts targetscope.Scope, p CreateScanParams, assetValues map[uuid.UUID]string) error {
 	values := make([]string, len(p.AssetTargets))
 	for i, a := range p.AssetTargets {
 		v, ok := assetValues[a]
@@ -137,7 +139,7 @@ func checkTaskTargets(ctx context.Context, tx pgx.Tx, org uuid.UUID, taskType st
 	if len(named) == 0 {
 		return nil
 	}
-	ts, err := loadTargetScope(ctx, tx, org)
+	ts, err := targetscope.Load(ctx, tx, org)
 	if err != nil {
 		return err
 	}
@@ -153,8 +155,8 @@ func checkTaskTargets(ctx context.Context, tx pgx.Tx, org uuid.UUID, taskType st
 func reopenScanForRedrive(ctx context.Context, tx pgx.Tx, tenant Tenant, taskID uuid.UUID) error {
 	var scanID *uuid.UUID
 	var retryable bool
-	err := tx.QueryRow(ctx, `SELECT t.scan_id, t.state IN (`+fromStates(EventRedrive)+`) FROM worker_tasks t
-		WHERE t.id = $1 AND `+inTenant("t.organization_id", "$2")+` FOR UPDATE`, taskID, tenant.Arg()).Scan(&scanID, &retryable)
+	err := tx.QueryRow(ctx, `SELECT t.scan_id, t.state IN (`+core.FromStates(EventRedrive)+`) FROM worker_tasks t
+		WHERE t.id = $1 AND `+core.InTenant("t.organization_id", "$2")+` FOR UPDATE`, taskID, tenant.Arg()).Scan(&scanID, &retryable)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return ErrNotFound
@@ -172,7 +174,7 @@ func reopenScanForRedrive(ctx context.Context, tx pgx.Tx, tenant Tenant, taskID 
 	// held it has just put back in flight.
 	var busy bool
 	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM worker_tasks t WHERE t.scan_id = $1 AND t.id <> $2
-			AND t.scan_job_id IS NOT NULL AND t.state NOT IN (`+sqlStates(finalTaskStates()...)+`))`,
+			AND t.scan_job_id IS NOT NULL AND t.state NOT IN (`+core.SQLStates(core.FinalTaskStates()...)+`))`,
 		*scanID, taskID).Scan(&busy); err != nil {
 		return fmt.Errorf("read the scan's jobs: %w", err)
 	}

@@ -10,6 +10,9 @@ import (
 	sq "github.com/Masterminds/squirrel"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/worker-gateway/gateway/store/internal/core"
+	"github.com/worker-gateway/gateway/store/internal/lease"
 )
 
 // ScanPlugin is one step of a scan.
@@ -76,12 +79,12 @@ func (s *Store) CreateScan(ctx context.Context, tenant Tenant, p CreateScanParam
 		var id uuid.UUID
 		id, replayed, err = createScan(ctx, tx, p)
 		if errors.Is(err, errOrganizationMissing) {
-			return missingOrganization(tenant, p.OrganizationID)
+			return core.MissingOrganization(tenant, p.OrganizationID)
 		}
 		if err != nil {
 			return err
 		}
-		auditTarget(ctx, id, &p.OrganizationID)
+		core.AuditTarget(ctx, id, &p.OrganizationID)
 		scan, err = getScan(ctx, tx, tenant, id)
 		return err
 	})
@@ -108,14 +111,14 @@ func createScan(ctx context.Context, tx pgx.Tx, p CreateScanParams) (uuid.UUID, 
 			asset_targets, scope_key)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
 		ON CONFLICT (organization_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-		RETURNING id`, p.OrganizationID, string(targets), p.Priority, nullString(p.IdempotencyKey), p.RequestSHA256,
+		RETURNING id`, p.OrganizationID, string(targets), p.Priority, lease.NullString(p.IdempotencyKey), p.RequestSHA256,
 		tr.Kind, tr.ScheduleID, tr.ScheduleVersion, tr.SlotAt, tr.TokenID,
 		string(assetTargets), scanScopeKey(p, assetValues)).Scan(&id)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		id, err = creationReplay(ctx, tx, "scans", p.OrganizationID, p.IdempotencyKey, p.RequestSHA256)
+		id, err = core.CreationReplay(ctx, tx, "scans", p.OrganizationID, p.IdempotencyKey, p.RequestSHA256)
 		return id, err == nil, err
-	case isForeignKeyViolation(err):
+	case core.IsForeignKeyViolation(err):
 		return uuid.Nil, false, errOrganizationMissing
 	case err != nil:
 		return uuid.Nil, false, fmt.Errorf("insert scan: %w", err)
@@ -169,9 +172,9 @@ func scanScan(row pgx.Row) (Scan, error) {
 	return sc, nil
 }
 
-func getScan(ctx context.Context, ex executor, tenant Tenant, id uuid.UUID) (Scan, error) {
+func getScan(ctx context.Context, ex core.Executor, tenant Tenant, id uuid.UUID) (Scan, error) {
 	sc, err := scanScan(ex.QueryRow(ctx, `SELECT `+scanColumns+` FROM scans s
-		WHERE s.id = $1 AND `+inTenant("s.organization_id", "$2"), id, tenant.Arg()))
+		WHERE s.id = $1 AND `+core.InTenant("s.organization_id", "$2"), id, tenant.Arg()))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Scan{}, ErrNotFound
 	}
@@ -225,7 +228,7 @@ func getScan(ctx context.Context, ex executor, tenant Tenant, id uuid.UUID) (Sca
 
 // ListScans pages scans, newest first (without their jobs).
 func (s *Store) ListScans(ctx context.Context, tenant Tenant, p ListScansParams) ([]Scan, *Cursor, error) {
-	q := psql.Select(scanColumns).From("scans s").Where(tenant.Where("s.organization_id"))
+	q := core.Psql.Select(scanColumns).From("scans s").Where(tenant.Where("s.organization_id"))
 	if p.OrganizationID != nil {
 		q = q.Where(sq.Eq{"s.organization_id": *p.OrganizationID})
 	}
@@ -235,13 +238,13 @@ func (s *Store) ListScans(ctx context.Context, tenant Tenant, p ListScansParams)
 	if p.ScheduleID != nil {
 		q = q.Where(sq.Eq{"s.trigger_schedule_id": *p.ScheduleID})
 	}
-	scans, next, err := listPage(ctx, s.pool, q,
-		newestFirst("s.created_at", "s.id", func(sc Scan) Cursor { return Cursor{Time: sc.CreatedAt, ID: sc.ID} }),
+	scans, next, err := core.ListPage(ctx, s.pool, q,
+		core.NewestFirst("s.created_at", "s.id", func(sc Scan) Cursor { return Cursor{Time: sc.CreatedAt, ID: sc.ID} }),
 		p.After, p.Limit, scanScan)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list scans: %w", err)
 	}
-	if err := checkListedOrganization(ctx, s.pool, tenant, p.OrganizationID, len(scans) == 0); err != nil {
+	if err := core.CheckListedOrganization(ctx, s.pool, tenant, p.OrganizationID, len(scans) == 0); err != nil {
 		return nil, nil, err
 	}
 	return scans, next, nil
@@ -268,7 +271,7 @@ func (s *Store) CancelScan(ctx context.Context, tenant Tenant, id uuid.UUID) (Sc
 		if err != nil {
 			return err
 		}
-		auditTarget(ctx, sc.ID, &sc.OrganizationID)
+		core.AuditTarget(ctx, sc.ID, &sc.OrganizationID)
 		cancelled, err := cancelScan(ctx, tx, id, "")
 		if err != nil {
 			return err
@@ -295,11 +298,11 @@ func (s *Store) CancelScan(ctx context.Context, tenant Tenant, id uuid.UUID) (Sc
 // — the same order as a completion, whose trigger advances the scan.
 func cancelScan(ctx context.Context, tx pgx.Tx, id uuid.UUID, errorCode string) (bool, error) {
 	if _, err := tx.Exec(ctx, `SELECT id FROM worker_tasks WHERE scan_id = $1
-		AND state NOT IN (`+sqlStates(finalTaskStates()...)+`) ORDER BY id FOR UPDATE`, id); err != nil {
+		AND state NOT IN (`+core.SQLStates(core.FinalTaskStates()...)+`) ORDER BY id FOR UPDATE`, id); err != nil {
 		return false, fmt.Errorf("lock scan tasks: %w", err)
 	}
 	tag, err := tx.Exec(ctx, `UPDATE scans SET state = '`+string(ScanCancelled)+`', completed_at = now(), updated_at = now()
-		WHERE id = $1 AND state IN (`+sqlStates(activeScanStates...)+`)`, id)
+		WHERE id = $1 AND state IN (`+core.SQLStates(core.ActiveScanStates...)+`)`, id)
 	if err != nil {
 		return false, fmt.Errorf("cancel scan: %w", err)
 	}
@@ -309,10 +312,10 @@ func cancelScan(ctx context.Context, tx pgx.Tx, id uuid.UUID, errorCode string) 
 	if _, err := tx.Exec(ctx, `
 		UPDATE worker_tasks t SET `+cancelTaskSetSQL+`,
 			last_error_code = CASE WHEN $2 = '' THEN t.last_error_code ELSE $2 END
-		WHERE t.scan_id = $1 AND t.state IN (`+fromStates(EventCancelQueued)+`, `+fromStates(EventCancelActive)+`)`, id, errorCode); err != nil {
+		WHERE t.scan_id = $1 AND t.state IN (`+core.FromStates(EventCancelQueued)+`, `+core.FromStates(EventCancelActive)+`)`, id, errorCode); err != nil {
 		return false, fmt.Errorf("cancel scan tasks: %w", err)
 	}
-	if _, err := tx.Exec(ctx, dequeueSQL("t.scan_id = $1"), id); err != nil {
+	if _, err := tx.Exec(ctx, lease.DequeueSQL("t.scan_id = $1"), id); err != nil {
 		return false, fmt.Errorf("dequeue cancelled scan tasks: %w", err)
 	}
 	if _, err := tx.Exec(ctx, `UPDATE scan_jobs j SET state = '`+string(ScanJobCancelled)+`', completed_at = now(), updated_at = now()

@@ -13,12 +13,14 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/worker-gateway/gateway/internal/slots"
+	"github.com/worker-gateway/gateway/store/internal/core"
+	"github.com/worker-gateway/gateway/store/internal/lease"
 )
 
 // runActiveSQL: the schedule s's latest run has not ended (overlap policy).
 var runActiveSQL = `(EXISTS (SELECT 1 FROM worker_tasks rt WHERE rt.id = s.last_task_id
-		AND rt.state NOT IN (` + sqlStates(finalTaskStates()...) + `))
-	OR EXISTS (SELECT 1 FROM scans rs WHERE rs.id = s.last_scan_id AND rs.state IN (` + sqlStates(activeScanStates...) + `)))`
+		AND rt.state NOT IN (` + core.SQLStates(core.FinalTaskStates()...) + `))
+	OR EXISTS (SELECT 1 FROM scans rs WHERE rs.id = s.last_scan_id AND rs.state IN (` + core.SQLStates(core.ActiveScanStates...) + `)))`
 
 // claimSchedulesSQL claims the schedules whose next slot is due at $1
 // (NULL: the database's now()), earliest first, and those whose queued
@@ -97,7 +99,7 @@ func (s *Store) fireDueSchedules(ctx context.Context, at *time.Time, limit int) 
 		// statements of advance_scan were planned again on every call
 		// (their custom plans looked cheaper), and planning cost more than
 		// running them.
-		if _, err := tx.Exec(ctx, genericPlanSQL); err != nil {
+		if _, err := tx.Exec(ctx, lease.GenericPlanSQL); err != nil {
 			return fmt.Errorf("claim schedules: %w", err)
 		}
 		rows, err := tx.Query(ctx, claimSchedulesSQL, at, limit)
@@ -141,7 +143,7 @@ func (s *Store) fireDueSchedules(ctx context.Context, at *time.Time, limit int) 
 				return err
 			}
 		}
-		return notify(ctx, tx, wakeups...)
+		return core.Notify(ctx, tx, wakeups...)
 	})
 	if err != nil {
 		return nil, err
@@ -425,7 +427,7 @@ func (s *Store) RunScheduleNow(ctx context.Context, tenant Tenant, id uuid.UUID,
 		if err != nil {
 			return err
 		}
-		auditTarget(ctx, id, &sc.OrganizationID)
+		core.AuditTarget(ctx, id, &sc.OrganizationID)
 		// Read after the lock, in a statement of its own: it sees the run
 		// of a fire or manual run that held the lock before.
 		var active bool
@@ -476,9 +478,9 @@ func (s *Store) RunScheduleNow(ctx context.Context, tenant Tenant, id uuid.UUID,
 			WHERE id = $1`, id, f.TaskID, f.ScanID); err != nil {
 			return fmt.Errorf("record manual run: %w", err)
 		}
-		auditDetail(ctx, "fire_id", f.ID.String())
+		core.AuditDetail(ctx, "fire_id", f.ID.String())
 		if f.TaskID != nil {
-			return notify(ctx, tx, Wakeup{Kind: WakeOrganization, Organization: sc.OrganizationID, Count: 1})
+			return core.Notify(ctx, tx, Wakeup{Kind: WakeOrganization, Organization: sc.OrganizationID, Count: 1})
 		}
 		return nil
 	})

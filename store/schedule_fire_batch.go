@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/worker-gateway/gateway/store/internal/targetscope"
 )
 
 // The fast path of a claim's fires. Firing one slot at a time costs five
@@ -33,7 +35,7 @@ type fireBatch struct {
 	scans []batchedScan
 	fires []batchedFire
 	// scopes is each organization's scan scope, read once per claim.
-	scopes map[uuid.UUID]targetScope
+	scopes map[uuid.UUID]targetscope.Scope
 }
 
 type batchedScan struct {
@@ -153,11 +155,11 @@ func (b *fireBatch) checkScope(ctx context.Context, tx pgx.Tx, p CreateScanParam
 	ts, ok := b.scopes[p.OrganizationID]
 	if !ok {
 		var err error
-		if ts, err = loadTargetScope(ctx, tx, p.OrganizationID); err != nil {
+		if ts, err = targetscope.Load(ctx, tx, p.OrganizationID); err != nil {
 			return err
 		}
 		if b.scopes == nil {
-			b.scopes = map[uuid.UUID]targetScope{}
+			b.scopes = map[uuid.UUID]targetscope.Scope{}
 		}
 		b.scopes[p.OrganizationID] = ts
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/worker-gateway/gateway/problem"
+	"github.com/worker-gateway/gateway/store/internal/core"
 )
 
 // ScheduleLimits bound what an organization's schedules may ask of the
@@ -59,7 +60,7 @@ func lockScheduleQuota(ctx context.Context, tx pgx.Tx, tenant Tenant, org uuid.U
 	err := tx.QueryRow(ctx, `SELECT coalesce(max_schedules, $2) FROM organizations WHERE id = $1 FOR NO KEY UPDATE`,
 		org, defaultQuota).Scan(&quota)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return missingOrganization(tenant, org)
+		return core.MissingOrganization(tenant, org)
 	}
 	if err != nil {
 		return fmt.Errorf("lock organization for schedule quota: %w", err)

@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/worker-gateway/gateway/internal/slots"
-	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/store/internal/core"
+	"github.com/worker-gateway/gateway/store/internal/lease"
 )
 
 // OverlapPolicy says what a slot does while the schedule's previous run is
@@ -237,8 +237,6 @@ type compiled struct {
 	slots      slots.Slotter
 }
 
-func invalid(msg problem.Text) error { return core.Invalid(msg) }
-
 // compileSchedule validates p and fills in defaults. Each refusal is
 // ErrInvalid naming the field.
 func compileSchedule(p ScheduleParams) (compiled, error) {
@@ -249,28 +247,28 @@ func compileSchedule(p ScheduleParams) (compiled, error) {
 	}
 	loc, err := time.LoadLocation(t.TimeZone)
 	if err != nil || t.TimeZone == "Local" {
-		return c, invalid("time_zone: unknown IANA time zone")
+		return c, core.Invalid("time_zone: unknown IANA time zone")
 	}
 	c.slots.Location = loc
 	switch {
 	case t.Cron != "" && t.IntervalSeconds != 0:
-		return c, invalid("cron: give either cron or interval_seconds, not both")
+		return c, core.Invalid("cron: give either cron or interval_seconds, not both")
 	case t.Cron != "":
 		if c.slots.Cron, err = slots.ParseCron(t.Cron); err != nil {
-			return c, invalidBecause(err)
+			return c, core.InvalidBecause(err)
 		}
 	case t.IntervalSeconds > 0:
 		c.slots.Interval = time.Duration(t.IntervalSeconds) * time.Second
 	case t.IntervalSeconds < 0:
-		return c, invalid("interval_seconds: must be positive")
+		return c, core.Invalid("interval_seconds: must be positive")
 	default:
-		return c, invalid("cron: give cron or interval_seconds")
+		return c, core.Invalid("cron: give cron or interval_seconds")
 	}
 	if t.JitterSeconds < 0 || time.Duration(t.JitterSeconds)*time.Second > maxScheduleJitter {
-		return c, invalid("jitter_seconds: must be between 0 and 86400")
+		return c, core.Invalid("jitter_seconds: must be between 0 and 86400")
 	}
 	if c.slots.Cron == nil && t.JitterSeconds >= t.IntervalSeconds && t.JitterSeconds > 0 {
-		return c, invalid("jitter_seconds: must be less than interval_seconds")
+		return c, core.Invalid("jitter_seconds: must be less than interval_seconds")
 	}
 	c.slots.Jitter = time.Duration(t.JitterSeconds) * time.Second
 	// The database keeps microseconds: slots must survive the round trip.
@@ -283,7 +281,7 @@ func compileSchedule(p ScheduleParams) (compiled, error) {
 		t.EndAt = &v
 	}
 	if t.StartAt != nil && t.EndAt != nil && !t.EndAt.After(*t.StartAt) {
-		return c, invalid("end_at: must be after start_at")
+		return c, core.Invalid("end_at: must be after start_at")
 	}
 	c.slots.Start, c.slots.End = t.StartAt, t.EndAt
 	switch t.Overlap {
@@ -291,14 +289,14 @@ func compileSchedule(p ScheduleParams) (compiled, error) {
 		t.Overlap = OverlapSkip
 	case OverlapSkip, OverlapAllow, OverlapQueueOne:
 	default:
-		return c, invalid("overlap: must be skip, allow or queue_one")
+		return c, core.Invalid("overlap: must be skip, allow or queue_one")
 	}
 	switch t.CatchUp {
 	case "":
 		t.CatchUp = CatchUpOnce
 	case CatchUpOnce, CatchUpSkip:
 	default:
-		return c, invalid("catch_up: must be once or skip")
+		return c, core.Invalid("catch_up: must be once or skip")
 	}
 	if err := validateDefinition(p.Definition); err != nil {
 		return c, err
@@ -324,7 +322,7 @@ func compileSchedule(p ScheduleParams) (compiled, error) {
 		return c, fmt.Errorf("encode timing: %w", err)
 	}
 	if c.defJSON, err = json.Marshal(p.Definition); err != nil {
-		return c, invalid("definition: not encodable as JSON")
+		return c, core.Invalid("definition: not encodable as JSON")
 	}
 	return c, nil
 }
@@ -341,59 +339,59 @@ func validateDefinition(d ScheduleDefinition) error {
 	switch d.Kind {
 	case ScheduleScan:
 		if d.Task != nil {
-			return invalid("definition.task: a scan schedule has no task")
+			return core.Invalid("definition.task: a scan schedule has no task")
 		}
 		if d.Scan == nil || len(d.Scan.Plugins) == 0 {
-			return invalid("definition.scan.plugins: at least one plugin")
+			return core.Invalid("definition.scan.plugins: at least one plugin")
 		}
 		if len(d.Scan.Targets) == 0 {
-			return invalid("definition.scan.targets: at least one target")
+			return core.Invalid("definition.scan.targets: at least one target")
 		}
 		for _, pl := range d.Scan.Plugins {
 			if pl.Name == "" {
-				return invalid("definition.scan.plugins.name: required")
+				return core.Invalid("definition.scan.plugins.name: required")
 			}
 			if !isJSONObject(pl.Input) {
-				return invalid("definition.scan.plugins.input: must be a JSON object")
+				return core.Invalid("definition.scan.plugins.input: must be a JSON object")
 			}
 			if !isJSONObject(pl.RequiredCapabilities) {
-				return invalid("definition.scan.plugins.required_capabilities: must be a JSON object")
+				return core.Invalid("definition.scan.plugins.required_capabilities: must be a JSON object")
 			}
 			if pl.TimeoutSeconds != nil && *pl.TimeoutSeconds <= 0 {
-				return invalid("definition.scan.plugins.timeout_seconds: must be positive")
+				return core.Invalid("definition.scan.plugins.timeout_seconds: must be positive")
 			}
 		}
 	case ScheduleTask:
 		if d.Scan != nil {
-			return invalid("definition.scan: a task schedule has no scan")
+			return core.Invalid("definition.scan: a task schedule has no scan")
 		}
 		if d.Task == nil {
-			return invalid("definition.task: required")
+			return core.Invalid("definition.task: required")
 		}
 		tk := d.Task
 		switch {
 		case tk.TaskType != "scanner_plugin" && tk.TaskType != "ai":
-			return invalid("definition.task.task_type: must be scanner_plugin or ai")
+			return core.Invalid("definition.task.task_type: must be scanner_plugin or ai")
 		case !isJSONObject(tk.Payload):
-			return invalid("definition.task.payload: must be a JSON object")
+			return core.Invalid("definition.task.payload: must be a JSON object")
 		case !isJSONObject(tk.RequiredCapabilities):
-			return invalid("definition.task.required_capabilities: must be a JSON object")
+			return core.Invalid("definition.task.required_capabilities: must be a JSON object")
 		case tk.MaxAttempts < 0:
-			return invalid("definition.task.max_attempts: must not be negative")
+			return core.Invalid("definition.task.max_attempts: must not be negative")
 		case tk.LeaseDurationSeconds < 0:
-			return invalid("definition.task.lease_duration_seconds: must not be negative")
+			return core.Invalid("definition.task.lease_duration_seconds: must not be negative")
 		case tk.AttemptTimeoutSeconds != nil && *tk.AttemptTimeoutSeconds <= 0:
-			return invalid("definition.task.attempt_timeout_seconds: must be positive")
+			return core.Invalid("definition.task.attempt_timeout_seconds: must be positive")
 		case tk.ExecutionTimeoutSeconds < 0:
-			return invalid("definition.task.execution_timeout_seconds: must not be negative")
+			return core.Invalid("definition.task.execution_timeout_seconds: must not be negative")
 		case tk.RetryBaseSeconds < 0 || tk.RetryMaxSeconds < tk.RetryBaseSeconds:
-			return invalid("definition.task.retry_max_seconds: must be at least retry_base_seconds, both non-negative")
+			return core.Invalid("definition.task.retry_max_seconds: must be at least retry_base_seconds, both non-negative")
 		}
 		if err := CheckSecretRefs("definition.task.secret_refs", tk.SecretRefs); err != nil {
 			return err
 		}
 	default:
-		return invalid("definition.kind: must be scan or task")
+		return core.Invalid("definition.kind: must be scan or task")
 	}
 	return nil
 }
@@ -424,9 +422,9 @@ func scanSchedule(row pgx.Row) (Schedule, error) {
 
 // readSchedule reads a schedule the scope may see and that is not deleted
 // (a deleted one is ErrNotFound to every verb), locking its row if asked.
-func readSchedule(ctx context.Context, ex executor, tenant Tenant, id uuid.UUID, lock bool) (Schedule, error) {
+func readSchedule(ctx context.Context, ex core.Executor, tenant Tenant, id uuid.UUID, lock bool) (Schedule, error) {
 	q := `SELECT ` + scheduleColumns + ` FROM ` + scheduleFrom + ` WHERE s.id = $1 AND s.deleted_at IS NULL AND ` +
-		inTenant("s.organization_id", "$2")
+		core.InTenant("s.organization_id", "$2")
 	if lock {
 		q += ` FOR UPDATE OF s`
 	}
@@ -442,7 +440,7 @@ func readSchedule(ctx context.Context, ex executor, tenant Tenant, id uuid.UUID,
 
 // dbNow is the transaction's now(): slots are decided on the database's
 // clock, as leases are.
-func dbNow(ctx context.Context, ex executor) (time.Time, error) {
+func dbNow(ctx context.Context, ex core.Executor) (time.Time, error) {
 	var now time.Time
 	if err := ex.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
 		return time.Time{}, fmt.Errorf("read now: %w", err)
@@ -508,10 +506,10 @@ func (s *Store) CreateSchedule(ctx context.Context, tenant Tenant, org uuid.UUID
 			INSERT INTO schedules (id, organization_id, name, cron_expr, interval_seconds, interval_anchor, time_zone,
 				jitter_seconds, start_at, end_at, overlap_policy, catch_up_policy, next_slot_at, next_fire_at)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
-			id, org, p.Name, nullString(c.timing.Cron), nullInt(c.timing.IntervalSeconds), c.slots.Anchor, c.timing.TimeZone,
+			id, org, p.Name, lease.NullString(c.timing.Cron), nullInt(c.timing.IntervalSeconds), c.slots.Anchor, c.timing.TimeZone,
 			c.timing.JitterSeconds, c.timing.StartAt, c.timing.EndAt, string(c.timing.Overlap), string(c.timing.CatchUp), slot, fire)
-		if isForeignKeyViolation(err) {
-			return missingOrganization(tenant, org)
+		if core.IsForeignKeyViolation(err) {
+			return core.MissingOrganization(tenant, org)
 		}
 		if err != nil {
 			return fmt.Errorf("insert schedule: %w", err)
@@ -519,12 +517,12 @@ func (s *Store) CreateSchedule(ctx context.Context, tenant Tenant, org uuid.UUID
 		if err := insertVersion(ctx, tx, id, 1, c, p.TokenID); err != nil {
 			return err
 		}
-		auditTarget(ctx, id, &org)
-		auditDetail(ctx, "version", 1)
+		core.AuditTarget(ctx, id, &org)
+		core.AuditDetail(ctx, "version", 1)
 		if sc, err = readSchedule(ctx, tx, tenant, id, false); err != nil {
 			return err
 		}
-		return notify(ctx, tx, Wakeup{Kind: WakeSchedules, Organization: org})
+		return core.Notify(ctx, tx, Wakeup{Kind: WakeSchedules, Organization: org})
 	})
 	if err != nil {
 		return Schedule{}, err
@@ -611,7 +609,7 @@ func (s *Store) UpdateSchedule(ctx context.Context, tenant Tenant, id uuid.UUID,
 			if _, err := tx.Exec(ctx, `UPDATE schedules SET cron_expr = $2, interval_seconds = $3, interval_anchor = $4,
 				time_zone = $5, jitter_seconds = $6, start_at = $7, end_at = $8, overlap_policy = $9, catch_up_policy = $10,
 				next_slot_at = $11, next_fire_at = $12 WHERE id = $1`,
-				id, nullString(c.timing.Cron), nullInt(c.timing.IntervalSeconds), c.slots.Anchor, c.timing.TimeZone,
+				id, lease.NullString(c.timing.Cron), nullInt(c.timing.IntervalSeconds), c.slots.Anchor, c.timing.TimeZone,
 				c.timing.JitterSeconds, c.timing.StartAt, c.timing.EndAt, string(c.timing.Overlap), string(c.timing.CatchUp),
 				slot, fire); err != nil {
 				return fmt.Errorf("update schedule timing: %w", err)
@@ -624,12 +622,12 @@ func (s *Store) UpdateSchedule(ctx context.Context, tenant Tenant, id uuid.UUID,
 		if err := insertVersion(ctx, tx, id, old.Version+1, c, p.TokenID); err != nil {
 			return err
 		}
-		auditTarget(ctx, id, &old.OrganizationID)
-		auditDetail(ctx, "version", old.Version+1)
+		core.AuditTarget(ctx, id, &old.OrganizationID)
+		core.AuditDetail(ctx, "version", old.Version+1)
 		if sc, err = readSchedule(ctx, tx, tenant, id, false); err != nil {
 			return err
 		}
-		return notify(ctx, tx, Wakeup{Kind: WakeSchedules, Organization: sc.OrganizationID})
+		return core.Notify(ctx, tx, Wakeup{Kind: WakeSchedules, Organization: sc.OrganizationID})
 	})
 	if err != nil {
 		return Schedule{}, err
@@ -659,7 +657,7 @@ func (s *Store) setScheduleEnabled(ctx context.Context, tenant Tenant, id uuid.U
 		if err != nil {
 			return err
 		}
-		auditTarget(ctx, id, &old.OrganizationID)
+		core.AuditTarget(ctx, id, &old.OrganizationID)
 		if old.Enabled == enabled {
 			sc = old
 			return nil
@@ -685,7 +683,7 @@ func (s *Store) setScheduleEnabled(ctx context.Context, tenant Tenant, id uuid.U
 		if sc, err = readSchedule(ctx, tx, tenant, id, false); err != nil {
 			return err
 		}
-		return notify(ctx, tx, Wakeup{Kind: WakeSchedules, Organization: sc.OrganizationID})
+		return core.Notify(ctx, tx, Wakeup{Kind: WakeSchedules, Organization: sc.OrganizationID})
 	})
 	if err != nil {
 		return Schedule{}, err
@@ -706,8 +704,8 @@ func (s *Store) DeleteSchedule(ctx context.Context, tenant Tenant, id uuid.UUID)
 		if sc, err = readSchedule(ctx, tx, tenant, id, true); err != nil {
 			return err
 		}
-		auditTarget(ctx, sc.ID, &sc.OrganizationID)
-		auditDetail(ctx, "version", sc.Version)
+		core.AuditTarget(ctx, sc.ID, &sc.OrganizationID)
+		core.AuditDetail(ctx, "version", sc.Version)
 		if _, err := tx.Exec(ctx, `UPDATE schedules SET deleted_at = now(), enabled = false, next_slot_at = NULL,
 			next_fire_at = NULL, queued_slot_at = NULL, updated_at = now() WHERE id = $1`, id); err != nil {
 			return fmt.Errorf("delete schedule: %w", err)
@@ -715,7 +713,7 @@ func (s *Store) DeleteSchedule(ctx context.Context, tenant Tenant, id uuid.UUID)
 		if _, err := tx.Exec(ctx, `DELETE FROM schedule_fires WHERE schedule_id = $1 AND outcome = 'queued'`, id); err != nil {
 			return fmt.Errorf("drop queued slot: %w", err)
 		}
-		return notify(ctx, tx, Wakeup{Kind: WakeSchedules, Organization: sc.OrganizationID})
+		return core.Notify(ctx, tx, Wakeup{Kind: WakeSchedules, Organization: sc.OrganizationID})
 	})
 	if err != nil {
 		return Schedule{}, err
@@ -745,7 +743,7 @@ func slotterFrom(id uuid.UUID, cronExpr *string, interval *int, anchor time.Time
 	return sl, nil
 }
 
-func loadSlotter(ctx context.Context, ex executor, id uuid.UUID) (slots.Slotter, error) {
+func loadSlotter(ctx context.Context, ex core.Executor, id uuid.UUID) (slots.Slotter, error) {
 	var (
 		cronExpr   *string
 		interval   *int
@@ -771,17 +769,17 @@ func (s *Store) GetSchedule(ctx context.Context, tenant Tenant, id uuid.UUID) (S
 // ListSchedules pages the schedules the tenant may see, newest first,
 // optionally of one organization.
 func (s *Store) ListSchedules(ctx context.Context, tenant Tenant, org *uuid.UUID, after *Cursor, limit int) ([]Schedule, *Cursor, error) {
-	q := psql.Select(scheduleColumns).From(scheduleFrom).Where(tenant.Where("s.organization_id")).Where("s.deleted_at IS NULL")
+	q := core.Psql.Select(scheduleColumns).From(scheduleFrom).Where(tenant.Where("s.organization_id")).Where("s.deleted_at IS NULL")
 	if org != nil {
 		q = q.Where(sq.Eq{"s.organization_id": *org})
 	}
-	list, next, err := listPage(ctx, s.pool, q,
-		newestFirst("s.created_at", "s.id", func(sc Schedule) Cursor { return Cursor{Time: sc.CreatedAt, ID: sc.ID} }),
+	list, next, err := core.ListPage(ctx, s.pool, q,
+		core.NewestFirst("s.created_at", "s.id", func(sc Schedule) Cursor { return Cursor{Time: sc.CreatedAt, ID: sc.ID} }),
 		after, limit, scanSchedule)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list schedules: %w", err)
 	}
-	if err := checkListedOrganization(ctx, s.pool, tenant, org, len(list) == 0); err != nil {
+	if err := core.CheckListedOrganization(ctx, s.pool, tenant, org, len(list) == 0); err != nil {
 		return nil, nil, err
 	}
 	return list, next, nil
@@ -804,11 +802,11 @@ func (s *Store) ScheduleFires(ctx context.Context, tenant Tenant, id uuid.UUID, 
 	if _, err := readSchedule(ctx, s.pool, tenant, id, false); err != nil {
 		return nil, nil, err
 	}
-	q := psql.Select(fireColumns).From("schedule_fires f").
+	q := core.Psql.Select(fireColumns).From("schedule_fires f").
 		LeftJoin("worker_tasks t ON t.id = f.task_id").LeftJoin("scans sc ON sc.id = f.scan_id").
 		Where(tenant.Where("f.organization_id")).Where(sq.Eq{"f.schedule_id": id})
-	fires, next, err := listPage(ctx, s.pool, q,
-		newestFirst("f.slot_at", "f.id", func(f ScheduleFire) Cursor { return Cursor{Time: f.SlotAt, ID: f.ID} }),
+	fires, next, err := core.ListPage(ctx, s.pool, q,
+		core.NewestFirst("f.slot_at", "f.id", func(f ScheduleFire) Cursor { return Cursor{Time: f.SlotAt, ID: f.ID} }),
 		after, limit, scanFire)
 	if err != nil {
 		return nil, nil, fmt.Errorf("schedule fires: %w", err)

@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/worker-gateway/gateway/store/internal/core"
 	"github.com/worker-gateway/gateway/store/internal/targetscope"
 )
 
@@ -23,12 +24,6 @@ const (
 	ScopePolicyUnrestricted = targetscope.PolicyUnrestricted
 )
 
-// checkScopePolicy refuses a policy that is neither.
-func checkScopePolicy(policy string) error { return targetscope.CheckPolicy(policy) }
-
-// scopePolicySQL is the organization row o's policy as the API shows it.
-func scopePolicySQL(o string) string { return targetscope.PolicySQL(o) }
-
 // SetScopePolicy sets an organization's scope policy; only an unscoped
 // caller (a platform operator) may, as only it edits scope entries. Moving
 // to allow_list narrows the scope: the organization's live work outside it
@@ -40,19 +35,19 @@ func (s *Store) SetScopePolicy(ctx context.Context, tenant Tenant, org uuid.UUID
 		}
 		return Organization{}, ErrNotFound
 	}
-	if err := checkScopePolicy(policy); err != nil {
+	if err := targetscope.CheckPolicy(policy); err != nil {
 		return Organization{}, err
 	}
 	var o Organization
 	err := s.inTx(ctx, "set scope policy", func(tx pgx.Tx) error {
-		if err := lockScopeForNarrowing(ctx, tx, org); err != nil {
+		if err := targetscope.LockForNarrowing(ctx, tx, org); err != nil {
 			return err
 		}
 		var err error
 		o, err = scanOrganization(tx.QueryRow(ctx, `UPDATE organizations o SET scope_policy = $2, scope_enforced = ($2 = '`+
 			ScopePolicyAllowList+`') WHERE o.id = $1 RETURNING `+organizationColumns, org, policy))
 		if errors.Is(err, pgx.ErrNoRows) {
-			return missingOrganization(tenant, org)
+			return core.MissingOrganization(tenant, org)
 		}
 		if err != nil {
 			return fmt.Errorf("set scope policy: %w", err)

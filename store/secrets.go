@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/worker-gateway/gateway/store/internal/lease"
 	"github.com/worker-gateway/gateway/store/internal/secrets"
 )
 
@@ -38,9 +39,6 @@ func ValidSecretName(name string) bool { return secrets.ValidSecretName(name) }
 // field for the message.
 func CheckSecretRefs(field string, refs []string) error { return secrets.CheckSecretRefs(field, refs) }
 
-// secretRefsArg is a task's references as stored (secrets.RefsArg).
-func secretRefsArg(refs []string) any { return secrets.RefsArg(refs) }
-
 // AttemptsSecretRefs returns, in one statement, the secret references of
 // the tasks of the worker's attempts named by refs (the worker's own, under
 // the token it was given), by attempt id, with no references for a task
@@ -62,7 +60,7 @@ func (s *Store) AttemptsSecretRefs(ctx context.Context, refs []AttemptRef) (map[
 		FROM unnest($1::uuid[], $2::uuid[], $3::bytea[]) AS r(id, worker_id, token_hash)
 		JOIN worker_task_attempts a ON a.id = r.id AND (a.worker_id = r.worker_id AND a.lease_token_hash = r.token_hash) IS TRUE
 		JOIN worker_tasks t ON t.id = a.task_id`,
-		ids, workers, leaseTokenHashes(refs))
+		ids, workers, lease.TokenHashes(refs))
 	if err != nil {
 		return nil, fmt.Errorf("read secret references: %w", err)
 	}

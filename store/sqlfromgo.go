@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"github.com/google/uuid"
+
+	"github.com/worker-gateway/gateway/store/internal/core"
 )
 
 // SQLFromGoFile is where SQLFromGo's text lives, among the database's
@@ -49,17 +51,17 @@ func SQLFromGo() string {
 		EnqueueSQL("(SELECT * FROM worker_tasks WHERE id = p_task) t"))
 
 	fn("a task state is final (store.TaskState.IsFinal)", "task_state_is_final(p_state text)", "boolean", pure,
-		"SELECT p_state IN ("+sqlStates(finalTaskStates()...)+")")
+		"SELECT p_state IN ("+core.SQLStates(core.FinalTaskStates()...)+")")
 	var cases strings.Builder
 	for _, s := range allTaskStates() {
 		fmt.Fprintf(&cases, " WHEN %s THEN %s", sqlLiteral(string(s)), sqlLiteral(string(ScanJobStateOf[s])))
 	}
 	fn("the state of a scan job whose task is in p_task_state (store.ScanJobStateOf)", "scan_job_state_of(p_task_state text)", "text", pure,
 		"SELECT CASE p_task_state"+cases.String()+" END")
-	fn("a task in p_task_state starts its scan job and its scan (store.scanStartedBy)", "scan_started_by(p_task_state text)", "boolean", pure,
-		"SELECT p_task_state IN ("+sqlStates(scanStartedBy...)+")")
-	fn("a scan state is final (store.finalScanStates)", "scan_state_is_final(p_state text)", "boolean", pure,
-		"SELECT p_state IN ("+sqlStates(finalScanStates...)+")")
+	fn("a task in p_task_state starts its scan job and its scan (core.ScanStartedBy)", "scan_started_by(p_task_state text)", "boolean", pure,
+		"SELECT p_task_state IN ("+core.SQLStates(core.ScanStartedBy...)+")")
+	fn("a scan state is final (core.FinalScanStates)", "scan_state_is_final(p_state text)", "boolean", pure,
+		"SELECT p_state IN ("+core.SQLStates(core.FinalScanStates...)+")")
 	for _, s := range []ScanState{ScanPending, ScanRunning, ScanCompleted, ScanFailed, ScanCancelled} {
 		fn("store.ScanState", "scan_state_"+string(s)+"()", "text", pure, "SELECT "+sqlLiteral(string(s)))
 	}

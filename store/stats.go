@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/worker-gateway/gateway/store/internal/core"
 )
 
 // Stats is the operators' overview (GET /v1/stats, the console's overview,
@@ -82,12 +84,12 @@ func (s *Store) Stats(ctx context.Context, tenant Tenant, p StatsParams) (Stats,
 	rows, err := s.pool.Query(ctx, `
 		SELECT t.organization_id, t.state, count(*)
 		FROM worker_task_queue q JOIN worker_tasks t ON t.id = q.task_id
-		WHERE `+inTenant("q.organization_id", "$1")+`
+		WHERE `+core.InTenant("q.organization_id", "$1")+`
 		GROUP BY 1, 2
 		UNION ALL
 		SELECT t.organization_id, t.state, count(*)
 		FROM worker_task_attempts a JOIN worker_tasks t ON t.id = a.task_id
-		WHERE a.status IN ('leased', 'running') AND `+inTenant("a.organization_id", "$1")+`
+		WHERE a.status IN ('leased', 'running') AND `+core.InTenant("a.organization_id", "$1")+`
 		GROUP BY 1, 2
 		ORDER BY 1, 2`, tenant.Arg())
 	if err != nil {
@@ -119,10 +121,10 @@ func (s *Store) Stats(ctx context.Context, tenant Tenant, p StatsParams) (Stats,
 			FROM workers w
 			WHERE w.revoked_at IS NULL AND `+scopeSeesWorker+`)
 		SELECT count(*) FILTER (WHERE online), count(*), coalesce(sum(max_concurrent_tasks) FILTER (WHERE online), 0),
-			(SELECT count(*) FROM worker_task_attempts a WHERE a.status IN ('leased', 'running') AND `+inTenant("a.organization_id", "$2")+`),
+			(SELECT count(*) FROM worker_task_attempts a WHERE a.status IN ('leased', 'running') AND `+core.InTenant("a.organization_id", "$2")+`),
 			(SELECT count(*) FROM worker_task_attempts a
 				WHERE a.id >= `+v7Since("$3")+` AND a.started_at > now() - make_interval(secs => $3::float8)
-					AND `+inTenant("a.organization_id", "$2")+`)
+					AND `+core.InTenant("a.organization_id", "$2")+`)
 		FROM visible`,
 		p.OnlineWindow.Seconds(), tenant.Arg(), p.LeaseWindow.Seconds()).
 		Scan(&st.WorkersOnline, &st.WorkersTotal, &st.Capacity, &st.ActiveAttempts, &st.Leases)
@@ -135,7 +137,7 @@ func (s *Store) Stats(ctx context.Context, tenant Tenant, p StatsParams) (Stats,
 			a.finished_at, count(*) OVER ()
 		FROM worker_task_attempts a JOIN worker_tasks t ON t.id = a.task_id
 		WHERE a.id >= `+v7Since("$2")+` AND a.started_at > now() - make_interval(secs => $2::float8)
-			AND a.status IN ('failed', 'expired') AND `+inTenant("a.organization_id", "$1")+`
+			AND a.status IN ('failed', 'expired') AND `+core.InTenant("a.organization_id", "$1")+`
 		ORDER BY a.finished_at DESC NULLS LAST, a.id DESC
 		LIMIT $3`,
 		tenant.Arg(), p.FailureWindow.Seconds(), max(p.RecentFailures, 1))

@@ -10,6 +10,8 @@ import (
 
 	"github.com/worker-gateway/gateway/internal/scanscope"
 	"github.com/worker-gateway/gateway/problem"
+	"github.com/worker-gateway/gateway/store/internal/core"
+	"github.com/worker-gateway/gateway/store/internal/lease"
 	"github.com/worker-gateway/gateway/store/internal/targetscope"
 )
 
@@ -42,25 +44,6 @@ func ParseScopeTarget(kind, value string, includeSubdomains bool) (string, bool,
 	return targetscope.ParseScopeTarget(kind, value, includeSubdomains)
 }
 
-// targetScope is an organization's scan scope as a decider read it, with
-// the one decision Refuse.
-type targetScope = targetscope.Scope
-
-func newTargetScope(enforced bool, encoded []string) targetScope {
-	return targetscope.NewScope(enforced, encoded)
-}
-
-func scopeEntriesSQL(org string) string  { return targetscope.EntriesSQL(org) }
-func scopeReadLockSQL(org string) string { return targetscope.ReadLockSQL(org) }
-
-func loadTargetScope(ctx context.Context, ex executor, org uuid.UUID) (targetScope, error) {
-	return targetscope.Load(ctx, ex, org)
-}
-
-func lockScopeForNarrowing(ctx context.Context, tx pgx.Tx, org uuid.UUID) error {
-	return targetscope.LockForNarrowing(ctx, tx, org)
-}
-
 // recheckLiveWork holds the organization's live work to its scope, just
 // narrowed in tx (an entry removed, the policy moved to allow_list):
 //   - an active scan whose targets, asset targets, plugin inputs or found
@@ -73,10 +56,10 @@ func lockScopeForNarrowing(ctx context.Context, tx pgx.Tx, org uuid.UUID) error 
 //
 // Leases never consult the scope: this is the lease-time check, paid once
 // per narrowing instead of once per lease. The caller holds the scope lock
-// (lockScopeForNarrowing), so nothing decided by the old scope commits
+// (targetscope.LockForNarrowing), so nothing decided by the old scope commits
 // after these reads.
 func recheckLiveWork(ctx context.Context, tx pgx.Tx, org uuid.UUID) error {
-	ts, err := loadTargetScope(ctx, tx, org)
+	ts, err := targetscope.Load(ctx, tx, org)
 	if err != nil || !ts.Enforced() {
 		return err
 	}
@@ -86,7 +69,7 @@ func recheckLiveWork(ctx context.Context, tx pgx.Tx, org uuid.UUID) error {
 	return cancelTasksOutOfScope(ctx, tx, org, ts)
 }
 
-func cancelScansOutOfScope(ctx context.Context, tx pgx.Tx, org uuid.UUID, ts targetScope) error {
+func cancelScansOutOfScope(ctx context.Context, tx pgx.Tx, org uuid.UUID, ts targetscope.Scope) error {
 	rows, err := tx.Query(ctx, `
 		SELECT s.id, s.targets,
 			(SELECT coalesce(jsonb_agg(a.value), '[]'::jsonb)
@@ -94,7 +77,7 @@ func cancelScansOutOfScope(ctx context.Context, tx pgx.Tx, org uuid.UUID, ts tar
 			(SELECT coalesce(jsonb_agg(j.input ORDER BY j.position), '[]'::jsonb) FROM scan_jobs j WHERE j.scan_id = s.id),
 			(SELECT coalesce(jsonb_agg(jsonb_build_object('type', a.type, 'value', a.value)), '[]'::jsonb)
 				FROM scan_assets sa JOIN assets a ON a.id = sa.asset_id WHERE sa.scan_id = s.id)
-		FROM scans s WHERE s.organization_id = $1 AND s.state IN (`+sqlStates(activeScanStates...)+`)`, org)
+		FROM scans s WHERE s.organization_id = $1 AND s.state IN (`+core.SQLStates(core.ActiveScanStates...)+`)`, org)
 	if err != nil {
 		return fmt.Errorf("read live scans: %w", err)
 	}
@@ -120,8 +103,8 @@ func cancelScansOutOfScope(ctx context.Context, tx pgx.Tx, org uuid.UUID, ts tar
 	return nil
 }
 
-func cancelTasksOutOfScope(ctx context.Context, tx pgx.Tx, org uuid.UUID, ts targetScope) error {
-	live := fromStates(EventCancelQueued) + `, ` + fromStates(EventCancelActive)
+func cancelTasksOutOfScope(ctx context.Context, tx pgx.Tx, org uuid.UUID, ts targetscope.Scope) error {
+	live := core.FromStates(EventCancelQueued) + `, ` + core.FromStates(EventCancelActive)
 	rows, err := tx.Query(ctx, `SELECT t.id, t.task_type, t.payload FROM worker_tasks t
 		WHERE t.organization_id = $1 AND t.task_type = 'scanner_plugin' AND t.state IN (`+live+`)`, org)
 	if err != nil {
@@ -148,7 +131,7 @@ func cancelTasksOutOfScope(ctx context.Context, tx pgx.Tx, org uuid.UUID, ts tar
 		WHERE t.id = ANY($1) AND t.state IN (`+live+`)`, outside, problem.TargetOutOfScope); err != nil {
 		return fmt.Errorf("cancel tasks out of scope: %w", err)
 	}
-	if _, err := tx.Exec(ctx, dequeueSQL("t.id = ANY($1)"), outside); err != nil {
+	if _, err := tx.Exec(ctx, lease.DequeueSQL("t.id = ANY($1)"), outside); err != nil {
 		return fmt.Errorf("dequeue tasks out of scope: %w", err)
 	}
 	return nil

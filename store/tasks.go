@@ -10,6 +10,10 @@ import (
 	sq "github.com/Masterminds/squirrel"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/worker-gateway/gateway/store/internal/core"
+	"github.com/worker-gateway/gateway/store/internal/lease"
+	"github.com/worker-gateway/gateway/store/internal/secrets"
 )
 
 // Task is a worker_tasks row as producers see it.
@@ -113,16 +117,16 @@ func (s *Store) CreateTask(ctx context.Context, tenant Tenant, p CreateTaskParam
 		var err error
 		task, replayed, err = createTask(ctx, tx, p)
 		if errors.Is(err, errOrganizationMissing) {
-			return missingOrganization(tenant, p.OrganizationID)
+			return core.MissingOrganization(tenant, p.OrganizationID)
 		}
 		if err != nil || replayed {
 			return err
 		}
-		auditTarget(ctx, task.ID, &task.OrganizationID)
+		core.AuditTarget(ctx, task.ID, &task.OrganizationID)
 		if p.Delay > 0 {
-			return notify(ctx, tx, Wakeup{Kind: WakeOrganizationAt, Organization: task.OrganizationID, Delay: p.Delay})
+			return core.Notify(ctx, tx, Wakeup{Kind: WakeOrganizationAt, Organization: task.OrganizationID, Delay: p.Delay})
 		}
-		return notify(ctx, tx, Wakeup{Kind: WakeOrganization, Organization: task.OrganizationID, Count: 1})
+		return core.Notify(ctx, tx, Wakeup{Kind: WakeOrganization, Organization: task.OrganizationID, Count: 1})
 	})
 	if err != nil {
 		return Task{}, false, err
@@ -183,16 +187,16 @@ func createTask(ctx context.Context, tx pgx.Tx, p CreateTaskParams) (Task, bool,
 		SELECT `+taskColumns+` FROM created t`,
 		p.TaskType, p.OrganizationID, p.ScanID, p.ScanJobID, string(p.RequiredCapabilities), string(p.Payload),
 		p.Priority, p.Delay.Seconds(), execTimeout, p.MaxAttempts, p.LeaseDurationSeconds,
-		p.AttemptTimeoutSeconds, p.RetryBaseSeconds, p.RetryMaxSeconds, nullString(p.IdempotencyKey), p.RequestSHA256,
-		string(p.CriticalCapabilities), tr.Kind, tr.ScheduleID, tr.ScheduleVersion, tr.SlotAt, tr.TokenID, secretRefsArg(p.SecretRefs),
-		nullJSON(selector), p.PinnedWorkerID)
+		p.AttemptTimeoutSeconds, p.RetryBaseSeconds, p.RetryMaxSeconds, lease.NullString(p.IdempotencyKey), p.RequestSHA256,
+		string(p.CriticalCapabilities), tr.Kind, tr.ScheduleID, tr.ScheduleVersion, tr.SlotAt, tr.TokenID, secrets.RefsArg(p.SecretRefs),
+		lease.NullJSON(selector), p.PinnedWorkerID)
 	task, err := scanTask(row)
 	switch {
 	case err == nil:
 		return task, false, nil
 	case errors.Is(err, pgx.ErrNoRows):
 		// The key exists: the same request is a replay, another is refused.
-		id, err := creationReplay(ctx, tx, "worker_tasks", p.OrganizationID, p.IdempotencyKey, p.RequestSHA256)
+		id, err := core.CreationReplay(ctx, tx, "worker_tasks", p.OrganizationID, p.IdempotencyKey, p.RequestSHA256)
 		if err != nil {
 			return Task{}, false, err
 		}
@@ -201,7 +205,7 @@ func createTask(ctx context.Context, tx pgx.Tx, p CreateTaskParams) (Task, bool,
 			return Task{}, false, fmt.Errorf("read idempotent task: %w", err)
 		}
 		return task, true, nil
-	case isForeignKeyViolation(err):
+	case core.IsForeignKeyViolation(err):
 		// The only foreign key a created task can miss: the API names no
 		// scan, and the orchestrator's scan exists in its transaction.
 		return Task{}, false, errOrganizationMissing
@@ -295,7 +299,7 @@ func (s *Store) pendingReason(ctx context.Context, t Task, onlineWindow time.Dur
 			count(*) FILTER (WHERE online AND capabilities @> $3::jsonb),
 			count(*) FILTER (WHERE online AND capabilities @> $3::jsonb AND labelled),
 			count(*) FILTER (WHERE online AND capabilities @> $3::jsonb AND labelled AND max_concurrent_tasks >
-				(SELECT count(*) FROM worker_task_attempts a WHERE `+workerLiveAttempts("a", "eligible.id")+`))
+				(SELECT count(*) FROM worker_task_attempts a WHERE `+core.WorkerLiveAttempts("a", "eligible.id")+`))
 		FROM eligible`,
 		t.OrganizationID, t.TaskType, string(t.RequiredCapabilities), onlineWindow.Seconds(), t.ID, taskPlugin(t),
 		t.PinnedWorkerID, selector,
@@ -374,7 +378,7 @@ type ListTasksParams struct {
 
 // ListTasks pages tasks, newest first.
 func (s *Store) ListTasks(ctx context.Context, tenant Tenant, p ListTasksParams) ([]Task, *Cursor, error) {
-	q := psql.Select(taskColumns).From("worker_tasks t").Where(tenant.Where("t.organization_id"))
+	q := core.Psql.Select(taskColumns).From("worker_tasks t").Where(tenant.Where("t.organization_id"))
 	if p.OrganizationID != nil {
 		q = q.Where(sq.Eq{"t.organization_id": *p.OrganizationID})
 	}
@@ -393,13 +397,13 @@ func (s *Store) ListTasks(ctx context.Context, tenant Tenant, p ListTasksParams)
 	if p.ScanID != nil {
 		q = q.Where(sq.Eq{"t.scan_id": *p.ScanID})
 	}
-	tasks, next, err := listPage(ctx, s.pool, q,
-		newestFirst("t.created_at", "t.id", func(t Task) Cursor { return Cursor{Time: t.CreatedAt, ID: t.ID} }),
+	tasks, next, err := core.ListPage(ctx, s.pool, q,
+		core.NewestFirst("t.created_at", "t.id", func(t Task) Cursor { return Cursor{Time: t.CreatedAt, ID: t.ID} }),
 		p.After, p.Limit, scanTask)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list tasks: %w", err)
 	}
-	if err := checkListedOrganization(ctx, s.pool, tenant, p.OrganizationID, len(tasks) == 0); err != nil {
+	if err := core.CheckListedOrganization(ctx, s.pool, tenant, p.OrganizationID, len(tasks) == 0); err != nil {
 		return nil, nil, err
 	}
 	return tasks, next, nil
@@ -407,13 +411,13 @@ func (s *Store) ListTasks(ctx context.Context, tenant Tenant, p ListTasksParams)
 
 // cancelTaskSetSQL is the cancel edge's change to a task row t: a queued
 // task is cancelled at once, one a worker holds becomes cancelling. The
-// transaction must also take cancelled tasks off the queue (dequeueSQL).
+// transaction must also take cancelled tasks off the queue (lease.DequeueSQL).
 var cancelTaskSetSQL = `
-	state = CASE WHEN t.state IN (` + fromStates(EventCancelQueued) + `)
+	state = CASE WHEN t.state IN (` + core.FromStates(EventCancelQueued) + `)
 		THEN '` + string(TaskTransitions[EventCancelQueued].To) + `'
 		ELSE '` + string(TaskTransitions[EventCancelActive].To) + `' END,
 	cancel_requested_at = now(),
-	completed_at = CASE WHEN t.state IN (` + fromStates(EventCancelQueued) + `) THEN now() ELSE NULL END,
+	completed_at = CASE WHEN t.state IN (` + core.FromStates(EventCancelQueued) + `) THEN now() ELSE NULL END,
 	updated_at = now()`
 
 // CancelTask cancels a queued task at once, or asks the worker holding it to
@@ -425,11 +429,11 @@ func (s *Store) CancelTask(ctx context.Context, tenant Tenant, id uuid.UUID) (Ta
 		var err error
 		task, err = scanTask(tx.QueryRow(ctx, `
 			UPDATE worker_tasks t SET `+cancelTaskSetSQL+`
-			WHERE t.id = $1 AND `+inTenant("t.organization_id", "$2")+`
-				AND t.state IN (`+fromStates(EventCancelQueued)+`, `+fromStates(EventCancelActive)+`)
+			WHERE t.id = $1 AND `+core.InTenant("t.organization_id", "$2")+`
+				AND t.state IN (`+core.FromStates(EventCancelQueued)+`, `+core.FromStates(EventCancelActive)+`)
 			RETURNING `+taskColumns, id, tenant.Arg()))
 		if err == nil {
-			if _, err := tx.Exec(ctx, dequeueSQL("t.id = $1"), id); err != nil {
+			if _, err := tx.Exec(ctx, lease.DequeueSQL("t.id = $1"), id); err != nil {
 				return fmt.Errorf("dequeue cancelled task: %w", err)
 			}
 			return nil
@@ -447,7 +451,7 @@ func (s *Store) CancelTask(ctx context.Context, tenant Tenant, id uuid.UUID) (Ta
 		return ErrTaskFinished
 	})
 	if err == nil {
-		auditTarget(ctx, task.ID, &task.OrganizationID)
+		core.AuditTarget(ctx, task.ID, &task.OrganizationID)
 	}
 	if err != nil {
 		return Task{}, err
@@ -476,8 +480,8 @@ func (s *Store) RetryTask(ctx context.Context, tenant Tenant, id uuid.UUID) (Tas
 					attempt_count = 0, available_at = now(), cancel_requested_at = NULL, completed_at = NULL,
 					execution_deadline_at = CASE WHEN t.execution_deadline_at <= now() THEN NULL ELSE t.execution_deadline_at END,
 					updated_at = now()
-				WHERE t.id = $1 AND `+inTenant("t.organization_id", "$2")+`
-					AND t.state IN (`+fromStates(EventRedrive)+`)
+				WHERE t.id = $1 AND `+core.InTenant("t.organization_id", "$2")+`
+					AND t.state IN (`+core.FromStates(EventRedrive)+`)
 				RETURNING t.*
 			), enqueued AS (
 				`+EnqueueSQL("redriven")+`
@@ -492,8 +496,8 @@ func (s *Store) RetryTask(ctx context.Context, tenant Tenant, id uuid.UUID) (Tas
 		if err != nil {
 			return err
 		}
-		auditTarget(ctx, task.ID, &task.OrganizationID)
-		return notify(ctx, tx, Wakeup{Kind: WakeOrganization, Organization: task.OrganizationID, Count: 1})
+		core.AuditTarget(ctx, task.ID, &task.OrganizationID)
+		return core.Notify(ctx, tx, Wakeup{Kind: WakeOrganization, Organization: task.OrganizationID, Count: 1})
 	})
 	if err != nil {
 		return Task{}, err
@@ -505,7 +509,7 @@ func (s *Store) RetryTask(ctx context.Context, tenant Tenant, id uuid.UUID) (Tas
 // (checkTaskTargets): the scope may have narrowed since the task was
 // created. It reads the task before locking it — its type and payload never
 // change — so that the scope lock comes before the task's row lock, the
-// order a narrowing takes them in (lockScopeForNarrowing). It decides
+// order a narrowing takes them in (targetscope.LockForNarrowing). It decides
 // whatever the task's state, which is read unlocked here and may yet become
 // redrivable (a cancelling task acknowledged).
 func checkRedriveScope(ctx context.Context, tx pgx.Tx, tenant Tenant, id uuid.UUID) error {
@@ -513,7 +517,7 @@ func checkRedriveScope(ctx context.Context, tx pgx.Tx, tenant Tenant, id uuid.UU
 	var taskType string
 	var payload json.RawMessage
 	err := tx.QueryRow(ctx, `SELECT t.organization_id, t.task_type, t.payload
-		FROM worker_tasks t WHERE t.id = $1 AND `+inTenant("t.organization_id", "$2"), id, tenant.Arg()).
+		FROM worker_tasks t WHERE t.id = $1 AND `+core.InTenant("t.organization_id", "$2"), id, tenant.Arg()).
 		Scan(&org, &taskType, &payload)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -524,9 +528,9 @@ func checkRedriveScope(ctx context.Context, tx pgx.Tx, tenant Tenant, id uuid.UU
 	return checkTaskTargets(ctx, tx, org, taskType, payload)
 }
 
-func (s *Store) readTenantTask(ctx context.Context, ex executor, tenant Tenant, id uuid.UUID) (Task, error) {
+func (s *Store) readTenantTask(ctx context.Context, ex core.Executor, tenant Tenant, id uuid.UUID) (Task, error) {
 	task, err := scanTask(ex.QueryRow(ctx, `SELECT `+taskColumns+` FROM worker_tasks t
-		WHERE t.id = $1 AND `+inTenant("t.organization_id", "$2"), id, tenant.Arg()))
+		WHERE t.id = $1 AND `+core.InTenant("t.organization_id", "$2"), id, tenant.Arg()))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Task{}, ErrNotFound
 	}

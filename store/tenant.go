@@ -20,6 +20,3 @@ func OneOrganization(org uuid.UUID) Tenant { return core.OneOrganization(org) }
 // TenantOf is the tenant of a caller that belongs to org, or to every
 // organization when org is nil (an unscoped API token).
 func TenantOf(org *uuid.UUID) Tenant { return core.TenantOf(org) }
-
-// inTenant is organization isolation as SQL (core.InTenant).
-func inTenant(column, param string) string { return core.InTenant(column, param) }

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/worker-gateway/gateway/problem"
+	"github.com/worker-gateway/gateway/store/internal/core"
 )
 
 // APITokenPrefix marks gateway API tokens so they are recognisable in
@@ -104,10 +105,10 @@ func (s *Store) CreateAPIToken(ctx context.Context, tenant Tenant, p CreateAPITo
 			p.Name, HashToken(token), p.Permissions, p.OrganizationID, expires, p.ParentID, inherited).Scan(&id); err != nil {
 			return err
 		}
-		auditTarget(ctx, id, p.OrganizationID)
+		core.AuditTarget(ctx, id, p.OrganizationID)
 		return nil
 	})
-	if isForeignKeyViolation(err) {
+	if core.IsForeignKeyViolation(err) {
 		return "", uuid.Nil, fmt.Errorf("%w: organization", ErrNotFound)
 	}
 	if err != nil {
@@ -220,7 +221,7 @@ func scanAPIToken(row pgx.Row) (APIToken, error) {
 // GetAPIToken returns a token's metadata if the scope covers it.
 func (s *Store) GetAPIToken(ctx context.Context, tenant Tenant, id uuid.UUID) (APIToken, error) {
 	t, err := scanAPIToken(s.pool.QueryRow(ctx, `SELECT `+apiTokenColumns+` FROM api_tokens
-		WHERE id = $1 AND `+inTenant("organization_id", "$2"), id, tenant.Arg()))
+		WHERE id = $1 AND `+core.InTenant("organization_id", "$2"), id, tenant.Arg()))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return APIToken{}, ErrNotFound
 	}
@@ -230,7 +231,7 @@ func (s *Store) GetAPIToken(ctx context.Context, tenant Tenant, id uuid.UUID) (A
 // ListAPITokens lists tokens the scope covers, newest first.
 func (s *Store) ListAPITokens(ctx context.Context, tenant Tenant) ([]APIToken, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+apiTokenColumns+` FROM api_tokens
-		WHERE `+inTenant("organization_id", "$1")+` ORDER BY created_at DESC, id DESC`, tenant.Arg())
+		WHERE `+core.InTenant("organization_id", "$1")+` ORDER BY created_at DESC, id DESC`, tenant.Arg())
 	if err != nil {
 		return nil, fmt.Errorf("list api tokens: %w", err)
 	}
@@ -257,7 +258,7 @@ func (s *Store) RevokeAPIToken(ctx context.Context, tenant Tenant, id uuid.UUID)
 		}
 		var err error
 		t, err = scanAPIToken(tx.QueryRow(ctx, `UPDATE api_tokens SET revoked_at = coalesce(revoked_at, now())
-			WHERE id = $1 AND `+inTenant("organization_id", "$2")+` RETURNING `+apiTokenColumns, id, tenant.Arg()))
+			WHERE id = $1 AND `+core.InTenant("organization_id", "$2")+` RETURNING `+apiTokenColumns, id, tenant.Arg()))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNotFound
 		}
@@ -278,8 +279,8 @@ func (s *Store) RevokeAPIToken(ctx context.Context, tenant Tenant, id uuid.UUID)
 			return fmt.Errorf("revoke descendants: %w", err)
 		}
 		descendants = tag.RowsAffected()
-		auditTarget(ctx, t.ID, t.OrganizationID)
-		auditDetail(ctx, "descendants_revoked", descendants)
+		core.AuditTarget(ctx, t.ID, t.OrganizationID)
+		core.AuditDetail(ctx, "descendants_revoked", descendants)
 		return nil
 	})
 	if err != nil {

@@ -10,6 +10,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/worker-gateway/gateway/problem"
+	"github.com/worker-gateway/gateway/store/internal/core"
+	"github.com/worker-gateway/gateway/store/internal/fencing"
+	"github.com/worker-gateway/gateway/store/internal/lease"
 )
 
 // Upload is a worker_artifact_uploads row.
@@ -37,7 +40,7 @@ func scanUpload(row pgx.Row) (Upload, error) {
 	var in float64
 	err := row.Scan(&u.ID, &u.TaskID, &u.AttemptID, &u.OrganizationID, &u.ObjectKey, &u.Name, &u.ContentType,
 		&u.SizeBytes, &u.SHA256, &u.Status, &u.ExpiresAt, &in, &u.FileID)
-	u.ExpiresIn = seconds(in)
+	u.ExpiresIn = lease.Seconds(in)
 	return u, err
 }
 
@@ -66,7 +69,7 @@ func (s *Store) OpenUpload(ctx context.Context, p OpenUploadParams) (Upload, err
 			WITH a AS (
 				SELECT a.id, a.task_id, t.organization_id, t.scan_id, t.scan_job_id
 				FROM worker_task_attempts a JOIN worker_tasks t ON t.id = a.task_id
-				WHERE `+leaseHeld("a", "$1", "$2", "$3")+`
+				WHERE `+fencing.LeaseHeld("a", "$1", "$2", "$3")+`
 				FOR SHARE OF a
 			)
 			INSERT INTO worker_artifact_uploads AS u (task_id, attempt_id, organization_id, scan_id, scan_job_id,
@@ -77,12 +80,12 @@ func (s *Store) OpenUpload(ctx context.Context, p OpenUploadParams) (Upload, err
 			WHERE $7::bigint + (SELECT coalesce(sum(size_bytes), 0)::bigint FROM worker_artifact_uploads
 				WHERE attempt_id = a.id AND status IN ('prepared', 'uploaded', 'committed')) <= $10::bigint
 			RETURNING `+uploadColumns,
-			p.AttemptID, p.WorkerID, leaseTokenHash(p.LeaseToken), p.ObjectKey, p.Name, p.ContentType, p.SizeBytes, p.SHA256,
+			p.AttemptID, p.WorkerID, lease.TokenHash(p.LeaseToken), p.ObjectKey, p.Name, p.ContentType, p.SizeBytes, p.SHA256,
 			p.TTL.Seconds(), p.MaxBytesPerAttempt))
 		if errors.Is(err, pgx.ErrNoRows) {
 			if _, err := currentLiveLease(ctx, tx, p.AttemptRef); err != nil {
 				if errors.Is(err, ErrLeaseLost) {
-					return attemptMissOrLost(ctx, tx, p.AttemptRef)
+					return lease.AttemptMissOrLost(ctx, tx, p.AttemptRef)
 				}
 				return err
 			}
@@ -103,7 +106,7 @@ func (s *Store) UploadForWorker(ctx context.Context, workerID, uploadID uuid.UUI
 	var live, expired bool
 	u, err := scanUploadWith(s.pool.QueryRow(ctx, `
 		SELECT `+uploadColumns+`,
-			`+leaseLive("a")+`, u.expires_at <= now()
+			`+fencing.LeaseLive("a")+`, u.expires_at <= now()
 		FROM worker_artifact_uploads u JOIN worker_task_attempts a ON a.id = u.attempt_id
 		WHERE u.id = $1 AND a.worker_id = $2`, uploadID, workerID), &live, &expired)
 	switch {
@@ -127,7 +130,7 @@ func scanUploadWith(row pgx.Row, extra ...any) (Upload, error) {
 	dest := append([]any{&u.ID, &u.TaskID, &u.AttemptID, &u.OrganizationID, &u.ObjectKey, &u.Name, &u.ContentType,
 		&u.SizeBytes, &u.SHA256, &u.Status, &u.ExpiresAt, &in, &u.FileID}, extra...)
 	err := row.Scan(dest...)
-	u.ExpiresIn = seconds(in)
+	u.ExpiresIn = lease.Seconds(in)
 	return u, err
 }
 
@@ -138,7 +141,7 @@ func (s *Store) MarkUploaded(ctx context.Context, workerID, uploadID uuid.UUID) 
 		UPDATE worker_artifact_uploads u SET status = 'uploaded'
 		FROM worker_task_attempts a
 		WHERE u.id = $1 AND a.id = u.attempt_id AND a.worker_id = $2 AND u.status = 'prepared' AND u.expires_at > now()
-			AND `+leaseLive("a"), uploadID, workerID)
+			AND `+fencing.LeaseLive("a"), uploadID, workerID)
 	if err != nil {
 		return fmt.Errorf("mark uploaded: %w", err)
 	}
@@ -211,7 +214,7 @@ func (s *Store) CommitUpload(ctx context.Context, workerID, uploadID uuid.UUID, 
 				FROM worker_artifact_uploads u JOIN worker_task_attempts a ON a.id = u.attempt_id
 				WHERE u.id = $1 AND a.worker_id = $2
 					AND u.status IN ('prepared', 'uploaded') AND u.expires_at > now()
-					AND `+leaseLive("a")+`
+					AND `+fencing.LeaseLive("a")+`
 				FOR UPDATE OF u
 				RETURNING id
 			)
@@ -264,7 +267,7 @@ func (s *Store) uploadForCommit(ctx context.Context, workerID, uploadID uuid.UUI
 	if errors.Is(err, ErrUploadState) && u.Status == "" {
 		var live, expired bool
 		u, err = scanUploadWith(s.pool.QueryRow(ctx, `
-			SELECT `+uploadColumns+`, `+leaseLive("a")+`, u.expires_at <= now()
+			SELECT `+uploadColumns+`, `+fencing.LeaseLive("a")+`, u.expires_at <= now()
 			FROM worker_artifact_uploads u JOIN worker_task_attempts a ON a.id = u.attempt_id
 			WHERE u.id = $1 AND a.worker_id = $2`, uploadID, workerID), &live, &expired)
 		switch {
@@ -284,7 +287,7 @@ func (s *Store) uploadForCommit(ctx context.Context, workerID, uploadID uuid.UUI
 // GetFile returns a file the scope may see.
 func (s *Store) GetFile(ctx context.Context, tenant Tenant, id uuid.UUID) (File, error) {
 	f, err := scanFile(s.pool.QueryRow(ctx, `SELECT `+fileColumns+` FROM files f
-		WHERE f.id = $1 AND `+inTenant("f.organization_id", "$2"), id, tenant.Arg()))
+		WHERE f.id = $1 AND `+core.InTenant("f.organization_id", "$2"), id, tenant.Arg()))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return File{}, ErrNotFound
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/worker-gateway/gateway/problem"
+	"github.com/worker-gateway/gateway/store/internal/core"
 )
 
 // workerVisibleTo is the worker visibility rule as SQL, for a worker id
@@ -31,7 +32,7 @@ func workerVisibleTo(worker, scope string) string {
 // organization only the workers it owns. A worker the scope cannot see is
 // ErrNotFound, one it sees but does not own ErrForbidden. Ownership never
 // changes, so deciding it before the change is not a race.
-func authorizeWorkerManagement(ctx context.Context, ex executor, tenant Tenant, worker uuid.UUID) error {
+func authorizeWorkerManagement(ctx context.Context, ex core.Executor, tenant Tenant, worker uuid.UUID) error {
 	if tenant.IsEveryOrganization() {
 		return nil
 	}
@@ -72,7 +73,7 @@ func (s *Store) GrantWorker(ctx context.Context, tenant Tenant, worker, org uuid
 			INSERT INTO worker_grants (worker_id, organization_id) VALUES ($1, $2)
 			ON CONFLICT (worker_id, organization_id) DO UPDATE SET granted_at = worker_grants.granted_at
 			RETURNING granted_at`, worker, org).Scan(&g.GrantedAt)
-		if isForeignKeyViolation(err) {
+		if core.IsForeignKeyViolation(err) {
 			return fmt.Errorf("%w: organization", ErrNotFound)
 		}
 		if err != nil {
@@ -143,7 +144,7 @@ func (s *Store) RevokeWorkerGrant(ctx context.Context, tenant Tenant, worker, or
 				return err
 			}
 		}
-		return notify(ctx, tx, Wakeup{Kind: WakeWorker, Worker: worker})
+		return core.Notify(ctx, tx, Wakeup{Kind: WakeWorker, Worker: worker})
 	})
 }
 

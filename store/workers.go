@@ -12,6 +12,7 @@ import (
 
 	"github.com/worker-gateway/gateway/internal/labels"
 	"github.com/worker-gateway/gateway/problem"
+	"github.com/worker-gateway/gateway/store/internal/core"
 	"github.com/worker-gateway/gateway/store/internal/lease"
 )
 
@@ -55,12 +56,12 @@ func workerColumnsSeenBy(window, tenant string) string {
 	w.certificate_fingerprint, w.certificate_subject, w.certificate_expires_at, w.software_version, w.protocol_version,
 	w.capabilities, w.labels, w.max_concurrent_tasks, w.last_seen_at,
 	coalesce(w.last_seen_at > now() - make_interval(secs => ` + window + `::float8), false),
-	(SELECT count(*) FROM worker_task_attempts a WHERE ` + workerLiveAttempts("a", "w.id") + `
-		AND ` + inTenant("a.organization_id", tenant) + `),
+	(SELECT count(*) FROM worker_task_attempts a WHERE ` + core.WorkerLiveAttempts("a", "w.id") + `
+		AND ` + core.InTenant("a.organization_id", tenant) + `),
 	array(SELECT ow.organization_id FROM organization_workers ow
 		WHERE ow.worker_id = w.id AND ow.enabled AND ow.revoked_at IS NULL
-			AND ` + inTenant("ow.organization_id", tenant) + ` ORDER BY ow.organization_id),
-	CASE WHEN ` + inTenant("w.owner_organization_id", tenant) + ` THEN w.owner_organization_id END,
+			AND ` + core.InTenant("ow.organization_id", tenant) + ` ORDER BY ow.organization_id),
+	CASE WHEN ` + core.InTenant("w.owner_organization_id", tenant) + ` THEN w.owner_organization_id END,
 	w.created_at`
 }
 
@@ -121,14 +122,14 @@ func (s *Store) CreateWorker(ctx context.Context, tenant Tenant, p CreateWorkerP
 			VALUES ($1, $2, $3, $4, $5, $6) RETURNING id`,
 			p.Name, p.WorkerType, p.MaxConcurrentTasks, p.CertificateFingerprint, p.CertificateSubject, p.OwnerOrganizationID).Scan(&id)
 		switch {
-		case isUniqueViolation(err):
+		case core.IsUniqueViolation(err):
 			return problem.Wrap(ErrConflict, "certificate already registered to another worker")
-		case isForeignKeyViolation(err):
+		case core.IsForeignKeyViolation(err):
 			return fmt.Errorf("%w: organization", ErrNotFound)
 		case err != nil:
 			return fmt.Errorf("create worker: %w", err)
 		}
-		auditTarget(ctx, id, p.OwnerOrganizationID)
+		core.AuditTarget(ctx, id, p.OwnerOrganizationID)
 		if p.OwnerOrganizationID != nil {
 			if _, err := tx.Exec(ctx, `INSERT INTO organization_workers (organization_id, worker_id) VALUES ($1, $2)`,
 				*p.OwnerOrganizationID, id); err != nil {
@@ -146,7 +147,7 @@ func (s *Store) GetWorker(ctx context.Context, tenant Tenant, id uuid.UUID, onli
 	return getWorker(ctx, s.pool, tenant, id, onlineWindow)
 }
 
-func getWorker(ctx context.Context, ex executor, tenant Tenant, id uuid.UUID, onlineWindow time.Duration) (Worker, error) {
+func getWorker(ctx context.Context, ex core.Executor, tenant Tenant, id uuid.UUID, onlineWindow time.Duration) (Worker, error) {
 	w, err := scanWorker(ex.QueryRow(ctx, `SELECT `+workerColumns+` FROM workers w WHERE w.id = $3 AND `+scopeSeesWorker,
 		onlineWindow.Seconds(), tenant.Arg(), id))
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -162,11 +163,11 @@ func getWorker(ctx context.Context, ex executor, tenant Tenant, id uuid.UUID, on
 func (s *Store) ListWorkers(ctx context.Context, tenant Tenant, after *Cursor, limit int, onlineWindow time.Duration) ([]Worker, *Cursor, error) {
 	// The window and the tenant are bound once, as the columns of viewer,
 	// which the columns and the visibility rule name.
-	q := psql.Select(workerColumnsSeenBy("viewer.online_window", "viewer.tenant")).From("workers w").
+	q := core.Psql.Select(workerColumnsSeenBy("viewer.online_window", "viewer.tenant")).From("workers w").
 		JoinClause("CROSS JOIN (SELECT ?::float8 AS online_window, ?::uuid AS tenant) viewer", onlineWindow.Seconds(), tenant.Arg()).
 		Where(workerVisibleTo("w.id", "viewer.tenant"))
-	workers, next, err := listPage(ctx, s.pool, q,
-		newestFirst("w.created_at", "w.id", func(w Worker) Cursor { return Cursor{Time: w.CreatedAt, ID: w.ID} }),
+	workers, next, err := core.ListPage(ctx, s.pool, q,
+		core.NewestFirst("w.created_at", "w.id", func(w Worker) Cursor { return Cursor{Time: w.CreatedAt, ID: w.ID} }),
 		after, limit, scanWorker)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list workers: %w", err)
@@ -211,7 +212,7 @@ func (s *Store) UpdateWorker(ctx context.Context, tenant Tenant, id uuid.UUID, p
 		}
 		var (
 			labelsChanged bool
-			labels        []byte
+			newLabels     []byte
 			labelCount    int
 		)
 		err := tx.QueryRow(ctx, `
@@ -227,17 +228,17 @@ func (s *Store) UpdateWorker(ctx context.Context, tenant Tenant, id uuid.UUID, p
 			FROM before b
 			WHERE w.id = b.id
 			RETURNING w.labels IS DISTINCT FROM b.labels, w.labels, (SELECT count(*) FROM jsonb_object_keys(w.labels))`,
-			id, p.Name, p.Enabled, p.MaxConcurrentTasks, nullJSON(setLabels), removeLabels).Scan(&labelsChanged, &labels, &labelCount)
+			id, p.Name, p.Enabled, p.MaxConcurrentTasks, lease.NullJSON(setLabels), removeLabels).Scan(&labelsChanged, &newLabels, &labelCount)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			return ErrNotFound
 		case err != nil:
 			return fmt.Errorf("update worker: %w", err)
-		case labelCount > maxLabelsOnWorker:
-			return invalid("labels: a worker has at most 64 labels")
+		case labelCount > labels.MaxOnWorker:
+			return core.Invalid("labels: a worker has at most 64 labels")
 		}
 		if labelsChanged {
-			if _, err := releaseAttemptsLackingLabels(ctx, tx, id, labels); err != nil {
+			if _, err := releaseAttemptsLackingLabels(ctx, tx, id, newLabels); err != nil {
 				return err
 			}
 		}
@@ -250,7 +251,7 @@ func (s *Store) UpdateWorker(ctx context.Context, tenant Tenant, id uuid.UUID, p
 			return err
 		}
 		// Capacity or eligibility changed: the worker's waiting polls look again.
-		return notify(ctx, tx, Wakeup{Kind: WakeWorker, Worker: id})
+		return core.Notify(ctx, tx, Wakeup{Kind: WakeWorker, Worker: id})
 	})
 	return w, err
 }
@@ -264,7 +265,7 @@ func (s *Store) SetWorkerCertificate(ctx context.Context, tenant Tenant, id uuid
 		}
 		tag, err := tx.Exec(ctx, `UPDATE workers SET certificate_fingerprint = $2, certificate_subject = $3, updated_at = now()
 			WHERE id = $1`, id, fingerprint, subject)
-		if isUniqueViolation(err) {
+		if core.IsUniqueViolation(err) {
 			return problem.Wrap(ErrConflict, "certificate already registered to another worker")
 		}
 		if err != nil {
@@ -273,7 +274,7 @@ func (s *Store) SetWorkerCertificate(ctx context.Context, tenant Tenant, id uuid
 		if tag.RowsAffected() == 0 {
 			return ErrNotFound
 		}
-		return notify(ctx, tx, Wakeup{Kind: WakeIdentityChanged, Worker: id})
+		return core.Notify(ctx, tx, Wakeup{Kind: WakeIdentityChanged, Worker: id})
 	})
 	if err != nil {
 		return Worker{}, err
@@ -317,7 +318,7 @@ func (s *Store) WorkerByFingerprint(ctx context.Context, fingerprint string) (Wo
 			if err != nil || tag.RowsAffected() == 0 {
 				return err
 			}
-			return notify(ctx, tx, Wakeup{Kind: WakeIdentityChanged, Worker: id.ID})
+			return core.Notify(ctx, tx, Wakeup{Kind: WakeIdentityChanged, Worker: id.ID})
 		})
 		if err != nil {
 			return WorkerIdentity{}, fmt.Errorf("end certificate grace: %w", err)
@@ -363,12 +364,12 @@ func (s *Store) RevokeWorker(ctx context.Context, tenant Tenant, id uuid.UUID, r
 		}
 		// Told once, when first revoked, to those who may see it now.
 		if firstRevocation {
-			if _, err := emitEvent(ctx, tx, Event{Type: EventWorkerRevoked, Audience: workerAudience(id),
+			if _, err := core.EmitEvent(ctx, tx, Event{Type: EventWorkerRevoked, Audience: core.WorkerAudience(id),
 				Data: map[string]any{"worker_id": id, "name": w.Name, "reason": reason, "revoked_at": w.RevokedAt}}); err != nil {
 				return err
 			}
 		}
-		return notify(ctx, tx, Wakeup{Kind: WakeWorkerRevoked, Worker: id})
+		return core.Notify(ctx, tx, Wakeup{Kind: WakeWorkerRevoked, Worker: id})
 	})
 	if err != nil {
 		return Worker{}, err
@@ -379,7 +380,7 @@ func (s *Store) RevokeWorker(ctx context.Context, tenant Tenant, id uuid.UUID, r
 // releaseAttempts ends a worker's active attempts by policy (optionally only
 // one organization's), in the caller's transaction (lease.ReleaseAttempts).
 // Returns how many attempts it ended.
-func releaseAttempts(ctx context.Context, tx executor, workerID uuid.UUID, org *uuid.UUID, reason string) (int, error) {
+func releaseAttempts(ctx context.Context, tx core.Executor, workerID uuid.UUID, org *uuid.UUID, reason string) (int, error) {
 	return lease.ReleaseAttempts(ctx, tx, workerID, lease.ReleaseFilter{Organization: org}, reason)
 }
 
@@ -388,7 +389,7 @@ func releaseAttempts(ctx context.Context, tx executor, workerID uuid.UUID, org *
 // away mid-run is handled exactly like a critical capability the worker
 // stopped advertising (the attempt is superseded, the task goes back to the
 // queue, and the worker's next heartbeat hears the lease is lost).
-func releaseAttemptsLackingLabels(ctx context.Context, tx executor, workerID uuid.UUID, labels []byte) (int, error) {
+func releaseAttemptsLackingLabels(ctx context.Context, tx core.Executor, workerID uuid.UUID, labels []byte) (int, error) {
 	return lease.ReleaseAttempts(ctx, tx, workerID, lease.ReleaseFilter{LackingLabels: labels}, "label_lost")
 }
 
@@ -414,7 +415,7 @@ func (s *Store) OrganizationWorkers(ctx context.Context, tenant Tenant, org uuid
 	// eligibility is judged on all its active attempts (busy), even where
 	// the worker's ActiveAttempts shows only the caller's.
 	rows, err := s.pool.Query(ctx, `SELECT `+workerColumns+`, ow.enabled,
-			(SELECT count(*) FROM worker_task_attempts a WHERE `+workerLiveAttempts("a", "w.id")+`)
+			(SELECT count(*) FROM worker_task_attempts a WHERE `+core.WorkerLiveAttempts("a", "w.id")+`)
 		FROM organization_workers ow JOIN workers w ON w.id = ow.worker_id
 		WHERE ow.organization_id = $3 AND ow.revoked_at IS NULL
 		ORDER BY w.name, w.id`, onlineWindow.Seconds(), tenant.Arg(), org)

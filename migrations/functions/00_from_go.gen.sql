@@ -38,13 +38,13 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT CASE p_task_state WHEN 'pending' THEN 'pending' WHEN 'leased' THEN 'running' WHEN 'running' THEN 'running' WHEN 'cancelling' THEN 'running' WHEN 'cancelled' THEN 'cancelled' WHEN 'completed' THEN 'completed' WHEN 'retry_wait' THEN 'pending' WHEN 'failed_terminal' THEN 'failed' END
 $$;
 
--- a task in p_task_state starts its scan job and its scan (store.scanStartedBy)
+-- a task in p_task_state starts its scan job and its scan (core.ScanStartedBy)
 CREATE OR REPLACE FUNCTION scan_started_by(p_task_state text) RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT p_task_state IN ('leased', 'running')
 $$;
 
--- a scan state is final (store.finalScanStates)
+-- a scan state is final (core.FinalScanStates)
 CREATE OR REPLACE FUNCTION scan_state_is_final(p_state text) RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT p_state IN ('completed', 'failed', 'cancelled')

@@ -141,10 +141,9 @@ func TestWorkerEventsReachOnlyOrganizationsThatSeeTheWorker(t *testing.T) {
 // subject's state ('scan.' || NEW.state).
 var emitterCall = regexp.MustCompile(`webhook_emit\([^,]+,\s*'([a-z_.]+)'(\s*\|\|)?`)
 
-// goEmitCall finds the store's calls of emitEvent with the Go constant of
-// the type they emit (emitEvent in the facade, core.EmitEvent in a domain
-// package under store/internal).
-var goEmitCall = regexp.MustCompile(`(?i:emitEvent)\(ctx, tx, (?:core\.)?Event\{Type: (Event\w+)`)
+// goEmitCall finds the store's calls of core.EmitEvent with the Go
+// constant of the type they emit.
+var goEmitCall = regexp.MustCompile(`core\.EmitEvent\(ctx, tx, (?:core\.)?Event\{Type: (Event\w+)`)
 
 // outboxInsert is a statement writing the outbox itself.
 var outboxInsert = regexp.MustCompile(`(?i)insert\s+into\s+webhook_(events|deliveries)\b`)
@@ -154,7 +153,7 @@ var outboxInsert = regexp.MustCompile(`(?i)insert\s+into\s+webhook_(events|deliv
 // database function but webhook_emit writes the outbox, no Go code writes
 // it nor calls webhook_emit but store/internal/core/events.go, and every type of the
 // catalogue reaches webhook_emit from a trigger that calls it or from the
-// store through emitEvent (or the task CTE in events.go). worker.* events
+// store through core.EmitEvent (or the task CTE in events.go). worker.* events
 // come only from Go, which decides their recipients at the change.
 func TestEveryEventHasOneEmitter(t *testing.T) {
 	t.Parallel()
@@ -194,7 +193,7 @@ func TestEveryEventHasOneEmitter(t *testing.T) {
 	require.NoError(t, rows.Err())
 
 	// The Go code: nothing writes the outbox, only events.go calls the
-	// emitter, and the store's emitEvent calls name their types.
+	// emitter, and the store's core.EmitEvent calls name their types.
 	constants := map[string]string{}
 	decl, err := os.ReadFile("../../store/internal/webhooks/events.go")
 	require.NoError(t, err)

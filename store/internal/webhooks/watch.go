@@ -13,7 +13,7 @@ import (
 
 // The webhook watcher: worker.offline and organization.no_eligible_worker
 // are not stored states but computed from time, so WatchWebhookConditions
-// notices them and emits them through emitEvent (internal/core/events.go), like every
+// notices them and emits them through core.EmitEvent (internal/core/events.go), like every
 // other event.
 
 // WebhookWatch is what one WatchWebhookConditions pass found.
