@@ -42,12 +42,12 @@ type Pruner struct {
 	store  *store.Store
 	cfg    Config
 	logger *slog.Logger
-	kick   chan struct{}
+	wake   services.Signal
 }
 
 // New builds a replica's pruner.
 func New(st *store.Store, cfg Config, u services.Unit) *Pruner {
-	return &Pruner{Unit: u, store: st, cfg: cfg, logger: u.Logger(), kick: make(chan struct{}, 1)}
+	return &Pruner{Unit: u, store: st, cfg: cfg, logger: u.Logger(), wake: services.NewSignal()}
 }
 
 // RegisterFlags registers the pruner's flags: how often it runs, into
@@ -60,28 +60,10 @@ func RegisterFlags(fs *flag.FlagSet, interval, tasks, uploads, audit *time.Durat
 }
 
 // Kick asks for a pass now.
-func (p *Pruner) Kick() {
-	select {
-	case p.kick <- struct{}{}:
-	default:
-	}
-}
+func (p *Pruner) Kick() { p.wake.Notify() }
 
 // Run prunes until ctx ends.
-func (p *Pruner) Run(ctx context.Context) error {
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-timer.C:
-		case <-p.kick:
-			timer.Stop()
-		}
-		timer.Reset(p.prune(ctx))
-	}
-}
+func (p *Pruner) Run(ctx context.Context) error { return services.RunPasses(ctx, p.wake, p.prune) }
 
 // prune deletes what retention no longer keeps, up to maxRounds batches,
 // and returns how long to sleep.

@@ -35,12 +35,12 @@ type Vacuum struct {
 	runs, nanos atomic.Int64
 
 	leased atomic.Int64
-	kick   chan struct{}
+	wake   services.Signal
 }
 
 // New builds a replica's queue vacuum.
 func New(st *store.Store, every int, u services.Unit) *Vacuum {
-	return &Vacuum{Unit: u, store: st, every: int64(every), logger: u.Logger(), kick: make(chan struct{}, 1)}
+	return &Vacuum{Unit: u, store: st, every: int64(every), logger: u.Logger(), wake: services.NewSignal()}
 }
 
 // Granted counts n leases granted; enough of them since the last vacuum
@@ -50,28 +50,20 @@ func (v *Vacuum) Granted(n int) {
 		return
 	}
 	if v.leased.Add(int64(n)) >= v.every {
-		select {
-		case v.kick <- struct{}{}:
-		default:
-		}
+		v.wake.Notify()
 	}
 }
 
 // Run vacuums whenever granted asks, one vacuum at a time, until ctx ends.
 func (v *Vacuum) Run(ctx context.Context) error {
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-v.kick:
+	return services.RunPasses(ctx, v.wake, func(ctx context.Context) time.Duration {
+		if v.leased.Load() >= v.every {
+			// Leases granted while the vacuum runs count towards the next one.
+			v.leased.Store(0)
+			v.vacuum(ctx)
 		}
-		if v.leased.Load() < v.every {
-			continue
-		}
-		// Leases granted while the vacuum runs count towards the next one.
-		v.leased.Store(0)
-		v.vacuum(ctx)
-	}
+		return services.SleepUntilWoken
+	})
 }
 
 // vacuum vacuums the queue once.

@@ -48,7 +48,7 @@ type Timer struct {
 	services.Unit
 	store  *store.Store
 	logger *slog.Logger
-	kick   chan struct{}
+	wake   services.Signal
 	// fires counts the history entries this replica's claims recorded and
 	// passes the claims it ran (metrics).
 	fires, passes atomic.Int64
@@ -59,20 +59,12 @@ type Timer struct {
 
 // New builds a replica's timer.
 func New(st *store.Store, u services.Unit) *Timer {
-	return &Timer{Unit: u, store: st, logger: u.Logger(), kick: make(chan struct{}, 1),
+	return &Timer{Unit: u, store: st, logger: u.Logger(), wake: services.NewSignal(),
 		lag: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "gateway_schedule_fire_lag_seconds",
 			Help:    "Time from a slot's fire time (slot plus jitter) to the commit that created its run, per run this replica's timer created on time (not manual runs or queued slots), by this replica's clock.",
 			Buckets: []float64{.005, .01, .025, .05, .075, .1, .15, .2, .3, .4, .5, .75, 1, 1.5, 2, 3, 5, 10, 30, 60},
 		})}
-}
-
-// wake makes the timer read the earliest fire time again.
-func (t *Timer) wake() {
-	select {
-	case t.kick <- struct{}{}:
-	default:
-	}
 }
 
 // Subscriptions: a schedule changed, or the run a queued slot waits for
@@ -82,27 +74,13 @@ func (t *Timer) Subscriptions() []store.WakeupKind {
 }
 
 // Wake reads the earliest fire time again.
-func (t *Timer) Wake(store.Wakeup) { t.wake() }
+func (t *Timer) Wake(store.Wakeup) { t.wake.Notify() }
 
 // CatchUp reads the earliest fire time again: a change may have been missed.
-func (t *Timer) CatchUp() { t.wake() }
+func (t *Timer) CatchUp() { t.wake.Notify() }
 
 // Run fires and sleeps until ctx ends.
-func (t *Timer) Run(ctx context.Context) error {
-	for ctx.Err() == nil {
-		sleep := t.fireDue(ctx)
-		timer := time.NewTimer(sleep)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return nil
-		case <-t.kick:
-		case <-timer.C:
-		}
-		timer.Stop()
-	}
-	return nil
-}
+func (t *Timer) Run(ctx context.Context) error { return services.RunPasses(ctx, t.wake, t.fireDue) }
 
 // fireDue fires every due schedule and returns how long to sleep. A claim
 // that comes back full means a backlog (many slots due at once): then

@@ -55,7 +55,7 @@ type Sweeper struct {
 	store  *store.Store
 	cfg    Config
 	logger *slog.Logger
-	kick   chan struct{}
+	wake   services.Signal
 	// plannedAt is when the next pass will run (monotonic nanoseconds since
 	// the sweeper started), so a grant kicks it only when needed.
 	plannedAt atomic.Int64
@@ -68,7 +68,7 @@ type Sweeper struct {
 
 // New builds a replica's sweeper.
 func New(st *store.Store, cfg Config, u services.Unit) *Sweeper {
-	return &Sweeper{Unit: u, store: st, cfg: cfg, logger: u.Logger(), kick: make(chan struct{}, 1), epoch: time.Now(),
+	return &Sweeper{Unit: u, store: st, cfg: cfg, logger: u.Logger(), wake: services.NewSignal(), epoch: time.Now(),
 		runs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gateway_sweeper_runs_total",
 			Help: "Sweeper passes this replica ran.",
@@ -93,29 +93,15 @@ func (sw *Sweeper) Collectors() []prometheus.Collector {
 }
 
 // Kick asks for a sweep pass now.
-func (sw *Sweeper) Kick() {
-	select {
-	case sw.kick <- struct{}{}:
-	default:
-	}
-}
+func (sw *Sweeper) Kick() { sw.wake.Notify() }
 
 // Run sweeps until ctx ends.
 func (sw *Sweeper) Run(ctx context.Context) error {
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-timer.C:
-		case <-sw.kick:
-			timer.Stop()
-		}
+	return services.RunPasses(ctx, sw.wake, func(ctx context.Context) time.Duration {
 		next := sw.pass(ctx)
 		sw.plannedAt.Store(int64(time.Since(sw.epoch) + next))
-		timer.Reset(next)
-	}
+		return next
+	})
 }
 
 // pass sweeps once and returns how long to sleep.

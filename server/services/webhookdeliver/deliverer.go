@@ -58,7 +58,7 @@ type Deliverer struct {
 	keyring *secretbox.Keyring
 	client  *http.Client
 	logger  *slog.Logger
-	kick    chan struct{}
+	wake    services.Signal
 	// tries, delivered and failed count this replica's tries (tests,
 	// metrics); a try cut short by shutdown is neither.
 	tries, delivered, failed atomic.Int64
@@ -82,7 +82,7 @@ const claimBatch = 32
 // New builds a replica's deliverer; keyring opens the targets' signing
 // secrets.
 func New(st *store.Store, cfg Config, keyring *secretbox.Keyring, u services.Unit) *Deliverer {
-	return &Deliverer{Unit: u, store: st, cfg: cfg, keyring: keyring, client: newClient(cfg), logger: u.Logger(), kick: make(chan struct{}, 1)}
+	return &Deliverer{Unit: u, store: st, cfg: cfg, keyring: keyring, client: newClient(cfg), logger: u.Logger(), wake: services.NewSignal()}
 }
 
 // errSecretUnavailable is a try not made because its signing secret does
@@ -105,39 +105,20 @@ func (d *Deliverer) signingKeys(c store.ClaimedDelivery) ([][]byte, error) {
 	return keys, nil
 }
 
-func (d *Deliverer) wake() {
-	select {
-	case d.kick <- struct{}{}:
-	default:
-	}
-}
-
 // Subscriptions: a delivery was queued, or a target changed.
 func (d *Deliverer) Subscriptions() []store.WakeupKind {
 	return []store.WakeupKind{store.WakeWebhooks}
 }
 
 // Wake looks for due deliveries again.
-func (d *Deliverer) Wake(store.Wakeup) { d.wake() }
+func (d *Deliverer) Wake(store.Wakeup) { d.wake.Notify() }
 
 // CatchUp looks for due deliveries again: a notice may have been missed.
-func (d *Deliverer) CatchUp() { d.wake() }
+func (d *Deliverer) CatchUp() { d.wake.Notify() }
 
 // Run delivers until ctx ends.
 func (d *Deliverer) Run(ctx context.Context) error {
-	for ctx.Err() == nil {
-		sleep := d.deliverDue(ctx)
-		timer := time.NewTimer(sleep)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return nil
-		case <-d.kick:
-		case <-timer.C:
-		}
-		timer.Stop()
-	}
-	return nil
+	return services.RunPasses(ctx, d.wake, d.deliverDue)
 }
 
 // deliverDue delivers everything due and returns how long to sleep.

@@ -31,7 +31,7 @@ type Watcher struct {
 	store  *store.Store
 	logger *slog.Logger
 	window func() time.Duration
-	kick   chan struct{}
+	signal services.Signal
 	// idle is true while it sleeps for lack of subscribers: only then does
 	// a WakeWebhooks notice (sent for every new delivery too) wake it.
 	idle atomic.Bool
@@ -40,17 +40,14 @@ type Watcher struct {
 // New builds a replica's watcher; window is how recently a worker must
 // have been seen to be online.
 func New(st *store.Store, window func() time.Duration, u services.Unit) *Watcher {
-	return &Watcher{Unit: u, store: st, logger: u.Logger(), window: window, kick: make(chan struct{}, 1)}
+	return &Watcher{Unit: u, store: st, logger: u.Logger(), window: window, signal: services.NewSignal()}
 }
 
 func (w *Watcher) wake(always bool) {
 	if !always && !w.idle.Load() {
 		return
 	}
-	select {
-	case w.kick <- struct{}{}:
-	default:
-	}
+	w.signal.Notify()
 }
 
 // Subscriptions: a target changed (or a delivery was queued).
@@ -66,23 +63,14 @@ func (w *Watcher) CatchUp() { w.wake(true) }
 
 // Run watches until ctx ends.
 func (w *Watcher) Run(ctx context.Context) error {
-	for ctx.Err() == nil {
+	return services.RunPasses(ctx, w.signal, func(ctx context.Context) time.Duration {
 		// A target may be created while the pass runs: its notice must
 		// not be dropped, so the pass counts as idle until it decides.
 		w.idle.Store(true)
 		sleep := w.pass(ctx)
 		w.idle.Store(sleep == services.SleepUntilWoken)
-		timer := time.NewTimer(sleep)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return nil
-		case <-w.kick:
-		case <-timer.C:
-		}
-		timer.Stop()
-	}
-	return nil
+		return sleep
+	})
 }
 
 func (w *Watcher) pass(ctx context.Context) time.Duration {
