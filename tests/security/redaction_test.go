@@ -117,7 +117,6 @@ type redactionRound struct {
 func TestWorkerTextRedacted(t *testing.T) {
 	t.Parallel()
 	g := harness.Start(t)
-	ctx := context.Background()
 	spec, err := api.GetSpec()
 	require.NoError(t, err)
 
@@ -141,24 +140,7 @@ func TestWorkerTextRedacted(t *testing.T) {
 		}
 	}
 
-	org := g.NewOrganization(t, "redaction")
-	issued, err := g.CA.IssueClient("redaction-worker", time.Hour)
-	require.NoError(t, err)
-	cert, err := tls.X509KeyPair(issued.CertPEM, issued.KeyPEM)
-	require.NoError(t, err)
-	pemText, capacity := string(issued.CertPEM), 10
-	created, err := g.Control.CreateWorkerWithResponse(ctx, apiclient.CreateWorkerRequest{Name: "redaction-worker",
-		WorkerType: "scanner", MaxConcurrentTasks: &capacity, CertificatePem: &pemText, OrganizationId: &org})
-	require.NoError(t, err)
-	require.Equal(t, http.StatusCreated, created.StatusCode(), string(created.Body))
-	worker := created.JSON201.Id
-	value := redactedValue
-	sec, err := g.Control.CreateSecretWithResponse(ctx, apiclient.CreateSecretRequest{OrganizationId: org, Name: redactedName, Value: &value})
-	require.NoError(t, err)
-	require.Equal(t, http.StatusCreated, sec.StatusCode(), string(sec.Body))
-	scope, err := g.Control.AddScopeTargetWithResponse(ctx, org, apiclient.CreateScopeTargetRequest{Kind: "domain", Value: "*.example"})
-	require.NoError(t, err)
-	require.Equal(t, http.StatusCreated, scope.StatusCode(), string(scope.Body))
+	org, worker, cert := newSecretHolder(t, g, "redaction", 10)
 	reader := scopedToken(t, g, org, "reader")
 	leaser := workerCaller{g: g, http: g.HTTPClient(&cert)}
 	// Every other round writes to a second replica, which did not hand out
@@ -194,6 +176,32 @@ func TestWorkerTextRedacted(t *testing.T) {
 		require.Contains(t, marked, must, "a reader's %s shows no redacted text", must)
 	}
 	searchConsoleTaskPages(t, g, reader, tasks)
+}
+
+// newSecretHolder makes an organization whose worker (of the given
+// capacity) may be handed tasks that reference the secret redactedName,
+// and whose scope lets it scan *.example.
+func newSecretHolder(t *testing.T, g *harness.Gateway, name string, capacity int) (org, worker uuid.UUID, cert tls.Certificate) {
+	t.Helper()
+	ctx := context.Background()
+	org = g.NewOrganization(t, name)
+	issued, err := g.CA.IssueClient(name+"-worker", time.Hour)
+	require.NoError(t, err)
+	cert, err = tls.X509KeyPair(issued.CertPEM, issued.KeyPEM)
+	require.NoError(t, err)
+	pemText := string(issued.CertPEM)
+	created, err := g.Control.CreateWorkerWithResponse(ctx, apiclient.CreateWorkerRequest{Name: name + "-worker",
+		WorkerType: "scanner", MaxConcurrentTasks: &capacity, CertificatePem: &pemText, OrganizationId: &org})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, created.StatusCode(), string(created.Body))
+	value := redactedValue
+	sec, err := g.Control.CreateSecretWithResponse(ctx, apiclient.CreateSecretRequest{OrganizationId: org, Name: redactedName, Value: &value})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, sec.StatusCode(), string(sec.Body))
+	scope, err := g.Control.AddScopeTargetWithResponse(ctx, org, apiclient.CreateScopeTargetRequest{Kind: "domain", Value: "*.example"})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, scope.StatusCode(), string(scope.Body))
+	return org, created.JSON201.Id, cert
 }
 
 // lease creates the round's two tasks and leases them.
@@ -558,41 +566,15 @@ func TestChangedAdvertisementIsRedactedAfterACachedOne(t *testing.T) {
 	t.Parallel()
 	g := harness.Start(t)
 	ctx := context.Background()
-	org := g.NewOrganization(t, "advertisement")
-	issued, err := g.CA.IssueClient("advertising-worker", time.Hour)
-	require.NoError(t, err)
-	cert, err := tls.X509KeyPair(issued.CertPEM, issued.KeyPEM)
-	require.NoError(t, err)
-	pemText, capacity := string(issued.CertPEM), 2
-	created, err := g.Control.CreateWorkerWithResponse(ctx, apiclient.CreateWorkerRequest{Name: "advertising-worker",
-		WorkerType: "scanner", MaxConcurrentTasks: &capacity, CertificatePem: &pemText, OrganizationId: &org})
-	require.NoError(t, err)
-	require.Equal(t, http.StatusCreated, created.StatusCode(), string(created.Body))
-	value := redactedValue
-	sec, err := g.Control.CreateSecretWithResponse(ctx, apiclient.CreateSecretRequest{OrganizationId: org, Name: redactedName, Value: &value})
-	require.NoError(t, err)
-	require.Equal(t, http.StatusCreated, sec.StatusCode(), string(sec.Body))
-	scope, err := g.Control.AddScopeTargetWithResponse(ctx, org, apiclient.CreateScopeTargetRequest{Kind: "domain", Value: "*.example"})
-	require.NoError(t, err)
-	require.Equal(t, http.StatusCreated, scope.StatusCode(), string(scope.Body))
+	org, worker, cert := newSecretHolder(t, g, "advertisement", 2)
 	w := workerCaller{g: g, http: g.HTTPClient(&cert)}
-	reader := scopedToken(t, g, org, "reader")
+	reader := g.ControlClient(t, scopedToken(t, g, org, "reader"))
 	shownVersion := func() string {
 		t.Helper()
-		req, err := http.NewRequest("GET", g.URL+"/v1/workers/"+created.JSON201.Id.String(), nil)
+		res, err := reader.GetWorkerWithResponse(ctx, worker)
 		require.NoError(t, err)
-		req.Header.Set("Authorization", "Bearer "+reader)
-		res, err := g.HTTPClient(nil).Do(req)
-		require.NoError(t, err)
-		body, err := io.ReadAll(res.Body)
-		res.Body.Close()
-		require.NoError(t, err)
-		require.Equal(t, http.StatusOK, res.StatusCode, string(body))
-		var worker struct {
-			SoftwareVersion string `json:"software_version"`
-		}
-		require.NoError(t, json.Unmarshal(body, &worker))
-		return worker.SoftwareVersion
+		require.Equal(t, http.StatusOK, res.StatusCode(), string(res.Body))
+		return *res.JSON200.SoftwareVersion
 	}
 	poll := func(version string, wait int) (leased int) {
 		var answer struct {
