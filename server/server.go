@@ -9,6 +9,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -523,15 +524,22 @@ func TLSConfig(cert tls.Certificate) *tls.Config {
 
 // NewHTTPServer wraps the handler with the timeouts a long-poll server needs.
 func (s *Server) NewHTTPServer(tlsConfig *tls.Config) *http.Server {
+	return HTTPServer(s.handler, tlsConfig, s.cfg, slog.NewLogLogger(s.logger.Handler(), slog.LevelDebug))
+}
+
+// HTTPServer is the http.Server a replica configured by cfg serves h with:
+// the timeouts a long-poll server needs (the benchmark's floor server
+// serves with the same).
+func HTTPServer(h http.Handler, tlsConfig *tls.Config, cfg Config, errorLog *log.Logger) *http.Server {
 	return &http.Server{
-		Handler:           s.handler,
+		Handler:           h,
 		TLSConfig:         tlsConfig,
 		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       s.cfg.RequestReadTimeout,
-		WriteTimeout:      s.cfg.MaxWait + 30*time.Second,
+		ReadTimeout:       cfg.RequestReadTimeout,
+		WriteTimeout:      cfg.MaxWait + 30*time.Second,
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelDebug),
+		ErrorLog:          errorLog,
 	}
 }
 

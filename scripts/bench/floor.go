@@ -189,10 +189,10 @@ func runFloor(ctx context.Context, ca *pki.CA, c throughputConfig, logf func(str
 	}
 
 	sh := newTPShared(c.tasks)
-	before := processUsage(pid)
+	before := readProcessCPU([]int{pid})
 	logf("floor: %d workers draining, batch %d", c.workers, c.batch)
 	stats := driveWorkers(ctx, "floor", workers, c, sh, logf)
-	after := processUsage(pid)
+	after := readProcessCPU([]int{pid})
 	done := sh.completed.Load()
 	summarizeDrain(r, stats, sh)
 	p := usageBetween(before, after, sh.wall())
@@ -216,20 +216,6 @@ func runFloor(ctx context.Context, ca *pki.CA, c throughputConfig, logf func(str
 		return r, fmt.Errorf("%s after %d of %d tasks", stopReason(ctx), done, c.tasks)
 	}
 	return r, nil
-}
-
-// processUsage reads this process's, the machine's and process pid's CPU
-// (pid's in the gateway slot, which the floor's figures are read from).
-func processUsage(pid int) usage {
-	u := usage{at: time.Now()}
-	u.selfCPU, _ = processCPU(os.Getpid())
-	if busy, steal, err := machineCPU(); err == nil {
-		u.machineBusy, u.machineSteal, u.haveMachine = busy, steal, true
-	}
-	if cpu, err := processCPU(pid); err == nil {
-		u.gatewayCPU, u.haveGW = cpu, true
-	}
-	return u
 }
 
 // floorVerification is what the floor server and the workers counted.

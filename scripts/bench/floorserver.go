@@ -114,19 +114,10 @@ func floorTLSConfig(cert tls.Certificate, clientCAs *x509.CertPool) *tls.Config 
 	return tc
 }
 
-// newFloorHTTPServer has the timeouts of the gateway's server
-// (Server.NewHTTPServer, with the default -max-wait of 25 s).
+// newFloorHTTPServer has the timeouts of the gateway's server with its
+// default configuration.
 func newFloorHTTPServer(h http.Handler, tc *tls.Config, logger *log.Logger) *http.Server {
-	return &http.Server{
-		Handler:           h,
-		TLSConfig:         tc,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      25*time.Second + 30*time.Second,
-		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          logger,
-	}
+	return server.HTTPServer(h, tc, server.DefaultConfig(), logger)
 }
 
 // floorServer answers the worker routes the throughput scenario uses with

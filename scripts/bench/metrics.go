@@ -206,13 +206,25 @@ type usage struct {
 
 // readCPU fills in the instant and the CPU counters.
 func (s *Stack) readCPU() usage {
+	u := readProcessCPU(s.gatewayPIDs())
+	if pid := s.PostmasterPID(); pid > 0 {
+		if cpu, err := clusterCPU(pid); err == nil {
+			u.pgCPU, u.havePG = cpu, true
+		}
+	}
+	return u
+}
+
+// readProcessCPU reads the instant, this process's and the machine's CPU,
+// and the CPU of the processes in the gateway's place (every replica, or
+// the floor server), summed.
+func readProcessCPU(gatewayPIDs []int) usage {
 	u := usage{at: time.Now()}
 	u.selfCPU, _ = processCPU(os.Getpid())
 	if busy, steal, err := machineCPU(); err == nil {
 		u.machineBusy, u.machineSteal, u.haveMachine = busy, steal, true
 	}
-	// Every gateway replica's CPU, summed.
-	for _, pid := range s.gatewayPIDs() {
+	for _, pid := range gatewayPIDs {
 		cpu, err := processCPU(pid)
 		if err != nil {
 			u.gatewayCPU, u.haveGW = 0, false
@@ -220,11 +232,6 @@ func (s *Stack) readCPU() usage {
 		}
 		u.gatewayCPU += cpu
 		u.haveGW = true
-	}
-	if pid := s.PostmasterPID(); pid > 0 {
-		if cpu, err := clusterCPU(pid); err == nil {
-			u.pgCPU, u.havePG = cpu, true
-		}
 	}
 	return u
 }
