@@ -225,7 +225,7 @@ func currentLiveLease(ctx context.Context, ex core.Executor, ref AttemptRef) (Le
 	if err != nil {
 		return LeaseStatus{}, fmt.Errorf("read lease: %w", err)
 	}
-	st.State, st.LeaseTTL, st.LeaseDuration = LeaseActive, lease.Seconds(ttl), time.Duration(leaseSecs)*time.Second
+	st.State, st.LeaseTTL, st.LeaseDuration = LeaseActive, core.Seconds(ttl), time.Duration(leaseSecs)*time.Second
 	if cancelling {
 		st.State = LeaseCancelRequested
 	}

@@ -40,7 +40,7 @@ func scanUpload(row pgx.Row) (Upload, error) {
 	var in float64
 	err := row.Scan(&u.ID, &u.TaskID, &u.AttemptID, &u.OrganizationID, &u.ObjectKey, &u.Name, &u.ContentType,
 		&u.SizeBytes, &u.SHA256, &u.Status, &u.ExpiresAt, &in, &u.FileID)
-	u.ExpiresIn = lease.Seconds(in)
+	u.ExpiresIn = core.Seconds(in)
 	return u, err
 }
 
@@ -130,7 +130,7 @@ func scanUploadWith(row pgx.Row, extra ...any) (Upload, error) {
 	dest := append([]any{&u.ID, &u.TaskID, &u.AttemptID, &u.OrganizationID, &u.ObjectKey, &u.Name, &u.ContentType,
 		&u.SizeBytes, &u.SHA256, &u.Status, &u.ExpiresAt, &in, &u.FileID}, extra...)
 	err := row.Scan(dest...)
-	u.ExpiresIn = lease.Seconds(in)
+	u.ExpiresIn = core.Seconds(in)
 	return u, err
 }
 

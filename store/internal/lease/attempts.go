@@ -100,7 +100,7 @@ func renew(ctx context.Context, ex core.Executor, refs []AttemptRef) ([]LeaseSta
 		if expires != nil {
 			st.LeaseExpiresAt = *expires
 		}
-		st.LeaseTTL = Seconds(ttl)
+		st.LeaseTTL = core.Seconds(ttl)
 		st.LeaseDuration = time.Duration(leaseSecs) * time.Second
 		out = append(out, st)
 	}

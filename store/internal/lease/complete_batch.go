@@ -276,7 +276,7 @@ func (s *Engine) completeFenced(ctx context.Context, ps []CompleteParams, valid 
 			switch state {
 			case core.TaskRetryWait:
 				res.RetryAt = &availableAt
-				wakeups = append(wakeups, core.Wakeup{Kind: core.WakeOrganizationAt, Organization: e.organizationID, Delay: Seconds(delay)})
+				wakeups = append(wakeups, core.Wakeup{Kind: core.WakeOrganizationAt, Organization: e.organizationID, Delay: core.Seconds(delay)})
 			case core.TaskPending:
 				wakeups = append(wakeups, core.Wakeup{Kind: core.WakeOrganization, Organization: e.organizationID, Count: 1})
 			}

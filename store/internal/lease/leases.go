@@ -121,16 +121,14 @@ func scanLease(row pgx.Row, tokens []string) (Lease, int, error) {
 		return Lease{}, 0, fmt.Errorf("lease %s has token slot %d of %d", l.AttemptID, slot, len(tokens))
 	}
 	l.LeaseToken = tokens[slot-1]
-	l.LeaseTTL = Seconds(ttl)
+	l.LeaseTTL = core.Seconds(ttl)
 	l.LeaseDuration = time.Duration(leaseSeconds) * time.Second
-	l.Task.ExecutionDeadlineAt, l.Task.ExecutionDeadlineIn = execAt, OptSeconds(execIn)
-	l.Task.AttemptDeadlineAt, l.Task.AttemptDeadlineIn = attemptAt, OptSeconds(attemptIn)
+	l.Task.ExecutionDeadlineAt, l.Task.ExecutionDeadlineIn = execAt, core.OptSeconds(execIn)
+	l.Task.AttemptDeadlineAt, l.Task.AttemptDeadlineIn = attemptAt, core.OptSeconds(attemptIn)
 	return l, slot, nil
 }
 
 // Seconds and OptSeconds are the core's (core/durations.go).
-func Seconds(s float64) time.Duration      { return core.Seconds(s) }
-func OptSeconds(s *float64) *time.Duration { return core.OptSeconds(s) }
 
 // AcquireLeases leases up to p.MaxTasks tasks to a worker in one transaction:
 // it locks the worker row (serialising the worker's own polls, so capacity

@@ -146,13 +146,13 @@ func (s *Engine) SweepExpired(ctx context.Context, limit int) (SweepResult, erro
 		if err := tx.QueryRow(ctx, nextDueSQL).Scan(&dueIn); err != nil {
 			return fmt.Errorf("next due: %w", err)
 		}
-		res.NextDueIn = OptSeconds(dueIn)
+		res.NextDueIn = core.OptSeconds(dueIn)
 		var wakeups []core.Wakeup
 		for w := range workers {
 			wakeups = append(wakeups, core.Wakeup{Kind: core.WakeCapacity, Worker: w})
 		}
 		for org, d := range retryIn {
-			wakeups = append(wakeups, core.Wakeup{Kind: core.WakeOrganizationAt, Organization: org, Delay: Seconds(d)})
+			wakeups = append(wakeups, core.Wakeup{Kind: core.WakeOrganizationAt, Organization: org, Delay: core.Seconds(d)})
 		}
 		return core.Notify(ctx, tx, wakeups...)
 	})
@@ -177,7 +177,7 @@ func (s *Engine) NextLeasableIn(ctx context.Context) (map[uuid.UUID]time.Duratio
 		if err := rows.Scan(&org, &in); err != nil {
 			return nil, err
 		}
-		out[org] = Seconds(in)
+		out[org] = core.Seconds(in)
 	}
 	return out, rows.Err()
 }
