@@ -183,7 +183,7 @@ func (s *Server) redactWorkerText(h *handlers) api.StrictMiddlewareFunc {
 // checkWorkerTextRules refuses a contract with a worker operation that has a
 // request body and no rule.
 func checkWorkerTextRules(rules map[string]workerTextRule) error {
-	spec, err := api.GetSpec()
+	spec, err := loadSpec()
 	if err != nil {
 		return err
 	}

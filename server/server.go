@@ -458,14 +458,18 @@ var registerFormats = sync.OnceFunc(func() {
 	openapi3.DefineStringFormatValidator("uuid", openapi3.NewRegexpFormatValidator(openapi3.FormatOfStringForUUIDOfRFC9562))
 })
 
-// loadSpec returns the embedded contract ready for validation.
+// loadSpec returns the embedded contract ready for validation: one
+// document per process, parsed on first use and read-only after, which every
+// router, validator and permission check of every Server shares. Parsing it
+// is the most expensive step of New (190 kB of YAML), and New runs
+// once per gateway a test starts.
 //
 // The contract is OpenAPI 3.1 (for the mutualTLS security scheme), but its
 // schemas use nothing 3.1 added. kin-openapi validates a 3.1 document by
 // compiling a JSON Schema 2020-12 validator on every request, with no cache,
 // which cost about a third of the gateway's CPU per request; labelled 3.0 it
 // validates the same schemas with its own validator.
-func loadSpec() (*openapi3.T, error) {
+var loadSpec = sync.OnceValues(func() (*openapi3.T, error) {
 	registerFormats()
 	spec, err := api.GetSpec()
 	if err != nil {
@@ -474,7 +478,7 @@ func loadSpec() (*openapi3.T, error) {
 	spec.Servers = nil // validate paths whatever host the gateway is reached by
 	spec.OpenAPI = "3.0.3"
 	return spec, nil
-}
+})
 
 // Run runs the replica's background work — the LISTEN connection feeding the
 // hub and waking the services, and every service of the list
