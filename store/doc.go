@@ -15,12 +15,14 @@
 //     state machines (transitions.go, scantransitions.go), wake-ups
 //     (notify.go), the audit context and record (auditctx.go,
 //     auditrecord.go), creation idempotency (idempotency.go), the one
-//     webhook emitter (events.go), the Tenant and its SQL predicate
-//     (tenant.go, see Isolation) and the one page helper of every listing
+//     webhook emitter (events.go), the Tenant and its SQL predicate and
+//     the worker visibility rule (tenant.go, see Isolation), the queue's
+//     rule (queue.go, see Shape), the plan settings of the statements that
+//     walk an index (plans.go) and the one page helper of every listing
 //     (listing.go, cursor.go, see Listings);
 //   - internal/fencing: the fencing predicates (see Fencing), on the core;
 //   - internal/lease: the lease engine — acquisition and the queue walk
-//     (leases.go, queue.go), heartbeats and starts (attempts.go,
+//     (leases.go), heartbeats and starts (attempts.go,
 //     heartbeat_batch.go), completion (complete.go, complete_batch.go),
 //     the group-commit batchers (batchers.go), lease tokens
 //     (leasetoken.go), the expiry sweep and queue upkeep (sweep.go,
@@ -136,7 +138,7 @@
 // acquisition walk and the deadline sweep — lock queue rows before their
 // tasks, against that order, and so never wait for a task: they take it
 // with SKIP LOCKED and leave a held one to its holder
-// (internal/lease/queue.go).
+// (internal/core/queue.go).
 // Schedule rows come before all of these: a claim or a manual run locks
 // the schedule, then creates its task or scan (see Schedules). Recording a
 // scan's history takes, after the scan's row, a transaction-scoped
@@ -158,7 +160,7 @@
 //   - worker_task_queue holds the leasable tasks only, with the columns the
 //     walk orders and filters by. The acquisition walks it per organization
 //     and lease class and deletes what it leases; retries, releases and
-//     redrives insert into it (internal/lease/queue.go has the rule and who
+//     redrives insert into it (internal/core/queue.go has the rule and who
 //     keeps it). A
 //     lease class is what decides who may run a task — its type, required
 //     capabilities, label selector and pinned worker (migration 000019) —
@@ -187,10 +189,11 @@
 //     (capacity, repeated polls) — so ending an attempt writes entries to
 //     the first two alone (migration 000013).
 //   - The walks must read indexes in order and stop early; statements that
-//     walk run with sequential and bitmap scans off (orderedScansSQL), since
-//     a plan made from the statistics of a table just filled in bulk read a
-//     whole class and sorted it. The hot statements run on generic plans
-//     (lease.GenericPlanSQL, byIDPlanSQL in internal/lease: planning cost more than running them),
+//     walk run with sequential and bitmap scans off (core.OrderedScansSQL,
+//     internal/core/plans.go), since a plan made from the statistics of a
+//     table just filled in bulk read a whole class and sorted it. The hot
+//     statements run on generic plans (core.GenericPlanSQL; byIDPlanSQL in
+//     internal/lease: planning cost more than running them),
 //     written so that a plan made on small tables stays right as they grow:
 //     lookups by id are lateral subqueries, which cannot be turned around.
 //   - A connection is warmed when it opens (WarmConnections): the hot
@@ -255,7 +258,7 @@
 //     platform's own and act on every organization.
 //
 // Workers are shared infrastructure, so their rule is written out
-// (workerVisibleTo in workeraccess.go):
+// (core.WorkerVisibleTo in internal/core/tenant.go):
 //
 //   - An organization sees a worker it owns, one assigned to it, and one its
 //     owner granted it. Of a worker that serves several organizations it

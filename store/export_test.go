@@ -24,7 +24,7 @@ func (s *Store) FireDueSchedulesAt(ctx context.Context, now time.Time, limit int
 // under the plan settings it runs with.
 var (
 	LeaseCandidatesSQL = lease.LeaseCandidatesSQL
-	GenericPlanSQL     = lease.GenericPlanSQL
+	GenericPlanSQL     = core.GenericPlanSQL
 )
 
 // LockAssignmentsSQL and ReplayLeasesSQL let a test explain the other

@@ -67,7 +67,7 @@ func checkPinnedWorker(ctx context.Context, ex core.Executor, field string, org 
 		return nil
 	}
 	var visible bool
-	if err := ex.QueryRow(ctx, `SELECT `+workerVisibleTo("$1::uuid", "$2::uuid"), *worker, org).Scan(&visible); err != nil {
+	if err := ex.QueryRow(ctx, `SELECT `+core.WorkerVisibleTo("$1::uuid", "$2::uuid"), *worker, org).Scan(&visible); err != nil {
 		return fmt.Errorf("check pinned worker: %w", err)
 	}
 	if !visible {

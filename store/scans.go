@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/worker-gateway/gateway/store/internal/core"
-	"github.com/worker-gateway/gateway/store/internal/lease"
 )
 
 // ScanPlugin is one step of a scan.
@@ -111,7 +110,7 @@ func createScan(ctx context.Context, tx pgx.Tx, p CreateScanParams) (uuid.UUID, 
 			asset_targets, scope_key)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
 		ON CONFLICT (organization_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-		RETURNING id`, p.OrganizationID, string(targets), p.Priority, lease.NullString(p.IdempotencyKey), p.RequestSHA256,
+		RETURNING id`, p.OrganizationID, string(targets), p.Priority, core.NullString(p.IdempotencyKey), p.RequestSHA256,
 		tr.Kind, tr.ScheduleID, tr.ScheduleVersion, tr.SlotAt, tr.TokenID,
 		string(assetTargets), scanScopeKey(p, assetValues)).Scan(&id)
 	switch {
@@ -315,7 +314,7 @@ func cancelScan(ctx context.Context, tx pgx.Tx, id uuid.UUID, errorCode string) 
 		WHERE t.scan_id = $1 AND t.state IN (`+core.FromStates(EventCancelQueued)+`, `+core.FromStates(EventCancelActive)+`)`, id, errorCode); err != nil {
 		return false, fmt.Errorf("cancel scan tasks: %w", err)
 	}
-	if _, err := tx.Exec(ctx, lease.DequeueSQL("t.scan_id = $1"), id); err != nil {
+	if _, err := tx.Exec(ctx, core.DequeueSQL("t.scan_id = $1"), id); err != nil {
 		return false, fmt.Errorf("dequeue cancelled scan tasks: %w", err)
 	}
 	if _, err := tx.Exec(ctx, `UPDATE scan_jobs j SET state = '`+string(ScanJobCancelled)+`', completed_at = now(), updated_at = now()

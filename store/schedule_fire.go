@@ -14,7 +14,6 @@ import (
 
 	"github.com/worker-gateway/gateway/internal/slots"
 	"github.com/worker-gateway/gateway/store/internal/core"
-	"github.com/worker-gateway/gateway/store/internal/lease"
 )
 
 // runActiveSQL: the schedule s's latest run has not ended (overlap policy).
@@ -99,7 +98,7 @@ func (s *Store) fireDueSchedules(ctx context.Context, at *time.Time, limit int) 
 		// statements of advance_scan were planned again on every call
 		// (their custom plans looked cheaper), and planning cost more than
 		// running them.
-		if _, err := tx.Exec(ctx, lease.GenericPlanSQL); err != nil {
+		if _, err := tx.Exec(ctx, core.GenericPlanSQL); err != nil {
 			return fmt.Errorf("claim schedules: %w", err)
 		}
 		rows, err := tx.Query(ctx, claimSchedulesSQL, at, limit)

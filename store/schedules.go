@@ -14,7 +14,6 @@ import (
 
 	"github.com/worker-gateway/gateway/internal/slots"
 	"github.com/worker-gateway/gateway/store/internal/core"
-	"github.com/worker-gateway/gateway/store/internal/lease"
 )
 
 // OverlapPolicy says what a slot does while the schedule's previous run is
@@ -506,7 +505,7 @@ func (s *Store) CreateSchedule(ctx context.Context, tenant Tenant, org uuid.UUID
 			INSERT INTO schedules (id, organization_id, name, cron_expr, interval_seconds, interval_anchor, time_zone,
 				jitter_seconds, start_at, end_at, overlap_policy, catch_up_policy, next_slot_at, next_fire_at)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
-			id, org, p.Name, lease.NullString(c.timing.Cron), nullInt(c.timing.IntervalSeconds), c.slots.Anchor, c.timing.TimeZone,
+			id, org, p.Name, core.NullString(c.timing.Cron), nullInt(c.timing.IntervalSeconds), c.slots.Anchor, c.timing.TimeZone,
 			c.timing.JitterSeconds, c.timing.StartAt, c.timing.EndAt, string(c.timing.Overlap), string(c.timing.CatchUp), slot, fire)
 		if core.IsForeignKeyViolation(err) {
 			return core.MissingOrganization(tenant, org)
@@ -609,7 +608,7 @@ func (s *Store) UpdateSchedule(ctx context.Context, tenant Tenant, id uuid.UUID,
 			if _, err := tx.Exec(ctx, `UPDATE schedules SET cron_expr = $2, interval_seconds = $3, interval_anchor = $4,
 				time_zone = $5, jitter_seconds = $6, start_at = $7, end_at = $8, overlap_policy = $9, catch_up_policy = $10,
 				next_slot_at = $11, next_fire_at = $12 WHERE id = $1`,
-				id, lease.NullString(c.timing.Cron), nullInt(c.timing.IntervalSeconds), c.slots.Anchor, c.timing.TimeZone,
+				id, core.NullString(c.timing.Cron), nullInt(c.timing.IntervalSeconds), c.slots.Anchor, c.timing.TimeZone,
 				c.timing.JitterSeconds, c.timing.StartAt, c.timing.EndAt, string(c.timing.Overlap), string(c.timing.CatchUp),
 				slot, fire); err != nil {
 				return fmt.Errorf("update schedule timing: %w", err)

@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/worker-gateway/gateway/store/internal/core"
-	"github.com/worker-gateway/gateway/store/internal/lease"
 	"github.com/worker-gateway/gateway/store/internal/secrets"
 )
 
@@ -187,9 +186,9 @@ func createTask(ctx context.Context, tx pgx.Tx, p CreateTaskParams) (Task, bool,
 		SELECT `+taskColumns+` FROM created t`,
 		p.TaskType, p.OrganizationID, p.ScanID, p.ScanJobID, string(p.RequiredCapabilities), string(p.Payload),
 		p.Priority, p.Delay.Seconds(), execTimeout, p.MaxAttempts, p.LeaseDurationSeconds,
-		p.AttemptTimeoutSeconds, p.RetryBaseSeconds, p.RetryMaxSeconds, lease.NullString(p.IdempotencyKey), p.RequestSHA256,
+		p.AttemptTimeoutSeconds, p.RetryBaseSeconds, p.RetryMaxSeconds, core.NullString(p.IdempotencyKey), p.RequestSHA256,
 		string(p.CriticalCapabilities), tr.Kind, tr.ScheduleID, tr.ScheduleVersion, tr.SlotAt, tr.TokenID, secrets.RefsArg(p.SecretRefs),
-		lease.NullJSON(selector), p.PinnedWorkerID)
+		core.NullJSON(selector), p.PinnedWorkerID)
 	task, err := scanTask(row)
 	switch {
 	case err == nil:
@@ -411,7 +410,7 @@ func (s *Store) ListTasks(ctx context.Context, tenant Tenant, p ListTasksParams)
 
 // cancelTaskSetSQL is the cancel edge's change to a task row t: a queued
 // task is cancelled at once, one a worker holds becomes cancelling. The
-// transaction must also take cancelled tasks off the queue (lease.DequeueSQL).
+// transaction must also take cancelled tasks off the queue (core.DequeueSQL).
 var cancelTaskSetSQL = `
 	state = CASE WHEN t.state IN (` + core.FromStates(EventCancelQueued) + `)
 		THEN '` + string(TaskTransitions[EventCancelQueued].To) + `'
@@ -433,7 +432,7 @@ func (s *Store) CancelTask(ctx context.Context, tenant Tenant, id uuid.UUID) (Ta
 				AND t.state IN (`+core.FromStates(EventCancelQueued)+`, `+core.FromStates(EventCancelActive)+`)
 			RETURNING `+taskColumns, id, tenant.Arg()))
 		if err == nil {
-			if _, err := tx.Exec(ctx, lease.DequeueSQL("t.id = $1"), id); err != nil {
+			if _, err := tx.Exec(ctx, core.DequeueSQL("t.id = $1"), id); err != nil {
 				return fmt.Errorf("dequeue cancelled task: %w", err)
 			}
 			return nil
