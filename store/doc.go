@@ -74,12 +74,12 @@
 //
 //   - internal/scanscope: scope entries, matching targets and assets in
 //     every spelling, what a payload names (internal/targetscope,
-//     targetscope.go, scanhistory.go, ingest.go call it);
+//     internal/work, targetscope.go, ingest.go call it);
 //   - internal/slots: cron and interval slots, jitter, the slots due after
 //     a downtime and their grace (schedules.go, schedule_fire.go,
 //     schedule_limits.go);
 //   - internal/labels: label keys and values, a selector's canonical form
-//     (labels.go, workers.go).
+//     (labels.go, workers.go, internal/work/placement.go).
 //
 // # Fencing
 //
@@ -354,7 +354,7 @@
 //     back to it. A claim's fires are written in a batch (a few set-based
 //     statements for all its scans, jobs and fire rows,
 //     schedule_fire_batch.go); a conflict or a refused run sends the claim
-//     back to one slot at a time (createTask / createScan in a savepoint
+//     back to one slot at a time (work.CreateTask / work.CreateScan in a savepoint
 //     each), which has the answer to each. Slots are decided on the
 //     database's now(); tests pass a time instead (FireDueSchedulesAt).
 //   - Policies. Overlap (the latest run still active): skip records the
@@ -434,8 +434,8 @@
 //     completion (moveTasksSQL in internal/lease/complete_batch.go) says so where it
 //     moves the task.
 //   - Scan history (record_scan_history, compare_scan_history; which scans
-//     compare, in what order, one scope key at a time: scanScopeKey in
-//     scanhistory.go, internal/history/changes.go):
+//     compare, in what order, one scope key at a time: work.ScanScopeKey in
+//     internal/work/scope.go, internal/history/changes.go):
 //     SQL, called by advance_scan when a scan completes: set-based diffing
 //     over the snapshots, which a Go port would fetch and write back.
 //   - Schedule wake-up when a queued slot's run ends:
@@ -463,7 +463,7 @@
 // See record_scan_history and compare_scan_history above, and
 // internal/history (changes.go; assets, threats and the asset graph in
 // assets.go; exclusions in exclusions.go). The scope key a scan is created
-// with is scanScopeKey (scanhistory.go).
+// with is work.ScanScopeKey (internal/work/scope.go).
 //
 // A redrive of a scan's job (RetryTask, reopenScanForRedrive) locks the
 // task, then the scan, and only then reads whether another job of the scan

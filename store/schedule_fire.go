@@ -14,6 +14,7 @@ import (
 
 	"github.com/worker-gateway/gateway/internal/slots"
 	"github.com/worker-gateway/gateway/store/internal/core"
+	"github.com/worker-gateway/gateway/store/internal/work"
 )
 
 // runActiveSQL: the schedule s's latest run has not ended (overlap policy).
@@ -367,7 +368,7 @@ func createRun(ctx context.Context, tx pgx.Tx, org uuid.UUID, def ScheduleDefini
 			return false, fmt.Errorf("schedule %s: scan definition missing", f.ScheduleID)
 		}
 		var id uuid.UUID
-		id, replayed, err = createScan(ctx, tx, scheduledScanParams(org, def.Scan, &tr, key))
+		id, replayed, err = work.CreateScan(ctx, tx, scheduledScanParams(org, def.Scan, &tr, key))
 		if err != nil {
 			return false, fmt.Errorf("schedule %s: create scan: %w", f.ScheduleID, err)
 		}
@@ -378,7 +379,7 @@ func createRun(ctx context.Context, tx pgx.Tx, org uuid.UUID, def ScheduleDefini
 		}
 		d := def.Task
 		var task Task
-		task, replayed, err = createTask(ctx, tx, CreateTaskParams{OrganizationID: org, TaskType: d.TaskType, Payload: d.Payload,
+		task, replayed, err = work.CreateTask(ctx, tx, CreateTaskParams{OrganizationID: org, TaskType: d.TaskType, Payload: d.Payload,
 			RequiredCapabilities: d.RequiredCapabilities, Priority: d.Priority, MaxAttempts: d.MaxAttempts,
 			LeaseDurationSeconds: d.LeaseDurationSeconds, AttemptTimeoutSeconds: d.AttemptTimeoutSeconds,
 			ExecutionTimeout: time.Duration(d.ExecutionTimeoutSeconds) * time.Second,

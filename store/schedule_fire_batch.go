@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/worker-gateway/gateway/store/internal/targetscope"
+	"github.com/worker-gateway/gateway/store/internal/work"
 )
 
 // The fast path of a claim's fires. Firing one slot at a time costs five
@@ -19,7 +20,7 @@ import (
 // claim's fires are instead decided first, as if every run succeeds, and
 // written together: all scans and their jobs in one statement, all first
 // jobs started in one, all fire rows in one. Tasks are still created one
-// by one (createTask), inside the same savepoint.
+// by one (work.CreateTask), inside the same savepoint.
 //
 // The optimism is checked, not assumed: when a slot turns out to have
 // fired already (its fire row conflicts), a run's data is refused, or a
@@ -150,7 +151,7 @@ func (b *fireBatch) run(ctx context.Context, tx pgx.Tx, c *claimed, slot time.Ti
 	return nil
 }
 
-// checkScope holds a scan to its organization's scope, as createScan does.
+// checkScope holds a scan to its organization's scope, as work.CreateScan does.
 func (b *fireBatch) checkScope(ctx context.Context, tx pgx.Tx, p CreateScanParams) error {
 	ts, ok := b.scopes[p.OrganizationID]
 	if !ok {
@@ -163,7 +164,7 @@ func (b *fireBatch) checkScope(ctx context.Context, tx pgx.Tx, p CreateScanParam
 		}
 		b.scopes[p.OrganizationID] = ts
 	}
-	return checkScanScopeIn(ts, p, nil) // a scheduled scan names no assets
+	return work.CheckScanScopeIn(ts, p, nil) // a scheduled scan names no assets
 }
 
 // record is claimed.record for the batch.
@@ -173,7 +174,7 @@ func (b *fireBatch) record(c *claimed, slot time.Time, outcome, reason string, m
 		Trigger: TriggerSchedule, Outcome: outcome, SkipReason: reason, MissedSlots: missed})
 }
 
-// createScansSQL creates scans and their jobs from arrays, as createScan
+// createScansSQL creates scans and their jobs from arrays, as work.CreateScan
 // does one at a time; advance_scan then starts each scan's first job.
 const createScansSQL = `
 WITH scan AS (
@@ -276,7 +277,7 @@ func (b *fireBatch) createScans(ctx context.Context, tx pgx.Tx) error {
 		}
 		ids[i], orgs[i], targets[i], priorities[i] = s.id, s.OrganizationID, string(t), s.Priority
 		schedules[i], versions[i], slots[i] = *s.Trigger.ScheduleID, *s.Trigger.ScheduleVersion, *s.Trigger.SlotAt
-		scopeKeys[i] = scanScopeKey(s.CreateScanParams, nil)
+		scopeKeys[i] = work.ScanScopeKey(s.CreateScanParams, nil)
 		for pos, p := range s.Plugins {
 			jobScans, jobOrgs = append(jobScans, s.id), append(jobOrgs, s.OrganizationID)
 			positions, names, timeouts = append(positions, pos), append(names, p.Name), append(timeouts, p.TimeoutSeconds)
@@ -293,7 +294,7 @@ func (b *fireBatch) createScans(ctx context.Context, tx pgx.Tx) error {
 	return nil
 }
 
-// jsonOrEmpty is a JSON value, or {} when absent (as createScan stores it).
+// jsonOrEmpty is a JSON value, or {} when absent (as work.CreateScan stores it).
 func jsonOrEmpty(v json.RawMessage) string {
 	if len(v) == 0 {
 		return `{}`

@@ -14,6 +14,7 @@ import (
 
 	"github.com/worker-gateway/gateway/internal/slots"
 	"github.com/worker-gateway/gateway/store/internal/core"
+	"github.com/worker-gateway/gateway/store/internal/work"
 )
 
 // OverlapPolicy says what a slot does while the schedule's previous run is
@@ -35,66 +36,6 @@ const (
 	CatchUpOnce CatchUpPolicy = "once" // one run for all missed slots
 	CatchUpSkip CatchUpPolicy = "skip" // missed slots are skipped
 )
-
-// TriggerKind says what caused a scan or task.
-type TriggerKind string
-
-// Trigger kinds.
-const (
-	TriggerSchedule TriggerKind = "schedule"
-	TriggerManual   TriggerKind = "manual"
-	TriggerAPI      TriggerKind = "api"
-)
-
-// Trigger is what caused a scan or task: a schedule's slot, a manual run of
-// a schedule, or an API call, and the token that asked.
-type Trigger struct {
-	Kind            TriggerKind
-	ScheduleID      *uuid.UUID
-	ScheduleVersion *int
-	SlotAt          *time.Time
-	TokenID         *uuid.UUID
-}
-
-// triggerColumns are a task's or scan's trigger columns, read by
-// triggerRow; only control-plane reads select them (see "Shape" in doc.go).
-func triggerColumns(alias string) string {
-	return alias + ".trigger_kind, " + alias + ".trigger_schedule_id, " + alias + ".trigger_schedule_version, " +
-		alias + ".trigger_slot_at, " + alias + ".trigger_token_id"
-}
-
-// triggerRow receives triggerColumns.
-type triggerRow struct {
-	kind     *string
-	schedule *uuid.UUID
-	version  *int
-	slot     *time.Time
-	token    *uuid.UUID
-}
-
-func (r *triggerRow) dest() []any {
-	return []any{&r.kind, &r.schedule, &r.version, &r.slot, &r.token}
-}
-
-// trigger is nil for rows written before triggers were recorded.
-func (r *triggerRow) trigger() *Trigger {
-	if r.kind == nil {
-		return nil
-	}
-	return &Trigger{Kind: TriggerKind(*r.kind), ScheduleID: r.schedule, ScheduleVersion: r.version, SlotAt: r.slot, TokenID: r.token}
-}
-
-// orAPI is the trigger to record: an API call unless told otherwise.
-func (t *Trigger) orAPI() Trigger {
-	var out Trigger
-	if t != nil {
-		out = *t
-	}
-	if out.Kind == "" {
-		out.Kind = TriggerAPI
-	}
-	return out
-}
 
 // ScheduleKind is what a schedule creates.
 type ScheduleKind string
@@ -302,7 +243,7 @@ func compileSchedule(p ScheduleParams) (compiled, error) {
 	}
 	if tk := p.Definition.Task; tk != nil && tk.LabelSelector != nil {
 		// Stored canonical, as the tasks it creates will carry it.
-		canonical, err := canonicalSelector("definition.task.label_selector", tk.LabelSelector)
+		canonical, err := work.CanonicalSelector("definition.task.label_selector", tk.LabelSelector)
 		if err != nil {
 			return c, err
 		}
@@ -537,7 +478,7 @@ func checkSchedulePin(ctx context.Context, tx pgx.Tx, org uuid.UUID, d ScheduleD
 	if d.Task == nil {
 		return nil
 	}
-	return checkPinnedWorker(ctx, tx, "definition.task.pinned_worker_id", org, d.Task.PinnedWorkerID)
+	return work.CheckPinnedWorker(ctx, tx, "definition.task.pinned_worker_id", org, d.Task.PinnedWorkerID)
 }
 
 // checkScheduleScope refuses a definition whose scan or scanner task names
@@ -547,9 +488,9 @@ func checkSchedulePin(ctx context.Context, tx pgx.Tx, org uuid.UUID, d ScheduleD
 func checkScheduleScope(ctx context.Context, tx pgx.Tx, org uuid.UUID, d ScheduleDefinition) error {
 	switch {
 	case d.Scan != nil:
-		return checkScanScope(ctx, tx, scheduledScanParams(org, d.Scan, nil, runKey{}), nil)
+		return work.CheckScanScope(ctx, tx, scheduledScanParams(org, d.Scan, nil, runKey{}), nil)
 	case d.Task != nil:
-		return checkTaskScope(ctx, tx, CreateTaskParams{OrganizationID: org, TaskType: d.Task.TaskType, Payload: d.Task.Payload})
+		return work.CheckTaskTargets(ctx, tx, org, d.Task.TaskType, d.Task.Payload)
 	}
 	return nil
 }
