@@ -49,12 +49,25 @@
 //     Store embeds (see Scan history). Ingestion is worker-facing and stays
 //     in this package (ingest.go, beside results.go), as does a redrive's
 //     reopening of a scan (scanhistory.go, part of RetryTask);
-//   - this package: the rest of the control plane (tasks, scans,
-//     schedules, workers, organizations, tokens…),
+//   - internal/work: creating work — a task (tasks.go), a scan and its
+//     jobs (scans.go), what caused them (trigger.go), and what every
+//     creation checks: the scan scope and a scan's scope key (scope.go), a
+//     task's label selector and pinned worker (placement.go). It runs in
+//     its caller's transaction and is shared by this package's CreateTask
+//     and CreateScan and by a schedule's fire, below both; it embeds
+//     nothing, and this package names its types (work.go);
+//   - internal/schedules: schedules, their versions and history
+//     (schedules.go), the claim that fires due slots and manual runs
+//     (fire.go, its batched fast path fire_batch.go) and the limits
+//     (limits.go) — the Calendar the Store embeds (see Schedules). A fire
+//     creates its run with internal/work;
+//   - this package: the rest of the control plane (reading, cancelling
+//     and redriving tasks and scans, workers, organizations, tokens…),
 //     the worker-facing verbs not yet moved (results, logs, uploads), and
 //     the names callers use for what lives below (core.go, lease.go,
 //     tenant.go, cursor.go, errors.go, secrets.go, webhooks.go,
-//     targetscope.go, scopepolicy.go, history.go); this package's own
+//     targetscope.go, scopepolicy.go, history.go, work.go,
+//     schedules.go); this package's own
 //     files call the packages below by their own names (core.Notify,
 //     lease.TokenHash…), with no second name. Only the lease engine and these worker verbs may
 //     import internal/fencing; a control-plane domain under internal/
@@ -76,8 +89,7 @@
 //     every spelling, what a payload names (internal/targetscope,
 //     internal/work, targetscope.go, ingest.go call it);
 //   - internal/slots: cron and interval slots, jitter, the slots due after
-//     a downtime and their grace (schedules.go, schedule_fire.go,
-//     schedule_limits.go);
+//     a downtime and their grace (internal/schedules);
 //   - internal/labels: label keys and values, a selector's canonical form
 //     (labels.go, workers.go, internal/work/placement.go).
 //
@@ -334,7 +346,7 @@
 //
 // # Schedules
 //
-// A schedule (schedules.go, schedule_fire.go) creates a scan or a task per
+// A schedule (internal/schedules) creates a scan or a task per
 // slot: a cron slot (robfig/cron parses; stepping is ours) or a fixed
 // interval from its start. Its definition is a row of schedule_versions,
 // never changed: an edit inserts the next version, and every fire, scan
@@ -353,9 +365,9 @@
 //     back, so a slot never creates two runs even if the schedule were put
 //     back to it. A claim's fires are written in a batch (a few set-based
 //     statements for all its scans, jobs and fire rows,
-//     schedule_fire_batch.go); a conflict or a refused run sends the claim
-//     back to one slot at a time (work.CreateTask / work.CreateScan in a savepoint
-//     each), which has the answer to each. Slots are decided on the
+//     internal/schedules/fire_batch.go); a conflict or a refused run sends
+//     the claim back to one slot at a time (work.CreateTask /
+//     work.CreateScan in a savepoint each), which has the answer to each. Slots are decided on the
 //     database's now(); tests pass a time instead (FireDueSchedulesAt).
 //   - Policies. Overlap (the latest run still active): skip records the
 //     slot as skipped; allow runs it; queue_one keeps one slot queued until
@@ -385,11 +397,12 @@
 //     previous run's state is read, not locked. Creating a schedule locks
 //     its organization's row first (FOR NO KEY UPDATE, which foreign-key
 //     checks do not wait for).
-//   - Limits (schedule_limits.go). Every version's timing passes one check,
-//     compileLimited: no two consecutive slots closer than the store's
-//     minimum (an interval, or a cron's closest slots, computed from its
-//     fields: slots.Slotter.MinGap). An organization has at most its quota of schedules
-//     (organizations.max_schedules, else the store's default): a create
+//   - Limits (internal/schedules/limits.go). Every version's timing passes
+//     one check, compileLimited: no two consecutive slots closer than the
+//     store's minimum (an interval, or a cron's closest slots, computed
+//     from its fields: slots.Slotter.MinGap). An organization has at most
+//     its quota of schedules (organizations.max_schedules, else the
+//     store's default, SetScheduleLimits): a create
 //     locks the organization's row, then counts in a statement of its own,
 //     which sees every create that held the lock before.
 //   - Deletion. DeleteSchedule keeps the row (its versions name what its

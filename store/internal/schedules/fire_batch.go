@@ -1,4 +1,4 @@
-package store
+package schedules
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/worker-gateway/gateway/store/internal/core"
 	"github.com/worker-gateway/gateway/store/internal/targetscope"
 	"github.com/worker-gateway/gateway/store/internal/work"
 )
@@ -41,7 +42,7 @@ type fireBatch struct {
 
 type batchedScan struct {
 	id uuid.UUID
-	CreateScanParams
+	work.CreateScanParams
 }
 
 // batchedFire is a fire row to insert; index is its entry in c.fires,
@@ -57,7 +58,7 @@ type batchedFire struct {
 
 // fireClaimed fires the claimed schedules: in a batch when it can, else
 // one slot at a time. It returns the wake-ups and the fires recorded.
-func fireClaimed(ctx context.Context, tx pgx.Tx, due []*claimed) ([]Wakeup, []ScheduleFire, error) {
+func fireClaimed(ctx context.Context, tx pgx.Tx, due []*claimed) ([]core.Wakeup, []ScheduleFire, error) {
 	before := make([]claimed, len(due))
 	for i, c := range due {
 		before[i] = *c
@@ -88,8 +89,8 @@ func fireClaimed(ctx context.Context, tx pgx.Tx, due []*claimed) ([]Wakeup, []Sc
 	return collectFires(due)
 }
 
-func collectFires(due []*claimed) ([]Wakeup, []ScheduleFire, error) {
-	var wakeups []Wakeup
+func collectFires(due []*claimed) ([]core.Wakeup, []ScheduleFire, error) {
+	var wakeups []core.Wakeup
 	var fires []ScheduleFire
 	for _, c := range due {
 		wakeups = append(wakeups, c.wakeups...)
@@ -125,9 +126,9 @@ func (b *fireBatch) run(ctx context.Context, tx pgx.Tx, c *claimed, slot time.Ti
 	}
 	version := c.version
 	due := c.sl.FireAt(slot)
-	f := ScheduleFire{ScheduleID: c.sl.ID, Version: c.version, SlotAt: slot, Trigger: TriggerSchedule,
+	f := ScheduleFire{ScheduleID: c.sl.ID, Version: c.version, SlotAt: slot, Trigger: work.TriggerSchedule,
 		Outcome: FireCreated, MissedSlots: missed, DueAt: &due}
-	tr := Trigger{Kind: TriggerSchedule, ScheduleID: &c.sl.ID, ScheduleVersion: &version, SlotAt: &slot}
+	tr := work.Trigger{Kind: work.TriggerSchedule, ScheduleID: &c.sl.ID, ScheduleVersion: &version, SlotAt: &slot}
 	switch {
 	case c.def.Kind == ScheduleScan && c.def.Scan != nil:
 		p := scheduledScanParams(c.org, c.def.Scan, &tr, runKey{})
@@ -152,7 +153,7 @@ func (b *fireBatch) run(ctx context.Context, tx pgx.Tx, c *claimed, slot time.Ti
 }
 
 // checkScope holds a scan to its organization's scope, as work.CreateScan does.
-func (b *fireBatch) checkScope(ctx context.Context, tx pgx.Tx, p CreateScanParams) error {
+func (b *fireBatch) checkScope(ctx context.Context, tx pgx.Tx, p work.CreateScanParams) error {
 	ts, ok := b.scopes[p.OrganizationID]
 	if !ok {
 		var err error
@@ -171,7 +172,7 @@ func (b *fireBatch) checkScope(ctx context.Context, tx pgx.Tx, p CreateScanParam
 func (b *fireBatch) record(c *claimed, slot time.Time, outcome, reason string, missed int) {
 	b.fires = append(b.fires, batchedFire{c: c, index: len(c.fires), slot: slot, outcome: outcome, reason: reason, missed: missed})
 	c.fires = append(c.fires, ScheduleFire{ScheduleID: c.sl.ID, Version: c.version, SlotAt: slot,
-		Trigger: TriggerSchedule, Outcome: outcome, SkipReason: reason, MissedSlots: missed})
+		Trigger: work.TriggerSchedule, Outcome: outcome, SkipReason: reason, MissedSlots: missed})
 }
 
 // createScansSQL creates scans and their jobs from arrays, as work.CreateScan
