@@ -85,7 +85,7 @@ func (s *Store) AssignWorker(ctx context.Context, tenant Tenant, org, worker uui
 func assignRefusal(ctx context.Context, tx pgx.Tx, tenant Tenant, org, worker uuid.UUID) error {
 	var locked bool
 	err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM organization_workers ow
-		WHERE ow.organization_id = $1 AND ow.worker_id = $2 AND ow.removed_by_platform) AND `+workerVisibleTo("$2", "$3"),
+		WHERE ow.organization_id = $1 AND ow.worker_id = $2 AND ow.removed_by_platform) AND `+core.WorkerVisibleTo("$2", "$3"),
 		org, worker, tenant.Arg()).Scan(&locked)
 	if err != nil {
 		return fmt.Errorf("assign: %w", err)
@@ -115,7 +115,7 @@ func (s *Store) UnassignWorker(ctx context.Context, tenant Tenant, org, worker u
 			UPDATE organization_workers SET
 				revoked_at = coalesce(revoked_at, now()), revocation_reason = $3, updated_at = now(),
 				removed_by_platform = removed_by_platform OR $4::uuid IS NULL
-			WHERE organization_id = $1 AND worker_id = $2 AND `+workerVisibleTo("$2", "$4")+`
+			WHERE organization_id = $1 AND worker_id = $2 AND `+core.WorkerVisibleTo("$2", "$4")+`
 			RETURNING `+assignmentColumns, org, worker, reason, tenant.Arg()))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNotFound

@@ -145,3 +145,13 @@ type (
 	Event    = core.Event
 	Audience = core.Audience
 )
+
+// QueueMismatchSQL counts tasks whose queue row does not follow their
+// state; ResyncQueueSQL repairs them (store/internal/core/queue.go).
+var (
+	QueueMismatchSQL = core.QueueMismatchSQL
+	ResyncQueueSQL   = core.ResyncQueueSQL
+)
+
+// EnqueueSQL inserts the queue rows of the leasable tasks of rel.
+func EnqueueSQL(rel string) string { return core.EnqueueSQL(rel) }

@@ -15,12 +15,14 @@
 //     state machines (transitions.go, scantransitions.go), wake-ups
 //     (notify.go), the audit context and record (auditctx.go,
 //     auditrecord.go), creation idempotency (idempotency.go), the one
-//     webhook emitter (events.go), the Tenant and its SQL predicate
-//     (tenant.go, see Isolation) and the one page helper of every listing
+//     webhook emitter (events.go), the Tenant and its SQL predicate and
+//     the worker visibility rule (tenant.go, see Isolation), the queue's
+//     rule (queue.go, see Shape), the plan settings of the statements that
+//     walk an index (plans.go) and the one page helper of every listing
 //     (listing.go, cursor.go, see Listings);
 //   - internal/fencing: the fencing predicates (see Fencing), on the core;
 //   - internal/lease: the lease engine — acquisition and the queue walk
-//     (leases.go, queue.go), heartbeats and starts (attempts.go,
+//     (leases.go), heartbeats and starts (attempts.go,
 //     heartbeat_batch.go), completion (complete.go, complete_batch.go),
 //     the group-commit batchers (batchers.go), lease tokens
 //     (leasetoken.go), the expiry sweep and queue upkeep (sweep.go,
@@ -47,12 +49,25 @@
 //     Store embeds (see Scan history). Ingestion is worker-facing and stays
 //     in this package (ingest.go, beside results.go), as does a redrive's
 //     reopening of a scan (scanhistory.go, part of RetryTask);
-//   - this package: the rest of the control plane (tasks, scans,
-//     schedules, workers, organizations, tokens…),
+//   - internal/work: creating work — a task (tasks.go), a scan and its
+//     jobs (scans.go), what caused them (trigger.go), and what every
+//     creation checks: the scan scope and a scan's scope key (scope.go), a
+//     task's label selector and pinned worker (placement.go). It runs in
+//     its caller's transaction and is shared by this package's CreateTask
+//     and CreateScan and by a schedule's fire, below both; it embeds
+//     nothing, and this package names its types (work.go);
+//   - internal/schedules: schedules, their versions and history
+//     (schedules.go), the claim that fires due slots and manual runs
+//     (fire.go, its batched fast path fire_batch.go) and the limits
+//     (limits.go) — the Calendar the Store embeds (see Schedules). A fire
+//     creates its run with internal/work;
+//   - this package: the rest of the control plane (reading, cancelling
+//     and redriving tasks and scans, workers, organizations, tokens…),
 //     the worker-facing verbs not yet moved (results, logs, uploads), and
 //     the names callers use for what lives below (core.go, lease.go,
 //     tenant.go, cursor.go, errors.go, secrets.go, webhooks.go,
-//     targetscope.go, scopepolicy.go, history.go); this package's own
+//     targetscope.go, scopepolicy.go, history.go, work.go,
+//     schedules.go); this package's own
 //     files call the packages below by their own names (core.Notify,
 //     lease.TokenHash…), with no second name. Only the lease engine and these worker verbs may
 //     import internal/fencing; a control-plane domain under internal/
@@ -72,12 +87,11 @@
 //
 //   - internal/scanscope: scope entries, matching targets and assets in
 //     every spelling, what a payload names (internal/targetscope,
-//     targetscope.go, scanhistory.go, ingest.go call it);
+//     internal/work, targetscope.go, ingest.go call it);
 //   - internal/slots: cron and interval slots, jitter, the slots due after
-//     a downtime and their grace (schedules.go, schedule_fire.go,
-//     schedule_limits.go);
+//     a downtime and their grace (internal/schedules);
 //   - internal/labels: label keys and values, a selector's canonical form
-//     (labels.go, workers.go).
+//     (labels.go, workers.go, internal/work/placement.go).
 //
 // # Fencing
 //
@@ -136,7 +150,7 @@
 // acquisition walk and the deadline sweep — lock queue rows before their
 // tasks, against that order, and so never wait for a task: they take it
 // with SKIP LOCKED and leave a held one to its holder
-// (internal/lease/queue.go).
+// (internal/core/queue.go).
 // Schedule rows come before all of these: a claim or a manual run locks
 // the schedule, then creates its task or scan (see Schedules). Recording a
 // scan's history takes, after the scan's row, a transaction-scoped
@@ -158,7 +172,7 @@
 //   - worker_task_queue holds the leasable tasks only, with the columns the
 //     walk orders and filters by. The acquisition walks it per organization
 //     and lease class and deletes what it leases; retries, releases and
-//     redrives insert into it (internal/lease/queue.go has the rule and who
+//     redrives insert into it (internal/core/queue.go has the rule and who
 //     keeps it). A
 //     lease class is what decides who may run a task — its type, required
 //     capabilities, label selector and pinned worker (migration 000019) —
@@ -187,10 +201,11 @@
 //     (capacity, repeated polls) — so ending an attempt writes entries to
 //     the first two alone (migration 000013).
 //   - The walks must read indexes in order and stop early; statements that
-//     walk run with sequential and bitmap scans off (orderedScansSQL), since
-//     a plan made from the statistics of a table just filled in bulk read a
-//     whole class and sorted it. The hot statements run on generic plans
-//     (lease.GenericPlanSQL, byIDPlanSQL in internal/lease: planning cost more than running them),
+//     walk run with sequential and bitmap scans off (core.OrderedScansSQL,
+//     internal/core/plans.go), since a plan made from the statistics of a
+//     table just filled in bulk read a whole class and sorted it. The hot
+//     statements run on generic plans (core.GenericPlanSQL; byIDPlanSQL in
+//     internal/lease: planning cost more than running them),
 //     written so that a plan made on small tables stays right as they grow:
 //     lookups by id are lateral subqueries, which cannot be turned around.
 //   - A connection is warmed when it opens (WarmConnections): the hot
@@ -255,7 +270,7 @@
 //     platform's own and act on every organization.
 //
 // Workers are shared infrastructure, so their rule is written out
-// (workerVisibleTo in workeraccess.go):
+// (core.WorkerVisibleTo in internal/core/tenant.go):
 //
 //   - An organization sees a worker it owns, one assigned to it, and one its
 //     owner granted it. Of a worker that serves several organizations it
@@ -331,7 +346,7 @@
 //
 // # Schedules
 //
-// A schedule (schedules.go, schedule_fire.go) creates a scan or a task per
+// A schedule (internal/schedules) creates a scan or a task per
 // slot: a cron slot (robfig/cron parses; stepping is ours) or a fixed
 // interval from its start. Its definition is a row of schedule_versions,
 // never changed: an edit inserts the next version, and every fire, scan
@@ -350,9 +365,9 @@
 //     back, so a slot never creates two runs even if the schedule were put
 //     back to it. A claim's fires are written in a batch (a few set-based
 //     statements for all its scans, jobs and fire rows,
-//     schedule_fire_batch.go); a conflict or a refused run sends the claim
-//     back to one slot at a time (createTask / createScan in a savepoint
-//     each), which has the answer to each. Slots are decided on the
+//     internal/schedules/fire_batch.go); a conflict or a refused run sends
+//     the claim back to one slot at a time (work.CreateTask /
+//     work.CreateScan in a savepoint each), which has the answer to each. Slots are decided on the
 //     database's now(); tests pass a time instead (FireDueSchedulesAt).
 //   - Policies. Overlap (the latest run still active): skip records the
 //     slot as skipped; allow runs it; queue_one keeps one slot queued until
@@ -382,11 +397,12 @@
 //     previous run's state is read, not locked. Creating a schedule locks
 //     its organization's row first (FOR NO KEY UPDATE, which foreign-key
 //     checks do not wait for).
-//   - Limits (schedule_limits.go). Every version's timing passes one check,
-//     compileLimited: no two consecutive slots closer than the store's
-//     minimum (an interval, or a cron's closest slots, computed from its
-//     fields: slots.Slotter.MinGap). An organization has at most its quota of schedules
-//     (organizations.max_schedules, else the store's default): a create
+//   - Limits (internal/schedules/limits.go). Every version's timing passes
+//     one check, compileLimited: no two consecutive slots closer than the
+//     store's minimum (an interval, or a cron's closest slots, computed
+//     from its fields: slots.Slotter.MinGap). An organization has at most
+//     its quota of schedules (organizations.max_schedules, else the
+//     store's default, SetScheduleLimits): a create
 //     locks the organization's row, then counts in a statement of its own,
 //     which sees every create that held the lock before.
 //   - Deletion. DeleteSchedule keeps the row (its versions name what its
@@ -431,8 +447,8 @@
 //     completion (moveTasksSQL in internal/lease/complete_batch.go) says so where it
 //     moves the task.
 //   - Scan history (record_scan_history, compare_scan_history; which scans
-//     compare, in what order, one scope key at a time: scanScopeKey in
-//     scanhistory.go, internal/history/changes.go):
+//     compare, in what order, one scope key at a time: work.ScanScopeKey in
+//     internal/work/scope.go, internal/history/changes.go):
 //     SQL, called by advance_scan when a scan completes: set-based diffing
 //     over the snapshots, which a Go port would fetch and write back.
 //   - Schedule wake-up when a queued slot's run ends:
@@ -460,7 +476,7 @@
 // See record_scan_history and compare_scan_history above, and
 // internal/history (changes.go; assets, threats and the asset graph in
 // assets.go; exclusions in exclusions.go). The scope key a scan is created
-// with is scanScopeKey (scanhistory.go).
+// with is work.ScanScopeKey (internal/work/scope.go).
 //
 // A redrive of a scan's job (RetryTask, reopenScanForRedrive) locks the
 // task, then the scan, and only then reads whether another job of the scan

@@ -10,6 +10,7 @@ import (
 
 	"github.com/worker-gateway/gateway/store/internal/core"
 	"github.com/worker-gateway/gateway/store/internal/lease"
+	"github.com/worker-gateway/gateway/store/internal/schedules"
 	"github.com/worker-gateway/gateway/store/internal/targetscope"
 )
 
@@ -17,14 +18,14 @@ import (
 // database's clock, so tests walk a schedule through many slots without
 // sleeping.
 func (s *Store) FireDueSchedulesAt(ctx context.Context, now time.Time, limit int) ([]ScheduleFire, error) {
-	return s.fireDueSchedules(ctx, &now, limit)
+	return schedules.FireDueAt(ctx, s.Calendar, now, limit)
 }
 
 // LeaseCandidatesSQL and GenericPlanSQL let a test explain a poll's walk
 // under the plan settings it runs with.
 var (
 	LeaseCandidatesSQL = lease.LeaseCandidatesSQL
-	GenericPlanSQL     = lease.GenericPlanSQL
+	GenericPlanSQL     = core.GenericPlanSQL
 )
 
 // LockAssignmentsSQL and ReplayLeasesSQL let a test explain the other

@@ -39,16 +39,6 @@ const (
 	LeaseLost            = lease.LeaseLost
 )
 
-// QueueMismatchSQL counts tasks whose queue row does not follow their
-// state; ResyncQueueSQL repairs them (store/internal/lease/queue.go).
-var (
-	QueueMismatchSQL = lease.QueueMismatchSQL
-	ResyncQueueSQL   = lease.ResyncQueueSQL
-)
-
-// EnqueueSQL inserts the queue rows of the leasable tasks of rel.
-func EnqueueSQL(rel string) string { return lease.EnqueueSQL(rel) }
-
 // WarmConnections makes every new connection of a pool ready for the hot
 // paths before it serves a request.
 func WarmConnections(cfg *pgxpool.Config) { lease.WarmConnections(cfg) }

@@ -83,7 +83,3 @@ func (s *Store) ListOrganizations(ctx context.Context, tenant Tenant, after *Cur
 	}
 	return orgs, next, nil
 }
-
-// errOrganizationMissing is a task insert's missing organization, before
-// CreateTask words it for its caller's scope.
-var errOrganizationMissing = fmt.Errorf("%w: organization", ErrNotFound)

@@ -2,71 +2,16 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 
 	sq "github.com/Masterminds/squirrel"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/worker-gateway/gateway/store/internal/core"
-	"github.com/worker-gateway/gateway/store/internal/lease"
+	"github.com/worker-gateway/gateway/store/internal/work"
 )
-
-// ScanPlugin is one step of a scan.
-type ScanPlugin struct {
-	Name                 string
-	Input                json.RawMessage
-	TimeoutSeconds       *int
-	RequiredCapabilities json.RawMessage
-}
-
-// CreateScanParams describes a new scan.
-type CreateScanParams struct {
-	OrganizationID uuid.UUID
-	Targets        []string
-	// AssetTargets are assets of the organization the scan also targets
-	// (their values join Targets in the jobs' payloads).
-	AssetTargets   []uuid.UUID
-	Plugins        []ScanPlugin
-	Priority       int
-	IdempotencyKey string
-	RequestSHA256  string
-	// Trigger is what caused the scan; nil is the API.
-	Trigger *Trigger
-}
-
-// Scan is a scan with its jobs.
-type Scan struct {
-	ID             uuid.UUID
-	OrganizationID uuid.UUID
-	State          string
-	Targets        []string
-	AssetTargets   []uuid.UUID
-	CreatedAt      time.Time
-	CompletedAt    *time.Time
-	Jobs           []ScanJob
-	// Trigger is what created the scan; nil for scans older than triggers.
-	Trigger *Trigger
-}
-
-// ScanJob is one plugin execution of a scan, with its task once created.
-type ScanJob struct {
-	ID         uuid.UUID
-	Position   int
-	PluginName string
-	State      string
-	Input      json.RawMessage
-	// Output is the job's summary once it ended: records by kind and the
-	// artifacts its attempts committed.
-	Output      json.RawMessage
-	Error       string
-	StartedAt   *time.Time
-	CompletedAt *time.Time
-	Task        *Task
-}
 
 // CreateScan inserts a scan and all its jobs, then creates the first job's
 // task; each later job's task is created by advance_scan when the previous
@@ -77,8 +22,8 @@ func (s *Store) CreateScan(ctx context.Context, tenant Tenant, p CreateScanParam
 	}
 	err = s.inTx(ctx, "create scan", func(tx pgx.Tx) error {
 		var id uuid.UUID
-		id, replayed, err = createScan(ctx, tx, p)
-		if errors.Is(err, errOrganizationMissing) {
+		id, replayed, err = work.CreateScan(ctx, tx, p)
+		if work.IsOrganizationMissing(err) {
 			return core.MissingOrganization(tenant, p.OrganizationID)
 		}
 		if err != nil {
@@ -94,86 +39,13 @@ func (s *Store) CreateScan(ctx context.Context, tenant Tenant, p CreateScanParam
 	return scan, replayed, nil
 }
 
-// createScan is CreateScan in the caller's transaction; it returns the
-// scan's id.
-func createScan(ctx context.Context, tx pgx.Tx, p CreateScanParams) (uuid.UUID, bool, error) {
-	var id uuid.UUID
-	assetValues, err := readAssetTargets(ctx, tx, p)
-	if err != nil {
-		return uuid.Nil, false, err
-	}
-	targets, _ := json.Marshal(p.Targets)
-	assetTargets, _ := json.Marshal(uuidsOrEmpty(p.AssetTargets))
-	tr := p.Trigger.orAPI()
-	err = tx.QueryRow(ctx, `
-		INSERT INTO scans (organization_id, targets, priority, idempotency_key, request_sha256,
-			trigger_kind, trigger_schedule_id, trigger_schedule_version, trigger_slot_at, trigger_token_id,
-			asset_targets, scope_key)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
-		ON CONFLICT (organization_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-		RETURNING id`, p.OrganizationID, string(targets), p.Priority, lease.NullString(p.IdempotencyKey), p.RequestSHA256,
-		tr.Kind, tr.ScheduleID, tr.ScheduleVersion, tr.SlotAt, tr.TokenID,
-		string(assetTargets), scanScopeKey(p, assetValues)).Scan(&id)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		id, err = core.CreationReplay(ctx, tx, "scans", p.OrganizationID, p.IdempotencyKey, p.RequestSHA256)
-		return id, err == nil, err
-	case core.IsForeignKeyViolation(err):
-		return uuid.Nil, false, errOrganizationMissing
-	case err != nil:
-		return uuid.Nil, false, fmt.Errorf("insert scan: %w", err)
-	}
-	if err := checkScanScope(ctx, tx, p, assetValues); err != nil {
-		return uuid.Nil, false, err
-	}
-	for i, plugin := range p.Plugins {
-		input := plugin.Input
-		if len(input) == 0 {
-			input = json.RawMessage(`{}`)
-		}
-		caps := plugin.RequiredCapabilities
-		if len(caps) == 0 {
-			caps = json.RawMessage(`{}`)
-		}
-		if _, err := tx.Exec(ctx, `
-			INSERT INTO scan_jobs (scan_id, organization_id, position, plugin_name, input, timeout_seconds, required_capabilities)
-			VALUES ($1, $2, $3, $4, $5, $6, $7)`,
-			id, p.OrganizationID, i, plugin.Name, string(input), plugin.TimeoutSeconds, string(caps)); err != nil {
-			return uuid.Nil, false, fmt.Errorf("insert scan job: %w", err)
-		}
-	}
-	if _, err := tx.Exec(ctx, `SELECT advance_scan($1)`, id); err != nil {
-		return uuid.Nil, false, fmt.Errorf("start scan: %w", err)
-	}
-	return id, false, nil
-}
-
 // GetScan returns a scan the scope may see, with its jobs and their tasks.
 func (s *Store) GetScan(ctx context.Context, tenant Tenant, id uuid.UUID) (Scan, error) {
 	return getScan(ctx, s.pool, tenant, id)
 }
 
-var scanColumns = `s.id, s.organization_id, s.state, s.targets, s.asset_targets, s.created_at, s.completed_at, ` + triggerColumns("s")
-
-func scanScan(row pgx.Row) (Scan, error) {
-	var sc Scan
-	var targets, assetTargets json.RawMessage
-	var tr triggerRow
-	if err := row.Scan(append([]any{&sc.ID, &sc.OrganizationID, &sc.State, &targets, &assetTargets, &sc.CreatedAt, &sc.CompletedAt}, tr.dest()...)...); err != nil {
-		return Scan{}, err
-	}
-	sc.Trigger = tr.trigger()
-	if err := json.Unmarshal(targets, &sc.Targets); err != nil {
-		return Scan{}, fmt.Errorf("scan targets: %w", err)
-	}
-	if err := json.Unmarshal(assetTargets, &sc.AssetTargets); err != nil {
-		return Scan{}, fmt.Errorf("scan asset targets: %w", err)
-	}
-	return sc, nil
-}
-
 func getScan(ctx context.Context, ex core.Executor, tenant Tenant, id uuid.UUID) (Scan, error) {
-	sc, err := scanScan(ex.QueryRow(ctx, `SELECT `+scanColumns+` FROM scans s
+	sc, err := work.ReadScan(ex.QueryRow(ctx, `SELECT `+work.ScanColumns+` FROM scans s
 		WHERE s.id = $1 AND `+core.InTenant("s.organization_id", "$2"), id, tenant.Arg()))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Scan{}, ErrNotFound
@@ -205,11 +77,11 @@ func getScan(ctx context.Context, ex core.Executor, tenant Tenant, id uuid.UUID)
 	if len(taskIDs) == 0 {
 		return sc, nil
 	}
-	taskRows, err := ex.Query(ctx, `SELECT `+taskColumns+` FROM worker_tasks t WHERE t.id = ANY($1)`, taskIDs)
+	taskRows, err := ex.Query(ctx, `SELECT `+work.TaskColumns+` FROM worker_tasks t WHERE t.id = ANY($1)`, taskIDs)
 	if err != nil {
 		return Scan{}, fmt.Errorf("get scan tasks: %w", err)
 	}
-	tasks, err := pgx.CollectRows(taskRows, func(r pgx.CollectableRow) (Task, error) { return scanTask(r) })
+	tasks, err := pgx.CollectRows(taskRows, func(r pgx.CollectableRow) (Task, error) { return work.ReadTask(r) })
 	if err != nil {
 		return Scan{}, fmt.Errorf("get scan tasks: %w", err)
 	}
@@ -228,7 +100,7 @@ func getScan(ctx context.Context, ex core.Executor, tenant Tenant, id uuid.UUID)
 
 // ListScans pages scans, newest first (without their jobs).
 func (s *Store) ListScans(ctx context.Context, tenant Tenant, p ListScansParams) ([]Scan, *Cursor, error) {
-	q := core.Psql.Select(scanColumns).From("scans s").Where(tenant.Where("s.organization_id"))
+	q := core.Psql.Select(work.ScanColumns).From("scans s").Where(tenant.Where("s.organization_id"))
 	if p.OrganizationID != nil {
 		q = q.Where(sq.Eq{"s.organization_id": *p.OrganizationID})
 	}
@@ -240,7 +112,7 @@ func (s *Store) ListScans(ctx context.Context, tenant Tenant, p ListScansParams)
 	}
 	scans, next, err := core.ListPage(ctx, s.pool, q,
 		core.NewestFirst("s.created_at", "s.id", func(sc Scan) Cursor { return Cursor{Time: sc.CreatedAt, ID: sc.ID} }),
-		p.After, p.Limit, scanScan)
+		p.After, p.Limit, work.ReadScan)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list scans: %w", err)
 	}
@@ -315,7 +187,7 @@ func cancelScan(ctx context.Context, tx pgx.Tx, id uuid.UUID, errorCode string) 
 		WHERE t.scan_id = $1 AND t.state IN (`+core.FromStates(EventCancelQueued)+`, `+core.FromStates(EventCancelActive)+`)`, id, errorCode); err != nil {
 		return false, fmt.Errorf("cancel scan tasks: %w", err)
 	}
-	if _, err := tx.Exec(ctx, lease.DequeueSQL("t.scan_id = $1"), id); err != nil {
+	if _, err := tx.Exec(ctx, core.DequeueSQL("t.scan_id = $1"), id); err != nil {
 		return false, fmt.Errorf("dequeue cancelled scan tasks: %w", err)
 	}
 	if _, err := tx.Exec(ctx, `UPDATE scan_jobs j SET state = '`+string(ScanJobCancelled)+`', completed_at = now(), updated_at = now()

@@ -17,7 +17,7 @@ const SQLFromGoFile = "00_from_go.gen.sql"
 // functions that spell, for the database's own functions, what Go defines —
 // the wake-up channel and payloads (internal/core/notify.go), the task and
 // scan states and the scan rules (internal/core: transitions.go,
-// scantransitions.go), the queue row of a task (internal/lease/queue.go),
+// scantransitions.go), the queue row of a task (internal/core/queue.go),
 // the change kinds of scan history (scanhistory.go).
 // Webhook event types stay literal in the calls of webhook_emit, where
 // TestEveryEventHasOneEmitter (tests/security) reads them and checks each

@@ -9,6 +9,7 @@ import (
 	"github.com/worker-gateway/gateway/store/internal/core"
 	"github.com/worker-gateway/gateway/store/internal/history"
 	"github.com/worker-gateway/gateway/store/internal/lease"
+	"github.com/worker-gateway/gateway/store/internal/schedules"
 	"github.com/worker-gateway/gateway/store/internal/secrets"
 	"github.com/worker-gateway/gateway/store/internal/targetscope"
 	"github.com/worker-gateway/gateway/store/internal/webhooks"
@@ -18,27 +19,30 @@ import (
 // protocol's verbs are the lease engine's (store/internal/lease), and a
 // control-plane domain that left this package is embedded the same way
 // (store/internal/secrets, store/internal/webhooks,
-// store/internal/targetscope, store/internal/history), so that their verbs are the Store's; the
-// rest of the control plane's are this package's.
+// store/internal/targetscope, store/internal/history,
+// store/internal/schedules), so that their verbs are the Store's; the rest
+// of the control plane's are this package's, which creates tasks and scans
+// with store/internal/work, as a schedule's fire does.
 type Store struct {
 	*lease.Engine
 	*secrets.Vault
 	*webhooks.Hub
 	*targetscope.Scopes
 	*history.Archive
-	pool           *pgxpool.Pool
-	logReads       logReadCounts
-	scheduleLimits ScheduleLimits
+	*schedules.Calendar
+	pool     *pgxpool.Pool
+	logReads logReadCounts
 }
 
 // New wraps a pool. The pool's lifetime belongs to the caller.
 func New(pool *pgxpool.Pool) *Store {
-	s := &Store{pool: pool, scheduleLimits: DefaultScheduleLimits}
+	s := &Store{pool: pool}
 	s.Engine = lease.New(pool)
 	s.Vault = secrets.New(pool)
 	s.Hub = webhooks.New(pool)
 	s.Scopes = targetscope.New(pool, recheckLiveWork)
 	s.Archive = history.New(pool, s.findOrganization)
+	s.Calendar = schedules.New(pool)
 	return s
 }
 

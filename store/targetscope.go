@@ -11,7 +11,6 @@ import (
 	"github.com/worker-gateway/gateway/internal/scanscope"
 	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/store/internal/core"
-	"github.com/worker-gateway/gateway/store/internal/lease"
 	"github.com/worker-gateway/gateway/store/internal/targetscope"
 )
 
@@ -131,7 +130,7 @@ func cancelTasksOutOfScope(ctx context.Context, tx pgx.Tx, org uuid.UUID, ts tar
 		WHERE t.id = ANY($1) AND t.state IN (`+live+`)`, outside, problem.TargetOutOfScope); err != nil {
 		return fmt.Errorf("cancel tasks out of scope: %w", err)
 	}
-	if _, err := tx.Exec(ctx, lease.DequeueSQL("t.id = ANY($1)"), outside); err != nil {
+	if _, err := tx.Exec(ctx, core.DequeueSQL("t.id = ANY($1)"), outside); err != nil {
 		return fmt.Errorf("dequeue tasks out of scope: %w", err)
 	}
 	return nil

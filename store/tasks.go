@@ -12,95 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/worker-gateway/gateway/store/internal/core"
-	"github.com/worker-gateway/gateway/store/internal/lease"
-	"github.com/worker-gateway/gateway/store/internal/secrets"
+	"github.com/worker-gateway/gateway/store/internal/work"
 )
-
-// Task is a worker_tasks row as producers see it.
-type Task struct {
-	ID                    uuid.UUID
-	TaskType              string
-	OrganizationID        uuid.UUID
-	ScanID                *uuid.UUID
-	ScanJobID             *uuid.UUID
-	State                 TaskState
-	Priority              int
-	Payload               json.RawMessage
-	RequiredCapabilities  json.RawMessage
-	AttemptCount          int
-	MaxAttempts           int
-	AvailableAt           time.Time
-	ExecutionDeadlineAt   *time.Time
-	LeaseDurationSeconds  int
-	AttemptTimeoutSeconds *int
-	CancelRequestedAt     *time.Time
-	CompletedAt           *time.Time
-	LastErrorCode         string
-	LastError             string
-	CreatedAt             time.Time
-	UpdatedAt             time.Time
-	// LabelSelector, when set, is the labels a worker needs to run the
-	// task; PinnedWorkerID, when set, the one worker that may run it.
-	LabelSelector  *LabelSelector
-	PinnedWorkerID *uuid.UUID
-	// PendingReason is set by GetTask while the task waits to be leased.
-	PendingReason string
-	// Trigger is what created the task; nil for tasks older than triggers.
-	Trigger *Trigger
-}
-
-const taskColumns = `t.id, t.task_type, t.organization_id, t.scan_id, t.scan_job_id, t.state, t.priority,
-	t.payload, t.required_capabilities, t.attempt_count, t.max_attempts, t.available_at,
-	t.execution_deadline_at, t.lease_duration_seconds, t.attempt_timeout_seconds,
-	t.cancel_requested_at, t.completed_at, t.last_error_code, t.last_error, t.created_at, t.updated_at,
-	t.trigger_kind, t.trigger_schedule_id, t.trigger_schedule_version, t.trigger_slot_at, t.trigger_token_id,
-	t.label_selector, t.pinned_worker_id`
-
-func scanTask(row pgx.Row) (Task, error) {
-	var t Task
-	var tr triggerRow
-	err := row.Scan(append([]any{&t.ID, &t.TaskType, &t.OrganizationID, &t.ScanID, &t.ScanJobID, &t.State, &t.Priority,
-		&t.Payload, &t.RequiredCapabilities, &t.AttemptCount, &t.MaxAttempts, &t.AvailableAt,
-		&t.ExecutionDeadlineAt, &t.LeaseDurationSeconds, &t.AttemptTimeoutSeconds,
-		&t.CancelRequestedAt, &t.CompletedAt, &t.LastErrorCode, &t.LastError, &t.CreatedAt, &t.UpdatedAt},
-		append(tr.dest(), &t.LabelSelector, &t.PinnedWorkerID)...)...)
-	t.Trigger = tr.trigger()
-	return t, err
-}
-
-// CreateTaskParams describes a new task. Zero values take the defaults.
-type CreateTaskParams struct {
-	OrganizationID       uuid.UUID
-	TaskType             string
-	Payload              json.RawMessage
-	RequiredCapabilities json.RawMessage
-	// CriticalCapabilities are capabilities the task cannot lose mid-run.
-	CriticalCapabilities  json.RawMessage
-	Priority              int
-	Delay                 time.Duration
-	ExecutionTimeout      time.Duration
-	MaxAttempts           int
-	LeaseDurationSeconds  int
-	AttemptTimeoutSeconds *int
-	RetryBaseSeconds      float64
-	RetryMaxSeconds       float64
-	ScanID                *uuid.UUID
-	ScanJobID             *uuid.UUID
-	// IdempotencyKey and RequestSHA256 make creation repeatable: the same key
-	// and checksum return the first task, another checksum is refused.
-	IdempotencyKey string
-	RequestSHA256  string
-	// Trigger is what caused the task; nil is the API.
-	Trigger *Trigger
-	// LabelSelector restricts the task to workers whose labels match it;
-	// PinnedWorkerID to one worker, which the organization must be able to
-	// see. Both may be given: the pinned worker must then match too.
-	LabelSelector  *LabelSelector
-	PinnedWorkerID *uuid.UUID
-	// SecretRefs names secrets of the organization the task receives in
-	// its lease (checked with CheckSecretRefs).
-	SecretRefs []string
-}
 
 // CreateTask inserts a task and wakes the pollers of its organization, in
 // one transaction. Replayed is true when an earlier request with the same
@@ -111,12 +24,12 @@ func (s *Store) CreateTask(ctx context.Context, tenant Tenant, p CreateTaskParam
 	}
 	err = s.inTx(ctx, "create task", func(tx pgx.Tx) error {
 		task, replayed = Task{}, false
-		if err := checkPinnedWorker(ctx, tx, "pinned_worker_id", p.OrganizationID, p.PinnedWorkerID); err != nil {
+		if err := work.CheckPinnedWorker(ctx, tx, "pinned_worker_id", p.OrganizationID, p.PinnedWorkerID); err != nil {
 			return err
 		}
 		var err error
-		task, replayed, err = createTask(ctx, tx, p)
-		if errors.Is(err, errOrganizationMissing) {
+		task, replayed, err = work.CreateTask(ctx, tx, p)
+		if work.IsOrganizationMissing(err) {
 			return core.MissingOrganization(tenant, p.OrganizationID)
 		}
 		if err != nil || replayed {
@@ -132,86 +45,6 @@ func (s *Store) CreateTask(ctx context.Context, tenant Tenant, p CreateTaskParam
 		return Task{}, false, err
 	}
 	return task, replayed, nil
-}
-
-func createTask(ctx context.Context, tx pgx.Tx, p CreateTaskParams) (Task, bool, error) {
-	if err := CheckSecretRefs("secret_refs", p.SecretRefs); err != nil {
-		return Task{}, false, err
-	}
-	if len(p.Payload) == 0 {
-		p.Payload = json.RawMessage(`{}`)
-	}
-	if len(p.RequiredCapabilities) == 0 {
-		p.RequiredCapabilities = json.RawMessage(`{}`)
-	}
-	if len(p.CriticalCapabilities) == 0 {
-		p.CriticalCapabilities = json.RawMessage(`{}`)
-	}
-	if p.MaxAttempts == 0 {
-		p.MaxAttempts = 3
-	}
-	if p.LeaseDurationSeconds == 0 {
-		p.LeaseDurationSeconds = 30
-	}
-	if p.RetryMaxSeconds == 0 && p.RetryBaseSeconds == 0 {
-		p.RetryBaseSeconds, p.RetryMaxSeconds = 1, 300
-	}
-	var execTimeout *float64
-	if p.ExecutionTimeout > 0 {
-		v := p.ExecutionTimeout.Seconds()
-		execTimeout = &v
-	}
-	selector, err := canonicalSelector("label_selector", p.LabelSelector)
-	if err != nil {
-		return Task{}, false, err
-	}
-	if err := checkTaskScope(ctx, tx, p); err != nil {
-		return Task{}, false, err
-	}
-	tr := p.Trigger.orAPI()
-	row := tx.QueryRow(ctx, `
-		WITH created AS (
-		INSERT INTO worker_tasks AS t (task_type, organization_id, scan_id, scan_job_id, required_capabilities, payload,
-			priority, available_at, execution_deadline_at, max_attempts, lease_duration_seconds,
-			attempt_timeout_seconds, retry_base_seconds, retry_max_seconds, idempotency_key, request_sha256, critical_capabilities,
-			trigger_kind, trigger_schedule_id, trigger_schedule_version, trigger_slot_at, trigger_token_id, secret_refs,
-			label_selector, pinned_worker_id)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, now() + make_interval(secs => $8),
-			now() + make_interval(secs => $9::float8), $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23,
-			$24, $25)
-		ON CONFLICT (organization_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-		RETURNING *
-		), enqueued AS (
-			`+EnqueueSQL("created")+`
-		)
-		SELECT `+taskColumns+` FROM created t`,
-		p.TaskType, p.OrganizationID, p.ScanID, p.ScanJobID, string(p.RequiredCapabilities), string(p.Payload),
-		p.Priority, p.Delay.Seconds(), execTimeout, p.MaxAttempts, p.LeaseDurationSeconds,
-		p.AttemptTimeoutSeconds, p.RetryBaseSeconds, p.RetryMaxSeconds, lease.NullString(p.IdempotencyKey), p.RequestSHA256,
-		string(p.CriticalCapabilities), tr.Kind, tr.ScheduleID, tr.ScheduleVersion, tr.SlotAt, tr.TokenID, secrets.RefsArg(p.SecretRefs),
-		lease.NullJSON(selector), p.PinnedWorkerID)
-	task, err := scanTask(row)
-	switch {
-	case err == nil:
-		return task, false, nil
-	case errors.Is(err, pgx.ErrNoRows):
-		// The key exists: the same request is a replay, another is refused.
-		id, err := core.CreationReplay(ctx, tx, "worker_tasks", p.OrganizationID, p.IdempotencyKey, p.RequestSHA256)
-		if err != nil {
-			return Task{}, false, err
-		}
-		task, err = scanTask(tx.QueryRow(ctx, `SELECT `+taskColumns+` FROM worker_tasks t WHERE t.id = $1`, id))
-		if err != nil {
-			return Task{}, false, fmt.Errorf("read idempotent task: %w", err)
-		}
-		return task, true, nil
-	case core.IsForeignKeyViolation(err):
-		// The only foreign key a created task can miss: the API names no
-		// scan, and the orchestrator's scan exists in its transaction.
-		return Task{}, false, errOrganizationMissing
-	default:
-		return Task{}, false, fmt.Errorf("insert task: %w", err)
-	}
 }
 
 // Attempt is one worker_task_attempts row.
@@ -378,7 +211,7 @@ type ListTasksParams struct {
 
 // ListTasks pages tasks, newest first.
 func (s *Store) ListTasks(ctx context.Context, tenant Tenant, p ListTasksParams) ([]Task, *Cursor, error) {
-	q := core.Psql.Select(taskColumns).From("worker_tasks t").Where(tenant.Where("t.organization_id"))
+	q := core.Psql.Select(work.TaskColumns).From("worker_tasks t").Where(tenant.Where("t.organization_id"))
 	if p.OrganizationID != nil {
 		q = q.Where(sq.Eq{"t.organization_id": *p.OrganizationID})
 	}
@@ -399,7 +232,7 @@ func (s *Store) ListTasks(ctx context.Context, tenant Tenant, p ListTasksParams)
 	}
 	tasks, next, err := core.ListPage(ctx, s.pool, q,
 		core.NewestFirst("t.created_at", "t.id", func(t Task) Cursor { return Cursor{Time: t.CreatedAt, ID: t.ID} }),
-		p.After, p.Limit, scanTask)
+		p.After, p.Limit, work.ReadTask)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list tasks: %w", err)
 	}
@@ -411,7 +244,7 @@ func (s *Store) ListTasks(ctx context.Context, tenant Tenant, p ListTasksParams)
 
 // cancelTaskSetSQL is the cancel edge's change to a task row t: a queued
 // task is cancelled at once, one a worker holds becomes cancelling. The
-// transaction must also take cancelled tasks off the queue (lease.DequeueSQL).
+// transaction must also take cancelled tasks off the queue (core.DequeueSQL).
 var cancelTaskSetSQL = `
 	state = CASE WHEN t.state IN (` + core.FromStates(EventCancelQueued) + `)
 		THEN '` + string(TaskTransitions[EventCancelQueued].To) + `'
@@ -427,13 +260,13 @@ func (s *Store) CancelTask(ctx context.Context, tenant Tenant, id uuid.UUID) (Ta
 	var task Task
 	err := s.inTx(ctx, "cancel task", func(tx pgx.Tx) error {
 		var err error
-		task, err = scanTask(tx.QueryRow(ctx, `
+		task, err = work.ReadTask(tx.QueryRow(ctx, `
 			UPDATE worker_tasks t SET `+cancelTaskSetSQL+`
 			WHERE t.id = $1 AND `+core.InTenant("t.organization_id", "$2")+`
 				AND t.state IN (`+core.FromStates(EventCancelQueued)+`, `+core.FromStates(EventCancelActive)+`)
-			RETURNING `+taskColumns, id, tenant.Arg()))
+			RETURNING `+work.TaskColumns, id, tenant.Arg()))
 		if err == nil {
-			if _, err := tx.Exec(ctx, lease.DequeueSQL("t.id = $1"), id); err != nil {
+			if _, err := tx.Exec(ctx, core.DequeueSQL("t.id = $1"), id); err != nil {
 				return fmt.Errorf("dequeue cancelled task: %w", err)
 			}
 			return nil
@@ -473,7 +306,7 @@ func (s *Store) RetryTask(ctx context.Context, tenant Tenant, id uuid.UUID) (Tas
 			return err
 		}
 		var err error
-		task, err = scanTask(tx.QueryRow(ctx, `
+		task, err = work.ReadTask(tx.QueryRow(ctx, `
 			WITH redriven AS (
 				UPDATE worker_tasks t SET
 					state = '`+string(TaskTransitions[EventRedrive].To)+`',
@@ -486,7 +319,7 @@ func (s *Store) RetryTask(ctx context.Context, tenant Tenant, id uuid.UUID) (Tas
 			), enqueued AS (
 				`+EnqueueSQL("redriven")+`
 			)
-			SELECT `+taskColumns+` FROM redriven t`, id, tenant.Arg()))
+			SELECT `+work.TaskColumns+` FROM redriven t`, id, tenant.Arg()))
 		if errors.Is(err, pgx.ErrNoRows) {
 			if _, err := s.readTenantTask(ctx, tx, tenant, id); err != nil {
 				return err
@@ -506,7 +339,7 @@ func (s *Store) RetryTask(ctx context.Context, tenant Tenant, id uuid.UUID) (Tas
 }
 
 // checkRedriveScope holds a redrive to the scan scope as a new task is
-// (checkTaskTargets): the scope may have narrowed since the task was
+// (work.CheckTaskTargets): the scope may have narrowed since the task was
 // created. It reads the task before locking it — its type and payload never
 // change — so that the scope lock comes before the task's row lock, the
 // order a narrowing takes them in (targetscope.LockForNarrowing). It decides
@@ -525,11 +358,11 @@ func checkRedriveScope(ctx context.Context, tx pgx.Tx, tenant Tenant, id uuid.UU
 	case err != nil:
 		return fmt.Errorf("read task: %w", err)
 	}
-	return checkTaskTargets(ctx, tx, org, taskType, payload)
+	return work.CheckTaskTargets(ctx, tx, org, taskType, payload)
 }
 
 func (s *Store) readTenantTask(ctx context.Context, ex core.Executor, tenant Tenant, id uuid.UUID) (Task, error) {
-	task, err := scanTask(ex.QueryRow(ctx, `SELECT `+taskColumns+` FROM worker_tasks t
+	task, err := work.ReadTask(ex.QueryRow(ctx, `SELECT `+work.TaskColumns+` FROM worker_tasks t
 		WHERE t.id = $1 AND `+core.InTenant("t.organization_id", "$2"), id, tenant.Arg()))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Task{}, ErrNotFound

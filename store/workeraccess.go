@@ -13,19 +13,6 @@ import (
 	"github.com/worker-gateway/gateway/store/internal/core"
 )
 
-// workerVisibleTo is the worker visibility rule as SQL, for a worker id
-// expression and a scope expression (an organization id, or NULL for an
-// unscoped caller). An organization sees the workers it owns, those
-// assigned to it, and those their owner granted it — nothing else, so an
-// organization can never learn of, nor assign, another's worker.
-func workerVisibleTo(worker, scope string) string {
-	return `(` + scope + `::uuid IS NULL
-		OR EXISTS (SELECT 1 FROM workers vw WHERE vw.id = ` + worker + ` AND vw.owner_organization_id = ` + scope + `)
-		OR EXISTS (SELECT 1 FROM organization_workers vow
-			WHERE vow.worker_id = ` + worker + ` AND vow.organization_id = ` + scope + ` AND vow.revoked_at IS NULL)
-		OR EXISTS (SELECT 1 FROM worker_grants vg WHERE vg.worker_id = ` + worker + ` AND vg.organization_id = ` + scope + `))`
-}
-
 // authorizeWorkerManagement decides whether the scope may change a worker
 // itself (rename, resize, disable, certificates, enrollment tokens,
 // revocation, grants): unscoped callers may change every worker, an
@@ -37,7 +24,7 @@ func authorizeWorkerManagement(ctx context.Context, ex core.Executor, tenant Ten
 		return nil
 	}
 	var owns, sees bool
-	err := ex.QueryRow(ctx, `SELECT w.owner_organization_id IS NOT DISTINCT FROM $2, `+workerVisibleTo("w.id", "$2")+`
+	err := ex.QueryRow(ctx, `SELECT w.owner_organization_id IS NOT DISTINCT FROM $2, `+core.WorkerVisibleTo("w.id", "$2")+`
 		FROM workers w WHERE w.id = $1`, worker, tenant.Arg()).Scan(&owns, &sees)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):

@@ -87,7 +87,7 @@ func scanWorker(row pgx.Row) (Worker, error) {
 // with the scope as $2: an unscoped caller sees every worker; an
 // organization's caller sees the workers it owns, those assigned to it and
 // those their owner granted it.
-var scopeSeesWorker = workerVisibleTo("w.id", "$2")
+var scopeSeesWorker = core.WorkerVisibleTo("w.id", "$2")
 
 // CreateWorkerParams describes a new worker.
 type CreateWorkerParams struct {
@@ -165,7 +165,7 @@ func (s *Store) ListWorkers(ctx context.Context, tenant Tenant, after *Cursor, l
 	// which the columns and the visibility rule name.
 	q := core.Psql.Select(workerColumnsSeenBy("viewer.online_window", "viewer.tenant")).From("workers w").
 		JoinClause("CROSS JOIN (SELECT ?::float8 AS online_window, ?::uuid AS tenant) viewer", onlineWindow.Seconds(), tenant.Arg()).
-		Where(workerVisibleTo("w.id", "viewer.tenant"))
+		Where(core.WorkerVisibleTo("w.id", "viewer.tenant"))
 	workers, next, err := core.ListPage(ctx, s.pool, q,
 		core.NewestFirst("w.created_at", "w.id", func(w Worker) Cursor { return Cursor{Time: w.CreatedAt, ID: w.ID} }),
 		after, limit, scanWorker)
@@ -228,7 +228,7 @@ func (s *Store) UpdateWorker(ctx context.Context, tenant Tenant, id uuid.UUID, p
 			FROM before b
 			WHERE w.id = b.id
 			RETURNING w.labels IS DISTINCT FROM b.labels, w.labels, (SELECT count(*) FROM jsonb_object_keys(w.labels))`,
-			id, p.Name, p.Enabled, p.MaxConcurrentTasks, lease.NullJSON(setLabels), removeLabels).Scan(&labelsChanged, &newLabels, &labelCount)
+			id, p.Name, p.Enabled, p.MaxConcurrentTasks, core.NullJSON(setLabels), removeLabels).Scan(&labelsChanged, &newLabels, &labelCount)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			return ErrNotFound

@@ -3,7 +3,7 @@
 // zone) or of an interval (absolute time), each slot's jitter, the slots
 // due after a downtime and how late one may still fire.
 //
-// The store (store/schedule_fire.go) decides what a due slot does —
+// The store (store/internal/schedules/fire.go) decides what a due slot does —
 // overlap and catch-up policies, runs, history — and keeps every decision
 // on the database's clock: the times passed in here are the database's.
 //

@@ -5,8 +5,10 @@
 // state machines and the SQL they render to, wake-up payloads, the audit
 // context and record, creation idempotency, the one webhook emitter
 // (events.go), the Tenant and organization isolation's one SQL predicate
-// (tenant.go), and the one page helper of every listing (listing.go,
-// cursor.go).
+// with the worker visibility rule (tenant.go), the queue's rule (queue.go)
+// and the plan settings of the walks (plans.go) — which the lease engine
+// and the control plane both need — and the one page helper of every
+// listing (listing.go, cursor.go).
 //
 // It imports nothing of the store: the lease engine (store/internal/lease),
 // the control-plane domains (store/internal/secrets, webhooks) and the

@@ -55,7 +55,7 @@ func OrganizationAudience(org uuid.UUID) Audience {
 }
 
 // WorkerAudience is the organizations that may see the worker now
-// (workerVisibleTo): its owner, the organizations assigned it and those
+// (WorkerVisibleTo): its owner, the organizations assigned it and those
 // its owner granted it. The grants and assignments are read FOR SHARE,
 // grants first as a withdrawal and an assignment take them, so a
 // withdrawal either commits before the event (and its organization does

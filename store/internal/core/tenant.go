@@ -70,6 +70,21 @@ func InTenant(column, param string) string {
 	return `(` + param + `::uuid IS NULL OR ` + column + ` = ` + param + `)`
 }
 
+// WorkerVisibleTo is the worker visibility rule as SQL, for a worker id
+// expression and a scope expression (an organization id, or NULL for an
+// unscoped caller). An organization sees the workers it owns, those
+// assigned to it, and those their owner granted it — nothing else, so an
+// organization can never learn of, nor assign, another's worker. Workers
+// are shared infrastructure, so this is isolation's second predicate,
+// beside InTenant (see "Isolation" in store/doc.go).
+func WorkerVisibleTo(worker, scope string) string {
+	return `(` + scope + `::uuid IS NULL
+		OR EXISTS (SELECT 1 FROM workers vw WHERE vw.id = ` + worker + ` AND vw.owner_organization_id = ` + scope + `)
+		OR EXISTS (SELECT 1 FROM organization_workers vow
+			WHERE vow.worker_id = ` + worker + ` AND vow.organization_id = ` + scope + ` AND vow.revoked_at IS NULL)
+		OR EXISTS (SELECT 1 FROM worker_grants vg WHERE vg.worker_id = ` + worker + ` AND vg.organization_id = ` + scope + `))`
+}
+
 // Where is InTenant for statements built with squirrel.
 func (tenant Tenant) Where(column string) sq.Sqlizer {
 	return sq.Expr(InTenant(column, "?"), tenant.Arg(), tenant.Arg())

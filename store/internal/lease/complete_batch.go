@@ -131,7 +131,7 @@ FROM (SELECT * FROM held ORDER BY task_id) e CROSS JOIN LATERAL (
 
 // moveTasksSQL ends each locked attempt with its outcome and moves its
 // locked task to the state its completion decided, queues the task again if
-// that state is leasable (queue.go), and records the state on the attempt,
+// that state is leasable (core/queue.go), and records the state on the attempt,
 // so a replay can answer with it: one update of each row. A task that
 // ended emits its event in the same statement (core.TaskEventsSQL).
 //
@@ -162,11 +162,11 @@ WITH input AS (
 	WHERE t.id = i.task_id AND t.state = i.observed_state
 	-- The attempt's input travels with its task: joining moved back to input
 	-- would be a nested loop over both (byIDPlanSQL), quadratic in the group.
-	RETURNING ` + QueueSourceColumns("t") + `, ` + core.TaskEventReturning("t") + `,
+	RETURNING ` + core.QueueSourceColumns("t") + `, ` + core.TaskEventReturning("t") + `,
 		extract(epoch FROM t.available_at - now())::float8 AS delay,
 		i.attempt_id, i.outcome, i.error_code, i.error_message, i.retryable
 ), enqueued AS (
-	` + EnqueueSQL("moved") + `
+	` + core.EnqueueSQL("moved") + `
 )` + core.TaskEventsSQL("moved") + `, ended AS (
 	UPDATE worker_task_attempts a SET
 		status = m.outcome, finished_at = now(), updated_at = now(),

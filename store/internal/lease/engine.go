@@ -1,6 +1,6 @@
 // Package lease is the store's lease engine: the worker protocol's verbs
-// on the database — acquisition (leases.go, the queue walk in queue.go),
-// heartbeats and starts (attempts.go, heartbeat_batch.go), completion
+// on the database — acquisition and the queue walk (leases.go; the
+// queue's rule is the core's, core/queue.go), heartbeats and starts (attempts.go, heartbeat_batch.go), completion
 // (complete.go, complete_batch.go), their group-commit batchers, the lease
 // token (leasetoken.go), the expiry sweep and the queue's upkeep (sweep.go,
 // queuevacuum.go), the releases of leases by policy (release.go: the

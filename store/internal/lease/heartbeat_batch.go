@@ -34,7 +34,7 @@ func (s *Engine) RenewLeasesMany(ctx context.Context, ps []RenewParams) []RenewO
 	capsChanged := make([]bool, len(ps))
 	queue := func(b *pgx.Batch) {
 		for _, i := range order {
-			b.Queue(touchWorkerSQL, ps[i].WorkerID, NullJSON(ps[i].Capabilities), ps[i].SoftwareVersion, nil)
+			b.Queue(touchWorkerSQL, ps[i].WorkerID, core.NullJSON(ps[i].Capabilities), ps[i].SoftwareVersion, nil)
 		}
 	}
 	read := func(br pgx.BatchResults) error {

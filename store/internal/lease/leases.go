@@ -176,7 +176,7 @@ func (s *Engine) AcquireLeasesMany(ctx context.Context, ps []AcquireParams) []Ac
 	ordered := slices.Clone(acqs)
 	slices.SortStableFunc(ordered, func(a, b *acquisition) int { return core.CompareWorkers(a.p.WorkerID, b.p.WorkerID) })
 	queue := func(b *pgx.Batch) {
-		b.Queue(GenericPlanSQL)
+		b.Queue(core.GenericPlanSQL)
 		for _, a := range ordered {
 			a.queue(b)
 		}
@@ -250,7 +250,7 @@ type acquisition struct {
 
 func (a *acquisition) queue(b *pgx.Batch) {
 	p := a.p
-	b.Queue(touchWorkerSQL, p.WorkerID, NullJSON(p.Capabilities), p.SoftwareVersion, p.ProtocolVersion)
+	b.Queue(touchWorkerSQL, p.WorkerID, core.NullJSON(p.Capabilities), p.SoftwareVersion, p.ProtocolVersion)
 	if p.IdempotencyKey != "" {
 		b.Queue(ReplayLeasesSQL, p.WorkerID, p.IdempotencyKey, a.hashes)
 	}
@@ -258,7 +258,7 @@ func (a *acquisition) queue(b *pgx.Batch) {
 	if a.alone {
 		// The same tokens as the replay: if it replays any lease, this
 		// statement grants none.
-		b.Queue(LeaseCandidatesSQL, p.WorkerID, p.MaxTasks, NullString(p.IdempotencyKey), a.hashes)
+		b.Queue(LeaseCandidatesSQL, p.WorkerID, p.MaxTasks, core.NullString(p.IdempotencyKey), a.hashes)
 	}
 }
 
@@ -349,40 +349,12 @@ func (a *acquisition) result() (AcquireResult, error) {
 	return res, nil
 }
 
-// orderedScansSQL keeps the rest of a transaction's plans on ordered index
-// scans. The hot statements walk an index from its head and stop after the
-// rows they want — the queue in priority order, live leases by expiry — and
-// only an index scan can stop early, and only an index scan marks the
-// entries of rows deleted or moved out of a partial index as dead as it
-// passes them, so the next walk skips them. The planner does not know
-// that: with statistics of a table just filled in bulk (or none yet) it
-// chose a bitmap scan and a sort, which read a whole class of the queue,
-// 100,000 entries for 32 rows, and the sweeper's earliest expiry read every
-// finished attempt's entry again on every pass.
-//
-// JIT compilation is off in these transactions too: a scan the settings
-// disable still gets planned where no index fits (a small table's
-// filter), at a cost of 10^10, and a plan that dear passes jit_above_cost
-// and spends most of a second compiling a statement that runs in a
-// millisecond (every completion did, once webhook_targets joined it).
-const orderedScansSQL = `SELECT ` + orderedScans
-
-const orderedScans = `set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
-	set_config('jit', 'off', true)`
-
-// GenericPlanSQL is orderedScansSQL for the acquisition, which also plans
-// its statements once per connection instead of on every poll: planning
-// them costs more than running them. A generic plan is made once, possibly
-// while a table is still small, and then kept as the table grows; the
-// ordered scans keep it right whatever the statistics said.
-const GenericPlanSQL = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true), ` + orderedScans
-
 // byIDPlanSQL is GenericPlanSQL for statements that find their rows by the
 // ids in the arrays they are given (completions): each input row probes a
 // primary key, in a nested loop. A generic plan made while the tables were
 // small instead merge-joined the sorted input with a whole primary key,
 // read from its start (4 ms for one completion).
-const byIDPlanSQL = GenericPlanSQL + `,
+const byIDPlanSQL = core.GenericPlanSQL + `,
 	set_config('enable_mergejoin', 'off', true), set_config('enable_hashjoin', 'off', true)`
 
 // LockAssignmentsSQL takes the worker's live assignments FOR SHARE and
@@ -535,7 +507,7 @@ func grantLeases(ctx context.Context, ex core.Executor, polls []*acquisition) er
 	give := func(a *acquisition, slot int, id uuid.UUID) {
 		taken[id] = true
 		taskIDs, workerIDs = append(taskIDs, id), append(workerIDs, a.p.WorkerID)
-		requestKeys = append(requestKeys, NullString(a.p.IdempotencyKey))
+		requestKeys = append(requestKeys, core.NullString(a.p.IdempotencyKey))
 		hashes, tokens = append(hashes, a.hashes[slot]), append(tokens, a.tokens[slot])
 		owners = append(owners, a)
 	}
@@ -634,7 +606,7 @@ func grantLeases(ctx context.Context, ex core.Executor, polls []*acquisition) er
 
 // organizationWalkSQL is the candidate walk of one organization (org, an
 // SQL expression) shared by both acquisition statements: it finds the
-// organization's lease classes in the queue (queue.go) with a loose index
+// organization's lease classes in the queue (core/queue.go) with a loose index
 // scan (each class is one task type with one set of required capabilities,
 // one label selector or none, one pinned worker or none; one index probe
 // per class), keeps the classes whose type is in types, whose required
@@ -689,7 +661,7 @@ func organizationWalkSQL(org, types, caps, labels, pinned, limit, exclude string
 func takeQueuedSQL(rel, idColumn string) string {
 	return `taken AS (
 		SELECT t.id FROM worker_tasks t
-		WHERE t.id IN (SELECT ` + idColumn + ` FROM ` + rel + `) AND t.state IN (` + leasableStates + `)
+		WHERE t.id IN (SELECT ` + idColumn + ` FROM ` + rel + `) AND t.state IN (` + core.LeasableStates + `)
 		FOR UPDATE OF t SKIP LOCKED
 	), dequeued AS (
 		DELETE FROM worker_task_queue q USING taken WHERE q.task_id = taken.id
@@ -855,18 +827,4 @@ func taskTypesSQL(column string) string {
 	}
 	b.WriteString(" ELSE ARRAY[]::text[] END")
 	return b.String()
-}
-
-func NullString(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
-}
-
-func NullJSON(b json.RawMessage) any {
-	if len(b) == 0 {
-		return nil
-	}
-	return string(b)
 }

@@ -84,11 +84,11 @@ func ReleaseAttempts(ctx context.Context, tx core.Executor, workerID uuid.UUID, 
 				updated_at = now()
 			FROM ended e
 			WHERE t.id = e.task_id AND t.state IN (`+core.FromStates(core.EventRelease)+`, `+core.FromStates(core.EventCancelDone)+`)
-			RETURNING `+QueueSourceColumns("t")+`
+			RETURNING `+core.QueueSourceColumns("t")+`
 		), enqueued AS (
-			`+EnqueueSQL("moved")+`
+			`+core.EnqueueSQL("moved")+`
 		)
-		SELECT organization_id, state FROM moved`, workerID, f.Organization, reason, NullJSON(f.LackingCritical), f.Attempts, NullJSON(f.LackingLabels))
+		SELECT organization_id, state FROM moved`, workerID, f.Organization, reason, core.NullJSON(f.LackingCritical), f.Attempts, core.NullJSON(f.LackingLabels))
 	if err != nil {
 		return 0, fmt.Errorf("release attempts: %w", err)
 	}

@@ -65,15 +65,15 @@ WITH ended AS (
 		updated_at = now()
 	FROM ended e
 	WHERE t.id = e.task_id AND t.state IN (` + core.SQLStates(core.TaskLeased, core.TaskRunning, core.TaskCancelling) + `)
-	RETURNING ` + QueueSourceColumns("t") + `, ` + core.TaskEventReturning("t") + `
+	RETURNING ` + core.QueueSourceColumns("t") + `, ` + core.TaskEventReturning("t") + `
 ), enqueued AS (
-	` + EnqueueSQL("moved") + `
+	` + core.EnqueueSQL("moved") + `
 )` + core.TaskEventsSQL("moved") + `
 SELECT e.worker_id, m.organization_id, m.state, extract(epoch FROM m.available_at - now())::float8
 FROM ended e LEFT JOIN moved m ON m.id = e.task_id` + core.TaskEventsWritten
 
 // deadlineSQL dead-letters queued tasks whose execution deadline passed.
-// It starts from the queue rows, so (queue.go) it takes their tasks with
+// It starts from the queue rows, so (core/queue.go) it takes their tasks with
 // SKIP LOCKED: one held by a transaction about to change it is left to it.
 var deadlineSQL = `
 WITH due AS (
@@ -106,7 +106,7 @@ func (s *Engine) SweepExpired(ctx context.Context, limit int) (SweepResult, erro
 	var res SweepResult
 	err := s.inTx(ctx, "sweep expired", func(tx pgx.Tx) error {
 		res = SweepResult{}
-		if _, err := tx.Exec(ctx, orderedScansSQL); err != nil {
+		if _, err := tx.Exec(ctx, core.OrderedScansSQL); err != nil {
 			return fmt.Errorf("plan settings: %w", err)
 		}
 		rows, err := tx.Query(ctx, expireSQL, limit)

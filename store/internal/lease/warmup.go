@@ -16,12 +16,12 @@ import (
 // settings its transaction runs it under ("" when it is planned for each
 // call).
 var hotStatements = []struct{ planSettings, sql string }{
-	{GenericPlanSQL, touchWorkerSQL},
-	{GenericPlanSQL, ReplayLeasesSQL},
-	{GenericPlanSQL, LockAssignmentsSQL},
-	{GenericPlanSQL, LeaseCandidatesSQL},
-	{GenericPlanSQL, candidatesSQL},
-	{GenericPlanSQL, grantSQL},
+	{core.GenericPlanSQL, touchWorkerSQL},
+	{core.GenericPlanSQL, ReplayLeasesSQL},
+	{core.GenericPlanSQL, LockAssignmentsSQL},
+	{core.GenericPlanSQL, LeaseCandidatesSQL},
+	{core.GenericPlanSQL, candidatesSQL},
+	{core.GenericPlanSQL, grantSQL},
 	{byIDPlanSQL, completeFencedSQL},
 	{byIDPlanSQL, moveTasksSQL},
 	{"", core.NotifySQL},

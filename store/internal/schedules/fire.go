@@ -1,4 +1,4 @@
-package store
+package schedules
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 
 	"github.com/worker-gateway/gateway/internal/slots"
 	"github.com/worker-gateway/gateway/store/internal/core"
-	"github.com/worker-gateway/gateway/store/internal/lease"
+	"github.com/worker-gateway/gateway/store/internal/work"
 )
 
 // runActiveSQL: the schedule s's latest run has not ended (overlap policy).
@@ -74,24 +74,24 @@ type claimed struct {
 	active   bool // the latest run has not ended
 	now      time.Time
 	lastSlot *time.Time // the latest slot handled, if any
-	wakeups  []Wakeup
+	wakeups  []core.Wakeup
 	fires    []ScheduleFire
-	batch    *fireBatch // while the fast path decides (schedule_fire_batch.go)
+	batch    *fireBatch // while the fast path decides (fire_batch.go)
 }
 
 // FireDueSchedules claims up to limit due schedules and fires them, each in
 // the transaction that claimed it: creates the slot's scan or task (unless
 // the overlap or catch-up policy skips it), records the fire keyed by
 // (schedule, slot), and advances the schedule. Any replica may call it at
-// any time; a slot fires once whoever crashes (see "Schedules" in doc.go).
+// any time; a slot fires once whoever crashes (see "Schedules" in store/doc.go).
 // It returns what was recorded.
-func (s *Store) FireDueSchedules(ctx context.Context, limit int) ([]ScheduleFire, error) {
+func (s *Calendar) FireDueSchedules(ctx context.Context, limit int) ([]ScheduleFire, error) {
 	return s.fireDueSchedules(ctx, nil, limit)
 }
 
 // fireDueSchedules is FireDueSchedules deciding at `at` instead of the
 // database's now(): tests move time forward without sleeping.
-func (s *Store) fireDueSchedules(ctx context.Context, at *time.Time, limit int) ([]ScheduleFire, error) {
+func (s *Calendar) fireDueSchedules(ctx context.Context, at *time.Time, limit int) ([]ScheduleFire, error) {
 	var fires []ScheduleFire
 	err := s.inTx(ctx, "fire schedules", func(tx pgx.Tx) error {
 		fires = nil
@@ -99,7 +99,7 @@ func (s *Store) fireDueSchedules(ctx context.Context, at *time.Time, limit int) 
 		// statements of advance_scan were planned again on every call
 		// (their custom plans looked cheaper), and planning cost more than
 		// running them.
-		if _, err := tx.Exec(ctx, lease.GenericPlanSQL); err != nil {
+		if _, err := tx.Exec(ctx, core.GenericPlanSQL); err != nil {
 			return fmt.Errorf("claim schedules: %w", err)
 		}
 		rows, err := tx.Query(ctx, claimSchedulesSQL, at, limit)
@@ -149,6 +149,14 @@ func (s *Store) fireDueSchedules(ctx context.Context, at *time.Time, limit int) 
 		return nil, err
 	}
 	return fires, nil
+}
+
+// FireDueAt is FireDueSchedules deciding at `at` instead of the database's
+// now(), for the store's tests (FireDueSchedulesAt in store/export_test.go):
+// a function, not a method, so that the Store embedding a Calendar does
+// not gain it.
+func FireDueAt(ctx context.Context, c *Calendar, at time.Time, limit int) ([]ScheduleFire, error) {
+	return c.fireDueSchedules(ctx, &at, limit)
 }
 
 // fire applies the schedule's policies at c.now and decides how it
@@ -257,7 +265,7 @@ func (c *claimed) record(ctx context.Context, tx pgx.Tx, slot time.Time, outcome
 		return fmt.Errorf("record schedule fire: %w", err)
 	}
 	c.fires = append(c.fires, ScheduleFire{ID: id, ScheduleID: c.sl.ID, Version: c.version, SlotAt: slot,
-		Trigger: TriggerSchedule, Outcome: outcome, SkipReason: reason, MissedSlots: missed, FiredAt: firedAt})
+		Trigger: work.TriggerSchedule, Outcome: outcome, SkipReason: reason, MissedSlots: missed, FiredAt: firedAt})
 	return nil
 }
 
@@ -274,8 +282,8 @@ func (c *claimed) run(ctx context.Context, tx pgx.Tx, slot time.Time, queued boo
 		return c.batch.run(ctx, tx, c, slot, queued, missed)
 	}
 	version := c.version
-	tr := Trigger{Kind: TriggerSchedule, ScheduleID: &c.sl.ID, ScheduleVersion: &version, SlotAt: &slot}
-	f := ScheduleFire{ScheduleID: c.sl.ID, Version: c.version, SlotAt: slot, Trigger: TriggerSchedule,
+	tr := work.Trigger{Kind: work.TriggerSchedule, ScheduleID: &c.sl.ID, ScheduleVersion: &version, SlotAt: &slot}
+	f := ScheduleFire{ScheduleID: c.sl.ID, Version: c.version, SlotAt: slot, Trigger: work.TriggerSchedule,
 		Outcome: FireCreated, MissedSlots: missed}
 	if !queued {
 		due := c.sl.FireAt(slot)
@@ -340,7 +348,7 @@ func (c *claimed) run(ctx context.Context, tx pgx.Tx, slot time.Time, queued boo
 // PostgreSQL delivers it once per transaction.
 func (c *claimed) ranOn(f ScheduleFire) {
 	c.lastTask, c.lastScan, c.active = f.TaskID, f.ScanID, true
-	c.wakeups = append(c.wakeups, Wakeup{Kind: WakeOrganization, Organization: c.org, Count: 1})
+	c.wakeups = append(c.wakeups, core.Wakeup{Kind: core.WakeOrganization, Organization: c.org, Count: 1})
 }
 
 // isRefusedData: the database refused the run's data (a data exception or
@@ -350,17 +358,17 @@ func (c *claimed) ranOn(f ScheduleFire) {
 func isRefusedData(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "22") || strings.HasPrefix(pgErr.Code, "23")) ||
-		errors.Is(err, ErrOutOfScope)
+		errors.Is(err, core.ErrOutOfScope)
 }
 
-// runKey is a manual run's creation key (see Idempotency in doc.go);
+// runKey is a manual run's creation key (see Idempotency in store/doc.go);
 // scheduled runs have none, their key is (schedule, slot).
 type runKey struct{ key, requestSHA256 string }
 
 // createRun creates the definition's scan or task with trigger tr and sets
 // f's TaskID or ScanID (and RunState) to it. Replayed: the key had already
 // created it.
-func createRun(ctx context.Context, tx pgx.Tx, org uuid.UUID, def ScheduleDefinition, tr Trigger, key runKey,
+func createRun(ctx context.Context, tx pgx.Tx, org uuid.UUID, def ScheduleDefinition, tr work.Trigger, key runKey,
 	f *ScheduleFire) (replayed bool, err error) {
 	switch def.Kind {
 	case ScheduleScan:
@@ -368,7 +376,7 @@ func createRun(ctx context.Context, tx pgx.Tx, org uuid.UUID, def ScheduleDefini
 			return false, fmt.Errorf("schedule %s: scan definition missing", f.ScheduleID)
 		}
 		var id uuid.UUID
-		id, replayed, err = createScan(ctx, tx, scheduledScanParams(org, def.Scan, &tr, key))
+		id, replayed, err = work.CreateScan(ctx, tx, scheduledScanParams(org, def.Scan, &tr, key))
 		if err != nil {
 			return false, fmt.Errorf("schedule %s: create scan: %w", f.ScheduleID, err)
 		}
@@ -378,8 +386,8 @@ func createRun(ctx context.Context, tx pgx.Tx, org uuid.UUID, def ScheduleDefini
 			return false, fmt.Errorf("schedule %s: task definition missing", f.ScheduleID)
 		}
 		d := def.Task
-		var task Task
-		task, replayed, err = createTask(ctx, tx, CreateTaskParams{OrganizationID: org, TaskType: d.TaskType, Payload: d.Payload,
+		var task work.Task
+		task, replayed, err = work.CreateTask(ctx, tx, work.CreateTaskParams{OrganizationID: org, TaskType: d.TaskType, Payload: d.Payload,
 			RequiredCapabilities: d.RequiredCapabilities, Priority: d.Priority, MaxAttempts: d.MaxAttempts,
 			LeaseDurationSeconds: d.LeaseDurationSeconds, AttemptTimeoutSeconds: d.AttemptTimeoutSeconds,
 			ExecutionTimeout: time.Duration(d.ExecutionTimeoutSeconds) * time.Second,
@@ -397,12 +405,12 @@ func createRun(ctx context.Context, tx pgx.Tx, org uuid.UUID, def ScheduleDefini
 }
 
 // scheduledScanParams is the scan a scheduled scan definition creates.
-func scheduledScanParams(org uuid.UUID, scan *ScheduledScan, tr *Trigger, key runKey) CreateScanParams {
-	plugins := make([]ScanPlugin, len(scan.Plugins))
+func scheduledScanParams(org uuid.UUID, scan *ScheduledScan, tr *work.Trigger, key runKey) work.CreateScanParams {
+	plugins := make([]work.ScanPlugin, len(scan.Plugins))
 	for i, p := range scan.Plugins {
-		plugins[i] = ScanPlugin(p)
+		plugins[i] = work.ScanPlugin(p)
 	}
-	return CreateScanParams{OrganizationID: org, Targets: scan.Targets, Plugins: plugins, Priority: scan.Priority,
+	return work.CreateScanParams{OrganizationID: org, Targets: scan.Targets, Plugins: plugins, Priority: scan.Priority,
 		Trigger: tr, IdempotencyKey: key.key, RequestSHA256: key.requestSHA256}
 }
 
@@ -421,7 +429,7 @@ type RunScheduleParams struct {
 // run. While the schedule's latest run is still active and its overlap
 // policy is not allow, a new run is ErrScheduleRunInProgress: the policy
 // says runs of the schedule never overlap, whoever starts them.
-func (s *Store) RunScheduleNow(ctx context.Context, tenant Tenant, id uuid.UUID, p RunScheduleParams) (f ScheduleFire, replayed bool, err error) {
+func (s *Calendar) RunScheduleNow(ctx context.Context, tenant core.Tenant, id uuid.UUID, p RunScheduleParams) (f ScheduleFire, replayed bool, err error) {
 	err = s.inTx(ctx, "run schedule", func(tx pgx.Tx) error {
 		sc, err := readSchedule(ctx, tx, tenant, id, true)
 		if err != nil {
@@ -435,7 +443,7 @@ func (s *Store) RunScheduleNow(ctx context.Context, tenant Tenant, id uuid.UUID,
 			id).Scan(&active); err != nil {
 			return fmt.Errorf("read schedule's latest run: %w", err)
 		}
-		f = ScheduleFire{ScheduleID: id, Version: sc.Version, Trigger: TriggerManual, TokenID: p.TokenID, Outcome: FireCreated}
+		f = ScheduleFire{ScheduleID: id, Version: sc.Version, Trigger: work.TriggerManual, TokenID: p.TokenID, Outcome: FireCreated}
 		if err := tx.QueryRow(ctx, `INSERT INTO schedule_fires (schedule_id, organization_id, version, slot_at,
 				trigger_kind, token_id, outcome)
 			VALUES ($1, $2, $3, now(), 'manual', $4, 'created') RETURNING id, slot_at, fired_at`,
@@ -443,7 +451,7 @@ func (s *Store) RunScheduleNow(ctx context.Context, tenant Tenant, id uuid.UUID,
 			return fmt.Errorf("record manual fire: %w", err)
 		}
 		version := sc.Version
-		tr := Trigger{Kind: TriggerManual, ScheduleID: &id, ScheduleVersion: &version, SlotAt: &f.SlotAt, TokenID: p.TokenID}
+		tr := work.Trigger{Kind: work.TriggerManual, ScheduleID: &id, ScheduleVersion: &version, SlotAt: &f.SlotAt, TokenID: p.TokenID}
 		replayed, err = createRun(ctx, tx, sc.OrganizationID, sc.Definition, tr, runKey{p.IdempotencyKey, p.RequestSHA256}, &f)
 		if err != nil {
 			return err
@@ -451,7 +459,7 @@ func (s *Store) RunScheduleNow(ctx context.Context, tenant Tenant, id uuid.UUID,
 		if !replayed && active {
 			// Checked after creating, so that a repeat of an earlier run's
 			// key is answered as before; returning rolls the run back.
-			return ErrScheduleRunInProgress
+			return core.ErrScheduleRunInProgress
 		}
 		if !replayed {
 			if _, err := tx.Exec(ctx, `UPDATE schedule_fires SET task_id = $2, scan_id = $3 WHERE id = $1`,
@@ -470,7 +478,7 @@ func (s *Store) RunScheduleNow(ctx context.Context, tenant Tenant, id uuid.UUID,
 				id, f.TaskID, f.ScanID))
 			if errors.Is(err, pgx.ErrNoRows) {
 				// The key created something else than a run of this schedule.
-				return ErrIdempotencyKeyReused
+				return core.ErrIdempotencyKeyReused
 			}
 			return err
 		}
@@ -480,7 +488,7 @@ func (s *Store) RunScheduleNow(ctx context.Context, tenant Tenant, id uuid.UUID,
 		}
 		core.AuditDetail(ctx, "fire_id", f.ID.String())
 		if f.TaskID != nil {
-			return core.Notify(ctx, tx, Wakeup{Kind: WakeOrganization, Organization: sc.OrganizationID, Count: 1})
+			return core.Notify(ctx, tx, core.Wakeup{Kind: core.WakeOrganization, Organization: sc.OrganizationID, Count: 1})
 		}
 		return nil
 	})
@@ -505,7 +513,7 @@ type NextScheduleFire struct {
 // migration 000016). The one end the trigger cannot see — a run ending
 // while the fire that queues its successor has not committed yet — this
 // query sees, because the timer asks it right after that fire commits.
-func (s *Store) NextScheduleFireAt(ctx context.Context) (NextScheduleFire, bool, error) {
+func (s *Calendar) NextScheduleFireAt(ctx context.Context) (NextScheduleFire, bool, error) {
 	var at *time.Time
 	var inMicros *int64
 	err := s.pool.QueryRow(ctx, `

@@ -1,10 +1,12 @@
-package store
+package schedules
 
 import (
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/worker-gateway/gateway/store/internal/core"
 )
 
 // TestCheckMinInterval: an interval or a cron whose slots come closer than
@@ -32,7 +34,7 @@ func TestCheckMinInterval(t *testing.T) {
 		if tc.ok {
 			require.NoError(t, err, "%+v at %s", tc.timing, tc.min)
 		} else {
-			require.ErrorIs(t, err, ErrScheduleTooFrequent, "%+v at %s", tc.timing, tc.min)
+			require.ErrorIs(t, err, core.ErrScheduleTooFrequent, "%+v at %s", tc.timing, tc.min)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package store
+package schedules
 
 import (
 	"context"
@@ -24,12 +24,12 @@ type ScheduleLimits struct {
 	Quota int
 }
 
-// DefaultScheduleLimits are the limits of a Store until SetScheduleLimits.
+// DefaultScheduleLimits are the limits of a Calendar until SetScheduleLimits.
 var DefaultScheduleLimits = ScheduleLimits{MinInterval: time.Minute, Quota: 1000}
 
-// SetScheduleLimits replaces the store's schedule limits; call it before
+// SetScheduleLimits replaces the calendar's schedule limits; call it before
 // the store serves requests.
-func (s *Store) SetScheduleLimits(l ScheduleLimits) { s.scheduleLimits = l }
+func (s *Calendar) SetScheduleLimits(l ScheduleLimits) { s.limits = l }
 
 // checkMinInterval refuses a schedule whose slots may come closer together
 // than least: an interval shorter than it, or a cron expression two of
@@ -43,19 +43,19 @@ func checkMinInterval(c compiled, least time.Duration) error {
 	if c.slots.Cron != nil {
 		field = "cron"
 	}
-	return problem.Wrap(ErrScheduleTooFrequent, problem.Text(fmt.Sprintf(
+	return problem.Wrap(core.ErrScheduleTooFrequent, problem.Text(fmt.Sprintf(
 		"%s: two slots would be %s apart; this gateway's minimum between slots is %s", field, gap, least)))
 }
 
 // lockScheduleQuota takes the organization's row and refuses a new
 // schedule when it already has its quota (organizations.max_schedules, or
-// the store's default). The row lock (FOR NO KEY UPDATE, which a task's
+// the calendar's default). The row lock (FOR NO KEY UPDATE, which a task's
 // foreign key check does not wait for) serialises the creates of one
 // organization, and the count is a statement of its own, after the lock:
 // in READ COMMITTED a later statement sees what the previous holder of the
 // lock committed, where a count in the locking statement would read the
 // snapshot taken before it waited.
-func lockScheduleQuota(ctx context.Context, tx pgx.Tx, tenant Tenant, org uuid.UUID, defaultQuota int) error {
+func lockScheduleQuota(ctx context.Context, tx pgx.Tx, tenant core.Tenant, org uuid.UUID, defaultQuota int) error {
 	var quota int
 	err := tx.QueryRow(ctx, `SELECT coalesce(max_schedules, $2) FROM organizations WHERE id = $1 FOR NO KEY UPDATE`,
 		org, defaultQuota).Scan(&quota)
@@ -71,7 +71,7 @@ func lockScheduleQuota(ctx context.Context, tx pgx.Tx, tenant Tenant, org uuid.U
 		return fmt.Errorf("count schedules: %w", err)
 	}
 	if n >= quota {
-		return problem.Wrap(ErrQuotaExceeded, problem.Text(fmt.Sprintf(
+		return problem.Wrap(core.ErrQuotaExceeded, problem.Text(fmt.Sprintf(
 			"the organization has %d schedules, its quota is %d; delete one first", n, quota)))
 	}
 	return nil

@@ -1,9 +1,7 @@
-package lease
+package core
 
 import (
 	"strings"
-
-	"github.com/worker-gateway/gateway/store/internal/core"
 )
 
 // The queue: worker_task_queue holds one row per leasable task (pending or
@@ -31,9 +29,13 @@ import (
 // queue row, waiting if need be. So the two orders never wait on each
 // other in a cycle, and the row is deleted in the same transaction that
 // changes the state: there are no stale rows to clean up.
+//
+// The rule is the core's, not the lease engine's: creating work
+// (store/internal/work), a redrive and a cancellation keep it as much as
+// the engine's leases, releases and sweeps do.
 
-// leasableStates are the task states that have a queue row.
-var leasableStates = core.FromStates(core.EventLease)
+// LeasableStates are the task states that have a queue row.
+var LeasableStates = FromStates(EventLease)
 
 // copiedColumns are the worker_tasks columns a queue row copies, under the
 // same names; the queue's key is task_id, the task's id. Every list below
@@ -71,7 +73,7 @@ func QueueSourceColumns(alias string) string {
 // leasable.
 func EnqueueSQL(rel string) string {
 	return `INSERT INTO worker_task_queue (` + queueColumns + `)
-		SELECT ` + taskQueueColumns + ` FROM ` + rel + ` WHERE state IN (` + leasableStates + `)`
+		SELECT ` + taskQueueColumns + ` FROM ` + rel + ` WHERE state IN (` + LeasableStates + `)`
 }
 
 // DequeueSQL deletes the queue rows of the tasks t matching where (an SQL
@@ -84,7 +86,7 @@ func EnqueueSQL(rel string) string {
 // locked nobody else can queue it, so the next statement sees every row.
 func DequeueSQL(where string) string {
 	return `DELETE FROM worker_task_queue q USING worker_tasks t
-		WHERE q.task_id = t.id AND (` + where + `) AND t.state NOT IN (` + leasableStates + `)`
+		WHERE q.task_id = t.id AND (` + where + `) AND t.state NOT IN (` + LeasableStates + `)`
 }
 
 // QueueMismatchSQL counts the tasks that break the queue's rule: leasable
@@ -92,7 +94,7 @@ func DequeueSQL(where string) string {
 // Tests and the fault checker run it; it is zero when the rule holds.
 var QueueMismatchSQL = `
 SELECT count(*) FROM worker_tasks t FULL JOIN worker_task_queue q ON q.task_id = t.id
-WHERE (t.state IN (` + leasableStates + `)) IS DISTINCT FROM (q.task_id IS NOT NULL AND t.id IS NOT NULL)
+WHERE (t.state IN (` + LeasableStates + `)) IS DISTINCT FROM (q.task_id IS NOT NULL AND t.id IS NOT NULL)
 	OR (q.task_id IS NOT NULL AND (` + prefixed("q.") + `) IS DISTINCT FROM (` + prefixed("t.") + `))`
 
 // ResyncQueueSQL makes the queue rows of the tasks $1 (uuid[]) follow their
@@ -103,9 +105,9 @@ WHERE (t.state IN (` + leasableStates + `)) IS DISTINCT FROM (q.task_id IS NOT N
 var ResyncQueueSQL = `
 WITH gone AS (
 	DELETE FROM worker_task_queue q USING worker_tasks t
-	WHERE q.task_id = t.id AND t.id = ANY($1::uuid[]) AND t.state NOT IN (` + leasableStates + `)
+	WHERE q.task_id = t.id AND t.id = ANY($1::uuid[]) AND t.state NOT IN (` + LeasableStates + `)
 )
 INSERT INTO worker_task_queue (` + queueColumns + `)
 SELECT ` + taskQueueColumns + ` FROM worker_tasks
-WHERE id = ANY($1::uuid[]) AND state IN (` + leasableStates + `)
+WHERE id = ANY($1::uuid[]) AND state IN (` + LeasableStates + `)
 ON CONFLICT (task_id) DO UPDATE SET (` + prefixed("") + `) = (` + prefixed("EXCLUDED.") + `)`

@@ -1,4 +1,4 @@
-package store
+package schedules
 
 import (
 	"context"
@@ -10,7 +10,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/worker-gateway/gateway/store/internal/core"
 	"github.com/worker-gateway/gateway/store/internal/targetscope"
+	"github.com/worker-gateway/gateway/store/internal/work"
 )
 
 // The fast path of a claim's fires. Firing one slot at a time costs five
@@ -19,7 +21,7 @@ import (
 // claim's fires are instead decided first, as if every run succeeds, and
 // written together: all scans and their jobs in one statement, all first
 // jobs started in one, all fire rows in one. Tasks are still created one
-// by one (createTask), inside the same savepoint.
+// by one (work.CreateTask), inside the same savepoint.
 //
 // The optimism is checked, not assumed: when a slot turns out to have
 // fired already (its fire row conflicts), a run's data is refused, or a
@@ -40,7 +42,7 @@ type fireBatch struct {
 
 type batchedScan struct {
 	id uuid.UUID
-	CreateScanParams
+	work.CreateScanParams
 }
 
 // batchedFire is a fire row to insert; index is its entry in c.fires,
@@ -56,7 +58,7 @@ type batchedFire struct {
 
 // fireClaimed fires the claimed schedules: in a batch when it can, else
 // one slot at a time. It returns the wake-ups and the fires recorded.
-func fireClaimed(ctx context.Context, tx pgx.Tx, due []*claimed) ([]Wakeup, []ScheduleFire, error) {
+func fireClaimed(ctx context.Context, tx pgx.Tx, due []*claimed) ([]core.Wakeup, []ScheduleFire, error) {
 	before := make([]claimed, len(due))
 	for i, c := range due {
 		before[i] = *c
@@ -87,8 +89,8 @@ func fireClaimed(ctx context.Context, tx pgx.Tx, due []*claimed) ([]Wakeup, []Sc
 	return collectFires(due)
 }
 
-func collectFires(due []*claimed) ([]Wakeup, []ScheduleFire, error) {
-	var wakeups []Wakeup
+func collectFires(due []*claimed) ([]core.Wakeup, []ScheduleFire, error) {
+	var wakeups []core.Wakeup
 	var fires []ScheduleFire
 	for _, c := range due {
 		wakeups = append(wakeups, c.wakeups...)
@@ -124,9 +126,9 @@ func (b *fireBatch) run(ctx context.Context, tx pgx.Tx, c *claimed, slot time.Ti
 	}
 	version := c.version
 	due := c.sl.FireAt(slot)
-	f := ScheduleFire{ScheduleID: c.sl.ID, Version: c.version, SlotAt: slot, Trigger: TriggerSchedule,
+	f := ScheduleFire{ScheduleID: c.sl.ID, Version: c.version, SlotAt: slot, Trigger: work.TriggerSchedule,
 		Outcome: FireCreated, MissedSlots: missed, DueAt: &due}
-	tr := Trigger{Kind: TriggerSchedule, ScheduleID: &c.sl.ID, ScheduleVersion: &version, SlotAt: &slot}
+	tr := work.Trigger{Kind: work.TriggerSchedule, ScheduleID: &c.sl.ID, ScheduleVersion: &version, SlotAt: &slot}
 	switch {
 	case c.def.Kind == ScheduleScan && c.def.Scan != nil:
 		p := scheduledScanParams(c.org, c.def.Scan, &tr, runKey{})
@@ -150,8 +152,8 @@ func (b *fireBatch) run(ctx context.Context, tx pgx.Tx, c *claimed, slot time.Ti
 	return nil
 }
 
-// checkScope holds a scan to its organization's scope, as createScan does.
-func (b *fireBatch) checkScope(ctx context.Context, tx pgx.Tx, p CreateScanParams) error {
+// checkScope holds a scan to its organization's scope, as work.CreateScan does.
+func (b *fireBatch) checkScope(ctx context.Context, tx pgx.Tx, p work.CreateScanParams) error {
 	ts, ok := b.scopes[p.OrganizationID]
 	if !ok {
 		var err error
@@ -163,17 +165,17 @@ func (b *fireBatch) checkScope(ctx context.Context, tx pgx.Tx, p CreateScanParam
 		}
 		b.scopes[p.OrganizationID] = ts
 	}
-	return checkScanScopeIn(ts, p, nil) // a scheduled scan names no assets
+	return work.CheckScanScopeIn(ts, p, nil) // a scheduled scan names no assets
 }
 
 // record is claimed.record for the batch.
 func (b *fireBatch) record(c *claimed, slot time.Time, outcome, reason string, missed int) {
 	b.fires = append(b.fires, batchedFire{c: c, index: len(c.fires), slot: slot, outcome: outcome, reason: reason, missed: missed})
 	c.fires = append(c.fires, ScheduleFire{ScheduleID: c.sl.ID, Version: c.version, SlotAt: slot,
-		Trigger: TriggerSchedule, Outcome: outcome, SkipReason: reason, MissedSlots: missed})
+		Trigger: work.TriggerSchedule, Outcome: outcome, SkipReason: reason, MissedSlots: missed})
 }
 
-// createScansSQL creates scans and their jobs from arrays, as createScan
+// createScansSQL creates scans and their jobs from arrays, as work.CreateScan
 // does one at a time; advance_scan then starts each scan's first job.
 const createScansSQL = `
 WITH scan AS (
@@ -276,7 +278,7 @@ func (b *fireBatch) createScans(ctx context.Context, tx pgx.Tx) error {
 		}
 		ids[i], orgs[i], targets[i], priorities[i] = s.id, s.OrganizationID, string(t), s.Priority
 		schedules[i], versions[i], slots[i] = *s.Trigger.ScheduleID, *s.Trigger.ScheduleVersion, *s.Trigger.SlotAt
-		scopeKeys[i] = scanScopeKey(s.CreateScanParams, nil)
+		scopeKeys[i] = work.ScanScopeKey(s.CreateScanParams, nil)
 		for pos, p := range s.Plugins {
 			jobScans, jobOrgs = append(jobScans, s.id), append(jobOrgs, s.OrganizationID)
 			positions, names, timeouts = append(positions, pos), append(names, p.Name), append(timeouts, p.TimeoutSeconds)
@@ -293,7 +295,7 @@ func (b *fireBatch) createScans(ctx context.Context, tx pgx.Tx) error {
 	return nil
 }
 
-// jsonOrEmpty is a JSON value, or {} when absent (as createScan stores it).
+// jsonOrEmpty is a JSON value, or {} when absent (as work.CreateScan stores it).
 func jsonOrEmpty(v json.RawMessage) string {
 	if len(v) == 0 {
 		return `{}`
