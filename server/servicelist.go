@@ -69,7 +69,7 @@ var DefaultServices = []ServiceSpec{
 		if !s.cfg.Webhooks.Deliver {
 			return nil
 		}
-		return webhookwatch.New(s.store, s.onlineWindow, s.serviceUnit("webhook-watcher"))
+		return webhookwatch.New(s.store, s.onlineWindow, s.serviceUnit(webhookwatch.Name))
 	}},
 	{Service: func(s *Server) services.Service {
 		return securityAuditWriter{Unit: s.serviceUnit("security-audit"), throttle: s.securityEvents}

@@ -117,7 +117,7 @@ func TestTaskQueueMigrationMovesLiveData(t *testing.T) {
 	requireQueueFollowsTasks(t, pool)
 }
 
-// requireQueueFollowsTasks checks the queue's rule (store/internal/lease/queue.go).
+// requireQueueFollowsTasks checks the queue's rule (store/internal/core/queue.go).
 func requireQueueFollowsTasks(t *testing.T, pool *pgxpool.Pool, where ...any) {
 	t.Helper()
 	var mismatches int

@@ -22,6 +22,7 @@ type latencyConfig struct {
 // sampleTimes records one task's life as the benchmark sees it, on this
 // process's monotonic clock.
 type sampleTimes struct {
+	sent     time.Time // the create call was sent
 	returned time.Time // the create call returned: the task is committed
 	received time.Time // a poller received its lease
 }
@@ -113,7 +114,7 @@ func runLatency(ctx context.Context, s *Stack, c latencyConfig, logf func(string
 		createLat = append(createLat, returned.Sub(t0))
 		created++
 		lr.mu.Lock()
-		lr.entry(id).returned = returned
+		lr.entry(id).sent, lr.entry(id).returned = t0, returned
 		lr.mu.Unlock()
 	}
 	tick.Stop()
@@ -136,12 +137,13 @@ func runLatency(ctx context.Context, s *Stack, c latencyConfig, logf func(string
 	// receive the lease before the producer has read the create answer
 	// (NOTIFY fires at commit, the answer travels back afterwards); such
 	// samples count as 0 and are reported as "early".
-	var wake []time.Duration
+	var wake, endToEnd []time.Duration
 	lr.mu.Lock()
 	for _, st := range lr.samples {
 		if st.returned.IsZero() || st.received.IsZero() {
 			continue
 		}
+		endToEnd = append(endToEnd, st.received.Sub(st.sent))
 		d := st.received.Sub(st.returned)
 		if d < 0 {
 			r.WakeEarly++
@@ -155,6 +157,8 @@ func runLatency(ctx context.Context, s *Stack, c latencyConfig, logf func(string
 	r.WakeP50, r.WakeP90, r.WakeP99, r.WakeMax = ptr(p[0]), ptr(p[1]), ptr(p[2]), ptr(p[3])
 	p = percentiles(createLat, 50, 99)
 	r.CreateP50, r.CreateP99 = ptr(p[0]), ptr(p[1])
+	p = percentiles(endToEnd, 50, 99)
+	r.EndToEndP50, r.EndToEndP99 = ptr(p[0]), ptr(p[1])
 	r.WallSeconds = round(wall.Seconds(), 3)
 	s.applyUsage(r, before, after, wall, created)
 	r.HTTPErrors, _ = lr.errors.snapshot()

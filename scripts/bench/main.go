@@ -508,6 +508,10 @@ type Result struct {
 	SamplesReceived int      `json:"samples_received,omitempty"`
 	CreateP50       *float64 `json:"create_p50_ms,omitempty"`
 	CreateP99       *float64 `json:"create_p99_ms,omitempty"`
+	// EndToEndP50/P99: create call sent → lease received, which neither
+	// the create call's answer nor the wake alone decides.
+	EndToEndP50 *float64 `json:"end_to_end_p50_ms,omitempty"`
+	EndToEndP99 *float64 `json:"end_to_end_p99_ms,omitempty"`
 
 	LeaseP50         *float64 `json:"lease_p50_ms,omitempty"`
 	LeaseP99         *float64 `json:"lease_p99_ms,omitempty"`
@@ -736,6 +740,7 @@ func (r *Result) printHuman(w io.Writer) {
 		line("wake latency", "p50 %s  p90 %s  p99 %s  max %s  (%d samples received, %d early)",
 			f(r.WakeP50, " ms"), f(r.WakeP90, " ms"), f(r.WakeP99, " ms"), f(r.WakeMax, " ms"), r.SamplesReceived, r.WakeEarly)
 		line("create call", "p50 %s  p99 %s", f(r.CreateP50, " ms"), f(r.CreateP99, " ms"))
+		line("create → lease", "p50 %s  p99 %s  (create call sent → lease received)", f(r.EndToEndP50, " ms"), f(r.EndToEndP99, " ms"))
 		line("window", "%.2f s", r.WallSeconds)
 	case "results":
 		fmt.Fprintf(w, "results: %d batches × %d records (%d asset, %d threat), %d workers\n",

@@ -12,6 +12,9 @@ import (
 	"github.com/worker-gateway/gateway/store"
 )
 
+// Name is the service's name (its logs, spans and Server.Services).
+const Name = "webhook-watcher"
+
 // slack is added to the computed time a worker goes offline:
 // the pass must run after that instant, not at it.
 const slack = 250 * time.Millisecond
