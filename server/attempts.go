@@ -4,6 +4,9 @@ import (
 	"context"
 	"net/http"
 	"strconv"
+	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/worker-gateway/gateway/problem"
 	"github.com/worker-gateway/gateway/server/api"
@@ -32,6 +35,7 @@ func (h *handlers) StartAttempt(ctx context.Context, req api.StartAttemptRequest
 // CompleteAttempt ends an attempt; repeating the same outcome is answered
 // with the original answer.
 func (h *handlers) CompleteAttempt(ctx context.Context, req api.CompleteAttemptRequestObject) (api.CompleteAttemptResponseObject, error) {
+	arrived := time.Now()
 	b := req.Body
 	p, err := h.prepareCompletion(ctx, completion{
 		ref:     store.AttemptRef{WorkerID: workerFrom(ctx), AttemptID: req.AttemptId, LeaseToken: req.Params.LeaseToken},
@@ -45,11 +49,20 @@ func (h *handlers) CompleteAttempt(ctx context.Context, req api.CompleteAttemptR
 		return nil, err
 	}
 	h.follows.poke(req.AttemptId) // its log followers learn it ended
-	return api.CompleteAttempt200JSONResponse(h.completeResponse(res)), nil
+	leases, err := h.leasesAfterCompletion(ctx, b.Next, []uuid.UUID{req.AttemptId}, arrived)
+	if err != nil {
+		return nil, err
+	}
+	r := h.completeResponse(res)
+	return api.CompleteAttempt200JSONResponse{
+		AttemptId: r.AttemptId, TaskId: r.TaskId, AttemptStatus: r.AttemptStatus, TaskState: r.TaskState,
+		FinishedAt: r.FinishedAt, RetryAt: r.RetryAt, Leases: leases,
+	}, nil
 }
 
 // CompleteAttempts ends many attempts, answering each on its own.
 func (h *handlers) CompleteAttempts(ctx context.Context, req api.CompleteAttemptsRequestObject) (api.CompleteAttemptsResponseObject, error) {
+	arrived := time.Now()
 	items := req.Body.Completions
 	answers := make([]api.CompletionAnswer, len(items))
 	params := make([]store.CompleteParams, 0, len(items))
@@ -77,7 +90,14 @@ func (h *handlers) CompleteAttempts(ctx context.Context, req api.CompleteAttempt
 		answers[i].Result = ptr(h.completeResponse(out.Result))
 		h.follows.poke(answers[i].AttemptId)
 	}
-	return api.CompleteAttempts200JSONResponse{Completions: answers}, nil
+	// The next leases follow every listed completion, whatever each one's
+	// answer: a refused completion frees no slot, and the worker's free
+	// capacity caps what it gets.
+	leases, err := h.leasesAfterCompletion(ctx, req.Body.Next, mapSlice(items, func(it api.CompletionItem) uuid.UUID { return it.AttemptId }), arrived)
+	if err != nil {
+		return nil, err
+	}
+	return api.CompleteAttempts200JSONResponse{Completions: answers, Leases: leases}, nil
 }
 
 // completion is one completion as either route receives it.

@@ -1,9 +1,13 @@
 package server
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -15,37 +19,19 @@ import (
 	"github.com/worker-gateway/gateway/store"
 )
 
-// AcquireLeases is the long-poll. Each pass runs one acquisition
-// transaction; when it leases nothing the poll registers with the hub and
-// sleeps — holding no connection and running no query — until a wake-up,
-// the end of its wait, or shutdown.
+// AcquireLeases is the long-poll (POST /v1/leases).
 func (h *handlers) AcquireLeases(ctx context.Context, req api.AcquireLeasesRequestObject) (api.AcquireLeasesResponseObject, error) {
 	arrived := time.Now()
 	if req.Body != nil && req.Body.ProtocolVersion != nil && !protocol.Supported(*req.Body.ProtocolVersion) {
 		return nil, newProblem(http.StatusBadRequest, problem.UnsupportedProtocol, problem.Text(fmt.Sprintf(
 			"this gateway serves worker protocol version %s; the worker announced %q", protocol.Range(), *req.Body.ProtocolVersion)))
 	}
-	workerID := workerFrom(ctx)
-	release, err := h.polls.acquire(workerID, h.cfg.Limits)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-
 	body := api.LeaseRequest{}
 	if req.Body != nil {
 		body = *req.Body
 	}
-	wait := h.cfg.DefaultWait
-	if body.WaitSeconds != nil {
-		wait = time.Duration(*body.WaitSeconds) * time.Second
-	}
-	wait = min(wait, h.cfg.MaxWait)
-	if wait > 0 {
-		noteLongPoll(ctx)
-	}
 	params := store.AcquireParams{
-		WorkerID:        workerID,
+		WorkerID:        workerFrom(ctx),
 		MaxTasks:        1,
 		SoftwareVersion: body.SoftwareVersion,
 		ProtocolVersion: body.ProtocolVersion,
@@ -59,7 +45,75 @@ func (h *handlers) AcquireLeases(ctx context.Context, req api.AcquireLeasesReque
 	if req.Params.IdempotencyKey != nil {
 		params.IdempotencyKey = *req.Params.IdempotencyKey
 	}
+	wait := h.cfg.DefaultWait
+	if body.WaitSeconds != nil {
+		wait = time.Duration(*body.WaitSeconds) * time.Second
+	}
+	leases, err := h.poll(ctx, params, wait, arrived)
+	if err != nil {
+		return nil, err
+	}
+	return api.AcquireLeases200JSONResponse{Leases: leases}, nil
+}
 
+// leasesAfterCompletion is the poll a completion call asks for with
+// `next`, answered in the same call. Its idempotency key is derived from
+// the attempts the call completes, so that repeating the call replays the
+// leases the first one granted (with fresh tokens) instead of leasing
+// again: the completion and its leases are repeatable together.
+func (h *handlers) leasesAfterCompletion(ctx context.Context, next *api.NextLeases, attempts []uuid.UUID, arrived time.Time) (*[]api.Lease, error) {
+	if next == nil {
+		return nil, nil
+	}
+	params := store.AcquireParams{WorkerID: workerFrom(ctx), MaxTasks: 1, IdempotencyKey: nextLeasesKey(attempts)}
+	if next.MaxTasks != nil {
+		params.MaxTasks = *next.MaxTasks
+	}
+	var wait time.Duration
+	if next.WaitSeconds != nil {
+		wait = time.Duration(*next.WaitSeconds) * time.Second
+	}
+	leases, err := h.poll(ctx, params, wait, arrived)
+	if err != nil {
+		return nil, err
+	}
+	return &leases, nil
+}
+
+// nextLeasesKey is the idempotency key of the poll a completion call makes
+// for `next`: the same for the same attempts in any order, and distinct
+// from any other call's (a worker's own poll keys are its own business;
+// one that chose this form would only replay its own leases).
+func nextLeasesKey(attempts []uuid.UUID) string {
+	if len(attempts) == 1 {
+		return "next:" + attempts[0].String()
+	}
+	sorted := slices.Clone(attempts)
+	slices.SortFunc(sorted, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
+	sum := sha256.New()
+	for _, id := range slices.Compact(sorted) {
+		sum.Write(id[:])
+	}
+	return "next-many:" + hex.EncodeToString(sum.Sum(nil))
+}
+
+// poll leases for one worker, waiting up to wait (capped by MaxWait) when
+// there is nothing to lease at once. Each pass runs one acquisition
+// transaction; when it leases nothing the poll registers with the hub and
+// sleeps — holding no connection and running no query — until a wake-up,
+// the end of its wait, or shutdown. A poll holds one of the worker's and
+// the replica's poll places while it runs.
+func (h *handlers) poll(ctx context.Context, params store.AcquireParams, wait time.Duration, arrived time.Time) ([]api.Lease, error) {
+	workerID := params.WorkerID
+	release, err := h.polls.acquire(workerID, h.cfg.Limits)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	wait = min(wait, h.cfg.MaxWait)
+	if wait > 0 {
+		noteLongPoll(ctx)
+	}
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	var wokenBy *Waiter
@@ -121,7 +175,7 @@ func (h *handlers) AcquireLeases(ctx context.Context, req api.AcquireLeasesReque
 			return nil, ctx.Err()
 		}
 		h.metrics.observeLeasePoll(arrived, false)
-		return api.AcquireLeases200JSONResponse{Leases: []api.Lease{}}, nil
+		return []api.Lease{}, nil
 	}
 }
 
@@ -149,7 +203,7 @@ func (s *Server) undeliveredReleased(n int, err error) {
 	s.metrics.undelivered.Add(float64(n))
 }
 
-func (h *handlers) leaseAnswer(ctx context.Context, workerID uuid.UUID, res store.AcquireResult) api.AcquireLeases200JSONResponse {
+func (h *handlers) leaseAnswer(ctx context.Context, workerID uuid.UUID, res store.AcquireResult) []api.Lease {
 	if len(res.Leases) > 0 {
 		// The sweeper must come for the soonest expiry in time.
 		soonest := res.Leases[0].LeaseTTL
@@ -170,7 +224,7 @@ func (h *handlers) leaseAnswer(ctx context.Context, workerID uuid.UUID, res stor
 	if !res.Replayed {
 		h.services.Granted(len(res.Leases))
 	}
-	return api.AcquireLeases200JSONResponse{Leases: leases}
+	return leases
 }
 
 // HeartbeatWorker renews all of a worker's listed leases in one statement.

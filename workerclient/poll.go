@@ -124,11 +124,17 @@ func (r *runner) abort(err error) {
 }
 
 // waitForSlot returns the number of free slots once there is one, or 0 when
-// ctx is done.
+// ctx is done. Slots a completion call in flight may lease are not free.
 func (r *runner) waitForSlot(ctx context.Context) int {
+	defer func() {
+		r.mu.Lock()
+		r.pollParked = false
+		r.mu.Unlock()
+	}()
 	for {
 		r.mu.Lock()
-		free := r.w.cfg.Slots - len(r.leases)
+		free := r.w.cfg.Slots - len(r.leases) - r.nextReserved
+		r.pollParked = free <= 0
 		r.mu.Unlock()
 		if free > 0 {
 			return free
@@ -139,6 +145,53 @@ func (r *runner) waitForSlot(ctx context.Context) int {
 		case <-r.slotFree:
 		}
 	}
+}
+
+// nextRefusedFor is how long completion calls stop asking for leases after
+// the gateway refused `next`: during a rolling upgrade, an old replica.
+const nextRefusedFor = 5 * time.Minute
+
+// reserveNext lets a completion call lease the slots its completions free
+// when the poll loop is parked for want of a slot: a full worker's next
+// task then comes with the completion, one request instead of two. While
+// the poll loop has a poll out, that poll serves the worker instead.
+func (r *runner) reserveNext(attempts []uuid.UUID) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.pollParked || r.fatal != nil || time.Now().Before(r.nextRefusedUntil) {
+		return 0
+	}
+	n := 0
+	for _, id := range attempts {
+		if _, held := r.leases[id]; held {
+			n++
+		}
+	}
+	r.nextReserved += n
+	return n
+}
+
+// nextAnswered frees the completed attempts' slots for the leases their
+// call brought, starts those, then gives the reservation back and wakes
+// the poll loop for whatever is still free.
+func (r *runner) nextAnswered(completed []uuid.UUID, leases []apiclient.Lease, n int, sent time.Time) {
+	r.mu.Lock()
+	for _, id := range completed {
+		delete(r.leases, id) // its task's release finds it gone
+	}
+	r.mu.Unlock()
+	r.startLeases(leases, sent)
+	r.mu.Lock()
+	r.nextReserved -= n
+	r.mu.Unlock()
+	notify(r.slotFree)
+}
+
+func (r *runner) nextRefused() {
+	r.mu.Lock()
+	r.nextRefusedUntil = time.Now().Add(nextRefusedFor)
+	r.mu.Unlock()
+	r.log.Info("the gateway refused leases with completions; polling for them instead", "for", nextRefusedFor.String())
 }
 
 func (r *runner) acquire(ctx context.Context, p *pollRequest) ([]apiclient.Lease, error) {
@@ -166,7 +219,8 @@ func (r *runner) startLeases(leases []apiclient.Lease, sent time.Time) {
 		r.mu.Lock()
 		_, dup := r.leases[ls.id]
 		over := len(r.leases) >= r.w.cfg.Slots
-		if !dup && !over {
+		stopping := r.polling.Err() != nil
+		if !dup && !over && !stopping {
 			r.leases[ls.id] = ls
 		}
 		r.mu.Unlock()
@@ -177,12 +231,12 @@ func (r *runner) startLeases(leases []apiclient.Lease, sent time.Time) {
 			// The gateway granted more than asked: give it back at once
 			// rather than run more tasks than Slots.
 			ls.log.Warn("lease beyond free slots; releasing it")
-			r.tasks.Go(func() {
-				defer ls.stop()
-				r.complete(ls, apiclient.CompleteRequest{Outcome: apiclient.AttemptOutcomeCancelled, Error: &apiclient.AttemptError{
-					Code: CodeOverCapacity, Message: new("the worker has no free slot"), Retryable: new(true),
-				}})
-			})
+			r.giveBack(ls, CodeOverCapacity, "the worker has no free slot")
+		case stopping:
+			// A completion's next lease arrived as the worker began to
+			// shut down: another worker should run it.
+			ls.log.Info("lease arrived while shutting down; releasing it")
+			r.giveBack(ls, CodeWorkerShutdown, "the worker is shutting down")
 		default:
 			ls.log.Info("lease acquired", "attempt_number", ls.task.AttemptNumber,
 				"max_attempts", ls.task.MaxAttempts, "lease_ttl", ls.expiresAt.Sub(sent).String())
@@ -192,6 +246,17 @@ func (r *runner) startLeases(leases []apiclient.Lease, sent time.Time) {
 	if len(leases) > 0 {
 		notify(r.hbWake)
 	}
+}
+
+// giveBack ends a lease the worker will not run with a retryable
+// cancellation, so that the task is leasable again at once.
+func (r *runner) giveBack(ls *lease, code, message string) {
+	r.tasks.Go(func() {
+		defer ls.stop()
+		r.complete(ls, apiclient.CompleteRequest{Outcome: apiclient.AttemptOutcomeCancelled, Error: &apiclient.AttemptError{
+			Code: code, Message: new(message), Retryable: new(true),
+		}})
+	})
 }
 
 func (r *runner) newLease(l *apiclient.Lease, sent time.Time) *lease {

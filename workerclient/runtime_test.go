@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -56,6 +57,7 @@ type fakeGateway struct {
 
 	mu         sync.Mutex
 	overGrant  bool // ignore max_tasks
+	refuseNext bool // answer a completion call with next 400, as a release before it
 	queue      []apiclient.Lease
 	wake       chan struct{} // closed when the queue grows
 	tokens     map[uuid.UUID]string
@@ -352,13 +354,51 @@ func (g *fakeGateway) handleComplete(w http.ResponseWriter, r *http.Request) {
 func (g *fakeGateway) handleCompleteMany(w http.ResponseWriter, r *http.Request) {
 	var req apiclient.CompleteManyRequest
 	g.decode(r, &req)
+	g.mu.Lock()
+	refuse := g.refuseNext && req.Next != nil
+	g.mu.Unlock()
+	if refuse {
+		writeProblem(w, http.StatusBadRequest, "bad-request")
+		return
+	}
 	out := apiclient.CompleteManyResponse{Completions: []apiclient.CompletionAnswer{}}
+	ids := []string{}
 	for _, it := range req.Completions {
 		out.Completions = append(out.Completions, g.completeOne(it.AttemptId, it.LeaseToken, apiclient.CompleteRequest{
 			Outcome: it.Outcome, Error: it.Error, LastSequenceNumber: it.LastSequenceNumber, FinalResults: it.FinalResults,
 		}))
+		ids = append(ids, it.AttemptId.String())
+	}
+	if req.Next != nil {
+		// As the gateway does: a poll keyed by the attempts completed, that
+		// does not wait.
+		slices.Sort(ids)
+		leases := g.grant("next:"+strings.Join(ids, ","), *req.Next.MaxTasks)
+		out.Leases = &leases
 	}
 	writeJSON(w, out)
+}
+
+// grant leases up to n queued tasks under a poll's key at once, or
+// replays the leases the key got before under fresh tokens.
+func (g *fakeGateway) grant(key string, n int) []apiclient.Lease {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if prev, ok := g.byKey[key]; ok {
+		replay := make([]apiclient.Lease, len(prev))
+		for i, l := range prev {
+			l.LeaseToken = "tok-" + uuid.NewString()
+			g.tokens[l.AttemptId] = l.LeaseToken
+			replay[i] = l
+		}
+		g.byKey[key] = replay
+		return replay
+	}
+	n = min(n, len(g.queue))
+	granted := append([]apiclient.Lease{}, g.queue[:n]...)
+	g.queue = g.queue[n:]
+	g.byKey[key] = granted
+	return granted
 }
 
 func (g *fakeGateway) completeOne(id uuid.UUID, token string, req apiclient.CompleteRequest) apiclient.CompletionAnswer {
@@ -907,5 +947,88 @@ func TestStartLeaseLostSkipsTheHandler(t *testing.T) {
 		require.NoError(t, stop())
 		assert.False(t, called)
 		assert.Empty(t, g.completionsOf(l.AttemptId))
+	})
+}
+
+// TestCompletionCarriesTheNextLease: a one-slot worker with a backlog gets
+// each next task in its completion call — one request per task — and polls
+// again only when a completion brings none.
+func TestCompletionCarriesTheNextLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newFakeGateway(t)
+		var tasks []apiclient.Lease
+		for i := range 5 {
+			tasks = append(tasks, g.enqueue(fmt.Sprintf(`{"n":%d}`, i)))
+		}
+		w := g.runtime(Config{Slots: 1, WaitSeconds: 20, Handler: func(context.Context, *LeasedTask) error { return nil }})
+		stop := runInBackground(t.Context(), w)
+		waitFor(t, time.Minute, func() bool {
+			for _, l := range tasks {
+				if len(g.completionsOf(l.AttemptId)) == 0 {
+					return false
+				}
+			}
+			return true
+		})
+		synctest.Wait()
+		require.Len(t, g.pollRecords(), 2, "the first poll, and one after the backlog ran out")
+		require.Equal(t, 5, g.callCount("complete"))
+		for _, l := range tasks {
+			require.Len(t, g.completionsOf(l.AttemptId), 1)
+		}
+		require.NoError(t, stop())
+	})
+}
+
+// TestNextLeaseOfALostAnswerIsReplayed: the answer to a completion call
+// that carried a next lease is lost; the runtime repeats that very call, so
+// the gateway replays the lease (under a fresh token) instead of leaving it
+// stranded, and the task runs once, completed with the fresh token.
+func TestNextLeaseOfALostAnswerIsReplayed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newFakeGateway(t)
+		first := g.enqueue(`{}`)
+		second := g.enqueue(`{}`)
+		var mu sync.Mutex
+		runs := map[uuid.UUID]int{}
+		w := g.runtime(Config{Slots: 1, WaitSeconds: 20, Handler: func(_ context.Context, task *LeasedTask) error {
+			mu.Lock()
+			runs[task.ID]++
+			mu.Unlock()
+			return nil
+		}})
+		g.inject("complete", fault{transport: true, afterServe: true})
+		stop := runInBackground(t.Context(), w)
+		waitFor(t, time.Minute, func() bool { return len(g.completionsOf(second.AttemptId)) > 0 })
+		synctest.Wait()
+		require.Equal(t, map[uuid.UUID]int{first.Task.Id: 1, second.Task.Id: 1}, runs)
+		done := g.completionsOf(second.AttemptId)
+		require.Len(t, done, 1, "completed once, with the replayed token (a stale one would be refused)")
+		require.Len(t, g.pollRecords(), 2, "the second task came with the repeated completion call, not a poll")
+		require.NoError(t, stop())
+	})
+}
+
+// TestNextRefusedFallsBackToPolling: a gateway that predates next refuses
+// it with 400; the completion goes again without it, the worker polls for
+// its next task, and stops asking for a while.
+func TestNextRefusedFallsBackToPolling(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newFakeGateway(t)
+		g.refuseNext = true
+		var tasks []apiclient.Lease
+		for range 3 {
+			tasks = append(tasks, g.enqueue(`{}`))
+		}
+		w := g.runtime(Config{Slots: 1, WaitSeconds: 20, Handler: func(context.Context, *LeasedTask) error { return nil }})
+		stop := runInBackground(t.Context(), w)
+		waitFor(t, time.Minute, func() bool { return len(g.completionsOf(tasks[2].AttemptId)) > 0 })
+		synctest.Wait()
+		for _, l := range tasks {
+			require.Len(t, g.completionsOf(l.AttemptId), 1)
+		}
+		require.Equal(t, 4, g.callCount("complete"), "one refused call with next, then three without")
+		require.Len(t, g.pollRecords(), 4, "a poll per task, and one waiting")
+		require.NoError(t, stop())
 	})
 }

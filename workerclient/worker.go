@@ -298,9 +298,10 @@ func (w *Worker) Run(ctx context.Context) error {
 		leases:      make(map[uuid.UUID]*lease),
 		hbWake:      make(chan struct{}, 1),
 		slotFree:    make(chan struct{}, 1),
+		polling:     pollCtx,
 		stopPolling: stopPolling,
 	}
-	r.completions = &completionBatcher{client: w.client, base: r.base}
+	r.completions = &completionBatcher{client: w.client, base: r.base, next: r}
 
 	hbCtx, stopHeartbeats := context.WithCancel(r.base)
 	var hb sync.WaitGroup
@@ -339,9 +340,19 @@ type runner struct {
 	mu     sync.Mutex
 	leases map[uuid.UUID]*lease // held leases, from acquisition until completion ends
 	fatal  error
+	// pollParked is true while the poll loop waits for a free slot: it
+	// has no poll out, so a completion call may lease the slots it frees.
+	pollParked bool
+	// nextReserved counts the slots completion calls in flight may lease;
+	// the poll loop does not poll for them.
+	nextReserved int
+	// nextRefusedUntil: the gateway refused `next`; until then completion
+	// calls do not ask for leases.
+	nextRefusedUntil time.Time
 
 	hbWake      chan struct{} // a lease was added: reschedule heartbeats
 	slotFree    chan struct{} // a lease ended: a slot may be free
+	polling     context.Context // ends when polling stops
 	stopPolling context.CancelFunc
 	tasks       sync.WaitGroup
 	// completions sends the slots' completions together.

@@ -954,11 +954,18 @@ type ChangeKind string
 // CompleteManyRequest defines model for CompleteManyRequest.
 type CompleteManyRequest struct {
 	Completions []CompletionItem `json:"completions"`
+
+	// Next Asks a completion call for new leases too, as a poll (`POST /v1/leases`) of the same worker
+	// would: answered in the call's `leases`.
+	Next *NextLeases `json:"next,omitempty"`
 }
 
 // CompleteManyResponse defines model for CompleteManyResponse.
 type CompleteManyResponse struct {
 	Completions []CompletionAnswer `json:"completions"`
+
+	// Leases The leases granted for `next` (possibly none); absent when the call did not ask.
+	Leases *[]Lease `json:"leases,omitempty"`
 }
 
 // CompleteRequest defines model for CompleteRequest.
@@ -967,8 +974,12 @@ type CompleteRequest struct {
 	FinalResults *ResultBatch  `json:"final_results,omitempty"`
 
 	// LastSequenceNumber The highest result-batch sequence number the worker sent for this attempt.
-	LastSequenceNumber *int           `json:"last_sequence_number,omitempty"`
-	Outcome            AttemptOutcome `json:"outcome"`
+	LastSequenceNumber *int `json:"last_sequence_number,omitempty"`
+
+	// Next Asks a completion call for new leases too, as a poll (`POST /v1/leases`) of the same worker
+	// would: answered in the call's `leases`.
+	Next    *NextLeases    `json:"next,omitempty"`
+	Outcome AttemptOutcome `json:"outcome"`
 }
 
 // CompleteResponse defines model for CompleteResponse.
@@ -1007,6 +1018,21 @@ type CompletionItem struct {
 	// LeaseToken The attempt's lease token (its fencing token).
 	LeaseToken string         `json:"lease_token"`
 	Outcome    AttemptOutcome `json:"outcome"`
+}
+
+// CompletionWithLeases defines model for CompletionWithLeases.
+type CompletionWithLeases struct {
+	AttemptId     openapi_types.UUID `json:"attempt_id"`
+	AttemptStatus AttemptStatus      `json:"attempt_status"`
+	FinishedAt    time.Time          `json:"finished_at"`
+
+	// Leases The leases granted for `next` (possibly none); absent when the call did not ask.
+	Leases *[]Lease `json:"leases,omitempty"`
+
+	// RetryAt When the task becomes leasable again, if it will be retried.
+	RetryAt   *time.Time         `json:"retry_at,omitempty"`
+	TaskId    openapi_types.UUID `json:"task_id"`
+	TaskState TaskState          `json:"task_state"`
 }
 
 // CreateApiTokenRequest defines model for CreateApiTokenRequest.
@@ -1414,6 +1440,17 @@ type LogText struct {
 	NextOffset int64  `json:"next_offset"`
 	Offset     int64  `json:"offset"`
 	Truncated  *bool  `json:"truncated,omitempty"`
+}
+
+// NextLeases Asks a completion call for new leases too, as a poll (`POST /v1/leases`) of the same worker
+// would: answered in the call's `leases`.
+type NextLeases struct {
+	// MaxTasks At most this many leases; also capped by the worker's free capacity.
+	MaxTasks *int `json:"max_tasks,omitempty"`
+
+	// WaitSeconds How long to wait for a task when none is leasable at once (capped by the server maximum);
+	// by default the call answers at once. The completion is written before the wait starts.
+	WaitSeconds *int `json:"wait_seconds,omitempty"`
 }
 
 // OpenUploadRequest defines model for OpenUploadRequest.
@@ -2880,6 +2917,15 @@ type ClientInterface interface {
 	// are written in one transaction (group commit); each keeps its own fencing. At most 500 per
 	// call; repeating the call is safe (each completion is idempotent).
 	//
+	// With `next`, the same call also asks for new leases once the completions are written, as
+	// `POST /v1/leases` would (`max_tasks` capped by the worker's free capacity, waiting up to
+	// `wait_seconds`), and answers them in `leases`: a worker that completes and polls sends one
+	// request instead of two. The leases are idempotent with the completions: the call acts as a
+	// poll whose `Idempotency-Key` is derived from the attempt ids listed, so repeating the call
+	// (same attempts) returns the leases the first call granted that are still active, each with
+	// a fresh `lease_token` (the first answer's tokens stop working), instead of leasing again;
+	// a lost answer strands nothing. If the answer is an error, repeat the call.
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/attempts/complete (the `CompleteAttempts` operationId).
@@ -2893,6 +2939,15 @@ type ClientInterface interface {
 	// attempt's refusal does not affect the others. Completions arriving at a replica together
 	// are written in one transaction (group commit); each keeps its own fencing. At most 500 per
 	// call; repeating the call is safe (each completion is idempotent).
+	//
+	// With `next`, the same call also asks for new leases once the completions are written, as
+	// `POST /v1/leases` would (`max_tasks` capped by the worker's free capacity, waiting up to
+	// `wait_seconds`), and answers them in `leases`: a worker that completes and polls sends one
+	// request instead of two. The leases are idempotent with the completions: the call acts as a
+	// poll whose `Idempotency-Key` is derived from the attempt ids listed, so repeating the call
+	// (same attempts) returns the leases the first call granted that are still active, each with
+	// a fresh `lease_token` (the first answer's tokens stop working), instead of leasing again;
+	// a lost answer strands nothing. If the answer is an error, repeat the call.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2934,6 +2989,14 @@ type ClientInterface interface {
 	// call: it is persisted exactly once (as if sent to `/results` with Idempotency-Key
 	// `<attempt_id>:<sequence_number>`) before the attempt ends.
 	//
+	// With `next`, the call also asks for new leases once the attempt has ended, as
+	// `POST /v1/leases` would, and answers them in `leases`: a worker that completes and polls
+	// sends one request per task instead of two. Only a completion that is answered 200 leases.
+	// The leases are idempotent with the completion: repeating the call returns the leases the
+	// first call granted that are still active, each with a fresh `lease_token` (the first
+	// answer's tokens stop working), instead of leasing again, so a lost answer strands nothing.
+	// If the answer is an error, repeat the call.
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/attempts/{attempt_id}/complete (the `CompleteAttempt` operationId).
@@ -2947,6 +3010,14 @@ type ClientInterface interface {
 	// `attempt-finished`. `final_results` carries the attempt's last result batch in the same
 	// call: it is persisted exactly once (as if sent to `/results` with Idempotency-Key
 	// `<attempt_id>:<sequence_number>`) before the attempt ends.
+	//
+	// With `next`, the call also asks for new leases once the attempt has ended, as
+	// `POST /v1/leases` would, and answers them in `leases`: a worker that completes and polls
+	// sends one request per task instead of two. Only a completion that is answered 200 leases.
+	// The leases are idempotent with the completion: repeating the call returns the leases the
+	// first call granted that are still active, each with a fresh `lease_token` (the first
+	// answer's tokens stop working), instead of leasing again, so a lost answer strands nothing.
+	// If the answer is an error, repeat the call.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -4191,6 +4262,15 @@ func (c *Client) RevokeApiToken(ctx context.Context, tokenId openapi_types.UUID,
 // are written in one transaction (group commit); each keeps its own fencing. At most 500 per
 // call; repeating the call is safe (each completion is idempotent).
 //
+// With `next`, the same call also asks for new leases once the completions are written, as
+// `POST /v1/leases` would (`max_tasks` capped by the worker's free capacity, waiting up to
+// `wait_seconds`), and answers them in `leases`: a worker that completes and polls sends one
+// request instead of two. The leases are idempotent with the completions: the call acts as a
+// poll whose `Idempotency-Key` is derived from the attempt ids listed, so repeating the call
+// (same attempts) returns the leases the first call granted that are still active, each with
+// a fresh `lease_token` (the first answer's tokens stop working), instead of leasing again;
+// a lost answer strands nothing. If the answer is an error, repeat the call.
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /v1/attempts/complete (the `CompleteAttempts` operationId).
@@ -4214,6 +4294,15 @@ func (c *Client) CompleteAttemptsWithBody(ctx context.Context, contentType strin
 // attempt's refusal does not affect the others. Completions arriving at a replica together
 // are written in one transaction (group commit); each keeps its own fencing. At most 500 per
 // call; repeating the call is safe (each completion is idempotent).
+//
+// With `next`, the same call also asks for new leases once the completions are written, as
+// `POST /v1/leases` would (`max_tasks` capped by the worker's free capacity, waiting up to
+// `wait_seconds`), and answers them in `leases`: a worker that completes and polls sends one
+// request instead of two. The leases are idempotent with the completions: the call acts as a
+// poll whose `Idempotency-Key` is derived from the attempt ids listed, so repeating the call
+// (same attempts) returns the leases the first call granted that are still active, each with
+// a fresh `lease_token` (the first answer's tokens stop working), instead of leasing again;
+// a lost answer strands nothing. If the answer is an error, repeat the call.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -4285,6 +4374,14 @@ func (c *Client) OpenArtifactUpload(ctx context.Context, attemptId AttemptID, pa
 // call: it is persisted exactly once (as if sent to `/results` with Idempotency-Key
 // `<attempt_id>:<sequence_number>`) before the attempt ends.
 //
+// With `next`, the call also asks for new leases once the attempt has ended, as
+// `POST /v1/leases` would, and answers them in `leases`: a worker that completes and polls
+// sends one request per task instead of two. Only a completion that is answered 200 leases.
+// The leases are idempotent with the completion: repeating the call returns the leases the
+// first call granted that are still active, each with a fresh `lease_token` (the first
+// answer's tokens stop working), instead of leasing again, so a lost answer strands nothing.
+// If the answer is an error, repeat the call.
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /v1/attempts/{attempt_id}/complete (the `CompleteAttempt` operationId).
@@ -4308,6 +4405,14 @@ func (c *Client) CompleteAttemptWithBody(ctx context.Context, attemptId AttemptI
 // `attempt-finished`. `final_results` carries the attempt's last result batch in the same
 // call: it is persisted exactly once (as if sent to `/results` with Idempotency-Key
 // `<attempt_id>:<sequence_number>`) before the attempt ends.
+//
+// With `next`, the call also asks for new leases once the attempt has ended, as
+// `POST /v1/leases` would, and answers them in `leases`: a worker that completes and polls
+// sends one request per task instead of two. Only a completion that is answered 200 leases.
+// The leases are idempotent with the completion: repeating the call returns the leases the
+// first call granted that are still active, each with a fresh `lease_token` (the first
+// answer's tokens stop working), instead of leasing again, so a lost answer strands nothing.
+// If the answer is an error, repeat the call.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -10954,6 +11059,15 @@ type ClientWithResponsesInterface interface {
 	// are written in one transaction (group commit); each keeps its own fencing. At most 500 per
 	// call; repeating the call is safe (each completion is idempotent).
 	//
+	// With `next`, the same call also asks for new leases once the completions are written, as
+	// `POST /v1/leases` would (`max_tasks` capped by the worker's free capacity, waiting up to
+	// `wait_seconds`), and answers them in `leases`: a worker that completes and polls sends one
+	// request instead of two. The leases are idempotent with the completions: the call acts as a
+	// poll whose `Idempotency-Key` is derived from the attempt ids listed, so repeating the call
+	// (same attempts) returns the leases the first call granted that are still active, each with
+	// a fresh `lease_token` (the first answer's tokens stop working), instead of leasing again;
+	// a lost answer strands nothing. If the answer is an error, repeat the call.
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/attempts/complete (the `CompleteAttempts` operationId).
@@ -10967,6 +11081,15 @@ type ClientWithResponsesInterface interface {
 	// attempt's refusal does not affect the others. Completions arriving at a replica together
 	// are written in one transaction (group commit); each keeps its own fencing. At most 500 per
 	// call; repeating the call is safe (each completion is idempotent).
+	//
+	// With `next`, the same call also asks for new leases once the completions are written, as
+	// `POST /v1/leases` would (`max_tasks` capped by the worker's free capacity, waiting up to
+	// `wait_seconds`), and answers them in `leases`: a worker that completes and polls sends one
+	// request instead of two. The leases are idempotent with the completions: the call acts as a
+	// poll whose `Idempotency-Key` is derived from the attempt ids listed, so repeating the call
+	// (same attempts) returns the leases the first call granted that are still active, each with
+	// a fresh `lease_token` (the first answer's tokens stop working), instead of leasing again;
+	// a lost answer strands nothing. If the answer is an error, repeat the call.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -11008,6 +11131,14 @@ type ClientWithResponsesInterface interface {
 	// call: it is persisted exactly once (as if sent to `/results` with Idempotency-Key
 	// `<attempt_id>:<sequence_number>`) before the attempt ends.
 	//
+	// With `next`, the call also asks for new leases once the attempt has ended, as
+	// `POST /v1/leases` would, and answers them in `leases`: a worker that completes and polls
+	// sends one request per task instead of two. Only a completion that is answered 200 leases.
+	// The leases are idempotent with the completion: repeating the call returns the leases the
+	// first call granted that are still active, each with a fresh `lease_token` (the first
+	// answer's tokens stop working), instead of leasing again, so a lost answer strands nothing.
+	// If the answer is an error, repeat the call.
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/attempts/{attempt_id}/complete (the `CompleteAttempt` operationId).
@@ -11021,6 +11152,14 @@ type ClientWithResponsesInterface interface {
 	// `attempt-finished`. `final_results` carries the attempt's last result batch in the same
 	// call: it is persisted exactly once (as if sent to `/results` with Idempotency-Key
 	// `<attempt_id>:<sequence_number>`) before the attempt ends.
+	//
+	// With `next`, the call also asks for new leases once the attempt has ended, as
+	// `POST /v1/leases` would, and answers them in `leases`: a worker that completes and polls
+	// sends one request per task instead of two. Only a completion that is answered 200 leases.
+	// The leases are idempotent with the completion: repeating the call returns the leases the
+	// first call granted that are still active, each with a fresh `lease_token` (the first
+	// answer's tokens stop working), instead of leasing again, so a lost answer strands nothing.
+	// If the answer is an error, repeat the call.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -12672,7 +12811,7 @@ type CompleteAttemptResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
-	JSON200 *CompleteResponse
+	JSON200 *CompletionWithLeases
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *Problem
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
@@ -12690,7 +12829,7 @@ type CompleteAttemptResponse struct {
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
-func (r CompleteAttemptResponse) GetJSON200() *CompleteResponse {
+func (r CompleteAttemptResponse) GetJSON200() *CompletionWithLeases {
 	return r.JSON200
 }
 
@@ -18263,6 +18402,15 @@ func (c *ClientWithResponses) RevokeApiTokenWithResponse(ctx context.Context, to
 // are written in one transaction (group commit); each keeps its own fencing. At most 500 per
 // call; repeating the call is safe (each completion is idempotent).
 //
+// With `next`, the same call also asks for new leases once the completions are written, as
+// `POST /v1/leases` would (`max_tasks` capped by the worker's free capacity, waiting up to
+// `wait_seconds`), and answers them in `leases`: a worker that completes and polls sends one
+// request instead of two. The leases are idempotent with the completions: the call acts as a
+// poll whose `Idempotency-Key` is derived from the attempt ids listed, so repeating the call
+// (same attempts) returns the leases the first call granted that are still active, each with
+// a fresh `lease_token` (the first answer's tokens stop working), instead of leasing again;
+// a lost answer strands nothing. If the answer is an error, repeat the call.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/attempts/complete (the `CompleteAttempts` operationId).
@@ -18282,6 +18430,15 @@ func (c *ClientWithResponses) CompleteAttemptsWithBodyWithResponse(ctx context.C
 // attempt's refusal does not affect the others. Completions arriving at a replica together
 // are written in one transaction (group commit); each keeps its own fencing. At most 500 per
 // call; repeating the call is safe (each completion is idempotent).
+//
+// With `next`, the same call also asks for new leases once the completions are written, as
+// `POST /v1/leases` would (`max_tasks` capped by the worker's free capacity, waiting up to
+// `wait_seconds`), and answers them in `leases`: a worker that completes and polls sends one
+// request instead of two. The leases are idempotent with the completions: the call acts as a
+// poll whose `Idempotency-Key` is derived from the attempt ids listed, so repeating the call
+// (same attempts) returns the leases the first call granted that are still active, each with
+// a fresh `lease_token` (the first answer's tokens stop working), instead of leasing again;
+// a lost answer strands nothing. If the answer is an error, repeat the call.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -18341,6 +18498,14 @@ func (c *ClientWithResponses) OpenArtifactUploadWithResponse(ctx context.Context
 // call: it is persisted exactly once (as if sent to `/results` with Idempotency-Key
 // `<attempt_id>:<sequence_number>`) before the attempt ends.
 //
+// With `next`, the call also asks for new leases once the attempt has ended, as
+// `POST /v1/leases` would, and answers them in `leases`: a worker that completes and polls
+// sends one request per task instead of two. Only a completion that is answered 200 leases.
+// The leases are idempotent with the completion: repeating the call returns the leases the
+// first call granted that are still active, each with a fresh `lease_token` (the first
+// answer's tokens stop working), instead of leasing again, so a lost answer strands nothing.
+// If the answer is an error, repeat the call.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/attempts/{attempt_id}/complete (the `CompleteAttempt` operationId).
@@ -18360,6 +18525,14 @@ func (c *ClientWithResponses) CompleteAttemptWithBodyWithResponse(ctx context.Co
 // `attempt-finished`. `final_results` carries the attempt's last result batch in the same
 // call: it is persisted exactly once (as if sent to `/results` with Idempotency-Key
 // `<attempt_id>:<sequence_number>`) before the attempt ends.
+//
+// With `next`, the call also asks for new leases once the attempt has ended, as
+// `POST /v1/leases` would, and answers them in `leases`: a worker that completes and polls
+// sends one request per task instead of two. Only a completion that is answered 200 leases.
+// The leases are idempotent with the completion: repeating the call returns the leases the
+// first call granted that are still active, each with a fresh `lease_token` (the first
+// answer's tokens stop working), instead of leasing again, so a lost answer strands nothing.
+// If the answer is an error, repeat the call.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -20516,7 +20689,7 @@ func ParseCompleteAttemptResponse(rsp *http.Response) (*CompleteAttemptResponse,
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
-		var dest CompleteResponse
+		var dest CompletionWithLeases
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}

@@ -156,6 +156,15 @@ export interface paths {
          *     attempt's refusal does not affect the others. Completions arriving at a replica together
          *     are written in one transaction (group commit); each keeps its own fencing. At most 500 per
          *     call; repeating the call is safe (each completion is idempotent).
+         *
+         *     With `next`, the same call also asks for new leases once the completions are written, as
+         *     `POST /v1/leases` would (`max_tasks` capped by the worker's free capacity, waiting up to
+         *     `wait_seconds`), and answers them in `leases`: a worker that completes and polls sends one
+         *     request instead of two. The leases are idempotent with the completions: the call acts as a
+         *     poll whose `Idempotency-Key` is derived from the attempt ids listed, so repeating the call
+         *     (same attempts) returns the leases the first call granted that are still active, each with
+         *     a fresh `lease_token` (the first answer's tokens stop working), instead of leasing again;
+         *     a lost answer strands nothing. If the answer is an error, repeat the call.
          */
         post: operations["completeAttempts"];
         delete?: never;
@@ -181,6 +190,14 @@ export interface paths {
          *     `attempt-finished`. `final_results` carries the attempt's last result batch in the same
          *     call: it is persisted exactly once (as if sent to `/results` with Idempotency-Key
          *     `<attempt_id>:<sequence_number>`) before the attempt ends.
+         *
+         *     With `next`, the call also asks for new leases once the attempt has ended, as
+         *     `POST /v1/leases` would, and answers them in `leases`: a worker that completes and polls
+         *     sends one request per task instead of two. Only a completion that is answered 200 leases.
+         *     The leases are idempotent with the completion: repeating the call returns the leases the
+         *     first call granted that are still active, each with a fresh `lease_token` (the first
+         *     answer's tokens stop working), instead of leasing again, so a lost answer strands nothing.
+         *     If the answer is an error, repeat the call.
          */
         post: operations["completeAttempt"];
         delete?: never;
@@ -1881,9 +1898,32 @@ export interface components {
             /** @description The highest result-batch sequence number the worker sent for this attempt. */
             last_sequence_number?: number;
             final_results?: components["schemas"]["ResultBatch"];
+            next?: components["schemas"]["NextLeases"];
+        };
+        /**
+         * @description Asks a completion call for new leases too, as a poll (`POST /v1/leases`) of the same worker
+         *     would: answered in the call's `leases`.
+         * @example {
+         *       "max_tasks": 1,
+         *       "wait_seconds": 0
+         *     }
+         */
+        NextLeases: {
+            /**
+             * @description At most this many leases; also capped by the worker's free capacity.
+             * @default 1
+             */
+            max_tasks: number;
+            /**
+             * @description How long to wait for a task when none is leasable at once (capped by the server maximum);
+             *     by default the call answers at once. The completion is written before the wait starts.
+             * @default 0
+             */
+            wait_seconds: number;
         };
         CompleteManyRequest: {
             completions: components["schemas"]["CompletionItem"][];
+            next?: components["schemas"]["NextLeases"];
         };
         CompletionItem: {
             /** Format: uuid */
@@ -1898,6 +1938,8 @@ export interface components {
         };
         CompleteManyResponse: {
             completions: components["schemas"]["CompletionAnswer"][];
+            /** @description The leases granted for `next` (possibly none); absent when the call did not ask. */
+            leases?: components["schemas"]["Lease"][];
         };
         /**
          * @example {
@@ -1943,6 +1985,19 @@ export interface components {
              * @description When the task becomes leasable again, if it will be retried.
              */
             retry_at?: string;
+        };
+        /**
+         * @example {
+         *       "attempt_id": "0193f1a2-9b22-7c3d-9e4f-2a3b4c5d6e7f",
+         *       "task_id": "0193f1a2-8a11-7b2c-8d3e-1f2a3b4c5d6e",
+         *       "attempt_status": "succeeded",
+         *       "task_state": "completed",
+         *       "finished_at": "2026-11-29T15:36:32Z"
+         *     }
+         */
+        CompletionWithLeases: components["schemas"]["CompleteResponse"] & {
+            /** @description The leases granted for `next` (possibly none); absent when the call did not ask. */
+            leases?: components["schemas"]["Lease"][];
         };
         CreateOrganizationRequest: {
             name: string;
@@ -3865,13 +3920,13 @@ export interface operations {
             };
         };
         responses: {
-            /** @description The attempt's final state. */
+            /** @description The attempt's final state, and the next leases when `next` asked for them. */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["CompleteResponse"];
+                    "application/json": components["schemas"]["CompletionWithLeases"];
                 };
             };
             400: components["responses"]["Problem"];
