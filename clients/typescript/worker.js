@@ -10,7 +10,9 @@
 // lease with its fencing token at the interval the gateway asks for, result
 // batches numbered 1, 2, … with Idempotency-Key "<attempt_id>:<sequence>",
 // then POST /v1/attempts/{id}/complete with the last acknowledged sequence
-// number. Errors are the gateway's problem+json (ProblemError).
+// number. When every slot is busy (the poll loop has no poll out), a
+// completion also asks for the next lease ("next"), so a busy worker sends
+// one request per task. Errors are the gateway's problem+json (ProblemError).
 //
 // Usage:
 //   node worker.js --gateway https://host:8443 --cert worker.pem --key worker-key.pem --ca ca.pem
@@ -36,6 +38,7 @@ const protocolVersion = "1";
 const callTimeoutMs = 10_000;
 const completeWindowMs = 60_000;
 const pollMarginMs = 10_000;
+const nextRefusedForMs = 5 * 60_000;
 const refusedPollDelayMs = 5_000;
 const minHeartbeatIntervalMs = 100;
 
@@ -464,6 +467,13 @@ class Worker {
     this.capabilities = { ...cfg.capabilities, plugins: Object.keys(plugins).sort() };
     /** @type {Set<Promise<void>>} */
     this.running = new Set();
+    this.leased = 0; // attempts leased, for cfg.tasks
+    // parked: the poll loop waits for a slot, so no poll is out for the
+    // slot a completion frees, and the completion may lease it ("next").
+    this.parked = false;
+    this.reserved = 0; // slots completions in flight may lease; the poll loop leaves them
+    this.nextRefusedUntil = 0; // the gateway refused "next": poll instead until then
+    this.stop = new AbortController().signal;
   }
 
   /**
@@ -474,6 +484,7 @@ class Worker {
    * @param {AbortSignal} stop
    */
   async run(stop) {
+    this.stop = stop;
     const heartbeats = new AbortController();
     const heartbeating = this.heartbeatLoop(heartbeats.signal);
     /** @type {unknown} */
@@ -502,14 +513,15 @@ class Worker {
 
   /** @param {AbortSignal} stop */
   async pollLoop(stop) {
-    let leased = 0;
-    while (!stop.aborted && (this.cfg.tasks === 0 || leased < this.cfg.tasks)) {
-      let free = this.cfg.slots - this.held.size;
+    while (!stop.aborted && (this.cfg.tasks === 0 || this.leased + this.reserved < this.cfg.tasks)) {
+      let free = this.cfg.slots - this.held.size - this.reserved;
       if (this.cfg.tasks > 0) {
-        free = Math.min(free, this.cfg.tasks - leased);
+        free = Math.min(free, this.cfg.tasks - this.leased - this.reserved);
       }
       if (free <= 0) {
+        this.parked = true;
         await nap(Infinity, this.changed.promise, stop);
+        this.parked = false;
         continue;
       }
       // One key per poll, reused when the same poll is retried after a
@@ -553,37 +565,64 @@ class Worker {
         }
         throw err; // revoked, or our request is wrong: repeating cannot help
       }
-      for (const lease of leases) {
-        if (this.held.has(lease.attempt_id)) {
-          continue; // a replayed answer for a lease already running
-        }
-        const a = new Attempt(this.client, lease, sentAt);
-        if (this.held.size >= this.cfg.slots) {
-          // The gateway granted more than asked: give it back at once
-          // rather than run more tasks than slots.
-          log("lease beyond free slots; releasing it", { attempt_id: a.id, task_id: a.task.id });
-          const p = this.release(a).finally(() => this.running.delete(p));
-          this.running.add(p);
-          continue;
-        }
-        leased++;
-        this.held.set(a.id, a);
-        log("lease acquired", {
-          attempt_id: a.id,
-          task_id: a.task.id,
-          task_type: a.task.task_type,
-          attempt_number: a.task.attempt_number,
-          lease_ttl_seconds: lease.lease_ttl_seconds,
-        });
-        const p = this.runAttempt(a).finally(() => {
-          this.running.delete(p);
-        });
-        this.running.add(p);
-      }
-      if (leases.length > 0) {
-        this.changed.notify();
-      }
+      this.take(leases, sentAt);
     }
+  }
+
+  /**
+   * take runs the leases a poll or a completion brought, each in a slot.
+   *
+   * @param {schemas["Lease"][]} leases
+   * @param {number} sentAt when the call that brought them was sent
+   */
+  take(leases, sentAt) {
+    for (const lease of leases) {
+      if (this.held.has(lease.attempt_id)) {
+        continue; // a replayed answer for a lease already running
+      }
+      const a = new Attempt(this.client, lease, sentAt);
+      if (this.held.size >= this.cfg.slots || this.stop.aborted) {
+        // The gateway granted more than asked, or a completion's next
+        // lease came as the worker stops: give it back at once rather
+        // than run more tasks than slots.
+        log("lease beyond free slots; releasing it", { attempt_id: a.id, task_id: a.task.id });
+        const p = this.release(a).finally(() => this.running.delete(p));
+        this.running.add(p);
+        continue;
+      }
+      this.leased++;
+      this.held.set(a.id, a);
+      log("lease acquired", {
+        attempt_id: a.id,
+        task_id: a.task.id,
+        task_type: a.task.task_type,
+        attempt_number: a.task.attempt_number,
+        lease_ttl_seconds: lease.lease_ttl_seconds,
+      });
+      const p = this.runAttempt(a).finally(() => {
+        this.running.delete(p);
+      });
+      this.running.add(p);
+    }
+    if (leases.length > 0) {
+      this.changed.notify();
+    }
+  }
+
+  /**
+   * reserveNext is 1 when a completion should ask for the next lease with
+   * it: the poll loop is parked for want of a slot, so a busy worker's next
+   * task comes with its completion, one request instead of two.
+   */
+  reserveNext() {
+    if (!this.parked || this.stop.aborted || Date.now() < this.nextRefusedUntil) {
+      return 0;
+    }
+    if (this.cfg.tasks > 0 && this.leased + this.reserved >= this.cfg.tasks) {
+      return 0;
+    }
+    this.reserved++;
+    return 1;
   }
 
   /** @param {Attempt} a */
@@ -614,8 +653,24 @@ class Worker {
         log("not completing: the lease is lost", { attempt_id: a.id });
         return;
       }
+      const reserved = this.reserveNext();
+      /** @type {schemas["Lease"][]} */
+      let next = [];
+      const sentAt = Date.now();
       try {
-        const done = await a.complete(req);
+        let done;
+        try {
+          done = await a.complete(reserved ? { ...req, next: { max_tasks: reserved, wait_seconds: 0 } } : req);
+        } catch (err) {
+          if (!(reserved && err instanceof ProblemError && err.status === 400)) {
+            throw err;
+          }
+          // A gateway from before "next": complete without it, and poll.
+          done = await a.complete(req);
+          this.nextRefusedUntil = Date.now() + nextRefusedForMs;
+          log("the gateway refused a next lease with a completion; polling instead", { for_ms: nextRefusedForMs });
+        }
+        next = done.leases ?? [];
         log("attempt completed", {
           attempt_id: a.id,
           task_id: a.task.id,
@@ -624,9 +679,15 @@ class Worker {
           last_sequence_number: req.last_sequence_number,
           attempt_status: done.attempt_status,
           task_state: done.task_state,
+          next_leases: next.length,
         });
       } catch (err) {
         log("completion failed", { attempt_id: a.id, error: describe(err) });
+      } finally {
+        // This attempt's slot goes to the lease its completion brought.
+        this.held.delete(a.id);
+        this.take(next, sentAt);
+        this.reserved -= reserved;
       }
     } finally {
       clearTimeout(a.deadline);

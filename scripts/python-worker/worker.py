@@ -6,7 +6,8 @@ reused when the poll is retried), N concurrent slots, one heartbeat thread renew
 POST /v1/heartbeat at the interval the server names, cancellation (`cancel_requested`: stop the task
 and complete it `cancelled`) and lost leases (`lost`: stop without completing), result batches with
 Idempotency-Key "<attempt>:<sequence>" retried with the same key and the same bytes, completion
-retried until acknowledged, and a graceful stop on SIGTERM/SIGINT.
+retried until acknowledged (asking for the next lease in the same call when every slot is busy, so
+a busy worker sends one request per task), and a graceful stop on SIGTERM/SIGINT.
 
 Demo handlers by payload plugin: `echo` (one hostname asset: input.host or "python.example") and
 `sleep` (input.seconds, in small steps, stopping on cancellation). See README.md next to this file.
@@ -257,22 +258,41 @@ class Task:
             log("attempt %s: start answered %s", self.attempt_id, a)
 
     def complete(self, outcome, error=None):
-        """Complete the attempt, retrying until acknowledged (completion is idempotent)."""
+        """Complete the attempt, retrying until acknowledged (completion is idempotent). When the
+        worker has no free slot, the completion also asks for the next lease ("next"), so a busy
+        worker sends one request per task; a retry sends the same call, so after a lost answer the
+        gateway returns the same next lease under a fresh token instead of leasing another."""
         body = {"outcome": outcome}
         if error:
             body["error"] = error
         if self.seq:
             body["last_sequence_number"] = self.seq
+        path = "/v1/attempts/%s/complete" % self.attempt_id
+        reserved = self.worker.reserve_next()
+        leases = []
         try:
-            a = self._attempt_call("complete", "/v1/attempts/%s/complete" % self.attempt_id, body, deadline=120.0)
-        except LeaseLost:
-            log("attempt %s: lease lost before completing %s", self.attempt_id, outcome)
-            return
-        if a.status == 200:
-            doc = a.json()
-            log("attempt %s: completed %s (task %s)", self.attempt_id, outcome, doc.get("task_state"))
-        else:
-            log("attempt %s: complete %s refused: %s", self.attempt_id, outcome, a)
+            if reserved:
+                body["next"] = {"max_tasks": 1}
+            try:
+                a = self._attempt_call("complete", path, body, deadline=120.0)
+                if a.status == 400 and reserved:
+                    # A gateway from before "next": complete without it, and poll instead.
+                    del body["next"]
+                    a = self._attempt_call("complete", path, body, deadline=120.0)
+                    if a.status != 400:
+                        self.worker.next_refused()
+            except LeaseLost:
+                log("attempt %s: lease lost before completing %s", self.attempt_id, outcome)
+                return
+            if a.status == 200:
+                doc = a.json()
+                leases = doc.get("leases") or []
+                log("attempt %s: completed %s (task %s)%s", self.attempt_id, outcome, doc.get("task_state"),
+                    ", the next lease came with it" if leases else "")
+            else:
+                log("attempt %s: complete %s refused: %s", self.attempt_id, outcome, a)
+        finally:
+            self.worker.next_answered(leases, reserved)
 
 
 # --- handlers --------------------------------------------------------------------------------
@@ -326,6 +346,9 @@ class Worker:
         self.threads = []
         self.leased = 0
         self.finished = 0
+        self.parked = False  # the poll loop waits for a slot: a completion may lease the one it frees
+        self.reserved = 0  # slots completions in flight may lease; the poll loop leaves them
+        self.next_refused_until = 0.0
         self.fault_drop = args.fault_drop_first_result_answer
 
     def take_fault_drop(self):
@@ -337,11 +360,13 @@ class Worker:
     def poll_loop(self):
         while not self.stop.is_set():
             with self.cond:
-                while not self.stop.is_set() and len(self.tasks) >= self.slots:
+                while not self.stop.is_set() and len(self.tasks) + self.reserved >= self.slots:
+                    self.parked = True
                     self.cond.wait(1.0)
+                self.parked = False
                 if self.stop.is_set():
                     return
-                free = self.slots - len(self.tasks)
+                free = self.slots - len(self.tasks) - self.reserved
                 if self.args.once:
                     free = min(free, self.args.once - self.leased)
                     if free <= 0:
@@ -375,6 +400,34 @@ class Worker:
             if self.stop.wait(wait):
                 # Stopping: one last try with the same key would only hand us leases to drain.
                 return []
+
+    def reserve_next(self):
+        """1 when a completion should ask for the next lease: the poll loop is parked for want of a
+        slot (so no poll is out for the slot this completion frees), else 0."""
+        with self.cond:
+            if not self.parked or self.stop.is_set() or time.monotonic() < self.next_refused_until:
+                return 0
+            if self.args.once and self.leased + self.reserved >= self.args.once:
+                return 0
+            self.reserved += 1
+            return 1
+
+    def next_answered(self, leases, reserved):
+        """Runs the leases a completion brought, then gives its reservation back."""
+        for lease in leases:
+            if self.stop.is_set():
+                # Stopping: give it back so another worker runs it now.
+                Task(self, lease).complete("cancelled", {"code": "worker-shutdown", "message": "the worker stopped", "retryable": True})
+                continue
+            self.run(lease)
+        with self.cond:
+            self.reserved -= reserved
+            self.cond.notify_all()
+
+    def next_refused(self):
+        with self.cond:
+            self.next_refused_until = time.monotonic() + 300
+        log("the gateway refused a next lease with a completion; polling for them instead for 5 minutes")
 
     def run(self, lease):
         task = Task(self, lease)

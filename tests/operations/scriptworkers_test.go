@@ -123,6 +123,37 @@ func TestCurlWorkerScriptRunsOneTaskThroughTheWholeProtocol(t *testing.T) {
 	require.True(t, logText.Complete)
 }
 
+// TestCurlWorkerScriptTakesEachNextTaskWithItsCompletion: with --tasks the
+// script works through a backlog polling once: each completion brings the
+// next lease.
+func TestCurlWorkerScriptTakesEachNextTaskWithItsCompletion(t *testing.T) {
+	t.Parallel()
+	requireTools(t, "bash", "curl", "jq")
+	g := harness.Start(t)
+	org := g.NewOrganization(t, "acme")
+	w := g.NewWorker(t, "curl", 1, org)
+	env, _ := scriptFiles(t, g, w)
+	var tasks []uuid.UUID
+	for range 3 {
+		tasks = append(tasks, g.CreateTask(t, org, harness.TaskSpec{Payload: `{"plugin": "echo", "input": {"host": "curl.example"}}`, LeaseDurationSeconds: 300}))
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", scriptPath(t, "curl-worker.sh"), env, "--wait", "5", "--tasks", "3")
+	cmd.Env = scriptEnv()
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Run(), "stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+	for _, id := range tasks {
+		require.Equal(t, "completed", string(g.Task(t, id).State))
+	}
+	m := harness.Scrape(t, g, g.AdminToken)
+	require.Equal(t, 1.0, m[`gateway_http_requests_total{code="200",route="POST /v1/leases"}`], "one poll; the other leases came with completions")
+	require.Equal(t, 3.0, m[`gateway_http_requests_total{code="200",route="POST /v1/attempts/{attempt_id}/complete"}`])
+	require.Equal(t, 3, countRows(t, g, "worker_task_attempts"))
+}
+
 func TestCurlWorkerScriptExitsCleanlyWithoutATask(t *testing.T) {
 	t.Parallel()
 	requireTools(t, "bash", "curl", "jq")
@@ -216,6 +247,28 @@ func TestPythonWorkerIngestsARetriedResultBatchOnce(t *testing.T) {
 	require.Equal(t, 1, countRows(t, g, "assets"))
 	require.Equal(t, []string{"hostname:py.example"}, listAssets(t, g, org))
 	require.Equal(t, "echo: reporting py.example\n", readLog(t, g, task, 0, false).Data)
+}
+
+// TestPythonWorkerTakesEachNextTaskWithItsCompletion: a one-slot Python
+// worker with a backlog polls once; each completion brings the next lease.
+func TestPythonWorkerTakesEachNextTaskWithItsCompletion(t *testing.T) {
+	t.Parallel()
+	g := harness.Start(t)
+	org := g.NewOrganization(t, "acme")
+	w := g.NewWorker(t, "python", 1, org)
+	var tasks []uuid.UUID
+	for range 3 {
+		tasks = append(tasks, g.CreateTask(t, org, harness.TaskSpec{Payload: `{"plugin": "echo", "input": {"host": "py.example"}}`, LeaseDurationSeconds: 300}))
+	}
+	wait, _ := pythonWorker(t, g, w, "--once", "3")
+	out := wait()
+	for _, id := range tasks {
+		require.Equal(t, "completed", string(g.WaitTaskState(t, id, "completed").State))
+	}
+	require.Equal(t, 2, strings.Count(out, "the next lease came with it"), out)
+	m := harness.Scrape(t, g, g.AdminToken)
+	require.Equal(t, 1.0, m[`gateway_http_requests_total{code="200",route="POST /v1/leases"}`], "one poll; the other leases came with completions")
+	require.Equal(t, 3, countRows(t, g, "worker_task_attempts"))
 }
 
 func TestPythonWorkerHonoursCancellation(t *testing.T) {

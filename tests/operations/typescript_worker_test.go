@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/worker-gateway/gateway/tests/harness"
@@ -154,6 +155,32 @@ func TestTypeScriptWorkerRunsTheProtocol(t *testing.T) {
 	require.Equal(t, "fatal", last.Event, refused.output())
 	require.Equal(t, "worker-revoked", last.Code)
 	require.Equal(t, http.StatusForbidden, last.Status)
+}
+
+// TestTypeScriptWorkerTakesEachNextTaskWithItsCompletion: a one-slot node
+// worker with a backlog polls once; each completion brings the next lease.
+func TestTypeScriptWorkerTakesEachNextTaskWithItsCompletion(t *testing.T) {
+	t.Parallel()
+	dir := typeScriptClient(t)
+	g := harness.Start(t)
+	org := g.NewOrganization(t, "acme")
+	w := g.NewWorker(t, "node-worker", 1, org)
+	files := t.TempDir()
+	for name, data := range map[string][]byte{"worker.pem": w.CertPEM, "worker-key.pem": w.KeyPEM, "ca.pem": g.CA.CertPEM} {
+		require.NoError(t, os.WriteFile(filepath.Join(files, name), data, 0o600))
+	}
+	var tasks []uuid.UUID
+	for range 3 {
+		tasks = append(tasks, g.CreateTask(t, org, harness.TaskSpec{Payload: `{"plugin": "echo", "input": {}}`, LeaseDurationSeconds: 300}))
+	}
+	run := startNodeWorker(t, dir, g.URL, files, "--slots", "1", "--wait", "5", "--tasks", "3")
+	require.NoError(t, run.wait(), "the node worker failed; its output:\n%s", run.output())
+	for _, id := range tasks {
+		require.Equal(t, "completed", string(g.Task(t, id).State), run.output())
+	}
+	m := harness.Scrape(t, g, g.AdminToken)
+	require.Equal(t, 1.0, m[`gateway_http_requests_total{code="200",route="POST /v1/leases"}`], "one poll; the other leases came with completions\n%s", run.output())
+	require.Equal(t, 3, countRows(t, g, "worker_task_attempts"))
 }
 
 func deref(s *string) string {
