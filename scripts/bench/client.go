@@ -193,22 +193,45 @@ var completeBody = []byte(`{"outcome":"succeeded"}`)
 
 // complete finishes an attempt with outcome succeeded.
 func (w *benchWorker) complete(ctx context.Context, l lease) error {
-	return w.postJSON(ctx, "/v1/attempts/"+l.AttemptID+"/complete", completeBody, http.Header{"Lease-Token": {l.LeaseToken}}, nil)
+	_, err := w.completeNext(ctx, l, 0)
+	return err
+}
+
+// completeNext finishes an attempt with outcome succeeded and, when next
+// is above 0, asks for up to next leases in the same call (answered at
+// once, without waiting) and returns them.
+func (w *benchWorker) completeNext(ctx context.Context, l lease, next int) ([]lease, error) {
+	body := completeBody
+	if next > 0 {
+		body = fmt.Appendf(nil, `{"outcome":"succeeded","next":{"max_tasks":%d}}`, next)
+	}
+	var out struct {
+		Leases []lease `json:"leases"`
+	}
+	err := w.postJSON(ctx, "/v1/attempts/"+l.AttemptID+"/complete", body, http.Header{"Lease-Token": {l.LeaseToken}}, &out)
+	return out.Leases, err
 }
 
 // completeDetached completes an attempt even when ctx has ended (within
 // 30 s): completions are not cut short by the end of a run, since a task
 // left leased would fail verification for the wrong reason.
 func (w *benchWorker) completeDetached(ctx context.Context, l lease) error {
+	_, err := w.completeNextDetached(ctx, l, 0)
+	return err
+}
+
+// completeNextDetached is completeNext, detached as completeDetached is.
+func (w *benchWorker) completeNextDetached(ctx context.Context, l lease, next int) ([]lease, error) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	return w.complete(cctx, l)
+	return w.completeNext(cctx, l, next)
 }
 
 // completeManyDetached completes leases with outcome succeeded in one
 // POST /v1/attempts/complete, even when ctx has ended (within 30 s), and
-// returns those the gateway answered 200 for.
-func (w *benchWorker) completeManyDetached(ctx context.Context, leases []lease) ([]lease, error) {
+// returns those the gateway answered 200 for, and the up to next leases
+// the call asked for (none when next is 0).
+func (w *benchWorker) completeManyDetached(ctx context.Context, leases []lease, next int) (done, more []lease, err error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	type item struct {
@@ -220,22 +243,27 @@ func (w *benchWorker) completeManyDetached(ctx context.Context, leases []lease) 
 	for i, l := range leases {
 		items[i] = item{AttemptID: l.AttemptID, LeaseToken: l.LeaseToken, Outcome: "succeeded"}
 	}
-	body, err := json.Marshal(map[string]any{"completions": items})
+	req := map[string]any{"completions": items}
+	if next > 0 {
+		req["next"] = map[string]int{"max_tasks": next}
+	}
+	body, err := json.Marshal(req)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var out struct {
 		Completions []struct {
 			Status int `json:"status"`
 		} `json:"completions"`
+		Leases []lease `json:"leases"`
 	}
 	if err := w.postJSON(ctx, "/v1/attempts/complete", body, nil, &out); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(out.Completions) != len(leases) {
-		return nil, fmt.Errorf("%d answers for %d completions", len(out.Completions), len(leases))
+		return nil, out.Leases, fmt.Errorf("%d answers for %d completions", len(out.Completions), len(leases))
 	}
-	var done []lease
+	more = out.Leases
 	var failed int
 	for i, a := range out.Completions {
 		if a.Status == http.StatusOK {
@@ -245,9 +273,9 @@ func (w *benchWorker) completeManyDetached(ctx context.Context, leases []lease) 
 		}
 	}
 	if failed > 0 {
-		return done, fmt.Errorf("%d of %d completions refused", failed, len(leases))
+		return done, more, fmt.Errorf("%d of %d completions refused", failed, len(leases))
 	}
-	return done, nil
+	return done, more, nil
 }
 
 // close drops the worker's idle connections.

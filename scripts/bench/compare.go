@@ -80,7 +80,7 @@ type compareFigures struct {
 // their ratios gateway ÷ River.
 func runCompareRiver(ctx context.Context, s *Stack, c compareConfig, logf func(string, ...any), emit func(*Result, error)) (*Result, error) {
 	sum := &Result{Scenario: "throughput-vs-river", Tasks: c.throughput.tasks, Workers: c.throughput.workers,
-		Batch: c.throughput.batch, CompleteMany: c.throughput.completeMany, compareFigures: &compareFigures{Runs: c.runs}}
+		Batch: c.throughput.batch, CompleteMany: c.throughput.completeMany, Next: c.throughput.next, compareFigures: &compareFigures{Runs: c.runs}}
 	if s.cluster == nil {
 		return sum, errors.New("-compare river needs the private stack (River gets a database on its cluster)")
 	}

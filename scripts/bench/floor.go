@@ -150,7 +150,7 @@ func floorCounts(ctx context.Context, w *benchWorker) (floorServerCounts, error)
 // and parameters. ca signs the server's and the workers' certificates (the
 // stack's CA when there is a stack, else a new one).
 func runFloor(ctx context.Context, ca *pki.CA, c throughputConfig, logf func(string, ...any)) (*Result, error) {
-	r := &Result{Scenario: "floor", Tasks: c.tasks, Workers: c.workers, Batch: c.batch, CompleteMany: c.completeMany}
+	r := &Result{Scenario: "floor", Tasks: c.tasks, Workers: c.workers, Batch: c.batch, CompleteMany: c.completeMany, Next: c.next}
 	if ca == nil {
 		var err error
 		if ca, err = pki.NewCA("worker-gateway bench floor CA"); err != nil {
@@ -264,8 +264,12 @@ func withFloor(r *Result) string {
 
 // completionsOf says how a throughput or floor run completed its leases.
 func completionsOf(r *Result) string {
+	how := "one completion per call"
 	if r.CompleteMany {
-		return "completions batched per poll"
+		how = "completions batched per poll"
 	}
-	return "one completion per call"
+	if r.Next {
+		how += ", next leases with completions"
+	}
+	return how
 }

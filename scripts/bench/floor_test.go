@@ -178,7 +178,7 @@ func TestFloorAnswersParseWithTheGeneratedClient(t *testing.T) {
 	for _, l := range res.JSON200.Leases[1:] {
 		items = append(items, apiclient.CompletionItem{AttemptId: l.AttemptId, LeaseToken: l.LeaseToken, Outcome: "succeeded"})
 	}
-	many, err := c.CompleteAttemptsWithResponse(ctx, apiclient.CompleteManyRequest{Completions: items})
+	many, err := c.CompleteAttemptsWithResponse(ctx, apiclient.CompleteManyRequest{Completions: items, Next: &apiclient.NextLeases{MaxTasks: ptr(1)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,9 +192,13 @@ func TestFloorAnswersParseWithTheGeneratedClient(t *testing.T) {
 		}
 	}
 
-	// Two leases are left of five: then polls come back empty.
+	if many.JSON200.Leases == nil || len(*many.JSON200.Leases) != 1 || many.HTTPResponse.Header.Get("Cache-Control") != "no-store" {
+		t.Fatalf("complete-many with next: %s", many.Body)
+	}
+
+	// One lease is left of five: then polls come back empty.
 	res, err = c.AcquireLeasesWithResponse(ctx, nil, apiclient.LeaseRequest{MaxTasks: ptr(3)})
-	if err != nil || res.JSON200 == nil || len(res.JSON200.Leases) != 2 {
+	if err != nil || res.JSON200 == nil || len(res.JSON200.Leases) != 1 {
 		t.Fatalf("second poll: %v, %s", err, res.Body)
 	}
 	res, err = c.AcquireLeasesWithResponse(ctx, nil, apiclient.LeaseRequest{MaxTasks: ptr(3)})
@@ -221,17 +225,16 @@ func TestFloorServesTheBenchWorker(t *testing.T) {
 	if err != nil || len(leases) != 2 {
 		t.Fatalf("poll: %d leases, %v", len(leases), err)
 	}
-	for _, l := range leases {
-		if err := w.completeDetached(ctx, l); err != nil {
-			t.Fatalf("complete: %v", err)
-		}
+	if err := w.completeDetached(ctx, leases[0]); err != nil {
+		t.Fatalf("complete: %v", err)
 	}
-	if leases, err = w.poll(ctx, body); err != nil || len(leases) != 2 {
-		t.Fatalf("poll: %d leases, %v", len(leases), err)
+	// The last completion of the lot asks for the next lot, as -next does.
+	if leases, err = w.completeNextDetached(ctx, leases[1], 2); err != nil || len(leases) != 2 {
+		t.Fatalf("complete with next: %d leases, %v", len(leases), err)
 	}
-	done, err := w.completeManyDetached(ctx, leases)
-	if err != nil || len(done) != 2 {
-		t.Fatalf("complete-many: %d done, %v", len(done), err)
+	done, more, err := w.completeManyDetached(ctx, leases, 2)
+	if err != nil || len(done) != 2 || len(more) != 0 {
+		t.Fatalf("complete-many with next: %d done, %d more, %v", len(done), len(more), err)
 	}
 	counts, err := floorCounts(ctx, w)
 	if err != nil || counts != (floorServerCounts{Granted: 4, Completed: 4}) {

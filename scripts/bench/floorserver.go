@@ -271,7 +271,31 @@ func (f *floorServer) acquire(w http.ResponseWriter, r *http.Request) {
 // leaseAnswer is the answer granting k new leases.
 func (f *floorServer) leaseAnswer(k int) []byte {
 	buf := make([]byte, 0, 16+k*(f.lease.size+128))
-	buf = append(buf, `{"leases":[`...)
+	buf = append(buf, '{')
+	buf = f.appendLeases(buf, k)
+	return append(buf, "}\n"...)
+}
+
+// nextAsked is how many leases a completion body asks for with `next`
+// (max_tasks, at most the server's batch), or -1 when it does not ask.
+func (f *floorServer) nextAsked(body []byte) int {
+	i := bytes.Index(body, []byte(`"next":`))
+	if i < 0 {
+		return -1
+	}
+	var next struct {
+		MaxTasks int `json:"max_tasks"`
+	}
+	rest := body[i+len(`"next":`):]
+	if end := bytes.IndexByte(rest, '}'); end >= 0 {
+		_ = json.Unmarshal(rest[:end+1], &next)
+	}
+	return min(max(next.MaxTasks, 1), f.batch)
+}
+
+// appendLeases appends `"leases":[…]` granting k new leases.
+func (f *floorServer) appendLeases(buf []byte, k int) []byte {
+	buf = append(buf, `"leases":[`...)
 	for i := range k {
 		if i > 0 {
 			buf = append(buf, ',')
@@ -283,11 +307,15 @@ func (f *floorServer) leaseAnswer(k int) []byte {
 		vals[slotTaskID] = f.appendID(nil, idTask, n)
 		buf = f.lease.render(buf, vals)
 	}
-	return append(buf, "]}\n"...)
+	return append(buf, ']')
 }
 
 func (f *floorServer) complete(w http.ResponseWriter, r *http.Request) {
-	_, _ = io.Copy(io.Discard, r.Body)
+	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
 	id := []byte(r.PathValue("id"))
 	task, ok := taskIDOf(id)
 	if !ok {
@@ -295,8 +323,15 @@ func (f *floorServer) complete(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.completed.Add(1)
-	f.headers(w, false)
+	next := f.nextAsked(body)
+	f.headers(w, true) // its answer may carry leases: the gateway marks it no-store
 	buf := f.completeOne.render(make([]byte, 0, f.completeOne.size+80), [3][]byte{slotAttemptID: id, slotTaskID: task})
+	if next >= 0 {
+		// The gateway answers the next leases inside the completion object.
+		buf = append(buf[:len(buf)-1], ',')
+		buf = f.appendLeases(buf, f.take(next))
+		buf = append(buf, '}')
+	}
 	_, _ = w.Write(append(buf, '\n'))
 }
 
@@ -308,6 +343,7 @@ func (f *floorServer) completeMany(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
+	next := f.nextAsked(body)
 	key := []byte(`"attempt_id":"`)
 	buf := make([]byte, 0, 32+bytes.Count(body, key)*(f.completeItem.size+80))
 	buf = append(buf, `{"completions":[`...)
@@ -332,8 +368,13 @@ func (f *floorServer) completeMany(w http.ResponseWriter, r *http.Request) {
 		n++
 	}
 	f.completed.Add(int64(n))
-	f.headers(w, false)
-	_, _ = w.Write(append(buf, "]}\n"...))
+	buf = append(buf, ']')
+	if next >= 0 {
+		buf = append(buf, ',')
+		buf = f.appendLeases(buf, f.take(next))
+	}
+	f.headers(w, true)
+	_, _ = w.Write(append(buf, "}\n"...))
 }
 
 // Kinds of id: byte 7 of a floor id says which it is (characters 16 and

@@ -42,7 +42,9 @@ Scenarios (-scenario, comma-separated to run several on one stack):
               POST /v1/leases (max_tasks=-batch), then POST
               /v1/attempts/{id}/complete for each lease (with -complete-many:
               one POST /v1/attempts/complete for all of them, as the Go
-              worker runtime does). Reports tasks/s from
+              worker runtime does). Each completion call asks for the next
+              leases (-next, on by default), so a worker polls only when a
+              completion brings none. Reports tasks/s from
               the workers' start to the last completion, and verifies in SQL
               that every task completed exactly once. Each throughput run is
               preceded by a floor run with the same flags (-floor=false: none)
@@ -147,6 +149,7 @@ func run() int {
 		workers     = flag.Int("workers", 32, "number of simulated workers (each its own certificate and worker identity); results uses 16 and fairness 8 unless this is given, backlog always 1")
 		batch       = flag.Int("batch", 1, "throughput, fairness: max_tasks per lease request")
 		tpWait      = flag.Int("tp-wait", 1, "throughput: wait_seconds of each lease request")
+		nextOn      = flag.Bool("next", true, "throughput, floor, replicas: each completion call asks for the next leases (`next`), so a worker with a backlog polls only when a completion brings none; -next=false polls after every completion (two requests per task at -batch 1)")
 		completeMny = flag.Bool("complete-many", false, "throughput: complete each poll's leases in one POST /v1/attempts/complete (as the Go worker runtime does) instead of one call per lease")
 		floorOn     = flag.Bool("floor", true, "throughput: run the floor scenario with the same parameters before each throughput run, and state each run's ratio to it")
 		polls       = flag.Int("polls", 100, "latency, idle: idle long-polls, spread over the workers; idle uses 10000 unless this is given")
@@ -382,7 +385,7 @@ func run() int {
 		if ctx.Err() != nil {
 			break
 		}
-		tp := throughputConfig{tasks: *tasks, workers: *workers, batch: *batch, wait: *tpWait, completeMany: *completeMny}
+		tp := throughputConfig{tasks: *tasks, workers: *workers, batch: *batch, wait: *tpWait, completeMany: *completeMny, next: *nextOn}
 		// runFloorFor runs the floor before a throughput run and reports
 		// it; nil when -floor=false.
 		runFloorFor := func(ctx context.Context) *Result {
@@ -454,7 +457,7 @@ func run() int {
 				replCompleteMany = *completeMny
 			}
 			r, err = runReplicas(scCtx, st, replicasConfig{counts: replicaCounts,
-				throughput: throughputConfig{tasks: *replTasks, workers: replWorkers, batch: replBatch, wait: *tpWait, completeMany: replCompleteMany, orgs: *replOrgs},
+				throughput: throughputConfig{tasks: *replTasks, workers: replWorkers, batch: replBatch, wait: *tpWait, completeMany: replCompleteMany, next: *nextOn, orgs: *replOrgs},
 				latency:    latencyConfig{polls: *polls, workers: replWorkers, samples: *samples, interval: *interval, wait: *latWait}}, logf)
 		case "schedules":
 			r, err = runSchedules(scCtx, st, schedulesConfig{schedules: *nSchedules, period: *schedPeriod, window: *schedWindow, idle: *idleWindow}, logf)
@@ -480,6 +483,8 @@ type Result struct {
 	Batch    int    `json:"batch,omitempty"`
 	// CompleteMany: completions were sent in batches (-complete-many).
 	CompleteMany bool `json:"complete_many,omitempty"`
+	// Next: completions asked for the next leases (-next).
+	Next bool `json:"next,omitempty"`
 	Polls        int  `json:"polls,omitempty"`
 	Samples      int  `json:"samples,omitempty"`
 

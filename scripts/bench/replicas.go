@@ -49,7 +49,7 @@ func (v replicasVerification) String() string { return strings.Join(v.rounds, ";
 // limit.
 func runReplicas(ctx context.Context, s *Stack, c replicasConfig, logf func(string, ...any)) (*Result, error) {
 	r := &Result{Scenario: "replicas", Tasks: c.throughput.tasks, Workers: c.throughput.workers, Batch: c.throughput.batch,
-		CompleteMany: c.throughput.completeMany, Polls: c.latency.polls, Samples: c.latency.samples, Orgs: c.throughput.orgs}
+		CompleteMany: c.throughput.completeMany, Next: c.throughput.next, Polls: c.latency.polls, Samples: c.latency.samples, Orgs: c.throughput.orgs}
 	v := replicasVerification{}
 	r.Verification, r.Verified = &v, true
 	defer func() { _ = s.SetReplicas(context.WithoutCancel(ctx), 1) }()

@@ -22,6 +22,11 @@ type throughputConfig struct {
 	// completeMany completes each poll's leases in one
 	// POST /v1/attempts/complete instead of one call per lease.
 	completeMany bool
+	// next asks each completion call for the next leases (the contract's
+	// `next`), so a worker with a backlog sends one request per poll's
+	// worth of tasks instead of two; it polls only when a completion
+	// brings none.
+	next bool
 	// orgs spreads the tasks round-robin over this many organizations,
 	// every worker serving all of them (0 or 1: one).
 	orgs int
@@ -78,7 +83,7 @@ type tpWorkerStats struct {
 // last completion, and verifies in SQL that every task completed exactly
 // once.
 func runThroughput(ctx context.Context, s *Stack, c throughputConfig, logf func(string, ...any)) (*Result, error) {
-	r := &Result{Scenario: "throughput", Tasks: c.tasks, Workers: c.workers, Batch: c.batch, CompleteMany: c.completeMany}
+	r := &Result{Scenario: "throughput", Tasks: c.tasks, Workers: c.workers, Batch: c.batch, CompleteMany: c.completeMany, Next: c.next}
 	orgs := make([]uuid.UUID, max(1, c.orgs))
 	for i := range orgs {
 		var err error
@@ -172,7 +177,7 @@ func driveWorkers(ctx context.Context, name string, workers []*benchWorker, c th
 	var wg sync.WaitGroup
 	sh.start = time.Now()
 	for i, w := range workers {
-		wg.Go(func() { stats[i] = throughputWorker(runCtx, w, sh, body, c.completeMany) })
+		wg.Go(func() { stats[i] = throughputWorker(runCtx, w, sh, body, c) })
 	}
 	progressDone := make(chan struct{})
 	go reportProgress(runCtx, progressDone, name, sh, logf)
@@ -218,73 +223,93 @@ func summarizeDrain(r *Result, stats []tpWorkerStats, sh *tpShared) {
 	}
 }
 
-// throughputWorker is one simulated worker: poll, complete every lease,
-// repeat, until every task is completed or the run ends.
-func throughputWorker(ctx context.Context, w *benchWorker, sh *tpShared, body []byte, completeMany bool) tpWorkerStats {
+// throughputWorker is one simulated worker: poll, complete every lease
+// (asking for the next ones with c.next), repeat, until every task is
+// completed or the run ends.
+func throughputWorker(ctx context.Context, w *benchWorker, sh *tpShared, body []byte, c throughputConfig) tpWorkerStats {
 	var st tpWorkerStats
+	var held []lease // leases in hand, from a poll or a completion
 	for ctx.Err() == nil {
-		if sh.leased.Load() >= sh.n {
-			// Every task is in someone's hands: polling again could only
-			// wait for nothing. Wait for the end instead.
-			select {
-			case <-sh.done:
-			case <-ctx.Done():
-			}
-			return st
-		}
-		t0 := time.Now()
-		leases, err := w.poll(ctx, body)
-		lat := time.Since(t0)
-		st.requests += answered(err)
-		if err != nil {
-			if ctx.Err() != nil {
+		if len(held) == 0 {
+			if sh.leased.Load() >= sh.n {
+				// Every task is in someone's hands: polling again could
+				// only wait for nothing. Wait for the end instead.
+				select {
+				case <-sh.done:
+				case <-ctx.Done():
+				}
 				return st
 			}
-			if sh.errors.add("lease", err) >= sh.maxErrors || !backoffAfter(ctx, err) {
-				return st
+			t0 := time.Now()
+			leases, err := w.poll(ctx, body)
+			lat := time.Since(t0)
+			st.requests += answered(err)
+			if err != nil {
+				if ctx.Err() != nil {
+					return st
+				}
+				if sh.errors.add("lease", err) >= sh.maxErrors || !backoffAfter(ctx, err) {
+					return st
+				}
+				continue
 			}
-			continue
+			if len(leases) == 0 {
+				st.emptyPolls++
+				continue
+			}
+			st.leaseLat = append(st.leaseLat, lat)
+			sh.leased.Add(int64(len(leases)))
+			held = leases
 		}
-		if len(leases) == 0 {
-			st.emptyPolls++
-			continue
+		// Ask for more only while tasks are left to lease and the run goes
+		// on: leases nobody would complete would fail the verification.
+		nextMax := 0
+		if c.next && ctx.Err() == nil && sh.leased.Load() < sh.n {
+			nextMax = c.batch
 		}
-		st.leaseLat = append(st.leaseLat, lat)
-		sh.leased.Add(int64(len(leases)))
-		if completeMany {
+		var next []lease
+		if c.completeMany {
 			t1 := time.Now()
-			done, err := w.completeManyDetached(ctx, leases)
+			done, more, err := w.completeManyDetached(ctx, held, nextMax)
 			st.requests += answered(err)
 			if err != nil {
 				sh.errors.add("complete", err)
 			}
 			st.completeLat = append(st.completeLat, time.Since(t1))
 			// Tasks not completed come back when their leases expire.
-			sh.leased.Add(-int64(len(leases) - len(done)))
+			sh.leased.Add(-int64(len(held) - len(done)))
 			for _, l := range done {
 				st.taskIDs = append(st.taskIDs, l.Task.ID)
 				if sh.completed.Add(1) == sh.n {
 					sh.doneOnce.Do(func() { sh.end = time.Now(); close(sh.done) })
 				}
 			}
-			continue
-		}
-		for _, l := range leases {
-			t1 := time.Now()
-			err := w.completeDetached(ctx, l)
-			st.requests += answered(err)
-			if err != nil {
-				// The task comes back when its lease expires.
-				sh.leased.Add(-1)
-				sh.errors.add("complete", err)
-				continue
+			next = more
+		} else {
+			for i, l := range held {
+				ask := 0
+				if i == len(held)-1 {
+					ask = nextMax // the last completion of the lot asks for the next lot
+				}
+				t1 := time.Now()
+				more, err := w.completeNextDetached(ctx, l, ask)
+				st.requests += answered(err)
+				if err != nil {
+					// The task comes back when its lease expires.
+					sh.leased.Add(-1)
+					sh.errors.add("complete", err)
+					continue
+				}
+				st.completeLat = append(st.completeLat, time.Since(t1))
+				st.taskIDs = append(st.taskIDs, l.Task.ID)
+				if sh.completed.Add(1) == sh.n {
+					sh.doneOnce.Do(func() { sh.end = time.Now(); close(sh.done) })
+				}
+				next = more
 			}
-			st.completeLat = append(st.completeLat, time.Since(t1))
-			st.taskIDs = append(st.taskIDs, l.Task.ID)
-			if sh.completed.Add(1) == sh.n {
-				sh.doneOnce.Do(func() { sh.end = time.Now(); close(sh.done) })
-			}
 		}
+		sh.leased.Add(int64(len(next)))
+		held = next
 	}
 	return st
 }
