@@ -350,8 +350,8 @@ type runner struct {
 	// calls do not ask for leases.
 	nextRefusedUntil time.Time
 
-	hbWake      chan struct{} // a lease was added: reschedule heartbeats
-	slotFree    chan struct{} // a lease ended: a slot may be free
+	hbWake      chan struct{}   // a lease was added: reschedule heartbeats
+	slotFree    chan struct{}   // a lease ended: a slot may be free
 	polling     context.Context // ends when polling stops
 	stopPolling context.CancelFunc
 	tasks       sync.WaitGroup

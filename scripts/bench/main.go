@@ -484,9 +484,9 @@ type Result struct {
 	// CompleteMany: completions were sent in batches (-complete-many).
 	CompleteMany bool `json:"complete_many,omitempty"`
 	// Next: completions asked for the next leases (-next).
-	Next bool `json:"next,omitempty"`
-	Polls        int  `json:"polls,omitempty"`
-	Samples      int  `json:"samples,omitempty"`
+	Next    bool `json:"next,omitempty"`
+	Polls   int  `json:"polls,omitempty"`
+	Samples int  `json:"samples,omitempty"`
 
 	WallSeconds float64  `json:"wall_seconds,omitempty"`
 	TasksPerSec *float64 `json:"tasks_per_sec,omitempty"`
