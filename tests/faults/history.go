@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -207,11 +208,44 @@ func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		c.settle(ResultOf(c.Outcome, ""))
 		r.h.add(c)
+		if n, ok := nextLeaseCall(c, body, nil); ok {
+			r.h.add(n)
+		}
 		return nil, err
 	}
 	decodeAnswer(&c, res, answer)
 	r.h.add(c)
+	if n, ok := nextLeaseCall(c, body, answer); ok {
+		r.h.add(n)
+	}
 	return res, nil
+}
+
+// nextLeaseCall is the poll a completion call made for its `next` leases,
+// recorded as a call of its own over the same span: to the model it is a
+// poll, keyed as the gateway keys it (by the attempts completed, so that a
+// repeated call is a repeated poll). False when the call asked for none.
+func nextLeaseCall(c Call, body, answer []byte) (Call, bool) {
+	if c.Op != OpComplete && c.Op != OpCompleteMany {
+		return Call{}, false
+	}
+	var b struct {
+		Next json.RawMessage `json:"next"`
+	}
+	if json.Unmarshal(body, &b) != nil || len(b.Next) == 0 || string(b.Next) == "null" {
+		return Call{}, false
+	}
+	ids := make([]string, 0, len(c.Items))
+	for _, it := range c.Items {
+		ids = append(ids, it.Attempt.String())
+	}
+	slices.Sort(ids)
+	n := c
+	n.Op, n.Key, n.Items = OpLease, "next:"+strings.Join(slices.Compact(ids), ","), nil
+	if c.Outcome == OK {
+		decodeLeases(&n, answer)
+	}
+	return n, true
 }
 
 // neverSent reports a call that cannot have reached a gateway: its
@@ -342,22 +376,7 @@ func decodeAnswer(c *Call, res *http.Response, body []byte) {
 	}
 	switch c.Op {
 	case OpLease:
-		var b struct {
-			Leases []struct {
-				AttemptID  uuid.UUID `json:"attempt_id"`
-				LeaseToken string    `json:"lease_token"`
-				ExpiresAt  time.Time `json:"lease_expires_at"`
-				TTL        float64   `json:"lease_ttl_seconds"`
-				Task       struct {
-					ID uuid.UUID `json:"id"`
-				} `json:"task"`
-			} `json:"leases"`
-		}
-		_ = json.Unmarshal(body, &b)
-		for _, l := range b.Leases {
-			c.Items = append(c.Items, Item{Attempt: l.AttemptID, Task: l.Task.ID, Token: l.LeaseToken,
-				Result: ResOK, ExpiresAt: l.ExpiresAt, TTL: l.TTL})
-		}
+		decodeLeases(c, body)
 	case OpHeartbeat, OpStart:
 		var st leaseStatus
 		_ = json.Unmarshal(body, &st)
@@ -414,6 +433,26 @@ func decodeAnswer(c *Call, res *http.Response, body []byte) {
 				c.Items[i].Result = ResUnknown
 			}
 		}
+	}
+}
+
+// decodeLeases adds an item per lease an answer's "leases" grants.
+func decodeLeases(c *Call, body []byte) {
+	var b struct {
+		Leases []struct {
+			AttemptID  uuid.UUID `json:"attempt_id"`
+			LeaseToken string    `json:"lease_token"`
+			ExpiresAt  time.Time `json:"lease_expires_at"`
+			TTL        float64   `json:"lease_ttl_seconds"`
+			Task       struct {
+				ID uuid.UUID `json:"id"`
+			} `json:"task"`
+		} `json:"leases"`
+	}
+	_ = json.Unmarshal(body, &b)
+	for _, l := range b.Leases {
+		c.Items = append(c.Items, Item{Attempt: l.AttemptID, Task: l.Task.ID, Token: l.LeaseToken,
+			Result: ResOK, ExpiresAt: l.ExpiresAt, TTL: l.TTL})
 	}
 }
 

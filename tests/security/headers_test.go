@@ -280,6 +280,23 @@ func TestSecretAnswersAreNeverStored(t *testing.T) {
 	answers["AcquireLeases"] = leases.HTTPResponse
 	answers["OpenArtifactUpload"] = headersOpenUpload(t, w.Client, l, "a.json", "application/json", []byte("{}")).HTTPResponse
 
+	// Completions that ask for the next leases answer them, tokens included.
+	g.CreateTask(t, l.Task.OrganizationId, harness.TaskSpec{})
+	g.CreateTask(t, l.Task.OrganizationId, harness.TaskSpec{})
+	done, err := w.Client.CompleteAttemptWithResponse(ctx, l.AttemptId, &apiclient.CompleteAttemptParams{LeaseToken: l.LeaseToken},
+		apiclient.CompleteRequest{Outcome: "succeeded", Next: &apiclient.NextLeases{}})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, done.StatusCode(), string(done.Body))
+	require.Len(t, *done.JSON200.Leases, 1)
+	answers["CompleteAttempt"] = done.HTTPResponse
+	second := (*done.JSON200.Leases)[0]
+	many, err := w.Client.CompleteAttemptsWithResponse(ctx, apiclient.CompleteManyRequest{Next: &apiclient.NextLeases{},
+		Completions: []apiclient.CompletionItem{{AttemptId: second.AttemptId, LeaseToken: second.LeaseToken, Outcome: "succeeded"}}})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, many.StatusCode(), string(many.Body))
+	require.Len(t, *many.JSON200.Leases, 1)
+	answers["CompleteAttempts"] = many.HTTPResponse
+
 	// A webhook's signing secret, at creation and at rotation.
 	org := g.NewOrganization(t, "headers-webhook")
 	hook, err := g.Control.CreateWebhookWithResponse(ctx, apiclient.CreateWebhookRequest{OrganizationId: org,
