@@ -191,12 +191,6 @@ func (w *benchWorker) poll(ctx context.Context, body []byte) ([]lease, error) {
 
 var completeBody = []byte(`{"outcome":"succeeded"}`)
 
-// complete finishes an attempt with outcome succeeded.
-func (w *benchWorker) complete(ctx context.Context, l lease) error {
-	_, err := w.completeNext(ctx, l, 0)
-	return err
-}
-
 // completeNext finishes an attempt with outcome succeeded and, when next
 // is above 0, asks for up to next leases in the same call (answered at
 // once, without waiting) and returns them.
